@@ -1,0 +1,3 @@
+from steadytune.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""`steadytune` command line: one entry point, one subcommand per job.
+
+Each subcommand lives in its own module with two functions, `add_arguments(parser)` and `run(args) -> int`;
+this file only wires them up, importing a module when its subcommand is used (so `doctor` starts fast even
+where torch is slow to import).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS = {
+    "train": ("steadytune.train", "fine-tune a model (LoRA or full) from a LLaMA-Factory-style YAML"),
+    "demo": ("steadytune.demo", "the embedded default: Gemma 3 270M learns Chinese review sentiment, accuracy before/after"),
+    "doctor": ("steadytune.doctor", "diagnose this machine (ROCm, CUDA or CPU), or saved tool outputs, and print the fix"),
+    "eval": ("steadytune.evaluate", "evaluate a trained adapter: accuracy, macro-F1, baselines, confusion matrix"),
+    "export": ("steadytune.export", "merge an adapter into its base model and save it"),
+    "chat": ("steadytune.chat", "talk to a base model with an optional adapter"),
+    "bench": ("steadytune.bench", "measure tokens/s, MFU and memory against the plain transformers + peft recipe"),
+    "report": ("steadytune.report", "plots and a self-contained HTML report of a run"),
+}
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="steadytune",
+        description="LoRA fine-tuning of decoder LLMs on AMD ROCm, NVIDIA CUDA and CPU: "
+                    "one YAML in, a working adapter and an honest evaluation out.")
+    parser.add_argument("--version", action="version", version=f"steadytune {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(_module=module_name)
+        module = _load(module_name)
+        if module is not None:
+            module.add_arguments(sub)
+    return parser
+
+
+def _load(module_name: str):
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name == module_name:  # that subcommand is not built yet
+            return None
+        raise
+
+
+def _version() -> str:
+    from steadytune import __version__
+    return __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    module = _load(args._module)
+    if module is None:
+        print(f"steadytune {args.command}: not available in this build", file=sys.stderr)
+        return EXIT_USAGE
+    from steadytune.errors import UserError
+    try:
+        return int(module.run(args) or 0)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", EXIT_ERROR)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

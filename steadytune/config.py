@@ -1,0 +1,483 @@
+"""Run configuration: typed dataclasses grouped by concern, loaded from YAML plus `key=value` overrides.
+
+The keys are LLaMA-Factory's flat keys (a user's `qwen3_lora_sft.yaml` loads as it is), so a YAML file is
+one flat mapping; nested sections (`guard:`, `fault_injection:`) hold our own feature groups. Every key
+lives in exactly one dataclass below, with its default and help text in the field's metadata. Unknown
+keys fail with a did-you-mean; keys for features we do not have fail with "not supported: KEY".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union, get_args, get_origin
+
+import yaml
+
+
+from steadytune.errors import UserError
+
+
+class ConfigError(UserError, ValueError):
+    """A problem with the user's configuration; the message names the key (and file) at fault."""
+
+
+def _opt(default: Any, help: str, choices: tuple | None = None, minimum: float | None = None,
+         maximum: float | None = None, exclusive_min: bool = False) -> Any:
+    """A dataclass field carrying its help text and validation bounds."""
+    metadata = {"help": help, "choices": choices, "min": minimum, "max": maximum, "exclusive_min": exclusive_min}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The sections. Field names are the YAML keys.
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = _opt("gemma-3-270m", "Hugging Face folder, .gguf file, hub id, or a built-in alias (gemma-3-270m).")
+    adapter_name_or_path: Optional[str] = _opt(None, "A trained LoRA adapter folder to load on top of the base model (eval, export, chat).")
+    trust_remote_code: bool = _opt(False, "Allow model code from the model folder (passed to transformers).")
+    flash_attn: str = _opt("auto", "Attention kernel: auto (= SDPA), sdpa, eager, fa2 (flash-attn, only if it imports and runs).",
+                           choices=("auto", "sdpa", "eager", "fa2", "disabled"))
+    cache_dir: Optional[str] = _opt(None, "Where converted GGUF models and tokenised data are cached (default ~/.cache/steadytune).")
+    use_reentrant_gc: bool = _opt(False, "Use re-entrant gradient checkpointing (LLaMA-Factory key; non-reentrant is the safe default).")
+
+
+@dataclass
+class MethodArguments:
+    stage: str = _opt("sft", "Training stage. Only sft (supervised fine-tuning) is supported.", choices=("sft",))
+    do_train: bool = _opt(True, "Run training (LLaMA-Factory key).")
+    finetuning_type: str = _opt("lora", "lora: train low-rank adapters (peft); full: train every weight.", choices=("lora", "full"))
+    lora_rank: int = _opt(8, "LoRA rank r.", minimum=1)
+    lora_alpha: Optional[float] = _opt(None, "LoRA scaling alpha (default: 2 x lora_rank).", minimum=0, exclusive_min=True)
+    lora_dropout: float = _opt(0.0, "Dropout on the LoRA input.", minimum=0.0, maximum=1.0)
+    lora_target: str = _opt("all", "Modules to adapt: all (every linear layer but the output head) or a comma list (q_proj,v_proj).")
+    additional_target: Optional[str] = _opt(None, "Extra modules trained in full and saved with the adapter (comma list, e.g. embed_tokens).")
+    use_rslora: bool = _opt(False, "Rank-stabilised LoRA scaling (alpha / sqrt(r)).")
+    use_dora: bool = _opt(False, "Weight-decomposed LoRA (DoRA).")
+    deepspeed: Optional[str] = _opt(None, "A DeepSpeed JSON config (ZeRO-0/2/3) handed to Accelerate.")
+
+
+@dataclass
+class DataArguments:
+    dataset: Optional[str] = _opt(None, "Comma list of dataset names from dataset_dir/dataset_info.json, built-in names, or file paths.")
+    dataset_dir: str = _opt("data", "Folder holding dataset_info.json and the files it names.")
+    eval_dataset: Optional[str] = _opt(None, "Comma list of datasets used for evaluation (instead of a split of the training data).")
+    template: str = _opt("auto", "Prompt template: auto (tokenizer's chat template, else plain), qwen, qwen3, qwen3_nothink, gemma, gemma3, llama3, chatml, default, empty.")
+    cutoff_len: int = _opt(2048, "Maximum tokens per example (prompt + response).", minimum=1)
+    max_samples: Optional[int] = _opt(None, "Use at most this many examples from each dataset.", minimum=1)
+    val_size: float = _opt(0.0, "Held-out share (0-1) or count (>= 1) of the training data for evaluation; stratified for classification.", minimum=0.0)
+    train_on_prompt: bool = _opt(False, "Also compute the loss on prompt tokens.")
+    mask_history: bool = _opt(False, "Multi-turn: train only on the last assistant turn.")
+    preprocessing_num_workers: Optional[int] = _opt(None, "Processes for tokenisation (LLaMA-Factory key).", minimum=1)
+    packing: Optional[bool] = _opt(None, "Pack several examples per row up to cutoff_len, attention kept inside each example.")
+    neat_packing: bool = _opt(False, "LLaMA-Factory's name for packing without cross-attention between examples; implies packing.")
+    tokenized_path: Optional[str] = _opt(None, "Cache folder for the tokenised dataset (LLaMA-Factory key).")
+    # Generative classification (seed 003): the target is a label word followed by end-of-sequence.
+    label_names: Optional[list] = _opt(None, "Ordered label words for classification datasets, e.g. [消极, 积极].")
+    prompt_template: Optional[str] = _opt(None, "Prompt for classification rows; must contain {text}.")
+    class_balance: str = _opt("none", "Class balance for classification: none, sampler (inverse-frequency sampling), loss (class-weighted loss), both.",
+                              choices=("none", "sampler", "loss", "both"))
+
+
+@dataclass
+class TrainArguments:
+    output_dir: str = _opt("saves/run", "Where the adapter, checkpoints, metrics and config are written.")
+    overwrite_output_dir: bool = _opt(False, "Allow writing into a non-empty output_dir (a resume needs no permission).")
+    per_device_train_batch_size: int = _opt(8, "Examples per device per micro-batch.", minimum=1)
+    per_device_eval_batch_size: int = _opt(8, "Examples per device per evaluation batch.", minimum=1)
+    gradient_accumulation_steps: int = _opt(1, "Micro-batches per optimizer step.", minimum=1)
+    learning_rate: float = _opt(1e-4, "Peak learning rate of AdamW.", minimum=0.0, exclusive_min=True)
+    weight_decay: float = _opt(0.0, "AdamW weight decay.", minimum=0.0)
+    adam_beta1: float = _opt(0.9, "AdamW beta1.", minimum=0.0, maximum=1.0)
+    adam_beta2: float = _opt(0.999, "AdamW beta2.", minimum=0.0, maximum=1.0)
+    adam_epsilon: float = _opt(1e-8, "AdamW epsilon.", minimum=0.0, exclusive_min=True)
+    max_grad_norm: float = _opt(1.0, "Clip the global gradient norm to this (0 disables clipping).", minimum=0.0)
+    num_train_epochs: float = _opt(3.0, "Epochs over the training data (ignored when max_steps > 0).", minimum=0.0, exclusive_min=True)
+    max_steps: int = _opt(-1, "Total optimizer steps; overrides num_train_epochs when > 0.")
+    lr_scheduler_type: str = _opt("cosine", "Learning-rate schedule.", choices=("linear", "cosine", "constant", "constant_with_warmup"))
+    warmup_ratio: float = _opt(0.0, "Share of the steps spent warming up the learning rate.", minimum=0.0, maximum=1.0)
+    warmup_steps: int = _opt(0, "Warm-up steps; overrides warmup_ratio when > 0.", minimum=0)
+    bf16: Union[bool, str] = _opt("auto", "bfloat16 mixed precision: true, false, or auto (only where the GPU architecture supports it).")
+    fp16: Union[bool, str] = _opt(False, "float16 mixed precision with dynamic loss scaling: true, false, or auto.")
+    seed: int = _opt(42, "Seed for data order, splits, LoRA init and dropout.")
+    logging_steps: int = _opt(10, "Log loss, grad norm, lr and throughput every N optimizer steps.", minimum=1)
+    save_steps: int = _opt(500, "Save a resumable checkpoint every N optimizer steps.", minimum=1)
+    save_total_limit: Optional[int] = _opt(None, "Keep at most this many checkpoints (oldest deleted first).", minimum=1)
+    save_only_model: bool = _opt(False, "LLaMA-Factory key; checkpoints here always hold what a resume needs.")
+    eval_strategy: str = _opt("no", "When to evaluate: no, steps, epoch.", choices=("no", "steps", "epoch"))
+    eval_steps: Optional[int] = _opt(None, "Evaluate every N optimizer steps (eval_strategy: steps; default logging_steps).", minimum=1)
+    metric_for_best_model: Optional[str] = _opt(None, "Keep the checkpoint with the best value of this eval metric (eval_loss, accuracy, macro_f1).")
+    resume_from_checkpoint: Union[None, bool, str] = _opt(None, "true: resume from the latest checkpoint in output_dir; or a checkpoint folder.")
+    plot_loss: bool = _opt(False, "Write training_loss.png at the end.")
+    report_to: Union[str, list] = _opt("none", "Experiment trackers; only none is supported (metrics.jsonl is always written).")
+    ddp_timeout: int = _opt(1800, "Seconds a collective may wait before failing (huge values hide RCCL/NCCL hangs).", minimum=1)
+    dataloader_num_workers: int = _opt(0, "Worker processes for the data loader.", minimum=0)
+    gradient_checkpointing: Optional[bool] = _opt(None, "Recompute activations in backward to save memory (default: off for LoRA on small models).")
+    gradient_checkpointing_kwargs: Optional[dict] = _opt(None, "Passed to gradient_checkpointing_enable, e.g. {use_reentrant: false}.")
+    do_eval: bool = _opt(False, "Evaluate after training (LLaMA-Factory key).")
+    do_predict: bool = _opt(False, "Predict on eval_dataset after training (LLaMA-Factory key).")
+    predict_with_generate: bool = _opt(False, "Generate text for do_predict (LLaMA-Factory key).")
+    max_new_tokens: int = _opt(128, "Generation length for do_predict and chat.", minimum=1)
+    use_liger_kernel: bool = _opt(False, "Use liger-kernel fused kernels where installed and supported.")
+    torch_compile: bool = _opt(False, "Compile the model with torch.compile.")
+
+
+@dataclass
+class GuardArguments:
+    """Numerical guard (see guard.py). Section `guard:` in YAML, or flat `guard_policy`."""
+    guard_policy: str = _opt("rollback", "What to do on a non-finite value or loss spike.", choices=("off", "warn", "skip", "rollback", "abort"))
+    window: int = _opt(50, "Rolling window of recent steps for spike statistics.", minimum=2)
+    min_history: int = _opt(10, "Steps of history needed before spikes are judged.", minimum=1)
+    spike_sigmas: float = _opt(6.0, "A loss or grad norm this many standard deviations above the recent mean is a spike.", minimum=0.0, exclusive_min=True)
+    spike_ratio: float = _opt(3.0, "...and at least this many times the recent median.", minimum=1.0)
+    max_rollbacks: int = _opt(5, "Give up after this many rollbacks.", minimum=0)
+    lr_backoff: float = _opt(0.5, "Multiply the learning rate by this after a rollback.", minimum=0.0, maximum=1.0, exclusive_min=True)
+    grad_norm_schedule: list = _opt([1.0, 0.5, 0.3], "max_grad_norm after each successive rollback (seed 000: 1.0 -> 0.5 -> 0.3).")
+    snapshot_steps: int = _opt(10, "Keep an in-memory good state every N optimizer steps.", minimum=1)
+    max_fp16_overflows: int = _opt(20, "Switch fp16 to bf16/fp32 after this many loss-scale overflows in a window.", minimum=1)
+
+
+@dataclass
+class FaultInjectionArguments:
+    """Testing aid: break a run on purpose to prove the guard works. Section `fault_injection:`."""
+    nan_loss_step: Optional[int] = _opt(None, "Turn the loss at this optimizer step into NaN.")
+    inf_loss_step: Optional[int] = _opt(None, "Turn the loss at this optimizer step into +inf.")
+    spike_loss_step: Optional[int] = _opt(None, "Multiply the loss at this optimizer step by spike_factor.")
+    spike_factor: float = _opt(1000.0, "Factor for spike_loss_step.")
+    fp16_overflow_step: Optional[int] = _opt(None, "Inject an fp16 overflow (inf gradients) at this step.")
+    lr_spike_start: Optional[int] = _opt(None, "First optimizer step with a 100x learning rate.")
+    lr_spike_steps: int = _opt(0, "How many steps the 100x learning rate lasts.", minimum=0)
+    lr_spike_factor: float = _opt(100.0, "Learning-rate multiplier during the LR spike.")
+
+
+@dataclass
+class RunConfig:
+    model: ModelArguments = field(default_factory=ModelArguments)
+    method: MethodArguments = field(default_factory=MethodArguments)
+    data: DataArguments = field(default_factory=DataArguments)
+    train: TrainArguments = field(default_factory=TrainArguments)
+    guard: GuardArguments = field(default_factory=GuardArguments)
+    fault_injection: FaultInjectionArguments = field(default_factory=FaultInjectionArguments)
+    # Defaults chosen by us (hardware profile, derived values), each with its reason; filled by the recipe.
+    decisions: dict = field(default_factory=dict)
+    # Keys the user set explicitly (YAML or command line); hardware profiles only fill the others.
+    user_keys: set = field(default_factory=set)
+    source: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        """Flat, YAML-friendly view: every key with its resolved value, plus the recorded decisions."""
+        out: dict[str, Any] = {}
+        for name in FLAT_SECTIONS:
+            out.update(dataclasses.asdict(getattr(self, name)))
+        for name in NESTED_SECTIONS:
+            out[name] = dataclasses.asdict(getattr(self, name))
+        out["decisions"] = dict(self.decisions)
+        return out
+
+    def decide(self, key: str, value: Any, reason: str) -> None:
+        """Record a default or derived choice made for the user, with why."""
+        self.decisions[key] = {"value": value, "reason": reason}
+
+
+FLAT_SECTIONS = ("model", "method", "data", "train")
+NESTED_SECTIONS = ("guard", "fault_injection")
+SECTION_TYPES = {
+    "model": ModelArguments, "method": MethodArguments, "data": DataArguments, "train": TrainArguments,
+    "guard": GuardArguments, "fault_injection": FaultInjectionArguments,
+}
+
+# Flat key -> section name.
+KEY_TO_SECTION: dict[str, str] = {}
+for _section in FLAT_SECTIONS:
+    for _f in dataclasses.fields(SECTION_TYPES[_section]):
+        KEY_TO_SECTION[_f.name] = _section
+# `guard_policy` is also accepted at the top level, as a shortcut.
+KEY_TO_SECTION["guard_policy"] = "guard"
+
+# Keys of LLaMA-Factory (and HF TrainingArguments) for features steadytune does not have. They fail loudly:
+# silently ignoring e.g. `quantization_bit` would train something other than what the user asked for.
+UNSUPPORTED_KEYS = {
+    "quantization_bit": "quantised (QLoRA) training is not supported; train LoRA on a bf16/fp32 base",
+    "quantization_method": "quantised training is not supported",
+    "double_quantization": "quantised training is not supported",
+    "quantization_type": "quantised training is not supported",
+    "pref_beta": "preference training (dpo/kto/orpo/simpo) is not supported",
+    "pref_loss": "preference training (dpo/kto/orpo/simpo) is not supported",
+    "pref_ftx": "preference training is not supported",
+    "kto_chosen_weight": "KTO is not supported",
+    "kto_rejected_weight": "KTO is not supported",
+    "reward_model": "PPO / reward models are not supported",
+    "ppo_epochs": "PPO is not supported",
+    "image_max_pixels": "vision inputs are not supported (text-only decoder models)",
+    "image_min_pixels": "vision inputs are not supported",
+    "video_max_pixels": "video inputs are not supported",
+    "video_min_pixels": "video inputs are not supported",
+    "video_fps": "video inputs are not supported",
+    "video_maxlen": "video inputs are not supported",
+    "freeze_vision_tower": "vision models are not supported",
+    "freeze_multi_modal_projector": "vision models are not supported",
+    "freeze_language_model": "vision models are not supported",
+    "ray_num_workers": "Ray is not supported; use `accelerate launch` for several GPUs",
+    "ray_init_kwargs": "Ray is not supported",
+    "use_unsloth": "Unsloth is not used; steadytune has its own fast paths",
+    "use_galore": "GaLore is not supported",
+    "use_badam": "BAdam is not supported",
+    "use_apollo": "APOLLO is not supported",
+    "pissa_init": "PiSSA initialisation is not supported",
+    "loraplus_lr_ratio": "LoRA+ is not supported",
+    "freeze_trainable_layers": "finetuning_type: freeze is not supported",
+    "rope_scaling": "RoPE scaling is not supported",
+    "shift_attn": "shift short attention is not supported",
+    "mixture_of_depths": "mixture of depths is not supported",
+    "export_quantization_bit": "quantised export is not supported",
+}
+UNSUPPORTED_VALUES = {
+    ("stage", "pt"): "stage: pt (pre-training) is not supported; use stage: sft",
+    ("stage", "rm"): "stage: rm (reward modelling) is not supported",
+    ("stage", "ppo"): "stage: ppo is not supported",
+    ("stage", "dpo"): "stage: dpo is not supported",
+    ("stage", "kto"): "stage: kto is not supported",
+    ("finetuning_type", "freeze"): "finetuning_type: freeze is not supported; use lora or full",
+    ("finetuning_type", "oft"): "finetuning_type: oft is not supported; use lora or full",
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """`key=value` strings -> dict; values are parsed as YAML scalars (5e-5, true, null, [a, b])."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"command-line override {pair!r} is not key=value")
+        key, _, raw = pair.partition("=")
+        key = key.strip().lstrip("-")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        # `guard.window=20` addresses a nested section.
+        if "." in key:
+            section, _, sub = key.partition(".")
+            out.setdefault(section, {})[sub] = value
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 (byte {e.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of key: value at the top level")
+    return data
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> RunConfig:
+    """YAML file (optional) + overrides -> validated RunConfig. Raises ConfigError naming the key."""
+    raw: dict = read_yaml(path) if path is not None else {}
+    where = str(path) if path is not None else "command line"
+    extra = parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides or {})
+    for key, value in extra.items():
+        if key in NESTED_SECTIONS and isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    cfg = build_config(raw, where)
+    cfg.source = str(path) if path is not None else None
+    return cfg
+
+
+def build_config(raw: dict, where: str = "config") -> RunConfig:
+    sections: dict[str, dict] = {name: {} for name in SECTION_TYPES}
+    user_keys: set[str] = set()
+    for key, value in raw.items():
+        key = str(key)
+        if key in UNSUPPORTED_KEYS:
+            raise ConfigError(f"{where}: not supported: {key} ({UNSUPPORTED_KEYS[key]})")
+        if key in NESTED_SECTIONS:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: {key} must be a mapping of settings")
+            for sub, sub_value in value.items():
+                _check_known(str(sub), SECTION_TYPES[key], f"{where}: {key}.")
+                sections[key][str(sub)] = sub_value
+                user_keys.add(f"{key}.{sub}")
+            continue
+        if key == "decisions":  # a run_config.yaml fed back in: its decisions are re-made, not trusted
+            continue
+        if key not in KEY_TO_SECTION:
+            raise ConfigError(f"{where}: unknown key {key!r}{_did_you_mean(key, list(KEY_TO_SECTION) + list(NESTED_SECTIONS))}")
+        if isinstance(value, str) and (key, value) in UNSUPPORTED_VALUES:
+            raise ConfigError(f"{where}: not supported: {key}: {value} ({UNSUPPORTED_VALUES[(key, value)]})")
+        sections[KEY_TO_SECTION[key]][key] = value
+        user_keys.add(key)
+
+    built = {}
+    for name, cls in SECTION_TYPES.items():
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name in sections[name]:
+                values[f.name] = _coerce(f, sections[name][f.name], where)
+        built[name] = cls(**values)
+    cfg = RunConfig(**built, user_keys=user_keys)
+    _check_cross_field(cfg, where)
+    return cfg
+
+
+def _check_known(key: str, cls: type, prefix: str) -> None:
+    names = [f.name for f in dataclasses.fields(cls)]
+    if key not in names:
+        raise ConfigError(f"{prefix}{key}: unknown key{_did_you_mean(key, names)}")
+
+
+def _did_you_mean(key: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _type_options(tp: Any) -> tuple:
+    """Optional[int] -> (int, NoneType); Union[bool, str] -> (bool, str)."""
+    if get_origin(tp) in (Union, types.UnionType):
+        return get_args(tp)
+    return (tp,)
+
+
+def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
+    """Check `value` against the field's type and bounds; convert the harmless cases (1 -> 1.0, "5e-5" -> 5e-5)."""
+    key = f.name
+    hints = typing.get_type_hints(_owner_of(f.name, f))
+    options = _type_options(hints[key])
+    bad = ConfigError(f"{where}: {key}: invalid value {value!r} (expected {_describe(options)})")
+
+    if value is None:
+        if type(None) in options:
+            return None
+        raise bad
+    # bf16/fp16 accept true/false/auto; resume_from_checkpoint accepts true/false/path.
+    if bool in options and isinstance(value, bool):
+        converted = value
+    elif bool in options and isinstance(value, str) and value.lower() in ("true", "false"):
+        converted = value.lower() == "true"
+    elif str in options and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        converted = str(value)
+        if key in ("bf16", "fp16") and converted != "auto":
+            raise bad
+    elif int in options and isinstance(value, int) and not isinstance(value, bool):
+        converted = value
+    elif int in options and isinstance(value, float) and value.is_integer():
+        converted = int(value)
+    elif float in options and isinstance(value, (int, float)) and not isinstance(value, bool):
+        converted = float(value)
+    elif float in options and isinstance(value, str):
+        try:
+            converted = float(value)
+        except ValueError:
+            raise bad from None
+    elif int in options and isinstance(value, str):
+        try:
+            converted = int(value)
+        except ValueError:
+            raise bad from None
+    elif list in options and isinstance(value, (list, tuple)):
+        converted = list(value)
+    elif list in options and isinstance(value, str) and key == "label_names":
+        converted = [part.strip() for part in value.split(",") if part.strip()]
+    elif dict in options and isinstance(value, dict):
+        converted = dict(value)
+    else:
+        raise bad
+
+    meta = f.metadata
+    if meta.get("choices") and converted not in meta["choices"]:
+        raise ConfigError(f"{where}: {key}: invalid value {converted!r} (choose one of {', '.join(map(str, meta['choices']))})"
+                          f"{_did_you_mean(str(converted), [str(c) for c in meta['choices']])}")
+    if isinstance(converted, (int, float)) and not isinstance(converted, bool):
+        low, high = meta.get("min"), meta.get("max")
+        if low is not None and (converted < low or (meta.get("exclusive_min") and converted == low)):
+            relation = ">" if meta.get("exclusive_min") else ">="
+            raise ConfigError(f"{where}: {key}: {converted!r} is out of range (must be {relation} {low})")
+        if high is not None and converted > high:
+            raise ConfigError(f"{where}: {key}: {converted!r} is out of range (must be <= {high})")
+    return converted
+
+
+def _owner_of(name: str, f: dataclasses.Field) -> type:
+    for cls in SECTION_TYPES.values():
+        if any(g is f for g in dataclasses.fields(cls)):
+            return cls
+    raise KeyError(name)
+
+
+def _describe(options: tuple) -> str:
+    names = {bool: "true/false", int: "an integer", float: "a number", str: "text", list: "a list", dict: "a mapping",
+             type(None): "null"}
+    return " or ".join(names.get(o, str(o)) for o in options)
+
+
+def _check_cross_field(cfg: RunConfig, where: str) -> None:
+    d, t = cfg.data, cfg.train
+    if d.prompt_template is not None and "{text}" not in d.prompt_template:
+        raise ConfigError(f"{where}: prompt_template must contain {{text}} (got {d.prompt_template!r})")
+    if d.label_names is not None:
+        if len(d.label_names) < 2:
+            raise ConfigError(f"{where}: label_names needs at least two labels (got {d.label_names!r})")
+        names = [str(x) for x in d.label_names]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: label_names has duplicates: {names!r}")
+        d.label_names = names
+    if t.bf16 is True and t.fp16 is True:
+        raise ConfigError(f"{where}: bf16 and fp16 are both true; choose one")
+    if t.eval_strategy == "steps" and t.eval_steps is None:
+        t.eval_steps = t.logging_steps
+    if d.neat_packing and d.packing is False:
+        raise ConfigError(f"{where}: neat_packing: true needs packing (got packing: false)")
+    if isinstance(t.report_to, list):
+        trackers = [str(x) for x in t.report_to]
+    else:
+        trackers = [str(t.report_to)]
+    if any(x not in ("none", "None") for x in trackers):
+        raise ConfigError(f"{where}: not supported: report_to: {t.report_to} (only none; metrics.jsonl is always written)")
+
+
+def lora_alpha_of(cfg: RunConfig) -> float:
+    return cfg.method.lora_alpha if cfg.method.lora_alpha is not None else 2.0 * cfg.method.lora_rank
+
+
+def save_resolved_config(cfg: RunConfig, path: str | os.PathLike) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def describe_keys() -> str:
+    """Every key with its default and help text, for `steadytune train --list-keys`."""
+    lines = []
+    for name, cls in SECTION_TYPES.items():
+        prefix = f"{name}." if name in NESTED_SECTIONS else ""
+        lines.append(f"## {name}")
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            lines.append(f"  {prefix}{f.name} = {default!r}\n      {f.metadata.get('help', '')}")
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Tiny random models and a locally trained tokenizer, for tests and offline smoke runs.
+
+Nothing here touches a model hub: the tokenizer is a byte-level BPE trained in a few milliseconds on a
+built-in corpus (English and Chinese, so Chinese labels split into several tokens as they do in real
+tokenizers), and the models are built from config with random weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = [
+    "<pad>", "<eos>", "<bos>", "<unk>",
+    "<|im_start|>", "<|im_end|>", "<|endoftext|>",
+    "<start_of_turn>", "<end_of_turn>",
+    "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+    "<think>", "</think>",
+]
+
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Give three tips for staying healthy. Eat a balanced diet and exercise.",
+    "What is the capital of France? The capital of France is Paris.",
+    "Hello! I am an AI assistant. How can I assist you today?",
+    "user assistant system model human gpt",
+    "Review: this product is great. Sentiment: positive negative neutral",
+    "这个商品很好，质量不错，物流很快，非常满意。",
+    "太差了，等了一个小时没人理，再也不买了。",
+    "判断下面这段话的情绪类别。文本：情绪：",
+    "好评 差评 推荐 失望 喜欢 讨厌",
+    "书的内容很精彩，值得一读。包装破损，很失望。",
+    "0123456789 , . ! ? : ; ( ) [ ] { } \" ' - _ / \\ \n",
+]
+
+
+def build_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer with the special tokens of the common chat templates."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
+                                   bos_token="<bos>", unk_token="<unk>")
+    fast.padding_side = "right"
+    return fast
+
+
+TINY_CONFIGS = {
+    "qwen2": dict(model_type="qwen2", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  tie_word_embeddings=True),
+    "llama": dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  tie_word_embeddings=False),
+    "gemma3": dict(model_type="gemma3_text", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=512,
+                   sliding_window=16, query_pre_attn_scalar=8, tie_word_embeddings=True),
+}
+
+
+def build_model(kind: str = "qwen2", tokenizer: PreTrainedTokenizerFast | None = None, seed: int = 0,
+                attn_implementation: str = "sdpa"):
+    """A tiny random decoder of the given family, sized to the tokenizer's vocabulary."""
+    from transformers import AutoConfig
+
+    tokenizer = tokenizer or build_tokenizer()
+    spec = dict(TINY_CONFIGS[kind])
+    model_type = spec.pop("model_type")
+    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                  eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **spec)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+    return model
+
+
+def save_tiny_model(folder: str | Path, kind: str = "qwen2", seed: int = 0) -> Path:
+    """Write a tiny model + tokenizer as a Hugging Face folder that `model_name_or_path` can point at."""
+    folder = Path(folder)
+    tokenizer = build_tokenizer()
+    model = build_model(kind, tokenizer, seed=seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
