@@ -1,0 +1,203 @@
+"""Resumable checkpoints: `output_dir/checkpoint-N/`.
+
+A checkpoint holds everything that decides the rest of the run, so a resumed run reproduces the loss curve
+of an uninterrupted one: trainable weights (the adapter, in PEFT's own format, so a checkpoint is also a
+loadable adapter), optimizer state, scheduler state, every RNG (python, numpy, torch, cuda), the data
+position, and the state of other parts (the numerical guard) under `extra`.
+
+It is written into `checkpoint-N.tmp/` and renamed when complete, so a run killed mid-save never leaves a
+half checkpoint that looks whole; `trainer_state.json` is written last and names the files it expects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from steadytune.errors import CheckpointError
+
+STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+SCHEDULER_FILE = "scheduler.pt"
+RNG_FILE = "rng_state.pt"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass
+class TrainerState:
+    global_step: int = 0
+    epoch: int = 0                 # epoch of the next micro-batch
+    batch_in_epoch: int = 0        # index of the next micro-batch within that epoch
+    tokens_seen: int = 0
+    best_metric: float | None = None
+    best_checkpoint: str | None = None
+    model_name_or_path: str = ""
+    finetuning_type: str = "lora"
+    files: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints (no .tmp), oldest first."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT_RE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    checkpoints = list_checkpoints(output_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def capture_rng() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(output_dir: str | Path, model, optimizer, scheduler, state: TrainerState,
+                    save_total_limit: int | None = None, keep: set[str] | None = None) -> Path:
+    """Write checkpoint-{global_step}/ atomically; then drop the oldest beyond save_total_limit
+    (never the ones named in `keep`, e.g. the best checkpoint)."""
+    root = Path(output_dir)
+    final = root / f"checkpoint-{state.global_step}"
+    tmp = root / f"checkpoint-{state.global_step}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+    torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
+    torch.save(capture_rng(), tmp / RNG_FILE)
+    state.files = sorted(p.name for p in tmp.iterdir())
+    (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=2, default=str), encoding="utf-8")
+    _fsync_dir(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    if save_total_limit:
+        rotate_checkpoints(root, save_total_limit, keep or set())
+    return final
+
+
+def rotate_checkpoints(output_dir: Path, limit: int, keep: set[str]) -> None:
+    checkpoints = list_checkpoints(output_dir)
+    removable = [p for p in checkpoints if p.name not in keep]
+    while len(checkpoints) > limit and removable:
+        victim = removable.pop(0)
+        shutil.rmtree(victim)
+        checkpoints.remove(victim)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def read_state(checkpoint: str | Path) -> TrainerState:
+    """Read and validate a checkpoint folder; CheckpointError names the folder and what is wrong."""
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_dir():
+        raise CheckpointError(f"{checkpoint}: checkpoint folder not found")
+    state_path = checkpoint / STATE_FILE
+    if not state_path.is_file():
+        raise CheckpointError(f"{checkpoint}: truncated checkpoint ({STATE_FILE} is missing; "
+                              "the run was probably killed while saving it)")
+    try:
+        raw = json.loads(state_path.read_text(encoding="utf-8"))
+        state = TrainerState(**raw)
+    except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{state_path}: unreadable trainer state ({e})") from None
+    for name in state.files:
+        path = checkpoint / name
+        if not path.is_file() or path.stat().st_size == 0:
+            raise CheckpointError(f"{checkpoint}: truncated checkpoint ({name} is missing or empty)")
+    return state
+
+
+def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_name_or_path: str) -> TrainerState:
+    """Restore weights, optimizer, scheduler and RNG from a checkpoint written by save_checkpoint."""
+    checkpoint = Path(checkpoint)
+    state = read_state(checkpoint)
+    if state.model_name_or_path and model_name_or_path and state.model_name_or_path != model_name_or_path:
+        raise CheckpointError(f"{checkpoint}: saved from model {state.model_name_or_path!r}, "
+                              f"but this run uses {model_name_or_path!r}")
+    load_trainable_weights(checkpoint, model)
+    try:
+        optimizer.load_state_dict(torch.load(checkpoint / OPTIMIZER_FILE, map_location="cpu", weights_only=False))
+        scheduler.load_state_dict(torch.load(checkpoint / SCHEDULER_FILE, map_location="cpu", weights_only=False))
+        restore_rng(torch.load(checkpoint / RNG_FILE, map_location="cpu", weights_only=False))
+    except (RuntimeError, ValueError, KeyError, EOFError, OSError) as e:
+        raise CheckpointError(f"{checkpoint}: cannot restore optimizer/scheduler/RNG state ({e}); "
+                              "the checkpoint is truncated or from a different model or config") from None
+    return state
+
+
+def load_trainable_weights(checkpoint: Path, model) -> None:
+    """Load the adapter (or full) weights of a checkpoint into `model`, refusing shape or key mismatches."""
+    from safetensors import SafetensorsError
+    from safetensors.torch import load_file
+
+    adapter_file = checkpoint / "adapter_model.safetensors"
+    try:
+        if adapter_file.is_file():
+            from peft import set_peft_model_state_dict
+            weights = load_file(adapter_file)
+            expected = {k for k in _peft_state_keys(model)}
+            got = set(weights)
+            if expected != got:
+                missing = sorted(expected - got)[:3]
+                raise CheckpointError(f"{checkpoint}: adapter does not match this model "
+                                      f"(missing {missing}, unexpected {sorted(got - expected)[:3]})")
+            own = dict(_peft_state(model))
+            for key, tensor in weights.items():
+                if tuple(own[key].shape) != tuple(tensor.shape):
+                    raise CheckpointError(f"{checkpoint}: {key} has shape {tuple(tensor.shape)}, "
+                                          f"this model expects {tuple(own[key].shape)} (a different model or lora_rank)")
+            set_peft_model_state_dict(model, weights)
+        else:
+            files = sorted(checkpoint.glob("model*.safetensors"))
+            if not files:
+                raise CheckpointError(f"{checkpoint}: no adapter_model.safetensors or model.safetensors")
+            weights = {}
+            for f in files:
+                weights.update(load_file(f))
+            result = model.load_state_dict(weights, strict=False)
+            if result.unexpected_keys:
+                raise CheckpointError(f"{checkpoint}: weights do not match this model "
+                                      f"(unexpected {result.unexpected_keys[:3]})")
+    except SafetensorsError as e:
+        raise CheckpointError(f"{checkpoint}: corrupt or truncated weights file ({e})") from None
+
+
+def _peft_state(model):
+    from peft import get_peft_model_state_dict
+    return get_peft_model_state_dict(model).items()
+
+
+def _peft_state_keys(model):
+    return (k for k, _ in _peft_state(model))

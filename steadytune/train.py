@@ -1,0 +1,506 @@
+"""`steadytune train`: the fine-tuning recipe, readable top to bottom.
+
+    config -> output folder -> hardware policy -> model + LoRA -> data -> optimizer + schedule -> resume
+           -> loop (forward on labelled positions, token-normalised accumulation, clip, step, log, eval, save)
+           -> adapter + tokenizer + plot
+
+The loop is ours, on Accelerate (no transformers.Trainer subclass): Accelerate brings DDP / FSDP / DeepSpeed
+and autocast; everything that decides the numbers is visible here.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from steadytune import hardware
+from steadytune.checkpoint import (TrainerState, latest_checkpoint, list_checkpoints, load_checkpoint,
+                                   read_state, save_checkpoint)
+from steadytune.config import RunConfig, describe_keys, load_config, save_resolved_config
+from steadytune.errors import UserError
+from steadytune.loss import causal_lm_loss_sum, count_target_tokens
+from steadytune.monitor import MetricsLog, Throughput, memory_stats, plot_loss
+
+# Files a run writes into output_dir; anything else there is the user's and is never touched.
+RUN_FILES = ("run_config.yaml", "metrics.jsonl", "environment.json", "train_results.json", "training_loss.png",
+             "adapter_model.safetensors", "adapter_config.json")
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    global_step: int
+    final_loss: float | None
+    train_seconds: float
+    tokens_per_s: float
+    losses: list[float] = field(default_factory=list)
+    exit_code: int = 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------------------
+
+def add_arguments(parser) -> None:
+    parser.add_argument("config", nargs="?", help="run config (YAML, LLaMA-Factory keys)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="override config keys, e.g. learning_rate=5e-5 max_samples=2000 guard.window=20")
+    parser.add_argument("--force", action="store_true",
+                        help="train even when the start-up hardware checks report errors")
+    parser.add_argument("--list-keys", action="store_true", help="print every config key with its default and help")
+
+
+def run(args) -> int:
+    if args.list_keys:
+        print(describe_keys())
+        return 0
+    if args.config is None:
+        raise UserError("steadytune train needs a config file: steadytune train my_run.yaml [key=value ...] "
+                        "(see `steadytune train --list-keys`, or `steadytune demo` for the embedded default)")
+    cfg = load_config(args.config, args.overrides)
+    return run_training(cfg, force=args.force).exit_code
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The recipe
+# ---------------------------------------------------------------------------------------------------------
+
+def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> TrainResult:
+    t, d = cfg.train, cfg.data
+
+    # --- where results go: never over a user's files, unless asked or resuming --------------------------
+    output_dir = Path(t.output_dir)
+    resume_from = resolve_resume(cfg, output_dir)
+    check_output_dir(cfg, output_dir, resuming=resume_from is not None)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- hardware policy: dtype and attention chosen in one place, with the reason -----------------------
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs, set_seed
+
+    info = hardware.detect()
+    precision, precision_why = hardware.choose_precision(info, t.bf16, t.fp16)
+    attn, attn_why = hardware.choose_attention(info, cfg.model.flash_attn)
+    cfg.decide("precision", precision, precision_why)
+    cfg.decide("attn_implementation", attn, attn_why)
+    if t.ddp_timeout > 3 * 3600:
+        cfg.decide("ddp_timeout", t.ddp_timeout, "kept as asked; note that a huge timeout turns an RCCL/NCCL hang "
+                   "into a silent multi-day stall (the default is 1800 s)")
+    accelerator = Accelerator(
+        mixed_precision={"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[precision],
+        cpu=info.backend == "cpu",
+        kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=t.ddp_timeout))],
+        deepspeed_plugin=deepspeed_plugin(cfg),
+    )
+    device = accelerator.device
+    set_seed(t.seed)
+    is_main = accelerator.is_main_process
+    run_startup_checks(cfg, info, output_dir, force=force, write=is_main)
+
+    # --- model + LoRA ----------------------------------------------------------------------------------
+    from steadytune.model import attach_adapter, count_parameters, load_model_and_tokenizer
+
+    # Frozen base weights in the compute dtype halve memory; trainable (LoRA) weights stay fp32 so small
+    # updates are not rounded away (attach_adapter casts them).
+    base_dtype = torch.bfloat16 if (precision == "bf16" and cfg.method.finetuning_type == "lora") else torch.float32
+    model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=base_dtype, attn_implementation=attn,
+                                                device=device)
+    model = attach_adapter(model, cfg)
+    if t.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": cfg.model.use_reentrant_gc})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    trainable, total = count_parameters(model)
+
+    # --- data --------------------------------------------------------------------------------------------
+    from steadytune.data import prepare_datasets
+
+    data = prepare_datasets(cfg, tokenizer)
+    if not data.train:
+        raise UserError(f"dataset {d.dataset!r}: no training examples left after filtering")
+    loader_factory = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index)
+    micro_batches_per_epoch = loader_factory.batches_per_epoch()
+    steps_per_epoch = max(1, math.ceil(micro_batches_per_epoch / t.gradient_accumulation_steps))
+    total_steps = t.max_steps if t.max_steps > 0 else max(1, math.ceil(steps_per_epoch * t.num_train_epochs))
+    warmup = t.warmup_steps if t.warmup_steps > 0 else int(round(t.warmup_ratio * total_steps))
+    cfg.decide("total_steps", total_steps, f"{'max_steps' if t.max_steps > 0 else 'num_train_epochs'}: "
+               f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation")
+    cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else f"warmup_ratio {t.warmup_ratio}")
+
+    # --- optimizer + schedule ----------------------------------------------------------------------------
+    from transformers import get_scheduler
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
+                                  eps=t.adam_epsilon, weight_decay=t.weight_decay)
+    scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+    objective = TrainingObjective(model)
+    objective, optimizer = accelerator.prepare(objective, optimizer)
+
+    # --- resume: weights, optimizer, schedule, RNG and data position, exactly -------------------------------
+    state = TrainerState(model_name_or_path=cfg.model.model_name_or_path, finetuning_type=cfg.method.finetuning_type)
+    metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=is_main)
+    if resume_from is not None:
+        state = load_checkpoint(resume_from, unwrap(accelerator, objective).model, optimizer, scheduler,
+                                cfg.model.model_name_or_path)
+        metrics.truncate_after(state.global_step)
+        metrics.event("resume", state.global_step, checkpoint=str(resume_from))
+    if is_main:
+        save_resolved_config(cfg, output_dir / "run_config.yaml")
+        print_startup(cfg, info, trainable, total, data, total_steps, accelerator.num_processes, resume_from)
+
+    # --- the loop --------------------------------------------------------------------------------------
+    batches = loader_factory.stream(state.epoch, state.batch_in_epoch)
+    throughput = Throughput(device)
+    losses: list[float] = []
+    window_loss, window_tokens, window_steps = 0.0, 0, 0
+    started = time.perf_counter()
+    bar = tqdm(total=total_steps, initial=state.global_step, desc="train", disable=not (progress and is_main),
+               dynamic_ncols=True)
+    while state.global_step < total_steps:
+        # One optimizer step = gradient_accumulation_steps micro-batches. The loss is normalised by the target
+        # tokens of the whole window (summed over ranks), so every token weighs the same however the
+        # micro-batches are cut.
+        window = [next(batches) for _ in range(t.gradient_accumulation_steps)]
+        local_tokens = sum(count_target_tokens(mb.batch) for mb in window)
+        global_tokens = reduce_sum(accelerator, local_tokens, device)
+        step_loss = torch.zeros((), device=device)
+        objective.train()
+        for i, mb in enumerate(window):
+            batch = to_device(mb.batch, device)
+            sync_now = i == len(window) - 1
+            with accelerator.no_sync(objective) if not sync_now else _null():
+                with accelerator.autocast():
+                    loss_sum, _ = objective(batch)
+                # DDP averages gradients over ranks, so scale by the world size to get a sum over all tokens.
+                loss = loss_sum * accelerator.num_processes / max(global_tokens, 1)
+                accelerator.backward(loss)
+            step_loss += loss_sum.detach()
+        grad_norm = clip_gradients(accelerator, params, t.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        state.global_step += 1
+        state.epoch, state.batch_in_epoch = window[-1].next_position
+        state.tokens_seen += global_tokens
+        throughput.add(sum(mb.n_input_tokens for mb in window) * accelerator.num_processes)
+        loss_value = reduce_sum(accelerator, step_loss.item(), device) / max(global_tokens, 1)
+        losses.append(loss_value)
+        window_loss += loss_value
+        window_steps += 1
+        window_tokens += global_tokens
+        bar.update(1)
+
+        if state.global_step % t.logging_steps == 0 or state.global_step == total_steps:
+            record = {"step": state.global_step, "epoch": round(state.global_step / steps_per_epoch, 4),
+                      "loss": window_loss / window_steps, "grad_norm": float(grad_norm),
+                      "lr": scheduler.get_last_lr()[0], "tokens": state.tokens_seen,
+                      "tokens_per_s": round(throughput.report(), 1), **memory_stats(device)}
+            metrics.write(record)
+            bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+            window_loss, window_steps, window_tokens = 0.0, 0, 0
+
+        if should_evaluate(cfg, state.global_step, steps_per_epoch, total_steps) and data.eval:
+            results = evaluate_during_training(cfg, accelerator, objective, data, tokenizer, device)
+            metrics.write({"step": state.global_step, **results})
+            update_best(cfg, state, results)
+
+        if state.global_step % t.save_steps == 0 and state.global_step < total_steps and is_main:
+            keep = {state.best_checkpoint} if state.best_checkpoint else set()
+            save_checkpoint(output_dir, unwrap(accelerator, objective).model, optimizer, scheduler, state,
+                            t.save_total_limit, keep)
+    bar.close()
+    train_seconds = time.perf_counter() - started
+
+    # --- outputs: the adapter (or full model) where PeftModel.from_pretrained expects it -------------------
+    accelerator.wait_for_everyone()
+    if is_main:
+        final_model = unwrap(accelerator, objective).model
+        final_model.save_pretrained(output_dir, safe_serialization=True)
+        tokenizer.save_pretrained(output_dir)
+        summary = {"global_step": state.global_step, "final_loss": losses[-1] if losses else None,
+                   "train_seconds": round(train_seconds, 2), "tokens_seen": state.tokens_seen,
+                   "trainable_params": trainable, "total_params": total,
+                   "best_checkpoint": state.best_checkpoint, "best_metric": state.best_metric}
+        write_json(output_dir / "train_results.json", summary)
+        if t.plot_loss:
+            plot_loss(output_dir / "metrics.jsonl", output_dir / "training_loss.png")
+        print(f"done: {state.global_step} steps in {train_seconds:.1f} s, final loss "
+              f"{summary['final_loss'] if summary['final_loss'] is None else round(summary['final_loss'], 4)}; "
+              f"adapter in {output_dir}")
+    tokens_per_s = state.tokens_seen / max(train_seconds, 1e-9)
+    return TrainResult(output_dir, state.global_step, losses[-1] if losses else None, train_seconds, tokens_per_s,
+                       losses)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pieces of the recipe
+# ---------------------------------------------------------------------------------------------------------
+
+class TrainingObjective(torch.nn.Module):
+    """The model plus its loss, as one module: Accelerate wraps *this* for DDP/FSDP, so the forward that
+    computes the loss goes through the wrapper and gradients are synchronised."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
+        return causal_lm_loss_sum(self.model, batch, batch.get("token_weights"))
+
+
+@dataclass
+class MicroBatch:
+    batch: dict
+    n_input_tokens: int                 # real (non-pad) tokens, for throughput
+    next_position: tuple[int, int]      # (epoch, batch index) of the micro-batch after this one
+
+
+class TrainBatches:
+    """Deterministic micro-batches: epoch e's order is a permutation seeded by (seed, e), so a resumed run
+    sees exactly the batches the uninterrupted run would have seen. Each rank takes its slice of every global
+    batch."""
+
+    def __init__(self, cfg: RunConfig, data, tokenizer, world_size: int = 1, rank: int = 0):
+        from steadytune.data import PadCollator
+
+        self.cfg, self.data = cfg, data
+        self.world_size, self.rank = world_size, rank
+        self.global_batch = cfg.train.per_device_train_batch_size * world_size
+        self.collate = PadCollator(tokenizer.pad_token_id, padding_side="right")
+
+    def batches_per_epoch(self) -> int:
+        return max(1, len(self.data.train) // self.global_batch)
+
+    def order(self, epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.cfg.train.seed * 1000 + epoch)
+        return torch.randperm(len(self.data.train), generator=generator).tolist()
+
+    def stream(self, epoch: int = 0, start_batch: int = 0):
+        n = self.batches_per_epoch()
+        while True:
+            order = self.order(epoch)
+            for b in range(start_batch, n):
+                indices = order[b * self.global_batch:(b + 1) * self.global_batch][self.rank::self.world_size]
+                examples = [self.data.train[i] for i in indices]
+                batch = self.collate(examples)
+                next_position = (epoch, b + 1) if b + 1 < n else (epoch + 1, 0)
+                yield MicroBatch(batch, int(batch["attention_mask"].sum()), next_position)
+            epoch, start_batch = epoch + 1, 0
+
+
+def resolve_resume(cfg: RunConfig, output_dir: Path) -> Path | None:
+    """resume_from_checkpoint: true -> the latest complete checkpoint in output_dir (none: start fresh);
+    a path -> that checkpoint, validated."""
+    value = cfg.train.resume_from_checkpoint
+    if value is None or value is False:
+        return None
+    if value is True:
+        latest = latest_checkpoint(output_dir)
+        if latest is None:
+            cfg.decide("resume_from_checkpoint", None, f"no checkpoint in {output_dir} yet: starting fresh")
+            return None
+        read_state(latest)
+        return latest
+    path = Path(value)
+    read_state(path)  # raises CheckpointError naming the folder when truncated
+    return path
+
+
+def check_output_dir(cfg: RunConfig, output_dir: Path, resuming: bool) -> None:
+    if resuming or not output_dir.exists() or not any(output_dir.iterdir()):
+        return
+    if not cfg.train.overwrite_output_dir:
+        hint = " or resume_from_checkpoint=true to continue it" if list_checkpoints(output_dir) else ""
+        raise UserError(f"output_dir {output_dir} is not empty; choose another output_dir, or set "
+                        f"overwrite_output_dir=true to replace this run's files{hint}")
+    # Overwrite replaces what an earlier run wrote (its checkpoints would otherwise pass for this run's);
+    # files the run did not write stay.
+    for path in list_checkpoints(output_dir) + [output_dir / name for name in RUN_FILES]:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def deepspeed_plugin(cfg: RunConfig):
+    if not cfg.method.deepspeed:
+        return None
+    path = Path(cfg.method.deepspeed)
+    if not path.is_file():
+        raise UserError(f"deepspeed: config file {path} not found")
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        raise UserError("deepspeed: the deepspeed package is not installed (pip install 'steadytune[deepspeed]'); "
+                        "on one GPU, LoRA needs no DeepSpeed: remove the key") from None
+    import json
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    ds = json.loads(path.read_text(encoding="utf-8"))
+    t = cfg.train
+    # Fill the "auto" values the way users of LLaMA-Factory's JSON files expect.
+    fills = {"train_micro_batch_size_per_gpu": t.per_device_train_batch_size,
+             "gradient_accumulation_steps": 1,  # we accumulate ourselves
+             "gradient_clipping": t.max_grad_norm}
+    for key, value in fills.items():
+        if ds.get(key, "auto") == "auto":
+            ds[key] = value
+    ds.pop("train_batch_size", None)
+    return DeepSpeedPlugin(hf_ds_config=ds)
+
+
+def run_startup_checks(cfg: RunConfig, info, output_dir: Path, force: bool, write: bool) -> None:
+    """The same checks `steadytune doctor` runs; error-level findings stop the run unless --force."""
+    try:
+        from steadytune.doctor import format_findings, has_errors, run_live_checks, write_environment
+    except ImportError:
+        return
+    findings = run_live_checks()
+    if write:
+        write_environment(output_dir, info, findings)
+    if has_errors(findings):
+        message = "start-up checks found errors:\n" + format_findings([f for f in findings if f.severity == "error"])
+        if not force:
+            raise UserError(message + "\nfix them (see `steadytune doctor`), or pass --force to train anyway")
+        print(message + "\n--force given: training anyway", file=sys.stderr)
+
+
+def print_startup(cfg: RunConfig, info, trainable: int, total: int, data, total_steps: int, world: int,
+                  resume_from: Path | None) -> None:
+    t = cfg.train
+    effective = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
+    mean_len = sum(len(x["input_ids"]) for x in data.train) / len(data.train)
+    lines = [
+        f"steadytune train -> {t.output_dir}",
+        f"  model        {cfg.model.model_name_or_path} ({cfg.method.finetuning_type}); trainable "
+        f"{trainable:,} of {total:,} parameters ({100 * trainable / max(total, 1):.3f}%)",
+        f"  hardware     {info.backend}" + (f", {info.primary.name} ({info.primary.arch})" if info.primary else "")
+        + (f", {world} processes" if world > 1 else ""),
+        f"  data         {len(data.train):,} training examples (mean {mean_len:.0f} tokens)"
+        + (f", {len(data.eval):,} eval" if data.eval else ""),
+        f"  batch        {t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation x {world} "
+        f"= {effective} examples (~{effective * mean_len:,.0f} tokens) per step; {total_steps} steps",
+    ]
+    if data.label_names:
+        lines.append(f"  classes      {data.class_counts.get('train', {})}; majority baseline "
+                     f"{majority_share(data.class_counts.get('train', {})):.3f}")
+    for key, decision in cfg.decisions.items():
+        lines.append(f"  {key:<12} {decision['value']}  ({decision['reason']})")
+    if resume_from is not None:
+        lines.append(f"  resume       from {resume_from}")
+    print("\n".join(lines), flush=True)
+
+
+def majority_share(counts: dict) -> float:
+    total = sum(counts.values())
+    return max(counts.values()) / total if total else 0.0
+
+
+def should_evaluate(cfg: RunConfig, step: int, steps_per_epoch: int, total_steps: int) -> bool:
+    t = cfg.train
+    if t.eval_strategy == "steps":
+        return step % (t.eval_steps or t.logging_steps) == 0 or step == total_steps
+    if t.eval_strategy == "epoch":
+        return step % steps_per_epoch == 0 or step == total_steps
+    return False
+
+
+@torch.no_grad()
+def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, tokenizer, device) -> dict:
+    """Eval loss over the eval split (token-weighted), plus accuracy and macro-F1 for classification."""
+    from steadytune.data import PadCollator
+
+    objective.eval()
+    collate = PadCollator(tokenizer.pad_token_id, padding_side="right")
+    size = cfg.train.per_device_eval_batch_size
+    loss_total, tokens = 0.0, 0
+    for start in range(0, len(data.eval), size):
+        batch = to_device(collate(data.eval[start:start + size]), device)
+        with accelerator.autocast():
+            loss_sum, n = objective(batch)
+        loss_total += float(loss_sum)
+        tokens += n
+    results = {"eval_loss": loss_total / max(tokens, 1)}
+    if data.label_names:
+        results.update(classification_metrics(cfg, unwrap(accelerator, objective).model, tokenizer, data))
+    objective.train()
+    return results
+
+
+def classification_metrics(cfg: RunConfig, model, tokenizer, data) -> dict:
+    try:
+        from steadytune.evaluate import evaluate_classification
+    except ImportError:
+        return {}
+    report = evaluate_classification(model, tokenizer, data.eval, data.label_names, data.template,
+                                     cfg.data.prompt_template, cfg.train.per_device_eval_batch_size,
+                                     cutoff_len=cfg.data.cutoff_len, progress=False)
+    return {"eval_accuracy": report["accuracy"], "eval_macro_f1": report["macro_f1"]}
+
+
+def update_best(cfg: RunConfig, state: TrainerState, results: dict) -> None:
+    name = cfg.train.metric_for_best_model
+    if not name:
+        return
+    key = name if name in results else f"eval_{name}"
+    if key not in results:
+        return
+    value = results[key]
+    lower_is_better = "loss" in key
+    better = (state.best_metric is None or (value < state.best_metric if lower_is_better else value > state.best_metric))
+    if better:
+        state.best_metric = value
+        state.best_checkpoint = f"checkpoint-{state.global_step}"
+
+
+def clip_gradients(accelerator, params, max_norm: float) -> torch.Tensor:
+    if max_norm and max_norm > 0:
+        return accelerator.clip_grad_norm_(params, max_norm)
+    # Still measure the norm: the guard and the log need it.
+    grads = [p.grad.detach().float().norm() for p in params if p.grad is not None]
+    return torch.stack(grads).norm() if grads else torch.zeros(())
+
+
+def reduce_sum(accelerator, value: float | int, device) -> float | int:
+    if accelerator.num_processes == 1:
+        return value
+    tensor = torch.tensor(float(value), device=device)
+    total = accelerator.reduce(tensor, reduction="sum").item()
+    return int(total) if isinstance(value, int) else total
+
+
+def to_device(batch: dict, device) -> dict:
+    return {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+
+
+def unwrap(accelerator, objective) -> TrainingObjective:
+    return accelerator.unwrap_model(objective)
+
+
+def write_json(path: Path, payload: dict) -> None:
+    import json
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def train_from_file(path: str, overrides: list[str] | None = None, **kwargs) -> TrainResult:
+    """Python entry point mirroring the CLI."""
+    return run_training(load_config(path, overrides or []), **kwargs)
