@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import zipfile
 from pathlib import Path
@@ -117,6 +118,7 @@ def convert_gguf(gguf_path: Path, target: Path, source: dict) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     logger.info("converting %s to a Hugging Face folder (once; cached in %s)", gguf_path, target)
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    work.chmod(0o755)  # mkdtemp makes it private; the cache is as readable as any model folder
     try:
         folder, name = str(gguf_path.parent), gguf_path.name
         try:
@@ -179,10 +181,13 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
 
     path = resolve_model_path(model_args)
     local = Path(path).is_dir()
+    common: dict[str, Any] = {"trust_remote_code": model_args.trust_remote_code}
+    if not local:
+        common["local_files_only"] = _hub_files_local_only(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(path, **common)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
-                                                     trust_remote_code=model_args.trust_remote_code)
+                                                     **common)
     except OSError as e:
         if local:
             raise UserError(f"model_name_or_path: cannot load {path}: {e}") from None
@@ -195,6 +200,34 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
     if device is not None:
         model.to(device)
     return model, tokenizer
+
+
+def _hub_files_local_only(repo_id: str) -> bool:
+    """Whether a hub id must be served from the local Hugging Face cache: True when the hub is unreachable.
+
+    Without this probe an offline machine spends ~50 s in transformers' download retries before failing."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    behind_proxy = any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"))
+    if constants.HF_HUB_OFFLINE or behind_proxy or _hub_reachable(constants.ENDPOINT):
+        return bool(constants.HF_HUB_OFFLINE)
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return True
+    raise UserError(f"model_name_or_path: {repo_id!r} is not a local folder, a .gguf file or a built-in alias "
+                    f"({', '.join(BUILTIN_ALIASES)}); as a hub id it needs {constants.ENDPOINT}, which is not "
+                    "reachable from here, and it is not in the local Hugging Face cache")
+
+
+def _hub_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
+    from urllib.parse import urlparse
+
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
 
 
 def set_padding(tokenizer, model: nn.Module) -> None:
