@@ -74,6 +74,7 @@ class DataArguments:
     template: str = _opt("auto", "Prompt template: auto (tokenizer's chat template, else plain), qwen, qwen3, qwen3_nothink, gemma, gemma3, llama3, chatml, default, empty.")
     cutoff_len: int = _opt(2048, "Maximum tokens per example (prompt + response).", minimum=1)
     max_samples: Optional[int] = _opt(None, "Use at most this many examples from each dataset.", minimum=1)
+    max_eval_samples: Optional[int] = _opt(None, "Use at most this many evaluation examples (default: max_samples).", minimum=1)
     val_size: float = _opt(0.0, "Held-out share (0-1) or count (>= 1) of the training data for evaluation; stratified for classification.", minimum=0.0)
     train_on_prompt: bool = _opt(False, "Also compute the loss on prompt tokens.")
     mask_history: bool = _opt(False, "Multi-turn: train only on the last assistant turn.")
