@@ -1,0 +1,253 @@
+"""`prepare_datasets(cfg, tokenizer)`: from the `dataset:` keys to tokenised train / eval examples.
+
+Order of work: resolve names -> read rows -> convert each format -> drop empty rows -> max_samples ->
+eval split -> tokenise (with a progress bar). Every step is deterministic: the same config gives the same
+examples in the same order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tqdm.auto import tqdm
+
+from steadytune.config import ConfigError, RunConfig
+from steadytune.data import split as splitting
+from steadytune.data.encode import (IGNORE, classification_fixed_len, encode_classification,
+                                    encode_conversation, encode_label_targets)
+from steadytune.data.formats import CONVERTERS, FormatSpec, guess_formatting
+from steadytune.data.registry import DatasetSource, resolve_datasets
+from steadytune.data.templates import Template, get_template, missing_special_tokens
+from steadytune.errors import DataError
+
+log = logging.getLogger(__name__)
+TOKENIZE_CHUNK = 1000
+
+
+@dataclass
+class PreparedData:
+    train: list[dict]
+    eval: Optional[list[dict]]
+    template: Template
+    label_names: Optional[list[str]] = None
+    class_counts: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    # Classification: what evaluation needs to rebuild the exact training prompts and targets.
+    prompt_template: Optional[str] = None
+    label_targets: Optional[list[list[int]]] = None
+    max_prompt_len: Optional[int] = None
+
+
+@dataclass
+class _Loaded:
+    """Normalised rows of one `dataset:` / `eval_dataset:` list, before tokenisation."""
+    kind: str                                   # "conversation" or "classification"
+    examples: list[dict]
+    label_names: Optional[list[str]] = None
+    prompt_template: Optional[str] = None
+
+
+def prepare_datasets(cfg: RunConfig, tokenizer: Any) -> PreparedData:
+    d = cfg.data
+    if not d.dataset:
+        raise ConfigError("dataset: not set; name datasets from dataset_info.json, a built-in one, or a file path")
+    template = get_template(d.template, tokenizer)
+    if d.template == "auto":
+        cfg.decide("template", template.name if template.name != "auto" else "auto (tokenizer chat_template)",
+                   "template: auto uses the tokenizer's chat template when it has one, else the plain empty template")
+    stats: dict = {"rows_read": {}, "dropped": Counter(), "truncated": 0, "warnings": []}
+    missing = missing_special_tokens(template, tokenizer)
+    if missing:
+        warning = (f"template {template.name} uses {', '.join(missing)}, which the tokenizer does not know as single "
+                   f"tokens: is this template for another model family?")
+        stats["warnings"].append(warning)
+        log.warning(warning)
+
+    train = _load_all(resolve_datasets(d.dataset, d.dataset_dir, "dataset"), cfg, stats)
+    evaluation: _Loaded | None = None
+    if d.eval_dataset:
+        evaluation = _load_all(resolve_datasets(d.eval_dataset, d.dataset_dir, "eval_dataset"), cfg, stats)
+        if evaluation.kind != train.kind or evaluation.label_names != train.label_names:
+            raise ConfigError("eval_dataset: must be the same kind of data as dataset "
+                              f"({evaluation.kind} {evaluation.label_names or ''} vs {train.kind} {train.label_names or ''})")
+    elif d.val_size > 0:
+        evaluation = _split_off(train, d.val_size, cfg.train.seed)
+
+    out = PreparedData(train=[], eval=None, template=template, label_names=train.label_names)
+    if train.kind == "classification":
+        _tokenize_classification(out, train, evaluation, cfg, tokenizer, stats)
+    else:
+        out.train = _tokenize_conversations(train.examples, "train", template, cfg, tokenizer, stats)
+        if evaluation is not None:
+            out.eval = _tokenize_conversations(evaluation.examples, "eval", template, cfg, tokenizer, stats)
+    stats["dropped"] = dict(stats["dropped"])
+    stats["examples"] = {"train": len(out.train), "eval": len(out.eval) if out.eval is not None else 0}
+    stats["tokens"] = {name: sum(len(e["input_ids"]) for e in rows) for name, rows in
+                       (("train", out.train), ("eval", out.eval or []))}
+    stats["trained_tokens"] = sum(sum(1 for x in e["labels"] if x != IGNORE) for e in out.train)
+    out.stats = stats
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# Reading and converting
+# --------------------------------------------------------------------------------------------------------
+
+def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict) -> _Loaded:
+    if not sources:
+        raise ConfigError("dataset: no dataset names given")
+    loaded = [_load_one(src, cfg, stats) for src in sources]
+    kinds = {x.kind for x in loaded}
+    if len(kinds) > 1:
+        names = ", ".join(f"{s.name} ({x.kind})" for s, x in zip(sources, loaded))
+        raise ConfigError(f"dataset: cannot mix classification and conversation datasets: {names}")
+    first = loaded[0]
+    for src, x in zip(sources[1:], loaded[1:]):
+        if (x.label_names, x.prompt_template) != (first.label_names, first.prompt_template):
+            raise ConfigError(f"dataset: {src.name} has other label_names/prompt_template than {sources[0].name}; "
+                              f"classification datasets trained together must share them")
+    examples = [e for x in loaded for e in x.examples]
+    return _Loaded(first.kind, examples, first.label_names, first.prompt_template)
+
+
+def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict) -> _Loaded:
+    d = cfg.data
+    rows = src.load()
+    stats["rows_read"][src.name] = len(rows)
+    formatting = src.formatting or guess_formatting(rows[0].data)
+    if formatting is None:
+        found = ", ".join(map(str, rows[0].data))
+        raise DataError(f"{src.origin}: cannot tell the format from the columns ({found}); add an entry with "
+                        f"`formatting` and `columns` to dataset_info.json")
+    label_names = prompt_template = None
+    if formatting == "classification":
+        label_names, prompt_template = _classification_settings(src, cfg)
+    spec = FormatSpec.build(formatting, src.columns, src.tags, label_names)
+    convert = CONVERTERS[formatting]
+    examples = []
+    for row in rows:
+        example = convert(row, spec)
+        if example is None:
+            stats["dropped"][f"{src.name}: empty {'text' if label_names else 'answer'}"] += 1
+        else:
+            examples.append(example)
+    by_label = (lambda e: e["label_id"]) if label_names else None
+    for limit in (src.num_samples, d.max_samples):
+        if limit is not None and len(examples) > limit:
+            stats["dropped"][f"{src.name}: beyond max_samples/num_samples"] += len(examples) - limit
+            examples = splitting.take(examples, limit, key=by_label)
+    if not examples:
+        raise DataError(f"{src.origin}: dataset {src.name} is empty after filtering "
+                        f"({len(rows)} rows read, none with a usable {'text' if label_names else 'answer'})")
+    kind = "classification" if label_names else "conversation"
+    return _Loaded(kind, examples, label_names, prompt_template)
+
+
+def _classification_settings(src: DatasetSource, cfg: RunConfig) -> tuple[list[str], str]:
+    d = cfg.data
+    label_names = d.label_names or src.label_names
+    if not label_names:
+        raise ConfigError(f"label_names: dataset {src.name} is a classification dataset; set label_names "
+                          f"(the ordered label words) in the config or in its dataset_info.json entry")
+    label_names = [str(x) for x in label_names]
+    prompt_template = d.prompt_template or src.prompt_template
+    if prompt_template is None:
+        prompt_template = f"Classify the text as one of: {', '.join(label_names)}.\nText: {{text}}\nLabel: "
+        cfg.decide("prompt_template", prompt_template, "no prompt_template given: a plain instruction listing the labels")
+    elif "{text}" not in prompt_template:
+        raise ConfigError(f"prompt_template of dataset {src.name} must contain {{text}} (got {prompt_template!r})")
+    if d.label_names is None:
+        cfg.decide("label_names", label_names, f"from dataset {src.name}")
+    if d.prompt_template is None and src.prompt_template is not None:
+        cfg.decide("prompt_template", prompt_template, f"from dataset {src.name}")
+    return label_names, prompt_template
+
+
+def _split_off(train: _Loaded, val_size: float, seed: int) -> _Loaded:
+    n_eval = splitting.held_out_count(val_size, len(train.examples))
+    if not 1 <= n_eval < len(train.examples):
+        raise ConfigError(f"val_size: {val_size} holds out {n_eval} of {len(train.examples)} examples; "
+                          f"it must leave at least one for training and one for evaluation")
+    key = (lambda e: e["label_id"]) if train.kind == "classification" else None
+    kept, held = splitting.split(train.examples, n_eval, seed, key=key)
+    train.examples = kept
+    return _Loaded(train.kind, held, train.label_names, train.prompt_template)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Tokenising
+# --------------------------------------------------------------------------------------------------------
+
+def _progress(total: int, split_name: str):
+    # disable=None: a bar on a terminal, silence in logs and CI (tqdm's own test for a TTY).
+    return tqdm(total=total, desc=f"tokenising {split_name}", unit="ex", disable=None, dynamic_ncols=True)
+
+
+def _tokenize_conversations(examples: list[dict], split_name: str, template: Template, cfg: RunConfig,
+                            tokenizer: Any, stats: dict) -> list[dict]:
+    d = cfg.data
+    out = []
+    with _progress(len(examples), split_name) as bar:
+        for example in examples:
+            encoded, truncated = encode_conversation(template, tokenizer, example, d.cutoff_len,
+                                                     d.train_on_prompt, d.mask_history)
+            stats["truncated"] += int(truncated)
+            if encoded is None:
+                stats["dropped"][f"{split_name}: no answer token within cutoff_len"] += 1
+            else:
+                out.append(encoded)
+            bar.update()
+    if not out:
+        raise DataError(f"{split_name} data is empty after tokenisation: no example keeps an answer token "
+                        f"within cutoff_len={d.cutoff_len}")
+    return out
+
+
+def _tokenize_classification(out: PreparedData, train: _Loaded, evaluation: _Loaded | None, cfg: RunConfig,
+                             tokenizer: Any, stats: dict) -> None:
+    d, template = cfg.data, out.template
+    assert train.label_names is not None and train.prompt_template is not None
+    targets = encode_label_targets(template, tokenizer, train.label_names)
+    longest = max(range(len(targets)), key=lambda i: len(targets[i]))
+    fixed = classification_fixed_len(template, tokenizer, train.prompt_template)
+    needed = fixed + 1 + len(targets[longest])
+    if d.cutoff_len < needed:
+        raise ConfigError(f"cutoff_len: {d.cutoff_len} is too short: the prompt takes {fixed} tokens without the "
+                          f"text, and the label {train.label_names[longest]!r} with its end token takes "
+                          f"{len(targets[longest])}; cutoff_len must be at least {needed}")
+    # The same prompt budget for every row and every label, so evaluation can score all labels on one prompt.
+    max_prompt_len = d.cutoff_len - len(targets[longest])
+    out.prompt_template, out.label_targets, out.max_prompt_len = train.prompt_template, targets, max_prompt_len
+    budget = max_prompt_len - fixed
+
+    def tokenize(examples: list[dict], split_name: str) -> list[dict]:
+        encoded = []
+        with _progress(len(examples), split_name) as bar:
+            for start in range(0, len(examples), TOKENIZE_CHUNK):
+                chunk = examples[start:start + TOKENIZE_CHUNK]
+                text_ids = tokenizer([e["text"] for e in chunk], add_special_tokens=False)["input_ids"]
+                for example, ids in zip(chunk, text_ids):
+                    stats["truncated"] += int(len(ids) > budget)
+                    row = encode_classification(template, tokenizer, train.prompt_template, ids,
+                                                targets[example["label_id"]], max_prompt_len, d.train_on_prompt)
+                    row.update(label_id=example["label_id"], text=example["text"])
+                    encoded.append(row)
+                bar.update(len(chunk))
+        return encoded
+
+    out.train = tokenize(train.examples, "train")
+    names = train.label_names
+    out.class_counts = {"train": _count(train.examples, names)}
+    if evaluation is not None:
+        out.eval = tokenize(evaluation.examples, "eval")
+        out.class_counts["eval"] = _count(evaluation.examples, names)
+        train_texts = {e["text"] for e in train.examples}
+        stats["eval_texts_in_train"] = sum(1 for e in evaluation.examples if e["text"] in train_texts)
+
+
+def _count(examples: list[dict], names: list[str]) -> dict[str, int]:
+    counts = Counter(e["label_id"] for e in examples)
+    return {name: counts.get(i, 0) for i, name in enumerate(names)}

