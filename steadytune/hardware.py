@@ -61,15 +61,163 @@ def detect() -> HardwareInfo:
                 arch = normalise_gfx(getattr(props, "gcnArchName", "") or "")
             else:
                 arch = f"sm_{props.major}{props.minor}"
+            product = lookup_product(props.name)
+            integrated = bool(getattr(props, "is_integrated", False)) or bool(product and product.integrated)
             info.gpus.append(GPU(index=i, name=props.name, arch=arch,
-                                 memory_gib=round(props.total_memory / 2**30, 1),
-                                 integrated=bool(getattr(props, "is_integrated", False))))
+                                 memory_gib=round(props.total_memory / 2**30, 1), integrated=integrated))
     return info
 
 
 def normalise_gfx(arch: str) -> str:
     """'gfx90a:sramecc+:xnack-' -> 'gfx90a' (rocminfo and gcnArchName append target features)."""
     return arch.split(":")[0].strip().lower()
+
+
+# --- GPU tables: product name / PCI device id -> architecture -------------------------------------------
+# Read by doctor (offline outputs name the product, not always the arch) and by bench (peak TFLOPs for MFU).
+
+@dataclass(frozen=True)
+class Product:
+    pattern: str                        # regex, searched case-insensitively in the product name
+    arch: str                           # gfx target (AMD) or sm_XY (NVIDIA)
+    integrated: bool = False            # APU / iGPU: listed, not chosen for training
+    peak_bf16_tflops: Optional[float] = None  # dense, per device as torch sees it (one MI250X GCD), vendor datasheet
+
+
+# Order matters: the first match wins, so specific names come before family names.
+PRODUCTS: tuple[Product, ...] = (
+    # AMD Instinct (CDNA)
+    Product(r"MI355X", "gfx950", peak_bf16_tflops=2516.6),
+    Product(r"MI350", "gfx950", peak_bf16_tflops=2306.9),
+    Product(r"MI325X", "gfx942", peak_bf16_tflops=1307.4),
+    Product(r"MI308X", "gfx942"),
+    Product(r"MI300A", "gfx942", peak_bf16_tflops=980.6),
+    Product(r"MI300X|MI300\b", "gfx942", peak_bf16_tflops=1307.4),
+    Product(r"MI250X", "gfx90a", peak_bf16_tflops=191.5),   # per GCD; one card = 2 devices
+    Product(r"MI250|MI200", "gfx90a", peak_bf16_tflops=181.0),
+    Product(r"MI210", "gfx90a", peak_bf16_tflops=181.0),
+    Product(r"MI100|Arcturus", "gfx908", peak_bf16_tflops=92.3),
+    Product(r"MI50|MI60|Radeon (Pro )?VII|Vega 20", "gfx906"),
+    Product(r"MI25|Vega ?10|Vega (56|64)|Radeon RX Vega", "gfx900"),
+    Product(r"Fiji|FURY|R9 Nano", "gfx803"),
+    # AMD Radeon (RDNA) discrete
+    Product(r"Navi 4[48]|RX 90[67]0", "gfx1201"),
+    Product(r"Navi 33|RX 7600|W7600|W7500", "gfx1102"),
+    Product(r"Navi 32|RX 7[78]00|W7700", "gfx1101"),
+    Product(r"Navi 31|RX 7900|W7900|W7800", "gfx1100"),
+    Product(r"Navi 24|RX 6[45]00", "gfx1034"),
+    Product(r"Navi 23|RX 6600|W6600", "gfx1032"),
+    Product(r"Navi 22|RX 67[05]0", "gfx1031"),
+    Product(r"Navi 21|RX 6[89][05]0|W6800", "gfx1030"),
+    Product(r"Navi 1[04]|RX 5[67]00", "gfx1010"),
+    # AMD integrated (APU) graphics
+    Product(r"Strix Halo|Radeon 80[56]0S", "gfx1151", integrated=True),
+    Product(r"Strix|Radeon 8[89]0M", "gfx1150", integrated=True),
+    Product(r"Phoenix|Hawk Point|Radeon 7[46]0M", "gfx1103", integrated=True),
+    Product(r"Raphael|Granite Ridge", "gfx1036", integrated=True),
+    Product(r"Rembrandt|Radeon 6[68]0M", "gfx1035", integrated=True),
+    Product(r"Renoir|Cezanne|Lucienne|Barcelo", "gfx90c", integrated=True),
+    # NVIDIA
+    Product(r"B200|B100|GB200", "sm_100", peak_bf16_tflops=2250.0),
+    Product(r"RTX 50\d0|RTX PRO 6000", "sm_120"),
+    Product(r"H200|GH200", "sm_90", peak_bf16_tflops=989.4),
+    Product(r"H100.*PCIe", "sm_90", peak_bf16_tflops=756.5),
+    Product(r"H100|H800", "sm_90", peak_bf16_tflops=989.4),
+    Product(r"L40S", "sm_89", peak_bf16_tflops=362.1),
+    Product(r"L40|L4\b|RTX 40\d0|RTX 6000 Ada|Ada Generation", "sm_89"),
+    Product(r"A100|A800", "sm_80", peak_bf16_tflops=312.0),
+    Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0),
+    Product(r"A10\b|A40\b|RTX 30\d0|RTX A\d000", "sm_86"),
+    Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0", "sm_75"),
+    Product(r"V100|TITAN V", "sm_70"),
+    Product(r"P100", "sm_60"),
+)
+
+# PCI device id -> product name, for outputs that show only the id (rocm-smi concise, rocm-smi -a, rocminfo Chip ID).
+AMD_DEVICE_IDS: dict[int, str] = {
+    0x74A1: "AMD Instinct MI300X", 0x74A5: "AMD Instinct MI325X", 0x74A0: "AMD Instinct MI300A",
+    0x74A2: "AMD Instinct MI308X", 0x75A0: "AMD Instinct MI350X", 0x75A3: "AMD Instinct MI355X",
+    0x7408: "AMD Instinct MI250X", 0x740C: "AMD Instinct MI250X/MI250", 0x740F: "AMD Instinct MI210",
+    0x738C: "AMD Instinct MI100", 0x738E: "AMD Instinct MI100", 0x66A0: "AMD Instinct MI50/MI60 (Vega 20)",
+    0x66A1: "AMD Instinct MI50/MI60 (Vega 20)", 0x66AF: "AMD Radeon VII", 0x687F: "Vega 10",
+    0x7300: "Fiji", 0x73BF: "Navi 21", 0x73DF: "Navi 22", 0x73FF: "Navi 23", 0x744C: "Navi 31",
+    0x747E: "Navi 32", 0x7480: "Navi 33", 0x7550: "Navi 48", 0x164E: "Raphael", 0x15BF: "Phoenix",
+    0x1681: "Rembrandt", 0x150E: "Strix", 0x1586: "Strix Halo",
+}
+
+# A valid LLVM target: gfx + 3 characters for gfx6-9 (gfx90a), + 4 for gfx10-12 (gfx1101).
+_GFX_TARGET = re.compile(r"^gfx(?:[6-9][0-9a-f]{2}|1[0-2][0-9][0-9a-f])$")
+
+# Archs the pytorch.org ROCm wheels ship code objects for (research/rocm.md section 2, row 3). Others need
+# HSA_OVERRIDE_GFX_VERSION or a custom build; the live check asks torch.cuda.get_arch_list() instead.
+OFFICIAL_WHEEL_ARCHS = frozenset({"gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx950",
+                                  "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201"})
+
+
+def lookup_product(name: str = "", device_id: Optional[int] = None) -> Optional[Product]:
+    """The table row for a product name (or, failing that, a PCI device id); None if unknown."""
+    candidates = [name] if name else []
+    if device_id is not None and device_id in AMD_DEVICE_IDS:
+        candidates.append(AMD_DEVICE_IDS[device_id])
+    for text in candidates:
+        for product in PRODUCTS:
+            if re.search(product.pattern, text, re.IGNORECASE):
+                return product
+    return None
+
+
+def is_gfx_target(arch: str) -> bool:
+    return bool(_GFX_TARGET.match(normalise_gfx(arch)))
+
+
+def decode_rocm_smi_gfx(value: str) -> Optional[str]:
+    """rocm-smi's "GFX Version" glues major, minor and stepping as decimals: gfx9010 is 9.0.10 = gfx90a,
+    gfx11001 is 11.0.1 = gfx1101, while gfx1100 and gfx942 are already targets. -> the LLVM target or None."""
+    match = re.fullmatch(r"gfx(\d+)", value.strip().lower())
+    if not match:
+        return value.strip().lower() if is_gfx_target(value) else None
+    digits = match.group(1)
+    major_len = 1 if digits[0] in "6789" else 2
+    if len(digits) < major_len + 2:
+        return None
+    major, minor, stepping = digits[:major_len], digits[major_len], int(digits[major_len + 1:])
+    if stepping > 15:
+        return None
+    target = f"gfx{major}{minor}{stepping:x}"
+    return target if is_gfx_target(target) else None
+
+
+def override_for_arch(arch: str) -> Optional[str]:
+    """The HSA_OVERRIDE_GFX_VERSION value people use to run an unlisted consumer arch on a listed one's code."""
+    base = normalise_gfx(arch)
+    if base.startswith("gfx103"):
+        return "10.3.0"
+    if base.startswith("gfx110") or base == "gfx1151":   # reported working for gfx1151, failing for gfx1150
+        return "11.0.0"
+    return None
+
+
+def gfx_family(arch: str) -> str:
+    """'gfx1101' -> 'gfx11', 'gfx90a' -> 'gfx9': the family an HSA override must stay within."""
+    base = normalise_gfx(arch)
+    match = re.match(r"gfx(1[0-2]|[6-9])", base)
+    return f"gfx{match.group(1)}" if match else base
+
+
+def bf16_verdict(arch: Optional[str]) -> tuple[Optional[bool], str]:
+    """-> (native bf16?, why). None when the architecture is unknown."""
+    if not arch:
+        return None, "architecture unknown"
+    base = normalise_gfx(arch)
+    if arch_supports_bf16(base):
+        return True, f"{base}: native bf16 matrix math"
+    if base == "gfx906":
+        return False, "gfx906: no native bf16 (rocBLAS emulates it, slowly)"
+    if base.startswith("gfx10"):
+        return False, f"{base}: RDNA1/2 has no bf16 arithmetic (torch.cuda.is_bf16_supported() still says True)"
+    if base.startswith("sm_"):
+        return False, f"{base}: bf16 needs compute capability 8.0 (Ampere) or newer"
+    return False, f"{base}: no native bf16"
 
 
 # --- precision -------------------------------------------------------------------------------------------
@@ -153,9 +301,17 @@ def choose_attention(info: HardwareInfo, requested: str = "auto") -> tuple[str, 
     raise AttentionUnavailable(f"unknown flash_attn value {requested!r}")
 
 
+def peak_bf16_tflops(name: str) -> Optional[float]:
+    """Dense bf16 peak of a GPU from its product name (for MFU), or None when the table does not know it."""
+    product = lookup_product(name)
+    return product.peak_bf16_tflops if product else None
+
+
 def device_for(info: HardwareInfo) -> torch.device:
     if info.backend in ("rocm", "cuda"):
-        return torch.device("cuda")
+        # The first discrete GPU, so an iGPU enumerated as device 0 (rocm.md row 5) is skipped.
+        gpu = info.primary
+        return torch.device("cuda", gpu.index) if gpu is not None else torch.device("cuda")
     if info.backend == "mps":
         return torch.device("mps")
     return torch.device("cpu")
