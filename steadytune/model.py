@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
@@ -487,7 +488,9 @@ def _expected_adapter_shapes(model: nn.Module, folder: Path) -> dict[str, tuple[
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     skeleton = _meta_copy(base)
     try:
-        peft_skeleton = get_peft_model(skeleton, config)
+        with warnings.catch_warnings():  # peft warns that the skeleton's name differs from the saved base's
+            warnings.simplefilter("ignore")
+            peft_skeleton = get_peft_model(skeleton, config)
     except (ValueError, KeyError) as e:
         raise CheckpointError(f"{folder}: adapter was saved from a different model: {str(e).splitlines()[0]}") from None
     state = get_peft_model_state_dict(peft_skeleton)
