@@ -1,0 +1,111 @@
+"""Fault injection (`fault_injection:` in the YAML): break a run on purpose to prove the numerical guard works.
+
+A testing aid, off unless configured. Each fault models a *transient* event: it fires the first time its
+optimizer step is executed and not again, so a run that rolls back and replays that step meets clean
+numbers, as it would after a one-off overflow or a bad burst on real hardware. Which faults have fired is
+part of the checkpoint, so a resumed run does not fire them twice.
+
+The loop calls, per optimizer step:
+    loss = injector.corrupt_loss(step, loss)        # on each micro-batch loss, before backward
+    injector.corrupt_gradients(step, parameters)    # after backward, before unscaling/clipping
+    with injector.scaled_lr(step, optimizer): optimizer.step()
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Optional
+
+import torch
+
+NAN_LOSS, INF_LOSS, SPIKE_LOSS, FP16_OVERFLOW, LR_SPIKE = "nan_loss", "inf_loss", "spike_loss", "fp16_overflow", "lr_spike"
+
+
+class FaultInjector:
+    def __init__(self, args, emit: Optional[Callable[[dict], None]] = None):
+        self.args = args
+        self.emit = emit or (lambda event: None)
+        self.fired: set[tuple[str, int]] = set()
+        self._loss_faults: dict[int, tuple[str, float]] = {}
+        # Multiplying (not adding) makes the fault reach every gradient through backward, as a real
+        # overflow in the forward pass would.
+        if args.nan_loss_step is not None:
+            self._loss_faults[args.nan_loss_step] = (NAN_LOSS, math.nan)
+        if args.inf_loss_step is not None:
+            self._loss_faults[args.inf_loss_step] = (INF_LOSS, math.inf)
+        if args.spike_loss_step is not None:
+            self._loss_faults[args.spike_loss_step] = (SPIKE_LOSS, args.spike_factor)
+
+    @property
+    def active(self) -> bool:
+        a = self.args
+        return bool(self._loss_faults) or a.fp16_overflow_step is not None or (
+            a.lr_spike_start is not None and a.lr_spike_steps > 0)
+
+    def describe(self) -> str:
+        """One line for the start-up print, so nobody mistakes an injected fault for a real one."""
+        a, parts = self.args, []
+        for step, (kind, factor) in sorted(self._loss_faults.items()):
+            parts.append(f"{kind} at step {step}" + (f" (x{factor:g})" if kind == SPIKE_LOSS else ""))
+        if a.fp16_overflow_step is not None:
+            parts.append(f"fp16 overflow (inf gradients) at step {a.fp16_overflow_step}")
+        if a.lr_spike_start is not None and a.lr_spike_steps > 0:
+            parts.append(f"learning rate x{a.lr_spike_factor:g} for steps {a.lr_spike_start}.."
+                         f"{a.lr_spike_start + a.lr_spike_steps - 1}")
+        return "fault injection (testing aid): " + ", ".join(parts) if parts else "fault injection: none"
+
+    def _fire(self, kind: str, step: int, **values) -> bool:
+        """True the first time (kind, step) comes up."""
+        if (kind, step) in self.fired:
+            return False
+        self.fired.add((kind, step))
+        safe = {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
+        self.emit({"event": "fault_injected", "step": step, "kind": kind, **safe})
+        return True
+
+    def corrupt_loss(self, step: int, loss: torch.Tensor) -> torch.Tensor:
+        """NaN, inf or x factor on the first micro-batch loss of the faulty step (one batch, as in real life)."""
+        fault = self._loss_faults.get(step)
+        if fault is None or not self._fire(fault[0], step, factor=fault[1]):
+            return loss
+        return loss * fault[1]
+
+    def corrupt_gradients(self, step: int, parameters: Iterable[torch.nn.Parameter]) -> bool:
+        """Set every gradient to +inf at the faulty step: what an fp16 overflow in backward looks like."""
+        if self.args.fp16_overflow_step != step or not self._fire(FP16_OVERFLOW, step):
+            return False
+        with torch.no_grad():
+            for p in parameters:
+                if p.grad is not None:
+                    p.grad.fill_(math.inf)
+        return True
+
+    def lr_factor(self, step: int) -> float:
+        a = self.args
+        if a.lr_spike_start is None or not (a.lr_spike_start <= step < a.lr_spike_start + a.lr_spike_steps):
+            return 1.0
+        return a.lr_spike_factor if self._fire(LR_SPIKE, step, factor=a.lr_spike_factor) else 1.0
+
+    @contextmanager
+    def scaled_lr(self, step: int, optimizer) -> Iterator[float]:
+        """Run the optimizer step with the learning rate multiplied during the LR-spike span; the scheduler's
+        own rates are untouched, so the spike ends when the span does."""
+        factor = self.lr_factor(step)
+        if factor == 1.0:
+            yield 1.0
+            return
+        saved = [group["lr"] for group in optimizer.param_groups]
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * factor
+        try:
+            yield factor
+        finally:
+            for group, lr in zip(optimizer.param_groups, saved):
+                group["lr"] = lr
+
+    def state_dict(self) -> dict:
+        return {"fired": sorted([kind, step] for kind, step in self.fired)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.fired = {(kind, int(step)) for kind, step in state.get("fired", [])}
