@@ -104,6 +104,8 @@ def classification_report(gold: Sequence[int], pred: Sequence[int], label_names:
 def plot_confusion_matrix(matrix: list[list[int]], label_names: Sequence[str], path: str | Path,
                           title: str = "Confusion matrix") -> Path:
     """Counts with row-normalised colour (per-class recall), so a small class is as visible as a big one."""
+    import warnings
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -114,12 +116,16 @@ def plot_confusion_matrix(matrix: list[list[int]], label_names: Sequence[str], p
     cjk = [f.name for f in font_manager.fontManager.ttflist
            if any(k in f.name for k in ("Noto Sans CJK", "Noto Serif CJK", "WenQuanYi", "SimHei", "Source Han"))]
     n = len(label_names)
+    # The class index stays readable where no CJK font is installed and the label words render as boxes.
+    ticks = [f"{k}: {name}" for k, name in enumerate(label_names)]
     rows = [[_safe_div(v, sum(row)) for v in row] for row in matrix]
     fig, ax = plt.subplots(figsize=(1.2 * n + 2.5, 1.1 * n + 2))
-    with plt.rc_context({"font.sans-serif": cjk[:1] + list(plt.rcParams["font.sans-serif"])} if cjk else {}):
+    with plt.rc_context({"font.sans-serif": cjk[:1] + list(plt.rcParams["font.sans-serif"])} if cjk else {}), \
+            warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
         image = ax.imshow(rows, cmap="Blues", vmin=0.0, vmax=1.0)
-        ax.set_xticks(range(n), labels=list(label_names), rotation=45, ha="right")
-        ax.set_yticks(range(n), labels=list(label_names))
+        ax.set_xticks(range(n), labels=ticks, rotation=45, ha="right")
+        ax.set_yticks(range(n), labels=ticks)
         ax.set_xlabel("predicted")
         ax.set_ylabel("gold")
         ax.set_title(title)
