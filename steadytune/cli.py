@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(_module=module_name)
         module = _load(module_name)
-        if module is not None:
+        if module is not None and hasattr(module, "add_arguments"):
             module.add_arguments(sub)
     return parser
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     module = _load(args._module)
-    if module is None:
+    if module is None or not hasattr(module, "run"):
         print(f"steadytune {args.command}: not available in this build", file=sys.stderr)
         return EXIT_USAGE
     from steadytune.errors import UserError
