@@ -64,12 +64,14 @@ def label_token_weights(batch: Mapping, weights: torch.Tensor | Sequence[float])
     """Per-token loss weights shaped like batch["labels"]: a trained token of an example of class c gets
     weights[c], every other position 1 (those are ignored by the loss anyway).
 
-    The batch must carry "label_id" (one class id per row; a row without a class, -1 or None, keeps weight 1).
+    The batch must carry "label_ids" (as `PadCollator` builds it) or "label_id": one class id per row; a row
+    without a class (-1 or None) keeps weight 1.
     """
     labels = batch["labels"]
-    if "label_id" not in batch:
-        raise KeyError("class-weighted loss needs batch['label_id'] (one class id per row)")
-    ids = batch["label_id"]
+    key = next((k for k in ("label_ids", "label_id") if k in batch), None)
+    if key is None:
+        raise KeyError("class-weighted loss needs batch['label_ids'] (one class id per row)")
+    ids = batch[key]
     ids = [(-1 if k is None else int(k)) for k in (ids.tolist() if torch.is_tensor(ids) else ids)]
     weights_t = torch.as_tensor(weights, dtype=torch.float32)
     per_row = torch.tensor([float(weights_t[k]) if k >= 0 else 1.0 for k in ids], dtype=torch.float32)

@@ -204,14 +204,19 @@ def build_prompts(tokenizer: Any, examples: Sequence[dict | str], template: Any,
 
 def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_texts: Sequence[dict | str],
                             label_names: Sequence[str], template: Any = None, prompt_template: str | None = None,
-                            batch_size: int = 32, max_prompt_len: int = 2048, mode: str = "score",
-                            label_targets: Sequence[Sequence[int]] | None = None, progress: bool = False) -> dict:
+                            batch_size: int = 32, max_prompt_len: int | None = None, mode: str = "score",
+                            label_targets: Sequence[Sequence[int]] | None = None, progress: bool = False,
+                            cutoff_len: int | None = None) -> dict:
     """Classify examples (tokenised examples from `prepare_datasets`, dicts with "text", or plain strings).
 
     mode "score": the label with the highest summed log-probability. mode "generate": greedy generation,
     normalised by `match_label`. Returns the metrics of `metrics.classification_report` (when gold labels are
     known) plus "mode", "predictions" (per example: text, gold, prediction, every label's score or the
     generated answer) and "predicted_ids".
+
+    Tokenised examples are scored on their own prompt ids (exactly the training prompt). Raw texts are
+    rendered with `template` + `prompt_template` and cut to `max_prompt_len` tokens (default: `cutoff_len`
+    minus the longest label target, the budget the data pipeline uses).
     """
     if mode not in ("score", "generate"):
         raise ValueError(f"mode must be score or generate, got {mode!r}")
@@ -219,6 +224,8 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
     if label_targets is None:
         from steadytune.data.encode import encode_label_targets
         label_targets = encode_label_targets(template, tokenizer, label_names)
+    if max_prompt_len is None:
+        max_prompt_len = (cutoff_len or 2048) - max(map(len, label_targets))
     prompts = build_prompts(tokenizer, examples_or_texts, template, prompt_template, max_prompt_len)
     gold = [_gold_of(e, label_names) for e in examples_or_texts]
     texts = [e if isinstance(e, str) else e.get("text") for e in examples_or_texts]

@@ -60,7 +60,7 @@ def batch_and_model():
     for r, (ids, lab) in enumerate(rows):
         input_ids[r, :len(ids)] = torch.tensor(ids)
         labels[r, :len(lab)] = torch.tensor(lab)
-    batch = {"input_ids": input_ids, "labels": labels, "label_id": torch.tensor([0, 1])}
+    batch = {"input_ids": input_ids, "labels": labels, "label_ids": torch.tensor([0, 1])}
     return batch, build_model("qwen2", tok, seed=3)
 
 
