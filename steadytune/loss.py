@@ -42,30 +42,130 @@ def shifted_targets(labels: torch.Tensor) -> torch.Tensor:
     return targets
 
 
+# Rows of the head's output computed at once: 2**28 fp32 logits (1 GiB) at most, whatever the vocabulary size,
+# so the loss's memory stays flat however many labelled tokens a step has.
+CHUNK_LOGITS = 2**28
+# Keys of a batch that the decoder takes (the cu_seq_lens/max_length ones drive the varlen packing attention).
+MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids",
+                    "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+
+
 def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch.Tensor | None = None
                        ) -> tuple[torch.Tensor, int]:
     """-> (sum of per-token cross-entropy over labelled positions, number of labelled positions).
 
     token_weights, when given, has the shape of `labels` and weighs each *target* token (class-balanced loss).
     """
-    model_inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
-    hidden = decoder_body(model)(**model_inputs).last_hidden_state
+    model_inputs = {k: batch[k] for k in MODEL_INPUT_KEYS if k in batch}
+    # No KV cache in training: it costs memory, and with one transformers ignores packed position ids and would
+    # let packed examples attend to each other.
+    hidden = decoder_body(model)(**model_inputs, use_cache=False).last_hidden_state
     targets = shifted_targets(batch["labels"])
     keep = targets != IGNORE_INDEX
     n_tokens = int(keep.sum())
     if n_tokens == 0:
         # Still touch the graph so every rank runs the same backward (DDP needs it).
         return hidden.sum() * 0.0, 0
-    logits = output_head(model)(hidden[keep]).float()
-    cap = final_logit_softcap(model)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    per_token = F.cross_entropy(logits, targets[keep], reduction="none")
+    weights = None
     if token_weights is not None:
-        weights = torch.ones_like(targets, dtype=per_token.dtype)
-        weights[:, :-1] = token_weights[:, 1:].to(per_token.dtype)
-        per_token = per_token * weights[keep]
-    return per_token.sum(), n_tokens
+        weights = torch.ones_like(targets, dtype=torch.float32)
+        weights[:, :-1] = token_weights[:, 1:].float()
+        weights = weights[keep]
+    return labelled_cross_entropy_sum(output_head(model), hidden[keep], targets[keep], weights,
+                                      final_logit_softcap(model)), n_tokens
+
+
+def labelled_cross_entropy_sum(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
+                               weights: torch.Tensor | None = None, softcap: float | None = None,
+                               chunk_rows: int | None = None) -> torch.Tensor:
+    """Sum over rows of (weighted) cross-entropy of head(hidden) against targets, without keeping logits.
+
+    A bias-free linear head (every supported model family) goes through a chunked fused kernel: liger-kernel's
+    on a GPU where it is installed, else ours; anything else (a LoRA-wrapped head) through the plain path.
+    """
+    rows = chunk_rows or max(1, CHUNK_LOGITS // head.weight.shape[0])
+    if type(head) is not torch.nn.Linear or head.bias is not None:
+        return _plain_cross_entropy_sum(head(hidden), targets, weights, softcap)
+    liger = _liger_fused_linear_cross_entropy() if hidden.is_cuda and weights is None else None
+    if liger is not None:
+        return liger(hidden.to(head.weight.dtype), head.weight, targets, ignore_index=IGNORE_INDEX,
+                     reduction="sum", softcap=softcap)
+    return ChunkedLinearCrossEntropy.apply(hidden, head.weight, targets, weights, softcap, rows)
+
+
+def _plain_cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None,
+                             softcap: float | None) -> torch.Tensor:
+    logits = logits.float()
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    per_token = F.cross_entropy(logits, targets, reduction="none")
+    return (per_token * weights).sum() if weights is not None else per_token.sum()
+
+
+def _liger_fused_linear_cross_entropy():
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    except ImportError:
+        return None
+    return liger_fused_linear_cross_entropy
+
+
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """Cross-entropy of `hidden @ weight.T`, computed `rows` at a time; gradients are made in the forward pass.
+
+    Each chunk's logits live only while that chunk is processed: the softmax minus the one-hot target *is* the
+    gradient of the loss with respect to the logits, so it is multiplied back through the head at once and the
+    logits are freed. Peak extra memory is one chunk of logits instead of [tokens, vocabulary]; there is no
+    recomputation. Matches F.cross_entropy on the full logits (same dtype for the matmul, fp32 softmax).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, weights, softcap, rows):
+        device_type = hidden.device.type
+        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else weight.dtype
+        w = weight.to(dtype)
+        acc = torch.promote_types(dtype, torch.float32)  # softmax in fp32 at least (fp64 stays fp64 in tests)
+        need_hidden_grad, need_weight_grad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_hidden = torch.empty_like(hidden) if need_hidden_grad else None
+        grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_weight_grad else None
+        total = torch.zeros((), dtype=acc, device=hidden.device)
+        with torch.autocast(device_type, enabled=False):
+            for start in range(0, hidden.shape[0], rows):
+                h = hidden[start:start + rows].to(dtype)
+                target = targets[start:start + rows]
+                logits = (h @ w.T).to(acc)
+                if softcap:
+                    capped = torch.tanh(logits / softcap)
+                    logits = capped * softcap
+                lse = torch.logsumexp(logits, dim=-1)
+                loss = lse - logits.gather(1, target[:, None])[:, 0]
+                # d loss / d logits = softmax - onehot, computed in place over the logits buffer.
+                grad = logits.sub_(lse[:, None]).exp_()
+                grad[torch.arange(len(target), device=grad.device), target] -= 1.0
+                if weights is not None:
+                    chunk_weights = weights[start:start + rows].to(acc)
+                    loss = loss * chunk_weights
+                    grad.mul_(chunk_weights[:, None])
+                if softcap:
+                    grad.mul_(1.0 - capped * capped)
+                total += loss.sum()
+                grad = grad.to(dtype)
+                if need_hidden_grad:
+                    grad_hidden[start:start + rows] = (grad @ w).to(hidden.dtype)
+                if need_weight_grad:
+                    grad_weight += (grad.T @ h).to(acc)
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden * grad_total.to(grad_hidden.dtype)
+        if grad_weight is not None:
+            grad_weight = (grad_weight * grad_total).to(ctx.weight_dtype)
+        return grad_hidden, grad_weight, None, None, None, None
 
 
 def count_target_tokens(batch: dict) -> int:

@@ -1,0 +1,330 @@
+"""Packing: several tokenised examples per row, attention that never crosses from one example into another.
+
+Why: the plain recipe pads every batch to its longest example and wastes most of the GPU on pad tokens
+(alpaca lengths: mean 187, p90 383, max 752). Packing fills rows with real tokens instead.
+
+Correctness rests on three things, all done here:
+- position ids restart at 0 for every example, so RoPE sees each example exactly as it would alone;
+- attention is confined to each example (block-diagonal causal), by one of the kernels below;
+- the first token of every example gets label -100, so the last token of the previous example is never
+  trained to predict it (the loss shifts labels by one; see loss.shifted_targets).
+
+Attention kernels (`choose_packing_attention` in hardware.py picks one per backend):
+- "varlen": every example of a micro-batch concatenated into one row of shape [1, T], no padding at all, and a
+  variable-length flash kernel driven by cumulative sequence lengths (flash-attn's `flash_attn_varlen_func`,
+  or PyTorch's own `torch.nn.attention.varlen.varlen_attn`). Registered with transformers as the attention
+  implementation "steadytune_varlen".
+- "sdpa": rows of at most `row_len` tokens with position ids and *no* 2-D attention mask: transformers then
+  finds where position ids restart and builds the block-diagonal causal mask itself (per layer type, so
+  sliding-window layers stay correct) and hands it to SDPA. Runs everywhere (CPU, CUDA, ROCm); O(row_len^2)
+  per row.
+- "flex": rows as above; transformers builds the same document mask as a block-sparse mask for torch's
+  flex_attention, which skips the blocks that cross examples.
+
+Batching is by token budget: consecutive examples (in sampler order) are grouped until the budget of real
+tokens is reached, so every optimizer step sees about the same number of tokens whatever the lengths. The
+same grouping, padded instead of packed, is the unpacked reference: same examples, same order, same steps.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+IGNORE_INDEX = -100
+PACKING_ATTENTIONS = ("varlen", "sdpa", "flex")
+VARLEN_IMPLEMENTATION = "steadytune_varlen"
+
+
+# --- grouping -----------------------------------------------------------------------------------------------
+
+def group_by_token_budget(lengths: Sequence[int], order: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive examples of `order` grouped so that each group holds at most `max_tokens` real tokens.
+
+    An example longer than the budget forms a group of its own (it is never split or dropped here: truncation
+    to cutoff_len is the tokeniser's job).
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for index in order:
+        n = int(lengths[index])
+        if current and used + n > max_tokens:
+            groups.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+def pack_into_rows(lengths: Sequence[int], row_len: int) -> list[list[int]]:
+    """Positions 0..len(lengths)-1 packed into rows of at most `row_len` tokens, first-fit decreasing.
+
+    First-fit decreasing wastes little (rows end nearly full) and is O(n * rows), which is nothing next to a
+    training step. Examples longer than `row_len` get a row of their own.
+    """
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        n = lengths[i]
+        for r, free in enumerate(room):
+            if n <= free:
+                rows[r].append(i)
+                room[r] -= n
+                break
+        else:
+            rows.append([i])
+            room.append(max(row_len - n, 0))
+    for row in rows:
+        row.sort()  # keep the sampler's order inside a row: easier to read, same result
+    return rows
+
+
+class TokenBudgetBatchSampler(torch.utils.data.Sampler):
+    """Yields lists of dataset indices, each list holding at most `max_tokens` real tokens.
+
+    Shuffles per epoch (seeded) before grouping, so group composition changes between epochs as it would
+    with a fixed batch size. Call `set_epoch(epoch)` each epoch (Accelerate does it when present).
+    """
+
+    def __init__(self, lengths: Sequence[int], max_tokens: int, shuffle: bool = True, seed: int = 0):
+        self.lengths = [int(n) for n in lengths]
+        self.max_tokens = int(max_tokens)
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def groups(self) -> list[list[int]]:
+        order = list(range(len(self.lengths)))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        return group_by_token_budget(self.lengths, order, self.max_tokens)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.groups())
+
+    def __len__(self) -> int:
+        return len(self.groups())
+
+
+# --- collators ----------------------------------------------------------------------------------------------
+
+def _as_list(values) -> list[int]:
+    return values.tolist() if isinstance(values, torch.Tensor) else list(values)
+
+
+def _labels_of(example: dict) -> list[int]:
+    return _as_list(example["labels"]) if "labels" in example else _as_list(example["input_ids"])
+
+
+@dataclass
+class PaddedCollator:
+    """Dynamic padding to the longest example of the batch (right side), the unpacked reference."""
+
+    pad_token_id: int
+    pad_to_multiple_of: int | None = None
+
+    def __call__(self, examples: list[dict]) -> dict:
+        longest = max(len(e["input_ids"]) for e in examples)
+        if self.pad_to_multiple_of:
+            longest = math.ceil(longest / self.pad_to_multiple_of) * self.pad_to_multiple_of
+        ids = torch.full((len(examples), longest), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(examples), longest), IGNORE_INDEX, dtype=torch.long)
+        mask = torch.zeros((len(examples), longest), dtype=torch.long)
+        for row, example in enumerate(examples):
+            n = len(example["input_ids"])
+            ids[row, :n] = torch.tensor(_as_list(example["input_ids"]))
+            labels[row, :n] = torch.tensor(_labels_of(example))
+            mask[row, :n] = 1
+        return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+
+@dataclass
+class PackedCollator:
+    """Packs the examples of one batch into rows; output depends on the attention kernel (module docstring).
+
+    Every output has input_ids, labels and position_ids of shape [rows, length] and no attention_mask (the
+    position ids define the examples); "varlen" packs into one row and adds the cumulative sequence lengths
+    its kernel needs (`cu_seq_lens_q/k`, `max_length_q/k`: names transformers forwards to the attention).
+    """
+
+    pad_token_id: int
+    row_len: int
+    attention: str = "sdpa"
+
+    def __post_init__(self):
+        if self.attention not in PACKING_ATTENTIONS:
+            raise ValueError(f"packing attention must be one of {PACKING_ATTENTIONS}, got {self.attention!r}")
+
+    def __call__(self, examples: list[dict]) -> dict:
+        lengths = [len(e["input_ids"]) for e in examples]
+        if self.attention == "varlen":
+            rows = [list(range(len(examples)))]
+        else:
+            rows = pack_into_rows(lengths, self.row_len)
+        width = max(sum(lengths[i] for i in row) for row in rows)
+        shape = (len(rows), width)
+        ids = torch.full(shape, self.pad_token_id, dtype=torch.long)
+        labels = torch.full(shape, IGNORE_INDEX, dtype=torch.long)
+        # Pad positions continue counting from 0 so transformers' packed-sequence detection (flex) sees the
+        # padding as one more "example", never as part of the last real one.
+        positions = torch.zeros(shape, dtype=torch.long)
+        for r, row in enumerate(rows):
+            start = 0
+            for i in row:
+                n = lengths[i]
+                ids[r, start:start + n] = torch.tensor(_as_list(examples[i]["input_ids"]))
+                example_labels = torch.tensor(_labels_of(examples[i]))
+                example_labels[0] = IGNORE_INDEX  # the previous example's last token must not predict this
+                labels[r, start:start + n] = example_labels
+                positions[r, start:start + n] = torch.arange(n)
+                start += n
+            positions[r, start:] = torch.arange(width - start)
+        batch = {"input_ids": ids, "labels": labels, "position_ids": positions}
+        if self.attention == "varlen":
+            cu = torch.tensor([0] + list(_cumsum(lengths)), dtype=torch.int32)
+            batch.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths))
+        return batch
+
+
+def _cumsum(values: Sequence[int]) -> Iterator[int]:
+    total = 0
+    for v in values:
+        total += v
+        yield total
+
+
+# --- the varlen attention implementation ---------------------------------------------------------------------
+
+def _torch_varlen_kernel() -> Callable | None:
+    """PyTorch's built-in flash varlen attention (torch >= 2.9, CUDA), adapted to one calling convention."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+
+    def kernel(q, k, v, cu, max_len, scale, window=None):
+        if k.shape[1] != q.shape[1] and "enable_gqa" not in params:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        extra = {"scale": scale} if "scale" in params else {}
+        if "enable_gqa" in params:
+            extra["enable_gqa"] = k.shape[1] != q.shape[1]
+        if "window_size" in params:
+            extra["window_size"] = (window - 1 if window else -1, 0)
+        elif window:
+            raise NotImplementedError("this torch's varlen_attn has no sliding window")
+        else:
+            extra["is_causal"] = True
+        return varlen_attn(q, k, v, cu, cu, max_len, max_len, **extra)
+
+    return kernel
+
+
+def _flash_attn_varlen_kernel() -> Callable | None:
+    try:
+        from flash_attn import flash_attn_varlen_func
+    except Exception:  # ImportError, or an undefined symbol in a mismatched build
+        return None
+
+    def kernel(q, k, v, cu, max_len, scale, window=None):
+        return flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len, softmax_scale=scale, causal=True,
+                                      window_size=(window - 1 if window else -1, 0))
+
+    return kernel
+
+
+def segment_sdpa_kernel(q, k, v, cu, max_len, scale, window=None):
+    """Reference varlen kernel: causal SDPA on each example in turn. Correct anywhere, slow; used on CPU."""
+    del max_len
+    out = torch.empty_like(q)
+    bounds = cu.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [heads, n, dim]
+        n = end - start
+        allowed = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        if window:
+            allowed &= ~torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-window)
+        out[start:end] = torch.nn.functional.scaled_dot_product_attention(
+            qs, ks, vs, attn_mask=allowed, scale=scale, enable_gqa=ks.shape[0] != qs.shape[0]).transpose(0, 1)
+    return out
+
+
+def varlen_kernels() -> dict[str, Callable]:
+    """Variable-length kernels that import here, best first."""
+    found = {"flash_attn": _flash_attn_varlen_kernel(), "torch_varlen": _torch_varlen_kernel()}
+    return {name: k for name, k in found.items() if k is not None}
+
+
+def varlen_kernel_status(device: str = "cuda") -> tuple[str | None, str]:
+    """-> (name of the first varlen kernel that runs *and* agrees with SDPA here, reason)."""
+    if not torch.cuda.is_available():
+        return None, "no GPU: varlen kernels need one"
+    reasons = []
+    for name, kernel in varlen_kernels().items():
+        try:
+            torch.manual_seed(0)
+            lens = [5, 11, 3]
+            cu = torch.tensor([0, 5, 16, 19], dtype=torch.int32, device=device)
+            q = torch.randn(19, 4, 64, device=device, dtype=torch.bfloat16)
+            k = torch.randn(19, 2, 64, device=device, dtype=torch.bfloat16)
+            v = torch.randn(19, 2, 64, device=device, dtype=torch.bfloat16)
+            got = kernel(q, k, v, cu, max(lens), 0.125)
+            want = segment_sdpa_kernel(q.float(), k.float(), v.float(), cu, max(lens), 0.125)
+            err = float((got.float() - want).norm() / want.norm())
+            if not err < 2e-2:
+                reasons.append(f"{name}: wrong result (relative error {err:.3g})")
+                continue
+            return name, f"{name} runs and matches SDPA (relative error {err:.1e})"
+        except Exception as e:  # a kernel that imports but fails on this GPU is simply not used
+            reasons.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+    return None, "; ".join(reasons) or "neither flash-attn nor torch.nn.attention.varlen is available"
+
+
+def make_varlen_attention(kernel: Callable) -> Callable:
+    """A transformers attention function over a [1, T] row, driven by the cu_seq_lens the collator made."""
+
+    def varlen_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                                 sliding_window=None, cu_seq_lens_q=None, max_length_q=None, **kwargs):
+        if cu_seq_lens_q is None:
+            raise RuntimeError("steadytune_varlen attention needs cu_seq_lens_q from steadytune's PackedCollator")
+        if query.shape[0] != 1:
+            raise RuntimeError(f"steadytune_varlen attention expects one packed row, got batch {query.shape[0]}")
+        # transformers hands [batch, heads, length, dim]; varlen kernels take [tokens, heads, dim].
+        q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+        cu = cu_seq_lens_q.to(device=q.device, dtype=torch.int32)
+        out = kernel(q, k, v, cu, int(max_length_q), scaling, sliding_window)
+        return out[None], None  # [1, T, heads, dim], as the other implementations return
+
+    return varlen_attention_forward
+
+
+def register_varlen_attention(kernel: Callable) -> str:
+    """Make "steadytune_varlen" a transformers attention implementation backed by `kernel`; -> its name."""
+    from transformers import AttentionInterface
+    AttentionInterface.register(VARLEN_IMPLEMENTATION, make_varlen_attention(kernel))
+    return VARLEN_IMPLEMENTATION
+
+
+def attn_implementation_for(packing_attention: str, kernel: Callable | None = None) -> str:
+    """The transformers attn_implementation a model needs for this packing attention."""
+    if packing_attention == "varlen":
+        if kernel is None:
+            raise ValueError("varlen packing needs a kernel (see varlen_kernel_status)")
+        return register_varlen_attention(kernel)
+    if packing_attention == "flex":
+        return "flex_attention"
+    return "sdpa"
