@@ -1,0 +1,150 @@
+"""Every bad data input gives a DataError / ConfigError naming the file, line, row or key."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from steadytune.config import ConfigError, load_config
+from steadytune.data import prepare_datasets
+from steadytune.errors import DataError
+from steadytune.tiny import build_tokenizer
+
+LF_DATA = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "llamafactory" / "data"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+def prepare(tok, **keys):
+    return prepare_datasets(load_config(None, keys), tok)
+
+
+def expect(error, tok, pattern, **keys):
+    with pytest.raises(error) as info:
+        prepare(tok, **keys)
+    assert re.search(pattern, str(info.value)), str(info.value)
+    return str(info.value)
+
+
+def test_unknown_dataset_name_lists_the_registry_file_and_close_names(tok):
+    msg = expect(ConfigError, tok, r"'alpaca_en_dem' is not in .*dataset_info\.json", dataset="alpaca_en_dem",
+                 dataset_dir=str(LF_DATA))
+    assert "close names: alpaca_en_demo" in msg
+
+
+def test_missing_file_of_a_registry_entry(tok, tmp_path):
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"mine": {"file_name": "gone.json"}}))
+    expect(DataError, tok, r"gone\.json: dataset file not found", dataset="mine", dataset_dir=str(tmp_path))
+
+
+def test_missing_direct_path(tok, tmp_path):
+    expect(DataError, tok, r"nothere\.jsonl: dataset file not found", dataset=str(tmp_path / "nothere.jsonl"))
+
+
+def test_empty_file(tok, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n  \n")
+    expect(DataError, tok, r"empty\.jsonl: file is empty", dataset=str(tmp_path / "empty.jsonl"))
+
+
+def test_empty_after_filtering(tok, tmp_path):
+    path = tmp_path / "blank.json"
+    path.write_text(json.dumps([{"instruction": "q", "input": "", "output": "  "}] * 3))
+    expect(DataError, tok, r"blank\.json: dataset .* is empty after filtering \(3 rows read", dataset=str(path))
+
+
+def test_non_utf8_file_names_the_byte_offset(tok, tmp_path):
+    path = tmp_path / "latin.jsonl"
+    raw = b'{"text": "ok", "label": "neg"}\n{"text": "caf\xe9", "label": "pos"}\n'
+    path.write_bytes(raw)
+    expect(DataError, tok, rf"latin\.jsonl: not UTF-8 text \(byte offset {raw.index(0xE9)}, line 2\)", dataset=str(path))
+
+
+def test_malformed_jsonl_line(tok, tmp_path):
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"instruction": "a", "output": "b"}\n\n{"instruction": "c", "output": }\n')
+    expect(DataError, tok, r"broken\.jsonl line 3: malformed JSON", dataset=str(path))
+
+
+def test_json_array_syntax_error_names_line_and_column(tok, tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('[\n  {"instruction": "a", "output": "b"},\n  {"instruction": "c" "output": "d"}\n]\n')
+    expect(DataError, tok, r"broken\.json: invalid JSON at line 3, column 23", dataset=str(path))
+
+
+def test_missing_column_names_it_and_the_columns_found(tok, tmp_path):
+    (tmp_path / "d.json").write_text(json.dumps([{"question": "a", "output": "b"}]))
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"d": {"file_name": "d.json"}}))
+    expect(DataError, tok, r"d\.json row 0: missing column 'instruction' .*columns found: question, output",
+           dataset="d", dataset_dir=str(tmp_path))
+
+
+def test_sharegpt_wrong_role_order_names_the_row(tok, tmp_path):
+    rows = json.loads((LF_DATA / "glaive_toolcall_zh_demo.json").read_text(encoding="utf-8"))[:3]
+    rows[2]["conversations"] = [rows[2]["conversations"][1], rows[2]["conversations"][0]]  # assistant turn first
+    (tmp_path / "g.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"g": {
+        "file_name": "g.json", "formatting": "sharegpt", "columns": {"messages": "conversations", "tools": "tools"}}}))
+    expect(DataError, tok, r"g\.json row 2: turn 0 is '(gpt|function_call)' but a human/observation turn was expected",
+           dataset="g", dataset_dir=str(tmp_path))
+
+
+def test_label_not_in_label_names(tok, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "fine", "label": "pos"}\n{"text": "meh", "label": "neutral"}\n')
+    expect(DataError, tok, r"c\.jsonl line 2: label 'neutral' is not in label_names \['neg', 'pos'\]",
+           dataset=str(path), label_names=["neg", "pos"], prompt_template="{text}")
+
+
+def test_classification_without_label_names(tok, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "fine", "label": "pos"}\n')
+    expect(ConfigError, tok, r"label_names: dataset .*c\.jsonl is a classification dataset", dataset=str(path))
+
+
+def test_prompt_template_without_text(tok, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "fine", "label": "pos"}\n')
+    expect(ConfigError, tok, r"prompt_template must contain \{text\}", dataset=str(path), label_names=["neg", "pos"],
+           prompt_template="Sentiment:")
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"c": {
+        "file_name": "c.jsonl", "formatting": "classification", "label_names": ["neg", "pos"], "prompt_template": "no slot"}}))
+    expect(ConfigError, tok, r"prompt_template of dataset c must contain \{text\}", dataset="c", dataset_dir=str(tmp_path))
+
+
+def test_cutoff_len_shorter_than_prompt_plus_target(tok, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "fine", "label": "pos"}\n')
+    keys = dict(dataset=str(path), label_names=["neg", "pos"], prompt_template="Review: {text}\nSentiment:",
+                template="gemma")
+    msg = expect(ConfigError, tok, r"cutoff_len: 8 is too short: .* must be at least (\d+)", cutoff_len=8, **keys)
+    needed = int(re.search(r"at least (\d+)", msg).group(1))
+    assert prepare(tok, cutoff_len=needed, **keys).train[0]["input_ids"]   # exactly enough works
+    expect(ConfigError, tok, r"cutoff_len", cutoff_len=needed - 1, **keys)
+
+
+def test_hub_entry_without_datasets_package_or_network(tok, tmp_path):
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"remote": {"hf_hub_url": "someone/nothing-here"}}))
+    expect(DataError, tok, r"dataset remote: (someone/nothing-here is on the Hugging Face hub and the `datasets` "
+                           r"package is not installed|cannot load someone/nothing-here from the hub)",
+           dataset="remote", dataset_dir=str(tmp_path))
+
+
+def test_unsupported_registry_features_fail_loudly(tok):
+    expect(DataError, tok, r"mllm_demo: not supported: images columns", dataset="mllm_demo", dataset_dir=str(LF_DATA))
+
+
+def test_val_size_that_leaves_nothing(tok, tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps([{"instruction": "q", "input": "", "output": "a"}] * 4))
+    expect(ConfigError, tok, r"val_size: 4.0 holds out 4 of 4 examples", dataset=str(path), val_size=4)
+
+
+def test_unknown_template(tok, tmp_path):
+    expect(ConfigError, tok, r"template: unknown template 'qwen4' \(did you mean", dataset="x", template="qwen4")
+
