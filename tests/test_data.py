@@ -235,6 +235,8 @@ def test_stratified_val_split_keeps_class_ratio_and_is_deterministic(tok, tmp_pa
     assert [e["text"] for e in a.eval] != [e["text"] for e in c.eval]
     counted = prepare_datasets(load_config(None, dict(keys, val_size=10)), tok)
     assert counted.class_counts["eval"] == {"neg": 7, "pos": 3}
+    capped = prepare_datasets(load_config(None, dict(keys, max_eval_samples=10)), tok)
+    assert capped.class_counts == {"train": {"neg": 56, "pos": 24}, "eval": {"neg": 7, "pos": 3}}
 
 
 def test_max_samples_is_stratified_for_classification(tok, tmp_path):

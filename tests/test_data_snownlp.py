@@ -56,3 +56,4 @@ def test_builtin_datasets_prepare_with_their_defaults():
     assert ex["input_ids"] == prompt + data.label_targets[ex["label_id"]]
     assert all(len(e["input_ids"]) <= 160 for e in data.train + data.eval)
     assert "label_names" in cfg.decisions and "prompt_template" in cfg.decisions
+    assert (cfg.data.label_names, cfg.data.prompt_template) == (data.label_names, data.prompt_template)

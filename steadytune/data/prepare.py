@@ -69,12 +69,16 @@ def prepare_datasets(cfg: RunConfig, tokenizer: Any) -> PreparedData:
     train = _load_all(resolve_datasets(d.dataset, d.dataset_dir, "dataset"), cfg, stats)
     evaluation: _Loaded | None = None
     if d.eval_dataset:
-        evaluation = _load_all(resolve_datasets(d.eval_dataset, d.dataset_dir, "eval_dataset"), cfg, stats)
+        evaluation = _load_all(resolve_datasets(d.eval_dataset, d.dataset_dir, "eval_dataset"), cfg, stats,
+                               max_samples=d.max_eval_samples or d.max_samples)
         if evaluation.kind != train.kind or evaluation.label_names != train.label_names:
             raise ConfigError("eval_dataset: must be the same kind of data as dataset "
                               f"({evaluation.kind} {evaluation.label_names or ''} vs {train.kind} {train.label_names or ''})")
     elif d.val_size > 0:
         evaluation = _split_off(train, d.val_size, cfg.train.seed)
+        if d.max_eval_samples is not None and len(evaluation.examples) > d.max_eval_samples:
+            key = (lambda e: e["label_id"]) if evaluation.kind == "classification" else None
+            evaluation.examples = splitting.take(evaluation.examples, d.max_eval_samples, key=key)
 
     out = PreparedData(train=[], eval=None, template=template, label_names=train.label_names)
     if train.kind == "classification":
@@ -83,6 +87,9 @@ def prepare_datasets(cfg: RunConfig, tokenizer: Any) -> PreparedData:
         out.train = _tokenize_conversations(train.examples, "train", template, cfg, tokenizer, stats)
         if evaluation is not None:
             out.eval = _tokenize_conversations(evaluation.examples, "eval", template, cfg, tokenizer, stats)
+    if train.kind == "classification":
+        # Later stages (evaluation of raw texts, run_config.yaml) read the resolved values from the config.
+        d.label_names, d.prompt_template = train.label_names, train.prompt_template
     stats["dropped"] = dict(stats["dropped"])
     stats["examples"] = {"train": len(out.train), "eval": len(out.eval) if out.eval is not None else 0}
     stats["tokens"] = {name: sum(len(e["input_ids"]) for e in rows) for name, rows in
@@ -96,10 +103,11 @@ def prepare_datasets(cfg: RunConfig, tokenizer: Any) -> PreparedData:
 # Reading and converting
 # --------------------------------------------------------------------------------------------------------
 
-def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict) -> _Loaded:
+def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict, max_samples: int | None = None) -> _Loaded:
     if not sources:
         raise ConfigError("dataset: no dataset names given")
-    loaded = [_load_one(src, cfg, stats) for src in sources]
+    limit = max_samples if max_samples is not None else cfg.data.max_samples
+    loaded = [_load_one(src, cfg, stats, limit) for src in sources]
     kinds = {x.kind for x in loaded}
     if len(kinds) > 1:
         names = ", ".join(f"{s.name} ({x.kind})" for s, x in zip(sources, loaded))
@@ -113,7 +121,7 @@ def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict) -> _Loa
     return _Loaded(first.kind, examples, first.label_names, first.prompt_template)
 
 
-def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict) -> _Loaded:
+def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int | None) -> _Loaded:
     d = cfg.data
     rows = src.load()
     stats["rows_read"][src.name] = len(rows)
@@ -135,7 +143,7 @@ def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict) -> _Loaded:
         else:
             examples.append(example)
     by_label = (lambda e: e["label_id"]) if label_names else None
-    for limit in (src.num_samples, d.max_samples):
+    for limit in (src.num_samples, max_samples):
         if limit is not None and len(examples) > limit:
             stats["dropped"][f"{src.name}: beyond max_samples/num_samples"] += len(examples) - limit
             examples = splitting.take(examples, limit, key=by_label)
