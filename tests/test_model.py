@@ -53,14 +53,15 @@ def test_load_hf_folder_sets_right_padding_with_a_pad_distinct_from_eos(tiny_fol
     assert logits.shape[-1] == len(tokenizer) and torch.isfinite(logits).all()
 
 
-def test_load_in_bf16_keeps_lora_weights_fp32(tiny_folders):
-    cfg = make_cfg(tiny_folders["llama"])
+def test_load_in_bf16_keeps_trainable_weights_fp32(tiny_folders):
+    cfg = make_cfg(tiny_folders["llama"], additional_target="embed_tokens")
     model, _ = load_model_and_tokenizer(cfg.model, torch_dtype=torch.bfloat16)
     model = attach_adapter(model, cfg)
     trainable = [p for p in model.parameters() if p.requires_grad]
     frozen = [p for p in model.parameters() if not p.requires_grad]
     assert trainable and all(p.dtype == torch.float32 for p in trainable)
     assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)
+    assert any("modules_to_save" in n for n, p in model.named_parameters() if p.requires_grad)
 
 
 def test_missing_pad_token_picks_an_unused_token_not_eos(tiny_folders, tmp_path):
