@@ -363,3 +363,267 @@ def check_known_samples(model: torch.nn.Module, tokenizer: Any, train_examples: 
     # The slice is balanced, so the baseline is that of the slice, not of the skewed training set.
     return {"n": report["n"], "accuracy": report["accuracy"], "majority_baseline": report["majority_baseline"],
             "confusion": report["confusion"], "warning": diagnose_known_samples(report)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Generation tasks (SFT): do_predict + predict_with_generate
+# ---------------------------------------------------------------------------------------------------------
+
+def predict_generation(model: torch.nn.Module, tokenizer: Any, examples: Sequence[dict], max_new_tokens: int,
+                       batch_size: int = 32, output_dir: str | None = None, progress: bool = True) -> dict:
+    """Greedy answers to tokenised SFT examples, scored against their trained answers with BLEU-4 and
+    ROUGE-1/2/L; writes `generated_predictions.jsonl` (prompt, predict, label) into `output_dir` when given."""
+    import json
+    from pathlib import Path
+
+    from steadytune.textmetrics import generation_metrics
+
+    prompts = [prompt_ids_of(e) for e in examples]
+    references = [tokenizer.decode([t for t in e["labels"] if t != -100], skip_special_tokens=True) for e in examples]
+    answers = generate_texts(model, tokenizer, prompts, max_new_tokens, batch_size, progress=progress)
+    metrics = {f"predict_{k}": v for k, v in generation_metrics(answers, references).items()}
+    if output_dir is not None:
+        path = Path(output_dir) / "generated_predictions.jsonl"
+        with path.open("w", encoding="utf-8") as f:
+            for prompt, answer, reference in zip(prompts, answers, references):
+                f.write(json.dumps({"prompt": tokenizer.decode(prompt, skip_special_tokens=False), "predict": answer,
+                                    "label": reference}, ensure_ascii=False) + "\n")
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `steadytune eval`
+# ---------------------------------------------------------------------------------------------------------
+
+def add_arguments(parser) -> None:
+    parser.add_argument("config", help="the run's YAML (the one it was trained with)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, as for train")
+    parser.add_argument("--zero-shot", action="store_true",
+                        help="also evaluate the base model without the adapter, and report the relative error reduction")
+    parser.add_argument("--mode", choices=("score", "generate", "both"), default="score",
+                        help="score: log-probability of each label (exact, default); generate: greedy answer "
+                             "matched to a label word; both: report the two side by side")
+    parser.add_argument("--batch-size", type=int, default=32, help="prompts per forward pass (default 32)")
+    parser.add_argument("--output-dir", default=None, help="where results are written (default: the run's output_dir)")
+    parser.add_argument("--known-samples", type=int, default=64,
+                        help="training examples scored first as the label-map check (0 skips it)")
+
+
+def run(args) -> int:
+    from steadytune.config import load_config
+
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1 (got {args.batch_size})")
+    cfg = load_config(args.config, args.overrides)
+    run_evaluation(cfg, mode=args.mode, zero_shot=args.zero_shot, batch_size=args.batch_size,
+                   output_dir=args.output_dir, known_samples=args.known_samples)
+    return 0
+
+
+def _trained_folder(cfg) -> tuple[Any, str]:
+    """(folder, "lora" | "full"): what training left in adapter_name_or_path (default: output_dir)."""
+    from pathlib import Path
+
+    folder = Path(cfg.model.adapter_name_or_path or cfg.train.output_dir)
+    key = "adapter_name_or_path" if cfg.model.adapter_name_or_path else "output_dir"
+    if (folder / "adapter_config.json").is_file():
+        return folder, "lora"
+    if (folder / "config.json").is_file():
+        return folder, "full"
+    raise UserError(f"{key}: {folder} holds no trained adapter (adapter_config.json) or model (config.json); "
+                    "train first, or set adapter_name_or_path to the adapter folder")
+
+
+def _raw_label_check(cfg) -> None:
+    """Compare the raw labels of the test data with label_names before anything is tokenised, so a mismatch
+    is reported with both sets in full (not one row at a time)."""
+    from steadytune.data.formats import FormatSpec
+    from steadytune.data.registry import resolve_datasets
+
+    names = cfg.data.eval_dataset or cfg.data.dataset
+    if not names:
+        return
+    for src in resolve_datasets(names, cfg.data.dataset_dir, "eval_dataset" if cfg.data.eval_dataset else "dataset"):
+        label_names = cfg.data.label_names or src.label_names
+        if src.formatting not in (None, "classification") or not label_names:
+            continue
+        rows = src.load()
+        column = FormatSpec.build("classification", src.columns).columns.get("label", "label")
+        if src.formatting is None and not (rows and column in rows[0].data and "text" in rows[0].data):
+            continue
+        check_label_set((r.data.get(column) for r in rows if r.data.get(column) is not None), label_names,
+                        where=f"{src.name} ({src.origin})")
+
+
+def _training_label_names(folder) -> list[str] | None:
+    import yaml
+
+    path = folder / "run_config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        return None
+    names = saved.get("label_names") or (saved.get("decisions", {}).get("label_names") or {}).get("value")
+    return [str(x) for x in names] if names else None
+
+
+def _check_against_training(folder, label_names: list[str]) -> None:
+    """The label words must be those the adapter was trained on; the same words in another order mean
+    integer labels now point at other words (seed 003's swapped map)."""
+    trained = _training_label_names(folder)
+    if trained is None or trained == label_names:
+        return
+    if sorted(trained) == sorted(label_names):
+        _warn(f"label_names order {label_names} differs from training ({trained}, {folder / 'run_config.yaml'}). "
+              "Scoring uses the label words, so word labels are unaffected, but integer labels in the data now "
+              "map to other words: a swapped label map.")
+        return
+    raise UserError(f"label_names {label_names} differ from those the adapter in {folder} was trained with "
+                    f"({trained}, from run_config.yaml); evaluate with the training label_names")
+
+
+def _warn(message: str) -> None:
+    import sys
+
+    bar = "!" * 100
+    print(f"\n{bar}\nWARNING: {message}\n{bar}\n", file=sys.stderr, flush=True)
+
+
+def _load_for_eval(cfg, folder, kind: str):
+    """(model, tokenizer, base_for_zero_shot_or_None) on the device and dtype the hardware policy picks."""
+    import dataclasses
+
+    from steadytune import hardware
+    from steadytune.model import load_model_and_tokenizer, load_trained_adapter
+
+    info = hardware.detect()
+    precision, why = hardware.choose_precision(info, cfg.train.bf16, cfg.train.fp16)
+    attn, _ = hardware.choose_attention(info, cfg.model.flash_attn)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    device = hardware.device_for(info)
+    print(f"device {device}, {precision} ({why}), attention {attn}")
+    if kind == "lora":
+        model, tokenizer = load_model_and_tokenizer(cfg.model, dtype, attn, device)
+        return load_trained_adapter(model, folder), tokenizer
+    model, tokenizer = load_model_and_tokenizer(dataclasses.replace(cfg.model, model_name_or_path=str(folder)),
+                                                dtype, attn, device)
+    return model, tokenizer
+
+
+@contextlib.contextmanager
+def _zero_shot(cfg, model, kind: str):
+    """The same model without what training added: the adapter switched off, or the base model for a full
+    fine-tune (loaded only for this)."""
+    if kind == "lora":
+        with model.disable_adapter():
+            yield model
+        return
+    from steadytune.model import load_model_and_tokenizer
+
+    attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    base, _ = load_model_and_tokenizer(cfg.model, next(model.parameters()).dtype, attn, _device_of(model))
+    yield base
+
+
+def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size: int = 32,
+                   output_dir: str | None = None, known_samples: int = 64) -> dict:
+    """Everything `steadytune eval` does; returns what it writes to eval_results.json."""
+    import json
+    import time
+    from pathlib import Path
+
+    from steadytune.data import prepare_datasets
+    from steadytune.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
+
+    folder, kind = _trained_folder(cfg)
+    out_dir = Path(output_dir or cfg.train.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _raw_label_check(cfg)
+    model, tokenizer = _load_for_eval(cfg, folder, kind)
+    data = prepare_datasets(cfg, tokenizer)
+    if not data.eval:
+        raise UserError("no test split: set eval_dataset, or val_size to evaluate on the held-out split of training")
+
+    if not data.label_names:  # a generation (SFT) task
+        metrics = predict_generation(model, tokenizer, data.eval, cfg.train.max_new_tokens, batch_size, str(out_dir))
+        results = {"task": "generation", "n": len(data.eval), "adapter": str(folder), **metrics}
+        (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
+        print(json.dumps(metrics, indent=2))
+        return results
+
+    label_names, targets = data.label_names, data.label_targets
+    modes = ["score", "generate"] if mode == "both" else [mode]
+    _check_against_training(folder, label_names)
+    check_labels_distinguishable(targets, label_names, generate="generate" in modes)
+    train_gold = [e["label_id"] for e in data.train]
+    test_gold = [e["label_id"] for e in data.eval]
+    print(format_distribution("train", train_gold, label_names))
+    print(format_distribution("test ", test_gold, label_names))
+
+    results: dict[str, Any] = {"task": "classification", "adapter": str(folder), "n": len(data.eval),
+                               "label_names": label_names, "label_targets": targets}
+    if known_samples > 0:
+        check = check_known_samples(model, tokenizer, data.train, label_names, targets, batch_size, known_samples)
+        results["known_sample_check"] = check
+        print(f"label-map check on {check['n']} training examples: accuracy {check['accuracy']:.3f} "
+              f"(majority {check['majority_baseline']['accuracy']:.3f})")
+        if check["warning"]:
+            _warn(check["warning"])
+
+    def evaluate_all(m) -> dict:
+        out = {}
+        for each in modes:
+            start = time.perf_counter()
+            report = evaluate_classification(m, tokenizer, data.eval, label_names, batch_size=batch_size, mode=each,
+                                             label_targets=targets, progress=True)
+            report["seconds"] = round(time.perf_counter() - start, 3)
+            out[each] = report
+        return out
+
+    trained = evaluate_all(model)
+    zero = None
+    if zero_shot:
+        with _zero_shot(cfg, model, kind) as base:
+            zero = evaluate_all(base)
+
+    lines = [f"{'':24}{'accuracy':>10}{'macro-F1':>10}"]
+    for each in modes:
+        report = trained[each]
+        entry = {k: report[k] for k in ("accuracy", "macro_f1", "majority_baseline", "per_class", "confusion", "seconds")}
+        entry["examples_per_second"] = round(len(data.eval) / max(report["seconds"], 1e-9), 1)
+        if each == "generate":
+            entry["unmatched"] = report["unmatched"]
+        lines.append(f"{'fine-tuned (' + each + ')':24}{report['accuracy']:>10.4f}{report['macro_f1']:>10.4f}")
+        if zero is not None:
+            base = zero[each]
+            entry["zero_shot"] = {k: base[k] for k in ("accuracy", "macro_f1", "per_class", "confusion")}
+            entry["relative_error_reduction"] = relative_error_reduction(report["accuracy"], base["accuracy"])
+            lines.append(f"{'zero-shot (' + each + ')':24}{base['accuracy']:>10.4f}{base['macro_f1']:>10.4f}")
+        results[each] = entry
+    primary = modes[0]
+    baseline = trained[primary]["majority_baseline"]
+    results["majority_baseline"] = baseline
+    lines.append(f"{'majority baseline':24}{baseline['accuracy']:>10.4f}{'':>10}  (always {baseline['label']})")
+    reduction = results[primary].get("relative_error_reduction")
+    if reduction is not None:
+        lines.append(f"relative error reduction vs zero-shot: {reduction:.1%}  ((acc - acc0) / (1 - acc0))")
+    print("\n".join(lines))
+
+    with (out_dir / "predictions.jsonl").open("w", encoding="utf-8") as f:
+        for i, record in enumerate(trained[primary]["predictions"]):
+            row = dict(record)
+            if "generate" in trained and primary != "generate":
+                row["generated"] = trained["generate"]["predictions"][i]["generated"]
+                row["generated_prediction"] = trained["generate"]["predictions"][i]["prediction"]
+            if zero is not None:
+                row["zero_shot_prediction"] = zero[primary]["predictions"][i]["prediction"]
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    confusion = trained[primary]["confusion"]
+    (out_dir / "confusion_matrix.json").write_text(json.dumps(confusion, ensure_ascii=False, indent=2), encoding="utf-8")
+    plot_confusion_matrix(confusion["matrix"], confusion["labels"], out_dir / "confusion_matrix.png",
+                          title=f"{primary}: accuracy {trained[primary]['accuracy']:.3f}")
+    (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
+    print(f"wrote eval_results.json, predictions.jsonl, confusion_matrix.json/.png to {out_dir}")
+    return results
