@@ -288,3 +288,15 @@ def test_pad_collator(side):
         assert batch["labels"].tolist() == [[IGNORE, 6, 7], [IGNORE, IGNORE, 8]]
     assert batch["label_ids"].tolist() == [1, 0]
     assert "label_ids" not in PadCollator(0)([{"input_ids": [1], "labels": [1]}])
+
+
+def test_plain_templates_keep_the_bos_a_tokenizer_adds_itself():
+    from tokenizers import processors
+    tok = build_tokenizer()
+    assert get_template("empty", tok).render(TURNS)[0].text == "Hi"
+    bos = tok.bos_token_id
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
+    assert tok("Hi")["input_ids"][0] == bos   # now a Gemma/Llama-like tokenizer
+    for name in ("empty", "default"):
+        pieces = get_template(name, tok).render(TURNS)
+        assert pieces[0].text.startswith("<bos>") and not pieces[1].text.startswith("<bos>")

@@ -205,11 +205,12 @@ _GEMMA = dict(
 )
 _EMPTY_THINK = "<think>\n\n</think>\n\n"
 
-# name -> keyword arguments of SlotTemplate. `{bos}` / `{eos}` are filled from the tokenizer.
+# name -> keyword arguments of SlotTemplate. `{bos}` / `{eos}` are filled from the tokenizer; `{auto_bos}` is the
+# bos token only for tokenizers that add it to plain text themselves (Gemma, Llama): those models expect it.
 TEMPLATES: dict[str, dict] = {
-    "empty": dict(user="{content}", assistant="{content}{eos}", stop="{eos}"),
-    "default": dict(user="Human: {content}\nAssistant: ", assistant="{content}{eos}\n", system="System: {content}\n",
-                    stop="{eos}"),
+    "empty": dict(prefix="{auto_bos}", user="{content}", assistant="{content}{eos}", stop="{eos}"),
+    "default": dict(prefix="{auto_bos}", user="Human: {content}\nAssistant: ", assistant="{content}{eos}\n",
+                    system="System: {content}\n", stop="{eos}"),
     "chatml": dict(_CHATML),
     "qwen": dict(_CHATML, default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant."),
     "qwen3": dict(_CHATML, think_in_answer=_EMPTY_THINK, specials=_CHATML["specials"] + ("<think>", "</think>")),
@@ -242,7 +243,8 @@ def get_template(name: str, tokenizer: Any) -> Template:
         close = difflib.get_close_matches(name, TEMPLATE_NAMES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"template: unknown template {name!r}{hint}; choose one of {', '.join(TEMPLATE_NAMES)}")
-    fill = {"{bos}": tokenizer.bos_token or "", "{eos}": tokenizer.eos_token or ""}
+    fill = {"{bos}": tokenizer.bos_token or "", "{eos}": tokenizer.eos_token or "",
+            "{auto_bos}": tokenizer.bos_token if _adds_bos(tokenizer) else ""}
     spec = dict(TEMPLATES[name])
     for key, value in spec.items():
         if isinstance(value, str):
@@ -252,6 +254,12 @@ def get_template(name: str, tokenizer: Any) -> Template:
     if not spec["stop"]:
         raise ConfigError(f"template: {name} ends answers with the eos token, but the tokenizer has none")
     return SlotTemplate(name=name, **spec)
+
+
+def _adds_bos(tokenizer: Any) -> bool:
+    bos = getattr(tokenizer, "bos_token_id", None)
+    ids = tokenizer("a")["input_ids"]
+    return bos is not None and bool(ids) and ids[0] == bos
 
 
 def missing_special_tokens(template: Template, tokenizer: Any) -> list[str]:
