@@ -292,10 +292,17 @@ class NumericalGuard:
         tighter = [v for v in self.args.grad_norm_schedule if v < current]
         return float(max(tighter)) if tighter else (current if math.isfinite(current) else 0.0)
 
-    def restore(self, state: TrainState) -> int:
-        """Write the chosen good state back into the live objects; returns the step it belongs to. Applies
-        the learning-rate back-off to the scheduler so it lasts for the rest of the run (and into checkpoints)."""
-        snap = self._restore_target or (self.snapshots[-1] if self.snapshots else None)
+    def restore(self, state: TrainState, before_step: Optional[int] = None) -> int:
+        """Write the good state chosen by the last rollback decision (or, with `before_step`, the newest one
+        trusted for an anomaly at that step) back into the live objects; returns the step it belongs to.
+        Applies the learning-rate back-off to the scheduler so it lasts for the rest of the run (and into
+        checkpoints)."""
+        snap = self._restore_target
+        if snap is None and self.snapshots:
+            if before_step is None:
+                snap = self.snapshots[-1]
+            else:
+                snap = self._pick_snapshot(before_step) or self.snapshots[0]
         if snap is None:
             raise RuntimeError("guard.restore() called with no snapshot kept")
         self._restore_target = None

@@ -26,6 +26,9 @@ from steadytune.checkpoint import (TrainerState, latest_checkpoint, list_checkpo
                                    read_state, save_checkpoint)
 from steadytune.config import RunConfig, describe_keys, load_config, save_resolved_config
 from steadytune.errors import UserError
+from steadytune.faults import FaultInjector
+from steadytune.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, NumericalGuard, TrainState,
+                              apply_hardware_profile, fallback_precision)
 from steadytune.loss import causal_lm_loss_sum, count_target_tokens
 from steadytune.monitor import MetricsLog, Throughput, memory_stats, plot_loss
 
@@ -91,6 +94,8 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
     attn, attn_why = hardware.choose_attention(info, cfg.model.flash_attn)
     cfg.decide("precision", precision, precision_why)
     cfg.decide("attn_implementation", attn, attn_why)
+    # Stability defaults of the hardware profile (seed 000 on ROCm), only where the user set nothing (guard.py).
+    apply_hardware_profile(cfg, info.backend)
     if t.ddp_timeout > 3 * 3600:
         cfg.decide("ddp_timeout", t.ddp_timeout, "kept as asked; note that a huge timeout turns an RCCL/NCCL hang "
                    "into a silent multi-day stall (the default is 1800 s)")
@@ -153,9 +158,21 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
                                 cfg.model.model_name_or_path)
         metrics.truncate_after(state.global_step)
         metrics.event("resume", state.global_step, checkpoint=str(resume_from))
+    # --- numerical guard + fault injection (guard.py, faults.py): every action is a metrics.jsonl event ----
+    guard = NumericalGuard(cfg.guard, precision, emit=metrics.write, max_grad_norm=t.max_grad_norm,
+                           fallback_precision=fallback_precision(info))
+    faults = FaultInjector(cfg.fault_injection, emit=metrics.write)
+    if resume_from is not None:
+        guard.load_state_dict(state.extra.get("guard", guard.state_dict()))
+        faults.load_state_dict(state.extra.get("faults", {}))
+        guard.precision = precision
+    train_state = TrainState(model=unwrap(accelerator, objective).model, optimizer=optimizer, scheduler=scheduler,
+                             scaler=accelerator.scaler, data_position=data_position(state))
     if is_main:
         save_resolved_config(cfg, output_dir / "run_config.yaml")
         print_startup(cfg, info, trainable, total, data, total_steps, accelerator.num_processes, resume_from)
+        if faults.active:
+            print(faults.describe(), flush=True)
 
     # --- the loop --------------------------------------------------------------------------------------
     batches = loader_factory.stream(state.epoch, state.batch_in_epoch)
@@ -165,11 +182,17 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
     started = time.perf_counter()
     bar = tqdm(total=total_steps, initial=state.global_step, desc="train", disable=not (progress and is_main),
                dynamic_ncols=True)
+    first_step = state.global_step
+    guard.maybe_snapshot(state.global_step, train_state)  # guard: the starting state is the first good state
     while state.global_step < total_steps:
+        step = state.global_step + 1  # the optimizer step being computed (faults and guard events use it)
         # One optimizer step = gradient_accumulation_steps micro-batches. The loss is normalised by the target
         # tokens of the whole window (summed over ranks), so every token weighs the same however the
         # micro-batches are cut.
         window = [next(batches) for _ in range(t.gradient_accumulation_steps)]
+        window_ids = [i for mb in window for i in mb.ids]
+        if guard.should_skip(window_ids):  # guard: a batch that caused a rollback is not replayed
+            continue
         local_tokens = sum(count_target_tokens(mb.batch) for mb in window)
         global_tokens = reduce_sum(accelerator, local_tokens, device)
         step_loss = torch.zeros((), device=device)
@@ -180,20 +203,55 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
             with accelerator.no_sync(objective) if not sync_now else _null():
                 with accelerator.autocast():
                     loss_sum, _ = objective(batch)
+                if faults.active and i == 0:
+                    loss_sum = faults.corrupt_loss(step, loss_sum)  # testing aid: NaN / inf / x factor
                 # DDP averages gradients over ranks, so scale by the world size to get a sum over all tokens.
                 loss = loss_sum * accelerator.num_processes / max(global_tokens, 1)
                 accelerator.backward(loss)
             step_loss += loss_sum.detach()
-        grad_norm = clip_gradients(accelerator, params, t.max_grad_norm)
-        optimizer.step()
+        if faults.active:
+            faults.corrupt_gradients(step, params)  # testing aid: inf gradients, as an fp16 overflow makes them
+        # The guard may have tightened clipping after a rollback (seed 000: 1.0 -> 0.5 -> 0.3).
+        grad_norm = clip_gradients(accelerator, params, guard.max_grad_norm)
+        loss_value = reduce_sum(accelerator, step_loss.item(), device) / max(global_tokens, 1)
+
+        # --- numerical guard: judge the step before its update is applied (guard.py) ---------------------
+        decision = guard.inspect(step, loss_value, grad_norm, window_ids)
+        if not decision.apply_update:
+            if decision.kind == FP16_OVERFLOW and accelerator.scaler is not None:
+                optimizer.step()  # the loss scaler skips the inf step itself and lowers its scale
+            optimizer.zero_grad(set_to_none=True)
+            if decision.action == ABORT:
+                checkpoint = save_last_good_state(guard, train_state, state, output_dir, cfg, faults, is_main, step)
+                finish_guard(guard, metrics, state, is_main)
+                bar.close()
+                raise guard.abort_error(decision, checkpoint)
+            if decision.action == ROLLBACK:
+                state.global_step = guard.restore(train_state)
+                state.epoch, state.batch_in_epoch = train_state.data_position["epoch"], train_state.data_position["batch_in_epoch"]
+                state.tokens_seen = train_state.data_position["tokens_seen"]
+                batches = loader_factory.stream(state.epoch, state.batch_in_epoch)
+                del losses[max(0, state.global_step - first_step):]
+                window_loss, window_tokens, window_steps = 0.0, 0, 0
+                bar.n = state.global_step
+                if decision.new_precision:
+                    bar.close()
+                    return restart_in_precision(cfg, decision.new_precision, guard, train_state, state, output_dir,
+                                                faults, is_main, force, progress)
+            bar.set_postfix(guard=guard.event_count)
+            bar.refresh()
+            continue
+        with faults.scaled_lr(step, optimizer):  # testing aid: x100 learning rate for a span of steps
+            optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
 
         state.global_step += 1
         state.epoch, state.batch_in_epoch = window[-1].next_position
         state.tokens_seen += global_tokens
+        train_state.data_position = data_position(state)
+        guard.maybe_snapshot(state.global_step, train_state)  # guard: keep a good state every snapshot_steps
         throughput.add(sum(mb.n_input_tokens for mb in window) * accelerator.num_processes)
-        loss_value = reduce_sum(accelerator, step_loss.item(), device) / max(global_tokens, 1)
         losses.append(loss_value)
         window_loss += loss_value
         window_steps += 1
@@ -206,7 +264,8 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
                       "lr": scheduler.get_last_lr()[0], "tokens": state.tokens_seen,
                       "tokens_per_s": round(throughput.report(), 1), **memory_stats(device)}
             metrics.write(record)
-            bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+            bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}",
+                            guard=guard.event_count)
             window_loss, window_steps, window_tokens = 0.0, 0, 0
 
         if should_evaluate(cfg, state.global_step, steps_per_epoch, total_steps) and data.eval:
@@ -216,10 +275,12 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
 
         if state.global_step % t.save_steps == 0 and state.global_step < total_steps and is_main:
             keep = {state.best_checkpoint} if state.best_checkpoint else set()
+            state.extra.update(guard=guard.state_dict(), faults=faults.state_dict())  # a resume continues the guard
             save_checkpoint(output_dir, unwrap(accelerator, objective).model, optimizer, scheduler, state,
                             t.save_total_limit, keep)
     bar.close()
     train_seconds = time.perf_counter() - started
+    finish_guard(guard, metrics, state, is_main)
 
     # --- outputs: the adapter (or full model) where PeftModel.from_pretrained expects it -------------------
     accelerator.wait_for_everyone()
@@ -230,7 +291,8 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
         summary = {"global_step": state.global_step, "final_loss": losses[-1] if losses else None,
                    "train_seconds": round(train_seconds, 2), "tokens_seen": state.tokens_seen,
                    "trainable_params": trainable, "total_params": total,
-                   "best_checkpoint": state.best_checkpoint, "best_metric": state.best_metric}
+                   "best_checkpoint": state.best_checkpoint, "best_metric": state.best_metric,
+                   "guard": guard.summary()}
         write_json(output_dir / "train_results.json", summary)
         if t.plot_loss:
             plot_loss(output_dir / "metrics.jsonl", output_dir / "training_loss.png")
@@ -263,6 +325,7 @@ class MicroBatch:
     batch: dict
     n_input_tokens: int                 # real (non-pad) tokens, for throughput
     next_position: tuple[int, int]      # (epoch, batch index) of the micro-batch after this one
+    ids: list[int] = field(default_factory=list)  # training-example indices (guard events name bad batches)
 
 
 class TrainBatches:
@@ -294,8 +357,52 @@ class TrainBatches:
                 examples = [self.data.train[i] for i in indices]
                 batch = self.collate(examples)
                 next_position = (epoch, b + 1) if b + 1 < n else (epoch + 1, 0)
-                yield MicroBatch(batch, int(batch["attention_mask"].sum()), next_position)
+                yield MicroBatch(batch, int(batch["attention_mask"].sum()), next_position, list(indices))
             epoch, start_batch = epoch + 1, 0
+
+
+def data_position(state: TrainerState) -> dict:
+    """What a guard snapshot records about the data stream, to rewind it on rollback."""
+    return {"epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch, "tokens_seen": state.tokens_seen}
+
+
+def save_last_good_state(guard: NumericalGuard, train_state: TrainState, state: TrainerState, output_dir: Path,
+                         cfg: RunConfig, faults: FaultInjector, is_main: bool, step: int) -> str | None:
+    """Before the guard stops a run: write the last good state back into the model and save it as a checkpoint."""
+    if guard.snapshots:
+        state.global_step = guard.restore(train_state, before_step=step)
+        state.epoch = train_state.data_position["epoch"]
+        state.batch_in_epoch = train_state.data_position["batch_in_epoch"]
+        state.tokens_seen = train_state.data_position["tokens_seen"]
+    if not is_main:
+        return None
+    state.extra.update(guard=guard.state_dict(), faults=faults.state_dict())
+    return str(save_checkpoint(output_dir, train_state.model, train_state.optimizer, train_state.scheduler, state,
+                               cfg.train.save_total_limit))
+
+
+def finish_guard(guard: NumericalGuard, metrics: MetricsLog, state: TrainerState, is_main: bool) -> None:
+    """The guard's summary: one metrics.jsonl event and one printed line."""
+    if is_main:
+        metrics.write({"event": "guard_summary", "step": state.global_step, **guard.summary()})
+        print(guard.summary_text(), flush=True)
+
+
+def restart_in_precision(cfg: RunConfig, precision: str, guard: NumericalGuard, train_state: TrainState,
+                         state: TrainerState, output_dir: Path, faults: FaultInjector, is_main: bool, force: bool,
+                         progress: bool) -> TrainResult:
+    """fp16 kept overflowing: save the last good state (already restored) and continue from it in bf16/fp32.
+    Accelerate fixes the precision when it starts, so the run resumes in a fresh Accelerator."""
+    from accelerate.state import AcceleratorState
+
+    state.extra.update(guard=guard.state_dict(), faults=faults.state_dict())
+    checkpoint = save_checkpoint(output_dir, train_state.model, train_state.optimizer, train_state.scheduler, state)
+    cfg.train.fp16 = False
+    cfg.train.bf16 = precision == "bf16"
+    cfg.train.resume_from_checkpoint = str(checkpoint)
+    cfg.decide("precision_switch", precision, f"fp16 overflowed repeatedly; resumed from {checkpoint} in {precision}")
+    AcceleratorState._reset_state(reset_partial_state=False)
+    return run_training(cfg, force=force, progress=progress)
 
 
 def resolve_resume(cfg: RunConfig, output_dir: Path) -> Path | None:
