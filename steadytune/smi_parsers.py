@@ -62,7 +62,9 @@ class Sample:
 # Splitting a pasted file into tool outputs
 # ---------------------------------------------------------------------------------------------------------
 
-_PROMPT = re.compile(r"^\s*(?:[\w@.\-]*[~\w/]*)?[$#]\s+((?:sudo\s+)?\S*(?:rocm-smi|amd-smi|rocminfo|nvidia-smi)\b.*)$")
+# A shell prompt before a tool command: "$ ", "~$ ", "user@host:~/dir$ ", "[root@host ~]# ".
+_PROMPT = re.compile(r"^\s*(?:\[[^\]]*\]|(?:[\w.\-]+@[\w.\-]+:)?[~\w/.\-]*)[$#]\s+"
+                     r"((?:sudo\s+)?\S*(?:rocm-smi|amd-smi|rocminfo|nvidia-smi)\b.*)$")
 
 
 def split_samples(text: str) -> list[Sample]:
@@ -428,7 +430,9 @@ def recognise(sample: Sample) -> tuple[str, Optional[Callable[[ParseResult], Non
     first_line = stripped.splitlines()[0] if stripped else ""
     if first_line.startswith("device,"):
         return "rocm-smi", lambda r: parse_rocm_smi_csv(text, r)
-    if "--query-gpu" in command or re.match(r"^(index|name|memory\.total|uuid|pci\.bus_id|[\w.]+ \[\w+\]),", first_line):
+    query_header = re.match(r"^(index|name|memory\.total|uuid|pci\.bus_id|[\w.]+ \[\w+\]),", first_line)
+    query_row = "," in first_line and re.search(r"\bGPU-[0-9a-fA-F]{8}|NVIDIA|GeForce|Tesla|Quadro", first_line)
+    if "--query-gpu" in command or query_header or query_row:
         return "nvidia-smi", lambda r: parse_nvidia_query_csv(text, command, r)
     if re.search(r"^GPU\[\d+\]\s*:", text, re.MULTILINE):
         return "rocm-smi", lambda r: parse_rocm_smi_plain(text, r)
