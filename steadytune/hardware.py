@@ -239,8 +239,10 @@ def choose_precision(info: HardwareInfo, bf16: bool | str = "auto", fp16: bool |
     """-> (dtype name for mixed precision: 'bf16' | 'fp16' | 'fp32', reason)."""
     gpu = info.primary
     if info.backend == "cpu" or gpu is None:
-        if bf16 is True:
-            return "bf16", "bf16: true was asked for; on CPU this is slow and less exact than fp32"
+        if bf16 is True or fp16 is True:
+            # LLaMA-Factory configs all say bf16: true; on a CPU that would only make the run slower
+            # (CPU autocast) and less exact, so the same file runs in fp32 there, and says so.
+            return "fp32", "no GPU: fp32 (the config's bf16/fp16: true applies on a GPU; CPU autocast is slower)"
         return "fp32", "CPU: fp32 (bf16 autocast on CPU is slower here and gains nothing in memory for LoRA)"
     native = arch_supports_bf16(gpu.arch)
     if bf16 is True:
@@ -315,3 +317,24 @@ def device_for(info: HardwareInfo) -> torch.device:
     if info.backend == "mps":
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def choose_packing_attention(info: HardwareInfo, requested: str = "auto") -> tuple[str, str | None, str]:
+    """-> (packing attention: varlen | sdpa | flex, varlen kernel name or None, reason). See packing.py.
+
+    On a GPU, a variable-length flash kernel (flash-attn, else PyTorch's own) is used only after it has run
+    and matched SDPA here; otherwise, and on CPU, SDPA with the block-diagonal mask.
+    """
+    from steadytune.packing import varlen_kernel_status
+    if requested in ("sdpa", "flex"):
+        return requested, None, f"{requested} was asked for"
+    if info.backend in ("cuda", "rocm"):
+        kernel, why = varlen_kernel_status()
+        if kernel is not None:
+            return "varlen", kernel, f"auto -> varlen: {why}; no padding, no masked-out blocks"
+        if requested == "varlen":
+            raise AttentionUnavailable(f"varlen packing attention was asked for, but {why}")
+        return "sdpa", None, f"auto -> SDPA with a block-diagonal mask (no varlen kernel: {why})"
+    if requested == "varlen":
+        raise AttentionUnavailable("varlen packing attention needs a GPU; use sdpa")
+    return "sdpa", None, f"auto -> SDPA with a block-diagonal mask ({info.backend}: no varlen kernel)"
