@@ -345,7 +345,7 @@ def check_hsa_override(probe: Probe) -> list[Finding]:
                     "hsa-override", f"{name}={value} ({target}) is from another family than the GPU ({arch})",
                     "code objects for another family do not run: HSA_STATUS_ERROR_INVALID_ISA or 'invalid device function'",
                     f"use a {gfx_family(arch)} value or unset {name}"))
-            elif arch in wheel_archs and arch != target:
+            elif arch in wheel_archs:
                 findings.append(_warn(
                     "hsa-override", f"{name} is set, but {arch} is supported by this torch as it is",
                     "the override makes the GPU run code built for another chip; it is only a workaround for unlisted chips",
