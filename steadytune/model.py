@@ -126,7 +126,7 @@ def convert_gguf(gguf_path: Path, target: Path, source: dict) -> Path:
             tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
             # fp32 keeps the de-quantised values exact; callers cast to bf16 at load time if they want.
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-        except (ValueError, KeyError, OSError, RuntimeError) as e:
+        except Exception as e:  # a damaged or unsupported file fails anywhere in the reader (struct, numpy, KeyError)
             raise UserError(f"model_name_or_path: cannot read GGUF file {gguf_path}: {type(e).__name__}: {e}") from None
         model.hf_quantizer = None  # the weights are plain tensors now; save them as such
         model.save_pretrained(work)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -15,7 +16,7 @@ from steadytune.config import ConfigError, load_config
 from steadytune.errors import CheckpointError, UserError
 from steadytune.model import (GEMMA3_270M_PIP, attach_adapter, check_checkpoint_matches, count_parameters,
                               load_model_and_tokenizer, load_trained_adapter)
-from steadytune.tiny import save_tiny_model
+from steadytune.tiny import build_model, build_tokenizer, save_tiny_model
 
 KINDS = ("qwen2", "llama", "gemma3")
 
@@ -294,6 +295,78 @@ def test_full_checkpoint_from_another_model_is_refused(tiny_folders, tmp_path):
 
 
 # --- GGUF: converted once, then loaded from the cache --------------------------------------------------------
+
+def write_tiny_gguf(path: Path, model: nn.Module, tokenizer) -> Path:
+    """A tiny Qwen2 as llama.cpp would write it: f32 tensors under GGUF names, a byte-level BPE vocabulary."""
+    import gguf
+
+    cfg = model.config
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    vocab = tokenizer.get_vocab()
+    tokens = sorted(vocab, key=vocab.get)
+    special = set(tokenizer.all_special_tokens) | set(tokenizer.added_tokens_encoder)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens])
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
+    writer.add_bos_token_id(tokenizer.bos_token_id)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_unk_token_id(tokenizer.unk_token_id)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, cfg.num_hidden_layers)
+    for name, tensor in model.state_dict().items():
+        if name != "lm_head.weight":  # tied to token_embd
+            writer.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), tensor.float().numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_gguf_file_is_converted_once_into_an_exact_cached_folder(tmp_path):
+    tokenizer = build_tokenizer()
+    original = build_model("qwen2", tokenizer).eval()
+    gguf_path = write_tiny_gguf(tmp_path / "tiny-q.gguf", original, tokenizer)
+    cache = tmp_path / "cache"
+
+    _, model, loaded_tokenizer = load(gguf_path, cache_dir=str(cache))
+    (converted,) = (cache / "models").iterdir()  # exactly one folder, no temporary left behind
+    assert converted.name.startswith(f"tiny-q-{gguf_path.stat().st_size}-")
+    assert (converted / "model.safetensors").is_file() and (converted / "tokenizer.json").is_file()
+    text = "这个商品很好，质量不错。<eos>"
+    assert loaded_tokenizer(text)["input_ids"] == tokenizer(text)["input_ids"]
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, original(ids).logits)
+
+    # A second start reuses the folder; a changed file (new mtime) gets its own conversion.
+    written = (converted / "model.safetensors").stat().st_mtime_ns
+    load(gguf_path, cache_dir=str(cache))
+    assert (converted / "model.safetensors").stat().st_mtime_ns == written
+    os.utime(gguf_path, ns=(written, written + 10**9))
+    load(gguf_path, cache_dir=str(cache))
+    assert len(list((cache / "models").iterdir())) == 2
+
+
+def test_broken_gguf_leaves_no_half_converted_cache(tmp_path):
+    tokenizer = build_tokenizer()
+    gguf_path = write_tiny_gguf(tmp_path / "tiny.gguf", build_model("qwen2", tokenizer), tokenizer)
+    gguf_path.write_bytes(gguf_path.read_bytes()[:5000])  # cut off mid-file, as an interrupted download would
+    cache = tmp_path / "cache"
+    with pytest.raises(UserError, match="cannot read GGUF file"):
+        load(gguf_path, cache_dir=str(cache))
+    assert list((cache / "models").iterdir()) == []
+
 
 @pytest.mark.slow
 def test_gguf_alias_is_converted_once_and_cached(tmp_path):
