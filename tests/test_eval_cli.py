@@ -44,13 +44,13 @@ def trained_run(tmp_path_factory):
     cfg = load_config(root / "run.yaml")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     data = prepare_datasets(cfg, tokenizer)
+    torch.manual_seed(0)  # LoRA A init: the run is deterministic
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
                            LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
     from steadytune.data import PadCollator
     batch = PadCollator(tokenizer.pad_token_id)(data.train)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-2)
-    torch.manual_seed(0)
-    for _ in range(60):
+    for _ in range(40):
         loss, n = causal_lm_loss_sum(model, batch)
         (loss / n).backward()
         optimizer.step()
