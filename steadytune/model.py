@@ -292,8 +292,15 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
     modules_to_save = resolve_additional_targets(model, method.additional_target)
     config = LoraConfig(task_type=TaskType.CAUSAL_LM, r=method.lora_rank, lora_alpha=alpha,
                         lora_dropout=method.lora_dropout, target_modules=targets, use_rslora=method.use_rslora,
-                        use_dora=method.use_dora, modules_to_save=modules_to_save)
+                        use_dora=method.use_dora, modules_to_save=modules_to_save,
+                        # A trained copy of tied embeddings must stay tied to the output head, or the two drift.
+                        ensure_weight_tying=bool(modules_to_save) and _ties_embeddings(model))
     return get_peft_model(model, config)
+
+
+def _ties_embeddings(model: nn.Module) -> bool:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return bool(getattr(config, "tie_word_embeddings", False))
 
 
 def output_head_names(model: nn.Module) -> set[str]:

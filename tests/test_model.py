@@ -156,6 +156,19 @@ def test_lora_options_reach_peft_config(tiny_folders):
     assert "lora_alpha" not in cfg.decisions
 
 
+def test_trained_copy_of_tied_embeddings_stays_tied_to_the_head(tiny_folders):
+    cfg, model, tokenizer = load(tiny_folders["qwen2"], additional_target="embed_tokens")  # qwen2 tiny: tied
+    original = model.get_input_embeddings().weight.detach().clone()
+    model = attach_adapter(model, cfg)
+    ids = sample_ids(tokenizer)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model(ids, labels=ids).loss.backward()
+    optimizer.step()
+    trained = model.get_input_embeddings().weight
+    assert not torch.equal(trained, original)
+    assert torch.equal(model.get_output_embeddings().weight, trained)
+
+
 def test_additional_target_must_exist(tiny_folders):
     cfg, model, _ = load(tiny_folders["llama"], additional_target="embed_tokenz")
     with pytest.raises(ConfigError, match="additional_target.*embed_tokenz"):
