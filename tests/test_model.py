@@ -300,9 +300,16 @@ def test_adapter_from_another_model_is_refused(tiny_folders, saved_adapter):
         load_trained_adapter(fresh_gemma, folder)
 
 
-def test_full_checkpoint_from_another_model_is_refused(tiny_folders, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_full_checkpoint_fits_the_model_that_saved_it(tiny_folders, tmp_path, kind):
+    cfg, model, _ = load(tiny_folders[kind], finetuning_type="full")
+    model = attach_adapter(model, cfg)
+    model.save_pretrained(tmp_path / "checkpoint-1")
+    check_checkpoint_matches(tmp_path / "checkpoint-1", model)
+
+
+def test_full_checkpoint_from_another_model_is_refused(tiny_folders):
     _, qwen, _ = load(tiny_folders["qwen2"])
-    check_checkpoint_matches(tiny_folders["qwen2"], qwen)  # a plain save_pretrained folder fits its model
     with pytest.raises(CheckpointError, match="different model"):
         check_checkpoint_matches(tiny_folders["llama"], qwen)  # same sizes, but no q/k/v biases
 
