@@ -148,3 +148,42 @@ def test_val_size_that_leaves_nothing(tok, tmp_path):
 def test_unknown_template(tok, tmp_path):
     expect(ConfigError, tok, r"template: unknown template 'qwen4' \(did you mean", dataset="x", template="qwen4")
 
+
+
+def test_invalid_dataset_info_json(tok, tmp_path):
+    text = '{"a": {"file_name": "a.json",}}'
+    (tmp_path / "dataset_info.json").write_text(text)
+    column = text.index(",}") + 2   # 1-based column of the "}" after the trailing comma
+    expect(DataError, tok, rf"dataset_info\.json: invalid JSON at line 1, column {column}", dataset="a",
+           dataset_dir=str(tmp_path))
+
+
+def test_unknown_sharegpt_role_names_row_and_turn(tok, tmp_path):
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]}]))
+    expect(DataError, tok, r"chat\.json row 0: turn 1 has unknown role 'bot'", dataset=str(path))
+
+
+def test_conversation_ending_with_a_user_turn(tok, tmp_path):
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    expect(DataError, tok, r"chat\.jsonl line 1: the conversation must end with an answer \(assistant/function\) turn",
+           dataset=str(path))
+
+
+def test_csv_row_with_more_fields_than_the_header(tok, tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("text,label\nfine,pos\nbad,neg,extra\n")
+    expect(DataError, tok, r"c\.csv line 3: more fields than the header", dataset=str(path), label_names=["neg", "pos"])
+
+
+def test_auto_template_that_rewrites_history_is_refused(tok, tmp_path):
+    from steadytune.data import get_template
+    tok = build_tokenizer()
+    # Like Qwen3's template: earlier assistant turns lose their think blocks, so turn spans cannot be found.
+    tok.chat_template = ("{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}"
+                         "{{ m['content'].split('</think>')[-1] }}{% else %}{{ m['content'] }}{% endif %}|{% endfor %}")
+    turns = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>x</think>b"},
+             {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    with pytest.raises(ConfigError, match="rewrites earlier turns"):
+        get_template("auto", tok).render(turns)

@@ -126,8 +126,8 @@ def convert_conversation(row: Row, spec: FormatSpec) -> dict | None:
                             f"(turns must alternate, starting with the user)")
         messages.append({"role": role, "content": _text(content, row, f"turn {i}")})
     if not messages or messages[-1]["role"] not in ASSISTANT_SIDE:
-        raise DataError(f"{row.where}: the conversation must end with a "
-                        f"{tags['assistant_tag']}/{tags['function_tag']} turn")
+        raise DataError(f"{row.where}: the conversation must end with an answer "
+                        f"({tags['assistant_tag']}/{tags['function_tag']}) turn")
     return {"messages": messages, "system": system, "tools": _tools(_column(row, spec, "tools", False))}
 
 
