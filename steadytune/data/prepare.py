@@ -122,7 +122,6 @@ def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict, max_sam
 
 
 def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int | None) -> _Loaded:
-    d = cfg.data
     rows = src.load()
     stats["rows_read"][src.name] = len(rows)
     formatting = src.formatting or guess_formatting(rows[0].data)
