@@ -1,11 +1,13 @@
 """Fault injection (`fault_injection:` in the YAML): break a run on purpose to prove the numerical guard works.
 
-A testing aid, off unless configured. Each fault models a *transient* event: it fires the first time its
-optimizer step is executed and not again, so a run that rolls back and replays that step meets clean
-numbers, as it would after a one-off overflow or a bad burst on real hardware. Which faults have fired is
-part of the checkpoint, so a resumed run does not fire them twice.
+A testing aid, off unless configured. Each fault models a *transient* event: it fires on the run's first pass
+over its step only. When the guard rolls the run back (the step counter goes back) or skips a batch (the step
+is tried again), the steps already reached are clean, and an LR-spike span that had begun is over, as after
+a one-off overflow or a bad burst on real hardware. How far the run got is part of the checkpoint, so a
+resumed run fires the faults still ahead of it, exactly as the uninterrupted run would.
 
-The loop calls, per optimizer step:
+The loop calls, per attempted optimizer step:
+    injector.begin_step(step)
     loss = injector.corrupt_loss(step, loss)        # on each micro-batch loss, before backward
     injector.corrupt_gradients(step, parameters)    # after backward, before unscaling/clipping
     with injector.scaled_lr(step, optimizer): optimizer.step()
@@ -27,6 +29,9 @@ class FaultInjector:
         self.args = args
         self.emit = emit or (lambda event: None)
         self.fired: set[tuple[str, int]] = set()
+        self.reached = 0                 # highest step begun so far
+        self.first_pass = True           # is the current step begun for the first time?
+        self.lr_span_over = False        # an LR-spike span ends for good once the run goes back
         self._loss_faults: dict[int, tuple[str, float]] = {}
         # Multiplying (not adding) makes the fault reach every gradient through backward, as a real
         # overflow in the forward pass would.
@@ -55,9 +60,15 @@ class FaultInjector:
                          f"{a.lr_spike_start + a.lr_spike_steps - 1}")
         return "fault injection (testing aid): " + ", ".join(parts) if parts else "fault injection: none"
 
+    def begin_step(self, step: int) -> None:
+        self.first_pass = step > self.reached
+        if not self.first_pass and any(kind == LR_SPIKE for kind, _ in self.fired):
+            self.lr_span_over = True
+        self.reached = max(self.reached, step)
+
     def _fire(self, kind: str, step: int, **values) -> bool:
-        """True the first time (kind, step) comes up."""
-        if (kind, step) in self.fired:
+        """True when (kind, step) comes up on the first pass over the step."""
+        if not self.first_pass or (kind, step) in self.fired:
             return False
         self.fired.add((kind, step))
         safe = {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
@@ -83,7 +94,8 @@ class FaultInjector:
 
     def lr_factor(self, step: int) -> float:
         a = self.args
-        if a.lr_spike_start is None or not (a.lr_spike_start <= step < a.lr_spike_start + a.lr_spike_steps):
+        if (a.lr_spike_start is None or self.lr_span_over
+                or not a.lr_spike_start <= step < a.lr_spike_start + a.lr_spike_steps):
             return 1.0
         return a.lr_spike_factor if self._fire(LR_SPIKE, step, factor=a.lr_spike_factor) else 1.0
 
@@ -105,7 +117,10 @@ class FaultInjector:
                 group["lr"] = lr
 
     def state_dict(self) -> dict:
-        return {"fired": sorted([kind, step] for kind, step in self.fired)}
+        return {"fired": sorted([kind, step] for kind, step in self.fired), "reached": self.reached,
+                "lr_span_over": self.lr_span_over}
 
     def load_state_dict(self, state: dict) -> None:
         self.fired = {(kind, int(step)) for kind, step in state.get("fired", [])}
+        self.reached = int(state.get("reached", 0))
+        self.lr_span_over = bool(state.get("lr_span_over", False))

@@ -13,9 +13,11 @@ every `snapshot_steps` steps (trainable weights, optimizer, scheduler, RNG, data
 
 Why check before the update: a NaN/inf loss, an inf gradient or a 1000x loss is visible before it does
 harm, so it is never applied. A too-large learning rate is not: its update looks normal and the damage shows
-one step later as a loss spike. That is why a rollback returns to a snapshot taken at least two steps before
-the anomaly (the snapshot taken right after the harmful update would be bad itself), and why it also lowers
-the learning rate and tightens clipping (seed 000: max_grad_norm 1.0 -> 0.5 -> 0.3).
+one step later as a loss spike. So under `rollback` an isolated anomaly first only drops its batch (cheap,
+and the weights are still good); if another anomaly follows within `snapshot_steps` steps, the weights
+themselves are suspect and the guard rolls back to a snapshot taken at least TRUST_STEPS steps before the
+first anomaly of the episode (a snapshot right after a harmful update would be bad itself), lowers the learning
+rate and tightens clipping (seed 000: max_grad_norm 1.0 -> 0.5 -> 0.3).
 
 With fp16, an inf gradient is what dynamic loss scaling expects now and then: the scaler skips that step and
 halves its scale. The guard counts these overflows; when they keep coming (`max_fp16_overflows` within the
@@ -49,6 +51,11 @@ GRAD_SPIKE = "grad_norm_spike"
 FP16_OVERFLOW = "fp16_overflow"
 
 EXIT_GUARD_ABORT = 3
+
+# A snapshot is trusted for a rollback only if it is this many steps older than the anomaly. Measured on the
+# tiny model with a 100x learning rate: the first bad update left the next loss normal and the harm showed
+# only after the second, so "one step before" is not enough.
+TRUST_STEPS = 3
 
 
 class GuardAbort(UserError):
@@ -120,6 +127,8 @@ class NumericalGuard:
         self.offending: dict[tuple, int] = {}        # batch ids -> step: skipped once when replayed
         self.snapshots: deque[Snapshot] = deque(maxlen=max(1, keep_snapshots))
         self._restore_target: Optional[Snapshot] = None
+        self.episode_start: Optional[int] = None     # first step of the current run of nearby anomalies
+        self.last_anomaly_step: Optional[int] = None
         self._last_restored_step: Optional[int] = None
 
     # ------------------------------------------------------------------ detection
@@ -153,8 +162,13 @@ class NumericalGuard:
         if kind == FP16_OVERFLOW:
             decision = self._on_fp16_overflow(step, reason, values, ids)
         else:
-            decision = Decision(self._action_for(kind), step, kind, reason, values, ids)
+            decision = Decision(self._action_for(kind, step), step, kind, reason, values, ids)
+            if self.policy == "rollback" and decision.action == SKIP:
+                decision.reason += (f"; isolated, so only this batch is dropped (another anomaly within "
+                                    f"{self.args.snapshot_steps} steps rolls back)")
             decision = self._escalate(decision)
+            if self.policy == "rollback" and decision.action in (SKIP, ROLLBACK) and ids:
+                self.offending[tuple(sorted(ids))] = step  # not replayed if a rollback goes back past it
         self._record(decision)
         return decision
 
@@ -192,8 +206,15 @@ class NumericalGuard:
             return None
         return {"threshold": threshold, "mean": mean, "std": std, "median": median}
 
-    def _action_for(self, kind: str) -> str:
-        return {"warn": WARN, "skip": SKIP, "rollback": ROLLBACK, "abort": ABORT}[self.policy]
+    def _action_for(self, kind: str, step: int) -> str:
+        if self.policy != "rollback":
+            return {"warn": WARN, "skip": SKIP, "abort": ABORT}[self.policy]
+        recent = self.last_anomaly_step is not None and step - self.last_anomaly_step <= self.args.snapshot_steps
+        if not recent:
+            self.episode_start = step
+        self.last_anomaly_step = step
+        # An isolated anomaly: dropping the batch is enough. A repeat: the weights are suspect, go back.
+        return ROLLBACK if recent else SKIP
 
     def _escalate(self, decision: Decision) -> Decision:
         """Give up when recovery does not work: too many rollbacks, or skipping every batch."""
@@ -201,7 +222,7 @@ class NumericalGuard:
             if self.rollbacks >= self.args.max_rollbacks:
                 decision.action = ABORT
                 decision.reason += f"; gave up after {self.rollbacks} rollbacks (max_rollbacks)"
-            elif self._pick_snapshot(decision.step) is None:
+            elif self._pick_snapshot(self._episode_step(decision.step)) is None:
                 decision.action = SKIP  # nothing to go back to yet: at least keep the bad update out
                 decision.reason += "; no good state kept yet, so the update is skipped instead"
         if decision.action == SKIP:
@@ -262,10 +283,10 @@ class NumericalGuard:
         ))
 
     def _pick_snapshot(self, anomaly_step: int) -> Optional[Snapshot]:
-        """The newest snapshot taken at least two steps before the anomaly: the update of step t-1 may be what
-        made step t anomalous, so the state right after it is not trusted. If the last rollback went to a
-        snapshot and the trouble came back, go further back when an older one exists."""
-        candidates = [s for s in self.snapshots if s.step <= anomaly_step - 2]
+        """The newest snapshot taken at least TRUST_STEPS steps before the anomaly: the updates just before
+        it may be what made it anomalous. If the last rollback went to a snapshot and the trouble came back,
+        go further back when an older one exists."""
+        candidates = [s for s in self.snapshots if s.step <= anomaly_step - TRUST_STEPS]
         if not candidates:
             return None
         if (len(candidates) > 1 and self._last_restored_step == candidates[-1].step
@@ -273,8 +294,11 @@ class NumericalGuard:
             return candidates[-2]
         return candidates[-1]
 
+    def _episode_step(self, step: int) -> int:
+        return min(step, self.episode_start) if self.episode_start is not None else step
+
     def _plan_rollback(self, decision: Decision, back_off: bool = True) -> None:
-        target = self._pick_snapshot(decision.step)
+        target = self._pick_snapshot(self._episode_step(decision.step))
         assert target is not None
         self._restore_target = target
         self.rollbacks += 1
@@ -283,8 +307,6 @@ class NumericalGuard:
             self.max_grad_norm = self._tighter_clip(self.max_grad_norm)
         decision.values.update({"restore_step": target.step, "lr_scale": self.lr_scale,
                                 "max_grad_norm": self.max_grad_norm, "rollbacks": self.rollbacks})
-        if decision.batch_ids:
-            self.offending[tuple(sorted(decision.batch_ids))] = decision.step
 
     def _tighter_clip(self, current: float) -> float:
         """The next value of grad_norm_schedule below the current clip (0 = no clipping counts as infinite)."""
@@ -400,6 +422,7 @@ class NumericalGuard:
             "counts": dict(self.counts), "loss_history": [list(x) for x in self.loss_history],
             "grad_history": [list(x) for x in self.grad_history], "overflow_steps": list(self.overflow_steps),
             "offending": [[list(k), v] for k, v in self.offending.items()], "events": self.events,
+            "episode_start": self.episode_start, "last_anomaly_step": self.last_anomaly_step,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -414,6 +437,8 @@ class NumericalGuard:
         self.overflow_steps = deque(state["overflow_steps"])
         self.offending = {tuple(k): v for k, v in state.get("offending", [])}
         self.events = list(state.get("events", []))
+        self.episode_start = state.get("episode_start")
+        self.last_anomaly_step = state.get("last_anomaly_step")
 
 
 def scale_learning_rate(optimizer, scheduler, factor: float) -> None:

@@ -193,6 +193,8 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
         window_ids = [i for mb in window for i in mb.ids]
         if guard.should_skip(window_ids):  # guard: a batch that caused a rollback is not replayed
             continue
+        if faults.active:
+            faults.begin_step(step)
         local_tokens = sum(count_target_tokens(mb.batch) for mb in window)
         global_tokens = reduce_sum(accelerator, local_tokens, device)
         step_loss = torch.zeros((), device=device)
