@@ -310,13 +310,16 @@ def train_steps(model, collate, examples: list[dict], groups: list[list[int]], d
 
 
 def step_groups(examples: list[dict], max_tokens: int, count: int, seed: int = 0) -> list[list[int]]:
+    """`count` steps of at most `max_tokens` real tokens, reshuffling for another epoch when one runs out."""
     from steadytune.packing import group_by_token_budget
-    order = list(range(len(examples)))
-    random.Random(seed).shuffle(order)
-    groups = group_by_token_budget([len(e["input_ids"]) for e in examples], order, max_tokens)
-    if len(groups) < count:
-        raise UserError(f"bench: only {len(groups)} steps of {max_tokens} tokens in {len(examples)} examples; "
-                        f"need {count}: raise --examples or lower --max-tokens/--steps")
+    lengths = [len(e["input_ids"]) for e in examples]
+    groups: list[list[int]] = []
+    epoch = 0
+    while len(groups) < count:
+        order = list(range(len(examples)))
+        random.Random(seed + epoch).shuffle(order)
+        groups += group_by_token_budget(lengths, order, max_tokens)
+        epoch += 1
     return groups[:count]
 
 

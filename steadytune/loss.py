@@ -42,9 +42,9 @@ def shifted_targets(labels: torch.Tensor) -> torch.Tensor:
     return targets
 
 
-# Rows of the head's output computed at once: 2**28 fp32 logits (1 GiB) at most, whatever the vocabulary size,
+# Rows of the head's output computed at once: 2**27 fp32 logits (512 MiB) at most, whatever the vocabulary size,
 # so the loss's memory stays flat however many labelled tokens a step has.
-CHUNK_LOGITS = 2**28
+CHUNK_LOGITS = 2**27
 # Keys of a batch that the decoder takes (the cu_seq_lens/max_length ones drive the varlen packing attention).
 MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids",
                     "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
