@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from steadytune.hardware import (bf16_verdict, decode_rocm_smi_gfx, is_gfx_target, lookup_product,
-                                 normalise_gfx)
+from steadytune.hardware import (AMD_DEVICE_IDS, bf16_verdict, decode_rocm_smi_gfx, is_gfx_target,
+                                 lookup_product, normalise_gfx)
 
 
 @dataclass
@@ -126,7 +126,6 @@ def _complete(gpu: GpuRecord) -> GpuRecord:
             gpu.arch, gpu.arch_source = product.arch, "product table"
         gpu.integrated = gpu.integrated or product.integrated
     if gpu.name is None and gpu.device_id is not None:
-        from steadytune.hardware import AMD_DEVICE_IDS
         gpu.name = AMD_DEVICE_IDS.get(gpu.device_id)
     return gpu
 
@@ -162,18 +161,15 @@ def parse_rocminfo(text: str, result: ParseResult) -> None:
         isa = None
         memory_kb = None
         lines = block.splitlines()
-        for i, line in enumerate(lines):
-            match = _KV.match(line)
-            if not match:
-                continue
-            key, value = match.group(1).strip(), match.group(2)
+        pairs = [(m.group(1).strip(), m.group(2)) for m in map(_KV.match, lines) if m]
+        for i, (key, value) in enumerate(pairs):
             fields.setdefault(key, value)
             if key == "Name" and value.startswith("amdgcn-amd-amdhsa--") and isa is None:
                 isa = value.split("--", 1)[1]
+            # VRAM is the first coarse-grained global pool; its Size follows the Segment line.
             if key == "Segment" and "COARSE GRAINED" in value and memory_kb is None:
-                size = next((_KV.match(l) for l in lines[i + 1:i + 3] if _KV.match(l) and _KV.match(l).group(1) == "Size"), None)
-                if size:
-                    memory_kb = _int(size.group(2).split("(")[0])
+                size = next((v for k, v in pairs[i + 1:i + 3] if k == "Size"), None)
+                memory_kb = _int(size.split("(")[0]) if size else None
         if fields.get("Device Type", "").upper() != "GPU":
             continue
         gpu = GpuRecord(index=len(result.gpus), vendor="amd", name=fields.get("Marketing Name") or None,

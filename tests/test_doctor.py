@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 import torch
 
 from steadytune import doctor
@@ -21,7 +20,7 @@ from steadytune.cli import main as cli_main
 from steadytune.doctor import (Finding, check_device_files, collect_probe, diagnose_sdpa, explain_flash_attn_failure,
                                explain_torch_import_error, format_findings, has_errors, run_allreduce_check,
                                run_live_checks, write_environment)
-from steadytune.hardware import HardwareInfo, detect, device_for
+from steadytune.hardware import detect, device_for
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocm"
 GIB = 2**30
