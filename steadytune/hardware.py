@@ -311,9 +311,12 @@ def peak_bf16_tflops(name: str) -> Optional[float]:
 
 def device_for(info: HardwareInfo) -> torch.device:
     if info.backend in ("rocm", "cuda"):
-        # The first discrete GPU, so an iGPU enumerated as device 0 (rocm.md row 5) is skipped.
+        # The current device (each rank's own under Accelerate), unless device 0 is an iGPU enumerated before
+        # the discrete GPU (rocm.md row 5): then the first discrete GPU.
         gpu = info.primary
-        return torch.device("cuda", gpu.index) if gpu is not None else torch.device("cuda")
+        if gpu is not None and info.gpus and info.gpus[0].integrated:
+            return torch.device("cuda", gpu.index)
+        return torch.device("cuda")
     if info.backend == "mps":
         return torch.device("mps")
     return torch.device("cpu")
