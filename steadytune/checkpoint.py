@@ -159,7 +159,7 @@ def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_n
 
 def load_trainable_weights(checkpoint: Path, model) -> None:
     """Load the adapter (or full) weights of a checkpoint into `model`, refusing shape or key mismatches."""
-    from safetensors import SafetensorsError
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     adapter_file = checkpoint / "adapter_model.safetensors"
@@ -190,7 +190,7 @@ def load_trainable_weights(checkpoint: Path, model) -> None:
             if result.unexpected_keys:
                 raise CheckpointError(f"{checkpoint}: weights do not match this model "
                                       f"(unexpected {result.unexpected_keys[:3]})")
-    except SafetensorsError as e:
+    except SafetensorError as e:
         raise CheckpointError(f"{checkpoint}: corrupt or truncated weights file ({e})") from None
 
 
