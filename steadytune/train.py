@@ -239,7 +239,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
                 if decision.new_precision:
                     bar.close()
                     return restart_in_precision(cfg, decision.new_precision, guard, train_state, state, output_dir,
-                                                faults, is_main, force, progress)
+                                                faults, metrics, force, progress)
             bar.set_postfix(guard=guard.event_count)
             bar.refresh()
             continue
@@ -391,14 +391,17 @@ def finish_guard(guard: NumericalGuard, metrics: MetricsLog, state: TrainerState
 
 
 def restart_in_precision(cfg: RunConfig, precision: str, guard: NumericalGuard, train_state: TrainState,
-                         state: TrainerState, output_dir: Path, faults: FaultInjector, is_main: bool, force: bool,
-                         progress: bool) -> TrainResult:
+                         state: TrainerState, output_dir: Path, faults: FaultInjector, metrics: MetricsLog,
+                         force: bool, progress: bool) -> TrainResult:
     """fp16 kept overflowing: save the last good state (already restored) and continue from it in bf16/fp32.
     Accelerate fixes the precision when it starts, so the run resumes in a fresh Accelerator."""
     from accelerate.state import AcceleratorState
 
     state.extra.update(guard=guard.state_dict(), faults=faults.state_dict())
     checkpoint = save_checkpoint(output_dir, train_state.model, train_state.optimizer, train_state.scheduler, state)
+    # Logged at the restored step: the resumed run keeps metrics.jsonl lines up to its checkpoint only.
+    metrics.write({"event": "guard", "step": state.global_step, "kind": "fp16_overflow", "action": "precision_switch",
+                   "new_precision": precision, "checkpoint": str(checkpoint)})
     cfg.train.fp16 = False
     cfg.train.bf16 = precision == "bf16"
     cfg.train.resume_from_checkpoint = str(checkpoint)

@@ -269,3 +269,20 @@ def test_sigkilled_run_resumes_with_its_guard_state(tiny_folder, tmp_path):
     lines = read_lines(out)
     assert lines[-2]["lr"] == pytest.approx(3e-3 * 0.5)      # the back-off survived the kill
     assert len([x for x in lines if x.get("event") == "fault_injected"]) == 2  # not fired again
+
+
+@pytest.mark.gpu
+def test_repeated_fp16_overflows_continue_in_bf16_or_fp32_from_the_last_good_state(tiny_folder, tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("fp16 with loss scaling needs a GPU")
+    from steadytune.train import run_training
+    out = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", tiny_folder, out, fp16=True, bf16=False,
+                       guard={"snapshot_steps": 5, "min_history": 5, "max_fp16_overflows": 1},
+                       fault_injection={"fp16_overflow_step": 8})
+    result = run_training(load_config(cfg), progress=False)
+    assert result.global_step == 12
+    switches = [x for x in read_lines(out) if x.get("action") == "precision_switch"]
+    assert switches and switches[0]["new_precision"] in ("bf16", "fp32")
+    decisions = yaml.safe_load((out / "run_config.yaml").read_text())["decisions"]
+    assert decisions["precision"]["value"] == switches[0]["new_precision"]
