@@ -16,7 +16,9 @@ The loop calls, per attempted optimizer step:
 from __future__ import annotations
 
 import math
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
 import torch
@@ -124,3 +126,42 @@ class FaultInjector:
         self.fired = {(kind, int(step)) for kind, step in state.get("fired", [])}
         self.reached = int(state.get("reached", 0))
         self.lr_span_over = bool(state.get("lr_span_over", False))
+
+
+def plot_raw_vs_guarded(raw_dir: str | Path, guarded_dir: str | Path, out_png: str | Path,
+                        log_scale: bool = True) -> Path:
+    """One picture of what the guard did: the training loss of the same faulty run without the guard (raw) and
+    with it, guard actions as vertical lines. A rollback replays steps; the guarded curve shows the replay
+    (the last value logged for each step)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from steadytune.monitor import read_metrics
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, folder in (("raw (guard_policy: off)", raw_dir), ("guarded", guarded_dir)):
+        records = read_metrics(Path(folder) / "metrics.jsonl")
+        by_step = {r["step"]: float(r["loss"]) for r in records if "loss" in r and "event" not in r}
+        steps = sorted(by_step)
+        ax.plot(steps, [by_step[k] for k in steps], label=label)
+        if label == "guarded":
+            for r in records:
+                if r.get("event") == "guard":
+                    ax.axvline(r["step"], color="red", alpha=0.35, linestyle="--")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss" + (" (log)" if log_scale else ""))
+    if log_scale:
+        ax.set_yscale("log")
+    ax.legend(title="red: guard actions")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return Path(out_png)
+
+
+if __name__ == "__main__":  # python -m steadytune.faults RAW_DIR GUARDED_DIR OUT.png
+    if len(sys.argv) != 4:
+        sys.exit("usage: python -m steadytune.faults RAW_OUTPUT_DIR GUARDED_OUTPUT_DIR OUT.png")
+    print(plot_raw_vs_guarded(*sys.argv[1:]))

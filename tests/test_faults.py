@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from steadytune.config import load_config
-from steadytune.faults import FaultInjector
+from steadytune.faults import FaultInjector, plot_raw_vs_guarded
 from steadytune.tiny import save_tiny_model
 from steadytune.train import run_training
 
@@ -91,6 +91,9 @@ def test_guard_recovers_from_fault_and_unguarded_run_is_wrecked(fault, tiny_fold
     end = final_loss(unguarded)
     assert math.isnan(end) or end > (1 + 2 * TOLERANCE) * clean, (fault, end, clean)
     assert guard_events(tmp_path / "off") == []
+    if fault == "lr_spike":  # the picture for the issue: raw and guarded curves of one run
+        png = plot_raw_vs_guarded(tmp_path / "off", tmp_path / "guarded", tmp_path / "curve.png")
+        assert png.stat().st_size > 10_000
 
 
 def test_lr_spike_is_rolled_back_with_lr_backoff_and_tighter_clip(tiny_folder, tmp_path):
