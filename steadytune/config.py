@@ -457,6 +457,14 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         t.eval_steps = t.logging_steps
     if d.neat_packing and d.packing is False:
         raise ConfigError(f"{where}: neat_packing: true needs packing (got packing: false)")
+    g = cfg.guard
+    if not g.grad_norm_schedule or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                           for v in g.grad_norm_schedule):
+        raise ConfigError(f"{where}: guard.grad_norm_schedule: invalid value {g.grad_norm_schedule!r} "
+                          "(expected a list of positive numbers, e.g. [1.0, 0.5, 0.3])")
+    if g.min_history > g.window:
+        raise ConfigError(f"{where}: guard.min_history ({g.min_history}) is larger than guard.window ({g.window}): "
+                          "spikes would never be judged")
     if isinstance(t.report_to, list):
         trackers = [str(x) for x in t.report_to]
     else:

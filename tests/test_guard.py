@@ -172,6 +172,16 @@ def test_state_dict_round_trips_through_json():
     assert other.should_skip([4])
 
 
+@pytest.mark.parametrize("keys, message", [
+    ({"grad_norm_schedule": [1.0, "x"]}, "guard.grad_norm_schedule"),
+    ({"min_history": 60, "window": 50}, "guard.min_history"),
+])
+def test_bad_guard_settings_name_the_key(keys, message):
+    from steadytune.config import ConfigError
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"guard": keys})
+
+
 def test_rocm_profile_fills_only_unset_keys_and_says_why():
     cfg = load_config(None, {"learning_rate": 2e-4})
     applied = apply_hardware_profile(cfg, "rocm")
