@@ -39,6 +39,12 @@ def run(args) -> int:
     return 0 if results["after"]["accuracy"] > results["majority_baseline"] else 1
 
 
+def scoring_batch_size(device: torch.device) -> int:
+    """Prompts per scoring forward. Measured on a 2-core CPU with Gemma 3 270M: 4 prompts (8 rows) a batch
+    scored 64 reviews in 11 s, 32 prompts in 30 s (large CPU batches fall out of cache)."""
+    return 4 if device.type == "cpu" else 128
+
+
 def run_demo(cfg, force: bool = False) -> dict:
     from steadytune import hardware
     from steadytune.data import prepare_datasets
@@ -59,7 +65,7 @@ def run_demo(cfg, force: bool = False) -> dict:
     data = prepare_datasets(cfg, tokenizer)
     load_seconds = time.perf_counter() - t0
     eval_args = dict(label_names=data.label_names, template=data.template, prompt_template=cfg.data.prompt_template,
-                     batch_size=cfg.train.per_device_eval_batch_size * 4, cutoff_len=cfg.data.cutoff_len, progress=True)
+                     batch_size=scoring_batch_size(device), cutoff_len=cfg.data.cutoff_len, progress=True)
     majority = majority_share(data.class_counts["eval"])
     print(f"\ntest set: {len(data.eval)} reviews {data.class_counts['eval']}; majority baseline {majority:.3f}")
     t0 = time.perf_counter()

@@ -338,16 +338,33 @@ class TrainBatches:
     def __init__(self, cfg: RunConfig, data, tokenizer, world_size: int = 1, rank: int = 0):
         from steadytune.data import PadCollator
 
+        from steadytune import balance
+
         self.cfg, self.data = cfg, data
         self.world_size, self.rank = world_size, rank
         self.global_batch = cfg.train.per_device_train_batch_size * world_size
         self.collate = PadCollator(tokenizer.pad_token_id, padding_side="right")
+        # Class balance (seed 003: a 55% majority class drove the loss up). The sampler draws each class about
+        # equally often; the loss weights scale each example's label tokens by its class's inverse frequency.
+        mode = cfg.data.class_balance if data.label_names else "none"
+        self.label_ids = [x["label_id"] for x in data.train] if mode != "none" else []
+        self.balanced_sampling = balance.uses_sampler(mode)
+        self.loss_weights = None
+        if balance.uses_loss_weights(mode):
+            counts = [0] * len(data.label_names)
+            for label in self.label_ids:
+                counts[label] += 1
+            self.loss_weights = balance.class_weights(counts)
 
     def batches_per_epoch(self) -> int:
         return max(1, len(self.data.train) // self.global_batch)
 
     def order(self, epoch: int) -> list[int]:
-        generator = torch.Generator().manual_seed(self.cfg.train.seed * 1000 + epoch)
+        seed = self.cfg.train.seed * 1000 + epoch
+        if self.balanced_sampling:
+            from steadytune.balance import make_sampler
+            return list(make_sampler(self.label_ids, seed))
+        generator = torch.Generator().manual_seed(seed)
         return torch.randperm(len(self.data.train), generator=generator).tolist()
 
     def stream(self, epoch: int = 0, start_batch: int = 0):
@@ -358,6 +375,9 @@ class TrainBatches:
                 indices = order[b * self.global_batch:(b + 1) * self.global_batch][self.rank::self.world_size]
                 examples = [self.data.train[i] for i in indices]
                 batch = self.collate(examples)
+                if self.loss_weights is not None:
+                    from steadytune.balance import label_token_weights
+                    batch["token_weights"] = label_token_weights(batch, self.loss_weights)
                 next_position = (epoch, b + 1) if b + 1 < n else (epoch + 1, 0)
                 yield MicroBatch(batch, int(batch["attention_mask"].sum()), next_position, list(indices))
             epoch, start_batch = epoch + 1, 0
@@ -505,8 +525,11 @@ def print_startup(cfg: RunConfig, info, trainable: int, total: int, data, total_
         f"= {effective} examples (~{effective * mean_len:,.0f} tokens) per step; {total_steps} steps",
     ]
     if data.label_names:
-        lines.append(f"  classes      {data.class_counts.get('train', {})}; majority baseline "
-                     f"{majority_share(data.class_counts.get('train', {})):.3f}")
+        for split in ("train", "eval"):
+            counts = data.class_counts.get(split)
+            if counts:
+                lines.append(f"  {split + ' classes':<12} {counts}; majority baseline {majority_share(counts):.3f}")
+        lines.append(f"  class_balance {cfg.data.class_balance}")
     for key, decision in cfg.decisions.items():
         lines.append(f"  {key:<12} {decision['value']}  ({decision['reason']})")
     if resume_from is not None:

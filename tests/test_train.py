@@ -198,3 +198,37 @@ def test_cli_errors_exit_non_zero_without_traceback(tmp_path):
     bad.write_text("lora_rnk: 8\n", encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "steadytune", "train", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 1 and "did you mean 'lora_rank'" in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["none", "sampler", "loss", "both"])
+def test_class_balance_in_the_batch_stream(tmp_path, mode):
+    """An imbalanced set (2:1): the sampler evens out the classes drawn; the loss mode adds per-token weights
+    that favour the minority class."""
+    from steadytune.data import prepare_datasets
+    from steadytune.tiny import build_tokenizer
+    from steadytune.train import TrainBatches
+
+    data_file = classification_file(tmp_path, n=90)
+    cfg = load_config(None, [f"dataset={data_file}", "label_names=[消极, 积极]", "prompt_template=评论：{text}\n情感：",
+                             "template=empty", f"class_balance={mode}", "per_device_train_batch_size=10"])
+    tokenizer = build_tokenizer()
+    data = prepare_datasets(cfg, tokenizer)
+    stream = TrainBatches(cfg, data, tokenizer).stream()
+    drawn = [0, 0]
+    for _ in range(60):
+        mb = next(stream)
+        for label in mb.batch["label_ids"].tolist():
+            drawn[label] += 1
+        if mode in ("loss", "both"):
+            weights = mb.batch["token_weights"]
+            trained = mb.batch["labels"] != -100
+            minority = mb.batch["label_ids"] == 1
+            if minority.any() and (~minority).any():
+                assert weights[minority][trained[minority]].min() > weights[~minority][trained[~minority]].max()
+        else:
+            assert "token_weights" not in mb.batch
+    share = drawn[1] / sum(drawn)
+    if mode in ("sampler", "both"):
+        assert 0.42 < share < 0.58
+    else:
+        assert share == pytest.approx(1 / 3, abs=0.02)
