@@ -230,8 +230,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
                 raise guard.abort_error(decision, checkpoint)
             if decision.action == ROLLBACK:
                 state.global_step = guard.restore(train_state)
-                state.epoch, state.batch_in_epoch = train_state.data_position["epoch"], train_state.data_position["batch_in_epoch"]
-                state.tokens_seen = train_state.data_position["tokens_seen"]
+                set_data_position(state, train_state.data_position)
                 batches = loader_factory.stream(state.epoch, state.batch_in_epoch)
                 del losses[max(0, state.global_step - first_step):]
                 window_loss, window_tokens, window_steps = 0.0, 0, 0
@@ -388,14 +387,17 @@ def data_position(state: TrainerState) -> dict:
     return {"epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch, "tokens_seen": state.tokens_seen}
 
 
+def set_data_position(state: TrainerState, position: dict) -> None:
+    state.epoch, state.batch_in_epoch, state.tokens_seen = (position["epoch"], position["batch_in_epoch"],
+                                                            position["tokens_seen"])
+
+
 def save_last_good_state(guard: NumericalGuard, train_state: TrainState, state: TrainerState, output_dir: Path,
                          cfg: RunConfig, faults: FaultInjector, is_main: bool, step: int) -> str | None:
     """Before the guard stops a run: write the last good state back into the model and save it as a checkpoint."""
     if guard.snapshots:
         state.global_step = guard.restore(train_state, before_step=step)
-        state.epoch = train_state.data_position["epoch"]
-        state.batch_in_epoch = train_state.data_position["batch_in_epoch"]
-        state.tokens_seen = train_state.data_position["tokens_seen"]
+        set_data_position(state, train_state.data_position)
     if not is_main:
         return None
     state.extra.update(guard=guard.state_dict(), faults=faults.state_dict())
