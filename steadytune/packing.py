@@ -328,3 +328,21 @@ def attn_implementation_for(packing_attention: str, kernel: Callable | None = No
     if packing_attention == "flex":
         return "flex_attention"
     return "sdpa"
+
+
+def decide_packing(cfg, class_weighted_loss: bool) -> bool:
+    """Whether `train` packs its micro-batches; records the choice and why with cfg.decide."""
+    d = cfg.data
+    asked = bool(d.packing or d.neat_packing)
+    if asked and class_weighted_loss:
+        cfg.decide("packing", False, "packing asked for, but class_balance loss weights need padded rows; unpacked")
+        return False
+    if asked:
+        cfg.decide("packing", True, "packing: true -> rows of cutoff_len, position ids restart per example, "
+                                    "block-diagonal attention (no example sees another)")
+        return True
+    why = "packing: false" if d.packing is False else (
+        "off by default in train (the fixed-size batches gain little from it); `steadytune bench` measures "
+        "the token-budget packed path; set packing: true to pack")
+    cfg.decide("packing", False, why)
+    return False

@@ -354,6 +354,9 @@ class TrainBatches:
             for label in self.label_ids:
                 counts[label] += 1
             self.loss_weights = balance.class_weights(counts)
+        from steadytune.packing import PackedCollator, decide_packing
+        if decide_packing(cfg, class_weighted_loss=self.loss_weights is not None):
+            self.collate = PackedCollator(tokenizer.pad_token_id, row_len=cfg.data.cutoff_len, attention="sdpa")
 
     def batches_per_epoch(self) -> int:
         return max(1, len(self.data.train) // self.global_batch)
@@ -378,7 +381,7 @@ class TrainBatches:
                     from steadytune.balance import label_token_weights
                     batch["token_weights"] = label_token_weights(batch, self.loss_weights)
                 next_position = (epoch, b + 1) if b + 1 < n else (epoch + 1, 0)
-                yield MicroBatch(batch, int(batch["attention_mask"].sum()), next_position, list(indices))
+                yield MicroBatch(batch, sum(len(e["input_ids"]) for e in examples), next_position, list(indices))
             epoch, start_batch = epoch + 1, 0
 
 
