@@ -384,6 +384,10 @@ def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
         converted = value
     elif bool in options and isinstance(value, str) and value.lower() in ("true", "false"):
         converted = value.lower() == "true"
+    elif str in options and isinstance(value, bool) and _yaml_word(value, f.metadata.get("choices")):
+        # YAML 1.1 reads `off`/`no` as false and `on`/`yes` as true; for a key whose choices are words
+        # (guard_policy: off, eval_strategy: no), the user meant the word.
+        converted = _yaml_word(value, f.metadata.get("choices"))
     elif str in options and isinstance(value, (str, int, float)) and not isinstance(value, bool):
         converted = str(value)
         if key in ("bf16", "fp16") and converted != "auto":
@@ -425,6 +429,12 @@ def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
         if high is not None and converted > high:
             raise ConfigError(f"{where}: {key}: {converted!r} is out of range (must be <= {high})")
     return converted
+
+
+def _yaml_word(value: bool, choices: tuple | None) -> str | None:
+    """The choice a YAML boolean stood for: false -> off/no/none, true -> on/yes (the first one offered)."""
+    words = ("off", "no", "none") if value is False else ("on", "yes")
+    return next((w for w in words if choices and w in choices), None)
 
 
 def _owner_of(name: str, f: dataclasses.Field) -> type:

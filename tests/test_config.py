@@ -130,3 +130,16 @@ def test_every_shipped_yaml_validates():
     assert shipped, "no YAML shipped?"
     for path in shipped:
         load_config(path)
+
+
+def test_yaml_boolean_words_mean_the_word(tmp_path):
+    """YAML 1.1 reads `off` and `no` as false; for keys whose choices are words, the word is what was meant
+    (a real bug: `guard_policy=off` on the command line was refused)."""
+    cfg = load_config(None, ["guard_policy=off", "eval_strategy=no"])
+    assert cfg.guard.guard_policy == "off" and cfg.train.eval_strategy == "no"
+    path = tmp_path / "run.yaml"
+    path.write_text("guard:\n  guard_policy: off\neval_strategy: no\n", encoding="utf-8")
+    cfg = load_config(path)
+    assert cfg.guard.guard_policy == "off" and cfg.train.eval_strategy == "no"
+    with pytest.raises(ConfigError, match="lr_scheduler_type"):
+        load_config(None, ["lr_scheduler_type=off"])
