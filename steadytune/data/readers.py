@@ -44,7 +44,8 @@ def read_rows(path: str | Path) -> list[Row]:
     return rows
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
+    """A whole text file as UTF-8 (a BOM is dropped); DataError naming the file for empty or non-UTF-8 input."""
     raw = path.read_bytes()
     if not raw.strip():
         raise DataError(f"{path}: file is empty")
@@ -56,7 +57,7 @@ def _read_text(path: Path) -> str:
 
 
 def _read_json(path: Path) -> list[Row]:
-    text = _read_text(path)
+    text = read_text(path)
     if not text.lstrip().startswith("["):
         return _parse_jsonl(path, text)  # a .json file holding one object per line, as `datasets` also accepts
     try:
@@ -72,7 +73,7 @@ def _read_json(path: Path) -> list[Row]:
 
 
 def _read_jsonl(path: Path) -> list[Row]:
-    return _parse_jsonl(path, _read_text(path))
+    return _parse_jsonl(path, read_text(path))
 
 
 def _parse_jsonl(path: Path, text: str) -> list[Row]:
@@ -91,7 +92,7 @@ def _parse_jsonl(path: Path, text: str) -> list[Row]:
 
 
 def _read_csv(path: Path) -> list[Row]:
-    text = _read_text(path)
+    text = read_text(path)
     reader = csv.DictReader(io.StringIO(text, newline=""))
     rows = []
     try:

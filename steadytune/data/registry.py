@@ -11,7 +11,7 @@ from typing import Callable, Optional
 from steadytune.config import ConfigError
 from steadytune.data.builtin import BUILTIN_DATASETS, load_builtin
 from steadytune.data.formats import FORMATS, MEDIA_COLUMNS
-from steadytune.data.readers import SUFFIXES, Row, read_rows
+from steadytune.data.readers import SUFFIXES, Row, read_rows, read_text
 from steadytune.errors import DataError
 
 # dataset_info.json fields of LLaMA-Factory we accept, plus our classification fields.
@@ -74,10 +74,7 @@ def _unknown(name: str, key: str, info: dict | None, info_path: Path) -> Dataset
 
 
 def _read_info(path: Path) -> dict:
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte offset {e.start})") from None
+    text = read_text(path)
     try:
         info = json.loads(text)
     except json.JSONDecodeError as e:
