@@ -81,6 +81,8 @@ class DataArguments:
     preprocessing_num_workers: Optional[int] = _opt(None, "Processes for tokenisation (LLaMA-Factory key).", minimum=1)
     packing: Optional[bool] = _opt(None, "Pack several examples per row up to cutoff_len, attention kept inside each example.")
     neat_packing: bool = _opt(False, "LLaMA-Factory's name for packing without cross-attention between examples; implies packing.")
+    packing_attention: str = _opt("auto", "Attention over packed rows: auto (varlen flash kernel where it runs and matches SDPA, else SDPA with a block-diagonal mask), varlen, sdpa, flex.",
+                                  choices=("auto", "varlen", "sdpa", "flex"))
     tokenized_path: Optional[str] = _opt(None, "Cache folder for the tokenised dataset (LLaMA-Factory key).")
     # Generative classification (seed 003): the target is a label word followed by end-of-sequence.
     label_names: Optional[list] = _opt(None, "Ordered label words for classification datasets, e.g. [消极, 积极].")
@@ -94,6 +96,7 @@ class TrainArguments:
     output_dir: str = _opt("saves/run", "Where the adapter, checkpoints, metrics and config are written.")
     overwrite_output_dir: bool = _opt(False, "Allow writing into a non-empty output_dir (a resume needs no permission).")
     per_device_train_batch_size: int = _opt(8, "Examples per device per micro-batch.", minimum=1)
+    max_tokens_per_batch: Optional[int] = _opt(None, "Token-budget batching: real tokens per device per micro-batch instead of a fixed number of examples (default with packing: per_device_train_batch_size x mean example length).", minimum=1)
     per_device_eval_batch_size: int = _opt(8, "Examples per device per evaluation batch.", minimum=1)
     gradient_accumulation_steps: int = _opt(1, "Micro-batches per optimizer step.", minimum=1)
     learning_rate: float = _opt(1e-4, "Peak learning rate of AdamW.", minimum=0.0, exclusive_min=True)

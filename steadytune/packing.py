@@ -295,12 +295,21 @@ def varlen_kernel_status(device: str = "cuda") -> tuple[str | None, str]:
 
 
 def make_varlen_attention(kernel: Callable) -> Callable:
-    """A transformers attention function over a [1, T] row, driven by the cu_seq_lens the collator made."""
+    """A transformers attention function over a [1, T] row, driven by the cu_seq_lens the collator made.
+
+    A batch without cu_seq_lens (evaluation, scoring or generation with the model being trained) is not packed:
+    it goes through plain SDPA with the mask transformers built for it (see `_varlen_mask`)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     def varlen_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                                  sliding_window=None, cu_seq_lens_q=None, max_length_q=None, **kwargs):
         if cu_seq_lens_q is None:
-            raise RuntimeError("steadytune_varlen attention needs cu_seq_lens_q from steadytune's PackedCollator")
+            if attention_mask is None and sliding_window and query.shape[2] > sliding_window:
+                # No mask means plain causal attention, which would ignore the sliding window here.
+                raise RuntimeError("steadytune_varlen attention: pass an attention_mask for unpacked sequences "
+                                   "longer than the sliding window")
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                          scaling=scaling, **kwargs)
         if query.shape[0] != 1:
             raise RuntimeError(f"steadytune_varlen attention expects one packed row, got batch {query.shape[0]}")
         # transformers hands [batch, heads, length, dim]; varlen kernels take [tokens, heads, dim].
@@ -312,10 +321,22 @@ def make_varlen_attention(kernel: Callable) -> Callable:
     return varlen_attention_forward
 
 
+def _varlen_mask(*args, attention_mask=None, **kwargs):
+    """Mask for the "steadytune_varlen" implementation: none for packed rows (they come without an
+    attention_mask; the kernel keeps examples apart by cu_seq_lens, and a [T, T] mask would cost memory for
+    nothing), SDPA's mask for padded batches so their fallback is exact (padding, sliding windows)."""
+    if attention_mask is None:
+        return None
+    from transformers.masking_utils import sdpa_mask
+    return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
+
+
 def register_varlen_attention(kernel: Callable) -> str:
     """Make "steadytune_varlen" a transformers attention implementation backed by `kernel`; -> its name."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
     AttentionInterface.register(VARLEN_IMPLEMENTATION, make_varlen_attention(kernel))
+    AttentionMaskInterface.register(VARLEN_IMPLEMENTATION, _varlen_mask)
     return VARLEN_IMPLEMENTATION
 
 
@@ -330,7 +351,33 @@ def attn_implementation_for(packing_attention: str, kernel: Callable | None = No
     return "sdpa"
 
 
-def decide_packing(cfg, class_weighted_loss: bool) -> bool:
+@dataclass
+class PackingPlan:
+    """How `train` packs: the attention over packed rows and the attn_implementation the model is loaded with."""
+
+    attention: str            # varlen | sdpa | flex
+    attn_implementation: str  # transformers' name: steadytune_varlen | sdpa | flex_attention
+
+
+def plan_packing(cfg, info, class_weighted_loss: bool) -> PackingPlan | None:
+    """None when `train` does not pack; else the attention chosen for this hardware (hardware.py's policy, the
+    one `doctor` reports). Both choices are recorded with cfg.decide."""
+    from steadytune.errors import UserError
+    from steadytune.hardware import AttentionUnavailable, choose_packing_attention
+
+    if not decide_packing(cfg, class_weighted_loss, info):
+        return None
+    try:
+        attention, kernel, why = choose_packing_attention(info, cfg.data.packing_attention)
+    except AttentionUnavailable as e:
+        raise UserError(f"packing_attention: {e}") from None
+    implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
+    cfg.decide("packing_attention", attention, why)
+    cfg.decide("attn_implementation", implementation, f"set by packing_attention {attention}")
+    return PackingPlan(attention, implementation)
+
+
+def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
     """Whether `train` packs its micro-batches; records the choice and why with cfg.decide."""
     d = cfg.data
     asked = bool(d.packing or d.neat_packing)
@@ -338,8 +385,8 @@ def decide_packing(cfg, class_weighted_loss: bool) -> bool:
         cfg.decide("packing", False, "packing asked for, but class_balance loss weights need padded rows; unpacked")
         return False
     if asked:
-        cfg.decide("packing", True, "packing: true -> rows of cutoff_len, position ids restart per example, "
-                                    "block-diagonal attention (no example sees another)")
+        cfg.decide("packing", True, "packing: true -> token-budget micro-batches packed into rows, position ids "
+                                    "restart per example, attention kept inside each example")
         return True
     why = "packing: false" if d.packing is False else (
         "off by default in train (the fixed-size batches gain little from it); `steadytune bench` measures "

@@ -94,6 +94,12 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
     attn, attn_why = hardware.choose_attention(info, cfg.model.flash_attn)
     cfg.decide("precision", precision, precision_why)
     cfg.decide("attn_implementation", attn, attn_why)
+    # Packing needs its own attention (examples kept apart), so it is chosen before the model is loaded.
+    from steadytune import balance
+    from steadytune.packing import plan_packing
+    packing = plan_packing(cfg, info, class_weighted_loss=balance.uses_loss_weights(d.class_balance))
+    if packing is not None:
+        attn = packing.attn_implementation
     # Stability defaults of the hardware profile (seed 000 on ROCm), only where the user set nothing (guard.py).
     apply_hardware_profile(cfg, info.backend)
     if t.ddp_timeout > 3 * 3600:
@@ -131,7 +137,8 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
     data = prepare_datasets(cfg, tokenizer)
     if not data.train:
         raise UserError(f"dataset {d.dataset!r}: no training examples left after filtering")
-    loader_factory = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index)
+    loader_factory = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
+                                  packing_attention=packing.attention if packing is not None else None)
     micro_batches_per_epoch = loader_factory.batches_per_epoch()
     steps_per_epoch = max(1, math.ceil(micro_batches_per_epoch / t.gradient_accumulation_steps))
     total_steps = t.max_steps if t.max_steps > 0 else max(1, math.ceil(steps_per_epoch * t.num_train_epochs))
@@ -331,10 +338,17 @@ class MicroBatch:
 
 class TrainBatches:
     """Deterministic micro-batches: epoch e's order is a permutation seeded by (seed, e), so a resumed run
-    sees exactly the batches the uninterrupted run would have seen. Each rank takes its slice of every global
-    batch."""
+    sees exactly the batches the uninterrupted run would have seen, from (epoch, batch index) alone.
 
-    def __init__(self, cfg: RunConfig, data, tokenizer, world_size: int = 1, rank: int = 0):
+    Two ways to cut that order into micro-batches:
+    - fixed size (the default unpacked): global batches of per_device_train_batch_size x world examples, each
+      rank taking its slice;
+    - token budget (with packing, or max_tokens_per_batch set): consecutive examples of the order grouped up to
+      the budget of real tokens (packing.group_by_token_budget), consecutive groups dealt to the ranks in turn.
+    The same order and budget give the same groups packed or padded, so packing changes nothing but speed."""
+
+    def __init__(self, cfg: RunConfig, data, tokenizer, world_size: int = 1, rank: int = 0,
+                 packing_attention: str | None = None):
         from steadytune.data import PadCollator
 
         from steadytune import balance
@@ -354,12 +368,18 @@ class TrainBatches:
             for label in self.label_ids:
                 counts[label] += 1
             self.loss_weights = balance.class_weights(counts)
-        from steadytune.packing import PackedCollator, decide_packing
-        if decide_packing(cfg, class_weighted_loss=self.loss_weights is not None):
-            self.collate = PackedCollator(tokenizer.pad_token_id, row_len=cfg.data.cutoff_len, attention="sdpa")
+        if packing_attention is not None:
+            from steadytune.packing import PackedCollator
+            self.collate = PackedCollator(tokenizer.pad_token_id, row_len=cfg.data.cutoff_len,
+                                          attention=packing_attention)
+        self.lengths = [len(x["input_ids"]) for x in data.train]
+        self.max_tokens = token_budget(cfg, self.lengths, packed=packing_attention is not None)
+        self._epoch_groups: tuple[int, list[list[int]]] | None = None
 
     def batches_per_epoch(self) -> int:
-        return max(1, len(self.data.train) // self.global_batch)
+        if self.max_tokens is None:
+            return max(1, len(self.data.train) // self.global_batch)
+        return len(self.micro_batches(0))
 
     def order(self, epoch: int) -> list[int]:
         seed = self.cfg.train.seed * 1000 + epoch
@@ -369,12 +389,30 @@ class TrainBatches:
         generator = torch.Generator().manual_seed(seed)
         return torch.randperm(len(self.data.train), generator=generator).tolist()
 
+    def micro_batches(self, epoch: int) -> list[list[int]]:
+        """This rank's micro-batches (example indices) of `epoch`, a pure function of (seed, epoch)."""
+        if self._epoch_groups is not None and self._epoch_groups[0] == epoch:
+            return self._epoch_groups[1]
+        order = self.order(epoch)
+        if self.max_tokens is None:
+            g = self.global_batch
+            mine = [order[b * g:(b + 1) * g][self.rank::self.world_size]
+                    for b in range(max(1, len(order) // g))]
+        else:
+            from steadytune.packing import group_by_token_budget
+            groups = group_by_token_budget(self.lengths, order, self.max_tokens)
+            # Every rank runs the same number of micro-batches (DDP steps together); a short tail is dropped.
+            count = max(1, len(groups) // self.world_size)
+            mine = [groups[(b * self.world_size + self.rank) % len(groups)] for b in range(count)]
+        self._epoch_groups = (epoch, mine)
+        return mine
+
     def stream(self, epoch: int = 0, start_batch: int = 0):
-        n = self.batches_per_epoch()
         while True:
-            order = self.order(epoch)
+            micro_batches = self.micro_batches(epoch)
+            n = len(micro_batches)
             for b in range(start_batch, n):
-                indices = order[b * self.global_batch:(b + 1) * self.global_batch][self.rank::self.world_size]
+                indices = micro_batches[b]
                 examples = [self.data.train[i] for i in indices]
                 batch = self.collate(examples)
                 if self.loss_weights is not None:
@@ -383,6 +421,25 @@ class TrainBatches:
                 next_position = (epoch, b + 1) if b + 1 < n else (epoch + 1, 0)
                 yield MicroBatch(batch, sum(len(e["input_ids"]) for e in examples), next_position, list(indices))
             epoch, start_batch = epoch + 1, 0
+
+
+def token_budget(cfg: RunConfig, lengths: list[int], packed: bool) -> int | None:
+    """Real tokens per micro-batch, or None for fixed-size batches; the choice is recorded with cfg.decide.
+
+    Packed without a budget given: per_device_train_batch_size x the mean example length, so a step holds about
+    as many examples as unpacked and the learning rate and step count keep their meaning (LLaMA-Factory's packed
+    batch, rows of cutoff_len, is max_tokens_per_batch = per_device_train_batch_size x cutoff_len)."""
+    t = cfg.train
+    if t.max_tokens_per_batch is not None:
+        cfg.decide("max_tokens_per_batch", t.max_tokens_per_batch, "max_tokens_per_batch was set")
+        return t.max_tokens_per_batch
+    if not packed:
+        return None
+    mean = sum(lengths) / max(len(lengths), 1)
+    budget = max(1, math.ceil(t.per_device_train_batch_size * mean))
+    cfg.decide("max_tokens_per_batch", budget, f"packing: per_device_train_batch_size {t.per_device_train_batch_size}"
+               f" x mean example length {mean:.1f} (about as many examples per step as unpacked)")
+    return budget
 
 
 def data_position(state: TrainerState) -> dict:
@@ -529,6 +586,11 @@ def print_startup(cfg: RunConfig, info, trainable: int, total: int, data, total_
         f"  batch        {t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation x {world} "
         f"= {effective} examples (~{effective * mean_len:,.0f} tokens) per step; {total_steps} steps",
     ]
+    budget = cfg.decisions.get("max_tokens_per_batch", {}).get("value")
+    if budget:
+        tokens = budget * t.gradient_accumulation_steps * world
+        lines[-1] = (f"  batch        {budget:,} tokens x {t.gradient_accumulation_steps} accumulation x {world} = "
+                     f"{tokens:,} tokens (~{tokens / mean_len:.0f} examples) per step; {total_steps} steps")
     if data.label_names:
         for split in ("train", "eval"):
             counts = data.class_counts.get(split)

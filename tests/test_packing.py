@@ -154,3 +154,19 @@ def test_rows_are_nearly_full():
     assert sorted(i for r in rows for i in r) == list(range(300))
     assert all(sum(lengths[i] for i in r) <= 512 for r in rows)
     assert sum(lengths) / (512 * len(rows)) > 0.95
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_varlen_model_runs_unpacked_padded_batches_like_sdpa(padding_side):
+    """The model trained with varlen packing is also evaluated and scored on padded batches (no cu_seq_lens):
+    those must go through SDPA with the padding and sliding-window mask, exactly as an SDPA model would."""
+    from steadytune.data import PadCollator
+    varlen = build_model("gemma3", TOKENIZER, attn_implementation=register_varlen_attention(segment_sdpa_kernel)).eval()
+    reference = build_model("gemma3", TOKENIZER).eval()
+    examples = make_examples([40, 9, 23], seed=5)  # 40 > gemma3's sliding window of 16
+    batch = PadCollator(TOKENIZER.pad_token_id, padding_side=padding_side)(examples)
+    with torch.no_grad():
+        got = varlen(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        want = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-4)
