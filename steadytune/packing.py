@@ -28,6 +28,7 @@ same grouping, padded instead of packed, is the unpacked reference: same example
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import random
@@ -269,6 +270,7 @@ def varlen_kernels() -> dict[str, Callable]:
     return {name: k for name, k in found.items() if k is not None}
 
 
+@functools.lru_cache(maxsize=None)
 def varlen_kernel_status(device: str = "cuda") -> tuple[str | None, str]:
     """-> (name of the first varlen kernel that runs *and* agrees with SDPA here, reason)."""
     if not torch.cuda.is_available():
@@ -388,8 +390,26 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
         cfg.decide("packing", True, "packing: true -> token-budget micro-batches packed into rows, position ids "
                                     "restart per example, attention kept inside each example")
         return True
-    why = "packing: false" if d.packing is False else (
-        "off by default in train (the fixed-size batches gain little from it); `steadytune bench` measures "
-        "the token-budget packed path; set packing: true to pack")
-    cfg.decide("packing", False, why)
+    if d.packing is False:
+        cfg.decide("packing", False, "packing: false")
+        return False
+    # Unset: on where it was measured faster (same loss either way: tests/test_train_packing.py).
+    if class_weighted_loss:
+        cfg.decide("packing", False, "off by default: class_balance loss weights need padded rows")
+        return False
+    backend = getattr(info, "backend", "cpu")
+    if backend == "cpu":
+        cfg.decide("packing", True, "on by default on CPU: the demo's step is 1.17x faster packed "
+                                    "(benchmarks/cpu_demo_speed.py); set packing: false for fixed-size batches")
+        return True
+    if backend in ("cuda", "rocm"):
+        kernel, why = varlen_kernel_status()
+        if kernel is not None:
+            cfg.decide("packing", True, f"on by default: {why} (with it `steadytune bench` measured 12.9x the plain "
+                                        "recipe on an H200); set packing: false for fixed-size batches")
+            return True
+        cfg.decide("packing", False, f"off by default: no varlen kernel here ({why}), and packed SDPA rows were not "
+                                     "measured faster on a GPU; set packing: true to pack anyway")
+        return False
+    cfg.decide("packing", False, f"off by default on {backend}: not measured there; set packing: true to pack")
     return False

@@ -138,3 +138,20 @@ def test_class_weighted_loss_keeps_padded_rows(tiny_models, tmp_path):
     from steadytune.packing import plan_packing
     assert plan_packing(cfg, detect(), balance.uses_loss_weights(cfg.data.class_balance)) is None
     assert cfg.decisions["packing"]["value"] is False and "class_balance" in cfg.decisions["packing"]["reason"]
+
+
+def test_packing_default_on_cpu_and_off_when_asked(tiny_models, tmp_path):
+    """Unset, packing is on on CPU (measured faster, benchmarks/cpu_demo_speed.py); packing: false gives the
+    fixed-size batches; class_balance: loss keeps padded rows. Each choice is recorded with its reason."""
+    from steadytune import balance
+    from steadytune.hardware import detect
+    from steadytune.packing import plan_packing
+    for extra, packed in (({}, True), ({"packing": "false"}, False), ({"class_balance": "loss"}, False)):
+        cfg = load_config(None, overrides(tiny_models["qwen2"], tmp_path / "d", **extra))
+        plan = plan_packing(cfg, detect(), balance.uses_loss_weights(cfg.data.class_balance))
+        assert (plan is not None) is packed and cfg.decisions["packing"]["value"] is packed
+        assert cfg.decisions["packing"]["reason"]
+    out = tmp_path / "default"
+    train(overrides(tiny_models["qwen2"], out, max_steps=2))
+    chosen = decisions(out)
+    assert chosen["packing"]["value"] is True and chosen["max_tokens_per_batch"]["value"] > 0
