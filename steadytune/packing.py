@@ -399,7 +399,7 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
         return False
     backend = getattr(info, "backend", "cpu")
     if backend == "cpu":
-        cfg.decide("packing", True, "on by default on CPU: the demo's step is 1.17x faster packed "
+        cfg.decide("packing", True, "on by default on CPU: the demo's step is ~1.16x faster packed "
                                     "(benchmarks/cpu_demo_speed.py); set packing: false for fixed-size batches")
         return True
     if backend in ("cuda", "rocm"):
