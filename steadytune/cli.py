@@ -26,20 +26,31 @@ SUBCOMMANDS = {
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="steadytune",
         description="LoRA fine-tuning of decoder LLMs on AMD ROCm, NVIDIA CUDA and CPU: "
                     "one YAML in, a working adapter and an honest evaluation out.")
     parser.add_argument("--version", action="version", version=f"steadytune {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = _chosen_subcommand(sys.argv[1:] if argv is None else argv)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(_module=module_name)
-        module = _load(module_name)
-        if module is not None and hasattr(module, "add_arguments"):
-            module.add_arguments(sub)
+        # Only the chosen subcommand's module is imported: `steadytune doctor` must run (and diagnose) even
+        # where torch itself fails to import, and `steadytune --help` should not wait for torch.
+        if name == chosen:
+            module = _load(module_name)
+            if module is not None and hasattr(module, "add_arguments"):
+                module.add_arguments(sub)
     return parser
+
+
+def _chosen_subcommand(argv: list[str]) -> str | None:
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in SUBCOMMANDS else None
+    return None
 
 
 def _load(module_name: str):
@@ -57,7 +68,7 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

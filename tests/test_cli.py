@@ -1,0 +1,46 @@
+"""The command line: every subcommand has help, and `doctor` works where torch itself is broken."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from steadytune.cli import SUBCOMMANDS
+
+
+def run_cli(args, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "steadytune", *args], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize("name", [n for n in SUBCOMMANDS if n not in ("export", "chat", "report")])
+def test_every_built_subcommand_has_help(name):
+    proc = run_cli([name, "--help"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: steadytune {name}")
+
+
+def test_top_level_help_lists_every_subcommand():
+    proc = run_cli(["--help"])
+    assert proc.returncode == 0
+    for name in SUBCOMMANDS:
+        assert name in proc.stdout
+
+
+def test_doctor_diagnoses_a_torch_that_does_not_import(tmp_path):
+    """The seeds' first failure: a torch build that cannot load. doctor must say so, not crash on import."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('raise ImportError("libtorch_hip.so: cannot open shared object file")\n')
+    proc = run_cli(["doctor"], {"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 1
+    assert "torch does not import" in proc.stdout and "libtorch_hip.so" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    # --help needs no torch either.
+    assert run_cli(["--help"], {"PYTHONPATH": str(tmp_path)}).returncode == 0
+
+
+def test_unbuilt_subcommands_say_so():
+    proc = run_cli(["export"])
+    assert proc.returncode == 2 and "not available in this build" in proc.stderr
