@@ -296,3 +296,29 @@ def test_repeated_fp16_overflows_continue_in_bf16_or_fp32_from_the_last_good_sta
     assert switches and switches[0]["new_precision"] in ("bf16", "fp32")
     decisions = yaml.safe_load((out / "run_config.yaml").read_text())["decisions"]
     assert decisions["precision"]["value"] == switches[0]["new_precision"]
+
+
+def test_fp16_overflow_switch_runs_the_whole_restart_path_on_cpu(tiny_folder, tmp_path, monkeypatch):
+    """The loop's side of the precision switch, on CPU: fp16 is forced through the policy function (Accelerate
+    runs CPU fp16 autocast without a loss scaler), an injected overflow trips the guard, and the run saves its
+    last good state, restarts in a fresh Accelerator in the fallback precision, and finishes from there."""
+    from steadytune import hardware
+    from steadytune.train import run_training
+
+    def forced(info, bf16="auto", fp16=False):
+        return ("fp16", "test: fp16 forced on CPU") if fp16 is True else ("fp32", "test: fallback")
+
+    monkeypatch.setattr(hardware, "choose_precision", forced)
+    out = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", tiny_folder, out, fp16=True, bf16=False,
+                       guard={"snapshot_steps": 5, "min_history": 5, "max_fp16_overflows": 1},
+                       fault_injection={"fp16_overflow_step": 8})
+    result = run_training(load_config(cfg), progress=False)
+    assert result.global_step == 12
+    lines = read_lines(out)
+    [switch] = [x for x in lines if x.get("action") == "precision_switch"]
+    assert switch["new_precision"] == "fp32" and switch["step"] <= 8
+    decisions = yaml.safe_load((out / "run_config.yaml").read_text())["decisions"]
+    assert decisions["precision"]["value"] == "fp32" and "precision_switch" in decisions
+    losses = [x["loss"] for x in lines if "loss" in x and "event" not in x]
+    assert losses and all(math.isfinite(v) for v in losses)
