@@ -1,0 +1,108 @@
+"""The attention check: what `train` will use, which SDPA kernels really run on this GPU (a tiny causal
+attention under each backend, with the warnings torch prints), and whether flash-attn is usable (rows 14-19)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import warnings
+from typing import Any, Mapping, Optional
+
+from steadytune.doctor.findings import Finding
+from steadytune.doctor.probe import Probe
+
+
+def _sdpa_backends():
+    from torch.nn.attention import SDPBackend
+    return {"flash": SDPBackend.FLASH_ATTENTION, "mem-efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+
+
+def probe_sdpa(device: Any, dtype: Any) -> tuple[dict[str, Optional[str]], list[str]]:
+    """Run a tiny causal attention under each SDPA backend. -> ({backend: None if it ran else the error}, warnings)."""
+    import torch
+    from torch.nn.attention import sdpa_kernel
+
+    results: dict[str, Optional[str]] = {}
+    caught: list[str] = []
+    q = torch.randn(1, 2, 16, 64, device=device, dtype=dtype)
+    for name, backend in _sdpa_backends().items():
+        with warnings.catch_warnings(record=True) as records:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel([backend]):
+                    torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+                if q.is_cuda:
+                    torch.cuda.synchronize()
+                results[name] = None
+            except Exception as e:
+                results[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        caught.extend(str(r.message) for r in records)
+    return results, caught
+
+
+def diagnose_sdpa(results: Mapping[str, Optional[str]], caught: list[str], backend: str,
+                  torch_version: str, hip_version: Optional[str]) -> list[Finding]:
+    """Rows 14-16 from the probe's outcome and the warnings torch printed."""
+    working = [n for n, err in results.items() if err is None]
+    findings = [Finding.info("attention", f"SDPA backends that run here: {', '.join(working) or 'none'}")]
+    text = "\n".join(caught)
+    if "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" in text:
+        findings.append(Finding.warn("attention", "fused SDPA is experimental for this AMD GPU and falls back to the slow math kernel",
+                                     "the bundled AOTriton marks this architecture experimental",
+                                     "export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 (check the loss curve), or upgrade torch"))
+    elif re.search(r"not compiled with (flash|memory efficient) attention", text, re.IGNORECASE):
+        findings.append(Finding.warn("attention", "this torch was built without fused attention for this GPU (math fallback: slow)",
+                                     "ROCm builds before AOTriton (torch <= 2.2) lack flash and mem-efficient SDPA",
+                                     "upgrade torch to a current ROCm wheel"))
+    elif backend in ("rocm", "cuda") and results and all(results.get(n) for n in ("flash", "mem-efficient")):
+        findings.append(Finding.warn("attention", "neither flash nor mem-efficient SDPA runs on this GPU: attention uses the math kernel",
+                                     "; ".join(f"{n}: {results[n]}" for n in ("flash", "mem-efficient")),
+                                     "upgrade torch; training still works, only slower"))
+    if hip_version and torch_version.startswith("2.6.0") and hip_version.startswith("6.2"):
+        findings.append(Finding.warn("attention", "torch 2.6.0 + ROCm 6.2: mem-efficient SDPA gives wrong outputs with a padding mask",
+                                     "AOTriton bug (pytorch #147460)", "upgrade torch (or disable the mem-efficient backend)"))
+    return findings
+
+
+# flash-attn's CK backend compiles only for these archs in release v2.8.3 (row 17).
+FLASH_ATTN_CK_ARCHS = ("gfx90a", "gfx942", "gfx950")
+
+
+def explain_flash_attn_failure(message: str) -> tuple[str, str]:
+    """Rows 18-19: -> (why, fix) for a flash-attn import/run error."""
+    if "flash_attn_2_cuda" in message and ("No module" in message or "ModuleNotFound" in message):
+        return ("a Triton-backend (ROCm) build of flash-attn <= 2.8.3 imports its CK extension unless the variable is set",
+                "export FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE")
+    if "undefined symbol" in message:
+        return ("the flash-attn binary was built against another torch version",
+                "pip install --no-build-isolation --force-reinstall flash-attn (rebuild against this torch)")
+    return ("flash-attn is installed but unusable here", "use flash_attn: sdpa (the default) or reinstall flash-attn for this platform")
+
+
+def check_attention(probe: Probe) -> list[Finding]:
+    """What flash_attn: auto picks, the SDPA backends that run here, and flash-attn's state."""
+    import torch
+    from steadytune.hardware import arch_supports_bf16, choose_attention, device_for, flash_attn_status
+
+    info, findings = probe.info, []
+    impl, why = choose_attention(info, "auto")
+    findings.append(Finding.info("attention", f"train with flash_attn: auto uses {impl}", why))
+    if probe.run_kernels:
+        gpu = info.primary
+        dtype = (torch.float32 if gpu is None else torch.bfloat16 if arch_supports_bf16(gpu.arch) else torch.float16)
+        results, caught = probe_sdpa(device_for(info), dtype)
+        findings += diagnose_sdpa(results, caught, info.backend, probe.torch_version, probe.hip_version)
+    if importlib.util.find_spec("flash_attn") is not None:
+        ok, status = flash_attn_status() if probe.run_kernels else (True, "flash-attn is installed (not run)")
+        if ok:
+            findings.append(Finding.info("attention", status, fix="flash_attn: fa2 in the YAML uses it"))
+        else:
+            why, fix = explain_flash_attn_failure(status)
+            findings.append(Finding.warn("attention", status, why, fix))
+    elif probe.flavour == "rocm" and info.primary is not None and info.primary.arch not in FLASH_ATTN_CK_ARCHS:
+        findings.append(Finding.info("attention", f"flash-attn is not installed; its CK build does not support {info.primary.arch}",
+                                     f"release v2.8.3 builds CK kernels only for {', '.join(FLASH_ATTN_CK_ARCHS)}",
+                                     "nothing to do: SDPA is the default; for flash-attn use its Triton backend "
+                                     "(FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE pip install --no-build-isolation flash-attn)"))
+    return findings

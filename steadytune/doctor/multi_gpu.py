@@ -1,0 +1,133 @@
+"""Multi-GPU readiness: the static check (NCCL/RCCL variables, socket interface, iommu=pt, peer access) and,
+on request (`--allreduce`), a real all-reduce across the visible GPUs in child processes with a time limit."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from steadytune.doctor.findings import Finding
+from steadytune.doctor.probe import Probe
+
+
+def check_multi_gpu(probe: Probe) -> list[Finding]:
+    """Rows 22-23: NCCL/RCCL variables, peer access, the iommu kernel flag, the socket interface."""
+    import torch
+
+    env, findings = probe.env, []
+    nccl = {k: v for k, v in env.items() if k.startswith(("NCCL_", "RCCL_")) or k == "HSA_FORCE_FINE_GRAIN_PCIE"}
+    if nccl:
+        findings.append(Finding.info("multi-gpu", "set: " + ", ".join(f"{k}={v}" for k, v in sorted(nccl.items()))))
+    ifname = env.get("NCCL_SOCKET_IFNAME")
+    if ifname:
+        interfaces = sorted(p.name for p in (probe.sys_root / "class" / "net").glob("*"))
+        if interfaces and not _ifname_matches(ifname, interfaces):
+            findings.append(Finding.error("multi-gpu", f"NCCL_SOCKET_IFNAME={ifname!r} matches no network interface ({', '.join(interfaces)})",
+                                          "NCCL/RCCL cannot open its socket: init hangs until 'Watchdog caught collective operation timeout'",
+                                          "set NCCL_SOCKET_IFNAME to the interface that connects the nodes (see `ip -br addr`)"))
+    gpus = [g for g in probe.info.gpus if not g.integrated]
+    if len(gpus) < 2:
+        return findings
+    if probe.flavour == "rocm":
+        try:
+            cmdline = (probe.proc_root / "cmdline").read_text()
+        except OSError:
+            cmdline = None
+        if cmdline is not None and "iommu=pt" not in cmdline:
+            findings.append(Finding.warn("multi-gpu", "the kernel command line lacks iommu=pt",
+                                         "RCCL warns 'Missing \"iommu=pt\" from kernel command line'; with IOMMU/ACS in the way "
+                                         "PCIe peer-to-peer hangs at the first all-reduce",
+                                         "add iommu=pt (and amd_iommu=on) to the kernel command line; meanwhile NCCL_P2P_DISABLE=1"))
+    if probe.run_kernels:
+        blocked = [(a.index, b.index) for a in gpus for b in gpus
+                   if a.index < b.index and not _peer_access(torch, a.index, b.index)]
+        if blocked:
+            findings.append(Finding.warn("multi-gpu", f"no peer-to-peer access between GPUs {blocked}",
+                                         "collectives go through host memory (slower), and broken P2P is the usual cause of hangs",
+                                         "check ACS/IOMMU settings; NCCL_P2P_DISABLE=1 avoids P2P altogether"))
+        else:
+            findings.append(Finding.info("multi-gpu", f"peer-to-peer access between all {len(gpus)} GPUs"))
+    if "NCCL_IB_DISABLE" not in env and not (probe.sys_root / "class" / "infiniband").exists():
+        findings.append(Finding.info("multi-gpu", "no InfiniBand/RoCE device found",
+                                     "single-node runs need nothing; multi-node runs without IB should say so",
+                                     "for multi-node: export NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=<interface>"))
+    return findings
+
+
+def _ifname_matches(spec: str, interfaces: list[str]) -> bool:
+    """NCCL_SOCKET_IFNAME syntax: comma list of prefixes; '=' for exact names; '^' to exclude."""
+    exclude = spec.startswith("^")
+    spec = spec.lstrip("^")
+    exact = spec.startswith("=")
+    names = [n for n in spec.lstrip("=").split(",") if n]
+    hit = [i for i in interfaces if any(i == n if exact else i.startswith(n) for n in names)]
+    return bool(set(interfaces) - set(hit)) if exclude else bool(hit)
+
+
+def _peer_access(torch: Any, a: int, b: int) -> bool:
+    try:
+        return bool(torch.cuda.can_device_access_peer(a, b))
+    except Exception:
+        return False
+
+
+# Run as a separate script, not in this process: a collective hang must be killable by the time limit.
+_ALLREDUCE_SCRIPT = r'''
+import os, sys, datetime
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def work(rank, world, port, backend):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    x = torch.full((1 << 20,), float(rank + 1), device=device)
+    dist.all_reduce(x)
+    if backend == "nccl":
+        torch.cuda.synchronize()
+    expected = world * (world + 1) / 2
+    if not torch.all(x == expected):
+        raise SystemExit(f"rank {rank}: all-reduce gave {x[0].item()}, expected {expected}")
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    world, port, backend = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    mp.spawn(work, args=(world, port, backend), nprocs=world)
+    print("ALLREDUCE_OK")
+'''
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def run_allreduce_check(world: int, backend: str = "nccl", timeout: float = 120.0,
+                        env: Optional[Mapping[str, str]] = None) -> Finding:
+    """Spawn `world` processes and all-reduce 4 MiB once. A hang here is the hang a training run would hit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "allreduce_check.py"
+        script.write_text(_ALLREDUCE_SCRIPT)
+        start = time.monotonic()
+        try:
+            done = subprocess.run([sys.executable, str(script), str(world), _free_port(), backend], capture_output=True,
+                                  text=True, timeout=timeout, env=dict(env or os.environ))
+        except subprocess.TimeoutExpired:
+            return Finding.error("all-reduce", f"all-reduce across {world} GPUs did not finish in {timeout:.0f} s",
+                                 "a collective hang: usually PCIe P2P blocked by IOMMU/ACS, or the wrong network interface",
+                                 "rerun with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1; add iommu=pt to the kernel command line")
+        seconds = time.monotonic() - start
+    if done.returncode != 0 or "ALLREDUCE_OK" not in done.stdout:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return Finding.error("all-reduce", f"all-reduce across {world} {'GPUs' if backend == 'nccl' else 'processes'} failed",
+                             " | ".join(tail), "rerun with NCCL_DEBUG=INFO and read the first WARN line")
+    return Finding.info("all-reduce", f"all-reduce across {world} {'GPUs' if backend == 'nccl' else 'processes'} ({backend}) works "
+                                      f"({seconds:.1f} s including start-up)")
