@@ -10,7 +10,7 @@ from steadytune import hardware
 from steadytune.config import load_config
 from steadytune.data import prepare_datasets
 from steadytune.demo import recipe_path
-from steadytune.evaluate import evaluate_classification
+from steadytune.scoring import evaluate_classification
 from steadytune.model import load_model_and_tokenizer
 
 

@@ -48,7 +48,7 @@ def scoring_batch_size(device: torch.device) -> int:
 def run_demo(cfg, force: bool = False) -> dict:
     from steadytune import hardware
     from steadytune.data import prepare_datasets
-    from steadytune.evaluate import evaluate_classification
+    from steadytune.scoring import evaluate_classification
     from steadytune.model import load_model_and_tokenizer, load_trained_adapter
     from steadytune.train import majority_share, run_training
 

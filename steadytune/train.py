@@ -642,7 +642,7 @@ def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, token
 
 def classification_metrics(cfg: RunConfig, model, tokenizer, data) -> dict:
     try:
-        from steadytune.evaluate import evaluate_classification
+        from steadytune.scoring import evaluate_classification
     except ImportError:
         return {}
     report = evaluate_classification(model, tokenizer, data.eval, data.label_names, data.template,
