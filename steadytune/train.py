@@ -105,6 +105,10 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
     if t.ddp_timeout > 3 * 3600:
         cfg.decide("ddp_timeout", t.ddp_timeout, "kept as asked; note that a huge timeout turns an RCCL/NCCL hang "
                    "into a silent multi-day stall (the default is 1800 s)")
+    # Each run sets its own precision: forget a previous run's Accelerator settings in this process (the
+    # process group, if any, is kept). Without this a second run_training with another precision fails.
+    from accelerate.state import AcceleratorState
+    AcceleratorState._reset_state(reset_partial_state=False)
     accelerator = Accelerator(
         mixed_precision={"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[precision],
         cpu=info.backend == "cpu",
