@@ -10,9 +10,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that need it: the tables and arch rules below also serve
+# `steadytune doctor --from` on saved tool outputs, which must work where torch itself does not import.
 
 
 @dataclass
@@ -42,6 +46,7 @@ class HardwareInfo:
 
 
 def detect_backend() -> str:
+    import torch
     if torch.cuda.is_available():
         return "rocm" if getattr(torch.version, "hip", None) else "cuda"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
@@ -51,6 +56,7 @@ def detect_backend() -> str:
 
 def detect() -> HardwareInfo:
     """What this process can use, as torch sees it (after *_VISIBLE_DEVICES have been applied)."""
+    import torch
     backend = detect_backend()
     info = HardwareInfo(backend=backend, torch_version=torch.__version__,
                         hip_version=getattr(torch.version, "hip", None), cuda_version=torch.version.cuda)
@@ -271,6 +277,7 @@ class AttentionUnavailable(RuntimeError):
 
 def flash_attn_status() -> tuple[bool, str]:
     """Whether flash-attn imports *and runs* here (a broken ROCm build imports fine and fails on first call)."""
+    import torch
     try:
         import flash_attn  # noqa: F401
         from flash_attn import flash_attn_func
@@ -310,6 +317,7 @@ def peak_bf16_tflops(name: str) -> Optional[float]:
 
 
 def device_for(info: HardwareInfo) -> torch.device:
+    import torch
     if info.backend in ("rocm", "cuda"):
         # The current device (each rank's own under Accelerate), unless device 0 is an iGPU enumerated before
         # the discrete GPU (rocm.md row 5): then the first discrete GPU.

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,8 +38,11 @@ def test_doctor_diagnoses_a_torch_that_does_not_import(tmp_path):
     assert proc.returncode == 1
     assert "torch does not import" in proc.stdout and "libtorch_hip.so" in proc.stdout
     assert "Traceback" not in proc.stderr
-    # --help needs no torch either.
+    # --help needs no torch either, nor does reading a colleague's saved tool outputs.
     assert run_cli(["--help"], {"PYTHONPATH": str(tmp_path)}).returncode == 0
+    shared = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocm"
+    offline = run_cli(["doctor", "--from", str(shared)], {"PYTHONPATH": str(tmp_path)})
+    assert offline.returncode == 0 and "gfx942" in offline.stdout and "Traceback" not in offline.stderr
 
 
 def test_unbuilt_subcommands_say_so():
