@@ -232,3 +232,22 @@ def test_class_balance_in_the_batch_stream(tmp_path, mode):
         assert 0.42 < share < 0.58
     else:
         assert share == pytest.approx(1 / 3, abs=0.02)
+
+
+def test_shipped_classification_example_trains_and_keeps_its_best_checkpoint(tiny_models, tmp_path):
+    """examples/sentiment_classification.yaml, as a user would run it on their own three-class file."""
+    rows = [{"text": f"评论 {i} " + ("很好" if i % 3 == 0 else "一般" if i % 3 == 1 else "太差"),
+             "label": ["积极", "中性", "消极"][i % 3]} for i in range(60)]
+    data = tmp_path / "reviews.jsonl"
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    example = Path(__file__).resolve().parents[1] / "examples" / "sentiment_classification.yaml"
+    out = tmp_path / "sent"
+    cfg = load_config(example, [f"dataset={data}", f"model_name_or_path={tiny_models['gemma3']}",
+                                f"output_dir={out}", "max_steps=4", "eval_steps=2", "save_steps=2"])
+    run_training(cfg, progress=False)
+    evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval_accuracy" in r]
+    assert [r["step"] for r in evals] == [2, 4] and all(0.0 <= r["eval_macro_f1"] <= 1.0 for r in evals)
+    summary = json.loads((out / "train_results.json").read_text(encoding="utf-8"))
+    best = max(evals, key=lambda r: r["eval_accuracy"])  # the first of equals wins: later ones are not better
+    assert summary["best_metric"] == best["eval_accuracy"]
+    assert summary["best_checkpoint"] == f"checkpoint-{best['step']}"
