@@ -283,9 +283,12 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
         if should_evaluate(cfg, state.global_step, steps_per_epoch, total_steps) and data.eval:
             results = evaluate_during_training(cfg, accelerator, objective, data, tokenizer, device)
             metrics.write({"step": state.global_step, **results})
-            update_best(cfg, state, results)
+            new_best = update_best(cfg, state, results)
+        else:
+            new_best = False
 
-        if state.global_step % t.save_steps == 0 and state.global_step < total_steps and is_main:
+        # A new best (metric_for_best_model) is saved at once, so best_checkpoint always names a folder that exists.
+        if ((state.global_step % t.save_steps == 0 and state.global_step < total_steps) or new_best) and is_main:
             keep = {state.best_checkpoint} if state.best_checkpoint else set()
             state.extra.update(guard=guard.state_dict(), faults=faults.state_dict())  # a resume continues the guard
             save_checkpoint(output_dir, unwrap(accelerator, objective).model, optimizer, scheduler, state,
@@ -655,19 +658,21 @@ def classification_metrics(cfg: RunConfig, model, tokenizer, data) -> dict:
     return {"eval_accuracy": report["accuracy"], "eval_macro_f1": report["macro_f1"]}
 
 
-def update_best(cfg: RunConfig, state: TrainerState, results: dict) -> None:
+def update_best(cfg: RunConfig, state: TrainerState, results: dict) -> bool:
+    """Track metric_for_best_model; True when this evaluation is the best so far."""
     name = cfg.train.metric_for_best_model
     if not name:
-        return
+        return False
     key = name if name in results else f"eval_{name}"
     if key not in results:
-        return
+        return False
     value = results[key]
     lower_is_better = "loss" in key
     better = (state.best_metric is None or (value < state.best_metric if lower_is_better else value > state.best_metric))
     if better:
         state.best_metric = value
         state.best_checkpoint = f"checkpoint-{state.global_step}"
+    return better
 
 
 def clip_gradients(accelerator, params, max_norm: float) -> torch.Tensor:

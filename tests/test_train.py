@@ -251,3 +251,4 @@ def test_shipped_classification_example_trains_and_keeps_its_best_checkpoint(tin
     best = max(evals, key=lambda r: r["eval_accuracy"])  # the first of equals wins: later ones are not better
     assert summary["best_metric"] == best["eval_accuracy"]
     assert summary["best_checkpoint"] == f"checkpoint-{best['step']}"
+    assert (out / summary["best_checkpoint"] / "adapter_model.safetensors").is_file()
