@@ -83,7 +83,7 @@ class DataArguments:
     neat_packing: bool = _opt(False, "LLaMA-Factory's name for packing without cross-attention between examples; implies packing.")
     packing_attention: str = _opt("auto", "Attention over packed rows: auto (varlen flash kernel where it runs and matches SDPA, else SDPA with a block-diagonal mask), varlen, sdpa, flex.",
                                   choices=("auto", "varlen", "sdpa", "flex"))
-    tokenized_path: Optional[str] = _opt(None, "Cache folder for the tokenised dataset (LLaMA-Factory key).")
+    tokenized_path: Optional[str] = _opt(None, "Folder caching the tokenised dataset: written on the first run, reused while the data settings and tokenizer match.")
     # Generative classification (seed 003): the target is a label word followed by end-of-sequence.
     label_names: Optional[list] = _opt(None, "Ordered label words for classification datasets, e.g. [消极, 积极].")
     prompt_template: Optional[str] = _opt(None, "Prompt for classification rows; must contain {text}.")

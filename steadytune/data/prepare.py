@@ -50,7 +50,33 @@ class _Loaded:
     prompt_template: Optional[str] = None
 
 
+CACHED_FIELDS = ("train", "eval", "label_names", "class_counts", "stats", "prompt_template", "label_targets",
+                 "max_prompt_len")
+
+
 def prepare_datasets(cfg: RunConfig, tokenizer: Any) -> PreparedData:
+    """Tokenised train/eval examples; with `tokenized_path`, read from (or written to) the on-disk cache."""
+    d = cfg.data
+    if not d.tokenized_path:
+        return _prepare(cfg, tokenizer)
+    from steadytune.data.cache import fingerprint, load_prepared, save_prepared
+
+    fp = fingerprint(cfg, tokenizer)
+    cached = load_prepared(d.tokenized_path, fp)
+    if cached is not None:
+        out = PreparedData(template=get_template(d.template, tokenizer), **{k: cached[k] for k in CACHED_FIELDS})
+        if out.label_names:
+            d.label_names, d.prompt_template = out.label_names, out.prompt_template
+        cfg.decide("tokenized_path", d.tokenized_path, "tokenised data read from the cache (same data settings "
+                   "and tokenizer); delete the folder to re-tokenise")
+        return out
+    out = _prepare(cfg, tokenizer)
+    file = save_prepared(d.tokenized_path, fp, {k: getattr(out, k) for k in CACHED_FIELDS})
+    cfg.decide("tokenized_path", d.tokenized_path, f"tokenised data written to {file} for later runs")
+    return out
+
+
+def _prepare(cfg: RunConfig, tokenizer: Any) -> PreparedData:
     d = cfg.data
     if not d.dataset:
         raise ConfigError("dataset: not set; name datasets from dataset_info.json, a built-in one, or a file path")
