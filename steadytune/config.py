@@ -464,6 +464,9 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}: label_names has duplicates: {names!r}")
         d.label_names = names
+    if cfg.method.do_train is False:
+        raise ConfigError(f"{where}: do_train: false is not a training run; use `steadytune eval CONFIG` to evaluate "
+                          "an adapter without training")
     if t.bf16 is True and t.fp16 is True:
         raise ConfigError(f"{where}: bf16 and fp16 are both true; choose one")
     if t.eval_strategy == "steps" and t.eval_steps is None:

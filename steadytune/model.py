@@ -412,9 +412,12 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
     expected = _expected_adapter_shapes(model, adapter_dir)
     _compare_shapes(adapter_dir, _saved_shapes(weights), expected, what="adapter")
     try:
-        return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=is_trainable)
+        loaded = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=is_trainable)
     except (RuntimeError, ValueError, KeyError) as e:
         raise CheckpointError(f"{adapter_dir}: adapter does not fit the base model: {str(e).splitlines()[0]}") from None
+    if is_trainable:
+        _cast_trainable_to_fp32(loaded)  # as for a fresh adapter: small updates must not round away in bf16
+    return loaded
 
 
 def check_checkpoint_matches(checkpoint_dir: str | os.PathLike, model: nn.Module,

@@ -69,7 +69,13 @@ def run(args) -> int:
         raise UserError("steadytune train needs a config file: steadytune train my_run.yaml [key=value ...] "
                         "(see `steadytune train --list-keys`, or `steadytune demo` for the embedded default)")
     cfg = load_config(args.config, args.overrides)
-    return run_training(cfg, force=args.force).exit_code
+    result = run_training(cfg, force=args.force)
+    if result.exit_code == 0 and (cfg.train.do_eval or cfg.train.do_predict):
+        # LLaMA-Factory's do_eval / do_predict: evaluate the adapter just trained, as `steadytune eval` would
+        # (classification: label scoring; SFT with predict_with_generate: generated_predictions.jsonl + BLEU/ROUGE).
+        from steadytune.evaluate import run_evaluation
+        run_evaluation(cfg, batch_size=cfg.train.per_device_eval_batch_size)
+    return result.exit_code
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -121,14 +127,21 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
     run_startup_checks(cfg, info, output_dir, force=force, write=is_main)
 
     # --- model + LoRA ----------------------------------------------------------------------------------
-    from steadytune.model import attach_adapter, count_parameters, load_model_and_tokenizer
+    from steadytune.model import attach_adapter, count_parameters, load_model_and_tokenizer, load_trained_adapter
 
     # Frozen base weights in the compute dtype halve memory; trainable (LoRA) weights stay fp32 so small
     # updates are not rounded away (attach_adapter casts them).
     base_dtype = torch.bfloat16 if (precision == "bf16" and cfg.method.finetuning_type == "lora") else torch.float32
     model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=base_dtype, attn_implementation=attn,
                                                 device=device)
-    model = attach_adapter(model, cfg)
+    if cfg.model.adapter_name_or_path and cfg.method.finetuning_type == "lora":
+        # Continue training an existing adapter (LLaMA-Factory's adapter_name_or_path) instead of a fresh one.
+        model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True)
+        cfg.decide("adapter_name_or_path", cfg.model.adapter_name_or_path, "training continues from this adapter "
+                   "(its rank and targets; lora_* keys do not apply)")
+    else:
+        model = attach_adapter(model, cfg)
+    apply_optional_kernels(cfg, model)
     if t.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": cfg.model.use_reentrant_gc})
         if hasattr(model, "enable_input_require_grads"):
@@ -609,6 +622,28 @@ def print_startup(cfg: RunConfig, info, trainable: int, total: int, data, total_
     if resume_from is not None:
         lines.append(f"  resume       from {resume_from}")
     print("\n".join(lines), flush=True)
+
+
+def apply_optional_kernels(cfg: RunConfig, model) -> None:
+    """use_liger_kernel / torch_compile: applied where they work, each outcome recorded (never silently skipped);
+    a requested kernel that cannot be used is an error."""
+    from steadytune.kernels import apply_liger_kernels, compile_layers
+
+    t = cfg.train
+    for key, wanted, apply in (("use_liger_kernel", t.use_liger_kernel, apply_liger_kernels),
+                               ("torch_compile", t.torch_compile, compile_layers)):
+        if not wanted:
+            continue
+        applied, why = apply(model)
+        if not applied:
+            raise UserError(f"{key}: true, but {why}; set {key}: false")
+        cfg.decide(key, True, why)
+    if t.dataloader_num_workers:
+        cfg.decide("dataloader_num_workers", 0, "examples are tokenised before training and collated in the training "
+                   "process (microseconds a batch), so no loader workers are started")
+    if t.save_only_model:
+        cfg.decide("save_only_model", False, "checkpoints always keep optimizer, scheduler and RNG state, so every "
+                   "checkpoint can be resumed exactly")
 
 
 def majority_share(counts: dict) -> float:

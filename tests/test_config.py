@@ -94,6 +94,7 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
     ("prompt_template=no placeholder", "prompt_template must contain {text}"),
     ("guard.windw=3", "guard.windw: unknown key (did you mean 'window'?)"),
     ("label_names=[a, a]", "label_names has duplicates"),
+    ("do_train=false", "use `steadytune eval CONFIG`"),
 ])
 def test_bad_keys_and_values_name_the_key(override, message):
     with pytest.raises(ConfigError) as err:

@@ -252,3 +252,33 @@ def test_shipped_classification_example_trains_and_keeps_its_best_checkpoint(tin
     assert summary["best_metric"] == best["eval_accuracy"]
     assert summary["best_checkpoint"] == f"checkpoint-{best['step']}"
     assert (out / summary["best_checkpoint"] / "adapter_model.safetensors").is_file()
+
+
+def test_training_continues_from_an_existing_adapter(tiny_models, tmp_path):
+    first = train(sft_overrides(tiny_models["qwen2"], tmp_path / "a", max_steps=8, learning_rate=2e-2))
+    more = train(sft_overrides(tiny_models["qwen2"], tmp_path / "b", max_steps=2, learning_rate=2e-2,
+                               adapter_name_or_path=str(tmp_path / "a")))
+    fresh = train(sft_overrides(tiny_models["qwen2"], tmp_path / "c", max_steps=2, learning_rate=2e-2))
+    # Same first batch for "b" and "c" (same seed): only the starting adapter differs.
+    assert more.losses[0] < fresh.losses[0] - 0.01
+    assert first.losses[-1] < first.losses[0]
+
+
+def test_do_predict_after_training_writes_the_evaluation(tiny_models, tmp_path):
+    data = classification_file(tmp_path)
+    out = tmp_path / "cls"
+    cfg_file = tmp_path / "cls.yaml"
+    cfg_file.write_text("\n".join([
+        f"model_name_or_path: {tiny_models['gemma3']}", f"dataset: {data}", "label_names: [消极, 积极]",
+        "prompt_template: \"评论：{text}\\n情感：\"", "template: empty", f"output_dir: {out}", "max_steps: 2",
+        "per_device_train_batch_size: 4", "val_size: 0.25", "do_predict: true"]), encoding="utf-8")
+    assert cli_main(["train", str(cfg_file)]) == 0
+    results = json.loads((out / "eval_results.json").read_text(encoding="utf-8"))
+    assert results["task"] == "classification" and results["n"] == 12  # the val_size split of 48
+    assert 0.0 <= results["score"]["accuracy"] <= 1.0
+    assert (out / "predictions.jsonl").is_file()
+
+
+def test_unusable_kernel_request_is_an_error_not_a_silent_skip(tiny_models, tmp_path):
+    with pytest.raises(UserError, match="use_liger_kernel: true, but"):
+        train(sft_overrides(tiny_models["qwen2"], tmp_path / "k", max_steps=1, use_liger_kernel="true"))
