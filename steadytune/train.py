@@ -641,6 +641,9 @@ def apply_optional_kernels(cfg: RunConfig, model) -> None:
     if t.dataloader_num_workers:
         cfg.decide("dataloader_num_workers", 0, "examples are tokenised before training and collated in the training "
                    "process (microseconds a batch), so no loader workers are started")
+    if cfg.data.preprocessing_num_workers:
+        cfg.decide("preprocessing_num_workers", 1, "tokenisation runs in one process (seconds at these sizes; "
+                   "tokenized_path caches it for later runs)")
     if t.save_only_model:
         cfg.decide("save_only_model", False, "checkpoints always keep optimizer, scheduler and RNG state, so every "
                    "checkpoint can be resumed exactly")
