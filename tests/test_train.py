@@ -102,6 +102,10 @@ def test_llamafactory_example_runs_with_two_overrides(tiny_models, tmp_path, mon
     out = tmp_path / "saves" / "qwen3-4b" / "lora" / "sft"
     assert (out / "adapter_model.safetensors").is_file()
     assert len([r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]) == 1  # logging_steps 10: the last step
+    import yaml
+    decisions = yaml.safe_load((out / "run_config.yaml").read_text(encoding="utf-8"))["decisions"]
+    # Keys of the file that change nothing here are recorded with a reason, not silently dropped.
+    assert {"dataloader_num_workers", "preprocessing_num_workers", "ddp_timeout"} <= set(decisions)
 
 
 def test_gradient_accumulation_normalises_over_tokens(tiny_models, tmp_path):
