@@ -142,6 +142,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
     else:
         model = attach_adapter(model, cfg)
     apply_optional_kernels(cfg, model)
+    record_inactive_keys(cfg)
     if t.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": cfg.model.use_reentrant_gc})
         if hasattr(model, "enable_input_require_grads"):
@@ -625,8 +626,8 @@ def print_startup(cfg: RunConfig, info, trainable: int, total: int, data, total_
 
 
 def apply_optional_kernels(cfg: RunConfig, model) -> None:
-    """use_liger_kernel / torch_compile: applied where they work, each outcome recorded (never silently skipped);
-    a requested kernel that cannot be used is an error."""
+    """use_liger_kernel / torch_compile: applied where they work and recorded; a requested kernel that cannot be
+    used is an error, never a silent skip."""
     from steadytune.kernels import apply_liger_kernels, compile_layers
 
     t = cfg.train
@@ -638,6 +639,11 @@ def apply_optional_kernels(cfg: RunConfig, model) -> None:
         if not applied:
             raise UserError(f"{key}: true, but {why}; set {key}: false")
         cfg.decide(key, True, why)
+
+
+def record_inactive_keys(cfg: RunConfig) -> None:
+    """LLaMA-Factory keys that change nothing in this recipe are recorded with the reason, never dropped silently."""
+    t = cfg.train
     if t.dataloader_num_workers:
         cfg.decide("dataloader_num_workers", 0, "examples are tokenised before training and collated in the training "
                    "process (microseconds a batch), so no loader workers are started")
