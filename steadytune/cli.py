@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
@@ -68,6 +69,9 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # peft calls a transformers property that transformers 5 deprecates; the warning is about their code, not the
+    # user's run, and would otherwise be printed at every start.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command is None:
