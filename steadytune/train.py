@@ -143,10 +143,6 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
         model = attach_adapter(model, cfg)
     apply_optional_kernels(cfg, model)
     record_inactive_keys(cfg)
-    if t.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": cfg.model.use_reentrant_gc})
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
     trainable, total = count_parameters(model)
 
     # --- data --------------------------------------------------------------------------------------------
@@ -157,6 +153,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
         raise UserError(f"dataset {d.dataset!r}: no training examples left after filtering")
     loader_factory = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
                                   packing_attention=packing.attention if packing is not None else None)
+    enable_gradient_checkpointing_if_needed(cfg, model, info, loader_factory)
     micro_batches_per_epoch = loader_factory.batches_per_epoch()
     steps_per_epoch = max(1, math.ceil(micro_batches_per_epoch / t.gradient_accumulation_steps))
     total_steps = t.max_steps if t.max_steps > 0 else max(1, math.ceil(steps_per_epoch * t.num_train_epochs))
@@ -639,6 +636,22 @@ def apply_optional_kernels(cfg: RunConfig, model) -> None:
         if not applied:
             raise UserError(f"{key}: true, but {why}; set {key}: false")
         cfg.decide(key, True, why)
+
+
+def enable_gradient_checkpointing_if_needed(cfg: RunConfig, model, info, batches: "TrainBatches") -> None:
+    """gradient_checkpointing unset: on only when a micro-batch's activations would not fit in half the GPU's
+    memory (recomputing costs about a third more compute, worth it only when memory is the limit)."""
+    from steadytune.kernels import choose_gradient_checkpointing
+
+    tokens = batches.max_tokens or cfg.train.per_device_train_batch_size * max(batches.lengths)
+    budget = info.primary.memory_gib if info.primary is not None else None
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    use, why = choose_gradient_checkpointing(base.config, tokens, budget, cfg.train.gradient_checkpointing)
+    cfg.decide("gradient_checkpointing", use, why)
+    if use:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": cfg.model.use_reentrant_gc})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
 
 
 def record_inactive_keys(cfg: RunConfig) -> None:

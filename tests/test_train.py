@@ -286,3 +286,14 @@ def test_do_predict_after_training_writes_the_evaluation(tiny_models, tmp_path):
 def test_unusable_kernel_request_is_an_error_not_a_silent_skip(tiny_models, tmp_path):
     with pytest.raises(UserError, match="use_liger_kernel: true, but"):
         train(sft_overrides(tiny_models["qwen2"], tmp_path / "k", max_steps=1, use_liger_kernel="true"))
+
+
+def test_gradient_checkpointing_is_a_recorded_decision_and_keeps_the_loss(tiny_models, tmp_path):
+    import yaml
+    plain = train(sft_overrides(tiny_models["qwen2"], tmp_path / "plain", max_steps=2))
+    checkpointed = train(sft_overrides(tiny_models["qwen2"], tmp_path / "gc", max_steps=2,
+                                       gradient_checkpointing="true"))
+    assert checkpointed.losses == pytest.approx(plain.losses, rel=1e-5)  # recompute changes memory, not math
+    for name, expected in (("plain", False), ("gc", True)):
+        decisions = yaml.safe_load((tmp_path / name / "run_config.yaml").read_text(encoding="utf-8"))["decisions"]
+        assert decisions["gradient_checkpointing"]["value"] is expected
