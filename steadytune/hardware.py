@@ -7,7 +7,6 @@ call answers True on RDNA1/2 (gfx10xx), which has no native bf16 arithmetic (res
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Optional

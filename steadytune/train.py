@@ -27,7 +27,7 @@ from steadytune.checkpoint import (TrainerState, latest_checkpoint, list_checkpo
 from steadytune.config import RunConfig, describe_keys, load_config, save_resolved_config
 from steadytune.errors import UserError
 from steadytune.faults import FaultInjector
-from steadytune.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, NumericalGuard, TrainState,
+from steadytune.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, NumericalGuard, TrainState,
                               apply_hardware_profile, fallback_precision)
 from steadytune.loss import causal_lm_loss_sum, count_target_tokens
 from steadytune.monitor import MetricsLog, Throughput, memory_stats, plot_loss

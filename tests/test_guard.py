@@ -281,17 +281,21 @@ def test_sigkilled_run_resumes_with_its_guard_state(tiny_folder, tmp_path):
     assert len([x for x in lines if x.get("event") == "fault_injected"]) == 2  # not fired again
 
 
+def run_with_fp16_overflows(tiny_folder: Path, tmp_path: Path, out: Path):
+    """fp16 training whose step 8 overflows, with a guard that switches precision at the first overflow."""
+    from steadytune.train import run_training
+    cfg = write_config(tmp_path / "c.yaml", tiny_folder, out, fp16=True, bf16=False,
+                       guard={"snapshot_steps": 5, "min_history": 5, "max_fp16_overflows": 1},
+                       fault_injection={"fp16_overflow_step": 8})
+    return run_training(load_config(cfg), progress=False)
+
+
 @pytest.mark.gpu
 def test_repeated_fp16_overflows_continue_in_bf16_or_fp32_from_the_last_good_state(tiny_folder, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("fp16 with loss scaling needs a GPU")
-    from steadytune.train import run_training
     out = tmp_path / "run"
-    cfg = write_config(tmp_path / "c.yaml", tiny_folder, out, fp16=True, bf16=False,
-                       guard={"snapshot_steps": 5, "min_history": 5, "max_fp16_overflows": 1},
-                       fault_injection={"fp16_overflow_step": 8})
-    result = run_training(load_config(cfg), progress=False)
-    assert result.global_step == 12
+    assert run_with_fp16_overflows(tiny_folder, tmp_path, out).global_step == 12
     switches = [x for x in read_lines(out) if x.get("action") == "precision_switch"]
     assert switches and switches[0]["new_precision"] in ("bf16", "fp32")
     decisions = yaml.safe_load((out / "run_config.yaml").read_text())["decisions"]
@@ -303,18 +307,13 @@ def test_fp16_overflow_switch_runs_the_whole_restart_path_on_cpu(tiny_folder, tm
     runs CPU fp16 autocast without a loss scaler), an injected overflow trips the guard, and the run saves its
     last good state, restarts in a fresh Accelerator in the fallback precision, and finishes from there."""
     from steadytune import hardware
-    from steadytune.train import run_training
 
     def forced(info, bf16="auto", fp16=False):
         return ("fp16", "test: fp16 forced on CPU") if fp16 is True else ("fp32", "test: fallback")
 
     monkeypatch.setattr(hardware, "choose_precision", forced)
     out = tmp_path / "run"
-    cfg = write_config(tmp_path / "c.yaml", tiny_folder, out, fp16=True, bf16=False,
-                       guard={"snapshot_steps": 5, "min_history": 5, "max_fp16_overflows": 1},
-                       fault_injection={"fp16_overflow_step": 8})
-    result = run_training(load_config(cfg), progress=False)
-    assert result.global_step == 12
+    assert run_with_fp16_overflows(tiny_folder, tmp_path, out).global_step == 12
     lines = read_lines(out)
     [switch] = [x for x in lines if x.get("action") == "precision_switch"]
     assert switch["new_precision"] == "fp32" and switch["step"] <= 8

@@ -43,6 +43,16 @@ def classification_file(folder: Path, n: int = 48) -> Path:
     return path
 
 
+def classification_yaml(folder: Path, model: Path, out: Path, *extra: str) -> Path:
+    """A classification run config written the way a user would, on classification_file's data."""
+    path = folder / "cls.yaml"
+    path.write_text("\n".join([
+        f"model_name_or_path: {model}", f"dataset: {classification_file(folder)}", "label_names: [消极, 积极]",
+        "prompt_template: \"评论：{text}\\n情感：\"", "template: empty", f"output_dir: {out}",
+        "per_device_train_batch_size: 4", "val_size: 0.25", *extra]), encoding="utf-8")
+    return path
+
+
 def sft_overrides(model: Path, out: Path, **extra) -> list[str]:
     base = {"model_name_or_path": str(model), "dataset": "alpaca_en_demo", "dataset_dir": str(LF / "data"),
             "template": "qwen", "cutoff_len": 64, "max_samples": 64, "output_dir": str(out),
@@ -142,15 +152,9 @@ def test_golden_loss_curve(tiny_models, tmp_path):
 
 
 def test_classification_run_end_to_end_cli(tiny_models, tmp_path):
-    data = classification_file(tmp_path)
     out = tmp_path / "cls"
-    # Written the way a user would: a YAML file and the CLI.
-    cfg_file = tmp_path / "cls.yaml"
-    cfg_file.write_text("\n".join([
-        f"model_name_or_path: {tiny_models['gemma3']}", f"dataset: {data}", "label_names: [消极, 积极]",
-        "prompt_template: \"评论：{text}\\n情感：\"", "template: empty", f"output_dir: {out}", "max_steps: 3",
-        "per_device_train_batch_size: 4", "val_size: 0.25", "eval_strategy: steps", "eval_steps: 3",
-        "logging_steps: 1"]), encoding="utf-8")
+    cfg_file = classification_yaml(tmp_path, tiny_models["gemma3"], out, "max_steps: 3", "eval_strategy: steps",
+                                   "eval_steps: 3", "logging_steps: 1")
     code = cli_main(["train", str(cfg_file)])
     assert code == 0
     evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval_loss" in r]
@@ -269,13 +273,8 @@ def test_training_continues_from_an_existing_adapter(tiny_models, tmp_path):
 
 
 def test_do_predict_after_training_writes_the_evaluation(tiny_models, tmp_path):
-    data = classification_file(tmp_path)
     out = tmp_path / "cls"
-    cfg_file = tmp_path / "cls.yaml"
-    cfg_file.write_text("\n".join([
-        f"model_name_or_path: {tiny_models['gemma3']}", f"dataset: {data}", "label_names: [消极, 积极]",
-        "prompt_template: \"评论：{text}\\n情感：\"", "template: empty", f"output_dir: {out}", "max_steps: 2",
-        "per_device_train_batch_size: 4", "val_size: 0.25", "do_predict: true"]), encoding="utf-8")
+    cfg_file = classification_yaml(tmp_path, tiny_models["gemma3"], out, "max_steps: 2", "do_predict: true")
     assert cli_main(["train", str(cfg_file)]) == 0
     results = json.loads((out / "eval_results.json").read_text(encoding="utf-8"))
     assert results["task"] == "classification" and results["n"] == 12  # the val_size split of 48
