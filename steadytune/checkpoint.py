@@ -146,6 +146,9 @@ def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_n
     if state.model_name_or_path and model_name_or_path and state.model_name_or_path != model_name_or_path:
         raise CheckpointError(f"{checkpoint}: saved from model {state.model_name_or_path!r}, "
                               f"but this run uses {model_name_or_path!r}")
+    # One set of checks for saved work (model.py): truncated or unparsable files, keys and shapes of another model.
+    from steadytune.model import check_checkpoint_matches
+    check_checkpoint_matches(checkpoint, model, required_files=(OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE))
     load_trainable_weights(checkpoint, model)
     try:
         optimizer.load_state_dict(torch.load(checkpoint / OPTIMIZER_FILE, map_location="cpu", weights_only=False))
@@ -158,46 +161,15 @@ def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_n
 
 
 def load_trainable_weights(checkpoint: Path, model) -> None:
-    """Load the adapter (or full) weights of a checkpoint into `model`, refusing shape or key mismatches."""
-    from safetensors import SafetensorError
+    """Load the adapter (or full) weights of a checkpoint that check_checkpoint_matches has accepted."""
     from safetensors.torch import load_file
 
     adapter_file = checkpoint / "adapter_model.safetensors"
-    try:
-        if adapter_file.is_file():
-            from peft import set_peft_model_state_dict
-            weights = load_file(adapter_file)
-            expected = {k for k in _peft_state_keys(model)}
-            got = set(weights)
-            if expected != got:
-                missing = sorted(expected - got)[:3]
-                raise CheckpointError(f"{checkpoint}: adapter does not match this model "
-                                      f"(missing {missing}, unexpected {sorted(got - expected)[:3]})")
-            own = dict(_peft_state(model))
-            for key, tensor in weights.items():
-                if tuple(own[key].shape) != tuple(tensor.shape):
-                    raise CheckpointError(f"{checkpoint}: {key} has shape {tuple(tensor.shape)}, "
-                                          f"this model expects {tuple(own[key].shape)} (a different model or lora_rank)")
-            set_peft_model_state_dict(model, weights)
-        else:
-            files = sorted(checkpoint.glob("model*.safetensors"))
-            if not files:
-                raise CheckpointError(f"{checkpoint}: no adapter_model.safetensors or model.safetensors")
-            weights = {}
-            for f in files:
-                weights.update(load_file(f))
-            result = model.load_state_dict(weights, strict=False)
-            if result.unexpected_keys:
-                raise CheckpointError(f"{checkpoint}: weights do not match this model "
-                                      f"(unexpected {result.unexpected_keys[:3]})")
-    except SafetensorError as e:
-        raise CheckpointError(f"{checkpoint}: corrupt or truncated weights file ({e})") from None
-
-
-def _peft_state(model):
-    from peft import get_peft_model_state_dict
-    return get_peft_model_state_dict(model).items()
-
-
-def _peft_state_keys(model):
-    return (k for k, _ in _peft_state(model))
+    if adapter_file.is_file():
+        from peft import set_peft_model_state_dict
+        set_peft_model_state_dict(model, load_file(adapter_file))
+        return
+    weights = {}
+    for f in sorted(checkpoint.glob("model*.safetensors")):
+        weights.update(load_file(f))
+    model.load_state_dict(weights, strict=False)  # tied weights are saved once
