@@ -10,6 +10,8 @@ and autocast; everything that decides the numbers is visible here.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import shutil
 import sys
@@ -200,7 +202,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
     batches = loader_factory.stream(state.epoch, state.batch_in_epoch)
     throughput = Throughput(device)
     losses: list[float] = []
-    window_loss, window_tokens, window_steps = 0.0, 0, 0
+    window_loss, window_steps = 0.0, 0
     started = time.perf_counter()
     bar = tqdm(total=total_steps, initial=state.global_step, desc="train", disable=not (progress and is_main),
                dynamic_ncols=True)
@@ -224,7 +226,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
         for i, mb in enumerate(window):
             batch = to_device(mb.batch, device)
             sync_now = i == len(window) - 1
-            with accelerator.no_sync(objective) if not sync_now else _null():
+            with accelerator.no_sync(objective) if not sync_now else contextlib.nullcontext():
                 with accelerator.autocast():
                     loss_sum, _ = objective(batch)
                 if faults.active and i == 0:
@@ -255,7 +257,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
                 set_data_position(state, train_state.data_position)
                 batches = loader_factory.stream(state.epoch, state.batch_in_epoch)
                 del losses[max(0, state.global_step - first_step):]
-                window_loss, window_tokens, window_steps = 0.0, 0, 0
+                window_loss, window_steps = 0.0, 0
                 bar.n = state.global_step
                 if decision.new_precision:
                     bar.close()
@@ -278,7 +280,6 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
         losses.append(loss_value)
         window_loss += loss_value
         window_steps += 1
-        window_tokens += global_tokens
         bar.update(1)
 
         if state.global_step % t.logging_steps == 0 or state.global_step == total_steps:
@@ -289,7 +290,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
             metrics.write(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}",
                             guard=guard.event_count)
-            window_loss, window_steps, window_tokens = 0.0, 0, 0
+            window_loss, window_steps = 0.0, 0
 
         if should_evaluate(cfg, state.global_step, steps_per_epoch, total_steps) and data.eval:
             results = evaluate_during_training(cfg, accelerator, objective, data, tokenizer, device)
@@ -555,8 +556,6 @@ def deepspeed_plugin(cfg: RunConfig):
     except ImportError:
         raise UserError("deepspeed: the deepspeed package is not installed (pip install 'steadytune[deepspeed]'); "
                         "on one GPU, LoRA needs no DeepSpeed: remove the key") from None
-    import json
-
     from accelerate.utils import DeepSpeedPlugin
 
     ds = json.loads(path.read_text(encoding="utf-8"))
@@ -757,18 +756,5 @@ def unwrap(accelerator, objective) -> TrainingObjective:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    import json
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
 
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def train_from_file(path: str, overrides: list[str] | None = None, **kwargs) -> TrainResult:
-    """Python entry point mirroring the CLI."""
-    return run_training(load_config(path, overrides or []), **kwargs)
