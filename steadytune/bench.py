@@ -174,10 +174,10 @@ def lora_model(shape: str, device: torch.device, attn_implementation: str = "sdp
 
 
 def param_counts(model) -> tuple[int, int]:
-    from steadytune.shapes import count_parameters
-    total = count_parameters(model)
-    lora = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return total - lora, lora
+    """-> (frozen, trainable) parameters: N and N_lora of the MFU formula (tied weights count once)."""
+    from steadytune.model import count_parameters
+    trainable, total = count_parameters(model)
+    return total - trainable, trainable
 
 
 def summarise(name: str, steps: int, tokens: int, seconds: float, n_params: int, n_lora: int,

@@ -45,8 +45,3 @@ def build_shape(name: str, dtype: torch.dtype = torch.float32, device: str | tor
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     return model
-
-
-def count_parameters(model: torch.nn.Module) -> int:
-    """Distinct parameters (a tied embedding/head counts once), as FLOP estimates use them."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
