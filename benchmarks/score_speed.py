@@ -6,23 +6,18 @@ import time
 
 import torch
 
-from steadytune import hardware
 from steadytune.config import load_config
 from steadytune.data import prepare_datasets
 from steadytune.demo import recipe_path
 from steadytune.scoring import evaluate_classification
-from steadytune.model import load_model_and_tokenizer
+from steadytune.model import load_for_inference
 
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     batch_size = int(sys.argv[2]) if len(sys.argv) > 2 else 128
     cfg = load_config(recipe_path(), [f"max_eval_samples={n}", "max_samples=16"])
-    info = hardware.detect()
-    precision, _ = hardware.choose_precision(info, "auto", False)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=dtype, attn_implementation="sdpa",
-                                                device=hardware.device_for(info))
+    model, tokenizer, _, description = load_for_inference(cfg)
     data = prepare_datasets(cfg, tokenizer)
     args = dict(label_names=data.label_names, template=data.template, batch_size=batch_size,
                 cutoff_len=cfg.data.cutoff_len)
@@ -35,7 +30,7 @@ def main() -> None:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     print(f"scored {len(data.eval)} reviews x {len(data.label_names)} labels in {seconds:.2f} s "
-          f"({precision}, batch {batch_size}); zero-shot accuracy {report['accuracy']:.3f}")
+          f"({description}, batch {batch_size}); zero-shot accuracy {report['accuracy']:.3f}")
 
 
 if __name__ == "__main__":

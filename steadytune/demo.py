@@ -46,22 +46,14 @@ def scoring_batch_size(device: torch.device) -> int:
 
 
 def run_demo(cfg, force: bool = False) -> dict:
-    from steadytune import hardware
     from steadytune.data import prepare_datasets
+    from steadytune.model import load_for_inference, load_trained_adapter
     from steadytune.scoring import evaluate_classification
-    from steadytune.model import load_model_and_tokenizer, load_trained_adapter
     from steadytune.train import majority_share, run_training
-
-    info = hardware.detect()
-    precision, _ = hardware.choose_precision(info, cfg.train.bf16, cfg.train.fp16)
-    attn, _ = hardware.choose_attention(info, cfg.model.flash_attn)
-    device = hardware.device_for(info)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
 
     # 1. Before: the base model on the held-out reviews, and the majority class.
     t0 = time.perf_counter()
-    model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=dtype, attn_implementation=attn, device=device)
-    model.eval()
+    model, tokenizer, device, _ = load_for_inference(cfg)
     data = prepare_datasets(cfg, tokenizer)
     load_seconds = time.perf_counter() - t0
     eval_args = dict(label_names=data.label_names, template=data.template, prompt_template=cfg.data.prompt_template,

@@ -70,20 +70,14 @@ def _trained_folder(cfg) -> tuple[Path, str]:
 
 def _load_for_eval(cfg, folder: Path, kind: str) -> tuple[torch.nn.Module, Any]:
     """(model, tokenizer) on the device and dtype the hardware policy picks."""
-    from steadytune import hardware
-    from steadytune.model import load_model_and_tokenizer, load_trained_adapter
+    from steadytune.model import load_for_inference, load_trained_adapter
 
-    info = hardware.detect()
-    precision, why = hardware.choose_precision(info, cfg.train.bf16, cfg.train.fp16)
-    attn, _ = hardware.choose_attention(info, cfg.model.flash_attn)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    device = hardware.device_for(info)
-    print(f"device {device}, {precision} ({why}), attention {attn}")
+    if kind == "full":  # the trained folder is itself the model
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, model_name_or_path=str(folder)))
+    model, tokenizer, _, description = load_for_inference(cfg)
+    print(description)
     if kind == "lora":
-        model, tokenizer = load_model_and_tokenizer(cfg.model, dtype, attn, device)
         return load_trained_adapter(model, folder), tokenizer
-    model, tokenizer = load_model_and_tokenizer(dataclasses.replace(cfg.model, model_name_or_path=str(folder)),
-                                                dtype, attn, device)
     return model, tokenizer
 
 

@@ -179,6 +179,21 @@ BUILTIN_ALIASES: dict[str, Callable[[Path], Path]] = {GEMMA3_270M_ALIAS: _gemma3
 # Loading
 # ---------------------------------------------------------------------------------------------------------
 
+def load_for_inference(cfg: RunConfig) -> tuple[nn.Module, Any, torch.device, str]:
+    """(model, tokenizer, device, description) for scoring or generation, on the device, dtype and attention the
+    hardware policy picks for this config (the same choices `train` makes); the model is in eval mode."""
+    from steadytune import hardware
+
+    info = hardware.detect()
+    precision, why = hardware.choose_precision(info, cfg.train.bf16, cfg.train.fp16)
+    attn, _ = hardware.choose_attention(info, cfg.model.flash_attn)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    device = hardware.device_for(info)
+    model, tokenizer = load_model_and_tokenizer(cfg.model, dtype, attn, device)
+    model.eval()
+    return model, tokenizer, device, f"device {device}, {precision} ({why}), attention {attn}"
+
+
 def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtype = torch.float32,
                              attn_implementation: str = "sdpa", device: Optional[torch.device] = None):
     """-> (model, tokenizer) on `device`, weights in `torch_dtype`; tokenizer pads on the right.
