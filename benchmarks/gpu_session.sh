@@ -45,10 +45,29 @@ PY
   cp /root/runs/spike-rollback/metrics.jsonl $OUT/spike_guarded_metrics.jsonl
 fi
 
+if [ "$STAGE" = gpudemo ]; then
+  # The README's GPU-sized demo with the defaults of this build (packing on by default on CUDA).
+  python3 -m steadytune demo max_samples=null max_eval_samples=null per_device_train_batch_size=64 learning_rate=1e-3 \
+      lora_rank=16 warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000 output_dir=/root/runs/gpudemo \
+      2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/gpudemo.txt
+  cp /root/runs/gpudemo/metrics.jsonl /root/runs/gpudemo/demo_results.json $OUT/
+fi
+if [ "$STAGE" = bench15 ]; then
+  python3 -m steadytune bench --steps 20 --dataset .whl/alpaca/alpaca_en_demo.json,.whl/alpaca/alpaca_zh_demo.json \
+      --shape qwen2.5-1.5b --check-loss 20 --output $OUT/b15.json 2>&1 | grep -v Warning | tee $OUT/bench15.txt
+fi
+if [ "$STAGE" = bigbatch ]; then
+  R=steadytune/recipes/gemma3_270m_sentiment.yaml
+  python3 -m steadytune demo max_samples=null max_eval_samples=null lora_rank=16 warmup_ratio=0.05 cutoff_len=256 \
+      logging_steps=10 save_steps=100000 packing=true per_device_train_batch_size=256 num_train_epochs=3 \
+      learning_rate=2e-3 output_dir=/root/runs/bigbatch 2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/bigbatch.txt
+  cp /root/runs/bigbatch/metrics.jsonl $OUT/bigbatch_metrics.jsonl
+  STAGE=bench
+fi
 if [ "$STAGE" = bench ]; then
   # Both shapes: plain recipe vs steadytune's default, then steadytune variants alone (same data, same steps).
   mkdir -p /root/bench
-  B="python3 -m steadytune bench --steps 20"
+  B="python3 -m steadytune bench --steps 20 --dataset .whl/alpaca/alpaca_en_demo.json,.whl/alpaca/alpaca_zh_demo.json"
   $B --shape qwen2.5-0.5b --output /root/bench/b05.json 2>&1 | grep -v Warning | tee -a $OUT/bench.txt
   $B --shape qwen2.5-0.5b --arms steadytune --gradient-checkpointing on --output /root/bench/b05_gc.json 2>&1 | tail -2 | tee -a $OUT/bench.txt
   $B --shape qwen2.5-1.5b --check-loss 20 --output /root/bench/b15.json 2>&1 | grep -v Warning | tee -a $OUT/bench.txt

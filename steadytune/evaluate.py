@@ -43,6 +43,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--output-dir", default=None, help="where results are written (default: the run's output_dir)")
     parser.add_argument("--known-samples", type=int, default=64,
                         help="training examples scored first as the label-map check (0 skips it)")
+    parser.add_argument("--review-errors", type=int, default=0, metavar="N",
+                        help="also write N misclassified test examples, drawn at random (seeded), to "
+                             "errors_to_review.jsonl and print them: reading them tells label noise from model "
+                             "errors (0: off)")
 
 
 def run(args) -> int:
@@ -50,9 +54,11 @@ def run(args) -> int:
 
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1 (got {args.batch_size})")
+    if args.review_errors < 0:
+        raise UserError(f"--review-errors must be 0 or more (got {args.review_errors})")
     cfg = load_config(args.config, args.overrides)
     run_evaluation(cfg, mode=args.mode, zero_shot=args.zero_shot, batch_size=args.batch_size,
-                   output_dir=args.output_dir, known_samples=args.known_samples)
+                   output_dir=args.output_dir, known_samples=args.known_samples, review_errors=args.review_errors)
     return 0
 
 
@@ -98,7 +104,7 @@ def _zero_shot(cfg, model: torch.nn.Module, kind: str) -> Iterator[torch.nn.Modu
 
 
 def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size: int = 32,
-                   output_dir: str | None = None, known_samples: int = 64) -> dict:
+                   output_dir: str | None = None, known_samples: int = 64, review_errors: int = 0) -> dict:
     """Everything `steadytune eval` does; returns what it writes to eval_results.json."""
     from steadytune.data import prepare_datasets
 
@@ -185,6 +191,8 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
             if zero is not None:
                 row["zero_shot_prediction"] = zero[primary]["predictions"][i]["prediction"]
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    if review_errors:
+        write_errors_to_review(trained[primary]["predictions"], review_errors, out_dir / "errors_to_review.jsonl")
     confusion = trained[primary]["confusion"]
     (out_dir / "confusion_matrix.json").write_text(json.dumps(confusion, ensure_ascii=False, indent=2), encoding="utf-8")
     plot_confusion_matrix(confusion["matrix"], confusion["labels"], out_dir / "confusion_matrix.png",
@@ -192,6 +200,31 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
     print(f"wrote eval_results.json, predictions.jsonl, confusion_matrix.json/.png to {out_dir}")
     return results
+
+
+def sample_errors(predictions: Sequence[dict], n: int, seed: int = 0) -> list[dict]:
+    """Up to n misclassified predictions drawn at random with a fixed seed, in test-set order.
+
+    An accuracy alone cannot say whether the misses are the model's or the labels' (seed 003 checked its label
+    map on 50 examples read by a person); reading a random sample of the misses can."""
+    import random
+
+    errors = [i for i, p in enumerate(predictions) if p["prediction"] != p["gold"]]
+    chosen = sorted(random.Random(seed).sample(errors, min(n, len(errors))))
+    return [{"index": i, **predictions[i], "verdict": ""} for i in chosen]
+
+
+def write_errors_to_review(predictions: Sequence[dict], n: int, path: Path) -> None:
+    rows = sample_errors(predictions, n)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    misses = sum(p["prediction"] != p["gold"] for p in predictions)
+    print(f"{len(rows)} of {misses} misclassified test examples, drawn at random, to read by hand "
+          f"(fill in verdict: label wrong / model wrong / unclear) -> {path}")
+    for row in rows:
+        text = " ".join(row["text"].split())
+        print(f"  #{row['index']:<5} gold {row['gold']}  predicted {row['prediction']}  {text[:90]}")
 
 
 def predict_generation(model: torch.nn.Module, tokenizer: Any, examples: Sequence[dict], max_new_tokens: int,

@@ -174,7 +174,9 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
-                                  eps=t.adam_epsilon, weight_decay=t.weight_decay)
+                                  eps=t.adam_epsilon, weight_decay=t.weight_decay,
+                                  # one fused kernel for all LoRA tensors instead of several per tensor
+                                  fused=device.type == "cuda" or None)
     scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
     objective = TrainingObjective(model)
     objective, optimizer = accelerator.prepare(objective, optimizer)

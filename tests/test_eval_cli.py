@@ -144,3 +144,25 @@ def test_permutation_diagnosis_and_label_matching():
     assert diagnose_known_samples(classification_report([0, 1], [0, 1], ["a", "b"])) is None
     assert match_label(" 消极。", LABELS) == 0 and match_label("积极的评论", LABELS) == 1
     assert match_label("我觉得是消极", LABELS) == 0 and match_label("不知道", LABELS) is None
+
+
+def test_review_errors_samples_only_misses_reproducibly():
+    from steadytune.evaluate import sample_errors
+    predictions = [{"text": f"t{i}", "gold": "a", "prediction": "b" if i % 3 == 0 else "a"} for i in range(30)]
+    first = sample_errors(predictions, 4)
+    assert len(first) == 4 and all(r["gold"] != r["prediction"] and r["verdict"] == "" for r in first)
+    assert [r["index"] for r in first] == sorted(r["index"] for r in first)
+    assert first == sample_errors(predictions, 4)                      # seeded: the same sample every time
+    assert len(sample_errors(predictions, 100)) == 10                  # never more than there are misses
+
+
+def test_review_errors_file_from_the_cli(trained_run, capsys):
+    """The swapped label map misclassifies every example: the file holds the asked number of them."""
+    root, *_ = trained_run
+    code = main(["eval", str(root / "run.yaml"), "label_names=[积极, 消极]", "--known-samples", "0",
+                 "--review-errors", "3", "--output-dir", str(root / "review")])
+    out = capsys.readouterr().out
+    assert code == 0 and "3 of 10 misclassified" in out
+    rows = [json.loads(line) for line in (root / "review" / "errors_to_review.jsonl").read_text(encoding="utf-8")
+            .splitlines()]
+    assert len(rows) == 3 and all(r["gold"] != r["prediction"] for r in rows)

@@ -155,3 +155,16 @@ def test_packing_default_on_cpu_and_off_when_asked(tiny_models, tmp_path):
     train(overrides(tiny_models["qwen2"], out, max_steps=2))
     chosen = decisions(out)
     assert chosen["packing"]["value"] is True and chosen["max_tokens_per_batch"]["value"] > 0
+
+
+def test_packing_default_by_backend(tiny_models, tmp_path):
+    """Unset: on where `train` was measured faster packed (CPU, CUDA), off where it was not timed (ROCm)."""
+    import torch
+
+    from steadytune.hardware import HardwareInfo
+    from steadytune.packing import decide_packing
+    for backend, packed in (("cpu", True), ("cuda", True), ("rocm", False)):
+        cfg = load_config(None, overrides(tiny_models["qwen2"], tmp_path / backend))
+        info = HardwareInfo(backend=backend, torch_version=torch.__version__)
+        assert decide_packing(cfg, class_weighted_loss=False, info=info) is packed
+        assert cfg.decisions["packing"]["value"] is packed and cfg.decisions["packing"]["reason"]
