@@ -7,6 +7,7 @@ training, then the accuracy after, on the same held-out reviews.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from importlib import resources
@@ -68,11 +69,18 @@ def run_demo(cfg, force: bool = False) -> dict:
     # 2. Train.
     result = run_training(cfg, force=force)
 
-    # 3. After: the same base model with the trained adapter, on the same reviews.
-    tuned = load_trained_adapter(model, result.output_dir)
+    # 3. After, on the same reviews: the same base model with the trained adapter, or for a full fine-tune the
+    # trained model itself.
+    if cfg.method.finetuning_type == "lora":
+        tuned = load_trained_adapter(model, result.output_dir)
+    else:
+        del model
+        trained = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, model_name_or_path=str(result.output_dir)))
+        tuned = load_for_inference(trained)[0]
     tuned.eval()
     after = evaluate_classification(tuned, tokenizer, data.eval, **eval_args)
     gain = (after["accuracy"] - before["accuracy"]) / max(1e-9, 1 - before["accuracy"])
+    method = "LoRA" if cfg.method.finetuning_type == "lora" else "full fine-tune"
 
     summary = {
         "model": cfg.model.model_name_or_path, "test_examples": len(data.eval), "majority_baseline": majority,
@@ -89,7 +97,7 @@ def run_demo(cfg, force: bool = False) -> dict:
         f"{'':28}{'accuracy':>10}{'macro-F1':>10}",
         f"{'majority class':28}{majority:>10.3f}{'':>10}",
         f"{'zero-shot (before)':28}{before['accuracy']:>10.3f}{before['macro_f1']:>10.3f}",
-        f"{'LoRA (after)':28}{after['accuracy']:>10.3f}{after['macro_f1']:>10.3f}",
+        f"{method + ' (after)':28}{after['accuracy']:>10.3f}{after['macro_f1']:>10.3f}",
         f"relative error reduction {gain:+.1%}; {result.global_step} steps in {result.train_seconds:.0f} s; "
         f"results in {result.output_dir}/demo_results.json",
     ]))

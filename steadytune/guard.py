@@ -186,22 +186,23 @@ class NumericalGuard:
             return LOSS_SPIKE, (f"loss {loss:.4g} > threshold {spike['threshold']:.4g} "
                                 f"(recent median {spike['median']:.4g}, mean {spike['mean']:.4g}, std {spike['std']:.3g})")
         if grad is not None:
-            spike = self._spike(grad, self.grad_history)
+            spike = self._spike(grad, self.grad_history, self.args.grad_spike_ratio)
             if spike:
                 values.update({f"grad_norm_{k}": v for k, v in spike.items()})
                 return GRAD_SPIKE, (f"gradient norm {grad:.4g} > threshold {spike['threshold']:.4g} "
                                     f"(recent median {spike['median']:.4g})")
         return "", ""
 
-    def _spike(self, value: float, history: deque) -> Optional[dict]:
-        """A spike is above mean + spike_sigmas * std *and* above spike_ratio * median of the recent window."""
+    def _spike(self, value: float, history: deque, ratio: Optional[float] = None) -> Optional[dict]:
+        """A spike is above mean + spike_sigmas * std *and* above `ratio` (default spike_ratio) x the median of
+        the recent window."""
         if len(history) < self.args.min_history:
             return None
         recent = [v for _, v in history]
         mean = statistics.fmean(recent)
         std = statistics.pstdev(recent, mean)
         median = statistics.median(recent)
-        threshold = max(mean + self.args.spike_sigmas * std, self.args.spike_ratio * median)
+        threshold = max(mean + self.args.spike_sigmas * std, (ratio or self.args.spike_ratio) * median)
         if value <= threshold:
             return None
         return {"threshold": threshold, "mean": mean, "std": std, "median": median}

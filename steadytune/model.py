@@ -135,7 +135,7 @@ def convert_gguf(gguf_path: Path, target: Path, source: dict) -> Path:
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
         except Exception as e:  # a damaged or unsupported file fails anywhere in the reader (struct, numpy, KeyError)
             raise UserError(f"model_name_or_path: cannot read GGUF file {gguf_path}: {type(e).__name__}: {e}") from None
-        model.hf_quantizer = None  # the weights are plain tensors now; save them as such
+        forget_gguf_quantization(model)  # the weights are plain tensors now; save them as such
         model.save_pretrained(work)
         tokenizer.save_pretrained(work)
         (work / SOURCE_FILE).write_text(json.dumps(source, indent=2), encoding="utf-8")
@@ -194,6 +194,21 @@ def load_for_inference(cfg: RunConfig) -> tuple[nn.Module, Any, torch.device, st
     return model, tokenizer, device, f"device {device}, {precision} ({why}), attention {attn}"
 
 
+def forget_gguf_quantization(model) -> None:
+    """A model read from GGUF holds de-quantised, plain tensors, but transformers still marks it as GGUF-quantised
+    (and folders converted before this fix kept `quantization_config` in config.json), which makes
+    `save_pretrained` of a full fine-tune refuse at the very end of training. Drop the marker."""
+    config = getattr(model, "config", None)
+    quantization = getattr(config, "quantization_config", None)
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else getattr(quantization, "quant_method", None)
+    if str(getattr(method, "value", method)).lower() != "gguf":
+        return
+    model.hf_quantizer = None
+    if hasattr(model, "is_quantized"):
+        model.is_quantized = False
+    del config.quantization_config
+
+
 def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtype = torch.float32,
                              attn_implementation: str = "sdpa", device: Optional[torch.device] = None):
     """-> (model, tokenizer) on `device`, weights in `torch_dtype`; tokenizer pads on the right.
@@ -219,6 +234,7 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
                         f"(offline?): {str(e).splitlines()[0]}") from None
     except ImportError as e:  # e.g. attn_implementation='flash_attention_2' without flash-attn
         raise UserError(f"model_name_or_path: {path}: {e}") from None
+    forget_gguf_quantization(model)
     _check_tokenizer_fits(tokenizer, model, path)
     set_padding(tokenizer, model)
     if device is not None:

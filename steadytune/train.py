@@ -332,7 +332,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
             plot_loss(output_dir / "metrics.jsonl", output_dir / "training_loss.png")
         print(f"done: {state.global_step} steps in {train_seconds:.1f} s, final loss "
               f"{summary['final_loss'] if summary['final_loss'] is None else round(summary['final_loss'], 4)}; "
-              f"adapter in {output_dir}")
+              f"{'adapter' if cfg.method.finetuning_type == 'lora' else 'model'} in {output_dir}")
     tokens_per_s = state.tokens_seen / max(train_seconds, 1e-9)
     return TrainResult(output_dir, state.global_step, losses[-1] if losses else None, train_seconds, tokens_per_s,
                        losses)

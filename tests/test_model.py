@@ -425,3 +425,23 @@ def test_gguf_alias_is_converted_once_and_cached(tmp_path):
     with torch.no_grad():
         assert torch.equal(model(ids).logits[0, -1], first_logits)
     assert second_s < first_s / 4, (first_s, second_s)
+
+
+def test_model_from_gguf_saves_as_a_plain_model(tmp_path):
+    """A full fine-tune of a GGUF model ends with save_pretrained: transformers' GGUF marker must be gone, from the
+    cached folder and from folders converted before (their config.json still names quant_method gguf)."""
+    tokenizer = build_tokenizer()
+    gguf_path = write_tiny_gguf(tmp_path / "tiny.gguf", build_model("qwen2", tokenizer), tokenizer)
+    cache = tmp_path / "cache"
+    _, model, _ = load(gguf_path, cache_dir=str(cache))
+    (converted,) = (cache / "models").iterdir()
+    assert "quantization_config" not in json.loads((converted / "config.json").read_text(encoding="utf-8"))
+    model.save_pretrained(tmp_path / "full")
+    # an older cache: the marker written back into config.json is dropped again at load time
+    config = json.loads((converted / "config.json").read_text(encoding="utf-8"))
+    config["quantization_config"] = {"quant_method": "gguf", "gguf_file": "tiny.gguf", "dequantize": False}
+    (converted / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    _, model, _ = load(gguf_path, cache_dir=str(cache))
+    assert getattr(model, "hf_quantizer", None) is None
+    model.save_pretrained(tmp_path / "full-again")
+    assert (tmp_path / "full-again" / "model.safetensors").is_file()

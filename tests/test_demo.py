@@ -1,0 +1,37 @@
+"""`run_demo` (the `steadytune demo` recipe: zero-shot, train, score again) on a tiny model, for both kinds of
+fine-tune: the LoRA adapter goes on the same base model, a full fine-tune is loaded from its output folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from steadytune.config import load_config
+from steadytune.demo import run_demo
+from steadytune.tiny import save_tiny_model
+
+NEG = ["太差了", "很失望", "再也不买了", "包装破损", "讨厌"]
+POS = ["很好", "质量不错", "非常满意", "物流很快", "喜欢"]
+
+
+@pytest.mark.parametrize("finetuning_type,lr", [("lora", "1e-2"), ("full", "2e-3")])
+def test_demo_scores_before_and_after_for_lora_and_full(tmp_path, finetuning_type, lr):
+    model_dir = save_tiny_model(tmp_path / "tiny", "qwen2", seed=0)
+    rows = [{"text": t, "label": "消极"} for t in NEG] + [{"text": t, "label": "积极"} for t in POS]
+    (tmp_path / "reviews.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows * 4),
+                                            encoding="utf-8")
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                         encoding="utf-8")
+    cfg = load_config(None, [f"model_name_or_path={model_dir}", f"dataset={tmp_path / 'reviews.jsonl'}",
+                             f"eval_dataset={tmp_path / 'test.jsonl'}", "template=empty", "label_names=[消极, 积极]",
+                             "prompt_template=评论：{text}情感：", "cutoff_len=32", "per_device_train_batch_size=8",
+                             "num_train_epochs=40", f"learning_rate={lr}", "warmup_ratio=0", "lr_scheduler_type=constant",
+                             f"finetuning_type={finetuning_type}", f"output_dir={tmp_path / 'out'}", "save_steps=1000",
+                             "logging_steps=1", "plot_loss=false"])
+    summary = run_demo(cfg, force=True)
+    written = json.loads((tmp_path / "out" / "demo_results.json").read_text(encoding="utf-8"))
+    assert written == summary and summary["test_examples"] == 10 and summary["majority_baseline"] == 0.5
+    assert summary["after"]["accuracy"] == 1.0  # the task is trivially learnable: the trained weights were scored
+    expected = "adapter_config.json" if finetuning_type == "lora" else "model.safetensors"
+    assert (tmp_path / "out" / expected).is_file()
