@@ -93,6 +93,33 @@ def test_varlen_packing_matches_examples_alone(kind):
     assert float(packed_sum) == pytest.approx(alone_sum, rel=1e-5)
 
 
+def test_varlen_gives_flash_kernels_only_half_precision():
+    """Flash kernels take fp16/bf16 only. An fp32 model (full fine-tuning) under bf16 autocast has fp32 q/k after
+    RoPE (found on the H200): they are cast as autocast casts SDPA's inputs; without autocast the exact reference
+    kernel runs instead."""
+    seen = []
+
+    def flash_like(q, k, v, cu, max_len, scale, window=None):
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
+        seen.append(q.dtype)
+        return segment_sdpa_kernel(q, k, v, cu, max_len, scale, window)
+
+    model = build_model("gemma3", TOKENIZER, attn_implementation=register_varlen_attention(flash_like)).eval()
+    examples = make_examples([9, 14, 5], seed=4)
+    batch = PackedCollator(TOKENIZER.pad_token_id, row_len=48, attention="varlen")(examples)
+    reference = build_model("gemma3", TOKENIZER).eval()
+    with torch.no_grad():
+        alone_sum, _ = loss_alone(reference, examples)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            packed_sum, _ = causal_lm_loss_sum(model, batch)
+        assert seen and set(seen) == {torch.bfloat16}
+        assert float(packed_sum) == pytest.approx(alone_sum, rel=2e-2)  # bf16 attention
+        seen.clear()
+        exact_sum, _ = causal_lm_loss_sum(model, batch)  # fp32, no autocast: the reference kernel, exact
+    assert not seen and float(exact_sum) == pytest.approx(alone_sum, rel=1e-5)
+
+
 def test_plain_concatenation_would_leak_across_examples():
     """The check above can fail: without restarting positions and masks, later examples see earlier ones."""
     model = build_model("qwen2", TOKENIZER).eval()
