@@ -143,8 +143,9 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
                    "(its rank and targets; lora_* keys do not apply)")
     else:
         model = attach_adapter(model, cfg)
-    if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora":
+    if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora" and not cfg.method.use_dora:
         # Every forward of this model runs under autocast (training, eval loss, scoring): see kernels.py.
+        # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
         from steadytune.kernels import skip_lora_input_cast
         changed, why = skip_lora_input_cast(model)
         cfg.decide("lora_input_cast", "off", why)
