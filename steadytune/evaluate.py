@@ -132,6 +132,9 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     test_gold = [e["label_id"] for e in data.eval]
     print(format_distribution("train", train_gold, label_names))
     print(format_distribution("test ", test_gold, label_names))
+    cap_note = eval_cap_note(cfg, data.stats)
+    if cap_note:
+        print(cap_note)
 
     results: dict[str, Any] = {"task": "classification", "adapter": str(folder), "n": len(data.eval),
                                "label_names": label_names, "label_targets": targets}
@@ -200,6 +203,22 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
     print(f"wrote eval_results.json, predictions.jsonl, confusion_matrix.json/.png to {out_dir}")
     return results
+
+
+def eval_cap_note(cfg, stats: dict) -> str | None:
+    """A line saying the test split was cut by max_samples / max_eval_samples, and how to score all of it:
+    max_samples caps every dataset (LLaMA-Factory's meaning), so a run trained on 800 examples also scores
+    only 800 test examples unless told otherwise."""
+    if not cfg.data.eval_dataset:
+        return None
+    names = [n.strip() for n in str(cfg.data.eval_dataset).split(",") if n.strip()]
+    cut = sum(v for k, v in stats.get("dropped", {}).items()
+              if k.endswith("beyond max_samples/num_samples") and k.split(":")[0] in names)
+    if not cut:
+        return None
+    key = "max_eval_samples" if cfg.data.max_eval_samples else "max_samples"
+    return (f"test : {cut} more examples left out by {key}; add max_samples=null max_eval_samples=null to score "
+            f"the whole split")
 
 
 def sample_errors(predictions: Sequence[dict], n: int, seed: int = 0) -> list[dict]:

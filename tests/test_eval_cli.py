@@ -166,3 +166,14 @@ def test_review_errors_file_from_the_cli(trained_run, capsys):
     rows = [json.loads(line) for line in (root / "review" / "errors_to_review.jsonl").read_text(encoding="utf-8")
             .splitlines()]
     assert len(rows) == 3 and all(r["gold"] != r["prediction"] for r in rows)
+
+
+def test_a_capped_test_split_says_so_and_how_to_lift_it(trained_run, capsys):
+    root, *_ = trained_run
+    code = main(["eval", str(root / "run.yaml"), "max_eval_samples=4", "--known-samples", "0",
+                 "--output-dir", str(root / "capped")])
+    out = capsys.readouterr().out
+    assert code == 0 and "test : 4 examples" in out
+    assert "6 more examples left out by max_eval_samples; add max_samples=null max_eval_samples=null" in out
+    main(["eval", str(root / "run.yaml"), "--known-samples", "0", "--output-dir", str(root / "whole")])
+    assert "left out" not in capsys.readouterr().out
