@@ -120,6 +120,28 @@ def test_varlen_gives_flash_kernels_only_half_precision():
     assert not seen and float(exact_sum) == pytest.approx(alone_sum, rel=1e-5)
 
 
+def test_varlen_drops_a_sliding_window_no_example_reaches():
+    """Gemma 3 layers pass a sliding window (16 in the tiny config, 512 in the real one); when every packed example
+    is shorter it changes nothing, so kernels without window support (torch 2.11's varlen_attn) still run."""
+    windows = []
+
+    def no_window_support(q, k, v, cu, max_len, scale, window=None):
+        windows.append(window)
+        return segment_sdpa_kernel(q, k, v, cu, max_len, scale, window)
+
+    model = build_model("gemma3", TOKENIZER, attn_implementation=register_varlen_attention(no_window_support)).eval()
+    with torch.no_grad():
+        for lengths, expect_window in (([9, 14, 5], False), ([9, 40, 5], True)):
+            windows.clear()
+            examples = make_examples(lengths, seed=6)
+            batch = PackedCollator(TOKENIZER.pad_token_id, row_len=48, attention="varlen")(examples)
+            with torch.autocast("cpu", dtype=torch.bfloat16):  # half precision: the kernel itself runs
+                packed_sum, _ = causal_lm_loss_sum(model, batch)
+            alone_sum, _ = loss_alone(build_model("gemma3", TOKENIZER).eval(), examples)
+            assert float(packed_sum) == pytest.approx(alone_sum, rel=2e-2)
+            assert windows and any(w is not None for w in windows) is expect_window
+
+
 def test_plain_concatenation_would_leak_across_examples():
     """The check above can fail: without restarting positions and masks, later examples see earlier ones."""
     model = build_model("qwen2", TOKENIZER).eval()
