@@ -104,6 +104,7 @@ def test_live_checks_on_this_cpu_machine_are_quick_and_error_free():
     assert find(findings, "info", "torch-build", "no GPU found")
     assert find(findings, "info", "precision", "fp32")
     assert find(findings, "info", "attention", "SDPA backends that run here", "math")
+    assert find(findings, "info", "packing", "packed rows keep examples apart with sdpa")  # train's own policy call
 
 
 # --- rocm.md symptom table, row by row -------------------------------------------------------------------

@@ -80,6 +80,15 @@ def explain_flash_attn_failure(message: str) -> tuple[str, str]:
     return ("flash-attn is installed but unusable here", "use flash_attn: sdpa (the default) or reinstall flash-attn for this platform")
 
 
+def packing_attention_finding(info) -> Finding:
+    """How `train` keeps packed examples apart here: the same policy call train makes (hardware.py), which on a
+    GPU runs each variable-length kernel once against SDPA before trusting it."""
+    from steadytune.hardware import choose_packing_attention
+    attention, kernel, why = choose_packing_attention(info, "auto")
+    name = f"{attention} ({kernel})" if kernel else attention
+    return Finding.info("packing", f"packed rows keep examples apart with {name}", why)
+
+
 def check_attention(probe: Probe) -> list[Finding]:
     """What flash_attn: auto picks, the SDPA backends that run here, and flash-attn's state."""
     import torch
@@ -93,6 +102,8 @@ def check_attention(probe: Probe) -> list[Finding]:
         dtype = (torch.float32 if gpu is None else torch.bfloat16 if arch_supports_bf16(gpu.arch) else torch.float16)
         results, caught = probe_sdpa(device_for(info), dtype)
         findings += diagnose_sdpa(results, caught, info.backend, probe.torch_version, probe.hip_version)
+    if probe.run_kernels or info.backend == "cpu":
+        findings.append(packing_attention_finding(info))
     if importlib.util.find_spec("flash_attn") is not None:
         ok, status = flash_attn_status() if probe.run_kernels else (True, "flash-attn is installed (not run)")
         if ok:
