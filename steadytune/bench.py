@@ -28,9 +28,6 @@ import torch
 from steadytune.errors import UserError
 
 DEMO_DATASETS = ("alpaca_en_demo.json", "alpaca_zh_demo.json")
-# Dense bf16 peak FLOP/s by GPU name fragment (no sparsity): research/peers.md section 3.
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "MI300X": 1307e12, "MI325X": 1307e12, "MI250X": 383e12,
-             "MI250": 362e12, "A100": 312e12, "L40S": 362e12, "RTX 4090": 165e12}
 TEMPLATE_PROMPT_TOKENS, TEMPLATE_ANSWER_TOKENS = 16, 4  # chat template tokens around a turn (Qwen-like)
 LORA_RANK = 16
 
@@ -137,11 +134,9 @@ def synthetic_examples(lengths: list[tuple[int, int]], count: int, vocab: int, c
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, flops in PEAK_BF16.items():
-        if key.lower() in name.lower():
-            return flops
-    return None
+    from steadytune.hardware import peak_bf16_tflops
+    tflops = peak_bf16_tflops(torch.cuda.get_device_name(device))  # the product table doctor and train use
+    return tflops * 1e12 if tflops else None
 
 
 def flops_per_token(n_params: int, n_lora: int) -> float:

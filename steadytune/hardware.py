@@ -129,6 +129,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"H100.*PCIe", "sm_90", peak_bf16_tflops=756.5),
     Product(r"H100|H800", "sm_90", peak_bf16_tflops=989.4),
     Product(r"L40S", "sm_89", peak_bf16_tflops=362.1),
+    Product(r"RTX 4090", "sm_89", peak_bf16_tflops=165.2),
     Product(r"L40|L4\b|RTX 40\d0|RTX 6000 Ada|Ada Generation", "sm_89"),
     Product(r"A100|A800", "sm_80", peak_bf16_tflops=312.0),
     Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0),

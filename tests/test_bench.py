@@ -53,3 +53,13 @@ def test_bad_dataset_is_a_clear_error(tmp_path, capsys):
 def test_unknown_shape_is_a_clear_error(capsys):
     assert main(["bench", "--shape", "gpt-17", "--device", "cpu"]) == 1
     assert "unknown --shape 'gpt-17'" in capsys.readouterr().err
+
+
+def test_mfu_peak_comes_from_the_product_table():
+    """bench's MFU denominator is hardware.py's table (dense bf16, per device as torch sees it)."""
+    from steadytune.hardware import peak_bf16_tflops
+    assert peak_bf16_tflops("NVIDIA H200") == peak_bf16_tflops("NVIDIA H100 80GB HBM3") == 989.4
+    assert peak_bf16_tflops("AMD Instinct MI300X") == 1307.4
+    assert peak_bf16_tflops("AMD Instinct MI250X") == 191.5          # one GCD: torch sees half a card
+    assert peak_bf16_tflops("NVIDIA GeForce RTX 4090") == 165.2
+    assert peak_bf16_tflops("NVIDIA L4") is None                     # unknown peak: MFU is reported as n/a
