@@ -56,14 +56,19 @@ def read_text(path: Path) -> str:
         raise DataError(f"{path}: not UTF-8 text (byte offset {e.start}, line {line}); re-save the file as UTF-8") from None
 
 
+def parse_json(path: Path, text: str):
+    """json.loads with an error that names the file, line and column."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+
+
 def _read_json(path: Path) -> list[Row]:
     text = read_text(path)
     if not text.lstrip().startswith("["):
         return _parse_jsonl(path, text)  # a .json file holding one object per line, as `datasets` also accepts
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    data = parse_json(path, text)
     rows = []
     for i, item in enumerate(data):
         if not isinstance(item, dict):

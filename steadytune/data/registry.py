@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -11,7 +10,7 @@ from typing import Callable, Optional
 from steadytune.config import ConfigError
 from steadytune.data.builtin import BUILTIN_DATASETS, load_builtin
 from steadytune.data.formats import FORMATS, MEDIA_COLUMNS
-from steadytune.data.readers import SUFFIXES, Row, read_rows, read_text
+from steadytune.data.readers import SUFFIXES, Row, parse_json, read_rows, read_text
 from steadytune.errors import DataError
 
 # dataset_info.json fields of LLaMA-Factory we accept, plus our classification fields.
@@ -74,11 +73,7 @@ def _unknown(name: str, key: str, info: dict | None, info_path: Path) -> Dataset
 
 
 def _read_info(path: Path) -> dict:
-    text = read_text(path)
-    try:
-        info = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    info = parse_json(path, read_text(path))
     if not isinstance(info, dict):
         raise DataError(f"{path}: expected a JSON object mapping dataset names to entries")
     return info
