@@ -7,7 +7,6 @@ training, then the accuracy after, on the same held-out reviews.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from importlib import resources
@@ -48,6 +47,7 @@ def scoring_batch_size(device: torch.device) -> int:
 
 def run_demo(cfg, force: bool = False) -> dict:
     from steadytune.data import prepare_datasets
+    from steadytune.evaluate import load_trained
     from steadytune.model import load_for_inference, load_trained_adapter
     from steadytune.scoring import evaluate_classification
     from steadytune.train import majority_share, run_training
@@ -75,8 +75,7 @@ def run_demo(cfg, force: bool = False) -> dict:
         tuned = load_trained_adapter(model, result.output_dir)
     else:
         del model
-        trained = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, model_name_or_path=str(result.output_dir)))
-        tuned = load_for_inference(trained)[0]
+        tuned, _ = load_trained(cfg, Path(result.output_dir), "full")
     tuned.eval()
     after = evaluate_classification(tuned, tokenizer, data.eval, **eval_args)
     gain = (after["accuracy"] - before["accuracy"]) / max(1e-9, 1 - before["accuracy"])

@@ -74,8 +74,9 @@ def _trained_folder(cfg) -> tuple[Path, str]:
                     "train first, or set adapter_name_or_path to the adapter folder")
 
 
-def _load_for_eval(cfg, folder: Path, kind: str) -> tuple[torch.nn.Module, Any]:
-    """(model, tokenizer) on the device and dtype the hardware policy picks."""
+def load_trained(cfg, folder: Path, kind: str) -> tuple[torch.nn.Module, Any]:
+    """(model, tokenizer) of a trained run's `folder` ("lora": adapter on the base model; "full": the folder is
+    the model) on the device and dtype the hardware policy picks."""
     from steadytune.model import load_for_inference, load_trained_adapter
 
     if kind == "full":  # the trained folder is itself the model
@@ -112,7 +113,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     out_dir = Path(output_dir or cfg.train.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_raw_labels(cfg)
-    model, tokenizer = _load_for_eval(cfg, folder, kind)
+    model, tokenizer = load_trained(cfg, folder, kind)
     data = prepare_datasets(cfg, tokenizer)
     if not data.eval:
         raise UserError("no test split: set eval_dataset, or val_size to evaluate on the held-out split of training")
@@ -211,7 +212,8 @@ def eval_cap_note(cfg, stats: dict) -> str | None:
     only 800 test examples unless told otherwise."""
     if not cfg.data.eval_dataset:
         return None
-    names = [n.strip() for n in str(cfg.data.eval_dataset).split(",") if n.strip()]
+    from steadytune.data.registry import split_names
+    names = split_names(cfg.data.eval_dataset)
     cut = sum(v for k, v in stats.get("dropped", {}).items()
               if k.endswith("beyond max_samples/num_samples") and k.split(":")[0] in names)
     if not cut:
