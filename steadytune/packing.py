@@ -316,19 +316,21 @@ def make_varlen_attention(kernel: Callable) -> Callable:
             raise RuntimeError(f"steadytune_varlen attention expects one packed row, got batch {query.shape[0]}")
         # transformers hands [batch, heads, length, dim]; varlen kernels take [tokens, heads, dim].
         q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+        run = kernel
         if q.dtype not in (torch.float16, torch.bfloat16):
             # fp32 weights under autocast (full fine-tuning) give fp32 q/k after RoPE; flash kernels take only
             # fp16/bf16, so cast as autocast casts SDPA's inputs; without autocast use the exact reference kernel.
             if torch.is_autocast_enabled(q.device.type):
                 low = torch.get_autocast_dtype(q.device.type)
                 q, k, v = q.to(low), k.to(low), v.to(low)
+            else:
+                run = segment_sdpa_kernel
         cu = cu_seq_lens_q.to(device=q.device, dtype=torch.int32)
         max_len = int(max_length_q)
         # A window no example is longer than changes nothing (Gemma 3's 512 under a cutoff_len of 256): drop it,
         # so kernels without sliding-window support still run.
         window = sliding_window if sliding_window and sliding_window < max_len else None
-        out = (kernel if q.dtype in (torch.float16, torch.bfloat16) else segment_sdpa_kernel)(
-            q, k, v, cu, max_len, scaling, window)
+        out = run(q, k, v, cu, max_len, scaling, window)
         return out[None], None  # [1, T, heads, dim], as the other implementations return
 
     return varlen_attention_forward
