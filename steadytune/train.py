@@ -147,7 +147,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
         # Every forward of this model runs under autocast (training, eval loss, scoring): see kernels.py.
         # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
         from steadytune.kernels import skip_lora_input_cast
-        changed, why = skip_lora_input_cast(model)
+        _, why = skip_lora_input_cast(model)
         cfg.decide("lora_input_cast", "off", why)
     apply_optional_kernels(cfg, model)
     record_inactive_keys(cfg)
