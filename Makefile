@@ -16,4 +16,4 @@ demo: setup
 	steadytune demo
 
 test: setup
-	$(PYTHON) -m pytest -q -x --timeout=900
+	$(PYTHON) -m pytest -q -x -rs --timeout=900

@@ -27,7 +27,9 @@ import torch
 
 from steadytune.errors import UserError
 
-DEMO_DATASETS = ("alpaca_en_demo.json", "alpaca_zh_demo.json")
+# The default length distribution ships with the package (bench_lengths.json: the lengths of LLaMA-Factory's alpaca
+# demo sets, estimated as load_lengths does), so `bench` runs anywhere without those files.
+DEFAULT_LENGTHS = Path(__file__).with_name("bench_lengths.json")
 TEMPLATE_PROMPT_TOKENS, TEMPLATE_ANSWER_TOKENS = 16, 4  # chat template tokens around a turn (Qwen-like)
 LORA_RANK = 16
 
@@ -83,11 +85,11 @@ def estimate_tokens(text: str) -> float:
     return cjk * 0.75 + len(rest.encode()) / 4.0
 
 
-def dataset_paths(spec: str | None) -> list[Path]:
+def dataset_lengths(spec: str | None) -> list[tuple[int, int]]:
+    """(prompt tokens, answer tokens) per record: of the --dataset files, or the packaged default distribution."""
     if spec:
-        return [Path(p) for p in spec.split(",")]
-    data = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "llamafactory" / "data"
-    return [data / name for name in DEMO_DATASETS]
+        return load_lengths([Path(p) for p in spec.split(",")])
+    return [tuple(pair) for pair in json.loads(DEFAULT_LENGTHS.read_text(encoding="utf-8"))["lengths"]]
 
 
 def load_lengths(paths: list[Path]) -> list[tuple[int, int]]:
@@ -376,7 +378,7 @@ def run(args) -> int:
     if args.max_tokens is None:
         args.max_tokens = 16384 if device.type == "cuda" else 1024
     vocab = SHAPES[args.shape]["vocab_size"]
-    examples = synthetic_examples(load_lengths(dataset_paths(args.dataset)), args.examples, vocab, args.cutoff_len)
+    examples = synthetic_examples(dataset_lengths(args.dataset), args.examples, vocab, args.cutoff_len)
     lengths = sorted(len(e["input_ids"]) for e in examples)
     report = {
         "shape": args.shape, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

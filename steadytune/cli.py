@@ -82,14 +82,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steadytune {args.command}: not available in this build", file=sys.stderr)
         return EXIT_USAGE
     from steadytune.errors import UserError
+    from steadytune.stopping import RunInterrupted
     try:
         return int(module.run(args) or 0)
+    except RunInterrupted as e:
+        print(str(e), file=sys.stderr)
+        return e.exit_code
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", EXIT_ERROR)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        # The machine's faults (disk full, permission denied, read-only file system) are not bugs: one line each.
+        from steadytune.run_folder import describe_os_error
+        print(f"error: {describe_os_error(e, f'steadytune {args.command}')}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import types
 import typing
@@ -112,7 +113,7 @@ class TrainArguments:
     warmup_steps: int = _opt(0, "Warm-up steps; overrides warmup_ratio when > 0.", minimum=0)
     bf16: Union[bool, str] = _opt("auto", "bfloat16 mixed precision: true, false, or auto (only where the GPU architecture supports it).")
     fp16: Union[bool, str] = _opt(False, "float16 mixed precision with dynamic loss scaling: true, false, or auto.")
-    seed: int = _opt(42, "Seed for data order, splits, LoRA init and dropout.")
+    seed: int = _opt(42, "Seed for data order, splits, LoRA init and dropout.", minimum=0, maximum=2**32 - 1)
     logging_steps: int = _opt(10, "Log loss, grad norm, lr and throughput every N optimizer steps.", minimum=1)
     save_steps: int = _opt(500, "Save a resumable checkpoint every N optimizer steps.", minimum=1)
     save_total_limit: Optional[int] = _opt(None, "Keep at most this many checkpoints (oldest deleted first).", minimum=1)
@@ -155,12 +156,12 @@ class GuardArguments:
 @dataclass
 class FaultInjectionArguments:
     """Testing aid: break a run on purpose to prove the guard works. Section `fault_injection:`."""
-    nan_loss_step: Optional[int] = _opt(None, "Turn the loss at this optimizer step into NaN.")
-    inf_loss_step: Optional[int] = _opt(None, "Turn the loss at this optimizer step into +inf.")
-    spike_loss_step: Optional[int] = _opt(None, "Multiply the loss at this optimizer step by spike_factor.")
+    nan_loss_step: Optional[int] = _opt(None, "Turn the loss at this optimizer step into NaN.", minimum=1)
+    inf_loss_step: Optional[int] = _opt(None, "Turn the loss at this optimizer step into +inf.", minimum=1)
+    spike_loss_step: Optional[int] = _opt(None, "Multiply the loss at this optimizer step by spike_factor.", minimum=1)
     spike_factor: float = _opt(1000.0, "Factor for spike_loss_step.")
-    fp16_overflow_step: Optional[int] = _opt(None, "Inject an fp16 overflow (inf gradients) at this step.")
-    lr_spike_start: Optional[int] = _opt(None, "First optimizer step with a 100x learning rate.")
+    fp16_overflow_step: Optional[int] = _opt(None, "Inject an fp16 overflow (inf gradients) at this step.", minimum=1)
+    lr_spike_start: Optional[int] = _opt(None, "First optimizer step with a 100x learning rate.", minimum=1)
     lr_spike_steps: int = _opt(0, "How many steps the 100x learning rate lasts.", minimum=0)
     lr_spike_factor: float = _opt(100.0, "Learning-rate multiplier during the LR spike.")
 
@@ -282,16 +283,44 @@ def parse_overrides(pairs: list[str]) -> dict:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in one mapping is an error naming both lines: PyYAML would
+    silently keep the last one, so `learning_rate: 1e-4` ... `learning_rate: 1e-3` trains at whichever came last."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: let PyYAML report it
+                continue
+            if first is not None:
+                raise ConfigError(f"{self.name}: duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                                  f"(first at line {first + 1}); keep one")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | os.PathLike) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a config file")
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 (byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        loader = _UniqueKeyLoader(text)
+        loader.name = str(path)
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: invalid YAML: {e}") from None
     if data is None:
@@ -347,7 +376,8 @@ def build_config(raw: dict, where: str = "config") -> RunConfig:
         values = {}
         for f in dataclasses.fields(cls):
             if f.name in sections[name]:
-                values[f.name] = _coerce(f, sections[name][f.name], where)
+                label = f"{name}.{f.name}" if name in NESTED_SECTIONS else f.name
+                values[f.name] = _coerce(f, sections[name][f.name], where, label)
         built[name] = cls(**values)
     cfg = RunConfig(**built, user_keys=user_keys)
     _check_cross_field(cfg, where)
@@ -372,11 +402,12 @@ def _type_options(tp: Any) -> tuple:
     return (tp,)
 
 
-def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
-    """Check `value` against the field's type and bounds; convert the harmless cases (1 -> 1.0, "5e-5" -> 5e-5)."""
-    key = f.name
+def _coerce(f: dataclasses.Field, value: Any, where: str, label: str | None = None) -> Any:
+    """Check `value` against the field's type and bounds; convert the harmless cases (1 -> 1.0, "5e-5" -> 5e-5).
+    `label` is the key as the user wrote it (guard.window), used in messages."""
     hints = typing.get_type_hints(_owner_of(f.name, f))
-    options = _type_options(hints[key])
+    options = _type_options(hints[f.name])
+    key = label or f.name
     bad = ConfigError(f"{where}: {key}: invalid value {value!r} (expected {_describe(options)})")
 
     if value is None:
@@ -394,7 +425,7 @@ def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
         converted = _yaml_word(value, f.metadata.get("choices"))
     elif str in options and isinstance(value, (str, int, float)) and not isinstance(value, bool):
         converted = str(value)
-        if key in ("bf16", "fp16") and converted != "auto":
+        if f.name in ("bf16", "fp16") and converted != "auto":
             raise bad
     elif int in options and isinstance(value, int) and not isinstance(value, bool):
         converted = value
@@ -414,13 +445,15 @@ def _coerce(f: dataclasses.Field, value: Any, where: str) -> Any:
             raise bad from None
     elif list in options and isinstance(value, (list, tuple)):
         converted = list(value)
-    elif list in options and isinstance(value, str) and key == "label_names":
+    elif list in options and isinstance(value, str) and f.name == "label_names":
         converted = [part.strip() for part in value.split(",") if part.strip()]
     elif dict in options and isinstance(value, dict):
         converted = dict(value)
     else:
         raise bad
 
+    if isinstance(converted, float) and not math.isfinite(converted):
+        raise ConfigError(f"{where}: {key}: {converted!r} is not a finite number")
     meta = f.metadata
     if meta.get("choices") and converted not in meta["choices"]:
         raise ConfigError(f"{where}: {key}: invalid value {converted!r} (choose one of {', '.join(map(str, meta['choices']))})"

@@ -11,6 +11,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from steadytune.errors import UserError
+
 if TYPE_CHECKING:
     import torch
 
@@ -271,8 +273,8 @@ def choose_precision(info: HardwareInfo, bf16: bool | str = "auto", fp16: bool |
 
 # --- attention -------------------------------------------------------------------------------------------
 
-class AttentionUnavailable(RuntimeError):
-    pass
+class AttentionUnavailable(UserError, RuntimeError):
+    """The attention kernel asked for cannot run here; a user error (one line, exit 1), not a crash."""
 
 
 def flash_attn_status() -> tuple[bool, str]:

@@ -209,37 +209,71 @@ def forget_gguf_quantization(model) -> None:
     del config.quantization_config
 
 
+def load_tokenizer(model_args: ModelArguments):
+    """The model's tokenizer alone (fast: no weights), padding on the right with a pad token distinct from eos.
+    `train` loads it first, to read and tokenise the data before spending minutes on the weights."""
+    from transformers import AutoTokenizer
+
+    path, common = _resolved_source(model_args)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **common)
+    except (OSError, ValueError) as e:
+        raise _load_error(path, e) from None
+    set_padding(tokenizer)
+    return tokenizer
+
+
 def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtype = torch.float32,
-                             attn_implementation: str = "sdpa", device: Optional[torch.device] = None):
+                             attn_implementation: str = "sdpa", device: Optional[torch.device] = None,
+                             tokenizer=None):
     """-> (model, tokenizer) on `device`, weights in `torch_dtype`; tokenizer pads on the right.
 
     `attn_implementation` comes from hardware.choose_attention (which already raised AttentionUnavailable
-    for an fa2 that does not run)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    for an fa2 that does not run). A tokenizer from load_tokenizer may be passed in."""
+    from transformers import AutoModelForCausalLM
 
-    path = resolve_model_path(model_args)
-    local = Path(path).is_dir()
-    common: dict[str, Any] = {"trust_remote_code": model_args.trust_remote_code}
-    if not local:
-        common["local_files_only"] = _hub_files_local_only(path)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(model_args)
+    path, common = _resolved_source(model_args)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **common)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
                                                      **common)
-    except OSError as e:
-        if local:
-            raise UserError(f"model_name_or_path: cannot load {path}: {e}") from None
-        raise UserError(f"model_name_or_path: {path!r} is not a local folder, a .gguf file or a built-in alias "
-                        f"({', '.join(BUILTIN_ALIASES)}), and loading it from the Hugging Face hub failed "
-                        f"(offline?): {str(e).splitlines()[0]}") from None
+    except (OSError, ValueError) as e:
+        raise _load_error(path, e) from None
     except ImportError as e:  # e.g. attn_implementation='flash_attention_2' without flash-attn
         raise UserError(f"model_name_or_path: {path}: {e}") from None
+    except Exception as e:
+        # A damaged weight file (truncated safetensors, a bad header) surfaces as a library-specific error.
+        if type(e).__name__ in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall", "InvalidHeader"):
+            raise UserError(f"model_name_or_path: {path}: a weight file is damaged or truncated ({e}); "
+                            "download or convert the model again") from None
+        raise
     forget_gguf_quantization(model)
     _check_tokenizer_fits(tokenizer, model, path)
     set_padding(tokenizer, model)
     if device is not None:
         model.to(device)
     return model, tokenizer
+
+
+def _resolved_source(model_args: ModelArguments) -> tuple[str, dict[str, Any]]:
+    path = resolve_model_path(model_args)
+    common: dict[str, Any] = {"trust_remote_code": model_args.trust_remote_code}
+    if not Path(path).is_dir():
+        common["local_files_only"] = _hub_files_local_only(path)
+    return path, common
+
+
+def _load_error(path: str, e: Exception) -> UserError:
+    if Path(path).is_dir():
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "trust_remote_code" in str(e):
+            return UserError(f"model_name_or_path: {path} needs its own model code: set trust_remote_code: true "
+                             "only if you trust that folder's author (the code runs on this machine)")
+        return UserError(f"model_name_or_path: cannot load {path}: {first}")
+    return UserError(f"model_name_or_path: {path!r} is not a local folder, a .gguf file or a built-in alias "
+                     f"({', '.join(BUILTIN_ALIASES)}), and loading it from the Hugging Face hub failed "
+                     f"(offline?): {str(e).splitlines()[0] if str(e) else type(e).__name__}")
 
 
 def _check_tokenizer_fits(tokenizer, model: nn.Module, path: str) -> None:
@@ -278,7 +312,7 @@ def _hub_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
         return False
 
 
-def set_padding(tokenizer, model: nn.Module) -> None:
+def set_padding(tokenizer, model: Optional[nn.Module] = None) -> None:
     """Right padding, and a pad token that differs from eos whenever the vocabulary has one.
 
     Why not simply pad = eos: collators that derive the attention mask or labels from `pad_token_id`
@@ -288,7 +322,7 @@ def set_padding(tokenizer, model: nn.Module) -> None:
     warning: our data code masks padding by position, so eos targets still count."""
     tokenizer.padding_side = "right"
     eos = tokenizer.eos_token_id
-    if tokenizer.pad_token_id is None or tokenizer.pad_token_id == eos:
+    if (tokenizer.pad_token_id is None or tokenizer.pad_token_id == eos) and not getattr(tokenizer, "_pad_chosen", False):
         vocab = tokenizer.get_vocab()
         candidates = [t for t in PAD_CANDIDATES if t in vocab and vocab[t] != eos]
         if not candidates and tokenizer.unk_token_id is not None and tokenizer.unk_token_id != eos:
@@ -301,6 +335,9 @@ def set_padding(tokenizer, model: nn.Module) -> None:
                            "masked by position, so eos targets are still trained.", tokenizer.eos_token)
         else:
             raise UserError("tokenizer has neither a pad token nor an eos token; cannot pad batches")
+    tokenizer._pad_chosen = True
+    if model is None:
+        return
     model.config.pad_token_id = tokenizer.pad_token_id
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

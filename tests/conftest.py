@@ -1,5 +1,30 @@
-"""Shared test set-up: tiny models are faster on one thread (no thread-pool overhead per small kernel)."""
+"""Shared test set-up.
 
+- Tiny models are faster on one thread (no thread-pool overhead per small kernel).
+- `needs_shared`: tests that read the real captures and LLaMA-Factory files in `../shared/fixtures/` (beside the
+  checkout in development and CI, absent in a user's fresh clone) skip with one reason when it is not there.
+- `sample_data_dir`: the project's own small datasets (tests/sample_data.py), which the core tests use instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 import torch
 
+from sample_data import write_sample_data_dir
+
 torch.set_num_threads(1)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+LF_FIXTURES = SHARED / "fixtures" / "llamafactory"
+SMI_FIXTURES = SHARED / "fixtures" / "rocm"
+SHARED_REASON = "needs ../shared/fixtures (real LLaMA-Factory files and smi captures), absent in a fresh clone"
+
+needs_shared = pytest.mark.skipif(not (SHARED / "fixtures").is_dir(), reason=SHARED_REASON)
+
+
+@pytest.fixture(scope="session")
+def sample_data_dir(tmp_path_factory) -> Path:
+    return write_sample_data_dir(tmp_path_factory.mktemp("sample_data"))

@@ -7,16 +7,24 @@ import statistics
 
 import pytest
 
+from conftest import LF_FIXTURES, needs_shared
 from steadytune import bench
 from steadytune.cli import main
 
 
-def test_estimated_lengths_follow_the_alpaca_demo_sets():
-    lengths = sorted(p + a for p, a in bench.load_lengths(bench.dataset_paths(None)))
+def test_packaged_lengths_follow_the_alpaca_demo_sets():
+    lengths = sorted(p + a for p, a in bench.dataset_lengths(None))
     # The Qwen tokenizer gives mean 187, p90 383, max 752 on these two files (DEVICE.md).
     assert statistics.mean(lengths) == pytest.approx(187, rel=0.05)
     assert lengths[int(0.9 * len(lengths))] == pytest.approx(383, rel=0.05)
     assert max(lengths) == pytest.approx(752, rel=0.05)
+
+
+@needs_shared
+def test_packaged_lengths_are_those_of_the_real_demo_files():
+    data = LF_FIXTURES / "data"
+    real = bench.dataset_lengths(f"{data / 'alpaca_en_demo.json'},{data / 'alpaca_zh_demo.json'}")
+    assert real == bench.dataset_lengths(None)
 
 
 def test_mfu_counts_4n_plus_6n_lora():

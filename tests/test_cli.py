@@ -10,6 +10,29 @@ import pytest
 from steadytune.cli import SUBCOMMANDS
 
 
+# A rocminfo-shaped sample of our own (one GPU agent with the fields the parser reads), not a real capture.
+SAMPLE_ROCMINFO = """ROCk module is loaded
+==========
+HSA Agents
+==========
+*******
+Agent 1
+*******
+  Name:                    gfx942
+  Marketing Name:          AMD Instinct MI300X
+  Vendor Name:             AMD
+  Device Type:             GPU
+  Compute Unit:            304
+  Pool Info:
+    Pool 1
+      Segment:                 GLOBAL; FLAGS: COARSE GRAINED
+      Size:                    201310208(0xbffc000) KB
+  ISA Info:
+    ISA 1
+      Name:                    amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-
+"""
+
+
 def run_cli(args, env_extra=None):
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "steadytune", *args], capture_output=True, text=True, env=env)
@@ -40,8 +63,10 @@ def test_doctor_diagnoses_a_torch_that_does_not_import(tmp_path):
     assert "Traceback" not in proc.stderr
     # --help needs no torch either, nor does reading a colleague's saved tool outputs.
     assert run_cli(["--help"], {"PYTHONPATH": str(tmp_path)}).returncode == 0
-    shared = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocm"
-    offline = run_cli(["doctor", "--from", str(shared)], {"PYTHONPATH": str(tmp_path)})
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "rocminfo.txt").write_text(SAMPLE_ROCMINFO, encoding="utf-8")
+    offline = run_cli(["doctor", "--from", str(saved)], {"PYTHONPATH": str(tmp_path)})
     assert offline.returncode == 0 and "gfx942" in offline.stdout and "Traceback" not in offline.stderr
 
 

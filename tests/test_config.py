@@ -7,11 +7,13 @@ import yaml
 
 from steadytune.config import ConfigError, load_config, save_resolved_config
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-LF_EXAMPLES = SHARED / "fixtures" / "llamafactory" / "examples"
+from conftest import LF_FIXTURES, needs_shared
+
+LF_EXAMPLES = LF_FIXTURES / "examples"
 REPO = Path(__file__).resolve().parents[1]
 
 
+@needs_shared
 @pytest.mark.parametrize("name", ["qwen3_lora_sft.yaml", "qwen3_lora_sft_ds3.yaml"])
 def test_llamafactory_examples_load_with_their_meaning(name):
     cfg = load_config(LF_EXAMPLES / "train_lora" / name)
@@ -71,7 +73,11 @@ def test_seed_001_yaml_keys(tmp_path):
 
 
 def test_overrides_are_typed_and_win_over_the_file(tmp_path):
-    cfg = load_config(LF_EXAMPLES / "train_lora" / "qwen3_lora_sft.yaml",
+    path = tmp_path / "run.yaml"
+    path.write_text("model_name_or_path: Qwen/Qwen3-4B-Instruct-2507\nstage: sft\nfinetuning_type: lora\n"
+                    "dataset: identity,alpaca_en_demo\nlearning_rate: 1.0e-4\nmax_samples: 1000\nbf16: true\n",
+                    encoding="utf-8")
+    cfg = load_config(path,
                       ["learning_rate=5e-5", "max_samples=2000", "bf16=false", "guard.window=20", "label_names=[a, b]"])
     assert cfg.train.learning_rate == pytest.approx(5e-5) and cfg.data.max_samples == 2000
     assert cfg.train.bf16 is False and cfg.guard.window == 20 and cfg.data.label_names == ["a", "b"]

@@ -13,7 +13,10 @@ from steadytune.data import (IGNORE, PadCollator, encode_classification_prompt, 
 from steadytune.data.encode import encode_conversation
 from steadytune.tiny import build_tokenizer
 
-LF_DATA = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "llamafactory" / "data"
+from conftest import LF_FIXTURES, needs_shared
+from sample_data import ALPACA, SHAREGPT_TOOLS, sample_dir
+
+LF_DATA = LF_FIXTURES / "data"
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +25,7 @@ def tok():
 
 
 def cfg_for(**keys):
-    keys.setdefault("dataset_dir", str(LF_DATA))
+    keys.setdefault("dataset_dir", str(sample_dir()))
     return load_config(None, keys)
 
 
@@ -30,17 +33,23 @@ def trained_text(tok, example) -> str:
     return tok.decode([t for t in example["labels"] if t != IGNORE])
 
 
-def lf_rows(name: str) -> list[dict]:
-    return json.loads((LF_DATA / name).read_text(encoding="utf-8"))
+def rows_of(folder: Path, file: str) -> list[dict]:
+    return json.loads((folder / file).read_text(encoding="utf-8"))
 
 
-# ---- formats on the real demo files --------------------------------------------------------------------
+# ---- formats on the project's sample files and on LLaMA-Factory's real demo files ---------------------------
 
-@pytest.mark.parametrize("name,file", [("alpaca_en_demo", "alpaca_en_demo.json"), ("alpaca_zh_demo", "alpaca_zh_demo.json"),
-                                       ("identity", "identity.json")])
-def test_alpaca_demo_files_train_only_on_the_output(tok, name, file):
-    data = prepare_datasets(cfg_for(dataset=name, template="qwen", cutoff_len=4096, max_samples=20), tok)
-    rows = lf_rows(file)[:20]
+ALPACA_SOURCES = [pytest.param(sample_dir, ALPACA, f"{ALPACA}.json", id="own-sample"),
+                  *[pytest.param(lambda: LF_DATA, name, file, marks=needs_shared, id=name)
+                    for name, file in (("alpaca_en_demo", "alpaca_en_demo.json"),
+                                       ("alpaca_zh_demo", "alpaca_zh_demo.json"), ("identity", "identity.json"))]]
+
+
+@pytest.mark.parametrize("folder,name,file", ALPACA_SOURCES)
+def test_alpaca_files_train_only_on_the_output(tok, folder, name, file):
+    data = prepare_datasets(cfg_for(dataset=name, dataset_dir=str(folder()), template="qwen", cutoff_len=4096,
+                                    max_samples=20), tok)
+    rows = rows_of(folder(), file)[:20]
     assert len(data.train) == 20 and data.eval is None and data.label_names is None and data.class_counts == {}
     for row, example in zip(rows, data.train):
         assert trained_text(tok, example) == row["output"] + "<|im_end|>\n"
@@ -48,13 +57,17 @@ def test_alpaca_demo_files_train_only_on_the_output(tok, name, file):
         assert tok.decode(example["input_ids"]).startswith(
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
             f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
-    assert data.stats["rows_read"] == {name: len(lf_rows(file))}
+    assert data.stats["rows_read"] == {name: len(rows_of(folder(), file))}
 
 
-def test_sharegpt_toolcall_demo_masks_everything_but_assistant_turns(tok):
-    data = prepare_datasets(cfg_for(dataset="glaive_toolcall_zh_demo", template="qwen", cutoff_len=100000,
+@pytest.mark.parametrize("folder,name,file", [
+    pytest.param(sample_dir, SHAREGPT_TOOLS, f"{SHAREGPT_TOOLS}.json", id="own-sample"),
+    pytest.param(lambda: LF_DATA, "glaive_toolcall_zh_demo", "glaive_toolcall_zh_demo.json", marks=needs_shared,
+                 id="glaive_toolcall_zh_demo")])
+def test_sharegpt_toolcall_masks_everything_but_assistant_turns(tok, folder, name, file):
+    data = prepare_datasets(cfg_for(dataset=name, dataset_dir=str(folder()), template="qwen", cutoff_len=100000,
                                     max_samples=10), tok)
-    for row, example in zip(lf_rows("glaive_toolcall_zh_demo.json")[:10], data.train):
+    for row, example in zip(rows_of(folder(), file)[:10], data.train):
         expected = ""
         for turn in row["conversations"]:
             if turn["from"] == "gpt":

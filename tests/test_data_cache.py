@@ -10,11 +10,11 @@ from steadytune.data import prepare_datasets
 from steadytune.errors import DataError
 from steadytune.tiny import build_tokenizer
 
-LF_DATA = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "llamafactory" / "data"
+from sample_data import ALPACA, sample_dir
 
 
 def config(cache: Path, *extra: str):
-    return load_config(None, ["dataset=alpaca_en_demo", f"dataset_dir={LF_DATA}", "template=qwen", "cutoff_len=64",
+    return load_config(None, [f"dataset={ALPACA}", f"dataset_dir={sample_dir()}", "template=qwen", "cutoff_len=64",
                               "max_samples=20", "val_size=0.2", f"tokenized_path={cache}", *extra])
 
 
@@ -22,13 +22,13 @@ def test_cache_is_written_then_reused_identically(tmp_path):
     import shutil
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    for name in ("dataset_info.json", "alpaca_en_demo.json"):
-        shutil.copy(LF_DATA / name, data_dir / name)
+    for name in ("dataset_info.json", f"{ALPACA}.json"):
+        shutil.copy(sample_dir() / name, data_dir / name)
     tokenizer = build_tokenizer()
     first = prepare_datasets(config(tmp_path / "tok", f"dataset_dir={data_dir}"), tokenizer)
     assert (tmp_path / "tok" / "prepared.json").is_file()
     # The second run reads nothing but the cache: remove the source file.
-    (data_dir / "alpaca_en_demo.json").unlink()
+    (data_dir / f"{ALPACA}.json").unlink()
     cfg = config(tmp_path / "tok", f"dataset_dir={data_dir}")
     again = prepare_datasets(cfg, tokenizer)
     assert again.train == first.train and again.eval == first.eval and again.stats == first.stats

@@ -13,7 +13,7 @@ from steadytune.data import prepare_datasets
 from steadytune.errors import DataError
 from steadytune.tiny import build_tokenizer
 
-LF_DATA = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "llamafactory" / "data"
+from sample_data import ALPACA, IMAGES, SHAREGPT_TOOLS, sample_dir
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +33,9 @@ def expect(error, tok, pattern, **keys):
 
 
 def test_unknown_dataset_name_lists_the_registry_file_and_close_names(tok):
-    msg = expect(ConfigError, tok, r"'alpaca_en_dem' is not in .*dataset_info\.json", dataset="alpaca_en_dem",
-                 dataset_dir=str(LF_DATA))
-    assert "close names: alpaca_en_demo" in msg
+    msg = expect(ConfigError, tok, r"'alpaca_sampel' is not in .*dataset_info\.json", dataset="alpaca_sampel",
+                 dataset_dir=str(sample_dir()))
+    assert f"close names: {ALPACA}" in msg
 
 
 def test_missing_file_of_a_registry_entry(tok, tmp_path):
@@ -85,7 +85,7 @@ def test_missing_column_names_it_and_the_columns_found(tok, tmp_path):
 
 
 def test_sharegpt_wrong_role_order_names_the_row(tok, tmp_path):
-    rows = json.loads((LF_DATA / "glaive_toolcall_zh_demo.json").read_text(encoding="utf-8"))[:3]
+    rows = json.loads((sample_dir() / f"{SHAREGPT_TOOLS}.json").read_text(encoding="utf-8"))[:3]
     rows[2]["conversations"] = [rows[2]["conversations"][1], rows[2]["conversations"][0]]  # assistant turn first
     (tmp_path / "g.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
     (tmp_path / "dataset_info.json").write_text(json.dumps({"g": {
@@ -136,7 +136,7 @@ def test_hub_entry_without_datasets_package_or_network(tok, tmp_path):
 
 
 def test_unsupported_registry_features_fail_loudly(tok):
-    expect(DataError, tok, r"mllm_demo: not supported: images columns", dataset="mllm_demo", dataset_dir=str(LF_DATA))
+    expect(DataError, tok, rf"{IMAGES}: not supported: images columns", dataset=IMAGES, dataset_dir=str(sample_dir()))
 
 
 def test_val_size_that_leaves_nothing(tok, tmp_path):

@@ -22,7 +22,7 @@ from steadytune.doctor import (Finding, check_device_files, collect_probe, diagn
                                run_live_checks, write_environment)
 from steadytune.hardware import detect, device_for
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocm"
+from conftest import SMI_FIXTURES as FIXTURES, needs_shared
 GIB = 2**30
 
 
@@ -377,6 +377,7 @@ def test_allreduce_check_runs_real_processes():
 
 # --- offline mode and the CLI ------------------------------------------------------------------------------
 
+@needs_shared
 def test_offline_diagnosis_of_an_rx6800_with_an_igpu(tmp_path, capsys):
     code = cli_main(["doctor", "--rocm-smi", str(FIXTURES / "rocm-smi_csv_rx6800_gfx1030_plus_igpu.txt"), "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -414,6 +415,7 @@ def test_missing_input_file_is_a_clear_error(tmp_path, capsys):
     assert "--rocminfo" in capsys.readouterr().err
 
 
+@needs_shared
 def test_cli_end_to_end_over_every_fixture():
     done = subprocess.run([sys.executable, "-m", "steadytune", "doctor", "--from", str(FIXTURES), "--json"],
                           capture_output=True, text=True, timeout=120)

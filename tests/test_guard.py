@@ -23,7 +23,7 @@ from steadytune.guard import (ABORT, EXIT_GUARD_ABORT, OK, ROLLBACK, SKIP, WARN,
                               TrainState, apply_hardware_profile)
 from steadytune.tiny import save_tiny_model
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "llamafactory" / "data"
+from sample_data import ALPACA, sample_dir
 
 
 def make_guard(policy="rollback", precision="fp32", **guard_keys) -> tuple[NumericalGuard, list]:
@@ -215,7 +215,7 @@ def tiny_folder(tmp_path_factory) -> Path:
 
 
 def write_config(path: Path, folder: Path, output_dir: Path, **keys) -> Path:
-    settings = dict(model_name_or_path=str(folder), dataset="alpaca_en_demo", dataset_dir=str(FIXTURES),
+    settings = dict(model_name_or_path=str(folder), dataset=ALPACA, dataset_dir=str(sample_dir()),
                     template="qwen", cutoff_len=48, max_samples=32, per_device_train_batch_size=4,
                     finetuning_type="full", learning_rate=3e-3, lr_scheduler_type="constant", max_steps=12,
                     logging_steps=1, save_steps=1000, output_dir=str(output_dir), seed=0,
@@ -248,9 +248,9 @@ def test_abort_saves_the_last_good_checkpoint_and_exits_3(tiny_folder, tmp_path,
     cfg = write_config(tmp_path / "c.yaml", tiny_folder, out, guard_policy="abort", fault_injection={"nan_loss_step": 9})
     assert cli.main(["train", str(cfg)]) == EXIT_GUARD_ABORT
     message = capsys.readouterr().err
-    assert "stopped the run at step 9" in message and "nonfinite_loss" in message and "checkpoint-5" in message
+    assert "stopped the run at step 9" in message and "nonfinite_loss" in message and "checkpoint-8" in message
     checkpoint = latest_checkpoint(out)
-    assert checkpoint.name == "checkpoint-5"                 # the newest snapshot trusted before step 9
+    assert checkpoint.name == "checkpoint-8"   # the refused update never reached the weights: 8 good steps kept
     state = read_state(checkpoint)
     assert state.extra["guard"]["counts"] == {"nonfinite_loss:abort": 1}
     from safetensors.torch import load_file

@@ -10,7 +10,7 @@ import pytest
 from steadytune.hardware import bf16_verdict, decode_rocm_smi_gfx, lookup_product, override_for_arch
 from steadytune.smi_parsers import merge_results, parse_text, split_samples
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocm"
+from conftest import SMI_FIXTURES as FIXTURES, needs_shared
 KB, MIB = 2**10, 2**20
 
 # (index, name, arch, memory in bytes, native bf16, integrated); None where the output does not say.
@@ -59,11 +59,13 @@ EXPECTED = {
 }
 
 
+@needs_shared
 def test_every_fixture_is_in_the_table():
     assert sorted(p.name for p in FIXTURES.iterdir()) == sorted(EXPECTED)
     assert len(EXPECTED) == 21
 
 
+@needs_shared
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_fixture_gives_the_expected_gpus(name):
     tool, expected_outputs = EXPECTED[name]
@@ -89,6 +91,7 @@ def test_rocm_smi_gfx_version_is_decoded(raw, target):
     assert decode_rocm_smi_gfx(raw) == target
 
 
+@needs_shared
 def test_rocm_smi_gfx_version_pitfall_is_explained():
     name = "rocm-smi_showproductname_json_mi250x.json.txt"
     [result] = parse_text((FIXTURES / name).read_text(), name)
@@ -96,6 +99,7 @@ def test_rocm_smi_gfx_version_pitfall_is_explained():
     assert any("gfx9010" in n and "gfx90a" in n for n in result.notes)
 
 
+@needs_shared
 def test_outputs_of_one_machine_merge_gpu_by_gpu():
     names = ["rocm-smi_-a_mi300x_x4.txt", "rocminfo_mi300x_x4_gfx942.txt", "rocm-smi_mi300x_x4_concise.txt"]
     results = [r for n in names for r in parse_text((FIXTURES / n).read_text(), n)]
@@ -106,6 +110,7 @@ def test_outputs_of_one_machine_merge_gpu_by_gpu():
     assert gpus[0].bus_id == "0000:26:00.0"   # only rocm-smi -a shows it
 
 
+@needs_shared
 def test_outputs_of_two_machines_are_reported_as_a_conflict():
     names = ["rocminfo_rx7900xtx_gfx1100.txt", "rocminfo_rx7800xt_gfx1101.txt"]
     results = [r for n in names for r in parse_text((FIXTURES / n).read_text(), n)]
@@ -114,6 +119,7 @@ def test_outputs_of_two_machines_are_reported_as_a_conflict():
     assert "gfx1100" in conflicts[0] and "gfx1101" in conflicts[0]
 
 
+@needs_shared
 def test_rocm_smi_arch_is_trusted_less_than_rocminfo():
     names = ["rocm-smi_json_rx7800xt_gfx1101.json.txt", "rocminfo_rx7800xt_gfx1101.txt"]
     results = [r for n in names for r in parse_text((FIXTURES / n).read_text(), n)]
@@ -149,6 +155,7 @@ def test_unreadable_input_is_a_problem_not_a_crash(text):
         assert result.problems == [] or all(p.startswith("could not read x.txt") for p in result.problems)
 
 
+@needs_shared
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_truncated_fixtures_never_crash(name):
     text = (FIXTURES / name).read_text()

@@ -20,9 +20,9 @@ from steadytune.monitor import read_metrics
 from steadytune.tiny import save_tiny_model
 from steadytune.train import run_training
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-LF = SHARED / "fixtures" / "llamafactory"
-GOLDEN = Path(__file__).resolve().parent / "golden" / "tiny_qwen2_alpaca_loss.json"
+from conftest import LF_FIXTURES as LF, needs_shared
+from sample_data import ALPACA, sample_dir
+GOLDEN = Path(__file__).resolve().parent / "golden" / "tiny_qwen2_sample_loss.json"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def classification_yaml(folder: Path, model: Path, out: Path, *extra: str) -> Pa
 
 
 def sft_overrides(model: Path, out: Path, **extra) -> list[str]:
-    base = {"model_name_or_path": str(model), "dataset": "alpaca_en_demo", "dataset_dir": str(LF / "data"),
+    base = {"model_name_or_path": str(model), "dataset": ALPACA, "dataset_dir": str(sample_dir()),
             "template": "qwen", "cutoff_len": 64, "max_samples": 64, "output_dir": str(out),
             "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "learning_rate": 5e-3,
             "max_steps": 6, "logging_steps": 1, "save_steps": 3, "lr_scheduler_type": "cosine",
@@ -102,6 +102,7 @@ def test_full_finetuning_saves_a_full_model(tiny_models, tmp_path):
     assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
 
 
+@needs_shared
 def test_llamafactory_example_runs_with_two_overrides(tiny_models, tmp_path, monkeypatch):
     """The real qwen3_lora_sft.yaml, changing only the model and dataset_dir (plus where to write, and 2 steps)."""
     monkeypatch.chdir(tmp_path)

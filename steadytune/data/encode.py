@@ -6,12 +6,20 @@ classification prompt used in training is exactly the one `evaluate` rebuilds wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from steadytune.config import ConfigError
 from steadytune.data.templates import Piece, Template, split_prompt
 
 IGNORE = -100
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What cutoff_len cut from one example: prompt-side and answer-side tokens (later turns dropped included)."""
+    prompt_tokens: int
+    answer_tokens: int
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
@@ -52,14 +60,17 @@ def encode_label_targets(template: Template, tokenizer: Any, label_names: list[s
 
 
 def encode_conversation(template: Template, tokenizer: Any, example: dict, cutoff_len: int,
-                        train_on_prompt: bool = False, mask_history: bool = False) -> tuple[dict | None, bool]:
-    """(example with input_ids/labels, truncated?); the example is None when no trained token survives cutoff_len."""
+                        train_on_prompt: bool = False, mask_history: bool = False
+                        ) -> tuple[dict | None, Truncation | None]:
+    """(example with input_ids/labels, what cutoff_len cut or None); the example is None when no trained token
+    survives cutoff_len."""
     pieces = template.render(example["messages"], example.get("system"), example.get("tools"))
     turns = _pair_turns(pieces, tokenizer)
     last_answer = max((k for k, (_, target) in enumerate(turns) if target), default=-1)
     input_ids: list[int] = []
     labels: list[int] = []
     truncated = False
+    kept_source = kept_target = 0
     for k, (source, target) in enumerate(turns):
         room = cutoff_len - len(input_ids)
         if len(source) + len(target) > room:
@@ -71,11 +82,15 @@ def encode_conversation(template: Template, tokenizer: Any, example: dict, cutof
         input_ids += source + target
         labels += source if train_on_prompt else [IGNORE] * len(source)
         labels += target if (trained or train_on_prompt) else [IGNORE] * len(target)
+        kept_source, kept_target = kept_source + len(source), kept_target + len(target)
         if truncated:
             break
+    cut = None
+    if truncated:
+        cut = Truncation(sum(len(s) for s, _ in turns) - kept_source, sum(len(t) for _, t in turns) - kept_target)
     if all(label == IGNORE for label in labels):
-        return None, truncated
-    return {"input_ids": input_ids, "labels": labels}, truncated
+        return None, cut
+    return {"input_ids": input_ids, "labels": labels}, cut
 
 
 def _pair_turns(pieces: list[Piece], tokenizer: Any) -> list[tuple[list[int], list[int]]]:

@@ -84,7 +84,7 @@ def _prepare(cfg: RunConfig, tokenizer: Any) -> PreparedData:
     if d.template == "auto":
         cfg.decide("template", template.name if template.name != "auto" else "auto (tokenizer chat_template)",
                    "template: auto uses the tokenizer's chat template when it has one, else the plain empty template")
-    stats: dict = {"rows_read": {}, "dropped": Counter(), "truncated": 0, "warnings": []}
+    stats: dict = {"rows_read": {}, "dropped": Counter(), "truncated": 0, "truncation": {}, "warnings": []}
     missing = missing_special_tokens(template, tokenizer)
     if missing:
         warning = (f"template {template.name} uses {', '.join(missing)}, which the tokenizer does not know as single "
@@ -225,9 +225,9 @@ def _tokenize_conversations(examples: list[dict], split_name: str, template: Tem
     out = []
     with _progress(len(examples), split_name) as bar:
         for example in examples:
-            encoded, truncated = encode_conversation(template, tokenizer, example, d.cutoff_len,
-                                                     d.train_on_prompt, d.mask_history)
-            stats["truncated"] += int(truncated)
+            encoded, cut = encode_conversation(template, tokenizer, example, d.cutoff_len,
+                                               d.train_on_prompt, d.mask_history)
+            count_truncation(stats, split_name, cut.prompt_tokens if cut else 0, cut.answer_tokens if cut else 0)
             if encoded is None:
                 stats["dropped"][f"{split_name}: no answer token within cutoff_len"] += 1
             else:
@@ -263,7 +263,7 @@ def _tokenize_classification(out: PreparedData, train: _Loaded, evaluation: _Loa
                 chunk = examples[start:start + TOKENIZE_CHUNK]
                 text_ids = tokenizer([e["text"] for e in chunk], add_special_tokens=False)["input_ids"]
                 for example, ids in zip(chunk, text_ids):
-                    stats["truncated"] += int(len(ids) > budget)
+                    count_truncation(stats, split_name, max(0, len(ids) - budget), 0)
                     row = encode_classification(template, tokenizer, train.prompt_template, ids,
                                                 targets[example["label_id"]], max_prompt_len, d.train_on_prompt)
                     row.update(label_id=example["label_id"], text=example["text"])
@@ -279,6 +279,34 @@ def _tokenize_classification(out: PreparedData, train: _Loaded, evaluation: _Loa
         out.class_counts["eval"] = _count(evaluation.examples, names)
         train_texts = {e["text"] for e in train.examples}
         stats["eval_texts_in_train"] = sum(1 for e in evaluation.examples if e["text"] in train_texts)
+
+
+def count_truncation(stats: dict, split_name: str, prompt_cut: int, answer_cut: int) -> None:
+    """Tally one example's cut (zeros when it fit): how many examples cutoff_len truncated, and by how much."""
+    split = stats["truncation"].setdefault(split_name, {"examples": 0, "truncated": 0, "lost_prompt_tokens": 0,
+                                                         "examples_losing_prompt": 0, "lost_answer_tokens": 0,
+                                                         "most_prompt_tokens_lost": 0})
+    split["examples"] += 1
+    if prompt_cut or answer_cut:
+        stats["truncated"] += 1
+        split["truncated"] += 1
+        split["lost_prompt_tokens"] += prompt_cut
+        split["lost_answer_tokens"] += answer_cut
+        split["examples_losing_prompt"] += int(prompt_cut > 0)
+        split["most_prompt_tokens_lost"] = max(split["most_prompt_tokens_lost"], prompt_cut)
+
+
+def truncation_summary(stats: dict, cutoff_len: int) -> tuple[str | None, bool]:
+    """(one line for the start-up print, whether to warn): more than 10% of training examples losing prompt tokens
+    usually means the question itself was cut away."""
+    train = stats.get("truncation", {}).get("train")
+    if not train or not train["truncated"]:
+        return None, False
+    share = train["examples_losing_prompt"] / max(train["examples"], 1)
+    line = (f"cutoff_len {cutoff_len} truncated {train['truncated']} of {train['examples']} training examples: "
+            f"{train['examples_losing_prompt']} lost prompt tokens ({train['lost_prompt_tokens']:,} in all, up to "
+            f"{train['most_prompt_tokens_lost']:,} in one), {train['lost_answer_tokens']:,} answer tokens cut")
+    return line, share > 0.10
 
 
 def _count(examples: list[dict], names: list[str]) -> dict[str, int]:
