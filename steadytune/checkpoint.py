@@ -130,11 +130,11 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, scheduler, state: 
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         model.save_pretrained(tmp, safe_serialization=True)
-        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
+        _save_torch(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        _save_torch(scheduler.state_dict(), tmp / SCHEDULER_FILE)
         if scaler is not None:
-            torch.save(scaler.state_dict(), tmp / SCALER_FILE)
-        torch.save(capture_rng(), tmp / RNG_FILE)
+            _save_torch(scaler.state_dict(), tmp / SCALER_FILE)
+        _save_torch(capture_rng(), tmp / RNG_FILE)
         state.files = sorted(p.name for p in tmp.iterdir())
         state.sizes = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
         (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=2, default=str), encoding="utf-8")
@@ -142,15 +142,28 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, scheduler, state: 
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
+        # torch's own writer reports a failed write as RuntimeError; writes through Python files (below) and
+        # safetensors give the OSError with its errno (ENOSPC: disk full).
         shutil.rmtree(tmp, ignore_errors=True)
         from steadytune.run_folder import describe_os_error
         previous = latest_checkpoint(root)
         kept = f"; the last complete checkpoint, {previous.name}, is kept" if previous else ""
-        raise CheckpointError(describe_os_error(e, f"saving {final.name} in {root}") + kept) from None
+        if isinstance(e, OSError):
+            message = describe_os_error(e, f"saving {final.name} in {root}")
+        else:
+            free = shutil.disk_usage(root).free / 2**20
+            message = f"could not write {final.name} in {root} ({str(e).splitlines()[0]}; {free:,.0f} MiB free there)"
+        raise CheckpointError(message + kept) from None
     if save_total_limit:
         rotate_checkpoints(root, save_total_limit, keep or set())
     return final
+
+
+def _save_torch(obj: Any, path: Path) -> None:
+    """torch.save through a Python file, so a full disk raises OSError(ENOSPC) naming the problem."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
 
 
 def rotate_checkpoints(output_dir: Path, limit: int, keep: set[str]) -> None:

@@ -36,7 +36,14 @@ def run(args) -> int:
         return 0
     cfg = load_config(recipe_path(), args.overrides)
     results = run_demo(cfg, force=args.force)
-    return 0 if results["after"]["accuracy"] > results["majority_baseline"] else 1
+    if results["after"]["accuracy"] > results["majority_baseline"]:
+        return 0
+    # Exit 1 so no script takes this adapter for a working classifier; say why, and what usually helps.
+    import sys
+    print(f"error: the trained model's accuracy {results['after']['accuracy']:.3f} does not beat the majority-class "
+          f"baseline {results['majority_baseline']:.3f}: it has not learned the task. Train longer (max_samples, "
+          "num_train_epochs) or with another learning_rate; exit code 1", file=sys.stderr)
+    return 1
 
 
 def scoring_batch_size(device: torch.device) -> int:

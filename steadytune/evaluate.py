@@ -21,6 +21,7 @@ from steadytune.labelcheck import (best_label_permutation, check_against_trainin
                                    check_label_set, check_labels_distinguishable, check_raw_labels,
                                    diagnose_known_samples, warn)
 from steadytune.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
+from steadytune.run_folder import record_outputs
 from steadytune.scoring import (build_prompts, evaluate_classification, generate_texts, match_label, prompt_ids_of,
                                 score_labels)
 from steadytune.textmetrics import generation_metrics
@@ -41,6 +42,8 @@ def add_arguments(parser) -> None:
                              "matched to a label word; both: report the two side by side")
     parser.add_argument("--batch-size", type=int, default=32, help="prompts per forward pass (default 32)")
     parser.add_argument("--output-dir", default=None, help="where results are written (default: the run's output_dir)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace result files in --output-dir that steadytune did not write (refused otherwise)")
     parser.add_argument("--known-samples", type=int, default=64,
                         help="training examples scored first as the label-map check (0 skips it)")
     parser.add_argument("--review-errors", type=int, default=0, metavar="N",
@@ -58,8 +61,39 @@ def run(args) -> int:
         raise UserError(f"--review-errors must be 0 or more (got {args.review_errors})")
     cfg = load_config(args.config, args.overrides)
     run_evaluation(cfg, mode=args.mode, zero_shot=args.zero_shot, batch_size=args.batch_size,
-                   output_dir=args.output_dir, known_samples=args.known_samples, review_errors=args.review_errors)
+                   output_dir=args.output_dir, known_samples=args.known_samples, review_errors=args.review_errors,
+                   overwrite=args.overwrite)
     return 0
+
+
+# What `eval` writes into its output folder; a file of these names that no steadytune command wrote is not replaced.
+EVAL_OUTPUTS = ["eval_results.json", "predictions.jsonl", "generated_predictions.jsonl", "confusion_matrix.json",
+                "confusion_matrix.png", "errors_to_review.jsonl"]
+
+
+def warn_if_other_base(cfg, folder: Path) -> None:
+    """An adapter trained on another base model loads without complaint when the shapes agree, and scores
+    nonsense: say so, naming both."""
+    config = folder / "adapter_config.json"
+    if not config.is_file():
+        return
+    try:
+        recorded = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError):
+        return
+    if not recorded:
+        return
+    from steadytune.model import resolve_model_path
+    asked = cfg.model.model_name_or_path
+    candidates = {asked, str(Path(asked).expanduser().resolve()) if Path(asked).exists() else asked}
+    try:
+        candidates.add(str(Path(resolve_model_path(cfg.model)).resolve()))
+    except UserError:
+        pass
+    if recorded not in candidates and str(Path(recorded).resolve()) not in candidates:
+        warn(f"the adapter in {folder} was trained on base model {recorded!r}, but this evaluation loads "
+             f"{asked!r}: the scores describe another combination than the one trained (set model_name_or_path "
+             "to the adapter's base)")
 
 
 def _trained_folder(cfg) -> tuple[Path, str]:
@@ -105,14 +139,21 @@ def _zero_shot(cfg, model: torch.nn.Module, kind: str) -> Iterator[torch.nn.Modu
 
 
 def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size: int = 32,
-                   output_dir: str | None = None, known_samples: int = 64, review_errors: int = 0) -> dict:
+                   output_dir: str | None = None, known_samples: int = 64, review_errors: int = 0,
+                   overwrite: bool = False) -> dict:
     """Everything `steadytune eval` does; returns what it writes to eval_results.json."""
     from steadytune.data import prepare_datasets
+    from steadytune.run_folder import claim_outputs, describe_os_error
 
     folder, kind = _trained_folder(cfg)
     out_dir = Path(output_dir or cfg.train.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    claim_outputs(out_dir, EVAL_OUTPUTS, overwrite, "steadytune eval")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(describe_os_error(e, f"--output-dir {out_dir}")) from None
     check_raw_labels(cfg)
+    warn_if_other_base(cfg, folder)
     model, tokenizer = load_trained(cfg, folder, kind)
     data = prepare_datasets(cfg, tokenizer)
     if not data.eval:
@@ -122,6 +163,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
         metrics = predict_generation(model, tokenizer, data.eval, cfg.train.max_new_tokens, batch_size, str(out_dir))
         results = {"task": "generation", "n": len(data.eval), "adapter": str(folder), **metrics}
         (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
+        record_outputs(out_dir, EVAL_OUTPUTS)
         print(json.dumps(metrics, indent=2))
         return results
 
@@ -202,6 +244,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     plot_confusion_matrix(confusion["matrix"], confusion["labels"], out_dir / "confusion_matrix.png",
                           title=f"{primary}: accuracy {trained[primary]['accuracy']:.3f}")
     (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
+    record_outputs(out_dir, EVAL_OUTPUTS)
     print(f"wrote eval_results.json, predictions.jsonl, confusion_matrix.json/.png to {out_dir}")
     return results
 

@@ -42,7 +42,11 @@ from steadytune.monitor import MetricsLog, Throughput, memory_stats, plot_loss
 from steadytune.run_folder import RunFolder, describe_os_error
 from steadytune.stopping import RunInterrupted, StopRequests
 
-EXIT_NON_FINITE = 4   # the run ended with NaN/inf: no adapter was written
+
+
+class NonFiniteRun(UserError):
+    """The run ended with NaN/inf: no adapter was written."""
+    exit_code = 4
 
 
 @dataclass
@@ -637,10 +641,10 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
         write_json(out / "train_results.json", summary)
         if diverged:
             run.folder.record(status="diverged")
-            raise UserError(f"the run ended with a non-finite {'loss' if final_loss is not None and not math.isfinite(final_loss) else 'weight'} "
-                            f"(final loss {final_loss}) at step {state.global_step}: no adapter was saved in {out}. "
-                            "Turn the numerical guard on (guard_policy: rollback), lower learning_rate, or use bf16 "
-                            "instead of fp16", ) from None
+            what = "loss" if final_loss is not None and not math.isfinite(final_loss) else "weight"
+            raise NonFiniteRun(f"the run ended with a non-finite {what} (final loss {final_loss}) at step "
+                               f"{state.global_step}: no adapter was saved in {out}. Turn the numerical guard on "
+                               "(guard_policy: rollback), lower learning_rate, or use bf16 instead of fp16")
         save_final_outputs(run, out)
         if cfg.train.plot_loss:
             plot_loss(out / "metrics.jsonl", out / "training_loss.png")

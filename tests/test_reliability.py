@@ -1,0 +1,488 @@
+"""Reliability: nothing of the user's is lost, signals stop a run cleanly, a resume is the same run, and the
+environment's faults and silent mistakes end in one clear line (never a traceback). Tiny models on CPU.
+
+Each test names the case it covers; README "Reliability" lists them as a table."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from sample_data import ALPACA, classification_rows, sample_dir
+from steadytune.checkpoint import latest_checkpoint, list_checkpoints, read_state
+from steadytune.cli import main as cli_main
+from steadytune.config import ConfigError, load_config
+from steadytune.errors import CheckpointError, UserError
+from steadytune.run_folder import LOCK, MANIFEST, read_manifest
+from steadytune.tiny import save_tiny_model
+from steadytune.train import run_training
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("models") / "qwen2", "qwen2")
+
+
+def settings(model: Path, out: Path, **extra) -> dict:
+    base = {"model_name_or_path": str(model), "dataset": ALPACA, "dataset_dir": str(sample_dir()),
+            "template": "qwen", "cutoff_len": 96, "max_samples": 32, "output_dir": str(out),
+            "per_device_train_batch_size": 4, "learning_rate": 5e-3, "max_steps": 4, "logging_steps": 1,
+            "save_steps": 2, "lora_rank": 4, "seed": 3}
+    base.update(extra)
+    return base
+
+
+def train(model: Path, out: Path, **extra):
+    return run_training(load_config(None, settings(model, out, **extra)), progress=False)
+
+
+def write_yaml(path: Path, values: dict) -> Path:
+    path.write_text(yaml.safe_dump(values, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`steadytune ARGS` in this process (what the console script runs), its output captured. An exception that
+    is not a user error would escape and fail the test: that is the traceback a user would have seen."""
+    import contextlib
+    import io
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(list(args))
+    return subprocess.CompletedProcess(["steadytune", *args], code, out.getvalue(), err.getvalue())
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int = 1) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr[-2000:]
+    return errors[0]
+
+
+# --- 2. nothing of the user's is lost ------------------------------------------------------------------------
+
+def test_overwrite_refuses_to_replace_files_no_run_wrote(tiny, tmp_path):
+    out = tmp_path / "mine"
+    (out / "checkpoint-7").mkdir(parents=True)
+    (out / "checkpoint-7" / "notes.txt").write_text("my own checkpoint")
+    (out / "tokenizer.json").write_text("{}")
+    (out / "README.md").write_text("# my model\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(UserError, match=r"checkpoint-7.*tokenizer\.json|README\.md") as info:
+        train(tiny, out, overwrite_output_dir=True)
+    assert "no steadytune run wrote" in str(info.value)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before   # untouched, no lock left
+
+
+def test_overwrite_replaces_an_earlier_runs_files_and_keeps_the_users(tiny, tmp_path):
+    out = tmp_path / "run"
+    train(tiny, out)
+    (out / "my_notes.txt").write_text("keep me")
+    first = (out / "adapter_model.safetensors").read_bytes()
+    with pytest.raises(UserError, match="not empty"):
+        train(tiny, out, seed=4)
+    train(tiny, out, seed=4, overwrite_output_dir=True)
+    assert (out / "my_notes.txt").read_text() == "keep me"
+    assert (out / "adapter_model.safetensors").read_bytes() != first
+    manifest = read_manifest(out)
+    assert manifest["status"] == "finished" and "my_notes.txt" not in manifest["files"]
+    assert "adapter_model.safetensors" in manifest["files"] and not (out / LOCK).exists()
+
+
+def test_resume_from_another_folders_checkpoint_does_not_clobber_this_one(tiny, tmp_path):
+    source, target = tmp_path / "source", tmp_path / "target"
+    train(tiny, source)
+    checkpoint = list_checkpoints(source)[-1]
+    target.mkdir()
+    (target / "results.csv").write_text("a,b\n")
+    (target / "adapter_config.json").write_text("{}")   # a user's file with a name the run writes
+    with pytest.raises(UserError, match="adapter_config.json"):
+        train(tiny, target, resume_from_checkpoint=str(checkpoint))
+    (target / "adapter_config.json").unlink()
+    with pytest.raises(UserError, match="in another folder"):
+        train(tiny, target, resume_from_checkpoint=str(checkpoint))
+    fresh = tmp_path / "fresh"
+    result = train(tiny, fresh, resume_from_checkpoint=str(checkpoint), max_steps=4)
+    assert result.global_step == 4 and (target / "results.csv").read_text() == "a,b\n"
+
+
+def test_a_second_run_into_the_same_folder_is_refused_and_a_stale_lock_taken_over(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        import socket
+        (out / LOCK).write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(), "started": "then"}))
+        with pytest.raises(UserError, match=rf"in use by process {holder.pid} on"):
+            train(tiny, out)
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder is gone: its lock is stale and is taken over, with a message.
+    result = train(tiny, out)
+    assert result.global_step == 4 and not (out / LOCK).exists()
+    assert f"taking over the lock of process {holder.pid}" in capsys.readouterr().out
+
+
+def test_a_failed_start_leaves_the_folder_as_it_found_it_and_the_fixed_rerun_works(tiny, tmp_path):
+    absent = tmp_path / "new_run"
+    with pytest.raises(ConfigError, match="not in .*dataset_info"):
+        train(tiny, absent, dataset="no_such_dataset")
+    assert not absent.exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("x")
+    with pytest.raises(UserError):
+        train(tiny, existing, dataset="no_such_dataset", overwrite_output_dir=True)
+    assert sorted(p.name for p in existing.iterdir()) == ["keep.txt"]
+    assert train(tiny, absent).global_step == 4
+
+
+def test_killed_before_the_first_checkpoint_then_resume_true_starts_fresh(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    # What a run killed during its first steps leaves: its config, a few metrics, a manifest saying "running" and
+    # a lock whose process is gone.
+    (out / "run_config.yaml").write_text("decisions: {}\n")
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0}\n')
+    (out / MANIFEST).write_text(json.dumps({"status": "running", "files": ["run_config.yaml", "metrics.jsonl"]}))
+    (out / LOCK).write_text(json.dumps({"pid": 2 ** 22 + 1234, "host": __import__("socket").gethostname()}))
+    result = train(tiny, out, resume_from_checkpoint=True)
+    assert result.global_step == 4
+    config = yaml.safe_load((out / "run_config.yaml").read_text())
+    assert "no checkpoint" in config["decisions"]["start"]["reason"]
+
+
+def test_an_unfinished_run_is_continued_from_its_last_checkpoint(tiny, tmp_path):
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=4)
+    # Make it look interrupted after checkpoint-2: the final outputs never got written.
+    for name in ("adapter_model.safetensors", "adapter_config.json", "train_results.json"):
+        (out / name).unlink()
+    manifest = read_manifest(out)
+    manifest["status"] = "interrupted"
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    result = train(tiny, out, max_steps=4)
+    assert result.global_step == 4 and len(result.losses) == 2           # steps 3 and 4 only
+    config = yaml.safe_load((out / "run_config.yaml").read_text())
+    assert "did not finish" in config["decisions"]["start"]["reason"]
+
+
+def test_eval_refuses_to_overwrite_result_files_it_did_not_write(tiny, tmp_path):
+    data = tmp_path / "reviews.jsonl"
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in classification_rows()), encoding="utf-8")
+    out = tmp_path / "cls"
+    config = write_yaml(tmp_path / "cls.yaml", {
+        "model_name_or_path": str(tiny), "dataset": str(data), "label_names": ["消极", "积极"],
+        "prompt_template": "评论：{text}\n情感：", "template": "empty", "output_dir": str(out), "max_steps": 2,
+        "per_device_train_batch_size": 4, "val_size": 0.25, "lora_rank": 4})
+    assert cli_main(["train", str(config)]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "predictions.jsonl").write_text("my predictions\n")
+    proc = cli("eval", str(config), "--known-samples", "0", "--output-dir", str(elsewhere))
+    assert "predictions.jsonl, which steadytune did not write" in one_line_error(proc)
+    assert (elsewhere / "predictions.jsonl").read_text() == "my predictions\n"
+    assert cli("eval", str(config), "--known-samples", "0", "--output-dir", str(elsewhere),
+               "--overwrite").returncode == 0
+    # Its own earlier results (and the run folder's) are replaced without asking.
+    assert cli("eval", str(config), "--known-samples", "0", "--output-dir", str(elsewhere)).returncode == 0
+    assert cli("eval", str(config), "--known-samples", "0").returncode == 0
+
+
+# --- 3. signals --------------------------------------------------------------------------------------------
+
+def slow_run_config(tiny: Path, tmp_path: Path, out: Path, **extra) -> Path:
+    return write_yaml(tmp_path / "slow.yaml", settings(tiny, out, max_steps=100000, save_steps=100000,
+                                                       logging_steps=1, **extra))
+
+
+def wait_for_steps(out: Path, proc: subprocess.Popen, steps: int, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        metrics = out / "metrics.jsonl"
+        if metrics.is_file() and sum(1 for line in metrics.read_text().splitlines() if '"loss"' in line) >= steps:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"run did not reach {steps} steps (rc {proc.poll()})")
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_saves_a_checkpoint_at_the_step_boundary_and_the_run_continues_later(tiny, tmp_path, signum, code):
+    out = tmp_path / "run"
+    config = slow_run_config(tiny, tmp_path, out)
+    proc = subprocess.Popen([sys.executable, "-m", "steadytune", "train", str(config)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    wait_for_steps(out, proc, 3)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr[-2000:]
+    assert "Traceback" not in stderr and f"stopped by {signal.Signals(signum).name} at step" in stderr
+    checkpoint = latest_checkpoint(out)
+    assert checkpoint is not None and read_state(checkpoint).global_step >= 3
+    assert read_manifest(out)["status"] == "interrupted" and not (out / LOCK).exists()
+    # The same command again continues from that checkpoint (a shorter run here, so it finishes).
+    done = cli("train", str(config), f"max_steps={read_state(checkpoint).global_step + 2}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"resuming from {checkpoint.name}" in done.stdout
+
+
+def test_a_second_signal_stops_at_once(tiny, tmp_path):
+    out = tmp_path / "run"
+    config = slow_run_config(tiny, tmp_path, out)
+    proc = subprocess.Popen([sys.executable, "-m", "steadytune", "train", str(config)], cwd=REPO, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    wait_for_steps(out, proc, 2)
+    # Two signals in the same instant: the second arrives before any step boundary.
+    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+
+
+# --- 4. a resume is the same run ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key,value", [("learning_rate", 0.5), ("dataset", "alpaca_zh_sample"), ("seed", 11),
+                                       ("lora_rank", 8), ("lora_target", "q_proj,v_proj"), ("cutoff_len", 64)])
+def test_resume_with_changed_training_keys_is_refused_naming_old_and_new(tiny, tmp_path, key, value):
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=2, save_steps=1)
+    with pytest.raises(CheckpointError, match=rf"{key}: .* -> .*{str(value)[:4]}"):
+        train(tiny, out, resume_from_checkpoint=True, max_steps=4, **{key: value})
+
+
+def test_resume_with_bookkeeping_keys_changed_applies_and_records_them(tiny, tmp_path):
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=2, save_steps=1)
+    result = train(tiny, out, resume_from_checkpoint=True, max_steps=5, logging_steps=2, save_steps=3)
+    assert result.global_step == 5
+    changes = yaml.safe_load((out / "run_config.yaml").read_text())["decisions"]["resume_changes"]["value"]
+    assert any(c.startswith("max_steps: 2 -> 5") for c in changes) and any("logging_steps" in c for c in changes)
+
+
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=3, save_steps=1, save_total_limit=5)
+    latest = latest_checkpoint(out)
+    optimizer = latest / "optimizer.pt"
+    optimizer.write_bytes(b"\x00" * optimizer.stat().st_size)    # same size, garbage inside
+    # Named explicitly, the damaged one is an error (nothing to fall back on that the user asked for).
+    with pytest.raises(CheckpointError, match="optimizer.pt"):
+        train(tiny, tmp_path / "other", resume_from_checkpoint=str(latest), max_steps=4)
+    result = train(tiny, out, resume_from_checkpoint=True, max_steps=4)
+    assert result.global_step == 4
+    err = capsys.readouterr().err
+    assert str(latest) in err and "optimizer.pt" in err and "falling back to checkpoint-" in err
+
+
+def test_a_truncated_latest_checkpoint_falls_back_with_a_message(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=3, save_steps=1, save_total_limit=5)
+    latest = latest_checkpoint(out)
+    with (latest / "adapter_model.safetensors").open("r+b") as f:
+        f.truncate(100)
+    assert train(tiny, out, resume_from_checkpoint=True, max_steps=4).global_step == 4
+    assert "trying the previous checkpoint" in capsys.readouterr().err
+
+
+def test_a_resumed_adapter_holding_nan_is_refused(tiny, tmp_path):
+    from safetensors.torch import load_file, save_file
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=2, save_steps=1)
+    latest = latest_checkpoint(out)
+    weights = load_file(latest / "adapter_model.safetensors")
+    name = next(iter(weights))
+    weights[name][0] = float("nan")
+    save_file(weights, latest / "adapter_model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="hold NaN or inf"):
+        train(tiny, out, resume_from_checkpoint=str(latest), max_steps=3)
+
+
+def test_a_pickled_payload_in_a_checkpoint_never_runs(tiny, tmp_path):
+    """A shared checkpoint whose optimizer.pt carries code: refused by name, and the code does not run."""
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=2, save_steps=1)
+    latest = latest_checkpoint(out)
+    marker = tmp_path / "payload_ran"
+    payload = latest / "optimizer.pt"
+    subprocess.run([sys.executable, "-c", (
+        "import os, sys, torch\n"
+        "class Payload:\n"
+        "    def __reduce__(self):\n"
+        f"        return (os.system, ('touch {marker}',))\n"
+        f"torch.save({{'state': {{}}, 'param_groups': [], 'x': Payload()}}, {str(payload)!r})\n")], check=True)
+    state = json.loads((latest / "trainer_state.json").read_text())
+    state["sizes"]["optimizer.pt"] = payload.stat().st_size   # a careful attacker fixes the recorded size too
+    (latest / "trainer_state.json").write_text(json.dumps(state))
+    proc = cli("train", str(write_yaml(tmp_path / "r.yaml", settings(tiny, out, resume_from_checkpoint=str(latest),
+                                                                      max_steps=3))))
+    assert "refused to load" in one_line_error(proc) and "optimizer.pt" in proc.stderr
+    assert not marker.exists()
+
+
+# --- 5. the environment's faults: one line, non-zero exit -----------------------------------------------------
+
+def test_output_dir_that_is_a_file(tiny, tmp_path):
+    (tmp_path / "out").write_text("a file")
+    proc = cli("train", str(write_yaml(tmp_path / "c.yaml", settings(tiny, tmp_path / "out"))))
+    assert "is a file, not a folder" in one_line_error(proc)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder; run the suite as a user")
+def test_read_only_output_folder(tiny, tmp_path):
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o555)
+    try:
+        proc = cli("train", str(write_yaml(tmp_path / "c.yaml", settings(tiny, parent / "run"))))
+        assert "permission denied" in one_line_error(proc)
+    finally:
+        parent.chmod(0o755)
+
+
+def test_disk_full_while_saving_a_checkpoint_keeps_the_last_complete_one(tiny, tmp_path, monkeypatch):
+    """The save of checkpoint-4 hits a full disk (writes go to /dev/full, which fails with ENOSPC as a full disk
+    does): one line naming the folder, and checkpoint-2 stays whole."""
+    import steadytune.checkpoint as ckpt
+    real_save = ckpt._save_torch
+
+    def save_to_full_disk(obj, path):
+        return real_save(obj, Path("/dev/full") if "checkpoint-4" in str(path) else path)
+
+    monkeypatch.setattr(ckpt, "_save_torch", save_to_full_disk)
+    out = tmp_path / "run"
+    with pytest.raises(CheckpointError, match=r"disk full .*saving checkpoint-4 in .*checkpoint-2, is kept"):
+        train(tiny, out, max_steps=6, save_steps=2)
+    assert [p.name for p in list_checkpoints(out)] == ["checkpoint-2"] and read_state(out / "checkpoint-2")
+    assert not (out / "checkpoint-4.tmp").exists() and read_manifest(out)["status"] == "failed"
+
+
+def test_disk_full_during_the_final_save_leaves_no_half_adapter(tiny, tmp_path, monkeypatch):
+    from transformers import PreTrainedTokenizerBase
+    real = PreTrainedTokenizerBase.save_pretrained
+
+    def full(self, directory, *args, **kwargs):
+        if ".final.tmp" in str(directory):
+            with open("/dev/full", "w") as f:
+                f.write("x" * 65536)
+                f.flush()
+        return real(self, directory, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", full)
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match=r"disk full .*final adapter.*checkpoint-2 is complete"):
+        train(tiny, out, max_steps=3, save_steps=2)
+    assert not (out / "adapter_model.safetensors").exists() and not (out / ".final.tmp").exists()
+
+
+def test_a_truncated_base_model_is_one_line(tiny, tmp_path):
+    import shutil
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny, broken)
+    weights = broken / "model.safetensors"
+    with weights.open("r+b") as f:
+        f.truncate(weights.stat().st_size // 2)
+    proc = cli("train", str(write_yaml(tmp_path / "c.yaml", settings(broken, tmp_path / "out"))))
+    line = one_line_error(proc)
+    assert str(broken) in line and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("override,message", [
+    ("learning_rate=.nan", "learning_rate: nan is not a finite number"),
+    ("seed=-1", "seed: -1 is out of range"),
+    ("flash_attn=fa2", "flash_attn: fa2 was asked for"),
+    ("fault_injection.nan_loss_step=-2", "fault_injection.nan_loss_step: -2 is out of range"),
+    ("fault_injection.nan_loss_step=99", "fault_injection.nan_loss_step: step 99 is beyond the run's 4 steps"),
+    ("eval_strategy=steps", "eval_strategy: steps, but there is no eval data"),
+    ("metric_for_best_model=eval_loss", "metric_for_best_model: eval_loss, but there is no eval data"),
+])
+def test_bad_values_are_one_line(tiny, tmp_path, override, message):
+    proc = cli("train", str(write_yaml(tmp_path / "c.yaml", settings(tiny, tmp_path / "out"))), override)
+    assert message in one_line_error(proc)
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_with_another_lora_rank_is_one_line(tiny, tmp_path):
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=2, save_steps=1)
+    proc = cli("train", str(write_yaml(tmp_path / "c.yaml", settings(tiny, out, resume_from_checkpoint=True,
+                                                                      max_steps=3, lora_rank=16))))
+    assert "lora_rank: 4 -> 16" in one_line_error(proc)
+
+
+# --- 6. what was silently wrong ------------------------------------------------------------------------------
+
+def test_duplicate_yaml_keys_name_both_lines(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("learning_rate: 1.0e-4\nseed: 1\nlearning_rate: 1.0e-3\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'learning_rate' at line 3 \(first at line 1\)"):
+        load_config(path)
+
+
+def test_truncation_is_counted_printed_and_warned(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    train(tiny, out, cutoff_len=40, max_steps=1)
+    captured = capsys.readouterr()
+    assert "cutoff_len 40 truncated" in captured.out and "more than 10% of the examples lost prompt" in captured.err
+    decision = yaml.safe_load((out / "run_config.yaml").read_text())["decisions"]["truncation"]
+    assert decision["value"]["truncated"] > 0 and decision["value"]["examples_losing_prompt"] > 0
+    train(tiny, tmp_path / "roomy", cutoff_len=512, max_steps=1)
+    assert "truncated" not in capsys.readouterr().out
+
+
+def test_accumulation_beyond_an_epoch_is_said(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    train(tiny, out, max_samples=8, per_device_train_batch_size=4, gradient_accumulation_steps=4, max_steps=1,
+          packing=False)
+    assert "gradient_accumulation_steps 4 is more than the 2 micro-batches of an epoch" in capsys.readouterr().err
+
+
+def test_a_run_ending_in_nan_exits_non_zero_even_with_the_guard_off(tiny, tmp_path):
+    config = write_yaml(tmp_path / "c.yaml", settings(tiny, tmp_path / "run", guard_policy="off",
+                                                      fault_injection={"nan_loss_step": 2}))
+    proc = cli("train", str(config))
+    assert "non-finite" in one_line_error(proc, code=4)
+    assert not (tmp_path / "run" / "adapter_model.safetensors").exists()
+    assert json.loads((tmp_path / "run" / "train_results.json").read_text())["status"] == "diverged"
+
+
+def test_eval_with_an_adapter_of_another_base_warns_naming_both(tiny, tmp_path):
+    data = tmp_path / "reviews.jsonl"
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in classification_rows()), encoding="utf-8")
+    other = save_tiny_model(tmp_path / "other_base", "qwen2", seed=5)
+    keys = {"model_name_or_path": str(tiny), "dataset": str(data), "label_names": ["消极", "积极"],
+            "prompt_template": "评论：{text}\n情感：", "template": "empty", "output_dir": str(tmp_path / "cls"),
+            "max_steps": 1, "per_device_train_batch_size": 4, "val_size": 0.25, "lora_rank": 4}
+    config = write_yaml(tmp_path / "cls.yaml", keys)
+    assert cli_main(["train", str(config)]) == 0
+    proc = cli("eval", str(config), f"model_name_or_path={other}", "--known-samples", "0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "was trained on base model" in proc.stderr and str(tiny) in proc.stderr and str(other) in proc.stderr
+
+
+# --- 7. fail fast ---------------------------------------------------------------------------------------------
+
+def test_data_errors_come_before_the_weights_load(tiny, tmp_path):
+    """A broken weight file and a broken dataset: the dataset's error is the one reported, so it came first."""
+    import shutil
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instruction": "q", "output": "a"}\n{"instruction": \n')
+    proc = cli("train", str(write_yaml(tmp_path / "c.yaml", settings(broken, tmp_path / "out",
+                                                                      dataset=str(bad)))))
+    assert "bad.jsonl line 2" in one_line_error(proc)
