@@ -153,6 +153,7 @@ class Arch:
     override: Override
     flash_attn_ck: bool = False         # flash-attn's CK backend builds for it in release v2.8.3
     apu_trains: bool = False            # an APU worth training on when it is the only GPU (ROCm-supported, big)
+    max_rocm: Optional[tuple[int, int]] = None   # newest ROCm whose wheels really run it (libraries dropped it later)
     note: str = ""
     source: str = ""
 
@@ -173,9 +174,10 @@ ARCHS: tuple[Arch, ...] = (
     Arch("gfx900", "GCN5 (Vega)", "dgpu", False, None, "none", _NO_OVERRIDE,
          note="last in the ROCm 7.2 wheels (OS-package builds); the TheRock-based 7.14 wheels drop it",
          source="pytorch .ci/docker/manywheel/build.sh (legacy builds add gfx900;gfx906)"),
-    Arch("gfx906", "GCN5.1 (Vega 20)", "instinct", False, None, "none", _NO_OVERRIDE,
-         note="bf16 is emulated by rocBLAS (slow); fp16 with loss scaling is the fast path",
-         source="research/rocm.md section 5; TensorFlow-upstream PR #1395"),
+    Arch("gfx906", "GCN5.1 (Vega 20)", "instinct", False, None, "none", _NO_OVERRIDE, max_rocm=(6, 3),
+         note="bf16 is emulated by rocBLAS (slow); fp16 with loss scaling is the fast path. Newer wheels still list "
+              "gfx906 but their rocBLAS has no gfx906 kernels ('TensileLibrary.dat ... not read'): rocm6.3 is the last",
+         source="research/rocm.md section 5; TensorFlow-upstream PR #1395; unsloth PR #7354; ROCm/TheRock #1844"),
     Arch("gfx908", "CDNA", "instinct", True, None, "none", _NO_OVERRIDE,
          note="no hipBLASLt: torch falls back to hipBLAS", source="ROCm precision-support; rocm-libraries #780"),
     Arch("gfx90a", "CDNA2", "instinct", True, None, "native", _NO_OVERRIDE, flash_attn_ck=True,
@@ -281,9 +283,9 @@ WHEELS: tuple[WheelIndex, ...] = (
     _pytorch("6.1", "2.4-2.6", _CDNA_RDNA2_3, "pytorch #132570 (arch list of the 2024 wheels); previous-versions page",
              note="2.6 adds gfx1101 (pytorch PR #141667)"),
     _pytorch("6.2", "2.5", _CDNA_RDNA2_3, "torch.cuda.get_arch_list() of 2.5.1+rocm6.2 (astral-sh/uv #14086)"),
-    _pytorch("6.2.4", "2.6-2.7", _CDNA_RDNA2_3 | _RDNA3_4,
+    _pytorch("6.2.4", "2.7", _CDNA_RDNA2_3 | _RDNA3_4,
              "torch.cuda.get_arch_list() of 2.7.1+rocm6.2.4 (astral-sh/uv #14086)",
-             note="gfx1102 and gfx1200/gfx1201 from torch 2.7 (pytorch PRs #147761, #148562)"),
+             note="2.6 on this index lacks gfx1102 and gfx1200/gfx1201 (added by pytorch PRs #147761, #148562)"),
     _pytorch("6.3", "2.7-2.8", _CDNA_RDNA2_3 | _RDNA3_4, "torch.cuda.get_arch_list() of 2.7.1+rocm6.3 (astral-sh/uv #14086)"),
     _pytorch("6.4", "2.8-2.9", _CDNA_RDNA2_3 | _RDNA3_4,
              "pytorch.org previous-versions (2.9.x: ROCm 6.4 only); gfx950/gfx115x were added only to ROCm >= 7.0 "
@@ -311,8 +313,11 @@ WHEELS: tuple[WheelIndex, ...] = (
 
 
 def wheels_for(arch: str) -> list[WheelIndex]:
+    """The indexes whose torch runs on this arch (listed in the wheel, and not past the arch's last ROCm)."""
     base = normalise_gfx(arch)
-    return [w for w in WHEELS if base in w.archs]
+    row = arch_info(base)
+    limit = row.max_rocm if row else None
+    return [w for w in WHEELS if base in w.archs and not (limit and (w.rocm is None or w.rocm > limit))]
 
 
 def current_stable_wheel() -> WheelIndex:
@@ -333,9 +338,7 @@ def install_lines(arch: str) -> list[tuple[str, str]]:
     stable = [w for w in found if w.channel == "stable"]
     if stable:
         best = max(stable, key=lambda w: w.rocm or (0, 0))
-        first = min(stable, key=lambda w: w.rocm or (0, 0))
-        since = f" (first in {first.name}, torch {first.torch})" if first is not best else ""
-        lines.append((f"{best.name}{since}", best.install_line(base)))
+        lines.append((best.name, best.install_line(base)))
     else:
         lines += [(w.name, w.install_line(base)) for w in found if w.channel == "nightly"]
     lines += [(w.name, w.install_line(base)) for w in found if w.channel == "amd-nightly"]
@@ -349,4 +352,5 @@ def override_for_arch(arch: str) -> Optional[str]:
     return row.override.value if row and row.override.verdict == "works" else None
 
 
-OFFICIAL_WHEEL_ARCHS = current_stable_wheel().archs
+# The archs the current pytorch.org ROCm wheels run on.
+OFFICIAL_WHEEL_ARCHS = frozenset(a for a in current_stable_wheel().archs if current_stable_wheel() in wheels_for(a))
