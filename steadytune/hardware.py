@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from steadytune.errors import UserError
 from steadytune.gpu_facts import (AMD_DEVICE_IDS, ARCHS, GENERIC_AMD_NAMES, OFFICIAL_WHEEL_ARCHS,  # noqa: F401
@@ -264,17 +264,19 @@ def device_for(info: HardwareInfo) -> torch.device:
     return torch.device("cpu")
 
 
-def choose_packing_attention(info: HardwareInfo, requested: str = "auto") -> tuple[str, str | None, str]:
+def choose_packing_attention(info: HardwareInfo, requested: str = "auto",
+                             kernel_status: Optional[Callable[[], tuple[str | None, str]]] = None) -> tuple[str, str | None, str]:
     """-> (packing attention: varlen | sdpa | flex, varlen kernel name or None, reason). See packing.py.
 
     On a GPU, a variable-length flash kernel (flash-attn, else PyTorch's own) is used only after it has run
     and matched SDPA here; otherwise, and on CPU, SDPA with the block-diagonal mask.
     """
-    from steadytune.packing import varlen_kernel_status
+    if kernel_status is None:   # doctor --from passes its own: the saved machine's kernels cannot be run here
+        from steadytune.packing import varlen_kernel_status as kernel_status
     if requested in ("sdpa", "flex"):
         return requested, None, f"{requested} was asked for"
     if info.backend in ("cuda", "rocm"):
-        kernel, why = varlen_kernel_status()
+        kernel, why = kernel_status()
         if kernel is not None:
             return "varlen", kernel, f"auto -> varlen: {why}; no padding, no masked-out blocks"
         if requested == "varlen":
