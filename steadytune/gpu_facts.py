@@ -72,7 +72,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"Navi 14|RX 5500", "gfx1012", source=LLVM_TABLE),
     Product(r"Navi 10|RX 5[67]00", "gfx1010", source=LLVM_TABLE),
     # AMD integrated (APU) graphics, by graphics model, then by code name
-    Product(r"Radeon 80[456]5?S|Ryzen AI Max|Strix Halo", "gfx1151", integrated=True),
+    Product(r"Radeon 80[4-6][05]S|Ryzen AI Max|Strix Halo", "gfx1151", integrated=True),
     Product(r"Radeon 8[89]0M", "gfx1150", integrated=True),
     Product(r"Radeon 8[246]0M|Krackan", "gfx1152", integrated=True),
     Product(r"Strix", "gfx1150", integrated=True, source=PCI_IDS + " (Strix = Ryzen AI 300, Radeon 890M/880M)"),

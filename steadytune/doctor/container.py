@@ -108,7 +108,7 @@ def container_facts(probe: Probe) -> ContainerFacts:
 
 
 def _size(n: int) -> str:
-    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n // 2**20} MB"
+    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n // 2**20} MB"
 
 
 def check_container(probe: Probe) -> list[Finding]:
