@@ -144,7 +144,8 @@ def read_sysfs_gpus(sys_root: Path | str = "/sys") -> list[PciGpu]:
     for device in sorted(Path(sys_root, "bus", "pci", "devices").glob("*")):
         cls = _read(device / "class")
         vendor = _read(device / "vendor")
-        if cls is None or vendor is None or int(cls, 16) >> 8 not in GPU_CLASSES:
+        # AMD and NVIDIA only: a server's BMC display (ASPEED) or a CPU's iGPU would only add noise here
+        if cls is None or vendor is None or int(cls, 16) >> 8 not in GPU_CLASSES or int(vendor, 16) not in (0x1002, 0x10DE):
             continue
         gpu = PciGpu(device.name, VENDORS.get(int(vendor, 16)))
         for index, line in enumerate((_read(device / "resource") or "").splitlines()[:6]):
