@@ -10,7 +10,7 @@ the last word on a real machine.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 # --- sources cited by several rows ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from steadytune.errors import UserError
-from steadytune.gpu_facts import (AMD_DEVICE_IDS, ARCHS, GENERIC_AMD_NAMES, OFFICIAL_WHEEL_ARCHS,  # noqa: F401
+from steadytune.gpu_facts import (AMD_DEVICE_IDS, GENERIC_AMD_NAMES, OFFICIAL_WHEEL_ARCHS,  # noqa: F401
                                   PRODUCTS, Product, arch_info, lookup_product, normalise_gfx,
                                   override_for_arch)
 

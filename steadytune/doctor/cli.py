@@ -36,7 +36,8 @@ def _gpu_table(gpus: list[dict]) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.add_argument("--allreduce", action="store_true",
-                        help="also run a real all-reduce across the visible GPUs (needs >= 2; catches RCCL/NCCL hangs)")
+                        help="also run a real all-reduce across the visible GPUs (needs >= 2; catches RCCL/NCCL hangs); "
+                             "if it hangs or fails, retry once with NCCL_P2P_DISABLE=1 and say which works")
     parser.add_argument("--from", dest="from_dir", metavar="DIR",
                         help="diagnose another machine from saved tool outputs in DIR (rocm-smi, amd-smi, rocminfo, "
                              "nvidia-smi, lspci -vv, dmesg): its GPUs, and what train would choose there")
