@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional
 
 from steadytune.errors import UserError
+from steadytune.gpu_facts import (AMD_DEVICE_IDS, GENERIC_AMD_NAMES, OFFICIAL_WHEEL_ARCHS,  # noqa: F401
+                                  PRODUCTS, Product, arch_info, lookup_product, normalise_gfx,
+                                  override_for_arch)
 
 if TYPE_CHECKING:
     import torch
 
 # torch is imported inside the functions that need it: the tables and arch rules below also serve
 # `steadytune doctor --from` on saved tool outputs, which must work where torch itself does not import.
+# The product, architecture and wheel tables are data in gpu_facts.py, each row with its source; this module
+# turns them into decisions (names re-exported above because doctor, bench and smi_parsers import them here).
 
 
 @dataclass
@@ -25,8 +31,16 @@ class GPU:
     index: int
     name: str
     arch: str                  # gfx90a / gfx942 / gfx1100 on ROCm; sm_90 on CUDA
-    memory_gib: float
-    integrated: bool = False   # APU / iGPU: listed, never chosen for training
+    memory_gib: float          # as torch reports it
+    integrated: bool = False   # APU / iGPU: trains only when it is the only GPU and worth it (gpu_facts.Arch)
+    bus_id: Optional[str] = None              # PCI address, 0000:c5:00.0
+    usable_memory_gib: Optional[float] = None  # APU: carve-out or GTT, whichever is larger (unified_memory.py)
+    memory_note: str = ""
+
+    @property
+    def budget_gib(self) -> float:
+        """The memory train plans with: the usable figure of an APU, else what torch reports."""
+        return self.usable_memory_gib or self.memory_gib
 
 
 @dataclass
@@ -39,8 +53,13 @@ class HardwareInfo:
 
     @property
     def primary(self) -> Optional[GPU]:
-        usable = [g for g in self.gpus if not g.integrated]
-        return usable[0] if usable else None
+        """The GPU train uses: the first discrete one; else an APU of an architecture worth training on (Strix
+        Halo with 64-128 GB shared); never a small iGPU next to a discrete card (rocm.md row 5)."""
+        discrete = [g for g in self.gpus if not g.integrated]
+        if discrete:
+            return discrete[0]
+        apus = [g for g in self.gpus if (row := arch_info(g.arch)) is not None and row.apu_trains]
+        return apus[0] if apus else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,8 +74,9 @@ def detect_backend() -> str:
     return "cpu"
 
 
-def detect() -> HardwareInfo:
-    """What this process can use, as torch sees it (after *_VISIBLE_DEVICES have been applied)."""
+def detect(sys_root: str | Path = "/sys") -> HardwareInfo:
+    """What this process can use, as torch sees it (after *_VISIBLE_DEVICES have been applied). An APU's usable
+    memory comes from the driver's GTT figure in sysfs, since torch may report only the small carve-out."""
     import torch
     backend = detect_backend()
     info = HardwareInfo(backend=backend, torch_version=torch.__version__,
@@ -70,108 +90,28 @@ def detect() -> HardwareInfo:
                 arch = f"sm_{props.major}{props.minor}"
             product = lookup_product(props.name)
             integrated = bool(getattr(props, "is_integrated", False)) or bool(product and product.integrated)
-            info.gpus.append(GPU(index=i, name=props.name, arch=arch,
+            info.gpus.append(GPU(index=i, name=props.name, arch=arch, bus_id=_bus_id(props),
                                  memory_gib=round(props.total_memory / 2**30, 1), integrated=integrated))
+        if backend == "rocm" and any(g.integrated for g in info.gpus):
+            from steadytune.unified_memory import card_for, read_drm_cards, usable_gib
+            cards = read_drm_cards(sys_root)
+            for gpu in info.gpus:
+                if gpu.integrated:
+                    gpu.usable_memory_gib, gpu.memory_note = usable_gib(gpu.memory_gib, card_for(cards, gpu.bus_id))
     return info
 
 
-def normalise_gfx(arch: str) -> str:
-    """'gfx90a:sramecc+:xnack-' -> 'gfx90a' (rocminfo and gcnArchName append target features)."""
-    return arch.split(":")[0].strip().lower()
+def _bus_id(props) -> Optional[str]:
+    """PCI address from torch's device properties (pci_domain_id/pci_bus_id/pci_device_id), if it has them."""
+    parts = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if not all(isinstance(p, int) for p in parts):
+        return None
+    domain, bus, device = parts
+    return f"{domain:04x}:{bus:02x}:{device:02x}.0"
 
-
-# --- GPU tables: product name / PCI device id -> architecture -------------------------------------------
-# Read by doctor (offline outputs name the product, not always the arch) and by bench (peak TFLOPs for MFU).
-
-@dataclass(frozen=True)
-class Product:
-    pattern: str                        # regex, searched case-insensitively in the product name
-    arch: str                           # gfx target (AMD) or sm_XY (NVIDIA)
-    integrated: bool = False            # APU / iGPU: listed, not chosen for training
-    peak_bf16_tflops: Optional[float] = None  # dense, per device as torch sees it (one MI250X GCD), vendor datasheet
-
-
-# Order matters: the first match wins, so specific names come before family names.
-PRODUCTS: tuple[Product, ...] = (
-    # AMD Instinct (CDNA)
-    Product(r"MI355X", "gfx950", peak_bf16_tflops=2516.6),
-    Product(r"MI350", "gfx950", peak_bf16_tflops=2306.9),
-    Product(r"MI325X", "gfx942", peak_bf16_tflops=1307.4),
-    Product(r"MI308X", "gfx942"),
-    Product(r"MI300A", "gfx942", peak_bf16_tflops=980.6),
-    Product(r"MI300X|MI300\b", "gfx942", peak_bf16_tflops=1307.4),
-    Product(r"MI250X", "gfx90a", peak_bf16_tflops=191.5),   # per GCD; one card = 2 devices
-    Product(r"MI250|MI200", "gfx90a", peak_bf16_tflops=181.0),
-    Product(r"MI210", "gfx90a", peak_bf16_tflops=181.0),
-    Product(r"MI100|Arcturus", "gfx908", peak_bf16_tflops=92.3),
-    Product(r"MI50|MI60|Radeon (Pro )?VII|Vega 20", "gfx906"),
-    Product(r"MI25|Vega ?10|Vega (56|64)|Radeon RX Vega", "gfx900"),
-    Product(r"Fiji|FURY|R9 Nano", "gfx803"),
-    # AMD Radeon (RDNA) discrete
-    Product(r"Navi 4[48]|RX 90[67]0", "gfx1201"),
-    Product(r"Navi 33|RX 7600|W7600|W7500", "gfx1102"),
-    Product(r"Navi 32|RX 7[78]00|W7700", "gfx1101"),
-    Product(r"Navi 31|RX 7900|W7900|W7800", "gfx1100"),
-    Product(r"Navi 24|RX 6[45]00", "gfx1034"),
-    Product(r"Navi 23|RX 6600|W6600", "gfx1032"),
-    Product(r"Navi 22|RX 67[05]0", "gfx1031"),
-    Product(r"Navi 21|RX 6[89][05]0|W6800", "gfx1030"),
-    Product(r"Navi 1[04]|RX 5[67]00", "gfx1010"),
-    # AMD integrated (APU) graphics
-    Product(r"Strix Halo|Radeon 80[56]0S", "gfx1151", integrated=True),
-    Product(r"Strix|Radeon 8[89]0M", "gfx1150", integrated=True),
-    Product(r"Phoenix|Hawk Point|Radeon 7[46]0M", "gfx1103", integrated=True),
-    Product(r"Raphael|Granite Ridge", "gfx1036", integrated=True),
-    Product(r"Rembrandt|Radeon 6[68]0M", "gfx1035", integrated=True),
-    Product(r"Renoir|Cezanne|Lucienne|Barcelo", "gfx90c", integrated=True),
-    # NVIDIA
-    Product(r"B200|B100|GB200", "sm_100", peak_bf16_tflops=2250.0),
-    Product(r"RTX 50\d0|RTX PRO 6000", "sm_120"),
-    Product(r"H200|GH200", "sm_90", peak_bf16_tflops=989.4),
-    Product(r"H100.*PCIe", "sm_90", peak_bf16_tflops=756.5),
-    Product(r"H100|H800", "sm_90", peak_bf16_tflops=989.4),
-    Product(r"L40S", "sm_89", peak_bf16_tflops=362.1),
-    Product(r"RTX 4090", "sm_89", peak_bf16_tflops=165.2),
-    Product(r"L40|L4\b|RTX 40\d0|RTX 6000 Ada|Ada Generation", "sm_89"),
-    Product(r"A100|A800", "sm_80", peak_bf16_tflops=312.0),
-    Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0),
-    Product(r"A10\b|A40\b|RTX 30\d0|RTX A\d000", "sm_86"),
-    Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0", "sm_75"),
-    Product(r"V100|TITAN V", "sm_70"),
-    Product(r"P100", "sm_60"),
-)
-
-# PCI device id -> product name, for outputs that show only the id (rocm-smi concise, rocm-smi -a, rocminfo Chip ID).
-AMD_DEVICE_IDS: dict[int, str] = {
-    0x74A1: "AMD Instinct MI300X", 0x74A5: "AMD Instinct MI325X", 0x74A0: "AMD Instinct MI300A",
-    0x74A2: "AMD Instinct MI308X", 0x75A0: "AMD Instinct MI350X", 0x75A3: "AMD Instinct MI355X",
-    0x7408: "AMD Instinct MI250X", 0x740C: "AMD Instinct MI250X/MI250", 0x740F: "AMD Instinct MI210",
-    0x738C: "AMD Instinct MI100", 0x738E: "AMD Instinct MI100", 0x66A0: "AMD Instinct MI50/MI60 (Vega 20)",
-    0x66A1: "AMD Instinct MI50/MI60 (Vega 20)", 0x66AF: "AMD Radeon VII", 0x687F: "Vega 10",
-    0x7300: "Fiji", 0x73BF: "Navi 21", 0x73DF: "Navi 22", 0x73FF: "Navi 23", 0x744C: "Navi 31",
-    0x747E: "Navi 32", 0x7480: "Navi 33", 0x7550: "Navi 48", 0x164E: "Raphael", 0x15BF: "Phoenix",
-    0x1681: "Rembrandt", 0x150E: "Strix", 0x1586: "Strix Halo",
-}
 
 # A valid LLVM target: gfx + 3 characters for gfx6-9 (gfx90a), + 4 for gfx10-12 (gfx1101).
 _GFX_TARGET = re.compile(r"^gfx(?:[6-9][0-9a-f]{2}|1[0-2][0-9][0-9a-f])$")
-
-# Archs the pytorch.org ROCm wheels ship code objects for (research/rocm.md section 2, row 3). Others need
-# HSA_OVERRIDE_GFX_VERSION or a custom build; the live check asks torch.cuda.get_arch_list() instead.
-OFFICIAL_WHEEL_ARCHS = frozenset({"gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx950",
-                                  "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201"})
-
-
-def lookup_product(name: str = "", device_id: Optional[int] = None) -> Optional[Product]:
-    """The table row for a product name (or, failing that, a PCI device id); None if unknown."""
-    candidates = [name] if name else []
-    if device_id is not None and device_id in AMD_DEVICE_IDS:
-        candidates.append(AMD_DEVICE_IDS[device_id])
-    for text in candidates:
-        for product in PRODUCTS:
-            if re.search(product.pattern, text, re.IGNORECASE):
-                return product
-    return None
 
 
 def is_gfx_target(arch: str) -> bool:
@@ -195,16 +135,6 @@ def decode_rocm_smi_gfx(value: str) -> Optional[str]:
     return target if is_gfx_target(target) else None
 
 
-def override_for_arch(arch: str) -> Optional[str]:
-    """The HSA_OVERRIDE_GFX_VERSION value people use to run an unlisted consumer arch on a listed one's code."""
-    base = normalise_gfx(arch)
-    if base.startswith("gfx103"):
-        return "10.3.0"
-    if base.startswith("gfx110") or base == "gfx1151":   # reported working for gfx1151, failing for gfx1150
-        return "11.0.0"
-    return None
-
-
 def gfx_family(arch: str) -> str:
     """'gfx1101' -> 'gfx11', 'gfx90a' -> 'gfx9': the family an HSA override must stay within."""
     base = normalise_gfx(arch)
@@ -217,6 +147,7 @@ def bf16_verdict(arch: Optional[str]) -> tuple[Optional[bool], str]:
     if not arch:
         return None, "architecture unknown"
     base = normalise_gfx(arch)
+    row = arch_info(base)
     if arch_supports_bf16(base):
         return True, f"{base}: native bf16 matrix math"
     if base == "gfx906":
@@ -225,20 +156,21 @@ def bf16_verdict(arch: Optional[str]) -> tuple[Optional[bool], str]:
         return False, f"{base}: RDNA1/2 has no bf16 arithmetic (torch.cuda.is_bf16_supported() still says True)"
     if base.startswith("sm_"):
         return False, f"{base}: bf16 needs compute capability 8.0 (Ampere) or newer"
-    return False, f"{base}: no native bf16"
+    return False, f"{base}: no native bf16" + (f" ({row.family})" if row else "")
 
 
 # --- precision -------------------------------------------------------------------------------------------
 
-# gfx families with native bf16 matrix math (research/rocm.md section 5): CDNA1+ (gfx908, gfx90a, gfx94x, gfx95x),
-# RDNA3+ (gfx11xx, gfx12xx). Not gfx906 (emulated) nor gfx10xx (RDNA1/2: no bf16 arithmetic).
+# Families with native bf16 matrix math, for targets the arch table (gpu_facts.ARCHS) has no row for yet:
+# CDNA1+ (gfx908, gfx90a, gfx94x, gfx95x), RDNA3+ (gfx11xx, gfx12xx). research/rocm.md section 5.
 _BF16_GFX = re.compile(r"^gfx(908|90a|94\d|95\d|11\d\w|12\d\w)$")
 
 
 def arch_supports_bf16(arch: str) -> bool:
     arch = arch.lower()
     if arch.startswith("gfx"):
-        return bool(_BF16_GFX.match(normalise_gfx(arch)))
+        row = arch_info(arch)
+        return row.bf16 if row is not None else bool(_BF16_GFX.match(normalise_gfx(arch)))
     match = re.match(r"sm_(\d+)", arch)
     return bool(match) and int(match.group(1)) >= 80  # Ampere and newer
 
@@ -332,17 +264,19 @@ def device_for(info: HardwareInfo) -> torch.device:
     return torch.device("cpu")
 
 
-def choose_packing_attention(info: HardwareInfo, requested: str = "auto") -> tuple[str, str | None, str]:
+def choose_packing_attention(info: HardwareInfo, requested: str = "auto",
+                             kernel_status: Optional[Callable[[], tuple[str | None, str]]] = None) -> tuple[str, str | None, str]:
     """-> (packing attention: varlen | sdpa | flex, varlen kernel name or None, reason). See packing.py.
 
     On a GPU, a variable-length flash kernel (flash-attn, else PyTorch's own) is used only after it has run
     and matched SDPA here; otherwise, and on CPU, SDPA with the block-diagonal mask.
     """
-    from steadytune.packing import varlen_kernel_status
+    if kernel_status is None:   # doctor --from passes its own: the saved machine's kernels cannot be run here
+        from steadytune.packing import varlen_kernel_status as kernel_status
     if requested in ("sdpa", "flex"):
         return requested, None, f"{requested} was asked for"
     if info.backend in ("cuda", "rocm"):
-        kernel, why = varlen_kernel_status()
+        kernel, why = kernel_status()
         if kernel is not None:
             return "varlen", kernel, f"auto -> varlen: {why}; no padding, no masked-out blocks"
         if requested == "varlen":

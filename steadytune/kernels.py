@@ -86,6 +86,16 @@ def activation_bytes_per_token(config) -> int:
     return config.num_hidden_layers * (24 * hidden + 12 * inter)
 
 
+# Share of the memory budget a micro-batch's activations may take before checkpointing pays for itself.
+ACTIVATION_SHARE = 0.5
+
+
+def max_tokens_without_checkpointing(config, memory_budget_gib: float) -> int:
+    """The largest micro-batch (in tokens) whose activations fit ACTIVATION_SHARE of the budget: above it,
+    `choose_gradient_checkpointing` turns checkpointing on."""
+    return int(ACTIVATION_SHARE * memory_budget_gib * 2**30 // activation_bytes_per_token(config))
+
+
 def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_budget_gib: float | None,
                                   requested: bool | None = None) -> tuple[bool, str]:
     """-> (checkpoint activations?, reason). Off unless the activations would exceed half the memory budget:
@@ -95,6 +105,6 @@ def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_bu
     need = activation_bytes_per_token(config) * tokens_per_micro_batch / 2**30
     if memory_budget_gib is None:
         return False, f"off: no memory budget known (activations ~{need:.1f} GiB)"
-    if need > 0.5 * memory_budget_gib:
+    if tokens_per_micro_batch > max_tokens_without_checkpointing(config, memory_budget_gib):
         return True, f"on: activations ~{need:.1f} GiB > half of the {memory_budget_gib:.0f} GiB budget"
     return False, f"off: activations ~{need:.1f} GiB fit in half of the {memory_budget_gib:.0f} GiB budget"

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from steadytune.hardware import (AMD_DEVICE_IDS, bf16_verdict, decode_rocm_smi_gfx, is_gfx_target,
+from steadytune.hardware import (AMD_DEVICE_IDS, GENERIC_AMD_NAMES, bf16_verdict, decode_rocm_smi_gfx, is_gfx_target,
                                  lookup_product, normalise_gfx)
 
 
@@ -37,6 +37,11 @@ class GpuRecord:
     bus_id: Optional[str] = None
     device_id: Optional[int] = None
     reported_gfx: Optional[str] = None  # rocm-smi's raw "GFX Version", kept to explain a mismatch
+    hip_id: Optional[int] = None        # the index HIP (and torch) give it, where the tool says (amd-smi)
+    power_w: Optional[float] = None     # current draw
+    power_cap_w: Optional[float] = None
+    partition: Optional[str] = None     # MI300-class compute/memory partition mode (SPX/NPS1 ...)
+    generic_name: bool = False          # the tool printed only "AMD Radeon Graphics": the model is unknown
 
     @property
     def bf16(self) -> Optional[bool]:
@@ -50,6 +55,7 @@ class ParseResult:
     gpus: list[GpuRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)      # facts worth a finding (versions, pitfalls)
     problems: list[str] = field(default_factory=list)   # "could not read ..." messages
+    rocm_version: Optional[str] = None                  # where the output states it (amd-smi's default view)
 
 
 @dataclass
@@ -119,7 +125,9 @@ def _is_hex_id(text: str) -> bool:
 
 
 def _complete(gpu: GpuRecord) -> GpuRecord:
-    """Fill arch / integrated / a product name from the tables when the output itself did not say."""
+    """Fill arch / integrated / a product name from the tables when the output itself did not say. A generic
+    name ("AMD Radeon Graphics", printed for many APUs) is kept but names no product."""
+    gpu.generic_name = bool(gpu.name and GENERIC_AMD_NAMES.match(gpu.name))
     product = lookup_product(gpu.name or "", gpu.device_id)
     if product is not None:
         if gpu.arch is None:
@@ -181,6 +189,7 @@ def parse_rocminfo(text: str, result: ParseResult) -> None:
             gpu.arch, gpu.arch_source = normalise_gfx(isa), "rocminfo ISA"
         if memory_kb:
             gpu.memory_gib = _gib(memory_kb, "kb")
+        gpu.integrated = "APU" in fields.get("Memory Properties", "").upper()   # rocminfo of ROCm 6.4+ says so
         result.gpus.append(_complete(gpu))
 
 
@@ -332,6 +341,58 @@ def parse_amd_smi_json(data: Any, result: ParseResult) -> None:
                                         {k: v for k, v in entry.items() if k != "gpu"}))
 
 
+_AMD_SMI_ROW1 = re.compile(r"^\s*\|\s*([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(.*?)\s*\|(.*)\|\s*$")
+_AMD_SMI_ROW2 = re.compile(r"^\s*\|\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s*\|(.*)\|\s*$")
+_AMD_SMI_POWER = re.compile(r"(N/A|[\d.]+)(?:/(N/A|[\d.]+))?\s*W\s*$")
+_AMD_SMI_MEMORY = re.compile(r"(\d+)/(\d+)\s*MB\s*$")
+
+
+def _number(text: Optional[str]) -> Optional[float]:
+    try:
+        return float(text) if text not in (None, "N/A") else None
+    except ValueError:
+        return None
+
+
+def parse_amd_smi_default(text: str, result: ParseResult) -> None:
+    """`amd-smi` with no arguments (ROCm 6.4+/7): an nvidia-smi-like box, two lines per GPU:
+    `| BDF  GPU-Name | Mem-Uti Temp UEC Power-Usage |` then `| GPU HIP-ID OAM-ID Partition-Mode | ... Mem-Usage |`.
+    The name can be a marketing name, the generic "AMD Radeon Graphics" (APUs), or a PCI device id ("0x1586")."""
+    header = re.search(r"ROCm version:\s*(\S+)", text)
+    if header:
+        result.rocm_version = header.group(1)
+    driver = re.search(r"amdgpu version:\s*(\d[\w.+-]*)", text)   # some builds print "Linuxver" there
+    if header or driver:
+        result.notes.append(", ".join(p for p in (f"ROCm {header.group(1)}" if header else "",
+                                                  f"amdgpu driver {driver.group(1)}" if driver else "") if p))
+    if re.search(r"Platform:\s*Linux Guest", text):
+        result.notes.append("runs in a virtual machine (amd-smi: Platform: Linux Guest); a name ending in 'VF' is an "
+                            "SR-IOV virtual function")
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        first = _AMD_SMI_ROW1.match(line)
+        second = _AMD_SMI_ROW2.match(lines[i + 1]) if first and i + 1 < len(lines) else None
+        if not (first and second):
+            continue
+        bdf, name, metrics = first.groups()
+        gpu = GpuRecord(index=int(second.group(1)), vendor="amd", bus_id=bdf.lower(), hip_id=_int(second.group(2)))
+        if _is_hex_id(name):
+            gpu.device_id = int(name, 16)
+        elif name and name != "N/A":
+            gpu.name = name
+        power = _AMD_SMI_POWER.search(metrics.strip())
+        if power:
+            gpu.power_w, gpu.power_cap_w = _number(power.group(1)), _number(power.group(2))
+        partition = second.group(4)
+        gpu.partition = partition if partition != "N/A" else None
+        memory = _AMD_SMI_MEMORY.search(second.group(5).strip())
+        if memory:
+            gpu.memory_gib = _gib(int(memory.group(2)), "mib")
+        result.gpus.append(_complete(gpu))
+    if not result.gpus:
+        raise ValueError("no GPU rows in the amd-smi table")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # nvidia-smi: the default table and --query-gpu CSV
 # ---------------------------------------------------------------------------------------------------------
@@ -419,6 +480,8 @@ def recognise(sample: Sample) -> tuple[str, Optional[Callable[[ParseResult], Non
             items = data if isinstance(data, list) else data.get("gpu_data", [data])
             if items and all(isinstance(i, dict) and "gpu" in i for i in items):
                 return "amd-smi", lambda r: parse_amd_smi_json(data, r)
+    if re.search(r"\bGPU-Name\b", text) and re.search(r"\bHIP-ID\b", text):
+        return "amd-smi", lambda r: parse_amd_smi_default(text, r)
     if re.search(r"^\s*HSA Agents\s*$", text, re.MULTILINE) or re.search(r"^\s*Agent \d+\s*$", text, re.MULTILINE):
         return "rocminfo", lambda r: parse_rocminfo(text, r)
     if "NVIDIA-SMI" in text or _NVIDIA_ROW.search(text):
@@ -496,7 +559,8 @@ def merge_results(results: list[ParseResult]) -> tuple[list[GpuRecord], list[str
                 continue
             if gpu.arch and (base.arch is None or _ARCH_TRUST.index(gpu.arch_source) < _ARCH_TRUST.index(base.arch_source)):
                 base.arch, base.arch_source = gpu.arch, gpu.arch_source
-            for name in ("name", "memory_gib", "uuid", "bus_id", "device_id", "reported_gfx"):
+            for name in ("name", "memory_gib", "uuid", "bus_id", "device_id", "reported_gfx", "hip_id", "power_w",
+                         "power_cap_w", "partition"):
                 if getattr(base, name) is None:
                     setattr(base, name, getattr(gpu, name))
             base.integrated = base.integrated or gpu.integrated

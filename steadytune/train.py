@@ -816,11 +816,12 @@ def apply_optional_kernels(cfg: RunConfig, model) -> None:
 
 def enable_gradient_checkpointing_if_needed(cfg: RunConfig, model, info, batches: "TrainBatches") -> None:
     """gradient_checkpointing unset: on only when a micro-batch's activations would not fit in half the GPU's
-    memory (recomputing costs about a third more compute, worth it only when memory is the limit)."""
+    memory (recomputing costs about a third more compute, worth it only when memory is the limit). An APU's
+    memory is what it can map (GTT), not the small carve-out tools print (GPU.budget_gib)."""
     from steadytune.kernels import choose_gradient_checkpointing
 
     tokens = batches.max_tokens or cfg.train.per_device_train_batch_size * max(batches.lengths)
-    budget = info.primary.memory_gib if info.primary is not None else None
+    budget = info.primary.budget_gib if info.primary is not None else None
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     use, why = choose_gradient_checkpointing(base.config, tokens, budget, cfg.train.gradient_checkpointing)
     cfg.decide("gradient_checkpointing", use, why)

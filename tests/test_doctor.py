@@ -80,7 +80,7 @@ def machine(tmp_path, kfd=True, render=1, kfd_mode=0o666, gfx_nodes=(), cmdline=
     if rocm_version:
         (rocm / ".info").mkdir(parents=True)
         (rocm / ".info" / "version").write_text(rocm_version)
-    return dict(dev_root=dev, sys_root=sys_, proc_root=proc, run_kernels=False, run_tools=False), rocm
+    return dict(dev_root=dev, sys_root=sys_, proc_root=proc, root=tmp_path, run_kernels=False, run_tools=False), rocm
 
 
 def live(monkeypatch, tmp_path, env=None, **machine_kwargs):

@@ -75,9 +75,10 @@ def check_devices(probe: Probe) -> list[Finding]:
     gpus = probe.info.gpus or []
     for gpu in gpus:
         bf16 = bf16_verdict(gpu.arch)[0]
+        role = ("" if not gpu.integrated else ", integrated (APU: used when it is the only GPU)"
+                if gpu is probe.info.primary else ", integrated (not used for training)")
         findings.append(Finding.info("devices", f"GPU {gpu.index}: {gpu.name}, {gpu.arch}, {gpu.memory_gib:g} GiB, "
-                                                f"bf16 {'native' if bf16 else 'not native'}"
-                                                + (", integrated (not used for training)" if gpu.integrated else "")))
+                                                f"bf16 {'native' if bf16 else 'not native'}{role}"))
     if not gpus and probe.host_gpus:
         for g in probe.host_gpus:
             findings.append(Finding.info("devices", f"rocminfo GPU {g.index}: {g.name}, {g.arch}, "
@@ -91,8 +92,14 @@ def check_devices(probe: Probe) -> list[Finding]:
             "Tools that take device 0 (and every rank of a multi-GPU launch) would run on the iGPU.",
             f"export {var}={discrete}   (or ROCR_VISIBLE_DEVICES=<dGPU UUID>)"))
     elif listed and all(g.integrated for g in listed):
-        findings.append(Finding.warn("devices", "only an integrated GPU is present: steadytune trains on the CPU",
-                                     "iGPUs share system memory and are often not covered by the ROCm wheels"))
+        apu = probe.info.primary
+        if apu is not None:   # an APU worth training on (gpu_facts: Strix Halo / Strix Point)
+            findings.append(Finding.info("devices", f"GPU {apu.index} is an APU ({apu.arch}): train uses it, with "
+                                                    f"{apu.budget_gib:g} GiB of unified memory",
+                                         apu.memory_note or "its memory is system memory the GPU maps"))
+        else:
+            findings.append(Finding.warn("devices", "only an integrated GPU is present: steadytune trains on the CPU",
+                                         "small iGPUs share system memory and are often not covered by the ROCm wheels"))
     return findings
 
 
@@ -167,6 +174,7 @@ def _override_target(value: str) -> Optional[str]:
 
 def check_hsa_override(probe: Probe) -> list[Finding]:
     """Rows 3-4: HSA_OVERRIDE_GFX_VERSION must be X.Y.Z, within the card's family, and only where needed."""
+    from steadytune.gpu_facts import arch_info, install_lines
     from steadytune.hardware import OFFICIAL_WHEEL_ARCHS, gfx_family, normalise_gfx
 
     findings = []
@@ -189,7 +197,13 @@ def check_hsa_override(probe: Probe) -> list[Finding]:
         if name != "HSA_OVERRIDE_GFX_VERSION":   # the per-node form names a KFD node id (the CPU is node 0)
             continue
         for arch in dict.fromkeys(real):
-            if gfx_family(arch) != gfx_family(target):
+            row = arch_info(arch)
+            if row is not None and row.override.verdict == "trap" and _override_target(row.override.value or "") == target:
+                findings.append(Finding.error(
+                    "hsa-override", f"{name}={value} on {arch} is a known trap", row.override.why,
+                    f"unset {name} and install a torch with native {arch} code: "
+                    + "; or ".join(line for _, line in install_lines(arch))))
+            elif gfx_family(arch) != gfx_family(target):
                 findings.append(Finding.error(
                     "hsa-override", f"{name}={value} ({target}) is from another family than the GPU ({arch})",
                     "code objects for another family do not run: HSA_STATUS_ERROR_INVALID_ISA or 'invalid device function'",
@@ -284,6 +298,7 @@ def check_device_files(probe: Probe) -> list[Finding]:
 
 def check_arch_coverage(probe: Probe) -> list[Finding]:
     """Row 3: the wheel must contain code objects for each GPU's target ('invalid device function' otherwise)."""
+    from steadytune.gpu_facts import install_lines
     from steadytune.hardware import normalise_gfx, override_for_arch
 
     if not probe.arch_list or not probe.info.gpus:
@@ -292,14 +307,17 @@ def check_arch_coverage(probe: Probe) -> list[Finding]:
     if probe.flavour == "rocm":
         compiled = {normalise_gfx(a) for a in probe.arch_list}
         for gpu in probe.info.gpus:
-            if gpu.integrated or gpu.arch in compiled:
+            if gpu.arch in compiled or gpu.integrated and gpu is not probe.info.primary:   # an APU that trains counts
                 continue
             override = override_for_arch(gpu.arch)
+            wheels = install_lines(gpu.arch)   # gpu_facts' wheel table: who ships code for this target
+            fixes = [f"{line}   [{where}]" for where, line in wheels]
+            if override:
+                fixes.append(f"export HSA_OVERRIDE_GFX_VERSION={override}")
             findings.append(Finding.error(
                 "arch-coverage", f"GPU {gpu.index} ({gpu.arch}) is not among the targets this torch was built for",
                 f"torch.cuda.get_arch_list() = {sorted(compiled)}: expect 'hipErrorNoBinaryForGpu' / 'invalid device function'",
-                f"export HSA_OVERRIDE_GFX_VERSION={override}" if override else
-                "install a torch build for this architecture (e.g. AMD's or TheRock's per-arch wheels)"))
+                "; or ".join(fixes) or f"no torch wheel ships {gpu.arch} code: build torch with PYTORCH_ROCM_ARCH={gpu.arch}"))
     else:
         compiled = {a for a in probe.arch_list}
         for gpu in probe.info.gpus:

@@ -12,14 +12,16 @@ from steadytune.doctor.checks import (check_allocator, check_arch_coverage, chec
                                       check_devices, check_hsa_override, check_optional_libs, check_precision,
                                       check_torch_build, check_visibility, check_wsl)
 from steadytune.doctor.findings import Finding
-from steadytune.doctor.multi_gpu import check_multi_gpu, run_allreduce_check
+from steadytune.doctor.container import check_container
+from steadytune.doctor.hardware_checks import check_archs, check_rebar, check_unified_memory, check_train_plan
+from steadytune.doctor.multi_gpu import check_allreduce, check_multi_gpu
 from steadytune.doctor.probe import Probe, collect_probe
 
 
 LIVE_CHECKS: tuple[Callable[[Probe], list[Finding]], ...] = (
     check_torch_build, check_devices, check_visibility, check_hsa_override, check_build_env, check_device_files,
-    check_arch_coverage, check_precision, check_attention, check_optional_libs, check_multi_gpu, check_allocator,
-    check_wsl,
+    check_arch_coverage, check_archs, check_precision, check_attention, check_train_plan, check_unified_memory,
+    check_rebar, check_container, check_optional_libs, check_multi_gpu, check_allocator, check_wsl,
 )
 
 
@@ -37,10 +39,12 @@ def explain_torch_import_error(error: BaseException) -> Finding:
 
 def diagnose_this_machine(env: Optional[Mapping[str, str]] = None, dev_root: Path | str = "/dev",
                           sys_root: Path | str = "/sys", proc_root: Path | str = "/proc", run_kernels: bool = True,
-                          run_tools: bool = True, allreduce: bool = False) -> tuple[Optional[Probe], list[Finding]]:
+                          run_tools: bool = True, allreduce: bool = False,
+                          root: Path | str = "/") -> tuple[Optional[Probe], list[Finding]]:
     """-> (the probe, all live findings); the probe is None when torch is missing or broken. Never raises."""
     try:
-        probe = collect_probe(env, dev_root, sys_root, proc_root, run_kernels=run_kernels, run_tools=run_tools)
+        probe = collect_probe(env, dev_root, sys_root, proc_root, run_kernels=run_kernels, run_tools=run_tools,
+                              root=root)
     except Exception as e:   # torch missing or broken
         return None, [explain_torch_import_error(e)]
     return probe, run_checks(probe, allreduce)
@@ -48,9 +52,9 @@ def diagnose_this_machine(env: Optional[Mapping[str, str]] = None, dev_root: Pat
 
 def run_live_checks(env: Optional[Mapping[str, str]] = None, dev_root: Path | str = "/dev", sys_root: Path | str = "/sys",
                     proc_root: Path | str = "/proc", run_kernels: bool = True, run_tools: bool = True,
-                    allreduce: bool = False) -> list[Finding]:
+                    allreduce: bool = False, root: Path | str = "/") -> list[Finding]:
     """All live checks on this machine. Fast (no multi-GPU launch unless allreduce=True); never raises."""
-    return diagnose_this_machine(env, dev_root, sys_root, proc_root, run_kernels, run_tools, allreduce)[1]
+    return diagnose_this_machine(env, dev_root, sys_root, proc_root, run_kernels, run_tools, allreduce, root)[1]
 
 
 def run_checks(probe: Probe, allreduce: bool = False) -> list[Finding]:
@@ -63,6 +67,6 @@ def run_checks(probe: Probe, allreduce: bool = False) -> list[Finding]:
                                          f"this check failed to run: {type(e).__name__}: {e}"))
     gpus = [g for g in probe.info.gpus if not g.integrated]
     if allreduce:
-        findings.append(run_allreduce_check(len(gpus), env=probe.env) if len(gpus) >= 2 else
-                        Finding.info("multi-gpu", "--allreduce needs at least 2 visible GPUs; skipped"))
+        findings += (check_allreduce(len(gpus), env=probe.env) if len(gpus) >= 2 else
+                     [Finding.info("multi-gpu", "--allreduce needs at least 2 visible GPUs; skipped")])
     return findings

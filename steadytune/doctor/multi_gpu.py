@@ -1,5 +1,8 @@
 """Multi-GPU readiness: the static check (NCCL/RCCL variables, socket interface, iommu=pt, peer access) and,
-on request (`--allreduce`), a real all-reduce across the visible GPUs in child processes with a time limit."""
+on request (`--allreduce`), a real all-reduce across the visible GPUs in child processes with a time limit.
+When that all-reduce hangs or fails with peer-to-peer, it is tried once more with NCCL_P2P_DISABLE=1 (RCCL
+honours the NCCL_ names), so the user learns whether the stable-but-slower path through host memory works: the
+outcome of seed 000, whose container blocked RCCL's P2P path."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.probe import Probe
@@ -34,6 +37,8 @@ def check_multi_gpu(probe: Probe) -> list[Finding]:
     gpus = [g for g in probe.info.gpus if not g.integrated]
     if len(gpus) < 2:
         return findings
+    from steadytune.doctor.container import detect_container
+    in_container = detect_container(probe.root, probe.proc_root, probe.env)[0] is not None   # container.py reports P2P there
     if probe.flavour == "rocm":
         try:
             cmdline = (probe.proc_root / "cmdline").read_text()
@@ -44,7 +49,7 @@ def check_multi_gpu(probe: Probe) -> list[Finding]:
                                          "RCCL warns 'Missing \"iommu=pt\" from kernel command line'; with IOMMU/ACS in the way "
                                          "PCIe peer-to-peer hangs at the first all-reduce",
                                          "add iommu=pt (and amd_iommu=on) to the kernel command line; meanwhile NCCL_P2P_DISABLE=1"))
-    if probe.run_kernels:
+    if probe.run_kernels and not in_container:
         blocked = [(a.index, b.index) for a in gpus for b in gpus
                    if a.index < b.index and not _peer_access(torch, a.index, b.index)]
         if blocked:
@@ -131,3 +136,29 @@ def run_allreduce_check(world: int, backend: str = "nccl", timeout: float = 120.
                              " | ".join(tail), "rerun with NCCL_DEBUG=INFO and read the first WARN line")
     return Finding.info("all-reduce", f"all-reduce across {world} {'GPUs' if backend == 'nccl' else 'processes'} ({backend}) works "
                                       f"({seconds:.1f} s including start-up)")
+
+
+P2P_OFF = "NCCL_P2P_DISABLE"
+
+
+def check_allreduce(world: int, env: Optional[Mapping[str, str]] = None, backend: str = "nccl", timeout: float = 120.0,
+                    attempt: Callable[..., Finding] = run_allreduce_check) -> list[Finding]:
+    """The all-reduce as train would run it; if it hangs or fails with peer-to-peer allowed, once more with
+    NCCL_P2P_DISABLE=1, and say which works. `attempt` runs one all-reduce (tests give it a gloo run)."""
+    env = dict(os.environ if env is None else env)
+    first = attempt(world, backend=backend, timeout=timeout, env=env)
+    if first.severity != "error" or env.get(P2P_OFF) == "1":
+        return [first]
+    second = attempt(world, backend=backend, timeout=timeout, env={**env, P2P_OFF: "1"})
+    if second.severity == "error":
+        return [first, Finding.error("all-reduce", f"the all-reduce fails with {P2P_OFF}=1 as well",
+                                     f"so peer-to-peer is not the (only) cause: {second.what}; {second.why}",
+                                     "rerun with NCCL_DEBUG=INFO and read the first WARN line; multi-node: check "
+                                     "NCCL_SOCKET_IFNAME / NCCL_IB_DISABLE")]
+    return [first, Finding.warn("all-reduce", f"the all-reduce works with {P2P_OFF}=1 ({second.what.split('works')[-1].strip()}), "
+                                              "not with peer-to-peer",
+                                "the P2P path between the GPUs is broken (IOMMU/ACS on the host, ReBAR off, or a container "
+                                "without --ipc=host / SYS_PTRACE); without it collectives go through host memory: stable, slower",
+                                f"to train now: export {P2P_OFF}=1 (stable, slower); to get P2P back: iommu=pt on the kernel "
+                                "command line, Above 4G Decoding + Re-Size BAR in the BIOS, and in a container "
+                                "docker run --ipc=host --cap-add=SYS_PTRACE")]

@@ -1,101 +1,191 @@
-"""Offline mode: diagnose some other machine from saved outputs of rocm-smi, amd-smi, rocminfo and nvidia-smi
-(`doctor --from DIR`, `--rocm-smi FILE`, ...). The parsing is smi_parsers.py's job; this module turns the GPUs
-read there into findings, with the same policy (hardware.py) that `train` would apply on that machine."""
+"""Offline mode: diagnose some other machine from saved outputs (`doctor --from DIR`, `--rocm-smi FILE`, ...):
+rocm-smi, amd-smi (its default view too), rocminfo and nvidia-smi for the GPUs (smi_parsers.py), `lspci -vv`
+for Resizable BAR (pci.py) and `dmesg` for an APU's GTT, the kernel command line and amdgpu's BAR line
+(memory.py, pci.py). The GPUs read there become a `HardwareInfo` of *that* machine, and train's own policy
+functions answer for it (plan.py): the dtype, attention, packing and gradient checkpointing it would get there.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
+from steadytune.doctor.archs import arch_findings
 from steadytune.doctor.checks import discrete_behind_igpu
 from steadytune.doctor.findings import Finding
+from steadytune.doctor.memory import KernelLog, apu_memory_findings, looks_like_dmesg, parse_kernel_log
+from steadytune.doctor.pci import PciGpu, looks_like_lspci, parse_dmesg_bars, parse_lspci, rebar_findings
 
 if TYPE_CHECKING:
+    from steadytune.config import RunConfig
+    from steadytune.hardware import HardwareInfo
     from steadytune.smi_parsers import GpuRecord, ParseResult
 
 
-def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Path, str]] = None) -> list["ParseResult"]:
-    """Parse each file (every output in it); unreadable files become ParseResults with a problem."""
-    from steadytune.smi_parsers import ParseResult, parse_text
+@dataclass
+class SavedOutputs:
+    results: list["ParseResult"] = field(default_factory=list)   # one per tool output (GPU tools, lspci, dmesg)
+    pci: list[PciGpu] = field(default_factory=list)               # from lspci -vv and amdgpu's BAR line
+    kernel: KernelLog = field(default_factory=KernelLog)          # from dmesg
 
-    results: list[ParseResult] = []
+    @property
+    def rocm_version(self) -> Optional[str]:
+        return next((r.rocm_version for r in self.results if r.rocm_version), None)
+
+
+def _read_machine_sample(text: str, source: str, saved: SavedOutputs) -> Optional["ParseResult"]:
+    """lspci and dmesg outputs (not GPU tools): their facts go into `saved`; -> a ParseResult to report, or None
+    when the sample is neither."""
+    from steadytune.smi_parsers import ParseResult
+    if looks_like_lspci(text):
+        gpus = parse_lspci(text)
+        saved.pci += gpus
+        return ParseResult(tool="lspci", source=source, problems=[] if gpus else
+                           [f"could not read {source}: an lspci output without a GPU in it"])
+    if looks_like_dmesg(text):
+        log = parse_kernel_log(text)
+        saved.kernel.vram_gib.update(log.vram_gib)
+        saved.kernel.gtt_gib.update(log.gtt_gib)
+        saved.kernel.cmdline = saved.kernel.cmdline or log.cmdline
+        saved.kernel.gttsize_deprecated |= log.gttsize_deprecated
+        saved.pci += parse_dmesg_bars(text)
+        return ParseResult(tool="dmesg", source=source)
+    return None
+
+
+def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Path, str]] = None) -> SavedOutputs:
+    """Every output in every file (a pasted session holds several); unreadable files become problems."""
+    from steadytune.smi_parsers import ParseResult, parse_sample, split_samples
+
+    saved = SavedOutputs()
     for path in paths:
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError as e:
-            results.append(ParseResult(tool="unknown", source=path.name, problems=[f"could not read {path}: {e.strerror}"]))
+            saved.results.append(ParseResult(tool="unknown", source=path.name, problems=[f"could not read {path}: {e.strerror}"]))
             continue
         if "\x00" in text:
-            results.append(ParseResult(tool="unknown", source=path.name, problems=[f"could not read {path}: binary file"]))
+            saved.results.append(ParseResult(tool="unknown", source=path.name, problems=[f"could not read {path}: binary file"]))
             continue
-        parsed = parse_text(text, path.name)
+        samples = split_samples(text)
+        if not samples:
+            saved.results.append(ParseResult(tool="unknown", source=path.name,
+                                             problems=[f"could not read {path.name}: the file is empty"]))
         wanted = (expected_tool or {}).get(path)
-        for result in parsed:
-            if wanted and result.tool not in (wanted, "unknown"):
-                result.notes.append(f"{result.source} was given as {wanted} output but reads as {result.tool} output")
-        results.extend(parsed)
-    return results
+        for i, sample in enumerate(samples, 1):
+            source = path.name if len(samples) == 1 else f"{path.name} (output {i})"
+            result = _read_machine_sample(sample.text, source, saved) or parse_sample(sample, source)
+            if wanted and len(samples) == 1 and result.tool not in (wanted, "unknown"):   # a paste may hold several tools
+                result.notes.append(f"given as {wanted} output but reads as {result.tool} output")
+            saved.results.append(result)
+    return saved
 
 
-def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs") -> list[Finding]:
-    """Findings about a list of GPUs read from tool outputs: what each is, and rows 3, 5, 11 and 13."""
-    from steadytune.hardware import (GPU, OFFICIAL_WHEEL_ARCHS, HardwareInfo, bf16_verdict, choose_precision,
-                                     override_for_arch)
+def _gtt_for(gpu: "GpuRecord", kernel: KernelLog) -> Optional[float]:
+    if gpu.bus_id and gpu.bus_id in kernel.gtt_gib:
+        return kernel.gtt_gib[gpu.bus_id]
+    return next(iter(kernel.gtt_gib.values())) if len(kernel.gtt_gib) == 1 else None
 
+
+def machine_info(gpus: list["GpuRecord"], saved: Optional[SavedOutputs] = None) -> Optional["HardwareInfo"]:
+    """The saved machine as train would see it (an APU's usable memory from its GTT where dmesg gives it)."""
+    from steadytune.hardware import GPU, HardwareInfo
+    usable = [g for g in gpus if g.arch]
+    if not usable:
+        return None
+    info = HardwareInfo(backend="cuda" if usable[0].vendor == "nvidia" else "rocm", torch_version="(saved outputs)")
+    for g in usable:
+        gpu = GPU(index=g.index, name=g.name or "?", arch=g.arch, memory_gib=g.memory_gib or 0.0,
+                  integrated=g.integrated, bus_id=g.bus_id)
+        gtt = _gtt_for(g, saved.kernel) if saved else None
+        if g.integrated and gtt and gtt > gpu.memory_gib:
+            gpu.usable_memory_gib, gpu.memory_note = gtt, f"GTT {gtt:g} GiB (carve-out {gpu.memory_gib:g} GiB)"
+        info.gpus.append(gpu)
+    return info
+
+
+def _describe(g: "GpuRecord") -> Finding:
+    from steadytune.hardware import bf16_verdict
+    native = bf16_verdict(g.arch)[0]
+    memory = f"{g.memory_gib:g} GiB" if g.memory_gib is not None else "memory ?"
+    verdict = "bf16 native" if native else "bf16 unknown" if native is None else "no native bf16"
+    extras = [f"HIP id {g.hip_id}" if g.hip_id is not None and g.hip_id != g.index else "",
+              g.partition or "", f"{g.power_cap_w:g} W cap" if g.power_cap_w else "", "integrated" if g.integrated else ""]
+    return Finding.info("saved-outputs", f"GPU {g.index}: {g.name or 'model not shown'}, {g.arch or 'arch ?'}, {memory}, "
+                                         f"{verdict}" + "".join(f", {e}" for e in extras if e),
+                        f"arch from {g.arch_source}" if g.arch_source else "")
+
+
+def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: Optional[SavedOutputs] = None,
+                  cfg: Optional["RunConfig"] = None) -> list[Finding]:
+    """Findings about the GPUs of the saved machine: what each is and gets (arch table), rows 5, 11 and 13, an
+    APU's memory, Resizable BAR, and what train would choose there."""
+    from steadytune.gpu_facts import ARCH_COMMANDS
+    from steadytune.hardware import bf16_verdict
+
+    saved = saved or SavedOutputs()
     findings = []
     for g in gpus:
-        native, why = bf16_verdict(g.arch)
-        memory = f"{g.memory_gib:g} GiB" if g.memory_gib is not None else "memory ?"
-        verdict = "bf16 native" if native else "bf16 unknown" if native is None else "no native bf16"
-        findings.append(Finding.info(check, f"GPU {g.index}: {g.name or 'model not shown'}, {g.arch or 'arch ?'}, {memory}, {verdict}"
-                                            + (", integrated" if g.integrated else ""),
-                                     f"arch from {g.arch_source}" if g.arch_source else ""))
+        findings.append(_describe(g))
+        label = f"GPU {g.index}"
         if g.arch is None:
-            findings.append(Finding.warn(check, f"GPU {g.index}: architecture unknown",
-                                         "this output does not name the model or its target",
-                                         "also save `rocminfo` (or `amd-smi static --asic`, or `nvidia-smi`) from that machine"))
-        elif g.vendor == "amd" and g.arch not in OFFICIAL_WHEEL_ARCHS and not g.integrated:
-            override = override_for_arch(g.arch)
-            findings.append(Finding.warn(check, f"GPU {g.index}: {g.arch} is not a target of the pytorch.org ROCm wheels",
-                                         "expect 'hipErrorNoBinaryForGpu' / 'invalid device function'",
-                                         f"export HSA_OVERRIDE_GFX_VERSION={override}" if override else
-                                         "use a torch build for this architecture (current ROCm no longer supports it)"))
+            why = ("the tool printed only the generic name 'AMD Radeon Graphics' (APUs such as Strix Halo do)"
+                   if g.generic_name else "this output does not name the model or its target")
+            findings.append(Finding.warn(check, f"{label}: architecture unknown", why,
+                                         f"run on that machine: {ARCH_COMMANDS}; or save `rocminfo` too"))
+        elif g.vendor == "amd" and not (g.integrated and discrete_behind_igpu(gpus)):
+            findings += arch_findings(g.arch, label, "arch")
+        native, why = bf16_verdict(g.arch)
         if native is False and not g.integrated:
-            findings.append(Finding.warn(check, f"GPU {g.index}: {why}", "bf16: true would abort or run emulated",
+            findings.append(Finding.warn(check, f"{label}: {why}", "bf16: true would abort or run emulated",
                                          "bf16: auto (fp32) or fp16: true with loss scaling"))
         if g.arch == "gfx90a":
-            findings.append(Finding.info(check, f"GPU {g.index}: gfx90a flushes fp16 denormals in matrix cores",
+            findings.append(Finding.info(check, f"{label}: gfx90a flushes fp16 denormals in matrix cores",
                                          "fp16 training can slowly diverge on torch >= 2.7", "train in bf16"))
+        if g.vendor == "amd" and (g.integrated or g.generic_name):
+            findings += apu_memory_findings(f"{label} ({g.arch or 'APU?'})", "unified-memory",
+                                            vram_gib=g.memory_gib, gtt_gib=_gtt_for(g, saved.kernel),
+                                            cmdline=saved.kernel.cmdline)
     discrete = discrete_behind_igpu(gpus)
     if discrete:
         findings.append(Finding.warn(check, f"GPU 0 is an integrated GPU ({gpus[0].name}, {gpus[0].arch})",
                                      "tools that take device 0 would train on the iGPU",
                                      f"export HIP_VISIBLE_DEVICES={discrete}   (or ROCR_VISIBLE_DEVICES=<dGPU UUID>)"))
-    usable = [g for g in gpus if g.arch]
-    if usable:
-        backend = "cuda" if usable[0].vendor == "nvidia" else "rocm"
-        info = HardwareInfo(backend=backend, torch_version="(offline)", gpus=[
-            GPU(index=g.index, name=g.name or "?", arch=g.arch, memory_gib=g.memory_gib or 0.0, integrated=g.integrated)
-            for g in usable])
-        dtype, reason = choose_precision(info, "auto", False)
-        findings.append(Finding.info(check, f"train on this machine with bf16: auto would use {dtype}", reason))
+    if saved.pci:
+        by_bus = {g.bus_id: g for g in gpus if g.bus_id}
+        for pci in saved.pci:
+            record = by_bus.get(pci.bdf)
+            if record is not None:
+                pci.memory = pci.memory or (int(record.memory_gib * 2**30) if record.memory_gib else None)
+                pci.integrated = record.integrated
+                pci.name = pci.name or record.name or ""
+        findings += rebar_findings(saved.pci, "pci")
+    info = machine_info(gpus, saved)
+    if info is not None:
+        from steadytune.doctor.plan import train_plan_findings
+        findings += train_plan_findings(info, "on-that-machine", cfg, offline=True)
     return findings
 
 
-def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, str]] = None) -> tuple[list["GpuRecord"], list[Finding]]:
+def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, str]] = None,
+                       cfg: Optional["RunConfig"] = None) -> tuple[list["GpuRecord"], list[Finding]]:
     from steadytune.smi_parsers import merge_results
 
-    results = read_saved_outputs(paths, expected_tool)
+    saved = read_saved_outputs(paths, expected_tool)
     findings: list[Finding] = []
-    for result in results:
+    for result in saved.results:
         findings += [Finding.warn("saved-outputs", p, fix="save the full, unedited output of the tool") for p in result.problems]
         findings += [Finding.info("saved-outputs", f"{result.source}: {n}") for n in result.notes]
-        if result.tool != "unknown" and not result.problems:
+        if result.tool not in ("unknown", "lspci", "dmesg") and not result.problems:
             findings.append(Finding.info("saved-outputs", f"{result.source}: {result.tool} output, {len(result.gpus)} GPU(s)"))
-    gpus, conflicts = merge_results(results)
+        elif result.tool in ("lspci", "dmesg") and not result.problems:
+            findings.append(Finding.info("saved-outputs", f"{result.source}: {result.tool} output"))
+    gpus, conflicts = merge_results([r for r in saved.results if r.tool not in ("lspci", "dmesg")])
     findings += [Finding.warn("saved-outputs", c) for c in conflicts]
-    if not gpus:
+    if not gpus and not saved.pci and not saved.kernel.gtt_gib:
         findings.append(Finding.error("saved-outputs", "could not read any GPU from the given outputs",
-                                      fix="give rocminfo, amd-smi static, rocm-smi --showproductname --json or nvidia-smi output"))
-    findings += diagnose_gpus(gpus)
+                                      fix="give rocminfo, amd-smi (default view or static), rocm-smi --showproductname "
+                                          "--json, nvidia-smi, lspci -vv or dmesg output"))
+    findings += diagnose_gpus(gpus, saved=saved, cfg=cfg)
     return gpus, findings

@@ -40,6 +40,7 @@ class Probe:
     amd_evidence: list[str] = field(default_factory=list)
     nvidia_evidence: list[str] = field(default_factory=list)
     run_kernels: bool = True
+    root: Path = Path("/")                      # where /.dockerenv and /run/.containerenv would be
 
     @property
     def flavour(self) -> str:
@@ -87,14 +88,14 @@ def _run_tool(name: str, args: list[str], env: Mapping[str, str], timeout: float
 
 def collect_probe(env: Optional[Mapping[str, str]] = None, dev_root: Path | str = "/dev",
                   sys_root: Path | str = "/sys", proc_root: Path | str = "/proc",
-                  run_kernels: bool = True, run_tools: bool = True) -> Probe:
+                  run_kernels: bool = True, run_tools: bool = True, root: Path | str = "/") -> Probe:
     import torch
     from steadytune import hardware
     from steadytune.smi_parsers import ParseResult, parse_rocminfo
 
     env = dict(os.environ if env is None else env)
     dev_root, sys_root, proc_root = Path(dev_root), Path(sys_root), Path(proc_root)
-    info = hardware.detect()
+    info = hardware.detect(sys_root)
     try:
         arch_list = list(torch.cuda.get_arch_list()) if torch.cuda.is_available() else []
     except Exception:
@@ -102,7 +103,8 @@ def collect_probe(env: Optional[Mapping[str, str]] = None, dev_root: Path | str 
     probe = Probe(env=env, info=info, torch_version=torch.__version__,
                   hip_version=getattr(torch.version, "hip", None), cuda_version=getattr(torch.version, "cuda", None),
                   arch_list=arch_list, dev_root=dev_root, sys_root=sys_root, proc_root=proc_root,
-                  uid=os.getuid(), groups=set(os.getgroups()) | {os.getgid()}, run_kernels=run_kernels)
+                  uid=os.getuid(), groups=set(os.getgroups()) | {os.getgid()}, run_kernels=run_kernels,
+                  root=Path(root))
     probe.host_archs = _kfd_archs(sys_root)
     if (dev_root / "kfd").exists():
         probe.amd_evidence.append(f"{dev_root / 'kfd'} exists")

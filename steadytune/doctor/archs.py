@@ -1,0 +1,96 @@
+"""What an AMD architecture gets, read from the tables in gpu_facts.py: which torch wheels carry code for it
+and the exact install line, whether HSA_OVERRIDE_GFX_VERSION is a safe stand-in or a trap, native bf16 and
+fp8, and which fused attention path runs (with the AOTriton experimental switch where it is needed). Used by
+live and offline mode alike, so a saved gfx1151 capture gets the same advice as a gfx1151 machine."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from steadytune.doctor.findings import Finding
+
+AOTRITON_SWITCH = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+
+
+def _install_text(arch: str) -> str:
+    from steadytune.gpu_facts import install_lines
+    lines = install_lines(arch)
+    return "; or ".join(f"{line}   [{where}]" for where, line in lines)
+
+
+def wheel_finding(arch: str, label: str, check: str, compiled: Optional[Iterable[str]] = None) -> Optional[Finding]:
+    """Whether a torch wheel has code for `arch`. `compiled` is this torch's get_arch_list() (live mode); without
+    it, the pytorch.org wheels of the current release are meant."""
+    from steadytune.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, current_stable_wheel, first_stable_wheel, install_lines
+    row = arch_info(arch)
+    targets = set(compiled) if compiled is not None else set(OFFICIAL_WHEEL_ARCHS)
+    if arch in targets:
+        first = first_stable_wheel(arch)
+        since = f" (since {first.name}, torch {first.torch})" if first else ""
+        return Finding.info(check, f"{label}: {arch} is a target of "
+                                   f"{'this torch' if compiled is not None else current_stable_wheel().name}{since}",
+                            fix=_install_text(arch) if compiled is None else "")
+    lines = install_lines(arch)
+    override = row.override if row else None
+    if override is not None and override.verdict == "works":
+        stand_in = f"or export HSA_OVERRIDE_GFX_VERSION={override.value} ({override.why})"
+    else:
+        stand_in = ""
+    if not lines:
+        return Finding.warn(check, f"{label}: no torch wheel carries code for {arch}",
+                            (row.note if row else "") or "neither pytorch.org nor AMD's nightlies build for it",
+                            stand_in.removeprefix("or ") or "train on the CPU, or build torch with PYTORCH_ROCM_ARCH=" + arch)
+    where = "this torch" if compiled is not None else current_stable_wheel().name
+    return Finding.warn(check, f"{label}: {where} has no working code for {arch}",
+                        "expect 'hipErrorNoBinaryForGpu' / 'invalid device function'",
+                        _install_text(arch) + (f"; {stand_in}" if stand_in else ""))
+
+
+def override_finding(arch: str, label: str, check: str) -> Optional[Finding]:
+    """HSA_OVERRIDE_GFX_VERSION for this arch: not needed, a safe stand-in, or a trap."""
+    from steadytune.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info
+    row = arch_info(arch)
+    if row is None or row.override.verdict == "none" and arch in OFFICIAL_WHEEL_ARCHS:
+        return None
+    o = row.override
+    if o.verdict == "trap":
+        return Finding.warn(check, f"{label}: HSA_OVERRIDE_GFX_VERSION={o.value} is a trap on {arch}", o.why,
+                            "do not set it; install a torch with native " + arch + " code (see the wheel finding)")
+    if o.verdict == "works":
+        state = "not needed (the wheels have it)" if arch in OFFICIAL_WHEEL_ARCHS else "a safe stand-in"
+        return Finding.info(check, f"{label}: HSA_OVERRIDE_GFX_VERSION={o.value} on {arch} is {state}", o.why)
+    if o.verdict == "unverified":
+        return Finding.info(check, f"{label}: no HSA_OVERRIDE_GFX_VERSION value is known to work on {arch}", o.why)
+    return None
+
+
+def capability_finding(arch: str, label: str, check: str) -> Optional[Finding]:
+    """Native bf16/fp8 and the fused attention path of this arch."""
+    from steadytune.gpu_facts import arch_info
+    row = arch_info(arch)
+    if row is None:
+        return None
+    fp8 = {"fnuz": "fp8 (FNUZ e4m3/e5m2)", "ocp": "fp8 (OCP e4m3/e5m2)", None: "no fp8"}[row.fp8]
+    attention = {
+        "native": "SDPA flash/mem-efficient (AOTriton) run natively",
+        "experimental": f"SDPA flash/mem-efficient are experimental in AOTriton: without {AOTRITON_SWITCH}=1 torch "
+                        "falls back to the slow math kernel",
+        "none": "no AOTriton kernels: SDPA uses the math kernel (slow, correct)",
+        "unknown": "AOTriton support not listed: doctor's live SDPA probe tells",
+    }[row.sdpa]
+    what = (f"{label}: {arch} ({row.family}{', APU' if row.kind == 'apu' else ''}): "
+            f"{'native bf16' if row.bf16 else 'no native bf16'}, {fp8}; {attention}"
+            + ("; flash-attn CK builds for it" if row.flash_attn_ck else ""))
+    fix = f"export {AOTRITON_SWITCH}=1 (then check the loss curve)" if row.sdpa == "experimental" else ""
+    return (Finding.warn if row.sdpa == "experimental" else Finding.info)(check, what, row.note, fix)
+
+
+def arch_findings(arch: Optional[str], label: str, check: str, compiled: Optional[Iterable[str]] = None) -> list[Finding]:
+    """Everything the tables say about one AMD GPU's architecture."""
+    from steadytune.gpu_facts import normalise_gfx
+    if not arch or not arch.startswith("gfx"):
+        return []
+    arch = normalise_gfx(arch)
+    found = [wheel_finding(arch, label, check, compiled), override_finding(arch, label, check),
+             capability_finding(arch, label, check)]
+    return [f for f in found if f is not None]

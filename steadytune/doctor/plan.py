@@ -1,0 +1,126 @@
+"""What `train` would choose on a machine: dtype, attention, packing, the kernel that keeps packed examples
+apart, and gradient checkpointing for the GPU's memory. Every answer comes from the policy function `train`
+itself calls (hardware.choose_precision, choose_attention, choose_packing_attention, packing.decide_packing,
+kernels.choose_gradient_checkpointing), applied to a `HardwareInfo` of that machine, so `doctor --from` reports
+the saved machine's choices, not this one's.
+
+Without a config, the defaults of a config (bf16: auto, flash_attn: auto, packing unset) apply and gradient
+checkpointing is shown for a few reference model shapes; with `--config`, its values and (where the model is a
+local folder or a known shape) its model.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Optional
+
+from steadytune.doctor.findings import Finding
+
+if TYPE_CHECKING:
+    from steadytune.config import RunConfig
+    from steadytune.hardware import HardwareInfo
+
+# Shapes from shapes.py shown when no config names a model: the demo's model and two common LoRA bases.
+REFERENCE_SHAPES = ("gemma3-270m", "qwen2.5-1.5b", "qwen2.5-3b")
+NOT_RUN_HERE = "not run: these are saved outputs; train runs each varlen kernel once at start and uses it only if it matches SDPA"
+
+
+def _default_config() -> "RunConfig":
+    from steadytune.config import RunConfig
+    return RunConfig()
+
+
+def precision_and_attention(info: "HardwareInfo", cfg: "RunConfig", check: str) -> list[Finding]:
+    from steadytune.hardware import choose_attention, choose_precision
+    t = cfg.train
+    dtype, why = choose_precision(info, t.bf16, t.fp16)
+    findings = [Finding.info(check, f"train would use {dtype} (bf16: {t.bf16}, fp16: {t.fp16})", why)]
+    if cfg.model.flash_attn == "fa2":
+        findings.append(Finding.info(check, "flash_attn: fa2 is asked for",
+                                     "train checks at start that flash-attn imports and runs there, and stops if not"))
+    else:
+        impl, why = choose_attention(info, cfg.model.flash_attn)
+        findings.append(Finding.info(check, f"train would use attention {impl}", why))
+    return findings
+
+
+def packing_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline: bool) -> list[Finding]:
+    from steadytune.hardware import choose_packing_attention
+    from steadytune.packing import decide_packing
+    cfg = copy.deepcopy(cfg)
+    packs = decide_packing(cfg, class_weighted_loss=False, info=info)
+    findings = [Finding.info(check, f"train would {'pack' if packs else 'not pack'} micro-batches",
+                             cfg.decisions["packing"]["reason"])]
+    if packs:
+        status = (lambda: (None, NOT_RUN_HERE)) if offline else None
+        attention, kernel, why = choose_packing_attention(info, cfg.data.packing_attention, kernel_status=status)
+        name = f"{attention} ({kernel})" if kernel else attention
+        if offline and info.backend in ("cuda", "rocm"):
+            findings.append(Finding.info(check, "packed rows keep examples apart with a varlen flash kernel where one runs "
+                                                f"there, else {name}", why))
+        else:
+            findings.append(Finding.info(check, f"packed rows keep examples apart with {name}", why))
+    return findings
+
+
+def _shape_config(name: str):
+    from transformers import AutoConfig
+    from steadytune.shapes import SHAPES
+    spec = dict(SHAPES[name])
+    return AutoConfig.for_model(spec.pop("model_type"), **spec)
+
+
+def model_config_for(cfg: "RunConfig"):
+    """(transformers config, label) of the config's model without loading weights: a local folder's
+    config.json, or a known shape whose name appears in the model name (Qwen/Qwen2.5-1.5B-Instruct ->
+    qwen2.5-1.5b). None when neither applies (a hub id not downloaded here)."""
+    from pathlib import Path
+    from steadytune.shapes import SHAPES
+    name = cfg.model.model_name_or_path or ""
+    if name and (Path(name) / "config.json").is_file():
+        from transformers import AutoConfig
+        return AutoConfig.from_pretrained(name, local_files_only=True), name
+    key = name.lower().replace("_", "-")
+    for shape in sorted(SHAPES, key=len, reverse=True):
+        if shape != "tiny" and shape in key:
+            return _shape_config(shape), f"{name} ({shape} shape)"
+    return None
+
+
+def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], check: str) -> list[Finding]:
+    from steadytune.kernels import choose_gradient_checkpointing, max_tokens_without_checkpointing
+    gpu = info.primary
+    if gpu is None:
+        return []
+    budget = gpu.budget_gib
+    where = f"{budget:g} GiB" + (f" ({gpu.memory_note})" if gpu.memory_note else "")
+    if cfg is not None and cfg.train.gradient_checkpointing is not None:
+        use, why = choose_gradient_checkpointing(None, 0, budget, cfg.train.gradient_checkpointing)
+        return [Finding.info(check, f"gradient checkpointing {'on' if use else 'off'}", why)]
+    model = model_config_for(cfg) if cfg is not None else None
+    if model is not None:
+        config, label = model
+        tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
+        use, why = choose_gradient_checkpointing(config, tokens, budget)
+        limit = max_tokens_without_checkpointing(config, budget)
+        return [Finding.info(check, f"gradient checkpointing {'on' if use else 'off'} for {label} at up to {tokens} "
+                                    f"tokens per micro-batch on {where}",
+                             f"{why}; it turns on above {limit} tokens")]
+    limits = ", ".join(f"{shape} {max_tokens_without_checkpointing(_shape_config(shape), budget):,}"
+                       for shape in REFERENCE_SHAPES)
+    return [Finding.info(check, f"gradient checkpointing stays off up to these tokens per micro-batch on {where}: {limits}",
+                         "train turns it on only when a micro-batch's activations would exceed half the memory",
+                         "doctor --config your.yaml gives the answer for your model and batch")]
+
+
+def train_plan_findings(info: "HardwareInfo", check: str, cfg: Optional["RunConfig"] = None,
+                        offline: bool = True) -> list[Finding]:
+    """All of train's hardware-dependent choices for `info`."""
+    base = cfg or _default_config()
+    findings = precision_and_attention(info, base, check)
+    try:
+        findings += packing_findings(info, base, check, offline)
+        findings += checkpointing_findings(info, cfg, check)
+    except ImportError as e:   # torch or transformers missing here: the saved machine's plan is still partly known
+        findings.append(Finding.info(check, f"packing and gradient checkpointing not evaluated here ({e})"))
+    return findings
