@@ -43,7 +43,6 @@ from steadytune.run_folder import RunFolder, describe_os_error
 from steadytune.stopping import RunInterrupted, StopRequests
 
 
-
 class NonFiniteRun(UserError):
     """The run ended with NaN/inf: no adapter was written."""
     exit_code = 4
