@@ -34,7 +34,7 @@ class TrainBatches:
     The same order and budget give the same groups packed or padded, so packing changes nothing but speed."""
 
     def __init__(self, cfg: RunConfig, data, tokenizer, world_size: int = 1, rank: int = 0,
-                 packing_attention: str | None = None, max_tokens: int | None | str = "auto"):
+                 packing_attention: str | None = None, max_tokens: int | None | str = "auto", collate=None):
         from steadytune.data import PadCollator
 
         from steadytune import balance
@@ -58,6 +58,8 @@ class TrainBatches:
             from steadytune.packing import PackedCollator
             self.collate = PackedCollator(tokenizer.pad_token_id, row_len=cfg.data.cutoff_len,
                                           attention=packing_attention)
+        if collate is not None:  # a stage's own collation (preference pairs: stages/batches.py)
+            self.collate = collate
         self.lengths = [len(x["input_ids"]) for x in data.train]
         if max_tokens == "auto":  # the recipe passes the budget it recorded; tests and tools let it be derived
             max_tokens, _ = token_budget(cfg.train, self.lengths, packed=packing_attention is not None)

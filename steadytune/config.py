@@ -54,7 +54,8 @@ class ModelArguments:
 
 @dataclass
 class MethodArguments:
-    stage: str = _opt("sft", "Training stage. Only sft (supervised fine-tuning) is supported.", choices=("sft",))
+    stage: str = _opt("sft", "Training stage: sft (supervised fine-tuning), dpo (preference pairs: DPO, IPO, ORPO, SimPO, hinge), kto (desirable/undesirable answers), rm (reward model on preference pairs).",
+                      choices=("sft", "dpo", "kto", "rm"))
     do_train: bool = _opt(True, "Run training (LLaMA-Factory key).")
     finetuning_type: str = _opt("lora", "lora: train low-rank adapters (peft); full: train every weight.", choices=("lora", "full"))
     lora_rank: int = _opt(8, "LoRA rank r.", minimum=1)
@@ -65,6 +66,16 @@ class MethodArguments:
     use_rslora: bool = _opt(False, "Rank-stabilised LoRA scaling (alpha / sqrt(r)).")
     use_dora: bool = _opt(False, "Weight-decomposed LoRA (DoRA).")
     deepspeed: Optional[str] = _opt(None, "A DeepSpeed JSON config (ZeRO-0/2/3) handed to Accelerate.")
+    # Preference stages (LLaMA-Factory's RLHFArguments: same names, defaults and meaning; see steadytune/stages/).
+    pref_beta: float = _opt(0.1, "dpo/kto: beta, how far the policy may move from the reference (IPO: its tau; ORPO: the odds-ratio weight lambda).", minimum=0.0, exclusive_min=True)
+    pref_loss: str = _opt("sigmoid", "dpo loss: sigmoid (DPO), hinge (SLiC), ipo, orpo, simpo.", choices=("sigmoid", "hinge", "ipo", "orpo", "simpo"))
+    pref_ftx: float = _opt(0.0, "dpo/kto: weight of an SFT term (mean negative log-likelihood per token of the chosen answer) added to the preference loss.", minimum=0.0)
+    simpo_gamma: float = _opt(0.5, "simpo: target reward margin gamma.", minimum=0.0)
+    dpo_label_smoothing: float = _opt(0.0, "sigmoid DPO: probability that a preference label is flipped (cDPO / robust DPO), 0 to 0.5.", minimum=0.0, maximum=0.5)
+    kto_chosen_weight: float = _opt(1.0, "kto: weight of the desirable examples' loss.", minimum=0.0)
+    kto_rejected_weight: float = _opt(1.0, "kto: weight of the undesirable examples' loss.", minimum=0.0)
+    ref_model: Optional[str] = _opt(None, "dpo/kto: reference model (folder, .gguf or alias); default: with LoRA the trained model with its adapter switched off (no second copy), with full fine-tuning a frozen copy of model_name_or_path.")
+    ref_model_adapters: Optional[str] = _opt(None, "dpo/kto: a LoRA adapter folder loaded onto ref_model.")
 
 
 @dataclass
@@ -217,12 +228,12 @@ UNSUPPORTED_KEYS = {
     "quantization_method": "quantised training is not supported",
     "double_quantization": "quantised training is not supported",
     "quantization_type": "quantised training is not supported",
-    "pref_beta": "preference training (dpo/kto/orpo/simpo) is not supported",
-    "pref_loss": "preference training (dpo/kto/orpo/simpo) is not supported",
-    "pref_ftx": "preference training is not supported",
-    "kto_chosen_weight": "KTO is not supported",
-    "kto_rejected_weight": "KTO is not supported",
-    "reward_model": "PPO / reward models are not supported",
+    "reward_model": "stage: ppo is not supported (train a reward model with stage: rm)",
+    "reward_model_adapters": "stage: ppo is not supported",
+    "reward_model_type": "stage: ppo is not supported",
+    "pref_bco_weight": "the BCO term of DPO is not supported (pref_loss: sigmoid, hinge, ipo, orpo or simpo)",
+    "ld_alpha": "length-desensitised DPO (LD-DPO) is not supported",
+    "ref_model_quantization_bit": "quantised reference models are not supported",
     "ppo_epochs": "PPO is not supported",
     "image_max_pixels": "vision inputs are not supported (text-only decoder models)",
     "image_min_pixels": "vision inputs are not supported",
@@ -249,10 +260,9 @@ UNSUPPORTED_KEYS = {
 }
 UNSUPPORTED_VALUES = {
     ("stage", "pt"): "stage: pt (pre-training) is not supported; use stage: sft",
-    ("stage", "rm"): "stage: rm (reward modelling) is not supported",
-    ("stage", "ppo"): "stage: ppo is not supported",
-    ("stage", "dpo"): "stage: dpo is not supported",
-    ("stage", "kto"): "stage: kto is not supported",
+    ("stage", "ppo"): "stage: ppo (online RL with a reward model) is not supported; stage: dpo or kto learn from "
+                      "preference data offline, and stage: rm trains a reward model",
+    ("pref_loss", "kto_pair"): "pref_loss: kto_pair is not supported; use stage: kto with a kto_tag dataset",
     ("finetuning_type", "freeze"): "finetuning_type: freeze is not supported; use lora or full",
     ("finetuning_type", "oft"): "finetuning_type: oft is not supported; use lora or full",
 }
@@ -501,6 +511,7 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
     if cfg.method.do_train is False:
         raise ConfigError(f"{where}: do_train: false is not a training run; use `steadytune eval CONFIG` to evaluate "
                           "an adapter without training")
+    _check_stage(cfg, where)
     if t.bf16 is True and t.fp16 is True:
         raise ConfigError(f"{where}: bf16 and fp16 are both true; choose one")
     if t.eval_strategy == "steps" and t.eval_steps is None:
@@ -521,6 +532,22 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         trackers = [str(t.report_to)]
     if any(x not in ("none", "None") for x in trackers):
         raise ConfigError(f"{where}: not supported: report_to: {t.report_to} (only none; metrics.jsonl is always written)")
+
+
+def _check_stage(cfg: RunConfig, where: str) -> None:
+    """LLaMA-Factory's rules for the stages other than sft (hparams/parser.py there), with the key named."""
+    m, d, t = cfg.method, cfg.data, cfg.train
+    if m.stage == "sft":
+        return
+    for key, value in (("train_on_prompt", d.train_on_prompt), ("mask_history", d.mask_history),
+                       ("predict_with_generate", t.predict_with_generate)):
+        if value:
+            raise ConfigError(f"{where}: {key}: true is for stage: sft only (stage: {m.stage} scores whole answers "
+                              "after their prompt)")
+    if m.dpo_label_smoothing > 0 and m.pref_loss != "sigmoid":
+        raise ConfigError(f"{where}: dpo_label_smoothing applies to pref_loss: sigmoid only (got pref_loss: {m.pref_loss})")
+    if m.ref_model_adapters and not m.ref_model:
+        raise ConfigError(f"{where}: ref_model_adapters needs ref_model (the base model the adapters belong to)")
 
 
 def lora_alpha_of(cfg: RunConfig) -> float:

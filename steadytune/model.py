@@ -40,6 +40,24 @@ SOURCE_FILE = "steadytune_source.json"
 # A Hugging Face folder carries its tokenizer as one of these.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
 
+# What a model is loaded as, by task: a causal LM (sft, dpo, kto), or the same body with a one-output linear head
+# read at a sequence's last token (the reward model of stage rm; transformers' *ForSequenceClassification, the
+# format TRL's reward models and `text-classification` pipelines load).
+SEQUENCE_SCORE = "sequence_score"
+CAUSAL_LM = "causal_lm"
+
+
+def auto_model_class(task: str):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    return {CAUSAL_LM: AutoModelForCausalLM, SEQUENCE_SCORE: AutoModelForSequenceClassification}[task]
+
+
+def model_task(model: nn.Module) -> str:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return SEQUENCE_SCORE if type(base).__name__.endswith("ForSequenceClassification") else CAUSAL_LM
+
+
 # Tokens that can stand in for a missing pad token without being trained on, most specific first.
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>", "<|reserved_special_token_0|>")
 
@@ -179,7 +197,7 @@ BUILTIN_ALIASES: dict[str, Callable[[Path], Path]] = {GEMMA3_270M_ALIAS: _gemma3
 # Loading
 # ---------------------------------------------------------------------------------------------------------
 
-def load_for_inference(cfg: RunConfig) -> tuple[nn.Module, Any, torch.device, str]:
+def load_for_inference(cfg: RunConfig, task: str = CAUSAL_LM) -> tuple[nn.Module, Any, torch.device, str]:
     """(model, tokenizer, device, description) for scoring or generation, on the device, dtype and attention the
     hardware policy picks for this config (the same choices `train` makes); the model is in eval mode."""
     from steadytune import hardware
@@ -189,7 +207,7 @@ def load_for_inference(cfg: RunConfig) -> tuple[nn.Module, Any, torch.device, st
     attn, _ = hardware.choose_attention(info, cfg.model.flash_attn)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     device = hardware.device_for(info)
-    model, tokenizer = load_model_and_tokenizer(cfg.model, dtype, attn, device)
+    model, tokenizer = load_model_and_tokenizer(cfg.model, dtype, attn, device, task=task)
     model.eval()
     return model, tokenizer, device, f"device {device}, {precision} ({why}), attention {attn}"
 
@@ -225,19 +243,20 @@ def load_tokenizer(model_args: ModelArguments):
 
 def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtype = torch.float32,
                              attn_implementation: str = "sdpa", device: Optional[torch.device] = None,
-                             tokenizer=None):
+                             tokenizer=None, task: str = CAUSAL_LM):
     """-> (model, tokenizer) on `device`, weights in `torch_dtype`; tokenizer pads on the right.
 
     `attn_implementation` comes from hardware.choose_attention (which already raised AttentionUnavailable
-    for an fa2 that does not run). A tokenizer from load_tokenizer may be passed in."""
-    from transformers import AutoModelForCausalLM
+    for an fa2 that does not run). A tokenizer from load_tokenizer may be passed in. `task`: CAUSAL_LM, or
+    SEQUENCE_SCORE for a reward model (a new score head, initialised at random, unless the folder already is one)."""
 
     if tokenizer is None:
         tokenizer = load_tokenizer(model_args)
     path, common = _resolved_source(model_args)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
-                                                     **common)
+        extra = {"num_labels": 1} if task == SEQUENCE_SCORE else {}
+        model = auto_model_class(task).from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
+                                                       **common, **extra)
     except (OSError, ValueError) as e:
         raise _load_error(path, e) from None
     except ImportError as e:  # e.g. attn_implementation='flash_attention_2' without flash-attn
@@ -374,7 +393,9 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
     if method.lora_alpha is None:
         cfg.decide("lora_alpha", alpha, "default: 2 x lora_rank")
     modules_to_save = resolve_additional_targets(model, method.additional_target)
-    config = LoraConfig(task_type=TaskType.CAUSAL_LM, r=method.lora_rank, lora_alpha=alpha,
+    # A reward model's score head is trained in full and saved with the adapter (peft adds it to modules_to_save).
+    task_type = TaskType.SEQ_CLS if model_task(model) == SEQUENCE_SCORE else TaskType.CAUSAL_LM
+    config = LoraConfig(task_type=task_type, r=method.lora_rank, lora_alpha=alpha,
                         lora_dropout=method.lora_dropout, target_modules=targets, use_rslora=method.use_rslora,
                         use_dora=method.use_dora, modules_to_save=modules_to_save,
                         # A trained copy of tied embeddings must stay tied to the output head, or the two drift.
@@ -388,8 +409,11 @@ def _ties_embeddings(model: nn.Module) -> bool:
 
 
 def output_head_names(model: nn.Module) -> set[str]:
-    """Qualified names of the output head and of any linear whose weight is the input embedding (tied)."""
+    """Qualified names of the output head (a reward model's score head too) and of any linear whose weight is the
+    input embedding (tied)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None and model_task(model) == SEQUENCE_SCORE:
+        head = getattr(model, "score", None)
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     embedding_weight = getattr(embeddings, "weight", None)
     names = set()
@@ -592,11 +616,10 @@ def _expected_adapter_shapes(model: nn.Module, folder: Path) -> dict[str, tuple[
 
 
 def _meta_copy(model: nn.Module) -> nn.Module:
-    """The same architecture with weights on the meta device (no memory, no copy)."""
-    from transformers import AutoModelForCausalLM
-
+    """The same architecture (the same class: a reward model keeps its score head) with weights on the meta device
+    (no memory, no copy)."""
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(model.config)
+        return auto_model_class(model_task(model)).from_config(model.config)
 
 
 def _expected_full_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:

@@ -164,6 +164,7 @@ class PackedCollator:
     pad_token_id: int
     row_len: int
     attention: str = "sdpa"
+    segment_ids: bool = False  # also return which example each position holds (-1: padding), for per-example sums
 
     def __post_init__(self):
         if self.attention not in PACKING_ATTENTIONS:
@@ -182,6 +183,7 @@ class PackedCollator:
         # Pad positions continue counting from 0 so transformers' packed-sequence detection (flex) sees the
         # padding as one more "example", never as part of the last real one.
         positions = torch.zeros(shape, dtype=torch.long)
+        segments = torch.full(shape, -1, dtype=torch.long)
         for r, row in enumerate(rows):
             start = 0
             for i in row:
@@ -191,9 +193,12 @@ class PackedCollator:
                 example_labels[0] = IGNORE_INDEX  # the previous example's last token must not predict this
                 labels[r, start:start + n] = example_labels
                 positions[r, start:start + n] = torch.arange(n)
+                segments[r, start:start + n] = i
                 start += n
             positions[r, start:] = torch.arange(width - start)
         batch = {"input_ids": ids, "labels": labels, "position_ids": positions}
+        if self.segment_ids:
+            batch["segment_ids"] = segments
         if self.attention == "varlen":
             cu = torch.tensor([0] + list(_cumsum(lengths)), dtype=torch.int32)
             batch.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths))

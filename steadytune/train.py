@@ -40,6 +40,8 @@ from steadytune.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, Numeri
 from steadytune.loss import causal_lm_loss_sum, count_target_tokens
 from steadytune.monitor import MetricsLog, Throughput, memory_stats, plot_loss
 from steadytune.run_folder import RunFolder, describe_os_error
+from steadytune.stages import PREFERENCE_STAGES, Stage
+from steadytune.stages.objectives import pop_metrics
 from steadytune.stopping import RunInterrupted, StopRequests
 
 
@@ -82,10 +84,9 @@ def run(args) -> int:
     cfg = load_config(args.config, args.overrides)
     result = run_training(cfg, force=args.force)
     if result.exit_code == 0 and (cfg.train.do_eval or cfg.train.do_predict):
-        # LLaMA-Factory's do_eval / do_predict: evaluate the adapter just trained, as `steadytune eval` would
-        # (classification: label scoring; SFT with predict_with_generate: generated_predictions.jsonl + BLEU/ROUGE).
-        from steadytune.evaluate import run_evaluation
-        run_evaluation(cfg, batch_size=cfg.train.per_device_eval_batch_size)
+        # LLaMA-Factory's do_eval / do_predict: evaluate what was just trained, as `steadytune eval` would (sft:
+        # label scoring or generation; dpo/kto/rm: their loss and reward metrics on the eval split).
+        STAGES[cfg.method.stage].evaluate_trained(cfg, batch_size=cfg.train.per_device_eval_batch_size)
     return result.exit_code
 
 
@@ -151,6 +152,10 @@ class Run:
         return self.accelerator.device
 
     @property
+    def stage(self) -> Stage:
+        return STAGES[self.cfg.method.stage]
+
+    @property
     def is_main(self) -> bool:
         return self.accelerator.is_main_process
 
@@ -187,6 +192,7 @@ class Outcome:
 
 def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, progress: bool) -> Run:
     t, d = cfg.train, cfg.data
+    stage = STAGES[cfg.method.stage]  # what sft, dpo, kto, rm do differently: data, batches, model kind, objective
 
     # --- where to start: fresh, over an earlier run, or from a checkpoint (run_folder.py) ---------------------
     plan = share_from_main(folder.plan_start(t.overwrite_output_dir, t.resume_from_checkpoint, list_checkpoints))
@@ -212,11 +218,10 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                    "into a silent multi-day stall (the default is 1800 s)")
 
     # --- data before weights: a bad file, key or column stops here, not after minutes of loading ------------
-    from steadytune.data import prepare_datasets
     from steadytune.model import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model)
-    data = prepare_datasets(cfg, tokenizer)
+    data = stage.prepare_data(cfg, tokenizer)
     if not data.train:
         raise UserError(f"dataset {d.dataset!r}: no training examples left after filtering")
     check_data_fits_keys(cfg, data)
@@ -236,7 +241,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     # updates are not rounded away (attach_adapter casts them).
     base_dtype = torch.bfloat16 if (precision == "bf16" and cfg.method.finetuning_type == "lora") else torch.float32
     model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=base_dtype, attn_implementation=attn,
-                                                device=device, tokenizer=tokenizer)
+                                                device=device, tokenizer=tokenizer, task=stage.model_task)
     if cfg.model.adapter_name_or_path and cfg.method.finetuning_type == "lora":
         # Continue training an existing adapter (LLaMA-Factory's adapter_name_or_path) instead of a fresh one.
         model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True)
@@ -259,8 +264,10 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     budget, budget_why = token_budget(t, lengths, packed=packing is not None)
     if budget_why:
         cfg.decide("max_tokens_per_batch", budget, budget_why)
+    packing_attention = packing.attention if packing is not None else None
     batches = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
-                           packing_attention=packing.attention if packing is not None else None, max_tokens=budget)
+                           packing_attention=packing_attention, max_tokens=budget,
+                           collate=stage.make_collator(cfg, tokenizer, packing_attention))
     enable_gradient_checkpointing_if_needed(cfg, model, info, batches)
     micro_batches_per_epoch = batches.batches_per_epoch()
     steps_per_epoch = max(1, math.ceil(micro_batches_per_epoch / t.gradient_accumulation_steps))
@@ -280,7 +287,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                                   # one fused kernel for all LoRA tensors instead of several per tensor
                                   fused=device.type == "cuda" or None)
     scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
-    objective, optimizer = accelerator.prepare(TrainingObjective(model), optimizer)
+    objective, optimizer = accelerator.prepare(stage.make_objective(model, cfg), optimizer)
 
     # --- resume: weights, optimizer, schedule, loss scale, RNG and data position, exactly ----------------------
     state = TrainerState(model_name_or_path=cfg.model.model_name_or_path, finetuning_type=cfg.method.finetuning_type)
@@ -505,7 +512,8 @@ def fit(run: Run) -> Outcome:
                 record = {"step": state.global_step, "epoch": round(state.global_step / run.steps_per_epoch, 4),
                           "loss": loop.window_loss / loop.window_steps, "grad_norm": float(grad_norm),
                           "lr": run.scheduler.get_last_lr()[0], "tokens": state.tokens_seen,
-                          "tokens_per_s": round(throughput.report(), 1), **memory_stats(run.device)}
+                          "tokens_per_s": round(throughput.report(), 1), **memory_stats(run.device),
+                          **pop_metrics(run.objective, run.accelerator)}  # dpo/kto/rm: rewards/chosen, ... (stages/)
                 run.metrics.write(record)
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
                                 tok_s=f"{record['tokens_per_s']:.0f}", guard=guard.event_count)
@@ -513,8 +521,8 @@ def fit(run: Run) -> Outcome:
 
             new_best = False
             if should_evaluate(t, state.global_step, run.steps_per_epoch, run.total_steps) and run.data.eval:
-                results = evaluate_during_training(cfg, run.accelerator, run.objective, run.data, run.tokenizer,
-                                                   run.device)
+                results = run.stage.evaluate(cfg, run.accelerator, run.objective, run.data, run.tokenizer,
+                                             run.device)
                 run.metrics.write({"step": state.global_step, **results})
                 new_best = update_best(t, state, results)
             # A new best (metric_for_best_model) is saved at once, so best_checkpoint always names a folder that exists.
@@ -550,7 +558,7 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     """Forward and backward over one accumulation window; -> (loss per target token, gradient norm, target tokens
     of the window summed over ranks)."""
     accelerator, faults = run.accelerator, run.faults
-    local_tokens = sum(count_target_tokens(mb.batch) for mb in window)
+    local_tokens = sum(run.stage.count_units(mb.batch) for mb in window)  # sft: target tokens; dpo, rm: pairs
     global_tokens = reduce_sum(accelerator, local_tokens, run.device)
     step_loss = torch.zeros((), device=run.device)
     run.objective.train()
@@ -934,3 +942,25 @@ def unwrap(accelerator, objective) -> TrainingObjective:
 def write_json(path: Path, payload: dict) -> None:
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
 
+
+
+def _evaluate_sft_after_training(cfg: RunConfig, **kwargs) -> dict:
+    # sft's do_eval / do_predict: classification by label scoring; with predict_with_generate,
+    # generated_predictions.jsonl + BLEU/ROUGE.
+    from steadytune.evaluate import run_evaluation
+    return run_evaluation(cfg, **kwargs)
+
+
+def _load_sft_data(cfg: RunConfig, tokenizer):
+    from steadytune.data import prepare_datasets
+    return prepare_datasets(cfg, tokenizer)
+
+
+# The stages the recipe trains, by `stage:`; each says what it does differently (stages/base.py).
+STAGES: dict[str, Stage] = {
+    "sft": Stage(name="sft", model_task="causal_lm", prepare_data=_load_sft_data,
+                 make_collator=lambda cfg, tokenizer, packing_attention: None,  # TrainBatches' own (padded/packed)
+                 count_units=count_target_tokens, make_objective=lambda model, cfg: TrainingObjective(model),
+                 evaluate=evaluate_during_training, evaluate_trained=_evaluate_sft_after_training),
+    **PREFERENCE_STAGES,
+}

@@ -34,6 +34,8 @@ def fingerprint(cfg, tokenizer: Any) -> str:
         "tokenizer": [getattr(tokenizer, "name_or_path", ""), len(tokenizer), tokenizer.eos_token_id,
                       tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer(probe)["input_ids"]],
     }
+    if cfg.method.stage != "sft":  # pairs and feedback rows are tokenised differently from the same files
+        identity["stage"] = cfg.method.stage
     return hashlib.sha256(json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
 
 

@@ -26,6 +26,9 @@ DEFAULT_COLUMNS = {
     "openai": {"messages": "messages", "system": "system", "tools": "tools"},
     "classification": {"text": "text", "label": "label"},
 }
+# Preference columns (read by data/preference.py only): ranking pairs and KTO's desirable/undesirable tag.
+for _style in ("alpaca", "sharegpt", "openai"):
+    DEFAULT_COLUMNS[_style].update(chosen="chosen", rejected="rejected", kto_tag="kto_tag")
 DEFAULT_TAGS = {
     "sharegpt": {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
                  "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"},
@@ -75,12 +78,11 @@ def _text(value: Any, row: Row, what: str) -> str:
     return str(value)
 
 
-def convert_alpaca(row: Row, spec: FormatSpec) -> dict | None:
+def alpaca_prompt(row: Row, spec: FormatSpec) -> tuple[list[dict], str | None]:
+    """(turns up to and including the user's question, system prompt) of an alpaca row: history pairs, then
+    instruction and input joined by a newline (LLaMA-Factory's "prompt\nquery")."""
     prompt = _text(_column(row, spec, "prompt", True), row, "instruction")
     query = _text(_column(row, spec, "query", False), row, "input")
-    response = _text(_column(row, spec, "response", True), row, "output")
-    if not response.strip():
-        return None
     messages = []
     history = _column(row, spec, "history", False) or []
     if not isinstance(history, list):
@@ -90,45 +92,75 @@ def convert_alpaca(row: Row, spec: FormatSpec) -> dict | None:
             raise DataError(f"{row.where}: history[{i}] must be a [question, answer] pair")
         messages += [{"role": USER, "content": str(pair[0])}, {"role": ASSISTANT, "content": str(pair[1])}]
     content = "\n".join(part for part in (prompt, query) if part)
-    messages += [{"role": USER, "content": content}, {"role": ASSISTANT, "content": response}]
+    messages.append({"role": USER, "content": content})
     system = _text(_column(row, spec, "system", False), row, "system") or None
+    return messages, system
+
+
+def convert_alpaca(row: Row, spec: FormatSpec) -> dict | None:
+    _column(row, spec, "prompt", True)  # a missing instruction column is named before a missing output column
+    response = _text(_column(row, spec, "response", True), row, "output")
+    if not response.strip():
+        return None
+    messages, system = alpaca_prompt(row, spec)
+    messages.append({"role": ASSISTANT, "content": response})
     return {"messages": messages, "system": system, "tools": None}
 
 
-def convert_conversation(row: Row, spec: FormatSpec) -> dict | None:
-    """sharegpt and openai: a list of turns with role tags; the first may be the system prompt."""
+def conversation_turns(row: Row, spec: FormatSpec) -> tuple[list[dict], str | None]:
+    """(turns, system prompt) of a sharegpt/openai row: role tags mapped, a leading system turn taken out, and
+    the turns checked to alternate user side / assistant side, starting with the user."""
     turns = _column(row, spec, "messages", True)
     if not isinstance(turns, list) or not turns:
         raise DataError(f"{row.where}: column {spec.columns['messages']!r} must be a non-empty list of turns")
     tags = spec.tags
-    role_of = {tags["user_tag"]: USER, tags["assistant_tag"]: ASSISTANT, tags["observation_tag"]: OBSERVATION,
-               tags["function_tag"]: FUNCTION}
     system = _text(_column(row, spec, "system", False), row, "system") or None
     messages = []
     for i, turn in enumerate(turns):
         if not isinstance(turn, dict) or tags["role_tag"] not in turn:
             raise DataError(f"{row.where}: turn {i} has no {tags['role_tag']!r} field")
         tag = turn[tags["role_tag"]]
-        content = turn.get(tags["content_tag"])
-        if spec.formatting == "openai" and tag == tags["assistant_tag"] and turn.get("tool_calls"):
-            tag, content = tags["function_tag"], json.dumps(turn["tool_calls"], ensure_ascii=False)
         if i == 0 and tag == tags["system_tag"]:
-            system = _text(content, row, "system turn")
+            system = _text(turn.get(tags["content_tag"]), row, "system turn")
             continue
-        if tag not in role_of:
-            raise DataError(f"{row.where}: turn {i} has unknown role {tag!r} (expected one of {', '.join(role_of)})")
-        role = role_of[tag]
         expect_user = len(messages) % 2 == 0
-        if expect_user != (role in USER_SIDE):
+        message = message_of(turn, spec, row, f"turn {i}")
+        if expect_user != (message["role"] in USER_SIDE):
             wanted = f"{tags['user_tag']}/{tags['observation_tag']}" if expect_user else \
                 f"{tags['assistant_tag']}/{tags['function_tag']}"
             raise DataError(f"{row.where}: turn {i} is {tag!r} but a {wanted} turn was expected "
                             f"(turns must alternate, starting with the user)")
-        messages.append({"role": role, "content": _text(content, row, f"turn {i}")})
+        messages.append(message)
+    return messages, system
+
+
+def message_of(turn: Any, spec: FormatSpec, row: Row, what: str) -> dict:
+    """One sharegpt/openai turn as {"role", "content"} with our role names."""
+    tags = spec.tags
+    if not isinstance(turn, dict) or tags["role_tag"] not in turn:
+        raise DataError(f"{row.where}: {what} has no {tags['role_tag']!r} field")
+    role_of = {tags["user_tag"]: USER, tags["assistant_tag"]: ASSISTANT, tags["observation_tag"]: OBSERVATION,
+               tags["function_tag"]: FUNCTION}
+    tag, content = turn[tags["role_tag"]], turn.get(tags["content_tag"])
+    if spec.formatting == "openai" and tag == tags["assistant_tag"] and turn.get("tool_calls"):
+        tag, content = tags["function_tag"], json.dumps(turn["tool_calls"], ensure_ascii=False)
+    if tag not in role_of:
+        raise DataError(f"{row.where}: {what} has unknown role {tag!r} (expected one of {', '.join(role_of)})")
+    return {"role": role_of[tag], "content": _text(content, row, what)}
+
+
+def convert_conversation(row: Row, spec: FormatSpec) -> dict | None:
+    """sharegpt and openai: a list of turns with role tags; the first may be the system prompt."""
+    messages, system = conversation_turns(row, spec)
+    tags = spec.tags
     if not messages or messages[-1]["role"] not in ASSISTANT_SIDE:
         raise DataError(f"{row.where}: the conversation must end with an answer "
                         f"({tags['assistant_tag']}/{tags['function_tag']}) turn")
     return {"messages": messages, "system": system, "tools": _tools(_column(row, spec, "tools", False))}
+
+
+def tools_of(row: Row, spec: FormatSpec) -> str | None:
+    return _tools(_column(row, spec, "tools", False))
 
 
 def _tools(value: Any) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tqdm.auto import tqdm
 
@@ -19,6 +19,7 @@ from steadytune.data import split as splitting
 from steadytune.data.encode import (IGNORE, classification_fixed_len, encode_classification,
                                     encode_conversation, encode_label_targets)
 from steadytune.data.formats import CONVERTERS, FormatSpec, guess_formatting
+from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource, resolve_datasets
 from steadytune.data.templates import Template, get_template, missing_special_tokens
 from steadytune.errors import DataError
@@ -41,6 +42,17 @@ class PreparedData:
     max_prompt_len: Optional[int] = None
 
 
+@dataclass(frozen=True)
+class ExampleKind:
+    """What a stage other than sft trains on: how its rows are checked, converted and tokenised
+    (data/preference.py has the pair and feedback kinds). `prepare_datasets(kind=None)` is sft's conversations."""
+    name: str
+    converters: dict[str, Callable[[Row, FormatSpec], Optional[dict]]]
+    tokenize: Callable[[list[dict], str, Template, RunConfig, Any, dict], list[dict]]
+    check_source: Callable[[DatasetSource, list[Row], str], None]   # (source, its rows, formatting) -> raise if unfit
+    guess_formatting: Callable[[dict], Optional[str]] = guess_formatting
+
+
 @dataclass
 class _Loaded:
     """Normalised rows of one `dataset:` / `eval_dataset:` list, before tokenisation."""
@@ -54,11 +66,12 @@ CACHED_FIELDS = ("train", "eval", "label_names", "class_counts", "stats", "promp
                  "max_prompt_len")
 
 
-def prepare_datasets(cfg: RunConfig, tokenizer: Any) -> PreparedData:
-    """Tokenised train/eval examples; with `tokenized_path`, read from (or written to) the on-disk cache."""
+def prepare_datasets(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) -> PreparedData:
+    """Tokenised train/eval examples; with `tokenized_path`, read from (or written to) the on-disk cache.
+    `kind`: the examples of a preference stage (None: sft conversations or classification rows)."""
     d = cfg.data
     if not d.tokenized_path:
-        return _prepare(cfg, tokenizer)
+        return _prepare(cfg, tokenizer, kind)
     from steadytune.data.cache import fingerprint, load_prepared, save_prepared
 
     fp = fingerprint(cfg, tokenizer)
@@ -70,13 +83,13 @@ def prepare_datasets(cfg: RunConfig, tokenizer: Any) -> PreparedData:
         cfg.decide("tokenized_path", d.tokenized_path, "tokenised data read from the cache (same data settings "
                    "and tokenizer); delete the folder to re-tokenise")
         return out
-    out = _prepare(cfg, tokenizer)
+    out = _prepare(cfg, tokenizer, kind)
     file = save_prepared(d.tokenized_path, fp, {k: getattr(out, k) for k in CACHED_FIELDS})
     cfg.decide("tokenized_path", d.tokenized_path, f"tokenised data written to {file} for later runs")
     return out
 
 
-def _prepare(cfg: RunConfig, tokenizer: Any) -> PreparedData:
+def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) -> PreparedData:
     d = cfg.data
     if not d.dataset:
         raise ConfigError("dataset: not set; name datasets from dataset_info.json, a built-in one, or a file path")
@@ -92,11 +105,11 @@ def _prepare(cfg: RunConfig, tokenizer: Any) -> PreparedData:
         stats["warnings"].append(warning)
         log.warning(warning)
 
-    train = _load_all(resolve_datasets(d.dataset, d.dataset_dir, "dataset"), cfg, stats)
+    train = _load_all(resolve_datasets(d.dataset, d.dataset_dir, "dataset"), cfg, stats, kind=kind)
     evaluation: _Loaded | None = None
     if d.eval_dataset:
         evaluation = _load_all(resolve_datasets(d.eval_dataset, d.dataset_dir, "eval_dataset"), cfg, stats,
-                               max_samples=d.max_eval_samples or d.max_samples)
+                               max_samples=d.max_eval_samples or d.max_samples, kind=kind)
         if evaluation.kind != train.kind or evaluation.label_names != train.label_names:
             raise ConfigError("eval_dataset: must be the same kind of data as dataset "
                               f"({evaluation.kind} {evaluation.label_names or ''} vs {train.kind} {train.label_names or ''})")
@@ -107,7 +120,11 @@ def _prepare(cfg: RunConfig, tokenizer: Any) -> PreparedData:
             evaluation.examples = splitting.take(evaluation.examples, d.max_eval_samples, key=key)
 
     out = PreparedData(train=[], eval=None, template=template, label_names=train.label_names)
-    if train.kind == "classification":
+    if kind is not None:
+        out.train = kind.tokenize(train.examples, "train", template, cfg, tokenizer, stats)
+        if evaluation is not None:
+            out.eval = kind.tokenize(evaluation.examples, "eval", template, cfg, tokenizer, stats)
+    elif train.kind == "classification":
         _tokenize_classification(out, train, evaluation, cfg, tokenizer, stats)
     else:
         out.train = _tokenize_conversations(train.examples, "train", template, cfg, tokenizer, stats)
@@ -129,11 +146,12 @@ def _prepare(cfg: RunConfig, tokenizer: Any) -> PreparedData:
 # Reading and converting
 # --------------------------------------------------------------------------------------------------------
 
-def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict, max_samples: int | None = None) -> _Loaded:
+def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict, max_samples: int | None = None,
+              kind: ExampleKind | None = None) -> _Loaded:
     if not sources:
         raise ConfigError("dataset: no dataset names given")
     limit = max_samples if max_samples is not None else cfg.data.max_samples
-    loaded = [_load_one(src, cfg, stats, limit) for src in sources]
+    loaded = [_load_one(src, cfg, stats, limit, kind) for src in sources]
     kinds = {x.kind for x in loaded}
     if len(kinds) > 1:
         names = ", ".join(f"{s.name} ({x.kind})" for s, x in zip(sources, loaded))
@@ -147,19 +165,25 @@ def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict, max_sam
     return _Loaded(first.kind, examples, first.label_names, first.prompt_template)
 
 
-def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int | None) -> _Loaded:
+def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int | None,
+              kind: ExampleKind | None = None) -> _Loaded:
     rows = src.load()
     stats["rows_read"][src.name] = len(rows)
-    formatting = src.formatting or guess_formatting(rows[0].data)
+    formatting = src.formatting or (kind.guess_formatting if kind else guess_formatting)(rows[0].data)
     if formatting is None:
         found = ", ".join(map(str, rows[0].data))
         raise DataError(f"{src.origin}: cannot tell the format from the columns ({found}); add an entry with "
                         f"`formatting` and `columns` to dataset_info.json")
+    if kind is not None:
+        kind.check_source(src, rows, formatting)
+    elif src.ranking:
+        raise ConfigError(f"dataset: {src.name} is a ranking dataset (chosen/rejected pairs, `ranking: true`); "
+                          f"train it with stage: dpo or stage: rm, not stage: {cfg.method.stage}")
     label_names = prompt_template = None
-    if formatting == "classification":
+    if formatting == "classification" and kind is None:
         label_names, prompt_template = _classification_settings(src, cfg)
     spec = FormatSpec.build(formatting, src.columns, src.tags, label_names)
-    convert = CONVERTERS[formatting]
+    convert = (kind.converters if kind is not None else CONVERTERS)[formatting]
     examples = []
     for row in rows:
         example = convert(row, spec)
@@ -175,8 +199,8 @@ def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int 
     if not examples:
         raise DataError(f"{src.origin}: dataset {src.name} is empty after filtering "
                         f"({len(rows)} rows read, none with a usable {'text' if label_names else 'answer'})")
-    kind = "classification" if label_names else "conversation"
-    return _Loaded(kind, examples, label_names, prompt_template)
+    found = kind.name if kind is not None else "classification" if label_names else "conversation"
+    return _Loaded(found, examples, label_names, prompt_template)
 
 
 def _classification_settings(src: DatasetSource, cfg: RunConfig) -> tuple[list[str], str]:

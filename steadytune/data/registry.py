@@ -30,6 +30,7 @@ class DatasetSource:
     label_names: Optional[list[str]] = None
     prompt_template: Optional[str] = None
     num_samples: Optional[int] = None
+    ranking: Optional[bool] = None              # chosen/rejected pairs; None: not said (a file given by path)
 
 
 def split_names(value: str | None) -> list[str]:
@@ -89,8 +90,6 @@ def _from_entry(name: str, entry: dict, info_path: Path) -> DatasetSource:
     formatting = entry.get("formatting", "alpaca")
     if formatting not in FORMATS:
         raise DataError(f"{where}: formatting {formatting!r} is not supported (use one of {', '.join(FORMATS)})")
-    if entry.get("ranking"):
-        raise DataError(f"{where}: not supported: ranking (preference data is for dpo/kto, which steadytune lacks)")
     columns = entry.get("columns") or {}
     media = [c for c in MEDIA_COLUMNS if c in columns]
     if media:
@@ -100,7 +99,7 @@ def _from_entry(name: str, entry: dict, info_path: Path) -> DatasetSource:
             raise DataError(f"{where}: not supported: {remote}; download the data and set file_name")
     common = dict(formatting=formatting, columns=columns, tags=entry.get("tags") or {},
                   label_names=entry.get("label_names"), prompt_template=entry.get("prompt_template"),
-                  num_samples=entry.get("num_samples"))
+                  num_samples=entry.get("num_samples"), ranking=bool(entry.get("ranking", False)))
     if "file_name" in entry:
         path = info_path.parent / entry["file_name"]
         return DatasetSource(name, str(path), lambda: read_rows(path), **common)

@@ -1,0 +1,28 @@
+"""What the recipe asks of a training stage: one record of functions, looked up by `stage:` in train.py's STAGES.
+
+The recipe (train.py) stays one loop; a stage only says what differs: how its data is read and tokenised, how a
+micro-batch is collated and counted (tokens for sft, pairs or answers for the preference stages), what the model
+is loaded as, the objective (a module with TrainingObjective's interface: forward(batch) -> (loss sum, count)),
+and how it is evaluated during training and after it (`do_eval`, `steadytune eval`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from steadytune.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    model_task: str                                        # model.CAUSAL_LM or model.SEQUENCE_SCORE
+    prepare_data: Callable[[RunConfig, Any], Any]          # (cfg, tokenizer) -> data.PreparedData
+    make_collator: Callable[[RunConfig, Any, Optional[str]], Optional[Callable]]  # (cfg, tokenizer, packing attention)
+    count_units: Callable[[dict], int]                     # a micro-batch's share of the loss normaliser
+    make_objective: Callable[[torch.nn.Module, RunConfig], torch.nn.Module]
+    evaluate: Callable[..., dict]                          # (cfg, accelerator, objective, data, tokenizer, device)
+    evaluate_trained: Callable[..., dict]                  # (cfg, batch_size=...) on the saved output

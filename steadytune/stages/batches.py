@@ -1,0 +1,74 @@
+"""Batches of preference examples: every sequence of a micro-batch in one forward, padded or packed.
+
+An example holds its sequences one after the other (data/preference.py: `input_ids`, `labels`, `lengths`). The
+collator cuts them apart and hands them to sft's collators (PadCollator, or packing.PackedCollator when packing is
+on, so pairs pack exactly as sft examples do: varlen rows, position ids restarting per sequence), then numbers
+them: sequence k of example i is segment k * B + i. For a pair that puts all chosen answers first, then all rejected
+ones, and one forward scores both (the log-probs are summed per segment: stages/logprobs.py).
+
+`groups` says which sequences go through which forward: DPO and the reward model send both sequences through one
+(("", (0, 1))); KTO sends its answers through one with gradients and the mismatched KL pairs through a second
+without (("", (0,)), ("kl_", (1,))), under keys prefixed "kl_".
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from steadytune.data.collator import PadCollator
+
+PAIR_GROUPS = (("", (0, 1)),)
+FEEDBACK_GROUPS = (("", (0,)), ("kl_", (1,)))
+
+
+def split_sequences(example: dict) -> list[dict]:
+    """An example's sequences as sft-style examples {"input_ids", "labels"}."""
+    out, start = [], 0
+    for n in example["lengths"]:
+        out.append({"input_ids": example["input_ids"][start:start + n], "labels": example["labels"][start:start + n]})
+        start += n
+    return out
+
+
+class SequenceCollator:
+    """Preference examples -> one batch: each group's sequences collated (padded or packed) with `segment_ids`,
+    plus `n_examples` (the loss normaliser) and, for KTO, `kto_tags`."""
+
+    def __init__(self, pad_token_id: int, groups: Sequence[tuple[str, Sequence[int]]] = PAIR_GROUPS,
+                 packing_attention: str | None = None, row_len: int = 2048):
+        self.groups = groups
+        if packing_attention is None:
+            self.inner = _PaddedWithSegments(pad_token_id)
+        else:
+            from steadytune.packing import PackedCollator
+            self.inner = PackedCollator(pad_token_id, row_len=row_len, attention=packing_attention, segment_ids=True)
+
+    def __call__(self, examples: list[dict]) -> dict:
+        sequences = [split_sequences(e) for e in examples]
+        batch: dict = {"n_examples": len(examples)}
+        for prefix, which in self.groups:
+            flat = [sequences[i][k] for k in which for i in range(len(examples))]
+            batch.update({prefix + key: value for key, value in self.inner(flat).items()})
+        if all("kto_tag" in e for e in examples):
+            batch["kto_tags"] = torch.tensor([bool(e["kto_tag"]) for e in examples])
+        return batch
+
+
+class _PaddedWithSegments(PadCollator):
+    """Right padding, one sequence per row; segment k is row k."""
+
+    def __init__(self, pad_token_id: int):
+        super().__init__(pad_token_id, padding_side="right")
+
+    def __call__(self, examples: list[dict]) -> dict:
+        batch = super().__call__(examples)
+        rows = torch.arange(len(examples))[:, None].expand_as(batch["input_ids"])
+        batch["segment_ids"] = torch.where(batch["attention_mask"].bool(), rows, -1)
+        return batch
+
+
+def count_examples(batch: dict) -> int:
+    """The loss normaliser of a preference micro-batch: its pairs (dpo, rm) or answers (kto)."""
+    return int(batch["n_examples"])

@@ -1,0 +1,180 @@
+"""The training objectives of dpo, kto and rm: modules with the interface of train.py's TrainingObjective.
+
+`forward(batch) -> (loss summed over the micro-batch's pairs or answers, their number)`: the recipe divides by the
+number over the whole accumulation window (and the ranks), so every pair weighs the same however micro-batches are
+cut, as every token does in sft. Each objective also keeps running sums of its metrics (rewards/chosen,
+rewards/rejected, rewards/margins, rewards/accuracies, ...; LLaMA-Factory's and TRL's names) that the recipe logs
+to metrics.jsonl with each logged step (`pop_metrics`), and evaluation reports with an `eval_` prefix.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from steadytune.config import RunConfig
+from steadytune.stages.logprobs import hidden_states, last_positions, sequence_logprobs
+from steadytune.stages.losses import PAIR_LOSSES, average, kl_reference_point, kto, pairwise_reward, sft_term
+from steadytune.stages.reference import Reference, build_reference
+
+
+class MetricSums:
+    """Sums and counts of per-example metric values on the device (no host sync per micro-batch); `pop` turns
+    them into means (one sync), summed over ranks when `reduce` is given, and starts again."""
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, name: str, values: torch.Tensor) -> None:
+        if values.numel() == 0:
+            return
+        total = values.detach().float().sum()
+        self.sums[name] = self.sums[name] + total if name in self.sums else total
+        self.counts[name] = self.counts.get(name, 0) + values.numel()
+
+    def pop(self, reduce=None) -> dict[str, float]:
+        names = sorted(self.sums)
+        if not names:
+            return {}
+        packed = torch.stack([torch.stack([self.sums[n], torch.tensor(float(self.counts[n]), device=self.sums[n].device)])
+                              for n in names])
+        if reduce is not None:
+            packed = reduce(packed)
+        self.sums, self.counts = {}, {}
+        out = {n: s / c for n, (s, c) in zip(names, packed.tolist()) if c > 0}
+        if "rewards/chosen" in out and "rewards/rejected" in out:
+            # For pairs this is the mean of (chosen - rejected); for KTO, whose answers are not paired, TRL's margin.
+            out["rewards/margins"] = out["rewards/chosen"] - out["rewards/rejected"]
+        return out
+
+
+class _StageObjective(torch.nn.Module):
+    """What the three objectives share: the model as the one submodule (Accelerate wraps this module), metric
+    sums kept apart for training and evaluation."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+        self.train_metrics, self.eval_metrics = MetricSums(), MetricSums()
+
+    @property
+    def metrics(self) -> MetricSums:
+        return self.train_metrics if self.training else self.eval_metrics
+
+    def _record_pairs(self, chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor) -> None:
+        self.metrics.add("rewards/chosen", chosen_rewards)
+        self.metrics.add("rewards/rejected", rejected_rewards)
+        self.metrics.add("rewards/accuracies", (chosen_rewards > rejected_rewards).float())
+
+
+class PairObjective(_StageObjective):
+    """stage dpo: the `pref_loss` of PAIR_LOSSES on the pair's log-probabilities; chosen and rejected go through one
+    forward (segments 0..B-1 and B..2B-1), the reference (when the loss has one) through one more without gradients."""
+
+    def __init__(self, model: torch.nn.Module, cfg: RunConfig):
+        super().__init__(model)
+        self.method = cfg.method
+        self.loss = PAIR_LOSSES[cfg.method.pref_loss]
+        self.reference = build_reference(model, cfg) if self.loss.uses_reference else None
+        if not self.loss.uses_reference:
+            cfg.decide("ref_model", None, f"pref_loss {cfg.method.pref_loss} needs no reference model")
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
+        n = batch["n_examples"]
+        sums, counts = sequence_logprobs(self.model, batch, 2 * n)
+        logps = average(sums, counts) if self.loss.averaged else sums
+        ref = torch.zeros_like(logps)
+        if self.reference is not None:
+            ref_sums, _ = self.reference.sequence_logprobs(self.model, batch, 2 * n)
+            ref = average(ref_sums, counts) if self.loss.averaged else ref_sums
+        losses, chosen_rewards, rejected_rewards = self.loss.compute(logps[:n], logps[n:], ref[:n], ref[n:], self.method)
+        extra = sft_term(sums[:n], counts[:n], self.method.pref_ftx)
+        if extra is not None:
+            losses = losses + extra
+        self._record_pairs(chosen_rewards, rejected_rewards)
+        self.metrics.add("logps/chosen", sums[:n])
+        self.metrics.add("logps/rejected", sums[n:])
+        return losses.sum(), n
+
+
+class FeedbackObjective(_StageObjective):
+    """stage kto: each answer against the reference point z0 estimated from the mismatched (KL) pairs of the same
+    micro-batch; policy on the answers with gradients, policy on the KL pairs and the reference on both without."""
+
+    def __init__(self, model: torch.nn.Module, cfg: RunConfig):
+        super().__init__(model)
+        self.method = cfg.method
+        self.reference = build_reference(model, cfg)
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
+        n, desirable = batch["n_examples"], batch["kto_tags"]
+        sums, counts = sequence_logprobs(self.model, batch, n)
+        with torch.no_grad():
+            kl_sums, _ = sequence_logprobs(self.model, batch, n, prefix="kl_")
+        ref_sums, _ = self.reference.sequence_logprobs(self.model, batch, n)
+        ref_kl_sums, _ = self.reference.sequence_logprobs(self.model, batch, n, prefix="kl_")
+        z0 = kl_reference_point(kl_sums, ref_kl_sums)
+        m = self.method
+        losses, chosen_rewards, rejected_rewards = kto(sums, ref_sums, desirable, z0, m.pref_beta,
+                                                       m.kto_chosen_weight, m.kto_rejected_weight)
+        extra = sft_term(sums, counts, m.pref_ftx)
+        if extra is not None:  # the SFT term on desirable answers only
+            losses = losses + torch.where(desirable, extra, torch.zeros_like(extra))
+        self.metrics.add("rewards/chosen", chosen_rewards)
+        self.metrics.add("rewards/rejected", rejected_rewards)
+        self.metrics.add("kl", z0[None])
+        return losses.sum(), n
+
+
+class RewardObjective(_StageObjective):
+    """stage rm: the score head read at the last token of each sequence, the Bradley-Terry pairwise loss."""
+
+    def __init__(self, model: torch.nn.Module, cfg: RunConfig):
+        super().__init__(model)
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
+        n = batch["n_examples"]
+        scores = sequence_scores(self.model, batch, 2 * n)
+        losses, chosen, rejected = pairwise_reward(scores[:n], scores[n:])
+        self._record_pairs(chosen, rejected)
+        return losses.sum(), n
+
+
+def sequence_scores(model: torch.nn.Module, batch: dict, n_sequences: int) -> torch.Tensor:
+    """A reward model's score of each sequence: its score head on the hidden state of the sequence's last token
+    (fp32 [n_sequences])."""
+    hidden = hidden_states(model, batch)
+    rows = hidden.reshape(-1, hidden.shape[-1])[last_positions(batch, n_sequences)]
+    return score_head(model)(rows).squeeze(-1).float()
+
+
+def score_head(model: torch.nn.Module) -> torch.nn.Module:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head = getattr(base, "score", None)
+    if head is None:
+        raise ValueError(f"{type(base).__name__} has no score head (load the model as a sequence scorer)")
+    return head
+
+
+def disable_dropout(model: torch.nn.Module) -> int:
+    """Set every dropout of the model (LoRA's included) to p = 0; -> how many. DPO and KTO compare the policy with
+    a reference on the same tokens, and dropout in one of them would bias that comparison (LLaMA-Factory and TRL
+    do the same by default)."""
+    count = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            module.p = 0.0
+            count += 1
+    return count
+
+
+def pop_metrics(objective: torch.nn.Module, accelerator=None, evaluation: bool = False) -> dict[str, float]:
+    """The objective's metric means since the last call (none for an objective that keeps none, e.g. sft's)."""
+    inner = accelerator.unwrap_model(objective) if accelerator is not None else objective
+    sums = getattr(inner, "eval_metrics" if evaluation else "train_metrics", None)
+    if sums is None:
+        return {}
+    reduce = None
+    if accelerator is not None and accelerator.num_processes > 1:
+        reduce = lambda t: accelerator.reduce(t, reduction="sum")  # noqa: E731
+    return sums.pop(reduce)
