@@ -40,7 +40,8 @@ def sequence_logprobs(model: torch.nn.Module, batch: dict, n_sequences: int, pre
     segments[:, :-1] = batch[prefix + "segment_ids"][:, 1:]
     owner = segments[keep]
     token_logps = labelled_log_probs(output_head(model), hidden[keep], targets[keep], final_logit_softcap(model))
-    sums = torch.zeros(n_sequences, dtype=torch.float32, device=hidden.device).index_add(0, owner, token_logps)
+    # fp32 at least (fp64 stays fp64): sums of hundreds of log-probs lose digits in bf16
+    sums = torch.zeros(n_sequences, dtype=token_logps.dtype, device=hidden.device).index_add(0, owner, token_logps)
     counts = torch.bincount(owner, minlength=n_sequences)
     if owner.numel() == 0:
         sums = sums + hidden.sum() * 0.0  # keep the graph connected: every rank runs the same backward (DDP)

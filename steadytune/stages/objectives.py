@@ -142,10 +142,11 @@ class RewardObjective(_StageObjective):
 
 def sequence_scores(model: torch.nn.Module, batch: dict, n_sequences: int) -> torch.Tensor:
     """A reward model's score of each sequence: its score head on the hidden state of the sequence's last token
-    (fp32 [n_sequences])."""
+    (fp32 at least, [n_sequences])."""
     hidden = hidden_states(model, batch)
     rows = hidden.reshape(-1, hidden.shape[-1])[last_positions(batch, n_sequences)]
-    return score_head(model)(rows).squeeze(-1).float()
+    scores = score_head(model)(rows).squeeze(-1)
+    return scores.to(torch.promote_types(scores.dtype, torch.float32))
 
 
 def score_head(model: torch.nn.Module) -> torch.nn.Module:
