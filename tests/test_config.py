@@ -88,7 +88,7 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
     ("lerning_rate=1e-4", "unknown key 'lerning_rate' (did you mean 'learning_rate'?)"),
     ("quantization_bit=4", "not supported: quantization_bit"),
     ("image_max_pixels=100", "not supported: image_max_pixels"),
-    ("stage=dpo", "not supported: stage: dpo"),
+    ("stage=ppo", "not supported: stage: ppo"),
     ("finetuning_type=freeze", "not supported: finetuning_type: freeze"),
     ("report_to=wandb", "not supported: report_to"),
     ("lora_rank=0", "lora_rank: 0 is out of range"),
