@@ -57,7 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--vocab", type=int, default=32000, help="size of the BPE trained on the pairs")
     p.add_argument("--gradient-checkpointing", choices=("on", "off"), default="off")
-    p.add_argument("--arms", default="steadytune,trl", help="comma list of: steadytune, trl (in this order)")
+    p.add_argument("--arms", default="trl,steadytune",
+                   help="comma list of: trl, steadytune, run in this order (TRL first: anything it leaves allocated "
+                        "counts against steadytune's peak, not the other way round)")
     p.add_argument("--workdir", default=None, help="where the model, adapter and runs go (default: a temp folder)")
     p.add_argument("--output", default="dpo_vs_trl.json")
     return p.parse_args(argv)
@@ -157,11 +159,14 @@ def trl_rows(pairs: list[dict]) -> list[dict]:
 
 # --- the two arms ------------------------------------------------------------------------------------------
 
-def reset_memory(device: torch.device) -> None:
+def reset_memory(device: torch.device) -> float | None:
+    """Free what the previous arm left and restart the peak counter; -> GiB still allocated (should be ~0)."""
     gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+    if device.type != "cuda":
+        return None
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated() / 2**30
 
 
 def peak_gib(device: torch.device) -> float | None:
@@ -173,11 +178,11 @@ def run_steadytune(args, overrides: list[str], out: Path, device: torch.device) 
     from steadytune.monitor import read_metrics
     from steadytune.train import run_training
 
-    reset_memory(device)
+    allocated_before = reset_memory(device)
     result = run_training(load_config(None, overrides), force=True, progress=False)
     steps = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
     return {"losses": result.losses, "tokens_per_s_by_step": [r["tokens_per_s"] for r in steps],
-            "peak_memory_gib": peak_gib(device)}
+            "peak_memory_gib": peak_gib(device), "allocated_before_gib": allocated_before}
 
 
 def run_trl(args, model_dir: Path, adapter: Path, rows: list[dict], groups: list[list[int]], out: Path,
@@ -211,7 +216,7 @@ def run_trl(args, model_dir: Path, adapter: Path, rows: list[dict], groups: list
             if logs and "loss" in logs:
                 self.losses.append(logs["loss"])
 
-    reset_memory(device)
+    allocated_before = reset_memory(device)
     bf16 = device.type == "cuda"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16 if bf16 else torch.float32,
@@ -229,7 +234,10 @@ def run_trl(args, model_dir: Path, adapter: Path, rows: list[dict], groups: list
     clock.times.append(time.perf_counter())  # the first step's clock starts when training does
     trainer.train()
     step_times = [b - a for a, b in zip(clock.times[:-1], clock.times[1:])]
-    return {"losses": clock.losses, "step_seconds": step_times, "peak_memory_gib": peak_gib(device)}
+    peak = peak_gib(device)
+    del trainer, model, base
+    return {"losses": clock.losses, "step_seconds": step_times, "peak_memory_gib": peak,
+            "allocated_before_gib": allocated_before}
 
 
 # --- report ------------------------------------------------------------------------------------------------
@@ -266,17 +274,20 @@ def main(argv: list[str] | None = None) -> dict:
                     "real_tokens_per_step": tokens, "gradient_checkpointing": args.gradient_checkpointing}
     if device.type == "cuda":
         report["gpu"] = torch.cuda.get_device_name(device)
-    if "steadytune" in arms:
-        ours = run_steadytune(args, overrides, work / "steadytune", device)
-        seconds = [n / max(r, 1e-9) for n, r in zip(tokens, ours["tokens_per_s_by_step"])]
-        ours["tokens_per_s"] = steady_rate(tokens, seconds, args.warmup)
-        report["steadytune"] = ours
-    if "trl" in arms:
-        import trl
-        theirs = run_trl(args, model_dir, adapter, trl_rows(pairs), groups, work / "trl", device)
-        theirs["tokens_per_s"] = steady_rate(tokens, theirs["step_seconds"], args.warmup)
-        theirs["trl_version"] = trl.__version__
-        report["trl"] = theirs
+    for arm in arms:
+        if arm == "steadytune":
+            ours = run_steadytune(args, overrides, work / "steadytune", device)
+            seconds = [n / max(r, 1e-9) for n, r in zip(tokens, ours["tokens_per_s_by_step"])]
+            ours["tokens_per_s"] = steady_rate(tokens, seconds, args.warmup)
+            report["steadytune"] = ours
+        elif arm == "trl":
+            import trl
+            theirs = run_trl(args, model_dir, adapter, trl_rows(pairs), groups, work / "trl", device)
+            theirs["tokens_per_s"] = steady_rate(tokens, theirs["step_seconds"], args.warmup)
+            theirs["trl_version"] = trl.__version__
+            report["trl"] = theirs
+        else:
+            raise SystemExit(f"unknown arm {arm!r} (trl, steadytune)")
 
     lines = [f"{'arm':<11} {'tokens/s':>10} {'peak GiB':>9}  loss step 1 -> {args.steps}"]
     for arm in [a for a in ("steadytune", "trl") if a in report]:
