@@ -60,6 +60,11 @@ def run(args) -> int:
     if args.review_errors < 0:
         raise UserError(f"--review-errors must be 0 or more (got {args.review_errors})")
     cfg = load_config(args.config, args.overrides)
+    from steadytune.stages import PREFERENCE_STAGES
+    if cfg.method.stage in PREFERENCE_STAGES:  # dpo, kto, rm: their loss and reward metrics on the eval split
+        PREFERENCE_STAGES[cfg.method.stage].evaluate_trained(cfg, batch_size=args.batch_size,
+                                                             output_dir=args.output_dir, overwrite=args.overwrite)
+        return 0
     run_evaluation(cfg, mode=args.mode, zero_shot=args.zero_shot, batch_size=args.batch_size,
                    output_dir=args.output_dir, known_samples=args.known_samples, review_errors=args.review_errors,
                    overwrite=args.overwrite)

@@ -24,10 +24,7 @@ from steadytune.stages.reference import Reference
 from steadytune.tiny import build_model, build_tokenizer, save_tiny_model
 from steadytune.train import run_training
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-LF = SHARED / "fixtures" / "llamafactory"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared (LLaMA-Factory fixtures); absent in a "
-                                                              "fresh clone")
+from conftest import LF_FIXTURES as LF, needs_shared
 
 
 @pytest.fixture(scope="module")

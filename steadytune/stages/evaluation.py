@@ -49,8 +49,13 @@ def evaluate_during_training(groups, cfg: RunConfig, accelerator, objective, dat
 
 
 def evaluate_trained(stage, cfg: RunConfig, batch_size: int | None = None, output_dir: str | None = None,
-                     **_: Any) -> dict:
-    """Load what training saved, evaluate it on the eval split, write eval_results.json; -> the results."""
+                     overwrite: bool = False, **_: Any) -> dict:
+    """Load what training saved, evaluate it on the eval split, write eval_results.json; -> the results.
+    (Options of `steadytune eval` that are about classification or generation do not apply and are ignored.)"""
+    from steadytune.run_folder import claim_outputs, record_outputs
+
+    out = Path(output_dir or cfg.train.output_dir)
+    claim_outputs(out, ["eval_results.json"], overwrite, "steadytune eval")  # never over a file we did not write
     model, tokenizer, device = load_trained(stage, cfg)
     data = stage.prepare_data(cfg, tokenizer)
     if not data.eval:
@@ -60,9 +65,9 @@ def evaluate_trained(stage, cfg: RunConfig, batch_size: int | None = None, outpu
     results = evaluate_examples(objective, data.eval, collate, batch_size or cfg.train.per_device_eval_batch_size,
                                 device)
     results["eval_examples"] = len(data.eval)
-    out = Path(output_dir or cfg.train.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval_results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    record_outputs(out, ["eval_results.json"])
     print(f"stage {stage.name}: {len(data.eval)} eval examples -> {out / 'eval_results.json'}")
     for key, value in results.items():
         print(f"  {key:<26} {value:.4f}" if isinstance(value, float) else f"  {key:<26} {value}")
