@@ -385,6 +385,9 @@ def test_reward_model_saves_loads_back_and_scores(tiny, tmp_path):
     for key in ("eval_loss", "eval_rewards/accuracies", "eval_rewards/margins"):
         assert after[key] == pytest.approx(in_training[key], rel=1e-5, abs=1e-7)
     assert json.loads((out / "adapter_config.json").read_text())["task_type"] == "SEQ_CLS"
+    assert cli_main(["eval", str(config), "--output-dir", str(tmp_path / "eval")]) == 0  # steadytune eval: the same
+    again = json.loads((tmp_path / "eval" / "eval_results.json").read_text(encoding="utf-8"))
+    assert again["eval_loss"] == pytest.approx(after["eval_loss"], rel=1e-6)
 
     cfg = load_config(None, args)
     scorer = RewardScorer.from_run(cfg)
