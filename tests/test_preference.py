@@ -301,7 +301,8 @@ def test_training_on_pairs_raises_held_out_accuracy_and_margin(tiny, tmp_path, p
     data = pairs_dataset(tmp_path)
     out = tmp_path / "dpo"
     args = overrides(tiny, data, out, max_steps=12, val_size=8, eval_strategy="steps", eval_steps=4,
-                     logging_steps=4, save_steps=1000, learning_rate=1e-3, pref_loss=pref_loss)
+                     logging_steps=4, save_steps=1000, learning_rate=1e-3, pref_loss=pref_loss,
+                     metric_for_best_model="rewards/accuracies")
     cfg = load_config(None, args)
     stage = PREFERENCE_STAGES["dpo"]
     torch.manual_seed(0)
@@ -322,6 +323,8 @@ def test_training_on_pairs_raises_held_out_accuracy_and_margin(tiny, tmp_path, p
     steps = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
     for key in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies"):
         assert key in steps[-1]
+    results = json.loads((out / "train_results.json").read_text(encoding="utf-8"))
+    assert results["best_metric"] == max(e["eval_rewards/accuracies"] for e in evals)  # metric_for_best_model
 
 
 def test_dpo_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
