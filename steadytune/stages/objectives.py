@@ -19,9 +19,13 @@ from steadytune.stages.reference import Reference, build_reference
 
 class MetricSums:
     """Sums and counts of per-example metric values on the device (no host sync per micro-batch); `pop` turns
-    them into means (one sync), summed over ranks when `reduce` is given, and starts again."""
+    them into means (one sync), summed over ranks when `reduce` is given, and starts again.
 
-    def __init__(self):
+    `names` fixes the metrics (in order) so every rank reduces the same tensor even when one of them saw none
+    of a kind (a KTO micro-batch without undesirable answers); a metric with no values is left out."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
         self.sums: dict[str, torch.Tensor] = {}
         self.counts: dict[str, int] = {}
 
@@ -32,16 +36,19 @@ class MetricSums:
         self.sums[name] = self.sums[name] + total if name in self.sums else total
         self.counts[name] = self.counts.get(name, 0) + values.numel()
 
-    def pop(self, reduce=None) -> dict[str, float]:
-        names = sorted(self.sums)
-        if not names:
+    def pop(self, reduce=None, device: torch.device | None = None) -> dict[str, float]:
+        if not self.sums and reduce is None:
             return {}
-        packed = torch.stack([torch.stack([self.sums[n], torch.tensor(float(self.counts[n]), device=self.sums[n].device)])
-                              for n in names])
+        if device is None:
+            device = next(iter(self.sums.values())).device if self.sums else torch.device("cpu")
+        zero = torch.zeros((), device=device)
+        packed = torch.stack([torch.stack([self.sums.get(n, zero).to(device),
+                                           torch.tensor(float(self.counts.get(n, 0)), device=device)])
+                              for n in self.names])
         if reduce is not None:
             packed = reduce(packed)
         self.sums, self.counts = {}, {}
-        out = {n: s / c for n, (s, c) in zip(names, packed.tolist()) if c > 0}
+        out = {n: s / c for n, (s, c) in zip(self.names, packed.tolist()) if c > 0}
         if "rewards/chosen" in out and "rewards/rejected" in out:
             # For pairs this is the mean of (chosen - rejected); for KTO, whose answers are not paired, TRL's margin.
             out["rewards/margins"] = out["rewards/chosen"] - out["rewards/rejected"]
@@ -52,10 +59,12 @@ class _StageObjective(torch.nn.Module):
     """What the three objectives share: the model as the one submodule (Accelerate wraps this module), metric
     sums kept apart for training and evaluation."""
 
+    metric_names: tuple[str, ...] = ("rewards/chosen", "rewards/rejected", "rewards/accuracies")
+
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
-        self.train_metrics, self.eval_metrics = MetricSums(), MetricSums()
+        self.train_metrics, self.eval_metrics = MetricSums(self.metric_names), MetricSums(self.metric_names)
 
     @property
     def metrics(self) -> MetricSums:
@@ -70,6 +79,8 @@ class _StageObjective(torch.nn.Module):
 class PairObjective(_StageObjective):
     """stage dpo: the `pref_loss` of PAIR_LOSSES on the pair's log-probabilities; chosen and rejected go through one
     forward (segments 0..B-1 and B..2B-1), the reference (when the loss has one) through one more without gradients."""
+
+    metric_names = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "logps/chosen", "logps/rejected")
 
     def __init__(self, model: torch.nn.Module, cfg: RunConfig):
         super().__init__(model)
@@ -100,6 +111,8 @@ class PairObjective(_StageObjective):
 class FeedbackObjective(_StageObjective):
     """stage kto: each answer against the reference point z0 estimated from the mismatched (KL) pairs of the same
     micro-batch; policy on the answers with gradients, policy on the KL pairs and the reference on both without."""
+
+    metric_names = ("rewards/chosen", "rewards/rejected", "kl")
 
     def __init__(self, model: torch.nn.Module, cfg: RunConfig):
         super().__init__(model)
@@ -175,7 +188,6 @@ def pop_metrics(objective: torch.nn.Module, accelerator=None, evaluation: bool =
     sums = getattr(inner, "eval_metrics" if evaluation else "train_metrics", None)
     if sums is None:
         return {}
-    reduce = None
-    if accelerator is not None and accelerator.num_processes > 1:
-        reduce = lambda t: accelerator.reduce(t, reduction="sum")  # noqa: E731
-    return sums.pop(reduce)
+    if evaluation or accelerator is None or accelerator.num_processes == 1:
+        return sums.pop()  # (every rank evaluates the whole eval split: nothing to sum)
+    return sums.pop(lambda t: accelerator.reduce(t, reduction="sum"), accelerator.device)
