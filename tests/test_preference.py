@@ -411,8 +411,8 @@ def test_pair_truncation_keeps_one_prompt_and_cuts_both_answers_alike():
     example = {"messages": [{"role": "user", "content": "Tell me a story. " * 20}],
                "chosen": {"role": "assistant", "content": "Once upon a time " * 30},
                "rejected": {"role": "assistant", "content": "No."}, "system": None, "tools": None}
-    encoded, truncated = encode_pair(get_template("qwen", tokenizer), tokenizer, example, 96)
-    assert truncated
+    encoded, (prompt_cut, answer_cut) = encode_pair(get_template("qwen", tokenizer), tokenizer, example, 96)
+    assert prompt_cut > 0 and answer_cut > 0
     n_c, n_r = encoded["lengths"]
     chosen_prompt = [i for i, lab in zip(encoded["input_ids"][:n_c], encoded["labels"][:n_c]) if lab == -100]
     rejected_prompt = [i for i, lab in zip(encoded["input_ids"][n_c:], encoded["labels"][n_c:]) if lab == -100]

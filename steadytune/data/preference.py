@@ -26,7 +26,7 @@ from steadytune.config import ConfigError, RunConfig
 from steadytune.data.encode import IGNORE, _pair_turns
 from steadytune.data.formats import (ASSISTANT, FormatSpec, _column, _text, alpaca_prompt, conversation_turns,
                                      guess_formatting, message_of, tools_of)
-from steadytune.data.prepare import ExampleKind, _progress
+from steadytune.data.prepare import ExampleKind, _progress, count_truncation
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource
 from steadytune.data.templates import ASSISTANT_SIDE, USER_SIDE, Template
@@ -159,8 +159,10 @@ def _sequence(prompt: list[int], answer: list[int]) -> tuple[list[int], list[int
     return prompt + answer, [IGNORE] * len(prompt) + answer
 
 
-def encode_pair(template: Template, tokenizer: Any, example: dict, cutoff_len: int) -> tuple[dict | None, bool]:
-    """(pair example, truncated?); None when truncation leaves no answer token."""
+def encode_pair(template: Template, tokenizer: Any, example: dict, cutoff_len: int
+                ) -> tuple[dict | None, tuple[int, int]]:
+    """(pair example, (prompt tokens cut, answer tokens cut)); the example is None when truncation leaves no
+    answer token."""
     common = (example["messages"], )
     prompt, chosen = prompt_and_answer_ids(template, tokenizer, *common, example["chosen"], example["system"],
                                            example["tools"])
@@ -170,42 +172,44 @@ def encode_pair(template: Template, tokenizer: Any, example: dict, cutoff_len: i
         raise ConfigError(f"template {template.name}: renders the prompt differently before the chosen and the "
                           "rejected answer; choose a named template")
     source, target = infer_seqlen(len(prompt), max(len(chosen), len(rejected)), cutoff_len)
-    truncated = source < len(prompt) or target < max(len(chosen), len(rejected))
+    cut = (len(prompt) - source, max(0, len(chosen) - target) + max(0, len(rejected) - target))
     prompt, chosen, rejected = prompt[:source], chosen[:target], rejected[:target]
     if not chosen or not rejected:
-        return None, truncated
+        return None, cut
     ids_c, labels_c = _sequence(prompt, chosen)
     ids_r, labels_r = _sequence(prompt, rejected)
-    return {"input_ids": ids_c + ids_r, "labels": labels_c + labels_r, "lengths": [len(ids_c), len(ids_r)]}, truncated
+    return {"input_ids": ids_c + ids_r, "labels": labels_c + labels_r, "lengths": [len(ids_c), len(ids_r)]}, cut
 
 
-def _truncated_sequence(prompt: list[int], answer: list[int], cutoff_len: int) -> tuple[list[int], list[int], bool]:
+def _truncated_sequence(prompt: list[int], answer: list[int], cutoff_len: int
+                        ) -> tuple[list[int], list[int], tuple[int, int]]:
     source, target = infer_seqlen(len(prompt), len(answer), cutoff_len)
     ids, labels = _sequence(prompt[:source], answer[:target])
-    return ids, labels, source < len(prompt) or target < len(answer)
+    return ids, labels, (len(prompt) - source, len(answer) - target)
 
 
 def encode_feedback(template: Template, tokenizer: Any, example: dict, mismatched_answer: dict,
-                    cutoff_len: int) -> tuple[dict | None, bool]:
-    """(feedback example, truncated?): [prompt + answer, prompt + mismatched_answer] with the kto_tag."""
+                    cutoff_len: int) -> tuple[dict | None, tuple[int, int]]:
+    """(feedback example, (prompt tokens cut, answer tokens cut)): [prompt + answer, prompt + mismatched_answer]
+    with the kto_tag."""
     system, tools = example["system"], example["tools"]
     prompt, answer = prompt_and_answer_ids(template, tokenizer, example["messages"], example["answer"], system, tools)
-    ids, labels, cut = _truncated_sequence(prompt, answer, cutoff_len)
+    ids, labels, (prompt_cut, answer_cut) = _truncated_sequence(prompt, answer, cutoff_len)
     kl_prompt, kl_answer = prompt_and_answer_ids(template, tokenizer, example["messages"], mismatched_answer,
                                                  system, tools)
-    kl_ids, kl_labels, kl_cut = _truncated_sequence(kl_prompt, kl_answer, cutoff_len)
+    kl_ids, kl_labels, _ = _truncated_sequence(kl_prompt, kl_answer, cutoff_len)  # (the KL pair's cut: not data)
     if all(x == IGNORE for x in labels) or all(x == IGNORE for x in kl_labels):
-        return None, cut or kl_cut
+        return None, (prompt_cut, answer_cut)
     return {"input_ids": ids + kl_ids, "labels": labels + kl_labels, "lengths": [len(ids), len(kl_ids)],
-            "kto_tag": example["kto_tag"]}, cut or kl_cut
+            "kto_tag": example["kto_tag"]}, (prompt_cut, answer_cut)
 
 
 def _tokenize(encode, examples: list[dict], split_name: str, cfg: RunConfig, stats: dict) -> list[dict]:
     out = []
     with _progress(len(examples), split_name) as bar:
         for i, example in enumerate(examples):
-            encoded, truncated = encode(i, example)
-            stats["truncated"] += int(truncated)
+            encoded, (prompt_cut, answer_cut) = encode(i, example)
+            count_truncation(stats, split_name, prompt_cut, answer_cut)
             if encoded is None:
                 stats["dropped"][f"{split_name}: no answer token within cutoff_len"] += 1
             else:
