@@ -558,7 +558,7 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     """Forward and backward over one accumulation window; -> (loss per target token, gradient norm, target tokens
     of the window summed over ranks)."""
     accelerator, faults = run.accelerator, run.faults
-    local_tokens = sum(run.stage.count_units(mb.batch) for mb in window)  # sft: target tokens; dpo, rm: pairs
+    local_tokens = sum(run.stage.count_units(mb.batch) for mb in window)  # sft: target tokens; dpo, rm: pairs; kto: answers
     global_tokens = reduce_sum(accelerator, local_tokens, run.device)
     step_loss = torch.zeros((), device=run.device)
     run.objective.train()
@@ -941,7 +941,6 @@ def unwrap(accelerator, objective) -> TrainingObjective:
 
 def write_json(path: Path, payload: dict) -> None:
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-
 
 
 def _evaluate_sft_after_training(cfg: RunConfig, **kwargs) -> dict:

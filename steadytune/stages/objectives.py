@@ -14,7 +14,7 @@ import torch
 from steadytune.config import RunConfig
 from steadytune.stages.logprobs import hidden_states, last_positions, sequence_logprobs
 from steadytune.stages.losses import PAIR_LOSSES, average, kl_reference_point, kto, pairwise_reward, sft_term
-from steadytune.stages.reference import Reference, build_reference
+from steadytune.stages.reference import build_reference
 
 
 class MetricSums:
