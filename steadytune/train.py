@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -97,7 +98,10 @@ def run(args) -> int:
 def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> TrainResult:
     from accelerate import PartialState
 
-    folder = RunFolder(Path(cfg.train.output_dir), main_process=PartialState().is_main_process)
+    # Rank from the launcher's environment too: a CPU run under torchrun that Accelerate does not treat as
+    # distributed must still have one process, rank 0, own the folder.
+    rank = int(os.environ.get("RANK", "0"))
+    folder = RunFolder(Path(cfg.train.output_dir), main_process=PartialState().is_main_process and rank == 0)
     folder.claim()  # usable folder, lock taken
     stop = StopRequests().install()
     try:
