@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "eval": ("steadytune.evaluate", "evaluate a trained adapter: accuracy, macro-F1, baselines, confusion matrix"),
     "export": ("steadytune.export", "merge an adapter into its base model and save it"),
     "chat": ("steadytune.chat", "talk to a base model with an optional adapter"),
+    "serve": ("steadytune.serve", "serve a trained run (and more adapters) behind the OpenAI HTTP API, with dynamic batching"),
     "bench": ("steadytune.bench", "measure tokens/s, MFU and memory against the plain transformers + peft recipe"),
     "report": ("steadytune.report", "plots and a self-contained HTML report of a run"),
 }

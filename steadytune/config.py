@@ -50,6 +50,14 @@ class ModelArguments:
                            choices=("auto", "sdpa", "eager", "fa2", "disabled"))
     cache_dir: Optional[str] = _opt(None, "Where converted GGUF models and tokenised data are cached (default ~/.cache/steadytune).")
     use_reentrant_gc: bool = _opt(False, "Use re-entrant gradient checkpointing (LLaMA-Factory key; non-reentrant is the safe default).")
+    # Inference engine of `serve` (LLaMA-Factory keys and defaults; the vllm_* keys matter only with vllm).
+    infer_backend: str = _opt("huggingface", "Inference engine for serve: huggingface (transformers + peft, dynamic batching) or vllm (where installed).",
+                              choices=("huggingface", "vllm"))
+    vllm_maxlen: int = _opt(4096, "vLLM: maximum sequence length (prompt + answer).", minimum=1)
+    vllm_gpu_util: float = _opt(0.7, "vLLM: share of GPU memory it may take.", minimum=0.0, maximum=1.0, exclusive_min=True)
+    vllm_enforce_eager: bool = _opt(False, "vLLM: no CUDA graphs.")
+    vllm_max_lora_rank: int = _opt(32, "vLLM: the largest LoRA rank it can serve.", minimum=1)
+    vllm_config: Optional[dict] = _opt(None, "vLLM: further engine arguments, e.g. {max_num_batched_tokens: 8192}.")
 
 
 @dataclass
@@ -265,6 +273,8 @@ UNSUPPORTED_VALUES = {
     ("pref_loss", "kto_pair"): "pref_loss: kto_pair is not supported; use stage: kto with a kto_tag dataset",
     ("finetuning_type", "freeze"): "finetuning_type: freeze is not supported; use lora or full",
     ("finetuning_type", "oft"): "finetuning_type: oft is not supported; use lora or full",
+    ("infer_backend", "sglang"): "infer_backend: sglang is not supported; use huggingface or vllm",
+    ("infer_backend", "ktransformers"): "infer_backend: ktransformers is not supported; use huggingface or vllm",
 }
 
 

@@ -49,6 +49,10 @@ def _inference(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+# `serve` runs its forwards the same way (eval mode, no autograd, the model's precision).
+inference = _inference
+
+
 def _length_sorted_batches(prompts: Sequence[Sequence[int]], batch_size: int, progress: bool,
                            desc: str) -> Iterable[list[int]]:
     """Prompt indices in batches of `batch_size`, in order of prompt length, so a batch carries little padding."""

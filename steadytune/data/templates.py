@@ -56,6 +56,11 @@ class Template:
 
     def render_prompt(self, user_text: str, system: str | None = None) -> str:
         """The whole prompt side of a one-turn exchange, up to where the answer starts."""
+        return self.render_generation_prompt([{"role": USER, "content": user_text}], system)
+
+    def render_generation_prompt(self, messages: list[dict], system: str | None = None) -> str:
+        """A conversation that ends on the user's side, up to where the next answer starts (what `serve` feeds
+        the model for a chat request)."""
         raise NotImplementedError
 
     def answer_target(self, answer: str) -> str:
@@ -114,10 +119,9 @@ class SlotTemplate(Template):
                 pieces.append(Piece(slot.replace("{content}", content), True))
         return _join(pieces)
 
-    def render_prompt(self, user_text: str, system: str | None = None) -> str:
+    def render_generation_prompt(self, messages: list[dict], system: str | None = None) -> str:
         # qwen3: a classification answer is the label alone, so the empty think block goes on the prompt side.
-        rendered = "".join(p.text for p in self.render([{"role": USER, "content": user_text}], system))
-        return rendered + self.think_in_answer
+        return "".join(p.text for p in self.render(messages, system)) + self.think_in_answer
 
 
 class JinjaTemplate(Template):
@@ -171,8 +175,8 @@ class JinjaTemplate(Template):
             done = full
         return _join(pieces)
 
-    def render_prompt(self, user_text: str, system: str | None = None) -> str:
-        return self._chat(self._as_chat([{"role": USER, "content": user_text}], system, None), True)
+    def render_generation_prompt(self, messages: list[dict], system: str | None = None) -> str:
+        return self._chat(self._as_chat(messages, system, None), True)
 
 
 def describe_tools(tools: str) -> str:

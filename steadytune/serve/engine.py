@@ -1,0 +1,390 @@
+"""The dynamic batcher: requests from many clients become one forward pass per decode step.
+
+Route handlers (on the asyncio loop) submit sequences to a bounded queue and read their results from an
+asyncio queue of events. One worker thread owns the model: between decode steps it answers pending
+classification jobs, admits waiting sequences into the running batch (up to `max_batch`; a new sequence is
+prefilled and joins the others, see batch.py), runs one decode step for every running sequence, and retires
+sequences that finished, hit a stop, or whose client went away. A full queue is refused at once (`QueueFull`,
+503 with Retry-After): no request waits without bound, and the memory a batch can take is bounded by
+max_batch x (prompt limit + max_tokens limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from steadytune.serve.batch import DecodeBatch, Row
+from steadytune.serve.sampling import SamplingParams, make_generator, sample_next
+from steadytune.serve.text import TextAssembler
+
+logger = logging.getLogger("steadytune.serve")
+
+# Padded prompt tokens one prefill forward may take (rows x longest prompt); at least one sequence always joins.
+PREFILL_TOKEN_BUDGET = 32768
+OUT_OF_MEMORY = ("out of memory on the device: the batch did not fit; lower --max-batch, --max-prompt-tokens or "
+                 "--max-tokens")
+
+
+class QueueFull(Exception):
+    """The queue holds `max_queue` waiting sequences; the client should retry after `retry_after` seconds."""
+
+    def __init__(self, retry_after: int = 1):
+        super().__init__("the server is busy: its request queue is full")
+        self.retry_after = retry_after
+
+
+class EngineError(Exception):
+    """A step failed for the sequences in it; the message is safe to show to clients."""
+
+
+@dataclass
+class Generation:
+    """One sequence to generate: choice `index` of a request."""
+    index: int
+    prompt_ids: list
+    adapter: Optional[str]
+    params: SamplingParams
+
+
+# Events a request receives, in order per choice: Delta* then Finished (or Failed for the whole request).
+@dataclass
+class Delta:
+    index: int
+    text: str
+
+
+@dataclass
+class Finished:
+    index: int
+    reason: str              # "stop" | "length"
+    completion_tokens: int
+
+
+@dataclass
+class Failed:
+    message: str
+
+
+class Request:
+    """A submitted request as its route handler holds it: read `events`; `cancel()` frees its slots."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, choices: int):
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.choices = choices
+        self.cancelled = False
+        self._loop = loop
+
+    def cancel(self) -> None:
+        self.cancelled = True  # read by the worker before its next step
+
+    def post(self, events: list) -> None:
+        """From the worker thread: hand events to the loop that reads them."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening any more
+            self._loop.call_soon_threadsafe(self._put_all, events)
+
+    def _put_all(self, events: list) -> None:
+        for event in events:
+            self.events.put_nowait(event)
+
+
+@dataclass
+class _Sequence:
+    generation: Generation
+    request: Request
+    assembler: TextAssembler
+    generator: Optional[torch.Generator]
+    submitted: float = field(default_factory=time.perf_counter)
+    generated: int = 0
+    done: bool = False
+
+
+@dataclass
+class _ClassifyJob:
+    adapter: Optional[str]
+    prompts: list
+    label_targets: list
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass
+class EngineStats:
+    """Counters the metrics endpoint reads."""
+    generated_tokens: int = 0
+    prompt_tokens: int = 0
+    steps: int = 0
+    step_rows: int = 0                 # rows over all forwards (mean batch = step_rows / steps)
+    cancelled: int = 0                 # sequences dropped because their client went away
+    rejected: int = 0                  # sequences refused with 503
+    failed: int = 0
+    classified: int = 0
+    recent: deque = field(default_factory=deque)  # (monotonic time, tokens) per step, last 60 s
+
+    def record_step(self, tokens: int, rows: int) -> None:
+        now = time.monotonic()
+        self.generated_tokens += tokens
+        self.steps += 1
+        self.step_rows += rows
+        self.recent.append((now, tokens))
+        while self.recent and self.recent[0][0] < now - 60:
+            self.recent.popleft()
+
+    def tokens_per_second(self, window: float = 10.0) -> float:
+        now = time.monotonic()
+        recent = list(self.recent)
+        return sum(n for t, n in recent if t >= now - window) / window
+
+
+class BatchingEngine:
+    """Transformers + peft behind a bounded queue and one worker thread (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, max_batch: int = 32, max_queue: int = 128,
+                 classify_batch_size: int = 32):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.classify_batch_size = classify_batch_size
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.batch = DecodeBatch(model, pad if pad is not None else 0)
+        # peft's mixed-adapter batches do not cover DoRA: then a batch holds one adapter at a time.
+        self.mixed_adapters = not any(getattr(c, "use_dora", False)
+                                      for c in getattr(model, "peft_config", {}).values())
+        self.stats = EngineStats()
+        self._waiting: deque[_Sequence] = deque()
+        self._classify: list[_ClassifyJob] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: Optional[threading.Thread] = None
+        self.on_first_token: Callable[[float], None] = lambda seconds: None  # metrics hook
+
+    # --- life cycle -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._work, name="steadytune-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    @property
+    def healthy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting) + len(self._classify)
+
+    @property
+    def running(self) -> int:
+        return len(self.batch)
+
+    # --- the loop side ----------------------------------------------------------------------------------
+    def submit(self, generations: list[Generation], loop: asyncio.AbstractEventLoop) -> Request:
+        """Queue every sequence of one request, or none (QueueFull)."""
+        request = Request(loop, len(generations))
+        with self._cond:
+            self._drop_cancelled_waiting()
+            if self._stopping or len(self._waiting) + len(generations) > self.max_queue:
+                self.stats.rejected += len(generations)
+                raise QueueFull()
+            for g in generations:
+                assembler = TextAssembler(self.tokenizer, g.params.stop, g.prompt_ids)
+                generator = make_generator(g.params, self.batch.device)
+                self._waiting.append(_Sequence(g, request, assembler, generator))
+                self.stats.prompt_tokens += len(g.prompt_ids)
+            self._cond.notify()
+        return request
+
+    async def classify(self, adapter: Optional[str], prompts: list, label_targets: list) -> torch.Tensor:
+        """-> [len(prompts), n_labels] summed log-probabilities of each label (scoring.score_labels)."""
+        loop = asyncio.get_running_loop()
+        job = _ClassifyJob(adapter, prompts, label_targets, loop.create_future(), loop)
+        with self._cond:
+            if self._stopping or self.queue_depth >= self.max_queue:
+                self.stats.rejected += 1
+                raise QueueFull()
+            self._classify.append(job)
+            self._cond.notify()
+        return await job.future
+
+    def _drop_cancelled_waiting(self) -> None:
+        if any(s.request.cancelled for s in self._waiting):
+            kept = deque(s for s in self._waiting if not s.request.cancelled)
+            self.stats.cancelled += len(self._waiting) - len(kept)
+            self._waiting = kept
+
+    # --- the worker thread --------------------------------------------------------------------------------
+    def _work(self) -> None:
+        from steadytune.scoring import inference
+
+        with inference(self.model):
+            while True:
+                with self._cond:
+                    while not (self._waiting or self._classify or self.batch.rows or self._stopping):
+                        self._cond.wait()
+                    if self._stopping:
+                        break
+                    jobs, self._classify = self._classify, []
+                    admitted = self._admit()
+                if jobs:
+                    self._run_classify(jobs)
+                try:
+                    self._step(admitted)
+                except Exception as e:  # the server stays up; the sequences of this step fail
+                    self._fail_step(admitted, e)
+        self._fail_waiting("the server is shutting down")
+
+    def _admit(self) -> list[_Sequence]:
+        """Waiting sequences that join the batch now, oldest first (called under the lock)."""
+        self._drop_cancelled_waiting()
+        if not self._waiting or not self.batch.can_admit():
+            return []
+        free = self.max_batch - len(self.batch)
+        adapter = None
+        if not self.mixed_adapters:  # one adapter per batch: the running one, else the oldest waiting one's
+            adapter = self.batch.rows[0].adapter if self.batch.rows else self._waiting[0].generation.adapter
+        chosen, skipped, longest = [], deque(), 0
+        while self._waiting and len(chosen) < free:
+            seq = self._waiting.popleft()
+            if not self.mixed_adapters and seq.generation.adapter != adapter:
+                skipped.append(seq)
+                continue
+            width = max(longest, len(seq.generation.prompt_ids))
+            if chosen and (len(chosen) + 1) * width > PREFILL_TOKEN_BUDGET:
+                self._waiting.appendleft(seq)
+                break
+            chosen.append(seq)
+            longest = width
+        self._waiting.extendleft(reversed(skipped))
+        return chosen
+
+    def _step(self, admitted: list[_Sequence]) -> None:
+        posts: dict[Request, list] = defaultdict(list)
+        try:
+            if admitted:
+                rows = [Row(s.generation.prompt_ids, s.generation.adapter, owner=s) for s in admitted]
+                self._take(rows, self.batch.prefill(rows), posts)
+                self._retire()
+            if self.batch.rows:
+                self._take(self.batch.rows, self.batch.decode(), posts)
+                self._retire()
+        finally:
+            for request, events in posts.items():
+                request.post(events)
+
+    def _take(self, rows: list[Row], logits: torch.Tensor, posts: dict) -> None:
+        """Sample each row's next token and turn it into text, a stop, or the end of its budget."""
+        seqs = [row.owner for row in rows]
+        tokens = sample_next(logits, [s.generation.params for s in seqs], [s.generator for s in seqs])
+        self.stats.record_step(len(tokens), len(tokens))
+        for row, seq, token in zip(rows, seqs, tokens):
+            row.next_token = token
+            seq.generated += 1
+            if seq.generated == 1:
+                self.on_first_token(time.perf_counter() - seq.submitted)
+            params, events = seq.generation.params, posts[seq.request]
+            if token in params.stop_token_ids and not params.ignore_eos:
+                self._finish(seq, seq.assembler.finish(), "stop", events)
+                continue
+            piece = seq.assembler.add(token)
+            if seq.assembler.stopped:
+                self._finish(seq, piece, "stop", events)
+            elif seq.generated >= params.max_tokens:
+                self._finish(seq, piece + seq.assembler.finish(), "length", events)
+            elif piece:
+                events.append(Delta(seq.generation.index, piece))
+
+    @staticmethod
+    def _finish(seq: _Sequence, piece: str, reason: str, events: list) -> None:
+        if piece:
+            events.append(Delta(seq.generation.index, piece))
+        events.append(Finished(seq.generation.index, reason, seq.generated))
+        seq.done = True
+
+    def _retire(self) -> None:
+        keep = []
+        for i, row in enumerate(self.batch.rows):
+            seq = row.owner
+            if seq.done:
+                continue
+            if seq.request.cancelled:
+                self.stats.cancelled += 1
+                continue
+            keep.append(i)
+        self.batch.keep(keep)
+
+    def _fail_step(self, admitted: list[_Sequence], error: Exception) -> None:
+        if isinstance(error, torch.OutOfMemoryError):
+            message = OUT_OF_MEMORY
+            logger.error("serve: %s", message)
+        else:
+            message = "internal error while generating (the server log has the details)"
+            logger.exception("serve: a decode step failed")
+        requests = {row.owner.request for row in self.batch.rows} | {s.request for s in admitted}
+        self.stats.failed += len(self.batch.rows) + len(admitted)
+        self.batch.keep([])
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        for request in requests:
+            request.post([Failed(message)])
+
+    def _fail_waiting(self, message: str) -> None:
+        with self._cond:
+            waiting, self._waiting = self._waiting, deque()
+            jobs, self._classify = self._classify, []
+        for request in {s.request for s in waiting}:
+            request.post([Failed(message)])
+        for job in jobs:
+            job.loop.call_soon_threadsafe(_set_exception, job.future, EngineError(message))
+
+    # --- classification -------------------------------------------------------------------------------------
+    def _run_classify(self, jobs: list[_ClassifyJob]) -> None:
+        """Jobs for the same model are scored together, in batches of classify_batch_size prompts."""
+        from steadytune.scoring import score_labels
+
+        groups: dict[tuple, list[_ClassifyJob]] = defaultdict(list)
+        for job in jobs:
+            groups[(job.adapter, id(job.label_targets))].append(job)
+        for (adapter, _), group in groups.items():
+            prompts = [p for job in group for p in job.prompts]
+            try:
+                with self.batch.adapter_selected(adapter):
+                    scores = score_labels(self.model, prompts, group[0].label_targets, self.classify_batch_size,
+                                          self.batch.pad_token_id)
+            except Exception as e:
+                error = EngineError(OUT_OF_MEMORY if isinstance(e, torch.OutOfMemoryError)
+                                    else "internal error while classifying (the server log has the details)")
+                if not isinstance(e, torch.OutOfMemoryError):
+                    logger.exception("serve: classification failed")
+                for job in group:
+                    job.loop.call_soon_threadsafe(_set_exception, job.future, error)
+                continue
+            self.stats.classified += len(prompts)
+            start = 0
+            for job in group:
+                part = scores[start:start + len(job.prompts)]
+                start += len(job.prompts)
+                job.loop.call_soon_threadsafe(_set_result, job.future, part)
+
+
+def _set_result(future: asyncio.Future, value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future, error: Exception) -> None:
+    if not future.done():
+        future.set_exception(error)

@@ -1,0 +1,238 @@
+"""The OpenAI HTTP API as the `openai` Python SDK speaks it: request and response bodies (pydantic).
+
+Unknown fields are ignored, as OpenAI-compatible servers do, but options we do not implement (tools, logprobs,
+penalties, ...) are refused when set: answering as if they had been applied would be wrong.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_SEED = 2**63 - 1
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[str, list[TextPart], None] = None
+    name: Optional[str] = None
+    tool_calls: Optional[list] = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _Sampling(_Body):
+    model: str = Field(min_length=1, max_length=256)
+    max_tokens: Optional[int] = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1)
+    stop: Union[str, list[str], None] = None
+    seed: Optional[int] = Field(None, ge=0, le=MAX_SEED)
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    user: Optional[str] = None
+    # vLLM's extension: generate exactly max_tokens (end tokens do not stop the answer); for load tests.
+    ignore_eos: bool = False
+    # Known OpenAI options that this server does not implement; refused unless left at their neutral value.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Optional[dict] = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, value):
+        stops = [value] if isinstance(value, str) else list(value or [])
+        if len(stops) > 4:
+            raise ValueError("at most 4 stop sequences")
+        if any(len(s) > 256 for s in stops):
+            raise ValueError("a stop sequence may have at most 256 characters")
+        return [s for s in stops if s]
+
+    def unsupported(self) -> Optional[str]:
+        """The first option set that this server would otherwise ignore."""
+        if self.presence_penalty or self.frequency_penalty:
+            return "presence_penalty" if self.presence_penalty else "frequency_penalty"
+        if self.logit_bias:
+            return "logit_bias"
+        return None
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    tools: Optional[list] = None
+    tool_choice: Optional[Union[str, dict]] = None
+    functions: Optional[list] = None
+    response_format: Optional[dict] = None
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[int] = None
+
+    def unsupported(self) -> Optional[str]:
+        for key in ("tools", "functions", "logprobs", "top_logprobs"):
+            if getattr(self, key):
+                return key
+        if self.tool_choice not in (None, "none", "auto"):
+            return "tool_choice"
+        if self.response_format and self.response_format.get("type") not in (None, "text"):
+            return "response_format"
+        if any(m.tool_calls for m in self.messages):
+            return "messages[].tool_calls"
+        return super().unsupported()
+
+    @property
+    def requested_max_tokens(self) -> Optional[int]:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class CompletionRequest(_Sampling):
+    prompt: Union[str, list[str]]
+    echo: bool = False
+    suffix: Optional[str] = None
+    best_of: Optional[int] = None
+    logprobs: Optional[int] = None
+
+    def unsupported(self) -> Optional[str]:
+        for key in ("echo", "suffix", "logprobs"):
+            if getattr(self, key):
+                return key
+        if self.best_of not in (None, 1):
+            return "best_of"
+        return super().unsupported()
+
+    @property
+    def prompts(self) -> list[str]:
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
+    @property
+    def requested_max_tokens(self) -> Optional[int]:
+        return self.max_tokens
+
+
+class ClassifyRequest(_Body):
+    model: str = Field(min_length=1, max_length=256)
+    input: Union[str, list[str]]
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+# --- responses ------------------------------------------------------------------------------------------
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int = 0
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: dict
+    finish_reason: Optional[str] = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Optional[Usage] = None
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    finish_reason: Optional[str] = None
+    logprobs: None = None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Optional[Usage] = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "steadytune"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Classification(BaseModel):
+    index: int
+    label: str
+    probabilities: dict[str, float]
+
+
+class ClassifyResponse(BaseModel):
+    id: str
+    object: Literal["list"] = "list"
+    model: str
+    data: list[Classification]
+    usage: Usage
