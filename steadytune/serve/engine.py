@@ -89,9 +89,10 @@ class Request:
     def post(self, events: list) -> None:
         """From the worker thread: hand events to the loop that reads them."""
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening any more
-            self._loop.call_soon_threadsafe(self._put_all, events)
+            self._loop.call_soon_threadsafe(self.put, events)
 
-    def _put_all(self, events: list) -> None:
+    def put(self, events: list) -> None:
+        """From the loop's own thread."""
         for event in events:
             self.events.put_nowait(event)
 

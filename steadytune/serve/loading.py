@@ -44,6 +44,7 @@ class Loaded:
     description: str
     backend: str = "huggingface"
     cfg: Optional[RunConfig] = None
+    lora_requests: dict = dataclasses.field(default_factory=dict)  # vLLM: adapter name -> LoRARequest
 
 
 @dataclass
@@ -150,29 +151,39 @@ def _load_huggingface(main: _Run, extra: list[tuple[str, _Run]], served_name: Op
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, model_name_or_path=str(main.folder)))
     model, tokenizer, _, description = load_for_inference(cfg)
 
-    # (served name, run, peft adapter name or None)
-    entries: list[tuple[str, _Run, Optional[str]]] = []
-    main_name = served_name or (main.folder.resolve().name if main.folder else base_name(main.cfg))
     adapter_runs = ([main] if main.kind == "lora" else []) + [run for _, run in extra]
+    peft_names: list[str] = []
     if adapter_runs:
         for run in adapter_runs[1:]:  # refused before any weight is loaded
             check_checkpoint_matches(run.folder, model)
         model = load_trained_adapter(model, adapter_runs[0].folder)
-        first = model.active_adapter
+        peft_names.append(model.active_adapter)
         for i, run in enumerate(adapter_runs[1:], start=1):
-            model.load_adapter(str(run.folder), adapter_name=f"adapter{i}")
-        model.set_adapter(first)
+            peft_names.append(f"adapter{i}")
+            model.load_adapter(str(run.folder), adapter_name=peft_names[-1])
+        model.set_adapter(peft_names[0])
         model.eval()
-        names = iter([first] + [f"adapter{i}" for i in range(1, len(adapter_runs))])
-        if main.kind == "lora":
-            entries.append((main_name, main, next(names)))
-            entries.append((base_name(main.cfg), _Run(main.cfg, None, "base"), None))
-        else:
-            entries.append((main_name, main, None))
-        entries += [(name, run, next(names)) for name, run in extra]
-    else:
-        entries.append((main_name, main, None))
+    entries = served_entries(main, extra, served_name, peft_names)
+    served = describe_all(entries, tokenizer)
+    context = context_length(model)
+    return Loaded(model, tokenizer, served, context, describe_lines(description, context, entries, served),
+                  "huggingface", main.cfg)
 
+
+def served_entries(main: _Run, extra: list[tuple[str, _Run]], served_name: Optional[str],
+                   adapter_names: list[str]) -> list[tuple[str, _Run, Optional[str]]]:
+    """(served name, run, engine adapter name or None) for SOURCE, the base model under a LoRA SOURCE, and each
+    --adapter; `adapter_names` are the engine's names of SOURCE's adapter (if LoRA) and then the --adapter ones."""
+    names = iter(adapter_names)
+    main_name = served_name or (main.folder.resolve().name if main.folder else base_name(main.cfg))
+    if main.kind == "lora":
+        entries = [(main_name, main, next(names)), (base_name(main.cfg), _Run(main.cfg, None, "base"), None)]
+    else:
+        entries = [(main_name, main, None)]
+    return entries + [(name, run, next(names)) for name, run in extra]
+
+
+def describe_all(entries: list[tuple[str, _Run, Optional[str]]], tokenizer: Any) -> dict:
     served: dict[str, ServedModel] = {}
     for name, run, adapter in entries:
         if not NAME_PATTERN.match(name):
@@ -181,13 +192,16 @@ def _load_huggingface(main: _Run, extra: list[tuple[str, _Run]], served_name: Op
             raise UserError(f"served model name {name!r} is used twice; name adapters apart (--adapter NAME=path, "
                             "--served-model-name)")
         served[name] = describe_served(name, adapter, run.cfg, tokenizer)
-    context = context_length(model)
+    return served
+
+
+def describe_lines(description: str, context: int, entries: list, served: dict) -> str:
     lines = [f"serve: {description}; context {context} tokens"]
     lines += [f"  model {name!r}: " + (f"adapter {run.folder}" if adapter else "base weights")
-              + (f", template {run.cfg.data.template}")
-              + (f", classify {run.cfg.data.label_names}" if served[name].label_names else "")
+              + f", template {run.cfg.data.template}"
+              + (f", classify {served[name].label_names}" if served[name].label_names else "")
               for name, run, adapter in entries]
-    return Loaded(model, tokenizer, served, context, "\n".join(lines), "huggingface", main.cfg)
+    return "\n".join(lines)
 
 
 def describe_served(name: str, adapter: Optional[str], cfg: RunConfig, tokenizer: Any) -> ServedModel:

@@ -19,6 +19,7 @@ class TextAssembler:
         self.ids = list(prompt_ids[-CONTEXT_TOKENS:]) if len(prompt_ids) else []
         self.prefix = 0            # ids[prefix:read] is what the last emitted text was decoded from
         self.read = len(self.ids)
+        self.window_sent = 0       # characters of the current window's new text already in self.text
         self.text = ""             # the answer's text so far (released and held)
         self.released = 0          # characters of self.text given to the client
         self.stopped = False
@@ -30,21 +31,27 @@ class TextAssembler:
         """Take one generated token; -> the text that may be sent now ('' while waiting). Sets `stopped` when a
         stop string appeared (the text then ends before it)."""
         self.ids.append(token_id)
-        before = self._decode(self.ids[self.prefix:self.read])
-        after = self._decode(self.ids[self.prefix:])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            self.text += after[len(before):]
-            self.prefix, self.read = self.read, len(self.ids)
+        self._decode_new(final=False)
         return self._release(final=False)
 
     def finish(self) -> str:
         """The sequence ended (end token or length): whatever is still held or undecoded."""
+        self._decode_new(final=True)
+        return self._release(final=True)
+
+    def _decode_new(self, final: bool) -> None:
+        """Append the text the window ids[prefix:] adds beyond ids[prefix:read]. A trailing replacement character
+        is an unfinished UTF-8 character: it waits (until the end). The window moves on only at a clean
+        character boundary, so a token stream whose characters straddle tokens still comes out, one step late."""
         before = self._decode(self.ids[self.prefix:self.read])
         after = self._decode(self.ids[self.prefix:])
-        if len(after) > len(before):
-            self.text += after[len(before):]
-            self.prefix = self.read = len(self.ids)
-        return self._release(final=True)
+        ready = after if final else after.rstrip("\ufffd")
+        start = len(before) + self.window_sent
+        if len(ready) > start:
+            self.text += ready[start:]
+            self.window_sent = len(ready) - len(before)
+        if ready == after and len(after) > len(before):
+            self.prefix, self.read, self.window_sent = self.read, len(self.ids), 0
 
     def _release(self, final: bool) -> str:
         if self.stopped:
