@@ -1,0 +1,167 @@
+"""The batcher without HTTP: sequences that join and leave a running batch (one shared KV cache, left padding,
+trimming) produce exactly the tokens transformers' `generate` produces for each alone, for full-attention and
+sliding-window models and for batches that mix LoRA adapters; text assembly and sampling on their own."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+import torch
+
+from steadytune.serve.batch import DecodeBatch, Row
+from steadytune.serve.engine import BatchingEngine, Delta, Failed, Finished, Generation
+from steadytune.serve.sampling import SamplingParams, sample_next
+from steadytune.serve.text import TextAssembler
+from steadytune.tiny import build_model, build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+def random_prompts(n: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(20, 500) for _ in range(rng.randrange(2, 30))] for _ in range(n)]
+
+
+def generate_alone(model, prompt: list[int], max_new_tokens: int, adapter=None) -> list[int]:
+    """transformers' greedy generate for one prompt, exactly max_new_tokens long."""
+    with torch.inference_mode():
+        if adapter == "base":
+            with model.disable_adapter():
+                return generate_alone(model, prompt, max_new_tokens)
+        if adapter is not None:
+            model.set_adapter(adapter)
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=0, eos_token_id=None)  # end tokens do not end it
+    return out[0, len(prompt):].tolist()
+
+
+def run_staggered(model, prompts, budgets, adapters=None, join_every=3, per_join=2) -> list[list[int]]:
+    """Drive a DecodeBatch by hand: `per_join` new rows every `join_every` steps, each leaving after its budget."""
+    batch = DecodeBatch(model, pad_token_id=0)
+    outputs = [[] for _ in prompts]
+    pending, step = list(range(len(prompts))), 0
+    with torch.inference_mode():
+        while pending or batch.rows:
+            if pending and step % join_every == 0 and batch.can_admit():
+                new = [Row(prompts[i], adapters[i] if adapters else None, owner=i) for i in pending[:per_join]]
+                pending = pending[per_join:]
+                for row, token in zip(new, batch.prefill(new).argmax(-1).tolist()):
+                    row.next_token = token
+                    outputs[row.owner].append(token)
+            batch.keep([k for k, r in enumerate(batch.rows) if len(outputs[r.owner]) < budgets[r.owner]])
+            if batch.rows:
+                for row, token in zip(batch.rows, batch.decode().argmax(-1).tolist()):
+                    row.next_token = token
+                    outputs[row.owner].append(token)
+                assert batch.width == max(r.length for r in batch.rows)  # padding never outgrows the longest row
+            step += 1
+    return outputs
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "gemma3", "llama"])
+def test_rows_joining_and_leaving_match_generate_alone(tokenizer, kind):
+    """gemma3's tiny config has a 16-token sliding window, shorter than these sequences: its window layers are
+    joined and trimmed too."""
+    model = build_model(kind, tokenizer, seed=1).eval()
+    prompts = random_prompts(10)
+    budgets = [25 - (i % 4) * 3 for i in range(len(prompts))]
+    expected = [generate_alone(model, p, n) for p, n in zip(prompts, budgets)]
+    assert run_staggered(model, prompts, budgets) == expected
+
+
+def test_mixed_adapter_batches_match_each_adapter_alone(tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(3)
+    model = get_peft_model(build_model("qwen2", tokenizer, seed=1),
+                           LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False),
+                           adapter_name="one")
+    model.add_adapter("two", LoraConfig(r=4, target_modules=["q_proj", "up_proj"], init_lora_weights=False))
+    model.eval()
+    prompts = random_prompts(9, seed=5)
+    adapters = ["one", "two", "base"] * 3
+    expected = [generate_alone(model, p, 12, adapter) for p, adapter in zip(prompts, adapters)]
+    assert len({tuple(e) for e in expected[:3]}) == 3  # the adapters really answer differently
+    got = run_staggered(model, prompts, [12] * 9, [None if a == "base" else a for a in adapters], join_every=2,
+                        per_join=3)
+    assert got == expected
+
+
+def collect(engine: BatchingEngine, jobs: list[tuple[list[int], str | None, SamplingParams]]) -> list:
+    """Submit every job to a started engine at once and gather (token count, finish reason) per job."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        requests = [engine.submit([Generation(0, ids, adapter, params)], loop) for ids, adapter, params in jobs]
+        results = []
+        for request in requests:
+            text, event = "", None
+            while not isinstance(event, (Finished, Failed)):
+                event = await request.events.get()
+                text += event.text if isinstance(event, Delta) else ""
+            results.append((text, event))
+        return results
+
+    engine.start()
+    try:
+        return asyncio.run(main())
+    finally:
+        engine.stop()
+
+
+def test_engine_keeps_one_adapter_per_batch_for_dora(tokenizer):
+    """peft's mixed batches do not take DoRA, so the engine batches one adapter at a time, and the answers still
+    equal each adapter's own."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(4)
+    config = dict(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False, use_dora=True)
+    model = get_peft_model(build_model("qwen2", tokenizer, seed=2), LoraConfig(**config), adapter_name="one")
+    model.add_adapter("two", LoraConfig(**config))
+    model.eval()
+    prompts = random_prompts(6, seed=9)
+    adapters = ["one", "two"] * 3
+    expected = [tokenizer.decode(generate_alone(model, p, 8, a), skip_special_tokens=True)
+                for p, a in zip(prompts, adapters)]
+    engine = BatchingEngine(model, tokenizer, max_batch=4)
+    assert not engine.mixed_adapters
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    results = collect(engine, [(p, a, params) for p, a in zip(prompts, adapters)])
+    assert [type(event) for _, event in results] == [Finished] * 6
+    assert [text for text, _ in results] == expected
+
+
+def test_text_assembler_holds_a_possible_stop_and_cuts_a_real_one(tokenizer):
+    ids = tokenizer("Hello! I am an AI assistant.", add_special_tokens=False)["input_ids"]
+    assembler = TextAssembler(tokenizer, stop=["AI ass", "zzz"])
+    pieces = [assembler.add(t) for t in ids]
+    assert "".join(pieces) + assembler.finish() == "Hello! I am an "
+    assert assembler.stopped and "A" not in "".join(pieces)  # "A..." was held back, never sent
+
+
+def test_text_assembler_equals_decode_on_random_token_streams(tokenizer):
+    """Random ids put multi-byte characters across token boundaries (and stray bytes) in every position."""
+    rng = random.Random(0)
+    for _ in range(200):
+        ids = [rng.randrange(15, len(tokenizer)) for _ in range(rng.randrange(1, 30))]
+        assembler = TextAssembler(tokenizer)
+        streamed = "".join(assembler.add(t) for t in ids) + assembler.finish()
+        assert streamed == tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_sampling_greedy_top_p_and_seed():
+    logits = torch.tensor([[0.0, 5.0, 4.9, -3.0], [2.0, 1.0, 0.0, -1.0]])
+    greedy = SamplingParams(max_tokens=1, temperature=0.0)
+    assert sample_next(logits, [greedy, greedy], [None, None]) == [1, 0]
+    # top_p 0.6 keeps two tokens of row 0 (probabilities 0.52 and 0.47), one of row 1 (0.64)
+    nucleus = SamplingParams(max_tokens=1, temperature=1.0, top_p=0.6)
+    draws = {tuple(sample_next(logits, [nucleus, nucleus], [None, None])) for _ in range(200)}
+    assert {d[0] for d in draws} == {1, 2} and {d[1] for d in draws} == {0}
+    seeded = SamplingParams(max_tokens=1, temperature=1.5, seed=7)
+    flat = torch.zeros(1, 50)
+    runs = [sample_next(flat, [seeded], [torch.Generator().manual_seed(7)])[0] for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
