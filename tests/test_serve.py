@@ -341,6 +341,22 @@ def test_limits_refuse_before_any_work(url, client, runs):
     assert error["param"] == "input"
 
 
+def test_cors_is_off_unless_origins_are_named(url, runs):
+    preflight = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
+    r = httpx.options(url + "/v1/chat/completions", headers=preflight)
+    assert "access-control-allow-origin" not in r.headers
+    assert "access-control-allow-origin" not in httpx.get(url + "/v1/models", headers={**AUTH, "Origin": "http://evil.example"}).headers
+
+    loaded = load_served(str(runs / "sentiment"), [], [], None)
+    app = build_app(build_engine(loaded, 1, 1), loaded, ServeSettings(cors_origins=["http://localhost:3000"]))
+    from starlette.testclient import TestClient
+
+    local = TestClient(app)  # not entered: no lifespan, the engine stays off (preflights never reach it)
+    allowed = local.options("/v1/chat/completions", headers={**preflight, "Origin": "http://localhost:3000"})
+    assert allowed.headers["access-control-allow-origin"] == "http://localhost:3000"
+    assert "access-control-allow-origin" not in local.options("/v1/chat/completions", headers=preflight).headers
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Concurrency: dynamic batching, independent answers, a full queue, disconnects
 # ---------------------------------------------------------------------------------------------------------

@@ -92,19 +92,24 @@ def test_mixed_adapter_batches_match_each_adapter_alone(tokenizer):
     assert got == expected
 
 
+async def answer(engine: BatchingEngine, requests: list) -> list:
+    """Wait for each submitted request's text and final event."""
+    results = []
+    for request in requests:
+        text, event = "", None
+        while not isinstance(event, (Finished, Failed)):
+            event = await request.events.get()
+            text += event.text if isinstance(event, Delta) else ""
+        results.append((text, event))
+    return results
+
+
 def collect(engine: BatchingEngine, jobs: list[tuple[list[int], str | None, SamplingParams]]) -> list:
-    """Submit every job to a started engine at once and gather (token count, finish reason) per job."""
+    """Submit every job to a started engine at once and gather (text, final event) per job."""
     async def main():
         loop = asyncio.get_running_loop()
-        requests = [engine.submit([Generation(0, ids, adapter, params)], loop) for ids, adapter, params in jobs]
-        results = []
-        for request in requests:
-            text, event = "", None
-            while not isinstance(event, (Finished, Failed)):
-                event = await request.events.get()
-                text += event.text if isinstance(event, Delta) else ""
-            results.append((text, event))
-        return results
+        return await answer(engine, [engine.submit([Generation(0, ids, adapter, params)], loop)
+                                     for ids, adapter, params in jobs])
 
     engine.start()
     try:
@@ -165,3 +170,37 @@ def test_sampling_greedy_top_p_and_seed():
     flat = torch.zeros(1, 50)
     runs = [sample_next(flat, [seeded], [torch.Generator().manual_seed(7)])[0] for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]
+
+
+def test_out_of_memory_fails_that_step_and_the_engine_serves_on(tokenizer, monkeypatch):
+    """A forward that runs out of device memory fails the sequences in it with a message the client can act on;
+    the next request is served as usual (the batch is emptied, not the server)."""
+    model = build_model("qwen2", tokenizer, seed=1).eval()
+    engine = BatchingEngine(model, tokenizer, max_batch=4)
+    real_forward, calls = DecodeBatch._forward, []
+
+    def forward_once_out_of_memory(self, *args):
+        calls.append(1)
+        if len(calls) == 3:  # mid-answer
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_forward(self, *args)
+
+    monkeypatch.setattr(DecodeBatch, "_forward", forward_once_out_of_memory)
+    params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    prompt = random_prompts(1)[0]
+
+    async def two_requests():
+        loop = asyncio.get_running_loop()
+        first = await answer(engine, [engine.submit([Generation(0, prompt, None, params)], loop)])
+        second = await answer(engine, [engine.submit([Generation(0, prompt, None, params)], loop)])
+        return first + second
+
+    engine.start()
+    try:
+        (_, failed), (text, finished) = asyncio.run(two_requests())
+    finally:
+        engine.stop()
+    assert isinstance(failed, Failed) and "out of memory" in failed.message and "--max-batch" in failed.message
+    assert engine.stats.failed == 1
+    assert isinstance(finished, Finished) and finished.completion_tokens == 6
+    assert text == tokenizer.decode(generate_alone(model, prompt, 6), skip_special_tokens=True)
