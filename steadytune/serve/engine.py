@@ -152,6 +152,10 @@ class BatchingEngine:
                  classify_batch_size: int = 32):
         self.model = model
         self.tokenizer = tokenizer
+        # Route handlers encode on the loop's thread while the worker decodes. A fast tokenizer's first encode may
+        # reset its truncation/padding state (a mutable borrow in `tokenizers`, which a concurrent decode turns into
+        # "Already borrowed"); one encode now settles that state before the worker starts.
+        tokenizer("a", add_special_tokens=False)
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.classify_batch_size = classify_batch_size
