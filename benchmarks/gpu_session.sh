@@ -98,6 +98,6 @@ if [ "$STAGE" = serve ]; then
   # `steadytune serve` under load (issue 12): Gemma 3 270M + a LoRA adapter, dynamic batching (max batch 32) vs one
   # request at a time, 1/8/32 clients. Needs the FastAPI stack's wheels in .whl/serve/ (README "Serve").
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/serve/*.whl
-  python3 benchmarks/serve_load.py --model gemma-3-270m --output $OUT/serve_load.json 2>&1 \
+  python3 benchmarks/serve_load.py --model gemma-3-270m --engine-only --output $OUT/serve_load.json 2>&1 \
       | grep -v "Loading weights\|Writing model" | tee $OUT/serve_load.txt
 fi

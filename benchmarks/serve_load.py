@@ -8,7 +8,7 @@ Every answer is exactly --max-tokens long (`ignore_eos`), so both servers do the
 of requests per client and level, and a time limit per level after which no new request starts.
 
     python benchmarks/serve_load.py --model gemma-3-270m                # the demo model (GPU: about 4 minutes)
-    python benchmarks/serve_load.py --tiny --max-tokens 32              # CPU sanity check, tiny random model
+    python benchmarks/serve_load.py --tiny --max-tokens 32 --engine-only   # CPU sanity check, tiny random model
 
 Prints one table and writes the numbers as JSON (--output).
 """
@@ -51,6 +51,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--time-limit", type=float, default=150, help="seconds per level before no new request "
                         "starts (default 150)")
     parser.add_argument("--startup-timeout", type=float, default=900, help="seconds to wait for a server to load")
+    parser.add_argument("--engine-only", action="store_true",
+                        help="also time the batcher in this process without HTTP: 64 requests, max batch 1 vs 32")
     parser.add_argument("--output", default=None, help="write the results as JSON here")
     return parser.parse_args()
 
@@ -203,6 +205,42 @@ def measure(run: Path, max_batch: int, levels: list[int], per_client: int, args,
         server.stop()
 
 
+def engine_only(run: Path, max_tokens: int) -> dict:
+    """The batcher alone (no HTTP, no clients): sequences submitted at once, max batch 1 (8 of them: one at a time,
+    the count does not change the rate) vs 32 (64 of them)."""
+    from steadytune.serve.engine import BatchingEngine, Finished, Generation
+    from steadytune.serve.loading import load_served
+    from steadytune.serve.sampling import SamplingParams
+
+    loaded = load_served(str(run), [], [], None)
+    entry = next(iter(loaded.served.values()))
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    result = {}
+    for max_batch, requests in ((1, 8), (32, 64)):
+        prompts = [loaded.tokenizer(QUESTIONS[i % len(QUESTIONS)])["input_ids"] for i in range(requests)]
+        engine = BatchingEngine(loaded.model, loaded.tokenizer, max_batch=max_batch, max_queue=requests)
+
+        async def run_all(batch: list) -> None:
+            loop = asyncio.get_running_loop()
+            handles = [engine.submit([Generation(0, ids, entry.adapter, params)], loop) for ids in batch]
+            for handle in handles:
+                while not isinstance(await handle.events.get(), Finished):
+                    pass
+
+        engine.start()
+        try:
+            asyncio.run(run_all(prompts[:2]))  # warm-up
+            started = time.perf_counter()
+            asyncio.run(run_all(prompts))
+            seconds = time.perf_counter() - started
+        finally:
+            engine.stop()
+        result[max_batch] = round(requests * max_tokens / seconds, 1)
+        print(f"  engine alone, max batch {max_batch:>2}: {result[max_batch]:>9.1f} tokens/s "
+              f"({requests} requests of {max_tokens} tokens)", flush=True)
+    return result
+
+
 def main() -> None:
     args = parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -213,6 +251,10 @@ def main() -> None:
         print(f"run written in {time.perf_counter() - started:.0f} s; {args.max_tokens} tokens per answer", flush=True)
         batched = measure(run, args.max_batch, levels, args.requests_per_client, args, folder / "batched.log")
         sequential = measure(run, 1, levels, args.sequential_requests_per_client, args, folder / "sequential.log")
+        if args.engine_only and args.tiny:
+            import torch
+            torch.set_num_threads(1)  # as for the tiny servers
+        alone = engine_only(run, args.max_tokens) if args.engine_only else None
     print()
     print(f"{'clients':>7} | {'batched tok/s':>13} {'p50 s':>7} {'p95 s':>7} | {'max-batch-1 tok/s':>17} {'p50 s':>7} "
           f"{'p95 s':>7} | speed-up")
@@ -226,7 +268,7 @@ def main() -> None:
     if args.output:
         result = {"model": "tiny" if args.tiny else args.model, "max_tokens": args.max_tokens,
                   "max_batch": args.max_batch, "batched": batched, "sequential": sequential,
-                  "speedup_at_max_clients": round(ratio, 2)}
+                  "speedup_at_max_clients": round(ratio, 2), "engine_only_tokens_per_s": alone}
         Path(args.output).write_text(json.dumps(result, indent=2), encoding="utf-8")
 
 
