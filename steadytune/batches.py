@@ -64,7 +64,20 @@ class TrainBatches:
         if max_tokens == "auto":  # the recipe passes the budget it recorded; tests and tools let it be derived
             max_tokens, _ = token_budget(cfg.train, self.lengths, packed=packing_attention is not None)
         self.max_tokens = max_tokens
+        self.static_shape = None
         self._epoch_groups: tuple[int, list[list[int]]] | None = None
+
+    def plan_static_shape(self, epochs: int):
+        """Pad every packed micro-batch to one shape from now on (packing.StaticShape), the smallest that holds all
+        micro-batches of the first `epochs` epochs, so compiled layers and CUDA graphs see a single shape."""
+        from steadytune.packing import PackedCollator, static_shape_for, targets_of
+
+        packed = self.collate
+        groups = [g for epoch in range(epochs) for g in self.micro_batches(epoch)]
+        targets = [targets_of(x) for x in self.data.train]
+        self.static_shape = static_shape_for(groups, self.lengths, targets, packed.attention, packed.row_len)
+        self.collate = PackedCollator(packed.pad_token_id, packed.row_len, packed.attention, static=self.static_shape)
+        return self.static_shape
 
     def batches_per_epoch(self) -> int:
         if self.max_tokens is None:

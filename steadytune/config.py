@@ -151,8 +151,9 @@ class TrainArguments:
     do_predict: bool = _opt(False, "Predict on eval_dataset after training (LLaMA-Factory key).")
     predict_with_generate: bool = _opt(False, "Generate text for do_predict (LLaMA-Factory key).")
     max_new_tokens: int = _opt(128, "Generation length for do_predict and chat.", minimum=1)
-    use_liger_kernel: bool = _opt(False, "Use liger-kernel fused kernels where installed and supported.")
-    torch_compile: bool = _opt(False, "Compile the model with torch.compile.")
+    use_liger_kernel: Optional[bool] = _opt(None, "liger-kernel's fused RMSNorm/RoPE/SwiGLU (default: on where installed, on a GPU, when the layers are not compiled).")
+    torch_compile: Optional[bool] = _opt(None, "Compile each decoder layer with torch.compile (default: on for CUDA runs of 400+ micro-batches with static shapes).")
+    cuda_graphs: Optional[bool] = _opt(None, "Replay each micro-batch's forward and backward from a CUDA graph (default: on for one CUDA process with varlen packing).")
 
 
 @dataclass

@@ -10,6 +10,9 @@ accumulation window (not per micro-batch, which would over-weight short micro-ba
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 import torch.nn.functional as F
 
@@ -55,11 +58,21 @@ def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch
     """-> (sum of per-token cross-entropy over labelled positions, number of labelled positions).
 
     token_weights, when given, has the shape of `labels` and weighs each *target* token (class-balanced loss).
+    A batch from PackedCollator names its labelled positions itself (`target_index`, `target_ids`, `n_targets`):
+    then nothing here reads a value back from the GPU, so the CPU can queue the whole step ahead of the GPU
+    (and a CUDA graph can record it).
     """
     model_inputs = {k: batch[k] for k in MODEL_INPUT_KEYS if k in batch}
+    if "cu_seq_lens_q" in batch and "attention_mask" not in batch:
+        from steadytune.packing import packed_mask_placeholder
+        model_inputs["attention_mask"] = packed_mask_placeholder(batch["input_ids"])
     # No KV cache in training: it costs memory, and with one transformers ignores packed position ids and would
     # let packed examples attend to each other.
     hidden = decoder_body(model)(**model_inputs, use_cache=False).last_hidden_state
+    if "target_index" in batch and token_weights is None:
+        rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["target_index"])
+        return labelled_cross_entropy_sum(output_head(model), rows, batch["target_ids"], None,
+                                          final_logit_softcap(model)), int(batch["n_targets"])
     targets = shifted_targets(batch["labels"])
     keep = targets != IGNORE_INDEX
     n_tokens = int(keep.sum())
@@ -75,6 +88,20 @@ def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch
                                       final_logit_softcap(model)), n_tokens
 
 
+# Set while a CUDA graph is recorded or warmed up (graphs.py): liger's fused cross-entropy reads a count back from
+# the GPU (.item()), which a graph cannot hold, so ours runs instead.
+_NO_HOST_SYNC = contextvars.ContextVar("steadytune_no_host_sync", default=False)
+
+
+@contextlib.contextmanager
+def no_host_sync():
+    token = _NO_HOST_SYNC.set(True)
+    try:
+        yield
+    finally:
+        _NO_HOST_SYNC.reset(token)
+
+
 def labelled_cross_entropy_sum(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
                                weights: torch.Tensor | None = None, softcap: float | None = None,
                                chunk_rows: int | None = None) -> torch.Tensor:
@@ -82,11 +109,13 @@ def labelled_cross_entropy_sum(head: torch.nn.Module, hidden: torch.Tensor, targ
 
     A bias-free linear head (every supported model family) goes through a chunked fused kernel: liger-kernel's
     on a GPU where it is installed, else ours; anything else (a LoRA-wrapped head) through the plain path.
+    Rows whose target is IGNORE_INDEX (the padding of a static shape) add nothing, to the loss or the gradients.
     """
     rows = chunk_rows or max(1, CHUNK_LOGITS // head.weight.shape[0])
     if type(head) is not torch.nn.Linear or head.bias is not None:
         return _plain_cross_entropy_sum(head(hidden), targets, weights, softcap)
-    liger = _liger_fused_linear_cross_entropy() if hidden.is_cuda and weights is None else None
+    use_liger = hidden.is_cuda and weights is None and not _NO_HOST_SYNC.get()
+    liger = _liger_fused_linear_cross_entropy() if use_liger else None
     if liger is not None:
         return liger(hidden.to(head.weight.dtype), head.weight, targets, ignore_index=IGNORE_INDEX,
                      reduction="sum", softcap=softcap)
@@ -98,7 +127,7 @@ def _plain_cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor, weight
     logits = logits.float()
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
-    per_token = F.cross_entropy(logits, targets, reduction="none")
+    per_token = F.cross_entropy(logits, targets, reduction="none", ignore_index=IGNORE_INDEX)
     return (per_token * weights).sum() if weights is not None else per_token.sum()
 
 
@@ -117,6 +146,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
     gradient of the loss with respect to the logits, so it is multiplied back through the head at once and the
     logits are freed. Peak extra memory is one chunk of logits instead of [tokens, vocabulary]; there is no
     recomputation. Matches F.cross_entropy on the full logits (same dtype for the matmul, fp32 softmax).
+    Ignored rows (target IGNORE_INDEX) are masked on the small [rows, hidden] side, never on the logits.
     """
 
     @staticmethod
@@ -133,6 +163,8 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             for start in range(0, hidden.shape[0], rows):
                 h = hidden[start:start + rows].to(dtype)
                 target = targets[start:start + rows]
+                valid = target != IGNORE_INDEX
+                target = target.clamp_min(0)
                 logits = (h @ w.T).to(acc)
                 if softcap:
                     capped = torch.tanh(logits / softcap)
@@ -142,18 +174,19 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 # d loss / d logits = softmax - onehot, computed in place over the logits buffer.
                 grad = logits.sub_(lse[:, None]).exp_()
                 grad[torch.arange(len(target), device=grad.device), target] -= 1.0
+                row_weights = valid.to(acc)
                 if weights is not None:
-                    chunk_weights = weights[start:start + rows].to(acc)
-                    loss = loss * chunk_weights
-                    grad.mul_(chunk_weights[:, None])
+                    row_weights = row_weights * weights[start:start + rows].to(acc)
                 if softcap:
                     grad.mul_(1.0 - capped * capped)
-                total += loss.sum()
+                total += (loss * row_weights).sum()
                 grad = grad.to(dtype)
+                # Row weights (and the ignored rows' zeros) scale the chunk's gradient rows: applied to the small
+                # [rows, hidden] operands instead of the [rows, vocabulary] gradient.
                 if need_hidden_grad:
-                    grad_hidden[start:start + rows] = (grad @ w).to(hidden.dtype)
+                    grad_hidden[start:start + rows] = ((grad @ w).to(acc) * row_weights[:, None]).to(hidden.dtype)
                 if need_weight_grad:
-                    grad_weight += (grad.T @ h).to(acc)
+                    grad_weight += (grad.T @ (h * row_weights[:, None]).to(dtype)).to(acc)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return total

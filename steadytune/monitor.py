@@ -1,9 +1,15 @@
 """What a run reports while it trains: metrics.jsonl, throughput, memory, and the loss plot.
 
 metrics.jsonl holds one JSON object per line: a logged step ({"step", "epoch", "loss", "grad_norm", "lr",
-"tokens", "tokens_per_s", memory...}), an evaluation ({"step", "eval_loss", ...}), or an event
-({"event": kind, "step", ...}) from the guard or the recipe. Appending line by line means a killed run still
-leaves every line it logged.
+"tokens", "input_tokens_per_s", "target_tokens_per_s", "tokens_per_s", memory...}), an evaluation ({"step",
+"eval_loss", ...}), or an event ({"event": kind, "step", ...}) from the guard or the recipe. Appending line by line
+means a killed run still leaves every line it logged.
+
+Throughput is logged twice, named for what it counts: `input_tokens_per_s`, the real (non-pad) tokens the model
+processed, which is what the hardware does (the progress bar shows it as `in_tok/s`); and `target_tokens_per_s`,
+the tokens the loss was computed on (one or two per example in classification, so a small number there).
+`tokens_per_s` is kept for older readers and equals `input_tokens_per_s`; `tokens` is the running count of target
+tokens.
 """
 
 from __future__ import annotations
@@ -66,24 +72,30 @@ def _jsonable(record: dict) -> dict:
 
 
 class Throughput:
-    """Tokens per second over the span since the last report (what a user watches), synchronising the GPU
-    only when a report is made."""
+    """Input (real, non-pad) and target tokens per second over the span since the last report (what a user
+    watches), synchronising the GPU only when a report is made."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.tokens = 0
+        self.input_tokens = 0
+        self.target_tokens = 0
         self.start = time.perf_counter()
 
-    def add(self, n_tokens: int) -> None:
-        self.tokens += n_tokens
+    def add(self, input_tokens: int, target_tokens: int = 0) -> None:
+        self.input_tokens += input_tokens
+        self.target_tokens += target_tokens
 
-    def report(self) -> float:
+    def report(self) -> dict[str, float]:
+        """-> {"input_tokens_per_s", "target_tokens_per_s", "tokens_per_s" (= input, for older readers)}."""
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         now = time.perf_counter()
-        rate = self.tokens / max(now - self.start, 1e-9)
-        self.tokens, self.start = 0, now
-        return rate
+        seconds = max(now - self.start, 1e-9)
+        rates = {"input_tokens_per_s": round(self.input_tokens / seconds, 1),
+                 "target_tokens_per_s": round(self.target_tokens / seconds, 1)}
+        rates["tokens_per_s"] = rates["input_tokens_per_s"]
+        self.input_tokens, self.target_tokens, self.start = 0, 0, now
+        return rates
 
 
 def memory_stats(device: torch.device) -> dict[str, float]:

@@ -152,6 +152,61 @@ class PaddedCollator:
         return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
+@dataclass(frozen=True)
+class StaticShape:
+    """One shape for every packed micro-batch of a run, so that compiled code and CUDA graphs made for the first
+    micro-batch serve them all (a new shape would mean a recompile, or a graph that cannot replay).
+
+    varlen: one row of `tokens` tokens; `cu_seq_lens` has `sequences` + 1 entries (the examples, then the padding cut
+    into pieces of at most `max_len` tokens, then empty sequences); `max_len` is the kernel's max_seqlen.
+    sdpa/flex: `rows` rows of `tokens // rows` tokens. Either way the head sees `targets` gathered positions
+    (`target_index`), the real ones first and then padding entries whose target is ignored."""
+
+    attention: str
+    tokens: int
+    rows: int
+    sequences: int
+    targets: int
+    max_len: int
+    fill: float = 1.0   # mean share of real tokens in the micro-batches it was made for
+
+    def describe(self) -> str:
+        layout = (f"1 x {self.tokens:,} tokens, {self.sequences} sequences of at most {self.max_len}"
+                  if self.attention == "varlen" else f"{self.rows} x {self.tokens // self.rows:,} tokens")
+        return f"{layout}, {self.targets:,} target rows; {100 * (1 - self.fill):.1f}% padding"
+
+
+def round_up(n: int, multiple: int) -> int:
+    return max(multiple, -(-int(n) // multiple) * multiple)
+
+
+def targets_of(example: dict) -> int:
+    """Positions of an example that are trained on once packed: its labels after the first (the first label is
+    ignored in a packed row, see PackedCollator)."""
+    return sum(1 for label in _labels_of(example)[1:] if label != IGNORE_INDEX)
+
+
+def static_shape_for(groups: Sequence[Sequence[int]], lengths: Sequence[int], targets: Sequence[int],
+                     attention: str, row_len: int, multiple: int = 64) -> StaticShape:
+    """The smallest StaticShape that holds every group (micro-batch) of `groups`: token count rounded up to
+    `multiple`, and for varlen room for the examples plus the padding pieces of the emptiest micro-batch."""
+    if attention not in PACKING_ATTENTIONS:
+        raise ValueError(f"packing attention must be one of {PACKING_ATTENTIONS}, got {attention!r}")
+    used = [sum(lengths[i] for i in g) for g in groups]
+    most_targets = round_up(max(sum(targets[i] for i in g) for g in groups), multiple)
+    if attention == "varlen":
+        tokens = round_up(max(used), multiple)
+        max_len = max(lengths[i] for g in groups for i in g)
+        sequences = max(len(g) + -(-(tokens - u) // max_len) for g, u in zip(groups, used))
+        return StaticShape(attention, tokens, 1, sequences, min(most_targets, tokens), max_len,
+                           sum(used) / (tokens * len(groups)))
+    rows = max(len(pack_into_rows([lengths[i] for i in g], row_len)) for g in groups)
+    width = max(row_len, max(lengths[i] for g in groups for i in g))
+    tokens = rows * width
+    return StaticShape(attention, tokens, rows, 0, min(most_targets, tokens), width,
+                       sum(used) / (tokens * len(groups)))
+
+
 @dataclass
 class PackedCollator:
     """Packs the examples of one batch into rows; output depends on the attention kernel (module docstring).
@@ -159,16 +214,25 @@ class PackedCollator:
     Every output has input_ids, labels and position_ids of shape [rows, length] and no attention_mask (the
     position ids define the examples); "varlen" packs into one row and adds the cumulative sequence lengths
     its kernel needs (`cu_seq_lens_q/k`, `max_length_q/k`: names transformers forwards to the attention).
+    Every output also lists the positions the loss reads (`target_index` into the flattened rows, `target_ids`,
+    `n_targets`), worked out here on the CPU so that the loss never has to ask the GPU which positions carry a
+    label (each such question stops the CPU until the GPU has caught up).
+
+    With `static`, every batch that fits is padded to that one shape (StaticShape); one that does not (more
+    tokens, sequences or targets than the run was planned for) comes out unpadded with `static: False`.
     """
 
     pad_token_id: int
     row_len: int
     attention: str = "sdpa"
     segment_ids: bool = False  # also return which example each position holds (-1: padding), for per-example sums
+    static: StaticShape | None = None
 
     def __post_init__(self):
         if self.attention not in PACKING_ATTENTIONS:
             raise ValueError(f"packing attention must be one of {PACKING_ATTENTIONS}, got {self.attention!r}")
+        if self.static is not None and self.static.attention != self.attention:
+            raise ValueError(f"static shape for {self.static.attention}, collator for {self.attention}")
 
     def __call__(self, examples: list[dict]) -> dict:
         lengths = [len(e["input_ids"]) for e in examples]
@@ -176,14 +240,17 @@ class PackedCollator:
             rows = [list(range(len(examples)))]
         else:
             rows = pack_into_rows(lengths, self.row_len)
+        shape = self._static_fit(examples, lengths, rows)
         width = max(sum(lengths[i] for i in row) for row in rows)
-        shape = (len(rows), width)
-        ids = torch.full(shape, self.pad_token_id, dtype=torch.long)
-        labels = torch.full(shape, IGNORE_INDEX, dtype=torch.long)
+        n_rows = len(rows)
+        if shape is not None:
+            n_rows, width = shape.rows, shape.tokens // shape.rows
+        ids = torch.full((n_rows, width), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((n_rows, width), IGNORE_INDEX, dtype=torch.long)
         # Pad positions continue counting from 0 so transformers' packed-sequence detection (flex) sees the
         # padding as one more "example", never as part of the last real one.
-        positions = torch.zeros(shape, dtype=torch.long)
-        segments = torch.full(shape, -1, dtype=torch.long)
+        positions = torch.zeros((n_rows, width), dtype=torch.long)
+        segments = torch.full((n_rows, width), -1, dtype=torch.long)
         for r, row in enumerate(rows):
             start = 0
             for i in row:
@@ -196,13 +263,65 @@ class PackedCollator:
                 segments[r, start:start + n] = i
                 start += n
             positions[r, start:] = torch.arange(width - start)
+        for r in range(len(rows), n_rows):
+            positions[r] = torch.arange(width)
         batch = {"input_ids": ids, "labels": labels, "position_ids": positions}
         if self.segment_ids:
             batch["segment_ids"] = segments
         if self.attention == "varlen":
-            cu = torch.tensor([0] + list(_cumsum(lengths)), dtype=torch.int32)
-            batch.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(lengths), max_length_k=max(lengths))
+            bounds = [0] + list(_cumsum(lengths))
+            max_len = max(lengths)
+            if shape is not None:
+                bounds, max_len = _padded_bounds(bounds, shape), shape.max_len
+                for a, b in zip(bounds[len(lengths):-1], bounds[len(lengths) + 1:]):
+                    positions[0, a:b] = torch.arange(b - a)  # each padding piece is a sequence of its own
+            cu = torch.tensor(bounds, dtype=torch.int32)
+            batch.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_len, max_length_k=max_len)
+        batch.update(target_positions(labels, shape.targets if shape is not None else None))
+        if self.static is not None:
+            batch["static"] = shape is not None
         return batch
+
+    def _static_fit(self, examples: list[dict], lengths: list[int], rows: list[list[int]]) -> StaticShape | None:
+        shape = self.static
+        if shape is None or sum(targets_of(e) for e in examples) > shape.targets:
+            return None
+        if self.attention == "varlen":
+            pieces = -(-(shape.tokens - sum(lengths)) // shape.max_len) if sum(lengths) <= shape.tokens else 0
+            fits = (sum(lengths) <= shape.tokens and max(lengths) <= shape.max_len
+                    and len(lengths) + pieces <= shape.sequences)
+        else:
+            width = shape.tokens // shape.rows
+            fits = len(rows) <= shape.rows and all(sum(lengths[i] for i in row) <= width for row in rows)
+        return shape if fits else None
+
+
+def _padded_bounds(bounds: list[int], shape: StaticShape) -> list[int]:
+    """cu_seq_lens of a static varlen row: the examples', then the padding in pieces of at most max_len tokens
+    (a kernel computes no row beyond max_len, so one long padding sequence would leave garbage that backward
+    multiplies by zero into NaN), then empty sequences up to `shape.sequences`."""
+    out = list(bounds)
+    while out[-1] < shape.tokens:
+        out.append(min(out[-1] + shape.max_len, shape.tokens))
+    out += [shape.tokens] * (shape.sequences + 1 - len(out))
+    return out
+
+
+def target_positions(labels: torch.Tensor, size: int | None = None) -> dict:
+    """Where the loss reads: position p of the flattened rows predicts token p + 1 when that token's label is not
+    ignored. -> target_index (positions), target_ids (their targets), n_targets; padded to `size` entries with
+    position 0 and an ignored target."""
+    following = torch.full_like(labels, IGNORE_INDEX)
+    following[:, :-1] = labels[:, 1:]
+    following = following.flatten()
+    index = (following != IGNORE_INDEX).nonzero().flatten()
+    n = int(index.numel())
+    size = n if size is None else size
+    target_index = torch.zeros(size, dtype=torch.long)
+    target_ids = torch.full((size,), IGNORE_INDEX, dtype=torch.long)
+    target_index[:n] = index
+    target_ids[:n] = following[index]
+    return {"target_index": target_index, "target_ids": target_ids, "n_targets": n}
 
 
 def _cumsum(values: Sequence[int]) -> Iterator[int]:
@@ -259,6 +378,8 @@ def segment_sdpa_kernel(q, k, v, cu, max_len, scale, window=None):
     out = torch.empty_like(q)
     bounds = cu.tolist()
     for start, end in zip(bounds[:-1], bounds[1:]):
+        if end == start:
+            continue  # an empty sequence (static shapes fill cu_seq_lens up with them)
         qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [heads, n, dim]
         n = end - start
         allowed = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
@@ -301,6 +422,41 @@ def varlen_kernel_status(device: str = "cuda") -> tuple[str | None, str]:
     return None, "; ".join(reasons) or "neither flash-attn nor torch.nn.attention.varlen is available"
 
 
+def packed_mask_placeholder(input_ids: torch.Tensor) -> torch.Tensor:
+    """What a varlen-packed batch passes as attention_mask: an empty 4-D tensor. transformers returns a 4-D mask
+    as it is instead of building one, and building one would read the GPU (its packed-sequence check ends in a
+    Python bool): a host sync in every forward, which also makes the forward impossible to record in a CUDA graph.
+    The varlen attention keeps examples apart by cu_seq_lens and never reads it."""
+    return input_ids.new_empty((1, 1, 0, 0), dtype=torch.bool)
+
+
+@functools.lru_cache(maxsize=None)
+def varlen_static_status(name: str, device: str = "cuda") -> tuple[bool, str]:
+    """-> (can kernel `name` run static-shape rows, reason): cu_seq_lens ending in empty sequences and padding cut
+    into pieces must give the examples exactly what the plain call gives them, and finite values everywhere."""
+    kernel = varlen_kernels().get(name)
+    if kernel is None or not torch.cuda.is_available():
+        return False, f"{name} is not available here"
+    try:
+        torch.manual_seed(0)
+        q = torch.randn(32, 4, 64, device=device, dtype=torch.bfloat16)
+        k = torch.randn(32, 2, 64, device=device, dtype=torch.bfloat16)
+        v = torch.randn(32, 2, 64, device=device, dtype=torch.bfloat16)
+        plain = kernel(q[:19], k[:19], v[:19], torch.tensor([0, 5, 16, 19], dtype=torch.int32, device=device),
+                       11, 0.125)
+        # the same three examples, then 13 padding tokens as pieces of at most 11, then two empty sequences
+        cu = torch.tensor([0, 5, 16, 19, 30, 32, 32, 32], dtype=torch.int32, device=device)
+        static = kernel(q, k, v, cu, 11, 0.125)
+        if not bool(torch.isfinite(static).all()):
+            return False, f"{name}: non-finite values with empty sequences"
+        err = float((static[:19].float() - plain.float()).abs().max())
+        if err > 1e-3:
+            return False, f"{name}: empty sequences change the result (max difference {err:.2g})"
+        return True, f"{name} takes padded rows with empty sequences"
+    except Exception as e:
+        return False, f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+
+
 def make_varlen_attention(kernel: Callable) -> Callable:
     """A transformers attention function over a [1, T] row, driven by the cu_seq_lens the collator made.
 
@@ -311,6 +467,8 @@ def make_varlen_attention(kernel: Callable) -> Callable:
     def varlen_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                                  sliding_window=None, cu_seq_lens_q=None, max_length_q=None, **kwargs):
         if cu_seq_lens_q is None:
+            if attention_mask is not None and attention_mask.numel() == 0:
+                raise RuntimeError("steadytune_varlen attention: the packed-mask placeholder came without cu_seq_lens")
             if attention_mask is None and sliding_window and query.shape[2] > sliding_window:
                 # No mask means plain causal attention, which would ignore the sliding window here.
                 raise RuntimeError("steadytune_varlen attention: pass an attention_mask for unpacked sequences "

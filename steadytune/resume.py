@@ -21,7 +21,8 @@ MAY_CHANGE = frozenset({
     "per_device_eval_batch_size", "metric_for_best_model", "eval_dataset", "max_eval_samples", "plot_loss", "report_to",
     "do_eval", "do_predict", "predict_with_generate", "max_new_tokens", "ddp_timeout", "dataloader_num_workers",
     "preprocessing_num_workers", "overwrite_cache", "tokenized_path", "cache_dir", "gradient_checkpointing",
-    "gradient_checkpointing_kwargs", "use_reentrant_gc", "torch_compile", "use_liger_kernel", "flash_attn",
+    "gradient_checkpointing_kwargs", "use_reentrant_gc", "torch_compile", "use_liger_kernel", "cuda_graphs",
+    "flash_attn",
     "bf16", "fp16", "trust_remote_code", "hang_timeout",
 })
 MAY_CHANGE_SECTIONS = frozenset({"guard", "fault_injection"})

@@ -17,6 +17,10 @@ SHAPES: dict[str, dict] = {
     "qwen2.5-3b": dict(model_type="qwen2", hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
                        num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
                        max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True),
+    # Qwen2.5-7B: untied head (vocabulary padded to 152,064), 4 KV heads.
+    "qwen2.5-7b": dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                       max_position_embeddings=131072, rope_theta=1000000.0, tie_word_embeddings=False),
     "gemma3-270m": dict(model_type="gemma3_text", hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
                         num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144,
                         sliding_window=512, query_pre_attn_scalar=256, max_position_embeddings=32768,

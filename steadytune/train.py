@@ -2,8 +2,9 @@
 
     run_training, the driver:  claim output_dir -> set_up -> fit -> finish
     set_up   where to start (fresh, reuse, resume) -> hardware policy -> tokenizer + data, checked before any
-             weights load -> resume checks -> Accelerator -> model + LoRA -> batches and steps -> optimizer +
-             schedule -> restore the checkpoint -> guard
+             weights load -> resume checks -> Accelerator -> model + LoRA -> batches and steps -> speed plan
+             (static shapes, compile, CUDA graphs, liger, checkpointing) -> optimizer + schedule -> restore the
+             checkpoint -> guard
     fit      the loop: forward on labelled positions, token-normalised accumulation, clip, guard, step, log,
              eval, save; a signal saves a checkpoint at the step boundary and stops
     finish   adapter (or model) + tokenizer + results + plot
@@ -57,9 +58,11 @@ class TrainResult:
     global_step: int
     final_loss: float | None
     train_seconds: float
-    tokens_per_s: float
+    tokens_per_s: float               # target (labelled) tokens per second
     losses: list[float] = field(default_factory=list)
     exit_code: int = 0
+    input_tokens_per_s: float = 0.0   # real (non-pad) tokens processed per second
+    model: Any = None                 # the trained model, still in memory (demo scores it without reloading)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -95,7 +98,9 @@ def run(args) -> int:
 # The driver
 # ---------------------------------------------------------------------------------------------------------
 
-def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> TrainResult:
+def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, model=None) -> TrainResult:
+    """`model`: the base model already loaded by the caller (demo scores it zero-shot first), trained in place
+    instead of loaded again; it must be the model cfg names, as load_for_inference loaded it."""
     from accelerate import PartialState
 
     # Rank from the launcher's environment too: a CPU run under torchrun that Accelerate does not treat as
@@ -106,7 +111,8 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True) -> 
     stop = StopRequests().install()
     try:
         while True:
-            run = set_up(cfg, folder, stop, force, progress)
+            run = set_up(cfg, folder, stop, force, progress, model)
+            model = None  # a precision switch sets up again from the checkpoint, with freshly loaded weights
             outcome = fit(run)
             if outcome.new_precision is None:
                 return finish(run, outcome)
@@ -150,6 +156,7 @@ class Run:
     total: int
     resume_from: Path | None
     progress: bool
+    graphs: Any = None                # graphs.GraphRunner when CUDA graphs are on (kernels.plan_speed)
 
     @property
     def device(self) -> torch.device:
@@ -188,13 +195,15 @@ class Outcome:
     train_seconds: float
     new_precision: str | None = None
     checkpoint: Path | None = None
+    input_tokens: int = 0
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Set-up
 # ---------------------------------------------------------------------------------------------------------
 
-def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, progress: bool) -> Run:
+def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, progress: bool,
+           preloaded=None) -> Run:
     t, d = cfg.train, cfg.data
     stage = STAGES[cfg.method.stage]  # what sft, dpo, kto, rm do differently: data, batches, model kind, objective
 
@@ -244,8 +253,11 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     # Frozen base weights in the compute dtype halve memory; trainable (LoRA) weights stay fp32 so small
     # updates are not rounded away (attach_adapter casts them).
     base_dtype = torch.bfloat16 if (precision == "bf16" and cfg.method.finetuning_type == "lora") else torch.float32
-    model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=base_dtype, attn_implementation=attn,
-                                                device=device, tokenizer=tokenizer, task=stage.model_task)
+    if preloaded is not None:
+        model = adopt_model(preloaded, base_dtype, attn, device)
+    else:
+        model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=base_dtype, attn_implementation=attn,
+                                                    device=device, tokenizer=tokenizer, task=stage.model_task)
     if cfg.model.adapter_name_or_path and cfg.method.finetuning_type == "lora":
         # Continue training an existing adapter (LLaMA-Factory's adapter_name_or_path) instead of a fresh one.
         model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True)
@@ -259,7 +271,6 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
         from steadytune.kernels import skip_lora_input_cast
         _, why = skip_lora_input_cast(model)
         cfg.decide("lora_input_cast", "off", why)
-    apply_optional_kernels(cfg, model)
     record_inactive_keys(cfg)
     trainable, total = count_parameters(model)
 
@@ -272,7 +283,6 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     batches = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
                            packing_attention=packing_attention, max_tokens=budget,
                            collate=stage.make_collator(cfg, tokenizer, packing_attention))
-    enable_gradient_checkpointing_if_needed(cfg, model, info, batches)
     micro_batches_per_epoch = batches.batches_per_epoch()
     steps_per_epoch = max(1, math.ceil(micro_batches_per_epoch / t.gradient_accumulation_steps))
     total_steps = t.max_steps if t.max_steps > 0 else max(1, math.ceil(steps_per_epoch * t.num_train_epochs))
@@ -281,6 +291,10 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation")
     cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else f"warmup_ratio {t.warmup_ratio}")
     check_steps_fit_keys(cfg, micro_batches_per_epoch, total_steps)
+
+    # --- speed: static shapes, compile, CUDA graphs, liger, checkpointing (kernels.plan_speed) ---------------
+    speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
+                             total_steps * t.gradient_accumulation_steps)
 
     # --- optimizer + schedule ----------------------------------------------------------------------------
     from transformers import get_scheduler
@@ -314,6 +328,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     run = Run(cfg, folder, stop, info, precision, accelerator, tokenizer, data, objective, params, optimizer,
               scheduler, batches, steps_per_epoch, total_steps, state, metrics, guard, faults, live, trainable, total,
               resume_from, progress)
+    if speed.cuda_graphs:
+        run.graphs = make_graph_runner(run)
     if run.is_main:
         print_startup(run)
     return run
@@ -461,6 +477,7 @@ def fit(run: Run) -> Outcome:
     begin_steps(run)
     loop = LoopState(run.batches.stream(state.epoch, state.batch_in_epoch), first_step=state.global_step)
     throughput = Throughput(run.device)
+    input_tokens = 0
     started = time.perf_counter()
     bar = tqdm(total=run.total_steps, initial=state.global_step, desc="train", dynamic_ncols=True,
                disable=not (run.progress and run.is_main))
@@ -506,7 +523,9 @@ def fit(run: Run) -> Outcome:
             state.tokens_seen += global_tokens
             run.live.data_position = data_position(state)
             guard.maybe_snapshot(state.global_step, run.live)  # guard: keep a good state every snapshot_steps
-            throughput.add(sum(mb.n_input_tokens for mb in window) * run.accelerator.num_processes)
+            window_inputs = sum(mb.n_input_tokens for mb in window) * run.accelerator.num_processes
+            throughput.add(window_inputs, global_tokens)
+            input_tokens += window_inputs
             loop.losses.append(loss_value)
             loop.window_loss += loss_value
             loop.window_steps += 1
@@ -516,11 +535,12 @@ def fit(run: Run) -> Outcome:
                 record = {"step": state.global_step, "epoch": round(state.global_step / run.steps_per_epoch, 4),
                           "loss": loop.window_loss / loop.window_steps, "grad_norm": float(grad_norm),
                           "lr": run.scheduler.get_last_lr()[0], "tokens": state.tokens_seen,
-                          "tokens_per_s": round(throughput.report(), 1), **memory_stats(run.device),
+                          **throughput.report(), **memory_stats(run.device),
                           **pop_metrics(run.objective, run.accelerator)}  # dpo/kto/rm: rewards/chosen, ... (stages/)
                 run.metrics.write(record)
+                # The bar shows input tokens/s (what the hardware processes; metrics.jsonl has both, see monitor.py).
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
-                                tok_s=f"{record['tokens_per_s']:.0f}", guard=guard.event_count)
+                                in_tok_s=f"{record['input_tokens_per_s']:.0f}", guard=guard.event_count)
                 loop.window_loss, loop.window_steps = 0.0, 0
 
             new_best = False
@@ -535,7 +555,7 @@ def fit(run: Run) -> Outcome:
     finally:
         run.stop.in_loop = False
         bar.close()
-    return Outcome(loop.losses, time.perf_counter() - started)
+    return Outcome(loop.losses, time.perf_counter() - started, input_tokens=input_tokens)
 
 
 def begin_steps(run: Run) -> None:
@@ -567,6 +587,10 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     step_loss = torch.zeros((), device=run.device)
     run.objective.train()
     for i, mb in enumerate(window):
+        if run.graphs is not None and run.graphs.takes(mb.batch):
+            # The whole forward + backward replayed from a CUDA graph (graphs.py; one process, so no all-reduce).
+            step_loss += run.graphs(mb.batch, 1.0 / max(global_tokens, 1))
+            continue
         batch = to_device(mb.batch, run.device)
         with sync_gradients_on_last(accelerator, run.objective, i == len(window) - 1):
             with accelerator.autocast():
@@ -639,6 +663,10 @@ def interrupt(run: Run, loop: LoopState, started: float) -> None:
 def finish(run: Run, outcome: Outcome) -> TrainResult:
     cfg, state, out = run.cfg, run.state, Path(run.cfg.train.output_dir)
     finish_guard(run)
+    if run.graphs is not None:
+        run.graphs.release()
+    from steadytune.kernels import uncompile_layers
+    uncompile_layers(run.model)  # scoring and generation after training come in many shapes
     run.accelerator.wait_for_everyone()
     final_loss = outcome.losses[-1] if outcome.losses else None
     # A run that ends in NaN/inf must not leave an adapter a script could take for a result (guard on or off).
@@ -663,8 +691,9 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
         print(f"done: {state.global_step} steps in {outcome.train_seconds:.1f} s, final loss "
               f"{final_loss if final_loss is None else round(final_loss, 4)}; "
               f"{'adapter' if cfg.method.finetuning_type == 'lora' else 'model'} in {out}")
-    tokens_per_s = state.tokens_seen / max(outcome.train_seconds, 1e-9)
-    return TrainResult(out, state.global_step, final_loss, outcome.train_seconds, tokens_per_s, outcome.losses)
+    seconds = max(outcome.train_seconds, 1e-9)
+    return TrainResult(out, state.global_step, final_loss, outcome.train_seconds, state.tokens_seen / seconds,
+                       outcome.losses, input_tokens_per_s=outcome.input_tokens / seconds, model=run.model)
 
 
 def save_final_outputs(run: Run, out: Path) -> None:
@@ -809,37 +838,111 @@ def deepspeed_plugin(cfg: RunConfig):
     return DeepSpeedPlugin(hf_ds_config=ds)
 
 
-def apply_optional_kernels(cfg: RunConfig, model) -> None:
-    """use_liger_kernel / torch_compile: applied where they work and recorded; a requested kernel that cannot be
-    used is an error, never a silent skip."""
-    from steadytune.kernels import apply_liger_kernels, compile_layers
-
-    t = cfg.train
-    for key, wanted, apply in (("use_liger_kernel", t.use_liger_kernel, apply_liger_kernels),
-                               ("torch_compile", t.torch_compile, compile_layers)):
-        if not wanted:
-            continue
-        applied, why = apply(model)
-        if not applied:
-            raise UserError(f"{key}: true, but {why}; set {key}: false")
-        cfg.decide(key, True, why)
+def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> torch.nn.Module:
+    """A base model the caller loaded (demo: for zero-shot scoring) made ready for training in place: moved to
+    the training dtype and device (a no-op when they match, parameter by parameter otherwise, so the weights are
+    never held twice) and switched to the attention implementation training needs (packing: varlen)."""
+    model.to(device=device, dtype=dtype)
+    if getattr(model.config, "_attn_implementation", None) != attn_implementation:
+        model.set_attn_implementation(attn_implementation)
+    return model
 
 
-def enable_gradient_checkpointing_if_needed(cfg: RunConfig, model, info, batches: "TrainBatches") -> None:
-    """gradient_checkpointing unset: on only when a micro-batch's activations would not fit in half the GPU's
-    memory (recomputing costs about a third more compute, worth it only when memory is the limit). An APU's
-    memory is what it can map (GTT), not the small carve-out tools print (GPU.budget_gib)."""
-    from steadytune.kernels import choose_gradient_checkpointing
+def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batches: "TrainBatches",
+                     world_size: int, micro_batches: int):
+    """The speed policy (kernels.plan_speed) applied: static shapes for the collator, compiled layers, liger's
+    kernels, then gradient checkpointing for the memory that leaves; every choice recorded with its reason. A
+    requested feature that cannot be used is an error, never a silent skip."""
+    from steadytune.kernels import (SpeedUnavailable, apply_liger_kernels, choose_gradient_checkpointing,
+                                    compile_layers, plan_speed)
+    from steadytune.packing import varlen_kernel_status, varlen_static_status
 
-    tokens = batches.max_tokens or cfg.train.per_device_train_batch_size * max(batches.lengths)
+    t, f = cfg.train, cfg.fault_injection
+    blockers = {}
+    if any(step is not None for step in (f.nan_loss_step, f.inf_loss_step, f.spike_loss_step)):
+        blockers["faults"] = "fault_injection corrupts the loss between forward and backward"
+    if cfg.method.deepspeed:
+        blockers["deepspeed"] = "DeepSpeed runs its own backward"
+    if cfg.method.lora_dropout > 0 or cfg.method.use_dora:
+        blockers["adapter"] = "lora_dropout and DoRA have not been tried under graphs"
+    attention = packing.attention if packing is not None else None
+    static_ok = (True, "")
+    if attention == "varlen":
+        static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
+    try:
+        plan = plan_speed(info.backend, attention, micro_batches, world_size, precision,
+                          compile_asked=t.torch_compile, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
+                          blockers=blockers, static_ok=static_ok)
+    except SpeedUnavailable as e:
+        raise UserError(str(e)) from None
+    if plan.static_shapes:
+        epochs = math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1
+        shape = batches.plan_static_shape(epochs)
+        plan.reasons["static_shapes"] += f" ({shape.describe()})"
+    if plan.liger:
+        applied, why = apply_liger_kernels(model)
+        if not applied and t.use_liger_kernel:
+            raise UserError(f"use_liger_kernel: true, but {why}; set use_liger_kernel: false")
+        plan.liger, plan.reasons["use_liger_kernel"] = applied, why if applied else f"off: {why}"
+    if plan.compile:
+        compiled, why = compile_layers(model, static_shapes=plan.static_shapes)
+        if not compiled:
+            raise UserError(f"torch_compile: true, but {why}; set torch_compile: false")
+        plan.reasons["torch_compile"] += f" ({why})"
+    plan.decide_into(cfg)
+
+    # Checkpointing last: compiled layers keep less for backward, and small compiled models recompute cheaply.
+    tokens = batches.max_tokens or t.per_device_train_batch_size * max(batches.lengths)
+    if plan.static_shapes:
+        tokens = batches.static_shape.tokens
     budget = info.primary.budget_gib if info.primary is not None else None
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    use, why = choose_gradient_checkpointing(base.config, tokens, budget, cfg.train.gradient_checkpointing)
+    state = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+    use, why = choose_gradient_checkpointing(base.config, tokens, budget, t.gradient_checkpointing,
+                                             compiled=plan.compile, state_gib=state)
     cfg.decide("gradient_checkpointing", use, why)
     if use:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": cfg.model.use_reentrant_gc})
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
+        enable_gradient_checkpointing(cfg, model, graphs=plan.cuda_graphs)
+    return plan
+
+
+def enable_gradient_checkpointing(cfg: RunConfig, model, graphs: bool = False) -> None:
+    kwargs = {"use_reentrant": cfg.model.use_reentrant_gc, **(cfg.train.gradient_checkpointing_kwargs or {})}
+    if graphs:
+        # The recompute would save and restore the CUDA RNG state, which a graph cannot record; with no dropout
+        # (graphs are off with lora_dropout) nothing random runs in the forward.
+        kwargs["preserve_rng_state"] = False
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()
+
+
+def make_graph_runner(run: Run):
+    """CUDA graphs for the run's micro-batches (graphs.py): recorded on the first one; what happened goes to
+    metrics.jsonl and the console. Out of memory while recording turns gradient checkpointing on and tries again."""
+    from steadytune.graphs import GraphRunner
+
+    model = run.model
+
+    def report(event: dict) -> None:
+        if run.is_main:
+            run.metrics.write({**event, "step": run.state.global_step})
+            if event.get("captured"):
+                print(f"cuda_graphs: recorded in {event['seconds']:.1f} s; replayed loss matches eager "
+                      f"(relative difference {event['loss_relative_difference']:.1e})", flush=True)
+            else:
+                print(f"cuda_graphs: off ({event['reason']})", flush=True)
+
+    def on_out_of_memory() -> str | None:
+        if run.cfg.decisions.get("gradient_checkpointing", {}).get("value"):
+            return None
+        enable_gradient_checkpointing(run.cfg, model, graphs=True)
+        run.cfg.decide("gradient_checkpointing", True, "on: recording the CUDA graph ran out of memory without it")
+        return "gradient checkpointing turned on"
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
+    return GraphRunner(lambda batch: causal_lm_loss_sum(model, batch), run.params, run.device, dtype,
+                       report=report, on_out_of_memory=on_out_of_memory)
 
 
 def record_inactive_keys(cfg: RunConfig) -> None:
@@ -874,19 +977,22 @@ def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, token
     """Eval loss over the eval split (token-weighted), plus accuracy and macro-F1 for classification."""
     from steadytune.data import PadCollator
 
+    from steadytune.kernels import eager_layers
+
     objective.eval()
     collate = PadCollator(tokenizer.pad_token_id, padding_side="right")
     size = cfg.train.per_device_eval_batch_size
     loss_total, tokens = 0.0, 0
-    for start in range(0, len(data.eval), size):
-        batch = to_device(collate(data.eval[start:start + size]), device)
-        with accelerator.autocast():
-            loss_sum, n = objective(batch)
-        loss_total += float(loss_sum)
-        tokens += n
-    results = {"eval_loss": loss_total / max(tokens, 1)}
-    if data.label_names:
-        results.update(classification_metrics(cfg, unwrap(accelerator, objective).model, tokenizer, data))
+    with eager_layers():  # padded eval batches change shape: compiled layers would compile again for each
+        for start in range(0, len(data.eval), size):
+            batch = to_device(collate(data.eval[start:start + size]), device)
+            with accelerator.autocast():
+                loss_sum, n = objective(batch)
+            loss_total += float(loss_sum)
+            tokens += n
+        results = {"eval_loss": loss_total / max(tokens, 1)}
+        if data.label_names:
+            results.update(classification_metrics(cfg, unwrap(accelerator, objective).model, tokenizer, data))
     objective.train()
     return results
 
@@ -936,7 +1042,11 @@ def reduce_sum(accelerator, value: float | int, device) -> float | int:
 
 
 def to_device(batch: dict, device) -> dict:
-    return {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+    """Tensors to `device`. To a GPU through pinned memory: a copy from pageable memory waits until the GPU has
+    finished everything queued, which would stall the CPU once per micro-batch."""
+    pin = torch.device(device).type == "cuda"
+    return {k: ((v.pin_memory() if pin and v.device.type == "cpu" else v).to(device, non_blocking=True)
+                if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
 
 
 def unwrap(accelerator, objective) -> TrainingObjective:

@@ -109,7 +109,8 @@ def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], che
     limits = ", ".join(f"{shape} {max_tokens_without_checkpointing(_shape_config(shape), budget):,}"
                        for shape in REFERENCE_SHAPES)
     return [Finding.info(check, f"gradient checkpointing stays off up to these tokens per micro-batch on {where}: {limits}",
-                         "train turns it on only when a micro-batch's activations would exceed half the memory",
+                         "train turns it on only when the weights and a micro-batch's activations would not fit in 85% of the "
+                         "memory (and for small models whose layers it compiles)",
                          "doctor --config your.yaml gives the answer for your model and batch")]
 
 

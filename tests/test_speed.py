@@ -1,0 +1,277 @@
+"""The fast path changes no number: static shapes (padded packed micro-batches), the target index, the ignore-aware
+fused cross-entropy, compiled layers without recompiles, and CUDA-graph bookkeeping (checked on CPU with a replay
+that re-runs the step); and the speed policy decides as documented."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from steadytune.graphs import GraphedStep, GraphRunner
+from steadytune.kernels import (SpeedUnavailable, activation_gib, choose_gradient_checkpointing, plan_speed,
+                                state_gib_of)
+from steadytune.loss import ChunkedLinearCrossEntropy, IGNORE_INDEX, causal_lm_loss_sum
+from steadytune.packing import (PackedCollator, PaddedCollator, group_by_token_budget, register_varlen_attention,
+                                segment_sdpa_kernel, static_shape_for, targets_of)
+from steadytune.tiny import build_model, build_tokenizer
+
+TOKENIZER = build_tokenizer()
+
+
+def make_examples(n, seed=0, low=4, high=60):
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(n):
+        length = rng.randrange(low, high)
+        ids = [rng.randrange(20, len(TOKENIZER)) for _ in range(length)]
+        prompt = rng.randrange(1, length)
+        examples.append({"input_ids": ids, "labels": [IGNORE_INDEX] * prompt + ids[prompt:]})
+    return examples
+
+
+def plan_groups(examples, budget, attention, row_len=64):
+    lengths = [len(e["input_ids"]) for e in examples]
+    groups = group_by_token_budget(lengths, range(len(examples)), budget)
+    shape = static_shape_for(groups, lengths, [targets_of(e) for e in examples], attention, row_len)
+    return groups, shape
+
+
+def loss_and_grads(model, batch):
+    model.zero_grad(set_to_none=True)
+    s, n = causal_lm_loss_sum(model, batch)
+    s.backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    return float(s), n, grads
+
+
+# --- static shapes ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("attention", ["varlen", "sdpa"])
+def test_every_static_micro_batch_has_one_shape_and_the_loss_of_its_examples_alone(attention):
+    examples = make_examples(40, seed=1)
+    groups, shape = plan_groups(examples, budget=160, attention=attention)
+    collate = PackedCollator(TOKENIZER.pad_token_id, row_len=64, attention=attention, static=shape)
+    batches = [collate([examples[i] for i in g]) for g in groups]
+    assert all(b["static"] for b in batches)
+    for key in ("input_ids", "position_ids", "target_index", "target_ids") + (("cu_seq_lens_q",) if attention == "varlen" else ()):
+        assert len({tuple(b[key].shape) for b in batches}) == 1, key
+    assert 0.5 < shape.fill <= 1.0 and "padding" in shape.describe()
+
+    impl = register_varlen_attention(segment_sdpa_kernel) if attention == "varlen" else "sdpa"
+    model = build_model("gemma3", TOKENIZER, attn_implementation=impl)  # a sliding window of 16: both layer types
+    reference = build_model("gemma3", TOKENIZER)
+    for g, batch in list(zip(groups, batches))[:3]:
+        got, n, grads = loss_and_grads(model, batch)
+        want, want_n, want_grads = 0.0, 0, None
+        for i in g:
+            s, k, gr = loss_and_grads(reference, PaddedCollator(TOKENIZER.pad_token_id)([examples[i]]))
+            want, want_n = want + s, want_n + k
+            want_grads = gr if want_grads is None else {key: want_grads[key] + gr[key] for key in gr}
+        assert n == want_n == sum(targets_of(examples[i]) for i in g) + 0 * batch["n_targets"]
+        assert got == pytest.approx(want, rel=1e-5)
+        for key in want_grads:
+            torch.testing.assert_close(grads[key], want_grads[key], atol=1e-5, rtol=1e-4)
+
+
+def test_varlen_static_row_cuts_padding_into_pieces_and_ends_in_empty_sequences():
+    examples = make_examples(12, seed=2, low=5, high=30)
+    groups, shape = plan_groups(examples, budget=100, attention="varlen")
+    collate = PackedCollator(TOKENIZER.pad_token_id, row_len=64, attention="varlen", static=shape)
+    for g in groups:
+        batch = collate([examples[i] for i in g])
+        cu = batch["cu_seq_lens_q"].tolist()
+        pieces = [b - a for a, b in zip(cu, cu[1:])]
+        assert len(cu) == shape.sequences + 1 and cu[-1] == shape.tokens == batch["input_ids"].shape[1]
+        assert pieces[:len(g)] == [len(examples[i]["input_ids"]) for i in g]
+        assert all(0 <= p <= shape.max_len for p in pieces) and batch["max_length_q"] == shape.max_len
+        # every sequence (examples and padding pieces) restarts its positions
+        for a, b in zip(cu, cu[1:]):
+            assert batch["position_ids"][0, a:b].tolist() == list(range(b - a))
+        assert (batch["labels"][0, cu[len(g)]:] == IGNORE_INDEX).all()
+
+
+def test_a_micro_batch_that_does_not_fit_comes_out_unpadded():
+    examples = make_examples(10, seed=3)
+    _, shape = plan_groups(examples[:5], budget=80, attention="varlen")
+    collate = PackedCollator(TOKENIZER.pad_token_id, row_len=64, attention="varlen", static=shape)
+    big = collate(examples)  # far more tokens than the planned shape
+    assert big["static"] is False and big["input_ids"].shape[1] == sum(len(e["input_ids"]) for e in examples)
+
+
+# --- the loss --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+def test_chunked_cross_entropy_ignores_padding_rows_and_keeps_weights(softcap):
+    torch.manual_seed(0)
+    hidden = torch.randn(23, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 50, (23,))
+    targets[[2, 7, 20, 21, 22]] = IGNORE_INDEX
+    row_weights = torch.rand(23, dtype=torch.float64) + 0.5
+    got = ChunkedLinearCrossEntropy.apply(hidden, weight, targets, row_weights, softcap, 4)
+    got_grads = torch.autograd.grad(got, (hidden, weight))
+    logits = hidden @ weight.T
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    per_token = F.cross_entropy(logits, targets, reduction="none", ignore_index=IGNORE_INDEX)
+    want = (per_token * row_weights).sum()
+    want_grads = torch.autograd.grad(want, (hidden, weight))
+    assert float(got) == pytest.approx(float(want), rel=1e-10)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+    assert float(got_grads[0][[2, 7, 20]].abs().max()) == 0.0  # ignored rows get no gradient
+
+
+# --- compiled layers: one compilation per layer type, not one per step ------------------------------------------
+
+def test_train_with_compiled_layers_compiles_once_per_layer_type_and_keeps_the_loss(tmp_path, monkeypatch):
+    from steadytune import kernels
+    from test_train_packing import decisions, overrides, tiny_models as _unused, train  # noqa: F401
+    from steadytune.tiny import save_tiny_model
+
+    compiled = []
+
+    def counting_backend(gm, example_inputs):
+        compiled.append(tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)))
+        return gm.forward
+
+    monkeypatch.setattr(kernels, "COMPILE_BACKEND", counting_backend)
+    torch._dynamo.reset()
+    model = save_tiny_model(tmp_path / "gemma3", "gemma3")  # sliding and full layers: two layer types
+    args = dict(max_tokens_per_batch=300, max_steps=4)
+    fast = train(overrides(model, tmp_path / "compiled", packing="true", torch_compile="true", **args))
+    chosen = decisions(tmp_path / "compiled")
+    assert chosen["torch_compile"]["value"] is True and "one static shape" in chosen["torch_compile"]["reason"]
+    assert chosen["static_shapes"]["value"] is True
+    assert 1 <= len(compiled) <= 2 * 2, compiled  # at most one graph per layer type (and a graph break), ever
+    plain = train(overrides(model, tmp_path / "padded", packing="false", **args))
+    assert fast.losses == pytest.approx(plain.losses, rel=1e-4)
+    torch._dynamo.reset()
+
+
+# --- CUDA-graph bookkeeping, on CPU -----------------------------------------------------------------------------
+
+class RerunStep(GraphedStep):
+    """A "graph" whose replay runs the step again on the same static buffers: what a replay computes."""
+
+    def _record(self):
+        step = self
+
+        class Replay:
+            def replay(self):
+                step.static_loss = step._forward_backward()
+
+        return Replay()
+
+
+def test_graphed_steps_accumulate_and_update_exactly_like_eager_steps():
+    from peft import LoraConfig, get_peft_model
+
+    examples = make_examples(48, seed=5)
+    groups, shape = plan_groups(examples, budget=150, attention="varlen")
+    collate = PackedCollator(TOKENIZER.pad_token_id, row_len=64, attention="varlen", static=shape)
+    batches = [collate([examples[i] for i in g]) for g in groups]
+    impl = register_varlen_attention(segment_sdpa_kernel)
+
+    def run(graphed: bool):
+        model = get_peft_model(build_model("qwen2", TOKENIZER, attn_implementation=impl),
+                               LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=1e-2)
+        events = []
+        runner = GraphRunner(lambda b: causal_lm_loss_sum(model, b), params, torch.device("cpu"), None,
+                             report=events.append, step_class=RerunStep)
+        losses = []
+        for window in (batches[0:2], batches[2:4], batches[4:6]):  # 2 micro-batches per optimizer step
+            tokens = sum(b["n_targets"] for b in window)
+            total = torch.zeros(())
+            for b in window:
+                if graphed and runner.takes(b):
+                    total += runner(b, 1.0 / tokens)
+                else:
+                    s, _ = causal_lm_loss_sum(model, b)
+                    (s / tokens).backward()
+                    total += s.detach()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)  # the graph's gradient buffers are dropped here, re-attached next
+            losses.append(float(total) / tokens)
+        return losses, events, runner
+
+    eager, _, _ = run(False)
+    graphed, events, runner = run(True)
+    assert events and events[0]["captured"] is True and events[0]["loss_relative_difference"] < 1e-6
+    assert runner.eager_batches == 0
+    assert graphed == pytest.approx(eager, rel=1e-6)
+    assert graphed[-1] != graphed[0]  # the updates happened
+
+
+def test_a_step_that_cannot_be_recorded_falls_back_to_eager_and_says_why():
+    class Broken(GraphedStep):
+        def _record(self):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    examples = make_examples(8, seed=6)
+    _, shape = plan_groups(examples, budget=1000, attention="varlen")
+    batch = PackedCollator(TOKENIZER.pad_token_id, row_len=64, attention="varlen", static=shape)(examples)
+    model = build_model("qwen2", TOKENIZER, attn_implementation=register_varlen_attention(segment_sdpa_kernel))
+    events = []
+    runner = GraphRunner(lambda b: causal_lm_loss_sum(model, b), list(model.parameters()), torch.device("cpu"), None,
+                         report=events.append, step_class=Broken)
+    assert runner.takes(batch) is False and not runner.active
+    assert events == [{"event": "cuda_graphs", "captured": False,
+                       "reason": "RuntimeError: operation not permitted when stream is capturing; every micro-batch "
+                                 "runs eagerly"}]
+    assert all(p.grad is None for p in model.parameters())
+
+
+# --- the policy ------------------------------------------------------------------------------------------------
+
+def test_speed_policy_by_backend_and_run(monkeypatch):
+    from steadytune import kernels
+    monkeypatch.setattr(kernels, "triton_installed", lambda: True)  # as on a CUDA machine
+    monkeypatch.setattr(kernels, "liger_installed", lambda: True)
+    long_cuda = plan_speed("cuda", "varlen", micro_batches=2000)
+    assert (long_cuda.static_shapes, long_cuda.compile, long_cuda.cuda_graphs, long_cuda.liger) == (True, True, True, False)
+    assert "fuse" in long_cuda.reasons["use_liger_kernel"]
+    short_cuda = plan_speed("cuda", "varlen", micro_batches=247)  # the GPU-sized demo
+    assert (short_cuda.static_shapes, short_cuda.compile, short_cuda.cuda_graphs) == (True, False, True)
+    assert short_cuda.liger  # installed, layers not compiled
+    assert "247 micro-batches" in short_cuda.reasons["torch_compile"]
+    cpu = plan_speed("cpu", "sdpa", micro_batches=2000)
+    assert not (cpu.static_shapes or cpu.compile or cpu.cuda_graphs or cpu.liger)
+    rocm = plan_speed("rocm", "varlen", micro_batches=2000)
+    assert not (rocm.compile or rocm.cuda_graphs) and "not been" in rocm.reasons["torch_compile"]
+    ddp = plan_speed("cuda", "varlen", micro_batches=2000, world_size=2)
+    assert not ddp.cuda_graphs and "2 processes" in ddp.reasons["cuda_graphs"]
+    unpacked = plan_speed("cuda", None, micro_batches=2000)
+    assert not (unpacked.static_shapes or unpacked.compile or unpacked.cuda_graphs)
+    no_empty = plan_speed("cuda", "varlen", micro_batches=2000, static_ok=(False, "kernel X: NaN"))
+    assert not no_empty.cuda_graphs and "kernel X" in no_empty.reasons["cuda_graphs"]
+    asked = plan_speed("cuda", "varlen", micro_batches=10, compile_asked=True, graphs_asked=False)
+    assert asked.compile and not asked.cuda_graphs and asked.reasons["cuda_graphs"] == "cuda_graphs: false"
+    with pytest.raises(SpeedUnavailable, match="cuda_graphs: true, but cpu has no CUDA graphs"):
+        plan_speed("cpu", "sdpa", 10, graphs_asked=True)
+    monkeypatch.setattr(kernels, "triton_installed", lambda: False)
+    assert "needs triton" in plan_speed("cuda", "varlen", 2000).reasons["torch_compile"]
+    with pytest.raises(SpeedUnavailable, match="fault"):
+        plan_speed("cuda", "varlen", 10, graphs_asked=True, blockers={"faults": "fault_injection corrupts the loss"})
+
+
+def test_checkpointing_policy_for_the_issue_shapes_on_an_h200():
+    from steadytune.doctor.plan import _shape_config
+    h200 = 139.7
+    seven_b = _shape_config("qwen2.5-7b")
+    assert 7.0e9 < state_gib_of(seven_b, 1.0) * 2**30 < 8.0e9
+    # 7B at 16k-token micro-batches, compiled: fits without recomputation (the 45% MFU target needs that)
+    assert choose_gradient_checkpointing(seven_b, 16384, h200, compiled=True)[0] is False
+    assert choose_gradient_checkpointing(seven_b, 65536, h200, compiled=True)[0] is True
+    # 0.5B compiled: recomputation is cheap and saves most of the memory
+    use, why = choose_gradient_checkpointing(_shape_config("qwen2.5-0.5b"), 16384, h200, compiled=True)
+    assert use and "small model" in why
+    assert choose_gradient_checkpointing(_shape_config("qwen2.5-0.5b"), 16384, h200, compiled=False)[0] is False
+    assert choose_gradient_checkpointing(_shape_config("qwen2.5-1.5b"), 16384, h200, compiled=True)[0] is False
+    assert activation_gib(seven_b, 16384, compiled=True) < activation_gib(seven_b, 16384, compiled=False)
