@@ -1,15 +1,23 @@
-"""`steadytune bench` runs end to end on CPU and writes what it prints; its length model matches the tokenizer's."""
+"""`steadytune bench` runs end to end on CPU and writes what it prints; its length model matches the tokenizer's; its
+steady-state rule, the peer arm's batch fallback and the longest-length search decide as documented."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 
 import pytest
+import torch
 
 from conftest import LF_FIXTURES, needs_shared
 from steadytune import bench
+from steadytune.bench import arms
+from steadytune.bench.steady import SteadyRate
 from steadytune.cli import main
+
+TINY = ["bench", "--shape", "tiny", "--device", "cpu", "--examples", "120", "--plain-batch", "2", "--max-tokens", "512",
+        "--warmup", "1", "--window", "2"]
 
 
 def test_packaged_lengths_follow_the_alpaca_demo_sets():
@@ -31,22 +39,80 @@ def test_mfu_counts_4n_plus_6n_lora():
     assert bench.flops_per_token(100, 10) == 460
 
 
+def test_mfu_leaves_out_an_untied_input_embedding():
+    """An input embedding with its own head is a lookup: 4N counts only weights that take part in a matmul."""
+    from steadytune.bench.workload import param_counts
+    from steadytune.tiny import build_model, build_tokenizer
+    tied = build_model("qwen2", build_tokenizer()).requires_grad_(False)
+    n, lora = param_counts(tied)
+    assert n == sum(p.numel() for p in tied.parameters()) and lora == 0  # the shared matrix is the head's matmul
+    untied = build_model("llama", build_tokenizer()).requires_grad_(False)
+    untied.lm_head.weight = torch.nn.Parameter(untied.lm_head.weight.detach().clone(), requires_grad=False)
+    n, _ = param_counts(untied)
+    assert n == sum(p.numel() for p in untied.parameters()) - untied.get_input_embeddings().weight.numel()
+
+
+def test_all_arms_see_the_same_examples_in_the_same_order():
+    order = bench.example_order(10, 25, seed=3)
+    assert sorted(order[:10]) == list(range(10)) and sorted(order[10:20]) == list(range(10))
+    assert order == bench.example_order(10, 25, seed=3)  # every arm (and process) computes the same stream
+    assert order[:10] != order[10:20]  # a new pass reshuffles
+
+
 def test_bench_cli_runs_on_cpu_and_writes_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    code = main(["bench", "--shape", "tiny", "--device", "cpu", "--arms", "plain,steadytune", "--steps", "2",
-                 "--warmup", "1", "--examples", "120", "--plain-batch", "2", "--max-tokens", "512",
-                 "--check-loss", "2", "--output", str(out)])
+    code = main(TINY + ["--isolate", "none", "--arms", "plain,steadytune", "--steps", "2", "--check-loss", "2",
+                        "--output", str(out)])
     assert code == 0
     report = json.loads(out.read_text())
     printed = capsys.readouterr().out
     for arm in ("plain", "steadytune"):
         result = report["arms"][arm]
-        assert result["real_tokens"] > 0 and result["tokens_per_s"] > 0
+        assert result["real_tokens"] > 0 and result["tokens_per_s"] > 0 and result["stopped"] == "fixed steps"
         assert f"{result['tokens_per_s']:,.0f}" in printed
-    assert report["ratios"]["tokens_per_s"] == pytest.approx(
+    assert report["ratios"]["vs_plain"]["tokens_per_s"] == pytest.approx(
         report["arms"]["steadytune"]["tokens_per_s"] / report["arms"]["plain"]["tokens_per_s"])
-    assert report["arms"]["steadytune"]["settings"]["packing_attention"]["value"] == "sdpa"
+    ours = report["arms"]["steadytune"]["settings"]
+    assert ours["packing_attention"]["value"] == "sdpa"
+    for key in ("static_shapes", "torch_compile", "cuda_graphs", "use_liger_kernel", "gradient_checkpointing"):
+        assert ours[key]["reason"]  # every speed decision says why
     assert report["loss_check"]["max_relative_difference"] < 1e-4
+    assert "steadytune / plain" in printed
+
+
+def test_an_arm_runs_in_a_process_of_its_own(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--arms", "steadytune", "--steps", "1", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())["arms"]["steadytune"]
+    assert result["steps"] == 1 and result["tokens_per_s"] > 0
+
+
+def test_a_failing_arm_is_reported_and_the_others_kept(tmp_path, capsys, monkeypatch):
+    def broken(args, device):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setitem(arms.RUNNERS, "plain", broken)
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--isolate", "none", "--arms", "plain,steadytune", "--steps", "1", "--output", str(out)]) == 1
+    report = json.loads(out.read_text())
+    assert report["arms"]["plain"]["error"] == "RuntimeError: kernel exploded"
+    assert report["arms"]["steadytune"]["tokens_per_s"] > 0 and report["ratios"] == {}
+    assert "plain did not finish" in capsys.readouterr().err
+
+
+def test_peer_arm_falls_back_to_a_smaller_batch_and_says_so(monkeypatch):
+    tried = []
+
+    def fake(name, args, device, batch, liger, pad_multiple):
+        tried.append(batch)
+        if batch == 32:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return {"name": name, "settings": {"batch": batch, "liger_kernel": liger}}
+
+    monkeypatch.setattr(arms, "run_trainer_arm", fake)
+    result = arms.run_peer(argparse.Namespace(), torch.device("cpu"))
+    assert tried == [32, 16] and result["settings"]["batch"] == 16
+    assert result["settings"]["batch_fallback"] == ["batch 32: out of memory"]
 
 
 def test_bad_dataset_is_a_clear_error(tmp_path, capsys):
@@ -58,9 +124,11 @@ def test_bad_dataset_is_a_clear_error(tmp_path, capsys):
     assert "record 0 has no 'output'" in capsys.readouterr().err
 
 
-def test_unknown_shape_is_a_clear_error(capsys):
+def test_unknown_shape_and_arm_are_clear_errors(capsys):
     assert main(["bench", "--shape", "gpt-17", "--device", "cpu"]) == 1
     assert "unknown --shape 'gpt-17'" in capsys.readouterr().err
+    assert main(["bench", "--shape", "tiny", "--device", "cpu", "--arms", "plain,fast"]) == 1
+    assert "--arms takes plain, peer, steadytune; got fast" in capsys.readouterr().err
 
 
 def test_mfu_peak_comes_from_the_product_table():
@@ -71,3 +139,79 @@ def test_mfu_peak_comes_from_the_product_table():
     assert peak_bf16_tflops("AMD Instinct MI250X") == 191.5          # one GCD: torch sees half a card
     assert peak_bf16_tflops("NVIDIA GeForce RTX 4090") == 165.2
     assert peak_bf16_tflops("NVIDIA L4") is None                     # unknown peak: MFU is reported as n/a
+
+
+# --- the steady-state rule -------------------------------------------------------------------------------------
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def feed(meter: SteadyRate, clock: FakeClock, seconds_per_step, tokens: int = 1000) -> int:
+    meter.start()
+    for step in range(10_000):
+        clock.now += seconds_per_step(step)
+        if meter.step(tokens):
+            return step + 1
+    raise AssertionError("never stopped")
+
+
+def test_steady_rate_waits_out_a_slow_start_and_reports_the_steady_rate():
+    clock = FakeClock()
+    meter = SteadyRate(window=10, min_steps=50, tolerance=0.02, clock=clock)
+    # 3x slower for the first 40 steps (allocator, autotuning), then 1,000 tokens per 0.1 s
+    steps = feed(meter, clock, lambda s: 0.3 if s < 40 else 0.1)
+    summary = meter.summary()
+    assert summary["stopped"] == "steady" and summary["steady"]
+    assert steps >= 100  # the slow windows must leave the compared span first
+    assert summary["tokens_per_s"] == pytest.approx(10_000) and summary["relative_std"] == pytest.approx(0)
+    assert summary["span_windows"] == 6 and len(summary["window_rates"]) == steps // 10
+
+
+def test_steady_rate_stops_at_its_time_cap_and_says_it_was_not_steady():
+    clock = FakeClock()
+    meter = SteadyRate(window=5, min_steps=10, tolerance=0.01, max_seconds=30, clock=clock)
+    feed(meter, clock, lambda s: 0.1 if (s // 5) % 2 else 0.2)  # alternating windows: never within 1%
+    summary = meter.summary()
+    assert summary["stopped"] == "time cap" and not summary["steady"]
+    assert summary["relative_std"] > 0.1 and summary["tokens_per_s_min"] < summary["tokens_per_s_max"]
+
+
+def test_fixed_steps_and_minimum_tokens():
+    clock = FakeClock()
+    assert feed(SteadyRate(window=4, fixed_steps=6, clock=clock), clock, lambda s: 0.1) == 6
+    clock = FakeClock()
+    meter = SteadyRate(window=5, min_steps=10, min_tokens=200_000, tolerance=0.5, clock=clock)
+    assert feed(meter, clock, lambda s: 0.1) == 200  # steady at once, but not enough tokens until step 200
+
+
+# --- the longest cutoff_len ------------------------------------------------------------------------------------
+
+def test_longest_length_search_doubles_then_bisects():
+    limit = 100_000
+    tried = []
+
+    def fits(n):
+        tried.append(n)
+        return n <= limit
+
+    lo, hi = arms.search_longest(fits, 16384, 262144, 8192)
+    assert tried[:4] == [16384, 32768, 65536, 131072]
+    assert lo <= limit < hi and hi - lo <= 8192
+    assert arms.search_longest(lambda n: True, 16384, 131072, 8192) == (131072, None)
+    assert arms.search_longest(lambda n: True, 16384, 100_000, 8192) == (100_000, None)  # the cap itself is tried
+    assert arms.search_longest(lambda n: False, 16384, 131072, 8192) == (0, 8192)  # below the budget too
+
+
+def test_find_max_len_runs_on_cpu(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--isolate", "none", "--arms", "", "--find-max-len", "--probe-max", "2048",
+                        "--output", str(out)]) == 0
+    found = json.loads(out.read_text())["max_len"]
+    assert found["max_cutoff_len"] == 2048 and found["first_out_of_memory"] is None
+    assert [t["cutoff_len"] for t in found["trials"]] == [512, 1024, 2048]
+    assert "longest cutoff_len at 512-token steps: 2048" in capsys.readouterr().out

@@ -1,0 +1,454 @@
+"""The arms of `bench`, each a function of the bench arguments that returns a JSON-able result.
+
+plain       transformers.Trainer + peft LoRA, batch 8, dynamic padding, full logits: the recipe of seed 003.
+peer        the best a tuned LLaMA-Factory user runs: the same recipe with liger-kernel's fused kernels
+            (`use_liger_kernel: true`: RMSNorm, RoPE, SwiGLU, fused linear cross-entropy) and the largest batch
+            that fits (32, else 16, else 8: the result says which, and why).
+steadytune  the default path of `steadytune train` (kernels.plan_speed decides, as for a run of
+            --run-micro-batches micro-batches): packed rows under a token budget, static shapes, CUDA graphs and
+            compiled layers where the policy says so, the head only at labelled positions.
+loss_check  packed (steadytune's path) against unpacked padded batches: same examples, same steps, per-step loss.
+max_len     the longest example (cutoff_len) one steadytune step takes at the token budget, found by trying.
+
+Every arm draws its examples from the same stream (workload.example_order) and is timed by steady.SteadyRate.
+`python -m steadytune.bench.arms ARGS.json RESULT.json` runs one arm in a process of its own (what `bench` does
+by default), so that no arm inherits another's patched classes (liger patches transformers' modules globally),
+allocator state or compiled code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from steadytune.bench.steady import SteadyRate
+from steadytune.bench.workload import (dataset_lengths, example_order, flops_per_token, lora_model, memory_budget_gib,
+                                       param_counts, peak_flops, peak_memory_gib, reset_memory, synchronize,
+                                       synthetic_examples)
+
+PEER_BATCHES = (32, 16, 8)
+
+
+def examples_for(args) -> list[dict]:
+    from steadytune.shapes import SHAPES
+    return synthetic_examples(dataset_lengths(args.dataset), args.examples, SHAPES[args.shape]["vocab_size"],
+                              args.cutoff_len)
+
+
+def meter_for(args, device: torch.device) -> SteadyRate:
+    return SteadyRate(window=args.window, min_steps=args.min_steps, min_tokens=args.min_tokens,
+                      tolerance=args.tolerance, max_seconds=args.max_seconds, max_steps=args.max_steps,
+                      fixed_steps=args.steps)
+
+
+def scored(name: str, meter: SteadyRate, n_params: int, n_lora: int, device: torch.device, settings: dict,
+           startup: float) -> dict:
+    summary = meter.summary()
+    peak = peak_flops(device)
+    rate = summary["tokens_per_s"]
+    return {"name": name, "steps": summary.get("timed_steps", 0), "real_tokens": summary.get("timed_tokens", 0),
+            "seconds": summary.get("span_seconds", 0.0), **summary,
+            "mfu": rate * flops_per_token(n_params, n_lora) / peak if peak else None,
+            "peak_memory_gib": peak_memory_gib(device), "startup_seconds": round(startup, 1),
+            "flops_per_token": flops_per_token(n_params, n_lora), "parameters": n_params, "lora_parameters": n_lora,
+            "settings": settings}
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+# --- plain and peer: transformers.Trainer ------------------------------------------------------------------
+
+def run_plain(args, device: torch.device) -> dict:
+    return run_trainer_arm("plain", args, device, args.plain_batch, liger=False, pad_multiple=None)
+
+
+def run_peer(args, device: torch.device) -> dict:
+    """The largest batch of PEER_BATCHES that fits, with liger-kernel where it is installed."""
+    liger = importlib.util.find_spec("liger_kernel") is not None
+    tried = []
+    for batch in PEER_BATCHES:
+        try:
+            result = run_trainer_arm("peer", args, device, batch, liger=liger, pad_multiple=8)
+        except Exception as e:  # noqa: BLE001 - only running out of memory is a reason to try a smaller batch
+            if not _is_out_of_memory(e) or batch == PEER_BATCHES[-1]:
+                raise
+            tried.append(f"batch {batch}: out of memory")
+            del e
+            reset_memory(device)
+            continue
+        result["settings"]["batch_fallback"] = tried or None
+        if not liger:
+            result["settings"]["liger_kernel"] = "not installed here: this arm ran without it (pip install liger-kernel)"
+        return result
+    raise AssertionError("unreachable")
+
+
+def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bool, pad_multiple: int | None) -> dict:
+    from torch.utils.data import SequentialSampler
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from steadytune.packing import PaddedCollator
+
+    started = time.perf_counter()
+    reset_memory(device)
+    examples = examples_for(args)
+    meter = meter_for(args, device)
+    warmup = args.warmup
+    cap = warmup + (meter.fixed_steps or meter.max_steps)
+    ordered = [examples[i] for i in example_order(len(examples), cap * batch)]
+    model = lora_model(args.shape, device)
+    n_params, n_lora = param_counts(model)
+    collate = PaddedCollator(pad_token_id=0, pad_to_multiple_of=pad_multiple)
+    batch_tokens: list[int] = []
+
+    def counting_collator(rows):
+        batch_tokens.append(sum(len(e["input_ids"]) for e in rows))
+        return collate(rows)
+
+    marks = {}
+
+    class Steady(TrainerCallback):
+        def on_step_begin(self, targs, state, control, **kw):
+            if state.global_step == warmup and "start" not in marks:
+                meter.start(lambda: synchronize(device))
+                marks["start"] = time.perf_counter()
+
+        def on_step_end(self, targs, state, control, **kw):
+            k = state.global_step  # steps done; batches are collated in step order (the loader may run one ahead)
+            if k > warmup and meter.step(batch_tokens[k - 1], lambda: synchronize(device)):
+                control.should_training_stop = True
+
+    class InOrder(Trainer):
+        def _get_train_sampler(self, *a, **kw):  # the shared example order, not a reshuffle of its own
+            return SequentialSampler(self.train_dataset)
+
+    with tempfile.TemporaryDirectory() as out:
+        targs = TrainingArguments(
+            output_dir=out, per_device_train_batch_size=batch, max_steps=cap, learning_rate=1e-4,
+            bf16=device.type == "cuda", use_cpu=device.type == "cpu", logging_steps=10**6, save_strategy="no",
+            report_to=[], dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True, seed=0,
+            max_grad_norm=1.0, use_liger_kernel=liger)
+        trainer = InOrder(model=model, args=targs, train_dataset=ordered, data_collator=counting_collator,
+                          callbacks=[Steady()])
+        trainer.train()
+    settings = {"batch": batch, "padding": "dynamic" + (f", to a multiple of {pad_multiple}" if pad_multiple else ""),
+                "attention": "sdpa", "loss": "liger fused linear cross-entropy" if liger else "HF full logits",
+                "liger_kernel": liger, "trainer": "transformers.Trainer"}
+    result = scored(name, meter, n_params, n_lora, device, settings, marks.get("start", started) - started)
+    del trainer, model
+    return result
+
+
+# --- steadytune's default path ------------------------------------------------------------------------------
+
+def _asked(value: str) -> bool | None:
+    return {"auto": None, "on": True, "off": False}[value]
+
+
+def _cpu_info():
+    from steadytune.hardware import HardwareInfo
+    return HardwareInfo(backend="cpu", torch_version=torch.__version__)
+
+
+def steadytune_setup(args, device: torch.device, groups: list[list[int]], examples: list[dict], packing: bool = True,
+                     allow_compile: bool = True):
+    """Model, collator, speed plan and settings of steadytune's default path on this device, for these micro-batches
+    (the static shape is made for them). The same policy calls `train` makes (kernels.plan_speed,
+    choose_gradient_checkpointing)."""
+    from steadytune.hardware import choose_packing_attention, detect
+    from steadytune.kernels import (apply_liger_kernels, choose_gradient_checkpointing, compile_layers, plan_speed,
+                                    skip_lora_input_cast)
+    from steadytune.packing import (PackedCollator, PaddedCollator, attn_implementation_for, static_shape_for,
+                                    targets_of, varlen_kernels, varlen_static_status)
+
+    info = detect() if device.type == "cuda" else _cpu_info()
+    settings: dict = {}
+    attention, kernel, why = "sdpa", None, "unpacked reference"
+    if packing:
+        attention, kernel, why = choose_packing_attention(info, args.packing_attention)
+    settings["packing_attention"] = {"value": attention, "kernel": kernel, "reason": why}
+    model = lora_model(args.shape, device, attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None))
+    if device.type == "cuda" and args.lora_input_cast == "skip":
+        settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
+    precision = "bf16" if device.type == "cuda" else "fp32"
+    static_ok = varlen_static_status(kernel) if attention == "varlen" and kernel else (True, "")
+    plan = plan_speed(info.backend, attention if packing else None, args.run_micro_batches, 1, precision,
+                      compile_asked=_asked(args.compile) if allow_compile else False,
+                      graphs_asked=_asked(args.cuda_graphs), liger_asked=_asked(args.liger), static_ok=static_ok)
+    lengths = [len(e["input_ids"]) for e in examples]
+    shape = None
+    if packing and plan.static_shapes:
+        shape = static_shape_for(groups, lengths, [targets_of(e) for e in examples], attention, args.cutoff_len)
+        plan.reasons["static_shapes"] += f" ({shape.describe()})"
+    if plan.liger:
+        plan.liger, why = apply_liger_kernels(model)
+        plan.reasons["use_liger_kernel"] = why
+    if plan.compile:
+        _, why = compile_layers(model, static_shapes=plan.static_shapes)
+        plan.reasons["torch_compile"] += f" ({why})"
+    for key, value in (("static_shapes", plan.static_shapes), ("torch_compile", plan.compile),
+                       ("cuda_graphs", plan.cuda_graphs), ("use_liger_kernel", plan.liger)):
+        settings[key] = {"value": value, "reason": plan.reasons[key]}
+    tokens = shape.tokens if shape is not None else max(sum(lengths[i] for i in g) for g in groups)
+    weights_gib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+    use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
+                                                   _asked(args.gradient_checkpointing), compiled=plan.compile,
+                                                   state_gib=weights_gib)
+    if use_gc:
+        enable_checkpointing(model, plan.cuda_graphs)
+    settings["gradient_checkpointing"] = {"value": use_gc, "reason": gc_why}
+    collate = (PackedCollator(pad_token_id=0, row_len=args.cutoff_len, attention=attention, static=shape) if packing
+               else PaddedCollator(pad_token_id=0))
+    settings.update(max_tokens_per_step=args.max_tokens, packing=packing, static_shape=shape.__dict__ if shape else None,
+                    loss="head at labelled positions, chunked fused cross-entropy", adapters="fp32",
+                    base="bf16" if device.type == "cuda" else "fp32")
+    return model, collate, plan, settings
+
+
+def enable_checkpointing(model, graphs: bool) -> None:
+    kwargs = {"use_reentrant": False}
+    if graphs:
+        kwargs["preserve_rng_state"] = False  # a graph cannot record the RNG state's save and restore (no dropout)
+    model.get_base_model().gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.get_base_model().enable_input_require_grads()
+
+
+def train_steps(model, collate, examples: list[dict], groups: list[list[int]], device: torch.device, warmup: int,
+                meter: SteadyRate | None, graphs: bool, settings: dict | None = None) -> tuple[list, dict]:
+    """One optimizer step per group until `meter` says stop (or every group, without a meter);
+    -> (per-token loss of each step as device tensors, timing marks).
+
+    The loss is not read back during the loop: reading it (.item()) would make the CPU wait for the GPU every step
+    and leave the GPU idle while the next step is launched."""
+    from steadytune.graphs import GraphRunner
+    from steadytune.loss import causal_lm_loss_sum, count_target_tokens
+
+    cuda = device.type == "cuda"
+    loader = torch.utils.data.DataLoader(examples, batch_sampler=groups, collate_fn=collate,
+                                         num_workers=2 if cuda else 0, pin_memory=cuda)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4, fused=cuda)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)
+    events: list[dict] = []
+
+    def on_out_of_memory() -> str | None:
+        if settings is None or settings["gradient_checkpointing"]["value"]:
+            return None
+        enable_checkpointing(model, graphs=True)
+        settings["gradient_checkpointing"] = {"value": True, "reason": "on: recording the CUDA graph ran out of memory"}
+        return "gradient checkpointing turned on"
+
+    runner = (GraphRunner(lambda b: causal_lm_loss_sum(model, b), trainable, device,
+                          torch.bfloat16 if cuda else None, report=events.append, on_out_of_memory=on_out_of_memory)
+              if graphs else None)
+    model.train()
+    losses, marks = [], {}
+    for step, cpu_batch in enumerate(loader):
+        if meter is not None and step == warmup:
+            meter.start(lambda: synchronize(device))
+            marks["start"] = time.perf_counter()
+        n = cpu_batch["n_targets"] if "n_targets" in cpu_batch else count_target_tokens(cpu_batch)
+        if runner is not None and runner.takes(cpu_batch):
+            loss_sum = runner(cpu_batch, 1.0 / max(n, 1))
+        else:
+            batch = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                     for k, v in cpu_batch.items()}
+            with autocast:
+                loss_sum, _ = causal_lm_loss_sum(model, batch)
+            (loss_sum / max(n, 1)).backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss_sum.detach() / max(n, 1))
+        if meter is not None and step >= warmup:
+            tokens = sum(len(examples[i]["input_ids"]) for i in groups[step])
+            if meter.step(tokens, lambda: synchronize(device)):
+                break
+    synchronize(device)
+    marks["graph_events"] = events
+    if runner is not None:
+        marks["eager_micro_batches"] = runner.eager_batches
+        runner.release()
+    return losses, marks
+
+
+def step_groups(examples: list[dict], max_tokens: int, count: int) -> list[list[int]]:
+    """`count` steps of at most `max_tokens` real tokens, cut from the shared example order."""
+    from steadytune.packing import group_by_token_budget
+    lengths = [len(e["input_ids"]) for e in examples]
+    mean = sum(lengths) / len(lengths)
+    order = example_order(len(examples), int(count * max_tokens / mean * 1.2) + len(examples))
+    return group_by_token_budget(lengths, order, max_tokens)[:count]
+
+
+def run_steadytune(args, device: torch.device) -> dict:
+    started = time.perf_counter()
+    reset_memory(device)
+    examples = examples_for(args)
+    meter = meter_for(args, device)
+    groups = step_groups(examples, args.max_tokens, args.warmup + (meter.fixed_steps or meter.max_steps))
+    model, collate, plan, settings = steadytune_setup(args, device, groups, examples)
+    n_params, n_lora = param_counts(model)
+    _, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs, settings)
+    settings["cuda_graph_events"] = marks["graph_events"]
+    settings["eager_micro_batches"] = marks.get("eager_micro_batches")
+    result = scored("steadytune", meter, n_params, n_lora, device, settings, marks.get("start", started) - started)
+    del model
+    return result
+
+
+def run_loss_check(args, device: torch.device) -> dict:
+    """Same examples, same order, same steps: packed (steadytune's path, compile left out) and padded training
+    must give the same per-token loss."""
+    examples = examples_for(args)
+    groups = step_groups(examples, args.max_tokens, args.check_loss)
+    curves, settings = {}, {}
+    # The padded arm pads every example of a step to the longest one (several times the real tokens): both arms
+    # recompute activations in backward, which changes no value and keeps the padded arm inside memory.
+    check_args = argparse.Namespace(**{**vars(args), "gradient_checkpointing": "on"})
+    for packing in (True, False):
+        reset_memory(device)
+        model, collate, plan, arm_settings = steadytune_setup(check_args, device, groups, examples, packing=packing,
+                                                              allow_compile=False)
+        losses, marks = train_steps(model, collate, examples, groups, device, 0, None,
+                                    plan.cuda_graphs and packing, arm_settings)
+        name = "packed" if packing else "unpacked"
+        curves[name] = [float(x) for x in torch.stack(losses).cpu()]
+        settings[name] = {k: arm_settings[k]["value"] for k in ("static_shapes", "cuda_graphs", "gradient_checkpointing")}
+        settings[name]["graph_events"] = marks["graph_events"]
+        del model
+    rel = [abs(a - b) / abs(b) for a, b in zip(curves["packed"], curves["unpacked"])]
+    return {"name": "loss_check", "steps": args.check_loss, "max_relative_difference": max(rel), **curves,
+            "settings": settings}
+
+
+# --- the longest cutoff_len at a token budget ------------------------------------------------------------------
+
+def run_max_len(args, device: torch.device) -> dict:
+    """Try one optimizer step on a single example of L tokens (every position after the first labelled: the loss's
+    worst case), L doubling from the token budget up to --probe-max, then halving the gap between the longest that
+    fitted and the shortest that did not down to --probe-step. Gradient checkpointing as the policy decides for a
+    micro-batch of max(L, budget) tokens; eager layers (a new length would compile again; compiled layers keep
+    less for backward, so this is a lower bound)."""
+    from steadytune.kernels import choose_gradient_checkpointing
+    from steadytune.loss import causal_lm_loss_sum
+    from steadytune.packing import PackedCollator
+    from steadytune.shapes import SHAPES
+
+    started = time.perf_counter()
+    probe_args = argparse.Namespace(**{**vars(args), "compile": "off", "cuda_graphs": "off",
+                                       "cutoff_len": args.probe_max})
+    dummy = [{"input_ids": [1, 2], "labels": [1, 2]}]
+    model, _, plan, settings = steadytune_setup(probe_args, device, [[0]], dummy)
+    attention = settings["packing_attention"]["value"]
+    config = model.get_base_model().config
+    weights_gib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4, fused=device.type == "cuda")
+    vocab = SHAPES[args.shape]["vocab_size"]
+    gen = torch.Generator().manual_seed(0)
+    trials = []
+
+    def fits(length: int) -> bool:
+        tokens = max(length, args.max_tokens)
+        use_gc, why = choose_gradient_checkpointing(config, tokens, memory_budget_gib(device),
+                                                    _asked(args.gradient_checkpointing), state_gib=weights_gib)
+        base = model.get_base_model()
+        if use_gc:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            base.enable_input_require_grads()
+        else:
+            base.gradient_checkpointing_disable()
+        ids = torch.randint(100, vocab - 1, (length,), generator=gen).tolist()
+        batch = PackedCollator(0, row_len=length, attention=attention)([{"input_ids": ids, "labels": ids}])
+        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        reset_memory(device)
+        t0 = time.perf_counter()
+        ok = True
+        try:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                loss_sum, n = causal_lm_loss_sum(model, batch)
+            (loss_sum / n).backward()
+            optimizer.step()
+            synchronize(device)
+        except Exception as e:  # noqa: BLE001 - out of memory is the answer we are looking for
+            if not _is_out_of_memory(e):
+                raise
+            ok = False
+        optimizer.zero_grad(set_to_none=True)
+        batch = loss_sum = None
+        trials.append({"cutoff_len": length, "fits": ok, "gradient_checkpointing": use_gc,
+                       "peak_memory_gib": round(peak_memory_gib(device) or 0.0, 2),
+                       "seconds": round(time.perf_counter() - t0, 2)})
+        print(f"  max_len probe: {length:>7,} tokens {'fits' if ok else 'out of memory'} "
+              f"(checkpointing {'on' if use_gc else 'off'}, peak {trials[-1]['peak_memory_gib']} GiB, "
+              f"{trials[-1]['seconds']} s)", flush=True)
+        reset_memory(device)
+        return ok
+
+    deadline = started + args.probe_seconds
+    lo, hi = search_longest(fits, args.max_tokens, args.probe_max, args.probe_step,
+                            lambda: time.perf_counter() >= deadline)
+    return {"name": "max_len", "max_cutoff_len": lo or None, "first_out_of_memory": hi, "budget_tokens": args.max_tokens,
+            "probe_max": args.probe_max, "stopped_by_time": time.perf_counter() >= deadline, "trials": trials,
+            "settings": {k: settings[k] for k in ("packing_attention", "use_liger_kernel")}}
+
+
+def search_longest(fits, start: int, cap: int, step: int, out_of_time=lambda: False) -> tuple[int, int | None]:
+    """-> (longest length that fitted or 0, shortest that did not or None). Doubling from `start` (and `cap` itself
+    last), then halving the gap between the two down to `step`, until `out_of_time()`."""
+    ladder, length = [], start
+    while length < cap:
+        ladder.append(length)
+        length *= 2
+    ladder.append(cap)
+    lo, hi = 0, None
+    for length in ladder:
+        if out_of_time():
+            return lo, hi
+        if not fits(length):
+            hi = length
+            break
+        lo = length
+    while hi is not None and hi - lo > step and not out_of_time():
+        mid = (lo + hi) // 2 // step * step
+        if mid <= lo:
+            break
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+RUNNERS = {"plain": run_plain, "peer": run_peer, "steadytune": run_steadytune, "loss_check": run_loss_check,
+           "max_len": run_max_len}
+
+
+def run_arm(name: str, args, device: torch.device) -> dict:
+    return RUNNERS[name](args, device)
+
+
+def main(argv: list[str]) -> int:
+    """python -m steadytune.bench.arms ARGS.json RESULT.json: one arm in this process, its result as JSON."""
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    args = argparse.Namespace(**spec["args"])
+    device = torch.device(spec["device"])
+    result = run_arm(spec["arm"], args, device)
+    Path(argv[1]).write_text(json.dumps(result, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,150 @@
+"""What every arm of `bench` trains on and how it is scored: real example lengths with random token ids, one
+example order shared by all arms, the model shape with LoRA, and FLOPs / memory bookkeeping."""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import re
+from pathlib import Path
+
+import torch
+
+from steadytune.errors import UserError
+
+# The default length distribution ships with the package (lengths.json: the lengths of LLaMA-Factory's alpaca
+# demo sets, estimated as load_lengths does), so `bench` runs anywhere without those files.
+DEFAULT_LENGTHS = Path(__file__).with_name("lengths.json")
+TEMPLATE_PROMPT_TOKENS, TEMPLATE_ANSWER_TOKENS = 16, 4  # chat template tokens around a turn (Qwen-like)
+LORA_RANK = 16
+
+
+# --- data: real lengths, random tokens ---------------------------------------------------------------------
+
+def estimate_tokens(text: str) -> float:
+    """Token count of a BPE like Qwen's without the tokenizer: ~0.75 per CJK character, ~4 bytes per token
+    otherwise. On the alpaca demo sets this gives mean 189 / p90 381 / max 750 with the template (the real
+    tokenizer: 187 / 383 / 752, DEVICE.md)."""
+    cjk = len(re.findall(r"[\u3000-\u9fff\uff00-\uffef]", text))
+    rest = re.sub(r"[\u3000-\u9fff\uff00-\uffef]", "", text)
+    return cjk * 0.75 + len(rest.encode()) / 4.0
+
+
+def dataset_lengths(spec: str | None) -> list[tuple[int, int]]:
+    """(prompt tokens, answer tokens) per record: of the --dataset files, or the packaged default distribution."""
+    if spec:
+        return load_lengths([Path(p) for p in spec.split(",")])
+    return [tuple(pair) for pair in json.loads(DEFAULT_LENGTHS.read_text(encoding="utf-8"))["lengths"]]
+
+
+def load_lengths(paths: list[Path]) -> list[tuple[int, int]]:
+    """(prompt tokens, answer tokens) for each alpaca-format record."""
+    lengths = []
+    for path in paths:
+        if not path.is_file():
+            raise UserError(f"bench: dataset file not found: {path} (pass --dataset FILE.json)")
+        try:
+            records = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise UserError(f"bench: {path}: not valid JSON (line {e.lineno}): {e.msg}") from None
+        if not isinstance(records, list):
+            raise UserError(f"bench: {path}: expected a JSON list of alpaca records")
+        for i, r in enumerate(records):
+            if not isinstance(r, dict) or "output" not in r:
+                raise UserError(f"bench: {path}: record {i} has no 'output' (alpaca format: instruction/input/output)")
+            prompt = f"{r.get('instruction', '')}\n{r.get('input', '')}"
+            lengths.append((int(estimate_tokens(prompt)) + TEMPLATE_PROMPT_TOKENS,
+                            max(1, int(estimate_tokens(str(r["output"])))) + TEMPLATE_ANSWER_TOKENS))
+    if not lengths:
+        raise UserError("bench: the dataset has no records")
+    return lengths
+
+
+def synthetic_examples(lengths: list[tuple[int, int]], count: int, vocab: int, cutoff: int, seed: int = 0) -> list[dict]:
+    """`count` examples with the given prompt/answer lengths (cycled, shuffled) and random token ids."""
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    pool = list(lengths)
+    rng.shuffle(pool)  # a random draw of the dataset, not its first records
+    order = [pool[i % len(pool)] for i in range(count)]
+    examples = []
+    for prompt, answer in order:
+        n = min(prompt + answer, cutoff)
+        ids = torch.randint(min(100, vocab // 4), vocab - 1, (n,), generator=gen).tolist()
+        labels = [-100] * min(prompt, n - 1) + ids[min(prompt, n - 1):]
+        examples.append({"input_ids": ids, "labels": labels})
+    return examples
+
+
+def example_order(n_examples: int, count: int, seed: int = 0) -> list[int]:
+    """The first `count` example indices of the stream every arm trains on: a seeded shuffle of all examples,
+    reshuffled for each further pass. Arms take consecutive examples from it (batches of 8 or 32, or token
+    budgets), so they see the same examples in the same order."""
+    order: list[int] = []
+    epoch = 0
+    while len(order) < count:
+        indices = list(range(n_examples))
+        random.Random(seed + epoch).shuffle(indices)
+        order += indices
+        epoch += 1
+    return order[:count]
+
+
+# --- model, FLOPs and memory ---------------------------------------------------------------------------------
+
+def lora_model(shape: str, device: torch.device, attn_implementation: str = "sdpa"):
+    from peft import LoraConfig, get_peft_model
+    from steadytune.shapes import build_shape
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    base = build_shape(shape, dtype=dtype, device=device, attn_implementation=attn_implementation)
+    config = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0, target_modules="all-linear",
+                        task_type="CAUSAL_LM")
+    # peft keeps the adapters in fp32 over a bf16 base (autocast_adapter_dtype): exact updates, cheap memory.
+    return get_peft_model(base, config)
+
+
+def param_counts(model) -> tuple[int, int]:
+    """-> (N, N_lora) of the MFU formula: frozen parameters that take part in a matmul (tied weights count once;
+    an input embedding with its own output head is a lookup, not a matmul, and is left out), and trainable ones."""
+    from steadytune.model import count_parameters
+    trainable, total = count_parameters(model)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    embedding, head = base.get_input_embeddings(), base.get_output_embeddings()
+    lookup_only = 0
+    if embedding is not None and head is not None and embedding.weight is not head.weight:
+        lookup_only = embedding.weight.numel()
+    return total - trainable - lookup_only, trainable
+
+
+def flops_per_token(n_params: int, n_lora: int) -> float:
+    """Frozen base: forward 2N + backward to activations 2N; adapters also get weight gradients: 6*N_lora."""
+    return 4.0 * n_params + 6.0 * n_lora
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    from steadytune.hardware import peak_bf16_tflops
+    tflops = peak_bf16_tflops(torch.cuda.get_device_name(device))  # the product table doctor and train use
+    return tflops * 1e12 if tflops else None
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_gib(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+def memory_budget_gib(device: torch.device) -> float | None:
+    return torch.cuda.get_device_properties(device).total_memory / 2**30 if device.type == "cuda" else None
