@@ -53,9 +53,10 @@ def scoring_batch_size(device: torch.device) -> int:
 
 
 def run_demo(cfg, force: bool = False) -> dict:
+    """Zero-shot scoring, training and scoring again, on one copy of the model loaded once: training adopts the
+    model scored zero-shot (train.run_training's `model`), and the model it hands back is scored after."""
     from steadytune.data import prepare_datasets
-    from steadytune.evaluate import load_trained
-    from steadytune.model import load_for_inference, load_trained_adapter
+    from steadytune.model import load_for_inference
     from steadytune.scoring import evaluate_classification
     from steadytune.train import majority_share, run_training
 
@@ -73,16 +74,12 @@ def run_demo(cfg, force: bool = False) -> dict:
     score_seconds = time.perf_counter() - t0
     print(f"zero-shot accuracy (label scoring): {before['accuracy']:.3f}  ({score_seconds:.1f} s)\n")
 
-    # 2. Train.
-    result = run_training(cfg, force=force)
+    # 2. Train that same model in place (LoRA: its adapter is added to it; full: its weights change).
+    result = run_training(cfg, force=force, model=model)
+    del model
 
-    # 3. After, on the same reviews: the same base model with the trained adapter, or for a full fine-tune the
-    # trained model itself.
-    if cfg.method.finetuning_type == "lora":
-        tuned = load_trained_adapter(model, result.output_dir)
-    else:
-        del model
-        tuned, _ = load_trained(cfg, Path(result.output_dir), "full")
+    # 3. After, on the same reviews: the model as training left it, which is what it saved to output_dir.
+    tuned = result.model
     tuned.eval()
     after = evaluate_classification(tuned, tokenizer, data.eval, **eval_args)
     gain = (after["accuracy"] - before["accuracy"]) / max(1e-9, 1 - before["accuracy"])

@@ -35,3 +35,37 @@ def test_demo_scores_before_and_after_for_lora_and_full(tmp_path, finetuning_typ
     assert summary["after"]["accuracy"] == 1.0  # the task is trivially learnable: the trained weights were scored
     expected = "adapter_config.json" if finetuning_type == "lora" else "model.safetensors"
     assert (tmp_path / "out" / expected).is_file()
+
+
+def test_demo_loads_the_model_once_and_trains_the_copy_it_scored(tmp_path, monkeypatch):
+    """Zero-shot scoring, training and scoring after share one model: from_pretrained runs once, and the base
+    weights training used are the very tensors scored zero-shot (no second copy in memory)."""
+    from transformers import AutoModelForCausalLM
+
+    from steadytune import train as train_module
+
+    model_dir = save_tiny_model(tmp_path / "tiny", "qwen2", seed=0)
+    rows = [{"text": t, "label": "消极"} for t in NEG] + [{"text": t, "label": "积极"} for t in POS]
+    (tmp_path / "reviews.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                            encoding="utf-8")
+    loads, seen = [], {}
+    original = AutoModelForCausalLM.from_pretrained.__func__
+
+    def counting(cls, *args, **kwargs):
+        model = original(cls, *args, **kwargs)
+        loads.append(model)
+        seen["before"] = model.model.layers[0].mlp.down_proj.weight.data_ptr()
+        return model
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(counting))
+    adopted = []
+    real_adopt = train_module.adopt_model
+    monkeypatch.setattr(train_module, "adopt_model", lambda m, *a: adopted.append(m) or real_adopt(m, *a))
+    cfg = load_config(None, [f"model_name_or_path={model_dir}", f"dataset={tmp_path / 'reviews.jsonl'}",
+                             f"eval_dataset={tmp_path / 'reviews.jsonl'}", "template=empty", "label_names=[消极, 积极]",
+                             "prompt_template=评论：{text}情感：", "cutoff_len=32", "per_device_train_batch_size=8",
+                             "max_steps=2", f"output_dir={tmp_path / 'out'}", "save_steps=1000", "plot_loss=false"])
+    run_demo(cfg, force=True)
+    assert len(loads) == 1 and adopted == loads
+    layer = loads[0].model.layers[0].mlp.down_proj
+    assert layer.base_layer.weight.data_ptr() == seen["before"]  # LoRA wrapped the same weight tensor

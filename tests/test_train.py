@@ -76,8 +76,12 @@ def test_lora_run_writes_every_output(tiny_models, tmp_path):
     assert [p.name for p in list_checkpoints(out)] == ["checkpoint-3"]
     steps = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
-    for key in ("epoch", "loss", "grad_norm", "lr", "tokens", "tokens_per_s"):
+    for key in ("epoch", "loss", "grad_norm", "lr", "tokens", "tokens_per_s", "input_tokens_per_s",
+                "target_tokens_per_s"):
         assert key in steps[0]
+    for r in steps:  # throughput named for what it counts; tokens_per_s kept for older readers (= input)
+        assert r["tokens_per_s"] == r["input_tokens_per_s"] > r["target_tokens_per_s"] > 0
+    assert result.input_tokens_per_s > result.tokens_per_s > 0  # prompts are processed, not trained on
     assert result.global_step == 6 and result.final_loss == pytest.approx(steps[-1]["loss"])
 
     # The adapter loads with plain peft and changes the model's output.
