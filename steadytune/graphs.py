@@ -131,7 +131,9 @@ class GraphedStep:
 
     def _record(self):
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):  # records the kernels; nothing runs until replay
+        # thread_local: a data loader's pinning thread may allocate host memory meanwhile; only this thread's
+        # calls must be capture-safe (the autograd engine's kernels still go to the capturing stream).
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # records; nothing runs until replay
             self.static_loss = self._forward_backward()
         return graph
 
@@ -181,6 +183,7 @@ class GraphRunner:
         self.failed: str | None = None
         self.eager_batches = 0
         self.capture_seconds = 0.0
+        self._kept: list | None = None
 
     @property
     def active(self) -> bool:
@@ -207,6 +210,8 @@ class GraphRunner:
         import time
         started = time.perf_counter()
         freed = None
+        # Gradients an eager micro-batch of this window already left: recording uses the buffers, then they go back.
+        self._kept = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
         for attempt in range(2):
             step = self.step_class(self.loss_fn, self.params, batch, self.device, self.dtype)
             try:
@@ -225,6 +230,10 @@ class GraphRunner:
                 first = str(e).splitlines()[0][:200] if str(e) else ""
                 return self._give_up(f"{type(e).__name__}: {first}")
             self.step = step
+            for g, kept in zip(step.grads, self._kept):
+                if kept is not None:
+                    g.copy_(kept)
+            self._kept = None
             self.capture_seconds = time.perf_counter() - started
             self.report({"event": "cuda_graphs", "captured": True, "seconds": round(self.capture_seconds, 2),
                          **({"out_of_memory": freed} if freed else {}), **check})
@@ -234,8 +243,9 @@ class GraphRunner:
     def _give_up(self, why: str) -> bool:
         self.failed = why
         self.report({"event": "cuda_graphs", "captured": False, "reason": f"{why}; every micro-batch runs eagerly"})
-        for p in self.params:
-            p.grad = None
+        for p, kept in zip(self.params, self._kept or [None] * len(self.params)):
+            p.grad = kept
+        self._kept = None
         return False
 
     def release(self) -> None:

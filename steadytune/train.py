@@ -895,9 +895,12 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     tokens = batches.max_tokens or t.per_device_train_batch_size * max(batches.lengths)
     if plan.static_shapes:
         tokens = batches.static_shape.tokens
+    # An APU's memory is what it can map (GTT), not the small carve-out tools print (GPU.budget_gib).
     budget = info.primary.budget_gib if info.primary is not None else None
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     state = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+    if cfg.method.finetuning_type == "full":
+        state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
     use, why = choose_gradient_checkpointing(base.config, tokens, budget, t.gradient_checkpointing,
                                              compiled=plan.compile, state_gib=state)
     cfg.decide("gradient_checkpointing", use, why)
@@ -976,7 +979,6 @@ def should_evaluate(t, step: int, steps_per_epoch: int, total_steps: int) -> boo
 def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, tokenizer, device) -> dict:
     """Eval loss over the eval split (token-weighted), plus accuracy and macro-F1 for classification."""
     from steadytune.data import PadCollator
-
     from steadytune.kernels import eager_layers
 
     objective.eval()

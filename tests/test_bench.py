@@ -185,8 +185,8 @@ def test_fixed_steps_and_minimum_tokens():
     clock = FakeClock()
     assert feed(SteadyRate(window=4, fixed_steps=6, clock=clock), clock, lambda s: 0.1) == 6
     clock = FakeClock()
-    meter = SteadyRate(window=5, min_steps=10, min_tokens=200_000, tolerance=0.5, clock=clock)
-    assert feed(meter, clock, lambda s: 0.1) == 200  # steady at once, but not enough tokens until step 200
+    meter = SteadyRate(window=5, min_steps=1000, min_tokens=200_000, tolerance=0.5, clock=clock)
+    assert feed(meter, clock, lambda s: 0.1) == 200  # a minimum of 1,000 steps or 200,000 tokens: tokens first
 
 
 # --- the longest cutoff_len ------------------------------------------------------------------------------------

