@@ -10,6 +10,7 @@
 #          steadytune's default path, each until steady; packed == unpacked on 0.5B            -> b05.json b15.json
 #   big    Qwen2.5-7B shape: steadytune alone at 16k-token steps, then the longest cutoff_len  -> b7.json
 #   demo   the GPU-sized demo with the new defaults, then with cuda_graphs=false (the old path)  -> demo_*.json
+#   variants (optional third call, ~5 min, carry [".whl"]): single levers on the steadytune arm -> v*.json
 # Ends with benchmarks/speed_summary.py over whatever was written (also in $OUT/log).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -59,8 +60,17 @@ for STAGE in "${@:-bench}"; do
       cp /root/runs/demo-$NAME/demo_results.json "$OUT/demo_$NAME.json" 2>/dev/null
     done
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo)";;
+  variants)
+    # Optional third call (~5 min): one lever at a time on the steadytune arm, for tuning the policy's thresholds.
+    stamp "variants: 1.5B at 32k-token steps; 1.5B without CUDA graphs; 0.5B without checkpointing; 0.5B eager"
+    timeout 120 $B --shape qwen2.5-1.5b --arms steadytune --max-tokens 32768 --output "$OUT/v15_32k.json" | grep -v Warning
+    timeout 120 $B --shape qwen2.5-1.5b --arms steadytune --cuda-graphs off --output "$OUT/v15_nographs.json" | grep -v Warning
+    timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --gradient-checkpointing off --output "$OUT/v05_nogc.json" | grep -v Warning
+    timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --compile off --output "$OUT/v05_eager.json" | grep -v Warning
+    ;;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants)";;
   esac
 done
 stamp "summary"
-python3 benchmarks/speed_summary.py "$OUT"/b05.json "$OUT"/b15.json "$OUT"/b7.json "$OUT"/demo_new.json "$OUT"/demo_eager.json 2>/dev/null
+python3 benchmarks/speed_summary.py $(ls "$OUT"/*.json 2>/dev/null)
+sleep 2  # let tee write the last lines into $OUT/log

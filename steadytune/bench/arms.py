@@ -349,7 +349,9 @@ def run_max_len(args, device: torch.device) -> dict:
     from steadytune.shapes import SHAPES
 
     started = time.perf_counter()
-    probe_args = argparse.Namespace(**{**vars(args), "compile": "off", "cuda_graphs": "off",
+    # Eager layers without liger: the default long run compiles its layers instead (and then skips liger), and
+    # compiled layers keep less for backward, so what fits here fits there.
+    probe_args = argparse.Namespace(**{**vars(args), "compile": "off", "cuda_graphs": "off", "liger": "off",
                                        "cutoff_len": args.probe_max})
     dummy = [{"input_ids": [1, 2], "labels": [1, 2]}]
     model, _, plan, settings = steadytune_setup(probe_args, device, [[0]], dummy)
