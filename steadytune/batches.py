@@ -67,17 +67,21 @@ class TrainBatches:
         self.static_shape = None
         self._epoch_groups: tuple[int, list[list[int]]] | None = None
 
-    def plan_static_shape(self, epochs: int):
-        """Pad every packed micro-batch to one shape from now on (packing.StaticShape), the smallest that holds all
-        micro-batches of the first `epochs` epochs, so compiled layers and CUDA graphs see a single shape."""
-        from steadytune.packing import PackedCollator, static_shape_for, targets_of
+    def static_shape_for(self, epochs: int):
+        """The smallest packing.StaticShape that holds every packed micro-batch of the first `epochs` epochs."""
+        from steadytune.packing import static_shape_for, targets_of
 
-        packed = self.collate
         groups = [g for epoch in range(epochs) for g in self.micro_batches(epoch)]
         targets = [targets_of(x) for x in self.data.train]
-        self.static_shape = static_shape_for(groups, self.lengths, targets, packed.attention, packed.row_len)
-        self.collate = PackedCollator(packed.pad_token_id, packed.row_len, packed.attention, static=self.static_shape)
-        return self.static_shape
+        return static_shape_for(groups, self.lengths, targets, self.collate.attention, self.collate.row_len)
+
+    def use_static_shape(self, shape) -> None:
+        """Pad every packed micro-batch to `shape` from now on, so compiled layers and CUDA graphs see one shape."""
+        from steadytune.packing import PackedCollator
+
+        packed = self.collate
+        self.static_shape = shape
+        self.collate = PackedCollator(packed.pad_token_id, packed.row_len, packed.attention, static=shape)
 
     def batches_per_epoch(self) -> int:
         if self.max_tokens is None:

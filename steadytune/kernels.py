@@ -227,21 +227,30 @@ class SpeedUnavailable(ValueError):
     """A speed feature was asked for (key: true) where it cannot run; the message says why."""
 
 
+# Static shapes pad every micro-batch to the largest; below this share of real tokens that costs more than
+# compiled layers or graphs win (a token budget below cutoff_len makes one long example set the shape for all).
+MIN_STATIC_FILL = 0.75
+
+
 def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, world_size: int = 1,
                precision: str = "bf16", compile_asked: bool | None = None, graphs_asked: bool | None = None,
                liger_asked: bool | None = None, blockers: dict | None = None,
-               static_ok: tuple[bool, str] = (True, "")) -> SpeedPlan:
+               static_ok: tuple[bool, str] = (True, ""), static_fill: float | None = None) -> SpeedPlan:
     """The speed features of a run, decided in one place.
 
     backend: cuda | rocm | mps | cpu. packing_attention: varlen | sdpa | flex, or None when unpacked.
     micro_batches: how many the run will compute (forward + backward). *_asked: the user's key (None = unset).
     blockers: reasons that rule CUDA graphs out ({"fault_injection": "..."}): anything that must run eagerly
     between forward and backward. static_ok: whether the packing kernel takes padded static rows (varlen needs
-    empty sequences in cu_seq_lens: packing.varlen_static_status), with the reason.
+    empty sequences in cu_seq_lens: packing.varlen_static_status), with the reason. static_fill: the share of
+    real tokens once every micro-batch is padded to the static shape (StaticShape.fill).
     Raises SpeedUnavailable for a feature asked for that cannot run here."""
     plan = SpeedPlan()
     r = plan.reasons
     gpu = backend in ("cuda", "rocm")
+    if static_ok[0] and static_fill is not None and static_fill < MIN_STATIC_FILL:
+        static_ok = (False, f"padding every micro-batch to one shape would waste {1 - static_fill:.0%} of the "
+                            "compute (is max_tokens_per_batch below cutoff_len?)")
     static_possible = packing_attention in ("varlen", "sdpa") and static_ok[0]
     why_no_static = ("not packed: padded batches change shape every step" if packing_attention is None else
                      f"packing attention {packing_attention} builds its own masks per batch"

@@ -866,18 +866,19 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     if cfg.method.lora_dropout > 0 or cfg.method.use_dora:
         blockers["adapter"] = "lora_dropout and DoRA have not been tried under graphs"
     attention = packing.attention if packing is not None else None
-    static_ok = (True, "")
+    static_ok, shape = (True, ""), None
     if attention == "varlen":
         static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
+    if attention in ("varlen", "sdpa"):
+        shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)
     try:
         plan = plan_speed(info.backend, attention, micro_batches, world_size, precision,
                           compile_asked=t.torch_compile, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
-                          blockers=blockers, static_ok=static_ok)
+                          blockers=blockers, static_ok=static_ok, static_fill=shape.fill if shape else None)
     except SpeedUnavailable as e:
         raise UserError(str(e)) from None
     if plan.static_shapes:
-        epochs = math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1
-        shape = batches.plan_static_shape(epochs)
+        batches.use_static_shape(shape)
         plan.reasons["static_shapes"] += f" ({shape.describe()})"
     if plan.liger:
         applied, why = apply_liger_kernels(model)

@@ -141,7 +141,7 @@ def test_train_with_compiled_layers_compiles_once_per_layer_type_and_keeps_the_l
     monkeypatch.setattr(kernels, "COMPILE_BACKEND", counting_backend)
     torch._dynamo.reset()
     model = save_tiny_model(tmp_path / "gemma3", "gemma3")  # sliding and full layers: two layer types
-    args = dict(max_tokens_per_batch=300, max_steps=4)
+    args = dict(max_tokens_per_batch=480, cutoff_len=512, max_steps=4)  # one row a micro-batch: little padding
     fast = train(overrides(model, tmp_path / "compiled", packing="true", torch_compile="true", **args))
     chosen = decisions(tmp_path / "compiled")
     assert chosen["torch_compile"]["value"] is True and "one static shape" in chosen["torch_compile"]["reason"]
@@ -254,6 +254,8 @@ def test_speed_policy_by_backend_and_run(monkeypatch):
     assert not (unpacked.static_shapes or unpacked.compile or unpacked.cuda_graphs)
     no_empty = plan_speed("cuda", "varlen", micro_batches=2000, static_ok=(False, "kernel X: NaN"))
     assert not no_empty.cuda_graphs and "kernel X" in no_empty.reasons["cuda_graphs"]
+    wasteful = plan_speed("cuda", "varlen", micro_batches=2000, static_fill=0.5)
+    assert not (wasteful.static_shapes or wasteful.cuda_graphs) and "waste 50%" in wasteful.reasons["cuda_graphs"]
     asked = plan_speed("cuda", "varlen", micro_batches=10, compile_asked=True, graphs_asked=False)
     assert asked.compile and not asked.cuda_graphs and asked.reasons["cuda_graphs"] == "cuda_graphs: false"
     with pytest.raises(SpeedUnavailable, match="cuda_graphs: true, but cpu has no CUDA graphs"):

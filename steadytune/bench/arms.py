@@ -183,14 +183,17 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
     precision = "bf16" if device.type == "cuda" else "fp32"
     static_ok = varlen_static_status(kernel) if attention == "varlen" and kernel else (True, "")
+    lengths = [len(e["input_ids"]) for e in examples]
+    shape = (static_shape_for(groups, lengths, [targets_of(e) for e in examples], attention, args.cutoff_len)
+             if packing else None)
     plan = plan_speed(info.backend, attention if packing else None, args.run_micro_batches, 1, precision,
                       compile_asked=_asked(args.compile) if allow_compile else False,
-                      graphs_asked=_asked(args.cuda_graphs), liger_asked=_asked(args.liger), static_ok=static_ok)
-    lengths = [len(e["input_ids"]) for e in examples]
-    shape = None
-    if packing and plan.static_shapes:
-        shape = static_shape_for(groups, lengths, [targets_of(e) for e in examples], attention, args.cutoff_len)
+                      graphs_asked=_asked(args.cuda_graphs), liger_asked=_asked(args.liger), static_ok=static_ok,
+                      static_fill=shape.fill if shape else None)
+    if plan.static_shapes:
         plan.reasons["static_shapes"] += f" ({shape.describe()})"
+    else:
+        shape = None
     if plan.liger:
         plan.liger, why = apply_liger_kernels(model)
         plan.reasons["use_liger_kernel"] = why
