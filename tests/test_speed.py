@@ -280,3 +280,21 @@ def test_checkpointing_policy_for_the_issue_shapes_on_an_h200():
     assert choose_gradient_checkpointing(_shape_config("qwen2.5-0.5b"), 16384, h200, compiled=False)[0] is False
     assert choose_gradient_checkpointing(_shape_config("qwen2.5-1.5b"), 16384, h200, compiled=True)[0] is False
     assert activation_gib(seven_b, 16384, compiled=True) < activation_gib(seven_b, 16384, compiled=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (__import__("shutil").which("g++") or __import__("shutil").which("c++")),
+                    reason="Inductor's CPU backend needs a C++ compiler")
+def test_inductor_compiled_layers_keep_the_packed_loss_on_cpu(tmp_path):
+    """The real compiler (Inductor, C++ on CPU) on static packed shapes: the same per-step loss as the padded run.
+    (~100 s of compiling on a busy 2-core machine.)"""
+    from test_train_packing import overrides, train
+    from steadytune.tiny import save_tiny_model
+
+    torch._dynamo.reset()
+    model = save_tiny_model(tmp_path / "qwen2", "qwen2")
+    args = dict(max_tokens_per_batch=480, cutoff_len=512, max_steps=3)
+    compiled = train(overrides(model, tmp_path / "compiled", packing="true", torch_compile="true", **args))
+    padded = train(overrides(model, tmp_path / "padded", packing="false", **args))
+    assert compiled.losses == pytest.approx(padded.losses, rel=1e-5)
+    torch._dynamo.reset()

@@ -206,5 +206,5 @@ def format_arm(r: dict) -> str:
     spread = f"±{100 * r.get('relative_std', 0):.1f}%"
     batch = r["settings"].get("batch")
     return (f"{r['name']:>10}: {r['tokens_per_s']:>10,.0f} real tokens/s {spread:>7}  MFU {mfu:>6}  peak memory "
-            f"{mem:>9}  ({r['stopped']} after {r['steps']} timed steps, {r['span_windows']} windows in the mean, "
-            f"start-up {r['startup_seconds']:.0f} s" + (f", batch {batch}" if batch else "") + ")")
+            f"{mem:>9}  ({r.get('stopped')} after {r.get('steps', 0)} timed steps, {r.get('span_windows', 0)} windows "
+            f"in the mean, start-up {r.get('startup_seconds', 0):.0f} s" + (f", batch {batch}" if batch else "") + ")")
