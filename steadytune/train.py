@@ -867,9 +867,13 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         blockers["adapter"] = "lora_dropout and DoRA have not been tried under graphs"
     attention = packing.attention if packing is not None else None
     static_ok, shape = (True, ""), None
-    if attention == "varlen":
+    if cfg.method.stage != "sft":
+        # dpo/kto/rm collate sequence groups and compute their own objective (stages/): eager, dynamic shapes
+        blockers["stage"] = f"stage {cfg.method.stage} has its own objective"
+        static_ok = (False, f"stage {cfg.method.stage} collates its own batches")
+    elif attention == "varlen":
         static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
-    if attention in ("varlen", "sdpa"):
+    if static_ok[0] and attention in ("varlen", "sdpa"):
         shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)
     try:
         plan = plan_speed(info.backend, attention, micro_batches, world_size, precision,
