@@ -122,7 +122,7 @@ def plot_loss(metrics_path: str | Path, out_png: str | Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 4))
     steps, losses = zip(*train)
     ax.plot(steps, losses, alpha=0.4, label="training loss")
-    ax.plot(steps, _smooth(losses), label="smoothed")
+    ax.plot(steps, smooth(losses), label="smoothed")
     if evals:
         ax.plot(*zip(*evals), marker="o", label="eval loss")
     for record in events:
@@ -137,7 +137,7 @@ def plot_loss(metrics_path: str | Path, out_png: str | Path) -> Path | None:
     return Path(out_png)
 
 
-def _smooth(values, weight: float = 0.8) -> list[float]:
+def smooth(values, weight: float = 0.8) -> list[float]:
     """Exponential moving average with bias correction (so the first points are not pulled to zero)."""
     out, avg = [], 0.0
     for i, v in enumerate(values, start=1):

@@ -1,0 +1,352 @@
+"""Plotly figures of one or more runs: training curves with guard events, classification and generation
+results, data lengths.
+
+plotly renders text as a small subset of HTML (`<b>`, `<br>`, `<a>`), so every string that comes from a run
+(run names, label words, event reasons) goes through `text()` first: a review reading `<b>` shows as `<b>`.
+Numbers go in as numpy arrays, which plotly stores as base64 typed arrays (a 10,000-step curve is ~53 kB).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+
+from steadytune.monitor import smooth
+from steadytune.report.rundata import Run, as_number
+
+HEIGHT = 330
+EVENT_STYLE = {  # event -> (marker symbol, colour)
+    "guard": ("x", "#d62728"),
+    "fault_injected": ("triangle-down", "#9467bd"),
+    "resume": ("diamond", "#7f7f7f"),
+}
+EVAL_LABELS = {"eval_loss": "eval loss", "eval_accuracy": "eval accuracy", "eval_macro_f1": "eval macro-F1"}
+
+
+@dataclass
+class Chart:
+    id: str
+    title: str
+    figure: go.Figure
+    over_steps: bool = False  # an x axis of optimizer steps, which the page can switch to tokens
+
+
+def text(value) -> str:
+    """A string from a run, made literal for plotly's HTML-like text."""
+    return html.escape(str(value), quote=False)
+
+
+def colour(i: int) -> str:
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+    return palette[i % len(palette)]
+
+
+def base_layout(title: str, y_title: str = "", x_title: str = "optimizer step") -> dict:
+    return dict(template="plotly_white", height=HEIGHT, margin=dict(l=60, r=20, t=40, b=45),
+                title=dict(text=text(title), x=0.01, font=dict(size=14)), hovermode="closest",
+                legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
+                xaxis=dict(title=dict(text=x_title)), yaxis=dict(title=dict(text=y_title)))
+
+
+def array(values) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float32)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Curves over steps
+# ------------------------------------------------------------------------------------------------------
+
+def curve_charts(runs: list[Run]) -> list[Chart]:
+    """Loss, evaluation, learning rate, gradient norm, throughput and memory over optimizer steps; runs
+    overlaid; guard events marked on every curve."""
+    charts = [loss_chart(runs)]
+    if any(k != "eval_loss" for run in runs for k in run.eval_keys()):
+        charts.append(eval_chart(runs))
+    charts += [series_chart(runs, "lr", "learning rate", "learning rate"), grad_norm_chart(runs),
+               series_chart(runs, "tokens_per_s", "throughput", "tokens / s")]
+    memory = [k for k in ("mem_allocated_gib", "mem_reserved_gib", "mem_peak_gib")
+              if any(run.series(k)[0] for run in runs)]
+    charts.append(memory_chart(runs, memory))
+    return charts
+
+
+def _name(run: Run, what: str, runs: list[Run]) -> str:
+    return text(what if len(runs) == 1 else f"{run.name}: {what}")
+
+
+def _line(run_index: int, steps, values, name: str, **style) -> go.Scatter:
+    style.setdefault("mode", "lines")
+    return go.Scatter(x=np.asarray(steps, dtype=np.int32), y=array(values), name=name, meta=[run_index], **style)
+
+
+def loss_chart(runs: list[Run]) -> Chart:
+    fig = go.Figure(layout=base_layout("training loss (raw, smoothed) and eval loss", "loss"))
+    single = len(runs) == 1
+    for i, run in enumerate(runs):
+        steps, losses = run.series("loss")
+        kept = [(s, v) for s, v in zip(steps, losses) if v is not None]
+        fig.add_trace(_line(i, steps, losses, _name(run, "loss", runs), line=dict(color=colour(i), width=1),
+                            opacity=0.35 if single else 0.25, visible=True if single else "legendonly"))
+        if kept:
+            s, v = zip(*kept)
+            fig.add_trace(_line(i, s, smooth(v), _name(run, "smoothed", runs), line=dict(color=colour(i), width=2)))
+        eval_steps, eval_losses = run.series("eval_loss", run.evals)
+        if eval_steps:
+            fig.add_trace(_line(i, eval_steps, eval_losses, _name(run, "eval loss", runs), mode="lines+markers",
+                                line=dict(color=colour(i), dash="dash", width=1.5)))
+        add_event_markers(fig, run, i, steps, losses, len(runs) > 1)
+    return Chart("curve-loss", "loss", fig, over_steps=True)
+
+
+def eval_chart(runs: list[Run]) -> Chart:
+    fig = go.Figure(layout=base_layout("evaluation during training", "score"))
+    dashes = ("solid", "dot", "dashdot", "longdash")
+    for i, run in enumerate(runs):
+        keys = [k for k in run.eval_keys() if k != "eval_loss"]
+        for j, key in enumerate(keys):
+            steps, values = run.series(key, run.evals)
+            fig.add_trace(_line(i, steps, values, _name(run, EVAL_LABELS.get(key, key), runs), mode="lines+markers",
+                                line=dict(color=colour(i + j if len(runs) == 1 else i), dash=dashes[j % 4])))
+        majority = majority_share(run)
+        if majority is not None and keys:
+            fig.add_hline(y=majority, line=dict(color=colour(i), dash="dot", width=1),
+                          annotation_text=text(f"majority baseline {majority:.3f}" + ("" if len(runs) == 1
+                                                                                       else f" ({run.name})")),
+                          annotation_position="bottom right")
+        if keys:
+            add_event_markers(fig, run, i, *run.series(keys[0], run.evals), len(runs) > 1)
+    return Chart("curve-eval", "evaluation", fig, over_steps=True)
+
+
+def series_chart(runs: list[Run], key: str, title: str, y_title: str) -> Chart:
+    fig = go.Figure(layout=base_layout(title, y_title))
+    for i, run in enumerate(runs):
+        steps, values = run.series(key)
+        fig.add_trace(_line(i, steps, values, _name(run, title, runs), line=dict(color=colour(i), width=1.5)))
+        add_event_markers(fig, run, i, steps, values, len(runs) > 1)
+    if key == "lr":
+        fig.update_yaxes(exponentformat="e")
+    return Chart(f"curve-{key.replace('_', '-')}", title, fig, over_steps=True)
+
+
+def grad_norm_chart(runs: list[Run]) -> Chart:
+    """Gradient norm before clipping, with the clip threshold as a step line (the guard tightens it after a
+    rollback: each guard event that carries max_grad_norm moves the line)."""
+    fig = go.Figure(layout=base_layout("gradient norm and clip threshold", "gradient norm"))
+    for i, run in enumerate(runs):
+        steps, values = run.series("grad_norm")
+        fig.add_trace(_line(i, steps, values, _name(run, "gradient norm", runs), line=dict(color=colour(i), width=1.5)))
+        threshold = clip_threshold(run, steps)
+        if threshold is not None:
+            fig.add_trace(_line(i, *threshold, _name(run, "clip threshold (max_grad_norm)", runs),
+                                line=dict(color=colour(i), dash="dash", width=1, shape="hv")))
+        add_event_markers(fig, run, i, steps, values, len(runs) > 1)
+    return Chart("curve-grad-norm", "gradient norm", fig, over_steps=True)
+
+
+def clip_threshold(run: Run, steps: list[int]) -> tuple[list[int], list[float]] | None:
+    start = as_number(run.config.get("max_grad_norm"))
+    if not steps or not start:
+        return None
+    xs, ys = [0], [start]
+    for event in run.guard_events:
+        value = as_number(event.get("max_grad_norm"))
+        if value is not None and value != ys[-1]:
+            xs.append(int(event.get("step", 0)))
+            ys.append(value)
+    xs.append(max(steps[-1], xs[-1]))
+    ys.append(ys[-1])
+    return xs, ys
+
+
+def memory_chart(runs: list[Run], keys: list[str]) -> Chart:
+    fig = go.Figure(layout=base_layout("GPU memory", "GiB"))
+    if not keys:
+        fig.add_annotation(text="no GPU memory in metrics.jsonl: this run trained on the CPU (memory is logged "
+                                "for CUDA and ROCm devices)", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+    dashes = {"mem_allocated_gib": "solid", "mem_reserved_gib": "dash", "mem_peak_gib": "dot"}
+    for i, run in enumerate(runs):
+        for key in keys:
+            steps, values = run.series(key)
+            label = key.removeprefix("mem_").removesuffix("_gib")
+            fig.add_trace(_line(i, steps, values, _name(run, label, runs),
+                                line=dict(color=colour(i), dash=dashes[key], width=1.5)))
+        if keys:
+            add_event_markers(fig, run, i, *run.series(keys[0]), len(runs) > 1)
+    return Chart("curve-memory", "memory", fig, over_steps=bool(keys))
+
+
+def add_event_markers(fig: go.Figure, run: Run, run_index: int, steps: list[int], values: list,
+                      name_run: bool = False) -> None:
+    """Guard, fault-injection and resume events as markers on this curve, each with its details on hover."""
+    by_kind: dict[str, list[dict]] = {}
+    for event in run.events:
+        if event.get("event") in EVENT_STYLE:
+            by_kind.setdefault(event["event"], []).append(event)
+    for kind, events in by_kind.items():
+        symbol, marker_colour = EVENT_STYLE[kind]
+        xs = [int(e.get("step", 0)) for e in events]
+        ys = [value_near(steps, values, x) for x in xs]
+        fig.add_trace(go.Scatter(
+            x=np.asarray(xs, dtype=np.int32), y=array(ys), mode="markers", meta=[run_index],
+            name=text(f"{kind.replace('_', ' ')} events" + (f" ({run.name})" if name_run else "")),
+            marker=dict(symbol=symbol, size=11, color=marker_colour, line=dict(width=1.5, color=marker_colour)),
+            hovertext=[event_hover(e) for e in events], hoverinfo="text", legendgroup=f"{kind}-{run_index}",
+            showlegend=True))
+
+
+def value_near(steps: list[int], values: list, step: int) -> float | None:
+    """The curve's value at (or just before) `step`, so a marker sits on the line it annotates."""
+    best = None
+    for s, v in zip(steps, values):
+        if v is None:
+            continue
+        if s <= step or best is None:
+            best = v
+        if s >= step:
+            break
+    return best
+
+
+def event_hover(event: dict) -> str:
+    head = event.get("event", "")
+    if head == "guard":
+        head = f"guard: {event.get('kind', '')} → {event.get('action', '')}"
+    elif head == "fault_injected":
+        head = f"fault injected: {event.get('kind', '')}"
+    lines = [text(head), text(f"step {event.get('step')}")]
+    skip = {"event", "kind", "action", "step"}
+    for key, value in event.items():
+        if key in skip:
+            continue
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        shown = str(value)
+        lines.append(text(f"{key}: {shown[:160]}{'…' if len(shown) > 160 else ''}"))
+    return "<br>".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Results
+# ------------------------------------------------------------------------------------------------------
+
+def majority_share(run: Run) -> float | None:
+    primary = primary_result(run)
+    if primary and isinstance(primary.get("majority_baseline"), dict):
+        return as_number(primary["majority_baseline"].get("accuracy"))
+    if run.demo_results:
+        return as_number(run.demo_results.get("majority_baseline"))
+    counts = (run.data_stats or {}).get("class_counts", {}).get("eval")
+    if counts:
+        return max(counts.values()) / max(sum(counts.values()), 1)
+    return None
+
+
+def primary_result(run: Run) -> dict | None:
+    """The classification result eval wrote for its first mode (score, else generate)."""
+    results = run.eval_results or {}
+    for mode in ("score", "generate"):
+        if isinstance(results.get(mode), dict):
+            return dict(results[mode], mode=mode)
+    return None
+
+
+def baseline_rows(run: Run) -> list[tuple[str, float | None, float | None]]:
+    """(what, accuracy, macro-F1): the majority class, zero-shot and the fine-tuned model."""
+    rows: list[tuple[str, float | None, float | None]] = []
+    primary = primary_result(run)
+    n_classes = len(run.config.get("label_names") or []) or None
+    majority = majority_share(run)
+    if majority is not None:
+        # Always answering the majority class: F1 2p/(1+p) for that class, 0 for the others.
+        macro = 2 * majority / (1 + majority) / n_classes if n_classes else None
+        rows.append(("majority class", majority, macro))
+    if primary is not None:
+        zero = primary.get("zero_shot")
+        if isinstance(zero, dict):
+            rows.append((f"zero-shot ({primary['mode']})", as_number(zero.get("accuracy")),
+                         as_number(zero.get("macro_f1"))))
+        rows.append((f"fine-tuned ({primary['mode']})", as_number(primary.get("accuracy")),
+                     as_number(primary.get("macro_f1"))))
+    elif run.demo_results:
+        for key, label in (("zero_shot", "zero-shot (before)"), ("after", "fine-tuned (after)")):
+            part = run.demo_results.get(key)
+            if isinstance(part, dict):
+                rows.append((label, as_number(part.get("accuracy")), as_number(part.get("macro_f1"))))
+    return rows
+
+
+def baseline_chart(run: Run, run_index: int) -> Chart | None:
+    rows = baseline_rows(run)
+    if not rows:
+        return None
+    names = [text(r[0]) for r in rows]
+    fig = go.Figure(layout=base_layout("accuracy and macro-F1 against the baselines", "", ""))
+    for j, (metric, column) in enumerate((("accuracy", 1), ("macro-F1", 2))):
+        values = [r[column] for r in rows]
+        fig.add_trace(go.Bar(x=names, y=array(values), name=metric, marker_color=colour(j),
+                             text=["" if v is None else f"{v:.3f}" for v in values], textposition="outside"))
+    fig.update_yaxes(range=[0, 1.1])
+    fig.update_layout(barmode="group")
+    return Chart(f"baselines-{run_index}", "baselines", fig)
+
+
+def confusion_chart(run: Run, run_index: int) -> Chart | None:
+    primary = primary_result(run)
+    confusion = (primary or {}).get("confusion")
+    if not isinstance(confusion, dict) or not confusion.get("matrix"):
+        return None
+    matrix = np.asarray(confusion["matrix"], dtype=np.float64)
+    labels = [text(label) for label in confusion.get("labels", range(len(matrix)))]
+    recall = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
+    n = len(labels)
+    fig = go.Figure(layout=base_layout("confusion matrix (colour: share of the gold row)", "gold", "predicted"))
+    fig.add_trace(go.Heatmap(
+        z=recall, x=labels, y=labels, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title=dict(text="recall")),
+        text=[[f"{int(v)}" for v in row] for row in matrix], texttemplate="%{text}",
+        hovertemplate="gold %{y}<br>predicted %{x}<br>%{text} examples (%{z:.1%} of the row)<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category", side="bottom")
+    fig.update_layout(height=max(HEIGHT, 80 + 45 * n))
+    return Chart(f"confusion-{run_index}", "confusion matrix", fig)
+
+
+def generation_chart(run: Run, run_index: int) -> Chart | None:
+    results = run.eval_results or {}
+    keys = [k for k in results if k.startswith("predict_") and as_number(results[k]) is not None
+            and not k.endswith(("_runtime", "_samples_per_second", "_steps_per_second"))]
+    if not keys:
+        return None
+    names = [text(k.removeprefix("predict_")) for k in keys]
+    values = [as_number(results[k]) for k in keys]
+    fig = go.Figure(layout=base_layout("generation: BLEU and ROUGE (×100)", "score", ""))
+    fig.add_trace(go.Bar(x=names, y=array(values), marker_color=colour(run_index),
+                         text=[f"{v:.2f}" for v in values], textposition="outside"))
+    return Chart(f"generation-{run_index}", "generation", fig)
+
+
+def length_chart(run: Run, run_index: int) -> Chart | None:
+    stats = run.data_stats or {}
+    if not stats.get("train"):
+        return None
+    fig = go.Figure(layout=base_layout("example lengths (tokens, after truncation)", "examples", "tokens"))
+    for j, split in enumerate(("train", "eval")):
+        summary = stats.get(split)
+        if not summary:
+            continue
+        edges = np.asarray(summary["histogram"]["edges"], dtype=np.float64)
+        counts = np.asarray(summary["histogram"]["counts"], dtype=np.int32)
+        fig.add_trace(go.Bar(x=(edges[:-1] + edges[1:]) / 2, y=counts, width=np.diff(edges), name=split,
+                             marker_color=colour(j), opacity=0.75,
+                             hovertext=[f"{edges[k]:.0f}–{edges[k + 1]:.0f} tokens: {int(c)}" for k, c in
+                                        enumerate(counts)], hoverinfo="text"))
+    cutoff = as_number(stats.get("cutoff_len"))
+    if cutoff:
+        fig.add_vline(x=cutoff, line=dict(color="#d62728", dash="dash"), annotation_text=f"cutoff_len {cutoff:.0f}")
+    fig.update_layout(barmode="overlay")
+    return Chart(f"lengths-{run_index}", "lengths", fig)

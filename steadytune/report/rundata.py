@@ -1,0 +1,312 @@
+"""Read a run folder as it is: finished, still running, stopped by the guard, or killed mid-write.
+
+Every file is optional. A file that cannot be read (a JSON cut short by a kill, a YAML someone edited) is
+left out with a note that the report shows; a torn last line of metrics.jsonl is skipped and counted. Nothing
+here raises for what a run left behind: only a folder that is not a run at all is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from steadytune.errors import UserError
+
+# The files a run writes that the report reads (train, eval, demo, and record.py's own two).
+RUN_MARKERS = ("metrics.jsonl", "run_config.yaml", "train_results.json", "eval_results.json", "run_info.json")
+SAMPLE_ROWS = 20          # misclassified examples / generated answers shown
+STALE_SECONDS = 15 * 60   # no process record: a run silent this long without train_results.json counts as killed
+
+FINISHED, RUNNING, ABORTED, KILLED = "finished", "running", "aborted by the guard", "killed"
+
+
+@dataclass
+class Run:
+    path: Path
+    name: str
+    config: dict = field(default_factory=dict)         # run_config.yaml without its decisions
+    decisions: dict = field(default_factory=dict)      # key -> {value, reason}
+    environment: dict | None = None
+    train_results: dict | None = None
+    eval_results: dict | None = None
+    demo_results: dict | None = None
+    run_info: dict | None = None                       # command, pid, host, start (record.py)
+    data_stats: dict | None = None                     # lengths, truncation, packing (record.py)
+    steps: list[dict] = field(default_factory=list)    # logged optimizer steps
+    evals: list[dict] = field(default_factory=list)    # evaluations during training
+    events: list[dict] = field(default_factory=list)   # guard, fault injection and resume events
+    misclassified: list[dict] = field(default_factory=list)
+    misclassified_source: str = ""
+    generated: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)     # what could not be read, and why
+    status: str = ""
+    status_detail: str = ""
+    last_write: float | None = None                    # newest mtime of the run's files (epoch seconds)
+
+    # -------------------------------------------------------------- views the charts and header use
+    def series(self, key: str, records: list[dict] | None = None) -> tuple[list[int], list[float | None]]:
+        """(steps, values) of `key` over the records that have it; non-finite values become None (a gap)."""
+        steps, values = [], []
+        for r in self.steps if records is None else records:
+            if key in r:
+                steps.append(int(r.get("step", 0)))
+                values.append(as_number(r[key]))
+        return steps, values
+
+    def eval_keys(self) -> list[str]:
+        keys: list[str] = []
+        for r in self.evals:
+            keys += [k for k in r if k.startswith("eval_") and k not in keys and as_number(r[k]) is not None]
+        return keys
+
+    def tokens_at(self, steps: list[int]) -> list[float]:
+        """Tokens seen at each step, interpolated between logged steps (evaluations and events log no tokens)."""
+        known = [(int(r["step"]), float(r["tokens"])) for r in self.steps if as_number(r.get("tokens")) is not None]
+        if not known:
+            return [float("nan")] * len(steps)
+        known = [(0, 0.0)] + known
+        out = []
+        for s in steps:
+            out.append(_interpolate(known, s))
+        return out
+
+    @property
+    def guard_events(self) -> list[dict]:
+        return [e for e in self.events if e.get("event") == "guard"]
+
+    @property
+    def task(self) -> str | None:
+        if self.eval_results:
+            return self.eval_results.get("task")
+        if self.config.get("label_names") or self.demo_results:
+            return "classification"
+        return None
+
+    @property
+    def tokens_seen(self) -> int | None:
+        if self.train_results and self.train_results.get("tokens_seen") is not None:
+            return int(self.train_results["tokens_seen"])
+        _, tokens = self.series("tokens")
+        tokens = [t for t in tokens if t is not None]
+        return int(tokens[-1]) if tokens else None
+
+    @property
+    def total_steps(self) -> int | None:
+        value = self.decisions.get("total_steps", {}).get("value")
+        return int(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def last_step(self) -> int:
+        steps = [int(r.get("step", 0)) for r in self.steps + self.evals + self.events]
+        return max(steps, default=0)
+
+    def best_eval(self) -> tuple[str, float, int] | None:
+        """(metric, value, step) of the best evaluation during training: metric_for_best_model when set, else
+        accuracy when measured, else eval loss."""
+        wanted = self.config.get("metric_for_best_model")
+        keys = self.eval_keys()
+        key = next((k for k in (wanted, f"eval_{wanted}") if k and k in keys), None)
+        key = key or next((k for k in ("eval_accuracy", "eval_macro_f1", "eval_loss") if k in keys), None)
+        if key is None:
+            return None
+        steps, values = self.series(key, self.evals)
+        pairs = [(v, s) for s, v in zip(steps, values) if v is not None]
+        if not pairs:
+            return None
+        value, step = (min if "loss" in key else max)(pairs, key=lambda p: p[0])
+        return key, value, step
+
+
+def as_number(value: Any) -> float | None:
+    """A metric value as a finite float, or None (monitor.py writes NaN/inf as the strings "nan"/"inf")."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _interpolate(known: list[tuple[int, float]], step: int) -> float:
+    if step >= known[-1][0]:
+        return known[-1][1]
+    for (s0, t0), (s1, t1) in zip(known, known[1:]):
+        if s0 <= step <= s1:
+            return t0 + (t1 - t0) * (step - s0) / max(s1 - s0, 1)
+    return known[0][1]
+
+
+# ------------------------------------------------------------------------------------------------------
+# Reading
+# ------------------------------------------------------------------------------------------------------
+
+def load_run(path: str | Path, name: str | None = None) -> Run:
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: not a folder (give the output_dir of a run)")
+    if not any((folder / marker).exists() for marker in RUN_MARKERS):
+        raise UserError(f"{folder}: no run here (none of {', '.join(RUN_MARKERS)} found); give a run's output_dir")
+    run = Run(path=folder, name=name or folder.resolve().name)
+    config = _read(run, "run_config.yaml", _load_yaml)
+    if isinstance(config, dict):
+        run.decisions = config.pop("decisions", None) or {}
+        run.config = config
+    run.environment = _read(run, "environment.json", _load_json)
+    run.train_results = _read(run, "train_results.json", _load_json)
+    run.eval_results = _read(run, "eval_results.json", _load_json)
+    run.demo_results = _read(run, "demo_results.json", _load_json)
+    run.run_info = _read(run, "run_info.json", _load_json)
+    run.data_stats = _read(run, "data_stats.json", _load_json)
+    _read_metrics(run)
+    _read_samples(run)
+    run.last_write = _last_write(folder)
+    run.status, run.status_detail = run_status(run)
+    return run
+
+
+def _read(run: Run, filename: str, loader) -> Any:
+    path = run.path / filename
+    if not path.is_file():
+        return None
+    try:
+        value = loader(path)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        run.notes.append(f"{filename} could not be read ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+                         "left out (a run killed while writing it?)")
+        return None
+    if value is not None and not isinstance(value, dict):
+        run.notes.append(f"{filename} does not hold a mapping; left out")
+        return None
+    return value
+
+
+def _load_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def read_jsonl(path: Path, limit: int | None = None) -> tuple[list[dict], int]:
+    """(records, lines that are not JSON objects). A line cut by a kill mid-write is one of the latter."""
+    records, bad = [], 0
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                bad += 1
+            if limit is not None and len(records) >= limit:
+                break
+    return records, bad
+
+
+def _read_metrics(run: Run) -> None:
+    path = run.path / "metrics.jsonl"
+    if not path.is_file():
+        return
+    records, bad = read_jsonl(path)
+    if bad:
+        run.notes.append(f"metrics.jsonl: {bad} line(s) could not be read and were skipped (a line cut short by a "
+                         "kill mid-write is expected)")
+    for record in records:
+        if not isinstance(record.get("step", 0), (int, float)):
+            continue
+        if "event" in record:
+            run.events.append(record)
+        elif "loss" in record:
+            run.steps.append(record)
+        elif any(k.startswith("eval_") for k in record):
+            run.evals.append(record)
+
+
+def _read_samples(run: Run) -> None:
+    """A sample of misclassified examples (errors_to_review.jsonl when eval wrote it, else drawn from
+    predictions.jsonl with a fixed seed) and the first generated answers."""
+    errors = run.path / "errors_to_review.jsonl"
+    predictions = run.path / "predictions.jsonl"
+    if errors.is_file():
+        run.misclassified, _ = read_jsonl(errors, SAMPLE_ROWS)
+        run.misclassified_source = "errors_to_review.jsonl (drawn by `steadytune eval --review-errors`)"
+    elif predictions.is_file():
+        rows, _ = read_jsonl(predictions)
+        misses = [dict(r, index=i) for i, r in enumerate(rows) if r.get("prediction") != r.get("gold")]
+        chosen = sorted(random.Random(0).sample(range(len(misses)), min(SAMPLE_ROWS, len(misses))))
+        run.misclassified = [misses[i] for i in chosen]
+        run.misclassified_source = (f"{len(run.misclassified)} of {len(misses)} misses in predictions.jsonl, "
+                                    "drawn at random (seed 0)")
+    generated = run.path / "generated_predictions.jsonl"
+    if generated.is_file():
+        run.generated, _ = read_jsonl(generated, SAMPLE_ROWS)
+
+
+def _last_write(folder: Path) -> float | None:
+    times = [(folder / name).stat().st_mtime for name in ("metrics.jsonl", "train_results.json", "eval_results.json",
+                                                          "run_info.json", "run_config.yaml")
+             if (folder / name).exists()]
+    return max(times) if times else None
+
+
+# ------------------------------------------------------------------------------------------------------
+# Status
+# ------------------------------------------------------------------------------------------------------
+
+def run_status(run: Run) -> tuple[str, str]:
+    """(status, detail). train_results.json is written last, so its presence means the loop finished; a guard
+    abort leaves an "abort" event; otherwise the training process recorded at start (run_info.json) tells a run
+    still going from one that died. Without that record, a long silence counts as killed."""
+    step = run.last_step
+    total = run.total_steps
+    progress = f"step {step}" + (f" of {total}" if total else "")
+    if run.train_results is not None:
+        return FINISHED, f"{run.train_results.get('global_step', step)} steps"
+    aborts = [e for e in run.guard_events if e.get("action") == "abort"]
+    if aborts:
+        last = aborts[-1]
+        return ABORTED, f"at step {last.get('step')}: {last.get('kind', '')} ({last.get('reason', '')})"
+    alive = process_alive(run.run_info) if run.run_info else None
+    if alive is True:
+        return RUNNING, progress
+    if alive is False:
+        return KILLED, f"the training process ended without finishing, at {progress}"
+    if run.last_write is not None and time.time() - run.last_write < STALE_SECONDS:
+        return RUNNING, f"{progress}; last write {time.time() - run.last_write:.0f} s ago"
+    return KILLED, f"stopped at {progress} without finishing"
+
+
+def process_alive(info: dict) -> bool | None:
+    """True/False when the recorded training process can be checked on this machine, None when it cannot
+    (another host, or no record). A reused pid is caught by comparing the process's command line."""
+    pid, host = info.get("pid"), info.get("host")
+    if not isinstance(pid, int) or host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    try:
+        running = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return True  # no /proc (macOS): the pid alone
+    return all(arg in running for arg in info.get("argv", [])[1:])
