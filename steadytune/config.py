@@ -142,7 +142,8 @@ class TrainArguments:
     metric_for_best_model: Optional[str] = _opt(None, "Keep the checkpoint with the best value of this eval metric (eval_loss, accuracy, macro_f1).")
     resume_from_checkpoint: Union[None, bool, str] = _opt(None, "true: resume from the latest checkpoint in output_dir; or a checkpoint folder.")
     plot_loss: bool = _opt(False, "Write training_loss.png at the end.")
-    report_to: Union[str, list] = _opt("none", "Experiment trackers; only none is supported (metrics.jsonl is always written).")
+    report_to: Union[str, list] = _opt("none", "Experiment trackers through Accelerate: none, all (every installed one), tensorboard, wandb, mlflow, swanlab, trackio, or a list; metrics.jsonl is always written.")
+    logging_dir: Optional[str] = _opt(None, "TensorBoard log folder (default output_dir/runs/<date>_<host>, as transformers).")
     ddp_timeout: int = _opt(1800, "Seconds a collective may wait before failing (huge values hide RCCL/NCCL hangs).", minimum=1)
     dataloader_num_workers: int = _opt(0, "Worker processes for the data loader.", minimum=0)
     gradient_checkpointing: Optional[bool] = _opt(None, "Recompute activations in backward to save memory (default: off for LoRA on small models).")
@@ -537,12 +538,11 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
     if g.min_history > g.window:
         raise ConfigError(f"{where}: guard.min_history ({g.min_history}) is larger than guard.window ({g.window}): "
                           "spikes would never be judged")
-    if isinstance(t.report_to, list):
-        trackers = [str(x) for x in t.report_to]
-    else:
-        trackers = [str(t.report_to)]
-    if any(x not in ("none", "None") for x in trackers):
-        raise ConfigError(f"{where}: not supported: report_to: {t.report_to} (only none; metrics.jsonl is always written)")
+    from steadytune.trackers import parse_report_to
+    try:
+        parse_report_to(t.report_to)
+    except ValueError as e:
+        raise ConfigError(f"{where}: report_to: {e}") from None
 
 
 def _check_stage(cfg: RunConfig, where: str) -> None:

@@ -41,10 +41,12 @@ from steadytune.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, Numeri
                               apply_hardware_profile, fallback_precision)
 from steadytune.loss import causal_lm_loss_sum, count_target_tokens
 from steadytune.monitor import MetricsLog, Throughput, memory_stats, plot_loss
+from steadytune.report.record import write_data_stats, write_run_report
 from steadytune.run_folder import RunFolder, describe_os_error
 from steadytune.stages import PREFERENCE_STAGES, Stage
 from steadytune.stages.objectives import pop_metrics
 from steadytune.stopping import RunInterrupted, StopRequests
+from steadytune.trackers import Trackers
 
 
 class NonFiniteRun(UserError):
@@ -91,6 +93,7 @@ def run(args) -> int:
         # LLaMA-Factory's do_eval / do_predict: evaluate what was just trained, as `steadytune eval` would (sft:
         # label scoring or generation; dpo/kto/rm: their loss and reward metrics on the eval split).
         STAGES[cfg.method.stage].evaluate_trained(cfg, batch_size=cfg.train.per_device_eval_batch_size)
+        write_run_report(cfg.train.output_dir)  # again, with the evaluation's results
     return result.exit_code
 
 
@@ -123,6 +126,8 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
             folder.undo_failed_start()  # a failed start leaves output_dir as it found it
         else:
             folder.record(status=status_of(error))
+            if folder.main:
+                write_run_report(folder.path)  # it shows where and why the run stopped
         raise
     finally:
         stop.restore()
@@ -157,6 +162,7 @@ class Run:
     resume_from: Path | None
     progress: bool
     graphs: Any = None                # graphs.GraphRunner when CUDA graphs are on (kernels.plan_speed)
+    trackers: Trackers | None = None  # report_to (trackers.py); set_up always gives one
 
     @property
     def device(self) -> torch.device:
@@ -240,8 +246,9 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     check_data_fits_keys(cfg, data)
     resume_candidates = vet_resume(cfg, plan.resume_candidates)
 
-    # --- Accelerate, and the same checks `steadytune doctor` runs --------------------------------------------
-    accelerator = make_accelerator(cfg, precision, info)
+    # --- Accelerate (with the report_to trackers), and the same checks `steadytune doctor` runs -----------------
+    trackers = Trackers(t.report_to, t.output_dir, t.logging_dir)
+    accelerator = make_accelerator(cfg, precision, info, log_with=trackers.log_with())
     device = accelerator.device
     from accelerate.utils import set_seed
     set_seed(t.seed)
@@ -291,6 +298,9 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation")
     cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else f"warmup_ratio {t.warmup_ratio}")
     check_steps_fit_keys(cfg, micro_batches_per_epoch, total_steps)
+    if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency
+        write_data_stats(t.output_dir, data, batches.micro_batches(0), packing.attention if packing else None,
+                         d.cutoff_len)
 
     # --- speed: static shapes, compile, CUDA graphs, liger, checkpointing (kernels.plan_speed) ---------------
     speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
@@ -327,7 +337,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                       scaler=accelerator.scaler, data_position=data_position(state))
     run = Run(cfg, folder, stop, info, precision, accelerator, tokenizer, data, objective, params, optimizer,
               scheduler, batches, steps_per_epoch, total_steps, state, metrics, guard, faults, live, trainable, total,
-              resume_from, progress)
+              resume_from, progress, trackers=trackers)
     if speed.cuda_graphs:
         run.graphs = make_graph_runner(run)
     if run.is_main:
@@ -345,7 +355,7 @@ def share_from_main(obj):
     return broadcast_object_list([obj], from_process=0)[0]
 
 
-def make_accelerator(cfg: RunConfig, precision: str, info):
+def make_accelerator(cfg: RunConfig, precision: str, info, log_with: list | None = None):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from accelerate.utils import InitProcessGroupKwargs
@@ -358,6 +368,7 @@ def make_accelerator(cfg: RunConfig, precision: str, info):
         cpu=info.backend == "cpu",
         kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.train.ddp_timeout))],
         deepspeed_plugin=deepspeed_plugin(cfg),
+        log_with=log_with,
     )
 
 
@@ -538,6 +549,7 @@ def fit(run: Run) -> Outcome:
                           **throughput.report(), **memory_stats(run.device),
                           **pop_metrics(run.objective, run.accelerator)}  # dpo/kto/rm: rewards/chosen, ... (stages/)
                 run.metrics.write(record)
+                run.trackers.log(record)
                 # The bar shows input tokens/s (what the hardware processes; metrics.jsonl has both, see monitor.py).
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
                                 in_tok_s=f"{record['input_tokens_per_s']:.0f}", guard=guard.event_count)
@@ -548,6 +560,7 @@ def fit(run: Run) -> Outcome:
                 results = run.stage.evaluate(cfg, run.accelerator, run.objective, run.data, run.tokenizer,
                                              run.device)
                 run.metrics.write({"step": state.global_step, **results})
+                run.trackers.log({"step": state.global_step, **results})
                 new_best = update_best(t, state, results)
             # A new best (metric_for_best_model) is saved at once, so best_checkpoint always names a folder that exists.
             if (state.global_step % t.save_steps == 0 and state.global_step < run.total_steps) or new_best:
@@ -576,6 +589,7 @@ def begin_steps(run: Run) -> None:
             print(run.faults.describe(), flush=True)
     run.folder.started_steps = True
     run.folder.record(status="running", command=" ".join(sys.argv))
+    run.trackers.start(run.accelerator, run.cfg.to_dict())
 
 
 def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Tensor, int]:
@@ -691,6 +705,8 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
         print(f"done: {state.global_step} steps in {outcome.train_seconds:.1f} s, final loss "
               f"{final_loss if final_loss is None else round(final_loss, 4)}; "
               f"{'adapter' if cfg.method.finetuning_type == 'lora' else 'model'} in {out}")
+        write_run_report(out)
+    run.trackers.finish()
     seconds = max(outcome.train_seconds, 1e-9)
     return TrainResult(out, state.global_step, final_loss, outcome.train_seconds, state.tokens_seen / seconds,
                        outcome.losses, input_tokens_per_s=outcome.input_tokens / seconds, model=run.model)

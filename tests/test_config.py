@@ -90,7 +90,7 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
     ("image_max_pixels=100", "not supported: image_max_pixels"),
     ("stage=ppo", "not supported: stage: ppo"),
     ("finetuning_type=freeze", "not supported: finetuning_type: freeze"),
-    ("report_to=wandb", "not supported: report_to"),
+    ("report_to=neptune", "report_to: unknown tracker 'neptune'; choose from none, all, tensorboard"),
     ("lora_rank=0", "lora_rank: 0 is out of range"),
     ("learning_rate=-1", "learning_rate: -1.0 is out of range"),
     ("warmup_ratio=1.5", "warmup_ratio: 1.5 is out of range"),

@@ -78,7 +78,7 @@ def render(runs: list[Run]) -> str:
 # ------------------------------------------------------------------------------------------------------
 
 def run_header(run: Run) -> dict[str, Any]:
-    c, info, results = run.config, run.run_info or {}, run.train_results or {}
+    c, manifest, results = run.config, run.manifest or {}, run.train_results or {}
     method = c.get("finetuning_type", "?")
     if method == "lora":
         target = run.decisions.get("lora_target", {}).get("value", c.get("lora_target"))
@@ -116,16 +116,33 @@ def run_header(run: Run) -> dict[str, Any]:
     precision = run.decisions.get("precision", {}).get("value")
     if precision:
         rows.append(("precision", str(precision)))
-    return {"rows": rows, "command": info.get("command"), "started": info.get("started_iso"),
+    return {"rows": rows, "command": command_of(manifest.get("command")), "started": manifest.get("started"),
             "status": run.status, "notes": run.notes + list((run.data_stats or {}).get("warnings", []))}
 
 
+def command_of(recorded: str | None) -> str | None:
+    """The manifest's command (" ".join(sys.argv)) as the user typed it: `steadytune train ...`."""
+    if not recorded:
+        return None
+    first, _, rest = recorded.partition(" ")
+    if Path(first).name in ("__main__.py", "steadytune"):
+        return f"steadytune {rest}".strip()
+    return recorded
+
+
+def started_at(manifest: dict) -> float | None:
+    try:
+        return datetime.datetime.strptime(manifest.get("started", ""), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
 def wall_time(run: Run) -> str:
-    info, results = run.run_info or {}, run.train_results or {}
+    results = run.train_results or {}
     parts = []
     if results.get("train_seconds") is not None:
         parts.append(f"training {duration(results['train_seconds'])}")
-    started = as_number(info.get("started"))
+    started = started_at(run.manifest or {})
     if started is not None:
         end = datetime.datetime.now().timestamp() if run.status == "running" else (run.last_write or started)
         parts.append(f"{'running for' if run.status == 'running' else 'start to last write'} {duration(end - started)}")
@@ -198,7 +215,15 @@ def data_rows(stats: dict, train: dict, truncated, batching: dict) -> list[tuple
         if s:
             rows.append((f"{split} examples", f"{s['examples']:,}: {s['tokens']:,} tokens; mean {s['mean']}, median "
                                               f"{s['p50']}, p90 {s['p90']}, max {s['max']} tokens"))
-    if truncated is not None:
+    per_split = stats.get("truncation") or {}
+    for split, cut in per_split.items():
+        if isinstance(cut, dict) and cut.get("examples"):
+            rows.append((f"{split} truncated to cutoff_len",
+                         f"{cut['truncated']:,} of {cut['examples']:,} ({100 * cut['truncated'] / cut['examples']:.1f}%)"
+                         + (f"; {cut['examples_losing_prompt']:,} lost prompt tokens ({cut['lost_prompt_tokens']:,} "
+                            f"in all), {cut['lost_answer_tokens']:,} answer tokens cut" if cut["truncated"] else "")
+                         + f"; cutoff_len {stats.get('cutoff_len')}"))
+    if truncated is not None and not per_split:
         share = f" ({100 * truncated / train['examples']:.1f}% of training examples)" if train.get("examples") else ""
         rows.append(("truncated to cutoff_len", f"{truncated:,}{share}; cutoff_len {stats.get('cutoff_len')}"))
     for reason, count in (stats.get("dropped") or {}).items():

@@ -1,19 +1,16 @@
 """What `train` records for the report, and the report it writes at the end of a run.
 
-- run_info.json (at start): the command, the process id and host (so `steadytune report` can tell a run that
-  is still going from one that was killed), and the start time.
-- data_stats.json (at start): the length histogram of the training examples, how many were truncated or
+- data_stats.json (at set-up): the length histogram of the training examples, how many were truncated or
   dropped, and how much of the computed token slots hold real tokens (packing efficiency).
 - report.html (at the end): `write_run_report`, which never fails the run it reports on.
+The run's status, command and process come from run_folder.py's manifest and lock.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -22,29 +19,12 @@ import numpy as np
 MAX_BINS = 50
 
 
-def record_run_start(output_dir: str | Path, data, micro_batches: Sequence[Sequence[int]],
+def write_data_stats(output_dir: str | Path, data, micro_batches: Sequence[Sequence[int]],
                      packing_attention: str | None, row_len: int) -> None:
-    """Write run_info.json and data_stats.json into output_dir (main process only: train calls it there)."""
-    output_dir = Path(output_dir)
-    info = {"argv": list(sys.argv), "command": command_line(sys.argv), "pid": os.getpid(),
-            "host": socket.gethostname(), "cwd": os.getcwd(), "started": time.time(),
-            "started_iso": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    _write_json(output_dir / "run_info.json", info)
-    _write_json(output_dir / "data_stats.json", data_stats(data, micro_batches, packing_attention, row_len))
-
-
-def command_line(argv: Sequence[str]) -> str:
-    """The command as the user typed it, as far as it can be told: `steadytune train ...`."""
-    first = Path(argv[0]).name if argv else ""
-    rest = " ".join(_quote(a) for a in argv[1:])
-    if first in ("__main__.py", "steadytune"):
-        return f"steadytune {rest}".strip()
-    return f"{first} {rest}".strip()
-
-
-def _quote(arg: str) -> str:
-    import shlex
-    return shlex.quote(arg)
+    """data_stats.json into output_dir (main process only: train calls it there)."""
+    path = Path(output_dir) / "data_stats.json"
+    path.write_text(json.dumps(data_stats(data, micro_batches, packing_attention, row_len), indent=1,
+                               ensure_ascii=False, default=str), encoding="utf-8")
 
 
 def data_stats(data, micro_batches: Sequence[Sequence[int]], packing_attention: str | None, row_len: int) -> dict:
@@ -55,6 +35,7 @@ def data_stats(data, micro_batches: Sequence[Sequence[int]], packing_attention: 
         "train": length_summary(train_lengths),
         "eval": length_summary([len(x["input_ids"]) for x in data.eval]) if data.eval else None,
         "truncated": stats.get("truncated", 0),
+        "truncation": stats.get("truncation", {}),   # per split: examples cut, prompt and answer tokens lost
         "dropped": stats.get("dropped", {}),
         "rows_read": stats.get("rows_read", {}),
         "trained_tokens": stats.get("trained_tokens"),
@@ -119,7 +100,3 @@ def write_run_report(output_dir: str | Path) -> Path | None:
         return None
     print(f"report: {path}", flush=True)
     return path
-
-
-def _write_json(path: Path, payload: dict) -> None:
-    path.write_text(json.dumps(payload, indent=1, ensure_ascii=False, default=str), encoding="utf-8")

@@ -20,13 +20,15 @@ from typing import Any
 import yaml
 
 from steadytune.errors import UserError
+from steadytune.run_folder import LOCK, MANIFEST
 
-# The files a run writes that the report reads (train, eval, demo, and record.py's own two).
-RUN_MARKERS = ("metrics.jsonl", "run_config.yaml", "train_results.json", "eval_results.json", "run_info.json")
+# Files that make a folder a run (train, eval and the run folder's manifest write them).
+RUN_MARKERS = ("metrics.jsonl", "run_config.yaml", "train_results.json", "eval_results.json", MANIFEST)
 SAMPLE_ROWS = 20          # misclassified examples / generated answers shown
-STALE_SECONDS = 15 * 60   # no process record: a run silent this long without train_results.json counts as killed
+STALE_SECONDS = 15 * 60   # no manifest: a run silent this long without train_results.json counts as killed
 
 FINISHED, RUNNING, ABORTED, KILLED = "finished", "running", "aborted by the guard", "killed"
+INTERRUPTED, FAILED, DIVERGED = "interrupted", "failed", "diverged"
 
 
 @dataclass
@@ -39,7 +41,8 @@ class Run:
     train_results: dict | None = None
     eval_results: dict | None = None
     demo_results: dict | None = None
-    run_info: dict | None = None                       # command, pid, host, start (record.py)
+    manifest: dict | None = None                       # run_folder.py: status, command, start, files
+    lock: dict | None = None                           # run_folder.py: pid and host of the training process
     data_stats: dict | None = None                     # lengths, truncation, packing (record.py)
     steps: list[dict] = field(default_factory=list)    # logged optimizer steps
     evals: list[dict] = field(default_factory=list)    # evaluations during training
@@ -165,7 +168,8 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     run.train_results = _read(run, "train_results.json", _load_json)
     run.eval_results = _read(run, "eval_results.json", _load_json)
     run.demo_results = _read(run, "demo_results.json", _load_json)
-    run.run_info = _read(run, "run_info.json", _load_json)
+    run.manifest = _read(run, MANIFEST, _load_json)
+    run.lock = _read(run, LOCK, _load_json)
     run.data_stats = _read(run, "data_stats.json", _load_json)
     _read_metrics(run)
     _read_samples(run)
@@ -261,7 +265,7 @@ def _read_samples(run: Run) -> None:
 
 def _last_write(folder: Path) -> float | None:
     times = [(folder / name).stat().st_mtime for name in ("metrics.jsonl", "train_results.json", "eval_results.json",
-                                                          "run_info.json", "run_config.yaml")
+                                                          MANIFEST, "run_config.yaml")
              if (folder / name).exists()]
     return max(times) if times else None
 
@@ -271,42 +275,52 @@ def _last_write(folder: Path) -> float | None:
 # ------------------------------------------------------------------------------------------------------
 
 def run_status(run: Run) -> tuple[str, str]:
-    """(status, detail). train_results.json is written last, so its presence means the loop finished; a guard
-    abort leaves an "abort" event; otherwise the training process recorded at start (run_info.json) tells a run
-    still going from one that died. Without that record, a long silence counts as killed."""
+    """(status, detail). The run folder's manifest says what the training process last recorded (running,
+    finished, aborted, interrupted, failed, diverged); "running" is believed only while the process holding the
+    folder's lock is alive, else the run was killed. A folder without a manifest (an earlier build) is judged
+    from its files: train_results.json is written last, a guard abort leaves an "abort" event, and a long
+    silence counts as killed."""
     step = run.last_step
     total = run.total_steps
     progress = f"step {step}" + (f" of {total}" if total else "")
+    recorded = (run.manifest or {}).get("status")
+    aborts = [e for e in run.guard_events if e.get("action") == "abort"]
+    abort_detail = (f"at step {aborts[-1].get('step')}: {aborts[-1].get('kind', '')} ({aborts[-1].get('reason', '')})"
+                    if aborts else f"at {progress}")
+    if recorded == "running" or (recorded is None and run.lock):
+        alive = process_alive(run.lock) if run.lock else False
+        if alive is True:
+            return RUNNING, progress
+        if alive is False:
+            return KILLED, f"the training process ended without finishing, at {progress}"
+        return RUNNING, f"{progress} (by another host's process {run.lock.get('pid')}; not checked from here)"
+    if recorded == "aborted" or (recorded is None and aborts and run.train_results is None):
+        return ABORTED, abort_detail
+    if recorded == "interrupted":
+        return INTERRUPTED, f"stopped by a signal at {progress}; the same command continues from its last checkpoint"
+    if recorded == "failed":
+        return FAILED, f"stopped by an error at {progress}"
+    if recorded == "diverged" or (run.train_results or {}).get("status") == "diverged":
+        return DIVERGED, f"ended with a non-finite loss or weight at {progress}; no adapter was saved"
     if run.train_results is not None:
         return FINISHED, f"{run.train_results.get('global_step', step)} steps"
-    aborts = [e for e in run.guard_events if e.get("action") == "abort"]
-    if aborts:
-        last = aborts[-1]
-        return ABORTED, f"at step {last.get('step')}: {last.get('kind', '')} ({last.get('reason', '')})"
-    alive = process_alive(run.run_info) if run.run_info else None
-    if alive is True:
-        return RUNNING, progress
-    if alive is False:
-        return KILLED, f"the training process ended without finishing, at {progress}"
     if run.last_write is not None and time.time() - run.last_write < STALE_SECONDS:
-        return RUNNING, f"{progress}; last write {time.time() - run.last_write:.0f} s ago"
+        return RUNNING, f"{progress}; last write {time.time() - run.last_write:.0f} s ago (no manifest: a guess)"
     return KILLED, f"stopped at {progress} without finishing"
 
 
-def process_alive(info: dict) -> bool | None:
-    """True/False when the recorded training process can be checked on this machine, None when it cannot
-    (another host, or no record). A reused pid is caught by comparing the process's command line."""
-    pid, host = info.get("pid"), info.get("host")
-    if not isinstance(pid, int) or host != socket.gethostname():
+def process_alive(lock: dict) -> bool | None:
+    """True/False when the process holding the run folder's lock can be checked from this machine, None when it
+    runs on another host."""
+    pid, host = lock.get("pid"), lock.get("host")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    if host != socket.gethostname():
         return None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        pass  # exists, owned by someone else
-    try:
-        running = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return True  # no /proc (macOS): the pid alone
-    return all(arg in running for arg in info.get("argv", [])[1:])
+        return True  # exists, owned by someone else
+    return True
