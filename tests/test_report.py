@@ -1,0 +1,185 @@
+"""`steadytune report` on real tiny runs: what the page holds, every status a run can be in, a torn
+metrics.jsonl, hostile strings, several runs, and the report `train` writes at the end of a run.
+
+The page itself is opened in headless Chromium by tests/test_report_browser.py.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from steadytune.cli import main as cli_main
+from steadytune.errors import UserError
+from steadytune.report.page import render, write_report
+from steadytune.report.rundata import ABORTED, FINISHED, KILLED, RUNNING, load_run
+from steadytune.tiny import save_tiny_model
+
+HOSTILE = "<script>alert('xss')</script><img src=x onerror=alert(2)>"
+HOSTILE_NAME = "run <img src=x onerror=alert(3)><b>bold"  # a folder name: no "/"
+PANELS = ("header", "curves", "results", "data", "config", "environment")
+
+
+def write_classification_run_config(folder: Path, model: Path, out: Path, *extra: str) -> Path:
+    """A tiny classification run: an imbalanced two-class set whose minority class holds a hostile review
+    (the untrained model answers the majority class, so that review shows among the misclassified)."""
+    rows = []
+    for i in range(64):
+        positive = i % 3 == 0
+        text = ("这个商品很好，非常满意" if positive else "太差了，很失望") + f" #{i}"
+        rows.append({"text": HOSTILE + text if i in (0, 3, 6, 9, 12, 15) else text,
+                     "label": "积极" if positive else "消极"})
+    data = folder / "reviews.jsonl"
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    path = folder / f"{out.name[:8]}.yaml"
+    path.write_text("\n".join([
+        f"model_name_or_path: {model}", f"dataset: {json.dumps(str(data))}", "label_names: [消极, 积极]",
+        "prompt_template: \"评论：{text}\\n情感：\"", "template: empty", f"output_dir: {json.dumps(str(out))}",
+        "per_device_train_batch_size: 4", "val_size: 0.25", "max_steps: 8", "logging_steps: 1",
+        "eval_strategy: steps", "eval_steps: 4", "do_eval: true", "learning_rate: 5e-3", "save_steps: 4",
+        *extra]), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """One finished tiny classification run with a guard event (an injected NaN loss), evaluated; its folder
+    name is hostile too."""
+    root = tmp_path_factory.mktemp("report")
+    model = save_tiny_model(root / "model", "qwen2")
+    out = root / HOSTILE_NAME
+    config = write_classification_run_config(root, model, out, "fault_injection: {nan_loss_step: 3}")
+    assert cli_main(["train", str(config)]) == 0
+    return out
+
+
+def panel_texts(page: str) -> dict[str, str]:
+    """data-panel name -> its HTML (the first section of that name)."""
+    out = {}
+    for match in re.finditer(r'<section class="panel"[^>]*data-panel="(\w+)">(.*?)</section>', page, re.S):
+        out.setdefault(match.group(1), match.group(2))
+    return out
+
+
+def test_train_writes_a_report_with_every_panel(tiny_run):
+    for name in ("report.html", "run_info.json", "data_stats.json", "predictions.jsonl", "eval_results.json"):
+        assert (tiny_run / name).is_file(), name
+    page = (tiny_run / "report.html").read_text(encoding="utf-8")
+    panels = panel_texts(page)
+    assert set(PANELS) <= set(panels)
+    assert "finished" in panels["header"] and "<th>command</th>" in panels["header"]
+    assert "&lt;img src=x onerror=alert(3)&gt;&lt;b&gt;bold" in panels["header"]
+    # The curves, with the injected NaN's guard event as markers on them.
+    for chart in ("curve-loss", "curve-eval", "curve-lr", "curve-grad-norm", "curve-tokens-per-s", "curve-memory"):
+        assert f'id="fig-{chart}"' in page, chart
+    loss_figure = json.loads(re.search(r'id="fig-curve-loss">(.*?)</script>', page, re.S).group(1))
+    assert any(t["name"] == "guard events" for t in loss_figure["data"])
+    # Classification: baselines, confusion matrix with the label words, per-class table, misclassified sample.
+    assert 'id="fig-baselines-0"' in page and 'id="fig-confusion-0"' in page
+    confusion = json.loads(re.search(r'id="fig-confusion-0">(.*?)</script>', page, re.S).group(1))
+    assert confusion["data"][0]["x"] == ["消极", "积极"]
+    assert "Per class" in panels["results"] and "Misclassified examples" in panels["results"]
+    assert "batching efficiency" in panels["data"] and "truncated to cutoff_len" in panels["data"]
+    assert "Decisions made for this run" in panels["config"] and "packing" in panels["config"]
+    assert "torch" in panels["environment"]
+
+
+def test_every_string_from_the_run_is_escaped(tiny_run):
+    page = (tiny_run / "report.html").read_text(encoding="utf-8")
+    # Neither the review nor the folder name appears as markup; the escaped text does.
+    assert "<img src=x" not in page and "<script>alert" not in page
+    assert "&lt;img src=x onerror=alert(2)&gt;" in page
+    # The only scripts are the figure data, the tokens table, plotly.js and the renderer, all allowed by hash.
+    scripts = re.findall(r"<script([^>]*)>", page)
+    assert sum(1 for attrs in scripts if "application/json" not in attrs) == 2
+    csp = html.unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1))
+    assert "default-src 'none'" in csp and "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
+
+
+def test_a_running_run_with_a_torn_last_line(tiny_run, tmp_path):
+    run = tmp_path / "live"
+    shutil.copytree(tiny_run, run)
+    (run / "train_results.json").unlink()
+    with (run / "metrics.jsonl").open("a", encoding="utf-8") as f:
+        f.write('{"step": 9, "loss": 5.9, "grad_n')  # a kill mid-write
+    info = json.loads((run / "run_info.json").read_text(encoding="utf-8"))
+    info.update(pid=os.getpid(), argv=[sys.argv[0]])  # this process stands in for the training process
+    (run / "run_info.json").write_text(json.dumps(info), encoding="utf-8")
+    loaded = load_run(run)
+    assert loaded.status == RUNNING
+    assert any("1 line(s) could not be read" in note for note in loaded.notes)
+    assert [r["step"] for r in loaded.steps][-1] == 8
+    page = render([loaded])
+    assert "running" in panel_texts(page)["header"] and "could not be read" in page
+
+    # The same folder once its process is gone: killed.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    info["pid"] = int(dead.stdout)
+    (run / "run_info.json").write_text(json.dumps(info), encoding="utf-8")
+    assert load_run(run).status == KILLED
+
+
+def test_a_run_the_guard_stopped_and_a_json_cut_short(tiny_run, tmp_path):
+    run = tmp_path / "aborted"
+    shutil.copytree(tiny_run, run)
+    (run / "train_results.json").unlink()
+    (run / "eval_results.json").write_text('{"task": "classification", "score": {"accura', encoding="utf-8")
+    with (run / "metrics.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"event": "guard", "step": 8, "kind": "nonfinite_loss", "action": "abort",
+                            "reason": "loss is nan", "loss": "nan"}) + "\n")
+    loaded = load_run(run)
+    assert loaded.status == ABORTED and "nonfinite_loss" in loaded.status_detail
+    assert loaded.eval_results is None and any(n.startswith("eval_results.json could not be read") for n in loaded.notes)
+    page = render([loaded])
+    assert "aborted by the guard" in page
+
+
+def test_several_runs_are_overlaid_and_compared(tiny_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other)
+    config = (other / "run_config.yaml").read_text(encoding="utf-8")
+    (other / "run_config.yaml").write_text(config.replace("learning_rate: 0.005", "learning_rate: 0.001"),
+                                           encoding="utf-8")
+    out = tmp_path / "both.html"
+    assert cli_main(["report", str(tiny_run), str(other), "--output", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    compare = panel_texts(page)["compare"]
+    assert "learning_rate" in compare and "0.001" in compare and "0.005" in compare
+    loss = json.loads(re.search(r'id="fig-curve-loss">(.*?)</script>', page, re.S).group(1))
+    assert {t["meta"][0] for t in loss["data"]} == {0, 1}
+    assert any(t["name"].startswith("run &lt;img src=x") for t in loss["data"])  # escaped for plotly
+    assert page.count('data-panel="results"') == 2
+
+
+def test_report_command_refuses_what_it_should(tiny_run, tmp_path):
+    with pytest.raises(UserError, match="no run here"):
+        write_report([tmp_path], tmp_path / "r.html")
+    mine = tmp_path / "notes.html"
+    mine.write_text("<p>my notes</p>", encoding="utf-8")
+    assert cli_main(["report", str(tiny_run), "--output", str(mine)]) == 1
+    assert mine.read_text(encoding="utf-8") == "<p>my notes</p>"
+    assert cli_main(["report", str(tiny_run), "--output", str(mine), "--force"]) == 0
+    assert cli_main(["report", str(tiny_run), "--output", str(mine)]) == 0  # a report may be replaced
+
+
+def test_a_run_with_only_metrics_still_reports(tmp_path):
+    """A folder from an earlier build or another tool: metrics.jsonl alone."""
+    lines = [{"step": s, "loss": 2.0 / s, "grad_norm": 1.0, "lr": 1e-4, "tokens": 100 * s, "tokens_per_s": 50.0}
+             for s in range(1, 6)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in lines), encoding="utf-8")
+    run = load_run(tmp_path)
+    assert run.status in (RUNNING, KILLED)  # no process record: judged by the last write
+    page = render([run])
+    assert set(PANELS) <= set(panel_texts(page)) and "No evaluation results" in page
+
+
+def test_finished_status_comes_from_train_results(tiny_run):
+    assert load_run(tiny_run).status == FINISHED
