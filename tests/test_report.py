@@ -183,3 +183,166 @@ def test_a_run_with_only_metrics_still_reports(tmp_path):
 
 def test_finished_status_comes_from_train_results(tiny_run):
     assert load_run(tiny_run).status == FINISHED
+
+
+# ------------------------------------------------------------------------------------------------------
+# A long run: 10,000 logged steps
+# ------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def long_run(tiny_run, tmp_path_factory) -> Path:
+    """The tiny run's folder with a metrics.jsonl of 10,000 logged steps as a GPU run writes them (memory
+    included), an evaluation every 250 steps and 20 guard events."""
+    import random
+
+    run = tmp_path_factory.mktemp("long") / "long-run"
+    shutil.copytree(tiny_run, run)
+    rng = random.Random(0)
+    lines, loss, tokens = [], 3.0, 0
+    for step in range(1, 10_001):
+        loss = max(0.05, loss * 0.9997 + rng.gauss(0, 0.02))
+        tokens += rng.randint(3000, 5000)
+        lines.append({"step": step, "epoch": round(step / 2500, 4), "loss": loss, "grad_norm": abs(rng.gauss(1, 0.3)),
+                      "lr": 1e-4 * min(1.0, step / 300), "tokens": tokens, "tokens_per_s": rng.uniform(9e3, 1.1e4),
+                      "mem_allocated_gib": 6.2 + rng.random(), "mem_reserved_gib": 8.0, "mem_peak_gib": 7.5})
+        if step % 250 == 0:
+            lines.append({"step": step, "eval_loss": loss * 1.1, "eval_accuracy": min(0.95, 0.5 + step / 25000),
+                          "eval_macro_f1": min(0.94, 0.45 + step / 25000)})
+        if step % 500 == 17:
+            lines.append({"event": "guard", "step": step, "kind": "loss_spike", "action": "skip",
+                          "reason": "loss 9.1 > mean + 6 sigma", "loss": 9.1, "batch_ids": list(range(16))})
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n", encoding="utf-8")
+    write_report([run], run / "report.html")
+    return run
+
+
+def test_a_report_of_10000_steps_stays_under_8_mb(long_run):
+    size = (long_run / "report.html").stat().st_size
+    assert size < 8 * 2**20, f"{size / 2**20:.2f} MiB"
+    page = (long_run / "report.html").read_text(encoding="utf-8")
+    loss = json.loads(re.search(r'id="fig-curve-loss">(.*?)</script>', page, re.S).group(1))
+    raw = next(t for t in loss["data"] if t["name"] == "loss")
+    assert raw["y"]["dtype"] == "f4"  # typed arrays: 10,000 floats in ~53 kB
+    markers = next(t for t in loss["data"] if t["name"] == "guard events")
+    assert len(markers["hovertext"]) == 20
+
+
+# ------------------------------------------------------------------------------------------------------
+# In a real browser: headless Chromium (Debian's chromium package) driven by Playwright
+# ------------------------------------------------------------------------------------------------------
+
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(name)), None)
+# Flags that let a root-run headless Chromium start here, and keep it from calling home.
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LOAD_LIMIT_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra has it)")
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH (apt-get install chromium; .ci/run installs it)")
+    with sync_api.sync_playwright() as p:
+        try:
+            chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        except sync_api.Error as e:
+            pytest.skip(f"chromium did not start: {str(e).splitlines()[0]}")
+        yield chromium
+        chromium.close()
+
+
+class Visit:
+    """One page opened in a fresh browser context (a fresh profile), with everything it asked for."""
+
+    def __init__(self, browser, path: Path):
+        self.context = browser.new_context(viewport={"width": 1400, "height": 900})
+        self.page = self.context.new_page()
+        self.url = path.resolve().as_uri()
+        self.requests: list[str] = []
+        self.console_errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("console", lambda m: self.console_errors.append(m.text) if m.type in ("error", "warning") else None)
+        self.page.on("pageerror", lambda e: self.console_errors.append(f"page error: {e}"))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        # Anything but the page itself is refused (and still recorded above), so a leak cannot reach a network.
+        self.context.route("**/*", lambda route: route.continue_() if route.request.url == self.url else route.abort())
+        self.page.goto(self.url)
+        self.page.wait_for_function("window.steadytuneReport !== undefined", timeout=30_000)
+        self.ready_s = self.page.evaluate("window.steadytuneReport.readyAt") / 1000
+
+    def close(self):
+        self.context.close()
+
+
+def check_page(visit: Visit) -> None:
+    assert visit.requests == [visit.url], f"requests left the page: {visit.requests}"
+    assert visit.console_errors == [] and visit.dialogs == []
+    panels = visit.page.evaluate("""() => [...document.querySelectorAll('section[data-panel]')]
+        .map(s => [s.dataset.panel, s.innerText.trim().length])""")
+    for name, length in panels:
+        assert length > 40, f"panel {name} is empty"
+    charts = visit.page.evaluate("""() => [...document.querySelectorAll('div.chart')].map(d =>
+        [d.id, d.querySelectorAll('.main-svg').length, d.data ? d.data.length : 0,
+         (d.layout && d.layout.annotations || []).length])""")
+    assert charts and all(svg > 0 and (traces > 0 or notes > 0) for _, svg, traces, notes in charts), charts
+
+
+def test_browser_renders_every_panel_and_requests_nothing(browser, tiny_run, tmp_path):
+    visit = Visit(browser, tiny_run / "report.html")
+    try:
+        check_page(visit)
+        names = {p for p, in visit.page.evaluate("() => [...document.querySelectorAll('section[data-panel]')]"
+                                                   ".map(s => [s.dataset.panel])")}
+        assert set(PANELS) <= names
+        # Hostile strings are text: no element was made from them, no script ran, and they read as written.
+        assert visit.page.evaluate("document.querySelectorAll('img').length") == 0
+        assert visit.page.evaluate("document.querySelector('#header h2 b')") is None
+        assert "<img src=x onerror=alert(3)><b>bold" in visit.page.inner_text("#header h2")
+        results = visit.page.inner_text("section[data-panel=results]")
+        assert HOSTILE in results and "消极" in results
+        # The confusion matrix's label words are drawn as text by the browser (CJK through the system's fonts).
+        ticks = visit.page.evaluate("[...document.querySelectorAll('#confusion-0 .xtick text')].map(t => t.textContent)")
+        assert ticks == ["消极", "积极"]
+        # The steps/tokens switch redraws the curves over tokens without an error.
+        visit.page.check("input[value=tokens]")
+        title = visit.page.evaluate("document.getElementById('curve-loss').layout.xaxis.title.text")
+        assert title == "tokens seen" and visit.console_errors == []
+        shot = tmp_path / "report.png"
+        visit.page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 50_000
+    finally:
+        visit.close()
+
+
+def test_browser_escapes_run_names_inside_charts(browser, tiny_run, tmp_path):
+    other = tmp_path / "second"
+    shutil.copytree(tiny_run, other)
+    write_report([tiny_run, other], tmp_path / "both.html")
+    visit = Visit(browser, tmp_path / "both.html")
+    try:
+        check_page(visit)
+        legend = visit.page.evaluate("[...document.querySelectorAll('#curve-loss .legendtext')].map(t => t.textContent)")
+        assert any(text.startswith("run <img src=x onerror=alert(3)><b>bold") for text in legend), legend
+        assert visit.page.evaluate("document.querySelectorAll('img').length") == 0
+    finally:
+        visit.close()
+
+
+def test_browser_opens_10000_steps_in_under_5_s(browser, long_run):
+    """Time from navigation to the last figure drawn, in a fresh context each time. The best of up to three
+    tries counts: the machines this runs on are shared, and a busy neighbour only ever adds time."""
+    times = []
+    for _ in range(3):
+        visit = Visit(browser, long_run / "report.html")
+        try:
+            check_page(visit)
+            times.append(visit.ready_s)
+        finally:
+            visit.close()
+        if times[-1] < LOAD_LIMIT_S:
+            break
+    print(f"10,000 steps: rendered {', '.join(f'{t:.2f}' for t in times)} s after navigation")
+    assert min(times) < LOAD_LIMIT_S
