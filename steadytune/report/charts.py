@@ -294,6 +294,10 @@ def baseline_rows(run: Run) -> list[tuple[str, float | None, float | None]]:
         if isinstance(zero, dict):
             rows.append((f"zero-shot ({primary['mode']})", as_number(zero.get("accuracy")),
                          as_number(zero.get("macro_f1"))))
+        elif isinstance((run.demo_results or {}).get("zero_shot"), dict):  # the demo scored the base model first
+            zero = run.demo_results["zero_shot"]
+            rows.append(("zero-shot (demo, before training)", as_number(zero.get("accuracy")),
+                         as_number(zero.get("macro_f1"))))
         rows.append((f"fine-tuned ({primary['mode']})", as_number(primary.get("accuracy")),
                      as_number(primary.get("macro_f1"))))
     elif run.demo_results:
