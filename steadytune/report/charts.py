@@ -88,20 +88,20 @@ def _line(run_index: int, steps, values, name: str, **style) -> go.Scatter:
 
 def decimate(x: np.ndarray, y: np.ndarray, limit: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """At most ~`limit` points: the first, the last, and each bucket's minimum and maximum, in step order
-    (gaps, NaN, are kept where a bucket holds one, so a non-finite step still breaks the line)."""
-    if len(x) <= limit:
+    (a NaN, a non-finite step, is kept where a bucket holds one, so it still breaks the line)."""
+    n = len(x)
+    if n <= limit:
         return x, y
-    buckets = np.array_split(np.arange(len(x)), limit // 2)
-    keep = {0, len(x) - 1}
-    for bucket in buckets:
-        values = y[bucket]
-        if np.isnan(values).all():
-            keep.add(int(bucket[0]))
-            continue
-        keep.update((int(bucket[np.nanargmin(values)]), int(bucket[np.nanargmax(values)])))
-        if np.isnan(values).any():
-            keep.add(int(bucket[np.isnan(values).argmax()]))
-    index = np.array(sorted(keep))
+    buckets = limit // 2
+    size = -(-n // buckets)
+    grid = np.pad(y, (0, buckets * size - n), mode="edge").reshape(buckets, size)
+    missing = np.isnan(grid)
+    start = np.arange(buckets) * size
+    lowest = np.where(missing, np.inf, grid).argmin(axis=1)
+    highest = np.where(missing, -np.inf, grid).argmax(axis=1)
+    gaps = missing.any(axis=1)
+    keep = np.concatenate([[0, n - 1], start + lowest, start + highest, start[gaps] + missing[gaps].argmax(axis=1)])
+    index = np.unique(np.clip(keep, 0, n - 1))
     return x[index], y[index]
 
 
@@ -373,7 +373,10 @@ def length_chart(run: Run, run_index: int) -> Chart | None:
                              hovertext=[f"{edges[k]:.0f}–{edges[k + 1]:.0f} tokens: {int(c)}" for k, c in
                                         enumerate(counts)], hoverinfo="text"))
     cutoff = as_number(stats.get("cutoff_len"))
-    if cutoff:
+    longest = max(s["max"] for s in (stats.get("train"), stats.get("eval")) if s)
+    if cutoff and cutoff <= 1.5 * longest:  # drawn where it is near the data; far above it, named in the title
         fig.add_vline(x=cutoff, line=dict(color="#d62728", dash="dash"), annotation_text=f"cutoff_len {cutoff:.0f}")
+    elif cutoff:
+        fig.update_layout(title_text=f"example lengths (tokens; cutoff_len {cutoff:.0f} is above the longest, {longest})")
     fig.update_layout(barmode="overlay")
     return Chart(f"lengths-{run_index}", "lengths", fig)
