@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from steadytune.cli import main as cli_main
 from steadytune.errors import UserError
 from steadytune.report.page import render, write_report
 from steadytune.report.rundata import ABORTED, FINISHED, KILLED, RUNNING, load_run
+from steadytune.run_folder import LOCK, MANIFEST
 from steadytune.tiny import save_tiny_model
 
 HOSTILE = "<script>alert('xss')</script><img src=x onerror=alert(2)>"
@@ -70,7 +72,7 @@ def panel_texts(page: str) -> dict[str, str]:
 
 
 def test_train_writes_a_report_with_every_panel(tiny_run):
-    for name in ("report.html", "run_info.json", "data_stats.json", "predictions.jsonl", "eval_results.json"):
+    for name in ("report.html", "data_stats.json", "predictions.jsonl", "eval_results.json"):
         assert (tiny_run / name).is_file(), name
     page = (tiny_run / "report.html").read_text(encoding="utf-8")
     panels = panel_texts(page)
@@ -110,9 +112,12 @@ def test_a_running_run_with_a_torn_last_line(tiny_run, tmp_path):
     (run / "train_results.json").unlink()
     with (run / "metrics.jsonl").open("a", encoding="utf-8") as f:
         f.write('{"step": 9, "loss": 5.9, "grad_n')  # a kill mid-write
-    info = json.loads((run / "run_info.json").read_text(encoding="utf-8"))
-    info.update(pid=os.getpid(), argv=[sys.argv[0]])  # this process stands in for the training process
-    (run / "run_info.json").write_text(json.dumps(info), encoding="utf-8")
+    # What run_folder.py leaves while a run trains: the manifest says running, the lock names the process (this
+    # test's process stands in for it).
+    manifest = json.loads((run / MANIFEST).read_text(encoding="utf-8"))
+    (run / MANIFEST).write_text(json.dumps(dict(manifest, status="running")), encoding="utf-8")
+    lock = {"pid": os.getpid(), "host": socket.gethostname(), "started": "2026-11-30T10:00:00+0000"}
+    (run / LOCK).write_text(json.dumps(lock), encoding="utf-8")
     loaded = load_run(run)
     assert loaded.status == RUNNING
     assert any("1 line(s) could not be read" in note for note in loaded.notes)
@@ -122,8 +127,7 @@ def test_a_running_run_with_a_torn_last_line(tiny_run, tmp_path):
 
     # The same folder once its process is gone: killed.
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    info["pid"] = int(dead.stdout)
-    (run / "run_info.json").write_text(json.dumps(info), encoding="utf-8")
+    (run / LOCK).write_text(json.dumps(dict(lock, pid=int(dead.stdout))), encoding="utf-8")
     assert load_run(run).status == KILLED
 
 
@@ -135,6 +139,8 @@ def test_a_run_the_guard_stopped_and_a_json_cut_short(tiny_run, tmp_path):
     with (run / "metrics.jsonl").open("a", encoding="utf-8") as f:
         f.write(json.dumps({"event": "guard", "step": 8, "kind": "nonfinite_loss", "action": "abort",
                             "reason": "loss is nan", "loss": "nan"}) + "\n")
+    manifest = json.loads((run / MANIFEST).read_text(encoding="utf-8"))
+    (run / MANIFEST).write_text(json.dumps(dict(manifest, status="aborted")), encoding="utf-8")
     loaded = load_run(run)
     assert loaded.status == ABORTED and "nonfinite_loss" in loaded.status_detail
     assert loaded.eval_results is None and any(n.startswith("eval_results.json could not be read") for n in loaded.notes)
