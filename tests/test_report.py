@@ -22,7 +22,7 @@ from steadytune.cli import main as cli_main
 from steadytune.errors import UserError
 from steadytune.report.page import render, write_report
 from steadytune.report.rundata import ABORTED, FINISHED, KILLED, RUNNING, load_run
-from steadytune.run_folder import LOCK, MANIFEST
+from steadytune.run_folder import LOCK, MANIFEST, read_manifest
 from steadytune.tiny import save_tiny_model
 
 HOSTILE = "<script>alert('xss')</script><img src=x onerror=alert(2)>"
@@ -74,6 +74,8 @@ def panel_texts(page: str) -> dict[str, str]:
 def test_train_writes_a_report_with_every_panel(tiny_run):
     for name in ("report.html", "data_stats.json", "predictions.jsonl", "eval_results.json"):
         assert (tiny_run / name).is_file(), name
+    # Listed in the run folder's manifest, so a later run in this folder may replace them.
+    assert {"report.html", "data_stats.json"} <= set(read_manifest(tiny_run)["files"])
     page = (tiny_run / "report.html").read_text(encoding="utf-8")
     panels = panel_texts(page)
     assert set(PANELS) <= set(panels)

@@ -26,6 +26,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from steadytune.report.charts import (Chart, baseline_chart, baseline_rows, confusion_chart, curve_charts,
                                       generation_chart, length_chart, primary_result)
 from steadytune.report.rundata import Run, as_number, load_run
+from steadytune.run_folder import MANIFEST, record_outputs
 
 GENERATOR = "steadytune report"
 
@@ -39,6 +40,10 @@ def write_report(run_dirs: list[str | Path], output: str | Path) -> Path:
     tmp = output.with_name(f".{output.name}.tmp")
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, output)
+    if (output.parent / MANIFEST).is_file():
+        # Written into a run folder: listed in its manifest, so a later run there may replace it (run_folder.py
+        # refuses to replace what no steadytune command wrote).
+        record_outputs(output.parent, [output.name])
     return output
 
 
