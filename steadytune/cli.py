@@ -22,7 +22,7 @@ SUBCOMMANDS = {
     "chat": ("steadytune.chat", "talk to a base model with an optional adapter"),
     "serve": ("steadytune.serve", "serve a trained run (and more adapters) behind the OpenAI HTTP API, with dynamic batching"),
     "bench": ("steadytune.bench", "measure tokens/s, MFU and memory against the plain transformers + peft recipe"),
-    "report": ("steadytune.report.command", "plots and a self-contained HTML report of a run"),
+    "report": ("steadytune.report.command", "one self-contained HTML report of one or more runs (curves, results, data, config)"),
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2

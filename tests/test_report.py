@@ -354,3 +354,21 @@ def test_browser_opens_10000_steps_in_under_5_s(browser, long_run):
             break
     print(f"10,000 steps: rendered {', '.join(f'{t:.2f}' for t in times)} s after navigation")
     assert min(times) < LOAD_LIMIT_S
+
+
+def test_a_generation_run_shows_bleu_rouge_and_its_answers(tiny_run, tmp_path):
+    run = tmp_path / "sft"
+    shutil.copytree(tiny_run, run)
+    for name in ("predictions.jsonl", "confusion_matrix.json"):
+        (run / name).unlink()
+    (run / "eval_results.json").write_text(json.dumps({
+        "task": "generation", "n": 2, "predict_bleu-4": 12.5, "predict_rouge-1": 30.1, "predict_rouge-2": 11.0,
+        "predict_rouge-l": 25.4}), encoding="utf-8")
+    rows = [{"prompt": "Say hi", "predict": HOSTILE, "label": "hi"}, {"prompt": "数一二三", "predict": "一二三", "label": "一二三"}]
+    (run / "generated_predictions.jsonl").write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows),
+                                                     encoding="utf-8")
+    page = render([load_run(run)])
+    results = panel_texts(page)["results"]
+    assert 'id="generation-0"' in results and "rouge-l" in results and "25.40" in results
+    assert "一二三" in results and "&lt;script&gt;alert(&#39;xss&#39;)&lt;/script&gt;" in results
+    assert "<script>alert" not in page
