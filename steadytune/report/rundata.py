@@ -71,17 +71,6 @@ class Run:
             keys += [k for k in r if k.startswith("eval_") and k not in keys and as_number(r[k]) is not None]
         return keys
 
-    def tokens_at(self, steps: list[int]) -> list[float]:
-        """Tokens seen at each step, interpolated between logged steps (evaluations and events log no tokens)."""
-        known = [(int(r["step"]), float(r["tokens"])) for r in self.steps if as_number(r.get("tokens")) is not None]
-        if not known:
-            return [float("nan")] * len(steps)
-        known = [(0, 0.0)] + known
-        out = []
-        for s in steps:
-            out.append(_interpolate(known, s))
-        return out
-
     @property
     def guard_events(self) -> list[dict]:
         return [e for e in self.events if e.get("event") == "guard"]
@@ -138,15 +127,6 @@ def as_number(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
-
-
-def _interpolate(known: list[tuple[int, float]], step: int) -> float:
-    if step >= known[-1][0]:
-        return known[-1][1]
-    for (s0, t0), (s1, t1) in zip(known, known[1:]):
-        if s0 <= step <= s1:
-            return t0 + (t1 - t0) * (step - s0) / max(s1 - s0, 1)
-    return known[0][1]
 
 
 # ------------------------------------------------------------------------------------------------------
