@@ -188,8 +188,8 @@ def clip_threshold(run: Run, steps: list[int]) -> tuple[list[int], list[float]] 
 def memory_chart(runs: list[Run], keys: list[str]) -> Chart:
     fig = go.Figure(layout=base_layout("GPU memory", "GiB"))
     if not keys:
-        fig.add_annotation(text="no GPU memory in metrics.jsonl: this run trained on the CPU (memory is logged "
-                                "for CUDA and ROCm devices)", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.add_annotation(text="no GPU memory in metrics.jsonl:<br>this run trained on the CPU<br>(memory is logged "
+                                "on CUDA and ROCm devices)", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
     dashes = {"mem_allocated_gib": "solid", "mem_reserved_gib": "dash", "mem_peak_gib": "dot"}
