@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from steadytune.monitor import smooth
 from steadytune.report.rundata import Run, as_number
 
-HEIGHT = 330
+HEIGHT = 380
 # A curve of more points than this is drawn through each bucket's lowest and highest point: at chart width
 # (~600 px) that looks the same and keeps every spike, and a 10,000-step run draws in a fraction of the time.
 MAX_POINTS = 2000
@@ -48,9 +48,10 @@ def colour(i: int) -> str:
 
 
 def base_layout(title: str, y_title: str = "", x_title: str = "optimizer step") -> dict:
-    return dict(template="plotly_white", height=HEIGHT, margin=dict(l=60, r=20, t=40, b=45),
+    return dict(template="plotly_white", height=HEIGHT, margin=dict(l=60, r=20, t=40, b=10),
                 title=dict(text=text(title), x=0.01, font=dict(size=14)), hovermode="closest",
-                legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
+                # below the axis, where several runs' entries have room (above, they ran into the title)
+                legend=dict(orientation="h", y=-0.2, yanchor="top", x=0, xanchor="left"),
                 xaxis=dict(title=dict(text=x_title)), yaxis=dict(title=dict(text=y_title)))
 
 
@@ -127,6 +128,7 @@ def loss_chart(runs: list[Run]) -> Chart:
 def eval_chart(runs: list[Run]) -> Chart:
     fig = go.Figure(layout=base_layout("evaluation during training", "score"))
     dashes = ("solid", "dot", "dashdot", "longdash")
+    baselines_drawn: set[float] = set()
     for i, run in enumerate(runs):
         keys = [k for k in run.eval_keys() if k != "eval_loss"]
         for j, key in enumerate(keys):
@@ -134,7 +136,8 @@ def eval_chart(runs: list[Run]) -> Chart:
             fig.add_trace(_line(i, steps, values, _name(run, EVAL_LABELS.get(key, key), runs), mode="lines+markers",
                                 line=dict(color=colour(i + j if len(runs) == 1 else i), dash=dashes[j % 4])))
         majority = majority_share(run)
-        if majority is not None and keys:
+        if majority is not None and keys and round(majority, 4) not in baselines_drawn:
+            baselines_drawn.add(round(majority, 4))
             fig.add_hline(y=majority, line=dict(color=colour(i), dash="dot", width=1),
                           annotation_text=text(f"majority baseline {majority:.3f}" + ("" if len(runs) == 1
                                                                                        else f" ({run.name})")),
