@@ -317,7 +317,7 @@ def test_browser_renders_every_panel_and_requests_nothing(browser, tiny_run, tmp
         # The steps/tokens switch redraws the curves over tokens without an error.
         visit.page.check("input[value=tokens]")
         title = visit.page.evaluate("document.getElementById('curve-loss').layout.xaxis.title.text")
-        assert title == "tokens seen" and visit.console_errors == []
+        assert title == "target tokens trained" and visit.console_errors == []
         shot = tmp_path / "report.png"
         visit.page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 50_000

@@ -107,7 +107,7 @@ def run_header(run: Run) -> dict[str, Any]:
         ("data", data),
         ("steps", f"{run.last_step}" + (f" of {run.total_steps}" if run.total_steps else "")),
         ("wall time", wall_time(run)),
-        ("tokens", f"{run.tokens_seen:,}" if run.tokens_seen is not None else "—"),
+        ("target tokens", f"{run.tokens_seen:,}" if run.tokens_seen is not None else "—"),
         ("final loss", _fmt(results.get("final_loss") if results else _last(run, "loss"))),
         ("best eval", f"{best[0]} {best[1]:.4f} at step {best[2]}" if best else "—"),
     ]
@@ -307,7 +307,7 @@ def results_table(runs: list[Run]) -> dict[str, Any]:
 
 
 def tokens_table(run: Run) -> list[list[float]]:
-    """[[steps], [tokens seen]] for the page's steps/tokens switch."""
+    """[[steps], [target tokens trained]] for the page's steps/tokens switch."""
     pairs = [(int(r["step"]), float(r["tokens"])) for r in run.steps if as_number(r.get("tokens")) is not None]
     return [[0] + [p[0] for p in pairs], [0.0] + [p[1] for p in pairs]]
 

@@ -1,5 +1,5 @@
 // steadytune report: draws every figure from its JSON block and switches the curves between optimizer steps
-// and tokens seen. Reads only this page; makes no request.
+// and target tokens trained (metrics.jsonl "tokens"). Reads only this page; makes no request.
 (function () {
   "use strict";
   var started = performance.now();
@@ -35,7 +35,7 @@
         var run = (div.data[i].meta || [0])[0];
         return traceSteps.map(function (s) { return tokensAt(tokens[run], s); });
       });
-      Plotly.update(div, {x: xs}, {"xaxis.title.text": mode === "tokens" ? "tokens seen" : "optimizer step"});
+      Plotly.update(div, {x: xs}, {"xaxis.title.text": mode === "tokens" ? "target tokens trained" : "optimizer step"});
     });
   }
 
