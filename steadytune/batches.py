@@ -42,6 +42,7 @@ class TrainBatches:
         self.cfg, self.data = cfg, data
         self.world_size, self.rank = world_size, rank
         self.global_batch = cfg.train.per_device_train_batch_size * world_size
+        self.accumulation = cfg.train.gradient_accumulation_steps
         self.collate = PadCollator(tokenizer.pad_token_id, padding_side="right")
         # Class balance (seed 003: a 55% majority class drove the loss up). The sampler draws each class about
         # equally often; the loss weights scale each example's label tokens by its class's inverse frequency.
@@ -85,8 +86,15 @@ class TrainBatches:
 
     def batches_per_epoch(self) -> int:
         if self.max_tokens is None:
-            return max(1, len(self.data.train) // self.global_batch)
+            return self.whole_steps(len(self.data.train) // self.global_batch)
         return len(self.micro_batches(0))
+
+    def whole_steps(self, count: int) -> int:
+        """An epoch's micro-batches cut to whole optimizer steps (world x accumulation micro-batches each), so that a
+        step never straddles two epochs and the same steps come out on any number of processes (a resume on another
+        world size relies on it: distributed/world_resume.py). Fewer micro-batches than one step: keep them all."""
+        whole = count - count % self.accumulation
+        return whole if whole > 0 else max(1, count)
 
     def order(self, epoch: int) -> list[int]:
         seed = self.cfg.train.seed * 1000 + epoch
@@ -104,12 +112,12 @@ class TrainBatches:
         if self.max_tokens is None:
             g = self.global_batch
             mine = [order[b * g:(b + 1) * g][self.rank::self.world_size]
-                    for b in range(max(1, len(order) // g))]
+                    for b in range(self.whole_steps(len(order) // g))]
         else:
             from steadytune.packing import group_by_token_budget
             groups = group_by_token_budget(self.lengths, order, self.max_tokens)
             # Every rank runs the same number of micro-batches (DDP steps together); a short tail is dropped.
-            count = max(1, len(groups) // self.world_size)
+            count = self.whole_steps(len(groups) // self.world_size)
             mine = [groups[(b * self.world_size + self.rank) % len(groups)] for b in range(count)]
         self._epoch_groups = (epoch, mine)
         return mine

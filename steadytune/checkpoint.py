@@ -210,8 +210,10 @@ def read_state(checkpoint: str | Path) -> TrainerState:
 
 
 def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_name_or_path: str,
-                    scaler=None) -> TrainerState:
-    """Restore weights, optimizer, scheduler, loss scaler and RNG from a checkpoint written by save_checkpoint."""
+                    scaler=None, restore_sharded=None, check_shapes: bool = True) -> TrainerState:
+    """Restore weights, optimizer, scheduler, loss scaler and RNG from a checkpoint written by save_checkpoint.
+    `restore_sharded(checkpoint, optimizer_state)` loads weights and optimizer state into a sharded model instead
+    (distributed/sharding.py); `check_shapes` is off where the live model's shapes are partitions (ZeRO-3)."""
     checkpoint = Path(checkpoint)
     state = read_state(checkpoint)
     if state.model_name_or_path and model_name_or_path and state.model_name_or_path != model_name_or_path:
@@ -219,15 +221,24 @@ def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_n
                               f"but this run uses {model_name_or_path!r}")
     # One set of checks for saved work (model.py): truncated or unparsable files, keys and shapes of another model.
     from steadytune.model import check_checkpoint_matches
-    check_checkpoint_matches(checkpoint, model, required_files=(OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE))
+    if check_shapes:
+        check_checkpoint_matches(checkpoint, model, required_files=(OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE))
     # Read (and vet) every state file before changing anything: a refused file leaves the model as it was.
     optimizer_state = load_torch_state(checkpoint / OPTIMIZER_FILE)
     scheduler_state = load_torch_state(checkpoint / SCHEDULER_FILE)
     rng_state = load_torch_state(checkpoint / RNG_FILE)
     scaler_state = load_torch_state(checkpoint / SCALER_FILE) if (checkpoint / SCALER_FILE).is_file() else None
-    load_trainable_weights(checkpoint, model)
+    if restore_sharded is None:
+        load_trainable_weights(checkpoint, model)
     try:
-        optimizer.load_state_dict(optimizer_state)
+        if restore_sharded is not None:
+            restore_sharded(checkpoint, optimizer_state)
+        else:
+            # A checkpoint of a sharded run keys the optimizer state by parameter name (distributed/state.py).
+            from steadytune.distributed.state import by_index, is_by_name, trainable_names
+            if is_by_name(optimizer_state):
+                optimizer_state = by_index(optimizer_state, trainable_names(model))
+            optimizer.load_state_dict(optimizer_state)
         scheduler.load_state_dict(scheduler_state)
         if scaler is not None and scaler_state is not None:
             scaler.load_state_dict(scaler_state)

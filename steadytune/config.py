@@ -145,6 +145,10 @@ class TrainArguments:
     report_to: Union[str, list] = _opt("none", "Experiment trackers through Accelerate: none, all (every installed one), tensorboard, wandb, mlflow, swanlab, trackio, or a list; metrics.jsonl is always written.")
     logging_dir: Optional[str] = _opt(None, "TensorBoard log folder (default output_dir/runs/<date>_<host>, as transformers).")
     ddp_timeout: int = _opt(1800, "Seconds a collective may wait before failing (huge values hide RCCL/NCCL hangs).", minimum=1)
+    hang_timeout: Optional[float] = _opt(None, "Hang watchdog: seconds a training step may stall before every rank dumps its stacks to output_dir/hang-rank-K.txt and the run stops (default: 300 s or 10x the slowest step, whichever is longer; 0 turns it off).", minimum=0)
+    fsdp: Union[None, bool, str, list] = _opt(None, "FSDP through Accelerate (HF/LLaMA-Factory key): full_shard, shard_grad_op, offload, auto_wrap (a list or a space-separated string), or true (= full_shard auto_wrap). Always FSDP2.")
+    fsdp_config: Union[None, dict, str] = _opt(None, "FSDP settings (a mapping, or a JSON/YAML file): fsdp_version, reshard_after_forward, cpu_ram_efficient_loading, offload_params, state_dict_type, transformer_layer_cls_to_wrap, activation_checkpointing (with or without the fsdp_ prefix).")
+    fsdp_version: Optional[int] = _opt(None, "FSDP version (Axolotl key); steadytune always runs FSDP2.", choices=(1, 2))
     dataloader_num_workers: int = _opt(0, "Worker processes for the data loader.", minimum=0)
     gradient_checkpointing: Optional[bool] = _opt(None, "Recompute activations in backward to save memory (default: off for LoRA on small models).")
     gradient_checkpointing_kwargs: Optional[dict] = _opt(None, "Passed to gradient_checkpointing_enable, e.g. {use_reentrant: false}.")
@@ -185,6 +189,8 @@ class FaultInjectionArguments:
     lr_spike_start: Optional[int] = _opt(None, "First optimizer step with a 100x learning rate.", minimum=1)
     lr_spike_steps: int = _opt(0, "How many steps the 100x learning rate lasts.", minimum=0)
     lr_spike_factor: float = _opt(100.0, "Learning-rate multiplier during the LR spike.")
+    hang_step: Optional[int] = _opt(None, "Make one rank hang (sleep forever) at the start of this optimizer step, to prove the hang watchdog.", minimum=1)
+    hang_rank: int = _opt(0, "The rank that hangs at hang_step.", minimum=0)
 
 
 @dataclass

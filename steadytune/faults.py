@@ -24,11 +24,13 @@ from typing import Callable, Iterable, Iterator, Optional
 import torch
 
 NAN_LOSS, INF_LOSS, SPIKE_LOSS, FP16_OVERFLOW, LR_SPIKE = "nan_loss", "inf_loss", "spike_loss", "fp16_overflow", "lr_spike"
+HANG = "hang"
 
 
 class FaultInjector:
-    def __init__(self, args, emit: Optional[Callable[[dict], None]] = None):
+    def __init__(self, args, emit: Optional[Callable[[dict], None]] = None, rank: int = 0):
         self.args = args
+        self.rank = rank                 # hang_rank picks the process that hangs
         self.emit = emit or (lambda event: None)
         self.fired: set[tuple[str, int]] = set()
         self.reached = 0                 # highest step begun so far
@@ -47,7 +49,7 @@ class FaultInjector:
     @property
     def active(self) -> bool:
         a = self.args
-        return bool(self._loss_faults) or a.fp16_overflow_step is not None or (
+        return bool(self._loss_faults) or a.fp16_overflow_step is not None or a.hang_step is not None or (
             a.lr_spike_start is not None and a.lr_spike_steps > 0)
 
     def describe(self) -> str:
@@ -60,6 +62,8 @@ class FaultInjector:
         if a.lr_spike_start is not None and a.lr_spike_steps > 0:
             parts.append(f"learning rate x{a.lr_spike_factor:g} for steps {a.lr_spike_start}.."
                          f"{a.lr_spike_start + a.lr_spike_steps - 1}")
+        if a.hang_step is not None:
+            parts.append(f"rank {a.hang_rank} hangs at step {a.hang_step}")
         return "fault injection (testing aid): " + ", ".join(parts) if parts else "fault injection: none"
 
     def begin_step(self, step: int) -> None:
@@ -67,6 +71,16 @@ class FaultInjector:
         if not self.first_pass and any(kind == LR_SPIKE for kind, _ in self.fired):
             self.lr_span_over = True
         self.reached = max(self.reached, step)
+        self.maybe_hang(step)
+
+    def maybe_hang(self, step: int) -> None:
+        """hang_rank stops at the start of hang_step, before the step's first collective, and never returns: the
+        other ranks wait for it, as they would for a rank stuck in a driver call. The hang watchdog ends it."""
+        a = self.args
+        if a.hang_step != step or a.hang_rank != self.rank or not self._fire(HANG, step, rank=self.rank):
+            return
+        import threading
+        threading.Event().wait()
 
     def _fire(self, kind: str, step: int, **values) -> bool:
         """True when (kind, step) comes up on the first pass over the step."""

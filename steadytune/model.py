@@ -297,7 +297,8 @@ def _load_error(path: str, e: Exception) -> UserError:
 
 def _check_tokenizer_fits(tokenizer, model: nn.Module, path: str) -> None:
     """Token ids beyond the embedding table crash deep inside a forward pass; say so at load time instead."""
-    rows = model.get_input_embeddings().weight.shape[0]
+    weight = model.get_input_embeddings().weight
+    rows = getattr(weight, "ds_shape", weight.shape)[0]   # DeepSpeed ZeRO-3 keeps the full shape aside
     if len(tokenizer) > rows:
         raise UserError(f"model_name_or_path: {path}: the tokenizer has {len(tokenizer)} tokens but the model only "
                         f"{rows} embeddings; tokenizer and model do not belong together")

@@ -24,6 +24,8 @@ MAY_CHANGE = frozenset({
     "gradient_checkpointing_kwargs", "use_reentrant_gc", "torch_compile", "use_liger_kernel", "cuda_graphs",
     "flash_attn",
     "bf16", "fp16", "trust_remote_code", "hang_timeout",
+    # How the same step is spread over GPUs (the step's examples stay; distributed/world_resume.py).
+    "deepspeed", "fsdp", "fsdp_config", "fsdp_version",
 })
 MAY_CHANGE_SECTIONS = frozenset({"guard", "fault_injection"})
 

@@ -17,6 +17,7 @@ DDP / FSDP / DeepSpeed and autocast; everything that decides the numbers is visi
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -24,7 +25,6 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ from steadytune import hardware
 from steadytune.batches import TrainBatches, token_budget
 from steadytune.checkpoint import TrainerState, list_checkpoints, load_checkpoint, read_state, save_checkpoint
 from steadytune.config import RunConfig, describe_keys, load_config, save_resolved_config
+from steadytune.distributed import launch, sharding
+from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.errors import CheckpointError, UserError
 from steadytune.faults import FaultInjector
 from steadytune.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, NumericalGuard, TrainState,
@@ -78,6 +80,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="train even when the start-up hardware checks report errors")
     parser.add_argument("--list-keys", action="store_true", help="print every config key with its default and help")
+    parser.add_argument("--nproc", metavar="N",
+                        help="start N training processes, one per GPU (a number, or auto = every visible GPU), "
+                             "through torch.distributed.run: DDP, or DeepSpeed / FSDP2 when the config asks for them")
 
 
 def run(args) -> int:
@@ -88,6 +93,12 @@ def run(args) -> int:
         raise UserError("steadytune train needs a config file: steadytune train my_run.yaml [key=value ...] "
                         "(see `steadytune train --list-keys`, or `steadytune demo` for the embedded default)")
     cfg = load_config(args.config, args.overrides)
+    if getattr(args, "nproc", None) and not launch.under_launcher():
+        nproc = launch.resolve_nproc(args.nproc, launch.visible_gpus())
+        return launch.launch(nproc, args.config, args.overrides, args.force, cfg.train.output_dir)
+    hint = launch.several_gpus_hint(args.config, launch.visible_gpus())
+    if hint:
+        print(hint, file=sys.stderr, flush=True)
     result = run_training(cfg, force=args.force)
     if result.exit_code == 0 and (cfg.train.do_eval or cfg.train.do_predict):
         # LLaMA-Factory's do_eval / do_predict: evaluate what was just trained, as `steadytune eval` would (sft:
@@ -104,12 +115,11 @@ def run(args) -> int:
 def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, model=None) -> TrainResult:
     """`model`: the base model already loaded by the caller (demo scores it zero-shot first), trained in place
     instead of loaded again; it must be the model cfg names, as load_for_inference loaded it."""
-    from accelerate import PartialState
-
     # Rank from the launcher's environment too: a CPU run under torchrun that Accelerate does not treat as
     # distributed must still have one process, rank 0, own the folder.
+    processes = sharding.process_state(cfg)   # rank and world size (DeepSpeed / FSDP need a process group even alone)
     rank = int(os.environ.get("RANK", "0"))
-    folder = RunFolder(Path(cfg.train.output_dir), main_process=PartialState().is_main_process and rank == 0)
+    folder = RunFolder(Path(cfg.train.output_dir), main_process=processes.is_main_process and rank == 0)
     folder.claim()  # usable folder, lock taken
     stop = StopRequests().install()
     try:
@@ -163,6 +173,8 @@ class Run:
     progress: bool
     graphs: Any = None                # graphs.GraphRunner when CUDA graphs are on (kernels.plan_speed)
     trackers: Trackers | None = None  # report_to (trackers.py); set_up always gives one
+    sharding: Any = None              # distributed.sharding.ShardingPlan: none, DDP, DeepSpeed ZeRO or FSDP2
+    watchdog: Any = None              # distributed.watchdog.HangWatchdog
 
     @property
     def device(self) -> torch.device:
@@ -180,19 +192,31 @@ class Run:
     def model(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.objective).model
 
-    def save_checkpoint(self, keep: set[str] | None = None) -> Path:
-        """checkpoint-N/ of the current state (written by the main process; every process calls this)."""
+    def save_checkpoint(self, keep: set[str] | None = None, alone: bool = False) -> Path:
+        """checkpoint-N/ of the current state (written by the main process; every process calls this, since under
+        sharding the state is first gathered from all ranks). `alone`: the hang watchdog's rescue, on the main
+        process only, without collectives (only where the main process holds the whole state)."""
         path = Path(self.cfg.train.output_dir) / f"checkpoint-{self.state.global_step}"
+        if self.watchdog is not None and not alone:
+            self.watchdog.beat(self.state.global_step, "save")
+        model, optimizer = (self.model, self.optimizer) if alone else sharding.gather_for_save(
+            self.sharding, self.accelerator, self.objective, self.model, self.optimizer)
         if self.is_main:
             self.state.extra.update(guard=self.guard.state_dict(), faults=self.faults.state_dict())
             try:
-                path = save_checkpoint(self.cfg.train.output_dir, self.model, self.optimizer, self.scheduler,
+                path = save_checkpoint(self.cfg.train.output_dir, model, optimizer, self.scheduler,
                                        self.state, self.cfg.train.save_total_limit, keep,
                                        scaler=self.accelerator.scaler)
             finally:
                 self.folder.record()
-        self.accelerator.wait_for_everyone()
+        if not alone:
+            self.accelerator.wait_for_everyone()
         return path
+
+    def rescue_checkpoint(self) -> str:
+        """What the hang watchdog saves: the last finished step, when this process holds the whole state."""
+        path = self.save_checkpoint(alone=True)
+        return f"saved {path} (the last finished step); rerun the same command to resume from it"
 
 
 @dataclass
@@ -218,6 +242,11 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     if plan.message:
         cfg.decide("start", plan.mode, plan.message)
 
+    # --- several processes: which sharding and why (distributed/); its file and keys checked before any loading --
+    world = sharding.process_state(cfg).num_processes
+    shard_plan = sharding.plan_sharding(cfg, world)
+    sharding.apply_plan(cfg, shard_plan, world)
+
     # --- hardware policy: dtype and attention chosen in one place, with the reason -----------------------
     info = hardware.detect()
     precision, precision_why = hardware.choose_precision(info, t.bf16, t.fp16)
@@ -232,7 +261,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
         attn = packing.attn_implementation
     # Stability defaults of the hardware profile (seed 000 on ROCm), only where the user set nothing (guard.py).
     apply_hardware_profile(cfg, info.backend)
-    if t.ddp_timeout > 3 * 3600:
+    if t.ddp_timeout > 3 * 3600 and "ddp_timeout" not in cfg.decisions:
         cfg.decide("ddp_timeout", t.ddp_timeout, "kept as asked; note that a huge timeout turns an RCCL/NCCL hang "
                    "into a silent multi-day stall (the default is 1800 s)")
 
@@ -244,11 +273,12 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     if not data.train:
         raise UserError(f"dataset {d.dataset!r}: no training examples left after filtering")
     check_data_fits_keys(cfg, data)
-    resume_candidates = vet_resume(cfg, plan.resume_candidates)
+    resume_candidates = vet_resume(cfg, plan.resume_candidates, world, token_budget=packing is not None or
+                                   t.max_tokens_per_batch is not None)
 
     # --- Accelerate (with the report_to trackers), and the same checks `steadytune doctor` runs -----------------
     trackers = Trackers(t.report_to, t.output_dir, t.logging_dir)
-    accelerator = make_accelerator(cfg, precision, info, log_with=trackers.log_with())
+    accelerator = sharding.make_accelerator(cfg, shard_plan, precision, info, world, log_with=trackers.log_with())
     device = accelerator.device
     from accelerate.utils import set_seed
     set_seed(t.seed)
@@ -264,7 +294,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
         model = adopt_model(preloaded, base_dtype, attn, device)
     else:
         model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=base_dtype, attn_implementation=attn,
-                                                    device=device, tokenizer=tokenizer, task=stage.model_task)
+                                                    device=sharding.model_device(shard_plan, accelerator),
+                                                    tokenizer=tokenizer, task=stage.model_task)
     if cfg.model.adapter_name_or_path and cfg.method.finetuning_type == "lora":
         # Continue training an existing adapter (LLaMA-Factory's adapter_name_or_path) instead of a fresh one.
         model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True)
@@ -315,20 +346,26 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                                   # one fused kernel for all LoRA tensors instead of several per tensor
                                   fused=device.type == "cuda" or None)
     scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+    sharding.fit_to_model(accelerator, shard_plan, model, cfg)
     objective, optimizer = accelerator.prepare(stage.make_objective(model, cfg), optimizer)
+    sharding.keep_sharded_on_cpu(accelerator, shard_plan)
+    # FSDP2 replaces the parameters with sharded ones: clipping and the guard must see those.
+    params = [p for p in unwrap(accelerator, objective).parameters() if p.requires_grad]
 
     # --- resume: weights, optimizer, schedule, loss scale, RNG and data position, exactly ----------------------
     state = TrainerState(model_name_or_path=cfg.model.model_name_or_path, finetuning_type=cfg.method.finetuning_type)
     resume_from = None
     if resume_candidates:
         state, resume_from = restore_checkpoint(cfg, resume_candidates, accelerator.unwrap_model(objective).model,
-                                                optimizer, scheduler, accelerator.scaler)
+                                                optimizer, scheduler, accelerator.scaler, shard_plan, objective)
+        from steadytune.distributed.world_resume import layout_of, remap_position
+        remap_position(state, state.extra.get("layout"), layout_of(cfg, world, batches.max_tokens))
     metrics = MetricsLog(Path(t.output_dir) / "metrics.jsonl", enabled=accelerator.is_main_process)
 
     # --- numerical guard + fault injection (guard.py, faults.py): every action is a metrics.jsonl event ----
     guard = NumericalGuard(cfg.guard, precision, emit=metrics.write, max_grad_norm=t.max_grad_norm,
                            fallback_precision=fallback_precision(info))
-    faults = FaultInjector(cfg.fault_injection, emit=metrics.write)
+    faults = FaultInjector(cfg.fault_injection, emit=metrics.write, rank=accelerator.process_index)
     if resume_from is not None:
         guard.load_state_dict(state.extra.get("guard", guard.state_dict()))
         faults.load_state_dict(state.extra.get("faults", {}))
@@ -337,12 +374,35 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                       scaler=accelerator.scaler, data_position=data_position(state))
     run = Run(cfg, folder, stop, info, precision, accelerator, tokenizer, data, objective, params, optimizer,
               scheduler, batches, steps_per_epoch, total_steps, state, metrics, guard, faults, live, trainable, total,
-              resume_from, progress, trackers=trackers)
+              resume_from, progress, trackers=trackers, sharding=shard_plan)
+    run.watchdog = make_watchdog(run)
     if speed.cuda_graphs:
         run.graphs = make_graph_runner(run)
     if run.is_main:
         print_startup(run)
     return run
+
+
+def make_watchdog(run: Run) -> HangWatchdog:
+    """The hang watchdog (distributed/watchdog.py). The main process may rescue a checkpoint when it holds the whole
+    state (one process or DDP); sharded state cannot be gathered while a collective hangs."""
+    cfg = run.cfg
+
+    def on_hang(message: str) -> None:
+        if run.is_main:
+            run.metrics.write({"event": "hang", "step": run.state.global_step, "message": message})
+            run.folder.record(status="hung")
+            run.folder.release()
+
+    return HangWatchdog(Path(cfg.train.output_dir), run.accelerator.process_index, run.accelerator.num_processes,
+                        cfg.train.hang_timeout, on_hang=on_hang,
+                        rescue=run.rescue_checkpoint if run.is_main and not run.sharding.sharded else None)
+
+
+def says_for_all_ranks() -> bool:
+    """Whether this process says things once for all ranks (the main process; also when there is only one)."""
+    from accelerate import PartialState
+    return PartialState().is_main_process
 
 
 def share_from_main(obj):
@@ -353,23 +413,6 @@ def share_from_main(obj):
     if PartialState().num_processes == 1:
         return obj
     return broadcast_object_list([obj], from_process=0)[0]
-
-
-def make_accelerator(cfg: RunConfig, precision: str, info, log_with: list | None = None):
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-    from accelerate.utils import InitProcessGroupKwargs
-
-    # Each set-up fixes its own precision: forget an earlier Accelerator's settings in this process (the process
-    # group, if any, is kept). Without this a second set-up with another precision fails.
-    AcceleratorState._reset_state(reset_partial_state=False)
-    return Accelerator(
-        mixed_precision={"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[precision],
-        cpu=info.backend == "cpu",
-        kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.train.ddp_timeout))],
-        deepspeed_plugin=deepspeed_plugin(cfg),
-        log_with=log_with,
-    )
 
 
 def check_data_fits_keys(cfg: RunConfig, data) -> None:
@@ -388,7 +431,8 @@ def check_data_fits_keys(cfg: RunConfig, data) -> None:
         if warn:
             line += (" -- more than 10% of the examples lost prompt tokens, often the question itself: raise cutoff_len "
                      "or shorten the inputs")
-            print(f"warning: {line}", file=sys.stderr, flush=True)
+            if says_for_all_ranks():
+                print(f"warning: {line}", file=sys.stderr, flush=True)
         cfg.decide("truncation", data.stats["truncation"].get("train"), line)
 
 
@@ -400,16 +444,22 @@ def check_steps_fit_keys(cfg: RunConfig, micro_batches_per_epoch: int, total_ste
                    "epoch (lower it, or raise the data)")
         print(f"warning: {message}", file=sys.stderr, flush=True)
         cfg.decide("gradient_accumulation_steps", t.gradient_accumulation_steps, message)
-    for key in ("nan_loss_step", "inf_loss_step", "spike_loss_step", "fp16_overflow_step", "lr_spike_start"):
+    if f.hang_step is not None and t.hang_timeout == 0:
+        raise UserError("fault_injection.hang_step is set but hang_timeout: 0 turns the hang watchdog off: the run "
+                        "would hang for ever; set hang_timeout (e.g. 30)")
+    for key in ("nan_loss_step", "inf_loss_step", "spike_loss_step", "fp16_overflow_step", "lr_spike_start",
+                "hang_step"):
         step = getattr(f, key)
         if step is not None and step > total_steps:
             raise UserError(f"fault_injection.{key}: step {step} is beyond the run's {total_steps} steps; the fault "
                             "would never fire")
 
 
-def vet_resume(cfg: RunConfig, candidates: list[Path]) -> list[Path]:
+def vet_resume(cfg: RunConfig, candidates: list[Path], world: int = 1, token_budget: bool = False) -> list[Path]:
     """The checkpoints a resume may use, newest first: damaged ones are skipped with a message (an explicitly named
-    one is an error); a checkpoint whose run had other keys is refused, naming each key with old -> new."""
+    one is an error); a checkpoint whose run had other keys is refused, naming each key with old -> new. On another
+    number of processes the step batch is kept (distributed/world_resume.py)."""
+    from steadytune.distributed.world_resume import adapt_to_checkpoint
     from steadytune.resume import compare_for_resume, resume_fingerprint
 
     usable = []
@@ -422,7 +472,11 @@ def vet_resume(cfg: RunConfig, candidates: list[Path]) -> list[Path]:
             print(f"warning: {e}; trying the previous checkpoint", file=sys.stderr, flush=True)
             continue
         if not usable:
-            refused, applied = compare_for_resume(state.extra.get("config"), resume_fingerprint(cfg))
+            changed = adapt_to_checkpoint(cfg, state.extra.get("layout"), world, token_budget)
+            saved = state.extra.get("config")
+            if saved and changed:
+                saved = {**saved, **changed}   # the same step batch on this world size: not a change of the run
+            refused, applied = compare_for_resume(saved, resume_fingerprint(cfg))
             if refused:
                 raise CheckpointError(f"resume from {path}: these keys differ from the run that wrote it, which would "
                                 f"splice another run onto its curve: {'; '.join(refused)}. Put them back, or start a "
@@ -436,11 +490,17 @@ def vet_resume(cfg: RunConfig, candidates: list[Path]) -> list[Path]:
     return usable
 
 
-def restore_checkpoint(cfg: RunConfig, candidates: list[Path], model, optimizer, scheduler, scaler):
+def restore_checkpoint(cfg: RunConfig, candidates: list[Path], model, optimizer, scheduler, scaler,
+                       shard_plan=None, objective=None):
     """Load the newest checkpoint that loads; a damaged one falls back to the previous, with a message."""
     for k, path in enumerate(candidates):
         try:
-            state = load_checkpoint(path, model, optimizer, scheduler, cfg.model.model_name_or_path, scaler=scaler)
+            restore = None
+            if shard_plan is not None and shard_plan.sharded:   # weights and optimizer state go to the shards
+                restore = functools.partial(sharding.restore_sharded, shard_plan, objective, optimizer)
+            state = load_checkpoint(path, model, optimizer, scheduler, cfg.model.model_name_or_path, scaler=scaler,
+                                    restore_sharded=restore,
+                                    check_shapes=shard_plan is None or sharding.shapes_checkable(shard_plan, cfg))
         except CheckpointError as e:
             if k + 1 == len(candidates):
                 raise
@@ -494,8 +554,10 @@ def fit(run: Run) -> Outcome:
                disable=not (run.progress and run.is_main))
     guard.maybe_snapshot(state.global_step, run.live)  # guard: the starting state is the first good state
     run.stop.in_loop = True
+    run.watchdog.start()  # a step that stalls past hang_timeout stops the run with every rank's stacks on disk
     try:
         while state.global_step < run.total_steps:
+            run.watchdog.beat(state.global_step + 1)
             if stop_requested(run):
                 interrupt(run, loop, started)
             step = state.global_step + 1  # the optimizer step being computed (faults and guard events use it)
@@ -544,7 +606,8 @@ def fit(run: Run) -> Outcome:
 
             if state.global_step % t.logging_steps == 0 or state.global_step == run.total_steps:
                 record = {"step": state.global_step, "epoch": round(state.global_step / run.steps_per_epoch, 4),
-                          "loss": loop.window_loss / loop.window_steps, "grad_norm": float(grad_norm),
+                          "loss": loop.window_loss / loop.window_steps,
+                          "grad_norm": None if grad_norm is None else float(grad_norm),
                           "lr": run.scheduler.get_last_lr()[0], "tokens": state.tokens_seen,
                           **throughput.report(), **memory_stats(run.device),
                           **pop_metrics(run.objective, run.accelerator)}  # dpo/kto/rm: rewards/chosen, ... (stages/)
@@ -557,6 +620,7 @@ def fit(run: Run) -> Outcome:
 
             new_best = False
             if should_evaluate(t, state.global_step, run.steps_per_epoch, run.total_steps) and run.data.eval:
+                run.watchdog.beat(state.global_step, "eval")
                 results = run.stage.evaluate(cfg, run.accelerator, run.objective, run.data, run.tokenizer,
                                              run.device)
                 run.metrics.write({"step": state.global_step, **results})
@@ -566,6 +630,7 @@ def fit(run: Run) -> Outcome:
             if (state.global_step % t.save_steps == 0 and state.global_step < run.total_steps) or new_best:
                 run.save_checkpoint(keep={state.best_checkpoint} if state.best_checkpoint else set())
     finally:
+        run.watchdog.stop()
         run.stop.in_loop = False
         bar.close()
     return Outcome(loop.losses, time.perf_counter() - started, input_tokens=input_tokens)
@@ -578,6 +643,9 @@ def begin_steps(run: Run) -> None:
         out = Path(run.cfg.train.output_dir)
         from steadytune.resume import resume_fingerprint
         run.state.extra["config"] = resume_fingerprint(run.cfg)
+        from steadytune.distributed.world_resume import layout_of
+        # How steps are cut here, so that a resume on another number of processes keeps the same steps.
+        run.state.extra["layout"] = layout_of(run.cfg, run.accelerator.num_processes, run.batches.max_tokens)
         if run.resume_from is not None:
             run.metrics.truncate_after(run.state.global_step)
             run.metrics.event("resume", run.state.global_step, checkpoint=str(run.resume_from))
@@ -597,7 +665,8 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     of the window summed over ranks)."""
     accelerator, faults = run.accelerator, run.faults
     local_tokens = sum(run.stage.count_units(mb.batch) for mb in window)  # sft: target tokens; dpo, rm: pairs; kto: answers
-    global_tokens = reduce_sum(accelerator, local_tokens, run.device)
+    with run.watchdog.waiting(step):   # a hang report tells ranks that wait for the others from one that stalled
+        global_tokens = reduce_sum(accelerator, local_tokens, run.device)
     step_loss = torch.zeros((), device=run.device)
     run.objective.train()
     for i, mb in enumerate(window):
@@ -606,7 +675,7 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
             step_loss += run.graphs(mb.batch, 1.0 / max(global_tokens, 1))
             continue
         batch = to_device(mb.batch, run.device)
-        with sync_gradients_on_last(accelerator, run.objective, i == len(window) - 1):
+        with sync_gradients_on_last(accelerator, run.objective, i == len(window) - 1, run.sharding):
             with accelerator.autocast():
                 loss_sum, _ = run.objective(batch)
             if i == 0:
@@ -617,14 +686,19 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
         step_loss += loss_sum.detach()
     faults.corrupt_gradients(step, run.params)  # testing aid: inf gradients, as an fp16 overflow makes them
     # The guard may have tightened clipping after a rollback (seed 000: 1.0 -> 0.5 -> 0.3).
-    grad_norm = clip_gradients(accelerator, run.params, run.guard.max_grad_norm)
-    loss_value = reduce_sum(accelerator, step_loss.item(), run.device) / max(global_tokens, 1)
+    grad_norm = clip_gradients(accelerator, run.params, run.guard.max_grad_norm, run.sharding)
+    with run.watchdog.waiting(step):   # reading the loss waits for the gradient all-reduce too
+        loss_value = reduce_sum(accelerator, step_loss.item(), run.device) / max(global_tokens, 1)
     return loss_value, grad_norm, global_tokens
 
 
-def sync_gradients_on_last(accelerator, objective, is_last: bool):
-    """Gradients are all-reduced once per window, on its last micro-batch (no_sync on the others)."""
-    return contextlib.nullcontext() if is_last else accelerator.no_sync(objective)
+def sync_gradients_on_last(accelerator, objective, is_last: bool, plan=None):
+    """Gradients are all-reduced once per window, on its last micro-batch (no_sync on the others; DeepSpeed steps its
+    engine there)."""
+    if is_last:
+        return contextlib.nullcontext()
+    return sharding.accumulate_without_sync(accelerator, objective, plan) if plan is not None else \
+        accelerator.no_sync(objective)
 
 
 def recover(run: Run, loop: LoopState, decision, step: int) -> str | None:
@@ -653,7 +727,8 @@ def stop_requested(run: Run) -> bool:
     """A signal reached this process (or, with several processes, any of them)."""
     asked = run.stop.requested is not None
     if run.accelerator.num_processes > 1:
-        asked = bool(reduce_sum(run.accelerator, int(asked), run.device))
+        with run.watchdog.waiting(run.state.global_step + 1):
+            asked = bool(reduce_sum(run.accelerator, int(asked), run.device))
     return asked
 
 
@@ -684,7 +759,12 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
     run.accelerator.wait_for_everyone()
     final_loss = outcome.losses[-1] if outcome.losses else None
     # A run that ends in NaN/inf must not leave an adapter a script could take for a result (guard on or off).
-    diverged = (final_loss is not None and not math.isfinite(final_loss)) or not weights_are_finite(run.params)
+    # Each rank checks its own shard of the weights; one bad shard is enough.
+    bad_weights = reduce_sum(run.accelerator, int(not weights_are_finite(run.params)), run.device)
+    diverged = (final_loss is not None and not math.isfinite(final_loss)) or bool(bad_weights)
+    # Under sharding the trainable weights are gathered onto the main process first (every rank takes part).
+    model_to_save = run.model if diverged else sharding.gather_for_save(
+        run.sharding, run.accelerator, run.objective, run.model, run.optimizer, with_optimizer=False)[0]
     summary = {"global_step": state.global_step, "final_loss": final_loss,
                "train_seconds": round(outcome.train_seconds, 2), "tokens_seen": state.tokens_seen,
                "trainable_params": run.trainable, "total_params": run.total,
@@ -698,7 +778,7 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
             raise NonFiniteRun(f"the run ended with a non-finite {what} (final loss {final_loss}) at step "
                                f"{state.global_step}: no adapter was saved in {out}. Turn the numerical guard on "
                                "(guard_policy: rollback), lower learning_rate, or use bf16 instead of fp16")
-        save_final_outputs(run, out)
+        save_final_outputs(run, out, model_to_save)
         if cfg.train.plot_loss:
             plot_loss(out / "metrics.jsonl", out / "training_loss.png")
         run.folder.record(status="finished")
@@ -712,14 +792,14 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
                        outcome.losses, input_tokens_per_s=outcome.input_tokens / seconds, model=run.model)
 
 
-def save_final_outputs(run: Run, out: Path) -> None:
+def save_final_outputs(run: Run, out: Path, model=None) -> None:
     """The adapter (or full model) and tokenizer, written into a temporary folder and moved into place, so a disk
     that fills up mid-save leaves no half-written adapter behind (the checkpoints stay)."""
     tmp = out / ".final.tmp"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        run.model.save_pretrained(tmp, safe_serialization=True)
+        (model or run.model).save_pretrained(tmp, safe_serialization=True)
         run.tokenizer.save_pretrained(tmp)
         for item in tmp.iterdir():
             target = out / item.name
@@ -761,6 +841,23 @@ class TrainingObjective(torch.nn.Module):
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
         return causal_lm_loss_sum(self.model, batch, batch.get("token_weights"))
+
+    # What Accelerate's FSDP2 preparation asks of a transformers model (embedding and head units, tied weights, the
+    # layer classes it shards as units), answered by the model inside.
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.model.get_output_embeddings()
+
+    def tie_weights(self):
+        if hasattr(self.model, "tie_weights"):
+            self.model.tie_weights()
+
+    @property
+    def _no_split_modules(self):
+        from steadytune.distributed.fsdp_config import layer_classes
+        return layer_classes(self.model) or None
 
 
 def data_position(state: TrainerState) -> dict:
@@ -805,14 +902,19 @@ def print_startup(run: Run) -> None:
         + (f", {world} processes" if world > 1 else ""),
         f"  data         {len(data.train):,} training examples (mean {mean_len:.0f} tokens)"
         + (f", {len(data.eval):,} eval" if data.eval else ""),
-        f"  batch        {t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation x {world} "
-        f"= {effective} examples (~{effective * mean_len:,.0f} tokens) per step; {run.total_steps} steps",
+        f"  batch        per rank {t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation; "
+        f"x {world} rank{'s' if world > 1 else ''} = {effective} examples (~{effective * mean_len:,.0f} tokens) per "
+        f"step; {run.total_steps} steps",
     ]
     budget = cfg.decisions.get("max_tokens_per_batch", {}).get("value")
     if budget:
         tokens = budget * t.gradient_accumulation_steps * world
-        lines[-1] = (f"  batch        {budget:,} tokens x {t.gradient_accumulation_steps} accumulation x {world} = "
-                     f"{tokens:,} tokens (~{tokens / mean_len:.0f} examples) per step; {run.total_steps} steps")
+        lines[-1] = (f"  batch        per rank {budget:,} tokens x {t.gradient_accumulation_steps} accumulation; "
+                     f"x {world} rank{'s' if world > 1 else ''} = {tokens:,} tokens (~{tokens / mean_len:.0f} "
+                     f"examples) per step; {run.total_steps} steps")
+    if world > 1 or run.sharding.kind != "single":
+        lines.append(f"  processes    world size {world} (this is rank {run.accelerator.process_index}); hang watchdog "
+                     f"{run.watchdog.describe()}")
     if data.label_names:
         for split in ("train", "eval"):
             counts = data.class_counts.get(split)
@@ -826,32 +928,6 @@ def print_startup(run: Run) -> None:
     if run.resume_from is not None:
         lines.append(f"  resume       from {run.resume_from}")
     print("\n".join(lines), flush=True)
-
-
-def deepspeed_plugin(cfg: RunConfig):
-    if not cfg.method.deepspeed:
-        return None
-    path = Path(cfg.method.deepspeed)
-    if not path.is_file():
-        raise UserError(f"deepspeed: config file {path} not found")
-    try:
-        import deepspeed  # noqa: F401
-    except ImportError:
-        raise UserError("deepspeed: the deepspeed package is not installed (pip install 'steadytune[deepspeed]'); "
-                        "on one GPU, LoRA needs no DeepSpeed: remove the key") from None
-    from accelerate.utils import DeepSpeedPlugin
-
-    ds = json.loads(path.read_text(encoding="utf-8"))
-    t = cfg.train
-    # Fill the "auto" values the way users of LLaMA-Factory's JSON files expect.
-    fills = {"train_micro_batch_size_per_gpu": t.per_device_train_batch_size,
-             "gradient_accumulation_steps": 1,  # we accumulate ourselves
-             "gradient_clipping": t.max_grad_norm}
-    for key, value in fills.items():
-        if ds.get(key, "auto") == "auto":
-            ds[key] = value
-    ds.pop("train_batch_size", None)
-    return DeepSpeedPlugin(hf_ds_config=ds)
 
 
 def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> torch.nn.Module:
@@ -1048,7 +1124,12 @@ def update_best(t, state: TrainerState, results: dict) -> bool:
     return better
 
 
-def clip_gradients(accelerator, params, max_norm: float) -> torch.Tensor:
+def clip_gradients(accelerator, params, max_norm: float, plan=None) -> torch.Tensor:
+    if plan is not None and plan.kind == "deepspeed":
+        # The engine clipped (gradient_clipping) and stepped inside backward; this is the norm it measured (None
+        # where it measures none: ZeRO-0 in fp32).
+        norm = accelerator.clip_grad_norm_(params, max_norm or 1.0)
+        return None if norm is None else torch.tensor(float(norm))
     if max_norm and max_norm > 0:
         return accelerator.clip_grad_norm_(params, max_norm)
     # Still measure the norm: the guard and the log need it.

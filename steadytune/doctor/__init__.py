@@ -11,14 +11,16 @@ symptom table. The policy (which dtype, which attention) is not decided here: it
 the module `train` obeys, so doctor reports exactly what `train` will do.
 
 Modules: findings (the Finding type and its output), probe (facts about this machine), checks, attention,
-multi_gpu, container and hardware_checks (the live checks), archs (what an AMD architecture gets, from the
+multi_gpu, deepspeed_ops, container and hardware_checks (the live checks), archs (what an AMD architecture gets, from the
 tables in gpu_facts.py), plan (what train would choose on a machine), memory (APU unified memory), pci
 (Resizable BAR), live (runs them all), offline (saved tool outputs), environment (environment.json) and cli
 (the subcommand). No module imports torch at import time: a broken torch install (rocm.md row 9) must still get
 a diagnosis instead of a traceback.
 """
 
-from steadytune.doctor.attention import FLASH_ATTN_CK_ARCHS, check_attention, diagnose_sdpa, explain_flash_attn_failure, probe_sdpa
+from steadytune.doctor.attention import (FLASH_ATTN_CK_ARCHS, check_attention, diagnose_sdpa, diagnose_sdpa_memory,
+                                         explain_flash_attn_failure, probe_sdpa, probe_sdpa_memory)
+from steadytune.doctor.deepspeed_ops import build_and_load_ops, check_deepspeed
 from steadytune.doctor.checks import (ALLOCATOR_OPTIONS, check_allocator, check_arch_coverage, check_build_env,
                                       check_device_files, check_devices, check_hsa_override, check_optional_libs,
                                       check_precision, check_torch_build, check_visibility, check_wsl, device_access)
@@ -35,7 +37,8 @@ from steadytune.doctor.offline import diagnose_gpus, read_saved_outputs, run_off
 from steadytune.doctor.probe import OPTIONAL_PACKAGES, Probe, collect_probe
 
 __all__ = [
-    "ALLOCATOR_OPTIONS", "ENV_PREFIXES", "arch_findings", "check_allreduce", "check_archs", "check_container",
+    "ALLOCATOR_OPTIONS", "ENV_PREFIXES", "arch_findings", "build_and_load_ops", "check_deepspeed",
+    "diagnose_sdpa_memory", "probe_sdpa_memory", "check_allreduce", "check_archs", "check_container",
     "check_rebar", "check_train_plan", "check_unified_memory", "train_plan_findings", "FLASH_ATTN_CK_ARCHS", "LIVE_CHECKS", "OPTIONAL_PACKAGES", "SEVERITIES",
     "TOOL_FLAGS", "Finding", "Probe", "add_arguments", "check_allocator", "check_arch_coverage", "check_attention",
     "check_build_env", "check_device_files", "check_devices", "check_hsa_override", "check_multi_gpu",

@@ -41,6 +41,49 @@ def probe_sdpa(device: Any, dtype: Any) -> tuple[dict[str, Optional[str]], list[
     return results, caught
 
 
+def probe_sdpa_memory(device: Any, dtype: Any, lengths: tuple[int, int] = (2048, 4096),
+                      heads: int = 8, head_dim: int = 64) -> tuple[float, float]:
+    """Peak extra GPU memory (MiB) of one causal SDPA forward+backward with torch's default kernel choice, at two
+    lengths. A fused kernel (flash / mem-efficient) needs memory linear in the length; the math fallback holds the
+    whole length x length score matrix, so doubling the length quadruples it."""
+    import torch
+
+    peaks = []
+    for length in lengths:
+        q = torch.randn(1, heads, length, head_dim, device=device, dtype=dtype, requires_grad=True)
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+        torch.cuda.synchronize(device)
+        peaks.append((torch.cuda.max_memory_allocated(device) - base) / 2**20)
+        del q
+    return peaks[0], peaks[1]
+
+
+def diagnose_sdpa_memory(short_mib: float, long_mib: float, lengths: tuple[int, int], backend: str,
+                         env: Mapping[str, str]) -> Finding:
+    """Linear or quadratic growth -> which path SDPA takes by default, and on ROCm what to do about it."""
+    growth = long_mib / max(short_mib, 1e-6)
+    where = f"{short_mib:.0f} MiB at {lengths[0]} tokens, {long_mib:.0f} MiB at {lengths[1]}"
+    if growth < 3.0:
+        return Finding.info("attention", f"SDPA takes a fused path here: attention memory grows linearly with the "
+                                         f"length ({where})")
+    fix = "upgrade torch; meanwhile keep cutoff_len short or use packing"
+    why = "the math kernel holds the full length x length score matrix"
+    if backend == "rocm":
+        switch = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+        if env.get(switch) == "1":
+            why += f"; {switch}=1 is set, so AOTriton has no kernel for this GPU at all"
+        else:
+            why += ("; on RDNA cards AOTriton's flash kernels are experimental and off unless the variable is set "
+                    "before torch is imported")
+            fix = (f"export {switch}=1 in the shell before starting Python (setting os.environ after `import torch` "
+                   "has no effect), then check the loss curve")
+    return Finding.warn("attention", f"SDPA falls back to the math kernel: attention memory grows with the square of "
+                                     f"the length ({where})", why, fix)
+
+
 def diagnose_sdpa(results: Mapping[str, Optional[str]], caught: list[str], backend: str,
                   torch_version: str, hip_version: Optional[str]) -> list[Finding]:
     """Rows 14-16 from the probe's outcome and the warnings torch printed."""
@@ -102,6 +145,13 @@ def check_attention(probe: Probe) -> list[Finding]:
         dtype = (torch.float32 if gpu is None else torch.bfloat16 if arch_supports_bf16(gpu.arch) else torch.float16)
         results, caught = probe_sdpa(device_for(info), dtype)
         findings += diagnose_sdpa(results, caught, info.backend, probe.torch_version, probe.hip_version)
+        if info.backend in ("rocm", "cuda"):
+            lengths = (2048, 4096)
+            try:
+                findings.append(diagnose_sdpa_memory(*probe_sdpa_memory(device_for(info), dtype, lengths), lengths,
+                                                     info.backend, probe.env))
+            except Exception as e:   # out of memory on a small or busy GPU: say so, the other checks stand
+                findings.append(Finding.info("attention", f"SDPA memory probe did not run: {type(e).__name__}"))
     if probe.run_kernels or info.backend == "cpu":
         findings.append(packing_attention_finding(info))
     if importlib.util.find_spec("flash_attn") is not None:

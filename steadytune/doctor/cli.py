@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allreduce", action="store_true",
                         help="also run a real all-reduce across the visible GPUs (needs >= 2; catches RCCL/NCCL hangs); "
                              "if it hangs or fails, retry once with NCCL_P2P_DISABLE=1 and say which works")
+    parser.add_argument("--deepspeed-ops", action="store_true",
+                        help="also build (first time: minutes) and load the DeepSpeed ops a run may need (cpu_adam, "
+                             "fused_adam), in a child process with a time limit")
     parser.add_argument("--from", dest="from_dir", metavar="DIR",
                         help="diagnose another machine from saved tool outputs in DIR (rocm-smi, amd-smi, rocminfo, "
                              "nvidia-smi, lspci -vv, dmesg): its GPUs, and what train would choose there")
@@ -90,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         title = f"steadytune doctor: saved outputs from {len(paths)} file(s)"
     else:
         mode, gpus, title = "live", [], "steadytune doctor: this machine"
-        probe, findings = diagnose_this_machine(allreduce=args.allreduce)
+        probe, findings = diagnose_this_machine(allreduce=args.allreduce,
+                                                deepspeed_ops=getattr(args, "deepspeed_ops", False))
         if probe is not None:   # None: torch missing or broken (row 9), which findings explain
             from steadytune.hardware import bf16_verdict
             gpus = [{**asdict(g), "bf16": bf16_verdict(g.arch)[0]} for g in probe.info.gpus]

@@ -13,6 +13,7 @@ from steadytune.doctor.checks import (check_allocator, check_arch_coverage, chec
                                       check_torch_build, check_visibility, check_wsl)
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.container import check_container
+from steadytune.doctor.deepspeed_ops import build_and_load_ops, check_deepspeed
 from steadytune.doctor.hardware_checks import check_archs, check_rebar, check_unified_memory, check_train_plan
 from steadytune.doctor.multi_gpu import check_allreduce, check_multi_gpu
 from steadytune.doctor.probe import Probe, collect_probe
@@ -21,7 +22,7 @@ from steadytune.doctor.probe import Probe, collect_probe
 LIVE_CHECKS: tuple[Callable[[Probe], list[Finding]], ...] = (
     check_torch_build, check_devices, check_visibility, check_hsa_override, check_build_env, check_device_files,
     check_arch_coverage, check_archs, check_precision, check_attention, check_train_plan, check_unified_memory,
-    check_rebar, check_container, check_optional_libs, check_multi_gpu, check_allocator, check_wsl,
+    check_rebar, check_container, check_optional_libs, check_deepspeed, check_multi_gpu, check_allocator, check_wsl,
 )
 
 
@@ -40,14 +41,14 @@ def explain_torch_import_error(error: BaseException) -> Finding:
 def diagnose_this_machine(env: Optional[Mapping[str, str]] = None, dev_root: Path | str = "/dev",
                           sys_root: Path | str = "/sys", proc_root: Path | str = "/proc", run_kernels: bool = True,
                           run_tools: bool = True, allreduce: bool = False,
-                          root: Path | str = "/") -> tuple[Optional[Probe], list[Finding]]:
+                          root: Path | str = "/", deepspeed_ops: bool = False) -> tuple[Optional[Probe], list[Finding]]:
     """-> (the probe, all live findings); the probe is None when torch is missing or broken. Never raises."""
     try:
         probe = collect_probe(env, dev_root, sys_root, proc_root, run_kernels=run_kernels, run_tools=run_tools,
                               root=root)
     except Exception as e:   # torch missing or broken
         return None, [explain_torch_import_error(e)]
-    return probe, run_checks(probe, allreduce)
+    return probe, run_checks(probe, allreduce, deepspeed_ops)
 
 
 def run_live_checks(env: Optional[Mapping[str, str]] = None, dev_root: Path | str = "/dev", sys_root: Path | str = "/sys",
@@ -57,7 +58,7 @@ def run_live_checks(env: Optional[Mapping[str, str]] = None, dev_root: Path | st
     return diagnose_this_machine(env, dev_root, sys_root, proc_root, run_kernels, run_tools, allreduce, root)[1]
 
 
-def run_checks(probe: Probe, allreduce: bool = False) -> list[Finding]:
+def run_checks(probe: Probe, allreduce: bool = False, deepspeed_ops: bool = False) -> list[Finding]:
     findings: list[Finding] = []
     for check in LIVE_CHECKS:
         try:
@@ -66,6 +67,10 @@ def run_checks(probe: Probe, allreduce: bool = False) -> list[Finding]:
             findings.append(Finding.warn(check.__name__.removeprefix("check_").replace("_", "-"),
                                          f"this check failed to run: {type(e).__name__}: {e}"))
     gpus = [g for g in probe.info.gpus if not g.integrated]
+    if deepspeed_ops:
+        from steadytune.doctor.probe import package_version
+        findings += (build_and_load_ops(probe) if package_version("deepspeed") else
+                     [Finding.info("deepspeed", "--deepspeed-ops: deepspeed is not installed; skipped")])
     if allreduce:
         findings += (check_allreduce(len(gpus), env=probe.env) if len(gpus) >= 2 else
                      [Finding.info("multi-gpu", "--allreduce needs at least 2 visible GPUs; skipped")])

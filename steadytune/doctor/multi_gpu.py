@@ -37,6 +37,11 @@ def check_multi_gpu(probe: Probe) -> list[Finding]:
     gpus = [g for g in probe.info.gpus if not g.integrated]
     if len(gpus) < 2:
         return findings
+    findings.append(Finding.info("multi-gpu", f"{len(gpus)} GPUs visible: `steadytune train CONFIG --nproc {len(gpus)}` "
+                                              "trains on all of them",
+                                 "DDP by default; `deepspeed: FILE.json` or `fsdp: full_shard` shard a model that does "
+                                 "not fit on one GPU; a stalled step stops within hang_timeout with every rank's stack",
+                                 "steadytune doctor --allreduce runs one all-reduce across them first"))
     from steadytune.doctor.container import detect_container
     in_container = detect_container(probe.root, probe.proc_root, probe.env)[0] is not None   # container.py reports P2P there
     if probe.flavour == "rocm":

@@ -1,0 +1,15 @@
+"""Training on several GPUs: everything train.py does differently when there is more than one process, or sharding.
+
+Modules:
+    launch           `steadytune train --nproc N` (torch.distributed.run under the hood); the several-GPUs hint
+    sharding         which sharding (none, DDP, DeepSpeed ZeRO, FSDP2) and why; the Accelerator for it; the per-sharding
+                     steps of the loop (accumulating without a sync) and of checkpoints (gather, scatter)
+    deepspeed_config `deepspeed: FILE.json`: read, check every key (deepspeed_keys: DeepSpeed's key table), fill "auto"
+    fsdp_config      `fsdp` / `fsdp_config` / `fsdp_version` -> Accelerate's FSDP2 plugin
+    state            full weights and optimizer state gathered from / scattered to FSDP2 and DeepSpeed ranks
+    world_resume     resuming on another number of processes: the same step batch, the same data position
+    watchdog         the hang watchdog: heartbeats, stacks and NCCL/RCCL state to hang-rank-K.txt, a clear exit
+
+Accelerate brings DDP, FSDP2 and DeepSpeed; torch.distributed.run starts the processes; DeepSpeed's fragment API and
+torch.distributed.checkpoint's state-dict API gather and scatter sharded state.
+"""
