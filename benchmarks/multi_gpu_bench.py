@@ -9,7 +9,7 @@ recipe on one or several GPUs, and summarise every run into one table.
 
 Models are built from config with random weights (steadytune/shapes.py): speed and memory do not depend on the values.
 The data are random token ids decoded by a small BPE tokenizer, with the prompt/answer lengths of LLaMA-Factory's
-alpaca demo sets (steadytune/bench_lengths.json), so steps hold realistic lengths.
+alpaca demo sets (steadytune/bench/lengths.json), so steps hold realistic lengths.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 EXAMPLES = 5000        # ~945k tokens: 57 steps of 2 x 8,192, so 50 steps stay in one epoch
-PLAIN_STEPS, PLAIN_WARMUP = 12, 3
+PLAIN_STEPS, PLAIN_WARMUP = 40, 10
 # MULTI_GPU_SMOKE=1: the whole session on a CPU with tiny shapes (gloo processes), to check the script itself.
 SMOKE = os.environ.get("MULTI_GPU_SMOKE") == "1"
 SHAPE_15B, SHAPE_7B = ("tiny", "tiny") if SMOKE else ("qwen2.5-1.5b", "qwen2.5-7b")
@@ -89,7 +89,8 @@ def save_model(model, tokenizer, folder: Path) -> None:
 
 
 def write_data(folder: Path, tokenizer, count: int) -> None:
-    lengths = json.loads((ROOT / "steadytune" / "bench_lengths.json").read_text(encoding="utf-8"))["lengths"]
+    from steadytune.bench.workload import dataset_lengths
+    lengths = dataset_lengths(None)
     rng = random.Random(0)
     low, high = 20, len(tokenizer) - 1   # past the special tokens
     rows = []
@@ -134,8 +135,10 @@ def write_deepspeed_config(path: Path) -> None:
 
 
 def plain(work: Path, name: str) -> None:
-    """bench.py's plain arm; under torchrun every rank trains its share (HF Trainer's DDP) and rank 0 writes the sum."""
-    from steadytune import bench
+    """bench's plain arm (HF Trainer + peft, batch 8, padded); under torchrun every rank trains its share (the
+    Trainer's DDP) and rank 0 writes the sum of the ranks' rates. A fixed number of timed steps after a warm-up
+    (the first steps of this recipe are slow: steadytune/bench/steady.py)."""
+    from steadytune.bench.arms import run_plain
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_RANK", 0))
@@ -144,28 +147,23 @@ def plain(work: Path, name: str) -> None:
     else:
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
-    args = argparse.Namespace(shape=SHAPE_15B, plain_batch=8, warmup=1 if SMOKE else PLAIN_WARMUP,
-                              steps=2 if SMOKE else PLAIN_STEPS)
-    from steadytune.shapes import SHAPES
-    examples = bench.synthetic_examples(bench.dataset_lengths(None), 1600 * world, SHAPES[SHAPE_15B]["vocab_size"],
-                                        256 if SMOKE else 2048)
-    result = bench.run_plain(args, examples, device)
-    totals = torch.tensor([float(result.real_tokens), result.seconds], device=device)
+    args = argparse.Namespace(shape=SHAPE_15B, dataset=None, examples=1600 * world, cutoff_len=256 if SMOKE else 2048,
+                              plain_batch=8, warmup=1 if SMOKE else PLAIN_WARMUP, steps=2 if SMOKE else PLAIN_STEPS,
+                              window=1 if SMOKE else 10, min_steps=1, min_tokens=0, tolerance=0.03, max_seconds=120.0,
+                              max_steps=1000)
+    result = run_plain(args, device)
+    rate = torch.tensor([float(result["tokens_per_s"])], device=device)
     if world > 1:
         import torch.distributed as dist
-        tokens = totals[:1].clone()
-        seconds = totals[1:].clone()
-        dist.all_reduce(tokens)
-        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-        totals = torch.cat([tokens, seconds])
+        dist.all_reduce(rate)
     if rank == 0:
         out = work / "runs" / name
         out.mkdir(parents=True, exist_ok=True)
-        tokens, seconds = float(totals[0]), float(totals[1])
-        (out / "plain.json").write_text(json.dumps({"gpus": world, "tokens": tokens, "seconds": seconds,
-                                                    "tokens_per_s": tokens / seconds,
-                                                    "peak_memory_gib": result.peak_memory_gib}), encoding="utf-8")
-        print(f"plain on {world} GPU(s): {tokens / seconds:,.0f} tokens/s", flush=True)
+        (out / "plain.json").write_text(json.dumps({"gpus": world, "tokens_per_s": float(rate[0]),
+                                                    "per_rank": result["tokens_per_s"], "timed_steps": result["steps"],
+                                                    "peak_memory_gib": result["peak_memory_gib"],
+                                                    "mfu": (result["mfu"] or 0) or None}), encoding="utf-8")
+        print(f"plain on {world} GPU(s): {float(rate[0]):,.0f} tokens/s", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -208,7 +206,7 @@ def parity(a: list[float], b: list[float]) -> dict | None:
 
 
 def mfu(run: dict, gpus: int, peak_tflops: float | None, full: bool) -> float | None:
-    from steadytune.bench import flops_per_token
+    from steadytune.bench.workload import flops_per_token
     if not run or not run["tokens_per_s"] or not peak_tflops or not run["total_params"]:
         return None
     trainable, total = run["trainable_params"], run["total_params"]
