@@ -39,15 +39,21 @@ deepspeed.__version__, 'accelerate', accelerate.__version__, 'transformers', tra
 peft.__version__)" 2>&1 | tail -1 | tee -a "$OUT/gpus.txt"
 
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+# PIECES="z31 z32 ..." runs only those pieces (a re-run of what failed); empty runs everything.
+want() { [ -z "${PIECES:-}" ] || [[ " $PIECES " == *" $1 "* ]]; }
 
 # The 7B shape is written on the CPU meanwhile (15 GB), so the GPUs start at once.
-CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=8 python3 benchmarks/multi_gpu_bench.py prepare-7b "$W" > "$W/prepare7b.log" 2>&1 &
-PREP7=$!
+PREP7=
+if want z3_7b2 || want fsdp_7b2; then
+    CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=8 python3 benchmarks/multi_gpu_bench.py prepare-7b "$W" > "$W/prepare7b.log" 2>&1 &
+    PREP7=$!
+fi
 python3 benchmarks/multi_gpu_bench.py prepare "$W" 2>&1 | tail -3
 
 # train NAME NPROC VISIBLE_GPUS ESTIMATE_S [key=value ...]: one steadytune run, memory sampled by nvidia-smi.
 train() {
     local name=$1 nproc=$2 visible=$3 estimate=$4; shift 4
+    want "$name" || return 0
     if [ "$(left)" -lt "$estimate" ]; then
         echo "skipped $name: $(left) s left, it needs ~$estimate s" | tee -a "$W/skipped.txt"; return
     fi
@@ -63,6 +69,7 @@ train() {
 
 plain() {   # NAME NPROC VISIBLE ESTIMATE
     local name=$1 nproc=$2 visible=$3 estimate=$4
+    want "$name" || return 0
     if [ "$(left)" -lt "$estimate" ]; then echo "skipped $name" | tee -a "$W/skipped.txt"; return; fi
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 > "$W/smi_$name.csv" &
     local smi=$! start=$(date +%s)
@@ -90,7 +97,7 @@ wait $A $B
 train ddp2 2 0,1 55
 
 # --- the hang watchdog: rank 1 stops at step 3; every rank must dump its stacks and exit with 5 -------------
-if [ "$(left)" -gt 60 ]; then
+if want hang && [ "$(left)" -gt 60 ]; then
     start=$(date +%s)
     timeout 120 python3 -m steadytune train "$W/hang.yaml" output_dir="$W/runs/hang" --nproc 2 > "$W/log_hang.txt" 2>&1
     code=$?
@@ -131,7 +138,7 @@ train fsdp2 2 0,1 55 "${FSDP[@]}"
 plain plain2 2 0,1 55
 
 # --- the 7B shape, LoRA on 2 GPUs: ZeRO-3, then FSDP2 with rank 0 loading -----------------------------
-wait $PREP7 2>/dev/null; tail -1 "$W/prepare7b.log"
+[ -n "$PREP7" ] && { wait $PREP7 2>/dev/null; tail -1 "$W/prepare7b.log"; }
 SEVEN=("model_name_or_path=$W/qwen7b" "max_steps=10" "gradient_checkpointing=null")
 train z3_7b2 2 0,1 100 "${SEVEN[@]}" $Z3
 train fsdp_7b2 2 0,1 100 "${SEVEN[@]}" "fsdp=full_shard auto_wrap" \

@@ -36,6 +36,7 @@ from steadytune.batches import TrainBatches, token_budget
 from steadytune.checkpoint import TrainerState, list_checkpoints, load_checkpoint, read_state, save_checkpoint
 from steadytune.config import RunConfig, describe_keys, load_config, save_resolved_config
 from steadytune.distributed import launch, sharding
+from steadytune.distributed.fsdp_config import read_fsdp_keys
 from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.errors import CheckpointError, UserError
 from steadytune.faults import FaultInjector
@@ -303,6 +304,15 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                    "(its rank and targets; lora_* keys do not apply)")
     else:
         model = attach_adapter(model, cfg)
+    if shard_plan.kind == "deepspeed" and precision in ("bf16", "fp16"):
+        # DeepSpeed keeps the fp32 master copy of trainable weights in its optimizer and computes in the half dtype;
+        # its ZeRO-3 linear does not autocast, so fp32 adapters would meet bf16 inputs (seen on the H200).
+        half = torch.bfloat16 if precision == "bf16" else torch.float16
+        for param in model.parameters():
+            if param.requires_grad and param.dtype == torch.float32:
+                param.data = param.data.to(half)
+        cfg.decide("trainable_dtype", str(half).replace("torch.", ""), "DeepSpeed holds the fp32 master weights in "
+                   "its optimizer; the module computes in the half precision")
     if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora" and not cfg.method.use_dora:
         # Every forward of this model runs under autocast (training, eval loss, scoring): see kernels.py.
         # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
@@ -955,6 +965,9 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         blockers["faults"] = "fault_injection corrupts the loss between forward and backward"
     if cfg.method.deepspeed:
         blockers["deepspeed"] = "DeepSpeed runs its own backward"
+    if read_fsdp_keys(t) is not None:
+        # FSDP2's hooks gather and free shards around every layer (a 1-GPU FSDP run failed under graphs on the H200)
+        blockers["fsdp"] = "FSDP's hooks gather and free parameter shards between the kernels"
     if cfg.method.lora_dropout > 0 or cfg.method.use_dora:
         blockers["adapter"] = "lora_dropout and DoRA have not been tried under graphs"
     attention = packing.attention if packing is not None else None

@@ -198,6 +198,13 @@ def make_accelerator(cfg, plan: ShardingPlan, precision: str, info, world_size: 
         log_with=log_with, **kwargs)
     if cpu and plan.sharded:
         run_sharded_on_cpu(accelerator, plan, kwargs.get("deepspeed_plugin") or kwargs.get("fsdp_plugin"))
+    elif plan.deepspeed is not None:
+        # transformers loads a ZeRO-3 model inside deepspeed.zero.Init, whose config reads the world size from
+        # DeepSpeed's own collectives: they must sit on the process group before the model loads, or every rank
+        # sees a world of 1 and the batch check fails (seen on 2 H200s). Over the existing group, no new one.
+        from deepspeed import comm
+        if not comm.is_initialized():
+            comm.init_distributed(dist_backend="gloo" if cpu else "nccl", auto_mpi_discovery=False)
     return accelerator
 
 
