@@ -43,6 +43,7 @@ OUTPUT_NAME = re.compile(
     r"generated_predictions\.jsonl|confusion_matrix\.(json|png)|errors_to_review\.jsonl|demo_results\.json|"
     r"hang-rank-\d+\.txt|data_stats\.json|runs|logs)$")
 CHECKPOINT_NAME = re.compile(r"^checkpoint-\d+$")
+PARTIAL_CHECKPOINT = re.compile(r"^checkpoint-\d+\.tmp$")
 
 
 @dataclass
@@ -83,6 +84,13 @@ class RunFolder:
         self.manifest = read_manifest(self.path) or adopt_legacy_run(self.path)
         ours = set(self.manifest.get("files", []))
         self.present_at_start = {p.name for p in self.path.iterdir()} - {LOCK}
+        if self.manifest:
+            # A run killed while saving leaves checkpoint-N.tmp, written after the manifest last listed the folder:
+            # in a folder a steadytune run owns, that half-written checkpoint is its own leftover, of no use: removed.
+            for name in sorted(n for n in self.present_at_start if PARTIAL_CHECKPOINT.match(n)):
+                remove_path(self.path / name)
+                self.present_at_start.discard(name)
+                print(f"output_dir {self.path}: removed {name}, a checkpoint the killed run had not finished writing")
         self.foreign = {name for name in self.present_at_start if name not in ours and name != MANIFEST}
 
     def plan_start(self, overwrite: bool, resume: object, checkpoints_of) -> StartPlan:

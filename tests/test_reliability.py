@@ -136,6 +136,29 @@ def test_a_second_run_into_the_same_folder_is_refused_and_a_stale_lock_taken_ove
     assert f"taking over the lock of process {holder.pid}" in capsys.readouterr().out
 
 
+def test_a_checkpoint_half_written_when_the_run_was_killed_is_removed_and_the_run_resumes(tiny, tmp_path, capsys):
+    """SIGKILL during a save leaves checkpoint-N.tmp, which the manifest never listed: it is the run's own
+    leftover (not a user's file), so the resume removes it and continues from the last complete checkpoint.
+    A checkpoint-N.tmp in a folder no steadytune run owns stays a user's file and is refused."""
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=2)
+    manifest = read_manifest(out)
+    manifest["status"] = "running"          # what a killed run leaves
+    (out / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    partial = out / "checkpoint-4.tmp"
+    partial.mkdir()
+    (partial / "adapter_model.safetensors").write_bytes(b"half")
+    result = train(tiny, out, resume_from_checkpoint=True)
+    assert result.global_step == 4 and not partial.exists(), sorted(p.name for p in out.iterdir())
+    assert "removed checkpoint-4.tmp" in capsys.readouterr().out
+
+    user_folder = tmp_path / "theirs"
+    (user_folder / "checkpoint-2.tmp").mkdir(parents=True)
+    with pytest.raises(UserError, match="checkpoint-2.tmp"):
+        train(tiny, user_folder)
+    assert (user_folder / "checkpoint-2.tmp").is_dir()
+
+
 def test_a_failed_start_leaves_the_folder_as_it_found_it_and_the_fixed_rerun_works(tiny, tmp_path):
     absent = tmp_path / "new_run"
     with pytest.raises(ConfigError, match="not in .*dataset_info"):
