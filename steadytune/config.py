@@ -62,9 +62,12 @@ class ModelArguments:
 
 @dataclass
 class MethodArguments:
-    stage: str = _opt("sft", "Training stage: sft (supervised fine-tuning), dpo (preference pairs: DPO, IPO, ORPO, SimPO, hinge), kto (desirable/undesirable answers), rm (reward model on preference pairs).",
-                      choices=("sft", "dpo", "kto", "rm"))
-    do_train: bool = _opt(True, "Run training (LLaMA-Factory key).")
+    stage: str = _opt("sft", "Training stage: sft (supervised fine-tuning), pt (continued pre-training on plain text: texts "
+                      "concatenated and cut into cutoff_len blocks, loss on every token), dpo (preference pairs: DPO, IPO, "
+                      "ORPO, SimPO, hinge), kto (desirable/undesirable answers), rm (reward model on preference pairs).",
+                      choices=("sft", "pt", "dpo", "kto", "rm"))
+    do_train: Optional[bool] = _opt(None, "Train (LLaMA-Factory key). Unset: train when `dataset` is set; false with "
+                                    "do_predict/do_eval only evaluates adapter_name_or_path on eval_dataset.")
     finetuning_type: str = _opt("lora", "lora: train low-rank adapters (peft); full: train every weight.", choices=("lora", "full"))
     lora_rank: int = _opt(8, "LoRA rank r.", minimum=1)
     lora_alpha: Optional[float] = _opt(None, "LoRA scaling alpha (default: 2 x lora_rank).", minimum=0, exclusive_min=True)
@@ -91,14 +94,28 @@ class DataArguments:
     dataset: Optional[str] = _opt(None, "Comma list of dataset names from dataset_dir/dataset_info.json, built-in names, or file paths.")
     dataset_dir: str = _opt("data", "Folder holding dataset_info.json and the files it names.")
     eval_dataset: Optional[str] = _opt(None, "Comma list of datasets used for evaluation (instead of a split of the training data).")
-    template: str = _opt("auto", "Prompt template: auto (tokenizer's chat template, else plain), qwen, qwen3, qwen3_nothink, gemma, gemma3, llama3, chatml, default, empty.")
+    template: str = _opt("auto", "Chat template, by LLaMA-Factory's name (qwen, qwen3, qwen3_nothink, llama3, gemma, mistral, glm4, "
+                         "...; see the README), or auto (LLaMA-Factory's unset: read off the tokenizer's chat template, else empty).")
+    tool_format: Optional[str] = _opt(None, "Write tool definitions and calls in this format instead of the template's (LLaMA-Factory key: default, qwen, qwen3_5, llama3, mistral, glm4).")
+    default_system: Optional[str] = _opt(None, "System prompt for conversations that have none (replaces the template's default).")
+    enable_thinking: Optional[bool] = _opt(True, "Reasoning templates (qwen3, qwen3_5, ...): answers without a think block get an empty one, trained (true) or on the prompt side (false); false also drops think blocks from answers.")
+    preserve_thinking: bool = _opt(False, "Reasoning templates with mask_history: keep the think blocks of earlier turns.")
     cutoff_len: int = _opt(2048, "Maximum tokens per example (prompt + response).", minimum=1)
     max_samples: Optional[int] = _opt(None, "Use at most this many examples from each dataset.", minimum=1)
     max_eval_samples: Optional[int] = _opt(None, "Use at most this many evaluation examples (default: max_samples).", minimum=1)
     val_size: float = _opt(0.0, "Held-out share (0-1) or count (>= 1) of the training data for evaluation; stratified for classification.", minimum=0.0)
     train_on_prompt: bool = _opt(False, "Also compute the loss on prompt tokens.")
     mask_history: bool = _opt(False, "Multi-turn: train only on the last assistant turn.")
-    preprocessing_num_workers: Optional[int] = _opt(None, "Processes for tokenisation (LLaMA-Factory key).", minimum=1)
+    preprocessing_num_workers: Optional[int] = _opt(None, "Processes for tokenisation (LLaMA-Factory key). Tokenisation runs in one "
+                                                    "process; stage pt cuts its blocks per shard as LLaMA-Factory's workers do.", minimum=1)
+    preprocessing_batch_size: int = _opt(1000, "Rows per tokenisation batch (LLaMA-Factory key); stage pt concatenates and cuts "
+                                         "texts within each batch, as LLaMA-Factory does.", minimum=1)
+    mix_strategy: str = _opt("concat", "How several datasets are combined: concat (LLaMA-Factory's default; its interleave_* "
+                             "strategies are not supported).", choices=("concat",))
+    streaming: bool = _opt(False, "LLaMA-Factory key; streaming datasets are not supported (data is read and tokenised before "
+                           "training), so only false is accepted.")
+    overwrite_cache: bool = _opt(False, "LLaMA-Factory key (re-tokenise instead of reading datasets' cache); steadytune "
+                                 "keeps no hidden cache: data is tokenised every run unless tokenized_path is set.")
     packing: Optional[bool] = _opt(None, "Pack several examples per row up to cutoff_len, attention kept inside each example.")
     neat_packing: bool = _opt(False, "LLaMA-Factory's name for packing without cross-attention between examples; implies packing.")
     packing_attention: str = _opt("auto", "Attention over packed rows: auto (varlen flash kernel where it runs and matches SDPA, else SDPA with a block-diagonal mask), varlen, sdpa, flex.",
@@ -119,7 +136,7 @@ class TrainArguments:
     max_tokens_per_batch: Optional[int] = _opt(None, "Token-budget batching: real tokens per device per micro-batch instead of a fixed number of examples (default with packing: per_device_train_batch_size x mean example length).", minimum=1)
     per_device_eval_batch_size: int = _opt(8, "Examples per device per evaluation batch.", minimum=1)
     gradient_accumulation_steps: int = _opt(1, "Micro-batches per optimizer step.", minimum=1)
-    learning_rate: float = _opt(1e-4, "Peak learning rate of AdamW.", minimum=0.0, exclusive_min=True)
+    learning_rate: float = _opt(5e-5, "Peak learning rate of AdamW (LLaMA-Factory's / transformers' default 5e-5).", minimum=0.0, exclusive_min=True)
     weight_decay: float = _opt(0.0, "AdamW weight decay.", minimum=0.0)
     adam_beta1: float = _opt(0.9, "AdamW beta1.", minimum=0.0, maximum=1.0)
     adam_beta2: float = _opt(0.999, "AdamW beta2.", minimum=0.0, maximum=1.0)
@@ -127,7 +144,11 @@ class TrainArguments:
     max_grad_norm: float = _opt(1.0, "Clip the global gradient norm to this (0 disables clipping).", minimum=0.0)
     num_train_epochs: float = _opt(3.0, "Epochs over the training data (ignored when max_steps > 0).", minimum=0.0, exclusive_min=True)
     max_steps: int = _opt(-1, "Total optimizer steps; overrides num_train_epochs when > 0.")
-    lr_scheduler_type: str = _opt("cosine", "Learning-rate schedule.", choices=("linear", "cosine", "constant", "constant_with_warmup"))
+    lr_scheduler_type: str = _opt("linear", "Learning-rate schedule (transformers' get_scheduler; default linear, as LLaMA-Factory).",
+                                  choices=("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts",
+                                           "polynomial", "inverse_sqrt"))
+    optim: str = _opt("adamw_torch_fused", "Optimizer: AdamW (adamw_torch, or adamw_torch_fused: one fused kernel where the device "
+                      "has it; the same update).", choices=("adamw_torch", "adamw_torch_fused"))
     warmup_ratio: float = _opt(0.0, "Share of the steps spent warming up the learning rate.", minimum=0.0, maximum=1.0)
     warmup_steps: int = _opt(0, "Warm-up steps; overrides warmup_ratio when > 0.", minimum=0)
     bf16: Union[bool, str] = _opt("auto", "bfloat16 mixed precision: true, false, or auto (only where the GPU architecture supports it).")
@@ -155,7 +176,10 @@ class TrainArguments:
     do_eval: bool = _opt(False, "Evaluate after training (LLaMA-Factory key).")
     do_predict: bool = _opt(False, "Predict on eval_dataset after training (LLaMA-Factory key).")
     predict_with_generate: bool = _opt(False, "Generate text for do_predict (LLaMA-Factory key).")
-    max_new_tokens: int = _opt(128, "Generation length for do_predict and chat.", minimum=1)
+    max_new_tokens: int = _opt(1024, "Most tokens generated per answer for do_predict and chat (LLaMA-Factory's default).", minimum=1)
+    run_name: Optional[str] = _opt(None, "The run's name in experiment trackers (report_to); default: output_dir's folder name.")
+    disable_gradient_checkpointing: bool = _opt(False, "LLaMA-Factory key: true turns gradient checkpointing off "
+                                                "(= gradient_checkpointing: false).")
     use_liger_kernel: Optional[bool] = _opt(None, "liger-kernel's fused RMSNorm/RoPE/SwiGLU (default: on where installed, on a GPU, when the layers are not compiled).")
     torch_compile: Optional[bool] = _opt(None, "Compile each decoder layer with torch.compile (default: on for CUDA runs of 400+ micro-batches with static shapes).")
     cuda_graphs: Optional[bool] = _opt(None, "Replay each micro-batch's forward and backward from a CUDA graph (default: on for one CUDA process with varlen packing).")
@@ -273,9 +297,52 @@ UNSUPPORTED_KEYS = {
     "shift_attn": "shift short attention is not supported",
     "mixture_of_depths": "mixture of depths is not supported",
     "export_quantization_bit": "quantised export is not supported",
+    "export_quantization_dataset": "quantised export is not supported",
+    "oft_rank": "finetuning_type: oft is not supported; use lora",
+    "oft_block_size": "finetuning_type: oft is not supported; use lora",
+    "oft_target": "finetuning_type: oft is not supported; use lora",
+    "freeze_trainable_modules": "finetuning_type: freeze is not supported",
+    "use_llama_pro": "LLaMA Pro (block expansion) is not supported",
+    "pissa_iter": "PiSSA initialisation is not supported",
+    "pissa_convert": "PiSSA initialisation is not supported",
+    "use_dft_loss": "the DFT loss is not supported; steadytune trains with cross-entropy",
+    "use_eaft_loss": "the EAFT loss is not supported; steadytune trains with cross-entropy",
+    "use_asft_loss": "the ASFT loss is not supported; steadytune trains with cross-entropy",
+    "asft_alpha": "the ASFT loss is not supported",
+    "use_adam_mini": "Adam-mini is not supported; the optimizer is AdamW",
+    "use_muon": "Muon is not supported; the optimizer is AdamW",
+    "galore_layerwise": "GaLore is not supported", "galore_target": "GaLore is not supported",
+    "galore_rank": "GaLore is not supported", "galore_scale": "GaLore is not supported",
+    "apollo_layerwise": "APOLLO is not supported", "apollo_target": "APOLLO is not supported",
+    "apollo_rank": "APOLLO is not supported", "apollo_scale": "APOLLO is not supported",
+    "apollo_scale_type": "APOLLO is not supported",
+    "badam_mode": "BAdam is not supported", "badam_switch_mode": "BAdam is not supported",
+    "badam_switch_interval": "BAdam is not supported", "badam_verbose": "BAdam is not supported",
+    "pure_bf16": "pure bf16 training (bf16 trainable weights) is not offered: trainable weights stay fp32",
+    "fp8": "fp8 training is not supported", "fp8_backend": "fp8 training is not supported",
+    "fp8_enable_fsdp_float8_all_gather": "fp8 training is not supported",
+    "fsdp_transformer_layer_cls_to_wrap": "set transformer_layer_cls_to_wrap inside fsdp_config",
+    "use_kt": "KTransformers (CPU/GPU hybrid MoE) is not supported",
+    "kt_config": "KTransformers is not supported", "kt_cpu_activation": "KTransformers is not supported",
+    "kt_weight_path": "KTransformers is not supported", "kt_non_expert_weight_path": "KTransformers is not supported",
+    "use_v1_kernels": "LLaMA-Factory's v1 (Ascend NPU) kernels are not supported",
+    "export_dir": "an export key (llamafactory-cli export), not a training key",
+    "export_size": "an export key (llamafactory-cli export), not a training key",
+    "export_device": "an export key (llamafactory-cli export), not a training key",
+    "export_legacy_format": "an export key (llamafactory-cli export), not a training key",
 }
+# Keys of LLaMA-Factory's other config schemas, which steadytune does not read: a pointer instead of a guess.
+_V1 = " (a LLaMA-Factory v1 config, run there with USE_V1=1; steadytune reads the v0 schema of examples/train_lora)"
+_MCA = " (a LLaMA-Factory Megatron config, run there with USE_MCA=1; Megatron-Core parallelism is not supported)"
+_OTHER_SCHEMAS = {**{k: _V1 for k in ("model", "model_class", "train_dataset", "micro_batch_size", "global_batch_size",
+                                      "dist_config", "kernel_config", "peft_config", "quant_config", "sample_backend",
+                                      "batching_strategy", "init_config", "cp_size")},
+                  **{k: _MCA for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                       "expert_model_parallel_size", "sequence_parallel", "use_distributed_optimizer",
+                                       "overlap_param_gather", "overlap_grad_reduce", "bias_activation_fusion",
+                                       "apply_rope_fusion")}}
+
 UNSUPPORTED_VALUES = {
-    ("stage", "pt"): "stage: pt (pre-training) is not supported; use stage: sft",
     ("stage", "ppo"): "stage: ppo (online RL with a reward model) is not supported; stage: dpo or kto learn from "
                       "preference data offline, and stage: rm trains a reward model",
     ("pref_loss", "kto_pair"): "pref_loss: kto_pair is not supported; use stage: kto with a kto_tag dataset",
@@ -393,7 +460,8 @@ def build_config(raw: dict, where: str = "config") -> RunConfig:
         if key == "decisions":  # a run_config.yaml fed back in: its decisions are re-made, not trusted
             continue
         if key not in KEY_TO_SECTION:
-            raise ConfigError(f"{where}: unknown key {key!r}{_did_you_mean(key, list(KEY_TO_SECTION) + list(NESTED_SECTIONS))}")
+            raise ConfigError(f"{where}: unknown key {key!r}"
+                              f"{_OTHER_SCHEMAS.get(key) or _did_you_mean(key, list(KEY_TO_SECTION) + list(NESTED_SECTIONS))}")
         if isinstance(value, str) and (key, value) in UNSUPPORTED_VALUES:
             raise ConfigError(f"{where}: not supported: {key}: {value} ({UNSUPPORTED_VALUES[(key, value)]})")
         sections[KEY_TO_SECTION[key]][key] = value
@@ -409,6 +477,7 @@ def build_config(raw: dict, where: str = "config") -> RunConfig:
         built[name] = cls(**values)
     cfg = RunConfig(**built, user_keys=user_keys)
     _check_cross_field(cfg, where)
+    record_lf_decisions(cfg)
     return cfg
 
 
@@ -526,10 +595,19 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}: label_names has duplicates: {names!r}")
         d.label_names = names
-    if cfg.method.do_train is False:
-        raise ConfigError(f"{where}: do_train: false is not a training run; use `steadytune eval CONFIG` to evaluate "
-                          "an adapter without training")
     _check_stage(cfg, where)
+    if d.streaming:
+        raise ConfigError(f"{where}: not supported: streaming: true (data is read and tokenised before training)")
+    m = cfg.method
+    if m.stage == "pt" and d.neat_packing:
+        raise ConfigError(f"{where}: neat_packing is for stage sft (stage pt concatenates texts on purpose)")
+    if m.stage == "pt" and (d.label_names or d.class_balance != "none"):
+        raise ConfigError(f"{where}: stage: pt trains on plain text; label_names/class_balance are for classification "
+                          "(stage: sft)")
+    if t.disable_gradient_checkpointing:
+        if t.gradient_checkpointing:
+            raise ConfigError(f"{where}: gradient_checkpointing: true and disable_gradient_checkpointing: true disagree")
+        t.gradient_checkpointing = False
     if t.bf16 is True and t.fp16 is True:
         raise ConfigError(f"{where}: bf16 and fp16 are both true; choose one")
     if t.eval_strategy == "steps" and t.eval_steps is None:
@@ -565,6 +643,79 @@ def _check_stage(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: dpo_label_smoothing applies to pref_loss: sigmoid only (got pref_loss: {m.pref_loss})")
     if m.ref_model_adapters and not m.ref_model:
         raise ConfigError(f"{where}: ref_model_adapters needs ref_model (the base model the adapters belong to)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# LLaMA-Factory keys: defaults that differ from LLaMA-Factory's, and keys that change nothing here
+# ---------------------------------------------------------------------------------------------------------
+
+# Keys whose default here is not LLaMA-Factory's (its own or transformers'): key -> (LLaMA-Factory's default, why
+# ours). A run that leaves one unset gets ours, recorded in `decisions` (run_config.yaml) and printed at start.
+# tests/test_lf_defaults.py checks every other key's default against LLaMA-Factory's.
+LF_DEFAULT_DIFFERENCES: dict[str, tuple[Any, str]] = {
+    "bf16": (False, "auto: bf16 only where the GPU has native bf16 math, else fp32 (LLaMA-Factory trains fp32 "
+                    "unless told); trainable weights stay fp32 either way"),
+    "logging_steps": (500, "a metrics line every 10 steps (logging changes no number)"),
+    "output_dir": (None, "results go to saves/run (transformers would write to trainer_output/)"),
+    "do_train": (False, "unset trains when `dataset` is set (LLaMA-Factory trains only with do_train: true)"),
+    "template": (None, "auto is LLaMA-Factory's unset: the tokenizer's chat template, else empty"),
+    "gradient_checkpointing": (False, "unset: on only when activations would not fit in half the GPU's memory "
+                                      "(LLaMA-Factory turns it on unless disable_gradient_checkpointing)"),
+    "use_reentrant_gc": (True, "non-reentrant checkpointing (PyTorch's recommendation; works with frozen inputs)"),
+    "packing": (None, "unset: LLaMA-Factory packs for pt only; steadytune also packs SFT where it measured faster "
+                      "(CPU, CUDA), keeping examples apart (see decisions.packing)"),
+    "model_name_or_path": (None, "gemma-3-270m, the demo's model"),
+    "use_liger_kernel": (False, "unset: on where liger-kernel is installed, on a GPU, when the layers are not compiled"),
+    "torch_compile": (False, "unset: on for CUDA runs of 400+ micro-batches with static shapes"),
+}
+# Keys recorded only, with what they mean here, when set to something that would change behaviour there.
+NOOP_KEYS: dict[str, str] = {
+    "dataloader_num_workers": "examples are tokenised before training and collated in the training process "
+                              "(microseconds a batch), so no loader workers are started",
+    "preprocessing_num_workers": "tokenisation runs in one process (seconds at these sizes; tokenized_path caches "
+                                 "it); stage pt still cuts its blocks per worker shard, as LLaMA-Factory does",
+    "save_only_model": "checkpoints always keep optimizer, scheduler and RNG state, so every checkpoint resumes exactly",
+    "overwrite_cache": "steadytune keeps no datasets cache: data is tokenised every run unless tokenized_path is set",
+    "ddp_timeout": "kept as asked; a huge timeout turns an RCCL/NCCL hang into a silent multi-day stall "
+                   "(the default is 1800 s)",
+}
+# Keys shown in decisions elsewhere (the recipe records the choice it makes for them).
+_DECIDED_ELSEWHERE = {"packing", "gradient_checkpointing", "do_train", "use_liger_kernel", "torch_compile"}
+
+
+def record_lf_decisions(cfg: RunConfig) -> None:
+    """Record in `decisions` each unset key whose default differs from LLaMA-Factory's, and each LLaMA-Factory
+    key that was set but changes nothing here, with why."""
+    for key, (lf_default, why) in LF_DEFAULT_DIFFERENCES.items():
+        if key in cfg.user_keys or key in _DECIDED_ELSEWHERE:
+            continue
+        if key == "use_reentrant_gc" and not cfg.train.gradient_checkpointing:
+            continue  # it only matters with checkpointing on
+        value = getattr(getattr(cfg, KEY_TO_SECTION[key]), key)
+        cfg.decide(key, value, f"LLaMA-Factory's default is {lf_default!r}; {why}")
+    for key, why in NOOP_KEYS.items():
+        if key not in cfg.user_keys:
+            continue
+        f = next(f for f in dataclasses.fields(SECTION_TYPES[KEY_TO_SECTION[key]]) if f.name == key)
+        value = getattr(getattr(cfg, KEY_TO_SECTION[key]), key)
+        if value != f.default and not (key == "ddp_timeout" and value <= 3 * 3600):
+            cfg.decide(key, value, why)
+
+
+def resolve_do_train(cfg: RunConfig) -> bool:
+    """Whether `steadytune train` trains: do_train as set; unset, when `dataset` is set (LLaMA-Factory trains only
+    with do_train: true, and its predict files, such as extras/nlg_eval, leave it out and name no dataset)."""
+    m, t, d = cfg.method, cfg.train, cfg.data
+    if m.do_train is None:
+        m.do_train = bool(d.dataset)
+        cfg.decide("do_train", m.do_train, "unset: train because `dataset` is set" if m.do_train else
+                   "unset and no `dataset`: nothing to train (LLaMA-Factory's default do_train is false)")
+    if not m.do_train and not (t.do_eval or t.do_predict):
+        raise ConfigError("do_train is false and neither do_eval nor do_predict is set: nothing to do "
+                          "(set dataset to train, or do_predict: true with eval_dataset to evaluate an adapter)")
+    if m.do_train and not d.dataset:
+        raise ConfigError("do_train: true needs dataset (names from dataset_info.json, a built-in one, or a file path)")
+    return m.do_train
 
 
 def lora_alpha_of(cfg: RunConfig) -> float:

@@ -108,6 +108,12 @@ def _check_model_folder(path: Path) -> None:
         if not any((path / name).is_file() for name in TOKENIZER_FILES):
             raise UserError(f"model_name_or_path: {path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
                             "save the tokenizer into the model folder")
+        quantization = _read_json(path / "config.json").get("quantization_config") or {}
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+        if method and method != "gguf":  # GGUF folders are de-quantised here (forget_gguf_quantization)
+            raise UserError(f"model_name_or_path: {path} is a pre-quantised checkpoint (quant_method {method}); "
+                            "not supported: quantised (QLoRA) training and inference are not offered, use the "
+                            "unquantised model")
         return
     adapter_config = path / "adapter_config.json"
     if adapter_config.is_file():

@@ -558,6 +558,11 @@ def plan_packing(cfg, info, class_weighted_loss: bool) -> PackingPlan | None:
 def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
     """Whether `train` packs its micro-batches; records the choice and why with cfg.decide."""
     d = cfg.data
+    if cfg.method.stage == "pt":
+        # Pre-training rows are already full cutoff_len blocks (or single truncated texts): nothing to pack.
+        cfg.decide("packing", d.packing is not False, "stage pt: packing concatenates the texts into cutoff_len blocks "
+                   "(LLaMA-Factory's pt packing, on by default); the blocks are batched as they are")
+        return False
     asked = bool(d.packing or d.neat_packing)
     if asked and class_weighted_loss:
         cfg.decide("packing", False, "packing asked for, but class_balance loss weights need padded rows; unpacked")

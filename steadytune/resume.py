@@ -26,6 +26,9 @@ MAY_CHANGE = frozenset({
     "bf16", "fp16", "trust_remote_code", "hang_timeout",
     # How the same step is spread over GPUs (the step's examples stay; distributed/world_resume.py).
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version",
+    # LLaMA-Factory keys with no effect on the curve here: whether to train (a resume does), the tracker's run
+    # name, AdamW fused or not (the same update), checkpointing switched off under LLaMA-Factory's name.
+    "do_train", "run_name", "optim", "disable_gradient_checkpointing",
 })
 MAY_CHANGE_SECTIONS = frozenset({"guard", "fault_injection"})
 

@@ -88,3 +88,46 @@ def save_tiny_model(folder: str | Path, kind: str = "qwen2", seed: int = 0) -> P
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# Special tokens of every template in data/templates.py, so golden files can be made with one vocabulary.
+CHAT_SPECIAL_TOKENS = SPECIAL_TOKENS + [
+    "<|eom_id|>", "<|im_sep|>", "<｜User｜>", "<｜Assistant｜>", "[gMASK]", "<sop>", "<|user|>", "<|assistant|>",
+    "<|system|>", "<|observation|>", "<|end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+    "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+]
+
+
+def build_chat_tokenizer(style: str = "bytelevel", vocab_size: int = 640, extra_text: str = "") -> PreTrainedTokenizerFast:
+    """A tiny tokenizer that knows every template's special tokens, in one of two styles real models use:
+    `bytelevel` (GPT-2 / Qwen / Llama 3: no prefix space, no bos added to plain text) or `metaspace`
+    (SentencePiece-like, Llama 2 / Gemma: a prefix space on each encoded piece, and bos added to plain text),
+    so a template's per-piece tokenisation is exercised both ways. `extra_text` is added to the training text (the
+    metaspace style has no byte fallback: every character it must encode has to be in its alphabet). Made once and saved for the golden files
+    (tools/make_template_golden.py), which are read back from those saved files."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    if style == "bytelevel":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    elif style == "metaspace":
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+        alphabet = sorted(set("".join(_CORPUS + CHAT_SPECIAL_TOKENS) + extra_text) - {" "}) + ["▁"]
+    else:
+        raise ValueError(f"style must be bytelevel or metaspace, got {style!r}")
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=CHAT_SPECIAL_TOKENS,
+                                  initial_alphabet=alphabet, show_progress=False)
+    tok.train_from_iterator((_CORPUS + ([extra_text] if extra_text else [])) * 4, trainer=trainer)
+    if style == "metaspace":
+        bos = tok.token_to_id("<bos>")
+        tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                           special_tokens=[("<bos>", bos)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
+                                   unk_token="<unk>")
+    fast.padding_side = "right"
+    return fast

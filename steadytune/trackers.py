@@ -61,7 +61,8 @@ class Trackers:
 
     _active: list["Trackers"] = []   # started and not finished; ended at exit (a run the guard stopped included)
 
-    def __init__(self, report_to: Any, output_dir: str | Path, logging_dir: str | Path | None = None):
+    def __init__(self, report_to: Any, output_dir: str | Path, logging_dir: str | Path | None = None,
+                 run_name: str | None = None):
         self.names = parse_report_to(report_to)
         missing = [name for name in self.names if not installed(name)]
         if missing:
@@ -69,7 +70,7 @@ class Trackers:
             raise UserError(f"report_to: {missing[0]} needs the {package} package, which is not installed "
                             f"(pip install {package}); or remove {missing[0]} from report_to")
         self.logging_dir = Path(logging_dir) if logging_dir else default_logging_dir(output_dir)
-        self.run_name = Path(output_dir).resolve().name
+        self.run_name = run_name or Path(output_dir).resolve().name   # run_name: transformers' (and LF's) key
         self.accelerator = None
 
     def log_with(self) -> list | None:

@@ -17,6 +17,7 @@ DDP / FSDP / DeepSpeed and autocast; everything that decides the numbers is visi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -34,7 +35,7 @@ from tqdm.auto import tqdm
 from steadytune import hardware
 from steadytune.batches import TrainBatches, token_budget
 from steadytune.checkpoint import TrainerState, list_checkpoints, load_checkpoint, read_state, save_checkpoint
-from steadytune.config import RunConfig, describe_keys, load_config, save_resolved_config
+from steadytune.config import RunConfig, describe_keys, load_config, resolve_do_train, save_resolved_config
 from steadytune.distributed import launch, sharding
 from steadytune.distributed.fsdp_config import read_fsdp_keys
 from steadytune.distributed.watchdog import HangWatchdog
@@ -94,6 +95,12 @@ def run(args) -> int:
         raise UserError("steadytune train needs a config file: steadytune train my_run.yaml [key=value ...] "
                         "(see `steadytune train --list-keys`, or `steadytune demo` for the embedded default)")
     cfg = load_config(args.config, args.overrides)
+    if not resolve_do_train(cfg):
+        # do_train: false (or unset with no dataset), as LLaMA-Factory's predict files: evaluate the adapter in
+        # adapter_name_or_path on eval_dataset (do_predict + predict_with_generate: generated answers, BLEU/ROUGE).
+        from steadytune.evaluate import run_evaluation
+        run_evaluation(cfg, batch_size=cfg.train.per_device_eval_batch_size)
+        return 0
     if getattr(args, "nproc", None) and not launch.under_launcher():
         nproc = launch.resolve_nproc(args.nproc, launch.visible_gpus())
         return launch.launch(nproc, args.config, args.overrides, args.force, cfg.train.output_dir)
@@ -278,7 +285,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                                    t.max_tokens_per_batch is not None)
 
     # --- Accelerate (with the report_to trackers), and the same checks `steadytune doctor` runs -----------------
-    trackers = Trackers(t.report_to, t.output_dir, t.logging_dir)
+    trackers = Trackers(t.report_to, t.output_dir, t.logging_dir, t.run_name)
     accelerator = sharding.make_accelerator(cfg, shard_plan, precision, info, world, log_with=trackers.log_with())
     device = accelerator.device
     from accelerate.utils import set_seed
@@ -319,7 +326,6 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
         from steadytune.kernels import skip_lora_input_cast
         _, why = skip_lora_input_cast(model)
         cfg.decide("lora_input_cast", "off", why)
-    record_inactive_keys(cfg)
     trainable, total = count_parameters(model)
 
     # --- batches and steps -------------------------------------------------------------------------------
@@ -354,7 +360,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
                                   eps=t.adam_epsilon, weight_decay=t.weight_decay,
                                   # one fused kernel for all LoRA tensors instead of several per tensor
-                                  fused=device.type == "cuda" or None)
+                                  fused=(device.type == "cuda" and t.optim == "adamw_torch_fused") or None)
     scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
     sharding.fit_to_model(accelerator, shard_plan, model, cfg)
     objective, optimizer = accelerator.prepare(stage.make_objective(model, cfg), optimizer)
@@ -1058,20 +1064,6 @@ def make_graph_runner(run: Run):
                        report=report, on_out_of_memory=on_out_of_memory)
 
 
-def record_inactive_keys(cfg: RunConfig) -> None:
-    """LLaMA-Factory keys that change nothing in this recipe are recorded with the reason, never dropped silently."""
-    t = cfg.train
-    if t.dataloader_num_workers:
-        cfg.decide("dataloader_num_workers", 0, "examples are tokenised before training and collated in the training "
-                   "process (microseconds a batch), so no loader workers are started")
-    if cfg.data.preprocessing_num_workers:
-        cfg.decide("preprocessing_num_workers", 1, "tokenisation runs in one process (seconds at these sizes; "
-                   "tokenized_path caches it for later runs)")
-    if t.save_only_model:
-        cfg.decide("save_only_model", False, "checkpoints always keep optimizer, scheduler and RNG state, so every "
-                   "checkpoint can be resumed exactly")
-
-
 def majority_share(counts: dict) -> float:
     total = sum(counts.values())
     return max(counts.values()) / total if total else 0.0
@@ -1194,3 +1186,5 @@ STAGES: dict[str, Stage] = {
                  evaluate=evaluate_during_training, evaluate_trained=_evaluate_sft_after_training),
     **PREFERENCE_STAGES,
 }
+# stage pt: sft's recipe on pre-training blocks (prepare_datasets cuts them; every token carries a label).
+STAGES["pt"] = dataclasses.replace(STAGES["sft"], name="pt")

@@ -100,7 +100,6 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
     ("prompt_template=no placeholder", "prompt_template must contain {text}"),
     ("guard.windw=3", "guard.windw: unknown key (did you mean 'window'?)"),
     ("label_names=[a, a]", "label_names has duplicates"),
-    ("do_train=false", "use `steadytune eval CONFIG`"),
 ])
 def test_bad_keys_and_values_name_the_key(override, message):
     with pytest.raises(ConfigError) as err:
@@ -150,3 +149,15 @@ def test_yaml_boolean_words_mean_the_word(tmp_path):
     assert cfg.guard.guard_policy == "off" and cfg.train.eval_strategy == "no"
     with pytest.raises(ConfigError, match="lr_scheduler_type"):
         load_config(None, ["lr_scheduler_type=off"])
+
+
+def test_do_train_follows_llamafactory():
+    from steadytune.config import resolve_do_train
+    cfg = load_config(None, {"dataset": "x"})
+    assert resolve_do_train(cfg) and cfg.decisions["do_train"]["value"] is True
+    predict = load_config(None, {"eval_dataset": "x", "do_predict": True, "predict_with_generate": True})
+    assert resolve_do_train(predict) is False      # extras/nlg_eval: evaluate only
+    with pytest.raises(ConfigError, match="nothing to do"):
+        resolve_do_train(load_config(None, {"do_train": False}))
+    with pytest.raises(ConfigError, match="do_train: true needs dataset"):
+        resolve_do_train(load_config(None, {"do_train": True}))

@@ -11,6 +11,7 @@ from steadytune.config import load_config
 from steadytune.data import (IGNORE, PadCollator, encode_classification_prompt, encode_label_targets, get_template,
                              prepare_datasets)
 from steadytune.data.encode import encode_conversation
+from steadytune.data.templates import missing_special_tokens
 from steadytune.tiny import build_tokenizer
 
 from conftest import LF_FIXTURES, needs_shared
@@ -79,9 +80,11 @@ def test_sharegpt_toolcall_masks_everything_but_assistant_turns(tok, folder, nam
         for turn in row["conversations"]:
             if turn["from"] == "observation":
                 assert f"<tool_response>\n{turn['value']}\n</tool_response>" in full
-        for tool in json.loads(row["tools"]):   # tools are described in the system prompt
+        for tool in json.loads(row["tools"]):   # tools are described in the system prompt, in Qwen's tool format
             assert f'"name": "{tool["name"]}"' in full
-        assert ("You can call these tools" in full) == bool(json.loads(row["tools"]))
+        assert ("# Tools" in full) == bool(json.loads(row["tools"]))
+        # tools "[]" still opens the system slot, empty, as in LLaMA-Factory
+        assert full.startswith("<|im_start|>system\n")
 
 
 def test_openai_format_with_tags(tok, tmp_path):
@@ -89,10 +92,13 @@ def test_openai_format_with_tags(tok, tmp_path):
                           {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"},
                           {"role": "assistant", "content": "Goodbye"}]}]
     (tmp_path / "chat.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
-    (tmp_path / "dataset_info.json").write_text(json.dumps({"chat": {"file_name": "chat.jsonl", "formatting": "openai"}}))
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"chat": {"file_name": "chat.jsonl", "formatting": "openai",
+                                                                     "columns": {"messages": "messages"}}}))
     data = prepare_datasets(load_config(None, dict(dataset="chat", dataset_dir=str(tmp_path), template="chatml")), tok)
     ex = data.train[0]
-    assert tok.decode(ex["input_ids"]) == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+    # LLaMA-Factory's openai converter appends "detailed thinking off" to the system prompt of rows without tools.
+    assert tok.decode(ex["input_ids"]) == ("<|im_start|>system\nBe brief.\ndetailed thinking off<|im_end|>\n"
+                                           "<|im_start|>user\nHi<|im_end|>\n"
                                            "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
                                            "<|im_start|>assistant\nGoodbye<|im_end|>\n")
     assert trained_text(tok, ex) == "Hello<|im_end|>\nGoodbye<|im_end|>\n"
@@ -109,7 +115,7 @@ def test_alpaca_history_and_system(tok, tmp_path):
     data = prepare_datasets(load_config(None, dict(dataset=str(path), template="llama3")), tok)
     ex = data.train[0]
     assert tok.decode(ex["input_ids"]) == (
-        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou do sums.<|eot_id|>"
+        "<bos><|start_header_id|>system<|end_header_id|>\n\nYou do sums.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\n1+1?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n2<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n4<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nAnd 3+3?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n6<|eot_id|>")
@@ -144,18 +150,17 @@ def test_cutoff_truncates_and_keeps_an_answer(tok):
 # ---- templates -----------------------------------------------------------------------------------------
 
 TURNS = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
-EXPECTED_RENDER = {
-    "empty": "HiYo<eos>",
-    "default": "System: S\nHuman: Hi\nAssistant: Yo<eos>\n",
+EXPECTED_RENDER = {   # LLaMA-Factory's templates (their ids are checked in test_template_golden.py)
+    "empty": "HiYo",
+    "default": "System: S<eos>\nHuman: Hi<eos>\nAssistant:Yo<eos>\n",
     "chatml": "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n",
     "qwen": "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n",
     "qwen3": "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
              "<think>\n\n</think>\n\nYo<|im_end|>\n",
-    "qwen3_nothink": "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-                     "<think>\n\n</think>\n\nYo<|im_end|>\n",
+    "qwen3_nothink": "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n",
     "gemma": "<bos><start_of_turn>user\nS\n\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n",
     "gemma3": "<bos><start_of_turn>user\nS\n\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n",
-    "llama3": "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
+    "llama3": "<bos><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
               "<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nYo<|eot_id|>",
 }
 
@@ -169,15 +174,11 @@ def test_template_renders_expected_text_with_single_special_tokens(tok, name):
     assert [p.trainable for p in pieces] == [False, True]
     # Every special token of the template is one token id, not split into pieces.
     vocab = tok.get_vocab()
-    for special in template.special_tokens() + [template.stop]:
-        assert tok(special, add_special_tokens=False)["input_ids"] == [vocab[special]]
-
-
-def test_qwen3_nothink_empty_think_block_is_prompt_side(tok):
-    nothink = get_template("qwen3_nothink", tok).render(TURNS)
-    think = get_template("qwen3", tok).render(TURNS)
-    assert nothink[0].text.endswith("<think>\n\n</think>\n\n") and nothink[1].text == "Yo<|im_end|>\n"
-    assert think[1].text == "<think>\n\n</think>\n\nYo<|im_end|>\n"
+    missing = missing_special_tokens(template, tok)
+    assert missing == (["<|eom_id|>"] if name == "llama3" else [])   # the tiny vocabulary lacks Llama 3's eom
+    for special in template.special_tokens() + ([template.stop] if template.stop else []):
+        if special not in missing:
+            assert tok(special, add_special_tokens=False)["input_ids"] == [vocab[special]]
 
 
 def test_auto_template_uses_the_tokenizers_chat_template(tok):
@@ -185,9 +186,8 @@ def test_auto_template_uses_the_tokenizers_chat_template(tok):
     tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     auto, chatml = get_template("auto", tok), get_template("chatml", tok)
-    assert auto.stop == "<|im_end|>"
     turns = TURNS + [{"role": "user", "content": "Again"}, {"role": "assistant", "content": "Yo yo"}]
-    assert auto.render(turns, "S") == chatml.render(turns, "S")
+    assert [p.text for p in auto.render(turns, "S")] == [p.text for p in chatml.render(turns, "S")]
     assert get_template("auto", build_tokenizer()).name == "empty"   # no chat template: plain text
 
 
@@ -213,7 +213,7 @@ def test_classification_example_is_prompt_ids_plus_label_target(tok, tmp_path):
         prompt = encode_classification_prompt(data.template, tok, prompt_template, ex["text"], data.max_prompt_len)
         assert ex["input_ids"] == prompt + targets[ex["label_id"]]
         assert ex["labels"] == [IGNORE] * len(prompt) + targets[ex["label_id"]]
-        assert tok.decode(targets[ex["label_id"]]) == ["neg", "pos"][ex["label_id"]] + "<end_of_turn>"
+        assert tok.decode(targets[ex["label_id"]]) == ["neg", "pos"][ex["label_id"]] + "<end_of_turn>\n"
         assert tok.decode(prompt) == ("<bos><start_of_turn>user\nReview: " + ex["text"] +
                                       "\nSentiment:<end_of_turn>\n<start_of_turn>model\n")
     assert data.class_counts == {"train": {"neg": 6, "pos": 4}}
@@ -231,7 +231,7 @@ def test_chinese_labels_are_multi_token_and_truncation_spares_the_target(tok, tm
     long_ex = data.train[0]
     assert len(long_ex["input_ids"]) <= 96 and data.stats["truncated"] == 1
     assert long_ex["input_ids"][-len(targets[1]):] == targets[1]
-    assert tok.decode(long_ex["input_ids"]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n积极<|im_end|>")
+    assert tok.decode(long_ex["input_ids"]).endswith("<|im_start|>assistant\n积极<|im_end|>\n")
 
 
 def test_stratified_val_split_keeps_class_ratio_and_is_deterministic(tok, tmp_path):
@@ -281,7 +281,7 @@ def test_parquet_reads_or_says_what_is_missing(tok, tmp_path):
         return
     pq.write_table(pa.table({"instruction": ["a", "b"], "input": ["", ""], "output": ["x", "y"]}), tmp_path / "x.parquet")
     data = prepare_datasets(load_config(None, dict(dataset=str(tmp_path / "x.parquet"), template="empty")), tok)
-    assert [trained_text(tok, e) for e in data.train] == ["x<eos>", "y<eos>"]
+    assert [trained_text(tok, e) for e in data.train] == ["x", "y"]   # LLaMA-Factory's empty adds no end token
 
 
 # ---- batching ------------------------------------------------------------------------------------------
@@ -303,13 +303,14 @@ def test_pad_collator(side):
     assert "label_ids" not in PadCollator(0)([{"input_ids": [1], "labels": [1]}])
 
 
-def test_plain_templates_keep_the_bos_a_tokenizer_adds_itself():
+def test_empty_template_adds_no_bos_to_conversations_but_classification_keeps_the_tokenizers(tmp_path):
     from tokenizers import processors
     tok = build_tokenizer()
-    assert get_template("empty", tok).render(TURNS)[0].text == "Hi"
     bos = tok.bos_token_id
     tok._tokenizer.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
-    assert tok("Hi")["input_ids"][0] == bos   # now a Gemma/Llama-like tokenizer
-    for name in ("empty", "default"):
-        pieces = get_template(name, tok).render(TURNS)
-        assert pieces[0].text.startswith("<bos>") and not pieces[1].text.startswith("<bos>")
+    assert tok("Hi")["input_ids"][0] == bos   # a Gemma/Llama-like tokenizer
+    assert get_template("empty", tok).render(TURNS)[0].text == "Hi"   # conversations: LLaMA-Factory's empty
+    path = write_classification(tmp_path, 2, 2)
+    data = prepare_datasets(load_config(None, dict(dataset=str(path), template="empty", label_names=["neg", "pos"],
+                                                   prompt_template="{text} =>")), tok)
+    assert all(e["input_ids"][0] == bos and e["input_ids"].count(bos) == 1 for e in data.train)

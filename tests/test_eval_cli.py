@@ -17,6 +17,7 @@ from steadytune.metrics import classification_report
 from steadytune.tiny import save_tiny_model
 
 LABELS = ["消极", "积极"]
+STEPS = 80  # lr 5e-3: steady; at 2e-2 the tiny model's accuracy oscillates from step to step
 NEG = ["太差了", "很失望", "再也不买了", "包装破损", "讨厌"]
 POS = ["很好", "质量不错", "非常满意", "物流很快", "喜欢"]
 
@@ -49,8 +50,8 @@ def trained_run(tmp_path_factory):
                            LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
     from steadytune.data import PadCollator
     batch = PadCollator(tokenizer.pad_token_id)(data.train)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-2)
-    for _ in range(40):
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-3)
+    for _ in range(STEPS):
         loss, n = causal_lm_loss_sum(model, batch)
         (loss / n).backward()
         optimizer.step()

@@ -67,7 +67,8 @@ def runs(tmp_path_factory):
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
                            LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
     batch = PadCollator(tokenizer.pad_token_id)(data.train)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-2)
+    # lr 5e-3: at 2e-2 this tiny model's accuracy swings from step to step (a template change moved one answer)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-3)
     for _ in range(100):
         loss, n = causal_lm_loss_sum(model, batch)
         (loss / n).backward()

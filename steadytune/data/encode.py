@@ -1,7 +1,10 @@
 """Tokenise normalised examples into input_ids + labels (-100 where no loss is taken).
 
-Text is tokenised piece by piece (see templates.py), so prompt/answer borders fall between tokens and the
-classification prompt used in training is exactly the one `evaluate` rebuilds with the same function.
+Conversations follow LLaMA-Factory's supervised processor exactly (truncation shares `cutoff_len` between each
+prompt and its answer, `mask_history` keeps the last turns first, `efficient_eos` templates label the next turn's
+first token with eos); `tests/test_template_golden.py` checks the ids and labels against LLaMA-Factory's own.
+Classification rows are ours: the prompt is rendered by the template around `{text}`, so the prompt used in
+training is exactly the one `evaluate` rebuilds with the same function.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from steadytune.config import ConfigError
-from steadytune.data.templates import Piece, Template, split_prompt
+from steadytune.data.templates import Template, encode_parts, split_prompt
 
 IGNORE = -100
 
@@ -26,13 +29,28 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
 
 
+def adds_bos(tokenizer: Any) -> bool:
+    """Whether the tokenizer puts bos in front of plain text itself (Gemma, Llama): such models were pre-trained
+    with it in front of every document."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    ids = tokenizer("a")["input_ids"]
+    return bos is not None and bool(ids) and ids[0] == bos
+
+
 def _prompt_chrome(template: Template, tokenizer: Any, prompt_template: str) -> tuple[list[int], list[int]]:
-    """Token ids of the rendered prompt before and after `{text}`; cached on the template (same every row)."""
+    """Token ids of the rendered prompt before and after `{text}`; cached on the template (same every row).
+
+    A classification row is our own format (not LLaMA-Factory's): its prompt is the template's one-turn prompt,
+    with the tokenizer's bos in front when the template puts none there and the tokenizer adds one to plain text
+    (`template: empty` on Gemma), so a base model reads the prompt as it read its pre-training text."""
     cache = template.__dict__.setdefault("_chrome_cache", {})
     key = (id(tokenizer), prompt_template)
     if key not in cache:
         before, after = split_prompt(template, prompt_template)
-        cache[key] = (encode_text(tokenizer, before), encode_text(tokenizer, after))
+        before_ids = encode_parts(tokenizer, before)
+        if adds_bos(tokenizer) and (not before_ids or before_ids[0] != tokenizer.bos_token_id):
+            before_ids = [tokenizer.bos_token_id] + before_ids
+        cache[key] = (before_ids, encode_parts(tokenizer, after))
     return cache[key]
 
 
@@ -56,7 +74,22 @@ def encode_classification_prompt(template: Template, tokenizer: Any, prompt_temp
 
 def encode_label_targets(template: Template, tokenizer: Any, label_names: list[str]) -> list[list[int]]:
     """Each label's trained ids: the label word followed by the template's end token."""
-    return [encode_text(tokenizer, template.answer_target(name)) for name in label_names]
+    return [encode_parts(tokenizer, template.answer_parts(name)) for name in label_names]
+
+
+def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int, int]:
+    """How much of a prompt and its answer fit in `cutoff_len` tokens (LLaMA-Factory's rule): a short answer is
+    kept whole and the prompt cut; a short prompt is kept whole and the answer cut; otherwise both are cut in
+    proportion to their lengths."""
+    if target_len * 2 < cutoff_len:
+        max_target = cutoff_len
+    elif source_len * 2 < cutoff_len:
+        max_target = cutoff_len - source_len
+    else:
+        max_target = int(cutoff_len * (target_len / (source_len + target_len)))
+    new_target = min(max_target, target_len)
+    new_source = min(max(cutoff_len - new_target, 0), source_len)
+    return new_source, new_target
 
 
 def encode_conversation(template: Template, tokenizer: Any, example: dict, cutoff_len: int,
@@ -64,47 +97,72 @@ def encode_conversation(template: Template, tokenizer: Any, example: dict, cutof
                         ) -> tuple[dict | None, Truncation | None]:
     """(example with input_ids/labels, what cutoff_len cut or None); the example is None when no trained token
     survives cutoff_len."""
-    pieces = template.render(example["messages"], example.get("system"), example.get("tools"))
-    turns = _pair_turns(pieces, tokenizer)
-    last_answer = max((k for k, (_, target) in enumerate(turns) if target), default=-1)
+    if train_on_prompt and template.efficient_eos:
+        raise ConfigError(f"train_on_prompt: template {template.name} ends answers with the next turn's first "
+                          "token (efficient eos), which cannot be combined with training on the prompt")
+    pairs = template.encode_pairs(tokenizer, example["messages"], example.get("system"), example.get("tools"),
+                                  mask_history)
+    eos = template.eos_token_id
     input_ids: list[int] = []
     labels: list[int] = []
+    total = 1 if template.efficient_eos else 0
     truncated = False
     kept_source = kept_target = 0
-    for k, (source, target) in enumerate(turns):
-        room = cutoff_len - len(input_ids)
-        if len(source) + len(target) > room:
-            # Cut the prompt and its answer together so the answer keeps a fair share of what is left.
+    if mask_history:
+        pairs = pairs[::-1]  # the last turns are kept first when the conversation does not fit
+    for turn, (source, target) in enumerate(pairs):
+        if total >= cutoff_len:
             truncated = True
-            keep_target = min(len(target), max(room // 2, room - len(source)))
-            source, target = source[: room - keep_target], target[:keep_target]
-        trained = not mask_history or k == last_answer
-        input_ids += source + target
-        labels += source if train_on_prompt else [IGNORE] * len(source)
-        labels += target if (trained or train_on_prompt) else [IGNORE] * len(target)
-        kept_source, kept_target = kept_source + len(source), kept_target + len(target)
-        if truncated:
             break
+        source_len, target_len = infer_seqlen(len(source), len(target), cutoff_len - total)
+        truncated |= (source_len, target_len) != (len(source), len(target))
+        source, target = source[:source_len], target[:target_len]
+        total += source_len + target_len
+        kept_source, kept_target = kept_source + source_len, kept_target + target_len
+        if train_on_prompt:
+            source_labels = list(source)
+        elif template.efficient_eos and turn != 0:
+            # The previous answer carries no end token: its eos is learnt at this turn's first position.
+            source_labels = ([eos] + [IGNORE] * (source_len - 1))[:source_len]
+        else:
+            source_labels = [IGNORE] * source_len
+        target_labels = [IGNORE] * target_len if (mask_history and turn != 0) else list(target)
+        if mask_history:
+            input_ids = source + target + input_ids
+            labels = source_labels + target_labels + labels
+        else:
+            input_ids += source + target
+            labels += source_labels + target_labels
+    if template.efficient_eos:
+        input_ids.append(eos)
+        labels.append(eos)
     cut = None
     if truncated:
-        cut = Truncation(sum(len(s) for s, _ in turns) - kept_source, sum(len(t) for _, t in turns) - kept_target)
+        cut = Truncation(sum(len(s) for s, _ in pairs) - kept_source, sum(len(t) for _, t in pairs) - kept_target)
     if all(label == IGNORE for label in labels):
         return None, cut
     return {"input_ids": input_ids, "labels": labels}, cut
 
 
-def _pair_turns(pieces: list[Piece], tokenizer: Any) -> list[tuple[list[int], list[int]]]:
-    """Token ids grouped as (prompt side, answer that follows it) pairs."""
-    turns: list[tuple[list[int], list[int]]] = []
-    for piece in pieces:
-        ids = encode_text(tokenizer, piece.text)
-        if not piece.trainable:
-            turns.append((ids, []))
-        elif turns and not turns[-1][1]:
-            turns[-1] = (turns[-1][0], ids)
-        else:
-            turns.append(([], ids))
-    return turns
+def encode_oneturn(template: Template, tokenizer: Any, messages: list[dict], system: str | None = None,
+                   tools: str | None = None) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids): the conversation up to its last answer, and that answer (with eos for
+    efficient-eos templates), as LLaMA-Factory's one-turn encoding builds them (earlier think blocks dropped)."""
+    encoded = [encode_parts(tokenizer, parts) for parts in
+               template.message_parts(messages, system, tools, mask_history=True)]
+    prompt = [token for ids in encoded[:-1] for token in ids]
+    return prompt, encoded[-1] + ([template.eos_token_id] if template.efficient_eos else [])
+
+
+def encode_prediction(template: Template, tokenizer: Any, example: dict, cutoff_len: int) -> tuple[list[int], list[int]]:
+    """(prompt ids, reference answer ids) for do_predict, as LLaMA-Factory encodes its evaluation rows: the whole
+    conversation up to the last answer is the prompt, the last answer the reference; both cut to fit cutoff_len."""
+    messages = example["messages"]
+    if messages[-1]["role"] not in ("assistant", "function_call"):
+        messages = messages + [{"role": "assistant", "content": ""}]
+    prompt, answer = encode_oneturn(template, tokenizer, messages, example.get("system"), example.get("tools"))
+    prompt_len, answer_len = infer_seqlen(len(prompt), len(answer), cutoff_len)
+    return prompt[:prompt_len], answer[:answer_len]
 
 
 def encode_classification(template: Template, tokenizer: Any, prompt_template: str, text_ids: list[int],

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from steadytune.config import ConfigError, RunConfig
-from steadytune.data.encode import IGNORE, _pair_turns
+from steadytune.data.encode import IGNORE, encode_oneturn
 from steadytune.data.formats import (ASSISTANT, FormatSpec, _column, _text, alpaca_prompt, conversation_turns,
                                      guess_formatting, message_of, tools_of)
 from steadytune.data.prepare import ExampleKind, _progress, count_truncation
@@ -149,10 +149,8 @@ def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int
 def prompt_and_answer_ids(template: Template, tokenizer: Any, messages: list[dict], answer: dict,
                           system: Optional[str], tools: Optional[str]) -> tuple[list[int], list[int]]:
     """Token ids of everything before the final answer (history included) and of the answer with its end token,
-    tokenised piece by piece as sft examples are (so the prompt/answer border falls between tokens)."""
-    turns = _pair_turns(template.render(messages + [answer], system, tools), tokenizer)
-    prompt = [i for source, target in turns[:-1] for i in source + target] + turns[-1][0]
-    return prompt, turns[-1][1]
+    as LLaMA-Factory's pairwise and feedback processors build them (its one-turn encoding)."""
+    return encode_oneturn(template, tokenizer, messages + [answer], system, tools)
 
 
 def _sequence(prompt: list[int], answer: list[int]) -> tuple[list[int], list[int]]:

