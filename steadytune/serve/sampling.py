@@ -42,6 +42,13 @@ def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
                 generators: Sequence[Optional[torch.Generator]]) -> list[int]:
     """logits [rows, vocab] -> one token id per row."""
+    return sample_tokens(logits, params, generators).tolist()
+
+
+def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
+                  generators: Sequence[Optional[torch.Generator]]) -> torch.Tensor:
+    """logits [rows, vocab] -> a LongTensor of one token id per row, on the logits' device (nothing waits for it:
+    the batch feeds it to the next step on the device, the engine copies it to the host once)."""
     chosen = logits.argmax(dim=-1)
     sampled = [i for i, p in enumerate(params) if not p.greedy]
     if sampled:
@@ -59,4 +66,4 @@ def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
             if generators[i] is not None:
                 picks[k] = torch.multinomial(probs[k], 1, generator=generators[i])[0]
         chosen[index] = picks
-    return chosen.tolist()
+    return chosen
