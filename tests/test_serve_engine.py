@@ -97,19 +97,25 @@ def test_rows_joining_and_leaving_match_generate_alone(tokenizer, kind, batch):
 
 @pytest.mark.parametrize("batch", BATCHES)
 def test_mixed_adapter_batches_match_each_adapter_alone(tokenizer, batch):
+    """Rows join three at a time, one adapter per join, and leave at different steps: the batch runs one adapter
+    alone (peft's plain forward; recorded), then mixes them (peft's `adapter_names` forward; eager), and ends with
+    base-model rows alone (adapter layers off; recorded)."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(3)
     model = get_peft_model(build_model("qwen2", tokenizer, seed=1),
-                           LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False),
+                           LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"],
+                                      init_lora_weights=False),
                            adapter_name="one")
-    model.add_adapter("two", LoraConfig(r=4, target_modules=["q_proj", "up_proj"], init_lora_weights=False))
+    model.add_adapter("two", LoraConfig(r=4, lora_alpha=16, target_modules=["v_proj", "up_proj"], init_lora_weights=False))
     model.eval()
     prompts = random_prompts(9, seed=5)
-    adapters = ["one", "two", "base"] * 3
-    expected = [generate_alone(model, p, 12, adapter) for p, adapter in zip(prompts, adapters)]
-    assert len({tuple(e) for e in expected[:3]}) == 3  # the adapters really answer differently
-    got = run_staggered(model, prompts, [12] * 9, [None if a == "base" else a for a in adapters], join_every=2,
+    adapters = ["one"] * 3 + ["two"] * 3 + ["base"] * 3
+    budgets = [12, 9, 6] * 3
+    answers = {a: tuple(tuple(generate_alone(model, p, 12, a)) for p in prompts[:3]) for a in ("one", "two", "base")}
+    assert len(set(answers.values())) == 3  # the adapters really answer differently
+    expected = [generate_alone(model, p, n, adapter) for p, n, adapter in zip(prompts, budgets, adapters)]
+    got = run_staggered(model, prompts, budgets, [None if a == "base" else a for a in adapters], join_every=4,
                         per_join=3, batch=batch)
     assert got == expected
 
