@@ -1,21 +1,25 @@
-"""Where a decode step of `steadytune serve`'s batcher spends its time: the model's forward against everything around
-it (cache bookkeeping, masks, sampling, text assembly), and how often each step waits on the device.
+"""Where a decode step of `steadytune serve`'s batcher spends its time, and how much the host does per step.
 
 It drives the real engine (`BatchingEngine._admit` + `_step`, the worker's loop body, on this thread) with N
-sequences submitted at once, and times every decode step with the device synchronised at its edges:
+sequences submitted at once, lets the batch settle (warm-up steps: on a GPU, CUDA graphs get recorded there), then
+reports per decode step, as medians:
 
-    forward  the model call alone (DecodeBatch._forward; synchronised before and after it)
-    other    the rest of the step: input ids, positions, mask, sampling, detokenising, retiring rows
-    syncs    host<->device waits counted per step: on CUDA by torch.cuda's sync debug mode (every synchronising call
-             the driver sees), on any device by counting the Python-level calls that wait for a value
-             (Tensor.item / tolist / cpu / numpy / __bool__ / __int__ / __float__)
+    step      one engine step: the decode, sampling, feeding the sampled ids back, text assembly, retiring rows
+    decode    the batch's forward with its cache and mask work (synchronised before and after; on a GPU with CUDA
+              graphs, one graph replay); other = step - decode
+    host ops  aten ops the host dispatched in the step (each one kernel launch or more on a GPU)
+    waits     host waits on the device: Python-level calls that wait for a value (Tensor.item / tolist / cpu / numpy /
+              __bool__ / __int__ / __float__), and on CUDA the synchronising calls torch.cuda's sync debug mode saw
+    re-layouts  cache copies (joins, leaves, growth) over the counted steps: 0 for a steady batch
 
     OMP_NUM_THREADS=1 python benchmarks/profile_decode.py --tiny                       # seconds, CPU
     OMP_NUM_THREADS=1 python benchmarks/profile_decode.py --model gemma-3-270m --rows 1,8 --steps 8
     python benchmarks/profile_decode.py --model gemma-3-270m --profile-dir "$OUT"      # GPU: + a torch.profiler table
+    python benchmarks/profile_decode.py --model gemma-3-270m --batch dynamic           # the DynamicCache batch
 
-The model is loaded as `serve` loads it (the hardware policy's dtype and attention: bf16 on a recent GPU) with a
-fresh LoRA adapter (r 8 on every linear layer, as the demo trains; random B so the adapter really computes).
+The model is loaded as `serve` loads it (the hardware policy's dtype and attention: bf16 on a recent GPU; LoRA
+weights in the same dtype) with a fresh LoRA adapter (r 8 on every linear layer, as the demo trains; random B so
+the adapter really computes).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -30,6 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -50,6 +56,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=16, help="decode steps timed per row count (default 16)")
     parser.add_argument("--warmup", type=int, default=4, help="decode steps run first and not timed (default 4)")
     parser.add_argument("--no-adapter", action="store_true", help="the base model alone, no LoRA")
+    parser.add_argument("--batch", choices=("slots", "dynamic"), default="slots",
+                        help="the slot-cache batch `serve` uses (default), or the DynamicCache batch (the fallback for "
+                             "models the slot cache does not take, and what serve used before) to compare")
     parser.add_argument("--profile-dir", default=None, help="write a torch.profiler table (and a Chrome trace) of "
                         "one decode step at the largest row count here")
     return parser.parse_args()
@@ -137,6 +146,8 @@ def load(args):
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear",
                                                  init_lora_weights=False))
         model.eval()
+        from steadytune.serve.adapters import match_model_dtype
+        match_model_dtype(model)  # as serve's loading does
         what += " + LoRA r8 (all linear layers)"
     return model, tokenizer, f"{what}, {precision} on {device}"
 
@@ -150,79 +161,87 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
+class OpCounter(TorchDispatchMode):
+    """aten ops the host dispatches (each one a kernel launch or more on a GPU; a replayed CUDA graph is none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
 def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) -> dict:
     from steadytune.scoring import inference
-    from steadytune.serve import batch as batch_module
+    from steadytune.serve.batch_dynamic import DynamicDecodeBatch
     from steadytune.serve.engine import BatchingEngine, Generation
     from steadytune.serve.sampling import SamplingParams
 
     engine = BatchingEngine(model, tokenizer, max_batch=rows, max_queue=rows)
+    if args.batch == "dynamic":
+        engine.batch = DynamicDecodeBatch(model, engine.batch.pad_token_id)
     adapter = None if args.no_adapter else "default"
-    # Long enough that no sequence ends during the timed steps or the profiled ones.
-    params = SamplingParams(max_tokens=args.warmup + args.steps + 8, temperature=0.0, ignore_eos=True)
+    # Long enough that no sequence ends during the timed, counted or profiled steps.
+    params = SamplingParams(max_tokens=args.warmup + 2 * args.steps + 8, temperature=0.0, ignore_eos=True)
     prompt = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
     loop = asyncio.new_event_loop()  # requests post their events here; nobody needs to read them
     for i in range(rows):
         engine.submit([Generation(0, prompt[: len(prompt) - i % 5], adapter, params)], loop)
 
-    forward_seconds = []
-    real_forward = batch_module.DecodeBatch._forward
+    batch = engine.batch
+    decode_seconds: list[float] = []
+    real_decode = batch.decode
 
-    def timed_forward(self, *a, **k):
+    def timed_decode():
         synchronize()
         started = time.perf_counter()
-        out = real_forward(self, *a, **k)
+        out = real_decode()
         synchronize()
-        forward_seconds.append(time.perf_counter() - started)
+        decode_seconds.append(time.perf_counter() - started)
         return out
 
-    batch_module.DecodeBatch._forward = timed_forward
-    relayouts = Counter()
-    real_relayout = {name: getattr(batch_module.kvcache, name) for name in ("join", "select_rows", "trim_left")}
-
-    def counted(name):
-        def wrapper(*a, **k):
-            relayouts[name] += 1
-            return real_relayout[name](*a, **k)
-        return wrapper
-
-    for name in real_relayout:
-        setattr(batch_module.kvcache, name, counted(name))
-    result = {"rows": rows, "step_ms": [], "forward_ms": [], "syncs": [], "sync_calls": Counter(), "relayouts": 0}
+    result = {"rows": rows, "step_ms": [], "decode_ms": [], "syncs": [], "sync_calls": Counter(), "ops": [],
+              "cuda_syncs": []}
     try:
         with inference(model):
             engine._step(engine._admit())  # prefill (and the first decode step)
-            assert len(engine.batch) == rows, "every sequence should have joined the batch"
+            assert len(batch) == rows, "every sequence should have joined the batch"
             for _ in range(args.warmup):
                 engine._step([])
-            relayouts.clear()
+            batch.decode = timed_decode
             for _ in range(args.steps):
-                counter = SyncCounter()
-                forward_seconds.clear()
+                decode_seconds.clear()
                 synchronize()
                 started = time.perf_counter()
-                with counter.counting():
-                    engine._step([])
+                engine._step([])
                 synchronize()
-                total = time.perf_counter() - started
-                result["step_ms"].append(total * 1e3)
-                result["forward_ms"].append(sum(forward_seconds) * 1e3)
-                # The timer's own synchronize calls are not the engine's: on CUDA, 2 per forward are ours.
-                result["syncs"].append(sum(counter.calls.values()) + max(counter.cuda - 2 * len(forward_seconds), 0))
+                result["step_ms"].append((time.perf_counter() - started) * 1e3)
+                result["decode_ms"].append(sum(decode_seconds) * 1e3)
+            batch.decode = real_decode
+            relayouts = batch.relayouts
+            for _ in range(args.steps):  # counted apart from the timed steps (counting costs time)
+                counter, ops = SyncCounter(), OpCounter()
+                with counter.counting(), ops:
+                    engine._step([])
+                result["syncs"].append(sum(counter.calls.values()))
+                result["cuda_syncs"].append(counter.cuda)
                 result["sync_calls"].update(counter.calls)
-            result["relayouts"] = sum(relayouts.values())
+                result["ops"].append(ops.ops)
+            result["relayouts"] = batch.relayouts - relayouts
+            graphs = getattr(batch, "graphs", None)
+            result["graphs"] = ("-" if graphs is None or graphs.backend is None
+                                else graphs.disabled_because or f"on ({graphs.captured} recorded)")
             if profile_dir is not None:
-                batch_module.DecodeBatch._forward = real_forward
-                write_profile(engine, profile_dir, rows)
+                write_profile(engine, profile_dir, rows, args.batch)
     finally:
-        batch_module.DecodeBatch._forward = real_forward
-        for name, fn in real_relayout.items():
-            setattr(batch_module.kvcache, name, fn)
+        batch.decode = real_decode
         loop.close()
     return result
 
 
-def write_profile(engine, folder: Path, rows: int) -> None:
+def write_profile(engine, folder: Path, rows: int, batch: str) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -235,27 +254,35 @@ def write_profile(engine, folder: Path, rows: int) -> None:
         synchronize()
     sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
     table = prof.key_averages().table(sort_by=sort, row_limit=60)
-    (folder / f"decode_step_{rows}rows.txt").write_text(table, encoding="utf-8")
-    prof.export_chrome_trace(str(folder / f"decode_step_{rows}rows.json"))
-    print(f"  profile of one decode step ({rows} rows): {folder / f'decode_step_{rows}rows.txt'}")
+    name = f"decode_step_{batch}_{rows}rows"
+    (folder / f"{name}.txt").write_text(table, encoding="utf-8")
+    prof.export_chrome_trace(str(folder / f"{name}.json"))
+    print(f"  profile of one decode step ({rows} rows): {folder / name}.txt")
 
 
 def main() -> None:
     args = parse_args()
     started = time.perf_counter()
     model, tokenizer, description = load(args)
-    print(f"{description}; loaded in {time.perf_counter() - started:.0f} s; torch threads {torch.get_num_threads()}")
+    graphs = "off (STEADYTUNE_CUDA_GRAPHS=0)" if os.environ.get("STEADYTUNE_CUDA_GRAPHS") == "0" else "auto"
+    print(f"{description}; {args.batch} batch, CUDA graphs {graphs}; loaded in {time.perf_counter() - started:.0f} s; "
+          f"torch threads {torch.get_num_threads()}")
     levels = [int(r) for r in args.rows.split(",")]
-    print(f"{'rows':>5} | {'step ms':>8} {'forward ms':>10} {'other ms':>9} {'other %':>7} | {'tokens/s':>9} | "
-          f"{'syncs/step':>10} | {'cache re-layouts':>16}")
+    print(f"{'rows':>5} | {'step ms':>8} {'decode ms':>9} {'other ms':>8} | {'tokens/s':>9} | {'host ops':>8} "
+          f"{'waits':>5} {'cuda':>4} {'re-layouts':>10} | graphs")
     for rows in levels:
         profile_dir = Path(args.profile_dir) if args.profile_dir and rows == max(levels) else None
         r = measure(model, tokenizer, rows, args, profile_dir)
-        step, forward = statistics.median(r["step_ms"]), statistics.median(r["forward_ms"])
-        other = step - forward
-        print(f"{rows:>5} | {step:>8.2f} {forward:>10.2f} {other:>9.2f} {100 * other / step:>6.1f}% | "
-              f"{rows * 1e3 / step:>9.1f} | {statistics.median(r['syncs']):>10.0f} | {r['relayouts']:>16}  "
-              f"({', '.join(f'{k} {v // args.steps}' for k, v in sorted(r['sync_calls'].items()))})", flush=True)
+        step, decode = statistics.median(r["step_ms"]), statistics.median(r["decode_ms"])
+        calls = ", ".join(f"{k} {v // args.steps}" for k, v in sorted(r["sync_calls"].items()))
+        print(f"{rows:>5} | {step:>8.2f} {decode:>9.2f} {step - decode:>8.2f} | {rows * 1e3 / step:>9.1f} | "
+              f"{statistics.median(r['ops']):>8.0f} {statistics.median(r['syncs']):>5.0f} "
+              f"{statistics.median(r['cuda_syncs']) if torch.cuda.is_available() else '-':>4} {r['relayouts']:>10} | "
+              f"{r['graphs']}  (waits per step: {calls or 'none'})", flush=True)
+    print("step: one engine step (decode + sampling + text + retiring); decode: the batch's forward with its cache and "
+          "mask work (a graph replay when recorded); host ops: aten ops dispatched per step; waits: host waits on "
+          "the device per step (Python-level calls that wait; cuda: synchronising calls torch.cuda's sync debug mode "
+          "saw); re-layouts: cache copies over all counted steps")
 
 
 if __name__ == "__main__":

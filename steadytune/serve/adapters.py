@@ -20,8 +20,12 @@ class AdapterSelector:
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.is_peft = hasattr(model, "peft_config")
-        self.active: Optional[str] = getattr(model, "active_adapter", None) if self.is_peft else None
-        self.enabled = True
+        # One adapter layer tells whether adapters are on: read from the model each time (classification, tests
+        # and peft's own context managers change it too), never remembered.
+        self._layer = None
+        if self.is_peft:
+            from peft.tuners.tuners_utils import BaseTunerLayer
+            self._layer = next((m for m in model.modules() if isinstance(m, BaseTunerLayer)), None)
 
     def arguments(self, adapters: Sequence[Optional[str]]) -> tuple[Optional[Hashable], dict]:
         """Prepare the model for rows using these adapters (None = the base model) -> (key, forward keyword
@@ -45,18 +49,16 @@ class AdapterSelector:
             self._enable(False)
             return
         self._enable(True)
-        if name != self.active:
+        if name != self.model.active_adapter:
             self.model.set_adapter(name)
-            self.active = name
 
     def _enable(self, on: bool) -> None:
-        if on == self.enabled:
-            return
+        if self._layer is None or on == (not self._layer.disable_adapters):
+            return  # already so
         if on:
             self.model.base_model.enable_adapter_layers()
         else:
             self.model.base_model.disable_adapter_layers()
-        self.enabled = on
 
 
 def match_model_dtype(model: torch.nn.Module) -> int:

@@ -128,8 +128,10 @@ class DecodeBatch:
         count = len(self.rows)
         key, arguments = self.adapters.arguments([r.adapter for r in self.rows])
         recorded = key is not None and self.graphs.enabled
+        # Recorded steps run on shape buckets (a few graphs serve a whole run); eager ones on the exact shape (on a
+        # CPU, attention over padding columns costs as much as over real ones).
         rows = bucket_rows(count, self.cache.slots) if recorded else count
-        columns = bucket_columns(self.longest + 1)
+        columns = bucket_columns(self.longest + 1) if recorded else self.longest + 1
         self._reserve(None, rows, columns)
         if recorded:
             logits = self.graphs.run((key, rows, columns), lambda: self._step(rows, columns, {}))
@@ -173,7 +175,7 @@ class DecodeBatch:
         in place, and writes only the new column of each slot: running it twice is the same as once (graphs.py
         relies on that)."""
         lengths = self.lengths[:rows]
-        self.cache.set_view(slotcache.StepView(rows, columns, lengths))
+        self.cache.set_view(slotcache.StepView(rows, columns, lengths, self.cache.capacity))
         masks = slotcache.step_masks(self.kinds, self.window, lengths, self.columns[:columns])
         out = self.model(input_ids=self.next_ids[:rows], attention_mask=masks, position_ids=lengths.view(rows, 1),
                          use_cache=True, logits_to_keep=1, **{self._keyword: self.cache}, **arguments)
