@@ -31,6 +31,7 @@ from transformers import DynamicCache
 from steadytune.serve import slotcache
 from steadytune.serve.adapters import AdapterSelector
 from steadytune.serve.graphs import DecodeGraphs, bucket_columns, bucket_rows
+from steadytune.serve.transfer import to_device
 
 
 @dataclass
@@ -114,7 +115,7 @@ class DecodeBatch:
         logits, cache, _, width = prefill(self.model, rows, self.pad_token_id, self.device, arguments, self._keyword)
         first = len(self.rows)
         self._reserve(cache, first + len(rows), max(width, self.longest) + 1)
-        lengths = torch.tensor([r.length for r in rows], dtype=torch.long, device=self.device)
+        lengths = to_device([r.length for r in rows], torch.long, self.device)
         self.cache.store_prefill(cache, first, lengths, width)
         self.lengths[first: first + len(rows)] = lengths
         self.relayouts += 1
@@ -158,8 +159,8 @@ class DecodeBatch:
             return
         moves = [(old, new) for new, old in enumerate(keep) if old != new]
         if moves:
-            source = torch.tensor([m[0] for m in moves], dtype=torch.long, device=self.device)
-            target = torch.tensor([m[1] for m in moves], dtype=torch.long, device=self.device)
+            source = to_device([m[0] for m in moves], torch.long, self.device)
+            target = to_device([m[1] for m in moves], torch.long, self.device)
             self.cache.move_rows(source, target, max(self.rows[m[0]].length for m in moves))
             self.lengths[target] = self.lengths[source]
             self.next_ids[target] = self.next_ids[source]
