@@ -28,7 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+try:
+    import httpx
+except ImportError:  # --no-http needs no HTTP client
+    httpx = None
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = ["Give three tips for staying healthy.", "What is the capital of France?", "Describe a cat in one line.",
