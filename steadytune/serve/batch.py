@@ -33,6 +33,8 @@ from steadytune.serve.adapters import AdapterSelector
 from steadytune.serve.graphs import DecodeGraphs, bucket_columns, bucket_rows
 from steadytune.serve.transfer import to_device
 
+KEEP_COLUMNS = 2048  # an emptied batch keeps a cache of up to this many columns for the next requests
+
 
 @dataclass
 class Row:
@@ -169,6 +171,12 @@ class DecodeBatch:
         self.next_ids[len(keep): count] = self.pad_token_id
         self.rows = [self.rows[i] for i in keep]
         self.longest = max((r.length for r in self.rows), default=0)
+        if not self.rows and self.cache.capacity > KEEP_COLUMNS:
+            self._release()  # a long request has passed: give its memory back rather than keep it for the next
+
+    def _release(self) -> None:
+        self.cache = self.lengths = self.next_ids = self.columns = None
+        self.graphs.clear()
 
     # --- the step -----------------------------------------------------------------------------------------
     def _step(self, rows: int, columns: int, arguments: dict) -> torch.Tensor:
