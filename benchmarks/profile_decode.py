@@ -105,8 +105,8 @@ class SyncCounter:
         counter = self.calls
 
         def wrapped(tensor, *args, **kwargs):
-            # Only tensors that live on an accelerator make the host wait; on CPU every call would count, so count
-            # them there too (a CPU run is where this script checks the code path, not the driver).
+            # Counted on every device: on a GPU each call waits for the device; on a CPU the count shows the same
+            # code path (where the driver's own count is not available).
             counter[name] += 1
             return original(tensor, *args, **kwargs)
         return wrapped
