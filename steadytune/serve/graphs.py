@@ -1,0 +1,137 @@
+"""CUDA graphs of the decode step: on a GPU, a small model's decode step is thousands of tiny kernels (18 Gemma
+layers, 7 LoRA-wrapped projections each, norms, rotary embeddings), each launched from Python, so the step takes
+tens of milliseconds of host time for a few of GPU work. A CUDA graph records the step's kernels once and replays
+them with one launch.
+
+A graph replays the same kernels on the same memory with the Python values of the moment it was recorded, so the
+step it records must read everything that changes from tensors that stay in place (the slot cache, the batch's
+input ids and lengths: batch.py and slotcache.py), and may not wait on the device. Graphs are kept per shape
+bucket (adapter, rows, columns); rows and columns are rounded up (`bucket_rows`, `bucket_columns`) so a handful of
+graphs serve a whole run. Safety: each graph's first two uses also run the step eagerly and compare (the second
+use is the one a frozen Python value would break); any failure or mismatch turns graphs off for the rest of the
+run, with one warning, and the eager step's result is used. STEADYTUNE_CUDA_GRAPHS=0 turns them off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Hashable, Optional
+
+import torch
+
+logger = logging.getLogger("steadytune.serve")
+
+COLUMN_STEP = 256   # graphs' column buckets: multiples of this
+MAX_GRAPHS = 48     # least recently used graphs beyond this are dropped (each holds its own output tensors)
+VERIFIED_USES = 2   # uses of a graph checked against the eager step
+
+
+def bucket_rows(rows: int, slots: int) -> int:
+    """Powers of two up to the slot count (then the slot count itself)."""
+    bucket = 1
+    while bucket < rows:
+        bucket *= 2
+    return min(bucket, slots)
+
+
+def bucket_columns(columns: int) -> int:
+    return -(-columns // COLUMN_STEP) * COLUMN_STEP
+
+
+class CudaGraphBackend:
+    """Records with torch.cuda.CUDAGraph, all graphs sharing one memory pool (their steps never overlap)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def capture(self, step: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
+        # First-use work (cuBLAS handles, workspaces, lazy modules) must not fall inside the capture: run the step
+        # once on a side stream, as torch.cuda.graphs recommends. The step is idempotent (it writes the same new
+        # column again), so running it more than once changes nothing.
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            step()
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        # Autocast's cast cache would hand the graph tensors that a later step frees; record without it.
+        dtype = torch.get_autocast_dtype("cuda")
+        enabled = torch.is_autocast_enabled("cuda")
+        with torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=False):
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                output = step()
+        return graph.replay, output
+
+
+@dataclass
+class _Graph:
+    replay: Callable[[], None]
+    output: torch.Tensor
+    checked: int = 0
+
+
+class DecodeGraphs:
+    """Runs a decode step through a recorded graph for its shape key, or eagerly when graphs are off."""
+
+    def __init__(self, device: torch.device, backend=None):
+        wanted = os.environ.get("STEADYTUNE_CUDA_GRAPHS", "1") != "0"
+        if backend is None and wanted and device.type == "cuda":
+            backend = CudaGraphBackend(device)
+        self.backend = backend
+        self.graphs: OrderedDict[Hashable, _Graph] = OrderedDict()
+        self.disabled_because: Optional[str] = None
+        self.captured = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.backend is not None and self.disabled_because is None
+
+    def clear(self) -> None:
+        """Forget every graph (the buffers they read were reallocated)."""
+        self.graphs.clear()
+
+    def run(self, key: Hashable, step: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if not self.enabled:
+            return step()
+        try:
+            return self._run(key, step)
+        except Exception as e:  # noqa: BLE001 - any failure: serve on without graphs
+            self._disable(f"{type(e).__name__}: {e}")
+            return step()
+
+    def _run(self, key: Hashable, step: Callable[[], torch.Tensor]) -> torch.Tensor:
+        graph = self.graphs.get(key)
+        if graph is None:
+            while len(self.graphs) >= MAX_GRAPHS:
+                self.graphs.popitem(last=False)
+            replay, output = self.backend.capture(step)
+            graph = self.graphs[key] = _Graph(replay, output)
+            self.captured += 1
+        else:
+            self.graphs.move_to_end(key)
+        graph.replay()
+        if graph.checked < VERIFIED_USES:
+            graph.checked += 1
+            expected = step()
+            if not _same(graph.output, expected):
+                self._disable(f"the recorded step for {key} gave other logits than the eager step")
+                return expected
+        return graph.output
+
+    def _disable(self, reason: str) -> None:
+        self.disabled_because = reason
+        self.graphs.clear()
+        logger.warning("serve: CUDA graphs are off for this run (%s); decoding eagerly", reason)
+
+
+def _same(recorded: torch.Tensor, eager: torch.Tensor) -> bool:
+    """The same kernels on the same inputs: equal up to kernels that are not bitwise deterministic; a graph that
+    read a stale value or a wrong buffer differs by far more."""
+    if recorded.shape != eager.shape:
+        return False
+    scale = eager.abs().amax().clamp(min=1.0)
+    return bool(((recorded - eager).abs().amax() <= 1e-2 * scale).item())

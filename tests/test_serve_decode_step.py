@@ -1,0 +1,243 @@
+"""What a decode step of the batcher costs the host, and the machinery that keeps it small: one wait on the device
+per step and no cache re-layout while the batch is unchanged; recorded steps (CUDA graphs, emulated on CPU by
+tests/graph_emulation.py) that freeze Python values and turn themselves off when a replay disagrees; single-adapter
+and base-model batches on peft's plain forward; LoRA weights in the base dtype without changing a logit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from graph_emulation import EmulatedGraphBackend, WaitWhileRecording
+from steadytune.scoring import inference
+from steadytune.serve.adapters import match_model_dtype
+from steadytune.serve.batch import DecodeBatch, Row
+from steadytune.serve.engine import BatchingEngine, Generation
+from steadytune.serve.graphs import DecodeGraphs
+from steadytune.serve.sampling import SamplingParams
+from steadytune.tiny import build_model, build_tokenizer
+from test_serve_engine import generate_alone, random_prompts
+
+WAITING_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+def count_waits(monkeypatch) -> Counter:
+    """Counts every call of a Tensor method that makes the host wait for a value on a GPU."""
+    counts: Counter = Counter()
+    for name in WAITING_METHODS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):
+            counts[_name] += 1
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return counts
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["eager", "recorded"])
+def test_a_steady_decode_step_waits_once_and_lays_nothing_out(tokenizer, monkeypatch, recorded):
+    """Three sequences in a gemma3 batch (sliding window 16, passed during these steps): after they joined, each
+    engine step (decode, sampling, text, retiring) waits on the device exactly once (the sampled ids), copies no
+    cache and leaves every cache buffer where it was."""
+    model = build_model("gemma3", tokenizer, seed=1).eval()
+    engine = BatchingEngine(model, tokenizer, max_batch=4)
+    engine.batch = DecodeBatch(model, engine.batch.pad_token_id, 4, EmulatedGraphBackend() if recorded else None)
+    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    loop = asyncio.new_event_loop()  # the requests' events go there unread
+    for prompt in random_prompts(3, seed=2):
+        engine.submit([Generation(0, prompt, None, params)], loop)
+    batch = engine.batch
+    try:
+        with inference(model):
+            engine._step(engine._admit())
+            assert len(batch) == 3
+            for _ in range(3):  # a recorded step is checked against the eager one on its first two uses
+                engine._step([])
+            buffers = [t.data_ptr() for layer in batch.cache.layers for t in (layer.keys, layer.values)]
+            relayouts, lengths = batch.relayouts, [r.length for r in batch.rows]
+            replays = batch.graphs.backend.replays if recorded else 0
+            waits = count_waits(monkeypatch)
+            for step in range(1, 21):
+                engine._step([])
+                assert sum(waits.values()) == step and waits["tolist"] == step
+        assert batch.relayouts == relayouts
+        assert [t.data_ptr() for layer in batch.cache.layers for t in (layer.keys, layer.values)] == buffers
+        assert [r.length for r in batch.rows] == [n + 20 for n in lengths]
+        assert max(lengths) + 20 > model.config.sliding_window
+        if recorded:
+            assert batch.graphs.enabled and batch.graphs.backend.replays == replays + 20
+    finally:
+        loop.close()
+
+
+def test_emulated_graphs_freeze_python_values_and_refuse_waits():
+    """The CPU stand-in behaves as a CUDA graph would where it matters to these tests."""
+    backend = EmulatedGraphBackend()
+    x, offset = torch.zeros(3), [1.0]
+    replay, out = backend.capture(lambda: x * 2 + offset[0])
+    offset[0] = 5.0
+    x.add_(1)
+    replay()
+    assert torch.equal(out, torch.full((3,), 3.0))  # the tensor read live, the Python number frozen at 1
+    with pytest.raises(WaitWhileRecording):
+        backend.capture(lambda: x * x.sum().item())
+    with pytest.raises(WaitWhileRecording):
+        backend.capture(lambda: x if bool((x > 0).all()) else -x)
+
+
+def test_decode_graphs_turn_off_when_a_replay_disagrees_or_recording_fails(caplog):
+    state, base = {"n": 0.0}, torch.zeros(4)
+    graphs = DecodeGraphs(torch.device("cpu"), EmulatedGraphBackend())
+    assert graphs.enabled
+    assert torch.equal(graphs.run("k", lambda: base + state["n"]), base)  # recorded, replayed, checked: equal
+    state["n"] = 1.0  # the step reads a Python value: the replay is stale from here on
+    with caplog.at_level(logging.WARNING, logger="steadytune.serve"):
+        out = graphs.run("k", lambda: base + state["n"])
+    assert torch.equal(out, base + 1)  # the eager step's answer, not the stale replay's
+    assert not graphs.enabled and "other logits" in graphs.disabled_because
+    assert "CUDA graphs are off" in caplog.text
+
+    graphs = DecodeGraphs(torch.device("cpu"), EmulatedGraphBackend())
+    assert torch.equal(graphs.run("k", lambda: base * base.sum().item()), base)  # waits: cannot be recorded
+    assert not graphs.enabled and "WaitWhileRecording" in graphs.disabled_because
+
+
+def test_cache_growth_beyond_its_capacity_keeps_every_row(tokenizer):
+    """A row that outgrows the first 256 columns makes the slot cache reallocate (and forget its recorded steps);
+    the answers still equal generate's."""
+    model = build_model("qwen2", tokenizer, seed=1).eval()
+    prompts = [random_prompts(1, seed=7)[0] * 40, random_prompts(1, seed=8)[0]]
+    prompts[0] = prompts[0][:245]
+    budgets = [20, 20]
+    expected = [generate_alone(model, p, n) for p, n in zip(prompts, budgets)]
+    batch = DecodeBatch(model, pad_token_id=0, graph_backend=EmulatedGraphBackend())
+    outputs = [[], []]
+    with torch.inference_mode():
+        rows = [Row(p, None, owner=i) for i, p in enumerate(prompts)]
+        for logits, these in ((batch.prefill(rows), rows),):
+            tokens = logits.argmax(-1)
+            batch.feed(tokens)
+            for row, t in zip(these, tokens.tolist()):
+                outputs[row.owner].append(t)
+        capacity = batch.cache.capacity
+        while batch.rows:
+            tokens = batch.decode().argmax(-1)
+            batch.feed(tokens)
+            for row, t in zip(batch.rows, tokens.tolist()):
+                outputs[row.owner].append(t)
+            batch.keep([k for k, r in enumerate(batch.rows) if len(outputs[r.owner]) < budgets[r.owner]])
+    assert capacity == 256 and batch.cache.capacity == 512
+    assert batch.graphs.enabled and batch.graphs.backend.replays > 0
+    assert outputs == expected
+
+
+def two_adapter_model(tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(3)
+    model = get_peft_model(build_model("qwen2", tokenizer, seed=1),
+                           LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+                           adapter_name="one")
+    model.add_adapter("two", LoraConfig(r=4, lora_alpha=16, target_modules=["v_proj", "up_proj"],
+                                        init_lora_weights=False))
+    return model.eval()
+
+
+def test_single_adapter_and_base_batches_take_peft_plain_forward(tokenizer, monkeypatch):
+    from peft.tuners.lora.layer import Linear
+
+    model = two_adapter_model(tokenizer)
+    mixed = Counter()
+    original = Linear._mixed_batch_forward
+
+    def counted(self, *args, **kwargs):
+        mixed["calls"] += 1
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(Linear, "_mixed_batch_forward", counted)
+    prompts = random_prompts(2, seed=4)
+
+    def answer(adapters: list) -> list:
+        batch = DecodeBatch(model, pad_token_id=0)
+        with torch.inference_mode():
+            rows = [Row(p, a, owner=i) for i, (p, a) in enumerate(zip(prompts, adapters))]
+            out = [[t] for t in batch.prefill(rows).argmax(-1).tolist()]
+            batch.feed(torch.tensor([o[0] for o in out]))
+            for _ in range(5):
+                tokens = batch.decode().argmax(-1)
+                batch.feed(tokens)
+                for o, t in zip(out, tokens.tolist()):
+                    o.append(t)
+        return out
+
+    for adapter in ("one", "two", None):
+        got = answer([adapter, adapter])
+        assert mixed["calls"] == 0
+        assert got == [generate_alone(model, p, 6, adapter or "base") for p in prompts]
+    assert answer(["one", None]) == [generate_alone(model, prompts[0], 6, "one"),
+                                     generate_alone(model, prompts[1], 6, "base")]
+    assert mixed["calls"] > 0  # only a batch that really mixes takes peft's adapter_names path
+
+
+def test_lora_weights_in_the_base_dtype_give_the_same_logits(tokenizer):
+    """bf16 base weights, LoRA kept in fp32 by peft, run under autocast (as serve runs them): casting the LoRA
+    weights to bf16 changes no bit of the logits, for one adapter and with adapters mixed per row."""
+    from peft import LoraConfig, get_peft_model
+    from steadytune.scoring import _precision_context
+
+    torch.manual_seed(5)
+    model = get_peft_model(build_model("qwen2", tokenizer, seed=1).to(torch.bfloat16),
+                           LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", init_lora_weights=False),
+                           adapter_name="one")
+    model.add_adapter("two", LoraConfig(r=4, target_modules=["q_proj", "up_proj"], init_lora_weights=False))
+    model.eval()
+    assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {torch.float32}
+    ids = torch.tensor([random_prompts(1, seed=6)[0]] * 2)
+
+    def logits():
+        with torch.inference_mode(), _precision_context(model):
+            model.set_adapter("one")
+            plain = model(input_ids=ids).logits
+            mixed = model(input_ids=ids, adapter_names=["one", "two"]).logits
+        return plain, mixed
+
+    before = logits()
+    assert match_model_dtype(model) > 0
+    assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {torch.bfloat16}
+    after = logits()
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
+
+
+def test_lora_weights_stay_as_they_are_for_dora_and_fp32_models(tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    fp32 = get_peft_model(build_model("qwen2", tokenizer), LoraConfig(r=4, target_modules=["q_proj"]))
+    dora = get_peft_model(build_model("qwen2", tokenizer).to(torch.bfloat16),
+                          LoraConfig(r=4, target_modules=["q_proj"], use_dora=True))
+    assert match_model_dtype(fp32) == 0 and match_model_dtype(dora) == 0
+
+
+def test_profile_decode_script_reports_one_wait_and_no_relayout():
+    """benchmarks/profile_decode.py, the measurement the README quotes, on a tiny model."""
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "profile_decode.py"), "--tiny", "--rows", "1,4",
+                          "--steps", "2", "--warmup", "1"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("|") for line in out.stdout.splitlines() if line.strip().startswith(("1 |", "4 |"))]
+    assert len(rows) == 2
+    for cells in rows:
+        ops, waits, _cuda, relayouts = cells[3].split()
+        assert int(ops) > 0 and waits == "1" and relayouts == "0"
