@@ -45,7 +45,8 @@ def _opt(default: Any, help: str, choices: tuple | None = None, minimum: float |
 class ModelArguments:
     model_name_or_path: str = _opt("gemma-3-270m", "Hugging Face folder, .gguf file, hub id, or a built-in alias (gemma-3-270m).")
     adapter_name_or_path: Optional[str] = _opt(None, "A trained LoRA adapter folder to load on top of the base model (eval, export, chat).")
-    trust_remote_code: bool = _opt(False, "Allow model code from the model folder (passed to transformers).")
+    trust_remote_code: bool = _opt(False, "Run Python code shipped with the model (config.json auto_map); off unless set, for every command that loads a model.")
+    allow_pickle_weights: bool = _opt(False, "Also load weights from pickle files (pytorch_model.bin, adapter_model.bin), which can run code when read; default: safetensors only.")
     flash_attn: str = _opt("auto", "Attention kernel: auto (= SDPA), sdpa, eager, fa2 (flash-attn, only if it imports and runs).",
                            choices=("auto", "sdpa", "eager", "fa2", "disabled"))
     cache_dir: Optional[str] = _opt(None, "Where converted GGUF models and tokenised data are cached (default ~/.cache/steadytune).")
@@ -137,6 +138,32 @@ class TrainArguments:
 
 
 @dataclass
+class InferArguments:
+    """Generation (chat, predict) and export keys, with LLaMA-Factory's names, meanings and defaults."""
+    infer_backend: str = _opt("huggingface", "Engine for chat and predict: huggingface (transformers generate), vllm (if installed); sglang/ktransformers are not driven here.",
+                              choices=("huggingface", "vllm", "sglang", "ktransformers"))
+    infer_dtype: str = _opt("auto", "Weights dtype for chat, predict and export: auto (the hardware policy; export keeps the model's own dtype), float16, bfloat16, float32.",
+                            choices=("auto", "float16", "bfloat16", "float32"))
+    do_sample: Optional[bool] = _opt(None, "Sample instead of greedy decoding (default: chat samples as LLaMA-Factory does, predict is greedy).")
+    temperature: float = _opt(0.95, "Sampling temperature.", minimum=0.0, exclusive_min=True)
+    top_p: float = _opt(0.7, "Nucleus sampling: keep the smallest set of tokens whose probability sums to top_p.", minimum=0.0, maximum=1.0, exclusive_min=True)
+    top_k: int = _opt(50, "Sample among the k most likely tokens.", minimum=0)
+    num_beams: int = _opt(1, "Beam search width (1: no beam search).", minimum=1)
+    repetition_penalty: float = _opt(1.0, "Penalty above 1.0 discourages repeating tokens.", minimum=0.0, exclusive_min=True)
+    length_penalty: float = _opt(1.0, "Beam search length penalty.")
+    skip_special_tokens: bool = _opt(True, "Drop special tokens from generated text.")
+    default_system: Optional[str] = _opt(None, "System prompt for chat and predict.")
+    enable_thinking: bool = _opt(True, "qwen3 templates: let the model think; false puts an empty think block in the prompt.")
+    export_dir: Optional[str] = _opt(None, "Where export writes the merged model (LLaMA-Factory key).")
+    export_size: float = _opt(5, "Largest shard of the exported safetensors, in GB (LLaMA-Factory key; fractions allowed).", minimum=0.0, exclusive_min=True)
+    export_device: str = _opt("cpu", "Where the merge runs: cpu, or auto (the GPU when there is one).", choices=("cpu", "auto"))
+    export_legacy_format: bool = _opt(False, "LLaMA-Factory key for pickle .bin weights; only false is supported (safetensors).")
+    export_hub_model_id: Optional[str] = _opt(None, "Upload the export to this Hugging Face repo (needs a token and network).")
+    export_format: str = _opt("hf", "hf: a Hugging Face folder; gguf: also one .gguf file for llama.cpp / Ollama.", choices=("hf", "gguf"))
+    export_gguf_type: str = _opt("f16", "GGUF tensor type: f32, f16, bf16, q8_0.", choices=("f32", "f16", "bf16", "q8_0"))
+
+
+@dataclass
 class GuardArguments:
     """Numerical guard (see guard.py). Section `guard:` in YAML, or flat `guard_policy`."""
     guard_policy: str = _opt("rollback", "What to do on a non-finite value or loss spike.", choices=("off", "warn", "skip", "rollback", "abort"))
@@ -172,6 +199,7 @@ class RunConfig:
     method: MethodArguments = field(default_factory=MethodArguments)
     data: DataArguments = field(default_factory=DataArguments)
     train: TrainArguments = field(default_factory=TrainArguments)
+    infer: InferArguments = field(default_factory=InferArguments)
     guard: GuardArguments = field(default_factory=GuardArguments)
     fault_injection: FaultInjectionArguments = field(default_factory=FaultInjectionArguments)
     # Defaults chosen by us (hardware profile, derived values), each with its reason; filled by the recipe.
@@ -195,11 +223,11 @@ class RunConfig:
         self.decisions[key] = {"value": value, "reason": reason}
 
 
-FLAT_SECTIONS = ("model", "method", "data", "train")
+FLAT_SECTIONS = ("model", "method", "data", "train", "infer")
 NESTED_SECTIONS = ("guard", "fault_injection")
 SECTION_TYPES = {
     "model": ModelArguments, "method": MethodArguments, "data": DataArguments, "train": TrainArguments,
-    "guard": GuardArguments, "fault_injection": FaultInjectionArguments,
+    "infer": InferArguments, "guard": GuardArguments, "fault_injection": FaultInjectionArguments,
 }
 
 # Flat key -> section name.
@@ -245,7 +273,10 @@ UNSUPPORTED_KEYS = {
     "rope_scaling": "RoPE scaling is not supported",
     "shift_attn": "shift short attention is not supported",
     "mixture_of_depths": "mixture of depths is not supported",
-    "export_quantization_bit": "quantised export is not supported",
+    "export_quantization_bit": "quantised (GPTQ) export is not supported; export_format: gguf with export_gguf_type: q8_0 quantises for llama.cpp",
+    "export_quantization_dataset": "quantised (GPTQ) export is not supported",
+    "export_quantization_nsamples": "quantised (GPTQ) export is not supported",
+    "export_quantization_maxlen": "quantised (GPTQ) export is not supported",
 }
 UNSUPPORTED_VALUES = {
     ("stage", "pt"): "stage: pt (pre-training) is not supported; use stage: sft",

@@ -54,8 +54,8 @@ def scoring_batch_size(device: torch.device) -> int:
 
 def run_demo(cfg, force: bool = False) -> dict:
     from steadytune.data import prepare_datasets
-    from steadytune.evaluate import load_trained
-    from steadytune.model import load_for_inference, load_trained_adapter
+    from steadytune.infer.loading import MODEL, load_for_inference, load_trained
+    from steadytune.model import load_trained_adapter
     from steadytune.scoring import evaluate_classification
     from steadytune.train import majority_share, run_training
 
@@ -82,7 +82,7 @@ def run_demo(cfg, force: bool = False) -> dict:
         tuned = load_trained_adapter(model, result.output_dir)
     else:
         del model
-        tuned, _ = load_trained(cfg, Path(result.output_dir), "full")
+        tuned, _ = load_trained(cfg, Path(result.output_dir), MODEL)
     tuned.eval()
     after = evaluate_classification(tuned, tokenizer, data.eval, **eval_args)
     gain = (after["accuracy"] - before["accuracy"]) / max(1e-9, 1 - before["accuracy"])
