@@ -18,8 +18,9 @@ SUBCOMMANDS = {
     "demo": ("steadytune.demo", "the embedded default: Gemma 3 270M learns Chinese review sentiment, accuracy before/after"),
     "doctor": ("steadytune.doctor", "diagnose this machine (ROCm, CUDA or CPU), or saved tool outputs, and print the fix"),
     "eval": ("steadytune.evaluate", "evaluate a trained adapter: accuracy, macro-F1, baselines, confusion matrix"),
-    "export": ("steadytune.export", "merge an adapter into its base model and save it"),
-    "chat": ("steadytune.chat", "talk to a base model with an optional adapter"),
+    "export": ("steadytune.infer.export", "merged Hugging Face folder, GGUF for llama.cpp, or the adapter archive of a run"),
+    "chat": ("steadytune.infer.chat", "talk to a trained run in the terminal (streams; reads stdin when piped)"),
+    "predict": ("steadytune.infer.predict", "batch inference over a jsonl/json/csv file: labels with probabilities, or generated text"),
     "bench": ("steadytune.bench", "measure tokens/s, MFU and memory against the plain transformers + peft recipe"),
     "report": ("steadytune.report", "plots and a self-contained HTML report of a run"),
 }

@@ -163,7 +163,7 @@ def model_card(folder: Path, merged: bool = False, source: str | None = None) ->
     what = ("a LoRA adapter" if lora else "a merged model (LoRA folded into the base)" if merged
             else "a full fine-tune")
     body = [f"# {name}", "",
-            f"{what.capitalize()} of **{base['name']}**, trained with steadytune {__version__} "
+            f"{what[0].upper() + what[1:]} of **{base['name']}**, trained with steadytune {__version__} "
             f"({task}{': ' + ' / '.join(label_names) if label_names else ''}). Card written "
             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d')}.", "",
             "## Base model", ""]

@@ -33,7 +33,7 @@ ARCHITECTURES = {"qwen2": "QWEN2", "qwen3": "QWEN3", "llama": "LLAMA", "gemma3_t
 
 # Largest relative logit error (max |logit - reference| / max |reference logit|) accepted by `verify_gguf`,
 # per tensor type. Measured: see README (export section) for the figures on Gemma 3 270M and the tiny models.
-TOLERANCE = {"f32": 1e-5, "f16": 5e-3, "bf16": 3e-2, "q8_0": 3e-2}
+TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 4e-2, "q8_0": 1e-1}
 
 
 def _text_config(model) -> Any:

@@ -145,7 +145,7 @@ def inference_dtype(cfg: RunConfig, info: Any) -> tuple[torch.dtype, str]:
     if cfg.infer.infer_dtype != "auto":
         return DTYPES[cfg.infer.infer_dtype], f"infer_dtype: {cfg.infer.infer_dtype}"
     precision, why = hardware.choose_precision(info, cfg.train.bf16, cfg.train.fp16)
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32), f"{precision} ({why})"
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32), why
 
 
 def load_for_inference(cfg: RunConfig, device: torch.device | None = None,

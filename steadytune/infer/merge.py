@@ -31,7 +31,12 @@ def merge_adapter(model: torch.nn.Module) -> torch.nn.Module:
 
     if not isinstance(model, PeftModel):
         return model
-    return model.merge_and_unload(progressbar=False)
+    merged = model.merge_and_unload(progressbar=False)
+    # A trained copy of tied embeddings (additional_target: embed_tokens) must drive the output head as well.
+    text_config = merged.config.get_text_config() if hasattr(merged.config, "get_text_config") else merged.config
+    if getattr(text_config, "tie_word_embeddings", False):
+        merged.tie_weights()
+    return merged
 
 
 def saved_dtype(folder: Path) -> torch.dtype | None:
@@ -77,6 +82,8 @@ def save_merged(model: torch.nn.Module, tokenizer: Any, template, out_dir: Path,
     model.config.dtype = dtype
     # LLaMA-Factory's unit is GB (its "5" is save_pretrained's "5GB"); transformers takes bytes as an int.
     model.save_pretrained(out_dir, max_shard_size=max(1, int(shard_gb * 1000**3)))
+    for weights in out_dir.glob("model*.safetensors"):  # transformers leaves them owner-only; an export is shared
+        weights.chmod(0o644)
 
     # The tokenizer as the run used it, with its template as chat_template, padding on the left for batched
     # generation (as LLaMA-Factory exports it).
