@@ -74,7 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     # user's run, and would otherwise be printed at every start.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse cannot take positionals after options (`chat RUN --greedy max_new_tokens=4`): key=value words
+        # left over are the subcommand's config overrides wherever they stand.
+        if hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+            args.overrides = list(args.overrides or []) + extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

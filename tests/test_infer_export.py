@@ -325,7 +325,9 @@ def test_open_run_resolves_each_kind_of_source(tiny, tmp_path):
 
 
 def test_gguf_check_catches_a_wrong_layout(tiny, tmp_path, monkeypatch):
-    """The round trip is a real check: a Llama written without llama.cpp's q/k row order fails it."""
+    """The round trip is a real check: a Llama written without llama.cpp's q/k row order fails it. (On a random
+    tiny model attention is near uniform, so the wrong RoPE pairing moves logits only ~0.6%: caught by the f32
+    tolerance, which is why every architecture is also round-tripped in f32 above.)"""
     from steadytune.infer import gguf_file
     from steadytune.tiny import build_model, build_tokenizer
 
@@ -334,4 +336,4 @@ def test_gguf_check_catches_a_wrong_layout(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(gguf_file, "to_gguf_layout", lambda arch, name, data, config: data)
     path = gguf_file.write_gguf(model, tokenizer, tmp_path / "bad.gguf", "f32", None, [], "bad", progress=False)
     check = gguf_file.verify_gguf(path, model, tokenizer, [tokenizer(t)["input_ids"] for t in TEXTS[:4]], TEXTS, "f32")
-    assert not check.ok and check.relative_logit_error > 0.1
+    assert not check.ok and check.relative_logit_error > 1e-3
