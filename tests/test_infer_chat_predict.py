@@ -69,10 +69,19 @@ def test_chat_keeps_history_and_reset_forgets_it(runs):
     assert "/reset" in out.getvalue()
 
 
-def test_chat_of_a_classification_run_answers_with_label_and_probability(runs):
-    proc = cli("chat", str(runs["classification"]), stdin=f"{NEG[0]}\n{POS[0]}\n")
-    assert proc.returncode == 0, proc.stderr
-    neg, pos = proc.stdout.splitlines()
+def chat_in_process(monkeypatch, capsys, *args: str, stdin: str = "") -> tuple[int, str, str]:
+    """`steadytune chat` in this process, stdin a pipe-like stream (not a terminal)."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    capsys.readouterr()
+    code = main(["chat", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_chat_of_a_classification_run_answers_with_label_and_probability(runs, monkeypatch, capsys):
+    code, out, err = chat_in_process(monkeypatch, capsys, str(runs["classification"]), stdin=f"{NEG[0]}\n{POS[0]}\n")
+    assert code == 0, err
+    neg, pos = out.splitlines()
     assert neg.startswith(f"{LABELS[0]} (p=") and pos.startswith(f"{LABELS[1]} (p=")
     p = float(neg.split("p=")[1].split(";")[0])
     assert 0.5 < p <= 1.0
@@ -161,19 +170,23 @@ def test_backends_we_do_not_run_here_are_clear_errors(runs, tmp_path, capsys, ba
 
 
 @needs_shared
-def test_llamafactory_inference_examples_run_with_the_model_path_changed(runs, tmp_path):
+def test_llamafactory_inference_examples_run_with_the_model_path_changed(runs, tmp_path, monkeypatch, capsys):
     examples = LF / "examples" / "inference"
-    proc = cli("chat", str(examples / "qwen3.yaml"), f"model_name_or_path={runs['qwen3']}", "--greedy",
-               "max_new_tokens=4", stdin="hello\n/exit\n")
-    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1, proc.stderr
+    code, out, err = chat_in_process(monkeypatch, capsys, str(examples / "qwen3.yaml"),
+                                     f"model_name_or_path={runs['qwen3']}", "--greedy", "max_new_tokens=4",
+                                     stdin="hello\n/exit\n")
+    assert code == 0 and len(out.splitlines()) == 1, err
     keys = {**classification_keys(tmp_path, runs["qwen3"], tmp_path / "adapter"), "template": "qwen3_nothink"}
     adapter = make_run(tmp_path / "adapter", keys)
-    proc = cli("chat", str(examples / "qwen3_lora_sft.yaml"), f"model_name_or_path={runs['qwen3']}",
-               f"adapter_name_or_path={adapter}", stdin="太差了\n")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split(" (p=")[0] in LABELS  # the adapter's run is a classifier: it answers with a label
-    proc = cli("chat", str(examples / "qwen3_full_sft.yaml"), f"model_name_or_path={runs['qwen3']}", "--greedy",
-               "max_new_tokens=3", stdin="hi\n")
-    assert proc.returncode == 0, proc.stderr
-    proc = cli("chat", str(examples / "qwen3vl.yaml"), f"model_name_or_path={runs['qwen3']}", stdin="hi\n")
-    assert proc.returncode == 1 and "template" in proc.stderr and "Traceback" not in proc.stderr
+    code, out, err = chat_in_process(monkeypatch, capsys, str(examples / "qwen3_lora_sft.yaml"),
+                                     f"model_name_or_path={runs['qwen3']}", f"adapter_name_or_path={adapter}",
+                                     stdin="太差了\n")
+    assert code == 0, err
+    assert out.split(" (p=")[0] in LABELS  # the adapter's run is a classifier: it answers with a label
+    code, out, err = chat_in_process(monkeypatch, capsys, str(examples / "qwen3_full_sft.yaml"),
+                                     f"model_name_or_path={runs['qwen3']}", "--greedy", "max_new_tokens=3",
+                                     stdin="hi\n")
+    assert code == 0 and len(out.splitlines()) == 1, err
+    code, out, err = chat_in_process(monkeypatch, capsys, str(examples / "qwen3vl.yaml"),
+                                     f"model_name_or_path={runs['qwen3']}", stdin="hi\n")
+    assert code == 1 and "template" in err
