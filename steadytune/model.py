@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import warnings
 import zipfile
@@ -291,15 +292,14 @@ def check_remote_code(folder: Path, trusted: bool) -> None:
         return
     where = f"{folder} ships its own code ({', '.join(sorted(set(code.values())))})"
     if trusted:
-        logger.warning("%s; running it because trust_remote_code: true", where)
-        print(f"note: {where}; running it because trust_remote_code: true")
+        print(f"note: {where}; running it because trust_remote_code: true", file=sys.stderr)
         return
     from transformers import CONFIG_MAPPING
 
     model_type = _read_json(folder / "config.json").get("model_type")
     if model_type in CONFIG_MAPPING:
         print(f"note: {where}, which is not run: transformers' built-in {model_type} code is used instead "
-              "(trust_remote_code: true would run the model's own)")
+              "(trust_remote_code: true would run the model's own)", file=sys.stderr)
         return
     raise UserError(f"model_name_or_path: {where} and needs it to load; steadytune runs a model's code only with "
                     "trust_remote_code: true (set it only for a model you trust)")
@@ -514,9 +514,11 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
     from peft import PeftModel
 
     adapter_dir = Path(adapter_dir)
-    if adapter_dir.is_file():
+    if adapter_dir.is_file() and adapter_dir.name.endswith((".tar.gz", ".tgz")):
         from steadytune.infer.archive import open_archive
         adapter_dir = open_archive(adapter_dir)
+    elif adapter_dir.is_file():
+        raise CheckpointError(f"{adapter_dir} is a file; name the adapter folder (or its .tar.gz archive)")
     if not (adapter_dir / "adapter_config.json").is_file():
         raise CheckpointError(f"{adapter_dir}: no adapter_config.json (not a LoRA adapter folder)")
     weights = _find_weight_files(adapter_dir)

@@ -72,7 +72,7 @@ def test_built_in_architecture_loads_without_running_the_shipped_code(tmp_path, 
     model = with_remote_code(save_tiny_model(tmp_path / "m", "qwen2"), "qwen2")
     loaded, _ = load_model_and_tokenizer(load_config(None, {"model_name_or_path": str(model)}).model)
     assert type(loaded).__name__ == "Qwen2ForCausalLM"
-    assert "is not run" in capsys.readouterr().out
+    assert "is not run" in capsys.readouterr().err
     assert not marker.exists()
 
 
