@@ -222,8 +222,10 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
         tokenizer = load_tokenizer(model_args)
     path, common = _resolved_source(model_args)
     try:
+        # Pickle weights can run code as they are read: transformers may take them only when the user opted in.
+        safetensors_only = None if model_args.allow_pickle_weights else True
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
-                                                     use_safetensors=None if model_args.allow_pickle_weights else True, **common)
+                                                     use_safetensors=safetensors_only, **common)
     except (OSError, ValueError) as e:
         raise _load_error(path, e) from None
     except ImportError as e:  # e.g. attn_implementation='flash_attention_2' without flash-attn
@@ -282,17 +284,21 @@ def remote_code_of(folder: Path) -> dict[str, str]:
     return found
 
 
+_REMOTE_CODE_NOTED: set[tuple[Path, bool]] = set()
+
+
 def check_remote_code(folder: Path, trusted: bool) -> None:
     """Say when a model ships code, and never run it unless `trust_remote_code: true`.
 
     A folder whose config names an architecture transformers has built in loads with that built-in code (its own
     files are not run); one that needs its own code is refused with the key to set."""
     code = remote_code_of(folder)
-    if not code:
+    if not code or (folder, trusted) in _REMOTE_CODE_NOTED:  # the tokenizer and the weights load separately
         return
     where = f"{folder} ships its own code ({', '.join(sorted(set(code.values())))})"
     if trusted:
         print(f"note: {where}; running it because trust_remote_code: true", file=sys.stderr)
+        _REMOTE_CODE_NOTED.add((folder, trusted))
         return
     from transformers import CONFIG_MAPPING
 
@@ -300,6 +306,7 @@ def check_remote_code(folder: Path, trusted: bool) -> None:
     if model_type in CONFIG_MAPPING:
         print(f"note: {where}, which is not run: transformers' built-in {model_type} code is used instead "
               "(trust_remote_code: true would run the model's own)", file=sys.stderr)
+        _REMOTE_CODE_NOTED.add((folder, trusted))
         return
     raise UserError(f"model_name_or_path: {where} and needs it to load; steadytune runs a model's code only with "
                     "trust_remote_code: true (set it only for a model you trust)")
