@@ -337,3 +337,22 @@ def test_gguf_check_catches_a_wrong_layout(tiny, tmp_path, monkeypatch):
     path = gguf_file.write_gguf(model, tokenizer, tmp_path / "bad.gguf", "f32", None, [], "bad", progress=False)
     check = gguf_file.verify_gguf(path, model, tokenizer, [tokenizer(t)["input_ids"] for t in TEXTS[:4]], TEXTS, "f32")
     assert not check.ok and check.relative_logit_error > 1e-3
+
+
+def test_q4_k_m_goes_through_llama_cpp_or_says_what_it_needs(tiny, tmp_path):
+    import importlib.util
+
+    from steadytune.infer.gguf_file import verify_gguf, write_gguf
+    from steadytune.tiny import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_model("qwen2", tokenizer, seed=2).eval()
+    path = tmp_path / "m-q4_k_m.gguf"
+    if importlib.util.find_spec("llama_cpp") is None:
+        with pytest.raises(UserError, match="needs llama.cpp's quantiser: pip install llama-cpp-python"):
+            write_gguf(model, tokenizer, path, "q4_k_m", None, [], "m", progress=False)
+        assert not path.exists() and not list(tmp_path.iterdir())
+        return
+    write_gguf(model, tokenizer, path, "q4_k_m", None, [], "m", progress=False)
+    check = verify_gguf(path, model, tokenizer, [tokenizer(t)["input_ids"] for t in TEXTS[:4]], TEXTS, "q4_k_m")
+    assert check.tokenizer_same and check.ok, check.describe()

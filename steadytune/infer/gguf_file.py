@@ -27,13 +27,16 @@ import torch
 
 from steadytune.errors import UserError
 
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
+# The gguf package quantises f16/bf16/q8_0 itself; it has no k-quant quantiser (its Q4_K is de-quantise only), so
+# q4_k_m goes through llama.cpp's own quantiser, in-process, where llama-cpp-python is installed.
+LLAMA_CPP_TYPES = {"q4_k_m": 15}  # LLAMA_FTYPE_MOSTLY_Q4_K_M
 # model_type -> the name of gguf.MODEL_ARCH
 ARCHITECTURES = {"qwen2": "QWEN2", "qwen3": "QWEN3", "llama": "LLAMA", "gemma3_text": "GEMMA3"}
 
 # Largest relative logit error (max |logit - reference| / max |reference logit|) accepted by `verify_gguf`,
 # per tensor type. Measured: see README (export section) for the figures on Gemma 3 270M and the tiny models.
-TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 4e-2, "q8_0": 1e-1}
+TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 4e-2, "q8_0": 1e-1, "q4_k_m": 3e-1}
 
 
 def _text_config(model) -> Any:
@@ -298,6 +301,13 @@ def write_gguf(model, tokenizer, path: Path, kind: str, chat_template: str | Non
 
     if kind not in GGUF_TYPES:
         raise UserError(f"export_gguf_type: {kind!r} is not one of {', '.join(GGUF_TYPES)}")
+    if kind in LLAMA_CPP_TYPES:
+        f16 = path.with_name(path.name + ".f16")
+        try:
+            write_gguf(model, tokenizer, f16, "f16", chat_template, stop_ids, name, progress)
+            return quantize_with_llama_cpp(f16, path, kind)
+        finally:
+            f16.unlink(missing_ok=True)
     arch = gguf_architecture(model)
     config = _text_config(model)
     partial = path.with_name(path.name + ".partial")
@@ -316,6 +326,28 @@ def write_gguf(model, tokenizer, path: Path, kind: str, chat_template: str | Non
         writer.write_tensors_to_file(progress=False)
     finally:
         writer.close()
+    partial.replace(path)
+    return path
+
+
+def quantize_with_llama_cpp(source: Path, path: Path, kind: str) -> Path:
+    """llama.cpp's quantiser (`llama_model_quantize`, what `llama-quantize` runs), called in-process."""
+    try:
+        import llama_cpp
+    except ImportError:
+        raise UserError(f"export_gguf_type: {kind} needs llama.cpp's quantiser: pip install llama-cpp-python (it "
+                        "builds llama.cpp); the gguf package quantises only f16, bf16 and q8_0") from None
+    import ctypes
+    import os
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = LLAMA_CPP_TYPES[kind]
+    params.nthread = os.cpu_count() or 1
+    partial = path.with_name(path.name + ".partial")
+    code = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params))
+    if code != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise UserError(f"export_gguf_type: {kind}: llama.cpp's quantiser failed (code {code}) on {source}")
     partial.replace(path)
     return path
 
