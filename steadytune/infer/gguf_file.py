@@ -189,7 +189,7 @@ def _pre_tokenizer_name(spec: dict) -> str:
     parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
     split = next((p for p in parts if p.get("type") == "Split"), None)
     if split is None and any(p.get("type") == "ByteLevel" and p.get("use_regex", True) for p in parts):
-        return "gpt2"
+        return "gpt-2"  # llama.cpp's name for GPT-2's split pattern
     regex = (split or {}).get("pattern", {}).get("Regex")
     try:
         from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
