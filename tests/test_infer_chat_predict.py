@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import LF_FIXTURES, needs_shared
 from _infer_runs import LABELS, NEG, POS, classification_keys, make_run, write_jsonl
 from steadytune.cli import main
 from steadytune.infer.chat import ChatSession
@@ -20,10 +21,7 @@ from steadytune.infer.loading import open_run
 from steadytune.tiny import save_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-LF = SHARED / "fixtures" / "llamafactory"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(),
-                                  reason="needs ../shared (LLaMA-Factory fixtures); absent in a fresh clone")
+LF = LF_FIXTURES
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import LF_FIXTURES, needs_shared
 from _infer_runs import TEXTS, classification_keys, make_full_run, make_run
 from steadytune.cli import main
 from steadytune.config import load_config
@@ -18,10 +19,7 @@ from steadytune.infer.loading import LORA, MODEL, load_trained, open_run
 from steadytune.scoring import generate_texts
 from steadytune.tiny import save_tiny_model
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-LF = SHARED / "fixtures" / "llamafactory"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(),
-                                  reason="needs ../shared (LLaMA-Factory fixtures); absent in a fresh clone")
+LF = LF_FIXTURES
 
 
 @pytest.fixture(scope="module")
