@@ -147,8 +147,11 @@ def test_export_then_eval_gives_the_runs_accuracy(tiny, tmp_path, capsys):
     assert main(["eval", str(config), "--known-samples", "0", "--output-dir", str(tmp_path / "e1")]) == 0
     before = json.loads((tmp_path / "e1" / "eval_results.json").read_text(encoding="utf-8"))
     assert main(["export", str(run_dir), f"export_dir={tmp_path / 'merged'}"]) == 0
-    assert main(["eval", str(config), f"output_dir={tmp_path / 'merged'}", "--known-samples", "0",
-                 "--output-dir", str(tmp_path / "e2")]) == 0
+    # results go into the merged folder itself: its files are listed as steadytune's, so eval may replace them
+    assert main(["eval", str(config), f"output_dir={tmp_path / 'merged'}", "--known-samples", "0"]) == 0
+    (tmp_path / "e2").mkdir()
+    for name in ("eval_results.json", "predictions.jsonl"):
+        (tmp_path / "merged" / name).replace(tmp_path / "e2" / name)
     after = json.loads((tmp_path / "e2" / "eval_results.json").read_text(encoding="utf-8"))
     assert before["score"]["accuracy"] == 1.0  # learned: the equality below compares a real result
     assert after["score"]["accuracy"] == before["score"]["accuracy"]
@@ -290,6 +293,7 @@ def test_llama_cpp_greedy_decodes_the_same_answer(tiny, tmp_path):
                 assert logits[token] >= logits.max() - 1e-4, (arch, text, token, int(logits.argmax()))
                 sequence.append(token)
             assert len(sequence) == len(ids) + 6
+        llm.close()
 
 
 # --- LLaMA-Factory merge_lora examples ---------------------------------------------------------------------------

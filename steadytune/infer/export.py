@@ -147,6 +147,9 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
         (out_dir / BASE_RECORD).write_text(json.dumps(describe_base(cfg.model.model_name_or_path, str(base_folder)),
                                                       indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out_dir / "README.md").write_text(model_card(out_dir, merged=True, source=str(out_dir)), encoding="utf-8")
+    # Listed as steadytune's own, so `eval` may write its results here and a later export --force may replace them.
+    from steadytune.run_folder import record_outputs
+    record_outputs(out_dir, [p.name for p in out_dir.iterdir() if p.is_file()])
     report["save_seconds"] = time.perf_counter() - saving
     weights = sorted(out_dir.glob("model*.safetensors"))
     report["weights_bytes"] = sum(f.stat().st_size for f in weights)
