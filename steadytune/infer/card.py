@@ -201,11 +201,15 @@ def model_card(folder: Path, merged: bool = False, source: str | None = None) ->
     if not merged:
         body.append(f"steadytune export {where} export_dir=merged        # merged Hugging Face folder (+ export_format=gguf)")
     body.append("```")
-    if lora:
+    if lora and base.get("kind") == "hub id":
         body += ["", "```python", "from peft import PeftModel", "from transformers import AutoModelForCausalLM, AutoTokenizer",
-                 "", f"base = AutoModelForCausalLM.from_pretrained(BASE)  # {base['name']}: see Base model",
+                 "", f"base = AutoModelForCausalLM.from_pretrained({json.dumps(base['name'])})",
                  f"model = PeftModel.from_pretrained(base, {json.dumps(name)})",
                  f"tokenizer = AutoTokenizer.from_pretrained({json.dumps(name)})", "```"]
+    elif lora:  # a base only steadytune resolves by name (alias, GGUF file): its loader does
+        body += ["", "```python", "from steadytune.infer.loading import load_run, open_run", "",
+                 f"model, tokenizer = load_run(open_run({json.dumps(where)}))  # the base, then this adapter (peft)",
+                 "```"]
     else:
         body += ["", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
                  f"model = AutoModelForCausalLM.from_pretrained({json.dumps(name)})",
