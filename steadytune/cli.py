@@ -18,8 +18,9 @@ SUBCOMMANDS = {
     "demo": ("steadytune.demo", "the embedded default: Gemma 3 270M learns Chinese review sentiment, accuracy before/after"),
     "doctor": ("steadytune.doctor", "diagnose this machine (ROCm, CUDA or CPU), or saved tool outputs, and print the fix"),
     "eval": ("steadytune.evaluate", "evaluate a trained adapter: accuracy, macro-F1, baselines, confusion matrix"),
-    "export": ("steadytune.export", "merge an adapter into its base model and save it"),
-    "chat": ("steadytune.chat", "talk to a base model with an optional adapter"),
+    "export": ("steadytune.infer.export", "merged Hugging Face folder, GGUF for llama.cpp, or the adapter archive of a run"),
+    "chat": ("steadytune.infer.chat", "talk to a trained run in the terminal (streams; reads stdin when piped)"),
+    "predict": ("steadytune.infer.predict", "batch inference over a jsonl/json/csv file: labels with probabilities, or generated text"),
     "serve": ("steadytune.serve", "serve a trained run (and more adapters) behind the OpenAI HTTP API, with dynamic batching"),
     "bench": ("steadytune.bench", "measure tokens/s, MFU and memory against the plain transformers + peft recipe"),
     "report": ("steadytune.report.command", "one self-contained HTML report of one or more runs (curves, results, data, config)"),
@@ -76,7 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     # user's run, and would otherwise be printed at every start.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse cannot take positionals after options (`chat RUN --greedy max_new_tokens=4`): key=value words
+        # left over are the subcommand's config overrides wherever they stand.
+        if hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+            args.overrides = list(args.overrides or []) + extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -45,14 +45,13 @@ def _opt(default: Any, help: str, choices: tuple | None = None, minimum: float |
 class ModelArguments:
     model_name_or_path: str = _opt("gemma-3-270m", "Hugging Face folder, .gguf file, hub id, or a built-in alias (gemma-3-270m).")
     adapter_name_or_path: Optional[str] = _opt(None, "A trained LoRA adapter folder to load on top of the base model (eval, export, chat).")
-    trust_remote_code: bool = _opt(False, "Allow model code from the model folder (passed to transformers).")
+    trust_remote_code: bool = _opt(False, "Run Python code shipped with the model (config.json auto_map); off unless set, for every command that loads a model.")
+    allow_pickle_weights: bool = _opt(False, "Also load weights from pickle files (pytorch_model.bin, adapter_model.bin), which can run code when read; default: safetensors only.")
     flash_attn: str = _opt("auto", "Attention kernel: auto (= SDPA), sdpa, eager, fa2 (flash-attn, only if it imports and runs).",
                            choices=("auto", "sdpa", "eager", "fa2", "disabled"))
     cache_dir: Optional[str] = _opt(None, "Where converted GGUF models and tokenised data are cached (default ~/.cache/steadytune).")
     use_reentrant_gc: bool = _opt(False, "Use re-entrant gradient checkpointing (LLaMA-Factory key; non-reentrant is the safe default).")
-    # Inference engine of `serve` (LLaMA-Factory keys and defaults; the vllm_* keys matter only with vllm).
-    infer_backend: str = _opt("huggingface", "Inference engine for serve: huggingface (transformers + peft, dynamic batching) or vllm (where installed).",
-                              choices=("huggingface", "vllm"))
+    # vLLM engine settings (LLaMA-Factory keys and defaults; they matter only with infer_backend: vllm).
     vllm_maxlen: int = _opt(4096, "vLLM: maximum sequence length (prompt + answer).", minimum=1)
     vllm_gpu_util: float = _opt(0.7, "vLLM: share of GPU memory it may take.", minimum=0.0, maximum=1.0, exclusive_min=True)
     vllm_enforce_eager: bool = _opt(False, "vLLM: no CUDA graphs.")
@@ -186,6 +185,32 @@ class TrainArguments:
 
 
 @dataclass
+class InferArguments:
+    """Generation (chat, predict) and export keys, with LLaMA-Factory's names, meanings and defaults."""
+    infer_backend: str = _opt("huggingface", "Engine for chat, predict and serve: huggingface (transformers + peft), vllm (where installed); sglang/ktransformers are not driven here.",
+                              choices=("huggingface", "vllm", "sglang", "ktransformers"))
+    infer_dtype: str = _opt("auto", "Weights dtype for chat, predict and export: auto (the hardware policy; export keeps the model's own dtype), float16, bfloat16, float32.",
+                            choices=("auto", "float16", "bfloat16", "float32"))
+    do_sample: Optional[bool] = _opt(None, "Sample instead of greedy decoding (default: chat samples as LLaMA-Factory does, predict is greedy).")
+    temperature: float = _opt(0.95, "Sampling temperature.", minimum=0.0, exclusive_min=True)
+    top_p: float = _opt(0.7, "Nucleus sampling: keep the smallest set of tokens whose probability sums to top_p.", minimum=0.0, maximum=1.0, exclusive_min=True)
+    top_k: int = _opt(50, "Sample among the k most likely tokens.", minimum=0)
+    num_beams: int = _opt(1, "Beam search width (1: no beam search).", minimum=1)
+    repetition_penalty: float = _opt(1.0, "Penalty above 1.0 discourages repeating tokens.", minimum=0.0, exclusive_min=True)
+    length_penalty: float = _opt(1.0, "Beam search length penalty.")
+    skip_special_tokens: bool = _opt(True, "Drop special tokens from generated text.")
+    default_system: Optional[str] = _opt(None, "System prompt for chat and predict.")
+    enable_thinking: bool = _opt(True, "qwen3 templates: let the model think; false puts an empty think block in the prompt.")
+    export_dir: Optional[str] = _opt(None, "Where export writes the merged model (LLaMA-Factory key).")
+    export_size: float = _opt(5, "Largest shard of the exported safetensors, in GB (LLaMA-Factory key; fractions allowed).", minimum=0.0, exclusive_min=True)
+    export_device: str = _opt("cpu", "Where the merge runs: cpu, or auto (the GPU when there is one).", choices=("cpu", "auto"))
+    export_legacy_format: bool = _opt(False, "LLaMA-Factory key for pickle .bin weights; only false is supported (safetensors).")
+    export_hub_model_id: Optional[str] = _opt(None, "Upload the export to this Hugging Face repo (needs a token and network).")
+    export_format: str = _opt("hf", "hf: a Hugging Face folder; gguf: also one .gguf file for llama.cpp / Ollama.", choices=("hf", "gguf"))
+    export_gguf_type: str = _opt("f16", "GGUF tensor type: f32, f16, bf16, q8_0.", choices=("f32", "f16", "bf16", "q8_0"))
+
+
+@dataclass
 class GuardArguments:
     """Numerical guard (see guard.py). Section `guard:` in YAML, or flat `guard_policy`."""
     guard_policy: str = _opt("rollback", "What to do on a non-finite value or loss spike.", choices=("off", "warn", "skip", "rollback", "abort"))
@@ -223,6 +248,7 @@ class RunConfig:
     method: MethodArguments = field(default_factory=MethodArguments)
     data: DataArguments = field(default_factory=DataArguments)
     train: TrainArguments = field(default_factory=TrainArguments)
+    infer: InferArguments = field(default_factory=InferArguments)
     guard: GuardArguments = field(default_factory=GuardArguments)
     fault_injection: FaultInjectionArguments = field(default_factory=FaultInjectionArguments)
     # Defaults chosen by us (hardware profile, derived values), each with its reason; filled by the recipe.
@@ -246,11 +272,11 @@ class RunConfig:
         self.decisions[key] = {"value": value, "reason": reason}
 
 
-FLAT_SECTIONS = ("model", "method", "data", "train")
+FLAT_SECTIONS = ("model", "method", "data", "train", "infer")
 NESTED_SECTIONS = ("guard", "fault_injection")
 SECTION_TYPES = {
     "model": ModelArguments, "method": MethodArguments, "data": DataArguments, "train": TrainArguments,
-    "guard": GuardArguments, "fault_injection": FaultInjectionArguments,
+    "infer": InferArguments, "guard": GuardArguments, "fault_injection": FaultInjectionArguments,
 }
 
 # Flat key -> section name.
@@ -296,8 +322,10 @@ UNSUPPORTED_KEYS = {
     "rope_scaling": "RoPE scaling is not supported",
     "shift_attn": "shift short attention is not supported",
     "mixture_of_depths": "mixture of depths is not supported",
-    "export_quantization_bit": "quantised export is not supported",
-    "export_quantization_dataset": "quantised export is not supported",
+    "export_quantization_bit": "quantised (GPTQ) export is not supported; export_format: gguf with export_gguf_type: q8_0 quantises for llama.cpp",
+    "export_quantization_dataset": "quantised (GPTQ) export is not supported",
+    "export_quantization_nsamples": "quantised (GPTQ) export is not supported",
+    "export_quantization_maxlen": "quantised (GPTQ) export is not supported",
     "oft_rank": "finetuning_type: oft is not supported; use lora",
     "oft_block_size": "finetuning_type: oft is not supported; use lora",
     "oft_target": "finetuning_type: oft is not supported; use lora",
@@ -326,10 +354,6 @@ UNSUPPORTED_KEYS = {
     "kt_config": "KTransformers is not supported", "kt_cpu_activation": "KTransformers is not supported",
     "kt_weight_path": "KTransformers is not supported", "kt_non_expert_weight_path": "KTransformers is not supported",
     "use_v1_kernels": "LLaMA-Factory's v1 (Ascend NPU) kernels are not supported",
-    "export_dir": "an export key (llamafactory-cli export), not a training key",
-    "export_size": "an export key (llamafactory-cli export), not a training key",
-    "export_device": "an export key (llamafactory-cli export), not a training key",
-    "export_legacy_format": "an export key (llamafactory-cli export), not a training key",
 }
 # Keys of LLaMA-Factory's other config schemas, which steadytune does not read: a pointer instead of a guess.
 _V1 = " (a LLaMA-Factory v1 config, run there with USE_V1=1; steadytune reads the v0 schema of examples/train_lora)"

@@ -8,7 +8,6 @@ Generation (SFT) tasks: greedy answers scored with BLEU-4 / ROUGE.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from steadytune.errors import UserError
+from steadytune.infer.loading import LORA
 from steadytune.labelcheck import (best_label_permutation, check_against_training, check_known_samples,
                                    check_label_set, check_labels_distinguishable, check_raw_labels,
                                    diagnose_known_samples, warn)
@@ -101,37 +101,11 @@ def warn_if_other_base(cfg, folder: Path) -> None:
              "to the adapter's base)")
 
 
-def _trained_folder(cfg) -> tuple[Path, str]:
-    """(folder, "lora" | "full"): what training left in adapter_name_or_path (default: output_dir)."""
-    folder = Path(cfg.model.adapter_name_or_path or cfg.train.output_dir)
-    key = "adapter_name_or_path" if cfg.model.adapter_name_or_path else "output_dir"
-    if (folder / "adapter_config.json").is_file():
-        return folder, "lora"
-    if (folder / "config.json").is_file():
-        return folder, "full"
-    raise UserError(f"{key}: {folder} holds no trained adapter (adapter_config.json) or model (config.json); "
-                    "train first, or set adapter_name_or_path to the adapter folder")
-
-
-def load_trained(cfg, folder: Path, kind: str) -> tuple[torch.nn.Module, Any]:
-    """(model, tokenizer) of a trained run's `folder` ("lora": adapter on the base model; "full": the folder is
-    the model) on the device and dtype the hardware policy picks."""
-    from steadytune.model import load_for_inference, load_trained_adapter
-
-    if kind == "full":  # the trained folder is itself the model
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, model_name_or_path=str(folder)))
-    model, tokenizer, _, description = load_for_inference(cfg)
-    print(description)
-    if kind == "lora":
-        return load_trained_adapter(model, folder), tokenizer
-    return model, tokenizer
-
-
 @contextlib.contextmanager
 def _zero_shot(cfg, model: torch.nn.Module, kind: str) -> Iterator[torch.nn.Module]:
     """The same model without what training added: the adapter switched off, or the base model for a full
     fine-tune (loaded only for this)."""
-    if kind == "lora":
+    if kind == LORA:
         with model.disable_adapter():
             yield model
         return
@@ -150,7 +124,9 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     from steadytune.data import prepare_datasets
     from steadytune.run_folder import claim_outputs, describe_os_error
 
-    folder, kind = _trained_folder(cfg)
+    from steadytune.infer.loading import load_trained, trained_folder
+
+    folder, kind = trained_folder(cfg)
     out_dir = Path(output_dir or cfg.train.output_dir)
     claim_outputs(out_dir, EVAL_OUTPUTS, overwrite, "steadytune eval")
     try:

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import warnings
 import zipfile
@@ -203,21 +204,6 @@ BUILTIN_ALIASES: dict[str, Callable[[Path], Path]] = {GEMMA3_270M_ALIAS: _gemma3
 # Loading
 # ---------------------------------------------------------------------------------------------------------
 
-def load_for_inference(cfg: RunConfig, task: str = CAUSAL_LM) -> tuple[nn.Module, Any, torch.device, str]:
-    """(model, tokenizer, device, description) for scoring or generation, on the device, dtype and attention the
-    hardware policy picks for this config (the same choices `train` makes); the model is in eval mode."""
-    from steadytune import hardware
-
-    info = hardware.detect()
-    precision, why = hardware.choose_precision(info, cfg.train.bf16, cfg.train.fp16)
-    attn, _ = hardware.choose_attention(info, cfg.model.flash_attn)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    device = hardware.device_for(info)
-    model, tokenizer = load_model_and_tokenizer(cfg.model, dtype, attn, device, task=task)
-    model.eval()
-    return model, tokenizer, device, f"device {device}, {precision} ({why}), attention {attn}"
-
-
 def forget_gguf_quantization(model) -> None:
     """A model read from GGUF holds de-quantised, plain tensors, but transformers still marks it as GGUF-quantised
     (and folders converted before this fix kept `quantization_config` in config.json), which makes
@@ -260,9 +246,11 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
         tokenizer = load_tokenizer(model_args)
     path, common = _resolved_source(model_args)
     try:
+        # Pickle weights can run code as they are read: transformers may take them only when the user opted in.
+        safetensors_only = None if model_args.allow_pickle_weights else True
         extra = {"num_labels": 1} if task == SEQUENCE_SCORE else {}
         model = auto_model_class(task).from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
-                                                       **common, **extra)
+                                                       use_safetensors=safetensors_only, **common, **extra)
     except (OSError, ValueError) as e:
         raise _load_error(path, e) from None
     except ImportError as e:  # e.g. attn_implementation='flash_attention_2' without flash-attn
@@ -284,7 +272,12 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
 def _resolved_source(model_args: ModelArguments) -> tuple[str, dict[str, Any]]:
     path = resolve_model_path(model_args)
     common: dict[str, Any] = {"trust_remote_code": model_args.trust_remote_code}
-    if not Path(path).is_dir():
+    if Path(path).is_dir():
+        # Before transformers opens anything: a model's own code runs only when trusted, pickle weights only when
+        # allowed (both can execute code as they are read).
+        check_remote_code(Path(path), model_args.trust_remote_code)
+        check_weight_files(Path(path), model_args.allow_pickle_weights)
+    else:
         common["local_files_only"] = _hub_files_local_only(path)
     return path, common
 
@@ -299,6 +292,60 @@ def _load_error(path: str, e: Exception) -> UserError:
     return UserError(f"model_name_or_path: {path!r} is not a local folder, a .gguf file or a built-in alias "
                      f"({', '.join(BUILTIN_ALIASES)}), and loading it from the Hugging Face hub failed "
                      f"(offline?): {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+
+REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def remote_code_of(folder: Path) -> dict[str, str]:
+    """The model's own Python classes (`auto_map` of config.json / tokenizer_config.json), by auto class."""
+    found: dict[str, str] = {}
+    for name in REMOTE_CODE_FILES:
+        auto_map = _read_json(folder / name).get("auto_map") or {}
+        if isinstance(auto_map, dict):
+            for auto_class, ref in auto_map.items():
+                found[auto_class] = ref if isinstance(ref, str) else ", ".join(str(r) for r in ref if r)
+    return found
+
+
+_REMOTE_CODE_NOTED: set[tuple[Path, bool]] = set()
+
+
+def check_remote_code(folder: Path, trusted: bool) -> None:
+    """Say when a model ships code, and never run it unless `trust_remote_code: true`.
+
+    A folder whose config names an architecture transformers has built in loads with that built-in code (its own
+    files are not run); one that needs its own code is refused with the key to set."""
+    code = remote_code_of(folder)
+    if not code or (folder, trusted) in _REMOTE_CODE_NOTED:  # the tokenizer and the weights load separately
+        return
+    where = f"{folder} ships its own code ({', '.join(sorted(set(code.values())))})"
+    if trusted:
+        print(f"note: {where}; running it because trust_remote_code: true", file=sys.stderr)
+        _REMOTE_CODE_NOTED.add((folder, trusted))
+        return
+    from transformers import CONFIG_MAPPING
+
+    model_type = _read_json(folder / "config.json").get("model_type")
+    if model_type in CONFIG_MAPPING:
+        print(f"note: {where}, which is not run: transformers' built-in {model_type} code is used instead "
+              "(trust_remote_code: true would run the model's own)", file=sys.stderr)
+        _REMOTE_CODE_NOTED.add((folder, trusted))
+        return
+    raise UserError(f"model_name_or_path: {where} and needs it to load; steadytune runs a model's code only with "
+                    "trust_remote_code: true (set it only for a model you trust)")
+
+
+def check_weight_files(folder: Path, allow_pickle: bool, key: str = "model_name_or_path") -> None:
+    """Weights load from safetensors; pickle files (which can run code as they are read) only when allowed."""
+    if allow_pickle or any(folder.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file())
+    if pickled:
+        raise UserError(f"{key}: {folder} holds its weights only as pickle files ({', '.join(pickled)}), which can run "
+                        "code when loaded; steadytune reads safetensors. Convert them, or set allow_pickle_weights: "
+                        "true if you trust the files")
 
 
 def _check_tokenizer_fits(tokenizer, model: nn.Module, path: str) -> None:
@@ -496,20 +543,35 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
 # Trained adapters and checkpoints
 # ---------------------------------------------------------------------------------------------------------
 
-def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_trainable: bool = False) -> nn.Module:
-    """PeftModel.from_pretrained with errors that say which folder does not fit which model."""
+def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_trainable: bool = False,
+                         allow_pickle: bool = False) -> nn.Module:
+    """PeftModel.from_pretrained with errors that say which folder does not fit which model.
+
+    `adapter_dir` may also be an adapter archive (`steadytune export --archive`): it is verified against its
+    manifest and unpacked first. Weights are read from safetensors; adapter_model.bin only with `allow_pickle`."""
     from peft import PeftModel
 
     adapter_dir = Path(adapter_dir)
+    if adapter_dir.is_file() and adapter_dir.name.endswith((".tar.gz", ".tgz")):
+        from steadytune.infer.archive import open_archive
+        adapter_dir = open_archive(adapter_dir)
+    elif adapter_dir.is_file():
+        raise CheckpointError(f"{adapter_dir} is a file; name the adapter folder (or its .tar.gz archive)")
     if not (adapter_dir / "adapter_config.json").is_file():
         raise CheckpointError(f"{adapter_dir}: no adapter_config.json (not a LoRA adapter folder)")
     weights = _find_weight_files(adapter_dir)
     if not weights:
-        raise CheckpointError(f"{adapter_dir}: no adapter_model.safetensors")
+        if (adapter_dir / "adapter_model.bin").is_file() and not allow_pickle:
+            raise CheckpointError(f"{adapter_dir}: the adapter is a pickle file (adapter_model.bin), which can run code "
+                                  "when loaded; steadytune reads adapter_model.safetensors. Set allow_pickle_weights: "
+                                  "true if you trust the file")
+        if not (adapter_dir / "adapter_model.bin").is_file():
+            raise CheckpointError(f"{adapter_dir}: no adapter_model.safetensors")
     for file in weights:
         _check_file_readable(file)
-    expected = _expected_adapter_shapes(model, adapter_dir)
-    _compare_shapes(adapter_dir, _saved_shapes(weights), expected, what="adapter")
+    if weights:  # a pickle adapter (allowed) has no header to check shapes against; peft's own errors remain
+        expected = _expected_adapter_shapes(model, adapter_dir)
+        _compare_shapes(adapter_dir, _saved_shapes(weights), expected, what="adapter")
     try:
         loaded = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=is_trainable)
     except (RuntimeError, ValueError, KeyError) as e:

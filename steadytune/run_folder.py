@@ -36,7 +36,7 @@ LOCK = ".steadytune.lock"
 # replaced, so it makes the run refuse). Tokenizer and model files vary by family, hence the patterns.
 OUTPUT_NAME = re.compile(
     r"^(run_config\.yaml|metrics\.jsonl|environment\.json|train_results\.json|training_loss\.png|report\.html|"
-    r"README\.md|adapter_model\.safetensors|adapter_config\.json|adapter_model\.bin|"
+    r"README\.md|base_model\.json|adapter_model\.safetensors|adapter_config\.json|adapter_model\.bin|"
     r"model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|pytorch_model.*\.bin|config\.json|"
     r"generation_config\.json|tokenizer.*|special_tokens_map\.json|chat_template\.(jinja|json)|vocab\.(json|txt)|"
     r"merges\.txt|added_tokens\.json|spiece\.model|checkpoint-\d+(\.tmp)?|eval_results\.json|predictions\.jsonl|"

@@ -127,8 +127,11 @@ def score_labels(model: torch.nn.Module, prompts: Sequence[Sequence[int]], label
 # ---------------------------------------------------------------------------------------------------------
 
 def generate_texts(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                   batch_size: int = 32, stop_token_ids: Iterable[int] = (), progress: bool = False) -> list[str]:
-    """Greedy continuation of each prompt, decoded without special tokens; batched with left padding."""
+                   batch_size: int = 32, stop_token_ids: Iterable[int] = (), progress: bool = False,
+                   sampling: dict | None = None, token_counts: list[int] | None = None) -> list[str]:
+    """Continuation of each prompt (greedy unless `sampling` gives other model.generate arguments), decoded without
+    special tokens; batched with left padding, in order of length. `token_counts`, when given, receives the number
+    of new tokens of each answer (up to and including its stop token)."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stops = sorted({*stop_token_ids, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
     device = _device_of(model)
@@ -142,12 +145,23 @@ def generate_texts(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[Seq
                 n = len(prompts[i])
                 input_ids[r, width - n:] = torch.tensor(list(prompts[i]), dtype=torch.long)
                 attention_mask[r, width - n:] = 1
+            settings = {"max_new_tokens": max_new_tokens, "do_sample": False, **(sampling or {})}
             out = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                                 max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id,
-                                 eos_token_id=stops or None)
+                                 pad_token_id=pad_id, eos_token_id=stops or None, **settings)
             for r, i in enumerate(chunk):
                 texts[i] = tokenizer.decode(out[r, width:], skip_special_tokens=True)
+                if token_counts is not None:
+                    token_counts[i] = _answer_length(out[r, width:].tolist(), stops)
     return texts
+
+
+def _answer_length(new_tokens: list[int], stops: Sequence[int]) -> int:
+    """Tokens generated for one row of a batch: up to its first stop token (the padding after it is not counted);
+    a row with no stop token ran to max_new_tokens."""
+    for k, token in enumerate(new_tokens):
+        if token in stops:
+            return k + 1
+    return len(new_tokens)
 
 
 def match_label(generated: str, label_names: Sequence[str]) -> int | None:

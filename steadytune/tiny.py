@@ -59,6 +59,10 @@ TINY_CONFIGS = {
     "llama": dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                   tie_word_embeddings=False),
+    # Qwen3: head_dim 128 as in every released Qwen3 (transformers' GGUF reader assumes it).
+    "qwen3": dict(model_type="qwen3", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=128, max_position_embeddings=512,
+                  tie_word_embeddings=True),
     "gemma3": dict(model_type="gemma3_text", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=512,
                    sliding_window=16, query_pre_attn_scalar=8, tie_word_embeddings=True),
@@ -66,12 +70,13 @@ TINY_CONFIGS = {
 
 
 def build_model(kind: str = "qwen2", tokenizer: PreTrainedTokenizerFast | None = None, seed: int = 0,
-                attn_implementation: str = "sdpa"):
-    """A tiny random decoder of the given family, sized to the tokenizer's vocabulary."""
+                attn_implementation: str = "sdpa", **overrides):
+    """A tiny random decoder of the given family, sized to the tokenizer's vocabulary; `overrides` change its
+    config (e.g. head_dim)."""
     from transformers import AutoConfig
 
     tokenizer = tokenizer or build_tokenizer()
-    spec = dict(TINY_CONFIGS[kind])
+    spec = {**TINY_CONFIGS[kind], **overrides}
     model_type = spec.pop("model_type")
     config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                                   eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **spec)
@@ -80,11 +85,11 @@ def build_model(kind: str = "qwen2", tokenizer: PreTrainedTokenizerFast | None =
     return model
 
 
-def save_tiny_model(folder: str | Path, kind: str = "qwen2", seed: int = 0) -> Path:
+def save_tiny_model(folder: str | Path, kind: str = "qwen2", seed: int = 0, **overrides) -> Path:
     """Write a tiny model + tokenizer as a Hugging Face folder that `model_name_or_path` can point at."""
     folder = Path(folder)
     tokenizer = build_tokenizer()
-    model = build_model(kind, tokenizer, seed=seed)
+    model = build_model(kind, tokenizer, seed=seed, **overrides)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -306,7 +306,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                                                     tokenizer=tokenizer, task=stage.model_task)
     if cfg.model.adapter_name_or_path and cfg.method.finetuning_type == "lora":
         # Continue training an existing adapter (LLaMA-Factory's adapter_name_or_path) instead of a fresh one.
-        model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True)
+        model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True,
+                                     allow_pickle=cfg.model.allow_pickle_weights)
         cfg.decide("adapter_name_or_path", cfg.model.adapter_name_or_path, "training continues from this adapter "
                    "(its rank and targets; lora_* keys do not apply)")
     else:
@@ -795,6 +796,9 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
                                f"{state.global_step}: no adapter was saved in {out}. Turn the numerical guard on "
                                "(guard_policy: rollback), lower learning_rate, or use bf16 instead of fp16")
         save_final_outputs(run, out, model_to_save)
+        # A card of what the run did, and the base named so another machine finds it (not a cache path).
+        from steadytune.infer.card import write_run_card
+        write_run_card(out, cfg.model.model_name_or_path)
         if cfg.train.plot_loss:
             plot_loss(out / "metrics.jsonl", out / "training_loss.png")
         run.folder.record(status="finished")

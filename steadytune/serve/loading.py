@@ -1,5 +1,5 @@
-"""What `serve` serves: SOURCE (a run's YAML or a run folder) and the `--adapter name=path` list, resolved once at
-start into one base model with its adapters and, per served name, the chat template and label set to use.
+"""What `serve` serves: SOURCE (a run's YAML, a run folder or an adapter archive) and the `--adapter name=path` list,
+resolved once at start into one base model with its adapters and, per served name, the chat template and label set to use.
 
 All model loading of the server goes through `load_served`; nothing a request carries reaches this module (a
 request's `model` only picks among the names fixed here).
@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
-
-import yaml
 
 from steadytune.config import RunConfig, load_config
 from steadytune.errors import UserError
@@ -63,7 +61,7 @@ def load_served(source: str, adapters: list[str], overrides: list[str], served_n
         raise UserError(f"--adapter needs a LoRA run or a base model as SOURCE; {source} is a full fine-tune, and "
                         "adapters trained on the base model do not fit its changed weights")
     extra_runs = [(name, _resolve_adapter(name, path, main.cfg)) for name, path in extra]
-    if main.cfg.model.infer_backend == "vllm":
+    if main.cfg.infer.infer_backend == "vllm":
         from steadytune.serve.vllm_engine import load_vllm
         return load_vllm(main, extra_runs, served_name)
     return _load_huggingface(main, extra_runs, served_name)
@@ -74,47 +72,14 @@ def load_served(source: str, adapters: list[str], overrides: list[str], served_n
 # ---------------------------------------------------------------------------------------------------------
 
 def resolve_source(source: str, overrides: list[str]) -> _Run:
-    path = Path(source).expanduser()
-    if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
-        cfg = load_config(path, overrides)
-        folder = Path(cfg.model.adapter_name_or_path or cfg.train.output_dir)
-        kind = _trained_kind(folder)
-        if kind == "base":
-            print(f"serve: {folder} holds no trained adapter or model yet; serving the base model alone")
-            return _Run(cfg, None, "base")
-        _fill_classification(cfg, folder)
-        return _Run(cfg, folder, kind)
-    if path.is_dir():
-        if not (path / RUN_CONFIG).is_file():
-            raise UserError(f"{path}: no {RUN_CONFIG} (a run folder written by `steadytune train` has one); pass the "
-                            "run's YAML instead, with adapter_name_or_path pointing at this folder")
-        cfg = load_config(path / RUN_CONFIG, overrides)
-        kind = _trained_kind(path)
-        if kind == "base":
-            raise UserError(f"{path}: no adapter_config.json or config.json: training has not finished here")
-        return _Run(cfg, path, kind)
-    if path.is_file():
-        raise UserError(f"{path}: not a YAML config or a run folder (adapter archives need steadytune's archive "
-                        "loader, which this build does not have yet)")
-    raise UserError(f"{path}: no such file or folder")
+    """SOURCE as chat/predict/export read it (a config, a run folder, or an adapter archive: verified, unpacked)."""
+    from steadytune.infer.loading import BASE, LORA, open_run
 
-
-def _trained_kind(folder: Path) -> str:
-    if (folder / "adapter_config.json").is_file():
-        return "lora"
-    if (folder / "config.json").is_file():
-        return "full"
-    return "base"
-
-
-def _fill_classification(cfg: RunConfig, folder: Path) -> None:
-    """A YAML whose labels come from dataset_info.json: training wrote the resolved labels into run_config.yaml."""
-    run_config = folder / RUN_CONFIG
-    if cfg.data.label_names or not run_config.is_file():
-        return
-    saved = yaml.safe_load(run_config.read_text(encoding="utf-8")) or {}
-    if saved.get("label_names") and saved.get("prompt_template"):
-        cfg.data.label_names, cfg.data.prompt_template = list(map(str, saved["label_names"])), saved["prompt_template"]
+    run = open_run(source, overrides)
+    if run.kind == BASE:
+        print(f"serve: {source} names no trained adapter or model; serving the base model "
+              f"{run.cfg.model.model_name_or_path} alone")
+    return _Run(run.cfg, run.folder, {LORA: "lora", BASE: "base"}.get(run.kind, "full"))
 
 
 def _parse_adapter_arg(arg: str) -> tuple[str, str]:
@@ -126,7 +91,12 @@ def _parse_adapter_arg(arg: str) -> tuple[str, str]:
 
 def _resolve_adapter(name: str, path: str, main_cfg: RunConfig) -> _Run:
     """An --adapter path: a run folder (its own template and labels) or a bare adapter folder (SOURCE's)."""
+    from steadytune.infer.loading import is_archive
+
     folder = Path(path).expanduser()
+    if folder.is_file() and is_archive(folder):
+        from steadytune.infer.archive import open_archive
+        folder = open_archive(folder)  # verified against its manifest, then unpacked
     if not (folder / "adapter_config.json").is_file():
         raise UserError(f"--adapter {name}={path}: no adapter_config.json there (not a LoRA adapter folder)")
     if (folder / RUN_CONFIG).is_file():
@@ -144,7 +114,8 @@ def _resolve_adapter(name: str, path: str, main_cfg: RunConfig) -> _Run:
 # ---------------------------------------------------------------------------------------------------------
 
 def _load_huggingface(main: _Run, extra: list[tuple[str, _Run]], served_name: Optional[str]) -> Loaded:
-    from steadytune.model import check_checkpoint_matches, load_for_inference, load_trained_adapter
+    from steadytune.infer.loading import load_for_inference
+    from steadytune.model import check_checkpoint_matches, load_trained_adapter
 
     cfg = main.cfg
     if main.kind == "full":  # the trained folder is itself the model

@@ -88,7 +88,8 @@ def trained_folder(cfg: RunConfig) -> tuple[Path, str]:
 def load_trained(stage, cfg: RunConfig) -> tuple[torch.nn.Module, Any, torch.device]:
     """(model, tokenizer, device) of a trained run, on the device and dtype the hardware policy picks. The
     reference model of dpo/kto is built from the *base* model of `cfg` (and its precision recorded for it)."""
-    from steadytune.model import load_for_inference, load_trained_adapter
+    from steadytune.infer.loading import load_for_inference
+    from steadytune.model import load_trained_adapter
 
     folder, kind = trained_folder(cfg)
     source = cfg if kind == "lora" else dataclasses.replace(

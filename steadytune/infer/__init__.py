@@ -1,0 +1,13 @@
+"""Using what was trained: load it for inference, generate, chat, predict, export, archive.
+
+- `loading`  one loader for every inference path (eval, demo, chat, predict, export): a CONFIG, RUN_DIR or ARCHIVE
+             becomes (config, trained folder, kind), then a model on the device and dtype the hardware policy picks
+- `generate` generation settings from the config, the run's chat template as text and as Jinja, streaming
+- `archive`  the adapter archive: one .tar.gz with a SHA-256 manifest, checked before anything is loaded
+- `card`     the model card and the portable name of the base model
+- `export`   merge into the base and save a Hugging Face folder; `gguf` writes the GGUF file
+- `chat`, `predict`  the interactive and the batch front ends
+
+The command modules (`steadytune export | chat | predict`) live here too, as `export`, `chat` and `predict`:
+each has `add_arguments(parser)` and `run(args)`, and none imports another command.
+"""

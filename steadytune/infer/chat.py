@@ -1,0 +1,183 @@
+"""`steadytune chat CONFIG|RUN_DIR|ARCHIVE [key=value ...]`: talk to a trained run in the terminal.
+
+Answers stream as they are generated (transformers' TextIteratorStreamer), with the run's chat template, system
+prompt, history and stop tokens. `/reset` forgets the history, `/exit` (or end of input) leaves. When stdin is not
+a terminal it reads one prompt per line and prints one answer per line, so it scripts and tests. A classification
+run answers each line with its label and the label's probability.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Iterator
+
+from steadytune.errors import UserError
+
+COMMANDS = {"/reset": "forget the conversation so far", "/exit": "leave (also /quit, or end of input)",
+            "/help": "this list"}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("source", help="the run: its config YAML (or a LLaMA-Factory inference YAML), its output "
+                                       "folder, an exported merged folder, or an adapter archive (.tar.gz)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="config overrides; generation keys: temperature, top_p, top_k, max_new_tokens, "
+                             "repetition_penalty, do_sample, num_beams, default_system, infer_backend, infer_dtype")
+    parser.add_argument("--system", metavar="TEXT", help="system prompt (default_system)")
+    parser.add_argument("--max-new-tokens", type=int, metavar="N", help="longest answer in tokens (max_new_tokens)")
+    parser.add_argument("--temperature", type=float, help="sampling temperature (temperature; default 0.95)")
+    parser.add_argument("--top-p", type=float, help="nucleus sampling (top_p; default 0.7)")
+    parser.add_argument("--repetition-penalty", type=float, help="above 1.0 discourages repeats (repetition_penalty)")
+    parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling (do_sample: false)")
+    parser.add_argument("--seed", type=int, help="seed for sampling (default: the run's seed)")
+
+
+def run(args) -> int:
+    from steadytune.infer.backends import HUGGINGFACE, check_backend
+    from steadytune.infer.loading import open_run
+
+    run_ = open_run(args.source, args.overrides)
+    cfg = run_.cfg
+    _apply_flags(cfg, args)
+    if check_backend(cfg.infer.infer_backend) != HUGGINGFACE:
+        raise UserError(f"infer_backend: {cfg.infer.infer_backend}: chat streams with transformers only; use "
+                        "infer_backend: huggingface here (predict runs on vllm)")
+    interactive = sys.stdin.isatty()
+    session = ChatSession.load(run_, quiet=not interactive)
+    return session.loop(sys.stdin, sys.stdout, interactive)
+
+
+def _apply_flags(cfg, args) -> None:
+    g = cfg.infer
+    for flag, key in (("temperature", "temperature"), ("top_p", "top_p"), ("repetition_penalty", "repetition_penalty")):
+        value = getattr(args, flag)
+        if value is not None:
+            if value <= 0:
+                raise UserError(f"--{flag.replace('_', '-')} must be above 0 (got {value})")
+            setattr(g, key, value)
+            cfg.user_keys.add(key)
+    if args.system is not None:
+        g.default_system = args.system
+    if args.max_new_tokens is not None:
+        if args.max_new_tokens < 1:
+            raise UserError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
+        cfg.train.max_new_tokens = args.max_new_tokens
+    if args.greedy:
+        g.do_sample = False
+    if args.seed is not None:
+        cfg.train.seed = args.seed
+
+
+class ChatSession:
+    """One conversation with a loaded run: history, template, sampling and stop tokens."""
+
+    def __init__(self, run_, model, tokenizer):
+        from steadytune.infer.classify import LabelScorer
+        from steadytune.infer.generate import run_template, sampling_of, stop_token_ids
+
+        self.run, self.model, self.tokenizer = run_, model, tokenizer
+        cfg = run_.cfg
+        self.template = run_template(cfg, tokenizer)
+        self.sampling = sampling_of(cfg, sample_by_default=True)
+        self.stops = stop_token_ids(self.template, tokenizer)
+        self.system = cfg.infer.default_system
+        self.history: list[dict] = []
+        self.scorer = None
+        if run_.is_classification:
+            self.scorer = LabelScorer(model, tokenizer, self.template, cfg.data.label_names,
+                                      cfg.data.prompt_template, cfg.data.cutoff_len)
+        limit = getattr(model.config, "max_position_embeddings", None)
+        self.max_prompt_tokens = (limit - self.sampling.max_new_tokens) if limit else None
+
+    @classmethod
+    def load(cls, run_, quiet: bool = False) -> "ChatSession":
+        import torch
+
+        from steadytune.infer.loading import load_run
+
+        torch.manual_seed(run_.cfg.train.seed)  # sampling is repeatable for the same inputs and seed
+        model, tokenizer = load_run(run_, quiet=quiet)
+        return cls(run_, model, tokenizer)
+
+    def banner(self) -> str:
+        what = (f"classification: each line is a text, the answer its label ({' / '.join(self.scorer.label_names)}) "
+                "and probability" if self.scorer else f"generation: {self.sampling.describe()}")
+        return (f"chat with {self.run.describe()}\n  template {self.template.name}; {what}\n"
+                f"  {', '.join(COMMANDS)}")
+
+    def reset(self) -> None:
+        self.history.clear()
+
+    # --- one turn -----------------------------------------------------------------------------------------
+
+    def classify(self, text: str) -> str:
+        label, probability, probabilities = self.scorer.answer(text)
+        others = ", ".join(f"{name} {p:.3f}" for name, p in probabilities.items())
+        return f"{label} (p={probability:.3f}; {others})"
+
+    def prompt_ids(self, user_text: str) -> list[int]:
+        """The prompt for the next answer; the oldest turns are dropped when the context would overflow."""
+        from steadytune.infer.generate import conversation_prompt, encode_prompt
+
+        messages = self.history + [{"role": "user", "content": user_text}]
+        while True:
+            ids = encode_prompt(self.tokenizer, conversation_prompt(self.template, messages, self.system))
+            if self.max_prompt_tokens is None or len(ids) <= self.max_prompt_tokens or len(messages) <= 1:
+                return ids
+            messages = messages[2:]  # drop the oldest exchange
+            self.history = messages[:-1]
+
+    def answer(self, user_text: str) -> Iterator[str]:
+        """Stream the answer to `user_text` and add the exchange to the history."""
+        from steadytune.infer.generate import stream_answer
+
+        ids = self.prompt_ids(user_text)
+        parts = []
+        for chunk in stream_answer(self.model, self.tokenizer, ids, self.sampling, self.stops,
+                                   self.run.cfg.infer.skip_special_tokens):
+            parts.append(chunk)
+            yield chunk
+        self.history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": "".join(parts).strip()}]
+
+    # --- the loop -----------------------------------------------------------------------------------------
+
+    def loop(self, stdin: IO[str], stdout: IO[str], interactive: bool) -> int:
+        if interactive:
+            print(self.banner(), file=stdout)
+        while True:
+            line = _read(stdin, stdout, interactive)
+            if line is None:
+                break
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/exit", "/quit"):
+                break
+            if text == "/reset":
+                self.reset()
+                print("(history cleared)", file=stdout, flush=True)
+                continue
+            if text == "/help":
+                print("\n".join(f"  {k:8} {v}" for k, v in COMMANDS.items()), file=stdout, flush=True)
+                continue
+            if self.scorer is not None:
+                print(self.classify(text), file=stdout, flush=True)
+                continue
+            if interactive:
+                print("assistant> ", end="", file=stdout, flush=True)
+            for chunk in self.answer(text):
+                # One line per answer when scripted: an answer's own line breaks are kept only in a terminal.
+                print(chunk if interactive else chunk.replace("\n", " "), end="", file=stdout, flush=True)
+            print(file=stdout, flush=True)
+        return 0
+
+
+def _read(stdin: IO[str], stdout: IO[str], interactive: bool) -> str | None:
+    if interactive:
+        try:
+            return input("user> ")
+        except EOFError:
+            print(file=stdout)
+            return None
+    line = stdin.readline()
+    return line if line else None

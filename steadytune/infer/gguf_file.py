@@ -1,0 +1,415 @@
+"""Write a model as one GGUF file for llama.cpp / Ollama / LM Studio, in-process, with the `gguf` package.
+
+The `gguf` package (llama.cpp's own Python side) gives the tensor-name map (`get_tensor_name_map`), the metadata
+writer and the quantisers (f16, bf16, q8_0). What llama.cpp's `convert_hf_to_gguf.py` adds on top, for the four
+architectures we train, is small and written out here: the hyper-parameters each architecture reads, Llama's
+q/k row permutation (llama.cpp's RoPE pairs neighbouring dimensions, transformers' pairs the two halves), and
+Gemma's norm weights stored as `1 + w` (Gemma computes `x * (1 + w)`, llama.cpp `x * w`).
+
+The tokenizer goes in as llama.cpp describes one: a byte-level BPE (Qwen, Llama 3) as `gpt2` with its merges and
+pre-tokenizer name; a sentencepiece-style BPE with byte fallback (Gemma) as `llama` with scores that keep its merge
+order. The chat template the run trained with goes in as `tokenizer.chat_template`.
+
+`verify_gguf` loads the file back with transformers (`gguf_file=`) and compares tokenisation, logits and greedy
+answers with the model it was written from.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from steadytune.errors import UserError
+
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
+# The gguf package quantises f16/bf16/q8_0 itself; it has no k-quant quantiser (its Q4_K is de-quantise only), so
+# q4_k_m goes through llama.cpp's own quantiser, in-process, where llama-cpp-python is installed.
+LLAMA_CPP_TYPES = {"q4_k_m": 15}  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+# model_type -> the name of gguf.MODEL_ARCH
+ARCHITECTURES = {"qwen2": "QWEN2", "qwen3": "QWEN3", "llama": "LLAMA", "gemma3_text": "GEMMA3"}
+
+# Largest relative logit error (max |logit - reference| / max |reference logit|) accepted by `verify_gguf`,
+# per tensor type. Measured: see README (export section) for the figures on Gemma 3 270M and the tiny models.
+TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 4e-2, "q8_0": 1e-1, "q4_k_m": 3e-1}
+
+
+def _text_config(model) -> Any:
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _tensor_type(kind: str):
+    import gguf
+    return {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+            "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[kind]
+
+
+def _file_type(kind: str):
+    import gguf
+    return {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+            "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[kind]
+
+
+def gguf_architecture(model) -> str:
+    model_type = _text_config(model).model_type
+    if model_type not in ARCHITECTURES:
+        raise UserError(f"export_format: gguf: no GGUF writer for model_type {model_type!r} here "
+                        f"(supported: {', '.join(sorted(ARCHITECTURES))}); export the Hugging Face folder and convert "
+                        "it with llama.cpp's convert_hf_to_gguf.py")
+    return ARCHITECTURES[model_type]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hyper-parameters
+# ---------------------------------------------------------------------------------------------------------
+
+def _rope(config) -> tuple[float | None, float | None, dict]:
+    """(global rope theta, sliding-window rope theta, global rope parameters) from a transformers 4 or 5 config."""
+    params = getattr(config, "rope_parameters", None) or {}
+    full = params.get("full_attention", params) if isinstance(params, dict) else {}
+    sliding = params.get("sliding_attention", {}) if isinstance(params, dict) else {}
+    theta = full.get("rope_theta", getattr(config, "rope_theta", None))
+    local = sliding.get("rope_theta", getattr(config, "rope_local_base_freq", None))
+    return theta, local, full
+
+
+def add_hyperparameters(writer, arch: str, config) -> None:
+    import gguf
+
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+    theta, local_theta, rope = _rope(config)
+    if theta is not None:
+        writer.add_rope_freq_base(theta)
+    rope_type = rope.get("rope_type", "default")
+    if rope_type == "linear" and rope.get("factor"):
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(rope["factor"])
+    elif rope_type not in ("default", None):
+        raise UserError(f"export_format: gguf: rope_type {rope_type!r} is not written by this exporter; export the "
+                        "Hugging Face folder and convert it with llama.cpp's convert_hf_to_gguf.py")
+    if arch == "LLAMA":
+        writer.add_rope_dimension_count(head_dim)
+    if arch in ("QWEN3", "GEMMA3") or head_dim != config.hidden_size // config.num_attention_heads:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    if arch == "GEMMA3":
+        if getattr(config, "attn_logit_softcapping", None):
+            raise UserError("export_format: gguf: Gemma 3 with attn_logit_softcapping is not a Gemma 3 llama.cpp runs")
+        if getattr(config, "final_logit_softcapping", None):
+            writer.add_final_logit_softcapping(config.final_logit_softcapping)
+        layer_types = getattr(config, "layer_types", None)
+        if getattr(config, "sliding_window", None) and layer_types and "sliding_attention" in layer_types:
+            writer.add_sliding_window(config.sliding_window)
+            # Which layers slide, layer by layer (llama.cpp otherwise assumes Gemma 3's 5-of-6 pattern).
+            writer.add_sliding_window_pattern([t == "sliding_attention" for t in layer_types])
+            if local_theta is not None:
+                writer.add_rope_freq_base_swa(local_theta)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tensors
+# ---------------------------------------------------------------------------------------------------------
+
+def _permute_rope_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
+    """transformers' Llama rotates the two halves of each head; llama.cpp rotates neighbouring pairs."""
+    return (weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:])
+            .swapaxes(1, 2).reshape(weight.shape))
+
+
+def to_gguf_layout(arch: str, name: str, data: np.ndarray, config) -> np.ndarray:
+    if arch == "LLAMA":
+        if name.endswith("q_proj.weight"):
+            return _permute_rope_rows(data, config.num_attention_heads)
+        if name.endswith("k_proj.weight"):
+            return _permute_rope_rows(data, config.num_key_value_heads)
+    if arch == "GEMMA3" and name.endswith("norm.weight"):
+        return data + 1.0  # Gemma3RMSNorm computes x * (1 + w)
+    return data
+
+
+def _encode_tensor(data: np.ndarray, kind: str):
+    """(array to write, its GGML type): vectors stay f32 (llama.cpp's rule); q8_0 needs rows of whole 32-blocks."""
+    import gguf
+
+    if data.ndim <= 1 or kind == "f32":
+        return data.astype(np.float32), gguf.GGMLQuantizationType.F32
+    if kind == "q8_0" and data.shape[-1] % 32:
+        kind = "f16"  # as llama.cpp's converter does for a row that does not fill its blocks
+    qtype = _tensor_type(kind)
+    if kind == "f16":
+        return data.astype(np.float16), qtype
+    return gguf.quants.quantize(data.astype(np.float32), qtype), qtype
+
+
+def add_tensors(writer, arch: str, model, kind: str, progress: bool = True) -> int:
+    import gguf
+    from tqdm.auto import tqdm
+
+    config = _text_config(model)
+    names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch), config.num_hidden_layers)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    state = model.state_dict()
+    count = 0
+    for hf_name in tqdm(list(state), desc=f"GGUF {kind}", unit="tensor", disable=not progress, dynamic_ncols=True):
+        if hf_name == "lm_head.weight" and tied:
+            continue  # llama.cpp reuses token_embd when output.weight is absent
+        gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if gguf_name is None:
+            raise UserError(f"export_format: gguf: no GGUF name for tensor {hf_name} of this "
+                            f"{config.model_type} model")
+        data = to_gguf_layout(arch, hf_name, state[hf_name].detach().to("cpu", torch.float32).numpy(), config)
+        array, qtype = _encode_tensor(data, kind)
+        writer.add_tensor(gguf_name, array, raw_dtype=qtype if qtype not in (gguf.GGMLQuantizationType.F32,
+                                                                            gguf.GGMLQuantizationType.F16) else None)
+        count += 1
+    return count
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tokenizer
+# ---------------------------------------------------------------------------------------------------------
+
+def _pre_tokenizer_name(spec: dict) -> str:
+    """llama.cpp's name for how a byte-level BPE splits text before merging (its `tokenizer.ggml.pre`)."""
+    pre = spec.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    split = next((p for p in parts if p.get("type") == "Split"), None)
+    if split is None and any(p.get("type") == "ByteLevel" and p.get("use_regex", True) for p in parts):
+        return "gpt-2"  # llama.cpp's name for GPT-2's split pattern
+    regex = (split or {}).get("pattern", {}).get("Regex")
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+    except ImportError:  # older transformers: the two we train most
+        from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+        GGUF_PRE_TOKENIZER_SPLITS = {"qwen2": PRETOKENIZE_REGEX}
+    for name, pattern in GGUF_PRE_TOKENIZER_SPLITS.items():
+        if regex == pattern:
+            return name
+    raise UserError("export_format: gguf: this tokenizer splits text with a pattern llama.cpp has no name for; the "
+                    "GGUF would tokenise differently. Convert the exported folder with llama.cpp's "
+                    "convert_hf_to_gguf.py instead")
+
+
+def _special_ids(tokenizer) -> set[int]:
+    return {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+
+
+def _looks_special(token: str) -> bool:
+    # llama.cpp's converter treats these as control tokens even where a tokenizer does not mark them special.
+    return (token in ("<pad>", "<mask>") or (token.startswith("<|") and token.endswith("|>"))
+            or (token.startswith("<unused") and token.endswith(">")))
+
+
+def add_tokenizer(writer, arch: str, tokenizer, vocab_size: int, chat_template: str | None,
+                  stop_ids: Sequence[int]) -> None:
+    import gguf
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    model = spec.get("model", {})
+    if model.get("type") != "BPE":
+        raise UserError(f"export_format: gguf: tokenizer model {model.get('type')!r} is not written here (BPE only)")
+    by_id = {i: t for t, i in tokenizer.get_vocab().items()}
+    added = tokenizer.added_tokens_decoder
+    special = _special_ids(tokenizer)
+    byte_level = not model.get("byte_fallback")
+    tokens, types, scores = [], [], []
+    for i in range(vocab_size):
+        token = by_id.get(i)
+        if token is None:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+            scores.append(-1000.0)
+            continue
+        if i in added:
+            kind = gguf.TokenType.CONTROL if i in special or _looks_special(token) else gguf.TokenType.USER_DEFINED
+            if kind == gguf.TokenType.USER_DEFINED and not byte_level:
+                token = token.replace("\u2581", " ")  # llama.cpp matches user-defined tokens on raw text
+            score = -1000.0
+        elif not byte_level and token.startswith("<0x") and token.endswith(">") and len(token) == 6:
+            kind, score = gguf.TokenType.BYTE, 0.0
+        elif i == tokenizer.unk_token_id:
+            kind, score = gguf.TokenType.UNKNOWN, -1000.0
+        elif not byte_level and arch == "GEMMA3" and len(token) > 1 and set(token) == {"\u2581"}:
+            # Gemma's runs of spaces are user-defined tokens spelled with real spaces (as Google's file has them).
+            token, kind, score = " " * len(token), gguf.TokenType.USER_DEFINED, -1000.0
+        else:
+            # Sentencepiece merges the pair whose result scores highest: a token's rank in the vocabulary is its
+            # merge order (transformers rebuilds Gemma's merges from that order too).
+            kind, score = gguf.TokenType.NORMAL, -float(i)
+        tokens.append(token)
+        types.append(kind)
+        scores.append(score)
+
+    if byte_level:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre(_pre_tokenizer_name(spec))
+        merges = model.get("merges") or []
+        writer.add_token_list(tokens)
+        writer.add_token_types(types)
+        writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
+    else:
+        writer.add_tokenizer_model("llama")
+        writer.add_tokenizer_pre("default")
+        writer.add_token_list(tokens)
+        writer.add_token_scores(scores)
+        writer.add_token_types(types)
+        writer.add_add_space_prefix(_adds_space_prefix(spec))
+    for setter, token_id in ((writer.add_bos_token_id, tokenizer.bos_token_id),
+                             (writer.add_eos_token_id, tokenizer.eos_token_id),
+                             (writer.add_unk_token_id, tokenizer.unk_token_id),
+                             (writer.add_pad_token_id, tokenizer.pad_token_id)):
+        if token_id is not None:
+            setter(token_id)
+    eot = [i for i in stop_ids if i != tokenizer.eos_token_id]
+    if eot:
+        writer.add_eot_token_id(eot[0])
+    ids = tokenizer("a")["input_ids"]
+    writer.add_add_bos_token(bool(ids) and ids[0] == tokenizer.bos_token_id)
+    writer.add_add_eos_token(False)
+    if chat_template:
+        writer.add_chat_template(chat_template)
+
+
+def _adds_space_prefix(spec: dict) -> bool:
+    normalizer = json.dumps(spec.get("normalizer") or {})
+    pre = spec.get("pre_tokenizer") or {}
+    return '"Prepend"' in normalizer or (pre.get("type") == "Metaspace" and pre.get("prepend_scheme") != "never")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The file
+# ---------------------------------------------------------------------------------------------------------
+
+def write_gguf(model, tokenizer, path: Path, kind: str, chat_template: str | None, stop_ids: Sequence[int],
+               name: str, progress: bool = True) -> Path:
+    """Write `model` (a plain transformers model, any dtype) as one GGUF file of tensor type `kind`, atomically."""
+    import gguf
+
+    if kind not in GGUF_TYPES:
+        raise UserError(f"export_gguf_type: {kind!r} is not one of {', '.join(GGUF_TYPES)}")
+    if kind in LLAMA_CPP_TYPES:
+        f16 = path.with_name(path.name + ".f16")
+        try:
+            write_gguf(model, tokenizer, f16, "f16", chat_template, stop_ids, name, progress)
+            return quantize_with_llama_cpp(f16, path, kind)
+        finally:
+            f16.unlink(missing_ok=True)
+    arch = gguf_architecture(model)
+    config = _text_config(model)
+    partial = path.with_name(path.name + ".partial")
+    writer = gguf.GGUFWriter(str(partial), gguf.MODEL_ARCH_NAMES[getattr(gguf.MODEL_ARCH, arch)])
+    try:
+        writer.add_type(gguf.GGUFType.MODEL)
+        writer.add_name(name)
+        writer.add_file_type(_file_type(kind))
+        if kind == "q8_0":
+            writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        add_hyperparameters(writer, arch, config)
+        add_tokenizer(writer, arch, tokenizer, config.vocab_size, chat_template, stop_ids)
+        add_tensors(writer, arch, model, kind, progress)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file(progress=False)
+    finally:
+        writer.close()
+    partial.replace(path)
+    return path
+
+
+def quantize_with_llama_cpp(source: Path, path: Path, kind: str) -> Path:
+    """llama.cpp's quantiser (`llama_model_quantize`, what `llama-quantize` runs), called in-process."""
+    try:
+        import llama_cpp
+    except ImportError:
+        raise UserError(f"export_gguf_type: {kind} needs llama.cpp's quantiser: pip install llama-cpp-python (it "
+                        "builds llama.cpp); the gguf package quantises only f16, bf16 and q8_0") from None
+    import ctypes
+    import os
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = LLAMA_CPP_TYPES[kind]
+    params.nthread = os.cpu_count() or 1
+    partial = path.with_name(path.name + ".partial")
+    code = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params))
+    if code != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise UserError(f"export_gguf_type: {kind}: llama.cpp's quantiser failed (code {code}) on {source}")
+    partial.replace(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round trip
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass
+class GGUFCheck:
+    kind: str
+    max_abs_logit_error: float
+    relative_logit_error: float       # max |Δ logit| / max |reference logit|
+    top1_agreement: float             # share of positions whose most likely next token is the same
+    greedy_same: int                  # prompts whose greedy answer is the same token for token
+    prompts: int
+    tokenizer_same: bool
+    seconds: float
+    tolerance: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.tokenizer_same and self.relative_logit_error <= self.tolerance
+
+    def describe(self) -> str:
+        return (f"GGUF {self.kind} loaded back with transformers: logits max |Δ| {self.max_abs_logit_error:.2e} "
+                f"({self.relative_logit_error:.2e} of the largest logit; tolerance {self.tolerance:.0e}), next-token "
+                f"agreement {self.top1_agreement:.1%}, greedy answers identical on {self.greedy_same}/{self.prompts} "
+                f"prompts, tokenizer {'identical' if self.tokenizer_same else 'DIFFERENT'} ({self.seconds:.1f} s)")
+
+
+def verify_gguf(path: Path, model, tokenizer, prompts: Sequence[Sequence[int]], texts: Sequence[str],
+                kind: str, max_new_tokens: int = 8) -> GGUFCheck:
+    """Load `path` back with transformers and compare it with `model` (the weights it was written from)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.perf_counter()
+    folder, name = str(path.parent), path.name
+    try:
+        loaded_tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    except Exception as e:  # the reader fails in many places on a bad file; the message is what matters
+        raise UserError(f"{path}: transformers cannot load the GGUF just written ({type(e).__name__}: {e})") from None
+    tokenizer_same = all(loaded_tokenizer(t, add_special_tokens=False)["input_ids"]
+                         == tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts)
+    reference = model.float().eval() if next(model.parameters()).dtype != torch.float32 else model.eval()
+    worst, scale, agree, positions, greedy_same = 0.0, 0.0, 0, 0, 0
+    with torch.inference_mode():
+        for ids in prompts:
+            x = torch.tensor([list(ids)])
+            a = reference(x.to(next(reference.parameters()).device)).logits[0].float().cpu()
+            b = loaded(x).logits[0].float()
+            worst = max(worst, (a - b).abs().max().item())
+            scale = max(scale, a.abs().max().item())
+            agree += int((a.argmax(-1) == b.argmax(-1)).sum())
+            positions += a.shape[0]
+            ga = reference.generate(x.to(next(reference.parameters()).device), max_new_tokens=max_new_tokens,
+                                    do_sample=False, pad_token_id=tokenizer.pad_token_id)[0].cpu()
+            gb = loaded.generate(x, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)[0]
+            greedy_same += int(torch.equal(ga, gb))
+    del loaded
+    return GGUFCheck(kind, worst, worst / max(scale, 1e-12), agree / max(positions, 1), greedy_same, len(prompts),
+                     tokenizer_same, time.perf_counter() - started, TOLERANCE[kind])

@@ -1,0 +1,185 @@
+"""The adapter archive: written with a manifest, used wherever an adapter folder is, and refused when it is
+corrupt, altered or hostile (tar-slip, links, devices) before anything is written outside or loaded."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from _infer_runs import classification_keys, make_run
+from steadytune.cli import main
+from steadytune.errors import UserError
+from steadytune.infer.archive import MANIFEST, open_archive, write_archive
+from steadytune.tiny import save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("archive")
+    model = save_tiny_model(root / "tiny", "qwen2")
+    return make_run(root / "run", classification_keys(root, model, root / "run", template="empty"),
+                    random_b=False, train_steps=40)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Unpacked archives go to a cache of this test only."""
+    monkeypatch.setenv("STEADYTUNE_CACHE", str(tmp_path / "cache"))
+
+
+def test_archive_holds_the_run_with_a_manifest_and_a_card(run_dir, tmp_path, capsys):
+    target = tmp_path / "run.tar.gz"
+    assert main(["export", str(run_dir), "--archive", str(target)]) == 0
+    with tarfile.open(target) as tar:
+        names = tar.getnames()
+        manifest = tar.extractfile(MANIFEST).read().decode()
+        card = tar.extractfile("README.md").read().decode()
+    for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "run_config.yaml",
+                 "base_model.json", "README.md", MANIFEST):
+        assert name in names, name
+    assert all(n in manifest for n in names if n != MANIFEST) and len(manifest.splitlines()) == len(names) - 1
+    assert "[More Information Needed]" not in card and "## Evaluation" in card
+    # the archive name is not overwritten without --force
+    assert main(["export", str(run_dir), "--archive", str(target)]) == 1
+    assert "--force" in capsys.readouterr().err
+
+
+def test_archive_works_wherever_the_folder_does(run_dir, tmp_path, capsys):
+    target = write_archive(run_dir, tmp_path / "run.tar.gz")
+    rows = tmp_path / "new.jsonl"
+    rows.write_text('{"text": "太差了"}\n{"text": "很好"}\n', encoding="utf-8")
+    assert main(["predict", str(target), "--input", str(rows), "--output", str(tmp_path / "a.jsonl")]) == 0
+    assert main(["predict", str(run_dir), "--input", str(rows), "--output", str(tmp_path / "f.jsonl")]) == 0
+    assert (tmp_path / "a.jsonl").read_text(encoding="utf-8") == (tmp_path / "f.jsonl").read_text(encoding="utf-8")
+    # eval and train take it as adapter_name_or_path
+    config = tmp_path / "run.yaml"
+    keys = yaml.safe_load((run_dir / "run_config.yaml").read_text("utf-8"))
+    keys.pop("decisions")
+    keys["adapter_name_or_path"] = str(target)
+    config.write_text(json.dumps(keys, ensure_ascii=False), encoding="utf-8")
+    assert main(["eval", str(config), "--known-samples", "0", "--output-dir", str(tmp_path / "e")]) == 0
+    assert json.loads((tmp_path / "e" / "eval_results.json").read_text(encoding="utf-8"))["score"]["accuracy"] == 1.0
+    # a second open reuses the unpacked copy after checking it again
+    assert open_archive(target) == open_archive(target)
+
+
+def _flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_corrupted_or_truncated_archive_is_a_clear_error(run_dir, tmp_path):
+    target = write_archive(run_dir, tmp_path / "run.tar.gz")
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+    with pytest.raises(UserError, match="corrupt or truncated"):
+        open_archive(truncated)
+    flipped = tmp_path / "flipped.tar.gz"
+    flipped.write_bytes(target.read_bytes())
+    _flip_byte(flipped, flipped.stat().st_size // 2)
+    with pytest.raises(UserError, match="corrupt"):
+        open_archive(flipped)
+    assert not list((tmp_path / "cache" / "archives").glob("*/adapter_model.safetensors"))
+
+
+def _repack(source: Path, target: Path, change) -> Path:
+    """A well-formed archive whose members were changed by `change(name, bytes) -> bytes | None`."""
+    with tarfile.open(source) as tar, tarfile.open(target, "w:gz") as out:
+        for member in tar.getmembers():
+            data = change(member.name, tar.extractfile(member).read())
+            if data is None:
+                continue
+            member.size = len(data)
+            out.addfile(member, io.BytesIO(data))
+    return target
+
+
+def test_altered_member_missing_member_and_extra_member_are_refused(run_dir, tmp_path):
+    target = write_archive(run_dir, tmp_path / "run.tar.gz")
+
+    def tamper(name, data):
+        if name == "adapter_model.safetensors":
+            data = bytearray(data)
+            data[-1] ^= 1  # a weight changed, the header still intact: only the manifest can tell
+            return bytes(data)
+        return data
+
+    with pytest.raises(UserError, match="adapter_model.safetensors does not match its SHA-256"):
+        open_archive(_repack(target, tmp_path / "tampered.tar.gz", tamper))
+    with pytest.raises(UserError, match="listed in the manifest but missing"):
+        open_archive(_repack(target, tmp_path / "missing.tar.gz",
+                             lambda name, data: None if name == "adapter_config.json" else data))
+    no_manifest = _repack(target, tmp_path / "nomanifest.tar.gz", lambda name, data: None if name == MANIFEST else data)
+    with pytest.raises(UserError, match=f"no {MANIFEST}"):
+        open_archive(no_manifest)
+
+
+def _hostile(tmp_path: Path, name: str, make) -> Path:
+    """A real archive of the run plus one hostile member built by `make(tarinfo) -> bytes payload`."""
+    path = tmp_path / "hostile.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo(MANIFEST)
+        body = b""
+        info.size = 0
+        tar.addfile(info, io.BytesIO(body))
+        evil = tarfile.TarInfo(name)
+        payload = make(evil)
+        evil.size = len(payload)
+        tar.addfile(evil, io.BytesIO(payload))
+    return path
+
+
+@pytest.mark.parametrize("name,make,why", [
+    ("../escaped.txt", lambda i: b"tar-slip", "climbs out"),
+    ("sub/../../escaped.txt", lambda i: b"tar-slip", "climbs out"),
+    ("/tmp/steadytune-absolute.txt", lambda i: b"absolute", "absolute path"),
+    ("link", lambda i: (setattr(i, "type", tarfile.SYMTYPE), setattr(i, "linkname", "/etc/passwd"), b"")[-1],
+     "symbolic link"),
+    ("hard", lambda i: (setattr(i, "type", tarfile.LNKTYPE), setattr(i, "linkname", "/etc/passwd"), b"")[-1],
+     "hard link"),
+    ("device", lambda i: (setattr(i, "type", tarfile.CHRTYPE), setattr(i, "devmajor", 1), b"")[-1],
+     "device or fifo"),
+    ("fifo", lambda i: (setattr(i, "type", tarfile.FIFOTYPE), b"")[-1], "device or fifo"),
+    ("folder/adapter_config.json", lambda i: b"{}", "not a plain file name"),
+])
+def test_hostile_members_are_refused_before_anything_is_written(tmp_path, name, make, why):
+    path = _hostile(tmp_path, name, make)
+    with pytest.raises(UserError, match=why):
+        open_archive(path)
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path.parent / "escaped.txt").exists()
+    assert not Path("/tmp/steadytune-absolute.txt").exists()
+    archives = tmp_path / "cache" / "archives"
+    assert not archives.exists() or not any(p for p in archives.rglob("*") if p.is_file())
+    # the CLI says it in one line
+    assert main(["chat", str(path)]) == 1
+
+
+def test_a_real_run_archive_with_a_tar_slip_member_is_refused(run_dir, tmp_path):
+    """The classic attack: a genuine archive with one extra `../` member (and a manifest that even lists it)."""
+    target = write_archive(run_dir, tmp_path / "run.tar.gz")
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(target) as tar, tarfile.open(evil, "w:gz") as out:
+        for member in tar.getmembers():
+            out.addfile(member, tar.extractfile(member))
+        info = tarfile.TarInfo("../../slipped.py")
+        payload = b"open('/tmp/steadytune-pwned', 'w').write('x')\n"
+        info.size = len(payload)
+        out.addfile(info, io.BytesIO(payload))
+    with pytest.raises(UserError, match="climbs out"):
+        open_archive(evil)
+    assert not (tmp_path / "slipped.py").exists() and not (tmp_path.parent / "slipped.py").exists()
+    assert not Path("/tmp/steadytune-pwned").exists()
+
+
+def test_archive_of_a_base_model_only_is_refused(tmp_path, capsys):
+    model = save_tiny_model(tmp_path / "tiny", "qwen2")
+    config = tmp_path / "base.yaml"
+    config.write_text(f"model_name_or_path: {model}\n", encoding="utf-8")
+    assert main(["export", str(config), "--archive"]) == 1
+    assert "no trained adapter" in capsys.readouterr().err

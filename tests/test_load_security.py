@@ -1,0 +1,118 @@
+"""Loading a model runs no code the user did not allow: a model's own Python files only with
+trust_remote_code: true (every command that loads a model honours it), and weights from safetensors only unless
+allow_pickle_weights: true. Each hostile folder carries a payload that would create a marker file: it must not
+appear."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from _infer_runs import classification_keys, make_run, write_jsonl
+from steadytune.cli import main
+from steadytune.config import load_config
+from steadytune.errors import UserError
+from steadytune.model import load_model_and_tokenizer, load_trained_adapter
+from steadytune.tiny import save_tiny_model
+
+PAYLOAD = "import pathlib, os\npathlib.Path(os.environ['STEADYTUNE_TEST_MARKER']).write_text('code ran')\n"
+
+
+@pytest.fixture()
+def marker(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "payload-ran"
+    monkeypatch.setenv("STEADYTUNE_TEST_MARKER", str(path))
+    return path
+
+
+def with_remote_code(folder: Path, model_type: str) -> Path:
+    """A model folder whose config names its own classes (auto_map) in files that run the payload on import."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(model_type=model_type, auto_map={"AutoConfig": "configuration_evil.EvilConfig",
+                                                   "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"})
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    for name in ("configuration_evil.py", "modeling_evil.py"):
+        (folder / name).write_text(PAYLOAD, encoding="utf-8")
+    return folder
+
+
+def test_every_command_refuses_a_model_that_needs_its_own_code(tmp_path, marker, capsys):
+    model = with_remote_code(save_tiny_model(tmp_path / "evil", "qwen2"), "evil_model")
+    keys = classification_keys(tmp_path, model, tmp_path / "run", template="empty")
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps(keys, ensure_ascii=False), encoding="utf-8")
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"text": "很好"}])
+    commands = {
+        "train": ["train", str(config), "max_steps=1", "--force"],
+        "export": ["export", str(model), f"export_dir={tmp_path / 'out'}"],
+        "chat": ["chat", str(model)],
+        "predict": ["predict", str(model), "--input", str(rows), "--output", str(tmp_path / "p.jsonl")],
+    }
+    for name, argv in commands.items():
+        capsys.readouterr()
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 1, name
+        assert "trust_remote_code: true" in err and "ships its own code" in err, (name, err)
+        assert not marker.exists(), name
+    # eval (which needs an adapter to evaluate) on that base: refused at the model load too
+    base = save_tiny_model(tmp_path / "plain", "qwen2")
+    adapter = make_run(tmp_path / "adapter", classification_keys(tmp_path, base, tmp_path / "adapter"))
+    capsys.readouterr()
+    assert main(["eval", str(config), f"adapter_name_or_path={adapter}", "--known-samples", "0"]) == 1
+    assert "trust_remote_code: true" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_built_in_architecture_loads_without_running_the_shipped_code(tmp_path, marker, capsys):
+    model = with_remote_code(save_tiny_model(tmp_path / "m", "qwen2"), "qwen2")
+    loaded, _ = load_model_and_tokenizer(load_config(None, {"model_name_or_path": str(model)}).model)
+    assert type(loaded).__name__ == "Qwen2ForCausalLM"
+    assert "is not run" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+class _Payload:
+    """Unpickling this runs os.system-like code: what a hostile pytorch_model.bin carries."""
+
+    def __reduce__(self):
+        return (exec, (PAYLOAD,))
+
+
+def test_pickle_weights_are_refused_unless_allowed(tmp_path, marker):
+    folder = save_tiny_model(tmp_path / "m", "qwen2")
+    state = {k: v.clone() for k, v in load_model_and_tokenizer(
+        load_config(None, {"model_name_or_path": str(folder)}).model)[0].state_dict().items()}
+    (folder / "model.safetensors").unlink()
+    torch.save({**state, "evil": _Payload()}, folder / "pytorch_model.bin")
+    cfg = load_config(None, {"model_name_or_path": str(folder)})
+    with pytest.raises(UserError, match="allow_pickle_weights: true"):
+        load_model_and_tokenizer(cfg.model)
+    assert not marker.exists()
+    # opted in, transformers still reads the file with torch's weights_only loader: the payload is refused there too
+    clean = save_tiny_model(tmp_path / "clean", "qwen2")
+    (clean / "model.safetensors").unlink()
+    torch.save(state, clean / "pytorch_model.bin")
+    allowed = load_config(None, {"model_name_or_path": str(clean), "allow_pickle_weights": True})
+    model, _ = load_model_and_tokenizer(allowed.model)
+    assert torch.equal(model.state_dict()["model.norm.weight"], state["model.norm.weight"])
+    assert not marker.exists()
+
+
+def test_pickled_adapter_is_refused_unless_allowed(tmp_path, marker):
+    base = save_tiny_model(tmp_path / "base", "qwen2")
+    adapter = make_run(tmp_path / "run", classification_keys(tmp_path, base, tmp_path / "run"))
+    from safetensors.torch import load_file
+
+    weights = load_file(adapter / "adapter_model.safetensors")
+    (adapter / "adapter_model.safetensors").unlink()
+    torch.save({**weights, "evil": _Payload()}, adapter / "adapter_model.bin")
+    model, _ = load_model_and_tokenizer(load_config(None, {"model_name_or_path": str(base)}).model)
+    with pytest.raises(UserError, match="allow_pickle_weights: true"):
+        load_trained_adapter(model, adapter)
+    assert not marker.exists()
+    assert os.environ["STEADYTUNE_TEST_MARKER"] == str(marker)
