@@ -199,8 +199,6 @@ class InferArguments:
     repetition_penalty: float = _opt(1.0, "Penalty above 1.0 discourages repeating tokens.", minimum=0.0, exclusive_min=True)
     length_penalty: float = _opt(1.0, "Beam search length penalty.")
     skip_special_tokens: bool = _opt(True, "Drop special tokens from generated text.")
-    default_system: Optional[str] = _opt(None, "System prompt for chat and predict.")
-    enable_thinking: bool = _opt(True, "qwen3 templates: let the model think; false puts an empty think block in the prompt.")
     export_dir: Optional[str] = _opt(None, "Where export writes the merged model (LLaMA-Factory key).")
     export_size: float = _opt(5, "Largest shard of the exported safetensors, in GB (LLaMA-Factory key; fractions allowed).", minimum=0.0, exclusive_min=True)
     export_device: str = _opt("cpu", "Where the merge runs: cpu, or auto (the GPU when there is one).", choices=("cpu", "auto"))

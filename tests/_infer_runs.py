@@ -41,6 +41,13 @@ def classification_keys(root: Path, model_dir: Path, out: Path, template: str = 
             "output_dir": str(out), "bf16": False, "seed": 0}
 
 
+def learned_classification_run(root: Path, model_dir: Path, out: Path, template: str = "empty") -> Path:
+    """A classification run that really learned the task (accuracy 1.0 on its data): the tied embedding / output
+    head trains too (a random tiny model's head is too weak for LoRA alone), 100 full-batch steps at 5e-3."""
+    keys = {**classification_keys(root, model_dir, out, template=template), "additional_target": "embed_tokens"}
+    return make_run(out, keys, random_b=False, train_steps=100, lr=5e-3)
+
+
 def make_run(out: Path, keys: dict, random_b: bool = True, train_steps: int = 0, lr: float = 2e-2,
              b_scale: float = 0.3) -> Path:
     """A run folder as `steadytune train` writes it, from config `keys`; the adapter gets random B (random_b) or

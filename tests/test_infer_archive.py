@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from _infer_runs import classification_keys, make_run
+from _infer_runs import learned_classification_run
 from steadytune.cli import main
 from steadytune.errors import UserError
 from steadytune.infer.archive import MANIFEST, open_archive, write_archive
@@ -22,8 +22,7 @@ from steadytune.tiny import save_tiny_model
 def run_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("archive")
     model = save_tiny_model(root / "tiny", "qwen2")
-    return make_run(root / "run", classification_keys(root, model, root / "run", template="empty"),
-                    random_b=False, train_steps=40)
+    return learned_classification_run(root, model, root / "run")
 
 
 @pytest.fixture(autouse=True)

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from conftest import LF_FIXTURES, needs_shared
-from _infer_runs import TEXTS, classification_keys, make_full_run, make_run
+from _infer_runs import TEXTS, classification_keys, learned_classification_run, make_full_run, make_run
 from steadytune.cli import main
 from steadytune.config import load_config
 from steadytune.errors import UserError
-from steadytune.infer.generate import conversation_prompt, encode_prompt, run_template
+from steadytune.infer.generate import conversation_ids, run_template
 from steadytune.infer.loading import LORA, MODEL, load_trained, open_run
 from steadytune.scoring import generate_texts
 from steadytune.tiny import save_tiny_model
@@ -35,8 +35,7 @@ def tiny(tmp_path_factory):
 def greedy_answers(cfg, folder: Path, kind: str, n: int = 20, new_tokens: int = 8) -> list[str]:
     model, tokenizer = load_trained(cfg, folder, kind, device=torch.device("cpu"), dtype=torch.float32, quiet=True)
     template = run_template(cfg, tokenizer)
-    prompts = [encode_prompt(tokenizer, conversation_prompt(template, [{"role": "user", "content": t}]))
-               for t in TEXTS[:n]]
+    prompts = [conversation_ids(template, tokenizer, [{"role": "user", "content": t}]) for t in TEXTS[:n]]
     return generate_texts(model, tokenizer, prompts, new_tokens, batch_size=n)
 
 
@@ -140,8 +139,9 @@ def test_chat_template_reproduces_a_trained_conversation(tiny, tmp_path):
 
 
 def test_export_then_eval_gives_the_runs_accuracy(tiny, tmp_path, capsys):
-    keys = classification_keys(tmp_path, tiny["qwen2"], tmp_path / "run", template="empty")
-    run_dir = make_run(tmp_path / "run", keys, random_b=False, train_steps=40)
+    run_dir = learned_classification_run(tmp_path, tiny["qwen2"], tmp_path / "run")
+    keys = {**classification_keys(tmp_path, tiny["qwen2"], tmp_path / "run", template="empty"),
+            "additional_target": "embed_tokens"}
     config = tmp_path / "run.yaml"
     config.write_text(json.dumps(keys, ensure_ascii=False), encoding="utf-8")  # JSON is YAML
     assert main(["eval", str(config), "--known-samples", "0", "--output-dir", str(tmp_path / "e1")]) == 0
@@ -153,10 +153,13 @@ def test_export_then_eval_gives_the_runs_accuracy(tiny, tmp_path, capsys):
     for name in ("eval_results.json", "predictions.jsonl"):
         (tmp_path / "merged" / name).replace(tmp_path / "e2" / name)
     after = json.loads((tmp_path / "e2" / "eval_results.json").read_text(encoding="utf-8"))
-    assert before["score"]["accuracy"] == 1.0  # learned: the equality below compares a real result
+    assert before["score"]["accuracy"] == 1.0  # learned: the equalities below compare a real result
     assert after["score"]["accuracy"] == before["score"]["accuracy"]
-    rows = lambda d: [json.loads(line)["prediction"] for line in (tmp_path / d / "predictions.jsonl").open(encoding="utf-8")]  # noqa: E731
-    assert rows("e2") == rows("e1")
+    rows = lambda d: [json.loads(line) for line in (tmp_path / d / "predictions.jsonl").open(encoding="utf-8")]  # noqa: E731
+    assert [r["prediction"] for r in rows("e2")] == [r["prediction"] for r in rows("e1")]
+    for merged_row, adapter_row in zip(rows("e2"), rows("e1")):
+        for label, score in adapter_row["scores"].items():
+            assert merged_row["scores"][label] == pytest.approx(score, abs=2e-3)
     # the merged folder carries the run's record and a card that names the accuracy
     card = (tmp_path / "merged" / "README.md").read_text(encoding="utf-8")
     assert "merged model" in card and "[More Information Needed]" not in card

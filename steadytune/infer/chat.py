@@ -57,7 +57,7 @@ def _apply_flags(cfg, args) -> None:
             setattr(g, key, value)
             cfg.user_keys.add(key)
     if args.system is not None:
-        g.default_system = args.system
+        cfg.data.default_system = args.system  # the template's default system prompt, as in training
     if args.max_new_tokens is not None:
         if args.max_new_tokens < 1:
             raise UserError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
@@ -80,7 +80,7 @@ class ChatSession:
         self.template = run_template(cfg, tokenizer)
         self.sampling = sampling_of(cfg, sample_by_default=True)
         self.stops = stop_token_ids(self.template, tokenizer)
-        self.system = cfg.infer.default_system
+        self.system = None  # the template's own default_system (config or --system) applies
         self.history: list[dict] = []
         self.scorer = None
         if run_.is_classification:
@@ -117,11 +117,11 @@ class ChatSession:
 
     def prompt_ids(self, user_text: str) -> list[int]:
         """The prompt for the next answer; the oldest turns are dropped when the context would overflow."""
-        from steadytune.infer.generate import conversation_prompt, encode_prompt
+        from steadytune.infer.generate import conversation_ids
 
         messages = self.history + [{"role": "user", "content": user_text}]
         while True:
-            ids = encode_prompt(self.tokenizer, conversation_prompt(self.template, messages, self.system))
+            ids = conversation_ids(self.template, self.tokenizer, messages, self.system)
             if self.max_prompt_tokens is None or len(ids) <= self.max_prompt_tokens or len(messages) <= 1:
                 return ids
             messages = messages[2:]  # drop the oldest exchange

@@ -183,7 +183,7 @@ VERIFY_TEXTS = ("The quick brown fox jumps over the lazy dog.", "这个商品很
 
 
 def export_gguf(merged, tokenizer, template, out_dir: Path, kind: str, verify: bool, name: str) -> dict:
-    from steadytune.infer.generate import chat_template_of, conversation_prompt, encode_prompt, stop_token_ids
+    from steadytune.infer.generate import chat_template_of, conversation_ids, conversation_prompt, stop_token_ids
     from steadytune.infer.gguf_file import verify_gguf, write_gguf
 
     path = out_dir / f"{name}-{kind}.gguf"
@@ -192,8 +192,9 @@ def export_gguf(merged, tokenizer, template, out_dir: Path, kind: str, verify: b
     report = {"path": str(path), "bytes": path.stat().st_size, "seconds": time.perf_counter() - started}
     print(f"GGUF {kind}: {path} ({_size(report['bytes'])}, {report['seconds']:.1f} s)")
     if verify:
-        texts = [conversation_prompt(template, [{"role": "user", "content": t}]) for t in VERIFY_TEXTS]
-        prompts = [encode_prompt(tokenizer, t) for t in texts]
+        turns = [[{"role": "user", "content": t}] for t in VERIFY_TEXTS]
+        texts = [conversation_prompt(template, turn) for turn in turns]
+        prompts = [conversation_ids(template, tokenizer, turn) for turn in turns]
         check = verify_gguf(path, merged, tokenizer, prompts, list(VERIFY_TEXTS) + texts, kind)
         print(check.describe())
         report["check"] = check.__dict__

@@ -14,12 +14,15 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from steadytune.data.templates import JinjaTemplate, SlotTemplate, Template, get_template
+from steadytune.data.templates import BOS, CONTENT, EOS, Template, encode_parts
 
 
 def run_template(cfg, tokenizer) -> Template:
-    """The template the run trained with (`template:` of its config; `auto` = the tokenizer's own)."""
-    return get_template(cfg.data.template, tokenizer)
+    """The template the run trained with: `template:` of its config with the data keys that adjust it
+    (tool_format, default_system, enable_thinking), built exactly as training built it."""
+    from steadytune.data.prepare import template_for
+
+    return template_for(cfg, tokenizer)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -31,88 +34,132 @@ def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _slot(slot: str, content: str) -> str:
-    """Jinja expression for `slot` with {content} replaced by the expression `content`."""
-    before, _, after = slot.partition("{content}")
-    return " + ".join(part for part in (_literal(before) if before else "", content, _literal(after) if after else "")
-                      if part)
+def _slot(template: Template, slot: tuple, content: str | None, own_element: bool = True) -> str:
+    """Jinja expression for a slot: its text elements as literals, the content slot as the expression `content`,
+    bos/eos as the tokens' text (special tokens: tokenised back to the same single ids).
+
+    Training tokenises each element on its own; a tokenizer that prepends a space to what it encodes (SentencePiece
+    style, Metaspace prepend_scheme first/always: Llama 2, Mistral) thus gives every element a leading space token
+    unless the element starts with a space or a special token. `lead()` (defined in the template) writes that space,
+    so one string tokenises to the same ids. own_element=False: text that becomes part of another element (a fused
+    system prompt)."""
+    terms: list[str] = []
+    for element in slot:
+        if element is BOS:
+            text = template.tokenizer.bos_token if template.tokenizer.bos_token_id is not None else ""
+            terms.append(_literal(text or ""))
+        elif element is EOS:
+            terms.append(_literal(template.eos_token or "") if template.eos_token_id is not None else "")
+        elif element:
+            if content is not None and CONTENT in element:
+                before, _, after = element.partition(CONTENT)
+                text = " + ".join(t for t in (_literal(before) if before else "", f"({content})",
+                                              _literal(after) if after else "") if t)
+            else:
+                text = _literal(element)
+            terms.append(f"lead({text})" if own_element and _prepends_space(template.tokenizer) else text)
+    return " + ".join(t for t in terms if t) or '""'
+
+
+def _prepends_space(tokenizer) -> bool:
+    """Whether encoding a text on its own starts it with the tokenizer's space marker (▁)."""
+    try:
+        first = tokenizer.convert_ids_to_tokens(tokenizer.encode("a", add_special_tokens=False))[0]
+    except Exception:  # a tokenizer that cannot say: treat it as one that adds nothing
+        return False
+    return first.startswith("\u2581")
+
+
+def _lead_macro(tokenizer) -> str:
+    # Added tokens are split off before the space is prepended: an element starting with one gets no space.
+    specials = sorted(tokenizer.get_added_vocab(), key=len, reverse=True)
+    return ("{%- macro lead(s) -%}{{- (' ' + s) if (s and not s.startswith(' ') and not s.startswith("
+            + _literal_tuple(specials) + ")) else s -}}{%- endmacro -%}")
+
+
+def _literal_tuple(items: list[str]) -> str:
+    return "(" + ", ".join(_literal(i) for i in items) + ("," if len(items) == 1 else "") + ")"
 
 
 def chat_template_of(template: Template) -> str:
-    """A Jinja chat_template that renders conversations exactly as `template` does in training.
+    """A Jinja chat_template that renders conversations as `template` does, so that `apply_chat_template` of an
+    exported tokenizer (tokenize=True) gives the ids the run trained on and generates after.
 
-    Roles: system (first message only), user, assistant, tool. Our slot templates end a user turn with the
-    assistant header, so the header is written with every user turn; `add_generation_prompt` adds nothing more
-    except, for qwen3, the empty think block when `enable_thinking=false` (as Qwen3's own template does).
-    The tokenizer's own template (`template: auto`) is returned as it is."""
-    if isinstance(template, JinjaTemplate):
-        return template.tokenizer.chat_template
-    assert isinstance(template, SlotTemplate)
+    Roles: system (first message only), user, assistant, tool / observation. As in training, the assistant header
+    is part of each user turn, so `add_generation_prompt` adds nothing, except the empty think block of a reasoning
+    template when `enable_thinking` is false (a variable callers may pass, as with Qwen3's own template). Earlier
+    answers lose their think blocks, as in generation; tool definitions and tool calls are not rendered."""
     t = template
-    system_slot = _slot(t.system, "system_text")
-    observation = t.observation or t.user
+    think_open, think_close = t.thought_words
+    empty_thought = _literal(think_open + think_close)
+    system_expr = "system_text"
     lines = [
+        _lead_macro(t.tokenizer) if _prepends_space(t.tokenizer) else "",
         "{%- if messages and messages[0]['role'] == 'system' -%}",
         "{%- set system_text = messages[0]['content'] -%}{%- set turns = messages[1:] -%}",
         "{%- else -%}",
-        f"{{%- set system_text = {_literal(t.default_system) if t.default_system else 'none'} -%}}"
-        "{%- set turns = messages -%}",
+        f"{{%- set system_text = {_literal(t.default_system)} -%}}{{%- set turns = messages -%}}",
         "{%- endif -%}",
-        f"{{{{- {_literal(t.prefix)} -}}}}" if t.prefix else "",
+        f"{{%- set thinking = enable_thinking if enable_thinking is defined else "
+        f"{'false' if t.enable_thinking is False else 'true'} -%}}",
+        f"{{{{- {_slot(t, t.prefix, None)} -}}}}" if t.prefix else "",
     ]
-    if t.system_in_first_user:
-        lines.append("{%- set ns = namespace(pending=system_text) -%}")
+    if t.fuse_system:
+        # No system role: the system slot's text opens the first user turn.
+        lines.append(f"{{%- set ns = namespace(pending=({_slot(t, t.system, system_expr, own_element=False)}) if system_text else '') -%}}")
+        user_content = "ns.pending + message['content']"
     else:
-        lines.append(f"{{%- if system_text -%}}{{{{- {system_slot} -}}}}{{%- endif -%}}")
-    user_content = "message['content']"
-    if t.system_in_first_user:
-        user_content = f"(({_slot(t.system, 'ns.pending')}) if ns.pending else '') + message['content']"
-    think_in_prompt = f" + {_literal(t.think_in_prompt)}" if t.think_in_prompt else ""
-    answer = "message['content']"
-    if t.think_in_answer:
-        answer = f"(message['content'] if '<think>' in message['content'] else {_literal(t.think_in_answer)} + message['content'])"
+        lines.append(f"{{%- if system_text -%}}{{{{- {_slot(t, t.system, system_expr)} -}}}}{{%- endif -%}}")
+        lines.append("{%- set ns = namespace(pending='') -%}")
+        user_content = "message['content']"
+    # An answer's think block: dropped from earlier answers (generation's rule) and when thinking is off; the last
+    # answer without one gets the empty block, on the answer side when thinking, on the prompt side when not.
+    strip = f"message['content'].split({_literal(think_close.strip())})[-1].lstrip('\\n')"
+    has_thought = f"({_literal(think_open.strip())} in message['content'] or {_literal(think_close.strip())} in message['content'])"
+    if t.reasoning:
+        keep = "loop.last and thinking" if not t.preserve_thinking else "thinking"
+        answer = (f"((message['content'] if {has_thought} else {empty_thought} + message['content']) "
+                  f"if ({keep}) else {strip})")
+        last_user_suffix = f"{{%- if not thinking and loop.revindex == 2 and turns[-1]['role'] == 'assistant' -%}}" \
+                           f"{{{{- {empty_thought} -}}}}{{%- endif -%}}"
+    else:
+        answer, last_user_suffix = "message['content']", ""
     lines += [
         "{%- for message in turns -%}",
         "{%- if message['role'] == 'user' -%}",
-        f"{{{{- {_slot(t.user, user_content)}{think_in_prompt} -}}}}",
-        "{%- set ns.pending = none -%}" if t.system_in_first_user else "",
+        f"{{{{- {_slot(t, t.user, user_content)} -}}}}",
+        last_user_suffix,
+        "{%- set ns.pending = '' -%}",
         "{%- elif message['role'] == 'assistant' -%}",
-        f"{{{{- {_slot(t.assistant, answer)} -}}}}",
+        f"{{{{- {_slot(t, t.assistant, answer)} -}}}}",
         "{%- elif message['role'] in ('tool', 'observation', 'ipython') -%}",
-        f"{{{{- {_slot(observation, 'message[' + _literal('content') + ']')} -}}}}",
+        f"{{{{- {_slot(t, t.observation, 'message[' + _literal('content') + ']')} -}}}}",
         "{%- endif -%}",
         "{%- endfor -%}",
     ]
-    if t.think_in_answer:
-        lines.append("{%- if add_generation_prompt and enable_thinking is defined and enable_thinking is false -%}"
-                     f"{{{{- {_literal(t.think_in_answer)} -}}}}{{%- endif -%}}")
+    if t.reasoning:
+        lines.append(f"{{%- if add_generation_prompt and not thinking -%}}{{{{- {empty_thought} -}}}}{{%- endif -%}}")
     return "".join(line for line in lines if line)
 
 
-def stop_token_ids(template: Template, tokenizer) -> list[int]:
-    """eos plus the template's end-of-answer token (e.g. <end_of_turn>, <|im_end|>) when it is one token."""
-    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    stop = tokenizer(template.stop, add_special_tokens=False)["input_ids"] if template.stop else []
-    if len(stop) == 1 and stop[0] not in ids:
-        ids.append(stop[0])
-    return ids
+def stop_token_ids(template: Template, tokenizer=None) -> list[int]:
+    """Ids that end an answer: eos and every stop word of the template (<end_of_turn>, <|im_end|>, ...)."""
+    return template.stop_token_ids()
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Prompts
 # ---------------------------------------------------------------------------------------------------------
 
+def conversation_ids(template: Template, tokenizer, messages: list[dict], system: str | None = None) -> list[int]:
+    """The prompt ids for the next answer after `messages` (which end with a user turn), encoded as in training:
+    each slot element tokenised on its own."""
+    return encode_parts(tokenizer, template.generation_prompt_parts(messages, system))
+
+
 def conversation_prompt(template: Template, messages: list[dict], system: str | None = None) -> str:
-    """The prompt text for the next answer after `messages` (which end with a user turn), as in training."""
-    if isinstance(template, JinjaTemplate):
-        chat = template._as_chat(messages, system, None)
-        return template.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-    return "".join(piece.text for piece in template.render(messages, system))
-
-
-def encode_prompt(tokenizer, text: str) -> list[int]:
-    # The template already holds bos and every special token; the tokenizer must not add another bos.
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    """The same prompt as text (for display and for engines that take text)."""
+    return template.render_generation_prompt(messages, system)
 
 
 # ---------------------------------------------------------------------------------------------------------

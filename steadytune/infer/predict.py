@@ -125,7 +125,7 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     from steadytune.scoring import generate_texts
 
     sampling = sampling_of(cfg, sample_by_default=False)
-    prompts = [_prompt_ids(row, template, tokenizer, text_column, cfg.infer.default_system) for row in rows]
+    prompts = [_prompt_ids(row, template, tokenizer, text_column) for row in rows]
     counts = [0] * len(prompts)
     answers = generate_texts(model, tokenizer, prompts, sampling.max_new_tokens, batch_size,
                              stop_token_ids(template, tokenizer), progress=True, sampling=sampling.generate_kwargs(),
@@ -145,7 +145,7 @@ def _generate_with_vllm(run_, rows, text_column) -> Prediction:
     tokenizer = AutoTokenizer.from_pretrained(str(run_.folder or resolve_model_path(cfg.model)),
                                               trust_remote_code=cfg.model.trust_remote_code)
     template = run_template(cfg, tokenizer)
-    prompts = [_prompt_ids(row, template, tokenizer, text_column, cfg.infer.default_system) for row in rows]
+    prompts = [_prompt_ids(row, template, tokenizer, text_column) for row in rows]
     sampling = sampling_of(cfg, sample_by_default=False)
     generator = VllmGenerator(run_, sampling, stop_token_ids(template, tokenizer),
                               dtype=cfg.infer.infer_dtype if cfg.infer.infer_dtype != "auto" else "auto")
@@ -203,11 +203,12 @@ def _messages_of(row, column: str | None) -> tuple[list[dict], str | None]:
     return [{"role": "user", "content": text}], system
 
 
-def _prompt_ids(row, template, tokenizer, column: str | None, default_system: str | None) -> list[int]:
-    from steadytune.infer.generate import conversation_prompt, encode_prompt
+def _prompt_ids(row, template, tokenizer, column: str | None) -> list[int]:
+    """A row's prompt as training encoded it; a row's own `system` replaces the template's default_system."""
+    from steadytune.infer.generate import conversation_ids
 
     messages, system = _messages_of(row, column)
-    return encode_prompt(tokenizer, conversation_prompt(template, messages, system or default_system))
+    return conversation_ids(template, tokenizer, messages, system)
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:
