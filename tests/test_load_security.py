@@ -51,6 +51,7 @@ def test_every_command_refuses_a_model_that_needs_its_own_code(tmp_path, marker,
         "export": ["export", str(model), f"export_dir={tmp_path / 'out'}"],
         "chat": ["chat", str(model)],
         "predict": ["predict", str(model), "--input", str(rows), "--output", str(tmp_path / "p.jsonl")],
+        "serve": ["serve", str(model), "--port", "8765"],  # refused while loading, before the port is opened
     }
     for name, argv in commands.items():
         capsys.readouterr()
@@ -114,5 +115,13 @@ def test_pickled_adapter_is_refused_unless_allowed(tmp_path, marker):
     model, _ = load_model_and_tokenizer(load_config(None, {"model_name_or_path": str(base)}).model)
     with pytest.raises(UserError, match="allow_pickle_weights: true"):
         load_trained_adapter(model, adapter)
+    assert not marker.exists()
+    # serve: as SOURCE, and as an extra --adapter (which must be safetensors: its shapes are checked first)
+    from steadytune.serve.loading import load_served
+    with pytest.raises(UserError, match="allow_pickle_weights: true"):
+        load_served(str(adapter), [], [])
+    clean = make_run(tmp_path / "clean", classification_keys(tmp_path, base, tmp_path / "clean"))
+    with pytest.raises(UserError, match="no adapter_model.safetensors"):
+        load_served(str(clean), [f"evil={adapter}"], [])
     assert not marker.exists()
     assert os.environ["STEADYTUNE_TEST_MARKER"] == str(marker)

@@ -127,7 +127,7 @@ def _load_huggingface(main: _Run, extra: list[tuple[str, _Run]], served_name: Op
     if adapter_runs:
         for run in adapter_runs[1:]:  # refused before any weight is loaded
             check_checkpoint_matches(run.folder, model)
-        model = load_trained_adapter(model, adapter_runs[0].folder)
+        model = load_trained_adapter(model, adapter_runs[0].folder, allow_pickle=cfg.model.allow_pickle_weights)
         peft_names.append(model.active_adapter)
         for i, run in enumerate(adapter_runs[1:], start=1):
             peft_names.append(f"adapter{i}")
