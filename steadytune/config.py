@@ -689,6 +689,8 @@ LF_DEFAULT_DIFFERENCES: dict[str, tuple[Any, str]] = {
     "model_name_or_path": (None, "gemma-3-270m, the demo's model"),
     "use_liger_kernel": (False, "unset: on where liger-kernel is installed, on a GPU, when the layers are not compiled"),
     "torch_compile": (False, "unset: on for CUDA runs of 400+ micro-batches with static shapes"),
+    "do_sample": (True, "unset: `chat` samples as LLaMA-Factory's does; `predict` and do_predict decode greedily, so "
+                        "their results repeat (do_sample: true samples there too)"),
 }
 # Keys recorded only, with what they mean here, when set to something that would change behaviour there.
 NOOP_KEYS: dict[str, str] = {
@@ -713,6 +715,8 @@ def record_lf_decisions(cfg: RunConfig) -> None:
             continue
         if key == "use_reentrant_gc" and not cfg.train.gradient_checkpointing:
             continue  # it only matters with checkpointing on
+        if key == "do_sample" and not (cfg.train.do_predict and cfg.train.predict_with_generate):
+            continue  # it only matters when the run generates
         value = getattr(getattr(cfg, KEY_TO_SECTION[key]), key)
         cfg.decide(key, value, f"LLaMA-Factory's default is {lf_default!r}; {why}")
     for key, why in NOOP_KEYS.items():

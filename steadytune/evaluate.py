@@ -141,8 +141,11 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
         raise UserError("no test split: set eval_dataset, or val_size to evaluate on the held-out split of training")
 
     if not data.label_names:  # a generation (SFT) task
-        metrics = predict_generation(model, tokenizer, data.eval, cfg.train.max_new_tokens, batch_size, str(out_dir),
-                                     stop_token_ids=data.template.stop_token_ids())
+        from steadytune.infer.generate import sampling_of
+        sampling = sampling_of(cfg, sample_by_default=False)  # greedy unless do_sample: true (then the config's keys)
+        metrics = predict_generation(model, tokenizer, data.eval, sampling.max_new_tokens, batch_size, str(out_dir),
+                                     stop_token_ids=data.template.stop_token_ids(),
+                                     sampling=sampling.generate_kwargs())
         results = {"task": "generation", "n": len(data.eval), "adapter": str(folder), **metrics}
         (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
         record_outputs(out_dir, EVAL_OUTPUTS)
@@ -275,8 +278,8 @@ def write_errors_to_review(predictions: Sequence[dict], n: int, path: Path) -> N
 
 def predict_generation(model: torch.nn.Module, tokenizer: Any, examples: Sequence[dict], max_new_tokens: int,
                        batch_size: int = 32, output_dir: str | None = None, progress: bool = True,
-                       stop_token_ids: Sequence[int] = ()) -> dict:
-    """Greedy answers to tokenised SFT examples, scored against their reference answers with BLEU-4 and
+                       stop_token_ids: Sequence[int] = (), sampling: dict | None = None) -> dict:
+    """Answers (greedy unless `sampling` says otherwise) to tokenised SFT examples, scored against their reference answers with BLEU-4 and
     ROUGE-1/2/L as LLaMA-Factory scores them; writes `generated_predictions.jsonl` (prompt, predict, label) into
     `output_dir` when given. An example prepared for prediction carries prompt_ids / answer_ids (the conversation
     up to its last answer, and that answer: LLaMA-Factory's do_predict encoding); others are cut at their first
@@ -285,7 +288,7 @@ def predict_generation(model: torch.nn.Module, tokenizer: Any, examples: Sequenc
     references = [tokenizer.decode(e["answer_ids"] if "answer_ids" in e else [t for t in e["labels"] if t != -100],
                                    skip_special_tokens=True) for e in examples]
     answers = generate_texts(model, tokenizer, prompts, max_new_tokens, batch_size, stop_token_ids=stop_token_ids,
-                             progress=progress)
+                             progress=progress, sampling=sampling)
     metrics = {f"predict_{k}": v for k, v in generation_metrics(answers, references).items()}
     if output_dir is not None:
         path = Path(output_dir) / "generated_predictions.jsonl"

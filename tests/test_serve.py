@@ -455,10 +455,13 @@ def test_metrics_speak_prometheus_text(url):
 
 def test_cli_refuses_bad_sources_in_one_line(runs, capsys, tmp_path):
     assert main(["serve", str(tmp_path / "missing")]) == 1
-    assert "no such file or folder" in capsys.readouterr().err
+    assert "not found" in capsys.readouterr().err
     (tmp_path / "adapter.tar").write_bytes(b"not an archive")
     assert main(["serve", str(tmp_path / "adapter.tar")]) == 1
-    assert "not a YAML config or a run folder" in capsys.readouterr().err
+    assert "not a config (.yaml), a run folder or an adapter archive" in capsys.readouterr().err
+    (tmp_path / "adapter.tar.gz").write_bytes(b"not an archive")  # an archive's name, a broken file
+    assert main(["serve", str(tmp_path / "adapter.tar.gz")]) == 1
+    assert "adapter.tar.gz" in capsys.readouterr().err
     assert main(["serve", str(runs / "sentiment"), "--adapter", "nameonly"]) == 1
     assert "expected name=path" in capsys.readouterr().err
     assert main(["serve", str(runs / "sentiment"), "--adapter", f"x={runs / 'tiny'}"]) == 1

@@ -169,7 +169,8 @@ def _unpack(archive: Path, work: Path) -> None:
                 with source, (work / member.name).open("wb") as out:
                     shutil.copyfileobj(source, out, CHUNK)
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-        raise UserError(f"{archive}: the archive is corrupt or truncated ({type(e).__name__}: {e})") from None
+        first = str(e).splitlines()[0].rstrip(":") if str(e) else ""  # tarfile lists every method it tried
+        raise UserError(f"{archive}: the archive is corrupt or truncated ({type(e).__name__}: {first})") from None
 
 
 def verify_folder(folder: Path, archive: Path) -> None:
