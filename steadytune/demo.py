@@ -96,7 +96,7 @@ def run_demo(cfg, force: bool = False) -> dict:
     (Path(result.output_dir) / "demo_results.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False),
                                                                encoding="utf-8")
     from steadytune.report.record import write_run_report
-    write_run_report(result.output_dir)  # again, with the before/after accuracy
+    write_run_report(result.output_dir, announce=False)  # again, with the before/after accuracy
     print("\n".join([
         "",
         f"{'':28}{'accuracy':>10}{'macro-F1':>10}",

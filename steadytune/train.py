@@ -112,7 +112,7 @@ def run(args) -> int:
         # LLaMA-Factory's do_eval / do_predict: evaluate what was just trained, as `steadytune eval` would (sft:
         # label scoring or generation; dpo/kto/rm: their loss and reward metrics on the eval split).
         STAGES[cfg.method.stage].evaluate_trained(cfg, batch_size=cfg.train.per_device_eval_batch_size)
-        write_run_report(cfg.train.output_dir)  # again, with the evaluation's results
+        write_run_report(cfg.train.output_dir, announce=False)  # again, with the evaluation's results
     return result.exit_code
 
 

@@ -90,7 +90,7 @@ def _method_lines(run: dict, adapter: dict) -> list[str]:
     if run.get("finetuning_type") == "full":
         return ["- full fine-tune: every weight trained"]
     rank = adapter.get("r", run.get("lora_rank"))
-    alpha = adapter.get("lora_alpha", run.get("lora_alpha"))
+    alpha = adapter.get("lora_alpha") or _decision(run, "lora_alpha") or run.get("lora_alpha")  # null: the default
     targets = adapter.get("target_modules") or _decision(run, "lora_target") or run.get("lora_target")
     if isinstance(targets, (list, set, tuple)):
         targets = ", ".join(sorted(targets))

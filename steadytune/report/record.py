@@ -85,9 +85,10 @@ def batching_efficiency(lengths: Sequence[int], micro_batches: Sequence[Sequence
             "efficiency": round(real / computed, 4) if computed else None}
 
 
-def write_run_report(output_dir: str | Path) -> Path | None:
+def write_run_report(output_dir: str | Path, announce: bool = True) -> Path | None:
     """report.html into output_dir at the end of a run (main process only). The report is a view of files
-    already saved, so a failure here is printed and never fails the run."""
+    already saved, so a failure here is printed and never fails the run. announce=False: a rewrite (with results
+    added) of a report already announced."""
     if int(os.environ.get("RANK", "0")) != 0:
         return None
     path = Path(output_dir) / "report.html"
@@ -98,5 +99,6 @@ def write_run_report(output_dir: str | Path) -> Path | None:
         print(f"warning: report.html not written ({type(e).__name__}: {e}); "
               f"try `steadytune report {output_dir}`", file=sys.stderr)
         return None
-    print(f"report: {path}", flush=True)
+    if announce:
+        print(f"report: {path}", flush=True)
     return path
