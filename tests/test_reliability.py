@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from sample_data import ALPACA, classification_rows, sample_dir

@@ -3,7 +3,6 @@ shared/fixtures/rocm. Expected values below were read by hand from each fixture 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -19,10 +19,8 @@ allocator state or compiled code.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
-import math
 import sys
 import tempfile
 import time
