@@ -678,12 +678,15 @@ def begin_steps(run: Run) -> None:
 
 
 def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Tensor, int]:
-    """Forward and backward over one accumulation window; -> (loss per target token, gradient norm, target tokens
-    of the window summed over ranks)."""
+    """Forward and backward over one accumulation window; -> (loss per unit, gradient norm, target tokens of the
+    window summed over ranks). The loss unit is the stage's: a target token (sft, pt), a pair (dpo, rm), an
+    answer (kto)."""
     accelerator, faults = run.accelerator, run.faults
-    local_tokens = sum(run.stage.count_units(mb.batch) for mb in window)  # sft: target tokens; dpo, rm: pairs; kto: answers
+    local_units = sum(run.stage.count_units(mb.batch) for mb in window)
     with run.watchdog.waiting(step):   # a hang report tells ranks that wait for the others from one that stalled
-        global_tokens = reduce_sum(accelerator, local_tokens, run.device)
+        global_tokens = reduce_sum(accelerator, local_units, run.device)
+        target_tokens = global_tokens if run.stage.count_tokens is None else reduce_sum(
+            accelerator, sum(run.stage.count_tokens(mb.batch) for mb in window), run.device)
     step_loss = torch.zeros((), device=run.device)
     run.objective.train()
     for i, mb in enumerate(window):
@@ -706,7 +709,7 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     grad_norm = clip_gradients(accelerator, run.params, run.guard.max_grad_norm, run.sharding)
     with run.watchdog.waiting(step):   # reading the loss waits for the gradient all-reduce too
         loss_value = reduce_sum(accelerator, step_loss.item(), run.device) / max(global_tokens, 1)
-    return loss_value, grad_norm, global_tokens
+    return loss_value, grad_norm, target_tokens
 
 
 def sync_gradients_on_last(accelerator, objective, is_last: bool, plan=None):

@@ -345,6 +345,11 @@ def test_packed_and_padded_pairs_train_the_same(tiny, tmp_path):
     packed = train(overrides(tiny, data, tmp_path / "p", packing="true", max_tokens_per_batch=200, max_steps=4))
     padded = train(overrides(tiny, data, tmp_path / "u", packing="false", max_tokens_per_batch=200, max_steps=4))
     assert packed.losses == pytest.approx(padded.losses, rel=1e-5)
+    # metrics' `tokens` counts answer tokens trained (chosen + rejected), as for sft, not pairs
+    tokens = {run: [r["tokens"] for r in read_metrics(tmp_path / run / "metrics.jsonl") if "loss" in r]
+              for run in ("p", "u")}
+    assert tokens["p"] == tokens["u"] and all(b > a for a, b in zip(tokens["u"], tokens["u"][1:]))
+    assert tokens["u"][0] >= 2 * 3 * 2  # at least two pairs a step, two answers of 3+ tokens each
 
 
 def test_kto_trains_and_logs_its_metrics(tiny, tmp_path):

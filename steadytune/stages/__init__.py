@@ -14,7 +14,7 @@ import functools
 
 from steadytune.model import CAUSAL_LM, SEQUENCE_SCORE
 from steadytune.stages.base import Stage
-from steadytune.stages.batches import FEEDBACK_GROUPS, PAIR_GROUPS, SequenceCollator, count_examples
+from steadytune.stages.batches import FEEDBACK_GROUPS, PAIR_GROUPS, SequenceCollator, count_answer_tokens, count_examples
 
 
 def _prepare(kind_name: str):
@@ -49,7 +49,8 @@ def _stage(name: str, task: str, kind: str, groups, objective: str, drop_dropout
     from steadytune.stages import evaluation
 
     return Stage(name=name, model_task=task, prepare_data=_prepare(kind), make_collator=_collator(groups),
-                 count_units=count_examples, make_objective=_objective(objective, drop_dropout),
+                 count_units=count_examples, count_tokens=count_answer_tokens,
+                 make_objective=_objective(objective, drop_dropout),
                  evaluate=functools.partial(evaluation.evaluate_during_training, groups),
                  # the saved model is loaded as this stage's kind and its objective rebuilt: look the stage up
                  evaluate_trained=lambda cfg, **kw: evaluation.evaluate_trained(PREFERENCE_STAGES[name], cfg, **kw))

@@ -26,3 +26,5 @@ class Stage:
     make_objective: Callable[[torch.nn.Module, RunConfig], torch.nn.Module]
     evaluate: Callable[..., dict]                          # (cfg, accelerator, objective, data, tokenizer, device)
     evaluate_trained: Callable[..., dict]                  # (cfg, batch_size=...) on the saved output
+    # the target tokens a micro-batch trains on (metrics' `tokens`, throughput); None: count_units already is that
+    count_tokens: Optional[Callable[[dict], int]] = None

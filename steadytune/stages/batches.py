@@ -18,6 +18,7 @@ from typing import Sequence
 import torch
 
 from steadytune.data.collator import PadCollator
+from steadytune.data.encode import IGNORE
 
 PAIR_GROUPS = (("", (0, 1)),)
 FEEDBACK_GROUPS = (("", (0,)), ("kl_", (1,)))
@@ -47,7 +48,10 @@ class SequenceCollator:
 
     def __call__(self, examples: list[dict]) -> dict:
         sequences = [split_sequences(e) for e in examples]
-        batch: dict = {"n_examples": len(examples)}
+        # Answer tokens of every sequence (chosen and rejected, or the answer and its KL mismatch), counted here on
+        # the host so that reporting them costs no device sync.
+        batch: dict = {"n_examples": len(examples),
+                       "n_target_tokens": sum(1 for e in examples for t in e["labels"] if t != IGNORE)}
         for prefix, which in self.groups:
             flat = [sequences[i][k] for k in which for i in range(len(examples))]
             batch.update({prefix + key: value for key, value in self.inner(flat).items()})
@@ -67,6 +71,11 @@ class _PaddedWithSegments(PadCollator):
         rows = torch.arange(len(examples))[:, None].expand_as(batch["input_ids"])
         batch["segment_ids"] = torch.where(batch["attention_mask"].bool(), rows, -1)
         return batch
+
+
+def count_answer_tokens(batch: dict) -> int:
+    """The target tokens of a preference micro-batch (what `tokens` means for sft too)."""
+    return int(batch["n_target_tokens"])
 
 
 def count_examples(batch: dict) -> int:
