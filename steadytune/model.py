@@ -253,6 +253,13 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
                                                        use_safetensors=safetensors_only, **common, **extra)
     except (OSError, ValueError) as e:
         raise _load_error(path, e) from None
+    except RuntimeError as e:
+        if "mismatched_sizes" not in str(e) and "size mismatch" not in str(e):
+            raise
+        # A weight file whose tensors do not have the shapes config.json describes (damaged, or from another model).
+        raise UserError(f"model_name_or_path: {path}: its weights do not have the shapes its config.json gives "
+                        "(a damaged file, or weights and config from different models; transformers' report above "
+                        "names the tensors)") from None
     except ImportError as e:  # e.g. attn_implementation='flash_attention_2' without flash-attn
         raise UserError(f"model_name_or_path: {path}: {e}") from None
     except Exception as e:

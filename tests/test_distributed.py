@@ -444,3 +444,24 @@ def test_deepspeed_zero3_on_cpu_matches_and_resumes_a_ddp_checkpoint(tiny_qwen, 
     assert "sharding     DeepSpeed ZeRO-3" in done.stdout and "guard_policy warn" in done.stdout
     assert "fp16.enabled = false (no GPU: fp32)" in done.stdout
     assert losses(tmp_path / "z3") == pytest.approx(single.losses, rel=1e-5)
+
+
+def test_full_finetune_under_zero3_saves_a_model_that_loads_with_its_tied_head(tiny_qwen, sample_data_dir, tmp_path):
+    """The tiny Qwen2 ties its output head to the input embedding (as Qwen2 0.5B-7B and Gemma 3 do): one parameter,
+    two names. The ZeRO-3 save gathers it once and must not write the other name's empty shard."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    fixed = json.loads(json.dumps(SEED_001_DS))
+    del fixed["zero_optimization"]["stage3_parition_grads"]
+    ds_file = write_json(tmp_path / "ds_z3.json", fixed)
+    keys = dict(finetuning_type="full", learning_rate=1e-4, gradient_accumulation_steps=4)
+    one_process(tiny_qwen, sample_data_dir, tmp_path / "one", **keys)
+    done = run_cli(overrides(tiny_qwen, sample_data_dir, tmp_path / "z3", deepspeed=ds_file, **keys))
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved, expected = load_file(tmp_path / "z3" / "model.safetensors"), load_file(tmp_path / "one" / "model.safetensors")
+    assert set(saved) == set(expected) and all(t.numel() > 0 for t in saved.values())
+    for name, tensor in expected.items():
+        torch.testing.assert_close(saved[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "z3")  # raised on the empty head before the fix
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()

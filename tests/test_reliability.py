@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from sample_data import ALPACA, classification_rows, sample_dir
@@ -508,3 +509,17 @@ def test_data_errors_come_before_the_weights_load(tiny, tmp_path):
     proc = cli("train", str(write_yaml(tmp_path / "c.yaml", settings(broken, tmp_path / "out",
                                                                       dataset=str(bad)))))
     assert "bad.jsonl line 2" in one_line_error(proc)
+
+
+def test_weights_whose_shapes_disagree_with_config_are_one_clear_error(tmp_path):
+    """A damaged or mismatched model.safetensors (a tensor of another shape than config.json says): one line
+    naming the folder, not transformers' traceback."""
+    from safetensors.torch import load_file, save_file
+
+    from steadytune.model import load_model_and_tokenizer
+    folder = save_tiny_model(tmp_path / "m", "qwen2")
+    weights = load_file(folder / "model.safetensors")
+    weights["model.norm.weight"] = torch.zeros(0)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match="its weights do not have the shapes its config.json gives"):
+        load_model_and_tokenizer(load_config(None, {"model_name_or_path": str(folder)}).model)

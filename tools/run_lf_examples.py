@@ -19,7 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import shutil
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_EXAMPLES = ROOT.parent / "shared" / "fixtures" / "llamafactory" / "examples"
@@ -67,7 +70,8 @@ def render(results: list[dict], args) -> int:
         "",
         f"Every config under LLaMA-Factory's `examples/` (hiyouga/LLaMA-Factory at ff6d4d12eeb0), run by "
         f"`python tools/run_lf_examples.py` with only `model_name_or_path` (a tiny random Qwen2 with a tokenizer "
-        f"that knows every template's special tokens) and `dataset_dir` (LLaMA-Factory's `data/`) changed, on a "
+        f"that knows every template's special tokens) and `dataset_dir` (LLaMA-Factory's `data/`) changed (`chat` "
+        f"gets one question on stdin), on a "
         f"CPU" + (f", each training run cut to `max_steps={args.max_steps}` (and at most 16 generated tokens) to "
                   f"keep the table's CPU time short" if args.max_steps else "") +
         f". **{runs} of {len(results)} run**; the others stop at start with the message shown (nothing is "
@@ -121,13 +125,25 @@ def main() -> int:
     results = []
     for path in files:
         relative = str(path.relative_to(args.examples))
-        command = [sys.executable, "-m", "steadytune", command_for(relative), str(path),
-                   f"model_name_or_path={model}", f"dataset_dir={data_dir}"]
+        settings = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        # A model that an earlier example trained (saves/...) stays; a hub model becomes the tiny stand-in.
+        own_output = str(settings.get("model_name_or_path", "")).startswith("saves/")
+        command = [sys.executable, "-m", "steadytune", command_for(relative), str(path), f"dataset_dir={data_dir}"]
+        if not own_output:
+            command.append(f"model_name_or_path={model}")
+        if settings.get("export_dir") and (work / settings["export_dir"]).exists():
+            # Two merge examples write the same export_dir: each gets it empty, as if run alone.
+            shutil.rmtree(work / settings["export_dir"])
         if args.max_steps and command_for(relative) == "train":
             command += [f"max_steps={args.max_steps}", "max_new_tokens=16"]
+        # chat reads prompts from stdin when it is not a terminal: one question, then end of input
+        prompt = "Hello, who are you?\n" if command_for(relative) == "chat" else None
+        if prompt:
+            command += ["max_new_tokens=16"]
         start = time.perf_counter()
         try:
-            done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout)
+            done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout,
+                                  input=prompt, stdin=None if prompt else subprocess.DEVNULL)
             code, output = done.returncode, done.stdout + done.stderr
         except subprocess.TimeoutExpired as e:
             code, output = -1, f"timed out after {args.timeout} s\n{(e.stdout or b'')!r}"
