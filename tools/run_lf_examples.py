@@ -144,9 +144,9 @@ def main() -> int:
         try:
             done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout,
                                   input=prompt, stdin=None if prompt else subprocess.DEVNULL)
-            code, output = done.returncode, done.stdout + done.stderr
+            code, output, answer = done.returncode, done.stdout + done.stderr, done.stdout
         except subprocess.TimeoutExpired as e:
-            code, output = -1, f"timed out after {args.timeout} s\n{(e.stdout or b'')!r}"
+            code, output, answer = -1, f"timed out after {args.timeout} s\n{(e.stdout or b'')!r}", ""
         seconds = time.perf_counter() - start
         result = {"example": relative, "command": command_for(relative), "exit_code": code,
                   "seconds": round(seconds, 1), "runs": code == 0, "why": "" if code == 0 else first_error(output)}
@@ -154,7 +154,11 @@ def main() -> int:
             lines = [line.split("\r")[-1].strip() for line in output.splitlines()]
             done_line = next((line for line in lines if line.startswith("done:")), "")
             scores = " ".join(line.strip(",") for line in lines if line.startswith('"predict_'))  # predict runs
-            result["note"] = done_line or (f"predicted; {scores}" if scores else next((x for x in reversed(lines) if x), ""))
+            merged = next((line for line in lines if line.startswith("merged model in")), "")
+            said = next((line for line in answer.splitlines() if line.strip()), "") if command_for(relative) == "chat" else ""
+            plain = [x for x in lines if x and "it/s]" not in x and "%|" not in x]
+            result["note"] = (done_line or (f"predicted; {scores}" if scores else "") or merged
+                              or (f"answered one question ({len(said)} characters; the model is random)" if said else "") or (plain[-1] if plain else ""))
         results.append(result)
         print(f"{'runs' if code == 0 else 'NOT  '} {relative:55} {seconds:6.1f} s  {result['why'][:110]}", flush=True)
 
