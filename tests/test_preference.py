@@ -13,7 +13,8 @@ import torch
 
 from steadytune.cli import main as cli_main
 from steadytune.config import ConfigError, load_config
-from steadytune.data.preference import PAIRS, encode_pair, infer_seqlen
+from steadytune.data.encode import infer_seqlen
+from steadytune.data.preference import PAIRS, encode_pair
 from steadytune.data.prepare import prepare_datasets
 from steadytune.errors import UserError
 from steadytune.monitor import read_metrics

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from steadytune.config import ConfigError, RunConfig
-from steadytune.data.encode import IGNORE, encode_oneturn
+from steadytune.data.encode import IGNORE, encode_oneturn, infer_seqlen
 from steadytune.data.formats import (ASSISTANT, FormatSpec, _column, _text, alpaca_prompt, conversation_turns,
                                      guess_formatting, message_of, tools_of)
 from steadytune.data.prepare import ExampleKind, _progress, count_truncation
@@ -130,21 +130,6 @@ def _check_style(src: DatasetSource, formatting: str) -> None:
 # --------------------------------------------------------------------------------------------------------
 # Tokenising
 # --------------------------------------------------------------------------------------------------------
-
-def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int, int]:
-    """(prompt tokens kept, answer tokens kept) within cutoff_len: LLaMA-Factory's rule, so the same data keeps the
-    same tokens there and here. A short answer keeps all of itself; a short prompt all of itself; when both are
-    long they share cutoff_len in proportion to their lengths."""
-    if target_len * 2 < cutoff_len:
-        max_target = cutoff_len
-    elif source_len * 2 < cutoff_len:
-        max_target = cutoff_len - source_len
-    else:
-        max_target = int(cutoff_len * (target_len / (source_len + target_len)))
-    new_target = min(max_target, target_len)
-    new_source = min(max(cutoff_len - new_target, 0), source_len)
-    return new_source, new_target
-
 
 def prompt_and_answer_ids(template: Template, tokenizer: Any, messages: list[dict], answer: dict,
                           system: Optional[str], tools: Optional[str]) -> tuple[list[int], list[int]]:

@@ -18,7 +18,8 @@ from typing import Any, Optional
 import torch
 
 from steadytune.config import RunConfig
-from steadytune.data.preference import infer_seqlen, prompt_and_answer_ids
+from steadytune.data.encode import infer_seqlen
+from steadytune.data.preference import prompt_and_answer_ids
 from steadytune.data.templates import ASSISTANT_SIDE, Template, get_template
 from steadytune.errors import UserError
 from steadytune.stages.batches import SequenceCollator
