@@ -65,6 +65,11 @@ def test_archive_works_wherever_the_folder_does(run_dir, tmp_path, capsys):
     assert json.loads((tmp_path / "e" / "eval_results.json").read_text(encoding="utf-8"))["score"]["accuracy"] == 1.0
     # a second open reuses the unpacked copy after checking it again
     assert open_archive(target) == open_archive(target)
+    # serve and chat name it as the user did: the archive's name, not the cache folder it is unpacked into
+    from steadytune.infer.loading import open_run
+    from steadytune.serve.loading import load_served
+    assert "run" in load_served(str(target), [], []).served
+    assert str(target) in open_run(str(target)).describe()
 
 
 def _flip_byte(path: Path, offset: int) -> None:

@@ -41,12 +41,18 @@ class Run:
 
     def describe(self) -> str:
         base = self.cfg.model.model_name_or_path
-        return {LORA: f"adapter {self.folder} on {base}", MODEL: f"model {self.folder}",
+        where = self.origin if is_archive(Path(self.origin)) else self.folder  # an archive, not its cache folder
+        return {LORA: f"adapter {where} on {base}", MODEL: f"model {where}",
                 BASE: f"model {base} (no adapter)"}[self.kind]
 
 
 def is_archive(path: Path) -> bool:
     return path.name.endswith(ARCHIVE_SUFFIXES)
+
+
+def archive_stem(path: Path) -> str:
+    """demo.tar.gz -> demo: the run's name an archive carries."""
+    return next(path.name[:-len(s)] for s in ARCHIVE_SUFFIXES if path.name.endswith(s))
 
 
 def open_run(source: str, overrides: list[str] | None = None) -> Run:

@@ -51,6 +51,7 @@ class _Run:
     cfg: RunConfig
     folder: Optional[Path]
     kind: str                              # "lora" | "full" | "base" (nothing trained: the base model alone)
+    name: Optional[str] = None             # what it is served as by default (an archive: its own name, not the cache's)
 
 
 def load_served(source: str, adapters: list[str], overrides: list[str], served_name: Optional[str] = None) -> Loaded:
@@ -73,13 +74,16 @@ def load_served(source: str, adapters: list[str], overrides: list[str], served_n
 
 def resolve_source(source: str, overrides: list[str]) -> _Run:
     """SOURCE as chat/predict/export read it (a config, a run folder, or an adapter archive: verified, unpacked)."""
-    from steadytune.infer.loading import BASE, LORA, open_run
+    from steadytune.infer.loading import BASE, LORA, archive_stem, is_archive, open_run
 
     run = open_run(source, overrides)
     if run.kind == BASE:
         print(f"serve: {source} names no trained adapter or model; serving the base model "
               f"{run.cfg.model.model_name_or_path} alone")
-    return _Run(run.cfg, run.folder, {LORA: "lora", BASE: "base"}.get(run.kind, "full"))
+    name = None
+    if is_archive(Path(source)):  # unpacked into a cache folder named by its digest: serve it by the archive's name
+        name = archive_stem(Path(source))
+    return _Run(run.cfg, run.folder, {LORA: "lora", BASE: "base"}.get(run.kind, "full"), name)
 
 
 def _parse_adapter_arg(arg: str) -> tuple[str, str]:
@@ -148,7 +152,7 @@ def served_entries(main: _Run, extra: list[tuple[str, _Run]], served_name: Optio
     """(served name, run, engine adapter name or None) for SOURCE, the base model under a LoRA SOURCE, and each
     --adapter; `adapter_names` are the engine's names of SOURCE's adapter (if LoRA) and then the --adapter ones."""
     names = iter(adapter_names)
-    main_name = served_name or (main.folder.resolve().name if main.folder else base_name(main.cfg))
+    main_name = served_name or main.name or (main.folder.resolve().name if main.folder else base_name(main.cfg))
     if main.kind == "lora":
         entries = [(main_name, main, next(names)), (base_name(main.cfg), _Run(main.cfg, None, "base"), None)]
     else:
