@@ -10,7 +10,8 @@ Arms (each trained once per seed, scored by label scoring on the same 1,000 test
           on the 7 projections, Trainer with 1 epoch, batch 8 x 2, lr 2e-4, linear, 3 % warm-up (gradient
           checkpointing off: it changes speed, not numbers). Target: bos + prompt | label + eos, loss on label + eos.
           Scored on the label's tokens (no eos), the model in fp32.
-  same    `steadytune train` with the same keys (template empty, the same prompt, cutoff_len 256).
+  same    `steadytune train` with the same keys (template empty_eos: the same prompt, label + eos as the target;
+          cutoff_len 256).
   gpu     `steadytune train` with the README's GPU recipe (the demo recipe, batch 64, lr 1e-3, r 16, warm-up 5 %).
   gpu2    (not run by default) a candidate for 4,000 reviews, where the GPU recipe makes only 63 steps: batch 32,
           lr 5e-4, r 16, 2 epochs (250 steps).
@@ -145,7 +146,7 @@ def run_steadytune(arm: str, model: str, data_dir: Path, out: Path, seed: int) -
     from steadytune.train import run_training
 
     keys = {"model_name_or_path": model, "dataset": "train", "eval_dataset": "test", "dataset_dir": str(data_dir),
-            "template": "empty", "output_dir": str(out), "overwrite_output_dir": True, "seed": seed,
+            "template": "empty_eos", "output_dir": str(out), "overwrite_output_dir": True, "seed": seed,
             "logging_steps": 50, "save_steps": 100000}
     if arm == "same":
         keys.update(SAME_KEYS)

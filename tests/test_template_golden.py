@@ -17,11 +17,11 @@ from transformers import PreTrainedTokenizerFast
 from steadytune.config import ConfigError
 from steadytune.data import tools as tool_formats
 from steadytune.data.encode import IGNORE, encode_conversation, encode_prediction
-from steadytune.data.templates import FUNCTION, TEMPLATES, get_template
+from steadytune.data.templates import FUNCTION, OWN_TEMPLATES, TEMPLATES, get_template
 
 GOLDEN = Path(__file__).parent / "golden"
 INPUTS = json.loads((GOLDEN / "templates" / "conversations.json").read_text(encoding="utf-8"))
-NAMES = sorted(TEMPLATES) + ["auto"]
+NAMES = sorted(set(TEMPLATES) - OWN_TEMPLATES) + ["auto"]
 
 
 def load_tokenizer(style: str, chat_template: str | None = None) -> PreTrainedTokenizerFast:
@@ -77,6 +77,13 @@ def test_template_matches_llamafactory(name, monkeypatch):
         assert encoded["labels"] == expected_labels(case), f"{name} {key}: loss mask differs from LLaMA-Factory's"
         checked += 1
     assert checked >= 20
+
+
+def test_empty_eos_is_empty_with_eos_after_each_answer():
+    tok = load_tokenizer("bytelevel")
+    turn = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    empty, with_eos = (get_template(name, tok).message_parts(turn) for name in ("empty", "empty_eos"))
+    assert with_eos[0] == empty[0] and with_eos[1] == empty[1] + [tok.eos_token_id]
 
 
 def test_qwen3_nothink_adds_no_think_block():

@@ -313,6 +313,10 @@ _LLAMA3_TURN = "<|start_header_id|>{role}<|end_header_id|>\n\n"
 
 TEMPLATES: dict[str, dict] = {
     "empty": dict(assistant=(CONTENT,)),
+    # steadytune's own (LLaMA-Factory has no such name): `empty` whose answers end with the eos token, so a model
+    # learns to stop after its answer (a label word, say) and label scoring compares label + eos, as plain
+    # transformers + peft scripts train. The demo recipe uses it.
+    "empty_eos": dict(assistant=(CONTENT, EOS)),
     "default": dict(user=("Human: {{content}}", EOS, "\nAssistant:"), assistant=(CONTENT, EOS, "\n"),
                     system=("System: {{content}}", EOS, "\n")),
     "alpaca": dict(user=("### Instruction:\n{{content}}\n\n### Response:\n",), assistant=(CONTENT, EOS, "\n\n"),
@@ -369,6 +373,7 @@ TEMPLATES: dict[str, dict] = {
                  efficient_eos=True),
 }
 TEMPLATE_NAMES = ("auto",) + tuple(TEMPLATES)
+OWN_TEMPLATES = frozenset({"empty_eos"})   # names LLaMA-Factory does not have (no golden ids from it)
 
 
 def get_template(name: str, tokenizer: Any, tool_format: str | None = None, default_system: str | None = None,
