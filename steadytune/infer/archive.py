@@ -122,6 +122,26 @@ def _refuse_unsafe(member: tarfile.TarInfo, archive: Path, destination: Path) ->
         raise UserError(f"{archive}: member {name!r} {why}; refusing to unpack this archive")
 
 
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+
+
+def is_archive(path: Path) -> bool:
+    return Path(path).name.endswith(ARCHIVE_SUFFIXES)
+
+
+def archive_stem(path: Path) -> str:
+    """demo.tar.gz -> demo: the run's name an archive carries."""
+    name = Path(path).name
+    return next(name[:-len(s)] for s in ARCHIVE_SUFFIXES if name.endswith(s))
+
+
+def unpacked(path: str | os.PathLike) -> Path:
+    """`path` itself, or, for an archive file, the folder it is verified and unpacked to: where a run's folder may
+    be named, its archive may be named instead."""
+    path = Path(path)
+    return open_archive(path) if path.is_file() and is_archive(path) else path
+
+
 def archives_cache() -> Path:
     from steadytune.model import default_cache_dir
     return default_cache_dir() / "archives"

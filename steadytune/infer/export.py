@@ -83,7 +83,7 @@ def run(args) -> int:
 # ---------------------------------------------------------------------------------------------------------
 
 def archive_run(run_, target: Path | None, force: bool) -> Path:
-    from steadytune.infer.archive import archive_members, archives_cache, write_archive
+    from steadytune.infer.archive import archive_members, archives_cache, is_archive, write_archive
     from steadytune.infer.card import model_card, write_base_record
     from steadytune.infer.loading import BASE
 
@@ -93,7 +93,7 @@ def archive_run(run_, target: Path | None, force: bool) -> Path:
     folder = run_.folder
     if target is None:
         target = folder.parent / f"{folder.resolve().name}.tar.gz"
-    if not target.name.endswith((".tar.gz", ".tgz")):
+    if not is_archive(target):
         raise UserError(f"--archive {target}: the archive name must end in .tar.gz")
     if archives_cache().resolve() not in folder.resolve().parents:  # an unpacked archive is repacked as it is
         write_base_record(folder, run_.cfg.model.model_name_or_path)

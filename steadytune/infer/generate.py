@@ -34,15 +34,15 @@ def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _slot(template: Template, slot: tuple, content: str | None, own_element: bool = True) -> str:
+def _slot(template: Template, slot: tuple, content: str | None, lead: bool) -> str:
     """Jinja expression for a slot: its text elements as literals, the content slot as the expression `content`,
     bos/eos as the tokens' text (special tokens: tokenised back to the same single ids).
 
     Training tokenises each element on its own; a tokenizer that prepends a space to what it encodes (SentencePiece
     style, Metaspace prepend_scheme first/always: Llama 2, Mistral) thus gives every element a leading space token
     unless the element starts with a space or a special token. `lead()` (defined in the template) writes that space,
-    so one string tokenises to the same ids. own_element=False: text that becomes part of another element (a fused
-    system prompt)."""
+    so one string tokenises to the same ids. lead: whether this tokenizer does so (`_prepends_space`), and the
+    text is an element of its own (not a fused system prompt, which becomes part of the user's element)."""
     terms: list[str] = []
     for element in slot:
         if element is BOS:
@@ -57,7 +57,7 @@ def _slot(template: Template, slot: tuple, content: str | None, own_element: boo
                                               _literal(after) if after else "") if t)
             else:
                 text = _literal(element)
-            terms.append(f"lead({text})" if own_element and _prepends_space(template.tokenizer) else text)
+            terms.append(f"lead({text})" if lead else text)
     return " + ".join(t for t in terms if t) or '""'
 
 
@@ -90,11 +90,12 @@ def chat_template_of(template: Template) -> str:
     template when `enable_thinking` is false (a variable callers may pass, as with Qwen3's own template). Earlier
     answers lose their think blocks, as in generation; tool definitions and tool calls are not rendered."""
     t = template
+    lead = _prepends_space(t.tokenizer)
     think_open, think_close = t.thought_words
     empty_thought = _literal(think_open + think_close)
     system_expr = "system_text"
     lines = [
-        _lead_macro(t.tokenizer) if _prepends_space(t.tokenizer) else "",
+        _lead_macro(t.tokenizer) if lead else "",
         "{%- if messages and messages[0]['role'] == 'system' -%}",
         "{%- set system_text = messages[0]['content'] -%}{%- set turns = messages[1:] -%}",
         "{%- else -%}",
@@ -102,14 +103,14 @@ def chat_template_of(template: Template) -> str:
         "{%- endif -%}",
         f"{{%- set thinking = enable_thinking if enable_thinking is defined else "
         f"{'false' if t.enable_thinking is False else 'true'} -%}}",
-        f"{{{{- {_slot(t, t.prefix, None)} -}}}}" if t.prefix else "",
+        f"{{{{- {_slot(t, t.prefix, None, lead)} -}}}}" if t.prefix else "",
     ]
     if t.fuse_system:
         # No system role: the system slot's text opens the first user turn.
-        lines.append(f"{{%- set ns = namespace(pending=({_slot(t, t.system, system_expr, own_element=False)}) if system_text else '') -%}}")
+        lines.append(f"{{%- set ns = namespace(pending=({_slot(t, t.system, system_expr, lead=False)}) if system_text else '') -%}}")
         user_content = "ns.pending + message['content']"
     else:
-        lines.append(f"{{%- if system_text -%}}{{{{- {_slot(t, t.system, system_expr)} -}}}}{{%- endif -%}}")
+        lines.append(f"{{%- if system_text -%}}{{{{- {_slot(t, t.system, system_expr, lead)} -}}}}{{%- endif -%}}")
         lines.append("{%- set ns = namespace(pending='') -%}")
         user_content = "message['content']"
     # An answer's think block: dropped from earlier answers (generation's rule) and when thinking is off; the last
@@ -127,13 +128,13 @@ def chat_template_of(template: Template) -> str:
     lines += [
         "{%- for message in turns -%}",
         "{%- if message['role'] == 'user' -%}",
-        f"{{{{- {_slot(t, t.user, user_content)} -}}}}",
+        f"{{{{- {_slot(t, t.user, user_content, lead)} -}}}}",
         last_user_suffix,
         "{%- set ns.pending = '' -%}",
         "{%- elif message['role'] == 'assistant' -%}",
-        f"{{{{- {_slot(t, t.assistant, answer)} -}}}}",
+        f"{{{{- {_slot(t, t.assistant, answer, lead)} -}}}}",
         "{%- elif message['role'] in ('tool', 'observation', 'ipython') -%}",
-        f"{{{{- {_slot(t, t.observation, 'message[' + _literal('content') + ']')} -}}}}",
+        f"{{{{- {_slot(t, t.observation, 'message[' + _literal('content') + ']', lead)} -}}}}",
         "{%- endif -%}",
         "{%- endfor -%}",
     ]

@@ -21,10 +21,10 @@ import torch
 
 from steadytune.config import RunConfig, load_config, read_yaml
 from steadytune.errors import UserError
+from steadytune.infer.archive import is_archive, unpacked
 
 LORA, MODEL, BASE = "lora", "model", "base"  # adapter on its base | the folder is the model | the base alone
 RUN_CONFIG = "run_config.yaml"
-ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -46,22 +46,12 @@ class Run:
                 BASE: f"model {base} (no adapter)"}[self.kind]
 
 
-def is_archive(path: Path) -> bool:
-    return path.name.endswith(ARCHIVE_SUFFIXES)
-
-
-def archive_stem(path: Path) -> str:
-    """demo.tar.gz -> demo: the run's name an archive carries."""
-    return next(path.name[:-len(s)] for s in ARCHIVE_SUFFIXES if path.name.endswith(s))
-
-
 def open_run(source: str, overrides: list[str] | None = None) -> Run:
     """CONFIG | RUN_DIR | ARCHIVE -> Run, with `key=value` overrides applied to the run's config."""
     path = Path(source).expanduser()
     overrides = list(overrides or [])
     if path.is_file() and is_archive(path):
-        from steadytune.infer.archive import open_archive
-        return _run_from_folder(open_archive(path), overrides, origin=str(path))
+        return _run_from_folder(unpacked(path), overrides, origin=str(path))
     if path.is_dir():
         return _run_from_folder(path, overrides, origin=str(path))
     if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
@@ -132,10 +122,7 @@ def trained_folder(cfg: RunConfig) -> tuple[Path, str]:
     """(folder, LORA | MODEL): what training left in adapter_name_or_path (default: output_dir); an archive there
     is verified and unpacked."""
     key = "adapter_name_or_path" if cfg.model.adapter_name_or_path else "output_dir"
-    folder = Path(cfg.model.adapter_name_or_path or cfg.train.output_dir)
-    if folder.is_file() and is_archive(folder):
-        from steadytune.infer.archive import open_archive
-        folder = open_archive(folder)
+    folder = unpacked(cfg.model.adapter_name_or_path or cfg.train.output_dir)
     if (folder / "adapter_config.json").is_file():
         return folder, LORA
     if (folder / "config.json").is_file():

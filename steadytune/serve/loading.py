@@ -74,7 +74,8 @@ def load_served(source: str, adapters: list[str], overrides: list[str], served_n
 
 def resolve_source(source: str, overrides: list[str]) -> _Run:
     """SOURCE as chat/predict/export read it (a config, a run folder, or an adapter archive: verified, unpacked)."""
-    from steadytune.infer.loading import BASE, LORA, archive_stem, is_archive, open_run
+    from steadytune.infer.archive import archive_stem, is_archive
+    from steadytune.infer.loading import BASE, LORA, open_run
 
     run = open_run(source, overrides)
     if run.kind == BASE:
@@ -95,12 +96,9 @@ def _parse_adapter_arg(arg: str) -> tuple[str, str]:
 
 def _resolve_adapter(name: str, path: str, main_cfg: RunConfig) -> _Run:
     """An --adapter path: a run folder (its own template and labels) or a bare adapter folder (SOURCE's)."""
-    from steadytune.infer.loading import is_archive
+    from steadytune.infer.archive import unpacked
 
-    folder = Path(path).expanduser()
-    if folder.is_file() and is_archive(folder):
-        from steadytune.infer.archive import open_archive
-        folder = open_archive(folder)  # verified against its manifest, then unpacked
+    folder = unpacked(Path(path).expanduser())  # an archive: verified against its manifest, then unpacked
     if not (folder / "adapter_config.json").is_file():
         raise UserError(f"--adapter {name}={path}: no adapter_config.json there (not a LoRA adapter folder)")
     if (folder / RUN_CONFIG).is_file():
