@@ -113,6 +113,8 @@ def run(args) -> int:
         # label scoring or generation; dpo/kto/rm: their loss and reward metrics on the eval split).
         STAGES[cfg.method.stage].evaluate_trained(cfg, batch_size=cfg.train.per_device_eval_batch_size)
         write_run_report(cfg.train.output_dir, announce=False)  # again, with the evaluation's results
+    if result.exit_code == 0:
+        launch.close_process_group()
     return result.exit_code
 
 

@@ -25,6 +25,19 @@ def under_launcher() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def close_process_group() -> None:
+    """End this rank's part in the process group after a run that succeeded: wait for the others (rank 0 may still be
+    writing the adapter and report), then destroy the group. A process that exits with the group alive lets gloo's
+    worker threads meet interpreter shutdown, which aborts it ("terminate called without an active exception",
+    exit -6) now and then -- a finished run reported as a failed rank. Not called after a failure: a rank that
+    raised must not wait in a barrier for ranks that may be stuck (the launcher stops them)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        if dist.get_world_size() > 1:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
 def visible_gpus() -> int:
     try:
         import torch
