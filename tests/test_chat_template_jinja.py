@@ -72,3 +72,24 @@ def test_enable_thinking_false_passed_at_call_time_puts_the_empty_think_block_in
     thinking = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     not_thinking = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True, enable_thinking=False)
     assert not_thinking == thinking + "<think>\n\n</think>\n\n"
+
+
+@pytest.mark.parametrize("style", ["bytelevel", "metaspace"])
+def test_a_classification_runs_exported_template_gives_its_training_prompt(style):
+    """A classification row's prompt opens with the bos the tokenizer adds to plain text (metaspace here, Gemma in
+    the demo); the exported chat template of `empty_eos` writes it too, so a served or llama.cpp prompt is the
+    one the model was trained on (before, training had the bos and the exported template did not)."""
+    from steadytune.data.encode import encode_classification_prompt
+
+    tok = tokenizer(style)
+    template = get_template("empty_eos", tok)
+    prompt_template = "Review: {text}\nSentiment:"
+    trained = encode_classification_prompt(template, tok, prompt_template, "Fast delivery, works well.", 256)
+    tok.chat_template = chat_template_of(template)
+    served = tok.apply_chat_template([{"role": "user", "content": prompt_template.format(text="Fast delivery, works well.")}],
+                                     add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert (trained[0] == tok.bos_token_id) == (served[0] == tok.bos_token_id) == (style == "metaspace")
+    if style == "bytelevel":
+        assert list(served) == trained
+    # (metaspace: the row's text is encoded apart from the prompt around it, so each part gets its own leading
+    # space marker and one string cannot give the same ids; Gemma's tokenizer adds no such space: checked by hand.)

@@ -79,11 +79,23 @@ def test_template_matches_llamafactory(name, monkeypatch):
     assert checked >= 20
 
 
-def test_empty_eos_is_empty_with_eos_after_each_answer():
-    tok = load_tokenizer("bytelevel")
-    turn = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
-    empty, with_eos = (get_template(name, tok).message_parts(turn) for name in ("empty", "empty_eos"))
-    assert with_eos[0] == empty[0] and with_eos[1] == empty[1] + [tok.eos_token_id]
+@pytest.mark.parametrize("style", ["bytelevel", "metaspace"])
+def test_empty_eos_encodes_as_a_plain_transformers_script(style):
+    """empty_eos: the prompt as `tokenizer(prompt)` gives it (with the bos the tokenizer adds: the metaspace one
+    does, like Gemma's; the byte-level one does not, like Qwen's), the answer + eos as the trained target. LF's
+    `empty` has neither the bos nor the eos."""
+    tok = load_tokenizer(style)
+    example = {"messages": [{"role": "user", "content": "Review: fine\nSentiment:"},
+                            {"role": "assistant", "content": "positive"}], "system": "", "tools": ""}
+    prompt = tok("Review: fine\nSentiment:")["input_ids"]
+    answer = tok("positive", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    encoded, _ = encode_conversation(get_template("empty_eos", tok), tok, example, 4096, False, False)
+    assert encoded["input_ids"] == prompt + answer
+    assert encoded["labels"] == [IGNORE] * len(prompt) + answer
+    empty, _ = encode_conversation(get_template("empty", tok), tok, example, 4096, False, False)
+    bos = 1 if style == "metaspace" else 0
+    assert (prompt[0] == tok.bos_token_id) == (style == "metaspace")
+    assert empty["input_ids"] == prompt[bos:] + answer[:-1]
 
 
 def test_qwen3_nothink_adds_no_think_block():

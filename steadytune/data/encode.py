@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from steadytune.config import ConfigError
-from steadytune.data.templates import Template, encode_parts, split_prompt
+from steadytune.data.templates import Template, encode_parts, split_prompt, tokenizer_adds_bos
 
 IGNORE = -100
 
@@ -29,14 +29,6 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
 
 
-def adds_bos(tokenizer: Any) -> bool:
-    """Whether the tokenizer puts bos in front of plain text itself (Gemma, Llama): such models were pre-trained
-    with it in front of every document."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    ids = tokenizer("a")["input_ids"]
-    return bos is not None and bool(ids) and ids[0] == bos
-
-
 def _prompt_chrome(template: Template, tokenizer: Any, prompt_template: str) -> tuple[list[int], list[int]]:
     """Token ids of the rendered prompt before and after `{text}`; cached on the template (same every row).
 
@@ -48,7 +40,7 @@ def _prompt_chrome(template: Template, tokenizer: Any, prompt_template: str) -> 
     if key not in cache:
         before, after = split_prompt(template, prompt_template)
         before_ids = encode_parts(tokenizer, before)
-        if adds_bos(tokenizer) and (not before_ids or before_ids[0] != tokenizer.bos_token_id):
+        if tokenizer_adds_bos(tokenizer) and (not before_ids or before_ids[0] != tokenizer.bos_token_id):
             before_ids = [tokenizer.bos_token_id] + before_ids
         cache[key] = (before_ids, encode_parts(tokenizer, after))
     return cache[key]

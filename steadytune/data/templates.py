@@ -55,6 +55,17 @@ class _Special:
 
 BOS, EOS = _Special("bos"), _Special("eos")
 Element = Union[str, _Special]
+
+
+def tokenizer_adds_bos(tokenizer: Any) -> bool:
+    """Whether the tokenizer starts every text it encodes with its bos token (Gemma, Llama; Qwen has none)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    try:
+        return tokenizer.encode("a")[:1] == [bos]
+    except Exception:   # a tokenizer that cannot encode alone: treat as adding nothing
+        return False
 Slot = tuple   # of Element
 Part = Union[str, int]   # an element resolved for one tokenizer: text to tokenise, or a token id
 
@@ -91,6 +102,9 @@ class Template:
     tool_call_words: tuple = ("<tool_call>", "</tool_call>")
     enable_thinking: Optional[bool] = True
     preserve_thinking: bool = False
+    # The prefix is what the tokenizer itself puts before a text it encodes (Gemma, Llama: bos; Qwen: nothing), as
+    # `tokenizer(prompt)` in a plain transformers script: for templates that add no format of their own.
+    tokenizer_prefix: bool = False
     tokenizer: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -102,6 +116,8 @@ class Template:
             self.observation = self.user
         if self.function_format is None:
             self.function_format = "default"
+        if self.tokenizer_prefix and self.tokenizer is not None:
+            self.prefix = (BOS,) if tokenizer_adds_bos(self.tokenizer) else ()
 
     # --- the tokens the template's markers stand for --------------------------------------------------------
 
@@ -313,10 +329,10 @@ _LLAMA3_TURN = "<|start_header_id|>{role}<|end_header_id|>\n\n"
 
 TEMPLATES: dict[str, dict] = {
     "empty": dict(assistant=(CONTENT,)),
-    # steadytune's own (LLaMA-Factory has no such name): `empty` whose answers end with the eos token, so a model
-    # learns to stop after its answer (a label word, say) and label scoring compares label + eos, as plain
-    # transformers + peft scripts train. The demo recipe uses it.
-    "empty_eos": dict(assistant=(CONTENT, EOS)),
+    # steadytune's own (LLaMA-Factory has no such name): the text as a plain transformers + peft script encodes it,
+    # `tokenizer(prompt)` then answer + eos: so the bos the tokenizer adds (Gemma, Llama) opens the prompt, which
+    # LF's `empty` leaves out, and the model learns to stop after its answer (a label word, say). The demo uses it.
+    "empty_eos": dict(assistant=(CONTENT, EOS), tokenizer_prefix=True),
     "default": dict(user=("Human: {{content}}", EOS, "\nAssistant:"), assistant=(CONTENT, EOS, "\n"),
                     system=("System: {{content}}", EOS, "\n")),
     "alpaca": dict(user=("### Instruction:\n{{content}}\n\n### Response:\n",), assistant=(CONTENT, EOS, "\n\n"),
