@@ -31,10 +31,13 @@ def close_process_group() -> None:
     worker threads meet interpreter shutdown, which aborts it ("terminate called without an active exception",
     exit -6) now and then -- a finished run reported as a failed rank. Not called after a failure: a rank that
     raised must not wait in a barrier for ranks that may be stuck (the launcher stops them)."""
+    import torch
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         if dist.get_world_size() > 1:
-            dist.barrier()
+            # NCCL/RCCL: name this rank's GPU, or torch guesses one (and warns) for the barrier.
+            on_gpu = dist.get_backend() == "nccl" and torch.cuda.is_available()
+            dist.barrier(device_ids=[torch.cuda.current_device()]) if on_gpu else dist.barrier()
         dist.destroy_process_group()
 
 
