@@ -36,8 +36,10 @@ def close_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         if dist.get_world_size() > 1:
             # NCCL/RCCL: name this rank's GPU, or torch guesses one (and warns) for the barrier.
-            on_gpu = dist.get_backend() == "nccl" and torch.cuda.is_available()
-            dist.barrier(device_ids=[torch.cuda.current_device()]) if on_gpu else dist.barrier()
+            if dist.get_backend() == "nccl" and torch.cuda.is_available():
+                dist.barrier(device_ids=[torch.cuda.current_device()])
+            else:
+                dist.barrier()
         dist.destroy_process_group()
 
 
