@@ -55,6 +55,8 @@ class _Special:
 
 BOS, EOS = _Special("bos"), _Special("eos")
 Element = Union[str, _Special]
+Slot = tuple   # of Element
+Part = Union[str, int]   # an element resolved for one tokenizer: text to tokenise, or a token id
 
 
 def tokenizer_adds_bos(tokenizer: Any) -> bool:
@@ -66,8 +68,6 @@ def tokenizer_adds_bos(tokenizer: Any) -> bool:
         return tokenizer.encode("a")[:1] == [bos]
     except Exception:   # a tokenizer that cannot encode alone: treat as adding nothing
         return False
-Slot = tuple   # of Element
-Part = Union[str, int]   # an element resolved for one tokenizer: text to tokenise, or a token id
 
 
 @dataclass(frozen=True)
