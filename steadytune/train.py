@@ -297,9 +297,9 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     # --- model + LoRA ----------------------------------------------------------------------------------
     from steadytune.model import attach_adapter, count_parameters, load_model_and_tokenizer, load_trained_adapter
 
-    # Frozen base weights in the compute dtype halve memory; trainable (LoRA) weights stay fp32 so small
-    # updates are not rounded away (attach_adapter casts them).
-    base_dtype = torch.bfloat16 if (precision == "bf16" and cfg.method.finetuning_type == "lora") else torch.float32
+    # Frozen base weights in the compute dtype halve memory (unless lora_base_dtype keeps an fp32 copy);
+    # trainable (LoRA) weights stay fp32 so small updates are not rounded away (attach_adapter casts them).
+    base_dtype = choose_base_dtype(cfg, precision)
     if preloaded is not None:
         model = adopt_model(preloaded, base_dtype, attn, device)
     else:
@@ -953,6 +953,18 @@ def print_startup(run: Run) -> None:
     if run.resume_from is not None:
         lines.append(f"  resume       from {run.resume_from}")
     print("\n".join(lines), flush=True)
+
+
+def choose_base_dtype(cfg: RunConfig, precision: str) -> torch.dtype:
+    """The frozen base weights' dtype: bf16 for LoRA under bf16 unless lora_base_dtype says float32 (full
+    fine-tuning and fp16/fp32 runs keep fp32 weights: the optimizer updates them, or loss scaling needs them)."""
+    if precision != "bf16" or cfg.method.finetuning_type != "lora":
+        return torch.float32
+    if cfg.train.lora_base_dtype == "float32":
+        cfg.decide("lora_base_dtype", "float32", "an fp32 copy of the base under bf16 autocast (asked for): residual "
+                   "stream and norms in fp32, twice the base weights' memory")
+        return torch.float32
+    return torch.bfloat16
 
 
 def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> torch.nn.Module:
