@@ -20,8 +20,9 @@ STAGE=${1:-all}
 if [ "$STAGE" = all ] || [ "$STAGE" = demo ]; then
   python3 -m steadytune doctor 2>&1 | tee $OUT/doctor.txt
   # The demo at GPU size: the recipe with more data and a bigger batch (README "On a GPU").
-  python3 -m steadytune demo max_samples=null max_eval_samples=null per_device_train_batch_size=64 \
-      learning_rate=1e-3 lora_rank=16 warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000 \
+  python3 -m steadytune demo max_samples=null max_eval_samples=null per_device_train_batch_size=32 \
+      learning_rate=5e-4 num_train_epochs=2 lora_rank=16 warmup_ratio=0.05 cutoff_len=256 logging_steps=25 \
+      save_steps=100000 \
       output_dir=/root/runs/demo-gpu 2>&1 \
       | grep -v "it/s\]\|batch/s\]" | tee $OUT/demo_gpu.txt
   cp /root/runs/demo-gpu/demo_results.json /root/runs/demo-gpu/metrics.jsonl $OUT/ 2>/dev/null
@@ -79,8 +80,8 @@ fi
 if [ "$STAGE" = train ]; then
   # `train` on the real model at GPU size: where the step time goes (padded vs packed), then accuracy runs.
   R=steadytune/recipes/gemma3_270m_sentiment.yaml
-  GPU="max_samples=null max_eval_samples=null per_device_train_batch_size=64 learning_rate=1e-3 lora_rank=16 \
-       warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000"
+  GPU="max_samples=null max_eval_samples=null per_device_train_batch_size=32 learning_rate=5e-4 num_train_epochs=2 \
+       lora_rank=16 warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000"
   for packing in false true; do
     python3 benchmarks/profile_train.py $R $GPU max_steps=20 packing=$packing output_dir=/root/runs/prof-$packing \
         overwrite_output_dir=true > $OUT/profile_packing_$packing.txt 2>&1
@@ -115,7 +116,7 @@ if [ "$STAGE" = quality ]; then
 fi
 if [ "$STAGE" = quality_probe ]; then
   # Issue 14's candidates, for accuracy only (timings are shared: several runs per GPU): the plain arm and the same
-  # keys (bf16 base) on GPU 1; the same keys, the GPU recipe and the 2-epoch candidate with an fp32 base
+  # keys (bf16 base) on GPU 1; the same keys, the README's GPU recipe and the previous one with an fp32 base
   # (lora_base_dtype: float32) on GPU 0. Each group stops at PROBE_SECONDS with the seeds it finished.
   python3 -c "from steadytune.config import ModelArguments; from steadytune.model import resolve_model_path; \
 print(resolve_model_path(ModelArguments(model_name_or_path='gemma-3-270m')))"   # the GGUF converted once, not per group
@@ -123,7 +124,7 @@ print(resolve_model_path(ModelArguments(model_name_or_path='gemma-3-270m')))"   
     CUDA_VISIBLE_DEVICES=$1 timeout ${PROBE_SECONDS:-500} python3 benchmarks/quality_vs_plain.py --out /root/q/$2 \
         --arms $2 2>&1 | grep -v "it/s\]\|batch/s\]" | grep "^\[\|^  \|seeds\|Error\|error" > $OUT/q_$2.txt
   }
-  probe 1 plain & probe 1 same & probe 0 same32 & probe 0 gpu32 & probe 0 gpu2_32 &
+  probe 1 plain & probe 1 same & probe 0 same32 & probe 0 gpu32 & probe 0 gpu_prev32 &
   wait
   tail -n 30 $OUT/q_*.txt
 fi

