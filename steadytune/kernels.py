@@ -235,7 +235,8 @@ MIN_STATIC_FILL = 0.75
 def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, world_size: int = 1,
                precision: str = "bf16", compile_asked: bool | None = None, graphs_asked: bool | None = None,
                liger_asked: bool | None = None, blockers: dict | None = None,
-               static_ok: tuple[bool, str] = (True, ""), static_fill: float | None = None) -> SpeedPlan:
+               static_ok: tuple[bool, str] = (True, ""), static_fill: float | None = None,
+               gradient_hooks: bool | None = None) -> SpeedPlan:
     """The speed features of a run, decided in one place.
 
     backend: cuda | rocm | mps | cpu. packing_attention: varlen | sdpa | flex, or None when unpacked.
@@ -243,7 +244,9 @@ def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, 
     blockers: reasons that rule CUDA graphs out ({"fault_injection": "..."}): anything that must run eagerly
     between forward and backward. static_ok: whether the packing kernel takes padded static rows (varlen needs
     empty sequences in cu_seq_lens: packing.varlen_static_status), with the reason. static_fill: the share of
-    real tokens once every micro-batch is padded to the static shape (StaticShape.fill).
+    real tokens once every micro-batch is padded to the static shape (StaticShape.fill). gradient_hooks: whether
+    a collective runs inside the backward (DDP's hooks; default: with several processes); LoRA's flat all-reduce
+    after the backward leaves the micro-batch graphable.
     Raises SpeedUnavailable for a feature asked for that cannot run here."""
     plan = SpeedPlan()
     r = plan.reasons
@@ -267,7 +270,7 @@ def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, 
                                       f"this run packs with {packing_attention}, whose masks read the GPU"))
     elif not static_ok[0]:
         graph_blockers["static"] = static_ok[1]
-    if world_size > 1:
+    if gradient_hooks if gradient_hooks is not None else world_size > 1:
         graph_blockers["processes"] = f"{world_size} processes: DDP's gradient hooks run between the kernels"
     if precision == "fp16":
         graph_blockers["precision"] = "fp16's loss scaler decides on the host after backward"
@@ -280,7 +283,9 @@ def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, 
         r["cuda_graphs"] = f"off: {why}"
     else:
         plan.cuda_graphs = True
-        r["cuda_graphs"] = ("on: one static shape per micro-batch, one process, no host syncs in the step: forward "
+        r["cuda_graphs"] = ("on: one static shape per micro-batch, " +
+                            ("one process" if world_size == 1 else f"{world_size} processes whose gradients are summed "
+                             "after the backward") + ", no host syncs in the step: forward "
                             "and backward replay as one graph instead of thousands of launches (checked against an "
                             "eager micro-batch at start)" + ("" if graphs_asked else "; cuda_graphs: false turns it off"))
 

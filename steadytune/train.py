@@ -354,7 +354,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
 
     # --- speed: static shapes, compile, CUDA graphs, liger, checkpointing (kernels.plan_speed) ---------------
     speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
-                             total_steps * t.gradient_accumulation_steps)
+                             total_steps * t.gradient_accumulation_steps, shard_plan)
 
     # --- optimizer + schedule ----------------------------------------------------------------------------
     from transformers import get_scheduler
@@ -366,7 +366,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                                   fused=(device.type == "cuda" and t.optim == "adamw_torch_fused") or None)
     scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
     sharding.fit_to_model(accelerator, shard_plan, model, cfg)
-    objective, optimizer = accelerator.prepare(stage.make_objective(model, cfg), optimizer)
+    objective, optimizer = sharding.prepare_objective(accelerator, shard_plan, stage.make_objective(model, cfg),
+                                                      optimizer)
     sharding.keep_sharded_on_cpu(accelerator, shard_plan)
     # FSDP2 replaces the parameters with sharded ones: clipping and the guard must see those.
     params = [p for p in unwrap(accelerator, objective).parameters() if p.requires_grad]
@@ -691,9 +692,13 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
             accelerator, sum(run.stage.count_tokens(mb.batch) for mb in window), run.device)
     step_loss = torch.zeros((), device=run.device)
     run.objective.train()
+    flat = run.sharding is not None and run.sharding.flat_gradients
+    # DDP, FSDP and DeepSpeed average gradients over the ranks, so the loss is scaled by the world size to make that
+    # a sum over all tokens; the flat all-reduce sums them already.
+    ranks_averaged = 1 if flat else accelerator.num_processes
     for i, mb in enumerate(window):
         if run.graphs is not None and run.graphs.takes(mb.batch):
-            # The whole forward + backward replayed from a CUDA graph (graphs.py; one process, so no all-reduce).
+            # The whole forward + backward replayed from a CUDA graph (graphs.py): no collective inside it.
             step_loss += run.graphs(mb.batch, 1.0 / max(global_tokens, 1))
             continue
         batch = to_device(mb.batch, run.device)
@@ -702,10 +707,12 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
                 loss_sum, _ = run.objective(batch)
             if i == 0:
                 loss_sum = faults.corrupt_loss(step, loss_sum)  # testing aid: NaN / inf / x factor
-            # DDP averages gradients over ranks, so scale by the world size to get a sum over all tokens.
-            loss = loss_sum * accelerator.num_processes / max(global_tokens, 1)
+            loss = loss_sum * ranks_averaged / max(global_tokens, 1)
             accelerator.backward(loss)
         step_loss += loss_sum.detach()
+    if flat:
+        with run.watchdog.waiting(step):
+            sharding.sum_gradients_over_ranks(run.params)
     faults.corrupt_gradients(step, run.params)  # testing aid: inf gradients, as an fp16 overflow makes them
     # The guard may have tightened clipping after a rollback (seed 000: 1.0 -> 0.5 -> 0.3).
     grad_norm = clip_gradients(accelerator, run.params, run.guard.max_grad_norm, run.sharding)
@@ -978,7 +985,7 @@ def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> 
 
 
 def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batches: "TrainBatches",
-                     world_size: int, micro_batches: int):
+                     world_size: int, micro_batches: int, shard_plan=None):
     """The speed policy (kernels.plan_speed) applied: static shapes for the collator, compiled layers, liger's
     kernels, then gradient checkpointing for the memory that leaves; every choice recorded with its reason. A
     requested feature that cannot be used is an error, never a silent skip."""
@@ -1008,7 +1015,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     if static_ok[0] and attention in ("varlen", "sdpa"):
         shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)
     try:
-        plan = plan_speed(info.backend, attention, micro_batches, world_size, precision,
+        hooks = world_size > 1 and not (shard_plan is not None and shard_plan.flat_gradients)
+        plan = plan_speed(info.backend, attention, micro_batches, world_size, precision, gradient_hooks=hooks,
                           compile_asked=t.torch_compile, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
                           blockers=blockers, static_ok=static_ok, static_fill=shape.fill if shape else None)
     except SpeedUnavailable as e:

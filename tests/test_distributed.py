@@ -200,6 +200,11 @@ def test_sharding_plan_says_what_and_why(tmp_path):
     assert plan_sharding(load_config(None, []), 1).kind == "single"
     ddp = plan_sharding(load_config(None, []), 2)
     assert ddp.kind == "ddp" and "2 processes" in ddp.why
+    # LoRA: one flat all-reduce after the backward; full fine-tuning keeps DDP's bucketed hooks (large gradients
+    # are better overlapped with the backward).
+    assert ddp.flat_gradients and "one all-reduce per step" in ddp.why
+    full = plan_sharding(load_config(None, ["finetuning_type=full"]), 2)
+    assert full.kind == "ddp" and not full.flat_gradients and "averaged by DDP" in full.why
     fsdp = plan_sharding(load_config(None, ["fsdp=full_shard"]), 2)
     assert fsdp.kind == "fsdp" and fsdp.label.startswith("FSDP2")
     ds_file = write_json(tmp_path / "z3.json", {"zero_optimization": {"stage": 3}})
@@ -489,11 +494,48 @@ def test_a_finished_rank_closes_its_process_group_after_the_others(tmp_path):
     as a failed rank). The success path waits for every rank and destroys the group first: 6 pairs, none aborts."""
     script = tmp_path / "close.py"
     script.write_text(CLOSE_GROUP)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for batch in range(2):
         pairs = [[subprocess.Popen([sys.executable, str(script), str(tmp_path / f"store{batch}{i}"), str(rank)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                  for rank in range(2)]
                  for i in range(3)]
         for pair in pairs:
             for p in pair:
                 out, err = p.communicate(timeout=120)
                 assert p.returncode == 0 and out.strip() == "closed", err[-2000:]
+
+
+SUM_GRADIENTS = """
+import sys
+import torch, torch.distributed as dist
+from steadytune.distributed.launch import close_process_group
+from steadytune.distributed.sharding import sum_gradients_over_ranks
+rank = int(sys.argv[2])
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=rank, world_size=2)
+a = torch.nn.Parameter(torch.zeros(3, 2))
+b = torch.nn.Parameter(torch.zeros(4))
+c = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+a.grad = torch.full((3, 2), float(rank + 1))           # 1 and 2 -> 3
+c.grad = torch.full((2,), 0.5 * (rank + 1), dtype=torch.float64)
+if rank == 1:
+    b.grad = torch.arange(4.0)                        # rank 0 has no gradient for b: it counts as zeros
+sum_gradients_over_ranks([a, b, c])
+print(a.grad.tolist(), b.grad.tolist(), c.grad.tolist(), c.grad.dtype)
+close_process_group()
+"""
+
+
+def test_lora_gradients_are_summed_over_ranks_in_one_flat_all_reduce(tmp_path):
+    script = tmp_path / "sum.py"
+    script.write_text(SUM_GRADIENTS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    ranks = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "store"), str(rank)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    outputs = []
+    for p in ranks:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+        outputs.append(out.strip())
+    expected = "[[3.0, 3.0], [3.0, 3.0], [3.0, 3.0]] [0.0, 1.0, 2.0, 3.0] [1.5, 1.5] torch.float64"
+    assert outputs == [expected, expected]

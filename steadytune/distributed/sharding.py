@@ -2,7 +2,10 @@
 differently per sharding (accumulating without a sync, gathering state for a checkpoint, loading it back).
 
     single     one process
-    ddp        several processes, every rank holds the whole model; DDP averages gradients (LoRA's are small)
+    ddp        several processes, every rank holds the whole model. Full fine-tuning: torch's DDP averages the
+               gradients in buckets during the backward. LoRA: the model is not wrapped; its few gradients are summed
+               over the ranks by one all-reduce of one flat buffer after the window's last backward, so nothing
+               collective runs inside a micro-batch's forward + backward and it can be replayed as a CUDA graph.
     deepspeed  `deepspeed: FILE.json` (ZeRO-0/1/2/3, offload): Accelerate's DeepSpeed plugin
     fsdp       `fsdp` / `fsdp_config` / `fsdp_version`: Accelerate's FSDP2 plugin
 
@@ -36,6 +39,8 @@ class ShardingPlan:
     deepspeed: DeepSpeedFile | None = None
     fsdp: FsdpSettings | None = None
     notes: list[str] = field(default_factory=list)
+    # ddp only: trainable gradients summed by one flat all-reduce per step instead of DDP's hooks (see above)
+    flat_gradients: bool = False
 
     @property
     def sharded(self) -> bool:
@@ -59,8 +64,11 @@ def plan_sharding(cfg, world_size: int) -> ShardingPlan:
         keys = [k for k in ("fsdp", "fsdp_config", "fsdp_version") if getattr(t, k) not in (None, "", [])]
         plan = ShardingPlan("fsdp", fsdp.label(), ", ".join(keys) + " set", fsdp=fsdp, notes=list(fsdp.notes))
     elif world_size > 1:
+        lora = cfg.method.finetuning_type == "lora"
+        how = ("LoRA's gradients are summed by one all-reduce per step, after the backward" if lora else
+               "gradients are averaged by DDP during the backward")
         return ShardingPlan("ddp", "DDP", f"{world_size} processes and no sharding key: every rank holds the whole "
-                                          "model and gradients are averaged (set deepspeed: or fsdp: to shard)")
+                                          f"model; {how} (set deepspeed: or fsdp: to shard)", flat_gradients=lora)
     else:
         return ShardingPlan("single", "none", "one process")
     if world_size == 1:
@@ -266,6 +274,44 @@ def fit_to_model(accelerator, plan: ShardingPlan, model, cfg) -> None:
         plugin = accelerator.state.fsdp_plugin
         if not plugin.transformer_cls_names_to_wrap:
             plugin.transformer_cls_names_to_wrap = layer_classes(model) or None
+
+
+def prepare_objective(accelerator, plan: ShardingPlan, objective, optimizer):
+    """-> (objective, optimizer) through Accelerate. With flat gradients the model is placed and given mixed
+    precision but not wrapped in DDP, and the trainable weights start from rank 0's, as DDP would make them."""
+    if not plan.flat_gradients:
+        return accelerator.prepare(objective, optimizer)
+    import torch
+    import torch.distributed as dist
+
+    objective = accelerator.prepare_model(objective, evaluation_mode=True)   # evaluation_mode: no DDP wrapper
+    optimizer = accelerator.prepare_optimizer(optimizer)
+    with torch.no_grad():
+        for param in objective.parameters():
+            if param.requires_grad:
+                dist.broadcast(param.data, src=0)
+    return objective, optimizer
+
+
+def sum_gradients_over_ranks(params: list) -> None:
+    """Every rank's gradients replaced by their sum over the ranks: one all-reduce per dtype of one flat buffer
+    (LoRA's gradients are a few MB, so one message costs less than DDP's buckets and leaves the backward free of
+    collectives). A parameter without a gradient on this rank takes part with zeros."""
+    import torch
+    import torch.distributed as dist
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    for param in params:
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+    by_dtype: dict = {}
+    for param in params:
+        by_dtype.setdefault(param.grad.dtype, []).append(param.grad)
+    for grads in by_dtype.values():
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat)
+        for grad, summed in zip(grads, _unflatten_dense_tensors(flat, grads)):
+            grad.copy_(summed)
 
 
 # ---------------------------------------------------------------------------------------------------------
