@@ -539,3 +539,89 @@ def test_lora_gradients_are_summed_over_ranks_in_one_flat_all_reduce(tmp_path):
         outputs.append(out.strip())
     expected = "[[3.0, 3.0], [3.0, 3.0], [3.0, 3.0]] [0.0, 1.0, 2.0, 3.0] [1.5, 1.5] torch.float64"
     assert outputs == [expected, expected]
+
+
+GRAPHED_RANKS = """
+import json, sys
+sys.path.insert(0, sys.argv[3])          # the tests folder: test_speed's CPU stand-in for a CUDA graph
+import torch, torch.distributed as dist
+from peft import LoraConfig, get_peft_model
+from steadytune.distributed.launch import close_process_group
+from steadytune.distributed.sharding import sum_gradients_over_ranks
+from steadytune.graphs import GraphRunner
+from steadytune.loss import causal_lm_loss_sum
+from steadytune.packing import PackedCollator, register_varlen_attention, segment_sdpa_kernel
+from steadytune.tiny import build_model
+from test_speed import TOKENIZER, RerunStep, make_examples, plan_groups
+
+rank = int(sys.argv[2])
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=rank, world_size=2)
+examples = make_examples(96, seed=5)
+groups, shape = plan_groups(examples, budget=150, attention="varlen")
+static = PackedCollator(TOKENIZER.pad_token_id, row_len=64, attention="varlen", static=shape)
+dynamic = PackedCollator(TOKENIZER.pad_token_id, row_len=64, attention="varlen")
+# Each rank its own micro-batches; rank 0's first one has no static shape, so that rank records its graph a
+# micro-batch later than rank 1, inside an accumulation window.
+mine = [(dynamic if (rank == 0 and k == 0) else static)([examples[i] for i in g])
+        for k, g in enumerate(groups[rank::2])]
+impl = register_varlen_attention(segment_sdpa_kernel)
+
+def total(x):
+    t = torch.tensor(float(x)); dist.all_reduce(t); return float(t)
+
+def run(graphed):
+    torch.manual_seed(0)
+    model = get_peft_model(build_model("qwen2", TOKENIZER, attn_implementation=impl),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
+    runner = GraphRunner(lambda b: causal_lm_loss_sum(model, b), params, torch.device("cpu"), None,
+                         report=lambda e: None, step_class=RerunStep)
+    losses = []
+    for window in (mine[0:2], mine[2:4], mine[4:6]):
+        tokens = total(sum(b["n_targets"] for b in window))
+        loss = torch.zeros(())
+        for b in window:
+            if graphed and runner.takes(b):
+                loss += runner(b, 1.0 / tokens)
+            else:
+                s, _ = causal_lm_loss_sum(model, b)
+                (s / tokens).backward()
+                loss += s.detach()
+        sum_gradients_over_ranks(params)      # what train.forward_backward does for LoRA on several processes
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(total(loss) / tokens)
+    return losses, sum(float(p.double().sum()) for p in params), runner.eager_batches
+
+eager, eager_weights, _ = run(False)
+graphed, graphed_weights, eager_batches = run(True)
+print(json.dumps({"eager": eager, "graphed": graphed, "weights": [eager_weights, graphed_weights],
+                  "eager_batches": eager_batches}))
+close_process_group()
+"""
+
+
+def test_graphed_micro_batches_on_two_ranks_sum_gradients_like_eager_ones(tmp_path):
+    """LoRA on several processes keeps CUDA graphs (no DDP hooks inside the backward): a graph's gradient buffers,
+    summed over the ranks after the window, give the eager run's losses and weights on every rank."""
+    script = tmp_path / "graphed.py"
+    script.write_text(GRAPHED_RANKS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1"}
+    ranks = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "store"), str(rank),
+                               str(ROOT / "tests")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for rank in range(2)]
+    results = []
+    for p in ranks:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    for r in results:
+        assert r["graphed"] == pytest.approx(r["eager"], rel=1e-6)
+        assert r["weights"][1] == pytest.approx(r["weights"][0], rel=1e-6)
+        assert r["graphed"][-1] != r["graphed"][0]            # the updates happened
+    assert results[0]["graphed"] == pytest.approx(results[1]["graphed"], rel=1e-9)   # one loss for both ranks
+    assert results[0]["weights"][1] == pytest.approx(results[1]["weights"][1], rel=1e-9)  # the same weights
+    assert [r["eager_batches"] for r in results] == [1, 0]    # rank 0 recorded a micro-batch later
