@@ -220,6 +220,7 @@ class GuardArguments:
     min_history: int = _opt(10, "Steps of history needed before spikes are judged.", minimum=1)
     spike_sigmas: float = _opt(6.0, "A loss or grad norm this many standard deviations above the recent mean is a spike.", minimum=0.0, exclusive_min=True)
     spike_ratio: float = _opt(2.5, "...and at least this many times the recent median (seed 000: 1.2 -> 3.5 is 2.9x).", minimum=1.0)
+    loss_spikes: Optional[bool] = _opt(None, "Judge loss spikes (default: on for sft and pt, whose step loss is a mean over many tokens; off for dpo, kto and rm, whose step loss over a few pairs is heavy-tailed: non-finite values and gradient-norm spikes are still caught).")
     grad_spike_ratio: float = _opt(8.0, "A gradient norm is a spike only at this many times the recent median (and spike_sigmas): healthy small batches reach 3-6x, and clipping already bounds their update.", minimum=1.0)
     max_rollbacks: int = _opt(5, "Give up (save the last good state, exit 3) after this many rollbacks.", minimum=0)
     max_consecutive_skips: int = _opt(20, "Give up after this many skipped steps in a row.", minimum=1)

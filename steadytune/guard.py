@@ -109,9 +109,12 @@ class NumericalGuard:
     """Per-step checks, rolling statistics, snapshots and recovery; see the module docstring for the protocol."""
 
     def __init__(self, args, precision: str = "fp32", emit: Optional[Callable[[dict], None]] = None,
-                 max_grad_norm: float = 1.0, fallback_precision: str = "fp32", keep_snapshots: int = 2):
+                 max_grad_norm: float = 1.0, fallback_precision: str = "fp32", keep_snapshots: int = 2,
+                 judge_loss_spikes: bool | None = None):
         self.args = args
         self.policy: str = args.guard_policy
+        # None: the loss_spikes key, on unless it says false (train decides it per stage: judge_loss_spikes)
+        self.judge_loss_spikes = (args.loss_spikes is not False) if judge_loss_spikes is None else judge_loss_spikes
         self.precision = precision
         self.fallback_precision = fallback_precision
         self.emit = emit or (lambda event: None)
@@ -180,7 +183,7 @@ class NumericalGuard:
             return NONFINITE_LOSS, f"loss is {loss}"
         if grad is not None and not math.isfinite(grad):
             return NONFINITE_GRAD, f"gradient norm is {grad}"
-        spike = self._spike(loss, self.loss_history)
+        spike = self._spike(loss, self.loss_history) if self.judge_loss_spikes else None
         if spike:
             values.update({f"loss_{k}": v for k, v in spike.items()})
             return LOSS_SPIKE, (f"loss {loss:.4g} > threshold {spike['threshold']:.4g} "

@@ -60,6 +60,26 @@ def test_spike_needs_both_sigmas_and_ratio_and_enough_history():
     assert guard.inspect(14, 1.0, 40.0).kind == "grad_norm_spike"
 
 
+def test_preference_stages_judge_no_loss_spikes_unless_asked():
+    """A DPO step's loss over a few pairs is heavy-tailed (on the H200, 1.91 after a median of 0.72, an ordinary
+    batch TRL trained on): the preference stages judge only non-finite values and gradient-norm spikes."""
+    from steadytune.train import judge_loss_spikes
+
+    dpo = load_config(None, {"stage": "dpo"})
+    assert judge_loss_spikes(dpo) is False and dpo.decisions["loss_spikes"]["value"] is False
+    assert judge_loss_spikes(load_config(None, {"stage": "sft"})) is True
+    assert judge_loss_spikes(load_config(None, {"stage": "kto", "guard": {"loss_spikes": True}})) is True
+    quiet = load_config(None, {"stage": "rm", "guard_policy": "off"})
+    assert judge_loss_spikes(quiet) is False and "loss_spikes" not in quiet.decisions   # nothing to say: guard off
+
+    cfg = load_config(None, {"guard_policy": "skip", "guard": {"min_history": 5}})
+    guard = NumericalGuard(cfg.guard, "fp32", judge_loss_spikes=False)
+    feed(guard, range(1, 12))
+    assert guard.inspect(12, 3.5, 1.0).action == OK              # a spike for sft, an ordinary DPO step
+    assert guard.inspect(13, float("nan"), 1.0).kind == "nonfinite_loss"
+    assert guard.inspect(14, 1.0, 40.0).kind == "grad_norm_spike"
+
+
 def test_grad_norm_needs_a_bigger_jump_than_the_loss():
     """Gradient norms of small batches swing 3-6x in healthy runs (3.5x on a tiny model, 5.9x on the CPU demo):
     such a swing is not a spike, however steady the history was; grad_spike_ratio x the median is."""
