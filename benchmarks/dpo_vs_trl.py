@@ -57,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--vocab", type=int, default=32000, help="size of the BPE trained on the pairs")
     p.add_argument("--gradient-checkpointing", choices=("on", "off"), default="off")
+    p.add_argument("--torch-compile", choices=("auto", "on", "off"), default="auto",
+                   help="steadytune's torch_compile (auto: its default, off below 400 micro-batches; on: compiled "
+                        "layers over one static shape of packed pairs, the compile time falling in the --warmup steps)")
     p.add_argument("--arms", default="trl,steadytune",
                    help="comma list of: trl, steadytune, run in this order (TRL first: anything it leaves allocated "
                         "counts against steadytune's peak, not the other way round)")
@@ -126,6 +129,8 @@ def steadytune_overrides(args, model_dir: Path, adapter: Path, data: Path, out: 
               "max_grad_norm": 1.0, "logging_steps": 1, "save_steps": 10**6, "output_dir": out,
               "overwrite_output_dir": True, "gradient_checkpointing": args.gradient_checkpointing == "on",
               "seed": 42}  # everything else as a user gets it (packing, guard, fused AdamW, ...)
+    if args.torch_compile != "auto":
+        values["torch_compile"] = args.torch_compile == "on"
     return [f"{k}={v}" for k, v in values.items()]
 
 

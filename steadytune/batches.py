@@ -73,6 +73,8 @@ class TrainBatches:
         from steadytune.packing import static_shape_for, targets_of
 
         groups = [g for epoch in range(epochs) for g in self.micro_batches(epoch)]
+        if hasattr(self.collate, "static_shape_for"):  # a stage's collator (preference pairs) knows its sequences
+            return self.collate.static_shape_for(self.data.train, groups)
         targets = [targets_of(x) for x in self.data.train]
         return static_shape_for(groups, self.lengths, targets, self.collate.attention, self.collate.row_len)
 
@@ -82,6 +84,9 @@ class TrainBatches:
 
         packed = self.collate
         self.static_shape = shape
+        if hasattr(packed, "with_static"):  # a stage's collator pads its own packed rows
+            self.collate = packed.with_static(shape)
+            return
         self.collate = PackedCollator(packed.pad_token_id, packed.row_len, packed.attention, static=shape)
 
     def batches_per_epoch(self) -> int:

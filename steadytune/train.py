@@ -1022,11 +1022,14 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         blockers["adapter"] = "lora_dropout and DoRA have not been tried under graphs"
     attention = packing.attention if packing is not None else None
     static_ok, shape = (True, ""), None
-    if cfg.method.stage != "sft":
-        # dpo/kto/rm collate sequence groups and compute their own objective (stages/): eager, dynamic shapes
+    if cfg.method.stage in PREFERENCE_STAGES:
+        # dpo/kto/rm compute their own objective (stages/), which reads values back to the host: no CUDA graph.
+        # Their packed pairs can still take one static shape (compiled layers without recompiles); kto's answers and
+        # KL pairs go through two forwards of different shapes, so it stays dynamic.
         blockers["stage"] = f"stage {cfg.method.stage} has its own objective"
-        static_ok = (False, f"stage {cfg.method.stage} collates its own batches")
-    elif attention == "varlen":
+        if cfg.method.stage == "kto":
+            static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
+    if static_ok[0] and attention == "varlen":
         static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
     if static_ok[0] and attention in ("varlen", "sdpa"):
         shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)

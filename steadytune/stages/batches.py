@@ -13,6 +13,8 @@ without (("", (0,)), ("kl_", (1,))), under keys prefixed "kl_".
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Sequence
 
 import torch
@@ -45,6 +47,31 @@ class SequenceCollator:
         else:
             from steadytune.packing import PackedCollator
             self.inner = PackedCollator(pad_token_id, row_len=row_len, attention=packing_attention, segment_ids=True)
+
+    # --- one shape for every micro-batch (packed pairs only), so that compiled layers never recompile ----------
+    def static_shape_for(self, examples: Sequence[dict], groups: Sequence[Sequence[int]]):
+        """The smallest packing.StaticShape that holds every micro-batch of `groups` (indices into `examples`) as
+        this collator packs it: each example's sequences counted as sequences of their own."""
+        from steadytune.packing import static_shape_for, targets_of
+
+        if len(self.groups) != 1 or not hasattr(self.inner, "static"):
+            raise ValueError("static shapes need packing and every sequence in one forward (dpo, rm; not kto)")
+        which = self.groups[0][1]
+        first, lengths, targets = {}, [], []
+        for i in sorted({i for g in groups for i in g}):
+            first[i] = len(lengths)
+            sequences = split_sequences(examples[i])
+            for k in which:
+                lengths.append(len(sequences[k]["input_ids"]))
+                targets.append(targets_of(sequences[k]))
+        sequence_groups = [[first[i] + j for i in g for j in range(len(which))] for g in groups]
+        return static_shape_for(sequence_groups, lengths, targets, self.inner.attention, self.inner.row_len)
+
+    def with_static(self, shape) -> "SequenceCollator":
+        """This collator, padding every packed micro-batch that fits to `shape` (the rest stay unpadded)."""
+        padded = copy.copy(self)
+        padded.inner = dataclasses.replace(self.inner, static=shape)
+        return padded
 
     def __call__(self, examples: list[dict]) -> dict:
         sequences = [split_sequences(e) for e in examples]
