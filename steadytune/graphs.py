@@ -27,8 +27,8 @@ import torch
 
 from steadytune.loss import no_host_sync
 
-# Batch entries that are Python values, not inputs of the graph.
-HOST_KEYS = ("n_targets", "static")
+# Batch entries that are Python values, not inputs of the graph (counts the loop reads on the host).
+HOST_KEYS = ("n_targets", "static", "n_examples", "n_target_tokens")
 # Eager warm-up vs first replay of the same micro-batch: the loss agrees to float rounding; gradients differ by the
 # order of atomic additions in attention's backward.
 LOSS_TOLERANCE, GRAD_TOLERANCE = 1e-3, 2e-2
@@ -41,8 +41,10 @@ class GraphMismatch(RuntimeError):
 class GraphedStep:
     """forward + backward of `loss_fn(batch)` for one static batch layout, replayed from a CUDA graph.
 
-    loss_fn(batch) -> (loss sum, target count), the recipe's loss. `params`: the trainable parameters whose
-    gradients the graph accumulates into. `dtype`: autocast dtype (None: no autocast). Tests on CPU replace
+    loss_fn(batch) -> (loss sum, target count), the recipe's loss, or (loss sum, count, outputs): a dict of
+    tensors the caller reads after each replay (`outputs`: the recorded ones, which every replay rewrites; a
+    preference stage's per-pair rewards). `params`: the trainable parameters whose gradients the graph
+    accumulates into. `dtype`: autocast dtype (None: no autocast). Tests on CPU replace
     `_record` with one whose "replay" runs the step again on the same buffers, to check the bookkeeping."""
 
     def __init__(self, loss_fn: Callable, params: list, batch: dict, device: torch.device,
@@ -57,6 +59,7 @@ class GraphedStep:
         self.grads = [torch.zeros_like(p) for p in self.params]
         self.graph = None
         self.static_loss = None
+        self.outputs: dict | None = None
         self.check: dict = {}
 
     # --- which batches it takes ---------------------------------------------------------------------------
@@ -74,8 +77,11 @@ class GraphedStep:
         autocast = (torch.autocast(self.device.type, dtype=self.dtype, cache_enabled=False) if self.dtype
                     else contextlib.nullcontext())
         with no_host_sync(), autocast:
-            # n_targets is a host-side count (the caller's scale already holds it); the graph does not read it
-            loss_sum, _ = self.loss_fn({**self.static, **self.constants, "n_targets": 0})
+            # the host-side counts (the caller's scale already holds them) are not inputs: the graph reads none
+            counts = {k: 0 for k in HOST_KEYS if k != "static"}
+            result = self.loss_fn({**self.static, **self.constants, **counts})
+        loss_sum = result[0]
+        self.outputs = result[2] if len(result) > 2 else None
         (loss_sum * self.scale).backward()
         return loss_sum.detach()
 
@@ -152,7 +158,7 @@ class GraphedStep:
 
     def release(self) -> None:
         """Drop the graph and its memory pool; the parameters keep ordinary gradients."""
-        self.graph, self.static_loss = None, None
+        self.graph, self.static_loss, self.outputs = None, None, None
         for p, g in zip(self.params, self.grads):
             if p.grad is g:
                 p.grad = None
@@ -174,8 +180,10 @@ class GraphRunner:
 
     def __init__(self, loss_fn: Callable, params: list, device: torch.device, dtype: torch.dtype | None,
                  report: Callable[[dict], None] | None = None,
-                 on_out_of_memory: Callable[[], str | None] | None = None, step_class: type = GraphedStep):
+                 on_out_of_memory: Callable[[], str | None] | None = None, step_class: type = GraphedStep,
+                 on_replay: Callable[[dict, dict], None] | None = None):
         self.loss_fn, self.params, self.device, self.dtype = loss_fn, params, device, dtype
+        self.on_replay = on_replay   # (batch, the step's outputs) after every replay: metrics of loss_fn's outputs
         self.report = report or (lambda event: None)
         self.on_out_of_memory = on_out_of_memory
         self.step_class = step_class
@@ -204,7 +212,10 @@ class GraphRunner:
         return False
 
     def __call__(self, batch: dict, scale: float) -> torch.Tensor:
-        return self.step(batch, scale)
+        loss = self.step(batch, scale)
+        if self.on_replay is not None and self.step.outputs is not None:
+            self.on_replay(batch, self.step.outputs)
+        return loss
 
     def _record(self, batch: dict) -> bool:
         import time

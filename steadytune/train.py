@@ -1022,11 +1022,11 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         blockers["adapter"] = "lora_dropout and DoRA have not been tried under graphs"
     attention = packing.attention if packing is not None else None
     static_ok, shape = (True, ""), None
-    if cfg.method.stage in PREFERENCE_STAGES:
-        # dpo/kto/rm compute their own objective (stages/), which reads values back to the host: no CUDA graph.
-        # Their packed pairs can still take one static shape (compiled layers without recompiles); kto's answers and
-        # KL pairs go through two forwards of different shapes, so it stays dynamic.
-        blockers["stage"] = f"stage {cfg.method.stage} has its own objective"
+    if cfg.method.stage in ("kto", "rm"):
+        # Their objectives record metrics as they compute (stages/objectives.py): no CUDA graph. rm's packed pairs
+        # still take one static shape (compiled layers without recompiles); kto's answers and KL pairs go through
+        # two forwards of different shapes, so it stays dynamic. (dpo computes into fixed pair slots: graphable.)
+        blockers["stage"] = f"stage {cfg.method.stage} records its metrics inside the step"
         if cfg.method.stage == "kto":
             static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
     if static_ok[0] and attention == "varlen":
@@ -1108,6 +1108,12 @@ def make_graph_runner(run: Run):
         return "gradient checkpointing turned on"
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
+    objective = unwrap(run.accelerator, run.objective)
+    if hasattr(objective, "compute"):
+        # stage dpo: the graph records the objective's computation; its per-pair metrics are read after each replay
+        return GraphRunner(objective.compute, run.params, run.device, dtype, report=report,
+                           on_out_of_memory=on_out_of_memory,
+                           on_replay=lambda batch, outputs: objective.record(outputs, batch["n_examples"]))
     return GraphRunner(lambda batch: causal_lm_loss_sum(model, batch), run.params, run.device, dtype,
                        report=report, on_out_of_memory=on_out_of_memory)
 

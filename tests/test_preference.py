@@ -262,17 +262,28 @@ def test_kto_loss_equals_its_definition_on_a_fixed_batch():
     assert float(loss_sum) == pytest.approx(want, rel=1e-9)
 
 
-def test_reward_loss_equals_its_definition_with_transformers_own_pooling(tmp_path):
-    """The score read at each sequence's last token (packed here) equals transformers' sequence-classification
-    forward on that sequence alone; the loss is -log sigmoid(r_chosen - r_rejected)."""
+@pytest.mark.parametrize("packed", ["sdpa", "static varlen"])
+def test_reward_loss_equals_its_definition_with_transformers_own_pooling(tmp_path, packed):
+    """The score read at each sequence's last token (packed here; or in a static varlen row, pairs in fixed slots)
+    equals transformers' sequence-classification forward on that sequence alone; the loss is
+    -log sigmoid(r_chosen - r_rejected)."""
     from transformers import AutoModelForSequenceClassification
 
+    from steadytune.packing import register_varlen_attention, segment_sdpa_kernel
+
     folder = save_tiny_model(tmp_path / "m", "llama")
-    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1).double()
+    attention = packed.split()[-1]
+    extra = {"attn_implementation": register_varlen_attention(segment_sdpa_kernel)} if attention == "varlen" else {}
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, **extra).double()
     tokenizer = build_tokenizer()
     examples = fixed_examples(tokenizer)
     objective = RewardObjective(model, load_config(None, ["stage=rm"]))
-    loss_sum, n = objective(SequenceCollator(tokenizer.pad_token_id, packing_attention="sdpa", row_len=64)(examples))
+    collate = SequenceCollator(tokenizer.pad_token_id, packing_attention=attention, row_len=64)
+    if packed.startswith("static"):
+        collate = collate.with_static(collate.static_shape_for(fixed_examples(tokenizer, 5), [[0, 1, 2, 3, 4]]))
+    batch = collate(examples)
+    assert ("slots" in batch) == packed.startswith("static")
+    loss_sum, n = objective(batch)
     want = 0.0
     for e in examples:
         k = e["lengths"][0]
@@ -388,7 +399,8 @@ def test_compiled_pairs_take_one_static_shape_and_train_as_padded_ones(tiny, tmp
     chosen = yaml.safe_load((tmp_path / "compiled" / "run_config.yaml").read_text(encoding="utf-8"))["decisions"]
     assert chosen["static_shapes"]["value"] is True
     assert chosen["torch_compile"]["value"] is True
-    assert chosen["cuda_graphs"]["value"] is False   # the stage's objective reads values back to the host
+    assert chosen["cuda_graphs"]["value"] is False   # a CPU; and rm records its metrics inside the step
+    assert ("records its metrics" in chosen["cuda_graphs"]["reason"]) == (stage == "rm")
     # one tiny layer type; the policy with gradients, the reference without / with the adapter off: a few graphs
     assert 1 <= len(compiled) <= 6, compiled
     padded = train(overrides(tiny, data, tmp_path / "padded", packing="false", **args))
@@ -523,3 +535,58 @@ def test_llamafactory_preference_examples_run_with_model_and_data_changed(tiny, 
     assert (out / "adapter_model.safetensors").is_file()
     logged = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
     assert logged and "rewards/chosen" in logged[-1]
+
+
+def test_graphed_dpo_micro_batches_update_and_log_exactly_like_eager_ones():
+    """stage dpo under CUDA graphs (here the CPU stand-in from test_speed, whose "replay" runs the recorded step
+    again on the same buffers): pairs in fixed slots of one static varlen shape, the reference forward inside the
+    step, metrics read from the recorded outputs after each replay. Losses, weights and logged rewards equal the
+    eager run's, with micro-batches of different numbers of pairs replaying the one graph."""
+    from steadytune.graphs import GraphRunner
+    from steadytune.packing import register_varlen_attention, segment_sdpa_kernel
+    from test_speed import RerunStep
+
+    impl = register_varlen_attention(segment_sdpa_kernel)
+    tokenizer = build_tokenizer()
+    examples = fixed_examples(tokenizer, 5)
+    groups = [[0, 1], [2, 3, 4], [1, 3], [0, 2, 4], [4], [0, 1, 2]]
+    plain = SequenceCollator(tokenizer.pad_token_id, packing_attention="varlen", row_len=64)
+    static = plain.with_static(plain.static_shape_for(examples, groups))
+    batches = [static([examples[i] for i in g]) for g in groups]
+    assert all(b["static"] is True for b in batches)
+    assert len({tuple(b["input_ids"].shape) for b in batches}) == 1 and len({b["slots"] for b in batches}) == 1
+    cfg = load_config(None, ["stage=dpo", "pref_beta=0.3", "pref_ftx=0.1"])
+
+    def run(graphed: bool):
+        model, _ = lora_model(attn_implementation=impl)
+        objective = PairObjective(model, cfg)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=1e-2)
+        runner = GraphRunner(objective.compute, params, torch.device("cpu"), None, step_class=RerunStep,
+                             on_replay=lambda b, outputs: objective.record(outputs, b["n_examples"]))
+        losses, logged = [], []
+        for window in (batches[0:2], batches[2:4], batches[4:6]):
+            pairs = sum(b["n_examples"] for b in window)
+            total = torch.zeros((), dtype=torch.float64)
+            for b in window:
+                if graphed and runner.takes(b):
+                    total += runner(b, 1.0 / pairs)
+                else:
+                    loss_sum, _ = objective(b)
+                    (loss_sum / pairs).backward()
+                    total += loss_sum.detach()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(float(total) / pairs)
+            logged.append(objective.train_metrics.pop())
+        return losses, logged, sum(float(p.sum()) for p in params), runner
+
+    eager, eager_logged, eager_weights, _ = run(False)
+    graphed, graphed_logged, graphed_weights, runner = run(True)
+    assert runner.step is not None and runner.eager_batches == 0   # every micro-batch replayed the one graph
+    # (the graph's loss scale is an fp32 tensor: 1 / pairs rounds at 1e-8 against this fp64 model's eager division)
+    assert graphed == pytest.approx(eager, rel=1e-6)
+    assert graphed_weights == pytest.approx(eager_weights, rel=1e-6)
+    for want, got in zip(eager_logged, graphed_logged):
+        assert set(got) == set(want) and all(got[k] == pytest.approx(want[k], rel=1e-6) for k in want)
+    assert graphed[-1] != graphed[0]

@@ -82,9 +82,25 @@ class SequenceCollator:
         for prefix, which in self.groups:
             flat = [sequences[i][k] for k in which for i in range(len(examples))]
             batch.update({prefix + key: value for key, value in self.inner(flat).items()})
+        if batch.get("static") is True and getattr(self.inner, "attention", None) == "varlen":
+            self._into_slots(batch, len(examples))
         if all("kto_tag" in e for e in examples):
             batch["kto_tags"] = torch.tensor([bool(e["kto_tag"]) for e in examples])
         return batch
+
+
+    def _into_slots(self, batch: dict, n: int) -> None:
+        """A static varlen batch's sequences numbered into fixed slots (objectives.PairObjective.compute): sequence
+        k of example i becomes segment k * S + i, S the most examples the static shape holds (each of its
+        sequences is a sequence of the row, so S = sequences // sequences per example); `example_mask` marks the
+        real ones. The same shapes for every micro-batch, so a CUDA graph can replay them all."""
+        per_example = len(self.groups[0][1])
+        slots = self.inner.static.sequences // per_example
+        segments = batch["segment_ids"]
+        kind, index = segments.div(n, rounding_mode="floor"), segments.remainder(n)
+        batch["segment_ids"] = torch.where(segments >= 0, kind * slots + index, segments)
+        batch["slots"] = slots
+        batch["example_mask"] = torch.arange(slots) < n
 
 
 class _PaddedWithSegments(PadCollator):

@@ -23,6 +23,11 @@ def hidden_states(model: torch.nn.Module, batch: dict, prefix: str = "") -> torc
     """The decoder's last hidden states [rows, length, hidden] for the batch's sequences (`prefix`: a second set of
     sequences in the same batch, e.g. KTO's "kl_")."""
     inputs = {k: batch[prefix + k] for k in MODEL_INPUT_KEYS if prefix + k in batch}
+    if "cu_seq_lens_q" in inputs and "attention_mask" not in inputs:
+        # varlen rows: the kernel reads cu_seq_lens; without a placeholder transformers would look for packed
+        # sequences in the position ids, reading the GPU back (as loss.causal_lm_loss_sum avoids too)
+        from steadytune.packing import packed_mask_placeholder
+        inputs["attention_mask"] = packed_mask_placeholder(inputs["input_ids"])
     # No KV cache in training: it costs memory, and with one transformers ignores packed position ids.
     return decoder_body(model)(**inputs, use_cache=False).last_hidden_state
 
@@ -34,6 +39,8 @@ def sequence_logprobs(model: torch.nn.Module, batch: dict, n_sequences: int, pre
     Position t predicts token t+1; a position counts when token t+1 carries a label, and it belongs to the
     sequence of token t+1 (the same as t's: every sequence starts with an unlabelled token)."""
     hidden = hidden_states(model, batch, prefix)
+    if prefix + "target_index" in batch:
+        return _listed_logprobs(model, hidden, batch, n_sequences, prefix)
     targets = shifted_targets(batch[prefix + "labels"])
     keep = targets != IGNORE_INDEX
     segments = torch.full_like(targets, -1)
@@ -44,6 +51,27 @@ def sequence_logprobs(model: torch.nn.Module, batch: dict, n_sequences: int, pre
     sums = torch.zeros(n_sequences, dtype=token_logps.dtype, device=hidden.device).index_add(0, owner, token_logps)
     counts = torch.bincount(owner, minlength=n_sequences)
     if owner.numel() == 0:
+        sums = sums + hidden.sum() * 0.0  # keep the graph connected: every rank runs the same backward (DDP)
+    return sums, counts
+
+
+def _listed_logprobs(model: torch.nn.Module, hidden: torch.Tensor, batch: dict, n_sequences: int, prefix: str
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """sequence_logprobs for a packed batch, which lists its labelled positions (`target_index`, `target_ids`;
+    packing.target_positions): nothing is read back from the GPU, so the CPU queues ahead and a CUDA graph can
+    record it. A static batch pads the list with ignored targets; they go to a slot past the last sequence."""
+    index, targets = batch[prefix + "target_index"], batch[prefix + "target_ids"]
+    real = targets != IGNORE_INDEX
+    owner = batch[prefix + "segment_ids"].reshape(-1).index_select(0, index + 1)
+    owner = torch.where(real, owner, torch.full_like(owner, n_sequences))
+    rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
+    token_logps = labelled_log_probs(output_head(model), rows, torch.where(real, targets, torch.zeros_like(targets)),
+                                     final_logit_softcap(model))
+    token_logps = torch.where(real, token_logps, torch.zeros_like(token_logps))
+    sums = torch.zeros(n_sequences + 1, dtype=token_logps.dtype, device=hidden.device).index_add(0, owner, token_logps)
+    counts = torch.zeros(n_sequences + 1, dtype=torch.long, device=hidden.device).index_add(0, owner, real.long())
+    sums, counts = sums[:n_sequences], counts[:n_sequences]
+    if index.numel() == 0:
         sums = sums + hidden.sum() * 0.0  # keep the graph connected: every rank runs the same backward (DDP)
     return sums, counts
 

@@ -91,21 +91,49 @@ class PairObjective(_StageObjective):
             cfg.decide("ref_model", None, f"pref_loss {cfg.method.pref_loss} needs no reference model")
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
+        loss_sum, n, outputs = self.compute(batch)
+        self.record(outputs, n)
+        return loss_sum, n
+
+    def compute(self, batch: dict) -> tuple[torch.Tensor, int, dict]:
+        """-> (loss summed over the pairs, pairs, per-pair tensors for `record`), recording nothing: a CUDA graph
+        records this, and `record` reads the tensors after each replay.
+
+        A static batch (SequenceCollator's `slots`) holds its pairs in a fixed number of slots, chosen answers in
+        0..S-1 and rejected ones in S..2S-1, `example_mask` saying which are real: every tensor keeps one shape
+        and nothing asks the GPU how many pairs there are. Empty slots get stand-in log-probs (-1 over 1 token)
+        so that no loss goes non-finite where it is then masked away."""
         n = batch["n_examples"]
-        sums, counts = sequence_logprobs(self.model, batch, 2 * n)
+        slots = batch.get("slots", n)
+        sums, counts = sequence_logprobs(self.model, batch, 2 * slots)
+        real = None
+        if "example_mask" in batch:
+            real = torch.cat([batch["example_mask"], batch["example_mask"]])
+            sums = torch.where(real, sums, torch.full_like(sums, -1.0))
+            counts = torch.where(real, counts, torch.ones_like(counts))
         logps = average(sums, counts) if self.loss.averaged else sums
         ref = torch.zeros_like(logps)
         if self.reference is not None:
-            ref_sums, _ = self.reference.sequence_logprobs(self.model, batch, 2 * n)
+            ref_sums, _ = self.reference.sequence_logprobs(self.model, batch, 2 * slots)
+            if real is not None:
+                ref_sums = torch.where(real, ref_sums, torch.full_like(ref_sums, -1.0))
             ref = average(ref_sums, counts) if self.loss.averaged else ref_sums
-        losses, chosen_rewards, rejected_rewards = self.loss.compute(logps[:n], logps[n:], ref[:n], ref[n:], self.method)
-        extra = sft_term(sums[:n], counts[:n], self.method.pref_ftx)
+        losses, chosen_rewards, rejected_rewards = self.loss.compute(logps[:slots], logps[slots:], ref[:slots],
+                                                                     ref[slots:], self.method)
+        extra = sft_term(sums[:slots], counts[:slots], self.method.pref_ftx)
         if extra is not None:
             losses = losses + extra
-        self._record_pairs(chosen_rewards, rejected_rewards)
-        self.metrics.add("logps/chosen", sums[:n])
-        self.metrics.add("logps/rejected", sums[n:])
-        return losses.sum(), n
+        if real is not None:
+            losses = torch.where(batch["example_mask"], losses, torch.zeros_like(losses))
+        outputs = {"rewards/chosen": chosen_rewards, "rewards/rejected": rejected_rewards,
+                   "logps/chosen": sums[:slots], "logps/rejected": sums[slots:]}
+        return losses.sum(), n, {k: v.detach() for k, v in outputs.items()}
+
+    def record(self, outputs: dict, n: int) -> None:
+        """The metrics of the micro-batch's `n` real pairs (the first n slots)."""
+        self._record_pairs(outputs["rewards/chosen"][:n], outputs["rewards/rejected"][:n])
+        self.metrics.add("logps/chosen", outputs["logps/chosen"][:n])
+        self.metrics.add("logps/rejected", outputs["logps/rejected"][:n])
 
 
 class FeedbackObjective(_StageObjective):
@@ -147,8 +175,9 @@ class RewardObjective(_StageObjective):
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
         n = batch["n_examples"]
-        scores = sequence_scores(self.model, batch, 2 * n)
-        losses, chosen, rejected = pairwise_reward(scores[:n], scores[n:])
+        slots = batch.get("slots", n)   # a static batch's fixed slots: chosen in 0..S-1, rejected in S..2S-1
+        scores = sequence_scores(self.model, batch, 2 * slots)
+        losses, chosen, rejected = pairwise_reward(scores[:n], scores[slots:slots + n])
         self._record_pairs(chosen, rejected)
         return losses.sum(), n
 
