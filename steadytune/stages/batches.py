@@ -88,7 +88,6 @@ class SequenceCollator:
             batch["kto_tags"] = torch.tensor([bool(e["kto_tag"]) for e in examples])
         return batch
 
-
     def _into_slots(self, batch: dict, n: int) -> None:
         """A static varlen batch's sequences numbered into fixed slots (objectives.PairObjective.compute): sequence
         k of example i becomes segment k * S + i, S the most examples the static shape holds (each of its
