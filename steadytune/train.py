@@ -1022,13 +1022,11 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         blockers["adapter"] = "lora_dropout and DoRA have not been tried under graphs"
     attention = packing.attention if packing is not None else None
     static_ok, shape = (True, ""), None
-    if cfg.method.stage in ("kto", "rm"):
-        # Their objectives record metrics as they compute (stages/objectives.py): no CUDA graph. rm's packed pairs
-        # still take one static shape (compiled layers without recompiles); kto's answers and KL pairs go through
-        # two forwards of different shapes, so it stays dynamic. (dpo computes into fixed pair slots: graphable.)
-        blockers["stage"] = f"stage {cfg.method.stage} records its metrics inside the step"
-        if cfg.method.stage == "kto":
-            static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
+    if cfg.method.stage == "kto":
+        # kto's answers and KL pairs go through two forwards of different shapes, and its objective records metrics
+        # as it computes: dynamic shapes, no CUDA graph. (dpo and rm compute into fixed pair slots: graphable.)
+        blockers["stage"] = "stage kto records its metrics inside the step"
+        static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
     if static_ok[0] and attention == "varlen":
         static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
     if static_ok[0] and attention in ("varlen", "sdpa"):
@@ -1110,7 +1108,8 @@ def make_graph_runner(run: Run):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
     objective = unwrap(run.accelerator, run.objective)
     if hasattr(objective, "compute"):
-        # stage dpo: the graph records the objective's computation; its per-pair metrics are read after each replay
+        # stages dpo, rm: the graph records the objective's computation; its per-pair metrics are read after each
+        # replay
         return GraphRunner(objective.compute, run.params, run.device, dtype, report=report,
                            on_out_of_memory=on_out_of_memory,
                            on_replay=lambda batch, outputs: objective.record(outputs, batch["n_examples"]))

@@ -399,8 +399,8 @@ def test_compiled_pairs_take_one_static_shape_and_train_as_padded_ones(tiny, tmp
     chosen = yaml.safe_load((tmp_path / "compiled" / "run_config.yaml").read_text(encoding="utf-8"))["decisions"]
     assert chosen["static_shapes"]["value"] is True
     assert chosen["torch_compile"]["value"] is True
-    assert chosen["cuda_graphs"]["value"] is False   # a CPU; and rm records its metrics inside the step
-    assert ("records its metrics" in chosen["cuda_graphs"]["reason"]) == (stage == "rm")
+    assert chosen["cuda_graphs"]["value"] is False   # a CPU; not the stage: dpo and rm compute into fixed slots
+    assert "records its metrics" not in chosen["cuda_graphs"]["reason"]
     # one tiny layer type; the policy with gradients, the reference without / with the adapter off: a few graphs
     assert 1 <= len(compiled) <= 6, compiled
     padded = train(overrides(tiny, data, tmp_path / "padded", packing="false", **args))
@@ -587,6 +587,60 @@ def test_graphed_dpo_micro_batches_update_and_log_exactly_like_eager_ones():
     # (the graph's loss scale is an fp32 tensor: 1 / pairs rounds at 1e-8 against this fp64 model's eager division)
     assert graphed == pytest.approx(eager, rel=1e-6)
     assert graphed_weights == pytest.approx(eager_weights, rel=1e-6)
+    for want, got in zip(eager_logged, graphed_logged):
+        assert set(got) == set(want) and all(got[k] == pytest.approx(want[k], rel=1e-6) for k in want)
+    assert graphed[-1] != graphed[0]
+
+
+def test_graphed_reward_model_micro_batches_update_and_log_exactly_like_eager_ones(tmp_path):
+    """stage rm under the CPU stand-in for a CUDA graph: scores read at each slot's last token, listed by the
+    collator (no search on the GPU), pairs in fixed slots; losses, weights and logged rewards equal eager ones."""
+    from transformers import AutoModelForSequenceClassification
+
+    from steadytune.graphs import GraphRunner
+    from steadytune.packing import register_varlen_attention, segment_sdpa_kernel
+    from test_speed import RerunStep
+
+    folder = save_tiny_model(tmp_path / "m", "llama")
+    impl = register_varlen_attention(segment_sdpa_kernel)
+    tokenizer = build_tokenizer()
+    examples = fixed_examples(tokenizer, 5)
+    groups = [[0, 1], [2, 3, 4], [1, 3], [0, 2, 4], [4], [0, 1, 2]]
+    plain = SequenceCollator(tokenizer.pad_token_id, packing_attention="varlen", row_len=64)
+    static = plain.with_static(plain.static_shape_for(examples, groups))
+    batches = [static([examples[i] for i in g]) for g in groups]
+    cfg = load_config(None, ["stage=rm"])
+
+    def run(graphed: bool):
+        torch.manual_seed(0)
+        model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1,
+                                                                   attn_implementation=impl).double()
+        objective = RewardObjective(model, cfg)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=1e-3)
+        runner = GraphRunner(objective.compute, params, torch.device("cpu"), None, step_class=RerunStep,
+                             on_replay=lambda b, outputs: objective.record(outputs, b["n_examples"]))
+        losses, logged = [], []
+        for window in (batches[0:2], batches[2:4], batches[4:6]):
+            pairs = sum(b["n_examples"] for b in window)
+            total = torch.zeros((), dtype=torch.float64)
+            for b in window:
+                if graphed and runner.takes(b):
+                    total += runner(b, 1.0 / pairs)
+                else:
+                    loss_sum, _ = objective(b)
+                    (loss_sum / pairs).backward()
+                    total += loss_sum.detach()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(float(total) / pairs)
+            logged.append(objective.train_metrics.pop())
+        return losses, logged, runner
+
+    eager, eager_logged, _ = run(False)
+    graphed, graphed_logged, runner = run(True)
+    assert runner.step is not None and runner.eager_batches == 0
+    assert graphed == pytest.approx(eager, rel=1e-6)
     for want, got in zip(eager_logged, graphed_logged):
         assert set(got) == set(want) and all(got[k] == pytest.approx(want[k], rel=1e-6) for k in want)
     assert graphed[-1] != graphed[0]

@@ -92,12 +92,18 @@ class SequenceCollator:
         """A static varlen batch's sequences numbered into fixed slots (objectives.PairObjective.compute): sequence
         k of example i becomes segment k * S + i, S the most examples the static shape holds (each of its
         sequences is a sequence of the row, so S = sequences // sequences per example); `example_mask` marks the
-        real ones. The same shapes for every micro-batch, so a CUDA graph can replay them all."""
+        real ones, and `last_index` each slot's last token in the row (where a reward model reads its score; 0 for
+        an empty slot). The same shapes for every micro-batch, so a CUDA graph can replay them all."""
         per_example = len(self.groups[0][1])
         slots = self.inner.static.sequences // per_example
         segments = batch["segment_ids"]
         kind, index = segments.div(n, rounding_mode="floor"), segments.remainder(n)
         batch["segment_ids"] = torch.where(segments >= 0, kind * slots + index, segments)
+        bounds = batch["cu_seq_lens_q"].tolist()   # the row's sequences in order: sequence k of example i is k * n + i
+        last = torch.zeros(per_example * slots, dtype=torch.long)
+        for j in range(per_example * n):
+            last[(j // n) * slots + j % n] = bounds[j + 1] - 1
+        batch["last_index"] = last
         batch["slots"] = slots
         batch["example_mask"] = torch.arange(slots) < n
 

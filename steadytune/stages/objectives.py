@@ -174,19 +174,32 @@ class RewardObjective(_StageObjective):
         super().__init__(model)
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
+        loss_sum, n, outputs = self.compute(batch)
+        self.record(outputs, n)
+        return loss_sum, n
+
+    def compute(self, batch: dict) -> tuple[torch.Tensor, int, dict]:
+        """As PairObjective.compute: the loss over the pairs, recording nothing; a static batch's pairs sit in fixed
+        slots (chosen in 0..S-1, rejected in S..2S-1) and its `example_mask` zeroes the empty ones."""
         n = batch["n_examples"]
-        slots = batch.get("slots", n)   # a static batch's fixed slots: chosen in 0..S-1, rejected in S..2S-1
+        slots = batch.get("slots", n)
         scores = sequence_scores(self.model, batch, 2 * slots)
-        losses, chosen, rejected = pairwise_reward(scores[:n], scores[slots:slots + n])
-        self._record_pairs(chosen, rejected)
-        return losses.sum(), n
+        losses, chosen, rejected = pairwise_reward(scores[:slots], scores[slots:])
+        if "example_mask" in batch:
+            losses = torch.where(batch["example_mask"], losses, torch.zeros_like(losses))
+        return losses.sum(), n, {"rewards/chosen": chosen.detach(), "rewards/rejected": rejected.detach()}
+
+    def record(self, outputs: dict, n: int) -> None:
+        self._record_pairs(outputs["rewards/chosen"][:n], outputs["rewards/rejected"][:n])
 
 
 def sequence_scores(model: torch.nn.Module, batch: dict, n_sequences: int) -> torch.Tensor:
     """A reward model's score of each sequence: its score head on the hidden state of the sequence's last token
     (fp32 at least, [n_sequences])."""
     hidden = hidden_states(model, batch)
-    rows = hidden.reshape(-1, hidden.shape[-1])[last_positions(batch, n_sequences)]
+    # a static batch lists them (SequenceCollator, made on the CPU: nothing read back from the GPU)
+    last = batch["last_index"] if "last_index" in batch else last_positions(batch, n_sequences)
+    rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, last)
     scores = score_head(model)(rows).squeeze(-1)
     return scores.to(torch.promote_types(scores.dtype, torch.float32))
 
