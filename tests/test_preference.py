@@ -644,3 +644,21 @@ def test_graphed_reward_model_micro_batches_update_and_log_exactly_like_eager_on
     for want, got in zip(eager_logged, graphed_logged):
         assert set(got) == set(want) and all(got[k] == pytest.approx(want[k], rel=1e-6) for k in want)
     assert graphed[-1] != graphed[0]
+
+
+def test_dpo_on_two_processes_matches_one(tiny, tmp_path):
+    """stage dpo on two processes (LoRA: gradients summed by one flat all-reduce after the backward; pairs as the
+    loss unit across ranks) gives the one-process curve and metrics for the same global batch."""
+    from test_distributed import losses, run_cli
+
+    data = pairs_dataset(tmp_path)
+    common = dict(max_tokens_per_batch=200, max_steps=4, packing="true", save_steps=1000)
+    single = train(overrides(tiny, data, tmp_path / "one", gradient_accumulation_steps=2, **common))
+    done = run_cli(overrides(tiny, data, tmp_path / "two", gradient_accumulation_steps=1, **common) + ["--nproc", "2"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "one all-reduce per step" in done.stdout
+    assert losses(tmp_path / "two") == pytest.approx(single.losses, rel=1e-5)
+    metrics = {run: [r for r in read_metrics(tmp_path / run / "metrics.jsonl") if "loss" in r] for run in ("one", "two")}
+    for a, b in zip(metrics["one"], metrics["two"]):
+        assert b["rewards/accuracies"] == pytest.approx(a["rewards/accuracies"])
+        assert b["rewards/margins"] == pytest.approx(a["rewards/margins"], rel=1e-4, abs=1e-6)
