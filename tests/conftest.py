@@ -37,3 +37,21 @@ def load_benchmark(name: str):
 @pytest.fixture(scope="session")
 def sample_data_dir(tmp_path_factory) -> Path:
     return write_sample_data_dir(tmp_path_factory.mktemp("sample_data"))
+
+
+@pytest.fixture
+def compiled_graphs(monkeypatch) -> list:
+    """torch.compile made to count instead of compile: each graph Dynamo hands to the backend is listed (the shapes of
+    its tensor inputs) and runs as traced. Dynamo's caches are cleared before and after, so counts are the test's."""
+    from steadytune import kernels
+
+    compiled: list = []
+
+    def counting_backend(gm, example_inputs):
+        compiled.append(tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)))
+        return gm.forward
+
+    monkeypatch.setattr(kernels, "COMPILE_BACKEND", counting_backend)
+    torch._dynamo.reset()
+    yield compiled
+    torch._dynamo.reset()

@@ -378,25 +378,17 @@ def test_packed_and_padded_pairs_train_the_same(tiny, tmp_path):
 
 
 @pytest.mark.parametrize("stage", ["dpo", "rm"])
-def test_compiled_pairs_take_one_static_shape_and_train_as_padded_ones(tiny, tmp_path, monkeypatch, stage):
+def test_compiled_pairs_take_one_static_shape_and_train_as_padded_ones(tiny, tmp_path, compiled_graphs, stage):
     """Packed pairs padded to one shape (chosen and rejected as sequences of their own), so compiled layers serve
     every micro-batch: the policy and the reference (adapter off, no gradients) forwards compile a bounded number
     of times, not once per step, and the curve is the padded run's."""
-    from steadytune import kernels
+    from test_train_packing import decisions
 
-    compiled = []
-
-    def counting_backend(gm, example_inputs):
-        compiled.append(tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)))
-        return gm.forward
-
-    monkeypatch.setattr(kernels, "COMPILE_BACKEND", counting_backend)
-    torch._dynamo.reset()
+    compiled = compiled_graphs
     data = pairs_dataset(tmp_path)
     args = dict(stage=stage, max_tokens_per_batch=200, max_steps=5)
     fast = train(overrides(tiny, data, tmp_path / "compiled", packing="true", torch_compile="true", **args))
-    import yaml
-    chosen = yaml.safe_load((tmp_path / "compiled" / "run_config.yaml").read_text(encoding="utf-8"))["decisions"]
+    chosen = decisions(tmp_path / "compiled")
     assert chosen["static_shapes"]["value"] is True
     assert chosen["torch_compile"]["value"] is True
     assert chosen["cuda_graphs"]["value"] is False   # a CPU; not the stage: dpo and rm compute into fixed slots
@@ -405,7 +397,6 @@ def test_compiled_pairs_take_one_static_shape_and_train_as_padded_ones(tiny, tmp
     assert 1 <= len(compiled) <= 6, compiled
     padded = train(overrides(tiny, data, tmp_path / "padded", packing="false", **args))
     assert fast.losses == pytest.approx(padded.losses, rel=1e-4)
-    torch._dynamo.reset()
 
 
 def test_kto_keeps_dynamic_shapes_under_compile(tiny, tmp_path):
@@ -537,49 +528,62 @@ def test_llamafactory_preference_examples_run_with_model_and_data_changed(tiny, 
     assert logged and "rewards/chosen" in logged[-1]
 
 
+GRAPH_GROUPS = [[0, 1], [2, 3, 4], [1, 3], [0, 2, 4], [4], [0, 1, 2]]   # 1-3 pairs per micro-batch
+
+
+def static_pair_batches(tokenizer, examples: list[dict], groups: list[list[int]]) -> list[dict]:
+    """The micro-batches of `groups` packed into one static varlen shape (pairs in fixed slots)."""
+    plain = SequenceCollator(tokenizer.pad_token_id, packing_attention="varlen", row_len=64)
+    static = plain.with_static(plain.static_shape_for(examples, groups))
+    return [static([examples[i] for i in g]) for g in groups]
+
+
+def train_pairs(objective, batches: list[dict], lr: float, graphed: bool):
+    """Three optimizer steps of two micro-batches each, eagerly or through the CPU stand-in for a CUDA graph (its
+    "replay" runs the recorded step again on the same buffers; test_speed), as train.forward_backward does:
+    -> (loss per pair of each step, logged metrics of each step, sum of the trainable weights, the runner)."""
+    from steadytune.graphs import GraphRunner
+    from test_speed import RerunStep
+
+    params = [p for p in objective.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr)
+    runner = GraphRunner(objective.compute, params, torch.device("cpu"), None, step_class=RerunStep,
+                         on_replay=lambda b, outputs: objective.record(outputs, b["n_examples"]))
+    losses, logged = [], []
+    for window in (batches[0:2], batches[2:4], batches[4:6]):
+        pairs = sum(b["n_examples"] for b in window)
+        total = torch.zeros((), dtype=torch.float64)
+        for b in window:
+            if graphed and runner.takes(b):
+                total += runner(b, 1.0 / pairs)
+            else:
+                loss_sum, _ = objective(b)
+                (loss_sum / pairs).backward()
+                total += loss_sum.detach()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(total) / pairs)
+        logged.append(objective.train_metrics.pop())
+    return losses, logged, sum(float(p.sum()) for p in params), runner
+
+
 def test_graphed_dpo_micro_batches_update_and_log_exactly_like_eager_ones():
     """stage dpo under CUDA graphs (here the CPU stand-in from test_speed, whose "replay" runs the recorded step
     again on the same buffers): pairs in fixed slots of one static varlen shape, the reference forward inside the
     step, metrics read from the recorded outputs after each replay. Losses, weights and logged rewards equal the
     eager run's, with micro-batches of different numbers of pairs replaying the one graph."""
-    from steadytune.graphs import GraphRunner
     from steadytune.packing import register_varlen_attention, segment_sdpa_kernel
-    from test_speed import RerunStep
 
     impl = register_varlen_attention(segment_sdpa_kernel)
     tokenizer = build_tokenizer()
-    examples = fixed_examples(tokenizer, 5)
-    groups = [[0, 1], [2, 3, 4], [1, 3], [0, 2, 4], [4], [0, 1, 2]]
-    plain = SequenceCollator(tokenizer.pad_token_id, packing_attention="varlen", row_len=64)
-    static = plain.with_static(plain.static_shape_for(examples, groups))
-    batches = [static([examples[i] for i in g]) for g in groups]
+    batches = static_pair_batches(tokenizer, fixed_examples(tokenizer, 5), GRAPH_GROUPS)
     assert all(b["static"] is True for b in batches)
     assert len({tuple(b["input_ids"].shape) for b in batches}) == 1 and len({b["slots"] for b in batches}) == 1
     cfg = load_config(None, ["stage=dpo", "pref_beta=0.3", "pref_ftx=0.1"])
 
     def run(graphed: bool):
         model, _ = lora_model(attn_implementation=impl)
-        objective = PairObjective(model, cfg)
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=1e-2)
-        runner = GraphRunner(objective.compute, params, torch.device("cpu"), None, step_class=RerunStep,
-                             on_replay=lambda b, outputs: objective.record(outputs, b["n_examples"]))
-        losses, logged = [], []
-        for window in (batches[0:2], batches[2:4], batches[4:6]):
-            pairs = sum(b["n_examples"] for b in window)
-            total = torch.zeros((), dtype=torch.float64)
-            for b in window:
-                if graphed and runner.takes(b):
-                    total += runner(b, 1.0 / pairs)
-                else:
-                    loss_sum, _ = objective(b)
-                    (loss_sum / pairs).backward()
-                    total += loss_sum.detach()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(float(total) / pairs)
-            logged.append(objective.train_metrics.pop())
-        return losses, logged, sum(float(p.sum()) for p in params), runner
+        return train_pairs(PairObjective(model, cfg), batches, 1e-2, graphed)
 
     eager, eager_logged, eager_weights, _ = run(False)
     graphed, graphed_logged, graphed_weights, runner = run(True)
@@ -597,48 +601,22 @@ def test_graphed_reward_model_micro_batches_update_and_log_exactly_like_eager_on
     collator (no search on the GPU), pairs in fixed slots; losses, weights and logged rewards equal eager ones."""
     from transformers import AutoModelForSequenceClassification
 
-    from steadytune.graphs import GraphRunner
     from steadytune.packing import register_varlen_attention, segment_sdpa_kernel
-    from test_speed import RerunStep
 
     folder = save_tiny_model(tmp_path / "m", "llama")
     impl = register_varlen_attention(segment_sdpa_kernel)
     tokenizer = build_tokenizer()
-    examples = fixed_examples(tokenizer, 5)
-    groups = [[0, 1], [2, 3, 4], [1, 3], [0, 2, 4], [4], [0, 1, 2]]
-    plain = SequenceCollator(tokenizer.pad_token_id, packing_attention="varlen", row_len=64)
-    static = plain.with_static(plain.static_shape_for(examples, groups))
-    batches = [static([examples[i] for i in g]) for g in groups]
+    batches = static_pair_batches(tokenizer, fixed_examples(tokenizer, 5), GRAPH_GROUPS)
     cfg = load_config(None, ["stage=rm"])
 
     def run(graphed: bool):
         torch.manual_seed(0)
         model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1,
                                                                    attn_implementation=impl).double()
-        objective = RewardObjective(model, cfg)
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=1e-3)
-        runner = GraphRunner(objective.compute, params, torch.device("cpu"), None, step_class=RerunStep,
-                             on_replay=lambda b, outputs: objective.record(outputs, b["n_examples"]))
-        losses, logged = [], []
-        for window in (batches[0:2], batches[2:4], batches[4:6]):
-            pairs = sum(b["n_examples"] for b in window)
-            total = torch.zeros((), dtype=torch.float64)
-            for b in window:
-                if graphed and runner.takes(b):
-                    total += runner(b, 1.0 / pairs)
-                else:
-                    loss_sum, _ = objective(b)
-                    (loss_sum / pairs).backward()
-                    total += loss_sum.detach()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(float(total) / pairs)
-            logged.append(objective.train_metrics.pop())
-        return losses, logged, runner
+        return train_pairs(RewardObjective(model, cfg), batches, 1e-3, graphed)
 
-    eager, eager_logged, _ = run(False)
-    graphed, graphed_logged, runner = run(True)
+    eager, eager_logged, _, _ = run(False)
+    graphed, graphed_logged, _, runner = run(True)
     assert runner.step is not None and runner.eager_batches == 0
     assert graphed == pytest.approx(eager, rel=1e-6)
     for want, got in zip(eager_logged, graphed_logged):

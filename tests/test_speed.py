@@ -127,19 +127,11 @@ def test_chunked_cross_entropy_ignores_padding_rows_and_keeps_weights(softcap):
 
 # --- compiled layers: one compilation per layer type, not one per step ------------------------------------------
 
-def test_train_with_compiled_layers_compiles_once_per_layer_type_and_keeps_the_loss(tmp_path, monkeypatch):
-    from steadytune import kernels
+def test_train_with_compiled_layers_compiles_once_per_layer_type_and_keeps_the_loss(tmp_path, compiled_graphs):
     from test_train_packing import decisions, overrides, tiny_models as _unused, train  # noqa: F401
     from steadytune.tiny import save_tiny_model
 
-    compiled = []
-
-    def counting_backend(gm, example_inputs):
-        compiled.append(tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)))
-        return gm.forward
-
-    monkeypatch.setattr(kernels, "COMPILE_BACKEND", counting_backend)
-    torch._dynamo.reset()
+    compiled = compiled_graphs
     model = save_tiny_model(tmp_path / "gemma3", "gemma3")  # sliding and full layers: two layer types
     args = dict(max_tokens_per_batch=480, cutoff_len=512, max_steps=4)  # one row a micro-batch: little padding
     fast = train(overrides(model, tmp_path / "compiled", packing="true", torch_compile="true", **args))
@@ -149,7 +141,6 @@ def test_train_with_compiled_layers_compiles_once_per_layer_type_and_keeps_the_l
     assert 1 <= len(compiled) <= 2 * 2, compiled  # at most one graph per layer type (and a graph break), ever
     plain = train(overrides(model, tmp_path / "padded", packing="false", **args))
     assert fast.losses == pytest.approx(plain.losses, rel=1e-4)
-    torch._dynamo.reset()
 
 
 # --- CUDA-graph bookkeeping, on CPU -----------------------------------------------------------------------------
