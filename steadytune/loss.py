@@ -53,6 +53,17 @@ MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids",
                     "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
 
+def model_inputs(batch: dict, prefix: str = "") -> dict:
+    """The decoder's inputs from a batch (`prefix`: a second set of sequences in it, e.g. KTO's "kl_"). A varlen
+    row gets a placeholder attention mask: its kernel reads cu_seq_lens, and without one transformers would look
+    for packed sequences in the position ids, reading the GPU back."""
+    inputs = {k: batch[prefix + k] for k in MODEL_INPUT_KEYS if prefix + k in batch}
+    if "cu_seq_lens_q" in inputs and "attention_mask" not in inputs:
+        from steadytune.packing import packed_mask_placeholder
+        inputs["attention_mask"] = packed_mask_placeholder(inputs["input_ids"])
+    return inputs
+
+
 def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch.Tensor | None = None
                        ) -> tuple[torch.Tensor, int]:
     """-> (sum of per-token cross-entropy over labelled positions, number of labelled positions).
@@ -62,13 +73,9 @@ def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch
     then nothing here reads a value back from the GPU, so the CPU can queue the whole step ahead of the GPU
     (and a CUDA graph can record it).
     """
-    model_inputs = {k: batch[k] for k in MODEL_INPUT_KEYS if k in batch}
-    if "cu_seq_lens_q" in batch and "attention_mask" not in batch:
-        from steadytune.packing import packed_mask_placeholder
-        model_inputs["attention_mask"] = packed_mask_placeholder(batch["input_ids"])
     # No KV cache in training: it costs memory, and with one transformers ignores packed position ids and would
     # let packed examples attend to each other.
-    hidden = decoder_body(model)(**model_inputs, use_cache=False).last_hidden_state
+    hidden = decoder_body(model)(**model_inputs(batch), use_cache=False).last_hidden_state
     if "target_index" in batch and token_weights is None:
         rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["target_index"])
         return labelled_cross_entropy_sum(output_head(model), rows, batch["target_ids"], None,

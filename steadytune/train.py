@@ -970,7 +970,7 @@ def judge_loss_spikes(cfg: RunConfig) -> bool:
     g = cfg.guard
     if g.loss_spikes is not None:
         return g.loss_spikes
-    if cfg.method.stage not in ("dpo", "kto", "rm"):
+    if cfg.method.stage not in PREFERENCE_STAGES:
         return True
     if g.guard_policy != "off":
         cfg.decide("loss_spikes", False, f"stage {cfg.method.stage}: a step's loss over a few pairs is heavy-tailed, "

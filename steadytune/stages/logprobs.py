@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import torch
 
-from steadytune.loss import (CHUNK_LOGITS, IGNORE_INDEX, MODEL_INPUT_KEYS, decoder_body, final_logit_softcap,
+from steadytune.loss import (CHUNK_LOGITS, IGNORE_INDEX, decoder_body, final_logit_softcap, model_inputs,
                              output_head, shifted_targets)
 
 
 def hidden_states(model: torch.nn.Module, batch: dict, prefix: str = "") -> torch.Tensor:
     """The decoder's last hidden states [rows, length, hidden] for the batch's sequences (`prefix`: a second set of
     sequences in the same batch, e.g. KTO's "kl_")."""
-    inputs = {k: batch[prefix + k] for k in MODEL_INPUT_KEYS if prefix + k in batch}
-    if "cu_seq_lens_q" in inputs and "attention_mask" not in inputs:
-        # varlen rows: the kernel reads cu_seq_lens; without a placeholder transformers would look for packed
-        # sequences in the position ids, reading the GPU back (as loss.causal_lm_loss_sum avoids too)
-        from steadytune.packing import packed_mask_placeholder
-        inputs["attention_mask"] = packed_mask_placeholder(inputs["input_ids"])
     # No KV cache in training: it costs memory, and with one transformers ignores packed position ids.
-    return decoder_body(model)(**inputs, use_cache=False).last_hidden_state
+    return decoder_body(model)(**model_inputs(batch, prefix), use_cache=False).last_hidden_state
 
 
 def sequence_logprobs(model: torch.nn.Module, batch: dict, n_sequences: int, prefix: str = ""

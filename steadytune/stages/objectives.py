@@ -70,6 +70,13 @@ class _StageObjective(torch.nn.Module):
     def metrics(self) -> MetricSums:
         return self.train_metrics if self.training else self.eval_metrics
 
+    def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
+        """`compute`, then `record` its metrics: apart, so that a CUDA graph records `compute` alone and `record`
+        reads its outputs after each replay (train.make_graph_runner). kto has no such split: its own forward."""
+        loss_sum, n, outputs = self.compute(batch)
+        self.record(outputs, n)
+        return loss_sum, n
+
     def _record_pairs(self, chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor) -> None:
         self.metrics.add("rewards/chosen", chosen_rewards)
         self.metrics.add("rewards/rejected", rejected_rewards)
@@ -89,11 +96,6 @@ class PairObjective(_StageObjective):
         self.reference = build_reference(model, cfg) if self.loss.uses_reference else None
         if not self.loss.uses_reference:
             cfg.decide("ref_model", None, f"pref_loss {cfg.method.pref_loss} needs no reference model")
-
-    def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
-        loss_sum, n, outputs = self.compute(batch)
-        self.record(outputs, n)
-        return loss_sum, n
 
     def compute(self, batch: dict) -> tuple[torch.Tensor, int, dict]:
         """-> (loss summed over the pairs, pairs, per-pair tensors for `record`), recording nothing: a CUDA graph
@@ -172,11 +174,6 @@ class RewardObjective(_StageObjective):
 
     def __init__(self, model: torch.nn.Module, cfg: RunConfig):
         super().__init__(model)
-
-    def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
-        loss_sum, n, outputs = self.compute(batch)
-        self.record(outputs, n)
-        return loss_sum, n
 
     def compute(self, batch: dict) -> tuple[torch.Tensor, int, dict]:
         """As PairObjective.compute: the loss over the pairs, recording nothing; a static batch's pairs sit in fixed
