@@ -75,6 +75,7 @@ def compile_layers(model: torch.nn.Module, static_shapes: bool = False) -> tuple
         return False, "torch.compile: no decoder layers found"
     for layer in layers:
         layer.compile(dynamic=not static_shapes, backend=COMPILE_BACKEND)
+    mark_fused_cross_entropy(model, True)
     kinds = len({getattr(layer, "attention_type", None) for layer in layers})
     shapes = "one static shape: compiled once" + (f" per layer type ({kinds})" if kinds > 1 else "")
     return True, f"torch.compile: {len(layers)} decoder layers, " + (shapes if static_shapes else "dynamic shapes")
@@ -87,6 +88,19 @@ def uncompile_layers(model: torch.nn.Module) -> None:
     for layer in decoder_layers(model) or []:
         if getattr(layer, "_compiled_call_impl", None) is not None:
             layer._compiled_call_impl = None
+    mark_fused_cross_entropy(model, False)
+
+
+def mark_fused_cross_entropy(model: torch.nn.Module, on: bool) -> None:
+    """Let the loss's chunked cross-entropy run its softmax arithmetic compiled (loss.chunk_loss_and_grad, on a
+    GPU): wherever the layers are compiled, so is the head's loss, which eager makes ~8 passes over the logits."""
+    from steadytune.loss import FUSED_CHUNK_FLAG, output_head
+    try:
+        head = output_head(model)
+    except (AttributeError, TypeError, ValueError):
+        return
+    if isinstance(head, torch.nn.Module):
+        setattr(head, FUSED_CHUNK_FLAG, on)
 
 
 def eager_layers():

@@ -126,7 +126,47 @@ def labelled_cross_entropy_sum(head: torch.nn.Module, hidden: torch.Tensor, targ
     if liger is not None:
         return liger(hidden.to(head.weight.dtype), head.weight, targets, ignore_index=IGNORE_INDEX,
                      reduction="sum", softcap=softcap)
-    return ChunkedLinearCrossEntropy.apply(hidden, head.weight, targets, weights, softcap, rows)
+    fused = hidden.is_cuda and getattr(head, FUSED_CHUNK_FLAG, False)
+    return ChunkedLinearCrossEntropy.apply(hidden, head.weight, targets, weights, softcap, rows, fused)
+
+
+# Set on an output head (kernels.compile_layers does, where the decoder layers are compiled) to run each chunk's
+# softmax arithmetic as one compiled function (chunk_loss_and_grad) on a GPU.
+FUSED_CHUNK_FLAG = "steadytune_fused_chunk"
+_compiled_chunk = None
+
+
+def chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, row_weights: torch.Tensor,
+                        softcap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk's weighted loss sum and d loss / d logits before the row weights (softmax minus one-hot), the
+    gradient in the logits' dtype. targets: already clamped to >= 0 (the ignored rows weigh 0).
+
+    The same arithmetic as ChunkedLinearCrossEntropy's eager loop, written so that torch.compile fuses it into a
+    reduction and one pointwise pass over the chunk's logits. Eager PyTorch makes about eight passes over an
+    fp32 copy (cast, max, subtract, exp, sum, subtract in place, exp, cast back): with Qwen's 152k vocabulary at
+    16k tokens a step on an H200 that was 34 ms a step against 19 ms for the head's two matrix multiplies."""
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    capped = None
+    if softcap:
+        capped = torch.tanh(x / softcap)
+        x = capped * softcap
+    lse = torch.logsumexp(x, dim=-1)
+    picked = x.gather(1, targets[:, None])[:, 0]
+    loss = ((lse - picked) * row_weights).sum()
+    columns = torch.arange(x.shape[1], device=x.device)
+    grad = torch.exp(x - lse[:, None]) - (columns[None, :] == targets[:, None]).to(x.dtype)
+    if capped is not None:
+        grad = grad * (1.0 - capped * capped)
+    return loss, grad.to(logits.dtype)
+
+
+def _fused_chunk():
+    """chunk_loss_and_grad compiled once, for every chunk size (the last chunk of a step is shorter)."""
+    global _compiled_chunk
+    if _compiled_chunk is None:
+        from steadytune.kernels import COMPILE_BACKEND
+        _compiled_chunk = torch.compile(chunk_loss_and_grad, dynamic=True, backend=COMPILE_BACKEND)
+    return _compiled_chunk
 
 
 def _plain_cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None,
@@ -157,7 +197,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, weights, softcap, rows):
+    def forward(ctx, hidden, weight, targets, weights, softcap, rows, fused=False):
         device_type = hidden.device.type
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else weight.dtype
         w = weight.to(dtype)
@@ -172,22 +212,26 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 target = targets[start:start + rows]
                 valid = target != IGNORE_INDEX
                 target = target.clamp_min(0)
-                logits = (h @ w.T).to(acc)
-                if softcap:
-                    capped = torch.tanh(logits / softcap)
-                    logits = capped * softcap
-                lse = torch.logsumexp(logits, dim=-1)
-                loss = lse - logits.gather(1, target[:, None])[:, 0]
-                # d loss / d logits = softmax - onehot, computed in place over the logits buffer.
-                grad = logits.sub_(lse[:, None]).exp_()
-                grad[torch.arange(len(target), device=grad.device), target] -= 1.0
                 row_weights = valid.to(acc)
                 if weights is not None:
                     row_weights = row_weights * weights[start:start + rows].to(acc)
-                if softcap:
-                    grad.mul_(1.0 - capped * capped)
-                total += (loss * row_weights).sum()
-                grad = grad.to(dtype)
+                if fused:
+                    chunk_loss, grad = _fused_chunk()(h @ w.T, target, row_weights, softcap)
+                    total += chunk_loss
+                else:
+                    logits = (h @ w.T).to(acc)
+                    if softcap:
+                        capped = torch.tanh(logits / softcap)
+                        logits = capped * softcap
+                    lse = torch.logsumexp(logits, dim=-1)
+                    loss = lse - logits.gather(1, target[:, None])[:, 0]
+                    # d loss / d logits = softmax - onehot, computed in place over the logits buffer.
+                    grad = logits.sub_(lse[:, None]).exp_()
+                    grad[torch.arange(len(target), device=grad.device), target] -= 1.0
+                    if softcap:
+                        grad.mul_(1.0 - capped * capped)
+                    total += (loss * row_weights).sum()
+                    grad = grad.to(dtype)
                 # Row weights (and the ignored rows' zeros) scale the chunk's gradient rows: applied to the small
                 # [rows, hidden] operands instead of the [rows, vocabulary] gradient.
                 if need_hidden_grad:
@@ -205,7 +249,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_hidden = grad_hidden * grad_total.to(grad_hidden.dtype)
         if grad_weight is not None:
             grad_weight = (grad_weight * grad_total).to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None
 
 
 def count_target_tokens(batch: dict) -> int:

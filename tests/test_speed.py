@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from steadytune.graphs import GraphedStep, GraphRunner
 from steadytune.kernels import (SpeedUnavailable, activation_gib, choose_gradient_checkpointing, plan_speed,
                                 state_gib_of)
+from steadytune import loss as loss_module
 from steadytune.loss import ChunkedLinearCrossEntropy, IGNORE_INDEX, causal_lm_loss_sum
 from steadytune.packing import (PackedCollator, PaddedCollator, group_by_token_budget, register_varlen_attention,
                                 segment_sdpa_kernel, static_shape_for, targets_of)
@@ -104,14 +105,20 @@ def test_a_micro_batch_that_does_not_fit_comes_out_unpadded():
 # --- the loss --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("softcap", [None, 5.0])
-def test_chunked_cross_entropy_ignores_padding_rows_and_keeps_weights(softcap):
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+def test_chunked_cross_entropy_ignores_padding_rows_and_keeps_weights(softcap, fused, compiled_graphs):
+    """fused: each chunk's softmax arithmetic through torch.compile (loss.chunk_loss_and_grad), traced by Dynamo
+    and run as traced: one graph for every chunk size."""
     torch.manual_seed(0)
     hidden = torch.randn(23, 16, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
     targets = torch.randint(0, 50, (23,))
     targets[[2, 7, 20, 21, 22]] = IGNORE_INDEX
     row_weights = torch.rand(23, dtype=torch.float64) + 0.5
-    got = ChunkedLinearCrossEntropy.apply(hidden, weight, targets, row_weights, softcap, 4)
+    loss_module._compiled_chunk = None  # compiled afresh with the counting backend
+    got = ChunkedLinearCrossEntropy.apply(hidden, weight, targets, row_weights, softcap, 4, fused)
+    loss_module._compiled_chunk = None
+    assert len(compiled_graphs) == (1 if fused else 0)  # chunks of 4 rows and a last one of 3: one graph
     got_grads = torch.autograd.grad(got, (hidden, weight))
     logits = hidden @ weight.T
     if softcap:
@@ -123,6 +130,28 @@ def test_chunked_cross_entropy_ignores_padding_rows_and_keeps_weights(softcap):
     for a, b in zip(got_grads, want_grads):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
     assert float(got_grads[0][[2, 7, 20]].abs().max()) == 0.0  # ignored rows get no gradient
+
+
+def test_fused_chunk_compiled_by_inductor_equals_the_eager_loss():
+    """The real compiler (C++ on this CPU; Triton on a GPU) on the fused chunk arithmetic, bf16 logits as on a GPU."""
+    torch.manual_seed(0)
+    hidden = torch.randn(37, 32, requires_grad=True)
+    weight = torch.randn(300, 32) / 4
+    targets = torch.randint(0, 300, (37,))
+    targets[[0, 36]] = IGNORE_INDEX
+    torch._dynamo.reset()
+    loss_module._compiled_chunk = None
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = ChunkedLinearCrossEntropy.apply(hidden, weight, targets, None, None, 16, True)
+            got_grad, = torch.autograd.grad(got, hidden)
+            want = ChunkedLinearCrossEntropy.apply(hidden, weight, targets, None, None, 16, False)
+            want_grad, = torch.autograd.grad(want, hidden)
+    finally:
+        loss_module._compiled_chunk = None
+        torch._dynamo.reset()
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+    torch.testing.assert_close(got_grad, want_grad, rtol=2e-2, atol=1e-3)  # bf16 gradients, summed in another order
 
 
 # --- compiled layers: one compilation per layer type, not one per step ------------------------------------------
