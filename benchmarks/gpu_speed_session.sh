@@ -9,7 +9,7 @@
 #   bench  Qwen2.5-0.5B and 1.5B shapes: plain, peer (Trainer + liger + the largest batch that fits) and
 #          steadytune's default path, each until steady; packed == unpacked on 0.5B            -> b05.json b15.json
 #   big    Qwen2.5-7B shape: steadytune alone at 16k-token steps, then the longest cutoff_len  -> b7.json
-#   demo   the GPU-sized demo with the new defaults, then with cuda_graphs=false (the old path)  -> demo_*.json
+#   demo   the GPU-sized demo with the new defaults, then without graphs and compile (the old path) -> demo_*.json
 #   variants (optional third call, ~5 min, carry [".whl"]): single levers on the steadytune arm -> v*.json
 # Ends with benchmarks/speed_summary.py over whatever was written (also in $OUT/log).
 set -o pipefail
@@ -51,7 +51,7 @@ for STAGE in "${@:-bench}"; do
     GPU="max_samples=null max_eval_samples=null per_device_train_batch_size=32 learning_rate=5e-4 num_train_epochs=2 \
          lora_rank=16 warmup_ratio=0.05 cutoff_len=256 logging_steps=25 save_steps=100000"
     # liger-kernel left out of the path: the demo as a plain `pip install steadytune` runs it.
-    for RUN in "new" "eager cuda_graphs=false"; do
+    for RUN in "new" "eager cuda_graphs=false torch_compile=false"; do
       set -- $RUN; NAME=$1; shift
       stamp "demo ($NAME $*)"
       PYTHONPATH=/tmp/site:$PWD timeout 240 python3 -m steadytune demo $GPU "$@" output_dir=/root/runs/demo-$NAME \
