@@ -54,7 +54,7 @@ for STAGE in "${@:-bench}"; do
     for RUN in "new" "eager cuda_graphs=false torch_compile=false"; do
       set -- $RUN; NAME=$1; shift
       stamp "demo ($NAME $*)"
-      PYTHONPATH=/tmp/site:$PWD timeout 240 python3 -m steadytune demo $GPU "$@" output_dir=/root/runs/demo-$NAME \
+      PYTHONPATH=/tmp/site:$PWD timeout 300 python3 -m steadytune demo $GPU "$@" output_dir=/root/runs/demo-$NAME \
           2>&1 | grep -v "it/s\]\|batch/s\]" \
           | grep -E "packing|static_shapes|torch_compile|cuda_graphs|use_liger|gradient_check|max_tokens|total_steps|done:|majority|zero-shot|LoRA|relative|error|Error"
       cp /root/runs/demo-$NAME/demo_results.json "$OUT/demo_$NAME.json" 2>/dev/null
