@@ -552,7 +552,7 @@ from steadytune.graphs import GraphRunner
 from steadytune.loss import causal_lm_loss_sum
 from steadytune.packing import PackedCollator, register_varlen_attention, segment_sdpa_kernel
 from steadytune.tiny import build_model
-from test_speed import TOKENIZER, RerunStep, make_examples, plan_groups
+from test_speed import TOKENIZER, RerunStep, make_examples, plan_groups, train_windows
 
 rank = int(sys.argv[2])
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=rank, world_size=2)
@@ -577,22 +577,9 @@ def run(graphed):
     optimizer = torch.optim.AdamW(params, lr=1e-2)
     runner = GraphRunner(lambda b: causal_lm_loss_sum(model, b), params, torch.device("cpu"), None,
                          report=lambda e: None, step_class=RerunStep)
-    losses = []
-    for window in (mine[0:2], mine[2:4], mine[4:6]):
-        tokens = total(sum(b["n_targets"] for b in window))
-        loss = torch.zeros(())
-        for b in window:
-            if graphed and runner.takes(b):
-                loss += runner(b, 1.0 / tokens)
-            else:
-                s, _ = causal_lm_loss_sum(model, b)
-                (s / tokens).backward()
-                loss += s.detach()
-        sum_gradients_over_ranks(params)      # what train.forward_backward does for LoRA on several processes
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(total(loss) / tokens)
+    # sum_gradients_over_ranks after each window: what train.forward_backward does for LoRA on several processes
+    losses = train_windows(model, runner, (mine[0:2], mine[2:4], mine[4:6]), params, optimizer, graphed,
+                           sum_over_ranks=total, sync_gradients=sum_gradients_over_ranks)
     return losses, sum(float(p.double().sum()) for p in params), runner.eager_batches
 
 eager, eager_weights, _ = run(False)

@@ -187,6 +187,30 @@ class RerunStep(GraphedStep):
         return Replay()
 
 
+def train_windows(model, runner, windows, params, optimizer, graphed: bool, sum_over_ranks=lambda x: x,
+                  sync_gradients=lambda params: None) -> list[float]:
+    """One optimizer step per window of micro-batches, each micro-batch replayed by `runner` where `graphed` and it
+    takes it, else run eagerly; -> the per-token loss of each step. On several processes (test_distributed),
+    `sum_over_ranks` sums a count or loss over the ranks and `sync_gradients` sums the gradients after the window."""
+    losses = []
+    for window in windows:
+        tokens = sum_over_ranks(sum(b["n_targets"] for b in window))
+        total = torch.zeros(())
+        for b in window:
+            if graphed and runner.takes(b):
+                total += runner(b, 1.0 / tokens)
+            else:
+                s, _ = causal_lm_loss_sum(model, b)
+                (s / tokens).backward()
+                total += s.detach()
+        sync_gradients(params)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)  # a graph's gradient buffers are dropped here, re-attached next
+        losses.append(float(sum_over_ranks(total)) / tokens)
+    return losses
+
+
 def test_graphed_steps_accumulate_and_update_exactly_like_eager_steps():
     from peft import LoraConfig, get_peft_model
 
@@ -207,22 +231,8 @@ def test_graphed_steps_accumulate_and_update_exactly_like_eager_steps():
         events = []
         runner = GraphRunner(lambda b: causal_lm_loss_sum(model, b), params, torch.device("cpu"), None,
                              report=events.append, step_class=RerunStep)
-        losses = []
-        for window in (batches[0:2], batches[2:4], batches[4:6]):  # 2 micro-batches per optimizer step
-            tokens = sum(b["n_targets"] for b in window)
-            total = torch.zeros(())
-            for b in window:
-                if graphed and runner.takes(b):
-                    total += runner(b, 1.0 / tokens)
-                else:
-                    s, _ = causal_lm_loss_sum(model, b)
-                    (s / tokens).backward()
-                    total += s.detach()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)  # the graph's gradient buffers are dropped here, re-attached next
-            losses.append(float(total) / tokens)
-        return losses, events, runner
+        windows = (batches[0:2], batches[2:4], batches[4:6])  # 2 micro-batches per optimizer step
+        return train_windows(model, runner, windows, params, optimizer, graphed), events, runner
 
     eager, _, _ = run(False)
     graphed, events, runner = run(True)
