@@ -99,10 +99,10 @@ class SequenceCollator:
         segments = batch["segment_ids"]
         kind, index = segments.div(n, rounding_mode="floor"), segments.remainder(n)
         batch["segment_ids"] = torch.where(segments >= 0, kind * slots + index, segments)
-        bounds = batch["cu_seq_lens_q"].tolist()   # the row's sequences in order: sequence k of example i is k * n + i
+        # The row's sequences in order: sequence j = k * n + i is sequence k of example i, slot k * S + i.
+        j = torch.arange(per_example * n)
         last = torch.zeros(per_example * slots, dtype=torch.long)
-        for j in range(per_example * n):
-            last[(j // n) * slots + j % n] = bounds[j + 1] - 1
+        last[(j // n) * slots + j % n] = batch["cu_seq_lens_q"][1:per_example * n + 1].long() - 1
         batch["last_index"] = last
         batch["slots"] = slots
         batch["example_mask"] = torch.arange(slots) < n
