@@ -451,6 +451,7 @@ def test_deepspeed_zero3_on_cpu_matches_and_resumes_a_ddp_checkpoint(tiny_qwen, 
     assert losses(tmp_path / "z3") == pytest.approx(single.losses, rel=1e-5)
 
 
+@needs_deepspeed
 def test_full_finetune_under_zero3_saves_a_model_that_loads_with_its_tied_head(tiny_qwen, sample_data_dir, tmp_path):
     """The tiny Qwen2 ties its output head to the input embedding (as Qwen2 0.5B-7B and Gemma 3 do): one parameter,
     two names. The ZeRO-3 save gathers it once and must not write the other name's empty shard."""
