@@ -19,13 +19,16 @@ import time
 
 import torch
 
-from steadytune import hardware
+from steadytune.hardware.policy import choose_precision
+from steadytune.hardware.backend import detect, device_for
 from steadytune.config import load_config
-from steadytune.data import PadCollator, prepare_datasets
+from steadytune.data.collators import PadCollator
+from steadytune.data.prepare import prepare_datasets
 from steadytune.demo import recipe_path
-from steadytune.loss import causal_lm_loss_sum
-from steadytune.model import attach_adapter, load_model_and_tokenizer
-from steadytune.packing import PackedCollator
+from steadytune.training.loss import causal_lm_loss_sum
+from steadytune.model.lora import attach_adapter
+from steadytune.model.load import load_model_and_tokenizer
+from steadytune.data.packing import PackedCollator
 from steadytune.train import TrainBatches
 
 
@@ -36,9 +39,9 @@ def main() -> None:
     args = parser.parse_args()
 
     cfg = load_config(recipe_path(), [])
-    info = hardware.detect()
-    device = hardware.device_for(info)
-    precision, _ = hardware.choose_precision(info, cfg.train.bf16, cfg.train.fp16)
+    info = detect()
+    device = device_for(info)
+    precision, _ = choose_precision(info, cfg.train.bf16, cfg.train.fp16)
     model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=torch.float32, attn_implementation="sdpa",
                                                 device=device)
     model = attach_adapter(model, cfg)

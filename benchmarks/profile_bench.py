@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from steadytune.bench import add_arguments, resolve_device  # noqa: E402
+from steadytune.bench.command import add_arguments, resolve_device  # noqa: E402
 from steadytune.bench.arms import examples_for, step_groups, steadytune_setup, train_steps  # noqa: E402
 from steadytune.bench.workload import peak_flops, synchronize  # noqa: E402
 

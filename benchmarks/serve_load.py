@@ -74,10 +74,10 @@ def write_run(folder: Path, args) -> Path:
 
     sys.path.insert(0, str(REPO))
     from steadytune.config import load_config, save_resolved_config
-    from steadytune.model import load_model_and_tokenizer
+    from steadytune.model.load import load_model_and_tokenizer
 
     if args.tiny:
-        from steadytune.tiny import save_tiny_model
+        from steadytune.model.tiny import save_tiny_model
         model_path, template = str(save_tiny_model(folder / "tiny", "qwen2")), "chatml"
     else:
         model_path = args.model

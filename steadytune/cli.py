@@ -16,13 +16,13 @@ import warnings
 SUBCOMMANDS = {
     "train": ("steadytune.train", "fine-tune a model (LoRA or full) from a LLaMA-Factory-style YAML"),
     "demo": ("steadytune.demo", "the embedded default: Gemma 3 270M learns Chinese review sentiment, accuracy before/after"),
-    "doctor": ("steadytune.doctor", "diagnose this machine (ROCm, CUDA or CPU), or saved tool outputs, and print the fix"),
+    "doctor": ("steadytune.doctor.command", "diagnose this machine (ROCm, CUDA or CPU), or saved tool outputs, and print the fix"),
     "eval": ("steadytune.evaluate", "evaluate a trained adapter: accuracy, macro-F1, baselines, confusion matrix"),
     "export": ("steadytune.infer.export", "merged Hugging Face folder, GGUF for llama.cpp, or the adapter archive of a run"),
     "chat": ("steadytune.infer.chat", "talk to a trained run in the terminal (streams; reads stdin when piped)"),
     "predict": ("steadytune.infer.predict", "batch inference over a jsonl/json/csv file: labels with probabilities, or generated text"),
-    "serve": ("steadytune.serve", "serve a trained run (and more adapters) behind the OpenAI HTTP API, with dynamic batching"),
-    "bench": ("steadytune.bench", "measure tokens/s, MFU and memory against the plain transformers + peft recipe"),
+    "serve": ("steadytune.serve.command", "serve a trained run (and more adapters) behind the OpenAI HTTP API, with dynamic batching"),
+    "bench": ("steadytune.bench.command", "measure tokens/s, MFU and memory against the plain transformers + peft recipe"),
     "report": ("steadytune.report.command", "one self-contained HTML report of one or more runs (curves, results, data, config)"),
 }
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steadytune {args.command}: not available in this build", file=sys.stderr)
         return EXIT_USAGE
     from steadytune.errors import UserError
-    from steadytune.stopping import RunInterrupted
+    from steadytune.errors import RunInterrupted
     try:
         return int(module.run(args) or 0)
     except RunInterrupted as e:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as e:
         # The machine's faults (disk full, permission denied, read-only file system) are not bugs: one line each.
-        from steadytune.run_folder import describe_os_error
+        from steadytune.errors import describe_os_error
         print(f"error: {describe_os_error(e, f'steadytune {args.command}')}", file=sys.stderr)
         return EXIT_ERROR
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import math
 import os
 import types
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Any, Optional, Union, get_args, get_origin
 
 import yaml
-
 
 from steadytune.errors import UserError
 
@@ -649,7 +649,6 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
     if g.min_history > g.window:
         raise ConfigError(f"{where}: guard.min_history ({g.min_history}) is larger than guard.window ({g.window}): "
                           "spikes would never be judged")
-    from steadytune.trackers import parse_report_to
     try:
         parse_report_to(t.report_to)
     except ValueError as e:
@@ -767,3 +766,28 @@ def describe_keys() -> str:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
             lines.append(f"  {prefix}{f.name} = {default!r}\n      {f.metadata.get('help', '')}")
     return "\n".join(lines)
+
+
+# report_to name -> the module that must import (its pip package has the same name).
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "swanlab": "swanlab",
+                    "trackio": "trackio"}
+
+
+def parse_report_to(value: Any) -> list[str]:
+    """report_to as a list of tracker names ("all" expanded to the installed ones); raises ValueError naming an
+    unknown tracker."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    names = [str(item).strip().lower() for item in items if str(item).strip()]
+    if "all" in names:
+        return [name for name in TRACKER_PACKAGES if tracker_installed(name)]
+    names = [name for name in names if name != "none"]
+    unknown = [name for name in names if name not in TRACKER_PACKAGES]
+    if unknown:
+        raise ValueError(f"unknown tracker {unknown[0]!r}; choose from none, all, {', '.join(TRACKER_PACKAGES)}")
+    return list(dict.fromkeys(names))
+
+
+def tracker_installed(name: str) -> bool:
+    return importlib.util.find_spec(TRACKER_PACKAGES[name]) is not None

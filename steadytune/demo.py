@@ -55,9 +55,9 @@ def scoring_batch_size(device: torch.device) -> int:
 def run_demo(cfg, force: bool = False) -> dict:
     """Zero-shot scoring, training and scoring again, on one copy of the model loaded once: training adopts the
     model scored zero-shot (train.run_training's `model`), and the model it hands back is scored after."""
-    from steadytune.data import prepare_datasets
+    from steadytune.data.prepare import prepare_datasets
     from steadytune.infer.loading import load_for_inference
-    from steadytune.scoring import evaluate_classification
+    from steadytune.eval.scoring import evaluate_classification
     from steadytune.train import majority_share, run_training
 
     # 1. Before: the base model on the held-out reviews, and the majority class.

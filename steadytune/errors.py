@@ -1,5 +1,10 @@
 """Errors that reach the user as one clear line and a non-zero exit (no traceback)."""
 
+from __future__ import annotations
+
+import errno
+import signal
+
 
 class UserError(Exception):
     """Bad input or an impossible request; the message names the file, line or key at fault."""
@@ -13,3 +18,30 @@ class DataError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint folder is truncated, corrupt, or belongs to another model."""
+
+
+# Ctrl-C and SIGTERM end a run with 128 + the signal number, the shells' convention (training/stopping.py).
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class RunInterrupted(UserError):
+    """A signal arrived; `exit_code` is 128 + its number."""
+
+    def __init__(self, signum: int, message: str = ""):
+        super().__init__(message or f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.exit_code = EXIT_CODES.get(signum, 128 + signum)
+
+
+def describe_os_error(e: OSError, where: str) -> str:
+    """An OSError as one line naming the file and what to do (disk full, permission, read-only)."""
+    target = e.filename or where
+    if e.errno == errno.ENOSPC:
+        return f"disk full while writing {target} ({where}); free space there, or choose another folder"
+    if e.errno == errno.EDQUOT:
+        return f"disk quota exceeded while writing {target} ({where})"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied: {target} ({where})"
+    if e.errno == errno.EROFS:
+        return f"read-only file system: {target} ({where})"
+    return f"{where}: {e.strerror or e} ({target})"

@@ -17,14 +17,14 @@ import torch
 
 from steadytune.errors import UserError
 from steadytune.infer.loading import LORA
-from steadytune.labelcheck import (best_label_permutation, check_against_training, check_known_samples,
-                                   check_label_set, check_labels_distinguishable, check_raw_labels,
-                                   diagnose_known_samples, warn)
-from steadytune.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
-from steadytune.run_folder import record_outputs
-from steadytune.scoring import (build_prompts, evaluate_classification, generate_texts, match_label, prompt_ids_of,
-                                score_labels)
-from steadytune.textmetrics import generation_metrics
+from steadytune.eval.labelcheck import (best_label_permutation, check_against_training, check_known_samples,
+                                        check_label_set, check_labels_distinguishable, check_raw_labels,
+                                        diagnose_known_samples, warn)
+from steadytune.eval.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
+from steadytune.training.run_folder import record_outputs
+from steadytune.eval.scoring import (build_prompts, evaluate_classification, generate_texts, match_label, prompt_ids_of,
+                                     score_labels)
+from steadytune.eval.textmetrics import generation_metrics
 
 # The scoring and label-check functions lived here before they got modules of their own; they stay importable.
 __all__ = ["add_arguments", "run", "run_evaluation", "predict_generation", "score_labels", "generate_texts",
@@ -88,7 +88,7 @@ def warn_if_other_base(cfg, folder: Path) -> None:
         return
     if not recorded:
         return
-    from steadytune.model import resolve_model_path
+    from steadytune.model.load import resolve_model_path
     asked = cfg.model.model_name_or_path
     candidates = {asked, str(Path(asked).expanduser().resolve()) if Path(asked).exists() else asked}
     try:
@@ -109,7 +109,7 @@ def _zero_shot(cfg, model: torch.nn.Module, kind: str) -> Iterator[torch.nn.Modu
         with model.disable_adapter():
             yield model
         return
-    from steadytune.model import load_model_and_tokenizer
+    from steadytune.model.load import load_model_and_tokenizer
 
     attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
     weight = next(model.parameters())
@@ -121,8 +121,9 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
                    output_dir: str | None = None, known_samples: int = 64, review_errors: int = 0,
                    overwrite: bool = False) -> dict:
     """Everything `steadytune eval` does; returns what it writes to eval_results.json."""
-    from steadytune.data import prepare_datasets
-    from steadytune.run_folder import claim_outputs, describe_os_error
+    from steadytune.data.prepare import prepare_datasets
+    from steadytune.training.run_folder import claim_outputs
+    from steadytune.errors import describe_os_error
 
     from steadytune.infer.loading import load_trained, trained_folder
 

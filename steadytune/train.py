@@ -32,25 +32,29 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from steadytune import hardware
-from steadytune.batches import TrainBatches, token_budget
-from steadytune.checkpoint import TrainerState, list_checkpoints, load_checkpoint, read_state, save_checkpoint
+from steadytune.hardware.policy import choose_attention, choose_precision
+from steadytune.hardware.backend import detect
+from steadytune.training.batches import TrainBatches, token_budget
+from steadytune.training.checkpoint import TrainerState, list_checkpoints, load_checkpoint, read_state, save_checkpoint
 from steadytune.config import RunConfig, describe_keys, load_config, resolve_do_train, save_resolved_config
 from steadytune.distributed import launch, sharding
 from steadytune.distributed.fsdp_config import read_fsdp_keys
 from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.errors import CheckpointError, UserError
-from steadytune.faults import FaultInjector
-from steadytune.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, NumericalGuard, TrainState,
-                              apply_hardware_profile, fallback_precision)
-from steadytune.loss import causal_lm_loss_sum, count_target_tokens
-from steadytune.monitor import MetricsLog, Throughput, memory_stats, plot_loss
+from steadytune.training.faults import FaultInjector
+from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, NumericalGuard, TrainState
+from steadytune.hardware.rocm_profile import apply_hardware_profile
+from steadytune.hardware.policy import fallback_precision
+from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
+from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
 from steadytune.report.record import write_data_stats, write_run_report
-from steadytune.run_folder import RunFolder, describe_os_error
+from steadytune.training.run_folder import RunFolder
+from steadytune.errors import describe_os_error
 from steadytune.stages import PREFERENCE_STAGES, Stage
 from steadytune.stages.objectives import pop_metrics
-from steadytune.stopping import RunInterrupted, StopRequests
-from steadytune.trackers import Trackers
+from steadytune.errors import RunInterrupted
+from steadytune.training.stopping import StopRequests
+from steadytune.training.trackers import Trackers
 
 
 class NonFiniteRun(UserError):
@@ -258,14 +262,14 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     sharding.apply_plan(cfg, shard_plan, world)
 
     # --- hardware policy: dtype and attention chosen in one place, with the reason -----------------------
-    info = hardware.detect()
-    precision, precision_why = hardware.choose_precision(info, t.bf16, t.fp16)
-    attn, attn_why = hardware.choose_attention(info, cfg.model.flash_attn)
+    info = detect()
+    precision, precision_why = choose_precision(info, t.bf16, t.fp16)
+    attn, attn_why = choose_attention(info, cfg.model.flash_attn)
     cfg.decide("precision", precision, precision_why)
     cfg.decide("attn_implementation", attn, attn_why)
     # Packing needs its own attention (examples kept apart), so it is chosen before the model is loaded.
-    from steadytune import balance
-    from steadytune.packing import plan_packing
+    from steadytune.data import balance
+    from steadytune.model.attention import plan_packing
     packing = plan_packing(cfg, info, class_weighted_loss=balance.uses_loss_weights(d.class_balance))
     if packing is not None:
         attn = packing.attn_implementation
@@ -276,7 +280,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                    "into a silent multi-day stall (the default is 1800 s)")
 
     # --- data before weights: a bad file, key or column stops here, not after minutes of loading ------------
-    from steadytune.model import load_tokenizer
+    from steadytune.model.load import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model)
     data = stage.prepare_data(cfg, tokenizer)
@@ -295,7 +299,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     run_startup_checks(info, Path(t.output_dir), force=force, write=accelerator.is_main_process)
 
     # --- model + LoRA ----------------------------------------------------------------------------------
-    from steadytune.model import attach_adapter, count_parameters, load_model_and_tokenizer, load_trained_adapter
+    from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
+    from steadytune.model.load import load_model_and_tokenizer
 
     # Frozen base weights in the compute dtype halve memory (unless lora_base_dtype keeps an fp32 copy);
     # trainable (LoRA) weights stay fp32 so small updates are not rounded away (attach_adapter casts them).
@@ -326,7 +331,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora" and not cfg.method.use_dora:
         # Every forward of this model runs under autocast (training, eval loss, scoring): see kernels.py.
         # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
-        from steadytune.kernels import skip_lora_input_cast
+        from steadytune.model.kernels import skip_lora_input_cast
         _, why = skip_lora_input_cast(model)
         cfg.decide("lora_input_cast", "off", why)
     trainable, total = count_parameters(model)
@@ -480,7 +485,7 @@ def vet_resume(cfg: RunConfig, candidates: list[Path], world: int = 1, token_bud
     one is an error); a checkpoint whose run had other keys is refused, naming each key with old -> new. On another
     number of processes the step batch is kept (distributed/world_resume.py)."""
     from steadytune.distributed.world_resume import adapt_to_checkpoint
-    from steadytune.resume import compare_for_resume, resume_fingerprint
+    from steadytune.training.resume import compare_for_resume, resume_fingerprint
 
     usable = []
     for path in candidates:
@@ -661,7 +666,7 @@ def begin_steps(run: Run) -> None:
     checkpoint, and from here on a failure keeps the folder (it may hold checkpoints worth resuming)."""
     if run.is_main:
         out = Path(run.cfg.train.output_dir)
-        from steadytune.resume import resume_fingerprint
+        from steadytune.training.resume import resume_fingerprint
         run.state.extra["config"] = resume_fingerprint(run.cfg)
         from steadytune.distributed.world_resume import layout_of
         # How steps are cut here, so that a resume on another number of processes keeps the same steps.
@@ -783,7 +788,7 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
     finish_guard(run)
     if run.graphs is not None:
         run.graphs.release()
-    from steadytune.kernels import uncompile_layers
+    from steadytune.model.kernels import uncompile_layers
     uncompile_layers(run.model)  # scoring and generation after training come in many shapes
     run.accelerator.wait_for_everyone()
     final_loss = outcome.losses[-1] if outcome.losses else None
@@ -839,7 +844,7 @@ def save_final_outputs(run: Run, out: Path, model=None) -> None:
                 shutil.rmtree(target)
             item.replace(target)
     except OSError as e:
-        from steadytune.checkpoint import latest_checkpoint
+        from steadytune.training.checkpoint import latest_checkpoint
         latest = latest_checkpoint(out)
         kept = f"; {latest.name} is complete and can be resumed" if latest else ""
         raise UserError(describe_os_error(e, f"saving the final adapter in {out}") + kept) from None
@@ -888,7 +893,7 @@ class TrainingObjective(torch.nn.Module):
 
     @property
     def _no_split_modules(self):
-        from steadytune.distributed.fsdp_config import layer_classes
+        from steadytune.model.anatomy import layer_classes
         return layer_classes(self.model) or None
 
 
@@ -905,7 +910,9 @@ def set_data_position(state: TrainerState, position: dict) -> None:
 def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None:
     """The same checks `steadytune doctor` runs; error-level findings stop the run unless --force."""
     try:
-        from steadytune.doctor import format_findings, has_errors, run_live_checks, write_environment
+        from steadytune.doctor.findings import format_findings, has_errors
+        from steadytune.doctor.live import run_live_checks
+        from steadytune.doctor.environment import write_environment
     except ImportError:
         return
     findings = run_live_checks()
@@ -1005,9 +1012,10 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     """The speed policy (kernels.plan_speed) applied: static shapes for the collator, compiled layers, liger's
     kernels, then gradient checkpointing for the memory that leaves; every choice recorded with its reason. A
     requested feature that cannot be used is an error, never a silent skip."""
-    from steadytune.kernels import (SpeedUnavailable, apply_liger_kernels, choose_gradient_checkpointing,
-                                    compile_layers, plan_speed)
-    from steadytune.packing import varlen_kernel_status, varlen_static_status
+    from steadytune.hardware.speed import SpeedUnavailable, plan_speed
+    from steadytune.model.kernels import apply_liger_kernels, compile_layers
+    from steadytune.hardware.memory import choose_gradient_checkpointing
+    from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_static_status
 
     t, f = cfg.train, cfg.fault_injection
     blockers = {}
@@ -1085,7 +1093,7 @@ def enable_gradient_checkpointing(cfg: RunConfig, model, graphs: bool = False) -
 def make_graph_runner(run: Run):
     """CUDA graphs for the run's micro-batches (graphs.py): recorded on the first one; what happened goes to
     metrics.jsonl and the console. Out of memory while recording turns gradient checkpointing on and tries again."""
-    from steadytune.graphs import GraphRunner
+    from steadytune.training.graphs import GraphRunner
 
     model = run.model
 
@@ -1133,8 +1141,8 @@ def should_evaluate(t, step: int, steps_per_epoch: int, total_steps: int) -> boo
 @torch.no_grad()
 def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, tokenizer, device) -> dict:
     """Eval loss over the eval split (token-weighted), plus accuracy and macro-F1 for classification."""
-    from steadytune.data import PadCollator
-    from steadytune.kernels import eager_layers
+    from steadytune.data.collators import PadCollator
+    from steadytune.model.kernels import eager_layers
 
     objective.eval()
     collate = PadCollator(tokenizer.pad_token_id, padding_side="right")
@@ -1156,7 +1164,7 @@ def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, token
 
 def classification_metrics(cfg: RunConfig, model, tokenizer, data) -> dict:
     try:
-        from steadytune.scoring import evaluate_classification
+        from steadytune.eval.scoring import evaluate_classification
     except ImportError:
         return {}
     report = evaluate_classification(model, tokenizer, data.eval, data.label_names, data.template,
@@ -1227,7 +1235,7 @@ def _evaluate_sft_after_training(cfg: RunConfig, **kwargs) -> dict:
 
 
 def _load_sft_data(cfg: RunConfig, tokenizer):
-    from steadytune.data import prepare_datasets
+    from steadytune.data.prepare import prepare_datasets
     return prepare_datasets(cfg, tokenizer)
 
 

@@ -11,7 +11,8 @@ import torch
 
 from steadytune.config import load_config, save_resolved_config
 from steadytune.infer.card import write_run_card
-from steadytune.model import attach_adapter, load_model_and_tokenizer
+from steadytune.model.lora import attach_adapter
+from steadytune.model.load import load_model_and_tokenizer
 
 LABELS = ["消极", "积极"]
 NEG = ["太差了", "很失望", "再也不买了", "包装破损", "讨厌"]
@@ -62,8 +63,9 @@ def make_run(out: Path, keys: dict, random_b: bool = True, train_steps: int = 0,
                 if "lora_B" in name or "modules_to_save" in name:
                     param.add_(torch.randn_like(param) * b_scale)
     if train_steps:
-        from steadytune.data import PadCollator, prepare_datasets
-        from steadytune.loss import causal_lm_loss_sum
+        from steadytune.data.collators import PadCollator
+        from steadytune.data.prepare import prepare_datasets
+        from steadytune.training.loss import causal_lm_loss_sum
 
         data = prepare_datasets(cfg, tokenizer)
         batch = PadCollator(tokenizer.pad_token_id)(data.train)
@@ -74,7 +76,7 @@ def make_run(out: Path, keys: dict, random_b: bool = True, train_steps: int = 0,
             optimizer.step()
             optimizer.zero_grad()
     elif cfg.data.dataset:
-        from steadytune.data import prepare_datasets
+        from steadytune.data.prepare import prepare_datasets
         prepare_datasets(cfg, tokenizer)  # resolves label_names / prompt_template into cfg as training does
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

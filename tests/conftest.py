@@ -43,7 +43,7 @@ def sample_data_dir(tmp_path_factory) -> Path:
 def compiled_graphs(monkeypatch) -> list:
     """torch.compile made to count instead of compile: each graph Dynamo hands to the backend is listed (the shapes of
     its tensor inputs) and runs as traced. Dynamo's caches are cleared before and after, so counts are the test's."""
-    from steadytune import kernels
+    from steadytune.model import kernels
 
     compiled: list = []
 

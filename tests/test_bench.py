@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import LF_FIXTURES, needs_shared
-from steadytune import bench
+from steadytune.bench import workload
 from steadytune.bench import arms
 from steadytune.bench.steady import SteadyRate
 from steadytune.cli import main
@@ -21,7 +21,7 @@ TINY = ["bench", "--shape", "tiny", "--device", "cpu", "--examples", "120", "--p
 
 
 def test_packaged_lengths_follow_the_alpaca_demo_sets():
-    lengths = sorted(p + a for p, a in bench.dataset_lengths(None))
+    lengths = sorted(p + a for p, a in workload.dataset_lengths(None))
     # The Qwen tokenizer gives mean 187, p90 383, max 752 on these two files (DEVICE.md).
     assert statistics.mean(lengths) == pytest.approx(187, rel=0.05)
     assert lengths[int(0.9 * len(lengths))] == pytest.approx(383, rel=0.05)
@@ -31,18 +31,18 @@ def test_packaged_lengths_follow_the_alpaca_demo_sets():
 @needs_shared
 def test_packaged_lengths_are_those_of_the_real_demo_files():
     data = LF_FIXTURES / "data"
-    real = bench.dataset_lengths(f"{data / 'alpaca_en_demo.json'},{data / 'alpaca_zh_demo.json'}")
-    assert real == bench.dataset_lengths(None)
+    real = workload.dataset_lengths(f"{data / 'alpaca_en_demo.json'},{data / 'alpaca_zh_demo.json'}")
+    assert real == workload.dataset_lengths(None)
 
 
 def test_mfu_counts_4n_plus_6n_lora():
-    assert bench.flops_per_token(100, 10) == 460
+    assert workload.flops_per_token(100, 10) == 460
 
 
 def test_mfu_leaves_out_an_untied_input_embedding():
     """An input embedding with its own head is a lookup: 4N counts only weights that take part in a matmul."""
     from steadytune.bench.workload import param_counts
-    from steadytune.tiny import build_model, build_tokenizer
+    from steadytune.model.tiny import build_model, build_tokenizer
     tied = build_model("qwen2", build_tokenizer()).requires_grad_(False)
     n, lora = param_counts(tied)
     assert n == sum(p.numel() for p in tied.parameters()) and lora == 0  # the shared matrix is the head's matmul
@@ -53,9 +53,9 @@ def test_mfu_leaves_out_an_untied_input_embedding():
 
 
 def test_all_arms_see_the_same_examples_in_the_same_order():
-    order = bench.example_order(10, 25, seed=3)
+    order = workload.example_order(10, 25, seed=3)
     assert sorted(order[:10]) == list(range(10)) and sorted(order[10:20]) == list(range(10))
-    assert order == bench.example_order(10, 25, seed=3)  # every arm (and process) computes the same stream
+    assert order == workload.example_order(10, 25, seed=3)  # every arm (and process) computes the same stream
     assert order[:10] != order[10:20]  # a new pass reshuffles
 
 
@@ -133,7 +133,7 @@ def test_unknown_shape_and_arm_are_clear_errors(capsys):
 
 def test_mfu_peak_comes_from_the_product_table():
     """bench's MFU denominator is hardware.py's table (dense bf16, per device as torch sees it)."""
-    from steadytune.hardware import peak_bf16_tflops
+    from steadytune.hardware.policy import peak_bf16_tflops
     assert peak_bf16_tflops("NVIDIA H200") == peak_bf16_tflops("NVIDIA H100 80GB HBM3") == 989.4
     assert peak_bf16_tflops("AMD Instinct MI300X") == 1307.4
     assert peak_bf16_tflops("AMD Instinct MI250X") == 191.5          # one GCD: torch sees half a card

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from steadytune.config import load_config
-from steadytune.data import (IGNORE, PadCollator, encode_classification_prompt, encode_label_targets, get_template,
-                             prepare_datasets)
+from steadytune.data.encode import IGNORE_INDEX, encode_classification_prompt, encode_label_targets
+from steadytune.data.collators import PadCollator
+from steadytune.data.templates import get_template
+from steadytune.data.prepare import prepare_datasets
 from steadytune.data.encode import encode_conversation
 from steadytune.data.templates import missing_special_tokens
-from steadytune.tiny import build_tokenizer
+from steadytune.model.tiny import build_tokenizer
 
 from conftest import LF_FIXTURES, needs_shared
 from sample_data import ALPACA, SHAREGPT_TOOLS, sample_dir
@@ -31,7 +33,7 @@ def cfg_for(**keys):
 
 
 def trained_text(tok, example) -> str:
-    return tok.decode([t for t in example["labels"] if t != IGNORE])
+    return tok.decode([t for t in example["labels"] if t != IGNORE_INDEX])
 
 
 def rows_of(folder: Path, file: str) -> list[dict]:
@@ -133,7 +135,7 @@ def test_labels_are_ignored_exactly_on_prompt_tokens(tok):
     answer = tok("Eat well.<end_of_turn>\n", add_special_tokens=False)["input_ids"]
     assert not truncated
     assert encoded["input_ids"] == prompt + answer
-    assert encoded["labels"] == [IGNORE] * len(prompt) + answer
+    assert encoded["labels"] == [IGNORE_INDEX] * len(prompt) + answer
     on_prompt, _ = encode_conversation(template, tok, example, cutoff_len=1000, train_on_prompt=True)
     assert on_prompt["labels"] == on_prompt["input_ids"]
 
@@ -143,8 +145,8 @@ def test_cutoff_truncates_and_keeps_an_answer(tok):
     example = {"messages": [{"role": "user", "content": "word " * 200}, {"role": "assistant", "content": "ok " * 200}]}
     encoded, truncated = encode_conversation(template, tok, example, cutoff_len=64)
     assert truncated and len(encoded["input_ids"]) == 64
-    trained = sum(1 for t in encoded["labels"] if t != IGNORE)
-    assert 0 < trained < 64 and encoded["labels"][0] == IGNORE
+    trained = sum(1 for t in encoded["labels"] if t != IGNORE_INDEX)
+    assert 0 < trained < 64 and encoded["labels"][0] == IGNORE_INDEX
 
 
 # ---- templates -----------------------------------------------------------------------------------------
@@ -212,7 +214,7 @@ def test_classification_example_is_prompt_ids_plus_label_target(tok, tmp_path):
     for ex in data.train:
         prompt = encode_classification_prompt(data.template, tok, prompt_template, ex["text"], data.max_prompt_len)
         assert ex["input_ids"] == prompt + targets[ex["label_id"]]
-        assert ex["labels"] == [IGNORE] * len(prompt) + targets[ex["label_id"]]
+        assert ex["labels"] == [IGNORE_INDEX] * len(prompt) + targets[ex["label_id"]]
         assert tok.decode(targets[ex["label_id"]]) == ["neg", "pos"][ex["label_id"]] + "<end_of_turn>\n"
         assert tok.decode(prompt) == ("<bos><start_of_turn>user\nReview: " + ex["text"] +
                                       "\nSentiment:<end_of_turn>\n<start_of_turn>model\n")
@@ -288,17 +290,17 @@ def test_parquet_reads_or_says_what_is_missing(tok, tmp_path):
 
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_pad_collator(side):
-    examples = [{"input_ids": [5, 6, 7], "labels": [IGNORE, 6, 7], "label_id": 1},
+    examples = [{"input_ids": [5, 6, 7], "labels": [IGNORE_INDEX, 6, 7], "label_id": 1},
                 {"input_ids": [8], "labels": [8], "label_id": 0}]
     batch = PadCollator(pad_token_id=0, padding_side=side)(examples)
     if side == "right":
         assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
         assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
-        assert batch["labels"].tolist() == [[IGNORE, 6, 7], [8, IGNORE, IGNORE]]
+        assert batch["labels"].tolist() == [[IGNORE_INDEX, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
     else:
         assert batch["input_ids"].tolist() == [[5, 6, 7], [0, 0, 8]]
         assert batch["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
-        assert batch["labels"].tolist() == [[IGNORE, 6, 7], [IGNORE, IGNORE, 8]]
+        assert batch["labels"].tolist() == [[IGNORE_INDEX, 6, 7], [IGNORE_INDEX, IGNORE_INDEX, 8]]
     assert batch["label_ids"].tolist() == [1, 0]
     assert "label_ids" not in PadCollator(0)([{"input_ids": [1], "labels": [1]}])
 

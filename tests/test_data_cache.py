@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from steadytune.config import load_config
-from steadytune.data import prepare_datasets
+from steadytune.data.prepare import prepare_datasets
 from steadytune.errors import DataError
-from steadytune.tiny import build_tokenizer
+from steadytune.model.tiny import build_tokenizer
 
 from sample_data import ALPACA, sample_dir
 

@@ -8,9 +8,9 @@ import re
 import pytest
 
 from steadytune.config import ConfigError, load_config
-from steadytune.data import prepare_datasets
+from steadytune.data.prepare import prepare_datasets
 from steadytune.errors import DataError
-from steadytune.tiny import build_tokenizer
+from steadytune.model.tiny import build_tokenizer
 
 from sample_data import ALPACA, IMAGES, SHAREGPT_TOOLS, sample_dir
 
@@ -177,7 +177,7 @@ def test_csv_row_with_more_fields_than_the_header(tok, tmp_path):
 
 
 def test_auto_template_that_cannot_render_is_refused(tok, tmp_path):
-    from steadytune.data import get_template
+    from steadytune.data.templates import get_template
     tok = build_tokenizer()
     tok.chat_template = "{{ raise_exception('System role not supported') }}"
     with pytest.raises(ConfigError, match="chat_template failed to render .*set template: to a named one"):

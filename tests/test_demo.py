@@ -9,7 +9,7 @@ import pytest
 
 from steadytune.config import load_config
 from steadytune.demo import run_demo
-from steadytune.tiny import save_tiny_model
+from steadytune.model.tiny import save_tiny_model
 
 NEG = ["太差了", "很失望", "再也不买了", "包装破损", "讨厌"]
 POS = ["很好", "质量不错", "非常满意", "物流很快", "喜欢"]

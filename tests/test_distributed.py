@@ -23,12 +23,12 @@ from steadytune.distributed.deepspeed_config import (fill_from_model, fill_from_
                                                      read_deepspeed_file)
 from steadytune.distributed.fsdp_config import read_fsdp_keys
 from steadytune.distributed.sharding import plan_sharding
-from steadytune.distributed.state import by_index, by_name
+from steadytune.training.optimizer_state import by_index, by_name
 from steadytune.distributed.watchdog import HANG_EXIT_CODE, HangWatchdog, allowance, where_is
 from steadytune.distributed.world_resume import adapt_to_checkpoint, layout_of, remap_position
 from steadytune.errors import UserError
-from steadytune.monitor import read_metrics
-from steadytune.tiny import save_tiny_model
+from steadytune.training.monitor import read_metrics
+from steadytune.model.tiny import save_tiny_model
 from steadytune.train import run_training
 
 from conftest import LF_FIXTURES as LF, needs_shared
@@ -389,7 +389,7 @@ def test_fsdp2_on_cpu_matches_one_process_and_saves_a_one_gpu_adapter(tiny_qwen,
     from peft import PeftModel
     from safetensors.torch import load_file
 
-    from steadytune.tiny import build_model
+    from steadytune.model.tiny import build_model
 
     single = one_process(tiny_qwen, sample_data_dir, tmp_path / "one", gradient_accumulation_steps=4)
     done = run_cli(overrides(tiny_qwen, sample_data_dir, tmp_path / "fsdp", fsdp="full_shard auto_wrap",
@@ -549,10 +549,12 @@ import torch, torch.distributed as dist
 from peft import LoraConfig, get_peft_model
 from steadytune.distributed.launch import close_process_group
 from steadytune.distributed.sharding import sum_gradients_over_ranks
-from steadytune.graphs import GraphRunner
-from steadytune.loss import causal_lm_loss_sum
-from steadytune.packing import PackedCollator, register_varlen_attention, segment_sdpa_kernel
-from steadytune.tiny import build_model
+from steadytune.training.graphs import GraphRunner
+from steadytune.training.loss import causal_lm_loss_sum
+from steadytune.data.packing import PackedCollator
+from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+from steadytune.model.attention import register_varlen_attention
+from steadytune.model.tiny import build_model
 from test_speed import TOKENIZER, RerunStep, make_examples, plan_groups, train_windows
 
 rank = int(sys.argv[2])

@@ -14,12 +14,17 @@ from types import SimpleNamespace
 
 import torch
 
-from steadytune import doctor
+from steadytune.doctor.multi_gpu import check_multi_gpu
+from steadytune.doctor.attention import probe_sdpa
 from steadytune.cli import main as cli_main
-from steadytune.doctor import (Finding, check_device_files, collect_probe, diagnose_sdpa, explain_flash_attn_failure,
-                               explain_torch_import_error, format_findings, has_errors, run_allreduce_check,
-                               run_live_checks, write_environment)
-from steadytune.hardware import detect, device_for
+from steadytune.doctor.findings import Finding, format_findings, has_errors
+from steadytune.doctor.checks import check_device_files
+from steadytune.doctor.probe import collect_probe
+from steadytune.doctor.attention import diagnose_sdpa, explain_flash_attn_failure
+from steadytune.doctor.live import explain_torch_import_error, run_live_checks
+from steadytune.doctor.multi_gpu import run_allreduce_check
+from steadytune.doctor.environment import write_environment
+from steadytune.hardware.backend import detect, device_for
 
 from conftest import SMI_FIXTURES as FIXTURES, needs_shared
 GIB = 2**30
@@ -250,7 +255,7 @@ def test_row16_mem_efficient_bug_on_torch_2_6_rocm_6_2():
 
 
 def test_sdpa_probe_runs_for_real_on_cpu():
-    results, _ = doctor.probe_sdpa(torch.device("cpu"), torch.float32)
+    results, _ = probe_sdpa(torch.device("cpu"), torch.float32)
     assert results["math"] is None and set(results) == {"flash", "mem-efficient", "cudnn", "math"}
 
 
@@ -302,7 +307,7 @@ def test_row22_multi_gpu_without_iommu_pt(monkeypatch, tmp_path):
     simulate(monkeypatch, gpus=[MI300X, MI300X], peer=False)
     paths, rocm = machine(tmp_path)
     probe = collect_probe(env={"ROCM_PATH": str(rocm)}, **{**paths, "run_kernels": True})
-    findings = doctor.check_multi_gpu(probe)
+    findings = check_multi_gpu(probe)
     assert find(findings, "warning", "multi-gpu", "iommu=pt", "NCCL_P2P_DISABLE=1")
     assert find(findings, "warning", "multi-gpu", "no peer-to-peer access between GPUs [(0, 1)]")
     simulate(monkeypatch, gpus=[MI300X, MI300X], peer=True)

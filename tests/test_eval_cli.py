@@ -9,12 +9,12 @@ import yaml
 
 from steadytune.cli import main
 from steadytune.config import load_config
-from steadytune.data import prepare_datasets
+from steadytune.data.prepare import prepare_datasets
 from steadytune.evaluate import (best_label_permutation, check_label_set, check_labels_distinguishable,
                                  diagnose_known_samples, evaluate_classification, match_label)
-from steadytune.loss import causal_lm_loss_sum
-from steadytune.metrics import classification_report
-from steadytune.tiny import save_tiny_model
+from steadytune.training.loss import causal_lm_loss_sum
+from steadytune.eval.metrics import classification_report
+from steadytune.model.tiny import save_tiny_model
 
 LABELS = ["消极", "积极"]
 STEPS = 80  # lr 5e-3: steady; at 2e-2 the tiny model's accuracy oscillates from step to step
@@ -48,7 +48,7 @@ def trained_run(tmp_path_factory):
     torch.manual_seed(0)  # LoRA A init: the run is deterministic
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
                            LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
-    from steadytune.data import PadCollator
+    from steadytune.data.collators import PadCollator
     batch = PadCollator(tokenizer.pad_token_id)(data.train)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-3)
     for _ in range(STEPS):

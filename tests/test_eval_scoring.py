@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from steadytune.evaluate import score_labels
-from steadytune.tiny import build_model, build_tokenizer
+from steadytune.model.tiny import build_model, build_tokenizer
 
 
 @pytest.fixture(scope="module")

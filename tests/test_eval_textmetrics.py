@@ -13,7 +13,7 @@ pytest.importorskip("jieba", reason="the metrics extra (jieba, rouge-chinese, nl
 pytest.importorskip("rouge_chinese", reason="the metrics extra is not installed")
 pytest.importorskip("nltk", reason="the metrics extra is not installed")
 
-from steadytune.textmetrics import example_scores, generation_metrics  # noqa: E402
+from steadytune.eval.textmetrics import example_scores, generation_metrics  # noqa: E402
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "textmetrics.json").read_text(encoding="utf-8"))
 

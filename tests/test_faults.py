@@ -16,8 +16,8 @@ import torch
 
 from steadytune.config import load_config
 from steadytune.errors import UserError
-from steadytune.faults import FaultInjector, plot_raw_vs_guarded
-from steadytune.tiny import save_tiny_model
+from steadytune.training.faults import FaultInjector, plot_raw_vs_guarded
+from steadytune.model.tiny import save_tiny_model
 from steadytune.train import run_training
 
 from sample_data import ALPACA, sample_dir

@@ -17,11 +17,12 @@ import torch
 import yaml
 
 from steadytune import cli
-from steadytune.checkpoint import latest_checkpoint, read_state
+from steadytune.training.checkpoint import latest_checkpoint, read_state
 from steadytune.config import load_config
-from steadytune.guard import (ABORT, EXIT_GUARD_ABORT, OK, ROLLBACK, SKIP, WARN, GuardAbort, NumericalGuard,
-                              TrainState, apply_hardware_profile)
-from steadytune.tiny import save_tiny_model
+from steadytune.training.guard import (ABORT, EXIT_GUARD_ABORT, OK, ROLLBACK, SKIP, WARN, GuardAbort, NumericalGuard,
+                                       TrainState)
+from steadytune.hardware.rocm_profile import apply_hardware_profile
+from steadytune.model.tiny import save_tiny_model
 
 from sample_data import ALPACA, sample_dir
 
@@ -342,12 +343,12 @@ def test_fp16_overflow_switch_runs_the_whole_restart_path_on_cpu(tiny_folder, tm
     """The loop's side of the precision switch, on CPU: fp16 is forced through the policy function (Accelerate
     runs CPU fp16 autocast without a loss scaler), an injected overflow trips the guard, and the run saves its
     last good state, restarts in a fresh Accelerator in the fallback precision, and finishes from there."""
-    from steadytune import hardware
+    from steadytune import train as train_module
 
     def forced(info, bf16="auto", fp16=False):
         return ("fp16", "test: fp16 forced on CPU") if fp16 is True else ("fp32", "test: fallback")
 
-    monkeypatch.setattr(hardware, "choose_precision", forced)
+    monkeypatch.setattr(train_module, "choose_precision", forced)
     out = tmp_path / "run"
     assert run_with_fp16_overflows(tiny_folder, tmp_path, out).global_step == 12
     lines = read_lines(out)

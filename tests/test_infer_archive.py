@@ -14,8 +14,8 @@ import yaml
 from _infer_runs import learned_classification_run
 from steadytune.cli import main
 from steadytune.errors import UserError
-from steadytune.infer.archive import MANIFEST, open_archive, write_archive
-from steadytune.tiny import save_tiny_model
+from steadytune.model.archive import MANIFEST, open_archive, write_archive
+from steadytune.model.tiny import save_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from _infer_runs import LABELS, NEG, POS, classification_keys, learned_classific
 from steadytune.cli import main
 from steadytune.infer.chat import ChatSession
 from steadytune.infer.loading import open_run
-from steadytune.tiny import save_tiny_model
+from steadytune.model.tiny import save_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 LF = LF_FIXTURES

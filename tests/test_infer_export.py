@@ -16,8 +16,8 @@ from steadytune.config import load_config
 from steadytune.errors import UserError
 from steadytune.infer.generate import conversation_ids, run_template
 from steadytune.infer.loading import LORA, MODEL, load_trained, open_run
-from steadytune.scoring import generate_texts
-from steadytune.tiny import save_tiny_model
+from steadytune.eval.scoring import generate_texts
+from steadytune.model.tiny import save_tiny_model
 
 LF = LF_FIXTURES
 
@@ -97,8 +97,8 @@ def test_chat_template_reproduces_the_training_prompt(tiny, tmp_path, template):
     """apply_chat_template of the exported tokenizer gives, token for token, the prompt the adapter was trained on."""
     from transformers import AutoTokenizer
 
-    from steadytune.data import prepare_datasets
-    from steadytune.scoring import prompt_ids_of
+    from steadytune.data.prepare import prepare_datasets
+    from steadytune.eval.scoring import prompt_ids_of
 
     keys = classification_keys(tmp_path, tiny["qwen2"], tmp_path / "run", template=template)
     run_dir = make_run(tmp_path / "run", keys)
@@ -120,7 +120,7 @@ def test_chat_template_reproduces_a_trained_conversation(tiny, tmp_path):
     """SFT data: the whole training sequence (system, history, answer) from apply_chat_template."""
     from transformers import AutoTokenizer
 
-    from steadytune.data import prepare_datasets
+    from steadytune.data.prepare import prepare_datasets
 
     rows = [{"instruction": "Give three tips.", "input": "", "output": "Eat well.", "system": "Be brief.",
              "history": [["Hello!", "Hi."]]}]
@@ -250,7 +250,7 @@ def test_gguf_refuses_an_architecture_it_cannot_write(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from steadytune.infer.gguf_file import write_gguf
-    from steadytune.tiny import build_tokenizer
+    from steadytune.model.tiny import build_tokenizer
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=600))
     with pytest.raises(UserError, match="no GGUF writer for model_type 'gpt2'"):
@@ -345,7 +345,7 @@ def test_gguf_check_catches_a_wrong_layout(tiny, tmp_path, monkeypatch):
     tiny model attention is near uniform, so the wrong RoPE pairing moves logits only ~0.6%: caught by the f32
     tolerance, which is why every architecture is also round-tripped in f32 above.)"""
     from steadytune.infer import gguf_file
-    from steadytune.tiny import build_model, build_tokenizer
+    from steadytune.model.tiny import build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_model("llama", tokenizer, seed=3).eval()
@@ -359,7 +359,7 @@ def test_q4_k_m_goes_through_llama_cpp_or_says_what_it_needs(tiny, tmp_path):
     import importlib.util
 
     from steadytune.infer.gguf_file import verify_gguf, write_gguf
-    from steadytune.tiny import build_model, build_tokenizer
+    from steadytune.model.tiny import build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_model("qwen2", tokenizer, seed=2).eval()

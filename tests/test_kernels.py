@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from peft import LoraConfig, get_peft_model
 
-from steadytune.kernels import skip_lora_input_cast
-from steadytune.loss import causal_lm_loss_sum
-from steadytune.packing import PaddedCollator
-from steadytune.tiny import build_model, build_tokenizer
+from steadytune.model.kernels import skip_lora_input_cast
+from steadytune.training.loss import causal_lm_loss_sum
+from steadytune.data.packing import PaddedCollator
+from steadytune.model.tiny import build_model, build_tokenizer
 
 
 def _bf16_base_with_fp32_lora(seed: int = 0):

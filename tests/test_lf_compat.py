@@ -12,8 +12,9 @@ import yaml
 from conftest import LF_FIXTURES, needs_shared
 from steadytune.cli import main as cli_main
 from steadytune.config import load_config
-from steadytune.data import IGNORE, prepare_datasets
-from steadytune.tiny import build_chat_tokenizer, build_model
+from steadytune.data.encode import IGNORE_INDEX
+from steadytune.data.prepare import prepare_datasets
+from steadytune.model.tiny import build_chat_tokenizer, build_model
 
 
 @pytest.fixture(scope="module")
@@ -148,14 +149,14 @@ def test_c4_demo_pretrain_blocks(tok):
                                  cutoff_len=256, max_samples=20, template="qwen3_nothink"))
     data = prepare_datasets(cfg, tok)
     assert len(data.train) > 10 and all(len(e["input_ids"]) == 256 for e in data.train)
-    assert all(IGNORE not in e["labels"] for e in data.train)   # loss on every token
+    assert all(IGNORE_INDEX not in e["labels"] for e in data.train)   # loss on every token
 
 
 def test_pre_quantised_checkpoints_are_refused(tiny_model, tmp_path):
     """train_qlora/llama3_lora_sft_awq/gptq/aqlm name pre-quantised models: refused at start, as quantization_bit is."""
     import shutil
     from steadytune.errors import UserError
-    from steadytune.model import load_model_and_tokenizer
+    from steadytune.model.load import load_model_and_tokenizer
     folder = tmp_path / "awq"
     shutil.copytree(tiny_model, folder)
     config = json.loads((folder / "config.json").read_text())

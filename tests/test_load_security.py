@@ -16,8 +16,9 @@ from _infer_runs import classification_keys, make_run, write_jsonl
 from steadytune.cli import main
 from steadytune.config import load_config
 from steadytune.errors import UserError
-from steadytune.model import load_model_and_tokenizer, load_trained_adapter
-from steadytune.tiny import save_tiny_model
+from steadytune.model.load import load_model_and_tokenizer
+from steadytune.model.lora import load_trained_adapter
+from steadytune.model.tiny import save_tiny_model
 
 PAYLOAD = "import pathlib, os\npathlib.Path(os.environ['STEADYTUNE_TEST_MARKER']).write_text('code ran')\n"
 

@@ -6,9 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from steadytune.loss import (IGNORE_INDEX, causal_lm_loss_sum, count_target_tokens, labelled_cross_entropy_sum)
-from steadytune.packing import PaddedCollator
-from steadytune.tiny import build_model, build_tokenizer
+from steadytune.data.encode import IGNORE_INDEX
+from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens, labelled_cross_entropy_sum
+from steadytune.data.packing import PaddedCollator
+from steadytune.model.tiny import build_model, build_tokenizer
 
 TOKENIZER = build_tokenizer()
 

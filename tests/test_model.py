@@ -14,9 +14,10 @@ from torch import nn
 
 from steadytune.config import ConfigError, load_config
 from steadytune.errors import CheckpointError, UserError
-from steadytune.model import (GEMMA3_270M_PIP, attach_adapter, check_checkpoint_matches, count_parameters,
-                              load_model_and_tokenizer, load_trained_adapter)
-from steadytune.tiny import build_model, build_tokenizer, save_tiny_model
+from steadytune.model.load import GEMMA3_270M_PIP, load_model_and_tokenizer
+from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
+from steadytune.model.saved_weights import check_checkpoint_matches
+from steadytune.model.tiny import build_model, build_tokenizer, save_tiny_model
 
 KINDS = ("qwen2", "llama", "gemma3")
 

@@ -7,11 +7,14 @@ import random
 import pytest
 import torch
 
-from steadytune.loss import causal_lm_loss_sum, decoder_body
-from steadytune.packing import (IGNORE_INDEX, PackedCollator, PaddedCollator, TokenBudgetBatchSampler,
-                                group_by_token_budget, pack_into_rows, register_varlen_attention,
-                                segment_sdpa_kernel)
-from steadytune.tiny import build_model, build_tokenizer
+from steadytune.training.loss import causal_lm_loss_sum
+from steadytune.model.anatomy import decoder_body
+from steadytune.data.encode import IGNORE_INDEX
+from steadytune.data.packing import PackedCollator, PaddedCollator, group_by_token_budget, pack_into_rows
+from tests.token_budget_sampler import TokenBudgetBatchSampler
+from steadytune.model.attention import register_varlen_attention
+from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+from steadytune.model.tiny import build_model, build_tokenizer
 
 TOKENIZER = build_tokenizer()
 
@@ -209,7 +212,7 @@ def test_rows_are_nearly_full():
 def test_varlen_model_runs_unpacked_padded_batches_like_sdpa(padding_side):
     """The model trained with varlen packing is also evaluated and scored on padded batches (no cu_seq_lens):
     those must go through SDPA with the padding and sliding-window mask, exactly as an SDPA model would."""
-    from steadytune.data import PadCollator
+    from steadytune.data.collators import PadCollator
     varlen = build_model("gemma3", TOKENIZER, attn_implementation=register_varlen_attention(segment_sdpa_kernel)).eval()
     reference = build_model("gemma3", TOKENIZER).eval()
     examples = make_examples([40, 9, 23], seed=5)  # 40 > gemma3's sliding window of 16

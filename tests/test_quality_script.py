@@ -24,7 +24,7 @@ def test_split_is_balanced_disjoint_and_fixed(tmp_path):
 
 
 def test_plain_and_steadytune_arms_run(tmp_path, monkeypatch, capsys):
-    from steadytune.tiny import save_tiny_model
+    from steadytune.model.tiny import save_tiny_model
     model = save_tiny_model(tmp_path / "tiny", "qwen2")
     script = load_benchmark("quality_vs_plain")
     monkeypatch.setattr(sys, "argv", ["quality_vs_plain.py", "--model", str(model), "--out", str(tmp_path / "q"),

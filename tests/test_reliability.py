@@ -18,12 +18,12 @@ import torch
 import yaml
 
 from sample_data import ALPACA, classification_rows, sample_dir
-from steadytune.checkpoint import latest_checkpoint, list_checkpoints, read_state
+from steadytune.training.checkpoint import latest_checkpoint, list_checkpoints, read_state
 from steadytune.cli import main as cli_main
 from steadytune.config import ConfigError, load_config
 from steadytune.errors import CheckpointError, UserError
-from steadytune.run_folder import LOCK, MANIFEST, read_manifest
-from steadytune.tiny import save_tiny_model
+from steadytune.training.run_folder import LOCK, MANIFEST, read_manifest
+from steadytune.model.tiny import save_tiny_model
 from steadytune.train import run_training
 
 REPO = Path(__file__).resolve().parents[1]
@@ -379,7 +379,7 @@ def test_read_only_output_folder(tiny, tmp_path):
 def test_disk_full_while_saving_a_checkpoint_keeps_the_last_complete_one(tiny, tmp_path, monkeypatch):
     """The save of checkpoint-4 hits a full disk (writes go to /dev/full, which fails with ENOSPC as a full disk
     does): one line naming the folder, and checkpoint-2 stays whole."""
-    import steadytune.checkpoint as ckpt
+    import steadytune.training.checkpoint as ckpt
     real_save = ckpt._save_torch
 
     def save_to_full_disk(obj, path):
@@ -516,7 +516,7 @@ def test_weights_whose_shapes_disagree_with_config_are_one_clear_error(tmp_path)
     naming the folder, not transformers' traceback."""
     from safetensors.torch import load_file, save_file
 
-    from steadytune.model import load_model_and_tokenizer
+    from steadytune.model.load import load_model_and_tokenizer
     folder = save_tiny_model(tmp_path / "m", "qwen2")
     weights = load_file(folder / "model.safetensors")
     weights["model.norm.weight"] = torch.zeros(0)

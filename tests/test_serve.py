@@ -24,11 +24,11 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from steadytune.cli import main  # noqa: E402
 from steadytune.config import load_config, save_resolved_config  # noqa: E402
-from steadytune.serve import build_engine  # noqa: E402
+from steadytune.serve.command import build_engine  # noqa: E402
 from steadytune.serve.app import build_app  # noqa: E402
 from steadytune.serve.limits import Limits, ServeSettings  # noqa: E402
 from steadytune.serve.loading import load_served  # noqa: E402
-from steadytune.tiny import save_tiny_model  # noqa: E402
+from steadytune.model.tiny import save_tiny_model  # noqa: E402
 
 KEY = "test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -49,8 +49,9 @@ def runs(tmp_path_factory):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from steadytune.data import PadCollator, prepare_datasets
-    from steadytune.loss import causal_lm_loss_sum
+    from steadytune.data.collators import PadCollator
+    from steadytune.data.prepare import prepare_datasets
+    from steadytune.training.loss import causal_lm_loss_sum
 
     root = tmp_path_factory.mktemp("serve")
     model_dir = save_tiny_model(root / "tiny", "qwen2", seed=0)
@@ -260,7 +261,7 @@ def test_seeded_sampling_is_reproducible(client):
 def test_classify_answers_with_the_trained_labels(url, reference, runs):
     from steadytune.data.encode import encode_label_targets
     from steadytune.data.templates import get_template
-    from steadytune.scoring import build_prompts, score_labels
+    from steadytune.eval.scoring import build_prompts, score_labels
 
     r = httpx.post(url + "/v1/classify", json={"model": "sentiment", "input": NEG + POS}, headers=AUTH)
     assert r.status_code == 200, r.text

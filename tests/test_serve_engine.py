@@ -16,7 +16,7 @@ from steadytune.serve.batch_dynamic import DynamicDecodeBatch
 from steadytune.serve.engine import BatchingEngine, Delta, Failed, Finished, Generation
 from steadytune.serve.sampling import SamplingParams, sample_next
 from steadytune.serve.text import TextAssembler
-from steadytune.tiny import build_model, build_tokenizer
+from steadytune.model.tiny import build_model, build_tokenizer
 
 
 @pytest.fixture(scope="module")

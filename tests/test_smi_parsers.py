@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from steadytune.hardware import bf16_verdict, decode_rocm_smi_gfx, lookup_product, override_for_arch
-from steadytune.smi_parsers import merge_results, parse_text, split_samples
+from steadytune.hardware.archs import bf16_verdict, decode_rocm_smi_gfx
+from steadytune.hardware.gpu_facts import lookup_product, override_for_arch
+from steadytune.hardware.smi_parsers import merge_results, parse_text, split_samples
 
 from conftest import SMI_FIXTURES as FIXTURES, needs_shared
 KB, MIB = 2**10, 2**20

@@ -10,14 +10,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from steadytune.graphs import GraphedStep, GraphRunner
-from steadytune.kernels import (SpeedUnavailable, activation_gib, choose_gradient_checkpointing, plan_speed,
-                                state_gib_of)
-from steadytune import loss as loss_module
-from steadytune.loss import ChunkedLinearCrossEntropy, IGNORE_INDEX, causal_lm_loss_sum
-from steadytune.packing import (PackedCollator, PaddedCollator, group_by_token_budget, register_varlen_attention,
-                                segment_sdpa_kernel, static_shape_for, targets_of)
-from steadytune.tiny import build_model, build_tokenizer
+from steadytune.training.graphs import GraphedStep, GraphRunner
+from steadytune.hardware.speed import SpeedUnavailable, plan_speed
+from steadytune.hardware.memory import activation_gib, choose_gradient_checkpointing, state_gib_of
+from steadytune.training import loss as loss_module
+from steadytune.training.loss import ChunkedLinearCrossEntropy, causal_lm_loss_sum
+from steadytune.data.encode import IGNORE_INDEX
+from steadytune.data.packing import PackedCollator, PaddedCollator, group_by_token_budget, static_shape_for, targets_of
+from steadytune.model.attention import register_varlen_attention
+from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+from steadytune.model.tiny import build_model, build_tokenizer
 
 TOKENIZER = build_tokenizer()
 
@@ -158,7 +160,7 @@ def test_fused_chunk_compiled_by_inductor_equals_the_eager_loss():
 
 def test_train_with_compiled_layers_compiles_once_per_layer_type_and_keeps_the_loss(tmp_path, compiled_graphs):
     from test_train_packing import decisions, overrides, tiny_models as _unused, train  # noqa: F401
-    from steadytune.tiny import save_tiny_model
+    from steadytune.model.tiny import save_tiny_model
 
     compiled = compiled_graphs
     model = save_tiny_model(tmp_path / "gemma3", "gemma3")  # sliding and full layers: two layer types
@@ -264,9 +266,9 @@ def test_a_step_that_cannot_be_recorded_falls_back_to_eager_and_says_why():
 # --- the policy ------------------------------------------------------------------------------------------------
 
 def test_speed_policy_by_backend_and_run(monkeypatch):
-    from steadytune import kernels
-    monkeypatch.setattr(kernels, "triton_installed", lambda: True)  # as on a CUDA machine
-    monkeypatch.setattr(kernels, "liger_installed", lambda: True)
+    from steadytune.hardware import speed
+    monkeypatch.setattr(speed, "triton_installed", lambda: True)  # as on a CUDA machine
+    monkeypatch.setattr(speed, "liger_installed", lambda: True)
     long_cuda = plan_speed("cuda", "varlen", micro_batches=2000)
     assert (long_cuda.static_shapes, long_cuda.compile, long_cuda.cuda_graphs, long_cuda.liger) == (True, True, True, False)
     assert "fuse" in long_cuda.reasons["use_liger_kernel"]
@@ -293,7 +295,7 @@ def test_speed_policy_by_backend_and_run(monkeypatch):
     assert asked.compile and not asked.cuda_graphs and asked.reasons["cuda_graphs"] == "cuda_graphs: false"
     with pytest.raises(SpeedUnavailable, match="cuda_graphs: true, but cpu has no CUDA graphs"):
         plan_speed("cpu", "sdpa", 10, graphs_asked=True)
-    monkeypatch.setattr(kernels, "triton_installed", lambda: False)
+    monkeypatch.setattr(speed, "triton_installed", lambda: False)
     assert "needs triton" in plan_speed("cuda", "varlen", 2000).reasons["torch_compile"]
     with pytest.raises(SpeedUnavailable, match="fault"):
         plan_speed("cuda", "varlen", 10, graphs_asked=True, blockers={"faults": "fault_injection corrupts the loss"})
@@ -322,7 +324,7 @@ def test_inductor_compiled_layers_keep_the_packed_loss_on_cpu(tmp_path):
     """The real compiler (Inductor, C++ on CPU) on static packed shapes: the same per-step loss as the padded run.
     (~100 s of compiling on a busy 2-core machine.)"""
     from test_train_packing import overrides, train
-    from steadytune.tiny import save_tiny_model
+    from steadytune.model.tiny import save_tiny_model
 
     torch._dynamo.reset()
     model = save_tiny_model(tmp_path / "qwen2", "qwen2")

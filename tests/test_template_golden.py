@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerFast
 
 from steadytune.config import ConfigError
 from steadytune.data import tools as tool_formats
-from steadytune.data.encode import IGNORE, encode_conversation, encode_prediction
+from steadytune.data.encode import IGNORE_INDEX, encode_conversation, encode_prediction
 from steadytune.data.templates import FUNCTION, OWN_TEMPLATES, TEMPLATES, get_template
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -32,7 +32,7 @@ def load_tokenizer(style: str, chat_template: str | None = None) -> PreTrainedTo
 
 def expected_labels(case: dict) -> list[int]:
     other = case.get("other_labels", {})
-    return [other.get(str(i), tok if flag == "1" else IGNORE)
+    return [other.get(str(i), tok if flag == "1" else IGNORE_INDEX)
             for i, (tok, flag) in enumerate(zip(case["input_ids"], case["mask"]))]
 
 
@@ -67,7 +67,7 @@ def test_template_matches_llamafactory(name, monkeypatch):
                 run()
             continue
         encoded, _ = run()
-        if all(label == IGNORE for label in expected_labels(case)):
+        if all(label == IGNORE_INDEX for label in expected_labels(case)):
             # Truncation left no trained token: LLaMA-Factory keeps the row (it adds nothing to the loss), we drop
             # it and count it in the data report.
             assert encoded is None, key
@@ -91,7 +91,7 @@ def test_empty_eos_encodes_as_a_plain_transformers_script(style):
     answer = tok("positive", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     encoded, _ = encode_conversation(get_template("empty_eos", tok), tok, example, 4096, False, False)
     assert encoded["input_ids"] == prompt + answer
-    assert encoded["labels"] == [IGNORE] * len(prompt) + answer
+    assert encoded["labels"] == [IGNORE_INDEX] * len(prompt) + answer
     empty, _ = encode_conversation(get_template("empty", tok), tok, example, 4096, False, False)
     bos = 1 if style == "metaspace" else 0
     assert (prompt[0] == tok.bos_token_id) == (style == "metaspace")

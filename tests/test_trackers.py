@@ -14,8 +14,9 @@ import pytest
 
 from steadytune.config import ConfigError, load_config
 from steadytune.errors import UserError
-from steadytune.tiny import save_tiny_model
-from steadytune.trackers import TRACKER_PACKAGES, Trackers, installed, parse_report_to
+from steadytune.model.tiny import save_tiny_model
+from steadytune.config import TRACKER_PACKAGES, parse_report_to, tracker_installed
+from steadytune.training.trackers import Trackers
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +26,7 @@ def test_report_to_takes_llamafactory_values():
     assert parse_report_to("tensorboard") == ["tensorboard"]
     assert parse_report_to("wandb, tensorboard") == ["wandb", "tensorboard"]
     assert parse_report_to(["trackio", "tensorboard", "trackio"]) == ["trackio", "tensorboard"]
-    assert parse_report_to("all") == [name for name in TRACKER_PACKAGES if installed(name)]
+    assert parse_report_to("all") == [name for name in TRACKER_PACKAGES if tracker_installed(name)]
     with pytest.raises(ValueError, match="unknown tracker 'neptune'"):
         parse_report_to(["tensorboard", "neptune"])
     cfg = load_config(None, ["report_to=[tensorboard, trackio]", "logging_dir=tb"])
@@ -35,7 +36,7 @@ def test_report_to_takes_llamafactory_values():
 
 
 def test_a_tracker_that_is_not_installed_is_an_error_naming_the_package(tmp_path):
-    missing = next((name for name in TRACKER_PACKAGES if not installed(name)), None)
+    missing = next((name for name in TRACKER_PACKAGES if not tracker_installed(name)), None)
     if missing is None:
         pytest.skip("every supported tracker is installed here")
     with pytest.raises(UserError, match=f"report_to: {missing} needs the {TRACKER_PACKAGES[missing]} package"):

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from steadytune.checkpoint import list_checkpoints
+from steadytune.training.checkpoint import list_checkpoints
 from steadytune.cli import main as cli_main
 from steadytune.config import load_config
 from steadytune.errors import CheckpointError, UserError
-from steadytune.monitor import read_metrics
-from steadytune.tiny import save_tiny_model
+from steadytune.training.monitor import read_metrics
+from steadytune.model.tiny import save_tiny_model
 from steadytune.train import run_training
 
 from conftest import LF_FIXTURES as LF, needs_shared
@@ -217,8 +217,8 @@ def test_cli_errors_exit_non_zero_without_traceback(tmp_path):
 def test_class_balance_in_the_batch_stream(tmp_path, mode):
     """An imbalanced set (2:1): the sampler evens out the classes drawn; the loss mode adds per-token weights
     that favour the minority class."""
-    from steadytune.data import prepare_datasets
-    from steadytune.tiny import build_tokenizer
+    from steadytune.data.prepare import prepare_datasets
+    from steadytune.model.tiny import build_tokenizer
     from steadytune.train import TrainBatches
 
     data_file = classification_file(tmp_path, n=90)

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from steadytune.config import load_config
-from steadytune.data import prepare_datasets
+from steadytune.data.prepare import prepare_datasets
 from steadytune.errors import UserError
-from steadytune.tiny import build_tokenizer, save_tiny_model
+from steadytune.model.tiny import build_tokenizer, save_tiny_model
 from steadytune.train import TrainBatches, run_training
 
 @pytest.fixture(scope="module")
@@ -133,9 +133,9 @@ def test_class_weighted_loss_keeps_padded_rows(tiny_models, tmp_path):
     """class_balance: loss weighs tokens per padded row, so packing is declined (and says so)."""
     cfg = load_config(None, overrides(tiny_models["qwen2"], tmp_path / "w", neat_packing="true",
                                       class_balance="loss", max_steps=1))
-    from steadytune import balance
-    from steadytune.hardware import detect
-    from steadytune.packing import plan_packing
+    from steadytune.data import balance
+    from steadytune.hardware.backend import detect
+    from steadytune.model.attention import plan_packing
     assert plan_packing(cfg, detect(), balance.uses_loss_weights(cfg.data.class_balance)) is None
     assert cfg.decisions["packing"]["value"] is False and "class_balance" in cfg.decisions["packing"]["reason"]
 
@@ -143,9 +143,9 @@ def test_class_weighted_loss_keeps_padded_rows(tiny_models, tmp_path):
 def test_packing_default_on_cpu_and_off_when_asked(tiny_models, tmp_path):
     """Unset, packing is on on CPU (measured faster, benchmarks/cpu_demo_speed.py); packing: false gives the
     fixed-size batches; class_balance: loss keeps padded rows. Each choice is recorded with its reason."""
-    from steadytune import balance
-    from steadytune.hardware import detect
-    from steadytune.packing import plan_packing
+    from steadytune.data import balance
+    from steadytune.hardware.backend import detect
+    from steadytune.model.attention import plan_packing
     for extra, packed in (({}, True), ({"packing": "false"}, False), ({"class_balance": "loss"}, False)):
         cfg = load_config(None, overrides(tiny_models["qwen2"], tmp_path / "d", **extra))
         plan = plan_packing(cfg, detect(), balance.uses_loss_weights(cfg.data.class_balance))
@@ -161,8 +161,8 @@ def test_packing_default_by_backend(tiny_models, tmp_path):
     """Unset: on where `train` was measured faster packed (CPU, CUDA), off where it was not timed (ROCm)."""
     import torch
 
-    from steadytune.hardware import HardwareInfo
-    from steadytune.packing import decide_packing
+    from steadytune.hardware.backend import HardwareInfo
+    from steadytune.model.attention import decide_packing
     for backend, packed in (("cpu", True), ("cuda", True), ("rocm", False)):
         cfg = load_config(None, overrides(tiny_models["qwen2"], tmp_path / backend))
         info = HardwareInfo(backend=backend, torch_version=torch.__version__)

@@ -118,7 +118,7 @@ def all_text() -> str:
 
 def make_tokenizers() -> None:
     sys.path.insert(0, str(ROOT))
-    from steadytune.tiny import build_chat_tokenizer
+    from steadytune.model.tiny import build_chat_tokenizer
 
     for style, folder in TOKENIZERS.items():
         folder.mkdir(parents=True, exist_ok=True)

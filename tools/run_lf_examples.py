@@ -45,7 +45,7 @@ def command_for(relative: str) -> str:
 def tiny_model(folder: Path) -> Path:
     """A tiny random Qwen2 with a tokenizer that knows every template's special tokens."""
     sys.path.insert(0, str(ROOT))
-    from steadytune.tiny import build_chat_tokenizer, build_model
+    from steadytune.model.tiny import build_chat_tokenizer, build_model
 
     tokenizer = build_chat_tokenizer("bytelevel")
     model = build_model("qwen2", tokenizer)

@@ -15,7 +15,7 @@ from typing import Any
 from steadytune.config import ConfigError
 from steadytune.data.templates import Template, encode_parts, split_prompt, tokenizer_adds_bos
 
-IGNORE = -100
+IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
@@ -115,10 +115,10 @@ def encode_conversation(template: Template, tokenizer: Any, example: dict, cutof
             source_labels = list(source)
         elif template.efficient_eos and turn != 0:
             # The previous answer carries no end token: its eos is learnt at this turn's first position.
-            source_labels = ([eos] + [IGNORE] * (source_len - 1))[:source_len]
+            source_labels = ([eos] + [IGNORE_INDEX] * (source_len - 1))[:source_len]
         else:
-            source_labels = [IGNORE] * source_len
-        target_labels = [IGNORE] * target_len if (mask_history and turn != 0) else list(target)
+            source_labels = [IGNORE_INDEX] * source_len
+        target_labels = [IGNORE_INDEX] * target_len if (mask_history and turn != 0) else list(target)
         if mask_history:
             input_ids = source + target + input_ids
             labels = source_labels + target_labels + labels
@@ -131,7 +131,7 @@ def encode_conversation(template: Template, tokenizer: Any, example: dict, cutof
     cut = None
     if truncated:
         cut = Truncation(sum(len(s) for s, _ in pairs) - kept_source, sum(len(t) for _, t in pairs) - kept_target)
-    if all(label == IGNORE for label in labels):
+    if all(label == IGNORE_INDEX for label in labels):
         return None, cut
     return {"input_ids": input_ids, "labels": labels}, cut
 
@@ -160,5 +160,5 @@ def encode_prediction(template: Template, tokenizer: Any, example: dict, cutoff_
 def encode_classification(template: Template, tokenizer: Any, prompt_template: str, text_ids: list[int],
                           target_ids: list[int], max_prompt_len: int, train_on_prompt: bool) -> dict:
     prompt = encode_classification_prompt(template, tokenizer, prompt_template, "", max_prompt_len, text_ids)
-    labels = (prompt if train_on_prompt else [IGNORE] * len(prompt)) + target_ids
+    labels = (prompt if train_on_prompt else [IGNORE_INDEX] * len(prompt)) + target_ids
     return {"input_ids": prompt + target_ids, "labels": labels}

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from steadytune.config import ConfigError, RunConfig
-from steadytune.data.encode import IGNORE, encode_oneturn, infer_seqlen
+from steadytune.data.encode import IGNORE_INDEX, encode_oneturn, infer_seqlen
 from steadytune.data.formats import (ASSISTANT, FormatSpec, _column, _text, alpaca_prompt, conversation_turns,
                                      guess_formatting, message_of, tools_of)
 from steadytune.data.prepare import ExampleKind, _progress, count_truncation
@@ -139,7 +139,7 @@ def prompt_and_answer_ids(template: Template, tokenizer: Any, messages: list[dic
 
 
 def _sequence(prompt: list[int], answer: list[int]) -> tuple[list[int], list[int]]:
-    return prompt + answer, [IGNORE] * len(prompt) + answer
+    return prompt + answer, [IGNORE_INDEX] * len(prompt) + answer
 
 
 def encode_pair(template: Template, tokenizer: Any, example: dict, cutoff_len: int
@@ -181,7 +181,7 @@ def encode_feedback(template: Template, tokenizer: Any, example: dict, mismatche
     kl_prompt, kl_answer = prompt_and_answer_ids(template, tokenizer, example["messages"], mismatched_answer,
                                                  system, tools)
     kl_ids, kl_labels, _ = _truncated_sequence(kl_prompt, kl_answer, cutoff_len)  # (the KL pair's cut: not data)
-    if all(x == IGNORE for x in labels) or all(x == IGNORE for x in kl_labels):
+    if all(x == IGNORE_INDEX for x in labels) or all(x == IGNORE_INDEX for x in kl_labels):
         return None, (prompt_cut, answer_cut)
     return {"input_ids": ids + kl_ids, "labels": labels + kl_labels, "lengths": [len(ids), len(kl_ids)],
             "kto_tag": example["kto_tag"]}, (prompt_cut, answer_cut)

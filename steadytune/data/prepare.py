@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from steadytune.config import ConfigError, RunConfig
 from steadytune.data import split as splitting
-from steadytune.data.encode import (IGNORE, classification_fixed_len, encode_classification,
+from steadytune.data.encode import (IGNORE_INDEX, classification_fixed_len, encode_classification,
                                     encode_conversation, encode_label_targets, encode_prediction)
 from steadytune.data.formats import CONVERTERS, KTO_ROW, NO_ANSWER_ROW, FormatSpec, guess_formatting
 from steadytune.data.readers import Row
@@ -157,7 +157,7 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) ->
     stats["examples"] = {"train": len(out.train), "eval": len(out.eval) if out.eval is not None else 0}
     stats["tokens"] = {name: sum(len(e["input_ids"]) for e in rows) for name, rows in
                        (("train", out.train), ("eval", out.eval or []))}
-    stats["trained_tokens"] = sum(sum(1 for x in e["labels"] if x != IGNORE) for e in out.train)
+    stats["trained_tokens"] = sum(sum(1 for x in e["labels"] if x != IGNORE_INDEX) for e in out.train)
     out.stats = stats
     return out
 

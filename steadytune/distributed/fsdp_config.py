@@ -174,13 +174,6 @@ def _bool(key: str, value: Any) -> bool:
     raise UserError(f"fsdp_config.{key}: expected true or false, got {value!r}")
 
 
-def layer_classes(model) -> list[str]:
-    """The decoder layer classes to shard as units: the model's own `_no_split_modules` (what transformers and
-    Accelerate use for device maps and FSDP auto-wrap)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return list(getattr(base, "_no_split_modules", None) or [])
-
-
 def make_plugin(settings: FsdpSettings, layers: list[str], precision: str = "fp32"):
     """Accelerate's FSDP2 plugin for these settings.
 

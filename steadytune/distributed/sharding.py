@@ -27,7 +27,8 @@ from typing import Any
 
 from steadytune.distributed.deepspeed_config import (DeepSpeedFile, fill_from_model, fill_from_run, leftover_auto,
                                                      read_deepspeed_file)
-from steadytune.distributed.fsdp_config import FsdpSettings, layer_classes, make_plugin, read_fsdp_keys
+from steadytune.distributed.fsdp_config import FsdpSettings, make_plugin, read_fsdp_keys
+from steadytune.model.anatomy import layer_classes
 from steadytune.errors import UserError
 
 
@@ -158,7 +159,7 @@ def process_state(cfg):
     group on the CPU only when asked to)."""
     from accelerate import PartialState
 
-    from steadytune.hardware import detect_backend
+    from steadytune.hardware.backend import detect_backend
     ensure_process_group_env(cfg)
     # The process group is made here, so here it gets ddp_timeout (NCCL/RCCL's own limit for one collective).
     return PartialState(cpu=detect_backend() == "cpu", timeout=timedelta(seconds=cfg.train.ddp_timeout))
@@ -358,7 +359,7 @@ def restore_sharded(plan: ShardingPlan, objective, optimizer, checkpoint, optimi
     sharded model; every rank reads the files."""
     from safetensors.torch import load_file
 
-    from steadytune.checkpoint import refuse_non_finite
+    from steadytune.training.checkpoint import refuse_non_finite
     from steadytune.distributed.state import deepspeed_scatter, fsdp_scatter
 
     adapter = checkpoint / "adapter_model.safetensors"

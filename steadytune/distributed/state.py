@@ -19,39 +19,9 @@ from typing import Any
 
 import torch
 
+from steadytune.training.optimizer_state import by_name, trainable_names
+
 OBJECTIVE_PREFIX = "model."   # the recipe's TrainingObjective holds the model as `.model`
-
-
-def trainable_names(model: torch.nn.Module) -> list[str]:
-    """Names of the trainable parameters in `model.parameters()` order (= the optimizer's order)."""
-    return [name for name, p in model.named_parameters() if p.requires_grad]
-
-
-def is_by_name(optimizer_state: dict) -> bool:
-    return any(isinstance(k, str) for k in optimizer_state.get("state", {})) or any(
-        isinstance(p, str) for group in optimizer_state.get("param_groups", []) for p in group.get("params", []))
-
-
-def by_name(optimizer_state: dict, names: list[str]) -> dict:
-    """Index-keyed -> name-keyed."""
-    if is_by_name(optimizer_state):
-        return optimizer_state
-    state = {names[i]: value for i, value in optimizer_state.get("state", {}).items()}
-    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in optimizer_state["param_groups"]]
-    return {"state": state, "param_groups": groups}
-
-
-def by_index(optimizer_state: dict, names: list[str]) -> dict:
-    """Name-keyed -> index-keyed, in this run's order; a name this model lacks is an error naming it."""
-    if not is_by_name(optimizer_state):
-        return optimizer_state
-    index = {name: i for i, name in enumerate(names)}
-    missing = [n for n in optimizer_state["state"] if n not in index]
-    if missing:
-        raise KeyError(f"optimizer state for {missing[0]!r}, which this model has no trainable parameter for")
-    state = {index[n]: value for n, value in optimizer_state["state"].items()}
-    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in optimizer_state["param_groups"]]
-    return {"state": state, "param_groups": groups}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -236,7 +206,7 @@ class GatheredModel:
         # A tied weight (Qwen's and Gemma's output head is the input embedding) is one parameter under two names;
         # only its first name was gathered. Its other name must not bring the rank's empty ZeRO-3 shard along: it is
         # left out, as transformers' own save leaves it out, and the tie is restored on load.
-        from steadytune.model import tied_aliases
+        from steadytune.model.anatomy import tied_aliases
 
         aliases = tied_aliases(self.model)
         full = {k: v for k, v in self.model.state_dict().items()

@@ -13,7 +13,7 @@ AOTRITON_SWITCH = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 
 
 def _install_text(arch: str) -> str:
-    from steadytune.gpu_facts import install_lines
+    from steadytune.hardware.gpu_facts import install_lines
     lines = install_lines(arch)
     return "; or ".join(f"{line}   [{where}]" for where, line in lines)
 
@@ -21,7 +21,8 @@ def _install_text(arch: str) -> str:
 def wheel_finding(arch: str, label: str, check: str, compiled: Optional[Iterable[str]] = None) -> Optional[Finding]:
     """Whether a torch wheel has code for `arch`. `compiled` is this torch's get_arch_list() (live mode); without
     it, the pytorch.org wheels of the current release are meant."""
-    from steadytune.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, current_stable_wheel, first_stable_wheel, install_lines
+    from steadytune.hardware.gpu_facts import (OFFICIAL_WHEEL_ARCHS, arch_info, current_stable_wheel,
+                                               first_stable_wheel, install_lines)
     row = arch_info(arch)
     targets = set(compiled) if compiled is not None else set(OFFICIAL_WHEEL_ARCHS)
     if arch in targets:
@@ -48,7 +49,7 @@ def wheel_finding(arch: str, label: str, check: str, compiled: Optional[Iterable
 
 def override_finding(arch: str, label: str, check: str) -> Optional[Finding]:
     """HSA_OVERRIDE_GFX_VERSION for this arch: not needed, a safe stand-in, or a trap."""
-    from steadytune.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info
+    from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info
     row = arch_info(arch)
     if row is None or row.override.verdict == "none" and arch in OFFICIAL_WHEEL_ARCHS:
         return None
@@ -66,7 +67,7 @@ def override_finding(arch: str, label: str, check: str) -> Optional[Finding]:
 
 def capability_finding(arch: str, label: str, check: str) -> Optional[Finding]:
     """Native bf16/fp8 and the fused attention path of this arch."""
-    from steadytune.gpu_facts import arch_info
+    from steadytune.hardware.gpu_facts import arch_info
     row = arch_info(arch)
     if row is None:
         return None
@@ -87,7 +88,7 @@ def capability_finding(arch: str, label: str, check: str) -> Optional[Finding]:
 
 def arch_findings(arch: Optional[str], label: str, check: str, compiled: Optional[Iterable[str]] = None) -> list[Finding]:
     """Everything the tables say about one AMD GPU's architecture."""
-    from steadytune.gpu_facts import normalise_gfx
+    from steadytune.hardware.gpu_facts import normalise_gfx
     if not arch or not arch.startswith("gfx"):
         return []
     arch = normalise_gfx(arch)

@@ -126,7 +126,7 @@ def explain_flash_attn_failure(message: str) -> tuple[str, str]:
 def packing_attention_finding(info) -> Finding:
     """How `train` keeps packed examples apart here: the same policy call train makes (hardware.py), which on a
     GPU runs each variable-length kernel once against SDPA before trusting it."""
-    from steadytune.hardware import choose_packing_attention
+    from steadytune.hardware.policy import choose_packing_attention
     attention, kernel, why = choose_packing_attention(info, "auto")
     name = f"{attention} ({kernel})" if kernel else attention
     return Finding.info("packing", f"packed rows keep examples apart with {name}", why)
@@ -135,7 +135,9 @@ def packing_attention_finding(info) -> Finding:
 def check_attention(probe: Probe) -> list[Finding]:
     """What flash_attn: auto picks, the SDPA backends that run here, and flash-attn's state."""
     import torch
-    from steadytune.hardware import arch_supports_bf16, choose_attention, device_for, flash_attn_status
+    from steadytune.hardware.archs import arch_supports_bf16
+    from steadytune.hardware.policy import choose_attention, flash_attn_status
+    from steadytune.hardware.backend import device_for
 
     info, findings = probe.info, []
     impl, why = choose_attention(info, "auto")

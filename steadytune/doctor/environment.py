@@ -13,7 +13,7 @@ from steadytune.doctor.findings import Finding, findings_as_dicts
 from steadytune.doctor.probe import OPTIONAL_PACKAGES, package_version
 
 if TYPE_CHECKING:
-    from steadytune.hardware import HardwareInfo
+    from steadytune.hardware.backend import HardwareInfo
 
 
 def _package_versions() -> dict[str, Optional[str]]:

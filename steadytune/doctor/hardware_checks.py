@@ -37,7 +37,7 @@ def check_train_plan(probe: Probe) -> list[Finding]:
 
 def check_unified_memory(probe: Probe) -> list[Finding]:
     """An APU's usable memory (GTT) from sysfs and the kernel command line, and how to raise it."""
-    from steadytune.unified_memory import card_for, read_cmdline, read_drm_cards, system_memory_gib
+    from steadytune.hardware.unified_memory import card_for, read_cmdline, read_drm_cards, system_memory_gib
     apus = [g for g in probe.info.gpus if g.integrated and g.arch.startswith("gfx")]
     if not apus:
         return []

@@ -44,7 +44,7 @@ def apu_memory_findings(label: str, check: str, torch_gib: Optional[float] = Non
                         gtt_gib: Optional[float] = None, cmdline: Optional[str] = None,
                         ram_gib: Optional[float] = None) -> list[Finding]:
     """Findings about one APU's memory: what train will plan with, and how to give the GPU more."""
-    from steadytune.unified_memory import gtt_kernel_arguments, kernel_memory_params, suggested_gtt_gib
+    from steadytune.hardware.unified_memory import gtt_kernel_arguments, kernel_memory_params, suggested_gtt_gib
 
     findings = []
     figures = {"GTT": gtt_gib, "carve-out": vram_gib, "torch": torch_gib}

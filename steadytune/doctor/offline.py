@@ -19,8 +19,8 @@ from steadytune.doctor.pci import PciGpu, looks_like_lspci, parse_dmesg_bars, pa
 
 if TYPE_CHECKING:
     from steadytune.config import RunConfig
-    from steadytune.hardware import HardwareInfo
-    from steadytune.smi_parsers import GpuRecord, ParseResult
+    from steadytune.hardware.backend import HardwareInfo
+    from steadytune.hardware.smi_parsers import GpuRecord, ParseResult
 
 
 @dataclass
@@ -37,7 +37,7 @@ class SavedOutputs:
 def _read_machine_sample(text: str, source: str, saved: SavedOutputs) -> Optional["ParseResult"]:
     """lspci and dmesg outputs (not GPU tools): their facts go into `saved`; -> a ParseResult to report, or None
     when the sample is neither."""
-    from steadytune.smi_parsers import ParseResult
+    from steadytune.hardware.smi_parsers import ParseResult
     if looks_like_lspci(text):
         gpus = parse_lspci(text)
         saved.pci += gpus
@@ -56,7 +56,7 @@ def _read_machine_sample(text: str, source: str, saved: SavedOutputs) -> Optiona
 
 def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Path, str]] = None) -> SavedOutputs:
     """Every output in every file (a pasted session holds several); unreadable files become problems."""
-    from steadytune.smi_parsers import ParseResult, parse_sample, split_samples
+    from steadytune.hardware.smi_parsers import ParseResult, parse_sample, split_samples
 
     saved = SavedOutputs()
     for path in paths:
@@ -90,7 +90,7 @@ def _gtt_for(gpu: "GpuRecord", kernel: KernelLog) -> Optional[float]:
 
 def machine_info(gpus: list["GpuRecord"], saved: Optional[SavedOutputs] = None) -> Optional["HardwareInfo"]:
     """The saved machine as train would see it (an APU's usable memory from its GTT where dmesg gives it)."""
-    from steadytune.hardware import GPU, HardwareInfo
+    from steadytune.hardware.backend import GPU, HardwareInfo
     usable = [g for g in gpus if g.arch]
     if not usable:
         return None
@@ -106,7 +106,7 @@ def machine_info(gpus: list["GpuRecord"], saved: Optional[SavedOutputs] = None) 
 
 
 def _describe(g: "GpuRecord") -> Finding:
-    from steadytune.hardware import bf16_verdict
+    from steadytune.hardware.archs import bf16_verdict
     native = bf16_verdict(g.arch)[0]
     memory = f"{g.memory_gib:g} GiB" if g.memory_gib is not None else "memory ?"
     verdict = "bf16 native" if native else "bf16 unknown" if native is None else "no native bf16"
@@ -121,8 +121,8 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
                   cfg: Optional["RunConfig"] = None) -> list[Finding]:
     """Findings about the GPUs of the saved machine: what each is and gets (arch table), rows 5, 11 and 13, an
     APU's memory, Resizable BAR, and what train would choose there."""
-    from steadytune.gpu_facts import ARCH_COMMANDS
-    from steadytune.hardware import bf16_verdict
+    from steadytune.hardware.gpu_facts import ARCH_COMMANDS
+    from steadytune.hardware.archs import bf16_verdict
 
     saved = saved or SavedOutputs()
     findings = []
@@ -170,7 +170,7 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
 
 def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, str]] = None,
                        cfg: Optional["RunConfig"] = None) -> tuple[list["GpuRecord"], list[Finding]]:
-    from steadytune.smi_parsers import merge_results
+    from steadytune.hardware.smi_parsers import merge_results
 
     saved = read_saved_outputs(paths, expected_tool)
     findings: list[Finding] = []

@@ -18,7 +18,7 @@ from steadytune.doctor.findings import Finding
 
 if TYPE_CHECKING:
     from steadytune.config import RunConfig
-    from steadytune.hardware import HardwareInfo
+    from steadytune.hardware.backend import HardwareInfo
 
 # Shapes from shapes.py shown when no config names a model: the demo's model and two common LoRA bases.
 REFERENCE_SHAPES = ("gemma3-270m", "qwen2.5-1.5b", "qwen2.5-3b")
@@ -31,7 +31,7 @@ def _default_config() -> "RunConfig":
 
 
 def precision_and_attention(info: "HardwareInfo", cfg: "RunConfig", check: str) -> list[Finding]:
-    from steadytune.hardware import choose_attention, choose_precision
+    from steadytune.hardware.policy import choose_attention, choose_precision
     t = cfg.train
     dtype, why = choose_precision(info, t.bf16, t.fp16)
     findings = [Finding.info(check, f"train would use {dtype} (bf16: {t.bf16}, fp16: {t.fp16})", why)]
@@ -45,8 +45,8 @@ def precision_and_attention(info: "HardwareInfo", cfg: "RunConfig", check: str) 
 
 
 def packing_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline: bool) -> list[Finding]:
-    from steadytune.hardware import choose_packing_attention
-    from steadytune.packing import decide_packing
+    from steadytune.hardware.policy import choose_packing_attention
+    from steadytune.model.attention import decide_packing
     cfg = copy.deepcopy(cfg)
     packs = decide_packing(cfg, class_weighted_loss=False, info=info)
     findings = [Finding.info(check, f"train would {'pack' if packs else 'not pack'} micro-batches",
@@ -65,7 +65,7 @@ def packing_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline
 
 def _shape_config(name: str):
     from transformers import AutoConfig
-    from steadytune.shapes import SHAPES
+    from steadytune.model.shapes import SHAPES
     spec = dict(SHAPES[name])
     return AutoConfig.for_model(spec.pop("model_type"), **spec)
 
@@ -75,7 +75,7 @@ def model_config_for(cfg: "RunConfig"):
     config.json, or a known shape whose name appears in the model name (Qwen/Qwen2.5-1.5B-Instruct ->
     qwen2.5-1.5b). None when neither applies (a hub id not downloaded here)."""
     from pathlib import Path
-    from steadytune.shapes import SHAPES
+    from steadytune.model.shapes import SHAPES
     name = cfg.model.model_name_or_path or ""
     if name and (Path(name) / "config.json").is_file():
         from transformers import AutoConfig
@@ -88,7 +88,7 @@ def model_config_for(cfg: "RunConfig"):
 
 
 def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], check: str) -> list[Finding]:
-    from steadytune.kernels import choose_gradient_checkpointing, max_tokens_without_checkpointing
+    from steadytune.hardware.memory import choose_gradient_checkpointing, max_tokens_without_checkpointing
     gpu = info.primary
     if gpu is None:
         return []

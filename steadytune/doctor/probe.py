@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
 
 if TYPE_CHECKING:
-    from steadytune.hardware import HardwareInfo
-    from steadytune.smi_parsers import GpuRecord
+    from steadytune.hardware.backend import HardwareInfo
+    from steadytune.hardware.smi_parsers import GpuRecord
 
 
 @dataclass
@@ -90,12 +90,12 @@ def collect_probe(env: Optional[Mapping[str, str]] = None, dev_root: Path | str 
                   sys_root: Path | str = "/sys", proc_root: Path | str = "/proc",
                   run_kernels: bool = True, run_tools: bool = True, root: Path | str = "/") -> Probe:
     import torch
-    from steadytune import hardware
-    from steadytune.smi_parsers import ParseResult, parse_rocminfo
+    from steadytune.hardware.backend import detect
+    from steadytune.hardware.smi_parsers import ParseResult, parse_rocminfo
 
     env = dict(os.environ if env is None else env)
     dev_root, sys_root, proc_root = Path(dev_root), Path(sys_root), Path(proc_root)
-    info = hardware.detect(sys_root)
+    info = detect(sys_root)
     try:
         arch_list = list(torch.cuda.get_arch_list()) if torch.cuda.is_available() else []
     except Exception:

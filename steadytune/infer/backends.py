@@ -38,7 +38,7 @@ class VllmGenerator:
         from vllm.lora.request import LoRARequest
 
         from steadytune.infer.loading import LORA
-        from steadytune.model import resolve_model_path
+        from steadytune.model.load import resolve_model_path
 
         cfg = run.cfg
         self.lora = None

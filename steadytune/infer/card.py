@@ -31,7 +31,7 @@ def _read_json(path: Path) -> dict:
 
 def describe_base(name: str, resolved: str | None = None) -> dict[str, Any]:
     """How another machine gets the base model `name` (model_name_or_path as the user wrote it)."""
-    from steadytune.model import BUILTIN_ALIASES, GEMMA3_270M_PIP, SOURCE_FILE
+    from steadytune.model.load import BUILTIN_ALIASES, GEMMA3_270M_PIP, SOURCE_FILE
 
     record: dict[str, Any] = {"name": name}
     source = _read_json(Path(resolved) / SOURCE_FILE) if resolved else {}

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import torch
 
 from steadytune.data.encode import encode_label_targets
-from steadytune.scoring import build_prompts, score_labels
+from steadytune.eval.scoring import build_prompts, score_labels
 
 
 @dataclass

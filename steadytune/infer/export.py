@@ -83,7 +83,7 @@ def run(args) -> int:
 # ---------------------------------------------------------------------------------------------------------
 
 def archive_run(run_, target: Path | None, force: bool) -> Path:
-    from steadytune.infer.archive import archive_members, archives_cache, is_archive, write_archive
+    from steadytune.model.archive import archive_members, archives_cache, is_archive, write_archive
     from steadytune.infer.card import model_card, write_base_record
     from steadytune.infer.loading import BASE
 
@@ -112,18 +112,19 @@ def archive_run(run_, target: Path | None, force: bool) -> Path:
 # ---------------------------------------------------------------------------------------------------------
 
 def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True) -> dict:
-    from steadytune import hardware
+    from steadytune.hardware.policy import choose_precision
+    from steadytune.hardware.backend import detect, device_for
     from steadytune.infer.card import BASE_RECORD, describe_base, model_card
     from steadytune.infer.generate import run_template, stop_token_ids
     from steadytune.infer.loading import load_run
     from steadytune.infer.merge import (check_export_dir, choose_export_dtype, copy_run_records, merge_adapter,
                                         save_merged, saved_dtype)
-    from steadytune.model import resolve_model_path
+    from steadytune.model.load import resolve_model_path
 
     cfg, settings = run_.cfg, run_.cfg.infer
     check_export_dir(out_dir, force)
-    info = hardware.detect()
-    device = torch.device("cpu") if settings.export_device == "cpu" else hardware.device_for(info)
+    info = detect()
+    device = torch.device("cpu") if settings.export_device == "cpu" else device_for(info)
     started = time.perf_counter()
     print(f"export: {run_.describe()} -> {out_dir}")
     # Merge in fp32: the adapter's small updates are not rounded away by the base's precision.
@@ -131,7 +132,7 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
     template = run_template(cfg, tokenizer)
     merged = merge_adapter(model).eval()
     base_folder = Path(resolve_model_path(cfg.model))
-    precision, _ = hardware.choose_precision(info, cfg.train.bf16, cfg.train.fp16)
+    precision, _ = choose_precision(info, cfg.train.bf16, cfg.train.fp16)
     dtype, why = choose_export_dtype(settings.infer_dtype, saved_dtype(base_folder), precision)
     merge_seconds = time.perf_counter() - started
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -149,7 +150,7 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
                                                       indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out_dir / "README.md").write_text(model_card(out_dir, merged=True, source=str(out_dir)), encoding="utf-8")
     # Listed as steadytune's own, so `eval` may write its results here and a later export --force may replace them.
-    from steadytune.run_folder import record_outputs
+    from steadytune.training.run_folder import record_outputs
     record_outputs(out_dir, [p.name for p in out_dir.iterdir() if p.is_file()])
     report["save_seconds"] = time.perf_counter() - saving
     weights = sorted(out_dir.glob("model*.safetensors"))
@@ -217,7 +218,7 @@ def check_hub_upload(repo_id: str) -> None:
     """Fail before any work when an upload cannot happen: no token, or no route to the hub."""
     from huggingface_hub import constants, get_token
 
-    from steadytune.model import _hub_reachable
+    from steadytune.model.load import _hub_reachable
 
     if not get_token():
         raise UserError(f"export_hub_model_id: {repo_id}: no hub upload here: no Hugging Face token on this machine "

@@ -21,7 +21,7 @@ import torch
 
 from steadytune.config import RunConfig, load_config, read_yaml
 from steadytune.errors import UserError
-from steadytune.infer.archive import is_archive, unpacked
+from steadytune.model.archive import is_archive, unpacked
 
 LORA, MODEL, BASE = "lora", "model", "base"  # adapter on its base | the folder is the model | the base alone
 RUN_CONFIG = "run_config.yaml"
@@ -133,11 +133,10 @@ def trained_folder(cfg: RunConfig) -> tuple[Path, str]:
 
 def inference_dtype(cfg: RunConfig, info: Any) -> tuple[torch.dtype, str]:
     """infer_dtype, or under `auto` the precision `train` would pick on this hardware."""
-    from steadytune import hardware
-
+    from steadytune.hardware.policy import choose_precision
     if cfg.infer.infer_dtype != "auto":
         return DTYPES[cfg.infer.infer_dtype], f"infer_dtype: {cfg.infer.infer_dtype}"
-    precision, why = hardware.choose_precision(info, cfg.train.bf16, cfg.train.fp16)
+    precision, why = choose_precision(info, cfg.train.bf16, cfg.train.fp16)
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32), why
 
 
@@ -146,16 +145,17 @@ def load_for_inference(cfg: RunConfig, device: torch.device | None = None, dtype
     """(model, tokenizer, device, description) of `model_name_or_path` for scoring or generation, in eval mode, on
     the device, dtype and attention the hardware policy picks for this config (the choices `train` makes) unless
     `device` / `dtype` are given. task: model.CAUSAL_LM, or model.SEQUENCE_SCORE for a reward model."""
-    from steadytune import hardware
-    from steadytune.model import load_model_and_tokenizer
+    from steadytune.hardware.policy import choose_attention
+    from steadytune.hardware.backend import detect, device_for
+    from steadytune.model.load import load_model_and_tokenizer
 
-    info = hardware.detect()
+    info = detect()
     if dtype is None:
         dtype, why = inference_dtype(cfg, info)
     else:
         why = "asked for"
-    attn, _ = hardware.choose_attention(info, cfg.model.flash_attn)
-    device = device or hardware.device_for(info)
+    attn, _ = choose_attention(info, cfg.model.flash_attn)
+    device = device or device_for(info)
     model, tokenizer = load_model_and_tokenizer(cfg.model, dtype, attn, device, task=task)
     model.eval()
     name = str(dtype).replace("torch.", "")
@@ -166,7 +166,7 @@ def load_trained(cfg: RunConfig, folder: Path | None, kind: str, device: torch.d
                  dtype: torch.dtype | None = None, quiet: bool = False) -> tuple[torch.nn.Module, Any]:
     """(model, tokenizer) of a trained run's `folder` (LORA: the adapter on the base model; MODEL: the folder is the
     model; BASE: model_name_or_path alone) on the device and dtype the hardware policy picks."""
-    from steadytune.model import load_trained_adapter
+    from steadytune.model.lora import load_trained_adapter
 
     if kind == MODEL:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, model_name_or_path=str(folder)))

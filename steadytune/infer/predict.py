@@ -122,7 +122,7 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
         return Prediction(out, time.perf_counter() - started, sum(map(len, prompts)), None,
                           f"labels by scoring {len(scorer.label_names)} labels")
 
-    from steadytune.scoring import generate_texts
+    from steadytune.eval.scoring import generate_texts
 
     sampling = sampling_of(cfg, sample_by_default=False)
     prompts = [_prompt_ids(row, template, tokenizer, text_column) for row in rows]
@@ -139,7 +139,7 @@ def _generate_with_vllm(run_, rows, text_column) -> Prediction:
 
     from steadytune.infer.backends import VllmGenerator
     from steadytune.infer.generate import run_template, sampling_of, stop_token_ids
-    from steadytune.model import resolve_model_path
+    from steadytune.model.load import resolve_model_path
 
     cfg = run_.cfg
     tokenizer = AutoTokenizer.from_pretrained(str(run_.folder or resolve_model_path(cfg.model)),

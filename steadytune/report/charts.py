@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from steadytune.monitor import smooth
+from steadytune.training.monitor import smooth
 from steadytune.report.rundata import Run, as_number
 
 HEIGHT = 380

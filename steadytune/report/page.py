@@ -26,7 +26,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from steadytune.report.charts import (Chart, baseline_chart, baseline_rows, confusion_chart, curve_charts,
                                       generation_chart, length_chart, primary_result)
 from steadytune.report.rundata import Run, as_number, load_run
-from steadytune.run_folder import MANIFEST, record_outputs
+from steadytune.training.run_folder import MANIFEST, record_outputs
 
 GENERATOR = "steadytune report"
 

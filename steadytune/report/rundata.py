@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from steadytune.errors import UserError
-from steadytune.run_folder import LOCK, MANIFEST
+from steadytune.training.run_folder import LOCK, MANIFEST
 
 # Files that make a folder a run (train, eval and the run folder's manifest write them).
 RUN_MARKERS = ("metrics.jsonl", "run_config.yaml", "train_results.json", "eval_results.json", MANIFEST)

@@ -246,7 +246,7 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
         if not texts or len(texts) > limits.max_classify_inputs:
             raise ApiError(400, f"input: give 1 to {limits.max_classify_inputs} texts (got {len(texts)})",
                            param="input")
-        from steadytune.scoring import build_prompts
+        from steadytune.eval.scoring import build_prompts
         prompts = build_prompts(tokenizer, texts, entry.template, entry.prompt_template,
                                 min(entry.max_prompt_len, prompt_limit))  # long texts are cut, as `eval` cuts them
         try:

@@ -233,7 +233,7 @@ class BatchingEngine:
 
     # --- the worker thread --------------------------------------------------------------------------------
     def _work(self) -> None:
-        from steadytune.scoring import inference
+        from steadytune.eval.scoring import inference
 
         with inference(self.model):
             while True:
@@ -359,7 +359,7 @@ class BatchingEngine:
     # --- classification -------------------------------------------------------------------------------------
     def _run_classify(self, jobs: list[_ClassifyJob]) -> None:
         """Jobs for the same model are scored together, in batches of classify_batch_size prompts."""
-        from steadytune.scoring import score_labels
+        from steadytune.eval.scoring import score_labels
 
         groups: dict[tuple, list[_ClassifyJob]] = defaultdict(list)
         for job in jobs:

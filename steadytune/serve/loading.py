@@ -74,7 +74,7 @@ def load_served(source: str, adapters: list[str], overrides: list[str], served_n
 
 def resolve_source(source: str, overrides: list[str]) -> _Run:
     """SOURCE as chat/predict/export read it (a config, a run folder, or an adapter archive: verified, unpacked)."""
-    from steadytune.infer.archive import archive_stem, is_archive
+    from steadytune.model.archive import archive_stem, is_archive
     from steadytune.infer.loading import BASE, LORA, open_run
 
     run = open_run(source, overrides)
@@ -96,7 +96,7 @@ def _parse_adapter_arg(arg: str) -> tuple[str, str]:
 
 def _resolve_adapter(name: str, path: str, main_cfg: RunConfig) -> _Run:
     """An --adapter path: a run folder (its own template and labels) or a bare adapter folder (SOURCE's)."""
-    from steadytune.infer.archive import unpacked
+    from steadytune.model.archive import unpacked
 
     folder = unpacked(Path(path).expanduser())  # an archive: verified against its manifest, then unpacked
     if not (folder / "adapter_config.json").is_file():
@@ -117,7 +117,8 @@ def _resolve_adapter(name: str, path: str, main_cfg: RunConfig) -> _Run:
 
 def _load_huggingface(main: _Run, extra: list[tuple[str, _Run]], served_name: Optional[str]) -> Loaded:
     from steadytune.infer.loading import load_for_inference
-    from steadytune.model import check_checkpoint_matches, load_trained_adapter
+    from steadytune.model.saved_weights import check_checkpoint_matches
+    from steadytune.model.lora import load_trained_adapter
 
     cfg = main.cfg
     if main.kind == "full":  # the trained folder is itself the model

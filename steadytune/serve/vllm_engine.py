@@ -19,7 +19,7 @@ logger = logging.getLogger("steadytune.serve")
 
 
 def load_vllm(main, extra: list, served_name: Optional[str]):
-    from steadytune.model import resolve_model_path
+    from steadytune.model.load import resolve_model_path
     from steadytune.serve.loading import Loaded, describe_all, describe_lines, served_entries
 
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from steadytune.model import CAUSAL_LM, SEQUENCE_SCORE
+from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE
 from steadytune.stages.base import Stage
 from steadytune.stages.batches import FEEDBACK_GROUPS, PAIR_GROUPS, SequenceCollator, count_answer_tokens, count_examples
 

@@ -19,8 +19,8 @@ from typing import Sequence
 
 import torch
 
-from steadytune.data.collator import PadCollator
-from steadytune.data.encode import IGNORE
+from steadytune.data.collators import PadCollator
+from steadytune.data.encode import IGNORE_INDEX
 
 PAIR_GROUPS = (("", (0, 1)),)
 FEEDBACK_GROUPS = (("", (0,)), ("kl_", (1,)))
@@ -45,14 +45,14 @@ class SequenceCollator:
         if packing_attention is None:
             self.inner = _PaddedWithSegments(pad_token_id)
         else:
-            from steadytune.packing import PackedCollator
+            from steadytune.data.packing import PackedCollator
             self.inner = PackedCollator(pad_token_id, row_len=row_len, attention=packing_attention, segment_ids=True)
 
     # --- one shape for every micro-batch (packed pairs only), so that compiled layers never recompile ----------
     def static_shape_for(self, examples: Sequence[dict], groups: Sequence[Sequence[int]]):
         """The smallest packing.StaticShape that holds every micro-batch of `groups` (indices into `examples`) as
         this collator packs it: each example's sequences counted as sequences of their own."""
-        from steadytune.packing import static_shape_for, targets_of
+        from steadytune.data.packing import static_shape_for, targets_of
 
         if len(self.groups) != 1 or not hasattr(self.inner, "static"):
             raise ValueError("static shapes need packing and every sequence in one forward (dpo, rm; not kto)")
@@ -78,7 +78,7 @@ class SequenceCollator:
         # Answer tokens of every sequence (chosen and rejected, or the answer and its KL mismatch), counted here on
         # the host so that reporting them costs no device sync.
         batch: dict = {"n_examples": len(examples),
-                       "n_target_tokens": sum(1 for e in examples for t in e["labels"] if t != IGNORE)}
+                       "n_target_tokens": sum(1 for e in examples for t in e["labels"] if t != IGNORE_INDEX)}
         for prefix, which in self.groups:
             flat = [sequences[i][k] for k in which for i in range(len(examples))]
             batch.update({prefix + key: value for key, value in self.inner(flat).items()})

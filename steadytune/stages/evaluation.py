@@ -52,7 +52,7 @@ def evaluate_trained(stage, cfg: RunConfig, batch_size: int | None = None, outpu
                      overwrite: bool = False, **_: Any) -> dict:
     """Load what training saved, evaluate it on the eval split, write eval_results.json; -> the results.
     (Options of `steadytune eval` that are about classification or generation do not apply and are ignored.)"""
-    from steadytune.run_folder import claim_outputs, record_outputs
+    from steadytune.training.run_folder import claim_outputs, record_outputs
 
     out = Path(output_dir or cfg.train.output_dir)
     claim_outputs(out, ["eval_results.json"], overwrite, "steadytune eval")  # never over a file we did not write
@@ -89,7 +89,7 @@ def load_trained(stage, cfg: RunConfig) -> tuple[torch.nn.Module, Any, torch.dev
     """(model, tokenizer, device) of a trained run, on the device and dtype the hardware policy picks. The
     reference model of dpo/kto is built from the *base* model of `cfg` (and its precision recorded for it)."""
     from steadytune.infer.loading import load_for_inference
-    from steadytune.model import load_trained_adapter
+    from steadytune.model.lora import load_trained_adapter
 
     folder, kind = trained_folder(cfg)
     source = cfg if kind == "lora" else dataclasses.replace(

@@ -63,7 +63,8 @@ def build_reference(model: torch.nn.Module, cfg: RunConfig) -> Reference:
 
 
 def _load_frozen(policy: torch.nn.Module, cfg: RunConfig, path: str, adapters: str | None) -> torch.nn.Module:
-    from steadytune.model import load_model_and_tokenizer, load_trained_adapter
+    from steadytune.model.load import load_model_and_tokenizer
+    from steadytune.model.lora import load_trained_adapter
 
     weight = next(policy.parameters())
     precision = cfg.decisions.get("precision", {}).get("value", "fp32")

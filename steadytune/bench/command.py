@@ -1,0 +1,198 @@
+"""`steadytune bench`: the subcommand (arguments and run); the package docstring says what the parts do."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from steadytune.bench.workload import dataset_lengths, synthetic_examples
+from steadytune.errors import UserError
+
+SPEED_ARMS = ("plain", "peer", "steadytune")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", default="qwen2.5-0.5b",
+                        help="model shape built with random weights (steadytune.model.shapes: qwen2.5-0.5b, qwen2.5-1.5b, "
+                             "qwen2.5-3b, qwen2.5-7b, gemma3-270m, gemma3-1b, tiny)")
+    parser.add_argument("--arms", default="plain,peer,steadytune",
+                        help="comma list of: plain (Trainer + peft, batch --plain-batch), peer (Trainer + peft + "
+                             "liger-kernel, the largest of batch 32/16/8 that fits), steadytune")
+    parser.add_argument("--dataset", default=None,
+                        help="alpaca-format JSON file(s), comma-separated, whose prompt/answer lengths are used "
+                             "(default: the alpaca demo sets of LLaMA-Factory)")
+    parser.add_argument("--examples", type=int, default=1600, help="examples drawn from the dataset's lengths")
+    parser.add_argument("--device", default="auto", help="auto, cuda or cpu")
+    parser.add_argument("--plain-batch", type=int, default=8, help="examples per step of the plain recipe")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="real tokens per step for steadytune (default: 16384 on a GPU, 1024 on CPU)")
+    parser.add_argument("--cutoff-len", type=int, default=2048, help="longest example; packed row length for sdpa")
+    parser.add_argument("--packing-attention", default="auto", choices=("auto", "varlen", "sdpa", "flex"))
+    group = parser.add_argument_group("steadytune's speed features (auto = what train decides, kernels.plan_speed)")
+    group.add_argument("--compile", nargs="?", const="on", default="auto", choices=("auto", "on", "off"),
+                       help="torch.compile the decoder layers (bare --compile = on)")
+    group.add_argument("--cuda-graphs", default="auto", choices=("auto", "on", "off"))
+    group.add_argument("--liger", default="auto", choices=("auto", "on", "off"),
+                       help="liger-kernel's fused RMSNorm/RoPE/SwiGLU in the steadytune arm")
+    group.add_argument("--gradient-checkpointing", default="auto", choices=("auto", "on", "off"))
+    group.add_argument("--lora-input-cast", default="skip", choices=("skip", "keep"),
+                       help="skip (default, as train does under bf16): LoRA inputs stay bf16 under autocast; keep: "
+                            "peft's cast of each LoRA input to fp32 (for measuring what skipping it saves)")
+    group.add_argument("--run-micro-batches", type=int, default=1000,
+                       help="the policy decides as for a training run of this many micro-batches (compile pays "
+                            "only on long runs)")
+    steady = parser.add_argument_group("steady state (every arm)")
+    steady.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile and graph recording "
+                                                                "happen here)")
+    steady.add_argument("--window", type=int, default=10, help="steps per timing window")
+    steady.add_argument("--min-steps", type=int, default=100, help="timed steps before the rate may be called steady")
+    steady.add_argument("--min-tokens", type=int, default=0, help="or this many timed real tokens (0: steps only); big batches reach it sooner")
+    steady.add_argument("--tolerance", type=float, default=0.03,
+                        help="steady: the mean rate of the last 3 windows within this share of the 3 before")
+    steady.add_argument("--max-seconds", type=float, default=150.0, help="timed seconds per arm at most")
+    steady.add_argument("--max-steps", type=int, default=3000, help="timed steps per arm at most")
+    steady.add_argument("--steps", type=int, default=None, help="exactly this many timed steps (no steady test)")
+    extra = parser.add_argument_group("extras")
+    extra.add_argument("--check-loss", type=int, default=0, metavar="STEPS",
+                       help="also train STEPS steps packed (steadytune's path) and padded on the "
+                            "same groups; report the largest relative difference of per-token loss")
+    extra.add_argument("--find-max-len", action="store_true",
+                       help="also find the longest cutoff_len one steadytune step takes at --max-tokens")
+    extra.add_argument("--probe-max", type=int, default=131072, help="longest cutoff_len tried by --find-max-len")
+    extra.add_argument("--probe-step", type=int, default=8192, help="resolution of --find-max-len")
+    extra.add_argument("--probe-seconds", type=float, default=240.0, help="time for --find-max-len at most")
+    parser.add_argument("--isolate", default="process", choices=("process", "none"),
+                        help="process (default): each arm in a fresh Python process; none: all in this one")
+    parser.add_argument("--arm-timeout", type=float, default=900.0, help="seconds an arm's process may take")
+    parser.add_argument("--output", default="bench.json", help="where the JSON result is written (after every arm)")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("bench: --device cuda, but torch sees no GPU here (steadytune doctor says why)")
+    if name not in ("cuda", "cpu"):
+        raise UserError(f"bench: --device must be auto, cuda or cpu, got {name!r}")
+    return torch.device(name)
+
+
+def run(args) -> int:
+    from steadytune.model.shapes import SHAPES
+    if args.shape not in SHAPES:
+        raise UserError(f"bench: unknown --shape {args.shape!r}; known: {', '.join(SHAPES)}")
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = set(arms) - set(SPEED_ARMS)
+    if unknown:
+        raise UserError(f"bench: --arms takes {', '.join(SPEED_ARMS)}; got {', '.join(sorted(unknown))}")
+    if not arms and not (args.check_loss or args.find_max_len):
+        raise UserError("bench: nothing to run: --arms is empty and neither --check-loss nor --find-max-len is set")
+    device = resolve_device(args.device)
+    if args.max_tokens is None:
+        args.max_tokens = 16384 if device.type == "cuda" else 1024
+    examples = synthetic_examples(dataset_lengths(args.dataset), args.examples, SHAPES[args.shape]["vocab_size"],
+                                  args.cutoff_len)
+    lengths = sorted(len(e["input_ids"]) for e in examples)
+    report = {
+        "shape": args.shape, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__, "examples": len(examples),
+        "lengths": {"mean": sum(lengths) / len(lengths), "p90": lengths[int(0.9 * len(lengths))], "max": lengths[-1]},
+        "steady_rule": {k: getattr(args, k) for k in ("warmup", "window", "min_steps", "min_tokens", "tolerance",
+                                                       "max_seconds", "max_steps", "steps")},
+        "arms": {},
+    }
+    failed = []
+    for arm in arms:
+        result = run_arm(arm, args, device)
+        report["arms"][arm] = result
+        print(format_arm(result), flush=True)
+        failed += [arm] if "error" in result else []
+        write_report(args.output, report)
+    report["ratios"] = ratios(report["arms"])
+    for base, r in report["ratios"].items():
+        print(f"steadytune / {base.removeprefix('vs_')}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
+    if args.check_loss:
+        report["loss_check"] = run_arm("loss_check", args, device)
+        if "error" in report["loss_check"]:
+            failed.append("loss_check")
+            print(f"loss_check: {report['loss_check']['error']}")
+        else:
+            print(f"packed vs unpacked per-token loss over {args.check_loss} steps: largest relative difference "
+                  f"{report['loss_check']['max_relative_difference']:.2e}")
+    if args.find_max_len:
+        report["max_len"] = found = run_arm("max_len", args, device)
+        if "error" in found:
+            failed.append("max_len")
+            print(f"max_len: {found['error']}")
+        else:
+            print(f"longest cutoff_len at {args.max_tokens:,}-token steps: {found['max_cutoff_len']} "
+                  f"(first out of memory: {found['first_out_of_memory']})")
+    write_report(args.output, report)
+    print(f"wrote {args.output}")
+    if failed:
+        print(f"error: bench: {', '.join(failed)} did not finish (see 'error' in {args.output})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_arm(arm: str, args, device: torch.device) -> dict:
+    """One arm, in a process of its own unless --isolate none; a failure becomes {"name", "error"}."""
+    if args.isolate == "none":
+        from steadytune.bench.arms import run_arm as run_here
+        try:
+            return run_here(arm, args, device)
+        except Exception as e:  # noqa: BLE001 - one arm failing must not lose the others' results
+            return {"name": arm, "error": f"{type(e).__name__}: {e}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, out = Path(tmp) / "args.json", Path(tmp) / "result.json"
+        spec.write_text(json.dumps({"arm": arm, "device": str(device), "args": vars(args)}), encoding="utf-8")
+        package_root = str(Path(__file__).resolve().parents[2])  # this steadytune, wherever it is imported from
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        try:
+            done = subprocess.run([sys.executable, "-m", "steadytune.bench.arms", str(spec), str(out)], env=env,
+                                  timeout=args.arm_timeout)
+        except subprocess.TimeoutExpired:
+            return {"name": arm, "error": f"did not finish in --arm-timeout {args.arm_timeout:.0f} s"}
+        if done.returncode != 0 or not out.is_file():
+            return {"name": arm, "error": f"its process exited with code {done.returncode} (traceback above)"}
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def ratios(arms: dict) -> dict:
+    """steadytune against each baseline that finished: tokens/s and peak memory."""
+    ours = arms.get("steadytune")
+    out = {}
+    if not ours or "error" in ours:
+        return out
+    for base in ("plain", "peer"):
+        theirs = arms.get(base)
+        if not theirs or "error" in theirs or not theirs.get("tokens_per_s"):
+            continue
+        r = {"tokens_per_s": ours["tokens_per_s"] / theirs["tokens_per_s"]}
+        if ours.get("peak_memory_gib") and theirs.get("peak_memory_gib"):
+            r["peak_memory"] = ours["peak_memory_gib"] / theirs["peak_memory_gib"]
+        out[f"vs_{base}"] = r
+    return out
+
+
+def write_report(path: str, report: dict) -> None:
+    Path(path).write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+
+
+def format_arm(r: dict) -> str:
+    if "error" in r:
+        return f"{r['name']:>10}: failed: {r['error']}"
+    mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "n/a"
+    mem = f"{r['peak_memory_gib']:.1f} GiB" if r.get("peak_memory_gib") is not None else "n/a"
+    spread = f"±{100 * r.get('relative_std', 0):.1f}%"
+    batch = r["settings"].get("batch")
+    return (f"{r['name']:>10}: {r['tokens_per_s']:>10,.0f} real tokens/s {spread:>7}  MFU {mfu:>6}  peak memory "
+            f"{mem:>9}  ({r.get('stopped')} after {r.get('steps', 0)} timed steps, {r.get('span_windows', 0)} windows "
+            f"in the mean, start-up {r.get('startup_seconds', 0):.0f} s" + (f", batch {batch}" if batch else "") + ")")

@@ -1,0 +1,115 @@
+"""The `steadytune doctor` subcommand: its arguments, the choice between live and offline mode, and the
+report (a GPU table and the findings for people, or one JSON object with --json). Exit code 1 on any error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from steadytune.doctor.findings import findings_as_dicts, format_findings, has_errors
+from steadytune.doctor.live import diagnose_this_machine
+from steadytune.doctor.offline import run_offline_checks
+from steadytune.errors import UserError
+
+TOOL_FLAGS = ("rocm-smi", "rocminfo", "amd-smi", "nvidia-smi", "lspci", "dmesg")
+
+
+def _gpu_table(gpus: list[dict]) -> str:
+    if not gpus:
+        return "GPUs: none"
+    def memory(g: dict) -> str:
+        if g["memory_gib"] is None:
+            return "?"
+        usable = g.get("usable_memory_gib")
+        return f"{g['memory_gib']:g} GiB" + (f" (usable {usable:g})" if usable and usable != g["memory_gib"] else "")
+
+    rows = [("#", "model", "arch", "memory", "bf16")] + [
+        (str(g["index"]), g["name"] or "?", g["arch"] or "?", memory(g),
+         {True: "native", False: "no", None: "?"}[g["bf16"]] + (" (iGPU)" if g["integrated"] else ""))
+        for g in gpus]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.add_argument("--allreduce", action="store_true",
+                        help="also run a real all-reduce across the visible GPUs (needs >= 2; catches RCCL/NCCL hangs); "
+                             "if it hangs or fails, retry once with NCCL_P2P_DISABLE=1 and say which works")
+    parser.add_argument("--deepspeed-ops", action="store_true",
+                        help="also build (first time: minutes) and load the DeepSpeed ops a run may need (cpu_adam, "
+                             "fused_adam), in a child process with a time limit")
+    parser.add_argument("--from", dest="from_dir", metavar="DIR",
+                        help="diagnose another machine from saved tool outputs in DIR (rocm-smi, amd-smi, rocminfo, "
+                             "nvidia-smi, lspci -vv, dmesg): its GPUs, and what train would choose there")
+    parser.add_argument("--config", metavar="YAML",
+                        help="a train config: report train's choices for its precision, attention, packing, model and batch")
+    for tool in TOOL_FLAGS:
+        parser.add_argument(f"--{tool}", dest=tool.replace("-", "_"), metavar="FILE", action="append", default=[],
+                            help=f"a saved {tool}{' -vv' if tool == 'lspci' else ''} output (repeatable)")
+
+
+def _offline_inputs(args: argparse.Namespace) -> tuple[list[Path], dict[Path, str]]:
+    paths: list[Path] = []
+    expected: dict[Path, str] = {}
+    if args.from_dir:
+        folder = Path(args.from_dir)
+        if not folder.is_dir():
+            raise UserError(f"--from {folder}: not a folder")
+        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise UserError(f"--from {folder}: the folder has no files")
+        paths += files
+    for tool in TOOL_FLAGS:
+        for name in getattr(args, tool.replace("-", "_"), []) or []:
+            path = Path(name)
+            if not path.is_file():
+                raise UserError(f"--{tool} {path}: no such file")
+            paths.append(path)
+            expected[path] = tool
+    return paths, expected
+
+
+def _config(args: argparse.Namespace):
+    if not getattr(args, "config", None):
+        return None
+    from steadytune.config import load_config
+    return load_config(args.config)
+
+
+def run(args: argparse.Namespace) -> int:
+    paths, expected = _offline_inputs(args)
+    cfg = _config(args)
+    if paths:
+        mode = "offline"
+        gpu_records, findings = run_offline_checks(paths, expected, cfg)
+        from steadytune.doctor.offline import machine_info
+        usable = {g.index: g.usable_memory_gib for g in (machine_info(gpu_records) or _NoInfo()).gpus}
+        gpus = [{**{k: getattr(g, k) for k in ("index", "vendor", "name", "arch", "arch_source", "memory_gib",
+                                                "integrated", "uuid", "bus_id", "hip_id")},
+                 "usable_memory_gib": usable.get(g.index), "bf16": g.bf16} for g in gpu_records]
+        title = f"steadytune doctor: saved outputs from {len(paths)} file(s)"
+    else:
+        mode, gpus, title = "live", [], "steadytune doctor: this machine"
+        probe, findings = diagnose_this_machine(allreduce=args.allreduce,
+                                                deepspeed_ops=getattr(args, "deepspeed_ops", False))
+        if probe is not None:   # None: torch missing or broken (row 9), which findings explain
+            from steadytune.hardware.archs import bf16_verdict
+            gpus = [{**asdict(g), "bf16": bf16_verdict(g.arch)[0]} for g in probe.info.gpus]
+            title += f" ({probe.info.backend}, torch {probe.torch_version})"
+            if cfg is not None:
+                from steadytune.doctor.plan import train_plan_findings
+                findings += train_plan_findings(probe.info, "config", cfg, offline=False)
+    exit_code = 1 if has_errors(findings) else 0
+    if args.json:
+        print(json.dumps({"mode": mode, "gpus": gpus, "findings": findings_as_dicts(findings),
+                          "exit_code": exit_code}, indent=2, ensure_ascii=False))
+    else:
+        print(f"{title}\n\n{_gpu_table(gpus)}\n\n{format_findings(findings)}")
+    return exit_code
+
+
+class _NoInfo:
+    gpus: list = []

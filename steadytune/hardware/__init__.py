@@ -1,0 +1,12 @@
+"""What this machine is and the policy built on it: which backend and GPU architecture, which dtype, attention
+kernel, memory budget and speed features a run gets, each with its reason. `doctor` reports these decisions and
+`train` obeys them, so both read them here.
+
+Modules: backend (the GPUs torch sees: HardwareInfo), gpu_facts (product, architecture and wheel tables, each row
+with its source), archs (gfx targets, bf16 per architecture), policy (precision and attention choices),
+attention_kernels (the variable-length attention kernels that run here), memory (activation estimates and gradient
+checkpointing), speed (static shapes, compile, CUDA graphs, liger), rocm_profile (stability defaults on ROCm),
+unified_memory (APUs: GTT vs carve-out), smi_parsers (rocm-smi, amd-smi, rocminfo, nvidia-smi outputs).
+Nothing here imports anything of steadytune but `errors` and `config`; torch is imported inside the functions that
+need it, so `doctor --from` can read saved tool outputs where torch does not import.
+"""

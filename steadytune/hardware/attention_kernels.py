@@ -1,0 +1,131 @@
+"""Variable-length attention kernels (flash-attn's, PyTorch's own, and a reference one), and which of them
+runs *and* agrees with SDPA on this machine.
+
+A varlen kernel attends within each example of one concatenated row, driven by cumulative sequence lengths
+(`cu_seq_lens`); the model side registers the chosen one with transformers (model/attention.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Callable
+
+import torch
+
+# --- the varlen attention implementation ---------------------------------------------------------------------
+
+def _torch_varlen_kernel() -> Callable | None:
+    """PyTorch's built-in flash varlen attention (torch >= 2.9, CUDA), adapted to one calling convention."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+
+    def kernel(q, k, v, cu, max_len, scale, window=None):
+        if k.shape[1] != q.shape[1] and "enable_gqa" not in params:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        extra = {"scale": scale} if "scale" in params else {}
+        if "enable_gqa" in params:
+            extra["enable_gqa"] = k.shape[1] != q.shape[1]
+        if "window_size" in params:
+            extra["window_size"] = (window - 1 if window else -1, 0)
+        elif window:
+            raise NotImplementedError("this torch's varlen_attn has no sliding window")
+        else:
+            extra["is_causal"] = True
+        return varlen_attn(q, k, v, cu, cu, max_len, max_len, **extra)
+
+    return kernel
+
+
+def _flash_attn_varlen_kernel() -> Callable | None:
+    try:
+        from flash_attn import flash_attn_varlen_func
+    except Exception:  # ImportError, or an undefined symbol in a mismatched build
+        return None
+
+    def kernel(q, k, v, cu, max_len, scale, window=None):
+        return flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len, softmax_scale=scale, causal=True,
+                                      window_size=(window - 1 if window else -1, 0))
+
+    return kernel
+
+
+def segment_sdpa_kernel(q, k, v, cu, max_len, scale, window=None):
+    """Reference varlen kernel: causal SDPA on each example in turn. Correct anywhere, slow; used on CPU."""
+    del max_len
+    out = torch.empty_like(q)
+    bounds = cu.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        if end == start:
+            continue  # an empty sequence (static shapes fill cu_seq_lens up with them)
+        qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [heads, n, dim]
+        n = end - start
+        allowed = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        if window:
+            allowed &= ~torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-window)
+        out[start:end] = torch.nn.functional.scaled_dot_product_attention(
+            qs, ks, vs, attn_mask=allowed, scale=scale, enable_gqa=ks.shape[0] != qs.shape[0]).transpose(0, 1)
+    return out
+
+
+def varlen_kernels() -> dict[str, Callable]:
+    """Variable-length kernels that import here, best first."""
+    found = {"flash_attn": _flash_attn_varlen_kernel(), "torch_varlen": _torch_varlen_kernel()}
+    return {name: k for name, k in found.items() if k is not None}
+
+
+@functools.lru_cache(maxsize=None)
+def varlen_kernel_status(device: str = "cuda") -> tuple[str | None, str]:
+    """-> (name of the first varlen kernel that runs *and* agrees with SDPA here, reason)."""
+    if not torch.cuda.is_available():
+        return None, "no GPU: varlen kernels need one"
+    reasons = []
+    for name, kernel in varlen_kernels().items():
+        try:
+            torch.manual_seed(0)
+            lens = [5, 11, 3]
+            cu = torch.tensor([0, 5, 16, 19], dtype=torch.int32, device=device)
+            q = torch.randn(19, 4, 64, device=device, dtype=torch.bfloat16)
+            k = torch.randn(19, 2, 64, device=device, dtype=torch.bfloat16)
+            v = torch.randn(19, 2, 64, device=device, dtype=torch.bfloat16)
+            got = kernel(q, k, v, cu, max(lens), 0.125)
+            want = segment_sdpa_kernel(q.float(), k.float(), v.float(), cu, max(lens), 0.125)
+            err = float((got.float() - want).norm() / want.norm())
+            if not err < 2e-2:
+                reasons.append(f"{name}: wrong result (relative error {err:.3g})")
+                continue
+            return name, f"{name} runs and matches SDPA (relative error {err:.1e})"
+        except Exception as e:  # a kernel that imports but fails on this GPU is simply not used
+            reasons.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+    return None, "; ".join(reasons) or "neither flash-attn nor torch.nn.attention.varlen is available"
+
+
+@functools.lru_cache(maxsize=None)
+def varlen_static_status(name: str, device: str = "cuda") -> tuple[bool, str]:
+    """-> (can kernel `name` run static-shape rows, reason): cu_seq_lens ending in empty sequences and padding cut
+    into pieces must give the examples exactly what the plain call gives them, and finite values everywhere."""
+    kernel = varlen_kernels().get(name)
+    if kernel is None or not torch.cuda.is_available():
+        return False, f"{name} is not available here"
+    try:
+        torch.manual_seed(0)
+        q = torch.randn(32, 4, 64, device=device, dtype=torch.bfloat16)
+        k = torch.randn(32, 2, 64, device=device, dtype=torch.bfloat16)
+        v = torch.randn(32, 2, 64, device=device, dtype=torch.bfloat16)
+        plain = kernel(q[:19], k[:19], v[:19], torch.tensor([0, 5, 16, 19], dtype=torch.int32, device=device),
+                       11, 0.125)
+        # the same three examples, then 13 padding tokens as pieces of at most 11, then two empty sequences
+        cu = torch.tensor([0, 5, 16, 19, 30, 32, 32, 32], dtype=torch.int32, device=device)
+        static = kernel(q, k, v, cu, 11, 0.125)
+        if not bool(torch.isfinite(static).all()):
+            return False, f"{name}: non-finite values with empty sequences"
+        err = float((static[:19].float() - plain.float()).abs().max())
+        if err > 1e-3:
+            return False, f"{name}: empty sequences change the result (max difference {err:.2g})"
+        return True, f"{name} takes padded rows with empty sequences"
+    except Exception as e:
+        return False, f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"

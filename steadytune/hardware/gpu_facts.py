@@ -1,0 +1,357 @@
+"""GPU facts as data, in one place: product name -> architecture, what each AMD architecture can do, and which
+torch wheels carry code for it. `hardware.py` (the policy `train` obeys) and `doctor` both read these tables;
+nothing here decides anything, and nothing imports torch.
+
+Every row names its source. Facts change with releases (a new wheel index, a new AOTriton), so a row says what
+was true for the versions it names; doctor's live checks (torch.cuda.get_arch_list(), a real SDPA call) have
+the last word on a real machine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+
+# --- sources cited by several rows ------------------------------------------------------------------------
+GPU_SPECS = "ROCm 'AMD GPU specifications' table (rocm.docs.amd.com/en/latest/reference/gpu-specs.html)"
+LLVM_TABLE = "LLVM AMDGPUUsage processor table (llvm.org/docs/AMDGPUUsage.html; RDNA3/4 names: llvm-project PRs #170469, #155577)"
+PCI_IDS = "PCI ID database names (pci-ids.ucw.cz), as rocm-smi and lspci print them"
+NVIDIA_CC = "NVIDIA compute capability table (developer.nvidia.com/cuda-gpus)"
+DATASHEET = "vendor datasheet (dense bf16 peak)"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Products: name -> architecture
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Product:
+    pattern: str                        # regex, searched case-insensitively in the product name
+    arch: str                           # gfx target (AMD) or sm_XY (NVIDIA)
+    integrated: bool = False            # APU / iGPU
+    peak_bf16_tflops: Optional[float] = None  # dense, per device as torch sees it (one MI250X GCD)
+    source: str = GPU_SPECS
+
+
+# Order matters: the first match wins, so specific names come before family names. A generic name such as
+# "AMD Radeon Graphics" (what amd-smi and rocminfo print for many APUs) matches no row on purpose.
+PRODUCTS: tuple[Product, ...] = (
+    # AMD Instinct (CDNA)
+    Product(r"MI355X", "gfx950", peak_bf16_tflops=2516.6),
+    Product(r"MI350", "gfx950", peak_bf16_tflops=2306.9),
+    Product(r"MI325X", "gfx942", peak_bf16_tflops=1307.4),
+    Product(r"MI308X", "gfx942", source="amd-smi static --asic of an MI308X (ROCm/amdsmi CHANGELOG)"),
+    Product(r"MI300A", "gfx942", peak_bf16_tflops=980.6),
+    Product(r"MI300X|MI300\b", "gfx942", peak_bf16_tflops=1307.4),
+    Product(r"MI250X", "gfx90a", peak_bf16_tflops=191.5),   # per GCD; one card = 2 devices
+    Product(r"MI250|MI200", "gfx90a", peak_bf16_tflops=181.0),
+    Product(r"MI210", "gfx90a", peak_bf16_tflops=181.0),
+    Product(r"MI100|Arcturus", "gfx908", peak_bf16_tflops=92.3),
+    Product(r"MI50|MI60|Radeon (Pro )?VII|Vega 20", "gfx906"),
+    Product(r"MI25|Vega ?10|Vega (56|64)|Radeon RX Vega", "gfx900"),
+    Product(r"MI[68]\b|Fiji|FURY|R9 Nano|Polaris|RX [45][789]0\b", "gfx803"),
+    # AMD Radeon PRO / Radeon AI PRO (RDNA)
+    Product(r"AI PRO R9[67]00", "gfx1201"),
+    Product(r"PRO V710", "gfx1101"),
+    Product(r"W7900|W7800", "gfx1100"),
+    Product(r"W7700", "gfx1101"),
+    Product(r"W7[56]00", "gfx1102", source=PCI_IDS + " (Navi 33 [Radeon Pro W7600/W7500])"),
+    Product(r"W6800|\bV620\b", "gfx1030", source=LLVM_TABLE),
+    Product(r"W6600", "gfx1032", source=PCI_IDS + " (Navi 23)"),
+    # AMD Radeon RX (RDNA) and the chip names rocm-smi prints (Navi NN [...])
+    Product(r"Navi 48|RX 9070", "gfx1201"),
+    Product(r"Navi 44|RX 90[56]0", "gfx1200"),
+    Product(r"Navi 31|RX 7900", "gfx1100"),
+    Product(r"Navi 32|RX 7[78]00", "gfx1101"),
+    Product(r"Navi 33|RX 76[05]0", "gfx1102"),
+    Product(r"Navi 24|RX 6[45]00", "gfx1034", source=LLVM_TABLE),
+    Product(r"Navi 23|RX 66[05]0", "gfx1032", source=LLVM_TABLE),
+    Product(r"Navi 22|RX 67[05]0", "gfx1031", source=LLVM_TABLE),
+    Product(r"Navi 21|RX 6[89][05]0", "gfx1030", source=LLVM_TABLE),
+    Product(r"Navi 14|RX 5500", "gfx1012", source=LLVM_TABLE),
+    Product(r"Navi 10|RX 5[67]00", "gfx1010", source=LLVM_TABLE),
+    # AMD integrated (APU) graphics, by graphics model, then by code name
+    Product(r"Radeon 80[4-6][05]S|Ryzen AI Max|Strix Halo", "gfx1151", integrated=True),
+    Product(r"Radeon 8[89]0M", "gfx1150", integrated=True),
+    Product(r"Radeon 8[246]0M|Krackan", "gfx1152", integrated=True),
+    Product(r"Strix", "gfx1150", integrated=True, source=PCI_IDS + " (Strix = Ryzen AI 300, Radeon 890M/880M)"),
+    Product(r"Radeon 7[468]0M|Phoenix|Hawk Point", "gfx1103", integrated=True),
+    Product(r"Van Gogh|Steam Deck", "gfx1033", integrated=True, source=LLVM_TABLE),
+    Product(r"Raphael|Granite Ridge|Dragon Range|Radeon 610M", "gfx1036", integrated=True, source=LLVM_TABLE),
+    Product(r"Rembrandt|Radeon 6[68]0M", "gfx1035", integrated=True, source=LLVM_TABLE),
+    Product(r"Renoir|Cezanne|Lucienne|Barcelo", "gfx90c", integrated=True, source=LLVM_TABLE),
+    # NVIDIA
+    Product(r"B200|B100|GB200", "sm_100", peak_bf16_tflops=2250.0, source=NVIDIA_CC),
+    Product(r"RTX 50\d0|RTX PRO 6000", "sm_120", source=NVIDIA_CC),
+    Product(r"H200|GH200", "sm_90", peak_bf16_tflops=989.4, source=NVIDIA_CC),
+    Product(r"H100.*PCIe", "sm_90", peak_bf16_tflops=756.5, source=NVIDIA_CC),
+    Product(r"H100|H800", "sm_90", peak_bf16_tflops=989.4, source=NVIDIA_CC),
+    Product(r"L40S", "sm_89", peak_bf16_tflops=362.1, source=NVIDIA_CC),
+    Product(r"RTX 4090", "sm_89", peak_bf16_tflops=165.2, source=NVIDIA_CC),
+    Product(r"L40|L4\b|RTX 40\d0|RTX 6000 Ada|Ada Generation", "sm_89", source=NVIDIA_CC),
+    Product(r"A100|A800", "sm_80", peak_bf16_tflops=312.0, source=NVIDIA_CC),
+    Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0, source=NVIDIA_CC),
+    Product(r"A10\b|A40\b|RTX 30\d0|RTX A\d000", "sm_86", source=NVIDIA_CC),
+    Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0", "sm_75", source=NVIDIA_CC),
+    Product(r"V100|TITAN V", "sm_70", source=NVIDIA_CC),
+    Product(r"P100", "sm_60", source=NVIDIA_CC),
+)
+
+# PCI device id -> product name, for outputs that show only the id (rocm-smi concise, rocminfo "Chip ID",
+# amd-smi's default view when it has no name: "0x1586"). Names from the PCI ID database.
+AMD_DEVICE_IDS: dict[int, str] = {
+    0x74A1: "AMD Instinct MI300X", 0x74A5: "AMD Instinct MI325X", 0x74A0: "AMD Instinct MI300A",
+    0x74A2: "AMD Instinct MI308X", 0x75A0: "AMD Instinct MI350X", 0x75A3: "AMD Instinct MI355X",
+    0x7408: "AMD Instinct MI250X", 0x740C: "AMD Instinct MI250X/MI250", 0x740F: "AMD Instinct MI210",
+    0x738C: "AMD Instinct MI100", 0x738E: "AMD Instinct MI100", 0x66A0: "AMD Instinct MI50/MI60 (Vega 20)",
+    0x66A1: "AMD Instinct MI50/MI60 (Vega 20)", 0x66AF: "AMD Radeon VII", 0x687F: "Vega 10",
+    0x7300: "Fiji", 0x73BF: "Navi 21", 0x73DF: "Navi 22", 0x73FF: "Navi 23", 0x744C: "Navi 31",
+    0x747E: "Navi 32", 0x7480: "Navi 33", 0x7550: "Navi 48", 0x7590: "Navi 44", 0x164E: "Raphael",
+    0x15BF: "Phoenix", 0x1900: "Phoenix", 0x1681: "Rembrandt", 0x150E: "Strix", 0x1586: "Strix Halo",
+}
+
+# Names that say "an AMD GPU" and nothing more: amd-smi's default view and rocminfo's Marketing Name print
+# them for most APUs (Strix Halo among them), so the architecture must come from another command.
+GENERIC_AMD_NAMES = re.compile(r"^\s*(AMD )?Radeon(\(TM\))? Graphics\s*$", re.IGNORECASE)
+ARCH_COMMANDS = "rocminfo | grep -m1 -o 'gfx[0-9a-f]*'   (or: amd-smi static --asic | grep TARGET_GRAPHICS_VERSION)"
+
+
+def lookup_product(name: str = "", device_id: Optional[int] = None) -> Optional[Product]:
+    """The table row for a product name (or, failing that, a PCI device id); None if unknown."""
+    candidates = [name] if name and not GENERIC_AMD_NAMES.match(name) else []
+    if device_id is not None and device_id in AMD_DEVICE_IDS:
+        candidates.append(AMD_DEVICE_IDS[device_id])
+    for text in candidates:
+        for product in PRODUCTS:
+            if re.search(product.pattern, text, re.IGNORECASE):
+                return product
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Architectures: what each AMD target can do
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Override:
+    """HSA_OVERRIDE_GFX_VERSION for this arch: a value, and whether it is a safe stand-in."""
+    value: Optional[str]                # e.g. "10.3.0"
+    verdict: str                        # not-needed | works | trap | none | unverified
+    why: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Arch:
+    gfx: str
+    family: str                         # CDNA3, RDNA4, RDNA3.5 ...
+    kind: str                           # instinct | dgpu | apu
+    bf16: bool                          # native bf16 matrix math
+    fp8: Optional[str]                  # None, "fnuz" (MI300 formats) or "ocp" (OCP e4m3/e5m2)
+    sdpa: str                           # PyTorch's fused SDPA (AOTriton): native | experimental | none | unknown
+    override: Override
+    flash_attn_ck: bool = False         # flash-attn's CK backend builds for it in release v2.8.3
+    apu_trains: bool = False            # an APU worth training on when it is the only GPU (ROCm-supported, big)
+    max_rocm: Optional[tuple[int, int]] = None   # newest ROCm whose wheels really run it (libraries dropped it later)
+    note: str = ""
+    source: str = ""
+
+
+NOT_NEEDED = "pytorch.org wheels carry code for it: the override would only run another chip's code"
+_NO_OVERRIDE = Override(None, "none", "no other target's code runs on this chip", "research/rocm.md section 3")
+_RDNA3_DGPU_OVERRIDE = Override("11.0.0", "works", "RDNA3 discrete chips run gfx1100 code; the usual stand-in before "
+                                "the wheels had this target (torch < 2.6 for gfx1101, < 2.7 for gfx1102)",
+                                "research/rocm.md row 3; pytorch #164346")
+_AOTRITON_010 = "AOTriton 0.10b in torch 2.8+ (pytorch PR #156499): official gfx950/gfx1201; experimental gfx1101/gfx1150/gfx1151/gfx1200"
+_FP8_FNUZ = "HIP FP8 docs: gfx940/941/942 support FNUZ FP8, not OCP (rocm.docs.amd.com/projects/HIP .../fp8_numbers)"
+_FP8_OCP = "LLVM PR #106160: gfx12 and newer gfx9 use the OCP FP8 formats; ROCm precision-support page"
+
+
+ARCHS: tuple[Arch, ...] = (
+    Arch("gfx803", "GCN4", "dgpu", False, None, "none", _NO_OVERRIDE,
+         note="not supported by ROCm 6 or 7; no current torch wheel", source=GPU_SPECS),
+    Arch("gfx900", "GCN5 (Vega)", "dgpu", False, None, "none", _NO_OVERRIDE,
+         note="last in the ROCm 7.2 wheels (OS-package builds); the TheRock-based 7.14 wheels drop it",
+         source="pytorch .ci/docker/manywheel/build.sh (legacy builds add gfx900;gfx906)"),
+    Arch("gfx906", "GCN5.1 (Vega 20)", "instinct", False, None, "none", _NO_OVERRIDE, max_rocm=(6, 3),
+         note="bf16 is emulated by rocBLAS (slow); fp16 with loss scaling is the fast path. Newer wheels still list "
+              "gfx906 but their rocBLAS has no gfx906 kernels ('TensileLibrary.dat ... not read'): rocm6.3 is the last",
+         source="research/rocm.md section 5; TensorFlow-upstream PR #1395; unsloth PR #7354; ROCm/TheRock #1844"),
+    Arch("gfx908", "CDNA", "instinct", True, None, "none", _NO_OVERRIDE,
+         note="no hipBLASLt: torch falls back to hipBLAS", source="ROCm precision-support; rocm-libraries #780"),
+    Arch("gfx90a", "CDNA2", "instinct", True, None, "native", _NO_OVERRIDE, flash_attn_ck=True,
+         note="matrix cores flush fp16 denormals: train in bf16 (pytorch #182952)",
+         source="ROCm precision-support; pytorch PR #121561 (AOTriton flash on MI200/MI300)"),
+    Arch("gfx942", "CDNA3", "instinct", True, "fnuz", "native", _NO_OVERRIDE, flash_attn_ck=True,
+         note="MI300A/X, MI308X, MI325X; tf32 on matrix cores", source=f"{GPU_SPECS}; {_FP8_FNUZ}"),
+    Arch("gfx950", "CDNA4", "instinct", True, "ocp", "native", _NO_OVERRIDE, flash_attn_ck=True,
+         note="MI350X/MI355X; also fp6/fp4", source=f"{GPU_SPECS}; {_FP8_OCP}; {_AOTRITON_010}"),
+    Arch("gfx1010", "RDNA1", "dgpu", False, None, "none",
+         Override(None, "unverified", "RDNA2 code (10.3.0) is a different ISA; no report of it working for training",
+                  "research/rocm.md section 3"),
+         note="no pytorch.org wheel; AMD's multi-arch nightlies have a device-gfx1010 extra",
+         source=f"{LLVM_TABLE}; unsloth PR #9138 (torch[device-gfx1010] from rocm.nightlies.amd.com/whl-multi-arch)"),
+    Arch("gfx1030", "RDNA2", "dgpu", False, None, "none", _NO_OVERRIDE,
+         note="no bf16 arithmetic (Triton bf16 kernels abort); fp16 with loss scaling",
+         source="unsloth PR #7682; research/rocm.md section 5"),
+    *(Arch(gfx, "RDNA2", "apu" if gfx in ("gfx1033", "gfx1035", "gfx1036") else "dgpu", False, None, "none",
+           Override("10.3.0", "works", "same RDNA2 ISA as gfx1030, whose code the wheels carry",
+                    "ROCm legacy-rocm-build #1797; pytorch #132570; research/rocm.md row 3"),
+           note="no bf16 arithmetic; fp16 with loss scaling", source=LLVM_TABLE)
+      for gfx in ("gfx1031", "gfx1032", "gfx1034", "gfx1035", "gfx1036")),
+    Arch("gfx1033", "RDNA2", "apu", False, None, "none",
+         Override("10.3.0", "trap", "Steam Deck (Van Gogh): training on gfx103X wheels returns wrong numbers "
+                  "(negative MSE, NaN) with identical seeds where the CPU converges", "unsloth PR #8412"),
+         note="Van Gogh (Steam Deck)", source=LLVM_TABLE),
+    Arch("gfx1100", "RDNA3", "dgpu", True, None, "native", _NO_OVERRIDE,
+         note="flash-attn CK for RDNA3 only on main after PR #2400 (not v2.8.3); SDPA is the safe path",
+         source="AOTriton 0.8b (pytorch PR #140172): gfx1100 no longer experimental; llama.cpp b11847 (WMMA bf16)"),
+    Arch("gfx1101", "RDNA3", "dgpu", True, None, "experimental", _RDNA3_DGPU_OVERRIDE,
+         source=f"{GPU_SPECS}; {_AOTRITON_010}"),
+    Arch("gfx1102", "RDNA3", "dgpu", True, None, "unknown", _RDNA3_DGPU_OVERRIDE,
+         source=f"{GPU_SPECS}; pytorch PR #147761 (gfx1102 in the wheels)"),
+    Arch("gfx1103", "RDNA3", "apu", True, None, "experimental",
+         Override("11.0.0", "trap", "gfx1100 code on gfx1103 gives GPU page faults and hard hangs (ISA differences)",
+                  "pytorch #179653; llama.cpp #20839"),
+         note="Radeon 780M/760M/740M", source=f"{GPU_SPECS}; pytorch PR #168351 (AOTriton 0.11.1b enables gfx1103)"),
+    Arch("gfx1150", "RDNA3.5", "apu", True, None, "experimental",
+         Override("11.0.0", "trap", "gfx1100 code on gfx1150 fails with HSA_STATUS_ERROR_INVALID_ISA",
+                  "likelovewant/ROCmLibs-for-gfx1103-AMD780M-APU #37"),
+         apu_trains=True, note="Strix Point: Radeon 890M/880M", source=f"{GPU_SPECS}; {_AOTRITON_010}"),
+    Arch("gfx1151", "RDNA3.5", "apu", True, None, "experimental",
+         Override("11.0.0", "works", "reported working before the wheels had gfx1151; slower than native kernels, "
+                  "and unneeded with a ROCm 7 wheel", "pytorch #164346; research/rocm.md row 3"),
+         apu_trains=True, note="Strix Halo: Radeon 8060S/8050S/8040S, up to 128 GB shared memory",
+         source=f"{GPU_SPECS}; {_AOTRITON_010}"),
+    Arch("gfx1152", "RDNA3.5", "apu", True, None, "unknown",
+         Override(None, "unverified", "no pytorch.org wheel to borrow from in the same family except gfx1150/gfx1151; "
+                  "no report of either working on gfx1152", "yanwk/ComfyUI-Docker discussion #167"),
+         note="Krackan Point: Radeon 860M/840M/820M", source=GPU_SPECS),
+    Arch("gfx1200", "RDNA4", "dgpu", True, "ocp", "experimental", _NO_OVERRIDE,
+         note="Radeon RX 9060 XT / 9060 / 9050", source=f"{GPU_SPECS}; {_FP8_OCP}; {_AOTRITON_010}"),
+    Arch("gfx1201", "RDNA4", "dgpu", True, "ocp", "native", _NO_OVERRIDE,
+         note="Radeon RX 9070 / 9070 XT / 9070 GRE, Radeon AI PRO R9700",
+         source=f"{GPU_SPECS}; {_FP8_OCP}; {_AOTRITON_010}; ROCm/TransformerEngine #359 (fp8 in PyTorch on R9700)"),
+)
+
+_ARCH_BY_GFX = {a.gfx: a for a in ARCHS}
+
+
+def normalise_gfx(arch: str) -> str:
+    """'gfx90a:sramecc+:xnack-' -> 'gfx90a' (rocminfo and gcnArchName append target features)."""
+    return arch.split(":")[0].strip().lower()
+
+
+def arch_info(arch: Optional[str]) -> Optional[Arch]:
+    return _ARCH_BY_GFX.get(normalise_gfx(arch)) if arch else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Wheels: which torch builds carry code for which architectures
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WheelIndex:
+    name: str
+    channel: str                        # stable | nightly | amd-nightly
+    torch: str                          # torch versions published there
+    archs: frozenset[str]
+    install: str                        # the pip line; {arch} is filled in for per-arch extras
+    source: str
+    note: str = ""
+    rocm: Optional[tuple[int, int]] = None   # ROCm version of the index, for ordering
+
+    def install_line(self, arch: str) -> str:
+        return self.install.format(arch=normalise_gfx(arch))
+
+
+_CDNA_RDNA2_3 = {"gfx900", "gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100"}
+_RDNA3_4 = {"gfx1101", "gfx1102", "gfx1200", "gfx1201"}
+_NEW_ROCM7 = {"gfx950", "gfx1150", "gfx1151"}
+
+
+def _pytorch(rocm: str, torch: str, archs: set[str], source: str, note: str = "") -> WheelIndex:
+    major, minor = (int(x) for x in rocm.split(".")[:2])
+    return WheelIndex(f"pytorch.org rocm{rocm}", "stable", torch, frozenset(archs),
+                      f"pip install torch --index-url https://download.pytorch.org/whl/rocm{rocm}", source, note,
+                      (major, minor))
+
+
+WHEELS: tuple[WheelIndex, ...] = (
+    _pytorch("6.0", "2.3-2.4", _CDNA_RDNA2_3, "torch.cuda.get_arch_list() of 2.4.1+rocm6.0 (astral-sh/uv #14086)"),
+    _pytorch("6.1", "2.4-2.6", _CDNA_RDNA2_3, "pytorch #132570 (arch list of the 2024 wheels); previous-versions page",
+             note="2.6 adds gfx1101 (pytorch PR #141667)"),
+    _pytorch("6.2", "2.5", _CDNA_RDNA2_3, "torch.cuda.get_arch_list() of 2.5.1+rocm6.2 (astral-sh/uv #14086)"),
+    _pytorch("6.2.4", "2.7", _CDNA_RDNA2_3 | _RDNA3_4,
+             "torch.cuda.get_arch_list() of 2.7.1+rocm6.2.4 (astral-sh/uv #14086)",
+             note="2.6 on this index lacks gfx1102 and gfx1200/gfx1201 (added by pytorch PRs #147761, #148562)"),
+    _pytorch("6.3", "2.7-2.8", _CDNA_RDNA2_3 | _RDNA3_4, "torch.cuda.get_arch_list() of 2.7.1+rocm6.3 (astral-sh/uv #14086)"),
+    _pytorch("6.4", "2.8-2.9", _CDNA_RDNA2_3 | _RDNA3_4,
+             "pytorch.org previous-versions (2.9.x: ROCm 6.4 only); gfx950/gfx115x were added only to ROCm >= 7.0 "
+             "builds until pytorch PR #167299"),
+    _pytorch("7.1", "2.10", _CDNA_RDNA2_3 | _RDNA3_4 | _NEW_ROCM7,
+             "pytorch PR #167299 (gfx950, gfx1150, gfx1151 in every ROCm 7 build); unsloth PR #8412 (rocm7.1/torch 2.10)"),
+    _pytorch("7.2", "2.11+", _CDNA_RDNA2_3 | _RDNA3_4 | _NEW_ROCM7,
+             "torch.cuda.get_arch_list() of the rocm7.2 wheel (astral-sh/uv PR #18730); ROCm/pytorch PR #3111"),
+    WheelIndex("pytorch.org nightly rocm7.2", "nightly", "nightly",
+               frozenset(_CDNA_RDNA2_3 | _RDNA3_4 | _NEW_ROCM7 | {"gfx1103"}),
+               "pip install --pre torch --index-url https://download.pytorch.org/whl/nightly/rocm7.2",
+               "pytorch .ci/docker/manywheel/build.sh @027375b (2026-07): gfx1103 added", rocm=(7, 2)),
+    WheelIndex("AMD multi-arch nightlies (TheRock)", "amd-nightly", "nightly",
+               frozenset({"gfx90a", "gfx942", "gfx950", "gfx1010", "gfx1030", "gfx1100", "gfx1101", "gfx1102",
+                          "gfx1103", "gfx1150", "gfx1151", "gfx1200", "gfx1201"}),
+               'pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-{arch}]"',
+               "ROCm/TheRock #5954 (per-family v2/<family> indexes replaced by whl-multi-arch, torch[device-gfxNNNN]); "
+               "unsloth PR #9138 (device-gfx1010)", note="brings its own ROCm runtime into the venv"),
+    WheelIndex("AMD per-arch staging nightlies (TheRock v2-staging)", "amd-nightly", "nightly (2026-01)",
+               frozenset({"gfx1152"}),
+               "pip install --pre torch --index-url https://rocm.nightlies.amd.com/v2-staging/{arch}/",
+               "vladmandic/sdnext PR #4605 (gfx1152 on v2-staging); yanwk/ComfyUI-Docker discussion #167",
+               note="per-family indexes stopped updating with ROCm/TheRock PR #5790"),
+)
+
+
+def wheels_for(arch: str) -> list[WheelIndex]:
+    """The indexes whose torch runs on this arch (listed in the wheel, and not past the arch's last ROCm)."""
+    base = normalise_gfx(arch)
+    row = arch_info(base)
+    limit = row.max_rocm if row else None
+    return [w for w in WHEELS if base in w.archs and not (limit and (w.rocm is None or w.rocm > limit))]
+
+
+def current_stable_wheel() -> WheelIndex:
+    return max((w for w in WHEELS if w.channel == "stable"), key=lambda w: w.rocm or (0, 0))
+
+
+def first_stable_wheel(arch: str) -> Optional[WheelIndex]:
+    stable = [w for w in wheels_for(arch) if w.channel == "stable"]
+    return min(stable, key=lambda w: w.rocm or (0, 0)) if stable else None
+
+
+def install_lines(arch: str) -> list[tuple[str, str]]:
+    """(where, pip line) to get a torch with code for this arch, best first: the newest pytorch.org stable index
+    that has it, else the pytorch nightly, and AMD's own nightlies. Empty when nothing ships it."""
+    base = normalise_gfx(arch)
+    found = wheels_for(base)
+    lines: list[tuple[str, str]] = []
+    stable = [w for w in found if w.channel == "stable"]
+    if stable:
+        best = max(stable, key=lambda w: w.rocm or (0, 0))
+        lines.append((best.name, best.install_line(base)))
+    else:
+        lines += [(w.name, w.install_line(base)) for w in found if w.channel == "nightly"]
+    lines += [(w.name, w.install_line(base)) for w in found if w.channel == "amd-nightly"]
+    return lines
+
+
+def override_for_arch(arch: str) -> Optional[str]:
+    """The HSA_OVERRIDE_GFX_VERSION value that runs this arch on code built for a sibling, where one is known to
+    work; None where none exists or the known value is a trap."""
+    row = arch_info(arch)
+    return row.override.value if row and row.override.verdict == "works" else None
+
+
+# The archs the current pytorch.org ROCm wheels run on.
+OFFICIAL_WHEEL_ARCHS = frozenset(a for a in current_stable_wheel().archs if current_stable_wheel() in wheels_for(a))

@@ -1,0 +1,109 @@
+"""Where things are in a transformers model, through a peft wrapper: its task (causal LM or sequence score),
+output head, decoder body and layers, linear layers, and weights stored under two names (tied).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# What a model is loaded as, by task: a causal LM (sft, dpo, kto), or the same body with a one-output linear head
+# read at a sequence's last token (the reward model of stage rm; transformers' *ForSequenceClassification, the
+# format TRL's reward models and `text-classification` pipelines load).
+SEQUENCE_SCORE = "sequence_score"
+CAUSAL_LM = "causal_lm"
+
+
+def auto_model_class(task: str):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    return {CAUSAL_LM: AutoModelForCausalLM, SEQUENCE_SCORE: AutoModelForSequenceClassification}[task]
+
+
+def model_task(model: nn.Module) -> str:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return SEQUENCE_SCORE if type(base).__name__.endswith("ForSequenceClassification") else CAUSAL_LM
+
+
+def _ties_embeddings(model: nn.Module) -> bool:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return bool(getattr(config, "tie_word_embeddings", False))
+
+
+def output_head_names(model: nn.Module) -> set[str]:
+    """Qualified names of the output head (a reward model's score head too) and of any linear whose weight is the
+    input embedding (tied)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None and model_task(model) == SEQUENCE_SCORE:
+        head = getattr(model, "score", None)
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    embedding_weight = getattr(embeddings, "weight", None)
+    names = set()
+    for name, module in model.named_modules():
+        if module is head:
+            names.add(name)
+        elif isinstance(module, nn.Linear) and embedding_weight is not None and module.weight is embedding_weight:
+            names.add(name)
+    return names
+
+
+def linear_module_names(model: nn.Module) -> list[str]:
+    """Qualified names of every nn.Linear except the output head."""
+    excluded = output_head_names(model)
+    return [name for name, module in model.named_modules() if isinstance(module, nn.Linear) and name not in excluded]
+
+
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """{later state-dict key: first key} of weights stored once under two names (Qwen's and Gemma's output head is
+    the input embedding); save_pretrained writes only the first."""
+    from peft import PeftModel
+
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for key, tensor in base.state_dict(keep_vars=True).items():
+        if id(tensor) in first:
+            aliases[key] = first[id(tensor)]
+        else:
+            first[id(tensor)] = key
+    return aliases
+
+
+def _tied_names(model: nn.Module) -> set[str]:
+    """State-dict keys that save_pretrained leaves out because they share storage with another weight."""
+    aliases = tied_aliases(model)
+    return set(aliases) | set(aliases.values())
+
+
+def base_model_of(model: torch.nn.Module) -> torch.nn.Module:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def decoder_layers(model: torch.nn.Module):
+    return getattr(getattr(base_model_of(model), "model", None), "layers", None)
+
+
+def output_head(model: torch.nn.Module) -> torch.nn.Module:
+    """The vocabulary projection of a (possibly peft-wrapped) causal LM."""
+    head = model.get_output_embeddings()
+    if head is None:
+        raise ValueError(f"{type(model).__name__} has no output embeddings")
+    return head
+
+
+def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformer stack without the head: `model.model` for HF causal LMs, through a peft wrapper."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder() if hasattr(base, "get_decoder") else base.model
+
+
+def final_logit_softcap(model: torch.nn.Module) -> float | None:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(base.config, "final_logit_softcapping", None)
+
+
+def layer_classes(model) -> list[str]:
+    """The decoder layer classes to shard as units: the model's own `_no_split_modules` (what transformers and
+    Accelerate use for device maps and FSDP auto-wrap)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return list(getattr(base, "_no_split_modules", None) or [])

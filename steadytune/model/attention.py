@@ -1,0 +1,160 @@
+"""The attention implementation a model is loaded with when a run packs: "steadytune_varlen" (a varlen kernel
+registered with transformers), SDPA with a block-diagonal mask, or flex attention; and whether a run packs.
+
+Packing itself (grouping, collators, static shapes) is data/packing.py; which kernels run here is
+hardware/attention_kernels.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from steadytune.hardware.attention_kernels import segment_sdpa_kernel, varlen_kernels
+
+VARLEN_IMPLEMENTATION = "steadytune_varlen"
+
+
+def packed_mask_placeholder(input_ids: torch.Tensor) -> torch.Tensor:
+    """What a varlen-packed batch passes as attention_mask: an empty 4-D tensor. transformers returns a 4-D mask
+    as it is instead of building one, and building one would read the GPU (its packed-sequence check ends in a
+    Python bool): a host sync in every forward, which also makes the forward impossible to record in a CUDA graph.
+    The varlen attention keeps examples apart by cu_seq_lens and never reads it."""
+    return input_ids.new_empty((1, 1, 0, 0), dtype=torch.bool)
+
+
+def make_varlen_attention(kernel: Callable) -> Callable:
+    """A transformers attention function over a [1, T] row, driven by the cu_seq_lens the collator made.
+
+    A batch without cu_seq_lens (evaluation, scoring or generation with the model being trained) is not packed:
+    it goes through plain SDPA with the mask transformers built for it (see `_varlen_mask`)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def varlen_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                                 sliding_window=None, cu_seq_lens_q=None, max_length_q=None, **kwargs):
+        if cu_seq_lens_q is None:
+            if attention_mask is not None and attention_mask.numel() == 0:
+                raise RuntimeError("steadytune_varlen attention: the packed-mask placeholder came without cu_seq_lens")
+            if attention_mask is None and sliding_window and query.shape[2] > sliding_window:
+                # No mask means plain causal attention, which would ignore the sliding window here.
+                raise RuntimeError("steadytune_varlen attention: pass an attention_mask for unpacked sequences "
+                                   "longer than the sliding window")
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                          scaling=scaling, **kwargs)
+        if query.shape[0] != 1:
+            raise RuntimeError(f"steadytune_varlen attention expects one packed row, got batch {query.shape[0]}")
+        # transformers hands [batch, heads, length, dim]; varlen kernels take [tokens, heads, dim].
+        q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+        run = kernel
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            # fp32 weights under autocast (full fine-tuning) give fp32 q/k after RoPE; flash kernels take only
+            # fp16/bf16, so cast as autocast casts SDPA's inputs; without autocast use the exact reference kernel.
+            if torch.is_autocast_enabled(q.device.type):
+                low = torch.get_autocast_dtype(q.device.type)
+                q, k, v = q.to(low), k.to(low), v.to(low)
+            else:
+                run = segment_sdpa_kernel
+        cu = cu_seq_lens_q.to(device=q.device, dtype=torch.int32)
+        max_len = int(max_length_q)
+        # A window no example is longer than changes nothing (Gemma 3's 512 under a cutoff_len of 256): drop it,
+        # so kernels without sliding-window support still run.
+        window = sliding_window if sliding_window and sliding_window < max_len else None
+        out = run(q, k, v, cu, max_len, scaling, window)
+        return out[None], None  # [1, T, heads, dim], as the other implementations return
+
+    return varlen_attention_forward
+
+
+def _varlen_mask(*args, attention_mask=None, **kwargs):
+    """Mask for the "steadytune_varlen" implementation: none for packed rows (they come without an
+    attention_mask; the kernel keeps examples apart by cu_seq_lens, and a [T, T] mask would cost memory for
+    nothing), SDPA's mask for padded batches so their fallback is exact (padding, sliding windows)."""
+    if attention_mask is None:
+        return None
+    from transformers.masking_utils import sdpa_mask
+    return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
+
+
+def register_varlen_attention(kernel: Callable) -> str:
+    """Make "steadytune_varlen" a transformers attention implementation backed by `kernel`; -> its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    AttentionInterface.register(VARLEN_IMPLEMENTATION, make_varlen_attention(kernel))
+    AttentionMaskInterface.register(VARLEN_IMPLEMENTATION, _varlen_mask)
+    return VARLEN_IMPLEMENTATION
+
+
+def attn_implementation_for(packing_attention: str, kernel: Callable | None = None) -> str:
+    """The transformers attn_implementation a model needs for this packing attention."""
+    if packing_attention == "varlen":
+        if kernel is None:
+            raise ValueError("varlen packing needs a kernel (see varlen_kernel_status)")
+        return register_varlen_attention(kernel)
+    if packing_attention == "flex":
+        return "flex_attention"
+    return "sdpa"
+
+
+@dataclass
+class PackingPlan:
+    """How `train` packs: the attention over packed rows and the attn_implementation the model is loaded with."""
+
+    attention: str            # varlen | sdpa | flex
+    attn_implementation: str  # transformers' name: steadytune_varlen | sdpa | flex_attention
+
+
+def plan_packing(cfg, info, class_weighted_loss: bool) -> PackingPlan | None:
+    """None when `train` does not pack; else the attention chosen for this hardware (hardware.py's policy, the
+    one `doctor` reports). Both choices are recorded with cfg.decide."""
+    from steadytune.errors import UserError
+    from steadytune.hardware.policy import AttentionUnavailable, choose_packing_attention
+
+    if not decide_packing(cfg, class_weighted_loss, info):
+        return None
+    try:
+        attention, kernel, why = choose_packing_attention(info, cfg.data.packing_attention)
+    except AttentionUnavailable as e:
+        raise UserError(f"packing_attention: {e}") from None
+    implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
+    cfg.decide("packing_attention", attention, why)
+    cfg.decide("attn_implementation", implementation, f"set by packing_attention {attention}")
+    return PackingPlan(attention, implementation)
+
+
+def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
+    """Whether `train` packs its micro-batches; records the choice and why with cfg.decide."""
+    d = cfg.data
+    if cfg.method.stage == "pt":
+        # Pre-training rows are already full cutoff_len blocks (or single truncated texts): nothing to pack.
+        cfg.decide("packing", d.packing is not False, "stage pt: packing concatenates the texts into cutoff_len blocks "
+                   "(LLaMA-Factory's pt packing, on by default); the blocks are batched as they are")
+        return False
+    asked = bool(d.packing or d.neat_packing)
+    if asked and class_weighted_loss:
+        cfg.decide("packing", False, "packing asked for, but class_balance loss weights need padded rows; unpacked")
+        return False
+    if asked:
+        cfg.decide("packing", True, "packing: true -> token-budget micro-batches packed into rows, position ids "
+                                    "restart per example, attention kept inside each example")
+        return True
+    if d.packing is False:
+        cfg.decide("packing", False, "packing: false")
+        return False
+    # Unset: on where it was measured faster (same loss either way: tests/test_train_packing.py).
+    if class_weighted_loss:
+        cfg.decide("packing", False, "off by default: class_balance loss weights need padded rows")
+        return False
+    backend = getattr(info, "backend", "cpu")
+    if backend == "cpu":
+        cfg.decide("packing", True, "on by default on CPU: the demo's step is ~1.16x faster packed "
+                                    "(benchmarks/cpu_demo_speed.py); set packing: false for fixed-size batches")
+        return True
+    if backend == "cuda":
+        cfg.decide("packing", True, "on by default on GPU: the GPU-sized demo trains 1.5x more examples/s packed "
+                                    "(H200: 336 vs 219 reviews/s); set packing: false for fixed-size batches")
+        return True
+    # ROCm: the same code runs (SDPA block mask where no varlen kernel works) but has not been timed there.
+    cfg.decide("packing", False, f"off by default on {backend}: not measured there; set packing: true to pack")
+    return False

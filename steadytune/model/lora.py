@@ -1,0 +1,165 @@
+"""Methods: LoRA (peft) on the chosen linear layers, or every weight trainable (full); loading a trained adapter.
+
+Trainable weights are always fp32 (the frozen base may be bf16): Adam updates on bf16 weights lose most small
+steps, and autocast handles the mixed matmuls.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+from torch import nn
+
+from steadytune.config import ConfigError, RunConfig, lora_alpha_of
+from steadytune.errors import CheckpointError
+from steadytune.model.anatomy import (
+    SEQUENCE_SCORE,
+    _ties_embeddings,
+    linear_module_names,
+    model_task,
+    output_head_names,
+)
+from steadytune.model.saved_weights import (
+    _check_file_readable,
+    _compare_shapes,
+    _expected_adapter_shapes,
+    _find_weight_files,
+    _saved_shapes,
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Methods: LoRA or full
+# ---------------------------------------------------------------------------------------------------------
+
+def attach_adapter(model: nn.Module, cfg: RunConfig) -> nn.Module:
+    """finetuning_type lora -> a peft model with LoRA on the chosen linears; full -> every weight trainable.
+
+    Trainable weights are always fp32 (the frozen base may be bf16): Adam updates on bf16 weights lose
+    most small steps, and autocast handles the mixed matmuls."""
+    method = cfg.method
+    if method.finetuning_type == "full":
+        for param in model.parameters():
+            param.requires_grad_(True)
+        cfg.decide("trainable", "all parameters", "finetuning_type: full")
+    else:
+        model = _attach_lora(model, cfg)
+    _cast_trainable_to_fp32(model)
+    return model
+
+
+def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    method = cfg.method
+    targets = resolve_lora_targets(model, method.lora_target)
+    if method.lora_target.strip() == "all":
+        cfg.decide("lora_target", ",".join(targets), "all = every linear layer except the output head")
+    alpha = lora_alpha_of(cfg)
+    if method.lora_alpha is None:
+        cfg.decide("lora_alpha", alpha, "default: 2 x lora_rank")
+    modules_to_save = resolve_additional_targets(model, method.additional_target)
+    # A reward model's score head is trained in full and saved with the adapter (peft adds it to modules_to_save).
+    task_type = TaskType.SEQ_CLS if model_task(model) == SEQUENCE_SCORE else TaskType.CAUSAL_LM
+    config = LoraConfig(task_type=task_type, r=method.lora_rank, lora_alpha=alpha,
+                        lora_dropout=method.lora_dropout, target_modules=targets, use_rslora=method.use_rslora,
+                        use_dora=method.use_dora, modules_to_save=modules_to_save,
+                        # A trained copy of tied embeddings must stay tied to the output head, or the two drift.
+                        ensure_weight_tying=bool(modules_to_save) and _ties_embeddings(model))
+    return get_peft_model(model, config)
+
+
+def resolve_lora_targets(model: nn.Module, lora_target: str) -> list[str]:
+    """`all` -> the distinct leaf names of every linear but the head (full names if a leaf name is ambiguous);
+    a comma list -> checked against the model's linear layers."""
+    linears = linear_module_names(model)
+    leaf = lambda name: name.rsplit(".", 1)[-1]  # noqa: E731
+    if lora_target.strip() == "all":
+        if not linears:
+            raise ConfigError("lora_target: all: the model has no linear layers besides the output head")
+        leaves = sorted({leaf(n) for n in linears})
+        head_leaves = {leaf(n) for n in output_head_names(model)}
+        return sorted(linears) if head_leaves & set(leaves) else leaves
+    requested = [t.strip() for t in lora_target.split(",") if t.strip()]
+    if not requested:
+        raise ConfigError(f"lora_target: empty list ({lora_target!r}); use all or names like q_proj,v_proj")
+    heads = output_head_names(model)
+    known_leaves = sorted({leaf(n) for n in linears})
+    for target in requested:
+        if any(h == target or h.endswith("." + target) for h in heads):
+            raise ConfigError(f"lora_target: {target} is the output head (tied to the embeddings or the vocabulary "
+                              "projection); LoRA targets hidden linear layers")
+        if not any(n == target or n.endswith("." + target) for n in linears):
+            raise ConfigError(f"lora_target: no linear layer named {target!r} in this model "
+                              f"(linear layers: {', '.join(known_leaves)})")
+    return requested
+
+
+def resolve_additional_targets(model: nn.Module, additional_target: Optional[str]) -> Optional[list[str]]:
+    if not additional_target:
+        return None
+    names = [t.strip() for t in additional_target.split(",") if t.strip()]
+    modules = [n for n, _ in model.named_modules()]
+    for target in names:
+        if not any(n == target or n.endswith("." + target) for n in modules):
+            raise ConfigError(f"additional_target: no module named {target!r} in this model")
+    return names
+
+
+def _cast_trainable_to_fp32(model: nn.Module) -> None:
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
+
+
+def count_parameters(model: nn.Module) -> tuple[int, int]:
+    """-> (trainable, total) parameter counts; shared (tied) weights count once; ZeRO-3 shards count in full."""
+    trainable = total = 0
+    for param in model.parameters():  # parameters() yields a tied weight once
+        n = getattr(param, "ds_numel", None) or param.numel()
+        total += n
+        if param.requires_grad:
+            trainable += n
+    return trainable, total
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Trained adapters and checkpoints
+# ---------------------------------------------------------------------------------------------------------
+
+def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_trainable: bool = False,
+                         allow_pickle: bool = False) -> nn.Module:
+    """PeftModel.from_pretrained with errors that say which folder does not fit which model.
+
+    `adapter_dir` may also be an adapter archive (`steadytune export --archive`): it is verified against its
+    manifest and unpacked first. Weights are read from safetensors; adapter_model.bin only with `allow_pickle`."""
+    from peft import PeftModel
+
+    from steadytune.model.archive import unpacked
+
+    adapter_dir = unpacked(adapter_dir)
+    if adapter_dir.is_file():
+        raise CheckpointError(f"{adapter_dir} is a file; name the adapter folder (or its .tar.gz archive)")
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise CheckpointError(f"{adapter_dir}: no adapter_config.json (not a LoRA adapter folder)")
+    weights = _find_weight_files(adapter_dir)
+    if not weights:
+        if (adapter_dir / "adapter_model.bin").is_file() and not allow_pickle:
+            raise CheckpointError(f"{adapter_dir}: the adapter is a pickle file (adapter_model.bin), which can run code "
+                                  "when loaded; steadytune reads adapter_model.safetensors. Set allow_pickle_weights: "
+                                  "true if you trust the file")
+        if not (adapter_dir / "adapter_model.bin").is_file():
+            raise CheckpointError(f"{adapter_dir}: no adapter_model.safetensors")
+    for file in weights:
+        _check_file_readable(file)
+    if weights:  # a pickle adapter (allowed) has no header to check shapes against; peft's own errors remain
+        expected = _expected_adapter_shapes(model, adapter_dir)
+        _compare_shapes(adapter_dir, _saved_shapes(weights), expected, what="adapter")
+    try:
+        loaded = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=is_trainable)
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{adapter_dir}: adapter does not fit the base model: {str(e).splitlines()[0]}") from None
+    if is_trainable:
+        _cast_trainable_to_fp32(loaded)  # as for a fresh adapter: small updates must not round away in bf16
+    return loaded

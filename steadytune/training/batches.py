@@ -1,0 +1,159 @@
+"""Deterministic micro-batches for the training loop.
+
+Epoch e's order is a permutation seeded by (seed, e), so a resumed run sees exactly the batches the uninterrupted run
+would have seen, from (epoch, batch index) alone, and every rank computes its own share without talking to the others.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from steadytune.config import RunConfig
+
+
+@dataclass
+class MicroBatch:
+    batch: dict
+    n_input_tokens: int                 # real (non-pad) tokens, for throughput
+    next_position: tuple[int, int]      # (epoch, batch index) of the micro-batch after this one
+    ids: list[int] = field(default_factory=list)  # training-example indices (guard events name bad batches)
+
+
+class TrainBatches:
+    """Deterministic micro-batches: epoch e's order is a permutation seeded by (seed, e), so a resumed run
+    sees exactly the batches the uninterrupted run would have seen, from (epoch, batch index) alone.
+
+    Two ways to cut that order into micro-batches:
+    - fixed size (the default unpacked): global batches of per_device_train_batch_size x world examples, each
+      rank taking its slice;
+    - token budget (with packing, or max_tokens_per_batch set): consecutive examples of the order grouped up to
+      the budget of real tokens (packing.group_by_token_budget), consecutive groups dealt to the ranks in turn.
+    The same order and budget give the same groups packed or padded, so packing changes nothing but speed."""
+
+    def __init__(self, cfg: RunConfig, data, tokenizer, world_size: int = 1, rank: int = 0,
+                 packing_attention: str | None = None, max_tokens: int | None | str = "auto", collate=None):
+        from steadytune.data.collators import PadCollator
+
+        from steadytune.data import balance
+
+        self.cfg, self.data = cfg, data
+        self.world_size, self.rank = world_size, rank
+        self.global_batch = cfg.train.per_device_train_batch_size * world_size
+        self.accumulation = cfg.train.gradient_accumulation_steps
+        self.collate = PadCollator(tokenizer.pad_token_id, padding_side="right")
+        # Class balance (seed 003: a 55% majority class drove the loss up). The sampler draws each class about
+        # equally often; the loss weights scale each example's label tokens by its class's inverse frequency.
+        mode = cfg.data.class_balance if data.label_names else "none"
+        self.label_ids = [x["label_id"] for x in data.train] if mode != "none" else []
+        self.balanced_sampling = balance.uses_sampler(mode)
+        self.loss_weights = None
+        if balance.uses_loss_weights(mode):
+            counts = [0] * len(data.label_names)
+            for label in self.label_ids:
+                counts[label] += 1
+            self.loss_weights = balance.class_weights(counts)
+        if packing_attention is not None:
+            from steadytune.data.packing import PackedCollator
+            self.collate = PackedCollator(tokenizer.pad_token_id, row_len=cfg.data.cutoff_len,
+                                          attention=packing_attention)
+        if collate is not None:  # a stage's own collation (preference pairs: stages/batches.py)
+            self.collate = collate
+        self.lengths = [len(x["input_ids"]) for x in data.train]
+        if max_tokens == "auto":  # the recipe passes the budget it recorded; tests and tools let it be derived
+            max_tokens, _ = token_budget(cfg.train, self.lengths, packed=packing_attention is not None)
+        self.max_tokens = max_tokens
+        self.static_shape = None
+        self._epoch_groups: tuple[int, list[list[int]]] | None = None
+
+    def static_shape_for(self, epochs: int):
+        """The smallest packing.StaticShape that holds every packed micro-batch of the first `epochs` epochs."""
+        from steadytune.data.packing import static_shape_for, targets_of
+
+        groups = [g for epoch in range(epochs) for g in self.micro_batches(epoch)]
+        if hasattr(self.collate, "static_shape_for"):  # a stage's collator (preference pairs) knows its sequences
+            return self.collate.static_shape_for(self.data.train, groups)
+        targets = [targets_of(x) for x in self.data.train]
+        return static_shape_for(groups, self.lengths, targets, self.collate.attention, self.collate.row_len)
+
+    def use_static_shape(self, shape) -> None:
+        """Pad every packed micro-batch to `shape` from now on, so compiled layers and CUDA graphs see one shape."""
+        from steadytune.data.packing import PackedCollator
+
+        packed = self.collate
+        self.static_shape = shape
+        if hasattr(packed, "with_static"):  # a stage's collator pads its own packed rows
+            self.collate = packed.with_static(shape)
+            return
+        self.collate = PackedCollator(packed.pad_token_id, packed.row_len, packed.attention, static=shape)
+
+    def batches_per_epoch(self) -> int:
+        if self.max_tokens is None:
+            return self.whole_steps(len(self.data.train) // self.global_batch)
+        return len(self.micro_batches(0))
+
+    def whole_steps(self, count: int) -> int:
+        """An epoch's micro-batches cut to whole optimizer steps (world x accumulation micro-batches each), so that a
+        step never straddles two epochs and the same steps come out on any number of processes (a resume on another
+        world size relies on it: distributed/world_resume.py). Fewer micro-batches than one step: keep them all."""
+        whole = count - count % self.accumulation
+        return whole if whole > 0 else max(1, count)
+
+    def order(self, epoch: int) -> list[int]:
+        seed = self.cfg.train.seed * 1000 + epoch
+        if self.balanced_sampling:
+            from steadytune.data.balance import make_sampler
+            return list(make_sampler(self.label_ids, seed))
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randperm(len(self.data.train), generator=generator).tolist()
+
+    def micro_batches(self, epoch: int) -> list[list[int]]:
+        """This rank's micro-batches (example indices) of `epoch`, a pure function of (seed, epoch)."""
+        if self._epoch_groups is not None and self._epoch_groups[0] == epoch:
+            return self._epoch_groups[1]
+        order = self.order(epoch)
+        if self.max_tokens is None:
+            g = self.global_batch
+            mine = [order[b * g:(b + 1) * g][self.rank::self.world_size]
+                    for b in range(self.whole_steps(len(order) // g))]
+        else:
+            from steadytune.data.packing import group_by_token_budget
+            groups = group_by_token_budget(self.lengths, order, self.max_tokens)
+            # Every rank runs the same number of micro-batches (DDP steps together); a short tail is dropped.
+            count = self.whole_steps(len(groups) // self.world_size)
+            mine = [groups[(b * self.world_size + self.rank) % len(groups)] for b in range(count)]
+        self._epoch_groups = (epoch, mine)
+        return mine
+
+    def stream(self, epoch: int = 0, start_batch: int = 0):
+        while True:
+            micro_batches = self.micro_batches(epoch)
+            n = len(micro_batches)
+            for b in range(start_batch, n):
+                indices = micro_batches[b]
+                examples = [self.data.train[i] for i in indices]
+                batch = self.collate(examples)
+                if self.loss_weights is not None:
+                    from steadytune.data.balance import label_token_weights
+                    batch["token_weights"] = label_token_weights(batch, self.loss_weights)
+                next_position = (epoch, b + 1) if b + 1 < n else (epoch + 1, 0)
+                yield MicroBatch(batch, sum(len(e["input_ids"]) for e in examples), next_position, list(indices))
+            epoch, start_batch = epoch + 1, 0
+
+
+def token_budget(t, lengths: list[int], packed: bool) -> tuple[int | None, str | None]:
+    """(real tokens per micro-batch, why), or (None, None) for fixed-size batches. `t`: the train section.
+
+    Packed without a budget given: per_device_train_batch_size x the mean example length, so a step holds about
+    as many examples as unpacked and the learning rate and step count keep their meaning (LLaMA-Factory's packed
+    batch, rows of cutoff_len, is max_tokens_per_batch = per_device_train_batch_size x cutoff_len)."""
+    if t.max_tokens_per_batch is not None:
+        return t.max_tokens_per_batch, "max_tokens_per_batch was set"
+    if not packed:
+        return None, None
+    mean = sum(lengths) / max(len(lengths), 1)
+    budget = max(1, math.ceil(t.per_device_train_batch_size * mean))
+    return budget, (f"packing: per_device_train_batch_size {t.per_device_train_batch_size} x mean example length "
+                    f"{mean:.1f} (about as many examples per step as unpacked)")

@@ -1,0 +1,275 @@
+"""Resumable checkpoints: `output_dir/checkpoint-N/`.
+
+A checkpoint holds everything that decides the rest of the run, so a resumed run reproduces the loss curve
+of an uninterrupted one: trainable weights (the adapter, in PEFT's own format, so a checkpoint is also a
+loadable adapter), optimizer state, scheduler state, every RNG (python, numpy, torch, cuda), the data
+position, and the state of other parts (the numerical guard) under `extra`.
+
+It is written into `checkpoint-N.tmp/` and renamed when complete, so a run killed mid-save never leaves a
+half checkpoint that looks whole; `trainer_state.json` is written last and names the files it expects, with
+their sizes.
+
+A checkpoint may come from someone else, so nothing in it may run code: weights are safetensors, and the optimizer,
+scheduler, scaler and RNG files are read with `torch.load(weights_only=True)` (tensors and plain Python values only;
+numpy's RNG state, which older checkpoints pickled, is the one allow-listed type). A file carrying anything else is
+refused, naming it, before a single byte of it is executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from steadytune.errors import CheckpointError
+
+
+STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+SCHEDULER_FILE = "scheduler.pt"
+SCALER_FILE = "scaler.pt"
+RNG_FILE = "rng_state.pt"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass
+class TrainerState:
+    global_step: int = 0
+    epoch: int = 0                 # epoch of the next micro-batch
+    batch_in_epoch: int = 0        # index of the next micro-batch within that epoch
+    tokens_seen: int = 0
+    best_metric: float | None = None
+    best_checkpoint: str | None = None
+    model_name_or_path: str = ""
+    finetuning_type: str = "lora"
+    files: list[str] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)      # bytes of each file, to catch truncation
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints (no .tmp), oldest first."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT_RE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    checkpoints = list_checkpoints(output_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def capture_rng() -> dict:
+    """Every RNG's state as tensors and plain values (so it loads with weights_only=True)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": random.getstate(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos),
+                                                    int(has_gauss), float(cached)),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    python = state["python"]
+    random.setstate((python[0], tuple(python[1]), python[2]))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    keys = keys.numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+    np.random.set_state((name, keys.astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def load_torch_state(path: Path) -> Any:
+    """torch.load without running code: tensors and plain values only (plus numpy's RNG state, for checkpoints
+    written before RNG state was stored as tensors). Anything else -> CheckpointError naming the file."""
+    import pickle
+    from numpy._core.multiarray import _reconstruct
+
+    allowed = [np.ndarray, np.dtype, _reconstruct, type(np.dtype(np.uint32))]
+    try:
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = _unsafe_globals(path)
+        raise CheckpointError(f"{path}: refused to load: it holds Python objects that would run code when read "
+                              f"({', '.join(found) if found else str(e).splitlines()[0][:120]}), not plain tensors; "
+                              "a steadytune checkpoint never does") from None
+    except (RuntimeError, EOFError, ValueError, OSError, KeyError) as e:
+        raise CheckpointError(f"{path}: unreadable ({str(e).splitlines()[0][:200]}); the file is damaged or "
+                              "truncated") from None
+
+
+def _unsafe_globals(path: Path) -> list[str]:
+    try:
+        return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))[:3]
+    except Exception:  # the file may be unreadable in other ways too; the caller's message covers it
+        return []
+
+
+def save_checkpoint(output_dir: str | Path, model, optimizer, scheduler, state: TrainerState,
+                    save_total_limit: int | None = None, keep: set[str] | None = None, scaler=None) -> Path:
+    """Write checkpoint-{global_step}/ atomically; then drop the oldest beyond save_total_limit
+    (never the ones named in `keep`, e.g. the best checkpoint). A failed write (disk full) removes its partial
+    folder and raises CheckpointError; the complete checkpoints already there stay."""
+    root = Path(output_dir)
+    final = root / f"checkpoint-{state.global_step}"
+    tmp = root / f"checkpoint-{state.global_step}.tmp"
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp, safe_serialization=True)
+        _save_torch(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        _save_torch(scheduler.state_dict(), tmp / SCHEDULER_FILE)
+        if scaler is not None:
+            _save_torch(scaler.state_dict(), tmp / SCALER_FILE)
+        _save_torch(capture_rng(), tmp / RNG_FILE)
+        state.files = sorted(p.name for p in tmp.iterdir())
+        state.sizes = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
+        (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=2, default=str), encoding="utf-8")
+        _fsync_dir(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except (OSError, RuntimeError) as e:
+        # torch's own writer reports a failed write as RuntimeError; writes through Python files (below) and
+        # safetensors give the OSError with its errno (ENOSPC: disk full).
+        shutil.rmtree(tmp, ignore_errors=True)
+        from steadytune.errors import describe_os_error
+        previous = latest_checkpoint(root)
+        kept = f"; the last complete checkpoint, {previous.name}, is kept" if previous else ""
+        if isinstance(e, OSError):
+            message = describe_os_error(e, f"saving {final.name} in {root}")
+        else:
+            free = shutil.disk_usage(root).free / 2**20
+            message = f"could not write {final.name} in {root} ({str(e).splitlines()[0]}; {free:,.0f} MiB free there)"
+        raise CheckpointError(message + kept) from None
+    if save_total_limit:
+        rotate_checkpoints(root, save_total_limit, keep or set())
+    return final
+
+
+def _save_torch(obj: Any, path: Path) -> None:
+    """torch.save through a Python file, so a full disk raises OSError(ENOSPC) naming the problem."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+
+
+def rotate_checkpoints(output_dir: Path, limit: int, keep: set[str]) -> None:
+    checkpoints = list_checkpoints(output_dir)
+    removable = [p for p in checkpoints if p.name not in keep]
+    while len(checkpoints) > limit and removable:
+        victim = removable.pop(0)
+        shutil.rmtree(victim)
+        checkpoints.remove(victim)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def read_state(checkpoint: str | Path) -> TrainerState:
+    """Read and validate a checkpoint folder; CheckpointError names the folder and what is wrong."""
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_dir():
+        raise CheckpointError(f"{checkpoint}: checkpoint folder not found")
+    state_path = checkpoint / STATE_FILE
+    if not state_path.is_file():
+        raise CheckpointError(f"{checkpoint}: truncated checkpoint ({STATE_FILE} is missing; "
+                              "the run was probably killed while saving it)")
+    try:
+        raw = json.loads(state_path.read_text(encoding="utf-8"))
+        state = TrainerState(**raw)
+    except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{state_path}: unreadable trainer state ({e})") from None
+    for name in state.files:
+        path = checkpoint / name
+        if not path.is_file() or path.stat().st_size == 0:
+            raise CheckpointError(f"{checkpoint}: truncated checkpoint ({name} is missing or empty)")
+        expected = state.sizes.get(name)
+        if expected is not None and path.stat().st_size != expected:
+            raise CheckpointError(f"{checkpoint}: damaged checkpoint ({name} has {path.stat().st_size} bytes, "
+                                  f"{expected} were written)")
+    return state
+
+
+def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_name_or_path: str,
+                    scaler=None, restore_sharded=None, check_shapes: bool = True) -> TrainerState:
+    """Restore weights, optimizer, scheduler, loss scaler and RNG from a checkpoint written by save_checkpoint.
+    `restore_sharded(checkpoint, optimizer_state)` loads weights and optimizer state into a sharded model instead
+    (distributed/sharding.py); `check_shapes` is off where the live model's shapes are partitions (ZeRO-3)."""
+    checkpoint = Path(checkpoint)
+    state = read_state(checkpoint)
+    if state.model_name_or_path and model_name_or_path and state.model_name_or_path != model_name_or_path:
+        raise CheckpointError(f"{checkpoint}: saved from model {state.model_name_or_path!r}, "
+                              f"but this run uses {model_name_or_path!r}")
+    # One set of checks for saved work (model.py): truncated or unparsable files, keys and shapes of another model.
+    from steadytune.model.saved_weights import check_checkpoint_matches
+    if check_shapes:
+        check_checkpoint_matches(checkpoint, model, required_files=(OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE))
+    # Read (and vet) every state file before changing anything: a refused file leaves the model as it was.
+    optimizer_state = load_torch_state(checkpoint / OPTIMIZER_FILE)
+    scheduler_state = load_torch_state(checkpoint / SCHEDULER_FILE)
+    rng_state = load_torch_state(checkpoint / RNG_FILE)
+    scaler_state = load_torch_state(checkpoint / SCALER_FILE) if (checkpoint / SCALER_FILE).is_file() else None
+    if restore_sharded is None:
+        load_trainable_weights(checkpoint, model)
+    try:
+        if restore_sharded is not None:
+            restore_sharded(checkpoint, optimizer_state)
+        else:
+            # A checkpoint of a sharded run keys the optimizer state by parameter name (distributed/state.py).
+            from steadytune.training.optimizer_state import by_index, is_by_name, trainable_names
+            if is_by_name(optimizer_state):
+                optimizer_state = by_index(optimizer_state, trainable_names(model))
+            optimizer.load_state_dict(optimizer_state)
+        scheduler.load_state_dict(scheduler_state)
+        if scaler is not None and scaler_state is not None:
+            scaler.load_state_dict(scaler_state)
+        restore_rng(rng_state)
+    except (RuntimeError, ValueError, KeyError, EOFError, OSError, TypeError, IndexError) as e:
+        raise CheckpointError(f"{checkpoint}: cannot restore optimizer/scheduler/RNG state ({e}); "
+                              "the checkpoint is truncated or from a different model or config") from None
+    return state
+
+
+def load_trainable_weights(checkpoint: Path, model) -> None:
+    """Load the adapter (or full) weights of a checkpoint that check_checkpoint_matches has accepted."""
+    from safetensors.torch import load_file
+
+    adapter_file = checkpoint / "adapter_model.safetensors"
+    files = [adapter_file] if adapter_file.is_file() else sorted(checkpoint.glob("model*.safetensors"))
+    weights = {}
+    for f in files:
+        weights.update(load_file(f))
+    refuse_non_finite(weights, checkpoint)
+    if adapter_file.is_file():
+        from peft import set_peft_model_state_dict
+        set_peft_model_state_dict(model, weights)
+        return
+    model.load_state_dict(weights, strict=False)  # tied weights are saved once
+
+
+def refuse_non_finite(weights: dict[str, torch.Tensor], where: Path) -> None:
+    """Saved weights holding NaN/inf would train on (or be served) silently: refuse them, naming a tensor."""
+    bad = [name for name, w in weights.items() if w.is_floating_point() and not torch.isfinite(w).all()]
+    if bad:
+        raise CheckpointError(f"{where}: {len(bad)} saved tensor(s) hold NaN or inf (e.g. {bad[0]}); this state came "
+                              "from a diverged run: resume from an earlier checkpoint")

@@ -1,0 +1,75 @@
+"""Is a resume the same run? The keys a checkpoint was trained with, against the keys of the run resuming it.
+
+A checkpoint stores the run's resolved keys (`trainer_state.json` -> extra.config). On resume, a key that changes
+what is trained (learning rate, data, seed, LoRA shape, cutoff_len, ...) would splice another run onto this curve,
+so it is refused, naming each key with old -> new. Keys that only change bookkeeping or how long the run goes
+(max_steps, save_steps, logging_steps, ...) may change: they are applied and recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from steadytune.config import NESTED_SECTIONS, RunConfig
+
+
+# Keys that may differ on resume: bookkeeping, run length, evaluation, kernels with the same numbers, the guard's
+# policy, and the precision (the guard's fp16 -> bf16/fp32 switch resumes with other precision keys).
+MAY_CHANGE = frozenset({
+    "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "max_steps", "num_train_epochs", "save_steps",
+    "save_total_limit", "save_only_model", "logging_steps", "logging_dir", "eval_steps", "eval_strategy",
+    "per_device_eval_batch_size", "metric_for_best_model", "eval_dataset", "max_eval_samples", "plot_loss", "report_to",
+    "do_eval", "do_predict", "predict_with_generate", "max_new_tokens", "ddp_timeout", "dataloader_num_workers",
+    "preprocessing_num_workers", "overwrite_cache", "tokenized_path", "cache_dir", "gradient_checkpointing",
+    "gradient_checkpointing_kwargs", "use_reentrant_gc", "torch_compile", "use_liger_kernel", "cuda_graphs",
+    "flash_attn",
+    "bf16", "fp16", "trust_remote_code", "hang_timeout",
+    # How the same step is spread over GPUs (the step's examples stay; distributed/world_resume.py).
+    "deepspeed", "fsdp", "fsdp_config", "fsdp_version",
+    # LLaMA-Factory keys with no effect on the curve here: whether to train (a resume does), the tracker's run
+    # name, AdamW fused or not (the same update), checkpointing switched off under LLaMA-Factory's name.
+    "do_train", "run_name", "optim", "disable_gradient_checkpointing",
+})
+MAY_CHANGE_SECTIONS = frozenset({"guard", "fault_injection"})
+
+
+def resume_fingerprint(cfg: RunConfig) -> dict[str, Any]:
+    """The run's keys as plain JSON values (nested sections as `section.key`)."""
+    flat = {}
+    everything = cfg.to_dict()
+    for key, value in everything.items():
+        if key == "decisions":
+            continue
+        if key in NESTED_SECTIONS and isinstance(value, dict):
+            for sub, sub_value in value.items():
+                flat[f"{key}.{sub}"] = sub_value
+        else:
+            flat[key] = value
+    return json.loads(json.dumps(flat, default=str))
+
+
+def compare_for_resume(saved: dict[str, Any] | None, current: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """-> (refused, applied): 'key: old -> new' for every key that differs. Keys the checkpoint does not know
+    (written by an older version) are not compared."""
+    refused, applied = [], []
+    if not saved:
+        return refused, applied
+    for key in sorted(set(saved) & set(current)):
+        old, new = saved[key], current[key]
+        if _same(old, new):
+            continue
+        line = f"{key}: {old!r} -> {new!r}"
+        section = key.split(".", 1)[0] if "." in key else None
+        if key in MAY_CHANGE or section in MAY_CHANGE_SECTIONS:
+            applied.append(line)
+        else:
+            refused.append(line)
+    return refused, applied
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+        return float(a) == float(b)
+    return a == b
+

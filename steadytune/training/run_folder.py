@@ -1,0 +1,333 @@
+"""The run's `output_dir`: what is ours in it, who is using it, and how a run may start there.
+
+Three promises, each kept here and nowhere else:
+- **Nothing of the user's is replaced.** A manifest (`.steadytune-run.json`) lists every entry a steadytune run
+  wrote. Only those may be replaced or removed (`overwrite_output_dir`, reusing an unfinished run's folder). An entry
+  this run would write that is already there and is not in the manifest (a user's `tokenizer.json`, their own
+  `checkpoint-7/`) makes the run refuse, naming it.
+- **One run per folder.** A lock file (`.steadytune.lock`: pid, host, start time) is taken with O_EXCL; a second run
+  is refused naming the holder; the lock of a process that no longer exists on this host is taken over, with a
+  message.
+- **A failed start leaves the folder as it found it.** Until the first optimizer step, everything the run created
+  is removed again on an error (the folder too, if the run made it).
+
+The manifest's `status` (running / finished / failed / interrupted / aborted) also tells `report` and a later run
+what happened: `running` with a dead lock holder means the run was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from steadytune.errors import UserError, describe_os_error
+
+MANIFEST = ".steadytune-run.json"
+LOCK = ".steadytune.lock"
+
+# Names a steadytune run or evaluation writes into output_dir (a foreign entry with one of these names would be
+# replaced, so it makes the run refuse). Tokenizer and model files vary by family, hence the patterns.
+OUTPUT_NAME = re.compile(
+    r"^(run_config\.yaml|metrics\.jsonl|environment\.json|train_results\.json|training_loss\.png|report\.html|"
+    r"README\.md|base_model\.json|adapter_model\.safetensors|adapter_config\.json|adapter_model\.bin|"
+    r"model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|pytorch_model.*\.bin|config\.json|"
+    r"generation_config\.json|tokenizer.*|special_tokens_map\.json|chat_template\.(jinja|json)|vocab\.(json|txt)|"
+    r"merges\.txt|added_tokens\.json|spiece\.model|checkpoint-\d+(\.tmp)?|eval_results\.json|predictions\.jsonl|"
+    r"generated_predictions\.jsonl|confusion_matrix\.(json|png)|errors_to_review\.jsonl|demo_results\.json|"
+    r"hang-rank-\d+\.txt|data_stats\.json|runs|logs)$")
+CHECKPOINT_NAME = re.compile(r"^checkpoint-\d+$")
+PARTIAL_CHECKPOINT = re.compile(r"^checkpoint-\d+\.tmp$")
+
+
+@dataclass
+class StartPlan:
+    """How a run starts in its folder, decided before anything is loaded."""
+    mode: str                      # fresh | overwrite | reuse | resume
+    message: str = ""              # said at start when not fresh
+    resume_candidates: list[Path] = field(default_factory=list)  # newest first; the loop falls back down the list
+
+
+class RunFolder:
+    """output_dir for one run: claim (checks, lock, plan), record what the run wrote, release."""
+
+    def __init__(self, path: Path, main_process: bool = True):
+        self.path = Path(path)
+        self.main = main_process
+        self.created = False          # the run made the folder itself
+        self.present_at_start: set[str] = set()
+        self.foreign: set[str] = set()
+        self.manifest: dict = {}
+        self._locked = False
+        self.started_steps = False    # set once the first optimizer step is done: no clean-up after that
+
+    # ------------------------------------------------------------------ claiming
+
+    def claim(self) -> None:
+        """Make sure the folder is usable, create it, take the lock, read the manifest."""
+        if not self.main:
+            return
+        check_writable_location(self.path, "output_dir")
+        if not self.path.exists():
+            try:
+                self.path.mkdir(parents=True)
+            except OSError as e:
+                raise UserError(describe_os_error(e, f"output_dir {self.path}")) from None
+            self.created = True
+        self._lock()
+        self.manifest = read_manifest(self.path) or adopt_legacy_run(self.path)
+        ours = set(self.manifest.get("files", []))
+        self.present_at_start = {p.name for p in self.path.iterdir()} - {LOCK}
+        if self.manifest:
+            # A run killed while saving leaves checkpoint-N.tmp, written after the manifest last listed the folder:
+            # in a folder a steadytune run owns, that half-written checkpoint is its own leftover, of no use: removed.
+            for name in sorted(n for n in self.present_at_start if PARTIAL_CHECKPOINT.match(n)):
+                remove_path(self.path / name)
+                self.present_at_start.discard(name)
+                print(f"output_dir {self.path}: removed {name}, a checkpoint the killed run had not finished writing")
+        self.foreign = {name for name in self.present_at_start if name not in ours and name != MANIFEST}
+
+    def plan_start(self, overwrite: bool, resume: object, checkpoints_of) -> StartPlan:
+        """Decide fresh / overwrite / reuse / resume from what is in the folder and the two keys.
+
+        resume: the resume_from_checkpoint key (None = unset, False, True, or a path). checkpoints_of(folder) lists a
+        folder's complete checkpoints, oldest first. Unset, an unfinished run's folder with checkpoints is continued
+        (LLaMA-Factory does the same); False never resumes."""
+        if not self.main:
+            return StartPlan("fresh")
+        ours = (set(self.manifest.get("files", [])) - {MANIFEST}) & self.present_at_start
+        status = self.manifest.get("status")
+        checkpoints = [p for p in checkpoints_of(self.path) if p.name not in self.foreign]
+        collisions = sorted(n for n in self.foreign if OUTPUT_NAME.match(n))
+        unfinished = bool(ours) and status != "finished"
+
+        if resume not in (None, True, False):
+            target = Path(resume)
+            if target.resolve().parent != self.path.resolve() and (ours or self.foreign):
+                # Another folder's checkpoint: this folder gets the same checks as a fresh start.
+                if collisions:
+                    raise UserError(self._collision_message(collisions))
+                if not overwrite:
+                    raise UserError(f"output_dir {self.path} is not empty ({self._describe(ours, status)}) and the "
+                                    f"checkpoint to resume ({target}) is in another folder; choose an empty output_dir, "
+                                    "or set overwrite_output_dir=true to replace this folder's run files")
+                self._clear(ours)
+            elif collisions:
+                raise UserError(self._collision_message(collisions))
+            return StartPlan("resume", f"resuming from {target}", [target])
+
+        if not ours and not self.foreign:
+            if resume is True:
+                return StartPlan("fresh", f"resume_from_checkpoint: no checkpoint in {self.path} yet: starting fresh")
+            return StartPlan("fresh")
+        if collisions:
+            raise UserError(self._collision_message(collisions))
+        if checkpoints and (resume is True or (resume is None and unfinished and not overwrite)):
+            why = ("resume_from_checkpoint: true" if resume is True else
+                   f"the run in {self.path} did not finish (status: {status}); continuing it, as LLaMA-Factory does "
+                   "(overwrite_output_dir=true starts over, resume_from_checkpoint=false refuses)")
+            return StartPlan("resume", f"resuming from {checkpoints[-1].name}: {why}", list(reversed(checkpoints)))
+        if overwrite:
+            self._clear(ours)
+            kept = sorted(self.foreign)
+            return StartPlan("overwrite", "overwrite_output_dir: the earlier run's files were replaced"
+                             + (f"; kept what no run wrote: {', '.join(kept)}" if kept else ""))
+        if unfinished and not checkpoints:
+            # Only a failed or killed start's own files: nothing worth keeping, and no dead end.
+            self._clear(ours)
+            return StartPlan("reuse", f"no checkpoint in {self.path} yet (the earlier run's status: {status}): "
+                             "starting fresh there")
+        hint = " or resume_from_checkpoint=true to continue it" if checkpoints else ""
+        raise UserError(f"output_dir {self.path} is not empty ({self._describe(ours, status)}); choose another "
+                        f"output_dir, or set overwrite_output_dir=true to replace this run's files{hint}")
+
+    def _collision_message(self, collisions: list[str]) -> str:
+        shown = ", ".join(collisions[:8]) + (f" and {len(collisions) - 8} more" if len(collisions) > 8 else "")
+        return (f"output_dir {self.path} holds {shown}, which this run would write but no steadytune run wrote there; "
+                "they are left untouched: move them away or choose another output_dir")
+
+    def _describe(self, ours: set[str], status) -> str:
+        parts = []
+        if ours:
+            parts.append(f"a steadytune run's files, status {status or 'unknown'}")
+        if self.foreign:
+            parts.append(f"{len(self.foreign)} other file(s): {', '.join(sorted(self.foreign)[:4])}")
+        return "; ".join(parts) or "files"
+
+    def _clear(self, names: set[str]) -> None:
+        """Remove entries an earlier steadytune run wrote (never anything else)."""
+        for name in sorted(names):
+            remove_path(self.path / name)
+        self.present_at_start -= names
+
+    # ------------------------------------------------------------------ recording
+
+    def record(self, status: str | None = None, **fields) -> None:
+        """Write the manifest: every entry now in the folder that was not foreign at the start is this run's."""
+        if not self.main or not self.path.is_dir():
+            return
+        names = sorted(p.name for p in self.path.iterdir() if p.name not in self.foreign and p.name != LOCK)
+        self.manifest.update(fields)
+        self.manifest["files"] = names
+        if status is not None:
+            self.manifest["status"] = status
+        self.manifest.setdefault("started", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        write_json_atomic(self.path / MANIFEST, self.manifest)
+
+    def undo_failed_start(self) -> None:
+        """Remove what this run created before its first step (the folder itself, if it made it)."""
+        if not self.main or self.started_steps or not self.path.is_dir():
+            return
+        for entry in self.path.iterdir():
+            if entry.name not in self.present_at_start and entry.name != LOCK:
+                remove_path(entry)
+        if self.manifest.get("files") and MANIFEST in self.present_at_start:
+            pass  # the earlier run's manifest stays as it was (it was rewritten only after the first step)
+        self.release()
+        if self.created:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ the lock
+
+    def _lock(self) -> None:
+        lock = self.path / LOCK
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = _read_lock(lock)
+                if holder.get("pid") == os.getpid() and holder.get("host") == me["host"]:
+                    self._locked = True   # this process already holds it (a restart within one run)
+                    return
+                if holder.get("host") == me["host"] and not _pid_alive(holder.get("pid")):
+                    print(f"output_dir {self.path}: taking over the lock of process {holder.get('pid')}, which no "
+                          "longer runs (it was killed or crashed)", flush=True)
+                    lock.unlink(missing_ok=True)
+                    continue
+                where = f"process {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
+                raise UserError(f"output_dir {self.path} is in use by {where} (since {holder.get('started', '?')}; "
+                                f"lock file {lock}); wait for it, choose another output_dir, or delete the lock "
+                                "file if that run is dead")
+            except OSError as e:
+                raise UserError(describe_os_error(e, f"output_dir {self.path}")) from None
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self._locked = True
+            return
+
+    def release(self) -> None:
+        if self._locked:
+            (self.path / LOCK).unlink(missing_ok=True)
+            self._locked = False
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Helpers shared with `eval` and others that write into a folder
+# ---------------------------------------------------------------------------------------------------------
+
+def read_manifest(folder: Path) -> dict:
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def adopt_legacy_run(folder: Path) -> dict:
+    """A run folder written before manifests existed: its run_config.yaml (with steadytune's `decisions`) marks it
+    as a steadytune run, so the entries a run writes count as that run's."""
+    config = folder / "run_config.yaml"
+    if not config.is_file():
+        return {}
+    try:
+        import yaml
+        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except Exception:  # an unreadable file is not a run's: nothing adopted
+        return {}
+    if not isinstance(data, dict) or "decisions" not in data:
+        return {}
+    done = (folder / "train_results.json").is_file()
+    return {"files": sorted(p.name for p in folder.iterdir() if OUTPUT_NAME.match(p.name)),
+            "status": "finished" if done else "interrupted", "adopted": True}
+
+
+def claim_outputs(folder: Path, names: list[str], overwrite: bool, what: str) -> None:
+    """Before `what` writes `names` into `folder`: refuse when one exists and no steadytune run wrote it there,
+    unless `overwrite`. Afterwards call record_outputs."""
+    folder = Path(folder)
+    check_writable_location(folder, "--output-dir")
+    ours = set(read_manifest(folder).get("files", []))
+    foreign = [n for n in names if (folder / n).exists() and n not in ours]
+    if foreign and not overwrite:
+        raise UserError(f"{what}: {folder} already holds {', '.join(foreign)}, which steadytune did not write; "
+                        "choose another --output-dir, or pass --overwrite to replace them")
+
+
+def record_outputs(folder: Path, names: list[str]) -> None:
+    """Add entries to a folder's manifest (creating it), so later steadytune commands may replace them."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    files = set(manifest.get("files", [])) | {n for n in names if (folder / n).exists()}
+    manifest["files"] = sorted(files)
+    manifest.setdefault("status", "finished")
+    write_json_atomic(folder / MANIFEST, manifest)
+
+
+def check_writable_location(path: Path, key: str) -> None:
+    """One-line errors for a folder that cannot be a run folder: a file, or not writable."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{key} {path} is a file, not a folder; choose a folder path")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{key} {path}: {probe} is a file, so the folder cannot be created there")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{key} {path}: permission denied ({probe} is not writable by this user)")
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def remove_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+def _read_lock(lock: Path) -> dict:
+    try:
+        data = json.loads(lock.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _pid_alive(pid) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
