@@ -29,7 +29,7 @@ from steadytune.training.loss import causal_lm_loss_sum
 from steadytune.model.lora import attach_adapter
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.data.packing import PackedCollator
-from steadytune.train import TrainBatches
+from steadytune.training.batches import TrainBatches
 
 
 def main() -> None:

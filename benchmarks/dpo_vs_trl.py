@@ -137,7 +137,7 @@ def steadytune_overrides(args, model_dir: Path, adapter: Path, data: Path, out: 
 def step_groups(cfg, n_steps: int):
     """steadytune's micro-batches (lists of pair indices) for the first n_steps, and the prepared pairs."""
     from steadytune.training.batches import TrainBatches
-    from steadytune.train import STAGES
+    from steadytune.stages.table import STAGES
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.model_name_or_path)

@@ -12,6 +12,9 @@ import importlib
 import sys
 import warnings
 
+from steadytune import __version__
+from steadytune.errors import RunInterrupted, UserError
+
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
     "train": ("steadytune.train", "fine-tune a model (LoRA or full) from a LLaMA-Factory-style YAML"),
@@ -68,7 +71,6 @@ def _load(module_name: str):
 
 
 def _version() -> str:
-    from steadytune import __version__
     return __version__
 
 
@@ -92,8 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     if module is None or not hasattr(module, "run"):
         print(f"steadytune {args.command}: not available in this build", file=sys.stderr)
         return EXIT_USAGE
-    from steadytune.errors import UserError
-    from steadytune.errors import RunInterrupted
     try:
         return int(module.run(args) or 0)
     except RunInterrupted as e:

@@ -15,6 +15,12 @@ from pathlib import Path
 import torch
 
 from steadytune.config import load_config
+from steadytune.data.balance import majority_share
+from steadytune.data.prepare import prepare_datasets
+from steadytune.eval.scoring import evaluate_classification
+from steadytune.infer.loading import load_for_inference
+from steadytune.report.record import write_run_report
+from steadytune.train import run_training
 
 RECIPE = "gemma3_270m_sentiment.yaml"
 
@@ -55,10 +61,6 @@ def scoring_batch_size(device: torch.device) -> int:
 def run_demo(cfg, force: bool = False) -> dict:
     """Zero-shot scoring, training and scoring again, on one copy of the model loaded once: training adopts the
     model scored zero-shot (train.run_training's `model`), and the model it hands back is scored after."""
-    from steadytune.data.prepare import prepare_datasets
-    from steadytune.infer.loading import load_for_inference
-    from steadytune.eval.scoring import evaluate_classification
-    from steadytune.train import majority_share, run_training
 
     # 1. Before: the base model on the held-out reviews, and the majority class.
     t0 = time.perf_counter()
@@ -95,7 +97,6 @@ def run_demo(cfg, force: bool = False) -> dict:
     }
     (Path(result.output_dir) / "demo_results.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False),
                                                                encoding="utf-8")
-    from steadytune.report.record import write_run_report
     write_run_report(result.output_dir, announce=False)  # again, with the before/after accuracy
     print("\n".join([
         "",

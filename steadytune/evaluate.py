@@ -1,8 +1,9 @@
 """`steadytune eval`: evaluate a trained adapter (or full fine-tune) on the run's test split and write the results.
 
-Classification: label-map checks first (`labelcheck`), then accuracy, macro-F1, the majority baseline and the
-confusion matrix by label scoring and/or generation (`scoring`), optionally next to the zero-shot base model.
-Generation (SFT) tasks: greedy answers scored with BLEU-4 / ROUGE.
+Classification: label-map checks first (eval/labelcheck), then accuracy, macro-F1, the majority baseline and the
+confusion matrix by label scoring and/or generation (eval/scoring), optionally next to the zero-shot base model.
+Generation (SFT) tasks: greedy answers scored with BLEU-4 / ROUGE. Preference stages (dpo, kto, rm): their loss and
+reward metrics on the eval split.
 """
 
 from __future__ import annotations
@@ -15,21 +16,28 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from steadytune.errors import UserError
-from steadytune.infer.loading import LORA
-from steadytune.eval.labelcheck import (best_label_permutation, check_against_training, check_known_samples,
-                                        check_label_set, check_labels_distinguishable, check_raw_labels,
-                                        diagnose_known_samples, warn)
+from steadytune.config import RunConfig, load_config
+from steadytune.data.prepare import prepare_datasets
+from steadytune.data.registry import split_names
+from steadytune.errors import UserError, describe_os_error
+from steadytune.eval.labelcheck import (
+    check_against_training,
+    check_known_samples,
+    check_labels_distinguishable,
+    check_raw_labels,
+    warn,
+)
 from steadytune.eval.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
-from steadytune.training.run_folder import record_outputs
-from steadytune.eval.scoring import (build_prompts, evaluate_classification, generate_texts, match_label, prompt_ids_of,
-                                     score_labels)
+from steadytune.eval.scoring import evaluate_classification, generate_texts, prompt_ids_of
 from steadytune.eval.textmetrics import generation_metrics
-
-# The scoring and label-check functions lived here before they got modules of their own; they stay importable.
-__all__ = ["add_arguments", "run", "run_evaluation", "predict_generation", "score_labels", "generate_texts",
-           "match_label", "prompt_ids_of", "build_prompts", "evaluate_classification", "check_label_set",
-           "check_labels_distinguishable", "best_label_permutation", "diagnose_known_samples", "check_known_samples"]
+from steadytune.infer.generate import sampling_of
+from steadytune.infer.loading import LORA, load_trained, trained_folder
+from steadytune.model.load import load_model_and_tokenizer, resolve_model_path
+from steadytune.stages.base import Stage
+from steadytune.stages.evaluation import evaluate_examples
+from steadytune.stages.preference import PREFERENCE_STAGES
+from steadytune.stages.table import STAGES
+from steadytune.training.run_folder import claim_outputs, record_outputs
 
 
 def add_arguments(parser) -> None:
@@ -53,22 +61,52 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from steadytune.config import load_config
-
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1 (got {args.batch_size})")
     if args.review_errors < 0:
         raise UserError(f"--review-errors must be 0 or more (got {args.review_errors})")
     cfg = load_config(args.config, args.overrides)
-    from steadytune.stages import PREFERENCE_STAGES
-    if cfg.method.stage in PREFERENCE_STAGES:  # dpo, kto, rm: their loss and reward metrics on the eval split
-        PREFERENCE_STAGES[cfg.method.stage].evaluate_trained(cfg, batch_size=args.batch_size,
-                                                             output_dir=args.output_dir, overwrite=args.overwrite)
-        return 0
-    run_evaluation(cfg, mode=args.mode, zero_shot=args.zero_shot, batch_size=args.batch_size,
+    evaluate_saved(cfg, mode=args.mode, zero_shot=args.zero_shot, batch_size=args.batch_size,
                    output_dir=args.output_dir, known_samples=args.known_samples, review_errors=args.review_errors,
                    overwrite=args.overwrite)
     return 0
+
+
+def evaluate_saved(cfg: RunConfig, **options) -> dict:
+    """What `steadytune eval` (and `train` with do_eval / do_predict) does with a run's saved output: sft and pt are
+    scored as classification or generation (run_evaluation); dpo, kto and rm report their loss and reward metrics
+    on the eval split (evaluate_preference_run: the options about classification or generation do not apply)."""
+    if cfg.method.stage in PREFERENCE_STAGES:
+        return evaluate_preference_run(STAGES[cfg.method.stage], cfg, batch_size=options.get("batch_size"),
+                                       output_dir=options.get("output_dir"), overwrite=options.get("overwrite", False))
+    return run_evaluation(cfg, **options)
+
+
+def evaluate_preference_run(stage: Stage, cfg: RunConfig, batch_size: int | None = None,
+                            output_dir: str | None = None, overwrite: bool = False) -> dict:
+    """Load what a dpo / kto / rm run saved (the adapter onto the base model, or the full model; the reference of
+    dpo and kto rebuilt as in training), evaluate it on the eval split, write eval_results.json; -> the results."""
+    out = Path(output_dir or cfg.train.output_dir)
+    claim_outputs(out, ["eval_results.json"], overwrite, "steadytune eval")  # never over a file we did not write
+    folder, kind = trained_folder(cfg)
+    model, tokenizer = load_trained(cfg, folder, kind, task=stage.model_task)
+    dtype = next(model.parameters()).dtype
+    cfg.decide("precision", "bf16" if dtype == torch.bfloat16 else "fp32", "as the evaluated model was loaded")
+    data = stage.prepare_data(cfg, tokenizer)
+    if not data.eval:
+        raise UserError("no eval split: set eval_dataset, or val_size to evaluate on the held-out part of dataset")
+    objective = stage.make_objective(model, cfg)
+    collate = stage.make_collator(cfg, tokenizer, None)
+    results = evaluate_examples(objective, data.eval, collate, batch_size or cfg.train.per_device_eval_batch_size,
+                                next(model.parameters()).device)
+    results["eval_examples"] = len(data.eval)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval_results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    record_outputs(out, ["eval_results.json"])
+    print(f"stage {stage.name}: {len(data.eval)} eval examples -> {out / 'eval_results.json'}")
+    for key, value in results.items():
+        print(f"  {key:<26} {value:.4f}" if isinstance(value, float) else f"  {key:<26} {value}")
+    return results
 
 
 # What `eval` writes into its output folder; a file of these names that no steadytune command wrote is not replaced.
@@ -88,7 +126,6 @@ def warn_if_other_base(cfg, folder: Path) -> None:
         return
     if not recorded:
         return
-    from steadytune.model.load import resolve_model_path
     asked = cfg.model.model_name_or_path
     candidates = {asked, str(Path(asked).expanduser().resolve()) if Path(asked).exists() else asked}
     try:
@@ -109,7 +146,6 @@ def _zero_shot(cfg, model: torch.nn.Module, kind: str) -> Iterator[torch.nn.Modu
         with model.disable_adapter():
             yield model
         return
-    from steadytune.model.load import load_model_and_tokenizer
 
     attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
     weight = next(model.parameters())
@@ -121,11 +157,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
                    output_dir: str | None = None, known_samples: int = 64, review_errors: int = 0,
                    overwrite: bool = False) -> dict:
     """Everything `steadytune eval` does; returns what it writes to eval_results.json."""
-    from steadytune.data.prepare import prepare_datasets
-    from steadytune.training.run_folder import claim_outputs
-    from steadytune.errors import describe_os_error
 
-    from steadytune.infer.loading import load_trained, trained_folder
 
     folder, kind = trained_folder(cfg)
     out_dir = Path(output_dir or cfg.train.output_dir)
@@ -142,7 +174,6 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
         raise UserError("no test split: set eval_dataset, or val_size to evaluate on the held-out split of training")
 
     if not data.label_names:  # a generation (SFT) task
-        from steadytune.infer.generate import sampling_of
         sampling = sampling_of(cfg, sample_by_default=False)  # greedy unless do_sample: true (then the config's keys)
         metrics = predict_generation(model, tokenizer, data.eval, sampling.max_new_tokens, batch_size, str(out_dir),
                                      stop_token_ids=data.template.stop_token_ids(),
@@ -241,7 +272,6 @@ def eval_cap_note(cfg, stats: dict) -> str | None:
     only 800 test examples unless told otherwise."""
     if not cfg.data.eval_dataset:
         return None
-    from steadytune.data.registry import split_names
     names = split_names(cfg.data.eval_dataset)
     cut = sum(v for k, v in stats.get("dropped", {}).items()
               if k.endswith("beyond max_samples/num_samples") and k.split(":")[0] in names)

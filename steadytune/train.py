@@ -1,28 +1,27 @@
 """`steadytune train`: the fine-tuning recipe, readable top to bottom.
 
     run_training, the driver:  claim output_dir -> set_up -> fit -> finish
-    set_up   where to start (fresh, reuse, resume) -> hardware policy -> tokenizer + data, checked before any
-             weights load -> resume checks -> Accelerator -> model + LoRA -> batches and steps -> speed plan
-             (static shapes, compile, CUDA graphs, liger, checkpointing) -> optimizer + schedule -> restore the
-             checkpoint -> guard
+    set_up   a list of phases, each a function below: where to start (fresh, reuse, resume) -> processes and
+             sharding -> hardware policy -> tokenizer + data, checked before any weights load -> resume checks ->
+             Accelerator + start-up checks -> model + LoRA -> batches and steps -> speed plan (static shapes, compile,
+             CUDA graphs, liger, checkpointing) -> optimizer + schedule -> restore the checkpoint -> guard
     fit      the loop: forward on labelled positions, token-normalised accumulation, clip, guard, step, log,
              eval, save; a signal saves a checkpoint at the step boundary and stops
     finish   adapter (or model) + tokenizer + results + plot
 
 An fp16 run that keeps overflowing comes back from `fit` asking for another precision: the driver sets up again
 from the checkpoint it saved. The loop is ours, on Accelerate (no transformers.Trainer subclass): Accelerate brings
-DDP / FSDP / DeepSpeed and autocast; everything that decides the numbers is visible here.
+DDP / FSDP / DeepSpeed and autocast; everything that decides the numbers is visible here. What a stage (sft, pt,
+dpo, kto, rm) does differently comes from its record in stages/table.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
-import json
 import math
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,29 +29,59 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import set_seed
 from tqdm.auto import tqdm
+from transformers import get_scheduler
 
-from steadytune.hardware.policy import choose_attention, choose_precision
-from steadytune.hardware.backend import detect
-from steadytune.training.batches import TrainBatches, token_budget
-from steadytune.training.checkpoint import TrainerState, list_checkpoints, load_checkpoint, read_state, save_checkpoint
 from steadytune.config import RunConfig, describe_keys, load_config, resolve_do_train, save_resolved_config
+from steadytune.data.balance import uses_loss_weights
+from steadytune.data.prepare import truncation_summary
 from steadytune.distributed import launch, sharding
+from steadytune.distributed.collectives import (
+    clip_gradients,
+    reduce_sum,
+    says_for_all_ranks,
+    share_from_main,
+    sync_gradients_on_last,
+)
 from steadytune.distributed.fsdp_config import read_fsdp_keys
 from steadytune.distributed.watchdog import HangWatchdog
-from steadytune.errors import CheckpointError, UserError
-from steadytune.training.faults import FaultInjector
-from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, NumericalGuard, TrainState
+from steadytune.distributed.world_resume import adapt_to_checkpoint, layout_of, remap_position
+from steadytune.doctor.environment import write_environment
+from steadytune.doctor.findings import format_findings, has_errors
+from steadytune.doctor.live import run_live_checks
+from steadytune.errors import CheckpointError, RunInterrupted, UserError, describe_os_error
+from steadytune.evaluate import evaluate_saved
+from steadytune.hardware.backend import detect
+from steadytune.hardware.policy import choose_attention, choose_precision, fallback_precision
 from steadytune.hardware.rocm_profile import apply_hardware_profile
-from steadytune.hardware.policy import fallback_precision
-from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
-from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
+from steadytune.infer.card import write_run_card
+from steadytune.model.attention import plan_packing
+from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
+from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
+from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
 from steadytune.report.record import write_data_stats, write_run_report
-from steadytune.training.run_folder import RunFolder
-from steadytune.errors import describe_os_error
-from steadytune.stages import PREFERENCE_STAGES, Stage
+from steadytune.stages.base import Stage
 from steadytune.stages.objectives import pop_metrics
-from steadytune.errors import RunInterrupted
+from steadytune.stages.preference import PREFERENCE_STAGES
+from steadytune.stages.table import STAGES
+from steadytune.training.batches import TrainBatches, to_device, token_budget
+from steadytune.training.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    read_state,
+    save_checkpoint,
+)
+from steadytune.training.faults import FaultInjector
+from steadytune.training.graphs import graph_runner_for
+from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard
+from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
+from steadytune.training.resume import compare_for_resume, resume_fingerprint
+from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
+from steadytune.training.speed_plan import apply_speed_plan, choose_base_dtype, enable_gradient_checkpointing
+from steadytune.training.startup import startup_lines
 from steadytune.training.stopping import StopRequests
 from steadytune.training.trackers import Trackers
 
@@ -102,8 +131,7 @@ def run(args) -> int:
     if not resolve_do_train(cfg):
         # do_train: false (or unset with no dataset), as LLaMA-Factory's predict files: evaluate the adapter in
         # adapter_name_or_path on eval_dataset (do_predict + predict_with_generate: generated answers, BLEU/ROUGE).
-        from steadytune.evaluate import run_evaluation
-        run_evaluation(cfg, batch_size=cfg.train.per_device_eval_batch_size)
+        evaluate_saved(cfg, batch_size=cfg.train.per_device_eval_batch_size)
         return 0
     if getattr(args, "nproc", None) and not launch.under_launcher():
         nproc = launch.resolve_nproc(args.nproc, launch.visible_gpus())
@@ -115,7 +143,7 @@ def run(args) -> int:
     if result.exit_code == 0 and (cfg.train.do_eval or cfg.train.do_predict):
         # LLaMA-Factory's do_eval / do_predict: evaluate what was just trained, as `steadytune eval` would (sft:
         # label scoring or generation; dpo/kto/rm: their loss and reward metrics on the eval split).
-        STAGES[cfg.method.stage].evaluate_trained(cfg, batch_size=cfg.train.per_device_eval_batch_size)
+        evaluate_saved(cfg, batch_size=cfg.train.per_device_eval_batch_size)
         write_run_report(cfg.train.output_dir, announce=False)  # again, with the evaluation's results
     if result.exit_code == 0:
         launch.close_process_group()
@@ -162,32 +190,31 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
 class Run:
     """Everything the loop works with: built by set_up, read by fit and finish."""
     cfg: RunConfig
-    folder: RunFolder
+    folder: RunFolder                 # output_dir, claimed: folder.path is where everything is written
     stop: StopRequests
-    info: Any
+    info: Any                         # hardware.backend.HardwareInfo
     precision: str
     accelerator: Any
     tokenizer: Any
     data: Any
-    objective: torch.nn.Module
-    params: list
+    objective: torch.nn.Module        # the model and its stage's loss, as Accelerate prepared it
+    params: list                      # the trainable parameters (sharded ones under FSDP2)
     optimizer: Any
     scheduler: Any
     batches: TrainBatches
-    steps_per_epoch: int
-    total_steps: int
-    state: TrainerState
+    steps: "Steps"
+    state: TrainerState               # progress counters, saved in every checkpoint
     metrics: MetricsLog
     guard: NumericalGuard
     faults: FaultInjector
-    live: TrainState                  # the live objects guard snapshots copy and rollbacks restore
+    live: LiveObjects                 # the live objects guard snapshots copy and rollbacks restore
     trainable: int
     total: int
     resume_from: Path | None
     progress: bool
-    graphs: Any = None                # graphs.GraphRunner when CUDA graphs are on (kernels.plan_speed)
-    trackers: Trackers | None = None  # report_to (trackers.py); set_up always gives one
-    sharding: Any = None              # distributed.sharding.ShardingPlan: none, DDP, DeepSpeed ZeRO or FSDP2
+    trackers: Trackers
+    sharding: Any                     # distributed.sharding.ShardingPlan: none, DDP, DeepSpeed ZeRO or FSDP2
+    graphs: Any = None                # training.graphs.GraphRunner when CUDA graphs are on (hardware/speed.py)
     watchdog: Any = None              # distributed.watchdog.HangWatchdog
 
     @property
@@ -206,11 +233,15 @@ class Run:
     def model(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.objective).model
 
+    @property
+    def total_steps(self) -> int:
+        return self.steps.total
+
     def save_checkpoint(self, keep: set[str] | None = None, alone: bool = False) -> Path:
         """checkpoint-N/ of the current state (written by the main process; every process calls this, since under
         sharding the state is first gathered from all ranks). `alone`: the hang watchdog's rescue, on the main
         process only, without collectives (only where the main process holds the whole state)."""
-        path = Path(self.cfg.train.output_dir) / f"checkpoint-{self.state.global_step}"
+        path = self.folder.path / f"checkpoint-{self.state.global_step}"
         if self.watchdog is not None and not alone:
             self.watchdog.beat(self.state.global_step, "save")
         model, optimizer = (self.model, self.optimizer) if alone else sharding.gather_for_save(
@@ -218,7 +249,7 @@ class Run:
         if self.is_main:
             self.state.extra.update(guard=self.guard.state_dict(), faults=self.faults.state_dict())
             try:
-                path = save_checkpoint(self.cfg.train.output_dir, model, optimizer, self.scheduler,
+                path = save_checkpoint(self.folder.path, model, optimizer, self.scheduler,
                                        self.state, self.cfg.train.save_total_limit, keep,
                                        scaler=self.accelerator.scaler)
             finally:
@@ -234,6 +265,15 @@ class Run:
 
 
 @dataclass
+class Steps:
+    """How the data is cut into optimizer steps."""
+    micro_batches_per_epoch: int
+    per_epoch: int
+    total: int
+    warmup: int
+
+
+@dataclass
 class Outcome:
     losses: list[float]
     train_seconds: float
@@ -243,70 +283,112 @@ class Outcome:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Set-up
+# Set-up: one function per phase, in the order they run
 # ---------------------------------------------------------------------------------------------------------
 
 def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, progress: bool,
            preloaded=None) -> Run:
-    t, d = cfg.train, cfg.data
     stage = STAGES[cfg.method.stage]  # what sft, dpo, kto, rm do differently: data, batches, model kind, objective
+    start = plan_start(cfg, folder)
+    world, shard_plan = plan_processes(cfg)
+    info, precision, attn, packing = choose_hardware(cfg)
+    tokenizer, data = load_data(cfg, stage)
+    resume_candidates = vet_resume(cfg, start.resume_candidates, world,
+                                   token_budget=packing is not None or cfg.train.max_tokens_per_batch is not None)
+    accelerator, trackers = start_accelerator(cfg, folder, shard_plan, precision, info, world, force)
+    model, tokenizer = build_model(cfg, stage, preloaded, tokenizer, precision, attn, shard_plan, accelerator)
+    trainable, total = count_parameters(model)
+    batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator)
+    speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
+                             steps.total * cfg.train.gradient_accumulation_steps, shard_plan,
+                             fsdp=read_fsdp_keys(cfg.train) is not None)
+    objective, params, optimizer, scheduler = make_optimizer(cfg, stage, model, steps, shard_plan, accelerator)
+    state, resume_from = restore(cfg, resume_candidates, objective, optimizer, scheduler, shard_plan, accelerator,
+                                 world, batches)
+    metrics = MetricsLog(folder.path / "metrics.jsonl", enabled=accelerator.is_main_process)
+    guard, faults, live = make_guard(cfg, info, precision, metrics, accelerator, objective, optimizer, scheduler,
+                                     state, resumed=resume_from is not None)
+    run = Run(cfg=cfg, folder=folder, stop=stop, info=info, precision=precision, accelerator=accelerator,
+              tokenizer=tokenizer, data=data, objective=objective, params=params, optimizer=optimizer,
+              scheduler=scheduler, batches=batches, steps=steps, state=state, metrics=metrics, guard=guard,
+              faults=faults, live=live, trainable=trainable, total=total, resume_from=resume_from, progress=progress,
+              trackers=trackers, sharding=shard_plan)
+    run.watchdog = make_watchdog(run)
+    if speed.cuda_graphs:
+        run.graphs = make_graph_runner(run)
+    if run.is_main:
+        print("\n".join(startup_lines(cfg, info, data, accelerator.num_processes, accelerator.process_index,
+                                      trainable, total, steps.total, accelerator.num_processes > 1 or
+                                      shard_plan.kind != "single", run.watchdog.describe(), resume_from)), flush=True)
+    return run
 
-    # --- where to start: fresh, over an earlier run, or from a checkpoint (run_folder.py) ---------------------
+
+def plan_start(cfg: RunConfig, folder: RunFolder) -> StartPlan:
+    """Fresh, over an earlier run, or from a checkpoint (training/run_folder.py); the main process decides."""
+    t = cfg.train
     plan = share_from_main(folder.plan_start(t.overwrite_output_dir, t.resume_from_checkpoint, list_checkpoints))
     if plan.message:
         cfg.decide("start", plan.mode, plan.message)
+    return plan
 
-    # --- several processes: which sharding and why (distributed/); its file and keys checked before any loading --
+
+def plan_processes(cfg: RunConfig):
+    """Several processes: which sharding and why (distributed/); its file and keys checked before any loading."""
     world = sharding.process_state(cfg).num_processes
     shard_plan = sharding.plan_sharding(cfg, world)
     sharding.apply_plan(cfg, shard_plan, world)
+    return world, shard_plan
 
-    # --- hardware policy: dtype and attention chosen in one place, with the reason -----------------------
+
+def choose_hardware(cfg: RunConfig):
+    """The hardware policy: dtype, attention and packing chosen in one place, each recorded with its reason."""
+    t = cfg.train
     info = detect()
     precision, precision_why = choose_precision(info, t.bf16, t.fp16)
     attn, attn_why = choose_attention(info, cfg.model.flash_attn)
     cfg.decide("precision", precision, precision_why)
     cfg.decide("attn_implementation", attn, attn_why)
     # Packing needs its own attention (examples kept apart), so it is chosen before the model is loaded.
-    from steadytune.data import balance
-    from steadytune.model.attention import plan_packing
-    packing = plan_packing(cfg, info, class_weighted_loss=balance.uses_loss_weights(d.class_balance))
+    packing = plan_packing(cfg, info, class_weighted_loss=uses_loss_weights(cfg.data.class_balance))
     if packing is not None:
         attn = packing.attn_implementation
-    # Stability defaults of the hardware profile (seed 000 on ROCm), only where the user set nothing (guard.py).
+    # Stability defaults of the hardware profile (seed 000 on ROCm), only where the user set nothing.
     apply_hardware_profile(cfg, info.backend)
     if t.ddp_timeout > 3 * 3600 and "ddp_timeout" not in cfg.decisions:
         cfg.decide("ddp_timeout", t.ddp_timeout, "kept as asked; note that a huge timeout turns an RCCL/NCCL hang "
                    "into a silent multi-day stall (the default is 1800 s)")
+    return info, precision, attn, packing
 
-    # --- data before weights: a bad file, key or column stops here, not after minutes of loading ------------
-    from steadytune.model.load import load_tokenizer
 
+def load_data(cfg: RunConfig, stage: Stage):
+    """Data before weights: a bad file, key or column stops here, not after minutes of loading."""
     tokenizer = load_tokenizer(cfg.model)
     data = stage.prepare_data(cfg, tokenizer)
     if not data.train:
-        raise UserError(f"dataset {d.dataset!r}: no training examples left after filtering")
+        raise UserError(f"dataset {cfg.data.dataset!r}: no training examples left after filtering")
     check_data_fits_keys(cfg, data)
-    resume_candidates = vet_resume(cfg, plan.resume_candidates, world, token_budget=packing is not None or
-                                   t.max_tokens_per_batch is not None)
+    return tokenizer, data
 
-    # --- Accelerate (with the report_to trackers), and the same checks `steadytune doctor` runs -----------------
-    trackers = Trackers(t.report_to, t.output_dir, t.logging_dir, t.run_name)
+
+def start_accelerator(cfg: RunConfig, folder: RunFolder, shard_plan, precision: str, info, world: int, force: bool):
+    """Accelerate (with the report_to trackers), the seed, and the same checks `steadytune doctor` runs."""
+    t = cfg.train
+    trackers = Trackers(t.report_to, folder.path, t.logging_dir, t.run_name)
     accelerator = sharding.make_accelerator(cfg, shard_plan, precision, info, world, log_with=trackers.log_with())
-    device = accelerator.device
-    from accelerate.utils import set_seed
     set_seed(t.seed)
-    run_startup_checks(info, Path(t.output_dir), force=force, write=accelerator.is_main_process)
+    run_startup_checks(info, folder.path, force=force, write=accelerator.is_main_process)
+    return accelerator, trackers
 
-    # --- model + LoRA ----------------------------------------------------------------------------------
-    from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
-    from steadytune.model.load import load_model_and_tokenizer
 
+def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: str, attn: str, shard_plan,
+                accelerator):
+    """The base model (in the compute dtype) with LoRA attached, or an existing adapter to continue, or every
+    weight open for full fine-tuning."""
     # Frozen base weights in the compute dtype halve memory (unless lora_base_dtype keeps an fp32 copy);
     # trainable (LoRA) weights stay fp32 so small updates are not rounded away (attach_adapter casts them).
     base_dtype = choose_base_dtype(cfg, precision)
     if preloaded is not None:
-        model = adopt_model(preloaded, base_dtype, attn, device)
+        model = adopt_model(preloaded, base_dtype, attn, accelerator.device)
     else:
         model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=base_dtype, attn_implementation=attn,
                                                     device=sharding.model_device(shard_plan, accelerator),
@@ -329,14 +411,16 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
         cfg.decide("trainable_dtype", str(half).replace("torch.", ""), "DeepSpeed holds the fp32 master weights in "
                    "its optimizer; the module computes in the half precision")
     if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora" and not cfg.method.use_dora:
-        # Every forward of this model runs under autocast (training, eval loss, scoring): see kernels.py.
+        # Every forward of this model runs under autocast (training, eval loss, scoring): see model/kernels.py.
         # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
-        from steadytune.model.kernels import skip_lora_input_cast
         _, why = skip_lora_input_cast(model)
         cfg.decide("lora_input_cast", "off", why)
-    trainable, total = count_parameters(model)
+    return model, tokenizer
 
-    # --- batches and steps -------------------------------------------------------------------------------
+
+def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenizer, packing, accelerator):
+    """Micro-batches (token budget, packed or padded) and how many optimizer steps they make."""
+    t = cfg.train
     lengths = [len(x["input_ids"]) for x in data.train]
     budget, budget_why = token_budget(t, lengths, packed=packing is not None)
     if budget_why:
@@ -346,98 +430,102 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                            packing_attention=packing_attention, max_tokens=budget,
                            collate=stage.make_collator(cfg, tokenizer, packing_attention))
     micro_batches_per_epoch = batches.batches_per_epoch()
-    steps_per_epoch = max(1, math.ceil(micro_batches_per_epoch / t.gradient_accumulation_steps))
-    total_steps = t.max_steps if t.max_steps > 0 else max(1, math.ceil(steps_per_epoch * t.num_train_epochs))
-    warmup = t.warmup_steps if t.warmup_steps > 0 else int(round(t.warmup_ratio * total_steps))
-    cfg.decide("total_steps", total_steps, f"{'max_steps' if t.max_steps > 0 else 'num_train_epochs'}: "
+    per_epoch = max(1, math.ceil(micro_batches_per_epoch / t.gradient_accumulation_steps))
+    total = t.max_steps if t.max_steps > 0 else max(1, math.ceil(per_epoch * t.num_train_epochs))
+    warmup = t.warmup_steps if t.warmup_steps > 0 else int(round(t.warmup_ratio * total))
+    cfg.decide("total_steps", total, f"{'max_steps' if t.max_steps > 0 else 'num_train_epochs'}: "
                f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation")
     cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else f"warmup_ratio {t.warmup_ratio}")
-    check_steps_fit_keys(cfg, micro_batches_per_epoch, total_steps)
+    check_steps_fit_keys(cfg, micro_batches_per_epoch, total)
     if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency
-        write_data_stats(t.output_dir, data, batches.micro_batches(0), packing.attention if packing else None,
-                         d.cutoff_len)
+        write_data_stats(folder.path, data, batches.micro_batches(0), packing_attention, cfg.data.cutoff_len)
+    return batches, Steps(micro_batches_per_epoch, per_epoch, total, warmup)
 
-    # --- speed: static shapes, compile, CUDA graphs, liger, checkpointing (kernels.plan_speed) ---------------
-    speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
-                             total_steps * t.gradient_accumulation_steps, shard_plan)
 
-    # --- optimizer + schedule ----------------------------------------------------------------------------
-    from transformers import get_scheduler
-
+def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):
+    """AdamW and the schedule; the stage's objective (model + loss) prepared by Accelerate for the sharding."""
+    t = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
                                   eps=t.adam_epsilon, weight_decay=t.weight_decay,
                                   # one fused kernel for all LoRA tensors instead of several per tensor
-                                  fused=(device.type == "cuda" and t.optim == "adamw_torch_fused") or None)
-    scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+                                  fused=(accelerator.device.type == "cuda" and t.optim == "adamw_torch_fused") or None)
+    scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=steps.warmup,
+                              num_training_steps=steps.total)
     sharding.fit_to_model(accelerator, shard_plan, model, cfg)
     objective, optimizer = sharding.prepare_objective(accelerator, shard_plan, stage.make_objective(model, cfg),
                                                       optimizer)
     sharding.keep_sharded_on_cpu(accelerator, shard_plan)
     # FSDP2 replaces the parameters with sharded ones: clipping and the guard must see those.
-    params = [p for p in unwrap(accelerator, objective).parameters() if p.requires_grad]
+    params = [p for p in accelerator.unwrap_model(objective).parameters() if p.requires_grad]
+    return objective, params, optimizer, scheduler
 
-    # --- resume: weights, optimizer, schedule, loss scale, RNG and data position, exactly ----------------------
+
+def restore(cfg: RunConfig, candidates: list[Path], objective, optimizer, scheduler, shard_plan, accelerator,
+            world: int, batches: TrainBatches) -> tuple[TrainerState, Path | None]:
+    """Resume: weights, optimizer, schedule, loss scale, RNG and data position, exactly; or a fresh state."""
     state = TrainerState(model_name_or_path=cfg.model.model_name_or_path, finetuning_type=cfg.method.finetuning_type)
-    resume_from = None
-    if resume_candidates:
-        state, resume_from = restore_checkpoint(cfg, resume_candidates, accelerator.unwrap_model(objective).model,
-                                                optimizer, scheduler, accelerator.scaler, shard_plan, objective)
-        from steadytune.distributed.world_resume import layout_of, remap_position
-        remap_position(state, state.extra.get("layout"), layout_of(cfg, world, batches.max_tokens))
-    metrics = MetricsLog(Path(t.output_dir) / "metrics.jsonl", enabled=accelerator.is_main_process)
+    if not candidates:
+        return state, None
+    state, resume_from = restore_checkpoint(cfg, candidates, accelerator.unwrap_model(objective).model, optimizer,
+                                            scheduler, accelerator.scaler, shard_plan, objective)
+    remap_position(state, state.extra.get("layout"), layout_of(cfg, world, batches.max_tokens))
+    return state, resume_from
 
-    # --- numerical guard + fault injection (guard.py, faults.py): every action is a metrics.jsonl event ----
+
+def make_guard(cfg: RunConfig, info, precision: str, metrics: MetricsLog, accelerator, objective, optimizer,
+               scheduler, state: TrainerState, resumed: bool):
+    """The numerical guard and the fault injector (training/guard.py, training/faults.py): every action is a
+    metrics.jsonl event."""
+    t = cfg.train
     guard = NumericalGuard(cfg.guard, precision, emit=metrics.write, max_grad_norm=t.max_grad_norm,
                            fallback_precision=fallback_precision(info), judge_loss_spikes=judge_loss_spikes(cfg))
     faults = FaultInjector(cfg.fault_injection, emit=metrics.write, rank=accelerator.process_index)
-    if resume_from is not None:
+    if resumed:
         guard.load_state_dict(state.extra.get("guard", guard.state_dict()))
         faults.load_state_dict(state.extra.get("faults", {}))
         guard.precision = precision
-    live = TrainState(model=accelerator.unwrap_model(objective).model, optimizer=optimizer, scheduler=scheduler,
-                      scaler=accelerator.scaler, data_position=data_position(state))
-    run = Run(cfg, folder, stop, info, precision, accelerator, tokenizer, data, objective, params, optimizer,
-              scheduler, batches, steps_per_epoch, total_steps, state, metrics, guard, faults, live, trainable, total,
-              resume_from, progress, trackers=trackers, sharding=shard_plan)
-    run.watchdog = make_watchdog(run)
-    if speed.cuda_graphs:
-        run.graphs = make_graph_runner(run)
-    if run.is_main:
-        print_startup(run)
-    return run
+    live = LiveObjects(model=accelerator.unwrap_model(objective).model, optimizer=optimizer, scheduler=scheduler,
+                       scaler=accelerator.scaler, data_position=data_position(state))
+    return guard, faults, live
 
 
 def make_watchdog(run: Run) -> HangWatchdog:
     """The hang watchdog (distributed/watchdog.py). The main process may rescue a checkpoint when it holds the whole
     state (one process or DDP); sharded state cannot be gathered while a collective hangs."""
-    cfg = run.cfg
-
     def on_hang(message: str) -> None:
         if run.is_main:
             run.metrics.write({"event": "hang", "step": run.state.global_step, "message": message})
             run.folder.record(status="hung")
             run.folder.release()
 
-    return HangWatchdog(Path(cfg.train.output_dir), run.accelerator.process_index, run.accelerator.num_processes,
-                        cfg.train.hang_timeout, on_hang=on_hang,
+    return HangWatchdog(run.folder.path, run.accelerator.process_index, run.accelerator.num_processes,
+                        run.cfg.train.hang_timeout, on_hang=on_hang,
                         rescue=run.rescue_checkpoint if run.is_main and not run.sharding.sharded else None)
 
 
-def says_for_all_ranks() -> bool:
-    """Whether this process says things once for all ranks (the main process; also when there is only one)."""
-    from accelerate import PartialState
-    return PartialState().is_main_process
+def make_graph_runner(run: Run):
+    """CUDA graphs for the run's micro-batches (training/graphs.py): recorded on the first one; what happened goes
+    to metrics.jsonl and the console. Out of memory while recording turns gradient checkpointing on and tries
+    again."""
+    def report(event: dict) -> None:
+        if run.is_main:
+            run.metrics.write({**event, "step": run.state.global_step})
+            if event.get("captured"):
+                print(f"cuda_graphs: recorded in {event['seconds']:.1f} s; replayed loss matches eager "
+                      f"(relative difference {event['loss_relative_difference']:.1e})", flush=True)
+            else:
+                print(f"cuda_graphs: off ({event['reason']})", flush=True)
 
+    def on_out_of_memory() -> str | None:
+        if run.cfg.decisions.get("gradient_checkpointing", {}).get("value"):
+            return None
+        enable_gradient_checkpointing(run.cfg, run.model, graphs=True)
+        run.cfg.decide("gradient_checkpointing", True, "on: recording the CUDA graph ran out of memory without it")
+        return "gradient checkpointing turned on"
 
-def share_from_main(obj):
-    """The main process's value on every rank (only the main process reads and changes output_dir)."""
-    from accelerate import PartialState
-    from accelerate.utils import broadcast_object_list
-
-    if PartialState().num_processes == 1:
-        return obj
-    return broadcast_object_list([obj], from_process=0)[0]
+    return graph_runner_for(run.accelerator.unwrap_model(run.objective), run.model, run.params, run.device,
+                            run.precision, report, on_out_of_memory)
 
 
 def check_data_fits_keys(cfg: RunConfig, data) -> None:
@@ -450,7 +538,6 @@ def check_data_fits_keys(cfg: RunConfig, data) -> None:
         if t.metric_for_best_model:
             raise UserError(f"metric_for_best_model: {t.metric_for_best_model}, but there is no eval data to measure "
                             "it on: set val_size or eval_dataset, or remove the key")
-    from steadytune.data.prepare import truncation_summary
     line, warn = truncation_summary(data.stats, cfg.data.cutoff_len)
     if line:
         if warn:
@@ -484,9 +571,6 @@ def vet_resume(cfg: RunConfig, candidates: list[Path], world: int = 1, token_bud
     """The checkpoints a resume may use, newest first: damaged ones are skipped with a message (an explicitly named
     one is an error); a checkpoint whose run had other keys is refused, naming each key with old -> new. On another
     number of processes the step batch is kept (distributed/world_resume.py)."""
-    from steadytune.distributed.world_resume import adapt_to_checkpoint
-    from steadytune.training.resume import compare_for_resume, resume_fingerprint
-
     usable = []
     for path in candidates:
         try:
@@ -552,6 +636,47 @@ def status_of(error: BaseException) -> str:
     if isinstance(error, (RunInterrupted, KeyboardInterrupt)):
         return "interrupted"
     return "failed"
+
+
+def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None:
+    """The same checks `steadytune doctor` runs; error-level findings stop the run unless --force."""
+    findings = run_live_checks()
+    if write:
+        try:
+            write_environment(output_dir, info, findings)
+        except OSError as e:
+            raise UserError(describe_os_error(e, f"output_dir {output_dir}")) from None
+    if has_errors(findings):
+        message = "start-up checks found errors:\n" + format_findings([f for f in findings if f.severity == "error"])
+        if not force:
+            raise UserError(message + "\nfix them (see `steadytune doctor`), or pass --force to train anyway")
+        print(message + "\n--force given: training anyway", file=sys.stderr)
+
+
+def judge_loss_spikes(cfg: RunConfig) -> bool:
+    """Whether the guard judges loss spikes, when the run does not say: not for the preference stages. Their step
+    loss is a mean over a few pairs or answers, heavy-tailed: against TRL on the H200 a DPO step at 6.3 standard
+    deviations above the recent mean (1.91 after a median of 0.72) was an ordinary batch that TRL trained on, and
+    dropping such batches would drop the hardest pairs. Non-finite values and gradient-norm spikes are still caught."""
+    g = cfg.guard
+    if g.loss_spikes is not None:
+        return g.loss_spikes
+    if cfg.method.stage not in PREFERENCE_STAGES:
+        return True
+    if g.guard_policy != "off":
+        cfg.decide("loss_spikes", False, f"stage {cfg.method.stage}: a step's loss over a few pairs is heavy-tailed, "
+                   "so only non-finite values and gradient-norm spikes are judged (loss_spikes: true judges it too)")
+    return False
+
+
+def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> torch.nn.Module:
+    """A base model the caller loaded (demo: for zero-shot scoring) made ready for training in place: moved to
+    the training dtype and device (a no-op when they match, parameter by parameter otherwise, so the weights are
+    never held twice) and switched to the attention implementation training needs (packing: varlen)."""
+    model.to(device=device, dtype=dtype)
+    if getattr(model.config, "_attn_implementation", None) != attn_implementation:
+        model.set_attn_implementation(attn_implementation)
+    return model
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -630,7 +755,7 @@ def fit(run: Run) -> Outcome:
             bar.update(1)
 
             if state.global_step % t.logging_steps == 0 or state.global_step == run.total_steps:
-                record = {"step": state.global_step, "epoch": round(state.global_step / run.steps_per_epoch, 4),
+                record = {"step": state.global_step, "epoch": round(state.global_step / run.steps.per_epoch, 4),
                           "loss": loop.window_loss / loop.window_steps,
                           "grad_norm": None if grad_norm is None else float(grad_norm),
                           "lr": run.scheduler.get_last_lr()[0], "tokens": state.tokens_seen,
@@ -644,7 +769,7 @@ def fit(run: Run) -> Outcome:
                 loop.window_loss, loop.window_steps = 0.0, 0
 
             new_best = False
-            if should_evaluate(t, state.global_step, run.steps_per_epoch, run.total_steps) and run.data.eval:
+            if should_evaluate(t, state.global_step, run.steps.per_epoch, run.total_steps) and run.data.eval:
                 run.watchdog.beat(state.global_step, "eval")
                 results = run.stage.evaluate(cfg, run.accelerator, run.objective, run.data, run.tokenizer,
                                              run.device)
@@ -665,10 +790,8 @@ def begin_steps(run: Run) -> None:
     """The run is really starting: its config and manifest go into output_dir, a resumed log is cut back to its
     checkpoint, and from here on a failure keeps the folder (it may hold checkpoints worth resuming)."""
     if run.is_main:
-        out = Path(run.cfg.train.output_dir)
-        from steadytune.training.resume import resume_fingerprint
+        out = run.folder.path
         run.state.extra["config"] = resume_fingerprint(run.cfg)
-        from steadytune.distributed.world_resume import layout_of
         # How steps are cut here, so that a resume on another number of processes keeps the same steps.
         run.state.extra["layout"] = layout_of(run.cfg, run.accelerator.num_processes, run.batches.max_tokens)
         if run.resume_from is not None:
@@ -726,15 +849,6 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     return loss_value, grad_norm, target_tokens
 
 
-def sync_gradients_on_last(accelerator, objective, is_last: bool, plan=None):
-    """Gradients are all-reduced once per window, on its last micro-batch (no_sync on the others; DeepSpeed steps its
-    engine there)."""
-    if is_last:
-        return contextlib.nullcontext()
-    return sharding.accumulate_without_sync(accelerator, objective, plan) if plan is not None else \
-        accelerator.no_sync(objective)
-
-
 def recover(run: Run, loop: LoopState, decision, step: int) -> str | None:
     """The guard refused this step's update: drop it, and roll back or stop as it decided. Returns a precision
     to switch to when fp16 kept overflowing (the caller saves and comes back in it), else None."""
@@ -768,8 +882,6 @@ def stop_requested(run: Run) -> bool:
 
 def interrupt(run: Run, loop: LoopState, started: float) -> None:
     """Save where the run is (a step boundary) and stop with the signal's exit code."""
-    import signal
-
     signum = run.stop.requested or signal.SIGTERM
     checkpoint = run.save_checkpoint()
     finish_guard(run)
@@ -779,16 +891,50 @@ def interrupt(run: Run, loop: LoopState, started: float) -> None:
                                  "command again to continue (the unfinished run resumes from its last checkpoint)")
 
 
+def should_evaluate(t, step: int, steps_per_epoch: int, total_steps: int) -> bool:
+    if t.eval_strategy == "steps":
+        return step % (t.eval_steps or t.logging_steps) == 0 or step == total_steps
+    if t.eval_strategy == "epoch":
+        return step % steps_per_epoch == 0 or step == total_steps
+    return False
+
+
+def update_best(t, state: TrainerState, results: dict) -> bool:
+    """Track metric_for_best_model (`t`: the train section); True when this evaluation is the best so far."""
+    name = t.metric_for_best_model
+    if not name:
+        return False
+    key = name if name in results else f"eval_{name}"
+    if key not in results:
+        return False
+    value = results[key]
+    lower_is_better = "loss" in key
+    better = (state.best_metric is None or (value < state.best_metric if lower_is_better else value > state.best_metric))
+    if better:
+        state.best_metric = value
+        state.best_checkpoint = f"checkpoint-{state.global_step}"
+    return better
+
+
+def data_position(state: TrainerState) -> dict:
+    """What a guard snapshot records about the data stream, to rewind it on rollback."""
+    return {"epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch, "tokens_seen": state.tokens_seen}
+
+
+def set_data_position(state: TrainerState, position: dict) -> None:
+    state.epoch, state.batch_in_epoch, state.tokens_seen = (position["epoch"], position["batch_in_epoch"],
+                                                            position["tokens_seen"])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Finish
 # ---------------------------------------------------------------------------------------------------------
 
 def finish(run: Run, outcome: Outcome) -> TrainResult:
-    cfg, state, out = run.cfg, run.state, Path(run.cfg.train.output_dir)
+    cfg, state, out = run.cfg, run.state, run.folder.path
     finish_guard(run)
     if run.graphs is not None:
         run.graphs.release()
-    from steadytune.model.kernels import uncompile_layers
     uncompile_layers(run.model)  # scoring and generation after training come in many shapes
     run.accelerator.wait_for_everyone()
     final_loss = outcome.losses[-1] if outcome.losses else None
@@ -805,7 +951,7 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
                "best_checkpoint": state.best_checkpoint, "best_metric": state.best_metric,
                "guard": run.guard.summary(), "status": "diverged" if diverged else "finished"}
     if run.is_main:
-        write_json(out / "train_results.json", summary)
+        write_json_atomic(out / "train_results.json", summary)
         if diverged:
             run.folder.record(status="diverged")
             what = "loss" if final_loss is not None and not math.isfinite(final_loss) else "weight"
@@ -814,7 +960,6 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
                                "(guard_policy: rollback), lower learning_rate, or use bf16 instead of fp16")
         save_final_outputs(run, out, model_to_save)
         # A card of what the run did, and the base named so another machine finds it (not a cache path).
-        from steadytune.infer.card import write_run_card
         write_run_card(out, cfg.model.model_name_or_path)
         if cfg.train.plot_loss:
             plot_loss(out / "metrics.jsonl", out / "training_loss.png")
@@ -844,7 +989,6 @@ def save_final_outputs(run: Run, out: Path, model=None) -> None:
                 shutil.rmtree(target)
             item.replace(target)
     except OSError as e:
-        from steadytune.training.checkpoint import latest_checkpoint
         latest = latest_checkpoint(out)
         kept = f"; {latest.name} is complete and can be resumed" if latest else ""
         raise UserError(describe_os_error(e, f"saving the final adapter in {out}") + kept) from None
@@ -862,390 +1006,3 @@ def finish_guard(run: Run) -> None:
     if run.is_main:
         run.metrics.write({"event": "guard_summary", "step": run.state.global_step, **run.guard.summary()})
         print(run.guard.summary_text(), flush=True)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Pieces of the recipe
-# ---------------------------------------------------------------------------------------------------------
-
-class TrainingObjective(torch.nn.Module):
-    """The model plus its loss, as one module: Accelerate wraps *this* for DDP/FSDP, so the forward that
-    computes the loss goes through the wrapper and gradients are synchronised."""
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
-        return causal_lm_loss_sum(self.model, batch, batch.get("token_weights"))
-
-    # What Accelerate's FSDP2 preparation asks of a transformers model (embedding and head units, tied weights, the
-    # layer classes it shards as units), answered by the model inside.
-    def get_input_embeddings(self):
-        return self.model.get_input_embeddings()
-
-    def get_output_embeddings(self):
-        return self.model.get_output_embeddings()
-
-    def tie_weights(self):
-        if hasattr(self.model, "tie_weights"):
-            self.model.tie_weights()
-
-    @property
-    def _no_split_modules(self):
-        from steadytune.model.anatomy import layer_classes
-        return layer_classes(self.model) or None
-
-
-def data_position(state: TrainerState) -> dict:
-    """What a guard snapshot records about the data stream, to rewind it on rollback."""
-    return {"epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch, "tokens_seen": state.tokens_seen}
-
-
-def set_data_position(state: TrainerState, position: dict) -> None:
-    state.epoch, state.batch_in_epoch, state.tokens_seen = (position["epoch"], position["batch_in_epoch"],
-                                                            position["tokens_seen"])
-
-
-def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None:
-    """The same checks `steadytune doctor` runs; error-level findings stop the run unless --force."""
-    try:
-        from steadytune.doctor.findings import format_findings, has_errors
-        from steadytune.doctor.live import run_live_checks
-        from steadytune.doctor.environment import write_environment
-    except ImportError:
-        return
-    findings = run_live_checks()
-    if write:
-        try:
-            write_environment(output_dir, info, findings)
-        except OSError as e:
-            raise UserError(describe_os_error(e, f"output_dir {output_dir}")) from None
-    if has_errors(findings):
-        message = "start-up checks found errors:\n" + format_findings([f for f in findings if f.severity == "error"])
-        if not force:
-            raise UserError(message + "\nfix them (see `steadytune doctor`), or pass --force to train anyway")
-        print(message + "\n--force given: training anyway", file=sys.stderr)
-
-
-def print_startup(run: Run) -> None:
-    cfg, t, data, world = run.cfg, run.cfg.train, run.data, run.accelerator.num_processes
-    effective = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
-    mean_len = sum(len(x["input_ids"]) for x in data.train) / len(data.train)
-    lines = [
-        f"steadytune train -> {t.output_dir}",
-        f"  model        {cfg.model.model_name_or_path} ({cfg.method.finetuning_type}); trainable "
-        f"{run.trainable:,} of {run.total:,} parameters ({100 * run.trainable / max(run.total, 1):.3f}%)",
-        f"  hardware     {run.info.backend}" + (f", {run.info.primary.name} ({run.info.primary.arch})"
-                                               if run.info.primary else "")
-        + (f", {world} processes" if world > 1 else ""),
-        f"  data         {len(data.train):,} training examples (mean {mean_len:.0f} tokens)"
-        + (f", {len(data.eval):,} eval" if data.eval else ""),
-        f"  batch        per rank {t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation; "
-        f"x {world} rank{'s' if world > 1 else ''} = {effective} examples (~{effective * mean_len:,.0f} tokens) per "
-        f"step; {run.total_steps} steps",
-    ]
-    budget = cfg.decisions.get("max_tokens_per_batch", {}).get("value")
-    if budget:
-        tokens = budget * t.gradient_accumulation_steps * world
-        lines[-1] = (f"  batch        per rank {budget:,} tokens x {t.gradient_accumulation_steps} accumulation; "
-                     f"x {world} rank{'s' if world > 1 else ''} = {tokens:,} tokens (~{tokens / mean_len:.0f} "
-                     f"examples) per step; {run.total_steps} steps")
-    if world > 1 or run.sharding.kind != "single":
-        lines.append(f"  processes    world size {world} (this is rank {run.accelerator.process_index}); hang watchdog "
-                     f"{run.watchdog.describe()}")
-    if data.label_names:
-        for split in ("train", "eval"):
-            counts = data.class_counts.get(split)
-            if counts:
-                lines.append(f"  {split + ' classes':<12} {counts}; majority baseline {majority_share(counts):.3f}")
-        lines.append(f"  class_balance {cfg.data.class_balance}")
-    for key, decision in cfg.decisions.items():
-        value = decision["value"]
-        shown = "" if isinstance(value, (dict, list)) else f"{value}  "
-        lines.append(f"  {key:<12} {shown}({decision['reason']})")
-    if run.resume_from is not None:
-        lines.append(f"  resume       from {run.resume_from}")
-    print("\n".join(lines), flush=True)
-
-
-def judge_loss_spikes(cfg: RunConfig) -> bool:
-    """Whether the guard judges loss spikes, when the run does not say: not for the preference stages. Their step
-    loss is a mean over a few pairs or answers, heavy-tailed: against TRL on the H200 a DPO step at 6.3 standard
-    deviations above the recent mean (1.91 after a median of 0.72) was an ordinary batch that TRL trained on, and
-    dropping such batches would drop the hardest pairs. Non-finite values and gradient-norm spikes are still caught."""
-    g = cfg.guard
-    if g.loss_spikes is not None:
-        return g.loss_spikes
-    if cfg.method.stage not in PREFERENCE_STAGES:
-        return True
-    if g.guard_policy != "off":
-        cfg.decide("loss_spikes", False, f"stage {cfg.method.stage}: a step's loss over a few pairs is heavy-tailed, "
-                   "so only non-finite values and gradient-norm spikes are judged (loss_spikes: true judges it too)")
-    return False
-
-
-def choose_base_dtype(cfg: RunConfig, precision: str) -> torch.dtype:
-    """The frozen base weights' dtype: bf16 for LoRA under bf16 unless lora_base_dtype says float32 (full
-    fine-tuning and fp16/fp32 runs keep fp32 weights: the optimizer updates them, or loss scaling needs them)."""
-    if precision != "bf16" or cfg.method.finetuning_type != "lora":
-        return torch.float32
-    if cfg.train.lora_base_dtype == "float32":
-        cfg.decide("lora_base_dtype", "float32", "an fp32 copy of the base under bf16 autocast (asked for): residual "
-                   "stream and norms in fp32, twice the base weights' memory")
-        return torch.float32
-    return torch.bfloat16
-
-
-def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> torch.nn.Module:
-    """A base model the caller loaded (demo: for zero-shot scoring) made ready for training in place: moved to
-    the training dtype and device (a no-op when they match, parameter by parameter otherwise, so the weights are
-    never held twice) and switched to the attention implementation training needs (packing: varlen)."""
-    model.to(device=device, dtype=dtype)
-    if getattr(model.config, "_attn_implementation", None) != attn_implementation:
-        model.set_attn_implementation(attn_implementation)
-    return model
-
-
-def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batches: "TrainBatches",
-                     world_size: int, micro_batches: int, shard_plan=None):
-    """The speed policy (kernels.plan_speed) applied: static shapes for the collator, compiled layers, liger's
-    kernels, then gradient checkpointing for the memory that leaves; every choice recorded with its reason. A
-    requested feature that cannot be used is an error, never a silent skip."""
-    from steadytune.hardware.speed import SpeedUnavailable, plan_speed
-    from steadytune.model.kernels import apply_liger_kernels, compile_layers
-    from steadytune.hardware.memory import choose_gradient_checkpointing
-    from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_static_status
-
-    t, f = cfg.train, cfg.fault_injection
-    blockers = {}
-    if any(step is not None for step in (f.nan_loss_step, f.inf_loss_step, f.spike_loss_step)):
-        blockers["faults"] = "fault_injection corrupts the loss between forward and backward"
-    if cfg.method.deepspeed:
-        blockers["deepspeed"] = "DeepSpeed runs its own backward"
-    if read_fsdp_keys(t) is not None:
-        # FSDP2's hooks gather and free shards around every layer (a 1-GPU FSDP run failed under graphs on the H200)
-        blockers["fsdp"] = "FSDP's hooks gather and free parameter shards between the kernels"
-    if cfg.method.lora_dropout > 0 or cfg.method.use_dora:
-        blockers["adapter"] = "lora_dropout and DoRA have not been tried under graphs"
-    attention = packing.attention if packing is not None else None
-    static_ok, shape = (True, ""), None
-    if cfg.method.stage == "kto":
-        # kto's answers and KL pairs go through two forwards of different shapes, and its objective records metrics
-        # as it computes: dynamic shapes, no CUDA graph. (dpo and rm compute into fixed pair slots: graphable.)
-        blockers["stage"] = "stage kto records its metrics inside the step"
-        static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
-    if static_ok[0] and attention == "varlen":
-        static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
-    if static_ok[0] and attention in ("varlen", "sdpa"):
-        shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)
-    try:
-        hooks = world_size > 1 and not (shard_plan is not None and shard_plan.flat_gradients)
-        plan = plan_speed(info.backend, attention, micro_batches, world_size, precision, gradient_hooks=hooks,
-                          compile_asked=t.torch_compile, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
-                          blockers=blockers, static_ok=static_ok, static_fill=shape.fill if shape else None)
-    except SpeedUnavailable as e:
-        raise UserError(str(e)) from None
-    if plan.static_shapes:
-        batches.use_static_shape(shape)
-        plan.reasons["static_shapes"] += f" ({shape.describe()})"
-    if plan.liger:
-        applied, why = apply_liger_kernels(model)
-        if not applied and t.use_liger_kernel:
-            raise UserError(f"use_liger_kernel: true, but {why}; set use_liger_kernel: false")
-        plan.liger, plan.reasons["use_liger_kernel"] = applied, why if applied else f"off: {why}"
-    if plan.compile:
-        compiled, why = compile_layers(model, static_shapes=plan.static_shapes)
-        if not compiled:
-            raise UserError(f"torch_compile: true, but {why}; set torch_compile: false")
-        plan.reasons["torch_compile"] += f" ({why})"
-    plan.decide_into(cfg)
-
-    # Checkpointing last: compiled layers keep less for backward, and small compiled models recompute cheaply.
-    tokens = batches.max_tokens or t.per_device_train_batch_size * max(batches.lengths)
-    if plan.static_shapes:
-        tokens = batches.static_shape.tokens
-    # An APU's memory is what it can map (GTT), not the small carve-out tools print (GPU.budget_gib).
-    budget = info.primary.budget_gib if info.primary is not None else None
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    state = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
-    if cfg.method.finetuning_type == "full":
-        state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
-    use, why = choose_gradient_checkpointing(base.config, tokens, budget, t.gradient_checkpointing,
-                                             compiled=plan.compile, state_gib=state)
-    cfg.decide("gradient_checkpointing", use, why)
-    if use:
-        enable_gradient_checkpointing(cfg, model, graphs=plan.cuda_graphs)
-    return plan
-
-
-def enable_gradient_checkpointing(cfg: RunConfig, model, graphs: bool = False) -> None:
-    kwargs = {"use_reentrant": cfg.model.use_reentrant_gc, **(cfg.train.gradient_checkpointing_kwargs or {})}
-    if graphs:
-        # The recompute would save and restore the CUDA RNG state, which a graph cannot record; with no dropout
-        # (graphs are off with lora_dropout) nothing random runs in the forward.
-        kwargs["preserve_rng_state"] = False
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    if hasattr(model, "enable_input_require_grads"):
-        model.enable_input_require_grads()
-
-
-def make_graph_runner(run: Run):
-    """CUDA graphs for the run's micro-batches (graphs.py): recorded on the first one; what happened goes to
-    metrics.jsonl and the console. Out of memory while recording turns gradient checkpointing on and tries again."""
-    from steadytune.training.graphs import GraphRunner
-
-    model = run.model
-
-    def report(event: dict) -> None:
-        if run.is_main:
-            run.metrics.write({**event, "step": run.state.global_step})
-            if event.get("captured"):
-                print(f"cuda_graphs: recorded in {event['seconds']:.1f} s; replayed loss matches eager "
-                      f"(relative difference {event['loss_relative_difference']:.1e})", flush=True)
-            else:
-                print(f"cuda_graphs: off ({event['reason']})", flush=True)
-
-    def on_out_of_memory() -> str | None:
-        if run.cfg.decisions.get("gradient_checkpointing", {}).get("value"):
-            return None
-        enable_gradient_checkpointing(run.cfg, model, graphs=True)
-        run.cfg.decide("gradient_checkpointing", True, "on: recording the CUDA graph ran out of memory without it")
-        return "gradient checkpointing turned on"
-
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
-    objective = unwrap(run.accelerator, run.objective)
-    if hasattr(objective, "compute"):
-        # stages dpo, rm: the graph records the objective's computation; its per-pair metrics are read after each
-        # replay
-        return GraphRunner(objective.compute, run.params, run.device, dtype, report=report,
-                           on_out_of_memory=on_out_of_memory,
-                           on_replay=lambda batch, outputs: objective.record(outputs, batch["n_examples"]))
-    return GraphRunner(lambda batch: causal_lm_loss_sum(model, batch), run.params, run.device, dtype,
-                       report=report, on_out_of_memory=on_out_of_memory)
-
-
-def majority_share(counts: dict) -> float:
-    total = sum(counts.values())
-    return max(counts.values()) / total if total else 0.0
-
-
-def should_evaluate(t, step: int, steps_per_epoch: int, total_steps: int) -> bool:
-    if t.eval_strategy == "steps":
-        return step % (t.eval_steps or t.logging_steps) == 0 or step == total_steps
-    if t.eval_strategy == "epoch":
-        return step % steps_per_epoch == 0 or step == total_steps
-    return False
-
-
-@torch.no_grad()
-def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, tokenizer, device) -> dict:
-    """Eval loss over the eval split (token-weighted), plus accuracy and macro-F1 for classification."""
-    from steadytune.data.collators import PadCollator
-    from steadytune.model.kernels import eager_layers
-
-    objective.eval()
-    collate = PadCollator(tokenizer.pad_token_id, padding_side="right")
-    size = cfg.train.per_device_eval_batch_size
-    loss_total, tokens = 0.0, 0
-    with eager_layers():  # padded eval batches change shape: compiled layers would compile again for each
-        for start in range(0, len(data.eval), size):
-            batch = to_device(collate(data.eval[start:start + size]), device)
-            with accelerator.autocast():
-                loss_sum, n = objective(batch)
-            loss_total += float(loss_sum)
-            tokens += n
-        results = {"eval_loss": loss_total / max(tokens, 1)}
-        if data.label_names:
-            results.update(classification_metrics(cfg, unwrap(accelerator, objective).model, tokenizer, data))
-    objective.train()
-    return results
-
-
-def classification_metrics(cfg: RunConfig, model, tokenizer, data) -> dict:
-    try:
-        from steadytune.eval.scoring import evaluate_classification
-    except ImportError:
-        return {}
-    report = evaluate_classification(model, tokenizer, data.eval, data.label_names, data.template,
-                                     cfg.data.prompt_template, cfg.train.per_device_eval_batch_size,
-                                     cutoff_len=cfg.data.cutoff_len, progress=False)
-    return {"eval_accuracy": report["accuracy"], "eval_macro_f1": report["macro_f1"]}
-
-
-def update_best(t, state: TrainerState, results: dict) -> bool:
-    """Track metric_for_best_model (`t`: the train section); True when this evaluation is the best so far."""
-    name = t.metric_for_best_model
-    if not name:
-        return False
-    key = name if name in results else f"eval_{name}"
-    if key not in results:
-        return False
-    value = results[key]
-    lower_is_better = "loss" in key
-    better = (state.best_metric is None or (value < state.best_metric if lower_is_better else value > state.best_metric))
-    if better:
-        state.best_metric = value
-        state.best_checkpoint = f"checkpoint-{state.global_step}"
-    return better
-
-
-def clip_gradients(accelerator, params, max_norm: float, plan=None) -> torch.Tensor:
-    if plan is not None and plan.kind == "deepspeed":
-        # The engine clipped (gradient_clipping) and stepped inside backward; this is the norm it measured (None
-        # where it measures none: ZeRO-0 in fp32).
-        norm = accelerator.clip_grad_norm_(params, max_norm or 1.0)
-        return None if norm is None else torch.tensor(float(norm))
-    if max_norm and max_norm > 0:
-        return accelerator.clip_grad_norm_(params, max_norm)
-    # Still measure the norm: the guard and the log need it.
-    grads = [p.grad.detach().float().norm() for p in params if p.grad is not None]
-    return torch.stack(grads).norm() if grads else torch.zeros(())
-
-
-def reduce_sum(accelerator, value: float | int, device) -> float | int:
-    if accelerator.num_processes == 1:
-        return value
-    tensor = torch.tensor(float(value), device=device)
-    total = accelerator.reduce(tensor, reduction="sum").item()
-    return int(total) if isinstance(value, int) else total
-
-
-def to_device(batch: dict, device) -> dict:
-    """Tensors to `device`. To a GPU through pinned memory: a copy from pageable memory waits until the GPU has
-    finished everything queued, which would stall the CPU once per micro-batch."""
-    pin = torch.device(device).type == "cuda"
-    return {k: ((v.pin_memory() if pin and v.device.type == "cpu" else v).to(device, non_blocking=True)
-                if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-
-
-def unwrap(accelerator, objective) -> TrainingObjective:
-    return accelerator.unwrap_model(objective)
-
-
-def write_json(path: Path, payload: dict) -> None:
-    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-
-
-def _evaluate_sft_after_training(cfg: RunConfig, **kwargs) -> dict:
-    # sft's do_eval / do_predict: classification by label scoring; with predict_with_generate,
-    # generated_predictions.jsonl + BLEU/ROUGE.
-    from steadytune.evaluate import run_evaluation
-    return run_evaluation(cfg, **kwargs)
-
-
-def _load_sft_data(cfg: RunConfig, tokenizer):
-    from steadytune.data.prepare import prepare_datasets
-    return prepare_datasets(cfg, tokenizer)
-
-
-# The stages the recipe trains, by `stage:`; each says what it does differently (stages/base.py).
-STAGES: dict[str, Stage] = {
-    "sft": Stage(name="sft", model_task="causal_lm", prepare_data=_load_sft_data,
-                 make_collator=lambda cfg, tokenizer, packing_attention: None,  # TrainBatches' own (padded/packed)
-                 count_units=count_target_tokens, make_objective=lambda model, cfg: TrainingObjective(model),
-                 evaluate=evaluate_during_training, evaluate_trained=_evaluate_sft_after_training),
-    **PREFERENCE_STAGES,
-}
-# stage pt: sft's recipe on pre-training blocks (prepare_datasets cuts them; every token carries a label).
-STAGES["pt"] = dataclasses.replace(STAGES["sft"], name="pt")

@@ -10,8 +10,9 @@ import yaml
 from steadytune.cli import main
 from steadytune.config import load_config
 from steadytune.data.prepare import prepare_datasets
-from steadytune.evaluate import (best_label_permutation, check_label_set, check_labels_distinguishable,
-                                 diagnose_known_samples, evaluate_classification, match_label)
+from steadytune.eval.labelcheck import (best_label_permutation, check_label_set, check_labels_distinguishable,
+                                        diagnose_known_samples)
+from steadytune.eval.scoring import evaluate_classification, match_label
 from steadytune.training.loss import causal_lm_loss_sum
 from steadytune.eval.metrics import classification_report
 from steadytune.model.tiny import save_tiny_model

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from steadytune.evaluate import score_labels
+from steadytune.eval.scoring import score_labels
 from steadytune.model.tiny import build_model, build_tokenizer
 
 

@@ -20,7 +20,7 @@ from steadytune import cli
 from steadytune.training.checkpoint import latest_checkpoint, read_state
 from steadytune.config import load_config
 from steadytune.training.guard import (ABORT, EXIT_GUARD_ABORT, OK, ROLLBACK, SKIP, WARN, GuardAbort, NumericalGuard,
-                                       TrainState)
+                                       LiveObjects)
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.model.tiny import save_tiny_model
 
@@ -155,17 +155,17 @@ def test_repeated_fp16_overflows_switch_precision_from_a_good_state():
 
 # --- snapshots ---------------------------------------------------------------------------------------------
 
-def tiny_state() -> tuple[torch.nn.Module, TrainState]:
+def tiny_state() -> tuple[torch.nn.Module, LiveObjects]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
     model[0].weight.requires_grad_(False)                   # frozen weights are not part of a snapshot
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
-    return model, TrainState(model, optimizer, scheduler, data_position={"epoch": 0, "batch_in_epoch": 0})
+    return model, LiveObjects(model, optimizer, scheduler, data_position={"epoch": 0, "batch_in_epoch": 0})
 
 
-def train_steps(state: TrainState, n: int) -> None:
+def train_steps(state: LiveObjects, n: int) -> None:
     for _ in range(n):
         loss = state.model(torch.randn(8, 4)).pow(2).mean()
         loss.backward()
@@ -224,6 +224,18 @@ def test_rocm_profile_fills_only_unset_keys_and_says_why():
     assert applied == {"warmup_ratio": 0.1, "max_grad_norm": 0.5}
     assert cfg.train.learning_rate == 2e-4 and cfg.train.warmup_ratio == 0.1
     assert "seed 000" in cfg.decisions["max_grad_norm"]["reason"]
+    # The user's learning rate is kept; above what converged on ROCm in seed 000 the run says so.
+    assert cfg.decisions["learning_rate"]["value"] == 2e-4 and "1e-4" in cfg.decisions["learning_rate"]["reason"]
+
+
+def test_rocm_profile_records_no_learning_rate_change_it_does_not_make():
+    """The default (5e-5) is already below the ceiling seed 000 saw converge: nothing is changed, nothing claimed."""
+    cfg = load_config(None, {})
+    assert apply_hardware_profile(cfg, "rocm") == {"warmup_ratio": 0.1, "max_grad_norm": 0.5}
+    assert cfg.train.learning_rate == 5e-5 and "learning_rate" not in cfg.decisions
+    low = load_config(None, {"learning_rate": 1e-4})
+    apply_hardware_profile(low, "rocm")
+    assert low.train.learning_rate == 1e-4 and "learning_rate" not in low.decisions
     cpu = load_config(None, {})
     before = dict(cpu.decisions)   # only LLaMA-Factory default differences (config.py), no hardware profile
     assert apply_hardware_profile(cpu, "cpu") == {} and cpu.decisions == before

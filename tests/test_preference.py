@@ -323,7 +323,7 @@ def test_training_on_pairs_raises_held_out_accuracy_and_margin(tiny, tmp_path, p
     preferences) and after: accuracy and margin go up, and keep going up between evaluations."""
     from steadytune.model.lora import attach_adapter
     from steadytune.model.load import load_model_and_tokenizer
-    from steadytune.stages import PREFERENCE_STAGES
+    from steadytune.stages.preference import PREFERENCE_STAGES
     from steadytune.stages.evaluation import evaluate_examples
 
     data = pairs_dataset(tmp_path)
@@ -436,7 +436,7 @@ def test_reward_model_saves_loads_back_and_scores(tiny, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForSequenceClassification
 
-    from steadytune.stages.reward import RewardScorer
+    from steadytune.infer.reward import RewardScorer
 
     data = pairs_dataset(tmp_path)
     out = tmp_path / "rm"
@@ -511,8 +511,8 @@ def test_stage_and_dataset_mismatches_are_clear_errors(tiny, tmp_path):
     with pytest.raises(ConfigError, match="stage: ppo"):
         load_config(None, ["stage=ppo"])
     with pytest.raises(UserError, match="no trained adapter"):
-        from steadytune.stages import PREFERENCE_STAGES
-        PREFERENCE_STAGES["rm"].evaluate_trained(load_config(None, overrides(tiny, data, tmp_path / "none", stage="rm")))
+        from steadytune.evaluate import evaluate_saved
+        evaluate_saved(load_config(None, overrides(tiny, data, tmp_path / "none", stage="rm")))
 
 
 # --- LLaMA-Factory's own examples --------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import torch
 from graph_emulation import EmulatedGraphBackend, WaitWhileRecording
 from steadytune.eval.scoring import inference
 from steadytune.serve.adapters import match_model_dtype
-from steadytune.serve.batch import DecodeBatch, Row
+from steadytune.serve.batch import DecodeBatch
+from steadytune.serve.prefill import Row
 from steadytune.serve.engine import BatchingEngine, Generation
 from steadytune.serve.graphs import DecodeGraphs
 from steadytune.serve.sampling import SamplingParams

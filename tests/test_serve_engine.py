@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from graph_emulation import EmulatedGraphBackend
-from steadytune.serve.batch import DecodeBatch, Row
+from steadytune.serve.batch import DecodeBatch
+from steadytune.serve.prefill import Row
 from steadytune.serve.batch_dynamic import DynamicDecodeBatch
 from steadytune.serve.engine import BatchingEngine, Delta, Failed, Finished, Generation
 from steadytune.serve.sampling import SamplingParams, sample_next

@@ -219,7 +219,7 @@ def test_class_balance_in_the_batch_stream(tmp_path, mode):
     that favour the minority class."""
     from steadytune.data.prepare import prepare_datasets
     from steadytune.model.tiny import build_tokenizer
-    from steadytune.train import TrainBatches
+    from steadytune.training.batches import TrainBatches
 
     data_file = classification_file(tmp_path, n=90)
     cfg = load_config(None, [f"dataset={data_file}", "label_names=[消极, 积极]", "prompt_template=评论：{text}\n情感：",
@@ -313,7 +313,7 @@ def test_gradient_checkpointing_is_a_recorded_decision_and_keeps_the_loss(tiny_m
 ])
 def test_lora_base_dtype_picks_the_frozen_weights_dtype(precision, finetuning, asked, expected):
     from steadytune.config import load_config
-    from steadytune.train import choose_base_dtype
+    from steadytune.training.speed_plan import choose_base_dtype
 
     cfg = load_config(None, {"finetuning_type": finetuning, "lora_base_dtype": asked})
     assert choose_base_dtype(cfg, precision) == expected

@@ -14,7 +14,8 @@ from steadytune.config import load_config
 from steadytune.data.prepare import prepare_datasets
 from steadytune.errors import UserError
 from steadytune.model.tiny import build_tokenizer, save_tiny_model
-from steadytune.train import TrainBatches, run_training
+from steadytune.train import run_training
+from steadytune.training.batches import TrainBatches
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):

@@ -29,15 +29,35 @@ from pathlib import Path
 import torch
 
 from steadytune.bench.steady import SteadyRate
-from steadytune.bench.workload import (dataset_lengths, example_order, flops_per_token, lora_model, memory_budget_gib,
-                                       param_counts, peak_flops, peak_memory_gib, reset_memory, synchronize,
-                                       synthetic_examples)
+from steadytune.bench.workload import (
+    dataset_lengths,
+    example_order,
+    flops_per_token,
+    lora_model,
+    memory_budget_gib,
+    param_counts,
+    peak_flops,
+    peak_memory_gib,
+    reset_memory,
+    synchronize,
+    synthetic_examples,
+)
+from steadytune.data.packing import PackedCollator, PaddedCollator, group_by_token_budget, static_shape_for, targets_of
+from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
+from steadytune.hardware.backend import HardwareInfo, detect
+from steadytune.hardware.memory import choose_gradient_checkpointing
+from steadytune.hardware.policy import choose_packing_attention
+from steadytune.hardware.speed import plan_speed
+from steadytune.model.attention import attn_implementation_for
+from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
+from steadytune.model.shapes import SHAPES
+from steadytune.training.graphs import GraphRunner
+from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
 
 PEER_BATCHES = (32, 16, 8)
 
 
 def examples_for(args) -> list[dict]:
-    from steadytune.model.shapes import SHAPES
     return synthetic_examples(dataset_lengths(args.dataset), args.examples, SHAPES[args.shape]["vocab_size"],
                               args.cutoff_len)
 
@@ -96,7 +116,6 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
     from torch.utils.data import SequentialSampler
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from steadytune.data.packing import PaddedCollator
 
     started = time.perf_counter()
     reset_memory(device)
@@ -155,7 +174,6 @@ def _asked(value: str) -> bool | None:
 
 
 def _cpu_info():
-    from steadytune.hardware.backend import HardwareInfo
     return HardwareInfo(backend="cpu", torch_version=torch.__version__)
 
 
@@ -164,14 +182,6 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     """Model, collator, speed plan and settings of steadytune's default path on this device, for these micro-batches
     (the static shape is made for them). The same policy calls `train` makes (kernels.plan_speed,
     choose_gradient_checkpointing)."""
-    from steadytune.hardware.policy import choose_packing_attention
-    from steadytune.hardware.backend import detect
-    from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
-    from steadytune.hardware.memory import choose_gradient_checkpointing
-    from steadytune.hardware.speed import plan_speed
-    from steadytune.data.packing import PackedCollator, PaddedCollator, static_shape_for, targets_of
-    from steadytune.model.attention import attn_implementation_for
-    from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
 
     info = detect() if device.type == "cuda" else _cpu_info()
     settings: dict = {}
@@ -235,8 +245,6 @@ def train_steps(model, collate, examples: list[dict], groups: list[list[int]], d
 
     The loss is not read back during the loop: reading it (.item()) would make the CPU wait for the GPU every step
     and leave the GPU idle while the next step is launched."""
-    from steadytune.training.graphs import GraphRunner
-    from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
 
     cuda = device.type == "cuda"
     # With graphs the runner pins each batch itself, in this thread: a pinning thread would allocate host memory
@@ -291,7 +299,6 @@ def train_steps(model, collate, examples: list[dict], groups: list[list[int]], d
 
 def step_groups(examples: list[dict], max_tokens: int, count: int) -> list[list[int]]:
     """`count` steps of at most `max_tokens` real tokens, cut from the shared example order."""
-    from steadytune.data.packing import group_by_token_budget
     lengths = [len(e["input_ids"]) for e in examples]
     mean = sum(lengths) / len(lengths)
     order = example_order(len(examples), int(count * max_tokens / mean * 1.2) + len(examples))
@@ -347,10 +354,6 @@ def run_max_len(args, device: torch.device) -> dict:
     fitted and the shortest that did not down to --probe-step. Gradient checkpointing as the policy decides for a
     micro-batch of max(L, budget) tokens; eager layers (a new length would compile again; compiled layers keep
     less for backward, so this is a lower bound)."""
-    from steadytune.hardware.memory import choose_gradient_checkpointing
-    from steadytune.training.loss import causal_lm_loss_sum
-    from steadytune.data.packing import PackedCollator
-    from steadytune.model.shapes import SHAPES
 
     started = time.perf_counter()
     # Eager layers without liger: the default long run compiles its layers instead (and then skips liger), and

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import torch
 
+from steadytune.bench.arms import run_arm as run_here
 from steadytune.bench.workload import dataset_lengths, synthetic_examples
 from steadytune.errors import UserError
+from steadytune.model.shapes import SHAPES
 
 SPEED_ARMS = ("plain", "peer", "steadytune")
 
@@ -85,7 +87,6 @@ def resolve_device(name: str) -> torch.device:
 
 
 def run(args) -> int:
-    from steadytune.model.shapes import SHAPES
     if args.shape not in SHAPES:
         raise UserError(f"bench: unknown --shape {args.shape!r}; known: {', '.join(SHAPES)}")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -145,7 +146,6 @@ def run(args) -> int:
 def run_arm(arm: str, args, device: torch.device) -> dict:
     """One arm, in a process of its own unless --isolate none; a failure becomes {"name", "error"}."""
     if args.isolate == "none":
-        from steadytune.bench.arms import run_arm as run_here
         try:
             return run_here(arm, args, device)
         except Exception as e:  # noqa: BLE001 - one arm failing must not lose the others' results

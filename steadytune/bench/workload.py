@@ -12,6 +12,9 @@ from pathlib import Path
 import torch
 
 from steadytune.errors import UserError
+from steadytune.hardware.policy import peak_bf16_tflops
+from steadytune.model.lora import count_parameters
+from steadytune.model.shapes import build_shape
 
 # The default length distribution ships with the package (lengths.json: the lengths of LLaMA-Factory's alpaca
 # demo sets, estimated as load_lengths does), so `bench` runs anywhere without those files.
@@ -95,7 +98,6 @@ def example_order(n_examples: int, count: int, seed: int = 0) -> list[int]:
 
 def lora_model(shape: str, device: torch.device, attn_implementation: str = "sdpa"):
     from peft import LoraConfig, get_peft_model
-    from steadytune.model.shapes import build_shape
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     base = build_shape(shape, dtype=dtype, device=device, attn_implementation=attn_implementation)
     config = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0, target_modules="all-linear",
@@ -107,7 +109,6 @@ def lora_model(shape: str, device: torch.device, attn_implementation: str = "sdp
 def param_counts(model) -> tuple[int, int]:
     """-> (N, N_lora) of the MFU formula: frozen parameters that take part in a matmul (tied weights count once;
     an input embedding with its own output head is a lookup, not a matmul, and is left out), and trainable ones."""
-    from steadytune.model.lora import count_parameters
     trainable, total = count_parameters(model)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     embedding, head = base.get_input_embeddings(), base.get_output_embeddings()
@@ -125,7 +126,6 @@ def flops_per_token(n_params: int, n_lora: int) -> float:
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    from steadytune.hardware.policy import peak_bf16_tflops
     tflops = peak_bf16_tflops(torch.cuda.get_device_name(device))  # the product table doctor and train use
     return tflops * 1e12 if tflops else None
 

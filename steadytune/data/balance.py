@@ -22,6 +22,12 @@ from steadytune.data.encode import IGNORE_INDEX
 MODES = ("none", "sampler", "loss", "both")
 
 
+def majority_share(counts: Mapping) -> float:
+    """The share of the largest class: the accuracy of always answering it (the baseline any classifier must beat)."""
+    total = sum(counts.values())
+    return max(counts.values()) / total if total else 0.0
+
+
 def uses_sampler(mode: str) -> bool:
     return mode in ("sampler", "both")
 

@@ -24,14 +24,22 @@ from typing import Any, Optional
 
 from steadytune.config import ConfigError, RunConfig
 from steadytune.data.encode import IGNORE_INDEX, encode_oneturn, infer_seqlen
-from steadytune.data.formats import (ASSISTANT, FormatSpec, _column, _text, alpaca_prompt, conversation_turns,
-                                     guess_formatting, message_of, tools_of)
+from steadytune.data.formats import (
+    ASSISTANT,
+    FormatSpec,
+    _column,
+    _text,
+    alpaca_prompt,
+    conversation_turns,
+    guess_formatting,
+    message_of,
+    tools_of,
+)
 from steadytune.data.prepare import ExampleKind, _progress, count_truncation
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource
 from steadytune.data.templates import ASSISTANT_SIDE, USER_SIDE, Template
 from steadytune.errors import DataError
-
 
 # --------------------------------------------------------------------------------------------------------
 # Converting rows

@@ -16,9 +16,17 @@ from tqdm.auto import tqdm
 
 from steadytune.config import ConfigError, RunConfig
 from steadytune.data import split as splitting
-from steadytune.data.encode import (IGNORE_INDEX, classification_fixed_len, encode_classification,
-                                    encode_conversation, encode_label_targets, encode_prediction)
+from steadytune.data.cache import fingerprint, load_prepared, save_prepared
+from steadytune.data.encode import (
+    IGNORE_INDEX,
+    classification_fixed_len,
+    encode_classification,
+    encode_conversation,
+    encode_label_targets,
+    encode_prediction,
+)
 from steadytune.data.formats import CONVERTERS, KTO_ROW, NO_ANSWER_ROW, FormatSpec, guess_formatting
+from steadytune.data.pretrain import end_of_text, pretrain_blocks
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource, resolve_datasets
 from steadytune.data.templates import ASSISTANT_SIDE, Template, get_template, missing_special_tokens
@@ -72,7 +80,6 @@ def prepare_datasets(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = 
     d = cfg.data
     if not d.tokenized_path:
         return _prepare(cfg, tokenizer, kind)
-    from steadytune.data.cache import fingerprint, load_prepared, save_prepared
 
     fp = fingerprint(cfg, tokenizer)
     cached = load_prepared(d.tokenized_path, fp)
@@ -271,7 +278,6 @@ def _progress(total: int, split_name: str):
 def _pretrain_blocks(examples: list[dict], split_name: str, template: Template, cfg: RunConfig, tokenizer: Any,
                      stats: dict) -> list[dict]:
     """stage pt: every row's first message is its text; see data/pretrain.py."""
-    from steadytune.data.pretrain import end_of_text, pretrain_blocks
 
     d = cfg.data
     packing = d.packing is not False

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steadytune.distributed.deepspeed_keys import (DEEPSPEED_VERSION, HINTS, REMOVED, SECTIONS,
-                                                   VALIDATED_BY_DEEPSPEED)
+from steadytune.distributed.deepspeed_keys import DEEPSPEED_VERSION, HINTS, REMOVED, SECTIONS, VALIDATED_BY_DEEPSPEED
 from steadytune.errors import UserError
 
 

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from steadytune.distributed.watchdog import HANG_EXIT_CODE
 from steadytune.errors import UserError
 
 FLIGHT_RECORDER_ENTRIES = "2000"
@@ -84,7 +85,6 @@ def launch(nproc: int, config: str, overrides: list[str], force: bool, output_di
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from steadytune.distributed.watchdog import HANG_EXIT_CODE
 
     gpus = visible_gpus()
     print(f"steadytune: starting {nproc} training process{'es' if nproc > 1 else ''} "

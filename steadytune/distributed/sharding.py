@@ -25,11 +25,26 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from steadytune.distributed.deepspeed_config import (DeepSpeedFile, fill_from_model, fill_from_run, leftover_auto,
-                                                     read_deepspeed_file)
+from steadytune.distributed.deepspeed_config import (
+    DeepSpeedFile,
+    fill_from_model,
+    fill_from_run,
+    leftover_auto,
+    read_deepspeed_file,
+)
 from steadytune.distributed.fsdp_config import FsdpSettings, make_plugin, read_fsdp_keys
-from steadytune.model.anatomy import layer_classes
+from steadytune.distributed.state import (
+    GatheredModel,
+    GatheredOptimizer,
+    deepspeed_gather,
+    deepspeed_scatter,
+    fsdp_gather,
+    fsdp_scatter,
+)
 from steadytune.errors import UserError
+from steadytune.hardware.backend import detect_backend
+from steadytune.model.anatomy import layer_classes
+from steadytune.training.checkpoint import refuse_non_finite
 
 
 @dataclass
@@ -159,7 +174,6 @@ def process_state(cfg):
     group on the CPU only when asked to)."""
     from accelerate import PartialState
 
-    from steadytune.hardware.backend import detect_backend
     ensure_process_group_env(cfg)
     # The process group is made here, so here it gets ddp_timeout (NCCL/RCCL's own limit for one collective).
     return PartialState(cpu=detect_backend() == "cpu", timeout=timedelta(seconds=cfg.train.ddp_timeout))
@@ -344,7 +358,6 @@ def gather_for_save(plan: ShardingPlan, accelerator, objective, model, optimizer
     rank calls it."""
     if not plan.sharded:
         return model, optimizer
-    from steadytune.distributed.state import GatheredModel, GatheredOptimizer, deepspeed_gather, fsdp_gather
 
     main = accelerator.is_main_process
     if plan.kind == "deepspeed":
@@ -359,8 +372,6 @@ def restore_sharded(plan: ShardingPlan, objective, optimizer, checkpoint, optimi
     sharded model; every rank reads the files."""
     from safetensors.torch import load_file
 
-    from steadytune.training.checkpoint import refuse_non_finite
-    from steadytune.distributed.state import deepspeed_scatter, fsdp_scatter
 
     adapter = checkpoint / "adapter_model.safetensors"
     files = [adapter] if adapter.is_file() else sorted(checkpoint.glob("model*.safetensors"))

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from steadytune.model.anatomy import tied_aliases
 from steadytune.training.optimizer_state import by_name, trainable_names
 
 OBJECTIVE_PREFIX = "model."   # the recipe's TrainingObjective holds the model as `.model`
@@ -206,7 +207,6 @@ class GatheredModel:
         # A tied weight (Qwen's and Gemma's output head is the input embedding) is one parameter under two names;
         # only its first name was gathered. Its other name must not bring the rank's empty ZeRO-3 shard along: it is
         # left out, as transformers' own save leaves it out, and the tie is restored on load.
-        from steadytune.model.anatomy import tied_aliases
 
         aliases = tied_aliases(self.model)
         full = {k: v for k, v in self.model.state_dict().items()

@@ -8,12 +8,19 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from steadytune.doctor.findings import Finding
+from steadytune.hardware.gpu_facts import (
+    OFFICIAL_WHEEL_ARCHS,
+    arch_info,
+    current_stable_wheel,
+    first_stable_wheel,
+    install_lines,
+    normalise_gfx,
+)
 
 AOTRITON_SWITCH = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 
 
 def _install_text(arch: str) -> str:
-    from steadytune.hardware.gpu_facts import install_lines
     lines = install_lines(arch)
     return "; or ".join(f"{line}   [{where}]" for where, line in lines)
 
@@ -21,8 +28,6 @@ def _install_text(arch: str) -> str:
 def wheel_finding(arch: str, label: str, check: str, compiled: Optional[Iterable[str]] = None) -> Optional[Finding]:
     """Whether a torch wheel has code for `arch`. `compiled` is this torch's get_arch_list() (live mode); without
     it, the pytorch.org wheels of the current release are meant."""
-    from steadytune.hardware.gpu_facts import (OFFICIAL_WHEEL_ARCHS, arch_info, current_stable_wheel,
-                                               first_stable_wheel, install_lines)
     row = arch_info(arch)
     targets = set(compiled) if compiled is not None else set(OFFICIAL_WHEEL_ARCHS)
     if arch in targets:
@@ -49,7 +54,6 @@ def wheel_finding(arch: str, label: str, check: str, compiled: Optional[Iterable
 
 def override_finding(arch: str, label: str, check: str) -> Optional[Finding]:
     """HSA_OVERRIDE_GFX_VERSION for this arch: not needed, a safe stand-in, or a trap."""
-    from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info
     row = arch_info(arch)
     if row is None or row.override.verdict == "none" and arch in OFFICIAL_WHEEL_ARCHS:
         return None
@@ -67,7 +71,6 @@ def override_finding(arch: str, label: str, check: str) -> Optional[Finding]:
 
 def capability_finding(arch: str, label: str, check: str) -> Optional[Finding]:
     """Native bf16/fp8 and the fused attention path of this arch."""
-    from steadytune.hardware.gpu_facts import arch_info
     row = arch_info(arch)
     if row is None:
         return None
@@ -88,7 +91,6 @@ def capability_finding(arch: str, label: str, check: str) -> Optional[Finding]:
 
 def arch_findings(arch: Optional[str], label: str, check: str, compiled: Optional[Iterable[str]] = None) -> list[Finding]:
     """Everything the tables say about one AMD GPU's architecture."""
-    from steadytune.hardware.gpu_facts import normalise_gfx
     if not arch or not arch.startswith("gfx"):
         return []
     arch = normalise_gfx(arch)

@@ -10,6 +10,9 @@ from typing import Any, Mapping, Optional
 
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.probe import Probe
+from steadytune.hardware.archs import arch_supports_bf16
+from steadytune.hardware.backend import device_for
+from steadytune.hardware.policy import choose_attention, choose_packing_attention, flash_attn_status
 
 
 def _sdpa_backends():
@@ -126,7 +129,6 @@ def explain_flash_attn_failure(message: str) -> tuple[str, str]:
 def packing_attention_finding(info) -> Finding:
     """How `train` keeps packed examples apart here: the same policy call train makes (hardware.py), which on a
     GPU runs each variable-length kernel once against SDPA before trusting it."""
-    from steadytune.hardware.policy import choose_packing_attention
     attention, kernel, why = choose_packing_attention(info, "auto")
     name = f"{attention} ({kernel})" if kernel else attention
     return Finding.info("packing", f"packed rows keep examples apart with {name}", why)
@@ -135,9 +137,6 @@ def packing_attention_finding(info) -> Finding:
 def check_attention(probe: Probe) -> list[Finding]:
     """What flash_attn: auto picks, the SDPA backends that run here, and flash-attn's state."""
     import torch
-    from steadytune.hardware.archs import arch_supports_bf16
-    from steadytune.hardware.policy import choose_attention, flash_attn_status
-    from steadytune.hardware.backend import device_for
 
     info, findings = probe.info, []
     impl, why = choose_attention(info, "auto")

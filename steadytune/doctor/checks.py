@@ -20,6 +20,15 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.probe import OPTIONAL_PACKAGES, Probe, package_version, version_tuple
+from steadytune.hardware.archs import bf16_verdict, gfx_family
+from steadytune.hardware.gpu_facts import (
+    OFFICIAL_WHEEL_ARCHS,
+    arch_info,
+    install_lines,
+    normalise_gfx,
+    override_for_arch,
+)
+from steadytune.hardware.policy import choose_precision
 
 if TYPE_CHECKING:
     from steadytune.hardware.backend import GPU
@@ -69,7 +78,6 @@ def check_torch_build(probe: Probe) -> list[Finding]:
 
 def check_devices(probe: Probe) -> list[Finding]:
     """GPUs torch sees (or rocminfo, when torch sees none); row 5: an iGPU enumerated first."""
-    from steadytune.hardware.archs import bf16_verdict
 
     findings = []
     gpus = probe.info.gpus or []
@@ -174,9 +182,6 @@ def _override_target(value: str) -> Optional[str]:
 
 def check_hsa_override(probe: Probe) -> list[Finding]:
     """Rows 3-4: HSA_OVERRIDE_GFX_VERSION must be X.Y.Z, within the card's family, and only where needed."""
-    from steadytune.hardware.gpu_facts import arch_info, install_lines
-    from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, normalise_gfx
-    from steadytune.hardware.archs import gfx_family
 
     findings = []
     overrides = {k: v for k, v in probe.env.items() if k == "HSA_OVERRIDE_GFX_VERSION" or k.startswith("HSA_OVERRIDE_GFX_VERSION_")}
@@ -223,7 +228,6 @@ def check_hsa_override(probe: Probe) -> list[Finding]:
 
 def check_build_env(probe: Probe) -> list[Finding]:
     """PYTORCH_ROCM_ARCH (read only when extensions are compiled) and the ROCm root those builds use."""
-    from steadytune.hardware.gpu_facts import normalise_gfx
 
     findings, env = [], probe.env
     rocm = probe.rocm_version()
@@ -299,8 +303,6 @@ def check_device_files(probe: Probe) -> list[Finding]:
 
 def check_arch_coverage(probe: Probe) -> list[Finding]:
     """Row 3: the wheel must contain code objects for each GPU's target ('invalid device function' otherwise)."""
-    from steadytune.hardware.gpu_facts import install_lines
-    from steadytune.hardware.gpu_facts import normalise_gfx, override_for_arch
 
     if not probe.arch_list or not probe.info.gpus:
         return []
@@ -333,8 +335,6 @@ def check_arch_coverage(probe: Probe) -> list[Finding]:
 
 def check_precision(probe: Probe) -> list[Finding]:
     """Rows 11-13: bf16 by architecture (never is_bf16_supported() on ROCm), fp16 caveats, what train picks."""
-    from steadytune.hardware.archs import bf16_verdict
-    from steadytune.hardware.policy import choose_precision
 
     dtype, reason = choose_precision(probe.info, "auto", False)
     findings = [Finding.info("precision", f"train with bf16: auto uses {dtype}", reason)]

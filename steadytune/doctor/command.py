@@ -8,10 +8,13 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from steadytune.config import load_config
 from steadytune.doctor.findings import findings_as_dicts, format_findings, has_errors
 from steadytune.doctor.live import diagnose_this_machine
-from steadytune.doctor.offline import run_offline_checks
+from steadytune.doctor.offline import machine_info, run_offline_checks
+from steadytune.doctor.plan import train_plan_findings
 from steadytune.errors import UserError
+from steadytune.hardware.archs import bf16_verdict
 
 TOOL_FLAGS = ("rocm-smi", "rocminfo", "amd-smi", "nvidia-smi", "lspci", "dmesg")
 
@@ -75,7 +78,6 @@ def _offline_inputs(args: argparse.Namespace) -> tuple[list[Path], dict[Path, st
 def _config(args: argparse.Namespace):
     if not getattr(args, "config", None):
         return None
-    from steadytune.config import load_config
     return load_config(args.config)
 
 
@@ -85,7 +87,6 @@ def run(args: argparse.Namespace) -> int:
     if paths:
         mode = "offline"
         gpu_records, findings = run_offline_checks(paths, expected, cfg)
-        from steadytune.doctor.offline import machine_info
         usable = {g.index: g.usable_memory_gib for g in (machine_info(gpu_records) or _NoInfo()).gpus}
         gpus = [{**{k: getattr(g, k) for k in ("index", "vendor", "name", "arch", "arch_source", "memory_gib",
                                                 "integrated", "uuid", "bus_id", "hip_id")},
@@ -96,11 +97,9 @@ def run(args: argparse.Namespace) -> int:
         probe, findings = diagnose_this_machine(allreduce=args.allreduce,
                                                 deepspeed_ops=getattr(args, "deepspeed_ops", False))
         if probe is not None:   # None: torch missing or broken (row 9), which findings explain
-            from steadytune.hardware.archs import bf16_verdict
             gpus = [{**asdict(g), "bf16": bf16_verdict(g.arch)[0]} for g in probe.info.gpus]
             title += f" ({probe.info.backend}, torch {probe.torch_version})"
             if cfg is not None:
-                from steadytune.doctor.plan import train_plan_findings
                 findings += train_plan_findings(probe.info, "config", cfg, offline=False)
     exit_code = 1 if has_errors(findings) else 0
     if args.json:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from steadytune.doctor.findings import Finding
-from steadytune.doctor.probe import Probe
+from steadytune.doctor.probe import Probe, peer_access
 
 CAP_SYS_PTRACE = 19
 SHM_ENOUGH = 1 << 30             # 1 GiB: NCCL/RCCL buffers for a few ranks, and room for loader workers
@@ -176,8 +176,7 @@ def _p2p_findings(probe: Probe, gpus: list, renders: list[Path], amd: bool) -> l
     if not probe.run_kernels:
         return []
     import torch
-    from steadytune.doctor.multi_gpu import _peer_access
-    blocked = [(a.index, b.index) for a in gpus for b in gpus if a.index < b.index and not _peer_access(torch, a.index, b.index)]
+    blocked = [(a.index, b.index) for a in gpus for b in gpus if a.index < b.index and not peer_access(torch, a.index, b.index)]
     if blocked:
         return [Finding.warn("container", f"peer-to-peer is not possible between GPUs {blocked} in this container",
                              "collectives fall back to host memory; a container without --ipc=host (and, on ROCm, "

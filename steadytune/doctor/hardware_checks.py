@@ -10,6 +10,7 @@ from steadytune.doctor.memory import apu_memory_findings
 from steadytune.doctor.pci import read_sysfs_gpus, rebar_findings
 from steadytune.doctor.plan import checkpointing_findings
 from steadytune.doctor.probe import Probe
+from steadytune.hardware.unified_memory import card_for, read_cmdline, read_drm_cards, system_memory_gib
 
 
 def check_archs(probe: Probe) -> list[Finding]:
@@ -37,7 +38,6 @@ def check_train_plan(probe: Probe) -> list[Finding]:
 
 def check_unified_memory(probe: Probe) -> list[Finding]:
     """An APU's usable memory (GTT) from sysfs and the kernel command line, and how to raise it."""
-    from steadytune.hardware.unified_memory import card_for, read_cmdline, read_drm_cards, system_memory_gib
     apus = [g for g in probe.info.gpus if g.integrated and g.arch.startswith("gfx")]
     if not apus:
         return []

@@ -8,16 +8,25 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from steadytune.doctor.attention import check_attention
-from steadytune.doctor.checks import (check_allocator, check_arch_coverage, check_build_env, check_device_files,
-                                      check_devices, check_hsa_override, check_optional_libs, check_precision,
-                                      check_torch_build, check_visibility, check_wsl)
-from steadytune.doctor.findings import Finding
+from steadytune.doctor.checks import (
+    check_allocator,
+    check_arch_coverage,
+    check_build_env,
+    check_device_files,
+    check_devices,
+    check_hsa_override,
+    check_optional_libs,
+    check_precision,
+    check_torch_build,
+    check_visibility,
+    check_wsl,
+)
 from steadytune.doctor.container import check_container
 from steadytune.doctor.deepspeed_ops import build_and_load_ops, check_deepspeed
-from steadytune.doctor.hardware_checks import check_archs, check_rebar, check_unified_memory, check_train_plan
+from steadytune.doctor.findings import Finding
+from steadytune.doctor.hardware_checks import check_archs, check_rebar, check_train_plan, check_unified_memory
 from steadytune.doctor.multi_gpu import check_allreduce, check_multi_gpu
-from steadytune.doctor.probe import Probe, collect_probe
-
+from steadytune.doctor.probe import Probe, collect_probe, package_version
 
 LIVE_CHECKS: tuple[Callable[[Probe], list[Finding]], ...] = (
     check_torch_build, check_devices, check_visibility, check_hsa_override, check_build_env, check_device_files,
@@ -68,7 +77,6 @@ def run_checks(probe: Probe, allreduce: bool = False, deepspeed_ops: bool = Fals
                                          f"this check failed to run: {type(e).__name__}: {e}"))
     gpus = [g for g in probe.info.gpus if not g.integrated]
     if deepspeed_ops:
-        from steadytune.doctor.probe import package_version
         findings += (build_and_load_ops(probe) if package_version("deepspeed") else
                      [Finding.info("deepspeed", "--deepspeed-ops: deepspeed is not installed; skipped")])
     if allreduce:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from steadytune.doctor.findings import Finding
+from steadytune.hardware.unified_memory import gtt_kernel_arguments, kernel_memory_params, suggested_gtt_gib
 
 _READY = re.compile(r"(?:amdgpu ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d): .*?)?(\d+)M of (VRAM|GTT) memory ready")
 _CMDLINE = re.compile(r"(?:Kernel command line|Command line): (.*)$", re.MULTILINE)
@@ -44,7 +45,6 @@ def apu_memory_findings(label: str, check: str, torch_gib: Optional[float] = Non
                         gtt_gib: Optional[float] = None, cmdline: Optional[str] = None,
                         ram_gib: Optional[float] = None) -> list[Finding]:
     """Findings about one APU's memory: what train will plan with, and how to give the GPU more."""
-    from steadytune.hardware.unified_memory import gtt_kernel_arguments, kernel_memory_params, suggested_gtt_gib
 
     findings = []
     figures = {"GTT": gtt_gib, "carve-out": vram_gib, "torch": torch_gib}

@@ -13,10 +13,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional
 
+from steadytune.doctor.container import detect_container
 from steadytune.doctor.findings import Finding
-from steadytune.doctor.probe import Probe
+from steadytune.doctor.probe import Probe, peer_access
 
 
 def check_multi_gpu(probe: Probe) -> list[Finding]:
@@ -42,7 +43,6 @@ def check_multi_gpu(probe: Probe) -> list[Finding]:
                                  "DDP by default; `deepspeed: FILE.json` or `fsdp: full_shard` shard a model that does "
                                  "not fit on one GPU; a stalled step stops within hang_timeout with every rank's stack",
                                  "steadytune doctor --allreduce runs one all-reduce across them first"))
-    from steadytune.doctor.container import detect_container
     in_container = detect_container(probe.root, probe.proc_root, probe.env)[0] is not None   # container.py reports P2P there
     if probe.flavour == "rocm":
         try:
@@ -56,7 +56,7 @@ def check_multi_gpu(probe: Probe) -> list[Finding]:
                                          "add iommu=pt (and amd_iommu=on) to the kernel command line; meanwhile NCCL_P2P_DISABLE=1"))
     if probe.run_kernels and not in_container:
         blocked = [(a.index, b.index) for a in gpus for b in gpus
-                   if a.index < b.index and not _peer_access(torch, a.index, b.index)]
+                   if a.index < b.index and not peer_access(torch, a.index, b.index)]
         if blocked:
             findings.append(Finding.warn("multi-gpu", f"no peer-to-peer access between GPUs {blocked}",
                                          "collectives go through host memory (slower), and broken P2P is the usual cause of hangs",
@@ -78,13 +78,6 @@ def _ifname_matches(spec: str, interfaces: list[str]) -> bool:
     names = [n for n in spec.lstrip("=").split(",") if n]
     hit = [i for i in interfaces if any(i == n if exact else i.startswith(n) for n in names)]
     return bool(set(interfaces) - set(hit)) if exclude else bool(hit)
-
-
-def _peer_access(torch: Any, a: int, b: int) -> bool:
-    try:
-        return bool(torch.cuda.can_device_access_peer(a, b))
-    except Exception:
-        return False
 
 
 # Run as a separate script, not in this process: a collective hang must be killable by the time limit.

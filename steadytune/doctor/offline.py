@@ -16,6 +16,11 @@ from steadytune.doctor.checks import discrete_behind_igpu
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.memory import KernelLog, apu_memory_findings, looks_like_dmesg, parse_kernel_log
 from steadytune.doctor.pci import PciGpu, looks_like_lspci, parse_dmesg_bars, parse_lspci, rebar_findings
+from steadytune.doctor.plan import train_plan_findings
+from steadytune.hardware.archs import bf16_verdict
+from steadytune.hardware.backend import GPU, HardwareInfo
+from steadytune.hardware.gpu_facts import ARCH_COMMANDS
+from steadytune.hardware.smi_parsers import ParseResult, merge_results, parse_sample, split_samples
 
 if TYPE_CHECKING:
     from steadytune.config import RunConfig
@@ -37,7 +42,6 @@ class SavedOutputs:
 def _read_machine_sample(text: str, source: str, saved: SavedOutputs) -> Optional["ParseResult"]:
     """lspci and dmesg outputs (not GPU tools): their facts go into `saved`; -> a ParseResult to report, or None
     when the sample is neither."""
-    from steadytune.hardware.smi_parsers import ParseResult
     if looks_like_lspci(text):
         gpus = parse_lspci(text)
         saved.pci += gpus
@@ -56,7 +60,6 @@ def _read_machine_sample(text: str, source: str, saved: SavedOutputs) -> Optiona
 
 def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Path, str]] = None) -> SavedOutputs:
     """Every output in every file (a pasted session holds several); unreadable files become problems."""
-    from steadytune.hardware.smi_parsers import ParseResult, parse_sample, split_samples
 
     saved = SavedOutputs()
     for path in paths:
@@ -90,7 +93,6 @@ def _gtt_for(gpu: "GpuRecord", kernel: KernelLog) -> Optional[float]:
 
 def machine_info(gpus: list["GpuRecord"], saved: Optional[SavedOutputs] = None) -> Optional["HardwareInfo"]:
     """The saved machine as train would see it (an APU's usable memory from its GTT where dmesg gives it)."""
-    from steadytune.hardware.backend import GPU, HardwareInfo
     usable = [g for g in gpus if g.arch]
     if not usable:
         return None
@@ -106,7 +108,6 @@ def machine_info(gpus: list["GpuRecord"], saved: Optional[SavedOutputs] = None) 
 
 
 def _describe(g: "GpuRecord") -> Finding:
-    from steadytune.hardware.archs import bf16_verdict
     native = bf16_verdict(g.arch)[0]
     memory = f"{g.memory_gib:g} GiB" if g.memory_gib is not None else "memory ?"
     verdict = "bf16 native" if native else "bf16 unknown" if native is None else "no native bf16"
@@ -121,8 +122,6 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
                   cfg: Optional["RunConfig"] = None) -> list[Finding]:
     """Findings about the GPUs of the saved machine: what each is and gets (arch table), rows 5, 11 and 13, an
     APU's memory, Resizable BAR, and what train would choose there."""
-    from steadytune.hardware.gpu_facts import ARCH_COMMANDS
-    from steadytune.hardware.archs import bf16_verdict
 
     saved = saved or SavedOutputs()
     findings = []
@@ -163,14 +162,12 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
         findings += rebar_findings(saved.pci, "pci")
     info = machine_info(gpus, saved)
     if info is not None:
-        from steadytune.doctor.plan import train_plan_findings
         findings += train_plan_findings(info, "on-that-machine", cfg, offline=True)
     return findings
 
 
 def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, str]] = None,
                        cfg: Optional["RunConfig"] = None) -> tuple[list["GpuRecord"], list[Finding]]:
-    from steadytune.hardware.smi_parsers import merge_results
 
     saved = read_saved_outputs(paths, expected_tool)
     findings: list[Finding] = []

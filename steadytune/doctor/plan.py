@@ -14,7 +14,10 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Optional
 
+from steadytune.config import RunConfig
 from steadytune.doctor.findings import Finding
+from steadytune.hardware.memory import choose_gradient_checkpointing, max_tokens_without_checkpointing
+from steadytune.hardware.policy import choose_attention, choose_packing_attention, choose_precision
 
 if TYPE_CHECKING:
     from steadytune.config import RunConfig
@@ -26,12 +29,10 @@ NOT_RUN_HERE = "not run: these are saved outputs; train runs each varlen kernel 
 
 
 def _default_config() -> "RunConfig":
-    from steadytune.config import RunConfig
     return RunConfig()
 
 
 def precision_and_attention(info: "HardwareInfo", cfg: "RunConfig", check: str) -> list[Finding]:
-    from steadytune.hardware.policy import choose_attention, choose_precision
     t = cfg.train
     dtype, why = choose_precision(info, t.bf16, t.fp16)
     findings = [Finding.info(check, f"train would use {dtype} (bf16: {t.bf16}, fp16: {t.fp16})", why)]
@@ -45,8 +46,7 @@ def precision_and_attention(info: "HardwareInfo", cfg: "RunConfig", check: str) 
 
 
 def packing_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline: bool) -> list[Finding]:
-    from steadytune.hardware.policy import choose_packing_attention
-    from steadytune.model.attention import decide_packing
+    from steadytune.model.attention import decide_packing  # lazy: imports torch; this module loads without it
     cfg = copy.deepcopy(cfg)
     packs = decide_packing(cfg, class_weighted_loss=False, info=info)
     findings = [Finding.info(check, f"train would {'pack' if packs else 'not pack'} micro-batches",
@@ -65,7 +65,8 @@ def packing_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline
 
 def _shape_config(name: str):
     from transformers import AutoConfig
-    from steadytune.model.shapes import SHAPES
+
+    from steadytune.model.shapes import SHAPES  # lazy: imports torch; this module loads without it
     spec = dict(SHAPES[name])
     return AutoConfig.for_model(spec.pop("model_type"), **spec)
 
@@ -75,7 +76,8 @@ def model_config_for(cfg: "RunConfig"):
     config.json, or a known shape whose name appears in the model name (Qwen/Qwen2.5-1.5B-Instruct ->
     qwen2.5-1.5b). None when neither applies (a hub id not downloaded here)."""
     from pathlib import Path
-    from steadytune.model.shapes import SHAPES
+
+    from steadytune.model.shapes import SHAPES  # lazy: imports torch; this module loads without it
     name = cfg.model.model_name_or_path or ""
     if name and (Path(name) / "config.json").is_file():
         from transformers import AutoConfig
@@ -88,7 +90,6 @@ def model_config_for(cfg: "RunConfig"):
 
 
 def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], check: str) -> list[Finding]:
-    from steadytune.hardware.memory import choose_gradient_checkpointing, max_tokens_without_checkpointing
     gpu = info.primary
     if gpu is None:
         return []

@@ -14,7 +14,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from steadytune.hardware.backend import detect
+from steadytune.hardware.smi_parsers import ParseResult, parse_rocminfo
 
 if TYPE_CHECKING:
     from steadytune.hardware.backend import HardwareInfo
@@ -90,8 +93,6 @@ def collect_probe(env: Optional[Mapping[str, str]] = None, dev_root: Path | str 
                   sys_root: Path | str = "/sys", proc_root: Path | str = "/proc",
                   run_kernels: bool = True, run_tools: bool = True, root: Path | str = "/") -> Probe:
     import torch
-    from steadytune.hardware.backend import detect
-    from steadytune.hardware.smi_parsers import ParseResult, parse_rocminfo
 
     env = dict(os.environ if env is None else env)
     dev_root, sys_root, proc_root = Path(dev_root), Path(sys_root), Path(proc_root)
@@ -145,3 +146,11 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 OPTIONAL_PACKAGES = {"bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "liger-kernel": "liger_kernel",
                      "triton": "triton", "flash-attn": "flash_attn"}
+
+
+def peer_access(torch: Any, a: int, b: int) -> bool:
+    """Whether GPU `a` can reach GPU `b` directly (P2P); False where torch cannot tell."""
+    try:
+        return bool(torch.cuda.can_device_access_peer(a, b))
+    except Exception:
+        return False

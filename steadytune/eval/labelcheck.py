@@ -15,6 +15,8 @@ from typing import Any, Iterable, Sequence
 import torch
 import yaml
 
+from steadytune.data.formats import FormatSpec
+from steadytune.data.registry import resolve_datasets
 from steadytune.errors import UserError
 from steadytune.eval.scoring import evaluate_classification, label_set_error
 
@@ -119,8 +121,6 @@ def check_known_samples(model: torch.nn.Module, tokenizer: Any, train_examples: 
 def check_raw_labels(cfg) -> None:
     """Compare the raw labels of the test data with label_names before anything is tokenised, so a mismatch
     is reported with both sets in full (not one row at a time)."""
-    from steadytune.data.formats import FormatSpec
-    from steadytune.data.registry import resolve_datasets
 
     names = cfg.data.eval_dataset or cfg.data.dataset
     if not names:

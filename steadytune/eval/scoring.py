@@ -18,9 +18,10 @@ from typing import Any, Iterable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from steadytune.data.encode import encode_classification_prompt, encode_label_targets
 from steadytune.errors import UserError
-from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
 from steadytune.eval.metrics import classification_report
+from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
 
 
 def _precision_context(model: torch.nn.Module) -> contextlib.AbstractContextManager:
@@ -226,7 +227,6 @@ def build_prompts(tokenizer: Any, examples: Sequence[dict | str], template: Any,
         text = example if isinstance(example, str) else example["text"]
         if prompt_template is None or template is None:
             raise ValueError("raw texts need a template and a prompt_template")
-        from steadytune.data.encode import encode_classification_prompt
         prompts.append(encode_classification_prompt(template, tokenizer, prompt_template, text, max_prompt_len))
     return prompts
 
@@ -251,7 +251,6 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
         raise ValueError(f"mode must be score or generate, got {mode!r}")
     label_names = list(label_names)
     if label_targets is None:
-        from steadytune.data.encode import encode_label_targets
         label_targets = encode_label_targets(template, tokenizer, label_names)
     if max_prompt_len is None:
         max_prompt_len = (cutoff_len or 2048) - max(map(len, label_targets))

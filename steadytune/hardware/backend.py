@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from steadytune.hardware.gpu_facts import arch_info, lookup_product, normalise_gfx
+from steadytune.hardware.unified_memory import card_for, read_drm_cards, usable_gib
 
 if TYPE_CHECKING:
     import torch
@@ -87,7 +88,6 @@ def detect(sys_root: str | Path = "/sys") -> HardwareInfo:
             info.gpus.append(GPU(index=i, name=props.name, arch=arch, bus_id=_bus_id(props),
                                  memory_gib=round(props.total_memory / 2**30, 1), integrated=integrated))
         if backend == "rocm" and any(g.integrated for g in info.gpus):
-            from steadytune.hardware.unified_memory import card_for, read_drm_cards, usable_gib
             cards = read_drm_cards(sys_root)
             for gpu in info.gpus:
                 if gpu.integrated:

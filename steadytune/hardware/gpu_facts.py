@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-
 # --- sources cited by several rows ------------------------------------------------------------------------
 GPU_SPECS = "ROCm 'AMD GPU specifications' table (rocm.docs.amd.com/en/latest/reference/gpu-specs.html)"
 LLVM_TABLE = "LLVM AMDGPUUsage processor table (llvm.org/docs/AMDGPUUsage.html; RDNA3/4 names: llvm-project PRs #170469, #155577)"

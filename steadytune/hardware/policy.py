@@ -99,7 +99,9 @@ def choose_packing_attention(info: HardwareInfo, requested: str = "auto",
     and matched SDPA here; otherwise, and on CPU, SDPA with the block-diagonal mask.
     """
     if kernel_status is None:   # doctor --from passes its own: the saved machine's kernels cannot be run here
-        from steadytune.hardware.attention_kernels import varlen_kernel_status as kernel_status
+        from steadytune.hardware.attention_kernels import (
+            varlen_kernel_status as kernel_status,  # lazy: imports torch; this module loads without it
+        )
     if requested in ("sdpa", "flex"):
         return requested, None, f"{requested} was asked for"
     if info.backend in ("cuda", "rocm"):
@@ -116,6 +118,5 @@ def choose_packing_attention(info: HardwareInfo, requested: str = "auto",
 
 def fallback_precision(info) -> str:
     """Where fp16 keeps overflowing: bf16 if the GPU architecture has native bf16, else fp32."""
-    from steadytune.hardware.archs import arch_supports_bf16
     gpu = info.primary
     return "bf16" if gpu is not None and arch_supports_bf16(gpu.arch) else "fp32"

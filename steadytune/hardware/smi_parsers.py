@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from steadytune.hardware.gpu_facts import AMD_DEVICE_IDS, GENERIC_AMD_NAMES, lookup_product, normalise_gfx
 from steadytune.hardware.archs import bf16_verdict, decode_rocm_smi_gfx, is_gfx_target
+from steadytune.hardware.gpu_facts import AMD_DEVICE_IDS, GENERIC_AMD_NAMES, lookup_product, normalise_gfx
 
 
 @dataclass

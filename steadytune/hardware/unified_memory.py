@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-
 PAGE = 4096
 GIB = 2**30
 AMD_VENDOR = 0x1002

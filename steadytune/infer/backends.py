@@ -37,8 +37,8 @@ class VllmGenerator:
         from vllm import LLM
         from vllm.lora.request import LoRARequest
 
-        from steadytune.infer.loading import LORA
-        from steadytune.model.load import resolve_model_path
+        from steadytune.infer.loading import LORA  # lazy: imports torch; this module loads without it
+        from steadytune.model.load import resolve_model_path  # lazy: imports torch; this module loads without it
 
         cfg = run.cfg
         self.lora = None

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from steadytune import __version__
 from steadytune.config import read_yaml
 
 BASE_RECORD = "base_model.json"
@@ -31,7 +32,11 @@ def _read_json(path: Path) -> dict:
 
 def describe_base(name: str, resolved: str | None = None) -> dict[str, Any]:
     """How another machine gets the base model `name` (model_name_or_path as the user wrote it)."""
-    from steadytune.model.load import BUILTIN_ALIASES, GEMMA3_270M_PIP, SOURCE_FILE
+    from steadytune.model.load import (  # lazy: imports torch; this module loads without it
+        BUILTIN_ALIASES,
+        GEMMA3_270M_PIP,
+        SOURCE_FILE,
+    )
 
     record: dict[str, Any] = {"name": name}
     source = _read_json(Path(resolved) / SOURCE_FILE) if resolved else {}
@@ -139,7 +144,6 @@ def _metric_lines(folder: Path) -> list[str]:
 
 def model_card(folder: Path, merged: bool = False, source: str | None = None) -> str:
     """README.md for a run folder (adapter or full fine-tune) or, `merged`, for an exported merged model."""
-    from steadytune import __version__
 
     run = read_yaml(folder / "run_config.yaml") if (folder / "run_config.yaml").is_file() else {}
     adapter = _read_json(folder / "adapter_config.json")

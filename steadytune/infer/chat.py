@@ -12,6 +12,7 @@ import sys
 from typing import IO, Iterator
 
 from steadytune.errors import UserError
+from steadytune.infer.backends import HUGGINGFACE, check_backend
 
 COMMANDS = {"/reset": "forget the conversation so far", "/exit": "leave (also /quit, or end of input)",
             "/help": "this list"}
@@ -33,8 +34,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from steadytune.infer.backends import HUGGINGFACE, check_backend
-    from steadytune.infer.loading import open_run
+    from steadytune.infer.loading import open_run  # lazy: imports torch; this module loads without it
 
     run_ = open_run(args.source, args.overrides)
     cfg = run_.cfg
@@ -72,8 +72,12 @@ class ChatSession:
     """One conversation with a loaded run: history, template, sampling and stop tokens."""
 
     def __init__(self, run_, model, tokenizer):
-        from steadytune.infer.classify import LabelScorer
-        from steadytune.infer.generate import run_template, sampling_of, stop_token_ids
+        from steadytune.infer.classify import LabelScorer  # lazy: imports torch; this module loads without it
+        from steadytune.infer.generate import (  # lazy: imports torch; this module loads without it
+            run_template,
+            sampling_of,
+            stop_token_ids,
+        )
 
         self.run, self.model, self.tokenizer = run_, model, tokenizer
         cfg = run_.cfg
@@ -93,7 +97,7 @@ class ChatSession:
     def load(cls, run_, quiet: bool = False) -> "ChatSession":
         import torch
 
-        from steadytune.infer.loading import load_run
+        from steadytune.infer.loading import load_run  # lazy: imports torch; this module loads without it
 
         torch.manual_seed(run_.cfg.train.seed)  # sampling is repeatable for the same inputs and seed
         model, tokenizer = load_run(run_, quiet=quiet)
@@ -117,7 +121,7 @@ class ChatSession:
 
     def prompt_ids(self, user_text: str) -> list[int]:
         """The prompt for the next answer; the oldest turns are dropped when the context would overflow."""
-        from steadytune.infer.generate import conversation_ids
+        from steadytune.infer.generate import conversation_ids  # lazy: imports torch; this module loads without it
 
         messages = self.history + [{"role": "user", "content": user_text}]
         while True:
@@ -129,7 +133,7 @@ class ChatSession:
 
     def answer(self, user_text: str) -> Iterator[str]:
         """Stream the answer to `user_text` and add the exchange to the history."""
-        from steadytune.infer.generate import stream_answer
+        from steadytune.infer.generate import stream_answer  # lazy: imports torch; this module loads without it
 
         ids = self.prompt_ids(user_text)
         parts = []

@@ -18,13 +18,35 @@ from pathlib import Path
 import torch
 
 from steadytune.errors import UserError
+from steadytune.hardware.backend import detect, device_for
+from steadytune.hardware.policy import choose_precision
+from steadytune.infer.card import BASE_RECORD, describe_base, model_card, write_base_record
+from steadytune.infer.generate import (
+    chat_template_of,
+    conversation_ids,
+    conversation_prompt,
+    run_template,
+    stop_token_ids,
+)
+from steadytune.infer.gguf_file import GGUF_TYPES, verify_gguf, write_gguf
+from steadytune.infer.loading import BASE, load_run, open_run
+from steadytune.infer.merge import (
+    check_export_dir,
+    choose_export_dtype,
+    copy_run_records,
+    merge_adapter,
+    save_merged,
+    saved_dtype,
+)
+from steadytune.model.archive import archive_members, archives_cache, is_archive, write_archive
+from steadytune.model.load import _hub_reachable, resolve_model_path
+from steadytune.training.run_folder import record_outputs
 
 EXPORT_KEYS = "export_dir, export_size, export_device, export_legacy_format, export_hub_model_id, export_format, " \
               "export_gguf_type, infer_dtype"
 
 
 def add_arguments(parser) -> None:
-    from steadytune.infer.gguf_file import GGUF_TYPES
 
     parser.add_argument("source", help="the run: its config YAML (or a LLaMA-Factory merge_lora YAML), its output "
                                        "folder, or an adapter archive (.tar.gz)")
@@ -47,7 +69,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from steadytune.infer.loading import open_run
 
     run_ = open_run(args.source, args.overrides)
     settings = run_.cfg.infer
@@ -83,9 +104,6 @@ def run(args) -> int:
 # ---------------------------------------------------------------------------------------------------------
 
 def archive_run(run_, target: Path | None, force: bool) -> Path:
-    from steadytune.model.archive import archive_members, archives_cache, is_archive, write_archive
-    from steadytune.infer.card import model_card, write_base_record
-    from steadytune.infer.loading import BASE
 
     if run_.kind == BASE:
         raise UserError(f"{run_.origin}: names no trained adapter or model to archive (set adapter_name_or_path or "
@@ -112,14 +130,6 @@ def archive_run(run_, target: Path | None, force: bool) -> Path:
 # ---------------------------------------------------------------------------------------------------------
 
 def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True) -> dict:
-    from steadytune.hardware.policy import choose_precision
-    from steadytune.hardware.backend import detect, device_for
-    from steadytune.infer.card import BASE_RECORD, describe_base, model_card
-    from steadytune.infer.generate import run_template, stop_token_ids
-    from steadytune.infer.loading import load_run
-    from steadytune.infer.merge import (check_export_dir, choose_export_dtype, copy_run_records, merge_adapter,
-                                        save_merged, saved_dtype)
-    from steadytune.model.load import resolve_model_path
 
     cfg, settings = run_.cfg, run_.cfg.infer
     check_export_dir(out_dir, force)
@@ -150,7 +160,6 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
                                                       indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out_dir / "README.md").write_text(model_card(out_dir, merged=True, source=str(out_dir)), encoding="utf-8")
     # Listed as steadytune's own, so `eval` may write its results here and a later export --force may replace them.
-    from steadytune.training.run_folder import record_outputs
     record_outputs(out_dir, [p.name for p in out_dir.iterdir() if p.is_file()])
     report["save_seconds"] = time.perf_counter() - saving
     weights = sorted(out_dir.glob("model*.safetensors"))
@@ -184,8 +193,6 @@ VERIFY_TEXTS = ("The quick brown fox jumps over the lazy dog.", "这个商品很
 
 
 def export_gguf(merged, tokenizer, template, out_dir: Path, kind: str, verify: bool, name: str) -> dict:
-    from steadytune.infer.generate import chat_template_of, conversation_ids, conversation_prompt, stop_token_ids
-    from steadytune.infer.gguf_file import verify_gguf, write_gguf
 
     path = out_dir / f"{name}-{kind}.gguf"
     started = time.perf_counter()
@@ -218,7 +225,6 @@ def check_hub_upload(repo_id: str) -> None:
     """Fail before any work when an upload cannot happen: no token, or no route to the hub."""
     from huggingface_hub import constants, get_token
 
-    from steadytune.model.load import _hub_reachable
 
     if not get_token():
         raise UserError(f"export_hub_model_id: {repo_id}: no hub upload here: no Hugging Face token on this machine "

@@ -14,13 +14,13 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from steadytune.data.prepare import template_for
 from steadytune.data.templates import BOS, CONTENT, EOS, Template, encode_parts
 
 
 def run_template(cfg, tokenizer) -> Template:
     """The template the run trained with: `template:` of its config with the data keys that adjust it
     (tool_format, default_system, enable_thinking), built exactly as training built it."""
-    from steadytune.data.prepare import template_for
 
     return template_for(cfg, tokenizer)
 

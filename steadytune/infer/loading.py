@@ -21,7 +21,12 @@ import torch
 
 from steadytune.config import RunConfig, load_config, read_yaml
 from steadytune.errors import UserError
+from steadytune.hardware.backend import detect, device_for
+from steadytune.hardware.policy import choose_attention, choose_precision
+from steadytune.model.anatomy import CAUSAL_LM
 from steadytune.model.archive import is_archive, unpacked
+from steadytune.model.load import load_model_and_tokenizer
+from steadytune.model.lora import load_trained_adapter
 
 LORA, MODEL, BASE = "lora", "model", "base"  # adapter on its base | the folder is the model | the base alone
 RUN_CONFIG = "run_config.yaml"
@@ -133,7 +138,6 @@ def trained_folder(cfg: RunConfig) -> tuple[Path, str]:
 
 def inference_dtype(cfg: RunConfig, info: Any) -> tuple[torch.dtype, str]:
     """infer_dtype, or under `auto` the precision `train` would pick on this hardware."""
-    from steadytune.hardware.policy import choose_precision
     if cfg.infer.infer_dtype != "auto":
         return DTYPES[cfg.infer.infer_dtype], f"infer_dtype: {cfg.infer.infer_dtype}"
     precision, why = choose_precision(info, cfg.train.bf16, cfg.train.fp16)
@@ -141,13 +145,10 @@ def inference_dtype(cfg: RunConfig, info: Any) -> tuple[torch.dtype, str]:
 
 
 def load_for_inference(cfg: RunConfig, device: torch.device | None = None, dtype: torch.dtype | None = None,
-                       task: str = "causal_lm") -> tuple[torch.nn.Module, Any, torch.device, str]:
+                       task: str = CAUSAL_LM) -> tuple[torch.nn.Module, Any, torch.device, str]:
     """(model, tokenizer, device, description) of `model_name_or_path` for scoring or generation, in eval mode, on
     the device, dtype and attention the hardware policy picks for this config (the choices `train` makes) unless
     `device` / `dtype` are given. task: model.CAUSAL_LM, or model.SEQUENCE_SCORE for a reward model."""
-    from steadytune.hardware.policy import choose_attention
-    from steadytune.hardware.backend import detect, device_for
-    from steadytune.model.load import load_model_and_tokenizer
 
     info = detect()
     if dtype is None:
@@ -163,14 +164,15 @@ def load_for_inference(cfg: RunConfig, device: torch.device | None = None, dtype
 
 
 def load_trained(cfg: RunConfig, folder: Path | None, kind: str, device: torch.device | None = None,
-                 dtype: torch.dtype | None = None, quiet: bool = False) -> tuple[torch.nn.Module, Any]:
+                 dtype: torch.dtype | None = None, quiet: bool = False,
+                 task: str = CAUSAL_LM) -> tuple[torch.nn.Module, Any]:
     """(model, tokenizer) of a trained run's `folder` (LORA: the adapter on the base model; MODEL: the folder is the
-    model; BASE: model_name_or_path alone) on the device and dtype the hardware policy picks."""
-    from steadytune.model.lora import load_trained_adapter
+    model; BASE: model_name_or_path alone) on the device and dtype the hardware policy picks. task: CAUSAL_LM, or
+    SEQUENCE_SCORE for a reward model (stage rm)."""
 
     if kind == MODEL:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, model_name_or_path=str(folder)))
-    model, tokenizer, _, description = load_for_inference(cfg, device, dtype)
+    model, tokenizer, _, description = load_for_inference(cfg, device, dtype, task=task)
     if not quiet:
         print(description)
     if kind == LORA:

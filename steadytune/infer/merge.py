@@ -21,6 +21,7 @@ import torch
 
 from steadytune.errors import UserError
 from steadytune.infer.generate import chat_template_of, stop_token_ids
+from steadytune.infer.loading import DTYPES
 
 WEIGHT_PATTERNS = ("model*.safetensors", "model.safetensors.index.json")
 
@@ -52,7 +53,6 @@ def saved_dtype(folder: Path) -> torch.dtype | None:
 def choose_export_dtype(infer_dtype: str, stored: torch.dtype | None, hardware_precision: str) -> tuple[torch.dtype, str]:
     """LLaMA-Factory's rule: `infer_dtype` when set; under auto the model's own dtype, except that an fp32 model
     is saved in bf16 where this machine computes in bf16."""
-    from steadytune.infer.loading import DTYPES
 
     if infer_dtype != "auto":
         return DTYPES[infer_dtype], f"infer_dtype: {infer_dtype}"

@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from steadytune.data.readers import read_rows
 from steadytune.errors import DataError, UserError
+from steadytune.infer.backends import HUGGINGFACE, VLLM, VllmGenerator, check_backend
 
 OUTPUT_SUFFIXES = (".jsonl", ".json", ".csv")
 PROMPT_COLUMNS = ("messages", "conversations", "instruction", "prompt", "text", "query", "question")
@@ -45,7 +47,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from steadytune.infer.loading import open_run
+    from steadytune.infer.loading import open_run  # lazy: imports torch; this module loads without it
 
     output = Path(args.output)
     if output.suffix.lower() not in OUTPUT_SUFFIXES:
@@ -64,7 +66,6 @@ def run(args) -> int:
         cfg.infer.do_sample = True
     if args.seed is not None:
         cfg.train.seed = args.seed
-    from steadytune.data.readers import read_rows
 
     rows = read_rows(args.input)
     result = predict_rows(run_, rows, args.text_column, args.batch_size)
@@ -89,9 +90,12 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     """Predictions for `rows` (data.readers.Row) with the run loaded through the shared loader."""
     import torch
 
-    from steadytune.infer.backends import HUGGINGFACE, VLLM, check_backend
-    from steadytune.infer.generate import run_template, sampling_of, stop_token_ids
-    from steadytune.infer.loading import load_run
+    from steadytune.infer.generate import (  # lazy: imports torch; this module loads without it
+        run_template,
+        sampling_of,
+        stop_token_ids,
+    )
+    from steadytune.infer.loading import load_run  # lazy: imports torch; this module loads without it
 
     cfg = run_.cfg
     backend = check_backend(cfg.infer.infer_backend)
@@ -108,7 +112,7 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     template = run_template(cfg, tokenizer)
     started = time.perf_counter()
     if run_.is_classification:
-        from steadytune.infer.classify import LabelScorer
+        from steadytune.infer.classify import LabelScorer  # lazy: imports torch; this module loads without it
 
         scorer = LabelScorer(model, tokenizer, template, cfg.data.label_names, cfg.data.prompt_template,
                              cfg.data.cutoff_len)
@@ -122,7 +126,7 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
         return Prediction(out, time.perf_counter() - started, sum(map(len, prompts)), None,
                           f"labels by scoring {len(scorer.label_names)} labels")
 
-    from steadytune.eval.scoring import generate_texts
+    from steadytune.eval.scoring import generate_texts  # lazy: imports torch; this module loads without it
 
     sampling = sampling_of(cfg, sample_by_default=False)
     prompts = [_prompt_ids(row, template, tokenizer, text_column) for row in rows]
@@ -137,9 +141,12 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
 def _generate_with_vllm(run_, rows, text_column) -> Prediction:
     from transformers import AutoTokenizer
 
-    from steadytune.infer.backends import VllmGenerator
-    from steadytune.infer.generate import run_template, sampling_of, stop_token_ids
-    from steadytune.model.load import resolve_model_path
+    from steadytune.infer.generate import (  # lazy: imports torch; this module loads without it
+        run_template,
+        sampling_of,
+        stop_token_ids,
+    )
+    from steadytune.model.load import resolve_model_path  # lazy: imports torch; this module loads without it
 
     cfg = run_.cfg
     tokenizer = AutoTokenizer.from_pretrained(str(run_.folder or resolve_model_path(cfg.model)),
@@ -205,7 +212,7 @@ def _messages_of(row, column: str | None) -> tuple[list[dict], str | None]:
 
 def _prompt_ids(row, template, tokenizer, column: str | None) -> list[int]:
     """A row's prompt as training encoded it; a row's own `system` replaces the template's default_system."""
-    from steadytune.infer.generate import conversation_ids
+    from steadytune.infer.generate import conversation_ids  # lazy: imports torch; this module loads without it
 
     messages, system = _messages_of(row, column)
     return conversation_ids(template, tokenizer, messages, system)

@@ -28,7 +28,6 @@ from typing import Iterable
 
 from steadytune.errors import UserError
 
-
 MANIFEST = "MANIFEST.sha256"
 CHUNK = 1 << 20
 
@@ -144,7 +143,7 @@ def unpacked(path: str | os.PathLike) -> Path:
 
 
 def archives_cache() -> Path:
-    from steadytune.model.load import default_cache_dir
+    from steadytune.model.load import default_cache_dir  # lazy: imports torch; this module loads without it
     return default_cache_dir() / "archives"
 
 

@@ -12,7 +12,9 @@ from typing import Callable
 
 import torch
 
+from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import segment_sdpa_kernel, varlen_kernels
+from steadytune.hardware.policy import AttentionUnavailable, choose_packing_attention
 
 VARLEN_IMPLEMENTATION = "steadytune_varlen"
 
@@ -108,8 +110,6 @@ class PackingPlan:
 def plan_packing(cfg, info, class_weighted_loss: bool) -> PackingPlan | None:
     """None when `train` does not pack; else the attention chosen for this hardware (hardware.py's policy, the
     one `doctor` reports). Both choices are recorded with cfg.decide."""
-    from steadytune.errors import UserError
-    from steadytune.hardware.policy import AttentionUnavailable, choose_packing_attention
 
     if not decide_packing(cfg, class_weighted_loss, info):
         return None

@@ -21,6 +21,7 @@ from steadytune.model.anatomy import (
     model_task,
     output_head_names,
 )
+from steadytune.model.archive import unpacked
 from steadytune.model.saved_weights import (
     _check_file_readable,
     _compare_shapes,
@@ -136,7 +137,6 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
     manifest and unpacked first. Weights are read from safetensors; adapter_model.bin only with `allow_pickle`."""
     from peft import PeftModel
 
-    from steadytune.model.archive import unpacked
 
     adapter_dir = unpacked(adapter_dir)
     if adapter_dir.is_file():

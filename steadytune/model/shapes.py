@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-
 # name -> transformers config kwargs (model_type first). Vocabulary sizes are the real ones: the output head
 # is a large share of the compute of these small models.
 SHAPES: dict[str, dict] = {

@@ -12,7 +12,6 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-
 SPECIAL_TOKENS = [
     "<pad>", "<eos>", "<bos>", "<unk>",
     "<|im_start|>", "<|im_end|>", "<|endoftext|>",

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from steadytune.training.monitor import smooth
 from steadytune.report.rundata import Run, as_number
+from steadytune.training.monitor import smooth
 
 HEIGHT = 380
 # A curve of more points than this is drawn through each bucket's lowest and highest point: at chart width

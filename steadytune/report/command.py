@@ -17,7 +17,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from steadytune.report.page import GENERATOR, write_report
+    from steadytune.report.page import GENERATOR, write_report  # lazy: imports torch; this module loads without it
 
     output = Path(args.output) if args.output else (
         Path(args.run_dirs[0]) / "report.html" if len(args.run_dirs) == 1 else Path("report.html"))

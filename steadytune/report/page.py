@@ -23,8 +23,17 @@ from typing import Any
 import plotly.io as pio
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from steadytune.report.charts import (Chart, baseline_chart, baseline_rows, confusion_chart, curve_charts,
-                                      generation_chart, length_chart, primary_result)
+from steadytune import __version__
+from steadytune.report.charts import (
+    Chart,
+    baseline_chart,
+    baseline_rows,
+    confusion_chart,
+    curve_charts,
+    generation_chart,
+    length_chart,
+    primary_result,
+)
 from steadytune.report.rundata import Run, as_number, load_run
 from steadytune.training.run_folder import MANIFEST, record_outputs
 
@@ -368,5 +377,4 @@ def _plotly_version() -> str:
 
 
 def _version() -> str:
-    from steadytune import __version__
     return __version__

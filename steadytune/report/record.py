@@ -65,7 +65,7 @@ def batching_efficiency(lengths: Sequence[int], micro_batches: Sequence[Sequence
     """Real tokens over the token slots the model computes, for one epoch's micro-batches as train cuts them:
     padded batches pad every example to the longest; packed rows (sdpa/flex) pad every row to the fullest;
     varlen packing computes exactly the real tokens."""
-    from steadytune.data.packing import pack_into_rows
+    from steadytune.data.packing import pack_into_rows  # lazy: imports torch; this module loads without it
 
     real = computed = 0
     for group in micro_batches:

@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from steadytune.eval.scoring import build_prompts
 from steadytune.serve import protocol as p
 from steadytune.serve.engine import Delta, EngineError, Failed, Finished, Generation, QueueFull
 from steadytune.serve.limits import ServeSettings
@@ -246,7 +247,6 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
         if not texts or len(texts) > limits.max_classify_inputs:
             raise ApiError(400, f"input: give 1 to {limits.max_classify_inputs} texts (got {len(texts)})",
                            param="input")
-        from steadytune.eval.scoring import build_prompts
         prompts = build_prompts(tokenizer, texts, entry.template, entry.prompt_template,
                                 min(entry.max_prompt_len, prompt_limit))  # long texts are cut, as `eval` cuts them
         try:

@@ -15,15 +15,13 @@ ones in a bucket are idle slots (length 0, pad token): computed and ignored.
 
 Rows leave between steps: later rows move down into the freed slots (only the rows that move, only the columns
 they use). Models whose cache layers the slot cache does not know (linear attention, ...) get the DynamicCache
-batch of batch_dynamic.py instead (`make_decode_batch`).
+batch of batch_dynamic.py instead (engine.py's `make_decode_batch` chooses).
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -31,54 +29,10 @@ from transformers import DynamicCache
 from steadytune.serve import slotcache
 from steadytune.serve.adapters import AdapterSelector
 from steadytune.serve.graphs import DecodeGraphs, bucket_columns, bucket_rows
+from steadytune.serve.prefill import Row, cache_keyword, prefill
 from steadytune.serve.transfer import to_device
 
 KEEP_COLUMNS = 2048  # an emptied batch keeps a cache of up to this many columns for the next requests
-
-
-@dataclass
-class Row:
-    """One sequence in the batch. `length` counts its tokens in the cache (prompt + generated, not yet the token
-    sampled last, which is the next input)."""
-    prompt_ids: Sequence[int]
-    adapter: Optional[str]
-    owner: Any = None
-    length: int = 0
-
-
-def make_decode_batch(model: torch.nn.Module, pad_token_id: int, max_rows: Optional[int] = None,
-                      graph_backend=None):
-    """The slot-cache batch where the model's layers allow it, else the DynamicCache batch."""
-    if slotcache.attention_kinds(model) is not None:
-        return DecodeBatch(model, pad_token_id, max_rows, graph_backend)
-    from steadytune.serve.batch_dynamic import DynamicDecodeBatch
-    return DynamicDecodeBatch(model, pad_token_id)
-
-
-def cache_keyword(model: torch.nn.Module) -> str:
-    """transformers 5.24 renamed the forward's `past_key_values` to `cache` (the old name warns until 5.40)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def prefill(model: torch.nn.Module, rows: Sequence[Row], pad_token_id: int, device: torch.device,
-            adapter_arguments: dict, keyword: str) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, int]:
-    """Run the prompts of `rows` left-padded to their longest -> (next-token logits [rows, vocab], their cache,
-    the 2D padding mask, the padded width). Sets each row's length."""
-    width = max(len(r.prompt_ids) for r in rows)
-    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        n = len(row.prompt_ids)
-        ids[i, width - n:] = torch.as_tensor(list(row.prompt_ids), dtype=torch.long)
-        mask[i, width - n:] = 1
-        row.length = n
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                **{keyword: cache}, **adapter_arguments)
-    return out.logits[:, -1, :].float(), cache, mask, width
 
 
 class DecodeBatch:

@@ -17,7 +17,7 @@ from transformers import DynamicCache
 
 from steadytune.serve import kvcache
 from steadytune.serve.adapters import AdapterSelector
-from steadytune.serve.batch import Row, cache_keyword, prefill
+from steadytune.serve.prefill import Row, cache_keyword, prefill
 
 
 class DynamicDecodeBatch:

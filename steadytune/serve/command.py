@@ -7,12 +7,12 @@ import os
 import sys
 
 from steadytune.errors import UserError
+from steadytune.serve.limits import Limits, ServeSettings
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 
 
 def add_arguments(parser) -> None:
-    from steadytune.serve.limits import Limits
 
     limits = Limits()
     parser.add_argument("source", metavar="CONFIG|RUN_DIR",
@@ -56,7 +56,6 @@ def add_arguments(parser) -> None:
 
 
 def settings_from_args(args):
-    from steadytune.serve.limits import Limits, ServeSettings
 
     for option in ("max_batch", "max_queue", "max_body_bytes", "max_prompt_tokens", "max_tokens", "max_n",
                    "max_classify_inputs"):
@@ -72,9 +71,9 @@ def settings_from_args(args):
 def build_engine(loaded, max_batch: int, max_queue: int):
     """The engine for what `loading.load_served` returned: vLLM's, or the transformers batcher."""
     if loaded.backend == "vllm":
-        from steadytune.serve.vllm_engine import VllmEngine
+        from steadytune.serve.vllm_engine import VllmEngine  # lazy: imports torch; this module loads without it
         return VllmEngine(loaded, max_batch, max_queue)
-    from steadytune.serve.engine import BatchingEngine
+    from steadytune.serve.engine import BatchingEngine  # lazy: imports torch; this module loads without it
     return BatchingEngine(loaded.model, loaded.tokenizer, max_batch=max_batch, max_queue=max_queue)
 
 
@@ -85,8 +84,8 @@ def run(args) -> int:
         import uvicorn
     except ImportError as e:
         raise UserError(f"serve needs FastAPI and uvicorn ({e.name} is missing): pip install 'steadytune[serve]'") from None
-    from steadytune.serve.app import build_app
-    from steadytune.serve.loading import load_served
+    from steadytune.serve.app import build_app  # lazy: imports torch; this module loads without it
+    from steadytune.serve.loading import load_served  # lazy: imports torch; this module loads without it
 
     loaded = load_served(args.source, args.adapter, args.overrides, args.served_model_name)
     print(loaded.description)

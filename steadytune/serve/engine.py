@@ -22,7 +22,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from steadytune.serve.batch import Row, make_decode_batch
+from steadytune.eval.scoring import inference, score_labels
+from steadytune.serve import slotcache
+from steadytune.serve.batch import DecodeBatch
+from steadytune.serve.batch_dynamic import DynamicDecodeBatch
+from steadytune.serve.prefill import Row
 from steadytune.serve.sampling import SamplingParams, make_generator, sample_tokens
 from steadytune.serve.text import TextAssembler
 
@@ -33,6 +37,13 @@ PREFILL_TOKEN_BUDGET = 32768
 OUT_OF_MEMORY = ("out of memory on the device: the batch did not fit; lower --max-batch, --max-prompt-tokens or "
                  "--max-tokens")
 
+
+def make_decode_batch(model: torch.nn.Module, pad_token_id: int, max_rows: Optional[int] = None,
+                      graph_backend=None):
+    """The slot-cache batch where the model's layers allow it, else the DynamicCache batch."""
+    if slotcache.attention_kinds(model) is not None:
+        return DecodeBatch(model, pad_token_id, max_rows, graph_backend)
+    return DynamicDecodeBatch(model, pad_token_id)
 
 class QueueFull(Exception):
     """The queue holds `max_queue` waiting sequences; the client should retry after `retry_after` seconds."""
@@ -233,7 +244,6 @@ class BatchingEngine:
 
     # --- the worker thread --------------------------------------------------------------------------------
     def _work(self) -> None:
-        from steadytune.eval.scoring import inference
 
         with inference(self.model):
             while True:
@@ -359,7 +369,6 @@ class BatchingEngine:
     # --- classification -------------------------------------------------------------------------------------
     def _run_classify(self, jobs: list[_ClassifyJob]) -> None:
         """Jobs for the same model are scored together, in batches of classify_batch_size prompts."""
-        from steadytune.eval.scoring import score_labels
 
         groups: dict[tuple, list[_ClassifyJob]] = defaultdict(list)
         for job in jobs:

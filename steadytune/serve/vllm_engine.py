@@ -13,14 +13,14 @@ import uuid
 from typing import Optional
 
 from steadytune.errors import UserError
+from steadytune.model.load import resolve_model_path
 from steadytune.serve.engine import Delta, EngineStats, Failed, Finished, Generation, QueueFull, Request
+from steadytune.serve.served import Loaded, describe_all, describe_lines, served_entries
 
 logger = logging.getLogger("steadytune.serve")
 
 
 def load_vllm(main, extra: list, served_name: Optional[str]):
-    from steadytune.model.load import resolve_model_path
-    from steadytune.serve.loading import Loaded, describe_all, describe_lines, served_entries
 
     try:
         import vllm

@@ -1,65 +1,9 @@
-"""Preference stages: `stage: dpo` (DPO, IPO, ORPO, SimPO, hinge), `stage: kto`, `stage: rm` (reward model).
+"""Training stages: what sft, pt, dpo, kto and rm each do differently, as one `Stage` record per stage (base.py)
+looked up by `stage:` in the STAGES table (table.py). The loop in train.py is the same for all of them.
 
-Each is a `Stage` record (base.py) that train.py looks up by name in its STAGES dict; the pieces live here:
-data/preference.py (pairs and feedback rows -> tokenised examples), batches.py (one forward for every sequence of a
-micro-batch, padded or packed), logprobs.py (answer log-probabilities with the head only at answer positions),
-losses.py (each loss from its paper's definition), reference.py (the reference model: by default the LoRA model
-with its adapter switched off), objectives.py (the stage objectives and their metrics), evaluation.py, reward.py
-(scoring with a trained reward model).
+Modules: base (the Stage record), table (STAGES), sft (sft and pt: causal-LM loss on labelled positions),
+preference (dpo, kto, rm), batches (one forward for every sequence of a micro-batch, padded or packed), logprobs
+(answer log-probabilities with the head only at answer positions), losses (each loss from its paper's definition),
+reference (the reference model: by default the LoRA model with its adapter switched off), objectives (the
+preference objectives and their metrics), evaluation (their eval loss and metrics during training).
 """
-
-from __future__ import annotations
-
-import functools
-
-from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE
-from steadytune.stages.base import Stage
-from steadytune.stages.batches import FEEDBACK_GROUPS, PAIR_GROUPS, SequenceCollator, count_answer_tokens, count_examples
-
-
-def _prepare(kind_name: str):
-    def prepare(cfg, tokenizer):
-        from steadytune.data.preference import FEEDBACK, PAIRS
-        from steadytune.data.prepare import prepare_datasets
-
-        return prepare_datasets(cfg, tokenizer, {"pairs": PAIRS, "feedback": FEEDBACK}[kind_name])
-    return prepare
-
-
-def _collator(groups):
-    def make(cfg, tokenizer, packing_attention):
-        return SequenceCollator(tokenizer.pad_token_id, groups, packing_attention, row_len=cfg.data.cutoff_len)
-    return make
-
-
-def _objective(cls_name: str, drop_dropout: bool):
-    def make(model, cfg):
-        from steadytune.stages import objectives
-
-        if drop_dropout:
-            switched = objectives.disable_dropout(model)
-            if switched:
-                cfg.decide("dropout", 0.0, f"{switched} dropout layers set to 0 (lora_dropout included): the policy is "
-                           "compared with the reference on the same tokens, as LLaMA-Factory and TRL do")
-        return getattr(objectives, cls_name)(model, cfg)
-    return make
-
-
-def _stage(name: str, task: str, kind: str, groups, objective: str, drop_dropout: bool) -> Stage:
-    from steadytune.stages import evaluation
-
-    return Stage(name=name, model_task=task, prepare_data=_prepare(kind), make_collator=_collator(groups),
-                 count_units=count_examples, count_tokens=count_answer_tokens,
-                 make_objective=_objective(objective, drop_dropout),
-                 evaluate=functools.partial(evaluation.evaluate_during_training, groups),
-                 # the saved model is loaded as this stage's kind and its objective rebuilt: look the stage up
-                 evaluate_trained=lambda cfg, **kw: evaluation.evaluate_trained(PREFERENCE_STAGES[name], cfg, **kw))
-
-
-PREFERENCE_STAGES: dict[str, Stage] = {
-    "dpo": _stage("dpo", CAUSAL_LM, "pairs", PAIR_GROUPS, "PairObjective", drop_dropout=True),
-    "kto": _stage("kto", CAUSAL_LM, "feedback", FEEDBACK_GROUPS, "FeedbackObjective", drop_dropout=True),
-    "rm": _stage("rm", SEQUENCE_SCORE, "pairs", PAIR_GROUPS, "RewardObjective", drop_dropout=False),
-}
-
-__all__ = ["Stage", "PREFERENCE_STAGES"]

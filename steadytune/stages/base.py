@@ -1,9 +1,9 @@
-"""What the recipe asks of a training stage: one record of functions, looked up by `stage:` in train.py's STAGES.
+"""What the recipe asks of a training stage: one record of functions, looked up by `stage:` in STAGES (table.py).
 
 The recipe (train.py) stays one loop; a stage only says what differs: how its data is read and tokenised, how a
 micro-batch is collated and counted (tokens for sft, pairs or answers for the preference stages), what the model
-is loaded as, the objective (a module with TrainingObjective's interface: forward(batch) -> (loss sum, count)),
-and how it is evaluated during training and after it (`do_eval`, `steadytune eval`).
+is loaded as, the objective (a module with CausalLMObjective's interface: forward(batch) -> (loss sum, count)),
+and how it is evaluated during training. After training, `steadytune eval` (evaluate.py) evaluates what was saved.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from steadytune.config import RunConfig
 @dataclass(frozen=True)
 class Stage:
     name: str
-    model_task: str                                        # model.CAUSAL_LM or model.SEQUENCE_SCORE
+    model_task: str                                        # model.anatomy.CAUSAL_LM or SEQUENCE_SCORE
     prepare_data: Callable[[RunConfig, Any], Any]          # (cfg, tokenizer) -> data.PreparedData
     make_collator: Callable[[RunConfig, Any, Optional[str]], Optional[Callable]]  # (cfg, tokenizer, packing attention)
     count_units: Callable[[dict], int]                     # a micro-batch's share of the loss normaliser
     make_objective: Callable[[torch.nn.Module, RunConfig], torch.nn.Module]
     evaluate: Callable[..., dict]                          # (cfg, accelerator, objective, data, tokenizer, device)
-    evaluate_trained: Callable[..., dict]                  # (cfg, batch_size=...) on the saved output
     # the target tokens a micro-batch trains on (metrics' `tokens`, throughput); None: count_units already is that
     count_tokens: Optional[Callable[[dict], int]] = None

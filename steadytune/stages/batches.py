@@ -21,6 +21,7 @@ import torch
 
 from steadytune.data.collators import PadCollator
 from steadytune.data.encode import IGNORE_INDEX
+from steadytune.data.packing import PackedCollator, static_shape_for, targets_of
 
 PAIR_GROUPS = (("", (0, 1)),)
 FEEDBACK_GROUPS = (("", (0,)), ("kl_", (1,)))
@@ -45,14 +46,12 @@ class SequenceCollator:
         if packing_attention is None:
             self.inner = _PaddedWithSegments(pad_token_id)
         else:
-            from steadytune.data.packing import PackedCollator
             self.inner = PackedCollator(pad_token_id, row_len=row_len, attention=packing_attention, segment_ids=True)
 
     # --- one shape for every micro-batch (packed pairs only), so that compiled layers never recompile ----------
     def static_shape_for(self, examples: Sequence[dict], groups: Sequence[Sequence[int]]):
         """The smallest packing.StaticShape that holds every micro-batch of `groups` (indices into `examples`) as
         this collator packs it: each example's sequences counted as sequences of their own."""
-        from steadytune.data.packing import static_shape_for, targets_of
 
         if len(self.groups) != 1 or not hasattr(self.inner, "static"):
             raise ValueError("static shapes need packing and every sequence in one forward (dpo, rm; not kto)")

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from steadytune.training.loss import CHUNK_LOGITS, model_inputs, shifted_targets
 from steadytune.data.encode import IGNORE_INDEX
 from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
+from steadytune.training.loss import CHUNK_LOGITS, model_inputs, shifted_targets
 
 
 def hidden_states(model: torch.nn.Module, batch: dict, prefix: str = "") -> torch.Tensor:

@@ -18,6 +18,8 @@ import torch
 
 from steadytune.config import RunConfig
 from steadytune.errors import UserError
+from steadytune.model.load import load_model_and_tokenizer
+from steadytune.model.lora import load_trained_adapter
 from steadytune.stages.logprobs import sequence_logprobs
 
 
@@ -63,8 +65,6 @@ def build_reference(model: torch.nn.Module, cfg: RunConfig) -> Reference:
 
 
 def _load_frozen(policy: torch.nn.Module, cfg: RunConfig, path: str, adapters: str | None) -> torch.nn.Module:
-    from steadytune.model.load import load_model_and_tokenizer
-    from steadytune.model.lora import load_trained_adapter
 
     weight = next(policy.parameters())
     precision = cfg.decisions.get("precision", {}).get("value", "fp32")

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 import torch
 
 from steadytune.config import RunConfig
+from steadytune.data import balance
+from steadytune.data.balance import label_token_weights, make_sampler
+from steadytune.data.collators import PadCollator
+from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
 
 
 @dataclass
@@ -35,9 +39,7 @@ class TrainBatches:
 
     def __init__(self, cfg: RunConfig, data, tokenizer, world_size: int = 1, rank: int = 0,
                  packing_attention: str | None = None, max_tokens: int | None | str = "auto", collate=None):
-        from steadytune.data.collators import PadCollator
 
-        from steadytune.data import balance
 
         self.cfg, self.data = cfg, data
         self.world_size, self.rank = world_size, rank
@@ -56,7 +58,6 @@ class TrainBatches:
                 counts[label] += 1
             self.loss_weights = balance.class_weights(counts)
         if packing_attention is not None:
-            from steadytune.data.packing import PackedCollator
             self.collate = PackedCollator(tokenizer.pad_token_id, row_len=cfg.data.cutoff_len,
                                           attention=packing_attention)
         if collate is not None:  # a stage's own collation (preference pairs: stages/batches.py)
@@ -70,7 +71,6 @@ class TrainBatches:
 
     def static_shape_for(self, epochs: int):
         """The smallest packing.StaticShape that holds every packed micro-batch of the first `epochs` epochs."""
-        from steadytune.data.packing import static_shape_for, targets_of
 
         groups = [g for epoch in range(epochs) for g in self.micro_batches(epoch)]
         if hasattr(self.collate, "static_shape_for"):  # a stage's collator (preference pairs) knows its sequences
@@ -80,7 +80,6 @@ class TrainBatches:
 
     def use_static_shape(self, shape) -> None:
         """Pad every packed micro-batch to `shape` from now on, so compiled layers and CUDA graphs see one shape."""
-        from steadytune.data.packing import PackedCollator
 
         packed = self.collate
         self.static_shape = shape
@@ -104,7 +103,6 @@ class TrainBatches:
     def order(self, epoch: int) -> list[int]:
         seed = self.cfg.train.seed * 1000 + epoch
         if self.balanced_sampling:
-            from steadytune.data.balance import make_sampler
             return list(make_sampler(self.label_ids, seed))
         generator = torch.Generator().manual_seed(seed)
         return torch.randperm(len(self.data.train), generator=generator).tolist()
@@ -119,7 +117,6 @@ class TrainBatches:
             mine = [order[b * g:(b + 1) * g][self.rank::self.world_size]
                     for b in range(self.whole_steps(len(order) // g))]
         else:
-            from steadytune.data.packing import group_by_token_budget
             groups = group_by_token_budget(self.lengths, order, self.max_tokens)
             # Every rank runs the same number of micro-batches (DDP steps together); a short tail is dropped.
             count = self.whole_steps(len(groups) // self.world_size)
@@ -136,7 +133,6 @@ class TrainBatches:
                 examples = [self.data.train[i] for i in indices]
                 batch = self.collate(examples)
                 if self.loss_weights is not None:
-                    from steadytune.data.balance import label_token_weights
                     batch["token_weights"] = label_token_weights(batch, self.loss_weights)
                 next_position = (epoch, b + 1) if b + 1 < n else (epoch + 1, 0)
                 yield MicroBatch(batch, sum(len(e["input_ids"]) for e in examples), next_position, list(indices))
@@ -157,3 +153,11 @@ def token_budget(t, lengths: list[int], packed: bool) -> tuple[int | None, str |
     budget = max(1, math.ceil(t.per_device_train_batch_size * mean))
     return budget, (f"packing: per_device_train_batch_size {t.per_device_train_batch_size} x mean example length "
                     f"{mean:.1f} (about as many examples per step as unpacked)")
+
+
+def to_device(batch: dict, device) -> dict:
+    """Tensors to `device`. To a GPU through pinned memory: a copy from pageable memory waits until the GPU has
+    finished everything queued, which would stall the CPU once per micro-batch."""
+    pin = torch.device(device).type == "cuda"
+    return {k: ((v.pin_memory() if pin and v.device.type == "cpu" else v).to(device, non_blocking=True)
+                if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}

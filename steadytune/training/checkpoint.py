@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from steadytune.errors import CheckpointError
-
+from steadytune.model.saved_weights import check_checkpoint_matches
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -95,6 +95,7 @@ def load_torch_state(path: Path) -> Any:
     """torch.load without running code: tensors and plain values only (plus numpy's RNG state, for checkpoints
     written before RNG state was stored as tensors). Anything else -> CheckpointError naming the file."""
     import pickle
+
     from numpy._core.multiarray import _reconstruct
 
     allowed = [np.ndarray, np.dtype, _reconstruct, type(np.dtype(np.uint32))]
@@ -221,7 +222,6 @@ def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_n
         raise CheckpointError(f"{checkpoint}: saved from model {state.model_name_or_path!r}, "
                               f"but this run uses {model_name_or_path!r}")
     # One set of checks for saved work (model.py): truncated or unparsable files, keys and shapes of another model.
-    from steadytune.model.saved_weights import check_checkpoint_matches
     if check_shapes:
         check_checkpoint_matches(checkpoint, model, required_files=(OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE))
     # Read (and vet) every state file before changing anything: a refused file leaves the model as it was.

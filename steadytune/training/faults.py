@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
+from steadytune.training.monitor import read_metrics
 
 NAN_LOSS, INF_LOSS, SPIKE_LOSS, FP16_OVERFLOW, LR_SPIKE = "nan_loss", "inf_loss", "spike_loss", "fp16_overflow", "lr_spike"
 HANG = "hang"
@@ -152,7 +153,6 @@ def plot_raw_vs_guarded(raw_dir: str | Path, guarded_dir: str | Path, out_png: s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from steadytune.training.monitor import read_metrics
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, folder in (("raw (guard_policy: off)", raw_dir), ("guarded", guarded_dir)):

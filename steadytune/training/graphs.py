@@ -25,8 +25,7 @@ from typing import Callable
 
 import torch
 
-from steadytune.training.loss import no_host_sync
-
+from steadytune.training.loss import causal_lm_loss_sum, no_host_sync
 
 # Batch entries that are Python values, not inputs of the graph (counts the loop reads on the host).
 HOST_KEYS = ("n_targets", "static", "n_examples", "n_target_tokens")
@@ -270,3 +269,16 @@ def _free_memory(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def graph_runner_for(objective: torch.nn.Module, model: torch.nn.Module, params: list, device: torch.device,
+                     precision: str, report: Callable[[dict], None],
+                     on_out_of_memory: Callable[[], str | None]) -> GraphRunner:
+    """The runner for a run's micro-batches: the graph records the stage objective's computation where it has one
+    (dpo, rm: their per-pair metrics are read after each replay), else the causal-LM loss of sft and pt."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if hasattr(objective, "compute"):
+        return GraphRunner(objective.compute, params, device, dtype, report=report, on_out_of_memory=on_out_of_memory,
+                           on_replay=lambda batch, outputs: objective.record(outputs, batch["n_examples"]))
+    return GraphRunner(lambda batch: causal_lm_loss_sum(model, batch), params, device, dtype, report=report,
+                       on_out_of_memory=on_out_of_memory)

@@ -82,7 +82,7 @@ class Decision:
 
 
 @dataclass
-class TrainState:
+class LiveObjects:
     """The live objects a snapshot copies and a rollback writes back into. `data_position` is the loop's own
     record of where the data iterator is (e.g. {"epoch": 1, "batch_in_epoch": 37}); a rollback replaces it."""
 
@@ -261,7 +261,7 @@ class NumericalGuard:
 
     # ------------------------------------------------------------------ snapshots and rollback
 
-    def maybe_snapshot(self, step: int, state: TrainState) -> bool:
+    def maybe_snapshot(self, step: int, state: LiveObjects) -> bool:
         """Keep a good state after an applied update at every `snapshot_steps`-th step (and the first time)."""
         if not self.enabled or self.policy not in ("rollback", "abort"):
             return False
@@ -270,7 +270,7 @@ class NumericalGuard:
         self.snapshot(step, state)
         return True
 
-    def snapshot(self, step: int, state: TrainState) -> None:
+    def snapshot(self, step: int, state: LiveObjects) -> None:
         """Copy the state after `step` updates. Tensors stay on their device (a LoRA adapter and its optimizer
         state are small; copying on the GPU needs no host synchronisation)."""
         if self.snapshots and self.snapshots[-1].step == step:
@@ -318,7 +318,7 @@ class NumericalGuard:
         tighter = [v for v in self.args.grad_norm_schedule if v < current]
         return float(max(tighter)) if tighter else (current if math.isfinite(current) else 0.0)
 
-    def restore(self, state: TrainState, before_step: Optional[int] = None) -> int:
+    def restore(self, state: LiveObjects, before_step: Optional[int] = None) -> int:
         """Write the good state chosen by the last rollback decision (or, with `before_step`, the newest one
         trusted for an anomaly at that step) back into the live objects; returns the step it belongs to.
         Applies the learning-rate back-off to the scheduler so it lasts for the rest of the run (and into

@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from steadytune.data.encode import IGNORE_INDEX
+from steadytune.model import kernels
 from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
+from steadytune.model.attention import packed_mask_placeholder
 from steadytune.model.kernels import FUSED_CHUNK_FLAG
 
 
@@ -42,7 +44,6 @@ def model_inputs(batch: dict, prefix: str = "") -> dict:
     for packed sequences in the position ids, reading the GPU back."""
     inputs = {k: batch[prefix + k] for k in MODEL_INPUT_KEYS if prefix + k in batch}
     if "cu_seq_lens_q" in inputs and "attention_mask" not in inputs:
-        from steadytune.model.attention import packed_mask_placeholder
         inputs["attention_mask"] = packed_mask_placeholder(inputs["input_ids"])
     return inputs
 
@@ -161,8 +162,7 @@ def _fused_chunk():
     """chunk_loss_and_grad compiled once, for every chunk size (the last chunk of a step is shorter)."""
     global _compiled_chunk
     if _compiled_chunk is None:
-        from steadytune.model.kernels import COMPILE_BACKEND
-        _compiled_chunk = torch.compile(chunk_loss_and_grad, dynamic=True, backend=COMPILE_BACKEND)
+        _compiled_chunk = torch.compile(chunk_loss_and_grad, dynamic=True, backend=kernels.COMPILE_BACKEND)  # read at call time: tests swap in a counting one
     return _compiled_chunk
 
 

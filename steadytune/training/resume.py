@@ -13,7 +13,6 @@ from typing import Any
 
 from steadytune.config import NESTED_SECTIONS, RunConfig
 
-
 # Keys that may differ on resume: bookkeeping, run length, evaluation, kernels with the same numbers, the guard's
 # policy, and the precision (the guard's fp16 -> bf16/fp32 switch resumes with other precision keys).
 MAY_CHANGE = frozenset({

@@ -22,6 +22,8 @@ from steadytune.data.encode import infer_seqlen
 from steadytune.data.preference import prompt_and_answer_ids
 from steadytune.data.templates import ASSISTANT_SIDE, Template, get_template
 from steadytune.errors import UserError
+from steadytune.infer.loading import load_trained, trained_folder
+from steadytune.model.anatomy import SEQUENCE_SCORE
 from steadytune.stages.batches import SequenceCollator
 from steadytune.stages.objectives import sequence_scores
 
@@ -37,12 +39,10 @@ class RewardScorer:
     @classmethod
     def from_run(cls, cfg: RunConfig, batch_size: int = 8) -> "RewardScorer":
         """The reward model a `stage: rm` run saved in output_dir (or adapter_name_or_path)."""
-        from steadytune.stages import PREFERENCE_STAGES
-        from steadytune.stages.evaluation import load_trained
-
-        model, tokenizer, device = load_trained(PREFERENCE_STAGES["rm"], cfg)
-        return cls(model, tokenizer, get_template(cfg.data.template, tokenizer), cfg.data.cutoff_len, device,
-                   batch_size)
+        folder, kind = trained_folder(cfg)
+        model, tokenizer = load_trained(cfg, folder, kind, task=SEQUENCE_SCORE)
+        return cls(model, tokenizer, get_template(cfg.data.template, tokenizer), cfg.data.cutoff_len,
+                   batch_size=batch_size)
 
     def encode(self, conversation: dict) -> dict:
         """A conversation {"messages": [...ending with the answer], "system"?, "tools"?} as a one-sequence example,

@@ -1,0 +1,112 @@
+"""The speed policy (hardware/speed.py) applied to a run: static shapes for the collator, compiled layers, liger's
+kernels, then gradient checkpointing for the memory that leaves; every choice recorded with its reason. A requested
+feature that cannot be used is an error, never a silent skip."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from steadytune.config import RunConfig
+from steadytune.errors import UserError
+from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_static_status
+from steadytune.hardware.memory import choose_gradient_checkpointing
+from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
+from steadytune.model.anatomy import base_model_of
+from steadytune.model.kernels import apply_liger_kernels, compile_layers
+from steadytune.training.batches import TrainBatches
+
+
+def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
+    """What rules CUDA graphs out for this run: anything that must run eagerly between forward and backward."""
+    f, blockers = cfg.fault_injection, {}
+    if any(step is not None for step in (f.nan_loss_step, f.inf_loss_step, f.spike_loss_step)):
+        blockers["faults"] = "fault_injection corrupts the loss between forward and backward"
+    if cfg.method.deepspeed:
+        blockers["deepspeed"] = "DeepSpeed runs its own backward"
+    if fsdp:
+        # FSDP2's hooks gather and free shards around every layer (a 1-GPU FSDP run failed under graphs on the H200)
+        blockers["fsdp"] = "FSDP's hooks gather and free parameter shards between the kernels"
+    if cfg.method.lora_dropout > 0 or cfg.method.use_dora:
+        blockers["adapter"] = "lora_dropout and DoRA have not been tried under graphs"
+    if cfg.method.stage == "kto":
+        # kto's answers and KL pairs go through two forwards of different shapes, and its objective records metrics
+        # as it computes: dynamic shapes, no CUDA graph. (dpo and rm compute into fixed pair slots: graphable.)
+        blockers["stage"] = "stage kto records its metrics inside the step"
+    return blockers
+
+
+def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batches: TrainBatches,
+                     world_size: int, micro_batches: int, shard_plan=None, fsdp: bool = False) -> SpeedPlan:
+    """Decide the run's speed features (plan_speed) and apply them to `model` and `batches`."""
+    t = cfg.train
+    attention = packing.attention if packing is not None else None
+    static_ok, shape = (True, ""), None
+    if cfg.method.stage == "kto":
+        static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
+    if static_ok[0] and attention == "varlen":
+        static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
+    if static_ok[0] and attention in ("varlen", "sdpa"):
+        shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)
+    try:
+        hooks = world_size > 1 and not (shard_plan is not None and shard_plan.flat_gradients)
+        plan = plan_speed(info.backend, attention, micro_batches, world_size, precision, gradient_hooks=hooks,
+                          compile_asked=t.torch_compile, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
+                          blockers=graph_blockers(cfg, fsdp), static_ok=static_ok,
+                          static_fill=shape.fill if shape else None)
+    except SpeedUnavailable as e:
+        raise UserError(str(e)) from None
+    if plan.static_shapes:
+        batches.use_static_shape(shape)
+        plan.reasons["static_shapes"] += f" ({shape.describe()})"
+    if plan.liger:
+        applied, why = apply_liger_kernels(model)
+        if not applied and t.use_liger_kernel:
+            raise UserError(f"use_liger_kernel: true, but {why}; set use_liger_kernel: false")
+        plan.liger, plan.reasons["use_liger_kernel"] = applied, why if applied else f"off: {why}"
+    if plan.compile:
+        compiled, why = compile_layers(model, static_shapes=plan.static_shapes)
+        if not compiled:
+            raise UserError(f"torch_compile: true, but {why}; set torch_compile: false")
+        plan.reasons["torch_compile"] += f" ({why})"
+    plan.decide_into(cfg)
+
+    # Checkpointing last: compiled layers keep less for backward, and small compiled models recompute cheaply.
+    tokens = batches.max_tokens or t.per_device_train_batch_size * max(batches.lengths)
+    if plan.static_shapes:
+        tokens = batches.static_shape.tokens
+    # An APU's memory is what it can map (GTT), not the small carve-out tools print (GPU.budget_gib).
+    budget = info.primary.budget_gib if info.primary is not None else None
+    state = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+    if cfg.method.finetuning_type == "full":
+        state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
+    use, why = choose_gradient_checkpointing(base_model_of(model).config, tokens, budget, t.gradient_checkpointing,
+                                             compiled=plan.compile, state_gib=state)
+    cfg.decide("gradient_checkpointing", use, why)
+    if use:
+        enable_gradient_checkpointing(cfg, model, graphs=plan.cuda_graphs)
+    return plan
+
+
+def enable_gradient_checkpointing(cfg: RunConfig, model: torch.nn.Module, graphs: bool = False) -> None:
+    kwargs = {"use_reentrant": cfg.model.use_reentrant_gc, **(cfg.train.gradient_checkpointing_kwargs or {})}
+    if graphs:
+        # The recompute would save and restore the CUDA RNG state, which a graph cannot record; with no dropout
+        # (graphs are off with lora_dropout) nothing random runs in the forward.
+        kwargs["preserve_rng_state"] = False
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()
+
+
+def choose_base_dtype(cfg: RunConfig, precision: str) -> torch.dtype:
+    """The frozen base weights' dtype: bf16 for LoRA under bf16 unless lora_base_dtype says float32 (full
+    fine-tuning and fp16/fp32 runs keep fp32 weights: the optimizer updates them, or loss scaling needs them)."""
+    if precision != "bf16" or cfg.method.finetuning_type != "lora":
+        return torch.float32
+    if cfg.train.lora_base_dtype == "float32":
+        cfg.decide("lora_base_dtype", "float32", "an fp32 copy of the base under bf16 autocast (asked for): residual "
+                   "stream and norms in fp32, twice the base weights' memory")
+        return torch.float32
+    return torch.bfloat16
