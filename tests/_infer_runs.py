@@ -11,8 +11,8 @@ import torch
 
 from steadytune.config import load_config, save_resolved_config
 from steadytune.infer.card import write_run_card
-from steadytune.model.lora import attach_adapter
 from steadytune.model.load import load_model_and_tokenizer
+from steadytune.model.lora import attach_adapter
 
 LABELS = ["消极", "积极"]
 NEG = ["太差了", "很失望", "再也不买了", "包装破损", "讨厌"]

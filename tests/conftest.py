@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from sample_data import write_sample_data_dir
 
 torch.set_num_threads(1)

@@ -7,8 +7,8 @@ import torch
 
 from steadytune.data.balance import class_weights, label_token_weights, make_sampler, uses_loss_weights, uses_sampler
 from steadytune.data.encode import IGNORE_INDEX
-from steadytune.training.loss import causal_lm_loss_sum
 from steadytune.model.tiny import build_model, build_tokenizer
+from steadytune.training.loss import causal_lm_loss_sum
 
 
 def test_class_weights_are_inverse_frequency_and_average_to_one():

@@ -9,10 +9,9 @@ import statistics
 
 import pytest
 import torch
-
 from conftest import LF_FIXTURES, needs_shared
-from steadytune.bench import workload
-from steadytune.bench import arms
+
+from steadytune.bench import arms, workload
 from steadytune.bench.steady import SteadyRate
 from steadytune.cli import main
 

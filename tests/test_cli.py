@@ -8,7 +8,6 @@ import pytest
 
 from steadytune.cli import SUBCOMMANDS
 
-
 # A rocminfo-shaped sample of our own (one GPU agent with the fields the parser reads), not a real capture.
 SAMPLE_ROCMINFO = """ROCk module is loaded
 ==========

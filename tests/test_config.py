@@ -4,10 +4,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import LF_FIXTURES, needs_shared
 
 from steadytune.config import ConfigError, load_config, save_resolved_config
-
-from conftest import LF_FIXTURES, needs_shared
 
 LF_EXAMPLES = LF_FIXTURES / "examples"
 REPO = Path(__file__).resolve().parents[1]

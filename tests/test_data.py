@@ -6,18 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-
-from steadytune.config import load_config
-from steadytune.data.encode import IGNORE_INDEX, encode_classification_prompt, encode_label_targets
-from steadytune.data.collators import PadCollator
-from steadytune.data.templates import get_template
-from steadytune.data.prepare import prepare_datasets
-from steadytune.data.encode import encode_conversation
-from steadytune.data.templates import missing_special_tokens
-from steadytune.model.tiny import build_tokenizer
-
 from conftest import LF_FIXTURES, needs_shared
 from sample_data import ALPACA, SHAREGPT_TOOLS, sample_dir
+
+from steadytune.config import load_config
+from steadytune.data.collators import PadCollator
+from steadytune.data.encode import IGNORE_INDEX, encode_classification_prompt, encode_conversation, encode_label_targets
+from steadytune.data.prepare import prepare_datasets
+from steadytune.data.templates import get_template, missing_special_tokens
+from steadytune.model.tiny import build_tokenizer
 
 LF_DATA = LF_FIXTURES / "data"
 

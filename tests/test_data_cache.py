@@ -4,13 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
+from sample_data import ALPACA, sample_dir
 
 from steadytune.config import load_config
 from steadytune.data.prepare import prepare_datasets
 from steadytune.errors import DataError
 from steadytune.model.tiny import build_tokenizer
-
-from sample_data import ALPACA, sample_dir
 
 
 def config(cache: Path, *extra: str):

@@ -6,13 +6,12 @@ import json
 import re
 
 import pytest
+from sample_data import ALPACA, IMAGES, SHAREGPT_TOOLS, sample_dir
 
 from steadytune.config import ConfigError, load_config
 from steadytune.data.prepare import prepare_datasets
 from steadytune.errors import DataError
 from steadytune.model.tiny import build_tokenizer
-
-from sample_data import ALPACA, IMAGES, SHAREGPT_TOOLS, sample_dir
 
 
 @pytest.fixture(scope="module")

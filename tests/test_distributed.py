@@ -5,6 +5,7 @@ behind them, without processes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -16,25 +17,22 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import LF_FIXTURES as LF
+from conftest import needs_shared
+from sample_data import ALPACA
 
 from steadytune.config import load_config
 from steadytune.distributed import deepspeed_keys
-from steadytune.distributed.deepspeed_config import (fill_from_model, fill_from_run, leftover_auto,
-                                                     read_deepspeed_file)
+from steadytune.distributed.deepspeed_config import fill_from_model, fill_from_run, leftover_auto, read_deepspeed_file
 from steadytune.distributed.fsdp_config import read_fsdp_keys
 from steadytune.distributed.sharding import plan_sharding
-from steadytune.training.optimizer_state import by_index, by_name
 from steadytune.distributed.watchdog import HANG_EXIT_CODE, HangWatchdog, allowance, where_is
 from steadytune.distributed.world_resume import adapt_to_checkpoint, layout_of, remap_position
 from steadytune.errors import UserError
-from steadytune.training.monitor import read_metrics
 from steadytune.model.tiny import save_tiny_model
 from steadytune.train import run_training
-
-from conftest import LF_FIXTURES as LF, needs_shared
-from sample_data import ALPACA
-
-import importlib.util
+from steadytune.training.monitor import read_metrics
+from steadytune.training.optimizer_state import by_index, by_name
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed is not installed (pip install "
@@ -154,8 +152,10 @@ def test_key_table_matches_the_installed_deepspeed():
                     f"{deepspeed.__version__} is installed")
     from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
-    from deepspeed.runtime.zero.offload_config import (DeepSpeedZeroOffloadOptimizerConfig,
-                                                       DeepSpeedZeroOffloadParamConfig)
+    from deepspeed.runtime.zero.offload_config import (
+        DeepSpeedZeroOffloadOptimizerConfig,
+        DeepSpeedZeroOffloadParamConfig,
+    )
     models = {"zero_optimization": DeepSpeedZeroConfig, "zero_optimization.offload_param": DeepSpeedZeroOffloadParamConfig,
               "zero_optimization.offload_optimizer": DeepSpeedZeroOffloadOptimizerConfig,
               "fp16": DeepSpeedFP16Config, "bf16": DeepSpeedBF16Config}

@@ -13,20 +13,19 @@ import time
 from types import SimpleNamespace
 
 import torch
+from conftest import SMI_FIXTURES as FIXTURES
+from conftest import needs_shared
 
-from steadytune.doctor.multi_gpu import check_multi_gpu
-from steadytune.doctor.attention import probe_sdpa
 from steadytune.cli import main as cli_main
-from steadytune.doctor.findings import Finding, format_findings, has_errors
+from steadytune.doctor.attention import diagnose_sdpa, explain_flash_attn_failure, probe_sdpa
 from steadytune.doctor.checks import check_device_files
-from steadytune.doctor.probe import collect_probe
-from steadytune.doctor.attention import diagnose_sdpa, explain_flash_attn_failure
-from steadytune.doctor.live import explain_torch_import_error, run_live_checks
-from steadytune.doctor.multi_gpu import run_allreduce_check
 from steadytune.doctor.environment import write_environment
+from steadytune.doctor.findings import Finding, format_findings, has_errors
+from steadytune.doctor.live import explain_torch_import_error, run_live_checks
+from steadytune.doctor.multi_gpu import check_multi_gpu, run_allreduce_check
+from steadytune.doctor.probe import collect_probe
 from steadytune.hardware.backend import detect, device_for
 
-from conftest import SMI_FIXTURES as FIXTURES, needs_shared
 GIB = 2**30
 
 

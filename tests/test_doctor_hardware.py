@@ -14,21 +14,36 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_doctor import MI300X, find, machine, props, simulate
 
 from steadytune.cli import main as cli_main
 from steadytune.config import load_config
-from steadytune.doctor.probe import collect_probe
-from steadytune.doctor.live import run_live_checks
 from steadytune.doctor.container import check_container
+from steadytune.doctor.live import run_live_checks
 from steadytune.doctor.memory import parse_kernel_log
 from steadytune.doctor.multi_gpu import check_allreduce, run_allreduce_check
 from steadytune.doctor.offline import SavedOutputs, diagnose_gpus, machine_info, run_offline_checks
-from steadytune.doctor.pci import Bar, PciGpu, parse_dmesg_bars, parse_lspci, read_sysfs_gpus, rebar_findings, rebar_state
-from steadytune.hardware.gpu_facts import (ARCHS, PRODUCTS, WHEELS, arch_info, install_lines, lookup_product,
-                                           override_for_arch)
+from steadytune.doctor.pci import (
+    Bar,
+    PciGpu,
+    parse_dmesg_bars,
+    parse_lspci,
+    read_sysfs_gpus,
+    rebar_findings,
+    rebar_state,
+)
+from steadytune.doctor.probe import collect_probe
 from steadytune.hardware.backend import detect
+from steadytune.hardware.gpu_facts import (
+    ARCHS,
+    PRODUCTS,
+    WHEELS,
+    arch_info,
+    install_lines,
+    lookup_product,
+    override_for_arch,
+)
 from steadytune.hardware.smi_parsers import GpuRecord, parse_text
-from test_doctor import MI300X, find, machine, props, simulate
 
 CAPTURES = Path(__file__).parent / "captures"
 

@@ -4,12 +4,11 @@ linear in the length) or the math fallback (quadratic; on RDNA the AOTriton swit
 from __future__ import annotations
 
 import pytest
+from test_doctor import MI300X, find, live, machine, simulate
 
 from steadytune.doctor.attention import diagnose_sdpa_memory
 from steadytune.doctor.deepspeed_ops import check_deepspeed, installed_build
 from steadytune.doctor.probe import collect_probe
-
-from test_doctor import MI300X, find, live, machine, simulate
 
 
 def test_several_gpus_say_how_to_train_on_them(monkeypatch, tmp_path):

@@ -7,7 +7,6 @@ import json
 import math
 
 import pytest
-
 from conftest import load_benchmark
 
 pytest.importorskip("trl", reason="the comparison needs TRL (pip install 'steadytune[compare]')")

@@ -10,12 +10,16 @@ import yaml
 from steadytune.cli import main
 from steadytune.config import load_config
 from steadytune.data.prepare import prepare_datasets
-from steadytune.eval.labelcheck import (best_label_permutation, check_label_set, check_labels_distinguishable,
-                                        diagnose_known_samples)
-from steadytune.eval.scoring import evaluate_classification, match_label
-from steadytune.training.loss import causal_lm_loss_sum
+from steadytune.eval.labelcheck import (
+    best_label_permutation,
+    check_label_set,
+    check_labels_distinguishable,
+    diagnose_known_samples,
+)
 from steadytune.eval.metrics import classification_report
+from steadytune.eval.scoring import evaluate_classification, match_label
 from steadytune.model.tiny import save_tiny_model
+from steadytune.training.loss import causal_lm_loss_sum
 
 LABELS = ["消极", "积极"]
 STEPS = 80  # lr 5e-3: steady; at 2e-2 the tiny model's accuracy oscillates from step to step

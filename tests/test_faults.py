@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from sample_data import ALPACA, sample_dir
 
 from steadytune.config import load_config
 from steadytune.errors import UserError
-from steadytune.training.faults import FaultInjector, plot_raw_vs_guarded
 from steadytune.model.tiny import save_tiny_model
 from steadytune.train import run_training
+from steadytune.training.faults import FaultInjector, plot_raw_vs_guarded
 
-from sample_data import ALPACA, sample_dir
 TOLERANCE = 0.05
 STEPS, FAULT_STEP = 24, 10
 

@@ -15,16 +15,24 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from sample_data import ALPACA, sample_dir
 
 from steadytune import cli
-from steadytune.training.checkpoint import latest_checkpoint, read_state
 from steadytune.config import load_config
-from steadytune.training.guard import (ABORT, EXIT_GUARD_ABORT, OK, ROLLBACK, SKIP, WARN, GuardAbort, NumericalGuard,
-                                       LiveObjects)
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.model.tiny import save_tiny_model
-
-from sample_data import ALPACA, sample_dir
+from steadytune.training.checkpoint import latest_checkpoint, read_state
+from steadytune.training.guard import (
+    ABORT,
+    EXIT_GUARD_ABORT,
+    OK,
+    ROLLBACK,
+    SKIP,
+    WARN,
+    GuardAbort,
+    LiveObjects,
+    NumericalGuard,
+)
 
 
 def make_guard(policy="rollback", precision="fp32", **guard_keys) -> tuple[NumericalGuard, list]:

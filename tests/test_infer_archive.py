@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from _infer_runs import learned_classification_run
+
 from steadytune.cli import main
 from steadytune.errors import UserError
 from steadytune.model.archive import MANIFEST, open_archive, write_archive

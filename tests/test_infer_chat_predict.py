@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import LF_FIXTURES, needs_shared
 from _infer_runs import LABELS, NEG, POS, classification_keys, learned_classification_run, make_run, write_jsonl
+from conftest import LF_FIXTURES, needs_shared
+
 from steadytune.cli import main
 from steadytune.infer.chat import ChatSession
 from steadytune.infer.loading import open_run

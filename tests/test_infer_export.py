@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from conftest import LF_FIXTURES, needs_shared
 from _infer_runs import TEXTS, classification_keys, learned_classification_run, make_full_run, make_run
+from conftest import LF_FIXTURES, needs_shared
+
 from steadytune.cli import main
 from steadytune.config import load_config
 from steadytune.errors import UserError
+from steadytune.eval.scoring import generate_texts
 from steadytune.infer.generate import conversation_ids, run_template
 from steadytune.infer.loading import LORA, MODEL, load_trained, open_run
-from steadytune.eval.scoring import generate_texts
 from steadytune.model.tiny import save_tiny_model
 
 LF = LF_FIXTURES

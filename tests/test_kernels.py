@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from peft import LoraConfig, get_peft_model
 
+from steadytune.data.collators import PadCollator
 from steadytune.model.kernels import skip_lora_input_cast
-from steadytune.training.loss import causal_lm_loss_sum
-from steadytune.data.packing import PaddedCollator
 from steadytune.model.tiny import build_model, build_tokenizer
+from steadytune.training.loss import causal_lm_loss_sum
 
 
 def _bf16_base_with_fp32_lora(seed: int = 0):
@@ -34,7 +34,7 @@ def test_skipping_lora_input_cast_changes_no_value_forward_or_backward():
     examples = [{"input_ids": torch.randint(5, 200, (n,)).tolist()} for n in (9, 14, 6)]
     for e in examples:
         e["labels"] = [-100] * 3 + e["input_ids"][3:]
-    batch = PaddedCollator(pad_token_id=0)(examples)
+    batch = PadCollator(pad_token_id=0)(examples)
     model = _bf16_base_with_fp32_lora()
     ref_loss, ref_grads = _loss_and_grads(model, batch)
     changed, _ = skip_lora_input_cast(model)

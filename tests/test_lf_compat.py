@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import LF_FIXTURES, needs_shared
+
 from steadytune.cli import main as cli_main
 from steadytune.config import load_config
 from steadytune.data.encode import IGNORE_INDEX
@@ -155,6 +155,7 @@ def test_c4_demo_pretrain_blocks(tok):
 def test_pre_quantised_checkpoints_are_refused(tiny_model, tmp_path):
     """train_qlora/llama3_lora_sft_awq/gptq/aqlm name pre-quantised models: refused at start, as quantization_bit is."""
     import shutil
+
     from steadytune.errors import UserError
     from steadytune.model.load import load_model_and_tokenizer
     folder = tmp_path / "awq"

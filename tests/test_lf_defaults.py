@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from steadytune.config import (FLAT_SECTIONS, LF_DEFAULT_DIFFERENCES, NOOP_KEYS, SECTION_TYPES, UNSUPPORTED_KEYS,
-                               load_config)
+from steadytune.config import (
+    FLAT_SECTIONS,
+    LF_DEFAULT_DIFFERENCES,
+    NOOP_KEYS,
+    SECTION_TYPES,
+    UNSUPPORTED_KEYS,
+    load_config,
+)
 
 LF = json.loads((Path(__file__).parent / "golden" / "lf_defaults.json").read_text(encoding="utf-8"))["keys"]
 OURS = {f.name: f for name in FLAT_SECTIONS for f in dataclasses.fields(SECTION_TYPES[name])}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _infer_runs import classification_keys, make_run, write_jsonl
+
 from steadytune.cli import main
 from steadytune.config import load_config
 from steadytune.errors import UserError

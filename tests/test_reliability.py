@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from sample_data import ALPACA, classification_rows, sample_dir
-from steadytune.training.checkpoint import latest_checkpoint, list_checkpoints, read_state
+
 from steadytune.cli import main as cli_main
 from steadytune.config import ConfigError, load_config
 from steadytune.errors import CheckpointError, UserError
-from steadytune.training.run_folder import LOCK, MANIFEST, read_manifest
 from steadytune.model.tiny import save_tiny_model
 from steadytune.train import run_training
+from steadytune.training.checkpoint import latest_checkpoint, list_checkpoints, read_state
+from steadytune.training.run_folder import LOCK, MANIFEST, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -20,10 +20,10 @@ import pytest
 
 from steadytune.cli import main as cli_main
 from steadytune.errors import UserError
+from steadytune.model.tiny import save_tiny_model
 from steadytune.report.page import render, write_report
 from steadytune.report.rundata import ABORTED, FINISHED, KILLED, RUNNING, load_run
 from steadytune.training.run_folder import LOCK, MANIFEST, read_manifest
-from steadytune.model.tiny import save_tiny_model
 
 HOSTILE = "<script>alert('xss')</script><img src=x onerror=alert(2)>"
 HOSTILE_NAME = "run <img src=x onerror=alert(3)><b>bold"  # a folder name: no "/"

@@ -24,11 +24,11 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from steadytune.cli import main  # noqa: E402
 from steadytune.config import load_config, save_resolved_config  # noqa: E402
-from steadytune.serve.command import build_engine  # noqa: E402
+from steadytune.model.tiny import save_tiny_model  # noqa: E402
 from steadytune.serve.app import build_app  # noqa: E402
+from steadytune.serve.command import build_engine  # noqa: E402
 from steadytune.serve.limits import Limits, ServeSettings  # noqa: E402
 from steadytune.serve.loading import load_served  # noqa: E402
-from steadytune.model.tiny import save_tiny_model  # noqa: E402
 
 KEY = "test-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from graph_emulation import EmulatedGraphBackend, WaitWhileRecording
+from test_serve_engine import generate_alone, random_prompts
+
 from steadytune.eval.scoring import inference
+from steadytune.model.tiny import build_model, build_tokenizer
 from steadytune.serve.adapters import match_model_dtype
 from steadytune.serve.batch import DecodeBatch
-from steadytune.serve.prefill import Row
 from steadytune.serve.engine import BatchingEngine, Generation
 from steadytune.serve.graphs import DecodeGraphs
+from steadytune.serve.prefill import Row
 from steadytune.serve.sampling import SamplingParams
-from steadytune.model.tiny import build_model, build_tokenizer
-from test_serve_engine import generate_alone, random_prompts
 
 WAITING_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
 REPO = Path(__file__).resolve().parents[1]
@@ -197,6 +197,7 @@ def test_lora_weights_in_the_base_dtype_give_the_same_logits(tokenizer):
     """bf16 base weights, LoRA kept in fp32 by peft, run under autocast (as serve runs them): casting the LoRA
     weights to bf16 changes no bit of the logits, for one adapter and with adapters mixed per row."""
     from peft import LoraConfig, get_peft_model
+
     from steadytune.eval.scoring import _precision_context
 
     torch.manual_seed(5)

@@ -9,15 +9,15 @@ import random
 
 import pytest
 import torch
-
 from graph_emulation import EmulatedGraphBackend
+
+from steadytune.model.tiny import build_model, build_tokenizer
 from steadytune.serve.batch import DecodeBatch
-from steadytune.serve.prefill import Row
 from steadytune.serve.batch_dynamic import DynamicDecodeBatch
 from steadytune.serve.engine import BatchingEngine, Delta, Failed, Finished, Generation
+from steadytune.serve.prefill import Row
 from steadytune.serve.sampling import SamplingParams, sample_next
 from steadytune.serve.text import TextAssembler
-from steadytune.model.tiny import build_model, build_tokenizer
 
 
 @pytest.fixture(scope="module")

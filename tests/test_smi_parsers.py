@@ -3,14 +3,14 @@ shared/fixtures/rocm. Expected values below were read by hand from each fixture 
 
 from __future__ import annotations
 
-
 import pytest
+from conftest import SMI_FIXTURES as FIXTURES
+from conftest import needs_shared
 
 from steadytune.hardware.archs import bf16_verdict, decode_rocm_smi_gfx
 from steadytune.hardware.gpu_facts import lookup_product, override_for_arch
 from steadytune.hardware.smi_parsers import merge_results, parse_text, split_samples
 
-from conftest import SMI_FIXTURES as FIXTURES, needs_shared
 KB, MIB = 2**10, 2**20
 
 # (index, name, arch, memory in bytes, native bf16, integrated); None where the output does not say.

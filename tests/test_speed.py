@@ -10,16 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from steadytune.training.graphs import GraphedStep, GraphRunner
-from steadytune.hardware.speed import SpeedUnavailable, plan_speed
-from steadytune.hardware.memory import activation_gib, choose_gradient_checkpointing, state_gib_of
-from steadytune.training import loss as loss_module
-from steadytune.training.loss import ChunkedLinearCrossEntropy, causal_lm_loss_sum
+from steadytune.data.collators import PadCollator
 from steadytune.data.encode import IGNORE_INDEX
-from steadytune.data.packing import PackedCollator, PaddedCollator, group_by_token_budget, static_shape_for, targets_of
-from steadytune.model.attention import register_varlen_attention
+from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
 from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+from steadytune.hardware.memory import activation_gib, choose_gradient_checkpointing, state_gib_of
+from steadytune.hardware.speed import SpeedUnavailable, plan_speed
+from steadytune.model.attention import register_varlen_attention
 from steadytune.model.tiny import build_model, build_tokenizer
+from steadytune.training import loss as loss_module
+from steadytune.training.graphs import GraphedStep, GraphRunner
+from steadytune.training.loss import ChunkedLinearCrossEntropy, causal_lm_loss_sum
 
 TOKENIZER = build_tokenizer()
 
@@ -70,7 +71,7 @@ def test_every_static_micro_batch_has_one_shape_and_the_loss_of_its_examples_alo
         got, n, grads = loss_and_grads(model, batch)
         want, want_n, want_grads = 0.0, 0, None
         for i in g:
-            s, k, gr = loss_and_grads(reference, PaddedCollator(TOKENIZER.pad_token_id)([examples[i]]))
+            s, k, gr = loss_and_grads(reference, PadCollator(TOKENIZER.pad_token_id)([examples[i]]))
             want, want_n = want + s, want_n + k
             want_grads = gr if want_grads is None else {key: want_grads[key] + gr[key] for key in gr}
         assert n == want_n == sum(targets_of(examples[i]) for i in g) + 0 * batch["n_targets"]
@@ -160,6 +161,7 @@ def test_fused_chunk_compiled_by_inductor_equals_the_eager_loss():
 
 def test_train_with_compiled_layers_compiles_once_per_layer_type_and_keeps_the_loss(tmp_path, compiled_graphs):
     from test_train_packing import decisions, overrides, tiny_models as _unused, train  # noqa: F401
+
     from steadytune.model.tiny import save_tiny_model
 
     compiled = compiled_graphs
@@ -324,6 +326,7 @@ def test_inductor_compiled_layers_keep_the_packed_loss_on_cpu(tmp_path):
     """The real compiler (Inductor, C++ on CPU) on static packed shapes: the same per-step loss as the padded run.
     (~100 s of compiling on a busy 2-core machine.)"""
     from test_train_packing import overrides, train
+
     from steadytune.model.tiny import save_tiny_model
 
     torch._dynamo.reset()

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from steadytune.config import ConfigError, load_config
+from steadytune.config import TRACKER_PACKAGES, ConfigError, load_config, parse_report_to, tracker_installed
 from steadytune.errors import UserError
 from steadytune.model.tiny import save_tiny_model
-from steadytune.config import TRACKER_PACKAGES, parse_report_to, tracker_installed
 from steadytune.training.trackers import Trackers
 
 REPO = Path(__file__).resolve().parents[1]

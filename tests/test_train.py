@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import LF_FIXTURES as LF
+from conftest import needs_shared
+from sample_data import ALPACA, sample_dir
 
-from steadytune.training.checkpoint import list_checkpoints
 from steadytune.cli import main as cli_main
 from steadytune.config import load_config
 from steadytune.errors import CheckpointError, UserError
-from steadytune.training.monitor import read_metrics
 from steadytune.model.tiny import save_tiny_model
 from steadytune.train import run_training
+from steadytune.training.checkpoint import list_checkpoints
+from steadytune.training.monitor import read_metrics
 
-from conftest import LF_FIXTURES as LF, needs_shared
-from sample_data import ALPACA, sample_dir
 GOLDEN = Path(__file__).resolve().parent / "golden" / "tiny_qwen2_sample_loss.json"
 
 

@@ -17,6 +17,7 @@ from steadytune.model.tiny import build_tokenizer, save_tiny_model
 from steadytune.train import run_training
 from steadytune.training.batches import TrainBatches
 
+
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")

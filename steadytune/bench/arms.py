@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from steadytune.data.collators import PadCollator
 from steadytune.bench.steady import SteadyRate
 from steadytune.bench.workload import (
     dataset_lengths,
@@ -42,7 +43,7 @@ from steadytune.bench.workload import (
     synchronize,
     synthetic_examples,
 )
-from steadytune.data.packing import PackedCollator, PaddedCollator, group_by_token_budget, static_shape_for, targets_of
+from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
 from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
 from steadytune.hardware.backend import HardwareInfo, detect
 from steadytune.hardware.memory import choose_gradient_checkpointing
@@ -126,7 +127,7 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
     ordered = [examples[i] for i in example_order(len(examples), cap * batch)]
     model = lora_model(args.shape, device)
     n_params, n_lora = param_counts(model)
-    collate = PaddedCollator(pad_token_id=0, pad_to_multiple_of=pad_multiple)
+    collate = PadCollator(pad_token_id=0, pad_to_multiple_of=pad_multiple)
     batch_tokens: list[int] = []
 
     def counting_collator(rows):
@@ -223,7 +224,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         enable_checkpointing(model, plan.cuda_graphs)
     settings["gradient_checkpointing"] = {"value": use_gc, "reason": gc_why}
     collate = (PackedCollator(pad_token_id=0, row_len=args.cutoff_len, attention=attention, static=shape) if packing
-               else PaddedCollator(pad_token_id=0))
+               else PadCollator(pad_token_id=0))
     settings.update(max_tokens_per_step=args.max_tokens, packing=packing, static_shape=shape.__dict__ if shape else None,
                     loss="head at labelled positions, chunked fused cross-entropy", adapters="fp32",
                     base="bf16" if device.type == "cuda" else "fp32")

@@ -28,7 +28,6 @@ same grouping, padded instead of packed, is the unpacked reference: same example
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -95,28 +94,6 @@ def _as_list(values) -> list[int]:
 
 def _labels_of(example: dict) -> list[int]:
     return _as_list(example["labels"]) if "labels" in example else _as_list(example["input_ids"])
-
-
-@dataclass
-class PaddedCollator:
-    """Dynamic padding to the longest example of the batch (right side), the unpacked reference."""
-
-    pad_token_id: int
-    pad_to_multiple_of: int | None = None
-
-    def __call__(self, examples: list[dict]) -> dict:
-        longest = max(len(e["input_ids"]) for e in examples)
-        if self.pad_to_multiple_of:
-            longest = math.ceil(longest / self.pad_to_multiple_of) * self.pad_to_multiple_of
-        ids = torch.full((len(examples), longest), self.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(examples), longest), IGNORE_INDEX, dtype=torch.long)
-        mask = torch.zeros((len(examples), longest), dtype=torch.long)
-        for row, example in enumerate(examples):
-            n = len(example["input_ids"])
-            ids[row, :n] = torch.tensor(_as_list(example["input_ids"]))
-            labels[row, :n] = torch.tensor(_labels_of(example))
-            mask[row, :n] = 1
-        return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +18,7 @@ from typing import Any
 import yaml
 
 from steadytune.errors import UserError
-from steadytune.training.run_folder import LOCK, MANIFEST
+from steadytune.training.run_folder import LOCK, MANIFEST, lock_holder_alive
 
 # Files that make a folder a run (train, eval and the run folder's manifest write them).
 RUN_MARKERS = ("metrics.jsonl", "run_config.yaml", "train_results.json", "eval_results.json", MANIFEST)
@@ -268,7 +266,7 @@ def run_status(run: Run) -> tuple[str, str]:
     abort_detail = (f"at step {aborts[-1].get('step')}: {aborts[-1].get('kind', '')} ({aborts[-1].get('reason', '')})"
                     if aborts else f"at {progress}")
     if recorded == "running" or (recorded is None and run.lock):
-        alive = process_alive(run.lock) if run.lock else False
+        alive = lock_holder_alive(run.lock) if run.lock else False
         if alive is True:
             return RUNNING, progress
         if alive is False:
@@ -289,18 +287,3 @@ def run_status(run: Run) -> tuple[str, str]:
     return KILLED, f"stopped at {progress} without finishing"
 
 
-def process_alive(lock: dict) -> bool | None:
-    """True/False when the process holding the run folder's lock can be checked from this machine, None when it
-    runs on another host."""
-    pid, host = lock.get("pid"), lock.get("host")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    if host != socket.gethostname():
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True

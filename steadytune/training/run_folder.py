@@ -209,7 +209,7 @@ class RunFolder:
                 if holder.get("pid") == os.getpid() and holder.get("host") == me["host"]:
                     self._locked = True   # this process already holds it (a restart within one run)
                     return
-                if holder.get("host") == me["host"] and not _pid_alive(holder.get("pid")):
+                if holder.get("host") == me["host"] and lock_holder_alive(holder) is False:
                     print(f"output_dir {self.path}: taking over the lock of process {holder.get('pid')}, which no "
                           "longer runs (it was killed or crashed)", flush=True)
                     lock.unlink(missing_ok=True)
@@ -321,13 +321,19 @@ def _read_lock(lock: Path) -> dict:
         return {}
 
 
-def _pid_alive(pid) -> bool:
+def lock_holder_alive(holder: dict) -> bool | None:
+    """Whether the process named in a run folder's lock still runs: True/False when it can be checked from this
+    machine, None when it runs on another host. The one liveness test for the lock (`train` taking over a dead run's
+    lock, `report` telling a running run from a killed one)."""
+    pid, host = holder.get("pid"), holder.get("host")
     if not isinstance(pid, int) or pid <= 0:
         return False
+    if host != socket.gethostname():
+        return None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        return True  # exists, owned by someone else
     return True
