@@ -13,7 +13,7 @@ import sys
 import warnings
 
 from steadytune import __version__
-from steadytune.errors import RunInterrupted, UserError
+from steadytune.errors import RunInterrupted, UserError, describe_os_error
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
@@ -107,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as e:
         # The machine's faults (disk full, permission denied, read-only file system) are not bugs: one line each.
-        from steadytune.errors import describe_os_error
         print(f"error: {describe_os_error(e, f'steadytune {args.command}')}", file=sys.stderr)
         return EXIT_ERROR
 

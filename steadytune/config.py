@@ -214,7 +214,7 @@ class InferArguments:
 
 @dataclass
 class GuardArguments:
-    """Numerical guard (see guard.py). Section `guard:` in YAML, or flat `guard_policy`."""
+    """Numerical guard (see training/guard.py). Section `guard:` in YAML, or flat `guard_policy`."""
     guard_policy: str = _opt("rollback", "What to do on a non-finite value or loss spike.", choices=("off", "warn", "skip", "rollback", "abort"))
     window: int = _opt(50, "Rolling window of recent steps for spike statistics.", minimum=2)
     min_history: int = _opt(10, "Steps of history needed before spikes are judged.", minimum=1)

@@ -721,7 +721,7 @@ def fit(run: Run) -> Outcome:
             faults.begin_step(step)
             loss_value, grad_norm, global_tokens = forward_backward(run, window, step)
 
-            # --- numerical guard: judge the step before its update is applied (guard.py) --------------------
+            # --- numerical guard: judge the step before its update is applied (training/guard.py) --------------------
             decision = guard.inspect(step, loss_value, grad_norm, window_ids)
             if not decision.apply_update:
                 new_precision = recover(run, loop, decision, step)
@@ -763,7 +763,7 @@ def fit(run: Run) -> Outcome:
                           **pop_metrics(run.objective, run.accelerator)}  # dpo/kto/rm: rewards/chosen, ... (stages/)
                 run.metrics.write(record)
                 run.trackers.log(record)
-                # The bar shows input tokens/s (what the hardware processes; metrics.jsonl has both, see monitor.py).
+                # The bar shows input tokens/s (what the hardware processes; metrics.jsonl has both, see training/monitor.py).
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
                                 in_tok_s=f"{record['input_tokens_per_s']:.0f}", guard=guard.event_count)
                 loop.window_loss, loop.window_steps = 0.0, 0
@@ -826,7 +826,7 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     ranks_averaged = 1 if flat else accelerator.num_processes
     for i, mb in enumerate(window):
         if run.graphs is not None and run.graphs.takes(mb.batch):
-            # The whole forward + backward replayed from a CUDA graph (graphs.py): no collective inside it.
+            # The whole forward + backward replayed from a CUDA graph (training/graphs.py): no collective inside it.
             step_loss += run.graphs(mb.batch, 1.0 / max(global_tokens, 1))
             continue
         batch = to_device(mb.batch, run.device)

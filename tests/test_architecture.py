@@ -156,3 +156,19 @@ def test_a_package_face_holds_a_docstring_only(package):
     tree = ast.parse((PACKAGE / package / "__init__.py").read_text(encoding="utf-8"))
     code = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     assert not code or package == "stages", f"steadytune/{package}/__init__.py holds code: move it into a module"
+
+
+def test_imports_of_our_own_modules_sit_at_the_top_unless_a_comment_says_why():
+    """An import inside a function hides an arrow and a load-time cost; where one is needed (doctor and `--help` must
+    not load torch), a comment beside it or on the line above says so ('lazy: ...')."""
+    unexplained = []
+    for name, path in modules().items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        tree = ast.parse("\n".join(lines))
+        for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(function):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("steadytune"):
+                    nearby = " ".join(lines[max(0, node.lineno - 2):node.end_lineno])
+                    if "lazy" not in nearby and "inside the try" not in nearby:
+                        unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {node.module} import ...")
+    assert not unexplained, "imports inside functions without a reason: " + "; ".join(unexplained)

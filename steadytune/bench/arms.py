@@ -28,7 +28,6 @@ from pathlib import Path
 
 import torch
 
-from steadytune.data.collators import PadCollator
 from steadytune.bench.steady import SteadyRate
 from steadytune.bench.workload import (
     dataset_lengths,
@@ -43,6 +42,7 @@ from steadytune.bench.workload import (
     synchronize,
     synthetic_examples,
 )
+from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
 from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
 from steadytune.hardware.backend import HardwareInfo, detect

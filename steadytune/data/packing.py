@@ -9,7 +9,7 @@ Correctness rests on three things, all done here:
 - the first token of every example gets label -100, so the last token of the previous example is never
   trained to predict it (the loss shifts labels by one; see loss.shifted_targets).
 
-Attention kernels (`choose_packing_attention` in hardware.py picks one per backend):
+Attention kernels (`choose_packing_attention` in hardware/policy.py picks one per backend):
 - "varlen": every example of a micro-batch concatenated into one row of shape [1, T], no padding at all, and a
   variable-length flash kernel driven by cumulative sequence lengths (flash-attn's `flash_attn_varlen_func`,
   or PyTorch's own `torch.nn.attention.varlen.varlen_attn`). Registered with transformers as the attention

@@ -353,7 +353,7 @@ def accumulate_without_sync(accelerator, objective, plan: ShardingPlan):
 # ---------------------------------------------------------------------------------------------------------
 
 def gather_for_save(plan: ShardingPlan, accelerator, objective, model, optimizer, with_optimizer: bool = True):
-    """-> (model, optimizer) objects checkpoint.py and the final save can write from. Under sharding this gathers the
+    """-> (model, optimizer) objects training/checkpoint.py and the final save can write from. Under sharding this gathers the
     full trainable weights (and, for checkpoints, the optimizer state) onto the main process: a collective, every
     rank calls it."""
     if not plan.sharded:

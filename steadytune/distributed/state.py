@@ -6,7 +6,7 @@ adapter loads like a one-GPU run's. Gathering is a collective: every rank calls 
 process gets the tensors (the others get empty dicts).
 
 Optimizer state comes in two layouts:
-- one GPU and DDP: torch's own `optimizer.state_dict()`, keyed by parameter index (what checkpoint.py writes);
+- one GPU and DDP: torch's own `optimizer.state_dict()`, keyed by parameter index (what training/checkpoint.py writes);
 - FSDP2 and DeepSpeed: the same tensors keyed by parameter name ("base_model.model...lora_A.default.weight"), the
   layout of torch.distributed.checkpoint's full optimizer state dict.
 `by_name` and `by_index` convert between them through the names of the trainable parameters in optimizer order (the
@@ -190,11 +190,11 @@ def _plain(optimizer: Any):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What checkpoint.py and save_final_outputs write, for gathered state
+# What training/checkpoint.py and save_final_outputs write, for gathered state
 # ---------------------------------------------------------------------------------------------------------
 
 class GatheredModel:
-    """Stands in for the model where checkpoint.py and the final save call `save_pretrained`: writes the same files
+    """Stands in for the model where training/checkpoint.py and the final save call `save_pretrained`: writes the same files
     (PEFT's adapter files, or transformers' model files) from gathered full weights."""
 
     def __init__(self, model, weights: dict):
@@ -219,7 +219,7 @@ class GatheredModel:
 
 
 class GatheredOptimizer:
-    """Stands in for the optimizer where checkpoint.py calls `state_dict()`."""
+    """Stands in for the optimizer where training/checkpoint.py calls `state_dict()`."""
 
     def __init__(self, state: dict):
         self.state = state

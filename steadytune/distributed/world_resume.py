@@ -3,7 +3,7 @@
 The data a step sees is a pure function of (seed, epoch) and the step batch: epoch e's order is a permutation seeded
 by (seed, e), cut into per-device micro-batches (fixed size, or a token budget of consecutive examples), and an
 optimizer step takes world_size x gradient_accumulation_steps consecutive micro-batches, ranks taking theirs in turn
-(batches.py). So a step is the same slice of the order on any number of processes as long as the step holds the same
+(training/batches.py). So a step is the same slice of the order on any number of processes as long as the step holds the same
 micro-batches. On resume with another world size, steadytune keeps that step batch:
 
 1. gradient_accumulation_steps is scaled by old_world / new_world when that is a whole number (2 GPUs x 4
@@ -15,7 +15,7 @@ micro-batches. On resume with another world size, steadytune keeps that step bat
 The position then maps exactly: the checkpoint records the micro-batch index b of its layout; the examples (or budget
 groups) consumed in the epoch are b x per-device unit x old world, which on the new layout is micro-batch
 b x old_world x old_unit / (new_world x new_unit): a whole number, because checkpoints fall on step boundaries and
-every step holds whole steps' worth of micro-batches (batches.py drops an epoch's tail by whole steps).
+every step holds whole steps' worth of micro-batches (training/batches.py drops an epoch's tail by whole steps).
 """
 
 from __future__ import annotations

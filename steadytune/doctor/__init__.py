@@ -7,13 +7,13 @@ machine. Both produce `Finding`s (error / warning / info, each with what, why an
 code 1, and `train` refuses to start on errors unless `--force`.
 
 The facts behind each check, with sources, are in research/rocm.md; "row N" in a comment points to its
-symptom table. The policy (which dtype, which attention) is not decided here: it comes from hardware.py,
-the module `train` obeys, so doctor reports exactly what `train` will do.
+symptom table. The policy (which dtype, which attention, memory, speed) is not decided here: it comes from
+hardware/, which `train` obeys, so doctor reports exactly what `train` will do.
 
 Modules: findings (the Finding type and its output), probe (facts about this machine), checks, attention,
 multi_gpu, deepspeed_ops, container and hardware_checks (the live checks), archs (what an AMD architecture gets, from the
-tables in gpu_facts.py), plan (what train would choose on a machine), memory (APU unified memory), pci
-(Resizable BAR), live (runs them all), offline (saved tool outputs), environment (environment.json) and cli
+tables in hardware/gpu_facts.py), plan (what train would choose on a machine), memory (APU unified memory), pci
+(Resizable BAR), live (runs them all), offline (saved tool outputs), environment (environment.json) and command
 (the subcommand). No module imports torch at import time: a broken torch install (rocm.md row 9) must still get
 a diagnosis instead of a traceback.
 """

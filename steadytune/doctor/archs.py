@@ -1,4 +1,4 @@
-"""What an AMD architecture gets, read from the tables in gpu_facts.py: which torch wheels carry code for it
+"""What an AMD architecture gets, read from the tables in hardware/gpu_facts.py: which torch wheels carry code for it
 and the exact install line, whether HSA_OVERRIDE_GFX_VERSION is a safe stand-in or a trap, native bf16 and
 fp8, and which fused attention path runs (with the AOTriton experimental switch where it is needed). Used by
 live and offline mode alike, so a saved gfx1151 capture gets the same advice as a gfx1151 machine."""

@@ -127,7 +127,7 @@ def explain_flash_attn_failure(message: str) -> tuple[str, str]:
 
 
 def packing_attention_finding(info) -> Finding:
-    """How `train` keeps packed examples apart here: the same policy call train makes (hardware.py), which on a
+    """How `train` keeps packed examples apart here: the same policy call train makes (hardware/policy.py), which on a
     GPU runs each variable-length kernel once against SDPA before trusting it."""
     attention, kernel, why = choose_packing_attention(info, "auto")
     name = f"{attention} ({kernel})" if kernel else attention

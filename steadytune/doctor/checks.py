@@ -3,8 +3,8 @@ ROCm build environment, device files, architecture coverage, precision, optional
 Each takes the `Probe` and returns findings. Attention and multi-GPU have modules of their own.
 
 The facts behind each check, with sources, are in research/rocm.md; "row N" in a comment points to its
-symptom table. The policy (which dtype, which attention) is not decided here: it comes from hardware.py,
-the module `train` obeys, so doctor reports exactly what `train` will do. hardware.py (and torch) are
+symptom table. The policy (which dtype, which attention) is not decided here: it comes from hardware/,
+the part `train` obeys, so doctor reports exactly what `train` will do. hardware/ (and torch) are
 imported inside the checks, so that a broken torch still gets a diagnosis (row 9).
 """
 

@@ -1,6 +1,6 @@
 """APU unified memory in doctor: what the GPU of a Strix Halo / Strix Point machine can really use (its GTT,
 not the small carve-out the tools print), read live from sysfs and the kernel command line or from a saved
-`dmesg`, and the kernel parameters that raise it. The figures and parameters are unified_memory.py's; this
+`dmesg`, and the kernel parameters that raise it. The figures and parameters are hardware/unified_memory.py's; this
 module turns them into findings."""
 
 from __future__ import annotations

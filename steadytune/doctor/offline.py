@@ -1,5 +1,5 @@
 """Offline mode: diagnose some other machine from saved outputs (`doctor --from DIR`, `--rocm-smi FILE`, ...):
-rocm-smi, amd-smi (its default view too), rocminfo and nvidia-smi for the GPUs (smi_parsers.py), `lspci -vv`
+rocm-smi, amd-smi (its default view too), rocminfo and nvidia-smi for the GPUs (hardware/smi_parsers.py), `lspci -vv`
 for Resizable BAR (pci.py) and `dmesg` for an APU's GTT, the kernel command line and amdgpu's BAR line
 (memory.py, pci.py). The GPUs read there become a `HardwareInfo` of *that* machine, and train's own policy
 functions answer for it (plan.py): the dtype, attention, packing and gradient checkpointing it would get there.

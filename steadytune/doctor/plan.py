@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from steadytune.config import RunConfig
     from steadytune.hardware.backend import HardwareInfo
 
-# Shapes from shapes.py shown when no config names a model: the demo's model and two common LoRA bases.
+# Shapes from model/shapes.py shown when no config names a model: the demo's model and two common LoRA bases.
 REFERENCE_SHAPES = ("gemma3-270m", "qwen2.5-1.5b", "qwen2.5-3b")
 NOT_RUN_HERE = "not run: these are saved outputs; train runs each varlen kernel once at start and uses it only if it matches SDPA"
 
@@ -46,7 +46,8 @@ def precision_and_attention(info: "HardwareInfo", cfg: "RunConfig", check: str) 
 
 
 def packing_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline: bool) -> list[Finding]:
-    from steadytune.model.attention import decide_packing  # lazy: imports torch; this module loads without it
+    # lazy: model.attention loads torch; doctor runs where torch does not import
+    from steadytune.model.attention import decide_packing
     cfg = copy.deepcopy(cfg)
     packs = decide_packing(cfg, class_weighted_loss=False, info=info)
     findings = [Finding.info(check, f"train would {'pack' if packs else 'not pack'} micro-batches",
@@ -66,7 +67,8 @@ def packing_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline
 def _shape_config(name: str):
     from transformers import AutoConfig
 
-    from steadytune.model.shapes import SHAPES  # lazy: imports torch; this module loads without it
+    # lazy: model.shapes loads torch; doctor runs where torch does not import
+    from steadytune.model.shapes import SHAPES
     spec = dict(SHAPES[name])
     return AutoConfig.for_model(spec.pop("model_type"), **spec)
 
@@ -77,7 +79,8 @@ def model_config_for(cfg: "RunConfig"):
     qwen2.5-1.5b). None when neither applies (a hub id not downloaded here)."""
     from pathlib import Path
 
-    from steadytune.model.shapes import SHAPES  # lazy: imports torch; this module loads without it
+    # lazy: model.shapes loads torch; doctor runs where torch does not import
+    from steadytune.model.shapes import SHAPES
     name = cfg.model.model_name_or_path or ""
     if name and (Path(name) / "config.json").is_file():
         from transformers import AutoConfig

@@ -1,5 +1,5 @@
 """GPU facts as data, in one place: product name -> architecture, what each AMD architecture can do, and which
-torch wheels carry code for it. `hardware.py` (the policy `train` obeys) and `doctor` both read these tables;
+torch wheels carry code for it. `hardware/policy.py` (the policy `train` obeys) and `doctor` both read these tables;
 nothing here decides anything, and nothing imports torch.
 
 Every row names its source. Facts change with releases (a new wheel index, a new AOTriton), so a row says what

@@ -93,15 +93,14 @@ def peak_bf16_tflops(name: str) -> Optional[float]:
 
 def choose_packing_attention(info: HardwareInfo, requested: str = "auto",
                              kernel_status: Optional[Callable[[], tuple[str | None, str]]] = None) -> tuple[str, str | None, str]:
-    """-> (packing attention: varlen | sdpa | flex, varlen kernel name or None, reason). See packing.py.
+    """-> (packing attention: varlen | sdpa | flex, varlen kernel name or None, reason). See data/packing.py and model/attention.py.
 
     On a GPU, a variable-length flash kernel (flash-attn, else PyTorch's own) is used only after it has run
     and matched SDPA here; otherwise, and on CPU, SDPA with the block-diagonal mask.
     """
     if kernel_status is None:   # doctor --from passes its own: the saved machine's kernels cannot be run here
-        from steadytune.hardware.attention_kernels import (
-            varlen_kernel_status as kernel_status,  # lazy: imports torch; this module loads without it
-        )
+        # lazy: hardware.attention_kernels loads torch; doctor --from applies this policy where torch does not import
+        from steadytune.hardware.attention_kernels import varlen_kernel_status as kernel_status
     if requested in ("sdpa", "flex"):
         return requested, None, f"{requested} was asked for"
     if info.backend in ("cuda", "rocm"):

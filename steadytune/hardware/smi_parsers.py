@@ -4,7 +4,7 @@ diagnose a machine from pasted text.
 Each reader turns one tool output into `GpuRecord`s: model, architecture, memory. The architecture comes
 from the most trustworthy field available: rocminfo's agent `Name:` or ISA line, amd-smi's
 `TARGET_GRAPHICS_VERSION`, then rocm-smi's `GFX Version` decoded (it prints gfx9010 for gfx90a and gfx11001
-for gfx1101, research/rocm.md section 1), then the product-name table in hardware.py.
+for gfx1101, research/rocm.md section 1), then the product-name table in gpu_facts.py.
 
 A file may hold several outputs (a pasted session); `split_samples` cuts it at `# ...` comment blocks and
 `$ command` prompt lines. Nothing here raises on odd input: a reader that fails leaves a "could not read"

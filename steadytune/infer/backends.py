@@ -37,8 +37,11 @@ class VllmGenerator:
         from vllm import LLM
         from vllm.lora.request import LoRARequest
 
-        from steadytune.infer.loading import LORA  # lazy: imports torch; this module loads without it
-        from steadytune.model.load import resolve_model_path  # lazy: imports torch; this module loads without it
+        # lazy: infer.loading loads torch; `--help` answers without loading it
+        from steadytune.infer.loading import LORA
+
+        # lazy: model.load loads torch; `--help` answers without loading it
+        from steadytune.model.load import resolve_model_path
 
         cfg = run.cfg
         self.lora = None

@@ -19,6 +19,7 @@ from typing import Any
 
 from steadytune import __version__
 from steadytune.config import read_yaml
+from steadytune.model.load import BUILTIN_ALIASES, GEMMA3_270M_PIP, SOURCE_FILE
 
 BASE_RECORD = "base_model.json"
 
@@ -32,11 +33,6 @@ def _read_json(path: Path) -> dict:
 
 def describe_base(name: str, resolved: str | None = None) -> dict[str, Any]:
     """How another machine gets the base model `name` (model_name_or_path as the user wrote it)."""
-    from steadytune.model.load import (  # lazy: imports torch; this module loads without it
-        BUILTIN_ALIASES,
-        GEMMA3_270M_PIP,
-        SOURCE_FILE,
-    )
 
     record: dict[str, Any] = {"name": name}
     source = _read_json(Path(resolved) / SOURCE_FILE) if resolved else {}

@@ -34,7 +34,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from steadytune.infer.loading import open_run  # lazy: imports torch; this module loads without it
+    # lazy: infer.loading loads torch; `--help` answers without loading it
+    from steadytune.infer.loading import open_run
 
     run_ = open_run(args.source, args.overrides)
     cfg = run_.cfg
@@ -72,12 +73,11 @@ class ChatSession:
     """One conversation with a loaded run: history, template, sampling and stop tokens."""
 
     def __init__(self, run_, model, tokenizer):
-        from steadytune.infer.classify import LabelScorer  # lazy: imports torch; this module loads without it
-        from steadytune.infer.generate import (  # lazy: imports torch; this module loads without it
-            run_template,
-            sampling_of,
-            stop_token_ids,
-        )
+        # lazy: infer.classify loads torch; `--help` answers without loading it
+        from steadytune.infer.classify import LabelScorer
+
+        # lazy: infer.generate loads torch; `--help` answers without loading it
+        from steadytune.infer.generate import run_template, sampling_of, stop_token_ids
 
         self.run, self.model, self.tokenizer = run_, model, tokenizer
         cfg = run_.cfg
@@ -97,7 +97,8 @@ class ChatSession:
     def load(cls, run_, quiet: bool = False) -> "ChatSession":
         import torch
 
-        from steadytune.infer.loading import load_run  # lazy: imports torch; this module loads without it
+        # lazy: infer.loading loads torch; `--help` answers without loading it
+        from steadytune.infer.loading import load_run
 
         torch.manual_seed(run_.cfg.train.seed)  # sampling is repeatable for the same inputs and seed
         model, tokenizer = load_run(run_, quiet=quiet)
@@ -121,7 +122,8 @@ class ChatSession:
 
     def prompt_ids(self, user_text: str) -> list[int]:
         """The prompt for the next answer; the oldest turns are dropped when the context would overflow."""
-        from steadytune.infer.generate import conversation_ids  # lazy: imports torch; this module loads without it
+        # lazy: infer.generate loads torch; `--help` answers without loading it
+        from steadytune.infer.generate import conversation_ids
 
         messages = self.history + [{"role": "user", "content": user_text}]
         while True:
@@ -133,7 +135,8 @@ class ChatSession:
 
     def answer(self, user_text: str) -> Iterator[str]:
         """Stream the answer to `user_text` and add the exchange to the history."""
-        from steadytune.infer.generate import stream_answer  # lazy: imports torch; this module loads without it
+        # lazy: infer.generate loads torch; `--help` answers without loading it
+        from steadytune.infer.generate import stream_answer
 
         ids = self.prompt_ids(user_text)
         parts = []

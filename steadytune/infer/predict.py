@@ -47,7 +47,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from steadytune.infer.loading import open_run  # lazy: imports torch; this module loads without it
+    # lazy: infer.loading loads torch; `--help` answers without loading it
+    from steadytune.infer.loading import open_run
 
     output = Path(args.output)
     if output.suffix.lower() not in OUTPUT_SUFFIXES:
@@ -90,12 +91,11 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     """Predictions for `rows` (data.readers.Row) with the run loaded through the shared loader."""
     import torch
 
-    from steadytune.infer.generate import (  # lazy: imports torch; this module loads without it
-        run_template,
-        sampling_of,
-        stop_token_ids,
-    )
-    from steadytune.infer.loading import load_run  # lazy: imports torch; this module loads without it
+    # lazy: infer.generate loads torch; `--help` answers without loading it
+    from steadytune.infer.generate import run_template, sampling_of, stop_token_ids
+
+    # lazy: infer.loading loads torch; `--help` answers without loading it
+    from steadytune.infer.loading import load_run
 
     cfg = run_.cfg
     backend = check_backend(cfg.infer.infer_backend)
@@ -112,7 +112,8 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     template = run_template(cfg, tokenizer)
     started = time.perf_counter()
     if run_.is_classification:
-        from steadytune.infer.classify import LabelScorer  # lazy: imports torch; this module loads without it
+        # lazy: infer.classify loads torch; `--help` answers without loading it
+        from steadytune.infer.classify import LabelScorer
 
         scorer = LabelScorer(model, tokenizer, template, cfg.data.label_names, cfg.data.prompt_template,
                              cfg.data.cutoff_len)
@@ -126,7 +127,8 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
         return Prediction(out, time.perf_counter() - started, sum(map(len, prompts)), None,
                           f"labels by scoring {len(scorer.label_names)} labels")
 
-    from steadytune.eval.scoring import generate_texts  # lazy: imports torch; this module loads without it
+    # lazy: eval.scoring loads torch; `--help` answers without loading it
+    from steadytune.eval.scoring import generate_texts
 
     sampling = sampling_of(cfg, sample_by_default=False)
     prompts = [_prompt_ids(row, template, tokenizer, text_column) for row in rows]
@@ -141,12 +143,11 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
 def _generate_with_vllm(run_, rows, text_column) -> Prediction:
     from transformers import AutoTokenizer
 
-    from steadytune.infer.generate import (  # lazy: imports torch; this module loads without it
-        run_template,
-        sampling_of,
-        stop_token_ids,
-    )
-    from steadytune.model.load import resolve_model_path  # lazy: imports torch; this module loads without it
+    # lazy: infer.generate loads torch; `--help` answers without loading it
+    from steadytune.infer.generate import run_template, sampling_of, stop_token_ids
+
+    # lazy: model.load loads torch; `--help` answers without loading it
+    from steadytune.model.load import resolve_model_path
 
     cfg = run_.cfg
     tokenizer = AutoTokenizer.from_pretrained(str(run_.folder or resolve_model_path(cfg.model)),
@@ -212,7 +213,8 @@ def _messages_of(row, column: str | None) -> tuple[list[dict], str | None]:
 
 def _prompt_ids(row, template, tokenizer, column: str | None) -> list[int]:
     """A row's prompt as training encoded it; a row's own `system` replaces the template's default_system."""
-    from steadytune.infer.generate import conversation_ids  # lazy: imports torch; this module loads without it
+    # lazy: infer.generate loads torch; `--help` answers without loading it
+    from steadytune.infer.generate import conversation_ids
 
     messages, system = _messages_of(row, column)
     return conversation_ids(template, tokenizer, messages, system)

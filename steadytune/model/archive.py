@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable
 
 from steadytune.errors import UserError
+from steadytune.model.load import default_cache_dir
 
 MANIFEST = "MANIFEST.sha256"
 CHUNK = 1 << 20
@@ -143,7 +144,6 @@ def unpacked(path: str | os.PathLike) -> Path:
 
 
 def archives_cache() -> Path:
-    from steadytune.model.load import default_cache_dir  # lazy: imports torch; this module loads without it
     return default_cache_dir() / "archives"
 
 

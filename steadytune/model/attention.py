@@ -108,7 +108,7 @@ class PackingPlan:
 
 
 def plan_packing(cfg, info, class_weighted_loss: bool) -> PackingPlan | None:
-    """None when `train` does not pack; else the attention chosen for this hardware (hardware.py's policy, the
+    """None when `train` does not pack; else the attention chosen for this hardware (hardware/policy.py, the
     one `doctor` reports). Both choices are recorded with cfg.decide."""
 
     if not decide_packing(cfg, class_weighted_loss, info):

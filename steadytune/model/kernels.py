@@ -15,7 +15,7 @@ import torch
 
 from steadytune.model.anatomy import base_model_of, decoder_layers, output_head
 
-# model_type -> liger-kernel's patching function name (liger_kernel.transformers). The loss is ours (loss.py),
+# model_type -> liger-kernel's patching function name (liger_kernel.transformers). The loss is ours (training/loss.py),
 # so liger's fused linear cross-entropy is switched off when patching.
 LIGER_PATCHES = {
     "qwen2": "apply_liger_kernel_to_qwen2",

@@ -17,7 +17,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from steadytune.report.page import GENERATOR, write_report  # lazy: imports torch; this module loads without it
+    # lazy: report.page loads plotly; `--help` answers without loading it
+    from steadytune.report.page import GENERATOR, write_report
 
     output = Path(args.output) if args.output else (
         Path(args.run_dirs[0]) / "report.html" if len(args.run_dirs) == 1 else Path("report.html"))

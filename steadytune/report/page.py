@@ -50,7 +50,7 @@ def write_report(run_dirs: list[str | Path], output: str | Path) -> Path:
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, output)
     if (output.parent / MANIFEST).is_file():
-        # Written into a run folder: listed in its manifest, so a later run there may replace it (run_folder.py
+        # Written into a run folder: listed in its manifest, so a later run there may replace it (training/run_folder.py
         # refuses to replace what no steadytune command wrote).
         record_outputs(output.parent, [output.name])
     return output

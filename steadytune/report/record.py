@@ -3,7 +3,7 @@
 - data_stats.json (at set-up): the length histogram of the training examples, how many were truncated or
   dropped, and how much of the computed token slots hold real tokens (packing efficiency).
 - report.html (at the end): `write_run_report`, which never fails the run it reports on.
-The run's status, command and process come from run_folder.py's manifest and lock.
+The run's status, command and process come from training/run_folder.py's manifest and lock.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from steadytune.data.packing import pack_into_rows
 
 MAX_BINS = 50
 
@@ -65,7 +67,6 @@ def batching_efficiency(lengths: Sequence[int], micro_batches: Sequence[Sequence
     """Real tokens over the token slots the model computes, for one epoch's micro-batches as train cuts them:
     padded batches pad every example to the longest; packed rows (sdpa/flex) pad every row to the fullest;
     varlen packing computes exactly the real tokens."""
-    from steadytune.data.packing import pack_into_rows  # lazy: imports torch; this module loads without it
 
     real = computed = 0
     for group in micro_batches:
@@ -93,6 +94,7 @@ def write_run_report(output_dir: str | Path, announce: bool = True) -> Path | No
         return None
     path = Path(output_dir) / "report.html"
     try:
+        # imported here, inside the try: a broken plotly or jinja2 must not fail a run that has finished
         from steadytune.report.page import write_report
         write_report([output_dir], path)
     except Exception as e:  # noqa: BLE001 - any failure of a view must not cost the user a finished run

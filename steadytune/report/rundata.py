@@ -39,8 +39,8 @@ class Run:
     train_results: dict | None = None
     eval_results: dict | None = None
     demo_results: dict | None = None
-    manifest: dict | None = None                       # run_folder.py: status, command, start, files
-    lock: dict | None = None                           # run_folder.py: pid and host of the training process
+    manifest: dict | None = None                       # training/run_folder.py: status, command, start, files
+    lock: dict | None = None                           # training/run_folder.py: pid and host of the training process
     data_stats: dict | None = None                     # lengths, truncation, packing (record.py)
     steps: list[dict] = field(default_factory=list)    # logged optimizer steps
     evals: list[dict] = field(default_factory=list)    # evaluations during training
@@ -117,7 +117,7 @@ class Run:
 
 
 def as_number(value: Any) -> float | None:
-    """A metric value as a finite float, or None (monitor.py writes NaN/inf as the strings "nan"/"inf")."""
+    """A metric value as a finite float, or None (training/monitor.py writes NaN/inf as the strings "nan"/"inf")."""
     if isinstance(value, bool) or value is None:
         return None
     try:

@@ -71,9 +71,11 @@ def settings_from_args(args):
 def build_engine(loaded, max_batch: int, max_queue: int):
     """The engine for what `loading.load_served` returned: vLLM's, or the transformers batcher."""
     if loaded.backend == "vllm":
-        from steadytune.serve.vllm_engine import VllmEngine  # lazy: imports torch; this module loads without it
+        # lazy: serve.vllm_engine loads torch; `--help` answers without loading it
+        from steadytune.serve.vllm_engine import VllmEngine
         return VllmEngine(loaded, max_batch, max_queue)
-    from steadytune.serve.engine import BatchingEngine  # lazy: imports torch; this module loads without it
+    # lazy: serve.engine loads torch; `--help` answers without loading it
+    from steadytune.serve.engine import BatchingEngine
     return BatchingEngine(loaded.model, loaded.tokenizer, max_batch=max_batch, max_queue=max_queue)
 
 
@@ -84,8 +86,10 @@ def run(args) -> int:
         import uvicorn
     except ImportError as e:
         raise UserError(f"serve needs FastAPI and uvicorn ({e.name} is missing): pip install 'steadytune[serve]'") from None
-    from steadytune.serve.app import build_app  # lazy: imports torch; this module loads without it
-    from steadytune.serve.loading import load_served  # lazy: imports torch; this module loads without it
+    from steadytune.serve.app import build_app  # lazy: serve.app loads torch; `--help` answers without loading it
+
+    # lazy: serve.loading loads torch; `--help` answers without loading it
+    from steadytune.serve.loading import load_served
 
     loaded = load_served(args.source, args.adapter, args.overrides, args.served_model_name)
     print(loaded.description)

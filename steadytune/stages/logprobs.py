@@ -1,9 +1,9 @@
 """Log-probabilities of answers, summed per sequence, with the output head applied only at answer positions.
 
-This is loss.py's path (decoder body once, then the vocabulary projection only where a label is not -100, in
+This is training/loss.py's path (decoder body once, then the vocabulary projection only where a label is not -100, in
 chunks, never holding [tokens, vocabulary] logits) for objectives that need each token's log-probability rather
 than one summed loss: DPO and KTO combine per-sequence sums non-linearly, so each token's gradient depends on the
-sequence it belongs to, and the chunked cross-entropy of loss.py (which makes its gradient in the forward pass for
+sequence it belongs to, and the chunked cross-entropy of training/loss.py (which makes its gradient in the forward pass for
 a scalar upstream gradient) does not apply. `ChunkedLinearLogProb` makes the gradient with respect to the hidden
 states in the forward pass too, as a per-row vector that backward scales by each row's upstream gradient.
 

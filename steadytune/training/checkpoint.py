@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from steadytune.errors import CheckpointError
+from steadytune.errors import CheckpointError, describe_os_error
 from steadytune.model.saved_weights import check_checkpoint_matches
+from steadytune.training.optimizer_state import by_index, is_by_name, trainable_names
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -148,7 +149,6 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, scheduler, state: 
         # torch's own writer reports a failed write as RuntimeError; writes through Python files (below) and
         # safetensors give the OSError with its errno (ENOSPC: disk full).
         shutil.rmtree(tmp, ignore_errors=True)
-        from steadytune.errors import describe_os_error
         previous = latest_checkpoint(root)
         kept = f"; the last complete checkpoint, {previous.name}, is kept" if previous else ""
         if isinstance(e, OSError):
@@ -221,7 +221,7 @@ def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_n
     if state.model_name_or_path and model_name_or_path and state.model_name_or_path != model_name_or_path:
         raise CheckpointError(f"{checkpoint}: saved from model {state.model_name_or_path!r}, "
                               f"but this run uses {model_name_or_path!r}")
-    # One set of checks for saved work (model.py): truncated or unparsable files, keys and shapes of another model.
+    # One set of checks for saved work (model/saved_weights.py): truncated or unparsable files, keys and shapes of another model.
     if check_shapes:
         check_checkpoint_matches(checkpoint, model, required_files=(OPTIMIZER_FILE, SCHEDULER_FILE, RNG_FILE))
     # Read (and vet) every state file before changing anything: a refused file leaves the model as it was.
@@ -236,7 +236,6 @@ def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_n
             restore_sharded(checkpoint, optimizer_state)
         else:
             # A checkpoint of a sharded run keys the optimizer state by parameter name (distributed/state.py).
-            from steadytune.training.optimizer_state import by_index, is_by_name, trainable_names
             if is_by_name(optimizer_state):
                 optimizer_state = by_index(optimizer_state, trainable_names(model))
             optimizer.load_state_dict(optimizer_state)
