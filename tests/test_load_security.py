@@ -5,17 +5,20 @@ appear."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from _infer_runs import classification_keys, make_run, write_jsonl
 
 from steadytune.cli import main
 from steadytune.config import load_config
 from steadytune.errors import UserError
+from steadytune.model.archive import write_archive
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.lora import load_trained_adapter
 from steadytune.model.tiny import save_tiny_model
@@ -126,3 +129,74 @@ def test_pickled_adapter_is_refused_unless_allowed(tmp_path, marker):
         load_served(str(clean), [f"evil={adapter}"], [])
     assert not marker.exists()
     assert os.environ["STEADYTUNE_TEST_MARKER"] == str(marker)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 25, case 1: a file we did not get from the user's own command line never grants trust
+# ---------------------------------------------------------------------------------------------------------
+
+def _attackers_archive(tmp_path: Path, folder: Path, run_config: str) -> Path:
+    """Pack every file of `folder` as an attacker would: with write_archive, so the manifest's hashes match."""
+    (folder / "run_config.yaml").write_text(run_config, encoding="utf-8")
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    return write_archive(folder, tmp_path / f"{folder.name}.tar.gz", files=files)
+
+
+def test_an_archive_or_run_folder_never_grants_trust_remote_code(tmp_path, marker, capsys, monkeypatch):
+    monkeypatch.setenv("STEADYTUNE_CACHE", str(tmp_path / "cache"))
+    model = with_remote_code(save_tiny_model(tmp_path / "evil", "qwen2"), "evil_model")
+    archive = _attackers_archive(tmp_path, model, "trust_remote_code: true\nallow_pickle_weights: true\n"
+                                                  "template: empty\n")
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"text": "hi"}])
+    for source in (archive, model):  # the archive, and the same files as a run folder from elsewhere
+        commands = {
+            "chat": ["chat", str(source)],
+            "predict": ["predict", str(source), "--input", str(rows), "--output", str(tmp_path / "p.jsonl")],
+            "export": ["export", str(source), f"export_dir={tmp_path / 'out'}"],
+            "serve": ["serve", str(source), "--port", "8765"],  # refused while loading, before the port is opened
+        }
+        for name, argv in commands.items():
+            monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
+            capsys.readouterr()
+            code = main(argv)
+            err = capsys.readouterr().err
+            assert code == 1, (name, source, err)
+            assert not marker.exists(), (name, source)
+            assert "run_config.yaml" in err and "asks for trust_remote_code: true" in err, (name, err)
+            assert "Traceback" not in err
+    # the user's own command line may grant it: the payload is real (it runs once the user says so)
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
+    try:
+        main(["chat", str(archive), "trust_remote_code=true"])
+    except Exception:  # the payload defines no model class; what matters is that it ran
+        pass
+    assert marker.exists()
+
+
+def test_an_adapter_archive_never_grants_allow_pickle_weights(tmp_path, marker, capsys, monkeypatch):
+    monkeypatch.setenv("STEADYTUNE_CACHE", str(tmp_path / "cache"))
+    base = save_tiny_model(tmp_path / "base", "qwen2")
+    adapter = make_run(tmp_path / "adapter", classification_keys(tmp_path, base, tmp_path / "adapter"))
+    from safetensors.torch import load_file
+
+    weights = load_file(adapter / "adapter_model.safetensors")
+    (adapter / "adapter_model.safetensors").unlink()
+    torch.save({**weights, "evil": _Payload()}, adapter / "adapter_model.bin")
+    saved = yaml.safe_load((adapter / "run_config.yaml").read_text(encoding="utf-8"))
+    saved.update(allow_pickle_weights=True, vllm_config={"trust_remote_code": True})
+    archive = _attackers_archive(tmp_path, adapter, yaml.safe_dump(saved, allow_unicode=True))
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"text": "很好"}])
+    for source in (archive, adapter):
+        capsys.readouterr()
+        assert main(["predict", str(source), "--input", str(rows), "--output", str(tmp_path / "p.jsonl")]) == 1
+        err = capsys.readouterr().err
+        assert "run_config.yaml asks for allow_pickle_weights: true" in err, err
+        assert "asks for vllm_config" in err
+        assert "adapter_model.bin" in err and "Traceback" not in err
+        assert not marker.exists()
+    # serve's --adapter: a run folder's run_config.yaml is read for its template and labels, never for trust
+    from steadytune.infer.loading import load_run_config
+    cfg = load_run_config(adapter, [], str(adapter))
+    assert not cfg.model.allow_pickle_weights and cfg.model.vllm_config is None
+    # the user's own override still grants it
+    assert load_run_config(adapter, ["allow_pickle_weights=true"], str(adapter)).model.allow_pickle_weights

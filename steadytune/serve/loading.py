@@ -11,9 +11,9 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from steadytune.config import RunConfig, load_config
+from steadytune.config import RunConfig
 from steadytune.errors import UserError
-from steadytune.infer.loading import BASE, LORA, load_for_inference, open_run
+from steadytune.infer.loading import BASE, LORA, load_for_inference, load_run_config, open_run
 from steadytune.model.archive import archive_stem, is_archive, unpacked
 from steadytune.model.lora import load_trained_adapter
 from steadytune.model.saved_weights import check_checkpoint_matches
@@ -68,7 +68,7 @@ def _resolve_adapter(name: str, path: str, main_cfg: RunConfig) -> ServedRun:
     if not (folder / "adapter_config.json").is_file():
         raise UserError(f"--adapter {name}={path}: no adapter_config.json there (not a LoRA adapter folder)")
     if (folder / RUN_CONFIG).is_file():
-        cfg = load_config(folder / RUN_CONFIG)
+        cfg = load_run_config(folder, [], f"--adapter {name}={path}")  # never grants trust (infer.loading)
         if cfg.model.model_name_or_path != main_cfg.model.model_name_or_path:
             raise UserError(f"--adapter {name}={path}: trained on {cfg.model.model_name_or_path}, but the server's base "
                             f"model is {main_cfg.model.model_name_or_path}")
