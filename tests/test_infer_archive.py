@@ -187,3 +187,109 @@ def test_archive_of_a_base_model_only_is_refused(tmp_path, capsys):
     config.write_text(f"model_name_or_path: {model}\n", encoding="utf-8")
     assert main(["export", str(config), "--archive"]) == 1
     assert "no trained adapter" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 25, case 3: an archive is sized from its headers before anything is written
+# ---------------------------------------------------------------------------------------------------------
+
+def _bomb(tmp_path: Path, size: int) -> Path:
+    """A well-formed archive (its manifest lists the member, with a hash) of a few KB whose one member unpacks to
+    `size` zero bytes."""
+    import gzip
+    import hashlib
+
+    digest = hashlib.sha256()
+    zeros = bytes(1 << 20)
+    for _ in range(size >> 20):
+        digest.update(zeros)
+    manifest = f"{digest.hexdigest()}  adapter_model.safetensors\n".encode()
+    path = tmp_path / "bomb.tar.gz"
+    with gzip.open(path, "wb", compresslevel=1) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+        info = tarfile.TarInfo(MANIFEST)
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+        info = tarfile.TarInfo("adapter_model.safetensors")
+        info.size = size
+
+        class Zeros(io.RawIOBase):
+            left = size
+
+            def readinto(self, b):
+                n = min(len(b), self.left)
+                b[:n] = bytes(n)
+                self.left -= n
+                return n
+
+        tar.addfile(info, Zeros())
+    return path
+
+
+def _cache_bytes(tmp_path: Path) -> int:
+    archives = tmp_path / "cache" / "archives"
+    return sum(p.stat().st_size for p in archives.rglob("*") if p.is_file()) if archives.exists() else 0
+
+
+def test_an_archive_that_unpacks_to_more_than_the_cap_is_refused_before_writing(tmp_path, capsys, monkeypatch):
+    from steadytune.model import archive
+
+    bomb = _bomb(tmp_path, 64 << 20)  # 64 MiB of zeros in a ~64 KB archive
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(UserError, match=r"adapter_model\.safetensors.*unpack.*more than"):
+        open_archive(bomb, max_unpacked=4 << 20)
+    assert _cache_bytes(tmp_path) == 0
+    # the CLI: one line, with the cap set low through the module's constants
+    monkeypatch.setattr(archive, "MIN_UNPACKED_CAP", 4 << 20)
+    capsys.readouterr()
+    assert main(["chat", str(bomb)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "bomb.tar.gz" in err and "Traceback" not in err, err
+    assert _cache_bytes(tmp_path) == 0
+
+
+def test_a_sparse_member_is_refused_before_writing(tmp_path, capsys):
+    """A 200-byte archive made by GNU tar --sparse holding a 1 GiB file of holes."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("tar"):
+        pytest.skip("no tar command here")
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / MANIFEST).write_text(f"{'0' * 64}  adapter_model.safetensors\n", encoding="utf-8")
+    with (source / "adapter_model.safetensors").open("wb") as f:
+        f.truncate(1 << 30)
+    bomb = tmp_path / "sparse.tar.gz"
+    subprocess.run(["tar", "--sparse", "-czf", str(bomb), "-C", str(source), MANIFEST, "adapter_model.safetensors"],
+                   check=True)
+    assert bomb.stat().st_size < 4096
+    with pytest.raises(UserError, match="adapter_model.safetensors.*(sparse|more than)"):
+        open_archive(bomb)
+    assert _cache_bytes(tmp_path) == 0
+
+
+def test_the_hash_is_checked_while_unpacking_and_stops_at_the_first_mismatch(run_dir, tmp_path, monkeypatch):
+    """A member whose bytes do not match the manifest stops the unpacking there: the members after it are never
+    written."""
+    from steadytune.model import archive
+
+    target = write_archive(run_dir, tmp_path / "run.tar.gz")
+    with tarfile.open(target) as tar:
+        order = [m.name for m in tar.getmembers()]
+    first = order[1]  # the first member after the manifest
+
+    def tamper(name, data):
+        return data + b" " if name == first else data
+
+    written: list[str] = []
+    real_open = Path.open
+
+    def spy(self, mode="r", *args, **kwargs):
+        if "w" in mode and "archives" in str(self):
+            written.append(self.name)
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", spy)
+    with pytest.raises(UserError, match=f"{first} does not match its SHA-256"):
+        archive.open_archive(_repack(target, tmp_path / "tampered.tar.gz", tamper))
+    assert written == [first], written

@@ -4,13 +4,18 @@ It holds the adapter (or a full fine-tune's weights), the tokenizer, run_config.
 card and `MANIFEST.sha256` (the SHA-256 of every other member, in `sha256sum` format, so
 `sha256sum -c MANIFEST.sha256` also checks an unpacked copy by hand).
 
-An archive is untrusted input. Opening one:
+An archive is untrusted input. Opening one reads every header first and writes nothing until they all pass:
 1. every member must be a regular file with a plain name (no folder, no absolute path, no `..`, no symlink or
-   hardlink, no device or fifo): anything else is refused before a byte is written (`tarfile`'s `data` filter is
-   applied too where Python has it);
-2. the members must be exactly the files the manifest lists, each with its SHA-256;
-3. only then is the folder moved into place (`<cache>/archives/<archive sha256>/`) and handed to a loader.
-A truncated or altered archive is a one-line error naming the archive and the member.
+   hardlink, no device, fifo or sparse file): anything else is refused (`tarfile`'s `data` filter is applied too
+   where Python has it);
+2. the members must be exactly the files the manifest lists;
+3. their sizes, from the headers, must add up to no more than the cap (MAX_EXPANSION times the archive's own size,
+   at least MIN_UNPACKED_CAP: a few KB of gzip cannot unpack to gigabytes) and fit in the free space; the header
+   pass stops at the member that crosses the cap, so a bomb is not even decompressed past it;
+4. then each member is written, hashed as it streams, and the unpacking stops at the first one that does not match
+   its SHA-256 in the manifest;
+5. only then is the folder moved into place (`<cache>/archives/<archive sha256>/`) and handed to a loader.
+A truncated, altered or oversized archive is a one-line error naming the archive and the member.
 """
 
 from __future__ import annotations
@@ -26,11 +31,17 @@ import zlib
 from pathlib import Path
 from typing import Iterable
 
-from steadytune.errors import UserError
+from steadytune.errors import UserError, describe_os_error
 from steadytune.model.load import default_cache_dir
 
 MANIFEST = "MANIFEST.sha256"
 CHUNK = 1 << 20
+# What an archive may unpack to: MAX_EXPANSION times its own size, and never less than MIN_UNPACKED_CAP. Trained
+# weights barely compress (gzip keeps ~90% of a safetensors file), tokenizer files shrink ~4x: 20x is far above
+# any archive steadytune writes and far below a bomb (3 MB -> 3 GiB is 1000x).
+MAX_EXPANSION = 20
+MIN_UNPACKED_CAP = 256 << 20
+MANIFEST_CAP = 1 << 20  # a manifest lists a few dozen files
 
 # What a run folder contributes to its archive: weights, configs, tokenizer, records. Checkpoints, plots and
 # pickle files stay out (an archive never carries a file that runs code when loaded).
@@ -108,6 +119,8 @@ def _refuse_unsafe(member: tarfile.TarInfo, archive: Path, destination: Path) ->
         why = f"is a {'symbolic' if member.issym() else 'hard'} link (to {member.linkname!r})"
     elif member.ischr() or member.isblk() or member.isfifo() or member.isdev():
         why = "is a device or fifo"
+    elif member.issparse():
+        why = f"is a sparse file ({_size(member.size)} of mostly holes; steadytune never writes one)"
     elif not member.isfile():
         why = "is not a regular file"
     elif not _SAFE_NAME.match(name):
@@ -147,8 +160,9 @@ def archives_cache() -> Path:
     return default_cache_dir() / "archives"
 
 
-def open_archive(archive: str | os.PathLike, cache: Path | None = None) -> Path:
-    """Verify `archive` and return the folder it unpacks to (unpacked once per archive content)."""
+def open_archive(archive: str | os.PathLike, cache: Path | None = None, max_unpacked: int | None = None) -> Path:
+    """Verify `archive` and return the folder it unpacks to (unpacked once per archive content). `max_unpacked`:
+    the most bytes it may unpack to (default: unpack_cap)."""
     archive = Path(archive)
     if not archive.is_file():
         raise UserError(f"{archive}: archive not found")
@@ -160,8 +174,7 @@ def open_archive(archive: str | os.PathLike, cache: Path | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
-        _unpack(archive, work)
-        verify_folder(work, archive)
+        _unpack(archive, work, unpack_cap(archive) if max_unpacked is None else max_unpacked)
         try:
             work.rename(target)
         except OSError:
@@ -172,25 +185,97 @@ def open_archive(archive: str | os.PathLike, cache: Path | None = None) -> Path:
     return target
 
 
-def _unpack(archive: Path, work: Path) -> None:
-    """Write each member ourselves, to a path we build from its checked name: nothing can land elsewhere."""
+def unpack_cap(archive: Path) -> int:
+    return max(MIN_UNPACKED_CAP, archive.stat().st_size * MAX_EXPANSION)
+
+
+def _unpack(archive: Path, work: Path, cap: int) -> None:
+    """Check every header (_plan), then write each member ourselves, to a path we build from its checked name
+    (nothing can land elsewhere), hashing it as it streams; the manifest is written last."""
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-            names = [m.name for m in members]
+            members, manifest, manifest_bytes = _plan(tar, archive, work, cap)
             for member in members:
-                _refuse_unsafe(member, archive, work)
-            if len(set(names)) != len(names):
-                raise UserError(f"{archive}: a member appears twice; refusing to unpack this archive")
-            if MANIFEST not in names:
-                raise UserError(f"{archive}: no {MANIFEST} inside: not a steadytune archive, or cut off")
-            for member in members:
-                source = tar.extractfile(member)
-                with source, (work / member.name).open("wb") as out:
-                    shutil.copyfileobj(source, out, CHUNK)
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-        first = str(e).splitlines()[0].rstrip(":") if str(e) else ""  # tarfile lists every method it tried
-        raise UserError(f"{archive}: the archive is corrupt or truncated ({type(e).__name__}: {first})") from None
+                _write_member(tar, member, work, manifest[member.name], archive)
+    except (tarfile.TarError, EOFError, zlib.error) as e:
+        raise UserError(_corrupt(archive, e)) from None
+    except OSError as e:
+        if e.filename is None and e.errno is None:  # gzip's own errors ("Not a gzipped file") carry neither
+            raise UserError(_corrupt(archive, e)) from None
+        raise UserError(describe_os_error(e, f"unpacking {archive} into {work.parent}")) from None
+    try:
+        (work / MANIFEST).write_bytes(manifest_bytes)
+    except OSError as e:
+        raise UserError(describe_os_error(e, f"unpacking {archive} into {work.parent}")) from None
+
+
+def _corrupt(archive: Path, e: Exception) -> str:
+    first = str(e).splitlines()[0].rstrip(":") if str(e) else ""  # tarfile lists every method it tried
+    return f"{archive}: the archive is corrupt or truncated ({type(e).__name__}: {first})"
+
+
+def _plan(tar: tarfile.TarFile, archive: Path, work: Path, cap: int) -> tuple[list[tarfile.TarInfo], dict, bytes]:
+    """One pass over the headers, before anything is written: every member safe, listed once in the manifest, and
+    all of them within `cap` bytes and the free space. Stops at the member that crosses the cap."""
+    members: list[tarfile.TarInfo] = []
+    seen: set[str] = set()
+    manifest_bytes = None
+    total = 0
+    for member in tar:
+        _refuse_unsafe(member, archive, work)
+        if member.name in seen:
+            raise UserError(f"{archive}: member {member.name!r} appears twice; refusing to unpack this archive")
+        seen.add(member.name)
+        if member.name == MANIFEST:
+            if member.size > MANIFEST_CAP:
+                raise UserError(f"{archive}: {MANIFEST} is {_size(member.size)}, not a steadytune manifest; refusing "
+                                "to unpack this archive")
+            manifest_bytes = tar.extractfile(member).read()
+            continue
+        total += member.size
+        if total > cap:
+            raise UserError(f"{archive}: member {member.name!r} ({_size(member.size)}) would unpack the archive to "
+                            f"{_size(total)} or more, more than the {_size(cap)} an archive of "
+                            f"{_size(archive.stat().st_size)} may unpack to; refusing to unpack it (nothing written)")
+        members.append(member)
+    if manifest_bytes is None:
+        raise UserError(f"{archive}: no {MANIFEST} inside: not a steadytune archive, or cut off")
+    try:
+        text = manifest_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{archive}: {MANIFEST} is not UTF-8 text: not a steadytune archive") from None
+    manifest = parse_manifest(text, archive)
+    present = {m.name for m in members}
+    extra, missing = sorted(present - set(manifest)), sorted(set(manifest) - present)
+    if extra:
+        raise UserError(f"{archive}: {extra[0]} is not in the manifest: the archive was altered")
+    if missing:
+        raise UserError(f"{archive}: {missing[0]} is listed in the manifest but missing: the archive is incomplete")
+    free = shutil.disk_usage(work).free
+    if total > free:
+        raise UserError(f"{archive}: unpacks to {_size(total)}, but {work.parent} has {_size(free)} free; free "
+                        f"{_size(total - free)} or more there (or set STEADYTUNE_CACHE to a larger disk)")
+    return members, manifest, manifest_bytes
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, work: Path, expected: str, archive: Path) -> None:
+    source = tar.extractfile(member)
+    digest = hashlib.sha256()
+    with source, (work / member.name).open("wb") as out:
+        for block in iter(lambda: source.read(CHUNK), b""):
+            digest.update(block)
+            out.write(block)
+    if digest.hexdigest() != expected:
+        raise UserError(f"{archive}: {member.name} does not match its SHA-256 in the manifest: the archive is corrupt "
+                        "or was altered")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def verify_folder(folder: Path, archive: Path) -> None:
