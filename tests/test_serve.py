@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import threading
 import time
 
@@ -472,3 +473,83 @@ def test_cli_refuses_bad_sources_in_one_line(runs, capsys, tmp_path):
     if importlib.util.find_spec("vllm") is None:
         assert main(["serve", str(runs / "sentiment"), "infer_backend=vllm"]) == 1
         assert "vllm is not installed" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hostile inputs (issue 25): one request's numerics never touch another's, text that is not Unicode is a 400,
+# special-token strings in a client's text are text
+# ---------------------------------------------------------------------------------------------------------
+
+def test_tiny_temperatures_and_top_p_beside_concurrent_requests_fail_nobody(url, client):
+    """issue 25 case 2: `temperature: 1e-300` (inside 0-2) used to make torch.multinomial fail, and with it every
+    sequence of that decode step (normal requests got 500). Now a temperature below the floor is greedy (as vLLM's
+    is), a tiny top_p (or top_k 1) keeps the top token, and each of these, beside normal sampled requests and a long
+    stream that runs through them all, answers."""
+    messages = [{"role": "user", "content": "Tell me a long story."}]
+    common = dict(model="other", max_tokens=24, messages=messages, extra_body={"ignore_eos": True})
+    greedy = client.chat.completions.create(temperature=0, **common).choices[0].message.content
+    hostile = [dict(temperature=1e-300), dict(temperature=5e-324), dict(temperature=1e-45, seed=3),
+               dict(temperature=1e-6, top_p=0.5), dict(temperature=1.0, top_p=1e-300), dict(temperature=2.0, top_p=5e-324, seed=1),
+               dict(temperature=1.0, extra_body={"ignore_eos": True, "top_k": 1})]
+    normal = [dict(temperature=0.8, seed=i) for i in range(3)] + [dict(temperature=1.5, top_p=0.9), dict(temperature=0)]
+    jobs = hostile + normal
+    results: list = [None] * len(jobs)
+    long_stream: list = []
+    started = threading.Event()
+
+    def stream_long():
+        local = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=60)
+        try:
+            for chunk in local.chat.completions.create(model="tiny", max_tokens=64, temperature=1.0, stream=True,
+                                                       messages=messages, extra_body={"ignore_eos": True}):
+                started.set()
+                long_stream.append(chunk)
+        except Exception as e:  # noqa: BLE001 - reported below
+            long_stream.append(e)
+        started.set()
+
+    def ask(i):
+        started.wait(30)
+        try:
+            results[i] = client.chat.completions.create(**{**common, **jobs[i]})
+        except Exception as e:  # noqa: BLE001 - reported below, by job
+            results[i] = e
+
+    threads = [threading.Thread(target=stream_long)] + [threading.Thread(target=ask, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    failed = {str(jobs[i]): r for i, r in enumerate(results) if not hasattr(r, "choices")}
+    assert not failed and hasattr(long_stream[-1], "choices"), (failed, long_stream[-1])
+    assert all(r.usage.completion_tokens == 24 for r in results)
+    assert [r.choices[0].message.content for r in results[:len(hostile)]] == [greedy] * len(hostile)
+    assert long_stream[-1].choices[0].finish_reason == "length"
+
+
+def test_lone_surrogates_are_400_and_log_nothing(url, runs, caplog):
+    """issue 25 case 8: a lone UTF-16 surrogate ("\\ud800") is valid JSON but not Unicode text: it used to reach the
+    tokenizer (500, a traceback in the log). Every text field refuses it with 400 in the OpenAI shape, nothing is
+    logged; a real pair (an emoji written as two escapes) is still text."""
+    def post(path: str, body: dict):
+        raw = json.dumps(body).encode()  # ensure_ascii: the surrogate travels as the escape \ud800
+        return httpx.post(url + path, content=raw, headers={**AUTH, "Content-Type": "application/json"}, timeout=60)
+
+    chat = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi \ud800"}]}
+    bodies = [
+        ("/v1/chat/completions", chat),
+        ("/v1/chat/completions", {**chat, "messages": [{"role": "system", "content": "\udfff"},
+                                                       {"role": "user", "content": "hi"}]}),
+        ("/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": [{"type": "text", "text": "\ud800x"}]}]}),
+        ("/v1/chat/completions", {**chat, "model": "tiny\ud800"}),
+        ("/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": "hi"}], "stop": ["\ud800"]}),
+        ("/v1/completions", {"model": "tiny", "max_tokens": 2, "prompt": ["ok", "\ud800"]}),
+        ("/v1/classify", {"model": "sentiment", "input": ["好", "\udc00好"]}),
+    ]
+    caplog.set_level(logging.INFO)
+    for path, body in bodies:
+        error = assert_error(post(path, body), 400, runs)
+        assert "surrogate" in error["message"] and error["param"], (path, error)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info], caplog.text
+    emoji = post("/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": "hi \ud83d\ude00"}]})
+    assert emoji.status_code == 200, emoji.text

@@ -16,7 +16,7 @@ from steadytune.serve.batch import DecodeBatch
 from steadytune.serve.batch_dynamic import DynamicDecodeBatch
 from steadytune.serve.engine import BatchingEngine, Delta, Failed, Finished, Generation
 from steadytune.serve.prefill import Row
-from steadytune.serve.sampling import SamplingParams, sample_next
+from steadytune.serve.sampling import FAILED_ROW, SamplingParams, make_generator, sample_next
 from steadytune.serve.text import TextAssembler
 
 
@@ -199,6 +199,64 @@ def test_sampling_greedy_top_p_and_seed():
     flat = torch.zeros(1, 50)
     runs = [sample_next(flat, [seeded], [torch.Generator().manual_seed(7)])[0] for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]
+
+
+def test_sampling_cannot_make_inf_or_nan_and_marks_a_broken_row_alone():
+    """issue 25 case 2: a temperature far below any real one (1e-300 is 0 in float32: logits / 0) made the
+    probabilities inf/nan and torch.multinomial raise for the whole batch. Below vLLM's floor (1e-5) a temperature is
+    greedy; a tiny top_p keeps the top token; top_k past the vocabulary keeps it all; logits as large as float32 holds
+    sample without overflow. A row whose own logits are broken (nan, +inf, all -inf) gets FAILED_ROW and the rows
+    beside it are sampled as usual."""
+    logits = torch.tensor([[0.0, 5.0, 4.9, -3.0], [2.0, 1.0, 0.0, -1.0]])
+    extremes = [SamplingParams(max_tokens=1, temperature=t) for t in (1e-300, 5e-324, 1e-45, 1e-6)]
+    extremes += [SamplingParams(max_tokens=1, temperature=1.0, top_p=p) for p in (1e-300, 5e-324)]
+    extremes += [SamplingParams(max_tokens=1, temperature=2.0, top_k=1), SamplingParams(max_tokens=1, top_k=10**9, seed=3)]
+    for params in extremes:
+        generator = make_generator(params, torch.device("cpu"))
+        for _ in range(20):
+            assert sample_next(logits, [params, params], [generator, generator])[0] in ((1,) if params.top_k != 10**9 else (0, 1, 2, 3))
+    assert all(sample_next(logits, [p, p], [None, None]) == [1, 0] for p in extremes[:6])
+    top_k = SamplingParams(max_tokens=1, temperature=2.0, top_k=2)
+    assert {sample_next(logits, [top_k], [None])[0] for _ in range(100)} == {1, 2}
+    huge = torch.tensor([[3e38, -3e38, 3e38, 0.0]])  # the float32 range: (a - max) / t cannot overflow
+    assert {sample_next(huge, [SamplingParams(max_tokens=1, temperature=0.01)], [None])[0] for _ in range(50)} <= {0, 2}
+
+    nan, inf = float("nan"), float("inf")
+    broken = torch.tensor([[0.0, 5.0, nan, 1.0], [inf, 0.0, 0.0, 0.0], [-inf, -inf, -inf, -inf]])
+    good = torch.tensor([[0.0, 9.0, -inf, 1.0]])  # a -inf logit (a masked token) is fine
+    for params in (SamplingParams(max_tokens=1, temperature=0.0), SamplingParams(max_tokens=1, temperature=0.7),
+                   SamplingParams(max_tokens=1, temperature=1.0, top_p=0.5, seed=5)):
+        rows = torch.cat([good, broken, good])
+        generators = [make_generator(params, torch.device("cpu")) for _ in range(len(rows))]
+        assert sample_next(rows, [params] * len(rows), generators) == [1, FAILED_ROW, FAILED_ROW, FAILED_ROW, 1]
+
+
+def test_a_row_whose_numbers_break_fails_alone_and_leaves_nothing_behind(tokenizer):
+    """issue 25 case 2: one row of a decode step that cannot be sampled (here: a prompt holding a token whose
+    embedding is nan, so that row's logits are nan; a real forward, no mock) fails that request only; the greedy and
+    sampled rows beside it answer exactly as they answer alone, and so do the rows that take its slot later (a
+    retired row's nan keys and values must not leak into the next row of that slot through a masked column)."""
+    model = build_model("llama", tokenizer, seed=1).eval()  # llama: the output head is not the embedding
+    poison = 300
+    with torch.no_grad():
+        model.get_input_embeddings().weight[poison] = float("nan")
+    prompts = [p for p in random_prompts(12, seed=11) if poison not in p][:6]
+    expected = [tokenizer.decode(generate_alone(model, p, 10), skip_special_tokens=True) for p in prompts]
+    greedy = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    seeded = SamplingParams(max_tokens=10, temperature=0.9, top_p=0.9, seed=4, ignore_eos=True)
+    alone = collect(BatchingEngine(model, tokenizer, max_batch=3), [(prompts[0], None, seeded)])[0][0]
+    for poisoned_params in (greedy, seeded):
+        engine = BatchingEngine(model, tokenizer, max_batch=3)
+        poisoned = prompts[1][:3] + [poison] + prompts[1][3:]
+        # the poisoned row joins first, then two more rounds reuse its slot
+        jobs = [(poisoned, None, poisoned_params), (prompts[0], None, seeded), (prompts[2], None, greedy),
+                (prompts[3], None, greedy), (prompts[4], None, greedy), (prompts[5], None, greedy)]
+        results = collect(engine, jobs)
+        assert isinstance(results[0][1], Failed) and "not finite" in results[0][1].message
+        assert [type(event) for _, event in results[1:]] == [Finished] * 5
+        assert results[1][0] == alone
+        assert [text for text, _ in results[2:]] == expected[2:]
+        assert engine.stats.failed == 1
 
 
 def test_out_of_memory_fails_that_step_and_the_engine_serves_on(tokenizer, monkeypatch):

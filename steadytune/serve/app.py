@@ -291,7 +291,7 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
             for j in range(body.n):
                 seed = None if body.seed is None else (body.seed + j) % (p.MAX_SEED + 1)
                 params = SamplingParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
-                                        seed=seed, stop=tuple(body.stop or ()) + tuple(hidden_stops),
+                                        top_k=body.top_k, seed=seed, stop=tuple(body.stop or ()) + tuple(hidden_stops),
                                         stop_token_ids=stop_ids, ignore_eos=body.ignore_eos)
                 generations.append(Generation(k * body.n + j, ids, entry.adapter, params))
         return generations
@@ -365,12 +365,16 @@ def _chat_stop(template: Any, tokenizer: Any) -> tuple[frozenset, list]:
 
 
 def _validation_error(e: RequestValidationError) -> ApiError:
-    """pydantic's errors as one line, naming fields; the offending values are not echoed back."""
+    """pydantic's errors as one line, naming fields; the offending values are not echoed back. A value refused by a
+    validator (a lone surrogate in a text) is the error to report: the other members of a union it did not match are
+    noise."""
     parts, param = [], None
-    for error in e.errors()[:5]:
-        if error.get("type") == "json_invalid":
-            return ApiError(400, "the request body is not valid JSON")
-        location = ".".join(str(x) for x in error.get("loc", ()) if x != "body")
+    errors = e.errors()
+    if any(error.get("type") == "json_invalid" for error in errors):
+        return ApiError(400, "the request body is not valid JSON")
+    refused = [error for error in errors if error.get("type") == "value_error"]
+    for error in (refused or errors)[:5]:
+        location = ".".join(str(x) for x in error.get("loc", ()) if _is_field(x))
         if not location and error.get("type") in ("model_attributes_type", "dict_type"):
             return ApiError(400, "the request body must be a JSON object (Content-Type: application/json)")
         param = param or location or None
@@ -381,6 +385,13 @@ def _validation_error(e: RequestValidationError) -> ApiError:
 # ---------------------------------------------------------------------------------------------------------
 # Results
 # ---------------------------------------------------------------------------------------------------------
+
+def _is_field(part: Any) -> bool:
+    """A part of pydantic's error location that names a field or an index (not "body", nor a union member's type
+    such as "str" or "list[TextPart]")."""
+    return isinstance(part, int) or (part.isidentifier() and part not in ("body", "str", "list", "dict", "int", "float",
+                                                                          "bool"))
+
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> p.Usage:
     return p.Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,

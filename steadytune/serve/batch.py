@@ -107,6 +107,12 @@ class DecodeBatch:
         first, count = self._fed
         self.next_ids[first: first + count, 0] = tokens
 
+    def clear(self, rows: Sequence[int]) -> None:
+        """Zero the slots of these rows (rows whose logits were not finite, before they leave), so no later row
+        reads their nan keys and values through a masked column."""
+        self.cache.clear_slots(to_device(list(rows), torch.long, self.device))
+        self.relayouts += 1
+
     def keep(self, keep: Sequence[int]) -> None:
         """Keep only the rows at these indices (finished and cancelled rows leave); later rows move down into the
         freed slots."""

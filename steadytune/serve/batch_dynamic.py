@@ -79,6 +79,9 @@ class DynamicDecodeBatch:
         first, count = self._fed
         self.next_ids[first: first + count, 0] = tokens
 
+    def clear(self, rows: Sequence[int]) -> None:
+        """Nothing to do: rows that leave take their cache rows with them (DecodeBatch.clear says why it matters)."""
+
     def keep(self, keep: Sequence[int]) -> None:
         """Keep only the rows at these indices (finished and cancelled rows leave), and trim padding."""
         if len(keep) == len(self.rows):

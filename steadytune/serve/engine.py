@@ -27,7 +27,7 @@ from steadytune.serve import slotcache
 from steadytune.serve.batch import DecodeBatch
 from steadytune.serve.batch_dynamic import DynamicDecodeBatch
 from steadytune.serve.prefill import Row
-from steadytune.serve.sampling import SamplingParams, make_generator, sample_tokens
+from steadytune.serve.sampling import FAILED_ROW, SamplingParams, make_generator, sample_tokens
 from steadytune.serve.text import TextAssembler
 
 logger = logging.getLogger("steadytune.serve")
@@ -36,6 +36,9 @@ logger = logging.getLogger("steadytune.serve")
 PREFILL_TOKEN_BUDGET = 32768
 OUT_OF_MEMORY = ("out of memory on the device: the batch did not fit; lower --max-batch, --max-prompt-tokens or "
                  "--max-tokens")
+NOT_FINITE = ("the model's output for this sequence was not finite (nan or inf): it cannot be sampled; the other "
+              "requests are served on")
+ROW_ERROR = "internal error while generating this sequence (the server log has the details)"
 
 
 def make_decode_batch(model: torch.nn.Module, pad_token_id: int, max_rows: Optional[int] = None,
@@ -92,6 +95,7 @@ class Request:
         self.events: asyncio.Queue = asyncio.Queue()
         self.choices = choices
         self.cancelled = False
+        self.failed = False  # one of its sequences failed: the request has its Failed event, the rest are dropped
         self._loop = loop
 
     def cancel(self) -> None:
@@ -117,6 +121,7 @@ class _Sequence:
     submitted: float = field(default_factory=time.perf_counter)
     generated: int = 0
     done: bool = False
+    broken: bool = False     # its keys and values may hold nan: its slot is cleared before anyone else uses it
 
 
 @dataclass
@@ -237,9 +242,10 @@ class BatchingEngine:
         return await job.future
 
     def _drop_cancelled_waiting(self) -> None:
-        if any(s.request.cancelled for s in self._waiting):
-            kept = deque(s for s in self._waiting if not s.request.cancelled)
-            self.stats.cancelled += len(self._waiting) - len(kept)
+        if any(s.request.cancelled or s.request.failed for s in self._waiting):
+            kept = deque(s for s in self._waiting if not (s.request.cancelled or s.request.failed))
+            self.stats.cancelled += sum(s.request.cancelled and not s.request.failed for s in self._waiting)
+            self.stats.failed += sum(s.request.failed for s in self._waiting)
             self._waiting = kept
 
     # --- the worker thread --------------------------------------------------------------------------------
@@ -304,24 +310,45 @@ class BatchingEngine:
         """Sample each row's next token and turn it into text, a stop, or the end of its budget."""
         seqs = [row.owner for row in rows]
         sampled = sample_tokens(logits, [s.generation.params for s in seqs], [s.generator for s in seqs])
-        self.batch.feed(sampled)   # the next step's input, on the device
+        self.batch.feed(sampled.clamp(min=0))  # the next step's input, on the device (a failed row's is dropped)
         tokens = sampled.tolist()  # the step's one wait for the device: the text needs the ids
         self.stats.record_step(len(tokens), len(tokens))
         for seq, token in zip(seqs, tokens):
-            seq.generated += 1
-            if seq.generated == 1:
-                self.on_first_token(time.perf_counter() - seq.submitted)
-            params, events = seq.generation.params, posts[seq.request]
-            if token in params.stop_token_ids and not params.ignore_eos:
-                self._finish(seq, seq.assembler.finish(), "stop", events)
+            events = posts[seq.request]
+            if token == FAILED_ROW:
+                seq.broken = True
+                self._fail_sequence(seq, NOT_FINITE, events)
+                logger.warning("serve: a sequence's logits were not finite; that request failed, the batch goes on")
                 continue
-            piece = seq.assembler.add(token)
-            if seq.assembler.stopped:
-                self._finish(seq, piece, "stop", events)
-            elif seq.generated >= params.max_tokens:
-                self._finish(seq, piece + seq.assembler.finish(), "length", events)
-            elif piece:
-                events.append(Delta(seq.generation.index, piece))
+            try:
+                self._take_token(seq, token, events)
+            except Exception:  # one row's text (its tokens, its stop strings): that request fails, no other
+                logger.exception("serve: a sequence failed while its text was assembled")
+                self._fail_sequence(seq, ROW_ERROR, events)
+
+    def _take_token(self, seq: _Sequence, token: int, events: list) -> None:
+        seq.generated += 1
+        if seq.generated == 1:
+            self.on_first_token(time.perf_counter() - seq.submitted)
+        params = seq.generation.params
+        if token in params.stop_token_ids and not params.ignore_eos:
+            self._finish(seq, seq.assembler.finish(), "stop", events)
+            return
+        piece = seq.assembler.add(token)
+        if seq.assembler.stopped:
+            self._finish(seq, piece, "stop", events)
+        elif seq.generated >= params.max_tokens:
+            self._finish(seq, piece + seq.assembler.finish(), "length", events)
+        elif piece:
+            events.append(Delta(seq.generation.index, piece))
+
+    def _fail_sequence(self, seq: _Sequence, message: str, events: list) -> None:
+        """This sequence fails, and with it its request (its other choices leave the batch at the next retire)."""
+        seq.done = True
+        self.stats.failed += 1
+        if not seq.request.failed:
+            seq.request.failed = True
+            events.append(Failed(message))
 
     @staticmethod
     def _finish(seq: _Sequence, piece: str, reason: str, events: list) -> None:
@@ -331,15 +358,22 @@ class BatchingEngine:
         seq.done = True
 
     def _retire(self) -> None:
-        keep = []
+        keep, broken = [], []
         for i, row in enumerate(self.batch.rows):
             seq = row.owner
+            if seq.broken:
+                broken.append(i)
             if seq.done:
+                continue
+            if seq.request.failed:
+                self.stats.failed += 1
                 continue
             if seq.request.cancelled:
                 self.stats.cancelled += 1
                 continue
             keep.append(i)
+        if broken:
+            self.batch.clear(broken)
         self.batch.keep(keep)
 
     def _fail_step(self, admitted: list[_Sequence], error: Exception) -> None:

@@ -1,18 +1,31 @@
 """The OpenAI HTTP API as the `openai` Python SDK speaks it: request and response bodies (pydantic).
 
 Unknown fields are ignored, as OpenAI-compatible servers do, but options we do not implement (tools, logprobs,
-penalties, ...) are refused when set: answering as if they had been applied would be wrong.
+penalties, ...) are refused when set: answering as if they had been applied would be wrong. Every string a request
+carries into the server (`Text`) must be Unicode text: JSON can spell a lone UTF-16 surrogate ("\ud800"), which no
+tokenizer or UTF-8 encoder takes, so it is refused here, with 400, before anything else sees it.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 MAX_SEED = 2**63 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")  # left in a str by JSON's \uXXXX escapes when not a valid pair
+
+
+def _unicode_text(value: str) -> str:
+    if _SURROGATE.search(value):
+        raise ValueError("holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not Unicode text")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_unicode_text)]
 
 
 class _Body(BaseModel):
@@ -21,13 +34,13 @@ class _Body(BaseModel):
 
 class TextPart(_Body):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[TextPart], None] = None
-    name: Optional[str] = None
+    content: Union[Text, list[TextPart], None] = None
+    name: Optional[Text] = None
     tool_calls: Optional[list] = None
 
     def text(self) -> str:
@@ -43,16 +56,17 @@ class StreamOptions(_Body):
 
 
 class _Sampling(_Body):
-    model: str = Field(min_length=1, max_length=256)
+    model: Text = Field(min_length=1, max_length=256)
     max_tokens: Optional[int] = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1)   # vLLM's extension: the k most likely tokens only; -1 or 0: all
     n: int = Field(1, ge=1)
-    stop: Union[str, list[str], None] = None
+    stop: Union[Text, list[Text], None] = None
     seed: Optional[int] = Field(None, ge=0, le=MAX_SEED)
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    user: Optional[str] = None
+    user: Optional[Text] = None
     # vLLM's extension: generate exactly max_tokens (end tokens do not stop the answer); for load tests.
     ignore_eos: bool = False
     # Known OpenAI options that this server does not implement; refused unless left at their neutral value.
@@ -111,9 +125,9 @@ class ChatCompletionRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    prompt: Union[str, list[str]]
+    prompt: Union[Text, list[Text]]
     echo: bool = False
-    suffix: Optional[str] = None
+    suffix: Optional[Text] = None
     best_of: Optional[int] = None
     logprobs: Optional[int] = None
 
@@ -135,8 +149,8 @@ class CompletionRequest(_Sampling):
 
 
 class ClassifyRequest(_Body):
-    model: str = Field(min_length=1, max_length=256)
-    input: Union[str, list[str]]
+    model: Text = Field(min_length=1, max_length=256)
+    input: Union[Text, list[Text]]
 
     @property
     def texts(self) -> list[str]:

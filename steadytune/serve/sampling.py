@@ -1,6 +1,18 @@
-"""Choosing the next token of each row: greedy at temperature 0, else temperature + nucleus (top_p) sampling,
-seeded per sequence when the request gives a seed (so a seeded answer does not depend on what else is in the
-batch)."""
+"""Choosing the next token of each row: greedy at temperature 0, else temperature, top_k and nucleus (top_p)
+sampling, seeded per sequence when the request gives a seed (so a seeded answer does not depend on what else is in
+the batch).
+
+No request can make inf or nan here, and no row can break another (issue 25: `temperature: 1e-300` is 0 in float32,
+logits / 0 gave nan, and torch.multinomial failed the whole decode step):
+- a temperature below GREEDY_BELOW (vLLM's `_SAMPLING_EPS`) is greedy: that is where softmax(logits / t) goes as t
+  falls, and it is what vLLM does;
+- logits are scaled as (logits - row max) / t: every value is <= 0, the top one exactly 0, so nothing overflows at
+  any temperature and every row keeps a token of probability > 0;
+- top_k and top_p always keep the top token (a top_p that rounds to 0 is greedy, a top_k past the vocabulary keeps
+  it all);
+- a row whose own logits are broken (nan, +inf, or every one -inf: the model's numbers, not the request's) is
+  sampled as if uniform and reported as FAILED_ROW; the engine fails that sequence alone.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +22,9 @@ from typing import Optional, Sequence
 import torch
 
 from steadytune.serve.transfer import to_device
+
+GREEDY_BELOW = 1e-5   # vLLM's _SAMPLING_EPS: a temperature under it is greedy
+FAILED_ROW = -1       # the token id sample_tokens gives a row whose logits are not finite
 
 
 @dataclass(frozen=True)
@@ -21,10 +36,15 @@ class SamplingParams:
     stop: tuple[str, ...] = ()                  # stop strings: the answer ends before the first one
     stop_token_ids: frozenset = field(default_factory=frozenset)  # end-of-turn / eos tokens
     ignore_eos: bool = False                    # generate exactly max_tokens (load tests; vLLM's extension)
+    top_k: int = -1                             # the k most likely tokens only; -1 or 0: all (vLLM's extension)
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
+
+    @property
+    def truncates(self) -> bool:
+        return self.top_p < 1.0 or self.top_k > 0
 
 
 def make_generator(params: SamplingParams, device: torch.device) -> Optional[torch.Generator]:
@@ -33,33 +53,48 @@ def make_generator(params: SamplingParams, device: torch.device) -> Optional[tor
     return torch.Generator(device=device).manual_seed(params.seed)
 
 
-def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Zero the tail of each row's distribution outside its smallest set of tokens with mass >= top_p."""
+def _truncate(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Zero each row's tail beyond its top_k tokens, then outside the smallest set of what is left with mass >= top_p
+    (measured on what top_k kept, as transformers and vLLM apply them); the top token always stays."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)
-    before = sorted_probs.cumsum(dim=-1) - sorted_probs          # mass of the tokens ranked above each one
-    sorted_probs = sorted_probs.masked_fill(before >= top_p[:, None], 0.0)
-    return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    ranks = torch.arange(probs.shape[-1], device=probs.device)
+    kept = sorted_probs.masked_fill(ranks[None, :] >= top_k[:, None], 0.0)
+    before = (kept.cumsum(dim=-1) - kept) / kept.sum(dim=-1, keepdim=True)  # mass ranked above each token
+    drop = before >= top_p[:, None]
+    drop[:, 0] = False
+    kept = kept.masked_fill(drop, 0.0)
+    return torch.zeros_like(probs).scatter_(-1, order, kept)
 
 
 def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
                 generators: Sequence[Optional[torch.Generator]]) -> list[int]:
-    """logits [rows, vocab] -> one token id per row."""
+    """logits [rows, vocab] -> one token id per row (FAILED_ROW for a row whose logits are not finite)."""
     return sample_tokens(logits, params, generators).tolist()
 
 
 def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
                   generators: Sequence[Optional[torch.Generator]]) -> torch.Tensor:
     """logits [rows, vocab] -> a LongTensor of one token id per row, on the logits' device (nothing waits for it:
-    the batch feeds it to the next step on the device, the engine copies it to the host once)."""
+    the batch feeds it to the next step on the device, the engine copies it to the host once). A row whose logits
+    hold nan or +inf, or only -inf, gets FAILED_ROW."""
+    logits = logits.float()
+    top = logits.amax(dim=-1, keepdim=True)          # nan when the row holds a nan
+    broken = ~torch.isfinite(top[:, 0])
     chosen = logits.argmax(dim=-1)
     sampled = [i for i, p in enumerate(params) if not p.greedy]
     if sampled:
         device = logits.device
+        vocab = logits.shape[-1]
         index = to_device(sampled, torch.long, device)
         temperature = to_device([params[i].temperature for i in sampled], torch.float32, device)
-        probs = torch.softmax(logits[index].float() / temperature[:, None], dim=-1)
-        if any(params[i].top_p < 1.0 for i in sampled):
-            probs = _nucleus(probs, to_device([params[i].top_p for i in sampled], torch.float32, device))
+        scaled = (logits[index] - top[index]) / temperature[:, None]
+        scaled = scaled.masked_fill(broken[index, None], 0.0)  # a broken row draws from a uniform, then is dropped
+        probs = torch.softmax(scaled, dim=-1)
+        if any(params[i].truncates for i in sampled):
+            top_k = to_device([params[i].top_k if 0 < params[i].top_k < vocab else vocab for i in sampled],
+                              torch.long, device)
+            top_p = to_device([params[i].top_p for i in sampled], torch.float32, device)
+            probs = _truncate(probs, top_k, top_p)
         unseeded = [k for k, i in enumerate(sampled) if generators[i] is None]
         picks = torch.empty(len(sampled), dtype=torch.long, device=device)
         if len(unseeded) == len(sampled):
@@ -71,5 +106,4 @@ def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
             if generators[i] is not None:
                 picks[k] = torch.multinomial(probs[k], 1, generator=generators[i])[0]
         chosen[index] = picks
-    return chosen
-
+    return chosen.masked_fill(broken, FAILED_ROW)

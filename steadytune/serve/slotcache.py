@@ -158,6 +158,13 @@ class SlotCache(Cache):
                 shape = (rows, states.shape[1], width, states.shape[3])
                 target[first_slot: first_slot + rows, :, :width] = states.gather(2, index.expand(shape))
 
+    def clear_slots(self, slots: torch.Tensor) -> None:
+        """Zero every column of these slots (a LongTensor): a row whose numbers broke may have left nan there, and a
+        masked column still meets the attention weights as 0 x value, which is nan for a nan value."""
+        for layer in self.layers:
+            for buffer in (layer.keys, layer.values):
+                buffer[slots] = 0
+
     def move_rows(self, source: torch.Tensor, target: torch.Tensor, columns: int) -> None:
         """Slots `source` -> slots `target` (LongTensors), the first `columns` columns."""
         for layer in self.layers:

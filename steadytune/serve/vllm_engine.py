@@ -99,7 +99,9 @@ class VllmEngine:
         import vllm
 
         p = g.params
-        params = vllm.SamplingParams(n=1, temperature=p.temperature, top_p=p.top_p, seed=p.seed,
+        # below GREEDY_BELOW our engine is greedy; vLLM would raise such a temperature to 0.01 and sample
+        params = vllm.SamplingParams(n=1, temperature=0.0 if p.greedy else p.temperature, top_p=p.top_p,
+                                     top_k=p.top_k if p.top_k > 0 else -1, seed=p.seed,
                                      max_tokens=p.max_tokens, stop=list(p.stop), ignore_eos=p.ignore_eos,
                                      stop_token_ids=[] if p.ignore_eos else sorted(p.stop_token_ids))
         request_id, sent, produced, started = uuid.uuid4().hex, 0, 0, time.perf_counter()
