@@ -13,6 +13,7 @@ import difflib
 import importlib.util
 import math
 import os
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -26,6 +27,28 @@ from steadytune.errors import UserError
 
 class ConfigError(UserError, ValueError):
     """A problem with the user's configuration; the message names the key (and file) at fault."""
+
+
+# What one YAML file may hold. A config is a few KB of keys; these bounds stop a hostile or broken file (aliases
+# that expand a 10 KB file into billions of values, 10,000-deep nesting, a 100 MB value) in milliseconds, with one line.
+MAX_YAML_BYTES = 1 << 20       # the file (PyYAML reads ~2 MB/s: 1 MiB is half a second)
+MAX_YAML_NODES = 100_000       # values (scalars, lists, mappings) once aliases are expanded
+MAX_YAML_CHARS = 4 << 20       # characters of text once aliases are expanded
+MAX_YAML_DEPTH = 100           # lists and mappings inside one another, aliases followed
+MAX_TEXT_VALUE = 100_000       # characters in one text value (a system prompt of ~25k tokens)
+MAX_SHOWN_VALUE = 200          # characters of a value quoted in an error message
+
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = MAX_SHOWN_VALUE
+_SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxdict = _SHORT_REPR.maxset = 20
+
+
+def show_value(value: Any, limit: int = MAX_SHOWN_VALUE) -> str:
+    """repr(value) for an error message, at most `limit` characters, in time bounded by `limit` (reprlib looks at a
+    few items of each level only, so a value with a billion items, or nested 10,000 deep, costs microseconds)."""
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _opt(default: Any, help: str, choices: tuple | None = None, minimum: float | None = None,
@@ -389,12 +412,12 @@ def parse_overrides(pairs: list[str]) -> dict:
     out = {}
     for pair in pairs:
         if "=" not in pair:
-            raise ConfigError(f"command-line override {pair!r} is not key=value")
+            raise ConfigError(f"command-line override {show_value(pair)} is not key=value")
         key, _, raw = pair.partition("=")
         key = key.strip().lstrip("-")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
+            value = parse_yaml(raw, f"command-line override {key}") if raw.strip() else None
+        except ConfigError:
             value = raw
         # `guard.window=20` addresses a nested section.
         if "." in key:
@@ -405,7 +428,34 @@ def parse_overrides(pairs: list[str]) -> dict:
     return out
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml.safe_load within MAX_YAML_*: nesting is counted while composing (PyYAML's composer recurses, so
+    10,000 levels would end in a RecursionError), and the composed document is measured with its aliases expanded
+    before a single value is built. Errors are ConfigError naming `name`."""
+
+    def __init__(self, text: str, name: str):
+        super().__init__(text)
+        self.name = name
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                line = self.peek_event().start_mark.line + 1
+                raise ConfigError(f"{self.name}: nested deeper than {MAX_YAML_DEPTH} levels (line {line})")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self):
+        node = super().compose_document()
+        if node is not None:
+            _measure_expanded(node, self.name)
+        return node
+
+
+class _UniqueKeyLoader(_BoundedLoader):
     """yaml.safe_load, except that a key given twice in one mapping is an error naming both lines: PyYAML would
     silently keep the last one, so `learning_rate: 1e-4` ... `learning_rate: 1e-3` trains at whichever came last."""
 
@@ -418,33 +468,89 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: let PyYAML report it
                 continue
             if first is not None:
-                raise ConfigError(f"{self.name}: duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                raise ConfigError(f"{self.name}: duplicate key {show_value(key)} at line {key_node.start_mark.line + 1} "
                                   f"(first at line {first + 1}); keep one")
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
 
-def read_yaml(path: str | os.PathLike) -> dict:
+def _measure_expanded(root: yaml.Node, name: str) -> None:
+    """Refuse a composed YAML document whose values, with every alias expanded, exceed MAX_YAML_NODES values,
+    MAX_YAML_CHARS characters or MAX_YAML_DEPTH levels, or which contains itself. Each distinct node is measured
+    once (an alias reuses its anchor's numbers), so this costs the size of the file, not of the expansion."""
+    sizes: dict[int, tuple[int, int, int]] = {}   # id(node) -> (values, characters, depth), expanded
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = (1, len(node.value), 0)
+            continue
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if not children_done:
+            if id(node) in sizes:
+                continue
+            if id(node) in open_nodes:
+                raise ConfigError(f"{name}: an alias at line {node.start_mark.line + 1} refers to itself "
+                                  "(a value that contains itself has no end)")
+            open_nodes.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        open_nodes.discard(id(node))
+        values, chars, depth = 1, 0, 0
+        for child in children:
+            v, c, d = sizes[id(child)]
+            values, chars, depth = values + v, chars + c, max(depth, d)
+        sizes[id(node)] = (values, chars, depth + 1)
+        for amount, limit, unit in ((values, MAX_YAML_NODES, "values"), (chars, MAX_YAML_CHARS, "characters"),
+                                    (depth + 1, MAX_YAML_DEPTH, "levels of nesting")):
+            if amount > limit:
+                raise ConfigError(f"{name}: the value at line {node.start_mark.line + 1} expands through aliases to "
+                                  f"{amount:,} {unit} or more (at most {limit:,}); write it out without aliases")
+
+
+def parse_yaml(text: str, name: str, unique_keys: bool = True) -> Any:
+    """yaml.safe_load within the MAX_YAML_* bounds; every problem is a ConfigError naming `name` (a file, or a
+    command-line override). With `unique_keys`, a key given twice in one mapping is an error."""
+    loader = (_UniqueKeyLoader if unique_keys else _BoundedLoader)(text, name)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{name}: invalid YAML: {_cut(str(e))}") from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml_file(path: str | os.PathLike, unique_keys: bool = True) -> Any:
+    """A YAML file's content (any top-level type) within the MAX_YAML_* bounds, or a ConfigError naming the file:
+    for every YAML file steadytune reads (configs, run_config.yaml of a run folder, label files, FSDP configs)."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder, not a config file")
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise ConfigError(f"{path}: {size / 1e6:.1f} MB is larger than a config file may be "
+                              f"({MAX_YAML_BYTES >> 20} MiB)")
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 (byte {e.start})") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    try:
-        loader = _UniqueKeyLoader(text)
-        loader.name = str(path)
-        try:
-            data = loader.get_single_data()
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: invalid YAML: {e}") from None
+    return parse_yaml(text, str(path), unique_keys)
+
+
+def _cut(text: str, limit: int = 4 * MAX_SHOWN_VALUE) -> str:
+    """A message from another library (PyYAML quotes the offending line) on one line, cut to `limit`."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def read_yaml(path: str | os.PathLike) -> dict:
+    data = load_yaml_file(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -487,7 +593,7 @@ def build_config(raw: dict, where: str = "config") -> RunConfig:
         if key == "decisions":  # a run_config.yaml fed back in: its decisions are re-made, not trusted
             continue
         if key not in KEY_TO_SECTION:
-            raise ConfigError(f"{where}: unknown key {key!r}"
+            raise ConfigError(f"{where}: unknown key {show_value(key)}"
                               f"{_OTHER_SCHEMAS.get(key) or _did_you_mean(key, list(KEY_TO_SECTION) + list(NESTED_SECTIONS))}")
         if isinstance(value, str) and (key, value) in UNSUPPORTED_VALUES:
             raise ConfigError(f"{where}: not supported: {key}: {value} ({UNSUPPORTED_VALUES[(key, value)]})")
@@ -511,10 +617,12 @@ def build_config(raw: dict, where: str = "config") -> RunConfig:
 def _check_known(key: str, cls: type, prefix: str) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     if key not in names:
-        raise ConfigError(f"{prefix}{key}: unknown key{_did_you_mean(key, names)}")
+        raise ConfigError(f"{prefix}{_cut(key, MAX_SHOWN_VALUE)}: unknown key{_did_you_mean(key, names)}")
 
 
 def _did_you_mean(key: str, candidates: list[str]) -> str:
+    if len(key) > 100:  # no key is this long; difflib would take quadratic time over it
+        return ""
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -532,12 +640,13 @@ def _coerce(f: dataclasses.Field, value: Any, where: str, label: str | None = No
     hints = typing.get_type_hints(_owner_of(f.name, f))
     options = _type_options(hints[f.name])
     key = label or f.name
-    bad = ConfigError(f"{where}: {key}: invalid value {value!r} (expected {_describe(options)})")
+    def bad() -> ConfigError:  # built only when raised: the value may be huge
+        return ConfigError(f"{where}: {key}: invalid value {show_value(value)} (expected {_describe(options)})")
 
     if value is None:
         if type(None) in options:
             return None
-        raise bad
+        raise bad()
     # bf16/fp16 accept true/false/auto; resume_from_checkpoint accepts true/false/path.
     if bool in options and isinstance(value, bool):
         converted = value
@@ -550,7 +659,7 @@ def _coerce(f: dataclasses.Field, value: Any, where: str, label: str | None = No
     elif str in options and isinstance(value, (str, int, float)) and not isinstance(value, bool):
         converted = str(value)
         if f.name in ("bf16", "fp16") and converted != "auto":
-            raise bad
+            raise bad()
     elif int in options and isinstance(value, int) and not isinstance(value, bool):
         converted = value
     elif int in options and isinstance(value, float) and value.is_integer():
@@ -561,12 +670,12 @@ def _coerce(f: dataclasses.Field, value: Any, where: str, label: str | None = No
         try:
             converted = float(value)
         except ValueError:
-            raise bad from None
+            raise bad() from None
     elif int in options and isinstance(value, str):
         try:
             converted = int(value)
         except ValueError:
-            raise bad from None
+            raise bad() from None
     elif list in options and isinstance(value, (list, tuple)):
         converted = list(value)
     elif list in options and isinstance(value, str) and f.name == "label_names":
@@ -574,21 +683,24 @@ def _coerce(f: dataclasses.Field, value: Any, where: str, label: str | None = No
     elif dict in options and isinstance(value, dict):
         converted = dict(value)
     else:
-        raise bad
+        raise bad()
 
+    if isinstance(converted, str) and len(converted) > MAX_TEXT_VALUE:
+        raise ConfigError(f"{where}: {key}: {len(converted):,} characters is longer than a value may be "
+                          f"({MAX_TEXT_VALUE:,})")
     if isinstance(converted, float) and not math.isfinite(converted):
-        raise ConfigError(f"{where}: {key}: {converted!r} is not a finite number")
+        raise ConfigError(f"{where}: {key}: {show_value(converted)} is not a finite number")
     meta = f.metadata
     if meta.get("choices") and converted not in meta["choices"]:
-        raise ConfigError(f"{where}: {key}: invalid value {converted!r} (choose one of {', '.join(map(str, meta['choices']))})"
+        raise ConfigError(f"{where}: {key}: invalid value {show_value(converted)} (choose one of {', '.join(map(str, meta['choices']))})"
                           f"{_did_you_mean(str(converted), [str(c) for c in meta['choices']])}")
     if isinstance(converted, (int, float)) and not isinstance(converted, bool):
         low, high = meta.get("min"), meta.get("max")
         if low is not None and (converted < low or (meta.get("exclusive_min") and converted == low)):
             relation = ">" if meta.get("exclusive_min") else ">="
-            raise ConfigError(f"{where}: {key}: {converted!r} is out of range (must be {relation} {low})")
+            raise ConfigError(f"{where}: {key}: {show_value(converted)} is out of range (must be {relation} {low})")
         if high is not None and converted > high:
-            raise ConfigError(f"{where}: {key}: {converted!r} is out of range (must be <= {high})")
+            raise ConfigError(f"{where}: {key}: {show_value(converted)} is out of range (must be <= {high})")
     return converted
 
 
@@ -614,13 +726,13 @@ def _describe(options: tuple) -> str:
 def _check_cross_field(cfg: RunConfig, where: str) -> None:
     d, t = cfg.data, cfg.train
     if d.prompt_template is not None and "{text}" not in d.prompt_template:
-        raise ConfigError(f"{where}: prompt_template must contain {{text}} (got {d.prompt_template!r})")
+        raise ConfigError(f"{where}: prompt_template must contain {{text}} (got {show_value(d.prompt_template)})")
     if d.label_names is not None:
         if len(d.label_names) < 2:
-            raise ConfigError(f"{where}: label_names needs at least two labels (got {d.label_names!r})")
+            raise ConfigError(f"{where}: label_names needs at least two labels (got {show_value(d.label_names)})")
         names = [str(x) for x in d.label_names]
         if len(set(names)) != len(names):
-            raise ConfigError(f"{where}: label_names has duplicates: {names!r}")
+            raise ConfigError(f"{where}: label_names has duplicates: {show_value(names)}")
         d.label_names = names
     _check_stage(cfg, where)
     if d.streaming:
@@ -644,7 +756,7 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
     g = cfg.guard
     if not g.grad_norm_schedule or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                                            for v in g.grad_norm_schedule):
-        raise ConfigError(f"{where}: guard.grad_norm_schedule: invalid value {g.grad_norm_schedule!r} "
+        raise ConfigError(f"{where}: guard.grad_norm_schedule: invalid value {show_value(g.grad_norm_schedule)} "
                           "(expected a list of positive numbers, e.g. [1.0, 0.5, 0.3])")
     if g.min_history > g.window:
         raise ConfigError(f"{where}: guard.min_history ({g.min_history}) is larger than guard.window ({g.window}): "
@@ -785,7 +897,7 @@ def parse_report_to(value: Any) -> list[str]:
     names = [name for name in names if name != "none"]
     unknown = [name for name in names if name not in TRACKER_PACKAGES]
     if unknown:
-        raise ValueError(f"unknown tracker {unknown[0]!r}; choose from none, all, {', '.join(TRACKER_PACKAGES)}")
+        raise ValueError(f"unknown tracker {show_value(unknown[0])}; choose from none, all, {', '.join(TRACKER_PACKAGES)}")
     return list(dict.fromkeys(names))
 
 

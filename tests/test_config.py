@@ -1,12 +1,18 @@
 """Config: LLaMA-Factory keys load with their meaning; bad keys and values fail naming the key."""
 
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import LF_FIXTURES, needs_shared
 
+from steadytune.cli import main
 from steadytune.config import ConfigError, load_config, save_resolved_config
+from steadytune.distributed.fsdp_config import read_fsdp_keys
+from steadytune.errors import UserError
+from steadytune.eval.labelcheck import _training_label_names
+from steadytune.report.rundata import load_run
 
 LF_EXAMPLES = LF_FIXTURES / "examples"
 REPO = Path(__file__).resolve().parents[1]
@@ -160,3 +166,116 @@ def test_do_train_follows_llamafactory():
         resolve_do_train(load_config(None, {"do_train": False}))
     with pytest.raises(ConfigError, match="do_train: true needs dataset"):
         resolve_do_train(load_config(None, {"do_train": True}))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hostile YAML (issue 25, cases 4-6): one line naming the file, in bounded time and memory, never a traceback
+# ---------------------------------------------------------------------------------------------------------
+
+def billion_laughs(levels: int = 9) -> str:
+    """A flow sequence whose every level repeats the one below nine times through aliases: 10 KB of YAML, 9**levels
+    strings once expanded."""
+    expr = "&l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"
+    for level in range(1, levels + 1):
+        expr = f"&l{level} [{expr}, " + ", ".join([f"*l{level - 1}"] * 8) + "]"
+    return expr
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("template", [
+    "label_names: {laughs}\n",
+    "fsdp_config: {{x: {laughs}}}\n",
+    "deepspeed: {laughs}\n",
+    "guard:\n  grad_norm_schedule: {laughs}\n",
+    "lols: {laughs}\n",
+])
+def test_yaml_alias_expansion_is_refused_quickly(tmp_path, template):
+    path = tmp_path / "laughs.yaml"
+    path.write_text(template.format(laughs=billion_laughs()), encoding="utf-8")
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert time.monotonic() - start < 5
+    message = str(err.value)
+    assert message.startswith(f"{path}:") and "aliases" in message and "\n" not in message and len(message) < 400
+
+
+@pytest.mark.timeout(20)
+def test_yaml_aliases_within_bounds_still_load(tmp_path):
+    path = tmp_path / "anchors.yaml"
+    path.write_text("label_names: &labels [negative, positive]\nguard:\n  grad_norm_schedule: &s [1.0, 0.5]\n"
+                    "fault_injection: {}\n", encoding="utf-8")
+    assert load_config(path).data.label_names == ["negative", "positive"]
+
+
+@pytest.mark.timeout(20)
+def test_a_self_referencing_alias_is_one_line(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text("label_names: &a [x, *a]\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"loop.yaml: .*refers to itself"):
+        load_config(path)
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("opening, closing", [("[", "]"), ("{a: ", "}")])
+def test_deep_nesting_is_one_line_naming_the_file(tmp_path, opening, closing):
+    path = tmp_path / "deep.yaml"
+    path.write_text("guard: " + opening * 10_000 + "x" + closing * 10_000 + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}: nested deeper than") and "line 1" in str(err.value)
+
+
+@pytest.mark.timeout(20)
+def test_a_huge_config_file_is_refused_at_once(tmp_path):
+    path = tmp_path / "huge.yaml"
+    path.write_text('default_system: "' + "x" * 10_000_000 + '"\n', encoding="utf-8")
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"huge.yaml: 10.0 MB is larger than a config file may be \(1 MiB\)"):
+        load_config(path)
+    assert time.monotonic() - start < 1
+
+
+@pytest.mark.timeout(20)
+def test_a_huge_text_value_is_refused_naming_the_key(tmp_path):
+    path = tmp_path / "long.yaml"
+    path.write_text('default_system: "' + "x" * 200_000 + '"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"long.yaml: default_system: 200,000 characters is longer than a value may be"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="command line: default_system: 200,000 characters"):
+        load_config(None, ["default_system=" + "y" * 200_000])
+
+
+@pytest.mark.parametrize("override", ["lora_rank=" + "x" * 5000, "label_names=[" + "a, " * 3000 + "a]",
+                                      "x" * 5000 + "=1", "prompt_template=" + "no placeholder " * 500])
+def test_errors_show_a_cut_value(override):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert len(str(err.value)) < 500 and "..." in str(err.value)
+
+
+@pytest.mark.timeout(60)
+def test_the_cli_says_one_line_for_a_hostile_config(tmp_path, capsys):
+    path = tmp_path / "laughs.yaml"
+    path.write_text(f"label_names: {billion_laughs()}\n", encoding="utf-8")
+    assert main(["train", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("content", [f"label_names: {billion_laughs()}\n", "label_names: " + "[" * 10_000 + "]" * 10_000,
+                                     "label_names: [a, b]\n" + "# padding\n" * 200_000])
+def test_every_yaml_reader_is_bounded(tmp_path, content):
+    """Besides the config: a run folder's run_config.yaml (report, eval's label check) and an FSDP config file."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run_config.yaml").write_text(content, encoding="utf-8")
+    start = time.monotonic()
+    assert any("run_config.yaml could not be read" in note for note in load_run(run).notes)
+    assert _training_label_names(run) is None
+    fsdp = tmp_path / "fsdp.yaml"
+    fsdp.write_text(content.replace("label_names", "fsdp_config"), encoding="utf-8")
+    with pytest.raises(UserError, match=f"{fsdp}"):
+        read_fsdp_keys(load_config(None, {"fsdp": "full_shard", "fsdp_config": str(fsdp)}).train)
+    assert time.monotonic() - start < 5

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from steadytune.config import load_yaml_file
 from steadytune.errors import UserError
 
 # fsdp_config keys (prefix stripped) -> what they do here.
@@ -107,11 +108,10 @@ def _config_mapping(value: Any) -> dict:
         if not path.is_file():
             raise UserError(f"fsdp_config: {path}: file not found")
         try:
-            import yaml
-            value = yaml.safe_load(path.read_text(encoding="utf-8")) if path.suffix in (".yaml", ".yml") else \
+            value = load_yaml_file(path, unique_keys=False) if path.suffix in (".yaml", ".yml") else \
                 json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, OSError) as e:
-            raise UserError(f"fsdp_config: {path}: cannot read ({e})") from None
+        except (ValueError, OSError, RecursionError) as e:
+            raise UserError(f"fsdp_config: {path}: cannot read ({str(e)[:200] or type(e).__name__})") from None
         if isinstance(value, dict) and isinstance(value.get("fsdp_config"), dict):
             value = value["fsdp_config"]   # an Accelerate config file: its fsdp_config block
         if not isinstance(value, dict):

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import torch
-import yaml
 
+from steadytune.config import ConfigError, load_yaml_file
 from steadytune.data.formats import FormatSpec
 from steadytune.data.registry import resolve_datasets
 from steadytune.errors import UserError
@@ -142,8 +142,10 @@ def _training_label_names(folder: Path) -> list[str] | None:
     if not path.is_file():
         return None
     try:
-        saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
+        saved = load_yaml_file(path, unique_keys=False) or {}
+    except ConfigError:
+        return None
+    if not isinstance(saved, dict):
         return None
     names = saved.get("label_names") or (saved.get("decisions", {}).get("label_names") or {}).get("value")
     return [str(x) for x in names] if names else None

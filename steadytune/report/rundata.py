@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from steadytune.config import load_yaml_file
 from steadytune.errors import UserError
 from steadytune.training.run_folder import LOCK, MANIFEST, lock_holder_alive
 
@@ -162,7 +161,7 @@ def _read(run: Run, filename: str, loader) -> Any:
         return None
     try:
         value = loader(path)
-    except (OSError, ValueError, yaml.YAMLError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         run.notes.append(f"{filename} could not be read ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
                          "left out (a run killed while writing it?)")
         return None
@@ -177,7 +176,7 @@ def _load_json(path: Path) -> Any:
 
 
 def _load_yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return load_yaml_file(path, unique_keys=False)  # bounded: a run folder may come from anyone
 
 
 def read_jsonl(path: Path, limit: int | None = None) -> tuple[list[dict], int]:
