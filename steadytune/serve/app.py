@@ -18,18 +18,19 @@ import hmac
 import json
 import logging
 import time
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from steadytune.eval.scoring import build_prompts
+from steadytune.data.encode import encode_classification_prompt
 from steadytune.serve import protocol as p
 from steadytune.serve.engine import Delta, EngineError, Failed, Finished, Generation, QueueFull
 from steadytune.serve.limits import ServeSettings
 from steadytune.serve.metrics import CONTENT_TYPE, ServeMetrics
+from steadytune.serve.prompt import ClientText, UnsafeText
 from steadytune.serve.sampling import SamplingParams
 
 logger = logging.getLogger("steadytune.serve")
@@ -127,6 +128,8 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
     prompt_limit = min(limits.max_prompt_tokens, loaded.context_length - 1)
     end_ids = _end_token_ids(loaded.model, tokenizer)
     chat_stops = {name: _chat_stop(entry.template, tokenizer) for name, entry in served.items()}
+    client_text = {name: ClientText(tokenizer, entry.template, settings.strict_special_tokens)
+                   for name, entry in served.items()}
     created = p.now()
     metrics = ServeMetrics(engine)
     engine.on_first_token = metrics.first_token.observe
@@ -206,7 +209,8 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
     async def chat_completions(body: p.ChatCompletionRequest, request: Request):
         entry = lookup(body.model)
         _refuse_unsupported(body)
-        prompt_ids = _encode(tokenizer, _render_chat(entry.template, body.messages), add_special_tokens=False)
+        text = client_text[body.model]
+        prompt_ids = _encode_client_text(text, _render_chat(entry.template, body.messages, text.mark), "messages")
         stop_ids, hidden_stops = chat_stops[body.model]
         generations = _generations([prompt_ids], entry, body, stop_ids | end_ids, hidden_stops)
         handle = _submit(generations)
@@ -247,8 +251,11 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
         if not texts or len(texts) > limits.max_classify_inputs:
             raise ApiError(400, f"input: give 1 to {limits.max_classify_inputs} texts (got {len(texts)})",
                            param="input")
-        prompts = build_prompts(tokenizer, texts, entry.template, entry.prompt_template,
-                                min(entry.max_prompt_len, prompt_limit))  # long texts are cut, as `eval` cuts them
+        encoder = client_text[body.model]
+        prompts = [encode_classification_prompt(entry.template, tokenizer, entry.prompt_template, text,
+                                                min(entry.max_prompt_len, prompt_limit),  # cut, as `eval` cuts
+                                                _encode_client_text(encoder, encoder.mark(text), "input"))
+                   for text in texts]
         try:
             scores = await engine.classify(entry.adapter, prompts, entry.label_targets)
         except QueueFull as e:
@@ -325,14 +332,15 @@ def _refuse_unsupported(body) -> None:
         raise ApiError(400, f"{option} is not supported by this server", param=option, code="unsupported_option")
 
 
-def _render_chat(template: Any, messages: list) -> str:
-    """OpenAI messages -> the run's chat template, ending where the assistant's answer starts."""
+def _render_chat(template: Any, messages: list, mark: Callable[[str], str]) -> str:
+    """OpenAI messages -> the run's chat template, ending where the assistant's answer starts; `mark` marks the
+    control tokens in each message's text (prompt.ClientText)."""
     system, turns = [], []
     for m in messages:
         if m.role in ("system", "developer"):
-            system.append(m.text())
+            system.append(mark(m.text()))
         else:
-            turns.append({"role": {"tool": "observation"}.get(m.role, m.role), "content": m.text()})
+            turns.append({"role": {"tool": "observation"}.get(m.role, m.role), "content": mark(m.text())})
     if not turns or turns[-1]["role"] == "assistant":
         raise ApiError(400, "the last message must be the user's (or a tool result)", param="messages")
     try:
@@ -342,6 +350,13 @@ def _render_chat(template: Any, messages: list) -> str:
         if isinstance(e, TemplateError):
             raise ApiError(400, f"the model's chat template refuses these messages: {e}", param="messages") from None
         raise
+
+
+def _encode_client_text(encoder: ClientText, text: str, param: str) -> list[int]:
+    try:
+        return encoder.encode(text)
+    except UnsafeText as e:
+        raise ApiError(400, f"{param}: {e}; it cannot be sent as text to this model", param=param) from None
 
 
 def _encode(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int]:

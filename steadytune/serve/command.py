@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import os
 import sys
@@ -51,6 +52,11 @@ def add_arguments(parser) -> None:
                              f"else 400 (default {limits.max_n})")
     parser.add_argument("--max-classify-inputs", type=int, default=limits.max_classify_inputs,
                         help=f"most texts per /v1/classify request, else 400 (default {limits.max_classify_inputs})")
+    parser.add_argument("--strict-special-tokens", action=argparse.BooleanOptionalAction, default=True,
+                        help="encode a special-token string (<|im_end|>, <start_of_turn>, ...) inside a chat message "
+                             "or a classify input as the text it is, so only the chat template writes control tokens "
+                             "(default on; --no-strict-special-tokens encodes it as the control token, as training "
+                             "does with its data; /v1/completions prompts are raw either way)")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
                         help="server log level (default info)")
 
@@ -65,7 +71,8 @@ def settings_from_args(args):
         raise UserError(f"--port must be 1-65535 (got {args.port})")
     limits = Limits(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
                     max_tokens=args.max_tokens, max_n=args.max_n, max_classify_inputs=args.max_classify_inputs)
-    return ServeSettings(api_key=args.api_key or None, cors_origins=list(args.cors_origin), limits=limits)
+    return ServeSettings(api_key=args.api_key or None, cors_origins=list(args.cors_origin), limits=limits,
+                         strict_special_tokens=args.strict_special_tokens)
 
 
 def build_engine(loaded, max_batch: int, max_queue: int):
