@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import set_seed
+from safetensors import SafetensorError
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
@@ -68,6 +69,7 @@ from steadytune.stages.table import STAGES
 from steadytune.training.batches import TrainBatches, to_device, token_budget
 from steadytune.training.checkpoint import (
     TrainerState,
+    describe_save_failure,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
@@ -978,20 +980,29 @@ def save_final_outputs(run: Run, out: Path, model=None) -> None:
     """The adapter (or full model) and tokenizer, written into a temporary folder and moved into place, so a disk
     that fills up mid-save leaves no half-written adapter behind (the checkpoints stay)."""
     tmp = out / ".final.tmp"
+    model = model or run.model
+    writing = "the folder"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        (model or run.model).save_pretrained(tmp, safe_serialization=True)
+        writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
+        model.save_pretrained(tmp, safe_serialization=True)
+        writing = "the tokenizer"
         run.tokenizer.save_pretrained(tmp)
+        writing = "the folder"
         for item in tmp.iterdir():
             target = out / item.name
             if target.is_dir():
                 shutil.rmtree(target)
             item.replace(target)
-    except OSError as e:
+    except (OSError, SafetensorError) as e:
         latest = latest_checkpoint(out)
         kept = f"; {latest.name} is complete and can be resumed" if latest else ""
-        raise UserError(describe_os_error(e, f"saving the final adapter in {out}") + kept) from None
+        lora = hasattr(model, "peft_config")
+        needed = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad or not lora)
+        what = "the final adapter" if lora else "the final model"
+        raise UserError(describe_save_failure(e, f"saving {what} in {out}", writing, out, needed, thing=what)
+                        + kept) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -5,8 +5,11 @@ Each test names the case it covers; README "Reliability" lists them as a table."
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -376,38 +379,77 @@ def test_read_only_output_folder(tiny, tmp_path):
         parent.chmod(0o755)
 
 
-def test_disk_full_while_saving_a_checkpoint_keeps_the_last_complete_one(tiny, tmp_path, monkeypatch):
-    """The save of checkpoint-4 hits a full disk (writes go to /dev/full, which fails with ENOSPC as a full disk
-    does): one line naming the folder, and checkpoint-2 stays whole."""
+# A full disk. Where /dev/full is a device (most Linux machines) the writes really go there and fail as on a full disk;
+# where it is missing (some containers) a file whose writes fail the same way stands in, and safetensors raises the
+# error it raised on a full 64 KiB tmpfs (`mount -t tmpfs -o size=64k`), copied here word for word.
+FULL = Path("/dev/full")
+SAFETENSORS_ON_A_FULL_DISK = "Error while serializing: I/O error: No space left on device (os error 28)"
+
+
+class _FullDiskFile(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def open_on_a_full_disk(mode: str = "wb"):
+    return open(FULL, mode) if FULL.is_char_device() else _FullDiskFile()
+
+
+@pytest.fixture()
+def fill_disk(monkeypatch):
+    """fill_disk(part): every write of a path holding `part` (a checkpoint's python files, torch files and the
+    safetensors file peft writes) fails as on a full disk."""
+    import peft.peft_model
+    import safetensors
+
     import steadytune.training.checkpoint as ckpt
-    real_save = ckpt._save_torch
 
-    def save_to_full_disk(obj, path):
-        return real_save(obj, Path("/dev/full") if "checkpoint-4" in str(path) else path)
+    def fill(part: str) -> None:
+        real_open, real_save = open, peft.peft_model.safe_save_file
 
-    monkeypatch.setattr(ckpt, "_save_torch", save_to_full_disk)
+        def full_open(path, mode="r", *args, **kwargs):
+            if part in str(path) and "w" in mode:
+                return open_on_a_full_disk(mode)
+            return real_open(path, mode, *args, **kwargs)
+
+        def full_save(tensors, filename, metadata=None):
+            if part not in str(filename):
+                return real_save(tensors, filename, metadata=metadata)
+            if FULL.is_char_device():
+                return real_save(tensors, str(FULL), metadata=metadata)
+            raise safetensors.SafetensorError(SAFETENSORS_ON_A_FULL_DISK)
+
+        monkeypatch.setattr(ckpt, "open", full_open, raising=False)
+        monkeypatch.setattr(peft.peft_model, "safe_save_file", full_save)
+    yield fill
+    assert FULL.is_char_device() or not FULL.exists(), "a test wrote a file at /dev/full"
+
+
+@pytest.mark.parametrize("failing", ["adapter_model.safetensors", "optimizer.pt", "trainer_state.json"])
+def test_disk_full_while_saving_a_checkpoint_keeps_the_last_complete_one(tiny, tmp_path, fill_disk, failing):
+    """The save of checkpoint-4 hits a full disk while writing the weights (safetensors), the optimizer state (torch)
+    or the small state file: one line naming the folder, the file, the free space and what the checkpoint needs,
+    no traceback, and checkpoint-2 stays whole."""
+    fill_disk(f"checkpoint-4.tmp/{failing}")
     out = tmp_path / "run"
-    with pytest.raises(CheckpointError, match=r"disk full .*saving checkpoint-4 in .*checkpoint-2, is kept"):
-        train(tiny, out, max_steps=6, save_steps=2)
+    proc = cli("train", str(write_yaml(tmp_path / "c.yaml", settings(tiny, out, max_steps=6, save_steps=2))))
+    line = one_line_error(proc)
+    assert re.search(rf"disk full while saving checkpoint-4 in {re.escape(str(out))} \(writing {failing}\): "
+                     r"[\d.]+ [KMG]?i?B free there, the checkpoint needs about [\d.]+ [KMG]?i?B", line), line
+    assert line.endswith("the last complete checkpoint, checkpoint-2, is kept"), line
     assert [p.name for p in list_checkpoints(out)] == ["checkpoint-2"] and read_state(out / "checkpoint-2")
     assert not (out / "checkpoint-4.tmp").exists() and read_manifest(out)["status"] == "failed"
 
 
-def test_disk_full_during_the_final_save_leaves_no_half_adapter(tiny, tmp_path, monkeypatch):
-    from transformers import PreTrainedTokenizerBase
-    real = PreTrainedTokenizerBase.save_pretrained
-
-    def full(self, directory, *args, **kwargs):
-        if ".final.tmp" in str(directory):
-            with open("/dev/full", "w") as f:
-                f.write("x" * 65536)
-                f.flush()
-        return real(self, directory, *args, **kwargs)
-
-    monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", full)
+def test_disk_full_during_the_final_save_leaves_no_half_adapter(tiny, tmp_path, fill_disk):
+    fill_disk(".final.tmp/adapter_model.safetensors")
     out = tmp_path / "run"
-    with pytest.raises(UserError, match=r"disk full .*final adapter.*checkpoint-2 is complete"):
-        train(tiny, out, max_steps=3, save_steps=2)
+    proc = cli("train", str(write_yaml(tmp_path / "c.yaml", settings(tiny, out, max_steps=3, save_steps=2))))
+    line = one_line_error(proc)
+    assert re.search(r"disk full .*final adapter.*free there.*checkpoint-2 is complete", line), line
     assert not (out / "adapter_model.safetensors").exists() and not (out / ".final.tmp").exists()
 
 

@@ -17,6 +17,7 @@ refused, naming it, before a single byte of it is executed.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from steadytune.errors import CheckpointError, describe_os_error
 from steadytune.model.saved_weights import check_checkpoint_matches
@@ -124,48 +126,127 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, scheduler, state: 
                     save_total_limit: int | None = None, keep: set[str] | None = None, scaler=None) -> Path:
     """Write checkpoint-{global_step}/ atomically; then drop the oldest beyond save_total_limit
     (never the ones named in `keep`, e.g. the best checkpoint). A failed write (disk full) removes its partial
-    folder and raises CheckpointError; the complete checkpoints already there stay."""
+    folder and raises CheckpointError in one line naming the folder, the file, the free space and what the
+    checkpoint needs; the complete checkpoints already there stay."""
     root = Path(output_dir)
     final = root / f"checkpoint-{state.global_step}"
     tmp = root / f"checkpoint-{state.global_step}.tmp"
+    writing = "the folder"
     try:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
+        writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
         model.save_pretrained(tmp, safe_serialization=True)
-        _save_torch(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        _save_torch(scheduler.state_dict(), tmp / SCHEDULER_FILE)
-        if scaler is not None:
-            _save_torch(scaler.state_dict(), tmp / SCALER_FILE)
+        for name, obj in ((OPTIMIZER_FILE, optimizer), (SCHEDULER_FILE, scheduler), (SCALER_FILE, scaler)):
+            if obj is not None:
+                writing = name
+                _save_torch(obj.state_dict(), tmp / name)
+        writing = RNG_FILE
         _save_torch(capture_rng(), tmp / RNG_FILE)
+        writing = STATE_FILE
         state.files = sorted(p.name for p in tmp.iterdir())
         state.sizes = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
-        (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=2, default=str), encoding="utf-8")
+        with open(tmp / STATE_FILE, "w", encoding="utf-8") as f:
+            f.write(json.dumps(asdict(state), indent=2, default=str))
         _fsync_dir(tmp)
+        writing = "the folder"
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except (OSError, RuntimeError) as e:
-        # torch's own writer reports a failed write as RuntimeError; writes through Python files (below) and
-        # safetensors give the OSError with its errno (ENOSPC: disk full).
+    except (OSError, RuntimeError, SafetensorError) as e:
+        # torch's writer reports a failed write as RuntimeError (_save_torch recovers the OSError beneath it);
+        # safetensors as SafetensorError ("No space left on device (os error 28)"); Python files as OSError.
         shutil.rmtree(tmp, ignore_errors=True)
         previous = latest_checkpoint(root)
         kept = f"; the last complete checkpoint, {previous.name}, is kept" if previous else ""
-        if isinstance(e, OSError):
-            message = describe_os_error(e, f"saving {final.name} in {root}")
-        else:
-            free = shutil.disk_usage(root).free / 2**20
-            message = f"could not write {final.name} in {root} ({str(e).splitlines()[0]}; {free:,.0f} MiB free there)"
-        raise CheckpointError(message + kept) from None
+        needed = folder_bytes(previous) if previous else state_bytes(model, optimizer)
+        raise CheckpointError(describe_save_failure(e, f"saving {final.name} in {root}", writing, root, needed)
+                              + kept) from None
     if save_total_limit:
         rotate_checkpoints(root, save_total_limit, keep or set())
     return final
 
 
+def describe_save_failure(e: BaseException, what: str, writing: str, folder: Path, needed: int | None,
+                          thing: str = "the checkpoint") -> str:
+    """One line for a failed save: on a full disk, the free space there and what the save needs (about)."""
+    free = _free_bytes(folder)
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    errno_ = getattr(e, "errno", None)
+    if errno_ in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text or "os error 28" in text or \
+            (free is not None and needed is not None and free < needed):
+        space = f"{size_text(free)} free there" if free is not None else "free space unknown"
+        need = f", {thing} needs about {size_text(needed)}" if needed else ""
+        quota = " (disk quota exceeded)" if errno_ == errno.EDQUOT else ""
+        return f"disk full{quota} while {what} (writing {writing}): {space}{need}; free space there or lower " \
+               "save_total_limit"
+    if isinstance(e, OSError):
+        return describe_os_error(e, f"{what} (writing {writing})")
+    space = f"; {size_text(free)} free there" if free is not None else ""
+    return f"could not finish {what} (writing {writing}: {text}{space})"
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def state_bytes(model, optimizer) -> int:
+    """About what a checkpoint of this state takes: the trainable weights and the optimizer's tensors."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    moments = sum(t.numel() * t.element_size() for per_param in optimizer.state.values()
+                  for t in per_param.values() if isinstance(t, torch.Tensor))
+    return weights + moments
+
+
+def size_text(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class _RecordedWrites:
+    """A file for torch.save that keeps the OSError of a failed write: torch turns it into a RuntimeError
+    ("unexpected pos ...") that no longer says the disk is full."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data):
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self):
+        return self.f.flush()
+
+
 def _save_torch(obj: Any, path: Path) -> None:
-    """torch.save through a Python file, so a full disk raises OSError(ENOSPC) naming the problem."""
-    with open(path, "wb") as f:
-        torch.save(obj, f)
+    """torch.save through a Python file, so a full disk raises OSError(ENOSPC) naming the file."""
+    try:
+        with open(path, "wb") as f:
+            out = _RecordedWrites(f)
+            try:
+                torch.save(obj, out)
+            except RuntimeError:
+                if out.error is None:
+                    raise
+                raise out.error from None
+    except OSError as e:
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from None
+        raise
 
 
 def rotate_checkpoints(output_dir: Path, limit: int, keep: set[str]) -> None:
