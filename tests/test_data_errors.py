@@ -181,3 +181,63 @@ def test_auto_template_that_cannot_render_is_refused(tok, tmp_path):
     tok.chat_template = "{{ raise_exception('System role not supported') }}"
     with pytest.raises(ConfigError, match="chat_template failed to render .*set template: to a named one"):
         get_template("auto", tok)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 25: rows left out are said on the console; a huge row or deep JSON is one line naming file and line
+# ---------------------------------------------------------------------------------------------------------
+
+def test_a_row_dropped_for_a_non_text_output_is_said_on_the_console(tok, tmp_path, caplog):
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"instruction": "q", "input": "", "output": "a"}] * 3 + [{"instruction": "q", "output": 5},
+                                                                     {"instruction": "q", "output": ["a", "b"]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level("WARNING"):
+        data = prepare(tok, dataset=str(path))
+    assert len(data.train) == 3
+    said = [r.getMessage() for r in caplog.records]
+    line = next(m for m in said if "output is not text" in m)
+    assert "2 training rows left out" in line and f"{path} line 4" in line and "\n" not in line
+    assert any("output is not text" in w for w in data.stats["warnings"])
+
+
+MAX_ROW = 4 << 20
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".txt"])
+def test_a_row_larger_than_the_limit_is_one_line_naming_file_and_line(tok, tmp_path, suffix):
+    """A 50 MB one-line row peaked at 14.8 GB while tokenised; now it is refused before tokenisation."""
+    big = "word " * (MAX_ROW // 5 + 1000)
+    path = tmp_path / f"big{suffix}"
+    small = {"instruction": "q", "input": "", "output": "a"}
+    if suffix == ".jsonl":
+        path.write_text(json.dumps(small) + "\n" + json.dumps({**small, "input": big}) + "\n")
+        where = r"big\.jsonl line 2"
+    elif suffix == ".json":
+        path.write_text(json.dumps([small, {**small, "input": big}]))
+        where = r"big\.json row 1"
+    elif suffix == ".csv":
+        path.write_text(f"instruction,input,output\nq,,a\nq,{big},a\n")
+        where = r"big\.csv line 3"
+    else:
+        path.write_text("short\n" + big + "\n")
+        where = r"big\.txt line 2"
+    msg = expect(DataError, tok, where + r": a row of 4\.2 MB is larger than the 4 MiB a row may hold", dataset=str(path),
+                 stage="pt" if suffix == ".txt" else "sft")
+    assert len(msg) < 300
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_deeply_nested_json_is_one_line(tok, tmp_path, suffix):
+    path = tmp_path / f"deep{suffix}"
+    deep = '{"instruction": "q", "output": "a", "history": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    path.write_text(deep + "\n" if suffix == ".jsonl" else "[" + deep + "]")
+    expect(DataError, tok, rf"deep\{suffix}( line 1)?: .*nested too deeply", dataset=str(path))
+
+
+def test_errors_quote_a_cut_value(tok, tmp_path):
+    path = tmp_path / "labels.jsonl"
+    path.write_text(json.dumps({"text": "fine", "label": "x" * 100_000}) + "\n")
+    msg = expect(DataError, tok, r"labels\.jsonl line 1: label 'x+\.\.\.", dataset=str(path), label_names=["neg", "pos"])
+    assert len(msg) < 400

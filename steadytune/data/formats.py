@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from steadytune.config import show_value
 from steadytune.data.readers import Row
 from steadytune.data.templates import ASSISTANT, ASSISTANT_SIDE, FUNCTION, OBSERVATION, USER, USER_SIDE
 from steadytune.errors import DataError
@@ -84,7 +85,7 @@ def _column(row: Row, spec: FormatSpec, key: str, required: bool) -> Any:
     if name not in row.data:
         if required:
             found = ", ".join(map(str, row.data)) or "(none)"
-            raise DataError(f"{row.where}: missing column {name!r} ({spec.formatting} `{key}`); columns found: {found}")
+            raise DataError(f"{row.where}: missing column {show_value(name)} ({spec.formatting} `{key}`); columns found: {found}")
         return None
     return row.data[name]
 
@@ -126,9 +127,12 @@ def convert_alpaca(row: Row, spec: FormatSpec) -> dict:
     turn: stage pt reads its text, stage sft leaves it out (as LLaMA-Factory's unsupervised rows)."""
     messages, system = alpaca_prompt(row, spec)
     response = _column(row, spec, "response", False) if spec.columns.get("response") else None
+    not_text = {}
     if isinstance(response, str):
         messages.append({"role": ASSISTANT, "content": response})
-    return {"messages": messages, "system": system, "tools": tools_of(row, spec), **_kto_tag(row, spec)}
+    elif response is not None:  # LLaMA-Factory reads only a string as the answer; the row is left out, and said so
+        not_text = {"left_out": ("output is not text", f"{row.where}, {type(response).__name__}")}
+    return {"messages": messages, "system": system, "tools": tools_of(row, spec), **_kto_tag(row, spec), **not_text}
 
 
 def conversation_turns(row: Row, spec: FormatSpec) -> tuple[list[dict], str]:
@@ -137,12 +141,12 @@ def conversation_turns(row: Row, spec: FormatSpec) -> tuple[list[dict], str]:
     and the turns checked to alternate user side / assistant side, starting with the user."""
     turns = _column(row, spec, "messages", True)
     if not isinstance(turns, list) or not turns:
-        raise DataError(f"{row.where}: column {spec.columns['messages']!r} must be a non-empty list of turns")
+        raise DataError(f"{row.where}: column {show_value(spec.columns['messages'])} must be a non-empty list of turns")
     tags = spec.tags
     openai = spec.formatting == "openai"
     for i, turn in enumerate(turns):
         if not isinstance(turn, dict) or tags["role_tag"] not in turn:
-            raise DataError(f"{row.where}: turn {i} has no {tags['role_tag']!r} field")
+            raise DataError(f"{row.where}: turn {i} has no {show_value(tags['role_tag'])} field")
     if turns[0][tags["role_tag"]] == tags["system_tag"]:
         system = _text(turns[0].get(tags["content_tag"]), row, "system turn")
         turns = turns[1:]
@@ -171,7 +175,7 @@ def conversation_turns(row: Row, spec: FormatSpec) -> tuple[list[dict], str]:
         if expect_user != (message["role"] in USER_SIDE):
             wanted = f"{tags['user_tag']}/{tags['observation_tag']}" if expect_user else \
                 f"{tags['assistant_tag']}/{tags['function_tag']}"
-            raise DataError(f"{row.where}: turn {i} is {tags_seen[i]!r} but a {wanted} turn was expected "
+            raise DataError(f"{row.where}: turn {i} is {show_value(tags_seen[i])} but a {wanted} turn was expected "
                             f"(turns must alternate, starting with the user)")
     return messages, system
 
@@ -181,14 +185,14 @@ def message_of(turn: Any, spec: FormatSpec, row: Row, what: str) -> dict:
     the calls' `function` objects as a JSON list make a tool-call turn)."""
     tags = spec.tags
     if not isinstance(turn, dict) or tags["role_tag"] not in turn:
-        raise DataError(f"{row.where}: {what} has no {tags['role_tag']!r} field")
+        raise DataError(f"{row.where}: {what} has no {show_value(tags['role_tag'])} field")
     role_of = {tags["user_tag"]: USER, tags["assistant_tag"]: ASSISTANT, tags["observation_tag"]: OBSERVATION,
                tags["function_tag"]: FUNCTION}
     tag, content = turn[tags["role_tag"]], turn.get(tags["content_tag"])
     if spec.formatting == "openai" and tag in (tags["assistant_tag"], tags["function_tag"]) and turn.get("tool_calls"):
         tag, content = tags["function_tag"], json.dumps([c["function"] for c in turn["tool_calls"]], ensure_ascii=False)
     if tag not in role_of:
-        raise DataError(f"{row.where}: {what} has unknown role {tag!r} (expected one of {', '.join(role_of)})")
+        raise DataError(f"{row.where}: {what} has unknown role {show_value(tag)} (expected one of {', '.join(role_of)})")
     return {"role": role_of[tag], "content": _text(content, row, what)}
 
 
@@ -242,7 +246,7 @@ def convert_classification(row: Row, spec: FormatSpec) -> dict | None:
     elif isinstance(label, int) and not isinstance(label, bool) and 0 <= label < len(names):
         label_id = label  # an integer class index into label_names
     else:
-        raise DataError(f"{row.where}: label {label!r} is not in label_names {names}")
+        raise DataError(f"{row.where}: label {show_value(label)} is not in label_names {names}")
     return {"text": text, "label": names[label_id], "label_id": label_id}
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from steadytune.config import ConfigError, RunConfig
+from steadytune.config import ConfigError, RunConfig, show_value
 from steadytune.data.encode import IGNORE_INDEX, encode_oneturn, infer_seqlen
 from steadytune.data.formats import (
     ASSISTANT,
@@ -84,7 +84,7 @@ def convert_feedback(row: Row, spec: FormatSpec) -> dict | None:
     """A KTO row: a prompt and its answer (the last turn, or alpaca's output) with a true/false kto_tag."""
     tag = _column(row, spec, "kto_tag", True)
     if not isinstance(tag, bool):
-        raise DataError(f"{row.where}: kto_tag column {spec.columns['kto_tag']!r} must be true or false, got {tag!r}")
+        raise DataError(f"{row.where}: kto_tag column {show_value(spec.columns['kto_tag'])} must be true or false, got {show_value(tag)}")
     if spec.formatting == "alpaca":
         _column(row, spec, "prompt", True)
         answer = _answer(_text(_column(row, spec, "response", True), row, "output"), spec, row, "output")

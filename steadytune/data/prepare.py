@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from tqdm.auto import tqdm
 
-from steadytune.config import ConfigError, RunConfig
+from steadytune.config import ConfigError, RunConfig, show_value
 from steadytune.data import split as splitting
 from steadytune.data.cache import fingerprint, load_prepared, save_prepared
 from steadytune.data.encode import (
@@ -161,6 +161,7 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) ->
         # Later stages (evaluation of raw texts, run_config.yaml) read the resolved values from the config.
         d.label_names, d.prompt_template = train.label_names, train.prompt_template
     stats["dropped"] = dict(stats["dropped"])
+    say_rows_left_out(stats)
     stats["examples"] = {"train": len(out.train), "eval": len(out.eval) if out.eval is not None else 0}
     stats["tokens"] = {name: sum(len(e["input_ids"]) for e in rows) for name, rows in
                        (("train", out.train), ("eval", out.eval or []))}
@@ -247,7 +248,7 @@ def _classification_settings(src: DatasetSource, cfg: RunConfig) -> tuple[list[s
         prompt_template = f"Classify the text as one of: {', '.join(label_names)}.\nText: {{text}}\nLabel: "
         cfg.decide("prompt_template", prompt_template, "no prompt_template given: a plain instruction listing the labels")
     elif "{text}" not in prompt_template:
-        raise ConfigError(f"prompt_template of dataset {src.name} must contain {{text}} (got {prompt_template!r})")
+        raise ConfigError(f"prompt_template of dataset {src.name} must contain {{text}} (got {show_value(prompt_template)})")
     if d.label_names is None:
         cfg.decide("label_names", label_names, f"from dataset {src.name}")
     if d.prompt_template is None and src.prompt_template is not None:
@@ -304,10 +305,12 @@ def _tokenize_conversations(examples: list[dict], split_name: str, template: Tem
     out = []
     with _progress(len(examples), split_name) as bar:
         for example in examples:
-            skip = KTO_ROW if "kto_tag" in example else \
+            skip = KTO_ROW if "kto_tag" in example else example["left_out"][0] if "left_out" in example else \
                 NO_ANSWER_ROW if example["messages"][-1]["role"] not in ASSISTANT_SIDE else None
             if skip:  # rows stage sft leaves out, as LLaMA-Factory does
                 stats["dropped"][f"{split_name}: {skip}"] += 1
+                if "left_out" in example:
+                    stats.setdefault("first_left_out", {}).setdefault(f"{split_name}: {skip}", example["left_out"][1])
                 bar.update()
                 continue
             encoded, cut = encode_conversation(template, tokenizer, example, d.cutoff_len,
@@ -368,6 +371,18 @@ def _tokenize_classification(out: PreparedData, train: _Loaded, evaluation: _Loa
         out.class_counts["eval"] = _count(evaluation.examples, names)
         train_texts = {e["text"] for e in train.examples}
         stats["eval_texts_in_train"] = sum(1 for e in evaluation.examples if e["text"] in train_texts)
+
+
+def say_rows_left_out(stats: dict) -> None:
+    """A warning on the console (and in the report) for rows left out because something in them is wrong, naming
+    the first such row; rows beyond max_samples, and those stage sft leaves out by design, are only counted."""
+    for reason, where in stats.pop("first_left_out", {}).items():
+        split_name, _, why = reason.partition(": ")
+        count = stats["dropped"].get(reason, 0)
+        warning = (f"{count:,} {'training' if split_name == 'train' else split_name} row{'s' if count != 1 else ''} "
+                   f"left out: {why} (first: {where})")
+        stats["warnings"].append(warning)
+        log.warning(f"warning: {warning}")
 
 
 def count_truncation(stats: dict, split_name: str, prompt_cut: int, answer_cut: int) -> None:

@@ -16,6 +16,12 @@ from typing import Any, Callable
 from steadytune.errors import DataError
 
 SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".txt")
+# One row may hold 4 MiB of text: about a million tokens, eight times the longest context steadytune trains. A larger
+# row is refused before tokenisation, which would take ~300 bytes of memory per character (a 50 MB row: 14.8 GB).
+MAX_ROW_BYTES = 4 << 20
+# Lists and objects inside one another within a row: a conversation needs 4; json.loads itself stops near 1,000
+# with a RecursionError, and code walking a row that deep would too.
+MAX_ROW_DEPTH = 64
 
 
 @dataclass
@@ -62,6 +68,33 @@ def parse_json(path: Path, text: str):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply (lists or objects more than {MAX_ROW_DEPTH} deep)") from None
+
+
+def raise_if_too_big(where: str, size: int, text: str | None = None) -> None:
+    """DataError when a row's `text` (or its `size` in bytes) is over MAX_ROW_BYTES."""
+    size_bytes = len(text.encode("utf-8", "surrogatepass")) if text is not None else size
+    if size_bytes > MAX_ROW_BYTES:
+        raise DataError(f"{where}: a row of {size_bytes / 1e6:.1f} MB is larger than the {MAX_ROW_BYTES >> 20} MiB a "
+                        "row may hold (about a million tokens, past any cutoff_len); split the text into several rows")
+
+
+def check_row(where: str, item: Any) -> None:
+    """A parsed row within MAX_ROW_BYTES of text and MAX_ROW_DEPTH levels, walked without recursion."""
+    chars, texts, stack = 0, [], [(item, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            chars += len(value)
+            texts.append(value)
+        elif isinstance(value, (dict, list, tuple)):
+            if depth >= MAX_ROW_DEPTH:
+                raise DataError(f"{where}: nested too deeply (lists or objects more than {MAX_ROW_DEPTH} deep)")
+            items = [x for pair in value.items() for x in pair] if isinstance(value, dict) else value
+            stack.extend((x, depth + 1) for x in items)
+    if chars > MAX_ROW_BYTES // 4:  # a character is 1 to 4 bytes of UTF-8: count the bytes only when it may matter
+        raise_if_too_big(where, sum(len(t.encode("utf-8", "surrogatepass")) for t in texts))
 
 
 def _read_json(path: Path) -> list[Row]:
@@ -69,10 +102,13 @@ def _read_json(path: Path) -> list[Row]:
     if not text.lstrip().startswith("["):
         return _parse_jsonl(path, text)  # a .json file holding one object per line, as `datasets` also accepts
     data = parse_json(path, text)
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a JSON array of objects, got {type(data).__name__}")
     rows = []
     for i, item in enumerate(data):
         if not isinstance(item, dict):
             raise DataError(f"{path} row {i}: expected a JSON object, got {type(item).__name__}")
+        check_row(f"{path} row {i}", item)
         rows.append(Row(f"{path} row {i}", item))
     return rows
 
@@ -86,12 +122,18 @@ def _parse_jsonl(path: Path, text: str) -> list[Row]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        if len(line) > MAX_ROW_BYTES // 4:
+            raise_if_too_big(f"{path} line {number}", len(line), line)
         try:
             item = json.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{path} line {number}: malformed JSON (column {e.colno}: {e.msg})") from None
+        except RecursionError:
+            raise DataError(f"{path} line {number}: nested too deeply (lists or objects more than "
+                            f"{MAX_ROW_DEPTH} deep)") from None
         if not isinstance(item, dict):
             raise DataError(f"{path} line {number}: expected a JSON object, got {type(item).__name__}")
+        check_row(f"{path} line {number}", item)
         rows.append(Row(f"{path} line {number}", item))
     return rows
 
@@ -100,14 +142,19 @@ def _read_csv(path: Path) -> list[Row]:
     text = read_text(path)
     reader = csv.DictReader(io.StringIO(text, newline=""))
     rows = []
+    # csv's own limit on one field (128 KiB, for the whole process) is lifted while reading: rows are limited below.
+    field_limit = csv.field_size_limit(max(len(text) + 1, csv.field_size_limit()))
     try:
         for item in reader:
             # DictReader puts surplus fields under the key None: a row with more cells than the header.
             if None in item:
                 raise DataError(f"{path} line {reader.line_num}: more fields than the header has")
+            check_row(f"{path} line {reader.line_num}", item)
             rows.append(Row(f"{path} line {reader.line_num}", dict(item)))
     except csv.Error as e:
         raise DataError(f"{path} line {reader.line_num}: malformed CSV ({e})") from None
+    finally:
+        csv.field_size_limit(field_limit)
     return rows
 
 
@@ -126,14 +173,20 @@ def _read_parquet(path: Path) -> list[Row]:
             records = pq.read_table(path).to_pylist()
         except Exception as e:  # pyarrow raises its own error types for corrupt files
             raise DataError(f"{path}: cannot read parquet ({e})") from None
+    for i, record in enumerate(records):
+        check_row(f"{path} row {i}", record)
     return [Row(f"{path} row {i}", r) for i, r in enumerate(records)]
 
 
 def _read_txt(path: Path) -> list[Row]:
     """One row {"text": line} per line, empty lines included (as `datasets`' text loader, which LLaMA-Factory uses
     for .txt files such as wiki_demo.txt)."""
-    return [Row(f"{path} line {number}", {"text": line})
-            for number, line in enumerate(read_text(path).splitlines(), start=1)]
+    rows = []
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if len(line) > MAX_ROW_BYTES // 4:
+            raise_if_too_big(f"{path} line {number}", len(line), line)
+        rows.append(Row(f"{path} line {number}", {"text": line}))
+    return rows
 
 
 _READERS: dict[str, Callable[[Path], list[Row]]] = {

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from steadytune.config import ConfigError
+from steadytune.config import ConfigError, show_value
 from steadytune.data.builtin import BUILTIN_DATASETS, load_builtin
 from steadytune.data.formats import FORMATS, MEDIA_COLUMNS
 from steadytune.data.readers import SUFFIXES, Row, parse_json, read_rows, read_text
@@ -71,7 +71,7 @@ def _unknown(name: str, key: str, info: dict | None, info_path: Path) -> Dataset
     if Path(name).suffix.lower() in SUFFIXES or "/" in name:
         raise DataError(f"{key}: {name}: dataset file not found{hint}")
     where = f"not in {info_path}" if info is not None else f"no such file, and {info_path} does not exist"
-    raise ConfigError(f"{key}: dataset {name!r} is {where} and is not a built-in dataset{hint}")
+    raise ConfigError(f"{key}: dataset {show_value(name)} is {where} and is not a built-in dataset{hint}")
 
 
 def _read_info(path: Path) -> dict:
@@ -90,7 +90,7 @@ def _from_entry(name: str, entry: dict, info_path: Path) -> DatasetSource:
         raise DataError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     formatting = entry.get("formatting", "alpaca")
     if formatting not in FORMATS:
-        raise DataError(f"{where}: formatting {formatting!r} is not supported (use one of {', '.join(FORMATS)})")
+        raise DataError(f"{where}: formatting {show_value(formatting)} is not supported (use one of {', '.join(FORMATS)})")
     columns = entry.get("columns")
     if columns is not None and not isinstance(columns, dict):
         raise DataError(f"{where}: columns must be a JSON object mapping roles to column names")

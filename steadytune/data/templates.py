@@ -29,7 +29,7 @@ from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
-from steadytune.config import ConfigError
+from steadytune.config import ConfigError, show_value
 from steadytune.data.tools import TOOL_FORMATS, describe_tools, parse_calls
 
 # Roles of a normalised conversation (see formats.py).
@@ -404,10 +404,10 @@ def get_template(name: str, tokenizer: Any, tool_format: str | None = None, defa
     else:
         close = difflib.get_close_matches(name, TEMPLATE_NAMES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"template: unknown template {name!r}{hint}; choose one of {', '.join(TEMPLATE_NAMES)}")
+        raise ConfigError(f"template: unknown template {show_value(name)}{hint}; choose one of {', '.join(TEMPLATE_NAMES)}")
     if tool_format is not None:
         if tool_format not in TOOL_FORMATS:
-            raise ConfigError(f"tool_format: unknown tool format {tool_format!r}; choose one of {', '.join(TOOL_FORMATS)}")
+            raise ConfigError(f"tool_format: unknown tool format {show_value(tool_format)}; choose one of {', '.join(TOOL_FORMATS)}")
         # As LLaMA-Factory: tool calls become plain answers written in that format.
         template = replace(template, function=(CONTENT,) if template.efficient_eos else (CONTENT, EOS),
                            tool_format=tool_format, function_format=tool_format)

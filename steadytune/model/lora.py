@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from steadytune.config import ConfigError, RunConfig, lora_alpha_of
+from steadytune.config import ConfigError, RunConfig, lora_alpha_of, show_value
 from steadytune.errors import CheckpointError
 from steadytune.model.anatomy import (
     SEQUENCE_SCORE,
@@ -84,7 +84,7 @@ def resolve_lora_targets(model: nn.Module, lora_target: str) -> list[str]:
         return sorted(linears) if head_leaves & set(leaves) else leaves
     requested = [t.strip() for t in lora_target.split(",") if t.strip()]
     if not requested:
-        raise ConfigError(f"lora_target: empty list ({lora_target!r}); use all or names like q_proj,v_proj")
+        raise ConfigError(f"lora_target: empty list ({show_value(lora_target)}); use all or names like q_proj,v_proj")
     heads = output_head_names(model)
     known_leaves = sorted({leaf(n) for n in linears})
     for target in requested:
@@ -92,7 +92,7 @@ def resolve_lora_targets(model: nn.Module, lora_target: str) -> list[str]:
             raise ConfigError(f"lora_target: {target} is the output head (tied to the embeddings or the vocabulary "
                               "projection); LoRA targets hidden linear layers")
         if not any(n == target or n.endswith("." + target) for n in linears):
-            raise ConfigError(f"lora_target: no linear layer named {target!r} in this model "
+            raise ConfigError(f"lora_target: no linear layer named {show_value(target)} in this model "
                               f"(linear layers: {', '.join(known_leaves)})")
     return requested
 
@@ -104,7 +104,7 @@ def resolve_additional_targets(model: nn.Module, additional_target: Optional[str
     modules = [n for n, _ in model.named_modules()]
     for target in names:
         if not any(n == target or n.endswith("." + target) for n in modules):
-            raise ConfigError(f"additional_target: no module named {target!r} in this model")
+            raise ConfigError(f"additional_target: no module named {show_value(target)} in this model")
     return names
 
 
