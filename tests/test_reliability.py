@@ -314,6 +314,46 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny, tmp_pa
     assert str(latest) in err and "optimizer.pt" in err and "falling back to checkpoint-" in err
 
 
+def _flip_a_weight_bit(path: Path) -> None:
+    """Change one bit of the first number stored in a torch file's largest tensor record: the file keeps its size
+    and still loads; only a hash can tell."""
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        record = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    data = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", data[record.header_offset + 26:record.header_offset + 30])
+    data[record.header_offset + 30 + name_len + extra_len] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_bit_flipped_checkpoint_file_is_skipped_by_its_sha256_and_the_previous_one_used(tiny, tmp_path, capsys):
+    """Issue 25 case 12: optimizer.pt of the newest checkpoint changed by one bit (same size, still loads): its
+    SHA-256 from trainer_state.json refuses it, and the resume falls back to the checkpoint before, saying so."""
+    from steadytune.training.checkpoint import load_torch_state
+
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=5, save_steps=2)
+    newest = out / "checkpoint-4"
+    optimizer = newest / "optimizer.pt"
+    size, before = optimizer.stat().st_size, load_torch_state(optimizer)
+    _flip_a_weight_bit(optimizer)
+    after = load_torch_state(optimizer)
+    changed = [k for i, slots in before["state"].items() for k, t in slots.items()
+               if not torch.equal(t, after["state"][i][k])]
+    assert optimizer.stat().st_size == size and len(changed) == 1, changed
+    capsys.readouterr()
+    assert train(tiny, out, resume_from_checkpoint=True, max_steps=6).global_step == 6
+    err = capsys.readouterr().err
+    assert re.search(r"checkpoint-4: damaged checkpoint \(optimizer\.pt does not match its SHA-256.*falling back to "
+                     r"checkpoint-2", err), err
+    resumed = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"resume"' in line]
+    assert resumed and resumed[-1]["checkpoint"].endswith("checkpoint-2")
+    # every later re-run does the same (the corrupt checkpoint-4 was replaced by the resumed run's own)
+    assert read_state(out / "checkpoint-4").sha256["optimizer.pt"]
+
+
 def test_a_truncated_latest_checkpoint_falls_back_with_a_message(tiny, tmp_path, capsys):
     out = tmp_path / "run"
     train(tiny, out, max_steps=3, save_steps=1, save_total_limit=5)
@@ -322,6 +362,16 @@ def test_a_truncated_latest_checkpoint_falls_back_with_a_message(tiny, tmp_path,
         f.truncate(100)
     assert train(tiny, out, resume_from_checkpoint=True, max_steps=4).global_step == 4
     assert "trying the previous checkpoint" in capsys.readouterr().err
+
+
+def rerecord(checkpoint: Path, name: str) -> None:
+    """Record `name`'s present size and SHA-256 in the checkpoint's trainer_state.json, as its writer would have."""
+    from steadytune.model.archive import sha256_file
+
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    state["sizes"][name] = (checkpoint / name).stat().st_size
+    state["sha256"][name] = sha256_file(checkpoint / name)
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
 
 
 def test_a_resumed_adapter_holding_nan_is_refused(tiny, tmp_path):
@@ -333,6 +383,7 @@ def test_a_resumed_adapter_holding_nan_is_refused(tiny, tmp_path):
     name = next(iter(weights))
     weights[name][0] = float("nan")
     save_file(weights, latest / "adapter_model.safetensors", metadata={"format": "pt"})
+    rerecord(latest, "adapter_model.safetensors")   # written by a run that diverged: its record agrees
     with pytest.raises(CheckpointError, match="hold NaN or inf"):
         train(tiny, out, resume_from_checkpoint=str(latest), max_steps=3)
 
@@ -350,9 +401,7 @@ def test_a_pickled_payload_in_a_checkpoint_never_runs(tiny, tmp_path):
         "    def __reduce__(self):\n"
         f"        return (os.system, ('touch {marker}',))\n"
         f"torch.save({{'state': {{}}, 'param_groups': [], 'x': Payload()}}, {str(payload)!r})\n")], check=True)
-    state = json.loads((latest / "trainer_state.json").read_text())
-    state["sizes"]["optimizer.pt"] = payload.stat().st_size   # a careful attacker fixes the recorded size too
-    (latest / "trainer_state.json").write_text(json.dumps(state))
+    rerecord(latest, "optimizer.pt")   # a careful attacker fixes the recorded size and hash too
     proc = cli("train", str(write_yaml(tmp_path / "r.yaml", settings(tiny, out, resume_from_checkpoint=str(latest),
                                                                       max_steps=3))))
     assert "refused to load" in one_line_error(proc) and "optimizer.pt" in proc.stderr

@@ -7,7 +7,8 @@ position, and the state of other parts (the numerical guard) under `extra`.
 
 It is written into `checkpoint-N.tmp/` and renamed when complete, so a run killed mid-save never leaves a
 half checkpoint that looks whole; `trainer_state.json` is written last and names the files it expects, with
-their sizes.
+their sizes and SHA-256s. A resume checks both: a file cut short, or changed by a single bit (a bad disk, a bad
+copy), is refused naming it, and the resume falls back to the checkpoint before.
 
 A checkpoint may come from someone else, so nothing in it may run code: weights are safetensors, and the optimizer,
 scheduler, scaler and RNG files are read with `torch.load(weights_only=True)` (tensors and plain Python values only;
@@ -18,6 +19,7 @@ refused, naming it, before a single byte of it is executed.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import random
@@ -32,6 +34,7 @@ import torch
 from safetensors import SafetensorError
 
 from steadytune.errors import CheckpointError, describe_os_error
+from steadytune.model.archive import sha256_file
 from steadytune.model.saved_weights import check_checkpoint_matches
 from steadytune.training.optimizer_state import by_index, is_by_name, trainable_names
 
@@ -55,6 +58,7 @@ class TrainerState:
     finetuning_type: str = "lora"
     files: list[str] = field(default_factory=list)
     sizes: dict[str, int] = field(default_factory=dict)      # bytes of each file, to catch truncation
+    sha256: dict[str, str] = field(default_factory=dict)     # of each file, to catch any other change
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -138,15 +142,17 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, scheduler, state: 
         tmp.mkdir(parents=True)
         writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
         model.save_pretrained(tmp, safe_serialization=True)
+        digests = {}  # the torch files are hashed as they stream out; the weights are read back once
         for name, obj in ((OPTIMIZER_FILE, optimizer), (SCHEDULER_FILE, scheduler), (SCALER_FILE, scaler)):
             if obj is not None:
                 writing = name
-                _save_torch(obj.state_dict(), tmp / name)
+                digests[name] = _save_torch(obj.state_dict(), tmp / name)
         writing = RNG_FILE
-        _save_torch(capture_rng(), tmp / RNG_FILE)
+        digests[RNG_FILE] = _save_torch(capture_rng(), tmp / RNG_FILE)
         writing = STATE_FILE
         state.files = sorted(p.name for p in tmp.iterdir())
         state.sizes = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
+        state.sha256 = {name: digests.get(name) or sha256_file(tmp / name) for name in state.sizes}
         with open(tmp / STATE_FILE, "w", encoding="utf-8") as f:
             f.write(json.dumps(asdict(state), indent=2, default=str))
         _fsync_dir(tmp)
@@ -219,21 +225,23 @@ class _RecordedWrites:
     ("unexpected pos ...") that no longer says the disk is full."""
 
     def __init__(self, f):
-        self.f, self.error = f, None
+        self.f, self.error, self.digest = f, None, hashlib.sha256()
 
     def write(self, data):
         try:
-            return self.f.write(data)
+            written = self.f.write(data)
         except OSError as e:
             self.error = e
             raise
+        self.digest.update(data)
+        return written
 
     def flush(self):
         return self.f.flush()
 
 
-def _save_torch(obj: Any, path: Path) -> None:
-    """torch.save through a Python file, so a full disk raises OSError(ENOSPC) naming the file."""
+def _save_torch(obj: Any, path: Path) -> str:
+    """torch.save through a Python file, so a full disk raises OSError(ENOSPC) naming the file; -> its SHA-256."""
     try:
         with open(path, "wb") as f:
             out = _RecordedWrites(f)
@@ -243,6 +251,7 @@ def _save_torch(obj: Any, path: Path) -> None:
                 if out.error is None:
                     raise
                 raise out.error from None
+        return out.digest.hexdigest()
     except OSError as e:
         if e.filename is None:
             raise OSError(e.errno, e.strerror or str(e), str(path)) from None
@@ -292,6 +301,14 @@ def read_state(checkpoint: str | Path) -> TrainerState:
     return state
 
 
+def check_hashes(checkpoint: Path, state: TrainerState) -> None:
+    """Every file has the SHA-256 written with it (checkpoints from before hashes were recorded have none)."""
+    for name, expected in state.sha256.items():
+        if sha256_file(checkpoint / name) != expected:
+            raise CheckpointError(f"{checkpoint}: damaged checkpoint ({name} does not match its SHA-256 in "
+                                  f"{STATE_FILE}: the file changed after it was written)")
+
+
 def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_name_or_path: str,
                     scaler=None, restore_sharded=None, check_shapes: bool = True) -> TrainerState:
     """Restore weights, optimizer, scheduler, loss scaler and RNG from a checkpoint written by save_checkpoint.
@@ -299,6 +316,7 @@ def load_checkpoint(checkpoint: str | Path, model, optimizer, scheduler, model_n
     (distributed/sharding.py); `check_shapes` is off where the live model's shapes are partitions (ZeRO-3)."""
     checkpoint = Path(checkpoint)
     state = read_state(checkpoint)
+    check_hashes(checkpoint, state)
     if state.model_name_or_path and model_name_or_path and state.model_name_or_path != model_name_or_path:
         raise CheckpointError(f"{checkpoint}: saved from model {state.model_name_or_path!r}, "
                               f"but this run uses {model_name_or_path!r}")
