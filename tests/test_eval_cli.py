@@ -2,6 +2,10 @@
 label-map checks: a swapped map is caught, a label set mismatch is refused with both sets listed."""
 
 import json
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -10,6 +14,7 @@ import yaml
 from steadytune.cli import main
 from steadytune.config import load_config
 from steadytune.data.prepare import prepare_datasets
+from steadytune.errors import UserError
 from steadytune.eval.labelcheck import (
     best_label_permutation,
     check_label_set,
@@ -20,6 +25,7 @@ from steadytune.eval.metrics import classification_report
 from steadytune.eval.scoring import evaluate_classification, match_label
 from steadytune.model.tiny import save_tiny_model
 from steadytune.training.loss import causal_lm_loss_sum
+from steadytune.training.run_folder import LOCK, claim_outputs
 
 LABELS = ["消极", "积极"]
 STEPS = 80  # lr 5e-3: steady; at 2e-2 the tiny model's accuracy oscillates from step to step
@@ -183,3 +189,47 @@ def test_a_capped_test_split_says_so_and_how_to_lift_it(trained_run, capsys):
     assert "6 more examples left out by max_eval_samples; add max_samples=null max_eval_samples=null" in out
     main(["eval", str(root / "run.yaml"), "--known-samples", "0", "--output-dir", str(root / "whole")])
     assert "left out" not in capsys.readouterr().out
+
+
+@pytest.fixture
+def live_process():
+    """A process that runs while the test does, standing for a training that holds a run folder's lock."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def hold_lock(folder, pid: int, host: str | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / LOCK).write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(),
+                                           "started": "2026-01-01T00:00:00+0000"}), encoding="utf-8")
+
+
+def test_eval_refuses_a_folder_a_live_training_holds(trained_run, capsys, live_process):
+    """Issue 25, case 10: eval wrote eval_results.json, predictions and the confusion matrix beside a running training,
+    whose report then showed another model's accuracy as its own."""
+    root, *_ = trained_run
+    busy = root / "busy"
+    hold_lock(busy, live_process.pid)
+    code = main(["eval", str(root / "run.yaml"), "--output-dir", str(busy)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{busy} is in use by process {live_process.pid}" in err and str(busy / LOCK) in err
+    assert sorted(p.name for p in busy.iterdir()) == [LOCK]     # nothing written beside the training
+
+
+def test_eval_writes_where_the_lock_holder_is_dead_or_itself(trained_run, capsys, tmp_path):
+    """A lock left by a killed run, or held by this very process, is no reason to refuse."""
+    root, *_ = trained_run
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for folder, pid in ((tmp_path / "dead", dead.pid), (tmp_path / "mine", os.getpid())):
+        hold_lock(folder, pid)
+        claim_outputs(folder, ["eval_results.json"], False, "steadytune eval")
+
+
+def test_eval_refuses_a_lock_held_on_another_host(tmp_path):
+    hold_lock(tmp_path / "remote", 12345, host="another-host.example")
+    with pytest.raises(UserError, match=r"in use by process 12345 on another-host.example"):
+        claim_outputs(tmp_path / "remote", ["eval_results.json"], False, "steadytune eval")

@@ -372,3 +372,65 @@ def test_a_generation_run_shows_bleu_rouge_and_its_answers(tiny_run, tmp_path):
     assert 'id="generation-0"' in results and "rouge-l" in results and "25.40" in results
     assert "一二三" in results and "&lt;script&gt;alert(&#39;xss&#39;)&lt;/script&gt;" in results
     assert "<script>alert" not in page
+
+
+# ------------------------------------------------------------------------------------------------------
+# Issue 25, case 15: results the page does not know, and bidi controls in run strings
+# ------------------------------------------------------------------------------------------------------
+
+def minimal_run(folder: Path, config: str = "learning_rate: 0.0001\n") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [{"step": s, "loss": 2.0 / s, "grad_norm": 1.0, "lr": 1e-4, "tokens": 100 * s} for s in range(1, 4)]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in lines), encoding="utf-8")
+    (folder / "run_config.yaml").write_text(config, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("results", [
+    {"eval_loss": 0.4321, "eval_rewards/accuracies": 0.75, "eval_examples": 12},      # a dpo run's own results
+    {"task": "classification", "accuracy": 0.8765, "note": "written by another tool"},  # a task without its modes
+    {"task": "ranking", "ndcg": 0.5432},                                                # a task the page does not know
+])
+def test_eval_results_the_page_does_not_know_are_shown_not_hidden(tmp_path, results):
+    run = minimal_run(tmp_path / "run")
+    (run / "eval_results.json").write_text(json.dumps(results), encoding="utf-8")
+    page = render([load_run(run)])
+    panel = panel_texts(page)["results"]
+    assert "No evaluation results" not in panel and "not recognised" in panel
+    for key, value in results.items():
+        assert html.escape(key) in panel and html.escape(str(value)) in panel
+
+
+BIDI = "\u202e\u2066\u2067\u2068\u2069\u202a\u202b\u202c\u202d\u200e\u200f\u061c"
+
+
+def test_bidi_controls_in_run_strings_are_shown_as_codes(tmp_path):
+    """U+202E in a config value would show `evil\u202egpj.exe` as `evilexe.jpg`: the page writes each control as
+    its code point instead."""
+    config = "dataset: \"evil\\u202egpj.exe\"\nlabel_names: [\"a\\u2067b\", \"c\"]\nrun_name: \"x\\u200fy\"\n"
+    run = minimal_run(tmp_path / "run\u202eweiver", config)
+    (run / "eval_results.json").write_text(json.dumps({"task": "generation", "predict_bleu-4": 1.0}), encoding="utf-8")
+    page = render([load_run(run)])
+    assert not any(ch in page for ch in BIDI)
+    assert "evil[U+202E]gpj.exe" in page and "x[U+200F]y" in page
+    assert "a\\u2067b" in page  # inside a list, Python's repr already writes it as an escape
+    assert "run[U+202E]weiver" in page
+
+
+def test_a_report_into_a_running_runs_folder_leaves_its_manifest_alone(tmp_path):
+    """Issue 25, case 10: writers of a run folder honour its lock. The page may be written (a view of a run still
+    going, as docs/report.md says), but the manifest is the running training's to write."""
+    run = minimal_run(tmp_path / "run")
+    manifest = {"files": ["metrics.jsonl", "run_config.yaml"], "status": "running"}
+    (run / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (run / LOCK).write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname()}), encoding="utf-8")
+        assert cli_main(["report", str(run)]) == 0
+        assert (run / "report.html").is_file() and read_manifest(run) == manifest
+    finally:
+        holder.kill()
+        holder.wait()
+    (run / LOCK).unlink()
+    assert cli_main(["report", str(run)]) == 0
+    assert "report.html" in read_manifest(run)["files"]

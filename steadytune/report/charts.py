@@ -9,6 +9,7 @@ Numbers go in as numpy arrays, which plotly stores as base64 typed arrays (a 10,
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,9 +38,19 @@ class Chart:
     over_steps: bool = False  # an x axis of optimizer steps, which the page can switch to tokens
 
 
+# Bidirectional controls reorder the text around them (`evil\u202egpj.exe` shows as `evilexe.jpg`): a page built from
+# run strings shows each as its code point instead, in tables and in charts.
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible_controls(value: str) -> str:
+    """`value` with every bidirectional control written as [U+XXXX]."""
+    return BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m.group()):04X}]", value)
+
+
 def text(value) -> str:
     """A string from a run, made literal for plotly's HTML-like text."""
-    return html.escape(str(value), quote=False)
+    return html.escape(visible_controls(str(value)), quote=False)
 
 
 def colour(i: int) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 import plotly.io as pio
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from steadytune import __version__
 from steadytune.report.charts import (
@@ -33,6 +34,7 @@ from steadytune.report.charts import (
     generation_chart,
     length_chart,
     primary_result,
+    visible_controls,
 )
 from steadytune.report.rundata import Run, as_number, load_run
 from steadytune.training.run_folder import MANIFEST, record_outputs
@@ -206,12 +208,29 @@ def run_details(run: Run, index: int) -> dict[str, Any]:
         "misclassified": run.misclassified, "misclassified_source": run.misclassified_source,
         "label_scores": primary is not None and primary.get("mode") == "score",
         "generated": run.generated, "generation_metrics": generation_metrics(run),
+        "other_results": other_results(run, primary),
         "data": stats, "data_rows": data_rows(stats, train, truncated, batching),
         "decisions": [(k, v.get("value"), v.get("reason")) for k, v in run.decisions.items() if isinstance(v, dict)],
         "config_rows": flatten(run.config),
         "environment": environment_rows(run.environment),
         "findings": (run.environment or {}).get("findings", []),
     }
+
+
+MAX_RESULT_ROWS = 100
+
+
+def other_results(run: Run, primary: dict | None) -> list[tuple[str, Any]]:
+    """eval_results.json as written, when the page cannot show it as classification or generation results (a
+    dpo/kto/rm run's losses and rewards, another tool's file, a task of another name): never "no results yet" for a
+    file that is there."""
+    results = run.eval_results
+    if not results:
+        return []
+    task = results.get("task")
+    if (task == "classification" and primary is not None) or (task == "generation" and generation_metrics(run)):
+        return []
+    return flatten(results)[:MAX_RESULT_ROWS]
 
 
 def generation_metrics(run: Run) -> list[tuple[str, float]]:
@@ -358,11 +377,20 @@ def renderer_js() -> str:
 @lru_cache(maxsize=1)
 def template():
     env = Environment(loader=PackageLoader("steadytune.report", "templates"), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, finalize=shown)
     env.filters["num"] = lambda v, d=4: "—" if as_number(v) is None else f"{as_number(v):.{d}f}"
     env.filters["count"] = lambda v: f"{v:,}" if isinstance(v, int) else ("—" if v is None else str(v))
     env.filters["clip"] = clip
     return env.get_template("report.html.j2")
+
+
+def shown(value: Any) -> Any:
+    """Every value the template prints, before escaping: bidirectional controls written as [U+XXXX] (a config value
+    `evil\u202egpj.exe` would show as `evilexe.jpg`). The page's own scripts and JSON blocks (Markup) pass as
+    they are: their hashes are in the Content-Security-Policy."""
+    if isinstance(value, Markup) or value is None or isinstance(value, (bool, int, float)):
+        return value
+    return visible_controls(str(value))
 
 
 def clip(value: Any, limit: int = 600) -> str:

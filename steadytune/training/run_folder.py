@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from steadytune.config import load_yaml_file
 from steadytune.errors import UserError, describe_os_error
 
 MANIFEST = ".steadytune-run.json"
@@ -253,8 +254,7 @@ def adopt_legacy_run(folder: Path) -> dict:
     if not config.is_file():
         return {}
     try:
-        import yaml
-        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+        data = load_yaml_file(config, unique_keys=False)
     except Exception:  # an unreadable file is not a run's: nothing adopted
         return {}
     if not isinstance(data, dict) or "decisions" not in data:
@@ -265,10 +265,12 @@ def adopt_legacy_run(folder: Path) -> dict:
 
 
 def claim_outputs(folder: Path, names: list[str], overwrite: bool, what: str) -> None:
-    """Before `what` writes `names` into `folder`: refuse when one exists and no steadytune run wrote it there,
-    unless `overwrite`. Afterwards call record_outputs."""
+    """Before `what` writes `names` into `folder`: refuse when a live process of another command (a training) holds
+    the folder's lock, or when one of `names` exists and no steadytune run wrote it there, unless `overwrite`.
+    Afterwards call record_outputs."""
     folder = Path(folder)
     check_writable_location(folder, "--output-dir")
+    refuse_if_in_use(folder, what)
     ours = set(read_manifest(folder).get("files", []))
     foreign = [n for n in names if (folder / n).exists() and n not in ours]
     if foreign and not overwrite:
@@ -276,9 +278,37 @@ def claim_outputs(folder: Path, names: list[str], overwrite: bool, what: str) ->
                         "choose another --output-dir, or pass --overwrite to replace them")
 
 
+def refuse_if_in_use(folder: Path, what: str) -> None:
+    """UserError naming the holder when another live process holds `folder`'s lock (a training writing there); a
+    lock held on another host counts as live (it cannot be checked from here), one of a dead process does not."""
+    holder = lock_holder_of(folder)
+    if holder is not None:
+        lock = Path(folder) / LOCK
+        who = f"process {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
+        raise UserError(f"{what}: {folder} is in use by {who} (since {holder.get('started', '?')}; lock file {lock}); "
+                        "wait for that run to end, or choose another --output-dir")
+
+
+def lock_holder_of(folder: Path) -> dict | None:
+    """The lock's holder when a process other than this one holds `folder`'s lock and may still run, else None."""
+    lock = Path(folder) / LOCK
+    if not lock.is_file():
+        return None
+    holder = _read_lock(lock)
+    if not holder:
+        return {}  # being written, or unreadable: in use, as RunFolder's own lock treats it
+    if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+        return None
+    return holder if lock_holder_alive(holder) is not False else None
+
+
 def record_outputs(folder: Path, names: list[str]) -> None:
-    """Add entries to a folder's manifest (creating it), so later steadytune commands may replace them."""
+    """Add entries to a folder's manifest (creating it), so later steadytune commands may replace them. Not while
+    another live process holds the folder's lock: the manifest is that run's to write (a report written into a
+    running run's folder is listed by the run itself when it ends)."""
     folder = Path(folder)
+    if lock_holder_of(folder) is not None:
+        return
     manifest = read_manifest(folder)
     files = set(manifest.get("files", [])) | {n for n in names if (folder / n).exists()}
     manifest["files"] = sorted(files)
