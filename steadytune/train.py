@@ -68,6 +68,7 @@ from steadytune.stages.preference import PREFERENCE_STAGES
 from steadytune.stages.table import STAGES
 from steadytune.training.batches import TrainBatches, to_device, token_budget
 from steadytune.training.checkpoint import (
+    CheckpointLinkError,
     TrainerState,
     describe_save_failure,
     latest_checkpoint,
@@ -577,6 +578,11 @@ def vet_resume(cfg: RunConfig, candidates: list[Path], world: int = 1, token_bud
     for path in candidates:
         try:
             state = read_state(path)
+        except CheckpointLinkError as e:
+            if not usable:  # the checkpoint this resume would use: refused, not passed over
+                raise
+            print(f"warning: {e}; not a fallback for this resume", file=sys.stderr, flush=True)
+            continue
         except CheckpointError as e:
             if len(candidates) == 1:
                 raise

@@ -293,3 +293,40 @@ def test_the_hash_is_checked_while_unpacking_and_stops_at_the_first_mismatch(run
     with pytest.raises(UserError, match=f"{first} does not match its SHA-256"):
         archive.open_archive(_repack(target, tmp_path / "tampered.tar.gz", tamper))
     assert written == [first], written
+
+
+def test_export_archive_refuses_a_link_out_of_the_run_folder_and_packs_links_inside_as_files(run_dir, tmp_path, capsys):
+    """Issue 25 case 13: a run folder whose files are symbolic links: one leading out of the folder is refused
+    (naming it), so neither its target's path nor its content goes into an archive, and nothing is written through
+    it; one leading to a file inside the folder is packed as a plain file, and the archive opens."""
+    import shutil
+
+    folder = tmp_path / "run"
+    shutil.copytree(run_dir, folder)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the archive", encoding="utf-8")
+    (folder / "README.md").unlink()
+    (folder / "README.md").symlink_to(secret)
+    capsys.readouterr()
+    assert main(["export", str(folder), "--archive", str(tmp_path / "a.tar.gz")]) == 1
+    err = capsys.readouterr().err
+    assert f"{folder / 'README.md'} is a symbolic link" in err and "outside" in err and "Traceback" not in err, err
+    assert secret.read_text(encoding="utf-8") == "not for the archive" and not (tmp_path / "a.tar.gz").exists()
+    # a weight or tokenizer file linked out: the same
+    (folder / "README.md").unlink()
+    shutil.move(folder / "tokenizer_config.json", tmp_path / "tokenizer_config.json")
+    (folder / "tokenizer_config.json").symlink_to(tmp_path / "tokenizer_config.json")
+    assert main(["export", str(folder), "--archive", str(tmp_path / "a.tar.gz")]) == 1
+    assert "tokenizer_config.json is a symbolic link" in capsys.readouterr().err
+    # a link inside the folder: packed as the file it names
+    (folder / "tokenizer_config.json").unlink()
+    shutil.move(tmp_path / "tokenizer_config.json", folder / "tokenizer_config.saved")
+    (folder / "tokenizer_config.json").symlink_to("tokenizer_config.saved")
+    target = tmp_path / "b.tar.gz"
+    assert main(["export", str(folder), "--archive", str(target)]) == 0
+    with tarfile.open(target) as tar:
+        assert all(m.isfile() for m in tar.getmembers())
+    import gzip
+    assert str(tmp_path).encode() not in gzip.decompress(target.read_bytes())
+    assert (open_archive(target) / "tokenizer_config.json").read_bytes() == \
+        (folder / "tokenizer_config.saved").read_bytes()

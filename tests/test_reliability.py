@@ -364,6 +364,50 @@ def test_a_truncated_latest_checkpoint_falls_back_with_a_message(tiny, tmp_path,
     assert "trying the previous checkpoint" in capsys.readouterr().err
 
 
+def test_a_checkpoint_or_its_file_linked_outside_the_run_folder_is_refused_on_resume(tiny, tmp_path):
+    """Issue 25 case 13: a whole checkpoint-N, or one file in it, that is a symbolic link out of the run folder is
+    not followed: one line naming the link (and no quiet fallback past it to an older checkpoint)."""
+    import shutil
+
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    train(tiny, out, max_steps=5, save_steps=2)
+    shutil.move(out / "checkpoint-4", elsewhere / "checkpoint-4")
+    (out / "checkpoint-4").symlink_to(elsewhere / "checkpoint-4")
+    config = write_yaml(tmp_path / "r.yaml", settings(tiny, out, resume_from_checkpoint=True, max_steps=6))
+    line = one_line_error(cli("train", str(config)))
+    assert f"{out / 'checkpoint-4'} is a symbolic link" in line and "outside" in line, line
+    # the folder back in place, one of its files a link out
+    (out / "checkpoint-4").unlink()
+    shutil.move(elsewhere / "checkpoint-4", out / "checkpoint-4")
+    shutil.move(out / "checkpoint-4" / "optimizer.pt", elsewhere / "optimizer.pt")
+    (out / "checkpoint-4" / "optimizer.pt").symlink_to(elsewhere / "optimizer.pt")
+    line = one_line_error(cli("train", str(config)))
+    assert f"{out / 'checkpoint-4' / 'optimizer.pt'} is a symbolic link" in line, line
+    assert (elsewhere / "optimizer.pt").is_file()
+
+
+def test_rotation_over_a_symlinked_checkpoint_removes_the_link_only(tiny, tmp_path, capsys):
+    """save_total_limit reaching a checkpoint-N that is a link (a user moved it to another disk) removes the link
+    from the run folder, says so, and never deletes what it points to; the run goes on."""
+    import shutil
+
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    train(tiny, out, max_steps=3, save_steps=1)  # checkpoint-1 and -2
+    shutil.move(out / "checkpoint-1", elsewhere / "checkpoint-1")
+    (out / "checkpoint-1").symlink_to(elsewhere / "checkpoint-1")
+    kept = sorted(p.name for p in (elsewhere / "checkpoint-1").iterdir())
+    capsys.readouterr()
+    result = train(tiny, out, resume_from_checkpoint=True, max_steps=5, save_steps=1, save_total_limit=2)
+    assert result.global_step == 5
+    err = capsys.readouterr().err
+    assert "checkpoint-1 is a symbolic link" in err and "removed the link only" in err, err
+    assert not (out / "checkpoint-1").exists() and not (out / "checkpoint-1").is_symlink()
+    assert sorted(p.name for p in (elsewhere / "checkpoint-1").iterdir()) == kept
+    assert [p.name for p in list_checkpoints(out)] == ["checkpoint-3", "checkpoint-4"]
+
+
 def rerecord(checkpoint: Path, name: str) -> None:
     """Record `name`'s present size and SHA-256 in the checkpoint's trainer_state.json, as its writer would have."""
     from steadytune.model.archive import sha256_file

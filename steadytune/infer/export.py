@@ -38,7 +38,7 @@ from steadytune.infer.merge import (
     save_merged,
     saved_dtype,
 )
-from steadytune.model.archive import archive_members, archives_cache, is_archive, write_archive
+from steadytune.model.archive import archive_members, archives_cache, is_archive, refuse_links_out, write_archive
 from steadytune.model.load import _hub_reachable, resolve_model_path
 from steadytune.training.run_folder import record_outputs
 
@@ -113,6 +113,8 @@ def archive_run(run_, target: Path | None, force: bool) -> Path:
         target = folder.parent / f"{folder.resolve().name}.tar.gz"
     if not is_archive(target):
         raise UserError(f"--archive {target}: the archive name must end in .tar.gz")
+    # Before anything is written into the folder: a link out of it would leak its target, or be written through.
+    refuse_links_out(folder, [m.name for m in archive_members(folder)], written=("README.md", BASE_RECORD))
     if archives_cache().resolve() not in folder.resolve().parents:  # an unpacked archive is repacked as it is
         write_base_record(folder, run_.cfg.model.model_name_or_path)
         (folder / "README.md").write_text(model_card(folder, source=target.name), encoding="utf-8")

@@ -72,6 +72,7 @@ def archive_members(folder: Path) -> list[Path]:
 def write_archive(folder: Path, target: Path, files: Iterable[Path] | None = None, overwrite: bool = False) -> Path:
     """Pack `files` (default: `archive_members(folder)`) and their manifest into `target` (.tar.gz), atomically."""
     files = list(files) if files is not None else archive_members(folder)
+    refuse_links_out(folder, [f.name for f in files])
     if not any(f.name == "adapter_config.json" or f.name == "config.json" for f in files):
         raise UserError(f"{folder}: no adapter (adapter_config.json) or model (config.json) to archive")
     if target.exists() and not overwrite:
@@ -84,15 +85,32 @@ def write_archive(folder: Path, target: Path, files: Iterable[Path] | None = Non
         info.size, info.mode = len(manifest), 0o644
         tar.addfile(info, io.BytesIO(manifest))
         for f in files:
-            # Plain members only: no owner names, no folders, no links.
-            member = tar.gettarinfo(str(f), arcname=f.name)
-            member.uid = member.gid = 0
-            member.uname = member.gname = ""
-            member.mode = 0o644
+            # Plain members only: no owner names, no folders, no links (a link inside the folder is packed as the
+            # file it names, so no link target ever goes into an archive).
+            member = tarfile.TarInfo(f.name)
+            stat = f.stat()
+            member.size, member.mtime, member.mode = stat.st_size, int(stat.st_mtime), 0o644
             with f.open("rb") as handle:
                 tar.addfile(member, handle)
     os.replace(partial, target)
     return target
+
+
+def refuse_links_out(folder: Path, names: Iterable[str], written: Iterable[str] = ()) -> None:
+    """Entries of `folder` that are symbolic links leading out of it are refused, naming the link: their content is
+    not the run's, and a file written there (`written`) would land elsewhere."""
+    root = Path(folder).resolve()
+    for name in [*names, *written]:
+        path = Path(folder) / name
+        if not path.is_symlink():
+            continue
+        target = path.resolve()
+        if name not in written and root in target.parents:
+            continue
+        where = "outside" if root not in target.parents else "inside"
+        raise UserError(f"{path} is a symbolic link to {os.readlink(path)} ({where} {folder}); an archive carries the "
+                        "run folder's own files, and steadytune does not write through links: put a copy of the file "
+                        "in place of the link, or remove it")
 
 
 def parse_manifest(text: str, archive: Path) -> dict[str, str]:

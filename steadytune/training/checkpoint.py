@@ -13,7 +13,9 @@ copy), is refused naming it, and the resume falls back to the checkpoint before.
 A checkpoint may come from someone else, so nothing in it may run code: weights are safetensors, and the optimizer,
 scheduler, scaler and RNG files are read with `torch.load(weights_only=True)` (tensors and plain Python values only;
 numpy's RNG state, which older checkpoints pickled, is the one allow-listed type). A file carrying anything else is
-refused, naming it, before a single byte of it is executed.
+refused, naming it, before a single byte of it is executed. Nor may it reach outside the run folder: a checkpoint
+folder, or a file in it, that is a symbolic link out of the run folder is refused on resume, naming the link; save
+rotation removes such a link and never what it points to.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import random
 import re
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from steadytune.errors import CheckpointError, describe_os_error
+from steadytune.errors import CheckpointError, UserError, describe_os_error
 from steadytune.model.archive import sha256_file
 from steadytune.model.saved_weights import check_checkpoint_matches
 from steadytune.training.optimizer_state import by_index, is_by_name, trainable_names
@@ -44,6 +47,11 @@ SCHEDULER_FILE = "scheduler.pt"
 SCALER_FILE = "scaler.pt"
 RNG_FILE = "rng_state.pt"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+class CheckpointLinkError(UserError):
+    """A checkpoint, or a file in it, is a symbolic link out of the run folder. Not a CheckpointError: a resume does
+    not quietly fall back past it to an older checkpoint."""
 
 
 @dataclass
@@ -137,8 +145,8 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, scheduler, state: 
     tmp = root / f"checkpoint-{state.global_step}.tmp"
     writing = "the folder"
     try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        if tmp.exists() or tmp.is_symlink():
+            _remove_entry(tmp)
         tmp.mkdir(parents=True)
         writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
         model.save_pretrained(tmp, safe_serialization=True)
@@ -157,8 +165,8 @@ def save_checkpoint(output_dir: str | Path, model, optimizer, scheduler, state: 
             f.write(json.dumps(asdict(state), indent=2, default=str))
         _fsync_dir(tmp)
         writing = "the folder"
-        if final.exists():
-            shutil.rmtree(final)
+        if final.exists() or final.is_symlink():
+            _remove_entry(final)
         os.replace(tmp, final)
     except (OSError, RuntimeError, SafetensorError) as e:
         # torch's writer reports a failed write as RuntimeError (_save_torch recovers the OSError beneath it);
@@ -263,8 +271,43 @@ def rotate_checkpoints(output_dir: Path, limit: int, keep: set[str]) -> None:
     removable = [p for p in checkpoints if p.name not in keep]
     while len(checkpoints) > limit and removable:
         victim = removable.pop(0)
-        shutil.rmtree(victim)
+        try:
+            if victim.is_symlink():
+                # A checkpoint moved elsewhere and linked back: the link leaves the run folder, its target stays.
+                target = os.readlink(victim)
+                victim.unlink()
+                print(f"{victim} is a symbolic link (to {target}): beyond save_total_limit, removed the link only; "
+                      "what it points to is left as it was", file=sys.stderr, flush=True)
+            else:
+                shutil.rmtree(victim)
+        except OSError as e:
+            raise CheckpointError(describe_os_error(e, f"removing {victim.name} (beyond save_total_limit) from "
+                                                       f"{output_dir}")) from None
         checkpoints.remove(victim)
+
+
+def _remove_entry(path: Path) -> None:
+    """A folder of ours, or a link where one was: the link goes, never what it points to."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+    else:
+        shutil.rmtree(path)
+
+
+def refuse_links_out(checkpoint: Path) -> None:
+    """A checkpoint folder, or an entry in it, that is a symbolic link leading out of the run folder (the
+    checkpoint's parent) -> CheckpointLinkError naming the link."""
+    root = checkpoint.parent.resolve()
+    entries = [checkpoint] + (sorted(checkpoint.iterdir()) if checkpoint.is_dir() else [])
+    for entry in entries:
+        if not entry.is_symlink():
+            continue
+        target = entry.resolve()
+        if target == root or root in target.parents:
+            continue
+        raise CheckpointLinkError(f"{entry} is a symbolic link to {os.readlink(entry)}, outside the run folder "
+                                  f"{checkpoint.parent}; a resume reads only the run folder's own files: put the "
+                                  "real file or folder in place of the link, or remove the link")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -279,6 +322,7 @@ def _fsync_dir(path: Path) -> None:
 def read_state(checkpoint: str | Path) -> TrainerState:
     """Read and validate a checkpoint folder; CheckpointError names the folder and what is wrong."""
     checkpoint = Path(checkpoint)
+    refuse_links_out(checkpoint)
     if not checkpoint.is_dir():
         raise CheckpointError(f"{checkpoint}: checkpoint folder not found")
     state_path = checkpoint / STATE_FILE
