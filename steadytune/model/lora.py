@@ -7,6 +7,8 @@ steps, and autocast handles the mixed matmuls.
 from __future__ import annotations
 
 import os
+import pickle
+import re
 from typing import Optional
 
 import torch
@@ -158,6 +160,14 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
         _compare_shapes(adapter_dir, _saved_shapes(weights), expected, what="adapter")
     try:
         loaded = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=is_trainable)
+    except (pickle.UnpicklingError, EOFError) as e:
+        # allow_pickle_weights: true, and still torch's weights_only loader refuses what the pickle holds (a class, a
+        # function call): nothing in it ran. Its message spans many lines; the reason is the "Unsupported ..." one.
+        refused = re.search(r"(Unsupported [^\n]*?)(?: was not an allowed global| \(|\n|$)", str(e))
+        why = refused.group(1) if refused else (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise CheckpointError(f"{adapter_dir / 'adapter_model.bin'}: torch's weights_only loader refused this pickle "
+                              f"({why}); nothing in it was run. Load the adapter from adapter_model.safetensors, "
+                              "saved from a copy you trust") from None
     except (RuntimeError, ValueError, KeyError) as e:
         raise CheckpointError(f"{adapter_dir}: adapter does not fit the base model: {str(e).splitlines()[0]}") from None
     if is_trainable:
