@@ -812,6 +812,7 @@ def begin_steps(run: Run) -> None:
         if run.faults.active:
             print(run.faults.describe(), flush=True)
     run.folder.started_steps = True
+    run.folder.expect([run.metrics.path.name])  # listed before its first line is written (a kill may follow)
     run.folder.record(status="running", command=" ".join(sys.argv))
     run.trackers.start(run.accelerator, run.cfg.to_dict())
 

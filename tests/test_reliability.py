@@ -191,6 +191,62 @@ def test_killed_before_the_first_checkpoint_then_resume_true_starts_fresh(tiny, 
     assert "no checkpoint" in config["decisions"]["start"]["reason"]
 
 
+def _killed_during_its_first_checkpoint(out: Path, tmp_path: Path) -> None:
+    """What SIGKILL during the first checkpoint's save leaves (issue 25 case 14): a manifest written at the start,
+    listing neither metrics.jsonl (written after it) nor the half checkpoint; a lock naming a process that is gone."""
+    import socket
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    out.mkdir()
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() - 60))
+    (out / "run_config.yaml").write_text("decisions: {}\n")
+    (out / MANIFEST).write_text(json.dumps({"status": "running", "files": [MANIFEST, "run_config.yaml"],
+                                            "started": started}))
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.9}\n')
+    (out / "checkpoint-2.tmp").mkdir()
+    (out / "checkpoint-2.tmp" / "adapter_model.safetensors").write_bytes(b"half")
+    (out / LOCK).write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname(), "started": started}))
+
+
+@pytest.mark.parametrize("keys", [{}, {"resume_from_checkpoint": True}, {"overwrite_output_dir": True}])
+def test_a_run_killed_while_writing_its_first_checkpoint_is_rerun_in_the_same_folder(tiny, tmp_path, keys, capsys):
+    out = tmp_path / "run"
+    _killed_during_its_first_checkpoint(out, tmp_path)
+    result = train(tiny, out, **keys)
+    assert result.global_step == 4 and not (out / "checkpoint-2.tmp").exists()
+    assert "metrics.jsonl" in read_manifest(out)["files"]
+    assert sum('"loss"' in line for line in (out / "metrics.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_users_file_older_than_the_killed_run_is_still_theirs(tiny, tmp_path):
+    """Only what the killed run wrote (after its lock was taken) is counted as its own: a user's tokenizer.json
+    from before it started is still refused, by name."""
+    out = tmp_path / "run"
+    _killed_during_its_first_checkpoint(out, tmp_path)
+    (out / "tokenizer.json").write_text("{}")
+    an_hour_ago = time.time() - 3600
+    os.utime(out / "tokenizer.json", (an_hour_ago, an_hour_ago))
+    with pytest.raises(UserError, match="holds tokenizer.json, which this run would write but no steadytune run"):
+        train(tiny, out)
+    assert (out / "tokenizer.json").read_text() == "{}"
+
+
+def test_a_real_sigkill_before_the_first_checkpoint_then_the_same_command_runs(tiny, tmp_path):
+    out = tmp_path / "run"
+    config = slow_run_config(tiny, tmp_path, out)
+    proc = subprocess.Popen([sys.executable, "-m", "steadytune", "train", str(config)], cwd=REPO, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    wait_for_steps(out, proc, 2)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert read_manifest(out)["status"] == "running" and (out / LOCK).exists()
+    done = cli("train", str(config), "max_steps=3")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert read_manifest(out)["status"] == "finished"
+
+
 def test_an_unfinished_run_is_continued_from_its_last_checkpoint(tiny, tmp_path):
     out = tmp_path / "run"
     train(tiny, out, max_steps=4)

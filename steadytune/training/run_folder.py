@@ -8,6 +8,11 @@ Three promises, each kept here and nowhere else:
 - **One run per folder.** A lock file (`.steadytune.lock`: pid, host, start time) is taken with O_EXCL; a second run
   is refused naming the holder; the lock of a process that no longer exists on this host is taken over, with a
   message.
+- **A killed run's files are its own.** A run lists the files it is about to write (metrics.jsonl) before writing
+  them; and a run killed between writing an entry and listing it (SIGKILL mid-checkpoint) leaves entries the
+  manifest does not name: when the next run takes over that run's lock, the entries with the names a run writes,
+  modified after the killed run started, are counted as the killed run's (said in one line). A user's file from
+  before it started stays the user's.
 - **A failed start leaves the folder as it found it.** Until the first optimizer step, everything the run created
   is removed again on an error (the folder too, if the run made it).
 
@@ -24,6 +29,7 @@ import shutil
 import socket
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from steadytune.config import load_yaml_file
@@ -66,6 +72,8 @@ class RunFolder:
         self.manifest: dict = {}
         self._locked = False
         self.started_steps = False    # set once the first optimizer step is done: no clean-up after that
+        self.expected: set[str] = set()  # entries the run is about to write, listed before they exist
+        self.dead_holder: dict = {}   # the lock of a killed run that this one took over
 
     # ------------------------------------------------------------------ claiming
 
@@ -82,8 +90,9 @@ class RunFolder:
             self.created = True
         self._lock()
         self.manifest = read_manifest(self.path) or adopt_legacy_run(self.path)
-        ours = set(self.manifest.get("files", []))
         self.present_at_start = {p.name for p in self.path.iterdir()} - {LOCK}
+        self._adopt_killed_runs_entries()
+        ours = set(self.manifest.get("files", []))
         if self.manifest:
             # A run killed while saving leaves checkpoint-N.tmp, written after the manifest last listed the folder:
             # in a folder a steadytune run owns, that half-written checkpoint is its own leftover, of no use: removed.
@@ -92,6 +101,22 @@ class RunFolder:
                 self.present_at_start.discard(name)
                 print(f"output_dir {self.path}: removed {name}, a checkpoint the killed run had not finished writing")
         self.foreign = {name for name in self.present_at_start if name not in ours and name != MANIFEST}
+
+    def _adopt_killed_runs_entries(self) -> None:
+        """Entries a killed run wrote after it last listed its files: ours, when this run took over its lock."""
+        if not self.dead_holder or self.manifest.get("status") != "running":
+            return
+        try:
+            since = datetime.strptime(str(self.dead_holder.get("started")), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except ValueError:
+            return  # a lock without a readable start: nothing can be told apart, nothing adopted
+        listed = set(self.manifest.get("files", []))
+        adopted = sorted(name for name in self.present_at_start - listed
+                         if OUTPUT_NAME.match(name) and _modified(self.path / name) >= since - 1)
+        if adopted:
+            self.manifest["files"] = sorted(listed | set(adopted))
+            print(f"output_dir {self.path}: {', '.join(adopted)} written by the killed run (process "
+                  f"{self.dead_holder.get('pid')}) after it last listed its files: counted as that run's", flush=True)
 
     def plan_start(self, overwrite: bool, resume: object, checkpoints_of) -> StartPlan:
         """Decide fresh / overwrite / reuse / resume from what is in the folder and the two keys.
@@ -172,7 +197,8 @@ class RunFolder:
         """Write the manifest: every entry now in the folder that was not foreign at the start is this run's."""
         if not self.main or not self.path.is_dir():
             return
-        names = sorted(p.name for p in self.path.iterdir() if p.name not in self.foreign and p.name != LOCK)
+        present = {p.name for p in self.path.iterdir() if p.name not in self.foreign and p.name != LOCK}
+        names = sorted(present | (self.expected - self.foreign))
         self.manifest.update(fields)
         self.manifest["files"] = names
         if status is not None:
@@ -180,6 +206,11 @@ class RunFolder:
         self.manifest.setdefault("started", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         self.manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         write_json_atomic(self.path / MANIFEST, self.manifest)
+
+    def expect(self, names: list[str]) -> None:
+        """Entries the run is about to write: listed in the manifest from the next record() on, before they exist,
+        so a run killed right after writing one still finds it listed as its own."""
+        self.expected |= {n for n in names if n not in self.foreign}
 
     def undo_failed_start(self) -> None:
         """Remove what this run created before its first step (the folder itself, if it made it)."""
@@ -213,6 +244,7 @@ class RunFolder:
                 if holder.get("host") == me["host"] and lock_holder_alive(holder) is False:
                     print(f"output_dir {self.path}: taking over the lock of process {holder.get('pid')}, which no "
                           "longer runs (it was killed or crashed)", flush=True)
+                    self.dead_holder = holder
                     lock.unlink(missing_ok=True)
                     continue
                 where = f"process {holder.get('pid')} on {holder.get('host')}" if holder else "another process"
@@ -341,6 +373,13 @@ def remove_path(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
         path.unlink(missing_ok=True)
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _read_lock(lock: Path) -> dict:
