@@ -346,6 +346,28 @@ def test_resume_with_changed_training_keys_is_refused_naming_old_and_new(tiny, t
         train(tiny, out, resume_from_checkpoint=True, max_steps=4, **{key: value})
 
 
+def test_resume_with_the_same_dataset_name_but_changed_data_is_refused_naming_the_file(tiny, tmp_path):
+    """Issue 25 case 11: every answer of the dataset file rewritten, the name kept: the resume is refused, naming
+    the dataset and its file, as a changed key is; the same bytes with a new modification time resume."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(sample_dir(), data)
+    out = tmp_path / "run"
+    train(tiny, out, max_steps=3, save_steps=2, dataset_dir=str(data))
+    file = data / "alpaca_sample.json"
+    os.utime(file)  # touched, not changed
+    assert train(tiny, out, resume_from_checkpoint=True, max_steps=4, dataset_dir=str(data)).global_step == 4
+    rows = json.loads(file.read_text(encoding="utf-8"))
+    for row in rows:
+        row["output"] = "rewritten"
+    file.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    proc = cli("train", str(write_yaml(tmp_path / "r.yaml", settings(tiny, out, resume_from_checkpoint=True,
+                                                                      max_steps=5, dataset_dir=str(data)))))
+    line = one_line_error(proc)
+    assert f"dataset_file.{ALPACA}: " in line and str(file) in line and "sha256" in line, line
+
+
 def test_resume_with_bookkeeping_keys_changed_applies_and_records_them(tiny, tmp_path):
     out = tmp_path / "run"
     train(tiny, out, max_steps=2, save_steps=1)

@@ -4,14 +4,21 @@ A checkpoint stores the run's resolved keys (`trainer_state.json` -> extra.confi
 what is trained (learning rate, data, seed, LoRA shape, cutoff_len, ...) would splice another run onto this curve,
 so it is refused, naming each key with old -> new. Keys that only change bookkeeping or how long the run goes
 (max_steps, save_steps, logging_steps, ...) may change: they are applied and recorded.
+
+The training data is part of the run too: each `dataset` file is recorded as `dataset_file.NAME` (its path, size
+and SHA-256), so a file rewritten under the same dataset name is refused like a changed key, naming the file.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from steadytune.config import NESTED_SECTIONS, RunConfig
+from steadytune.data.registry import resolve_datasets
 
 # Keys that may differ on resume: bookkeeping, run length, evaluation, kernels with the same numbers, the guard's
 # policy, and the precision (the guard's fp16 -> bf16/fp32 switch resumes with other precision keys).
@@ -45,7 +52,43 @@ def resume_fingerprint(cfg: RunConfig) -> dict[str, Any]:
                 flat[f"{key}.{sub}"] = sub_value
         else:
             flat[key] = value
+    flat.update(dataset_files(cfg.data.dataset, cfg.data.dataset_dir))
     return json.loads(json.dumps(flat, default=str))
+
+
+def dataset_files(names: str | None, dataset_dir: str) -> dict[str, str]:
+    """`dataset_file.NAME` -> 'PATH: N bytes, sha256 HEX' for each training dataset read from local files (a
+    folder: its files together); built-in and hub datasets have no file here and are not recorded."""
+    out = {}
+    for source in resolve_datasets(names, dataset_dir):
+        path = Path(source.origin)
+        if source.origin.startswith("hub:") or not path.exists():
+            continue
+        if path.is_dir():  # its files by relative path, each by its SHA-256
+            digest, size = hashlib.sha256(), 0
+            for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                digest.update(f"{f.relative_to(path)}\0{_sha256_of(f)}\n".encode())
+                size += f.stat().st_size
+            hexdigest = digest.hexdigest()
+        else:
+            size, hexdigest = path.stat().st_size, _sha256_of(path)
+        out[f"dataset_file.{source.name}"] = f"{path}: {size:,} bytes, sha256 {hexdigest}"
+    return out
+
+
+def _sha256_of(path: Path) -> str:
+    stat = path.stat()
+    return _file_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    """One read per file version in a process (a resume fingerprints the data twice: to check and to record)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def compare_for_resume(saved: dict[str, Any] | None, current: dict[str, Any]) -> tuple[list[str], list[str]]:
