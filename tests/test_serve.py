@@ -290,6 +290,9 @@ def test_api_key_is_required(url, runs):
         error = assert_error(httpx.get(url + path), 401, runs)
         assert error["type"] == "authentication_error"
     assert assert_error(httpx.get(url + "/v1/models", headers={"Authorization": KEY}), 401)  # no Bearer
+    for body in (b'{"model": [', b"\xff\xfe", b'{"model": "tiny"}'):  # the key first: the body is not judged without it
+        assert assert_error(httpx.post(url + "/v1/chat/completions", content=body,
+                                       headers={"Content-Type": "application/json"}), 401)["code"] == "invalid_api_key"
     assert httpx.get(url + "/health").json()["status"] == "ok"  # health stays open for load balancers
 
 

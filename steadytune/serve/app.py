@@ -1,7 +1,8 @@
 """The HTTP side of `steadytune serve` (FastAPI): OpenAI-compatible routes over the batching engine.
 
 Routes: GET /v1/models, POST /v1/chat/completions, POST /v1/completions (server-sent events when `stream`),
-POST /v1/classify (classification runs), GET /health, GET /metrics.
+POST /v1/classify (classification runs), GET /health, GET /metrics; GET /openapi.json describes them all, every
+status and body a route can answer with (tests/test_serve_fuzz.py holds the server to it with schemathesis).
 
 What a request can and cannot do: its `model` only picks among the names fixed at start (nothing in a request
 becomes a path); its size, prompt length, max_tokens and n are bounded (`Limits`); with an API key set, every
@@ -22,7 +23,10 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from steadytune.data.encode import encode_classification_prompt
@@ -50,6 +54,54 @@ def error_body(message: str, type: str, code: Optional[str] = None, param: Optio
 
 def error_response(e: ApiError) -> JSONResponse:
     return JSONResponse(error_body(e.message, e.type, e.code, e.param), status_code=e.status, headers=e.headers)
+
+
+# What each error status means, as the OpenAPI schema documents it (every one has the ErrorResponse body).
+ERRORS = {
+    400: "the request is malformed, asks for an option this server does not implement, or exceeds a limit",
+    401: "the API key is missing or wrong",
+    404: "no model of that name is served here",
+    413: "the request body is larger than --max-body-bytes",
+    500: "generating failed (this request only: the server log has the details)",
+    503: "the queue is full (retry after Retry-After seconds) or the engine is not running",
+}
+STREAMED = (p.ChatCompletionChunk, p.Completion, p.ErrorResponse)  # what a stream's events carry
+
+
+def stream(chunk: str) -> dict:
+    """The 200 of a route that streams when the request sets `stream`: server-sent events, each `data:` a JSON
+    `chunk` (or an error, when generating fails midway), the last one `[DONE]`. `itemSchema` (OpenAPI 3.2, read by
+    schemathesis in 3.1 too) describes one event."""
+    payload = {"anyOf": [{"$ref": f"#/components/schemas/{chunk}"}, {"$ref": "#/components/schemas/ErrorResponse"}]}
+    data = {"anyOf": [{"const": "[DONE]"}, {"contentMediaType": "application/json", "contentSchema": payload}]}
+    return {"text/event-stream": {"itemSchema": {"type": "object", "required": ["data"],
+                                                 "properties": {"data": data}}}}
+
+
+def documented(*statuses: int, ok: Optional[dict] = None) -> dict:
+    """`responses=` for a route: its error statuses (the OpenAI error body) and, when given, its 200's other media
+    types."""
+    responses: dict = {status: {"model": p.ErrorResponse, "description": ERRORS[status]} for status in statuses}
+    if ok is not None:
+        responses[200] = {"content": ok}
+    return responses
+
+
+def finish_schema(schema: dict) -> dict:
+    """FastAPI's schema, completed: FastAPI documents 422 with its own body on every route that takes input, but this
+    server answers invalid input with 400 in the OpenAI shape (`_validation_error`), as the routes document; the
+    models a stream's events carry are added to the components its `itemSchema`s refer to."""
+    for path in schema.get("paths", {}).values():
+        for operation in path.values():
+            operation.get("responses", {}).pop("422", None)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    _, definitions = models_json_schema([(model, "serialization") for model in STREAMED],
+                                        ref_template="#/components/schemas/{model}")
+    for name, definition in definitions.get("$defs", {}).items():
+        components.setdefault(name, definition)
+    return schema
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -142,7 +194,7 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
         finally:
             engine.stop()
 
-    app = FastAPI(title="steadytune serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="steadytune serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.engine, app.state.metrics, app.state.loaded = engine, metrics, loaded
 
     # --- errors: always the OpenAI shape, never a traceback --------------------------------------------------
@@ -150,12 +202,28 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
     async def on_api_error(_request, e: ApiError):
         return error_response(e)
 
+    async def refused(request: Request, error: ApiError) -> JSONResponse:
+        # FastAPI reads the body before the routes' dependencies run: the key is checked first here, so a client
+        # without it learns nothing from how its body is judged
+        if key is not None and _needs_key(request.url.path) and not key_matches(await bearer(request)):
+            return error_response(unauthorized())
+        return error_response(error)
+
     @app.exception_handler(RequestValidationError)
-    async def on_invalid(_request, e: RequestValidationError):
-        return error_response(_validation_error(e))
+    async def on_invalid(request: Request, e: RequestValidationError):
+        return await refused(request, _validation_error(e))
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = finish_schema(get_openapi(title=app.title, version=app.version, routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = openapi
 
     @app.exception_handler(StarletteHTTPException)
-    async def on_http_error(_request, e: StarletteHTTPException):
+    async def on_http_error(request: Request, e: StarletteHTTPException):
+        if e.status_code == 400:  # FastAPI could not read the body (not UTF-8, not JSON)
+            return await refused(request, ApiError(400, "the request body is not valid JSON"))
         message = {404: "no such route", 405: "method not allowed"}.get(e.status_code, "request failed")
         return error_response(ApiError(e.status_code, message, code=str(e.status_code)))
 
@@ -167,15 +235,23 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
 
     # --- authentication ---------------------------------------------------------------------------------------
     key = settings.api_key.encode() if settings.api_key else None
+    bearer = HTTPBearer(auto_error=False, description="the server's API key (--api-key / API_KEY)")
 
-    def authorized(request: Request) -> None:
-        if key is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    def key_matches(credentials: Optional[HTTPAuthorizationCredentials]) -> bool:
         # compare_digest: the time taken does not depend on how much of the key matched
-        if not (scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key)):
-            raise ApiError(401, "invalid or missing API key (send Authorization: Bearer <key>)",
-                           type="authentication_error", code="invalid_api_key")
+        return credentials is not None and hmac.compare_digest(credentials.credentials.strip().encode(), key)
+
+    def unauthorized() -> ApiError:
+        return ApiError(401, "invalid or missing API key (send Authorization: Bearer <key>)",
+                        type="authentication_error", code="invalid_api_key")
+
+    def authorized(credentials: Optional[HTTPAuthorizationCredentials] = Depends(bearer)) -> None:
+        if not key_matches(credentials):
+            raise unauthorized()
+
+    # Only with a key do the routes ask for one (and only then does the schema say so).
+    guarded = [Depends(authorized)] if key is not None else []
+    auth_errors = (401,) if key is not None else ()
 
     def lookup(name: str):
         entry = served.get(name)
@@ -186,26 +262,31 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
         return entry
 
     # --- routes ------------------------------------------------------------------------------------------------
-    @app.get("/health")
+    generating = (400, *auth_errors, 404, 413, 500, 503)
+
+    @app.get("/health", response_model=p.Health, responses=documented(503))
     async def health():
         if not engine.healthy:
             raise ApiError(503, "the engine is not running", type="server_error", code="engine_down")
-        return {"status": "ok", "running": engine.running, "queued": engine.queue_depth}
+        return p.Health(running=engine.running, queued=engine.queue_depth)
 
-    @app.get("/metrics", dependencies=[Depends(authorized)])
+    @app.get("/metrics", dependencies=guarded, response_class=Response,
+             responses=documented(*auth_errors, ok={"text/plain": {"schema": {"type": "string"}}}))
     async def prometheus():
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/v1/models", dependencies=[Depends(authorized)])
+    @app.get("/v1/models", dependencies=guarded, response_model=p.ModelList, responses=documented(*auth_errors))
     async def list_models():
         return p.ModelList(data=[p.ModelCard(id=name, created=created) for name in served])
 
-    @app.get("/v1/models/{name:path}", dependencies=[Depends(authorized)])
+    @app.get("/v1/models/{name:path}", dependencies=guarded, response_model=p.ModelCard,
+             responses=documented(*auth_errors, 404))
     async def get_model(name: str):
         lookup(name)
         return p.ModelCard(id=name, created=created)
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
+    @app.post("/v1/chat/completions", dependencies=guarded, response_model=p.ChatCompletion,
+              responses=documented(*generating, ok=stream("ChatCompletionChunk")))
     async def chat_completions(body: p.ChatCompletionRequest, request: Request):
         entry = lookup(body.model)
         _refuse_unsupported(body)
@@ -222,7 +303,8 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
                    for i in range(len(texts))]
         return p.ChatCompletion(**meta, choices=choices, usage=_usage(len(prompt_ids), tokens))
 
-    @app.post("/v1/completions", dependencies=[Depends(authorized)])
+    @app.post("/v1/completions", dependencies=guarded, response_model=p.Completion,
+              responses=documented(*generating, ok=stream("Completion")))
     async def completions(body: p.CompletionRequest, request: Request):
         entry = lookup(body.model)
         _refuse_unsupported(body)
@@ -239,7 +321,8 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
         choices = [p.CompletionChoice(index=i, text=texts[i], finish_reason=reasons[i]) for i in range(len(texts))]
         return p.Completion(**meta, choices=choices, usage=_usage(prompt_tokens, tokens))
 
-    @app.post("/v1/classify", dependencies=[Depends(authorized)])
+    @app.post("/v1/classify", dependencies=guarded, response_model=p.ClassifyResponse,
+              responses=documented(*generating))
     async def classify(body: p.ClassifyRequest):
         entry = lookup(body.model)
         if not entry.label_names:
@@ -325,6 +408,11 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
 # ---------------------------------------------------------------------------------------------------------
 # Request -> prompt
 # ---------------------------------------------------------------------------------------------------------
+
+def _needs_key(path: str) -> bool:
+    """The routes that take the API key when one is set: /v1/... and /metrics (not /health nor the schema)."""
+    return path.startswith("/v1/") or path == "/metrics"
+
 
 def _refuse_unsupported(body) -> None:
     option = body.unsupported()

@@ -250,3 +250,21 @@ class ClassifyResponse(BaseModel):
     model: str
     data: list[Classification]
     usage: Usage
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    running: int          # sequences in the running batch
+    queued: int           # sequences and classification jobs waiting
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str             # invalid_request_error | authentication_error | server_error
+    param: Optional[str] = None
+    code: Optional[str] = None
+
+
+class ErrorResponse(BaseModel):
+    """Every error, in OpenAI's shape."""
+    error: ErrorDetail
