@@ -4,10 +4,11 @@ it gets generated requests, valid ones and invalid ones, with the API key and wi
 documented there (status, media type, body against its schema), no response may be a 5xx, and invalid input must be
 refused (4xx).
 
-Bounded for CI: a fixed number of examples per operation, mode and key (FUZZ_EXAMPLES, 12; set
-STEADYTUNE_FUZZ_EXAMPLES=200 for a longer local run), derandomized (the same requests on every run, so a failure
-reproduces: schemathesis prints it as a curl command), no example database, a per-request timeout and a per-example
-deadline so a hang fails instead of stalling the suite. About 40 s on 2 CPU cores.
+Bounded for CI: a fixed number of examples per operation, mode and key (FUZZ_EXAMPLES: 25), derandomized (the same
+requests on every run and machine, so a failure reproduces: schemathesis prints it as a curl command), no example
+database, a per-request timeout and a per-example deadline so a hang fails instead of stalling the suite; about 30 s
+on 2 CPU cores. `STEADYTUNE_FUZZ=long` (the switch the other fuzz tests read) makes it 400 examples, random each run;
+`STEADYTUNE_FUZZ_EXAMPLES=N` sets the count.
 
 Schemathesis' pytest loader (`from_fixture`) does not run on pytest 9 (it reads `Function._nodeid`), so each
 operation's strategy is driven by hypothesis' own `@given` inside the test.
@@ -36,9 +37,11 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 )
 from test_serve import AUTH, runs, start  # noqa: E402,F401  (runs: the module fixture that trains the tiny runs)
 
-FUZZ_EXAMPLES = int(os.environ.get("STEADYTUNE_FUZZ_EXAMPLES", "25"))
-FUZZ = settings(max_examples=FUZZ_EXAMPLES, derandomize=True, database=None, deadline=timedelta(seconds=20),
-                phases=[Phase.explicit, Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
+LONG = os.environ.get("STEADYTUNE_FUZZ") == "long"
+FUZZ_EXAMPLES = int(os.environ.get("STEADYTUNE_FUZZ_EXAMPLES", "400" if LONG else "25"))
+FUZZ = settings(max_examples=FUZZ_EXAMPLES, derandomize=not LONG, database=None, deadline=timedelta(seconds=20),
+                print_blob=True, phases=[Phase.explicit, Phase.generate, Phase.shrink],
+                suppress_health_check=list(HealthCheck))
 # Invalid input is refused with 400, or 401 before that without the key, 404 for a name not served, 413 for a body
 # over --max-body-bytes (8 KiB here: the fuzzer's large bodies reach it).
 REFUSED = ["400", "401", "404", "413"]
