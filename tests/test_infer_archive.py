@@ -3,8 +3,12 @@ corrupt, altered or hostile (tar-slip, links, devices) before anything is writte
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import io
 import json
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -14,6 +18,7 @@ from _infer_runs import learned_classification_run
 
 from steadytune.cli import main
 from steadytune.errors import UserError
+from steadytune.model import archive
 from steadytune.model.archive import MANIFEST, open_archive, write_archive
 from steadytune.model.tiny import save_tiny_model
 
@@ -196,9 +201,6 @@ def test_archive_of_a_base_model_only_is_refused(tmp_path, capsys):
 def _bomb(tmp_path: Path, size: int) -> Path:
     """A well-formed archive (its manifest lists the member, with a hash) of a few KB whose one member unpacks to
     `size` zero bytes."""
-    import gzip
-    import hashlib
-
     digest = hashlib.sha256()
     zeros = bytes(1 << 20)
     for _ in range(size >> 20):
@@ -231,8 +233,6 @@ def _cache_bytes(tmp_path: Path) -> int:
 
 
 def test_an_archive_that_unpacks_to_more_than_the_cap_is_refused_before_writing(tmp_path, capsys, monkeypatch):
-    from steadytune.model import archive
-
     bomb = _bomb(tmp_path, 64 << 20)  # 64 MiB of zeros in a ~64 KB archive
     assert bomb.stat().st_size < 1 << 20
     with pytest.raises(UserError, match=r"adapter_model\.safetensors.*unpack.*more than"):
@@ -249,9 +249,6 @@ def test_an_archive_that_unpacks_to_more_than_the_cap_is_refused_before_writing(
 
 def test_a_sparse_member_is_refused_before_writing(tmp_path, capsys):
     """A 200-byte archive made by GNU tar --sparse holding a 1 GiB file of holes."""
-    import shutil
-    import subprocess
-
     if not shutil.which("tar"):
         pytest.skip("no tar command here")
     source = tmp_path / "src"
@@ -271,8 +268,6 @@ def test_a_sparse_member_is_refused_before_writing(tmp_path, capsys):
 def test_the_hash_is_checked_while_unpacking_and_stops_at_the_first_mismatch(run_dir, tmp_path, monkeypatch):
     """A member whose bytes do not match the manifest stops the unpacking there: the members after it are never
     written."""
-    from steadytune.model import archive
-
     target = write_archive(run_dir, tmp_path / "run.tar.gz")
     with tarfile.open(target) as tar:
         order = [m.name for m in tar.getmembers()]
@@ -299,8 +294,6 @@ def test_export_archive_refuses_a_link_out_of_the_run_folder_and_packs_links_ins
     """Issue 25 case 13: a run folder whose files are symbolic links: one leading out of the folder is refused
     (naming it), so neither its target's path nor its content goes into an archive, and nothing is written through
     it; one leading to a file inside the folder is packed as a plain file, and the archive opens."""
-    import shutil
-
     folder = tmp_path / "run"
     shutil.copytree(run_dir, folder)
     secret = tmp_path / "secret.txt"
@@ -326,7 +319,6 @@ def test_export_archive_refuses_a_link_out_of_the_run_folder_and_packs_links_ins
     assert main(["export", str(folder), "--archive", str(target)]) == 0
     with tarfile.open(target) as tar:
         assert all(m.isfile() for m in tar.getmembers())
-    import gzip
     assert str(tmp_path).encode() not in gzip.decompress(target.read_bytes())
     assert (open_archive(target) / "tokenizer_config.json").read_bytes() == \
         (folder / "tokenizer_config.saved").read_bytes()

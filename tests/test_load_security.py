@@ -18,6 +18,7 @@ from _infer_runs import classification_keys, make_run, write_jsonl
 from steadytune.cli import main
 from steadytune.config import load_config
 from steadytune.errors import UserError
+from steadytune.infer.loading import load_run_config
 from steadytune.model.archive import write_archive
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.lora import load_trained_adapter
@@ -195,7 +196,6 @@ def test_an_adapter_archive_never_grants_allow_pickle_weights(tmp_path, marker, 
         assert "adapter_model.bin" in err and "Traceback" not in err
         assert not marker.exists()
     # serve's --adapter: a run folder's run_config.yaml is read for its template and labels, never for trust
-    from steadytune.infer.loading import load_run_config
     cfg = load_run_config(adapter, [], str(adapter))
     assert not cfg.model.allow_pickle_weights and cfg.model.vllm_config is None
     # the user's own override still grants it

@@ -10,13 +10,19 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
+import peft.peft_model
 import pytest
+import safetensors
 import torch
 import yaml
 from sample_data import ALPACA, classification_rows, sample_dir
@@ -25,8 +31,10 @@ from steadytune.cli import main as cli_main
 from steadytune.config import ConfigError, load_config
 from steadytune.errors import CheckpointError, UserError
 from steadytune.model.tiny import save_tiny_model
+from steadytune.model.archive import sha256_file
 from steadytune.train import run_training
-from steadytune.training.checkpoint import latest_checkpoint, list_checkpoints, read_state
+from steadytune.training import checkpoint as ckpt
+from steadytune.training.checkpoint import latest_checkpoint, list_checkpoints, load_torch_state, read_state
 from steadytune.training.run_folder import LOCK, MANIFEST, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -194,8 +202,6 @@ def test_killed_before_the_first_checkpoint_then_resume_true_starts_fresh(tiny, 
 def _killed_during_its_first_checkpoint(out: Path, tmp_path: Path) -> None:
     """What SIGKILL during the first checkpoint's save leaves (issue 25 case 14): a manifest written at the start,
     listing neither metrics.jsonl (written after it) nor the half checkpoint; a lock naming a process that is gone."""
-    import socket
-
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     out.mkdir()
@@ -349,8 +355,6 @@ def test_resume_with_changed_training_keys_is_refused_naming_old_and_new(tiny, t
 def test_resume_with_the_same_dataset_name_but_changed_data_is_refused_naming_the_file(tiny, tmp_path):
     """Issue 25 case 11: every answer of the dataset file rewritten, the name kept: the resume is refused, naming
     the dataset and its file, as a changed key is; the same bytes with a new modification time resume."""
-    import shutil
-
     data = tmp_path / "data"
     shutil.copytree(sample_dir(), data)
     out = tmp_path / "run"
@@ -395,9 +399,6 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny, tmp_pa
 def _flip_a_weight_bit(path: Path) -> None:
     """Change one bit of the first number stored in a torch file's largest tensor record: the file keeps its size
     and still loads; only a hash can tell."""
-    import struct
-    import zipfile
-
     with zipfile.ZipFile(path) as z:
         record = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
     data = bytearray(path.read_bytes())
@@ -409,8 +410,6 @@ def _flip_a_weight_bit(path: Path) -> None:
 def test_a_bit_flipped_checkpoint_file_is_skipped_by_its_sha256_and_the_previous_one_used(tiny, tmp_path, capsys):
     """Issue 25 case 12: optimizer.pt of the newest checkpoint changed by one bit (same size, still loads): its
     SHA-256 from trainer_state.json refuses it, and the resume falls back to the checkpoint before, saying so."""
-    from steadytune.training.checkpoint import load_torch_state
-
     out = tmp_path / "run"
     train(tiny, out, max_steps=5, save_steps=2)
     newest = out / "checkpoint-4"
@@ -445,8 +444,6 @@ def test_a_truncated_latest_checkpoint_falls_back_with_a_message(tiny, tmp_path,
 def test_a_checkpoint_or_its_file_linked_outside_the_run_folder_is_refused_on_resume(tiny, tmp_path):
     """Issue 25 case 13: a whole checkpoint-N, or one file in it, that is a symbolic link out of the run folder is
     not followed: one line naming the link (and no quiet fallback past it to an older checkpoint)."""
-    import shutil
-
     out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     elsewhere.mkdir()
     train(tiny, out, max_steps=5, save_steps=2)
@@ -468,8 +465,6 @@ def test_a_checkpoint_or_its_file_linked_outside_the_run_folder_is_refused_on_re
 def test_rotation_over_a_symlinked_checkpoint_removes_the_link_only(tiny, tmp_path, capsys):
     """save_total_limit reaching a checkpoint-N that is a link (a user moved it to another disk) removes the link
     from the run folder, says so, and never deletes what it points to; the run goes on."""
-    import shutil
-
     out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     elsewhere.mkdir()
     train(tiny, out, max_steps=3, save_steps=1)  # checkpoint-1 and -2
@@ -488,8 +483,6 @@ def test_rotation_over_a_symlinked_checkpoint_removes_the_link_only(tiny, tmp_pa
 
 def rerecord(checkpoint: Path, name: str) -> None:
     """Record `name`'s present size and SHA-256 in the checkpoint's trainer_state.json, as its writer would have."""
-    from steadytune.model.archive import sha256_file
-
     state = json.loads((checkpoint / "trainer_state.json").read_text())
     state["sizes"][name] = (checkpoint / name).stat().st_size
     state["sha256"][name] = sha256_file(checkpoint / name)
@@ -573,11 +566,6 @@ def open_on_a_full_disk(mode: str = "wb"):
 def fill_disk(monkeypatch):
     """fill_disk(part): every write of a path holding `part` (a checkpoint's python files, torch files and the
     safetensors file peft writes) fails as on a full disk."""
-    import peft.peft_model
-    import safetensors
-
-    import steadytune.training.checkpoint as ckpt
-
     def fill(part: str) -> None:
         real_open, real_save = open, peft.peft_model.safe_save_file
 
