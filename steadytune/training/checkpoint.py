@@ -212,11 +212,15 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def state_bytes(model, optimizer) -> int:
-    """About what a checkpoint of this state takes: the trainable weights and the optimizer's tensors."""
-    weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    moments = sum(t.numel() * t.element_size() for per_param in optimizer.state.values()
-                  for t in per_param.values() if isinstance(t, torch.Tensor))
+def state_bytes(model, optimizer) -> int | None:
+    """About what a checkpoint of this state takes: the trainable weights and the optimizer's tensors (None where
+    the objects do not say: a message must not fail while it is being written)."""
+    try:
+        weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        moments = sum(t.numel() * t.element_size() for per_param in getattr(optimizer, "state", {}).values()
+                      for t in per_param.values() if isinstance(t, torch.Tensor))
+    except (AttributeError, TypeError, RuntimeError):
+        return None
     return weights + moments
 
 
