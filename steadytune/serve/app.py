@@ -197,6 +197,13 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
     app = FastAPI(title="steadytune serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.engine, app.state.metrics, app.state.loaded = engine, metrics, loaded
 
+    def openapi() -> dict:  # FastAPI's own hook for a schema of one's own: its schema, completed (finish_schema)
+        if app.openapi_schema is None:
+            app.openapi_schema = finish_schema(get_openapi(title=app.title, version=app.version, routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = openapi
+
     # --- errors: always the OpenAI shape, never a traceback --------------------------------------------------
     @app.exception_handler(ApiError)
     async def on_api_error(_request, e: ApiError):
@@ -212,13 +219,6 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, e: RequestValidationError):
         return await refused(request, _validation_error(e))
-
-    def openapi() -> dict:
-        if app.openapi_schema is None:
-            app.openapi_schema = finish_schema(get_openapi(title=app.title, version=app.version, routes=app.routes))
-        return app.openapi_schema
-
-    app.openapi = openapi
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, e: StarletteHTTPException):
