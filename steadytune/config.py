@@ -422,7 +422,10 @@ def parse_overrides(pairs: list[str]) -> dict:
         # `guard.window=20` addresses a nested section.
         if "." in key:
             section, _, sub = key.partition(".")
-            out.setdefault(section, {})[sub] = value
+            if not isinstance(out.setdefault(section, {}), dict):
+                raise ConfigError(f"command-line override {show_value(key)}: {section} was given as "
+                                  f"{show_value(out[section])} before, not as settings; give one or the other")
+            out[section][sub] = value
         else:
             out[key] = value
     return out
@@ -513,13 +516,20 @@ def _measure_expanded(root: yaml.Node, name: str) -> None:
 def parse_yaml(text: str, name: str, unique_keys: bool = True) -> Any:
     """yaml.safe_load within the MAX_YAML_* bounds; every problem is a ConfigError naming `name` (a file, or a
     command-line override). With `unique_keys`, a key given twice in one mapping is an error."""
-    loader = (_UniqueKeyLoader if unique_keys else _BoundedLoader)(text, name)
     try:
-        return loader.get_single_data()
+        loader = (_UniqueKeyLoader if unique_keys else _BoundedLoader)(text, name)  # it reads (and checks) the text
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except ConfigError:
+        raise
     except yaml.YAMLError as e:
         raise ConfigError(f"{name}: invalid YAML: {_cut(str(e))}") from None
-    finally:
-        loader.dispose()
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError) as e:
+        # PyYAML's constructors fail on some explicit tags with odd values (`!!float` alone: IndexError)
+        raise ConfigError(f"{name}: invalid YAML: a tagged value cannot be built ({type(e).__name__}: "
+                          f"{_cut(str(e), MAX_SHOWN_VALUE)})") from None
 
 
 def load_yaml_file(path: str | os.PathLike, unique_keys: bool = True) -> Any:

@@ -279,3 +279,22 @@ def test_every_yaml_reader_is_bounded(tmp_path, content):
     with pytest.raises(UserError, match=f"{fsdp}"):
         read_fsdp_keys(load_config(None, {"fsdp": "full_shard", "fsdp_config": str(fsdp)}).train)
     assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a: \x1f\n", "invalid YAML: unacceptable character"),           # PyYAML's reader, before parsing
+    ("learning_rate: !!float\n", "invalid YAML: a tagged value cannot be built"),   # PyYAML: IndexError
+    ("learning_rate: !!int 0x\n", "invalid YAML"),
+])
+def test_yaml_that_pyyaml_chokes_on_is_one_line(tmp_path, text, message):
+    """Found by tests/test_fuzz_config.py."""
+    path = tmp_path / "odd.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"{path}: {message}"):
+        load_config(path)
+
+
+def test_an_override_of_a_section_and_one_of_its_keys_is_one_line():
+    """Found by tests/test_fuzz_config.py: `guard=x guard.window=3` was a TypeError."""
+    with pytest.raises(ConfigError, match="guard.window'?: guard was given as 'x' before"):
+        load_config(None, ["guard=x", "guard.window=3"])

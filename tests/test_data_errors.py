@@ -10,7 +10,7 @@ from sample_data import ALPACA, IMAGES, SHAREGPT_TOOLS, sample_dir
 
 from steadytune.config import ConfigError, load_config
 from steadytune.data.prepare import prepare_datasets
-from steadytune.errors import DataError
+from steadytune.errors import DataError, UserError
 from steadytune.model.tiny import build_tokenizer
 
 
@@ -53,7 +53,7 @@ def test_empty_file(tok, tmp_path):
 def test_empty_after_filtering(tok, tmp_path):
     path = tmp_path / "blank.json"
     path.write_text(json.dumps([{"instruction": "q", "input": "", "output": None}] * 3))
-    expect(DataError, tok, r"train data is empty after tokenisation: train: no output .*\(3\)", dataset=str(path))
+    expect(DataError, tok, r"train data \(.*blank\.json\) is empty after tokenisation: train: no output .*\(3\)", dataset=str(path))
 
 
 def test_non_utf8_file_names_the_byte_offset(tok, tmp_path):
@@ -241,3 +241,35 @@ def test_errors_quote_a_cut_value(tok, tmp_path):
     path.write_text(json.dumps({"text": "fine", "label": "x" * 100_000}) + "\n")
     msg = expect(DataError, tok, r"labels\.jsonl line 1: label 'x+\.\.\.", dataset=str(path), label_names=["neg", "pos"])
     assert len(msg) < 400
+
+
+@pytest.mark.parametrize("row, pattern, keys", [
+    ({"instruction": "\ud800", "output": "a"}, r"line 1: text holds \\ud800, half of a UTF-16 surrogate pair", {}),
+    ({"conversations": [{"from": ["human"], "value": "hi"}, {"from": "gpt", "value": "yo"}]},
+     r"line 1: turn 0 has role \['human'\], which is not text", {}),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [1]}]},
+     r"line 1: turn 1: tool_calls must be a list of", {}),
+    ({"instruction": "q", "chosen": {"role": "assistant", "content": "a"}, "rejected": "b"},
+     r"line 1: chosen must be text in an alpaca row", {"stage": "dpo"}),
+    ({"a\nb": 1}, r"cannot tell the format from the columns \('a\\nb'\)", {}),
+])
+def test_odd_rows_found_by_the_fuzzer_are_one_line(tok, tmp_path, row, pattern, keys):
+    """Found by tests/test_fuzz_data.py: each was a TypeError or KeyError traceback, or a message of two lines."""
+    path = tmp_path / "odd.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    kind = None
+    if keys.get("stage") == "dpo":
+        from steadytune.data.preference import PAIRS
+        kind = PAIRS
+    with pytest.raises(UserError) as info:
+        prepare_datasets(load_config(None, {"dataset": str(path), **keys}), tok, kind)
+    assert re.search(pattern, str(info.value)) and "\n" not in str(info.value), str(info.value)
+
+
+def test_kto_rows_named_by_path_without_a_tag_are_one_line(tok, tmp_path):
+    """Found by tests/test_fuzz_data.py: a file named by path has no `columns`, and the check read None."""
+    from steadytune.data.preference import FEEDBACK
+    path = tmp_path / "kto.jsonl"
+    path.write_text(json.dumps({"instruction": "q", "output": "a"}) + "\n")
+    with pytest.raises(ConfigError, match="has no kto_tag column"):
+        prepare_datasets(load_config(None, {"dataset": str(path), "stage": "kto"}), tok, FEEDBACK)

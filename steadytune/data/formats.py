@@ -78,13 +78,19 @@ class FormatSpec:
         return cls(formatting, merged_columns, merged_tags, label_names)
 
 
+def column_names(data: dict, limit: int = 20) -> str:
+    """A row's column names for a message: as written when plain, quoted (escaped) when odd, at most `limit`."""
+    names = [str(k) if str(k).isprintable() and len(str(k)) <= 40 else show_value(str(k), 40) for k in list(data)[:limit]]
+    return (", ".join(names) + (f", ... ({len(data)} in all)" if len(data) > limit else "")) or "(none)"
+
+
 def _column(row: Row, spec: FormatSpec, key: str, required: bool) -> Any:
     name = spec.columns.get(key)
     if name is None:
         return None
     if name not in row.data:
         if required:
-            found = ", ".join(map(str, row.data)) or "(none)"
+            found = column_names(row.data)
             raise DataError(f"{row.where}: missing column {show_value(name)} ({spec.formatting} `{key}`); columns found: {found}")
         return None
     return row.data[name]
@@ -189,8 +195,15 @@ def message_of(turn: Any, spec: FormatSpec, row: Row, what: str) -> dict:
     role_of = {tags["user_tag"]: USER, tags["assistant_tag"]: ASSISTANT, tags["observation_tag"]: OBSERVATION,
                tags["function_tag"]: FUNCTION}
     tag, content = turn[tags["role_tag"]], turn.get(tags["content_tag"])
+    if not isinstance(tag, str):
+        raise DataError(f"{row.where}: {what} has role {show_value(tag)}, which is not text (expected one of "
+                        f"{', '.join(role_of)})")
     if spec.formatting == "openai" and tag in (tags["assistant_tag"], tags["function_tag"]) and turn.get("tool_calls"):
-        tag, content = tags["function_tag"], json.dumps([c["function"] for c in turn["tool_calls"]], ensure_ascii=False)
+        calls = turn["tool_calls"]
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and "function" in c for c in calls):
+            raise DataError(f"{row.where}: {what}: tool_calls must be a list of {{\"function\": ...}} objects "
+                            f"(got {show_value(calls)})")
+        tag, content = tags["function_tag"], json.dumps([c["function"] for c in calls], ensure_ascii=False)
     if tag not in role_of:
         raise DataError(f"{row.where}: {what} has unknown role {show_value(tag)} (expected one of {', '.join(role_of)})")
     return {"role": role_of[tag], "content": _text(content, row, what)}

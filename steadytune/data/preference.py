@@ -35,7 +35,7 @@ from steadytune.data.formats import (
     message_of,
     tools_of,
 )
-from steadytune.data.prepare import ExampleKind, _progress, count_truncation
+from steadytune.data.prepare import ExampleKind, _progress, count_truncation, datasets_of
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource
 from steadytune.data.templates import ASSISTANT_SIDE, USER_SIDE, Template
@@ -47,6 +47,9 @@ from steadytune.errors import DataError
 
 def _answer(value: Any, spec: FormatSpec, row: Row, what: str) -> dict:
     """A chosen/rejected/answer cell: a turn {from/role, value/content} (sharegpt, openai) or plain text (alpaca)."""
+    if isinstance(value, dict) and spec.formatting == "alpaca":
+        raise DataError(f"{row.where}: {what} must be text in an alpaca row, got a mapping (turns are sharegpt or "
+                        "openai rows)")
     if isinstance(value, dict):
         message = message_of(value, spec, row, what)
         if message["role"] not in ASSISTANT_SIDE:
@@ -124,7 +127,7 @@ def _check_feedback_source(src: DatasetSource, rows: list[Row], formatting: str)
     if src.ranking:
         raise ConfigError(f"dataset: {src.name} is a ranking dataset; stage kto trains on rows with one answer and "
                           "a kto_tag (true: desirable, false: undesirable); use stage: dpo or rm for pairs")
-    if "kto_tag" not in src.columns and "kto_tag" not in rows[0].data:
+    if "kto_tag" not in (src.columns or {}) and "kto_tag" not in rows[0].data:
         raise ConfigError(f"dataset: {src.name} has no kto_tag column; stage kto needs one (`columns: {{kto_tag: "
                           "label}}` in dataset_info.json, true for a desirable answer, false for an undesirable one)")
 
@@ -207,7 +210,8 @@ def _tokenize(encode, examples: list[dict], split_name: str, cfg: RunConfig, sta
                 out.append(encoded)
             bar.update()
     if not out:
-        raise DataError(f"{split_name} data is empty after tokenisation: no example keeps an answer token within "
+        raise DataError(f"{split_name} data ({datasets_of(cfg, split_name)}) is empty after tokenisation: no example "
+                        "keeps an answer token within "
                         f"cutoff_len={cfg.data.cutoff_len}")
     return out
 

@@ -25,7 +25,7 @@ from steadytune.data.encode import (
     encode_label_targets,
     encode_prediction,
 )
-from steadytune.data.formats import CONVERTERS, KTO_ROW, NO_ANSWER_ROW, FormatSpec, guess_formatting
+from steadytune.data.formats import CONVERTERS, KTO_ROW, NO_ANSWER_ROW, FormatSpec, column_names, guess_formatting
 from steadytune.data.pretrain import end_of_text, pretrain_blocks
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource, resolve_datasets
@@ -204,7 +204,7 @@ def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int 
         # (c4_demo, wiki_demo) read it as alpaca with the text as the prompt.
         formatting, columns = "alpaca", {"prompt": "text"}
     if formatting is None:
-        found = ", ".join(map(str, rows[0].data))
+        found = column_names(rows[0].data)
         raise DataError(f"{src.origin}: cannot tell the format from the columns ({found}); add an entry with "
                         f"`formatting` and `columns` to dataset_info.json")
     if kind is not None:
@@ -271,6 +271,13 @@ def _split_off(train: _Loaded, val_size: float, seed: int) -> _Loaded:
 # Tokenising
 # --------------------------------------------------------------------------------------------------------
 
+def datasets_of(cfg: RunConfig, split_name: str) -> str:
+    """The `dataset:` names (files, when given by path) a split's examples come from, for messages."""
+    d = cfg.data
+    names = str(d.eval_dataset if split_name == "eval" and d.eval_dataset else d.dataset)
+    return names if len(names) <= 200 else names[:197] + "..."
+
+
 def _progress(total: int, split_name: str):
     # disable=None: a bar on a terminal, silence in logs and CI (tqdm's own test for a TTY).
     return tqdm(total=total, desc=f"tokenising {split_name}", unit="ex", disable=None, dynamic_ncols=True)
@@ -294,7 +301,8 @@ def _pretrain_blocks(examples: list[dict], split_name: str, template: Template, 
                f"each text + end token truncated to {block} tokens")
         cfg.decide("pretrain_blocks", len(blocks), f"stage pt: {how}; loss on every token")
     if not blocks:
-        raise DataError(f"stage pt: the {split_name} texts give no block of {block} tokens (fewer tokens than "
+        raise DataError(f"stage pt: the {split_name} texts ({datasets_of(cfg, split_name)}) give no block of {block} "
+                        "tokens (fewer tokens than "
                         f"cutoff_len in every preprocessing batch); lower cutoff_len or add text")
     return [{"input_ids": b, "labels": list(b)} for b in blocks]
 
@@ -327,7 +335,7 @@ def _tokenize_conversations(examples: list[dict], split_name: str, template: Tem
     if not out:
         reasons = ", ".join(f"{k} ({v})" for k, v in stats["dropped"].items() if k.startswith(split_name)) or \
             f"no example keeps an answer token within cutoff_len={d.cutoff_len}"
-        raise DataError(f"{split_name} data is empty after tokenisation: {reasons}")
+        raise DataError(f"{split_name} data ({datasets_of(cfg, split_name)}) is empty after tokenisation: {reasons}")
     return out
 
 

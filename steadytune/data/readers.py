@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +23,7 @@ MAX_ROW_BYTES = 4 << 20
 # Lists and objects inside one another within a row: a conversation needs 4; json.loads itself stops near 1,000
 # with a RecursionError, and code walking a row that deep would too.
 MAX_ROW_DEPTH = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -88,6 +90,9 @@ def check_row(where: str, item: Any) -> None:
         if isinstance(value, str):
             chars += len(value)
             texts.append(value)
+            if not value.isascii() and (half := _SURROGATE.search(value)):
+                raise DataError(f"{where}: text holds \\u{ord(half.group()):04x}, half of a UTF-16 surrogate pair "
+                                "(a JSON escape without its other half): not a character; fix or drop that escape")
         elif isinstance(value, (dict, list, tuple)):
             if depth >= MAX_ROW_DEPTH:
                 raise DataError(f"{where}: nested too deeply (lists or objects more than {MAX_ROW_DEPTH} deep)")

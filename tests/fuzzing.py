@@ -1,0 +1,36 @@
+"""Settings shared by the hypothesis property tests (test_fuzz_*.py): the hostile-input fuzzers of issue 25.
+
+Profiles, chosen with STEADYTUNE_FUZZ (default `ci`):
+- `ci`: bounded for the suite (every fuzz test together under ~60 s on 2 CPU cores), derandomized: the same
+  examples on every run and every machine, so a failure in CI fails the same way on a laptop;
+- `long`: many more examples, random each run, for a fuzzing session by hand:
+  `STEADYTUNE_FUZZ=long python -m pytest tests/test_fuzz_config.py`.
+A failure prints the falsifying example and a `@reproduce_failure(...)` line (print_blob) that replays it exactly.
+No example database is written: the suite's outcome depends on nothing left over from an earlier run.
+
+The profiles are passed to each test (`@fuzz(max_examples)`), not loaded globally, so no other hypothesis user in the
+suite (schemathesis) has its settings changed.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from hypothesis import HealthCheck, settings
+
+PROFILE = os.environ.get("STEADYTUNE_FUZZ", "ci")
+# Per example: generous for a loaded 2-core machine, far below a hang (the cases fixed took 77 s to forever).
+DEADLINE = timedelta(seconds=5)
+
+settings.register_profile("steadytune-ci", derandomize=True, database=None, deadline=DEADLINE, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("steadytune-long", max_examples=2000, derandomize=False, database=None, deadline=DEADLINE,
+                          print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def fuzz(max_examples: int) -> settings:
+    """The profile's settings for one test; `max_examples` is this test's share of the CI budget."""
+    if PROFILE == "long":
+        return settings(settings.get_profile("steadytune-long"))
+    return settings(settings.get_profile("steadytune-ci"), max_examples=max_examples)
