@@ -273,3 +273,18 @@ def test_kto_rows_named_by_path_without_a_tag_are_one_line(tok, tmp_path):
     path.write_text(json.dumps({"instruction": "q", "output": "a"}) + "\n")
     with pytest.raises(ConfigError, match="has no kto_tag column"):
         prepare_datasets(load_config(None, {"dataset": str(path), "stage": "kto"}), tok, FEEDBACK)
+
+
+@pytest.mark.timeout(60)
+def test_a_long_default_system_is_tokenised_once(tok, tmp_path):
+    """Issue 25, case 5: a 10 MB default_system is refused by the config (test_config.py); one at the 100,000
+    characters it allows took 75 ms a row to tokenise (15 s for 200 rows here): now once for all rows."""
+    import time
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([{"instruction": f"q{i}", "input": "", "output": "a"} for i in range(200)]))
+    start = time.monotonic()
+    data = prepare(tok, dataset=str(path), template="qwen", default_system="word " * 20_000, cutoff_len=1024)
+    assert len(data.train) == 200 and time.monotonic() - start < 5
+    alone = prepare(tok, dataset=str(path), template="qwen", default_system="word " * 20_000, cutoff_len=1024,
+                    max_samples=1)
+    assert alone.train[0]["input_ids"] in [e["input_ids"] for e in data.train]
