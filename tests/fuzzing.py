@@ -1,6 +1,6 @@
 """Settings shared by the hypothesis property tests (test_fuzz_*.py): the hostile-input fuzzers of issue 25.
 
-Profiles, chosen with STEADYTUNE_FUZZ (default `ci`):
+Profiles, chosen with STEADYTUNE_FUZZ (default `ci`; STEADYTUNE_FUZZ_EXAMPLES=N sets the count in either):
 - `ci`: bounded for the suite (every fuzz test together under ~60 s on 2 CPU cores), derandomized: the same
   examples on every run and every machine, so a failure in CI fails the same way on a laptop;
 - `long`: many more examples, random each run, for a fuzzing session by hand:
@@ -30,7 +30,9 @@ settings.register_profile("steadytune-long", max_examples=2000, derandomize=Fals
 
 
 def fuzz(max_examples: int) -> settings:
-    """The profile's settings for one test; `max_examples` is this test's share of the CI budget."""
-    if PROFILE == "long":
-        return settings(settings.get_profile("steadytune-long"))
-    return settings(settings.get_profile("steadytune-ci"), max_examples=max_examples)
+    """The profile's settings for one test; `max_examples` is this test's share of the CI budget.
+    STEADYTUNE_FUZZ_EXAMPLES=N sets the count in either profile (as for serve's schemathesis test)."""
+    chosen = settings.get_profile("steadytune-long" if PROFILE == "long" else "steadytune-ci")
+    count = os.environ.get("STEADYTUNE_FUZZ_EXAMPLES")
+    return settings(chosen, max_examples=int(count) if count else
+                    chosen.max_examples if PROFILE == "long" else max_examples)
