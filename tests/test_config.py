@@ -9,6 +9,7 @@ from conftest import LF_FIXTURES, needs_shared
 
 from steadytune.cli import main
 from steadytune.config import ConfigError, load_config, save_resolved_config
+from steadytune.distributed.deepspeed_config import read_deepspeed_file
 from steadytune.distributed.fsdp_config import read_fsdp_keys
 from steadytune.errors import UserError
 from steadytune.eval.labelcheck import _training_label_names
@@ -298,3 +299,14 @@ def test_an_override_of_a_section_and_one_of_its_keys_is_one_line():
     """Found by tests/test_fuzz_config.py: `guard=x guard.window=3` was a TypeError."""
     with pytest.raises(ConfigError, match="guard.window'?: guard was given as 'x' before"):
         load_config(None, ["guard=x", "guard.window=3"])
+
+
+@pytest.mark.timeout(30)
+def test_deeply_nested_json_configs_are_one_line(tmp_path):
+    """A DeepSpeed or FSDP JSON file nested 100,000 deep was a RecursionError from json.loads."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(UserError, match=f"deepspeed: {deep}: JSON nested too deeply"):
+        read_deepspeed_file(deep)
+    with pytest.raises(UserError, match=f"fsdp_config: {deep}: cannot read"):
+        read_fsdp_keys(load_config(None, {"fsdp": "full_shard", "fsdp_config": str(deep)}).train)

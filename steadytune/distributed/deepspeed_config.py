@@ -77,6 +77,8 @@ def read_deepspeed_file(path: str | Path) -> DeepSpeedFile:
         raise UserError(f"{where}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{where}: cannot read ({e})") from None
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested too deeply to be a DeepSpeed config") from None
     if not isinstance(raw, dict):
         raise UserError(f"{where}: expected a JSON object of DeepSpeed settings")
     return DeepSpeedFile(path, raw, check_keys(raw, where))
