@@ -58,7 +58,7 @@ def tar_bytes(entries, manifest: str, garbage: bytes) -> bytes:
     return out.getvalue()
 
 
-def opens_or_says_why(content: bytes, names_with_newlines: bool = False) -> None:
+def opens_or_says_why(content: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "in" / "run.tar.gz"
         archive.parent.mkdir()
@@ -68,8 +68,7 @@ def opens_or_says_why(content: bytes, names_with_newlines: bool = False) -> None
         try:
             folder = open_archive(archive, cache=cache)
         except UserError as e:
-            # A member name holding a newline is quoted raw by archive.py: see the xfail test below.
-            assert "\n" not in str(e).strip() or names_with_newlines, str(e)
+            assert "\n" not in str(e).strip(), str(e)
         else:
             listed = {line.split("  ", 1)[1] for line in (folder / MANIFEST).read_text().splitlines() if line.strip()}
             assert {p.name for p in folder.iterdir()} == listed | {MANIFEST}
@@ -105,13 +104,9 @@ def test_any_tar_opens_or_is_one_line(entries, manifest, garbage, cut, flip):
     if flip is not None and content:
         at = flip % len(content)
         content = content[:at] + bytes([content[at] ^ (1 << (flip % 8))]) + content[at + 1:]
-    opens_or_says_why(content, names_with_newlines=any("\n" in name for name, *_ in entries))
+    opens_or_says_why(content)
 
 
-@pytest.mark.xfail(strict=True, reason="model/archive.py checks names with _SAFE_NAME.match, whose $ also matches "
-                                       "before a final newline: 'tokenizer.json\\n' passes as a plain name and is "
-                                       "quoted raw in the message (refused all the same: the manifest cannot list it). "
-                                       "Found by test_any_tar_opens_or_is_one_line; fix: _SAFE_NAME.fullmatch")
 def test_a_member_name_ending_in_a_newline_is_refused_on_one_line(tmp_path):
     content = tar_bytes([("tokenizer.json\n", tarfile.REGTYPE, b"{}", "")], "right", b"")
     archive = tmp_path / "run.tar.gz"

@@ -119,7 +119,7 @@ def parse_manifest(text: str, archive: Path) -> dict[str, str]:
         if not line.strip():
             continue
         match = re.fullmatch(r"([0-9a-f]{64}) [ *]?(.+)", line.strip())
-        if not match or not _SAFE_NAME.match(match.group(2)) or match.group(2) in entries:
+        if not match or not _SAFE_NAME.fullmatch(match.group(2)) or match.group(2) in entries:
             raise UserError(f"{archive}: {MANIFEST} line {number} is malformed ({line[:80]!r}): the archive is damaged "
                             "or was not written by steadytune")
         entries[match.group(2)] = match.group(1)
@@ -141,7 +141,7 @@ def _refuse_unsafe(member: tarfile.TarInfo, archive: Path, destination: Path) ->
         why = f"is a sparse file ({_size(member.size)} of mostly holes; steadytune never writes one)"
     elif not member.isfile():
         why = "is not a regular file"
-    elif not _SAFE_NAME.match(name):
+    elif not _SAFE_NAME.fullmatch(name):
         why = "is not a plain file name (archives hold no folders)"
     else:
         why = ""
