@@ -122,7 +122,7 @@ def warn_if_other_base(cfg, folder: Path) -> None:
         return
     try:
         recorded = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, AttributeError):
         return
     if not recorded:
         return

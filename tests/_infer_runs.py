@@ -5,6 +5,7 @@ on a trivial task), the tokenizer, run_config.yaml and the card, exactly as `ste
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import torch
@@ -13,6 +14,7 @@ from steadytune.config import load_config, save_resolved_config
 from steadytune.infer.card import write_run_card
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.lora import attach_adapter
+from steadytune.training.run_folder import LOCK
 
 LABELS = ["消极", "积极"]
 NEG = ["太差了", "很失望", "再也不买了", "包装破损", "讨厌"]
@@ -100,3 +102,9 @@ def make_full_run(out: Path, keys: dict) -> Path:
     save_resolved_config(cfg, out / "run_config.yaml")
     write_run_card(out, cfg.model.model_name_or_path)
     return out
+
+
+def hold_lock(folder, pid: int, host: str | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / LOCK).write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(),
+                                           "started": "2026-01-01T00:00:00+0000"}), encoding="utf-8")

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,12 @@ def compiled_graphs(monkeypatch) -> list:
     torch._dynamo.reset()
     yield compiled
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def live_process():
+    """A process that runs while the test does, standing for a training that holds a run folder's lock."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait()

@@ -3,13 +3,14 @@ label-map checks: a swapped map is caught, a label set mismatch is refused with 
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
 import yaml
+
+from _infer_runs import hold_lock
 
 from steadytune.cli import main
 from steadytune.config import load_config
@@ -189,21 +190,6 @@ def test_a_capped_test_split_says_so_and_how_to_lift_it(trained_run, capsys):
     assert "6 more examples left out by max_eval_samples; add max_samples=null max_eval_samples=null" in out
     main(["eval", str(root / "run.yaml"), "--known-samples", "0", "--output-dir", str(root / "whole")])
     assert "left out" not in capsys.readouterr().out
-
-
-@pytest.fixture
-def live_process():
-    """A process that runs while the test does, standing for a training that holds a run folder's lock."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
-def hold_lock(folder, pid: int, host: str | None = None) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / LOCK).write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(),
-                                           "started": "2026-01-01T00:00:00+0000"}), encoding="utf-8")
 
 
 def test_eval_refuses_a_folder_a_live_training_holds(trained_run, capsys, live_process):

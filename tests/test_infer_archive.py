@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _infer_runs import learned_classification_run
+from _infer_runs import hold_lock, learned_classification_run
 
 from steadytune.cli import main
 from steadytune.errors import UserError
 from steadytune.model import archive
 from steadytune.model.archive import MANIFEST, open_archive, write_archive
 from steadytune.model.tiny import save_tiny_model
+from steadytune.training.run_folder import LOCK
 
 
 @pytest.fixture(scope="module")
@@ -322,3 +323,21 @@ def test_export_archive_refuses_a_link_out_of_the_run_folder_and_packs_links_ins
     assert str(tmp_path).encode() not in gzip.decompress(target.read_bytes())
     assert (open_archive(target) / "tokenizer_config.json").read_bytes() == \
         (folder / "tokenizer_config.saved").read_bytes()
+
+
+def test_export_refuses_a_run_folder_or_export_dir_a_live_training_holds(run_dir, tmp_path, capsys, live_process):
+    """Issue 25, case 10 for export: --archive writes README.md and base_model.json into the run folder, and a merged
+    export writes export_dir; neither beside a training that holds the folder's lock."""
+    busy = tmp_path / "busy-run"
+    shutil.copytree(run_dir, busy)
+    hold_lock(busy, live_process.pid)
+    before = sorted(p.name for p in busy.iterdir())
+    assert main(["export", str(busy), "--archive", str(tmp_path / "x.tar.gz")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"is in use by process {live_process.pid}" in err and "Traceback" not in err
+    assert sorted(p.name for p in busy.iterdir()) == before and not (tmp_path / "x.tar.gz").exists()
+    merged = tmp_path / "merged"
+    hold_lock(merged, live_process.pid)
+    assert main(["export", str(run_dir), f"export_dir={merged}"]) == 1
+    assert f"is in use by process {live_process.pid}" in capsys.readouterr().err
+    assert sorted(p.name for p in merged.iterdir()) == [LOCK]

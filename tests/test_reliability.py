@@ -724,3 +724,25 @@ def test_weights_whose_shapes_disagree_with_config_are_one_clear_error(tmp_path)
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(UserError, match="its weights do not have the shapes its config.json gives"):
         load_model_and_tokenizer(load_config(None, {"model_name_or_path": str(folder)}).model)
+
+
+@pytest.mark.parametrize("where", ["adapter_config.json", "base_model.json", "manifest", "lock"])
+def test_json_nested_past_the_interpreter_limit_in_a_run_folder_is_no_traceback(tmp_path, where, capsys):
+    """Issue 25: the readers of a run folder's own JSON files (json.loads raises RecursionError, not ValueError, on
+    100,000 levels) refuse or ignore it in one line."""
+    from steadytune.cli import main
+    from steadytune.training.run_folder import LOCK, MANIFEST, read_manifest
+    deep = "[" * 100_000 + "]" * 100_000
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "adapter_config.json").write_text('{"base_model_name_or_path": "x"}', encoding="utf-8")
+    (run / "adapter_model.safetensors").write_bytes(b"")
+    name = {"manifest": MANIFEST, "lock": LOCK}.get(where, where)
+    (run / name).write_text(deep, encoding="utf-8")
+    if where == "manifest":
+        assert read_manifest(run) == {}
+        return
+    code = main(["chat", str(run)])
+    err = capsys.readouterr().err
+    assert code != 0 and "Traceback" not in err and "RecursionError" not in err
+    assert err.strip().count("\n") == 0, err

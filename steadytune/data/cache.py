@@ -46,7 +46,7 @@ def load_prepared(path: str | os.PathLike, expected: str) -> Optional[dict]:
         return None
     try:
         payload = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise DataError(f"{file}: unreadable tokenised cache ({e}); delete it or choose another tokenized_path") from None
     if payload.get("fingerprint") != expected:
         raise DataError(f"tokenized_path {path}: holds data tokenised with other data settings or another tokenizer; "

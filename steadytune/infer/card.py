@@ -26,9 +26,10 @@ BASE_RECORD = "base_model.json"
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def describe_base(name: str, resolved: str | None = None) -> dict[str, Any]:

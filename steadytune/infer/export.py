@@ -40,7 +40,7 @@ from steadytune.infer.merge import (
 )
 from steadytune.model.archive import archive_members, archives_cache, is_archive, refuse_links_out, write_archive
 from steadytune.model.load import _hub_reachable, resolve_model_path
-from steadytune.training.run_folder import record_outputs
+from steadytune.training.run_folder import record_outputs, refuse_if_in_use
 
 EXPORT_KEYS = "export_dir, export_size, export_device, export_legacy_format, export_hub_model_id, export_format, " \
               "export_gguf_type, infer_dtype"
@@ -113,7 +113,9 @@ def archive_run(run_, target: Path | None, force: bool) -> Path:
         target = folder.parent / f"{folder.resolve().name}.tar.gz"
     if not is_archive(target):
         raise UserError(f"--archive {target}: the archive name must end in .tar.gz")
-    # Before anything is written into the folder: a link out of it would leak its target, or be written through.
+    # Before anything is written into the folder: a training still writing there owns it, and a link out of it would
+    # leak its target, or be written through.
+    refuse_if_in_use(folder, "steadytune export --archive")
     refuse_links_out(folder, [m.name for m in archive_members(folder)], written=("README.md", BASE_RECORD))
     if archives_cache().resolve() not in folder.resolve().parents:  # an unpacked archive is repacked as it is
         write_base_record(folder, run_.cfg.model.model_name_or_path)
@@ -134,6 +136,7 @@ def archive_run(run_, target: Path | None, force: bool) -> Path:
 def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True) -> dict:
 
     cfg, settings = run_.cfg, run_.cfg.infer
+    refuse_if_in_use(out_dir, "steadytune export")
     check_export_dir(out_dir, force)
     info = detect()
     device = torch.device("cpu") if settings.export_device == "cpu" else device_for(info)

@@ -88,7 +88,12 @@ def _run_from_folder(folder: Path, overrides: list[str], origin: str) -> Run:
         if has_adapter and "model_name_or_path" not in cfg.user_keys:
             # A bare peft folder: its base is what adapter_config.json names (portable since steadytune writes the
             # alias or hub id there; see card.portable_base).
-            base = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+            adapter_config = folder / "adapter_config.json"
+            try:
+                base = json.loads(adapter_config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+            except (OSError, ValueError, RecursionError, AttributeError):
+                raise UserError(f"{adapter_config}: not a readable JSON object (or nested too deeply); the folder is "
+                                "damaged") from None
             if not base:
                 raise UserError(f"{origin}: adapter_config.json names no base model; pass model_name_or_path=...")
             cfg.model.model_name_or_path = str(base)

@@ -44,7 +44,9 @@ def saved_dtype(folder: Path) -> torch.dtype | None:
     """The dtype a model folder's config.json states (`dtype`, or transformers 4's `torch_dtype`)."""
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(config, dict):
         return None
     name = config.get("dtype") or config.get("torch_dtype")
     return getattr(torch, name, None) if isinstance(name, str) else None

@@ -62,7 +62,7 @@ def _check_file_readable(file: Path) -> None:
     elif suffix == ".json":
         try:
             json.loads(file.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise CheckpointError(f"{folder}: {file.name} is not valid JSON ({e}): the checkpoint is damaged") from None
     elif suffix in (".pt", ".bin", ".pth"):
         if not zipfile.is_zipfile(file):
@@ -79,7 +79,7 @@ def _check_safetensors_complete(file: Path) -> None:
                 raise ValueError("header is cut off")
             header = json.loads(f.read(header_len))
         end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise CheckpointError(f"{file.parent}: {file.name} is corrupt ({e}): the checkpoint is damaged") from None
     if 8 + header_len + end != size:
         raise CheckpointError(f"{file.parent}: {file.name} is truncated ({size} bytes, its header promises "
@@ -156,6 +156,7 @@ def _compare_shapes(folder: Path, saved: dict[str, tuple], expected: dict[str, t
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return {}
+    return data if isinstance(data, dict) else {}

@@ -336,7 +336,7 @@ def read_state(checkpoint: str | Path) -> TrainerState:
     try:
         raw = json.loads(state_path.read_text(encoding="utf-8"))
         state = TrainerState(**raw)
-    except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, TypeError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"{state_path}: unreadable trainer state ({e})") from None
     for name in state.files:
         path = checkpoint / name
