@@ -21,6 +21,7 @@ from steadytune.eval.scoring import evaluate_classification
 from steadytune.infer.loading import load_for_inference
 from steadytune.report.record import write_run_report
 from steadytune.train import run_training
+from steadytune.training.run_folder import record_outputs
 
 RECIPE = "gemma3_270m_sentiment.yaml"
 
@@ -97,6 +98,7 @@ def run_demo(cfg, force: bool = False) -> dict:
     }
     (Path(result.output_dir) / "demo_results.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False),
                                                                encoding="utf-8")
+    record_outputs(result.output_dir, ["demo_results.json"])  # the run's own file: a later demo may replace it
     write_run_report(result.output_dir, announce=False)  # again, with the before/after accuracy
     print("\n".join([
         "",

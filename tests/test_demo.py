@@ -69,3 +69,23 @@ def test_demo_loads_the_model_once_and_trains_the_copy_it_scored(tmp_path, monke
     assert len(loads) == 1 and adopted == loads
     layer = loads[0].model.layers[0].mlp.down_proj
     assert layer.base_layer.weight.data_ptr() == seen["before"]  # LoRA wrapped the same weight tensor
+
+
+def test_the_demo_runs_again_in_its_own_folder(tmp_path):
+    """`make demo` twice: the second run replaces the first one's files, as the embedded recipe asks
+    (overwrite_output_dir: true), demo_results.json included: it is the demo's own file, listed in the run's manifest,
+    not a file no steadytune run wrote."""
+    from steadytune.demo import recipe_path
+    assert load_config(recipe_path(), []).train.overwrite_output_dir
+    model_dir = save_tiny_model(tmp_path / "tiny", "qwen2", seed=0)
+    rows = [{"text": t, "label": "消极"} for t in NEG] + [{"text": t, "label": "积极"} for t in POS]
+    (tmp_path / "reviews.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                            encoding="utf-8")
+    keys = [f"model_name_or_path={model_dir}", f"dataset={tmp_path / 'reviews.jsonl'}",
+            f"eval_dataset={tmp_path / 'reviews.jsonl'}", "template=empty", "label_names=[消极, 积极]",
+            "prompt_template=评论：{text}情感：", "cutoff_len=32", "per_device_train_batch_size=8", "max_steps=2",
+            f"output_dir={tmp_path / 'out'}", "overwrite_output_dir=true", "save_steps=1000", "plot_loss=false"]
+    first = run_demo(load_config(None, keys), force=True)
+    second = run_demo(load_config(None, keys), force=True)
+    assert second["train_steps"] == first["train_steps"] == 2
+    assert json.loads((tmp_path / "out" / "demo_results.json").read_text(encoding="utf-8")) == second
