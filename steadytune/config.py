@@ -266,6 +266,8 @@ class FaultInjectionArguments:
     lr_spike_factor: float = _opt(100.0, "Learning-rate multiplier during the LR spike.")
     hang_step: Optional[int] = _opt(None, "Make one rank hang (sleep forever) at the start of this optimizer step, to prove the hang watchdog.", minimum=1)
     hang_rank: int = _opt(0, "The rank that hangs at hang_step.", minimum=0)
+    kill_step: Optional[int] = _opt(None, "Kill one rank's process (SIGKILL) at the start of this optimizer step, on the job's first attempt only, to prove an elastic restart resumes from the last checkpoint.", minimum=1)
+    kill_rank: int = _opt(0, "The rank whose process is killed at kill_step.", minimum=0)
 
 
 @dataclass
