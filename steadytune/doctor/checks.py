@@ -18,6 +18,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from steadytune.doctor.devices import VISIBILITY, Card, igpu_shadow, is_apu, mixed_arch_findings, visibility_findings, visible_list
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.probe import OPTIONAL_PACKAGES, Probe, package_version, version_tuple
 from steadytune.hardware.archs import bf16_verdict, gfx_family
@@ -93,12 +94,17 @@ def check_devices(probe: Probe) -> list[Finding]:
                                                     f"{g.memory_gib if g.memory_gib is not None else '?'} GiB (torch does not see it)"))
     listed = gpus or probe.host_gpus
     discrete = discrete_behind_igpu(listed)
-    if discrete:
-        var = "CUDA_VISIBLE_DEVICES" if probe.flavour == "cuda" else "HIP_VISIBLE_DEVICES"
+    if discrete and probe.flavour == "cuda":
         findings.append(Finding.warn(
             "devices", f"GPU 0 is an integrated GPU ({listed[0].name}, {listed[0].arch}); the discrete GPU is {discrete}",
             "Tools that take device 0 (and every rank of a multi-GPU launch) would run on the iGPU.",
-            f"export {var}={discrete}   (or ROCR_VISIBLE_DEVICES=<dGPU UUID>)"))
+            f"export CUDA_VISIBLE_DEVICES={discrete}"))
+    elif discrete:
+        uuids = [g.uuid for g in probe.host_gpus] if len(probe.host_gpus) == len(listed) else [None] * len(listed)
+        cards = [Card(g.index, g.arch, uuid=getattr(g, "uuid", None) or uuid, integrated=g.integrated, name=g.name)
+                 for g, uuid in zip(listed, uuids)]
+        what, why, fix = igpu_shadow(cards, probe.arch_list or None)
+        findings.append(Finding.warn("devices", what, why, fix))
     elif listed and all(g.integrated for g in listed):
         apu = probe.info.primary
         if apu is not None:   # an APU worth training on (gpu_facts: Strix Halo / Strix Point)
@@ -112,54 +118,30 @@ def check_devices(probe: Probe) -> list[Finding]:
 
 
 def _visible_list(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+    return visible_list(value)
+
+
+def host_cards(probe: Probe) -> list[Card]:
+    """The machine's AMD GPUs before any visibility variable (the KFD topology, with rocminfo's UUIDs and names where
+    rocminfo listed the same cards), in the order ROCR numbers them."""
+    cards = [Card(i, arch, node, integrated=is_apu(arch)) for i, (node, arch) in enumerate(probe.host_nodes)]
+    if cards and len(probe.host_gpus) == len(cards):
+        for card, record in zip(cards, probe.host_gpus):
+            card.uuid, card.name = record.uuid, record.name
+            card.integrated = card.integrated or record.integrated
+    return cards
 
 
 def check_visibility(probe: Probe) -> list[Finding]:
     """Rows 6-7: HIP/ROCR/CUDA_VISIBLE_DEVICES, how they combine, conflicts, empty selections."""
     import torch
 
-    env, findings = probe.env, []
-    names = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
-    set_vars = {n: env[n] for n in names if n in env}
-    if not set_vars:
-        return findings
-    findings.append(Finding.info("visibility", "set: " + ", ".join(f"{k}={v!r}" for k, v in set_vars.items())))
-    for name, value in set_vars.items():
-        entries = _visible_list(value)
-        if not entries or entries[0] == "-1":
-            findings.append(Finding.warn("visibility", f"{name}={value!r} hides every GPU", "training would run on the CPU",
-                                         f"unset {name}, or list the GPUs to use (e.g. {name}=0)"))
-    rocr, hip, cuda = (set_vars.get(n) for n in names[:3])
-    if probe.flavour == "rocm":
-        if rocr is not None and (hip is not None or cuda is not None):
-            second_name = "HIP_VISIBLE_DEVICES" if hip is not None else "CUDA_VISIBLE_DEVICES"
-            second = _visible_list(hip if hip is not None else cuda)
-            first = _visible_list(rocr)
-            if len(second) > len(first):
-                findings.append(Finding.error(
-                    "visibility", f"{second_name} lists {len(second)} devices but ROCR_VISIBLE_DEVICES only {len(first)}",
-                    "ROCR filters first and HIP indexes what is left; torch raises "
-                    "'HIP_VISIBLE_DEVICES contains more devices than ROCR_VISIBLE_DEVICES'.",
-                    "set one layer only: ROCR_VISIBLE_DEVICES on Linux (or HIP_VISIBLE_DEVICES), not both"))
-            else:
-                effective = [first[int(i)] for i in second if i.isdigit() and int(i) < len(first)]
-                findings.append(Finding.warn(
-                    "visibility", f"two visibility layers set: ROCR_VISIBLE_DEVICES={rocr!r} then {second_name}={','.join(second)!r}"
-                                  f" -> physical devices {effective}",
-                    "ROCR is applied first, HIP re-indexes the survivors; launchers (Ray, verl) refuse this mix.",
-                    "set one layer only"))
-        if hip is not None and cuda is not None and _visible_list(hip) != _visible_list(cuda):
-            findings.append(Finding.warn("visibility", f"HIP_VISIBLE_DEVICES={hip!r} and CUDA_VISIBLE_DEVICES={cuda!r} disagree",
-                                         "on ROCm torch uses HIP_VISIBLE_DEVICES and ignores CUDA_VISIBLE_DEVICES",
-                                         "export HIP_VISIBLE_DEVICES only"))
-        elif cuda is not None and hip is None and rocr is None:
-            findings.append(Finding.info("visibility", "CUDA_VISIBLE_DEVICES is set on ROCm",
-                                         "HIP honours it today, but newer HIP docs list only HIP_VISIBLE_DEVICES",
-                                         f"export HIP_VISIBLE_DEVICES={cuda}"))
-    elif probe.flavour == "cuda" and (rocr is not None or hip is not None):
-        findings.append(Finding.info("visibility", "ROCR/HIP_VISIBLE_DEVICES are ignored by a CUDA build of torch",
-                                     fix="use CUDA_VISIBLE_DEVICES on NVIDIA"))
+    env = probe.env
+    if not any(n in env for n in VISIBILITY):
+        return []
+    findings = visibility_findings(env, probe.flavour, host_cards(probe))
+    set_vars = {n: env[n] for n in VISIBILITY if n in env}
+    rocr, hip, cuda = (set_vars.get(n) for n in VISIBILITY[:3])
     # Row 7: a variable changed after torch initialised the GPU runtime has no effect in this process.
     chosen = hip if probe.flavour == "rocm" and hip is not None else cuda if cuda is not None else hip
     if chosen is not None and probe.info.gpus and torch.cuda.is_initialized():
@@ -185,11 +167,14 @@ def check_hsa_override(probe: Probe) -> list[Finding]:
 
     findings = []
     overrides = {k: v for k, v in probe.env.items() if k == "HSA_OVERRIDE_GFX_VERSION" or k.startswith("HSA_OVERRIDE_GFX_VERSION_")}
+    if probe.flavour == "cuda":
+        return [Finding.info("hsa-override", "HSA_OVERRIDE_GFX_VERSION is set but this is a CUDA build; it is ignored")] \
+            if overrides else []
+    wheel_archs = {normalise_gfx(a) for a in probe.arch_list} or set(OFFICIAL_WHEEL_ARCHS)
+    mixed = mixed_arch_findings(probe.env, host_cards(probe), wheel_archs)   # one card needs it, another must not
+    findings += mixed
     if not overrides:
         return findings
-    if probe.flavour == "cuda":
-        return [Finding.info("hsa-override", "HSA_OVERRIDE_GFX_VERSION is set but this is a CUDA build; it is ignored")]
-    wheel_archs = {normalise_gfx(a) for a in probe.arch_list} or set(OFFICIAL_WHEEL_ARCHS)
     for name, value in sorted(overrides.items()):
         target = _override_target(value)
         if target is None:
@@ -209,6 +194,8 @@ def check_hsa_override(probe: Probe) -> list[Finding]:
                     "hsa-override", f"{name}={value} on {arch} is a known trap", row.override.why,
                     f"unset {name} and install a torch with native {arch} code: "
                     + "; or ".join(line for _, line in install_lines(arch))))
+            elif mixed and any(f.severity == "error" for f in mixed):
+                continue   # the mixed-card finding explains this card and gives the per-node fix
             elif gfx_family(arch) != gfx_family(target):
                 findings.append(Finding.error(
                     "hsa-override", f"{name}={value} ({target}) is from another family than the GPU ({arch})",
@@ -365,18 +352,7 @@ def check_optional_libs(probe: Probe) -> list[Finding]:
     missing = [p for p, v in versions.items() if not v]
     findings.append(Finding.info("optional", "installed: " + (", ".join(f"{p} {v}" for p, v in installed.items()) or "none")
                                  + ("; not installed: " + ", ".join(missing) if missing else "")))
-    gpu = probe.info.primary
-    arch = gpu.arch if gpu else ""
-    if "bitsandbytes" in installed and probe.flavour == "rocm":
-        v = version_tuple(installed["bitsandbytes"])
-        if v < (0, 45):
-            findings.append(Finding.warn("optional", f"bitsandbytes {installed['bitsandbytes']} has no ROCm support",
-                                         "ROCm support starts with the 0.45 multi-backend release",
-                                         "pip install -U 'bitsandbytes>=0.50'"))
-        elif v < (0, 50) and not arch.startswith(("gfx90a", "gfx942", "gfx110")):
-            findings.append(Finding.warn("optional", f"bitsandbytes {installed['bitsandbytes']} ships no kernels for {arch or 'this GPU'}",
-                                         "'Error invalid device function ... ops.hip': before 0.50 the ROCm binaries cover gfx90a, gfx942 and RDNA3",
-                                         "pip install -U 'bitsandbytes>=0.50', or build with -DBNB_ROCM_ARCH=<arch>"))
+    # bitsandbytes' per-arch gates and its native library: packages.py (check_packages)
     if "deepspeed" in installed and probe.flavour == "rocm":
         hipcc = shutil.which("hipcc") or (probe.rocm_root / "bin" / "hipcc").exists()
         if not hipcc:

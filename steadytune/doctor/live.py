@@ -26,12 +26,14 @@ from steadytune.doctor.deepspeed_ops import build_and_load_ops, check_deepspeed
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.hardware_checks import check_archs, check_rebar, check_train_plan, check_unified_memory
 from steadytune.doctor.multi_gpu import check_allreduce, check_multi_gpu
+from steadytune.doctor.packages import check_packages
 from steadytune.doctor.probe import Probe, collect_probe, package_version
 
 LIVE_CHECKS: tuple[Callable[[Probe], list[Finding]], ...] = (
     check_torch_build, check_devices, check_visibility, check_hsa_override, check_build_env, check_device_files,
     check_arch_coverage, check_archs, check_precision, check_attention, check_train_plan, check_unified_memory,
-    check_rebar, check_container, check_optional_libs, check_deepspeed, check_multi_gpu, check_allocator, check_wsl,
+    check_rebar, check_container, check_optional_libs, check_packages, check_deepspeed, check_multi_gpu, check_allocator,
+    check_wsl,
 )
 
 

@@ -40,10 +40,13 @@ class Probe:
     groups: set[int]
     host_gpus: list["GpuRecord"] = field(default_factory=list)   # from rocminfo / kfd topology, if any
     host_archs: list[str] = field(default_factory=list)          # real gfx per kfd node (not overridden)
+    host_nodes: list[tuple[int, str]] = field(default_factory=list)   # (KFD node id, real gfx) per GPU node
     amd_evidence: list[str] = field(default_factory=list)
     nvidia_evidence: list[str] = field(default_factory=list)
     run_kernels: bool = True
     root: Path = Path("/")                      # where /.dockerenv and /run/.containerenv would be
+    rccl_version: Optional[tuple[int, ...]] = None   # torch.cuda.nccl.version(): RCCL's on ROCm
+    site_paths: Optional[list[str]] = None      # where installed packages are read (None: sys.path)
 
     @property
     def flavour(self) -> str:
@@ -61,9 +64,10 @@ class Probe:
             return None
 
 
-def _kfd_archs(sys_root: Path) -> list[str]:
-    """Real gfx targets of the GPU nodes from the kernel's KFD topology. HSA_OVERRIDE_GFX_VERSION changes what
-    rocminfo and torch report (it acts in user space), not this file, so it shows what the card really is."""
+def _kfd_nodes(sys_root: Path) -> list[tuple[int, str]]:
+    """(node id, real gfx target) of the GPU nodes in the kernel's KFD topology. HSA_OVERRIDE_GFX_VERSION changes what
+    rocminfo and torch report (it acts in user space), not this file, so it shows what the card really is; the node id
+    is the N of HSA_OVERRIDE_GFX_VERSION_N."""
     archs = []
     nodes = sys_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
     for node in sorted(nodes.glob("*"), key=lambda p: int(p.name) if p.name.isdigit() else 1 << 30):
@@ -74,7 +78,8 @@ def _kfd_archs(sys_root: Path) -> list[str]:
         match = re.search(r"^gfx_target_version\s+(\d+)", properties, re.MULTILINE)
         if match and int(match.group(1)) > 0:
             value = int(match.group(1))   # 90010 -> 9.0.10 -> gfx90a; 110001 -> gfx1101
-            archs.append(f"gfx{value // 10000}{(value // 100) % 100}{value % 100:x}")
+            node_id = int(node.name) if node.name.isdigit() else len(archs) + 1
+            archs.append((node_id, f"gfx{value // 10000}{(value // 100) % 100}{value % 100:x}"))
     return archs
 
 
@@ -106,7 +111,12 @@ def collect_probe(env: Optional[Mapping[str, str]] = None, dev_root: Path | str 
                   arch_list=arch_list, dev_root=dev_root, sys_root=sys_root, proc_root=proc_root,
                   uid=os.getuid(), groups=set(os.getgroups()) | {os.getgid()}, run_kernels=run_kernels,
                   root=Path(root))
-    probe.host_archs = _kfd_archs(sys_root)
+    probe.host_nodes = _kfd_nodes(sys_root)
+    probe.host_archs = [arch for _, arch in probe.host_nodes]
+    try:
+        probe.rccl_version = tuple(torch.cuda.nccl.version()) if probe.hip_version or probe.cuda_version else None
+    except Exception:   # a build without NCCL/RCCL
+        probe.rccl_version = None
     if (dev_root / "kfd").exists():
         probe.amd_evidence.append(f"{dev_root / 'kfd'} exists")
     if probe.host_archs:

@@ -69,7 +69,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"Navi 23|RX 66[05]0", "gfx1032", source=LLVM_TABLE),
     Product(r"Navi 22|RX 67[05]0", "gfx1031", source=LLVM_TABLE),
     Product(r"Navi 21|RX 6[89][05]0", "gfx1030", source=LLVM_TABLE),
-    Product(r"Navi 14|RX 5500", "gfx1012", source=LLVM_TABLE),
+    Product(r"Navi 14|RX 5500|RX 5300", "gfx1012", source=LLVM_TABLE),
     Product(r"Navi 10|RX 5[67]00", "gfx1010", source=LLVM_TABLE),
     # AMD integrated (APU) graphics, by graphics model, then by code name
     Product(r"Radeon 80[4-6][05]S|Ryzen AI Max|Strix Halo", "gfx1151", integrated=True),
@@ -156,6 +156,7 @@ class Arch:
     max_rocm: Optional[tuple[int, int]] = None   # newest ROCm whose wheels really run it (libraries dropped it later)
     note: str = ""
     source: str = ""
+    bnb_4bit: Optional[str] = None      # first bitsandbytes release whose ROCm wheels run 4-bit (QLoRA) on it (BNB_4BIT)
 
 
 NOT_NEEDED = "pytorch.org wheels carry code for it: the override would only run another chip's code"
@@ -166,6 +167,12 @@ _RDNA3_DGPU_OVERRIDE = Override("11.0.0", "works", "RDNA3 discrete chips run gfx
 _AOTRITON_010 = "AOTriton 0.10b in torch 2.8+ (pytorch PR #156499): official gfx950/gfx1201; experimental gfx1101/gfx1150/gfx1151/gfx1200"
 _FP8_FNUZ = "HIP FP8 docs: gfx940/941/942 support FNUZ FP8, not OCP (rocm.docs.amd.com/projects/HIP .../fp8_numbers)"
 _FP8_OCP = "LLVM PR #106160: gfx12 and newer gfx9 use the OCP FP8 formats; ROCm precision-support page"
+# bitsandbytes 4-bit per family (the arch's bnb_4bit field): RDNA from 0.49.0 (bitsandbytes PR #1748), CDNA from
+# 0.49.2 (4-bit blocksize 64/32 on wave64, bitsandbytes PR #1887); both per unsloth PR #4161. The 0.50.0 wheels add
+# the rest of gfx110x/115x/120x, and their ROCm 7.14 wheel gfx908 and gfx103x (bitsandbytes installation.mdx @0.50.0).
+_BNB_RDNA = "0.49.0"
+_BNB_CDNA = "0.49.2"
+_BNB_050 = "0.50.0"
 
 
 ARCHS: tuple[Arch, ...] = (
@@ -178,59 +185,63 @@ ARCHS: tuple[Arch, ...] = (
          note="bf16 is emulated by rocBLAS (slow); fp16 with loss scaling is the fast path. Newer wheels still list "
               "gfx906 but their rocBLAS has no gfx906 kernels ('TensileLibrary.dat ... not read'): rocm6.3 is the last",
          source="research/rocm.md section 5; TensorFlow-upstream PR #1395; unsloth PR #7354; ROCm/TheRock #1844"),
-    Arch("gfx908", "CDNA", "instinct", True, None, "none", _NO_OVERRIDE,
+    Arch("gfx908", "CDNA", "instinct", True, None, "none", _NO_OVERRIDE, bnb_4bit=_BNB_050,
          note="no hipBLASLt: torch falls back to hipBLAS", source="ROCm precision-support; rocm-libraries #780"),
-    Arch("gfx90a", "CDNA2", "instinct", True, None, "native", _NO_OVERRIDE, flash_attn_ck=True,
+    Arch("gfx90a", "CDNA2", "instinct", True, None, "native", _NO_OVERRIDE, flash_attn_ck=True, bnb_4bit=_BNB_CDNA,
          note="matrix cores flush fp16 denormals: train in bf16 (pytorch #182952)",
          source="ROCm precision-support; pytorch PR #121561 (AOTriton flash on MI200/MI300)"),
-    Arch("gfx942", "CDNA3", "instinct", True, "fnuz", "native", _NO_OVERRIDE, flash_attn_ck=True,
+    Arch("gfx942", "CDNA3", "instinct", True, "fnuz", "native", _NO_OVERRIDE, flash_attn_ck=True, bnb_4bit=_BNB_CDNA,
          note="MI300A/X, MI308X, MI325X; tf32 on matrix cores", source=f"{GPU_SPECS}; {_FP8_FNUZ}"),
-    Arch("gfx950", "CDNA4", "instinct", True, "ocp", "native", _NO_OVERRIDE, flash_attn_ck=True,
-         note="MI350X/MI355X; also fp6/fp4", source=f"{GPU_SPECS}; {_FP8_OCP}; {_AOTRITON_010}"),
-    Arch("gfx1010", "RDNA1", "dgpu", False, None, "none",
-         Override(None, "unverified", "RDNA2 code (10.3.0) is a different ISA; no report of it working for training",
-                  "research/rocm.md section 3"),
-         note="no pytorch.org wheel; AMD's multi-arch nightlies have a device-gfx1010 extra",
-         source=f"{LLVM_TABLE}; unsloth PR #9138 (torch[device-gfx1010] from rocm.nightlies.amd.com/whl-multi-arch)"),
-    Arch("gfx1030", "RDNA2", "dgpu", False, None, "none", _NO_OVERRIDE,
+    Arch("gfx950", "CDNA4", "instinct", True, "ocp", "native", _NO_OVERRIDE, flash_attn_ck=True, bnb_4bit=_BNB_050,
+         note="MI350X/MI355X; also fp6/fp4. AOTriton 0.13b (ROCm 10.0 on) picks a slower flash-attention backward "
+              "here: 9-25% lower training throughput (ROCm/TheRock #7696)",
+         source=f"{GPU_SPECS}; {_FP8_OCP}; {_AOTRITON_010}; ROCm/TheRock #7696"),
+    *(Arch(gfx, "RDNA1", "dgpu", False, None, "none",
+           Override(None, "unverified", "RDNA2 code (10.3.0) is a different ISA; no report of it working for training",
+                    "research/rocm.md section 3"),
+           note="no pytorch.org wheel has RDNA1 code (a rocm6.3 wheel on an RX 5700 XT: pytorch #145670); AMD's "
+                "multi-arch nightlies have a device-gfx1010 extra",
+           source=f"{LLVM_TABLE}; unsloth PR #9138 (torch[device-gfx1010] from rocm.nightlies.amd.com/whl-multi-arch)")
+      for gfx in ("gfx1010", "gfx1012")),
+    Arch("gfx1030", "RDNA2", "dgpu", False, None, "none", _NO_OVERRIDE, bnb_4bit=_BNB_050,
          note="no bf16 arithmetic (Triton bf16 kernels abort); fp16 with loss scaling",
          source="unsloth PR #7682; research/rocm.md section 5"),
     *(Arch(gfx, "RDNA2", "apu" if gfx in ("gfx1033", "gfx1035", "gfx1036") else "dgpu", False, None, "none",
            Override("10.3.0", "works", "same RDNA2 ISA as gfx1030, whose code the wheels carry",
                     "ROCm legacy-rocm-build #1797; pytorch #132570; research/rocm.md row 3"),
-           note="no bf16 arithmetic; fp16 with loss scaling", source=LLVM_TABLE)
+           note="no bf16 arithmetic; fp16 with loss scaling", source=LLVM_TABLE, bnb_4bit=_BNB_050)
       for gfx in ("gfx1031", "gfx1032", "gfx1034", "gfx1035", "gfx1036")),
     Arch("gfx1033", "RDNA2", "apu", False, None, "none",
          Override("10.3.0", "trap", "Steam Deck (Van Gogh): training on gfx103X wheels returns wrong numbers "
                   "(negative MSE, NaN) with identical seeds where the CPU converges", "unsloth PR #8412"),
          note="Van Gogh (Steam Deck)", source=LLVM_TABLE),
-    Arch("gfx1100", "RDNA3", "dgpu", True, None, "native", _NO_OVERRIDE,
+    Arch("gfx1100", "RDNA3", "dgpu", True, None, "native", _NO_OVERRIDE, bnb_4bit=_BNB_RDNA,
          note="flash-attn CK for RDNA3 only on main after PR #2400 (not v2.8.3); SDPA is the safe path",
          source="AOTriton 0.8b (pytorch PR #140172): gfx1100 no longer experimental; llama.cpp b11847 (WMMA bf16)"),
-    Arch("gfx1101", "RDNA3", "dgpu", True, None, "experimental", _RDNA3_DGPU_OVERRIDE,
+    Arch("gfx1101", "RDNA3", "dgpu", True, None, "experimental", _RDNA3_DGPU_OVERRIDE, bnb_4bit=_BNB_RDNA,
          source=f"{GPU_SPECS}; {_AOTRITON_010}"),
-    Arch("gfx1102", "RDNA3", "dgpu", True, None, "unknown", _RDNA3_DGPU_OVERRIDE,
+    Arch("gfx1102", "RDNA3", "dgpu", True, None, "unknown", _RDNA3_DGPU_OVERRIDE, bnb_4bit=_BNB_050,
          source=f"{GPU_SPECS}; pytorch PR #147761 (gfx1102 in the wheels)"),
     Arch("gfx1103", "RDNA3", "apu", True, None, "experimental",
          Override("11.0.0", "trap", "gfx1100 code on gfx1103 gives GPU page faults and hard hangs (ISA differences)",
-                  "pytorch #179653; llama.cpp #20839"),
+                  "pytorch #179653; llama.cpp #20839"), bnb_4bit=_BNB_050,
          note="Radeon 780M/760M/740M", source=f"{GPU_SPECS}; pytorch PR #168351 (AOTriton 0.11.1b enables gfx1103)"),
     Arch("gfx1150", "RDNA3.5", "apu", True, None, "experimental",
          Override("11.0.0", "trap", "gfx1100 code on gfx1150 fails with HSA_STATUS_ERROR_INVALID_ISA",
-                  "likelovewant/ROCmLibs-for-gfx1103-AMD780M-APU #37"),
+                  "likelovewant/ROCmLibs-for-gfx1103-AMD780M-APU #37"), bnb_4bit=_BNB_RDNA,
          apu_trains=True, note="Strix Point: Radeon 890M/880M", source=f"{GPU_SPECS}; {_AOTRITON_010}"),
     Arch("gfx1151", "RDNA3.5", "apu", True, None, "experimental",
          Override("11.0.0", "works", "reported working before the wheels had gfx1151; slower than native kernels, "
-                  "and unneeded with a ROCm 7 wheel", "pytorch #164346; research/rocm.md row 3"),
+                  "and unneeded with a ROCm 7 wheel", "pytorch #164346; research/rocm.md row 3"), bnb_4bit=_BNB_RDNA,
          apu_trains=True, note="Strix Halo: Radeon 8060S/8050S/8040S, up to 128 GB shared memory",
          source=f"{GPU_SPECS}; {_AOTRITON_010}"),
     Arch("gfx1152", "RDNA3.5", "apu", True, None, "unknown",
          Override(None, "unverified", "no pytorch.org wheel to borrow from in the same family except gfx1150/gfx1151; "
-                  "no report of either working on gfx1152", "yanwk/ComfyUI-Docker discussion #167"),
+                  "no report of either working on gfx1152", "yanwk/ComfyUI-Docker discussion #167"), bnb_4bit=_BNB_050,
          note="Krackan Point: Radeon 860M/840M/820M", source=GPU_SPECS),
-    Arch("gfx1200", "RDNA4", "dgpu", True, "ocp", "experimental", _NO_OVERRIDE,
+    Arch("gfx1200", "RDNA4", "dgpu", True, "ocp", "experimental", _NO_OVERRIDE, bnb_4bit=_BNB_RDNA,
          note="Radeon RX 9060 XT / 9060 / 9050", source=f"{GPU_SPECS}; {_FP8_OCP}; {_AOTRITON_010}"),
-    Arch("gfx1201", "RDNA4", "dgpu", True, "ocp", "native", _NO_OVERRIDE,
+    Arch("gfx1201", "RDNA4", "dgpu", True, "ocp", "native", _NO_OVERRIDE, bnb_4bit=_BNB_RDNA,
          note="Radeon RX 9070 / 9070 XT / 9070 GRE, Radeon AI PRO R9700",
          source=f"{GPU_SPECS}; {_FP8_OCP}; {_AOTRITON_010}; ROCm/TransformerEngine #359 (fp8 in PyTorch on R9700)"),
 )
@@ -354,3 +365,145 @@ def override_for_arch(arch: str) -> Optional[str]:
 
 # The archs the current pytorch.org ROCm wheels run on.
 OFFICIAL_WHEEL_ARCHS = frozenset(a for a in current_stable_wheel().archs if current_stable_wheel() in wheels_for(a))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Known problems of particular releases, per architecture (what the 2026 issue trackers record)
+# ---------------------------------------------------------------------------------------------------------
+
+# bitsandbytes on ROCm. The per-arch 4-bit floor is the Arch table's bnb_4bit; below it 4-bit kernels fail ("Error
+# invalid device function ... ops.hip", or torch._check(blocksize in [...]) on wave64 CDNA). Every release before
+# 0.50.0 decodes 4-bit weights to NaN on AMD GPUs: QLoRA trains NaN from the first step.
+BNB_NAN_FREE = "0.50.0"
+BNB_NAN_SOURCE = ("unsloth PR #7535 (bitsandbytes PRs #1887, #1979, #2012 land in 0.50.0); unsloth/notebooks PR #300 "
+                  "(MI300X: 0.49.2 trains NaN every step, the 0.50 wheel trains clean)")
+# Which native library bitsandbytes loads: libbitsandbytes_rocm<NN>.so, NN from torch.version.hip. Releases through
+# 0.49.2 compute NN as major*10 + minor, so HIP 7.10/7.12/7.14 (TheRock wheels) look for rocm80/rocm82/rocm84, which no
+# wheel ships: "Configured ROCm binary not found at .../libbitsandbytes_rocm84.so". BNB_ROCM_VERSION picks the library.
+BNB_LIBRARY_SOURCE = ("bitsandbytes #1890 (7.12 read as 82), #2014 (ROCm 7.14 -> rocm84, bnb 0.49.2), #1799 (7.10 -> "
+                      "rocm80); BNB_ROCM_VERSION and -DROCM_VERSION: bitsandbytes PR #1878")
+
+
+def bnb_library_names(hip_version: str) -> tuple[str, ...]:
+    """The libbitsandbytes_rocm<NN>.so names bitsandbytes may look for with this torch.version.hip ('7.14.60850'):
+    major*10+minor (releases through 0.49.2) and major followed by minor (the fix proposed in bitsandbytes #1890)."""
+    parts = re.findall(r"\d+", hip_version or "")
+    if len(parts) < 2:
+        return ()
+    major, minor = int(parts[0]), int(parts[1])
+    return tuple(dict.fromkeys((f"libbitsandbytes_rocm{major * 10 + minor}.so", f"libbitsandbytes_rocm{major}{minor}.so")))
+
+
+@dataclass(frozen=True)
+class RcclIssue:
+    """A collective problem of one RCCL generation on some architectures, and the settings that avoid it."""
+    archs: frozenset[str]
+    symptom: str
+    settings: dict[str, str]            # environment variables that avoid it
+    fixed_in: str
+    source: str
+    rccl: Optional[tuple[tuple[int, int, int], tuple[int, int, int]]] = None   # affected RCCL versions [first, last]
+    rocm_from: Optional[tuple[int, int]] = None                                # or: every ROCm from this one
+
+
+RCCL_ISSUES: tuple[RcclIssue, ...] = (
+    RcclIssue(frozenset({"gfx1200", "gfx1201"}),
+              "RCCL 2.27 (ROCm 7.2.x) has no RDNA4 tuning entry and falls back to gfx906 PCIe tuning: the first "
+              "all-reduce across 2+ RDNA4 GPUs deadlocks, both GPUs at 100%, no error",
+              {"NCCL_PROTO": "Simple"},
+              "ROCm/rocm-systems PRs #6966, #7183 (TheRock RCCL >= 2.28.3); RCCL of ROCm 7.1.1 works",
+              "vllm-project/vllm #40980; ROCm/rocm-systems #5480 (2.27.3 worked, 2.27.7 deadlocks); "
+              "PrismML-Eng/llama.cpp #144", rccl=((2, 27, 4), (2, 28, 2))),
+    RcclIssue(frozenset({"gfx90a"}),
+              "with ROCm 7.13 or later the runtime reclaims scratch memory at every launch, which slows RCCL down",
+              {"HSA_NO_SCRATCH_RECLAIM": "1"}, "not yet",
+              "ROCm/rocm-systems PR #11472 (RCCL changelog, known issues)", rocm_from=(7, 13)),
+)
+
+# Consumer RDNA boards: two cards on different PCIe root complexes often have no working peer-to-peer path
+# (hipDeviceCanAccessPeer is 0), and RCCL's P2P transport then hangs or fails where one GPU works: LLaMA-Factory #6271
+# (2x RX 7900 XTX, ROCm 6.2.3), ROCm/legacy-rocm-build #6074 (2x RX 7900 XTX, RCCL 2.27.7), PrismML-Eng/llama.cpp #144.
+RDNA_P2P_SETTINGS = {"NCCL_P2P_DISABLE": "1"}
+RDNA_P2P_SOURCE = "LLaMA-Factory #6271; ROCm/legacy-rocm-build #6074; PrismML-Eng/llama.cpp #144; ROCm/vllm #390"
+
+
+def is_rdna(arch: str) -> bool:
+    return bool(re.match(r"gfx1[0-2]\d", normalise_gfx(arch or "")))
+
+
+def rccl_issues_for(archs: list[str], rccl_version: Optional[tuple[int, ...]] = None,
+                    rocm_version: Optional[tuple[int, int]] = None) -> list[RcclIssue]:
+    """The known RCCL problems of these GPUs with this RCCL / ROCm (an unknown version does not rule one out)."""
+    bases = {normalise_gfx(a) for a in archs}
+    found = []
+    for issue in RCCL_ISSUES:
+        if not bases & issue.archs:
+            continue
+        if issue.rccl and rccl_version is not None and not issue.rccl[0] <= tuple(rccl_version[:3]) <= issue.rccl[1]:
+            continue
+        if issue.rocm_from and rocm_version is not None and tuple(rocm_version[:2]) < issue.rocm_from:
+            continue
+        found.append(issue)
+    return found
+
+
+def rccl_settings(archs: list[str], rccl_version: Optional[tuple[int, ...]] = None,
+                  rocm_version: Optional[tuple[int, int]] = None) -> dict[str, str]:
+    """The environment a multi-GPU run on these GPUs should start with: the known issues' settings, and on 2+ consumer
+    RDNA cards peer-to-peer off (a board with working P2P loses only speed; `doctor --allreduce` tells)."""
+    settings: dict[str, str] = {}
+    for issue in rccl_issues_for(archs, rccl_version, rocm_version):
+        settings.update(issue.settings)
+    if sum(is_rdna(a) for a in archs) >= 2:
+        settings.update(RDNA_P2P_SETTINGS)
+    return settings
+
+
+@dataclass(frozen=True)
+class KernelBug:
+    """A torch kernel that crashes or is missing on some architectures in some wheels."""
+    op: str
+    archs: frozenset[str]
+    wheels: re.Pattern                  # matched against torch.__version__
+    symptom: str
+    fix: str
+    source: str
+
+
+KERNEL_BUGS: tuple[KernelBug, ...] = (
+    KernelBug("torch._grouped_mm", frozenset({"gfx1200", "gfx1201"}), re.compile(r"\+rocm7\.12(\.|$)"),
+              "a batched (3-D) weight makes torch._grouped_mm run a null HIP kernel: the process dies (0xC0000005, "
+              "no exception); MoE layers and their autograd decompositions call it",
+              "torch==2.11.0+rocm7.13.0 or newer (the fixed wheel)", "ROCm/TheRock #5284"),
+)
+
+
+def kernel_bugs_for(arch: str, torch_version: str) -> list[KernelBug]:
+    base = normalise_gfx(arch or "")
+    return [b for b in KERNEL_BUGS if base in b.archs and b.wheels.search(torch_version or "")]
+
+
+# AOTriton regressions: a version whose kernels are slower than the one before on some architecture.
+@dataclass(frozen=True)
+class AotritonRegression:
+    archs: frozenset[str]
+    rocm_from: tuple[int, int]          # first ROCm release that ships it
+    aotriton: str
+    what: str
+    workaround: str
+    source: str
+
+
+AOTRITON_REGRESSIONS: tuple[AotritonRegression, ...] = (
+    AotritonRegression(frozenset({"gfx950"}), (10, 0), "0.13b",
+                       "AOTriton 0.13b picks a slower flash-attention backward than 0.11.2b's 3-kernel split: 9-25% "
+                       "lower training throughput (BART, GPT-2, BERT, RoBERTa, Llama 2 70B)",
+                       "measure (`steadytune doctor --attention-bench`); the vendor's workaround is a torch rebuilt "
+                       "with AOTriton 0.11.2b", "ROCm/TheRock #7696"),
+)
+
+
+def aotriton_regressions_for(arch: str, rocm: Optional[tuple[int, int]]) -> list[AotritonRegression]:
+    """Regressions for this arch; with the ROCm version unknown, every one of the arch's (doctor says 'may')."""
+    base = normalise_gfx(arch or "")
+    return [r for r in AOTRITON_REGRESSIONS if base in r.archs and (rocm is None or rocm >= r.rocm_from)]

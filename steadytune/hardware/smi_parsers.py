@@ -42,6 +42,9 @@ class GpuRecord:
     power_cap_w: Optional[float] = None
     partition: Optional[str] = None     # MI300-class compute/memory partition mode (SPX/NPS1 ...)
     generic_name: bool = False          # the tool printed only "AMD Radeon Graphics": the model is unknown
+    kfd_node: Optional[int] = None      # the KFD topology node (rocminfo "Node:", rocm-smi's Node column): the N of
+                                        # HSA_OVERRIDE_GFX_VERSION_N; the CPU is node 0
+    cut: Optional[str] = None           # the saved output ends (or elides) inside this card's block: what is missing
 
     @property
     def bf16(self) -> Optional[bool]:
@@ -56,6 +59,8 @@ class ParseResult:
     notes: list[str] = field(default_factory=list)      # facts worth a finding (versions, pitfalls)
     problems: list[str] = field(default_factory=list)   # "could not read ..." messages
     rocm_version: Optional[str] = None                  # where the output states it (amd-smi's default view)
+    torch_version: Optional[str] = None                 # collect_env's "PyTorch version"
+    hip_version: Optional[str] = None                   # collect_env's "HIP runtime version"
 
 
 @dataclass
@@ -92,7 +97,7 @@ def split_samples(text: str) -> list[Sample]:
                 flush()
                 lines, command = [], ""
             in_header = not prompt
-            header_command = re.match(r"#\s*COMMAND[^:]*:\s*(.*)", line)
+            header_command = re.match(r"#\s*COMMAND[^:]*:\s*(.*)", line, re.IGNORECASE)
             if prompt:
                 command = prompt.group(1).strip()
             elif header_command:
@@ -178,10 +183,15 @@ def parse_rocminfo(text: str, result: ParseResult) -> None:
             if key == "Segment" and "COARSE GRAINED" in value and memory_kb is None:
                 size = next((v for k, v in pairs[i + 1:i + 3] if k == "Size"), None)
                 memory_kb = _int(size.split("(")[0]) if size else None
-        if fields.get("Device Type", "").upper() != "GPU":
+        device_type = fields.get("Device Type", "").upper()
+        cut = None
+        if not device_type and is_gfx_target(fields.get("Name", "")):
+            cut = "the output ends inside this agent's block (no Device Type, memory or ISA lines)"   # an excerpt
+        elif device_type != "GPU":
             continue
         gpu = GpuRecord(index=len(result.gpus), vendor="amd", name=fields.get("Marketing Name") or None,
-                        uuid=fields.get("Uuid"), device_id=_int(fields.get("Chip ID", "").split("(")[0]))
+                        uuid=fields.get("Uuid"), device_id=_int(fields.get("Chip ID", "").split("(")[0]),
+                        kfd_node=_int(fields.get("Node")), cut=cut)
         agent_name = fields.get("Name", "")
         if is_gfx_target(agent_name):
             gpu.arch, gpu.arch_source = normalise_gfx(agent_name), "rocminfo Name"
@@ -222,6 +232,21 @@ def parse_rocm_smi_json(data: Any, result: ParseResult) -> None:
         result.notes.append(f"amdgpu driver {system['Driver version']}")
 
 
+def parse_rocm_smi_json_cut(text: str, result: ParseResult) -> None:
+    """`rocm-smi --json` pasted only in part (the JSON does not close): every "cardN" object that starts in the text
+    is a card, with the "key": "value" pairs that made it in."""
+    starts = list(re.finditer(r'"(card\d+)"\s*:\s*\{', text))
+    for i, match in enumerate(starts):
+        segment = text[match.end(): starts[i + 1].start() if i + 1 < len(starts) else len(text)]
+        fields = dict(re.findall(r'"([^"]+)"\s*:\s*"([^"]*)"', segment))
+        gpu = _rocm_smi_card(int(match.group(1)[4:]), fields, result.notes)
+        if i + 1 == len(starts):
+            gpu.cut = "the saved JSON ends inside this card's object: the fields after the cut are unknown"
+        result.gpus.append(gpu)
+    if not result.gpus:
+        raise ValueError("no cardN object in the cut JSON")
+
+
 def parse_rocm_smi_csv(text: str, result: ParseResult) -> None:
     for row in csv.DictReader(io.StringIO(text.strip())):
         device = (row.get("device") or "").strip()
@@ -257,6 +282,7 @@ def parse_rocm_smi_concise(text: str, result: ParseResult) -> None:
     start = next((i for i, l in enumerate(lines) if re.match(r"\s*(GPU|Device)\s+", l)), None)
     if start is None:
         raise ValueError("no GPU/Device header row")
+    has_node = bool(re.match(r"\s*Device\s+Node\b", lines[start]))
     current: Optional[GpuRecord] = None
     for line in lines[start + 1:]:
         if line.startswith("=") or not line.strip():
@@ -264,9 +290,13 @@ def parse_rocm_smi_concise(text: str, result: ParseResult) -> None:
         row = re.match(r"^(\d+)\s+(.*)$", line)
         if row:
             current = GpuRecord(index=int(row.group(1)), vendor="amd")
+            node = re.match(r"(\d+)\s", row.group(2)) if has_node else None
+            current.kfd_node = int(node.group(1)) if node else None
             device_id = re.search(r"\b0x([0-9a-fA-F]{4})\b", row.group(2))
             if device_id:
                 current.device_id = int(device_id.group(1), 16)
+            if "..." in row.group(2):
+                current.cut = "columns elided ('...') in the saved table"
             result.gpus.append(current)
         elif current is not None and line[:1].isspace() and current.name is None and not line.strip().startswith("("):
             current.name = line.strip()
@@ -342,6 +372,8 @@ def parse_amd_smi_json(data: Any, result: ParseResult) -> None:
 
 
 _AMD_SMI_ROW1 = re.compile(r"^\s*\|\s*([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(.*?)\s*\|(.*)\|\s*$")
+# The first line of a card's block cut short: the BDF and (some of) the name, no closing bar.
+_AMD_SMI_ROW1_CUT = re.compile(r"^\s*\|\s*([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*([^|]*?)\s*(?:\|.*)?$")
 _AMD_SMI_ROW2 = re.compile(r"^\s*\|\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s*\|(.*)\|\s*$")
 _AMD_SMI_POWER = re.compile(r"(N/A|[\d.]+)(?:/(N/A|[\d.]+))?\s*W\s*$")
 _AMD_SMI_MEMORY = re.compile(r"(\d+)/(\d+)\s*MB\s*$")
@@ -370,11 +402,25 @@ def parse_amd_smi_default(text: str, result: ParseResult) -> None:
                             "SR-IOV virtual function")
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        first = _AMD_SMI_ROW1.match(line)
+        first = _AMD_SMI_ROW1.match(line) or _AMD_SMI_ROW1_CUT.match(line)
         second = _AMD_SMI_ROW2.match(lines[i + 1]) if first and i + 1 < len(lines) else None
-        if not (first and second):
+        if not first:
             continue
-        bdf, name, metrics = first.groups()
+        if second is None:   # an excerpt cut inside this card's block: keep the card, mark what is missing
+            bdf, name = first.group(1), first.group(2)
+            index = result.gpus[-1].index + 1 if result.gpus else 0
+            gpu = GpuRecord(index=index, vendor="amd", bus_id=bdf.lower(),
+                            cut="the saved table ends inside this card's block: its index is inferred (the card "
+                                "before it + 1); HIP id and memory unknown")
+            name = name.strip() if name else ""
+            if _is_hex_id(name):
+                gpu.device_id = int(name, 16)
+            elif name and name != "N/A":
+                gpu.name = name
+            result.gpus.append(_complete(gpu))
+            continue
+        bdf, name = first.group(1), first.group(2)
+        metrics = first.group(3) if first.re is _AMD_SMI_ROW1 else ""
         gpu = GpuRecord(index=int(second.group(1)), vendor="amd", bus_id=bdf.lower(), hip_id=_int(second.group(2)))
         if _is_hex_id(name):
             gpu.device_id = int(name, 16)
@@ -458,6 +504,41 @@ def parse_nvidia_query_csv(text: str, command: str, result: ParseResult) -> None
 
 
 # ---------------------------------------------------------------------------------------------------------
+# torch's collect_env (python -m torch.utils.collect_env): the torch build and, on ROCm, the current GPU
+# ---------------------------------------------------------------------------------------------------------
+
+def parse_collect_env(text: str, result: ParseResult) -> None:
+    """`PyTorch version: 2.7.0.dev20250123+rocm6.3`, `ROCM used to build PyTorch: 6.3.42131-fa1d09cbd`, `HIP runtime
+    version: 6.3.42131`, `GPU models and configuration: AMD Radeon RX 5700 XT (gfx1010:xnack-)` (ROCm: the current
+    GPU only) or `GPU 0: NVIDIA ...` lines (nvidia-smi -L)."""
+    def field(name: str) -> Optional[str]:
+        match = re.search(rf"^{name}:[ \t]*(.*?)\s*$", text, re.MULTILINE)
+        return match.group(1) if match and match.group(1) not in ("", "N/A", "Could not collect") else None
+
+    result.torch_version = field("PyTorch version")
+    rocm = field("ROCM used to build PyTorch")
+    result.rocm_version = rocm.split("-")[0] if rocm else None
+    result.hip_version = field("HIP runtime version")
+    gpus = field("GPU models and configuration")
+    lines = [gpus] if gpus else []
+    block = re.search(r"^GPU models and configuration:[ \t]*\n((?:GPU \d+: .*\n?)+)", text, re.MULTILINE)
+    if block:
+        lines = block.group(1).splitlines()
+    for line in lines:
+        match = re.match(r"(?:GPU (\d+): )?(.*?)(?: \((gfx[0-9a-f]+)[^)]*\))?(?: \(UUID: (GPU-[^)]*)\))?$", line.strip())
+        if not match or not match.group(2):
+            continue
+        vendor = "amd" if match.group(3) or result.rocm_version else "nvidia"
+        gpu = GpuRecord(index=int(match.group(1)) if match.group(1) else len(result.gpus), vendor=vendor,
+                        name=match.group(2), uuid=match.group(4))
+        if match.group(3):
+            gpu.arch, gpu.arch_source = normalise_gfx(match.group(3)), "collect_env gcnArchName"
+        result.gpus.append(_complete(gpu))
+    if result.rocm_version and len(result.gpus) == 1:
+        result.notes.append("collect_env names only the current GPU on ROCm; save rocminfo or amd-smi for the others")
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Recognising which tool wrote a sample
 # ---------------------------------------------------------------------------------------------------------
 
@@ -480,6 +561,11 @@ def recognise(sample: Sample) -> tuple[str, Optional[Callable[[ParseResult], Non
             items = data if isinstance(data, list) else data.get("gpu_data", [data])
             if items and all(isinstance(i, dict) and "gpu" in i for i in items):
                 return "amd-smi", lambda r: parse_amd_smi_json(data, r)
+        if data is None and re.search(r'"card\d+"\s*:\s*\{', stripped):
+            return "rocm-smi", lambda r: parse_rocm_smi_json_cut(stripped, r)
+    if re.search(r"^PyTorch version:", text, re.MULTILINE) and re.search(r"^(ROCM|CUDA) used to build PyTorch:", text,
+                                                                         re.MULTILINE):
+        return "collect_env", lambda r: parse_collect_env(text, r)
     if re.search(r"\bGPU-Name\b", text) and re.search(r"\bHIP-ID\b", text):
         return "amd-smi", lambda r: parse_amd_smi_default(text, r)
     if re.search(r"^\s*HSA Agents\s*$", text, re.MULTILINE) or re.search(r"^\s*Agent \d+\s*$", text, re.MULTILINE):
@@ -533,10 +619,11 @@ def parse_text(text: str, source: str) -> list[ParseResult]:
 # ---------------------------------------------------------------------------------------------------------
 
 # Who to believe for the architecture, best first.
-_ARCH_TRUST = ("rocminfo Name", "rocminfo ISA", "amd-smi TARGET_GRAPHICS_VERSION", "nvidia-smi compute_cap",
+_ARCH_TRUST = ("rocminfo Name", "rocminfo ISA", "amd-smi TARGET_GRAPHICS_VERSION", "collect_env gcnArchName",
+               "nvidia-smi compute_cap",
                "rocm-smi GFX Version (decoded)", "product table")
 # Who names the product best: marketing names first, rocm-smi's PCI-database series last.
-_NAME_TRUST = ("amd-smi", "rocminfo", "nvidia-smi", "rocm-smi")
+_NAME_TRUST = ("amd-smi", "rocminfo", "nvidia-smi", "collect_env", "rocm-smi")
 
 
 def merge_results(results: list[ParseResult]) -> tuple[list[GpuRecord], list[str]]:
@@ -560,8 +647,10 @@ def merge_results(results: list[ParseResult]) -> tuple[list[GpuRecord], list[str
             if gpu.arch and (base.arch is None or _ARCH_TRUST.index(gpu.arch_source) < _ARCH_TRUST.index(base.arch_source)):
                 base.arch, base.arch_source = gpu.arch, gpu.arch_source
             for name in ("name", "memory_gib", "uuid", "bus_id", "device_id", "reported_gfx", "hip_id", "power_w",
-                         "power_cap_w", "partition"):
+                         "power_cap_w", "partition", "kfd_node"):
                 if getattr(base, name) is None:
                     setattr(base, name, getattr(gpu, name))
             base.integrated = base.integrated or gpu.integrated
+            if base.cut and not gpu.cut:   # another output has this card whole
+                base.cut = None
     return [merged[k] for k in sorted(merged)], conflicts
