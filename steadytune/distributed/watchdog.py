@@ -38,6 +38,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Optional
 
+from steadytune.hardware.rccl import rccl_hang_hint
+
 HANG_EXIT_CODE = 5
 AUTO_FLOOR_S = 300.0
 FIRST_STEP_FLOOR_S = 600.0
@@ -120,6 +122,7 @@ class HangWatchdog:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.fired = False
+        self.rccl_hint = ""    # the settings that avoid known RCCL hangs on these GPUs (hardware/rccl.py), set at start
 
     @property
     def enabled(self) -> bool:
@@ -139,6 +142,7 @@ class HangWatchdog:
         if not self.enabled or self._thread is not None:
             return self
         self.store = connect_store(self.world_size)
+        self.rccl_hint = rccl_hang_hint(self.world_size) if self.world_size > 1 else ""   # asked now, not mid-hang
         self.beat_ = Heartbeat(self.beat_.step, "start", time.monotonic())
         self._thread = threading.Thread(target=self._watch, name="steadytune-hang-watchdog", daemon=True)
         self._thread.start()
@@ -266,7 +270,8 @@ class HangWatchdog:
                     f"the other ranks waited for it in a collective")
         else:
             text = (f"the run hung at step {beat.step}: every rank waits in a collective ({where}): a communication "
-                    "hang (NCCL/RCCL), not a slow rank; try NCCL_P2P_DISABLE=1 and `steadytune doctor --allreduce`")
+                    "hang (NCCL/RCCL), not a slow rank; try NCCL_P2P_DISABLE=1 and `steadytune doctor --allreduce`"
+                    + (f"; {self.rccl_hint}" if self.rccl_hint else ""))
         if unknown:
             text += f"; ranks {', '.join(map(str, unknown))} did not report (dead or stuck outside Python)"
         text += (f"; no heartbeat for {stalled:.3g} s (allowed {limit:.3g} s; hang_timeout); stacks and NCCL/RCCL "

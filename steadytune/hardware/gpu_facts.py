@@ -403,7 +403,9 @@ class RcclIssue:
     fixed_in: str
     source: str
     rccl: Optional[tuple[tuple[int, int, int], tuple[int, int, int]]] = None   # affected RCCL versions [first, last]
-    rocm_from: Optional[tuple[int, int]] = None                                # or: every ROCm from this one
+    rocm_from: Optional[tuple[int, int]] = None                                # affected ROCm releases [from, to]
+    rocm_to: Optional[tuple[int, int]] = None
+    hang: bool = True                   # a hang (the watchdog names it); else a slowdown
 
 
 RCCL_ISSUES: tuple[RcclIssue, ...] = (
@@ -413,11 +415,11 @@ RCCL_ISSUES: tuple[RcclIssue, ...] = (
               {"NCCL_PROTO": "Simple"},
               "ROCm/rocm-systems PRs #6966, #7183 (TheRock RCCL >= 2.28.3); RCCL of ROCm 7.1.1 works",
               "vllm-project/vllm #40980; ROCm/rocm-systems #5480 (2.27.3 worked, 2.27.7 deadlocks); "
-              "PrismML-Eng/llama.cpp #144", rccl=((2, 27, 4), (2, 28, 2))),
+              "PrismML-Eng/llama.cpp #144", rccl=((2, 27, 4), (2, 28, 2)), rocm_from=(7, 2), rocm_to=(7, 2)),
     RcclIssue(frozenset({"gfx90a"}),
               "with ROCm 7.13 or later the runtime reclaims scratch memory at every launch, which slows RCCL down",
               {"HSA_NO_SCRATCH_RECLAIM": "1"}, "not yet",
-              "ROCm/rocm-systems PR #11472 (RCCL changelog, known issues)", rocm_from=(7, 13)),
+              "ROCm/rocm-systems PR #11472 (RCCL changelog, known issues)", rocm_from=(7, 13), hang=False),
 )
 
 # Consumer RDNA boards: two cards on different PCIe root complexes often have no working peer-to-peer path
@@ -441,19 +443,22 @@ def rccl_issues_for(archs: list[str], rccl_version: Optional[tuple[int, ...]] = 
             continue
         if issue.rccl and rccl_version is not None and not issue.rccl[0] <= tuple(rccl_version[:3]) <= issue.rccl[1]:
             continue
-        if issue.rocm_from and rocm_version is not None and tuple(rocm_version[:2]) < issue.rocm_from:
+        if rccl_version is None and rocm_version is not None and not (
+                (issue.rocm_from is None or tuple(rocm_version[:2]) >= issue.rocm_from)
+                and (issue.rocm_to is None or tuple(rocm_version[:2]) <= issue.rocm_to)):
             continue
         found.append(issue)
     return found
 
 
 def rccl_settings(archs: list[str], rccl_version: Optional[tuple[int, ...]] = None,
-                  rocm_version: Optional[tuple[int, int]] = None) -> dict[str, str]:
+                  rocm_version: Optional[tuple[int, int]] = None, hangs_only: bool = False) -> dict[str, str]:
     """The environment a multi-GPU run on these GPUs should start with: the known issues' settings, and on 2+ consumer
     RDNA cards peer-to-peer off (a board with working P2P loses only speed; `doctor --allreduce` tells)."""
     settings: dict[str, str] = {}
     for issue in rccl_issues_for(archs, rccl_version, rocm_version):
-        settings.update(issue.settings)
+        if issue.hang or not hangs_only:
+            settings.update(issue.settings)
     if sum(is_rdna(a) for a in archs) >= 2:
         settings.update(RDNA_P2P_SETTINGS)
     return settings
