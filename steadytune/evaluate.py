@@ -30,7 +30,7 @@ from steadytune.eval.labelcheck import (
 from steadytune.eval.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
 from steadytune.eval.scoring import evaluate_classification, generate_texts, prompt_ids_of
 from steadytune.eval.textmetrics import generation_metrics
-from steadytune.infer.generate import sampling_of
+from steadytune.infer.generate import predict_sampling_note, sampling_of
 from steadytune.infer.loading import LORA, load_trained, trained_folder
 from steadytune.model.load import load_model_and_tokenizer, resolve_model_path
 from steadytune.stages.base import Stage
@@ -175,10 +175,15 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
 
     if not data.label_names:  # a generation (SFT) task
         sampling = sampling_of(cfg, sample_by_default=False)  # greedy unless do_sample: true (then the config's keys)
+        note = predict_sampling_note(cfg, sampling)
+        if note:
+            cfg.decide("do_sample", False, note)
+            print(f"do_sample: {note}", flush=True)
         metrics = predict_generation(model, tokenizer, data.eval, sampling.max_new_tokens, batch_size, str(out_dir),
                                      stop_token_ids=data.template.stop_token_ids(),
                                      sampling=sampling.generate_kwargs())
-        results = {"task": "generation", "n": len(data.eval), "adapter": str(folder), **metrics}
+        results = {"task": "generation", "n": len(data.eval), "adapter": str(folder), "decoding": sampling.describe(),
+                   **metrics}
         (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
         record_outputs(out_dir, EVAL_OUTPUTS)
         print(json.dumps(metrics, indent=2))

@@ -66,7 +66,16 @@ from steadytune.stages.base import Stage
 from steadytune.stages.objectives import pop_metrics
 from steadytune.stages.preference import PREFERENCE_STAGES
 from steadytune.stages.table import STAGES
-from steadytune.training.batches import TrainBatches, to_device, token_budget
+from steadytune.training.batches import (
+    TrainBatches,
+    count_steps,
+    lf_step_count,
+    take_window,
+    to_device,
+    token_budget,
+    uses_token_budget,
+    warmup_steps_of,
+)
 from steadytune.training.checkpoint import (
     CheckpointLinkError,
     TrainerState,
@@ -297,7 +306,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     info, precision, attn, packing = choose_hardware(cfg)
     tokenizer, data = load_data(cfg, stage)
     resume_candidates = vet_resume(cfg, start.resume_candidates, world,
-                                   token_budget=packing is not None or cfg.train.max_tokens_per_batch is not None)
+                                   token_budget=uses_token_budget(cfg, packed=packing is not None))
     accelerator, trackers = start_accelerator(cfg, folder, shard_plan, precision, info, world, force)
     model, tokenizer = build_model(cfg, stage, preloaded, tokenizer, precision, attn, shard_plan, accelerator)
     trainable, total = count_parameters(model)
@@ -425,7 +434,7 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
     """Micro-batches (token budget, packed or padded) and how many optimizer steps they make."""
     t = cfg.train
     lengths = [len(x["input_ids"]) for x in data.train]
-    budget, budget_why = token_budget(t, lengths, packed=packing is not None)
+    budget, budget_why = token_budget(t, lengths, packing_asked=uses_token_budget(cfg, packed=packing is not None))
     if budget_why:
         cfg.decide("max_tokens_per_batch", budget, budget_why)
     packing_attention = packing.attention if packing is not None else None
@@ -433,16 +442,30 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
                            packing_attention=packing_attention, max_tokens=budget,
                            collate=stage.make_collator(cfg, tokenizer, packing_attention))
     micro_batches_per_epoch = batches.batches_per_epoch()
-    per_epoch = max(1, math.ceil(micro_batches_per_epoch / t.gradient_accumulation_steps))
-    total = t.max_steps if t.max_steps > 0 else max(1, math.ceil(per_epoch * t.num_train_epochs))
-    warmup = t.warmup_steps if t.warmup_steps > 0 else int(round(t.warmup_ratio * total))
+    steps = count_steps(t, micro_batches_per_epoch)
+    per_epoch, total = steps.steps_per_epoch, steps.total
+    warmup = warmup_steps_of(t, total)
+    lf = lf_step_count(len(data.train), t.per_device_train_batch_size, accelerator.num_processes,
+                       t.gradient_accumulation_steps, t.num_train_epochs, t.max_steps)
     cfg.decide("total_steps", total, f"{'max_steps' if t.max_steps > 0 else 'num_train_epochs'}: "
-               f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation")
-    cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else f"warmup_ratio {t.warmup_ratio}")
+               f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation = "
+               f"{per_epoch} steps per epoch; " + compare_with_lf(micro_batches_per_epoch, per_epoch, total, lf, budget))
+    cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else
+               f"ceil({t.warmup_ratio} x {total} steps), as transformers rounds it for LLaMA-Factory")
     check_steps_fit_keys(cfg, micro_batches_per_epoch, total)
     if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency
         write_data_stats(folder.path, data, batches.micro_batches(0), packing_attention, cfg.data.cutoff_len)
     return batches, Steps(micro_batches_per_epoch, per_epoch, total, warmup)
+
+
+def compare_with_lf(micro_batches: int, per_epoch: int, total: int, lf, budget: int | None) -> str:
+    """The step count next to LLaMA-Factory's for the same rows and keys (a difference says why, with numbers)."""
+    if (micro_batches, per_epoch, total) == (lf.micro_batches_per_epoch, lf.steps_per_epoch, lf.total):
+        return "the same as LLaMA-Factory's"
+    why = (f"micro-batches of {budget:,} tokens instead of a number of examples" if budget is not None else
+           "several processes keep whole steps in every epoch")
+    return (f"differs from LLaMA-Factory: {micro_batches:,} micro-batches and {total:,} steps here, "
+            f"{lf.micro_batches_per_epoch:,} micro-batches and {lf.total:,} steps there ({why})")
 
 
 def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):
@@ -722,7 +745,7 @@ def fit(run: Run) -> Outcome:
             # One optimizer step = gradient_accumulation_steps micro-batches. The loss is normalised by the target
             # tokens of the whole window (summed over ranks), so every token weighs the same however the
             # micro-batches are cut.
-            window = [next(loop.batches) for _ in range(t.gradient_accumulation_steps)]
+            window = take_window(loop.batches, t.gradient_accumulation_steps)  # short at an epoch's end
             window_ids = [i for mb in window for i in mb.ids]
             if guard.should_skip(window_ids):  # guard: a batch that caused a rollback is not replayed
                 continue

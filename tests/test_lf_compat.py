@@ -109,7 +109,7 @@ def _yaml(path: Path, **keys) -> Path:
     return path
 
 
-def test_predict_only_run_like_nlg_eval(tiny_model, tmp_path):
+def test_predict_only_run_like_nlg_eval(tiny_model, tmp_path, capsys):
     """extras/nlg_eval: no dataset, do_predict + predict_with_generate on eval_dataset with a trained adapter."""
     rows = [{"instruction": f"Say {w}.", "input": "", "output": w} for w in ("yes", "no", "maybe", "ok")]
     path = write_json(tmp_path / "rows.json", rows)
@@ -132,6 +132,10 @@ def test_predict_only_run_like_nlg_eval(tiny_model, tmp_path):
     results = json.loads((out / "eval_results.json").read_text(encoding="utf-8"))
     assert {"predict_bleu-4", "predict_rouge-1", "predict_rouge-2", "predict_rouge-l"} <= set(results)
     assert not (out / "adapter_model.safetensors").exists()   # nothing was trained
+    # greedy here, and said at run time with LLaMA-Factory's sampling settings (tests/test_lf_fidelity.py: its golden)
+    assert results["decoding"].startswith("greedy")
+    assert "differs from LLaMA-Factory's do_predict, which samples (do_sample true, temperature 0.95, top_p 0.7" in \
+        capsys.readouterr().out
 
 
 @needs_shared

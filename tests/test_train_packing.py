@@ -156,7 +156,9 @@ def test_packing_default_on_cpu_and_off_when_asked(tiny_models, tmp_path):
     out = tmp_path / "default"
     train(overrides(tiny_models["qwen2"], out, max_steps=2))
     chosen = decisions(out)
-    assert chosen["packing"]["value"] is True and chosen["max_tokens_per_batch"]["value"] > 0
+    # Packing by default keeps per_device_train_batch_size examples a micro-batch (LLaMA-Factory's steps): no budget
+    assert chosen["packing"]["value"] is True and "max_tokens_per_batch" not in chosen
+    assert "the same as LLaMA-Factory's" in chosen["total_steps"]["reason"]
 
 
 def test_packing_default_by_backend(tiny_models, tmp_path):

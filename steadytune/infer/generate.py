@@ -208,6 +208,18 @@ def sampling_of(cfg, sample_by_default: bool) -> Sampling:
                     g.repetition_penalty, g.length_penalty)
 
 
+def predict_sampling_note(cfg, sampling: Sampling) -> str | None:
+    """How this do_predict's decoding differs from LLaMA-Factory's, or None: LLaMA-Factory's do_predict samples with
+    its generation keys (do_sample true, temperature 0.95, top_p 0.7, top_k 50 unless set; tests/golden/
+    lf_fidelity.json), ours decodes greedily unless do_sample is set, so that its BLEU/ROUGE repeat."""
+    g = cfg.infer
+    if g.do_sample is not None or sampling.do_sample:
+        return None
+    return (f"greedy here, so the scores repeat; differs from LLaMA-Factory's do_predict, which samples (do_sample true, "
+            f"temperature {g.temperature}, top_p {g.top_p}, top_k {g.top_k}, max_new_tokens {sampling.max_new_tokens}) "
+            "and scores differently every run; do_sample: true samples as it does")
+
+
 def stream_answer(model, tokenizer, prompt_ids: Sequence[int], sampling: Sampling, stop_ids: Sequence[int],
                   skip_special_tokens: bool = True) -> Iterator[str]:
     """Yield the answer's text as it is generated (transformers' TextIteratorStreamer, generate in a thread)."""

@@ -137,7 +137,8 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
         return False
     if asked:
         cfg.decide("packing", True, "packing: true -> token-budget micro-batches packed into rows, position ids "
-                                    "restart per example, attention kept inside each example")
+                                    "restart per example, attention kept inside each example (LLaMA-Factory packs "
+                                    "knapsack rows of cutoff_len instead: its steps differ too)")
         return True
     if d.packing is False:
         cfg.decide("packing", False, "packing: false")
@@ -149,11 +150,15 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
     backend = getattr(info, "backend", "cpu")
     if backend == "cpu":
         cfg.decide("packing", True, "on by default on CPU: the demo's step is ~1.16x faster packed "
-                                    "(benchmarks/cpu_demo_speed.py); set packing: false for fixed-size batches")
+                                    "(benchmarks/cpu_demo_speed.py); each micro-batch keeps its "
+                                    f"{cfg.train.per_device_train_batch_size} examples, laid out as one packed row "
+                                    "instead of padded rows, so the steps are LLaMA-Factory's; packing: false pads")
         return True
     if backend == "cuda":
         cfg.decide("packing", True, "on by default on GPU: the GPU-sized demo trains 1.5x more examples/s packed "
-                                    "(H200: 336 vs 219 reviews/s); set packing: false for fixed-size batches")
+                                    "(H200: 336 vs 219 reviews/s); each micro-batch keeps its "
+                                    f"{cfg.train.per_device_train_batch_size} examples, laid out packed instead of "
+                                    "padded, so the steps are LLaMA-Factory's; packing: false pads")
         return True
     # ROCm: the same code runs (SDPA block mask where no varlen kernel works) but has not been timed there.
     cfg.decide("packing", False, f"off by default on {backend}: not measured there; set packing: true to pack")

@@ -31,11 +31,16 @@ class TrainBatches:
     sees exactly the batches the uninterrupted run would have seen, from (epoch, batch index) alone.
 
     Two ways to cut that order into micro-batches:
-    - fixed size (the default unpacked): global batches of per_device_train_batch_size x world examples, each
-      rank taking its slice;
-    - token budget (with packing, or max_tokens_per_batch set): consecutive examples of the order grouped up to
-      the budget of real tokens (packing.group_by_token_budget), consecutive groups dealt to the ranks in turn.
-    The same order and budget give the same groups packed or padded, so packing changes nothing but speed."""
+    - fixed size (the default, packed or not): global batches of per_device_train_batch_size x world examples,
+      each rank taking its slice; packing lays a micro-batch out as packed rows instead of padded ones, the same
+      examples either way, so a step holds what LLaMA-Factory's does;
+    - token budget (max_tokens_per_batch, or packing: true asked for): consecutive examples of the order grouped up
+      to the budget of real tokens (packing.group_by_token_budget), consecutive groups dealt to the ranks in turn.
+    The same order and budget give the same groups packed or padded, so packing changes nothing but speed.
+
+    One process cuts an epoch as transformers' Trainer does (LLaMA-Factory's steps): a last micro-batch with the
+    examples left over, and a last optimizer step with the micro-batches left over (`take_window`). Several
+    processes keep whole steps (`whole_steps`), so that any number of them cuts the same steps."""
 
     def __init__(self, cfg: RunConfig, data, tokenizer, world_size: int = 1, rank: int = 0,
                  packing_attention: str | None = None, max_tokens: int | None | str = "auto", collate=None):
@@ -64,7 +69,8 @@ class TrainBatches:
             self.collate = collate
         self.lengths = [len(x["input_ids"]) for x in data.train]
         if max_tokens == "auto":  # the recipe passes the budget it recorded; tests and tools let it be derived
-            max_tokens, _ = token_budget(cfg.train, self.lengths, packed=packing_attention is not None)
+            max_tokens, _ = token_budget(cfg.train, self.lengths,
+                                         packing_asked=packing_attention is not None and packing_asked(cfg.data))
         self.max_tokens = max_tokens
         self.static_shape = None
         self._epoch_groups: tuple[int, list[list[int]]] | None = None
@@ -90,13 +96,19 @@ class TrainBatches:
 
     def batches_per_epoch(self) -> int:
         if self.max_tokens is None:
+            if self.world_size == 1:
+                return math.ceil(len(self.data.train) / self.global_batch)
             return self.whole_steps(len(self.data.train) // self.global_batch)
         return len(self.micro_batches(0))
 
     def whole_steps(self, count: int) -> int:
-        """An epoch's micro-batches cut to whole optimizer steps (world x accumulation micro-batches each), so that a
-        step never straddles two epochs and the same steps come out on any number of processes (a resume on another
-        world size relies on it: distributed/world_resume.py). Fewer micro-batches than one step: keep them all."""
+        """Several processes: an epoch's micro-batches cut to whole optimizer steps (world x accumulation micro-batches
+        each), so that a step never straddles two epochs and the same steps come out on any number of processes (a
+        resume on another world size relies on it: distributed/world_resume.py). Fewer micro-batches than one step:
+        keep them all. One process keeps every micro-batch (its last step of an epoch may be short, as in
+        transformers' Trainer)."""
+        if self.world_size == 1:
+            return count
         whole = count - count % self.accumulation
         return whole if whole > 0 else max(1, count)
 
@@ -114,8 +126,9 @@ class TrainBatches:
         order = self.order(epoch)
         if self.max_tokens is None:
             g = self.global_batch
-            mine = [order[b * g:(b + 1) * g][self.rank::self.world_size]
-                    for b in range(self.whole_steps(len(order) // g))]
+            # One process keeps the examples left over as a smaller last micro-batch (a data loader's drop_last=False)
+            count = math.ceil(len(order) / g) if self.world_size == 1 else self.whole_steps(len(order) // g)
+            mine = [order[b * g:(b + 1) * g][self.rank::self.world_size] for b in range(count)]
         else:
             groups = group_by_token_budget(self.lengths, order, self.max_tokens)
             # Every rank runs the same number of micro-batches (DDP steps together); a short tail is dropped.
@@ -139,20 +152,78 @@ class TrainBatches:
             epoch, start_batch = epoch + 1, 0
 
 
-def token_budget(t, lengths: list[int], packed: bool) -> tuple[int | None, str | None]:
-    """(real tokens per micro-batch, why), or (None, None) for fixed-size batches. `t`: the train section.
+def packing_asked(d) -> bool:
+    """Whether the config asks for packing (`packing: true` or `neat_packing`), not merely gets it by default.
+    `d`: the data section."""
+    return bool(d.packing or d.neat_packing)
 
-    Packed without a budget given: per_device_train_batch_size x the mean example length, so a step holds about
-    as many examples as unpacked and the learning rate and step count keep their meaning (LLaMA-Factory's packed
-    batch, rows of cutoff_len, is max_tokens_per_batch = per_device_train_batch_size x cutoff_len)."""
+
+def uses_token_budget(cfg: RunConfig, packed: bool) -> bool:
+    """Whether micro-batches are cut by a token budget (see token_budget) rather than by a number of examples."""
+    return cfg.train.max_tokens_per_batch is not None or (packed and packing_asked(cfg.data))
+
+
+def token_budget(t, lengths: list[int], packing_asked: bool) -> tuple[int | None, str | None]:
+    """(real tokens per micro-batch, why), or (None, None) for micro-batches of per_device_train_batch_size
+    examples. `t`: the train section.
+
+    Packing on by default keeps the examples per micro-batch (and so LLaMA-Factory's steps): packing changes how a
+    micro-batch is laid out, not what it holds. Packing asked for without a budget given: per_device_train_batch_size
+    x the mean example length, so a step holds about as many tokens as unpacked (LLaMA-Factory's own packing, rows of
+    cutoff_len, is max_tokens_per_batch = per_device_train_batch_size x cutoff_len)."""
     if t.max_tokens_per_batch is not None:
         return t.max_tokens_per_batch, "max_tokens_per_batch was set"
-    if not packed:
+    if not packing_asked:
         return None, None
     mean = sum(lengths) / max(len(lengths), 1)
     budget = max(1, math.ceil(t.per_device_train_batch_size * mean))
-    return budget, (f"packing: per_device_train_batch_size {t.per_device_train_batch_size} x mean example length "
-                    f"{mean:.1f} (about as many examples per step as unpacked)")
+    return budget, (f"packing: true: per_device_train_batch_size {t.per_device_train_batch_size} x mean example "
+                    f"length {mean:.1f} tokens per micro-batch, so the number of examples per step varies")
+
+
+def take_window(stream, accumulation: int) -> list[MicroBatch]:
+    """The micro-batches of one optimizer step: `accumulation` of them, or fewer at the end of an epoch (the last step
+    of an epoch takes what is left, as transformers' Trainer does, so steps never straddle two epochs)."""
+    window = []
+    for _ in range(accumulation):
+        micro_batch = next(stream)
+        window.append(micro_batch)
+        if micro_batch.next_position[1] == 0:
+            break
+    return window
+
+
+@dataclass(frozen=True)
+class StepCount:
+    micro_batches_per_epoch: int
+    steps_per_epoch: int
+    total: int
+
+
+def count_steps(t, micro_batches_per_epoch: int) -> StepCount:
+    """Optimizer steps from an epoch's micro-batches (`t`: the train section): ceil(micro-batches / accumulation) an
+    epoch (the last one short when they do not divide), ceil(epochs x that) in all, or max_steps when set."""
+    per_epoch = max(1, math.ceil(micro_batches_per_epoch / t.gradient_accumulation_steps))
+    total = t.max_steps if t.max_steps > 0 else max(1, math.ceil(per_epoch * t.num_train_epochs))
+    return StepCount(micro_batches_per_epoch, per_epoch, total)
+
+
+def lf_step_count(examples: int, per_device: int, world: int, accumulation: int, epochs: float,
+                  max_steps: int) -> StepCount:
+    """What LLaMA-Factory (transformers' Trainer.set_initial_training_values) makes of `examples` training rows: a
+    data loader of ceil(rows per process / batch) micro-batches (drop_last off; a distributed sampler pads the rows to
+    a multiple of the processes), ceil(micro-batches / accumulation) steps an epoch, ceil(epochs x that) in all, or
+    max_steps when it is set (tests/golden/lf_fidelity.json holds its numbers for its examples)."""
+    per_process = math.ceil(examples / world)
+    micro_batches = math.ceil(per_process / per_device)
+    per_epoch = max(micro_batches // accumulation + int(micro_batches % accumulation > 0), 1)
+    total = max_steps if max_steps > 0 else math.ceil(epochs * per_epoch)
+    return StepCount(micro_batches, per_epoch, total)
+
+
+def warmup_steps_of(t, total_steps: int) -> int:
+    """transformers' TrainingArguments.get_warmup_steps: warmup_steps when set, else ceil(total x warmup_ratio)."""
+    return t.warmup_steps if t.warmup_steps > 0 else math.ceil(total_steps * t.warmup_ratio)
 
 
 def to_device(batch: dict, device) -> dict:

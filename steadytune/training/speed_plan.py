@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from steadytune.config import RunConfig
+from steadytune.config import RunConfig, lf_checkpointing_note
 from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_static_status
 from steadytune.hardware.memory import choose_gradient_checkpointing
@@ -83,7 +83,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
     use, why = choose_gradient_checkpointing(base_model_of(model).config, tokens, budget, t.gradient_checkpointing,
                                              compiled=plan.compile, state_gib=state)
-    cfg.decide("gradient_checkpointing", use, why)
+    cfg.decide("gradient_checkpointing", use, why + lf_checkpointing_note(t, use))
     if use:
         enable_gradient_checkpointing(cfg, model, graphs=plan.cuda_graphs)
     return plan

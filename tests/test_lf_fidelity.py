@@ -1,0 +1,193 @@
+"""LLaMA-Factory's own numbers for its example files (tests/golden/lf_fidelity.json, made by LLaMA-Factory 0.9.5 with
+tools/make_lf_fidelity_golden.py) against ours: optimizer steps, warm-up, gradient checkpointing, do_predict's
+generation settings, export's stop tokens, and its v1 configs. Where steadytune differs on purpose, the difference is
+recorded (cfg.decide) and printed with numbers; these tests check that too."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import LF_FIXTURES, needs_shared
+from transformers import AutoTokenizer
+
+from steadytune.config import load_config
+from steadytune.model.tiny import build_model
+from steadytune.stages.table import STAGES
+from steadytune.training.batches import (
+    TrainBatches,
+    count_steps,
+    lf_step_count,
+    token_budget,
+    uses_token_budget,
+    warmup_steps_of,
+)
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "lf_fidelity.json").read_text(encoding="utf-8"))
+TOKENIZER = Path(__file__).parent / "golden" / "tokenizers" / "bytelevel"
+EXAMPLES = LF_FIXTURES / "examples"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TOKENIZER)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, tokenizer) -> Path:
+    """The golden's model: a tiny Qwen2 on the golden tokenizer (its weights change none of the numbers here)."""
+    folder = tmp_path_factory.mktemp("lf_fidelity") / "qwen2"
+    build_model("qwen2", tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def example_config(relative: str, model: Path, out: Path, **extra):
+    """An LF example file as the golden ran it: only the model, dataset_dir and the neutral keys changed."""
+    neutral = {k: v for k, v in GOLDEN["neutral_keys"].items() if k != "plot_loss"}
+    overrides = {"model_name_or_path": str(model), "dataset_dir": str(LF_FIXTURES / "data"), "output_dir": str(out),
+                 **neutral, **extra}
+    return load_config(EXAMPLES / relative, overrides)
+
+
+# --- 1 and 2: steps and warm-up -------------------------------------------------------------------------------
+
+@needs_shared
+@pytest.mark.parametrize("relative", sorted(GOLDEN["train"]))
+def test_steps_and_warmup_are_llamafactorys(relative, tiny_model, tokenizer, tmp_path):
+    """Packing is on by default on this CPU; the rows, micro-batches, steps and warm-up are LLaMA-Factory's all the
+    same (packing lays a micro-batch out, it does not change what it holds)."""
+    want = GOLDEN["train"][relative]
+    cfg = example_config(relative, tiny_model, tmp_path)
+    data = STAGES[cfg.method.stage].prepare_data(cfg, tokenizer)
+    assert len(data.train) == want["train_rows"]
+    packed = cfg.method.stage != "pt"   # what decide_packing does here for these files (CPU, no class weights)
+    lengths = [len(x["input_ids"]) for x in data.train]
+    budget, _ = token_budget(cfg.train, lengths, packing_asked=uses_token_budget(cfg, packed=packed))
+    assert budget is None
+    batches = TrainBatches(cfg, data, tokenizer, packing_attention="sdpa" if packed else None, max_tokens=budget)
+    steps = count_steps(cfg.train, batches.batches_per_epoch())
+    assert (steps.micro_batches_per_epoch, steps.steps_per_epoch, steps.total) == \
+        (want["micro_batches_per_epoch"], want["steps_per_epoch"], want["max_steps"])
+    assert warmup_steps_of(cfg.train, steps.total) == want["warmup_steps"]
+    groups = batches.micro_batches(0)
+    per_device = cfg.train.per_device_train_batch_size
+    assert all(len(g) == per_device for g in groups[:-1]) and 0 < len(groups[-1]) <= per_device
+    assert sorted(i for g in groups for i in g) == list(range(len(data.train)))  # every row, once an epoch
+
+
+def test_step_formula_is_transformers_for_any_shape():
+    """lf_step_count (printed beside ours) against the golden rows, and our own count equal to it for one process."""
+    for relative, want in GOLDEN["train"].items():
+        lf = lf_step_count(want["train_rows"], want["per_device_train_batch_size"], 1,
+                           want["gradient_accumulation_steps"], want["num_train_epochs"], -1)
+        assert (lf.micro_batches_per_epoch, lf.steps_per_epoch, lf.total) == \
+            (want["micro_batches_per_epoch"], want["steps_per_epoch"], want["max_steps"]), relative
+
+
+def test_warmup_rounds_up_as_transformers():
+    class Train:
+        warmup_steps = 0
+        warmup_ratio = 0.0
+    for case in GOLDEN["warmup"]:
+        t = Train()
+        t.warmup_ratio = case["warmup_ratio"]
+        assert warmup_steps_of(t, case["steps"]) == case["warmup_steps"], case
+    assert any(case["warmup_steps"] == math.ceil(case["steps"] * case["warmup_ratio"]) != round(
+        case["steps"] * case["warmup_ratio"]) for case in GOLDEN["warmup"])  # the cases tell ceil from round
+
+
+def small_dataset(folder: Path, n: int) -> Path:
+    rows = [{"instruction": f"Say {i} " * (1 + i % 5), "input": "", "output": f"{i} " * (1 + i % 3)} for i in range(n)]
+    path = folder / "small.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    return path
+
+
+def run_small(model: Path, out: Path, **extra):
+    from steadytune.train import run_training
+
+    overrides = {"model_name_or_path": str(model), "dataset": str(small_dataset(out.parent, 10)), "template": "empty",
+                 "cutoff_len": 64, "output_dir": str(out), "per_device_train_batch_size": 4,
+                 "gradient_accumulation_steps": 2, "num_train_epochs": 2, "learning_rate": 1e-3, "save_steps": 100,
+                 "logging_steps": 1, **extra}
+    cfg = load_config(None, overrides)
+    return cfg, run_training(cfg, progress=False)
+
+
+def test_a_short_last_step_per_epoch_as_transformers(tiny_model, tmp_path, capsys):
+    """10 rows, 4 a micro-batch, 2 micro-batches a step: micro-batches of 4, 4 and 2 rows, steps of 2 and 1
+    micro-batches, 2 steps an epoch, 4 in all (LLaMA-Factory's Trainer does the same), warm-up ceil(0.1 x 4) = 1."""
+    cfg, result = run_small(tiny_model, tmp_path / "short", warmup_ratio=0.1)
+    assert len(result.losses) == 4 and result.global_step == 4
+    assert cfg.decisions["total_steps"]["value"] == 4
+    assert "the same as LLaMA-Factory's" in cfg.decisions["total_steps"]["reason"]
+    assert cfg.decisions["warmup_steps"]["value"] == 1
+    printed = capsys.readouterr().out
+    assert "total_steps  4" in printed and "the same as LLaMA-Factory's" in printed
+
+
+def test_a_token_budget_prints_the_difference_from_llamafactory(tiny_model, tmp_path, capsys):
+    cfg, _ = run_small(tiny_model, tmp_path / "budget", max_tokens_per_batch=60, max_steps=-1)
+    reason = cfg.decisions["total_steps"]["reason"]
+    lf = lf_step_count(10, 4, 1, 2, 2.0, -1)
+    assert "differs from LLaMA-Factory" in reason and f"{lf.total} steps there" in reason
+    assert "micro-batches of 60 tokens" in reason
+    assert "differs from LLaMA-Factory" in capsys.readouterr().out
+
+
+# --- 3: gradient checkpointing ------------------------------------------------------------------------------------
+
+@needs_shared
+@pytest.mark.parametrize("relative", sorted(GOLDEN["train"]))
+def test_checkpointing_llamafactory_would_use(relative, tiny_model, tmp_path):
+    """The golden: LLaMA-Factory's loaded model checkpoints (re-entrant) for every training example; the note ours
+    prints reads LLaMA-Factory's choice off the same keys."""
+    from steadytune.config import lf_checkpointing_note
+
+    want = GOLDEN["train"][relative]
+    cfg = example_config(relative, tiny_model, tmp_path)
+    assert want["gradient_checkpointing"] is True and want["gradient_checkpointing_use_reentrant"] is True
+    assert lf_checkpointing_note(cfg.train, True) == "; as LLaMA-Factory"
+    assert "differs from LLaMA-Factory" in lf_checkpointing_note(cfg.train, False)
+    off = example_config(relative, tiny_model, tmp_path, disable_gradient_checkpointing=True)
+    assert lf_checkpointing_note(off.train, False) == "; as LLaMA-Factory"
+
+
+def test_checkpointing_off_here_is_printed_as_a_difference(tiny_model, tmp_path, capsys):
+    cfg, _ = run_small(tiny_model, tmp_path / "gc", max_steps=1)
+    decision = cfg.decisions["gradient_checkpointing"]
+    assert decision["value"] is False   # a CPU: no memory budget, so no recomputation
+    assert "no memory budget known" in decision["reason"] and "differs from LLaMA-Factory" in decision["reason"]
+    assert "differs from LLaMA-Factory, which turns it on" in capsys.readouterr().out
+    cfg, _ = run_small(tiny_model, tmp_path / "gc_on", max_steps=1, gradient_checkpointing=True)
+    assert cfg.decisions["gradient_checkpointing"]["reason"].endswith("; as LLaMA-Factory")
+
+
+# --- 4: do_predict's decoding -------------------------------------------------------------------------------------
+
+@needs_shared
+@pytest.mark.parametrize("relative", sorted(GOLDEN["predict"]))
+def test_predict_decoding_is_llamafactorys_with_do_sample_or_the_difference_is_said(relative, tiny_model, tmp_path):
+    from steadytune.data.prepare import template_for
+    from steadytune.infer.generate import predict_sampling_note, sampling_of
+
+    want = GOLDEN["predict"][relative]["gen_kwargs"]
+    cfg = example_config(relative, tiny_model, tmp_path)
+    greedy = sampling_of(cfg, sample_by_default=False)
+    note = predict_sampling_note(cfg, greedy)
+    assert not greedy.do_sample and want["do_sample"] is True
+    for key in ("temperature", "top_p", "top_k", "max_new_tokens"):
+        assert f"{key} {want[key]}" in note
+    # do_sample: true gives LLaMA-Factory's generate() arguments exactly, and the same stop tokens
+    sampled = sampling_of(example_config(relative, tiny_model, tmp_path, do_sample=True), sample_by_default=False)
+    assert predict_sampling_note(cfg, sampled) is None
+    kwargs = sampled.generate_kwargs()
+    assert {k: kwargs.get(k, 1.0 if k == "length_penalty" else None) for k in want
+            if k not in ("eos_token_id", "pad_token_id")} == {k: v for k, v in want.items()
+                                                             if k not in ("eos_token_id", "pad_token_id")}
+    from transformers import AutoTokenizer as Auto
+    template = template_for(cfg, Auto.from_pretrained(tiny_model))
+    assert template.stop_token_ids() == sorted(want["eos_token_id"])
