@@ -191,3 +191,61 @@ def test_predict_decoding_is_llamafactorys_with_do_sample_or_the_difference_is_s
     from transformers import AutoTokenizer as Auto
     template = template_for(cfg, Auto.from_pretrained(tiny_model))
     assert template.stop_token_ids() == sorted(want["eos_token_id"])
+
+
+# --- 5: export's stop tokens --------------------------------------------------------------------------------------
+
+class ForceTokens:
+    """A logits processor that makes generation emit `tokens` in order (then the last one again)."""
+
+    def __init__(self, prompt_len: int, tokens: list[int]):
+        self.prompt_len, self.tokens = prompt_len, tokens
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        step = input_ids.shape[1] - self.prompt_len
+        forced = torch.full_like(scores, float("-inf"))
+        forced[:, self.tokens[min(step, len(self.tokens) - 1)]] = 0.0
+        return forced
+
+
+@needs_shared
+def test_export_stop_tokens_for_llamacpp_vllm_and_generate(tiny_model, tmp_path):
+    """merge_lora/qwen3_lora_sft.yaml on a Qwen-style run (template qwen3_nothink). LLaMA-Factory's export: tokenizer
+    eos <|im_end|> (5), generation_config eos 1 (the base's <eos>). Ours: the same tokenizer eos (vLLM and llama.cpp's
+    converter read it), and generation_config [5, 1]: transformers' generate stops at <|im_end|>, which with
+    LLaMA-Factory's 1 it does not."""
+    import gguf
+    from transformers import AutoModelForCausalLM, GenerationConfig, LogitsProcessorList
+
+    from steadytune.cli import main
+
+    want = GOLDEN["export"]["merge_lora/qwen3_lora_sft.yaml"]
+    run_small(tiny_model, tmp_path / "adapter", template="qwen3_nothink", max_steps=1)
+    out = tmp_path / "merged"
+    assert main(["export", str(EXAMPLES / "merge_lora" / "qwen3_lora_sft.yaml"), f"model_name_or_path={tiny_model}",
+                 f"adapter_name_or_path={tmp_path / 'adapter'}", f"export_dir={out}", "export_format=gguf",
+                 "export_gguf_type=f32"]) == 0
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert tokenizer_config["eos_token"] == want["tokenizer_eos_token"] == "<|im_end|>"
+    exported = AutoTokenizer.from_pretrained(out)
+    assert exported.eos_token_id == want["tokenizer_eos_token_id"] == 5
+    assert tokenizer_config.get("padding_side") == want["tokenizer_padding_side"] == "left"
+    ours = json.loads((out / "generation_config.json").read_text(encoding="utf-8"))["eos_token_id"]
+    assert ours == [5, want["generation_config_eos_token_id"]]   # the stop word first, LLaMA-Factory's value kept
+    # transformers generate: the model says <|im_end|> at its 2nd token; ours stops there, LF's generation_config not
+    model = AutoModelForCausalLM.from_pretrained(out)
+    prompt = exported("hello", return_tensors="pt")["input_ids"]
+    force = LogitsProcessorList([ForceTokens(prompt.shape[1], [100, 5, 100])])
+    for config, new_tokens in ((GenerationConfig.from_pretrained(out), 2),
+                               (GenerationConfig(eos_token_id=want["generation_config_eos_token_id"]), 6)):
+        config.max_new_tokens, config.do_sample = 6, False
+        answer = model.generate(prompt, generation_config=config, logits_processor=force, pad_token_id=0)
+        assert answer.shape[1] - prompt.shape[1] == new_tokens
+    # llama.cpp: the GGUF's eos is <|im_end|>, what its converter makes of LLaMA-Factory's folder (tokenizer eos)
+    reader = gguf.GGUFReader(next(out.glob("*.gguf")))
+    field = reader.fields["tokenizer.ggml.eos_token_id"]
+    assert int(field.parts[field.data[0]][0]) == 5
+    # and the run's own tokenizer folder keeps its eos (only the export says the template's)
+    assert AutoTokenizer.from_pretrained(tmp_path / "adapter").eos_token == "<eos>"

@@ -34,9 +34,11 @@ from steadytune.infer.merge import (
     check_export_dir,
     choose_export_dtype,
     copy_run_records,
+    export_stop_ids,
     merge_adapter,
     save_merged,
     saved_dtype,
+    template_eos,
 )
 from steadytune.model.archive import archive_members, archives_cache, is_archive, refuse_links_out, write_archive
 from steadytune.model.load import _hub_reachable, resolve_model_path
@@ -171,7 +173,8 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
     report["weights_bytes"] = sum(f.stat().st_size for f in weights)
     report["shards"] = len(weights)
     print(f"merged model in {out_dir}: {len(weights)} safetensors shard(s), {_size(report['weights_bytes'])} "
-          f"({report['dtype']}: {why}); chat template and stop tokens {stop_token_ids(template, tokenizer)} saved; "
+          f"({report['dtype']}: {why}); chat template, eos {template.eos_token} and stop tokens "
+          f"{export_stop_ids(template, tokenizer, merged.generation_config.eos_token_id)} saved; "
           f"{time.perf_counter() - started:.1f} s")
     return report
 
@@ -201,7 +204,8 @@ def export_gguf(merged, tokenizer, template, out_dir: Path, kind: str, verify: b
 
     path = out_dir / f"{name}-{kind}.gguf"
     started = time.perf_counter()
-    write_gguf(merged, tokenizer, path, kind, chat_template_of(template), stop_token_ids(template, tokenizer), name)
+    with template_eos(tokenizer, template):  # the GGUF's eos is the exported tokenizer's (llama.cpp's converter)
+        write_gguf(merged, tokenizer, path, kind, chat_template_of(template), stop_token_ids(template, tokenizer), name)
     report = {"path": str(path), "bytes": path.stat().st_size, "seconds": time.perf_counter() - started}
     print(f"GGUF {kind}: {path} ({_size(report['bytes'])}, {report['seconds']:.1f} s)")
     if verify:

@@ -8,10 +8,22 @@ only when saved.
 The saved folder carries what makes it behave like the run: the tokenizer with the run's chat template (so
 `apply_chat_template` gives the training prompt), `generation_config.json` whose stop tokens include the
 template's end-of-turn token, `run_config.yaml`, `base_model.json` and a model card.
+
+Stop tokens (tests/golden/lf_fidelity.json: LLaMA-Factory 0.9.5's export of a Qwen-style run). Each consumer reads
+them from another place:
+- the tokenizer's eos_token: vLLM stops there always (generation_config.json only adds to it, and only where vLLM
+  reads it), llama.cpp's converter makes it the GGUF's eos, Ollama and TGI read it. Where the template replaces eos
+  (Qwen's <|im_end|>, Llama 3's <|eot_id|>, Gemma's <end_of_turn>: LLaMA-Factory's replace_eos) the exported tokenizer
+  says the template's stop word, as LLaMA-Factory's does;
+- generation_config.json's eos_token_id: what transformers' `generate` stops at (it does not read the tokenizer).
+  LLaMA-Factory leaves the base model's value there (the tiny Qwen's <eos>; a base Qwen's <|endoftext|>), so a plain
+  `generate` on its export runs past <|im_end|>: here it lists the template's stop words first, then the base's own
+  eos ids, which keeps LLaMA-Factory's value and adds what the chat format needs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -20,7 +32,7 @@ from typing import Any
 import torch
 
 from steadytune.errors import UserError
-from steadytune.infer.generate import chat_template_of, stop_token_ids
+from steadytune.infer.generate import chat_template_of
 from steadytune.infer.loading import DTYPES
 
 WEIGHT_PATTERNS = ("model*.safetensors", "model.safetensors.index.json")
@@ -77,6 +89,30 @@ def check_export_dir(folder: Path, overwrite: bool) -> None:
             stale.unlink()
 
 
+def export_stop_ids(template, tokenizer, base_eos: Any) -> list[int]:
+    """generation_config.json's eos_token_id: the template's eos and stop words, then the base's own eos ids
+    (`base_eos`: the base generation_config's int or list) and the tokenizer's own eos."""
+    ids = [template.eos_token_id, *template.stop_token_ids()]
+    ids += list(base_eos) if isinstance(base_eos, (list, tuple)) else [base_eos]
+    ids.append(tokenizer.eos_token_id)
+    return list(dict.fromkeys(i for i in ids if isinstance(i, int)))
+
+
+@contextlib.contextmanager
+def template_eos(tokenizer, template):
+    """The tokenizer with the template's eos while the export writes it (LLaMA-Factory's replace_eos: Qwen's
+    <|im_end|>, ...), its own eos again afterwards (the run's tokenizer object may be used on)."""
+    own = tokenizer.eos_token
+    wanted = template.eos_token
+    if wanted and wanted != own:
+        tokenizer.eos_token = wanted
+    try:
+        yield tokenizer
+    finally:
+        if tokenizer.eos_token != own:
+            tokenizer.eos_token = own
+
+
 def save_merged(model: torch.nn.Module, tokenizer: Any, template, out_dir: Path, dtype: torch.dtype,
                 shard_gb: float, generation: dict) -> list[Path]:
     """Save the merged model (sharded safetensors), tokenizer + chat template and generation_config.json."""
@@ -91,14 +127,21 @@ def save_merged(model: torch.nn.Module, tokenizer: Any, template, out_dir: Path,
     # generation (as LLaMA-Factory exports it).
     tokenizer.chat_template = chat_template_of(template)
     tokenizer.padding_side = "left"
-    tokenizer.save_pretrained(out_dir)
+    own_padding = tokenizer.init_kwargs.get("padding_side")
+    tokenizer.init_kwargs["padding_side"] = "left"   # what save_pretrained writes (LLaMA-Factory sets it the same way)
+    with template_eos(tokenizer, template):
+        tokenizer.save_pretrained(out_dir)
     tokenizer.padding_side = "right"
+    if own_padding is None:
+        tokenizer.init_kwargs.pop("padding_side", None)
+    else:
+        tokenizer.init_kwargs["padding_side"] = own_padding
 
     from transformers import GenerationConfig
 
     config = model.generation_config if getattr(model, "generation_config", None) is not None else GenerationConfig()
     config = GenerationConfig.from_dict({**config.to_dict(), **generation})
-    stops = stop_token_ids(template, tokenizer)
+    stops = export_stop_ids(template, tokenizer, config.eos_token_id)
     config.eos_token_id = stops if len(stops) > 1 else (stops[0] if stops else None)
     config.pad_token_id = tokenizer.pad_token_id
     config.bos_token_id = tokenizer.bos_token_id
