@@ -289,7 +289,7 @@ def test_strix_halo_trains_on_its_gtt(monkeypatch, tmp_path):
     paths, rocm = machine(tmp_path, gfx_nodes=[110501], cmdline="ro quiet amdgpu.gttsize=16384")
     _apu_sysfs(paths["sys_root"], "0000:c5:00.0", 512 << 20, 16 << 30)
     (paths["proc_root"] / "meminfo").write_text("MemTotal:       131171464 kB\n")
-    info = detect(paths["sys_root"])
+    info = detect(paths["sys_root"], paths["proc_root"])
     gpu = info.primary
     assert gpu is not None and gpu.integrated and gpu.bus_id == "0000:c5:00.0"   # the APU itself trains
     assert gpu.budget_gib == 16.0 and "GTT 16 GiB" in gpu.memory_note

@@ -5,15 +5,18 @@ live and offline mode alike, so a saved gfx1151 capture gets the same advice as 
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional
 
 from steadytune.doctor.findings import Finding
 from steadytune.hardware.gpu_facts import (
     OFFICIAL_WHEEL_ARCHS,
+    aotriton_regressions_for,
     arch_info,
     current_stable_wheel,
     first_stable_wheel,
     install_lines,
+    kernel_bugs_for,
     normalise_gfx,
 )
 
@@ -25,16 +28,18 @@ def _install_text(arch: str) -> str:
     return "; or ".join(f"{line}   [{where}]" for where, line in lines)
 
 
-def wheel_finding(arch: str, label: str, check: str, compiled: Optional[Iterable[str]] = None) -> Optional[Finding]:
-    """Whether a torch wheel has code for `arch`. `compiled` is this torch's get_arch_list() (live mode); without
-    it, the pytorch.org wheels of the current release are meant."""
+def wheel_finding(arch: str, label: str, check: str, compiled: Optional[Iterable[str]] = None,
+                  whose: str = "this torch") -> Optional[Finding]:
+    """Whether a torch wheel has code for `arch`. `compiled` is that torch's arch list (live mode: get_arch_list();
+    offline: the list of the wheel a saved collect_env names, `whose` saying which); without it, the pytorch.org
+    wheels of the current release are meant."""
     row = arch_info(arch)
     targets = set(compiled) if compiled is not None else set(OFFICIAL_WHEEL_ARCHS)
     if arch in targets:
         first = first_stable_wheel(arch)
         since = f" (since {first.name}, torch {first.torch})" if first else ""
         return Finding.info(check, f"{label}: {arch} is a target of "
-                                   f"{'this torch' if compiled is not None else current_stable_wheel().name}{since}",
+                                   f"{whose if compiled is not None else current_stable_wheel().name}{since}",
                             fix=_install_text(arch) if compiled is None else "")
     lines = install_lines(arch)
     override = row.override if row else None
@@ -46,7 +51,7 @@ def wheel_finding(arch: str, label: str, check: str, compiled: Optional[Iterable
         return Finding.warn(check, f"{label}: no torch wheel carries code for {arch}",
                             (row.note if row else "") or "neither pytorch.org nor AMD's nightlies build for it",
                             stand_in.removeprefix("or ") or "train on the CPU, or build torch with PYTORCH_ROCM_ARCH=" + arch)
-    where = "this torch" if compiled is not None else current_stable_wheel().name
+    where = whose if compiled is not None else current_stable_wheel().name
     return Finding.warn(check, f"{label}: {where} has no working code for {arch}",
                         "expect 'hipErrorNoBinaryForGpu' / 'invalid device function'",
                         _install_text(arch) + (f"; {stand_in}" if stand_in else ""))
@@ -85,15 +90,49 @@ def capability_finding(arch: str, label: str, check: str) -> Optional[Finding]:
     what = (f"{label}: {arch} ({row.family}{', APU' if row.kind == 'apu' else ''}): "
             f"{'native bf16' if row.bf16 else 'no native bf16'}, {fp8}; {attention}"
             + ("; flash-attn CK builds for it" if row.flash_attn_ck else ""))
-    fix = f"export {AOTRITON_SWITCH}=1 (then check the loss curve)" if row.sdpa == "experimental" else ""
+    fix = (f"measure it here: steadytune doctor --attention-bench (SDPA forward+backward with and without "
+           f"{AOTRITON_SWITCH}=1); export {AOTRITON_SWITCH}=1 only if the fused kernels win and match"
+           if row.sdpa == "experimental" else "")
     return (Finding.warn if row.sdpa == "experimental" else Finding.info)(check, what, row.note, fix)
 
 
-def arch_findings(arch: Optional[str], label: str, check: str, compiled: Optional[Iterable[str]] = None) -> list[Finding]:
-    """Everything the tables say about one AMD GPU's architecture."""
+def torch_rocm(torch_version: Optional[str], hip_version: Optional[str] = None) -> Optional[tuple[int, int]]:
+    """The ROCm release a torch belongs to: its '+rocmX.Y' label (TheRock: '+rocm10.0.0a...'), else torch.version.hip."""
+    match = re.search(r"\+rocm(\d+)\.(\d+)", torch_version or "")
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    match = re.match(r"(\d+)\.(\d+)", hip_version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def aotriton_findings(arch: str, label: str, check: str, rocm: Optional[tuple[int, int]],
+                      env: Optional[dict] = None) -> list[Finding]:
+    """Known AOTriton regressions on this arch (gfx950 + AOTriton 0.13b: TheRock #7696): measure, or warn."""
+    findings = []
+    for r in aotriton_regressions_for(arch, rocm):
+        where = f"ROCm {rocm[0]}.{rocm[1]} ships AOTriton {r.aotriton}" if rocm else \
+            f"AOTriton {r.aotriton} (ROCm {r.rocm_from[0]}.{r.rocm_from[1]} on) may be the one here"
+        make = Finding.warn if rocm else Finding.info
+        findings.append(make(check, f"{label}: {where}: {r.what.split(':')[0]} on {normalise_gfx(arch)}", 
+                             f"{r.what} ({r.source})", r.workaround))
+    return findings
+
+
+def kernel_bug_findings(arch: str, label: str, check: str, torch_version: Optional[str]) -> list[Finding]:
+    """Kernels that crash on this arch in this torch wheel (the null-kernel guards of 2026)."""
+    return [Finding.warn(check, f"{label}: {b.op} crashes on {normalise_gfx(arch)} in torch {torch_version}",
+                         f"{b.symptom} ({b.source})", f"pip install {b.fix}; dense (non-MoE) models do not call it")
+            for b in kernel_bugs_for(arch, torch_version or "")]
+
+
+def arch_findings(arch: Optional[str], label: str, check: str, compiled: Optional[Iterable[str]] = None,
+                  whose: str = "this torch", torch_version: Optional[str] = None,
+                  rocm: Optional[tuple[int, int]] = None) -> list[Finding]:
+    """Everything the tables say about one AMD GPU's architecture (and, given the torch version, that wheel)."""
     if not arch or not arch.startswith("gfx"):
         return []
     arch = normalise_gfx(arch)
-    found = [wheel_finding(arch, label, check, compiled), override_finding(arch, label, check),
+    found = [wheel_finding(arch, label, check, compiled, whose), override_finding(arch, label, check),
              capability_finding(arch, label, check)]
-    return [f for f in found if f is not None]
+    return ([f for f in found if f is not None] + aotriton_findings(arch, label, check, rocm)
+            + kernel_bug_findings(arch, label, check, torch_version))

@@ -4,15 +4,23 @@ attention under each backend, with the warnings torch prints), and whether flash
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
+import subprocess
+import sys
 import warnings
 from typing import Any, Mapping, Optional
 
+from steadytune.doctor.archs import torch_rocm
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.probe import Probe
 from steadytune.hardware.archs import arch_supports_bf16
 from steadytune.hardware.backend import device_for
+from steadytune.hardware.gpu_facts import aotriton_regressions_for, arch_info
 from steadytune.hardware.policy import choose_attention, choose_packing_attention, flash_attn_status
+
+AOTRITON_SWITCH = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 
 
 def _sdpa_backends():
@@ -168,3 +176,143 @@ def check_attention(probe: Probe) -> list[Finding]:
                                      "nothing to do: SDPA is the default; for flash-attn use its Triton backend "
                                      "(FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE pip install --no-build-isolation flash-attn)"))
     return findings
+
+
+# --- measure, not a blanket flag (`doctor --attention-bench`) ------------------------------------------------
+# TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL is read when SDPA first runs, so each setting gets a process of its own; one
+# that crashes or hangs is killed by the time limit and reported, never taking doctor down with it.
+_BENCH_SCRIPT = r"""
+import json, sys, time
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+device, dtype, iters = sys.argv[1], getattr(torch, sys.argv[2]), int(sys.argv[3])
+b, h, s, d = (int(x) for x in sys.argv[4].split(","))
+torch.manual_seed(0)
+base = [torch.randn(b, h, s, d, device=device, dtype=dtype) for _ in range(3)]
+grad = torch.randn(b, h, s, d, device=device, dtype=dtype)
+
+def sync():
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+def step():
+    q, k, v = (t.detach().requires_grad_() for t in base)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out.backward(grad)
+    return [out.detach().float(), q.grad.float(), k.grad.float(), v.grad.float()]
+
+results = {}
+with sdpa_kernel([SDPBackend.MATH]):
+    reference = step()
+for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("mem-efficient", SDPBackend.EFFICIENT_ATTENTION),
+                      ("math", SDPBackend.MATH)):
+    try:
+        with sdpa_kernel([backend]):
+            got = step()
+            sync()
+            start = time.perf_counter()
+            for _ in range(iters):
+                step()
+            sync()
+        ms = (time.perf_counter() - start) * 1000 / iters
+        err = max(float((a - r).abs().max() / r.abs().max().clamp_min(1e-6)) for a, r in zip(got, reference))
+        results[name] = {"ms": round(ms, 3), "rel_err": err}
+    except Exception as e:
+        results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+print("BENCH " + json.dumps(results))
+"""
+
+BENCH_SHAPE = (4, 16, 1024, 64)      # batch, heads, tokens, head dim: a LoRA micro-batch of a 1-3B model
+TOLERANCE = {"float32": 1e-3, "bfloat16": 3e-2, "float16": 1e-2}
+
+
+def run_attention_bench(device: str, dtype: str, env: Mapping[str, str], shape: tuple[int, int, int, int] = BENCH_SHAPE,
+                        iters: int = 5, timeout: float = 120.0) -> dict[str, dict]:
+    """SDPA forward+backward under each backend in a child process -> {backend: {ms, rel_err} or {error}}; the whole
+    run's failure as {'run': {'error': ...}}."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _BENCH_SCRIPT, device, dtype, str(iters), ",".join(map(str, shape))],
+                              capture_output=True, text=True, timeout=timeout, env=dict(env))
+    except subprocess.TimeoutExpired:
+        return {"run": {"error": f"did not finish in {timeout:.0f} s"}}
+    line = next((l for l in done.stdout.splitlines() if l.startswith("BENCH ")), None)
+    if line is None:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+        return {"run": {"error": tail[0][:200]}}
+    return json.loads(line[len("BENCH "):])
+
+
+def _fastest(results: Mapping[str, dict], dtype: str, fused_only: bool = False) -> Optional[tuple[str, float]]:
+    tolerance = TOLERANCE.get(dtype, 3e-2)
+    ok = [(n, r["ms"]) for n, r in results.items() if "ms" in r and r.get("rel_err", 0) <= tolerance
+          and (n != "math" or not fused_only)]
+    return min(ok, key=lambda x: x[1]) if ok else None
+
+
+def _describe(results: Mapping[str, dict]) -> str:
+    def one(name: str, r: dict) -> str:
+        if "ms" in r:
+            return f"{name} {r['ms']:g} ms"
+        unavailable = re.search(r"No (viable backend|available kernel)", r["error"])
+        return f"{name} not available" if unavailable else f"{name}: {r['error']}"
+    return ", ".join(one(n, r) for n, r in results.items())
+
+
+def attention_bench_findings(plain: Mapping[str, dict], switched: Optional[Mapping[str, dict]], arch: Optional[str],
+                             dtype: str, rocm: Optional[tuple[int, int]], env: Mapping[str, str],
+                             shape: tuple[int, int, int, int] = BENCH_SHAPE) -> list[Finding]:
+    """What the measurement says: which SDPA kernel is fastest (and correct) here, whether the AOTriton experimental
+    switch pays on this GPU, and, where AOTriton is known to have regressed (gfx950 + 0.13b), the numbers to judge by."""
+    what = f"SDPA forward+backward, {dtype}, batch x heads x tokens x dim = {'x'.join(map(str, shape))}"
+    findings = [Finding.info("attention-bench", f"{what}: {_describe(plain)}"
+                             + (f"; with {AOTRITON_SWITCH}=1: {_describe(switched)}" if switched else ""))]
+    tolerance = TOLERANCE.get(dtype, 3e-2)
+    wrong = [f"{n} (relative error {r['rel_err']:.2g})" for res in (plain, switched or {}) for n, r in res.items()
+             if "ms" in r and r["rel_err"] > tolerance]
+    if wrong:
+        findings.append(Finding.warn("attention-bench", f"SDPA kernels that disagree with the math kernel here: "
+                                                        f"{', '.join(dict.fromkeys(wrong))}",
+                                     f"tolerance {tolerance:g} for {dtype}", "keep them off: do not set the switch; "
+                                     "report it upstream with this output"))
+    best_plain = _fastest(plain, dtype)
+    if switched is not None and env.get(AOTRITON_SWITCH) != "1":
+        best_fused = _fastest(switched, dtype, fused_only=True)
+        if best_fused and best_plain and best_fused[1] < 0.9 * best_plain[1]:
+            findings.append(Finding.warn("attention-bench", f"{AOTRITON_SWITCH}=1 makes attention faster here: "
+                                                            f"{best_fused[0]} {best_fused[1]:g} ms against "
+                                                            f"{best_plain[0]} {best_plain[1]:g} ms, same results",
+                                         f"{arch or 'this GPU'} is experimental in the bundled AOTriton, so without the "
+                                         "switch torch falls back", f"export {AOTRITON_SWITCH}=1 in the shell before "
+                                                                     "`steadytune train`"))
+        elif best_fused:
+            findings.append(Finding.info("attention-bench", f"{AOTRITON_SWITCH}=1 does not pay here: {best_fused[0]} "
+                                                            f"{best_fused[1]:g} ms against {best_plain[0] if best_plain else '?'} "
+                                                            f"{best_plain[1] if best_plain else '?'} ms", fix="leave it unset"))
+    for r in aotriton_regressions_for(arch or "", rocm):
+        flash, efficient = plain.get("flash", {}), plain.get("mem-efficient", {})
+        if "ms" in flash and "ms" in efficient and flash["ms"] > 1.1 * efficient["ms"]:
+            findings.append(Finding.warn("attention-bench", f"flash attention ({flash['ms']:g} ms) is slower than "
+                                                            f"mem-efficient ({efficient['ms']:g} ms) here",
+                                         f"{r.what} ({r.source})", r.workaround))
+    return findings
+
+
+def check_attention_bench(probe: Probe) -> list[Finding]:
+    """`doctor --attention-bench`: measure SDPA on the GPU train uses, with and without the AOTriton switch where the
+    arch table marks it experimental."""
+    info = probe.info
+    gpu = info.primary
+    if gpu is None:
+        dtype, device, shape = "float32", "cpu", (1, 2, 128, 32)
+    else:
+        dtype = "bfloat16" if arch_supports_bf16(gpu.arch) else "float16"
+        device, shape = f"cuda:{gpu.index}", BENCH_SHAPE
+    env = {k: v for k, v in (probe.env or os.environ).items() if k != AOTRITON_SWITCH}
+    plain = run_attention_bench(device, dtype, env, shape)
+    row = arch_info(gpu.arch) if gpu is not None else None
+    switched = (run_attention_bench(device, dtype, {**env, AOTRITON_SWITCH: "1"}, shape)
+                if probe.flavour == "rocm" and row is not None and row.sdpa in ("experimental", "unknown") else None)
+    return attention_bench_findings(plain, switched, gpu.arch if gpu else None, dtype,
+                                    torch_rocm(probe.torch_version, probe.hip_version), probe.env, shape)

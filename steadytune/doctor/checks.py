@@ -18,7 +18,16 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from steadytune.doctor.devices import VISIBILITY, Card, igpu_shadow, is_apu, mixed_arch_findings, visibility_findings, visible_list
+from steadytune.doctor.devices import (
+    VISIBILITY,
+    Card,
+    igpu_shadow,
+    is_apu,
+    mixed_arch_findings,
+    per_node_overrides,
+    visibility_findings,
+    visible_list,
+)
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.probe import OPTIONAL_PACKAGES, Probe, package_version, version_tuple
 from steadytune.hardware.archs import bf16_verdict, gfx_family
@@ -302,8 +311,9 @@ def check_arch_coverage(probe: Probe) -> list[Finding]:
             override = override_for_arch(gpu.arch)
             wheels = install_lines(gpu.arch)   # gpu_facts' wheel table: who ships code for this target
             fixes = [f"{line}   [{where}]" for where, line in wheels]
-            if override:
-                fixes.append(f"export HSA_OVERRIDE_GFX_VERSION={override}")
+            if override:   # on a mixed machine only this card's KFD node gets it
+                variable = per_node_overrides(host_cards(probe), compiled).get(gpu.index, "HSA_OVERRIDE_GFX_VERSION")
+                fixes.append(f"export {variable}={override}")
             findings.append(Finding.error(
                 "arch-coverage", f"GPU {gpu.index} ({gpu.arch}) is not among the targets this torch was built for",
                 f"torch.cuda.get_arch_list() = {sorted(compiled)}: expect 'hipErrorNoBinaryForGpu' / 'invalid device function'",

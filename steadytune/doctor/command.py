@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allreduce", action="store_true",
                         help="also run a real all-reduce across the visible GPUs (needs >= 2; catches RCCL/NCCL hangs); "
                              "if it hangs or fails, retry once with NCCL_P2P_DISABLE=1 and say which works")
+    parser.add_argument("--attention-bench", action="store_true",
+                        help="also time SDPA forward+backward under each kernel on the GPU train uses (in a child "
+                             "process), with and without TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 where AOTriton marks "
+                             "the GPU experimental, and say whether the switch pays")
     parser.add_argument("--deepspeed-ops", action="store_true",
                         help="also build (first time: minutes) and load the DeepSpeed ops a run may need (cpu_adam, "
                              "fused_adam), in a child process with a time limit")
@@ -95,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         mode, gpus, title = "live", [], "steadytune doctor: this machine"
         probe, findings = diagnose_this_machine(allreduce=args.allreduce,
-                                                deepspeed_ops=getattr(args, "deepspeed_ops", False))
+                                                deepspeed_ops=getattr(args, "deepspeed_ops", False),
+                                                attention_bench=getattr(args, "attention_bench", False))
         if probe is not None:   # None: torch missing or broken (row 9), which findings explain
             gpus = [{**asdict(g), "bf16": bf16_verdict(g.arch)[0]} for g in probe.info.gpus]
             title += f" ({probe.info.backend}, torch {probe.torch_version})"

@@ -173,7 +173,7 @@ def mixed_arch_findings(env: Mapping[str, str], cards: Sequence, wheel_archs: It
     if all(f"HSA_OVERRIDE_GFX_VERSION_{nodes[id(c)][0]}" in env for c, _ in needing):
         return [Finding.info(check, f"mixed cards with per-node overrides set: {needing_text}; {native_text} run natively")]
     return [Finding.warn(check, f"mixed cards: {needing_text} (this torch has no code for it), {native_text} "
-                                "run natively",
+                                f"run{'s' if len(native) == 1 else ''} natively",
                          "a plain HSA_OVERRIDE_GFX_VERSION would change every card, breaking the native ones; without "
                          "one the others fail with 'invalid device function'",
                          f"export {per_node}{check_nodes} (per KFD node); or use only {native_text}: "
@@ -188,3 +188,69 @@ def _override_target(value: str) -> str:
 def is_apu(arch: Optional[str]) -> bool:
     row = arch_info(arch)
     return bool(row and row.kind == "apu")
+
+
+# A saved environment: `env | grep ...`, `export NAME=value` or `declare -x NAME="value"` lines.
+_ENV_LINE = re.compile(r"^(?:export\s+|declare -x\s+)?([A-Z_][A-Z0-9_]*)=(.*)$")
+_ENV_PROMPT = re.compile(r"^\S*[$#]\s+(?:env|printenv|export|set)\b")
+RELEVANT_ENV = re.compile(r"^(ROCR_|HIP_|CUDA_VISIBLE|GPU_DEVICE_ORDINAL|HSA_|NCCL_|RCCL_|TORCH_ROCM_|PYTORCH_|BNB_|"
+                          r"TORCH_NCCL|AMD_)")
+
+
+def parse_env_lines(text: str) -> dict[str, str]:
+    """The relevant variables of a saved environment; {} unless every line is a variable (or the prompt)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or _ENV_PROMPT.match(line):
+            continue
+        match = _ENV_LINE.match(line)
+        if not match:
+            return {}
+        if RELEVANT_ENV.match(match.group(1)):
+            found[match.group(1)] = match.group(2).strip().strip("'\"")
+    return found
+
+
+def saved_override_findings(env: Mapping[str, str], cards: Sequence, wheel_archs: Iterable[str],
+                            check: str = "hsa-override") -> list[Finding]:
+    """HSA_OVERRIDE_GFX_VERSION in a saved environment against the saved cards: mixed cards (per-node fix), an
+    override the cards do not need, one from another family."""
+    findings = mixed_arch_findings(env, cards, wheel_archs, check)
+    value = env.get("HSA_OVERRIDE_GFX_VERSION")
+    if findings or not value:
+        return findings
+    archs = {normalise_gfx(a) for a in wheel_archs}
+    target = _override_target(value)
+    for card in [c for c in cards if c.arch and c.arch.startswith("gfx")]:
+        arch = normalise_gfx(card.arch)
+        if not re.fullmatch(r"gfx[0-9a-f]+", target):
+            findings.append(Finding.error(check, f"HSA_OVERRIDE_GFX_VERSION={value!r} is not in the form X.Y.Z",
+                                          "ROCr ignores a malformed override", "unset it"))
+        elif arch in archs:
+            findings.append(Finding.warn(check, f"HSA_OVERRIDE_GFX_VERSION={value} is set, but {_label(card)} runs the "
+                                                "wheel's own code",
+                                         f"the override makes it report {target}; it is a workaround for cards the wheel "
+                                         "lacks, and a trap when it names another chip", "unset HSA_OVERRIDE_GFX_VERSION"))
+        break
+    return findings
+
+
+def per_node_overrides(cards: Sequence, wheel_archs: Iterable[str]) -> dict[int, str]:
+    """On a mixed machine, card index -> the per-node variable name its override must use
+    (HSA_OVERRIDE_GFX_VERSION_<node>); {} when the plain variable is safe (every card the same arch)."""
+    archs = {normalise_gfx(a) for a in wheel_archs}
+    amd = [c for c in cards if c.arch and c.arch.startswith("gfx") and not c.integrated]
+    if len({normalise_gfx(c.arch) for c in amd}) < 2 or not any(normalise_gfx(c.arch) in archs for c in amd):
+        return {}
+    return {c.index: f"HSA_OVERRIDE_GFX_VERSION_{_node_of(c, i)[0]}" for i, c in enumerate(amd)
+            if normalise_gfx(c.arch) not in archs}
+
+
+def use_per_node(findings: list[Finding], variable: Optional[str]) -> list[Finding]:
+    """Rewrite 'export HSA_OVERRIDE_GFX_VERSION=' in these findings' fixes to the card's per-node variable."""
+    if not variable:
+        return findings
+    for f in findings:
+        f.fix = f.fix.replace("export HSA_OVERRIDE_GFX_VERSION=", f"export {variable}=")
+    return findings

@@ -4,7 +4,7 @@ memory (memory.py) and Resizable BAR (pci.py). Each takes the `Probe` and return
 
 from __future__ import annotations
 
-from steadytune.doctor.archs import arch_findings
+from steadytune.doctor.archs import arch_findings, torch_rocm
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.memory import apu_memory_findings
 from steadytune.doctor.pci import read_sysfs_gpus, rebar_findings
@@ -22,7 +22,9 @@ def check_archs(probe: Probe) -> list[Finding]:
         if not gpu.arch.startswith("gfx") or gpu.arch in seen:
             continue
         seen.add(gpu.arch)
-        findings += [f for f in arch_findings(gpu.arch, f"GPU {gpu.index}", "arch", compiled=probe.arch_list or None)
+        findings += [f for f in arch_findings(gpu.arch, f"GPU {gpu.index}", "arch", compiled=probe.arch_list or None,
+                                              torch_version=probe.torch_version,
+                                              rocm=torch_rocm(probe.torch_version, probe.hip_version))
                      if "target of this torch" not in f.what and "has no working code" not in f.what]
     if probe.env.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL") == "1":
         findings = [f for f in findings if "AOTRITON" not in f.fix]

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from steadytune.doctor.attention import check_attention
+from steadytune.doctor.attention import check_attention, check_attention_bench
 from steadytune.doctor.checks import (
     check_allocator,
     check_arch_coverage,
@@ -25,9 +25,10 @@ from steadytune.doctor.container import check_container
 from steadytune.doctor.deepspeed_ops import build_and_load_ops, check_deepspeed
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.hardware_checks import check_archs, check_rebar, check_train_plan, check_unified_memory
-from steadytune.doctor.multi_gpu import check_allreduce, check_multi_gpu
+from steadytune.doctor.multi_gpu import check_allreduce, check_multi_gpu, rccl_retry_settings
 from steadytune.doctor.packages import check_packages
 from steadytune.doctor.probe import Probe, collect_probe, package_version
+from steadytune.hardware.rccl import rocm_tuple
 
 LIVE_CHECKS: tuple[Callable[[Probe], list[Finding]], ...] = (
     check_torch_build, check_devices, check_visibility, check_hsa_override, check_build_env, check_device_files,
@@ -52,14 +53,15 @@ def explain_torch_import_error(error: BaseException) -> Finding:
 def diagnose_this_machine(env: Optional[Mapping[str, str]] = None, dev_root: Path | str = "/dev",
                           sys_root: Path | str = "/sys", proc_root: Path | str = "/proc", run_kernels: bool = True,
                           run_tools: bool = True, allreduce: bool = False,
-                          root: Path | str = "/", deepspeed_ops: bool = False) -> tuple[Optional[Probe], list[Finding]]:
+                          root: Path | str = "/", deepspeed_ops: bool = False,
+                          attention_bench: bool = False) -> tuple[Optional[Probe], list[Finding]]:
     """-> (the probe, all live findings); the probe is None when torch is missing or broken. Never raises."""
     try:
         probe = collect_probe(env, dev_root, sys_root, proc_root, run_kernels=run_kernels, run_tools=run_tools,
                               root=root)
     except Exception as e:   # torch missing or broken
         return None, [explain_torch_import_error(e)]
-    return probe, run_checks(probe, allreduce, deepspeed_ops)
+    return probe, run_checks(probe, allreduce, deepspeed_ops, attention_bench)
 
 
 def run_live_checks(env: Optional[Mapping[str, str]] = None, dev_root: Path | str = "/dev", sys_root: Path | str = "/sys",
@@ -69,7 +71,8 @@ def run_live_checks(env: Optional[Mapping[str, str]] = None, dev_root: Path | st
     return diagnose_this_machine(env, dev_root, sys_root, proc_root, run_kernels, run_tools, allreduce, root)[1]
 
 
-def run_checks(probe: Probe, allreduce: bool = False, deepspeed_ops: bool = False) -> list[Finding]:
+def run_checks(probe: Probe, allreduce: bool = False, deepspeed_ops: bool = False,
+               attention_bench: bool = False) -> list[Finding]:
     findings: list[Finding] = []
     for check in LIVE_CHECKS:
         try:
@@ -81,7 +84,10 @@ def run_checks(probe: Probe, allreduce: bool = False, deepspeed_ops: bool = Fals
     if deepspeed_ops:
         findings += (build_and_load_ops(probe) if package_version("deepspeed") else
                      [Finding.info("deepspeed", "--deepspeed-ops: deepspeed is not installed; skipped")])
+    if attention_bench:
+        findings += check_attention_bench(probe)
     if allreduce:
-        findings += (check_allreduce(len(gpus), env=probe.env) if len(gpus) >= 2 else
+        settings = rccl_retry_settings([g.arch for g in gpus], probe.rccl_version, rocm_tuple(probe.hip_version))
+        findings += (check_allreduce(len(gpus), env=probe.env, settings=settings) if len(gpus) >= 2 else
                      [Finding.info("multi-gpu", "--allreduce needs at least 2 visible GPUs; skipped")])
     return findings

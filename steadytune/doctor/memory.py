@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from steadytune.doctor.findings import Finding
-from steadytune.hardware.unified_memory import gtt_kernel_arguments, kernel_memory_params, suggested_gtt_gib
+from steadytune.hardware.unified_memory import (
+    DrmCard,
+    gtt_kernel_arguments,
+    kernel_memory_params,
+    looks_like_ttm_default,
+    suggested_gtt_gib,
+    usable_gib,
+)
 
 _READY = re.compile(r"(?:amdgpu ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d): .*?)?(\d+)M of (VRAM|GTT) memory ready")
 _CMDLINE = re.compile(r"(?:Kernel command line|Command line): (.*)$", re.MULTILINE)
@@ -50,9 +57,16 @@ def apu_memory_findings(label: str, check: str, torch_gib: Optional[float] = Non
     figures = {"GTT": gtt_gib, "carve-out": vram_gib, "torch": torch_gib}
     known = {k: v for k, v in figures.items() if v}
     if known:
-        best = max(known, key=known.get)
-        findings.append(Finding.info(check, f"{label}: the GPU can use {known[best]:g} GiB of unified memory (the "
-                                            "largest of " + ", ".join(f"{k} {v:g} GiB" for k, v in known.items()) + ")",
+        card = DrmCard("saved", None, None, vram_gib, None, gtt_gib)
+        value, how_read = usable_gib(torch_gib, card, ram_gib)
+        figures_text = ", ".join(f"{k} {v:g} GiB" for k, v in known.items())
+        if value == max(known.values()):
+            what = f"{label}: the GPU can use {value:g} GiB of unified memory (the largest of {figures_text})"
+        else:
+            limit = ("torch's figure: the TTM limit is at its default" if how_read.startswith("torch") else
+                     "the GTT less the OS's share of the RAM")
+            what = f"{label}: the GPU can use {value:g} GiB of unified memory ({figures_text}; {limit})"
+        findings.append(Finding.info(check, what,
                                      "train plans gradient checkpointing with this figure, not with the carve-out alone"))
     if gtt_gib is None:
         findings.append(Finding.info(check, f"{label}: the GTT size (the system memory this APU can map) is not known",
@@ -63,6 +77,20 @@ def apu_memory_findings(label: str, check: str, torch_gib: Optional[float] = Non
     how = (f"add to the kernel command line: {gtt_kernel_arguments(target)}   (GiB = pages x 4 KiB; e.g. in "
            "/etc/default/grub.d/amdgpu.cfg: GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX ...\", then update-grub and "
            "reboot); or raise the UMA frame buffer (carve-out) in the BIOS") if target else ""
+    if looks_like_ttm_default(torch_gib, gtt_gib, ram_gib):
+        findings.append(Finding.warn(check, f"{label}: torch can allocate {torch_gib:g} GiB, half of the {ram_gib:g} GiB "
+                                            f"RAM, though the GTT is {gtt_gib:g} GiB",
+                                     "HIP sizes an APU's memory by the TTM page limit, which defaults to half of RAM; "
+                                     "amdgpu.gttsize does not raise it (deprecated for ttm.pages_limit). Train plans with "
+                                     f"{torch_gib:g} GiB until it is raised (a 128 GB Strix Halo reported 62.47 of 128 GiB: "
+                                     "unsloth PR #7960, #7878)", how))
+    elif gtt_gib and ram_gib and target and gtt_gib > target + 1:
+        findings.append(Finding.warn(check, f"{label}: the GPU may map {gtt_gib:g} GiB of {ram_gib:g} GiB RAM, leaving the "
+                                            f"OS less than {ram_gib - target:g} GiB",
+                                     "an APU's training shares RAM with the OS, Python and the data loader: a GPU allowed "
+                                     "nearly all of it ends in the OOM killer or swap; train plans with "
+                                     f"{target:g} GiB (the RAM less max(8 GiB, RAM/8), as unsloth PR #7960 reserves a "
+                                     "bounded headroom)", how))
     if gtt_gib is not None and target and gtt_gib < target * 0.8 and (vram_gib or 0) < target * 0.8:
         findings.append(Finding.warn(check, f"{label}: the GPU may map only {gtt_gib:g} GiB of {ram_gib:g} GiB RAM",
                                      "the GTT limit (ttm.pages_limit) caps what training can allocate on an APU",
@@ -77,3 +105,38 @@ def apu_memory_findings(label: str, check: str, torch_gib: Optional[float] = Non
         findings.append(Finding.info(check, f"{label}: kernel GTT parameters: "
                                             + ", ".join(f"{k} = {v:g} GiB" for k, v in params.items())))
     return findings
+
+
+# A memory report: the figures users paste when asked what an APU's GPU sees (torch's total_memory and
+# mem_get_info, sysfs's GTT/VRAM totals, the RAM), one "label: N GiB" per line, as unsloth's maintainers ask for.
+_REPORT = {
+    "torch": r"(?:props\.)?total_memory|mem_get_info total",
+    "gtt": r"(?:sysfs )?GTT total|mem_info_gtt_total",
+    "vram": r"(?:sysfs )?VRAM total|mem_info_vram_total",
+    "ram": r"host RAM|RAM total|MemTotal",
+}
+
+
+def looks_like_memory_report(text: str) -> bool:
+    found = {k for k, label in _REPORT.items()
+             if re.search(rf"^\s*(?:{label})\s*:\s*[\d.]+\s*GiB", text, re.MULTILINE | re.IGNORECASE)}
+    return "torch" in found and len(found) >= 2
+
+
+def parse_memory_report(text: str) -> dict[str, object]:
+    """-> {torch, gtt, vram, ram: GiB; name: the GPU line; torch_version; hip}."""
+    report: dict[str, object] = {}
+    for key, label in _REPORT.items():
+        match = re.search(rf"^\s*(?:{label})\s*:\s*([\d.]+)\s*GiB", text, re.MULTILINE | re.IGNORECASE)
+        if match:
+            report[key] = float(match.group(1))
+    name = re.search(r"^(.*Radeon.*)$", text, re.MULTILINE)
+    if name:
+        report["name"] = name.group(1).strip()
+    version = re.search(r"^torch\s*:?\s+(\d[\w.+]*)\s*$", text, re.MULTILINE)
+    if version:
+        report["torch_version"] = version.group(1)
+    hip = re.search(r"^HIP\s*:?\s+(\d[\w.]*)\s*$", text, re.MULTILINE)
+    if hip:
+        report["hip"] = hip.group(1)
+    return report

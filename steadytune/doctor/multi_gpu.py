@@ -18,6 +18,52 @@ from typing import Callable, Mapping, Optional
 from steadytune.doctor.container import detect_container
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.probe import Probe, peer_access
+from steadytune.hardware.gpu_facts import RDNA_P2P_SETTINGS, RDNA_P2P_SOURCE, is_rdna, rccl_issues_for
+from steadytune.hardware.rccl import rocm_tuple
+
+
+def rccl_findings(archs: list[str], rccl_version: Optional[tuple[int, ...]], rocm_version: Optional[tuple[int, int]],
+                  env: Mapping[str, str], peer_ok: Optional[bool] = None, check: str = "multi-gpu") -> list[Finding]:
+    """Several GPUs: the known RCCL problems of these archs with this RCCL / ROCm (gpu_facts.RCCL_ISSUES) and, on 2+
+    consumer RDNA cards, peer-to-peer off unless P2P is known to work. Each with the settings that avoid it."""
+    if len(archs) < 2:
+        return []
+    findings = []
+    version = (f"RCCL {'.'.join(map(str, rccl_version))}" if rccl_version else
+               f"ROCm {rocm_version[0]}.{rocm_version[1]}" if rocm_version else "RCCL version unknown")
+    names = ", ".join(sorted(set(archs)))
+    for issue in rccl_issues_for(archs, rccl_version, rocm_version):
+        missing = {k: v for k, v in issue.settings.items() if env.get(k) != v}
+        setting = " ".join(f"{k}={v}" for k, v in issue.settings.items())
+        if not missing:
+            findings.append(Finding.info(check, f"{setting} is set: it avoids a known RCCL problem on {names}",
+                                         f"{issue.symptom} ({issue.source})"))
+            continue
+        maybe = "" if (rccl_version or rocm_version) else " (may apply: the RCCL version is not known)"
+        findings.append(Finding.warn(check, f"{len(archs)} x {names} with {version}: {issue.symptom.split(':')[0]}{maybe}",
+                                     f"{issue.symptom} ({issue.source}); fixed in: {issue.fixed_in}",
+                                     f"export {' '.join(f'{k}={v}' for k, v in missing.items())}   before "
+                                     f"`steadytune train CONFIG --nproc {len(archs)}` (`steadytune doctor --allreduce` "
+                                     "tries the all-reduce with and without it)"))
+    rdna = [a for a in archs if is_rdna(a)]
+    if len(rdna) >= 2 and env.get("NCCL_P2P_DISABLE") != "1" and peer_ok is not True:
+        findings.append(Finding.info(check, f"{len(rdna)} consumer RDNA GPUs ({names}): multi-GPU runs that hang where one "
+                                            "GPU works are usually missing PCIe peer-to-peer between the cards",
+                                     f"cards on different root complexes have no P2P path and RCCL's P2P transport then "
+                                     f"hangs or fails ({RDNA_P2P_SOURCE})",
+                                     "steadytune doctor --allreduce (it retries without P2P); if only that works: "
+                                     + " ".join(f"export {k}={v}" for k, v in RDNA_P2P_SETTINGS.items())))
+    return findings
+
+
+def rccl_retry_settings(archs: list[str], rccl_version: Optional[tuple[int, ...]],
+                        rocm_version: Optional[tuple[int, int]]) -> dict[str, str]:
+    """The known-hang settings `--allreduce` tries when the plain all-reduce fails (P2P off is tried anyway)."""
+    settings: dict[str, str] = {}
+    for issue in rccl_issues_for(archs, rccl_version, rocm_version):
+        if issue.hang:
+            settings.update(issue.settings)
+    return settings
 
 
 def check_multi_gpu(probe: Probe) -> list[Finding]:
@@ -44,6 +90,7 @@ def check_multi_gpu(probe: Probe) -> list[Finding]:
                                  "not fit on one GPU; a stalled step stops within hang_timeout with every rank's stack",
                                  "steadytune doctor --allreduce runs one all-reduce across them first"))
     in_container = detect_container(probe.root, probe.proc_root, probe.env)[0] is not None   # container.py reports P2P there
+    peer_ok = None
     if probe.flavour == "rocm":
         try:
             cmdline = (probe.proc_root / "cmdline").read_text()
@@ -62,7 +109,10 @@ def check_multi_gpu(probe: Probe) -> list[Finding]:
                                          "collectives go through host memory (slower), and broken P2P is the usual cause of hangs",
                                          "check ACS/IOMMU settings; NCCL_P2P_DISABLE=1 avoids P2P altogether"))
         else:
+            peer_ok = True
             findings.append(Finding.info("multi-gpu", f"peer-to-peer access between all {len(gpus)} GPUs"))
+    if probe.flavour == "rocm":
+        findings += rccl_findings([g.arch for g in gpus], probe.rccl_version, rocm_tuple(probe.hip_version), env, peer_ok)
     if "NCCL_IB_DISABLE" not in env and not (probe.sys_root / "class" / "infiniband").exists():
         findings.append(Finding.info("multi-gpu", "no InfiniBand/RoCE device found",
                                      "single-node runs need nothing; multi-node runs without IB should say so",
@@ -140,23 +190,45 @@ P2P_OFF = "NCCL_P2P_DISABLE"
 
 
 def check_allreduce(world: int, env: Optional[Mapping[str, str]] = None, backend: str = "nccl", timeout: float = 120.0,
-                    attempt: Callable[..., Finding] = run_allreduce_check) -> list[Finding]:
-    """The all-reduce as train would run it; if it hangs or fails with peer-to-peer allowed, once more with
-    NCCL_P2P_DISABLE=1, and say which works. `attempt` runs one all-reduce (tests give it a gloo run)."""
+                    attempt: Callable[..., Finding] = run_allreduce_check,
+                    settings: Optional[Mapping[str, str]] = None) -> list[Finding]:
+    """The all-reduce as train would run it; if it hangs or fails, once more with the known-hang `settings` of these
+    GPUs (RDNA4 + RCCL 2.27: NCCL_PROTO=Simple), then with NCCL_P2P_DISABLE=1 too, and say which works. `attempt`
+    runs one all-reduce (tests give it a gloo run)."""
     env = dict(os.environ if env is None else env)
     first = attempt(world, backend=backend, timeout=timeout, env=env)
-    if first.severity != "error" or env.get(P2P_OFF) == "1":
+    if first.severity != "error":
         return [first]
-    second = attempt(world, backend=backend, timeout=timeout, env={**env, P2P_OFF: "1"})
-    if second.severity == "error":
-        return [first, Finding.error("all-reduce", f"the all-reduce fails with {P2P_OFF}=1 as well",
-                                     f"so peer-to-peer is not the (only) cause: {second.what}; {second.why}",
-                                     "rerun with NCCL_DEBUG=INFO and read the first WARN line; multi-node: check "
-                                     "NCCL_SOCKET_IFNAME / NCCL_IB_DISABLE")]
-    return [first, Finding.warn("all-reduce", f"the all-reduce works with {P2P_OFF}=1 ({second.what.split('works')[-1].strip()}), "
-                                              "not with peer-to-peer",
-                                "the P2P path between the GPUs is broken (IOMMU/ACS on the host, ReBAR off, or a container "
-                                "without --ipc=host / SYS_PTRACE); without it collectives go through host memory: stable, slower",
-                                f"to train now: export {P2P_OFF}=1 (stable, slower); to get P2P back: iommu=pt on the kernel "
-                                "command line, Above 4G Decoding + Re-Size BAR in the BIOS, and in a container "
-                                "docker run --ipc=host --cap-add=SYS_PTRACE")]
+    extra = {k: v for k, v in (settings or {}).items() if env.get(k) != v and k != P2P_OFF}
+    tries = [extra] if extra else []
+    if env.get(P2P_OFF) != "1":
+        tries.append({**extra, P2P_OFF: "1"})
+    if not tries:
+        return [first]
+    last = first
+    for extra_env in tries:
+        last = attempt(world, backend=backend, timeout=timeout, env={**env, **extra_env})
+        if last.severity != "error":
+            return [first, _works_with(extra_env, last)]
+    tried = " and then with ".join(" ".join(f"{k}={v}" for k, v in t.items()) for t in tries)
+    return [first, Finding.error("all-reduce", f"the all-reduce fails with {tried} as well",
+                                 f"so {'peer-to-peer is' if len(tries) == 1 else 'these settings are'} not the (only) "
+                                 f"cause: {last.what}; {last.why}",
+                                 "rerun with NCCL_DEBUG=INFO and read the first WARN line; multi-node: check "
+                                 "NCCL_SOCKET_IFNAME / NCCL_IB_DISABLE")]
+
+
+def _works_with(extra_env: Mapping[str, str], result: Finding) -> Finding:
+    setting = " ".join(f"{k}={v}" for k, v in extra_env.items())
+    timing = result.what.split("works")[-1].strip()
+    if set(extra_env) == {P2P_OFF}:
+        return Finding.warn("all-reduce", f"the all-reduce works with {P2P_OFF}=1 ({timing}), not with peer-to-peer",
+                            "the P2P path between the GPUs is broken (IOMMU/ACS on the host, ReBAR off, consumer cards "
+                            "on different root complexes, or a container without --ipc=host / SYS_PTRACE); without it "
+                            "collectives go through host memory: stable, slower",
+                            f"to train now: export {P2P_OFF}=1 (stable, slower); to get P2P back: iommu=pt on the kernel "
+                            "command line, Above 4G Decoding + Re-Size BAR in the BIOS, and in a container "
+                            "docker run --ipc=host --cap-add=SYS_PTRACE")
+    return Finding.warn("all-reduce", f"the all-reduce works with {setting} ({timing}), not without",
+                        "a known RCCL problem of these GPUs (the multi-gpu finding names it and its source)",
+                        f"to train now: export {setting}; the fix is a newer RCCL (see the multi-gpu finding)")

@@ -1,8 +1,11 @@
 """Offline mode: diagnose some other machine from saved outputs (`doctor --from DIR`, `--rocm-smi FILE`, ...):
-rocm-smi, amd-smi (its default view too), rocminfo and nvidia-smi for the GPUs (hardware/smi_parsers.py), `lspci -vv`
-for Resizable BAR (pci.py) and `dmesg` for an APU's GTT, the kernel command line and amdgpu's BAR line
-(memory.py, pci.py). The GPUs read there become a `HardwareInfo` of *that* machine, and train's own policy
-functions answer for it (plan.py): the dtype, attention, packing and gradient checkpointing it would get there.
+rocm-smi, amd-smi (its default view too), rocminfo, nvidia-smi and torch's collect_env for the GPUs
+(hardware/smi_parsers.py), `lspci -vv` for Resizable BAR (pci.py), `dmesg` and a memory report (torch's total_memory
+beside sysfs's GTT and the RAM) for an APU's memory (memory.py), pip / uv output and `pip list` for the packages
+(packages.py), and `env` / `export` lines for the visibility and override variables (devices.py). The GPUs read there
+become a `HardwareInfo` of *that* machine, and train's own policy functions answer for it (plan.py): the dtype,
+attention, packing and gradient checkpointing it would get there. A table cut in the middle still lists every card it
+names, with what the cut hides marked unknown.
 """
 
 from __future__ import annotations
@@ -11,16 +14,52 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
-from steadytune.doctor.archs import arch_findings
+from steadytune.doctor.archs import arch_findings, torch_rocm
 from steadytune.doctor.checks import discrete_behind_igpu
+from steadytune.doctor.devices import (
+    igpu_shadow,
+    mixed_arch_findings,
+    parse_env_lines,
+    per_node_overrides,
+    saved_override_findings,
+    use_per_node,
+    visibility_findings,
+)
 from steadytune.doctor.findings import Finding
-from steadytune.doctor.memory import KernelLog, apu_memory_findings, looks_like_dmesg, parse_kernel_log
+from steadytune.doctor.memory import (
+    KernelLog,
+    apu_memory_findings,
+    looks_like_dmesg,
+    looks_like_memory_report,
+    parse_kernel_log,
+    parse_memory_report,
+)
+from steadytune.doctor.multi_gpu import rccl_findings
+from steadytune.doctor.packages import (
+    PythonEnv,
+    bitsandbytes_findings,
+    looks_like_packages,
+    merge_envs,
+    parse_package_text,
+    torch_replacement_findings,
+)
 from steadytune.doctor.pci import PciGpu, looks_like_lspci, parse_dmesg_bars, parse_lspci, rebar_findings
 from steadytune.doctor.plan import train_plan_findings
 from steadytune.hardware.archs import bf16_verdict
 from steadytune.hardware.backend import GPU, HardwareInfo
-from steadytune.hardware.gpu_facts import ARCH_COMMANDS
-from steadytune.hardware.smi_parsers import ParseResult, merge_results, parse_sample, split_samples
+from steadytune.hardware.gpu_facts import ARCH_COMMANDS, OFFICIAL_WHEEL_ARCHS, lookup_product
+from steadytune.hardware.rccl import rocm_tuple
+from steadytune.hardware.smi_parsers import (
+    GpuRecord,
+    ParseResult,
+    Sample,
+    merge_results,
+    parse_sample,
+    recognise,
+    split_samples,
+)
+from steadytune.hardware.torch_builds import wheel_archs_of
+from steadytune.hardware.unified_memory import DrmCard, usable_gib
 
 if TYPE_CHECKING:
     from steadytune.config import RunConfig
@@ -33,15 +72,37 @@ class SavedOutputs:
     results: list["ParseResult"] = field(default_factory=list)   # one per tool output (GPU tools, lspci, dmesg)
     pci: list[PciGpu] = field(default_factory=list)               # from lspci -vv and amdgpu's BAR line
     kernel: KernelLog = field(default_factory=KernelLog)          # from dmesg
+    python: list[PythonEnv] = field(default_factory=list)         # pip / uv output, pip list, collect_env's [pip3]
+    env: dict[str, str] = field(default_factory=dict)             # env / export lines
+    memory: dict[str, object] = field(default_factory=dict)       # a memory report (torch, gtt, vram, ram GiB)
 
     @property
     def rocm_version(self) -> Optional[str]:
         return next((r.rocm_version for r in self.results if r.rocm_version), None)
 
+    @property
+    def torch_version(self) -> Optional[str]:
+        found = next((r.torch_version for r in self.results if r.torch_version), None)
+        packages = merge_envs(self.python)
+        return found or (packages.version("torch") if packages else None) or self.memory.get("torch_version")
 
-def _read_machine_sample(text: str, source: str, saved: SavedOutputs) -> Optional["ParseResult"]:
-    """lspci and dmesg outputs (not GPU tools): their facts go into `saved`; -> a ParseResult to report, or None
-    when the sample is neither."""
+    @property
+    def hip_version(self) -> Optional[str]:
+        return next((r.hip_version for r in self.results if r.hip_version), None) or self.memory.get("hip")
+
+    @property
+    def rocm(self) -> Optional[tuple[int, int]]:
+        """The ROCm release of that machine's torch (its label, HIP version) or of its tools."""
+        return torch_rocm(self.torch_version, self.hip_version) or rocm_tuple(self.rocm_version)
+
+    @property
+    def read_anything(self) -> bool:
+        return bool(self.pci or self.kernel.gtt_gib or self.python or self.env or self.memory)
+
+
+def _read_machine_sample(text: str, source: str, saved: SavedOutputs, command: str = "") -> Optional["ParseResult"]:
+    """Outputs that are not GPU tables (lspci, dmesg, a memory report, env lines, pip/uv output): their facts go into
+    `saved`; -> a ParseResult to report, or None when the sample is none of them."""
     if looks_like_lspci(text):
         gpus = parse_lspci(text)
         saved.pci += gpus
@@ -55,6 +116,24 @@ def _read_machine_sample(text: str, source: str, saved: SavedOutputs) -> Optiona
         saved.kernel.gttsize_deprecated |= log.gttsize_deprecated
         saved.pci += parse_dmesg_bars(text)
         return ParseResult(tool="dmesg", source=source)
+    if looks_like_memory_report(text):
+        report = parse_memory_report(text)
+        saved.memory.update(report)
+        result = ParseResult(tool="memory report", source=source, torch_version=report.get("torch_version"),
+                             hip_version=report.get("hip"))
+        product = lookup_product(str(report.get("name", "")))
+        if product is not None:
+            result.gpus.append(GpuRecord(index=0, vendor="amd", name=str(report["name"]), arch=product.arch,
+                                         arch_source="product table", memory_gib=report.get("torch"),
+                                         integrated=product.integrated))
+        return result
+    variables = parse_env_lines(text)
+    if variables:
+        saved.env.update(variables)
+        return ParseResult(tool="environment", source=source)
+    if looks_like_packages(text) and recognise(Sample(text, command))[0] == "unknown":
+        saved.python.append(parse_package_text(text, source, command))
+        return ParseResult(tool="packages", source=source)
     return None
 
 
@@ -78,7 +157,9 @@ def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Pa
         wanted = (expected_tool or {}).get(path)
         for i, sample in enumerate(samples, 1):
             source = path.name if len(samples) == 1 else f"{path.name} (output {i})"
-            result = _read_machine_sample(sample.text, source, saved) or parse_sample(sample, source)
+            result = _read_machine_sample(sample.text, source, saved, sample.command) or parse_sample(sample, source)
+            if result.tool == "collect_env":   # its [pip3] lines name torch and its companions
+                saved.python.append(parse_package_text(sample.text, source))
             if wanted and len(samples) == 1 and result.tool not in (wanted, "unknown"):   # a paste may hold several tools
                 result.notes.append(f"given as {wanted} output but reads as {result.tool} output")
             saved.results.append(result)
@@ -101,7 +182,11 @@ def machine_info(gpus: list["GpuRecord"], saved: Optional[SavedOutputs] = None) 
         gpu = GPU(index=g.index, name=g.name or "?", arch=g.arch, memory_gib=g.memory_gib or 0.0,
                   integrated=g.integrated, bus_id=g.bus_id)
         gtt = _gtt_for(g, saved.kernel) if saved else None
-        if g.integrated and gtt and gtt > gpu.memory_gib:
+        if g.integrated and saved is not None and saved.memory.get("torch"):
+            m = saved.memory
+            card = DrmCard("saved", g.bus_id, None, m.get("vram"), None, m.get("gtt") or gtt)
+            gpu.usable_memory_gib, gpu.memory_note = usable_gib(m.get("torch"), card, m.get("ram"))
+        elif g.integrated and gtt and gtt > gpu.memory_gib:
             gpu.usable_memory_gib, gpu.memory_note = gtt, f"GTT {gtt:g} GiB (carve-out {gpu.memory_gib:g} GiB)"
         info.gpus.append(gpu)
     return info
@@ -120,21 +205,33 @@ def _describe(g: "GpuRecord") -> Finding:
 
 def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: Optional[SavedOutputs] = None,
                   cfg: Optional["RunConfig"] = None) -> list[Finding]:
-    """Findings about the GPUs of the saved machine: what each is and gets (arch table), rows 5, 11 and 13, an
-    APU's memory, Resizable BAR, and what train would choose there."""
+    """Findings about the GPUs of the saved machine: what each is and gets (arch table, that machine's torch), rows 5,
+    11 and 13, cut cards, an APU's memory, the visibility and override variables, RCCL on several GPUs, the packages,
+    Resizable BAR, and what train would choose there."""
 
     saved = saved or SavedOutputs()
     findings = []
+    torch_version, rocm = saved.torch_version, saved.rocm
+    compiled = wheel_archs_of(torch_version)
+    whose = f"that machine's torch {torch_version}"
+    amd = [g for g in gpus if g.vendor == "amd"]
+    wheel_archs = compiled or OFFICIAL_WHEEL_ARCHS
+    per_node = per_node_overrides(amd, wheel_archs)   # a mixed machine: overrides go per KFD node
     for g in gpus:
         findings.append(_describe(g))
         label = f"GPU {g.index}"
+        if g.cut:
+            findings.append(Finding.warn(check, f"{label}: {g.cut}",
+                                         "a pasted excerpt: what the cut hides is shown as unknown (?), not guessed",
+                                         "save the whole output: amd-smi > amd-smi.txt, rocminfo > rocminfo.txt"))
         if g.arch is None:
             why = ("the tool printed only the generic name 'AMD Radeon Graphics' (APUs such as Strix Halo do)"
                    if g.generic_name else "this output does not name the model or its target")
             findings.append(Finding.warn(check, f"{label}: architecture unknown", why,
                                          f"run on that machine: {ARCH_COMMANDS}; or save `rocminfo` too"))
         elif g.vendor == "amd" and not (g.integrated and discrete_behind_igpu(gpus)):
-            findings += arch_findings(g.arch, label, "arch")
+            findings += use_per_node(arch_findings(g.arch, label, "arch", compiled=compiled, whose=whose,
+                                                   torch_version=torch_version, rocm=rocm), per_node.get(g.index))
         native, why = bf16_verdict(g.arch)
         if native is False and not g.integrated:
             findings.append(Finding.warn(check, f"{label}: {why}", "bf16: true would abort or run emulated",
@@ -143,14 +240,28 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
             findings.append(Finding.info(check, f"{label}: gfx90a flushes fp16 denormals in matrix cores",
                                          "fp16 training can slowly diverge on torch >= 2.7", "train in bf16"))
         if g.vendor == "amd" and (g.integrated or g.generic_name):
+            m = saved.memory
             findings += apu_memory_findings(f"{label} ({g.arch or 'APU?'})", "unified-memory",
-                                            vram_gib=g.memory_gib, gtt_gib=_gtt_for(g, saved.kernel),
-                                            cmdline=saved.kernel.cmdline)
-    discrete = discrete_behind_igpu(gpus)
-    if discrete:
-        findings.append(Finding.warn(check, f"GPU 0 is an integrated GPU ({gpus[0].name}, {gpus[0].arch})",
-                                     "tools that take device 0 would train on the iGPU",
-                                     f"export HIP_VISIBLE_DEVICES={discrete}   (or ROCR_VISIBLE_DEVICES=<dGPU UUID>)"))
+                                            torch_gib=m.get("torch"), vram_gib=m.get("vram") or g.memory_gib,
+                                            gtt_gib=m.get("gtt") or _gtt_for(g, saved.kernel),
+                                            cmdline=saved.kernel.cmdline, ram_gib=m.get("ram"))
+    shadow = igpu_shadow(gpus, wheel_archs)
+    if shadow:
+        findings.append(Finding.warn(check, *shadow))
+    if saved.env:
+        findings += visibility_findings(saved.env, "rocm" if amd else "cuda", gpus)
+        findings += saved_override_findings(saved.env, amd, wheel_archs)
+    else:
+        findings += mixed_arch_findings({}, amd, wheel_archs)
+    dgpus = [g.arch for g in amd if g.arch and not g.integrated]
+    findings += rccl_findings(dgpus, None, rocm, saved.env)
+    info = machine_info(gpus, saved)
+    packages = merge_envs(saved.python)
+    if packages is not None:
+        arch = info.primary.arch if info is not None and info.primary is not None else None
+        findings += torch_replacement_findings(packages, arch=arch)
+        rocm_machine = bool(amd) or bool(packages.bnb_missing) or "+rocm" in (torch_version or "")
+        findings += bitsandbytes_findings(packages, arch, saved.hip_version, rocm_machine)
     if saved.pci:
         by_bus = {g.bus_id: g for g in gpus if g.bus_id}
         for pci in saved.pci:
@@ -160,7 +271,6 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
                 pci.integrated = record.integrated
                 pci.name = pci.name or record.name or ""
         findings += rebar_findings(saved.pci, "pci")
-    info = machine_info(gpus, saved)
     if info is not None:
         findings += train_plan_findings(info, "on-that-machine", cfg, offline=True)
     return findings
@@ -174,15 +284,17 @@ def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, 
     for result in saved.results:
         findings += [Finding.warn("saved-outputs", p, fix="save the full, unedited output of the tool") for p in result.problems]
         findings += [Finding.info("saved-outputs", f"{result.source}: {n}") for n in result.notes]
-        if result.tool not in ("unknown", "lspci", "dmesg") and not result.problems:
-            findings.append(Finding.info("saved-outputs", f"{result.source}: {result.tool} output, {len(result.gpus)} GPU(s)"))
-        elif result.tool in ("lspci", "dmesg") and not result.problems:
+        if result.problems or result.tool == "unknown":
+            continue
+        if result.tool in ("lspci", "dmesg", "packages", "environment"):
             findings.append(Finding.info("saved-outputs", f"{result.source}: {result.tool} output"))
+        else:
+            findings.append(Finding.info("saved-outputs", f"{result.source}: {result.tool} output, {len(result.gpus)} GPU(s)"))
     gpus, conflicts = merge_results([r for r in saved.results if r.tool not in ("lspci", "dmesg")])
     findings += [Finding.warn("saved-outputs", c) for c in conflicts]
-    if not gpus and not saved.pci and not saved.kernel.gtt_gib:
+    if not gpus and not saved.read_anything:
         findings.append(Finding.error("saved-outputs", "could not read any GPU from the given outputs",
                                       fix="give rocminfo, amd-smi (default view or static), rocm-smi --showproductname "
-                                          "--json, nvidia-smi, lspci -vv or dmesg output"))
+                                          "--json, nvidia-smi, collect_env, lspci -vv or dmesg output"))
     findings += diagnose_gpus(gpus, saved=saved, cfg=cfg)
     return gpus, findings

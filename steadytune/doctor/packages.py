@@ -324,7 +324,7 @@ def torch_replacement_findings(env: PythonEnv, check: str = "packages", arch: Op
     verb = "is replacing" if env.pending.get("torch") == current and not any(r[0] == "torch" for r in env.replaced) else "replaced"
     what = f"torch {current} ({describe_build(current, platform)}) {verb} the ROCm build torch {former}"
     why = "; ".join(evidence)
-    during = [c for c in env.commands if c]
+    during = list(dict.fromkeys(c for c in env.commands if c))
     if during:
         why += f" (during: {'; '.join(during)})"
     if culprits:

@@ -97,6 +97,9 @@ def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], che
     if gpu is None:
         return []
     budget = gpu.budget_gib
+    if not budget:   # a saved output that does not show the memory (collect_env, a cut table)
+        return [Finding.info(check, f"GPU {gpu.index}'s memory is unknown: gradient checkpointing is decided on that "
+                                    "machine at start", fix="save rocminfo or amd-smi too, for train's memory plan")]
     where = f"{budget:g} GiB" + (f" ({gpu.memory_note})" if gpu.memory_note else "")
     if cfg is not None and cfg.train.gradient_checkpointing is not None:
         use, why = choose_gradient_checkpointing(None, 0, budget, cfg.train.gradient_checkpointing)

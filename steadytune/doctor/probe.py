@@ -101,7 +101,7 @@ def collect_probe(env: Optional[Mapping[str, str]] = None, dev_root: Path | str 
 
     env = dict(os.environ if env is None else env)
     dev_root, sys_root, proc_root = Path(dev_root), Path(sys_root), Path(proc_root)
-    info = detect(sys_root)
+    info = detect(sys_root, proc_root)
     try:
         arch_list = list(torch.cuda.get_arch_list()) if torch.cuda.is_available() else []
     except Exception:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from steadytune.hardware.gpu_facts import arch_info, lookup_product, normalise_gfx
-from steadytune.hardware.unified_memory import card_for, read_drm_cards, usable_gib
+from steadytune.hardware.unified_memory import card_for, read_drm_cards, system_memory_gib, usable_gib
 
 if TYPE_CHECKING:
     import torch
@@ -69,7 +69,7 @@ def detect_backend() -> str:
     return "cpu"
 
 
-def detect(sys_root: str | Path = "/sys") -> HardwareInfo:
+def detect(sys_root: str | Path = "/sys", proc_root: str | Path = "/proc") -> HardwareInfo:
     """What this process can use, as torch sees it (after *_VISIBLE_DEVICES have been applied). An APU's usable
     memory comes from the driver's GTT figure in sysfs, since torch may report only the small carve-out."""
     import torch
@@ -89,9 +89,10 @@ def detect(sys_root: str | Path = "/sys") -> HardwareInfo:
                                  memory_gib=round(props.total_memory / 2**30, 1), integrated=integrated))
         if backend == "rocm" and any(g.integrated for g in info.gpus):
             cards = read_drm_cards(sys_root)
+            ram = system_memory_gib(proc_root)
             for gpu in info.gpus:
                 if gpu.integrated:
-                    gpu.usable_memory_gib, gpu.memory_note = usable_gib(gpu.memory_gib, card_for(cards, gpu.bus_id))
+                    gpu.usable_memory_gib, gpu.memory_note = usable_gib(gpu.memory_gib, card_for(cards, gpu.bus_id), ram)
     return info
 
 

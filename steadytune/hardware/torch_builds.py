@@ -93,3 +93,15 @@ def reinstall_line(version: str) -> str:
         return f"pip install {pre}--force-reinstall --no-deps \"torch=={version}\" --index-url {index}"
     return (f"pip install {pre}--force-reinstall --no-deps \"torch=={version}\" --index-url <the index it came from: "
             "AMD's TheRock wheels are on https://rocm.nightlies.amd.com/whl-multi-arch/ or repo.amd.com>")
+
+
+def wheel_archs_of(version: Optional[str]) -> Optional[frozenset[str]]:
+    """The gfx targets compiled into a pytorch.org ROCm torch of this version (its index's list in gpu_facts.WHEELS);
+    None for other builds, whose list is not in the table."""
+    match = re.fullmatch(r"rocm(\d+\.\d+(?:\.\d+)?)", local_label(version or ""))
+    if not match:
+        return None
+    for wheel in WHEELS:
+        if wheel.name == f"pytorch.org rocm{match.group(1)}":
+            return wheel.archs
+    return None

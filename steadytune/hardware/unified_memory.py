@@ -97,9 +97,21 @@ def system_memory_gib(proc_root: Path | str = "/proc") -> Optional[float]:
     return round(int(match.group(1)) * 1024 / GIB, 1) if match else None
 
 
-def usable_gib(torch_total_gib: Optional[float], card: Optional[DrmCard]) -> tuple[Optional[float], str]:
+def looks_like_ttm_default(torch_gib: Optional[float], gtt_gib: Optional[float], ram_gib: Optional[float]) -> bool:
+    """torch reports about half of RAM while the GTT is larger: the TTM page limit (ttm.pages_limit) is still at its
+    default of half the RAM, and HIP sizes the APU's memory by it (a 128 GB Strix Halo: 62.47 of 128 GiB with
+    amdgpu.gttsize=131072 set, which is deprecated and does not raise the TTM limit; unsloth PR #7960, #7878)."""
+    if not (torch_gib and gtt_gib and ram_gib):
+        return False
+    return torch_gib < 0.75 * gtt_gib and abs(torch_gib - ram_gib / 2) <= 0.06 * ram_gib
+
+
+def usable_gib(torch_total_gib: Optional[float], card: Optional[DrmCard],
+               ram_gib: Optional[float] = None) -> tuple[Optional[float], str]:
     """What an APU's GPU can allocate: the larger of what torch reports, the carve-out and the GTT (HIP
-    allocates from either pool; which one torch counts depends on the ROCm version). -> (GiB, how it was read)."""
+    allocates from either pool; which one torch counts depends on the ROCm version), with two limits: when torch's
+    figure is the TTM default (half of RAM) it is what HIP allocates, and the GTT share leaves the OS its headroom
+    (suggested_gtt_gib). -> (GiB, how it was read)."""
     figures = {"torch": torch_total_gib, "VRAM carve-out": card.vram_gib if card else None,
                "GTT": card.gtt_gib if card else None}
     known = {k: v for k, v in figures.items() if v}
@@ -107,6 +119,11 @@ def usable_gib(torch_total_gib: Optional[float], card: Optional[DrmCard]) -> tup
         return None, "no memory figure"
     source, value = max(known.items(), key=lambda kv: kv[1])
     parts = ", ".join(f"{k} {v:g} GiB" for k, v in known.items())
+    if looks_like_ttm_default(torch_total_gib, figures["GTT"], ram_gib):
+        return torch_total_gib, f"torch ({parts}; the TTM limit is at its default, half of {ram_gib:g} GiB RAM)"
+    cap = suggested_gtt_gib(ram_gib)
+    if source == "GTT" and cap and value > cap:
+        return cap, f"GTT less the OS's share ({parts}; {ram_gib:g} GiB RAM)"
     return value, f"{source} ({parts})"
 
 
