@@ -5,8 +5,14 @@
 # itself are called as `$(PYTHON) -m ...`, never looked up on PATH.
 PYTHON ?= python3
 # A CPU build of torch for machines without one. A torch that is already installed (ROCm, CUDA or CPU
-# build) is never replaced: install the right wheel for your platform first (see README).
+# build) is never replaced: install the right wheel for your platform first (see README). setup pins the installed
+# torch with a pip constraint, so a requirement that excludes it stops the install with pip's reason instead of
+# swapping in a PyPI (CUDA/CPU) build, as happens to ROCm torches in the wild (pypa/pip #12902, ROCm/bitsandbytes #37,
+# unslothai/unsloth #7275); tests/test_doctor_install.py runs this target against a fake ROCm torch.
 TORCH_SPEC ?= torch==2.13.0
+# How setup calls pip, and extra arguments for its main install (the tests use --dry-run --report).
+PIP ?= $(PYTHON) -m pip
+PIP_ARGS ?=
 # Overrides of the demo's recipe, e.g. a quick smoke: make demo DEMO_ARGS="max_samples=40 max_eval_samples=20"
 DEMO_ARGS ?=
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="-k zero3"
@@ -17,8 +23,13 @@ export DS_BUILD_OPS ?= 0
 .PHONY: setup demo test
 
 setup:
-	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install -q -e ".[demo,dev]"
+	@$(PIP) show torch >/dev/null 2>&1 || $(PIP) install -q "$(TORCH_SPEC)"
+	@keep=$$(mktemp); \
+	$(PYTHON) -c "import importlib.metadata as m; print('torch==' + m.version('torch'))" > $$keep || { rm -f $$keep; exit 1; }; \
+	echo "make setup: keeping the installed $$(cat $$keep) (a pip constraint: nothing may replace it)"; \
+	$(PIP) install -q -c $$keep -e ".[demo,dev]" $(PIP_ARGS); status=$$?; \
+	[ $$status -eq 0 ] || echo "make setup: a requirement excludes the installed $$(cat $$keep), and pip stopped rather than replace it. Install a torch that steadytune's requirement (torch>=2.4) allows, for your platform (README), then run make setup again."; \
+	rm -f $$keep; exit $$status
 
 demo: setup
 	$(PYTHON) -m steadytune demo $(DEMO_ARGS)
