@@ -249,3 +249,80 @@ def test_export_stop_tokens_for_llamacpp_vllm_and_generate(tiny_model, tmp_path)
     assert int(field.parts[field.data[0]][0]) == 5
     # and the run's own tokenizer folder keeps its eos (only the export says the template's)
     assert AutoTokenizer.from_pretrained(tmp_path / "adapter").eos_token == "<eos>"
+
+
+# --- LLaMA-Factory's v1 configs -----------------------------------------------------------------------------------
+
+V1 = GOLDEN["v1"]["files"]
+# What each v1 example does here: runs (its keys translated), or the one line that refuses it.
+V1_REFUSED = {
+    "v1/train_freeze/train_freeze_sft.yaml": "not supported: peft_config: freeze",
+    "v1/train_full/train_full_muon.yaml": "not supported: optim_config: muon",
+    "v1/train_full/train_full_qwen3_moe_fsdpturbo_ep_fsdp.yaml": "not supported: kernel_config: auto, flash-linear",
+    "v1/train_full/train_full_ulysses_cp.yaml": "not supported: cp_size: 2",
+    "v1/train_qlora/quantization.yaml": "not supported: quant_config",
+}
+
+
+@pytest.fixture
+def v1_workdir(tmp_path, monkeypatch):
+    """Where LLaMA-Factory's users run v1: its data/ (with the v1 dataset YAMLs) and examples/ side by side."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in (LF_FIXTURES / "data").iterdir():
+        (data / f.name).symlink_to(f)
+    for f in (Path(__file__).parent / "golden" / "lf_v1_data").iterdir():
+        (data / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "examples").symlink_to(EXAMPLES)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@needs_shared
+@pytest.mark.parametrize("relative", sorted(V1))
+def test_v1_configs_read_as_v1_reads_them(relative, v1_workdir):
+    from steadytune.config import ConfigError
+
+    if relative in V1_REFUSED:
+        with pytest.raises(ConfigError, match=V1_REFUSED[relative].replace("(", r"\(")):
+            load_config(EXAMPLES / relative)
+        return
+    cfg = load_config(EXAMPLES / relative)
+    want = V1[relative]["resolved"]
+    t = cfg.train
+    assert cfg.model.model_name_or_path == want["model"]
+    assert t.per_device_train_batch_size == want["micro_batch_size"]
+    assert t.learning_rate == want["learning_rate"] and t.num_train_epochs == want["num_train_epochs"]
+    assert t.max_steps == (want["max_steps"] if want["max_steps"] is not None else -1)
+    assert t.bf16 is want["bf16"] and t.logging_steps == want["logging_steps"]
+    assert t.gradient_checkpointing is want["enable_activation_checkpointing"]
+    assert cfg.data.cutoff_len == want["cutoff_len"]
+    peft = want["peft_config"]
+    assert cfg.method.finetuning_type == ("lora" if peft else "full")
+    if peft and "r" in peft:
+        m = cfg.method
+        assert (m.lora_rank, m.lora_alpha, m.lora_dropout, m.lora_target) == \
+            (peft["r"], peft["lora_alpha"], peft["lora_dropout"], peft["target_modules"])
+    # v1's optimizer and schedule: torch's AdamW defaults, a constant learning rate
+    assert (t.weight_decay, t.lr_scheduler_type, t.warmup_steps) == (0.01, "constant", 0)
+    assert "lf_v1" in cfg.decisions and "lf_v1_differences" in cfg.decisions
+
+
+@needs_shared
+def test_v1_dataset_yaml_draws_v1s_rows(v1_workdir, tokenizer):
+    """data/v1_sft_demo.yaml: identity whole, then `size: 500` rows of alpaca_en_demo drawn with replacement after
+    set_seed(42): the same 591 rows, in the same order, as v1's DataEngine."""
+    from steadytune.data.prepare import prepare_datasets
+
+    want = GOLDEN["v1"]["v1_sft_demo"]
+    rows = json.loads((LF_FIXTURES / "data" / "alpaca_en_demo.json").read_text(encoding="utf-8"))
+    identity = json.loads((LF_FIXTURES / "data" / "identity.json").read_text(encoding="utf-8"))
+    source = {"identity": identity, "alpaca_en_demo": rows}
+    cfg = load_config(EXAMPLES / "v1/train_lora/train_lora_sft.yaml", {"template": "qwen3_nothink"})
+    data = prepare_datasets(cfg, tokenizer)
+    assert len(data.train) == want["rows"] == 591
+    # the answers we train on, in v1's order before shuffling: its rows' outputs
+    expected = [source[name][row]["output"] for name, row in want["index"]]
+    got = [tokenizer.decode([t for t in x["labels"] if t != -100]) for x in data.train]
+    assert [g.removesuffix("<|im_end|>\n").strip() for g in got] == [e.replace("{{name}}", "{{name}}").strip()
+                                                                     for e in expected]

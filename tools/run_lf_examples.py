@@ -34,12 +34,23 @@ ORDER = ("train_lora/", "train_qlora/", "train_full/", "extras/", "inference/", 
          "ktransformers/", "megatron", "v1/")
 
 
+V1_DATA = ROOT / "tests" / "golden" / "lf_v1_data"   # LLaMA-Factory's data/v1_*.yaml, which its v1 examples name
+# LLaMA-Factory v1 picks the stage by command (`llamafactory-cli sft | dpo | rm | merge`), not by a key.
+V1_STAGE = {"v1/train_lora/train_lora_dpo.yaml": "dpo"}
+
+
 def command_for(relative: str) -> str:
     if relative.startswith("inference/"):
         return "chat"
-    if relative.startswith("merge_lora/"):
+    if relative.startswith("merge_lora/") or relative == "v1/train_lora/export_lora.yaml":
         return "export"
     return "train"
+
+
+def sort_key(examples: Path, path: Path) -> tuple:
+    relative = str(path.relative_to(examples))
+    group = next((i for i, o in enumerate(ORDER) if relative.startswith(o)), len(ORDER))
+    return group, command_for(relative) == "export", relative   # a merge after the training that writes its adapter
 
 
 def tiny_model(folder: Path) -> Path:
@@ -111,8 +122,7 @@ def main() -> int:
 
     files = sorted((p for p in args.examples.rglob("*.yaml")
                     if not str(p.relative_to(args.examples)).startswith(NOT_RUN_CONFIGS)),
-                   key=lambda p: (next((i for i, o in enumerate(ORDER) if str(p.relative_to(args.examples)).startswith(o)),
-                                       len(ORDER)), str(p)))
+                   key=lambda p: sort_key(args.examples, p))
     prefixes = tuple(x for x in args.only.split(",") if x) or ("",)
     files = [p for p in files if str(p.relative_to(args.examples)).startswith(prefixes)]
     work = Path(tempfile.mkdtemp(prefix="lf_examples_"))
@@ -121,6 +131,12 @@ def main() -> int:
     # examples/deepspeed/ds_z3_config.json resolve); outputs (saves/...) land in this temporary folder.
     (work / "examples").symlink_to(args.examples.resolve())
     data_dir = args.examples.parent / "data"
+    # v1 files name data/v1_*.yaml relative to where they run, and those name data/*.json: LF's data/ with them
+    (work / "data").mkdir()
+    for f in data_dir.iterdir():
+        (work / "data" / f.name).symlink_to(f.resolve())
+    for f in V1_DATA.iterdir():
+        (work / "data" / f.name).write_bytes(f.read_bytes())
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
     results = []
     for path in files:
@@ -128,7 +144,12 @@ def main() -> int:
         settings = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         # A model that an earlier example trained (saves/...) stays; a hub model becomes the tiny stand-in.
         own_output = str(settings.get("model_name_or_path", "")).startswith("saves/")
-        command = [sys.executable, "-m", "steadytune", command_for(relative), str(path), f"dataset_dir={data_dir}"]
+        if relative in V1_STAGE:
+            command_stage = [f"stage={V1_STAGE[relative]}"]
+        else:
+            command_stage = []
+        command = [sys.executable, "-m", "steadytune", command_for(relative), str(path), f"dataset_dir={data_dir}",
+                   *command_stage]
         if not own_output:
             command.append(f"model_name_or_path={model}")
         if settings.get("export_dir") and (work / settings["export_dir"]).exists():

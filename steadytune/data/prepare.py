@@ -8,6 +8,7 @@ examples in the same order.
 from __future__ import annotations
 
 import logging
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -179,7 +180,8 @@ def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict, max_sam
     if not sources:
         raise ConfigError("dataset: no dataset names given")
     limit = max_samples if max_samples is not None else cfg.data.max_samples
-    loaded = [_load_one(src, cfg, stats, limit, kind) for src in sources]
+    draws = random.Random(cfg.train.seed)   # LLaMA-Factory v1's `size`: one stream for all datasets, as its random
+    loaded = [_load_one(src, cfg, stats, limit, kind, draws) for src in sources]
     kinds = {x.kind for x in loaded}
     if len(kinds) > 1:
         names = ", ".join(f"{s.name} ({x.kind})" for s, x in zip(sources, loaded))
@@ -194,9 +196,11 @@ def _load_all(sources: list[DatasetSource], cfg: RunConfig, stats: dict, max_sam
 
 
 def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int | None,
-              kind: ExampleKind | None = None) -> _Loaded:
+              kind: ExampleKind | None = None, draws: random.Random | None = None) -> _Loaded:
     rows = src.load()
     stats["rows_read"][src.name] = len(rows)
+    if src.draw is not None and rows:  # v1's adjust_data_index: random.choices over the rows, after set_seed(seed)
+        rows = [rows[i] for i in (draws or random.Random(cfg.train.seed)).choices(range(len(rows)), k=src.draw)]
     formatting = src.formatting or (kind.guess_formatting if kind else guess_formatting)(rows[0].data)
     columns = src.columns
     if formatting is None and kind is None and set(rows[0].data) == {"text"}:

