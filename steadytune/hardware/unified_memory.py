@@ -122,7 +122,9 @@ def usable_gib(torch_total_gib: Optional[float], card: Optional[DrmCard],
     if looks_like_ttm_default(torch_total_gib, figures["GTT"], ram_gib):
         return torch_total_gib, f"torch ({parts}; the TTM limit is at its default, half of {ram_gib:g} GiB RAM)"
     cap = suggested_gtt_gib(ram_gib)
-    if source == "GTT" and cap and value > cap:
+    carve_out = figures["VRAM carve-out"] or 0
+    from_ram = source == "GTT" or (source == "torch" and abs(value - carve_out) > 0.05 * value)   # not the carve-out
+    if from_ram and cap and value > cap:   # the carve-out is outside MemTotal; the GTT is the OS's own RAM
         return cap, f"GTT less the OS's share ({parts}; {ram_gib:g} GiB RAM)"
     return value, f"{source} ({parts})"
 
