@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also build (first time: minutes) and load the DeepSpeed ops a run may need (cpu_adam, "
                              "fused_adam), in a child process with a time limit")
     parser.add_argument("--from", dest="from_dir", metavar="DIR",
-                        help="diagnose another machine from saved tool outputs in DIR (rocm-smi, amd-smi, rocminfo, "
-                             "nvidia-smi, lspci -vv, dmesg): its GPUs, and what train would choose there")
+                        help="diagnose another machine from saved outputs in DIR, or in one file (rocm-smi, amd-smi, "
+                             "rocminfo, nvidia-smi, collect_env, lspci -vv, dmesg, pip/uv output, env lines): its GPUs, "
+                             "its packages, and what train would choose there")
     parser.add_argument("--config", metavar="YAML",
                         help="a train config: report train's choices for its precision, attention, packing, model and batch")
     for tool in TOOL_FLAGS:
@@ -63,9 +64,12 @@ def _offline_inputs(args: argparse.Namespace) -> tuple[list[Path], dict[Path, st
     expected: dict[Path, str] = {}
     if args.from_dir:
         folder = Path(args.from_dir)
-        if not folder.is_dir():
-            raise UserError(f"--from {folder}: not a folder")
-        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        if folder.is_file():   # one saved file: a pasted session may hold every output
+            files = [folder]
+        elif not folder.is_dir():
+            raise UserError(f"--from {folder}: no such folder or file")
+        else:
+            files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
         if not files:
             raise UserError(f"--from {folder}: the folder has no files")
         paths += files
