@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allreduce", action="store_true",
                         help="also run a real all-reduce across the visible GPUs (needs >= 2; catches RCCL/NCCL hangs); "
                              "if it hangs or fails, retry once with NCCL_P2P_DISABLE=1 and say which works")
+    parser.add_argument("--nodes", nargs="?", const="", metavar="HOST:PORT",
+                        help="also check this machine as one node of a multi-node job: the rendezvous HOST:PORT "
+                             "(default MASTER_ADDR:MASTER_PORT) reachable, the interface NCCL/RCCL and gloo will use, "
+                             "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME advice, InfiniBand and P2P settings")
     parser.add_argument("--attention-bench", action="store_true",
                         help="also time SDPA forward+backward under each kernel on the GPU train uses (in a child "
                              "process), with and without TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 where AOTriton marks "
@@ -104,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         mode, gpus, title = "live", [], "steadytune doctor: this machine"
         probe, findings = diagnose_this_machine(allreduce=args.allreduce,
                                                 deepspeed_ops=getattr(args, "deepspeed_ops", False),
-                                                attention_bench=getattr(args, "attention_bench", False))
+                                                attention_bench=getattr(args, "attention_bench", False),
+                                                nodes=getattr(args, "nodes", None))
         if probe is not None:   # None: torch missing or broken (row 9), which findings explain
             gpus = [{**asdict(g), "bf16": bf16_verdict(g.arch)[0]} for g in probe.info.gpus]
             title += f" ({probe.info.backend}, torch {probe.torch_version})"

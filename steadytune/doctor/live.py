@@ -3,6 +3,7 @@ not import becomes a finding (row 9), and a check that crashes becomes a warning
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Callable, Mapping, Optional
@@ -26,6 +27,7 @@ from steadytune.doctor.deepspeed_ops import build_and_load_ops, check_deepspeed
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.hardware_checks import check_archs, check_rebar, check_train_plan, check_unified_memory
 from steadytune.doctor.multi_gpu import check_allreduce, check_multi_gpu, rccl_retry_settings
+from steadytune.doctor.nodes import check_nodes
 from steadytune.doctor.packages import check_packages
 from steadytune.doctor.probe import Probe, collect_probe, package_version
 from steadytune.hardware.rccl import rocm_tuple
@@ -54,14 +56,17 @@ def diagnose_this_machine(env: Optional[Mapping[str, str]] = None, dev_root: Pat
                           sys_root: Path | str = "/sys", proc_root: Path | str = "/proc", run_kernels: bool = True,
                           run_tools: bool = True, allreduce: bool = False,
                           root: Path | str = "/", deepspeed_ops: bool = False,
-                          attention_bench: bool = False) -> tuple[Optional[Probe], list[Finding]]:
-    """-> (the probe, all live findings); the probe is None when torch is missing or broken. Never raises."""
+                          attention_bench: bool = False,
+                          nodes: Optional[str] = None) -> tuple[Optional[Probe], list[Finding]]:
+    """-> (the probe, all live findings); the probe is None when torch is missing or broken. Never raises. `nodes`
+    ("" or HOST:PORT): also the multi-node checks (doctor/nodes.py), which need no torch."""
+    node_findings = check_nodes(os.environ if env is None else env, nodes or None, sys_root) if nodes is not None else []
     try:
         probe = collect_probe(env, dev_root, sys_root, proc_root, run_kernels=run_kernels, run_tools=run_tools,
                               root=root)
     except Exception as e:   # torch missing or broken
-        return None, [explain_torch_import_error(e)]
-    return probe, run_checks(probe, allreduce, deepspeed_ops, attention_bench)
+        return None, [explain_torch_import_error(e)] + node_findings
+    return probe, run_checks(probe, allreduce, deepspeed_ops, attention_bench) + node_findings
 
 
 def run_live_checks(env: Optional[Mapping[str, str]] = None, dev_root: Path | str = "/dev", sys_root: Path | str = "/sys",
