@@ -429,3 +429,9 @@ def test_all_new_captures_read_without_crashing_and_quickly(tmp_path):
         assert not [f for f in findings if f.what.startswith("could not read")], name
     assert time.monotonic() - start < 10
     assert sys.modules.get("steadytune.doctor.packages") is not None
+
+
+def test_2_an_editable_bitsandbytes_that_lists_no_libraries_is_not_called_broken():
+    env = parse_package_text("bitsandbytes==0.50.1.dev0\n", "freeze")
+    env.bnb_files = []                     # a source/editable install: its RECORD names no libbitsandbytes_rocm*.so
+    assert bitsandbytes_findings(env, "gfx1100", "7.14.60850", rocm=True) == []

@@ -408,7 +408,7 @@ def bitsandbytes_findings(env: PythonEnv, arch: Optional[str], hip_version: Opti
     elif version < Version(BNB_NAN_FREE):
         findings.append(Finding.warn(check, f"bitsandbytes {installed}: 4-bit (QLoRA) trains NaN on AMD GPUs before "
                                             f"{BNB_NAN_FREE}", BNB_NAN_SOURCE, upgrade))
-    if hip_version and env.bnb_files is not None and not env.bnb_missing:
+    if hip_version and env.bnb_files and not env.bnb_missing:   # an editable/source install lists no libraries
         wanted = bnb_library_names(hip_version)
         if wanted and not set(wanted) & set(env.bnb_files):
             findings.append(_missing_library_finding(env, hip_version, check, wanted))
