@@ -37,6 +37,9 @@ from steadytune.errors import UserError, describe_os_error
 
 MANIFEST = ".steadytune-run.json"
 LOCK = ".steadytune.lock"
+# `steadytune studio` keeps what it launches for a run in output_dir/studio/ (the config it wrote, the processes' logs,
+# exports), made before the run claims the folder: never foreign, never removed by a run.
+STUDIO_FOLDER = "studio"
 
 # Names a steadytune run or evaluation writes into output_dir (a foreign entry with one of these names would be
 # replaced, so it makes the run refuse). Tokenizer and model files vary by family, hence the patterns.
@@ -90,7 +93,7 @@ class RunFolder:
             self.created = True
         self._lock()
         self.manifest = read_manifest(self.path) or adopt_legacy_run(self.path)
-        self.present_at_start = {p.name for p in self.path.iterdir()} - {LOCK}
+        self.present_at_start = {p.name for p in self.path.iterdir()} - {LOCK, STUDIO_FOLDER}
         self._adopt_killed_runs_entries()
         ours = set(self.manifest.get("files", []))
         if self.manifest:
@@ -217,7 +220,7 @@ class RunFolder:
         if not self.main or self.started_steps or not self.path.is_dir():
             return
         for entry in self.path.iterdir():
-            if entry.name not in self.present_at_start and entry.name != LOCK:
+            if entry.name not in self.present_at_start and entry.name not in (LOCK, STUDIO_FOLDER):
                 remove_path(entry)
         if self.manifest.get("files") and MANIFEST in self.present_at_start:
             pass  # the earlier run's manifest stays as it was (it was rewritten only after the first step)
