@@ -82,7 +82,8 @@ def render(results: list[dict], args) -> int:
         f"Every config under LLaMA-Factory's `examples/` (hiyouga/LLaMA-Factory at ff6d4d12eeb0), run by "
         f"`python tools/run_lf_examples.py` with only `model_name_or_path` (a tiny random Qwen2 with a tokenizer "
         f"that knows every template's special tokens) and `dataset_dir` (LLaMA-Factory's `data/`) changed (`chat` "
-        f"gets one question on stdin), on a "
+        f"gets one question on stdin; LLaMA-Factory's v1 files also find its `data/v1_*.yaml` where they run, and "
+        f"`v1/train_lora/train_lora_dpo.yaml` gets `stage=dpo`, as v1's `dpo` command), on a "
         f"CPU" + (f", each training run cut to `max_steps={args.max_steps}` (and at most 16 generated tokens) to "
                   f"keep the table's CPU time short" if args.max_steps else "") +
         f". **{runs} of {len(results)} run**; the others stop at start with the message shown (nothing is "
