@@ -37,7 +37,7 @@ from transformers import get_scheduler
 from steadytune.config import RunConfig, describe_keys, load_config, resolve_do_train, save_resolved_config
 from steadytune.data.balance import uses_loss_weights
 from steadytune.data.prepare import truncation_summary
-from steadytune.distributed import launch, sharding
+from steadytune.distributed import launch, nodes, sharding
 from steadytune.distributed.collectives import (
     clip_gradients,
     reduce_sum,
@@ -129,7 +129,25 @@ def add_arguments(parser) -> None:
     parser.add_argument("--list-keys", action="store_true", help="print every config key with its default and help")
     parser.add_argument("--nproc", metavar="N",
                         help="start N training processes, one per GPU (a number, or auto = every visible GPU), "
-                             "through torch.distributed.run: DDP, or DeepSpeed / FSDP2 when the config asks for them")
+                             "through torch.distributed.run: DDP, or DeepSpeed / FSDP2 when the config asks for them "
+                             "(with --nnodes: processes on this node; NPROC_PER_NODE)")
+    group = parser.add_argument_group("several nodes (torchrun's flags; LLaMA-Factory's variables NNODES, NODE_RANK, "
+                                      "MASTER_ADDR, MASTER_PORT, RDZV_ID, MIN_NNODES, MAX_NNODES, MAX_RESTARTS with "
+                                      "FORCE_TORCHRUN=1 do the same; see docs/multi-node.md)")
+    group.add_argument("--nnodes", metavar="N|MIN:MAX", help="nodes in the job (run this command on each)")
+    group.add_argument("--node-rank", type=int, metavar="R", help="this node's number, 0 on --master-addr (static "
+                       "rendezvous; with --rdzv-id the rendezvous numbers the nodes)")
+    group.add_argument("--master-addr", metavar="HOST", help="address of node 0, where the rendezvous is held")
+    group.add_argument("--master-port", type=int, metavar="PORT", help="its port, the same on every node (29500)")
+    group.add_argument("--rdzv-id", metavar="JOB", help="elastic: the c10d rendezvous with this job id (the same on "
+                       "every node); a dead process or node restarts the job from the last complete checkpoint")
+    group.add_argument("--max-restarts", type=int, metavar="N", help="elastic: restarts before the job fails (0)")
+    group.add_argument("--rdzv-timeout", type=int, metavar="S",
+                       help="seconds a node waits at the rendezvous for the others (900)")
+    group.add_argument("--rdzv-conf", metavar="K=V,...", help="more rendezvous settings, as torchrun's --rdzv-conf "
+                       "(join_timeout, last_call_timeout, close_timeout, read_timeout)")
+    group.add_argument("--local-addr", metavar="ADDR", help="this node's address as the others reach it (default: "
+                       "its hostname)")
 
 
 def run(args) -> int:
@@ -145,9 +163,9 @@ def run(args) -> int:
         # adapter_name_or_path on eval_dataset (do_predict + predict_with_generate: generated answers, BLEU/ROUGE).
         evaluate_saved(cfg, batch_size=cfg.train.per_device_eval_batch_size)
         return 0
-    if getattr(args, "nproc", None) and not launch.under_launcher():
-        nproc = launch.resolve_nproc(args.nproc, launch.visible_gpus())
-        return launch.launch(nproc, args.config, args.overrides, args.force, cfg.train.output_dir)
+    plan = launch.plan_launch(args, os.environ, launch.visible_gpus())
+    if plan is not None:   # --nproc / --nnodes / LLaMA-Factory's FORCE_TORCHRUN: this process becomes the launcher
+        return launch.launch(plan, args.config, args.overrides, args.force, cfg.train.output_dir)
     hint = launch.several_gpus_hint(args.config, launch.visible_gpus())
     if hint:
         print(hint, file=sys.stderr, flush=True)
@@ -172,11 +190,12 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
     # Rank from the launcher's environment too: a CPU run under torchrun that Accelerate does not treat as
     # distributed must still have one process, rank 0, own the folder.
     processes = sharding.process_state(cfg)   # rank and world size (DeepSpeed / FSDP need a process group even alone)
-    rank = int(os.environ.get("RANK", "0"))
-    folder = RunFolder(Path(cfg.train.output_dir), main_process=processes.is_main_process and rank == 0)
+    layout = nodes.node_layout()              # which node, how many, which restart attempt (torchrun's environment)
+    folder = RunFolder(Path(cfg.train.output_dir), main_process=processes.is_main_process and layout.rank == 0)
     folder.claim()  # usable folder, lock taken
     stop = StopRequests().install()
     try:
+        start_nodes(cfg, folder, layout, processes.device)
         while True:
             run = set_up(cfg, folder, stop, force, progress, model)
             model = None  # a precision switch sets up again from the checkpoint, with freshly loaded weights
@@ -186,16 +205,32 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
             # fp16 kept overflowing: fit saved the last good state; continue from it in bf16 or fp32.
             resume_in_precision(cfg, outcome)
     except BaseException as error:
+        # A collective that failed because another process died: this process stops with one line (the elastic
+        # agent restarts the job, which resumes from the last complete checkpoint), not with gloo's traceback.
+        lost = nodes.lost_peer(error, layout)
         if not folder.started_steps:
             folder.undo_failed_start()  # a failed start leaves output_dir as it found it
         else:
-            folder.record(status=status_of(error))
+            folder.record(status=status_of(lost or error))
             if folder.main:
                 write_run_report(folder.path)  # it shows where and why the run stopped
+        if lost is not None:
+            raise lost from None
         raise
     finally:
         stop.restore()
         folder.release()
+
+
+def start_nodes(cfg: RunConfig, folder: RunFolder, layout, device) -> None:
+    """Several nodes (distributed/nodes.py): every node sees the output folder rank 0 claimed, an elastic restart
+    continues its own job's run, and one all-reduce across the nodes is measured for the start-up print."""
+    restarted = folder.main and nodes.claim_for_launch(folder.manifest, layout)   # which launch's run this is
+    if layout.several:
+        nodes.check_shared_output(folder.path, layout)
+    nodes.continue_after_restart(cfg, restarted, layout)
+    if layout.several:
+        nodes.record_nodes(cfg, layout, nodes.measure_allreduce(device, layout))
 
 
 @dataclass
@@ -586,7 +621,7 @@ def check_steps_fit_keys(cfg: RunConfig, micro_batches_per_epoch: int, total_ste
         raise UserError("fault_injection.hang_step is set but hang_timeout: 0 turns the hang watchdog off: the run "
                         "would hang for ever; set hang_timeout (e.g. 30)")
     for key in ("nan_loss_step", "inf_loss_step", "spike_loss_step", "fp16_overflow_step", "lr_spike_start",
-                "hang_step"):
+                "hang_step", "kill_step"):
         step = getattr(f, key)
         if step is not None and step > total_steps:
             raise UserError(f"fault_injection.{key}: step {step} is beyond the run's {total_steps} steps; the fault "
@@ -664,7 +699,7 @@ def resume_in_precision(cfg: RunConfig, outcome: Outcome) -> None:
 def status_of(error: BaseException) -> str:
     if isinstance(error, GuardAbort):
         return "aborted"
-    if isinstance(error, (RunInterrupted, KeyboardInterrupt)):
+    if isinstance(error, (RunInterrupted, KeyboardInterrupt, nodes.PeerLost)):
         return "interrupted"
     return "failed"
 
@@ -846,7 +881,8 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     answer (kto)."""
     accelerator, faults = run.accelerator, run.faults
     local_units = sum(run.stage.count_units(mb.batch) for mb in window)
-    with run.watchdog.waiting(step):   # a hang report tells ranks that wait for the others from one that stalled
+    # A hang report tells ranks that wait for the others from one that stalled, and names the collective.
+    with run.watchdog.waiting(step, "the token-count all-reduce"):
         global_tokens = reduce_sum(accelerator, local_units, run.device)
         target_tokens = global_tokens if run.stage.count_tokens is None else reduce_sum(
             accelerator, sum(run.stage.count_tokens(mb.batch) for mb in window), run.device)
@@ -871,12 +907,12 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
             accelerator.backward(loss)
         step_loss += loss_sum.detach()
     if flat:
-        with run.watchdog.waiting(step):
+        with run.watchdog.waiting(step, "the LoRA gradient all-reduce"):
             sharding.sum_gradients_over_ranks(run.params)
     faults.corrupt_gradients(step, run.params)  # testing aid: inf gradients, as an fp16 overflow makes them
     # The guard may have tightened clipping after a rollback (seed 000: 1.0 -> 0.5 -> 0.3).
     grad_norm = clip_gradients(accelerator, run.params, run.guard.max_grad_norm, run.sharding)
-    with run.watchdog.waiting(step):   # reading the loss waits for the gradient all-reduce too
+    with run.watchdog.waiting(step, "the loss all-reduce"):   # reading the loss waits for the gradients too
         loss_value = reduce_sum(accelerator, step_loss.item(), run.device) / max(global_tokens, 1)
     return loss_value, grad_norm, target_tokens
 
@@ -907,7 +943,7 @@ def stop_requested(run: Run) -> bool:
     """A signal reached this process (or, with several processes, any of them)."""
     asked = run.stop.requested is not None
     if run.accelerator.num_processes > 1:
-        with run.watchdog.waiting(run.state.global_step + 1):
+        with run.watchdog.waiting(run.state.global_step + 1, "the stop-request all-reduce"):
             asked = bool(reduce_sum(run.accelerator, int(asked), run.device))
     return asked
 

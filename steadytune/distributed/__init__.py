@@ -1,7 +1,11 @@
 """Training on several GPUs: everything train.py does differently when there is more than one process, or sharding.
 
 Modules:
-    launch           `steadytune train --nproc N` (torch.distributed.run under the hood); the several-GPUs hint
+    launch           `steadytune train --nproc N`, `--nnodes N --node-rank R --master-addr HOST` and LLaMA-Factory's
+                     launch variables: one launch plan, run by torch's elastic agent (static or c10d rendezvous,
+                     restarts, each node's logs); the several-GPUs hint
+    nodes            several nodes seen from one process: the layout, one output folder on shared storage, the
+                     all-reduce measured at start, an elastic restart continuing its launch's run, a lost peer
     sharding         which sharding (none, DDP, DeepSpeed ZeRO, FSDP2) and why; the Accelerator for it; the per-sharding
                      steps of the loop (accumulating without a sync) and of checkpoints (gather, scatter)
     deepspeed_config `deepspeed: FILE.json`: read, check every key (deepspeed_keys: DeepSpeed's key table), fill "auto"

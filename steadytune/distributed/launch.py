@@ -1,22 +1,42 @@
-"""Starting several training processes: `steadytune train CONFIG --nproc N` runs `python -m torch.distributed.run
---standalone --nproc_per_node N -m steadytune train CONFIG ...` (what `torchrun` and `accelerate launch` do), and a
-plain `steadytune train` on a machine with several visible GPUs says how to use them.
+"""Starting the training processes of one machine, or of one node among several.
 
-Each process is one rank on one GPU (Accelerate picks the GPU from LOCAL_RANK); without GPUs the processes talk over
-gloo on the CPU, which is how the tests run several ranks. The launcher turns on torch's NCCL/RCCL flight recorder
-(TORCH_FR_BUFFER_SIZE) so that a hang report (watchdog.py) shows the last collectives, and after the run
-names the hang reports when the watchdog stopped it.
+    steadytune train CONFIG --nproc N           N processes here (torchrun --standalone)
+    steadytune train CONFIG --nnodes 2 --node-rank R --master-addr HOST --master-port P [--nproc K]
+                                                this node's K processes of a 2-node job (torchrun's static rendezvous)
+    steadytune train CONFIG --nnodes 2 --rdzv-id JOB --master-addr HOST --master-port P --max-restarts 3
+                                                elastic: the c10d rendezvous numbers the nodes; when a process or a
+                                                node dies the job restarts through it and resumes from the last
+                                                complete checkpoint (`--nnodes MIN:MAX` lets the node count change)
+
+LLaMA-Factory's launch variables do the same (`FORCE_TORCHRUN=1 NNODES=2 NODE_RANK=0 MASTER_ADDR=... MASTER_PORT=...
+steadytune train CONFIG`, elastic with `RDZV_ID`, `MIN_NNODES`, `MAX_NNODES`, `MAX_RESTARTS`; NPROC_PER_NODE), with the
+same meaning as in its launcher: plan_launch turns flags and variables into one LaunchPlan, flags first.
+
+Everything runs in torch's elastic agent (what `torchrun` runs), started here in-process: one agent per node, which
+starts the node's processes, joins the rendezvous and restarts them. Each process is one rank on one GPU (Accelerate
+picks the GPU from LOCAL_RANK); without GPUs the processes talk over gloo on the CPU, which is how the tests run
+several ranks and several "nodes" on one machine. With several nodes each agent tees its processes' output into
+`output_dir/nodes/<node>/` (the folder global rank 0 owns, on storage every node mounts: distributed/nodes.py checks
+that at start). The launcher turns on torch's NCCL/RCCL flight recorder (TORCH_FR_BUFFER_SIZE) so that a hang report
+(watchdog.py) shows the last collectives, and after the run names the hang reports when the watchdog stopped it.
+A plain `steadytune train` on a machine with several visible GPUs says how to use them.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping, Optional
 
 from steadytune.distributed.watchdog import HANG_EXIT_CODE
 from steadytune.errors import UserError
+from steadytune.hardware.network import is_loopback
+from steadytune.training.run_folder import ELASTIC_JOB_ENV, LAUNCHED_AT_ENV, NODE_LOGS
 
 FLIGHT_RECORDER_ENTRIES = "2000"
 
@@ -77,29 +97,216 @@ def several_gpus_hint(config: str, gpus: int) -> str | None:
             "to shard it when it does not fit)")
 
 
-def launch(nproc: int, config: str, overrides: list[str], force: bool, output_dir: str | None) -> int:
-    """Run the training processes and wait; -> the exit code (the watchdog's when it stopped a hang, else the first
-    failed rank's). torch's elastic launcher (what torchrun runs) starts them with a standalone rendezvous."""
+# LLaMA-Factory's launcher reads these (llamafactory/cli.py); NPROC_PER_NODE defaults to every visible GPU there.
+LF_VARIABLES = ("FORCE_TORCHRUN", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "RDZV_ID",
+                "MIN_NNODES", "MAX_NNODES", "MAX_RESTARTS")
+DEFAULT_MASTER_PORT = 29500     # torchrun's
+DEFAULT_RDZV_TIMEOUT = 900      # seconds a node waits for the others at the rendezvous (torchrun's default)
+RENDEZVOUS_EXIT_CODE = 6        # a node never arrived (or the rendezvous host cannot be reached)
+
+
+@dataclass
+class LaunchPlan:
+    """How this machine's agent starts its processes and meets the other nodes."""
+    nproc: int
+    min_nodes: int = 1
+    max_nodes: int = 1
+    node_rank: Optional[int] = None      # static rendezvous only (elastic: the rendezvous numbers the nodes)
+    master_addr: Optional[str] = None
+    master_port: Optional[int] = None
+    rdzv_id: Optional[str] = None        # set: elastic, the c10d rendezvous
+    max_restarts: int = 0
+    rdzv_timeout: float = DEFAULT_RDZV_TIMEOUT
+    rdzv_conf: dict = field(default_factory=dict)
+    local_addr: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def elastic(self) -> bool:
+        return self.rdzv_id is not None
+
+    @property
+    def several_nodes(self) -> bool:
+        return self.max_nodes > 1
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.master_addr}:{self.master_port}"
+
+    def nodes_text(self) -> str:
+        return str(self.max_nodes) if self.min_nodes == self.max_nodes else f"{self.min_nodes} to {self.max_nodes}"
+
+
+def env_enabled(value: Optional[str]) -> bool:
+    """LLaMA-Factory's is_env_enabled: true, y or 1."""
+    return (value or "").strip().lower() in ("true", "y", "1")
+
+
+def parse_nnodes(text: str, where: str) -> tuple[int, int]:
+    """torchrun's --nnodes: N or MIN:MAX."""
+    try:
+        low, _, high = str(text).partition(":")
+        low_n, high_n = int(low), int(high or low)
+    except ValueError:
+        raise UserError(f"{where} {text!r}: expected a number of nodes, or MIN:MAX") from None
+    if low_n < 1 or high_n < low_n:
+        raise UserError(f"{where} {text!r}: expected 1 or more nodes, MIN <= MAX")
+    return low_n, high_n
+
+
+def parse_rdzv_conf(text: Optional[str]) -> dict:
+    """torchrun's --rdzv-conf: key=value,key=value (numbers as numbers)."""
+    out: dict = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--rdzv-conf {text!r}: expected key=value[,key=value] (e.g. join_timeout=600)")
+        out[key.strip()] = int(value) if value.strip().isdigit() else value.strip()
+    return out
+
+
+def _int(value, where: str, minimum: int = 0) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{where} {value!r}: expected a whole number") from None
+    if number < minimum:
+        raise UserError(f"{where} {number}: expected {minimum} or more")
+    return number
+
+
+def plan_launch(args, env: Mapping[str, str], gpus: int) -> Optional[LaunchPlan]:
+    """The launch this command asks for, from its flags and LLaMA-Factory's variables (a flag wins over a variable);
+    None: train in this process (no launch flag, or this process is already one rank of a launched job)."""
+    if under_launcher():
+        return None
+    flag = {name: getattr(args, name, None) for name in ("nproc", "nnodes", "node_rank", "master_addr", "master_port",
+                                                         "rdzv_id", "max_restarts", "rdzv_timeout", "rdzv_conf",
+                                                         "local_addr")}
+    lf = {name: env[name] for name in LF_VARIABLES if env.get(name) not in (None, "")}
+    several = lf.get("NNODES", "1") not in ("1", "1:1")
+    asked = any(v is not None for v in flag.values()) or env_enabled(lf.get("FORCE_TORCHRUN")) or several
+    if not asked:
+        return None
+    notes = []
+    if several and not env_enabled(lf.get("FORCE_TORCHRUN")) and flag["nnodes"] is None:
+        notes.append(f"NNODES={lf['NNODES']} is set: launching on several nodes (LLaMA-Factory needs FORCE_TORCHRUN=1 "
+                     "or several GPUs for that)")
+    rdzv_id = flag["rdzv_id"] if flag["rdzv_id"] is not None else lf.get("RDZV_ID")
+    if flag["nnodes"] is not None:
+        min_nodes, max_nodes = parse_nnodes(flag["nnodes"], "--nnodes")
+    elif rdzv_id is not None and "MIN_NNODES" in lf and "MAX_NNODES" in lf:   # LF: both, and only when elastic
+        min_nodes = _int(lf["MIN_NNODES"], "MIN_NNODES", 1)
+        max_nodes = _int(lf["MAX_NNODES"], "MAX_NNODES", min_nodes)
+    else:
+        min_nodes, max_nodes = parse_nnodes(lf.get("NNODES", "1"), "NNODES")
+    if min_nodes != max_nodes and rdzv_id is None:
+        raise UserError(f"{min_nodes}:{max_nodes} nodes: a node count that may change needs the elastic rendezvous; "
+                        "add --rdzv-id JOB (RDZV_ID), the same on every node")
+    nproc_text = flag["nproc"] if flag["nproc"] is not None else lf.get("NPROC_PER_NODE", "auto")
+    plan = LaunchPlan(nproc=resolve_nproc(str(nproc_text), gpus), min_nodes=min_nodes, max_nodes=max_nodes,
+                      rdzv_id=rdzv_id, notes=notes)
+    plan.rdzv_timeout = _int(flag["rdzv_timeout"], "--rdzv-timeout", 1) if flag["rdzv_timeout"] is not None \
+        else DEFAULT_RDZV_TIMEOUT
+    plan.rdzv_conf = parse_rdzv_conf(flag["rdzv_conf"])
+    restarts = flag["max_restarts"] if flag["max_restarts"] is not None else lf.get("MAX_RESTARTS")
+    plan.max_restarts = _int(restarts, "--max-restarts" if flag["max_restarts"] is not None else "MAX_RESTARTS") \
+        if restarts is not None else 0
+    if plan.max_restarts and not plan.elastic:
+        if flag["max_restarts"] is not None:
+            raise UserError(f"--max-restarts {plan.max_restarts}: restarts go through the elastic rendezvous, which "
+                            "every node must join: add --rdzv-id JOB (the same on every node)")
+        plan.notes.append(f"MAX_RESTARTS={plan.max_restarts} without RDZV_ID: no restarts (as in LLaMA-Factory, "
+                          "restarts need the elastic rendezvous: set RDZV_ID)")
+        plan.max_restarts = 0
+
+    addr = flag["master_addr"] or lf.get("MASTER_ADDR")
+    port = flag["master_port"] if flag["master_port"] is not None else lf.get("MASTER_PORT")
+    if plan.several_nodes:
+        if not addr:
+            raise UserError(f"{plan.nodes_text()} nodes need the rendezvous host: --master-addr HOST (MASTER_ADDR), "
+                            "the address of node 0, the same on every node")
+        plan.master_addr = addr
+        plan.master_port = _int(port, "--master-port", 1) if port is not None else DEFAULT_MASTER_PORT
+        if not plan.elastic:
+            rank = flag["node_rank"] if flag["node_rank"] is not None else lf.get("NODE_RANK",
+                                                                                    env.get("SLURM_NODEID"))
+            if rank is None:
+                raise UserError(f"{plan.max_nodes} nodes: each node needs its number: --node-rank R (NODE_RANK; "
+                                f"0 on {addr}, 1..{plan.max_nodes - 1} on the others), or --rdzv-id JOB to let the "
+                                "elastic rendezvous number them")
+            plan.node_rank = _int(rank, "--node-rank")
+            if plan.node_rank >= plan.max_nodes:
+                raise UserError(f"--node-rank {plan.node_rank}: a {plan.max_nodes}-node job has nodes 0.."
+                                f"{plan.max_nodes - 1}")
+    elif plan.elastic:   # one node, restartable: its own rendezvous (a given address and port, else any free port)
+        plan.master_addr = addr or "127.0.0.1"
+        plan.master_port = _int(port, "--master-port") if port is not None else 0
+    # All "nodes" on this machine (tests, a try-out): every address is the loopback, not this host's name.
+    plan.local_addr = flag["local_addr"] or ("127.0.0.1" if plan.master_addr and is_loopback(plan.master_addr)
+                                             else None)
+    return plan
+
+
+def node_label(plan: LaunchPlan, env: Mapping[str, str]) -> str:
+    """This node's name for its log folder: its host, with its node rank when it has one before the rendezvous."""
+    host = socket.gethostname()
+    rank = plan.node_rank if plan.node_rank is not None else env.get("NODE_RANK", env.get("SLURM_NODEID"))
+    return f"node{rank}-{host}" if rank is not None else f"{host}-{os.getpid()}"
+
+
+def launch(plan: LaunchPlan, config: str, overrides: list[str], force: bool, output_dir: str | None) -> int:
+    """Run this node's training processes under torch's elastic agent and wait; -> the exit code (the watchdog's
+    when it stopped a hang, RENDEZVOUS_EXIT_CODE when the other nodes never came, else the first failed rank's)."""
     import uuid
 
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-
     gpus = visible_gpus()
-    print(f"steadytune: starting {nproc} training process{'es' if nproc > 1 else ''} "
-          + (f"on {nproc} of {gpus} GPUs" if gpus else "on the CPU (no GPU: gloo, for testing)")
-          + " through torch.distributed (torchrun's launcher)", flush=True)
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    processes = (f"{plan.nproc} training process{'es' if plan.nproc > 1 else ''} "
+                 + (f"on {plan.nproc} of {gpus} GPUs" if gpus else "on the CPU (no GPU: gloo, for testing)"))
+    logs, created = None, None
+    if plan.several_nodes:
+        label = node_label(plan, os.environ)
+        logs = Path(output_dir or ".") / NODE_LOGS / label
+        restarts = (f"up to {plan.max_restarts} restart{'s' if plan.max_restarts != 1 else ''}" if plan.max_restarts
+                    else "no restarts")
+        where = (f"node {plan.node_rank} of {plan.max_nodes}, static rendezvous at {plan.endpoint}" if not plan.elastic
+                 else f"one of {plan.nodes_text()} nodes, elastic rendezvous {plan.rdzv_id!r} at {plan.endpoint}, "
+                      + restarts)
+        print(f"steadytune: {where}: starting {processes} through torch.distributed (torchrun's agent); this node's "
+              f"output also goes to {logs}/", flush=True)
+    else:
+        print(f"steadytune: starting {processes} through torch.distributed (torchrun's launcher)"
+              + (f"; elastic, up to {plan.max_restarts} restarts" if plan.elastic else ""), flush=True)
     if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:   # the older name of the same switch
         os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FLIGHT_RECORDER_ENTRIES)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     # torchrun's default: one thread per process unless told otherwise (nproc processes share the cores).
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    launch_config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
-                                 rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
-                                 monitor_interval=0.5)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // plan.nproc)))
+    if plan.elastic:
+        # Its processes tell a restart of this launch from an older run of the same job id (run_folder, nodes).
+        os.environ[ELASTIC_JOB_ENV], os.environ[LAUNCHED_AT_ENV] = plan.rdzv_id, repr(time.time())
+        # A fresh store for each attempt: torch's agent otherwise shares one across restarts, and the process group
+        # of a restart can read the previous attempt's addresses from it (pytorch#135712, #167288: "Connection
+        # refused" at gloo/NCCL start after a restart, seen here too).
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    launch_config = agent_config(plan, LaunchConfig, str(uuid.uuid4()))
+    if logs is not None:
+        created = next((p for p in [logs, *logs.parents] if p.exists()), None)   # what already existed
+        try:
+            logs.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"output_dir {output_dir}: cannot create this node's log folder {logs}: {e}") from None
+        launch_config.logs_specs = node_logs(DefaultLogsSpecs, str(logs), Std.ALL)
     args = ["-u", "-m", "steadytune", "train", config, *overrides] + (["--force"] if force else [])
     started = time.time()
+    restore_logger = announce_restarts()
     try:
         elastic_launch(launch_config, sys.executable)(*args)
         return 0
@@ -110,12 +317,128 @@ def launch(nproc: int, config: str, overrides: list[str], force: bool, output_di
                   file=sys.stderr, flush=True)
             return HANG_EXIT_CODE
         rank, failure = min(e.failures.items(), key=lambda item: item[1].timestamp)   # the first to fail
-        print(f"error: training process rank {rank} exited with code {failure.exitcode} (its message is above); "
-              "the other processes were stopped", file=sys.stderr, flush=True)
+        tried = f" (after {plan.max_restarts} restart{'s' if plan.max_restarts != 1 else ''})" if plan.max_restarts else ""
+        print(f"error: training process rank {rank} exited with code {failure.exitcode}{tried} (its message is "
+              "above); the other processes were stopped", file=sys.stderr, flush=True)
         return failure.exitcode if failure.exitcode and failure.exitcode > 0 else 1
+    except RendezvousError as e:   # a node never arrived, or the rendezvous host cannot be reached (timeouts too)
+        print(f"error: {rendezvous_message(plan, e)}", file=sys.stderr, flush=True)
+        remove_empty_folders(logs, created)
+        return RENDEZVOUS_EXIT_CODE
+    except Exception as e:
+        if plan.several_nodes and _is_store_timeout(e):   # the static rendezvous: a TCPStore that waited in vain
+            print(f"error: {rendezvous_message(plan, e)}", file=sys.stderr, flush=True)
+            remove_empty_folders(logs, created)
+            return RENDEZVOUS_EXIT_CODE
+        raise
     except KeyboardInterrupt:   # the processes got the same SIGINT: each saves a checkpoint and stops
         return 130
+    finally:
+        restore_logger()
 
+
+def agent_config(plan: LaunchPlan, launch_config_class, run_id: str):
+    """torch's LaunchConfig for the plan: standalone (one node), static (fixed node ranks) or c10d (elastic)."""
+    common = dict(nproc_per_node=plan.nproc, max_restarts=plan.max_restarts, monitor_interval=0.5,
+                  local_addr=plan.local_addr)
+    if not plan.several_nodes and not plan.elastic:
+        return launch_config_class(min_nodes=1, max_nodes=1, run_id=run_id, rdzv_backend="c10d",
+                                   rdzv_endpoint="localhost:0", **common)
+    timeout = int(plan.rdzv_timeout)
+    if plan.elastic:
+        # join_timeout: how long a node waits for the others; the store's host is the agent on master_addr.
+        conf = {"join_timeout": timeout, "timeout": timeout, **plan.rdzv_conf}
+        return launch_config_class(min_nodes=plan.min_nodes, max_nodes=plan.max_nodes, run_id=plan.rdzv_id,
+                                   rdzv_backend="c10d", rdzv_endpoint=plan.endpoint, rdzv_configs=conf, **common)
+    conf = {"rank": plan.node_rank, "timeout": timeout, **plan.rdzv_conf}
+    # The static rendezvous keys its store by the run id: the same on every node (torchrun's default, "none").
+    return launch_config_class(min_nodes=plan.max_nodes, max_nodes=plan.max_nodes, run_id="none",
+                               rdzv_backend="static", rdzv_endpoint=plan.endpoint, rdzv_configs=conf, **common)
+
+
+def node_logs(default_specs, log_dir: str, everything):
+    """torch's log folders (`<log_dir>/<job>_<random>/attempt_<n>/<local rank>/stdout.log, stderr.log`), teed to the
+    console, keeping every attempt: torch's agent counts only this node's own failures, so a restart forced by another
+    node reuses the attempt number and torch would wipe that attempt's folder (moved aside to attempt_<n>.<k>)."""
+    class NodeLogs(default_specs):
+        def reify(self, envs):
+            run_dir = getattr(self, "_run_log_dir", None)
+            if run_dir and envs:
+                attempt = Path(run_dir) / f"attempt_{envs[0].get('TORCHELASTIC_RESTART_COUNT', '0')}"
+                if attempt.exists():
+                    k = 1
+                    while attempt.with_name(f"{attempt.name}.{k}").exists():
+                        k += 1
+                    attempt.rename(attempt.with_name(f"{attempt.name}.{k}"))
+            return super().reify(envs)
+
+    return NodeLogs(log_dir=log_dir, redirects=everything, tee=everything)
+
+
+def remove_empty_folders(logs: Optional[Path], existed: Optional[Path]) -> None:
+    """After a rendezvous that never completed: the log folders this launcher made and nothing wrote into."""
+    if logs is None:
+        return
+    for folder in [logs, *logs.parents]:
+        if folder == existed:
+            return
+        try:
+            folder.rmdir()   # only when empty
+        except OSError:
+            return
+
+
+def rendezvous_message(plan: LaunchPlan, error: BaseException) -> str:
+    detail = " ".join(str(error).split())[:300]
+    detail = type(error).__name__ + (f": {detail}" if detail and detail != type(error).__name__ else "")
+    others = "1" if plan.max_nodes == 2 else f"1..{plan.max_nodes - 1}"
+    start = (f"--node-rank {others} on the other node{'s' if plan.max_nodes > 2 else ''}" if not plan.elastic
+             else f"--rdzv-id {plan.rdzv_id} on each of them")
+    return (f"the rendezvous at {plan.endpoint} did not complete within {plan.rdzv_timeout:g} s: "
+            f"{plan.nodes_text()} nodes were expected and not all of them arrived ({detail}). "
+            f"Start `steadytune train` with the same config, --nnodes, --master-addr and --master-port and {start}; "
+            f"check from each node that {plan.endpoint} is reachable (`steadytune doctor --nodes`); "
+            "--rdzv-timeout S waits longer")
+
+
+def _is_store_timeout(error: BaseException) -> bool:
+    text = f"{type(error).__name__} {error}".lower()
+    return any(word in text for word in ("timed out", "timeout", "diststoreerror", "connection refused"))
+
+
+AGENT_LOGGER = "torch.distributed.elastic.agent.server.api"
+
+
+class _RestartLines(logging.Handler):
+    """The agent's restart decisions as steadytune lines (torch logs them at INFO, which it does not show)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.levelno >= logging.WARNING:
+            print(text, file=sys.stderr, flush=True)
+        elif "new nodes" in text:
+            print("steadytune: another node (re)joined the rendezvous: restarting this node's processes with it; the "
+                  "job resumes from the last complete checkpoint", file=sys.stderr, flush=True)
+        elif "will restart worker group" in text:
+            left = text.split("FAILED.", 1)[-1].split(";")[0].strip() if "FAILED." in text else ""
+            print("steadytune: a training process of this node failed: restarting the job through the rendezvous"
+                  + (f" ({left})" if left else "") + "; it resumes from the last complete checkpoint",
+                  file=sys.stderr, flush=True)
+
+
+def announce_restarts():
+    """Hook _RestartLines onto the agent's logger; -> a function that puts the logger back."""
+    logger = logging.getLogger(AGENT_LOGGER)
+    handler, level, propagate = _RestartLines(level=logging.INFO), logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False   # its WARNING lines are printed by the handler, once
+
+    def restore() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+    return restore
 
 def hang_reports(output_dir: str | None, since: float) -> list[Path]:
     if not output_dir or not Path(output_dir).is_dir():

@@ -126,6 +126,9 @@ def apply_plan(cfg, plan: ShardingPlan, world_size: int) -> None:
     if faults.hang_step is not None and faults.hang_rank >= world_size:
         raise UserError(f"fault_injection.hang_rank: {faults.hang_rank}, but the run has {world_size} process"
                         f"{'es' if world_size > 1 else ''} (ranks 0..{world_size - 1})")
+    if faults.kill_step is not None and faults.kill_rank >= world_size:
+        raise UserError(f"fault_injection.kill_rank: {faults.kill_rank}, but the run has {world_size} process"
+                        f"{'es' if world_size > 1 else ''} (ranks 0..{world_size - 1})")
     cfg.decide("sharding", plan.label, plan.why)
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr, flush=True)

@@ -16,6 +16,10 @@ has reported a hang (a key in the rendezvous store every rank can reach), the th
 
 The stalled rank is the one whose main thread is *not* waiting in a collective: the others wait for it. When every
 rank waits in a collective, no rank is behind: the communication itself hangs (NCCL/RCCL, P2P, the network).
+Across nodes the message names the stalled rank's node and host, the step it reached and the last collective it
+took part in (the loop names each one it waits in: `waiting(step, what)`); a rank that never reports (its node is
+gone, or it is stuck outside Python) is named with its last heartbeat. Keys in the store carry the elastic job's
+restart attempt, so a restarted job does not read the previous attempt's reports.
 
 Allowance: `hang_timeout` seconds per step when set; by default max(300 s, 10 x the slowest step so far), and
 max(600 s, ...) for the first step (communicators, allocator warm-up, compilation). Evaluation and saving get six
@@ -56,6 +60,12 @@ ENV_PREFIXES = ("NCCL_", "RCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED", "HSA_", "H
 # inside it, so a rank waiting for a peer's gradients sits there.
 COLLECTIVE_FILES = ("torch/distributed/", "accelerate/utils/operations.py", "deepspeed/comm/",
                     "torch/nn/parallel/distributed.py", "torch/autograd/")
+
+
+def store_prefix() -> str:
+    """Per elastic attempt: the rendezvous store outlives a restart (torch's agent keeps it), its keys must not."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    return STORE_PREFIX + (f"attempt{attempt}/" if attempt and attempt != "0" else "")
 
 
 @dataclass
@@ -119,6 +129,11 @@ class HangWatchdog:
         self._step: Optional[tuple[int, float]] = None   # (step, when its "step" beat came)
         self.main_thread = threading.main_thread()
         self.store = None
+        self.prefix = store_prefix()
+        self.host = socket.gethostname()
+        self.node = int(os.environ.get("GROUP_RANK", "0") or 0)
+        self.nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1)
+        self.last_collective: Optional[dict] = None   # {"what", "step", "done"}: the last one the loop waited in
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.fired = False
@@ -161,12 +176,15 @@ class HangWatchdog:
         self.beat_ = Heartbeat(step, phase, now)
 
     @contextmanager
-    def waiting(self, step: int):
-        """Around a point where this rank waits for the others (a collective, or the GPU sync after one)."""
+    def waiting(self, step: int, what: str = "a collective"):
+        """Around a point where this rank waits for the others (a collective, or the GPU sync after one); `what`
+        names it for a hang report ("the loss all-reduce")."""
+        self.last_collective = {"what": what, "step": step, "done": False}
         self.beat(step, "sync")
         try:
             yield
         finally:
+            self.last_collective = {"what": what, "step": step, "done": True}
             self.beat(step, "compute")
 
     def stop(self) -> None:
@@ -184,8 +202,9 @@ class HangWatchdog:
             stalled = time.monotonic() - beat.at
             limit = allowance(self.timeout, self.slowest_step, self.steps_seen == 0, beat.phase)
             if time.monotonic() - published > 2.0:
-                self._store_set(f"beat/{self.rank}", {"step": beat.step, "phase": beat.phase,
-                                                      "age_s": round(stalled, 1)})
+                self._store_set(f"beat/{self.rank}", {**self._identity(), "step": beat.step, "phase": beat.phase,
+                                                      "age_s": round(stalled, 1), "at": time.time(),
+                                                      "collective": self.last_collective})
                 published = time.monotonic()
             peer = self._store_get("hang")
             if stalled > limit or peer is not None:
@@ -209,11 +228,12 @@ class HangWatchdog:
             self._write_report(report, beat, stalled, limit, peer, waiting, where)
         except OSError as e:
             print(f"[rank {self.rank}] hang report {report} could not be written: {e}", file=sys.stderr, flush=True)
-        self._store_set(f"where/{self.rank}", {"waiting": waiting, "where": where, "step": beat.step,
-                                               "phase": beat.phase})
+        self._store_set(f"where/{self.rank}", {**self._identity(), "waiting": waiting, "where": where,
+                                               "step": beat.step, "phase": beat.phase,
+                                               "collective": self.last_collective})
         if self.store is not None:
             try:
-                self.store.add(STORE_PREFIX + "reported", 1)
+                self.store.add(self.prefix + "reported", 1)
             except Exception:
                 pass
         rescued = ""
@@ -237,9 +257,9 @@ class HangWatchdog:
         if self.store is None:
             return
         try:
-            self.store.add(STORE_PREFIX + key, 1)
+            self.store.add(self.prefix + key, 1)
             deadline = time.monotonic() + PEER_WAIT_S
-            while time.monotonic() < deadline and self.store.add(STORE_PREFIX + key, 0) < self.world_size:
+            while time.monotonic() < deadline and self.store.add(self.prefix + key, 0) < self.world_size:
                 time.sleep(0.2)
         except Exception:
             pass
@@ -254,8 +274,18 @@ class HangWatchdog:
             time.sleep(0.2)
         return peers
 
+    def _identity(self) -> dict:
+        return {"host": self.host, "node": self.node}
+
+    def _who(self, rank: int, record: Optional[dict]) -> str:
+        """'rank 1' on one node; 'rank 1 on node 1 (host-b)' across nodes."""
+        if self.nodes < 2 or not record or "host" not in record:
+            return f"rank {rank}"
+        return f"rank {rank} on node {record.get('node')} ({record.get('host')})"
+
     def _message(self, beat, stalled, limit, waiting, where, peers: dict[int, dict], rescued: str) -> str:
-        mine = {"waiting": waiting, "where": where, "step": beat.step, "phase": beat.phase}
+        mine = {**self._identity(), "waiting": waiting, "where": where, "step": beat.step, "phase": beat.phase,
+                "collective": self.last_collective}
         peers = {**peers, self.rank: mine}
         stalled_ranks = sorted(r for r, p in peers.items() if not p.get("waiting"))
         unknown = sorted(set(range(self.world_size)) - set(peers))
@@ -264,16 +294,25 @@ class HangWatchdog:
             text = f"the run hung: step {beat.step} made no progress ({where})"
         elif stalled_ranks:
             first = peers[stalled_ranks[0]]
-            who = (f"rank {stalled_ranks[0]}" if len(stalled_ranks) == 1 else
-                   f"ranks {', '.join(map(str, stalled_ranks))}")
-            text = (f"the run hung: {who} stalled at step {first['step']} ({first['where']}); "
-                    f"the other ranks waited for it in a collective")
+            who = (self._who(stalled_ranks[0], first) if len(stalled_ranks) == 1 else
+                   "ranks " + ", ".join(self._who(r, peers[r]).removeprefix("rank ") for r in stalled_ranks))
+            text = (f"the run hung: {who} stalled at step {first['step']} ({first['where']})"
+                    f"{describe_collective(first.get('collective'))}; the other ranks waited for it in a collective")
+            waiting_in = next((p.get("collective") for r, p in sorted(peers.items()) if p.get("waiting")
+                               and p.get("collective")), None)
+            if waiting_in:
+                text += f" ({waiting_in['what']} of step {waiting_in['step']})"
         else:
             text = (f"the run hung at step {beat.step}: every rank waits in a collective ({where}): a communication "
                     "hang (NCCL/RCCL), not a slow rank; try NCCL_P2P_DISABLE=1 and `steadytune doctor --allreduce`"
                     + (f"; {self.rccl_hint}" if self.rccl_hint else ""))
         if unknown:
-            text += f"; ranks {', '.join(map(str, unknown))} did not report (dead or stuck outside Python)"
+            last = {r: self._store_get(f"beat/{r}") for r in unknown}
+            text += "; " + ", ".join(
+                self._who(r, last[r]) + (f" (last heartbeat at step {last[r]['step']}, "
+                                         f"{max(0.0, time.time() - last[r].get('at', time.time())):.0f} s ago"
+                                         f"{describe_collective(last[r].get('collective'))})" if last[r] else "")
+                for r in unknown) + " did not report (dead, its node gone, or stuck outside Python)"
         text += (f"; no heartbeat for {stalled:.3g} s (allowed {limit:.3g} s; hang_timeout); stacks and NCCL/RCCL "
                  f"state in {files}")
         if rescued:
@@ -311,7 +350,7 @@ class HangWatchdog:
         if self.store is None:
             return
         try:
-            self.store.set(STORE_PREFIX + key, json.dumps(value))
+            self.store.set(self.prefix + key, json.dumps(value))
         except Exception:
             self.store = None   # the store's host is gone: carry on alone
 
@@ -319,11 +358,19 @@ class HangWatchdog:
         if self.store is None:
             return None
         try:
-            if not self.store.check([STORE_PREFIX + key]):
+            if not self.store.check([self.prefix + key]):
                 return None
-            return json.loads(self.store.get(STORE_PREFIX + key))
+            return json.loads(self.store.get(self.prefix + key))
         except Exception:
             return None
+
+
+def describe_collective(record: Optional[dict]) -> str:
+    """'; its last collective: the loss all-reduce of step 2 (finished)' for a hang message."""
+    if not record:
+        return ""
+    return (f"; its last collective: {record.get('what')} of step {record.get('step')} "
+            f"({'finished' if record.get('done') else 'not finished'})")
 
 
 def connect_store(world_size: int):

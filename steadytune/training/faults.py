@@ -16,6 +16,8 @@ The loop calls, per attempted optimizer step:
 from __future__ import annotations
 
 import math
+import os
+import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +29,13 @@ from steadytune.training.monitor import read_metrics
 
 NAN_LOSS, INF_LOSS, SPIKE_LOSS, FP16_OVERFLOW, LR_SPIKE = "nan_loss", "inf_loss", "spike_loss", "fp16_overflow", "lr_spike"
 HANG = "hang"
+KILL = "kill"
+
+
+def first_attempt() -> bool:
+    """Not a restart of an elastic job (torch's agent counts them in TORCHELASTIC_RESTART_COUNT): the faults that end
+    a process (hang, kill) fire on the first attempt only, as a one-off node failure would."""
+    return os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
 
 
 class FaultInjector:
@@ -52,7 +61,7 @@ class FaultInjector:
     def active(self) -> bool:
         a = self.args
         return bool(self._loss_faults) or a.fp16_overflow_step is not None or a.hang_step is not None or (
-            a.lr_spike_start is not None and a.lr_spike_steps > 0)
+            a.lr_spike_start is not None and a.lr_spike_steps > 0) or a.kill_step is not None
 
     def describe(self) -> str:
         """One line for the start-up print, so nobody mistakes an injected fault for a real one."""
@@ -66,6 +75,8 @@ class FaultInjector:
                          f"{a.lr_spike_start + a.lr_spike_steps - 1}")
         if a.hang_step is not None:
             parts.append(f"rank {a.hang_rank} hangs at step {a.hang_step}")
+        if a.kill_step is not None:
+            parts.append(f"rank {a.kill_rank}'s process is killed at step {a.kill_step} (first attempt only)")
         return "fault injection (testing aid): " + ", ".join(parts) if parts else "fault injection: none"
 
     def begin_step(self, step: int) -> None:
@@ -73,13 +84,29 @@ class FaultInjector:
         if not self.first_pass and any(kind == LR_SPIKE for kind, _ in self.fired):
             self.lr_span_over = True
         self.reached = max(self.reached, step)
+        self.maybe_kill(step)
         self.maybe_hang(step)
+
+    def maybe_kill(self, step: int) -> None:
+        """kill_rank's process dies by SIGKILL at the start of kill_step, as a process does when its node fails: no
+        handler runs, nothing is saved. Only on the job's first attempt (torch's elastic agent counts restarts in
+        TORCHELASTIC_RESTART_COUNT), so the restarted job resumes past it, as after a one-off node failure."""
+        a = self.args
+        if a.kill_step != step or a.kill_rank != self.rank or not first_attempt():
+            return
+        if not self._fire(KILL, step, rank=self.rank):
+            return
+        print(f"fault injection (testing aid): killing rank {self.rank}'s process (pid {os.getpid()}) at step {step}",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def maybe_hang(self, step: int) -> None:
         """hang_rank stops at the start of hang_step, before the step's first collective, and never returns: the
         other ranks wait for it, as they would for a rank stuck in a driver call. The hang watchdog ends it."""
         a = self.args
-        if a.hang_step != step or a.hang_rank != self.rank or not self._fire(HANG, step, rank=self.rank):
+        if a.hang_step != step or a.hang_rank != self.rank or not first_attempt() or \
+                not self._fire(HANG, step, rank=self.rank):
             return
         import threading
         threading.Event().wait()

@@ -7,7 +7,8 @@ Three promises, each kept here and nowhere else:
   `checkpoint-7/`) makes the run refuse, naming it.
 - **One run per folder.** A lock file (`.steadytune.lock`: pid, host, start time) is taken with O_EXCL; a second run
   is refused naming the holder; the lock of a process that no longer exists on this host is taken over, with a
-  message.
+  message, and so is the lock of an earlier attempt of the same elastic launch (torch's agent stopped it before the
+  restart; it may have run on another node).
 - **A killed run's files are its own.** A run lists the files it is about to write (metrics.jsonl) before writing
   them; and a run killed between writing an entry and listing it (SIGKILL mid-checkpoint) leaves entries the
   manifest does not name: when the next run takes over that run's lock, the entries with the names a run writes,
@@ -37,9 +38,16 @@ from steadytune.errors import UserError, describe_os_error
 
 MANIFEST = ".steadytune-run.json"
 LOCK = ".steadytune.lock"
+# Each node's launcher tees its processes' output into output_dir/nodes/<node>/ from before the run claims the folder
+# to after it ends (distributed/launch.py): the job's own, never foreign, never removed by a run.
+NODE_LOGS = "nodes"
 # `steadytune studio` keeps what it launches for a run in output_dir/studio/ (the config it wrote, the processes' logs,
 # exports), made before the run claims the folder: never foreign, never removed by a run.
 STUDIO_FOLDER = "studio"
+# Set by `steadytune train --rdzv-id` (distributed/launch.py) for its processes: the elastic job's id and when this
+# node's launcher started, which tell an earlier attempt of the same launch from an older run of the same job id.
+ELASTIC_JOB_ENV, LAUNCHED_AT_ENV = "STEADYTUNE_ELASTIC_JOB", "STEADYTUNE_LAUNCHED_AT"
+CLOCK_SKEW_S = 5.0   # between the nodes' clocks
 
 # Names a steadytune run or evaluation writes into output_dir (a foreign entry with one of these names would be
 # replaced, so it makes the run refuse). Tokenizer and model files vary by family, hence the patterns.
@@ -93,7 +101,7 @@ class RunFolder:
             self.created = True
         self._lock()
         self.manifest = read_manifest(self.path) or adopt_legacy_run(self.path)
-        self.present_at_start = {p.name for p in self.path.iterdir()} - {LOCK, STUDIO_FOLDER}
+        self.present_at_start = {p.name for p in self.path.iterdir()} - {LOCK, NODE_LOGS, STUDIO_FOLDER}
         self._adopt_killed_runs_entries()
         ours = set(self.manifest.get("files", []))
         if self.manifest:
@@ -220,7 +228,7 @@ class RunFolder:
         if not self.main or self.started_steps or not self.path.is_dir():
             return
         for entry in self.path.iterdir():
-            if entry.name not in self.present_at_start and entry.name not in (LOCK, STUDIO_FOLDER):
+            if entry.name not in self.present_at_start and entry.name not in (LOCK, NODE_LOGS, STUDIO_FOLDER):
                 remove_path(entry)
         if self.manifest.get("files") and MANIFEST in self.present_at_start:
             pass  # the earlier run's manifest stays as it was (it was rewritten only after the first step)
@@ -235,7 +243,8 @@ class RunFolder:
 
     def _lock(self) -> None:
         lock = self.path / LOCK
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              **elastic_attempt()}
         for _ in range(2):
             try:
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -244,6 +253,13 @@ class RunFolder:
                 if holder.get("pid") == os.getpid() and holder.get("host") == me["host"]:
                     self._locked = True   # this process already holds it (a restart within one run)
                     return
+                if earlier_attempt(holder, me):
+                    print(f"output_dir {self.path}: taking over the lock of attempt {holder.get('attempt')} of this "
+                          f"job (process {holder.get('pid')} on {holder.get('host')}), stopped before this restart",
+                          flush=True)
+                    self.dead_holder = holder
+                    lock.unlink(missing_ok=True)
+                    continue
                 if holder.get("host") == me["host"] and lock_holder_alive(holder) is False:
                     print(f"output_dir {self.path}: taking over the lock of process {holder.get('pid')}, which no "
                           "longer runs (it was killed or crashed)", flush=True)
@@ -265,6 +281,33 @@ class RunFolder:
         if self._locked:
             (self.path / LOCK).unlink(missing_ok=True)
             self._locked = False
+
+
+def elastic_attempt() -> dict:
+    """{"job", "attempt", "t"} of a process of an elastic launch (ELASTIC_JOB_ENV; the restart count torch's agent
+    keeps), else {}."""
+    job = os.environ.get(ELASTIC_JOB_ENV)
+    if not job:
+        return {}
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return {"job": job, "attempt": int(attempt) if attempt.isdigit() else 0, "t": time.time()}
+
+
+def launched_at() -> float | None:
+    try:
+        return float(os.environ[LAUNCHED_AT_ENV])
+    except (KeyError, ValueError):
+        return None
+
+
+def earlier_attempt(holder: dict, me: dict) -> bool:
+    """The lock's holder is an earlier attempt of this elastic launch (the same job id, taken after this node's
+    launcher started): the agents stopped every process of that attempt before this one began, on whichever node it
+    ran. Not a run of the same job id launched before (its lock is judged as any other)."""
+    since, taken = launched_at(), holder.get("t")
+    return ("job" in me and holder.get("job") == me["job"] and since is not None
+            and isinstance(taken, (int, float)) and taken >= since - CLOCK_SKEW_S
+            and (holder.get("pid"), holder.get("host")) != (os.getpid(), me.get("host")))
 
 
 # ---------------------------------------------------------------------------------------------------------
