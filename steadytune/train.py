@@ -341,7 +341,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     info, precision, attn, packing = choose_hardware(cfg)
     tokenizer, data = load_data(cfg, stage)
     resume_candidates = vet_resume(cfg, start.resume_candidates, world,
-                                   token_budget=uses_token_budget(cfg, packed=packing is not None))
+                                   token_budget=uses_token_budget(cfg, packing))
     accelerator, trackers = start_accelerator(cfg, folder, shard_plan, precision, info, world, force)
     model, tokenizer = build_model(cfg, stage, preloaded, tokenizer, precision, attn, shard_plan, accelerator)
     trainable, total = count_parameters(model)
@@ -469,7 +469,8 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
     """Micro-batches (token budget, packed or padded) and how many optimizer steps they make."""
     t = cfg.train
     lengths = [len(x["input_ids"]) for x in data.train]
-    budget, budget_why = token_budget(t, lengths, packing_asked=uses_token_budget(cfg, packed=packing is not None))
+    budget, budget_why = token_budget(t, lengths, packing_asked=uses_token_budget(cfg, packing),
+                                      asked=bool(cfg.data.packing or cfg.data.neat_packing))
     if budget_why:
         cfg.decide("max_tokens_per_batch", budget, budget_why)
     packing_attention = packing.attention if packing is not None else None

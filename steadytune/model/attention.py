@@ -105,6 +105,10 @@ class PackingPlan:
 
     attention: str            # varlen | sdpa | flex
     attn_implementation: str  # transformers' name: steadytune_varlen | sdpa | flex_attention
+    # Micro-batches cut by a token budget rather than by per_device_train_batch_size examples: when packing is asked
+    # for, and by default on a CUDA GPU, where compiled layers and CUDA graphs need every micro-batch to fit one
+    # static shape (a fixed number of examples varies too much in tokens: training/batches.token_budget says why).
+    by_tokens: bool = False
 
 
 def plan_packing(cfg, info, class_weighted_loss: bool) -> PackingPlan | None:
@@ -120,7 +124,8 @@ def plan_packing(cfg, info, class_weighted_loss: bool) -> PackingPlan | None:
     implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
     cfg.decide("packing_attention", attention, why)
     cfg.decide("attn_implementation", implementation, f"set by packing_attention {attention}")
-    return PackingPlan(attention, implementation)
+    d = cfg.data
+    return PackingPlan(attention, implementation, by_tokens=bool(d.packing or d.neat_packing) or info.backend == "cuda")
 
 
 def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
@@ -156,9 +161,10 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
         return True
     if backend == "cuda":
         cfg.decide("packing", True, "on by default on GPU: the GPU-sized demo trains 1.5x more examples/s packed "
-                                    "(H200: 336 vs 219 reviews/s); each micro-batch keeps its "
-                                    f"{cfg.train.per_device_train_batch_size} examples, laid out packed instead of "
-                                    "padded, so the steps are LLaMA-Factory's; packing: false pads")
+                                    "(H200: 336 vs 219 reviews/s); micro-batches are cut by a token budget of about "
+                                    f"{cfg.train.per_device_train_batch_size} examples so that one static shape fits "
+                                    "them all (total_steps says how the steps differ from LLaMA-Factory's); "
+                                    "packing: false pads")
         return True
     # ROCm: the same code runs (SDPA block mask where no varlen kernel works) but has not been timed there.
     cfg.decide("packing", False, f"off by default on {backend}: not measured there; set packing: true to pack")
