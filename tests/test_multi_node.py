@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -313,6 +314,31 @@ def test_launch_plan_from_llamafactory_variables_and_flags(monkeypatch):
     with pytest.raises(UserError, match=r"--node-rank 2: a 2-node job has nodes 0..1"):
         plan_launch(args(nnodes="2", node_rank=2, master_addr="h"), {}, gpus=0)
     assert plan_launch(args(nnodes="2", master_addr="h"), {"SLURM_NODEID": "1"}, gpus=0).node_rank == 1   # srun
+
+
+def test_the_slurm_script_launches_one_elastic_agent_per_node(monkeypatch):
+    """examples/slurm/train_2nodes.sbatch: its srun line, with SLURM's variables filled, is a launch plan of 2 nodes x
+    8 processes on the c10d rendezvous at the allocation's first host."""
+    from steadytune import cli
+
+    text = (ROOT / "examples" / "slurm" / "train_2nodes.sbatch").read_text(encoding="utf-8")
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=1" in text
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("srun "))
+    end = next(i for i in range(start, len(lines)) if not lines[i].rstrip().endswith("\\"))
+    line = " ".join(part.rstrip().rstrip("\\") for part in lines[start:end + 1])
+    values = {"$CONFIG": "run.yaml", '"$@"': "", "$SLURM_JOB_NUM_NODES": "2", "$GPUS_PER_NODE": "8",
+              "$SLURM_JOB_ID": "4242", "$MASTER_ADDR": "gpu-a", "$MASTER_PORT": "29500", "${MAX_RESTARTS:-3}": "3"}
+    for name, value in values.items():
+        line = line.replace(name, value)
+    words = shlex.split(line)
+    words = words[words.index("steadytune") + 1:]
+    for name in ("LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    parsed = cli.build_parser(words).parse_args(words)
+    plan = plan_launch(parsed, {}, gpus=8)
+    assert (plan.max_nodes, plan.nproc, plan.rdzv_id, plan.endpoint, plan.max_restarts) == \
+        (2, 8, "4242", "gpu-a:29500", 3)
 
 
 def test_doctor_nodes_names_the_interfaces_and_the_fix():
