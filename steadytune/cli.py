@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "serve": ("steadytune.serve.command", "serve a trained run (and more adapters) behind the OpenAI HTTP API, with dynamic batching"),
     "bench": ("steadytune.bench.command", "measure tokens/s, MFU and memory against the plain transformers + peft recipe"),
     "report": ("steadytune.report.command", "one self-contained HTML report of one or more runs (curves, results, data, config)"),
+    "studio": ("steadytune.studio.command", "the browser UI over a folder of runs: configure, launch, watch, evaluate, chat, export"),
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2

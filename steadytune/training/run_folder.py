@@ -42,7 +42,7 @@ LOCK = ".steadytune.lock"
 # to after it ends (distributed/launch.py): the job's own, never foreign, never removed by a run.
 NODE_LOGS = "nodes"
 # `steadytune studio` keeps what it launches for a run in output_dir/studio/ (the config it wrote, the processes' logs,
-# exports), made before the run claims the folder: never foreign, never removed by a run.
+# exports), made before the run claims the folder: like NODE_LOGS, never foreign, never removed by a run.
 STUDIO_FOLDER = "studio"
 # Set by `steadytune train --rdzv-id` (distributed/launch.py) for its processes: the elastic job's id and when this
 # node's launcher started, which tell an earlier attempt of the same launch from an older run of the same job id.

@@ -1,0 +1,425 @@
+"""`steadytune studio` without a browser: the form generated from the config (every key, errors beside each key, what
+is written), run statuses from the run folder and the studio's jobs, the jobs' processes, the key and the other gates,
+escaping, uploads and downloads, and the run folder's studio/ folder that a run leaves alone.
+
+The browser flow (launch, watch, stop, resume, chat, export) is tests/test_studio_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from steadytune.cli import main as cli_main
+from steadytune.config import SECTION_TYPES, load_config
+from steadytune.errors import UserError
+from steadytune.model.tiny import save_tiny_model
+from steadytune.studio import form as forms
+from steadytune.studio.command import check_args
+from steadytune.studio.jobs import ENDED, RUNNING, Job, JobStore, Launcher, finished_state, job_alive, progress_of
+from steadytune.studio.runs import FAILED_TO_START, NEW, Runs, check_new_name
+from steadytune.training.run_folder import LOCK, MANIFEST, STUDIO_FOLDER, read_manifest
+
+fastapi = pytest.importorskip("fastapi", reason="the studio needs FastAPI (pip install '.[studio]')")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from steadytune.studio.app import StudioSettings, build_app  # noqa: E402
+
+HOSTILE = "<img src=x onerror=alert(1)><script>alert(2)</script>"
+HOSTILE_NAME = "run <img src=x onerror=alert(3)><b>bold"
+MUTATE = {"X-Studio": "1"}
+BASE = "http://127.0.0.1:7860"
+
+
+def tiny_config(folder: Path, out: Path, dataset: str | None = None, **extra) -> Path:
+    model = folder / "model"
+    if not model.exists():
+        save_tiny_model(model, "qwen2")
+    data = folder / "reviews.jsonl"
+    if not data.exists():
+        data.write_text("\n".join(json.dumps({"text": f"好评 很好 #{i}" if i % 3 == 0 else f"差评 太差 #{i}",
+                                              "label": "积极" if i % 3 == 0 else "消极"}, ensure_ascii=False)
+                                  for i in range(32)), encoding="utf-8")
+    config = {"model_name_or_path": str(model), "dataset": dataset or str(data), "label_names": ["消极", "积极"],
+              "prompt_template": "评论：{text}\n情感：", "template": "empty", "output_dir": str(out),
+              "per_device_train_batch_size": 4, "max_steps": 3, "logging_steps": 1, "save_steps": 2, **extra}
+    path = folder / f"{out.name}.yaml"
+    path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def client(runs: Path, **settings) -> TestClient:
+    return TestClient(build_app(StudioSettings(runs_dir=runs, cwd=runs.parent, **settings)), base_url=BASE)
+
+
+def minimal_run(folder: Path, config: dict | None = None) -> Path:
+    """A run folder as a finished terminal run leaves it (what the report reads), without training."""
+    folder.mkdir(parents=True)
+    lines = [{"step": s, "loss": 2.0 / s, "grad_norm": 1.0, "lr": 1e-4, "tokens": 100 * s} for s in range(1, 4)]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in lines), encoding="utf-8")
+    (folder / "run_config.yaml").write_text(yaml.safe_dump(config or {"learning_rate": 1e-4}, allow_unicode=True),
+                                            encoding="utf-8")
+    (folder / "train_results.json").write_text(json.dumps({"global_step": 3, "final_loss": 0.67}), encoding="utf-8")
+    (folder / MANIFEST).write_text(json.dumps({"status": "finished", "files": ["metrics.jsonl"]}), encoding="utf-8")
+    return folder
+
+
+# ------------------------------------------------------------------------------------------------------
+# The run folder's studio/ folder: made before the run claims the folder, left alone by it
+# ------------------------------------------------------------------------------------------------------
+
+def test_a_run_folder_holding_only_studio_starts_fresh_and_a_failed_start_leaves_studio_in_place(tmp_path):
+    out = tmp_path / "run"
+    (out / STUDIO_FOLDER / "jobs").mkdir(parents=True)
+    (out / STUDIO_FOLDER / "jobs" / "1.log").write_text("[studio] $ steadytune train ...\n", encoding="utf-8")
+    assert cli_main(["train", str(tiny_config(tmp_path, out))]) == 0
+    assert (out / "adapter_model.safetensors").is_file() and (out / STUDIO_FOLDER / "jobs" / "1.log").is_file()
+    assert read_manifest(out)["status"] == "finished"
+
+    failed = tmp_path / "failed"
+    (failed / STUDIO_FOLDER).mkdir(parents=True)
+    (failed / STUDIO_FOLDER / "config.yaml").write_text("x: 1\n", encoding="utf-8")
+    assert cli_main(["train", str(tiny_config(tmp_path, failed, dataset=str(tmp_path / "missing.jsonl")))]) == 1
+    assert sorted(p.name for p in failed.iterdir()) == [STUDIO_FOLDER]   # the run's own entries removed, not this
+    assert (failed / STUDIO_FOLDER / "config.yaml").is_file()
+
+
+# ------------------------------------------------------------------------------------------------------
+# The form
+# ------------------------------------------------------------------------------------------------------
+
+def test_every_config_key_has_a_field_with_its_default_help_and_choices():
+    keys = {(f"{name}.{f}" if name in ("guard", "fault_injection") else f)
+            for name, cls in SECTION_TYPES.items() for f in cls.__dataclass_fields__}
+    fields = forms.all_fields()
+    assert {f.key for f in fields} == keys and len(fields) == len(keys)
+    by_key = {f.key: f for f in fields}
+    assert all(f.help for f in fields)
+    assert by_key["learning_rate"].default == "5e-05" and by_key["learning_rate"].widget == "text"
+    assert by_key["eval_strategy"].widget == "select" and by_key["eval_strategy"].options == ["no", "steps", "epoch"]
+    assert by_key["packing"].options == ["", "true", "false"]              # Optional[bool]: unset is a choice
+    assert by_key["bf16"].options == ["auto", "true", "false"]
+    assert by_key["guard.window"].default == "50" and by_key["output_dir"].readonly
+    assert by_key["prompt_template"].widget == "textarea"
+
+
+def recipe_source() -> forms.Source:
+    return forms.from_file("recipe", "gemma3_270m_sentiment.yaml", forms.recipe_file("gemma3_270m_sentiment.yaml"),
+                           "gemma3_270m_sentiment", "the shipped recipe")
+
+
+def shown_values(raw: dict) -> dict[str, str]:
+    sections, _ = forms.form_sections(raw)
+    return {f.key: f.value for _, _, _, fields in sections for f in fields if not f.readonly}
+
+
+def test_the_shipped_recipe_passes_through_the_form_unchanged_and_valid():
+    source = recipe_source()
+    raw, errors = forms.assemble(source.raw, shown_values(source.raw), "")
+    assert errors == {} and raw == source.raw
+    cfg, errors, general = forms.validate(raw)
+    assert cfg is not None and errors == {} and general == []
+    # What the form writes is what train reads.
+    path_cfg = load_config(None, raw)
+    assert path_cfg.data.label_names == ["消极", "积极"] and path_cfg.train.learning_rate == 3e-4
+
+
+def test_each_bad_key_is_named_beside_it_before_launch():
+    source = recipe_source()
+    values = dict(shown_values(source.raw), learning_rate="fast", lora_rank="0", eval_strategy="sometimes",
+                  prompt_template="no placeholder here", **{"guard.window": "[1, 2]"})
+    raw, errors = forms.assemble(source.raw, values, "")
+    _, more, general = forms.validate(raw)
+    errors.update(more)
+    assert set(errors) == {"learning_rate", "lora_rank", "eval_strategy", "prompt_template", "guard.window"}
+    assert errors["learning_rate"] == "invalid value 'fast' (expected a number)"
+    assert "out of range" in errors["lora_rank"] and "choose one of no, steps, epoch" in errors["eval_strategy"]
+    assert "{text}" in errors["prompt_template"] and general == []
+    # Keys that disagree with each other: the error goes beside the first key it names.
+    _, errors, _ = forms.validate(dict(source.raw, bf16=True, fp16=True))
+    assert "bf16 and fp16 are both true" in errors["bf16"]
+    _, errors, _ = forms.validate({k: v for k, v in source.raw.items() if k != "dataset"} | {"do_train": True})
+    assert "needs dataset" in errors["do_train"]
+
+
+def test_an_emptied_field_is_unset_numbers_are_numbers_and_other_keys_are_checked_too():
+    source = recipe_source()
+    values = dict(shown_values(source.raw), max_samples="", learning_rate="5e-3", plot_loss="false",
+                  label_names="[差, 好]", **{"guard.guard_policy": "skip"})
+    raw, errors = forms.assemble(source.raw, values, "")
+    assert errors == {} and "max_samples" not in raw
+    assert raw["learning_rate"] == 0.005 and isinstance(raw["learning_rate"], float)
+    assert raw["plot_loss"] is False and raw["label_names"] == ["差", "好"] and raw["guard"] == {"guard_policy": "skip"}
+    text = forms.config_text(raw, "the shipped recipe")
+    assert yaml.safe_load(text)["learning_rate"] == 0.005   # written as a number, not as the text 5e-3
+    raw, errors = forms.assemble(source.raw, {}, "cutof_len: 64\n")
+    assert errors == {}
+    _, errors, _ = forms.validate(raw)
+    assert "unknown key 'cutof_len'" in errors[forms.EXTRA] and "did you mean 'cutoff_len'" in errors[forms.EXTRA]
+    _, errors = forms.assemble(source.raw, {}, "learning_rate: 1\n")
+    assert "field of its own" in errors[forms.EXTRA]
+
+
+def test_sources_an_lf_v1_file_and_another_runs_config(tmp_path):
+    v1 = tmp_path / "examples" / "v1.yaml"
+    v1.parent.mkdir()
+    v1.write_text("model: Qwen/Qwen3-0.6B\ntrain_dataset: data/v1_sft_demo.yaml\nmicro_batch_size: 2\n",
+                  encoding="utf-8")
+    source = forms.from_path(str(v1))
+    assert source.raw["model_name_or_path"] == "Qwen/Qwen3-0.6B" and source.raw["per_device_train_batch_size"] == 2
+    assert source.name == "v1" and any("v1" in note for note in source.notes)
+    with pytest.raises(UserError, match="give a .yaml file"):
+        forms.from_path(str(tmp_path / "notes.txt"))
+    # Another run's config (a terminal run: its run_config.yaml): no folder, resume point, decisions, and none of the
+    # keys that let a file run code here.
+    run = minimal_run(tmp_path / "runs" / "lr-1e-4", {"learning_rate": 1e-4, "trust_remote_code": True,
+                                                       "output_dir": "saves/x", "resume_from_checkpoint": True,
+                                                       "decisions": {"precision": {"value": "fp32"}}})
+    source = forms.from_run("lr-1e-4", run, None, {"lr-1e-4", "lr-1e-4-2"})
+    assert source.raw == {"learning_rate": 1e-4} and source.name == "lr-1e-4-3"
+    assert any("trust_remote_code" in note for note in source.notes)
+
+
+@pytest.mark.parametrize("name", ["", "   ", ".hidden", "..", "a/b", "a\\b", "two\nlines", "evil\u202egpj", "x" * 101])
+def test_a_new_run_name_must_be_one_plain_folder_name(name):
+    with pytest.raises(UserError, match="name:"):
+        check_new_name(name)
+
+
+def test_markup_in_a_name_is_a_name():
+    assert check_new_name(f" {HOSTILE_NAME} ") == HOSTILE_NAME   # the pages escape it, as every other string
+
+
+# ------------------------------------------------------------------------------------------------------
+# Jobs
+# ------------------------------------------------------------------------------------------------------
+
+def test_progress_is_read_from_the_newest_bar_in_the_log():
+    text = ("loading\rtrain:  10%|█         | 4/40 [00:01<00:09, 3.9it/s, loss=6.2]"
+            "\rtrain:  45%|████▌     | 18/40 [00:03<00:04, 5.3it/s, loss=5.9]")
+    assert progress_of(text) == {"percent": 45, "done": 18, "total": 40, "line": text.rsplit("\r", 1)[-1]}
+    assert progress_of("scoring 3/12 [00:02<00:06]")["percent"] == 25
+    assert progress_of("no bar here") is None
+
+
+def test_exit_codes():
+    assert finished_state(0, False) == "done" and finished_state(143, True) == "stopped"
+    assert finished_state(130, False) == "stopped" and finished_state(1, False) == "failed"
+    assert finished_state(-9, True) == "stopped" and finished_state(-9, False) == "failed"
+
+
+def test_a_job_started_by_another_studio_is_running_while_its_process_lives(tmp_path, live_process):
+    store = JobStore(tmp_path / STUDIO_FOLDER)
+    from steadytune.studio.jobs import process_start_time
+    job = Job(id="20260101-000000-abcdef", kind="train", argv=["train", "x.yaml"], command="steadytune train x.yaml",
+              pid=live_process.pid, process_start=process_start_time(live_process.pid), host=socket.gethostname(),
+              started=time.time())
+    store.save(job)
+    later = Launcher(tmp_path)   # a studio started later: it did not start the job, it finds it
+    assert later.jobs(store)[0].state == RUNNING and job_alive(job)
+    # A later process with the same pid is not the job (its start time differs).
+    assert not job_alive(Job(**{**job.__dict__, "process_start": (job.process_start or 0) + 1}))
+    assert later.stop(store, later.jobs(store)[0])
+    assert live_process.wait(timeout=10) == -signal.SIGTERM
+    record = later.jobs(store)[0]
+    assert record.state == ENDED and record.stop_requested is not None and record.returncode is None
+
+
+def test_a_launched_job_writes_to_its_log_and_is_reaped_with_its_exit_code(tmp_path):
+    launcher = Launcher(tmp_path)
+    store = JobStore(tmp_path / STUDIO_FOLDER)
+    job = launcher.start(store, "doctor", ["--version"], "steadytune --version")
+    deadline = time.time() + 60
+    while launcher.jobs(store)[0].state == RUNNING:
+        assert time.time() < deadline
+        time.sleep(0.1)
+    done = launcher.jobs(store)[0]
+    assert (done.state, done.returncode) == ("done", 0)
+    log = store.log_path(job.id).read_text(encoding="utf-8")
+    assert log.startswith("[studio] $ steadytune --version") and "steadytune 0." in log and "exited with code 0" in log
+    # Its own session: a signal to the studio's process group does not reach it.
+    assert os.getsid(os.getpid()) != job.pid
+
+
+# ------------------------------------------------------------------------------------------------------
+# Statuses
+# ------------------------------------------------------------------------------------------------------
+
+def test_statuses_from_the_manifest_the_lock_and_the_studios_jobs(tmp_path, live_process):
+    runs_dir = tmp_path / "runs"
+    minimal_run(runs_dir / "done")
+    live = minimal_run(runs_dir / "live")
+    (live / "train_results.json").unlink()
+    (live / MANIFEST).write_text(json.dumps({"status": "running", "files": []}), encoding="utf-8")
+    (live / LOCK).write_text(json.dumps({"pid": live_process.pid, "host": socket.gethostname()}), encoding="utf-8")
+    stopped = minimal_run(runs_dir / "stopped")
+    (stopped / MANIFEST).write_text(json.dumps({"status": "interrupted", "files": []}), encoding="utf-8")
+    (stopped / "train_results.json").unlink()
+    (runs_dir / "new" / STUDIO_FOLDER).mkdir(parents=True)
+    (runs_dir / "notes").mkdir()   # not a run
+    (runs_dir / ".studio").mkdir()
+    runs = Runs(runs_dir, Launcher(tmp_path))
+    statuses = {v.name: v.status for v in runs.views()}
+    assert statuses == {"done": "finished", "live": "running", "stopped": "interrupted", "new": NEW}
+    assert runs.view("stopped").can()["resume"] and not runs.view("done").can()["resume"]
+    with pytest.raises(UserError, match="no run named"):
+        runs.view("notes")
+    with pytest.raises(UserError, match="no run named"):
+        runs.view("../runs/done")
+
+
+def test_a_start_that_fails_shows_why(tmp_path):
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    with client(runs_dir) as studio:
+        source = {"kind": "upload", "ref": upload(studio, tiny_config(tmp_path, tmp_path / "x",
+                                                                      dataset=str(tmp_path / "missing.jsonl")))}
+        body = {"source": source, "name": "broken", "values": {}, "extra": ""}
+        launched = studio.post("/api/launch", json=body, headers=MUTATE)
+        assert launched.status_code == 200, launched.text
+        deadline = time.time() + 120
+        while (state := studio.get("/api/runs/broken/state").json())["status"] in ("starting", "running"):
+            assert time.time() < deadline
+            time.sleep(0.3)
+        assert state["status"] == FAILED_TO_START and "missing.jsonl" in state["detail"]
+        assert sorted(p.name for p in (runs_dir / "broken").iterdir()) == [STUDIO_FOLDER]
+        config = yaml.safe_load((runs_dir / "broken" / STUDIO_FOLDER / "config.yaml").read_text(encoding="utf-8"))
+        assert config["output_dir"] == str((runs_dir / "broken").resolve())
+
+
+def upload(studio: TestClient, path: Path) -> str:
+    response = studio.post(f"/api/uploads?filename={path.name}", content=path.read_bytes(), headers=MUTATE)
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
+# ------------------------------------------------------------------------------------------------------
+# The app's gates and pages
+# ------------------------------------------------------------------------------------------------------
+
+def test_any_other_address_than_this_machines_needs_the_key(tmp_path):
+    args = SimpleNamespace(port=7860, host="0.0.0.0", api_key=None, runs_dir=str(tmp_path / "runs"))
+    with pytest.raises(UserError, match="set an API key"):
+        check_args(args)
+    with pytest.raises(UserError, match="at least 8"):
+        check_args(SimpleNamespace(**{**args.__dict__, "api_key": "short"}))
+    assert check_args(SimpleNamespace(**{**args.__dict__, "api_key": "0123456789abcdef"})).is_dir()
+    assert check_args(SimpleNamespace(**{**args.__dict__, "host": "127.0.0.1"})).is_dir()
+    # The command says so too, before anything starts.
+    result = subprocess.run([sys.executable, "-m", "steadytune", "studio", str(tmp_path), "--host", "0.0.0.0"],
+                            capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "API_KEY"})
+    assert result.returncode == 1 and "set an API key" in result.stderr
+
+
+def test_the_key_the_studios_header_and_the_host(tmp_path):
+    runs_dir = tmp_path / "runs"
+    minimal_run(runs_dir / "done")
+    key = "0123456789abcdef"
+    with client(runs_dir, api_key=key) as studio:
+        page = studio.get("/", headers={"Accept": "text/html"}, follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"] == "/login?next=/"
+        assert studio.get("/api/runs").status_code == 401
+        assert studio.get("/health").status_code == 200 and studio.get("/static/studio.js").status_code == 200
+        wrong = studio.post("/login", content="key=nope&next=/", follow_redirects=False,
+                            headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert wrong.status_code == 401 and "not the studio" in wrong.text and "steadytune_studio" not in wrong.headers.get(
+            "set-cookie", "")
+        assert studio.get("/api/runs", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        signed = studio.post("/login", content=f"key={key}&next=//evil.example/", follow_redirects=False,
+                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert signed.status_code == 303 and signed.headers["location"] == "/"   # no way out of the studio
+        assert "HttpOnly" in signed.headers["set-cookie"] and "SameSite=strict" in signed.headers["set-cookie"]
+        assert key not in signed.headers["set-cookie"]
+        assert [r["name"] for r in studio.get("/api/runs").json()["runs"]] == ["done"]   # the cookie is kept
+        # Changing something needs the studio's header (a form of another site cannot send it).
+        assert studio.post("/api/doctor").status_code == 403
+        assert studio.post("/api/check", json={}).status_code == 403
+        # A page of another site whose name resolves to 127.0.0.1 is not this studio's page.
+        assert studio.get("/api/runs", headers={"Host": "evil.example:7860"}).status_code == 400
+        page = studio.get("/")
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY"
+
+
+def test_markup_from_run_folders_is_text_on_every_page(tmp_path):
+    runs_dir = tmp_path / "runs"
+    minimal_run(runs_dir / HOSTILE_NAME, {"learning_rate": 1e-4, "dataset": HOSTILE, "label_names": [HOSTILE, "b"]})
+    quoted = "/runs/" + __import__("urllib.parse").parse.quote(HOSTILE_NAME, safe="")
+    with client(runs_dir) as studio:
+        for path in ("/", "/fragments/runs", quoted, f"/fragments{quoted}/panels", f"/new?run={quoted[6:]}",
+                     f"{quoted}/chat"):
+            page = studio.get(path)
+            assert page.status_code == 200, (path, page.text[:300])
+            assert "<img src=x" not in page.text and "<script>alert" not in page.text and "<b>bold" not in page.text, path
+            assert "&lt;img src=x onerror=alert(" in page.text, path
+        state = studio.get(f"/api{quoted}/state").json()
+        assert "<img src=x" not in state["header_html"] and "&lt;b&gt;bold" in state["header_html"]
+
+
+def test_uploads_are_bounded_and_must_be_configs(tmp_path):
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    with client(runs_dir) as studio:
+        assert studio.post("/api/uploads?filename=a.yaml", content=b"- a list\n", headers=MUTATE).status_code == 400
+        assert studio.post("/api/uploads?filename=a.yaml", content=b"x: [1\n", headers=MUTATE).status_code == 400
+        big = b"learning_rate: 1\n" + b"#" * (1 << 20)
+        assert studio.post("/api/uploads?filename=a.yaml", content=big, headers=MUTATE).status_code == 413
+        ok = studio.post("/api/uploads?filename=../../mine.yaml", content="learning_rate: 2e-4\n".encode(),
+                         headers=MUTATE)
+        form = studio.get(ok.json()["url"])
+        assert form.status_code == 200 and 'value="mine"' in form.text and "2e-4" in form.text
+        assert [p.suffix for p in (runs_dir / ".studio" / "uploads").iterdir()].count(".yaml") == 1
+        assert "no such upload" in studio.get("/new?upload=../../etc/passwd").text   # said on the page
+        check = studio.post("/api/check", headers=MUTATE, json={
+            "source": {"kind": "upload", "ref": ok.json()["id"]}, "name": "a/b", "values": {"learning_rate": "x"}})
+        assert set(check.json()["errors"]) == {"_name", "learning_rate"}
+        refused = studio.post("/api/launch", headers=MUTATE, json={
+            "source": {"kind": "upload", "ref": ok.json()["id"]}, "name": "fine", "values": {"learning_rate": "x"}})
+        assert refused.status_code == 400 and refused.json()["errors"] == {"learning_rate":
+                                                                            "invalid value 'x' (expected a number)"}
+        assert not (runs_dir / "fine").exists()
+
+
+def test_downloads_are_files_a_job_wrote_inside_the_run(tmp_path):
+    runs_dir = tmp_path / "runs"
+    run = minimal_run(runs_dir / "done")
+    store = JobStore(run / STUDIO_FOLDER)
+    (run / STUDIO_FOLDER / "exports").mkdir(parents=True)
+    (run / STUDIO_FOLDER / "exports" / "done.tar.gz").write_bytes(b"archive")
+    (tmp_path / "secret.txt").write_text("secret", encoding="utf-8")
+    (run / STUDIO_FOLDER / "exports" / "link").symlink_to(tmp_path / "secret.txt")
+    store.save(Job(id="20260101-000000-aaaaaa", kind="export", argv=[], command="", state="done", started=1.0,
+                   outputs=["exports/done.tar.gz", "exports/link", "../../../secret.txt"]))
+    with client(runs_dir) as studio:
+        got = studio.get("/runs/done/files/20260101-000000-aaaaaa/0")
+        assert got.status_code == 200 and got.content == b"archive" and "attachment" in got.headers["content-disposition"]
+        for index in (1, 2, 3, -1):
+            assert studio.get(f"/runs/done/files/20260101-000000-aaaaaa/{index}").status_code in (404, 422)
+        assert studio.get("/runs/done/files/nope/0").status_code == 404
+        assert studio.get("/runs/done/jobs/../../x/log").status_code == 404
+
+
+def test_stop_reaches_a_run_started_in_a_terminal_through_its_lock(tmp_path, live_process):
+    runs_dir = tmp_path / "runs"
+    live = minimal_run(runs_dir / "live")
+    (live / "train_results.json").unlink()
+    (live / MANIFEST).write_text(json.dumps({"status": "running", "files": []}), encoding="utf-8")
+    (live / LOCK).write_text(json.dumps({"pid": live_process.pid, "host": socket.gethostname()}), encoding="utf-8")
+    with client(runs_dir) as studio:
+        assert studio.get("/api/runs/live/state").json()["can"]["stop"]
+        # Nothing else may start in a folder a training holds.
+        busy = studio.post("/api/runs/live/eval", json={}, headers=MUTATE)
+        assert busy.status_code == 400 and "busy" in busy.json()["error"]
+        assert studio.post("/api/runs/live/stop", headers=MUTATE).json()["pid"] == live_process.pid
+        assert live_process.wait(timeout=10) == -signal.SIGTERM
