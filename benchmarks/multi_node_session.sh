@@ -4,7 +4,8 @@
 # not lent when it was written); the CPU smoke run (MULTI_GPU_SMOKE=1, gloo, tiny shapes) checks the script itself.
 #
 #   run(kind="nvidia-h200-x2", timeout_s=600, command="bash benchmarks/multi_node_session.sh")
-#   MULTI_GPU_SMOKE=1 NPROC_CPU=1 bash benchmarks/multi_node_session.sh      # here, on the CPU
+#   MULTI_GPU_SMOKE=1 bash benchmarks/multi_node_session.sh                  # here, on the CPU
+#   GPU1=0 PIECES="two hang restart" TWO_CONFIG=/root/mn/tiny2.yaml bash ...  # NCCL path only, on one GPU
 #
 # Each "node" is a `steadytune train --nnodes 2 --node-rank R --master-addr 127.0.0.1` launcher with one GPU
 # (CUDA_VISIBLE_DEVICES). NCCL_HOSTID gives each a host of its own, so NCCL treats them as two machines and takes
@@ -34,7 +35,9 @@ if [ "${MULTI_GPU_SMOKE:-0}" = 1 ]; then
 else
     # NVLink multicast stays off on this machine (KINDS.md).
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-    GPU0=0 GPU1=1 BOTH=0,1
+    # GPU1=0 puts both "nodes" on one GPU (NCCL accepts it: NCCL_HOSTID makes them two hosts), for a functional
+    # check of the NCCL path on a one-GPU machine; the speed ratio then means nothing.
+    GPU0=${GPU0:-0} GPU1=${GPU1:-1} BOTH=${BOTH:-0,1}
     nvidia-smi --query-gpu=index,name,memory.total --format=csv > "$OUT/gpus.txt"
 fi
 python3 -c "import torch, accelerate, transformers, peft; print('torch', torch.__version__, 'accelerate', \
@@ -97,7 +100,7 @@ if fits one 90; then
     echo "one: $(grep -a 'done:' "$W/log_one.txt" | tail -1)"
 fi
 if fits two 100; then
-    two_nodes two "$W/base.yaml" 100 --nnodes 2 --node-rank @RANK@
+    two_nodes two "${TWO_CONFIG:-$W/base.yaml}" 100 --nnodes 2 --node-rank @RANK@
 fi
 if fits hang 70; then
     two_nodes hang "$W/hang2.yaml" 70 --nnodes 2 --node-rank @RANK@
