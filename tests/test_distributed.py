@@ -365,7 +365,7 @@ def test_ddp_two_processes_match_one_and_resume_across_world_size(tiny_qwen, sam
     done = run_cli(overrides(tiny_qwen, sample_data_dir, tmp_path / "two") + ["--nproc", "2"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "world size 2" in done.stdout and "sharding     DDP" in done.stdout
-    assert "per rank 256 tokens x 2 accumulation; x 2 ranks" in done.stdout
+    assert "per rank 4 x 2 accumulation; x 2 ranks = 16 examples" in done.stdout
     two = losses(tmp_path / "two")
     assert two == pytest.approx(single.losses, rel=1e-2)    # the 1% of the issue; in practice ~1e-7
     assert two == pytest.approx(single.losses, rel=1e-5)
