@@ -53,6 +53,7 @@ def tiny_config(folder: Path, out: Path, dataset: str | None = None, **extra) ->
     config = {"model_name_or_path": str(model), "dataset": dataset or str(data), "label_names": ["消极", "积极"],
               "prompt_template": "评论：{text}\n情感：", "template": "empty", "output_dir": str(out),
               "per_device_train_batch_size": 4, "max_steps": 3, "logging_steps": 1, "save_steps": 2, **extra}
+    config = {k: v for k, v in config.items() if v is not None}
     path = folder / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
     return path
@@ -78,11 +79,24 @@ def minimal_run(folder: Path, config: dict | None = None) -> Path:
 # The run folder's studio/ folder: made before the run claims the folder, left alone by it
 # ------------------------------------------------------------------------------------------------------
 
-def test_a_run_folder_holding_only_studio_starts_fresh_and_a_failed_start_leaves_studio_in_place(tmp_path):
-    out = tmp_path / "run"
-    (out / STUDIO_FOLDER / "jobs").mkdir(parents=True)
-    (out / STUDIO_FOLDER / "jobs" / "1.log").write_text("[studio] $ steadytune train ...\n", encoding="utf-8")
-    assert cli_main(["train", str(tiny_config(tmp_path, out))]) == 0
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, sample_data_dir) -> Path:
+    """RUNS_DIR with two finished tiny runs: `cls` (classification, its folder holding a studio/ folder before the
+    run claimed it, as a launch from the studio leaves it) and `gen` (generation, alpaca rows, qwen's template)."""
+    root = tmp_path_factory.mktemp("studio")
+    runs_dir = root / "runs"
+    cls = runs_dir / "cls"
+    (cls / STUDIO_FOLDER / "jobs").mkdir(parents=True)
+    (cls / STUDIO_FOLDER / "jobs" / "1.log").write_text("[studio] $ steadytune train ...\n", encoding="utf-8")
+    assert cli_main(["train", str(tiny_config(root, cls))]) == 0
+    gen = tiny_config(root, runs_dir / "gen", dataset="alpaca_sample", dataset_dir=str(sample_data_dir),
+                      template="qwen", label_names=None, prompt_template=None, max_samples=16)
+    assert cli_main(["train", str(gen)]) == 0
+    return runs_dir
+
+
+def test_a_run_folder_holding_only_studio_starts_fresh_and_a_failed_start_leaves_studio_in_place(trained, tmp_path):
+    out = trained / "cls"
     assert (out / "adapter_model.safetensors").is_file() and (out / STUDIO_FOLDER / "jobs" / "1.log").is_file()
     assert read_manifest(out)["status"] == "finished"
 
@@ -384,6 +398,10 @@ def test_uploads_are_bounded_and_must_be_configs(tmp_path):
         check = studio.post("/api/check", headers=MUTATE, json={
             "source": {"kind": "upload", "ref": ok.json()["id"]}, "name": "a/b", "values": {"learning_rate": "x"}})
         assert set(check.json()["errors"]) == {"_name", "learning_rate"}
+        body = {"source": {"kind": "upload", "ref": ok.json()["id"]}, "name": "two", "values": {}}
+        assert studio.post("/api/check", headers=MUTATE, json={**body, "nproc": "2"}).json()["command"] == \
+            "steadytune train runs/two/studio/config.yaml --nproc 2"
+        assert "_nproc" in studio.post("/api/check", headers=MUTATE, json={**body, "nproc": "two"}).json()["errors"]
         refused = studio.post("/api/launch", headers=MUTATE, json={
             "source": {"kind": "upload", "ref": ok.json()["id"]}, "name": "fine", "values": {"learning_rate": "x"}})
         assert refused.status_code == 400 and refused.json()["errors"] == {"learning_rate":
@@ -423,3 +441,83 @@ def test_stop_reaches_a_run_started_in_a_terminal_through_its_lock(tmp_path, liv
         assert busy.status_code == 400 and "busy" in busy.json()["error"]
         assert studio.post("/api/runs/live/stop", headers=MUTATE).json()["pid"] == live_process.pid
         assert live_process.wait(timeout=10) == -signal.SIGTERM
+
+
+# ------------------------------------------------------------------------------------------------------
+# Chat, predict, export on finished runs
+# ------------------------------------------------------------------------------------------------------
+
+def test_chat_streams_the_run_and_the_base_model_and_scores_labels(trained):
+    with client(trained) as studio:
+        events = chat_events(studio, "gen", {"text": "Add 3 and 4.", "greedy": True, "max_new_tokens": 6})
+        ready = next(e for e in events if e.get("ready"))
+        assert ready["sides"] == ["run", "base"] and ready["classification"] is False
+        assert [e["side"] for e in events if e.get("done")] == ["run", "base"]
+        answer = "".join(e["delta"] for e in events if e.get("side") == "run" and "delta" in e)
+        # The same message again with the answer in the history: the conversation goes on.
+        history = {"run": [{"role": "user", "content": "Add 3 and 4."}, {"role": "assistant", "content": answer}]}
+        again = chat_events(studio, "gen", {"text": "And 5?", "history": history, "side_by_side": False,
+                                            "greedy": True, "max_new_tokens": 4})
+        assert [e["side"] for e in again if e.get("done")] == ["run"] and not any("error" in e for e in again)
+        scored = chat_events(studio, "cls", {"text": "好评 很好"})
+        labels = [e for e in scored if "label" in e]
+        assert [e["side"] for e in labels] == ["run", "base"]
+        assert all(set(e["probabilities"]) == {"消极", "积极"} for e in labels)
+        assert abs(sum(labels[0]["probabilities"].values()) - 1) < 1e-5
+        bad = studio.post("/api/runs/cls/chat", json={"text": 5}, headers=MUTATE)
+        assert "message: expected text" in bad.text
+
+
+def chat_events(studio: TestClient, run: str, body: dict) -> list[dict]:
+    response = studio.post(f"/api/runs/{run}/chat", json=body, headers=MUTATE)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    lines = [line[6:] for line in response.text.split("\n\n") if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def wait_job(studio: TestClient, run: str, kind: str, timeout_s: float = 120) -> dict:
+    deadline = time.time() + timeout_s
+    while True:
+        jobs = JobStore(Path(studio.app.state.runs.root) / run / STUDIO_FOLDER).all()
+        job = next((j for j in jobs if j.kind == kind), None)
+        if job is not None:
+            job = studio.app.state.launcher.refresh(JobStore(Path(studio.app.state.runs.root) / run / STUDIO_FOLDER),
+                                                    job)
+            if not job.active:
+                return job.__dict__
+        assert time.time() < deadline, f"{kind} did not end within {timeout_s} s"
+        time.sleep(0.2)
+
+
+def test_predict_a_file_and_download_the_results(trained):
+    rows = [{"text": "好评 很好"}, {"text": "差评 太差"}]
+    with client(trained) as studio:
+        refused = studio.post("/api/runs/cls/predict?filename=rows.txt", content=b"x", headers=MUTATE)
+        assert refused.status_code == 400 and ".jsonl, .json or .csv" in refused.text
+        started = studio.post("/api/runs/cls/predict?filename=new rows.jsonl", headers=MUTATE,
+                              content="\n".join(json.dumps(r, ensure_ascii=False) for r in rows).encode())
+        assert started.status_code == 200, started.text
+        assert "steadytune predict runs/cls --input runs/cls/studio/predict/" in started.json()["command"]
+        job = wait_job(studio, "cls", "predict")
+        assert job["state"] == "done", job
+        got = studio.get(f"/runs/cls/files/{job['id']}/0")
+        assert got.status_code == 200
+        labelled = [json.loads(line) for line in got.text.splitlines()]
+        assert [r["text"] for r in labelled] == ["好评 很好", "差评 太差"]
+        assert all(r["label"] in ("消极", "积极") and set(r["probabilities"]) == {"消极", "积极"} for r in labelled)
+
+
+def test_export_asks_export_for_the_archive_or_the_merged_model_and_its_gguf(trained):
+    with client(trained) as studio:
+        assert studio.post("/api/runs/gen/export", json={"kind": "gguf", "quant": "q3"}, headers=MUTATE).status_code == 400
+        started = studio.post("/api/runs/gen/export", json={"kind": "gguf", "quant": "q8_0"}, headers=MUTATE).json()
+        assert started["command"] == ("steadytune export runs/gen --export-dir runs/gen/studio/exports/gen-merged "
+                                      "--force --gguf q8_0")
+        job = wait_job(studio, "gen", "export", timeout_s=240)
+        assert job["state"] == "done", job
+        assert job["outputs"] == ["exports/gen-merged/gen-merged-q8_0.gguf", "exports/gen-merged"]
+        gguf = studio.get(f"/runs/gen/files/{job['id']}/0")
+        assert gguf.status_code == 200 and gguf.content[:4] == b"GGUF"
+        folder = studio.get(f"/runs/gen/files/{job['id']}/1")   # the merged folder, packed for its download
+        assert folder.status_code == 200 and folder.headers["content-disposition"].endswith('gen-merged.tar.gz"')

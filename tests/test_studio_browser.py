@@ -63,15 +63,53 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Each optimizer step of a training started under this takes at least STEP_DELAY_S more: on a fast idle machine the tiny
+# run would otherwise end (hundreds of steps a second) before a page polling once a second could watch and stop it.
+# Only this test's processes load it (PYTHONPATH); the training itself is untouched.
+STEP_DELAY_S = 0.04
+SLOW_STEPS = f"""
+import importlib.abc, importlib.util, sys, time
+
+
+class SlowSteps(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "steadytune.train":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            step = module.forward_backward
+
+            def slow(*args, **kwargs):
+                time.sleep({STEP_DELAY_S})
+                return step(*args, **kwargs)
+
+            module.forward_backward = slow
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, SlowSteps())
+"""
+
+
 class Studio:
     """`steadytune studio RUNS_DIR --port P` as a user starts it, in a process of its own."""
 
-    def __init__(self, runs: Path, cwd: Path, log: Path):
+    def __init__(self, runs: Path, cwd: Path, log: Path, slow_steps: Path | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log.open("ab")
+        env = dict(os.environ)
+        if slow_steps is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(slow_steps), env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen([sys.executable, "-m", "steadytune", "studio", str(runs), "--port", str(self.port)],
-                                     cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+                                     cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=env)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -185,7 +223,10 @@ def test_the_whole_loop_in_the_browser(browser, tmp_path):
     runs.mkdir(parents=True)
     model = save_tiny_model(work / "model", "qwen2")
     reviews = write_reviews(work / "reviews.jsonl")
-    first = Studio(runs, work, tmp_path / "studio-1.log")
+    slow = tmp_path / "slow_steps"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(SLOW_STEPS, encoding="utf-8")
+    first = Studio(runs, work, tmp_path / "studio-1.log", slow)
     second = None
     tab = Tab(browser, first)
     page = tab.page
@@ -202,7 +243,7 @@ def test_the_whole_loop_in_the_browser(browser, tmp_path):
         assert "steadytune train runs/" in page.inner_text("#command")
         page.fill("#name", RUN)
         for key, value in {"model_name_or_path": str(model), "dataset": str(reviews), "eval_dataset": "",
-                           "max_samples": "", "max_eval_samples": "", "val_size": "0.25", "max_steps": "400",
+                           "max_samples": "", "max_eval_samples": "", "val_size": "0.25", "max_steps": "150",
                            "logging_steps": "1", "save_steps": "100", "per_device_train_batch_size": "4",
                            "cutoff_len": "128", "learning_rate": "fast please"}.items():
             page.fill(f"[data-key='{key}']", value)
@@ -256,7 +297,7 @@ def test_the_whole_loop_in_the_browser(browser, tmp_path):
         assert "resume_from_checkpoint=true" in page.inner_text("[data-panel=header]")
 
         # A second studio on the same folder sees the same run.
-        second = Studio(runs, work, tmp_path / "studio-2.log")
+        second = Studio(runs, work, tmp_path / "studio-2.log", slow)
         other = Tab(browser, second)
         other.go("/")
         other.page.wait_for_selector(f"tr[data-name='{RUN}']")
