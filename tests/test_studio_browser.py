@@ -258,6 +258,9 @@ def test_the_whole_loop_in_the_browser(browser, tmp_path):
         until(page, "() => document.body.dataset.launch === 'refused'")
         assert "fix what is marked" in page.inner_text("#launch-status")
         assert not (runs / RUN).exists() and first.runs() == []
+        # The browser logs the refusal's 400 as a failed load: that one is expected.
+        assert tab.console == ["Failed to load resource: the server responded with a status of 400 (Bad Request)"]
+        tab.console.clear()
         mark("form: bad key refused")
 
         # --- launch, watch the loss chart grow --------------------------------------------------------------------
@@ -307,6 +310,7 @@ def test_the_whole_loop_in_the_browser(browser, tmp_path):
         # --- resume, then stop the first studio: the run goes on, and the second sees it finish ---------------------
         page.click("button[data-action=resume]")
         assert wait_status(page, "starting", "running") in ("starting", "running")
+        tab.check_clean()   # before its studio goes away (the page's next polls then fail, as they should)
         first.stop()
         mark("resumed; first studio stopped")
         other.go(f"/runs/{RUN}")

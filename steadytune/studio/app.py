@@ -87,10 +87,6 @@ class TooLarge(UserError):
     pass
 
 
-class Refused(UserError):
-    """403: a request that changes something without the studio's header, or a Host that is not this machine."""
-
-
 # ------------------------------------------------------------------------------------------------------
 # Rendering
 # ------------------------------------------------------------------------------------------------------
@@ -160,7 +156,7 @@ def build_app(settings: StudioSettings) -> FastAPI:
 
     def page(template_name: str, request: Request, status: int = 200, **context) -> HTMLResponse:
         text = templates().get_template(template_name).render(
-            runs_dir=str(runs_dir.resolve()), keyed=key is not None, path=request.url.path, **context)
+            runs_dir=str(runs_dir.resolve()), path=request.url.path, **context)
         return HTMLResponse(text, status_code=status)
 
     def fragment(template_name: str, **context) -> str:
@@ -212,8 +208,7 @@ def build_app(settings: StudioSettings) -> FastAPI:
     # --- errors ---------------------------------------------------------------------------------------------
     @app.exception_handler(UserError)
     async def on_user_error(request: Request, e: UserError):
-        status = (404 if isinstance(e, NotFound) else 413 if isinstance(e, TooLarge)
-                  else 403 if isinstance(e, Refused) else 400)
+        status = 404 if isinstance(e, NotFound) else 413 if isinstance(e, TooLarge) else 400
         if isinstance(e, FormErrors):
             return JSONResponse({"error": str(e), "errors": e.errors, "general": e.general}, status_code=400)
         if request.url.path.startswith("/api/") or request.method != "GET":
@@ -483,7 +478,7 @@ def build_app(settings: StudioSettings) -> FastAPI:
                 context["load_error"] = str(e)
         return page("new.html.j2", request, title="new run", page_name="new", **context)
 
-    def prepare(data: dict, for_launch: bool) -> dict:
+    def prepare(data: dict) -> dict:
         """The config, errors and command the form describes now."""
         source = load_source(data.get("source") or {})
         values = data.get("values") or {}
@@ -516,13 +511,13 @@ def build_app(settings: StudioSettings) -> FastAPI:
     @app.post("/api/check")
     async def check(request: Request):
         data = await body_json(request)
-        result = await asyncio.to_thread(prepare, data, False)
+        result = await asyncio.to_thread(prepare, data)
         return {k: result[k] for k in ("errors", "general", "command", "yaml", "ok", "output_dir")}
 
     @app.post("/api/launch")
     async def launch(request: Request):
         data = await body_json(request)
-        result = await asyncio.to_thread(prepare, data, True)
+        result = await asyncio.to_thread(prepare, data)
         if not result["ok"]:
             raise FormErrors(result["errors"], result["general"])
         folder: Path = result["folder"]

@@ -178,6 +178,7 @@ class Launcher:
     def __init__(self, cwd: Path, python: str = sys.executable):
         self.cwd, self.python = Path(cwd), python
         self.children: dict[str, tuple[subprocess.Popen, JobStore, Job]] = {}
+        self.reaped: set[str] = set()
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -216,12 +217,13 @@ class Launcher:
     # --- watching ----------------------------------------------------------------------------------------------
     def reap(self) -> None:
         """Record the exit of every job this studio started that has ended."""
-        with self.lock:
-            items = list(self.children.items())
-        for job_id, (proc, store, job) in items:
-            code = proc.poll()
-            if code is None:
-                continue
+        with self.lock:   # taken out under the lock: two threads never finish the same job
+            ended = [(job_id, child) for job_id, child in self.children.items() if child[0].poll() is not None]
+            for job_id, _ in ended:
+                del self.children[job_id]
+                self.reaped.add(job_id)
+        for job_id, (proc, store, job) in ended:
+            code = proc.returncode
             current = store.load(job_id) or job
             current.returncode = code
             current.ended = time.time()
@@ -232,8 +234,6 @@ class Launcher:
                     f.write(f"\n[studio] exited with code {code} at {time.strftime('%H:%M:%S')}\n")
             except OSError:
                 pass
-            with self.lock:
-                self.children.pop(job_id, None)
 
     def refresh(self, store: JobStore, job: Job) -> Job:
         """The job as it is now: a running record whose process is gone (and is not one this studio will reap)
@@ -241,12 +241,14 @@ class Launcher:
         if job.state != RUNNING:
             return job
         with self.lock:
-            ours = self.children.get(job.id)
+            ours, reaped = self.children.get(job.id), job.id in self.reaped
+        if reaped:   # its exit code is this studio's to write (the reaper may be writing it now)
+            return store.load(job.id) or job
         if ours is not None:
-            if ours[0].poll() is not None:
-                self.reap()
-                return store.load(job.id) or job
-            return job
+            if ours[0].poll() is None:
+                return job
+            self.reap()
+            return store.load(job.id) or job
         if job_alive(job):
             return job
         job.state, job.ended = ENDED, time.time()
