@@ -194,6 +194,17 @@ def test_sources_an_lf_v1_file_and_another_runs_config(tmp_path):
     assert source.name == "v1" and any("v1" in note for note in source.notes)
     with pytest.raises(UserError, match="give a .yaml file"):
         forms.from_path(str(tmp_path / "notes.txt"))
+    # A LLaMA-Factory example, run from its checkout's root there: its dataset_dir (data) is that checkout's data/.
+    lf = tmp_path / "LLaMA-Factory"
+    (lf / "examples" / "train_lora").mkdir(parents=True)
+    (lf / "data").mkdir()
+    (lf / "data" / "dataset_info.json").write_text("{}", encoding="utf-8")
+    example = lf / "examples" / "train_lora" / "qwen3_lora_sft.yaml"
+    example.write_text("model_name_or_path: Qwen/Qwen3-4B-Instruct-2507\nstage: sft\ndataset: identity,alpaca_en_demo\n"
+                       "template: qwen3_nothink\noutput_dir: saves/qwen3-4b/lora/sft\n", encoding="utf-8")
+    source = forms.from_path(str(example))
+    assert source.raw["dataset_dir"] == str(lf / "data") and source.name == "qwen3_lora_sft"
+    assert forms.validate(dict(source.raw, output_dir="runs/x"))[1:] == ({}, [])
     # Another run's config (a terminal run: its run_config.yaml): no folder, resume point, decisions, and none of the
     # keys that let a file run code here.
     run = minimal_run(tmp_path / "runs" / "lr-1e-4", {"learning_rate": 1e-4, "trust_remote_code": True,
