@@ -7,7 +7,9 @@ exit 143), see it interrupted, reload (the state stays), a second studio on the 
 stop the first studio (the run goes on), see it finish in the second, evaluate (confusion matrix), chat (label scores
 beside the base model), export the adapter archive and download it, compare two runs, a run whose name and config hold
 markup shown as text, the doctor page. No request leaves the studio, no console error, no dialog. The main pages are
-saved as docs/studio_*.png.
+saved as studio_*.png in a temporary folder, or into docs/ with STEADYTUNE_SCREENSHOTS=docs (how docs/studio_*.png
+are made: `STEADYTUNE_SCREENSHOTS=docs python -m pytest tests/test_studio_browser.py`), so a test run leaves the
+checkout as it found it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -30,7 +33,8 @@ from steadytune.model.tiny import save_tiny_model
 from steadytune.studio.jobs import JobStore, job_alive
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" if os.environ.get("STEADYTUNE_SCREENSHOTS") == "docs" else \
+    Path(tempfile.mkdtemp(prefix="studio-screenshots-"))
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(name)), None)
 # Flags that let a root-run headless Chromium start here, and keep it from calling home (as tests/test_report.py).
