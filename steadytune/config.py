@@ -126,6 +126,7 @@ class DataArguments:
     max_samples: Optional[int] = _opt(None, "Use at most this many examples from each dataset.", minimum=1)
     max_eval_samples: Optional[int] = _opt(None, "Use at most this many evaluation examples (default: max_samples).", minimum=1)
     val_size: float = _opt(0.0, "Held-out share (0-1) or count (>= 1) of the training data for evaluation; stratified for classification.", minimum=0.0)
+    tune_val_size: float = _opt(0.0, "Held out of the training rows (share 0-1 or count >= 1; stratified for classification) as the eval split, in place of eval_dataset / val_size's test split, which is then not read: `steadytune tune` scores its trials there.", minimum=0.0)
     train_on_prompt: bool = _opt(False, "Also compute the loss on prompt tokens.")
     mask_history: bool = _opt(False, "Multi-turn: train only on the last assistant turn.")
     preprocessing_num_workers: Optional[int] = _opt(None, "Processes for tokenisation (LLaMA-Factory key). Tokenisation runs in one "
@@ -185,7 +186,7 @@ class TrainArguments:
     save_total_limit: Optional[int] = _opt(None, "Keep at most this many checkpoints (oldest deleted first).", minimum=1)
     save_only_model: bool = _opt(False, "LLaMA-Factory key; checkpoints here always hold what a resume needs.")
     eval_strategy: str = _opt("no", "When to evaluate: no, steps, epoch.", choices=("no", "steps", "epoch"))
-    eval_steps: Optional[int] = _opt(None, "Evaluate every N optimizer steps (eval_strategy: steps; default logging_steps).", minimum=1)
+    eval_steps: Optional[float] = _opt(None, "Evaluate every N optimizer steps (eval_strategy: steps; default logging_steps); below 1, a share of the run's steps (0.25: four evaluations), as transformers reads it.", minimum=0.0, exclusive_min=True)
     metric_for_best_model: Optional[str] = _opt(None, "Keep the checkpoint with the best value of this eval metric (eval_loss, accuracy, macro_f1).")
     resume_from_checkpoint: Union[None, bool, str] = _opt(None, "true: resume from the latest checkpoint in output_dir; or a checkpoint folder.")
     plot_loss: bool = _opt(False, "Write training_loss.png at the end.")
@@ -268,6 +269,7 @@ class FaultInjectionArguments:
     hang_rank: int = _opt(0, "The rank that hangs at hang_step.", minimum=0)
     kill_step: Optional[int] = _opt(None, "Kill one rank's process (SIGKILL) at the start of this optimizer step, on the job's first attempt only, to prove an elastic restart resumes from the last checkpoint.", minimum=1)
     kill_rank: int = _opt(0, "The rank whose process is killed at kill_step.", minimum=0)
+    oom_step: Optional[int] = _opt(None, "Raise an out-of-memory error (torch.OutOfMemoryError) at the start of this optimizer step, as a GPU that runs out of memory does, to prove that `steadytune tune` records such a trial and goes on.", minimum=1)
 
 
 @dataclass
@@ -946,6 +948,11 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: bf16 and fp16 are both true; choose one")
     if t.eval_strategy == "steps" and t.eval_steps is None:
         t.eval_steps = t.logging_steps
+    if t.eval_steps is not None and t.eval_steps >= 1:
+        if not float(t.eval_steps).is_integer():
+            raise ConfigError(f"{where}: eval_steps: {show_value(t.eval_steps)} is neither a whole number of steps nor a "
+                              "share of the run below 1 (e.g. 0.25)")
+        t.eval_steps = int(t.eval_steps)
     if d.neat_packing and d.packing is False:
         raise ConfigError(f"{where}: neat_packing: true needs packing (got packing: false)")
     g = cfg.guard

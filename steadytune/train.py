@@ -94,7 +94,7 @@ from steadytune.training.resume import compare_for_resume, resume_fingerprint
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
 from steadytune.training.speed_plan import apply_speed_plan, choose_base_dtype, enable_gradient_checkpointing
 from steadytune.training.startup import startup_lines
-from steadytune.training.stopping import StopRequests
+from steadytune.training.stopping import RunPruned, StopRequests
 from steadytune.training.trackers import Trackers
 
 
@@ -184,9 +184,12 @@ def run(args) -> int:
 # The driver
 # ---------------------------------------------------------------------------------------------------------
 
-def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, model=None) -> TrainResult:
+def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, model=None,
+                 on_evaluate=None) -> TrainResult:
     """`model`: the base model already loaded by the caller (demo scores it zero-shot first), trained in place
-    instead of loaded again; it must be the model cfg names, as load_for_inference loaded it."""
+    instead of loaded again; it must be the model cfg names, as load_for_inference loaded it. `on_evaluate(step,
+    total_steps, results) -> bool`: called after each evaluation (steadytune tune's pruner); True stops the run there
+    (RunPruned, status pruned)."""
     # Rank from the launcher's environment too: a CPU run under torchrun that Accelerate does not treat as
     # distributed must still have one process, rank 0, own the folder.
     processes = sharding.process_state(cfg)   # rank and world size (DeepSpeed / FSDP need a process group even alone)
@@ -198,6 +201,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
         start_nodes(cfg, folder, layout, processes.device)
         while True:
             run = set_up(cfg, folder, stop, force, progress, model)
+            run.on_evaluate = on_evaluate
             model = None  # a precision switch sets up again from the checkpoint, with freshly loaded weights
             outcome = fit(run)
             if outcome.new_precision is None:
@@ -263,6 +267,7 @@ class Run:
     sharding: Any                     # distributed.sharding.ShardingPlan: none, DDP, DeepSpeed ZeRO or FSDP2
     graphs: Any = None                # training.graphs.GraphRunner when CUDA graphs are on (hardware/speed.py)
     watchdog: Any = None              # distributed.watchdog.HangWatchdog
+    on_evaluate: Any = None           # run_training's evaluation hook
 
     @property
     def device(self) -> torch.device:
@@ -622,7 +627,7 @@ def check_steps_fit_keys(cfg: RunConfig, micro_batches_per_epoch: int, total_ste
         raise UserError("fault_injection.hang_step is set but hang_timeout: 0 turns the hang watchdog off: the run "
                         "would hang for ever; set hang_timeout (e.g. 30)")
     for key in ("nan_loss_step", "inf_loss_step", "spike_loss_step", "fp16_overflow_step", "lr_spike_start",
-                "hang_step", "kill_step"):
+                "hang_step", "kill_step", "oom_step"):
         step = getattr(f, key)
         if step is not None and step > total_steps:
             raise UserError(f"fault_injection.{key}: step {step} is beyond the run's {total_steps} steps; the fault "
@@ -702,6 +707,8 @@ def status_of(error: BaseException) -> str:
         return "aborted"
     if isinstance(error, (RunInterrupted, KeyboardInterrupt, nodes.PeerLost)):
         return "interrupted"
+    if isinstance(error, RunPruned):
+        return "pruned"
     return "failed"
 
 
@@ -843,6 +850,8 @@ def fit(run: Run) -> Outcome:
                 run.metrics.write({"step": state.global_step, **results})
                 run.trackers.log({"step": state.global_step, **results})
                 new_best = update_best(t, state, results)
+                if run.on_evaluate is not None and run.on_evaluate(state.global_step, run.total_steps, results):
+                    raise RunPruned(f"stopped after the evaluation at step {state.global_step} of {run.total_steps}")
             # A new best (metric_for_best_model) is saved at once, so best_checkpoint always names a folder that exists.
             if (state.global_step % t.save_steps == 0 and state.global_step < run.total_steps) or new_best:
                 run.save_checkpoint(keep={state.best_checkpoint} if state.best_checkpoint else set())
@@ -962,7 +971,10 @@ def interrupt(run: Run, loop: LoopState, started: float) -> None:
 
 def should_evaluate(t, step: int, steps_per_epoch: int, total_steps: int) -> bool:
     if t.eval_strategy == "steps":
-        return step % (t.eval_steps or t.logging_steps) == 0 or step == total_steps
+        every = t.eval_steps or t.logging_steps
+        if every < 1:   # a share of the run (transformers' meaning of eval_steps below 1)
+            every = max(1, math.ceil(every * total_steps))
+        return step % every == 0 or step == total_steps
     if t.eval_strategy == "epoch":
         return step % steps_per_epoch == 0 or step == total_steps
     return False

@@ -121,7 +121,7 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) ->
         log.warning(warning)
 
     evaluation: _Loaded | None = None
-    if d.eval_dataset:
+    if d.eval_dataset and not (d.tune_val_size and d.dataset):   # tune_val_size: the test split stays unread
         evaluation = _load_all(resolve_datasets(d.eval_dataset, d.dataset_dir, "eval_dataset"), cfg, stats,
                                max_samples=d.max_eval_samples or d.max_samples, kind=kind)
     if d.dataset:
@@ -133,11 +133,15 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) ->
         if evaluation.kind != train.kind or evaluation.label_names != train.label_names:
             raise ConfigError("eval_dataset: must be the same kind of data as dataset "
                               f"({evaluation.kind} {evaluation.label_names or ''} vs {train.kind} {train.label_names or ''})")
-    elif d.val_size > 0:
+    elif d.val_size > 0 and not d.eval_dataset:
         evaluation = _split_off(train, d.val_size, cfg.train.seed)
         if d.max_eval_samples is not None and len(evaluation.examples) > d.max_eval_samples:
             key = (lambda e: e["label_id"]) if evaluation.kind == "classification" else None
             evaluation.examples = splitting.take(evaluation.examples, d.max_eval_samples, key=key)
+    if d.tune_val_size > 0 and train.examples:
+        # steadytune tune: trials are scored on rows held out of the very rows the final model trains on (after the
+        # test split above is set aside), never on the test split.
+        evaluation = _split_off(train, d.tune_val_size, cfg.train.seed, key="tune_val_size")
 
     out = PreparedData(train=[], eval=None, template=template, label_names=train.label_names)
     if cfg.method.stage == "pt":
@@ -260,13 +264,13 @@ def _classification_settings(src: DatasetSource, cfg: RunConfig) -> tuple[list[s
     return label_names, prompt_template
 
 
-def _split_off(train: _Loaded, val_size: float, seed: int) -> _Loaded:
+def _split_off(train: _Loaded, val_size: float, seed: int, key: str = "val_size") -> _Loaded:
     n_eval = splitting.held_out_count(val_size, len(train.examples))
     if not 1 <= n_eval < len(train.examples):
-        raise ConfigError(f"val_size: {val_size} holds out {n_eval} of {len(train.examples)} examples; "
+        raise ConfigError(f"{key}: {val_size} holds out {n_eval} of {len(train.examples)} examples; "
                           f"it must leave at least one for training and one for evaluation")
-    key = (lambda e: e["label_id"]) if train.kind == "classification" else None
-    kept, held = splitting.split(train.examples, n_eval, seed, key=key)
+    by_label = (lambda e: e["label_id"]) if train.kind == "classification" else None
+    kept, held = splitting.split(train.examples, n_eval, seed, key=by_label)
     train.examples = kept
     return _Loaded(train.kind, held, train.label_names, train.prompt_template)
 

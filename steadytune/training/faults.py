@@ -30,6 +30,7 @@ from steadytune.training.monitor import read_metrics
 NAN_LOSS, INF_LOSS, SPIKE_LOSS, FP16_OVERFLOW, LR_SPIKE = "nan_loss", "inf_loss", "spike_loss", "fp16_overflow", "lr_spike"
 HANG = "hang"
 KILL = "kill"
+OOM = "out_of_memory"
 
 
 def first_attempt() -> bool:
@@ -61,7 +62,7 @@ class FaultInjector:
     def active(self) -> bool:
         a = self.args
         return bool(self._loss_faults) or a.fp16_overflow_step is not None or a.hang_step is not None or (
-            a.lr_spike_start is not None and a.lr_spike_steps > 0) or a.kill_step is not None
+            a.lr_spike_start is not None and a.lr_spike_steps > 0) or a.kill_step is not None or a.oom_step is not None
 
     def describe(self) -> str:
         """One line for the start-up print, so nobody mistakes an injected fault for a real one."""
@@ -77,6 +78,8 @@ class FaultInjector:
             parts.append(f"rank {a.hang_rank} hangs at step {a.hang_step}")
         if a.kill_step is not None:
             parts.append(f"rank {a.kill_rank}'s process is killed at step {a.kill_step} (first attempt only)")
+        if a.oom_step is not None:
+            parts.append(f"out of memory at step {a.oom_step}")
         return "fault injection (testing aid): " + ", ".join(parts) if parts else "fault injection: none"
 
     def begin_step(self, step: int) -> None:
@@ -86,6 +89,13 @@ class FaultInjector:
         self.reached = max(self.reached, step)
         self.maybe_kill(step)
         self.maybe_hang(step)
+        self.maybe_run_out_of_memory(step)
+
+    def maybe_run_out_of_memory(self, step: int) -> None:
+        """torch.OutOfMemoryError at the start of oom_step, as a GPU that runs out of memory raises it (on any device:
+        `steadytune tune` must record such a trial and go on, and its tests run on a CPU)."""
+        if self.args.oom_step == step and self._fire(OOM, step):
+            raise torch.OutOfMemoryError(f"fault injection (testing aid): out of memory at step {step}")
 
     def maybe_kill(self, step: int) -> None:
         """kill_rank's process dies by SIGKILL at the start of kill_step, as a process does when its node fails: no

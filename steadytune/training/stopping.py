@@ -45,3 +45,8 @@ class StopRequests:
         self.requested = signum
         print(f"\n{name}: saving a checkpoint at the end of this step, then stopping "
               f"(send it again to stop at once)", file=sys.stderr, flush=True)
+
+
+class RunPruned(Exception):
+    """An evaluation hook (`run_training(on_evaluate=...)`: the pruner of `steadytune tune`) asked the run to stop:
+    a search's verdict on an unpromising trial, not a failure. The run ends where it is, without a checkpoint."""
