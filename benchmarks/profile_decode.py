@@ -147,7 +147,7 @@ def load(args):
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear",
                                                  init_lora_weights=False))
         model.eval()
-        from steadytune.serve.adapters import match_model_dtype
+        from steadytune.model.decode.adapters import match_model_dtype
         match_model_dtype(model)  # as serve's loading does
         what += " + LoRA r8 (all linear layers)"
     return model, tokenizer, f"{what}, {precision} on {device}"
@@ -176,9 +176,9 @@ class OpCounter(TorchDispatchMode):
 
 def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) -> dict:
     from steadytune.eval.scoring import inference
-    from steadytune.serve.batch_dynamic import DynamicDecodeBatch
+    from steadytune.model.decode.batch_dynamic import DynamicDecodeBatch
     from steadytune.serve.engine import BatchingEngine, Generation
-    from steadytune.serve.sampling import SamplingParams
+    from steadytune.model.decode.sampling import SamplingParams
 
     engine = BatchingEngine(model, tokenizer, max_batch=rows, max_queue=rows)
     if args.batch == "dynamic":

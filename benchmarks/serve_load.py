@@ -218,7 +218,7 @@ def engine_only(run: Path, args, levels: list[int]) -> list[dict]:
     shapes)."""
     from steadytune.serve.engine import BatchingEngine, Finished, Generation
     from steadytune.serve.loading import load_served
-    from steadytune.serve.sampling import SamplingParams
+    from steadytune.model.decode.sampling import SamplingParams
 
     loaded = load_served(str(run), [], [], None)
     entry = next(iter(loaded.served.values()))

@@ -1,4 +1,4 @@
-"""A CPU stand-in for CUDA graph capture, so the recorded decode step (steadytune/serve/graphs.py) is tested where
+"""A CPU stand-in for CUDA graph capture, so the recorded decode step (steadytune/model/decode/graphs.py) is tested where
 no GPU is: recording keeps every aten op of one call of the step, with the tensors and Python values it was called
 with, and a replay runs exactly those ops again on the same tensors. As in a CUDA graph, a Python value read while
 recording (a length, a position, a shape) stays frozen in every replay, so a step that reads anything changing from

@@ -19,13 +19,13 @@ from graph_emulation import EmulatedGraphBackend, WaitWhileRecording
 from test_serve_engine import generate_alone, random_prompts
 
 from steadytune.eval.scoring import inference
+from steadytune.model.decode.adapters import match_model_dtype
+from steadytune.model.decode.batch import DecodeBatch
+from steadytune.model.decode.graphs import DecodeGraphs
+from steadytune.model.decode.prefill import Row
+from steadytune.model.decode.sampling import SamplingParams
 from steadytune.model.tiny import build_model, build_tokenizer
-from steadytune.serve.adapters import match_model_dtype
-from steadytune.serve.batch import DecodeBatch
 from steadytune.serve.engine import BatchingEngine, Generation
-from steadytune.serve.graphs import DecodeGraphs
-from steadytune.serve.prefill import Row
-from steadytune.serve.sampling import SamplingParams
 
 WAITING_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_decode_graphs_turn_off_when_a_replay_disagrees_or_recording_fails(caplo
     assert graphs.enabled
     assert torch.equal(graphs.run("k", lambda: base + state["n"]), base)  # recorded, replayed, checked: equal
     state["n"] = 1.0  # the step reads a Python value: the replay is stale from here on
-    with caplog.at_level(logging.WARNING, logger="steadytune.serve"):
+    with caplog.at_level(logging.WARNING, logger="steadytune.decode"):
         out = graphs.run("k", lambda: base + state["n"])
     assert torch.equal(out, base + 1)  # the eager step's answer, not the stale replay's
     assert not graphs.enabled and "other logits" in graphs.disabled_because

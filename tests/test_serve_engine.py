@@ -11,12 +11,12 @@ import pytest
 import torch
 from graph_emulation import EmulatedGraphBackend
 
+from steadytune.model.decode.batch import DecodeBatch
+from steadytune.model.decode.batch_dynamic import DynamicDecodeBatch
+from steadytune.model.decode.prefill import Row
+from steadytune.model.decode.sampling import FAILED_ROW, SamplingParams, make_generator, sample_next
 from steadytune.model.tiny import build_model, build_tokenizer
-from steadytune.serve.batch import DecodeBatch
-from steadytune.serve.batch_dynamic import DynamicDecodeBatch
 from steadytune.serve.engine import BatchingEngine, Delta, Failed, Finished, Generation
-from steadytune.serve.prefill import Row
-from steadytune.serve.sampling import FAILED_ROW, SamplingParams, make_generator, sample_next
 from steadytune.serve.text import TextAssembler
 
 

@@ -1,7 +1,8 @@
 """The model side: load a base model and tokenizer (Hugging Face folder, GGUF, built-in alias, hub id), attach
 LoRA or open every weight, load a trained adapter or adapter archive, check that saved weights fit a model, find
 the parts of a model (head, decoder body, layers), the attention implementations and speed kernels applied to a
-loaded model, and tiny random models for tests.
+loaded model, batched decoding with a KV cache (decode/: what serve answers with and stage grpo generates with),
+and tiny random models for tests.
 
-Modules: load, lora, anatomy, saved_weights, archive, attention, kernels, shapes, tiny.
+Modules: load, lora, anatomy, saved_weights, archive, attention, kernels, shapes, tiny; the package decode.
 """

@@ -30,12 +30,12 @@ from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from steadytune.data.encode import encode_classification_prompt
+from steadytune.model.decode.sampling import SamplingParams
 from steadytune.serve import protocol as p
 from steadytune.serve.engine import Delta, EngineError, Failed, Finished, Generation, QueueFull
 from steadytune.serve.limits import ServeSettings
 from steadytune.serve.metrics import CONTENT_TYPE, ServeMetrics
 from steadytune.serve.prompt import ClientText, UnsafeText
-from steadytune.serve.sampling import SamplingParams
 
 logger = logging.getLogger("steadytune.serve")
 

@@ -23,11 +23,11 @@ from typing import Any, Callable, Optional
 import torch
 
 from steadytune.eval.scoring import inference, score_labels
-from steadytune.serve import slotcache
-from steadytune.serve.batch import DecodeBatch
-from steadytune.serve.batch_dynamic import DynamicDecodeBatch
-from steadytune.serve.prefill import Row
-from steadytune.serve.sampling import FAILED_ROW, SamplingParams, make_generator, sample_tokens
+from steadytune.model.decode import slotcache
+from steadytune.model.decode.batch import DecodeBatch
+from steadytune.model.decode.batch_dynamic import DynamicDecodeBatch
+from steadytune.model.decode.prefill import Row
+from steadytune.model.decode.sampling import FAILED_ROW, SamplingParams, make_generator, sample_tokens
 from steadytune.serve.text import TextAssembler
 
 logger = logging.getLogger("steadytune.serve")

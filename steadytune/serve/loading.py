@@ -15,9 +15,9 @@ from steadytune.config import RunConfig
 from steadytune.errors import UserError
 from steadytune.infer.loading import BASE, LORA, load_for_inference, load_run_config, open_run
 from steadytune.model.archive import archive_stem, is_archive, unpacked
+from steadytune.model.decode.adapters import match_model_dtype
 from steadytune.model.lora import load_trained_adapter
 from steadytune.model.saved_weights import check_checkpoint_matches
-from steadytune.serve.adapters import match_model_dtype
 from steadytune.serve.served import Loaded, ServedRun, context_length, describe_all, describe_lines, served_entries
 from steadytune.serve.vllm_engine import load_vllm
 

@@ -22,7 +22,7 @@ from typing import Callable, Hashable, Optional
 
 import torch
 
-logger = logging.getLogger("steadytune.serve")
+logger = logging.getLogger("steadytune.decode")
 
 COLUMN_STEP = 256   # graphs' column buckets: multiples of this
 MAX_GRAPHS = 48     # least recently used graphs beyond this are dropped (each holds its own output tensors)
@@ -99,7 +99,7 @@ class DecodeGraphs:
             return step()
         try:
             return self._run(key, step)
-        except Exception as e:  # noqa: BLE001 - any failure: serve on without graphs
+        except Exception as e:  # noqa: BLE001 - any failure: decode on without graphs
             self._disable(f"{type(e).__name__}: {e}")
             return step()
 
@@ -125,7 +125,7 @@ class DecodeGraphs:
     def _disable(self, reason: str) -> None:
         self.disabled_because = reason
         self.graphs.clear()
-        logger.warning("serve: CUDA graphs are off for this run (%s); decoding eagerly", reason)
+        logger.warning("decode: CUDA graphs are off for this run (%s); decoding eagerly", reason)
 
 
 def _same(recorded: torch.Tensor, eager: torch.Tensor) -> bool:

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from steadytune.serve.transfer import to_device
+from steadytune.model.decode.transfer import to_device
 
 GREEDY_BELOW = 1e-5   # vLLM's _SAMPLING_EPS: a temperature under it is greedy
 FAILED_ROW = -1       # the token id sample_tokens gives a row whose logits are not finite

@@ -26,11 +26,11 @@ from typing import Optional, Sequence
 import torch
 from transformers import DynamicCache
 
-from steadytune.serve import slotcache
-from steadytune.serve.adapters import AdapterSelector
-from steadytune.serve.graphs import DecodeGraphs, bucket_columns, bucket_rows
-from steadytune.serve.prefill import Row, cache_keyword, prefill
-from steadytune.serve.transfer import to_device
+from steadytune.model.decode import slotcache
+from steadytune.model.decode.adapters import AdapterSelector
+from steadytune.model.decode.graphs import DecodeGraphs, bucket_columns, bucket_rows
+from steadytune.model.decode.prefill import Row, cache_keyword, prefill
+from steadytune.model.decode.transfer import to_device
 
 KEEP_COLUMNS = 2048  # an emptied batch keeps a cache of up to this many columns for the next requests
 

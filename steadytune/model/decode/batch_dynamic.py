@@ -15,9 +15,9 @@ from typing import Optional, Sequence
 import torch
 from transformers import DynamicCache
 
-from steadytune.serve import kvcache
-from steadytune.serve.adapters import AdapterSelector
-from steadytune.serve.prefill import Row, cache_keyword, prefill
+from steadytune.model.decode import kvcache
+from steadytune.model.decode.adapters import AdapterSelector
+from steadytune.model.decode.prefill import Row, cache_keyword, prefill
 
 
 class DynamicDecodeBatch:
