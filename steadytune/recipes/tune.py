@@ -1,0 +1,371 @@
+"""`steadytune tune CONFIG [key=value ...] --trials N`: hyperparameter search on a validation split, then the final model.
+
+    run_search, the driver:  the search's folder (new, resumed, or --fresh) -> the task and the validation split,
+             checked before any trial -> the search space (the task's default, --space FILE) -> the study
+             (OUT/study.db: new, or resumed with its unfinished trials run again) -> the trials, here or in --nproc
+             worker processes, one per GPU -> the best trial's keys as best_config.yaml -> the final model trained
+             from it on all the training rows -> one evaluation on the test split, with the baselines, as `eval` does
+             -> tune_results.json and tune_report.html
+
+The trials never read the test split: each one trains on the training rows minus a validation split held out of
+them (tune_val_size, stratified by label) and is scored there. The test split (eval_dataset, or val_size's split)
+is read once, by the final evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from steadytune.config import ConfigError, is_v1_config, load_config, translate_v1
+from steadytune.distributed.launch import resolve_nproc, visible_gpus
+from steadytune.errors import UserError
+from steadytune.evaluate import evaluate_saved
+from steadytune.model.load import load_tokenizer
+from steadytune.recipes.search_space import ALPHA_RATIO, SearchSpace, Task, check_space, default_space, nest, read_space
+from steadytune.recipes.trials import METRICS, TRIALS, Search, merge, release_memory, trial_keys_line
+from steadytune.report.record import write_run_report
+from steadytune.report.tuning import REPORT, write_tune_report
+from steadytune.stages.table import STAGES
+from steadytune.train import run_training
+from steadytune.training.run_folder import MANIFEST, remove_path
+
+BEST_CONFIG = "best_config.yaml"
+FINAL = "final"
+SPEC = "tune_search.json"
+# What a search writes into its folder: --fresh removes these, and nothing else.
+OURS = ("study.db", "study.db-journal", "tune_results.json", BEST_CONFIG, REPORT, SPEC, TRIALS, FINAL,
+        ".steadytune-tune.lock")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("config", nargs="?", help="run config (YAML, LLaMA-Factory keys); its output_dir becomes the "
+                                                   "search's folder")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys, as for train")
+    parser.add_argument("--trials", type=int, default=20, help="trials to score (complete or pruned; default 20); a "
+                        "resumed search counts those it has")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="seconds of search: no trial starts after it (the one running finishes)")
+    parser.add_argument("--metric", choices=sorted(METRICS), default=None,
+                        help="what the trials are scored by on the validation split (default: accuracy for "
+                             "classification, eval_loss otherwise)")
+    parser.add_argument("--space", metavar="FILE", help="YAML that changes the default search space (see docs/tune.md)")
+    parser.add_argument("--val-size", type=float, default=0.2, metavar="V",
+                        help="validation split held out of the training rows: a share (0-1) or a count (default 0.2)")
+    parser.add_argument("--evaluations", type=int, default=4, metavar="K",
+                        help="evaluations per trial, evenly spread: where the pruner may stop it (default 4)")
+    parser.add_argument("--pruner", choices=("median", "halving", "none"), default="median",
+                        help="median (stop a trial below the median of the others at the same share of its run), "
+                             "halving (successive halving) or none")
+    parser.add_argument("--nproc", metavar="N", default="1",
+                        help="trials in parallel: N worker processes, one per GPU (auto = every visible GPU)")
+    parser.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: the config's seed)")
+    parser.add_argument("--fresh", action="store_true", help="start over: remove the earlier search in output_dir")
+    parser.add_argument("--no-final", action="store_true", help="stop after the search (no final model)")
+    parser.add_argument("--force", action="store_true", help="train even when the start-up checks report errors")
+    parser.add_argument("--worker", metavar="SPEC:K", help=argparse.SUPPRESS)   # a --nproc worker process
+
+
+def run(args) -> int:
+    if args.worker:
+        spec, _, index = args.worker.rpartition(":")
+        return run_worker(Path(spec), int(index))
+    if args.config is None:
+        raise UserError("steadytune tune needs a config file: steadytune tune my_run.yaml --trials 20 "
+                        "(or `steadytune demo --tune` for the embedded recipe)")
+    search = make_search(args.config, args.overrides, trials=args.trials, timeout=args.timeout, metric=args.metric,
+                         val_size=args.val_size, evaluations=args.evaluations, pruner=args.pruner, seed=args.seed,
+                         force=args.force)
+    run_search(search, space_file=args.space, nproc=args.nproc, fresh=args.fresh, final=not args.no_final)
+    return 0
+
+
+def make_search(config: str | Path, overrides: list[str], trials: int = 20, timeout: float | None = None,
+                metric: str | None = None, val_size: float = 0.2, evaluations: int = 4, pruner: str = "median",
+                seed: int | None = None, force: bool = False) -> Search:
+    """The search's settings, each checked with the flag named; output_dir and seed come from the config."""
+    if trials < 1:
+        raise UserError(f"--trials {trials}: expected 1 or more")
+    if timeout is not None and not timeout > 0:
+        raise UserError(f"--timeout {timeout:g}: expected a number of seconds above 0")
+    if not val_size > 0 or (val_size >= 1 and not float(val_size).is_integer()):
+        raise UserError(f"--val-size {val_size:g}: expected a share between 0 and 1, or a whole number of rows")
+    if evaluations < 1:
+        raise UserError(f"--evaluations {evaluations}: expected 1 or more")
+    cfg = load_config(config, list(overrides))
+    return Search(config=str(config), overrides=list(overrides), output_dir=cfg.train.output_dir, metric=metric or "",
+                  trials=trials, timeout=timeout, val_size=val_size, evaluations=evaluations, pruner=pruner,
+                  seed=cfg.train.seed if seed is None else seed, force=force)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The driver
+# ---------------------------------------------------------------------------------------------------------
+
+def run_search(search: Search, space_file: str | None = None, nproc: str = "1", fresh: bool = False,
+               final: bool = True) -> dict:
+    try:
+        # Optuna is the tune extra's dependency (pip install 'steadytune[tune]'): the rest of steadytune runs without it.
+        # lazy: the study module imports optuna
+        from steadytune.recipes import study as studies
+    except ImportError as e:
+        raise UserError(f"steadytune tune needs optuna ({e}): pip install 'steadytune[tune]'") from None
+    workers = resolve_nproc(str(nproc), visible_gpus())
+    folder = claim_folder(search.folder, fresh)
+    with studies.SearchLock(folder):
+        task, validation, base_rank = describe_task(search)
+        choose_metric(search, task)
+        space = choose_space(search, task, space_file)
+        search.space = space.to_dict()
+        study = studies.open_study(search)
+        studies.check_same_search(study, studies.identity_of(search))
+        study.set_user_attr("validation", validation)
+        again = studies.requeue_unfinished(study)
+        say_plan(search, space, validation, studies.finished(study), again, workers)
+
+        started = time.monotonic()
+        try:
+            if workers == 1:
+                studies.run_trials(search, base_rank)
+            else:
+                run_workers(search, base_rank, workers)
+        finally:
+            study.set_user_attr("search_seconds", round((study.user_attrs.get("search_seconds") or 0)
+                                                         + time.monotonic() - started, 1))
+            studies.write_results(search, study, importance=True)
+            write_tune_report(folder)
+
+        best = studies.best_trial(study)
+        if best is None:
+            raise UserError(f"no trial completed ({studies.finished(study)} pruned or failed; see "
+                            f"{folder / 'tune_results.json'}): widen the space, lower the learning rate's range, or "
+                            "run more trials (the same command resumes)")
+        print(f"best: trial {best.number}, {search.metric} {best.value:.4f} on the validation split: "
+              f"{trial_keys_line(best.user_attrs.get('keys', {}))}", flush=True)
+        if final:
+            study.set_user_attr("final", train_final(search, space, best, study.user_attrs.get("final")))
+        results = studies.results_of(search, study, importance=True)
+        studies.write_results(search, study, importance=True)
+        write_tune_report(folder)
+    say_done(folder, results)
+    return results
+
+
+def claim_folder(folder: Path, fresh: bool) -> Path:
+    """The search's folder: new, or one holding a search (resumed; --fresh removes it first). A training run's
+    folder, or one holding anything else, is refused: the search would sit among files it did not write."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"output_dir {folder} is a file; the search needs a folder")
+    if fresh and folder.is_dir():
+        for name in OURS:
+            remove_path(folder / name)
+    if folder.is_dir():
+        entries = {p.name for p in folder.iterdir()}
+        if MANIFEST in entries and "study.db" not in entries:
+            raise UserError(f"output_dir {folder} holds a training run, not a search: give the search its own folder "
+                            f"(output_dir={folder}-tune)")
+        foreign = sorted(entries - set(OURS))
+        if foreign:
+            raise UserError(f"output_dir {folder} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, "
+                            "which no search wrote; choose a new or empty folder for the search")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"output_dir {folder}: {e.strerror}") from None
+    return folder
+
+
+def describe_task(search: Search) -> tuple[Task, dict, int]:
+    """The data as the trials will see it, read and checked before any trial (a bad file or key stops here): the
+    kind of task, the validation split, and where the test split is (read only by the final evaluation)."""
+    cfg = search.trial_config({}, search.folder / TRIALS / "check")
+    if not cfg.data.dataset:
+        raise UserError("steadytune tune needs training data: set dataset")
+    data = STAGES[cfg.method.stage].prepare_data(cfg, load_tokenizer(cfg.model))
+    d = cfg.data
+    test = (f"eval_dataset {d.eval_dataset}" if d.eval_dataset else
+            f"val_size {d.val_size:g} of dataset" if d.val_size > 0 else None)
+    counts = data.class_counts or {}
+    validation = {"val_size": search.val_size, "train_examples": len(data.train),
+                  "validation_examples": len(data.eval or []), "class_counts": counts, "test_split": test}
+    task = Task(classification=bool(data.label_names), lora=cfg.method.finetuning_type == "lora",
+                class_counts=counts.get("train"), epochs=cfg.train.max_steps <= 0)
+    return task, validation, cfg.method.lora_rank
+
+
+def choose_metric(search: Search, task: Task) -> None:
+    if not search.metric:
+        search.metric = "accuracy" if task.classification else "eval_loss"
+    elif search.metric != "eval_loss" and not task.classification:
+        raise UserError(f"--metric {search.metric}: the data is not classification data (no label_names); "
+                        "use --metric eval_loss")
+
+
+def choose_space(search: Search, task: Task, space_file: str | None) -> SearchSpace:
+    """The task's default space, changed by --space FILE; every value checked against the config first."""
+    space = default_space(task)
+    where = "the default space"
+    if space_file:
+        space = read_space(space_file, space)
+        where = space_file
+    if ALPHA_RATIO in space.dimensions and not task.lora:
+        raise ConfigError(f"{where}: {ALPHA_RATIO} is for finetuning_type: lora")
+    check_space(space, lambda keys: search.trial_config(keys, search.folder / TRIALS / "check"), where)
+    return space
+
+
+def say_plan(search: Search, space: SearchSpace, validation: dict, done: int, again: list[int], workers: int) -> None:
+    counts = validation["class_counts"].get("eval")
+    split = f" ({', '.join(f'{k} {v}' for k, v in counts.items())})" if counts else ""
+    lines = [f"tune: {search.trials} trials ({done} done), {search.metric} on a validation split of "
+             f"{validation['validation_examples']} rows{split} held out of {validation['train_examples'] + validation['validation_examples']} "
+             f"training rows; test split: {validation['test_split'] or 'none (the final model is not evaluated)'}, "
+             "read only by the final evaluation",
+             f"  sampler TPE, pruner {search.pruner} at {search.evaluations} evaluations per trial"
+             + (f", timeout {search.timeout:g} s" if search.timeout else "")
+             + (f", {workers} worker processes" if workers > 1 else "")]
+    for key, dim in space.dimensions.items():
+        lines.append(f"  {key:30} {dim.describe()}")
+    for key, value in space.fixed.items():
+        lines.append(f"  {key:30} {value!r} (fixed)")
+    lines += [f"  ({note})" for note in space.notes]
+    if again:
+        lines.append(f"  resumed: trial(s) {', '.join(map(str, again))} stopped unfinished and run again")
+    print("\n".join(lines), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Trials in parallel: --nproc worker processes, one per GPU
+# ---------------------------------------------------------------------------------------------------------
+
+def worker_env(index: int, environ: dict) -> dict:
+    """Worker `index`'s environment: its one GPU, the index-th of those this process sees (the visibility variable
+    already set, HIP_VISIBLE_DEVICES on ROCm, else CUDA_VISIBLE_DEVICES). With no GPU, nothing to narrow."""
+    env = dict(environ)
+    var = "HIP_VISIBLE_DEVICES" if environ.get("HIP_VISIBLE_DEVICES") else "CUDA_VISIBLE_DEVICES"
+    visible = [d.strip() for d in environ.get(var, "").split(",") if d.strip()]
+    if visible:
+        env[var] = visible[index % len(visible)]
+    elif visible_gpus():
+        env[var] = str(index % visible_gpus())
+    return env
+
+
+def run_workers(search: Search, base_rank: int, workers: int) -> None:
+    """Start `workers` processes sharing the study (each runs trials until the study has enough, or the timeout
+    passes), print their lines as they come, and wait. A stopped search stops its workers."""
+    spec = search.folder / SPEC
+    spec.write_text(json.dumps({**search.to_dict(), "base_rank": base_rank}, indent=1), encoding="utf-8")
+    procs = [subprocess.Popen([sys.executable, "-m", "steadytune", "tune", "--worker", f"{spec}:{k}"],
+                              env=worker_env(k, os.environ)) for k in range(workers)]
+    try:
+        codes = [p.wait() for p in procs]
+    except BaseException:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait()
+        raise
+    failed = [(k, c) for k, c in enumerate(codes) if c != 0]
+    if failed:
+        raise UserError("search worker(s) failed: " + ", ".join(f"worker {k} exit {c}" for k, c in failed)
+                        + "; their output is above; run the same command again to resume")
+
+
+def run_worker(spec: Path, index: int) -> int:
+    """One worker process of --nproc: the trial loop on the GPU its environment leaves visible."""
+    # The driver that started this worker has checked that optuna imports.
+    # lazy: the study module imports optuna, the tune extra's dependency
+    from steadytune.recipes import study as studies
+
+    settings = json.loads(spec.read_text(encoding="utf-8"))
+    base_rank = settings.pop("base_rank")
+    search = Search(**settings)
+    studies.run_trials(search, base_rank, worker=index + 1, say=lambda line: print(f"[worker {index}] {line}",
+                                                                                 flush=True))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The final model
+# ---------------------------------------------------------------------------------------------------------
+
+def best_config(search: Search, space: SearchSpace, keys: dict) -> dict:
+    """The user's keys (a v1 file as its v0 keys), the space's fixed keys and the best trial's keys, for all the
+    training rows; evaluated once after training (eval_strategy: no), never selected on the test split."""
+    raw = search.raw_config()
+    if is_v1_config(raw):
+        raw, _ = translate_v1(raw, search.config)
+    return merge(raw, nest(space.fixed), nest(keys),
+                 {"output_dir": str(search.folder / FINAL), "overwrite_output_dir": True, "eval_strategy": "no",
+                  "metric_for_best_model": None, "do_eval": False, "do_predict": False,
+                  "resume_from_checkpoint": None})
+
+
+def write_best_config(path: Path, raw: dict, search: Search, best) -> None:
+    header = (f"# steadytune tune: the best of {search.trials} trials (trial {best.number}: {search.metric} "
+              f"{best.value:.4f} on the validation split).\n# Train it: steadytune train {path}\n")
+    path.write_text(header + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def train_final(search: Search, space: SearchSpace, best, earlier: dict | None) -> dict:
+    """best_config.yaml, the model trained from it on all the training rows, and one evaluation on the test split
+    (accuracy and macro-F1 with the majority and zero-shot baselines, as `steadytune eval --zero-shot`)."""
+    keys = best.user_attrs.get("keys", {})
+    path = search.folder / BEST_CONFIG
+    out = search.folder / FINAL
+    if earlier and earlier.get("trial") == best.number and (out / "train_results.json").is_file() and (
+            earlier.get("test") is not None or earlier.get("test_split") is None):
+        print(f"final model: already trained from trial {best.number}'s keys ({out})", flush=True)
+        return earlier
+    write_best_config(path, best_config(search, space, keys), search, best)
+    cfg = load_config(path)
+    print(f"\nfinal model: trial {best.number}'s keys on all the training rows -> {out}", flush=True)
+    result = run_training(cfg, force=search.force)
+    summary = {"trial": best.number, "config": BEST_CONFIG, "output_dir": FINAL, "keys": keys,
+               "train_seconds": round(result.train_seconds, 1), "steps": result.global_step,
+               "test_split": "eval_dataset" if cfg.data.eval_dataset else "val_size" if cfg.data.val_size else None,
+               "test": None}
+    del result
+    release_memory()
+    if summary["test_split"] is None:
+        print("no test split (eval_dataset or val_size): the final model is not evaluated", flush=True)
+        return summary
+    report = evaluate_saved(cfg, zero_shot=True, batch_size=cfg.train.per_device_eval_batch_size)
+    write_run_report(out, announce=False)   # again, with the evaluation
+    summary["test"] = compact_test(report)
+    return summary
+
+
+def compact_test(report: dict) -> dict:
+    """What the final evaluation found, for tune_results.json: the scores and the baselines beside them."""
+    if report.get("task") == "classification":
+        primary = report.get("score") or report.get("generate") or {}
+        zero = primary.get("zero_shot") or {}
+        return {"n": report.get("n"), "accuracy": primary.get("accuracy"), "macro_f1": primary.get("macro_f1"),
+                "majority_baseline": (report.get("majority_baseline") or {}).get("accuracy"),
+                "zero_shot_accuracy": zero.get("accuracy"), "zero_shot_macro_f1": zero.get("macro_f1")}
+    return {k: v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def say_done(folder: Path, results: dict) -> None:
+    final = results.get("final") or {}
+    test = final.get("test") or {}
+    lines = [""]
+    if "accuracy" in test:
+        lines.append(f"test split ({test['n']} rows): accuracy {test['accuracy']:.4f}, macro-F1 {test['macro_f1']:.4f}"
+                     f" (majority class {test['majority_baseline']:.4f}, zero-shot "
+                     f"{(test.get('zero_shot_accuracy') or float('nan')):.4f})")
+    if final:
+        lines.append(f"final model: {folder / FINAL}; its config: {folder / BEST_CONFIG}")
+    lines.append(f"results: {folder / 'tune_results.json'}; report: {folder / REPORT}")
+    print("\n".join(lines), flush=True)
