@@ -206,6 +206,31 @@ def config_keys(params: dict, base_rank: int) -> dict:
     return keys
 
 
+def config_trial(space: SearchSpace, values: dict) -> dict:
+    """The config's own values as a first trial (Optuna's enqueue_trial), for every dimension whose value lies in its
+    range or among its choices (the others are drawn): the search starts from the recipe the user wrote, so its best
+    is never one the search failed to try. `values`: the config's keys, flat (guard.window for sections)."""
+    trial = {}
+    for key, dim in space.dimensions.items():
+        if key == ALPHA_RATIO:
+            rank, alpha = values.get("lora_rank"), values.get("lora_alpha")
+            value = (alpha if alpha is not None else 2.0 * rank) / rank if rank else None
+        else:
+            value = values.get(key)
+        if value is None or isinstance(value, bool) != isinstance((dim.choices or (dim.low,))[0], bool):
+            continue
+        if dim.choices is not None:
+            match = [c for c in dim.choices if c == value and type(c) is not bool]
+            if match:
+                trial[key] = match[0]
+        elif isinstance(value, (int, float)) and dim.low <= value <= dim.high:
+            if not dim.integer:
+                trial[key] = float(value)
+            elif float(value).is_integer():
+                trial[key] = int(value)
+    return trial
+
+
 def nest(keys: dict) -> dict:
     """{"guard.window": 20} -> {"guard": {"window": 20}}: how load_config takes a section's keys."""
     out: dict = {}

@@ -24,6 +24,7 @@ import optuna
 from optuna.trial import TrialState
 
 from steadytune.errors import UserError
+from steadytune.recipes.search_space import SearchSpace, config_trial
 from steadytune.recipes.trials import Search, TrialOutcome, run_trial, trial_keys_line
 from steadytune.training.resume import resume_fingerprint
 from steadytune.training.run_folder import lock_holder_alive, write_json_atomic
@@ -57,8 +58,8 @@ def open_study(search: Search, worker: int = 0) -> optuna.Study:
     sampler = optuna.samplers.TPESampler(seed=search.seed + 1000 * worker, multivariate=True, constant_liar=True,
                                          n_startup_trials=startup_trials(search.trials))
     return optuna.create_study(storage=storage_of(search.folder), study_name=STUDY_NAME, sampler=sampler,
-                               pruner=make_pruner(search.pruner, search.trials), direction=search.direction,
-                               load_if_exists=True)
+                               pruner=make_pruner(search.pruner, search.trials, search.evaluations),
+                               direction=search.direction, load_if_exists=True)
 
 
 def startup_trials(trials: int) -> int:
@@ -66,13 +67,16 @@ def startup_trials(trials: int) -> int:
     return max(2, min(10, trials // 3))
 
 
-def make_pruner(name: str, trials: int) -> optuna.pruners.BasePruner:
-    """Steps are % of a trial's run (its evaluations), so trials of other lengths compare at the same share."""
+def make_pruner(name: str, trials: int, evaluations: int) -> optuna.pruners.BasePruner:
+    """Steps are % of a trial's run on the grid of its evaluations (25, 50, 75, 100 for 4), so trials of other
+    lengths compare at the same share."""
+    first = 100 // evaluations
     if name == "median":
         # Not before 2 trials are scored, nor at a trial's first evaluation (too early to tell).
-        return optuna.pruners.MedianPruner(n_startup_trials=max(2, min(5, trials // 5)), n_warmup_steps=30)
+        return optuna.pruners.MedianPruner(n_startup_trials=max(2, min(5, trials // 5)), n_warmup_steps=first + 1)
     if name == "halving":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=25, reduction_factor=2)
+        # Rungs at the second evaluation, then at each doubling of the run.
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=2 * first, reduction_factor=2)
     return optuna.pruners.NopPruner()
 
 
@@ -126,6 +130,18 @@ def requeue_unfinished(study: optuna.Study) -> list[int]:
     if again:
         study.set_user_attr("requeued", sorted(done | set(again)))
     return again
+
+
+def start_from_config(study: optuna.Study, space: SearchSpace, search: Search) -> dict:
+    """A new study's first trial: the config's own values, where the space holds them (search_space.config_trial);
+    -> those values ({} for a resumed study, or when none lies in the space)."""
+    if study.get_trials(deepcopy=False):
+        return {}
+    values = resume_fingerprint(search.trial_config({}, search.folder / "trials" / "config"))
+    first = config_trial(space, values)
+    if first:
+        study.enqueue_trial(first, user_attrs={"from_config": True})
+    return first
 
 
 def finished(study: optuna.Study) -> int:
@@ -213,7 +229,7 @@ def trial_record(t: optuna.trial.FrozenTrial) -> dict:
             "params": t.params, "keys": attrs.get("keys", {}), "evaluations": attrs.get("evaluations", []),
             "pruned_at": attrs.get("pruned_at"), "failure": attrs.get("failure"),
             "rerun_of": attrs.get("rerun_of"), "seconds": attrs.get("seconds"), "folder": attrs.get("folder"),
-            "worker": attrs.get("worker")}
+            "worker": attrs.get("worker"), "from_config": bool(attrs.get("from_config"))}
 
 
 def importance_of(study: optuna.Study) -> dict:

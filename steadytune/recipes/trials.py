@@ -128,7 +128,7 @@ def run_trial(search: Search, trial, base_rank: int) -> TrialOutcome:
                 contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             cfg = search.trial_config(keys, folder)
             run_training(cfg, force=search.force, progress=False,
-                         on_evaluate=pruning_hook(trial, search.metric_key, outcome))
+                         on_evaluate=pruning_hook(trial, search.metric_key, search.evaluations, outcome))
         if not outcome.evaluations:
             raise UserError(f"trial {trial.number}: the run ended without an evaluation to score")
         outcome.value = outcome.evaluations[-1][1]
@@ -143,9 +143,13 @@ def run_trial(search: Search, trial, base_rank: int) -> TrialOutcome:
     return outcome
 
 
-def pruning_hook(trial, metric_key: str, outcome: TrialOutcome):
+def pruning_hook(trial, metric_key: str, evaluations: int, outcome: TrialOutcome):
     """run_training's on_evaluate: report the metric at this share of the run; True (stop) when the pruner says so.
-    The last evaluation is reported too (the others' medians at 100 %), and never pruned: the run is done."""
+    The pruner compares trials at the same step, so the share is reported on the grid of `evaluations` points
+    (25, 50, 75, 100 for 4): trials of other lengths evaluate at slightly other shares (eval_steps is rounded up to
+    whole steps). The last evaluation is reported too (the others' medians at 100 %), and never pruned."""
+    reported: set[int] = set()
+
     def on_evaluate(step: int, total: int, results: dict) -> bool:
         if metric_key not in results:
             raise UserError(f"--metric: the evaluation reports no {metric_key} (it has {', '.join(sorted(results))}); "
@@ -155,7 +159,11 @@ def pruning_hook(trial, metric_key: str, outcome: TrialOutcome):
         outcome.evaluations.append([progress, value])
         if not math.isfinite(value):
             raise NonFiniteRun(f"{metric_key} is {value} at step {step} of {total}")
-        trial.report(value, progress)
+        on_grid = round(round(progress * evaluations / 100) * 100 / evaluations) if step < total else 100
+        if on_grid in reported:
+            return False
+        reported.add(on_grid)
+        trial.report(value, on_grid)
         return step < total and trial.should_prune()
     return on_evaluate
 

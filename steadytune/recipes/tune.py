@@ -129,7 +129,8 @@ def run_search(search: Search, space_file: str | None = None, nproc: str = "1", 
         studies.check_same_search(study, studies.identity_of(search))
         study.set_user_attr("validation", validation)
         again = studies.requeue_unfinished(study)
-        say_plan(search, space, validation, studies.finished(study), again, workers)
+        first = studies.start_from_config(study, space, search)
+        say_plan(search, space, validation, studies.finished(study), again, workers, first)
 
         started = time.monotonic()
         try:
@@ -222,7 +223,8 @@ def choose_space(search: Search, task: Task, space_file: str | None) -> SearchSp
     return space
 
 
-def say_plan(search: Search, space: SearchSpace, validation: dict, done: int, again: list[int], workers: int) -> None:
+def say_plan(search: Search, space: SearchSpace, validation: dict, done: int, again: list[int], workers: int,
+             first: dict) -> None:
     counts = validation["class_counts"].get("eval")
     split = f" ({', '.join(f'{k} {v}' for k, v in counts.items())})" if counts else ""
     lines = [f"tune: {search.trials} trials ({done} done), {search.metric} on a validation split of "
@@ -237,6 +239,8 @@ def say_plan(search: Search, space: SearchSpace, validation: dict, done: int, ag
     for key, value in space.fixed.items():
         lines.append(f"  {key:30} {value!r} (fixed)")
     lines += [f"  ({note})" for note in space.notes]
+    if first:
+        lines.append(f"  the first trial: the config's own {', '.join(first)}")
     if again:
         lines.append(f"  resumed: trial(s) {', '.join(map(str, again))} stopped unfinished and run again")
     print("\n".join(lines), flush=True)
