@@ -86,8 +86,9 @@ class ModelArguments:
 class MethodArguments:
     stage: str = _opt("sft", "Training stage: sft (supervised fine-tuning), pt (continued pre-training on plain text: texts "
                       "concatenated and cut into cutoff_len blocks, loss on every token), dpo (preference pairs: DPO, IPO, "
-                      "ORPO, SimPO, hinge), kto (desirable/undesirable answers), rm (reward model on preference pairs).",
-                      choices=("sft", "pt", "dpo", "kto", "rm"))
+                      "ORPO, SimPO, hinge), kto (desirable/undesirable answers), rm (reward model on preference pairs), grpo "
+                      "(online RL: completions generated from prompts, scored by reward_funcs; TRL's GRPO).",
+                      choices=("sft", "pt", "dpo", "kto", "rm", "grpo"))
     do_train: Optional[bool] = _opt(None, "Train (LLaMA-Factory key). Unset: train when `dataset` is set; false with "
                                     "do_predict/do_eval only evaluates adapter_name_or_path on eval_dataset.")
     finetuning_type: str = _opt("lora", "lora: train low-rank adapters (peft); full: train every weight.", choices=("lora", "full"))
@@ -109,6 +110,22 @@ class MethodArguments:
     kto_rejected_weight: float = _opt(1.0, "kto: weight of the undesirable examples' loss.", minimum=0.0)
     ref_model: Optional[str] = _opt(None, "dpo/kto: reference model (folder, .gguf or alias); default: with LoRA the trained model with its adapter switched off (no second copy), with full fine-tuning a frozen copy of model_name_or_path.")
     ref_model_adapters: Optional[str] = _opt(None, "dpo/kto: a LoRA adapter folder loaded onto ref_model.")
+    # stage grpo (TRL's GRPOConfig names, defaults and meaning; see steadytune/stages/grpo.py). Sampling takes
+    # temperature / top_p / top_k, unset: TRL's 1.0 / 1.0 / off.
+    num_generations: int = _opt(8, "grpo: completions sampled per prompt (the group whose rewards are compared); per_device_train_batch_size counts prompts.", minimum=2)
+    max_completion_length: int = _opt(512, "grpo: most tokens generated per completion.", minimum=1)
+    beta: float = _opt(0.0, "grpo: weight of the KL term to the reference (the base with the adapter switched off); 0: no reference forward.", minimum=0.0)
+    epsilon: float = _opt(0.2, "grpo: clip range of the importance ratio, 1 - epsilon.", minimum=0.0)
+    epsilon_high: Optional[float] = _opt(None, "grpo: upper clip range 1 + epsilon_high (DAPO's clip-higher); default epsilon.", minimum=0.0)
+    loss_type: str = _opt("dapo", "grpo: how token losses are summed: grpo (mean per completion, then over completions), dr_grpo (sum / (completions x max_completion_length)), dapo (mean over every completion token of the step).",
+                          choices=("grpo", "dr_grpo", "dapo"))
+    scale_rewards: str = _opt("group", "grpo: advantages divided by the std of the group's rewards (group), of the step's (batch), or not (none).", choices=("group", "batch", "none"))
+    reward_funcs: Union[None, str, list] = _opt(None, "grpo: reward functions, a list or comma list: accuracy (the answer equals the solution/answer column), format (reward_format matches), label (classification: the gold label), length, or your own module:function / path/file.py:function taking (prompts, completions, **columns).")
+    reward_weights: Optional[list] = _opt(None, "grpo: one weight per reward function (default 1 each); the reward is their weighted sum.")
+    reward_format: str = _opt(r"^<think>(?!.*<think>)(.*?)</think>.*$", "grpo: the regular expression the format reward matches at the start of a completion (default: TRL's think format).")
+    length_target: Optional[int] = _opt(None, "grpo: the length reward's best length in tokens (default max_completion_length).", minimum=1)
+    mask_truncated_completions: bool = _opt(False, "grpo: leave completions that hit max_completion_length out of the loss (DAPO).")
+    use_bias_correction_kl: bool = _opt(True, "grpo: multiply the KL term by the importance ratio (TRL's default; changes its gradient, not its value).")
 
 
 @dataclass
@@ -983,6 +1000,29 @@ def _check_stage(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: dpo_label_smoothing applies to pref_loss: sigmoid only (got pref_loss: {m.pref_loss})")
     if m.ref_model_adapters and not m.ref_model:
         raise ConfigError(f"{where}: ref_model_adapters needs ref_model (the base model the adapters belong to)")
+    if m.stage == "grpo":
+        _check_grpo(cfg, where)
+
+
+def _check_grpo(cfg: RunConfig, where: str) -> None:
+    m, d, t = cfg.method, cfg.data, cfg.train
+    if isinstance(m.reward_funcs, str):
+        m.reward_funcs = [x.strip() for x in m.reward_funcs.split(",") if x.strip()]
+    if not m.reward_funcs or not all(isinstance(x, str) and x.strip() for x in m.reward_funcs):
+        raise ConfigError(f"{where}: reward_funcs: stage grpo needs a list of reward functions (accuracy, format, "
+                          f"label, length, or module:function), got {show_value(m.reward_funcs)}")
+    if m.reward_weights is not None and (len(m.reward_weights) != len(m.reward_funcs) or not all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) for w in m.reward_weights)):
+        raise ConfigError(f"{where}: reward_weights: one number per reward function ({len(m.reward_funcs)}), got "
+                          f"{show_value(m.reward_weights)}")
+    for key, value, why in (("deepspeed", m.deepspeed, "DeepSpeed"), ("fsdp", t.fsdp, "FSDP"),
+                            ("max_tokens_per_batch", t.max_tokens_per_batch, "token-budget batching (micro-batches "
+                             "hold per_device_train_batch_size prompts)")):
+        if value:
+            raise ConfigError(f"{where}: {key}: stage grpo does not support {why}; one process or DDP (--nproc)")
+    if d.class_balance in ("loss", "both"):
+        raise ConfigError(f"{where}: class_balance: {d.class_balance}: stage grpo weighs completions by their "
+                          "advantages, not by class (class_balance: sampler draws the prompts balanced)")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -74,9 +74,9 @@ def run(args) -> int:
 
 def evaluate_saved(cfg: RunConfig, **options) -> dict:
     """What `steadytune eval` (and `train` with do_eval / do_predict) does with a run's saved output: sft and pt are
-    scored as classification or generation (run_evaluation); dpo, kto and rm report their loss and reward metrics
-    on the eval split (evaluate_preference_run: the options about classification or generation do not apply)."""
-    if cfg.method.stage in PREFERENCE_STAGES:
+    scored as classification or generation (run_evaluation); dpo, kto, rm and grpo report their loss and reward
+    metrics on the eval split (evaluate_preference_run: the options about classification or generation do not apply)."""
+    if cfg.method.stage in PREFERENCE_STAGES or cfg.method.stage == "grpo":
         return evaluate_preference_run(STAGES[cfg.method.stage], cfg, batch_size=options.get("batch_size"),
                                        output_dir=options.get("output_dir"), overwrite=options.get("overwrite", False))
     return run_evaluation(cfg, **options)
@@ -84,8 +84,9 @@ def evaluate_saved(cfg: RunConfig, **options) -> dict:
 
 def evaluate_preference_run(stage: Stage, cfg: RunConfig, batch_size: int | None = None,
                             output_dir: str | None = None, overwrite: bool = False) -> dict:
-    """Load what a dpo / kto / rm run saved (the adapter onto the base model, or the full model; the reference of
-    dpo and kto rebuilt as in training), evaluate it on the eval split, write eval_results.json; -> the results."""
+    """Load what a dpo / kto / rm / grpo run saved (the adapter onto the base model, or the full model; the reference
+    of dpo, kto and grpo rebuilt as in training), evaluate it on the eval split (grpo: its prompts completed and
+    scored by the run's reward functions), write eval_results.json; -> the results."""
     out = Path(output_dir or cfg.train.output_dir)
     claim_outputs(out, ["eval_results.json"], overwrite, "steadytune eval")  # never over a file we did not write
     folder, kind = trained_folder(cfg)

@@ -546,7 +546,8 @@ def make_guard(cfg: RunConfig, info, precision: str, metrics: MetricsLog, accele
     metrics.jsonl event."""
     t = cfg.train
     guard = NumericalGuard(cfg.guard, precision, emit=metrics.write, max_grad_norm=t.max_grad_norm,
-                           fallback_precision=fallback_precision(info), judge_loss_spikes=judge_loss_spikes(cfg))
+                           fallback_precision=fallback_precision(info), judge_loss_spikes=judge_loss_spikes(cfg),
+                           judge_grad_spikes=judge_grad_spikes(cfg))
     faults = FaultInjector(cfg.fault_injection, emit=metrics.write, rank=accelerator.process_index)
     if resumed:
         guard.load_state_dict(state.extra.get("guard", guard.state_dict()))
@@ -735,11 +736,24 @@ def judge_loss_spikes(cfg: RunConfig) -> bool:
     g = cfg.guard
     if g.loss_spikes is not None:
         return g.loss_spikes
-    if cfg.method.stage not in PREFERENCE_STAGES:
+    if cfg.method.stage not in PREFERENCE_STAGES and cfg.method.stage != "grpo":
         return True
     if g.guard_policy != "off":
-        cfg.decide("loss_spikes", False, f"stage {cfg.method.stage}: a step's loss over a few pairs is heavy-tailed, "
-                   "so only non-finite values and gradient-norm spikes are judged (loss_spikes: true judges it too)")
+        cfg.decide("loss_spikes", False, f"stage {cfg.method.stage}: a step's loss over a few " +
+                   ("groups of completions is centred on 0 by their advantages" if cfg.method.stage == "grpo" else
+                    "pairs is heavy-tailed") + ", so it is not judged for spikes (loss_spikes: true judges it too)")
+    return False
+
+
+def judge_grad_spikes(cfg: RunConfig) -> bool:
+    """Not for stage grpo: a step's gradient comes from the groups whose rewards differ, zero when none do, so its
+    size swings by orders of magnitude from step to step as the reward signal comes and goes (clipping still bounds
+    every update, and non-finite values are still caught)."""
+    if cfg.method.stage != "grpo":
+        return True
+    if cfg.guard.guard_policy != "off":
+        cfg.decide("grad_norm_spikes", False, "stage grpo: the gradient norm follows how many groups carry a reward "
+                   "signal, so it is not judged for spikes; non-finite values are")
     return False
 
 
@@ -890,6 +904,8 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     window summed over ranks). The loss unit is the stage's: a target token (sft, pt), a pair (dpo, rm), an
     answer (kto)."""
     accelerator, faults = run.accelerator, run.faults
+    if run.stage.roll_out is not None:  # grpo: the step's completions are generated and scored first (stages/grpo.py)
+        run.stage.roll_out(accelerator.unwrap_model(run.objective), window, step)
     local_units = sum(run.stage.count_units(mb.batch) for mb in window)
     # A hang report tells ranks that wait for the others from one that stalled, and names the collective.
     with run.watchdog.waiting(step, "the token-count all-reduce"):

@@ -60,6 +60,7 @@ class ExampleKind:
     tokenize: Callable[[list[dict], str, Template, RunConfig, Any, dict], list[dict]]
     check_source: Callable[[DatasetSource, list[Row], str], None]   # (source, its rows, formatting) -> raise if unfit
     guess_formatting: Callable[[dict], Optional[str]] = guess_formatting
+    classification: bool = False   # reads classification rows too, with their label_names and prompt_template (grpo)
 
 
 @dataclass
@@ -144,6 +145,10 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) ->
         evaluation = _split_off(train, d.tune_val_size, cfg.train.seed, key="tune_val_size")
 
     out = PreparedData(train=[], eval=None, template=template, label_names=train.label_names)
+    if train.kind == "classification":
+        # Later stages (evaluation of raw texts, run_config.yaml) and a stage's own tokenizer read the resolved
+        # values from the config.
+        d.label_names, d.prompt_template = train.label_names, train.prompt_template
     if cfg.method.stage == "pt":
         if train.kind == "classification":
             raise ConfigError("stage: pt trains on plain text; the datasets given are classification data (stage: sft)")
@@ -162,9 +167,6 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) ->
             out.train = _tokenize_conversations(train.examples, "train", template, cfg, tokenizer, stats)
         if evaluation is not None:
             out.eval = _tokenize_conversations(evaluation.examples, "eval", template, cfg, tokenizer, stats)
-    if train.kind == "classification":
-        # Later stages (evaluation of raw texts, run_config.yaml) read the resolved values from the config.
-        d.label_names, d.prompt_template = train.label_names, train.prompt_template
     stats["dropped"] = dict(stats["dropped"])
     say_rows_left_out(stats)
     stats["examples"] = {"train": len(out.train), "eval": len(out.eval) if out.eval is not None else 0}
@@ -221,7 +223,7 @@ def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int 
         raise ConfigError(f"dataset: {src.name} is a ranking dataset (chosen/rejected pairs, `ranking: true`); "
                           f"train it with stage: dpo or stage: rm, not stage: {cfg.method.stage}")
     label_names = prompt_template = None
-    if formatting == "classification" and kind is None:
+    if formatting == "classification" and (kind is None or kind.classification):
         label_names, prompt_template = _classification_settings(src, cfg)
     spec = FormatSpec.build(formatting, columns, src.tags, label_names, from_path=src.from_path and columns is None)
     convert = (kind.converters if kind is not None else CONVERTERS)[formatting]
@@ -240,7 +242,7 @@ def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int 
     if not examples:
         raise DataError(f"{src.origin}: dataset {src.name} is empty after filtering "
                         f"({len(rows)} rows read, none with a usable {'text' if label_names else 'answer'})")
-    found = kind.name if kind is not None else "classification" if label_names else "conversation"
+    found = "classification" if label_names else kind.name if kind is not None else "conversation"
     return _Loaded(found, examples, label_names, prompt_template)
 
 

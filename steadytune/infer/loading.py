@@ -33,6 +33,7 @@ from steadytune.model.anatomy import CAUSAL_LM
 from steadytune.model.archive import is_archive, unpacked
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.lora import load_trained_adapter
+from steadytune.stages.rewards import without_user_functions
 
 LORA, MODEL, BASE = "lora", "model", "base"  # adapter on its base | the folder is the model | the base alone
 RUN_CONFIG = "run_config.yaml"
@@ -40,6 +41,8 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch
 # Keys that let a file run code on this machine or act with the user's credentials: a model's own Python
 # (trust_remote_code), pickle weights (allow_pickle_weights), vLLM engine arguments (which can carry their own
 # trust_remote_code), an upload to the hub with this machine's token (export_hub_model_id). Only the user grants them.
+# The same holds for the entries of stage grpo's reward_funcs that name code (module:function, imported and run);
+# the built-in rewards stay (load_run_config).
 USER_ONLY_KEYS = ("trust_remote_code", "allow_pickle_weights", "vllm_config", "export_hub_model_id")
 
 
@@ -123,6 +126,13 @@ def load_run_config(folder: Path, overrides: list[str] | None, origin: str) -> R
             print(f"note: {origin}: {RUN_CONFIG} asks for {key}: {shown}; not granted: only your own command line or "
                   f"config file may (add {key}=... to the command if you trust where {origin} came from)",
                   file=sys.stderr)
+    m = cfg.method
+    if "reward_funcs" not in given:
+        m.reward_funcs, m.reward_weights, dropped = without_user_functions(m.reward_funcs, m.reward_weights)
+        if dropped:
+            print(f"note: {origin}: {RUN_CONFIG} names reward functions of its own ({', '.join(dropped)[:120]}); not "
+                  "imported: only your own command line or config file may name code to run (add reward_funcs=... "
+                  f"to the command if you trust where {origin} came from)", file=sys.stderr)
     return cfg
 
 

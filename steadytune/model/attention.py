@@ -125,7 +125,9 @@ def plan_packing(cfg, info, class_weighted_loss: bool) -> PackingPlan | None:
     cfg.decide("packing_attention", attention, why)
     cfg.decide("attn_implementation", implementation, f"set by packing_attention {attention}")
     d = cfg.data
-    return PackingPlan(attention, implementation, by_tokens=bool(d.packing or d.neat_packing) or info.backend == "cuda")
+    # grpo's micro-batches are prompts whose completions do not exist yet: always per_device_train_batch_size of them.
+    by_tokens = (bool(d.packing or d.neat_packing) or info.backend == "cuda") and cfg.method.stage != "grpo"
+    return PackingPlan(attention, implementation, by_tokens=by_tokens)
 
 
 def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:

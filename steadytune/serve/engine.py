@@ -23,9 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from steadytune.eval.scoring import inference, score_labels
-from steadytune.model.decode import slotcache
-from steadytune.model.decode.batch import DecodeBatch
-from steadytune.model.decode.batch_dynamic import DynamicDecodeBatch
+from steadytune.model.decode.complete import make_decode_batch
 from steadytune.model.decode.prefill import Row
 from steadytune.model.decode.sampling import FAILED_ROW, SamplingParams, make_generator, sample_tokens
 from steadytune.serve.text import TextAssembler
@@ -40,13 +38,6 @@ NOT_FINITE = ("the model's output for this sequence was not finite (nan or inf):
               "requests are served on")
 ROW_ERROR = "internal error while generating this sequence (the server log has the details)"
 
-
-def make_decode_batch(model: torch.nn.Module, pad_token_id: int, max_rows: Optional[int] = None,
-                      graph_backend=None):
-    """The slot-cache batch where the model's layers allow it, else the DynamicCache batch."""
-    if slotcache.attention_kinds(model) is not None:
-        return DecodeBatch(model, pad_token_id, max_rows, graph_backend)
-    return DynamicDecodeBatch(model, pad_token_id)
 
 class QueueFull(Exception):
     """The queue holds `max_queue` waiting sequences; the client should retry after `retry_after` seconds."""

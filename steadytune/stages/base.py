@@ -3,7 +3,8 @@
 The recipe (train.py) stays one loop; a stage only says what differs: how its data is read and tokenised, how a
 micro-batch is collated and counted (tokens for sft, pairs or answers for the preference stages), what the model
 is loaded as, the objective (a module with CausalLMObjective's interface: forward(batch) -> (loss sum, count)),
-and how it is evaluated during training. After training, `steadytune eval` (evaluate.py) evaluates what was saved.
+how it is evaluated during training, and (grpo) what it generates before each step. After training, `steadytune
+eval` (evaluate.py) evaluates what was saved.
 """
 
 from __future__ import annotations
@@ -27,3 +28,6 @@ class Stage:
     evaluate: Callable[..., dict]                          # (cfg, accelerator, objective, data, tokenizer, device)
     # the target tokens a micro-batch trains on (metrics' `tokens`, throughput); None: count_units already is that
     count_tokens: Optional[Callable[[dict], int]] = None
+    # (objective, the step's micro-batches, the step) -> None: fills each micro-batch before the step counts its units
+    # and runs forward (grpo: generates and scores the completions of the whole step at once); None: nothing to do
+    roll_out: Optional[Callable[[torch.nn.Module, list, int], None]] = None

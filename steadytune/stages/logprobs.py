@@ -71,9 +71,35 @@ def _listed_logprobs(model: torch.nn.Module, hidden: torch.Tensor, batch: dict, 
     return sums, counts
 
 
+def token_logprobs(model: torch.nn.Module, batch: dict, temperature: float = 1.0
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (log p(token) of every answer token at `temperature`, fp32 [tokens]; the sequence each belongs to [tokens]),
+    in the order the batch lays its tokens out, padded or packed: the same order for any model run on the same batch,
+    so that the policy's, the reference's and the sampler's values line up token by token (GRPO's per-token loss)."""
+    hidden = hidden_states(model, batch)
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    if "target_index" in batch:   # packed: the collator listed the labelled positions
+        index, targets = batch["target_index"], batch["target_ids"]
+        owner = batch["segment_ids"].reshape(-1).index_select(0, index + 1)
+    else:
+        shifted = shifted_targets(batch["labels"])
+        segments = torch.full_like(shifted, -1)
+        segments[:, :-1] = batch["segment_ids"][:, 1:]
+        index = (shifted != IGNORE_INDEX).reshape(-1).nonzero().squeeze(1)
+        targets, owner = shifted.reshape(-1)[index], segments.reshape(-1)[index]
+    logps = labelled_log_probs(output_head(model), flat.index_select(0, index), targets, final_logit_softcap(model),
+                               temperature=temperature)
+    if logps.numel() == 0:
+        logps = logps + hidden.sum() * 0.0  # keep the graph connected: every rank runs the same backward (DDP)
+    return logps, owner
+
+
 def labelled_log_probs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
-                       softcap: float | None = None, chunk_rows: int | None = None) -> torch.Tensor:
-    """log softmax(head(hidden))[target] for each row, fp32 [rows], without keeping [rows, vocabulary] logits.
+                       softcap: float | None = None, chunk_rows: int | None = None,
+                       temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(head(hidden) / temperature)[target] for each row, fp32 [rows], without keeping [rows, vocabulary]
+    logits. The temperature divides the (soft-capped) logits, as sampling at that temperature does: GRPO scores its
+    completions at the temperature they were sampled at (TRL does the same).
 
     A bias-free linear head (every supported family) goes through the chunked kernel; anything else (a LoRA-wrapped
     head) through plain log_softmax."""
@@ -81,9 +107,11 @@ def labelled_log_probs(head: torch.nn.Module, hidden: torch.Tensor, targets: tor
         logits = head(hidden).float()
         if softcap:
             logits = torch.tanh(logits / softcap) * softcap
+        if temperature != 1.0:
+            logits = logits / temperature
         return logits.log_softmax(-1).gather(1, targets[:, None])[:, 0]
     rows = chunk_rows or max(1, CHUNK_LOGITS // head.weight.shape[0])
-    return ChunkedLinearLogProb.apply(hidden, head.weight, targets, softcap, rows)
+    return ChunkedLinearLogProb.apply(hidden, head.weight, targets, softcap, rows, temperature)
 
 
 class ChunkedLinearLogProb(torch.autograd.Function):
@@ -97,7 +125,7 @@ class ChunkedLinearLogProb(torch.autograd.Function):
     Matches log_softmax on the full logits (same matmul dtype, softmax in fp32)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, softcap, rows):
+    def forward(ctx, hidden, weight, targets, softcap, rows, temperature=1.0):
         device_type = hidden.device.type
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else weight.dtype
         acc = torch.promote_types(dtype, torch.float32)
@@ -107,14 +135,14 @@ class ChunkedLinearLogProb(torch.autograd.Function):
         with torch.autocast(device_type, enabled=False):
             w = weight.to(dtype)
             for start in range(0, hidden.shape[0], rows):
-                logits, capped = _chunk_logits(hidden[start:start + rows], w, softcap, acc)
+                logits, capped = _chunk_logits(hidden[start:start + rows], w, softcap, acc, temperature)
                 target = targets[start:start + rows]
                 lse = torch.logsumexp(logits, dim=-1)
                 out[start:start + rows] = logits.gather(1, target[:, None])[:, 0] - lse
                 if need_hidden_grad:
-                    grad = _onehot_minus_softmax(logits, lse, target, capped, softcap)
+                    grad = _onehot_minus_softmax(logits, lse, target, capped, softcap, temperature)
                     grad_rows[start:start + rows] = (grad.to(dtype) @ w).to(hidden.dtype)
-        ctx.rows, ctx.softcap, ctx.dtype, ctx.acc = rows, softcap, dtype, acc
+        ctx.rows, ctx.softcap, ctx.dtype, ctx.acc, ctx.temperature = rows, softcap, dtype, acc, temperature
         ctx.save_for_backward(grad_rows, hidden if need_weight_grad else None,
                               weight if need_weight_grad else None, targets if need_weight_grad else None)
         return out
@@ -131,27 +159,34 @@ class ChunkedLinearLogProb(torch.autograd.Function):
                 w = weight.to(ctx.dtype)
                 for start in range(0, hidden.shape[0], ctx.rows):
                     h = hidden[start:start + ctx.rows]
-                    logits, capped = _chunk_logits(h, w, ctx.softcap, ctx.acc)
+                    logits, capped = _chunk_logits(h, w, ctx.softcap, ctx.acc, ctx.temperature)
                     lse = torch.logsumexp(logits, dim=-1)
-                    grad = _onehot_minus_softmax(logits, lse, targets[start:start + ctx.rows], capped, ctx.softcap)
+                    grad = _onehot_minus_softmax(logits, lse, targets[start:start + ctx.rows], capped, ctx.softcap,
+                                                 ctx.temperature)
                     grad.mul_(grad_out[start:start + ctx.rows, None].to(ctx.acc))
                     grad_weight += (grad.to(ctx.dtype).T @ h.to(ctx.dtype)).to(ctx.acc)
             grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
 
-def _chunk_logits(h: torch.Tensor, w: torch.Tensor, softcap: float | None, acc: torch.dtype):
+def _chunk_logits(h: torch.Tensor, w: torch.Tensor, softcap: float | None, acc: torch.dtype,
+                  temperature: float = 1.0):
     logits = (h.to(w.dtype) @ w.T).to(acc)
-    if not softcap:
-        return logits, None
-    capped = torch.tanh(logits / softcap)
-    return capped * softcap, capped
+    capped = None
+    if softcap:
+        capped = torch.tanh(logits / softcap)
+        logits = capped * softcap
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logits, capped
 
 
-def _onehot_minus_softmax(logits, lse, target, capped, softcap) -> torch.Tensor:
+def _onehot_minus_softmax(logits, lse, target, capped, softcap, temperature: float = 1.0) -> torch.Tensor:
     """d log p(target) / d pre-cap logits, over the chunk's logits buffer."""
     grad = logits.sub_(lse[:, None]).exp_().neg_()
     grad[torch.arange(len(target), device=grad.device), target] += 1.0
+    if temperature != 1.0:
+        grad.div_(temperature)
     if softcap:
         grad.mul_(1.0 - capped * capped)
     return grad

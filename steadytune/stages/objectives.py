@@ -22,10 +22,12 @@ class MetricSums:
     them into means (one sync), summed over ranks when `reduce` is given, and starts again.
 
     `names` fixes the metrics (in order) so every rank reduces the same tensor even when one of them saw none
-    of a kind (a KTO micro-batch without undesirable answers); a metric with no values is left out."""
+    of a kind (a KTO micro-batch without undesirable answers); a metric with no values is left out. `spreads`: metrics
+    whose standard deviation over the same values is reported too, under the name given (GRPO's reward_std)."""
 
-    def __init__(self, names: tuple[str, ...]):
-        self.names = names
+    def __init__(self, names: tuple[str, ...], spreads: dict[str, str] | None = None):
+        self.spreads = dict(spreads or {})
+        self.names = tuple(names) + tuple(f"{name}^2" for name in self.spreads)
         self.sums: dict[str, torch.Tensor] = {}
         self.counts: dict[str, int] = {}
 
@@ -35,6 +37,8 @@ class MetricSums:
         total = values.detach().float().sum()
         self.sums[name] = self.sums[name] + total if name in self.sums else total
         self.counts[name] = self.counts.get(name, 0) + values.numel()
+        if name in self.spreads:
+            self.add(f"{name}^2", values.detach().float() ** 2)
 
     def pop(self, reduce=None, device: torch.device | None = None) -> dict[str, float]:
         if not self.sums and reduce is None:
@@ -48,7 +52,13 @@ class MetricSums:
         if reduce is not None:
             packed = reduce(packed)
         self.sums, self.counts = {}, {}
-        out = {n: s / c for n, (s, c) in zip(self.names, packed.tolist()) if c > 0}
+        totals = {n: (s, c) for n, (s, c) in zip(self.names, packed.tolist()) if c > 0}
+        out = {n: s / c for n, (s, c) in totals.items() if not n.endswith("^2")}
+        for name, std_name in self.spreads.items():
+            if name in out and totals[name][1] > 1:   # the sample standard deviation (Bessel's correction, as TRL)
+                count = totals[name][1]
+                variance = (totals[f"{name}^2"][0] / count - out[name] ** 2) * count / (count - 1)
+                out[std_name] = max(variance, 0.0) ** 0.5
         if "rewards/chosen" in out and "rewards/rejected" in out:
             # For pairs this is the mean of (chosen - rejected); for KTO, whose answers are not paired, TRL's margin.
             out["rewards/margins"] = out["rewards/chosen"] - out["rewards/rejected"]

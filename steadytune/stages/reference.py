@@ -1,4 +1,4 @@
-"""The reference model of DPO and KTO: where the log-probabilities the policy is compared against come from.
+"""The reference model of DPO, KTO and GRPO: where the log-probabilities the policy is compared against come from.
 
 - LoRA without `ref_model` (the default): the model being trained with its adapter switched off
   (`peft`'s `disable_adapter()`), which *is* the base model: no second copy in memory, one extra forward without
@@ -20,7 +20,7 @@ from steadytune.config import RunConfig
 from steadytune.errors import UserError
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.lora import load_trained_adapter
-from steadytune.stages.logprobs import sequence_logprobs
+from steadytune.stages.logprobs import sequence_logprobs, token_logprobs
 
 
 class Reference:
@@ -42,6 +42,14 @@ class Reference:
         # Dropout is off in the preference stages (objectives.disable_dropout), so train mode is deterministic too.
         with policy.disable_adapter():
             return sequence_logprobs(policy, batch, n_sequences, prefix)
+
+    @torch.no_grad()
+    def token_logprobs(self, policy: torch.nn.Module, batch: dict, temperature: float = 1.0) -> torch.Tensor:
+        """Each answer token's log-probability under the reference, in logprobs.token_logprobs's order (GRPO)."""
+        if self.separate is not None:
+            return token_logprobs(self.separate, batch, temperature)[0]
+        with policy.disable_adapter():
+            return token_logprobs(policy, batch, temperature)[0]
 
 
 def build_reference(model: torch.nn.Module, cfg: RunConfig) -> Reference:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from steadytune.stages.base import Stage
+from steadytune.stages.grpo import GRPO
 from steadytune.stages.preference import PREFERENCE_STAGES
 from steadytune.stages.sft import PT, SFT
 
-STAGES: dict[str, Stage] = {"sft": SFT, "pt": PT, **PREFERENCE_STAGES}
+STAGES: dict[str, Stage] = {"sft": SFT, "pt": PT, **PREFERENCE_STAGES, "grpo": GRPO}

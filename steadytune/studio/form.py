@@ -35,6 +35,7 @@ from steadytune.config import (
 )
 from steadytune.errors import UserError
 from steadytune.infer.loading import USER_ONLY_KEYS
+from steadytune.stages.rewards import without_user_functions
 
 SECTION_TITLES = {"model": "Model", "method": "Method: stage and LoRA", "data": "Data", "train": "Training",
                   "infer": "Generation and export", "guard": "Numerical guard (guard:)",
@@ -345,6 +346,11 @@ def from_run(name: str, folder: Path, config: Optional[dict], taken: set[str]) -
                 notes.append(f"{key}: {shown(raw[key])[:80]} in its run_config.yaml is left out: only your own "
                              "config may grant it (set it in the form if you trust the run)")
             raw.pop(key, None)
+        funcs, weights, dropped = without_user_functions(raw.get("reward_funcs"), raw.get("reward_weights"))
+        if dropped:
+            raw["reward_funcs"], raw["reward_weights"] = funcs, weights
+            notes.append(f"reward_funcs {', '.join(dropped)[:80]} in its run_config.yaml are left out: only your own "
+                         "config may name code to run (set them in the form if you trust the run)")
     raw = {k: v for k, v in raw.items() if k not in ("output_dir", "resume_from_checkpoint", "decisions")}
     n = 2
     while f"{name}-{n}" in taken:

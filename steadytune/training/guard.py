@@ -110,11 +110,12 @@ class NumericalGuard:
 
     def __init__(self, args, precision: str = "fp32", emit: Optional[Callable[[dict], None]] = None,
                  max_grad_norm: float = 1.0, fallback_precision: str = "fp32", keep_snapshots: int = 2,
-                 judge_loss_spikes: bool | None = None):
+                 judge_loss_spikes: bool | None = None, judge_grad_spikes: bool = True):
         self.args = args
         self.policy: str = args.guard_policy
         # None: the loss_spikes key, on unless it says false (train decides it per stage: judge_loss_spikes)
         self.judge_loss_spikes = (args.loss_spikes is not False) if judge_loss_spikes is None else judge_loss_spikes
+        self.judge_grad_spikes = judge_grad_spikes   # off for grpo (train.judge_grad_spikes says why)
         self.precision = precision
         self.fallback_precision = fallback_precision
         self.emit = emit or (lambda event: None)
@@ -188,7 +189,7 @@ class NumericalGuard:
             values.update({f"loss_{k}": v for k, v in spike.items()})
             return LOSS_SPIKE, (f"loss {loss:.4g} > threshold {spike['threshold']:.4g} "
                                 f"(recent median {spike['median']:.4g}, mean {spike['mean']:.4g}, std {spike['std']:.3g})")
-        if grad is not None:
+        if grad is not None and self.judge_grad_spikes:
             spike = self._spike(grad, self.grad_history, self.args.grad_spike_ratio)
             if spike:
                 values.update({f"grad_norm_{k}": v for k, v in spike.items()})

@@ -34,6 +34,9 @@ def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
         # kto's answers and KL pairs go through two forwards of different shapes, and its objective records metrics
         # as it computes: dynamic shapes, no CUDA graph. (dpo and rm compute into fixed pair slots: graphable.)
         blockers["stage"] = "stage kto records its metrics inside the step"
+    if cfg.method.stage == "grpo":
+        blockers["stage"] = ("stage grpo trains on completions generated each step, whose lengths vary (its "
+                             "generation has CUDA graphs of its own: model/decode/)")
     return blockers
 
 
@@ -45,6 +48,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     static_ok, shape = (True, ""), None
     if cfg.method.stage == "kto":
         static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
+    if cfg.method.stage == "grpo":
+        static_ok = (False, "stage grpo's sequences are generated each step: their lengths are not known in advance")
     if static_ok[0] and attention == "varlen":
         static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
     if static_ok[0] and attention in ("varlen", "sdpa"):

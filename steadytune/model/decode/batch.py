@@ -15,7 +15,7 @@ ones in a bucket are idle slots (length 0, pad token): computed and ignored.
 
 Rows leave between steps: later rows move down into the freed slots (only the rows that move, only the columns
 they use). Models whose cache layers the slot cache does not know (linear attention, ...) get the DynamicCache
-batch of batch_dynamic.py instead (engine.py's `make_decode_batch` chooses).
+batch of batch_dynamic.py instead (complete.py's `make_decode_batch` chooses).
 """
 
 from __future__ import annotations
@@ -100,6 +100,12 @@ class DecodeBatch:
         self.longest += 1
         self._fed = (0, count)
         return logits[:count]
+
+    def reserve(self, columns: int) -> None:
+        """Room for `columns` columns in every slot now (after the first prefill, which sets the cache's layout): a
+        caller that knows how far it will decode (a GRPO step: prompt + max_completion_length) grows the cache once
+        instead of doubling it, and re-recording the graphs, on the way."""
+        self._reserve(None, len(self.rows), columns)
 
     def feed(self, tokens: torch.Tensor) -> None:
         """The tokens sampled from the last prefill's or decode's logits (a LongTensor on the device, one per row of

@@ -107,3 +107,73 @@ def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
                 picks[k] = torch.multinomial(probs[k], 1, generator=generators[i])[0]
         chosen[index] = picks
     return chosen.masked_fill(broken, FAILED_ROW)
+
+
+
+# --- keyed sampling: each row's draws depend on its key and position only ----------------------------------------
+
+_MASK = (1 << 64) - 1
+
+
+def _signed(value: int) -> int:
+    value &= _MASK
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+_M1, _M2, _GOLDEN = _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB), _signed(0x9E3779B97F4A7C15)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 tensors (multiplication wraps; shifts made logical by masking)."""
+    x = x ^ ((x >> 30) & ((1 << 34) - 1))
+    x = x * _M1
+    x = x ^ ((x >> 27) & ((1 << 37) - 1))
+    x = x * _M2
+    return x ^ ((x >> 31) & ((1 << 33) - 1))
+
+
+def mix_key(*parts: int) -> int:
+    """One 64-bit key (a signed int, for a torch.long) from integers: a seed, a step, an example's index, ..."""
+    x = 0
+    for part in parts:
+        x = (x ^ _mix_int(int(part) & _MASK)) + 0x9E3779B97F4A7C15
+        x = _mix_int(x & _MASK)
+    return _signed(x)
+
+
+def _mix_int(x: int) -> int:
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _MASK
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def keyed_uniform(keys: torch.Tensor, position: int, vocab: int) -> torch.Tensor:
+    """[rows, vocab] uniforms in (0, 1), a pure function of (each row's key, the position, the token id): the same
+    numbers for a row whatever else is in the batch, on any device."""
+    base = _mix(keys ^ _mix(torch.full_like(keys, _signed((position + 1) * _GOLDEN))))
+    x = _mix(base[:, None] + torch.arange(vocab, device=keys.device, dtype=torch.long)[None, :] * _GOLDEN)
+    return (((x >> 40) & ((1 << 24) - 1)).float() + 0.5) * (1.0 / (1 << 24))
+
+
+def sample_keyed(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor, position: int) -> torch.Tensor:
+    """logits [rows, vocab] -> one token id per row, every row with the same `params`, drawn by inverting the row's
+    cumulative distribution at one uniform keyed by (row key, position) (keyed_uniform): a row's completion depends
+    on its key, the weights and its own tokens only, not on the batch it was generated in, so it is the same on one
+    process or several, and in a resumed run. Scaled and truncated as `sample_tokens` does; a row whose logits are
+    not finite draws from a uniform (the loss on it is not finite either, which the guard catches)."""
+    logits = logits.float()
+    if params.greedy:
+        return logits.argmax(dim=-1)
+    top = logits.amax(dim=-1, keepdim=True)
+    scaled = ((logits - top) / params.temperature).masked_fill(~torch.isfinite(top), 0.0)
+    probs = torch.softmax(scaled, dim=-1)
+    rows, vocab = probs.shape
+    if params.truncates:
+        probs = _truncate(probs, torch.full((rows,), params.top_k if 0 < params.top_k < vocab else vocab,
+                                            device=probs.device),
+                          torch.full((rows,), params.top_p, dtype=torch.float32, device=probs.device))
+    cumulative = probs.cumsum(dim=-1)
+    u = keyed_uniform(keys, position, 1) * cumulative[:, -1:]
+    return torch.searchsorted(cumulative, u, right=True).squeeze(1).clamp_(max=vocab - 1)

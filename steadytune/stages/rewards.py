@@ -1,0 +1,323 @@
+"""Reward functions of stage grpo, and the group advantages TRL's GRPOTrainer computes from them.
+
+`reward_funcs` names each function: a built-in (below) or the user's own code as `module:function` (imported with
+the current folder on the path, as `python -m` would) or `path/to/file.py:function`. Every function is called as TRL
+calls one, `f(prompts=..., completions=..., completion_ids=..., **columns)`, with one list entry per completion
+(the prompt repeated for each of its completions) and each column of the dataset rows by name, and returns one float
+per completion, or None where it does not apply (a row without a reference answer): None is left out of that
+function's mean, and a completion every function leaves out gets advantage 0.
+
+A reward function is code that runs in the training process, so it only ever comes from the user's own config or
+command line: never from a dataset, an archive or a run folder (infer/loading.load_run_config drops a
+`module:function` that a run folder's run_config.yaml names; docs/security.md).
+
+Built-ins:
+- accuracy: 1 when the completion's final answer (the last \\boxed{...}, else what follows "####" or "answer:",
+  else the whole completion) equals the reference, numerically when the reference is a number (the last number of
+  the answer, commas and $ dropped, a fraction a/b read as one, within 1e-6), else as text (case, spaces and
+  surrounding punctuation ignored); 0 otherwise; None without a reference. The reference is the `solution` column,
+  else `answer`, else the row's own answer (alpaca `output`, the final assistant turn, the gold label).
+- format: 1 when the completion matches `reward_format` (a regular expression matched at its start, `.` matching
+  newlines: TRL's think_format_reward by default), else 0.
+- label: classification data: 1 when the label read from the completion (eval.scoring.match_label, as `eval
+  --mode generate` reads it) is the gold label, else 0.
+- length: 1 - |tokens - length_target| / max_completion_length (tokens of the completion, its stop token included;
+  length_target defaults to max_completion_length, so longer is better up to the cap).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from steadytune.config import ConfigError
+from steadytune.eval.scoring import match_label
+
+BUILTIN_REWARDS = ("accuracy", "format", "label", "length")
+THINK_FORMAT = r"^<think>(?!.*<think>)(.*?)</think>.*$"   # TRL's think_format_reward
+
+
+@dataclass
+class RewardFunction:
+    name: str                  # its metric name: rewards/<name>/mean
+    call: Callable[..., list]
+    weight: float = 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Built-ins
+# ---------------------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+")
+_ANSWER_CUE = re.compile(r"(?:####|answer\s*(?:is)?\s*[:：]?)\s*(.+)", re.IGNORECASE)
+
+
+def _last_boxed(text: str) -> Optional[str]:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 0, start + len("\\boxed{") - 1
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1:j]
+    return None
+
+
+def final_answer(text: str) -> str:
+    """The part of a text that states its answer: the last \\boxed{...}, else what follows the last "####" or
+    "answer:" / "answer is", else the text."""
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        return boxed.strip()
+    cues = list(_ANSWER_CUE.finditer(text))
+    return cues[-1].group(1).strip() if cues else text.strip()
+
+
+def as_number(text: str) -> Optional[float]:
+    """The number a short answer states (commas, $, % and a trailing period dropped; a/b as a fraction), or None."""
+    cleaned = text.strip().replace(",", "").replace("$", "").replace("%", "").rstrip(".").strip()
+    fraction = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)", cleaned)
+    if fraction and float(fraction.group(2)) != 0:
+        return float(fraction.group(1)) / float(fraction.group(2))
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.strip().strip("\"'“”‘’「」。.!！,，:：").split()).casefold()
+
+
+def answer_matches(completion: str, reference: str) -> float:
+    gold = final_answer(reference)
+    gold_number = as_number(gold)
+    answer = final_answer(completion)
+    if gold_number is None:
+        return float(_normalised(answer) == _normalised(gold))
+    value = as_number(answer)
+    if value is None:
+        numbers = _NUMBER.findall(answer)
+        value = as_number(numbers[-1]) if numbers else None
+    return float(value is not None and math.isclose(value, gold_number, rel_tol=1e-6, abs_tol=1e-9))
+
+
+def reference_of(columns: dict, reference: Any) -> Optional[str]:
+    for key in ("solution", "answer"):
+        value = columns.get(key)
+        if value is not None and str(value).strip():
+            return str(value)
+    return None if reference is None or not str(reference).strip() else str(reference)
+
+
+def accuracy_reward(prompts, completions, reference, **columns) -> list[Optional[float]]:
+    out = []
+    for i, completion in enumerate(completions):
+        gold = reference_of({k: v[i] for k, v in columns.items()}, reference[i])
+        out.append(None if gold is None else answer_matches(completion, gold))
+    return out
+
+
+def format_reward(pattern: str):
+    compiled = re.compile(pattern, re.DOTALL | re.MULTILINE)
+
+    def format(prompts, completions, **columns) -> list[float]:  # noqa: A001 - named as the built-in is
+        return [1.0 if compiled.match(c) else 0.0 for c in completions]
+    return format
+
+
+def label_reward(label_names: Sequence[str]):
+    names = list(label_names)
+
+    def label(prompts, completions, **columns) -> list[Optional[float]]:
+        gold = columns.get("label")
+        if gold is None:
+            raise ConfigError("reward_funcs: label needs classification data (a label column and label_names)")
+        out = []
+        for completion, g in zip(completions, gold):
+            if g is None or str(g) not in names:
+                out.append(None)
+                continue
+            out.append(float(match_label(completion, names) == names.index(str(g))))
+        return out
+    return label
+
+
+def length_reward(max_completion_length: int, target: Optional[int]):
+    goal = max_completion_length if target is None else target
+
+    def length(prompts, completions, completion_ids, **columns) -> list[float]:
+        return [1.0 - abs(len(ids) - goal) / max_completion_length for ids in completion_ids]
+    return length
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading what reward_funcs names
+# ---------------------------------------------------------------------------------------------------------
+
+def is_user_function(name: str) -> bool:
+    """Whether a reward_funcs entry names the user's code (`module:function`, `file.py:function`)."""
+    return ":" in str(name)
+
+
+def without_user_functions(names: Any, weights: Any) -> tuple[Any, Any, list[str]]:
+    """(reward_funcs, reward_weights, the dropped entries) with every entry that names code (module:function) left
+    out, its weight with it: what a run folder's or an archive's config may keep (it may come from anyone)."""
+    if isinstance(names, str):
+        names = [x.strip() for x in names.split(",") if x.strip()]
+    if not isinstance(names, list):
+        return names, weights, []
+    dropped = [str(x) for x in names if is_user_function(x)]
+    if not dropped:
+        return names, weights, []
+    kept = [i for i, x in enumerate(names) if not is_user_function(x)]
+    if isinstance(weights, list) and len(weights) == len(names):
+        weights = [weights[i] for i in kept] or None
+    return [names[i] for i in kept] or None, weights, dropped
+
+
+def load_user_function(spec: str) -> Callable:
+    """`module:function` or `path/to/file.py:function` -> the callable; a ConfigError naming the entry otherwise."""
+    where, _, attribute = str(spec).rpartition(":")
+    if not where or not attribute:
+        raise ConfigError(f"reward_funcs: {spec!r} is not module:function")
+    try:
+        if where.endswith(".py") or "/" in where or "\\" in where:
+            path = Path(where).expanduser().resolve()
+            if not path.is_file():
+                raise ConfigError(f"reward_funcs: {spec!r}: no file {path}")
+            module_spec = importlib.util.spec_from_file_location(f"steadytune_rewards_{path.stem}", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            cwd = str(Path.cwd())
+            added = cwd not in sys.path
+            if added:
+                sys.path.insert(0, cwd)
+            try:
+                module = importlib.import_module(where)
+            finally:
+                if added:
+                    sys.path.remove(cwd)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's module failed to import: say which and why, in one line
+        raise ConfigError(f"reward_funcs: {spec!r}: importing {where} failed: {type(e).__name__}: {e}") from None
+    function = module
+    for part in attribute.split("."):
+        function = getattr(function, part, None)
+        if function is None:
+            raise ConfigError(f"reward_funcs: {spec!r}: {where} has no {attribute}")
+    if not callable(function):
+        raise ConfigError(f"reward_funcs: {spec!r}: {attribute} is not callable")
+    return function
+
+
+def load_reward_functions(m, label_names: Optional[Sequence[str]]) -> list[RewardFunction]:
+    """The functions `reward_funcs` names (`m`: the method section), with `reward_weights` (default 1 each)."""
+    names = list(m.reward_funcs or [])
+    if not names:
+        raise ConfigError("reward_funcs: stage grpo needs at least one reward function (a built-in: "
+                          f"{', '.join(BUILTIN_REWARDS)}; or your own module:function)")
+    weights = list(m.reward_weights) if m.reward_weights is not None else [1.0] * len(names)
+    if len(weights) != len(names):
+        raise ConfigError(f"reward_weights: {len(weights)} weights for {len(names)} reward_funcs")
+    functions = []
+    for name, weight in zip(names, weights):
+        name = str(name)
+        if is_user_function(name):
+            call, metric = load_user_function(name), name.rpartition(":")[2]
+        elif name == "accuracy":
+            call, metric = accuracy_reward, name
+        elif name == "format":
+            call, metric = format_reward(m.reward_format), name
+        elif name == "label":
+            if not label_names:
+                raise ConfigError("reward_funcs: label needs classification data (label_names and a label column)")
+            call, metric = label_reward(label_names), name
+        elif name == "length":
+            call, metric = length_reward(m.max_completion_length, m.length_target), name
+        else:
+            raise ConfigError(f"reward_funcs: unknown reward {name!r}; built-ins are {', '.join(BUILTIN_REWARDS)}, "
+                              "your own functions are module:function")
+        if metric in {f.name for f in functions}:
+            metric = name
+        functions.append(RewardFunction(metric, call, float(weight)))
+    return functions
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scoring and advantages
+# ---------------------------------------------------------------------------------------------------------
+
+def score(functions: Sequence[RewardFunction], prompts: list[str], completions: list[str],
+          completion_ids: list[list[int]], columns: list[dict], references: list) -> torch.Tensor:
+    """[completions, functions] rewards in fp32, NaN where a function returned None."""
+    keys = list(dict.fromkeys(k for row in columns for k in row))
+    kwargs = {k: [row.get(k) for row in columns] for k in keys}
+    kwargs.setdefault("reference", list(references))
+    out = torch.full((len(completions), len(functions)), float("nan"))
+    for j, f in enumerate(functions):
+        values = f.call(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+        values = list(values)
+        if len(values) != len(completions):
+            raise ValueError(f"reward function {f.name} returned {len(values)} rewards for {len(completions)} "
+                             "completions (one per completion, None where it does not apply)")
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            try:
+                out[i, j] = float(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"reward function {f.name} returned {v!r} for completion {i}: a number or None "
+                                 "is expected") from None
+    return out
+
+
+def nanstd(values: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Standard deviation ignoring NaN, with Bessel's correction (TRL's nanstd; NaN for fewer than two values)."""
+    mean = torch.nanmean(values, dim=dim, keepdim=True)
+    variance = torch.nanmean((values - mean) ** 2, dim=dim, keepdim=True)
+    count = (~torch.isnan(values)).sum(dim=dim, keepdim=True)
+    variance = variance * torch.where(count > 1, count / (count - 1), torch.full_like(variance, float("nan")))
+    std = variance.sqrt()
+    return std.squeeze(dim) if dim is not None else std.reshape(())
+
+
+@dataclass
+class Advantages:
+    advantages: torch.Tensor    # [completions]: the weighted reward less its group's mean, over the group's std
+    rewards: torch.Tensor       # [completions]: the weighted reward (NaN where every function returned None)
+    std_zero: torch.Tensor      # [completions]: its group's rewards are all equal (no learning signal)
+
+
+def group_advantages(per_function: torch.Tensor, weights: Sequence[float], group_size: int, scale_rewards: str,
+                     batch_std: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Advantages:
+    """TRL's sum_then_normalize: weighted sum over functions (NaN ignored; NaN when all are), minus the group mean;
+    divided by the group's std + 1e-4 (scale_rewards: group), by the whole step's (batch: `batch_std`, which sees
+    every rank's rewards), or not (none). Completions are in groups of `group_size`, one prompt's after another."""
+    w = torch.as_tensor(list(weights), dtype=per_function.dtype)
+    rewards = (per_function * w[None, :]).nansum(dim=1)
+    rewards[torch.isnan(per_function).all(dim=1)] = float("nan")
+    grouped = rewards.view(-1, group_size)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(group_size)
+    if scale_rewards == "batch":
+        std = (batch_std or nanstd)(rewards).expand_as(rewards)
+    else:
+        std = nanstd(grouped, dim=1).repeat_interleave(group_size)
+    advantages = rewards - mean
+    if scale_rewards != "none":
+        advantages = advantages / (std + 1e-4)
+    group_std = nanstd(grouped, dim=1).repeat_interleave(group_size) if scale_rewards == "batch" else std
+    return Advantages(torch.nan_to_num(advantages, nan=0.0), rewards,
+                      torch.isclose(group_std, torch.zeros_like(group_std)))
