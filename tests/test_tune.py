@@ -223,7 +223,8 @@ def test_a_search_prunes_records_a_failure_and_trains_the_best_on_all_rows_once(
     config = write_config(tmp_path, tiny, guard_policy="off")
     space_file = write_space(tmp_path / "space.yaml", {
         "default_space": False, "learning_rate": [1e-2, 1e-7], "fault_injection.oom_step": [None, 2]})
-    search = make_search(config, ["seed=3"], trials=4, metric="eval_loss", evaluations=4, pruner="median")
+    hostile = "run_name=<img src=x onerror=alert(1)>"   # shown on the page: as text, never as markup
+    search = make_search(config, ["seed=3", hostile], trials=4, metric="eval_loss", evaluations=4, pruner="median")
     space = read_space(space_file, SearchSpace())
     enqueue(search, space, [{"learning_rate": 1e-2, "fault_injection.oom_step": None},
                             {"learning_rate": 1e-2, "fault_injection.oom_step": None},
@@ -265,8 +266,12 @@ def test_a_search_prunes_records_a_failure_and_trains_the_best_on_all_rows_once(
     for chart in ("fig-history", "fig-evaluations"):
         assert chart in page
     assert "Final model, evaluated once on the test split" in page and "out of memory" in page
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    (folder / "tune_report.html").unlink()
+    assert main(["report", str(folder)]) == 0 and (folder / "tune_report.html").is_file()
     # The same command again: the search is done and its final model stands.
-    again = run_search(make_search(config, ["seed=3"], trials=4, metric="eval_loss"), space_file=str(space_file))
+    again = run_search(make_search(config, ["seed=3", hostile], trials=4, metric="eval_loss"),
+                       space_file=str(space_file))
     assert "final model: already trained from trial" in capsys.readouterr().out
     assert again["final"] == final and len(again["trials"]) == 4
 
@@ -347,3 +352,12 @@ def test_demo_tune_searches_the_embedded_recipe(tmp_path, tiny, capsys, monkeypa
     results = results_of(tmp_path / "saves" / "demo-gemma3-270m-sentiment-tune")
     assert len(results["trials"]) == 2 and results["final"]["test"]["n"] == 10
     assert "class_balance" not in results["space"]["search"]   # the reviews are balanced
+
+
+def test_the_pruners_work_on_the_grid_of_evaluations():
+    median = studies.make_pruner("median", 20, 4)
+    assert isinstance(median, optuna.pruners.MedianPruner) and median._n_warmup_steps == 26   # not at 25 %
+    halving = studies.make_pruner("halving", 20, 4)
+    assert isinstance(halving, optuna.pruners.SuccessiveHalvingPruner) and halving._min_resource == 50
+    assert isinstance(studies.make_pruner("none", 20, 4), optuna.pruners.NopPruner)
+    assert [studies.startup_trials(n) for n in (1, 9, 30, 100)] == [2, 3, 10, 10]

@@ -138,9 +138,9 @@ def read_space(path: str | Path, base: SearchSpace) -> SearchSpace:
     for key, spec in raw.items():
         key = str(key)
         check_key_name(key, where)
-        space.dimensions.pop(key, None)
         space.fixed.pop(key, None)
         if spec is None:
+            space.dimensions.pop(key, None)
             space.notes.append(f"{key} not searched ({where}: null)")
             continue
         if isinstance(spec, list):
@@ -155,6 +155,7 @@ def read_space(path: str | Path, base: SearchSpace) -> SearchSpace:
         else:
             if key == ALPHA_RATIO:
                 raise ConfigError(f"{where}: {key}: set lora_alpha itself for one value, or give a list or range")
+            space.dimensions.pop(key, None)
             space.fixed[key] = spec
     if not space.dimensions:
         raise ConfigError(f"{where}: nothing left to search (every key is fixed or null)")

@@ -9,7 +9,8 @@ from steadytune.errors import UserError
 
 def add_arguments(parser) -> None:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                        help="a run's output_dir (finished, running or stopped); several runs are overlaid and compared")
+                        help="a run's output_dir (finished, running or stopped); several runs are overlaid and compared; "
+                             "a `steadytune tune` folder gets its tune_report.html again")
     parser.add_argument("--output", "-o", default=None,
                         help="where to write the page (default: RUN_DIR/report.html for one run, ./report.html for "
                              "several)")
@@ -17,6 +18,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    if len(args.run_dirs) == 1 and args.output is None and (Path(args.run_dirs[0]) / "tune_results.json").is_file():
+        return write_search_page(Path(args.run_dirs[0]))
     # lazy: report.page loads plotly; `--help` answers without loading it
     from steadytune.report.page import GENERATOR, write_report
 
@@ -41,3 +44,15 @@ def _is_report(path: Path, generator: str) -> bool:
     except OSError:
         return False
     return f'content="{generator}' in head
+
+
+def write_search_page(folder: Path) -> int:
+    """A `steadytune tune` folder: its tune_report.html, again, from tune_results.json."""
+    # lazy: report.tuning loads plotly; `--help` answers without loading it
+    from steadytune.report.tuning import write_tune_report
+
+    path = write_tune_report(folder)
+    if path is None:
+        raise UserError(f"{folder / 'tune_results.json'}: the search's page could not be written (see above)")
+    print(f"report: {path} ({path.stat().st_size / 2**20:.1f} MiB; the search: trials, history, importance)")
+    return 0
