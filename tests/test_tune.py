@@ -216,36 +216,40 @@ def enqueue(search, space: SearchSpace, params: list[dict]) -> None:
 
 
 def test_a_search_prunes_records_a_failure_and_trains_the_best_on_all_rows_once(tmp_path, tiny, capsys):
-    """Four trials in a fixed order: two good ones, one the median pruner stops at its second evaluation (a learning
-    rate too small to lower the validation loss), one that runs out of memory (recorded, pruned: the search goes on). The best
+    """Five trials in a fixed order: two good ones, one the median pruner stops at its second evaluation (a learning
+    rate too small to lower the validation loss), one that runs out of memory and one whose loss turns NaN (each
+    recorded, and pruned: the search goes on). The best
     trial's keys become best_config.yaml; the final model trains on all 40 rows and is scored once on the test
     split, with the majority and zero-shot baselines."""
     config = write_config(tmp_path, tiny, guard_policy="off")
     space_file = write_space(tmp_path / "space.yaml", {
-        "default_space": False, "learning_rate": [1e-2, 1e-7], "fault_injection.oom_step": [None, 2]})
+        "default_space": False, "learning_rate": [1e-2, 1e-7], "fault_injection.oom_step": [None, 2],
+        "fault_injection.nan_loss_step": [None, 2]})
     hostile = "run_name=<img src=x onerror=alert(1)>"   # shown on the page: as text, never as markup
-    search = make_search(config, ["seed=3", hostile], trials=4, metric="eval_loss", evaluations=4, pruner="median")
+    search = make_search(config, ["seed=3", hostile], trials=5, metric="eval_loss", evaluations=4, pruner="median")
     space = read_space(space_file, SearchSpace())
-    enqueue(search, space, [{"learning_rate": 1e-2, "fault_injection.oom_step": None},
-                            {"learning_rate": 1e-2, "fault_injection.oom_step": None},
-                            {"learning_rate": 1e-7, "fault_injection.oom_step": None},
-                            {"learning_rate": 1e-2, "fault_injection.oom_step": 2}])
+    fine = {"fault_injection.oom_step": None, "fault_injection.nan_loss_step": None}
+    enqueue(search, space, [{"learning_rate": 1e-2, **fine}, {"learning_rate": 1e-2, **fine},
+                            {"learning_rate": 1e-7, **fine},
+                            {"learning_rate": 1e-2, **fine, "fault_injection.oom_step": 2},
+                            {"learning_rate": 1e-2, **fine, "fault_injection.nan_loss_step": 2}])
     results = run_search(search, space_file=str(space_file))
     out = capsys.readouterr().out
     folder = tmp_path / "search"
     trials = {t["number"]: t for t in results["trials"]}
-    assert [trials[n]["state"] for n in range(4)] == ["complete", "complete", "pruned", "pruned"]
+    assert [trials[n]["state"] for n in range(5)] == ["complete", "complete", "pruned", "pruned", "pruned"]
     # 6 steps, evaluations every 2 (eval_steps 0.25 rounded up): at 33 %, 67 %, 100 % (25, 75, 100 on the grid)
     assert trials[2]["pruned_at"] == 67 and trials[2]["failure"] is None
     assert [p for p, _ in trials[2]["evaluations"]] == [33, 67]
     assert trials[3]["failure"].startswith("out of memory") and trials[3]["evaluations"] == []
-    assert "trial 2 (3/4): pruned at 67% of its run" in out and "trial 3 (4/4): pruned: out of memory" in out
+    assert trials[4]["failure"] == "non-finite: eval_loss is nan at step 2 of 6"   # guard_policy off: NaN trained on
+    assert "trial 2 (3/5): pruned at 67% of its run" in out and "trial 3 (4/5): pruned: out of memory" in out
     assert results == results_of(folder) and results["best"]["number"] in (0, 1)
     # The validation split: 8 of the 40 training rows (20 %, by label); the test split named, read only at the end.
     assert results["validation"]["validation_examples"] == 8 and results["validation"]["train_examples"] == 32
     assert results["validation"]["class_counts"]["eval"] == {"消极": 4, "积极": 4}
     assert results["validation"]["test_split"] == f"eval_dataset {tmp_path / 'test.jsonl'}"
-    for n in range(4):   # each trial's folder keeps its logs, not its weights
+    for n in range(5):   # each trial's folder keeps its logs, not its weights
         kept = {p.name for p in (folder / "trials" / f"trial-{n:04d}").iterdir()}
         assert "run_config.yaml" in kept and not kept & {"adapter_model.safetensors", "tokenizer.json", "report.html"}
         trial_cfg = yaml.safe_load((folder / "trials" / f"trial-{n:04d}" / "run_config.yaml").read_text("utf-8"))
@@ -270,10 +274,10 @@ def test_a_search_prunes_records_a_failure_and_trains_the_best_on_all_rows_once(
     (folder / "tune_report.html").unlink()
     assert main(["report", str(folder)]) == 0 and (folder / "tune_report.html").is_file()
     # The same command again: the search is done and its final model stands.
-    again = run_search(make_search(config, ["seed=3", hostile], trials=4, metric="eval_loss"),
+    again = run_search(make_search(config, ["seed=3", hostile], trials=5, metric="eval_loss"),
                        space_file=str(space_file))
     assert "final model: already trained from trial" in capsys.readouterr().out
-    assert again["final"] == final and len(again["trials"]) == 4
+    assert again["final"] == final and len(again["trials"]) == 5
 
 
 def test_a_resumed_search_must_be_the_same_search(tmp_path, tiny, capsys):

@@ -121,6 +121,10 @@ def run_search(search: Search, space_file: str | None = None, nproc: str = "1", 
     workers = resolve_nproc(str(nproc), visible_gpus())
     folder = claim_folder(search.folder, fresh)
     with studies.SearchLock(folder):
+        if fresh:   # only once the lock says no other search runs here
+            for name in OURS:
+                if name != studies.LOCK:
+                    remove_path(folder / name)
         task, validation, base_rank = describe_task(search)
         choose_metric(search, task)
         space = choose_space(search, task, space_file)
@@ -161,13 +165,11 @@ def run_search(search: Search, space_file: str | None = None, nproc: str = "1", 
 
 
 def claim_folder(folder: Path, fresh: bool) -> Path:
-    """The search's folder: new, or one holding a search (resumed; --fresh removes it first). A training run's
-    folder, or one holding anything else, is refused: the search would sit among files it did not write."""
+    """The search's folder: new, or one holding a search (resumed; with --fresh, removed once its lock is taken). A
+    training run's folder, or one holding anything else, is refused: the search would sit among files it did not
+    write."""
     if folder.exists() and not folder.is_dir():
         raise UserError(f"output_dir {folder} is a file; the search needs a folder")
-    if fresh and folder.is_dir():
-        for name in OURS:
-            remove_path(folder / name)
     if folder.is_dir():
         entries = {p.name for p in folder.iterdir()}
         if MANIFEST in entries and "study.db" not in entries:
