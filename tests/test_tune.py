@@ -365,3 +365,16 @@ def test_the_pruners_work_on_the_grid_of_evaluations():
     assert isinstance(halving, optuna.pruners.SuccessiveHalvingPruner) and halving._min_resource == 50
     assert isinstance(studies.make_pruner("none", 20, 4), optuna.pruners.NopPruner)
     assert [studies.startup_trials(n) for n in (1, 9, 30, 100)] == [2, 3, 10, 10]
+
+
+def test_trials_evaluate_in_bigger_batches_on_a_gpu_unless_the_config_says(tmp_path, tiny):
+    """On a GPU (make_search sets eval_batch_size there) the trials' several evaluations use 64 rows a batch, not
+    the default 8; a config that sets per_device_eval_batch_size keeps it. The identity of a search ignores it."""
+    config = write_config(tmp_path, tiny)
+    search = make_search(config, [], trials=1)
+    assert search.eval_batch_size is None   # this CPU
+    search.eval_batch_size = 64
+    assert search.trial_config({}, tmp_path / "t").train.per_device_eval_batch_size == 64
+    search.overrides = ["per_device_eval_batch_size=16"]
+    assert search.trial_config({}, tmp_path / "t").train.per_device_eval_batch_size == 16
+    assert "per_device_eval_batch_size" not in studies.identity_of(search)["config"]

@@ -35,6 +35,9 @@ RESULTS = "tune_results.json"
 LOCK = ".steadytune-tune.lock"
 # What a search's identity is made of: a study made for other values is refused on resume.
 IDENTITY = ("config", "metric", "val_size", "evaluations", "space")
+# Keys that change no trial's score: a resumed search may differ in them (another machine, another log cadence).
+BOOKKEEPING = {"output_dir", "per_device_eval_batch_size", "logging_steps", "logging_dir", "report_to", "cache_dir",
+               "hang_timeout", "ddp_timeout", "run_name"}
 STATES = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "fail",
           TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
 
@@ -84,7 +87,7 @@ def identity_of(search: Search) -> dict:
     """What makes two invocations the same search: the resolved config of a trial (every key, and the training
     files' sizes and hashes), the metric, the validation split, the evaluations and the space."""
     cfg = search.trial_config({}, search.folder / "trials" / "identity")
-    config = {k: v for k, v in resume_fingerprint(cfg).items() if k not in ("output_dir",)}
+    config = {k: v for k, v in resume_fingerprint(cfg).items() if k not in BOOKKEEPING}
     return json.loads(json.dumps({"config": config, "metric": search.metric, "val_size": search.val_size,
                                   "evaluations": search.evaluations, "space": search.space}, default=str))
 

@@ -53,6 +53,7 @@ class Search:
     seed: int = 0                     # the sampler's
     force: bool = False               # train despite start-up check errors
     space: dict = field(default_factory=dict)   # SearchSpace.to_dict()
+    eval_batch_size: int | None = None  # the trials' per_device_eval_batch_size, where the config sets none
 
     @property
     def folder(self) -> Path:
@@ -80,9 +81,12 @@ class Search:
                      "eval_strategy": "steps", "eval_steps": 1.0 / self.evaluations, "metric_for_best_model": None,
                      "save_steps": 10 ** 9, "plot_loss": False, "report_to": "none", "resume_from_checkpoint": None,
                      "do_eval": False, "do_predict": False}
+        user = parse_overrides(list(self.overrides))
+        if self.eval_batch_size and "per_device_eval_batch_size" not in {**read_yaml(self.config), **user}:
+            # Each trial evaluates several times: on a GPU, 8 rows a batch (the default) would cost as much as training.
+            tune_keys["per_device_eval_batch_size"] = self.eval_batch_size
         space = SearchSpace.from_dict(self.space)
-        return load_config(self.config, merge(parse_overrides(list(self.overrides)), nest(space.fixed), nest(keys),
-                                              tune_keys))
+        return load_config(self.config, merge(user, nest(space.fixed), nest(keys), tune_keys))
 
 
 @dataclass

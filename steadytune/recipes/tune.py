@@ -41,6 +41,7 @@ from steadytune.training.run_folder import MANIFEST, remove_path
 BEST_CONFIG = "best_config.yaml"
 FINAL = "final"
 SPEC = "tune_search.json"
+EVAL_BATCH_ON_GPU = 64   # the trials' evaluation batch on a GPU, where the config sets none (label scoring: 128 in demo)
 # What a search writes into its folder: --fresh removes these, and nothing else.
 OURS = ("study.db", "study.db-journal", "tune_results.json", BEST_CONFIG, REPORT, SPEC, TRIALS, FINAL,
         ".steadytune-tune.lock")
@@ -103,7 +104,8 @@ def make_search(config: str | Path, overrides: list[str], trials: int = 20, time
     cfg = load_config(config, list(overrides))
     return Search(config=str(config), overrides=list(overrides), output_dir=cfg.train.output_dir, metric=metric or "",
                   trials=trials, timeout=timeout, val_size=val_size, evaluations=evaluations, pruner=pruner,
-                  seed=cfg.train.seed if seed is None else seed, force=force)
+                  seed=cfg.train.seed if seed is None else seed, force=force,
+                  eval_batch_size=EVAL_BATCH_ON_GPU if visible_gpus() else None)
 
 
 # ---------------------------------------------------------------------------------------------------------
