@@ -28,6 +28,8 @@ EVENT_STYLE = {  # event -> (marker symbol, colour)
     "resume": ("diamond", "#7f7f7f"),
 }
 EVAL_LABELS = {"eval_loss": "eval loss", "eval_accuracy": "eval accuracy", "eval_macro_f1": "eval macro-F1"}
+# stage grpo's per-step roll-out statistics: drawn in reward_charts, not among the evaluation scores
+ROLLOUT_DETAIL = re.compile(r"^eval_(reward_std|rewards/.*/std|completions/|clip_ratio/|frac_reward_zero_std|kl$)")
 
 
 @dataclass
@@ -77,8 +79,8 @@ def array(values) -> np.ndarray:
 def curve_charts(runs: list[Run]) -> list[Chart]:
     """Loss, evaluation, learning rate, gradient norm, throughput and memory over optimizer steps; runs
     overlaid; guard events marked on every curve."""
-    charts = [loss_chart(runs)]
-    if any(k != "eval_loss" for run in runs for k in run.eval_keys()):
+    charts = [loss_chart(runs)] + reward_charts(runs)
+    if any(k != "eval_loss" and not ROLLOUT_DETAIL.match(k) for run in runs for k in run.eval_keys()):
         charts.append(eval_chart(runs))
     charts += [series_chart(runs, "lr", "learning rate", "learning rate"), grad_norm_chart(runs),
                series_chart(runs, "tokens_per_s", "throughput", "tokens / s")]
@@ -141,7 +143,7 @@ def eval_chart(runs: list[Run]) -> Chart:
     dashes = ("solid", "dot", "dashdot", "longdash")
     baselines_drawn: set[float] = set()
     for i, run in enumerate(runs):
-        keys = [k for k in run.eval_keys() if k != "eval_loss"]
+        keys = [k for k in run.eval_keys() if k != "eval_loss" and not ROLLOUT_DETAIL.match(k)]
         for j, key in enumerate(keys):
             steps, values = run.series(key, run.evals)
             fig.add_trace(_line(i, steps, values, _name(run, EVAL_LABELS.get(key, key), runs), mode="lines+markers",
@@ -158,6 +160,44 @@ def eval_chart(runs: list[Run]) -> Chart:
     return Chart("curve-eval", "evaluation", fig, over_steps=True)
 
 
+def reward_charts(runs: list[Run]) -> list[Chart]:
+    """stage grpo: the reward per step (the weighted sum and each function's mean, the held-out prompts' reward as
+    markers), the completions' length, and what says whether the policy can still learn: the KL to the reference,
+    the share of tokens whose ratio was clipped, of groups whose rewards were all equal, of completions cut at
+    max_completion_length. Nothing for a run that logged no reward."""
+    if not any(run.series("reward")[0] for run in runs):
+        return []
+    rewards = go.Figure(layout=base_layout("reward (training completions; held-out prompts as markers)", "reward"))
+    for i, run in enumerate(runs):
+        keys = ["reward"] + sorted({k for r in run.steps for k in r if k.startswith("rewards/") and k.endswith("/mean")})
+        for j, key in enumerate(keys):
+            steps, values = run.series(key)
+            name = "reward" if key == "reward" else key.removeprefix("rewards/").removesuffix("/mean")
+            rewards.add_trace(_line(i, steps, values, _name(run, name, runs),
+                                    line=dict(color=colour(i + j if len(runs) == 1 else i), width=2 if j == 0 else 1,
+                                              dash="solid" if j == 0 else "dot")))
+        eval_steps, eval_values = run.series("eval_reward", run.evals)
+        if eval_steps:
+            rewards.add_trace(_line(i, eval_steps, eval_values, _name(run, "held-out reward", runs),
+                                    mode="lines+markers", line=dict(color=colour(i), dash="dash", width=1.5)))
+        add_event_markers(rewards, run, i, *run.series("reward"), len(runs) > 1)
+    length = series_chart(runs, "completions/mean_length", "completion length", "tokens")
+    shares = go.Figure(layout=base_layout("KL to the reference, clipped tokens, groups without signal, completions "
+                                          "cut", "share / KL"))
+    dashes = {"kl": "solid", "clip_ratio/region_mean": "dash", "frac_reward_zero_std": "dot",
+              "completions/clipped_ratio": "dashdot"}
+    labels = {"kl": "KL", "clip_ratio/region_mean": "clipped tokens", "frac_reward_zero_std": "groups with equal rewards",
+              "completions/clipped_ratio": "cut at max_completion_length"}
+    for i, run in enumerate(runs):
+        for key, dash in dashes.items():
+            steps, values = run.series(key)
+            if steps:
+                shares.add_trace(_line(i, steps, values, _name(run, labels[key], runs),
+                                       line=dict(color=colour(i), dash=dash, width=1.5)))
+    return [Chart("curve-reward", "reward", rewards, over_steps=True), length,
+            Chart("curve-grpo", "policy", shares, over_steps=True)]
+
+
 def series_chart(runs: list[Run], key: str, title: str, y_title: str) -> Chart:
     fig = go.Figure(layout=base_layout(title, y_title))
     for i, run in enumerate(runs):
@@ -166,7 +206,7 @@ def series_chart(runs: list[Run], key: str, title: str, y_title: str) -> Chart:
         add_event_markers(fig, run, i, steps, values, len(runs) > 1)
     if key == "lr":
         fig.update_yaxes(exponentformat="e")
-    return Chart(f"curve-{key.replace('_', '-')}", title, fig, over_steps=True)
+    return Chart(f"curve-{re.sub(r'[^a-z0-9]+', '-', key)}", title, fig, over_steps=True)
 
 
 def grad_norm_chart(runs: list[Run]) -> Chart:

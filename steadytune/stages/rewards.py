@@ -56,7 +56,7 @@ class RewardFunction:
 # Built-ins
 # ---------------------------------------------------------------------------------------------------------
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?|-?\.\d+")
 _ANSWER_CUE = re.compile(r"(?:####|answer\s*(?:is)?\s*[:：]?)\s*(.+)", re.IGNORECASE)
 
 

@@ -1,0 +1,410 @@
+"""stage grpo on tiny models: TRL's own loss function on the same tensors, the loss variants against their
+definitions, the group advantages against TRL's, the reward functions (built-in and the user's own, and a run folder
+that may not name one), the decoder's sampling (keyed, batch-invariant, greedy = transformers' generate), a tiny
+model learning a reward, an exact resume, two processes matching one, evaluation on held-out prompts."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import types
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from steadytune.config import ConfigError, load_config
+from steadytune.eval.scoring import inference
+from steadytune.model.decode.complete import Decoder
+from steadytune.model.decode.sampling import SamplingParams, keyed_uniform, mix_key, sample_keyed
+from steadytune.model.tiny import build_model, build_tokenizer, save_tiny_model
+from steadytune.stages.grpo_losses import per_token_loss, summed_loss, units_of
+from steadytune.stages.rewards import (
+    accuracy_reward,
+    group_advantages,
+    load_reward_functions,
+    score,
+    without_user_functions,
+)
+from steadytune.train import run_training
+from steadytune.training.guard import GuardAbort
+from steadytune.training.monitor import read_metrics
+
+QUESTIONS = ["What is {a} plus {b}?", "Add {a} and {b}.", "Compute {a} + {b}."]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny qwen2 whose logits have some range (initializer_range 0.2: at 0.02 the 32-wide model's logits hardly
+    differ between tokens, so no reward could move its samples)."""
+    return save_tiny_model(tmp_path_factory.mktemp("models") / "qwen2", "qwen2", initializer_range=0.2)
+
+
+def prompts_dataset(folder: Path, n: int = 40) -> Path:
+    """alpaca prompts with a `solution` column (what the accuracy reward compares with), and a classification twin."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"instruction": QUESTIONS[i % 3].format(a=i, b=i % 7), "input": "", "output": str(i + i % 7),
+             "solution": str(i + i % 7)} for i in range(n)]
+    (folder / "sums.json").write_text(json.dumps(rows), encoding="utf-8")
+    reviews = [{"text": ("good product, happy" if i % 2 else "bad product, sad") + f" #{i}",
+                "label": "positive" if i % 2 else "negative"} for i in range(n)]
+    (folder / "reviews.json").write_text(json.dumps(reviews), encoding="utf-8")
+    info = {"sums": {"file_name": "sums.json"},
+            "reviews": {"file_name": "reviews.json", "formatting": "classification",
+                        "label_names": ["positive", "negative"], "prompt_template": "Review: {text}\nSentiment: "}}
+    (folder / "dataset_info.json").write_text(json.dumps(info), encoding="utf-8")
+    return folder
+
+
+def overrides(model: Path, data: Path, out: Path, **extra) -> list[str]:
+    base = {"model_name_or_path": str(model), "stage": "grpo", "dataset": "sums", "dataset_dir": str(data),
+            "template": "qwen", "cutoff_len": 128, "output_dir": str(out), "per_device_train_batch_size": 2,
+            "num_generations": 4, "max_completion_length": 4, "reward_funcs": "[format,length]",
+            "reward_format": r"^\s*[A-Za-z]", "learning_rate": 3e-2, "max_steps": 6, "logging_steps": 1,
+            "save_steps": 3, "lora_rank": 4, "warmup_steps": 0, "lr_scheduler_type": "constant", "seed": 1}
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+def train(args: list[str]):
+    return run_training(load_config(None, args), progress=False)
+
+
+def logged(out: Path) -> list[dict]:
+    return [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r and "event" not in r]
+
+
+# --- the loss: TRL's own function, and the definitions ------------------------------------------------------------
+
+def trl_compute_loss(logps, old, ref, advantages, mask, loss_type, beta, eps, eps_high, max_len, bias=True):
+    """TRL 1.16's GRPOTrainer._compute_loss itself, run on a stand-in trainer whose forward returns `logps`."""
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    accelerator = types.SimpleNamespace(num_processes=1, reduce=lambda t, reduction="sum": t, gather=lambda t: t,
+                                        gather_for_metrics=lambda t: t)
+    trainer = types.SimpleNamespace(
+        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token", beta=beta,
+        args=types.SimpleNamespace(use_bias_correction_kl=bias, delta=None, steps_per_generation=1),
+        loss_type=loss_type, epsilon_low=eps, epsilon_high=eps_high, use_vllm=False,
+        vllm_importance_sampling_correction=False, model=types.SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1, accelerator=accelerator, max_completion_length=max_len,
+        _entropy_bonus_enabled=False, aux_loss_enabled=False, _metrics={"train": defaultdict(list)})
+    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logps, torch.zeros_like(logps), None)
+    rows, width = logps.shape
+    inputs = {"prompt_ids": torch.zeros(rows, 1, dtype=torch.long), "prompt_mask": torch.ones(rows, 1, dtype=torch.long),
+              "completion_ids": torch.zeros(rows, width, dtype=torch.long), "completion_mask": mask,
+              "advantages": advantages, "old_per_token_logps": old, "ref_per_token_logps": ref,
+              "num_items_in_batch": mask.sum()}
+    return GRPOTrainer._compute_loss(trainer, None, inputs), trainer._metrics["train"]
+
+
+def fixed_tensors(seed: int = 0):
+    torch.manual_seed(seed)
+    logps = -torch.rand(4, 5) * 2
+    old = logps + torch.randn(4, 5) * 0.3   # another policy sampled them: ratios away from 1, so clipping bites
+    ref = logps + torch.randn(4, 5) * 0.2
+    advantages = torch.randn(4)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0]])
+    return logps, old, ref, advantages, mask
+
+
+def ours(logps, old, ref, advantages, mask, loss_type, beta, eps, eps_high, max_len, bias=True):
+    """Our loss on the same values, flattened to the answer tokens as token_logprobs lays them out."""
+    keep = mask.bool()
+    owner = torch.arange(mask.shape[0])[:, None].expand_as(mask)[keep]
+    flat = logps[keep]
+    loss, parts = per_token_loss(flat, old[keep], advantages[owner], ref[keep] if beta else None, beta, eps, eps_high,
+                                 bias)
+    total = summed_loss(loss, owner, mask.shape[0], loss_type, max_len)
+    return total / units_of(loss_type, mask.shape[0], int(keep.sum())), parts
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("beta,bias", [(0.0, True), (0.04, True), (0.04, False)])
+def test_loss_and_its_gradient_equal_trls_own_on_the_same_log_probs(loss_type, beta, bias):
+    logps, old, ref, advantages, mask = fixed_tensors()
+    theirs_in = logps.clone().requires_grad_()
+    theirs, metrics = trl_compute_loss(theirs_in, old, ref, advantages, mask, loss_type, beta, 0.2, 0.28, 8, bias)
+    theirs.backward()
+    mine_in = logps.clone().requires_grad_()
+    mine, parts = ours(mine_in, old, ref, advantages, mask, loss_type, beta, 0.2, 0.28, 8, bias)
+    mine.backward()
+    assert float(mine.detach()) == pytest.approx(float(theirs.detach()), rel=1e-6, abs=1e-7)
+    assert torch.allclose(mine_in.grad, theirs_in.grad, rtol=1e-5, atol=1e-7)
+    if beta:
+        assert float(parts["kl"].mean()) == pytest.approx(metrics["kl"][0], rel=1e-5)
+
+
+def test_loss_variants_equal_their_definitions():
+    """Written out from the papers on the same tensors: DeepSeekMath's per-sequence token mean (grpo), Dr. GRPO's
+    constant normaliser, DAPO's token-level mean; the clipped surrogate with DAPO's clip-higher and the k3 KL."""
+    logps, old, ref, advantages, mask = fixed_tensors(1)
+    eps, eps_high, beta, max_len = 0.2, 0.28, 0.1, 8
+
+    def token(i, t):
+        ratio = math.exp(logps[i, t] - old[i, t])
+        a = float(advantages[i])
+        surrogate = -min(ratio * a, min(max(ratio, 1 - eps), 1 + eps_high) * a)
+        d = float(ref[i, t] - logps[i, t])
+        return surrogate + beta * (math.exp(d) - d - 1) * ratio
+
+    rows = [[token(i, t) for t in range(5) if mask[i, t]] for i in range(4)]
+    expected = {"grpo": sum(sum(r) / len(r) for r in rows) / 4,
+                "dr_grpo": sum(sum(r) for r in rows) / (4 * max_len),
+                "dapo": sum(sum(r) for r in rows) / sum(len(r) for r in rows)}
+    for loss_type, value in expected.items():
+        got, _ = ours(logps, old, ref, advantages, mask, loss_type, beta, eps, eps_high, max_len)
+        assert float(got) == pytest.approx(value, rel=1e-5)
+
+
+def test_group_advantages_equal_trls():
+    from trl.trainer.utils import nanstd
+
+    torch.manual_seed(2)
+    per_function = torch.randn(12, 2)
+    per_function[3, 1] = float("nan")            # one function did not apply to one completion
+    per_function[5] = float("nan")               # no function applied: advantage 0
+    per_function[8:12, 0] = 1.0                  # a group whose first function gives equal rewards
+    per_function[8:12, 1] = 0.5
+    weights = [1.0, 0.5]
+    got = group_advantages(per_function, weights, 4, "group")
+    rewards = (per_function * torch.tensor(weights)).nansum(1)
+    rewards[torch.isnan(per_function).all(1)] = float("nan")
+    mean = torch.nanmean(rewards.view(-1, 4), dim=1).repeat_interleave(4)
+    std = nanstd(rewards.view(-1, 4), dim=1).repeat_interleave(4)
+    expected = torch.nan_to_num((rewards - mean) / (std + 1e-4), nan=0.0)
+    assert torch.allclose(got.advantages, expected, atol=1e-6)
+    assert got.advantages[5] == 0.0
+    assert got.std_zero.tolist() == [False] * 8 + [True] * 4
+    unscaled = group_advantages(per_function, weights, 4, "none")
+    assert torch.allclose(unscaled.advantages, torch.nan_to_num(rewards - mean, nan=0.0), atol=1e-6)
+    batch = group_advantages(per_function, weights, 4, "batch")
+    assert torch.allclose(batch.advantages, torch.nan_to_num((rewards - mean) / (nanstd(rewards) + 1e-4), nan=0.0),
+                          atol=1e-6)
+
+
+# --- rewards ------------------------------------------------------------------------------------------------------
+
+def test_accuracy_reads_the_final_answer_numerically_or_as_text():
+    completions = ["2 + 3 = 5", "so the answer is 5.", "\\boxed{5.0}", "it is 6", "#### 1,234", "Paris!", "paris",
+                   "I think 3/4", "no number"]
+    references = ["5", "5", "5", "5", "1234", "Paris", "The answer: Paris", "0.75", "7"]
+    got = accuracy_reward(prompts=[""] * 9, completions=completions, reference=references)
+    assert got == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+    # the solution column wins over the row's own answer; no reference at all: None (left out of the mean)
+    assert accuracy_reward(prompts=["", ""], completions=["7", "7"], reference=["5", None],
+                           solution=["#### 7", None]) == [1.0, None]
+
+
+def write_reward_module(folder: Path, name: str, body: str) -> None:
+    (folder / f"{name}.py").write_text(body, encoding="utf-8")
+
+
+def test_built_in_and_user_rewards_with_weights(tmp_path, monkeypatch):
+    write_reward_module(tmp_path, "my_rewards", "def shouty(prompts, completions, **columns):\n"
+                        "    return [float(c.isupper()) if columns['solution'][i] else None "
+                        "for i, c in enumerate(completions)]\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["stage=grpo", "reward_funcs=[format,length,my_rewards:shouty,label]",
+                             "reward_weights=[1,2,0.5,1]", r"reward_format=^A", "max_completion_length=4",
+                             "length_target=2"])
+    functions = load_reward_functions(cfg.method, ["yes", "no"])
+    assert [f.name for f in functions] == ["format", "length", "shouty", "label"]
+    assert [f.weight for f in functions] == [1.0, 2.0, 0.5, 1.0]
+    got = score(functions, ["p", "p", "p"], ["ABC", "abc", "yes it is"], [[1, 2], [1, 2, 3, 4], [1]],
+                [{"solution": "x", "label": "no"}, {"solution": None, "label": "no"}, {"solution": "y", "label": "yes"}],
+                [None, None, None])
+    expected = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 0.5, float("nan"), 0.0], [0.0, 0.75, 0.0, 1.0]])
+    assert torch.allclose(got, expected, equal_nan=True)
+    # a file path works as well as a module on the path
+    by_path = load_config(None, ["stage=grpo", f"reward_funcs=[{tmp_path / 'my_rewards.py'}:shouty]"])
+    assert load_reward_functions(by_path.method, None)[0].name == "shouty"
+
+
+def test_reward_errors_name_the_entry(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_reward_module(tmp_path, "broken", "raise RuntimeError('boom')\n")
+    write_reward_module(tmp_path, "short", "def f(prompts, completions, **kw):\n    return [1.0]\n")
+    cases = {"[nope]": "unknown reward 'nope'", "[broken:f]": "importing broken failed: RuntimeError: boom",
+             "[short:g]": "short has no g", "[label]": "label needs classification data"}
+    for funcs, message in cases.items():
+        cfg = load_config(None, ["stage=grpo", f"reward_funcs={funcs}"])
+        with pytest.raises(ConfigError, match=message):
+            load_reward_functions(cfg.method, None)
+    cfg = load_config(None, ["stage=grpo", "reward_funcs=[short:f]"])
+    with pytest.raises(ValueError, match="returned 1 rewards for 2 completions"):
+        score(load_reward_functions(cfg.method, None), ["a", "b"], ["a", "b"], [[1], [1]], [{}, {}], [None, None])
+    with pytest.raises(ConfigError, match="stage grpo needs a list of reward functions"):
+        load_config(None, ["stage=grpo"])
+    with pytest.raises(ConfigError, match="reward_weights: one number per reward function"):
+        load_config(None, ["stage=grpo", "reward_funcs=[format,length]", "reward_weights=[1]"])
+    with pytest.raises(ConfigError, match="max_tokens_per_batch: stage grpo does not support"):
+        load_config(None, ["stage=grpo", "reward_funcs=format", "max_tokens_per_batch=512"])
+
+
+def test_a_run_folder_never_names_reward_code(tiny, tmp_path, capsys):
+    """A run folder's (or an archive's) run_config.yaml that names module:function: chat, predict, export and serve
+    read it through load_run_config, which keeps the built-in rewards and drops the code, saying so; the module is
+    never imported (its marker file does not appear). The studio's "from a run" does the same."""
+    from steadytune.infer.loading import load_run_config
+    from steadytune.studio.form import from_run
+
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil_rewards.py"
+    evil.write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef f(prompts, completions, **kw):\n"
+                    "    return [1.0] * len(completions)\n", encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run_config.yaml").write_text(
+        f"stage: grpo\nmodel_name_or_path: {tiny}\nreward_funcs: [format, {evil}:f]\nreward_weights: [1.0, 3.0]\n",
+        encoding="utf-8")
+    cfg = load_run_config(run, [], str(run))
+    assert cfg.method.reward_funcs == ["format"] and cfg.method.reward_weights == [1.0]
+    assert "names reward functions of its own" in capsys.readouterr().err
+    source = from_run("run", run, None, set())
+    assert source.raw["reward_funcs"] == ["format"] and any("left out" in n for n in source.notes)
+    # the user's own command line may name it (and then it is theirs to trust)
+    mine = load_run_config(run, [f"reward_funcs=[{evil}:f]", "reward_weights=[2.0]"], str(run))
+    assert mine.method.reward_funcs == [f"{evil}:f"]
+    assert not marker.exists()
+    assert without_user_functions("accuracy,m:f", None) == (["accuracy"], None, ["m:f"])
+
+
+# --- generation -------------------------------------------------------------------------------------------------
+
+def test_keyed_sampling_is_the_distribution_and_does_not_depend_on_the_batch():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.0, 0.15, 0.05]))
+    keys = torch.tensor([mix_key(7, i) for i in range(20000)])
+    drawn = sample_keyed(logits.expand(20000, 5), SamplingParams(max_tokens=1), keys, 3)
+    share = torch.bincount(drawn, minlength=5).float() / 20000
+    assert torch.allclose(share, torch.tensor([0.5, 0.3, 0.0, 0.15, 0.05]), atol=0.015)
+    nucleus = sample_keyed(logits.expand(20000, 5), SamplingParams(max_tokens=1, top_p=0.7), keys, 3)
+    assert set(nucleus.tolist()) == {0, 1}
+    assert torch.equal(sample_keyed(logits.expand(4, 5), SamplingParams(max_tokens=1), keys[10:14], 3), drawn[10:14])
+    u = keyed_uniform(keys[:2], 0, 1000)
+    assert 0 < float(u.min()) and float(u.max()) < 1 and abs(float(u.mean()) - 0.5) < 0.03
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "gemma3"])
+def test_decoder_greedy_equals_generate_and_sampling_is_batch_invariant(kind):
+    from peft import LoraConfig, get_peft_model
+
+    tokenizer = build_tokenizer()
+    model = get_peft_model(build_model(kind, tokenizer, initializer_range=0.2),
+                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    prompts = [tokenizer("hello world")["input_ids"], tokenizer("The capital of France is")["input_ids"], [5, 6, 7]]
+    decoder = Decoder(model, tokenizer.pad_token_id)
+    stops = [tokenizer.eos_token_id]
+    with inference(model):
+        greedy = decoder.generate(prompts, 10, SamplingParams(max_tokens=10, temperature=0.0), stops, [0, 1, 2])
+        for ids, prompt in zip(greedy.ids, prompts):
+            out = model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=10, do_sample=False,
+                                 eos_token_id=stops[0], pad_token_id=tokenizer.pad_token_id)
+            assert ids == out[0, len(prompt):].tolist()[:len(ids)]
+        keys = [mix_key(1, i) for i in range(6)]
+        together = decoder.generate(prompts * 2, 10, SamplingParams(max_tokens=10), stops, keys)
+        alone = [decoder.generate([p], 10, SamplingParams(max_tokens=10), stops, [k]).ids[0]
+                 for p, k in zip(prompts * 2, keys)]
+    assert together.ids == alone
+    assert together.ids[:3] != together.ids[3:]   # other keys, other completions of the same prompts
+
+
+# --- training -----------------------------------------------------------------------------------------------------
+
+def test_a_tiny_model_learns_the_format_reward(tiny, tmp_path):
+    """A one-token bandit: the completion should start with a letter. From the random start (~40% of completions)
+    the reward rises over 40 steps (seeds 1-3 all end 0.26-0.54 higher); the metrics and the report carry it."""
+    data = prompts_dataset(tmp_path / "data")
+    out = tmp_path / "learn"
+    result = train(overrides(tiny, data, out, max_steps=40, per_device_train_batch_size=4, num_generations=8,
+                             max_completion_length=1, reward_funcs="[format]", save_steps=1000, learning_rate=5e-2))
+    rewards = [r["reward"] for r in logged(out)]
+    assert len(rewards) == 40 and len(result.losses) == 40
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert last > first + 0.2, rewards
+    record = logged(out)[-1]
+    for key in ("reward_std", "rewards/format/mean", "rewards/format/std", "completions/mean_length",
+                "completions/clipped_ratio", "frac_reward_zero_std", "clip_ratio/region_mean"):
+        assert key in record
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="curve-reward"' in page and 'id="curve-grpo"' in page
+
+
+def test_resume_reproduces_the_uninterrupted_run(tiny, tmp_path):
+    """Weights, optimizer, data position and the completions' keys: the resumed steps are the straight run's, KL
+    and all (beta > 0: the reference is the model with its adapter off)."""
+    data = prompts_dataset(tmp_path / "data")
+    extra = dict(beta=0.05, gradient_accumulation_steps=2, loss_type="grpo")
+    straight = train(overrides(tiny, data, tmp_path / "straight", **extra))
+    out = tmp_path / "resumed"
+    train(overrides(tiny, data, out, **extra))
+    resumed = train(overrides(tiny, data, out, resume_from_checkpoint=str(out / "checkpoint-3"), **extra))
+    assert resumed.losses == pytest.approx(straight.losses[3:], rel=1e-6, abs=1e-9)
+    a, b = logged(tmp_path / "straight"), logged(out)
+    assert [r["reward"] for r in b] == pytest.approx([r["reward"] for r in a])
+    assert [r["kl"] for r in b] == pytest.approx([r["kl"] for r in a], rel=1e-5)
+    assert any(r["kl"] > 0 for r in a)
+
+
+def test_two_processes_match_one(tiny, tmp_path):
+    """DDP on two CPU processes (gloo): the same prompts per step, the same completions (keyed by example, not by
+    rank), the group advantages, and the loss normalised over both ranks' completion tokens (dapo)."""
+    from test_distributed import losses, run_cli
+
+    data = prompts_dataset(tmp_path / "data")
+    common = dict(max_steps=3, save_steps=1000, loss_type="dapo", beta=0.02)
+    single = train(overrides(tiny, data, tmp_path / "one", gradient_accumulation_steps=2, **common))
+    done = run_cli(overrides(tiny, data, tmp_path / "two", **common) + ["--nproc", "2"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "world size 2" in done.stdout and "per rank 2 x 1 accumulation; x 2 ranks = 4 examples" in done.stdout
+    assert losses(tmp_path / "two") == pytest.approx(single.losses, rel=1e-4, abs=1e-7)
+    one, two = logged(tmp_path / "one"), logged(tmp_path / "two")
+    for a, b in zip(one, two):
+        for key in ("reward", "reward_std", "completions/mean_length", "kl"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), key
+
+
+def test_held_out_prompts_are_scored_during_training_and_by_eval(tiny, tmp_path):
+    """eval_reward and the functions' means on the held-out split at each evaluation; `steadytune eval` on the saved
+    adapter scores the same prompts with the same functions (the same keys: the same completions)."""
+    from steadytune.evaluate import evaluate_saved
+
+    data = prompts_dataset(tmp_path / "data")
+    out = tmp_path / "eval"
+    args = overrides(tiny, data, out, val_size=0.2, eval_strategy="steps", eval_steps=3, max_steps=3,
+                     reward_funcs="[accuracy,format]", per_device_eval_batch_size=4)
+    train(args)
+    evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval_reward" in r]
+    assert [r["step"] for r in evals] == [3]
+    assert {"eval_loss", "eval_rewards/accuracy/mean", "eval_rewards/format/mean"} <= set(evals[0])
+    results = evaluate_saved(load_config(None, args))
+    assert results["eval_examples"] == 8
+    assert results["eval_reward"] == pytest.approx(evals[0]["eval_reward"], abs=1e-6)
+    assert json.loads((out / "eval_results.json").read_text())["eval_reward"] == results["eval_reward"]
+
+
+def test_classification_prompts_with_the_label_reward(tiny, tmp_path):
+    data = prompts_dataset(tmp_path / "data")
+    out = tmp_path / "labels"
+    train(overrides(tiny, data, out, dataset="reviews", reward_funcs="[label]", max_steps=2, save_steps=1000))
+    record = logged(out)[-1]
+    assert 0.0 <= record["rewards/label/mean"] <= 1.0
+    config = (out / "run_config.yaml").read_text(encoding="utf-8")
+    assert "label_names:\n- positive\n- negative" in config
+
+
+def test_guard_judges_only_non_finite_values_for_grpo(tiny, tmp_path):
+    from steadytune.train import judge_grad_spikes, judge_loss_spikes
+
+    cfg = load_config(None, ["stage=grpo", "reward_funcs=format"])
+    assert judge_loss_spikes(cfg) is False and judge_grad_spikes(cfg) is False
+    assert "centred on 0" in cfg.decisions["loss_spikes"]["reason"]
+    data = prompts_dataset(tmp_path / "data")
+    out = tmp_path / "nan"
+    with pytest.raises(GuardAbort):
+        train(overrides(tiny, data, out, guard_policy="abort", max_steps=3, **{"fault_injection.nan_loss_step": 2}))
+    events = [r for r in read_metrics(out / "metrics.jsonl") if r.get("event") == "guard"]
+    assert events and events[0]["kind"] == "nonfinite_loss"
+    shutil.rmtree(out, ignore_errors=True)
