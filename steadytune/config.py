@@ -80,6 +80,16 @@ class ModelArguments:
     vllm_enforce_eager: bool = _opt(False, "vLLM: no CUDA graphs.")
     vllm_max_lora_rank: int = _opt(32, "vLLM: the largest LoRA rank it can serve.", minimum=1)
     vllm_config: Optional[dict] = _opt(None, "vLLM: further engine arguments, e.g. {max_num_batched_tokens: 8192}.")
+    # QLoRA (LLaMA-Factory's keys and defaults, hparams/model_args.py QuantizationArguments): the frozen base's
+    # linear layers quantised on load by bitsandbytes; see model/quantize.py and docs/training.md#qlora.
+    quantization_bit: Optional[int] = _opt(None, "QLoRA: quantise the frozen base's linear layers to 4 or 8 bits on load "
+                                           "(bitsandbytes); LoRA trains on top. Unset: no quantisation.", choices=(4, 8))
+    quantization_method: str = _opt("bnb", "QLoRA: the on-the-fly quantisation library; bnb (bitsandbytes) only.",
+                                    choices=("bnb",))
+    quantization_type: str = _opt("nf4", "QLoRA 4-bit: the data type, nf4 (normal float, QLoRA's) or fp4.",
+                                  choices=("nf4", "fp4"))
+    double_quantization: bool = _opt(True, "QLoRA 4-bit: quantise the quantisation constants too (~0.4 bits a "
+                                     "parameter less, QLoRA's double quantisation).")
 
 
 @dataclass
@@ -203,6 +213,7 @@ class TrainArguments:
     save_total_limit: Optional[int] = _opt(None, "Keep at most this many checkpoints (oldest deleted first).", minimum=1)
     save_only_model: bool = _opt(False, "LLaMA-Factory key; checkpoints here always hold what a resume needs.")
     eval_strategy: str = _opt("no", "When to evaluate: no, steps, epoch.", choices=("no", "steps", "epoch"))
+    eval_on_start: bool = _opt(False, "Evaluate once before the first step (transformers' key): the starting point of the evaluation curves (grpo: the zero-shot reward).")
     eval_steps: Optional[float] = _opt(None, "Evaluate every N optimizer steps (eval_strategy: steps; default logging_steps); below 1, a share of the run's steps (0.25: four evaluations), as transformers reads it.", minimum=0.0, exclusive_min=True)
     metric_for_best_model: Optional[str] = _opt(None, "Keep the checkpoint with the best value of this eval metric (eval_loss, accuracy, macro_f1).")
     resume_from_checkpoint: Union[None, bool, str] = _opt(None, "true: resume from the latest checkpoint in output_dir; or a checkpoint folder.")
@@ -337,10 +348,8 @@ KEY_TO_SECTION["guard_policy"] = "guard"
 # Keys of LLaMA-Factory (and HF TrainingArguments) for features steadytune does not have. They fail loudly:
 # silently ignoring e.g. `quantization_bit` would train something other than what the user asked for.
 UNSUPPORTED_KEYS = {
-    "quantization_bit": "quantised (QLoRA) training is not supported; train LoRA on a bf16/fp32 base",
-    "quantization_method": "quantised training is not supported",
-    "double_quantization": "quantised training is not supported",
-    "quantization_type": "quantised training is not supported",
+    "quantization_device_map": "device_map: auto (layers spread over GPUs and the CPU) is not supported; a quantised "
+                               "base loads whole onto this process's device",
     "reward_model": "stage: ppo is not supported (train a reward model with stage: rm)",
     "reward_model_adapters": "stage: ppo is not supported",
     "reward_model_type": "stage: ppo is not supported",
@@ -417,6 +426,11 @@ UNSUPPORTED_VALUES = {
     ("finetuning_type", "oft"): "finetuning_type: oft is not supported; use lora or full",
     ("infer_backend", "sglang"): "infer_backend: sglang is not supported; use huggingface or vllm",
     ("infer_backend", "ktransformers"): "infer_backend: ktransformers is not supported; use huggingface or vllm",
+    # LLaMA-Factory's other on-the-fly methods (hqq, eetq) and the pre-quantised checkpoint kinds: bitsandbytes only
+    # here (a pre-quantised checkpoint is refused at load, naming its quant_method: model/load.py).
+    **{("quantization_method", m): f"quantization_method: {m} is not supported; quantization_method: bnb "
+                                   "(bitsandbytes, 4 or 8 bits) quantises on load" for m in
+       ("hqq", "eetq", "gptq", "awq", "aqlm", "quanto", "mxfp4", "fp8")},
 }
 
 
@@ -512,8 +526,18 @@ def translate_v1(raw: dict, where: str) -> tuple[dict, list[tuple[str, Any, str]
         if kernel["name"] != "liger_kernel" or set(kernel) != {"name"}:
             refuse(f"kernel_config: {kernel['name']}", "kernels other than liger_kernel are not supported")
         put("use_liger_kernel", True, "kernel_config liger_kernel -> use_liger_kernel: true")
-    if _plugin(raw, "quant_config", where) is not None:
-        refuse("quant_config", "quantised (QLoRA) training is not supported; train LoRA on a bf16/fp32 base")
+    quant = _plugin(raw, "quant_config", where)
+    if quant is not None:
+        # v1's quantisation plugin: bnb (or auto, which picks bnb for an unquantised model) with quantization_bit.
+        if quant["name"] not in ("bnb", "auto"):
+            refuse(f"quant_config: {quant['name']}", "on-the-fly quantisation is bitsandbytes only (name: bnb)")
+        put("quantization_method", "bnb", f"quant_config {quant['name']} -> quantization_method: bnb")
+        for key, value in quant.items():
+            if key == "name":
+                continue
+            if key not in ("quantization_bit", "quantization_type", "double_quantization"):
+                refuse(f"quant_config.{key}", "a quantisation setting steadytune does not have")
+            put(key, value, f"quant_config.{key} -> {key}")
     dist = _plugin(raw, "dist_config", where)
     if dist is not None:
         if dist["name"] == "fsdp2":
@@ -963,6 +987,10 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         t.gradient_checkpointing = False
     if t.bf16 is True and t.fp16 is True:
         raise ConfigError(f"{where}: bf16 and fp16 are both true; choose one")
+    if cfg.model.quantization_bit is not None and m.finetuning_type != "lora":
+        # As in LLaMA-Factory: quantised weights are frozen by construction; only adapters on top can train.
+        raise ConfigError(f"{where}: quantization_bit: {cfg.model.quantization_bit} needs finetuning_type: lora "
+                          f"(got {m.finetuning_type}: a quantised base cannot be trained in full)")
     if t.eval_strategy == "steps" and t.eval_steps is None:
         t.eval_steps = t.logging_steps
     if t.eval_steps is not None and t.eval_steps >= 1:

@@ -55,12 +55,15 @@ from steadytune.errors import CheckpointError, RunInterrupted, UserError, descri
 from steadytune.evaluate import evaluate_saved
 from steadytune.hardware.backend import detect
 from steadytune.hardware.policy import choose_attention, choose_precision, fallback_precision
+from steadytune.hardware.quantization import bitsandbytes_status, choose_compute_dtype
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.attention import plan_packing
 from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
 from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
+from steadytune.model.quantize import DTYPES as QUANT_DTYPES
+from steadytune.model.quantize import is_quantized, record_quantization
 from steadytune.report.record import write_data_stats, write_run_report
 from steadytune.stages.base import Stage
 from steadytune.stages.objectives import pop_metrics
@@ -348,7 +351,9 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     resume_candidates = vet_resume(cfg, start.resume_candidates, world,
                                    token_budget=uses_token_budget(cfg, packing))
     accelerator, trackers = start_accelerator(cfg, folder, shard_plan, precision, info, world, force)
-    model, tokenizer = build_model(cfg, stage, preloaded, tokenizer, precision, attn, shard_plan, accelerator)
+    compute_dtype = plan_quantization(cfg, info, precision, shard_plan)
+    model, tokenizer = build_model(cfg, stage, preloaded, tokenizer, precision, attn, shard_plan, accelerator,
+                                   compute_dtype)
     trainable, total = count_parameters(model)
     batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator)
     speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
@@ -432,10 +437,34 @@ def start_accelerator(cfg: RunConfig, folder: RunFolder, shard_plan, precision: 
     return accelerator, trackers
 
 
+def plan_quantization(cfg: RunConfig, info, precision: str, shard_plan) -> torch.dtype | None:
+    """QLoRA (quantization_bit): bitsandbytes usable here (hardware/quantization.py: installed, at least this
+    backend's and GPU's floor), the dtype its layers compute in; None without quantization_bit. Checked before any
+    weights load; what bitsandbytes rules out among the speed features is applied by the speed plan."""
+    bits = cfg.model.quantization_bit
+    if bits is None:
+        return None
+    gpu = info.primary
+    status = bitsandbytes_status(info.backend, gpu.arch if gpu is not None else None)
+    if not status.usable:
+        raise UserError(f"quantization_bit: {bits} needs bitsandbytes here: {status.why}; {status.fix}")
+    if shard_plan.sharded:
+        # DeepSpeed and FSDP wrap and flatten parameters of one dtype (even on one process); bitsandbytes' packed
+        # uint8 weights carry their quantisation state beside them (LLaMA-Factory's FSDP+QLoRA stores them in the
+        # compute dtype, bnb_4bit_quant_storage; not done here).
+        raise UserError(f"quantization_bit: {bits} with {shard_plan.label} ({shard_plan.why}) is not supported; train "
+                        "a quantised base without the deepspeed / fsdp keys (LLaMA-Factory v1: dist_config): on one "
+                        "GPU, or with DDP (--nproc)")
+    compute, why = choose_compute_dtype(precision)
+    cfg.decide("bitsandbytes", status.installed, status.why)
+    cfg.decide("bnb_compute_dtype", compute, why)
+    return QUANT_DTYPES[compute]
+
+
 def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: str, attn: str, shard_plan,
-                accelerator):
+                accelerator, compute_dtype: torch.dtype | None = None):
     """The base model (in the compute dtype) with LoRA attached, or an existing adapter to continue, or every
-    weight open for full fine-tuning."""
+    weight open for full fine-tuning. `compute_dtype`: a quantised base's (plan_quantization)."""
     # Frozen base weights in the compute dtype halve memory (unless lora_base_dtype keeps an fp32 copy);
     # trainable (LoRA) weights stay fp32 so small updates are not rounded away (attach_adapter casts them).
     base_dtype = choose_base_dtype(cfg, precision)
@@ -444,7 +473,10 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
     else:
         model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=base_dtype, attn_implementation=attn,
                                                     device=sharding.model_device(shard_plan, accelerator),
-                                                    tokenizer=tokenizer, task=stage.model_task)
+                                                    tokenizer=tokenizer, task=stage.model_task,
+                                                    compute_dtype=compute_dtype)
+    if is_quantized(model):
+        record_quantization(model, cfg.model, str(compute_dtype).replace("torch.", ""), cfg.decide)
     if cfg.model.adapter_name_or_path and cfg.method.finetuning_type == "lora":
         # Continue training an existing adapter (LLaMA-Factory's adapter_name_or_path) instead of a fresh one.
         model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True,
@@ -761,7 +793,10 @@ def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> 
     """A base model the caller loaded (demo: for zero-shot scoring) made ready for training in place: moved to
     the training dtype and device (a no-op when they match, parameter by parameter otherwise, so the weights are
     never held twice) and switched to the attention implementation training needs (packing: varlen)."""
-    model.to(device=device, dtype=dtype)
+    if is_quantized(model):   # bitsandbytes' layers are on their device already and cannot change dtype
+        model.to(device=device)
+    else:
+        model.to(device=device, dtype=dtype)
     if getattr(model.config, "_attn_implementation", None) != attn_implementation:
         model.set_attn_implementation(attn_implementation)
     return model
@@ -793,6 +828,10 @@ def fit(run: Run) -> Outcome:
     guard.maybe_snapshot(state.global_step, run.live)  # guard: the starting state is the first good state
     run.stop.in_loop = True
     run.watchdog.start()  # a step that stalls past hang_timeout stops the run with every rank's stacks on disk
+    if t.eval_on_start and state.global_step == 0 and run.data.eval:  # a resumed run has its step-0 row already
+        results = run.stage.evaluate(cfg, run.accelerator, run.objective, run.data, run.tokenizer, run.device)
+        run.metrics.write({"step": 0, **results})
+        run.trackers.log({"step": 0, **results})
     try:
         while state.global_step < run.total_steps:
             run.watchdog.beat(state.global_step + 1)

@@ -374,14 +374,14 @@ def test_held_out_prompts_are_scored_during_training_and_by_eval(tiny, tmp_path)
     data = prompts_dataset(tmp_path / "data")
     out = tmp_path / "eval"
     args = overrides(tiny, data, out, val_size=0.2, eval_strategy="steps", eval_steps=3, max_steps=3,
-                     reward_funcs="[accuracy,format]", per_device_eval_batch_size=4)
+                     reward_funcs="[accuracy,format]", per_device_eval_batch_size=4, eval_on_start=True)
     train(args)
     evals = [r for r in read_metrics(out / "metrics.jsonl") if "eval_reward" in r]
-    assert [r["step"] for r in evals] == [3]
-    assert {"eval_loss", "eval_rewards/accuracy/mean", "eval_rewards/format/mean"} <= set(evals[0])
+    assert [r["step"] for r in evals] == [0, 3]   # eval_on_start: the starting point of the curve
+    assert {"eval_loss", "eval_rewards/accuracy/mean", "eval_rewards/format/mean"} <= set(evals[-1])
     results = evaluate_saved(load_config(None, args))
     assert results["eval_examples"] == 8
-    assert results["eval_reward"] == pytest.approx(evals[0]["eval_reward"], abs=1e-6)
+    assert results["eval_reward"] == pytest.approx(evals[-1]["eval_reward"], abs=1e-6)
     assert json.loads((out / "eval_results.json").read_text())["eval_reward"] == results["eval_reward"]
 
 
