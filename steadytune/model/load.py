@@ -27,6 +27,7 @@ from torch import nn
 from steadytune.config import ModelArguments
 from steadytune.errors import UserError
 from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE, auto_model_class
+from steadytune.model.quantize import quantized_load_kwargs
 from steadytune.model.saved_weights import _read_json
 
 logger = logging.getLogger(__name__)
@@ -218,8 +219,11 @@ def load_tokenizer(model_args: ModelArguments):
 
 def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtype = torch.float32,
                              attn_implementation: str = "sdpa", device: Optional[torch.device] = None,
-                             tokenizer=None, task: str = CAUSAL_LM):
+                             tokenizer=None, task: str = CAUSAL_LM, compute_dtype: Optional[torch.dtype] = None):
     """-> (model, tokenizer) on `device`, weights in `torch_dtype`; tokenizer pads on the right.
+
+    With `quantization_bit` in `model_args`, bitsandbytes quantises the linear layers as they load onto `device`
+    (model/quantize.py); they compute in `compute_dtype` (default `torch_dtype`), the rest stays in `torch_dtype`.
 
     `attn_implementation` comes from hardware.choose_attention (which already raised AttentionUnavailable
     for an fa2 that does not run). A tokenizer from load_tokenizer may be passed in. `task`: CAUSAL_LM, or
@@ -232,6 +236,7 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
         # Pickle weights can run code as they are read: transformers may take them only when the user opted in.
         safetensors_only = None if model_args.allow_pickle_weights else True
         extra = {"num_labels": 1} if task == SEQUENCE_SCORE else {}
+        extra.update(quantized_load_kwargs(model_args, compute_dtype or torch_dtype, device))
         model = auto_model_class(task).from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
                                                        use_safetensors=safetensors_only, **common, **extra)
     except (OSError, ValueError) as e:
@@ -254,7 +259,7 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
     forget_gguf_quantization(model)
     _check_tokenizer_fits(tokenizer, model, path)
     set_padding(tokenizer, model)
-    if device is not None:
+    if device is not None and model_args.quantization_bit is None:   # a quantised base loaded onto it already
         model.to(device)
     return model, tokenizer
 

@@ -12,6 +12,7 @@ from steadytune.config import RunConfig, lf_checkpointing_note
 from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_static_status
 from steadytune.hardware.memory import choose_gradient_checkpointing
+from steadytune.hardware.quantization import speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
@@ -34,6 +35,9 @@ def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
         # kto's answers and KL pairs go through two forwards of different shapes, and its objective records metrics
         # as it computes: dynamic shapes, no CUDA graph. (dpo and rm compute into fixed pair slots: graphable.)
         blockers["stage"] = "stage kto records its metrics inside the step"
+    quantized = speed_blockers(cfg.model.quantization_bit).get("cuda_graphs")
+    if quantized:
+        blockers["quantization"] = quantized
     if cfg.method.stage == "grpo":
         blockers["stage"] = ("stage grpo trains on completions generated each step, whose lengths vary (its "
                              "generation has CUDA graphs of its own: model/decode/)")
@@ -54,14 +58,22 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
     if static_ok[0] and attention in ("varlen", "sdpa"):
         shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)
+    compile_asked, no_compile = t.torch_compile, speed_blockers(cfg.model.quantization_bit).get("torch_compile")
+    if no_compile and compile_asked:
+        raise UserError(f"torch_compile: true, but {no_compile}: the compiler breaks its graph at every such matmul; "
+                        "set torch_compile: false (or quantization_bit: 4)")
+    if no_compile:
+        compile_asked = False
     try:
         hooks = world_size > 1 and not (shard_plan is not None and shard_plan.flat_gradients)
         plan = plan_speed(info.backend, attention, micro_batches, world_size, precision, gradient_hooks=hooks,
-                          compile_asked=t.torch_compile, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
+                          compile_asked=compile_asked, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
                           blockers=graph_blockers(cfg, fsdp), static_ok=static_ok,
                           static_fill=shape.fill if shape else None)
     except SpeedUnavailable as e:
         raise UserError(str(e)) from None
+    if no_compile:
+        plan.reasons["torch_compile"] = f"off: {no_compile}"
     if plan.static_shapes:
         batches.use_static_shape(shape)
         plan.reasons["static_shapes"] += f" ({shape.describe()})"

@@ -1,0 +1,143 @@
+"""A quantised base (QLoRA): loading it through transformers' BitsAndBytesConfig, what stays in higher precision,
+and dequantising it again for a merge.
+
+What is quantised: every linear layer of the decoder (attention and MLP projections): transformers' bitsandbytes
+quantizer converts each nn.Linear except the output head (its default skip list), and the embeddings are no Linear.
+What stays in higher precision, in the dtype the base loads in (the run's compute dtype: bf16 on a bf16 GPU, fp32 on
+a CPU): the embeddings, the output head, every norm and bias. LoRA's own A/B weights are fp32 (model/lora.py), as in
+every LoRA run.
+
+Decided against peft's `prepare_model_for_kbit_training`: it casts every weight that is not quantised to fp32. For a
+Qwen2.5-7B shape that is the embeddings and the untied head, 1.09 B parameters: +2.0 GiB over bf16, an eighth of a
+16 GB card, for norms and a head that our bf16 LoRA runs already train with in bf16 under autocast (RMSNorm computes
+its variance in fp32 inside transformers' layers either way). The other things it does are done here or by the
+recipe: the base is frozen (peft freezes it), and with gradient checkpointing the inputs require grad
+(training/speed_plan.enable_gradient_checkpointing).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from steadytune.config import ModelArguments
+from steadytune.errors import UserError
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def describe_quantization(model_args: ModelArguments) -> str:
+    """'4-bit nf4 with double quantisation' / '8-bit (LLM.int8)'."""
+    if model_args.quantization_bit == 8:
+        return "8-bit (LLM.int8)"
+    double = "with" if model_args.double_quantization else "without"
+    return f"4-bit {model_args.quantization_type} {double} double quantisation"
+
+
+def bnb_config(model_args: ModelArguments, compute_dtype: torch.dtype):
+    """transformers' BitsAndBytesConfig for LLaMA-Factory's keys (quantization_bit, quantization_type,
+    double_quantization), the compute dtype chosen by the hardware policy (hardware/quantization.py)."""
+    from transformers import BitsAndBytesConfig
+
+    if model_args.quantization_bit == 8:
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=model_args.quantization_type,
+                              bnb_4bit_use_double_quant=model_args.double_quantization,
+                              bnb_4bit_compute_dtype=compute_dtype,
+                              # the packed weights' storage dtype; uint8 is bitsandbytes' own (FSDP would need it
+                              # equal to the compute dtype: several processes with FSDP are refused with a base
+                              # quantised, see train.check_quantized_sharding)
+                              bnb_4bit_quant_storage=torch.uint8)
+
+
+def quantized_load_kwargs(model_args: ModelArguments, compute_dtype: torch.dtype,
+                          device: Optional[torch.device]) -> dict:
+    """from_pretrained's extra arguments for a quantised base ({} without quantization_bit): bitsandbytes quantises
+    each weight as it is loaded onto the device, so the full-precision base never sits whole in the GPU's memory."""
+    if model_args.quantization_bit is None:
+        return {}
+    check_bitsandbytes_imports()
+    where = device if device is not None else torch.device("cpu")
+    return {"quantization_config": bnb_config(model_args, compute_dtype), "device_map": {"": where}}
+
+
+def check_bitsandbytes_imports() -> None:
+    """bitsandbytes imports here (its native library loads), or one line saying why and what to run."""
+    try:
+        import bitsandbytes  # noqa: F401  (optional dependency: the qlora extra)
+    except ImportError as e:
+        raise UserError(f"quantization_bit: bitsandbytes does not import ({str(e).splitlines()[0][:200]}); "
+                        "pip install 'bitsandbytes>=0.50.0' (or: pip install 'steadytune[qlora]')") from None
+    except Exception as e:   # a native library that does not load (ROCm: 'Configured ROCm binary not found')
+        raise UserError(f"quantization_bit: bitsandbytes fails to load its native library: "
+                        f"{str(e).splitlines()[0][:200]}; run `steadytune doctor` for the fix on this machine") from None
+
+
+def is_quantized(model: nn.Module) -> bool:
+    """A bitsandbytes-quantised base, through a peft wrapper."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return bool(getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False))
+
+
+def quantized_linear_names(model: nn.Module) -> list[str]:
+    """Qualified names of the layers bitsandbytes holds (Linear4bit, Linear8bitLt)."""
+    return [name for name, module in model.named_modules()
+            if type(module).__module__.startswith("bitsandbytes") and isinstance(module, nn.Linear)]
+
+
+def higher_precision_parts(model: nn.Module) -> tuple[str, str]:
+    """-> (what stays unquantised, its dtype): the weights outside bitsandbytes' layers, grouped by kind, for the
+    start-up print and run_config.yaml."""
+    quantized = set(quantized_linear_names(model))
+    kinds: dict[str, int] = {}
+    dtypes: set[str] = set()
+    for name, param in model.named_parameters():
+        owner = name.rsplit(".", 1)[0]
+        if owner in quantized or "lora_" in name:
+            continue
+        leaf = owner.rsplit(".", 1)[-1]
+        kind = ("norms" if "norm" in leaf else "embeddings" if "embed" in leaf else
+                "output head" if leaf in ("lm_head", "score") else "biases" if name.endswith(".bias") else leaf)
+        kinds[kind] = kinds.get(kind, 0) + param.numel()
+        dtypes.add(str(param.dtype).replace("torch.", ""))
+    parts = ", ".join(f"{kind} ({count:,} parameters)" for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return parts or "nothing", "/".join(sorted(dtypes)) or "-"
+
+
+def record_quantization(model: nn.Module, model_args: ModelArguments, compute: str, decide) -> None:
+    """The quantisation and what stayed in higher precision, as decisions (printed at start, kept in run_config.yaml).
+    `decide`: RunConfig.decide."""
+    layers = len(quantized_linear_names(model))
+    kept, dtype = higher_precision_parts(model)
+    decide("quantization", describe_quantization(model_args),
+           f"quantization_bit: {model_args.quantization_bit} -> {layers} linear layers held by bitsandbytes, computing "
+           f"in {compute}")
+    decide("higher_precision", f"{kept}: {dtype}",
+           "not quantised: bitsandbytes converts only the decoder's linear layers (the output head is skipped); kept "
+           "in the load dtype, not upcast to fp32 as peft's prepare_model_for_kbit_training would (for a 7B shape "
+           "+2 GiB for the embeddings and head); LoRA weights are fp32")
+
+
+def logical_numel(param: torch.Tensor) -> int:
+    """Parameters a weight stands for: a 4-bit weight packs two a byte (its tensor has half the elements); its
+    quantisation state keeps the real shape."""
+    state = getattr(param, "quant_state", None)
+    shape = getattr(state, "shape", None)
+    return int(torch.Size(shape).numel()) if shape is not None else param.numel()
+
+
+def dequantize_base(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """The quantised base as plain nn.Linear weights in `dtype` (each 4-bit/8-bit weight decoded once): what the
+    adapter was trained against, for a merge. Returns a plain model with no quantisation config."""
+    model = model.dequantize(dtype=dtype) if hasattr(model, "dequantize") else model
+    model = model.to(dtype)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    for flag in ("is_loaded_in_4bit", "is_loaded_in_8bit", "is_quantized"):
+        if getattr(model, flag, False):
+            setattr(model, flag, False)
+    model.hf_quantizer = None
+    return model
