@@ -63,7 +63,7 @@ from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
 from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
 from steadytune.model.quantize import DTYPES as QUANT_DTYPES
-from steadytune.model.quantize import is_quantized, record_quantization
+from steadytune.model.quantize import is_quantized, keep_training_layout, record_quantization
 from steadytune.report.record import write_data_stats, write_run_report
 from steadytune.stages.base import Stage
 from steadytune.stages.objectives import pop_metrics
@@ -477,6 +477,7 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
                                                     compute_dtype=compute_dtype)
     if is_quantized(model):
         record_quantization(model, cfg.model, str(compute_dtype).replace("torch.", ""), cfg.decide)
+        keep_training_layout(model)   # evaluations during training must not repack the weights for inference
     if cfg.model.adapter_name_or_path and cfg.method.finetuning_type == "lora":
         # Continue training an existing adapter (LLaMA-Factory's adapter_name_or_path) instead of a fresh one.
         model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True,

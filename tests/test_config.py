@@ -92,7 +92,8 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
 
 @pytest.mark.parametrize("override, message", [
     ("lerning_rate=1e-4", "unknown key 'lerning_rate' (did you mean 'learning_rate'?)"),
-    ("quantization_bit=4", "not supported: quantization_bit"),
+    ("quantization_method=hqq", "not supported: quantization_method: hqq"),
+    ("quantization_device_map=auto", "not supported: quantization_device_map"),
     ("image_max_pixels=100", "not supported: image_max_pixels"),
     ("stage=ppo", "not supported: stage: ppo"),
     ("finetuning_type=freeze", "not supported: finetuning_type: freeze"),

@@ -264,7 +264,6 @@ V1_REFUSED = {
     "v1/train_full/train_full_muon.yaml": "not supported: optim_config: muon",
     "v1/train_full/train_full_qwen3_moe_fsdpturbo_ep_fsdp.yaml": "not supported: kernel_config: auto, flash-linear",
     "v1/train_full/train_full_ulysses_cp.yaml": "not supported: cp_size: 2",
-    "v1/train_qlora/quantization.yaml": "not supported: quant_config",
 }
 
 

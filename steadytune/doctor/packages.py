@@ -32,6 +32,7 @@ from steadytune.hardware.gpu_facts import (
     install_lines,
     normalise_gfx,
 )
+from steadytune.hardware.quantization import GATE_SOURCE, bitsandbytes_status
 from steadytune.hardware.torch_builds import (
     ROCM_ONLY_PACKAGES,
     describe_build,
@@ -452,4 +453,18 @@ def check_packages(probe: Probe) -> list[Finding]:
     arch = gpu.arch if gpu is not None else (probe.host_archs[0] if probe.host_archs else None)
     findings = torch_replacement_findings(env, arch=arch, platform=sys.platform)
     findings += bitsandbytes_findings(env, arch, probe.hip_version, rocm=probe.flavour == "rocm" or bool(probe.amd_evidence))
+    findings += qlora_findings(probe.info.backend, arch, env.version("bitsandbytes"))
     return findings
+
+
+def qlora_findings(backend: str, arch: Optional[str], installed: Optional[str], check: str = "qlora") -> list[Finding]:
+    """Whether quantization_bit (QLoRA) can run here: the same gate `train` applies (hardware/quantization.py), with the
+    floors it comes from; absent bitsandbytes is information (QLoRA is optional), an old one a warning."""
+    status = bitsandbytes_status(backend, arch, installed, look_up=False)
+    if status.usable:
+        return [Finding.info(check, f"QLoRA (quantization_bit: 4 | 8) can run here: {status.why}", GATE_SOURCE)]
+    if status.installed is None and status.floor:
+        return [Finding.info(check, f"QLoRA (quantization_bit: 4 | 8) needs bitsandbytes, which is not installed",
+                             f"the floor here: {status.floor} ({GATE_SOURCE})", status.fix)]
+    return [Finding.warn(check, f"QLoRA (quantization_bit: 4 | 8) cannot run here: {status.why}", GATE_SOURCE,
+                         status.fix)]

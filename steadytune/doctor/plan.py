@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Optional
 
 from steadytune.config import RunConfig
 from steadytune.doctor.findings import Finding
-from steadytune.hardware.memory import choose_gradient_checkpointing, max_tokens_without_checkpointing
+from steadytune.hardware.memory import choose_gradient_checkpointing, max_tokens_without_checkpointing, weight_gib
+from steadytune.hardware.quantization import (
+    GATE_SOURCE,
+    bitsandbytes_status,
+    quantised_bytes_per_parameter,
+    quantized_memory,
+)
 from steadytune.hardware.policy import choose_attention, choose_packing_attention, choose_precision
 
 if TYPE_CHECKING:
@@ -121,6 +127,51 @@ def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], che
                          "doctor --config your.yaml gives the answer for your model and batch")]
 
 
+def quantization_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline: bool) -> list[Finding]:
+    """quantization_bit: whether bitsandbytes can run it there (the floors train checks), and what the quantised run
+    needs in memory (the estimate train prints at start), against the GPU's memory where known."""
+    m = cfg.model
+    if m.quantization_bit is None:
+        return []
+    gpu = info.primary
+    status = bitsandbytes_status(info.backend, gpu.arch if gpu is not None else None, look_up=not offline)
+    if offline and status.installed is None:
+        findings = [Finding.info(check, f"quantization_bit: {m.quantization_bit} needs bitsandbytes >= {status.floor or '?'} "
+                                        "there", status.why.replace("bitsandbytes is not installed (", "(").rstrip(")"),
+                                 status.fix.replace("-U ", ""))]
+    elif status.usable:
+        findings = [Finding.info(check, f"quantization_bit: {m.quantization_bit} can run: {status.why}")]
+    else:
+        findings = [Finding.error(check, f"quantization_bit: {m.quantization_bit} cannot run: {status.why}",
+                                  GATE_SOURCE, status.fix)]
+    model = model_config_for(cfg)
+    if model is not None:
+        config, label = model
+        tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
+        precision, _ = choose_precision(info, cfg.train.bf16, cfg.train.fp16)
+        budget = gpu.budget_gib if gpu is not None else None
+        use = cfg.train.gradient_checkpointing
+        if use is None:
+            weights = weight_gib(config, quantised_bytes_per_parameter(m.quantization_bit, m.double_quantization))
+            use, _ = choose_gradient_checkpointing(config, tokens, budget, state_gib=weights)
+        need, parts = quantized_memory(config, tokens, cfg.method.lora_rank, use, m.quantization_bit,
+                                       m.double_quantization, 2.0 if precision == "bf16" else 4.0)
+        where = f" of the {budget:g} GiB" if budget else ""
+        if not use:   # what checkpointing would bring it down to (the 16 GB card question)
+            low, _ = quantized_memory(config, tokens, cfg.method.lora_rank, True, m.quantization_bit,
+                                      m.double_quantization, 2.0 if precision == "bf16" else 4.0)
+            parts += f"; with gradient_checkpointing: true {low}"
+        findings.append(Finding.info(check, f"{label}, {describe_bits(m)}, {tokens:,} tokens a micro-batch: the run needs "
+                                            f"{need}{where}", parts))
+    return findings
+
+
+def describe_bits(model_args) -> str:
+    if model_args.quantization_bit == 8:
+        return "8-bit base"
+    return f"4-bit {model_args.quantization_type} base" + (" (double quantisation)" if model_args.double_quantization else "")
+
+
 def train_plan_findings(info: "HardwareInfo", check: str, cfg: Optional["RunConfig"] = None,
                         offline: bool = True) -> list[Finding]:
     """All of train's hardware-dependent choices for `info`."""
@@ -129,6 +180,8 @@ def train_plan_findings(info: "HardwareInfo", check: str, cfg: Optional["RunConf
     try:
         findings += packing_findings(info, base, check, offline)
         findings += checkpointing_findings(info, cfg, check)
+        if cfg is not None:
+            findings += quantization_findings(info, cfg, check, offline)
     except ImportError as e:   # torch or transformers missing here: the saved machine's plan is still partly known
         findings.append(Finding.info(check, f"packing and gradient checkpointing not evaluated here ({e})"))
     return findings

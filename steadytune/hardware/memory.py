@@ -78,3 +78,55 @@ def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_bu
                       f"(measured ~4% slower at ~1/7 of the memory); activations would be ~{need:.1f} GiB")
     return False, (f"off: activations ~{need:.1f} GiB + weights ~{state:.1f} GiB fit in {MEMORY_SHARE:.0%} of the "
                    f"{memory_budget_gib:.0f} GiB budget")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a LoRA / QLoRA run needs in all (doctor --config and train's start-up print)
+# ---------------------------------------------------------------------------------------------------------
+
+def linear_parameters(config) -> int:
+    """Parameters of the decoder's linear layers (what bitsandbytes quantises; the output head is not among them)."""
+    hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    return layers * (hidden * head_dim * (2 * heads + 2 * kv) + 3 * hidden * inter)
+
+
+def lora_parameters(config, rank: int) -> int:
+    """LoRA parameters with lora_target: all (every projection of every layer gets r x (in + out))."""
+    hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    per_layer = (hidden + heads * head_dim) * 2 + (hidden + kv * head_dim) * 2 + (hidden + inter) * 3
+    return layers * rank * per_layer
+
+
+def weight_gib(config, quantized_bytes: float | None = None, base_bytes: float = 2.0) -> float:
+    """The frozen base: its linear layers at `quantized_bytes` a parameter when quantised (hardware/quantization.py's
+    QUANTISED_BYTES), the rest (embeddings, head, norms) at `base_bytes`."""
+    total, linear = estimate_parameters(config), linear_parameters(config)
+    per_linear = base_bytes if quantized_bytes is None else quantized_bytes
+    return (linear * per_linear + (total - linear) * base_bytes) / 2**30
+
+
+def run_memory_gib(config, tokens: int, rank: int, checkpointing: bool, quantized_bytes: float | None = None,
+                   base_bytes: float = 2.0, compiled: bool = False) -> tuple[float, str]:
+    """-> (GiB a LoRA run needs at `tokens` a micro-batch, the sum spelled out): base weights, LoRA weights with their
+    gradients and AdamW's two moments (fp32: 16 bytes a parameter), activations (with checkpointing: each layer's
+    input in bf16 plus one layer's activations being recomputed), and the margin MEMORY_SHARE leaves for the
+    allocator, the loss's chunk of logits and the CUDA context. An estimate from the shape, measured against on an
+    H200 for bf16 bases (ACTIVATION_SHARE); benchmarks/qlora_bench.py measures the 4-bit side."""
+    weights = weight_gib(config, quantized_bytes, base_bytes)
+    adapter = lora_parameters(config, rank) * 16 / 2**30
+    if checkpointing:
+        per_token = config.num_hidden_layers * config.hidden_size * 2 + \
+            activation_bytes_per_token(config) / config.num_hidden_layers
+        activations = ACTIVATION_SHARE[compiled] * per_token * tokens / 2**30
+    else:
+        activations = activation_gib(config, tokens, compiled)
+    need = (weights + adapter + activations) / MEMORY_SHARE
+    return need, (f"base weights {weights:.1f} + LoRA with AdamW {adapter:.2f} + activations {activations:.1f} "
+                  f"({tokens:,} tokens, checkpointing {'on' if checkpointing else 'off'}) GiB, over "
+                  f"{MEMORY_SHARE:.0%} for the allocator and the loss")

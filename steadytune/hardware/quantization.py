@@ -15,6 +15,7 @@ from typing import Optional
 from packaging.version import InvalidVersion, Version
 
 from steadytune.hardware.gpu_facts import BNB_NAN_FREE, BNB_NAN_SOURCE, arch_info, normalise_gfx
+from steadytune.hardware.memory import run_memory_gib
 
 # The floors, per backend, with where each comes from.
 # - CUDA: transformers' own floor for load_in_4bit / load_in_8bit (transformers/utils/import_utils.py
@@ -129,3 +130,13 @@ def speed_blockers(quantization_bit: Optional[int]) -> dict[str, str]:
                "(a host sync, data-dependent shapes)")
         return {"cuda_graphs": why, "torch_compile": why}
     return {}
+
+
+def quantized_memory(config, tokens: int, rank: int, checkpointing: bool, bits: int, double_quantization: bool,
+                     base_bytes: float = 2.0, compiled: bool = False) -> tuple[str, str]:
+    """-> ('~7.7 GiB', the sum and the same run with an unquantised base): what `doctor --config` and the start-up
+    print say a QLoRA run needs (hardware/memory.py's estimate with the quantised bytes a weight)."""
+    need, parts = run_memory_gib(config, tokens, rank, checkpointing,
+                                 quantised_bytes_per_parameter(bits, double_quantization), base_bytes, compiled)
+    plain, _ = run_memory_gib(config, tokens, rank, checkpointing, None, base_bytes, compiled)
+    return f"~{need:.1f} GiB", f"{parts}; the same run on an unquantised base: ~{plain:.1f} GiB"

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from steadytune.errors import UserError
 from steadytune.hardware.backend import detect, device_for
@@ -144,8 +145,17 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
     device = torch.device("cpu") if settings.export_device == "cpu" else device_for(info)
     started = time.perf_counter()
     print(f"export: {run_.describe()} -> {out_dir}")
-    # Merge in fp32: the adapter's small updates are not rounded away by the base's precision.
-    model, tokenizer = load_run(run_, device=device, dtype=torch.float32)
+    # Merge in fp32: the adapter's small updates are not rounded away by the base's precision. A QLoRA run's base is
+    # quantised as in training, then decoded to fp32 before the adapter goes on (peft would otherwise merge into the
+    # 4-bit layers and quantise the sum again, losing the update).
+    quantized = cfg.model.quantization_bit is not None
+    model, tokenizer = load_run(run_, device=device, dtype=torch.float32, dequantize=quantized)
+    if quantized:
+        print(f"warning: {run_.describe()} was trained on a {cfg.model.quantization_bit}-bit base: the merge goes into "
+              "that base decoded to full precision, so the exported weights carry its quantisation error (the model "
+              "you trained and evaluated, not the original base plus the adapter); it is as large as the unquantised "
+              "base, and quantising it again (GGUF q8_0/q4) rounds it a second time. To keep the original weights, "
+              "use the adapter on the base instead (steadytune chat/serve RUN_DIR)", file=sys.stderr)
     template = run_template(cfg, tokenizer)
     merged = merge_adapter(model).eval()
     base_folder = Path(resolve_model_path(cfg.model))
@@ -161,6 +171,8 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
     saving = time.perf_counter()
     save_merged(merged, tokenizer, template, out_dir, dtype, settings.export_size, user_generation(cfg))
     copy_run_records(run_.folder, out_dir)
+    if quantized:
+        forget_quantization(out_dir / "run_config.yaml")
     if not (out_dir / BASE_RECORD).is_file():
         import json
         (out_dir / BASE_RECORD).write_text(json.dumps(describe_base(cfg.model.model_name_or_path, str(base_folder)),
@@ -177,6 +189,16 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
           f"{export_stop_ids(template, tokenizer, merged.generation_config.eos_token_id)} saved; "
           f"{time.perf_counter() - started:.1f} s")
     return report
+
+
+def forget_quantization(record: Path) -> None:
+    """The merged folder's copy of run_config.yaml without quantization_bit: the merged weights are plain (dequantised)
+    ones, and chat / eval of the export load them as they are, not quantised a second time."""
+    if not record.is_file():
+        return
+    saved = yaml.safe_load(record.read_text(encoding="utf-8")) or {}
+    saved["quantization_bit"] = None
+    record.write_text(yaml.safe_dump(saved, sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
 def user_generation(cfg) -> dict:

@@ -33,6 +33,7 @@ from steadytune.model.anatomy import CAUSAL_LM
 from steadytune.model.archive import is_archive, unpacked
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.lora import load_trained_adapter
+from steadytune.model.quantize import dequantize_base, describe_quantization, is_quantized
 from steadytune.stages.rewards import without_user_functions
 
 LORA, MODEL, BASE = "lora", "model", "base"  # adapter on its base | the folder is the model | the base alone
@@ -211,14 +212,24 @@ def load_for_inference(cfg: RunConfig, device: torch.device | None = None, dtype
 
 def load_trained(cfg: RunConfig, folder: Path | None, kind: str, device: torch.device | None = None,
                  dtype: torch.dtype | None = None, quiet: bool = False,
-                 task: str = CAUSAL_LM) -> tuple[torch.nn.Module, Any]:
+                 task: str = CAUSAL_LM, dequantize: bool = False) -> tuple[torch.nn.Module, Any]:
     """(model, tokenizer) of a trained run's `folder` (LORA: the adapter on the base model; MODEL: the folder is the
     model; BASE: model_name_or_path alone) on the device and dtype the hardware policy picks. task: CAUSAL_LM, or
-    SEQUENCE_SCORE for a reward model (stage rm)."""
+    SEQUENCE_SCORE for a reward model (stage rm).
+
+    A QLoRA run (quantization_bit in its run_config.yaml) loads its base quantised again, as it was trained: the
+    adapter learned against the quantised weights, so chat / predict / eval / serve see the numbers training saw, in
+    the memory training needed (quantization_bit=null on the command line loads the unquantised base instead).
+    `dequantize`: decode the quantised base to plain weights in `dtype` before the adapter goes on (export's merge)."""
 
     if kind == MODEL:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, model_name_or_path=str(folder)))
     model, tokenizer, _, description = load_for_inference(cfg, device, dtype, task=task)
+    if is_quantized(model):
+        description += f", base {describe_quantization(cfg.model)} (as trained: quantization_bit in its config)"
+        if dequantize:
+            model = dequantize_base(model, dtype or torch.float32)
+            description += f", dequantised to {str(dtype or torch.float32).replace('torch.', '')}"
     if not quiet:
         print(description)
     if kind == LORA:
@@ -228,5 +239,5 @@ def load_trained(cfg: RunConfig, folder: Path | None, kind: str, device: torch.d
 
 
 def load_run(run: Run, device: torch.device | None = None, dtype: torch.dtype | None = None,
-             quiet: bool = False) -> tuple[torch.nn.Module, Any]:
-    return load_trained(run.cfg, run.folder, run.kind, device, dtype, quiet)
+             quiet: bool = False, dequantize: bool = False) -> tuple[torch.nn.Module, Any]:
+    return load_trained(run.cfg, run.folder, run.kind, device, dtype, quiet, dequantize=dequantize)

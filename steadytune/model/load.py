@@ -27,7 +27,7 @@ from torch import nn
 from steadytune.config import ModelArguments
 from steadytune.errors import UserError
 from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE, auto_model_class
-from steadytune.model.quantize import quantized_load_kwargs
+from steadytune.model.quantize import quantized_load_kwargs, skip_narrow_repacking
 from steadytune.model.saved_weights import _read_json
 
 logger = logging.getLogger(__name__)
@@ -261,6 +261,8 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
     set_padding(tokenizer, model)
     if device is not None and model_args.quantization_bit is None:   # a quantised base loaded onto it already
         model.to(device)
+    if model_args.quantization_bit is not None:
+        skip_narrow_repacking(model)
     return model, tokenizer
 
 

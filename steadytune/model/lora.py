@@ -24,6 +24,7 @@ from steadytune.model.anatomy import (
     output_head_names,
 )
 from steadytune.model.archive import unpacked
+from steadytune.model.quantize import logical_numel
 from steadytune.model.saved_weights import (
     _check_file_readable,
     _compare_shapes,
@@ -120,7 +121,7 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     """-> (trainable, total) parameter counts; shared (tied) weights count once; ZeRO-3 shards count in full."""
     trainable = total = 0
     for param in model.parameters():  # parameters() yields a tied weight once
-        n = getattr(param, "ds_numel", None) or param.numel()
+        n = getattr(param, "ds_numel", None) or logical_numel(param)   # a 4-bit weight holds two a byte
         total += n
         if param.requires_grad:
             trainable += n

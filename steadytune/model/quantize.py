@@ -120,6 +120,33 @@ def record_quantization(model: nn.Module, model_args: ModelArguments, compute: s
            "+2 GiB for the embeddings and head); LoRA weights are fp32")
 
 
+def keep_training_layout(model: nn.Module) -> int:
+    """Stop bitsandbytes' CPU inference repacking in a model that trains; -> layers changed.
+
+    On a CPU with AVX512-BF16, a Linear4bit run in eval mode without grad (an evaluation during training) rewrites its
+    weight in place into a layout for its CPU gemv kernel (bitsandbytes 0.50: `_convert_weight_packed_for_cpu`), and
+    later forwards use that kernel, which has no backward: the next training step fails ("a view of a leaf Variable
+    ... in-place operation", seen here). It also fails for layers narrower than a block (in_features < 64). Training
+    keeps the layout it backpropagates through; inference-only loads keep the fast path."""
+    changed = 0
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
+            changed += 1
+    return changed
+
+
+def skip_narrow_repacking(model: nn.Module) -> None:
+    """bitsandbytes 0.50's CPU repacking (see keep_training_layout) reshapes the absmax per row of blocks and fails for a
+    layer narrower than one block (in_features not a multiple of the blocksize, tiny test models); those layers keep
+    the plain layout. Real decoders' widths are multiples of 64: they keep the fast path."""
+    for module in model.modules():
+        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        if hasattr(module, "support_avx512bf16_for_cpu") and state is not None and \
+                module.in_features % state.blocksize:
+            module.support_avx512bf16_for_cpu = False
+
+
 def logical_numel(param: torch.Tensor) -> int:
     """Parameters a weight stands for: a 4-bit weight packs two a byte (its tensor has half the elements); its
     quantisation state keeps the real shape."""

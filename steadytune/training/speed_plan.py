@@ -12,7 +12,7 @@ from steadytune.config import RunConfig, lf_checkpointing_note
 from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_static_status
 from steadytune.hardware.memory import choose_gradient_checkpointing
-from steadytune.hardware.quantization import speed_blockers
+from steadytune.hardware.quantization import quantized_memory, speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
@@ -101,6 +101,12 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     use, why = choose_gradient_checkpointing(base_model_of(model).config, tokens, budget, t.gradient_checkpointing,
                                              compiled=plan.compile, state_gib=state)
     cfg.decide("gradient_checkpointing", use, why + lf_checkpointing_note(t, use))
+    m = cfg.model
+    if m.quantization_bit is not None and hasattr(base_model_of(model).config, "intermediate_size"):
+        base_bytes = 2.0 if precision == "bf16" else 4.0   # embeddings, head and norms stay in the load dtype
+        need, parts = quantized_memory(base_model_of(model).config, tokens, cfg.method.lora_rank, use,
+                                       m.quantization_bit, m.double_quantization, base_bytes, plan.compile)
+        cfg.decide("memory_estimate", need, parts)
     if use:
         enable_gradient_checkpointing(cfg, model, graphs=plan.cuda_graphs)
     return plan
