@@ -139,4 +139,5 @@ def quantized_memory(config, tokens: int, rank: int, checkpointing: bool, bits: 
     need, parts = run_memory_gib(config, tokens, rank, checkpointing,
                                  quantised_bytes_per_parameter(bits, double_quantization), base_bytes, compiled)
     plain, _ = run_memory_gib(config, tokens, rank, checkpointing, None, base_bytes, compiled)
-    return f"~{need:.1f} GiB", f"{parts}; the same run on an unquantised base: ~{plain:.1f} GiB"
+    shown = f"~{need:.1f} GiB" if need >= 1 else f"~{need * 1024:.0f} MiB"
+    return shown, f"{parts}; the same run on an unquantised base: ~{plain:.1f} GiB"
