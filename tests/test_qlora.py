@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 from pathlib import Path
 
@@ -287,3 +288,20 @@ def test_inference_loads_the_base_quantised_again_and_export_merges_dequantised(
         merged_logits = merged(input_ids=ids).logits
     # the merge went into the dequantised 4-bit base: the model that was trained, within fp32 rounding
     assert torch.allclose(merged_logits, trained_logits, atol=2e-4, rtol=1e-4)
+
+
+@needs_bnb
+def test_gpu_bench_script_runs_its_cpu_smoke(tmp_path, capsys):
+    """benchmarks/qlora_bench.py's arms on the tiny shape, in this process: the same data, numbers in every column a
+    CPU can give (peak memory is a GPU's)."""
+    from conftest import load_benchmark
+
+    bench = load_benchmark("qlora_bench")
+    model_dir = bench.make_model_folder("tiny", tmp_path / "model", "cpu")
+    rows = []
+    for arm in ("qlora", "plain_qlora"):
+        rows += bench.run_arm(arm, model_dir, tmp_path, [64], steps=3, device="cpu")
+    assert [r["arm"] for r in rows] == ["qlora", "plain_qlora"]
+    assert all(r["tokens_per_s"] > 0 and math.isfinite(r["loss"]) for r in rows), rows
+    assert rows[0]["estimate"].startswith("~") and rows[0]["gradient_checkpointing"] is True
+    assert "qlora" in bench.table(rows) and "plain_qlora" in bench.table(rows)
