@@ -305,3 +305,43 @@ def test_gpu_bench_script_runs_its_cpu_smoke(tmp_path, capsys):
     assert all(r["tokens_per_s"] > 0 and math.isfinite(r["loss"]) for r in rows), rows
     assert rows[0]["estimate"].startswith("~") and rows[0]["gradient_checkpointing"] is True
     assert "qlora" in bench.table(rows) and "plain_qlora" in bench.table(rows)
+
+
+@pytest.fixture(scope="module")
+def chat_tiny64(tmp_path_factory):
+    """tools/run_lf_examples.py's stand-in (a tokenizer that knows every template's special tokens), 64 wide."""
+    from steadytune.model.tiny import build_chat_tokenizer, build_model
+
+    folder = tmp_path_factory.mktemp("lf") / "tiny"
+    tokenizer = build_chat_tokenizer("bytelevel")
+    build_model("qwen2", tokenizer, hidden_size=64, intermediate_size=128).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@needs_bnb
+@needs_shared
+@pytest.mark.parametrize("example", ["train_qlora/qwen3_lora_sft_otfq.yaml", "train_qlora/qwen3_lora_sft_bnb_npu.yaml",
+                                     "extras/fsdp_qlora/llama3_lora_sft.yaml"])
+def test_llamafactory_qlora_examples_train(example, chat_tiny64, tmp_path):
+    """LF's on-the-fly QLoRA files train with only the model and the data folder changed (cut to 2 steps)."""
+    from steadytune.train import run_training
+
+    cfg = load_config(LF_FIXTURES / "examples" / example,
+                      [f"model_name_or_path={chat_tiny64}", f"dataset_dir={LF_FIXTURES / 'data'}", "max_steps=2",
+                       "max_samples=16", f"output_dir={tmp_path / 'out'}", "cutoff_len=128"])
+    result = run_training(cfg, progress=False)
+    assert result.exit_code == 0 and result.global_step == 2
+    assert cfg.decisions["quantization"]["value"].startswith("4-bit nf4")
+
+
+@needs_bnb
+@needs_shared
+def test_llamafactory_v1_qlora_file_stops_at_its_fsdp_in_one_line(chat_tiny64, tmp_path):
+    from steadytune.distributed.sharding import plan_sharding
+    from steadytune.train import plan_quantization
+
+    cfg = load_config(LF_FIXTURES / "examples" / "v1" / "train_qlora" / "quantization.yaml",
+                      [f"model_name_or_path={chat_tiny64}"])
+    with pytest.raises(UserError, match="quantization_bit: 4 with FSDP2"):
+        plan_quantization(cfg, detect(), "fp32", plan_sharding(cfg, 1))
