@@ -378,3 +378,23 @@ def test_trials_evaluate_in_bigger_batches_on_a_gpu_unless_the_config_says(tmp_p
     search.overrides = ["per_device_eval_batch_size=16"]
     assert search.trial_config({}, tmp_path / "t").train.per_device_eval_batch_size == 16
     assert "per_device_eval_batch_size" not in studies.identity_of(search)["config"]
+
+
+def test_a_search_runs_without_the_pages_libraries(tmp_path, tiny):
+    """plotly draws tune_report.html, a view of tune_results.json: without it (a broken install, a bare GPU machine)
+    the search still runs and writes its results and best config, and says the page was not written."""
+    config = write_config(tmp_path, tiny)
+    code = ("import sys; sys.modules['plotly'] = None; from steadytune.cli import main; "
+            f"sys.exit(main(['tune', {str(config)!r}, '--trials', '1', '--no-final', '--evaluations', '2']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    folder = tmp_path / "search"
+    assert results_of(folder)["trials"][0]["state"] == "complete"
+    assert (folder / "best_config.yaml").is_file() and not (folder / "tune_report.html").exists()
+    assert "tune_report.html not written" in done.stderr
+
+
+def test_the_search_and_its_page_name_the_same_file():
+    from steadytune.recipes.tune import REPORT
+    from steadytune.report.tuning import REPORT as PAGE
+    assert REPORT == PAGE

@@ -33,7 +33,6 @@ from steadytune.model.load import load_tokenizer
 from steadytune.recipes.search_space import ALPHA_RATIO, SearchSpace, Task, check_space, default_space, nest, read_space
 from steadytune.recipes.trials import METRICS, TRIALS, Search, merge, release_memory, trial_keys_line
 from steadytune.report.record import write_run_report
-from steadytune.report.tuning import REPORT, write_tune_report
 from steadytune.stages.table import STAGES
 from steadytune.train import run_training
 from steadytune.training.run_folder import MANIFEST, remove_path
@@ -43,6 +42,7 @@ FINAL = "final"
 SPEC = "tune_search.json"
 EVAL_BATCH_ON_GPU = 64   # the trials' evaluation batch on a GPU, where the config sets none (label scoring: 128 in demo)
 # What a search writes into its folder: --fresh removes these, and nothing else.
+REPORT = "tune_report.html"   # the search's page (report/tuning.py writes it; the same name, checked by a test)
 OURS = ("study.db", "study.db-journal", "tune_results.json", BEST_CONFIG, REPORT, SPEC, TRIALS, FINAL,
         ".steadytune-tune.lock")
 
@@ -148,7 +148,7 @@ def run_search(search: Search, space_file: str | None = None, nproc: str = "1", 
             study.set_user_attr("search_seconds", round((study.user_attrs.get("search_seconds") or 0)
                                                          + time.monotonic() - started, 1))
             studies.write_results(search, study, importance=True)
-            write_tune_report(folder)
+            write_search_report(folder)
 
         best = studies.best_trial(study)
         if best is None:
@@ -159,11 +159,27 @@ def run_search(search: Search, space_file: str | None = None, nproc: str = "1", 
               f"{trial_keys_line(best.user_attrs.get('keys', {}))}", flush=True)
         if final:
             study.set_user_attr("final", train_final(search, space, best, study.user_attrs.get("final")))
+        else:   # --no-final: the config a user trains later, all the same
+            write_best_config(search.folder / BEST_CONFIG, best_config(search, space, best.user_attrs.get("keys", {})),
+                              search, best)
         results = studies.results_of(search, study, importance=True)
         studies.write_results(search, study, importance=True)
-        write_tune_report(folder)
+        write_search_report(folder)
     say_done(folder, results)
     return results
+
+
+def write_search_report(folder: Path) -> None:
+    """tune_report.html: a view of tune_results.json, so a search runs, and its results stand, without the page's
+    libraries (a broken or missing plotly is printed, as a run's report.html is)."""
+    try:
+        # lazy: report.tuning loads plotly, which the search itself never needs
+        from steadytune.report.tuning import write_tune_report
+    except ImportError as e:
+        print(f"warning: {REPORT} not written ({type(e).__name__}: {e}); try `steadytune report {folder}`",
+              file=sys.stderr)
+        return
+    write_tune_report(folder)
 
 
 def claim_folder(folder: Path, fresh: bool) -> Path:
