@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import LF_FIXTURES, needs_shared
 from transformers import AutoTokenizer
 
@@ -51,6 +52,10 @@ def example_config(relative: str, model: Path, out: Path, **extra):
     neutral = {k: v for k, v in GOLDEN["neutral_keys"].items() if k != "plot_loss"}
     overrides = {"model_name_or_path": str(model), "dataset_dir": str(LF_FIXTURES / "data"), "output_dir": str(out),
                  **neutral, **extra}
+    if "tokenized_path" in yaml.safe_load((EXAMPLES / relative).read_text(encoding="utf-8")):
+        # LF's preprocess example caches under a path relative to the working directory: keep it in this test's
+        # folder, so no run leaves a cache in the checkout for the next one to trip over (another tokenizer's)
+        overrides["tokenized_path"] = str(out / "tokenized")
     return load_config(EXAMPLES / relative, overrides)
 
 
