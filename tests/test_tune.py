@@ -398,3 +398,29 @@ def test_the_search_and_its_page_name_the_same_file():
     from steadytune.recipes.tune import REPORT
     from steadytune.report.tuning import REPORT as PAGE
     assert REPORT == PAGE
+
+
+def test_the_folder_files_a_search_owns_include_its_locks():
+    from steadytune.recipes.tune import OURS
+    assert {studies.LOCK, studies.ASK_LOCK} <= set(OURS)
+
+
+def test_workers_taking_trials_at_once_never_take_the_same_one(tmp_path):
+    """Four processes take enqueued trials from one SQLite study at the same moment; each trial goes to one of
+    them (study.taking_a_trial: optuna's read-then-mark of a waiting trial is not atomic on SQLite)."""
+    storage = f"sqlite:///{tmp_path / studies.DB}"
+    study = optuna.create_study(storage=storage, study_name="s")
+    for i in range(24):
+        study.enqueue_trial({"x": float(i)})
+    code = ("import sys, time; from pathlib import Path; import optuna; from steadytune.recipes import study as s\n"
+            f"st = optuna.load_study(study_name='s', storage={storage!r})\n"
+            "time.sleep(max(0.0, float(sys.argv[1]) - time.time()))\n"
+            "for _ in range(6):\n"
+            f"    with s.taking_a_trial(Path({str(tmp_path)!r})):\n"
+            "        t = st.ask()\n"
+            "    print(t.number, flush=True)\n")
+    start = str(time.time() + 3)
+    procs = [subprocess.Popen([sys.executable, "-c", code, start], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    taken = [int(line) for p in procs for line in p.communicate(timeout=120)[0].split()]
+    assert all(p.returncode == 0 for p in procs)
+    assert sorted(taken) == list(range(24))

@@ -10,6 +10,8 @@ refuses, naming what differs (--fresh starts over).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -33,6 +35,7 @@ DB = "study.db"
 STUDY_NAME = "steadytune-tune"
 RESULTS = "tune_results.json"
 LOCK = ".steadytune-tune.lock"
+ASK_LOCK = ".steadytune-tune-ask.lock"   # held by a worker while it takes its next trial
 # What a search's identity is made of: a study made for other values is refused on resume.
 IDENTITY = ("config", "metric", "val_size", "evaluations", "space")
 # Keys that change no trial's score: a resumed search may differ in them (another machine, another log cadence).
@@ -173,12 +176,13 @@ def run_trials(search: Search, base_rank: int, worker: int = 0, say: Callable[[s
         if deadline is not None and time.monotonic() >= deadline:
             say(f"--timeout {search.timeout:g} s reached: no new trial starts")
             break
-        trial = study.ask()
-        trial.set_user_attr("worker", worker)
+        with taking_a_trial(search.folder):
+            trial = study.ask()
+            trial.set_user_attr("worker", worker)
         try:
             outcome = run_trial(search, trial, base_rank)
         except BaseException as error:
-            study.tell(trial, state=TrialState.FAIL)
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             log = search.folder / "trials" / f"trial-{trial.number:04d}.log"
             say(f"trial {trial.number}: failed ({type(error).__name__}: {str(error)[:200]}); its output: {log}; "
                 "run the same command again to resume (this trial runs again)")
@@ -186,6 +190,20 @@ def run_trials(search: Search, base_rank: int, worker: int = 0, say: Callable[[s
         record(study, trial, outcome)
         say(progress_line(study, search, trial.number, outcome))
         write_results(search, study)
+
+
+@contextlib.contextmanager
+def taking_a_trial(folder: Path):
+    """One worker at a time takes its next trial. Optuna hands out an enqueued trial by reading it `waiting` and then
+    marking it `running`; on SQLite (no SELECT ... FOR UPDATE) two --nproc workers can both read it waiting and
+    both run it (seen: two workers on trial 0, one failing on the other's output_dir lock). The file lock makes
+    the read and the mark one step; it is released before the trial trains."""
+    with open(folder / ASK_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def running(study: optuna.Study) -> int:

@@ -44,7 +44,7 @@ EVAL_BATCH_ON_GPU = 64   # the trials' evaluation batch on a GPU, where the conf
 # What a search writes into its folder: --fresh removes these, and nothing else.
 REPORT = "tune_report.html"   # the search's page (report/tuning.py writes it; the same name, checked by a test)
 OURS = ("study.db", "study.db-journal", "tune_results.json", BEST_CONFIG, REPORT, SPEC, TRIALS, FINAL,
-        ".steadytune-tune.lock")
+        ".steadytune-tune.lock", ".steadytune-tune-ask.lock")   # study.LOCK, study.ASK_LOCK (optuna loads late)
 
 
 def add_arguments(parser) -> None:
