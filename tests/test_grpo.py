@@ -408,3 +408,22 @@ def test_guard_judges_only_non_finite_values_for_grpo(tiny, tmp_path):
     events = [r for r in read_metrics(out / "metrics.jsonl") if r.get("event") == "guard"]
     assert events and events[0]["kind"] == "nonfinite_loss"
     shutil.rmtree(out, ignore_errors=True)
+
+
+def test_a_run_without_reward_signal_says_so_once(tiny, tmp_path, capsys):
+    """A reward that never fires: every group's rewards are equal, every advantage 0, no step moves the policy. After
+    NO_SIGNAL_STEPS such steps the run says so (once), with a completion to look at; a reward that varies says nothing."""
+    from steadytune.stages.grpo import NO_SIGNAL_STEPS
+
+    data = prompts_dataset(tmp_path / "data")
+    train(overrides(tiny, data, tmp_path / "flat", max_steps=NO_SIGNAL_STEPS + 2, reward_funcs="[format]",
+                    reward_format="^NEVER MATCHES", max_completion_length=2, save_steps=1000))
+    err = capsys.readouterr().err
+    assert err.count("warning: grpo: for 10 steps every group's 4 completions got the same reward (mean 0)") == 1
+    assert all(r["frac_reward_zero_std"] == 1.0 for r in logged(tmp_path / "flat"))
+    code = tmp_path / "varied.py"
+    code.write_text("def spread(completions, **columns):\n    return [float(len(set(c))) for c in completions]\n",
+                    encoding="utf-8")
+    train(overrides(tiny, data, tmp_path / "varied", max_steps=NO_SIGNAL_STEPS + 2, reward_funcs=f"[{code}:spread]",
+                    max_completion_length=4, save_steps=1000))
+    assert "warning: grpo" not in capsys.readouterr().err

@@ -31,6 +31,8 @@ functions.
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -56,6 +58,7 @@ from steadytune.stages.rewards import group_advantages, load_reward_functions, n
 from steadytune.training.batches import to_device
 
 EVAL_STEP = -1   # evaluation's completions are keyed by their prompts, not by the step
+NO_SIGNAL_STEPS = 10   # training roll-outs in a row whose every group had equal rewards before the run says so
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -129,6 +132,7 @@ class GRPOObjective(torch.nn.Module):
                                               for f in self.functions}}
         self.train_metrics, self.eval_metrics = MetricSums(tuple(names), spreads), MetricSums(tuple(names), spreads)
         self._decoder: list[Decoder] = []   # made at the first roll-out (a plain list: not a submodule)
+        self._no_signal = 0                 # training roll-outs in a row without a group whose rewards differ
 
     @property
     def metrics(self) -> MetricSums:
@@ -158,7 +162,7 @@ class GRPOObjective(torch.nn.Module):
                              [e["columns"] for e in examples], [e["answer"] for e in examples])
         advantages = group_advantages(per_function, [f.weight for f in self.functions], G, m.scale_rewards,
                                       self._batch_std if m.scale_rewards == "batch" else None)
-        self._record_rewards(per_function, advantages, done)
+        self._record_rewards(per_function, advantages, done, texts)
         start = 0
         for batch, p in zip(batches, prompts):
             rows = range(start, start + len(p.examples) * G)
@@ -204,7 +208,7 @@ class GRPOObjective(torch.nn.Module):
             return torch.tensor(float("nan"))
         return torch.tensor(max(sq / n - (s / n) ** 2, 0.0) * n / (n - 1)).sqrt().float()
 
-    def _record_rewards(self, per_function: torch.Tensor, advantages, done) -> None:
+    def _record_rewards(self, per_function: torch.Tensor, advantages, done, texts: list[str]) -> None:
         rewards = advantages.rewards
         self.metrics.add("reward", rewards[~torch.isnan(rewards)])
         for j, f in enumerate(self.functions):
@@ -213,6 +217,23 @@ class GRPOObjective(torch.nn.Module):
         self.metrics.add("completions/mean_length", torch.tensor([float(len(ids)) for ids in done.ids]))
         self.metrics.add("completions/clipped_ratio", torch.tensor([float(t) for t in done.truncated]))
         self.metrics.add("frac_reward_zero_std", advantages.std_zero.float())
+        if self.training:
+            self._watch_signal(rewards, advantages.std_zero, done, texts[0] if texts else "")
+
+    def _watch_signal(self, rewards: torch.Tensor, std_zero: torch.Tensor, done, sample: str) -> None:
+        """Say once when NO_SIGNAL_STEPS roll-outs in a row had no group whose rewards differed: every advantage
+        is 0, so the steps change nothing (the commonest way a GRPO run silently does not learn)."""
+        self._no_signal = self._no_signal + 1 if bool(std_zero.all()) else 0
+        if self._no_signal != NO_SIGNAL_STEPS or int(os.environ.get("RANK", "0")) != 0:
+            return
+        real = rewards[~torch.isnan(rewards)]
+        value = f"{real.mean().item():.3g}" if real.numel() else "none (every function returned None)"
+        cut = sum(done.truncated) / max(len(done.truncated), 1)
+        print(f"warning: grpo: for {NO_SIGNAL_STEPS} steps every group's {self.method.num_generations} completions "
+              f"got the same reward (mean {value}), so no step changed the policy. Check that the reward functions "
+              f"can score these completions (one of them: {sample[:80]!r}); {cut:.0%} were cut at "
+              "max_completion_length; a higher temperature or more num_generations gives groups more spread.",
+              file=sys.stderr, flush=True)
 
     # --- 4: the loss -----------------------------------------------------------------------------------------------
     def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
