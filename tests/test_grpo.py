@@ -326,7 +326,8 @@ def test_a_tiny_model_learns_the_format_reward(tiny, tmp_path):
     assert last > first + 0.2, rewards
     record = logged(out)[-1]
     for key in ("reward_std", "rewards/format/mean", "rewards/format/std", "completions/mean_length",
-                "completions/clipped_ratio", "frac_reward_zero_std", "clip_ratio/region_mean"):
+                "completions/clipped_ratio", "completions/nonfinite_ratio", "frac_reward_zero_std",
+                "clip_ratio/region_mean"):
         assert key in record
     page = (out / "report.html").read_text(encoding="utf-8")
     assert 'id="curve-reward"' in page and 'id="curve-grpo"' in page
@@ -427,3 +428,16 @@ def test_a_run_without_reward_signal_says_so_once(tiny, tmp_path, capsys):
     train(overrides(tiny, data, tmp_path / "varied", max_steps=NO_SIGNAL_STEPS + 2, reward_funcs=f"[{code}:spread]",
                     max_completion_length=4, save_steps=1000))
     assert "warning: grpo" not in capsys.readouterr().err
+
+
+def test_the_decoder_marks_completions_drawn_from_non_finite_logits(tiny):
+    """Sampling from non-finite logits draws uniformly (noise), and the training forward that follows stays finite,
+    so only the decoder can say it happened: Completions.nonfinite, which stage grpo logs and warns about."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny).eval()
+    prompts, params = [[5, 6, 7], [8, 9]], SamplingParams(max_tokens=3, temperature=1.0)
+    with torch.no_grad():
+        assert Decoder(model, 0).generate(prompts, 3, params, [10**6], [1, 2]).nonfinite == [False, False]
+        model.model.norm.weight[3] = float("nan")   # every position's final hidden state, so every row's logits
+        assert Decoder(model, 0).generate(prompts, 3, params, [10**6], [1, 2]).nonfinite == [True, True]

@@ -126,13 +126,15 @@ class GRPOObjective(torch.nn.Module):
         self.seed = cfg.train.seed
         self.epsilon_high = m.epsilon_high if m.epsilon_high is not None else m.epsilon
         names = ["reward"] + [f"rewards/{f.name}/mean" for f in self.functions] + [
-            "completions/mean_length", "completions/clipped_ratio", "frac_reward_zero_std", "kl",
+            "completions/mean_length", "completions/clipped_ratio", "completions/nonfinite_ratio",
+            "frac_reward_zero_std", "kl",
             "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
         spreads = {"reward": "reward_std", **{f"rewards/{f.name}/mean": f"rewards/{f.name}/std"
                                               for f in self.functions}}
         self.train_metrics, self.eval_metrics = MetricSums(tuple(names), spreads), MetricSums(tuple(names), spreads)
         self._decoder: list[Decoder] = []   # made at the first roll-out (a plain list: not a submodule)
         self._no_signal = 0                 # training roll-outs in a row without a group whose rewards differ
+        self._said_nonfinite = False
 
     @property
     def metrics(self) -> MetricSums:
@@ -217,6 +219,13 @@ class GRPOObjective(torch.nn.Module):
         self.metrics.add("completions/mean_length", torch.tensor([float(len(ids)) for ids in done.ids]))
         self.metrics.add("completions/clipped_ratio", torch.tensor([float(t) for t in done.truncated]))
         self.metrics.add("frac_reward_zero_std", advantages.std_zero.float())
+        self.metrics.add("completions/nonfinite_ratio", torch.tensor([float(b) for b in done.nonfinite]))
+        if any(done.nonfinite) and not self._said_nonfinite and int(os.environ.get("RANK", "0")) == 0:
+            self._said_nonfinite = True
+            print(f"warning: grpo: {sum(done.nonfinite)} of {len(done.nonfinite)} completions had a token drawn from "
+                  "logits that were not finite (drawn uniformly, so they are noise): generation on this model and "
+                  "device is broken; try STEADYTUNE_CUDA_GRAPHS=0, or report it with `steadytune doctor`'s output "
+                  "(completions/nonfinite_ratio in metrics.jsonl counts them)", file=sys.stderr, flush=True)
         if self.training:
             self._watch_signal(rewards, advantages.std_zero, done, texts[0] if texts else "")
 

@@ -43,6 +43,9 @@ def make_decode_batch(model: torch.nn.Module, pad_token_id: int, max_rows: Optio
 class Completions:
     ids: list[list[int]]      # per row: the generated tokens up to and including the first stop token
     truncated: list[bool]     # per row: no stop token within max_new_tokens
+    # per row: some token was drawn from logits that were not finite (sample_keyed then draws uniformly, so the row is
+    # noise); the caller's loss comes from another forward and stays finite, so only this says the generation broke
+    nonfinite: Optional[list[bool]] = None
 
 
 class Decoder:
@@ -70,10 +73,13 @@ class Decoder:
         tokens = torch.full((n, max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)
         stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
         row_keys = torch.tensor(list(keys), dtype=torch.long, device=device)
+        broken = torch.zeros(n, dtype=torch.bool, device=device)   # stays on the device: no sync per step
         start = 0
         try:
             for chunk in _chunks(rows, PREFILL_TOKEN_BUDGET):
-                first = sample_keyed(batch.prefill(chunk), params, row_keys[start:start + len(chunk)], 0)
+                logits = batch.prefill(chunk)
+                broken[start:start + len(chunk)] |= ~torch.isfinite(logits).all(dim=-1)
+                first = sample_keyed(logits, params, row_keys[start:start + len(chunk)], 0)
                 batch.feed(first)
                 tokens[start:start + len(chunk), 0] = first
                 if start == 0 and isinstance(batch, DecodeBatch):
@@ -83,14 +89,18 @@ class Decoder:
             for step in range(1, max_new_tokens):
                 if step % CHECK_EVERY == 0 and bool(done.all()):
                     break
-                sampled = sample_keyed(batch.decode(), params, row_keys, step)
+                logits = batch.decode()
+                broken |= ~torch.isfinite(logits).all(dim=-1) & ~done
+                sampled = sample_keyed(logits, params, row_keys, step)
                 sampled = sampled.masked_fill(done, self.pad_token_id)
                 batch.feed(sampled)
                 tokens[:, step] = sampled
                 done |= torch.isin(sampled, stops)
         finally:
             batch.keep([])   # every row leaves; the cache (and its graphs) stay for the next call
-        return _cut(tokens.tolist(), set(stop_ids))
+        completions = _cut(tokens.tolist(), set(stop_ids))
+        completions.nonfinite = broken.tolist()
+        return completions
 
 
 def _chunks(rows: list[Row], budget: int) -> list[list[Row]]:
