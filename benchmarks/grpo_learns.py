@@ -75,7 +75,9 @@ def curve(folder: Path) -> dict:
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
     held_out = [(r["step"], r["eval_reward"]) for r in rows if "eval_reward" in r]
     train = [r["reward"] for r in rows if "reward" in r and "eval_reward" not in r]
-    return {"held_out_reward": held_out, "train_reward_first": train[:1], "train_reward_last": train[-1:]}
+    broken = [r.get("completions/nonfinite_ratio") for r in rows if "reward" in r and "eval_reward" not in r]
+    return {"held_out_reward": held_out, "train_reward_first": train[:1], "train_reward_last": train[-1:],
+            "nonfinite_ratio_max": max((b for b in broken if b is not None), default=None)}
 
 
 def main() -> int:
@@ -102,7 +104,8 @@ def main() -> int:
         c = results[f"{task}-lr{rate:g}"] = curve(args.out / f"{task}-lr{rate:g}")
         points = ", ".join(f"{step}: {value:.3f}" for step, value in c["held_out_reward"])
         print(f"{task:<10} lr {rate:<7g} held-out reward by step  {points}   (training reward "
-              f"{c['train_reward_first'][0]:.3f} -> {c['train_reward_last'][0]:.3f})", flush=True)
+              f"{c['train_reward_first'][0]:.3f} -> {c['train_reward_last'][0]:.3f}; completions from non-finite logits, "
+              f"at most {c['nonfinite_ratio_max']})", flush=True)
     (args.out / "grpo_learns.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     if failed:
         print(f"failed: {', '.join(failed)} (see their .log files in {args.out})", flush=True)

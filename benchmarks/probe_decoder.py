@@ -3,10 +3,12 @@ device, in the settings stage grpo uses it in (bf16, LoRA applied, the training 
 graphs)? Greedy completions of tiny random models (qwen2; gemma3 with a sliding window shorter than the prompts),
 prompt by prompt, and the keyed sampler's first-token frequencies against the softmax.
 
-    python benchmarks/probe_decoder.py
+    python benchmarks/probe_decoder.py                 # tiny random models
+    python benchmarks/probe_decoder.py gemma-3-270m    # a real model, as stage grpo runs it
 """
 from __future__ import annotations
 
+import sys
 import tempfile
 
 import torch
@@ -16,9 +18,46 @@ from steadytune.model.decode.sampling import SamplingParams
 from steadytune.model.tiny import save_tiny_model
 
 
+def real_model(name: str) -> None:
+    """The same comparison on a real model (e.g. gemma-3-270m: sliding and full attention layers mixed), bf16 on a
+    GPU with fp32 LoRA under autocast as stage grpo runs it: greedy completions of a few review prompts, the decoder
+    against `generate`, and how many rows met non-finite logits."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from steadytune.config import ModelArguments
+    from steadytune.eval.scoring import inference
+    from steadytune.model.load import resolve_model_path
+
+    path = resolve_model_path(ModelArguments(model_name_or_path=name))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    tok = AutoTokenizer.from_pretrained(path)
+    texts = ["判断下面这条评论的情感倾向，回答“消极”或“积极”。\n评论：质量很好，物流也快。\n情感：",
+             "判断下面这条评论的情感倾向，回答“消极”或“积极”。\n评论：用了两天就坏了，很失望。\n情感：",
+             "Question: What is 37 plus 58?\nAnswer:", "The capital of France is"] * 4
+    prompts = [tok(t)["input_ids"] for t in texts]
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
+    model = get_peft_model(model.to(device), LoraConfig(r=8, target_modules="all-linear"))   # B = 0: the base
+    with inference(model):
+        ref = [model.generate(torch.tensor([p], device=device), max_new_tokens=8, do_sample=False,
+                              pad_token_id=tok.pad_token_id)[0, len(p):].tolist() for p in prompts]
+        dec = Decoder(model, tok.pad_token_id)
+        for attempt in (1, 2, 3):   # graphs are recorded on the first call and replayed on the next ones
+            done = dec.generate(prompts, 8, SamplingParams(max_tokens=8, temperature=0.0), [10**9],
+                                list(range(len(prompts))))
+            same = sum(a[:len(b)] == b for a, b in zip(ref, done.ids))
+            print(f"{name} call {attempt}: greedy equal to generate {same}/{len(prompts)}; rows with non-finite "
+                  f"logits {sum(done.nonfinite)}", flush=True)
+        for a, b in list(zip(ref, done.ids))[:2]:
+            print("   generate", repr(tok.decode(a)), "\n   decoder ", repr(tok.decode(b)))
+
+
 def main() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
+
+    if len(sys.argv) > 1:   # a real model by name or path
+        return real_model(sys.argv[1])
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
