@@ -120,11 +120,12 @@ if [ "$STAGE" = tune ]; then
   # markupsafe, optuna, sqlalchemy, typing_extensions: pip download --only-binary=:all: --python-version 3.12
   # --platform manylinux2014_x86_64 -d .whl/tune optuna, then drop numpy, pyyaml, tqdm and packaging, which the
   # machine has). On nvidia-h200-x2 the search has GPU 0 and the gpu / plain_loop arms GPU 1 (one call); on one GPU
-  # they share it (--gpus 0,0: accuracy as alone, times longer, fewer trials in the search's time). TUNE_ARGS
+  # they share it (--gpus 0,0 --parallel-seeds: the other arms one process per arm and seed, accuracy as alone, times
+  # shared; on 2026-12-01 the other arms in one process took ~400 s there, too long beside the search). TUNE_ARGS
   # replaces the flags (e.g. TUNE_ARGS="--gpus 0,1 --search-seconds 300").
   python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls .whl/tune/*.whl /root/keep/tune/*.whl 2>/dev/null)
   GPUS=$(nvidia-smi -L | wc -l)
-  ARGS=${TUNE_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1" || echo "--gpus 0,0")}
+  ARGS=${TUNE_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1" || echo "--gpus 0,0 --parallel-seeds --search-seconds 200")}
   python3 benchmarks/tune_vs_plain.py --out /root/tune_q $ARGS 2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/tune_vs_plain.txt
   cp /root/tune_q/tune_vs_plain.json /root/tune_q/tuned-search/tune_results.json \
      /root/tune_q/tuned-search/best_config.yaml $OUT/ 2>/dev/null

@@ -84,13 +84,34 @@ def run_tuned(model: str, data_dir: Path, out: Path, seeds: list[int], trials: i
         "final_test": results["final"]["test"]}}
 
 
-def start_other_arms(args, gpu: str | None) -> subprocess.Popen:
-    """quality_vs_plain.py's gpu and plain_loop arms in a process of their own (on GPU `gpu`), into OUT/others."""
+def start_other_arms(args, gpu: str | None) -> list[tuple[subprocess.Popen, Path]]:
+    """quality_vs_plain.py's gpu and plain_loop arms in processes of their own (on GPU `gpu`): one process for all of
+    them, or with --parallel-seeds one per arm and seed (a 270M model leaves an H200 mostly idle: six runs at once
+    finish in about the time of the slowest, so the comparison fits one call on one GPU; times are then shared).
+    -> (process, the JSON file it writes its runs to)."""
     env = dict(os.environ) if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
-    return subprocess.Popen([sys.executable, str(HERE / "quality_vs_plain.py"), "--model", args.model,
-                             "--out", str(args.out / "others"), "--seeds", args.seeds, "--arms", ",".join(OTHER_ARMS),
-                             "--n-train", str(args.n_train), "--n-test", str(args.n_test),
-                             "--results", str(args.out / "others.json")], env=env)
+    jobs = ([(arm, seed) for arm in OTHER_ARMS for seed in args.seeds.split(",")] if args.parallel_seeds
+            else [(",".join(OTHER_ARMS), args.seeds)])
+    started = []
+    for arms, seeds in jobs:
+        tag = f"{arms}-{seeds}".replace(",", "_") if args.parallel_seeds else "all"
+        results = args.out / f"others-{tag}.json"
+        command = [sys.executable, str(HERE / "quality_vs_plain.py"), "--model", args.model,
+                   "--out", str(args.out / "others" / tag), "--seeds", seeds, "--arms", arms,
+                   "--n-train", str(args.n_train), "--n-test", str(args.n_test), "--results", str(results)]
+        started.append((subprocess.Popen(command, env=env), results))
+    return started
+
+
+def gather_other_arms(started: list[tuple[subprocess.Popen, Path]]) -> dict[str, list[dict]]:
+    """Wait for the other arms' processes; -> {arm: runs in seed order}."""
+    if any(process.wait() != 0 for process, _ in started):
+        raise SystemExit("a gpu / plain_loop arms' process failed (see its output above)")
+    runs: dict[str, list[dict]] = {}
+    for _, results in started:
+        for arm, arm_runs in json.loads(results.read_text(encoding="utf-8")).items():
+            runs.setdefault(arm, []).extend(arm_runs)
+    return {arm: sorted(r, key=lambda run: run["seed"]) for arm, r in runs.items()}
 
 
 def line(name: str, runs: list[dict]) -> str:
@@ -112,6 +133,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=40, help="the search's --trials (the time usually ends it first)")
     parser.add_argument("--gpus", default="", help="A,B: the search on GPU A, the gpu and plain_loop arms at once on B "
                         "(A,A: both on one GPU)")
+    parser.add_argument("--parallel-seeds", action="store_true",
+                        help="run the gpu and plain_loop arms as one process per arm and seed, all at once (one GPU: "
+                             "the whole comparison in one 10-minute call; their training times are then shared)")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     if 0 not in seeds:
@@ -129,14 +153,7 @@ def main() -> int:
         others = start_other_arms(args, theirs)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tuned = run_tuned(args.model, data_dir, args.out, seeds, args.trials, args.search_seconds)
-    if others is not None:
-        if others.wait() != 0:
-            raise SystemExit("the gpu / plain_loop arms' process failed (see its output above)")
-    else:
-        others = start_other_arms(args, None)
-        if others.wait() != 0:
-            raise SystemExit("the gpu / plain_loop arms' process failed (see its output above)")
-    results = {"tuned": tuned["runs"], **json.loads((args.out / "others.json").read_text(encoding="utf-8"))}
+    results = {"tuned": tuned["runs"], **gather_other_arms(others or start_other_arms(args, None))}
     gain = 100 * (statistics.mean(r["accuracy"] for r in results["tuned"])
                   - statistics.mean(r["accuracy"] for r in results["plain_loop"]))
     summary = {"arms": results, "search": tuned["search"], "gain_points_over_plain_loop": round(gain, 2),

@@ -44,16 +44,18 @@ def test_plain_and_steadytune_arms_run(tmp_path, monkeypatch, capsys):
     assert keys["same32"]["learning_rate"] == keys["same"]["learning_rate"] == 2e-4
 
 
-def test_tune_against_the_plain_loop_runs(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("parallel", [[], ["--parallel-seeds"]], ids=["one-process", "a-process-per-arm-and-seed"])
+def test_tune_against_the_plain_loop_runs(tmp_path, monkeypatch, capsys, parallel):
     """benchmarks/tune_vs_plain.py end to end on a tiny model: the search (2 trials), its final model, the gpu and
-    plain_loop arms in their own process, the table and the verdict against the +1.5 points target."""
+    plain_loop arms in their own process (or one per arm and seed), the table and the verdict against the +1.5
+    points target."""
     pytest.importorskip("optuna", reason="steadytune tune needs optuna (the tune extra)")
     from steadytune.model.tiny import save_tiny_model
     model = save_tiny_model(tmp_path / "tiny", "qwen2")
     script = load_benchmark("tune_vs_plain")
     monkeypatch.setattr(sys, "argv", ["tune_vs_plain.py", "--model", str(model), "--out", str(tmp_path / "t"),
                                       "--seeds", "0", "--trials", "2", "--search-seconds", "60", "--n-train", "16",
-                                      "--n-test", "8"])
+                                      "--n-test", "8", *parallel])
     assert script.main() == 0
     summary = json.loads((tmp_path / "t" / "tune_vs_plain.json").read_text(encoding="utf-8"))
     assert set(summary["arms"]) == {"tuned", "gpu", "plain_loop"} and summary["search"]["trials"] == 2
@@ -61,3 +63,4 @@ def test_tune_against_the_plain_loop_runs(tmp_path, monkeypatch, capsys):
     first = json.loads((tmp_path / "t" / "tuned-search" / "tune_results.json").read_text(encoding="utf-8"))["trials"][0]
     assert first["from_config"] and first["keys"]["learning_rate"] == 5e-4   # the README's GPU recipe is trial 0
     assert "tuned - plain_loop:" in capsys.readouterr().out
+    assert [r["seed"] for r in summary["arms"]["plain_loop"]] == [0]
