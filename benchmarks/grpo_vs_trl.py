@@ -31,7 +31,6 @@ CPU smoke:   python benchmarks/grpo_vs_trl.py --shape tiny --steps 3 --warmup 1 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
 import statistics
@@ -44,8 +43,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-SPECIALS = ["<pad>", "<|endoftext|>"]
+# The DPO comparison's pieces: a byte-level BPE trained on the data (no hub), and the memory counters between arms.
+from dpo_vs_trl import peak_gib, reset_memory, train_tokenizer  # noqa: E402
 QUESTIONS = ("What is {a} plus {b}?", "Add {a} and {b}.", "Compute {a} + {b}, and give the number.",
              "A shop sold {a} apples in the morning and {b} in the afternoon. How many apples did it sell?")
 
@@ -84,21 +85,6 @@ def make_prompts(n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def train_tokenizer(texts: list[str]):
-    """A byte-level BPE trained on the prompts: realistic token counts without a model hub."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=2048, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<|endoftext|>",
-                                   bos_token=None, unk_token=None)
-
-
 def make_model_folder(shape: str, tokenizer, folder: Path, device: torch.device) -> Path:
     """The shape with the tokenizer's vocabulary (every sampled id decodes to text), bf16 on a GPU."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -117,17 +103,6 @@ def make_model_folder(shape: str, tokenizer, folder: Path, device: torch.device)
     tokenizer.save_pretrained(folder)
     del model
     return folder
-
-
-def reset_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-
-
-def peak_gib(device: torch.device) -> float | None:
-    return torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
 
 
 # --- the arms ------------------------------------------------------------------------------------------------
@@ -233,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"unknown arm(s) {', '.join(sorted(unknown))} (trl, trl_no_gc, steadytune)")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="grpo_vs_trl-"))
     rows = make_prompts(args.steps * args.prompts)
-    tokenizer = train_tokenizer([r["prompt"] for r in rows] + [str(i) for i in range(200)])
+    tokenizer = train_tokenizer([r["prompt"] for r in rows] + [str(i) for i in range(200)], 2048)
     model_dir = make_model_folder(args.shape, tokenizer, work / "model", device)
     report: dict = {"shape": args.shape, "steps": args.steps, "warmup": args.warmup, "prompts_per_step": args.prompts,
                     "num_generations": args.generations, "max_completion_length": args.completion_length,
