@@ -135,6 +135,7 @@ class GRPOObjective(torch.nn.Module):
         self._decoder: list[Decoder] = []   # made at the first roll-out (a plain list: not a submodule)
         self._no_signal = 0                 # training roll-outs in a row without a group whose rewards differ
         self._said_nonfinite = False
+        self._speaks = int(os.environ.get("RANK", "0")) == 0   # the warnings below come from the first process only
 
     @property
     def metrics(self) -> MetricSums:
@@ -220,7 +221,7 @@ class GRPOObjective(torch.nn.Module):
         self.metrics.add("completions/clipped_ratio", torch.tensor([float(t) for t in done.truncated]))
         self.metrics.add("frac_reward_zero_std", advantages.std_zero.float())
         self.metrics.add("completions/nonfinite_ratio", torch.tensor([float(b) for b in done.nonfinite]))
-        if any(done.nonfinite) and not self._said_nonfinite and int(os.environ.get("RANK", "0")) == 0:
+        if any(done.nonfinite) and not self._said_nonfinite and self._speaks:
             self._said_nonfinite = True
             print(f"warning: grpo: {sum(done.nonfinite)} of {len(done.nonfinite)} completions had a token drawn from "
                   "logits that were not finite (drawn uniformly, so they are noise): generation on this model and "
@@ -233,7 +234,7 @@ class GRPOObjective(torch.nn.Module):
         """Say once when NO_SIGNAL_STEPS roll-outs in a row had no group whose rewards differed: every advantage
         is 0, so the steps change nothing (the commonest way a GRPO run silently does not learn)."""
         self._no_signal = self._no_signal + 1 if bool(std_zero.all()) else 0
-        if self._no_signal != NO_SIGNAL_STEPS or int(os.environ.get("RANK", "0")) != 0:
+        if self._no_signal != NO_SIGNAL_STEPS or not self._speaks:
             return
         real = rewards[~torch.isnan(rewards)]
         value = f"{real.mean().item():.3g}" if real.numel() else "none (every function returned None)"
