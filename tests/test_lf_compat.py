@@ -14,7 +14,7 @@ from steadytune.cli import main as cli_main
 from steadytune.config import load_config
 from steadytune.data.encode import IGNORE_INDEX
 from steadytune.data.prepare import prepare_datasets
-from steadytune.model.tiny import build_chat_tokenizer, build_model
+from steadytune.model.tiny import build_chat_tokenizer, save_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +24,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, tok) -> Path:
-    folder = tmp_path_factory.mktemp("tiny") / "qwen2"
-    build_model("qwen2", tok).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "qwen2", "qwen2", tokenizer=tok)
 
 
 def write_json(path: Path, rows) -> Path:

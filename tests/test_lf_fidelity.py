@@ -15,7 +15,7 @@ from conftest import LF_FIXTURES, needs_shared
 from transformers import AutoTokenizer
 
 from steadytune.config import load_config
-from steadytune.model.tiny import build_model
+from steadytune.model.tiny import save_tiny_model
 from steadytune.stages.table import STAGES
 from steadytune.hardware.backend import HardwareInfo
 from steadytune.model.attention import PackingPlan, plan_packing
@@ -41,10 +41,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, tokenizer) -> Path:
     """The golden's model: a tiny Qwen2 on the golden tokenizer (its weights change none of the numbers here)."""
-    folder = tmp_path_factory.mktemp("lf_fidelity") / "qwen2"
-    build_model("qwen2", tokenizer).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("lf_fidelity") / "qwen2", "qwen2", tokenizer=tokenizer)
 
 
 def example_config(relative: str, model: Path, out: Path, **extra):

@@ -310,13 +310,10 @@ def test_gpu_bench_script_runs_its_cpu_smoke(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def chat_tiny64(tmp_path_factory):
     """tools/run_lf_examples.py's stand-in (a tokenizer that knows every template's special tokens), 64 wide."""
-    from steadytune.model.tiny import build_chat_tokenizer, build_model
+    from steadytune.model.tiny import build_chat_tokenizer, save_tiny_model
 
-    folder = tmp_path_factory.mktemp("lf") / "tiny"
-    tokenizer = build_chat_tokenizer("bytelevel")
-    build_model("qwen2", tokenizer, hidden_size=64, intermediate_size=128).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("lf") / "tiny", "qwen2", tokenizer=build_chat_tokenizer("bytelevel"),
+                           hidden_size=64, intermediate_size=128)
 
 
 @needs_bnb

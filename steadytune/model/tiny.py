@@ -85,10 +85,12 @@ def build_model(kind: str = "qwen2", tokenizer: PreTrainedTokenizerFast | None =
     return model
 
 
-def save_tiny_model(folder: str | Path, kind: str = "qwen2", seed: int = 0, **overrides) -> Path:
-    """Write a tiny model + tokenizer as a Hugging Face folder that `model_name_or_path` can point at."""
+def save_tiny_model(folder: str | Path, kind: str = "qwen2", seed: int = 0,
+                    tokenizer: PreTrainedTokenizerFast | None = None, **overrides) -> Path:
+    """Write a tiny model + tokenizer (build_tokenizer's unless one is given) as a Hugging Face folder that
+    `model_name_or_path` can point at."""
     folder = Path(folder)
-    tokenizer = build_tokenizer()
+    tokenizer = tokenizer or build_tokenizer()
     model = build_model(kind, tokenizer, seed=seed, **overrides)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
