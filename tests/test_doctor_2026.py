@@ -228,28 +228,27 @@ def test_4_strix_halo_at_the_ttm_default_from_a_memory_report(tmp_path):
     assert find(findings, "info", "on-that-machine", "gradient checkpointing", "on 62.47 GiB")   # what HIP allocates
 
 
-def test_4_live_gtt_larger_than_the_ram_leaves_the_os_nothing(monkeypatch, tmp_path):
-    """Simulated: a Strix Halo whose GTT was raised to all 128 GiB of a 125 GiB-RAM machine."""
-    halo = SimpleNamespace(**vars(props("AMD Radeon Graphics", "gfx1151", 128, integrated=True, major=11, minor=5)),
+def live_strix_halo(monkeypatch, tmp_path, gtt_gib: int, pages_limit: int):
+    """The live checks on a simulated Strix Halo (125 GiB of RAM) whose GTT is gtt_gib, set by ttm.pages_limit."""
+    halo = SimpleNamespace(**vars(props("AMD Radeon Graphics", "gfx1151", gtt_gib, integrated=True, major=11, minor=5)),
                            pci_domain_id=0, pci_bus_id=0xC5, pci_device_id=0)
     simulate(monkeypatch, gpus=[halo], arch_list=WHEEL_2026)
-    paths, rocm = machine(tmp_path, gfx_nodes=[110501], cmdline="ro ttm.pages_limit=33554432")
-    _apu_sysfs(paths["sys_root"], "0000:c5:00.0", 512 << 20, 128 << 30)
+    paths, rocm = machine(tmp_path, gfx_nodes=[110501], cmdline=f"ro ttm.pages_limit={pages_limit}")
+    _apu_sysfs(paths["sys_root"], "0000:c5:00.0", 512 << 20, gtt_gib << 30)
     (paths["proc_root"] / "meminfo").write_text("MemTotal:       131171464 kB\n")
-    findings = run_live_checks(env={"ROCM_PATH": str(rocm)}, **paths)
+    return run_live_checks(env={"ROCM_PATH": str(rocm)}, **paths)
+
+
+def test_4_live_gtt_larger_than_the_ram_leaves_the_os_nothing(monkeypatch, tmp_path):
+    """Simulated: a Strix Halo whose GTT was raised to all 128 GiB of a 125 GiB-RAM machine."""
+    findings = live_strix_halo(monkeypatch, tmp_path, 128, 33554432)
     [headroom] = find(findings, "warning", "unified-memory", "may map 128 GiB of 125.1 GiB RAM", "leaving the OS")
     assert "ttm.pages_limit=28573696" in headroom.fix                       # 109 GiB: RAM less max(8, RAM/8)
     assert find(findings, "info", "memory", "gradient checkpointing", "on 109 GiB")
 
 
 def test_4_no_alarm_for_a_sized_gtt(monkeypatch, tmp_path):
-    halo = SimpleNamespace(**vars(props("AMD Radeon Graphics", "gfx1151", 100, integrated=True, major=11, minor=5)),
-                           pci_domain_id=0, pci_bus_id=0xC5, pci_device_id=0)
-    simulate(monkeypatch, gpus=[halo], arch_list=WHEEL_2026)
-    paths, rocm = machine(tmp_path, gfx_nodes=[110501], cmdline="ro ttm.pages_limit=26214400")
-    _apu_sysfs(paths["sys_root"], "0000:c5:00.0", 512 << 20, 100 << 30)
-    (paths["proc_root"] / "meminfo").write_text("MemTotal:       131171464 kB\n")
-    findings = run_live_checks(env={"ROCM_PATH": str(rocm)}, **paths)
+    findings = live_strix_halo(monkeypatch, tmp_path, 100, 26214400)
     assert not find(findings, "warning", "unified-memory")
 
 
