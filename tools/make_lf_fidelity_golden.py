@@ -112,7 +112,6 @@ def read_example(examples: Path, relative: str, model: Path, output: Path) -> di
 def capture_training(examples: Path, relative: str, model: Path, work: Path) -> dict:
     """Run LLaMA-Factory's workflow for the file up to the first optimizer step; -> the numbers it would train with."""
     import transformers
-    from llamafactory.train.tuner import run_exp
 
     def inner_loop(self, batch_size=None, args=None, resume_from_checkpoint=None, trial=None,
                    ignore_keys_for_eval=None):
@@ -134,15 +133,24 @@ def capture_training(examples: Path, relative: str, model: Path, work: Path) -> 
             "gradient_checkpointing_use_reentrant": _use_reentrant(model),
         })
 
-    original = transformers.Trainer._inner_training_loop
-    transformers.Trainer._inner_training_loop = inner_loop
+    return run_until(transformers.Trainer, "_inner_training_loop", inner_loop, "its training loop",
+                     examples, relative, model, work)
+
+
+def run_until(owner, name: str, stand_in, where: str, examples: Path, relative: str, model: Path, work: Path) -> dict:
+    """Run LLaMA-Factory on the example with owner.name replaced by `stand_in`, which raises Captured with what it
+    saw; -> those values (the method is put back either way)."""
+    from llamafactory.train.tuner import run_exp
+
+    original = getattr(owner, name)
+    setattr(owner, name, stand_in)
     try:
         run_exp(read_example(examples, relative, model, work / relative.replace("/", "_")))
     except Captured as c:
         return c.values
     finally:
-        transformers.Trainer._inner_training_loop = original
-    raise RuntimeError(f"{relative}: LLaMA-Factory's run never reached its training loop")
+        setattr(owner, name, original)
+    raise RuntimeError(f"{relative}: LLaMA-Factory's run never reached {where}")
 
 
 def _use_reentrant(model) -> bool | None:
@@ -162,7 +170,6 @@ def _use_reentrant(model) -> bool | None:
 def capture_predict(examples: Path, relative: str, model: Path, work: Path) -> dict:
     """The generation settings LLaMA-Factory's do_predict passes to Seq2SeqTrainer.predict."""
     import transformers
-    from llamafactory.train.tuner import run_exp
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test", **gen_kwargs):
         raise Captured({"eval_rows": len(test_dataset),
@@ -170,15 +177,7 @@ def capture_predict(examples: Path, relative: str, model: Path, work: Path) -> d
                         "model_generation_config": {k: getattr(self.model.generation_config, k, None)
                                                     for k in ("do_sample", "temperature", "top_p", "top_k")}})
 
-    original = transformers.Seq2SeqTrainer.predict
-    transformers.Seq2SeqTrainer.predict = predict
-    try:
-        run_exp(read_example(examples, relative, model, work / relative.replace("/", "_")))
-    except Captured as c:
-        return c.values
-    finally:
-        transformers.Seq2SeqTrainer.predict = original
-    raise RuntimeError(f"{relative}: LLaMA-Factory's run never reached predict")
+    return run_until(transformers.Seq2SeqTrainer, "predict", predict, "predict", examples, relative, model, work)
 
 
 def _jsonable(value) -> bool:
