@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,26 @@ def live_process():
     yield proc
     proc.kill()
     proc.wait()
+
+
+# --- a real browser: headless Chromium (Debian's chromium package) driven by Playwright (test_report, studio) -------
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(name)), None)
+# Flags that let a root-run headless Chromium start here, and keep it from calling home.
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A Chromium the test drives; skipped, with the reason, where playwright or chromium is missing or will not start."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra has it)")
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH (apt-get install chromium; .ci/run installs it)")
+    with sync_api.sync_playwright() as p:
+        try:
+            chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        except sync_api.Error as e:
+            pytest.skip(f"chromium did not start: {str(e).splitlines()[0]}")
+        yield chromium
+        chromium.close()

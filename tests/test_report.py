@@ -239,26 +239,7 @@ def test_a_report_of_10000_steps_stays_under_8_mb(long_run):
 # In a real browser: headless Chromium (Debian's chromium package) driven by Playwright
 # ------------------------------------------------------------------------------------------------------
 
-CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(name)), None)
-# Flags that let a root-run headless Chromium start here, and keep it from calling home.
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-LOAD_LIMIT_S = 5.0
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra has it)")
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH (apt-get install chromium; .ci/run installs it)")
-    with sync_api.sync_playwright() as p:
-        try:
-            chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        except sync_api.Error as e:
-            pytest.skip(f"chromium did not start: {str(e).splitlines()[0]}")
-        yield chromium
-        chromium.close()
+LOAD_LIMIT_S = 5.0   # `browser` (conftest.py): headless Chromium through Playwright
 
 
 class Visit:

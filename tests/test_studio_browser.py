@@ -35,11 +35,6 @@ from steadytune.studio.jobs import JobStore, job_alive
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" if os.environ.get("STEADYTUNE_SCREENSHOTS") == "docs" else \
     Path(tempfile.mkdtemp(prefix="studio-screenshots-"))
-CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(name)), None)
-# Flags that let a root-run headless Chromium start here, and keep it from calling home (as tests/test_report.py).
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 HOSTILE = "<img src=x onerror=alert(1)><script>alert(2)</script>"
 HOSTILE_NAME = "run <img src=x onerror=alert(3)><b>bold"
 RUN = "tiny-sentiment"
@@ -47,18 +42,10 @@ RECIPE = "gemma3_270m_sentiment.yaml"
 
 
 @pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra has it)")
+def browser(browser):
+    """conftest.py's Chromium, where the studio can run at all."""
     pytest.importorskip("fastapi", reason="the studio needs FastAPI (pip install '.[studio]')")
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH (apt-get install chromium; .ci/run installs it)")
-    with sync_api.sync_playwright() as p:
-        try:
-            chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        except sync_api.Error as e:
-            pytest.skip(f"chromium did not start: {str(e).splitlines()[0]}")
-        yield chromium
-        chromium.close()
+    return browser
 
 
 def free_port() -> int:
