@@ -31,7 +31,7 @@ from steadytune.errors import UserError
 from steadytune.evaluate import evaluate_saved
 from steadytune.model.load import load_tokenizer
 from steadytune.recipes.search_space import ALPHA_RATIO, SearchSpace, Task, check_space, default_space, nest, read_space
-from steadytune.recipes.trials import METRICS, TRIALS, Search, merge, release_memory, trial_keys_line
+from steadytune.recipes.trials import ASK_LOCK, LOCK, METRICS, TRIALS, Search, merge, release_memory, trial_keys_line
 from steadytune.report.record import write_run_report
 from steadytune.stages.table import STAGES
 from steadytune.train import run_training
@@ -44,7 +44,7 @@ EVAL_BATCH_ON_GPU = 64   # the trials' evaluation batch on a GPU, where the conf
 # What a search writes into its folder: --fresh removes these, and nothing else.
 REPORT = "tune_report.html"   # the search's page (report/tuning.py writes it; the same name, checked by a test)
 OURS = ("study.db", "study.db-journal", "tune_results.json", BEST_CONFIG, REPORT, SPEC, TRIALS, FINAL,
-        ".steadytune-tune.lock", ".steadytune-tune-ask.lock")   # study.LOCK, study.ASK_LOCK (optuna loads late)
+        LOCK, ASK_LOCK)
 
 
 def add_arguments(parser) -> None:
@@ -125,7 +125,7 @@ def run_search(search: Search, space_file: str | None = None, nproc: str = "1", 
     with studies.SearchLock(folder):
         if fresh:   # only once the lock says no other search runs here
             for name in OURS:
-                if name != studies.LOCK:
+                if name != LOCK:
                     remove_path(folder / name)
         task, validation, base_rank = describe_task(search)
         choose_metric(search, task)
