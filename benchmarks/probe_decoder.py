@@ -5,6 +5,7 @@ prompt by prompt, and the keyed sampler's first-token frequencies against the so
 
     python benchmarks/probe_decoder.py                 # tiny random models
     python benchmarks/probe_decoder.py gemma-3-270m    # a real model, as stage grpo runs it
+    python benchmarks/probe_decoder.py gemma-3-270m label [COUNT]   # zero-shot label accuracy: generate vs decoder
 """
 from __future__ import annotations
 
@@ -52,10 +53,78 @@ def real_model(name: str) -> None:
             print("   generate", repr(tok.decode(a)), "\n   decoder ", repr(tok.decode(b)))
 
 
+def label_zero_shot(name: str, count: int = 100, draws: int = 8) -> None:
+    """Zero-shot label accuracy of sampled completions (temperature 1, 4 tokens) on the demo recipe's first `count`
+    test prompts, tokenised by the data pipeline as stage grpo tokenises them: transformers' `generate` (plain
+    multinomial sampling) against the decoder (keyed sampling, CUDA graphs as STEADYTUNE_CUDA_GRAPHS says), with
+    SDPA and with the varlen attention a GPU grpo run loads the model with. The shares should agree within noise
+    (~1-2 % on a CPU for gemma-3-270m); a path that scores 0 is the broken one. Prints a few completions of each."""
+    from pathlib import Path
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from steadytune.config import load_config
+    from steadytune.data.prepare import prepare_datasets
+    from steadytune.data.prompts import PROMPTS
+    from steadytune.eval.scoring import inference, match_label
+    from steadytune.model.load import resolve_model_path
+
+    recipe = Path(__file__).resolve().parents[1] / "steadytune" / "recipes" / "gemma3_270m_sentiment.yaml"
+    cfg = load_config(str(recipe), [f"model_name_or_path={name}", "stage=grpo", "reward_funcs=[label]",
+                                    f"max_eval_samples={count}", "max_samples=8"])
+    path = resolve_model_path(cfg.model)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    tok = AutoTokenizer.from_pretrained(path)
+    data = prepare_datasets(cfg, tok, kind=PROMPTS)
+    examples = data.eval[:count]
+    names = list(cfg.data.label_names)
+    gold = [names.index(str(e["columns"]["label"])) for e in examples]
+    print(f"{name}: {len(examples)} test prompts, e.g. {tok.decode(examples[0]['input_ids'])!r} -> {names[gold[0]]}")
+    attentions = ["sdpa"]
+    if device.type == "cuda":
+        from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_kernels
+        from steadytune.model.attention import attn_implementation_for
+        kernel, why = varlen_kernel_status()
+        attentions.append(attn_implementation_for("varlen", varlen_kernels()[kernel]) if kernel else None)
+        if kernel is None:
+            print(f"  varlen: none ({why})")
+    for attention in [a for a in attentions if a]:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if device.type == "cuda" else
+                                                     torch.float32, attn_implementation=attention).to(device)
+        model = get_peft_model(model, LoraConfig(r=16, target_modules="all-linear"))   # B = 0: the base
+        pad = tok.pad_token_id
+        with inference(model):
+            texts = []
+            for start in range(0, len(examples), 25):   # generate: left-padded batches, multinomial sampling
+                chunk = [e["input_ids"] for e in examples[start:start + 25] for _ in range(draws)]
+                width = max(map(len, chunk))
+                ids = torch.tensor([[pad] * (width - len(c)) + c for c in chunk], device=device)
+                mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunk], device=device)
+                out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
+                                     top_p=1.0, max_new_tokens=4, pad_token_id=pad)
+                texts += tok.batch_decode(out[:, width:], skip_special_tokens=True)
+            right = [match_label(t, names) == gold[i // draws] for i, t in enumerate(texts)]
+            print(f"  {attention:18} generate: {sum(right) / len(right):.3f} of {len(right)} right; e.g. "
+                  f"{texts[:4]}", flush=True)
+            prompts = [e["input_ids"] for e in examples for _ in range(draws)]
+            stops = sorted({tok.eos_token_id, *tok.convert_tokens_to_ids(["<end_of_turn>"])} - {None, tok.unk_token_id})
+            for attempt in (1, 2):
+                done = Decoder(model, pad).generate(prompts, 4, SamplingParams(max_tokens=4, temperature=1.0, top_p=1.0,
+                                                                                top_k=0), stops,
+                                                    list(range(attempt * 10**6, attempt * 10**6 + len(prompts))))
+                texts = tok.batch_decode(done.ids, skip_special_tokens=True)
+                right = [match_label(t, names) == gold[i // draws] for i, t in enumerate(texts)]
+                print(f"  {attention:18} decoder call {attempt}: {sum(right) / len(right):.3f} right, non-finite rows "
+                      f"{sum(done.nonfinite)}; e.g. {texts[:4]}", flush=True)
+
+
 def main() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    if len(sys.argv) > 2 and sys.argv[2] == "label":   # zero-shot label accuracy, generate vs decoder
+        return label_zero_shot(sys.argv[1], *(int(a) for a in sys.argv[3:4]))
     if len(sys.argv) > 1:   # a real model by name or path
         return real_model(sys.argv[1])
 

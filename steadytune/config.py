@@ -136,6 +136,7 @@ class MethodArguments:
     length_target: Optional[int] = _opt(None, "grpo: the length reward's best length in tokens (default max_completion_length).", minimum=1)
     mask_truncated_completions: bool = _opt(False, "grpo: leave completions that hit max_completion_length out of the loss (DAPO).")
     use_bias_correction_kl: bool = _opt(True, "grpo: multiply the KL term by the importance ratio (TRL's default; changes its gradient, not its value).")
+    log_completions: bool = _opt(False, "grpo: write the completions of each logged step and of each evaluation, with their rewards, to completions.jsonl in output_dir (TRL's key; TRL sends them to its trackers).")
 
 
 @dataclass

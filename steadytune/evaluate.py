@@ -96,6 +96,7 @@ def evaluate_preference_run(stage: Stage, cfg: RunConfig, batch_size: int | None
     data = stage.prepare_data(cfg, tokenizer)
     if not data.eval:
         raise UserError("no eval split: set eval_dataset, or val_size to evaluate on the held-out part of dataset")
+    cfg.method.log_completions = False   # grpo's completions.jsonl is the training run's log, not eval's
     objective = stage.make_objective(model, cfg)
     collate = stage.make_collator(cfg, tokenizer, None)
     results = evaluate_examples(objective, data.eval, collate, batch_size or cfg.train.per_device_eval_batch_size,

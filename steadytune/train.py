@@ -919,6 +919,7 @@ def fit(run: Run) -> Outcome:
 def begin_steps(run: Run) -> None:
     """The run is really starting: its config and manifest go into output_dir, a resumed log is cut back to its
     checkpoint, and from here on a failure keeps the folder (it may hold checkpoints worth resuming)."""
+    completions = getattr(run.accelerator.unwrap_model(run.objective), "completions_log", None)  # grpo's
     if run.is_main:
         out = run.folder.path
         run.state.extra["config"] = resume_fingerprint(run.cfg)
@@ -926,6 +927,8 @@ def begin_steps(run: Run) -> None:
         run.state.extra["layout"] = layout_of(run.cfg, run.accelerator.num_processes, run.batches.max_tokens)
         if run.resume_from is not None:
             run.metrics.truncate_after(run.state.global_step)
+            if completions is not None:
+                completions.truncate_after(run.state.global_step)
             run.metrics.event("resume", run.state.global_step, checkpoint=str(run.resume_from))
         try:
             save_resolved_config(run.cfg, out / "run_config.yaml")
@@ -934,7 +937,8 @@ def begin_steps(run: Run) -> None:
         if run.faults.active:
             print(run.faults.describe(), flush=True)
     run.folder.started_steps = True
-    run.folder.expect([run.metrics.path.name])  # listed before its first line is written (a kill may follow)
+    # listed before their first lines are written (a kill may follow)
+    run.folder.expect([run.metrics.path.name] + ([completions.path.name] if completions is not None else []))
     run.folder.record(status="running", command=" ".join(sys.argv))
     run.trackers.start(run.accelerator, run.cfg.to_dict())
 

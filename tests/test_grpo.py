@@ -441,3 +441,33 @@ def test_the_decoder_marks_completions_drawn_from_non_finite_logits(tiny):
         assert Decoder(model, 0).generate(prompts, 3, params, [10**6], [1, 2]).nonfinite == [False, False]
         model.model.norm.weight[3] = float("nan")   # every position's final hidden state, so every row's logits
         assert Decoder(model, 0).generate(prompts, 3, params, [10**6], [1, 2]).nonfinite == [True, True]
+
+
+def test_log_completions_writes_the_logged_steps_and_evaluations_and_a_resume_continues_it(tiny, tmp_path):
+    """log_completions: each completion of steps 1 and every logging_steps, and of each evaluation, with its rewards
+    and advantage; a resumed run cuts the file back to its checkpoint and writes the same lines again (the
+    completions are keyed), so the file equals the straight run's."""
+    data = prompts_dataset(tmp_path / "data")
+    extra = dict(log_completions=True, logging_steps=2, val_size=0.2, eval_strategy="steps", eval_steps=3,
+                 eval_on_start=True, per_device_eval_batch_size=4)
+    straight = tmp_path / "straight"
+    train(overrides(tiny, data, straight, **extra))
+    lines = [json.loads(line) for line in (straight / "completions.jsonl").read_text(encoding="utf-8").splitlines()]
+    train_lines = [r for r in lines if r["split"] == "train"]
+    assert sorted({r["step"] for r in train_lines}) == [1, 2, 4, 6]
+    assert len(train_lines) == 4 * 2 * 4                       # steps x prompts x num_generations
+    evals = [r for r in lines if r["split"] == "eval"]
+    assert sorted({r["step"] for r in evals}) == [0, 3, 6] and len(evals) == 3 * 8 * 4
+    first = train_lines[:4]                                     # one prompt's group
+    assert len({r["prompt"] for r in first}) == 1
+    assert set(first[0]["rewards"]) == {"format", "length"} and 1 <= first[0]["length"] <= 4
+    assert sum(r["advantage"] for r in first) == pytest.approx(0.0, abs=1e-5)
+    assert "completions.jsonl" in json.loads((straight / ".steadytune-run.json").read_text())["files"]
+
+    out = tmp_path / "resumed"
+    train(overrides(tiny, data, out, **extra))
+    (out / "completions.jsonl").write_text((out / "completions.jsonl").read_text(encoding="utf-8") + "{\"step\": 99}\n" * 3,
+                                           encoding="utf-8")   # lines past the checkpoint must go
+    train(overrides(tiny, data, out, resume_from_checkpoint=str(out / "checkpoint-3"), **extra))
+    assert (out / "completions.jsonl").read_text(encoding="utf-8") == \
+        (straight / "completions.jsonl").read_text(encoding="utf-8")

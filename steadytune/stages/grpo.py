@@ -31,9 +31,11 @@ functions.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -56,8 +58,10 @@ from steadytune.stages.objectives import MetricSums, disable_dropout
 from steadytune.stages.reference import build_reference
 from steadytune.stages.rewards import group_advantages, load_reward_functions, nanstd, score
 from steadytune.training.batches import to_device
+from steadytune.training.monitor import MetricsLog
 
 EVAL_STEP = -1   # evaluation's completions are keyed by their prompts, not by the step
+COMPLETIONS_FILE = "completions.jsonl"   # log_completions: true writes the completions here, in output_dir
 NO_SIGNAL_STEPS = 10   # training roll-outs in a row whose every group had equal rewards before the run says so
 
 
@@ -136,6 +140,10 @@ class GRPOObjective(torch.nn.Module):
         self._no_signal = 0                 # training roll-outs in a row without a group whose rewards differ
         self._said_nonfinite = False
         self._speaks = int(os.environ.get("RANK", "0")) == 0   # the warnings below come from the first process only
+        self.completions_log = (MetricsLog(Path(cfg.train.output_dir) / COMPLETIONS_FILE, enabled=self._speaks)
+                                if m.log_completions else None)
+        self.logging_steps = cfg.train.logging_steps
+        self.last_step = 0   # the training step the latest roll-out was for (evaluations are logged under it)
 
     @property
     def metrics(self) -> MetricSums:
@@ -166,6 +174,9 @@ class GRPOObjective(torch.nn.Module):
         advantages = group_advantages(per_function, [f.weight for f in self.functions], G, m.scale_rewards,
                                       self._batch_std if m.scale_rewards == "batch" else None)
         self._record_rewards(per_function, advantages, done, texts)
+        if self.training:
+            self.last_step = step
+        self._log_completions(step, examples, texts, per_function, advantages.advantages, done)
         start = 0
         for batch, p in zip(batches, prompts):
             rows = range(start, start + len(p.examples) * G)
@@ -229,6 +240,25 @@ class GRPOObjective(torch.nn.Module):
                   "(completions/nonfinite_ratio in metrics.jsonl counts them)", file=sys.stderr, flush=True)
         if self.training:
             self._watch_signal(rewards, advantages.std_zero, done, texts[0] if texts else "")
+
+    def _log_completions(self, step: int, examples: list[dict], texts: list[str], per_function: torch.Tensor,
+                         advantages: torch.Tensor, done) -> None:
+        """log_completions: one JSON line per completion of a logged step's roll-out (the steps whose metrics are
+        logged: 1 and every logging_steps) and of every evaluation, with each reward function's value (null where
+        it returned None) and the advantage; appended, so a resumed run continues the file."""
+        if self.completions_log is None:
+            return
+        split = "train" if self.training else "eval"
+        if split == "train" and step != 1 and step % self.logging_steps:
+            return
+        names = [f.name for f in self.functions]
+        for i, (example, text) in enumerate(zip(examples, texts)):
+            rewards = {n: (None if math.isnan(v) else v) for n, v in zip(names, per_function[i].tolist())}
+            advantage = float(advantages[i])
+            self.completions_log.write({"step": self.last_step, "split": split, "prompt": example["prompt"],
+                                        "completion": text, "rewards": rewards,
+                                        "advantage": None if math.isnan(advantage) else advantage,
+                                        "length": len(done.ids[i]), "truncated": bool(done.truncated[i])})
 
     def _watch_signal(self, rewards: torch.Tensor, std_zero: torch.Tensor, done, sample: str) -> None:
         """Say once when NO_SIGNAL_STEPS roll-outs in a row had no group whose rewards differed: every advantage

@@ -57,7 +57,7 @@ OUTPUT_NAME = re.compile(
     r"model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|pytorch_model.*\.bin|config\.json|"
     r"generation_config\.json|tokenizer.*|special_tokens_map\.json|chat_template\.(jinja|json)|vocab\.(json|txt)|"
     r"merges\.txt|added_tokens\.json|spiece\.model|checkpoint-\d+(\.tmp)?|eval_results\.json|predictions\.jsonl|"
-    r"generated_predictions\.jsonl|confusion_matrix\.(json|png)|errors_to_review\.jsonl|demo_results\.json|"
+    r"generated_predictions\.jsonl|completions\.jsonl|confusion_matrix\.(json|png)|errors_to_review\.jsonl|demo_results\.json|"
     r"hang-rank-\d+\.txt|data_stats\.json|runs|logs)$")
 CHECKPOINT_NAME = re.compile(r"^checkpoint-\d+$")
 PARTIAL_CHECKPOINT = re.compile(r"^checkpoint-\d+\.tmp$")
