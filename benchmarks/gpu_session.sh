@@ -122,10 +122,12 @@ if [ "$STAGE" = tune ]; then
   # machine has). On nvidia-h200-x2 the search has GPU 0 and the gpu / plain_loop arms GPU 1 (one call); on one GPU
   # they share it (--gpus 0,0 --parallel-seeds: the other arms one process per arm and seed, accuracy as alone, times
   # shared; on 2026-12-01 the other arms in one process took ~400 s there, too long beside the search). TUNE_ARGS
-  # replaces the flags (e.g. TUNE_ARGS="--gpus 0,1 --search-seconds 300").
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls .whl/tune/*.whl /root/keep/tune/*.whl 2>/dev/null)
+  # replaces the flags (e.g. TUNE_ARGS="--gpus 0,1 --search-seconds 300"). On one GPU 150 s: with 200 s (2026-12-01) the
+  # trial running at the deadline took 289 s on the shared GPU and the 580 s call ended before the last two seeds.
+  # One copy of each wheel: pip refuses the whole list when a wheel is named twice (2026-12-01: the search then failed).
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls .whl/tune/*.whl 2>/dev/null || ls /root/keep/tune/*.whl)
   GPUS=$(nvidia-smi -L | wc -l)
-  ARGS=${TUNE_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1" || echo "--gpus 0,0 --parallel-seeds --search-seconds 200")}
+  ARGS=${TUNE_ARGS:-$([ "$GPUS" -ge 2 ] && echo "--gpus 0,1" || echo "--gpus 0,0 --parallel-seeds --search-seconds 150")}
   python3 benchmarks/tune_vs_plain.py --out /root/tune_q $ARGS 2>&1 | grep -v "it/s\]\|batch/s\]" | tee $OUT/tune_vs_plain.txt
   cp /root/tune_q/tune_vs_plain.json /root/tune_q/tuned-search/tune_results.json \
      /root/tune_q/tuned-search/best_config.yaml $OUT/ 2>/dev/null
@@ -175,7 +177,7 @@ if [ "$STAGE" = grpo ]; then
   # tokens a step. Needs no model wheels; TRL and what it brings for Python 3.12 in .whl/trl/ or /root/keep/trl/
   # (trl, datasets, dill, multiprocess, xxhash, fsspec, jinja2, markupsafe: pip download --no-deps --only-binary=:all:
   # --python-version 3.12 --platform manylinux2014_x86_64 -d .whl/trl trl==1.16.0 datasets==5.2.0 ...).
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls .whl/trl/*.whl /root/keep/trl/*.whl 2>/dev/null)
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site $(ls .whl/trl/*.whl 2>/dev/null || ls /root/keep/trl/*.whl)
   python3 benchmarks/grpo_vs_trl.py ${GRPO_ARGS:---steps 12 --warmup 3} --output $OUT/grpo_vs_trl.json 2>&1 \
       | grep -v "it/s\]\|Warning\|warnings.warn\|^ *{'loss'" | tee $OUT/grpo_vs_trl.txt
 fi
