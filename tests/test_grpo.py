@@ -471,3 +471,18 @@ def test_log_completions_writes_the_logged_steps_and_evaluations_and_a_resume_co
     train(overrides(tiny, data, out, resume_from_checkpoint=str(out / "checkpoint-3"), **extra))
     assert (out / "completions.jsonl").read_text(encoding="utf-8") == \
         (straight / "completions.jsonl").read_text(encoding="utf-8")
+
+
+def test_the_benchmarks_first_answer_reward_loads_as_a_user_file_and_credits_the_first_line():
+    """benchmarks/grpo_learns.py's sums use it as `reward_funcs: [benchmarks/grpo_rewards.py:first_answer, accuracy]`."""
+    from types import SimpleNamespace
+
+    rewards = Path(__file__).resolve().parents[1] / "benchmarks" / "grpo_rewards.py"
+    method = SimpleNamespace(reward_funcs=[f"{rewards}:first_answer", "accuracy"], reward_weights=None,
+                             reward_format="", max_completion_length=12, length_target=None)
+    functions = load_reward_functions(method, None)
+    assert [f.name for f in functions] == ["first_answer", "accuracy"]
+    completions = [" 12\nQuestion: What is 5 plus 2?", " 12", "\n 13\n12", "twelve"]
+    values = score(functions, ["p"] * 4, completions, [[1]] * 4, [{"solution": "12"}] * 4, [None] * 4)
+    assert values[:, 0].tolist() == [1.0, 1.0, 0.0, 0.0]      # the first non-empty line's number
+    assert values[:, 1].tolist() == [0.0, 1.0, 1.0, 0.0]      # accuracy: the completion's last number
