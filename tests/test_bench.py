@@ -127,7 +127,7 @@ def test_unknown_shape_and_arm_are_clear_errors(capsys):
     assert main(["bench", "--shape", "gpt-17", "--device", "cpu"]) == 1
     assert "unknown --shape 'gpt-17'" in capsys.readouterr().err
     assert main(["bench", "--shape", "tiny", "--device", "cpu", "--arms", "plain,fast"]) == 1
-    assert "--arms takes plain, peer, steadytune; got fast" in capsys.readouterr().err
+    assert "--arms takes plain, peer, llamafactory, unsloth, steadytune; got fast" in capsys.readouterr().err
 
 
 def test_mfu_peak_comes_from_the_product_table():

@@ -3,7 +3,10 @@ the best setting a tuned peer user runs, on the same model shape, the same examp
 the same order, each measured until its throughput is steady.
 
 Arms (arms.py): plain (HF Trainer + peft, batch 8), peer (the same with liger-kernel and the largest batch that
-fits: LLaMA-Factory's `use_liger_kernel: true` + batch 32), steadytune (what `train` does by default). Extras:
+fits: LLaMA-Factory's `use_liger_kernel: true` + batch 32), steadytune (what `train` does by default); and the peer
+frameworks themselves (peers.py): llamafactory (LLaMA-Factory's run_exp) and unsloth (Unsloth + TRL), each in a child
+process under a Python of its own (lf_child.py, unsloth_child.py, timed by peer_timing.py), skipped with the reason and
+the fix where they cannot run. Extras:
 --check-loss (packed == unpacked), --find-max-len (the longest cutoff_len one step takes at the token budget).
 
 Reported per arm: real (non-pad) tokens/s pooled over the steady windows with their spread, MFU with

@@ -4,6 +4,8 @@ plain       transformers.Trainer + peft LoRA, batch 8, dynamic padding, full log
 peer        the best a tuned LLaMA-Factory user runs: the same recipe with liger-kernel's fused kernels
             (`use_liger_kernel: true`: RMSNorm, RoPE, SwiGLU, fused linear cross-entropy) and the largest batch
             that fits (32, else 16, else 8: the result says which, and why).
+llamafactory  LLaMA-Factory's own run_exp, and unsloth: Unsloth + TRL's SFTTrainer; each in a child process under
+            a Python of its own, or skipped with the reason (peers.py).
 steadytune  the default path of `steadytune train` (kernels.plan_speed decides, as for a run of
             --run-micro-batches micro-batches): packed rows under a token budget, static shapes, CUDA graphs and
             compiled layers where the policy says so, the head only at labelled positions.
@@ -28,19 +30,20 @@ from pathlib import Path
 
 import torch
 
+from steadytune.bench.peers import run_llamafactory, run_unsloth
 from steadytune.bench.steady import SteadyRate
 from steadytune.bench.workload import (
-    dataset_lengths,
+    PEER_BATCHES,
     example_order,
-    flops_per_token,
+    examples_for,
     lora_model,
     memory_budget_gib,
     param_counts,
-    peak_flops,
     peak_memory_gib,
     reset_memory,
+    score,
+    steady_rule,
     synchronize,
-    synthetic_examples,
 )
 from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
@@ -55,31 +58,14 @@ from steadytune.model.shapes import SHAPES
 from steadytune.training.graphs import GraphRunner
 from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
 
-PEER_BATCHES = (32, 16, 8)
-
-
-def examples_for(args) -> list[dict]:
-    return synthetic_examples(dataset_lengths(args.dataset), args.examples, SHAPES[args.shape]["vocab_size"],
-                              args.cutoff_len)
-
 
 def meter_for(args, device: torch.device) -> SteadyRate:
-    return SteadyRate(window=args.window, min_steps=args.min_steps, min_tokens=args.min_tokens,
-                      tolerance=args.tolerance, max_seconds=args.max_seconds, max_steps=args.max_steps,
-                      fixed_steps=args.steps)
+    return SteadyRate(**steady_rule(args))
 
 
 def scored(name: str, meter: SteadyRate, n_params: int, n_lora: int, device: torch.device, settings: dict,
            startup: float) -> dict:
-    summary = meter.summary()
-    peak = peak_flops(device)
-    rate = summary["tokens_per_s"]
-    return {"name": name, "steps": summary.get("timed_steps", 0), "real_tokens": summary.get("timed_tokens", 0),
-            "seconds": summary.get("span_seconds", 0.0), **summary,
-            "mfu": rate * flops_per_token(n_params, n_lora) / peak if peak else None,
-            "peak_memory_gib": peak_memory_gib(device), "startup_seconds": round(startup, 1),
-            "flops_per_token": flops_per_token(n_params, n_lora), "parameters": n_params, "lora_parameters": n_lora,
-            "settings": settings}
+    return score(name, meter.summary(), n_params, n_lora, device, settings, startup, peak_memory_gib(device))
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -444,8 +430,8 @@ def search_longest(fits, start: int, cap: int, step: int, out_of_time=lambda: Fa
     return lo, hi
 
 
-RUNNERS = {"plain": run_plain, "peer": run_peer, "steadytune": run_steadytune, "loss_check": run_loss_check,
-           "max_len": run_max_len}
+RUNNERS = {"plain": run_plain, "peer": run_peer, "llamafactory": run_llamafactory, "unsloth": run_unsloth,
+           "steadytune": run_steadytune, "loss_check": run_loss_check, "max_len": run_max_len}
 
 
 def run_arm(name: str, args, device: torch.device) -> dict:

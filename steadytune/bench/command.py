@@ -17,7 +17,8 @@ from steadytune.bench.workload import dataset_lengths, synthetic_examples
 from steadytune.errors import UserError
 from steadytune.model.shapes import SHAPES
 
-SPEED_ARMS = ("plain", "peer", "steadytune")
+SPEED_ARMS = ("plain", "peer", "llamafactory", "unsloth", "steadytune")
+BASELINES = SPEED_ARMS[:-1]  # what steadytune's ratios are taken against
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "qwen2.5-3b, qwen2.5-7b, gemma3-270m, gemma3-1b, tiny)")
     parser.add_argument("--arms", default="plain,peer,steadytune",
                         help="comma list of: plain (Trainer + peft, batch --plain-batch), peer (Trainer + peft + "
-                             "liger-kernel, the largest of batch 32/16/8 that fits), steadytune")
+                             "liger-kernel, the largest of batch 32/16/8 that fits), llamafactory (LLaMA-Factory "
+                             "0.9.5's run_exp under --lf-python), unsloth (Unsloth + TRL under --unsloth-python; "
+                             "a CUDA GPU), steadytune. A peer that cannot run here is skipped with the reason")
     parser.add_argument("--dataset", default=None,
                         help="alpaca-format JSON file(s), comma-separated, whose prompt/answer lengths are used "
                              "(default: the alpaca demo sets of LLaMA-Factory)")
@@ -50,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--run-micro-batches", type=int, default=1000,
                        help="the policy decides as for a training run of this many micro-batches (compile pays "
                             "only on long runs)")
+    peers = parser.add_argument_group("peer frameworks (each trains in a Python of its own: docs/speed.md)")
+    peers.add_argument("--lf-python", default=None, metavar="PATH",
+                       help="the Python of a LLaMA-Factory 0.9.5 environment, for the llamafactory arm (default: "
+                            "env STEADYTUNE_LF_PYTHON; neither set: the arm is skipped and says how to set one up)")
+    peers.add_argument("--unsloth-python", default=None, metavar="PATH",
+                       help="the Python that has Unsloth, for the unsloth arm (default: env "
+                            "STEADYTUNE_UNSLOTH_PYTHON, else this Python)")
     steady = parser.add_argument_group("steady state (every arm)")
     steady.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile and graph recording "
                                                                 "happen here)")
@@ -169,11 +179,11 @@ def ratios(arms: dict) -> dict:
     """steadytune against each baseline that finished: tokens/s and peak memory."""
     ours = arms.get("steadytune")
     out = {}
-    if not ours or "error" in ours:
+    if not ours or not ours.get("tokens_per_s"):
         return out
-    for base in ("plain", "peer"):
+    for base in BASELINES:
         theirs = arms.get(base)
-        if not theirs or "error" in theirs or not theirs.get("tokens_per_s"):
+        if not theirs or not theirs.get("tokens_per_s"):  # failed, skipped or not asked for
             continue
         r = {"tokens_per_s": ours["tokens_per_s"] / theirs["tokens_per_s"]}
         if ours.get("peak_memory_gib") and theirs.get("peak_memory_gib"):
@@ -187,12 +197,17 @@ def write_report(path: str, report: dict) -> None:
 
 
 def format_arm(r: dict) -> str:
+    if "skipped" in r:
+        return f"{r['name']:>12}: skipped: {r['skipped']}"
     if "error" in r:
-        return f"{r['name']:>10}: failed: {r['error']}"
+        return f"{r['name']:>12}: failed: {r['error']}"
     mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "n/a"
     mem = f"{r['peak_memory_gib']:.1f} GiB" if r.get("peak_memory_gib") is not None else "n/a"
     spread = f"±{100 * r.get('relative_std', 0):.1f}%"
     batch = r["settings"].get("batch")
-    return (f"{r['name']:>10}: {r['tokens_per_s']:>10,.0f} real tokens/s {spread:>7}  MFU {mfu:>6}  peak memory "
+    loss = f", loss {r['loss']:.3f} at step {r['loss_step']}" if r.get("loss") is not None else ""
+    peer = f", {r['peer_version']}" if r.get("peer_version") else ""
+    return (f"{r['name']:>12}: {r['tokens_per_s']:>10,.0f} real tokens/s {spread:>7}  MFU {mfu:>6}  peak memory "
             f"{mem:>9}  ({r.get('stopped')} after {r.get('steps', 0)} timed steps, {r.get('span_windows', 0)} windows "
-            f"in the mean, start-up {r.get('startup_seconds', 0):.0f} s" + (f", batch {batch}" if batch else "") + ")")
+            f"in the mean, start-up {r.get('startup_seconds', 0):.0f} s" + (f", batch {batch}" if batch else "")
+            + loss + peer + ")")

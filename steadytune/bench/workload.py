@@ -14,13 +14,14 @@ import torch
 from steadytune.errors import UserError
 from steadytune.hardware.policy import peak_bf16_tflops
 from steadytune.model.lora import count_parameters
-from steadytune.model.shapes import build_shape
+from steadytune.model.shapes import SHAPES, build_shape
 
 # The default length distribution ships with the package (lengths.json: the lengths of LLaMA-Factory's alpaca
 # demo sets, estimated as load_lengths does), so `bench` runs anywhere without those files.
 DEFAULT_LENGTHS = Path(__file__).with_name("lengths.json")
 TEMPLATE_PROMPT_TOKENS, TEMPLATE_ANSWER_TOKENS = 16, 4  # chat template tokens around a turn (Qwen-like)
 LORA_RANK = 16
+PEER_BATCHES = (32, 16, 8)  # what a tuned user tries, largest first: the peer arms take the largest that fits
 
 
 # --- data: real lengths, random tokens ---------------------------------------------------------------------
@@ -80,6 +81,19 @@ def synthetic_examples(lengths: list[tuple[int, int]], count: int, vocab: int, c
     return examples
 
 
+def examples_for(args) -> list[dict]:
+    """The examples of a bench call (its --dataset lengths, --examples, --shape's vocabulary, --cutoff-len)."""
+    return synthetic_examples(dataset_lengths(args.dataset), args.examples, SHAPES[args.shape]["vocab_size"],
+                              args.cutoff_len)
+
+
+def steady_rule(args) -> dict:
+    """SteadyRate's settings from the bench arguments: the one rule every arm, in any process, is timed by."""
+    return {"window": args.window, "min_steps": args.min_steps, "min_tokens": args.min_tokens,
+            "tolerance": args.tolerance, "max_seconds": args.max_seconds, "max_steps": args.max_steps,
+            "fixed_steps": args.steps}
+
+
 def example_order(n_examples: int, count: int, seed: int = 0) -> list[int]:
     """The first `count` example indices of the stream every arm trains on: a seeded shuffle of all examples,
     reshuffled for each further pass. Arms take consecutive examples from it (batches of 8 or 32, or token
@@ -92,6 +106,47 @@ def example_order(n_examples: int, count: int, seed: int = 0) -> list[int]:
         order += indices
         epoch += 1
     return order[:count]
+
+
+# --- the same examples for another framework: a model folder and text that tokenizes back to the same ids --------
+
+PAD_ID, EOS_ID = 0, 1  # below every id synthetic_examples draws (those start at min(100, vocab // 4))
+
+
+def word_of(token_id: int) -> str:
+    return f"w{token_id}"
+
+
+def word_tokenizer(vocab_size: int):
+    """A tokenizer with one whitespace-separated word per id ("w123" is id 123), so that a framework which reads text
+    (LLaMA-Factory) gets exactly bench's token ids back from `words_of(ids)`, prompt and answer alike."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {word_of(i): i for i in range(vocab_size)}
+    vocab.update({"<pad>": PAD_ID, "<eos>": EOS_ID})
+    del vocab[word_of(PAD_ID)], vocab[word_of(EOS_ID)]
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<pad>")
+
+
+def words_of(ids: list[int]) -> str:
+    return " ".join(word_of(i) for i in ids)
+
+
+def make_model_folder(shape: str, folder: Path, device: torch.device) -> Path:
+    """The shape with random weights (bf16 on a GPU, fp32 on a CPU) and the word tokenizer, saved as a Hugging Face
+    model folder: what the peer arms, which load a model by path, train."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = build_shape(shape, dtype=dtype, device=device)
+    model.config.pad_token_id, model.config.eos_token_id = PAD_ID, EOS_ID
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = PAD_ID, EOS_ID
+    model.save_pretrained(folder)
+    word_tokenizer(SHAPES[shape]["vocab_size"]).save_pretrained(folder)
+    del model
+    reset_memory(device)
+    return folder
 
 
 # --- model, FLOPs and memory ---------------------------------------------------------------------------------
@@ -128,6 +183,19 @@ def peak_flops(device: torch.device) -> float | None:
         return None
     tflops = peak_bf16_tflops(torch.cuda.get_device_name(device))  # the product table doctor and train use
     return tflops * 1e12 if tflops else None
+
+
+def score(name: str, summary: dict, n_params: int, n_lora: int, device: torch.device, settings: dict, startup: float,
+          peak_memory: float | None) -> dict:
+    """An arm's result from its SteadyRate summary: rate, MFU against the device's peak, memory, start-up."""
+    peak = peak_flops(device)
+    rate = summary["tokens_per_s"]
+    return {"name": name, "steps": summary.get("timed_steps", 0), "real_tokens": summary.get("timed_tokens", 0),
+            "seconds": summary.get("span_seconds", 0.0), **summary,
+            "mfu": rate * flops_per_token(n_params, n_lora) / peak if peak else None,
+            "peak_memory_gib": peak_memory, "startup_seconds": round(startup, 1),
+            "flops_per_token": flops_per_token(n_params, n_lora), "parameters": n_params, "lora_parameters": n_lora,
+            "settings": settings}
 
 
 def synchronize(device: torch.device) -> None:
