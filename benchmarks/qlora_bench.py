@@ -126,7 +126,10 @@ def run_steadytune(arm: str, model_dir: Path, text: Path, tokens: int, steps: in
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "input_tokens_per_s" in r]
     rates = [r["input_tokens_per_s"] for r in rows if r["step"] > WARMUP_STEPS] or [result.input_tokens_per_s]
     decisions = cfg.decisions
-    return {"tokens_per_s": round(sum(rates) / len(rates)), "loss": round(result.losses[-1], 4),
+    # Every step has the same tokens, so tokens / time over the steps is the harmonic mean of their rates: the same
+    # measure as the plain arm's (an arithmetic mean would hide a slow step). step_rates shows where time went.
+    return {"tokens_per_s": round(len(rates) / sum(1.0 / r for r in rates)), "step_rates": [round(r) for r in rates],
+            "loss": round(result.losses[-1], 4),
             "steps": result.global_step,
             "estimate": decisions.get("memory_estimate", {}).get("value"),
             "gradient_checkpointing": decisions.get("gradient_checkpointing", {}).get("value"),
@@ -164,7 +167,8 @@ def run_plain_qlora(model_dir: Path, text: Path, tokens: int, steps: int, device
         if step > WARMUP_STEPS:
             times.append(time.perf_counter() - started)
     rate = tokens * len(times) / sum(times) if times else None
-    return {"tokens_per_s": round(rate) if rate else None, "loss": round(loss, 4), "steps": steps,
+    return {"tokens_per_s": round(rate) if rate else None, "step_rates": [round(tokens / t) for t in times],
+            "loss": round(loss, 4), "steps": steps,
             "gradient_checkpointing": True}
 
 
