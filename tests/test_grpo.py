@@ -430,6 +430,23 @@ def test_a_run_without_reward_signal_says_so_once(tiny, tmp_path, capsys):
     assert "warning: grpo" not in capsys.readouterr().err
 
 
+def test_a_collapsed_policy_is_told_from_a_reward_that_never_fires(tiny, tmp_path, capsys):
+    """Groups that agree inside but differ from each other (a reward that depends on the prompt alone stands in for a
+    policy that names one label for every review: the H200's label runs after 15 steps): the warning names the
+    collapse and the keys that keep sampling apart, not the reward."""
+    from steadytune.stages.grpo import NO_SIGNAL_STEPS
+
+    data = prompts_dataset(tmp_path / "data")
+    code = tmp_path / "by_prompt.py"
+    code.write_text("def by_prompt(prompts, completions, **columns):\n"
+                    "    return [float(sum(map(ord, p)) % 2) for p in prompts]\n", encoding="utf-8")
+    train(overrides(tiny, data, tmp_path / "collapsed", max_steps=NO_SIGNAL_STEPS + 1, reward_funcs=f"[{code}:by_prompt]",
+                    max_completion_length=2, save_steps=1000))
+    err = capsys.readouterr().err
+    assert err.count("agreed on their reward, though the groups differ (rewards from 0 to 1)") == 1
+    assert "beta: 0.04" in err and "epsilon_high: 0.28" in err and "got the same reward" not in err
+
+
 def test_the_decoder_marks_completions_drawn_from_non_finite_logits(tiny):
     """Sampling from non-finite logits draws uniformly (noise), and the training forward that follows stays finite,
     so only the decoder can say it happened: Completions.nonfinite, which stage grpo logs and warns about."""

@@ -138,6 +138,7 @@ class GRPOObjective(torch.nn.Module):
         self.train_metrics, self.eval_metrics = MetricSums(tuple(names), spreads), MetricSums(tuple(names), spreads)
         self._decoder: list[Decoder] = []   # made at the first roll-out (a plain list: not a submodule)
         self._no_signal = 0                 # training roll-outs in a row without a group whose rewards differ
+        self._streak_range: Optional[tuple[float, float]] = None   # the lowest and highest reward in that streak
         self._said_nonfinite = False
         self._speaks = int(os.environ.get("RANK", "0")) == 0   # the warnings below come from the first process only
         self.completions_log = (MetricsLog(Path(cfg.train.output_dir) / COMPLETIONS_FILE, enabled=self._speaks)
@@ -262,14 +263,33 @@ class GRPOObjective(torch.nn.Module):
 
     def _watch_signal(self, rewards: torch.Tensor, std_zero: torch.Tensor, done, sample: str) -> None:
         """Say once when NO_SIGNAL_STEPS roll-outs in a row had no group whose rewards differed: every advantage
-        is 0, so the steps change nothing (the commonest way a GRPO run silently does not learn)."""
-        self._no_signal = self._no_signal + 1 if bool(std_zero.all()) else 0
+        is 0, so the steps change nothing (the commonest way a GRPO run silently does not learn). Two causes, told
+        apart by the rewards over those steps: one value throughout (the reward never fires, or always does), or
+        groups that agree inside but differ from each other (the policy answers each prompt the same way every time:
+        its sampling has collapsed, as a classifier that names one label for every input does)."""
+        real = rewards[~torch.isnan(rewards)]
+        if not bool(std_zero.all()):
+            self._no_signal, self._streak_range = 0, None
+            return
+        self._no_signal += 1
+        if real.numel():
+            low, high = real.min().item(), real.max().item()
+            if self._streak_range is not None:
+                low, high = min(low, self._streak_range[0]), max(high, self._streak_range[1])
+            self._streak_range = (low, high)
         if self._no_signal != NO_SIGNAL_STEPS or not self._speaks:
             return
-        real = rewards[~torch.isnan(rewards)]
         value = f"{real.mean().item():.3g}" if real.numel() else "none (every function returned None)"
         cut = sum(done.truncated) / max(len(done.truncated), 1)
-        print(f"warning: grpo: for {NO_SIGNAL_STEPS} steps every group's {self.method.num_generations} completions "
+        n = self.method.num_generations
+        if self._streak_range is not None and self._streak_range[1] > self._streak_range[0]:
+            print(f"warning: grpo: for {NO_SIGNAL_STEPS} steps every group's {n} completions agreed on their reward, "
+                  f"though the groups differ (rewards from {self._streak_range[0]:.3g} to {self._streak_range[1]:.3g}):"
+                  " the policy gives each prompt the same answer every time, so no step changes it. Keep its "
+                  "sampling apart: a lower learning_rate, a KL term (beta: 0.04), DAPO's clip-higher "
+                  "(epsilon_high: 0.28), more num_generations or a higher temperature.", file=sys.stderr, flush=True)
+            return
+        print(f"warning: grpo: for {NO_SIGNAL_STEPS} steps every group's {n} completions "
               f"got the same reward (mean {value}), so no step changed the policy. Check that the reward functions "
               f"can score these completions (one of them: {sample[:80]!r}); {cut:.0%} were cut at "
               "max_completion_length; a higher temperature or more num_generations gives groups more spread.",
