@@ -134,6 +134,24 @@ def test_a_replay_is_judged_row_by_row_not_by_its_largest_difference():
     assert not _same(eager[:63], eager)
 
 
+def test_graphs_recorded_after_a_clear_go_into_a_fresh_pool():
+    """Once every graph is dropped (the cache grew), the next ones record into a new pool, never into the handle of a
+    pool that PyTorch released with its last graph."""
+    class Backend(EmulatedGraphBackend):
+        pools = 0
+
+        def renew_pool(self):
+            self.pools += 1
+
+    backend = Backend()
+    graphs = DecodeGraphs(torch.device("cpu"), backend)
+    base = torch.ones(3)
+    graphs.run("a", lambda: base * 2)
+    graphs.clear()
+    assert backend.pools == 1 and not graphs.graphs
+    assert torch.equal(graphs.run("a", lambda: base * 2), base * 2) and backend.captures == 2
+
+
 def test_cache_growth_beyond_its_capacity_keeps_every_row(tokenizer):
     """A row that outgrows the first 256 columns makes the slot cache reallocate (and forget its recorded steps);
     the answers still equal generate's."""

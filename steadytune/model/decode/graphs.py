@@ -49,6 +49,13 @@ class CudaGraphBackend:
         self.device = device
         self.pool = torch.cuda.graph_pool_handle()
 
+    def renew_pool(self) -> None:
+        """A fresh memory pool for the graphs recorded from now on. Called when every graph was dropped: PyTorch
+        releases a pool when its last graph goes, and recording into the released pool's handle again is where its
+        allocator asserted (`use_count > 0`, CUDACachingAllocator.cpp) in a GRPO run on an H200 (2026-12-01), right
+        after the slot cache grew and the graphs were cleared. Not yet confirmed on a GPU to be that cause."""
+        self.pool = torch.cuda.graph_pool_handle()
+
     def capture(self, step: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
         # First-use work (cuBLAS handles, workspaces, lazy modules) must not fall inside the capture: run the step
         # once on a side stream, as torch.cuda.graphs recommends. The step is idempotent (it writes the same new
@@ -92,8 +99,11 @@ class DecodeGraphs:
         return self.backend is not None and self.disabled_because is None
 
     def clear(self) -> None:
-        """Forget every graph (the buffers they read were reallocated)."""
+        """Forget every graph (the buffers they read were reallocated); later graphs record into a fresh pool."""
         self.graphs.clear()
+        renew = getattr(self.backend, "renew_pool", None)
+        if renew is not None:
+            renew()
 
     def run(self, key: Hashable, step: Callable[[], torch.Tensor]) -> torch.Tensor:
         if not self.enabled:
