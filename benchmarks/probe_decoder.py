@@ -69,6 +69,7 @@ def label_zero_shot(name: str, count: int = 100, draws: int = 8) -> None:
     from steadytune.data.prompts import PROMPTS
     from steadytune.eval.scoring import inference, match_label
     from steadytune.model.load import resolve_model_path
+    from steadytune.stages.grpo import make_collator
 
     recipe = Path(__file__).resolve().parents[1] / "steadytune" / "recipes" / "gemma3_270m_sentiment.yaml"
     cfg = load_config(str(recipe), [f"model_name_or_path={name}", "stage=grpo", "reward_funcs=[label]",
@@ -77,6 +78,7 @@ def label_zero_shot(name: str, count: int = 100, draws: int = 8) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tok = AutoTokenizer.from_pretrained(path)
     data = prepare_datasets(cfg, tok, kind=PROMPTS)
+    stops = make_collator(cfg, tok, None).stop_ids   # the stop tokens stage grpo generates with
     examples = data.eval[:count]
     names = list(cfg.data.label_names)
     gold = [names.index(str(e["columns"]["label"])) for e in examples]
@@ -108,7 +110,6 @@ def label_zero_shot(name: str, count: int = 100, draws: int = 8) -> None:
             print(f"  {attention:18} generate: {sum(right) / len(right):.3f} of {len(right)} right; e.g. "
                   f"{texts[:4]}", flush=True)
             prompts = [e["input_ids"] for e in examples for _ in range(draws)]
-            stops = sorted({tok.eos_token_id, *tok.convert_tokens_to_ids(["<end_of_turn>"])} - {None, tok.unk_token_id})
             for attempt in (1, 2):
                 done = Decoder(model, pad).generate(prompts, 4, SamplingParams(max_tokens=4, temperature=1.0, top_p=1.0,
                                                                                 top_k=0), stops,

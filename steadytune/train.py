@@ -919,16 +919,17 @@ def fit(run: Run) -> Outcome:
 def begin_steps(run: Run) -> None:
     """The run is really starting: its config and manifest go into output_dir, a resumed log is cut back to its
     checkpoint, and from here on a failure keeps the folder (it may hold checkpoints worth resuming)."""
-    completions = getattr(run.accelerator.unwrap_model(run.objective), "completions_log", None)  # grpo's
+    # metrics.jsonl and any log of the stage's objective (grpo's completions.jsonl): each cut back on resume, and
+    # listed in the manifest before its first line is written (a kill may follow)
+    logs = [run.metrics, *getattr(run.accelerator.unwrap_model(run.objective), "run_logs", ())]
     if run.is_main:
         out = run.folder.path
         run.state.extra["config"] = resume_fingerprint(run.cfg)
         # How steps are cut here, so that a resume on another number of processes keeps the same steps.
         run.state.extra["layout"] = layout_of(run.cfg, run.accelerator.num_processes, run.batches.max_tokens)
         if run.resume_from is not None:
-            run.metrics.truncate_after(run.state.global_step)
-            if completions is not None:
-                completions.truncate_after(run.state.global_step)
+            for log in logs:
+                log.truncate_after(run.state.global_step)
             run.metrics.event("resume", run.state.global_step, checkpoint=str(run.resume_from))
         try:
             save_resolved_config(run.cfg, out / "run_config.yaml")
@@ -937,8 +938,7 @@ def begin_steps(run: Run) -> None:
         if run.faults.active:
             print(run.faults.describe(), flush=True)
     run.folder.started_steps = True
-    # listed before their first lines are written (a kill may follow)
-    run.folder.expect([run.metrics.path.name] + ([completions.path.name] if completions is not None else []))
+    run.folder.expect([log.path.name for log in logs])
     run.folder.record(status="running", command=" ".join(sys.argv))
     run.trackers.start(run.accelerator, run.cfg.to_dict())
 

@@ -143,6 +143,9 @@ class GRPOObjective(torch.nn.Module):
         self._speaks = int(os.environ.get("RANK", "0")) == 0   # the warnings below come from the first process only
         self.completions_log = (MetricsLog(Path(cfg.train.output_dir) / COMPLETIONS_FILE, enabled=self._speaks)
                                 if m.log_completions else None)
+        # The objective's own logs in output_dir beside metrics.jsonl: the recipe lists them in the run's manifest
+        # and cuts them back to the checkpoint on resume, as it does metrics.jsonl (train.begin_steps).
+        self.run_logs = (self.completions_log,) if self.completions_log is not None else ()
         self.logging_steps = cfg.train.logging_steps
         self.last_step = 0   # the training step the latest roll-out was for (evaluations are logged under it)
 
