@@ -66,8 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--completion-length", type=int, default=256, help="max_completion_length")
     p.add_argument("--learning-rate", type=float, default=1e-5)
     p.add_argument("--lora-rank", type=int, default=8)
-    p.add_argument("--arms", default="trl,trl_no_gc,steadytune",
-                   help="comma list of trl (its defaults: gradient checkpointing on), trl_no_gc, steadytune; TRL "
+    p.add_argument("--arms", default="trl,trl_no_gc,steadytune,steadytune_gc",
+                   help="comma list of trl (its defaults: gradient checkpointing on), trl_no_gc, steadytune (its "
+                        "defaults: checkpointing only where memory needs it), steadytune_gc (checkpointing on); TRL "
                         "first, so what it leaves allocated counts against steadytune, not the other way round")
     p.add_argument("--workdir", default=None, help="where the model and runs go (default: a temporary folder)")
     p.add_argument("--output", default="grpo_vs_trl.json")
@@ -107,7 +108,8 @@ def make_model_folder(shape: str, tokenizer, folder: Path, device: torch.device)
 
 # --- the arms ------------------------------------------------------------------------------------------------
 
-def run_steadytune(args, model_dir: Path, rows: list[dict], work: Path, device: torch.device) -> dict:
+def run_steadytune(args, model_dir: Path, rows: list[dict], work: Path, device: torch.device,
+                   checkpointing: bool = False) -> dict:
     from steadytune.config import load_config
     from steadytune.train import run_training
     from steadytune.training.monitor import read_metrics
@@ -118,7 +120,7 @@ def run_steadytune(args, model_dir: Path, rows: list[dict], work: Path, device: 
               for r in rows]
     (data / "sums.json").write_text(json.dumps(alpaca), encoding="utf-8")
     (data / "dataset_info.json").write_text(json.dumps({"sums": {"file_name": "sums.json"}}), encoding="utf-8")
-    out = work / "steadytune"
+    out = work / ("steadytune_gc" if checkpointing else "steadytune")
     keys = {"model_name_or_path": model_dir, "stage": "grpo", "dataset": "sums", "dataset_dir": data,
             "template": "empty", "cutoff_len": 128, "output_dir": out, "overwrite_output_dir": True,
             "per_device_train_batch_size": args.prompts, "num_generations": args.generations,
@@ -127,6 +129,8 @@ def run_steadytune(args, model_dir: Path, rows: list[dict], work: Path, device: 
             "lora_alpha": 2 * args.lora_rank, "lora_target": "all", "learning_rate": args.learning_rate,
             "lr_scheduler_type": "constant", "warmup_steps": 0, "max_grad_norm": 1.0, "max_steps": args.steps,
             "logging_steps": 1, "save_steps": 10**6, "seed": 42}
+    if checkpointing:   # TRL's default; steadytune's own default turns it on only when memory needs it
+        keys["gradient_checkpointing"] = True
     reset_memory(device)
     started = time.perf_counter()
     run_training(load_config(None, [f"{k}={v}" for k, v in keys.items()]), force=True, progress=False)
@@ -203,9 +207,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = set(arms) - {"trl", "trl_no_gc", "steadytune"}
+    unknown = set(arms) - {"trl", "trl_no_gc", "steadytune", "steadytune_gc"}
     if unknown:
-        raise SystemExit(f"unknown arm(s) {', '.join(sorted(unknown))} (trl, trl_no_gc, steadytune)")
+        raise SystemExit(f"unknown arm(s) {', '.join(sorted(unknown))} (trl, trl_no_gc, steadytune, steadytune_gc)")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="grpo_vs_trl-"))
     rows = make_prompts(args.steps * args.prompts)
     tokenizer = train_tokenizer([r["prompt"] for r in rows] + [str(i) for i in range(200)], 2048)
@@ -216,8 +220,8 @@ def main(argv: list[str] | None = None) -> dict:
                     "torch": torch.__version__}
     for arm in arms:
         print(f"--- {arm}", flush=True)
-        if arm == "steadytune":
-            report[arm] = run_steadytune(args, model_dir, rows, work, device)
+        if arm.startswith("steadytune"):
+            report[arm] = run_steadytune(args, model_dir, rows, work, device, checkpointing=arm == "steadytune_gc")
         else:
             import trl
             report[arm] = run_trl(args, model_dir, rows, work, device, checkpointing=arm == "trl")
@@ -229,24 +233,27 @@ def main(argv: list[str] | None = None) -> dict:
 
     lengths = {arm: statistics.mean([x for x in report[arm]["completion_length"] if x is not None] or [float("nan")])
                for arm in arms}
-    lines = [f"{'arm':<11} {'s/step':>8} {'steps/s':>8} {'peak GiB':>9} {'mean completion':>16}  (steps "
+    lines = [f"{'arm':<13} {'s/step':>8} {'steps/s':>8} {'peak GiB':>9} {'mean completion':>16}  (steps "
              f"{args.warmup + 1}-{args.steps}; {args.prompts} prompts x {args.generations}, up to "
              f"{args.completion_length} tokens)"]
     for arm in arms:
         r = report[arm]
         peak = f"{r['peak_memory_gib']:.2f}" if r["peak_memory_gib"] is not None else "-"
-        lines.append(f"{arm:<11} {r['seconds_per_step']:>8.3f} {r['steps_per_s']:>8.3f} {peak:>9} "
+        lines.append(f"{arm:<13} {r['seconds_per_step']:>8.3f} {r['steps_per_s']:>8.3f} {peak:>9} "
                      f"{lengths[arm]:>16.1f}")
-    if "steadytune" in report:
-        ours = report["steadytune"]
+    for mine in ("steadytune", "steadytune_gc"):
+        if mine not in report:
+            continue
+        ours = report[mine]
         for arm in ("trl", "trl_no_gc"):
             if arm in report:
                 theirs = report[arm]
                 speed = ours["steps_per_s"] / theirs["steps_per_s"]
                 memory = (ours["peak_memory_gib"] / theirs["peak_memory_gib"]
                           if ours["peak_memory_gib"] and theirs["peak_memory_gib"] else None)
-                report[f"speedup_vs_{arm}"], report[f"memory_ratio_vs_{arm}"] = speed, memory
-                lines.append(f"steadytune / {arm}: {speed:.2f}x steps/s"
+                suffix = "" if mine == "steadytune" else "_gc"   # the first arm's keys as before
+                report[f"speedup{suffix}_vs_{arm}"], report[f"memory_ratio{suffix}_vs_{arm}"] = speed, memory
+                lines.append(f"{mine} / {arm}: {speed:.2f}x steps/s"
                              + (f", {memory:.2f}x peak memory" if memory is not None else ""))
     print("\n".join(lines), flush=True)
     Path(args.output).write_text(json.dumps(report, indent=1), encoding="utf-8")

@@ -157,6 +157,11 @@ def test_permutation_diagnosis_and_label_matching():
     assert diagnose_known_samples(classification_report([0, 1], [0, 1], ["a", "b"])) is None
     assert match_label(" 消极。", LABELS) == 0 and match_label("积极的评论", LABELS) == 1
     assert match_label("我觉得是消极", LABELS) == 0 and match_label("不知道", LABELS) is None
+    # the first line that names a label decides; two different labels in it are no answer (wrong, never the first)
+    assert match_label("消极或积极", LABELS) is None and match_label("积极，消极", LABELS) is None
+    assert match_label("答案：\n积极\n评论：太差了，消极", LABELS) == 1 and match_label("消极消极", LABELS) == 0
+    # a shorter label inside a longer one is not named twice
+    assert match_label("不满意", ["满意", "不满意"]) == 1 and match_label("满意", ["满意", "不满意"]) == 0
 
 
 def test_review_errors_samples_only_misses_reproducibly():

@@ -24,6 +24,7 @@ from steadytune.stages.grpo_losses import per_token_loss, summed_loss, units_of
 from steadytune.stages.rewards import (
     accuracy_reward,
     group_advantages,
+    label_reward,
     load_reward_functions,
     score,
     without_user_functions,
@@ -196,6 +197,16 @@ def test_accuracy_reads_the_final_answer_numerically_or_as_text():
     # the solution column wins over the row's own answer; no reference at all: None (left out of the mean)
     assert accuracy_reward(prompts=["", ""], completions=["7", "7"], reference=["5", None],
                            solution=["#### 7", None]) == [1.0, None]
+
+
+def test_the_label_reward_gives_nothing_for_echoing_the_question():
+    """A completion naming both labels ("消极或积极", the question's own words) has not chosen: reward 0 for either gold
+    label. Read as its first label it scored 1 on every negative review, and a Gemma 3 270M policy on the H200 learned
+    to echo the question and sat at the negative class's share of the reviews."""
+    label = label_reward(["消极", "积极"])
+    completions = ["消极或积极", "消极，积极", "消极\n评论：很好，积极", "积极的", "消极消极", "不好说"]
+    assert label([""] * 6, completions, label=["消极"] * 6) == [0.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    assert label([""] * 6, completions, label=["积极"] * 6) == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]
 
 
 def write_reward_module(folder: Path, name: str, body: str) -> None:

@@ -166,18 +166,28 @@ def _answer_length(new_tokens: list[int], stops: Sequence[int]) -> int:
 
 
 def match_label(generated: str, label_names: Sequence[str]) -> int | None:
-    """Map a generated answer to a label: exact match after stripping, else the label the answer starts
-    with (longest first, so "消极的" is 消极), else the label mentioned first. None: no label in the answer,
-    which counts as wrong (never silently mapped to a default class, as seed 003's script did)."""
-    text = generated.strip().strip("\"'“”‘’「」。.!！,，:：").strip()
-    if text in label_names:
-        return list(label_names).index(text)
-    by_length = sorted(range(len(label_names)), key=lambda k: -len(label_names[k]))
-    for k in by_length:
-        if text.startswith(label_names[k]):
-            return k
-    found = [(text.find(label_names[k]), -len(label_names[k]), k) for k in by_length if label_names[k] in text]
-    return min(found)[2] if found else None
+    """Map a generated answer to a label. The answer is its first line that names a label (a model that goes on past
+    its answer often writes the next example, with other labels in it). Exact match after stripping, else the labels
+    that line names, longer names first (so "不满意" is not also "满意"): exactly one -> that label ("消极的",
+    "我觉得是消极", "消极消极"); none or two different ones -> None, wrong. Two labels in one line ("消极或积极", which
+    echoes the question) is no choice: counting it as the first named, as this did before 2026-12-02, scored echoing
+    the question as the first label; a GRPO policy on the H200 learned exactly that and scored the majority class.
+    None is never silently mapped to a default class, as seed 003's script did."""
+    punctuation = "\"'“”‘’「」。.!！,，:："
+    names = list(label_names)
+    by_length = sorted(range(len(names)), key=lambda k: -len(names[k]))
+    for line in generated.splitlines() or [""]:
+        text = line.strip().strip(punctuation).strip()
+        if text in names:
+            return names.index(text)
+        named = set()
+        for k in by_length:
+            if names[k] and names[k] in text:
+                named.add(k)
+                text = text.replace(names[k], "\0")   # a shorter name inside a longer one is not named again
+        if named:
+            return named.pop() if len(named) == 1 else None
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------

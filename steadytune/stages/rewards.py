@@ -20,7 +20,8 @@ Built-ins:
 - format: 1 when the completion matches `reward_format` (a regular expression matched at its start, `.` matching
   newlines: TRL's think_format_reward by default), else 0.
 - label: classification data: 1 when the label read from the completion (eval.scoring.match_label, as `eval
-  --mode generate` reads it) is the gold label, else 0.
+  --mode generate` reads it) is the gold label, else 0; a completion that names two different labels (echoing the
+  question's "消极或积极") has not chosen and gets 0.
 - length: 1 - |tokens - length_target| / max_completion_length (tokens of the completion, its stop token included;
   length_target defaults to max_completion_length, so longer is better up to the cap).
 """
