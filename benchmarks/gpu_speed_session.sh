@@ -11,6 +11,20 @@
 #   big    Qwen2.5-7B shape: steadytune alone at 16k-token steps, then the longest cutoff_len  -> b7.json
 #   demo   the GPU-sized demo with the new defaults, then without graphs and compile (the old path) -> demo_*.json
 #   variants (optional third call, ~5 min, carry [".whl"]): single levers on the steadytune arm -> v*.json
+#   peers / peers15 / peers7 / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and steadytune on one
+#          shape (0.5B / 1.5B / 7B / Gemma 3 1B), one call each -> peers_<shape>.json. The peers' wheels are too big
+#          for one call beside the tree, so three calls first put them in /root/keep (any order, machine warm):
+#            carry [".whl/lf", ".whl/bnb"]            mkdir -p /root/keep && cp -r .whl/lf .whl/bnb /root/keep/
+#            carry [".whl/unsloth"]                   mkdir -p /root/keep && cp -r .whl/unsloth /root/keep/
+#            carry [".whl/unsloth_deps", ".whl/liger_kernel-0.8.5-py3-none-any.whl", ".whl/gguf-0.19.0-py3-none-any.whl"]
+#                                                     bash benchmarks/gpu_speed_session.sh peers
+#          .whl/lf: llamafactory 0.9.5 and the versions it pins (transformers 5.6.0, peft 0.18.1, accelerate 1.11.0,
+#          datasets 4.0.0, trl 0.24.0, tokenizers 0.22.2, huggingface_hub 1.33.0, torchaudio 2.11.0 for the
+#          machine's torch 2.11) and what it imports that the machine lacks; .whl/unsloth: unsloth and unsloth_zoo
+#          2026.10.9; .whl/unsloth_deps: what they import that the machine lacks (trl 1.15.0, datasets 4.3.0, torchao,
+#          cut_cross_entropy, torchvision 0.26.0, diffusers, pydantic, ...); .whl/bnb: bitsandbytes 0.50.2. All for
+#          Python 3.12, `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+#          manylinux_2_28_x86_64`. Each peer gets a Python of its own: a wrapper that puts its folder first on the path.
 # Ends with benchmarks/speed_summary.py over whatever was written (also in $OUT/log).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -68,7 +82,26 @@ for STAGE in "${@:-bench}"; do
     timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --gradient-checkpointing off --output "$OUT/v05_nogc.json" | grep -v Warning
     timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --compile off --output "$OUT/v05_eager.json" | grep -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants)";;
+  peers|peers15|peers7|peers_gemma)
+    peer_env() {  # folder of wheels, target: install once, then a python3 wrapper with the target first on the path
+      [ -d "$2" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$2" $(ls $1/*.whl) \
+          2>&1 | grep -v "already exists"
+      printf '#!/bin/sh\nPYTHONPATH=%s:$PYTHONPATH exec python3 "$@"\n' "$2" > "$2.python"; chmod +x "$2.python"
+    }
+    keep() { ls -d /root/keep/$1 .whl/$1 2>/dev/null | head -1; }
+    peer_env "$(keep lf)" /tmp/lfsite
+    peer_env "$(keep unsloth)" /tmp/ussite
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ussite $(ls $(keep unsloth_deps)/*.whl) \
+        $(ls $(keep bnb)/*.whl) 2>&1 | grep -v "already exists"
+    /tmp/lfsite.python -c "import llamafactory, transformers, peft, trl; print('LF env:', llamafactory.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'trl', trl.__version__)"
+    /tmp/ussite.python -c "import unsloth, transformers, trl; print('Unsloth env:', unsloth.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)" 2>&1 | tail -3
+    case $STAGE in peers) SHAPE=qwen2.5-0.5b;; peers15) SHAPE=qwen2.5-1.5b;; peers7) SHAPE=qwen2.5-7b;; *) SHAPE=gemma3-1b;; esac
+    stamp "$SHAPE: plain, peer, llamafactory, unsloth, steadytune"
+    timeout 560 $B --shape $SHAPE --arms plain,peer,llamafactory,unsloth,steadytune --lf-python /tmp/lfsite.python \
+        --unsloth-python /tmp/ussite.python --output "$OUT/peers_$SHAPE.json" | grep -v Warning
+    cp "$OUT"/peers_$SHAPE.*.log "$OUT/" 2>/dev/null
+    ;;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, peers, peers15, peers7, peers_gemma)";;
   esac
 done
 stamp "summary"
