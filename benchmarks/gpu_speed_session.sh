@@ -11,6 +11,7 @@
 #   big    Qwen2.5-7B shape: steadytune alone at 16k-token steps, then the longest cutoff_len  -> b7.json
 #   demo   the GPU-sized demo with the new defaults, then without graphs and compile (the old path) -> demo_*.json
 #   variants (optional third call, ~5 min, carry [".whl"]): single levers on the steadytune arm -> v*.json
+#   fp8    issue 30's fp8 lever: 1.5B and 7B, steadytune with and without --fp8-base on, 60 steps each  -> fp8_*.json
 #   peers / peers15 / peers7 / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and steadytune on one
 #          shape (0.5B / 1.5B / 7B / Gemma 3 1B), one call each -> peers_<shape>.json. The peers' wheels are too big
 #          for one call beside the tree, so three calls first put them in /root/keep (any order, machine warm):
@@ -82,6 +83,17 @@ for STAGE in "${@:-bench}"; do
     timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --gradient-checkpointing off --output "$OUT/v05_nogc.json" | grep -v Warning
     timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --compile off --output "$OUT/v05_eager.json" | grep -v Warning
     ;;
+  fp8)
+    # Issue 30's fp8 lever: the frozen base's matmuls in fp8 (bench --fp8-base on, train's fp8_base), 1.5B and 7B
+    # shapes, each against the default path over exactly 60 timed steps on the same data (the loss after them compared).
+    for SHAPE in qwen2.5-1.5b qwen2.5-7b; do
+      for FP8 in off on; do
+        stamp "$SHAPE steadytune, --fp8-base $FP8"
+        timeout 130 python3 -m steadytune bench --shape $SHAPE --arms steadytune --fp8-base $FP8 --steps 60 --window 10 \
+            --arm-timeout 125 --output "$OUT/fp8_${FP8}_$SHAPE.json" | grep -v Warning
+      done
+    done
+    ;;
   peers|peers15|peers7|peers_gemma)
     peer_env() {  # folder of wheels, target: install once, then a python3 wrapper with the target first on the path
       [ -d "$2" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$2" $(ls $1/*.whl) \
@@ -101,7 +113,7 @@ for STAGE in "${@:-bench}"; do
         --unsloth-python /tmp/ussite.python --output "$OUT/peers_$SHAPE.json" | grep -v Warning
     cp "$OUT"/peers_$SHAPE.*.log "$OUT/" 2>/dev/null
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, peers, peers15, peers7, peers_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, peers, peers15, peers7, peers_gemma)";;
   esac
 done
 stamp "summary"

@@ -1,0 +1,122 @@
+"""FP8 matrix multiplies for the frozen base of a LoRA model (`fp8_base: true`; bench `--fp8-base on`).
+
+In LoRA training the base weights never change, and two of a linear layer's three matmuls touch them: the forward
+(x @ W^T) and the input gradient (g @ W); the weight gradient is not needed. Hopper and Ada tensor cores multiply fp8
+at twice the bf16 rate. So each frozen base linear is quantised to fp8 (e4m3) once, at start, in the two layouts
+those matmuls read (W with a scale per output row, W^T with a scale per input column), and each step quantises only
+the activations and the incoming gradients, one scale per row (token), before `torch._scaled_mm`. The LoRA
+adapters, norms, attention and the head stay as they were.
+
+Why not torchao's Float8Linear: it is built for training the weight too. It computes the weight gradient in every
+backward (a third of the layer's work, thrown away for a frozen weight) and quantises the weight again each step.
+
+Rounding: e4m3 keeps 3 mantissa bits, so each product's inputs carry up to 2^-4 relative rounding; with a scale per
+row it does not overflow or flush whole rows. Whether a run's loss stays within tolerance of bf16 is for the GPU
+to show (bench reports each arm's loss after the same steps); this is opt-in until it has.
+
+Where: CUDA GPUs of compute capability 8.9 and up (Ada, Hopper, Blackwell); on a CPU `torch._scaled_mm` also runs
+(slowly: it is for tests). Not on ROCm yet: MI300's fp8 is e4m3fnuz, another format, not written here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max  # 448
+SCALE_FLOOR = 1e-12            # an all-zero row keeps a finite scale (its values quantise to 0 either way)
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (x in fp8, fp32 scale per row [rows, 1]) with x ~= fp8 * scale; x is 2-D."""
+    amax = x.abs().amax(dim=-1, keepdim=True).float()
+    scale = (amax / FP8_MAX).clamp(min=SCALE_FLOOR)
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+class _FrozenFp8Matmul(torch.autograd.Function):
+    """y = x @ W^T in fp8 with W frozen: forward and the input gradient; no weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x2d, w_rows, w_rows_scale, wt_rows, wt_rows_scale, out_dtype):
+        ctx.save_for_backward(wt_rows, wt_rows_scale)
+        ctx.out_dtype = out_dtype
+        xq, xs = quantize_rows(x2d)
+        # _scaled_mm wants its second operand column-major: W row-major [out, in] transposed is [in, out] column-major
+        return torch._scaled_mm(xq, w_rows.t(), scale_a=xs, scale_b=w_rows_scale.t(), out_dtype=out_dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        wt_rows, wt_rows_scale = ctx.saved_tensors
+        gq, gs = quantize_rows(grad.contiguous())
+        grad_x = torch._scaled_mm(gq, wt_rows.t(), scale_a=gs, scale_b=wt_rows_scale.t(), out_dtype=ctx.out_dtype)
+        return grad_x, None, None, None, None, None
+
+
+class Fp8FrozenLinear(torch.nn.Module):
+    """A frozen nn.Linear whose matmuls run in fp8. Keeps the original `weight` (and `bias`) as they were, so that
+    peft, the adapter files and export see the same layer; only its forward changes."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        with torch.no_grad():
+            w = linear.weight.detach()
+            w_rows, w_scale = quantize_rows(w)                     # [out, in], scale per output row
+            wt_rows, wt_scale = quantize_rows(w.t().contiguous())  # [in, out], scale per input column of W
+        self.register_buffer("w_rows", w_rows, persistent=False)
+        self.register_buffer("w_rows_scale", w_scale, persistent=False)
+        self.register_buffer("wt_rows", wt_rows, persistent=False)
+        self.register_buffer("wt_rows_scale", wt_scale, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            out_dtype = torch.bfloat16
+        shape = x.shape
+        y = _FrozenFp8Matmul.apply(x.reshape(-1, shape[-1]), self.w_rows, self.w_rows_scale, self.wt_rows,
+                                   self.wt_rows_scale, out_dtype)
+        y = y.reshape(*shape[:-1], self.out_features)
+        return y + self.bias.to(y.dtype) if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, fp8=e4m3 (frozen)"
+
+
+def fp8_support(device: torch.device) -> tuple[bool, str]:
+    """(whether this device runs the fp8 base, why)."""
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return False, f"torch {torch.__version__} has no fp8 matmul (torch._scaled_mm)"
+    if device.type == "cuda":
+        if getattr(torch.version, "hip", None):
+            return False, "ROCm: MI300's fp8 (e4m3fnuz) is not written here yet"
+        major, minor = torch.cuda.get_device_capability(device)
+        if (major, minor) < (8, 9):
+            return False, f"sm_{major}{minor} has no fp8 tensor cores (Ada sm_89, Hopper sm_90 and later do)"
+        return True, f"sm_{major}{minor} multiplies fp8 at twice the bf16 rate"
+    if device.type == "cpu":
+        return True, "CPU: torch._scaled_mm runs, slower than bf16 (for tests)"
+    return False, f"{device.type}: no fp8 matmul here"
+
+
+def use_fp8_base(model: torch.nn.Module) -> tuple[int, str]:
+    """Swap the frozen base linear of every LoRA layer for its fp8 form; -> (layers changed, reason).
+
+    Only layers whose sizes the fp8 kernels take (multiples of 16) and whose weight is frozen; the others stay as they
+    are and are counted in the reason. (A GPU run's base is bf16; a CPU run's fp32 base works the same way.)"""
+    changed, kept = 0, 0
+    for module in list(model.modules()):
+        base = getattr(module, "base_layer", None)
+        if not (hasattr(module, "lora_A") and isinstance(base, torch.nn.Linear) and type(base) is torch.nn.Linear):
+            continue
+        w = base.weight
+        if w.requires_grad or not w.dtype.is_floating_point or w.shape[0] % 16 or w.shape[1] % 16:
+            kept += 1
+            continue
+        module.base_layer = Fp8FrozenLinear(base)
+        changed += 1
+    why = f"the frozen base of {changed} LoRA layers multiplies in fp8 (e4m3, a scale per row), forward and input gradient"
+    if kept:
+        why += f"; {kept} layers kept as they were (trainable, or sizes not multiples of 16)"
+    return changed, why
