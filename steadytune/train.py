@@ -181,6 +181,7 @@ def run(args) -> int:
         write_run_report(cfg.train.output_dir, announce=False)  # again, with the evaluation's results
     if result.exit_code == 0:
         launch.close_process_group()
+        launch.leave_finished_rank(0)
     return result.exit_code
 
 

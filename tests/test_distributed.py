@@ -507,6 +507,33 @@ def test_a_finished_rank_closes_its_process_group_after_the_others(tmp_path):
                 assert p.returncode == 0 and out.strip() == "closed", err[-2000:]
 
 
+LEAVE_RANK = """
+import atexit, sys
+from steadytune.distributed.launch import leave_finished_rank
+atexit.register(lambda: print("teardown ran"))
+print("finished", flush=True)
+leave_finished_rank(0)
+print("still here")
+"""
+
+
+@pytest.mark.parametrize("rank, skips_teardown", [("1", True), ("0", False)])
+def test_a_finished_rank_other_than_the_main_one_leaves_without_the_interpreters_teardown(tmp_path, rank,
+                                                                                          skips_teardown):
+    """Where torch's threads can abort a finished rank at teardown, the other ranks skip it (exit 0 at once); the
+    main rank, which writes the run's files, and a process outside a launcher go on as usual."""
+    script = tmp_path / "leave.py"
+    script.write_text(LEAVE_RANK)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "LOCAL_RANK": rank, "WORLD_SIZE": "2", "RANK": rank}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("finished"), done.stderr[-2000:]
+    assert ("still here" not in done.stdout and "teardown ran" not in done.stdout) == skips_teardown
+    outside = {k: v for k, v in env.items() if k not in ("LOCAL_RANK", "WORLD_SIZE", "RANK")}
+    done = subprocess.run([sys.executable, str(script)], env=outside, capture_output=True, text=True, timeout=120)
+    assert "still here" in done.stdout and "teardown ran" in done.stdout
+
+
 SUM_GRADIENTS = """
 import sys
 import torch, torch.distributed as dist
