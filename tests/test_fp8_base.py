@@ -91,3 +91,19 @@ def test_a_run_with_fp8_base_trains_and_records_the_decision(tmp_path):
             assert decisions["fp8_base"]["value"] is True, decisions["fp8_base"]
     assert losses[True][-1] < losses[True][0] - 0.1                                    # it learns
     assert max(abs(a - b) for a, b in zip(losses[True], losses[False])) < 0.02 * losses[False][0]  # as without fp8
+
+
+def test_it_compiles_without_graph_breaks():
+    """On a GPU the decoder layers are compiled (and graphed) by default: the fp8 layer must trace as one graph,
+    forward and backward, and give what the eager layer gives (within bf16 rounding of the fused quantisation)."""
+    torch.manual_seed(0)
+    fp8 = Fp8FrozenLinear(torch.nn.Linear(64, 48).requires_grad_(False))
+    compiled = torch.compile(fp8, fullgraph=True)
+    x = torch.randn(8, 64, requires_grad=True)
+    x_eager = x.detach().clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, ref = compiled(x), fp8(x_eager)
+    out.float().sum().backward()
+    ref.float().sum().backward()
+    assert out.dtype == ref.dtype == torch.bfloat16
+    assert relative(out, ref) < 0.01 and relative(x.grad, x_eager.grad) < 0.01
