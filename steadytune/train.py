@@ -59,7 +59,7 @@ from steadytune.hardware.quantization import bitsandbytes_status, choose_compute
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.attention import plan_packing
-from steadytune.model.fp8_base import fp8_support, use_fp8_base
+from steadytune.model.fp8_base import apply_fp8_base
 from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
 from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
@@ -509,15 +509,13 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
 
 def plan_fp8_base(cfg: RunConfig, model, shard_plan, device: torch.device) -> None:
     """fp8_base: true -> the frozen base's matmuls in fp8 where this run can take them, else off with the reason."""
-    supported, why = fp8_support(device)
     if cfg.method.finetuning_type != "lora":
-        supported, why = False, f"finetuning_type {cfg.method.finetuning_type}: only a frozen LoRA base is multiplied in fp8"
+        on, why = False, f"finetuning_type {cfg.method.finetuning_type}: only a frozen LoRA base is multiplied in fp8"
     elif shard_plan.kind in ("deepspeed", "fsdp"):
-        supported, why = False, f"{shard_plan.kind} shards the base weights; the fp8 copies would be whole on every rank"
-    if supported:
-        changed, how = use_fp8_base(model)
-        supported, why = changed > 0, f"{how} ({why})"
-    cfg.decide("fp8_base", supported, why)
+        on, why = False, f"{shard_plan.kind} shards the base weights; the fp8 copies would be whole on every rank"
+    else:
+        on, why = apply_fp8_base(model, device)
+    cfg.decide("fp8_base", on, why)
 
 
 def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenizer, packing, accelerator):

@@ -3,13 +3,16 @@ too, so the real kernels' arithmetic is checked here; the speed is for the GPU (
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from steadytune.config import load_config
 from steadytune.model.fp8_base import Fp8FrozenLinear, fp8_support, quantize_rows, use_fp8_base
-from steadytune.model.tiny import build_model
+from steadytune.model.tiny import build_model, save_tiny_model
 from steadytune.train import run_training
+from steadytune.training.monitor import read_metrics
 
 pytestmark = pytest.mark.skipif(not fp8_support(torch.device("cpu"))[0], reason="this torch has no fp8 matmul")
 
@@ -70,11 +73,9 @@ def test_only_frozen_lora_bases_of_fitting_sizes_are_swapped():
 
 def test_a_run_with_fp8_base_trains_and_records_the_decision(tmp_path):
     """A tiny run on CPU (an fp32 base there): fp8_base is on, the loss falls as without it, and the decision says why."""
-    from steadytune.model.tiny import save_tiny_model
-
     model_dir = save_tiny_model(tmp_path / "tiny", "qwen2", seed=0)
     rows = [{"instruction": f"say {w}", "input": "", "output": w} for w in ["yes", "no", "maybe", "never"] * 8]
-    (tmp_path / "data.json").write_text(__import__("json").dumps(rows), encoding="utf-8")
+    (tmp_path / "data.json").write_text(json.dumps(rows), encoding="utf-8")
     (tmp_path / "dataset_info.json").write_text('{"d": {"file_name": "data.json"}}', encoding="utf-8")
     losses = {}
     for fp8 in (False, True):
@@ -84,8 +85,7 @@ def test_a_run_with_fp8_base_trains_and_records_the_decision(tmp_path):
                 "save_steps": 1000, "seed": 0}
         cfg = load_config(None, [f"{k}={v}" for k, v in keys.items()])
         run_training(cfg, force=True, progress=False)
-        losses[fp8] = [r["loss"] for r in __import__("steadytune.training.monitor", fromlist=["x"]).read_metrics(
-            tmp_path / f"run-{fp8}" / "metrics.jsonl") if "loss" in r]
+        losses[fp8] = [r["loss"] for r in read_metrics(tmp_path / f"run-{fp8}" / "metrics.jsonl") if "loss" in r]
         if fp8:
             decisions = cfg.decisions
             assert decisions["fp8_base"]["value"] is True, decisions["fp8_base"]

@@ -108,7 +108,7 @@ def use_fp8_base(model: torch.nn.Module) -> tuple[int, str]:
     changed, kept = 0, 0
     for module in list(model.modules()):
         base = getattr(module, "base_layer", None)
-        if not (hasattr(module, "lora_A") and isinstance(base, torch.nn.Linear) and type(base) is torch.nn.Linear):
+        if not (hasattr(module, "lora_A") and type(base) is torch.nn.Linear):   # not a subclass: bitsandbytes' 4-bit
             continue
         w = base.weight
         if w.requires_grad or not w.dtype.is_floating_point or w.shape[0] % 16 or w.shape[1] % 16:
@@ -120,3 +120,13 @@ def use_fp8_base(model: torch.nn.Module) -> tuple[int, str]:
     if kept:
         why += f"; {kept} layers kept as they were (trainable, or sizes not multiples of 16)"
     return changed, why
+
+
+def apply_fp8_base(model: torch.nn.Module, device: torch.device) -> tuple[bool, str]:
+    """fp8 for the frozen base where `device` multiplies fp8; -> (on: some layer changed, why). For train's fp8_base
+    and bench's --fp8-base alike; called before the layers are compiled, so that they trace the fp8 matmuls."""
+    supported, why = fp8_support(device)
+    if not supported:
+        return False, why
+    changed, how = use_fp8_base(model)
+    return changed > 0, f"{how} ({why})"

@@ -270,11 +270,11 @@ class GRPOObjective(torch.nn.Module):
         apart by the rewards over those steps: one value throughout (the reward never fires, or always does), or
         groups that agree inside but differ from each other (the policy answers each prompt the same way every time:
         its sampling has collapsed, as a classifier that names one label for every input does)."""
-        real = rewards[~torch.isnan(rewards)]
         if not bool(std_zero.all()):
             self._no_signal, self._streak_range = 0, None
             return
         self._no_signal += 1
+        real = rewards[~torch.isnan(rewards)]
         if real.numel():
             low, high = real.min().item(), real.max().item()
             if self._streak_range is not None:
