@@ -109,7 +109,7 @@ for STAGE in "${@:-bench}"; do
     /tmp/ussite.python -c "import unsloth, transformers, trl; print('Unsloth env:', unsloth.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)" 2>&1 | tail -3
     case $STAGE in peers) SHAPE=qwen2.5-0.5b;; peers15) SHAPE=qwen2.5-1.5b;; peers7) SHAPE=qwen2.5-7b;; *) SHAPE=gemma3-1b;; esac
     stamp "$SHAPE: plain, peer, llamafactory, unsloth, steadytune"
-    timeout 560 $B --shape $SHAPE --arms plain,peer,llamafactory,unsloth,steadytune --lf-python /tmp/lfsite.python \
+    timeout 560 $B --shape $SHAPE --arms plain,liger,llamafactory,unsloth,steadytune --lf-python /tmp/lfsite.python \
         --unsloth-python /tmp/ussite.python --output "$OUT/peers_$SHAPE.json" | grep -v Warning
     cp "$OUT"/peers_$SHAPE.*.log "$OUT/" 2>/dev/null
     ;;

@@ -1,4 +1,5 @@
-"""The targets of issue 17 against what `bench` and `demo` wrote: one line per target, with the numbers behind it.
+"""The speed targets (issues 17 and 30) against what `bench` and `demo` wrote: one line per target, with the numbers
+behind it.
 
 Usage: python benchmarks/speed_summary.py FILE.json [...]   (bench JSON files and demo_results.json files, any order;
 a demo file is named by its folder: demo_<name>.json)
@@ -18,15 +19,19 @@ def pct(x):
 def arm_line(name: str, arm: dict) -> str:
     if "error" in arm:
         return f"    {name:<10} failed: {arm['error']}"
+    if "skipped" in arm:
+        return f"    {name:<10} skipped: {arm['skipped']}"
     s = arm.get("settings", {})
     chosen = ", ".join(f"{k.replace('use_liger_kernel', 'liger').replace('gradient_checkpointing', 'gc')} "
                        f"{'on' if s[k]['value'] else 'off'}" for k in
                        ("static_shapes", "torch_compile", "cuda_graphs", "use_liger_kernel", "gradient_checkpointing")
                        if isinstance(s.get(k), dict))
     batch = f"batch {s['batch']}" if "batch" in s else ""
+    fp8 = f", fp8_base {s['fp8_base']['value']}" if isinstance(s.get("fp8_base"), dict) else ""
+    loss = f"  loss {arm['loss']:.4f} at step {arm.get('loss_step')}" if arm.get("loss") is not None else ""
     return (f"    {name:<10} {arm['tokens_per_s']:>9,.0f} tok/s ±{100 * arm.get('relative_std', 0):.1f}%  MFU "
             f"{pct(arm.get('mfu')):>6}  peak {arm.get('peak_memory_gib') or 0:6.1f} GiB  {arm.get('stopped')} "
-            f"({arm.get('steps')} steps, start-up {arm.get('startup_seconds')} s)  {batch}{chosen}")
+            f"({arm.get('steps')} steps, start-up {arm.get('startup_seconds')} s)  {batch}{chosen}{fp8}{loss}")
 
 
 def bench_summary(report: dict) -> list[str]:
@@ -40,15 +45,27 @@ def bench_summary(report: dict) -> list[str]:
         lines.append(f"    steadytune {base}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
     ours = report.get("arms", {}).get("steadytune", {})
     vs_plain = report.get("ratios", {}).get("vs_plain", {})
+    fp8 = (ours.get("settings", {}).get("fp8_base") or {}).get("value") == "on"
+    by_default = " (fp8_base on: not the default)" if fp8 else ""
     if shape == "qwen2.5-1.5b" and "mfu" in ours:
-        lines.append(f"  TARGET 1.5B >= 40% MFU by default: {pct(ours['mfu'])} -> "
-                     f"{'met' if (ours['mfu'] or 0) >= 0.40 else 'NOT met'}")
+        lines.append(f"  TARGET 1.5B >= 50% MFU by default (issue 30; 40% for issue 17): {pct(ours['mfu'])}"
+                     f"{by_default} -> {'met' if (ours['mfu'] or 0) >= 0.50 and not fp8 else 'NOT met'}")
     if shape == "qwen2.5-0.5b" and vs_plain:
         speed, memory = vs_plain.get("tokens_per_s", 0), vs_plain.get("peak_memory", 99)
         lines.append(f"  TARGET 0.5B >= 8x steady plain at <= 0.5x memory: {speed:.1f}x at {memory:.2f}x -> "
                      f"{'met' if speed >= 8 and memory <= 0.5 else 'NOT met'}")
     if shape == "qwen2.5-7b" and "mfu" in ours:
-        lines.append(f"  TARGET 7B >= 45% MFU: {pct(ours['mfu'])} -> {'met' if (ours['mfu'] or 0) >= 0.45 else 'NOT met'}")
+        lines.append(f"  TARGET 7B >= 55% MFU by default (issue 30; 45% for issue 17): {pct(ours['mfu'])}{by_default} "
+                     f"-> {'met' if (ours['mfu'] or 0) >= 0.55 and not fp8 else 'NOT met'}")
+    best = report.get("best_peer")
+    peers = {k[3:]: r for k, r in report.get("ratios", {}).items() if k in ("vs_peer", "vs_llamafactory", "vs_unsloth")}
+    if best is None and peers:  # a report written before bench named the fastest peer: the smallest ratio is it
+        arm = min(peers, key=lambda k: peers[k]["tokens_per_s"])
+        best = {"arm": arm, **peers[arm]}
+    if best:
+        speed, memory = best.get("tokens_per_s", 0), best.get("peak_memory", 99)
+        lines.append(f"  TARGET >= 2x the fastest peer at <= its memory (issue 30): {speed:.2f}x {best['arm']} at "
+                     f"{memory:.2f}x its memory -> {'met' if speed >= 2 and memory <= 1 else 'NOT met'}")
     if "loss_check" in report:
         check = report["loss_check"]
         lines.append(f"  packed == unpacked: largest relative loss difference "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 
 import pytest
@@ -79,6 +80,47 @@ def test_bench_cli_runs_on_cpu_and_writes_json(tmp_path, capsys):
     assert "steadytune / plain" in printed
 
 
+def test_every_arm_reports_its_loss_after_the_same_steps(tmp_path, capsys):
+    """The loss after the timed steps, as a Trainer logs it (the mean over the last window), with the step and the real
+    tokens trained by then: what shows that the arms train the same thing. `liger` names the peer arm."""
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--isolate", "none", "--arms", "plain,liger,steadytune", "--steps", "2", "--output",
+                        str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert list(report["arms"]) == ["plain", "peer", "steadytune"]
+    printed = capsys.readouterr().out
+    vocab = workload.SHAPES["tiny"]["vocab_size"]
+    for name, result in report["arms"].items():
+        assert result["loss_step"] == 3, name  # 1 warm-up + 2 timed steps
+        assert 0 < result["loss"] < 2 * math.log(vocab), name  # a random model's loss: about log(vocab)
+        assert result["loss_tokens"] >= result["real_tokens"] > 0, name
+        assert f"loss {result['loss']:.3f} at step 3 ({result['loss_tokens']:,} tokens)" in printed
+    assert report["best_peer"]["arm"] == "peer"
+    assert report["best_peer"]["tokens_per_s"] == pytest.approx(report["ratios"]["vs_peer"]["tokens_per_s"])
+    assert "steadytune / the fastest peer (peer)" in printed
+
+
+def test_the_loss_of_the_last_window_is_the_mean_of_its_steps():
+    losses = [torch.tensor(v) for v in (9.0, 4.0, 2.0, 3.0)]
+    assert arms.last_window_loss(losses, 2, [10, 20, 30, 40, 50]) == {"loss": 2.5, "loss_step": 4, "loss_tokens": 100}
+    assert arms.last_window_loss(losses, 10, [1] * 4)["loss"] == 4.5  # fewer steps than a window: all of them
+    assert arms.last_window_loss([], 2, []) == {}
+
+
+def test_the_fastest_peer_is_the_one_to_beat():
+    from steadytune.bench import command
+    runs = {"plain": {"tokens_per_s": 100.0, "peak_memory_gib": 9.0},
+            "peer": {"tokens_per_s": 400.0, "peak_memory_gib": 30.0},
+            "llamafactory": {"tokens_per_s": 500.0, "peak_memory_gib": 20.0},
+            "unsloth": {"name": "unsloth", "skipped": "needs a CUDA GPU"},
+            "steadytune": {"tokens_per_s": 2000.0, "peak_memory_gib": 10.0}}
+    ratios = command.ratios(runs)
+    assert command.best_peer(runs, ratios) == {"arm": "llamafactory", "tokens_per_s": 4.0, "peak_memory": 0.5}
+    # the plain arm is no peer a user would pick for speed; without any peer there is nothing to name
+    assert command.best_peer({"plain": runs["plain"], "steadytune": runs["steadytune"]},
+                             command.ratios({"plain": runs["plain"], "steadytune": runs["steadytune"]})) is None
+
+
 def test_an_arm_runs_in_a_process_of_its_own(tmp_path):
     out = tmp_path / "bench.json"
     assert main(TINY + ["--arms", "steadytune", "--steps", "1", "--output", str(out)]) == 0
@@ -127,7 +169,8 @@ def test_unknown_shape_and_arm_are_clear_errors(capsys):
     assert main(["bench", "--shape", "gpt-17", "--device", "cpu"]) == 1
     assert "unknown --shape 'gpt-17'" in capsys.readouterr().err
     assert main(["bench", "--shape", "tiny", "--device", "cpu", "--arms", "plain,fast"]) == 1
-    assert "--arms takes plain, peer, llamafactory, unsloth, steadytune; got fast" in capsys.readouterr().err
+    assert ("--arms takes plain, peer, llamafactory, unsloth, steadytune (liger is the peer arm); got fast"
+            in capsys.readouterr().err)
 
 
 def test_mfu_peak_comes_from_the_product_table():

@@ -122,6 +122,7 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
         return collate(rows)
 
     marks = {}
+    logged: dict = {}
 
     class Steady(TrainerCallback):
         def on_step_begin(self, targs, state, control, **kw):
@@ -133,6 +134,11 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
             k = state.global_step  # steps done; batches are collated in step order (the loader may run one ahead)
             if k > warmup and meter.step(batch_tokens[k - 1], lambda: synchronize(device)):
                 control.should_training_stop = True
+                control.should_log = True  # the loss of the last steps, as the peer arms' children log it
+
+        def on_log(self, targs, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                logged.update(loss=float(logs["loss"]), loss_step=state.global_step)
 
     class InOrder(Trainer):
         def _get_train_sampler(self, *a, **kw):  # the shared example order, not a reshuffle of its own
@@ -141,7 +147,7 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
     with tempfile.TemporaryDirectory() as out:
         targs = TrainingArguments(
             output_dir=out, per_device_train_batch_size=batch, max_steps=cap, learning_rate=1e-4,
-            bf16=device.type == "cuda", use_cpu=device.type == "cpu", logging_steps=10**6, save_strategy="no",
+            bf16=device.type == "cuda", use_cpu=device.type == "cpu", logging_steps=args.window, save_strategy="no",
             report_to=[], dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True, seed=0,
             max_grad_norm=1.0, use_liger_kernel=liger)
         trainer = InOrder(model=model, args=targs, train_dataset=ordered, data_collator=counting_collator,
@@ -151,8 +157,19 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
                 "attention": "sdpa", "loss": "liger fused linear cross-entropy" if liger else "HF full logits",
                 "liger_kernel": liger, "trainer": "transformers.Trainer"}
     result = scored(name, meter, n_params, n_lora, device, settings, marks.get("start", started) - started)
+    if logged:
+        result.update(logged, loss_tokens=sum(batch_tokens[:logged["loss_step"]]))
     del trainer, model
     return result
+
+
+def last_window_loss(losses: list, window: int, step_tokens: list[int]) -> dict:
+    """The mean per-token loss of the last `window` steps, as a Trainer logs it every `window` steps; -> {loss,
+    loss_step, loss_tokens (real tokens trained up to then)}, or {} when no step ran. Read back once, after timing."""
+    if not losses:
+        return {}
+    last = torch.stack([x.float() for x in losses[-window:]]).mean()
+    return {"loss": float(last), "loss_step": len(losses), "loss_tokens": sum(step_tokens[:len(losses)])}
 
 
 # --- steadytune's default path ------------------------------------------------------------------------------
@@ -304,10 +321,13 @@ def run_steadytune(args, device: torch.device) -> dict:
     groups = step_groups(examples, args.max_tokens, args.warmup + (meter.fixed_steps or meter.max_steps))
     model, collate, plan, settings = steadytune_setup(args, device, groups, examples)
     n_params, n_lora = param_counts(model)
-    _, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs, settings)
+    losses, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs,
+                                settings)
     settings["cuda_graph_events"] = marks["graph_events"]
     settings["eager_micro_batches"] = marks.get("eager_micro_batches")
     result = scored("steadytune", meter, n_params, n_lora, device, settings, marks.get("start", started) - started)
+    result.update(last_window_loss(losses, args.window,
+                                   [sum(len(examples[i]["input_ids"]) for i in group) for group in groups]))
     del model
     return result
 

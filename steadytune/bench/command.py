@@ -19,6 +19,8 @@ from steadytune.model.shapes import SHAPES
 
 SPEED_ARMS = ("plain", "peer", "llamafactory", "unsloth", "steadytune")
 BASELINES = SPEED_ARMS[:-1]  # what steadytune's ratios are taken against
+ARM_ALIASES = {"liger": "peer"}  # the peer arm is the Trainer + liger-kernel recipe: either name selects it
+PEER_FRAMEWORKS = ("peer", "llamafactory", "unsloth")  # what a tuned user would pick instead of steadytune
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model shape built with random weights (steadytune.model.shapes: qwen2.5-0.5b, qwen2.5-1.5b, "
                              "qwen2.5-3b, qwen2.5-7b, gemma3-270m, gemma3-1b, tiny)")
     parser.add_argument("--arms", default="plain,peer,steadytune",
-                        help="comma list of: plain (Trainer + peft, batch --plain-batch), peer (Trainer + peft + "
-                             "liger-kernel, the largest of batch 32/16/8 that fits), llamafactory (LLaMA-Factory "
+                        help="comma list of: plain (Trainer + peft, batch --plain-batch), peer or liger (Trainer + "
+                             "peft + liger-kernel, the largest of batch 32/16/8 that fits), llamafactory (LLaMA-Factory "
                              "0.9.5's run_exp under --lf-python), unsloth (Unsloth + TRL under --unsloth-python; "
                              "a CUDA GPU), steadytune. A peer that cannot run here is skipped with the reason")
     parser.add_argument("--dataset", default=None,
@@ -102,10 +104,12 @@ def resolve_device(name: str) -> torch.device:
 def run(args) -> int:
     if args.shape not in SHAPES:
         raise UserError(f"bench: unknown --shape {args.shape!r}; known: {', '.join(SHAPES)}")
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = set(arms) - set(SPEED_ARMS)
+    named = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = set(named) - set(SPEED_ARMS) - set(ARM_ALIASES)
     if unknown:
-        raise UserError(f"bench: --arms takes {', '.join(SPEED_ARMS)}; got {', '.join(sorted(unknown))}")
+        raise UserError(f"bench: --arms takes {', '.join(SPEED_ARMS)} (liger is the peer arm); "
+                        f"got {', '.join(sorted(unknown))}")
+    arms = list(dict.fromkeys(ARM_ALIASES.get(a, a) for a in named))  # in the order given, each arm once
     if not arms and not (args.check_loss or args.find_max_len):
         raise UserError("bench: nothing to run: --arms is empty and neither --check-loss nor --find-max-len is set")
     device = resolve_device(args.device)
@@ -132,6 +136,11 @@ def run(args) -> int:
     report["ratios"] = ratios(report["arms"])
     for base, r in report["ratios"].items():
         print(f"steadytune / {base.removeprefix('vs_')}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
+    report["best_peer"] = best_peer(report["arms"], report["ratios"])
+    if report["best_peer"]:
+        best = report["best_peer"]
+        memory = f" at {best['peak_memory']:.2f}x its peak memory" if "peak_memory" in best else ""
+        print(f"steadytune / the fastest peer ({best['arm']}): {best['tokens_per_s']:.2f}x tokens/s{memory}")
     if args.check_loss:
         report["loss_check"] = run_arm("loss_check", args, device)
         if "error" in report["loss_check"]:
@@ -195,6 +204,16 @@ def ratios(arms: dict) -> dict:
     return out
 
 
+def best_peer(arms: dict, ratios_: dict) -> dict | None:
+    """The fastest of the peer arms that finished (liger peer, LLaMA-Factory, Unsloth) and steadytune's ratios
+    against it: the comparison a user choosing a tool makes. None without steadytune or any peer."""
+    finished = [name for name in PEER_FRAMEWORKS if f"vs_{name}" in ratios_]
+    if not finished:
+        return None
+    name = max(finished, key=lambda n: arms[n]["tokens_per_s"])
+    return {"arm": name, **ratios_[f"vs_{name}"]}
+
+
 def write_report(path: str, report: dict) -> None:
     Path(path).write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
 
@@ -208,7 +227,8 @@ def format_arm(r: dict) -> str:
     mem = f"{r['peak_memory_gib']:.1f} GiB" if r.get("peak_memory_gib") is not None else "n/a"
     spread = f"±{100 * r.get('relative_std', 0):.1f}%"
     batch = r["settings"].get("batch")
-    loss = f", loss {r['loss']:.3f} at step {r['loss_step']}" if r.get("loss") is not None else ""
+    loss = (f", loss {r['loss']:.3f} at step {r['loss_step']}"
+            + (f" ({r['loss_tokens']:,} tokens)" if r.get("loss_tokens") else "") if r.get("loss") is not None else "")
     peer = f", {r['peer_version']}" if r.get("peer_version") else ""
     return (f"{r['name']:>12}: {r['tokens_per_s']:>10,.0f} real tokens/s {spread:>7}  MFU {mfu:>6}  peak memory "
             f"{mem:>9}  ({r.get('stopped')} after {r.get('steps', 0)} timed steps, {r.get('span_windows', 0)} windows "

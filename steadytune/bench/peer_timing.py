@@ -134,6 +134,7 @@ class StepTimer(TrainerCallback):
             "summary": self.meter.summary(), "step_seconds": self.step_seconds,
             "step_tokens": self.batch_tokens[self.warmup:self.warmup + self.meter.steps],
             "loss": self.loss[1] if self.loss else None, "loss_step": self.loss[0] if self.loss else None,
+            "loss_tokens": sum(self.batch_tokens[:self.loss[0]]) if self.loss else None,
             "peak_memory_gib": peak, "launched_at": self.launched_at, "first_step_at": self.first_step_at,
             "timing_started_at": self.timing_started_at,
             "parameters": self.counts[0] if self.counts else None,

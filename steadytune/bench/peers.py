@@ -201,6 +201,7 @@ def scored_peer(name: str, child: dict, device: torch.device, version: str, pyth
                    startup, child["peak_memory_gib"])
     timed_from = child.get("timing_started_at")
     result.update(peer_version=f"{name} {version}", loss=child["loss"], loss_step=child["loss_step"],
+                  loss_tokens=child.get("loss_tokens"),
                   startup_to_timing_seconds=round(timed_from - launched, 1) if timed_from else None,
                   step_seconds=child["step_seconds"], step_tokens=child["step_tokens"])
     return result
