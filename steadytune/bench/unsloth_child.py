@@ -8,7 +8,8 @@ packing with padding-free rows, completion_only_loss).
 
 Settings: bf16, LoRA on the seven projections of every layer (as peft's all-linear in the other arms), Unsloth's
 own gradient checkpointing ("unsloth", offloaded activations), TRL's packing (its trainer supports it), the batch of
-packed rows the parent's attempt names (the largest of 32/16/8 that fits, as the peer arm chooses), fused AdamW as
+packed rows the parent's attempt names (rows holding bench's token budget, fewer if that runs out of memory:
+peers.unsloth_attempts), fused AdamW as
 in every other arm (Unsloth's notebooks use 8-bit AdamW to save memory; for LoRA its state is small either way).
 """
 

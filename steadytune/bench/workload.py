@@ -21,7 +21,7 @@ from steadytune.model.shapes import SHAPES, build_shape
 DEFAULT_LENGTHS = Path(__file__).with_name("lengths.json")
 TEMPLATE_PROMPT_TOKENS, TEMPLATE_ANSWER_TOKENS = 16, 4  # chat template tokens around a turn (Qwen-like)
 LORA_RANK = 16
-PEER_BATCHES = (32, 16, 8)  # what a tuned user tries, largest first: the peer arms take the largest that fits
+PEER_BATCHES = (32, 16, 8)  # what a tuned user tries, largest first: the peer arm takes the largest that fits
 
 
 # --- data: real lengths, random tokens ---------------------------------------------------------------------
