@@ -347,6 +347,10 @@ for _section in FLAT_SECTIONS:
 # `guard_policy` is also accepted at the top level, as a shortcut.
 KEY_TO_SECTION["guard_policy"] = "guard"
 
+FP8_TRAINING = ("fp8 training of the whole model (LLaMA-Factory's torchao or Transformer Engine path, weights "
+                "trained in fp8) is not supported; for LoRA, fp8_base: true multiplies the frozen base in fp8 on "
+                "sm_89 and up")
+
 # Keys of LLaMA-Factory (and HF TrainingArguments) for features steadytune does not have. They fail loudly:
 # silently ignoring e.g. `quantization_bit` would train something other than what the user asked for.
 UNSUPPORTED_KEYS = {
@@ -405,8 +409,8 @@ UNSUPPORTED_KEYS = {
     "badam_mode": "BAdam is not supported", "badam_switch_mode": "BAdam is not supported",
     "badam_switch_interval": "BAdam is not supported", "badam_verbose": "BAdam is not supported",
     "pure_bf16": "pure bf16 training (bf16 trainable weights) is not offered: trainable weights stay fp32",
-    "fp8": "fp8 training is not supported", "fp8_backend": "fp8 training is not supported",
-    "fp8_enable_fsdp_float8_all_gather": "fp8 training is not supported",
+    # LF's fp8 trains every weight through fp8 matmuls; for LoRA's frozen base steadytune has fp8_base
+    "fp8": FP8_TRAINING, "fp8_backend": FP8_TRAINING, "fp8_enable_fsdp_float8_all_gather": FP8_TRAINING,
     "fsdp_transformer_layer_cls_to_wrap": "set transformer_layer_cls_to_wrap inside fsdp_config",
     "use_kt": "KTransformers (CPU/GPU hybrid MoE) is not supported",
     "kt_config": "KTransformers is not supported", "kt_cpu_activation": "KTransformers is not supported",

@@ -107,6 +107,8 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
     ("prompt_template=no placeholder", "prompt_template must contain {text}"),
     ("guard.windw=3", "guard.windw: unknown key (did you mean 'window'?)"),
     ("label_names=[a, a]", "label_names has duplicates"),
+    ("fp8=true", "not supported: fp8 (fp8 training of the whole model"),  # LF's key: refused, pointing to LoRA's fp8_base
+    ("fp8_backend=torchao", "for LoRA, fp8_base: true multiplies the frozen base in fp8"),
 ])
 def test_bad_keys_and_values_name_the_key(override, message):
     with pytest.raises(ConfigError) as err:
