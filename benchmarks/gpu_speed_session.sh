@@ -12,6 +12,7 @@
 #   demo   the GPU-sized demo with the new defaults, then without graphs and compile (the old path) -> demo_*.json
 #   variants (optional third call, ~5 min, carry [".whl"]): single levers on the steadytune arm -> v*.json
 #   fp8    issue 30's fp8 lever: 1.5B and 7B, steadytune with and without --fp8-base on, 60 steps each  -> fp8_*.json
+#   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and steadytune on one
 #          shape (0.5B / 1.5B / 7B / Gemma 3 1B), one call each -> peers_<shape>.json. The peers' wheels are too big
 #          for one call beside the tree, so three calls first put them in /root/keep (any order, machine warm):
@@ -94,6 +95,15 @@ for STAGE in "${@:-bench}"; do
       done
     done
     ;;
+  profile)
+    # Where the 1.5B step's time goes now, kernel by kernel, with and without fp8_base (graphs off so every kernel is
+    # seen; ~1 min each): for choosing the next lever towards issue 30's 50% MFU.
+    for FP8 in off on; do
+      stamp "profile qwen2.5-1.5b, --fp8-base $FP8"
+      timeout 200 python3 benchmarks/profile_bench.py --shape qwen2.5-1.5b --fp8-base $FP8 2>&1 | grep -v Warning \
+          > "$OUT/profile_qwen15_fp8_$FP8.txt"; tail -45 "$OUT/profile_qwen15_fp8_$FP8.txt"
+    done
+    ;;
   peers|peers15|peers7|peers_gemma)
     peer_env() {  # folder of wheels, target: install once, then a python3 wrapper with the target first on the path
       [ -d "$2" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$2" $(ls $1/*.whl) \
@@ -122,7 +132,7 @@ for STAGE in "${@:-bench}"; do
         | grep -v Warning
     cp "$OUT"/peers_$SHAPE.*.log "$OUT/" 2>/dev/null
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, peers, peers15, peers7, peers_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, profile, peers, peers15, peers7, peers_gemma)";;
   esac
 done
 stamp "summary"
