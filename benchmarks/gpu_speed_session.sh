@@ -16,15 +16,19 @@
 #   peers / peers15 / peers7 / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and steadytune on one
 #          shape (0.5B / 1.5B / 7B / Gemma 3 1B), one call each -> peers_<shape>.json. The peers' wheels are too big
 #          for one call beside the tree, so three calls first put them in /root/keep (any order, machine warm):
-#            carry [".whl/lf", ".whl/bnb"]            mkdir -p /root/keep && cp -r .whl/lf .whl/bnb /root/keep/
+#            carry [".whl/lf", ".whl/bnb130"]         mkdir -p /root/keep/bnb && cp -r .whl/lf /root/keep/ &&
+#                                                     cp .whl/bnb130/*.whl /root/keep/bnb/
 #            carry [".whl/unsloth"]                   mkdir -p /root/keep && cp -r .whl/unsloth /root/keep/
 #            carry [".whl/unsloth_deps", ".whl/liger_kernel-0.8.5-py3-none-any.whl", ".whl/gguf-0.19.0-py3-none-any.whl"]
+#                                                     cp -r .whl/unsloth_deps /root/keep/ &&
 #                                                     bash benchmarks/gpu_speed_session.sh peers
+#          then, while the machine stays warm, the other shapes with only the liger and gguf wheels carried.
 #          .whl/lf: llamafactory 0.9.5 and the versions it pins (transformers 5.6.0, peft 0.18.1, accelerate 1.11.0,
 #          datasets 4.0.0, trl 0.24.0, tokenizers 0.22.2, huggingface_hub 1.33.0, torchaudio 2.11.0 for the
 #          machine's torch 2.11) and what it imports that the machine lacks; .whl/unsloth: unsloth and unsloth_zoo
 #          2026.10.9; .whl/unsloth_deps: what they import that the machine lacks (trl 1.15.0, datasets 4.3.0, torchao,
-#          cut_cross_entropy, torchvision 0.26.0, diffusers, pydantic, ...); .whl/bnb: bitsandbytes 0.50.2. All for
+#          cut_cross_entropy, torchvision 0.26.0, diffusers, pydantic, xformers 0.0.35, ...); .whl/bnb: bitsandbytes
+#          0.50.2 (.whl/bnb130: the same wheel with only its CUDA 13 and CPU libraries, 13 MB instead of 42). All for
 #          Python 3.12, `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 #          manylinux_2_28_x86_64`. Each peer gets a Python of its own: a wrapper that puts its folder first on the path.
 # Ends with benchmarks/speed_summary.py over whatever was written (also in $OUT/log).
@@ -116,7 +120,16 @@ for STAGE in "${@:-bench}"; do
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ussite $(ls $(keep unsloth_deps)/*.whl) \
         $(ls $(keep bnb)/*.whl) 2>&1 | grep -v "already exists"
     /tmp/lfsite.python -c "import llamafactory, transformers, peft, trl; print('LF env:', llamafactory.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'trl', trl.__version__)"
-    /tmp/ussite.python -c "import unsloth, transformers, trl; print('Unsloth env:', unsloth.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)" 2>&1 | tail -3
+    # xformers (in unsloth_deps) gives Unsloth its packed-sequence attention on a machine without flash-attn; if it
+    # breaks Unsloth's import here, it goes, and the arm runs as before (SDPA), saying so in its log.
+    US_PROBE="import unsloth, transformers, trl; print('Unsloth env:', unsloth.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
+    if ! /tmp/ussite.python -c "$US_PROBE" > /tmp/us_probe.log 2>&1; then
+      tail -5 /tmp/us_probe.log; echo "Unsloth did not import with xformers: removing xformers and trying again"
+      rm -rf /tmp/ussite/xformers /tmp/ussite/xformers-*.dist-info
+      /tmp/ussite.python -c "$US_PROBE" > /tmp/us_probe.log 2>&1
+    fi
+    tail -3 /tmp/us_probe.log
+    /tmp/ussite.python -c "import xformers, xformers.ops; print('xformers', xformers.__version__, 'in the Unsloth env')" 2>&1 | tail -1
     # Five arms must fit one call (under 10 minutes): the 0.5B and 1.5B calls took 465 and 564 s with the rule above.
     # A 7B step takes seconds and the peers try settings that run out of memory first, so 7B is timed over windows of
     # 5 steps for at most 25 s an arm; the Gemma shape's 262k-token head makes its plain arm slow: 35 s.

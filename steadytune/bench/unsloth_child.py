@@ -59,7 +59,8 @@ def main(spec: dict, result_path: str) -> None:
         "packing": "TRL packing (padding-free rows)", "row_tokens": spec["cutoff_len"],
         "gradient_checkpointing": "unsloth", "optimizer": "adamw_torch_fused", "precision": "bf16",
         "lora_targets": LORA_TARGETS, "batch_fallback": spec["attempt"].get("fallback"),
-        "versions": versions("unsloth", "unsloth_zoo", "trl", "transformers", "torch", "peft", "triton"),
+        "versions": versions("unsloth", "unsloth_zoo", "trl", "transformers", "torch", "peft", "triton", "xformers",
+                             "flash_attn"),
     }
 
     class InOrder(SFTTrainer):
