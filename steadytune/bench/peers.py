@@ -284,6 +284,5 @@ def run_unsloth(args, device: torch.device) -> dict:
         model_dir = model_folder_for(args, device, work)
         spec = {**base_spec(args, device, model_dir, work),
                 "examples": str(write_token_examples(one_pass(args), work / "examples.jsonl"))}
-        return run_attempts("unsloth", python, "unsloth_child.py", spec, unsloth_attempts(args.max_tokens,
-                                                                                          args.cutoff_len),
-                            args, device, version)
+        attempts = unsloth_attempts(args.max_tokens, args.cutoff_len)
+        return run_attempts("unsloth", python, "unsloth_child.py", spec, attempts, args, device, version)
