@@ -13,8 +13,9 @@
 #   variants (optional third call, ~5 min, carry [".whl"]): single levers on the steadytune arm -> v*.json
 #   fp8    issue 30's fp8 lever: 1.5B and 7B, steadytune with and without --fp8-base on, 60 steps each  -> fp8_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
-#   peers / peers15 / peers7 / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and steadytune on one
-#          shape (0.5B / 1.5B / 7B / Gemma 3 1B), one call each -> peers_<shape>.json. The peers' wheels are too big
+#   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
+#          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
+#          one call each -> peers_<shape>.json. The peers' wheels are too big
 #          for one call beside the tree, so three calls first put them in /root/keep (any order, machine warm):
 #            carry [".whl/lf", ".whl/bnb130"]         mkdir -p /root/keep/bnb && cp -r .whl/lf /root/keep/ &&
 #                                                     cp .whl/bnb130/*.whl /root/keep/bnb/
@@ -108,7 +109,7 @@ for STAGE in "${@:-bench}"; do
           > "$OUT/profile_qwen15_fp8_$FP8.txt"; tail -45 "$OUT/profile_qwen15_fp8_$FP8.txt"
     done
     ;;
-  peers|peers15|peers7|peers_gemma)
+  peers|peers15|peers7|peers7q|peers_gemma)
     peer_env() {  # folder of wheels, target: install once, then a python3 wrapper with the target first on the path
       [ -d "$2" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$2" $(ls $1/*.whl) \
           2>&1 | grep -v "already exists"
@@ -116,6 +117,10 @@ for STAGE in "${@:-bench}"; do
     }
     keep() { ls -d /root/keep/$1 .whl/$1 2>/dev/null | head -1; }
     peer_env "$(keep lf)" /tmp/lfsite
+    for SITE in /tmp/lfsite /tmp/site; do   # bitsandbytes for --quantization-bit 4 (peers7q): LF's and bench's own
+      python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE $(ls $(keep bnb)/*.whl) \
+          2>&1 | grep -v "already exists"
+    done
     peer_env "$(keep unsloth)" /tmp/ussite
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ussite $(ls $(keep unsloth_deps)/*.whl) \
         $(ls $(keep bnb)/*.whl) 2>&1 | grep -v "already exists"
@@ -137,15 +142,17 @@ for STAGE in "${@:-bench}"; do
       peers) SHAPE=qwen2.5-0.5b; LIMITS="";;
       peers15) SHAPE=qwen2.5-1.5b; LIMITS="";;
       peers7) SHAPE=qwen2.5-7b; LIMITS="--warmup 2 --window 5 --min-steps 20 --max-seconds 25 --arm-timeout 170";;
+      peers7q) SHAPE=qwen2.5-7b; LIMITS="--quantization-bit 4 --warmup 2 --window 5 --min-steps 20 --max-seconds 25 \
+               --arm-timeout 170";;
       *) SHAPE=gemma3-1b; LIMITS="--max-seconds 35 --arm-timeout 200";;
     esac
     stamp "$SHAPE: plain, liger peer, llamafactory, unsloth, steadytune $LIMITS"
+    NAME=$SHAPE; [ "$STAGE" = peers7q ] && NAME=$SHAPE-qlora
     timeout 575 $B $LIMITS --shape $SHAPE --arms plain,liger,llamafactory,unsloth,steadytune \
-        --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$SHAPE.json" \
+        --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep -v Warning
-    cp "$OUT"/peers_$SHAPE.*.log "$OUT/" 2>/dev/null
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, profile, peers, peers15, peers7, peers_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, profile, peers, peers15, peers7, peers7q, peers_gemma)";;
   esac
 done
 stamp "summary"

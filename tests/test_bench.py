@@ -4,15 +4,17 @@ steady-state rule, the peer arm's batch fallback and the longest-length search d
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import LF_FIXTURES, needs_shared
 
-from steadytune.bench import arms, workload
+from steadytune.bench import arms, peers, workload
 from steadytune.bench.steady import SteadyRate
 from steadytune.cli import main
 
@@ -98,6 +100,49 @@ def test_every_arm_reports_its_loss_after_the_same_steps(tmp_path, capsys):
     assert report["best_peer"]["arm"] == "peer"
     assert report["best_peer"]["tokens_per_s"] == pytest.approx(report["ratios"]["vs_peer"]["tokens_per_s"])
     assert "steadytune / the fastest peer (peer)" in printed
+
+
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None,
+                    reason="bitsandbytes is not installed (pip install 'steadytune[qlora]')")
+def test_qlora_arms_train_on_a_4bit_base_and_count_its_full_parameters(tmp_path):
+    """--quantization-bit 4: each arm's base is quantised by bitsandbytes as it loads from the shape's saved folder;
+    MFU still counts the weights a 4-bit layer stands for, not its packed bytes."""
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--isolate", "none", "--arms", "plain,peer,steadytune", "--steps", "1", "--quantization-bit",
+                        "4", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["quantization_bit"] == 4
+    full, lora = workload.param_counts(workload.lora_model("tiny", torch.device("cpu")))
+    for name, result in report["arms"].items():
+        base = result["settings"]["base"]
+        assert base.startswith("4-bit: bitsandbytes nf4, double quantisation, ") and " 0 linear" not in base, name
+        assert (result["parameters"], result["lora_parameters"]) == (full, lora), name
+        assert math.isfinite(result["loss"]), name
+    assert "prepare_model_for_kbit_training" in report["arms"]["plain"]["settings"]["base"]  # the peft docs' recipe
+    assert "prepare_model_for_kbit_training" not in report["arms"]["peer"]["settings"]["base"]
+
+
+def test_a_4bit_peer_is_asked_for_its_own_qlora():
+    """The peer children get the quantisation in their spec: LLaMA-Factory's quantization_bit, Unsloth's load_in_4bit."""
+    import sys
+    sys.path.insert(0, str(Path(peers.__file__).parent))  # the children import their siblings as scripts do
+    from lf_child import lf_arguments  # noqa: E402
+    args = argparse.Namespace(**{**vars(peers_args()), "quantization_bit": 4, "warmup": 1, "max_tokens": 512})
+    spec = peers.base_spec(args, torch.device("cpu"), Path("model"), Path("work"))
+    assert spec["quantization_bit"] == 4
+    lf = lf_arguments({**spec, "dataset": "d", "dataset_dir": "dd", "attempt": {"gradient_checkpointing": True}},
+                      {"flash_attn": "sdpa", "enable_liger_kernel": False})
+    assert lf["quantization_bit"] == 4 and lf["finetuning_type"] == "lora"
+    plain = lf_arguments({**spec, "quantization_bit": None, "dataset": "d", "dataset_dir": "dd",
+                          "attempt": {"gradient_checkpointing": True}}, {"flash_attn": "sdpa", "enable_liger_kernel": False})
+    assert "quantization_bit" not in plain
+
+
+def peers_args() -> argparse.Namespace:
+    from steadytune.bench import command
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return parser.parse_args(["--shape", "tiny", "--device", "cpu"])
 
 
 def test_the_loss_of_the_last_window_is_the_mean_of_its_steps():

@@ -21,8 +21,10 @@ allocator state or compiled code.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -30,10 +32,12 @@ from pathlib import Path
 
 import torch
 
-from steadytune.bench.peers import run_llamafactory, run_unsloth
+from steadytune.bench.peers import model_folder_for, run_llamafactory, run_unsloth
 from steadytune.bench.steady import SteadyRate
 from steadytune.bench.workload import (
     PEER_BATCHES,
+    bnb_4bit_config,
+    compute_dtype,
     example_order,
     examples_for,
     lora_model,
@@ -44,6 +48,7 @@ from steadytune.bench.workload import (
     score,
     steady_rule,
     synchronize,
+    with_lora,
 )
 from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
@@ -67,6 +72,57 @@ def meter_for(args, device: torch.device) -> SteadyRate:
 def scored(name: str, meter: SteadyRate, n_params: int, n_lora: int, device: torch.device, settings: dict,
            startup: float) -> dict:
     return score(name, meter.summary(), n_params, n_lora, device, settings, startup, peak_memory_gib(device))
+
+
+def quantized(args) -> bool:
+    return getattr(args, "quantization_bit", None) == 4
+
+
+def saved_shape(args, device: torch.device) -> Path:
+    """The shape's model folder, which a 4-bit base is quantised from as it loads: the one `bench` keeps for the
+    call (the peers share it), or one of this process's own, removed when it exits."""
+    if getattr(args, "model_folders", None):
+        return model_folder_for(args, device, Path(args.model_folders))
+    own = tempfile.mkdtemp(prefix="steadytune-bench-model-")
+    atexit.register(shutil.rmtree, own, True)
+    return model_folder_for(args, device, Path(own))
+
+
+def trainer_4bit_model(args, device: torch.device, peft_recipe: bool):
+    """A Trainer arm's QLoRA model: from_pretrained with bitsandbytes' 4-bit config, then LoRA. peft_recipe: also
+    peft's prepare_model_for_kbit_training, as the peft docs' QLoRA recipe does (the plain arm): non-quantised
+    weights upcast to fp32, gradient checkpointing on."""
+    from peft import prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(saved_shape(args, device), dtype=compute_dtype(device),
+                                                attn_implementation="sdpa", quantization_config=bnb_4bit_config(device),
+                                                device_map={"": device})
+    if peft_recipe:
+        base = prepare_model_for_kbit_training(base)
+    return with_lora(base)
+
+
+def steadytune_4bit_model(args, device: torch.device, attn_implementation: str):
+    """steadytune's QLoRA model as `train` loads one with quantization_bit: 4 (its loader, bitsandbytes'
+    training layout kept), then bench's LoRA."""
+    from steadytune.config import ModelArguments
+    from steadytune.model.load import load_model_and_tokenizer
+    from steadytune.model.quantize import keep_training_layout
+
+    model_args = ModelArguments(model_name_or_path=str(saved_shape(args, device)), quantization_bit=4)
+    model, _ = load_model_and_tokenizer(model_args, torch_dtype=compute_dtype(device),
+                                        attn_implementation=attn_implementation, device=device,
+                                        compute_dtype=compute_dtype(device))
+    keep_training_layout(model)
+    return with_lora(model)
+
+
+def four_bit_base(model) -> str:
+    """What a QLoRA arm's base is, with the count of linear layers bitsandbytes holds (so a load that quantised
+    nothing shows)."""
+    from steadytune.model.quantize import quantized_linear_names
+    return f"4-bit: bitsandbytes nf4, double quantisation, {len(quantized_linear_names(model))} linear layers"
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -112,7 +168,10 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
     warmup = args.warmup
     cap = warmup + (meter.fixed_steps or meter.max_steps)
     ordered = [examples[i] for i in example_order(len(examples), cap * batch)]
-    model = lora_model(args.shape, device)
+    if quantized(args):  # the plain arm follows the peft docs' QLoRA recipe; the peer arm, as LF would, does not
+        model = trainer_4bit_model(args, device, peft_recipe=name == "plain")
+    else:
+        model = lora_model(args.shape, device)
     n_params, n_lora = param_counts(model)
     collate = PadCollator(pad_token_id=0, pad_to_multiple_of=pad_multiple)
     batch_tokens: list[int] = []
@@ -156,6 +215,10 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
     settings = {"batch": batch, "padding": "dynamic" + (f", to a multiple of {pad_multiple}" if pad_multiple else ""),
                 "attention": "sdpa", "loss": "liger fused linear cross-entropy" if liger else "HF full logits",
                 "liger_kernel": liger, "trainer": "transformers.Trainer"}
+    if quantized(args):
+        settings["base"] = four_bit_base(model) + (
+            " + peft's prepare_model_for_kbit_training (fp32 non-quantised weights, gradient checkpointing)"
+            if name == "plain" else "")
     result = scored(name, meter, n_params, n_lora, device, settings, marks.get("start", started) - started)
     if logged:
         result.update(logged, loss_tokens=sum(batch_tokens[:logged["loss_step"]]))
@@ -194,7 +257,12 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     if packing:
         attention, kernel, why = choose_packing_attention(info, args.packing_attention)
     settings["packing_attention"] = {"value": attention, "kernel": kernel, "reason": why}
-    model = lora_model(args.shape, device, attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None))
+    implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
+    if quantized(args):
+        model = steadytune_4bit_model(args, device, implementation)
+        settings["base"] = four_bit_base(model) + " (train's quantization_bit: 4)"
+    else:
+        model = lora_model(args.shape, device, implementation)
     if device.type == "cuda" and args.lora_input_cast == "skip":
         settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
     if getattr(args, "fp8_base", "off") == "on":   # before compiling: the compiled layers trace the fp8 matmuls
@@ -234,7 +302,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                else PadCollator(pad_token_id=0))
     settings.update(max_tokens_per_step=args.max_tokens, packing=packing, static_shape=shape.__dict__ if shape else None,
                     loss="head at labelled positions, chunked fused cross-entropy", adapters="fp32",
-                    base="bf16" if device.type == "cuda" else "fp32")
+                    base=settings.get("base") or ("bf16" if device.type == "cuda" else "fp32"))
     return model, collate, plan, settings
 
 

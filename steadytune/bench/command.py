@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -43,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="real tokens per step for steadytune (default: 16384 on a GPU, 1024 on CPU)")
     parser.add_argument("--cutoff-len", type=int, default=2048, help="longest example; packed row length for sdpa")
     parser.add_argument("--packing-attention", default="auto", choices=("auto", "varlen", "sdpa", "flex"))
+    parser.add_argument("--quantization-bit", type=int, default=None, choices=(4,),
+                        help="QLoRA: every arm trains on a 4-bit base (bitsandbytes nf4, double quantisation: "
+                             "LLaMA-Factory's quantization_bit: 4 defaults; Unsloth's load_in_4bit), quantised from "
+                             "the shape's saved folder as it loads. Needs bitsandbytes (pip install 'steadytune[qlora]')")
     group = parser.add_argument_group("steadytune's speed features (auto = what train decides, kernels.plan_speed)")
     group.add_argument("--compile", nargs="?", const="on", default="auto", choices=("auto", "on", "off"),
                        help="torch.compile the decoder layers (bare --compile = on)")
@@ -113,6 +118,8 @@ def run(args) -> int:
     arms = list(dict.fromkeys(ARM_ALIASES.get(a, a) for a in named))  # in the order given, each arm once
     if not arms and not (args.check_loss or args.find_max_len):
         raise UserError("bench: nothing to run: --arms is empty and neither --check-loss nor --find-max-len is set")
+    if args.quantization_bit and importlib.util.find_spec("bitsandbytes") is None:
+        raise UserError("bench: --quantization-bit 4 needs bitsandbytes in this Python: pip install 'steadytune[qlora]'")
     device = resolve_device(args.device)
     if args.max_tokens is None:
         args.max_tokens = 16384 if device.type == "cuda" else 1024
@@ -120,7 +127,8 @@ def run(args) -> int:
                                   args.cutoff_len)
     lengths = sorted(len(e["input_ids"]) for e in examples)
     report = {
-        "shape": args.shape, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "shape": args.shape, "quantization_bit": args.quantization_bit,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "examples": len(examples),
         "lengths": {"mean": sum(lengths) / len(lengths), "p90": lengths[int(0.9 * len(lengths))], "max": lengths[-1]},
         "steady_rule": {k: getattr(args, k) for k in ("warmup", "window", "min_steps", "min_tokens", "tolerance",

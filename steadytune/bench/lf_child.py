@@ -40,9 +40,11 @@ def fast_options(cuda: bool) -> dict:
 
 
 def lf_arguments(spec: dict, fast: dict) -> dict:
-    """run_exp's arguments: the keys a user puts in an LF training YAML."""
+    """run_exp's arguments: the keys a user puts in an LF training YAML (with bench --quantization-bit 4, LF's
+    quantization_bit: 4, whose defaults are bitsandbytes nf4 with double quantisation, as in the other arms)."""
     cuda = spec["device"] == "cuda"
-    return {
+    quantized = {"quantization_bit": spec["quantization_bit"]} if spec.get("quantization_bit") else {}
+    return {**quantized,
         "stage": "sft", "do_train": True, "finetuning_type": "lora",
         "model_name_or_path": spec["model_dir"],
         "lora_rank": spec["lora_rank"], "lora_alpha": spec["lora_alpha"], "lora_dropout": 0.0,
@@ -74,7 +76,7 @@ def main(spec: dict, result_path: str) -> None:
                     "gradient_checkpointing": spec["attempt"]["reason"]},
         "batch": 1, "row_tokens": spec["row_tokens"], "packing": "neat_packing (examples kept apart)",
         "versions": versions("llamafactory", "transformers", "torch", "peft", "accelerate", "datasets",
-                             "liger-kernel", "flash-attn"),
+                             "liger-kernel", "flash-attn", "bitsandbytes"),
     }
     run_exp(arguments, callbacks=[StepTimer(spec, result_path, settings)])
 

@@ -47,11 +47,18 @@ def run_guarded(main, argv: list[str]) -> int:
     return 0
 
 
+def logical_numel(param) -> int:
+    """Weights a parameter stands for: a bitsandbytes 4-bit weight packs two in a byte and keeps the original shape
+    in its quant_state."""
+    shape = getattr(getattr(param, "quant_state", None), "shape", None)
+    return int(torch.Size(shape).numel()) if shape is not None else param.numel()
+
+
 def matmul_parameters(model) -> tuple[int, int]:
     """-> (frozen parameters taking part in a matmul, trainable ones): bench's MFU rule (workload.param_counts),
     restated here because this process cannot import steadytune."""
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(logical_numel(p) for p in model.parameters() if p.requires_grad)
+    total = sum(logical_numel(p) for p in model.parameters())
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     lookup_only = 0
     if embedding is not None and head is not None and embedding.weight is not head.weight:

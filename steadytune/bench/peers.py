@@ -136,7 +136,8 @@ def base_spec(args, device: torch.device, model_dir: Path, work: Path) -> dict:
     return {"model_dir": str(model_dir), "device": device.type, "work_dir": str(work), "warmup": args.warmup,
             "steady_rule": rule, "max_steps": args.warmup + (rule["fixed_steps"] or rule["max_steps"]),
             "pad_id": PAD_ID, "eos_id": EOS_ID, "lora_rank": LORA_RANK, "lora_alpha": 2 * LORA_RANK,
-            "row_tokens": args.max_tokens, "cutoff_len": args.cutoff_len}
+            "row_tokens": args.max_tokens, "cutoff_len": args.cutoff_len,
+            "quantization_bit": getattr(args, "quantization_bit", None)}
 
 
 def model_folder_for(args, device: torch.device, work: Path) -> Path:

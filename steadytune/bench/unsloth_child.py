@@ -42,8 +42,9 @@ def main(spec: dict, result_path: str) -> None:
     from unsloth import FastLanguageModel
 
     batch = spec["attempt"]["batch"]
+    quantized = spec.get("quantization_bit") == 4  # bench --quantization-bit 4: Unsloth's own QLoRA (nf4)
     model, tokenizer = FastLanguageModel.from_pretrained(model_name=spec["model_dir"], max_seq_length=spec["cutoff_len"],
-                                                         dtype=torch.bfloat16, load_in_4bit=False)
+                                                         dtype=torch.bfloat16, load_in_4bit=quantized)
     model = FastLanguageModel.get_peft_model(model, r=spec["lora_rank"], lora_alpha=spec["lora_alpha"],
                                              lora_dropout=0.0, bias="none", target_modules=LORA_TARGETS,
                                              use_gradient_checkpointing="unsloth", random_state=0)
@@ -58,9 +59,10 @@ def main(spec: dict, result_path: str) -> None:
         "trainer": "trl.SFTTrainer under unsloth (FastLanguageModel + get_peft_model)", "batch": batch,
         "packing": "TRL packing (padding-free rows)", "row_tokens": spec["cutoff_len"],
         "gradient_checkpointing": "unsloth", "optimizer": "adamw_torch_fused", "precision": "bf16",
+        "base": "4-bit (load_in_4bit)" if quantized else "bf16",
         "lora_targets": LORA_TARGETS, "batch_fallback": spec["attempt"].get("fallback"),
         "versions": versions("unsloth", "unsloth_zoo", "trl", "transformers", "torch", "peft", "triton", "xformers",
-                             "flash_attn"),
+                             "flash_attn", "bitsandbytes"),
     }
 
     class InOrder(SFTTrainer):

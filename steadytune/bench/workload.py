@@ -152,13 +152,29 @@ def make_model_folder(shape: str, folder: Path, device: torch.device) -> Path:
 # --- model, FLOPs and memory ---------------------------------------------------------------------------------
 
 def lora_model(shape: str, device: torch.device, attn_implementation: str = "sdpa"):
-    from peft import LoraConfig, get_peft_model
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    base = build_shape(shape, dtype=dtype, device=device, attn_implementation=attn_implementation)
+    return with_lora(build_shape(shape, dtype=dtype, device=device, attn_implementation=attn_implementation))
+
+
+def with_lora(base):
+    """Every arm's adapters: r 16, alpha 32, on every linear layer but the head (peft's all-linear)."""
+    from peft import LoraConfig, get_peft_model
     config = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0, target_modules="all-linear",
                         task_type="CAUSAL_LM")
     # peft keeps the adapters in fp32 over a bf16 base (autocast_adapter_dtype): exact updates, cheap memory.
     return get_peft_model(base, config)
+
+
+def compute_dtype(device: torch.device) -> torch.dtype:
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def bnb_4bit_config(device: torch.device):
+    """bench --quantization-bit 4 in the Trainer arms: bitsandbytes nf4 with double quantisation, computing in the
+    arm's dtype (LLaMA-Factory's defaults for quantization_bit: 4, which its arm and steadytune's use too)."""
+    from transformers import BitsAndBytesConfig
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute_dtype(device))
 
 
 def param_counts(model) -> tuple[int, int]:
