@@ -50,6 +50,7 @@ from steadytune.bench.workload import (
     synchronize,
     with_lora,
 )
+from steadytune.config import ModelArguments
 from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
 from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
@@ -60,6 +61,8 @@ from steadytune.hardware.speed import plan_speed
 from steadytune.model.attention import attn_implementation_for
 from steadytune.model.fp8_base import apply_fp8_base
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
+from steadytune.model.load import load_model_and_tokenizer
+from steadytune.model.quantize import keep_training_layout, quantized_linear_names
 from steadytune.model.shapes import SHAPES
 from steadytune.training.graphs import GraphRunner
 from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
@@ -106,10 +109,6 @@ def trainer_4bit_model(args, device: torch.device, peft_recipe: bool):
 def steadytune_4bit_model(args, device: torch.device, attn_implementation: str):
     """steadytune's QLoRA model as `train` loads one with quantization_bit: 4 (its loader, bitsandbytes'
     training layout kept), then bench's LoRA."""
-    from steadytune.config import ModelArguments
-    from steadytune.model.load import load_model_and_tokenizer
-    from steadytune.model.quantize import keep_training_layout
-
     model_args = ModelArguments(model_name_or_path=str(saved_shape(args, device)), quantization_bit=4)
     model, _ = load_model_and_tokenizer(model_args, torch_dtype=compute_dtype(device),
                                         attn_implementation=attn_implementation, device=device,
@@ -121,7 +120,6 @@ def steadytune_4bit_model(args, device: torch.device, attn_implementation: str):
 def four_bit_base(model) -> str:
     """What a QLoRA arm's base is, with the count of linear layers bitsandbytes holds (so a load that quantised
     nothing shows)."""
-    from steadytune.model.quantize import quantized_linear_names
     return f"4-bit: bitsandbytes nf4, double quantisation, {len(quantized_linear_names(model))} linear layers"
 
 
