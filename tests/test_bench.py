@@ -4,6 +4,7 @@ steady-state rule, the peer arm's batch fallback and the longest-length search d
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import math
@@ -122,11 +123,10 @@ def test_qlora_arms_train_on_a_4bit_base_and_count_its_full_parameters(tmp_path)
     assert "prepare_model_for_kbit_training" not in report["arms"]["peer"]["settings"]["base"]
 
 
-def test_a_4bit_peer_is_asked_for_its_own_qlora():
+def test_a_4bit_peer_is_asked_for_its_own_qlora(monkeypatch):
     """The peer children get the quantisation in their spec: LLaMA-Factory's quantization_bit, Unsloth's load_in_4bit."""
-    import sys
-    sys.path.insert(0, str(Path(peers.__file__).parent))  # the children import their siblings as scripts do
-    from lf_child import lf_arguments  # noqa: E402
+    monkeypatch.syspath_prepend(str(Path(peers.__file__).parent))  # a child finds its siblings as a script does
+    lf_arguments = importlib.import_module("lf_child").lf_arguments
     args = argparse.Namespace(**{**vars(peers_args()), "quantization_bit": 4, "warmup": 1, "max_tokens": 512})
     spec = peers.base_spec(args, torch.device("cpu"), Path("model"), Path("work"))
     assert spec["quantization_bit"] == 4
