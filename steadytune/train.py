@@ -59,7 +59,7 @@ from steadytune.hardware.quantization import bitsandbytes_status, choose_compute
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.attention import plan_packing
-from steadytune.model.fp8_base import apply_fp8_base
+from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, apply_fp8_base
 from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
 from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
@@ -513,6 +513,8 @@ def plan_fp8_base(cfg: RunConfig, model, shard_plan, device: torch.device) -> No
         on, why = False, f"finetuning_type {cfg.method.finetuning_type}: only a frozen LoRA base is multiplied in fp8"
     elif shard_plan.kind in ("deepspeed", "fsdp"):
         on, why = False, f"{shard_plan.kind} shards the base weights; the fp8 copies would be whole on every rank"
+    elif cfg.model.quantization_bit is not None:
+        on, why = False, FP8_OVER_QUANTIZED.format(bits=cfg.model.quantization_bit)
     else:
         on, why = apply_fp8_base(model, device)
     cfg.decide("fp8_base", on, why)

@@ -3,6 +3,7 @@ too, so the real kernels' arithmetic is checked here; the speed is for the GPU (
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -91,6 +92,24 @@ def test_a_run_with_fp8_base_trains_and_records_the_decision(tmp_path):
             assert decisions["fp8_base"]["value"] is True, decisions["fp8_base"]
     assert losses[True][-1] < losses[True][0] - 0.1                                    # it learns
     assert max(abs(a - b) for a, b in zip(losses[True], losses[False])) < 0.02 * losses[False][0]  # as without fp8
+
+
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None,
+                    reason="bitsandbytes is not installed (pip install 'steadytune[qlora]')")
+def test_fp8_base_over_a_4bit_base_is_off_and_says_why(tmp_path):
+    """QLoRA's base is bitsandbytes' already: fp8_base: true beside quantization_bit: 4 trains as QLoRA and records
+    why fp8 is off, instead of the count of 0 layers it could swap."""
+    model_dir = save_tiny_model(tmp_path / "tiny", "qwen2", seed=0)
+    rows = [{"instruction": f"say {w}", "input": "", "output": w} for w in ["yes", "no"] * 8]
+    (tmp_path / "data.json").write_text(json.dumps(rows), encoding="utf-8")
+    (tmp_path / "dataset_info.json").write_text('{"d": {"file_name": "data.json"}}', encoding="utf-8")
+    keys = {"model_name_or_path": str(model_dir), "dataset": "d", "dataset_dir": str(tmp_path), "template": "empty",
+            "output_dir": str(tmp_path / "run"), "fp8_base": True, "quantization_bit": 4, "max_steps": 2,
+            "per_device_train_batch_size": 4, "save_steps": 1000}
+    cfg = load_config(None, [f"{k}={v}" for k, v in keys.items()])
+    run_training(cfg, force=True, progress=False)
+    decision = cfg.decisions["fp8_base"]
+    assert decision["value"] is False and "quantization_bit 4: bitsandbytes holds the base" in decision["reason"]
 
 
 def test_it_compiles_without_graph_breaks():

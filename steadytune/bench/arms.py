@@ -59,7 +59,7 @@ from steadytune.hardware.memory import choose_gradient_checkpointing
 from steadytune.hardware.policy import choose_packing_attention
 from steadytune.hardware.speed import plan_speed
 from steadytune.model.attention import attn_implementation_for
-from steadytune.model.fp8_base import apply_fp8_base
+from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, apply_fp8_base
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import keep_training_layout, quantized_linear_names
@@ -264,7 +264,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     if device.type == "cuda" and args.lora_input_cast == "skip":
         settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
     if getattr(args, "fp8_base", "off") == "on":   # before compiling: the compiled layers trace the fp8 matmuls
-        on, why = apply_fp8_base(model, device)
+        on, why = (False, FP8_OVER_QUANTIZED.format(bits=4)) if quantized(args) else apply_fp8_base(model, device)
         settings["fp8_base"] = {"value": "on" if on else "off", "reason": why}
     precision = "bf16" if device.type == "cuda" else "fp32"
     static_ok = varlen_static_status(kernel) if attention == "varlen" and kernel else (True, "")

@@ -25,6 +25,8 @@ import torch
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
 SCALE_FLOOR = 1e-12            # an all-zero row keeps a finite scale (its values quantise to 0 either way)
+FP8_OVER_QUANTIZED = ("off: quantization_bit {bits}: bitsandbytes holds the base and multiplies it its own way; fp8 is "
+                      "for a bf16 base")
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
