@@ -248,28 +248,28 @@ if [ "$STAGE" = qlora ]; then
   grep -E "^\[|seeds|^  " $OUT/qlora_quality.txt | tail -12
   cp /root/qlora_quality/quality.json $OUT/qlora_quality.json 2>/dev/null
 fi
-if [ "$STAGE" = fp8_quality ]; then
-  # Issue 30's accuracy check for fp8_base: the Gemma 3 270M classifier at GPU size, 3 seeds, the bf16 base (arm gpu)
-  # and the same with the frozen base's matmuls in fp8 while training (arm fp8), in two processes at once (accuracy
-  # only: the GPU is shared, so times are not speeds). Needs the Gemma wheels in /root/keep.
-  for arm in gpu fp8; do
-    (timeout ${FP8_QUALITY_SECONDS:-540} python3 benchmarks/quality_vs_plain.py --out /root/fq_$arm --arms $arm 2>&1 \
-        | grep -v "it/s\]\|batch/s\]\|Warning\|warnings.warn" > $OUT/fp8_quality_$arm.txt) &
+# Two arms of benchmarks/quality_vs_plain.py in two processes at once, each to $OUT/<name>_<arm>.txt (accuracy only:
+# the GPU is shared, so times are not speeds): quality_pair NAME SECONDS ARM ARM
+quality_pair() {
+  local name=$1 seconds=$2; shift 2
+  for arm in "$@"; do
+    (timeout $seconds python3 benchmarks/quality_vs_plain.py --out /root/${name}_$arm --arms $arm 2>&1 \
+        | grep -v "it/s\]\|batch/s\]\|Warning\|warnings.warn" > $OUT/${name}_$arm.txt) &
   done
   wait
+}
+if [ "$STAGE" = fp8_quality ]; then
+  # Issue 30's accuracy check for fp8_base: the Gemma 3 270M classifier at GPU size, 3 seeds, the bf16 base (arm gpu)
+  # and the same with the frozen base's matmuls in fp8 while training (arm fp8). Needs the Gemma wheels in /root/keep.
+  quality_pair fp8_quality ${FP8_QUALITY_SECONDS:-540} gpu fp8
   grep -hE "^\[|seeds|^  |fp8_base" $OUT/fp8_quality_*.txt | tail -16
-  cp /root/fq_fp8/quality.json $OUT/fp8_quality.json 2>/dev/null
+  cp /root/fp8_quality_fp8/quality.json $OUT/fp8_quality.json 2>/dev/null
 fi
 if [ "$STAGE" = qlora_quality ]; then
   # Issue 27's quality bar alone: the Gemma 3 270M classifier at GPU size, 3 seeds, bf16 base (arm gpu) and 4-bit base
-  # (arm qlora), the two arms in two processes at once (accuracy only: the GPU is shared, so times are not speeds).
-  # Can run beside another stage (e.g. grpo_learns) in the same call; needs the Gemma wheels in /root/keep.
+  # (arm qlora). Can run beside another stage (e.g. grpo_learns) in the same call; needs the Gemma wheels in /root/keep.
   python3 -m pip install -q --no-index --no-deps --target /tmp/site \
       $(ls .whl/bnb/bitsandbytes-*.whl /root/keep/bnb/bitsandbytes-*.whl 2>/dev/null | head -1)
-  for arm in gpu qlora; do
-    (timeout ${QLORA_QUALITY_SECONDS:-540} python3 benchmarks/quality_vs_plain.py --out /root/qq_$arm --arms $arm 2>&1 \
-        | grep -v "it/s\]\|batch/s\]\|Warning\|warnings.warn" > $OUT/qlora_quality_$arm.txt) &
-  done
-  wait
+  quality_pair qlora_quality ${QLORA_QUALITY_SECONDS:-540} gpu qlora
   grep -hE "^\[|seeds|^  " $OUT/qlora_quality_*.txt | tail -12
 fi
