@@ -11,6 +11,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from steadytune.bench.command import best_peer  # noqa: E402
+
 
 def pct(x):
     return "n/a" if x is None else f"{100 * x:.1f}%"
@@ -60,11 +64,7 @@ def bench_summary(report: dict) -> list[str]:
     if shape == "qwen2.5-7b" and "mfu" in ours:
         lines.append(f"  TARGET 7B >= 55% MFU by default (issue 30; 45% for issue 17): {pct(ours['mfu'])}{by_default} "
                      f"-> {'met' if (ours['mfu'] or 0) >= 0.55 and not fp8 else 'NOT met'}")
-    best = report.get("best_peer")
-    peers = {k[3:]: r for k, r in report.get("ratios", {}).items() if k in ("vs_peer", "vs_llamafactory", "vs_unsloth")}
-    if best is None and peers:  # a report written before bench named the fastest peer: the smallest ratio is it
-        arm = min(peers, key=lambda k: peers[k]["tokens_per_s"])
-        best = {"arm": arm, **peers[arm]}
+    best = best_peer(report.get("ratios", {}))  # also for a report written before bench named it
     if best:
         speed, memory = best.get("tokens_per_s", 0), best.get("peak_memory")
         shown = f"{memory:.2f}x" if memory is not None else "n/a (no GPU memory measured)"

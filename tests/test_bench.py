@@ -160,10 +160,9 @@ def test_the_fastest_peer_is_the_one_to_beat():
             "unsloth": {"name": "unsloth", "skipped": "needs a CUDA GPU"},
             "steadytune": {"tokens_per_s": 2000.0, "peak_memory_gib": 10.0}}
     ratios = command.ratios(runs)
-    assert command.best_peer(runs, ratios) == {"arm": "llamafactory", "tokens_per_s": 4.0, "peak_memory": 0.5}
+    assert command.best_peer(ratios) == {"arm": "llamafactory", "tokens_per_s": 4.0, "peak_memory": 0.5}
     # the plain arm is no peer a user would pick for speed; without any peer there is nothing to name
-    assert command.best_peer({"plain": runs["plain"], "steadytune": runs["steadytune"]},
-                             command.ratios({"plain": runs["plain"], "steadytune": runs["steadytune"]})) is None
+    assert command.best_peer(command.ratios({"plain": runs["plain"], "steadytune": runs["steadytune"]})) is None
 
 
 def test_an_arm_runs_in_a_process_of_its_own(tmp_path):

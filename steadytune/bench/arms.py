@@ -36,7 +36,6 @@ from steadytune.bench.peers import model_folder_for, run_llamafactory, run_unslo
 from steadytune.bench.steady import SteadyRate
 from steadytune.bench.workload import (
     PEER_BATCHES,
-    bnb_4bit_config,
     compute_dtype,
     example_order,
     examples_for,
@@ -62,7 +61,7 @@ from steadytune.model.attention import attn_implementation_for
 from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, apply_fp8_base
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.load import load_model_and_tokenizer
-from steadytune.model.quantize import keep_training_layout, quantized_linear_names
+from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
 from steadytune.model.shapes import SHAPES
 from steadytune.training.graphs import GraphRunner
 from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
@@ -82,24 +81,27 @@ def quantized(args) -> bool:
 
 
 def saved_shape(args, device: torch.device) -> Path:
-    """The shape's model folder, which a 4-bit base is quantised from as it loads: the one `bench` keeps for the
-    call (the peers share it), or one of this process's own, removed when it exits."""
-    if getattr(args, "model_folders", None):
-        return model_folder_for(args, device, Path(args.model_folders))
-    own = tempfile.mkdtemp(prefix="steadytune-bench-model-")
-    atexit.register(shutil.rmtree, own, True)
-    return model_folder_for(args, device, Path(own))
+    """The shape's model folder, which a 4-bit base is quantised from as it loads: in the folder `bench` keeps for the
+    call (the peers share it), or, outside a bench call (profile_bench.py), in one of this process's own, removed
+    when it exits."""
+    work = getattr(args, "model_folders", None)
+    if not work:
+        work = tempfile.mkdtemp(prefix="steadytune-bench-model-")
+        atexit.register(shutil.rmtree, work, True)
+    return model_folder_for(args, device, Path(work))
 
 
 def trainer_4bit_model(args, device: torch.device, peft_recipe: bool):
-    """A Trainer arm's QLoRA model: from_pretrained with bitsandbytes' 4-bit config, then LoRA. peft_recipe: also
+    """A Trainer arm's QLoRA model: from_pretrained with train's 4-bit config (nf4, double quantisation: LLaMA-Factory's
+    defaults for quantization_bit: 4), then LoRA. peft_recipe: also
     peft's prepare_model_for_kbit_training, as the peft docs' QLoRA recipe does (the plain arm): non-quantised
     weights upcast to fp32, gradient checkpointing on."""
     from peft import prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM
 
+    four_bit = bnb_config(ModelArguments(quantization_bit=4), compute_dtype(device))
     base = AutoModelForCausalLM.from_pretrained(saved_shape(args, device), dtype=compute_dtype(device),
-                                                attn_implementation="sdpa", quantization_config=bnb_4bit_config(device),
+                                                attn_implementation="sdpa", quantization_config=four_bit,
                                                 device_map={"": device})
     if peft_recipe:
         base = prepare_model_for_kbit_training(base)
@@ -258,9 +260,10 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
     if quantized(args):
         model = steadytune_4bit_model(args, device, implementation)
-        settings["base"] = four_bit_base(model) + " (train's quantization_bit: 4)"
+        base = four_bit_base(model) + " (train's quantization_bit: 4)"
     else:
         model = lora_model(args.shape, device, implementation)
+        base = "bf16" if device.type == "cuda" else "fp32"
     if device.type == "cuda" and args.lora_input_cast == "skip":
         settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
     if getattr(args, "fp8_base", "off") == "on":   # before compiling: the compiled layers trace the fp8 matmuls
@@ -300,7 +303,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                else PadCollator(pad_token_id=0))
     settings.update(max_tokens_per_step=args.max_tokens, packing=packing, static_shape=shape.__dict__ if shape else None,
                     loss="head at labelled positions, chunked fused cross-entropy", adapters="fp32",
-                    base=settings.get("base") or ("bf16" if device.type == "cuda" else "fp32"))
+                    base=base)
     return model, collate, plan, settings
 
 

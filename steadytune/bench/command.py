@@ -151,7 +151,7 @@ def run(args) -> int:
     report["ratios"] = ratios(report["arms"])
     for base, r in report["ratios"].items():
         print(f"steadytune / {base.removeprefix('vs_')}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
-    report["best_peer"] = best_peer(report["arms"], report["ratios"])
+    report["best_peer"] = best_peer(report["ratios"])
     if report["best_peer"]:
         best = report["best_peer"]
         memory = f" at {best['peak_memory']:.2f}x its peak memory" if "peak_memory" in best else ""
@@ -219,13 +219,14 @@ def ratios(arms: dict) -> dict:
     return out
 
 
-def best_peer(arms: dict, ratios_: dict) -> dict | None:
+def best_peer(ratios_: dict) -> dict | None:
     """The fastest of the peer arms that finished (liger peer, LLaMA-Factory, Unsloth) and steadytune's ratios
-    against it: the comparison a user choosing a tool makes. None without steadytune or any peer."""
+    against it: the comparison a user choosing a tool makes. The fastest is the one steadytune's speed ratio is
+    smallest against. None without steadytune or any peer."""
     finished = [name for name in PEER_FRAMEWORKS if f"vs_{name}" in ratios_]
     if not finished:
         return None
-    name = max(finished, key=lambda n: arms[n]["tokens_per_s"])
+    name = min(finished, key=lambda n: ratios_[f"vs_{n}"]["tokens_per_s"])
     return {"arm": name, **ratios_[f"vs_{name}"]}
 
 
@@ -242,8 +243,10 @@ def format_arm(r: dict) -> str:
     mem = f"{r['peak_memory_gib']:.1f} GiB" if r.get("peak_memory_gib") is not None else "n/a"
     spread = f"±{100 * r.get('relative_std', 0):.1f}%"
     batch = r["settings"].get("batch")
-    loss = (f", loss {r['loss']:.3f} at step {r['loss_step']}"
-            + (f" ({r['loss_tokens']:,} tokens)" if r.get("loss_tokens") else "") if r.get("loss") is not None else "")
+    loss = ""
+    if r.get("loss") is not None:
+        tokens = f" ({r['loss_tokens']:,} tokens)" if r.get("loss_tokens") else ""
+        loss = f", loss {r['loss']:.3f} at step {r['loss_step']}{tokens}"
     peer = f", {r['peer_version']}" if r.get("peer_version") else ""
     return (f"{r['name']:>12}: {r['tokens_per_s']:>10,.0f} real tokens/s {spread:>7}  MFU {mfu:>6}  peak memory "
             f"{mem:>9}  ({r.get('stopped')} after {r.get('steps', 0)} timed steps, {r.get('span_windows', 0)} windows "

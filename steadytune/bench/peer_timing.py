@@ -49,7 +49,7 @@ def run_guarded(main, argv: list[str]) -> int:
 
 def logical_numel(param) -> int:
     """Weights a parameter stands for: a bitsandbytes 4-bit weight packs two in a byte and keeps the original shape
-    in its quant_state."""
+    in its quant_state (model/quantize.py's logical_numel, restated: this process cannot import steadytune)."""
     shape = getattr(getattr(param, "quant_state", None), "shape", None)
     return int(torch.Size(shape).numel()) if shape is not None else param.numel()
 

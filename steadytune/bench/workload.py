@@ -138,7 +138,7 @@ def words_of(ids: list[int]) -> str:
 def make_model_folder(shape: str, folder: Path, device: torch.device) -> Path:
     """The shape with random weights (bf16 on a GPU, fp32 on a CPU) and the word tokenizer, saved as a Hugging Face
     model folder: what the peer arms, which load a model by path, train."""
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = compute_dtype(device)
     model = build_shape(shape, dtype=dtype, device=device)
     model.config.pad_token_id, model.config.eos_token_id = PAD_ID, EOS_ID
     model.generation_config.pad_token_id, model.generation_config.eos_token_id = PAD_ID, EOS_ID
@@ -152,7 +152,7 @@ def make_model_folder(shape: str, folder: Path, device: torch.device) -> Path:
 # --- model, FLOPs and memory ---------------------------------------------------------------------------------
 
 def lora_model(shape: str, device: torch.device, attn_implementation: str = "sdpa"):
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = compute_dtype(device)
     return with_lora(build_shape(shape, dtype=dtype, device=device, attn_implementation=attn_implementation))
 
 
@@ -166,15 +166,9 @@ def with_lora(base):
 
 
 def compute_dtype(device: torch.device) -> torch.dtype:
+    """Every arm's base dtype: bf16 on a GPU, fp32 on a CPU."""
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
-
-def bnb_4bit_config(device: torch.device):
-    """bench --quantization-bit 4 in the Trainer arms: bitsandbytes nf4 with double quantisation, computing in the
-    arm's dtype (LLaMA-Factory's defaults for quantization_bit: 4, which its arm and steadytune's use too)."""
-    from transformers import BitsAndBytesConfig
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=compute_dtype(device))
 
 
 def param_counts(model) -> tuple[int, int]:
