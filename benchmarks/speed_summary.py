@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from steadytune.bench.command import best_peer  # noqa: E402
+from steadytune.bench.command import best_peer, disagreeing_losses  # noqa: E402
 
 
 def pct(x):
@@ -71,6 +71,8 @@ def bench_summary(report: dict) -> list[str]:
         met = speed >= 2 and memory is not None and memory <= 1
         lines.append(f"  TARGET >= 2x the fastest peer at <= its memory (issue 30): {speed:.2f}x {best['arm']} at "
                      f"{shown} its memory -> {'met' if met else 'NOT met'}")
+    for name, why in disagreeing_losses(report.get("arms", {})).items():  # also for a report from before the check
+        lines.append(f"  LOSS {name}: {why} -> it did not train what the others trained; its speed is not like for like")
     if "loss_check" in report:
         check = report["loss_check"]
         lines.append(f"  packed == unpacked: largest relative loss difference "

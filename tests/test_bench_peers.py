@@ -198,3 +198,19 @@ def assert_first_row_is_made_of_bench_examples(log: Path):
         assert labels[position:position + size] == by_ids[tuple(ids[position:position + size])]["labels"]
         position, matched = position + size, matched + 1
     assert matched >= 1
+
+
+def test_an_arm_whose_loss_is_not_the_others_training_is_named():
+    def arms(**losses):
+        return {name: {"name": name, "loss": loss} for name, loss in losses.items()}
+    # The Gemma 3 1B shape on the H200 (2026-12-02): the liger peer logged a loss of 0.0 beside 12.6-12.7.
+    gemma = arms(plain=12.698, peer=0.0, llamafactory=12.627, steadytune=12.585)
+    assert command.disagreeing_losses(gemma) == {"peer": "is 0.0"}
+    assert command.disagreeing_losses(arms(plain=12.67, peer=12.68, llamafactory=12.65, unsloth=12.65,
+                                           steadytune=12.48)) == {}
+    far = command.disagreeing_losses(arms(plain=12.7, peer=12.6, unsloth=6.1, steadytune=12.5))
+    assert list(far) == ["unsloth"] and "from the arms' median" in far["unsloth"]
+    assert "nan" in command.disagreeing_losses(arms(plain=float("nan"), steadytune=12.5))["plain"]
+    # Two sound losses are not judged against each other: which of them would be wrong?
+    assert command.disagreeing_losses(arms(plain=12.7, steadytune=6.0)) == {}
+    assert command.disagreeing_losses({"unsloth": {"name": "unsloth", "error": "did not finish"}}) == {}

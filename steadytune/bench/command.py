@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
+import statistics
 import shutil
 import subprocess
 import sys
@@ -156,6 +158,10 @@ def run(args) -> int:
         best = report["best_peer"]
         memory = f" at {best['peak_memory']:.2f}x its peak memory" if "peak_memory" in best else ""
         print(f"steadytune / the fastest peer ({best['arm']}): {best['tokens_per_s']:.2f}x tokens/s{memory}")
+    report["loss_disagreement"] = disagreeing_losses(report["arms"])
+    for arm, why in report["loss_disagreement"].items():
+        print(f"{arm}: its loss {why}: it did not train what the other arms trained, so its speed is not a "
+              f"like-for-like number")
     if args.check_loss:
         report["loss_check"] = run_arm("loss_check", args, device)
         if "error" in report["loss_check"]:
@@ -228,6 +234,26 @@ def best_peer(ratios_: dict) -> dict | None:
         return None
     name = min(finished, key=lambda n: ratios_[f"vs_{n}"]["tokens_per_s"])
     return {"arm": name, **ratios_[f"vs_{name}"]}
+
+
+# How far an arm's loss may sit from the arms' median before it counts as a different training. Every arm trains the
+# same examples from the same random weights, so after tens of steps their losses sit near ln(vocab) and within a
+# few percent of each other (7B shape, 2026-12-02: 12.48 to 12.68); a loss of 0 or one a fifth away is a broken arm.
+LOSS_AGREEMENT = 0.2
+
+
+def disagreeing_losses(arms: dict) -> dict[str, str]:
+    """The arms whose loss after the timed steps cannot be the same training as the others', with why. A loss that
+    is not a positive finite number is always wrong (cross-entropy on real labels is never 0); a distance from the
+    median is judged only with three or more sound losses, so one bad arm cannot move the median it is judged by."""
+    losses = {name: r["loss"] for name, r in arms.items() if isinstance(r.get("loss"), (int, float))}
+    out = {name: f"is {loss}" for name, loss in losses.items() if not (math.isfinite(loss) and loss > 0)}
+    sound = {name: loss for name, loss in losses.items() if name not in out}
+    if len(sound) >= 3:
+        median = statistics.median(sound.values())
+        out.update({name: f"{loss:.4g} is {abs(loss - median) / median:.0%} from the arms' median {median:.4g}"
+                    for name, loss in sound.items() if abs(loss - median) > LOSS_AGREEMENT * median})
+    return out
 
 
 def write_report(path: str, report: dict) -> None:
