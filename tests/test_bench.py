@@ -323,3 +323,11 @@ def test_the_speed_summary_judges_issue_30s_targets():
     assert any("1.80x llamafactory at 0.50x its memory -> NOT met" in line for line in lines)
     qlora = {**report("qwen2.5-7b", 0.60), "quantization_bit": 4}
     assert not any("7B >= 55%" in line for line in summary.bench_summary(qlora))  # the MFU bars are bf16 LoRA's
+    bigger_steps = report("qwen2.5-1.5b", 0.51)
+    bigger_steps["arms"]["steadytune"]["settings"]["max_tokens_per_step"] = 32768   # bench --max-tokens 32768
+    lines = summary.bench_summary(bigger_steps)
+    assert any("(32,768-token steps: not the default) -> NOT met" in line for line in lines)
+    broken = report("qwen2.5-1.5b", 0.40)
+    broken["arms"].update({name: {"tokens_per_s": 1.0, "loss": loss} for name, loss in
+                           (("plain", 12.7), ("peer", 0.0), ("llamafactory", 12.6))})
+    assert any(line.startswith("  LOSS peer: is 0.0") for line in summary.bench_summary(broken))
