@@ -214,3 +214,24 @@ def test_an_arm_whose_loss_is_not_the_others_training_is_named():
     # Two sound losses are not judged against each other: which of them would be wrong?
     assert command.disagreeing_losses(arms(plain=12.7, steadytune=6.0)) == {}
     assert command.disagreeing_losses({"unsloth": {"name": "unsloth", "error": "did not finish"}}) == {}
+
+
+def test_an_arm_past_its_time_is_stopped_with_its_whole_process_group_and_its_log_says_how_far_it_got(
+        tmp_path, monkeypatch):
+    args = bench_args(output=str(tmp_path / "bench.json"), arm_timeout=0.5, isolate="process", model_folders=None)
+    peers.log_path_for(args, "llamafactory").write_text("loading\nTokenizing the dataset\n", encoding="utf-8")
+    started = []
+
+    class Recorded(command.subprocess.Popen):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            started.append(self)
+
+    monkeypatch.setattr(command.subprocess, "Popen", Recorded)
+    result = command.run_arm("llamafactory", args, torch.device("cpu"))   # its Python is still importing at 0.5 s
+    assert result["error"].startswith("did not finish in --arm-timeout 0.5 s")
+    assert result["error"].endswith("the last line of its log (bench.llamafactory.log): Tokenizing the dataset")
+    (arm,) = started
+    assert arm.returncode is not None
+    with pytest.raises(ProcessLookupError):   # its session (the arm and any child of it) is gone
+        os.killpg(arm.pid, 0)

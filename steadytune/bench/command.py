@@ -7,8 +7,9 @@ import importlib.util
 import json
 import math
 import os
-import statistics
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 import torch
 
 from steadytune.bench.arms import run_arm as run_here
+from steadytune.bench.peers import log_path_for, tail
 from steadytune.bench.workload import dataset_lengths, synthetic_examples
 from steadytune.errors import UserError
 from steadytune.model.shapes import SHAPES
@@ -198,14 +200,29 @@ def run_arm(arm: str, args, device: torch.device) -> dict:
         spec.write_text(json.dumps({"arm": arm, "device": str(device), "args": vars(args)}), encoding="utf-8")
         package_root = str(Path(__file__).resolve().parents[2])  # this steadytune, wherever it is imported from
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        # A session of its own, so that a stop takes the whole group: a peer arm's child (LLaMA-Factory, Unsloth)
+        # left running would keep the GPU, and its memory, from the arms after it.
+        process = subprocess.Popen([sys.executable, "-m", "steadytune.bench.arms", str(spec), str(out)], env=env,
+                                   start_new_session=True)
         try:
-            done = subprocess.run([sys.executable, "-m", "steadytune.bench.arms", str(spec), str(out)], env=env,
-                                  timeout=args.arm_timeout)
+            code = process.wait(timeout=args.arm_timeout)
         except subprocess.TimeoutExpired:
-            return {"name": arm, "error": f"did not finish in --arm-timeout {args.arm_timeout:.0f} s"}
-        if done.returncode != 0 or not out.is_file():
-            return {"name": arm, "error": f"its process exited with code {done.returncode} (traceback above)"}
+            return {"name": arm, "error": f"did not finish in --arm-timeout {args.arm_timeout:g} s"
+                                          + last_words(args, arm)}
+        finally:  # also on Ctrl-C, which the arm's own session does not receive
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if code != 0 or not out.is_file():
+            return {"name": arm, "error": f"its process exited with code {code} (traceback above)"}
         return json.loads(out.read_text(encoding="utf-8"))
+
+
+def last_words(args, arm: str) -> str:
+    """The last line a peer arm's framework wrote, for an arm stopped by the clock: how far it got (on the Gemma
+    shape Unsloth's log ended at its start-up banner, with no step)."""
+    line = tail(log_path_for(args, arm), 1).strip()
+    return f"; the last line of its log ({log_path_for(args, arm).name}): {line[:300]}" if line else ""
 
 
 def ratios(arms: dict) -> dict:
