@@ -153,10 +153,11 @@ for STAGE in "${@:-bench}"; do
                --arm-timeout 170";;
       *) SHAPE=gemma3-1b; LIMITS="--max-seconds 35 --arm-timeout 280";;  # Unsloth's Gemma start-up: > 200 s
     esac
-    # steadytune first: a peer that outlasts the call's ten minutes then costs only its own row (peers_gemma, 2026-12-02).
-    stamp "$SHAPE: steadytune, plain, liger peer, llamafactory, unsloth $LIMITS"
+    # steadytune first and plain last: an arm that outlasts the call's ten minutes then costs only its own row and the
+    # ones after it (peers_gemma, 2026-12-02, lost steadytune's row that way); each arm's row is written as it ends.
+    stamp "$SHAPE: steadytune, liger peer, llamafactory, unsloth, plain $LIMITS"
     NAME=$SHAPE; [ "$STAGE" = peers7q ] && NAME=$SHAPE-qlora
-    timeout 575 $B $LIMITS --shape $SHAPE --arms steadytune,plain,liger,llamafactory,unsloth \
+    timeout 575 $B $LIMITS --shape $SHAPE --arms steadytune,liger,llamafactory,unsloth,plain \
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;

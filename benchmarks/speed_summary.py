@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from steadytune.bench.command import best_peer, disagreeing_losses  # noqa: E402
+from steadytune.bench.command import best_peer, disagreeing_losses, ratios  # noqa: E402
 
 
 GPU_STEP_TOKENS = 16384  # bench's default --max-tokens on a GPU
@@ -44,6 +44,8 @@ def arm_line(name: str, arm: dict) -> str:
 def bench_summary(report: dict) -> list[str]:
     shape = report["shape"]
     qlora = ", 4-bit base (QLoRA)" if report.get("quantization_bit") == 4 else ""
+    # A report cut short (the device call's time ran out mid-arm) has its arms' rows but no ratios yet.
+    report = {**report, "ratios": report.get("ratios") or ratios(report.get("arms", {}))}
     lines = [f"{shape} on {report['device']} (torch {report['torch']}{qlora})"]
     for name, arm in report.get("arms", {}).items():
         lines.append(arm_line(name, arm))

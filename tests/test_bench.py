@@ -331,3 +331,7 @@ def test_the_speed_summary_judges_issue_30s_targets():
     broken["arms"].update({name: {"tokens_per_s": 1.0, "loss": loss} for name, loss in
                            (("plain", 12.7), ("peer", 0.0), ("llamafactory", 12.6))})
     assert any(line.startswith("  LOSS peer: is 0.0") for line in summary.bench_summary(broken))
+    cut_short = report("qwen2.5-7b", 0.52)   # the call's time ran out after these arms: no ratios written yet
+    cut_short["arms"]["steadytune"].update(tokens_per_s=3000.0, peak_memory_gib=90.0)
+    cut_short["arms"]["llamafactory"] = {"tokens_per_s": 1000.0, "peak_memory_gib": 100.0}
+    assert any("3.00x llamafactory at 0.90x its memory -> met" in line for line in summary.bench_summary(cut_short))
