@@ -72,6 +72,23 @@ def test_only_frozen_lora_bases_of_fitting_sizes_are_swapped():
     assert not any("w_rows" in k for k in model.state_dict())                         # nothing new is saved
 
 
+def test_the_memory_policy_counts_the_fp8_copies_of_the_base():
+    """The checkpointing decision weighs what the model holds; fp8_base's copies (two layouts, 1 byte each, a scale
+    per row) are buffers beside the bf16 weights, and must be in that sum or a run that fit in bf16 runs out."""
+    from peft import LoraConfig, get_peft_model
+
+    from steadytune.training.speed_plan import held_gib
+
+    model = build_model("qwen2", seed=0).to(torch.bfloat16)
+    model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear"))
+    before = held_gib(model.parameters()) + held_gib(model.buffers())
+    use_fp8_base(model)
+    swapped = [m for m in model.modules() if isinstance(m, Fp8FrozenLinear)]
+    copies = sum(2 * m.weight.numel() + 4 * (m.out_features + m.in_features) for m in swapped) / 2**30
+    after = held_gib(model.parameters()) + held_gib(model.buffers())
+    assert copies > 0 and after - before == pytest.approx(copies, rel=1e-9)
+
+
 def test_a_run_with_fp8_base_trains_and_records_the_decision(tmp_path):
     """A tiny run on CPU (an fp32 base there): fp8_base is on, the loss falls as without it, and the decision says why."""
     model_dir = save_tiny_model(tmp_path / "tiny", "qwen2", seed=0)

@@ -19,6 +19,11 @@ from steadytune.model.kernels import apply_liger_kernels, compile_layers
 from steadytune.training.batches import TrainBatches
 
 
+def held_gib(tensors) -> float:
+    """GiB held by these tensors (a model's parameters, or its buffers), each counted once."""
+    return sum(t.numel() * t.element_size() for t in tensors) / 2**30
+
+
 def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
     """What rules CUDA graphs out for this run: anything that must run eagerly between forward and backward."""
     f, blockers = cfg.fault_injection, {}
@@ -95,9 +100,10 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         tokens = batches.static_shape.tokens
     # An APU's memory is what it can map (GTT), not the small carve-out tools print (GPU.budget_gib).
     budget = info.primary.budget_gib if info.primary is not None else None
-    state = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+    state = held_gib(model.parameters())
     if cfg.method.finetuning_type == "full":
         state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
+    state += held_gib(model.buffers())  # fp8_base's fp8 copies of the base are buffers: 2 bytes a base weight
     use, why = choose_gradient_checkpointing(base_model_of(model).config, tokens, budget, t.gradient_checkpointing,
                                              compiled=plan.compile, state_gib=state)
     cfg.decide("gradient_checkpointing", use, why + lf_checkpointing_note(t, use))
