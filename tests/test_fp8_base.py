@@ -77,7 +77,7 @@ def test_the_memory_policy_counts_the_fp8_copies_of_the_base():
     per row) are buffers beside the bf16 weights, and must be in that sum or a run that fit in bf16 runs out."""
     from peft import LoraConfig, get_peft_model
 
-    from steadytune.training.speed_plan import held_gib
+    from steadytune.hardware.memory import held_gib
 
     model = build_model("qwen2", seed=0).to(torch.bfloat16)
     model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear"))

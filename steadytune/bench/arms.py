@@ -54,7 +54,7 @@ from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
 from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
 from steadytune.hardware.backend import HardwareInfo, detect
-from steadytune.hardware.memory import choose_gradient_checkpointing
+from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.policy import choose_packing_attention
 from steadytune.hardware.speed import plan_speed
 from steadytune.model.attention import attn_implementation_for
@@ -292,7 +292,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                        ("cuda_graphs", plan.cuda_graphs), ("use_liger_kernel", plan.liger)):
         settings[key] = {"value": value, "reason": plan.reasons[key]}
     tokens = shape.tokens if shape is not None else max(sum(lengths[i] for i in g) for g in groups)
-    weights_gib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+    weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())  # as train weighs them (fp8 copies too)
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
                                                    _asked(args.gradient_checkpointing), compiled=plan.compile,
                                                    state_gib=weights_gib)
@@ -444,7 +444,7 @@ def run_max_len(args, device: torch.device) -> dict:
     model, _, plan, settings = steadytune_setup(probe_args, device, [[0]], dummy)
     attention = settings["packing_attention"]["value"]
     config = model.get_base_model().config
-    weights_gib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
+    weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())  # as train weighs them (fp8 copies too)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4, fused=device.type == "cuda")
     vocab = SHAPES[args.shape]["vocab_size"]

@@ -43,6 +43,11 @@ def state_gib_of(config, bytes_per_parameter: float = 2.0) -> float:
     return estimate_parameters(config) * bytes_per_parameter / 2**30
 
 
+def held_gib(tensors) -> float:
+    """GiB held by these tensors (a model's parameters, or its buffers: fp8_base's copies of the base are buffers)."""
+    return sum(t.numel() * t.element_size() for t in tensors) / 2**30
+
+
 def activation_gib(config, tokens: int, compiled: bool = False) -> float:
     return ACTIVATION_SHARE[compiled] * activation_bytes_per_token(config) * tokens / 2**30
 

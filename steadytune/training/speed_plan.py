@@ -11,17 +11,12 @@ import torch
 from steadytune.config import RunConfig, lf_checkpointing_note
 from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_static_status
-from steadytune.hardware.memory import choose_gradient_checkpointing
+from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.quantization import quantized_memory, speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
 from steadytune.training.batches import TrainBatches
-
-
-def held_gib(tensors) -> float:
-    """GiB held by these tensors (a model's parameters, or its buffers), each counted once."""
-    return sum(t.numel() * t.element_size() for t in tensors) / 2**30
 
 
 def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
