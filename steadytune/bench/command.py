@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gradient-checkpointing", default="auto", choices=("auto", "on", "off"))
     group.add_argument("--fp8-base", default="off", choices=("off", "on"),
                        help="the frozen base's matmuls in fp8 (train's fp8_base; GPUs of sm_89 and up): off by default "
-                            "until its loss is shown to hold")
+                            "until its GPU accuracy run is done (docs/speed.md)")
     group.add_argument("--lora-input-cast", default="skip", choices=("skip", "keep"),
                        help="skip (default, as train does under bf16): LoRA inputs stay bf16 under autocast; keep: "
                             "peft's cast of each LoRA input to fp32 (for measuring what skipping it saves)")
