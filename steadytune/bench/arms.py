@@ -258,18 +258,18 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         attention, kernel, why = choose_packing_attention(info, args.packing_attention)
     settings["packing_attention"] = {"value": attention, "kernel": kernel, "reason": why}
     implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
+    precision = "bf16" if device.type == "cuda" else "fp32"
     if quantized(args):
         model = steadytune_4bit_model(args, device, implementation)
         base = four_bit_base(model) + " (train's quantization_bit: 4)"
     else:
         model = lora_model(args.shape, device, implementation)
-        base = "bf16" if device.type == "cuda" else "fp32"
+        base = precision
     if device.type == "cuda" and args.lora_input_cast == "skip":
         settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
     if getattr(args, "fp8_base", "off") == "on":   # before compiling: the compiled layers trace the fp8 matmuls
         on, why = (False, FP8_OVER_QUANTIZED.format(bits=4)) if quantized(args) else apply_fp8_base(model, device)
         settings["fp8_base"] = {"value": "on" if on else "off", "reason": why}
-    precision = "bf16" if device.type == "cuda" else "fp32"
     static_ok = varlen_static_status(kernel) if attention == "varlen" and kernel else (True, "")
     lengths = [len(e["input_ids"]) for e in examples]
     shape = (static_shape_for(groups, lengths, [targets_of(e) for e in examples], attention, args.cutoff_len)

@@ -221,8 +221,9 @@ def run_arm(arm: str, args, device: torch.device) -> dict:
 def last_words(args, arm: str) -> str:
     """The last line a peer arm's framework wrote, for an arm stopped by the clock: how far it got (on the Gemma
     shape Unsloth's log ended at its start-up banner, with no step)."""
-    line = tail(log_path_for(args, arm), 1).strip()
-    return f"; the last line of its log ({log_path_for(args, arm).name}): {line[:300]}" if line else ""
+    log = log_path_for(args, arm)
+    line = tail(log, 1).strip()
+    return f"; the last line of its log ({log.name}): {line[:300]}" if line else ""
 
 
 def ratios(arms: dict) -> dict:
