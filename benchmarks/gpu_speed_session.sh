@@ -13,6 +13,8 @@
 #   variants (optional third call, ~5 min, carry [".whl"]): single levers on the steadytune arm -> v*.json
 #   fp8    issue 30's fp8 lever: 1.5B and 7B, steadytune with and without --fp8-base on, 60 steps each  -> fp8_*.json
 #   levers   1.5B steadytune with 32k-token steps, fp8_base, and both, against the default  -> lever_*.json
+#   defaults15 / defaults7 / defaults_gemma  fp8_base's default (on from hidden 1536): 1.5B against plain and liger,
+#          then each shape's default beside --fp8-base off (7B, 1.5B) or on (0.5B, Gemma 1B), 60 steps -> def_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -49,6 +51,14 @@ python3 -c "import torch, transformers, peft, triton, liger_kernel; print('torch
 # One rule for every arm: at least 100 timed steps or 300k tokens after 5 untimed steps, windows of 10, steady when
 # the mean of the last 3 windows is within 3% of the 3 before; at most 40 timed seconds an arm.
 B="python3 -m steadytune bench --min-steps 100 --min-tokens 300000 --window 10 --tolerance 0.03 --max-seconds 40 --arm-timeout 240"
+fp8_pair() {  # shape, then --fp8-base values: steadytune alone, 60 timed steps each on the same data
+  local shape=$1; shift
+  for FP8 in "$@"; do
+    stamp "$shape steadytune, --fp8-base $FP8 (60 steps)"
+    timeout 150 python3 -m steadytune bench --shape $shape --arms steadytune --fp8-base $FP8 --steps 60 --window 10 \
+        --arm-timeout 145 --output "$OUT/def_${FP8}_$shape.json" | grep --line-buffered -v Warning
+  done
+}
 for STAGE in "${@:-bench}"; do
   case $STAGE in
   bench)
@@ -112,6 +122,21 @@ for STAGE in "${@:-bench}"; do
           --arm-timeout 105 --output "$OUT/lever_$NAME.json" | grep --line-buffered -v Warning
     done
     ;;
+  defaults15)
+    # fp8_base on by default (issue 30): the 1.5B shape's default path against plain and the liger peer under the rule
+    # above (~5 min), then the default and --fp8-base off over the same 60 steps (the loss after them compared).
+    stamp "qwen2.5-1.5b: steadytune (default), liger peer, plain"
+    timeout 330 $B --shape qwen2.5-1.5b --arms steadytune,liger,plain --output "$OUT/def_qwen15.json" \
+        | grep --line-buffered -v Warning
+    fp8_pair qwen2.5-1.5b off auto
+    ;;
+  defaults7)
+    fp8_pair qwen2.5-7b off auto        # on by default
+    fp8_pair qwen2.5-0.5b auto on       # off by default (hidden 896): what it would give
+    ;;
+  defaults_gemma)
+    fp8_pair gemma3-1b auto on          # off by default (hidden 1152)
+    ;;
   profile)
     # Where the 1.5B step's time goes now, kernel by kernel, with and without fp8_base (graphs off so every kernel is
     # seen; ~1 min each): for choosing the next lever towards issue 30's 50% MFU.
@@ -161,7 +186,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, profile, peers, peers15, peers7, peers7q, peers_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"

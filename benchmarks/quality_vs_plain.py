@@ -27,7 +27,7 @@ Arms (each trained once per seed, scored by label scoring on the same 1,000 test
           compute), scored on the same 4-bit base (a QLoRA run loads its base quantised again); issue 27's check:
           within 1 point of the gpu arm.
   fp8     (not run by default) the gpu arm with fp8_base: true (the frozen base's matmuls in fp8 e4m3 while training;
-          scored on the bf16 base, as the adapter is used); issue 30's check before fp8_base could be on by default.
+          scored on the bf16 base, as the adapter is used); issue 30's check of fp8_base's default.
 Printed: accuracy mean +- sd over seeds, training seconds (the optimisation loop), and per run the guard events
 and (steadytune arms) the accuracy when the adapter is scored in fp32 instead of the hardware's bf16.
 With --gpus A,B the plain arm runs in a second process on GPU B while the steadytune arms run on GPU A, so each
@@ -233,8 +233,7 @@ def run_steadytune(arm: str, model: str, data_dir: Path, out: Path, seed: int) -
         keys["bf16"] = False
     if arm == "qlora":
         keys["quantization_bit"] = 4
-    if arm == "fp8":
-        keys["fp8_base"] = True
+    keys["fp8_base"] = arm == "fp8"   # every other arm on the bf16 base, whatever the default on this GPU
     if arm.startswith("same"):
         keys.update(SAME_KEYS)
         cfg = load_config(None, keys)

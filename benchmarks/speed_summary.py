@@ -55,7 +55,9 @@ def bench_summary(report: dict) -> list[str]:
         lines.append(f"    steadytune {base}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
     ours = report.get("arms", {}).get("steadytune", {})
     vs_plain = report.get("ratios", {}).get("vs_plain", {})
-    fp8 = (ours.get("settings", {}).get("fp8_base") or {}).get("value") == "on"
+    fp8_setting = ours.get("settings", {}).get("fp8_base") or {}
+    # fp8_base is a lever where it was asked for; where bench's default turned it on, it is the default path
+    fp8 = fp8_setting.get("value") == "on" and not fp8_setting.get("reason", "").startswith("on by default")
     step_tokens = ours.get("settings", {}).get("max_tokens_per_step", GPU_STEP_TOKENS)
     levers = (["fp8_base on"] if fp8 else []) + (
         [f"{step_tokens:,}-token steps"] if step_tokens != GPU_STEP_TOKENS else [])

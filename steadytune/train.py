@@ -59,7 +59,7 @@ from steadytune.hardware.quantization import bitsandbytes_status, choose_compute
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.attention import plan_packing
-from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, apply_fp8_base
+from steadytune.model.fp8_base import restore_base
 from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
 from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
@@ -502,22 +502,7 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
         # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
         _, why = skip_lora_input_cast(model)
         cfg.decide("lora_input_cast", "off", why)
-    if cfg.train.fp8_base:
-        plan_fp8_base(cfg, model, shard_plan, next(model.parameters()).device)
     return model, tokenizer
-
-
-def plan_fp8_base(cfg: RunConfig, model, shard_plan, device: torch.device) -> None:
-    """fp8_base: true -> the frozen base's matmuls in fp8 where this run can take them, else off with the reason."""
-    if cfg.method.finetuning_type != "lora":
-        on, why = False, f"finetuning_type {cfg.method.finetuning_type}: only a frozen LoRA base is multiplied in fp8"
-    elif shard_plan.kind in ("deepspeed", "fsdp"):
-        on, why = False, f"{shard_plan.kind} shards the base weights; the fp8 copies would be whole on every rank"
-    elif cfg.model.quantization_bit is not None:
-        on, why = False, FP8_OVER_QUANTIZED.format(bits=cfg.model.quantization_bit)
-    else:
-        on, why = apply_fp8_base(model, device)
-    cfg.decide("fp8_base", on, why)
 
 
 def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenizer, packing, accelerator):
@@ -1094,6 +1079,7 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
     if run.graphs is not None:
         run.graphs.release()
     uncompile_layers(run.model)  # scoring and generation after training come in many shapes
+    restore_base(run.model)      # ... over the bf16 base the adapter will be used on, not fp8_base's copies
     run.accelerator.wait_for_everyone()
     final_loss = outcome.losses[-1] if outcome.losses else None
     # A run that ends in NaN/inf must not leave an adapter a script could take for a result (guard on or off).

@@ -309,7 +309,7 @@ def test_the_speed_summary_judges_issue_30s_targets():
     summary = load_benchmark("speed_summary")
 
     def report(shape, mfu, fp8=False, **ratios):
-        settings = {"fp8_base": {"value": "on"}} if fp8 else {}
+        settings = {"fp8_base": {"value": "on", "reason": "the frozen base of 196 LoRA layers"}} if fp8 else {}
         return {"shape": shape, "device": "H200", "torch": "2.11", "ratios": ratios,
                 "arms": {"steadytune": {"tokens_per_s": 1.0, "mfu": mfu, "settings": settings}}}
 
@@ -321,6 +321,9 @@ def test_the_speed_summary_judges_issue_30s_targets():
                                                                                          "peak_memory": 0.5}))
     assert any("(fp8_base on: not the default) -> NOT met" in line for line in lines)
     assert any("1.80x llamafactory at 0.50x its memory -> NOT met" in line for line in lines)
+    by_default = report("qwen2.5-1.5b", 0.52)   # bench --fp8-base auto turned it on: that is the default path
+    by_default["arms"]["steadytune"]["settings"]["fp8_base"] = {"value": "on", "reason": "on by default: the frozen"}
+    assert any("1.5B >= 50% MFU" in line and line.endswith("-> met") for line in summary.bench_summary(by_default))
     qlora = {**report("qwen2.5-7b", 0.60), "quantization_bit": 4}
     assert not any("7B >= 55%" in line for line in summary.bench_summary(qlora))  # the MFU bars are bf16 LoRA's
     bigger_steps = report("qwen2.5-1.5b", 0.51)

@@ -143,3 +143,92 @@ def test_it_compiles_without_graph_breaks():
     ref.float().sum().backward()
     assert out.dtype == ref.dtype == torch.bfloat16
     assert relative(out, ref) < 0.01 and relative(x.grad, x_eager.grad) < 0.01
+
+
+def test_the_default_turns_fp8_on_only_where_it_was_measured_faster():
+    """fp8_base unset: on for a CUDA GPU of sm_89+ under bf16 with compiled layers and hidden >= 1536; each other
+    case names what keeps it off."""
+    from steadytune.model.fp8_base import AUTO_MIN_HIDDEN, auto_fp8_blocker
+
+    gpu = torch.device("cuda", 0)
+    hopper = "steadytune.model.fp8_base.fp8_support"
+    with pytest.MonkeyPatch.context() as mp:   # the device's answer stands in for an H200's (no GPU here)
+        mp.setattr(hopper, lambda device: (True, "sm_90 multiplies fp8 at twice the bf16 rate"))
+        assert auto_fp8_blocker(gpu, "bf16", True, 1536) is None
+        assert auto_fp8_blocker(gpu, "bf16", True, 3584) is None
+        assert f"hidden 896 < {AUTO_MIN_HIDDEN}" in auto_fp8_blocker(gpu, "bf16", True, 896)
+        assert "not compiled" in auto_fp8_blocker(gpu, "bf16", False, 1536)
+        assert "precision fp16" in auto_fp8_blocker(gpu, "fp16", True, 1536)
+        mp.setattr(hopper, lambda device: (False, "sm_80 has no fp8 tensor cores"))
+        assert auto_fp8_blocker(gpu, "bf16", True, 1536) == "sm_80 has no fp8 tensor cores"
+    assert "only on a GPU" in auto_fp8_blocker(torch.device("cpu"), "fp32", True, 4096)
+
+
+def test_the_default_keeps_fp8_off_where_its_copies_would_turn_checkpointing_on():
+    """A budget the bf16 run just fits without checkpointing: the fp8 copies would tip it over, so the default is
+    off and says so; with room to spare, or checkpointing already asked for, the copies do not decide it."""
+    from peft import LoraConfig, get_peft_model
+
+    from steadytune.hardware.memory import activation_gib, held_gib
+    from steadytune.model.fp8_base import default_fp8_blocker, fp8_copies_gib
+
+    model = get_peft_model(build_model("qwen2", seed=0).to(torch.bfloat16), LoraConfig(r=4, target_modules="all-linear"))
+    config, gpu, tokens = model.get_base_model().config, torch.device("cuda", 0), 4096
+    config.hidden_size = 1536   # the size rule passes (and the small-model checkpointing rule does not apply)
+    state, copies = held_gib(model.parameters()), fp8_copies_gib(model)
+    need = state + activation_gib(config, tokens, compiled=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("steadytune.model.fp8_base.fp8_support", lambda device: (True, "sm_90"))
+        just_fits = (need + copies / 2) / 0.85   # MEMORY_SHARE of this budget lies between the two
+        why = default_fp8_blocker(model, config, gpu, "bf16", True, tokens, just_fits, state)
+        assert why is not None and "would turn gradient checkpointing on" in why
+        assert default_fp8_blocker(model, config, gpu, "bf16", True, tokens, 100 * just_fits, state) is None
+        assert default_fp8_blocker(model, config, gpu, "bf16", True, tokens, just_fits, state,
+                                   checkpointing_asked=True) is None
+    before = held_gib(model.buffers())   # (rotary tables)
+    use_fp8_base(model)
+    assert held_gib(model.buffers()) - before == pytest.approx(copies, rel=1e-9)   # the estimate is what it adds
+
+
+def test_restoring_the_base_gives_back_the_bf16_layer_exactly():
+    from peft import LoraConfig, get_peft_model
+
+    from steadytune.model.fp8_base import restore_base
+
+    model = get_peft_model(build_model("qwen2", seed=0), LoraConfig(r=4, target_modules="all-linear"))
+    ids = torch.randint(0, model.config.vocab_size, (2, 7))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+    weights, buffers = {n: p for n, p in model.named_parameters()}, dict(model.named_buffers())
+    changed, _ = use_fp8_base(model)
+    assert restore_base(model) == changed > 0
+    assert not any(isinstance(m, Fp8FrozenLinear) for m in model.modules())
+    assert dict(model.named_buffers()).keys() == buffers.keys()   # the fp8 copies are gone
+    assert all(p is weights[n] for n, p in model.named_parameters())   # the very same tensors, nothing copied
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, before)
+
+
+def test_a_cpu_run_records_why_the_default_is_off_and_a_trained_model_leaves_with_its_bf16_base(tmp_path):
+    """fp8_base unset on a CPU: off, and the decision says why. fp8_base: true on a model the caller loaded (the
+    demo's way): after training the same model scores over its plain base, not the fp8 copies."""
+    from steadytune.infer.loading import load_for_inference
+
+    model_dir = save_tiny_model(tmp_path / "tiny", "qwen2", seed=0)
+    rows = [{"instruction": f"say {w}", "input": "", "output": w} for w in ["yes", "no"] * 8]
+    (tmp_path / "data.json").write_text(json.dumps(rows), encoding="utf-8")
+    (tmp_path / "dataset_info.json").write_text('{"d": {"file_name": "data.json"}}', encoding="utf-8")
+    base = {"model_name_or_path": str(model_dir), "dataset": "d", "dataset_dir": str(tmp_path), "template": "empty",
+            "max_steps": 2, "per_device_train_batch_size": 4, "save_steps": 1000}
+    cfg = load_config(None, [f"{k}={v}" for k, v in {**base, "output_dir": str(tmp_path / "auto")}.items()])
+    run_training(cfg, force=True, progress=False)
+    decision = cfg.decisions["fp8_base"]
+    assert decision["value"] is False and "cpu: fp8 is faster only on a GPU" in decision["reason"]
+
+    cfg = load_config(None, [f"{k}={v}" for k, v in {**base, "output_dir": str(tmp_path / "on"),
+                                                     "fp8_base": True}.items()])
+    model, _, _, _ = load_for_inference(cfg)
+    run_training(cfg, force=True, progress=False, model=model)
+    assert cfg.decisions["fp8_base"]["value"] is True
+    assert not any(isinstance(m, Fp8FrozenLinear) for m in model.modules())
+    assert any(hasattr(m, "lora_A") for m in model.modules())   # the adapter is on it

@@ -58,7 +58,7 @@ from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.policy import choose_packing_attention
 from steadytune.hardware.speed import plan_speed
 from steadytune.model.attention import attn_implementation_for
-from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, apply_fp8_base
+from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, apply_fp8_base, default_fp8_blocker
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
@@ -267,9 +267,6 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         base = precision
     if device.type == "cuda" and args.lora_input_cast == "skip":
         settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
-    if getattr(args, "fp8_base", "off") == "on":   # before compiling: the compiled layers trace the fp8 matmuls
-        on, why = (False, FP8_OVER_QUANTIZED.format(bits=4)) if quantized(args) else apply_fp8_base(model, device)
-        settings["fp8_base"] = {"value": "on" if on else "off", "reason": why}
     static_ok = varlen_static_status(kernel) if attention == "varlen" and kernel else (True, "")
     lengths = [len(e["input_ids"]) for e in examples]
     shape = (static_shape_for(groups, lengths, [targets_of(e) for e in examples], attention, args.cutoff_len)
@@ -293,6 +290,9 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         settings[key] = {"value": value, "reason": plan.reasons[key]}
     tokens = shape.tokens if shape is not None else max(sum(lengths[i] for i in g) for g in groups)
     weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())  # as train weighs them (fp8 copies too)
+    # fp8 after the plan (the default needs compiled layers) and before the first forward, when the layers compile
+    settings["fp8_base"] = bench_fp8_base(args, model, device, precision, plan, tokens, weights_gib)
+    weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
                                                    _asked(args.gradient_checkpointing), compiled=plan.compile,
                                                    state_gib=weights_gib)
@@ -305,6 +305,22 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                     loss="head at labelled positions, chunked fused cross-entropy", adapters="fp32",
                     base=base)
     return model, collate, plan, settings
+
+
+def bench_fp8_base(args, model, device: torch.device, precision: str, plan, tokens: int, weights_gib: float) -> dict:
+    """--fp8-base as train's fp8_base: on / off as asked, auto by train's default rule (default_fp8_blocker)."""
+    asked = getattr(args, "fp8_base", "auto")
+    if asked == "off":
+        return {"value": "off", "reason": "--fp8-base off was asked for"}
+    if quantized(args):
+        return {"value": "off", "reason": FP8_OVER_QUANTIZED.format(bits=4)}
+    if asked == "auto":
+        blocker = default_fp8_blocker(model, model.get_base_model().config, device, precision, plan.compile, tokens,
+                                      memory_budget_gib(device), weights_gib, _asked(args.gradient_checkpointing))
+        if blocker is not None:
+            return {"value": "off", "reason": f"off by default: {blocker}"}
+    on, why = apply_fp8_base(model, device)
+    return {"value": "on" if on else "off", "reason": ("on by default: " if asked == "auto" else "") + why}
 
 
 def enable_checkpointing(model, graphs: bool) -> None:

@@ -59,9 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--liger", default="auto", choices=("auto", "on", "off"),
                        help="liger-kernel's fused RMSNorm/RoPE/SwiGLU in the steadytune arm")
     group.add_argument("--gradient-checkpointing", default="auto", choices=("auto", "on", "off"))
-    group.add_argument("--fp8-base", default="off", choices=("off", "on"),
-                       help="the frozen base's matmuls in fp8 (train's fp8_base; GPUs of sm_89 and up): off by default "
-                            "until its GPU accuracy run is done (docs/speed.md)")
+    group.add_argument("--fp8-base", default="auto", choices=("auto", "off", "on"),
+                       help="the frozen base's matmuls in fp8 (train's fp8_base; GPUs of sm_89 and up); auto: train's "
+                            "default (on with compiled layers, bf16, hidden >= 1536, unless its copies would turn "
+                            "gradient checkpointing on)")
     group.add_argument("--lora-input-cast", default="skip", choices=("skip", "keep"),
                        help="skip (default, as train does under bf16): LoRA inputs stay bf16 under autocast; keep: "
                             "peft's cast of each LoRA input to fp32 (for measuring what skipping it saves)")

@@ -11,8 +11,12 @@ Why not torchao's Float8Linear: it is built for training the weight too. It comp
 backward (a third of the layer's work, thrown away for a frozen weight) and quantises the weight again each step.
 
 Rounding: e4m3 keeps 3 mantissa bits, so each product's inputs carry up to 2^-4 relative rounding; with a scale per
-row it does not overflow or flush whole rows. Whether a run's loss stays within tolerance of bf16 is for the GPU
-to show (bench reports each arm's loss after the same steps); this is opt-in until it has.
+row it does not overflow or flush whole rows. The adapters train in bf16/fp32 as before and are scored, saved and
+exported over the bf16 base (`restore_base` after training).
+
+When it is on by default (`auto_fp8_blocker`, applied by training/speed_plan.py): a CUDA GPU that multiplies fp8, a
+bf16 run whose decoder layers are compiled (eager, each matmul's quantisation is several kernels of its own), and
+a model large enough that the matmuls, not the quantisation around them, are the time: hidden >= AUTO_MIN_HIDDEN.
 
 Where: CUDA GPUs of compute capability 8.9 and up (Ada, Hopper, Blackwell); on a CPU `torch._scaled_mm` also runs
 (slowly: it is for tests). Not on ROCm yet: MI300's fp8 is e4m3fnuz, another format, not written here.
@@ -22,9 +26,13 @@ from __future__ import annotations
 
 import torch
 
+from steadytune.hardware.memory import choose_gradient_checkpointing
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
 SCALE_FLOOR = 1e-12            # an all-zero row keeps a finite scale (its values quantise to 0 either way)
+# The smallest shape measured faster with fp8 on an H200 (Qwen2.5-1.5B: 1.13x the tokens/s; docs/speed.md)
+AUTO_MIN_HIDDEN = 1536
 FP8_OVER_QUANTIZED = ("off: quantization_bit {bits}: bitsandbytes holds the base and multiplies it its own way; fp8 is "
                       "for a bf16 base")
 
@@ -102,26 +110,89 @@ def fp8_support(device: torch.device) -> tuple[bool, str]:
     return False, f"{device.type}: no fp8 matmul here"
 
 
-def use_fp8_base(model: torch.nn.Module) -> tuple[int, str]:
-    """Swap the frozen base linear of every LoRA layer for its fp8 form; -> (layers changed, reason).
+def auto_fp8_blocker(device: torch.device, precision: str, compiled: bool, hidden_size: int) -> str | None:
+    """Why fp8_base stays off by default on this run, or None where it goes on (fp8_base: true/false decide alone)."""
+    supported, why = fp8_support(device)
+    if device.type != "cuda":
+        return f"{device.type}: fp8 is faster only on a GPU's fp8 tensor cores (fp8_base: true still runs it here)"
+    if not supported:
+        return why
+    if precision != "bf16":
+        return f"precision {precision}: the fp8 base is measured under bf16 only"
+    if not compiled:
+        return ("the decoder layers are not compiled: eager, each matmul's fp8 quantisation is several kernels of "
+                "its own")
+    if hidden_size < AUTO_MIN_HIDDEN:
+        return (f"hidden {hidden_size} < {AUTO_MIN_HIDDEN}: matmuls this small gain less than their inputs' "
+                f"quantisation costs (measured faster from the 1.5B shape up)")
+    return None
 
-    Only layers whose sizes the fp8 kernels take (multiples of 16) and whose weight is frozen; the others stay as they
-    are and are counted in the reason. (A GPU run's base is bf16; a CPU run's fp32 base works the same way.)"""
-    changed, kept = 0, 0
+
+def default_fp8_blocker(model: torch.nn.Module, config, device: torch.device, precision: str, compiled: bool,
+                        tokens: int, budget_gib: float | None, state_gib: float,
+                        checkpointing_asked: bool | None = None) -> str | None:
+    """auto_fp8_blocker, and one more where checkpointing is the policy's to choose: the copies must not turn it on
+    (recomputing a third of the work costs more than fp8 gains). For train's and bench's default alike."""
+    blocker = auto_fp8_blocker(device, precision, compiled, config.hidden_size)
+    if blocker is not None or checkpointing_asked is not None:
+        return blocker
+    copies = fp8_copies_gib(model)
+    without = choose_gradient_checkpointing(config, tokens, budget_gib, compiled=compiled, state_gib=state_gib)[0]
+    with_copies = choose_gradient_checkpointing(config, tokens, budget_gib, compiled=compiled,
+                                                state_gib=state_gib + copies)[0]
+    if with_copies and not without:
+        return f"its copies of the base ({copies:.1f} GiB) would turn gradient checkpointing on"
+    return None
+
+
+def eligible_layers(model: torch.nn.Module):
+    """(LoRA layer, its frozen nn.Linear base) for each base the fp8 kernels take: sizes multiples of 16."""
     for module in list(model.modules()):
         base = getattr(module, "base_layer", None)
         if not (hasattr(module, "lora_A") and type(base) is torch.nn.Linear):   # not a subclass: bitsandbytes' 4-bit
             continue
         w = base.weight
         if w.requires_grad or not w.dtype.is_floating_point or w.shape[0] % 16 or w.shape[1] % 16:
-            kept += 1
             continue
+        yield module, base
+
+
+def fp8_copies_gib(model: torch.nn.Module) -> float:
+    """GiB that use_fp8_base would add: two 1-byte layouts of each eligible base and an fp32 scale per row of each."""
+    return sum(2 * base.weight.numel() + 4 * (base.out_features + base.in_features)
+               for _, base in eligible_layers(model)) / 2**30
+
+
+def use_fp8_base(model: torch.nn.Module) -> tuple[int, str]:
+    """Swap the frozen base linear of every LoRA layer for its fp8 form; -> (layers changed, reason).
+
+    Only layers whose sizes the fp8 kernels take (multiples of 16) and whose weight is frozen; the others stay as they
+    are and are counted in the reason. (A GPU run's base is bf16; a CPU run's fp32 base works the same way.)"""
+    lora_layers = sum(1 for m in model.modules()
+                      if hasattr(m, "lora_A") and type(getattr(m, "base_layer", None)) is torch.nn.Linear)
+    changed = 0
+    for module, base in list(eligible_layers(model)):
         module.base_layer = Fp8FrozenLinear(base)
         changed += 1
+    kept = lora_layers - changed
     why = f"the frozen base of {changed} LoRA layers multiplies in fp8 (e4m3, a scale per row), forward and input gradient"
     if kept:
         why += f"; {kept} layers kept as they were (trainable, or sizes not multiples of 16)"
     return changed, why
+
+
+def restore_base(model: torch.nn.Module) -> int:
+    """Put each fp8 base back as the nn.Linear it was (same weight and bias tensors; the copies are freed): after
+    training, scoring, generation and export use the bf16 base the adapter will be used on. -> layers restored."""
+    restored = 0
+    for module in list(model.modules()):
+        base = getattr(module, "base_layer", None)
+        if isinstance(base, Fp8FrozenLinear):
+            linear = torch.nn.Linear(base.in_features, base.out_features, bias=base.bias is not None, device="meta")
+            linear.weight, linear.bias = base.weight, base.bias
+            module.base_layer = linear
+            restored += 1
+    return restored
 
 
 def apply_fp8_base(model: torch.nn.Module, device: torch.device) -> tuple[bool, str]:
