@@ -13,8 +13,9 @@
 #   variants (optional third call, ~5 min, carry [".whl"]): single levers on the steadytune arm -> v*.json
 #   fp8    issue 30's fp8 lever: 1.5B and 7B, steadytune with and without --fp8-base on, 60 steps each  -> fp8_*.json
 #   levers   1.5B steadytune with 32k-token steps, fp8_base, and both, against the default  -> lever_*.json
-#   defaults15 / defaults7 / defaults_gemma  fp8_base's default (on from hidden 1536): 1.5B against plain and liger,
-#          then each shape's default beside --fp8-base off (7B, 1.5B) or on (0.5B, Gemma 1B), 60 steps -> def_*.json
+#   defaults15 / defaults7 / defaults_gemma  fp8_base's default (on from hidden 896): 1.5B against plain and liger,
+#          then each shape's default beside --fp8-base off, 60 steps each on the same data -> def_*.json
+#          (2026-12-02 the 0.5B and Gemma pairs ran as auto/on and off/on, under the earlier bar of hidden 1536)
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -131,11 +132,11 @@ for STAGE in "${@:-bench}"; do
     fp8_pair qwen2.5-1.5b off auto
     ;;
   defaults7)
-    fp8_pair qwen2.5-7b off auto        # on by default
-    fp8_pair qwen2.5-0.5b auto on       # off by default (hidden 896): what it would give
+    fp8_pair qwen2.5-7b off auto
+    fp8_pair qwen2.5-0.5b off auto
     ;;
   defaults_gemma)
-    fp8_pair gemma3-1b auto on          # off by default (hidden 1152)
+    fp8_pair gemma3-1b off auto
     ;;
   profile)
     # Where the 1.5B step's time goes now, kernel by kernel, with and without fp8_base (graphs off so every kernel is

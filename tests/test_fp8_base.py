@@ -146,7 +146,7 @@ def test_it_compiles_without_graph_breaks():
 
 
 def test_the_default_turns_fp8_on_only_where_it_was_measured_faster():
-    """fp8_base unset: on for a CUDA GPU of sm_89+ under bf16 with compiled layers and hidden >= 1536; each other
+    """fp8_base unset: on for a CUDA GPU of sm_89+ under bf16 with compiled layers and hidden >= 896; each other
     case names what keeps it off."""
     from steadytune.model.fp8_base import AUTO_MIN_HIDDEN, auto_fp8_blocker
 
@@ -154,9 +154,9 @@ def test_the_default_turns_fp8_on_only_where_it_was_measured_faster():
     hopper = "steadytune.model.fp8_base.fp8_support"
     with pytest.MonkeyPatch.context() as mp:   # the device's answer stands in for an H200's (no GPU here)
         mp.setattr(hopper, lambda device: (True, "sm_90 multiplies fp8 at twice the bf16 rate"))
-        assert auto_fp8_blocker(gpu, "bf16", True, 1536) is None
+        assert auto_fp8_blocker(gpu, "bf16", True, 896) is None    # the Qwen2.5-0.5B shape
         assert auto_fp8_blocker(gpu, "bf16", True, 3584) is None
-        assert f"hidden 896 < {AUTO_MIN_HIDDEN}" in auto_fp8_blocker(gpu, "bf16", True, 896)
+        assert f"hidden 640 < {AUTO_MIN_HIDDEN}" in auto_fp8_blocker(gpu, "bf16", True, 640)   # Gemma 3 270M
         assert "not compiled" in auto_fp8_blocker(gpu, "bf16", False, 1536)
         assert "precision fp16" in auto_fp8_blocker(gpu, "fp16", True, 1536)
         mp.setattr(hopper, lambda device: (False, "sm_80 has no fp8 tensor cores"))

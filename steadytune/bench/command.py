@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gradient-checkpointing", default="auto", choices=("auto", "on", "off"))
     group.add_argument("--fp8-base", default="auto", choices=("auto", "off", "on"),
                        help="the frozen base's matmuls in fp8 (train's fp8_base; GPUs of sm_89 and up); auto: train's "
-                            "default (on with compiled layers, bf16, hidden >= 1536, unless its copies would turn "
+                            "default (on with compiled layers, bf16, hidden >= 896, unless its copies would turn "
                             "gradient checkpointing on)")
     group.add_argument("--lora-input-cast", default="skip", choices=("skip", "keep"),
                        help="skip (default, as train does under bf16): LoRA inputs stay bf16 under autocast; keep: "

@@ -31,8 +31,9 @@ from steadytune.hardware.memory import choose_gradient_checkpointing
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
 SCALE_FLOOR = 1e-12            # an all-zero row keeps a finite scale (its values quantise to 0 either way)
-# The smallest shape measured faster with fp8 on an H200 (Qwen2.5-1.5B: 1.13x the tokens/s; docs/speed.md)
-AUTO_MIN_HIDDEN = 1536
+# The smallest shape measured faster with fp8 on an H200 (Qwen2.5-0.5B, hidden 896: 1.05x the tokens/s; Gemma 3 1B
+# 1.05x, 1.5B 1.13x, 7B 1.33x: docs/speed.md). Below it nothing was measured, so the default stays off there.
+AUTO_MIN_HIDDEN = 896
 FP8_OVER_QUANTIZED = ("off: quantization_bit {bits}: bitsandbytes holds the base and multiplies it its own way; fp8 is "
                       "for a bf16 base")
 
@@ -124,7 +125,7 @@ def auto_fp8_blocker(device: torch.device, precision: str, compiled: bool, hidde
                 "its own")
     if hidden_size < AUTO_MIN_HIDDEN:
         return (f"hidden {hidden_size} < {AUTO_MIN_HIDDEN}: matmuls this small gain less than their inputs' "
-                f"quantisation costs (measured faster from the 1.5B shape up)")
+                f"quantisation costs (measured faster from the 0.5B shape, hidden 896, up)")
     return None
 
 
