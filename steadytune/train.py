@@ -61,6 +61,7 @@ from steadytune.infer.card import write_run_card
 from steadytune.model.attention import plan_packing
 from steadytune.model.fp8_base import restore_base
 from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
+from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
 from steadytune.model.quantize import DTYPES as QUANT_DTYPES
@@ -502,6 +503,10 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
         # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
         _, why = skip_lora_input_cast(model)
         cfg.decide("lora_input_cast", "off", why)
+    if cfg.method.finetuning_type == "lora":
+        changed, why = scale_before_lora_b(model)
+        if changed:
+            cfg.decide("lora_scaling", "before lora_B", why)
     return model, tokenizer
 
 

@@ -60,6 +60,7 @@ from steadytune.hardware.speed import plan_speed
 from steadytune.model.attention import attn_implementation_for
 from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, apply_fp8_base, default_fp8_blocker
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
+from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
 from steadytune.model.shapes import SHAPES
@@ -267,6 +268,8 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         base = precision
     if device.type == "cuda" and args.lora_input_cast == "skip":
         settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
+    if getattr(args, "lora_scaling", "first") == "first":   # as train does
+        settings["lora_scaling"] = {"value": "before lora_B", "reason": scale_before_lora_b(model)[1]}
     static_ok = varlen_static_status(kernel) if attention == "varlen" and kernel else (True, "")
     lengths = [len(e["input_ids"]) for e in examples]
     shape = (static_shape_for(groups, lengths, [targets_of(e) for e in examples], attention, args.cutoff_len)

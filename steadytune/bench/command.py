@@ -66,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--lora-input-cast", default="skip", choices=("skip", "keep"),
                        help="skip (default, as train does under bf16): LoRA inputs stay bf16 under autocast; keep: "
                             "peft's cast of each LoRA input to fp32 (for measuring what skipping it saves)")
+    group.add_argument("--lora-scaling", default="first", choices=("first", "peft"),
+                       help="first (default, as train does): LoRA's scaling on the rank-r tensor before lora_B; peft: "
+                            "on lora_B's full-width output, peft's order (for measuring what the order saves)")
     group.add_argument("--run-micro-batches", type=int, default=1000,
                        help="the policy decides as for a training run of this many micro-batches (compile pays "
                             "only on long runs)")
