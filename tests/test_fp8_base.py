@@ -180,10 +180,10 @@ def test_the_default_keeps_fp8_off_where_its_copies_would_turn_checkpointing_on(
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("steadytune.model.fp8_base.fp8_support", lambda device: (True, "sm_90"))
         just_fits = (need + copies / 2) / 0.85   # MEMORY_SHARE of this budget lies between the two
-        why = default_fp8_blocker(model, config, gpu, "bf16", True, tokens, just_fits, state)
+        why = default_fp8_blocker(model, gpu, "bf16", True, tokens, just_fits, state)
         assert why is not None and "would turn gradient checkpointing on" in why
-        assert default_fp8_blocker(model, config, gpu, "bf16", True, tokens, 100 * just_fits, state) is None
-        assert default_fp8_blocker(model, config, gpu, "bf16", True, tokens, just_fits, state,
+        assert default_fp8_blocker(model, gpu, "bf16", True, tokens, 100 * just_fits, state) is None
+        assert default_fp8_blocker(model, gpu, "bf16", True, tokens, just_fits, state,
                                    checkpointing_asked=True) is None
     before = held_gib(model.buffers())   # (rotary tables)
     use_fp8_base(model)

@@ -58,7 +58,7 @@ from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.policy import choose_packing_attention
 from steadytune.hardware.speed import plan_speed
 from steadytune.model.attention import attn_implementation_for
-from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, apply_fp8_base, default_fp8_blocker
+from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, decide_fp8_base
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.load import load_model_and_tokenizer
@@ -311,19 +311,11 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
 
 
 def bench_fp8_base(args, model, device: torch.device, precision: str, plan, tokens: int, weights_gib: float) -> dict:
-    """--fp8-base as train's fp8_base: on / off as asked, auto by train's default rule (default_fp8_blocker)."""
-    asked = getattr(args, "fp8_base", "auto")
-    if asked == "off":
-        return {"value": "off", "reason": "--fp8-base off was asked for"}
-    if quantized(args):
-        return {"value": "off", "reason": FP8_OVER_QUANTIZED.format(bits=4)}
-    if asked == "auto":
-        blocker = default_fp8_blocker(model, model.get_base_model().config, device, precision, plan.compile, tokens,
-                                      memory_budget_gib(device), weights_gib, _asked(args.gradient_checkpointing))
-        if blocker is not None:
-            return {"value": "off", "reason": f"off by default: {blocker}"}
-    on, why = apply_fp8_base(model, device)
-    return {"value": "on" if on else "off", "reason": ("on by default: " if asked == "auto" else "") + why}
+    """--fp8-base as train's fp8_base (model/fp8_base.decide_fp8_base): on / off as asked, auto as train's default."""
+    on, why = decide_fp8_base(model, _asked(getattr(args, "fp8_base", "auto")), device, precision, plan.compile,
+                              tokens, memory_budget_gib(device), weights_gib, _asked(args.gradient_checkpointing),
+                              ruled_out=FP8_OVER_QUANTIZED.format(bits=4) if quantized(args) else None)
+    return {"value": "on" if on else "off", "reason": why}
 
 
 def enable_checkpointing(model, graphs: bool) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from steadytune.hardware.memory import choose_gradient_checkpointing
+from steadytune.model.anatomy import base_model_of
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
@@ -34,7 +35,7 @@ SCALE_FLOOR = 1e-12            # an all-zero row keeps a finite scale (its value
 # The smallest shape measured faster with fp8 on an H200 (Qwen2.5-0.5B, hidden 896: 1.05x the tokens/s; Gemma 3 1B
 # 1.05x, 1.5B 1.13x, 7B 1.33x: docs/speed.md). Below it nothing was measured, so the default stays off there.
 AUTO_MIN_HIDDEN = 896
-FP8_OVER_QUANTIZED = ("off: quantization_bit {bits}: bitsandbytes holds the base and multiplies it its own way; fp8 is "
+FP8_OVER_QUANTIZED = ("quantization_bit {bits}: bitsandbytes holds the base and multiplies it its own way; fp8 is "
                       "for a bf16 base")
 
 
@@ -129,11 +130,12 @@ def auto_fp8_blocker(device: torch.device, precision: str, compiled: bool, hidde
     return None
 
 
-def default_fp8_blocker(model: torch.nn.Module, config, device: torch.device, precision: str, compiled: bool,
-                        tokens: int, budget_gib: float | None, state_gib: float,
+def default_fp8_blocker(model: torch.nn.Module, device: torch.device, precision: str, compiled: bool, tokens: int,
+                        budget_gib: float | None, state_gib: float,
                         checkpointing_asked: bool | None = None) -> str | None:
     """auto_fp8_blocker, and one more where checkpointing is the policy's to choose: the copies must not turn it on
-    (recomputing a third of the work costs more than fp8 gains). For train's and bench's default alike."""
+    (recomputing a third of the work costs more than fp8 gains)."""
+    config = base_model_of(model).config
     blocker = auto_fp8_blocker(device, precision, compiled, config.hidden_size)
     if blocker is not None or checkpointing_asked is not None:
         return blocker
@@ -146,16 +148,36 @@ def default_fp8_blocker(model: torch.nn.Module, config, device: torch.device, pr
     return None
 
 
-def eligible_layers(model: torch.nn.Module):
+def decide_fp8_base(model: torch.nn.Module, asked: bool | None, device: torch.device, precision: str, compiled: bool,
+                    tokens: int, budget_gib: float | None, state_gib: float, checkpointing_asked: bool | None = None,
+                    ruled_out: str | None = None) -> tuple[bool, str]:
+    """The fp8_base decision of train and bench alike, applied where it is on; -> (on, reason). asked: the key's
+    true / false, or None for the default (default_fp8_blocker decides); ruled_out: what in the run's set-up rules
+    fp8 out (a 4-bit base, sharding, a stage the default was not measured for)."""
+    if asked is False:
+        return False, "off: fp8_base: false was asked for"
+    if ruled_out is None and asked is None:
+        ruled_out = default_fp8_blocker(model, device, precision, compiled, tokens, budget_gib, state_gib,
+                                        checkpointing_asked)
+    if ruled_out is not None:
+        return False, f"off: {ruled_out}"
+    on, why = apply_fp8_base(model, device)
+    if asked is None and on:
+        why = f"on by default: {why}; fp8_base: false turns it off"
+    return on, why
+
+
+def lora_linear_bases(model: torch.nn.Module) -> list:
+    """(LoRA layer, its nn.Linear base) for each LoRA layer over a plain linear (not bitsandbytes' 4-bit subclass)."""
+    return [(module, module.base_layer) for module in model.modules()
+            if hasattr(module, "lora_A") and type(getattr(module, "base_layer", None)) is torch.nn.Linear]
+
+
+def eligible_layers(model: torch.nn.Module) -> list:
     """(LoRA layer, its frozen nn.Linear base) for each base the fp8 kernels take: sizes multiples of 16."""
-    for module in list(model.modules()):
-        base = getattr(module, "base_layer", None)
-        if not (hasattr(module, "lora_A") and type(base) is torch.nn.Linear):   # not a subclass: bitsandbytes' 4-bit
-            continue
-        w = base.weight
-        if w.requires_grad or not w.dtype.is_floating_point or w.shape[0] % 16 or w.shape[1] % 16:
-            continue
-        yield module, base
+    return [(module, base) for module, base in lora_linear_bases(model)
+            if not base.weight.requires_grad and base.weight.dtype.is_floating_point
+            and base.weight.shape[0] % 16 == 0 and base.weight.shape[1] % 16 == 0]
 
 
 def fp8_copies_gib(model: torch.nn.Module) -> float:
@@ -169,13 +191,10 @@ def use_fp8_base(model: torch.nn.Module) -> tuple[int, str]:
 
     Only layers whose sizes the fp8 kernels take (multiples of 16) and whose weight is frozen; the others stay as they
     are and are counted in the reason. (A GPU run's base is bf16; a CPU run's fp32 base works the same way.)"""
-    lora_layers = sum(1 for m in model.modules()
-                      if hasattr(m, "lora_A") and type(getattr(m, "base_layer", None)) is torch.nn.Linear)
-    changed = 0
-    for module, base in list(eligible_layers(model)):
+    eligible = eligible_layers(model)
+    changed, kept = len(eligible), len(lora_linear_bases(model)) - len(eligible)
+    for module, base in eligible:
         module.base_layer = Fp8FrozenLinear(base)
-        changed += 1
-    kept = lora_layers - changed
     why = f"the frozen base of {changed} LoRA layers multiplies in fp8 (e4m3, a scale per row), forward and input gradient"
     if kept:
         why += f"; {kept} layers kept as they were (trainable, or sizes not multiples of 16)"
@@ -198,7 +217,7 @@ def restore_base(model: torch.nn.Module) -> int:
 
 def apply_fp8_base(model: torch.nn.Module, device: torch.device) -> tuple[bool, str]:
     """fp8 for the frozen base where `device` multiplies fp8; -> (on: some layer changed, why). For train's fp8_base
-    and bench's --fp8-base alike; called before the layers are compiled, so that they trace the fp8 matmuls."""
+    and bench's --fp8-base alike; called before the first forward, when the compiled layers trace the fp8 matmuls."""
     supported, why = fp8_support(device)
     if not supported:
         return False, why
