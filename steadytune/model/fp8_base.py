@@ -14,9 +14,10 @@ Rounding: e4m3 keeps 3 mantissa bits, so each product's inputs carry up to 2^-4 
 row it does not overflow or flush whole rows. The adapters train in bf16/fp32 as before and are scored, saved and
 exported over the bf16 base (`restore_base` after training).
 
-When it is on by default (`auto_fp8_blocker`, applied by training/speed_plan.py): a CUDA GPU that multiplies fp8, a
-bf16 run whose decoder layers are compiled (eager, each matmul's quantisation is several kernels of its own), and
-a model large enough that the matmuls, not the quantisation around them, are the time: hidden >= AUTO_MIN_HIDDEN.
+When it is on by default (`decide_fp8_base`, for train and bench): a CUDA GPU that multiplies fp8, a bf16 run whose
+decoder layers are compiled (eager, each matmul's quantisation is several kernels of its own), a model large enough
+that the matmuls, not the quantisation around them, are the time (hidden >= AUTO_MIN_HIDDEN), and copies that do not
+turn gradient checkpointing on.
 
 Where: CUDA GPUs of compute capability 8.9 and up (Ada, Hopper, Blackwell); on a CPU `torch._scaled_mm` also runs
 (slowly: it is for tests). Not on ROCm yet: MI300's fp8 is e4m3fnuz, another format, not written here.
