@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from steadytune.config import load_config
-from steadytune.model.fp8_base import Fp8FrozenLinear, fp8_support, quantize_rows, use_fp8_base
+from steadytune.model.fp8_base import Fp8FrozenLinear, fp8_support, quantize_rows, set_fast_accumulation, use_fp8_base
 from steadytune.model.tiny import build_model, save_tiny_model
 from steadytune.train import run_training
 from steadytune.training.monitor import read_metrics
@@ -50,6 +50,17 @@ def test_forward_and_input_gradient_follow_the_bf16_layer_and_the_weight_gets_no
     assert linear.weight.grad is None and fp8.weight is linear.weight   # the layer peft and export see is unchanged
     # and a wrong layout would be far off: the transposed weight's matmul differs by order 1
     assert relative(out, ref) < 0.1 * relative(ref, torch.nn.functional.linear(x_ref, linear.weight.flip(0)))
+
+
+def test_fast_accumulation_is_the_default_and_exact_is_a_switch_away():
+    """Both modes pass through to torch._scaled_mm (on a CPU both sum in fp32: the same values)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Fp8FrozenLinear(torch.nn.Linear(64, 48).to(torch.bfloat16).requires_grad_(False)))
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    assert model[0].fast_accumulation and "fast_accumulation=True" in repr(model)
+    fast = model(x)
+    assert set_fast_accumulation(model, False) == 1 and not model[0].fast_accumulation
+    torch.testing.assert_close(model(x), fast, rtol=1e-2, atol=1e-2)
 
 
 def test_under_autocast_it_answers_in_the_autocast_dtype():

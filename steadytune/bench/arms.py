@@ -58,7 +58,7 @@ from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.policy import choose_packing_attention
 from steadytune.hardware.speed import plan_speed
 from steadytune.model.attention import attn_implementation_for
-from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, decide_fp8_base
+from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, decide_fp8_base, set_fast_accumulation
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.load import load_model_and_tokenizer
@@ -295,6 +295,8 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())  # as train weighs them (fp8 copies too)
     # fp8 after the plan (the default needs compiled layers) and before the first forward, when the layers compile
     settings["fp8_base"] = bench_fp8_base(args, model, device, precision, plan, tokens, weights_gib)
+    if getattr(args, "fp8_accumulation", "fast") == "exact" and set_fast_accumulation(model, False):
+        settings["fp8_base"]["reason"] += "; exact accumulation (--fp8-accumulation exact)"
     weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
                                                    _asked(args.gradient_checkpointing), compiled=plan.compile,

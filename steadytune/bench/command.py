@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--lora-scaling", default="first", choices=("first", "peft"),
                        help="first (default, as train does): LoRA's scaling on the rank-r tensor before lora_B; peft: "
                             "on lora_B's full-width output, peft's order (for measuring what the order saves)")
+    group.add_argument("--fp8-accumulation", default="fast", choices=("fast", "exact"),
+                       help="fast (default, as train does): fp8 matmuls accumulate in the tensor cores' fast mode; "
+                            "exact: with periodic fp32 promotion (for measuring what fast buys)")
     group.add_argument("--run-micro-batches", type=int, default=1000,
                        help="the policy decides as for a training run of this many micro-batches (compile pays "
                             "only on long runs)")
