@@ -16,6 +16,8 @@
 #   defaults15 / defaults7 / defaults_gemma  fp8_base's default (on from hidden 896): 1.5B against plain and liger,
 #          then each shape's default beside --fp8-base off, 60 steps each on the same data -> def_*.json
 #          (2026-12-02 the 0.5B and Gemma pairs ran as auto/on and off/on, under the earlier bar of hidden 1536)
+#   accum  fp8's fast accumulation: its error (benchmarks/fp8_accum_error.py), then 1.5B exact / default (fast) /
+#          default with --kernel-tuning on, 60 steps each                              -> accum_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -123,6 +125,18 @@ for STAGE in "${@:-bench}"; do
           --arm-timeout 105 --output "$OUT/lever_$NAME.json" | grep --line-buffered -v Warning
     done
     ;;
+  accum)
+    # Issue 30, 2026-12-02 (~6 min): how far fp8's fast accumulation lands from the exact product, then the 1.5B shape
+    # with exact accumulation (the default before), the default (fast), and the default with --kernel-tuning on,
+    # 60 timed steps each on the same data.
+    python3 benchmarks/fp8_accum_error.py
+    for LEVER in "--fp8-accumulation exact" "" "--kernel-tuning on"; do
+      NAME=$(echo "default $LEVER" | tr -s ' -' '_' | sed 's/_$//')
+      stamp "qwen2.5-1.5b steadytune $LEVER"
+      timeout 200 python3 -m steadytune bench --shape qwen2.5-1.5b --arms steadytune $LEVER --steps 60 --window 10 \
+          --arm-timeout 195 --output "$OUT/accum_$NAME.json" | grep --line-buffered -v Warning
+    done
+    ;;
   defaults15)
     # fp8_base on by default (issue 30): the 1.5B shape's default path against plain and the liger peer under the rule
     # above (~5 min), then the default and --fp8-base off over the same 60 steps (the loss after them compared).
@@ -187,7 +201,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"

@@ -238,6 +238,7 @@ class TrainArguments:
                                                 "(= gradient_checkpointing: false).")
     use_liger_kernel: Optional[bool] = _opt(None, "liger-kernel's fused RMSNorm/RoPE/SwiGLU (default: on where installed, on a GPU, when the layers are not compiled).")
     torch_compile: Optional[bool] = _opt(None, "Compile each decoder layer with torch.compile (default: on for CUDA runs of 400+ micro-batches with static shapes).")
+    kernel_tuning: Optional[bool] = _opt(None, "Tune the compiled layers' Triton kernels (Inductor's coordinate-descent tuning): 1.02x the tokens/s at the 1.5B shape on an H200 for about a minute more compiling, less on a rerun (default: on for compiled CUDA runs of 20,000+ micro-batches, where it pays).")
     cuda_graphs: Optional[bool] = _opt(None, "Replay each micro-batch's forward and backward from a CUDA graph (default: on for one CUDA process with varlen packing).")
     fp8_base: Optional[bool] = _opt(None, "Multiply the frozen base of a LoRA model in fp8 (e4m3, a scale per row; forward and input gradient). Default: on for sft/pt runs on CUDA GPUs of sm_89 and up (Ada, Hopper) under bf16 with compiled layers, for models of hidden size 896 and up (H200: 1.05x the tokens/s at the 0.5B shape, 1.13x at 1.5B, 1.33x at 7B), unless its copies (2 bytes a base weight) would turn gradient checkpointing on; off elsewhere, with the reason in decisions. The adapter is scored and saved over the bf16 base (model/fp8_base.py, docs/speed.md).")
 

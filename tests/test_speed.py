@@ -176,6 +176,24 @@ def test_train_with_compiled_layers_compiles_once_per_layer_type_and_keeps_the_l
     assert fast.losses == pytest.approx(plain.losses, rel=1e-4)
 
 
+def test_tuned_compiled_layers_give_the_eager_values():
+    """kernel_tuning compiles the layers with Inductor's coordinate-descent tuning as an option of that compilation
+    (on a CPU there are no Triton kernels to tune: the option is accepted and the values are the eager ones)."""
+    from steadytune.model.kernels import compile_layers, uncompile_layers
+    from steadytune.model.tiny import build_model
+
+    torch._dynamo.reset()
+    model = build_model("qwen2", seed=0)
+    ids = torch.randint(0, 500, (2, 13))
+    with torch.no_grad():
+        eager = model(input_ids=ids).logits
+        compiled, why = compile_layers(model, static_shapes=True, tune=True)
+        assert compiled and why.endswith("kernels tuned (coordinate descent)")
+        torch.testing.assert_close(model(input_ids=ids).logits, eager, rtol=1e-4, atol=1e-5)
+    uncompile_layers(model)
+    torch._dynamo.reset()
+
+
 # --- CUDA-graph bookkeeping, on CPU -----------------------------------------------------------------------------
 
 class RerunStep(GraphedStep):
@@ -297,6 +315,16 @@ def test_speed_policy_by_backend_and_run(monkeypatch):
     assert asked.compile and not asked.cuda_graphs and asked.reasons["cuda_graphs"] == "cuda_graphs: false"
     with pytest.raises(SpeedUnavailable, match="cuda_graphs: true, but cpu has no CUDA graphs"):
         plan_speed("cpu", "sdpa", 10, graphs_asked=True)
+    # tuning the compiled kernels: only where something is compiled, by default only on runs long enough to repay it
+    assert not long_cuda.kernel_tuning and "too few" in long_cuda.reasons["kernel_tuning"]
+    very_long = plan_speed("cuda", "varlen", micro_batches=speed.KERNEL_TUNING_MIN_MICRO_BATCHES)
+    assert very_long.compile and very_long.kernel_tuning and "pays" in very_long.reasons["kernel_tuning"]
+    assert not plan_speed("cuda", "varlen", 10 ** 6, tuning_asked=False).kernel_tuning
+    assert plan_speed("cuda", "varlen", 10, compile_asked=True, tuning_asked=True).kernel_tuning
+    assert "not timed" in plan_speed("rocm", "varlen", 10 ** 6, compile_asked=True).reasons["kernel_tuning"]
+    assert cpu.reasons["kernel_tuning"] == "off: nothing compiled to tune"
+    with pytest.raises(SpeedUnavailable, match="kernel_tuning: true, but the layers are not compiled"):
+        plan_speed("cpu", "sdpa", 10, tuning_asked=True)
     monkeypatch.setattr(speed, "triton_installed", lambda: False)
     assert "needs triton" in plan_speed("cuda", "varlen", 2000).reasons["torch_compile"]
     with pytest.raises(SpeedUnavailable, match="fault"):

@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--compile", nargs="?", const="on", default="auto", choices=("auto", "on", "off"),
                        help="torch.compile the decoder layers (bare --compile = on)")
     group.add_argument("--cuda-graphs", default="auto", choices=("auto", "on", "off"))
+    group.add_argument("--kernel-tuning", default="auto", choices=("auto", "on", "off"),
+                       help="Inductor's coordinate-descent tuning of the compiled layers' kernels (train's "
+                            "kernel_tuning); auto: on from 20,000 --run-micro-batches, where its minute pays")
     group.add_argument("--liger", default="auto", choices=("auto", "on", "off"),
                        help="liger-kernel's fused RMSNorm/RoPE/SwiGLU in the steadytune arm")
     group.add_argument("--gradient-checkpointing", default="auto", choices=("auto", "on", "off"))

@@ -18,6 +18,11 @@ from dataclasses import dataclass, field
 # against 0.41 s eager. The GPU-sized demo (Gemma 3 270M, 247 micro-batches) lost: ~70 s of compiling for 46 s
 # of training (dynamic shapes then).
 COMPILE_MIN_MICRO_BATCHES = 400
+# Inductor's coordinate-descent tuning of the compiled layers' Triton kernels (block sizes, warps): 1.02x the
+# tokens/s at the Qwen2.5-1.5B shape on an H200 (77,144 -> 78,631, ~4 ms a micro-batch), for 60-80 s more compiling
+# on a cold cache (Inductor keeps the tuned configs, so a rerun of the same shapes pays little). It repays the cold
+# cost after ~15,000-20,000 such micro-batches, so by default only runs that long get it.
+KERNEL_TUNING_MIN_MICRO_BATCHES = 20_000
 
 
 @dataclass
@@ -27,11 +32,13 @@ class SpeedPlan:
     compile: bool = False
     cuda_graphs: bool = False
     liger: bool = False
+    kernel_tuning: bool = False
     reasons: dict = field(default_factory=dict)
 
     def decide_into(self, cfg) -> None:
         for key, value in (("static_shapes", self.static_shapes), ("torch_compile", self.compile),
-                           ("cuda_graphs", self.cuda_graphs), ("use_liger_kernel", self.liger)):
+                           ("kernel_tuning", self.kernel_tuning), ("cuda_graphs", self.cuda_graphs),
+                           ("use_liger_kernel", self.liger)):
             cfg.decide(key, value, self.reasons[key])
 
 
@@ -54,7 +61,7 @@ MIN_STATIC_FILL = 0.75
 
 def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, world_size: int = 1,
                precision: str = "bf16", compile_asked: bool | None = None, graphs_asked: bool | None = None,
-               liger_asked: bool | None = None, blockers: dict | None = None,
+               liger_asked: bool | None = None, tuning_asked: bool | None = None, blockers: dict | None = None,
                static_ok: tuple[bool, str] = (True, ""), static_fill: float | None = None,
                gradient_hooks: bool | None = None) -> SpeedPlan:
     """The speed features of a run, decided in one place.
@@ -130,6 +137,27 @@ def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, 
         plan.compile = True
         r["torch_compile"] = (f"on: CUDA, static shapes, {micro_batches} micro-batches (from "
                               f"{COMPILE_MIN_MICRO_BATCHES} the compile time pays); torch_compile: false turns it off")
+
+    # --- tuning the compiled kernels: pays on long runs only ------------------------------------------------
+    if tuning_asked is False:
+        r["kernel_tuning"] = "kernel_tuning: false"
+    elif not plan.compile:
+        if tuning_asked:
+            raise SpeedUnavailable("kernel_tuning: true, but the layers are not compiled "
+                                   f"({r['torch_compile']}); set torch_compile: true too, or drop kernel_tuning")
+        r["kernel_tuning"] = "off: nothing compiled to tune"
+    elif tuning_asked:
+        plan.kernel_tuning = True
+        r["kernel_tuning"] = "kernel_tuning: true was asked for"
+    elif backend != "cuda":
+        r["kernel_tuning"] = f"off by default on {backend}: not timed there; kernel_tuning: true turns it on"
+    elif micro_batches < KERNEL_TUNING_MIN_MICRO_BATCHES:
+        r["kernel_tuning"] = (f"off by default: {micro_batches} micro-batches are too few to win back its minute of "
+                              f"tuning (on from {KERNEL_TUNING_MIN_MICRO_BATCHES:,}); kernel_tuning: true turns it on")
+    else:
+        plan.kernel_tuning = True
+        r["kernel_tuning"] = (f"on: {micro_batches} micro-batches (from {KERNEL_TUNING_MIN_MICRO_BATCHES:,} the minute "
+                              "of tuning pays); kernel_tuning: false turns it off")
 
     # --- static shapes: only where something reuses them (padding costs a little compute) -----------------
     if plan.compile or plan.cuda_graphs:

@@ -51,22 +51,27 @@ def apply_liger_kernels(model: torch.nn.Module) -> tuple[bool, str]:
 COMPILE_BACKEND = "inductor"
 
 
-def compile_layers(model: torch.nn.Module, static_shapes: bool = False) -> tuple[bool, str]:
+def compile_layers(model: torch.nn.Module, static_shapes: bool = False, tune: bool = False) -> tuple[bool, str]:
     """Compile each decoder layer on its own ("regional" compilation): one compiled graph reused by every layer
     of a type (Gemma 3's sliding and full layers are two), so compile time does not grow with depth.
 
     static_shapes: every micro-batch has one shape (packing.StaticShape), so the layers are compiled for exactly
     that shape, once. Without it, packed rows change length every step: shapes are marked dynamic from the start
-    (the first new length would otherwise recompile), and some values the layers see still recompile."""
+    (the first new length would otherwise recompile), and some values the layers see still recompile.
+
+    tune: Inductor's coordinate-descent tuning of these layers' Triton kernels (the plan's kernel_tuning), as an
+    option of this compilation only, not of every later torch.compile in the process."""
     layers = decoder_layers(model)
     if layers is None:
         return False, "torch.compile: no decoder layers found"
+    options = {"coordinate_descent_tuning": True} if tune else None
     for layer in layers:
-        layer.compile(dynamic=not static_shapes, backend=COMPILE_BACKEND)
+        layer.compile(dynamic=not static_shapes, backend=COMPILE_BACKEND, options=options)
     mark_fused_cross_entropy(model, True)
     kinds = len({getattr(layer, "attention_type", None) for layer in layers})
     shapes = "one static shape: compiled once" + (f" per layer type ({kinds})" if kinds > 1 else "")
-    return True, f"torch.compile: {len(layers)} decoder layers, " + (shapes if static_shapes else "dynamic shapes")
+    return True, (f"torch.compile: {len(layers)} decoder layers, " + (shapes if static_shapes else "dynamic shapes")
+                  + (", kernels tuned (coordinate descent)" if tune else ""))
 
 
 def uncompile_layers(model: torch.nn.Module) -> None:

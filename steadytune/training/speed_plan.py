@@ -69,6 +69,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         hooks = world_size > 1 and not (shard_plan is not None and shard_plan.flat_gradients)
         plan = plan_speed(info.backend, attention, micro_batches, world_size, precision, gradient_hooks=hooks,
                           compile_asked=compile_asked, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
+                          tuning_asked=t.kernel_tuning,
                           blockers=graph_blockers(cfg, fsdp), static_ok=static_ok,
                           static_fill=shape.fill if shape else None)
     except SpeedUnavailable as e:
@@ -84,7 +85,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
             raise UserError(f"use_liger_kernel: true, but {why}; set use_liger_kernel: false")
         plan.liger, plan.reasons["use_liger_kernel"] = applied, why if applied else f"off: {why}"
     if plan.compile:
-        compiled, why = compile_layers(model, static_shapes=plan.static_shapes)
+        compiled, why = compile_layers(model, static_shapes=plan.static_shapes, tune=plan.kernel_tuning)
         if not compiled:
             raise UserError(f"torch_compile: true, but {why}; set torch_compile: false")
         plan.reasons["torch_compile"] += f" ({why})"
