@@ -427,3 +427,29 @@ def test_cli_end_to_end_over_every_fixture():
     assert out["mode"] == "offline" and out["exit_code"] == 0
     assert {g["vendor"] for g in out["gpus"]} == {"amd", "nvidia"}
     assert not any(f["what"].startswith("could not read") for f in out["findings"])
+
+
+def test_doctor_config_says_whether_train_would_multiply_the_base_in_fp8(tmp_path):
+    """doctor --config answers fp8_base with train's own rule, from the GPU's architecture and the model's shape."""
+    from steadytune.config import RunConfig
+    from steadytune.doctor.plan import fp8_findings
+    from steadytune.hardware.backend import GPU, HardwareInfo
+    from steadytune.model.tiny import save_tiny_model
+
+    def answer(arch: str, model: str, backend: str = "cuda", **train) -> str:
+        info = HardwareInfo(backend=backend, torch_version=torch.__version__, gpus=[GPU(0, "GPU", arch, 139.8)])
+        cfg = RunConfig()
+        cfg.model.model_name_or_path = model
+        for key, value in train.items():
+            setattr(cfg.train, key, value)
+        (finding,) = fp8_findings(info, cfg, "plan")
+        return f"{finding.what} | {finding.why}"
+
+    hopper = answer("sm_90", "Qwen/Qwen2.5-1.5B-Instruct")
+    assert "on by default for Qwen/Qwen2.5-1.5B-Instruct" in hopper and "kernel_tuning joins it" in hopper
+    tiny = str(save_tiny_model(tmp_path / "tiny", "qwen2"))   # hidden size below the bar
+    assert "stays off" in answer("sm_90", tiny) and "< 896" in answer("sm_90", tiny)
+    assert "sm_86 has no fp8 tensor cores" in answer("sm_86", "Qwen/Qwen2.5-7B")
+    assert "ROCm" in answer("gfx942", "Qwen/Qwen2.5-7B", backend="rocm")
+    assert answer("sm_90", "Qwen/Qwen2.5-7B", fp8_base=False).startswith("fp8_base: false is asked for")
+    assert "precision fp16" in answer("sm_90", "Qwen/Qwen2.5-7B", fp16=True, bf16=False)

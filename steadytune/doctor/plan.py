@@ -24,6 +24,7 @@ from steadytune.hardware.quantization import (
     quantized_memory,
 )
 from steadytune.hardware.policy import choose_attention, choose_packing_attention, choose_precision
+from steadytune.hardware.speed import COMPILE_MIN_MICRO_BATCHES, KERNEL_TUNING_MIN_MICRO_BATCHES
 
 if TYPE_CHECKING:
     from steadytune.config import RunConfig
@@ -166,6 +167,37 @@ def quantization_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, of
     return findings
 
 
+def fp8_findings(info: "HardwareInfo", cfg: "RunConfig", check: str) -> list[Finding]:
+    """fp8_base for this config on this machine: train's default rule (model/fp8_base) read from the GPU's
+    architecture and the model's shape, for a run whose layers compile (decided at start from its length), and
+    when kernel_tuning would join it."""
+    # lazy: model.fp8_base loads torch; doctor runs where torch does not import
+    from steadytune.model.fp8_base import AUTO_MIN_HIDDEN, config_blocker, default_blocker_on, fp8_arch_support
+    gpu = info.primary
+    if cfg.train.fp8_base is not None:
+        return [Finding.info(check, f"fp8_base: {str(cfg.train.fp8_base).lower()} is asked for")]
+    if gpu is None:
+        return []
+    precision, _ = choose_precision(info, cfg.train.bf16, cfg.train.fp16)
+    model = model_config_for(cfg)
+    hidden = model[0].hidden_size if model is not None else None
+    device_type = "cuda" if info.backend in ("cuda", "rocm") else info.backend
+    blocker = config_blocker(cfg) or default_blocker_on(device_type, fp8_arch_support(info.backend, gpu.arch),
+                                                        precision, True, hidden or AUTO_MIN_HIDDEN)
+    if blocker is not None:
+        return [Finding.info(check, "fp8_base stays off by default here", blocker)]
+    if hidden is None:
+        return [Finding.info(check, f"fp8_base: this GPU ({gpu.arch}) multiplies fp8; train uses it by default for "
+                                    f"models of hidden size {AUTO_MIN_HIDDEN} and up",
+                             "the model's config is not here to read; train decides at start and prints why")]
+    tuning = (f"; kernel_tuning joins it for runs of {KERNEL_TUNING_MIN_MICRO_BATCHES:,}+ micro-batches"
+              if info.backend == "cuda" else "")
+    return [Finding.info(check, f"fp8_base: on by default for {model[1]} here once its layers compile (CUDA runs of "
+                                f"{COMPILE_MIN_MICRO_BATCHES}+ micro-batches with static shapes){tuning}",
+                         "the frozen base's matmuls in fp8, unless its copies (2 bytes a base weight) would turn "
+                         "gradient checkpointing on; fp8_base: false keeps the bf16 base")]
+
+
 def describe_bits(model_args) -> str:
     if model_args.quantization_bit == 8:
         return "8-bit base"
@@ -182,6 +214,7 @@ def train_plan_findings(info: "HardwareInfo", check: str, cfg: Optional["RunConf
         findings += checkpointing_findings(info, cfg, check)
         if cfg is not None:
             findings += quantization_findings(info, cfg, check, offline)
+            findings += fp8_findings(info, cfg, check)
     except ImportError as e:   # torch or transformers missing here: the saved machine's plan is still partly known
         findings.append(Finding.info(check, f"packing and gradient checkpointing not evaluated here ({e})"))
     return findings

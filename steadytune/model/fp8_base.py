@@ -30,6 +30,8 @@ Where: CUDA GPUs of compute capability 8.9 and up (Ada, Hopper, Blackwell); on a
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from steadytune.hardware.memory import choose_gradient_checkpointing
@@ -112,21 +114,40 @@ def fp8_support(device: torch.device) -> tuple[bool, str]:
         return False, f"torch {torch.__version__} has no fp8 matmul (torch._scaled_mm)"
     if device.type == "cuda":
         if getattr(torch.version, "hip", None):
-            return False, "ROCm: MI300's fp8 (e4m3fnuz) is not written here yet"
+            return fp8_arch_support("rocm", None)
         major, minor = torch.cuda.get_device_capability(device)
-        if (major, minor) < (8, 9):
-            return False, f"sm_{major}{minor} has no fp8 tensor cores (Ada sm_89, Hopper sm_90 and later do)"
-        return True, f"sm_{major}{minor} multiplies fp8 at twice the bf16 rate"
+        return fp8_arch_support("cuda", f"sm_{major}{minor}")
     if device.type == "cpu":
         return True, "CPU: torch._scaled_mm runs, slower than bf16 (for tests)"
     return False, f"{device.type}: no fp8 matmul here"
 
 
+def fp8_arch_support(backend: str, arch: str | None) -> tuple[bool, str]:
+    """(whether a GPU of this backend and architecture, "sm_90" on CUDA, runs the fp8 base, why): for the device in
+    hand and for doctor's reading of a machine alike."""
+    if backend == "rocm":
+        return False, "ROCm: MI300's fp8 (e4m3fnuz) is not written here yet"
+    capability = re.fullmatch(r"sm_(\d+)(\d)", arch or "")
+    if backend != "cuda" or capability is None:
+        return False, f"{backend} {arch}: no fp8 tensor cores known for it" if arch else f"{backend}: GPU architecture unknown"
+    major, minor = int(capability.group(1)), int(capability.group(2))
+    if (major, minor) < (8, 9):
+        return False, f"sm_{major}{minor} has no fp8 tensor cores (Ada sm_89, Hopper sm_90 and later do)"
+    return True, f"sm_{major}{minor} multiplies fp8 at twice the bf16 rate"
+
+
 def auto_fp8_blocker(device: torch.device, precision: str, compiled: bool, hidden_size: int) -> str | None:
     """Why fp8_base stays off by default on this run, or None where it goes on (fp8_base: true/false decide alone)."""
-    supported, why = fp8_support(device)
-    if device.type != "cuda":
-        return f"{device.type}: fp8 is faster only on a GPU's fp8 tensor cores (fp8_base: true still runs it here)"
+    return default_blocker_on(device.type, fp8_support(device), precision, compiled, hidden_size)
+
+
+def default_blocker_on(device_type: str, support: tuple[bool, str], precision: str, compiled: bool,
+                       hidden_size: int) -> str | None:
+    """auto_fp8_blocker from what is known of the device: its torch type ("cuda" on ROCm too) and fp8_support's
+    answer (doctor passes fp8_arch_support's for a machine it reads)."""
+    supported, why = support
+    if device_type != "cuda":
+        return f"{device_type}: fp8 is faster only on a GPU's fp8 tensor cores (fp8_base: true still runs it here)"
     if not supported:
         return why
     if precision != "bf16":
@@ -137,6 +158,20 @@ def auto_fp8_blocker(device: torch.device, precision: str, compiled: bool, hidde
     if hidden_size < AUTO_MIN_HIDDEN:
         return (f"hidden {hidden_size} < {AUTO_MIN_HIDDEN}: matmuls this small gain less than their inputs' "
                 f"quantisation costs (measured faster from the 0.5B shape, hidden 896, up)")
+    return None
+
+
+def config_blocker(cfg, shard_kind: str | None = None) -> str | None:
+    """What in a run's config rules the fp8 base out (for the default, also a stage it was not measured for);
+    shard_kind: the run's sharding (deepspeed, fsdp), if any. cfg: a RunConfig."""
+    if cfg.method.finetuning_type != "lora":
+        return f"finetuning_type {cfg.method.finetuning_type}: only a frozen LoRA base is multiplied in fp8"
+    if shard_kind in ("deepspeed", "fsdp"):
+        return f"{shard_kind} shards the base weights; the fp8 copies would be whole on every rank"
+    if cfg.model.quantization_bit is not None:
+        return FP8_OVER_QUANTIZED.format(bits=cfg.model.quantization_bit)
+    if cfg.train.fp8_base is None and cfg.method.stage not in ("sft", "pt"):
+        return f"stage {cfg.method.stage}: measured for sft and pt only (fp8_base: true asks for it)"
     return None
 
 

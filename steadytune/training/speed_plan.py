@@ -15,7 +15,7 @@ from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.quantization import quantized_memory, speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
-from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, decide_fp8_base
+from steadytune.model.fp8_base import config_blocker, decide_fp8_base
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
 from steadytune.training.batches import TrainBatches
 
@@ -118,26 +118,13 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     return plan
 
 
-def fp8_run_blocker(cfg: RunConfig, shard_plan) -> str | None:
-    """What in the run's set-up rules the fp8 base out (for the default, also a stage it was not measured for)."""
-    if cfg.method.finetuning_type != "lora":
-        return f"finetuning_type {cfg.method.finetuning_type}: only a frozen LoRA base is multiplied in fp8"
-    if shard_plan is not None and shard_plan.kind in ("deepspeed", "fsdp"):
-        return f"{shard_plan.kind} shards the base weights; the fp8 copies would be whole on every rank"
-    if cfg.model.quantization_bit is not None:
-        return FP8_OVER_QUANTIZED.format(bits=cfg.model.quantization_bit)
-    if cfg.train.fp8_base is None and cfg.method.stage not in ("sft", "pt"):
-        return f"stage {cfg.method.stage}: measured for sft and pt only (fp8_base: true asks for it)"
-    return None
-
-
 def plan_fp8_base(cfg: RunConfig, model, plan: SpeedPlan, precision: str, shard_plan, tokens: int,
                   budget: float | None, state_gib: float) -> float:
     """fp8_base as asked, or by default (model/fp8_base.decide_fp8_base); records the decision; -> GiB of copies."""
     before = held_gib(model.buffers())
     on, why = decide_fp8_base(model, cfg.train.fp8_base, next(model.parameters()).device, precision, plan.compile,
                               tokens, budget, state_gib, cfg.train.gradient_checkpointing,
-                              ruled_out=fp8_run_blocker(cfg, shard_plan))
+                              ruled_out=config_blocker(cfg, shard_plan.kind if shard_plan is not None else None))
     cfg.decide("fp8_base", on, why)
     return held_gib(model.buffers()) - before
 
