@@ -129,7 +129,8 @@ def fp8_arch_support(backend: str, arch: str | None) -> tuple[bool, str]:
         return False, "ROCm: MI300's fp8 (e4m3fnuz) is not written here yet"
     capability = re.fullmatch(r"sm_(\d+)(\d)", arch or "")
     if backend != "cuda" or capability is None:
-        return False, f"{backend} {arch}: no fp8 tensor cores known for it" if arch else f"{backend}: GPU architecture unknown"
+        where = f"{backend} {arch}" if arch else f"{backend}, architecture unknown"
+        return False, f"{where}: no fp8 tensor cores known for it"
     major, minor = int(capability.group(1)), int(capability.group(2))
     if (major, minor) < (8, 9):
         return False, f"sm_{major}{minor} has no fp8 tensor cores (Ada sm_89, Hopper sm_90 and later do)"
