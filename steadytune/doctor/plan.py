@@ -195,7 +195,8 @@ def fp8_findings(info: "HardwareInfo", cfg: "RunConfig", check: str) -> list[Fin
     return [Finding.info(check, f"fp8_base: on by default for {model[1]} here once its layers compile (CUDA runs of "
                                 f"{COMPILE_MIN_MICRO_BATCHES}+ micro-batches with static shapes){tuning}",
                          "the frozen base's matmuls in fp8, unless its copies (2 bytes a base weight) would turn "
-                         "gradient checkpointing on; fp8_base: false keeps the bf16 base")]
+                         "gradient checkpointing on, or DeepSpeed / FSDP shard the base (train reads the sharding at "
+                         "start); fp8_base: false keeps the bf16 base")]
 
 
 def describe_bits(model_args) -> str:
