@@ -30,10 +30,11 @@
 #                                                     cp -r .whl/unsloth_deps /root/keep/ &&
 #                                                     bash benchmarks/gpu_speed_session.sh peers
 #          then, while the machine stays warm, the other shapes with only the liger and gguf wheels carried.
+#          `bash benchmarks/peer_wheels.sh` downloads all of .whl/ from PyPI (its header lists each folder).
 #          .whl/lf: llamafactory 0.9.5 and the versions it pins (transformers 5.6.0, peft 0.18.1, accelerate 1.11.0,
 #          datasets 4.0.0, trl 0.24.0, tokenizers 0.22.2, huggingface_hub 1.33.0, torchaudio 2.11.0 for the
 #          machine's torch 2.11) and what it imports that the machine lacks; .whl/unsloth: unsloth and unsloth_zoo
-#          2026.10.9; .whl/unsloth_deps: what they import that the machine lacks (trl 1.15.0, datasets 4.3.0, torchao,
+#          2026.10.9; .whl/unsloth_deps: what they import that the machine lacks (trl 1.15.0, datasets 4.8.5, torchao,
 #          cut_cross_entropy, torchvision 0.26.0, diffusers, pydantic, ...; no xformers: its newest wheel, 0.0.35, is
 #          built for torch 2.10 and Unsloth declined it on the machine's 2.11, 2026-12-02); .whl/bnb: bitsandbytes
 #          0.50.2 (.whl/bnb130: the same wheel with only its CUDA 13 and CPU libraries, 13 MB instead of 42). All for
@@ -168,6 +169,14 @@ for STAGE in "${@:-bench}"; do
       printf '#!/bin/sh\nPYTHONPATH=%s:$PYTHONPATH exec python3 "$@"\n' "$2" > "$2.python"; chmod +x "$2.python"
     }
     keep() { ls -d /root/keep/$1 .whl/$1 2>/dev/null | head -1; }
+    # A machine handed back between the staging calls and this one starts bare: stop before the arms run, rather
+    # than spend the call on a table without the peers (2026-12-02: one call lost that way).
+    for PEER in lf bnb unsloth unsloth_deps; do
+      ls "$(keep $PEER)"/*.whl >/dev/null 2>&1 || {
+        echo "peers: no $PEER wheels in /root/keep or .whl: this machine has not had them staged (it was probably" \
+             "started afresh since the staging calls). Stage them again (the header of this script), then rerun."
+        exit 3; }
+    done
     peer_env "$(keep lf)" /tmp/lfsite
     for SITE in /tmp/lfsite /tmp/site; do   # bitsandbytes for --quantization-bit 4 (peers7q): LF's and bench's own
       python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE $(ls $(keep bnb)/*.whl) \
