@@ -194,6 +194,83 @@ def test_tuned_compiled_layers_give_the_eager_values():
     torch._dynamo.reset()
 
 
+def test_train_records_recompute_pointwise_with_compiled_layers(tmp_path, compiled_graphs):
+    from test_train_packing import decisions, overrides, train
+
+    from steadytune.model.tiny import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "qwen2", "qwen2")
+    args = dict(max_tokens_per_batch=480, cutoff_len=512, max_steps=2, packing="true", torch_compile="true")
+    lean = train(overrides(model, tmp_path / "lean", recompute_pointwise="true", **args))
+    chosen = decisions(tmp_path / "lean")
+    assert chosen["recompute_pointwise"]["value"] is True
+    assert "recomputed in backward" in chosen["torch_compile"]["reason"]
+    assert compiled_graphs  # the layers went through the wrapped backend
+    plain = train(overrides(model, tmp_path / "plain", **args))
+    assert decisions(tmp_path / "plain")["recompute_pointwise"]["value"] is False
+    assert lean.losses == pytest.approx(plain.losses, rel=1e-5)
+
+
+def _kept_for_backward(model, ids) -> tuple[torch.Tensor, int]:
+    """-> (the loss, bytes the forward keeps for backward beyond the weights), counted as autograd saves them."""
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict = {}
+
+    def pack(tensor):
+        where = tensor.untyped_storage().data_ptr()
+        if where not in weights:
+            kept[where] = max(kept.get(where, 0), tensor.untyped_storage().nbytes())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = model(input_ids=ids, labels=ids).loss
+    return loss, sum(kept.values())
+
+
+def test_recompute_pointwise_keeps_less_for_backward_and_gives_the_same_gradients():
+    """recompute_pointwise lets the compiled layers' partition recompute elementwise results in backward instead of
+    keeping them (the real Inductor on the CPU): fewer bytes kept, the same loss and gradients as without it."""
+    from steadytune.model.kernels import compile_layers, uncompile_layers
+    from steadytune.model.tiny import build_model
+
+    ids = torch.randint(0, 500, (1, 64), generator=torch.Generator().manual_seed(0))
+    results = {}
+    for lean in (False, True):
+        torch._dynamo.reset()
+        model = build_model("qwen2", seed=0)
+        compiled, why = compile_layers(model, static_shapes=True, recompute_pointwise=lean)
+        assert compiled and ("recomputed in backward" in why) == lean
+        model(input_ids=ids, labels=ids).loss.backward()  # compiles (the partition is decided here)
+        model.zero_grad()
+        loss, kept = _kept_for_backward(model, ids)
+        loss.backward()
+        results[lean] = (loss.item(), kept, [p.grad.clone() for p in model.parameters() if p.grad is not None])
+        uncompile_layers(model)
+    torch._dynamo.reset()
+    (loss, kept, grads), (lean_loss, lean_kept, lean_grads) = results[False], results[True]
+    assert lean_kept < 0.9 * kept, (lean_kept, kept)
+    assert lean_loss == pytest.approx(loss, rel=1e-6)
+    for got, want in zip(lean_grads, grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_recompute_pointwise_lowers_the_activation_estimate_that_turns_checkpointing_on():
+    from types import SimpleNamespace
+
+    from steadytune.hardware.memory import activation_gib, choose_gradient_checkpointing
+
+    config = SimpleNamespace(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                             num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
+    full, lean = activation_gib(config, 16384, compiled=True), activation_gib(config, 16384, True, True)
+    assert 0.5 * full < lean < 0.6 * full
+    assert activation_gib(config, 16384, compiled=False, recompute_pointwise=True) > full  # eager: nothing changes
+    # a budget between the two estimates: checkpointing on without it, off with it
+    budget = (5 + (full + lean) / 2) / 0.85
+    assert choose_gradient_checkpointing(config, 16384, budget, compiled=True, state_gib=5)[0]
+    assert not choose_gradient_checkpointing(config, 16384, budget, compiled=True, state_gib=5,
+                                             recompute_pointwise=True)[0]
+
+
 # --- CUDA-graph bookkeeping, on CPU -----------------------------------------------------------------------------
 
 class RerunStep(GraphedStep):
@@ -325,6 +402,15 @@ def test_speed_policy_by_backend_and_run(monkeypatch):
     assert cpu.reasons["kernel_tuning"] == "off: nothing compiled to tune"
     with pytest.raises(SpeedUnavailable, match="kernel_tuning: true, but the layers are not compiled"):
         plan_speed("cpu", "sdpa", 10, tuning_asked=True)
+    # keeping less for backward: asked for only (not yet timed on a GPU), and only where layers are compiled
+    assert not long_cuda.recompute_pointwise and "not yet timed" in long_cuda.reasons["recompute_pointwise"]
+    lean = plan_speed("cuda", "varlen", 10, compile_asked=True, recompute_asked=True)
+    assert lean.recompute_pointwise and "about half" in lean.reasons["recompute_pointwise"]
+    assert plan_speed("cuda", "varlen", 10, recompute_asked=False).reasons["recompute_pointwise"] == (
+        "recompute_pointwise: false")
+    assert cpu.reasons["recompute_pointwise"] == "off: nothing compiled"
+    with pytest.raises(SpeedUnavailable, match="recompute_pointwise: true, but the layers are not compiled"):
+        plan_speed("cpu", "sdpa", 10, recompute_asked=True)
     monkeypatch.setattr(speed, "triton_installed", lambda: False)
     assert "needs triton" in plan_speed("cuda", "varlen", 2000).reasons["torch_compile"]
     with pytest.raises(SpeedUnavailable, match="fault"):

@@ -278,6 +278,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                       compile_asked=_asked(args.compile) if allow_compile else False,
                       graphs_asked=_asked(args.cuda_graphs), liger_asked=_asked(args.liger), static_ok=static_ok,
                       tuning_asked=_asked(getattr(args, "kernel_tuning", "auto")) if allow_compile else False,
+                      recompute_asked=_asked(getattr(args, "recompute_pointwise", "auto")) if allow_compile else False,
                       static_fill=shape.fill if shape else None)
     if plan.static_shapes:
         plan.reasons["static_shapes"] += f" ({shape.describe()})"
@@ -287,10 +288,12 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         plan.liger, why = apply_liger_kernels(model)
         plan.reasons["use_liger_kernel"] = why
     if plan.compile:
-        _, why = compile_layers(model, static_shapes=plan.static_shapes, tune=plan.kernel_tuning)
+        _, why = compile_layers(model, static_shapes=plan.static_shapes, tune=plan.kernel_tuning,
+                                recompute_pointwise=plan.recompute_pointwise)
         plan.reasons["torch_compile"] += f" ({why})"
     for key, value in (("static_shapes", plan.static_shapes), ("torch_compile", plan.compile),
-                       ("kernel_tuning", plan.kernel_tuning), ("cuda_graphs", plan.cuda_graphs),
+                       ("kernel_tuning", plan.kernel_tuning), ("recompute_pointwise", plan.recompute_pointwise),
+                       ("cuda_graphs", plan.cuda_graphs),
                        ("use_liger_kernel", plan.liger)):
         settings[key] = {"value": value, "reason": plan.reasons[key]}
     tokens = shape.tokens if shape is not None else max(sum(lengths[i] for i in g) for g in groups)
@@ -302,7 +305,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
                                                    _asked(args.gradient_checkpointing), compiled=plan.compile,
-                                                   state_gib=weights_gib)
+                                                   state_gib=weights_gib, recompute_pointwise=plan.recompute_pointwise)
     if use_gc:
         enable_checkpointing(model, plan.cuda_graphs)
     settings["gradient_checkpointing"] = {"value": use_gc, "reason": gc_why}
@@ -454,7 +457,7 @@ def run_max_len(args, device: torch.device) -> dict:
     # Eager layers without liger: the default long run compiles its layers instead (and then skips liger), and
     # compiled layers keep less for backward, so what fits here fits there.
     probe_args = argparse.Namespace(**{**vars(args), "compile": "off", "cuda_graphs": "off", "kernel_tuning": "off",
-                                       "liger": "off", "cutoff_len": args.probe_max})
+                                       "recompute_pointwise": "off", "liger": "off", "cutoff_len": args.probe_max})
     dummy = [{"input_ids": [1, 2], "labels": [1, 2]}]
     model, _, plan, settings = steadytune_setup(probe_args, device, [[0]], dummy)
     attention = settings["packing_attention"]["value"]

@@ -18,6 +18,10 @@ def activation_bytes_per_token(config) -> int:
 # weights): Qwen2.5-0.5B shape 0.74, Qwen2.5-1.5B 0.72 eager; compiled layers 0.56 (1.5B: Inductor recomputes
 # cheap elementwise results instead of keeping them). Rounded up for a margin.
 ACTIVATION_SHARE = {False: 0.8, True: 0.65}
+# With recompute_pointwise the compiled layers keep this share of what they keep without it: 50,092 of 98,732 bf16
+# values a token at the Qwen2.5-7B widths (benchmarks/saved_activations.py, counted on a CPU; not yet checked
+# against a GPU's peak memory). Rounded up for a margin.
+RECOMPUTE_POINTWISE_SHARE = 0.55
 # Share of the memory budget that weights, optimizer state and activations may fill before checkpointing is
 # turned on (the rest: allocator fragmentation, the loss's chunk of logits, CUDA context).
 MEMORY_SHARE = 0.85
@@ -48,8 +52,9 @@ def held_gib(tensors) -> float:
     return sum(t.numel() * t.element_size() for t in tensors) / 2**30
 
 
-def activation_gib(config, tokens: int, compiled: bool = False) -> float:
-    return ACTIVATION_SHARE[compiled] * activation_bytes_per_token(config) * tokens / 2**30
+def activation_gib(config, tokens: int, compiled: bool = False, recompute_pointwise: bool = False) -> float:
+    share = ACTIVATION_SHARE[compiled] * (RECOMPUTE_POINTWISE_SHARE if compiled and recompute_pointwise else 1.0)
+    return share * activation_bytes_per_token(config) * tokens / 2**30
 
 
 def max_tokens_without_checkpointing(config, memory_budget_gib: float, compiled: bool = False,
@@ -63,7 +68,7 @@ def max_tokens_without_checkpointing(config, memory_budget_gib: float, compiled:
 
 def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_budget_gib: float | None,
                                   requested: bool | None = None, compiled: bool = False,
-                                  state_gib: float | None = None) -> tuple[bool, str]:
+                                  state_gib: float | None = None, recompute_pointwise: bool = False) -> tuple[bool, str]:
     """-> (checkpoint activations?, reason).
 
     On when the weights and a micro-batch's activations would not fit in MEMORY_SHARE of the budget
@@ -71,7 +76,7 @@ def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_bu
     layers are compiled, where recomputing costs little and saves most of the memory. Off otherwise."""
     if requested is not None:
         return requested, f"gradient_checkpointing: {str(requested).lower()} was asked for"
-    need = activation_gib(config, tokens_per_micro_batch, compiled)
+    need = activation_gib(config, tokens_per_micro_batch, compiled, recompute_pointwise)
     if memory_budget_gib is None:
         return False, f"off: no memory budget known (activations ~{need:.1f} GiB)"
     state = state_gib_of(config) if state_gib is None else state_gib

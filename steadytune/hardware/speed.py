@@ -33,11 +33,13 @@ class SpeedPlan:
     cuda_graphs: bool = False
     liger: bool = False
     kernel_tuning: bool = False
+    recompute_pointwise: bool = False
     reasons: dict = field(default_factory=dict)
 
     def decide_into(self, cfg) -> None:
         for key, value in (("static_shapes", self.static_shapes), ("torch_compile", self.compile),
-                           ("kernel_tuning", self.kernel_tuning), ("cuda_graphs", self.cuda_graphs),
+                           ("kernel_tuning", self.kernel_tuning),
+                           ("recompute_pointwise", self.recompute_pointwise), ("cuda_graphs", self.cuda_graphs),
                            ("use_liger_kernel", self.liger)):
             cfg.decide(key, value, self.reasons[key])
 
@@ -61,7 +63,8 @@ MIN_STATIC_FILL = 0.75
 
 def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, world_size: int = 1,
                precision: str = "bf16", compile_asked: bool | None = None, graphs_asked: bool | None = None,
-               liger_asked: bool | None = None, tuning_asked: bool | None = None, blockers: dict | None = None,
+               liger_asked: bool | None = None, tuning_asked: bool | None = None,
+               recompute_asked: bool | None = None, blockers: dict | None = None,
                static_ok: tuple[bool, str] = (True, ""), static_fill: float | None = None,
                gradient_hooks: bool | None = None) -> SpeedPlan:
     """The speed features of a run, decided in one place.
@@ -158,6 +161,22 @@ def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, 
         plan.kernel_tuning = True
         r["kernel_tuning"] = (f"on: {micro_batches} micro-batches (from {KERNEL_TUNING_MIN_MICRO_BATCHES:,} the minute "
                               "of tuning pays); kernel_tuning: false turns it off")
+
+    # --- what the compiled layers keep for backward: asked for only, until timed on a GPU -------------------
+    if recompute_asked is False:
+        r["recompute_pointwise"] = "recompute_pointwise: false"
+    elif not plan.compile:
+        if recompute_asked:
+            raise SpeedUnavailable("recompute_pointwise: true, but the layers are not compiled "
+                                   f"({r['torch_compile']}); set torch_compile: true too, or drop recompute_pointwise")
+        r["recompute_pointwise"] = "off: nothing compiled"
+    elif recompute_asked:
+        plan.recompute_pointwise = True
+        r["recompute_pointwise"] = ("recompute_pointwise: true was asked for: the compiled layers keep about half "
+                                    "their activations and recompute the rest (elementwise ops only) in backward")
+    else:
+        r["recompute_pointwise"] = ("off by default: not yet timed on a GPU; recompute_pointwise: true halves the "
+                                    "compiled layers' activation memory, recomputing elementwise ops only")
 
     # --- static shapes: only where something reuses them (padding costs a little compute) -----------------
     if plan.compile or plan.cuda_graphs:

@@ -51,7 +51,39 @@ def apply_liger_kernels(model: torch.nn.Module) -> tuple[bool, str]:
 COMPILE_BACKEND = "inductor"
 
 
-def compile_layers(model: torch.nn.Module, static_shapes: bool = False, tune: bool = False) -> tuple[bool, str]:
+# recompute_pointwise: the one partitioner setting it changes, for the compiled layers only. AOTAutograd's min-cut
+# partitioner decides what a compiled layer keeps for its backward. By default it never recomputes a result that the
+# backward must write to memory anyway (an operand of a backward matmul: SwiGLU's product, which down_proj's LoRA A
+# gradient reads; the normed input of the projections), so it keeps them all. With this off it may recompute them
+# from what it keeps. Its allowlist still holds: only elementwise ops and views are recomputed, never a matmul or
+# attention. At the Qwen2.5-7B widths a compiled layer then keeps 50,092 bf16 values a token for its backward
+# instead of 98,732 (benchmarks/saved_activations.py, on a CPU).
+RECOMPUTE_POINTWISE_PARTITION = {"ban_recompute_materialized_backward": False}
+
+
+def _layer_backend(options: dict | None, recompute_pointwise: bool):
+    """-> (backend, options) for Dynamo: COMPILE_BACKEND as it is, or wrapped so that the partition of these
+    layers' forward and backward runs under RECOMPUTE_POINTWISE_PARTITION (the partition happens inside the
+    backend's call, when a layer first runs; a global setting would reach every other compile in the process)."""
+    if not recompute_pointwise:
+        return COMPILE_BACKEND, options
+    inner = COMPILE_BACKEND
+
+    def backend(graph, example_inputs):
+        import torch._functorch.config as partition_config  # lazy: only compiled runs that asked for it
+
+        with partition_config.patch(RECOMPUTE_POINTWISE_PARTITION):
+            if inner == "inductor":
+                from torch._inductor.compile_fx import compile_fx  # lazy: Inductor's entry, as "inductor" names it
+
+                return compile_fx(graph, example_inputs, config_patches=options)
+            return inner(graph, example_inputs)
+
+    return backend, None
+
+
+def compile_layers(model: torch.nn.Module, static_shapes: bool = False, tune: bool = False,
+                   recompute_pointwise: bool = False) -> tuple[bool, str]:
     """Compile each decoder layer on its own ("regional" compilation): one compiled graph reused by every layer
     of a type (Gemma 3's sliding and full layers are two), so compile time does not grow with depth.
 
@@ -60,18 +92,22 @@ def compile_layers(model: torch.nn.Module, static_shapes: bool = False, tune: bo
     (the first new length would otherwise recompile), and some values the layers see still recompile.
 
     tune: Inductor's coordinate-descent tuning of these layers' Triton kernels (the plan's kernel_tuning), as an
-    option of this compilation only, not of every later torch.compile in the process."""
+    option of this compilation only, not of every later torch.compile in the process.
+
+    recompute_pointwise: the layers keep about half the activations for their backward and recompute the rest
+    from them, elementwise ops only (the plan's recompute_pointwise; RECOMPUTE_POINTWISE_PARTITION says how)."""
     layers = decoder_layers(model)
     if layers is None:
         return False, "torch.compile: no decoder layers found"
-    options = {"coordinate_descent_tuning": True} if tune else None
+    backend, options = _layer_backend({"coordinate_descent_tuning": True} if tune else None, recompute_pointwise)
     for layer in layers:
-        layer.compile(dynamic=not static_shapes, backend=COMPILE_BACKEND, options=options)
+        layer.compile(dynamic=not static_shapes, backend=backend, options=options)
     mark_fused_cross_entropy(model, True)
     kinds = len({getattr(layer, "attention_type", None) for layer in layers})
     shapes = "one static shape: compiled once" + (f" per layer type ({kinds})" if kinds > 1 else "")
     return True, (f"torch.compile: {len(layers)} decoder layers, " + (shapes if static_shapes else "dynamic shapes")
-                  + (", kernels tuned (coordinate descent)" if tune else ""))
+                  + (", kernels tuned (coordinate descent)" if tune else "")
+                  + (", elementwise results recomputed in backward instead of kept" if recompute_pointwise else ""))
 
 
 def uncompile_layers(model: torch.nn.Module) -> None:

@@ -29,7 +29,7 @@ MAY_CHANGE = frozenset({
     "do_eval", "do_predict", "predict_with_generate", "max_new_tokens", "ddp_timeout", "dataloader_num_workers",
     "preprocessing_num_workers", "overwrite_cache", "tokenized_path", "cache_dir", "gradient_checkpointing",
     "gradient_checkpointing_kwargs", "use_reentrant_gc", "torch_compile", "use_liger_kernel", "cuda_graphs",
-    "kernel_tuning",
+    "kernel_tuning", "recompute_pointwise",
     "flash_attn",
     "bf16", "fp16", "trust_remote_code", "hang_timeout",
     # How the same step is spread over GPUs (the step's examples stay; distributed/world_resume.py).

@@ -69,7 +69,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         hooks = world_size > 1 and not (shard_plan is not None and shard_plan.flat_gradients)
         plan = plan_speed(info.backend, attention, micro_batches, world_size, precision, gradient_hooks=hooks,
                           compile_asked=compile_asked, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
-                          tuning_asked=t.kernel_tuning,
+                          tuning_asked=t.kernel_tuning, recompute_asked=t.recompute_pointwise,
                           blockers=graph_blockers(cfg, fsdp), static_ok=static_ok,
                           static_fill=shape.fill if shape else None)
     except SpeedUnavailable as e:
@@ -85,7 +85,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
             raise UserError(f"use_liger_kernel: true, but {why}; set use_liger_kernel: false")
         plan.liger, plan.reasons["use_liger_kernel"] = applied, why if applied else f"off: {why}"
     if plan.compile:
-        compiled, why = compile_layers(model, static_shapes=plan.static_shapes, tune=plan.kernel_tuning)
+        compiled, why = compile_layers(model, static_shapes=plan.static_shapes, tune=plan.kernel_tuning,
+                                       recompute_pointwise=plan.recompute_pointwise)
         if not compiled:
             raise UserError(f"torch_compile: true, but {why}; set torch_compile: false")
         plan.reasons["torch_compile"] += f" ({why})"
@@ -105,7 +106,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     # policy must count. (The layers compile lazily, at the first forward, so they still trace the fp8 matmuls.)
     state += plan_fp8_base(cfg, model, plan, precision, shard_plan, tokens, budget, state)
     use, why = choose_gradient_checkpointing(base_model_of(model).config, tokens, budget, t.gradient_checkpointing,
-                                             compiled=plan.compile, state_gib=state)
+                                             compiled=plan.compile, state_gib=state,
+                                             recompute_pointwise=plan.recompute_pointwise)
     cfg.decide("gradient_checkpointing", use, why + lf_checkpointing_note(t, use))
     m = cfg.model
     if m.quantization_bit is not None and hasattr(base_model_of(model).config, "intermediate_size"):
