@@ -18,6 +18,7 @@
 #          (2026-12-02 the 0.5B and Gemma pairs ran as auto/on and off/on, under the earlier bar of hidden 1536)
 #   accum  fp8's fast accumulation: its error (benchmarks/fp8_accum_error.py), then 1.5B exact / default (fast) /
 #          default with --kernel-tuning on, 60 steps each                              -> accum_*.json
+#   recompute  recompute_pointwise on and off: QLoRA 7B, 1.5B, and 0.5B without checkpointing  -> recompute_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -138,6 +139,23 @@ for STAGE in "${@:-bench}"; do
           --arm-timeout 195 --output "$OUT/accum_$NAME.json" | grep --line-buffered -v Warning
     done
     ;;
+  recompute)
+    # recompute_pointwise (~8 min, needs bitsandbytes in /root/keep/bnb for the QLoRA pair: the first staging call of
+    # the peers stage): the compiled layers keep about half their activations. Each pair on the same data, steadytune
+    # alone: QLoRA 7B (the shape where memory sat 1.01x LLaMA-Factory's), 1.5B, and 0.5B with checkpointing off
+    # (where the default turns it on) -> recompute_*.json
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/keep/bnb/*.whl 2>&1 \
+        | grep -v "already exists"
+    for RUN in "qwen2.5-7b --quantization-bit 4 --steps 30 --window 5 --warmup 2" "qwen2.5-1.5b --steps 60 --window 10" \
+               "qwen2.5-0.5b --gradient-checkpointing off --steps 60 --window 10"; do
+      for RP in off on; do
+        NAME=$(echo "$RUN" | cut -d' ' -f1)_$RP
+        stamp "steadytune --shape $RUN --recompute-pointwise $RP"
+        timeout 170 python3 -m steadytune bench --arms steadytune --shape $RUN --recompute-pointwise $RP \
+            --arm-timeout 165 --output "$OUT/recompute_$NAME.json" | grep --line-buffered -v Warning
+      done
+    done
+    ;;
   defaults15)
     # fp8_base on by default (issue 30): the 1.5B shape's default path against plain and the liger peer under the rule
     # above (~5 min), then the default and --fp8-base off over the same 60 steps (the loss after them compared).
@@ -210,7 +228,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"
