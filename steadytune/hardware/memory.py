@@ -81,8 +81,12 @@ def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_bu
         return False, f"off: no memory budget known (activations ~{need:.1f} GiB)"
     state = state_gib_of(config) if state_gib is None else state_gib
     if state + need > MEMORY_SHARE * memory_budget_gib:
+        lean = activation_gib(config, tokens_per_micro_batch, compiled, recompute_pointwise=True)
+        hint = (f"; recompute_pointwise: true would keep ~{lean:.1f} GiB and fit without checkpointing, recomputing "
+                "elementwise ops only" if compiled and not recompute_pointwise
+                and state + lean <= MEMORY_SHARE * memory_budget_gib else "")
         return True, (f"on: activations ~{need:.1f} GiB + weights ~{state:.1f} GiB would exceed "
-                      f"{MEMORY_SHARE:.0%} of the {memory_budget_gib:.0f} GiB budget")
+                      f"{MEMORY_SHARE:.0%} of the {memory_budget_gib:.0f} GiB budget" + hint)
     if compiled and config.hidden_size <= CHEAP_RECOMPUTE_HIDDEN:
         return True, (f"on: a small model (hidden {config.hidden_size}) with compiled layers recomputes cheaply "
                       f"(measured ~4% slower at ~1/7 of the memory); activations would be ~{need:.1f} GiB")
