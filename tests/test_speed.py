@@ -403,8 +403,12 @@ def test_speed_policy_by_backend_and_run(monkeypatch):
     assert cpu.reasons["kernel_tuning"] == "off: nothing compiled to tune"
     with pytest.raises(SpeedUnavailable, match="kernel_tuning: true, but the layers are not compiled"):
         plan_speed("cpu", "sdpa", 10, tuning_asked=True)
-    # keeping less for backward: asked for only (not yet timed on a GPU), and only where layers are compiled
-    assert not long_cuda.recompute_pointwise and "not yet timed" in long_cuda.reasons["recompute_pointwise"]
+    # keeping less for backward: on by default where layers are compiled on CUDA (timed there), asked for elsewhere
+    assert long_cuda.recompute_pointwise and "0.99x the speed" in long_cuda.reasons["recompute_pointwise"]
+    short_cuda = plan_speed("cuda", "varlen", micro_batches=10)
+    assert not short_cuda.recompute_pointwise and short_cuda.reasons["recompute_pointwise"] == "off: nothing compiled"
+    on_rocm = plan_speed("rocm", "varlen", 10 ** 6, compile_asked=True)
+    assert not on_rocm.recompute_pointwise and "not timed" in on_rocm.reasons["recompute_pointwise"]
     lean = plan_speed("cuda", "varlen", 10, compile_asked=True, recompute_asked=True)
     assert lean.recompute_pointwise and "about half" in lean.reasons["recompute_pointwise"]
     assert plan_speed("cuda", "varlen", 10, recompute_asked=False).reasons["recompute_pointwise"] == (

@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--recompute-pointwise", default="auto", choices=("auto", "on", "off"),
                        help="the compiled layers recompute elementwise results in backward instead of keeping them "
                             "(train's recompute_pointwise): about half their activation memory, no matmul "
-                            "recomputed; auto: off (not yet timed on a GPU)")
+                            "recomputed; auto: on where the layers are compiled on CUDA")
     group.add_argument("--liger", default="auto", choices=("auto", "on", "off"),
                        help="liger-kernel's fused RMSNorm/RoPE/SwiGLU in the steadytune arm")
     group.add_argument("--gradient-checkpointing", default="auto", choices=("auto", "on", "off"))
