@@ -61,6 +61,15 @@ class SpeedUnavailable(ValueError):
 MIN_STATIC_FILL = 0.75
 
 
+def _needs_compiled_layers(key: str, asked: bool | None, reasons: dict, off_reason: str) -> str:
+    """A feature of the compiled layers where nothing is compiled: an error if `key` was asked for, else its
+    reason for being off."""
+    if asked:
+        raise SpeedUnavailable(f"{key}: true, but the layers are not compiled ({reasons['torch_compile']}); "
+                               f"set torch_compile: true too, or drop {key}")
+    return off_reason
+
+
 def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, world_size: int = 1,
                precision: str = "bf16", compile_asked: bool | None = None, graphs_asked: bool | None = None,
                liger_asked: bool | None = None, tuning_asked: bool | None = None,
@@ -145,10 +154,7 @@ def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, 
     if tuning_asked is False:
         r["kernel_tuning"] = "kernel_tuning: false"
     elif not plan.compile:
-        if tuning_asked:
-            raise SpeedUnavailable("kernel_tuning: true, but the layers are not compiled "
-                                   f"({r['torch_compile']}); set torch_compile: true too, or drop kernel_tuning")
-        r["kernel_tuning"] = "off: nothing compiled to tune"
+        r["kernel_tuning"] = _needs_compiled_layers("kernel_tuning", tuning_asked, r, "off: nothing compiled to tune")
     elif tuning_asked:
         plan.kernel_tuning = True
         r["kernel_tuning"] = "kernel_tuning: true was asked for"
@@ -168,10 +174,8 @@ def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, 
     if recompute_asked is False:
         r["recompute_pointwise"] = "recompute_pointwise: false"
     elif not plan.compile:
-        if recompute_asked:
-            raise SpeedUnavailable("recompute_pointwise: true, but the layers are not compiled "
-                                   f"({r['torch_compile']}); set torch_compile: true too, or drop recompute_pointwise")
-        r["recompute_pointwise"] = "off: nothing compiled"
+        r["recompute_pointwise"] = _needs_compiled_layers("recompute_pointwise", recompute_asked, r,
+                                                          "off: nothing compiled")
     elif recompute_asked:
         plan.recompute_pointwise = True
         r["recompute_pointwise"] = ("recompute_pointwise: true was asked for: the compiled layers keep about half "
