@@ -138,6 +138,10 @@ def test_memory_estimate_puts_a_7b_qlora_run_on_a_16_gb_card():
     assert need_4bit < 16 < need_bf16, parts
     shown, why = quantized_memory(config, 2048, 16, True, 4, True)
     assert shown.startswith("~") and "unquantised base" in why
+    # the start-up print of a compiled run counts what recompute_pointwise keeps (on by default there)
+    kept, _ = run_memory_gib(config, 16384, 16, False, four, compiled=True)
+    lean, lean_parts = run_memory_gib(config, 16384, 16, False, four, compiled=True, recompute_pointwise=True)
+    assert lean < 0.8 * kept and "elementwise results recomputed" in lean_parts
 
 
 def test_doctor_config_says_what_the_quantised_run_needs(tmp_path):

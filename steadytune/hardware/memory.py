@@ -126,7 +126,8 @@ def weight_gib(config, quantized_bytes: float | None = None, base_bytes: float =
 
 
 def run_memory_gib(config, tokens: int, rank: int, checkpointing: bool, quantized_bytes: float | None = None,
-                   base_bytes: float = 2.0, compiled: bool = False) -> tuple[float, str]:
+                   base_bytes: float = 2.0, compiled: bool = False,
+                   recompute_pointwise: bool = False) -> tuple[float, str]:
     """-> (GiB a LoRA run needs at `tokens` a micro-batch, the sum spelled out): base weights, LoRA weights with their
     gradients and AdamW's two moments (fp32: 16 bytes a parameter), activations (with checkpointing: each layer's
     input in bf16 plus one layer's activations being recomputed), and the margin MEMORY_SHARE leaves for the
@@ -139,8 +140,9 @@ def run_memory_gib(config, tokens: int, rank: int, checkpointing: bool, quantize
             activation_bytes_per_token(config) / config.num_hidden_layers
         activations = ACTIVATION_SHARE[compiled] * per_token * tokens / 2**30
     else:
-        activations = activation_gib(config, tokens, compiled)
+        activations = activation_gib(config, tokens, compiled, recompute_pointwise)
     need = (weights + adapter + activations) / MEMORY_SHARE
+    lean = ", elementwise results recomputed" if recompute_pointwise and compiled and not checkpointing else ""
     return need, (f"base weights {weights:.1f} + LoRA with AdamW {adapter:.2f} + activations {activations:.1f} "
-                  f"({tokens:,} tokens, checkpointing {'on' if checkpointing else 'off'}) GiB, over "
+                  f"({tokens:,} tokens, checkpointing {'on' if checkpointing else 'off'}{lean}) GiB, over "
                   f"{MEMORY_SHARE:.0%} for the allocator and the loss")

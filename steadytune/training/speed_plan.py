@@ -113,7 +113,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     if m.quantization_bit is not None and hasattr(base_model_of(model).config, "intermediate_size"):
         base_bytes = 2.0 if precision == "bf16" else 4.0   # embeddings, head and norms stay in the load dtype
         need, parts = quantized_memory(base_model_of(model).config, tokens, cfg.method.lora_rank, use,
-                                       m.quantization_bit, m.double_quantization, base_bytes, plan.compile)
+                                       m.quantization_bit, m.double_quantization, base_bytes, plan.compile,
+                                       plan.recompute_pointwise)
         cfg.decide("memory_estimate", need, parts)
     if use:
         enable_gradient_checkpointing(cfg, model, graphs=plan.cuda_graphs)
