@@ -19,6 +19,7 @@
 #   accum  fp8's fast accumulation: its error (benchmarks/fp8_accum_error.py), then 1.5B exact / default (fast) /
 #          default with --kernel-tuning on, 60 steps each                              -> accum_*.json
 #   recompute  recompute_pointwise on and off: QLoRA 7B, 1.5B, and 0.5B without checkpointing  -> recompute_*.json
+#   shared  shared_input_projections on and off: 1.5B, 7B, 0.5B                           -> shared_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -153,6 +154,19 @@ for STAGE in "${@:-bench}"; do
         stamp "steadytune --shape $RUN --recompute-pointwise $RP"
         timeout 170 python3 -m steadytune bench --arms steadytune --shape $RUN --recompute-pointwise $RP \
             --arm-timeout 165 --output "$OUT/recompute_$NAME.json" | grep --line-buffered -v Warning
+      done
+    done
+    ;;
+  shared)
+    # shared_input_projections (~8 min): q/k/v and gate/up multiplied as one group. Each pair on the same data,
+    # steadytune alone, its default otherwise: 1.5B, 7B, 0.5B -> shared_<shape>_<off|on>.json
+    for RUN in "qwen2.5-1.5b --steps 60 --window 10" "qwen2.5-7b --steps 30 --window 5 --warmup 2" \
+               "qwen2.5-0.5b --steps 60 --window 10"; do
+      for SI in off on; do
+        NAME=$(echo "$RUN" | cut -d' ' -f1)_$SI
+        stamp "steadytune --shape $RUN --shared-input $SI"
+        timeout 170 python3 -m steadytune bench --arms steadytune --shape $RUN --shared-input $SI \
+            --arm-timeout 165 --output "$OUT/shared_$NAME.json" | grep --line-buffered -v Warning
       done
     done
     ;;

@@ -61,6 +61,7 @@ from steadytune.model.attention import attn_implementation_for
 from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, decide_fp8_base, set_fast_accumulation
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
+from steadytune.model.shared_input import share_inputs
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
 from steadytune.model.shapes import SHAPES
@@ -302,6 +303,8 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     settings["fp8_base"] = bench_fp8_base(args, model, device, precision, plan, tokens, weights_gib)
     if getattr(args, "fp8_accumulation", "fast") == "exact" and set_fast_accumulation(model, False):
         settings["fp8_base"]["reason"] += "; exact accumulation (--fp8-accumulation exact)"
+    if getattr(args, "shared_input", "off") == "on":
+        settings["shared_input_projections"] = {"value": True, "reason": share_inputs(model)[1]}
     weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
                                                    _asked(args.gradient_checkpointing), compiled=plan.compile,

@@ -93,7 +93,28 @@ class Fp8FrozenLinear(torch.nn.Module):
         self.register_buffer("wt_rows", wt_rows, persistent=False)
         self.register_buffer("wt_rows_scale", wt_scale, persistent=False)
 
+    @classmethod
+    def concatenated(cls, bases: list["Fp8FrozenLinear"]) -> "Fp8FrozenLinear":
+        """One fp8 layer for several bases of one input, their outputs side by side (model/shared_input.py): copies
+        quantised from the concatenated weights; the bf16 weights are not kept twice (`weight` is None)."""
+        linear = torch.nn.Linear(bases[0].in_features, sum(b.out_features for b in bases),
+                                 bias=bases[0].bias is not None, device="meta")
+        linear.weight = torch.nn.Parameter(torch.cat([b.weight.detach() for b in bases]), requires_grad=False)
+        if linear.bias is not None:
+            linear.bias = torch.nn.Parameter(torch.cat([b.bias.detach() for b in bases]), requires_grad=False)
+        merged = cls(linear, bases[0].fast_accumulation)
+        merged.weight = None
+        return merged
+
+    def share_copies(self, shared: "Fp8FrozenLinear", offset: int) -> None:
+        """Drop this layer's own fp8 copies: `shared` (a concatenated layer) holds them from column `offset` on."""
+        for name in ("w_rows", "w_rows_scale", "wt_rows", "wt_rows_scale"):
+            setattr(self, name, None)
+        self.shared, self.shared_offset = shared, offset
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.w_rows is None:   # copies shared with sibling layers: their product, this layer's columns
+            return self.shared(x)[..., self.shared_offset:self.shared_offset + self.out_features]
         out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
             out_dtype = torch.bfloat16
