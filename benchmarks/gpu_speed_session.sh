@@ -20,6 +20,7 @@
 #          default with --kernel-tuning on, 60 steps each                              -> accum_*.json
 #   recompute  recompute_pointwise on and off: QLoRA 7B, 1.5B, and 0.5B without checkpointing  -> recompute_*.json
 #   shared  shared_input_projections on and off: 1.5B, 7B, 0.5B                           -> shared_*.json
+#   shared_default  the 1.5B default with it (and with --kernel-tuning on); QLoRA 7B off / on -> shared_default_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -168,6 +169,25 @@ for STAGE in "${@:-bench}"; do
         timeout 170 python3 -m steadytune bench --arms steadytune --shape $RUN --shared-input $SI \
             --arm-timeout 165 --output "$OUT/shared_$NAME.json" | grep --line-buffered -v Warning
       done
+    done
+    ;;
+  shared_default)
+    # shared_input_projections on by default (~7 min; carry .whl/bnb130 too, for the QLoRA pair): the 1.5B default,
+    # the same with --kernel-tuning on, then QLoRA 7B with the groups off and on -> shared_default_*.json
+    mkdir -p /root/keep/bnb && cp .whl/bnb130/*.whl /root/keep/bnb/ 2>/dev/null
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/keep/bnb/*.whl 2>&1 \
+        | grep -v "already exists"
+    for RUN in "default --steps 60 --window 10" "tuned --kernel-tuning on --steps 60 --window 10"; do
+      NAME=$(echo "$RUN" | cut -d' ' -f1); ARGS=$(echo "$RUN" | cut -d' ' -f2-)
+      stamp "steadytune --shape qwen2.5-1.5b $ARGS"
+      timeout 170 python3 -m steadytune bench --arms steadytune --shape qwen2.5-1.5b $ARGS --arm-timeout 165 \
+          --output "$OUT/shared_default_qwen15_$NAME.json" | grep --line-buffered -v Warning
+    done
+    for SI in off on; do
+      stamp "steadytune --shape qwen2.5-7b --quantization-bit 4 --shared-input $SI"
+      timeout 170 python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --steps 30 \
+          --window 5 --warmup 2 --shared-input $SI --arm-timeout 165 --output "$OUT/shared_qlora7_$SI.json" \
+          | grep --line-buffered -v Warning
     done
     ;;
   defaults15)

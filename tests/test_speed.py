@@ -211,6 +211,24 @@ def test_train_records_recompute_pointwise_with_compiled_layers(tmp_path, compil
     assert lean.losses == pytest.approx(plain.losses, rel=1e-5)
 
 
+def test_train_groups_lora_layers_that_share_an_input_and_keeps_the_loss(tmp_path, compiled_graphs):
+    from test_train_packing import decisions, overrides, train
+
+    from steadytune.errors import UserError
+    from steadytune.model.tiny import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "qwen2", "qwen2")
+    args = dict(max_tokens_per_batch=480, cutoff_len=512, max_steps=3, packing="true", torch_compile="true")
+    grouped = train(overrides(model, tmp_path / "grouped", shared_input_projections="true", **args))
+    chosen = decisions(tmp_path / "grouped")["shared_input_projections"]
+    assert chosen["value"] is True and "4 groups of LoRA layers" in chosen["reason"]
+    plain = train(overrides(model, tmp_path / "plain", **args))
+    assert decisions(tmp_path / "plain")["shared_input_projections"]["value"] is False   # CPU: not by default
+    assert grouped.losses == pytest.approx(plain.losses, rel=1e-5)
+    with pytest.raises(UserError, match="shared_input_projections: true, but lora_dropout 0.1"):
+        train(overrides(model, tmp_path / "dropout", shared_input_projections="true", lora_dropout=0.1, **args))
+
+
 def _kept_for_backward(model, ids) -> tuple[torch.Tensor, int]:
     """-> (the loss, bytes the forward keeps for backward beyond the weights), counted as autograd saves them."""
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -416,6 +434,12 @@ def test_speed_policy_by_backend_and_run(monkeypatch):
     assert cpu.reasons["recompute_pointwise"] == "off: nothing compiled"
     with pytest.raises(SpeedUnavailable, match="recompute_pointwise: true, but the layers are not compiled"):
         plan_speed("cpu", "sdpa", 10, recompute_asked=True)
+    # LoRA layers that share an input, as a group: on by default where the layers are compiled on CUDA (timed there)
+    assert long_cuda.shared_input and "1.02-1.04x" in long_cuda.reasons["shared_input_projections"]
+    assert not short_cuda.shared_input and "compiled layers only" in short_cuda.reasons["shared_input_projections"]
+    assert not on_rocm.shared_input and "not timed" in on_rocm.reasons["shared_input_projections"]
+    assert plan_speed("cpu", "sdpa", 10, shared_asked=True).shared_input   # it runs eagerly too, where asked for
+    assert not plan_speed("cuda", "varlen", 10 ** 6, shared_asked=False).shared_input
     monkeypatch.setattr(speed, "triton_installed", lambda: False)
     assert "needs triton" in plan_speed("cuda", "varlen", 2000).reasons["torch_compile"]
     with pytest.raises(SpeedUnavailable, match="fault"):

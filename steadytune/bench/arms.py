@@ -280,6 +280,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                       graphs_asked=_asked(args.cuda_graphs), liger_asked=_asked(args.liger), static_ok=static_ok,
                       tuning_asked=_asked(getattr(args, "kernel_tuning", "auto")) if allow_compile else False,
                       recompute_asked=_asked(getattr(args, "recompute_pointwise", "auto")) if allow_compile else False,
+                      shared_asked=_asked(getattr(args, "shared_input", "auto")),
                       static_fill=shape.fill if shape else None)
     if plan.static_shapes:
         plan.reasons["static_shapes"] += f" ({shape.describe()})"
@@ -303,8 +304,12 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     settings["fp8_base"] = bench_fp8_base(args, model, device, precision, plan, tokens, weights_gib)
     if getattr(args, "fp8_accumulation", "fast") == "exact" and set_fast_accumulation(model, False):
         settings["fp8_base"]["reason"] += "; exact accumulation (--fp8-accumulation exact)"
-    if getattr(args, "shared_input", "off") == "on":
-        settings["shared_input_projections"] = {"value": True, "reason": share_inputs(model)[1]}
+    if plan.shared_input:   # after the fp8 base, whose copies the groups merge (as train does)
+        groups, how = share_inputs(model)
+        plan.shared_input = groups > 0
+        plan.reasons["shared_input_projections"] += f" ({how})" if groups else " (off: no LoRA layers share an input)"
+    settings["shared_input_projections"] = {"value": plan.shared_input,
+                                            "reason": plan.reasons["shared_input_projections"]}
     weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
                                                    _asked(args.gradient_checkpointing), compiled=plan.compile,

@@ -79,9 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--fp8-accumulation", default="fast", choices=("fast", "exact"),
                        help="fast (default, as train does): fp8 matmuls accumulate in the tensor cores' fast mode; "
                             "exact: with periodic fp32 promotion (for measuring what fast buys)")
-    group.add_argument("--shared-input", default="off", choices=("on", "off"),
-                       help="LoRA layers that read the same input (q/k/v, gate/up) multiply it once, their bases and "
-                            "their lora_A's side by side (train's shared_input_projections)")
+    group.add_argument("--shared-input", default="auto", choices=("auto", "on", "off"),
+                       help="LoRA layers that read the same input (q/k/v, gate/up) multiply it once, as a group "
+                            "(train's shared_input_projections); auto: on where the layers are compiled on CUDA")
     group.add_argument("--run-micro-batches", type=int, default=1000,
                        help="the policy decides as for a training run of this many micro-batches (compile pays "
                             "only on long runs)")

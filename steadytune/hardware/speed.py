@@ -34,6 +34,7 @@ class SpeedPlan:
     liger: bool = False
     kernel_tuning: bool = False
     recompute_pointwise: bool = False
+    shared_input: bool = False   # applied after the fp8 base (training/speed_plan.py), and recorded there
     reasons: dict = field(default_factory=dict)
 
     def decide_into(self, cfg) -> None:
@@ -73,7 +74,7 @@ def _needs_compiled_layers(key: str, asked: bool | None, reasons: dict, off_reas
 def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, world_size: int = 1,
                precision: str = "bf16", compile_asked: bool | None = None, graphs_asked: bool | None = None,
                liger_asked: bool | None = None, tuning_asked: bool | None = None,
-               recompute_asked: bool | None = None, blockers: dict | None = None,
+               recompute_asked: bool | None = None, shared_asked: bool | None = None, blockers: dict | None = None,
                static_ok: tuple[bool, str] = (True, ""), static_fill: float | None = None,
                gradient_hooks: bool | None = None) -> SpeedPlan:
     """The speed features of a run, decided in one place.
@@ -188,6 +189,25 @@ def plan_speed(backend: str, packing_attention: str | None, micro_batches: int, 
         r["recompute_pointwise"] = ("on: the compiled layers keep about half their activations and recompute the "
                                     "rest (elementwise ops only) in backward: measured 0.99x the speed at 0.7x the "
                                     "memory on an H200; recompute_pointwise: false turns it off")
+
+    # --- LoRA layers that read the same input, multiplied as one group (model/shared_input.py) ---------------
+    # Timed on an H200 (docs/measured/shared_*_h200.json): 1.039x the tokens/s at the 1.5B and 0.5B shapes, 1.023x
+    # at 7B, the same peak memory. It runs eagerly too, but was timed with compiled layers only.
+    if shared_asked is False:
+        r["shared_input_projections"] = "shared_input_projections: false"
+    elif shared_asked:
+        plan.shared_input = True
+        r["shared_input_projections"] = "shared_input_projections: true was asked for"
+    elif not plan.compile:
+        r["shared_input_projections"] = ("off by default: timed with compiled layers only; "
+                                         "shared_input_projections: true turns it on")
+    elif backend != "cuda":
+        r["shared_input_projections"] = (f"off by default on {backend}: not timed there; shared_input_projections: "
+                                         "true turns it on")
+    else:
+        plan.shared_input = True
+        r["shared_input_projections"] = ("on: measured 1.02-1.04x the tokens/s on an H200 at the same memory; "
+                                         "shared_input_projections: false turns it off")
 
     # --- static shapes: only where something reuses them (padding costs a little compute) -----------------
     if plan.compile or plan.cuda_graphs:

@@ -104,6 +104,10 @@ class Fp8FrozenLinear(torch.nn.Module):
             linear.bias = torch.nn.Parameter(torch.cat([b.bias.detach() for b in bases]), requires_grad=False)
         merged = cls(linear, bases[0].fast_accumulation)
         merged.weight = None
+        if merged.bias is not None:   # a copy, not a weight of the model: kept out of its parameters and state_dict
+            bias = merged.bias.detach()
+            del merged.bias
+            merged.register_buffer("bias", bias, persistent=False)
         return merged
 
     def share_copies(self, shared: "Fp8FrozenLinear", offset: int) -> None:

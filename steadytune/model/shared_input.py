@@ -1,24 +1,26 @@
 """LoRA layers that read the same input, multiplied as one (`shared_input_projections`; bench
-`--shared-input on|off`).
+`--shared-input auto|on|off`).
 
 In a decoder layer, q_proj, k_proj and v_proj all multiply the same normed hidden state, and so do gate_proj and
 up_proj. Run one by one, each LoRA layer reads that input for its base matmul and again for lora_A, and in the
 backward each writes a full-width input gradient that autograd then adds up: five full-width gradients and four adds
 a layer where two would do. Run as one group, the group multiplies the input once by the members' bases side by side
-(one matmul of width q + k + v, or gate + up) and once by their lora_A's side by side (width 3r or 2r), then splits
+(one matmul of width q + k + v) and once by their lora_A's side by side (width 3r or 2r), then splits
 the results. The backward is then one matmul for the bases' input gradient and one for the adapters', the sum over
-members taken inside the matmul. At Qwen2.5's widths k and v are narrow (256 columns at 1.5B), which the tensor
-cores fill poorly on their own.
+members taken inside the matmul. The bases are put side by side only where a member is narrow (fewer outputs than
+inputs: k and v under grouped-query attention, 256 columns at the 1.5B shape), which the tensor cores fill poorly
+alone; gate and up, each already wide, measured faster apart (merge_bases).
 
 What does not change: the parameters (each member keeps its own weight, lora_A and lora_B), the adapter files, the
 values (the same products; in fp8 the incoming gradient of the merged base is quantised with one scale per row across
 the members instead of one per member). The group serves only the plain case: one active adapter on every member,
 no dropout, no variant (DoRA ...), not merged, no mixed-batch routing. Anything else runs each member alone, as
-before. Members must be called one after the other on the same input tensor, as transformers' attention and MLP
-blocks do; a member called on another input runs alone.
+before. The leader (q_proj, gate_proj) computes the group when it is called; the others, called next on the same
+input tensor as transformers' attention and MLP blocks do, take their part. A member called on another input runs
+alone.
 
-The fp8 base (model/fp8_base.py) is merged too: the group's leader keeps fp8 copies of the concatenated weights,
-and each member's own copies are dropped (a member called alone multiplies by the group's copies and keeps its
+The fp8 base (model/fp8_base.py) is merged too, where the bases are: one fp8 copy of the concatenated weights, and
+each member's own copies dropped (a member called alone multiplies by the group's copies and keeps its
 columns). restore_base drops the group's copies with the fp8 bases; the group then concatenates the bf16 weights.
 """
 
@@ -109,16 +111,33 @@ def _grouped_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     index = group.members.index(self)
     if args or not group.serves(self, x, kwargs):
         return _scaled_first_forward(self, x, *args, **kwargs)
-    if group.pending_input is x and index in group.pending:
-        out = group.pending.pop(index)
-        if not group.pending:
-            group.pending_input = None
-        return out
+    if index > 0:   # a follower: its output was computed with the leader's, for this same input; else it runs alone
+        if group.pending_input is x and index in group.pending:
+            out = group.pending.pop(index)
+            if not group.pending:
+                group.pending_input = None
+            return out
+        return _scaled_first_forward(self, x, *args, **kwargs)
     outputs = group.compute(x)
-    # The members called next on this same input take theirs; the stash is emptied as they do, so nothing is kept.
-    group.pending = {i: out for i, out in enumerate(outputs) if i != index}
-    group.pending_input = x if group.pending else None
-    return outputs[index]
+    # The followers, called next on this same input, take theirs; the stash empties as they do, so nothing stays.
+    group.pending = dict(enumerate(outputs[1:], start=1))
+    group.pending_input = x
+    return outputs[0]
+
+
+def shared_input_blocker(finetuning_type: str, use_dora: bool, lora_dropout: float,
+                         shard_kind: str | None = None) -> str | None:
+    """What in a run's set-up rules the groups out, or None."""
+    if finetuning_type != "lora":
+        return f"finetuning_type {finetuning_type}: only LoRA layers are grouped"
+    if use_dora:
+        return "DoRA runs peft's own forward for each layer"
+    if lora_dropout > 0:
+        return f"lora_dropout {lora_dropout}: each layer draws its own dropout mask on the input"
+    if shard_kind in ("deepspeed", "fsdp"):
+        # ZeRO-3 gathers a layer's weights only as that layer is called: a group would read its followers' shards
+        return f"{shard_kind} gathers each layer's weights as it is called; not tried with groups"
+    return None
 
 
 def sibling_groups(model: torch.nn.Module) -> list[list]:
@@ -153,19 +172,9 @@ def share_inputs(model: torch.nn.Module) -> tuple[int, str]:
         for m in members:
             setattr(m, GROUP_ATTR, group)
             m.forward = types.MethodType(_grouped_forward, m)
-    why = (f"{len(groups)} groups of LoRA layers that read the same input (q/k/v, gate/up) multiply it once, their "
-           f"bases side by side and their lora_A's side by side")
+    merged = sum(merge_bases(members) for members in groups)
+    why = (f"{len(groups)} groups of LoRA layers that read the same input (q/k/v, gate/up) multiply it once: their "
+           f"lora_A's side by side, and in {merged} groups with a narrow member their bases too")
     if merged_fp8:
         why += f" ({merged_fp8} over one fp8 copy of their concatenated bases)"
     return len(groups), why
-
-
-def unshare_inputs(model: torch.nn.Module) -> int:
-    """Each member back to its own forward (scaled first); -> layers changed."""
-    changed = 0
-    for module in model.modules():
-        if hasattr(module, GROUP_ATTR):
-            delattr(module, GROUP_ATTR)
-            module.forward = types.MethodType(_scaled_first_forward, module)
-            changed += 1
-    return changed

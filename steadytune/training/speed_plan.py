@@ -17,6 +17,7 @@ from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
+from steadytune.model.shared_input import share_inputs, shared_input_blocker
 from steadytune.training.batches import TrainBatches
 
 
@@ -70,6 +71,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         plan = plan_speed(info.backend, attention, micro_batches, world_size, precision, gradient_hooks=hooks,
                           compile_asked=compile_asked, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
                           tuning_asked=t.kernel_tuning, recompute_asked=t.recompute_pointwise,
+                          shared_asked=t.shared_input_projections,
                           blockers=graph_blockers(cfg, fsdp), static_ok=static_ok,
                           static_fill=shape.fill if shape else None)
     except SpeedUnavailable as e:
@@ -105,6 +107,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     # fp8 for the frozen base before checkpointing: its copies are buffers (2 bytes a base weight) that the memory
     # policy must count. (The layers compile lazily, at the first forward, so they still trace the fp8 matmuls.)
     state += plan_fp8_base(cfg, model, plan, precision, shard_plan, tokens, budget, state)
+    plan_shared_input(cfg, model, plan, shard_plan.kind if shard_plan is not None else None)
     use, why = choose_gradient_checkpointing(base_model_of(model).config, tokens, budget, t.gradient_checkpointing,
                                              compiled=plan.compile, state_gib=state,
                                              recompute_pointwise=plan.recompute_pointwise)
@@ -130,6 +133,26 @@ def plan_fp8_base(cfg: RunConfig, model, plan: SpeedPlan, precision: str, shard_
                               ruled_out=config_blocker(cfg, shard_plan.kind if shard_plan is not None else None))
     cfg.decide("fp8_base", on, why)
     return held_gib(model.buffers()) - before
+
+
+def plan_shared_input(cfg: RunConfig, model, plan: SpeedPlan, shard_kind: str | None) -> None:
+    """Group the LoRA layers that read the same input where the plan says so (model/shared_input.py), after the fp8
+    base (whose copies the groups merge); records the decision."""
+    key, m = "shared_input_projections", cfg.method
+    on, why = plan.shared_input, plan.reasons[key]
+    if on:
+        blocker = shared_input_blocker(m.finetuning_type, m.use_dora, m.lora_dropout, shard_kind)
+        if blocker is None:
+            groups, how = share_inputs(model)
+            blocker = None if groups else "no LoRA layers here share an input (q/k/v or gate/up all adapted)"
+        if blocker is not None:
+            if cfg.train.shared_input_projections:
+                raise UserError(f"shared_input_projections: true, but {blocker}; set shared_input_projections: false")
+            on, why = False, f"off: {blocker}"
+        else:
+            why += f" ({how})"
+    plan.shared_input = on
+    cfg.decide(key, on, why)
 
 
 def enable_gradient_checkpointing(cfg: RunConfig, model: torch.nn.Module, graphs: bool = False) -> None:
