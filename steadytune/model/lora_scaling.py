@@ -23,7 +23,7 @@ import torch
 PEFT_ROUTING_KWARGS = ("adapter_names", "alora_offsets")
 
 
-def _scaled_first_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+def scaled_first_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     peft_forward = type(self).forward
     if (self.disable_adapters or self.merged or any(kwargs.get(k) is not None for k in PEFT_ROUTING_KWARGS)
             or any(name in self.lora_variant for name in self.active_adapters)):
@@ -52,7 +52,7 @@ def scale_before_lora_b(model: torch.nn.Module) -> tuple[int, str]:
     changed = 0
     for module in model.modules():
         if type(module) is LoraLinear and "forward" not in vars(module):
-            module.forward = types.MethodType(_scaled_first_forward, module)
+            module.forward = types.MethodType(scaled_first_forward, module)
             changed += 1
     return changed, (f"LoRA's scaling multiplies the rank-r tensor before lora_B ({changed} layers): one full-width "
                      f"gradient tensor less to write per layer a step; the same values")

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from steadytune.model.fp8_base import Fp8FrozenLinear
-from steadytune.model.lora_scaling import PEFT_ROUTING_KWARGS, _scaled_first_forward
+from steadytune.model.lora_scaling import PEFT_ROUTING_KWARGS, scaled_first_forward
 
 # Sibling projections of one block that read the same input, in the order the block calls them (transformers'
 # Llama / Qwen2 / Qwen3 / Mistral / Gemma 1-3 attention and MLP).
@@ -110,14 +110,14 @@ def _grouped_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     group: SharedInputGroup = getattr(self, GROUP_ATTR)
     index = group.members.index(self)
     if args or not group.serves(self, x, kwargs):
-        return _scaled_first_forward(self, x, *args, **kwargs)
+        return scaled_first_forward(self, x, *args, **kwargs)
     if index > 0:   # a follower: its output was computed with the leader's, for this same input; else it runs alone
         if group.pending_input is x and index in group.pending:
             out = group.pending.pop(index)
             if not group.pending:
                 group.pending_input = None
             return out
-        return _scaled_first_forward(self, x, *args, **kwargs)
+        return scaled_first_forward(self, x, *args, **kwargs)
     outputs = group.compute(x)
     # The followers, called next on this same input, take theirs; the stash empties as they do, so nothing stays.
     group.pending = dict(enumerate(outputs[1:], start=1))
