@@ -13,6 +13,7 @@ from steadytune.model.kernels import decoder_layers
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.shared_input import GROUP_ATTR, merge_bases, share_inputs, shared_input_blocker, sibling_groups
 from steadytune.model.tiny import build_model
+from test_lora_scaling import loss_and_grads
 
 
 def lora_model(kind="qwen2", seed=0, fp8=False, **lora):
@@ -26,13 +27,6 @@ def lora_model(kind="qwen2", seed=0, fp8=False, **lora):
     if fp8:
         use_fp8_base(model)
     return model
-
-
-def loss_and_grads(model, ids):
-    model.zero_grad(set_to_none=True)
-    logits = model(input_ids=ids).logits
-    logits.float().square().mean().backward()
-    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 IDS = torch.randint(0, 500, (2, 13), generator=torch.Generator().manual_seed(1))
