@@ -61,7 +61,7 @@ from steadytune.model.attention import attn_implementation_for
 from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, decide_fp8_base, set_fast_accumulation
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
-from steadytune.model.shared_input import share_inputs
+from steadytune.model.shared_input import decide_shared_input
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
 from steadytune.model.shapes import SHAPES
@@ -304,12 +304,9 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     settings["fp8_base"] = bench_fp8_base(args, model, device, precision, plan, tokens, weights_gib)
     if getattr(args, "fp8_accumulation", "fast") == "exact" and set_fast_accumulation(model, False):
         settings["fp8_base"]["reason"] += "; exact accumulation (--fp8-accumulation exact)"
-    if plan.shared_input:   # after the fp8 base, whose copies the groups merge (as train does)
-        groups, how = share_inputs(model)
-        plan.shared_input = groups > 0
-        plan.reasons["shared_input_projections"] += f" ({how})" if groups else " (off: no LoRA layers share an input)"
-    settings["shared_input_projections"] = {"value": plan.shared_input,
-                                            "reason": plan.reasons["shared_input_projections"]}
+    # after the fp8 base, whose copies the groups merge (as train does)
+    plan.shared_input, why = decide_shared_input(model, plan.shared_input, plan.reasons["shared_input_projections"])
+    settings["shared_input_projections"] = {"value": plan.shared_input, "reason": why}
     weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
                                                    _asked(args.gradient_checkpointing), compiled=plan.compile,

@@ -74,8 +74,7 @@ class SharedInputGroup:
         widths = [b.out_features for b in bases]
         if self.fp8 is not None and all(isinstance(b, Fp8FrozenLinear) for b in bases):
             return list(self.fp8(x).split(widths, dim=-1))
-        if (merge_bases(self.members) and all(type(b) is torch.nn.Linear for b in bases)
-                and len({b.bias is None for b in bases}) == 1):
+        if side_by_side(self.members, lambda b: type(b) is torch.nn.Linear):
             weight = torch.cat([b.weight for b in bases])
             bias = torch.cat([b.bias for b in bases]) if bases[0].bias is not None else None
             return list(F.linear(x, weight, bias).split(widths, dim=-1))
@@ -104,6 +103,13 @@ def merge_bases(members: list) -> bool:
     gate and up side by side measured slower than one after the other on an H200 (0.66 against 0.63 ms at the 1.5B
     widths, 3.66 against 3.21 at 7B: benchmarks/fp8_scaling_speed.py, docs/speed.md)."""
     return any(m.out_features < m.in_features for m in members)
+
+
+def side_by_side(members: list, kind) -> bool:
+    """Whether the members' bases, each of the `kind` given (a test on the base layer), go into one matmul:
+    merge_bases says so and they all have a bias or none has."""
+    bases = [m.base_layer for m in members]
+    return merge_bases(members) and all(kind(b) for b in bases) and len({b.bias is None for b in bases}) == 1
 
 
 def _grouped_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -162,8 +168,7 @@ def share_inputs(model: torch.nn.Module) -> tuple[int, str]:
     for members in groups:
         group = SharedInputGroup(members)
         bases = [m.base_layer for m in members]
-        if (merge_bases(members) and all(isinstance(b, Fp8FrozenLinear) for b in bases)
-                and len({b.bias is None for b in bases}) == 1):
+        if side_by_side(members, lambda b: isinstance(b, Fp8FrozenLinear)):
             shared, offset = Fp8FrozenLinear.concatenated(bases), 0
             for b in bases:
                 b.share_copies(shared, offset)
@@ -178,3 +183,18 @@ def share_inputs(model: torch.nn.Module) -> tuple[int, str]:
     if merged_fp8:
         why += f" ({merged_fp8} over one fp8 copy of their concatenated bases)"
     return len(groups), why
+
+
+def decide_shared_input(model: torch.nn.Module, planned: bool, reason: str,
+                        ruled_out: str | None = None) -> tuple[bool, str]:
+    """The plan's shared_input_projections applied to `model`, for train and bench alike; -> (on, reason).
+    planned, reason: the plan's decision; ruled_out: what in the run's set-up rules the groups out
+    (shared_input_blocker). Off also where no LoRA layers share an input."""
+    if not planned:
+        return False, reason
+    if ruled_out is None:
+        groups, how = share_inputs(model)
+        if groups:
+            return True, f"{reason} ({how})"
+        ruled_out = "no LoRA layers here share an input (q/k/v or gate/up all adapted)"
+    return False, f"off: {ruled_out}"

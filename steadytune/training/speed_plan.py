@@ -17,7 +17,7 @@ from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
-from steadytune.model.shared_input import share_inputs, shared_input_blocker
+from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
 
 
@@ -139,18 +139,11 @@ def plan_shared_input(cfg: RunConfig, model, plan: SpeedPlan, shard_kind: str | 
     """Group the LoRA layers that read the same input where the plan says so (model/shared_input.py), after the fp8
     base (whose copies the groups merge); records the decision."""
     key, m = "shared_input_projections", cfg.method
-    on, why = plan.shared_input, plan.reasons[key]
-    if on:
-        blocker = shared_input_blocker(m.finetuning_type, m.use_dora, m.lora_dropout, shard_kind)
-        if blocker is None:
-            groups, how = share_inputs(model)
-            blocker = None if groups else "no LoRA layers here share an input (q/k/v or gate/up all adapted)"
-        if blocker is not None:
-            if cfg.train.shared_input_projections:
-                raise UserError(f"shared_input_projections: true, but {blocker}; set shared_input_projections: false")
-            on, why = False, f"off: {blocker}"
-        else:
-            why += f" ({how})"
+    on, why = decide_shared_input(model, plan.shared_input, plan.reasons[key],
+                                  shared_input_blocker(m.finetuning_type, m.use_dora, m.lora_dropout, shard_kind))
+    if cfg.train.shared_input_projections and not on:
+        raise UserError(f"shared_input_projections: true, but {why.removeprefix('off: ')}; "
+                        "set shared_input_projections: false")
     plan.shared_input = on
     cfg.decide(key, on, why)
 
