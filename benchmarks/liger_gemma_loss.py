@@ -2,7 +2,7 @@
 plain model, then after liger-kernel patches the instance as transformers' Trainer does (use_liger_kernel: true),
 called the ways the Trainer calls it (with and without num_items_in_batch), then one Trainer step that logs.
 
-    python benchmarks/liger_gemma_loss.py [--shape gemma3-270m]      (a CUDA GPU with liger-kernel installed)
+    python benchmarks/liger_gemma_loss.py [--shape gemma3-270m] [--rows 4] [--length 256]      (a CUDA GPU with liger-kernel installed)
 
 Prints one line per way of computing the loss; a healthy patch gives the same value everywhere (about ln(vocab) on
 random weights)."""
@@ -31,11 +31,13 @@ def batch_of(vocab: int, rows: int, length: int, device: torch.device) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="gemma3-270m")
+    parser.add_argument("--rows", type=int, default=4, help="examples in the batch (the liger peer ran 32)")
+    parser.add_argument("--length", type=int, default=256, help="tokens an example, the second half labelled")
     args = parser.parse_args()
     device = torch.device("cuda")
     model = lora_model(args.shape, device)
     vocab = model.get_base_model().config.vocab_size
-    batch = batch_of(vocab, rows=4, length=256, device=device)
+    batch = batch_of(vocab, rows=args.rows, length=args.length, device=device)
     targets = int((batch["labels"][:, 1:] != -100).sum())
     print(f"{args.shape}: vocab {vocab} (ln = {math.log(vocab):.3f}), {targets} target tokens, "
           f"{type(model.get_base_model()).__name__}")
@@ -60,9 +62,9 @@ def main() -> None:
     rows = [{"input_ids": r.tolist(), "labels": l.tolist()} for r, l in zip(batch["input_ids"], batch["labels"])]
     logged = []
     with tempfile.TemporaryDirectory() as out:
-        targs = TrainingArguments(output_dir=out, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-4,
+        targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.rows, max_steps=2, learning_rate=1e-4,
                                   bf16=True, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
-                                  remove_unused_columns=False, use_liger_kernel=True)
+                                  remove_unused_columns=False, use_liger_kernel=True, logging_nan_inf_filter=False)
         trainer = Trainer(model=model, args=targs, train_dataset=rows, data_collator=PadCollator(pad_token_id=0))
         trainer.add_callback(type("Log", (__import__("transformers").TrainerCallback,), {
             "on_log": lambda self, a, s, c, logs=None, **k: logged.append(logs)})())

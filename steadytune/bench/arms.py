@@ -210,7 +210,10 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
             output_dir=out, per_device_train_batch_size=batch, max_steps=cap, learning_rate=1e-4,
             bf16=device.type == "cuda", use_cpu=device.type == "cpu", logging_steps=args.window, save_strategy="no",
             report_to=[], dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True, seed=0,
-            max_grad_norm=1.0, use_liger_kernel=liger)
+            max_grad_norm=1.0, use_liger_kernel=liger,
+            # The Trainer's default filter drops a non-finite step loss from the logged mean, so a run whose every
+            # step is NaN logs 0.0 (the liger peer on the Gemma shape, 2026-12-02): log it as it is instead.
+            logging_nan_inf_filter=False)
         trainer = InOrder(model=model, args=targs, train_dataset=ordered, data_collator=counting_collator,
                           callbacks=[Steady()])
         trainer.train()

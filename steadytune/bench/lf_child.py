@@ -60,6 +60,8 @@ def lf_arguments(spec: dict, fast: dict) -> dict:
         "output_dir": str(Path(spec["work_dir"]) / "lf_output"), "overwrite_output_dir": True,
         "save_strategy": "no", "report_to": "none", "plot_loss": False, "disable_tqdm": True,
         "logging_steps": spec["steady_rule"]["window"],  # bench syncs at window ends anyway: logging there is free
+        # A non-finite loss logged as itself: with the filter (the Trainer's default) every step non-finite logs 0.0.
+        "logging_nan_inf_filter": False,
         "dataloader_num_workers": 0,  # StepTimer counts tokens in the collate function: it must run in this process
     }
 

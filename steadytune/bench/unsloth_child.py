@@ -54,6 +54,7 @@ def main(spec: dict, result_path: str) -> None:
         warmup_steps=0, max_grad_norm=1.0, seed=0, bf16=True, optim="adamw_torch_fused",
         max_length=spec["cutoff_len"], packing=True, completion_only_loss=True, dataset_num_proc=1,
         logging_steps=spec["steady_rule"]["window"], save_strategy="no", report_to="none", disable_tqdm=True,
+        logging_nan_inf_filter=False,  # a non-finite loss logged as itself (the filter logs 0.0 if every step is)
         dataloader_num_workers=0)  # StepTimer counts tokens in the collate function: it must run in this process
     settings = {
         "trainer": "trl.SFTTrainer under unsloth (FastLanguageModel + get_peft_model)", "batch": batch,
