@@ -161,6 +161,9 @@ def test_the_fastest_peer_is_the_one_to_beat():
             "steadytune": {"tokens_per_s": 2000.0, "peak_memory_gib": 10.0}}
     ratios = command.ratios(runs)
     assert command.best_peer(ratios) == {"arm": "llamafactory", "tokens_per_s": 4.0, "peak_memory": 0.5}
+    # a peer whose loss says it trained something else is no speed to beat (the liger peer's NaN steps on Gemma)
+    assert command.best_peer(ratios, passed_over={"llamafactory": "is nan"})["arm"] == "peer"
+    assert command.best_peer(ratios, passed_over={"llamafactory": "is nan", "peer": "is 0.0"}) is None
     # the plain arm is no peer a user would pick for speed; without any peer there is nothing to name
     assert command.best_peer(command.ratios({"plain": runs["plain"], "steadytune": runs["steadytune"]})) is None
 
@@ -183,6 +186,23 @@ def test_a_failing_arm_is_reported_and_the_others_kept(tmp_path, capsys, monkeyp
     assert report["arms"]["plain"]["error"] == "RuntimeError: kernel exploded"
     assert report["arms"]["steadytune"]["tokens_per_s"] > 0 and report["ratios"] == {}
     assert "plain did not finish" in capsys.readouterr().err
+
+
+def test_a_trainer_arm_whose_steps_are_nan_logs_nan_and_is_no_peer_to_beat(tmp_path, monkeypatch):
+    # The liger peer on the Gemma shape (2026-12-03): every step NaN, which the Trainer's default logging filter
+    # reported as a loss of 0.0. A real tiny model with one weight set to NaN trains through the real Trainer here.
+    def nan_model(shape, device, **kw):
+        model = workload.lora_model(shape, device, **kw)
+        with torch.no_grad():
+            model.get_base_model().model.norm.weight[0] = float("nan")
+        return model
+
+    monkeypatch.setattr(arms, "lora_model", nan_model)
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--isolate", "none", "--arms", "plain", "--steps", "2", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert math.isnan(report["arms"]["plain"]["loss"])
+    assert "nan" in report["loss_disagreement"]["plain"]
 
 
 def test_peer_arm_falls_back_to_a_smaller_batch_and_says_so(monkeypatch):

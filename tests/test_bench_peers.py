@@ -203,7 +203,8 @@ def assert_first_row_is_made_of_bench_examples(log: Path):
 def test_an_arm_whose_loss_is_not_the_others_training_is_named():
     def arms(**losses):
         return {name: {"name": name, "loss": loss} for name, loss in losses.items()}
-    # The Gemma 3 1B shape on the H200 (2026-12-02): the liger peer logged a loss of 0.0 beside 12.6-12.7.
+    # The Gemma 3 1B shape on the H200 (2026-12-02): the liger peer logged a loss of 0.0 beside 12.6-12.7 (every
+    # step NaN, which the Trainer's default logging filter turned into 0.0; its arms now log NaN as NaN).
     gemma = arms(plain=12.698, peer=0.0, llamafactory=12.627, steadytune=12.585)
     assert command.disagreeing_losses(gemma) == {"peer": "is 0.0"}
     assert command.disagreeing_losses(arms(plain=12.67, peer=12.68, llamafactory=12.65, unsloth=12.65,

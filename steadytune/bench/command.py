@@ -172,15 +172,15 @@ def run(args) -> int:
     report["ratios"] = ratios(report["arms"])
     for base, r in report["ratios"].items():
         print(f"steadytune / {base.removeprefix('vs_')}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
-    report["best_peer"] = best_peer(report["ratios"])
-    if report["best_peer"]:
-        best = report["best_peer"]
-        memory = f" at {best['peak_memory']:.2f}x its peak memory" if "peak_memory" in best else ""
-        print(f"steadytune / the fastest peer ({best['arm']}): {best['tokens_per_s']:.2f}x tokens/s{memory}")
     report["loss_disagreement"] = disagreeing_losses(report["arms"])
     for arm, why in report["loss_disagreement"].items():
         print(f"{arm}: its loss {why}: it did not train what the other arms trained, so its speed is not a "
               f"like-for-like number")
+    report["best_peer"] = best_peer(report["ratios"], passed_over=report["loss_disagreement"])
+    if report["best_peer"]:
+        best = report["best_peer"]
+        memory = f" at {best['peak_memory']:.2f}x its peak memory" if "peak_memory" in best else ""
+        print(f"steadytune / the fastest peer ({best['arm']}): {best['tokens_per_s']:.2f}x tokens/s{memory}")
     if args.check_loss:
         report["loss_check"] = run_arm("loss_check", args, device)
         if "error" in report["loss_check"]:
@@ -260,11 +260,13 @@ def ratios(arms: dict) -> dict:
     return out
 
 
-def best_peer(ratios_: dict) -> dict | None:
+def best_peer(ratios_: dict, passed_over: dict | None = None) -> dict | None:
     """The fastest of the peer arms that finished (liger peer, LLaMA-Factory, Unsloth) and steadytune's ratios
     against it: the comparison a user choosing a tool makes. The fastest is the one steadytune's speed ratio is
-    smallest against. None without steadytune or any peer."""
-    finished = [name for name in PEER_FRAMEWORKS if f"vs_{name}" in ratios_]
+    smallest against. `passed_over`: arms whose loss says they trained something else (disagreeing_losses), which
+    are no speed to beat (the liger peer's NaN steps on the Gemma shape were its fastest). None without steadytune
+    or any sound peer."""
+    finished = [name for name in PEER_FRAMEWORKS if f"vs_{name}" in ratios_ and name not in (passed_over or {})]
     if not finished:
         return None
     name = min(finished, key=lambda n: ratios_[f"vs_{n}"]["tokens_per_s"])
