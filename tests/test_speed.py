@@ -290,6 +290,27 @@ def test_recompute_pointwise_lowers_the_activation_estimate_that_turns_checkpoin
                                              recompute_pointwise=True)[0]
 
 
+def test_checkpointing_for_memory_names_the_smaller_micro_batch_that_would_fit_without_it():
+    from types import SimpleNamespace
+
+    from steadytune.hardware.memory import SPLIT_FLOOR_TOKENS, activation_gib, choose_gradient_checkpointing
+
+    config = SimpleNamespace(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                             num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
+    # A QLoRA 7B run (5.2 GiB of weights) on a 24 GiB card at 16,384-token micro-batches, elementwise results already
+    # recomputed: checkpointing goes on, and the print says 4 micro-batches of 4,096 tokens would fit without it.
+    on, why = choose_gradient_checkpointing(config, 16384, 24.0, compiled=True, state_gib=5.2,
+                                            recompute_pointwise=True)
+    assert on and "micro-batches of 4,096 tokens (4x gradient_accumulation_steps" in why
+    assert activation_gib(config, 4096, True, True) <= 0.85 * 24.0 - 5.2 < activation_gib(config, 8192, True, True)
+    # No hint where even the smallest micro-batch worth running does not fit, or where the micro-batch is that small
+    tiny_room = 5.2 + activation_gib(config, SPLIT_FLOOR_TOKENS, True, True) * 0.5
+    assert "micro-batches of" not in choose_gradient_checkpointing(config, 16384, tiny_room / 0.85, compiled=True,
+                                                                   state_gib=5.2, recompute_pointwise=True)[1]
+    assert "micro-batches of" not in choose_gradient_checkpointing(config, SPLIT_FLOOR_TOKENS, 6.0, compiled=True,
+                                                                   state_gib=5.2, recompute_pointwise=True)[1]
+
+
 # --- CUDA-graph bookkeeping, on CPU -----------------------------------------------------------------------------
 
 class RerunStep(GraphedStep):

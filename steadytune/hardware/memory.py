@@ -29,6 +29,11 @@ MEMORY_SHARE = 0.85
 # and launches, not on math): Qwen2.5-0.5B shape (hidden 896), H200, 16,384 tokens: 63,183 tokens/s with
 # checkpointing on and compiled layers against 65,975 eager without, at 3.4 against 23.6 GiB.
 CHEAP_RECOMPUTE_HIDDEN = 1024
+# The smallest micro-batch worth suggesting instead of checkpointing. QLoRA 7B shape, H200, no checkpointing,
+# 2026-12-03 (docs/speed.md): 4,096-token micro-batches ran 16,016 tokens/s at 18.1 GiB and 2,048 ran 13,901 at
+# 12.1 GiB, against 12,135 at 14.4 GiB for 16,384 with checkpointing (another call); at 1,024 (10,903 at 9.0 GiB)
+# the small matmuls had lost what not recomputing gains.
+SPLIT_FLOOR_TOKENS = 2048
 
 
 def estimate_parameters(config) -> int:
@@ -80,11 +85,16 @@ def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_bu
     if memory_budget_gib is None:
         return False, f"off: no memory budget known (activations ~{need:.1f} GiB)"
     state = state_gib_of(config) if state_gib is None else state_gib
-    if state + need > MEMORY_SHARE * memory_budget_gib:
+    room = MEMORY_SHARE * memory_budget_gib
+    if state + need > room:
         lean = activation_gib(config, tokens_per_micro_batch, compiled, recompute_pointwise=True)
         hint = (f"; recompute_pointwise: true would keep ~{lean:.1f} GiB and fit without checkpointing, recomputing "
-                "elementwise ops only" if compiled and not recompute_pointwise
-                and state + lean <= MEMORY_SHARE * memory_budget_gib else "")
+                "elementwise ops only" if compiled and not recompute_pointwise and state + lean <= room else "")
+        split = split_to_fit(config, tokens_per_micro_batch, room - state, compiled, recompute_pointwise)
+        if split and not hint:
+            hint = (f"; micro-batches of {tokens_per_micro_batch // split:,} tokens ({split}x "
+                    f"gradient_accumulation_steps for the same tokens a step: max_tokens_per_batch, or "
+                    f"per_device_train_batch_size) would fit without checkpointing, usually faster than recomputing")
         return True, (f"on: activations ~{need:.1f} GiB + weights ~{state:.1f} GiB would exceed "
                       f"{MEMORY_SHARE:.0%} of the {memory_budget_gib:.0f} GiB budget" + hint)
     if compiled and config.hidden_size <= CHEAP_RECOMPUTE_HIDDEN:
@@ -92,6 +102,18 @@ def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_bu
                       f"(measured ~4% slower at ~1/7 of the memory); activations would be ~{need:.1f} GiB")
     return False, (f"off: activations ~{need:.1f} GiB + weights ~{state:.1f} GiB fit in {MEMORY_SHARE:.0%} of the "
                    f"{memory_budget_gib:.0f} GiB budget")
+
+
+def split_to_fit(config, tokens_per_micro_batch: int, room_gib: float, compiled: bool,
+                 recompute_pointwise: bool) -> int | None:
+    """The fewest parts (2, 4, 8, ...) a micro-batch splits into for its activations to fit in `room_gib` without
+    checkpointing, each part at least SPLIT_FLOOR_TOKENS; None when no such split fits."""
+    parts = 2
+    while tokens_per_micro_batch // parts >= SPLIT_FLOOR_TOKENS:
+        if activation_gib(config, tokens_per_micro_batch // parts, compiled, recompute_pointwise) <= room_gib:
+            return parts
+        parts *= 2
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------
