@@ -429,6 +429,34 @@ def test_cli_end_to_end_over_every_fixture():
     assert not any(f["what"].startswith("could not read") for f in out["findings"])
 
 
+def test_doctor_config_gives_checkpointing_for_eager_and_compiled_layers_on_cuda():
+    """On CUDA, a run long enough to compile keeps fewer activations: doctor gives train's answer for both, and where
+    memory turns checkpointing on, the smaller micro-batch that would fit without it."""
+    from steadytune.config import RunConfig
+    from steadytune.doctor.plan import checkpointing_findings
+    from steadytune.hardware.backend import GPU, HardwareInfo
+
+    def findings(backend: str, memory: float, **train):
+        info = HardwareInfo(backend=backend, torch_version=torch.__version__, gpus=[GPU(0, "GPU", "sm_90", memory)])
+        cfg = RunConfig()
+        cfg.model.model_name_or_path = "Qwen/Qwen2.5-7B"
+        for key, value in train.items():
+            setattr(cfg.train, key, value)
+        return [f"{f.what} | {f.why}" for f in checkpointing_findings(info, cfg, "plan")]
+
+    # 7B (15.2 GiB of bf16 weights) on an 80 GiB card at 16,384 tokens: eager layers must recompute, compiled ones
+    # (with recompute_pointwise) fit
+    eager, compiled = findings("cuda", 80.0, max_tokens_per_batch=16384)
+    assert "checkpointing on" in eager and "with eager layers" in eager
+    assert "micro-batches of 8,192 tokens (2x gradient_accumulation_steps" in eager   # it turns on above 8,232
+    assert "checkpointing off" in compiled and "once its layers compile" in compiled
+    # recompute_pointwise: false counts the compiled layers' full activations: on again
+    assert "checkpointing on" in findings("cuda", 80.0, max_tokens_per_batch=16384, recompute_pointwise=False)[1]
+    # ROCm does not compile by default, and torch_compile: false does not either: one answer, the eager one
+    assert len(findings("rocm", 80.0, max_tokens_per_batch=16384)) == 1
+    assert len(findings("cuda", 80.0, max_tokens_per_batch=16384, torch_compile=False)) == 1
+
+
 def test_doctor_config_says_whether_train_would_multiply_the_base_in_fp8(tmp_path):
     """doctor --config answers fp8_base with train's own rule, from the GPU's architecture and the model's shape."""
     from steadytune.config import RunConfig

@@ -117,9 +117,20 @@ def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], che
         tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
         use, why = choose_gradient_checkpointing(config, tokens, budget)
         limit = max_tokens_without_checkpointing(config, budget)
-        return [Finding.info(check, f"gradient checkpointing {'on' if use else 'off'} for {label} at up to {tokens} "
-                                    f"tokens per micro-batch on {where}",
-                             f"{why}; it turns on above {limit} tokens")]
+        compiles = info.backend == "cuda" and cfg.train.torch_compile is not False
+        findings = [Finding.info(check, f"gradient checkpointing {'on' if use else 'off'} for {label} at up to {tokens} "
+                                        f"tokens per micro-batch on {where}" + (" with eager layers" if compiles else ""),
+                                 f"{why}; it turns on above {limit} tokens")]
+        if compiles:
+            # A CUDA run long enough to compile its layers keeps less for backward (and, by default, recomputes the
+            # elementwise results): train decides at start, from the run's length, which of the two applies.
+            lean_use, lean_why = choose_gradient_checkpointing(config, tokens, budget, compiled=True,
+                                                               recompute_pointwise=cfg.train.recompute_pointwise
+                                                               is not False)
+            findings.append(Finding.info(check, f"gradient checkpointing {'on' if lean_use else 'off'} for {label} once "
+                                                f"its layers compile (CUDA runs of {COMPILE_MIN_MICRO_BATCHES}+ "
+                                                "micro-batches with static shapes)", lean_why))
+        return findings
     limits = ", ".join(f"{shape} {max_tokens_without_checkpointing(_shape_config(shape), budget):,}"
                        for shape in REFERENCE_SHAPES)
     return [Finding.info(check, f"gradient checkpointing stays off up to these tokens per micro-batch on {where}: {limits}",
