@@ -21,6 +21,7 @@
 #   recompute  recompute_pointwise on and off: QLoRA 7B, 1.5B, and 0.5B without checkpointing  -> recompute_*.json
 #   shared  shared_input_projections on and off: 1.5B, 7B, 0.5B                           -> shared_*.json
 #   shared_default  the 1.5B default with it (and with --kernel-tuning on); QLoRA 7B off / on -> shared_default_*.json
+#   qlora_memory  QLoRA 7B without checkpointing at 1k / 2k / 4k-token micro-batches (speed against memory) -> qlora7_nogc_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -190,6 +191,19 @@ for STAGE in "${@:-bench}"; do
           | grep --line-buffered -v Warning
     done
     ;;
+  qlora_memory)
+    # QLoRA 7B's speed against memory (~4.5 min; carry .whl/bnb130): steadytune alone without checkpointing at
+    # 1,024 / 2,048 / 4,096-token micro-batches, for the rows beside Unsloth's 9.3 GiB -> qlora7_nogc_*.json
+    mkdir -p /root/keep/bnb && cp .whl/bnb130/*.whl /root/keep/bnb/ 2>/dev/null
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/keep/bnb/*.whl 2>&1 \
+        | grep -v "already exists"
+    for T in 1024 2048 4096; do
+      stamp "steadytune --shape qwen2.5-7b --quantization-bit 4 --max-tokens $T --gradient-checkpointing off"
+      timeout 150 python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --steps 30 \
+          --window 5 --warmup 3 --max-tokens $T --gradient-checkpointing off --arm-timeout 145 \
+          --output "$OUT/qlora7_nogc_$T.json" | grep --line-buffered -v Warning
+    done
+    ;;
   defaults15)
     # fp8_base on by default (issue 30): the 1.5B shape's default path against plain and the liger peer under the rule
     # above (~5 min), then the default and --fp8-base off over the same 60 steps (the loss after them compared).
@@ -262,7 +276,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"
