@@ -441,7 +441,7 @@ def test_doctor_config_gives_checkpointing_for_eager_and_compiled_layers_on_cuda
         cfg = RunConfig()
         cfg.model.model_name_or_path = "Qwen/Qwen2.5-7B"
         for key, value in train.items():
-            setattr(cfg.train, key, value)
+            setattr(cfg.model if key == "quantization_bit" else cfg.train, key, value)
         return [f"{f.what} | {f.why}" for f in checkpointing_findings(info, cfg, "plan")]
 
     # 7B (15.2 GiB of bf16 weights) on an 80 GiB card at 16,384 tokens: eager layers must recompute, compiled ones
@@ -455,6 +455,11 @@ def test_doctor_config_gives_checkpointing_for_eager_and_compiled_layers_on_cuda
     # ROCm does not compile by default, and torch_compile: false does not either: one answer, the eager one
     assert len(findings("rocm", 80.0, max_tokens_per_batch=16384)) == 1
     assert len(findings("cuda", 80.0, max_tokens_per_batch=16384, torch_compile=False)) == 1
+    # QLoRA: the 4-bit weights (5.2 GiB at 7B) are what the activations sit beside, not the bf16 ones (14.2 GiB);
+    # an 8-bit base does not compile, so only the eager answer
+    qlora = findings("cuda", 24.0, max_tokens_per_batch=16384, quantization_bit=4)
+    assert len(qlora) == 2 and all("weights ~5.2 GiB" in f for f in qlora)
+    assert len(findings("cuda", 24.0, max_tokens_per_batch=16384, quantization_bit=8)) == 1
 
 
 def test_doctor_config_says_whether_train_would_multiply_the_base_in_fp8(tmp_path):

@@ -22,6 +22,7 @@ from steadytune.hardware.quantization import (
     bitsandbytes_status,
     quantised_bytes_per_parameter,
     quantized_memory,
+    speed_blockers,
 )
 from steadytune.hardware.policy import choose_attention, choose_packing_attention, choose_precision
 from steadytune.hardware.speed import COMPILE_MIN_MICRO_BATCHES, KERNEL_TUNING_MIN_MICRO_BATCHES
@@ -115,16 +116,20 @@ def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], che
     if model is not None:
         config, label = model
         tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
-        use, why = choose_gradient_checkpointing(config, tokens, budget)
-        limit = max_tokens_without_checkpointing(config, budget)
-        compiles = info.backend == "cuda" and cfg.train.torch_compile is not False
+        m = cfg.model   # a quantised base holds far less than the bf16 weights the shape alone would say
+        state = (weight_gib(config, quantised_bytes_per_parameter(m.quantization_bit, m.double_quantization))
+                 if m.quantization_bit is not None else None)
+        use, why = choose_gradient_checkpointing(config, tokens, budget, state_gib=state)
+        limit = max_tokens_without_checkpointing(config, budget, state_gib=state)
+        compiles = (info.backend == "cuda" and cfg.train.torch_compile is not False
+                    and "torch_compile" not in speed_blockers(m.quantization_bit))
         findings = [Finding.info(check, f"gradient checkpointing {'on' if use else 'off'} for {label} at up to {tokens} "
                                         f"tokens per micro-batch on {where}" + (" with eager layers" if compiles else ""),
                                  f"{why}; it turns on above {limit} tokens")]
         if compiles:
             # A CUDA run long enough to compile its layers keeps less for backward (and, by default, recomputes the
             # elementwise results): train decides at start, from the run's length, which of the two applies.
-            lean_use, lean_why = choose_gradient_checkpointing(config, tokens, budget, compiled=True,
+            lean_use, lean_why = choose_gradient_checkpointing(config, tokens, budget, compiled=True, state_gib=state,
                                                                recompute_pointwise=cfg.train.recompute_pointwise
                                                                is not False)
             findings.append(Finding.info(check, f"gradient checkpointing {'on' if lean_use else 'off'} for {label} once "
