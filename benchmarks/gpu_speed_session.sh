@@ -50,6 +50,11 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log") 2>&1
 T0=$(date +%s)
 stamp() { echo "=== $* ($(( $(date +%s) - T0 )) s)"; }
+with_bitsandbytes() {  # the QLoRA stages: the wheel carried in .whl/bnb130, or staged in /root/keep/bnb, into /tmp/site
+  mkdir -p /root/keep/bnb && cp .whl/bnb130/*.whl /root/keep/bnb/ 2>/dev/null
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/keep/bnb/*.whl 2>&1 \
+      | grep -v "already exists"
+}
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/gguf-*.whl
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/liger .whl/liger_kernel-*.whl
 export PYTHONPATH=/tmp/site:/tmp/liger:$PWD PYTHONUNBUFFERED=1 STEADYTUNE_CACHE=/root/cache MPLBACKEND=Agg
@@ -147,8 +152,7 @@ for STAGE in "${@:-bench}"; do
     # the peers stage): the compiled layers keep about half their activations. Each pair on the same data, steadytune
     # alone: QLoRA 7B (the shape where memory sat 1.01x LLaMA-Factory's), 1.5B, and 0.5B with checkpointing off
     # (where the default turns it on) -> recompute_*.json
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/keep/bnb/*.whl 2>&1 \
-        | grep -v "already exists"
+    with_bitsandbytes
     for RUN in "qwen2.5-7b --quantization-bit 4 --steps 30 --window 5 --warmup 2" "qwen2.5-1.5b --steps 60 --window 10" \
                "qwen2.5-0.5b --gradient-checkpointing off --steps 60 --window 10"; do
       for RP in off on; do
@@ -175,9 +179,7 @@ for STAGE in "${@:-bench}"; do
   shared_default)
     # shared_input_projections on by default (~7 min; carry .whl/bnb130 too, for the QLoRA pair): the 1.5B default,
     # the same with --kernel-tuning on, then QLoRA 7B with the groups off and on -> shared_default_*.json
-    mkdir -p /root/keep/bnb && cp .whl/bnb130/*.whl /root/keep/bnb/ 2>/dev/null
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/keep/bnb/*.whl 2>&1 \
-        | grep -v "already exists"
+    with_bitsandbytes
     for RUN in "default --steps 60 --window 10" "tuned --kernel-tuning on --steps 60 --window 10"; do
       NAME=$(echo "$RUN" | cut -d' ' -f1); ARGS=$(echo "$RUN" | cut -d' ' -f2-)
       stamp "steadytune --shape qwen2.5-1.5b $ARGS"
@@ -194,9 +196,7 @@ for STAGE in "${@:-bench}"; do
   qlora_memory)
     # QLoRA 7B's speed against memory (~4.5 min; carry .whl/bnb130): steadytune alone without checkpointing at
     # 1,024 / 2,048 / 4,096-token micro-batches, for the rows beside Unsloth's 9.3 GiB -> qlora7_nogc_*.json
-    mkdir -p /root/keep/bnb && cp .whl/bnb130/*.whl /root/keep/bnb/ 2>/dev/null
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/keep/bnb/*.whl 2>&1 \
-        | grep -v "already exists"
+    with_bitsandbytes
     for T in 1024 2048 4096; do
       stamp "steadytune --shape qwen2.5-7b --quantization-bit 4 --max-tokens $T --gradient-checkpointing off"
       timeout 150 python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --steps 30 \

@@ -58,16 +58,21 @@ def main() -> None:
     show("liger-patched instance (eval mode)")
     model.train()
 
-    from transformers import Trainer, TrainingArguments
-    rows = [{"input_ids": r.tolist(), "labels": l.tolist()} for r, l in zip(batch["input_ids"], batch["labels"])]
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
     logged = []
+
+    class KeepLogs(TrainerCallback):
+        def on_log(self, targs, state, control, logs=None, **kwargs):
+            logged.append(logs)
+
+    rows = [{"input_ids": r.tolist(), "labels": l.tolist()} for r, l in zip(batch["input_ids"], batch["labels"])]
     with tempfile.TemporaryDirectory() as out:
         targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.rows, max_steps=2, learning_rate=1e-4,
                                   bf16=True, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
                                   remove_unused_columns=False, use_liger_kernel=True, logging_nan_inf_filter=False)
-        trainer = Trainer(model=model, args=targs, train_dataset=rows, data_collator=PadCollator(pad_token_id=0))
-        trainer.add_callback(type("Log", (__import__("transformers").TrainerCallback,), {
-            "on_log": lambda self, a, s, c, logs=None, **k: logged.append(logs)})())
+        trainer = Trainer(model=model, args=targs, train_dataset=rows, data_collator=PadCollator(pad_token_id=0),
+                          callbacks=[KeepLogs()])
         trainer.train()
     print("  Trainer(use_liger_kernel=True) logs:", [l.get("loss") for l in logged if l and "loss" in l])
 

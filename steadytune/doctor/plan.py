@@ -100,6 +100,13 @@ def model_config_for(cfg: "RunConfig"):
     return None
 
 
+def quantised_weight_gib(config, model_args) -> float:
+    """GiB of the frozen base once bitsandbytes quantises its linear layers as `model_args` asks (quantization_bit,
+    double_quantization); embeddings, head and norms stay in bf16."""
+    return weight_gib(config, quantised_bytes_per_parameter(model_args.quantization_bit,
+                                                            model_args.double_quantization))
+
+
 def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], check: str) -> list[Finding]:
     gpu = info.primary
     if gpu is None:
@@ -117,8 +124,7 @@ def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], che
         config, label = model
         tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
         m = cfg.model   # a quantised base holds far less than the bf16 weights the shape alone would say
-        state = (weight_gib(config, quantised_bytes_per_parameter(m.quantization_bit, m.double_quantization))
-                 if m.quantization_bit is not None else None)
+        state = quantised_weight_gib(config, m) if m.quantization_bit is not None else None
         use, why = choose_gradient_checkpointing(config, tokens, budget, state_gib=state)
         limit = max_tokens_without_checkpointing(config, budget, state_gib=state)
         compiles = (info.backend == "cuda" and cfg.train.torch_compile is not False
@@ -169,8 +175,7 @@ def quantization_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, of
         budget = gpu.budget_gib if gpu is not None else None
         use = cfg.train.gradient_checkpointing
         if use is None:
-            weights = weight_gib(config, quantised_bytes_per_parameter(m.quantization_bit, m.double_quantization))
-            use, _ = choose_gradient_checkpointing(config, tokens, budget, state_gib=weights)
+            use, _ = choose_gradient_checkpointing(config, tokens, budget, state_gib=quantised_weight_gib(config, m))
         need, parts = quantized_memory(config, tokens, cfg.method.lora_rank, use, m.quantization_bit,
                                        m.double_quantization, 2.0 if precision == "bf16" else 4.0)
         where = f" of the {budget:g} GiB" if budget else ""
