@@ -4,7 +4,7 @@ at the Qwen2.5-1.5B base's shapes and 16,384 tokens, forward and input gradient.
 from the default one. Run on a GPU with fp8 tensor cores: python benchmarks/fp8_accum_error.py"""
 import torch
 
-from steadytune.model.fp8_base import quantize_rows
+from steadytune.model.fp8_matmul import quantize_rows
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:

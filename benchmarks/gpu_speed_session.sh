@@ -22,6 +22,8 @@
 #   shared  shared_input_projections on and off: 1.5B, 7B, 0.5B                           -> shared_*.json
 #   shared_default  the 1.5B default with it (and with --kernel-tuning on); QLoRA 7B off / on -> shared_default_*.json
 #   qlora_memory  QLoRA 7B without checkpointing at 1k / 2k / 4k-token micro-batches (speed against memory) -> qlora7_nogc_*.json
+#   qlora_fp8  fp8 over the 4-bit base: the layer matmuls (benchmarks/fp8_4bit_matmul.py), QLoRA 7B with it off / on,
+#          and on at qlora_memory's settings                                         -> qlora_fp8_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -203,6 +205,25 @@ for STAGE in "${@:-bench}"; do
           --window 5 --warmup 3 --max-tokens $T --gradient-checkpointing off --arm-timeout 145 \
           --output "$OUT/qlora7_nogc_$T.json" | grep --line-buffered -v Warning
     done
+    ;;
+  qlora_fp8)
+    # fp8 over a 4-bit base (model/fp8_4bit.py; ~8 min, carry .whl/bnb130): the 7B layer matmuls bitsandbytes' way
+    # against fp8, then QLoRA 7B with --fp8-base off / auto at the default 16k-token micro-batches, and fp8 at the
+    # memory settings of qlora_memory (4k with checkpointing, 1k without) -> qlora_fp8_*.json
+    with_bitsandbytes
+    stamp "benchmarks/fp8_4bit_matmul.py"
+    timeout 120 python3 benchmarks/fp8_4bit_matmul.py 1024 4096 16384 | grep --line-buffered -v Warning
+    Q="python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --steps 30 --window 5 --warmup 3 --arm-timeout 115"
+    stamp "QLoRA 7B default micro-batches, --fp8-base auto"
+    timeout 120 $Q --output "$OUT/qlora_fp8_default_auto.json" | grep --line-buffered -v Warning
+    stamp "QLoRA 7B, 4k micro-batches with checkpointing, fp8 (auto)"
+    timeout 120 $Q --max-tokens 4096 --gradient-checkpointing on --output "$OUT/qlora_fp8_gc_4096.json" \
+        | grep --line-buffered -v Warning
+    stamp "QLoRA 7B, 1k micro-batches without checkpointing, fp8 (auto)"
+    timeout 120 $Q --max-tokens 1024 --gradient-checkpointing off --output "$OUT/qlora_fp8_nogc_1024.json" \
+        | grep --line-buffered -v Warning
+    stamp "QLoRA 7B default micro-batches, --fp8-base off"
+    timeout 120 $Q --fp8-base off --output "$OUT/qlora_fp8_default_off.json" | grep --line-buffered -v Warning
     ;;
   defaults15)
     # fp8_base on by default (issue 30): the 1.5B shape's default path against plain and the liger peer under the rule

@@ -469,10 +469,11 @@ def test_doctor_config_says_whether_train_would_multiply_the_base_in_fp8(tmp_pat
     from steadytune.hardware.backend import GPU, HardwareInfo
     from steadytune.model.tiny import save_tiny_model
 
-    def answer(arch: str, model: str, backend: str = "cuda", **train) -> str:
+    def answer(arch: str, model: str, backend: str = "cuda", quantization_bit: int | None = None, **train) -> str:
         info = HardwareInfo(backend=backend, torch_version=torch.__version__, gpus=[GPU(0, "GPU", arch, 139.8)])
         cfg = RunConfig()
         cfg.model.model_name_or_path = model
+        cfg.model.quantization_bit = quantization_bit
         for key, value in train.items():
             setattr(cfg.train, key, value)
         (finding,) = fp8_findings(info, cfg, "plan")
@@ -486,3 +487,8 @@ def test_doctor_config_says_whether_train_would_multiply_the_base_in_fp8(tmp_pat
     assert "ROCm" in answer("gfx942", "Qwen/Qwen2.5-7B", backend="rocm")
     assert answer("sm_90", "Qwen/Qwen2.5-7B", fp8_base=False).startswith("fp8_base: false is asked for")
     assert "precision fp16" in answer("sm_90", "Qwen/Qwen2.5-7B", fp16=True, bf16=False)
+    # a 4-bit base (QLoRA) multiplies in fp8 too, unpacked at each matmul; an 8-bit one keeps LLM.int8's own matmuls
+    four_bit = answer("sm_90", "Qwen/Qwen2.5-7B", quantization_bit=4)
+    assert "on by default" in four_bit and "unpacked straight into fp8" in four_bit and "copies" not in four_bit
+    assert "stays off" in answer("sm_90", "Qwen/Qwen2.5-7B", quantization_bit=8)
+    assert "LLM.int8" in answer("sm_90", "Qwen/Qwen2.5-7B", quantization_bit=8)

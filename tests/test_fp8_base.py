@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from steadytune.config import load_config
-from steadytune.model.fp8_base import Fp8FrozenLinear, fp8_support, quantize_rows, set_fast_accumulation, use_fp8_base
+from steadytune.model.fp8_base import fp8_support, set_fast_accumulation, use_fp8_base
+from steadytune.model.fp8_matmul import Fp8FrozenLinear, quantize_rows
 from steadytune.model.tiny import build_model, save_tiny_model
 from steadytune.train import run_training
 from steadytune.training.monitor import read_metrics
@@ -124,20 +125,57 @@ def test_a_run_with_fp8_base_trains_and_records_the_decision(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None,
                     reason="bitsandbytes is not installed (pip install 'steadytune[qlora]')")
-def test_fp8_base_over_a_4bit_base_is_off_and_says_why(tmp_path):
-    """QLoRA's base is bitsandbytes' already: fp8_base: true beside quantization_bit: 4 trains as QLoRA and records
-    why fp8 is off, instead of the count of 0 layers it could swap."""
-    model_dir = save_tiny_model(tmp_path / "tiny", "qwen2", seed=0)
-    rows = [{"instruction": f"say {w}", "input": "", "output": w} for w in ["yes", "no"] * 8]
+def test_fp8_base_over_a_4bit_base_trains_as_qlora_does(tmp_path):
+    """QLoRA with fp8_base: true: the 4-bit bases are unpacked into fp8 (model/fp8_4bit.py), the decision says so,
+    each step's loss is the plain QLoRA run's within fp8's rounding, and the adapter is saved over bitsandbytes'
+    layers put back."""
+    from safetensors import safe_open
+
+    from steadytune.model.fp8_4bit import Fp8Over4bitLinear
+    from steadytune.model.quantize import is_quantized, quantized_linear_names
+
+    # 64 wide (bitsandbytes' block), as every real decoder's widths are a multiple of it
+    model_dir = save_tiny_model(tmp_path / "tiny", "qwen2", seed=0, hidden_size=64, intermediate_size=128)
+    rows = [{"instruction": f"say {w}", "input": "", "output": w} for w in ["yes", "no", "maybe", "never"] * 8]
     (tmp_path / "data.json").write_text(json.dumps(rows), encoding="utf-8")
     (tmp_path / "dataset_info.json").write_text('{"d": {"file_name": "data.json"}}', encoding="utf-8")
-    keys = {"model_name_or_path": str(model_dir), "dataset": "d", "dataset_dir": str(tmp_path), "template": "empty",
-            "output_dir": str(tmp_path / "run"), "fp8_base": True, "quantization_bit": 4, "max_steps": 2,
-            "per_device_train_batch_size": 4, "save_steps": 1000}
-    cfg = load_config(None, [f"{k}={v}" for k, v in keys.items()])
-    run_training(cfg, force=True, progress=False)
-    decision = cfg.decisions["fp8_base"]
-    assert decision["value"] is False and "quantization_bit 4: bitsandbytes holds the base" in decision["reason"]
+    losses, decisions = {}, {}
+    for fp8 in (False, True):
+        keys = {"model_name_or_path": str(model_dir), "dataset": "d", "dataset_dir": str(tmp_path), "template": "empty",
+                "output_dir": str(tmp_path / f"run-{fp8}"), "fp8_base": fp8, "quantization_bit": 4,
+                # 1e-2: a steady run (from 2e-2 up this tiny model's loss jumps in both runs, a step apart)
+                "learning_rate": 1e-2, "max_steps": 8, "per_device_train_batch_size": 8, "logging_steps": 1,
+                "save_steps": 1000, "seed": 0}
+        cfg = load_config(None, [f"{k}={v}" for k, v in keys.items()])
+        result = run_training(cfg, force=True, progress=False)
+        losses[fp8] = [r["loss"] for r in read_metrics(tmp_path / f"run-{fp8}" / "metrics.jsonl") if "loss" in r]
+        decisions[fp8] = cfg.decisions["fp8_base"]
+        if fp8:
+            model = result.model
+    on = decisions[True]
+    assert on["value"] is True and "4-bit" in on["reason"], on
+    assert decisions[False]["value"] is False
+    assert len(losses[True]) == len(losses[False]) == 8
+    assert losses[True][-1] < losses[True][0]                                               # it learns
+    assert max(abs(a - b) / b for a, b in zip(losses[True], losses[False])) < 0.02, losses  # as QLoRA does
+    # after training: bitsandbytes' layers are back under the adapter, and only the adapter was saved
+    assert is_quantized(model) and len(quantized_linear_names(model)) == 14
+    assert not any(isinstance(m, Fp8Over4bitLinear) for m in model.modules())
+    with safe_open(str(tmp_path / "run-True" / "adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert keys and all("lora_" in key for key in keys)
+
+
+def test_fp8_base_over_an_8bit_base_is_off_and_says_why():
+    """LLM.int8 multiplies its own way: quantization_bit 8 rules fp8 out (a 4-bit base does not)."""
+    from steadytune.model.fp8_base import FP8_OVER_8BIT, config_blocker, decide_fp8_base
+
+    assert config_blocker(load_config(None, ["quantization_bit=8", "fp8_base=true"])) == FP8_OVER_8BIT
+    assert config_blocker(load_config(None, ["quantization_bit=4", "fp8_base=true"])) is None
+    assert config_blocker(load_config(None, ["fp8_base=true"])) is None
+    on, why = decide_fp8_base(torch.nn.Linear(16, 16), True, torch.device("cpu"), "fp32", False, 64, None, 0.0,
+                              ruled_out=FP8_OVER_8BIT)
+    assert on is False and why == f"off: {FP8_OVER_8BIT}"
 
 
 def test_it_compiles_without_graph_breaks():

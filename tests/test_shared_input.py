@@ -8,7 +8,8 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from steadytune.model.fp8_base import Fp8FrozenLinear, restore_base, use_fp8_base
+from steadytune.model.fp8_base import restore_base, use_fp8_base
+from steadytune.model.fp8_matmul import Fp8FrozenLinear
 from steadytune.model.kernels import decoder_layers
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.shared_input import GROUP_ATTR, merge_bases, share_inputs, shared_input_blocker, sibling_groups

@@ -58,7 +58,7 @@ from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.policy import choose_packing_attention
 from steadytune.hardware.speed import plan_speed
 from steadytune.model.attention import attn_implementation_for
-from steadytune.model.fp8_base import FP8_OVER_QUANTIZED, decide_fp8_base, set_fast_accumulation
+from steadytune.model.fp8_base import decide_fp8_base, set_fast_accumulation
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.shared_input import decide_shared_input
@@ -302,7 +302,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                        ("use_liger_kernel", plan.liger)):
         settings[key] = {"value": value, "reason": plan.reasons[key]}
     tokens = shape.tokens if shape is not None else max(sum(lengths[i] for i in g) for g in groups)
-    weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())  # as train weighs them (fp8 copies too)
+    weights_gib = held_gib([*model.parameters(), *model.buffers()])  # as train weighs them (fp8 copies too)
     # fp8 after the plan (the default needs compiled layers) and before the first forward, when the layers compile
     settings["fp8_base"] = bench_fp8_base(args, model, device, precision, plan, tokens, weights_gib)
     if getattr(args, "fp8_accumulation", "fast") == "exact" and set_fast_accumulation(model, False):
@@ -310,7 +310,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     # after the fp8 base, whose copies the groups merge (as train does)
     plan.shared_input, why = decide_shared_input(model, plan.shared_input, plan.reasons["shared_input_projections"])
     settings["shared_input_projections"] = {"value": plan.shared_input, "reason": why}
-    weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())
+    weights_gib = held_gib([*model.parameters(), *model.buffers()])
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
                                                    _asked(args.gradient_checkpointing), compiled=plan.compile,
                                                    state_gib=weights_gib, recompute_pointwise=plan.recompute_pointwise)
@@ -328,8 +328,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
 def bench_fp8_base(args, model, device: torch.device, precision: str, plan, tokens: int, weights_gib: float) -> dict:
     """--fp8-base as train's fp8_base (model/fp8_base.decide_fp8_base): on / off as asked, auto as train's default."""
     on, why = decide_fp8_base(model, _asked(getattr(args, "fp8_base", "auto")), device, precision, plan.compile,
-                              tokens, memory_budget_gib(device), weights_gib, _asked(args.gradient_checkpointing),
-                              ruled_out=FP8_OVER_QUANTIZED.format(bits=4) if quantized(args) else None)
+                              tokens, memory_budget_gib(device), weights_gib, _asked(args.gradient_checkpointing))
     return {"value": "on" if on else "off", "reason": why}
 
 
@@ -470,7 +469,7 @@ def run_max_len(args, device: torch.device) -> dict:
     model, _, plan, settings = steadytune_setup(probe_args, device, [[0]], dummy)
     attention = settings["packing_attention"]["value"]
     config = model.get_base_model().config
-    weights_gib = held_gib(model.parameters()) + held_gib(model.buffers())  # as train weighs them (fp8 copies too)
+    weights_gib = held_gib([*model.parameters(), *model.buffers()])  # as train weighs them (fp8 copies too)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4, fused=device.type == "cuda")
     vocab = SHAPES[args.shape]["vocab_size"]

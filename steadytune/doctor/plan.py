@@ -215,9 +215,17 @@ def fp8_findings(info: "HardwareInfo", cfg: "RunConfig", check: str) -> list[Fin
               if info.backend == "cuda" else "")
     return [Finding.info(check, f"fp8_base: on by default for {model[1]} here once its layers compile (CUDA runs of "
                                 f"{COMPILE_MIN_MICRO_BATCHES}+ micro-batches with static shapes){tuning}",
-                         "the frozen base's matmuls in fp8, unless its copies (2 bytes a base weight) would turn "
-                         "gradient checkpointing on, or DeepSpeed / FSDP shard the base (train reads the sharding at "
-                         "start); fp8_base: false keeps the bf16 base")]
+                         fp8_detail(cfg))]
+
+
+def fp8_detail(cfg: "RunConfig") -> str:
+    """What fp8_base does to this config's base, and what would still turn it off."""
+    if cfg.model.quantization_bit == 4:
+        return ("the 4-bit base's matmuls in fp8: its weights stay 4-bit and are unpacked straight into fp8 at each "
+                "matmul (no copy kept); fp8_base: false keeps bitsandbytes' bf16 matmuls")
+    return ("the frozen base's matmuls in fp8, unless its copies (2 bytes a base weight) would turn gradient "
+            "checkpointing on, or DeepSpeed / FSDP shard the base (train reads the sharding at start); fp8_base: "
+            "false keeps the bf16 base")
 
 
 def describe_bits(model_args) -> str:

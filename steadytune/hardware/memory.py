@@ -53,8 +53,14 @@ def state_gib_of(config, bytes_per_parameter: float = 2.0) -> float:
 
 
 def held_gib(tensors) -> float:
-    """GiB held by these tensors (a model's parameters, or its buffers: fp8_base's copies of the base are buffers)."""
-    return sum(t.numel() * t.element_size() for t in tensors) / 2**30
+    """GiB held by these tensors (a model's parameters and buffers: fp8_base's copies of the base are buffers), each
+    piece of memory once: a buffer that is a view of a weight (a 4-bit base's packed bytes under fp8_4bit) adds
+    nothing."""
+    held: dict[tuple, int] = {}
+    for t in tensors:
+        key = (t.device, t.data_ptr()) if t.data_ptr() else ("no storage", id(t))
+        held[key] = max(held.get(key, 0), t.numel() * t.element_size())
+    return sum(held.values()) / 2**30
 
 
 def activation_gib(config, tokens: int, compiled: bool = False, recompute_pointwise: bool = False) -> float:

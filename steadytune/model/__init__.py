@@ -4,6 +4,6 @@ the parts of a model (head, decoder body, layers), the attention implementations
 loaded model, batched decoding with a KV cache (decode/: what serve answers with and stage grpo generates with),
 and tiny random models for tests.
 
-Modules: load, lora, anatomy, saved_weights, archive, attention, kernels, fp8_base, lora_scaling, quantize, shapes,
-tiny; the package decode.
+Modules: load, lora, anatomy, saved_weights, archive, attention, kernels, fp8_base (fp8_matmul, fp8_4bit),
+lora_scaling, quantize, shapes, shared_input, tiny; the package decode.
 """

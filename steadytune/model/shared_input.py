@@ -31,7 +31,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-from steadytune.model.fp8_base import Fp8FrozenLinear
+from steadytune.model.fp8_matmul import Fp8FrozenLinear
 from steadytune.model.lora_scaling import PEFT_ROUTING_KWARGS, scaled_first_forward
 
 # Sibling projections of one block that read the same input, in the order the block calls them (transformers'

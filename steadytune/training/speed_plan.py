@@ -15,7 +15,7 @@ from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.quantization import quantized_memory, speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
-from steadytune.model.fp8_base import config_blocker, decide_fp8_base
+from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
@@ -126,13 +126,15 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
 
 def plan_fp8_base(cfg: RunConfig, model, plan: SpeedPlan, precision: str, shard_plan, tokens: int,
                   budget: float | None, state_gib: float) -> float:
-    """fp8_base as asked, or by default (model/fp8_base.decide_fp8_base); records the decision; -> GiB of copies."""
-    before = held_gib(model.buffers())
+    """fp8_base as asked, or by default (model/fp8_base.decide_fp8_base); records the decision; -> GiB of copies
+    (fp8_copies_gib, counted before the swap: over a 4-bit base only the scales are new, while the layers it swaps
+    in also hold bitsandbytes' own packed bytes and statistics as buffers)."""
+    copies = fp8_copies_gib(model)
     on, why = decide_fp8_base(model, cfg.train.fp8_base, next(model.parameters()).device, precision, plan.compile,
                               tokens, budget, state_gib, cfg.train.gradient_checkpointing,
                               ruled_out=config_blocker(cfg, shard_plan.kind if shard_plan is not None else None))
     cfg.decide("fp8_base", on, why)
-    return held_gib(model.buffers()) - before
+    return copies if on else 0.0
 
 
 def plan_shared_input(cfg: RunConfig, model, plan: SpeedPlan, shard_kind: str | None) -> None:

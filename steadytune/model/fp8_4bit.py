@@ -1,0 +1,148 @@
+"""FP8 matmuls over a 4-bit base (QLoRA with `fp8_base`): the frozen weight stays packed in bitsandbytes' 4 bits and
+is unpacked straight into fp8 for each matmul, where bitsandbytes unpacks it into bf16 and multiplies in bf16.
+
+bitsandbytes stores a 4-bit weight (nf4 or fp4) as two codes a byte, in row-major order, and one absmax per block of
+`blocksize` consecutive values (64 in transformers' default); with double quantisation the absmaxes are themselves
+8-bit codes with a second absmax per 256 of them and an offset. A value is `code_table[code] * its block's absmax`,
+and the largest code is +-1, so a block's absmax is exactly the largest magnitude in it. That gives the fp8 scales
+for free, from the absmaxes alone, once at start:
+- forward (x @ W^T): one scale per output row, the largest absmax of the row's blocks;
+- input gradient (g @ W): one scale per input column, the largest absmax over the rows of the column's block. A
+  bound rather than the column's exact maximum: it never overflows, and it is loose by at most the spread of a
+  block's values.
+Each matmul then unpacks the weight in one pass (read half a byte a value, write one) into the layout it needs and
+calls `torch._scaled_mm` as model/fp8_matmul.py does for a bf16 base. Under compiled layers the unpacking (shifts,
+the code table, the absmax lookups, the division, the cast) is one fused kernel; eager it runs as several.
+
+The memory is QLoRA's: no copy of the weight is kept, only a scale per row and per column (fp32). The transient fp8
+weight of one matmul (the largest at the 7B shape: 18,944 x 3,584, 68 MB) lives as long as that matmul.
+
+Error: e4m3 rounds each unpacked value by up to 2^-4 relative, on top of the 4-bit code's own error (nf4 has 16
+levels a block). The adapters still train against the 4-bit base and are scored, merged and exported over it
+(restore_base puts bitsandbytes' layer back).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, quantize_rows
+
+
+def is_4bit_linear(module: torch.nn.Module) -> bool:
+    """Whether `module` is bitsandbytes' 4-bit linear layer (without importing bitsandbytes where it is absent)."""
+    return type(module).__name__ == "Linear4bit" and type(module).__module__.startswith("bitsandbytes")
+
+
+def fits_4bit_layout(layer: torch.nn.Module) -> bool:
+    """Whether this 4-bit layer unpacks here: sizes the fp8 kernels take (multiples of 16), blocks that do not
+    straddle rows, the packed bytes in one byte a pair of codes (uint8 storage: steadytune's own loading), in
+    bitsandbytes' own order (not the layout its CPU kernel rewrites a weight into for inference,
+    model/quantize.keep_training_layout)."""
+    state = getattr(layer.weight, "quant_state", None)
+    if state is None or len(state.shape) != 2 or getattr(state, "packing_format_for_cpu", False):
+        return False
+    out_features, in_features = state.shape
+    return (out_features % 16 == 0 and in_features % 16 == 0 and in_features % state.blocksize == 0
+            and layer.weight.dtype == torch.uint8 and layer.weight.numel() * 2 == out_features * in_features)
+
+
+def block_absmax(absmax: torch.Tensor, code2: torch.Tensor | None, absmax2: torch.Tensor | None,
+                 offset: torch.Tensor, blocksize2: int) -> torch.Tensor:
+    """The absmax of each block of the weight in fp32 (flat): as stored, or from its 8-bit codes (double
+    quantisation: code2[code] * the absmax of its group of blocksize2 codes + offset)."""
+    if code2 is None:
+        return absmax.float()
+    group = torch.arange(absmax.numel(), device=absmax.device) // blocksize2
+    return code2[absmax.long()] * absmax2[group] + offset
+
+
+def unpack_to_fp8(packed: torch.Tensor, code: torch.Tensor, absmax: torch.Tensor, shape: tuple[int, int],
+                  blocksize: int, scale: torch.Tensor, transposed: bool) -> torch.Tensor:
+    """The 4-bit weight [out, in] as fp8 divided by `scale`: [out, in] row-major with a scale per row ([out, 1]),
+    or, transposed, [in, out] row-major with a scale per input column ([in, 1]). packed: [out, in / 2] uint8, the
+    high four bits the first of each pair (bitsandbytes' order); absmax: flat fp32, one per block."""
+    out_features, in_features = shape
+    codes = torch.stack((packed >> 4, packed & 15), dim=-1).reshape(out_features, in_features)
+    values = code[codes.long()].view(out_features, in_features // blocksize, blocksize)
+    values = (values * absmax.view(out_features, in_features // blocksize, 1)).view(out_features, in_features)
+    if transposed:
+        return (values / scale.view(1, in_features)).clamp(-FP8_MAX, FP8_MAX).to(FP8).t().contiguous()
+    return (values / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+
+
+class _Fp8Over4bitMatmul(torch.autograd.Function):
+    """y = x @ W^T for a frozen 4-bit W unpacked into fp8 in each direction; no weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x2d, packed, code, absmax_stored, code2, absmax2, row_scale, col_scale, offset, blocksize,
+                blocksize2, shape, out_dtype, fast):
+        ctx.save_for_backward(packed, code, absmax_stored, code2, absmax2, offset, col_scale)
+        ctx.blocksize, ctx.blocksize2, ctx.shape = blocksize, blocksize2, shape
+        ctx.out_dtype, ctx.fast = out_dtype, fast
+        absmax = block_absmax(absmax_stored, code2, absmax2, offset, blocksize2)
+        w_rows = unpack_to_fp8(packed, code, absmax, shape, blocksize, row_scale, transposed=False)
+        xq, xs = quantize_rows(x2d)
+        return torch._scaled_mm(xq, w_rows.t(), scale_a=xs, scale_b=row_scale.t(), out_dtype=out_dtype,
+                                use_fast_accum=fast)
+
+    @staticmethod
+    def backward(ctx, grad):
+        packed, code, absmax_stored, code2, absmax2, offset, col_scale = ctx.saved_tensors
+        absmax = block_absmax(absmax_stored, code2, absmax2, offset, ctx.blocksize2)
+        wt_rows = unpack_to_fp8(packed, code, absmax, ctx.shape, ctx.blocksize, col_scale, transposed=True)
+        gq, gs = quantize_rows(grad.contiguous())
+        grad_x = torch._scaled_mm(gq, wt_rows.t(), scale_a=gs, scale_b=col_scale.t(), out_dtype=ctx.out_dtype,
+                                  use_fast_accum=ctx.fast)
+        return (grad_x,) + (None,) * 13
+
+
+class Fp8Over4bitLinear(torch.nn.Module):
+    """A frozen bitsandbytes 4-bit linear whose matmuls run in fp8. Holds the same packed weight (and bias), so the
+    layer's memory stays 4-bit; `original` is the bitsandbytes layer, put back by restore_base."""
+
+    def __init__(self, layer: torch.nn.Module, fast_accumulation: bool = True):
+        super().__init__()
+        state = layer.weight.quant_state
+        self.out_features, self.in_features = state.shape
+        self.fast_accumulation = fast_accumulation
+        self.weight, self.bias = layer.weight, layer.bias
+        # kept out of the module tree (a plain attribute), so that its parameters are not listed twice
+        object.__setattr__(self, "original", layer)
+        self.blocksize = state.blocksize
+        nested = state.nested
+        self.blocksize2 = state.state2.blocksize if nested else 1
+        buffers = {"packed": layer.weight.data.view(self.out_features, self.in_features // 2),
+                   "code": state.code.float(), "absmax": state.absmax,
+                   "code2": state.state2.code.float() if nested else None,
+                   "absmax2": state.state2.absmax.float() if nested else None,
+                   # a tensor, not a float: compiled layers would otherwise guard on each layer's own value and
+                   # compile the decoder layer again for every one of them
+                   "offset": state.offset.detach().float().reshape(()) if nested else torch.zeros((), device=state.absmax.device)}
+        for name, tensor in buffers.items():
+            self.register_buffer(name, tensor, persistent=False)
+        with torch.no_grad():
+            # A block's absmax is its largest magnitude times the largest code (1 for nf4 and fp4): the scales come
+            # from the absmaxes alone, without unpacking the weight.
+            peak = block_absmax(self.absmax, self.code2, self.absmax2, self.offset, self.blocksize2)
+            peak = peak.view(self.out_features, -1) * self.code.abs().max()
+            row_scale = (peak.amax(dim=1, keepdim=True) / FP8_MAX).clamp(min=SCALE_FLOOR)
+            col_scale = (peak.amax(dim=0) / FP8_MAX).clamp(min=SCALE_FLOOR).repeat_interleave(self.blocksize)
+        self.register_buffer("row_scale", row_scale.contiguous(), persistent=False)
+        self.register_buffer("col_scale", col_scale[:, None].contiguous(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            out_dtype = torch.bfloat16
+        shape = x.shape
+        y = _Fp8Over4bitMatmul.apply(x.reshape(-1, shape[-1]), self.packed, self.code, self.absmax, self.code2,
+                                     self.absmax2, self.row_scale, self.col_scale, self.offset, self.blocksize,
+                                     self.blocksize2, (self.out_features, self.in_features), out_dtype,
+                                     self.fast_accumulation)
+        y = y.reshape(*shape[:-1], self.out_features)
+        return y + self.bias.to(y.dtype) if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, 4-bit unpacked to fp8=e4m3 "
+                f"(frozen), fast_accumulation={self.fast_accumulation}")

@@ -1,0 +1,107 @@
+"""The fp8 arithmetic of a frozen linear layer: quantising rows to e4m3 and the two matmuls of a frozen weight
+(forward x @ W^T and input gradient g @ W; no weight gradient), over a bf16 weight quantised once (Fp8FrozenLinear).
+model/fp8_4bit.py multiplies a 4-bit base the same way; model/fp8_base.py decides where either is used and swaps
+the layers in and out.
+
+Accumulation: `use_fast_accum`, both matmuls. Hopper's fast mode skips the periodic promotion of the tensor cores'
+partial sums to fp32. Measured at the 1.5B shapes (benchmarks/fp8_accum_error.py, docs/speed.md) it moves a
+product's relative error from 3.74% to at most 3.75% (the e4m3 rounding of the inputs is nearly all of it) and the
+step 1.05x faster. `set_fast_accumulation(model, False)` (bench --fp8-accumulation exact) puts the exact mode back.
+
+Rounding: e4m3 keeps 3 mantissa bits, so each product's inputs carry up to 2^-4 relative rounding; with a scale per
+row it does not overflow or flush whole rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max  # 448
+SCALE_FLOOR = 1e-12            # an all-zero row keeps a finite scale (its values quantise to 0 either way)
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (x in fp8, fp32 scale per row [rows, 1]) with x ~= fp8 * scale; x is 2-D."""
+    amax = x.abs().amax(dim=-1, keepdim=True).float()
+    scale = (amax / FP8_MAX).clamp(min=SCALE_FLOOR)
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+class _FrozenFp8Matmul(torch.autograd.Function):
+    """y = x @ W^T in fp8 with W frozen: forward and the input gradient; no weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x2d, w_rows, w_rows_scale, wt_rows, wt_rows_scale, out_dtype, fast):
+        ctx.save_for_backward(wt_rows, wt_rows_scale)
+        ctx.out_dtype, ctx.fast = out_dtype, fast
+        xq, xs = quantize_rows(x2d)
+        # _scaled_mm wants its second operand column-major: W row-major [out, in] transposed is [in, out] column-major
+        return torch._scaled_mm(xq, w_rows.t(), scale_a=xs, scale_b=w_rows_scale.t(), out_dtype=out_dtype,
+                                use_fast_accum=fast)
+
+    @staticmethod
+    def backward(ctx, grad):
+        wt_rows, wt_rows_scale = ctx.saved_tensors
+        gq, gs = quantize_rows(grad.contiguous())
+        grad_x = torch._scaled_mm(gq, wt_rows.t(), scale_a=gs, scale_b=wt_rows_scale.t(), out_dtype=ctx.out_dtype,
+                                  use_fast_accum=ctx.fast)
+        return grad_x, None, None, None, None, None, None
+
+
+class Fp8FrozenLinear(torch.nn.Module):
+    """A frozen nn.Linear whose matmuls run in fp8. Keeps the original `weight` (and `bias`) as they were, so that
+    peft, the adapter files and export see the same layer; only its forward changes."""
+
+    def __init__(self, linear: torch.nn.Linear, fast_accumulation: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.fast_accumulation = fast_accumulation
+        self.weight, self.bias = linear.weight, linear.bias
+        with torch.no_grad():
+            w = linear.weight.detach()
+            w_rows, w_scale = quantize_rows(w)                     # [out, in], scale per output row
+            wt_rows, wt_scale = quantize_rows(w.t().contiguous())  # [in, out], scale per input column of W
+        self.register_buffer("w_rows", w_rows, persistent=False)
+        self.register_buffer("w_rows_scale", w_scale, persistent=False)
+        self.register_buffer("wt_rows", wt_rows, persistent=False)
+        self.register_buffer("wt_rows_scale", wt_scale, persistent=False)
+
+    @classmethod
+    def concatenated(cls, bases: list["Fp8FrozenLinear"]) -> "Fp8FrozenLinear":
+        """One fp8 layer for several bases of one input, their outputs side by side (model/shared_input.py): copies
+        quantised from the concatenated weights; the bf16 weights are not kept twice (`weight` is None)."""
+        linear = torch.nn.Linear(bases[0].in_features, sum(b.out_features for b in bases),
+                                 bias=bases[0].bias is not None, device="meta")
+        linear.weight = torch.nn.Parameter(torch.cat([b.weight.detach() for b in bases]), requires_grad=False)
+        if linear.bias is not None:
+            linear.bias = torch.nn.Parameter(torch.cat([b.bias.detach() for b in bases]), requires_grad=False)
+        merged = cls(linear, bases[0].fast_accumulation)
+        merged.weight = None
+        if merged.bias is not None:   # a copy, not a weight of the model: kept out of its parameters and state_dict
+            bias = merged.bias.detach()
+            del merged.bias
+            merged.register_buffer("bias", bias, persistent=False)
+        return merged
+
+    def share_copies(self, shared: "Fp8FrozenLinear", offset: int) -> None:
+        """Drop this layer's own fp8 copies: `shared` (a concatenated layer) holds them from column `offset` on."""
+        for name in ("w_rows", "w_rows_scale", "wt_rows", "wt_rows_scale"):
+            setattr(self, name, None)
+        self.shared, self.shared_offset = shared, offset
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.w_rows is None:   # copies shared with sibling layers: their product, this layer's columns
+            return self.shared(x)[..., self.shared_offset:self.shared_offset + self.out_features]
+        out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            out_dtype = torch.bfloat16
+        shape = x.shape
+        y = _FrozenFp8Matmul.apply(x.reshape(-1, shape[-1]), self.w_rows, self.w_rows_scale, self.wt_rows,
+                                   self.wt_rows_scale, out_dtype, self.fast_accumulation)
+        y = y.reshape(*shape[:-1], self.out_features)
+        return y + self.bias.to(y.dtype) if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, fp8=e4m3 (frozen), "
+                f"fast_accumulation={self.fast_accumulation}")
