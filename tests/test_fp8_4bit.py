@@ -180,6 +180,34 @@ def test_it_compiles_without_graph_breaks():
     assert relative(ref, x.detach() @ weight.t() + layer.bias.float()) < 0.06   # and both are the 4-bit product
 
 
+
+def test_compiled_it_keeps_nothing_of_the_weights_size_for_the_backward():
+    """Compiled, the backward's unpacking is the same ops on the same bytes as the forward's, and the partitioner
+    chooses between keeping a result and computing it again. The layer's memory is QLoRA's only if it reads the packed
+    bytes again: kept unpacked codes or fp8 weights would cost a byte a weight (6.6 GiB at the 7B shape; seen on the
+    H200 before unpack_to_fp8 stopped using torch.stack)."""
+    from steadytune.model.fp8_4bit import Fp8Over4bitLinear
+
+    first, _ = make_4bit("nf4", double=True, bias=False, out_features=256, in_features=128)
+    second, _ = make_4bit("nf4", double=True, bias=False, out_features=128, in_features=256, seed=1)
+    net = torch.nn.Sequential(Fp8Over4bitLinear(first), torch.nn.ReLU(), Fp8Over4bitLinear(second))
+    held = {t.data_ptr() for t in [*net.parameters(), *net.buffers()]}
+    kept = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.data_ptr() not in held:
+            kept.append(t.numel() * t.element_size())
+        return t
+
+    x = torch.randn(4, 128, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = torch.compile(net)(x)
+    y.float().sum().backward()
+    assert x.grad is not None and kept, "the compiled graph kept nothing at all: the hook saw no saved tensor"
+    weight_bytes = 256 * 128   # one byte a weight: the unpacked codes, or an fp8 weight
+    assert max(kept) < weight_bytes / 4, kept
+
+
 # --- over a peft QLoRA model ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

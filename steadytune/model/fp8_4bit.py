@@ -63,7 +63,13 @@ def unpack_to_fp8(packed: torch.Tensor, code: torch.Tensor, absmax: torch.Tensor
     or, transposed, [in, out] row-major with a scale per input column ([in, 1]). packed: [out, in / 2] uint8, the
     high four bits the first of each pair (bitsandbytes' order); absmax: flat fp32, one per block."""
     out_features, in_features = shape
-    codes = torch.stack((packed >> 4, packed & 15), dim=-1).reshape(out_features, in_features)
+    # Each byte read twice, shifted by 4 for its first code and 0 for its second. Written with expand and shifts, not
+    # torch.stack: compiled, the backward's unpacking is the forward's (the same ops on the same bytes), and the
+    # partitioner may only recompute ops it knows as cheap; stack is not one, so it would keep the unpacked codes
+    # (a byte a weight, 6.6 GiB at 7B) from the forward to the backward instead of reading the packed bytes again.
+    shifts = 4 - 4 * (torch.arange(in_features, device=packed.device, dtype=torch.uint8) % 2)
+    codes = (packed.unsqueeze(-1).expand(out_features, in_features // 2, 2).reshape(out_features, in_features)
+             >> shifts) & 15
     values = code[codes.long()].view(out_features, in_features // blocksize, blocksize)
     values = (values * absmax.view(out_features, in_features // blocksize, 1)).view(out_features, in_features)
     if transposed:
