@@ -45,14 +45,20 @@ def make_4bit(quant_type: str = "nf4", double: bool = True, bias: bool = True, o
     return layer, weight
 
 
-def flat_absmax(layer) -> torch.Tensor:
-    from steadytune.model.fp8_4bit import block_absmax
-
+def statistics(layer) -> tuple:
+    """(absmax as stored, code2, absmax2, offset, blocksize2): a 4-bit layer's statistics as block_absmax reads them."""
     state = layer.weight.quant_state
     if state.nested:
-        return block_absmax(state.absmax, state.state2.code.float(), state.state2.absmax.float(), state.offset,
-                            state.state2.blocksize)
-    return block_absmax(state.absmax, None, None, torch.zeros(()), 1)
+        return (state.absmax, state.state2.code.float(), state.state2.absmax.float(), state.offset.float(),
+                state.state2.blocksize)
+    return state.absmax, None, None, torch.zeros(()), 1
+
+
+def flat_absmax(layer, transposed: bool = False) -> torch.Tensor:
+    from steadytune.model.fp8_4bit import block_absmax
+
+    rows = layer.weight.quant_state.shape[0]
+    return block_absmax(*statistics(layer), rows, transposed=transposed).reshape(-1)
 
 
 LAYOUTS = [pytest.param(qt, double, id=f"{qt}-{'double' if double else 'single'}")
@@ -107,13 +113,17 @@ def test_unpacking_reproduces_bitsandbytes_within_e4m3_rounding_and_never_overfl
     absmax = flat_absmax(layer)
     stored = dequantize_blockwise(state.absmax, state.state2) + state.offset if double else state.absmax
     torch.testing.assert_close(absmax, stored.float(), rtol=1e-6, atol=0)   # block_absmax as bitsandbytes reads it
+    torch.testing.assert_close(flat_absmax(layer, transposed=True),          # and in the transposed order
+                               stored.float().view(96, -1).t().reshape(-1), rtol=1e-6, atol=0)
     fp8 = Fp8Over4bitLinear(layer)
     row_scale, col_scale = fp8.row_scale, fp8.col_scale
     assert row_scale.shape == (96, 1) and col_scale.shape == (256, 1)
     packed = layer.weight.data.view(96, 128)
 
-    rows = unpack_to_fp8(packed, fp8.code, absmax, (96, 256), state.blocksize, row_scale, transposed=False)
-    cols = unpack_to_fp8(packed, fp8.code, absmax, (96, 256), state.blocksize, col_scale, transposed=True)
+    absmax_stored, code2, absmax2, offset, blocksize2 = statistics(layer)
+    rows, cols = (unpack_to_fp8(packed, fp8.code, absmax_stored, code2, absmax2, offset, (96, 256), state.blocksize,
+                                blocksize2, scale, transposed=transposed)
+                  for scale, transposed in ((row_scale, False), (col_scale, True)))
     assert rows.dtype == cols.dtype == torch.float8_e4m3fn and rows.shape == (96, 256) and cols.shape == (256, 96)
     assert cols.is_contiguous()
     for back, scale, ref in ((rows.float() * row_scale, row_scale, weight),
@@ -206,6 +216,52 @@ def test_compiled_it_keeps_nothing_of_the_weights_size_for_the_backward():
     assert x.grad is not None and kept, "the compiled graph kept nothing at all: the hook saw no saved tensor"
     weight_bytes = 256 * 128   # one byte a weight: the unpacked codes, or an fp8 weight
     assert max(kept) < weight_bytes / 4, kept
+
+
+
+def test_compiled_decoder_layer_keeps_no_fp8_weight_for_the_backward(tmp_path):
+    """The same in a QLoRA decoder layer compiled as train compiles it (kernels.compile_layers, with and without
+    recompute_pointwise): the partitioner sees the whole layer's forward and backward at once, and before the
+    transposed unpacking was built in its own order it kept several projections' fp8 weights from the forward."""
+    from peft import LoraConfig, get_peft_model
+
+    from steadytune.config import load_config
+    from steadytune.infer.loading import load_for_inference
+    from steadytune.model.fp8_4bit import Fp8Over4bitLinear
+    from steadytune.model.fp8_base import use_fp8_base
+    from steadytune.model.kernels import compile_layers
+    from steadytune.model.quantize import keep_training_layout
+    from steadytune.model.tiny import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "qwen2", "qwen2", hidden_size=128, intermediate_size=256,
+                             num_hidden_layers=1)
+    for recompute_pointwise in (False, True):
+        torch._dynamo.reset()
+        cfg = load_config(None, {"model_name_or_path": str(folder), "quantization_bit": 4})
+        model, _, _, _ = load_for_inference(cfg, device=torch.device("cpu"), dtype=torch.bfloat16)
+        keep_training_layout(model)
+        model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.0))
+        model.train()
+        changed, _ = use_fp8_base(model)
+        assert changed == 7
+        compile_layers(model, static_shapes=True, recompute_pointwise=recompute_pointwise)
+        held = {t.data_ptr() for t in [*model.parameters(), *model.buffers()]}
+        kept = []
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            if t.data_ptr() not in held:
+                kept.append((tuple(t.shape), t.dtype))
+            return t
+
+        ids = torch.randint(0, 100, (1, 24))
+        with torch.autocast("cpu", dtype=torch.bfloat16), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        assert kept and not [k for k in kept if k[1] == torch.float8_e4m3fn], (recompute_pointwise, kept)
+        # nor anything else of a weight's shape (its codes or values, either layout); 24 tokens match no width here
+        weights = {s for m in model.modules() if isinstance(m, Fp8Over4bitLinear)
+                   for s in ((m.out_features, m.in_features), (m.in_features, m.out_features))}
+        assert not [k for k in kept if k[0] in weights], (recompute_pointwise, kept)
 
 
 # --- over a peft QLoRA model ------------------------------------------------------------------------------------

@@ -48,33 +48,50 @@ def fits_4bit_layout(layer: torch.nn.Module) -> bool:
 
 
 def block_absmax(absmax: torch.Tensor, code2: torch.Tensor | None, absmax2: torch.Tensor | None,
-                 offset: torch.Tensor, blocksize2: int) -> torch.Tensor:
-    """The absmax of each block of the weight in fp32 (flat): as stored, or from its 8-bit codes (double
-    quantisation: code2[code] * the absmax of its group of blocksize2 codes + offset)."""
+                 offset: torch.Tensor, blocksize2: int, rows: int, transposed: bool = False) -> torch.Tensor:
+    """The absmax of each block of the weight in fp32, [rows, blocks a row] (or, transposed, [blocks a row, rows]):
+    as stored, or from its 8-bit codes (double quantisation: code2[code] * the absmax of its group of blocksize2
+    codes + offset). Transposed, the lookups run in the transposed order (see unpack_to_fp8 for why)."""
+    stored = absmax.view(rows, -1)
+    if transposed:
+        stored = stored.t()
     if code2 is None:
-        return absmax.float()
-    group = torch.arange(absmax.numel(), device=absmax.device) // blocksize2
-    return code2[absmax.long()] * absmax2[group] + offset
+        return stored.float()
+    group = torch.arange(absmax.numel(), device=absmax.device).view(rows, -1)
+    if transposed:
+        group = group.t()
+    return code2[stored.long()] * absmax2[group // blocksize2] + offset
 
 
-def unpack_to_fp8(packed: torch.Tensor, code: torch.Tensor, absmax: torch.Tensor, shape: tuple[int, int],
-                  blocksize: int, scale: torch.Tensor, transposed: bool) -> torch.Tensor:
+def unpack_to_fp8(packed: torch.Tensor, code: torch.Tensor, absmax: torch.Tensor, code2: torch.Tensor | None,
+                  absmax2: torch.Tensor | None, offset: torch.Tensor, shape: tuple[int, int], blocksize: int,
+                  blocksize2: int, scale: torch.Tensor, transposed: bool) -> torch.Tensor:
     """The 4-bit weight [out, in] as fp8 divided by `scale`: [out, in] row-major with a scale per row ([out, 1]),
     or, transposed, [in, out] row-major with a scale per input column ([in, 1]). packed: [out, in / 2] uint8, the
-    high four bits the first of each pair (bitsandbytes' order); absmax: flat fp32, one per block."""
+    high four bits the first of each pair (bitsandbytes' order); absmax, code2, absmax2, offset: its statistics as
+    block_absmax reads them.
+
+    Each byte is read twice, shifted by 4 for its first code and 0 for its second: expand and shifts, elementwise ops
+    the compiler's partitioner may recompute. The transposed layout is built in [in, out] order from the packed bytes,
+    not as the forward's values transposed. Compiled, the forward and the backward are one graph before they are
+    split: the same ops on the same bytes would be computed once, and the partitioner then kept the backward's fp8
+    weight from the forward (a byte a weight, +6 GiB at QLoRA 7B on the H200) instead of reading the packed bytes
+    again (torch.stack, used first, is not among the ops it recomputes, which kept the unpacked codes the same way)."""
     out_features, in_features = shape
-    # Each byte read twice, shifted by 4 for its first code and 0 for its second. Written with expand and shifts, not
-    # torch.stack: compiled, the backward's unpacking is the forward's (the same ops on the same bytes), and the
-    # partitioner may only recompute ops it knows as cheap; stack is not one, so it would keep the unpacked codes
-    # (a byte a weight, 6.6 GiB at 7B) from the forward to the backward instead of reading the packed bytes again.
-    shifts = 4 - 4 * (torch.arange(in_features, device=packed.device, dtype=torch.uint8) % 2)
-    codes = (packed.unsqueeze(-1).expand(out_features, in_features // 2, 2).reshape(out_features, in_features)
-             >> shifts) & 15
-    values = code[codes.long()].view(out_features, in_features // blocksize, blocksize)
-    values = (values * absmax.view(out_features, in_features // blocksize, 1)).view(out_features, in_features)
+    blocks = in_features // blocksize
+    first = torch.arange(in_features, device=packed.device, dtype=torch.uint8) % 2 == 0
+    shifts = 4 * first.to(torch.uint8)
     if transposed:
-        return (values / scale.view(1, in_features)).clamp(-FP8_MAX, FP8_MAX).to(FP8).t().contiguous()
-    return (values / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+        pairs = packed.t().unsqueeze(1).expand(in_features // 2, 2, out_features).reshape(in_features, out_features)
+        codes = (pairs >> shifts.view(in_features, 1)) & 15
+        peaks = block_absmax(absmax, code2, absmax2, offset, blocksize2, out_features, transposed=True)
+        values = code[codes.long()].view(blocks, blocksize, out_features) * peaks.view(blocks, 1, out_features)
+        return (values.view(in_features, out_features) / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    pairs = packed.unsqueeze(-1).expand(out_features, in_features // 2, 2).reshape(out_features, in_features)
+    codes = (pairs >> shifts) & 15
+    peaks = block_absmax(absmax, code2, absmax2, offset, blocksize2, out_features)
+    values = code[codes.long()].view(out_features, blocks, blocksize) * peaks.view(out_features, blocks, 1)
+    return (values.view(out_features, in_features) / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
 
 
 class _Fp8Over4bitMatmul(torch.autograd.Function):
@@ -86,8 +103,8 @@ class _Fp8Over4bitMatmul(torch.autograd.Function):
         ctx.save_for_backward(packed, code, absmax_stored, code2, absmax2, offset, col_scale)
         ctx.blocksize, ctx.blocksize2, ctx.shape = blocksize, blocksize2, shape
         ctx.out_dtype, ctx.fast = out_dtype, fast
-        absmax = block_absmax(absmax_stored, code2, absmax2, offset, blocksize2)
-        w_rows = unpack_to_fp8(packed, code, absmax, shape, blocksize, row_scale, transposed=False)
+        w_rows = unpack_to_fp8(packed, code, absmax_stored, code2, absmax2, offset, shape, blocksize, blocksize2,
+                               row_scale, transposed=False)
         xq, xs = quantize_rows(x2d)
         return torch._scaled_mm(xq, w_rows.t(), scale_a=xs, scale_b=row_scale.t(), out_dtype=out_dtype,
                                 use_fast_accum=fast)
@@ -95,8 +112,8 @@ class _Fp8Over4bitMatmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         packed, code, absmax_stored, code2, absmax2, offset, col_scale = ctx.saved_tensors
-        absmax = block_absmax(absmax_stored, code2, absmax2, offset, ctx.blocksize2)
-        wt_rows = unpack_to_fp8(packed, code, absmax, ctx.shape, ctx.blocksize, col_scale, transposed=True)
+        wt_rows = unpack_to_fp8(packed, code, absmax_stored, code2, absmax2, offset, ctx.shape, ctx.blocksize,
+                                ctx.blocksize2, col_scale, transposed=True)
         gq, gs = quantize_rows(grad.contiguous())
         grad_x = torch._scaled_mm(gq, wt_rows.t(), scale_a=gs, scale_b=col_scale.t(), out_dtype=ctx.out_dtype,
                                   use_fast_accum=ctx.fast)
@@ -130,8 +147,8 @@ class Fp8Over4bitLinear(torch.nn.Module):
         with torch.no_grad():
             # A block's absmax is its largest magnitude times the largest code (1 for nf4 and fp4): the scales come
             # from the absmaxes alone, without unpacking the weight.
-            peak = block_absmax(self.absmax, self.code2, self.absmax2, self.offset, self.blocksize2)
-            peak = peak.view(self.out_features, -1) * self.code.abs().max()
+            peak = block_absmax(self.absmax, self.code2, self.absmax2, self.offset, self.blocksize2,
+                                self.out_features) * self.code.abs().max()
             row_scale = (peak.amax(dim=1, keepdim=True) / FP8_MAX).clamp(min=SCALE_FLOOR)
             col_scale = (peak.amax(dim=0) / FP8_MAX).clamp(min=SCALE_FLOOR).repeat_interleave(self.blocksize)
         self.register_buffer("row_scale", row_scale.contiguous(), persistent=False)
