@@ -295,6 +295,35 @@ def test_inference_loads_the_base_quantised_again_and_export_merges_dequantised(
 
 
 @needs_bnb
+def test_a_model_scored_before_it_trains_trains(tiny64, tmp_path):
+    """The demo's order: load for inference, score (eval mode, no grad), then train the same model. On a CPU with
+    AVX512-BF16, bitsandbytes 0.50 rewrites each 4-bit weight into its inference layout at that scoring, which has no
+    backward; train puts it back (keep_training_layout) and trains, with the same outputs as before the rewrite."""
+    from steadytune.infer.loading import load_for_inference
+    from steadytune.model.quantize import keep_training_layout
+    from steadytune.train import run_training
+
+    cfg = load_config(None, overrides(tiny64, tmp_path / "run", max_steps=2))
+    model, _, _, _ = load_for_inference(cfg, device=torch.device("cpu"), dtype=torch.float32)
+    ids = torch.tensor([[5, 17, 33, 60, 81, 99, 120, 7]])
+    model.eval()
+    with torch.no_grad():
+        plain = model(input_ids=ids, labels=ids).loss   # the first eval forward computes before any rewrite
+        model(input_ids=ids)
+    states = [m.weight.quant_state for m in model.modules() if type(m).__name__ == "Linear4bit"]
+    if not any(getattr(s, "packing_format_for_cpu", False) for s in states):
+        pytest.skip("bitsandbytes did not rewrite the weights for its CPU kernel here (no AVX512-BF16)")
+    keep_training_layout(model)
+    states = [m.weight.quant_state for m in model.modules() if type(m).__name__ == "Linear4bit"]
+    assert not any(getattr(s, "packing_format_for_cpu", False) for s in states)
+    with torch.no_grad():
+        again = model(input_ids=ids, labels=ids).loss
+    assert torch.allclose(again, plain, rtol=1e-2), (again, plain)   # the same weights back (absmaxes re-encoded)
+    result = run_training(cfg, progress=False, model=model)
+    assert result.global_step == 2
+
+
+@needs_bnb
 def test_gpu_bench_script_runs_its_cpu_smoke(tmp_path, capsys):
     """benchmarks/qlora_bench.py's arms on the tiny shape, in this process: the same data, numbers in every column a
     CPU can give (peak memory is a GPU's)."""

@@ -162,7 +162,7 @@ def eligible_layers(model: torch.nn.Module) -> list:
         if is_4bit_linear(base):
             fits = fits_4bit_layout(base)
         else:
-            fits = (not base.weight.requires_grad and base.weight.dtype.is_floating_point
+            fits = (not base.weight.requires_grad and base.weight.dtype.is_floating_point and base.weight.dim() == 2
                     and base.weight.shape[0] % 16 == 0 and base.weight.shape[1] % 16 == 0)
         if fits:
             eligible.append((module, base))

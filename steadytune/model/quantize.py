@@ -127,12 +127,21 @@ def keep_training_layout(model: nn.Module) -> int:
     weight in place into a layout for its CPU gemv kernel (bitsandbytes 0.50: `_convert_weight_packed_for_cpu`), and
     later forwards use that kernel, which has no backward: the next training step fails ("a view of a leaf Variable
     ... in-place operation", seen here). It also fails for layers narrower than a block (in_features < 64). Training
-    keeps the layout it backpropagates through; inference-only loads keep the fast path."""
+    keeps the layout it backpropagates through; inference-only loads keep the fast path.
+
+    A layer already rewritten (a model scored before it trains: the demo's zero-shot accuracy, then training the
+    same model) is put back into the plain layout, as bitsandbytes itself does before saving a state dict."""
     changed = 0
     for module in model.modules():
         if hasattr(module, "support_avx512bf16_for_cpu"):
             module.support_avx512bf16_for_cpu = False
             changed += 1
+            weight = getattr(module, "weight", None)
+            if getattr(getattr(weight, "quant_state", None), "packing_format_for_cpu", False):
+                from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse  # lazy: QLoRA runs only
+
+                weight.data, weight.quant_state = _convert_weight_packed_for_cpu_inverse(weight.data,
+                                                                                       weight.quant_state)
     return changed
 
 

@@ -129,10 +129,11 @@ def plan_fp8_base(cfg: RunConfig, model, plan: SpeedPlan, precision: str, shard_
     """fp8_base as asked, or by default (model/fp8_base.decide_fp8_base); records the decision; -> GiB of copies
     (fp8_copies_gib, counted before the swap: over a 4-bit base only the scales are new, while the layers it swaps
     in also hold bitsandbytes' own packed bytes and statistics as buffers)."""
-    copies = fp8_copies_gib(model)
+    ruled_out = config_blocker(cfg, shard_plan.kind if shard_plan is not None else None)
+    # only where it may go on: a ZeRO-3 model's weights are empty placeholders until gathered
+    copies = fp8_copies_gib(model) if ruled_out is None and cfg.train.fp8_base is not False else 0.0
     on, why = decide_fp8_base(model, cfg.train.fp8_base, next(model.parameters()).device, precision, plan.compile,
-                              tokens, budget, state_gib, cfg.train.gradient_checkpointing,
-                              ruled_out=config_blocker(cfg, shard_plan.kind if shard_plan is not None else None))
+                              tokens, budget, state_gib, cfg.train.gradient_checkpointing, ruled_out=ruled_out)
     cfg.decide("fp8_base", on, why)
     return copies if on else 0.0
 
