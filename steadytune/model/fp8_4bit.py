@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, quantize_rows
+from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, output_dtype, quantize_rows
 
 
 def is_4bit_linear(module: torch.nn.Module) -> bool:
@@ -141,7 +141,8 @@ class Fp8Over4bitLinear(torch.nn.Module):
                    "absmax2": state.state2.absmax.float() if nested else None,
                    # a tensor, not a float: compiled layers would otherwise guard on each layer's own value and
                    # compile the decoder layer again for every one of them
-                   "offset": state.offset.detach().float().reshape(()) if nested else torch.zeros((), device=state.absmax.device)}
+                   "offset": (state.offset.detach().float().reshape(()) if nested
+                              else torch.zeros((), device=state.absmax.device))}
         for name, tensor in buffers.items():
             self.register_buffer(name, tensor, persistent=False)
         with torch.no_grad():
@@ -155,13 +156,10 @@ class Fp8Over4bitLinear(torch.nn.Module):
         self.register_buffer("col_scale", col_scale[:, None].contiguous(), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
-        if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            out_dtype = torch.bfloat16
         shape = x.shape
         y = _Fp8Over4bitMatmul.apply(x.reshape(-1, shape[-1]), self.packed, self.code, self.absmax, self.code2,
                                      self.absmax2, self.row_scale, self.col_scale, self.offset, self.blocksize,
-                                     self.blocksize2, (self.out_features, self.in_features), out_dtype,
+                                     self.blocksize2, (self.out_features, self.in_features), output_dtype(x),
                                      self.fast_accumulation)
         y = y.reshape(*shape[:-1], self.out_features)
         return y + self.bias.to(y.dtype) if self.bias is not None else y

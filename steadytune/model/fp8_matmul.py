@@ -28,6 +28,12 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
+def output_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype an fp8 layer answers in: autocast's where it is on, else the input's (bf16 for anything else)."""
+    dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+    return dtype if dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.bfloat16
+
+
 class _FrozenFp8Matmul(torch.autograd.Function):
     """y = x @ W^T in fp8 with W frozen: forward and the input gradient; no weight gradient."""
 
@@ -93,12 +99,9 @@ class Fp8FrozenLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.w_rows is None:   # copies shared with sibling layers: their product, this layer's columns
             return self.shared(x)[..., self.shared_offset:self.shared_offset + self.out_features]
-        out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
-        if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            out_dtype = torch.bfloat16
         shape = x.shape
         y = _FrozenFp8Matmul.apply(x.reshape(-1, shape[-1]), self.w_rows, self.w_rows_scale, self.wt_rows,
-                                   self.wt_rows_scale, out_dtype, self.fast_accumulation)
+                                   self.wt_rows_scale, output_dtype(x), self.fast_accumulation)
         y = y.reshape(*shape[:-1], self.out_features)
         return y + self.bias.to(y.dtype) if self.bias is not None else y
 
