@@ -24,6 +24,8 @@
 #   qlora_memory  QLoRA 7B without checkpointing at 1k / 2k / 4k-token micro-batches (speed against memory) -> qlora7_nogc_*.json
 #   qlora_fp8  fp8 over the 4-bit base: the layer matmuls (benchmarks/fp8_4bit_matmul.py), QLoRA 7B with it off / on,
 #          and on at qlora_memory's settings                                         -> qlora_fp8_*.json
+#   qlora_offload  activation_offloading: QLoRA 7B with checkpointing and the layer inputs in host memory at 16k / 8k
+#          tokens, beside checkpointing alone (4k, 16k) and 1k without it              -> qlora_offload_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -225,6 +227,20 @@ for STAGE in "${@:-bench}"; do
     stamp "QLoRA 7B default micro-batches, --fp8-base off"
     timeout 120 $Q --fp8-base off --output "$OUT/qlora_fp8_default_off.json" | grep --line-buffered -v Warning
     ;;
+  qlora_offload)
+    # activation_offloading (model/offload.py; ~9 min, carry .whl/bnb130): QLoRA 7B with fp8 (auto) and
+    # checkpointing, the layer inputs in host memory at 16k / 8k-token micro-batches; then without offloading at 4k
+    # and 16k, and 1k without checkpointing (the rows beside Unsloth's 9.3 GiB) -> qlora_offload_*.json
+    with_bitsandbytes
+    Q="python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --steps 30 --window 5 --warmup 3 --arm-timeout 100"
+    for RUN in "off16k --max-tokens 16384 --activation-offloading on" "off8k --max-tokens 8192 --activation-offloading on" \
+               "gc4k --max-tokens 4096 --gradient-checkpointing on" "nogc1k --max-tokens 1024 --gradient-checkpointing off" \
+               "gc16k --max-tokens 16384 --gradient-checkpointing on"; do
+      NAME=$(echo "$RUN" | cut -d' ' -f1); ARGS=$(echo "$RUN" | cut -d' ' -f2-)
+      stamp "QLoRA 7B $ARGS"
+      timeout 105 $Q $ARGS --output "$OUT/qlora_offload_$NAME.json" | grep --line-buffered -v Warning
+    done
+    ;;
   defaults15)
     # fp8_base on by default (issue 30): the 1.5B shape's default path against plain and the liger peer under the rule
     # above (~5 min), then the default and --fp8-base off over the same 60 steps (the loss after them compared).
@@ -297,7 +313,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"

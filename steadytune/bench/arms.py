@@ -61,6 +61,7 @@ from steadytune.model.attention import attn_implementation_for
 from steadytune.model.fp8_base import decide_fp8_base, set_fast_accumulation
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
+from steadytune.model.offload import OFFLOAD_NO_GRAPHS, offload_activations, offloading_blocker
 from steadytune.model.shared_input import decide_shared_input
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
@@ -258,6 +259,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
 
     info = detect() if device.type == "cuda" else _cpu_info()
     settings: dict = {}
+    offloading = getattr(args, "activation_offloading", "off") == "on"
     attention, kernel, why = "sdpa", None, "unpacked reference"
     if packing:
         attention, kernel, why = choose_packing_attention(info, args.packing_attention)
@@ -284,6 +286,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                       tuning_asked=_asked(getattr(args, "kernel_tuning", "auto")) if allow_compile else False,
                       recompute_asked=_asked(getattr(args, "recompute_pointwise", "auto")) if allow_compile else False,
                       shared_asked=_asked(getattr(args, "shared_input", "auto")),
+                      blockers={"offloading": OFFLOAD_NO_GRAPHS} if offloading else None,
                       static_fill=shape.fill if shape else None)
     if plan.static_shapes:
         plan.reasons["static_shapes"] += f" ({shape.describe()})"
@@ -312,11 +315,17 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     settings["shared_input_projections"] = {"value": plan.shared_input, "reason": why}
     weights_gib = held_gib([*model.parameters(), *model.buffers()])
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
-                                                   _asked(args.gradient_checkpointing), compiled=plan.compile,
-                                                   state_gib=weights_gib, recompute_pointwise=plan.recompute_pointwise)
+                                                   True if offloading else _asked(args.gradient_checkpointing),
+                                                   compiled=plan.compile, state_gib=weights_gib,
+                                                   recompute_pointwise=plan.recompute_pointwise)
     if use_gc:
         enable_checkpointing(model, plan.cuda_graphs)
     settings["gradient_checkpointing"] = {"value": use_gc, "reason": gc_why}
+    if offloading:
+        blocker = offloading_blocker(device, use_gc, None)
+        if blocker:
+            raise SystemExit(f"--activation-offloading on, but {blocker}")
+        settings["activation_offloading"] = {"value": True, "reason": offload_activations(model, device)[1]}
     collate = (PackedCollator(pad_token_id=0, row_len=args.cutoff_len, attention=attention, static=shape) if packing
                else PadCollator(pad_token_id=0))
     settings.update(max_tokens_per_step=args.max_tokens, packing=packing, static_shape=shape.__dict__ if shape else None,

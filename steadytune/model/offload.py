@@ -1,0 +1,159 @@
+"""activation_offloading: the checkpointed decoder layers' inputs wait for backward in host memory, not on the GPU.
+
+With gradient checkpointing a decoder layer keeps one tensor for its backward, its input ([tokens, hidden]); the
+rest is recomputed. Those inputs are what checkpointing still holds: at the Qwen2.5-7B shape and 16,384-token
+micro-batches, 28 layers x 117 MB = 3.2 GB. Here each one is copied to pinned host memory as the forward makes it, on
+a stream of its own (so the copy overlaps the next layer's compute), and copied back one layer ahead of the backward
+that reads it. Unsloth's gradient checkpointing ("unsloth") moves the same tensors, and LLaMA-Factory's
+use_unsloth_gc calls that; 3.2 GB each way a step is ~0.1 s over PCIe 5, beside a step of about a second.
+
+How: saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks) while the decoder stack runs. Inside a
+checkpointed layer checkpointing's own hooks take what the layer saves; what reaches these hooks is saved at the
+layer's edge: its inputs (non-reentrant checkpointing saves them through a no-op autograd function precisely so that
+hooks like these apply; a compiled layer saves them as inputs of its graph). A compiled layer also saves the weights
+its backward reads, and the final norm its weight: weights and buffers stay where they are (matched by storage), as
+does anything under MIN_BYTES. A tensor saved by several layers (the rotary tables) is copied once.
+
+Hooks, not a hand-written checkpoint function: the layers keep transformers' checkpointing and torch.compile's
+handling of it (the partitioner still recomputes inside the compiled layer); only where the saved inputs live
+changes. Not under CUDA graphs (a graph cannot replay host copies on a second stream: graph_blockers rules them out).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from itertools import chain
+
+import torch
+
+from steadytune.model.anatomy import decoder_body
+
+MIN_BYTES = 1 << 20  # below this a copy's fixed cost outweighs the memory it frees (masks, position ids)
+OFFLOAD_NO_GRAPHS = "activation_offloading copies to host memory on a second stream, which a CUDA graph cannot replay"
+
+
+@dataclass(eq=False)
+class _Offloaded:
+    """One saved tensor in host memory; `on_device` is its copy back, once the backward has asked for it (or is
+    about to: prefetched)."""
+    host: torch.Tensor
+    index: int
+    on_device: torch.Tensor | None = None
+    ready: torch.cuda.Event | None = field(default=None, repr=False)
+
+
+class HostOffload:
+    """The saved-tensor hooks that move a micro-batch's large saved tensors to host memory and back (module
+    docstring). One per model; `attach` turns them on around the decoder stack's forward."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, min_bytes: int = MIN_BYTES):
+        self.device, self.min_bytes = device, min_bytes
+        # weights stay: a compiled layer saves the parameters its backward reads among its inputs
+        self.kept = {t.untyped_storage().data_ptr() for t in chain(model.parameters(), model.buffers())}
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # CPU: plain copies (tests)
+        self.records: list[weakref.ref] = []   # this micro-batch's offloaded tensors, in the order they were saved
+        self.seen: dict[int, tuple[weakref.ref, weakref.ref]] = {}   # id(tensor) -> (it, its record): copied once
+        self.backward_started = False
+        self.bytes_offloaded = 0   # in the last (or current) micro-batch's forward
+        self._handles: list = []
+
+    # -- hooks ---------------------------------------------------------------------------------------------
+    def pack(self, tensor: torch.Tensor):
+        if not self._moves(tensor):
+            return tensor
+        if self.backward_started:   # the first save after a backward: a new micro-batch
+            self.records, self.seen, self.backward_started, self.bytes_offloaded = [], {}, False, 0
+        known = self.seen.get(id(tensor))
+        if known is not None and known[0]() is tensor and known[1]() is not None:
+            return known[1]()
+        record = _Offloaded(self._to_host(tensor), index=len(self.records))
+        self.records.append(weakref.ref(record))
+        # weak references only: a record lives as long as autograd keeps it (its copy back is freed with it)
+        self.seen[id(tensor)] = (weakref.ref(tensor), weakref.ref(record))
+        self.bytes_offloaded += tensor.numel() * tensor.element_size()
+        return record
+
+    def unpack(self, packed):
+        if not isinstance(packed, _Offloaded):
+            return packed
+        self.backward_started = True
+        if packed.on_device is None:
+            self._fetch(packed)
+        tensor = packed.on_device
+        if self.stream is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(packed.ready)
+            tensor.record_stream(current)   # made on the copy stream, used and freed on this one
+        # backward runs the layers in reverse: the tensor saved before this one is the next one it reads
+        earlier = self.records[packed.index - 1]() if packed.index > 0 else None
+        if earlier is not None and earlier.on_device is None:
+            self._fetch(earlier)
+        return tensor
+
+    # -- copies --------------------------------------------------------------------------------------------
+    def _moves(self, tensor: torch.Tensor) -> bool:
+        return (tensor.device == self.device and tensor.is_contiguous()
+                and tensor.numel() * tensor.element_size() >= self.min_bytes
+                and tensor.untyped_storage().data_ptr() not in self.kept)
+
+    def _to_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.stream is None:
+            return tensor.detach().clone()
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))   # the tensor is written before it is read
+        with torch.cuda.stream(self.stream):
+            host.copy_(tensor, non_blocking=True)
+        tensor.record_stream(self.stream)   # its memory is not reused before the copy has read it
+        return host
+
+    def _fetch(self, record: _Offloaded) -> None:
+        if self.stream is None:
+            record.on_device = record.host.clone()
+            return
+        with torch.cuda.stream(self.stream):   # after the copy out, which ran on this stream too
+            record.on_device = record.host.to(self.device, non_blocking=True)
+            record.ready = torch.cuda.Event()
+            record.ready.record(self.stream)
+
+    # -- on and off ----------------------------------------------------------------------------------------
+    def attach(self, model: torch.nn.Module) -> None:
+        """Turn the hooks on for every forward of the decoder stack (not the head: its loss saves what it needs
+        chunk by chunk)."""
+        body = decoder_body(model)
+        state: list = []
+
+        def enter(module, args):
+            context = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+            context.__enter__()
+            state.append(context)
+
+        def leave(module, args, output):
+            state.pop().__exit__(None, None, None)
+
+        self._handles = [body.register_forward_pre_hook(enter),
+                         body.register_forward_hook(leave, always_call=True)]  # also when the forward raises
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def offloading_blocker(device: torch.device, checkpointing: bool, sharded: str | None) -> str | None:
+    """Why activation_offloading cannot run here, or None."""
+    if device.type != "cuda":
+        return f"the model is on the {device.type.upper()}, which is already host memory"
+    if not checkpointing:
+        return "it moves what gradient checkpointing keeps, and gradient_checkpointing is false"
+    if sharded:
+        return f"it has not been tried with {sharded}"
+    return None
+
+
+def offload_activations(model: torch.nn.Module, device: torch.device) -> tuple[HostOffload, str]:
+    """Attach host offloading of the checkpointed layers' inputs to `model`; -> (the hooks' owner, reason)."""
+    offload = HostOffload(model, device)
+    offload.attach(model)
+    return offload, ("on: the checkpointed decoder layers' inputs wait for backward in pinned host memory, copied "
+                     "out and back on a second stream beside the compute")
