@@ -24,6 +24,7 @@ import argparse
 import atexit
 import importlib.util
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -424,8 +425,14 @@ def run_steadytune(args, device: torch.device) -> dict:
     groups = step_groups(examples, args.max_tokens, args.warmup + (meter.fixed_steps or meter.max_steps))
     model, collate, plan, settings = steadytune_setup(args, device, groups, examples)
     n_params, n_lora = param_counts(model)
+    history = os.environ.get("STEADYTUNE_MEMORY_HISTORY") if device.type == "cuda" else None
+    if history:   # every allocation with its stack, for benchmarks/memory_peak.py (slows the steps: not for timing)
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     losses, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs,
                                 settings)
+    if history:
+        torch.cuda.memory._dump_snapshot(history)
+        torch.cuda.memory._record_memory_history(enabled=None)
     settings["cuda_graph_events"] = marks["graph_events"]
     settings["eager_micro_batches"] = marks.get("eager_micro_batches")
     result = scored("steadytune", meter, n_params, n_lora, device, settings, marks.get("start", started) - started)
