@@ -252,7 +252,7 @@ for STAGE in "${@:-bench}"; do
     STEADYTUNE_MEMORY_HISTORY=/tmp/snapshot.pickle timeout 150 $Q --steps 6 --warmup 2 --max-tokens 8192 \
         --activation-offloading on --arm-timeout 145 --output "$OUT/qlora_peak_snapshot.json" | grep -v Warning
     timeout 120 python3 benchmarks/memory_peak.py /tmp/snapshot.pickle --top 30
-    for T in 16384 6144; do
+    for T in ${PEAK_TOKENS:-16384 6144}; do
       stamp "QLoRA 7B --max-tokens $T --activation-offloading on"
       timeout 125 $Q --steps 30 --max-tokens $T --activation-offloading on --arm-timeout 120 \
           --output "$OUT/qlora_peak_off$T.json" | grep --line-buffered -v Warning

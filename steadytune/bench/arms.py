@@ -326,7 +326,8 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         blocker = offloading_blocker(device, use_gc, None)
         if blocker:
             raise SystemExit(f"--activation-offloading on, but {blocker}")
-        settings["activation_offloading"] = {"value": True, "reason": offload_activations(model, device)[1]}
+        offload, why = offload_activations(model, device)
+        settings["activation_offloading"] = {"value": True, "reason": why, "hooks": offload}
     collate = (PackedCollator(pad_token_id=0, row_len=args.cutoff_len, attention=attention, static=shape) if packing
                else PadCollator(pad_token_id=0))
     settings.update(max_tokens_per_step=args.max_tokens, packing=packing, static_shape=shape.__dict__ if shape else None,
@@ -433,6 +434,10 @@ def run_steadytune(args, device: torch.device) -> dict:
     if history:
         torch.cuda.memory._dump_snapshot(history)
         torch.cuda.memory._record_memory_history(enabled=None)
+    offloading = settings.get("activation_offloading")
+    if offloading:   # what one micro-batch moved (a run that moves nothing offloads in name only)
+        offloading["gib_per_micro_batch"] = round(offloading.pop("hooks").bytes_offloaded / 2**30, 3)
+        print(f"  activation_offloading: {offloading['gib_per_micro_batch']} GiB a micro-batch to host memory")
     settings["cuda_graph_events"] = marks["graph_events"]
     settings["eager_micro_batches"] = marks.get("eager_micro_batches")
     result = scored("steadytune", meter, n_params, n_lora, device, settings, marks.get("start", started) - started)

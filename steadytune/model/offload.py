@@ -48,6 +48,8 @@ class HostOffload:
     docstring). One per model; `attach` turns them on around the decoder stack's forward."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, min_bytes: int = MIN_BYTES):
+        if device.type == "cuda" and device.index is None:   # tensors say cuda:0: "cuda" alone would match none
+            device = torch.device("cuda", torch.cuda.current_device())
         self.device, self.min_bytes = device, min_bytes
         # weights stay: a compiled layer saves the parameters its backward reads among its inputs
         self.kept = {t.untyped_storage().data_ptr() for t in chain(model.parameters(), model.buffers())}
