@@ -24,10 +24,10 @@
 #   qlora_memory  QLoRA 7B without checkpointing at 1k / 2k / 4k-token micro-batches (speed against memory) -> qlora7_nogc_*.json
 #   qlora_fp8  fp8 over the 4-bit base: the layer matmuls (benchmarks/fp8_4bit_matmul.py), QLoRA 7B with it off / on,
 #          and on at qlora_memory's settings                                         -> qlora_fp8_*.json
-#   qlora_offload  activation_offloading: QLoRA 7B with checkpointing and the layer inputs in host memory at 16k / 8k
-#          tokens, beside checkpointing alone (4k, 16k) and 1k without it              -> qlora_offload_*.json
-#   qlora_peak  what QLoRA 7B's peak memory holds with offloading (benchmarks/memory_peak.py), then offloading at 16k
-#          and 6k tokens                                                               -> qlora_peak_*.json
+#   qlora_offload  activation_offloading: QLoRA 7B with checkpointing and the layer inputs in host memory at 10k /
+#          11k / 16k tokens                                                            -> qlora_offload_*.json
+#   qlora_checkpointing  the rows beside it: checkpointing with CUDA graphs (4k, 16k) and without (6k, 8k, 16k)
+#                                                                                      -> qlora_gc_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -70,6 +70,7 @@ python3 -c "import torch, transformers, peft, triton, liger_kernel; print('torch
 # One rule for every arm: at least 100 timed steps or 300k tokens after 5 untimed steps, windows of 10, steady when
 # the mean of the last 3 windows is within 3% of the 3 before; at most 40 timed seconds an arm.
 B="python3 -m steadytune bench --min-steps 100 --min-tokens 300000 --window 10 --tolerance 0.03 --max-seconds 40 --arm-timeout 240"
+QLORA7="python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --steps 30 --window 5 --warmup 3 --arm-timeout 140"
 fp8_pair() {  # shape, then --fp8-base values: steadytune alone, 60 timed steps each on the same data
   local shape=$1; shift
   for FP8 in "$@"; do
@@ -230,32 +231,24 @@ for STAGE in "${@:-bench}"; do
     timeout 120 $Q --fp8-base off --output "$OUT/qlora_fp8_default_off.json" | grep --line-buffered -v Warning
     ;;
   qlora_offload)
-    # activation_offloading (model/offload.py; ~9 min, carry .whl/bnb130): QLoRA 7B with fp8 (auto) and
-    # checkpointing, the layer inputs in host memory at 16k / 8k-token micro-batches; then without offloading at 4k
-    # and 16k, and 1k without checkpointing (the rows beside Unsloth's 9.3 GiB) -> qlora_offload_*.json
+    # activation_offloading (model/offload.py; ~6 min, carry .whl/bnb130): QLoRA 7B with fp8 (auto), checkpointing
+    # and the layer inputs in host memory at 10k / 11k / 16k-token micro-batches -> qlora_offload_*.json
     with_bitsandbytes
-    Q="python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --steps 30 --window 5 --warmup 3 --arm-timeout 140"
-    for RUN in "off16k --max-tokens 16384 --activation-offloading on" "off8k --max-tokens 8192 --activation-offloading on" \
-               "gc4k --max-tokens 4096 --gradient-checkpointing on" "nogc1k --max-tokens 1024 --gradient-checkpointing off" \
-               "gc16k --max-tokens 16384 --gradient-checkpointing on"; do
-      NAME=$(echo "$RUN" | cut -d' ' -f1); ARGS=$(echo "$RUN" | cut -d' ' -f2-)
-      stamp "QLoRA 7B $ARGS"
-      timeout 145 $Q $ARGS --output "$OUT/qlora_offload_$NAME.json" | grep --line-buffered -v Warning
+    for T in 10240 11264 16384; do
+      stamp "QLoRA 7B --max-tokens $T --activation-offloading on"
+      timeout 145 $QLORA7 --max-tokens $T --activation-offloading on --output "$OUT/qlora_offload_$T.json" \
+          | grep --line-buffered -v Warning
     done
     ;;
-  qlora_peak)
-    # what holds QLoRA 7B's peak memory with offloading at 8k-token micro-batches (benchmarks/memory_peak.py over a
-    # snapshot of 6 steps; carry .whl/bnb130), then offloading at 16k and 6k, timed            -> qlora_peak_*.json
+  qlora_checkpointing)
+    # the rows beside it (~9 min, carry .whl/bnb130): checkpointing with CUDA graphs at 4k / 16k, without them at
+    # 6k / 8k / 16k -> qlora_gc_*.json
     with_bitsandbytes
-    Q="python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --window 5 --warmup 3"
-    stamp "QLoRA 7B, 8k micro-batches with offloading: memory snapshot"
-    STEADYTUNE_MEMORY_HISTORY=/tmp/snapshot.pickle timeout 150 $Q --steps 6 --warmup 2 --max-tokens 8192 \
-        --activation-offloading on --arm-timeout 145 --output "$OUT/qlora_peak_snapshot.json" | grep -v Warning
-    timeout 120 python3 benchmarks/memory_peak.py /tmp/snapshot.pickle --top 30
-    for T in ${PEAK_TOKENS:-16384 6144}; do
-      stamp "QLoRA 7B --max-tokens $T --activation-offloading on"
-      timeout 125 $Q --steps 30 --max-tokens $T --activation-offloading on --arm-timeout 120 \
-          --output "$OUT/qlora_peak_off$T.json" | grep --line-buffered -v Warning
+    for RUN in "4096 auto" "16384 auto" "6144 off" "8192 off" "16384 off"; do
+      set -- $RUN
+      stamp "QLoRA 7B --max-tokens $1 --gradient-checkpointing on --cuda-graphs $2"
+      timeout 110 $QLORA7 --max-tokens $1 --gradient-checkpointing on --cuda-graphs $2 --arm-timeout 105 \
+          --output "$OUT/qlora_gc_$1_graphs_$2.json" | grep --line-buffered -v Warning
     done
     ;;
   defaults15)
@@ -330,7 +323,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_peak, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_checkpointing, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"

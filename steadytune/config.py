@@ -229,6 +229,8 @@ class TrainArguments:
     dataloader_num_workers: int = _opt(0, "Worker processes for the data loader.", minimum=0)
     gradient_checkpointing: Optional[bool] = _opt(None, "Recompute activations in backward to save memory (default: off for LoRA on small models).")
     gradient_checkpointing_kwargs: Optional[dict] = _opt(None, "Passed to gradient_checkpointing_enable, e.g. {use_reentrant: false}.")
+    activation_offloading: Optional[bool] = _opt(None, "Keep what gradient checkpointing saves (each decoder layer's input) in pinned host memory until backward, copied out and back on a second CUDA stream beside the compute: about 2 bytes x hidden size x layers less GPU memory a token (QLoRA 7B at 10,240-token micro-batches: 9.3 GiB instead of ~10.8 on an H200, 0.97x the tokens/s of checkpointing alone). Turns gradient checkpointing on and CUDA graphs off; CUDA/ROCm GPUs, one process or DDP (default: off).")
+    use_unsloth_gc: bool = _opt(False, "LLaMA-Factory key: Unsloth's gradient checkpointing, which keeps the checkpointed layer inputs in host memory; here it means activation_offloading: true (nothing changes when disable_gradient_checkpointing is true, as there).")
     do_eval: bool = _opt(False, "Evaluate after training (LLaMA-Factory key).")
     do_predict: bool = _opt(False, "Predict on eval_dataset after training (LLaMA-Factory key).")
     predict_with_generate: bool = _opt(False, "Generate text for do_predict (LLaMA-Factory key).")
@@ -994,6 +996,7 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         if t.gradient_checkpointing:
             raise ConfigError(f"{where}: gradient_checkpointing: true and disable_gradient_checkpointing: true disagree")
         t.gradient_checkpointing = False
+    _check_offloading(t, where)
     if t.bf16 is True and t.fp16 is True:
         raise ConfigError(f"{where}: bf16 and fp16 are both true; choose one")
     if cfg.model.quantization_bit is not None and m.finetuning_type != "lora":
@@ -1122,6 +1125,20 @@ def record_lf_decisions(cfg: RunConfig) -> None:
         value = getattr(getattr(cfg, KEY_TO_SECTION[key]), key)
         if value != f.default and not (key == "ddp_timeout" and value <= 3 * 3600):
             cfg.decide(key, value, why)
+
+
+def _check_offloading(t: TrainArguments, where: str) -> None:
+    """activation_offloading and LLaMA-Factory's use_unsloth_gc: offloading moves what checkpointing keeps, so it
+    needs checkpointing; use_unsloth_gc asks for it, and (as in LLaMA-Factory) does nothing without checkpointing."""
+    if t.use_unsloth_gc and t.gradient_checkpointing is not False:
+        if t.activation_offloading is False:
+            raise ConfigError(f"{where}: use_unsloth_gc: true (checkpointed inputs in host memory) and "
+                              "activation_offloading: false disagree")
+        t.activation_offloading = True
+    if t.activation_offloading and t.gradient_checkpointing is False:
+        raise ConfigError(f"{where}: activation_offloading: true moves what gradient checkpointing keeps to host "
+                          "memory, but gradient checkpointing is off (gradient_checkpointing: false or "
+                          "disable_gradient_checkpointing: true)")
 
 
 def lf_checkpointing_note(t: TrainArguments, use: bool) -> str:

@@ -61,6 +61,7 @@ from steadytune.infer.card import write_run_card
 from steadytune.model.attention import plan_packing
 from steadytune.model.fp8_base import restore_base
 from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
+from steadytune.model.offload import remove_offloading
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
@@ -1085,6 +1086,9 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
         run.graphs.release()
     uncompile_layers(run.model)  # scoring and generation after training come in many shapes
     restore_base(run.model)      # ... over the bf16 base the adapter will be used on, not fp8_base's copies
+    offloaded = remove_offloading(run.model)
+    if offloaded is not None and run.is_main:
+        print(f"activation_offloading: {offloaded:.2f} GiB of layer inputs a micro-batch waited in host memory")
     run.accelerator.wait_for_everyone()
     final_loss = outcome.losses[-1] if outcome.losses else None
     # A run that ends in NaN/inf must not leave an adapter a script could take for a result (guard on or off).

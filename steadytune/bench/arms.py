@@ -24,7 +24,6 @@ import argparse
 import atexit
 import importlib.util
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -426,14 +425,8 @@ def run_steadytune(args, device: torch.device) -> dict:
     groups = step_groups(examples, args.max_tokens, args.warmup + (meter.fixed_steps or meter.max_steps))
     model, collate, plan, settings = steadytune_setup(args, device, groups, examples)
     n_params, n_lora = param_counts(model)
-    history = os.environ.get("STEADYTUNE_MEMORY_HISTORY") if device.type == "cuda" else None
-    if history:   # every allocation with its stack, for benchmarks/memory_peak.py (slows the steps: not for timing)
-        torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     losses, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs,
                                 settings)
-    if history:
-        torch.cuda.memory._dump_snapshot(history)
-        torch.cuda.memory._record_memory_history(enabled=None)
     offloading = settings.get("activation_offloading")
     if offloading:   # what one micro-batch moved (a run that moves nothing offloads in name only)
         offloading["gib_per_micro_batch"] = round(offloading.pop("hooks").bytes_offloaded / 2**30, 3)

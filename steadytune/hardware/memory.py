@@ -155,22 +155,24 @@ def weight_gib(config, quantized_bytes: float | None = None, base_bytes: float =
 
 def run_memory_gib(config, tokens: int, rank: int, checkpointing: bool, quantized_bytes: float | None = None,
                    base_bytes: float = 2.0, compiled: bool = False,
-                   recompute_pointwise: bool = False) -> tuple[float, str]:
+                   recompute_pointwise: bool = False, offloaded: bool = False) -> tuple[float, str]:
     """-> (GiB a LoRA run needs at `tokens` a micro-batch, the sum spelled out): base weights, LoRA weights with their
     gradients and AdamW's two moments (fp32: 16 bytes a parameter), activations (with checkpointing: each layer's
     input in bf16 plus one layer's activations being recomputed), and the margin MEMORY_SHARE leaves for the
     allocator, the loss's chunk of logits and the CUDA context. An estimate from the shape, measured against on an
-    H200 for bf16 bases (ACTIVATION_SHARE); benchmarks/qlora_bench.py measures the 4-bit side."""
+    H200 for bf16 bases (ACTIVATION_SHARE); benchmarks/qlora_bench.py measures the 4-bit side. `offloaded`: the
+    layers' inputs wait in host memory (activation_offloading), so only the layer being recomputed counts."""
     weights = weight_gib(config, quantized_bytes, base_bytes)
     adapter = lora_parameters(config, rank) * 16 / 2**30
     if checkpointing:
-        per_token = config.num_hidden_layers * config.hidden_size * 2 + \
-            activation_bytes_per_token(config) / config.num_hidden_layers
+        inputs = 0 if offloaded else config.num_hidden_layers * config.hidden_size * 2
+        per_token = inputs + activation_bytes_per_token(config) / config.num_hidden_layers
         activations = ACTIVATION_SHARE[compiled] * per_token * tokens / 2**30
     else:
         activations = activation_gib(config, tokens, compiled, recompute_pointwise)
     need = (weights + adapter + activations) / MEMORY_SHARE
     lean = ", elementwise results recomputed" if recompute_pointwise and compiled and not checkpointing else ""
     return need, (f"base weights {weights:.1f} + LoRA with AdamW {adapter:.2f} + activations {activations:.1f} "
-                  f"({tokens:,} tokens, checkpointing {'on' if checkpointing else 'off'}{lean}) GiB, over "
+                  f"({tokens:,} tokens, checkpointing {'on' if checkpointing else 'off'}{lean}"
+                  f"{', layer inputs in host memory' if checkpointing and offloaded else ''}) GiB, over "
                   f"{MEMORY_SHARE:.0%} for the allocator and the loss")

@@ -134,12 +134,13 @@ def speed_blockers(quantization_bit: Optional[int]) -> dict[str, str]:
 
 def quantized_memory(config, tokens: int, rank: int, checkpointing: bool, bits: int, double_quantization: bool,
                      base_bytes: float = 2.0, compiled: bool = False,
-                     recompute_pointwise: bool = False) -> tuple[str, str]:
+                     recompute_pointwise: bool = False, offloaded: bool = False) -> tuple[str, str]:
     """-> ('~7.7 GiB', the sum and the same run with an unquantised base): what `doctor --config` and the start-up
     print say a QLoRA run needs (hardware/memory.py's estimate with the quantised bytes a weight)."""
     need, parts = run_memory_gib(config, tokens, rank, checkpointing,
                                  quantised_bytes_per_parameter(bits, double_quantization), base_bytes, compiled,
-                                 recompute_pointwise)
-    plain, _ = run_memory_gib(config, tokens, rank, checkpointing, None, base_bytes, compiled, recompute_pointwise)
+                                 recompute_pointwise, offloaded)
+    plain, _ = run_memory_gib(config, tokens, rank, checkpointing, None, base_bytes, compiled, recompute_pointwise,
+                              offloaded)
     shown = f"~{need:.1f} GiB" if need >= 1 else f"~{need * 1024:.0f} MiB"
     return shown, f"{parts}; the same run on an unquantised base: ~{plain:.1f} GiB"

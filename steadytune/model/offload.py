@@ -142,14 +142,17 @@ class HostOffload:
         self._handles = []
 
 
+_ATTACHED: "weakref.WeakKeyDictionary[torch.nn.Module, HostOffload]" = weakref.WeakKeyDictionary()
+
+
 def offloading_blocker(device: torch.device, checkpointing: bool, sharded: str | None) -> str | None:
     """Why activation_offloading cannot run here, or None."""
+    if sharded:
+        return f"it has not been tried with {sharded} (whose own hooks gather and free the weights it would see)"
     if device.type != "cuda":
         return f"the model is on the {device.type.upper()}, which is already host memory"
     if not checkpointing:
         return "it moves what gradient checkpointing keeps, and gradient_checkpointing is false"
-    if sharded:
-        return f"it has not been tried with {sharded}"
     return None
 
 
@@ -157,5 +160,18 @@ def offload_activations(model: torch.nn.Module, device: torch.device) -> tuple[H
     """Attach host offloading of the checkpointed layers' inputs to `model`; -> (the hooks' owner, reason)."""
     offload = HostOffload(model, device)
     offload.attach(model)
+    _ATTACHED[decoder_body(model)] = offload
     return offload, ("on: the checkpointed decoder layers' inputs wait for backward in pinned host memory, copied "
                      "out and back on a second stream beside the compute")
+
+
+def remove_offloading(model: torch.nn.Module) -> float | None:
+    """Take the hooks off after training; -> GiB the last micro-batch kept in host memory, None if none were on."""
+    try:
+        offload = _ATTACHED.pop(decoder_body(model), None)
+    except (AttributeError, TypeError):
+        return None
+    if offload is None:
+        return None
+    offload.detach()
+    return offload.bytes_offloaded / 2**30

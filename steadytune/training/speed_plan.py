@@ -17,6 +17,7 @@ from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
+from steadytune.model.offload import OFFLOAD_NO_GRAPHS, offload_activations, offloading_blocker
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
 
@@ -40,6 +41,8 @@ def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
     quantized = speed_blockers(cfg.model.quantization_bit).get("cuda_graphs")
     if quantized:
         blockers["quantization"] = quantized
+    if cfg.train.activation_offloading:
+        blockers["offloading"] = OFFLOAD_NO_GRAPHS
     if cfg.method.stage == "grpo":
         blockers["stage"] = ("stage grpo trains on completions generated each step, whose lengths vary (its "
                              "generation has CUDA graphs of its own: model/decode/)")
@@ -111,16 +114,24 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     use, why = choose_gradient_checkpointing(base_model_of(model).config, tokens, budget, t.gradient_checkpointing,
                                              compiled=plan.compile, state_gib=state,
                                              recompute_pointwise=plan.recompute_pointwise)
+    if t.activation_offloading and t.gradient_checkpointing is None:
+        use, why = True, "on: activation_offloading: true keeps what checkpointing saves in host memory"
     cfg.decide("gradient_checkpointing", use, why + lf_checkpointing_note(t, use))
     m = cfg.model
     if m.quantization_bit is not None and hasattr(base_model_of(model).config, "intermediate_size"):
         base_bytes = 2.0 if precision == "bf16" else 4.0   # embeddings, head and norms stay in the load dtype
         need, parts = quantized_memory(base_model_of(model).config, tokens, cfg.method.lora_rank, use,
                                        m.quantization_bit, m.double_quantization, base_bytes, plan.compile,
-                                       plan.recompute_pointwise)
+                                       plan.recompute_pointwise, offloaded=bool(t.activation_offloading))
         cfg.decide("memory_estimate", need, parts)
     if use:
         enable_gradient_checkpointing(cfg, model, graphs=plan.cuda_graphs)
+    if t.activation_offloading:
+        sharded = "DeepSpeed" if cfg.method.deepspeed else ("FSDP" if fsdp else None)
+        blocker = offloading_blocker(next(model.parameters()).device, use, sharded)
+        if blocker:
+            raise UserError(f"activation_offloading: true, but {blocker}; set activation_offloading: false")
+        cfg.decide("activation_offloading", True, offload_activations(model, next(model.parameters()).device)[1])
     return plan
 
 
