@@ -168,3 +168,22 @@ def test_graphs_are_ruled_out_with_offloading():
     cfg = load_config(None, ["activation_offloading=true"])
     assert "second stream" in graph_blockers(cfg, fsdp=False)["offloading"]
     assert "offloading" not in graph_blockers(load_config(None, []), fsdp=False)
+
+
+def test_doctor_config_counts_the_layer_inputs_in_host_memory(tmp_path):
+    from steadytune.doctor.plan import quantization_findings
+    from steadytune.hardware.backend import HardwareInfo
+
+    path = tmp_path / "q.yaml"
+    path.write_text("model_name_or_path: Qwen/Qwen2.5-7B-Instruct\nquantization_bit: 4\ncutoff_len: 16384\n"
+                    "per_device_train_batch_size: 1\n", encoding="utf-8")
+    gpu = HardwareInfo(backend="cuda", torch_version="2.11")
+
+    def needs(cfg) -> tuple[float, str]:
+        [memory] = [f for f in quantization_findings(gpu, cfg, "config", offline=True) if "the run needs" in f.what]
+        return float(memory.what.split("needs ~")[1].split(" GiB")[0]), memory.why
+
+    plain_need, plain_why = needs(load_config(path, ["gradient_checkpointing=true"]))
+    assert "with activation_offloading: true ~" in plain_why
+    moved_need, moved_why = needs(load_config(path, ["activation_offloading=true"]))
+    assert moved_need < plain_need - 2 and "layer inputs in host memory" in moved_why

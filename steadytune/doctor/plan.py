@@ -173,16 +173,22 @@ def quantization_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, of
         tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
         precision, _ = choose_precision(info, cfg.train.bf16, cfg.train.fp16)
         budget = gpu.budget_gib if gpu is not None else None
-        use = cfg.train.gradient_checkpointing
+        use, offloaded = cfg.train.gradient_checkpointing, bool(cfg.train.activation_offloading)
         if use is None:
-            use, _ = choose_gradient_checkpointing(config, tokens, budget, state_gib=quantised_weight_gib(config, m))
+            use = offloaded or choose_gradient_checkpointing(config, tokens, budget,
+                                                             state_gib=quantised_weight_gib(config, m))[0]
+        base_bytes = 2.0 if precision == "bf16" else 4.0
         need, parts = quantized_memory(config, tokens, cfg.method.lora_rank, use, m.quantization_bit,
-                                       m.double_quantization, 2.0 if precision == "bf16" else 4.0)
+                                       m.double_quantization, base_bytes, offloaded=offloaded)
         where = f" of the {budget:g} GiB" if budget else ""
         if not use:   # what checkpointing would bring it down to (the 16 GB card question)
             low, _ = quantized_memory(config, tokens, cfg.method.lora_rank, True, m.quantization_bit,
-                                      m.double_quantization, 2.0 if precision == "bf16" else 4.0)
+                                      m.double_quantization, base_bytes)
             parts += f"; with gradient_checkpointing: true {low}"
+        if not offloaded and info.backend != "cpu":   # and the layer inputs in host memory, lower still
+            low, _ = quantized_memory(config, tokens, cfg.method.lora_rank, True, m.quantization_bit,
+                                      m.double_quantization, base_bytes, offloaded=True)
+            parts += f"; with activation_offloading: true {low}"
         findings.append(Finding.info(check, f"{label}, {describe_bits(m)}, {tokens:,} tokens a micro-batch: the run needs "
                                             f"{need}{where}", parts))
     return findings
