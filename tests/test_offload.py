@@ -17,7 +17,8 @@ from peft import LoraConfig, get_peft_model
 
 from steadytune.config import ConfigError, load_config
 from steadytune.errors import UserError
-from steadytune.hardware.memory import ACTIVATION_SHARE, MEMORY_SHARE, run_memory_gib
+from steadytune.hardware.memory import (ACTIVATION_SHARE, MEMORY_SHARE, checkpointed_activation_gib,
+                                         choose_activation_offloading, run_memory_gib)
 from steadytune.model import kernels
 from steadytune.model.anatomy import decoder_layers
 from steadytune.model.offload import HostOffload, offloading_blocker, remove_offloading
@@ -112,8 +113,7 @@ def test_remove_offloading_takes_the_hooks_off():
     from steadytune.model.offload import offload_activations
 
     model = checkpointed_lora_model(compiled=False)
-    offload, why = offload_activations(model, torch.device("cpu"))
-    assert "host memory" in why
+    offload = offload_activations(model, torch.device("cpu"))
     ids = torch.randint(0, 500, (1, 16))
     model(input_ids=ids, labels=ids).loss.backward()
     assert remove_offloading(model) == pytest.approx(offload.bytes_offloaded / 2**30)
@@ -126,6 +126,27 @@ def test_offloading_says_why_it_cannot_run():
     assert "gradient_checkpointing is false" in offloading_blocker(torch.device("cuda", 0), False, None)
     assert "DeepSpeed" in offloading_blocker(torch.device("cuda", 0), True, "DeepSpeed")
     assert offloading_blocker(torch.device("cuda", 0), True, None) is None
+
+
+def test_offloading_is_on_by_default_only_where_checkpointing_alone_would_not_fit():
+    from steadytune.doctor.plan import _shape_config
+
+    config, tokens, state = _shape_config("qwen2.5-7b"), 16384, 5.8   # QLoRA 7B's weights
+    kept = checkpointed_activation_gib(config, tokens, compiled=True)
+    moved = checkpointed_activation_gib(config, tokens, compiled=True, offloaded=True)
+    assert kept - moved == pytest.approx(ACTIVATION_SHARE[True] * 28 * 3584 * 2 * tokens / 2**30)
+    tight = (state + (kept + moved) / 2) / MEMORY_SHARE   # fits offloaded, not without
+    on, why = choose_activation_offloading(config, tokens, tight, True, state, compiled=True)
+    assert on and why.startswith("on: with checkpointing") and why.endswith("it fits")
+    on, why = choose_activation_offloading(config, tokens, 80, True, state, compiled=True)
+    assert not on and "fit in 85% of the 80 GiB budget" in why and "activation_offloading: true would keep" in why
+    on, why = choose_activation_offloading(config, tokens, 6, True, state, compiled=True)
+    assert on and why.endswith("it comes closer")   # fits neither way: the smaller footprint is the better bet
+    on, why = choose_activation_offloading(config, tokens, tight, True, state, compiled=True, blocker="it is FSDP")
+    assert not on and why.endswith("but it is FSDP")
+    assert choose_activation_offloading(config, tokens, tight, False, state)[0] is False   # nothing to move
+    assert choose_activation_offloading(config, tokens, 80, True, state, requested=True) == (
+        True, "activation_offloading: true was asked for")
 
 
 def test_offloading_lowers_the_checkpointed_estimate_by_the_layer_inputs():

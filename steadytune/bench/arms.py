@@ -54,7 +54,7 @@ from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
 from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
 from steadytune.hardware.backend import HardwareInfo, detect
-from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
+from steadytune.hardware.memory import choose_activation_offloading, choose_gradient_checkpointing, held_gib
 from steadytune.hardware.policy import choose_packing_attention
 from steadytune.hardware.speed import plan_speed
 from steadytune.model.attention import attn_implementation_for
@@ -259,7 +259,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
 
     info = detect() if device.type == "cuda" else _cpu_info()
     settings: dict = {}
-    offloading = getattr(args, "activation_offloading", "off") == "on"
+    offloading = _asked(getattr(args, "activation_offloading", "auto"))
     attention, kernel, why = "sdpa", None, "unpacked reference"
     if packing:
         attention, kernel, why = choose_packing_attention(info, args.packing_attention)
@@ -286,7 +286,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                       tuning_asked=_asked(getattr(args, "kernel_tuning", "auto")) if allow_compile else False,
                       recompute_asked=_asked(getattr(args, "recompute_pointwise", "auto")) if allow_compile else False,
                       shared_asked=_asked(getattr(args, "shared_input", "auto")),
-                      blockers={"offloading": OFFLOAD_NO_GRAPHS} if offloading else None,
+                      blockers={"offloading": OFFLOAD_NO_GRAPHS} if offloading else None,   # asked for
                       static_fill=shape.fill if shape else None)
     if plan.static_shapes:
         plan.reasons["static_shapes"] += f" ({shape.describe()})"
@@ -321,12 +321,18 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     if use_gc:
         enable_checkpointing(model, plan.cuda_graphs)
     settings["gradient_checkpointing"] = {"value": use_gc, "reason": gc_why}
-    if offloading:
-        blocker = offloading_blocker(device, use_gc, None)
-        if blocker:
-            raise SystemExit(f"--activation-offloading on, but {blocker}")
-        offload, why = offload_activations(model, device)
-        settings["activation_offloading"] = {"value": True, "reason": why, "hooks": offload}
+    blocker = offloading_blocker(device, use_gc, None)
+    if offloading and blocker:
+        raise SystemExit(f"--activation-offloading on, but {blocker}")
+    offloading, why = choose_activation_offloading(model.get_base_model().config, tokens, memory_budget_gib(device),
+                                                   use_gc, weights_gib, compiled=plan.compile, requested=offloading,
+                                                   blocker=blocker)
+    settings["activation_offloading"] = {"value": offloading, "reason": why}
+    if offloading:   # as train does: on by default only where checkpointing alone would not fit
+        settings["activation_offloading"]["hooks"] = offload_activations(model, device)
+        if plan.cuda_graphs:
+            plan.cuda_graphs = False
+            settings["cuda_graphs"] = {"value": False, "reason": f"off: {OFFLOAD_NO_GRAPHS}"}
     collate = (PackedCollator(pad_token_id=0, row_len=args.cutoff_len, attention=attention, static=shape) if packing
                else PadCollator(pad_token_id=0))
     settings.update(max_tokens_per_step=args.max_tokens, packing=packing, static_shape=shape.__dict__ if shape else None,
@@ -428,7 +434,7 @@ def run_steadytune(args, device: torch.device) -> dict:
     losses, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs,
                                 settings)
     offloading = settings.get("activation_offloading")
-    if offloading:   # what one micro-batch moved (a run that moves nothing offloads in name only)
+    if offloading and offloading["value"]:   # what one micro-batch moved (a run that moves nothing offloads in name only)
         offloading["gib_per_micro_batch"] = round(offloading.pop("hooks").bytes_offloaded / 2**30, 3)
         print(f"  activation_offloading: {offloading['gib_per_micro_batch']} GiB a micro-batch to host memory")
     settings["cuda_graph_events"] = marks["graph_events"]

@@ -110,6 +110,43 @@ def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_bu
                    f"{memory_budget_gib:.0f} GiB budget")
 
 
+def checkpointed_activation_gib(config, tokens: int, compiled: bool = False, offloaded: bool = False) -> float:
+    """Activations with gradient checkpointing: each layer's input in bf16 (none on the GPU when offloaded to host
+    memory: activation_offloading) plus one layer's activations while it is recomputed."""
+    inputs = 0 if offloaded else config.num_hidden_layers * config.hidden_size * 2
+    per_token = inputs + activation_bytes_per_token(config) / config.num_hidden_layers
+    return ACTIVATION_SHARE[compiled] * per_token * tokens / 2**30
+
+
+def choose_activation_offloading(config, tokens_per_micro_batch: int, memory_budget_gib: float | None,
+                                 checkpointing: bool, state_gib: float, compiled: bool = False,
+                                 requested: bool | None = None, blocker: str | None = None) -> tuple[bool, str]:
+    """-> (keep the checkpointed layers' inputs in host memory?, reason).
+
+    On where checkpointing alone would still not fit in MEMORY_SHARE of the budget: the copies cost ~3% of the
+    tokens/s (QLoRA 7B on an H200) and turn CUDA graphs off, a price only worth paying for memory. Off otherwise, and
+    wherever `blocker` (model/offload.offloading_blocker) says it cannot run."""
+    if requested is not None:
+        return requested, f"activation_offloading: {str(requested).lower()} was asked for"
+    if not checkpointing:
+        return False, "off: gradient checkpointing is off (offloading moves what it keeps)"
+    if memory_budget_gib is None:
+        return False, "off: no memory budget known"
+    room = MEMORY_SHARE * memory_budget_gib
+    kept = checkpointed_activation_gib(config, tokens_per_micro_batch, compiled)
+    moved = checkpointed_activation_gib(config, tokens_per_micro_batch, compiled, offloaded=True)
+    if state_gib + kept <= room:
+        return False, (f"off: with checkpointing, activations ~{kept:.1f} GiB + weights ~{state_gib:.1f} GiB fit in "
+                       f"{MEMORY_SHARE:.0%} of the {memory_budget_gib:.0f} GiB budget (activation_offloading: true "
+                       f"would keep ~{kept - moved:.1f} GiB of layer inputs in host memory)")
+    short = (f"with checkpointing, activations ~{kept:.1f} GiB + weights ~{state_gib:.1f} GiB would exceed "
+             f"{MEMORY_SHARE:.0%} of the {memory_budget_gib:.0f} GiB budget")
+    if blocker:
+        return False, f"off: {short}, but {blocker}"
+    fits = "fits" if state_gib + moved <= room else "comes closer"
+    return True, f"on: {short}; with the layer inputs in host memory (~{moved:.1f} GiB left on the GPU) it {fits}"
+
+
 def split_to_fit(config, tokens_per_micro_batch: int, room_gib: float, compiled: bool,
                  recompute_pointwise: bool) -> int | None:
     """The fewest parts (2, 4, 8, ...) a micro-batch splits into for its activations to fit in `room_gib` without
@@ -165,9 +202,7 @@ def run_memory_gib(config, tokens: int, rank: int, checkpointing: bool, quantize
     weights = weight_gib(config, quantized_bytes, base_bytes)
     adapter = lora_parameters(config, rank) * 16 / 2**30
     if checkpointing:
-        inputs = 0 if offloaded else config.num_hidden_layers * config.hidden_size * 2
-        per_token = inputs + activation_bytes_per_token(config) / config.num_hidden_layers
-        activations = ACTIVATION_SHARE[compiled] * per_token * tokens / 2**30
+        activations = checkpointed_activation_gib(config, tokens, compiled, offloaded)
     else:
         activations = activation_gib(config, tokens, compiled, recompute_pointwise)
     need = (weights + adapter + activations) / MEMORY_SHARE

@@ -156,13 +156,12 @@ def offloading_blocker(device: torch.device, checkpointing: bool, sharded: str |
     return None
 
 
-def offload_activations(model: torch.nn.Module, device: torch.device) -> tuple[HostOffload, str]:
-    """Attach host offloading of the checkpointed layers' inputs to `model`; -> (the hooks' owner, reason)."""
+def offload_activations(model: torch.nn.Module, device: torch.device) -> HostOffload:
+    """Attach host offloading of the checkpointed layers' inputs to `model`; -> the hooks' owner."""
     offload = HostOffload(model, device)
     offload.attach(model)
     _ATTACHED[decoder_body(model)] = offload
-    return offload, ("on: the checkpointed decoder layers' inputs wait for backward in pinned host memory, copied "
-                     "out and back on a second stream beside the compute")
+    return offload
 
 
 def remove_offloading(model: torch.nn.Module) -> float | None:
