@@ -54,14 +54,14 @@ from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
 from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
 from steadytune.hardware.backend import HardwareInfo, detect
-from steadytune.hardware.memory import choose_activation_offloading, choose_gradient_checkpointing, held_gib
+from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.policy import choose_packing_attention
-from steadytune.hardware.speed import plan_speed
+from steadytune.hardware.speed import SpeedUnavailable, plan_speed
 from steadytune.model.attention import attn_implementation_for
 from steadytune.model.fp8_base import decide_fp8_base, set_fast_accumulation
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
-from steadytune.model.offload import OFFLOAD_NO_GRAPHS, offload_activations, offloading_blocker
+from steadytune.model.offload import OFFLOAD_NO_GRAPHS, plan_activation_offloading
 from steadytune.model.shared_input import decide_shared_input
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
@@ -321,18 +321,15 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     if use_gc:
         enable_checkpointing(model, plan.cuda_graphs)
     settings["gradient_checkpointing"] = {"value": use_gc, "reason": gc_why}
-    blocker = offloading_blocker(device, use_gc, None)
-    if offloading and blocker:
-        raise SystemExit(f"--activation-offloading on, but {blocker}")
-    offloading, why = choose_activation_offloading(model.get_base_model().config, tokens, memory_budget_gib(device),
-                                                   use_gc, weights_gib, compiled=plan.compile, requested=offloading,
-                                                   blocker=blocker)
-    settings["activation_offloading"] = {"value": offloading, "reason": why}
-    if offloading:   # as train does: on by default only where checkpointing alone would not fit
-        settings["activation_offloading"]["hooks"] = offload_activations(model, device)
-        if plan.cuda_graphs:
-            plan.cuda_graphs = False
-            settings["cuda_graphs"] = {"value": False, "reason": f"off: {OFFLOAD_NO_GRAPHS}"}
+    try:   # as train decides it: on by default only where checkpointing alone would not fit
+        offload, why = plan_activation_offloading(model, plan, use_gc, tokens, memory_budget_gib(device), weights_gib,
+                                                  offloading, None)
+    except SpeedUnavailable as e:
+        raise SystemExit(f"--activation-offloading on, but {e}") from None
+    settings["activation_offloading"] = {"value": offload is not None, "reason": why}
+    if offload is not None:
+        settings["activation_offloading"]["hooks"] = offload
+    settings["cuda_graphs"] = {"value": plan.cuda_graphs, "reason": plan.reasons["cuda_graphs"]}
     collate = (PackedCollator(pad_token_id=0, row_len=args.cutoff_len, attention=attention, static=shape) if packing
                else PadCollator(pad_token_id=0))
     settings.update(max_tokens_per_step=args.max_tokens, packing=packing, static_shape=shape.__dict__ if shape else None,
@@ -434,8 +431,9 @@ def run_steadytune(args, device: torch.device) -> dict:
     losses, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs,
                                 settings)
     offloading = settings.get("activation_offloading")
-    if offloading and offloading["value"]:   # what one micro-batch moved (a run that moves nothing offloads in name only)
-        offloading["gib_per_micro_batch"] = round(offloading.pop("hooks").bytes_offloaded / 2**30, 3)
+    hooks = offloading.pop("hooks", None) if offloading else None
+    if hooks is not None:   # what one micro-batch moved (a run that moves nothing offloads in name only)
+        offloading["gib_per_micro_batch"] = round(hooks.bytes_offloaded / 2**30, 3)
         print(f"  activation_offloading: {offloading['gib_per_micro_batch']} GiB a micro-batch to host memory")
     settings["cuda_graph_events"] = marks["graph_events"]
     settings["eager_micro_batches"] = marks.get("eager_micro_batches")

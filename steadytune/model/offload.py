@@ -27,7 +27,9 @@ from itertools import chain
 
 import torch
 
-from steadytune.model.anatomy import decoder_body
+from steadytune.hardware.memory import choose_activation_offloading
+from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable
+from steadytune.model.anatomy import base_model_of, decoder_body
 
 MIN_BYTES = 1 << 20  # below this a copy's fixed cost outweighs the memory it frees (masks, position ids)
 OFFLOAD_NO_GRAPHS = "activation_offloading copies to host memory on a second stream, which a CUDA graph cannot replay"
@@ -154,6 +156,28 @@ def offloading_blocker(device: torch.device, checkpointing: bool, sharded: str |
     if not checkpointing:
         return "it moves what gradient checkpointing keeps, and gradient_checkpointing is false"
     return None
+
+
+def plan_activation_offloading(model: torch.nn.Module, plan: SpeedPlan, checkpointing: bool, tokens: int,
+                               budget_gib: float | None, state_gib: float, requested: bool | None,
+                               sharded: str | None) -> tuple[HostOffload | None, str]:
+    """activation_offloading as asked, or by default where checkpointing alone would not fit
+    (hardware/memory.choose_activation_offloading), attached when on; -> (the hooks' owner or None, reason). train
+    and bench both decide it here. On, it turns off the CUDA graphs `plan` chose (a graph cannot replay its copies).
+    Raises SpeedUnavailable with the reason when asked for where it cannot run."""
+    device = next(model.parameters()).device
+    blocker = offloading_blocker(device, checkpointing, sharded)
+    if requested and blocker:
+        raise SpeedUnavailable(blocker)
+    on, why = choose_activation_offloading(base_model_of(model).config, tokens, budget_gib, checkpointing, state_gib,
+                                           compiled=plan.compile, requested=requested, blocker=blocker)
+    if not on:
+        return None, why
+    if plan.cuda_graphs:
+        plan.cuda_graphs, plan.reasons["cuda_graphs"] = False, f"off: {OFFLOAD_NO_GRAPHS}"
+    return offload_activations(model, device), (why + "; the checkpointed decoder layers' inputs wait for backward "
+                                                "in pinned host memory, copied out and back on a second stream "
+                                                "beside the compute")
 
 
 def offload_activations(model: torch.nn.Module, device: torch.device) -> HostOffload:

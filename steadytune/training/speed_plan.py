@@ -11,13 +11,13 @@ import torch
 from steadytune.config import RunConfig, lf_checkpointing_note
 from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_static_status
-from steadytune.hardware.memory import choose_activation_offloading, choose_gradient_checkpointing, held_gib
+from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.quantization import quantized_memory, speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
-from steadytune.model.offload import OFFLOAD_NO_GRAPHS, offload_activations, offloading_blocker
+from steadytune.model.offload import OFFLOAD_NO_GRAPHS, HostOffload, plan_activation_offloading
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
 
@@ -117,7 +117,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     if t.activation_offloading and t.gradient_checkpointing is None:
         use, why = True, "on: activation_offloading: true keeps what checkpointing saves in host memory"
     cfg.decide("gradient_checkpointing", use, why + lf_checkpointing_note(t, use))
-    offloading = plan_offloading(cfg, model, plan, use, tokens, budget, state, fsdp)
+    offloading = plan_offloading(cfg, model, plan, use, tokens, budget, state, fsdp) is not None
     m = cfg.model
     if m.quantization_bit is not None and hasattr(base_model_of(model).config, "intermediate_size"):
         base_bytes = 2.0 if precision == "bf16" else 4.0   # embeddings, head and norms stay in the load dtype
@@ -127,8 +127,6 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         cfg.decide("memory_estimate", need, parts)
     if use:
         enable_gradient_checkpointing(cfg, model, graphs=plan.cuda_graphs)
-    if offloading:
-        offload_activations(model, next(model.parameters()).device)
     return plan
 
 
@@ -147,25 +145,20 @@ def plan_fp8_base(cfg: RunConfig, model, plan: SpeedPlan, precision: str, shard_
 
 
 def plan_offloading(cfg: RunConfig, model, plan: SpeedPlan, checkpointing: bool, tokens: int,
-                    budget: float | None, state_gib: float, fsdp: bool) -> bool:
-    """activation_offloading as asked, or by default where checkpointing alone would not fit (hardware/memory's
-    choose_activation_offloading); records the decision. Turned on by default, it also turns off the CUDA graphs the
-    plan chose (a graph cannot replay its copies); asked for, graph_blockers has ruled them out already."""
-    t = cfg.train
+                    budget: float | None, state_gib: float, fsdp: bool) -> HostOffload | None:
+    """activation_offloading for this run (model/offload.plan_activation_offloading), recorded with its reason, and
+    the CUDA graphs it turned off. Asked for, graph_blockers has ruled the graphs out already."""
     sharded = "DeepSpeed" if cfg.method.deepspeed else ("FSDP" if fsdp else None)
-    blocker = offloading_blocker(next(model.parameters()).device, checkpointing, sharded)
-    if t.activation_offloading and blocker:
-        raise UserError(f"activation_offloading: true, but {blocker}; set activation_offloading: false")
-    on, why = choose_activation_offloading(base_model_of(model).config, tokens, budget, checkpointing, state_gib,
-                                           compiled=plan.compile, requested=t.activation_offloading, blocker=blocker)
-    if on:
-        why += ("; the checkpointed decoder layers' inputs wait for backward in pinned host memory, copied out and "
-                "back on a second stream beside the compute")
-        if plan.cuda_graphs:
-            plan.cuda_graphs, plan.reasons["cuda_graphs"] = False, f"off: {OFFLOAD_NO_GRAPHS}"
-            cfg.decide("cuda_graphs", False, plan.reasons["cuda_graphs"])
-    cfg.decide("activation_offloading", on, why)
-    return on
+    graphs = plan.cuda_graphs
+    try:
+        offload, why = plan_activation_offloading(model, plan, checkpointing, tokens, budget, state_gib,
+                                                  cfg.train.activation_offloading, sharded)
+    except SpeedUnavailable as e:
+        raise UserError(f"activation_offloading: true, but {e}; set activation_offloading: false") from None
+    if graphs and not plan.cuda_graphs:
+        cfg.decide("cuda_graphs", False, plan.reasons["cuda_graphs"])
+    cfg.decide("activation_offloading", offload is not None, why)
+    return offload
 
 
 def plan_shared_input(cfg: RunConfig, model, plan: SpeedPlan, shard_kind: str | None) -> None:
