@@ -26,6 +26,8 @@
 #          and on at qlora_memory's settings                                         -> qlora_fp8_*.json
 #   qlora_offload  activation_offloading: QLoRA 7B with checkpointing and the layer inputs in host memory at 10k /
 #          11k / 16k tokens                                                            -> qlora_offload_*.json
+#   qlora_offload_graphs  the same under CUDA graphs: train's losses (small model), QLoRA 7B at 10k tokens without
+#          and with graphs; qlora_offload_graphs_more: with graphs at 11k-13k           -> qlora_offload_graphs_*.json
 #   qlora_checkpointing  the rows beside it: checkpointing with CUDA graphs (4k, 16k) and without (6k, 8k, 16k)
 #                                                                                      -> qlora_gc_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
@@ -71,6 +73,14 @@ python3 -c "import torch, transformers, peft, triton, liger_kernel; print('torch
 # the mean of the last 3 windows is within 3% of the 3 before; at most 40 timed seconds an arm.
 B="python3 -m steadytune bench --min-steps 100 --min-tokens 300000 --window 10 --tolerance 0.03 --max-seconds 40 --arm-timeout 240"
 QLORA7="python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --steps 30 --window 5 --warmup 3 --arm-timeout 140"
+qlora_offloaded() {  # "tokens graphs" pairs: QLoRA 7B with activation_offloading on
+  for RUN in "$@"; do
+    set -- $RUN
+    stamp "QLoRA 7B --max-tokens $1 --activation-offloading on --cuda-graphs $2"
+    timeout 145 $QLORA7 --max-tokens $1 --activation-offloading on --cuda-graphs $2 \
+        --output "$OUT/qlora_offload_graphs_$1_$2.json" | grep --line-buffered -v Warning
+  done
+}
 fp8_pair() {  # shape, then --fp8-base values: steadytune alone, 60 timed steps each on the same data
   local shape=$1; shift
   for FP8 in "$@"; do
@@ -240,6 +250,21 @@ for STAGE in "${@:-bench}"; do
           | grep --line-buffered -v Warning
     done
     ;;
+  qlora_offload_graphs)
+    # activation_offloading under CUDA graphs (~6 min, carry .whl/bnb130): train's losses with and without it on a
+    # small model (graphs on and off), then QLoRA 7B at 10k tokens without and with graphs
+    # -> offload_train_check.json, qlora_offload_graphs_10240_*.json
+    with_bitsandbytes
+    stamp "train: checkpointing against offloading, without and with CUDA graphs"
+    python3 benchmarks/offload_train_check.py --out /tmp/offload_check | grep --line-buffered -v Warning
+    cp /tmp/offload_check/offload_train_check.json "$OUT/" || true
+    qlora_offloaded "10240 off" "10240 auto"
+    ;;
+  qlora_offload_graphs_more)
+    # the same at 11k / 12k / 13k tokens with graphs (~6 min, carry .whl/bnb130) -> qlora_offload_graphs_*.json
+    with_bitsandbytes
+    qlora_offloaded "11264 auto" "12288 auto" "13312 auto"
+    ;;
   qlora_checkpointing)
     # the rows beside it (~9 min, carry .whl/bnb130): checkpointing with CUDA graphs at 4k / 16k, without them at
     # 6k / 8k / 16k -> qlora_gc_*.json
@@ -323,7 +348,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_checkpointing, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_offload_graphs, qlora_offload_graphs_more, qlora_checkpointing, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"

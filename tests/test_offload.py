@@ -183,12 +183,40 @@ def test_train_on_a_cpu_refuses_offloading_and_names_the_key(tmp_path):
         train(overrides(model, tmp_path / "run", activation_offloading="true", max_steps=1))
 
 
-def test_graphs_are_ruled_out_with_offloading():
+def test_offloading_leaves_the_cuda_graphs_on():
+    # its copies go to buffers kept for the run and rejoin the compute stream, so a graph can record them
     from steadytune.training.speed_plan import graph_blockers
 
     cfg = load_config(None, ["activation_offloading=true"])
-    assert "second stream" in graph_blockers(cfg, fsdp=False)["offloading"]
-    assert "offloading" not in graph_blockers(load_config(None, []), fsdp=False)
+    assert graph_blockers(cfg, fsdp=False) == graph_blockers(load_config(None, []), fsdp=False)
+
+
+def test_each_saved_position_reuses_one_kept_host_buffer():
+    """A recorded CUDA graph replays its copies into the host memory it recorded them with: the n-th tensor saved in
+    every micro-batch goes to the same buffer, and a buffer is never freed, even when a larger one replaces it."""
+    model = checkpointed_lora_model(compiled=False)
+    offload = HostOffload(model, torch.device("cpu"), min_bytes=64)
+
+    def micro_batch(*tensors):
+        packed = [offload.pack(t) for t in tensors]
+        pointers = [p.host.data_ptr() for p in packed]
+        for p, t in zip(reversed(packed), reversed(tensors)):   # backward order
+            assert torch.equal(offload.unpack(p), t)
+        return pointers
+
+    first = micro_batch(torch.randn(32, 32), torch.randn(32, 32))
+    again = micro_batch(torch.randn(32, 32), torch.randn(32, 32))
+    assert again == first and len(set(first)) == 2
+    outgrown = offload.host_buffers[0]
+    bigger = micro_batch(torch.randn(64, 32), torch.randn(16, 32))
+    assert bigger[1] == first[1] and bigger[0] != first[0]   # the smaller one fits in the kept buffer
+    assert any(b is outgrown for b in offload.outgrown)      # the old one stays allocated
+
+    # a forward whose records are still alive (no backward yet) when the next micro-batch starts: own buffers
+    alive = offload.pack(torch.randn(32, 32))
+    offload.backward_started = True
+    other = offload.pack(torch.randn(32, 32))
+    assert other.host.data_ptr() != alive.host.data_ptr()
 
 
 def test_doctor_config_counts_the_layer_inputs_in_host_memory(tmp_path):

@@ -61,7 +61,7 @@ from steadytune.model.attention import attn_implementation_for
 from steadytune.model.fp8_base import decide_fp8_base, set_fast_accumulation
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
-from steadytune.model.offload import OFFLOAD_NO_GRAPHS, plan_activation_offloading
+from steadytune.model.offload import plan_activation_offloading
 from steadytune.model.shared_input import decide_shared_input
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
@@ -286,7 +286,6 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                       tuning_asked=_asked(getattr(args, "kernel_tuning", "auto")) if allow_compile else False,
                       recompute_asked=_asked(getattr(args, "recompute_pointwise", "auto")) if allow_compile else False,
                       shared_asked=_asked(getattr(args, "shared_input", "auto")),
-                      blockers={"offloading": OFFLOAD_NO_GRAPHS} if offloading else None,   # asked for
                       static_fill=shape.fill if shape else None)
     if plan.static_shapes:
         plan.reasons["static_shapes"] += f" ({shape.describe()})"

@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gradient-checkpointing", default="auto", choices=("auto", "on", "off"))
     group.add_argument("--activation-offloading", default="auto", choices=("auto", "on", "off"),
                        help="the checkpointed layers' inputs wait for backward in host memory (train's "
-                            "activation_offloading; on turns checkpointing on and CUDA graphs off); auto: on only "
+                            "activation_offloading; on turns checkpointing on); auto: on only "
                             "where checkpointing alone would not fit")
     group.add_argument("--fp8-base", default="auto", choices=("auto", "off", "on"),
                        help="the frozen base's matmuls in fp8 (train's fp8_base; GPUs of sm_89 and up); auto: train's "

@@ -16,7 +16,17 @@ does anything under MIN_BYTES. A tensor saved by several layers (the rotary tabl
 
 Hooks, not a hand-written checkpoint function: the layers keep transformers' checkpointing and torch.compile's
 handling of it (the partitioner still recomputes inside the compiled layer); only where the saved inputs live
-changes. Not under CUDA graphs (a graph cannot replay host copies on a second stream: graph_blockers rules them out).
+changes.
+
+Built so that a CUDA graph can record it (graphs.py records forward + backward of a micro-batch once):
+- the host copies go to pinned buffers kept for the whole run, one per saved tensor of a micro-batch in the order
+  they are saved, so a replay writes and reads the same host memory the recording did (a graph's copies outlive
+  any buffer it could free);
+- no `record_stream`: under capture the caching allocator would hold a block used on two streams until the graph
+  ends, and the memory the copies free would not be freed. Instead each tensor being copied out is kept referenced
+  until the compute stream has waited for its copy (at the next save, or the first unpack), and each copy back goes
+  into memory allocated on the compute stream, which waits for the copy before reading it. Every copy thus joins
+  the compute stream again, as capture requires.
 """
 
 from __future__ import annotations
@@ -32,7 +42,10 @@ from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable
 from steadytune.model.anatomy import base_model_of, decoder_body
 
 MIN_BYTES = 1 << 20  # below this a copy's fixed cost outweighs the memory it frees (masks, position ids)
-OFFLOAD_NO_GRAPHS = "activation_offloading copies to host memory on a second stream, which a CUDA graph cannot replay"
+
+
+def _dead():
+    return None
 
 
 @dataclass(eq=False)
@@ -58,6 +71,10 @@ class HostOffload:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # CPU: plain copies (tests)
         self.records: list[weakref.ref] = []   # this micro-batch's offloaded tensors, in the order they were saved
         self.seen: dict[int, tuple[weakref.ref, weakref.ref]] = {}   # id(tensor) -> (it, its record): copied once
+        self.leaving: list[tuple[torch.Tensor, torch.cuda.Event]] = []   # copies out the compute stream awaits
+        self.host_buffers: list[torch.Tensor] = []   # pinned, one per record index, kept (a graph may read them)
+        self.host_users: list[weakref.ref] = []      # the record each buffer holds now
+        self.outgrown: list[torch.Tensor] = []       # buffers replaced by larger ones: a recorded graph may hold them
         self.backward_started = False
         self.bytes_offloaded = 0   # in the last (or current) micro-batch's forward
         self._handles: list = []
@@ -71,8 +88,13 @@ class HostOffload:
         known = self.seen.get(id(tensor))
         if known is not None and known[0]() is tensor and known[1]() is not None:
             return known[1]()
-        record = _Offloaded(self._to_host(tensor), index=len(self.records))
+        self._let_go()   # the copies started by earlier saves have had a layer's compute to finish
+        index = len(self.records)
+        host, kept_buffer = self._host_buffer(index, tensor)
+        record = _Offloaded(self._copy_out(tensor, host), index=index)
         self.records.append(weakref.ref(record))
+        if kept_buffer:
+            self.host_users[index] = self.records[-1]
         # weak references only: a record lives as long as autograd keeps it (its copy back is freed with it)
         self.seen[id(tensor)] = (weakref.ref(tensor), weakref.ref(record))
         self.bytes_offloaded += tensor.numel() * tensor.element_size()
@@ -81,14 +103,14 @@ class HostOffload:
     def unpack(self, packed):
         if not isinstance(packed, _Offloaded):
             return packed
-        self.backward_started = True
+        if not self.backward_started:
+            self.backward_started = True
+            self._let_go()
         if packed.on_device is None:
             self._fetch(packed)
-        tensor = packed.on_device
         if self.stream is not None:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_event(packed.ready)
-            tensor.record_stream(current)   # made on the copy stream, used and freed on this one
+            torch.cuda.current_stream(self.device).wait_event(packed.ready)
+        tensor = packed.on_device
         # backward runs the layers in reverse: the tensor saved before this one is the next one it reads
         earlier = self.records[packed.index - 1]() if packed.index > 0 else None
         if earlier is not None and earlier.on_device is None:
@@ -101,22 +123,53 @@ class HostOffload:
                 and tensor.numel() * tensor.element_size() >= self.min_bytes
                 and tensor.untyped_storage().data_ptr() not in self.kept)
 
-    def _to_host(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.stream is None:
-            return tensor.detach().clone()
-        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))   # the tensor is written before it is read
+    def _copy_out(self, tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
+        if self.stream is None:   # CPU (tests): the same bookkeeping, a plain copy
+            return host.copy_(tensor)
+        compute = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(compute)   # the tensor is written before it is read
         with torch.cuda.stream(self.stream):
             host.copy_(tensor, non_blocking=True)
-        tensor.record_stream(self.stream)   # its memory is not reused before the copy has read it
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        # kept until the compute stream has waited for `done`: its memory is not reused before the copy has read it
+        self.leaving.append((tensor, done))
         return host
+
+    def _host_buffer(self, index: int, like: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """-> (the kept buffer for the index-th saved tensor of a micro-batch, viewed as `like`'s shape and dtype,
+        True); or (a buffer of its own, False) where the record holding the kept one is still alive (a forward whose
+        backward has not run)."""
+        nbytes = like.numel() * like.element_size()
+        pinned = self.stream is not None
+        while len(self.host_buffers) <= index:
+            self.host_buffers.append(torch.empty(0, dtype=torch.uint8, pin_memory=pinned))
+            self.host_users.append(_dead)
+        if self.host_users[index]() is not None:
+            return torch.empty(like.shape, dtype=like.dtype, pin_memory=pinned), False
+        if self.host_buffers[index].numel() < nbytes:
+            self.outgrown.append(self.host_buffers[index])
+            self.host_buffers[index] = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+        return self.host_buffers[index][:nbytes].view(like.dtype).view(like.shape), True
+
+    def _let_go(self) -> None:
+        """The compute stream waits for the copies out so far; their GPU tensors may then be freed."""
+        if self.stream is not None:
+            compute = torch.cuda.current_stream(self.device)
+            for _, done in self.leaving:
+                compute.wait_event(done)
+        self.leaving = []
 
     def _fetch(self, record: _Offloaded) -> None:
         if self.stream is None:
             record.on_device = record.host.clone()
             return
+        compute = torch.cuda.current_stream(self.device)
+        # allocated on the compute stream, which frees it after use; the copy waits for what ran there before
+        record.on_device = torch.empty_like(record.host, device=self.device)
+        self.stream.wait_stream(compute)
         with torch.cuda.stream(self.stream):   # after the copy out, which ran on this stream too
-            record.on_device = record.host.to(self.device, non_blocking=True)
+            record.on_device.copy_(record.host, non_blocking=True)
             record.ready = torch.cuda.Event()
             record.ready.record(self.stream)
 
@@ -163,8 +216,7 @@ def plan_activation_offloading(model: torch.nn.Module, plan: SpeedPlan, checkpoi
                                sharded: str | None) -> tuple[HostOffload | None, str]:
     """activation_offloading as asked, or by default where checkpointing alone would not fit
     (hardware/memory.choose_activation_offloading), attached when on; -> (the hooks' owner or None, reason). train
-    and bench both decide it here. On, it turns off the CUDA graphs `plan` chose (a graph cannot replay its copies).
-    Raises SpeedUnavailable with the reason when asked for where it cannot run."""
+    and bench both decide it here. Raises SpeedUnavailable with the reason when asked for where it cannot run."""
     device = next(model.parameters()).device
     blocker = offloading_blocker(device, checkpointing, sharded)
     if requested and blocker:
@@ -173,8 +225,6 @@ def plan_activation_offloading(model: torch.nn.Module, plan: SpeedPlan, checkpoi
                                            compiled=plan.compile, requested=requested, blocker=blocker)
     if not on:
         return None, why
-    if plan.cuda_graphs:
-        plan.cuda_graphs, plan.reasons["cuda_graphs"] = False, f"off: {OFFLOAD_NO_GRAPHS}"
     return offload_activations(model, device), (why + "; the checkpointed decoder layers' inputs wait for backward "
                                                 "in pinned host memory, copied out and back on a second stream "
                                                 "beside the compute")

@@ -17,7 +17,7 @@ from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
-from steadytune.model.offload import OFFLOAD_NO_GRAPHS, HostOffload, plan_activation_offloading
+from steadytune.model.offload import HostOffload, plan_activation_offloading
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
 
@@ -41,8 +41,6 @@ def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
     quantized = speed_blockers(cfg.model.quantization_bit).get("cuda_graphs")
     if quantized:
         blockers["quantization"] = quantized
-    if cfg.train.activation_offloading:
-        blockers["offloading"] = OFFLOAD_NO_GRAPHS
     if cfg.method.stage == "grpo":
         blockers["stage"] = ("stage grpo trains on completions generated each step, whose lengths vary (its "
                              "generation has CUDA graphs of its own: model/decode/)")
@@ -146,17 +144,13 @@ def plan_fp8_base(cfg: RunConfig, model, plan: SpeedPlan, precision: str, shard_
 
 def plan_offloading(cfg: RunConfig, model, plan: SpeedPlan, checkpointing: bool, tokens: int,
                     budget: float | None, state_gib: float, fsdp: bool) -> HostOffload | None:
-    """activation_offloading for this run (model/offload.plan_activation_offloading), recorded with its reason, and
-    the CUDA graphs it turned off. Asked for, graph_blockers has ruled the graphs out already."""
+    """activation_offloading for this run (model/offload.plan_activation_offloading), recorded with its reason."""
     sharded = "DeepSpeed" if cfg.method.deepspeed else ("FSDP" if fsdp else None)
-    graphs = plan.cuda_graphs
     try:
         offload, why = plan_activation_offloading(model, plan, checkpointing, tokens, budget, state_gib,
                                                   cfg.train.activation_offloading, sharded)
     except SpeedUnavailable as e:
         raise UserError(f"activation_offloading: true, but {e}; set activation_offloading: false") from None
-    if graphs and not plan.cuda_graphs:
-        cfg.decide("cuda_graphs", False, plan.reasons["cuda_graphs"])
     cfg.decide("activation_offloading", offload is not None, why)
     return offload
 
