@@ -28,6 +28,8 @@
 #          11k / 16k tokens                                                            -> qlora_offload_*.json
 #   qlora_offload_graphs  the same under CUDA graphs: train's losses (small model), QLoRA 7B at 10k tokens without
 #          and with graphs; qlora_offload_graphs_more: with graphs at 11k-13k           -> qlora_offload_graphs_*.json
+#   qlora_unsloth  Unsloth's QLoRA 7B arm alone (60 s timed), then steadytune within its memory (offloading, 10k
+#          and 10.5k tokens), one call; stage its wheels first as for peers    -> qlora_unsloth.json
 #   qlora_checkpointing  the rows beside it: checkpointing with CUDA graphs (4k, 16k) and without (6k, 8k, 16k)
 #                                                                                      -> qlora_gc_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
@@ -73,6 +75,27 @@ python3 -c "import torch, transformers, peft, triton, liger_kernel; print('torch
 # the mean of the last 3 windows is within 3% of the 3 before; at most 40 timed seconds an arm.
 B="python3 -m steadytune bench --min-steps 100 --min-tokens 300000 --window 10 --tolerance 0.03 --max-seconds 40 --arm-timeout 240"
 QLORA7="python3 -m steadytune bench --arms steadytune --shape qwen2.5-7b --quantization-bit 4 --steps 30 --window 5 --warmup 3 --arm-timeout 140"
+peer_env() {  # folder of wheels, target: install once, then a python3 wrapper with the target first on the path
+  [ -d "$2" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$2" $(ls $1/*.whl) \
+      2>&1 | grep -v "already exists"
+  printf '#!/bin/sh\nPYTHONPATH=%s:$PYTHONPATH exec python3 "$@"\n' "$2" > "$2.python"; chmod +x "$2.python"
+}
+keep() { ls -d /root/keep/$1 .whl/$1 2>/dev/null | head -1; }
+staged() {  # the peers' wheel folders named: staged in /root/keep (or carried), else stop
+  # A machine handed back between the staging calls and this one starts bare: stop before the arms run, rather
+  # than spend the call on a table without the peers (2026-12-02: one call lost that way).
+  for PEER in "$@"; do
+    ls "$(keep $PEER)"/*.whl >/dev/null 2>&1 || {
+      echo "peers: no $PEER wheels in /root/keep or .whl: this machine has not had them staged (it was probably" \
+           "started afresh since the staging calls). Stage them again (the header of this script), then rerun."
+      exit 3; }
+  done
+}
+unsloth_env() {  # /tmp/ussite.python: Unsloth, its pins and bitsandbytes
+  peer_env "$(keep unsloth)" /tmp/ussite
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ussite $(ls $(keep unsloth_deps)/*.whl) \
+      $(ls $(keep bnb)/*.whl) 2>&1 | grep -v "already exists"
+}
 qlora_offloaded() {  # "tokens graphs" pairs: QLoRA 7B with activation_offloading on
   for RUN in "$@"; do
     set -- $RUN
@@ -265,6 +288,20 @@ for STAGE in "${@:-bench}"; do
     with_bitsandbytes
     qlora_offloaded "11264 auto" "12288 auto" "13312 auto"
     ;;
+  qlora_unsloth)
+    # QLoRA 7B within Unsloth's memory, side by side in one call (~8 min; stage the unsloth, unsloth_deps and bnb130
+    # wheels first, as for peers): Unsloth alone at bench's workload (16,384 tokens a step), timed for up to 60 s
+    # (the peers7q call gives it 25), then steadytune with activation_offloading at 10,240 and 10,752-token
+    # micro-batches -> qlora_unsloth.json, qlora_offload_graphs_*.json
+    staged bnb unsloth unsloth_deps
+    with_bitsandbytes
+    unsloth_env
+    stamp "qwen2.5-7b QLoRA: unsloth"
+    timeout 300 python3 -m steadytune bench --shape qwen2.5-7b --quantization-bit 4 --arms unsloth \
+        --unsloth-python /tmp/ussite.python --warmup 2 --window 5 --min-steps 20 --max-seconds 60 --arm-timeout 290 \
+        --output "$OUT/qlora_unsloth.json" | grep --line-buffered -v Warning
+    qlora_offloaded "10240 auto" "10752 auto"
+    ;;
   qlora_checkpointing)
     # the rows beside it (~9 min, carry .whl/bnb130): checkpointing with CUDA graphs at 4k / 16k, without them at
     # 6k / 8k / 16k -> qlora_gc_*.json
@@ -301,28 +338,13 @@ for STAGE in "${@:-bench}"; do
     done
     ;;
   peers|peers15|peers7|peers7q|peers_gemma)
-    peer_env() {  # folder of wheels, target: install once, then a python3 wrapper with the target first on the path
-      [ -d "$2" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$2" $(ls $1/*.whl) \
-          2>&1 | grep -v "already exists"
-      printf '#!/bin/sh\nPYTHONPATH=%s:$PYTHONPATH exec python3 "$@"\n' "$2" > "$2.python"; chmod +x "$2.python"
-    }
-    keep() { ls -d /root/keep/$1 .whl/$1 2>/dev/null | head -1; }
-    # A machine handed back between the staging calls and this one starts bare: stop before the arms run, rather
-    # than spend the call on a table without the peers (2026-12-02: one call lost that way).
-    for PEER in lf bnb unsloth unsloth_deps; do
-      ls "$(keep $PEER)"/*.whl >/dev/null 2>&1 || {
-        echo "peers: no $PEER wheels in /root/keep or .whl: this machine has not had them staged (it was probably" \
-             "started afresh since the staging calls). Stage them again (the header of this script), then rerun."
-        exit 3; }
-    done
+    staged lf bnb unsloth unsloth_deps
     peer_env "$(keep lf)" /tmp/lfsite
     for SITE in /tmp/lfsite /tmp/site; do   # bitsandbytes for --quantization-bit 4 (peers7q): LF's and bench's own
       python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE $(ls $(keep bnb)/*.whl) \
           2>&1 | grep -v "already exists"
     done
-    peer_env "$(keep unsloth)" /tmp/ussite
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ussite $(ls $(keep unsloth_deps)/*.whl) \
-        $(ls $(keep bnb)/*.whl) 2>&1 | grep -v "already exists"
+    unsloth_env
     # The two peers' imports take about a minute and a half together: probed once per machine, the answer kept.
     [ -s /tmp/peer_probe.log ] || {
       /tmp/lfsite.python -c "import llamafactory, transformers, peft, trl; print('LF env:', llamafactory.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'trl', trl.__version__)"
@@ -348,7 +370,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_offload_graphs, qlora_offload_graphs_more, qlora_checkpointing, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_offload_graphs, qlora_offload_graphs_more, qlora_unsloth, qlora_checkpointing, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"
