@@ -32,6 +32,8 @@
 #          and 10.5k tokens), one call; stage its wheels first as for peers    -> qlora_unsloth.json
 #   qlora_checkpointing  the rows beside it: checkpointing with CUDA graphs (4k, 16k) and without (6k, 8k, 16k)
 #                                                                                      -> qlora_gc_*.json
+#   profile_default  the 1.5B default's kernels, and the default timed with and without recompute_pointwise
+#                                                          -> profile_qwen15_default.txt, default15_recompute_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -337,6 +339,18 @@ for STAGE in "${@:-bench}"; do
           > "$OUT/profile_qwen15_fp8_$FP8.txt"; tail -45 "$OUT/profile_qwen15_fp8_$FP8.txt"
     done
     ;;
+  profile_default)
+    # the 1.5B default today, kernel by kernel (graphs off so every kernel is seen), then timed with and without
+    # recompute_pointwise, 60 steps each on the same data (~6 min) -> profile_qwen15_default.txt, default15_*.json
+    stamp "profile qwen2.5-1.5b, default"
+    timeout 200 python3 benchmarks/profile_bench.py --shape qwen2.5-1.5b 2>&1 | grep --line-buffered -v Warning \
+        > "$OUT/profile_qwen15_default.txt"; tail -60 "$OUT/profile_qwen15_default.txt"
+    for RP in auto off; do
+      stamp "qwen2.5-1.5b steadytune --recompute-pointwise $RP (60 steps)"
+      timeout 150 python3 -m steadytune bench --shape qwen2.5-1.5b --arms steadytune --recompute-pointwise $RP \
+          --steps 60 --window 10 --arm-timeout 145 --output "$OUT/default15_recompute_$RP.json" | grep --line-buffered -v Warning
+    done
+    ;;
   peers|peers15|peers7|peers7q|peers_gemma)
     staged lf bnb unsloth unsloth_deps
     peer_env "$(keep lf)" /tmp/lfsite
@@ -370,7 +384,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_offload_graphs, qlora_offload_graphs_more, qlora_unsloth, qlora_checkpointing, profile, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_offload_graphs, qlora_offload_graphs_more, qlora_unsloth, qlora_checkpointing, profile, profile_default, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"
