@@ -124,7 +124,7 @@ def choose_activation_offloading(config, tokens_per_micro_batch: int, memory_bud
     """-> (keep the checkpointed layers' inputs in host memory?, reason).
 
     On where checkpointing alone would still not fit in MEMORY_SHARE of the budget: the copies cost ~3% of the
-    tokens/s (QLoRA 7B on an H200) and turn CUDA graphs off, a price only worth paying for memory. Off otherwise, and
+    tokens/s (QLoRA 7B on an H200 at 16,384 tokens), a price only worth paying for memory. Off otherwise, and
     wherever `blocker` (model/offload.offloading_blocker) says it cannot run."""
     if requested is not None:
         return requested, f"activation_offloading: {str(requested).lower()} was asked for"
