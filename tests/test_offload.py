@@ -193,7 +193,8 @@ def test_offloading_leaves_the_cuda_graphs_on():
 
 def test_each_saved_position_reuses_one_kept_host_buffer():
     """A recorded CUDA graph replays its copies into the host memory it recorded them with: the n-th tensor saved in
-    every micro-batch goes to the same buffer, and a buffer is never freed, even when a larger one replaces it."""
+    every micro-batch goes to the same buffer, and a buffer a recording used is never freed, even when a larger one
+    replaces it (one no recording used is)."""
     model = checkpointed_lora_model(compiled=False)
     offload = HostOffload(model, torch.device("cpu"), min_bytes=64)
 
@@ -208,9 +209,12 @@ def test_each_saved_position_reuses_one_kept_host_buffer():
     again = micro_batch(torch.randn(32, 32), torch.randn(32, 32))
     assert again == first and len(set(first)) == 2
     outgrown = offload.host_buffers[0]
+    offload.recorded = {0}   # as a CUDA graph recording of that micro-batch leaves it (only a GPU can record)
     bigger = micro_batch(torch.randn(64, 32), torch.randn(16, 32))
     assert bigger[1] == first[1] and bigger[0] != first[0]   # the smaller one fits in the kept buffer
-    assert any(b is outgrown for b in offload.outgrown)      # the old one stays allocated
+    assert [b is outgrown for b in offload.outgrown] == [True]   # the recorded one stays allocated
+    micro_batch(torch.randn(16, 32), torch.randn(64, 32))   # buffer 1 outgrown, never recorded: let go
+    assert len(offload.outgrown) == 1
 
     # a forward whose records are still alive (no backward yet) when the next micro-batch starts: own buffers
     alive = offload.pack(torch.randn(32, 32))

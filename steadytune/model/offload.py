@@ -20,8 +20,8 @@ changes.
 
 Built so that a CUDA graph can record it (graphs.py records forward + backward of a micro-batch once):
 - the host copies go to pinned buffers kept for the whole run, one per saved tensor of a micro-batch in the order
-  they are saved, so a replay writes and reads the same host memory the recording did (a graph's copies outlive
-  any buffer it could free);
+  they are saved, so a replay writes and reads the same host memory the recording did (a buffer a recording used
+  is never freed, even when a larger micro-batch outgrows it);
 - no `record_stream`: under capture the caching allocator would hold a block used on two streams until the graph
   ends, and the memory the copies free would not be freed. Instead each tensor being copied out is kept referenced
   until the compute stream has waited for its copy (at the next save, or the first unpack), and each copy back goes
@@ -74,7 +74,8 @@ class HostOffload:
         self.leaving: list[tuple[torch.Tensor, torch.cuda.Event]] = []   # copies out the compute stream awaits
         self.host_buffers: list[torch.Tensor] = []   # pinned, one per record index, kept (a graph may read them)
         self.host_users: list[weakref.ref] = []      # the record each buffer holds now
-        self.outgrown: list[torch.Tensor] = []       # buffers replaced by larger ones: a recorded graph may hold them
+        self.outgrown: list[torch.Tensor] = []       # replaced by larger ones, but a recorded graph copies to them
+        self.recorded: set[int] = set()              # indices whose buffer a CUDA graph recording has used
         self.backward_started = False
         self.bytes_offloaded = 0   # in the last (or current) micro-batch's forward
         self._handles: list = []
@@ -148,8 +149,12 @@ class HostOffload:
         if self.host_users[index]() is not None:
             return torch.empty(like.shape, dtype=like.dtype, pin_memory=pinned), False
         if self.host_buffers[index].numel() < nbytes:
-            self.outgrown.append(self.host_buffers[index])
+            if index in self.recorded:
+                self.outgrown.append(self.host_buffers[index])
+                self.recorded.discard(index)
             self.host_buffers[index] = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+        if pinned and torch.cuda.is_current_stream_capturing():
+            self.recorded.add(index)
         return self.host_buffers[index][:nbytes].view(like.dtype).view(like.shape), True
 
     def _let_go(self) -> None:
