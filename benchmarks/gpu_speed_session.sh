@@ -34,6 +34,7 @@
 #                                                                                      -> qlora_gc_*.json
 #   profile_default  the 1.5B default's kernels, and the default timed with and without recompute_pointwise
 #                                                          -> profile_qwen15_default.txt, default15_recompute_*.json
+#   read_loss  the 1.5B default with and without reading each step's loss back, as train does -> read_loss_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -351,6 +352,16 @@ for STAGE in "${@:-bench}"; do
           --steps 60 --window 10 --arm-timeout 145 --output "$OUT/default15_recompute_$RP.json" | grep --line-buffered -v Warning
     done
     ;;
+  read_loss)
+    # what train's one host read a step costs (~4 min): the 1.5B default, 60 steps each on the same data, with and
+    # without --read-loss-each-step -> read_loss_*.json
+    for NAME in off on; do
+      READ=""; [ $NAME = on ] && READ=--read-loss-each-step
+      stamp "qwen2.5-1.5b steadytune $READ (60 steps)"
+      timeout 150 python3 -m steadytune bench --shape qwen2.5-1.5b --arms steadytune $READ --steps 60 --window 10 \
+          --arm-timeout 145 --output "$OUT/read_loss_$NAME.json" | grep --line-buffered -v Warning
+    done
+    ;;
   peers|peers15|peers7|peers7q|peers_gemma)
     staged lf bnb unsloth unsloth_deps
     peer_env "$(keep lf)" /tmp/lfsite
@@ -384,7 +395,7 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_offload_graphs, qlora_offload_graphs_more, qlora_unsloth, qlora_checkpointing, profile, profile_default, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_offload_graphs, qlora_offload_graphs_more, qlora_unsloth, qlora_checkpointing, profile, profile_default, read_loss, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"

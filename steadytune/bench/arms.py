@@ -353,12 +353,13 @@ def enable_checkpointing(model, graphs: bool) -> None:
 
 
 def train_steps(model, collate, examples: list[dict], groups: list[list[int]], device: torch.device, warmup: int,
-                meter: SteadyRate | None, graphs: bool, settings: dict | None = None) -> tuple[list, dict]:
+                meter: SteadyRate | None, graphs: bool, settings: dict | None = None,
+                read_loss: bool = False) -> tuple[list, dict]:
     """One optimizer step per group until `meter` says stop (or every group, without a meter);
     -> (per-token loss of each step as device tensors, timing marks).
 
-    The loss is not read back during the loop: reading it (.item()) would make the CPU wait for the GPU every step
-    and leave the GPU idle while the next step is launched."""
+    The loss is not read back during the loop unless `read_loss` (as train's loop does, for its guard): reading it
+    (.item()) makes the CPU wait for the GPU every step and leaves the GPU idle while the next step is launched."""
 
     cuda = device.type == "cuda"
     # With graphs the runner pins each batch itself, in this thread: a pinning thread would allocate host memory
@@ -399,6 +400,8 @@ def train_steps(model, collate, examples: list[dict], groups: list[list[int]], d
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss_sum.detach() / max(n, 1))
+        if read_loss:
+            float(losses[-1])
         if meter is not None and step >= warmup:
             tokens = sum(len(examples[i]["input_ids"]) for i in groups[step])
             if meter.step(tokens, lambda: synchronize(device)):
@@ -428,7 +431,9 @@ def run_steadytune(args, device: torch.device) -> dict:
     model, collate, plan, settings = steadytune_setup(args, device, groups, examples)
     n_params, n_lora = param_counts(model)
     losses, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs,
-                                settings)
+                                settings, read_loss=getattr(args, "read_loss_each_step", False))
+    if getattr(args, "read_loss_each_step", False):
+        settings["read_loss_each_step"] = {"value": True, "reason": "each step's loss read back as train's loop does"}
     offloading = settings.get("activation_offloading")
     hooks = offloading.pop("hooks", None) if offloading else None
     if hooks is not None:   # what one micro-batch moved (a run that moves nothing offloads in name only)
