@@ -3,8 +3,8 @@ next (issue 17's MFU target).
 
 The arm is set up exactly as `steadytune bench` sets it up (steadytune_setup: the policy's static shapes, compiled
 layers, checkpointing), except that CUDA graphs are off so that every kernel is launched, and seen, one by one
-(graphs change launch cost, not the kernels). After --warmup untimed steps, --profile-steps steps run under
-torch.profiler. Printed:
+(graphs change launch cost, not the kernels); the loss head is still the graphed run's (ours, not liger's).
+After --warmup untimed steps, --profile-steps steps run under torch.profiler. Printed:
 - wall time per step and the share of it the GPU was busy;
 - GPU time by kind of kernel (matrix multiplies, attention, compiled Triton code, eager elementwise, optimizer, ...);
 - the matrix multiplies by input shape, with the TFLOP/s each reached (against the GPU's dense bf16 peak);
@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from steadytune.bench.command import add_arguments, resolve_device  # noqa: E402
 from steadytune.bench.arms import examples_for, step_groups, steadytune_setup, train_steps  # noqa: E402
 from steadytune.bench.workload import peak_flops, synchronize  # noqa: E402
+from steadytune.training.loss import no_host_sync  # noqa: E402
 
 KINDS = (  # first match wins; names as CUDA kernels are called on an H200 with torch 2.11
     ("matmul", r"gemm|cutlass|nvjet|xmma|sm90_|sm80_|cublas|splitk"),
@@ -65,15 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     model, collate, plan, settings = steadytune_setup(args, device, groups, examples)
     for key in ("static_shapes", "torch_compile", "use_liger_kernel", "gradient_checkpointing"):
         print(f"{key}: {settings[key]['value']}  ({settings[key]['reason']})")
-    train_steps(model, collate, examples, groups[:args.warmup], device, 0, None, graphs=False, settings=settings)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    timed = groups[args.warmup:]
-    synchronize(device)
-    with profile(activities=activities, record_shapes=True) as prof:
-        started = time.perf_counter()
-        train_steps(model, collate, examples, timed, device, 0, None, graphs=False, settings=settings)
+    # The loss head as a graphed run has it: ours, not liger's fused cross-entropy (which reads a count back, so a
+    # graph cannot hold it and train's graphed micro-batches never run it), though graphs are off here.
+    with no_host_sync():
+        train_steps(model, collate, examples, groups[:args.warmup], device, 0, None, graphs=False, settings=settings)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        timed = groups[args.warmup:]
         synchronize(device)
-        wall = time.perf_counter() - started
+        with profile(activities=activities, record_shapes=True) as prof:
+            started = time.perf_counter()
+            train_steps(model, collate, examples, timed, device, 0, None, graphs=False, settings=settings)
+            synchronize(device)
+            wall = time.perf_counter() - started
     tokens = sum(len(examples[i]["input_ids"]) for g in timed for i in g)
     steps = len(timed)
 
