@@ -25,7 +25,7 @@
 #   qlora_fp8  fp8 over the 4-bit base: the layer matmuls (benchmarks/fp8_4bit_matmul.py), QLoRA 7B with it off / on,
 #          and on at qlora_memory's settings                                         -> qlora_fp8_*.json
 #   qlora_offload  activation_offloading: QLoRA 7B with checkpointing and the layer inputs in host memory at 10k /
-#          11k / 16k tokens                                                            -> qlora_offload_*.json
+#          11k / 16k tokens, CUDA graphs off (as first measured)                       -> qlora_offload_graphs_*_off.json
 #   qlora_offload_graphs  the same under CUDA graphs: train's losses (small model), QLoRA 7B at 10k tokens without
 #          and with graphs; qlora_offload_graphs_more: with graphs at 11k-13k           -> qlora_offload_graphs_*.json
 #   qlora_unsloth  Unsloth's QLoRA 7B arm alone (60 s timed), then steadytune within its memory (offloading, 10k
@@ -268,13 +268,10 @@ for STAGE in "${@:-bench}"; do
     ;;
   qlora_offload)
     # activation_offloading (model/offload.py; ~6 min, carry .whl/bnb130): QLoRA 7B with fp8 (auto), checkpointing
-    # and the layer inputs in host memory at 10k / 11k / 16k-token micro-batches -> qlora_offload_*.json
+    # and the layer inputs in host memory at 10k / 11k / 16k-token micro-batches, without CUDA graphs as these rows
+    # were first measured (offloading then turned them off) -> qlora_offload_graphs_*_off.json
     with_bitsandbytes
-    for T in 10240 11264 16384; do
-      stamp "QLoRA 7B --max-tokens $T --activation-offloading on"
-      timeout 145 $QLORA7 --max-tokens $T --activation-offloading on --output "$OUT/qlora_offload_$T.json" \
-          | grep --line-buffered -v Warning
-    done
+    qlora_offloaded "10240 off" "11264 off" "16384 off"
     ;;
   qlora_offload_graphs)
     # activation_offloading under CUDA graphs (~6 min, carry .whl/bnb130): train's losses with and without it on a

@@ -430,9 +430,10 @@ def run_steadytune(args, device: torch.device) -> dict:
     groups = step_groups(examples, args.max_tokens, args.warmup + (meter.fixed_steps or meter.max_steps))
     model, collate, plan, settings = steadytune_setup(args, device, groups, examples)
     n_params, n_lora = param_counts(model)
+    read_loss = getattr(args, "read_loss_each_step", False)
     losses, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs,
-                                settings, read_loss=getattr(args, "read_loss_each_step", False))
-    if getattr(args, "read_loss_each_step", False):
+                                settings, read_loss=read_loss)
+    if read_loss:
         settings["read_loss_each_step"] = {"value": True, "reason": "each step's loss read back as train's loop does"}
     offloading = settings.get("activation_offloading")
     hooks = offloading.pop("hooks", None) if offloading else None
