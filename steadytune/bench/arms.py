@@ -62,6 +62,7 @@ from steadytune.model.fp8_base import decide_fp8_base, set_fast_accumulation
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.offload import plan_activation_offloading
+from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.shared_input import decide_shared_input
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
@@ -312,6 +313,8 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     # after the fp8 base, whose copies the groups merge (as train does)
     plan.shared_input, why = decide_shared_input(model, plan.shared_input, plan.reasons["shared_input_projections"])
     settings["shared_input_projections"] = {"value": plan.shared_input, "reason": why}
+    on, why = decide_fused_swiglu(model, _asked(getattr(args, "fused_swiglu", "auto")), device, plan.compile)
+    settings["fused_swiglu"] = {"value": on, "reason": why}
     weights_gib = held_gib([*model.parameters(), *model.buffers()])
     use_gc, gc_why = choose_gradient_checkpointing(model.get_base_model().config, tokens, memory_budget_gib(device),
                                                    True if offloading else _asked(args.gradient_checkpointing),

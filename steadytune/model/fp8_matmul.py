@@ -38,10 +38,11 @@ class _FrozenFp8Matmul(torch.autograd.Function):
     """y = x @ W^T in fp8 with W frozen: forward and the input gradient; no weight gradient."""
 
     @staticmethod
-    def forward(ctx, x2d, w_rows, w_rows_scale, wt_rows, wt_rows_scale, out_dtype, fast):
+    def forward(ctx, x2d, w_rows, w_rows_scale, wt_rows, wt_rows_scale, out_dtype, fast, xq=None, xs=None):
         ctx.save_for_backward(wt_rows, wt_rows_scale)
         ctx.out_dtype, ctx.fast = out_dtype, fast
-        xq, xs = quantize_rows(x2d)
+        if xq is None:   # else x2d arrives quantised already (model/fused_swiglu.py writes both)
+            xq, xs = quantize_rows(x2d)
         # _scaled_mm wants its second operand column-major: W row-major [out, in] transposed is [in, out] column-major
         return torch._scaled_mm(xq, w_rows.t(), scale_a=xs, scale_b=w_rows_scale.t(), out_dtype=out_dtype,
                                 use_fast_accum=fast)
@@ -52,7 +53,7 @@ class _FrozenFp8Matmul(torch.autograd.Function):
         gq, gs = quantize_rows(grad.contiguous())
         grad_x = torch._scaled_mm(gq, wt_rows.t(), scale_a=gs, scale_b=wt_rows_scale.t(), out_dtype=ctx.out_dtype,
                                   use_fast_accum=ctx.fast)
-        return grad_x, None, None, None, None, None, None
+        return grad_x, None, None, None, None, None, None, None, None
 
 
 class Fp8FrozenLinear(torch.nn.Module):
@@ -104,6 +105,12 @@ class Fp8FrozenLinear(torch.nn.Module):
                                    self.wt_rows_scale, output_dtype(x), self.fast_accumulation)
         y = y.reshape(*shape[:-1], self.out_features)
         return y + self.bias.to(y.dtype) if self.bias is not None else y
+
+    def forward_quantized(self, x2d: torch.Tensor, quantized: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """forward() of a 2-D input that comes with its fp8 rows and their scales (quantize_rows' arithmetic, done
+        by the kernel that made x); the gradient still flows to x."""
+        return _FrozenFp8Matmul.apply(x2d, self.w_rows, self.w_rows_scale, self.wt_rows, self.wt_rows_scale,
+                                      output_dtype(x2d), self.fast_accumulation, quantized, scale)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, fp8=e4m3 (frozen), "

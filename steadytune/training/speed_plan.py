@@ -18,6 +18,7 @@ from steadytune.model.anatomy import base_model_of
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
 from steadytune.model.offload import HostOffload, plan_activation_offloading
+from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
 
@@ -109,6 +110,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     # policy must count. (The layers compile lazily, at the first forward, so they still trace the fp8 matmuls.)
     state += plan_fp8_base(cfg, model, plan, precision, shard_plan, tokens, budget, state)
     plan_shared_input(cfg, model, plan, shard_plan.kind if shard_plan is not None else None)
+    plan_fused_swiglu(cfg, model, plan, shard_plan.kind if shard_plan is not None else None)
     use, why = choose_gradient_checkpointing(base_model_of(model).config, tokens, budget, t.gradient_checkpointing,
                                              compiled=plan.compile, state_gib=state,
                                              recompute_pointwise=plan.recompute_pointwise)
@@ -189,3 +191,17 @@ def choose_base_dtype(cfg: RunConfig, precision: str) -> torch.dtype:
                    "stream and norms in fp32, twice the base weights' memory")
         return torch.float32
     return torch.bfloat16
+
+
+def plan_fused_swiglu(cfg: RunConfig, model, plan: SpeedPlan, shard_kind: str | None) -> None:
+    """The fused LoRA SwiGLU where it applies (model/fused_swiglu.py), after the fp8 base it multiplies over;
+    records the decision. The plain LoRA case only, as for the shared-input groups."""
+    m, asked = cfg.method, cfg.train.fused_swiglu
+    plain = shared_input_blocker(m.finetuning_type, m.use_dora, m.lora_dropout, shard_kind)
+    if plain is not None:
+        on, why = False, f"off: {plain}"
+    else:
+        on, why = decide_fused_swiglu(model, asked, next(model.parameters()).device, plan.compile)
+    if asked and not on:
+        raise UserError(f"fused_swiglu: true, but {why.removeprefix('off: ')}; set fused_swiglu: false")
+    cfg.decide("fused_swiglu", on, why)

@@ -1,0 +1,101 @@
+"""The fused LoRA SwiGLU (model/fused_swiglu.py) on a GPU: its kernels against the torch reference, and its time
+against the compiled unfused step (lora_B products full width, then silu * up and the fp8 quantisation), forward
+and forward + backward, at the Qwen2.5-1.5B and 7B MLP widths, for a few block sizes.
+
+    python benchmarks/fused_swiglu_speed.py [--tokens 16384] [--rank 16] [--output fused_swiglu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+
+from steadytune.model import fused_swiglu as fs
+from steadytune.model.fp8_matmul import quantize_rows
+
+WIDTHS = {"qwen2.5-1.5b": 8960, "qwen2.5-7b": 18944}
+BLOCKS = [(16, 128), (16, 256), (32, 128), (32, 256), (64, 64)]
+
+
+def inputs(tokens: int, width: int, rank: int, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    make = lambda *shape, std=1.0: (torch.randn(*shape, generator=g, device="cuda") * std).bfloat16()  # noqa: E731
+    return [make(tokens, width), make(tokens, width), make(tokens, rank), make(tokens, rank),
+            make(width, rank, std=0.05), make(width, rank, std=0.05)]
+
+
+@torch.compile
+def unfused(gate, up, low_g, low_u, b_g, b_u):
+    """What the compiled layer does without the fused step (the lora_B products are cuBLAS matmuls)."""
+    h = F.silu(gate + low_g @ b_g.t()) * (up + low_u @ b_u.t())
+    quantized, scale = quantize_rows(h)
+    return h, quantized, scale
+
+
+def timed(fn, reps: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def check(args_) -> dict:
+    """The kernels against the reference on the same bf16 inputs."""
+    got = fs.swiglu_lora(*args_)
+    want = fs.reference_forward(*args_)
+    dh = torch.randn_like(args_[0])
+    got_b = fs.swiglu_lora_backward(dh, *args_)
+    want_b = fs.reference_backward(dh, *args_)
+    rel = lambda a, b: float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))  # noqa: E731
+    return {"h_rel_err": rel(got[0], want[0]), "scale_rel_err": rel(got[2], want[2]),
+            "fp8_equal_share": float(got[1].float().eq(want[1].float()).float().mean()),
+            "fp8_dequantised_rel_err": rel(got[1].float() * got[2], want[0]),
+            "backward_rel_errs": [rel(a, b) for a, b in zip(got_b, want_b)]}
+
+
+def forward_backward(fn, args_, dh):
+    leaves = [a.detach().requires_grad_() for a in args_]
+
+    def run():
+        h = fn(*leaves)[0]
+        torch.autograd.grad(h, leaves, dh)
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--output")
+    args = parser.parse_args()
+    results = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "tokens": args.tokens,
+               "rank": args.rank, "shapes": {}}
+    for shape, width in WIDTHS.items():
+        args_ = inputs(args.tokens, width, args.rank)
+        dh = torch.randn_like(args_[0])
+        row = {"check": check(args_),
+               "unfused_forward_ms": timed(lambda: unfused(*args_)),
+               "unfused_forward_backward_ms": timed(forward_backward(unfused, args_, dh)), "blocks": {}}
+        for block_m, block_n in BLOCKS:
+            fs.BLOCK_M, fs.BLOCK_N = block_m, block_n
+            row["blocks"][f"{block_m}x{block_n}"] = {
+                "forward_ms": timed(lambda: fs.swiglu_lora(*args_)),
+                "forward_backward_ms": timed(forward_backward(fs.swiglu_lora, args_, dh))}
+        results["shapes"][shape] = row
+        print(shape, json.dumps(row, indent=1), flush=True)
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""The MLP of a LoRA model over an fp8 base as one fused step between its matmuls (`fused_swiglu`; bench
+`--fused-swiglu auto|on|off`).
+
+A SwiGLU MLP computes down(silu(gate(x)) * up(x)). With LoRA on all three and the frozen base in fp8 (model/fp8_base.py),
+the compiled layer runs, between the matmuls: gate's and up's lora_B products written full width ([tokens, 8,960] at
+the 1.5B shape, two of them), one kernel that reads them back with the two base outputs, adds, applies silu * up,
+and quantises the result for down's fp8 matmul. That quantisation needs each row's amax before it can write, so the
+kernel reads all four inputs twice. The profile of the 1.5B default put it at 19 ms a step plus 5 ms of lora_B
+products (docs/measured/profile_qwen15_default_h200.txt): bandwidth, not arithmetic.
+
+Here one Triton kernel (model/swiglu_triton.py) reads the two base outputs once, adds the rank-r LoRA products
+itself from the rank-r inputs (a [rows, r] x [r, width] product in the tile, never written), writes h = silu(gate) *
+up in bf16 (down's lora_A reads it) and then h in fp8 with its scale per row, which down's fp8 matmul takes as it is.
+The backward kernel recomputes gate and up the same way, writes their gradients, and sums the rank-r LoRA input
+gradients over the width in the same pass (two more full-width reads saved); lora_B's weight gradients are one
+matmul each, as before.
+
+The values are the unfused path's, within rounding: the sums and silu are kept in fp32 inside the kernel (the
+compiled path rounds the lora_B products to bf16 first), and the fp8 scale is the same amax / 448 a row.
+
+Where: the plain LoRA case (one active adapter, no dropout, no DoRA, not merged) on gate_proj, up_proj and
+down_proj over fp8 bases with their own copies and no bias, and a SiLU activation (Llama, Qwen 2/2.5/3, Mistral;
+not Gemma's GELU). Anything else, and a call after restore_base put the bf16 base back, runs the MLP's own forward.
+On a CPU the op runs a plain torch reference of the same arithmetic (tests); the kernels need a GPU and Triton.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import torch
+import torch.nn.functional as F
+
+from steadytune.model.anatomy import base_model_of
+from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, Fp8FrozenLinear, quantize_rows
+
+MLP_ATTR = "_steadytune_fused_swiglu"
+SILU_ACTIVATIONS = ("silu", "swish")
+# Rows per program and columns per tile of the kernels (measured on an H200 at the 1.5B and 7B widths:
+# benchmarks/fused_swiglu_speed.py).
+BLOCK_M, BLOCK_N = 16, 256
+
+
+def _rank_block(rank: int) -> int:
+    """The rank padded to what a Triton dot takes: a power of two, at least 16."""
+    return max(16, 1 << math.ceil(math.log2(max(rank, 1))))
+
+
+def _lora_sums(gate, up, low_g, low_u, b_g, b_u) -> tuple[torch.Tensor, torch.Tensor]:
+    return (gate.float() + low_g.float() @ b_g.float().t(), up.float() + low_u.float() @ b_u.float().t())
+
+
+def reference_forward(gate, up, low_g, low_u, b_g, b_u):
+    """The kernel's arithmetic in plain torch (a CPU, and the tests' yardstick)."""
+    g, u = _lora_sums(gate, up, low_g, low_u, b_g, b_u)
+    h = (F.silu(g) * u).to(gate.dtype)
+    quantized, scale = quantize_rows(h)
+    return h, quantized, scale
+
+
+def reference_backward(dh, gate, up, low_g, low_u, b_g, b_u):
+    g, u = _lora_sums(gate, up, low_g, low_u, b_g, b_u)
+    sig, dh = torch.sigmoid(g), dh.float()
+    d_gate = (dh * u * sig * (1 + g * (1 - sig))).to(gate.dtype)
+    d_up = (dh * g * sig).to(up.dtype)
+    return d_gate, d_up, (d_gate.float() @ b_g.float()).to(low_g.dtype), (d_up.float() @ b_u.float()).to(low_u.dtype)
+
+
+@torch.library.triton_op("steadytune::swiglu_lora", mutates_args=())
+def swiglu_lora(gate: torch.Tensor, up: torch.Tensor, low_g: torch.Tensor, low_u: torch.Tensor, b_g: torch.Tensor,
+                b_u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> (h, h in fp8, fp32 scale per row [rows, 1]) for h = silu(gate + low_g @ b_g^T) * (up + low_u @ b_u^T).
+    gate, up: [rows, width]; low_*: [rows, r], already scaled; b_*: lora_B weights [width, r]; all contiguous."""
+    if gate.device.type != "cuda":
+        return reference_forward(gate, up, low_g, low_u, b_g, b_u)
+    from steadytune.model import swiglu_triton  # lazy: Triton is there only where the kernels run
+
+    rows, width = gate.shape
+    rank = low_g.shape[1]
+    h = torch.empty_like(gate)
+    quantized = torch.empty((rows, width), dtype=FP8, device=gate.device)
+    scale = torch.empty((rows, 1), dtype=torch.float32, device=gate.device)
+    grid = (triton_blocks(rows),)
+    torch.library.wrap_triton(swiglu_triton.swiglu_lora_forward_kernel)[grid](
+        gate, up, low_g, low_u, b_g, b_u, h, quantized, scale, rows, width, rank, FP8_MAX=FP8_MAX,
+        SCALE_FLOOR=SCALE_FLOOR, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_R=_rank_block(rank))
+    return h, quantized, scale
+
+
+@torch.library.triton_op("steadytune::swiglu_lora_backward", mutates_args=())
+def swiglu_lora_backward(dh: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, low_g: torch.Tensor,
+                         low_u: torch.Tensor, b_g: torch.Tensor, b_u: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> (d gate, d up, d low_g, d low_u) from h's gradient dh."""
+    if gate.device.type != "cuda":
+        return reference_backward(dh, gate, up, low_g, low_u, b_g, b_u)
+    from steadytune.model import swiglu_triton  # lazy: as above
+
+    rows, width = gate.shape
+    rank = low_g.shape[1]
+    d_gate, d_up = torch.empty_like(gate), torch.empty_like(up)
+    d_low_g, d_low_u = torch.empty_like(low_g), torch.empty_like(low_u)
+    torch.library.wrap_triton(swiglu_triton.swiglu_lora_backward_kernel)[(triton_blocks(rows),)](
+        dh, gate, up, low_g, low_u, b_g, b_u, d_gate, d_up, d_low_g, d_low_u, rows, width, rank,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_R=_rank_block(rank))
+    return d_gate, d_up, d_low_g, d_low_u
+
+
+def triton_blocks(rows: int) -> int:
+    return (rows + BLOCK_M - 1) // BLOCK_M
+
+
+def _save_for_backward(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _backward(ctx, dh, _d_quantized, _d_scale):
+    gate, up, low_g, low_u, b_g, b_u = ctx.saved_tensors
+    d_gate, d_up, d_low_g, d_low_u = swiglu_lora_backward(dh.contiguous(), gate, up, low_g, low_u, b_g, b_u)
+    # lora_B's weight gradients: [width, r] = d^T @ low, one matmul each (a sum over every row: not one program's)
+    return d_gate, d_up, d_low_g, d_low_u, d_gate.t() @ low_g, d_up.t() @ low_u
+
+
+swiglu_lora.register_autograd(_backward, setup_context=_save_for_backward)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The MLP forward that uses it
+# ---------------------------------------------------------------------------------------------------------
+
+def _projections(mlp) -> tuple:
+    return mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+
+def _own_fp8(layer) -> bool:
+    base = getattr(layer, "base_layer", None)
+    return isinstance(base, Fp8FrozenLinear) and base.w_rows is not None and base.bias is None
+
+
+def serves(mlp) -> bool:
+    """Whether the fused step gives this MLP call peft's result: the plain case over fp8 bases (each call: after
+    training, restore_base puts the bf16 bases back and the MLP's own forward runs)."""
+    layers = _projections(mlp)
+    if not all(_own_fp8(layer) for layer in layers):
+        return False
+    active = list(layers[0].active_adapters)
+    if len(active) != 1:
+        return False
+    name = active[0]
+    return all(not layer.merged and not layer.disable_adapters and list(layer.active_adapters) == active
+               and name in layer.lora_A and name not in layer.lora_variant
+               and isinstance(layer.lora_dropout[name], torch.nn.Identity) for layer in layers)
+
+
+def _fused_forward(self, x: torch.Tensor) -> torch.Tensor:
+    if not serves(self):
+        return type(self).forward(self, x)
+    gate, up, down = _projections(self)
+    name = gate.active_adapters[0]
+    shape = x.shape
+    x2d = x.reshape(-1, shape[-1])
+    a_gate, a_up = gate.lora_A[name].weight, up.lora_A[name].weight
+    low = F.linear(gate._cast_input_dtype(x2d, a_gate.dtype), torch.cat([a_gate, a_up]))
+    gate_base, up_base = gate.base_layer(x2d), up.base_layer(x2d)
+    dtype, rank = gate_base.dtype, a_gate.shape[0]
+    h, quantized, scale = swiglu_lora(
+        gate_base, up_base, (low[:, :rank] * gate.scaling[name]).to(dtype).contiguous(),
+        (low[:, rank:] * up.scaling[name]).to(dtype).contiguous(), gate.lora_B[name].weight.to(dtype).contiguous(),
+        up.lora_B[name].weight.to(dtype).contiguous())
+    y = down.base_layer.forward_quantized(h, quantized, scale)
+    lora_input = down._cast_input_dtype(h, down.lora_A[name].weight.dtype)
+    y = (y + down.lora_B[name](down.lora_A[name](lora_input) * down.scaling[name])).to(y.dtype)
+    return y.reshape(*shape[:-1], y.shape[-1])
+
+
+def activation_of(model: torch.nn.Module) -> str | None:
+    """The MLP activation's name in the model's config (Gemma's configs call it hidden_activation)."""
+    config = base_model_of(model).config
+    return getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None)
+
+
+def fusable_mlps(model: torch.nn.Module) -> list:
+    """The MLPs the fused step can serve: SiLU-gated, LoRA on gate, up and down, each over its own fp8 base."""
+    from peft.tuners.lora import Linear as LoraLinear   # lazy: peft is imported where adapters are used
+
+    if activation_of(model) not in SILU_ACTIVATIONS:
+        return []
+    return [m for m in model.modules()
+            if all(type(getattr(m, n, None)) is LoraLinear for n in ("gate_proj", "up_proj", "down_proj"))
+            and all(_own_fp8(layer) for layer in _projections(m))]
+
+
+def fused_swiglu_blocker(model: torch.nn.Module, device: torch.device, compiled: bool, default: bool) -> str | None:
+    """Why the fused step cannot run (or, default: is not on by default) here, or None."""
+    activation = activation_of(model)
+    if activation not in SILU_ACTIVATIONS:
+        return f"activation {activation}: the fused step is SwiGLU's (silu)"
+    if not fusable_mlps(model):
+        return "needs LoRA on gate_proj, up_proj and down_proj over the fp8 base (fp8_base), plain LoRA, no bias"
+    if default and device.type != "cuda":
+        return f"{device.type}: the kernels are Triton's, for a GPU (fused_swiglu: true runs the torch reference)"
+    if default and not compiled:
+        return "the decoder layers are not compiled (measured with compiled layers only)"
+    if device.type == "cuda":
+        try:
+            import triton  # noqa: F401  (lazy: only to know whether the kernels can run)
+        except ImportError:
+            return "Triton is not installed (it comes with torch's CUDA wheels)"
+    return None
+
+
+def fuse_swiglu(model: torch.nn.Module) -> tuple[int, str]:
+    """Give each fusable MLP the fused forward (after the fp8 base and before the first forward); -> (MLPs, why)."""
+    mlps = fusable_mlps(model)
+    for mlp in mlps:
+        mlp.forward = types.MethodType(_fused_forward, mlp)
+        setattr(mlp, MLP_ATTR, True)
+    return len(mlps), (f"{len(mlps)} MLPs run silu(gate) * up with gate's and up's LoRA products and the fp8 "
+                       f"quantisation for down_proj in one Triton kernel (and one for the backward)")
+
+
+def decide_fused_swiglu(model: torch.nn.Module, asked: bool | None, device: torch.device,
+                        compiled: bool) -> tuple[bool, str]:
+    """fused_swiglu for train and bench alike, applied where it is on; -> (on, reason). asked: true / false, or None
+    for the default (on where the layers are compiled on a CUDA GPU over the fp8 base)."""
+    if asked is False:
+        return False, "off: fused_swiglu: false was asked for"
+    blocker = fused_swiglu_blocker(model, device, compiled, default=asked is None)
+    if blocker is not None:
+        return False, f"off: {blocker}"
+    _, why = fuse_swiglu(model)
+    if asked is None:
+        why = f"on by default: {why}; fused_swiglu: false turns it off"
+    return True, why
