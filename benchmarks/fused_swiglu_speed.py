@@ -17,22 +17,23 @@ from steadytune.model import fused_swiglu as fs
 from steadytune.model.fp8_matmul import quantize_rows
 
 WIDTHS = {"qwen2.5-1.5b": 8960, "qwen2.5-7b": 18944}
-BLOCKS = [(16, 128), (16, 256), (32, 128), (32, 256), (64, 64)]
+# (rows, columns, warps) per program, tried for each kernel
+BLOCKS = [(16, 64, 4), (16, 128, 4), (32, 64, 4), (32, 128, 8), (64, 32, 4), (64, 64, 4), (64, 64, 8), (128, 32, 8)]
 
 
 def inputs(tokens: int, width: int, rank: int, seed: int = 0) -> list[torch.Tensor]:
     g = torch.Generator(device="cuda").manual_seed(seed)
     make = lambda *shape, std=1.0: (torch.randn(*shape, generator=g, device="cuda") * std).bfloat16()  # noqa: E731
     return [make(tokens, width), make(tokens, width), make(tokens, rank), make(tokens, rank),
-            make(width, rank, std=0.05), make(width, rank, std=0.05)]
+            make(width, rank, std=0.05), make(width, rank, std=0.05), make(rank, width, std=0.01)]
 
 
 @torch.compile
-def unfused(gate, up, low_g, low_u, b_g, b_u):
-    """What the compiled layer does without the fused step (the lora_B products are cuBLAS matmuls)."""
+def unfused(gate, up, low_g, low_u, b_g, b_u, a_d):
+    """What the compiled layer does without the fused step (the LoRA products are cuBLAS matmuls)."""
     h = F.silu(gate + low_g @ b_g.t()) * (up + low_u @ b_u.t())
     quantized, scale = quantize_rows(h)
-    return h, quantized, scale
+    return h, quantized, scale, h @ a_d.t()
 
 
 def timed(fn, reps: int = 20) -> float:
@@ -52,22 +53,22 @@ def check(args_) -> dict:
     """The kernels against the reference on the same bf16 inputs."""
     got = fs.swiglu_lora(*args_)
     want = fs.reference_forward(*args_)
-    dh = torch.randn_like(args_[0])
-    got_b = fs.swiglu_lora_backward(dh, *args_)
-    want_b = fs.reference_backward(dh, *args_)
+    dh, d_low_d = torch.randn_like(args_[0]), torch.randn_like(args_[2])
+    got_b = fs.swiglu_lora_backward(dh, d_low_d, *args_)
+    want_b = fs.reference_backward(dh, d_low_d, *args_)
     rel = lambda a, b: float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))  # noqa: E731
     return {"h_rel_err": rel(got[0], want[0]), "scale_rel_err": rel(got[2], want[2]),
             "fp8_equal_share": float(got[1].float().eq(want[1].float()).float().mean()),
-            "fp8_dequantised_rel_err": rel(got[1].float() * got[2], want[0]),
+            "fp8_dequantised_rel_err": rel(got[1].float() * got[2], want[0]), "low_d_rel_err": rel(got[3], want[3]),
             "backward_rel_errs": [rel(a, b) for a, b in zip(got_b, want_b)]}
 
 
-def forward_backward(fn, args_, dh):
+def forward_backward(fn, args_, dh, d_low_d):
     leaves = [a.detach().requires_grad_() for a in args_]
 
     def run():
-        h = fn(*leaves)[0]
-        torch.autograd.grad(h, leaves, dh)
+        out = fn(*leaves)
+        torch.autograd.grad((out[0], out[3]), leaves, (dh, d_low_d))
     return run
 
 
@@ -81,15 +82,21 @@ def main() -> None:
                "rank": args.rank, "shapes": {}}
     for shape, width in WIDTHS.items():
         args_ = inputs(args.tokens, width, args.rank)
-        dh = torch.randn_like(args_[0])
+        dh, d_low_d = torch.randn_like(args_[0]), torch.randn_like(args_[2])
         row = {"check": check(args_),
                "unfused_forward_ms": timed(lambda: unfused(*args_)),
-               "unfused_forward_backward_ms": timed(forward_backward(unfused, args_, dh)), "blocks": {}}
-        for block_m, block_n in BLOCKS:
-            fs.BLOCK_M, fs.BLOCK_N = block_m, block_n
-            row["blocks"][f"{block_m}x{block_n}"] = {
-                "forward_ms": timed(lambda: fs.swiglu_lora(*args_)),
-                "forward_backward_ms": timed(forward_backward(fs.swiglu_lora, args_, dh))}
+               "unfused_forward_backward_ms": timed(forward_backward(unfused, args_, dh, d_low_d)), "blocks": {}}
+        chosen = fs.FORWARD_BLOCKS, fs.BACKWARD_BLOCKS
+        for blocks in BLOCKS:
+            fs.FORWARD_BLOCKS = blocks
+            forward = timed(lambda: fs.swiglu_lora(*args_))
+            fs.BACKWARD_BLOCKS = blocks
+            backward = timed(lambda: fs.swiglu_lora_backward(dh, d_low_d, *args_))
+            row["blocks"]["x".join(map(str, blocks))] = {"forward_ms": forward, "backward_kernel_ms": backward}
+            fs.FORWARD_BLOCKS, fs.BACKWARD_BLOCKS = chosen
+        row["chosen"] = {"forward": chosen[0], "backward": chosen[1],
+                         "forward_ms": timed(lambda: fs.swiglu_lora(*args_)),
+                         "forward_backward_ms": timed(forward_backward(fs.swiglu_lora, args_, dh, d_low_d))}
         results["shapes"][shape] = row
         print(shape, json.dumps(row, indent=1), flush=True)
     if args.output:

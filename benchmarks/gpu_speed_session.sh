@@ -35,7 +35,8 @@
 #   profile_default  the 1.5B default's kernels, and the default timed with and without recompute_pointwise
 #                                                          -> profile_qwen15_default.txt, default15_recompute_*.json
 #   read_loss  the 1.5B default with and without reading each step's loss back, as train does -> read_loss_*.json
-#   fused_swiglu  the fused LoRA SwiGLU kernels, then the 1.5B and 7B defaults with it and without -> fused*.json
+#   fused_swiglu  the fused LoRA SwiGLU's kernels, then the 1.5B default with it and without; fused_swiglu7 the 7B
+#          default with it and without                      -> fused_swiglu_speed.json, fused15_*.json, fused7_*.json
 #   profile  the 1.5B steadytune arm's kernels, with and without fp8_base (benchmarks/profile_bench.py) -> profile_*.txt
 #   peers / peers15 / peers7 / peers7q / peers_gemma  issue 30: plain, peer (liger), llamafactory, unsloth and
 #          steadytune on one shape (0.5B / 1.5B / 7B / 7B on a 4-bit base (QLoRA, --quantization-bit 4) / Gemma 3 1B),
@@ -360,18 +361,21 @@ for STAGE in "${@:-bench}"; do
           --arm-timeout 145 --output "$OUT/read_loss_$NAME.json" | grep --line-buffered -v Warning
     done
     ;;
-  fused_swiglu)
-    # the fused LoRA SwiGLU (~6 min): its kernels against the reference and the compiled unfused step, then the 1.5B
-    # and 7B defaults (fused on) against --fused-swiglu off -> fused_swiglu_speed.json, fused15_*.json, fused7_*.json
-    stamp "fused SwiGLU kernels"
-    timeout 240 python3 benchmarks/fused_swiglu_speed.py --output "$OUT/fused_swiglu_speed.json" 2>&1 \
-        | grep --line-buffered -v Warning
-    for SHAPE in 15:qwen2.5-1.5b 7:qwen2.5-7b; do
-      for NAME in auto off; do
-        stamp "${SHAPE#*:} steadytune --fused-swiglu $NAME (60 steps)"
-        timeout 170 python3 -m steadytune bench --shape ${SHAPE#*:} --arms steadytune --fused-swiglu $NAME --steps 60 \
-            --window 10 --arm-timeout 165 --output "$OUT/fused${SHAPE%%:*}_$NAME.json" | grep --line-buffered -v Warning
-      done
+  fused_swiglu|fused_swiglu7)
+    # the fused LoRA SwiGLU: fused_swiglu (~6 min) checks and times its kernels against the reference and the
+    # compiled unfused step, then the 1.5B default (fused on) against --fused-swiglu off; fused_swiglu7 (~5 min) the
+    # 7B pair -> fused_swiglu_speed.json, fused15_{auto,off}.json, fused7_{auto,off}.json
+    SHAPE=7:qwen2.5-7b
+    if [ $STAGE = fused_swiglu ]; then
+      SHAPE=15:qwen2.5-1.5b
+      stamp "fused SwiGLU kernels"
+      timeout 240 python3 benchmarks/fused_swiglu_speed.py --output "$OUT/fused_swiglu_speed.json" 2>&1 \
+          | grep --line-buffered -v Warning
+    fi
+    for NAME in auto off; do
+      stamp "${SHAPE#*:} steadytune --fused-swiglu $NAME (60 steps)"
+      timeout 170 python3 -m steadytune bench --shape ${SHAPE#*:} --arms steadytune --fused-swiglu $NAME --steps 60 \
+          --window 10 --arm-timeout 165 --output "$OUT/fused${SHAPE%%:*}_$NAME.json" | grep --line-buffered -v Warning
     done
     ;;
   peers|peers15|peers7|peers7q|peers_gemma)

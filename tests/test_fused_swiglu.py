@@ -53,18 +53,19 @@ def test_the_reference_op_matches_autograd_through_the_plain_arithmetic():
     torch.manual_seed(0)
     rows, width, rank = 7, 24, 4
     args = [torch.randn(rows, width), torch.randn(rows, width), torch.randn(rows, rank), torch.randn(rows, rank),
-            torch.randn(width, rank), torch.randn(width, rank)]
+            torch.randn(width, rank), torch.randn(width, rank), torch.randn(rank, width)]
     args = [a.double().requires_grad_() for a in args]
-    h, quantized, scale = swiglu_lora(*args)
+    h, quantized, scale, low_d = swiglu_lora(*args)
     assert quantized.dtype == torch.float8_e4m3fn and scale.shape == (rows, 1)
     # e4m3: 3 mantissa bits, and subnormals near zero
     torch.testing.assert_close(quantized.double() * scale, h.detach(), rtol=0.07, atol=0.01 * float(h.abs().max()))
-    dh = torch.randn(rows, width, dtype=torch.double)
-    got = torch.autograd.grad(h, args, dh)
+    dh, d_low_d = torch.randn(rows, width, dtype=torch.double), torch.randn(rows, rank, dtype=torch.double)
+    got = torch.autograd.grad((h, low_d), args, (dh, d_low_d))
     plain = [a.detach().clone().requires_grad_() for a in args]
     g = plain[0] + plain[2] @ plain[4].t()
     u = plain[1] + plain[3] @ plain[5].t()
-    want = torch.autograd.grad(torch.nn.functional.silu(g) * u, plain, dh)
+    plain_h = torch.nn.functional.silu(g) * u
+    want = torch.autograd.grad((plain_h, plain_h @ plain[6].t()), plain, (dh, d_low_d))
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)   # the reference computes in fp32
 
@@ -117,27 +118,29 @@ KERNEL_CHECK = textwrap.dedent("""
     rows, width, rank = 40, 300, 4   # rows and width not multiples of the blocks: the masks are exercised
     gate, up = torch.randn(rows, width), torch.randn(rows, width)
     low_g, low_u = torch.randn(rows, rank), torch.randn(rows, rank)
-    b_g, b_u = torch.randn(width, rank) * 0.3, torch.randn(width, rank) * 0.3
-    h, q, s = (torch.empty(rows, width), torch.empty(rows, width, dtype=torch.float8_e4m3fn),
-               torch.empty(rows, 1))
-    grid = (triton.cdiv(rows, fs.BLOCK_M),)
-    blocks = dict(BLOCK_M=fs.BLOCK_M, BLOCK_N=128, BLOCK_R=fs._rank_block(rank))
-    kernels.swiglu_lora_forward_kernel[grid](gate, up, low_g, low_u, b_g, b_u, h, q, s, rows, width, rank,
-                                             FP8_MAX=fs.FP8_MAX, SCALE_FLOOR=fs.SCALE_FLOOR, **blocks)
-    want = fs.reference_forward(gate, up, low_g, low_u, b_g, b_u)
+    b_g, b_u, a_d = torch.randn(width, rank) * 0.3, torch.randn(width, rank) * 0.3, torch.randn(rank, width) * 0.1
+    h, q, s, low_d = (torch.empty(rows, width), torch.empty(rows, width, dtype=torch.float8_e4m3fn),
+                      torch.empty(rows, 1), torch.empty(rows, rank))
+    grid = (triton.cdiv(rows, 16),)
+    blocks = dict(BLOCK_M=16, BLOCK_N=128, BLOCK_R=fs._rank_block(rank))
+    kernels.swiglu_lora_forward_kernel[grid](gate, up, low_g, low_u, b_g, b_u, a_d, h, q, s, low_d, rows, width,
+                                             rank, FP8_MAX=fs.FP8_MAX, SCALE_FLOOR=fs.SCALE_FLOOR, **blocks)
+    want = fs.reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d)
     torch.testing.assert_close(h, want[0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(s, want[2], rtol=1e-4, atol=1e-9)
+    torch.testing.assert_close(low_d, want[3], rtol=1e-3, atol=1e-3)
     # The interpreter converts to fp8 in numpy, which rounds a value just under a power of two down to the power
     # below (7.8 -> 4, not 8); the GPU converts in hardware (benchmarks/fused_swiglu_speed.py checks it there).
     # So here: the same values nearly everywhere, and within a factor of two where they differ.
     same = q.float().eq(want[1].float())
     assert same.float().mean() > 0.9, same.float().mean()
     assert (q.float().abs() * 2 + 2**-8 >= want[1].float().abs()).all() and (q.float() * want[1].float() >= 0).all()
-    dh = torch.randn(rows, width)
-    outs = [torch.empty(rows, width), torch.empty(rows, width), torch.empty(rows, rank), torch.empty(rows, rank)]
-    kernels.swiglu_lora_backward_kernel[grid](dh, gate, up, low_g, low_u, b_g, b_u, *outs, rows, width, rank,
-                                              **blocks)
-    for got, ref in zip(outs, fs.reference_backward(dh, gate, up, low_g, low_u, b_g, b_u)):
+    dh, d_low_d = torch.randn(rows, width), torch.randn(rows, rank)
+    outs = [torch.empty(rows, width), torch.empty(rows, width), torch.empty(rows, rank), torch.empty(rows, rank),
+            torch.empty(rows, width)]
+    kernels.swiglu_lora_backward_kernel[grid](dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d, *outs, rows,
+                                              width, rank, **blocks)
+    for got, ref in zip(outs, fs.reference_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d)):
         torch.testing.assert_close(got, ref, rtol=1e-3, atol=1e-3)
     print("kernels agree")
 """)

@@ -10,10 +10,11 @@ products (docs/measured/profile_qwen15_default_h200.txt): bandwidth, not arithme
 
 Here one Triton kernel (model/swiglu_triton.py) reads the two base outputs once, adds the rank-r LoRA products
 itself from the rank-r inputs (a [rows, r] x [r, width] product in the tile, never written), writes h = silu(gate) *
-up in bf16 (down's lora_A reads it) and then h in fp8 with its scale per row, which down's fp8 matmul takes as it is.
-The backward kernel recomputes gate and up the same way, writes their gradients, and sums the rank-r LoRA input
-gradients over the width in the same pass (two more full-width reads saved); lora_B's weight gradients are one
-matmul each, as before.
+up, then h in fp8 with its scale per row, which down's fp8 matmul takes as it is, and down's lora_A product h @ A_d^T
+(summed over the width in the same pass). Nothing full-width is kept for the backward but the two base outputs (the
+compiled path kept the two sums). The backward kernel recomputes gate, up and h, adds down's LoRA share to h's
+gradient in the tile, writes the gradients of gate and up, and sums the rank-r LoRA input gradients over the width
+in the same pass; the LoRA weight gradients (sums over every row) are one matmul each, as before.
 
 The values are the unfused path's, within rounding: the sums and silu are kept in fp32 inside the kernel (the
 compiled path rounds the lora_B products to bf16 first), and the fp8 scale is the same amax / 448 a row.
@@ -37,9 +38,11 @@ from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, Fp8FrozenLine
 
 MLP_ATTR = "_steadytune_fused_swiglu"
 SILU_ACTIVATIONS = ("silu", "swish")
-# Rows per program and columns per tile of the kernels (measured on an H200 at the 1.5B and 7B widths:
-# benchmarks/fused_swiglu_speed.py).
-BLOCK_M, BLOCK_N = 16, 256
+# (rows per program, columns per tile, warps) of each kernel, the fastest measured on an H200 at the 1.5B and 7B
+# widths (benchmarks/fused_swiglu_speed.py, docs/speed.md). The backward holds more tiles at once (gate, up, h's
+# gradient, three rank-r weights): wide tiles spill its registers.
+FORWARD_BLOCKS = (16, 128, 4)
+BACKWARD_BLOCKS = (64, 64, 4)
 
 
 def _rank_block(rank: int) -> int:
@@ -51,29 +54,38 @@ def _lora_sums(gate, up, low_g, low_u, b_g, b_u) -> tuple[torch.Tensor, torch.Te
     return (gate.float() + low_g.float() @ b_g.float().t(), up.float() + low_u.float() @ b_u.float().t())
 
 
-def reference_forward(gate, up, low_g, low_u, b_g, b_u):
-    """The kernel's arithmetic in plain torch (a CPU, and the tests' yardstick)."""
+def reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
+    """The forward kernel's arithmetic in plain torch (a CPU, and the tests' yardstick)."""
     g, u = _lora_sums(gate, up, low_g, low_u, b_g, b_u)
     h = (F.silu(g) * u).to(gate.dtype)
     quantized, scale = quantize_rows(h)
-    return h, quantized, scale
+    return h, quantized, scale, (h.float() @ a_d.float().t()).to(low_g.dtype)
 
 
-def reference_backward(dh, gate, up, low_g, low_u, b_g, b_u):
+def reference_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d):
+    """The backward kernel's: (d gate, d up, d low_g, d low_u, h recomputed)."""
     g, u = _lora_sums(gate, up, low_g, low_u, b_g, b_u)
-    sig, dh = torch.sigmoid(g), dh.float()
+    sig, dh = torch.sigmoid(g), dh.float() + d_low_d.float() @ a_d.float()
     d_gate = (dh * u * sig * (1 + g * (1 - sig))).to(gate.dtype)
     d_up = (dh * g * sig).to(up.dtype)
-    return d_gate, d_up, (d_gate.float() @ b_g.float()).to(low_g.dtype), (d_up.float() @ b_u.float()).to(low_u.dtype)
+    return (d_gate, d_up, (d_gate.float() @ b_g.float()).to(low_g.dtype),
+            (d_up.float() @ b_u.float()).to(low_u.dtype), (F.silu(g) * u).to(gate.dtype))
+
+
+def _launch(kernel, blocks: tuple[int, int, int], rows: int, rank: int, *args, **constants) -> None:
+    block_m, block_n, warps = blocks
+    torch.library.wrap_triton(kernel)[((rows + block_m - 1) // block_m,)](
+        *args, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_R=_rank_block(rank), num_warps=warps, **constants)
 
 
 @torch.library.triton_op("steadytune::swiglu_lora", mutates_args=())
 def swiglu_lora(gate: torch.Tensor, up: torch.Tensor, low_g: torch.Tensor, low_u: torch.Tensor, b_g: torch.Tensor,
-                b_u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> (h, h in fp8, fp32 scale per row [rows, 1]) for h = silu(gate + low_g @ b_g^T) * (up + low_u @ b_u^T).
-    gate, up: [rows, width]; low_*: [rows, r], already scaled; b_*: lora_B weights [width, r]; all contiguous."""
+                b_u: torch.Tensor, a_d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> (h, h in fp8, fp32 scale per row [rows, 1], h @ a_d^T) for h = silu(gate + low_g @ b_g^T) * (up + low_u @
+    b_u^T). gate, up: [rows, width]; low_*: [rows, r], already scaled; b_*: lora_B weights [width, r]; a_d: down's
+    lora_A weight [r, width]; all contiguous, one dtype."""
     if gate.device.type != "cuda":
-        return reference_forward(gate, up, low_g, low_u, b_g, b_u)
+        return reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d)
     from steadytune.model import swiglu_triton  # lazy: Triton is there only where the kernels run
 
     rows, width = gate.shape
@@ -81,46 +93,43 @@ def swiglu_lora(gate: torch.Tensor, up: torch.Tensor, low_g: torch.Tensor, low_u
     h = torch.empty_like(gate)
     quantized = torch.empty((rows, width), dtype=FP8, device=gate.device)
     scale = torch.empty((rows, 1), dtype=torch.float32, device=gate.device)
-    grid = (triton_blocks(rows),)
-    torch.library.wrap_triton(swiglu_triton.swiglu_lora_forward_kernel)[grid](
-        gate, up, low_g, low_u, b_g, b_u, h, quantized, scale, rows, width, rank, FP8_MAX=FP8_MAX,
-        SCALE_FLOOR=SCALE_FLOOR, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_R=_rank_block(rank))
-    return h, quantized, scale
+    low_d = torch.empty((rows, a_d.shape[0]), dtype=low_g.dtype, device=gate.device)
+    _launch(swiglu_triton.swiglu_lora_forward_kernel, FORWARD_BLOCKS, rows, rank, gate, up, low_g, low_u, b_g, b_u,
+            a_d, h, quantized, scale, low_d, rows, width, rank, FP8_MAX=FP8_MAX, SCALE_FLOOR=SCALE_FLOOR)
+    return h, quantized, scale, low_d
 
 
 @torch.library.triton_op("steadytune::swiglu_lora_backward", mutates_args=())
-def swiglu_lora_backward(dh: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, low_g: torch.Tensor,
-                         low_u: torch.Tensor, b_g: torch.Tensor, b_u: torch.Tensor
-                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> (d gate, d up, d low_g, d low_u) from h's gradient dh."""
+def swiglu_lora_backward(dh: torch.Tensor, d_low_d: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
+                         low_g: torch.Tensor, low_u: torch.Tensor, b_g: torch.Tensor, b_u: torch.Tensor,
+                         a_d: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> (d gate, d up, d low_g, d low_u, h) from the gradients of h and of h @ a_d^T."""
     if gate.device.type != "cuda":
-        return reference_backward(dh, gate, up, low_g, low_u, b_g, b_u)
+        return reference_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d)
     from steadytune.model import swiglu_triton  # lazy: as above
 
     rows, width = gate.shape
     rank = low_g.shape[1]
-    d_gate, d_up = torch.empty_like(gate), torch.empty_like(up)
+    d_gate, d_up, h = torch.empty_like(gate), torch.empty_like(up), torch.empty_like(gate)
     d_low_g, d_low_u = torch.empty_like(low_g), torch.empty_like(low_u)
-    torch.library.wrap_triton(swiglu_triton.swiglu_lora_backward_kernel)[(triton_blocks(rows),)](
-        dh, gate, up, low_g, low_u, b_g, b_u, d_gate, d_up, d_low_g, d_low_u, rows, width, rank,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_R=_rank_block(rank))
-    return d_gate, d_up, d_low_g, d_low_u
-
-
-def triton_blocks(rows: int) -> int:
-    return (rows + BLOCK_M - 1) // BLOCK_M
+    _launch(swiglu_triton.swiglu_lora_backward_kernel, BACKWARD_BLOCKS, rows, rank, dh, d_low_d, gate, up, low_g,
+            low_u, b_g, b_u, a_d, d_gate, d_up, d_low_g, d_low_u, h, rows, width, rank)
+    return d_gate, d_up, d_low_g, d_low_u, h
 
 
 def _save_for_backward(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs)
+    ctx.save_for_backward(*inputs)   # not h: the backward recomputes it, so the layer keeps no full-width output
     ctx.mark_non_differentiable(output[1], output[2])
 
 
-def _backward(ctx, dh, _d_quantized, _d_scale):
-    gate, up, low_g, low_u, b_g, b_u = ctx.saved_tensors
-    d_gate, d_up, d_low_g, d_low_u = swiglu_lora_backward(dh.contiguous(), gate, up, low_g, low_u, b_g, b_u)
-    # lora_B's weight gradients: [width, r] = d^T @ low, one matmul each (a sum over every row: not one program's)
-    return d_gate, d_up, d_low_g, d_low_u, d_gate.t() @ low_g, d_up.t() @ low_u
+def _backward(ctx, dh, _d_quantized, _d_scale, d_low_d):
+    gate, up, low_g, low_u, b_g, b_u, a_d = ctx.saved_tensors
+    dh = torch.zeros_like(gate) if dh is None else dh.contiguous()
+    d_low_d = torch.zeros_like(low_g) if d_low_d is None else d_low_d.to(low_g.dtype).contiguous()
+    d_gate, d_up, d_low_g, d_low_u, h = swiglu_lora_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d)
+    # The LoRA weight gradients are sums over every row (not one program's): a matmul each, as without the kernel
+    return d_gate, d_up, d_low_g, d_low_u, d_gate.t() @ low_g, d_up.t() @ low_u, d_low_d.t() @ h
 
 
 swiglu_lora.register_autograd(_backward, setup_context=_save_for_backward)
@@ -165,13 +174,13 @@ def _fused_forward(self, x: torch.Tensor) -> torch.Tensor:
     low = F.linear(gate._cast_input_dtype(x2d, a_gate.dtype), torch.cat([a_gate, a_up]))
     gate_base, up_base = gate.base_layer(x2d), up.base_layer(x2d)
     dtype, rank = gate_base.dtype, a_gate.shape[0]
-    h, quantized, scale = swiglu_lora(
-        gate_base, up_base, (low[:, :rank] * gate.scaling[name]).to(dtype).contiguous(),
-        (low[:, rank:] * up.scaling[name]).to(dtype).contiguous(), gate.lora_B[name].weight.to(dtype).contiguous(),
-        up.lora_B[name].weight.to(dtype).contiguous())
-    y = down.base_layer.forward_quantized(h, quantized, scale)
-    lora_input = down._cast_input_dtype(h, down.lora_A[name].weight.dtype)
-    y = (y + down.lora_B[name](down.lora_A[name](lora_input) * down.scaling[name])).to(y.dtype)
+    as_operand = lambda t: t.to(dtype).contiguous()  # noqa: E731  (the kernels take one dtype, dense)
+    h, quantized, scale, low_d = swiglu_lora(
+        gate_base, up_base, as_operand(low[:, :rank] * gate.scaling[name]),
+        as_operand(low[:, rank:] * up.scaling[name]), as_operand(gate.lora_B[name].weight),
+        as_operand(up.lora_B[name].weight), as_operand(down.lora_A[name].weight))
+    y = down.base_layer.forward_quantized(h, quantized, scale)   # h itself only carries its gradient back
+    y = (y + down.lora_B[name](low_d * down.scaling[name])).to(y.dtype)
     return y.reshape(*shape[:-1], y.shape[-1])
 
 
