@@ -18,7 +18,7 @@ from steadytune.model.fp8_matmul import quantize_rows
 
 WIDTHS = {"qwen2.5-1.5b": 8960, "qwen2.5-7b": 18944}
 # (rows, columns, warps) per program, tried for each kernel
-BLOCKS = [(16, 64, 4), (16, 128, 4), (32, 64, 4), (32, 128, 8), (64, 32, 4), (64, 64, 4), (64, 64, 8), (128, 32, 8)]
+BLOCKS = [(32, 128, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8), (64, 256, 8), (128, 64, 4), (128, 128, 8), (32, 256, 4)]
 
 
 def inputs(tokens: int, width: int, rank: int, seed: int = 0) -> list[torch.Tensor]:

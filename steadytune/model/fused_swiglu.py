@@ -38,11 +38,11 @@ from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, Fp8FrozenLine
 
 MLP_ATTR = "_steadytune_fused_swiglu"
 SILU_ACTIVATIONS = ("silu", "swish")
-# (rows per program, columns per tile, warps) of each kernel, the fastest measured on an H200 at the 1.5B and 7B
-# widths (benchmarks/fused_swiglu_speed.py, docs/speed.md). The backward holds more tiles at once (gate, up, h's
-# gradient, three rank-r weights): wide tiles spill its registers.
-FORWARD_BLOCKS = (16, 128, 4)
-BACKWARD_BLOCKS = (64, 64, 4)
+# (rows, columns, warps) of each program's tile, the fastest measured on an H200 at the 1.5B and 7B widths
+# (benchmarks/fused_swiglu_speed.py, docs/speed.md).
+FORWARD_BLOCKS = (64, 128, 4)
+BACKWARD_BLOCKS = (64, 128, 4)
+QUANTIZE_BLOCKS = (32, 256, 4)
 
 
 def _rank_block(rank: int) -> int:
@@ -72,10 +72,21 @@ def reference_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d):
             (d_up.float() @ b_u.float()).to(low_u.dtype), (F.silu(g) * u).to(gate.dtype))
 
 
-def _launch(kernel, blocks: tuple[int, int, int], rows: int, rank: int, *args, **constants) -> None:
+def _launch(kernel, blocks: tuple[int, int, int], rows: int, width: int, *args, rank: int | None = None,
+            **constants) -> int:
+    """Run a kernel over [rows, width] in tiles of `blocks`; -> the number of column blocks."""
     block_m, block_n, warps = blocks
-    torch.library.wrap_triton(kernel)[((rows + block_m - 1) // block_m,)](
-        *args, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_R=_rank_block(rank), num_warps=warps, **constants)
+    if rank is not None:
+        constants["BLOCK_R"] = _rank_block(rank)
+    column_blocks = (width + block_n - 1) // block_n
+    torch.library.wrap_triton(kernel)[((rows + block_m - 1) // block_m, column_blocks)](
+        *args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, **constants)
+    return column_blocks
+
+
+def _partial_sums(rows: int, rank: int, width: int, blocks: tuple[int, int, int], device) -> torch.Tensor:
+    """fp32 room for one rank-r partial sum per column block (added up in a fixed order after the kernel)."""
+    return torch.empty(((width + blocks[1] - 1) // blocks[1], rows, rank), dtype=torch.float32, device=device)
 
 
 @torch.library.triton_op("steadytune::swiglu_lora", mutates_args=())
@@ -91,12 +102,15 @@ def swiglu_lora(gate: torch.Tensor, up: torch.Tensor, low_g: torch.Tensor, low_u
     rows, width = gate.shape
     rank = low_g.shape[1]
     h = torch.empty_like(gate)
+    amax = torch.zeros(rows, dtype=torch.float32, device=gate.device)
+    low_d_parts = _partial_sums(rows, a_d.shape[0], width, FORWARD_BLOCKS, gate.device)
+    _launch(swiglu_triton.swiglu_lora_forward_kernel, FORWARD_BLOCKS, rows, width, gate, up, low_g, low_u, b_g, b_u,
+            a_d, h, amax, low_d_parts, rows, width, rank, rank=rank)
+    scale = (amax / FP8_MAX).clamp(min=SCALE_FLOOR)   # quantize_rows' scale, from the same amax
     quantized = torch.empty((rows, width), dtype=FP8, device=gate.device)
-    scale = torch.empty((rows, 1), dtype=torch.float32, device=gate.device)
-    low_d = torch.empty((rows, a_d.shape[0]), dtype=low_g.dtype, device=gate.device)
-    _launch(swiglu_triton.swiglu_lora_forward_kernel, FORWARD_BLOCKS, rows, rank, gate, up, low_g, low_u, b_g, b_u,
-            a_d, h, quantized, scale, low_d, rows, width, rank, FP8_MAX=FP8_MAX, SCALE_FLOOR=SCALE_FLOOR)
-    return h, quantized, scale, low_d
+    _launch(swiglu_triton.quantize_rows_kernel, QUANTIZE_BLOCKS, rows, width, h, scale, quantized, rows, width,
+            FP8_MAX=FP8_MAX)
+    return h, quantized, scale.unsqueeze(1), low_d_parts.sum(0).to(low_g.dtype)
 
 
 @torch.library.triton_op("steadytune::swiglu_lora_backward", mutates_args=())
@@ -112,10 +126,11 @@ def swiglu_lora_backward(dh: torch.Tensor, d_low_d: torch.Tensor, gate: torch.Te
     rows, width = gate.shape
     rank = low_g.shape[1]
     d_gate, d_up, h = torch.empty_like(gate), torch.empty_like(up), torch.empty_like(gate)
-    d_low_g, d_low_u = torch.empty_like(low_g), torch.empty_like(low_u)
-    _launch(swiglu_triton.swiglu_lora_backward_kernel, BACKWARD_BLOCKS, rows, rank, dh, d_low_d, gate, up, low_g,
-            low_u, b_g, b_u, a_d, d_gate, d_up, d_low_g, d_low_u, h, rows, width, rank)
-    return d_gate, d_up, d_low_g, d_low_u, h
+    d_low_g = _partial_sums(rows, rank, width, BACKWARD_BLOCKS, gate.device)
+    d_low_u = torch.empty_like(d_low_g)
+    _launch(swiglu_triton.swiglu_lora_backward_kernel, BACKWARD_BLOCKS, rows, width, dh, d_low_d, gate, up, low_g,
+            low_u, b_g, b_u, a_d, d_gate, d_up, d_low_g, d_low_u, h, rows, width, rank, rank=rank)
+    return d_gate, d_up, d_low_g.sum(0).to(low_g.dtype), d_low_u.sum(0).to(low_u.dtype), h
 
 
 def _save_for_backward(ctx, inputs, output) -> None:
