@@ -40,8 +40,8 @@ MLP_ATTR = "_steadytune_fused_swiglu"
 SILU_ACTIVATIONS = ("silu", "swish")
 # (rows, columns, warps) of each program's tile, the fastest measured on an H200 at the 1.5B and 7B widths
 # (benchmarks/fused_swiglu_speed.py, docs/speed.md).
-FORWARD_BLOCKS = (64, 128, 4)
-BACKWARD_BLOCKS = (64, 128, 4)
+FORWARD_BLOCKS = (64, 64, 4)
+BACKWARD_BLOCKS = (64, 64, 4)
 QUANTIZE_BLOCKS = (32, 256, 4)
 
 
