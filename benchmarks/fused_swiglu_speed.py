@@ -1,6 +1,7 @@
-"""The fused LoRA SwiGLU (model/fused_swiglu.py) on a GPU: its kernels against the torch reference, and its time
-against the compiled unfused step (lora_B products full width, then silu * up and the fp8 quantisation), forward
-and forward + backward, at the Qwen2.5-1.5B and 7B MLP widths, for a few block sizes.
+"""The fused LoRA SwiGLU (model/fused_swiglu.py) on a GPU: its kernels against the torch reference, and their time
+for a few block sizes beside the compiled unfused step between the same matmuls (LoRA products full width, silu *
+up, the fp8 quantisation; forward, and forward + backward), at the Qwen2.5-1.5B and 7B MLP widths. The bases' fp8
+matmuls, which both run alike, are left out; bench times the whole.
 
     python benchmarks/fused_swiglu_speed.py [--tokens 16384] [--rank 16] [--output fused_swiglu.json]
 """
@@ -51,10 +52,11 @@ def timed(fn, reps: int = 20) -> float:
 
 def check(args_) -> dict:
     """The kernels against the reference on the same bf16 inputs."""
-    got = fs.swiglu_lora(*args_)
+    got = fs._tiles_forward(*args_)
     want = fs.reference_forward(*args_)
     dh, d_low_d = torch.randn_like(args_[0]), torch.randn_like(args_[2])
-    got_b = fs.swiglu_lora_backward(dh, d_low_d, *args_)
+    got_b = fs._tiles_backward(dh, d_low_d, *args_)
+    got_b = got_b[:2] + got_b[4:]   # without the amax of d gate and d up
     want_b = fs.reference_backward(dh, d_low_d, *args_)
     rel = lambda a, b: float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))  # noqa: E731
     return {"h_rel_err": rel(got[0], want[0]), "scale_rel_err": rel(got[2], want[2]),
@@ -89,14 +91,14 @@ def main() -> None:
         chosen = fs.FORWARD_BLOCKS, fs.BACKWARD_BLOCKS
         for blocks in BLOCKS:
             fs.FORWARD_BLOCKS = blocks
-            forward = timed(lambda: fs.swiglu_lora(*args_))
+            forward = timed(lambda: fs._tiles_forward(*args_))
             fs.BACKWARD_BLOCKS = blocks
-            backward = timed(lambda: fs.swiglu_lora_backward(dh, d_low_d, *args_))
+            backward = timed(lambda: fs._tiles_backward(dh, d_low_d, *args_))
             row["blocks"]["x".join(map(str, blocks))] = {"forward_ms": forward, "backward_kernel_ms": backward}
             fs.FORWARD_BLOCKS, fs.BACKWARD_BLOCKS = chosen
         row["chosen"] = {"forward": chosen[0], "backward": chosen[1],
-                         "forward_ms": timed(lambda: fs.swiglu_lora(*args_)),
-                         "forward_backward_ms": timed(forward_backward(fs.swiglu_lora, args_, dh, d_low_d))}
+                         "forward_ms": timed(lambda: fs._tiles_forward(*args_)),
+                         "backward_kernel_ms": timed(lambda: fs._tiles_backward(dh, d_low_d, *args_))}
         results["shapes"][shape] = row
         print(shape, json.dumps(row, indent=1), flush=True)
     if args.output:

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from steadytune.model.anatomy import base_model_of
-from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, Fp8FrozenLinear, quantize_rows
+from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, Fp8FrozenLinear, output_dtype, quantize_rows
 
 MLP_ATTR = "_steadytune_fused_swiglu"
 SILU_ACTIVATIONS = ("silu", "swish")
@@ -54,8 +54,14 @@ def _lora_sums(gate, up, low_g, low_u, b_g, b_u) -> tuple[torch.Tensor, torch.Te
     return (gate.float() + low_g.float() @ b_g.float().t(), up.float() + low_u.float() @ b_u.float().t())
 
 
+def _fp8_product(rows_q, rows_scale, weight, weight_scale, out_dtype, fast) -> torch.Tensor:
+    """rows (fp8, a scale per row) @ weight^T (fp8 [out, in], a scale per output row): model/fp8_matmul's product."""
+    return torch._scaled_mm(rows_q, weight.t(), scale_a=rows_scale, scale_b=weight_scale.t(), out_dtype=out_dtype,
+                            use_fast_accum=fast)
+
+
 def reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
-    """The forward kernel's arithmetic in plain torch (a CPU, and the tests' yardstick)."""
+    """The forward kernels' arithmetic in plain torch, from the base outputs (a CPU, and the tests' yardstick)."""
     g, u = _lora_sums(gate, up, low_g, low_u, b_g, b_u)
     h = (F.silu(g) * u).to(gate.dtype)
     quantized, scale = quantize_rows(h)
@@ -89,14 +95,8 @@ def _partial_sums(rows: int, rank: int, width: int, blocks: tuple[int, int, int]
     return torch.empty(((width + blocks[1] - 1) // blocks[1], rows, rank), dtype=torch.float32, device=device)
 
 
-@torch.library.triton_op("steadytune::swiglu_lora", mutates_args=())
-def swiglu_lora(gate: torch.Tensor, up: torch.Tensor, low_g: torch.Tensor, low_u: torch.Tensor, b_g: torch.Tensor,
-                b_u: torch.Tensor, a_d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> (h, h in fp8, fp32 scale per row [rows, 1], h @ a_d^T) for h = silu(gate + low_g @ b_g^T) * (up + low_u @
-    b_u^T). gate, up: [rows, width]; low_*: [rows, r], already scaled; b_*: lora_B weights [width, r]; a_d: down's
-    lora_A weight [r, width]; all contiguous, one dtype."""
-    if gate.device.type != "cuda":
-        return reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d)
+def _tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
+    """The forward kernels on a GPU: -> (h, h in fp8, its scale per row [rows, 1], h @ a_d^T)."""
     from steadytune.model import swiglu_triton  # lazy: Triton is there only where the kernels run
 
     rows, width = gate.shape
@@ -106,45 +106,91 @@ def swiglu_lora(gate: torch.Tensor, up: torch.Tensor, low_g: torch.Tensor, low_u
     low_d_parts = _partial_sums(rows, a_d.shape[0], width, FORWARD_BLOCKS, gate.device)
     _launch(swiglu_triton.swiglu_lora_forward_kernel, FORWARD_BLOCKS, rows, width, gate, up, low_g, low_u, b_g, b_u,
             a_d, h, amax, low_d_parts, rows, width, rank, rank=rank)
-    scale = (amax / FP8_MAX).clamp(min=SCALE_FLOOR)   # quantize_rows' scale, from the same amax
-    quantized = torch.empty((rows, width), dtype=FP8, device=gate.device)
-    _launch(swiglu_triton.quantize_rows_kernel, QUANTIZE_BLOCKS, rows, width, h, scale, quantized, rows, width,
-            FP8_MAX=FP8_MAX)
-    return h, quantized, scale.unsqueeze(1), low_d_parts.sum(0).to(low_g.dtype)
+    quantized, scale = _quantized(h, amax)
+    return h, quantized, scale, low_d_parts.sum(0).to(low_g.dtype)
 
 
-@torch.library.triton_op("steadytune::swiglu_lora_backward", mutates_args=())
-def swiglu_lora_backward(dh: torch.Tensor, d_low_d: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
-                         low_g: torch.Tensor, low_u: torch.Tensor, b_g: torch.Tensor, b_u: torch.Tensor,
-                         a_d: torch.Tensor
-                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> (d gate, d up, d low_g, d low_u, h) from the gradients of h and of h @ a_d^T."""
-    if gate.device.type != "cuda":
-        return reference_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d)
+def _quantized(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x in fp8 with quantize_rows' scale from its rows' amax (one kernel: x is read once)."""
+    from steadytune.model import swiglu_triton  # lazy: as above
+
+    scale = (amax / FP8_MAX).clamp(min=SCALE_FLOOR)
+    quantized = torch.empty(x.shape, dtype=FP8, device=x.device)
+    _launch(swiglu_triton.quantize_rows_kernel, QUANTIZE_BLOCKS, x.shape[0], x.shape[1], x, scale, quantized,
+            x.shape[0], x.shape[1], FP8_MAX=FP8_MAX)
+    return quantized, scale.unsqueeze(1)
+
+
+def _tiles_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d):
+    """The backward kernel on a GPU: -> (d gate, d up, their rows' amax, d low_g, d low_u, h)."""
     from steadytune.model import swiglu_triton  # lazy: as above
 
     rows, width = gate.shape
     rank = low_g.shape[1]
     d_gate, d_up, h = torch.empty_like(gate), torch.empty_like(up), torch.empty_like(gate)
+    amax_g, amax_u = (torch.zeros(rows, dtype=torch.float32, device=gate.device) for _ in range(2))
     d_low_g = _partial_sums(rows, rank, width, BACKWARD_BLOCKS, gate.device)
     d_low_u = torch.empty_like(d_low_g)
     _launch(swiglu_triton.swiglu_lora_backward_kernel, BACKWARD_BLOCKS, rows, width, dh, d_low_d, gate, up, low_g,
-            low_u, b_g, b_u, a_d, d_gate, d_up, d_low_g, d_low_u, h, rows, width, rank, rank=rank)
-    return d_gate, d_up, d_low_g.sum(0).to(low_g.dtype), d_low_u.sum(0).to(low_u.dtype), h
+            low_u, b_g, b_u, a_d, d_gate, d_up, amax_g, amax_u, d_low_g, d_low_u, h, rows, width, rank, rank=rank)
+    return d_gate, d_up, amax_g, amax_u, d_low_g.sum(0).to(low_g.dtype), d_low_u.sum(0).to(low_u.dtype), h
+
+
+@torch.library.triton_op("steadytune::swiglu_lora", mutates_args=())
+def swiglu_lora(x: torch.Tensor, x_q: torch.Tensor, x_scale: torch.Tensor, w_g: torch.Tensor,
+                w_g_scale: torch.Tensor, wt_g: torch.Tensor, wt_g_scale: torch.Tensor, w_u: torch.Tensor,
+                w_u_scale: torch.Tensor, wt_u: torch.Tensor, wt_u_scale: torch.Tensor, low_g: torch.Tensor,
+                low_u: torch.Tensor, b_g: torch.Tensor, b_u: torch.Tensor, a_d: torch.Tensor, fast: bool
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The MLP from its input to down's inputs. x: [rows, hidden] (its gradient comes back through here), x_q and
+    x_scale: x in fp8 (quantize_rows); w_*, w_*_scale: gate's and up's fp8 base copies (Fp8FrozenLinear.w_rows);
+    wt_*, wt_*_scale: their transposed copies, for the backward (wt_rows); low_*: [rows, r] lora_A products, already scaled; b_*: lora_B weights [width, r]; a_d: down's lora_A weight
+    [r, width]; all contiguous, in x's dtype. -> (h, h in fp8, its fp32 scale per row [rows, 1], h @ a_d^T, and the
+    two base outputs, which the backward reads) for h = silu(gate + low_g @ b_g^T) * (up + low_u @ b_u^T)."""
+    gate = _fp8_product(x_q, x_scale, w_g, w_g_scale, x.dtype, fast)
+    up = _fp8_product(x_q, x_scale, w_u, w_u_scale, x.dtype, fast)
+    if gate.device.type != "cuda":
+        return *reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d), gate, up
+    return *_tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d), gate, up
+
+
+@torch.library.triton_op("steadytune::swiglu_lora_backward", mutates_args=())
+def swiglu_lora_backward(dh: torch.Tensor, d_low_d: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
+                         low_g: torch.Tensor, low_u: torch.Tensor, b_g: torch.Tensor, b_u: torch.Tensor,
+                         a_d: torch.Tensor, wt_g: torch.Tensor, wt_g_scale: torch.Tensor, wt_u: torch.Tensor,
+                         wt_u_scale: torch.Tensor, fast: bool
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> (d x, d gate, d up, d low_g, d low_u, h) from the gradients of h and of h @ a_d^T; wt_*: the bases' fp8
+    copies for the input gradient (Fp8FrozenLinear.wt_rows). The gradients of gate and up are quantised from the
+    amax the kernel took while writing them: each is read once more, not twice."""
+    if gate.device.type != "cuda":
+        d_gate, d_up, d_low_g, d_low_u, h = reference_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d)
+        (g_q, g_scale), (u_q, u_scale) = quantize_rows(d_gate), quantize_rows(d_up)
+    else:
+        d_gate, d_up, amax_g, amax_u, d_low_g, d_low_u, h = _tiles_backward(dh, d_low_d, gate, up, low_g, low_u,
+                                                                            b_g, b_u, a_d)
+        (g_q, g_scale), (u_q, u_scale) = _quantized(d_gate, amax_g), _quantized(d_up, amax_u)
+    d_x = (_fp8_product(g_q, g_scale, wt_g, wt_g_scale, gate.dtype, fast)
+           + _fp8_product(u_q, u_scale, wt_u, wt_u_scale, gate.dtype, fast))
+    return d_x, d_gate, d_up, d_low_g, d_low_u, h
 
 
 def _save_for_backward(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs)   # not h: the backward recomputes it, so the layer keeps no full-width output
-    ctx.mark_non_differentiable(output[1], output[2])
+    x, _, _, _, _, wt_g, wt_g_scale, _, _, wt_u, wt_u_scale, low_g, low_u, b_g, b_u, a_d, fast = inputs
+    # not h: the backward recomputes it, so the layer keeps no full-width tensor but the two base outputs
+    ctx.save_for_backward(output[4], output[5], low_g, low_u, b_g, b_u, a_d, wt_g, wt_g_scale, wt_u, wt_u_scale)
+    ctx.fast = fast
+    ctx.mark_non_differentiable(*output[1:3], *output[4:])
 
 
-def _backward(ctx, dh, _d_quantized, _d_scale, d_low_d):
-    gate, up, low_g, low_u, b_g, b_u, a_d = ctx.saved_tensors
+def _backward(ctx, dh, _d_quantized, _d_scale, d_low_d, _d_gate, _d_up):
+    gate, up, low_g, low_u, b_g, b_u, a_d, wt_g, wt_g_scale, wt_u, wt_u_scale = ctx.saved_tensors
     dh = torch.zeros_like(gate) if dh is None else dh.contiguous()
     d_low_d = torch.zeros_like(low_g) if d_low_d is None else d_low_d.to(low_g.dtype).contiguous()
-    d_gate, d_up, d_low_g, d_low_u, h = swiglu_lora_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d)
+    d_x, d_gate, d_up, d_low_g, d_low_u, h = swiglu_lora_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d,
+                                                                  wt_g, wt_g_scale, wt_u, wt_u_scale, ctx.fast)
     # The LoRA weight gradients are sums over every row (not one program's): a matmul each, as without the kernel
-    return d_gate, d_up, d_low_g, d_low_u, d_gate.t() @ low_g, d_up.t() @ low_u, d_low_d.t() @ h
+    return (d_x, *[None] * 10, d_low_g, d_low_u, d_gate.t() @ low_g, d_up.t() @ low_u, d_low_d.t() @ h, None)
 
 
 swiglu_lora.register_autograd(_backward, setup_context=_save_for_backward)
@@ -187,13 +233,16 @@ def _fused_forward(self, x: torch.Tensor) -> torch.Tensor:
     x2d = x.reshape(-1, shape[-1])
     a_gate, a_up = gate.lora_A[name].weight, up.lora_A[name].weight
     low = F.linear(gate._cast_input_dtype(x2d, a_gate.dtype), torch.cat([a_gate, a_up]))
-    gate_base, up_base = gate.base_layer(x2d), up.base_layer(x2d)
-    dtype, rank = gate_base.dtype, a_gate.shape[0]
+    g_base, u_base = gate.base_layer, up.base_layer
+    dtype, rank = output_dtype(x2d), a_gate.shape[0]
+    x2d = x2d.to(dtype)
+    x_q, x_scale = quantize_rows(x2d)
     as_operand = lambda t: t.to(dtype).contiguous()  # noqa: E731  (the kernels take one dtype, dense)
-    h, quantized, scale, low_d = swiglu_lora(
-        gate_base, up_base, as_operand(low[:, :rank] * gate.scaling[name]),
+    h, quantized, scale, low_d, _, _ = swiglu_lora(
+        x2d, x_q, x_scale, g_base.w_rows, g_base.w_rows_scale, g_base.wt_rows, g_base.wt_rows_scale, u_base.w_rows,
+        u_base.w_rows_scale, u_base.wt_rows, u_base.wt_rows_scale, as_operand(low[:, :rank] * gate.scaling[name]),
         as_operand(low[:, rank:] * up.scaling[name]), as_operand(gate.lora_B[name].weight),
-        as_operand(up.lora_B[name].weight), as_operand(down.lora_A[name].weight))
+        as_operand(up.lora_B[name].weight), as_operand(down.lora_A[name].weight), g_base.fast_accumulation)
     y = down.base_layer.forward_quantized(h, quantized, scale)   # h itself only carries its gradient back
     y = (y + down.lora_B[name](low_d * down.scaling[name])).to(y.dtype)
     return y.reshape(*shape[:-1], y.shape[-1])

@@ -66,7 +66,8 @@ def swiglu_lora_forward_kernel(gate_ptr, up_ptr, low_g_ptr, low_u_ptr, b_g_ptr, 
 @triton.jit
 def quantize_rows_kernel(h_ptr, scale_ptr, hq_ptr, M, N, FP8_MAX: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """h in fp8 (e4m3) with the given scale per row, for down's fp8 matmul."""
+    """A [M, N] tensor in fp8 (e4m3) with the given scale per row: h for down's fp8 matmul, the gradients of gate and
+    up for their bases' input gradient."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -79,11 +80,13 @@ def quantize_rows_kernel(h_ptr, scale_ptr, hq_ptr, M, N, FP8_MAX: tl.constexpr,
 
 @triton.jit
 def swiglu_lora_backward_kernel(dh_ptr, d_low_d_ptr, gate_ptr, up_ptr, low_g_ptr, low_u_ptr, b_g_ptr, b_u_ptr,
-                                a_d_ptr, dgate_ptr, dup_ptr, dlow_g_parts_ptr, dlow_u_parts_ptr, h_ptr, M, N, R,
+                                a_d_ptr, dgate_ptr, dup_ptr, amax_g_ptr, amax_u_ptr, dlow_g_parts_ptr,
+                                dlow_u_parts_ptr, h_ptr, M, N, R,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
     """From the gradients of h (through down's base) and of low_d (through down's lora_B), for one tile: h's whole
     gradient (adding d_low_d @ A_d here), the gradients of gate and up (bf16, full width: the bases' input gradient
-    and lora_B's weight gradients read them), this column block's share of the two rank-r LoRA input gradients, and
+    and lora_B's weight gradients read them) with each row's amax raised (for their fp8 quantisation, the bases' input
+    gradient), this column block's share of the two rank-r LoRA input gradients, and
     h again (recomputed, for A_d's weight gradient, a sum over every row that one program cannot finish)."""
     rows, cols, ranks, row_ok, col_ok, rank_ok, offsets, mask, low_offsets, low_mask = _tile(
         M, N, R, BLOCK_M, BLOCK_N, BLOCK_R)
@@ -102,6 +105,8 @@ def swiglu_lora_backward_kernel(dh_ptr, d_low_d_ptr, gate_ptr, up_ptr, low_g_ptr
     d_gate = (dh * up * sig * (1.0 + gate * (1.0 - sig))).to(dgate_ptr.dtype.element_ty)
     tl.store(dgate_ptr + offsets, d_gate, mask=mask)
     tl.store(dup_ptr + offsets, d_up, mask=mask)
+    tl.atomic_max(amax_g_ptr + rows, tl.max(tl.abs(d_gate.to(tl.float32)), axis=1), mask=row_ok)
+    tl.atomic_max(amax_u_ptr + rows, tl.max(tl.abs(d_up.to(tl.float32)), axis=1), mask=row_ok)
     part = tl.program_id(1) * M * R + low_offsets
     tl.store(dlow_g_parts_ptr + part, tl.dot(d_gate, tl.trans(b_g)), mask=low_mask)
     tl.store(dlow_u_parts_ptr + part, tl.dot(d_up, tl.trans(b_u)), mask=low_mask)
