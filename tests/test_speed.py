@@ -500,3 +500,24 @@ def test_inductor_compiled_layers_keep_the_packed_loss_on_cpu(tmp_path):
     padded = train(overrides(model, tmp_path / "padded", packing="false", **args))
     assert compiled.losses == pytest.approx(padded.losses, rel=1e-5)
     torch._dynamo.reset()
+
+
+def test_train_fuses_the_lora_swiglu_over_the_fp8_base_and_keeps_the_loss(tmp_path, compiled_graphs):
+    from test_train_packing import decisions, overrides, train
+
+    from steadytune.errors import UserError
+    from steadytune.model.tiny import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "qwen2", "qwen2")
+    args = dict(max_tokens_per_batch=480, cutoff_len=512, max_steps=3, packing="true", torch_compile="true",
+                fp8_base="true")
+    fused = train(overrides(model, tmp_path / "fused", fused_swiglu="true", **args))
+    chosen = decisions(tmp_path / "fused")["fused_swiglu"]
+    assert chosen["value"] is True and "2 MLPs" in chosen["reason"]
+    plain = train(overrides(model, tmp_path / "plain", **args))
+    assert decisions(tmp_path / "plain")["fused_swiglu"]["value"] is False   # CPU: not by default
+    assert fused.losses == pytest.approx(plain.losses, rel=2e-3)   # fp32 sums inside, one rounding apart
+    with pytest.raises(UserError, match="fused_swiglu: true, but needs LoRA on gate_proj"):
+        train(overrides(model, tmp_path / "bf16", fused_swiglu="true", **{**args, "fp8_base": "false"}))
+    with pytest.raises(UserError, match="fused_swiglu: true, but lora_dropout 0.1"):
+        train(overrides(model, tmp_path / "dropout", fused_swiglu="true", lora_dropout=0.1, **args))

@@ -1,23 +1,25 @@
-"""The MLP of a LoRA model over an fp8 base as one fused step between its matmuls (`fused_swiglu`; bench
+"""The MLP of a LoRA model over an fp8 base, between its matmuls, as Triton kernels (`fused_swiglu`; bench
 `--fused-swiglu auto|on|off`).
 
 A SwiGLU MLP computes down(silu(gate(x)) * up(x)). With LoRA on all three and the frozen base in fp8 (model/fp8_base.py),
-the compiled layer runs, between the matmuls: gate's and up's lora_B products written full width ([tokens, 8,960] at
-the 1.5B shape, two of them), one kernel that reads them back with the two base outputs, adds, applies silu * up,
-and quantises the result for down's fp8 matmul. That quantisation needs each row's amax before it can write, so the
-kernel reads all four inputs twice. The profile of the 1.5B default put it at 19 ms a step plus 5 ms of lora_B
-products (docs/measured/profile_qwen15_default_h200.txt): bandwidth, not arithmetic.
+the compiled layer ran, between the matmuls: gate's and up's lora_B products written full width ([tokens, 8,960] at
+the 1.5B shape, two of them), one kernel that read them back with the two base outputs, added, applied silu * up,
+and quantised the result for down's fp8 matmul. That quantisation needs each row's amax before it can write, so the
+kernel read all four inputs twice. The profile of the 1.5B default put it at 19 ms a step and its backward at 20
+(docs/measured/profile_qwen15_default_h200.txt): bandwidth, not arithmetic.
 
-Here one Triton kernel (model/swiglu_triton.py) reads the two base outputs once, adds the rank-r LoRA products
-itself from the rank-r inputs (a [rows, r] x [r, width] product in the tile, never written), writes h = silu(gate) *
-up, then h in fp8 with its scale per row, which down's fp8 matmul takes as it is, and down's lora_A product h @ A_d^T
-(summed over the width in the same pass). Nothing full-width is kept for the backward but the two base outputs (the
-compiled path kept the two sums). The backward kernel recomputes gate, up and h, adds down's LoRA share to h's
-gradient in the tile, writes the gradients of gate and up, and sums the rank-r LoRA input gradients over the width
-in the same pass; the LoRA weight gradients (sums over every row) are one matmul each, as before.
+Here one custom op (steadytune::swiglu_lora) runs from the MLP's input to down's inputs: gate's and up's fp8
+matmuls, then a Triton kernel (model/swiglu_triton.py) that adds the rank-r LoRA products in its tile from the rank-r
+inputs (never written full width), writes h = silu(gate) * up in bf16, raises each row's amax and takes its share of
+down's lora_A product h @ A_d^T, then a kernel that writes h in fp8 with its scale per row, which down's fp8 matmul
+takes as it is (Fp8FrozenLinear.forward_quantized). Nothing full-width is kept for the backward but the two base
+outputs (the compiled path kept the two sums). The backward recomputes gate, up and h in the tile, adds down's LoRA
+share to h's gradient there, writes the gradients of gate and up with their rows' amax, quantises each in one more
+read, and multiplies them by the bases' fp8 copies itself; the LoRA weight gradients (sums over every row) are one
+matmul each, as before. Measured 1.044x the tokens/s at the 1.5B shape on an H200 (docs/speed.md).
 
-The values are the unfused path's, within rounding: the sums and silu are kept in fp32 inside the kernel (the
-compiled path rounds the lora_B products to bf16 first), and the fp8 scale is the same amax / 448 a row.
+The values are the unfused path's within rounding: the sums and silu are kept in fp32 inside the kernel (the
+compiled path rounded the lora_B products to bf16 first), and the fp8 scales are the same amax / 448 a row.
 
 Where: the plain LoRA case (one active adapter, no dropout, no DoRA, not merged) on gate_proj, up_proj and
 down_proj over fp8 bases with their own copies and no bias, and a SiLU activation (Llama, Qwen 2/2.5/3, Mistral;
@@ -290,8 +292,9 @@ def fuse_swiglu(model: torch.nn.Module) -> tuple[int, str]:
     for mlp in mlps:
         mlp.forward = types.MethodType(_fused_forward, mlp)
         setattr(mlp, MLP_ATTR, True)
-    return len(mlps), (f"{len(mlps)} MLPs run silu(gate) * up with gate's and up's LoRA products and the fp8 "
-                       f"quantisation for down_proj in one Triton kernel (and one for the backward)")
+    return len(mlps), (f"{len(mlps)} MLPs run between their matmuls as Triton kernels: gate's and up's LoRA "
+                       f"products, silu(gate) * up, down's lora_A product and its fp8 quantisation in one pass, and "
+                       f"one pass back")
 
 
 def decide_fused_swiglu(model: torch.nn.Module, asked: bool | None, device: torch.device,
