@@ -14,6 +14,7 @@ import json
 import torch
 import torch.nn.functional as F
 
+from fp8_scaling_speed import timed   # this folder's timing loop (CUDA events, after warm-up calls)
 from steadytune.model import fused_swiglu as fs
 from steadytune.model.fp8_matmul import quantize_rows
 
@@ -35,19 +36,6 @@ def unfused(gate, up, low_g, low_u, b_g, b_u, a_d):
     h = F.silu(gate + low_g @ b_g.t()) * (up + low_u @ b_u.t())
     quantized, scale = quantize_rows(h)
     return h, quantized, scale, h @ a_d.t()
-
-
-def timed(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 def check(args_) -> dict:
