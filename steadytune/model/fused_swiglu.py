@@ -29,6 +29,7 @@ On a CPU the op runs a plain torch reference of the same arithmetic (tests); the
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import types
 
@@ -39,6 +40,7 @@ from steadytune.model.anatomy import base_model_of
 from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, Fp8FrozenLinear, output_dtype, quantize_rows
 
 MLP_ATTR = "_steadytune_fused_swiglu"
+TRITON = importlib.util.find_spec("triton") is not None   # where the kernels can run (else: the torch reference)
 SILU_ACTIVATIONS = ("silu", "swish")
 # (rows, columns, warps) of each program's tile, the fastest measured on an H200 at the 1.5B and 7B widths
 # (benchmarks/fused_swiglu_speed.py, docs/speed.md).
@@ -138,7 +140,16 @@ def _tiles_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d):
     return d_gate, d_up, amax_g, amax_u, d_low_g.sum(0).to(low_g.dtype), d_low_u.sum(0).to(low_u.dtype), h
 
 
-@torch.library.triton_op("steadytune::swiglu_lora", mutates_args=())
+def _op(name: str):
+    """Register a custom op: torch.library.triton_op where Triton is installed (Inductor then sees into its kernels),
+    a plain custom_op on an install without it (a CPU wheel: the torch reference runs; triton_op would warn at each
+    import that Triton is missing)."""
+    if TRITON:
+        return torch.library.triton_op(name, mutates_args=())
+    return torch.library.custom_op(name, mutates_args=())
+
+
+@_op("steadytune::swiglu_lora")
 def swiglu_lora(x: torch.Tensor, x_q: torch.Tensor, x_scale: torch.Tensor, w_g: torch.Tensor,
                 w_g_scale: torch.Tensor, wt_g: torch.Tensor, wt_g_scale: torch.Tensor, w_u: torch.Tensor,
                 w_u_scale: torch.Tensor, wt_u: torch.Tensor, wt_u_scale: torch.Tensor, low_g: torch.Tensor,
@@ -156,7 +167,7 @@ def swiglu_lora(x: torch.Tensor, x_q: torch.Tensor, x_scale: torch.Tensor, w_g: 
     return *_tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d), gate, up
 
 
-@torch.library.triton_op("steadytune::swiglu_lora_backward", mutates_args=())
+@_op("steadytune::swiglu_lora_backward")
 def swiglu_lora_backward(dh: torch.Tensor, d_low_d: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
                          low_g: torch.Tensor, low_u: torch.Tensor, b_g: torch.Tensor, b_u: torch.Tensor,
                          a_d: torch.Tensor, wt_g: torch.Tensor, wt_g_scale: torch.Tensor, wt_u: torch.Tensor,
@@ -196,6 +207,25 @@ def _backward(ctx, dh, _d_quantized, _d_scale, d_low_d, _d_gate, _d_up):
 
 
 swiglu_lora.register_autograd(_backward, setup_context=_save_for_backward)
+
+
+def _like(t: torch.Tensor, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return t.new_empty(shape, dtype=dtype or t.dtype)
+
+
+if not TRITON:
+    # custom_op (no Triton): the shapes for tracing, which triton_op derives from its body itself
+    @swiglu_lora.register_fake
+    def _(x, x_q, x_scale, w_g, w_g_scale, wt_g, wt_g_scale, w_u, w_u_scale, wt_u, wt_u_scale, low_g, low_u, b_g,
+          b_u, a_d, fast):
+        rows, width = x.shape[0], w_g.shape[0]
+        return (_like(x, rows, width), _like(x, rows, width, dtype=FP8), _like(x, rows, 1, dtype=torch.float32),
+                _like(low_g, rows, a_d.shape[0]), _like(x, rows, width), _like(x, rows, width))
+
+    @swiglu_lora_backward.register_fake
+    def _(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d, wt_g, wt_g_scale, wt_u, wt_u_scale, fast):
+        return (_like(gate, gate.shape[0], wt_g.shape[0]), torch.empty_like(gate), torch.empty_like(up),
+                torch.empty_like(low_g), torch.empty_like(low_u), torch.empty_like(gate))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -278,11 +308,8 @@ def fused_swiglu_blocker(model: torch.nn.Module, device: torch.device, compiled:
         return f"{device.type}: the kernels are Triton's, for a GPU (fused_swiglu: true runs the torch reference)"
     if default and not compiled:
         return "the decoder layers are not compiled (measured with compiled layers only)"
-    if device.type == "cuda":
-        try:
-            import triton  # noqa: F401  (lazy: only to know whether the kernels can run)
-        except ImportError:
-            return "Triton is not installed (it comes with torch's CUDA wheels)"
+    if device.type == "cuda" and not TRITON:
+        return "Triton is not installed (it comes with torch's CUDA wheels)"
     return None
 
 
