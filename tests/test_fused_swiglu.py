@@ -14,10 +14,10 @@ import torch
 
 from steadytune.model.fp8_base import restore_base
 from steadytune.model.fused_swiglu import (
-    MLP_ATTR,
     decide_fused_swiglu,
     fusable_mlps,
     fuse_swiglu,
+    is_fused,
     reference_backward,
     reference_forward,
 )
@@ -99,12 +99,12 @@ def test_where_it_applies():
     assert not on and "cpu: the kernels are Triton's" in why
     model = lora_model(fp8=True)
     on, why = decide_fused_swiglu(model, True, cpu, False)
-    assert on and "2 MLPs" in why and all(getattr(m, MLP_ATTR, False) for m in fusable_mlps(model))
+    assert on and "2 MLPs" in why and all(is_fused(m) for m in fusable_mlps(model))
     on, why = decide_fused_swiglu(lora_model(), True, cpu, True)
     assert not on and "fp8 base" in why   # no fp8 base: nothing to fuse with
     on, why = decide_fused_swiglu(lora_model("gemma3", fp8=True), True, cpu, True)
     assert not on and "activation gelu_pytorch_tanh" in why
-    assert fusable_mlps(lora_model(fp8=True, target_modules=None) if False else lora_model(fp8=True)) != []
+    assert fusable_mlps(lora_model(fp8=True)) != []
     partly = lora_model(fp8=True, lora_dropout=0.0)
     for mlp in fusable_mlps(partly):
         mlp.down_proj.base_layer.bias = torch.nn.Parameter(torch.zeros(mlp.down_proj.out_features))

@@ -59,10 +59,10 @@ from steadytune.hardware.policy import choose_packing_attention
 from steadytune.hardware.speed import SpeedUnavailable, plan_speed
 from steadytune.model.attention import attn_implementation_for
 from steadytune.model.fp8_base import decide_fp8_base, set_fast_accumulation
+from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.offload import plan_activation_offloading
-from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.shared_input import decide_shared_input
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names

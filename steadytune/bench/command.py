@@ -87,8 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="LoRA layers that read the same input (q/k/v, gate/up) multiply it once, as a group "
                             "(train's shared_input_projections); auto: on where the layers are compiled on CUDA")
     group.add_argument("--fused-swiglu", default="auto", choices=("auto", "on", "off"),
-                       help="the MLP's silu(gate) * up, gate/up's LoRA products and down's fp8 quantisation in one "
-                            "Triton kernel (train's fused_swiglu); auto: on where the fp8 base is, compiled on CUDA")
+                       help="the MLP between its matmuls (gate/up's LoRA products, silu(gate) * up, down's fp8 "
+                            "quantisation) as Triton kernels (train's fused_swiglu); auto: on where the fp8 base is, "
+                            "compiled on CUDA")
     group.add_argument("--read-loss-each-step", action="store_true",
                        help="read each step's loss back to the host, as train's loop does for its guard and log "
                             "(one wait for the GPU a step; off: the loop never waits, the upper bound)")

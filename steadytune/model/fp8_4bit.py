@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, output_dtype, quantize_rows
+from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, fp8_product, output_dtype, quantize_rows
 
 
 def is_4bit_linear(module: torch.nn.Module) -> bool:
@@ -106,8 +106,7 @@ class _Fp8Over4bitMatmul(torch.autograd.Function):
         w_rows = unpack_to_fp8(packed, code, absmax_stored, code2, absmax2, offset, shape, blocksize, blocksize2,
                                row_scale, transposed=False)
         xq, xs = quantize_rows(x2d)
-        return torch._scaled_mm(xq, w_rows.t(), scale_a=xs, scale_b=row_scale.t(), out_dtype=out_dtype,
-                                use_fast_accum=fast)
+        return fp8_product(xq, xs, w_rows, row_scale, out_dtype, fast)
 
     @staticmethod
     def backward(ctx, grad):
@@ -115,9 +114,7 @@ class _Fp8Over4bitMatmul(torch.autograd.Function):
         wt_rows = unpack_to_fp8(packed, code, absmax_stored, code2, absmax2, offset, ctx.shape, ctx.blocksize,
                                 ctx.blocksize2, col_scale, transposed=True)
         gq, gs = quantize_rows(grad.contiguous())
-        grad_x = torch._scaled_mm(gq, wt_rows.t(), scale_a=gs, scale_b=col_scale.t(), out_dtype=ctx.out_dtype,
-                                  use_fast_accum=ctx.fast)
-        return (grad_x,) + (None,) * 13
+        return (fp8_product(gq, gs, wt_rows, col_scale, ctx.out_dtype, ctx.fast),) + (None,) * 13
 
 
 class Fp8Over4bitLinear(torch.nn.Module):

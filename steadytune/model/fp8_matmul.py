@@ -28,6 +28,15 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
+def fp8_product(rows: torch.Tensor, rows_scale: torch.Tensor, weight_rows: torch.Tensor, weight_scale: torch.Tensor,
+                out_dtype: torch.dtype, fast: bool) -> torch.Tensor:
+    """rows @ weight^T in fp8: rows [n, in] with a scale per row, weight_rows [out, in] with a scale per output row
+    (quantize_rows' layout for both); the one fp8 product of every fp8 base (here, fp8_4bit, fused_swiglu)."""
+    # _scaled_mm wants its second operand column-major: W row-major [out, in] transposed is [in, out] column-major
+    return torch._scaled_mm(rows, weight_rows.t(), scale_a=rows_scale, scale_b=weight_scale.t(), out_dtype=out_dtype,
+                            use_fast_accum=fast)
+
+
 def output_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype an fp8 layer answers in: autocast's where it is on, else the input's (bf16 for anything else)."""
     dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
@@ -43,17 +52,13 @@ class _FrozenFp8Matmul(torch.autograd.Function):
         ctx.out_dtype, ctx.fast = out_dtype, fast
         if xq is None:   # else x2d arrives quantised already (model/fused_swiglu.py writes both)
             xq, xs = quantize_rows(x2d)
-        # _scaled_mm wants its second operand column-major: W row-major [out, in] transposed is [in, out] column-major
-        return torch._scaled_mm(xq, w_rows.t(), scale_a=xs, scale_b=w_rows_scale.t(), out_dtype=out_dtype,
-                                use_fast_accum=fast)
+        return fp8_product(xq, xs, w_rows, w_rows_scale, out_dtype, fast)
 
     @staticmethod
     def backward(ctx, grad):
         wt_rows, wt_rows_scale = ctx.saved_tensors
         gq, gs = quantize_rows(grad.contiguous())
-        grad_x = torch._scaled_mm(gq, wt_rows.t(), scale_a=gs, scale_b=wt_rows_scale.t(), out_dtype=ctx.out_dtype,
-                                  use_fast_accum=ctx.fast)
-        return grad_x, None, None, None, None, None, None, None, None
+        return (fp8_product(gq, gs, wt_rows, wt_rows_scale, ctx.out_dtype, ctx.fast),) + (None,) * 8
 
 
 class Fp8FrozenLinear(torch.nn.Module):

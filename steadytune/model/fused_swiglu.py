@@ -1,8 +1,8 @@
 """The MLP of a LoRA model over an fp8 base, between its matmuls, as Triton kernels (`fused_swiglu`; bench
 `--fused-swiglu auto|on|off`).
 
-A SwiGLU MLP computes down(silu(gate(x)) * up(x)). With LoRA on all three and the frozen base in fp8 (model/fp8_base.py),
-the compiled layer ran, between the matmuls: gate's and up's lora_B products written full width ([tokens, 8,960] at
+A SwiGLU MLP computes down(silu(gate(x)) * up(x)). With LoRA on all three and the frozen base in fp8
+(model/fp8_base.py), the compiled layer ran, between the matmuls: gate's and up's lora_B products written full width ([tokens, 8,960] at
 the 1.5B shape, two of them), one kernel that read them back with the two base outputs, added, applied silu * up,
 and quantised the result for down's fp8 matmul. That quantisation needs each row's amax before it can write, so the
 kernel read all four inputs twice. The profile of the 1.5B default put it at 19 ms a step and its backward at 20
@@ -37,9 +37,17 @@ import torch
 import torch.nn.functional as F
 
 from steadytune.model.anatomy import base_model_of
-from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, Fp8FrozenLinear, output_dtype, quantize_rows
+from steadytune.model.fp8_matmul import (
+    FP8,
+    FP8_MAX,
+    SCALE_FLOOR,
+    Fp8FrozenLinear,
+    fp8_product,
+    output_dtype,
+    quantize_rows,
+)
+from steadytune.model.lora_scaling import one_plain_adapter
 
-MLP_ATTR = "_steadytune_fused_swiglu"
 TRITON = importlib.util.find_spec("triton") is not None   # where the kernels can run (else: the torch reference)
 SILU_ACTIVATIONS = ("silu", "swish")
 # (rows, columns, warps) of each program's tile, the fastest measured on an H200 at the 1.5B and 7B widths
@@ -56,12 +64,6 @@ def _rank_block(rank: int) -> int:
 
 def _lora_sums(gate, up, low_g, low_u, b_g, b_u) -> tuple[torch.Tensor, torch.Tensor]:
     return (gate.float() + low_g.float() @ b_g.float().t(), up.float() + low_u.float() @ b_u.float().t())
-
-
-def _fp8_product(rows_q, rows_scale, weight, weight_scale, out_dtype, fast) -> torch.Tensor:
-    """rows (fp8, a scale per row) @ weight^T (fp8 [out, in], a scale per output row): model/fp8_matmul's product."""
-    return torch._scaled_mm(rows_q, weight.t(), scale_a=rows_scale, scale_b=weight_scale.t(), out_dtype=out_dtype,
-                            use_fast_accum=fast)
 
 
 def reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
@@ -82,21 +84,23 @@ def reference_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d):
             (d_up.float() @ b_u.float()).to(low_u.dtype), (F.silu(g) * u).to(gate.dtype))
 
 
+def _column_blocks(width: int, blocks: tuple[int, int, int]) -> int:
+    return (width + blocks[1] - 1) // blocks[1]
+
+
 def _launch(kernel, blocks: tuple[int, int, int], rows: int, width: int, *args, rank: int | None = None,
-            **constants) -> int:
-    """Run a kernel over [rows, width] in tiles of `blocks`; -> the number of column blocks."""
+            **constants) -> None:
+    """Run a kernel over [rows, width] in tiles of `blocks` (rows, columns, warps)."""
     block_m, block_n, warps = blocks
     if rank is not None:
         constants["BLOCK_R"] = _rank_block(rank)
-    column_blocks = (width + block_n - 1) // block_n
-    torch.library.wrap_triton(kernel)[((rows + block_m - 1) // block_m, column_blocks)](
+    torch.library.wrap_triton(kernel)[((rows + block_m - 1) // block_m, _column_blocks(width, blocks))](
         *args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, **constants)
-    return column_blocks
 
 
 def _partial_sums(rows: int, rank: int, width: int, blocks: tuple[int, int, int], device) -> torch.Tensor:
     """fp32 room for one rank-r partial sum per column block (added up in a fixed order after the kernel)."""
-    return torch.empty(((width + blocks[1] - 1) // blocks[1], rows, rank), dtype=torch.float32, device=device)
+    return torch.empty((_column_blocks(width, blocks), rows, rank), dtype=torch.float32, device=device)
 
 
 def _tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
@@ -157,11 +161,12 @@ def swiglu_lora(x: torch.Tensor, x_q: torch.Tensor, x_scale: torch.Tensor, w_g: 
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The MLP from its input to down's inputs. x: [rows, hidden] (its gradient comes back through here), x_q and
     x_scale: x in fp8 (quantize_rows); w_*, w_*_scale: gate's and up's fp8 base copies (Fp8FrozenLinear.w_rows);
-    wt_*, wt_*_scale: their transposed copies, for the backward (wt_rows); low_*: [rows, r] lora_A products, already scaled; b_*: lora_B weights [width, r]; a_d: down's lora_A weight
-    [r, width]; all contiguous, in x's dtype. -> (h, h in fp8, its fp32 scale per row [rows, 1], h @ a_d^T, and the
+    wt_*, wt_*_scale: their transposed copies, for the backward (wt_rows); low_*: [rows, r] lora_A products,
+    already scaled; b_*: lora_B weights [width, r]; a_d: down's lora_A weight [r, width]; all contiguous, in x's
+    dtype. -> (h, h in fp8, its fp32 scale per row [rows, 1], h @ a_d^T, and the
     two base outputs, which the backward reads) for h = silu(gate + low_g @ b_g^T) * (up + low_u @ b_u^T)."""
-    gate = _fp8_product(x_q, x_scale, w_g, w_g_scale, x.dtype, fast)
-    up = _fp8_product(x_q, x_scale, w_u, w_u_scale, x.dtype, fast)
+    gate = fp8_product(x_q, x_scale, w_g, w_g_scale, x.dtype, fast)
+    up = fp8_product(x_q, x_scale, w_u, w_u_scale, x.dtype, fast)
     if gate.device.type != "cuda":
         return *reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d), gate, up
     return *_tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d), gate, up
@@ -183,8 +188,8 @@ def swiglu_lora_backward(dh: torch.Tensor, d_low_d: torch.Tensor, gate: torch.Te
         d_gate, d_up, amax_g, amax_u, d_low_g, d_low_u, h = _tiles_backward(dh, d_low_d, gate, up, low_g, low_u,
                                                                             b_g, b_u, a_d)
         (g_q, g_scale), (u_q, u_scale) = _quantized(d_gate, amax_g), _quantized(d_up, amax_u)
-    d_x = (_fp8_product(g_q, g_scale, wt_g, wt_g_scale, gate.dtype, fast)
-           + _fp8_product(u_q, u_scale, wt_u, wt_u_scale, gate.dtype, fast))
+    d_x = (fp8_product(g_q, g_scale, wt_g, wt_g_scale, gate.dtype, fast)
+           + fp8_product(u_q, u_scale, wt_u, wt_u_scale, gate.dtype, fast))
     return d_x, d_gate, d_up, d_low_g, d_low_u, h
 
 
@@ -245,15 +250,8 @@ def serves(mlp) -> bool:
     """Whether the fused step gives this MLP call peft's result: the plain case over fp8 bases (each call: after
     training, restore_base puts the bf16 bases back and the MLP's own forward runs)."""
     layers = _projections(mlp)
-    if not all(_own_fp8(layer) for layer in layers):
-        return False
-    active = list(layers[0].active_adapters)
-    if len(active) != 1:
-        return False
-    name = active[0]
-    return all(not layer.merged and not layer.disable_adapters and list(layer.active_adapters) == active
-               and name in layer.lora_A and name not in layer.lora_variant
-               and isinstance(layer.lora_dropout[name], torch.nn.Identity) for layer in layers)
+    return (all(_own_fp8(layer) and not layer.merged and not layer.disable_adapters for layer in layers)
+            and one_plain_adapter(layers))
 
 
 def _fused_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -313,12 +311,16 @@ def fused_swiglu_blocker(model: torch.nn.Module, device: torch.device, compiled:
     return None
 
 
+def is_fused(mlp) -> bool:
+    """Whether fuse_swiglu gave this MLP the fused forward."""
+    return getattr(mlp.forward, "__func__", None) is _fused_forward
+
+
 def fuse_swiglu(model: torch.nn.Module) -> tuple[int, str]:
     """Give each fusable MLP the fused forward (after the fp8 base and before the first forward); -> (MLPs, why)."""
     mlps = fusable_mlps(model)
     for mlp in mlps:
         mlp.forward = types.MethodType(_fused_forward, mlp)
-        setattr(mlp, MLP_ATTR, True)
     return len(mlps), (f"{len(mlps)} MLPs run between their matmuls as Triton kernels: gate's and up's LoRA "
                        f"products, silu(gate) * up, down's lora_A product and its fp8 quantisation in one pass, and "
                        f"one pass back")

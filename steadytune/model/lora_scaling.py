@@ -23,6 +23,17 @@ import torch
 PEFT_ROUTING_KWARGS = ("adapter_names", "alora_offsets")
 
 
+def one_plain_adapter(layers) -> bool:
+    """Whether peft's LoRA layers all run the same one active adapter, in its plain form: present in each, no variant
+    (DoRA ...), no dropout. What the grouped and fused forwards (shared_input, fused_swiglu) compute for them."""
+    active = list(layers[0].active_adapters)
+    if len(active) != 1 or any(list(layer.active_adapters) != active for layer in layers):
+        return False
+    name = active[0]
+    return all(name in layer.lora_A and name not in layer.lora_variant
+               and isinstance(layer.lora_dropout[name], torch.nn.Identity) for layer in layers)
+
+
 def scaled_first_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     peft_forward = type(self).forward
     if (self.disable_adapters or self.merged or any(kwargs.get(k) is not None for k in PEFT_ROUTING_KWARGS)

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from steadytune.model.fp8_matmul import Fp8FrozenLinear
-from steadytune.model.lora_scaling import PEFT_ROUTING_KWARGS, scaled_first_forward
+from steadytune.model.lora_scaling import PEFT_ROUTING_KWARGS, one_plain_adapter, scaled_first_forward
 
 # Sibling projections of one block that read the same input, in the order the block calls them (transformers'
 # Llama / Qwen2 / Qwen3 / Mistral / Gemma 1-3 attention and MLP).
@@ -60,13 +60,7 @@ class SharedInputGroup:
         for m in self.members:
             if m.disable_adapters != member.disable_adapters or list(m.active_adapters) != list(member.active_adapters):
                 return False
-        if member.disable_adapters:
-            return True
-        if len(member.active_adapters) != 1:
-            return False
-        name = member.active_adapters[0]
-        return all(name in m.lora_A and name not in m.lora_variant and isinstance(m.lora_dropout[name], torch.nn.Identity)
-                   for m in self.members)
+        return member.disable_adapters or one_plain_adapter(self.members)
 
     def base_products(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Each member's base output for x, from one matmul where the bases allow it and merge_bases says so."""

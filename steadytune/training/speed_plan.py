@@ -16,9 +16,9 @@ from steadytune.hardware.quantization import quantized_memory, speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib
+from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers
 from steadytune.model.offload import HostOffload, plan_activation_offloading
-from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
 
