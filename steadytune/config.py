@@ -90,6 +90,13 @@ class ModelArguments:
                                   choices=("nf4", "fp4"))
     double_quantization: bool = _opt(True, "QLoRA 4-bit: quantise the quantisation constants too (~0.4 bits a "
                                      "parameter less, QLoRA's double quantisation).")
+    # Mixtures of experts (LLaMA-Factory's key; see model/moe/ and docs/training.md#mixtures-of-experts).
+    moe_aux_loss_coef: Optional[float] = _opt(None, "Mixture of experts: add the routers' load-balancing loss (Switch "
+                                              "Transformer's, as transformers computes it) times this to the loss, for "
+                                              "the model types LLaMA-Factory sets it for (qwen2_moe, qwen3_moe, mixtral, "
+                                              "olmoe, ...). Unset: only if the model's config asks for it "
+                                              "(output_router_logits); it is logged as moe_aux_loss either way.",
+                                              minimum=0.0)
 
 
 @dataclass
@@ -105,7 +112,12 @@ class MethodArguments:
     lora_rank: int = _opt(8, "LoRA rank r.", minimum=1)
     lora_alpha: Optional[float] = _opt(None, "LoRA scaling alpha (default: 2 x lora_rank).", minimum=0, exclusive_min=True)
     lora_dropout: float = _opt(0.0, "Dropout on the LoRA input.", minimum=0.0, maximum=1.0)
-    lora_target: str = _opt("all", "Modules to adapt: all (every linear layer but the output head) or a comma list (q_proj,v_proj).")
+    lora_target: str = _opt("all", "Modules to adapt: all (every linear layer but the output head and the routers, and "
+                            "a mixture of experts' routed experts) or a comma list (q_proj,v_proj; experts, gate_up_proj "
+                            "or down_proj for the routed experts).")
+    train_router: bool = _opt(False, "Mixture of experts: train each layer's router (the weights that pick a token's "
+                              "experts) in full, saved with the adapter. Default: frozen, as LLaMA-Factory's lora_target "
+                              "and Unsloth leave it.")
     additional_target: Optional[str] = _opt(None, "Extra modules trained in full and saved with the adapter (comma list, e.g. embed_tokens).")
     use_rslora: bool = _opt(False, "Rank-stabilised LoRA scaling (alpha / sqrt(r)).")
     use_dora: bool = _opt(False, "Weight-decomposed LoRA (DoRA).")
@@ -245,6 +257,10 @@ class TrainArguments:
     shared_input_projections: Optional[bool] = _opt(None, "LoRA layers that read the same input (q/k/v, gate/up) multiply it once, as a group: their lora_A's side by side, and their bases side by side where one is narrow (k/v under grouped-query attention); the same parameters and adapter files (default: on where the layers are compiled on CUDA, measured 1.02-1.04x the tokens/s on an H200; plain LoRA only: not with DoRA or lora_dropout).")
     fused_swiglu: Optional[bool] = _opt(None, "A SwiGLU MLP with LoRA on gate/up/down over the fp8 base runs between its matmuls as Triton kernels (gate's and up's LoRA products, silu(gate) * up, down's lora_A product and the fp8 quantisation of down's input in one pass, and one pass back) instead of writing the LoRA products full width and reading everything twice; the same values within rounding (default: on where fp8_base is on and the layers are compiled on CUDA; plain LoRA only; not Gemma's GELU).")
     cuda_graphs: Optional[bool] = _opt(None, "Replay each micro-batch's forward and backward from a CUDA graph (default: on for one CUDA process with varlen packing).")
+    moe_grouped_mm: str = _opt("auto", "Mixture of experts: what the experts' grouped matmuls run on: torch (its grouped "
+                               "matmul: NVIDIA sm_80+ in bf16, and CPUs), triton (our kernel: the default on ROCm, where "
+                               "torch's is slow), loop (one matmul per expert, the reference), or auto.",
+                               choices=("auto", "torch", "triton", "loop"))
     fp8_base: Optional[bool] = _opt(None, "Multiply the frozen base of a LoRA model in fp8 (e4m3, a scale per row; forward and input gradient). Default: on for sft/pt runs on CUDA GPUs of sm_89 and up (Ada, Hopper) under bf16 with compiled layers, for models of hidden size 896 and up (H200: 1.05x the tokens/s at the 0.5B shape, 1.13x at 1.5B, 1.33x at 7B), unless its copies (2 bytes a base weight) would turn gradient checkpointing on; off elsewhere, with the reason in decisions. The adapter is scored and saved over the bf16 base (model/fp8_base.py, docs/speed.md).")
 
 

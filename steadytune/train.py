@@ -58,13 +58,14 @@ from steadytune.hardware.policy import choose_attention, choose_precision, fallb
 from steadytune.hardware.quantization import bitsandbytes_status, choose_compute_dtype
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
-from steadytune.model.attention import plan_packing
+from steadytune.model.attention import eager_only_reason, plan_packing
 from steadytune.model.fp8_base import restore_base
 from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
 from steadytune.model.offload import remove_offloading
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
+from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import DTYPES as QUANT_DTYPES
 from steadytune.model.quantize import is_quantized, keep_training_layout, record_quantization
 from steadytune.report.record import write_data_stats, write_run_report
@@ -92,6 +93,7 @@ from steadytune.training.checkpoint import (
     read_state,
     save_checkpoint,
 )
+from steadytune.training.experts import expert_load_log, pop_routing_metrics, set_up_experts
 from steadytune.training.faults import FaultInjector
 from steadytune.training.graphs import graph_runner_for
 from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard
@@ -275,6 +277,7 @@ class Run:
     graphs: Any = None                # training.graphs.GraphRunner when CUDA graphs are on (hardware/speed.py)
     watchdog: Any = None              # distributed.watchdog.HangWatchdog
     on_evaluate: Any = None           # run_training's evaluation hook
+    expert_load: Any = None           # a mixture of experts' expert_load.jsonl (training/experts.py)
 
     @property
     def device(self) -> torch.device:
@@ -359,7 +362,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     model, tokenizer = build_model(cfg, stage, preloaded, tokenizer, precision, attn, shard_plan, accelerator,
                                    compute_dtype)
     trainable, total = count_parameters(model)
-    batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator)
+    set_up_experts(cfg, model, accelerator.device, precision)  # a mixture of experts (model/moe/)
+    batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator, model)
     speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
                              steps.total * cfg.train.gradient_accumulation_steps, shard_plan,
                              fsdp=read_fsdp_keys(cfg.train) is not None)
@@ -375,6 +379,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
               faults=faults, live=live, trainable=trainable, total=total, resume_from=resume_from, progress=progress,
               trackers=trackers, sharding=shard_plan)
     run.watchdog = make_watchdog(run)
+    run.expert_load = expert_load_log(folder.path, model, accelerator.is_main_process)
     if speed.cuda_graphs:
         run.graphs = make_graph_runner(run)
     if run.is_main:
@@ -409,8 +414,13 @@ def choose_hardware(cfg: RunConfig):
     attn, attn_why = choose_attention(info, cfg.model.flash_attn)
     cfg.decide("precision", precision, precision_why)
     cfg.decide("attn_implementation", attn, attn_why)
+    eager_only = eager_only_reason(cfg.model.model_name_or_path)   # gpt-oss: no SDPA path in transformers
+    if eager_only:
+        attn = "eager"
+        cfg.decide("attn_implementation", attn, eager_only)
     # Packing needs its own attention (examples kept apart), so it is chosen before the model is loaded.
-    packing = plan_packing(cfg, info, class_weighted_loss=uses_loss_weights(cfg.data.class_balance))
+    packing = plan_packing(cfg, info, class_weighted_loss=uses_loss_weights(cfg.data.class_balance),
+                           eager_only=eager_only)
     if packing is not None:
         attn = packing.attn_implementation
     # Stability defaults of the hardware profile (seed 000 on ROCm), only where the user set nothing.
@@ -511,7 +521,7 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
     return model, tokenizer
 
 
-def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenizer, packing, accelerator):
+def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenizer, packing, accelerator, model=None):
     """Micro-batches (token budget, packed or padded) and how many optimizer steps they make."""
     t = cfg.train
     lengths = [len(x["input_ids"]) for x in data.train]
@@ -522,7 +532,8 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
     packing_attention = packing.attention if packing is not None else None
     batches = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
                            packing_attention=packing_attention, max_tokens=budget,
-                           collate=stage.make_collator(cfg, tokenizer, packing_attention))
+                           collate=stage.make_collator(cfg, tokenizer, packing_attention),
+                           token_mask=routing_of(model) is not None)
     micro_batches_per_epoch = batches.batches_per_epoch()
     steps = count_steps(t, micro_batches_per_epoch)
     per_epoch, total = steps.steps_per_epoch, steps.total
@@ -896,7 +907,8 @@ def fit(run: Run) -> Outcome:
                           "grad_norm": None if grad_norm is None else float(grad_norm),
                           "lr": run.scheduler.get_last_lr()[0], "tokens": state.tokens_seen,
                           **throughput.report(), **memory_stats(run.device),
-                          **pop_metrics(run.objective, run.accelerator)}  # dpo/kto/rm: rewards/chosen, ... (stages/)
+                          **pop_metrics(run.objective, run.accelerator),  # dpo/kto/rm: rewards/chosen, ... (stages/)
+                          **pop_routing_metrics(run.model, run.accelerator, run.expert_load, state.global_step)}
                 run.metrics.write(record)
                 run.trackers.log(record)
                 # The bar shows input tokens/s (what the hardware processes; metrics.jsonl has both, see training/monitor.py).
@@ -929,7 +941,8 @@ def begin_steps(run: Run) -> None:
     checkpoint, and from here on a failure keeps the folder (it may hold checkpoints worth resuming)."""
     # metrics.jsonl and any log of the stage's objective (grpo's completions.jsonl): each cut back on resume, and
     # listed in the manifest before its first line is written (a kill may follow)
-    logs = [run.metrics, *getattr(run.accelerator.unwrap_model(run.objective), "run_logs", ())]
+    logs = [run.metrics, *([run.expert_load] if run.expert_load is not None else []),
+            *getattr(run.accelerator.unwrap_model(run.objective), "run_logs", ())]
     if run.is_main:
         out = run.folder.path
         run.state.extra["config"] = resume_fingerprint(run.cfg)

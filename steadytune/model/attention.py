@@ -7,7 +7,9 @@ hardware/attention_kernels.py.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -111,14 +113,25 @@ class PackingPlan:
     by_tokens: bool = False
 
 
-def plan_packing(cfg, info, class_weighted_loss: bool) -> PackingPlan | None:
+def plan_packing(cfg, info, class_weighted_loss: bool, eager_only: str | None = None) -> PackingPlan | None:
     """None when `train` does not pack; else the attention chosen for this hardware (hardware/policy.py, the
-    one `doctor` reports). Both choices are recorded with cfg.decide."""
+    one `doctor` reports). Both choices are recorded with cfg.decide. `eager_only`: why the model runs only eager
+    attention (eager_only_reason): its packed rows are kept apart by transformers' block-diagonal mask."""
 
     if not decide_packing(cfg, class_weighted_loss, info):
         return None
+    asked = cfg.data.packing_attention
+    if eager_only:
+        if asked in ("varlen", "flex"):
+            raise UserError(f"packing_attention: {asked}, but {eager_only}; set packing_attention: auto")
+        attention, kernel, why = "sdpa", None, f"{eager_only}: rows kept apart by a block-diagonal mask"
+        cfg.decide("packing_attention", attention, why)
+        cfg.decide("attn_implementation", "eager", eager_only)
+        by_tokens = (bool(cfg.data.packing or cfg.data.neat_packing) or info.backend == "cuda") and (
+            cfg.method.stage != "grpo")
+        return PackingPlan(attention, "eager", by_tokens=by_tokens)
     try:
-        attention, kernel, why = choose_packing_attention(info, cfg.data.packing_attention)
+        attention, kernel, why = choose_packing_attention(info, asked)
     except AttentionUnavailable as e:
         raise UserError(f"packing_attention: {e}") from None
     implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
@@ -171,3 +184,20 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
     # ROCm: the same code runs (SDPA block mask where no varlen kernel works) but has not been timed there.
     cfg.decide("packing", False, f"off by default on {backend}: not measured there; set packing: true to pack")
     return False
+
+
+# Model types whose attention transformers runs only eagerly (or through a kernels-hub FlashAttention-3 build): gpt-oss
+# adds a learned "sink" to each head's softmax, which neither SDPA nor the varlen kernels take.
+EAGER_ONLY_MODEL_TYPES = {"gpt_oss": "gpt-oss's attention sinks run only in eager attention in transformers"}
+
+
+def eager_only_reason(model_name_or_path: str) -> str | None:
+    """Why a local model folder must load with eager attention (its config.json's model_type), or None."""
+    try:
+        config = json.loads((Path(str(model_name_or_path)) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type is None and isinstance(config, dict):
+        model_type = (config.get("text_config") or {}).get("model_type")
+    return EAGER_ONLY_MODEL_TYPES.get(model_type)

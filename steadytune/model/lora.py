@@ -24,6 +24,15 @@ from steadytune.model.anatomy import (
     output_head_names,
 )
 from steadytune.model.archive import unpacked
+from steadytune.model.moe.anatomy import expert_sites, router_module_names
+from steadytune.model.moe.experts_lora import install_grouped_experts
+from steadytune.model.moe.targets import (
+    is_expert_name,
+    linear_leaves_without_routers,
+    plan_expert_targets,
+    targets_as_written,
+    written_for_fused_experts,
+)
 from steadytune.model.quantize import logical_numel
 from steadytune.model.saved_weights import (
     _check_file_readable,
@@ -49,6 +58,7 @@ def attach_adapter(model: nn.Module, cfg: RunConfig) -> nn.Module:
         cfg.decide("trainable", "all parameters", "finetuning_type: full")
     else:
         model = _attach_lora(model, cfg)
+        install_grouped_experts(model, cfg.train.moe_grouped_mm)
     _cast_trainable_to_fp32(model)
     return model
 
@@ -58,46 +68,77 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
 
     method = cfg.method
     targets = resolve_lora_targets(model, method.lora_target)
-    if method.lora_target.strip() == "all":
-        cfg.decide("lora_target", ",".join(targets), "all = every linear layer except the output head")
+    requested = None if method.lora_target.strip() == "all" else _requested_names(method.lora_target)
+    experts = plan_expert_targets(model, requested, set(targets), method.train_router)
+    if experts.parameters and (method.lora_dropout or method.use_dora):
+        key = "lora_dropout" if method.lora_dropout else "use_dora"
+        raise ConfigError(f"{key}: {getattr(method, key)} with LoRA on the routed experts: peft's expert LoRA "
+                          f"(target_parameters) has no {'dropout' if method.lora_dropout else 'DoRA'}; set {key}: "
+                          f"{0 if method.lora_dropout else 'false'}, or leave the experts out of lora_target")
+    if requested is None:
+        cfg.decide("lora_target", ",".join(targets + experts.parameters), "all = every linear layer except the output "
+                   "head" + (" and the routers, and the routed experts' fused weights (peft's target_parameters)"
+                             if experts.parameters else ""))
+    for note in experts.notes:
+        cfg.decide("lora_target_experts", requested, note)
     alpha = lora_alpha_of(cfg)
     if method.lora_alpha is None:
         cfg.decide("lora_alpha", alpha, "default: 2 x lora_rank")
     modules_to_save = resolve_additional_targets(model, method.additional_target)
+    if experts.routers:
+        modules_to_save = (modules_to_save or []) + experts.routers
+        cfg.decide("train_router", True, f"the routers ({', '.join(experts.routers)}) train in full, saved with the "
+                   "adapter")
     # A reward model's score head is trained in full and saved with the adapter (peft adds it to modules_to_save).
     task_type = TaskType.SEQ_CLS if model_task(model) == SEQUENCE_SCORE else TaskType.CAUSAL_LM
     config = LoraConfig(task_type=task_type, r=method.lora_rank, lora_alpha=alpha,
-                        lora_dropout=method.lora_dropout, target_modules=targets, use_rslora=method.use_rslora,
+                        lora_dropout=method.lora_dropout, target_modules=targets or None,
+                        target_parameters=experts.parameters or None, use_rslora=method.use_rslora,
                         use_dora=method.use_dora, modules_to_save=modules_to_save,
                         # A trained copy of tied embeddings must stay tied to the output head, or the two drift.
                         ensure_weight_tying=bool(modules_to_save) and _ties_embeddings(model))
-    return get_peft_model(model, config)
+    with targets_as_written():   # resolved against this model's own layout: no transformers 4 renaming by peft
+        return get_peft_model(model, config)
+
+
+def _requested_names(lora_target: str) -> list[str]:
+    return [t.strip() for t in lora_target.split(",") if t.strip()]
 
 
 def resolve_lora_targets(model: nn.Module, lora_target: str) -> list[str]:
-    """`all` -> the distinct leaf names of every linear but the head (full names if a leaf name is ambiguous);
-    a comma list -> checked against the model's linear layers."""
+    """The linear layers LoRA adapts: `all` -> the distinct leaf names of every linear but the head and a mixture of
+    experts' linear routers (full names if a leaf name is ambiguous); a comma list -> checked against the model's
+    linear layers, where a name of the routed experts' fused weights (experts, gate_up_proj, ...) is no linear layer
+    and is left to model/moe/targets.py."""
     linears = linear_module_names(model)
     leaf = lambda name: name.rsplit(".", 1)[-1]  # noqa: E731
     if lora_target.strip() == "all":
-        if not linears:
+        if not linears and not expert_sites(model):
             raise ConfigError("lora_target: all: the model has no linear layers besides the output head")
-        leaves = sorted({leaf(n) for n in linears})
+        leaves = linear_leaves_without_routers(model, sorted({leaf(n) for n in linears}))
         head_leaves = {leaf(n) for n in output_head_names(model)}
-        return sorted(linears) if head_leaves & set(leaves) else leaves
-    requested = [t.strip() for t in lora_target.split(",") if t.strip()]
+        if head_leaves & set(leaves):
+            routers = set(router_module_names(model))
+            return sorted(n for n in linears if n not in routers)
+        return leaves
+    requested = _requested_names(lora_target)
     if not requested:
         raise ConfigError(f"lora_target: empty list ({show_value(lora_target)}); use all or names like q_proj,v_proj")
     heads = output_head_names(model)
     known_leaves = sorted({leaf(n) for n in linears})
+    linear_targets = []
     for target in requested:
         if any(h == target or h.endswith("." + target) for h in heads):
             raise ConfigError(f"lora_target: {target} is the output head (tied to the embeddings or the vocabulary "
                               "projection); LoRA targets hidden linear layers")
-        if not any(n == target or n.endswith("." + target) for n in linears):
+        is_linear = any(n == target or n.endswith("." + target) for n in linears)
+        if is_linear:
+            linear_targets.append(target)
+        elif not is_expert_name(model, target):
+            experts = " (and the routed experts: experts, gate_up_proj, down_proj)" if expert_sites(model) else ""
             raise ConfigError(f"lora_target: no linear layer named {show_value(target)} in this model "
-                              f"(linear layers: {', '.join(known_leaves)})")
-    return requested
+                              f"(linear layers: {', '.join(known_leaves)}{experts})")
+    return linear_targets
 
 
 def resolve_additional_targets(model: nn.Module, additional_target: Optional[str]) -> Optional[list[str]]:
@@ -140,7 +181,6 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
     manifest and unpacked first. Weights are read from safetensors; adapter_model.bin only with `allow_pickle`."""
     from peft import PeftModel
 
-
     adapter_dir = unpacked(adapter_dir)
     if adapter_dir.is_file():
         raise CheckpointError(f"{adapter_dir} is a file; name the adapter folder (or its .tar.gz archive)")
@@ -156,11 +196,15 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
             raise CheckpointError(f"{adapter_dir}: no adapter_model.safetensors")
     for file in weights:
         _check_file_readable(file)
-    if weights:  # a pickle adapter (allowed) has no header to check shapes against; peft's own errors remain
-        expected = _expected_adapter_shapes(model, adapter_dir)
-        _compare_shapes(adapter_dir, _saved_shapes(weights), expected, what="adapter")
+    # An adapter for transformers 5's fused experts is read as written (model/moe/targets.py: targets_as_written).
+    fused_layout = written_for_fused_experts(adapter_dir)
+    with targets_as_written(fused_layout):
+        if weights:  # a pickle adapter (allowed) has no header to check shapes against; peft's own errors remain
+            expected = _expected_adapter_shapes(model, adapter_dir)
+            _compare_shapes(adapter_dir, _saved_shapes(weights), expected, what="adapter")
     try:
-        loaded = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=is_trainable)
+        with targets_as_written(fused_layout):
+            loaded = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=is_trainable)
     except (pickle.UnpicklingError, EOFError) as e:
         # allow_pickle_weights: true, and still torch's weights_only loader refuses what the pickle holds (a class, a
         # function call): nothing in it ran. Its message spans many lines; the reason is the "Unsupported ..." one.
@@ -171,6 +215,7 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
                               "saved from a copy you trust") from None
     except (RuntimeError, ValueError, KeyError) as e:
         raise CheckpointError(f"{adapter_dir}: adapter does not fit the base model: {str(e).splitlines()[0]}") from None
+    install_grouped_experts(loaded)   # a mixture of experts' adapted experts as grouped matmuls (model/moe/)
     if is_trainable:
         _cast_trainable_to_fp32(loaded)  # as for a fresh adapter: small updates must not round away in bf16
     return loaded

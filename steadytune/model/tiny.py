@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+from steadytune.model.attention import EAGER_ONLY_MODEL_TYPES
+
 SPECIAL_TOKENS = [
     "<pad>", "<eos>", "<bos>", "<unk>",
     "<|im_start|>", "<|im_end|>", "<|endoftext|>",
@@ -66,7 +68,29 @@ TINY_CONFIGS = {
     "gemma3": dict(model_type="gemma3_text", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=512,
                    sliding_window=16, query_pre_attn_scalar=8, tie_word_embeddings=True),
+    # Mixtures of experts, as transformers 5 builds them (routed experts fused into 3-D parameters): 4 experts, 2
+    # a token; Qwen2-MoE and DeepSeek-V2 add a shared expert, gpt-oss stores its experts transposed with biases.
+    "qwen3_moe": dict(model_type="qwen3_moe", hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                      num_experts=4, num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, max_position_embeddings=512, tie_word_embeddings=False),
+    "qwen2_moe": dict(model_type="qwen2_moe", hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                      shared_expert_intermediate_size=24, num_experts=4, num_experts_per_tok=2, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      tie_word_embeddings=False),
+    "mixtral": dict(model_type="mixtral", hidden_size=32, intermediate_size=16, num_local_experts=4,
+                    num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                    max_position_embeddings=512, tie_word_embeddings=False),
+    "gpt_oss": dict(model_type="gpt_oss", hidden_size=32, intermediate_size=16, num_local_experts=4,
+                    num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                    head_dim=8, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                    tie_word_embeddings=False),
+    "deepseek_v2": dict(model_type="deepseek_v2", hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                        n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, num_hidden_layers=2,
+                        first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16,
+                        q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, n_group=1,
+                        topk_group=1, max_position_embeddings=512, tie_word_embeddings=False),
 }
+MOE_KINDS = ("qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "deepseek_v2")
 
 
 def build_model(kind: str = "qwen2", tokenizer: PreTrainedTokenizerFast | None = None, seed: int = 0,
@@ -81,6 +105,8 @@ def build_model(kind: str = "qwen2", tokenizer: PreTrainedTokenizerFast | None =
     config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                                   eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **spec)
     torch.manual_seed(seed)
+    if model_type in EAGER_ONLY_MODEL_TYPES:   # gpt-oss: no SDPA path in transformers (its attention sinks)
+        attn_implementation = "eager"
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
     return model
 

@@ -43,7 +43,8 @@ class TrainBatches:
     processes keep whole steps (`whole_steps`), so that any number of them cuts the same steps."""
 
     def __init__(self, cfg: RunConfig, data, tokenizer, world_size: int = 1, rank: int = 0,
-                 packing_attention: str | None = None, max_tokens: int | None | str = "auto", collate=None):
+                 packing_attention: str | None = None, max_tokens: int | None | str = "auto", collate=None,
+                 token_mask: bool = False):
 
 
         self.cfg, self.data = cfg, data
@@ -63,8 +64,10 @@ class TrainBatches:
                 counts[label] += 1
             self.loss_weights = balance.class_weights(counts)
         if packing_attention is not None:
+            # token_mask: packed rows also say which positions are padding (segment_ids -1), for a mixture of
+            # experts' routing statistics and load-balancing loss (model/moe/routing.py)
             self.collate = PackedCollator(tokenizer.pad_token_id, row_len=cfg.data.cutoff_len,
-                                          attention=packing_attention)
+                                          attention=packing_attention, segment_ids=token_mask)
         if collate is not None:  # a stage's own collation (preference pairs: stages/batches.py)
             self.collate = collate
         self.lengths = [len(x["input_ids"]) for x in data.train]
@@ -92,7 +95,8 @@ class TrainBatches:
         if hasattr(packed, "with_static"):  # a stage's collator pads its own packed rows
             self.collate = packed.with_static(shape)
             return
-        self.collate = PackedCollator(packed.pad_token_id, packed.row_len, packed.attention, static=shape)
+        self.collate = PackedCollator(packed.pad_token_id, packed.row_len, packed.attention,
+                                      segment_ids=packed.segment_ids, static=shape)
 
     def batches_per_epoch(self) -> int:
         if self.max_tokens is None:

@@ -20,6 +20,7 @@ from steadytune.data.encode import IGNORE_INDEX
 from steadytune.model import kernels
 from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
 from steadytune.model.attention import packed_mask_placeholder
+from steadytune.model.moe.routing import routing_of, routing_token_mask
 from steadytune.model.kernels import FUSED_CHUNK_FLAG
 
 
@@ -58,8 +59,23 @@ def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch
     (and a CUDA graph can record it).
     """
     # No KV cache in training: it costs memory, and with one transformers ignores packed position ids and would
-    # let packed examples attend to each other.
-    hidden = decoder_body(model)(**model_inputs(batch), use_cache=False).last_hidden_state
+    # let packed examples attend to each other. A mixture of experts also returns its router logits: the routers'
+    # load-balancing loss and routing statistics (model/moe/routing.py).
+    inputs = model_inputs(batch)
+    routing = routing_of(model)
+    extra = {"output_router_logits": True} if routing is not None else {}
+    outputs = decoder_body(model)(**inputs, use_cache=False, **extra)
+    hidden = outputs.last_hidden_state
+    loss_sum, n_tokens = _labelled_loss_sum(model, hidden, batch, token_weights)
+    if routing is not None:
+        aux = routing.add(outputs.router_logits, routing_token_mask(batch), n_tokens)
+        if aux is not None:
+            loss_sum = loss_sum + aux
+    return loss_sum, n_tokens
+
+
+def _labelled_loss_sum(model: torch.nn.Module, hidden: torch.Tensor, batch: dict,
+                       token_weights: torch.Tensor | None) -> tuple[torch.Tensor, int]:
     if "target_index" in batch and token_weights is None:
         rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["target_index"])
         return labelled_cross_entropy_sum(output_head(model), rows, batch["target_ids"], None,

@@ -1,0 +1,107 @@
+"""The grouped matmul of a mixture of experts: rows sorted by expert, each group of rows times its expert's matrix,
+`out[rows of e] = x[rows of e] @ w[e]`, in one call instead of one matmul per expert.
+
+Three ways to run it, one arithmetic (`moe_grouped_mm`, chosen by choose_grouped_backend):
+- torch: torch's grouped matmul (`torch.nn.functional.grouped_mm`, `torch._grouped_mm` before it): CUTLASS on
+  NVIDIA sm_80 and up; on a CPU a plain loop inside torch (float32 / bfloat16). Its autograd is torch's own.
+- triton: our Triton kernel (grouped_triton.py), forward and backward. For ROCm, where torch's grouped matmul falls
+  back to a slow path because the Composable Kernel one "is not performant yet" (pytorch#170159, pytorch#171140: opt-in
+  with ROCM_ALLOW_GROUP_GEMM_CK=1) and RDNA4 ships an empty `_grouped_mm` kernel up to ROCm 7.12 (ROCm/TheRock#5284),
+  and for NVIDIA GPUs below sm_80 or dtypes torch's kernel does not take.
+- loop: one matmul per expert over its rows (reads the group sizes back to the host): the reference the others are
+  tested against, and the path of an old torch with neither.
+
+`offsets` are the groups' end rows (int32, cumulative, one per expert), as torch's grouped matmul takes them; rows at
+and past offsets[-1] are left out (their output rows are zero here, whatever the kernel).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from steadytune.errors import UserError
+
+BACKENDS = ("torch", "triton", "loop")
+TRITON = importlib.util.find_spec("triton") is not None
+
+
+def _torch_grouped_mm():
+    return getattr(torch.nn.functional, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+
+
+def torch_kernel_status(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
+    """Whether torch's grouped matmul runs well here, and why not."""
+    if _torch_grouped_mm() is None:
+        return False, f"torch {torch.__version__} has no grouped matmul (torch 2.8 and later do)"
+    if device.type == "cpu":
+        if dtype not in (torch.float32, torch.bfloat16):
+            return False, f"torch's CPU grouped matmul takes float32 and bfloat16, not {dtype}"
+        return True, "torch's grouped matmul (on a CPU: its loop over the groups)"
+    if device.type != "cuda":
+        return False, f"no grouped matmul kernel for {device.type}"
+    if torch.version.hip is not None:
+        return False, ("torch's grouped matmul on ROCm falls back to a slow path (its Composable Kernel path is opt-in, "
+                       "'not performant yet': pytorch#170159) and is empty on RDNA4 up to ROCm 7.12 (ROCm/TheRock#5284)")
+    if torch.cuda.get_device_capability(device) < (8, 0):
+        return False, "torch's grouped matmul needs an NVIDIA GPU of sm_80 or later"
+    if dtype != torch.bfloat16:
+        return False, f"torch's CUDA grouped matmul is measured in bfloat16 only, not {dtype}"
+    return True, "torch's grouped matmul (CUTLASS)"
+
+
+def choose_grouped_backend(device: torch.device, dtype: torch.dtype, asked: str = "auto") -> tuple[str, str]:
+    """-> (backend, why): what the experts' grouped matmuls run on. `asked`: the moe_grouped_mm key."""
+    torch_ok, torch_why = torch_kernel_status(device, dtype)
+    triton_ok = TRITON and device.type == "cuda"
+    triton_why = ("our Triton grouped kernel" if triton_ok else
+                  "Triton is not installed" if not TRITON else "Triton kernels need a GPU")
+    if asked == "torch":
+        if not torch_ok:
+            raise UserError(f"moe_grouped_mm: torch, but {torch_why}; set moe_grouped_mm: auto")
+        return "torch", torch_why
+    if asked == "triton":
+        if not triton_ok:
+            raise UserError(f"moe_grouped_mm: triton, but {triton_why}; set moe_grouped_mm: auto")
+        return "triton", triton_why
+    if asked == "loop":
+        return "loop", "one matmul per expert (asked for)"
+    if torch_ok and (device.type == "cpu" or torch.version.hip is None):
+        return "torch", torch_why
+    if triton_ok:
+        return "triton", f"{triton_why} ({torch_why})"
+    return "loop", f"one matmul per expert ({torch_why}; {triton_why})"
+
+
+def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, backend: str) -> torch.Tensor:
+    """x [rows, K] sorted by group, w [groups, K, N] (any strides), offsets int32 [groups] -> [rows, N]."""
+    if backend == "torch":
+        return _torch_grouped_mm()(x, w, offs=offsets)
+    if backend == "triton":
+        from steadytune.model.moe.grouped_triton import triton_grouped_mm  # lazy: Triton imports only on a GPU run
+
+        return triton_grouped_mm(x, w, offsets)
+    return loop_grouped_mm(x, w, offsets)
+
+
+def loop_grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The reference: one matmul per group over its rows (autograd through plain matmuls)."""
+    ends = offsets.tolist()
+    pieces, start = [], 0
+    for group, end in enumerate(ends):
+        if end > start:
+            pieces.append(x[start:end] @ w[group])
+        start = end
+    if start < x.shape[0]:   # rows past the last group: not computed, zero
+        pieces.append(x.new_zeros(x.shape[0] - start, w.shape[-1]))
+    if not pieces:
+        return x.new_zeros(x.shape[0], w.shape[-1]) + 0 * w.sum()
+    return torch.cat(pieces)
+
+
+def group_ends(sorted_groups: torch.Tensor, groups: int) -> torch.Tensor:
+    """The end row of each group in a sorted list of group ids, as int32 offsets; on the device, no host sync
+    (searchsorted, where bincount would read the largest id back, and a CUDA graph cannot hold that)."""
+    bounds = torch.arange(1, groups + 1, device=sorted_groups.device, dtype=sorted_groups.dtype)
+    return torch.searchsorted(sorted_groups, bounds, right=False).to(torch.int32)
