@@ -30,6 +30,7 @@ from steadytune.model.moe.targets import (
     is_expert_name,
     linear_leaves_without_routers,
     plan_expert_targets,
+    refuse_router_name,
     targets_as_written,
     written_for_fused_experts,
 )
@@ -131,6 +132,7 @@ def resolve_lora_targets(model: nn.Module, lora_target: str) -> list[str]:
         if any(h == target or h.endswith("." + target) for h in heads):
             raise ConfigError(f"lora_target: {target} is the output head (tied to the embeddings or the vocabulary "
                               "projection); LoRA targets hidden linear layers")
+        refuse_router_name(model, target)
         is_linear = any(n == target or n.endswith("." + target) for n in linears)
         if is_linear:
             linear_targets.append(target)

@@ -76,6 +76,10 @@ def choose_grouped_backend(device: torch.device, dtype: torch.dtype, asked: str 
 
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, backend: str) -> torch.Tensor:
     """x [rows, K] sorted by group, w [groups, K, N] (any strides), offsets int32 [groups] -> [rows, N]."""
+    if backend == "torch" and (torch.compiler.is_compiling() and x.dtype != torch.bfloat16 or not _aligned(x, w)):
+        # torch's grouped matmul traces in bfloat16 only (its fake kernel checks the dtype), and takes rows of a
+        # multiple of 16 bytes only (widths of real models are; the rank-r factors are padded to be)
+        backend = "loop"
     if backend == "torch":
         return _torch_grouped_mm()(x, w, offs=offsets)
     if backend == "triton":
@@ -85,19 +89,67 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, backend:
     return loop_grouped_mm(x, w, offsets)
 
 
+def _aligned(x: torch.Tensor, w: torch.Tensor) -> bool:
+    size = x.element_size()
+    return (x.shape[1] * size) % 16 == 0 and (w.shape[-1] * size) % 16 == 0
+
+
 def loop_grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """The reference: one matmul per group over its rows (autograd through plain matmuls)."""
-    ends = offsets.tolist()
-    pieces, start = [], 0
-    for group, end in enumerate(ends):
-        if end > start:
-            pieces.append(x[start:end] @ w[group])
+    """The reference: one matmul per group over its rows; rows past the last group are zero. A custom op (with its
+    own backward, below), so torch.compile takes it whole instead of stopping at the group sizes it reads back."""
+    return torch.ops.steadytune.grouped_mm_loop(x, w, offsets)
+
+
+def _groups(offsets: torch.Tensor):
+    start = 0
+    for group, end in enumerate(offsets.tolist()):
+        yield group, start, end
         start = end
-    if start < x.shape[0]:   # rows past the last group: not computed, zero
-        pieces.append(x.new_zeros(x.shape[0] - start, w.shape[-1]))
-    if not pieces:
-        return x.new_zeros(x.shape[0], w.shape[-1]) + 0 * w.sum()
-    return torch.cat(pieces)
+
+
+@torch.library.custom_op("steadytune::grouped_mm_loop", mutates_args=())
+def _grouped_mm_loop(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    out = x.new_zeros(x.shape[0], w.shape[-1])
+    for group, start, end in _groups(offsets):
+        if end > start:
+            out[start:end] = x[start:end] @ w[group]
+    return out
+
+
+@_grouped_mm_loop.register_fake
+def _(x, w, offsets):
+    return x.new_empty(x.shape[0], w.shape[-1])
+
+
+@torch.library.custom_op("steadytune::grouped_weight_grad_loop", mutates_args=())
+def _grouped_weight_grad_loop(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """dw[g] = x[rows of g]^T @ dy[rows of g]; zero for an empty group."""
+    dw = x.new_zeros(offsets.shape[0], x.shape[1], dy.shape[1])
+    for group, start, end in _groups(offsets):
+        if end > start:
+            dw[group] = x[start:end].T @ dy[start:end]
+    return dw
+
+
+@_grouped_weight_grad_loop.register_fake
+def _(x, dy, offsets):
+    return x.new_empty(offsets.shape[0], x.shape[1], dy.shape[1])
+
+
+def _loop_setup(ctx, inputs, output):
+    x, w, offsets = inputs
+    ctx.save_for_backward(x, w, offsets)
+
+
+def _loop_backward(ctx, dy):
+    x, w, offsets = ctx.saved_tensors
+    dx = torch.ops.steadytune.grouped_mm_loop(dy, w.transpose(-2, -1), offsets) if ctx.needs_input_grad[0] else None
+    dw = (torch.ops.steadytune.grouped_weight_grad_loop(x, dy, offsets).to(w.dtype) if ctx.needs_input_grad[1]
+          else None)
+    return dx, dw, None
+
+
+_grouped_mm_loop.register_autograd(_loop_backward, setup_context=_loop_setup)
 
 
 def group_ends(sorted_groups: torch.Tensor, groups: int) -> torch.Tensor:

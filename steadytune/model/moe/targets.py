@@ -86,10 +86,15 @@ def router_targets(model: nn.Module, requested: list[str] | None, train_router: 
     names = router_module_names(model)
     leaves = sorted({n.rsplit(".", 1)[-1] for n in names})
     for name in requested or []:
-        if name in leaves:
-            raise ConfigError(f"lora_target: {show_value(name)} is a router (it picks each token's experts); routers "
-                              "stay frozen by default: train_router: true trains them in full")
+        refuse_router_name(model, name)
     return leaves if train_router and names else []
+
+
+def refuse_router_name(model: nn.Module, name: str) -> None:
+    """A lora_target entry that names a router: refused, pointing at train_router."""
+    if name in {n.rsplit(".", 1)[-1] for n in router_module_names(model)}:
+        raise ConfigError(f"lora_target: {show_value(name)} is a router (it picks each token's experts); routers "
+                          "stay frozen by default: train_router: true trains them in full")
 
 
 def linear_leaves_without_routers(model: nn.Module, leaves: list[str]) -> list[str]:
