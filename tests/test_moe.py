@@ -323,6 +323,8 @@ def test_a_moe_run_logs_routing_adds_the_aux_loss_and_saves_a_peft_adapter_that_
         assert record["moe_load_max"] >= 1.0 >= record["moe_load_min"] >= 0.0
     loads = read_metrics(with_aux / "expert_load.jsonl")
     assert [r["step"] for r in loads] == [2, 4] and len(loads[0]["load"]) == 2 and len(loads[0]["load"][0]) == 4
+    page = (with_aux / "report.html").read_text(encoding="utf-8")   # the report draws the routing
+    assert 'id="experts-0"' in page and "routing: the busiest expert" in page
     config = json.loads((with_aux / "adapter_config.json").read_text())
     assert sorted(config["target_parameters"]) == ["experts.down_proj", "experts.gate_up_proj"]
     with safe_open(str(with_aux / "adapter_model.safetensors"), "pt") as f:

@@ -87,6 +87,10 @@ def curve_charts(runs: list[Run]) -> list[Chart]:
     memory = [k for k in ("mem_allocated_gib", "mem_reserved_gib", "mem_peak_gib")
               if any(run.series(k)[0] for run in runs)]
     charts.append(memory_chart(runs, memory))
+    if any(run.series("moe_load_max")[0] for run in runs):   # a mixture of experts: how evenly the routers spread
+        charts += [series_chart(runs, "moe_load_max", "routing: the busiest expert's load (1 = the uniform share)",
+                                "x uniform share"),
+                   series_chart(runs, "moe_aux_loss", "routing: load-balancing loss (1 = balanced)", "aux loss")]
     return charts
 
 
@@ -434,3 +438,19 @@ def length_chart(run: Run, run_index: int) -> Chart | None:
         fig.update_layout(title_text=f"example lengths (tokens; cutoff_len {cutoff:.0f} is above the longest, {longest})")
     fig.update_layout(barmode="overlay")
     return Chart(f"lengths-{run_index}", "lengths", fig)
+
+
+def expert_load_chart(run: Run, run_index: int) -> Chart | None:
+    """A mixture of experts: each layer's per-expert load over the last logging window, as a multiple of the uniform
+    share (expert_load.jsonl): an idle expert is a dark cell, an overloaded one a bright one."""
+    record = run.expert_load
+    if not record:
+        return None
+    load = np.asarray([[as_number(v) for v in row] for row in record["load"]], dtype=np.float64)
+    fig = go.Figure(layout=base_layout(f"expert load at step {record.get('step')} (x the uniform share)", "layer",
+                                       "expert"))
+    fig.add_trace(go.Heatmap(z=load, colorscale="Viridis", zmin=0, colorbar=dict(title=dict(text="x uniform")),
+                             hovertemplate="layer %{y}, expert %{x}: %{z:.2f} x the uniform share<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(height=max(HEIGHT, 80 + 12 * load.shape[0]))
+    return Chart(f"experts-{run_index}", "expert load", fig)

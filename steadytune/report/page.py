@@ -31,6 +31,7 @@ from steadytune.report.charts import (
     baseline_rows,
     confusion_chart,
     curve_charts,
+    expert_load_chart,
     generation_chart,
     length_chart,
     primary_result,
@@ -189,7 +190,7 @@ def _last(run: Run, key: str):
 def run_details(run: Run, index: int) -> dict[str, Any]:
     """Everything shown for one run below the curves: results, data, config, environment."""
     charts = [c for c in (baseline_chart(run, index), confusion_chart(run, index), generation_chart(run, index),
-                          length_chart(run, index)) if c is not None]
+                          length_chart(run, index), expert_load_chart(run, index)) if c is not None]
     by_kind = {c.id.rsplit("-", 1)[0]: c for c in charts}
     primary = primary_result(run)
     per_class = []

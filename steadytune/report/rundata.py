@@ -47,6 +47,7 @@ class Run:
     misclassified: list[dict] = field(default_factory=list)
     misclassified_source: str = ""
     generated: list[dict] = field(default_factory=list)
+    expert_load: dict | None = None                    # a mixture of experts: the last expert_load.jsonl record
     notes: list[str] = field(default_factory=list)     # what could not be read, and why
     status: str = ""
     status_detail: str = ""
@@ -150,6 +151,7 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     run.data_stats = _read(run, "data_stats.json", _load_json)
     _read_metrics(run)
     _read_samples(run)
+    _read_expert_load(run)
     run.last_write = _last_write(folder)
     run.status, run.status_detail = run_status(run)
     return run
@@ -218,6 +220,21 @@ def _read_metrics(run: Run) -> None:
             run.steps.append(record)
         elif any(k.startswith("eval_") for k in record):
             run.evals.append(record)
+
+
+def _read_expert_load(run: Run) -> None:
+    """A MoE run's last logged routing: each layer's per-expert load (training/experts.py), if well formed."""
+    path = run.path / "expert_load.jsonl"
+    if not path.is_file():
+        return
+    records, _ = read_jsonl(path)
+    for record in reversed(records):
+        load = record.get("load")
+        if (isinstance(load, list) and load and all(isinstance(row, list) and row for row in load)
+                and all(as_number(v) is not None for row in load for v in row)):
+            run.expert_load = {"step": record.get("step"), "load": load}
+            return
+    run.notes.append("expert_load.jsonl holds no well-formed record; the routing chart is left out")
 
 
 def _read_samples(run: Run) -> None:
