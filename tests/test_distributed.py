@@ -642,3 +642,31 @@ def test_graphed_micro_batches_on_two_ranks_sum_gradients_like_eager_ones(tmp_pa
     assert results[0]["graphed"] == pytest.approx(results[1]["graphed"], rel=1e-9)   # one loss for both ranks
     assert results[0]["weights"][1] == pytest.approx(results[1]["weights"][1], rel=1e-9)  # the same weights
     assert [r["eager_batches"] for r in results] == [1, 0]    # rank 0 recorded a micro-batch later
+
+
+@needs_deepspeed
+def test_a_mixture_of_experts_under_zero3_and_fsdp2_trains_its_experts_as_one_process_does(sample_data_dir, tmp_path):
+    """ZeRO-3 partitions the fused expert weights (their data empty, their shape in ds_shape) before LoRA is attached:
+    the experts must still be found and adapted, gathered whole at their MoE block's forward (the grouped forward
+    reads them without calling their module), and saved; FSDP2 shards whole decoder layers."""
+    from safetensors.torch import load_file
+
+    from steadytune.model.tiny import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "moe", "qwen3_moe")
+    fixed = json.loads(json.dumps(SEED_001_DS))
+    del fixed["zero_optimization"]["stage3_parition_grads"]
+    ds_file = write_json(tmp_path / "ds_z3.json", fixed)
+    single = one_process(model, sample_data_dir, tmp_path / "one", gradient_accumulation_steps=4)
+    reference = load_file(tmp_path / "one" / "adapter_model.safetensors")
+    assert any(".mlp.experts." in k for k in reference)
+    for name, keys in (("z3", {"deepspeed": ds_file}),
+                       ("fsdp", {"fsdp": "full_shard auto_wrap", "fsdp_config": "{fsdp_version: 2}"})):
+        done = run_cli(overrides(model, sample_data_dir, tmp_path / name, gradient_accumulation_steps=2, **keys)
+                       + ["--nproc", "2"])
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "routed experts" in done.stdout and "routed experts 0" not in done.stdout
+        assert losses(tmp_path / name) == pytest.approx(single.losses, rel=1e-4)
+        saved = load_file(tmp_path / name / "adapter_model.safetensors")
+        assert sorted(saved) == sorted(reference)
+        assert all(torch.allclose(saved[k], reference[k], atol=1e-4) for k in saved)

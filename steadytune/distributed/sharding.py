@@ -44,6 +44,7 @@ from steadytune.distributed.state import (
 from steadytune.errors import UserError
 from steadytune.hardware.backend import detect_backend
 from steadytune.model.anatomy import layer_classes
+from steadytune.model.moe.anatomy import moe_block_classes
 from steadytune.training.checkpoint import refuse_non_finite
 
 
@@ -279,6 +280,7 @@ def model_device(plan: ShardingPlan, accelerator):
 def fit_to_model(accelerator, plan: ShardingPlan, model, cfg) -> None:
     """Settings that need the loaded model: DeepSpeed's hidden-size "auto" values; FSDP2's layer classes."""
     if plan.deepspeed is not None:
+        gather_experts_whole(plan, model, cfg)
         notes = fill_from_model(plan.deepspeed, model.config)
         left = leftover_auto(plan.deepspeed)
         if left:
@@ -292,6 +294,23 @@ def fit_to_model(accelerator, plan: ShardingPlan, model, cfg) -> None:
         plugin = accelerator.state.fsdp_plugin
         if not plugin.transformer_cls_names_to_wrap:
             plugin.transformer_cls_names_to_wrap = layer_classes(model) or None
+
+
+def gather_experts_whole(plan: ShardingPlan, model, cfg) -> None:
+    """ZeRO-3 gathers a module's weights when the module's forward is called; the grouped experts forward
+    (model/moe/experts_lora.py) reads the experts' weights from the layer's MoE block without calling the experts
+    module, so the block is made one ZeRO-3 leaf (its weights gathered at its forward), as LLaMA-Factory does for its MoE
+    models (add_z3_leaf_module)."""
+    if plan.deepspeed is None or plan.deepspeed.stage != 3:
+        return
+    blocks = moe_block_classes(model)
+    if not blocks:
+        return
+    from deepspeed.utils import set_z3_leaf_modules   # lazy: deepspeed is an optional dependency
+
+    set_z3_leaf_modules(model, blocks)
+    cfg.decide("z3_leaf_modules", [b.__name__ for b in blocks], "ZeRO-3 gathers each MoE block's experts and router "
+               "whole at its forward (the grouped experts read them without calling their module)")
 
 
 def prepare_objective(accelerator, plan: ShardingPlan, objective, optimizer):

@@ -65,7 +65,24 @@ def is_fused_experts(module: nn.Module) -> bool:
     up = next((getattr(module, n, None) for n in FUSED_UP_NAMES if isinstance(getattr(module, n, None), nn.Parameter)),
               None)
     down = getattr(module, FUSED_DOWN_NAME, None)
-    return up is not None and up.ndim == 3 and isinstance(down, nn.Parameter) and down.ndim == 3
+    return up is not None and isinstance(down, nn.Parameter) and len(full_shape(up)) == 3 and len(full_shape(down)) == 3
+
+
+def full_shape(param: torch.Tensor) -> tuple[int, ...]:
+    """A parameter's shape, also where DeepSpeed ZeRO-3 has partitioned it (its data is then empty: ds_shape)."""
+    return tuple(getattr(param, "ds_shape", param.shape))
+
+
+def moe_block_classes(model: nn.Module) -> list[type]:
+    """The classes of the modules that hold each layer's experts (and its router): what DeepSpeed ZeRO-3 must gather
+    as one leaf, since the grouped forward reads the experts' weights without calling their module."""
+    classes = []
+    for site in expert_sites(model):
+        parent = site.name.rsplit(".", 1)[0] if "." in site.name else ""
+        block = type(model.get_submodule(parent))
+        if block not in classes:
+            classes.append(block)
+    return classes
 
 
 def innermost(module: nn.Module) -> nn.Module:
