@@ -78,8 +78,9 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
                           f"{0 if method.lora_dropout else 'false'}, or leave the experts out of lora_target")
     if requested is None:
         cfg.decide("lora_target", ",".join(targets + experts.parameters), "all = every linear layer except the output "
-                   "head" + (" and the routers, and the routed experts' fused weights (peft's target_parameters)"
-                             if experts.parameters else ""))
+                   "head" + (" and the routers, and the routed experts' fused weights (peft's target_parameters); "
+                             "differs from LLaMA-Factory, whose all takes modules with Linear in their class name only "
+                             "and so leaves transformers 5's fused experts frozen" if experts.parameters else ""))
     for note in experts.notes:
         cfg.decide("lora_target_experts", requested, note)
     alpha = lora_alpha_of(cfg)
