@@ -81,12 +81,16 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--examples", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--keys", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="train keys for both runs (e.g. torch_compile=true max_tokens_per_batch=8192)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     model = model_folder(args.out / "model", args)
     data = data_file(args.out / "data.json", args)
     report = {}
-    for name, keys in (("default", {}), ("eager", {"torch_compile": False, "cuda_graphs": False, "fp8_base": False})):
+    common = dict(item.split("=", 1) for item in args.keys)
+    eager = {"torch_compile": False, "cuda_graphs": False, "fp8_base": False}
+    for name, keys in (("default", common), ("eager", {**common, **eager})):
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         report[name] = train(args.out / name, model, data, args, **keys)
