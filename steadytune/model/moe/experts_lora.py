@@ -26,7 +26,6 @@ from __future__ import annotations
 import types
 
 import torch
-import torch.nn.functional as F
 
 from steadytune.model.lora_scaling import one_plain_adapter
 from steadytune.model.moe.anatomy import FUSED_DOWN_NAME, expert_sites, fused_up_name
@@ -55,17 +54,49 @@ def _compute_dtype(weight: torch.Tensor, device_type: str) -> torch.dtype:
 def low_rank_factors(wrapper, adapter: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, float]:
     """peft's side-by-side factors as grouped-matmul operands: (A^T [experts, in, r'], B^T [experts, r', out],
     scaling), r' the rank padded to RANK_MULTIPLE."""
-    experts = wrapper.num_experts
     a = wrapper.lora_A[adapter].weight.to(dtype)        # [experts x r, in], expert-major
     b = wrapper.lora_B[adapter].weight.to(dtype)        # [out, r x experts], rank-major: column = rank * experts + e
+    a_t, b_t = torch.ops.steadytune.expert_lora_factors(a, b, wrapper.num_experts)
+    return a_t, b_t, wrapper.scaling[adapter]
+
+
+# The factors' new layout as one custom op: its outputs are plain contiguous tensors whatever the compiler would
+# otherwise make of a permute + pad + contiguous (Inductor kept B's permuted strides, which torch's grouped matmul
+# refuses: "Invalid strides/sizes", seen on the H200), and its backward takes gradients in any layout.
+@torch.library.custom_op("steadytune::expert_lora_factors", mutates_args=())
+def expert_lora_factors(a: torch.Tensor, b: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.Tensor]:
     rank = a.shape[0] // experts
-    a_t = a.view(experts, rank, a.shape[-1]).transpose(1, 2)           # [experts, in, r]
-    b_t = b.view(b.shape[0], rank, experts).permute(2, 1, 0)           # [experts, r, out]
-    pad = -rank % RANK_MULTIPLE
-    if pad:
-        a_t = F.pad(a_t, (0, pad))
-        b_t = F.pad(b_t, (0, 0, 0, pad))
-    return a_t, b_t.contiguous(), wrapper.scaling[adapter]
+    padded = rank + (-rank % RANK_MULTIPLE)
+    a_t = a.new_zeros(experts, a.shape[1], padded)
+    b_t = b.new_zeros(experts, padded, b.shape[0])
+    a_t[:, :, :rank] = a.view(experts, rank, a.shape[1]).transpose(1, 2)
+    b_t[:, :rank, :] = b.view(b.shape[0], rank, experts).permute(2, 1, 0)
+    return a_t, b_t
+
+
+@expert_lora_factors.register_fake
+def _(a, b, experts):
+    rank = a.shape[0] // experts
+    padded = rank + (-rank % RANK_MULTIPLE)
+    return a.new_empty(experts, a.shape[1], padded), b.new_empty(experts, padded, b.shape[0])
+
+
+def _factors_setup(ctx, inputs, output):
+    a, b, experts = inputs
+    ctx.experts, ctx.rank = experts, a.shape[0] // experts
+
+
+def _factors_backward(ctx, grad_a_t, grad_b_t):
+    experts, rank = ctx.experts, ctx.rank
+    grad_a = grad_b = None
+    if grad_a_t is not None:
+        grad_a = grad_a_t[:, :, :rank].transpose(1, 2).reshape(experts * rank, grad_a_t.shape[1])
+    if grad_b_t is not None:
+        grad_b = grad_b_t[:, :rank, :].permute(2, 1, 0).reshape(grad_b_t.shape[2], rank * experts)
+    return grad_a, grad_b, None
+
+
+expert_lora_factors.register_autograd(_factors_backward, setup_context=_factors_setup)
 
 
 def _projection(x: torch.Tensor, weight: torch.Tensor, transposed: bool, lora, ends: torch.Tensor,
