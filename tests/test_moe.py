@@ -230,6 +230,19 @@ def test_grouped_matmul_backends_agree_with_the_loop_and_leave_empty_groups_alon
     torch.testing.assert_close(results["torch"][2], results["loop"][2], rtol=1e-5, atol=1e-5)
 
 
+def test_the_padded_layout_starts_every_expert_on_an_aligned_row_and_keeps_every_pair():
+    from steadytune.model.moe.experts_lora import GROUP_ROWS, padded_layout, padded_rows
+
+    sorted_experts, _ = torch.sort(torch.tensor([3, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 0]))   # expert 1 has none
+    dest, ends, rows = padded_layout(sorted_experts, 4)
+    assert rows == padded_rows(14, 4) and rows % GROUP_ROWS == 0 and ends[-1] == rows
+    starts = torch.cat([torch.zeros(1, dtype=torch.int32), ends[:-1]])
+    assert all(int(start) % GROUP_ROWS == 0 for start in starts)
+    assert len(set(dest.tolist())) == 14                                  # one row per pair
+    for row, expert in zip(dest.tolist(), sorted_experts.tolist()):       # each pair inside its expert's group
+        assert starts[expert] <= row < ends[expert]
+
+
 def test_the_grouped_forward_traces_whole_under_torch_compile():
     """Compiled decoder layers (train's default on a GPU) take the grouped experts without a graph break (on a CPU
     in fp32 the per-expert loop runs as one custom op)."""

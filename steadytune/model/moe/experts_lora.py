@@ -110,6 +110,36 @@ def _projection(x: torch.Tensor, weight: torch.Tensor, transposed: bool, lora, e
     return out
 
 
+# Each expert's rows start at a multiple of this many rows (16 bytes of bf16): torch's CUDA grouped matmul asserts
+# that every group's size along the dimension it splits is a multiple of 16 bytes wherever that dimension is the
+# contiguous one, which the compiler's layouts and the weight gradients make it (a device-side assert on the H200).
+GROUP_ROWS = 8
+
+
+def padded_rows(pairs: int, num_experts: int) -> int:
+    """Rows of the padded layout: every pair, each expert's slack up to a multiple of GROUP_ROWS, rounded up. Fixed by
+    the number of pairs alone, so a static shape stays static."""
+    total = pairs + num_experts * (GROUP_ROWS - 1)
+    return total + (-total % GROUP_ROWS)
+
+
+def padded_layout(sorted_experts: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """-> (each sorted pair's row in the padded layout, the groups' end rows as int32 offsets, the layout's rows).
+    Each expert's group starts at a multiple of GROUP_ROWS; the last group runs to the end, so no row lies past the
+    groups (torch's kernel leaves such rows unwritten). All on the device: no host sync."""
+    pairs = sorted_experts.shape[0]
+    rows = padded_rows(pairs, num_experts)
+    ends = group_ends(sorted_experts, num_experts).to(torch.int64)
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    padded = (counts + GROUP_ROWS - 1) // GROUP_ROWS * GROUP_ROWS
+    padded_ends = torch.cumsum(padded, 0)
+    padded_starts = padded_ends - padded
+    padded_ends[-1] = rows
+    positions = torch.arange(pairs, device=sorted_experts.device)
+    dest = padded_starts[sorted_experts] + positions - (ends - counts)[sorted_experts]
+    return dest, padded_ends.to(torch.int32), rows
+
+
 def grouped_experts(experts: torch.nn.Module, hidden: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor, lora: dict, backend: str) -> torch.Tensor:
     """The experts' output [tokens, hidden] for the routed pairs; `lora`: {parameter name: factors or absent}."""
@@ -118,26 +148,32 @@ def grouped_experts(experts: torch.nn.Module, hidden: torch.Tensor, top_k_index:
     pairs = top_k_index.reshape(-1)
     # A stable sort: the same routing gives the same row order, so the same bits, every run.
     sorted_experts, order = torch.sort(pairs, stable=True)
-    ends = group_ends(sorted_experts, num_experts)
-    xs = hidden[order // top_k]
+    dest, ends, rows = padded_layout(sorted_experts, num_experts)
+    # Row r of the layout holds token source[r]; the padding rows read an extra zero row.
+    source = torch.full((rows,), tokens, dtype=torch.long, device=hidden.device)
+    source[dest] = order // top_k
     dtype = _compute_dtype(getattr(experts, FUSED_DOWN_NAME), hidden.device.type)
-    xs = xs.to(dtype)
+    xs = torch.cat([hidden, hidden.new_zeros(1, hidden.shape[-1])]).to(dtype)[source]
+    row_experts = None
+    if experts.has_bias:   # each row's expert, padding rows their group's
+        row_experts = torch.searchsorted(ends.to(torch.int64), torch.arange(rows, device=hidden.device), right=True)
+        row_experts = row_experts.clamp(max=num_experts - 1)
     up_name = fused_up_name(experts)
     up = _projection(xs, getattr(experts, up_name), experts.is_transposed, lora.get(up_name), ends, backend)
-    if experts.has_bias:
-        up = up + getattr(experts, f"{up_name}_bias")[sorted_experts].to(up.dtype)
+    if row_experts is not None:
+        up = up + getattr(experts, f"{up_name}_bias")[row_experts].to(up.dtype)
     h = experts._apply_gate(up) if experts.has_gate else experts.act_fn(up)
     down = _projection(h, getattr(experts, FUSED_DOWN_NAME), experts.is_transposed, lora.get(FUSED_DOWN_NAME), ends,
                        backend)
-    if experts.has_bias:
-        down = down + getattr(experts, f"{FUSED_DOWN_NAME}_bias")[sorted_experts].to(down.dtype)
+    if row_experts is not None:
+        down = down + getattr(experts, f"{FUSED_DOWN_NAME}_bias")[row_experts].to(down.dtype)
     if getattr(experts, "has_post_expert_norm", False):
         down = experts.post_expert_norm(down)
-    down = down * top_k_weights.reshape(-1)[order].unsqueeze(-1).to(down.dtype)
-    # Back to (token, k) order, then the sum over each token's experts: a reshape and sum (index_add_ would add in
-    # an order that changes from run to run on a GPU).
-    unsorted = torch.empty_like(down).index_copy_(0, order, down)
-    return unsorted.view(tokens, top_k, -1).sum(dim=1).to(hidden.dtype)
+    # Back to (token, k) order: pair p = order[i] sits at row dest[i]; then the weighted sum over each token's experts
+    # (a reshape and sum: index_add_ would add in an order that changes from run to run on a GPU).
+    row_of_pair = torch.empty_like(dest).index_copy_(0, order, dest)
+    weighted = down[row_of_pair] * top_k_weights.reshape(-1, 1).to(down.dtype)
+    return weighted.view(tokens, top_k, -1).sum(dim=1).to(hidden.dtype)
 
 
 def supported(experts: torch.nn.Module) -> bool:
