@@ -173,7 +173,7 @@ def _is_out_of_memory(error: BaseException) -> bool:
 def run_plain(args, device: torch.device) -> dict:
     """The plain recipe; on a mixture of experts with gradient checkpointing where its memory needs it
     (plain_checkpointing), and turned on if a step without it runs out of memory anyway."""
-    checkpointing, why = plain_checkpointing(args, device)
+    checkpointing, why = plain_checkpointing(args.shape, num_layers(args), memory_budget_gib(device), compute_dtype(device))
     try:
         result = run_trainer_arm("plain", args, device, args.plain_batch, liger=False, pad_multiple=None,
                                  checkpointing=checkpointing)
@@ -190,20 +190,21 @@ def run_plain(args, device: torch.device) -> dict:
     return result
 
 
-def plain_checkpointing(args, device: torch.device) -> tuple[bool, str]:
+def plain_checkpointing(shape: str, layers: int | None, budget: float | None, dtype: torch.dtype
+                        ) -> tuple[bool, str]:
     """Whether the plain recipe on a mixture of experts turns on the Trainer's gradient checkpointing, as a careful
     user would where the memory needs it: peft's parametrized expert LoRA builds W + scaling B A for every expert of
     a layer each step, and autograd keeps that copy (the size of the layer's routed experts) until backward, so the
     weights are held about twice over. On when the weights, that copy and the adapters' fp32 weights, gradients and
     AdamW moments (16 bytes each) would pass 85% of the GPU's memory. Dense shapes: off, as the recipe always was."""
-    if not is_moe_shape(args.shape):
+    if not is_moe_shape(shape):
         return False, "off (the plain recipe)"
-    budget = memory_budget_gib(device)
     if budget is None:
         return False, "off: no GPU memory to fit"
-    meta = with_lora(build_shape(args.shape, dtype=compute_dtype(device), device="meta", num_layers=num_layers(args)))
+    with torch.device("meta"):   # the adapters too: peft would draw their random values on the CPU (seconds)
+        meta = with_lora(build_shape(shape, dtype=dtype, device="meta", num_layers=layers))
     counts = parameter_counts(meta)
-    bytes_each = torch.empty((), dtype=compute_dtype(device)).element_size()
+    bytes_each = torch.empty((), dtype=dtype).element_size()
     routed = sum(p.numel() for name, p in meta.named_parameters()
                  if not p.requires_grad and parameter_kind(name) == ROUTED_EXPERTS) * bytes_each / 2**30
     weights = counts["total_parameters"] * bytes_each / 2**30

@@ -55,6 +55,12 @@ def load_examples(path: str):
     return Dataset.from_list(rows)  # input_ids + completion_mask: TRL trains it as it is, without a tokenizer pass
 
 
+def target_parameters(model) -> list[str]:
+    """The peft target_parameters Unsloth's get_peft_model chose (the fused experts it adapts)."""
+    config = getattr(model, "peft_config", {}).get("default")
+    return sorted(getattr(config, "target_parameters", None) or [])
+
+
 def main(spec: dict, result_path: str) -> None:
     from torch.utils.data import SequentialSampler
     from trl import SFTConfig, SFTTrainer
@@ -85,8 +91,7 @@ def main(spec: dict, result_path: str) -> None:
         "base": "4-bit (load_in_4bit)" if quantized else "bf16",
         "lora_targets": targets, "batch_fallback": spec["attempt"].get("fallback"),
         **({"moe_backend": moe_backend(), "UNSLOTH_MOE_BACKEND": os.environ.get("UNSLOTH_MOE_BACKEND"),
-            "target_parameters": sorted(getattr(getattr(model, "peft_config", {}).get("default"), "target_parameters", None) or [])}
-           if moe else {}),
+            "target_parameters": target_parameters(model)} if moe else {}),
         "versions": versions("unsloth", "unsloth_zoo", "trl", "transformers", "torch", "peft", "triton", "xformers",
                              "flash_attn", "bitsandbytes"),
     }
