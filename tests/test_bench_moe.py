@@ -107,6 +107,7 @@ def test_the_plain_recipe_checkpoints_where_peft_copies_of_the_experts_would_not
     off, why = arms.plain_checkpointing("qwen3-30b-a3b", 12, 139.8, torch.bfloat16)
     assert not off and why.startswith("off: weights 15.1 GiB")
     assert arms.plain_checkpointing("tiny", None, 1e-6, torch.bfloat16)[0] is False   # dense: the recipe as it was
+    assert arms.plain_checkpointing("gpt-oss-20b", 2, 139.8, torch.bfloat16)[0]   # eager attention's probabilities
 
 
 def test_bench_trains_a_tiny_moe_in_both_arms_end_to_end(tmp_path, capsys):

@@ -199,6 +199,10 @@ def plain_checkpointing(shape: str, layers: int | None, budget: float | None, dt
     AdamW moments (16 bytes each) would pass 85% of the GPU's memory. Dense shapes: off, as the recipe always was."""
     if not is_moe_shape(shape):
         return False, "off (the plain recipe)"
+    eager_only = EAGER_ONLY_MODEL_TYPES.get(SHAPES[shape]["model_type"])
+    if eager_only:   # transformers' gpt-oss fine-tuning recipe (its SFTConfig) turns checkpointing on
+        return True, (f"on: {eager_only}, which keeps every layer's [heads, length, length] probabilities for "
+                      "backward; transformers' own gpt-oss fine-tuning recipe turns gradient checkpointing on")
     if budget is None:
         return False, "off: no GPU memory to fit"
     with torch.device("meta"):   # the adapters too: peft would draw their random values on the CPU (seconds)
