@@ -169,3 +169,30 @@ def test_llamafactory_on_a_moe_says_its_routed_experts_stay_frozen(monkeypatch):
 def arms_args():
     import argparse
     return argparse.Namespace(moe_grouped_mm="auto")
+
+
+@pytest.mark.parametrize("kind", ["qwen3_moe", "qwen2_moe", "deepseek_v2", "gpt_oss", "mixtral"])
+def test_both_arms_compute_the_same_loss_and_expert_gradients(kind):
+    """A step of each arm's model on the same batch, with the same non-zero LoRA weights: peft's parametrized experts
+    (plain) and steadytune's grouped ones give the same loss and the same LoRA gradients (fp32, CPU)."""
+    plain = workload.with_lora(build_model(kind))
+    ours, _ = arms.steadytune_experts(arms_args(), build_model(kind), torch.device("cpu"), "fp32")
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for (name, p), (_, q) in zip(plain.named_parameters(), ours.named_parameters()):
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            q.copy_(p)
+    ids = torch.randint(5, plain.config.vocab_size - 1, (2, 12), generator=g)
+    losses, grads = [], []
+    for model in (plain, ours):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        losses.append(float(loss.detach()))
+        grads.append({n.replace(".base_layer", ""): p.grad for n, p in model.named_parameters()
+                      if p.requires_grad and "experts" in n})
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name, grad in grads[0].items():
+        assert grad.abs().max() > 0, name
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-4, atol=1e-6)

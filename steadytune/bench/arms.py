@@ -173,14 +173,16 @@ def _is_out_of_memory(error: BaseException) -> bool:
 def run_plain(args, device: torch.device) -> dict:
     """The plain recipe; on a mixture of experts with gradient checkpointing where its memory needs it
     (plain_checkpointing), and turned on if a step without it runs out of memory anyway."""
-    checkpointing, why = plain_checkpointing(args.shape, num_layers(args), memory_budget_gib(device), compute_dtype(device))
+    checkpointing, why = plain_checkpointing(args.shape, num_layers(args), memory_budget_gib(device),
+                                             compute_dtype(device))
+    result = None
     try:
         result = run_trainer_arm("plain", args, device, args.plain_batch, liger=False, pad_multiple=None,
                                  checkpointing=checkpointing)
     except Exception as e:  # noqa: BLE001 - only running out of memory is a reason to try again
         if checkpointing or not _is_out_of_memory(e) or not is_moe_shape(args.shape):
             raise
-        del e
+    if result is None:   # out of the except block: the failed attempt's frames (and its model) are gone
         reset_memory(device)
         checkpointing, why = True, "on: a step without it ran out of memory"
         result = run_trainer_arm("plain", args, device, args.plain_batch, liger=False, pad_multiple=None,
