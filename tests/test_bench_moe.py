@@ -196,3 +196,22 @@ def test_both_arms_compute_the_same_loss_and_expert_gradients(kind):
     for name, grad in grads[0].items():
         assert grad.abs().max() > 0, name
         torch.testing.assert_close(grads[1][name], grad, rtol=1e-4, atol=1e-6)
+
+
+def test_a_plain_moe_step_that_runs_out_of_memory_is_tried_again_with_checkpointing(monkeypatch):
+    tried = []
+
+    def fake(name, args, device, batch, liger, pad_multiple, checkpointing=False):
+        tried.append(checkpointing)
+        if not checkpointing:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.17 GiB")
+        return {"name": name, "settings": {"batch": batch}}
+
+    monkeypatch.setattr(arms, "run_trainer_arm", fake)
+    import argparse
+    result = arms.run_plain(argparse.Namespace(shape="moe-tiny", num_layers=None, plain_batch=8), torch.device("cpu"))
+    assert tried == [False, True]
+    assert result["settings"]["gradient_checkpointing"] == {"value": True,
+                                                            "reason": "on: a step without it ran out of memory"}
+    with pytest.raises(torch.OutOfMemoryError):   # a dense shape keeps the plain recipe as it was: no second try
+        arms.run_plain(argparse.Namespace(shape="tiny", num_layers=None, plain_batch=8), torch.device("cpu"))
