@@ -14,7 +14,8 @@ import torch
 from steadytune.bench import arms, workload
 from steadytune.bench.command import disagreeing_losses
 from steadytune.cli import main
-from steadytune.model.moe.anatomy import ROUTED_EXPERTS, ROUTER, active_parameters, count_by_kind
+from steadytune.model.moe.anatomy import ROUTED_EXPERTS, ROUTER, active_parameters, count_by_kind, expert_sites
+from steadytune.model.moe.experts_lora import is_grouped
 from steadytune.model.shapes import SHAPES, build_shape, is_moe_shape, shape_config
 from steadytune.model.tiny import build_model
 
@@ -177,6 +178,8 @@ def test_both_arms_compute_the_same_loss_and_expert_gradients(kind):
     (plain) and steadytune's grouped ones give the same loss and the same LoRA gradients (fp32, CPU)."""
     plain = workload.with_lora(build_model(kind))
     ours, _ = arms.steadytune_experts(arms_args(), build_model(kind), torch.device("cpu"), "fp32")
+    assert all(is_grouped(site.module) for site in expert_sites(ours))          # steadytune's grouped forward
+    assert not any(is_grouped(site.module) for site in expert_sites(plain))     # peft's own
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for (name, p), (_, q) in zip(plain.named_parameters(), ours.named_parameters()):
