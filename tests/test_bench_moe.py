@@ -4,6 +4,7 @@ depth of every arm's model."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from pathlib import Path
@@ -146,8 +147,8 @@ def test_a_model_folder_that_would_not_fit_is_said_before_anything_is_written(tm
 
 def test_the_peers_count_parameters_as_bench_does(monkeypatch):
     """peer_timing restates workload.parameter_counts for the peers' processes (which cannot import steadytune)."""
-    monkeypatch.syspath_prepend(str(Path(workload.__file__).parent))
-    from peer_timing import matmul_parameters
+    monkeypatch.syspath_prepend(str(Path(workload.__file__).parent))   # a child finds its siblings as a script does
+    matmul_parameters = importlib.import_module("peer_timing").matmul_parameters
 
     for kind in ("qwen3_moe", "qwen2_moe", "deepseek_v2", "gpt_oss"):
         model = workload.with_lora(build_model(kind))
@@ -160,7 +161,7 @@ def test_the_peers_count_parameters_as_bench_does(monkeypatch):
 
 def test_llamafactory_on_a_moe_says_its_routed_experts_stay_frozen(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(workload.__file__).parent))
-    import lf_child
+    lf_child = importlib.import_module("lf_child")
 
     fast = lf_child.fast_options(cuda=True, moe=True)
     assert fast["enable_liger_kernel"] is False and "mixture of experts" in fast["liger_reason"]
