@@ -59,6 +59,18 @@
 #          0.50.2 (.whl/bnb130: the same wheel with only its CUDA 13 and CPU libraries, 13 MB instead of 42). All for
 #          Python 3.12, `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 #          manylinux_2_28_x86_64`. Each peer gets a Python of its own: a wrapper that puts its folder first on the path.
+# Issue 52's mixtures of experts (one device call each, each under 9.5 minutes with the models' build; random weights
+# from the shapes' published configs, so nothing but the tree travels, except the peers' wheels for moe30_peers):
+#   moe_check    the experts' grouped forward with LoRA: torch's grouped matmul, our Triton kernel and the per-expert
+#                loop against an fp32 loop on a small bf16 layer (values, LoRA gradients), then the 30B-A3B layer's
+#                kernels timed (16k tokens x top-8 of 128 experts), torch vs triton, and peft's path    (~2 min)
+#                                                                                -> moe_grouped_check.json
+#   moe30        qwen3-30b-a3b, all 48 layers: steadytune and plain, 20 timed steps each       (~5-8 min) -> moe30.json
+#   moe30_peers  qwen3-30b-a3b at 12 layers (--num-layers 12: the folder the peers load is 16 GB instead of 61):
+#                steadytune, llamafactory, unsloth, plain, 10 timed steps each (~9 min; stage the peers' wheels
+#                first, as for peers below)                                                    -> moe30_peers.json
+#   moe_gptoss   gpt-oss-20b (bf16 form, eager attention): steadytune and plain, 10 timed steps, 8k-token steps
+#                of 1k-token rows                                                               (~4-6 min) -> moe_gptoss.json
 # Ends with benchmarks/speed_summary.py over whatever was written (also in $OUT/log).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -70,12 +82,13 @@ with_bitsandbytes() {  # the QLoRA stages: the wheel carried in .whl/bnb130, or 
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/keep/bnb/*.whl 2>&1 \
       | grep -v "already exists"
 }
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/gguf-*.whl
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/liger .whl/liger_kernel-*.whl
+# The stages that need them carry these two wheels (the MoE stages need neither: carry nothing there).
+ls .whl/gguf-*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/gguf-*.whl
+ls .whl/liger_kernel-*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/liger .whl/liger_kernel-*.whl
 export PYTHONPATH=/tmp/site:/tmp/liger:$PWD PYTHONUNBUFFERED=1 STEADYTUNE_CACHE=/root/cache MPLBACKEND=Agg
 export TOKENIZERS_PARALLELISM=false
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c "import torch, transformers, peft, triton, liger_kernel; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__)"
+python3 -c "import importlib.util, torch, transformers, peft, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__, 'liger-kernel', 'yes' if importlib.util.find_spec('liger_kernel') else 'no')"
 # One rule for every arm: at least 100 timed steps or 300k tokens after 5 untimed steps, windows of 10, steady when
 # the mean of the last 3 windows is within 3% of the 3 before; at most 40 timed seconds an arm.
 B="python3 -m steadytune bench --min-steps 100 --min-tokens 300000 --window 10 --tolerance 0.03 --max-seconds 40 --arm-timeout 240"
@@ -411,7 +424,45 @@ for STAGE in "${@:-bench}"; do
         --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/peers_$NAME.json" \
         | grep --line-buffered -v Warning
     ;;
-  *) echo "unknown stage $STAGE (bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_offload_graphs, qlora_offload_graphs_more, qlora_unsloth, qlora_checkpointing, profile, profile_default, read_loss, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
+  moe_check)
+    stamp "MoE grouped forward: torch / triton / loop against an fp32 loop, then the 30B-A3B layer's kernels"
+    timeout 300 python3 benchmarks/moe_grouped_check.py --output "$OUT/moe_grouped_check.json" 2>&1 \
+        | grep --line-buffered -v Warning
+    ;;
+  moe30)
+    # Both arms train the same parameters (attention + every routed expert; routers frozen): steadytune by train's
+    # path and policy (grouped experts, compile, graphs, fp8 attention base, its token budget of 16,384), plain by
+    # transformers 5 + peft target_parameters under the Trainer (batch 8, checkpointing where its memory needs it:
+    # the arm's settings say why). Steadytune first: a plain arm that outlasts the call costs only its own row.
+    stamp "qwen3-30b-a3b (48 layers): steadytune, plain; 3 warm-up + 20 timed steps each"
+    timeout 545 python3 -m steadytune bench --shape qwen3-30b-a3b --arms steadytune,plain --warmup 3 --window 5 \
+        --steps 20 --arm-timeout 265 --output "$OUT/moe30.json" | grep --line-buffered -v Warning
+    ;;
+  moe30_peers)
+    # The peers load the shape from a saved folder: at 12 layers it is 16 GB (bench checks the disk's room first and
+    # says so in one line). LLaMA-Factory's lora_target all leaves the routed experts frozen under transformers 5
+    # (its arm's settings and trainable_by_kind say so): its speed is of a lighter job.
+    staged lf bnb unsloth unsloth_deps
+    peer_env "$(keep lf)" /tmp/lfsite
+    unsloth_env
+    df -h /tmp | tail -1
+    stamp "qwen3-30b-a3b at 12 layers: steadytune, llamafactory, unsloth, plain; 2 warm-up + 10 timed steps each"
+    timeout 550 python3 -m steadytune bench --shape qwen3-30b-a3b --num-layers 12 \
+        --arms steadytune,llamafactory,unsloth,plain --warmup 2 --window 5 --steps 10 --arm-timeout 200 \
+        --lf-python /tmp/lfsite.python --unsloth-python /tmp/ussite.python --output "$OUT/moe30_peers.json" \
+        | grep --line-buffered -v Warning
+    ;;
+  moe_gptoss)
+    # gpt-oss runs eager attention only (its sinks), which keeps each layer's [heads, L, L] probabilities: rows of
+    # 1,024 tokens (the examples are at most 752), 8,192 tokens a step, and checkpointing on for steadytune (the
+    # memory policy's estimate does not count eager attention's probabilities yet; plain turns it on as transformers'
+    # gpt-oss recipe does).
+    stamp "gpt-oss-20b: steadytune, plain; 2 warm-up + 10 timed steps each"
+    timeout 545 python3 -m steadytune bench --shape gpt-oss-20b --arms steadytune,plain --max-tokens 8192 \
+        --cutoff-len 1024 --gradient-checkpointing on --warmup 2 --window 5 --steps 10 --arm-timeout 265 \
+        --output "$OUT/moe_gptoss.json" | grep --line-buffered -v Warning
+    ;;
+  *) echo "unknown stage $STAGE (moe_check, moe30, moe30_peers, moe_gptoss, bench, big, demo, variants, fp8, levers, accum, recompute, qlora_memory, qlora_fp8, qlora_offload, qlora_offload_graphs, qlora_offload_graphs_more, qlora_unsloth, qlora_checkpointing, profile, profile_default, read_loss, peers, peers15, peers7, peers7q, peers_gemma, defaults15, defaults7, defaults_gemma)";;
   esac
 done
 stamp "summary"

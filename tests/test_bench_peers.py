@@ -116,7 +116,7 @@ def test_a_peer_that_runs_out_of_memory_is_tried_again_with_the_next_setting(mon
         seen.append(spec["attempt"]["batch"])
         if spec["attempt"]["batch"] == 32:
             return {"error": "OutOfMemoryError: CUDA out of memory", "out_of_memory": True}
-        return {"summary": {"tokens_per_s": 1000.0, "timed_steps": 4}, "parameters": 100, "lora_parameters": 10,
+        return {"summary": {"tokens_per_s": 1000.0, "timed_steps": 4}, "counts": {"mfu_parameters": 100, "mfu_lora_parameters": 10},
                 "peak_memory_gib": None, "launched_at": 0.0, "first_step_at": 2.5, "timing_started_at": 3.0,
                 "loss": 7.5, "loss_step": 5, "step_seconds": [], "step_tokens": [], "settings": {"batch": 16}}
 

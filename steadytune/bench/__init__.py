@@ -12,4 +12,9 @@ the fix where they cannot run. Extras:
 Reported per arm: real (non-pad) tokens/s pooled over the steady windows with their spread, MFU with
 4*N + 6*N_lora FLOPs per token against the device's dense bf16 peak, peak memory, start-up time; and
 steadytune's ratios against each baseline. Each arm runs in a process of its own (--isolate none: in this one).
+
+Mixtures of experts (the shapes with routed experts): every arm trains the routed experts where it can (plain: peft's
+target_parameters; steadytune: train's own path, grouped experts), MFU counts a routed expert at top_k / experts,
+each arm reports its trainable parameters by kind, and --num-layers makes every arm's model shallower with the same
+widths (the peers load a saved folder).
 """

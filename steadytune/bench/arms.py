@@ -35,13 +35,14 @@ import torch
 from steadytune.bench.peers import model_folder_for, run_llamafactory, run_unsloth
 from steadytune.bench.steady import SteadyRate
 from steadytune.bench.workload import (
+    LORA_RANK,
     PEER_BATCHES,
     compute_dtype,
     example_order,
     examples_for,
     lora_model,
     memory_budget_gib,
-    param_counts,
+    parameter_counts,
     peak_memory_gib,
     reset_memory,
     score,
@@ -49,7 +50,7 @@ from steadytune.bench.workload import (
     synchronize,
     with_lora,
 )
-from steadytune.config import ModelArguments
+from steadytune.config import ModelArguments, RunConfig
 from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
 from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
@@ -57,7 +58,8 @@ from steadytune.hardware.backend import HardwareInfo, detect
 from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
 from steadytune.hardware.policy import choose_packing_attention
 from steadytune.hardware.speed import SpeedUnavailable, plan_speed
-from steadytune.model.attention import attn_implementation_for
+from steadytune.model.anatomy import base_model_of
+from steadytune.model.attention import EAGER_ONLY_MODEL_TYPES, attn_implementation_for
 from steadytune.model.fp8_base import decide_fp8_base, set_fast_accumulation
 from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
@@ -65,8 +67,12 @@ from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.offload import plan_activation_offloading
 from steadytune.model.shared_input import decide_shared_input
 from steadytune.model.load import load_model_and_tokenizer
+from steadytune.model.lora import attach_adapter
+from steadytune.model.moe.anatomy import ROUTED_EXPERTS, is_moe, parameter_kind
+from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import bnb_config, keep_training_layout, quantized_linear_names
-from steadytune.model.shapes import SHAPES
+from steadytune.model.shapes import SHAPES, attention_for, build_shape, is_moe_shape
+from steadytune.training.experts import set_up_experts
 from steadytune.training.graphs import GraphRunner
 from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
 
@@ -75,9 +81,38 @@ def meter_for(args, device: torch.device) -> SteadyRate:
     return SteadyRate(**steady_rule(args))
 
 
-def scored(name: str, meter: SteadyRate, n_params: int, n_lora: int, device: torch.device, settings: dict,
-           startup: float) -> dict:
-    return score(name, meter.summary(), n_params, n_lora, device, settings, startup, peak_memory_gib(device))
+def scored(name: str, meter: SteadyRate, counts: dict, device: torch.device, settings: dict, startup: float) -> dict:
+    """`counts`: workload.parameter_counts of the arm's model (MFU's N and N_lora, trainable, active and total)."""
+    return score(name, meter.summary(), counts["mfu_parameters"], counts["mfu_lora_parameters"], device, settings,
+                 startup, peak_memory_gib(device), counts)
+
+
+def num_layers(args) -> int | None:
+    """bench --num-layers: every arm's model this deep (the shape's widths), or the shape's own depth (None)."""
+    return getattr(args, "num_layers", None)
+
+
+def bench_run_config(args) -> RunConfig:
+    """The run config `train` would have for bench's adapters (r 16, alpha 32, lora_target all, no dropout) and
+    --moe-grouped-mm: what model/lora.attach_adapter and training/experts.set_up_experts read."""
+    cfg = RunConfig()
+    cfg.method.lora_rank, cfg.method.lora_alpha = LORA_RANK, 2 * LORA_RANK
+    cfg.method.lora_target, cfg.method.lora_dropout = "all", 0.0
+    cfg.train.moe_grouped_mm = getattr(args, "moe_grouped_mm", "auto")
+    return cfg
+
+
+def steadytune_experts(args, base, device: torch.device, precision: str):
+    """A mixture of experts as `train` sets one up: LoRA through model/lora.attach_adapter (lora_target all: the
+    linear layers but the head and the routers, and the routed experts through peft's target_parameters), the experts'
+    forward as grouped matmuls with the LoRA path kept apart (install_grouped_experts), then
+    training/experts.set_up_experts (the grouped backend for this device, the routers' aux loss and the routing
+    statistics the loss gathers). -> (model, settings of what was decided)."""
+    cfg = bench_run_config(args)
+    model = attach_adapter(base, cfg)
+    set_up_experts(cfg, model, device, precision)
+    keys = ("lora_target", "trainable_by_kind", "moe_grouped_mm", "moe_aux_loss_coef", "routed_experts")
+    return model, {key: cfg.decisions[key] for key in keys if key in cfg.decisions}
 
 
 def quantized(args) -> bool:
@@ -105,22 +140,22 @@ def trainer_4bit_model(args, device: torch.device, peft_recipe: bool):
 
     four_bit = bnb_config(ModelArguments(quantization_bit=4), compute_dtype(device))
     base = AutoModelForCausalLM.from_pretrained(saved_shape(args, device), dtype=compute_dtype(device),
-                                                attn_implementation="sdpa", quantization_config=four_bit,
-                                                device_map={"": device})
+                                                attn_implementation=attention_for(args.shape, "sdpa"),
+                                                quantization_config=four_bit, device_map={"": device})
     if peft_recipe:
         base = prepare_model_for_kbit_training(base)
     return with_lora(base)
 
 
-def steadytune_4bit_model(args, device: torch.device, attn_implementation: str):
-    """steadytune's QLoRA model as `train` loads one with quantization_bit: 4 (its loader, bitsandbytes'
-    training layout kept), then bench's LoRA."""
+def steadytune_4bit_base(args, device: torch.device, attn_implementation: str):
+    """steadytune's QLoRA base as `train` loads one with quantization_bit: 4 (its loader, bitsandbytes' training
+    layout kept); the caller adds LoRA."""
     model_args = ModelArguments(model_name_or_path=str(saved_shape(args, device)), quantization_bit=4)
     model, _ = load_model_and_tokenizer(model_args, torch_dtype=compute_dtype(device),
-                                        attn_implementation=attn_implementation, device=device,
-                                        compute_dtype=compute_dtype(device))
+                                        attn_implementation=attention_for(args.shape, attn_implementation),
+                                        device=device, compute_dtype=compute_dtype(device))
     keep_training_layout(model)
-    return with_lora(model)
+    return model
 
 
 def four_bit_base(model) -> str:
@@ -136,7 +171,55 @@ def _is_out_of_memory(error: BaseException) -> bool:
 # --- plain and peer: transformers.Trainer ------------------------------------------------------------------
 
 def run_plain(args, device: torch.device) -> dict:
-    return run_trainer_arm("plain", args, device, args.plain_batch, liger=False, pad_multiple=None)
+    """The plain recipe; on a mixture of experts with gradient checkpointing where its memory needs it
+    (plain_checkpointing), and turned on if a step without it runs out of memory anyway."""
+    checkpointing, why = plain_checkpointing(args.shape, num_layers(args), memory_budget_gib(device),
+                                             compute_dtype(device))
+    result = None
+    try:
+        result = run_trainer_arm("plain", args, device, args.plain_batch, liger=False, pad_multiple=None,
+                                 checkpointing=checkpointing)
+    except Exception as e:  # noqa: BLE001 - only running out of memory is a reason to try again
+        if checkpointing or not _is_out_of_memory(e) or not is_moe_shape(args.shape):
+            raise
+    if result is None:   # out of the except block: the failed attempt's frames (and its model) are gone
+        reset_memory(device)
+        checkpointing, why = True, "on: a step without it ran out of memory"
+        result = run_trainer_arm("plain", args, device, args.plain_batch, liger=False, pad_multiple=None,
+                                 checkpointing=True)
+    if is_moe_shape(args.shape):
+        result["settings"]["gradient_checkpointing"] = {"value": checkpointing, "reason": why}
+    return result
+
+
+def plain_checkpointing(shape: str, layers: int | None, budget: float | None, dtype: torch.dtype
+                        ) -> tuple[bool, str]:
+    """Whether the plain recipe on a mixture of experts turns on the Trainer's gradient checkpointing, as a careful
+    user would where the memory needs it: peft's parametrized expert LoRA builds W + scaling B A for every expert of
+    a layer each step, and autograd keeps that copy (the size of the layer's routed experts) until backward, so the
+    weights are held about twice over. On when the weights, that copy and the adapters' fp32 weights, gradients and
+    AdamW moments (16 bytes each) would pass 85% of the GPU's memory. Dense shapes: off, as the recipe always was."""
+    if not is_moe_shape(shape):
+        return False, "off (the plain recipe)"
+    eager_only = EAGER_ONLY_MODEL_TYPES.get(SHAPES[shape]["model_type"])
+    if eager_only:   # transformers' gpt-oss fine-tuning recipe (its SFTConfig) turns checkpointing on
+        return True, (f"on: {eager_only}, which keeps every layer's [heads, length, length] probabilities for "
+                      "backward; transformers' own gpt-oss fine-tuning recipe turns gradient checkpointing on")
+    if budget is None:
+        return False, "off: no GPU memory to fit"
+    with torch.device("meta"):   # the adapters too: peft would draw their random values on the CPU (seconds)
+        meta = with_lora(build_shape(shape, dtype=dtype, device="meta", num_layers=layers))
+    counts = parameter_counts(meta)
+    bytes_each = torch.empty((), dtype=dtype).element_size()
+    routed = sum(p.numel() for name, p in meta.named_parameters()
+                 if not p.requires_grad and parameter_kind(name) == ROUTED_EXPERTS) * bytes_each / 2**30
+    weights = counts["total_parameters"] * bytes_each / 2**30
+    adapters = counts["trainable_parameters"] * 16 / 2**30
+    need = weights + routed + adapters
+    verdict = need > 0.85 * budget
+    return verdict, (f"{'on' if verdict else 'off'}: weights {weights:.1f} GiB + the copy of the routed experts peft's "
+                     f"parametrization keeps for backward {routed:.1f} GiB + adapters with AdamW {adapters:.1f} GiB = "
+                     f"{need:.1f} GiB {'>' if verdict else '<='} 85% of the {budget:.0f} GiB GPU")
 
 
 def run_peer(args, device: torch.device) -> dict:
@@ -160,7 +243,8 @@ def run_peer(args, device: torch.device) -> dict:
     raise AssertionError("unreachable")
 
 
-def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bool, pad_multiple: int | None) -> dict:
+def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bool, pad_multiple: int | None,
+                    checkpointing: bool = False) -> dict:
     from torch.utils.data import SequentialSampler
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -175,8 +259,8 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
     if quantized(args):  # the plain arm follows the peft docs' QLoRA recipe; the peer arm, as LF would, does not
         model = trainer_4bit_model(args, device, peft_recipe=name == "plain")
     else:
-        model = lora_model(args.shape, device)
-    n_params, n_lora = param_counts(model)
+        model = lora_model(args.shape, device, num_layers=num_layers(args))
+    counts = parameter_counts(model)
     collate = PadCollator(pad_token_id=0, pad_to_multiple_of=pad_multiple)
     batch_tokens: list[int] = []
 
@@ -212,7 +296,8 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
             output_dir=out, per_device_train_batch_size=batch, max_steps=cap, learning_rate=1e-4,
             bf16=device.type == "cuda", use_cpu=device.type == "cpu", logging_steps=args.window, save_strategy="no",
             report_to=[], dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True, seed=0,
-            max_grad_norm=1.0, use_liger_kernel=liger,
+            max_grad_norm=1.0, use_liger_kernel=liger, gradient_checkpointing=checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False} if checkpointing else None,
             # The Trainer's default filter drops a non-finite step loss from the logged mean, so a run whose every
             # step is NaN logs 0.0 (the liger peer on the Gemma shape, 2026-12-02): log it as it is instead.
             logging_nan_inf_filter=False)
@@ -222,15 +307,29 @@ def run_trainer_arm(name: str, args, device: torch.device, batch: int, liger: bo
     settings = {"batch": batch, "padding": "dynamic" + (f", to a multiple of {pad_multiple}" if pad_multiple else ""),
                 "attention": "sdpa", "loss": "liger fused linear cross-entropy" if liger else "HF full logits",
                 "liger_kernel": liger, "trainer": "transformers.Trainer"}
+    if is_moe(model):
+        settings["lora"] = moe_plain_lora_note(model)
     if quantized(args):
         settings["base"] = four_bit_base(model) + (
             " + peft's prepare_model_for_kbit_training (fp32 non-quantised weights, gradient checkpointing)"
             if name == "plain" else "")
-    result = scored(name, meter, n_params, n_lora, device, settings, marks.get("start", started) - started)
+    result = scored(name, meter, counts, device, settings, marks.get("start", started) - started)
     if logged:
         result.update(logged, loss_tokens=sum(batch_tokens[:logged["loss_step"]]))
     del trainer, model
     return result
+
+
+def moe_plain_lora_note(model) -> dict:
+    """What the Trainer arms adapt on a mixture of experts (workload.moe_lora_config) and how it runs."""
+    config = model.peft_config["default"]
+    base = base_model_of(model)
+    return {"target_modules": sorted(config.target_modules), "target_parameters": sorted(config.target_parameters),
+            "experts_implementation": getattr(base.config, "_experts_implementation", None),
+            "reason": "the plain transformers 5 + peft recipe for a mixture of experts: all-linear's layers but the "
+                      "routers, and the fused routed experts through peft's target_parameters (its parametrized "
+                      "forward: W + scaling B A for every expert each step), under transformers' default experts "
+                      "implementation"}
 
 
 def last_window_loss(losses: list, window: int, step_tokens: list[int]) -> dict:
@@ -262,17 +361,27 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     settings: dict = {}
     offloading = _asked(getattr(args, "activation_offloading", "auto"))
     attention, kernel, why = "sdpa", None, "unpacked reference"
-    if packing:
+    eager_only = EAGER_ONLY_MODEL_TYPES.get(SHAPES[args.shape]["model_type"])
+    if packing and eager_only:   # gpt-oss: as train's plan_packing, eager attention over a block-diagonal mask
+        if args.packing_attention in ("varlen", "flex"):
+            raise SystemExit(f"--packing-attention {args.packing_attention}, but {eager_only}; use auto or sdpa")
+        why = f"{eager_only}: eager attention, rows kept apart by a block-diagonal mask"
+    elif packing:
         attention, kernel, why = choose_packing_attention(info, args.packing_attention)
     settings["packing_attention"] = {"value": attention, "kernel": kernel, "reason": why}
     implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
     precision = "bf16" if device.type == "cuda" else "fp32"
     if quantized(args):
-        model = steadytune_4bit_model(args, device, implementation)
+        model = steadytune_4bit_base(args, device, implementation)
         base = four_bit_base(model) + " (train's quantization_bit: 4)"
     else:
-        model = lora_model(args.shape, device, implementation)
+        model = build_shape(args.shape, dtype=compute_dtype(device), device=device,
+                            attn_implementation=implementation, num_layers=num_layers(args))
         base = precision
+    if is_moe(model):
+        model, settings["experts"] = steadytune_experts(args, model, device, precision)
+    else:
+        model = with_lora(model)
     if device.type == "cuda" and args.lora_input_cast == "skip":
         settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
     if getattr(args, "lora_scaling", "first") == "first":   # as train does
@@ -332,7 +441,9 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     if offload is not None:
         settings["activation_offloading"]["hooks"] = offload
     settings["cuda_graphs"] = {"value": plan.cuda_graphs, "reason": plan.reasons["cuda_graphs"]}
-    collate = (PackedCollator(pad_token_id=0, row_len=args.cutoff_len, attention=attention, static=shape) if packing
+    # a mixture of experts' routing statistics leave padding out: packed rows say where it is (segment ids)
+    collate = (PackedCollator(pad_token_id=0, row_len=args.cutoff_len, attention=attention,
+                              segment_ids=routing_of(model) is not None, static=shape) if packing
                else PadCollator(pad_token_id=0))
     settings.update(max_tokens_per_step=args.max_tokens, packing=packing, static_shape=shape.__dict__ if shape else None,
                     loss="head at labelled positions, chunked fused cross-entropy", adapters="fp32",
@@ -432,7 +543,7 @@ def run_steadytune(args, device: torch.device) -> dict:
     meter = meter_for(args, device)
     groups = step_groups(examples, args.max_tokens, args.warmup + (meter.fixed_steps or meter.max_steps))
     model, collate, plan, settings = steadytune_setup(args, device, groups, examples)
-    n_params, n_lora = param_counts(model)
+    counts = parameter_counts(model)
     read_loss = getattr(args, "read_loss_each_step", False)
     losses, marks = train_steps(model, collate, examples, groups, device, args.warmup, meter, plan.cuda_graphs,
                                 settings, read_loss=read_loss)
@@ -445,7 +556,7 @@ def run_steadytune(args, device: torch.device) -> dict:
         print(f"  activation_offloading: {offloading['gib_per_micro_batch']} GiB a micro-batch to host memory")
     settings["cuda_graph_events"] = marks["graph_events"]
     settings["eager_micro_batches"] = marks.get("eager_micro_batches")
-    result = scored("steadytune", meter, n_params, n_lora, device, settings, marks.get("start", started) - started)
+    result = scored("steadytune", meter, counts, device, settings, marks.get("start", started) - started)
     result.update(last_window_loss(losses, args.window,
                                    [sum(len(examples[i]["input_ids"]) for i in group) for group in groups]))
     del model

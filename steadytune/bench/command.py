@@ -21,7 +21,7 @@ from steadytune.bench.arms import run_arm as run_here
 from steadytune.bench.peers import log_path_for, tail
 from steadytune.bench.workload import dataset_lengths, synthetic_examples
 from steadytune.errors import UserError
-from steadytune.model.shapes import SHAPES
+from steadytune.model.shapes import SHAPES, is_moe_shape, shape_config
 
 SPEED_ARMS = ("plain", "peer", "llamafactory", "unsloth", "steadytune")
 BASELINES = SPEED_ARMS[:-1]  # what steadytune's ratios are taken against
@@ -31,8 +31,13 @@ PEER_FRAMEWORKS = ("peer", "llamafactory", "unsloth")  # what a tuned user would
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", default="qwen2.5-0.5b",
-                        help="model shape built with random weights (steadytune.model.shapes: qwen2.5-0.5b, qwen2.5-1.5b, "
-                             "qwen2.5-3b, qwen2.5-7b, gemma3-270m, gemma3-1b, tiny)")
+                        help="model shape built with random weights from its published config: "
+                             + ", ".join(SHAPES) + "; the mixtures of experts ("
+                             + ", ".join(name for name in SHAPES if is_moe_shape(name)) + ") train LoRA on their "
+                             "routed experts in every arm that can (MFU counts a routed expert at top_k / experts)")
+    parser.add_argument("--num-layers", type=int, default=None, metavar="N",
+                        help="every arm's model N layers deep instead of the shape's depth (the same widths): a "
+                             "30B-A3B shape is 61 GB in bf16, too big to save for the peer arms on a 64 GiB disk")
     parser.add_argument("--arms", default="plain,peer,steadytune",
                         help="comma list of: plain (Trainer + peft, batch --plain-batch), peer or liger (Trainer + "
                              "peft + liger-kernel, the largest of batch 32/16/8 that fits), llamafactory (LLaMA-Factory "
@@ -48,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="real tokens per step for steadytune (default: 16384 on a GPU, 1024 on CPU)")
     parser.add_argument("--cutoff-len", type=int, default=2048, help="longest example; packed row length for sdpa")
     parser.add_argument("--packing-attention", default="auto", choices=("auto", "varlen", "sdpa", "flex"))
+    parser.add_argument("--moe-grouped-mm", default="auto", choices=("auto", "torch", "triton", "loop"),
+                        help="steadytune arm on a mixture of experts: what the experts' grouped matmuls run on "
+                             "(train's moe_grouped_mm; auto: torch's grouped matmul on NVIDIA sm_80+, our Triton "
+                             "kernel on ROCm)")
     parser.add_argument("--quantization-bit", type=int, default=None, choices=(4,),
                         help="QLoRA: every arm trains on a 4-bit base (bitsandbytes nf4, double quantisation: "
                              "LLaMA-Factory's quantization_bit: 4 defaults; Unsloth's load_in_4bit), quantised from "
@@ -103,6 +112,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     peers.add_argument("--unsloth-python", default=None, metavar="PATH",
                        help="the Python that has Unsloth, for the unsloth arm (default: env "
                             "STEADYTUNE_UNSLOTH_PYTHON, else this Python)")
+    peers.add_argument("--unsloth-moe-backend", default="auto",
+                       choices=("auto", "grouped_mm", "unsloth_triton", "native_torch"),
+                       help="the unsloth arm on a mixture of experts: its UNSLOTH_MOE_BACKEND (auto: left unset, "
+                            "Unsloth picks: torch's grouped_mm where it runs, as its MoE notebooks leave it)")
+    peers.add_argument("--models-dir", default=None, metavar="DIR",
+                       help="where the peer arms' model folder (the shape saved with random weights) is written, "
+                            "checked for room first (default: the system's temporary folder)")
     steady = parser.add_argument_group("steady state (every arm)")
     steady.add_argument("--warmup", type=int, default=5, help="untimed steps first (compile and graph recording "
                                                                 "happen here)")
@@ -142,6 +158,10 @@ def resolve_device(name: str) -> torch.device:
 def run(args) -> int:
     if args.shape not in SHAPES:
         raise UserError(f"bench: unknown --shape {args.shape!r}; known: {', '.join(SHAPES)}")
+    try:
+        depth = shape_config(args.shape, args.num_layers)["num_hidden_layers"]
+    except ValueError as e:
+        raise UserError(f"bench: --num-layers {args.num_layers}: {e}") from None
     named = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = set(named) - set(SPEED_ARMS) - set(ARM_ALIASES)
     if unknown:
@@ -159,7 +179,9 @@ def run(args) -> int:
                                   args.cutoff_len)
     lengths = sorted(len(e["input_ids"]) for e in examples)
     report = {
-        "shape": args.shape, "quantization_bit": args.quantization_bit,
+        "shape": args.shape, "num_layers": depth,
+        "num_layers_overridden": args.num_layers is not None and args.num_layers != SHAPES[args.shape]["num_hidden_layers"],
+        "moe": is_moe_shape(args.shape), "quantization_bit": args.quantization_bit,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "examples": len(examples),
         "lengths": {"mean": sum(lengths) / len(lengths), "p90": lengths[int(0.9 * len(lengths))], "max": lengths[-1]},
@@ -170,7 +192,9 @@ def run(args) -> int:
     failed = []
     # The peer arms load the model from a folder: one written for the first of them serves the other (a 7B shape is
     # 15 GB to write), and goes when the arms are done.
-    args.model_folders = tempfile.mkdtemp(prefix="steadytune-bench-models-")
+    if args.models_dir:
+        Path(args.models_dir).mkdir(parents=True, exist_ok=True)
+    args.model_folders = tempfile.mkdtemp(prefix="steadytune-bench-models-", dir=args.models_dir)
     try:
         for arm in arms:
             result = run_arm(arm, args, device)
@@ -322,6 +346,10 @@ def format_arm(r: dict) -> str:
         tokens = f" ({r['loss_tokens']:,} tokens)" if r.get("loss_tokens") else ""
         loss = f", loss {r['loss']:.3f} at step {r['loss_step']}{tokens}"
     peer = f", {r['peer_version']}" if r.get("peer_version") else ""
+    if r.get("trainable_by_kind") is not None:   # a mixture of experts: whether the routed experts train
+        routed = r["trainable_by_kind"].get("routed experts", 0)
+        peer += (f", trains {r.get('trainable_parameters', 0):,} parameters, "
+                 + (f"{routed:,} in the routed experts" if routed else "the routed experts frozen"))
     return (f"{r['name']:>12}: {r['tokens_per_s']:>10,.0f} real tokens/s {spread:>7}  MFU {mfu:>6}  peak memory "
             f"{mem:>9}  ({r.get('stopped')} after {r.get('steps', 0)} timed steps, {r.get('span_windows', 0)} windows "
             f"in the mean, start-up {r.get('startup_seconds', 0):.0f} s" + (f", batch {batch}" if batch else "")

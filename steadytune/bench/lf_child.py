@@ -13,6 +13,13 @@ What it asks LF for, and why:
 - enable_liger_kernel where liger-kernel imports on a GPU (its Triton kernels need one);
 - bf16 on a GPU; gradient checkpointing as the parent's attempt says (off first: faster when it fits);
 - disable_shuffling: LF trains the rows in the order its packing made them from bench's shared example order.
+
+On a mixture of experts (Qwen3-MoE and the others), LF's own MoE path as its examples run it (lora_target: all, no
+moe_aux_loss_coef, which LF leaves unset), with liger-kernel off (MOE_LIGER_REASON). Note what `all` means there: LF
+picks the modules whose class name holds "Linear", and its src/ has no target_parameters, so under transformers 5
+the fused routed experts get no LoRA and stay frozen: the arm trains attention (and a shared expert or dense layer
+where the model has one) only, a lighter job than the other arms'. Its JSON says so (trainable_by_kind), and so does
+`settings.reasons.lora_target`.
 """
 
 from __future__ import annotations
@@ -25,10 +32,19 @@ import torch
 from peer_timing import StepTimer, run_guarded, versions  # the script's folder is on sys.path (peer_timing says why)
 
 
-def fast_options(cuda: bool) -> dict:
+MOE_LIGER_REASON = ("off on a mixture of experts: LF's MoE examples do not turn it on, and liger-kernel's MoE patches "
+                    "have not been run here on transformers 5's fused experts")
+MOE_TARGET_REASON = ("all: LF 0.9.5 adapts the modules whose class name holds 'Linear' and has no target_parameters, so "
+                     "under transformers 5 the fused routed experts stay frozen (see trainable_by_kind): this arm trains "
+                     "less than the others, and its speed is of a lighter job")
+
+
+def fast_options(cuda: bool, moe: bool = False) -> dict:
     """The speed options of LF that this environment can take, each with the reason it was chosen."""
     flash = cuda and importlib.util.find_spec("flash_attn") is not None
-    liger = cuda and importlib.util.find_spec("liger_kernel") is not None
+    liger = cuda and importlib.util.find_spec("liger_kernel") is not None and not moe
+    if moe:
+        return {**fast_options(cuda), "enable_liger_kernel": False, "liger_reason": MOE_LIGER_REASON}
     return {
         "flash_attn": "fa2" if flash else "sdpa",
         "flash_attn_reason": ("flash-attn imports on this GPU" if flash else
@@ -69,13 +85,14 @@ def lf_arguments(spec: dict, fast: dict) -> dict:
 def main(spec: dict, result_path: str) -> None:
     from llamafactory.train.tuner import run_exp  # here, not at the top: its import takes seconds
 
-    fast = fast_options(spec["device"] == "cuda" and torch.cuda.is_available())
+    fast = fast_options(spec["device"] == "cuda" and torch.cuda.is_available(), moe=bool(spec.get("moe")))
     arguments = lf_arguments(spec, fast)
     settings = {
         "trainer": "llamafactory.train.tuner.run_exp (stage sft, LoRA)",
         "lf_arguments": {k: v for k, v in arguments.items() if k not in ("model_name_or_path", "dataset_dir", "output_dir")},
         "reasons": {"flash_attn": fast["flash_attn_reason"], "enable_liger_kernel": fast["liger_reason"],
-                    "gradient_checkpointing": spec["attempt"]["reason"]},
+                    "gradient_checkpointing": spec["attempt"]["reason"],
+                    **({"lora_target": MOE_TARGET_REASON} if spec.get("moe") else {})},
         "batch": 1, "row_tokens": spec["row_tokens"], "packing": "neat_packing (examples kept apart)",
         "versions": versions("llamafactory", "transformers", "torch", "peft", "accelerate", "datasets",
                              "liger-kernel", "flash-attn", "bitsandbytes"),

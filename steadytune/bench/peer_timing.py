@@ -54,16 +54,57 @@ def logical_numel(param) -> int:
     return int(torch.Size(shape).numel()) if shape is not None else param.numel()
 
 
-def matmul_parameters(model) -> tuple[int, int]:
-    """-> (frozen parameters taking part in a matmul, trainable ones): bench's MFU rule (workload.param_counts),
-    restated here because this process cannot import steadytune."""
-    trainable = sum(logical_numel(p) for p in model.parameters() if p.requires_grad)
-    total = sum(logical_numel(p) for p in model.parameters())
+_EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "experts_per_token")
+_NOT_ROUTED = {"shared_expert", "shared_experts", "shared_mlp", "gate", "router", "shared_expert_gate"}
+
+
+def routed_share(config) -> float:
+    """top_k / num_experts of a mixture of experts' config (1.0 for a dense model): the share of a routed expert's
+    weights a token passes through (model/moe/anatomy.experts_per_layer and experts_per_token, restated)."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    experts = next((getattr(config, k) for k in _EXPERT_COUNT_KEYS if isinstance(getattr(config, k, None), int)), 0)
+    top_k = next((getattr(config, k) for k in _TOP_K_KEYS if isinstance(getattr(config, k, None), int)), 0)
+    return top_k / experts if experts > 0 and top_k > 0 else 1.0
+
+
+def is_routed_expert(name: str) -> bool:
+    """A routed expert's weight (or its LoRA factor): `experts` in its path, no shared expert or router
+    (model/moe/anatomy.parameter_kind, restated for transformers 5's fused experts)."""
+    segments = name.split(".")
+    return "experts" in segments and not any(s in _NOT_ROUTED for s in segments)
+
+
+def matmul_parameters(model) -> dict:
+    """bench's MFU rule (workload.parameter_counts), restated because this process cannot import steadytune:
+    mfu_parameters (frozen parameters taking part in a matmul), mfu_lora_parameters (trainable ones), a routed
+    expert's at top_k / num_experts; trainable_parameters, total and active (adapters left out); and on a mixture of
+    experts the trainable parameters in the routed experts and elsewhere (trainable_by_kind), so the reader sees
+    whether this peer trained them."""
+    share = routed_share(model.config)
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
-    lookup_only = 0
-    if embedding is not None and head is not None and embedding.weight is not head.weight:
-        lookup_only = embedding.weight.numel()  # an untied input embedding is a lookup, not a matmul
-    return total - trainable - lookup_only, trainable
+    lookup = embedding.weight if embedding is not None and head is not None and embedding.weight is not head.weight \
+        else None  # an untied input embedding is a lookup, not a matmul
+    frozen = lora = 0.0
+    trainable = total = active = routed_trainable = 0
+    for name, param in model.named_parameters():
+        n = logical_numel(param)
+        routed = is_routed_expert(name)
+        used = n * share if routed else n
+        if param.requires_grad:
+            trainable += n
+            lora += used
+            routed_trainable += n if routed else 0
+        elif param is not lookup:
+            frozen += used
+        if "lora_" not in name and "modules_to_save" not in name:
+            total += n
+            active += round(used)
+    counts = {"mfu_parameters": round(frozen), "mfu_lora_parameters": round(lora), "trainable_parameters": trainable,
+              "total_parameters": total, "active_parameters": active}
+    if share < 1.0:
+        counts["trainable_by_kind"] = {"routed experts": routed_trainable, "other": trainable - routed_trainable}
+    return counts
 
 
 def synchronize() -> None:
@@ -91,7 +132,7 @@ class StepTimer(TrainerCallback):
         self.timing_started_at: float | None = None
         self.last_step_end: float | None = None
         self.loss: tuple[int, float] | None = None
-        self.counts: tuple[int, int] | None = None
+        self.counts: dict | None = None
 
     def count_real_tokens(self, collate):
         def counting(features):
@@ -144,8 +185,7 @@ class StepTimer(TrainerCallback):
             "loss_tokens": sum(self.batch_tokens[:self.loss[0]]) if self.loss else None,
             "peak_memory_gib": peak, "launched_at": self.launched_at, "first_step_at": self.first_step_at,
             "timing_started_at": self.timing_started_at,
-            "parameters": self.counts[0] if self.counts else None,
-            "lora_parameters": self.counts[1] if self.counts else None,
+            "counts": self.counts,
             "settings": self.settings,
         }
 

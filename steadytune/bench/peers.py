@@ -29,6 +29,7 @@ from steadytune.bench.workload import (
     EOS_ID,
     LORA_RANK,
     PAD_ID,
+    NoRoom,
     example_order,
     examples_for,
     make_model_folder,
@@ -36,6 +37,7 @@ from steadytune.bench.workload import (
     steady_rule,
     words_of,
 )
+from steadytune.model.shapes import SHAPES, is_moe_shape
 
 LF_VERSION = "0.9.5"
 LF_SETUP = (f"python3.11 -m venv lfvenv && lfvenv/bin/pip install 'llamafactory=={LF_VERSION}' liger-kernel, then "
@@ -137,20 +139,22 @@ def base_spec(args, device: torch.device, model_dir: Path, work: Path) -> dict:
             "steady_rule": rule, "max_steps": args.warmup + (rule["fixed_steps"] or rule["max_steps"]),
             "pad_id": PAD_ID, "eos_id": EOS_ID, "lora_rank": LORA_RANK, "lora_alpha": 2 * LORA_RANK,
             "row_tokens": args.max_tokens, "cutoff_len": args.cutoff_len,
-            "quantization_bit": getattr(args, "quantization_bit", None)}
+            "quantization_bit": getattr(args, "quantization_bit", None),
+            "moe": is_moe_shape(args.shape), "model_type": SHAPES[args.shape]["model_type"]}
 
 
 def model_folder_for(args, device: torch.device, work: Path) -> Path:
     """The shape's model folder (workload.make_model_folder): in the folder bench keeps for the peers of one call
     (args.model_folders), written once and reused by the next peer, or in `work` when there is none."""
+    layers = getattr(args, "num_layers", None)
     shared = getattr(args, "model_folders", None)
     if not shared:
-        return make_model_folder(args.shape, work / "model", device)
-    folder = Path(shared) / args.shape
+        return make_model_folder(args.shape, work / "model", device, layers)
+    folder = Path(shared) / (args.shape if layers is None else f"{args.shape}-{layers}-layers")
     done = folder / ".steadytune-complete"  # written last: a folder without it was cut short and is written again
     if not done.is_file():
         shutil.rmtree(folder, ignore_errors=True)
-        make_model_folder(args.shape, folder, device)
+        make_model_folder(args.shape, folder, device, layers)
         done.write_text("", encoding="utf-8")
     return folder
 
@@ -174,7 +178,7 @@ def run_child(python: str, script: str, spec: dict, log: Path, timeout: float) -
     spec_path, result_path = work / "spec.json", work / "result.json"
     result_path.unlink(missing_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_DATASETS_CACHE": str(work / "datasets_cache")}
+           "HF_DATASETS_CACHE": str(work / "datasets_cache"), **spec.get("env", {})}
     spec = {**spec, "launched_at": time.time()}  # start-up is counted from here, the child's process start
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
     with log.open("a", encoding="utf-8") as out:
@@ -213,8 +217,9 @@ def scored_peer(name: str, child: dict, device: torch.device, version: str, pyth
     settings = {**child["settings"], "python": python, "fallback": tried or None}
     launched = child["launched_at"]
     startup = (child["first_step_at"] or launched) - launched
-    result = score(name, child["summary"], child["parameters"] or 0, child["lora_parameters"] or 0, device, settings,
-                   startup, child["peak_memory_gib"])
+    counts = child.get("counts") or {}
+    result = score(name, child["summary"], counts.get("mfu_parameters") or 0, counts.get("mfu_lora_parameters") or 0,
+                   device, settings, startup, child["peak_memory_gib"], counts)
     timed_from = child.get("timing_started_at")
     result.update(peer_version=f"{name} {version}", loss=child["loss"], loss_step=child["loss_step"],
                   loss_tokens=child.get("loss_tokens"),
@@ -251,7 +256,10 @@ def run_llamafactory(args, device: torch.device) -> dict:
         return {"name": "llamafactory", "skipped": why}
     with tempfile.TemporaryDirectory(prefix="steadytune-bench-lf-") as tmp:
         work = Path(tmp)
-        model_dir = model_folder_for(args, device, work)
+        try:
+            model_dir = model_folder_for(args, device, work)
+        except NoRoom as e:
+            return {"name": "llamafactory", "error": str(e)}
         examples = one_pass(args)
         spec = {**base_spec(args, device, model_dir, work), "row_tokens": lf_row_tokens(args.max_tokens, examples),
                 "dataset": write_lf_dataset(examples, work), "dataset_dir": str(work)}
@@ -274,6 +282,14 @@ def unsloth_attempts(max_tokens: int, cutoff_len: int) -> list[dict]:
         rows //= 2
 
 
+def unsloth_env(args) -> dict:
+    """The unsloth child's environment for a mixture of experts: UNSLOTH_MOE_BACKEND as --unsloth-moe-backend asks
+    (auto: as this environment has it, normally unset, so Unsloth picks, as its MoE notebooks leave it; the child
+    reports the backend Unsloth chose)."""
+    backend = getattr(args, "unsloth_moe_backend", "auto")
+    return {"UNSLOTH_MOE_BACKEND": backend} if backend != "auto" else {}
+
+
 def run_unsloth(args, device: torch.device) -> dict:
     """Unsloth's FastLanguageModel + TRL's SFTTrainer with packing, rows a step as unsloth_attempts says."""
     python = unsloth_python(args)
@@ -282,8 +298,12 @@ def run_unsloth(args, device: torch.device) -> dict:
         return {"name": "unsloth", "skipped": why}
     with tempfile.TemporaryDirectory(prefix="steadytune-bench-unsloth-") as tmp:
         work = Path(tmp)
-        model_dir = model_folder_for(args, device, work)
+        try:
+            model_dir = model_folder_for(args, device, work)
+        except NoRoom as e:
+            return {"name": "unsloth", "error": str(e)}
         spec = {**base_spec(args, device, model_dir, work),
-                "examples": str(write_token_examples(one_pass(args), work / "examples.jsonl"))}
+                "examples": str(write_token_examples(one_pass(args), work / "examples.jsonl")),
+                "env": unsloth_env(args)}
         attempts = unsloth_attempts(args.max_tokens, args.cutoff_len)
         return run_attempts("unsloth", python, "unsloth_child.py", spec, attempts, args, device, version)

@@ -7,13 +7,25 @@ import gc
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import torch
 
 from steadytune.errors import UserError
 from steadytune.hardware.policy import peak_bf16_tflops
-from steadytune.model.lora import count_parameters
+from steadytune.model.anatomy import base_model_of
+from steadytune.model.lora import resolve_lora_targets
+from steadytune.model.moe.anatomy import (
+    KINDS,
+    ROUTED_EXPERTS,
+    experts_per_layer,
+    experts_per_token,
+    is_moe,
+    parameter_kind,
+)
+from steadytune.model.moe.targets import plan_expert_targets, targets_as_written
+from steadytune.model.quantize import logical_numel
 from steadytune.model.shapes import SHAPES, build_shape
 
 # The default length distribution ships with the package (lengths.json: the lengths of LLaMA-Factory's alpaca
@@ -135,11 +147,39 @@ def words_of(ids: list[int]) -> str:
     return " ".join(word_of(i) for i in ids)
 
 
-def make_model_folder(shape: str, folder: Path, device: torch.device) -> Path:
+class NoRoom(UserError):
+    """The shape's model folder would not fit on the disk it was to be written to (said before writing)."""
+
+
+def folder_bytes(shape: str, dtype: torch.dtype, num_layers: int | None = None) -> int:
+    """The bytes of the shape's weights as save_pretrained writes them (built on the meta device: no memory)."""
+    model = build_shape(shape, dtype=dtype, device="meta", num_layers=num_layers)
+    return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
+
+
+def check_room(shape: str, folder: Path, dtype: torch.dtype, num_layers: int | None = None) -> None:
+    """Raise NoRoom, in one line that says what would fit, when the folder's disk has not the room for the shape's
+    weights (and 1 GiB besides); a 30B-A3B shape is 61 GB in bf16 and the GPU machine's disk 64 GiB."""
+    need = folder_bytes(shape, dtype, num_layers)
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if need + 2**30 > free:
+        depth = SHAPES[shape]["num_hidden_layers"] if num_layers is None else num_layers
+        raise NoRoom(f"bench: the {shape} shape's model folder ({depth} layers) needs {need / 1e9:.1f} GB and "
+                     f"{existing} has {free / 1e9:.1f} GB free: pass --num-layers (the same widths, fewer layers) or "
+                     "--models-dir DIR on a larger disk")
+
+
+def make_model_folder(shape: str, folder: Path, device: torch.device, num_layers: int | None = None) -> Path:
     """The shape with random weights (bf16 on a GPU, fp32 on a CPU) and the word tokenizer, saved as a Hugging Face
-    model folder: what the peer arms, which load a model by path, train."""
+    model folder: what the peer arms, which load a model by path, train. Its disk's free space is checked first."""
     dtype = compute_dtype(device)
-    model = build_shape(shape, dtype=dtype, device=device)
+    try:
+        check_room(shape, folder, dtype, num_layers)
+    except NoRoom as e:
+        print(str(e), flush=True)
+        raise
+    model = build_shape(shape, dtype=dtype, device=device, num_layers=num_layers)
     model.config.pad_token_id, model.config.eos_token_id = PAD_ID, EOS_ID
     model.generation_config.pad_token_id, model.generation_config.eos_token_id = PAD_ID, EOS_ID
     model.save_pretrained(folder)
@@ -151,18 +191,41 @@ def make_model_folder(shape: str, folder: Path, device: torch.device) -> Path:
 
 # --- model, FLOPs and memory ---------------------------------------------------------------------------------
 
-def lora_model(shape: str, device: torch.device, attn_implementation: str = "sdpa"):
+def lora_model(shape: str, device: torch.device, attn_implementation: str = "sdpa", num_layers: int | None = None):
     dtype = compute_dtype(device)
-    return with_lora(build_shape(shape, dtype=dtype, device=device, attn_implementation=attn_implementation))
+    return with_lora(build_shape(shape, dtype=dtype, device=device, attn_implementation=attn_implementation,
+                                 num_layers=num_layers))
 
 
 def with_lora(base):
-    """Every arm's adapters: r 16, alpha 32, on every linear layer but the head (peft's all-linear)."""
+    """Every arm's adapters: r 16, alpha 32, on every linear layer but the head (peft's all-linear); on a mixture of
+    experts also on the routed experts (moe_lora_config)."""
     from peft import LoraConfig, get_peft_model
+    if is_moe(base):
+        config = moe_lora_config(base)
+        with targets_as_written():  # the names mean this model's own layers (moe_lora_config says why)
+            return get_peft_model(base, config)
     config = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0, target_modules="all-linear",
                         task_type="CAUSAL_LM")
     # peft keeps the adapters in fp32 over a bf16 base (autocast_adapter_dtype): exact updates, cheap memory.
     return get_peft_model(base, config)
+
+
+def moe_lora_config(base):
+    """The plain transformers 5 + peft recipe for a mixture of experts, as a careful user writes it: LoRA on every
+    linear layer but the head and the routers (attention, a dense first layer, shared experts: peft's all-linear,
+    named one by one) and, through peft's `target_parameters`, on each layer's fused routed experts
+    (`experts.gate_up_proj`, `experts.down_proj`), which `all-linear` alone leaves frozen. peft then runs its own
+    parametrized forward (W + scaling B A for every expert, every step) under transformers' default experts
+    implementation. The names are held as written (targets_as_written): peft 0.18+ would otherwise read gate_proj /
+    up_proj / down_proj as transformers 4's per-expert linears and move a dense MLP's and the shared experts' LoRA
+    onto the experts (DeepSeek-V2), and resolve `all-linear` to include the router (Qwen3-MoE, Mixtral): every arm
+    must train the same parameters."""
+    from peft import LoraConfig
+    linear = resolve_lora_targets(base, "all")
+    experts = plan_expert_targets(base, None, set(linear), train_router=False)
+    return LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0, target_modules=linear,
+                      target_parameters=experts.parameters, task_type="CAUSAL_LM")
 
 
 def compute_dtype(device: torch.device) -> torch.dtype:
@@ -173,14 +236,52 @@ def compute_dtype(device: torch.device) -> torch.dtype:
 
 def param_counts(model) -> tuple[int, int]:
     """-> (N, N_lora) of the MFU formula: frozen parameters that take part in a matmul (tied weights count once;
-    an input embedding with its own output head is a lookup, not a matmul, and is left out), and trainable ones."""
-    trainable, total = count_parameters(model)
+    an input embedding with its own output head is a lookup, not a matmul, and is left out), and trainable ones;
+    each counted at the share of tokens that pass through it (parameter_counts)."""
+    counts = parameter_counts(model)
+    return counts["mfu_parameters"], counts["mfu_lora_parameters"]
+
+
+def _adapter_name(name: str) -> bool:
+    return "lora_" in name or "modules_to_save" in name
+
+
+def parameter_counts(model) -> dict:
+    """Parameters as MFU and the arm's JSON count them. A routed expert's weights, and its LoRA factors, count at
+    top_k / num_experts (a token passes through top_k of each layer's experts): MFU then means the FLOPs a step really
+    spends. -> mfu_parameters (N: frozen, in a matmul, active share), mfu_lora_parameters (N_lora: trainable, active
+    share), trainable_parameters (all trainable), total_parameters and active_parameters (the model's own weights,
+    adapters left out), and on a mixture of experts trainable_by_kind. Tied weights count once; 4-bit weights for
+    what they stand for."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base_model_of(model).config
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    experts, top_k = experts_per_layer(config), experts_per_token(config)
+    share = top_k / experts if experts and top_k else 1.0
     embedding, head = base.get_input_embeddings(), base.get_output_embeddings()
-    lookup_only = 0
-    if embedding is not None and head is not None and embedding.weight is not head.weight:
-        lookup_only = embedding.weight.numel()
-    return total - trainable - lookup_only, trainable
+    lookup = embedding.weight if embedding is not None and head is not None and embedding.weight is not head.weight \
+        else None
+    frozen = lora = 0.0
+    trainable = total = active = 0
+    by_kind = dict.fromkeys(KINDS, 0)
+    for name, param in model.named_parameters():  # a tied weight once
+        n = getattr(param, "ds_numel", None) or logical_numel(param)
+        kind = parameter_kind(name)
+        used = n * share if kind == ROUTED_EXPERTS else n
+        if param.requires_grad:
+            trainable += n
+            lora += used
+            by_kind[kind] += n
+        elif param is not lookup:
+            frozen += used
+        if not _adapter_name(name):
+            total += n
+            active += round(used)
+    counts = {"mfu_parameters": round(frozen), "mfu_lora_parameters": round(lora), "trainable_parameters": trainable,
+              "total_parameters": total, "active_parameters": active}
+    if experts:
+        counts["trainable_by_kind"] = {kind: n for kind, n in by_kind.items() if n}
+    return counts
 
 
 def flops_per_token(n_params: int, n_lora: int) -> float:
@@ -196,16 +297,18 @@ def peak_flops(device: torch.device) -> float | None:
 
 
 def score(name: str, summary: dict, n_params: int, n_lora: int, device: torch.device, settings: dict, startup: float,
-          peak_memory: float | None) -> dict:
-    """An arm's result from its SteadyRate summary: rate, MFU against the device's peak, memory, start-up."""
+          peak_memory: float | None, counts: dict | None = None) -> dict:
+    """An arm's result from its SteadyRate summary: rate, MFU against the device's peak, memory, start-up; `counts`
+    (parameter_counts less the MFU pair): trainable, total and active parameters, by kind on a mixture of experts."""
     peak = peak_flops(device)
     rate = summary["tokens_per_s"]
+    extra = {k: v for k, v in (counts or {}).items() if k not in ("mfu_parameters", "mfu_lora_parameters")}
     return {"name": name, "steps": summary.get("timed_steps", 0), "real_tokens": summary.get("timed_tokens", 0),
             "seconds": summary.get("span_seconds", 0.0), **summary,
             "mfu": rate * flops_per_token(n_params, n_lora) / peak if peak else None,
             "peak_memory_gib": peak_memory, "startup_seconds": round(startup, 1),
             "flops_per_token": flops_per_token(n_params, n_lora), "parameters": n_params, "lora_parameters": n_lora,
-            "settings": settings}
+            **extra, "settings": settings}
 
 
 def synchronize(device: torch.device) -> None:

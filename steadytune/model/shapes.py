@@ -1,9 +1,13 @@
 """Named model shapes built from config with random weights: speed does not depend on the weights' values, and
-no model hub is needed. Sizes follow the published configs of each model."""
+no model hub is needed. Sizes follow the published configs of each model (for the mixtures of experts: each model's
+config.json on the hub, the keys transformers 5 reads; gpt-oss in its bf16 form, without the mxfp4 quantisation
+config of the released checkpoint)."""
 
 from __future__ import annotations
 
 import torch
+
+from steadytune.model.attention import EAGER_ONLY_MODEL_TYPES
 
 # name -> transformers config kwargs (model_type first). Vocabulary sizes are the real ones: the output head
 # is a large share of the compute of these small models.
@@ -33,19 +37,104 @@ SHAPES: dict[str, dict] = {
     "tiny": dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, vocab_size=2048, max_position_embeddings=4096,
                  tie_word_embeddings=True),
+    # --- mixtures of experts (transformers 5 fuses each layer's routed experts into 3-D parameters) ---
+    # Qwen3-30B-A3B: 128 experts of width 768, 8 a token (3.3B of 30.5B parameters active); no shared expert.
+    "qwen3-30b-a3b": dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                          num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, num_hidden_layers=48,
+                          num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936,
+                          max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                          decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=0.001,
+                          tie_word_embeddings=False),
+    # gpt-oss-20b in bf16: 32 experts of width 2880, 4 a token, with biases; attention with sinks (eager only in
+    # transformers), sliding windows of 128 on every other layer, YaRN RoPE.
+    "gpt-oss-20b": dict(model_type="gpt_oss", hidden_size=2880, intermediate_size=2880, num_local_experts=32,
+                        num_experts_per_tok=4, num_hidden_layers=24, num_attention_heads=64, num_key_value_heads=8,
+                        head_dim=64, vocab_size=201088, sliding_window=128,
+                        layer_types=["sliding_attention", "full_attention"] * 12, attention_bias=True,
+                        max_position_embeddings=131072, rms_norm_eps=1e-5, swiglu_limit=7.0,
+                        router_aux_loss_coef=0.9, tie_word_embeddings=False,
+                        rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                             beta_slow=1.0, original_max_position_embeddings=4096, truncate=False)),
+    # DeepSeek-V2-Lite: multi-head latent attention (no q compression), 64 routed experts (6 a token) and 2 shared
+    # experts in every layer but the first, which is a dense MLP.
+    "deepseek-v2-lite": dict(model_type="deepseek_v2", hidden_size=2048, intermediate_size=10944,
+                             moe_intermediate_size=1408, n_routed_experts=64, n_shared_experts=2,
+                             num_experts_per_tok=6, first_k_dense_replace=1, num_hidden_layers=27,
+                             num_attention_heads=16, num_key_value_heads=16, kv_lora_rank=512, q_lora_rank=None,
+                             qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_group=1, topk_group=1,
+                             topk_method="greedy", norm_topk_prob=False, routed_scaling_factor=1.0,
+                             vocab_size=102400, max_position_embeddings=163840, rms_norm_eps=1e-6,
+                             tie_word_embeddings=False,
+                             rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0, beta_fast=32.0,
+                                                  beta_slow=1.0, mscale=0.707, mscale_all_dim=0.707,
+                                                  original_max_position_embeddings=4096)),
+    # Qwen1.5-MoE-A2.7B (qwen2_moe): 60 experts of width 1408, 4 a token, and a shared expert of width 5632 behind a
+    # sigmoid gate.
+    "qwen1.5-moe-a2.7b": dict(model_type="qwen2_moe", hidden_size=2048, intermediate_size=5632,
+                              moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_experts=60,
+                              num_experts_per_tok=4, norm_topk_prob=False, num_hidden_layers=24,
+                              num_attention_heads=16, num_key_value_heads=16, vocab_size=151936,
+                              max_position_embeddings=8192, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                              decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False),
+    # Mixtral-8x7B: 8 experts of width 14336, 2 a token (46.7B parameters, 12.9B active).
+    "mixtral-8x7b": dict(model_type="mixtral", hidden_size=4096, intermediate_size=14336, num_local_experts=8,
+                         num_experts_per_tok=2, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                         vocab_size=32000, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-5,
+                         sliding_window=None, router_aux_loss_coef=0.02, tie_word_embeddings=False),
+    # A Qwen3-MoE of a few million parameters, for tests and CPU smoke runs: 8 experts, 2 a token.
+    "moe-tiny": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                     num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=2048,
+                     max_position_embeddings=4096, tie_word_embeddings=False),
 }
 
+# Config keys that list one entry per layer: cut to the first N layers with the depth (--num-layers).
+_PER_LAYER_KEYS = ("layer_types",)
 
-def build_shape(name: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                attn_implementation: str = "sdpa", seed: int = 0):
-    """A causal LM of the named shape with random weights, created directly on `device` in `dtype`."""
-    from transformers import AutoConfig, AutoModelForCausalLM
 
+def shape_config(name: str, num_layers: int | None = None) -> dict:
+    """The named shape's config kwargs (model_type first), `num_layers` deep if given: the same widths, fewer or more
+    layers (per-layer lists such as gpt-oss's alternating layer_types follow the depth)."""
     if name not in SHAPES:
         raise KeyError(f"unknown model shape {name!r}; known: {', '.join(SHAPES)}")
     spec = dict(SHAPES[name])
+    if num_layers is not None and num_layers != spec["num_hidden_layers"]:
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+        for key in _PER_LAYER_KEYS:
+            if spec.get(key):
+                pattern = spec[key]
+                spec[key] = [pattern[i % len(pattern)] for i in range(num_layers)]
+        if spec.get("first_k_dense_replace", 0) >= num_layers:
+            raise ValueError(f"{name} with {num_layers} layers would have no MoE layer (its first "
+                             f"{spec['first_k_dense_replace']} are dense)")
+        spec["num_hidden_layers"] = num_layers
+    return spec
+
+
+def is_moe_shape(name: str) -> bool:
+    """A mixture-of-experts shape (routed experts in its config)."""
+    spec = SHAPES[name]
+    return any(spec.get(key) for key in ("num_experts", "num_local_experts", "n_routed_experts"))
+
+
+def attention_for(name: str, asked: str) -> str:
+    """The attn_implementation a shape is built with: `asked`, unless its model type runs eager attention only
+    (gpt-oss's attention sinks: model/attention.EAGER_ONLY_MODEL_TYPES)."""
+    return "eager" if SHAPES[name]["model_type"] in EAGER_ONLY_MODEL_TYPES else asked
+
+
+def build_shape(name: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                attn_implementation: str = "sdpa", seed: int = 0, num_layers: int | None = None):
+    """A causal LM of the named shape with random weights, created directly on `device` in `dtype` (the meta device
+    builds any shape without memory); `num_layers` overrides its depth (shape_config). A model type that runs only
+    eager attention (gpt-oss) gets eager whatever is asked."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = shape_config(name, num_layers)
     config = AutoConfig.for_model(spec.pop("model_type"), **spec)
     torch.manual_seed(seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype,
+                                                 attn_implementation=attention_for(name, attn_implementation))
     return model
