@@ -105,6 +105,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     state = held_gib(model.parameters())
     if cfg.method.finetuning_type == "full":
         state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
+    else:   # LoRA's gradients and AdamW's moments: small for a dense model, GiB for every expert's pair of a MoE
+        state += 3 * held_gib(p for p in model.parameters() if p.requires_grad)
     state += held_gib(model.buffers())
     # fp8 for the frozen base before checkpointing: its copies are buffers (2 bytes a base weight) that the memory
     # policy must count. (The layers compile lazily, at the first forward, so they still trace the fp8 matmuls.)
