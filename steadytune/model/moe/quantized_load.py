@@ -138,6 +138,9 @@ def build_four_bit_model(config, device: torch.device, dtype: torch.dtype, quant
     import bitsandbytes as bnb  # lazy: the optional qlora dependency
     from transformers import AutoModelForCausalLM
 
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:   # as a loaded model names it (Accelerate compares the two)
+        device = torch.device("cuda", torch.cuda.current_device())
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     head = model.get_output_embeddings()
