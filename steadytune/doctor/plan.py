@@ -21,6 +21,7 @@ from steadytune.hardware.memory import (
     activation_gib,
     checkpointed_activation_gib,
     choose_gradient_checkpointing,
+    dequantised_experts_gib,
     lora_parameters,
     max_tokens_without_checkpointing,
     run_memory_gib,
@@ -125,11 +126,14 @@ def lora_state_gib(config, rank: int) -> float:
 
 
 def held_state_gib(config, cfg: "RunConfig") -> float:
-    """What train weighs beside the activations when it decides checkpointing: the frozen base (quantised as the
-    config asks) and LoRA's state."""
+    """What train weighs beside the activations when it decides checkpointing (training/speed_plan.py): the frozen
+    base (quantised as the config asks), and for a mixture of experts LoRA's state and a 4-bit layer dequantised."""
     m = cfg.model
     weights = quantised_weight_gib(config, m) if m.quantization_bit is not None else state_gib_of(config)
-    return weights + lora_state_gib(config, cfg.method.lora_rank)
+    if moe.moe_shape(config) is None:
+        return weights
+    unpacked = dequantised_experts_gib(config) if m.quantization_bit == 4 else 0.0
+    return weights + lora_state_gib(config, cfg.method.lora_rank) + unpacked
 
 
 def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], check: str) -> list[Finding]:
