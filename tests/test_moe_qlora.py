@@ -262,6 +262,31 @@ def test_lora_gradients_on_4bit_experts(moe64):
         four(input_ids=IDS)
 
 
+@needs_bnb
+def test_checkpointing_and_activation_offloading_compose_with_4bit_experts(moe64):
+    """Recomputed layers dequantise the experts again and give the same LoRA gradients; with the layers' inputs
+    offloaded (model/offload.py; on a CPU a copy in the same memory, the same hooks) too, and the 4-bit buffers stay."""
+    from steadytune.model.moe.quantized import FourBitWeight
+    from steadytune.model.offload import HostOffload
+
+    grads, hooks = [], None
+    for checkpointing, offloading in ((False, False), (True, False), (True, True)):
+        model = lora_model(load(moe64, 4)).train()
+        if checkpointing:
+            model.get_base_model().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.get_base_model().enable_input_require_grads()
+        if offloading:
+            hooks = HostOffload(model, torch.device("cpu"), min_bytes=1)   # the tiny model's tensors are small
+            hooks.attach(model)
+        grads.append(expert_grads(model))
+    for got in grads[1:]:
+        for name, want in grads[0].items():
+            assert torch.allclose(got[name], want, rtol=1e-5, atol=1e-7), name
+    assert hooks.bytes_offloaded >= 2 * IDS.numel() * 64 * 4   # at least both layers' inputs (fp32 here)
+    packed = [m.packed for m in model.modules() if isinstance(m, FourBitWeight)]
+    assert len(packed) == 4 and all(p.untyped_storage().data_ptr() in hooks.kept for p in packed)
+
+
 def overrides(model, out, **extra) -> dict:
     keys = {"model_name_or_path": str(model), "dataset": ALPACA, "dataset_dir": str(sample_dir()), "template": "qwen",
             "cutoff_len": 64, "max_samples": 32, "output_dir": str(out), "per_device_train_batch_size": 4,
