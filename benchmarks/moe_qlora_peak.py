@@ -54,8 +54,8 @@ DEFAULT_RUNS = "8:2048,8:8192,4:2048"   # LoRA rank : tokens a step
 CARD_GIB = 24.0          # the card the target is about; the checkpointing and offloading decisions are made for it
 TARGET_GIB = 20.0
 LR, WARMUP_STEPS = 2e-4, 2
-WORDS = ("the experts of a mixture each read the tokens routed to them while four bit weights are decoded one layer "
-         "at a time before every grouped matmul and the adapters learn 判断 这个 商品 质量 物流 很快 满意").split()
+WORDS = ("the experts of a mixture each read the tokens routed to them while four bit weights are decoded one "
+         "layer at a time before every grouped matmul and the adapters learn 判断 这个 商品 质量 物流 满意").split()
 
 
 def shape_config(shape: str):

@@ -171,7 +171,8 @@ def test_experts_load_in_four_bits_and_shrink(loaded):
     assert count_by_kind(four)[ROUTED_EXPERTS].total == count_by_kind(full)[ROUTED_EXPERTS].total == 2 * 4 * 3 * 64 * 64
     routed = count_by_kind(full)[ROUTED_EXPERTS].total
     code_tables = 4 * (16 + 256 + 1) * 4   # each weight's nf4 code, its nested 8-bit code and offset (fp32)
-    assert four_bit_bytes(four) == pytest.approx(routed * quantised_bytes_per_parameter(4, True) + code_tables, rel=0.02)
+    expected = routed * quantised_bytes_per_parameter(4, True) + code_tables
+    assert four_bit_bytes(four) == pytest.approx(expected, rel=0.02)
     # what the model holds: a placeholder adds one element, not its shape
     held = held_gib([*four.parameters(), *four.buffers()]) * 2**30
     assert held < 0.5 * held_gib(full.parameters()) * 2**30   # (the fp32 embeddings and head are most of the rest)

@@ -237,7 +237,8 @@ def moe_findings(info: "HardwareInfo", cfg: "RunConfig", check: str) -> list[Fin
     total, active = sum(parts.values()), moe.active_parameters(config, shape)
     m, rank = cfg.model, cfg.method.lora_rank
     tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
-    weights = f"weights {weight_gib(config):.1f} GiB in bf16 ({parts[moe.ROUTED_EXPERTS] / 1e9:.2f} B in the routed experts)"
+    weights = (f"weights {weight_gib(config):.1f} GiB in bf16 ({parts[moe.ROUTED_EXPERTS] / 1e9:.2f} B in the routed "
+               "experts)")
     if m.quantization_bit == 4:
         weights += f", {quantised_weight_gib(config, m):.1f} GiB with quantization_bit: 4 (the experts in 4 bits too)"
     elif m.quantization_bit == 8:

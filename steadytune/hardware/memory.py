@@ -249,7 +249,8 @@ def run_memory_gib(config, tokens: int, rank: int, checkpointing: bool, quantize
     allocator, the loss's chunk of logits and the CUDA context. An estimate from the shape, measured against on an
     H200 for bf16 bases (ACTIVATION_SHARE); benchmarks/qlora_bench.py measures the 4-bit side. `offloaded`: the
     layers' inputs wait in host memory (activation_offloading), so only the layer being recomputed counts. A mixture
-    of experts on a 4-bit base also holds one expert weight dequantised for its grouped matmul (benchmarks/moe_qlora_peak.py measures the 30B-A3B shape)."""
+    of experts on a 4-bit base also holds one expert weight dequantised for its grouped matmul
+    (benchmarks/moe_qlora_peak.py measures the 30B-A3B shape)."""
     weights = weight_gib(config, quantized_bytes, base_bytes)
     adapter = lora_parameters(config, rank) * 16 / 2**30
     if checkpointing:

@@ -112,8 +112,8 @@ def _attention_linears(config) -> list[tuple[int, int]]:
 
 
 def _attention_extras(config) -> int:
-    """An attention layer's parameters beside its projections: biases (gpt-oss's on all four, Qwen2-MoE's on q, k, v), gpt-oss's sinks, Qwen3's q/k norms,
-    DeepSeek's latent norms."""
+    """An attention layer's parameters beside its projections: biases (gpt-oss's on all four, Qwen2-MoE's on q, k,
+    v), gpt-oss's sinks, Qwen3's q/k norms, DeepSeek's latent norms."""
     heads = config.num_attention_heads
     extra = 0
     if getattr(config, "attention_bias", False):

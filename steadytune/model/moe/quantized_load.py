@@ -24,7 +24,7 @@ from torch import nn
 from steadytune.errors import UserError
 from steadytune.model.moe.anatomy import FUSED_DOWN_NAME, FUSED_UP_NAMES, expert_sites, is_fused_experts
 from steadytune.model.moe.experts_lora import install_four_bit_forward, supported
-from steadytune.model.moe.quantized import four_bit_names, four_bit_weight, quantize_experts, quantize_parameter
+from steadytune.model.moe.quantized import four_bit_names, quantize_experts, quantize_parameter
 
 _QUANTIZER_KEY = "bitsandbytes_4bit"
 
