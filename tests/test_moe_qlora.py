@@ -198,6 +198,34 @@ def test_grouped_4bit_forward_is_the_dequantised_model_and_within_nf4_of_full_pr
     assert 0.01 < error < 0.2, error   # NF4's error on Gaussian weights (~10%), not zero: the weights are 4-bit
 
 
+@needs_bnb
+def test_the_4bit_grouped_matmul_traces_whole_under_compile():
+    """bitsandbytes' dequantisation is a registered op and the autograd function keeps no host state: Dynamo takes
+    forward and backward in one graph (aot_eager here; a CUDA run long enough to compile its layers uses Inductor)."""
+    from steadytune.model.moe.quantized import grouped_4bit, quantize_weight
+
+    torch.manual_seed(0)
+    packed = quantize_weight(torch.randn(4, 128, 64, dtype=torch.bfloat16), "nf4", True)
+    ends = torch.tensor([10, 20, 30, 48], dtype=torch.int32)
+    x = torch.randn(48, 64, dtype=torch.bfloat16, requires_grad=True)
+
+    def product(rows):
+        return grouped_4bit(rows, packed, False, ends, "torch")
+
+    want = product(x)
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(product, backend="aot_eager", fullgraph=True)(x)
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(got, want)
+    probe = torch.randn_like(want)
+    assert torch.equal(torch.autograd.grad(got, x, probe)[0], torch.autograd.grad(want, x, probe)[0])
+    # and the product is x @ W[e]^T with W the dequantised weight (rows 0-9 expert 0, ...)
+    w = packed.dequantize(torch.bfloat16)
+    assert torch.allclose(want[10:20].float(), (x[10:20] @ w[1].T).float(), rtol=2e-2, atol=2e-2)
+
+
 def lora_model(model, rank: int = 4):
     from steadytune.config import RunConfig
     from steadytune.model.lora import attach_adapter
