@@ -343,8 +343,10 @@ def test_a_4bit_moe_run_trains_saves_loads_and_merges(moe64, tmp_path, capsys):
     with safe_open(str(run_dir / "adapter_model.safetensors"), "pt") as f:
         shapes = {k: f.get_slice(k).get_shape() for k in f.keys()}
     assert all("lora_" in k for k in shapes)
-    a = next(k for k in shapes if k.endswith("layers.0.mlp.experts.lora_A.weight"))
-    assert shapes[a] == [4 * 4, 64]    # the outer wrapper: down_proj, in = moe_intermediate_size, rank 4 x 4 experts
+    experts = {k: v for k, v in shapes.items() if ".layers.0.mlp.experts." in k}
+    assert len(experts) == 4   # A and B of gate_up_proj and down_proj: [experts x r, in] and [out, r x experts]
+    assert sorted(v for k, v in experts.items() if "lora_A" in k) == [[4 * 4, 64]] * 2
+    assert sorted(v for k, v in experts.items() if "lora_B" in k) == [[64, 4 * 4], [2 * 64, 4 * 4]]
     config = json.loads((run_dir / "adapter_config.json").read_text(encoding="utf-8"))
     assert sorted(config["target_parameters"]) == ["experts.down_proj", "experts.gate_up_proj"]
     trained = result.model.eval()
