@@ -182,11 +182,20 @@ def train_steps(state: LiveObjects, n: int) -> None:
         state.optimizer.zero_grad()
 
 
-def test_restore_brings_back_weights_optimizer_scheduler_rng_and_data_position_with_lr_backoff():
+@pytest.mark.parametrize("host", [False, True], ids=["on-device", "host"])
+def test_restore_brings_back_weights_optimizer_scheduler_rng_and_data_position_with_lr_backoff(monkeypatch, host):
+    """host: an adapter too large to snapshot on its device (LoRA on every expert of a MoE) goes to host memory."""
+    import steadytune.training.guard as guard_module
+
+    if host:
+        monkeypatch.setattr(guard_module, "SNAPSHOT_ON_DEVICE_BYTES", 0)
     guard, _ = make_guard()
     model, state = tiny_state()
     train_steps(state, 2)
     guard.snapshot(2, state)
+    kept = guard.snapshots[-1]
+    assert all(t.device.type == "cpu" for t in kept.weights.values())
+    assert isinstance(kept.optimizer["state"][0]["exp_avg"], torch.Tensor)
     saved = {k: v.clone() for k, v in model.state_dict().items()}
     saved_step = state.optimizer.state_dict()["state"][0]["step"].item()
     lr_at_snapshot = state.optimizer.param_groups[0]["lr"]

@@ -16,7 +16,18 @@ from typing import TYPE_CHECKING, Optional
 
 from steadytune.config import RunConfig
 from steadytune.doctor.findings import Finding
-from steadytune.hardware.memory import choose_gradient_checkpointing, max_tokens_without_checkpointing, weight_gib
+from steadytune.hardware import moe_shape as moe
+from steadytune.hardware.memory import (
+    activation_gib,
+    checkpointed_activation_gib,
+    choose_gradient_checkpointing,
+    dequantised_experts_gib,
+    lora_parameters,
+    max_tokens_without_checkpointing,
+    run_memory_gib,
+    state_gib_of,
+    weight_gib,
+)
 from steadytune.hardware.quantization import (
     GATE_SOURCE,
     bitsandbytes_status,
@@ -102,9 +113,27 @@ def model_config_for(cfg: "RunConfig"):
 
 def quantised_weight_gib(config, model_args) -> float:
     """GiB of the frozen base once bitsandbytes quantises its linear layers as `model_args` asks (quantization_bit,
-    double_quantization); embeddings, head and norms stay in bf16."""
+    double_quantization; a mixture of experts' routed experts too at 4 bits); embeddings, head and norms stay in
+    bf16."""
     return weight_gib(config, quantised_bytes_per_parameter(model_args.quantization_bit,
                                                             model_args.double_quantization))
+
+
+def lora_state_gib(config, rank: int) -> float:
+    """LoRA with lora_target: all, its gradients and AdamW's two moments (16 bytes a parameter): what train's speed
+    plan adds to the weights it holds (every expert's pair in a mixture of experts: GiB, not MiB)."""
+    return lora_parameters(config, rank) * 16 / 2**30
+
+
+def held_state_gib(config, cfg: "RunConfig") -> float:
+    """What train weighs beside the activations when it decides checkpointing (training/speed_plan.py): the frozen
+    base (quantised as the config asks), and for a mixture of experts LoRA's state and a 4-bit layer dequantised."""
+    m = cfg.model
+    weights = quantised_weight_gib(config, m) if m.quantization_bit is not None else state_gib_of(config)
+    if moe.moe_shape(config) is None:
+        return weights
+    unpacked = dequantised_experts_gib(config) if m.quantization_bit == 4 else 0.0
+    return weights + lora_state_gib(config, cfg.method.lora_rank) + unpacked
 
 
 def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], check: str) -> list[Finding]:
@@ -124,7 +153,7 @@ def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], che
         config, label = model
         tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
         m = cfg.model   # a quantised base holds far less than the bf16 weights the shape alone would say
-        state = quantised_weight_gib(config, m) if m.quantization_bit is not None else None
+        state = held_state_gib(config, cfg)
         use, why = choose_gradient_checkpointing(config, tokens, budget, state_gib=state)
         limit = max_tokens_without_checkpointing(config, budget, state_gib=state)
         compiles = (info.backend == "cuda" and cfg.train.torch_compile is not False
@@ -176,7 +205,7 @@ def quantization_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, of
         use, offloaded = cfg.train.gradient_checkpointing, bool(cfg.train.activation_offloading)
         if use is None:
             use = offloaded or choose_gradient_checkpointing(config, tokens, budget,
-                                                             state_gib=quantised_weight_gib(config, m))[0]
+                                                             state_gib=held_state_gib(config, cfg))[0]
         base_bytes = 2.0 if precision == "bf16" else 4.0
         need, parts = quantized_memory(config, tokens, cfg.method.lora_rank, use, m.quantization_bit,
                                        m.double_quantization, base_bytes, offloaded=offloaded)
@@ -191,6 +220,53 @@ def quantization_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, of
             parts += f"; with activation_offloading: true {low}"
         findings.append(Finding.info(check, f"{label}, {describe_bits(m)}, {tokens:,} tokens a micro-batch: the run needs "
                                             f"{need}{where}", parts))
+    return findings
+
+
+def moe_findings(info: "HardwareInfo", cfg: "RunConfig", check: str) -> list[Finding]:
+    """A mixture of experts' memory: all its experts' weights (in bf16, or 4-bit with quantization_bit: 4), every
+    expert's LoRA pair, and activations from the experts a token is routed to (its active parameters); with no
+    quantisation, what the run needs (quantization_findings says it for a quantised base)."""
+    model = model_config_for(cfg)
+    shape = moe.moe_shape(model[0]) if model is not None else None
+    if shape is None:
+        return []
+    config, label = model
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    parts = moe.parameters_by_kind(config, shape)
+    total, active = sum(parts.values()), moe.active_parameters(config, shape)
+    m, rank = cfg.model, cfg.method.lora_rank
+    tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
+    weights = (f"weights {weight_gib(config):.1f} GiB in bf16 ({parts[moe.ROUTED_EXPERTS] / 1e9:.2f} B in the routed "
+               "experts)")
+    if m.quantization_bit == 4:
+        weights += f", {quantised_weight_gib(config, m):.1f} GiB with quantization_bit: 4 (the experts in 4 bits too)"
+    elif m.quantization_bit == 8:
+        weights += (f", {quantised_weight_gib(config, m):.1f} GiB with quantization_bit: 8 (linear layers only: the "
+                    "routed experts stay bf16; quantization_bit: 4 packs them too)")
+    lora = lora_parameters(config, rank)
+    why = (f"{weights}; LoRA with lora_target: all (r {rank} for each of the {shape.experts} experts and each "
+           f"projection) {lora / 1e6:,.0f} M parameters, {lora_state_gib(config, rank):.1f} GiB with their gradients "
+           f"and AdamW's moments; activations from the {shape.top_k} experts each token is routed to: "
+           f"~{checkpointed_activation_gib(config, tokens):.1f} GiB at {tokens:,} tokens with gradient checkpointing, "
+           f"~{activation_gib(config, tokens):.1f} GiB without")
+    findings = [Finding.info(check, f"{label}: a mixture of experts, {shape.experts} experts x {shape.moe_layers} "
+                                    f"layers, {shape.top_k} a token: {active / 1e9:.2f} B of {total / 1e9:.2f} B "
+                                    "parameters active", why)]
+    if m.quantization_bit is None:
+        gpu = info.primary
+        budget = gpu.budget_gib if gpu is not None else None
+        use = cfg.train.gradient_checkpointing
+        if use is None:
+            use = choose_gradient_checkpointing(config, tokens, budget, state_gib=held_state_gib(config, cfg))[0]
+        precision, _ = choose_precision(info, cfg.train.bf16, cfg.train.fp16)
+        need, spelled = run_memory_gib(config, tokens, rank, use, base_bytes=2.0 if precision == "bf16" else 4.0,
+                                       offloaded=bool(cfg.train.activation_offloading))
+        low, _ = run_memory_gib(config, tokens, rank, True, quantised_bytes_per_parameter(4, m.double_quantization))
+        where = f" of the {budget:g} GiB" if budget else ""
+        findings.append(Finding.info(check, f"{label}, {tokens:,} tokens a micro-batch: the run needs ~{need:.1f} GiB"
+                                            f"{where}", f"{spelled}; with quantization_bit: 4 and gradient "
+                                                        f"checkpointing ~{low:.1f} GiB"))
     return findings
 
 
@@ -250,6 +326,7 @@ def train_plan_findings(info: "HardwareInfo", check: str, cfg: Optional["RunConf
         findings += checkpointing_findings(info, cfg, check)
         if cfg is not None:
             findings += quantization_findings(info, cfg, check, offline)
+            findings += moe_findings(info, cfg, check)
             findings += fp8_findings(info, cfg, check)
     except ImportError as e:   # torch or transformers missing here: the saved machine's plan is still partly known
         findings.append(Finding.info(check, f"packing and gradient checkpointing not evaluated here ({e})"))

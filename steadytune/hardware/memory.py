@@ -1,17 +1,39 @@
 """The memory side of the policy: activation and weight estimates from a model config, and whether a run
 checkpoints its activations (`choose_gradient_checkpointing`) for the memory budget it has.
+
+A mixture of experts (hardware/moe_shape.py) counts all its experts' weights and every expert's LoRA pair, but the
+activations of the experts each token is routed to (top_k of them), not a dense MLP of `intermediate_size`.
 """
 
 from __future__ import annotations
 
+from steadytune.hardware import moe_shape as moe
+
+
+def layer_activation_bytes(config) -> list[int]:
+    """Rough bytes each decoder layer keeps for backward per token with LoRA on all linear layers, bf16 base, no
+    checkpointing: the inputs of the LoRA'd projections, the attention output, the MLP's gate/up/activation outputs,
+    the norms; in a MoE layer the top_k experts' rows (moe_shape.moe_mlp_bytes_per_token). An upper bound: see
+    ACTIVATION_SHARE for what was measured (on dense models)."""
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    shape = moe.moe_shape(config)
+    if shape is None:
+        return [24 * hidden + 12 * config.intermediate_size] * layers
+    routed = 24 * hidden + moe.moe_mlp_bytes_per_token(config, shape)
+    dense = 24 * hidden + 12 * shape.dense_width
+    return [routed if moe.is_moe_layer(config, i) else dense for i in range(layers)]
+
+
+def kept_between_layers_bytes(config) -> int:
+    """Bytes per token the decoder keeps outside its layers until the loss, beyond each layer's input: a MoE's
+    router logits and probabilities (routing.py's load-balancing loss reads them)."""
+    shape = moe.moe_shape(config)
+    return 0 if shape is None else shape.moe_layers * moe.router_bytes_between_layers(shape)
+
 
 def activation_bytes_per_token(config) -> int:
-    """Rough bytes kept for backward per token with LoRA on all linear layers, bf16 base, no checkpointing:
-    the inputs of the LoRA'd projections, the attention output, the MLP's gate/up/activation outputs, the norms.
-    An upper bound: see ACTIVATION_SHARE for what was measured."""
-    hidden = config.hidden_size
-    inter = config.intermediate_size
-    return config.num_hidden_layers * (24 * hidden + 12 * inter)
+    """Bytes kept for backward per token by the whole decoder without checkpointing (layer_activation_bytes)."""
+    return sum(layer_activation_bytes(config)) + kept_between_layers_bytes(config)
 
 
 # Measured share of activation_bytes_per_token really kept at 16,384 tokens a micro-batch on an H200 (peak minus
@@ -37,7 +59,11 @@ SPLIT_FLOOR_TOKENS = 2048
 
 
 def estimate_parameters(config) -> int:
-    """Parameters of a decoder from its config (attention, MLP, norms, embeddings; tied or not)."""
+    """Parameters of a decoder from its config (attention, MLP, norms, embeddings; tied or not; a mixture of experts
+    with every expert)."""
+    shape = moe.moe_shape(config)
+    if shape is not None:
+        return sum(moe.parameters_by_kind(config, shape).values())
     hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
@@ -55,11 +81,13 @@ def state_gib_of(config, bytes_per_parameter: float = 2.0) -> float:
 def held_gib(tensors) -> float:
     """GiB held by these tensors (a model's parameters and buffers: fp8_base's copies of the base are buffers), each
     piece of memory once: a buffer that is a view of a weight (a 4-bit base's packed bytes under fp8_4bit) adds
-    nothing."""
+    nothing, and a tensor that repeats one element (a 4-bit expert weight's placeholder: a zero-stride view) counts
+    the bytes it holds, not its shape."""
     held: dict[tuple, int] = {}
     for t in tensors:
         key = (t.device, t.data_ptr()) if t.data_ptr() else ("no storage", id(t))
-        held[key] = max(held.get(key, 0), t.numel() * t.element_size())
+        spans = t.numel() and (1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())))
+        held[key] = max(held.get(key, 0), min(t.numel(), spans) * t.element_size())
     return sum(held.values()) / 2**30
 
 
@@ -112,9 +140,10 @@ def choose_gradient_checkpointing(config, tokens_per_micro_batch: int, memory_bu
 
 def checkpointed_activation_gib(config, tokens: int, compiled: bool = False, offloaded: bool = False) -> float:
     """Activations with gradient checkpointing: each layer's input in bf16 (none on the GPU when offloaded to host
-    memory: activation_offloading) plus one layer's activations while it is recomputed."""
+    memory: activation_offloading) and a MoE's router outputs, plus the largest layer's activations while it is
+    recomputed."""
     inputs = 0 if offloaded else config.num_hidden_layers * config.hidden_size * 2
-    per_token = inputs + activation_bytes_per_token(config) / config.num_hidden_layers
+    per_token = inputs + kept_between_layers_bytes(config) + max(layer_activation_bytes(config))
     return ACTIVATION_SHARE[compiled] * per_token * tokens / 2**30
 
 
@@ -163,8 +192,12 @@ def split_to_fit(config, tokens_per_micro_batch: int, room_gib: float, compiled:
 # What a LoRA / QLoRA run needs in all (doctor --config and train's start-up print)
 # ---------------------------------------------------------------------------------------------------------
 
-def linear_parameters(config) -> int:
-    """Parameters of the decoder's linear layers (what bitsandbytes quantises; the output head is not among them)."""
+def linear_parameters(config, experts_quantized: bool = True) -> int:
+    """Parameters of the decoder's linear layers (what bitsandbytes quantises; the output head is not among them),
+    and a mixture of experts' routed experts when `experts_quantized` (4 bits: model/moe/quantized.py)."""
+    shape = moe.moe_shape(config)
+    if shape is not None:
+        return moe.linear_parameters(config, shape, experts_quantized)
     hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
@@ -173,7 +206,11 @@ def linear_parameters(config) -> int:
 
 
 def lora_parameters(config, rank: int) -> int:
-    """LoRA parameters with lora_target: all (every projection of every layer gets r x (in + out))."""
+    """LoRA parameters with lora_target: all (every projection of every layer gets r x (in + out); a mixture of
+    experts' routed experts one pair per expert and fused projection)."""
+    shape = moe.moe_shape(config)
+    if shape is not None:
+        return moe.lora_parameters(config, shape, rank)
     hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
@@ -182,12 +219,25 @@ def lora_parameters(config, rank: int) -> int:
     return layers * rank * per_layer
 
 
+def four_bit_experts(quantized_bytes: float | None) -> bool:
+    """Whether a base quantised to `quantized_bytes` a weight holds a MoE's routed experts quantised too: 4 bits do
+    (model/moe/quantized.py), 8 bits (1 byte) leave them in the load dtype."""
+    return quantized_bytes is not None and quantized_bytes < 1.0
+
+
 def weight_gib(config, quantized_bytes: float | None = None, base_bytes: float = 2.0) -> float:
     """The frozen base: its linear layers at `quantized_bytes` a parameter when quantised (hardware/quantization.py's
-    QUANTISED_BYTES), the rest (embeddings, head, norms) at `base_bytes`."""
-    total, linear = estimate_parameters(config), linear_parameters(config)
-    per_linear = base_bytes if quantized_bytes is None else quantized_bytes
-    return (linear * per_linear + (total - linear) * base_bytes) / 2**30
+    QUANTISED_BYTES), the rest (embeddings, head, norms, routers) at `base_bytes`; a mixture of experts' routed
+    experts with the linear layers at 4 bits, at `base_bytes` at 8 (four_bit_experts)."""
+    total = estimate_parameters(config)
+    linear = linear_parameters(config, four_bit_experts(quantized_bytes)) if quantized_bytes is not None else 0
+    return (linear * (quantized_bytes or 0) + (total - linear) * base_bytes) / 2**30
+
+
+def dequantised_experts_gib(config, compute_bytes: float = 2.0) -> float:
+    """A 4-bit MoE's one full-precision expert weight at a time (moe_shape.dequantised_expert_bytes); 0 if dense."""
+    shape = moe.moe_shape(config)
+    return 0.0 if shape is None else moe.dequantised_expert_bytes(config, shape, compute_bytes) / 2**30
 
 
 def run_memory_gib(config, tokens: int, rank: int, checkpointing: bool, quantized_bytes: float | None = None,
@@ -198,16 +248,20 @@ def run_memory_gib(config, tokens: int, rank: int, checkpointing: bool, quantize
     input in bf16 plus one layer's activations being recomputed), and the margin MEMORY_SHARE leaves for the
     allocator, the loss's chunk of logits and the CUDA context. An estimate from the shape, measured against on an
     H200 for bf16 bases (ACTIVATION_SHARE); benchmarks/qlora_bench.py measures the 4-bit side. `offloaded`: the
-    layers' inputs wait in host memory (activation_offloading), so only the layer being recomputed counts."""
+    layers' inputs wait in host memory (activation_offloading), so only the layer being recomputed counts. A mixture
+    of experts on a 4-bit base also holds one expert weight dequantised for its grouped matmul
+    (benchmarks/moe_qlora_peak.py measures the 30B-A3B shape)."""
     weights = weight_gib(config, quantized_bytes, base_bytes)
     adapter = lora_parameters(config, rank) * 16 / 2**30
     if checkpointing:
         activations = checkpointed_activation_gib(config, tokens, compiled, offloaded)
     else:
         activations = activation_gib(config, tokens, compiled, recompute_pointwise)
-    need = (weights + adapter + activations) / MEMORY_SHARE
+    unpacked = dequantised_experts_gib(config, base_bytes) if four_bit_experts(quantized_bytes) else 0.0
+    need = (weights + adapter + activations + unpacked) / MEMORY_SHARE
     lean = ", elementwise results recomputed" if recompute_pointwise and compiled and not checkpointing else ""
+    shown = f" + one layer's experts dequantised {unpacked:.2f}" if unpacked else ""
     return need, (f"base weights {weights:.1f} + LoRA with AdamW {adapter:.2f} + activations {activations:.1f} "
                   f"({tokens:,} tokens, checkpointing {'on' if checkpointing else 'off'}{lean}"
-                  f"{', layer inputs in host memory' if checkpointing and offloaded else ''}) GiB, over "
+                  f"{', layer inputs in host memory' if checkpointing and offloaded else ''}){shown} GiB, over "
                   f"{MEMORY_SHARE:.0%} for the allocator and the loss")

@@ -27,6 +27,7 @@ from torch import nn
 from steadytune.config import ModelArguments
 from steadytune.errors import UserError
 from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE, auto_model_class
+from steadytune.model.moe.quantized_load import check_four_bit_experts, four_bit_experts_loading
 from steadytune.model.quantize import quantized_load_kwargs, skip_narrow_repacking
 from steadytune.model.saved_weights import _read_json
 
@@ -306,8 +307,10 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
         safetensors_only = None if model_args.allow_pickle_weights else True
         extra = {"num_labels": 1} if task == SEQUENCE_SCORE else {}
         extra.update(quantized_load_kwargs(model_args, compute_dtype or torch_dtype, device))
-        model = auto_model_class(task).from_pretrained(path, dtype=torch_dtype, attn_implementation=attn_implementation,
-                                                       use_safetensors=safetensors_only, **common, **extra)
+        with four_bit_experts_loading(model_args.quantization_bit):   # a MoE's fused experts in 4 bits too
+            model = auto_model_class(task).from_pretrained(path, dtype=torch_dtype,
+                                                           attn_implementation=attn_implementation,
+                                                           use_safetensors=safetensors_only, **common, **extra)
     except (OSError, ValueError) as e:
         raise _load_error(path, e) from None
     except RuntimeError as e:
@@ -332,6 +335,8 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
         model.to(device)
     if model_args.quantization_bit is not None:
         skip_narrow_repacking(model)
+    if model_args.quantization_bit == 4:
+        check_four_bit_experts(model)
     return model, tokenizer
 
 

@@ -3,9 +3,10 @@ and dequantising it again for a merge.
 
 What is quantised: every linear layer of the decoder (attention and MLP projections): transformers' bitsandbytes
 quantizer converts each nn.Linear except the output head (its default skip list), and the embeddings are no Linear.
-What stays in higher precision, in the dtype the base loads in (the run's compute dtype: bf16 on a bf16 GPU, fp32 on
-a CPU): the embeddings, the output head, every norm and bias. LoRA's own A/B weights are fp32 (model/lora.py), as in
-every LoRA run.
+With 4 bits, a mixture of experts' routed experts too (transformers 5's fused 3-D expert weights, no Linear:
+model/moe/quantized.py quantises them to the same format as they load). What stays in higher precision, in the
+dtype the base loads in (the run's compute dtype: bf16 on a bf16 GPU, fp32 on a CPU): the embeddings, the output head,
+every norm and bias (and a MoE's routers). LoRA's own A/B weights are fp32 (model/lora.py), as in every LoRA run.
 
 Decided against peft's `prepare_model_for_kbit_training`: it casts every weight that is not quantised to fp32. For a
 Qwen2.5-7B shape that is the embeddings and the untied head, 1.09 B parameters: +2.0 GiB over bf16, an eighth of a
@@ -24,6 +25,7 @@ from torch import nn
 
 from steadytune.config import ModelArguments
 from steadytune.errors import UserError
+from steadytune.model.moe.quantized import FourBitWeight, dequantize_experts, is_placeholder
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -95,7 +97,7 @@ def higher_precision_parts(model: nn.Module) -> tuple[str, str]:
     dtypes: set[str] = set()
     for name, param in model.named_parameters():
         owner = name.rsplit(".", 1)[0]
-        if owner in quantized or "lora_" in name:
+        if owner in quantized or "lora_" in name or is_placeholder(param):   # (a 4-bit expert weight's placeholder)
             continue
         leaf = owner.rsplit(".", 1)[-1]
         kind = ("norms" if "norm" in leaf else "embeddings" if "embed" in leaf else
@@ -111,9 +113,12 @@ def record_quantization(model: nn.Module, model_args: ModelArguments, compute: s
     `decide`: RunConfig.decide."""
     layers = len(quantized_linear_names(model))
     kept, dtype = higher_precision_parts(model)
+    experts = sum(isinstance(m, FourBitWeight) for m in model.modules())
+    routed = (f", and {experts} fused expert weights in bitsandbytes' 4-bit format, each dequantised for its grouped "
+              "matmul only (model/moe/quantized.py)" if experts else "")
     decide("quantization", describe_quantization(model_args),
-           f"quantization_bit: {model_args.quantization_bit} -> {layers} linear layers held by bitsandbytes, computing "
-           f"in {compute}")
+           f"quantization_bit: {model_args.quantization_bit} -> {layers} linear layers held by bitsandbytes{routed}, "
+           f"computing in {compute}")
     decide("higher_precision", f"{kept}: {dtype}",
            "not quantised: bitsandbytes converts only the decoder's linear layers (the output head is skipped); kept "
            "in the load dtype, not upcast to fp32 as peft's prepare_model_for_kbit_training would (for a 7B shape "
@@ -167,6 +172,7 @@ def logical_numel(param: torch.Tensor) -> int:
 def dequantize_base(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """The quantised base as plain nn.Linear weights in `dtype` (each 4-bit/8-bit weight decoded once): what the
     adapter was trained against, for a merge. Returns a plain model with no quantisation config."""
+    dequantize_experts(model, dtype)   # a mixture of experts' 4-bit routed experts (model/moe/quantized.py)
     model = model.dequantize(dtype=dtype) if hasattr(model, "dequantize") else model
     model = model.to(dtype)
     config = model.config

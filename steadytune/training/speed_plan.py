@@ -11,7 +11,8 @@ import torch
 from steadytune.config import RunConfig, lf_checkpointing_note
 from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_static_status
-from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
+from steadytune.hardware.memory import choose_gradient_checkpointing, dequantised_experts_gib, held_gib
+from steadytune.hardware.moe_shape import moe_shape
 from steadytune.hardware.quantization import quantized_memory, speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
@@ -105,6 +106,13 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     state = held_gib(model.parameters())
     if cfg.method.finetuning_type == "full":
         state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
+    elif moe_shape(base_model_of(model).config) is not None:
+        # LoRA's gradients and AdamW's moments: GiB for every expert's pair of a mixture of experts (a dense model's
+        # are under 2% of its weights, and its thresholds were measured without them); with 4-bit experts, one
+        # layer's expert weight dequantised at a time
+        state += 3 * held_gib(p for p in model.parameters() if p.requires_grad)
+        if cfg.model.quantization_bit == 4:
+            state += dequantised_experts_gib(base_model_of(model).config, 2.0 if precision in ("bf16", "fp16") else 4.0)
     state += held_gib(model.buffers())
     # fp8 for the frozen base before checkpointing: its copies are buffers (2 bytes a base weight) that the memory
     # policy must count. (The layers compile lazily, at the first forward, so they still trace the fp8 matmuls.)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from steadytune.hardware.moe_shape import experts_per_layer, experts_per_token
 from steadytune.model.quantize import logical_numel
 
 # The kinds of parameters a decoder holds, in the order the start-up line prints them.
@@ -152,23 +153,6 @@ def _text_config(model: nn.Module):
     if config is not None and hasattr(config, "get_text_config"):
         config = config.get_text_config()
     return config
-
-
-def experts_per_layer(config) -> int | None:
-    """Routed experts in each MoE layer, by the names model configs use."""
-    for key in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def experts_per_token(config) -> int | None:
-    for key in ("num_experts_per_tok", "moe_topk", "top_k", "experts_per_token"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 @dataclass

@@ -19,6 +19,10 @@ per-expert loop on a CPU in fp32). The adapter's tensors are peft's own (lora_A 
 
 The forward is an instance attribute of peft's outermost wrapper of each experts module. Anything else than one
 active plain adapter, unmerged (a disabled adapter, a merged one, several), runs peft's own forward.
+
+A 4-bit base (model/moe/quantized.py) keeps each expert weight packed beside a placeholder parameter: the base
+projection dequantises it for the length of its grouped matmul (quantized.grouped_4bit), and the experts module itself
+gets the same grouped forward without LoRA (`install_four_bit_forward`), which a disabled adapter reaches.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ import types
 
 import torch
 
+from steadytune.errors import UserError
 from steadytune.model.lora_scaling import one_plain_adapter
 from steadytune.model.moe.anatomy import FUSED_DOWN_NAME, expert_sites, fused_up_name
 from steadytune.model.moe.grouped import choose_grouped_backend, group_ends, grouped_mm
+from steadytune.model.moe.quantized import FOUR_BIT_FORWARD, four_bit_names, four_bit_weight, grouped_4bit
 
 # torch's grouped matmul takes row strides of 16 bytes: the rank-r factors are padded with zero columns to this many
 # (zeros add nothing; their gradients are dropped by the slice).
@@ -99,11 +105,17 @@ def _factors_backward(ctx, grad_a_t, grad_b_t):
 expert_lora_factors.register_autograd(_factors_backward, setup_context=_factors_setup)
 
 
-def _projection(x: torch.Tensor, weight: torch.Tensor, transposed: bool, lora, ends: torch.Tensor,
+def _projection(x: torch.Tensor, experts: torch.nn.Module, name: str, lora, ends: torch.Tensor,
                 backend: str) -> torch.Tensor:
-    """x @ W[e] (+ the LoRA path) over rows sorted by expert; weight stored [experts, out, in] unless transposed."""
-    w = weight.to(x.dtype) if weight.dtype != x.dtype else weight
-    out = grouped_mm(x, w if transposed else w.transpose(-2, -1), ends, backend)
+    """x @ W[e] (+ the LoRA path) over rows sorted by expert; W is `experts.<name>`, stored [experts, out, in] unless
+    the module is transposed, or its 4-bit copy (dequantised for this matmul only)."""
+    packed = four_bit_weight(experts, name)
+    if packed is not None:
+        out = grouped_4bit(x, packed, experts.is_transposed, ends, backend)
+    else:
+        weight = getattr(experts, name)
+        w = weight.to(x.dtype) if weight.dtype != x.dtype else weight
+        out = grouped_mm(x, w if experts.is_transposed else w.transpose(-2, -1), ends, backend)
     if lora is not None:
         a_t, b_t, scaling = lora
         out = out + grouped_mm(grouped_mm(x, a_t, ends, backend) * scaling, b_t, ends, backend)
@@ -159,12 +171,11 @@ def grouped_experts(experts: torch.nn.Module, hidden: torch.Tensor, top_k_index:
         row_experts = torch.searchsorted(ends.to(torch.int64), torch.arange(rows, device=hidden.device), right=True)
         row_experts = row_experts.clamp(max=num_experts - 1)
     up_name = fused_up_name(experts)
-    up = _projection(xs, getattr(experts, up_name), experts.is_transposed, lora.get(up_name), ends, backend)
+    up = _projection(xs, experts, up_name, lora.get(up_name), ends, backend)
     if row_experts is not None:
         up = up + getattr(experts, f"{up_name}_bias")[row_experts].to(up.dtype)
     h = experts._apply_gate(up) if experts.has_gate else experts.act_fn(up)
-    down = _projection(h, getattr(experts, FUSED_DOWN_NAME), experts.is_transposed, lora.get(FUSED_DOWN_NAME), ends,
-                       backend)
+    down = _projection(h, experts, FUSED_DOWN_NAME, lora.get(FUSED_DOWN_NAME), ends, backend)
     if row_experts is not None:
         down = down + getattr(experts, f"{FUSED_DOWN_NAME}_bias")[row_experts].to(down.dtype)
     if getattr(experts, "has_post_expert_norm", False):
@@ -200,6 +211,10 @@ def grouped_lora_forward(self, hidden: torch.Tensor, *args, **kwargs) -> torch.T
     experts = chain[-1].base_layer
     if (any(w.disable_adapters or w.merged for w in chain) or kwargs.get("adapter_names") is not None
             or not one_plain_adapter(chain)):
+        if four_bit_names(experts) and not any(w.disable_adapters for w in chain):
+            # peft's forward would fold the adapter into the placeholder, which the 4-bit forward does not read
+            raise UserError("4-bit routed experts (quantization_bit: 4) take one plain adapter at a time, unmerged; "
+                            "to merge, or to mix adapters, load the base without quantization_bit")
         return type(self).forward(self, hidden, *args, **kwargs)
     adapter = chain[0].active_adapters[0]
     top_k_index, top_k_weights = _routing_arguments(args, kwargs)
@@ -231,6 +246,22 @@ def install_grouped_experts(model: torch.nn.Module, backend: str = "auto") -> in
             site.module.forward = types.MethodType(grouped_lora_forward, site.module)
             installed += 1
     return installed
+
+
+def four_bit_base_forward(self, hidden: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """A 4-bit experts module's own forward: the grouped matmuls of the base, without LoRA (the transformers forward
+    would read the placeholder parameters)."""
+    top_k_index, top_k_weights = _routing_arguments(args, kwargs)
+    dtype = _compute_dtype(getattr(self, FUSED_DOWN_NAME), hidden.device.type)
+    return grouped_experts(self, hidden, top_k_index, top_k_weights, {}, backend_for(hidden.device, dtype, "auto"))
+
+
+setattr(four_bit_base_forward, FOUR_BIT_FORWARD, True)
+
+
+def install_four_bit_forward(experts: torch.nn.Module) -> None:
+    """The grouped forward without LoRA on an experts module whose weights are 4-bit (quantized.py)."""
+    experts.forward = types.MethodType(four_bit_base_forward, experts)
 
 
 def is_grouped(module: torch.nn.Module) -> bool:
