@@ -40,7 +40,7 @@ def refusal(model_type: str) -> str:
     """The one-line refusal for a mixture of experts this writer does not write, pointing to the merged export."""
     what = NOT_WRITTEN.get(model_type, f"a {model_type} mixture of experts")
     return (f"export_format: gguf: {what} is not written by steadytune's GGUF writer (it writes "
-            f"{', '.join(sorted(MOE_ARCHITECTURES))}); the merged Hugging Face folder in export_dir is complete: "
+            f"{', '.join(sorted(MOE_ARCHITECTURES))}); export the merged Hugging Face folder (without --gguf) and "
             "convert it with llama.cpp's convert_hf_to_gguf.py, or serve it with vLLM or transformers")
 
 
@@ -49,23 +49,27 @@ def is_moe_config(config) -> bool:
                for key in ("num_experts", "num_local_experts", "n_routed_experts"))
 
 
+_NOT_IN_LLAMA_CPP = ("llama.cpp cannot run this model as it was trained, whoever converts it: use the merged Hugging "
+                     "Face folder (export without --gguf) with transformers or vLLM, or the run itself with steadytune "
+                     "chat / serve")
+
+
 def check_writable(model, arch: str, config) -> None:
     """Refuse, in one line, a mixture of experts whose llama.cpp form would compute something else."""
     model_type = config.model_type
     if getattr(config, "mlp_only_layers", None) or getattr(config, "decoder_sparse_step", 1) not in (1, None):
         raise UserError(f"export_format: gguf: this {model_type} has dense layers between its MoE layers "
                         "(mlp_only_layers / decoder_sparse_step), which llama.cpp's "
-                        f"{arch.lower()} does not run; {refusal(model_type).split('; ', 1)[1]}")
+                        f"{arch.lower()} does not run; {_NOT_IN_LLAMA_CPP}")
     asked = getattr(config, "norm_topk_prob", None)   # Mixtral has no such key: it always renormalises
     renormalise = RENORMALISES[arch] if asked is None else bool(asked)
     if renormalise != RENORMALISES[arch]:
         raise UserError(f"export_format: gguf: this {model_type} has norm_topk_prob: {str(renormalise).lower()}, but "
                         f"llama.cpp's {arch.lower()} {'always' if RENORMALISES[arch] else 'never'} renormalises the "
-                        f"chosen experts' weights: the GGUF would route differently; "
-                        f"{refusal(model_type).split('; ', 1)[1]}")
+                        f"chosen experts' weights: the GGUF would route differently; {_NOT_IN_LLAMA_CPP}")
     if arch == "LLAMA" and getattr(config, "sliding_window", None):
         raise UserError(f"export_format: gguf: this {model_type} has a sliding window ({config.sliding_window}), which "
-                        "llama.cpp's llama architecture does not apply; " + refusal(model_type).split("; ", 1)[1])
+                        "llama.cpp's llama architecture does not apply; " + _NOT_IN_LLAMA_CPP)
     for name, module in model.named_modules():
         if name.endswith(".experts") and hasattr(module, _UP):
             if getattr(module, "is_transposed", False) or not getattr(module, "has_gate", True) or getattr(

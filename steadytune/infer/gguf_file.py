@@ -335,6 +335,16 @@ def _adds_space_prefix(spec: dict) -> bool:
 # The file
 # ---------------------------------------------------------------------------------------------------------
 
+def check_gguf(model) -> str:
+    """The GGUF architecture `model` is written as; a UserError, before anything is written, for one this writer
+    does not write or a mixture of experts llama.cpp would compute otherwise (gguf_experts.check_writable)."""
+    arch = gguf_architecture(model)
+    config = _text_config(model)
+    if is_moe_config(config):
+        check_writable(model, arch, config)
+    return arch
+
+
 def write_gguf(model, tokenizer, path: Path, kind: str, chat_template: str | None, stop_ids: Sequence[int],
                name: str, progress: bool = True) -> Path:
     """Write `model` (a plain transformers model, any dtype) as one GGUF file of tensor type `kind`, atomically."""
@@ -349,10 +359,8 @@ def write_gguf(model, tokenizer, path: Path, kind: str, chat_template: str | Non
             return quantize_with_llama_cpp(f16, path, kind)
         finally:
             f16.unlink(missing_ok=True)
-    arch = gguf_architecture(model)
+    arch = check_gguf(model)
     config = _text_config(model)
-    if is_moe_config(config):
-        check_writable(model, arch, config)
     partial = path.with_name(path.name + ".partial")
     writer = gguf.GGUFWriter(str(partial), gguf.MODEL_ARCH_NAMES[getattr(gguf.MODEL_ARCH, arch)])
     try:
