@@ -325,3 +325,14 @@ def test_gpt_oss_decodes_in_the_slot_cache_as_generate(batch):
     budgets = [12, 9, 6] * 2
     expected = [generate_alone(model, p, n) for p, n in zip(prompts, budgets)]
     assert run_staggered(model, prompts, budgets, batch=batch) == expected
+
+
+def test_vllm_is_refused_for_an_expert_adapter_before_it_starts(moe_run):
+    """vLLM cannot load LoRA on the fused experts (vllm#41384, #52198): serve and predict with infer_backend: vllm
+    say so and offer the merged export, whether or not vLLM is installed."""
+    from steadytune.infer.predict import predict_rows
+
+    with pytest.raises(UserError, match=r"vLLM cannot load .*#41384.*steadytune export RUN export_dir"):
+        load_served(str(moe_run["run"]), [], ["infer_backend=vllm"])
+    with pytest.raises(UserError, match=r"vLLM cannot load"):
+        predict_rows(open_run(str(moe_run["run"]), ["infer_backend=vllm"]), [Row("row 0", {"prompt": "hi"})])
