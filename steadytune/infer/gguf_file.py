@@ -10,8 +10,12 @@ The tokenizer goes in as llama.cpp describes one: a byte-level BPE (Qwen, Llama 
 pre-tokenizer name; a sentencepiece-style BPE with byte fallback (Gemma) as `llama` with scores that keep its merge
 order. The chat template the run trained with goes in as `tokenizer.chat_template`.
 
+Mixtures of experts (Qwen3-MoE, Qwen2-MoE, Mixtral): their experts, routers and shared experts as llama.cpp reads
+them, and what is refused, are in gguf_experts.py.
+
 `verify_gguf` loads the file back with transformers (`gguf_file=`) and compares tokenisation, logits and greedy
-answers with the model it was written from.
+answers with the model it was written from (Mixtral, whose GGUF transformers does not read: its weights through the
+gguf package's reader, `read_back`).
 """
 
 from __future__ import annotations
