@@ -25,6 +25,8 @@ from steadytune.infer.gguf_file import read_back, verify_gguf, write_gguf
 from steadytune.infer.loading import load_for_inference, load_run, open_run
 from steadytune.infer.merge import merge_adapter
 from steadytune.model.decode.sampling import SamplingParams
+from steadytune.model.moe.anatomy import expert_sites
+from steadytune.model.moe.experts_lora import is_grouped
 from steadytune.model.tiny import build_model, build_tokenizer, save_tiny_model
 from steadytune.serve.engine import BatchingEngine
 from steadytune.serve.loading import load_served
@@ -231,6 +233,7 @@ def test_serve_engine_answers_a_moe_adapter_and_its_base_as_generate(adapted):
     """The decode engine (slot cache, one adapter per batch: peft's mixed batches refuse expert LoRA) answers each
     request with the adapter or the base weights exactly as transformers' greedy `generate` does on the PeftModel."""
     model, tokenizer = adapted
+    assert all(is_grouped(site.module) for site in expert_sites(model))   # the experts' grouped LoRA forward runs
     prompts = random_prompts(6, seed=5)
     adapters = ["default", None] * 3
     expected = [tokenizer.decode(generate_alone(model, p, 8, a or "base"), skip_special_tokens=True)
