@@ -5,7 +5,8 @@
 - `generate` generation settings from the config, the run's chat template as text and as Jinja, streaming
 - `archive`  the adapter archive: one .tar.gz with a SHA-256 manifest, checked before anything is loaded
 - `card`     the model card and the portable name of the base model
-- `export`   merge into the base and save a Hugging Face folder; `gguf` writes the GGUF file
+- `export`   merge into the base and save a Hugging Face folder; `gguf_file` writes the GGUF file (`gguf_experts`:
+             the routed experts, routers and shared experts of a mixture of experts, as llama.cpp reads them)
 - `chat`, `predict`  the interactive and the batch front ends
 
 The command modules (`steadytune export | chat | predict`) live here too, as `export`, `chat` and `predict`:

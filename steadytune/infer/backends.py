@@ -30,6 +30,24 @@ def check_backend(name: str) -> str:
                     "(or vllm where it is installed)")
 
 
+def refuse_expert_adapters_on_vllm(folders: Sequence) -> None:
+    """vLLM loads no LoRA on a mixture of experts' fused expert weights (peft's target_parameters: open issues
+    vllm-project/vllm#41384 and #52198); said before vLLM starts, with the two ways that work."""
+    import json
+    from pathlib import Path
+
+    for folder in folders:
+        try:
+            config = json.loads((Path(folder) / "adapter_config.json").read_text(encoding="utf-8"))
+        except (OSError, TypeError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("target_parameters"):
+            raise UserError(f"infer_backend: vllm: {folder} adapts a mixture of experts' routed experts (peft "
+                            "target_parameters), which vLLM cannot load as a LoRA adapter (vllm-project/vllm#41384, "
+                            "#52198); export the merged model (steadytune export RUN export_dir=DIR) and give vLLM that "
+                            "folder, or use infer_backend: huggingface (steadytune's engine serves the adapter)")
+
+
 class VllmGenerator:
     """Batch generation with vLLM: prompts as token ids, the adapter as a LoRA request."""
 

@@ -29,7 +29,7 @@ from steadytune.infer.generate import (
     run_template,
     stop_token_ids,
 )
-from steadytune.infer.gguf_file import GGUF_TYPES, verify_gguf, write_gguf
+from steadytune.infer.gguf_file import GGUF_TYPES, check_gguf, verify_gguf, write_gguf
 from steadytune.infer.loading import BASE, load_run, open_run
 from steadytune.infer.merge import (
     check_export_dir,
@@ -158,6 +158,8 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
               "use the adapter on the base instead (steadytune chat/serve RUN_DIR)", file=sys.stderr)
     template = run_template(cfg, tokenizer)
     merged = merge_adapter(model).eval()
+    if settings.export_format == "gguf":
+        check_gguf(merged)   # an architecture the GGUF writer refuses stops the export before anything is written
     base_folder = Path(resolve_model_path(cfg.model))
     precision, _ = choose_precision(info, cfg.train.bf16, cfg.train.fp16)
     dtype, why = choose_export_dtype(settings.infer_dtype, saved_dtype(base_folder), precision)

@@ -10,8 +10,12 @@ The tokenizer goes in as llama.cpp describes one: a byte-level BPE (Qwen, Llama 
 pre-tokenizer name; a sentencepiece-style BPE with byte fallback (Gemma) as `llama` with scores that keep its merge
 order. The chat template the run trained with goes in as `tokenizer.chat_template`.
 
+Mixtures of experts (Qwen3-MoE, Qwen2-MoE, Mixtral): their experts, routers and shared experts as llama.cpp reads
+them, and what is refused, are in gguf_experts.py.
+
 `verify_gguf` loads the file back with transformers (`gguf_file=`) and compares tokenisation, logits and greedy
-answers with the model it was written from.
+answers with the model it was written from (Mixtral, whose GGUF transformers does not read: its weights through the
+gguf package's reader, `read_back`).
 """
 
 from __future__ import annotations
@@ -20,19 +24,29 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from steadytune.errors import UserError
+from steadytune.infer.gguf_experts import (
+    MOE_ARCHITECTURES,
+    add_expert_hyperparameters,
+    check_writable,
+    expert_tensors,
+    is_moe_config,
+    keeps_f32,
+    refusal,
+    to_gguf_vector,
+)
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
 # The gguf package quantises f16/bf16/q8_0 itself; it has no k-quant quantiser (its Q4_K is de-quantise only), so
 # q4_k_m goes through llama.cpp's own quantiser, in-process, where llama-cpp-python is installed.
 LLAMA_CPP_TYPES = {"q4_k_m": 15}  # LLAMA_FTYPE_MOSTLY_Q4_K_M
 # model_type -> the name of gguf.MODEL_ARCH
-ARCHITECTURES = {"qwen2": "QWEN2", "qwen3": "QWEN3", "llama": "LLAMA", "gemma3_text": "GEMMA3"}
+ARCHITECTURES = {"qwen2": "QWEN2", "qwen3": "QWEN3", "llama": "LLAMA", "gemma3_text": "GEMMA3", **MOE_ARCHITECTURES}
 
 # Largest relative logit error (max |logit - reference| / max |reference logit|) accepted by `verify_gguf`,
 # per tensor type. Measured: see README (export section) for the figures on Gemma 3 270M and the tiny models.
@@ -57,7 +71,10 @@ def _file_type(kind: str):
 
 
 def gguf_architecture(model) -> str:
-    model_type = _text_config(model).model_type
+    config = _text_config(model)
+    model_type = config.model_type
+    if model_type not in ARCHITECTURES and is_moe_config(config):
+        raise UserError(refusal(model_type))
     if model_type not in ARCHITECTURES:
         raise UserError(f"export_format: gguf: no GGUF writer for model_type {model_type!r} here "
                         f"(supported: {', '.join(sorted(ARCHITECTURES))}); export the Hugging Face folder and convert "
@@ -101,9 +118,11 @@ def add_hyperparameters(writer, arch: str, config) -> None:
     elif rope_type not in ("default", None):
         raise UserError(f"export_format: gguf: rope_type {rope_type!r} is not written by this exporter; export the "
                         "Hugging Face folder and convert it with llama.cpp's convert_hf_to_gguf.py")
+    if is_moe_config(config):
+        add_expert_hyperparameters(writer, arch, config)
     if arch == "LLAMA":
         writer.add_rope_dimension_count(head_dim)
-    if arch in ("QWEN3", "GEMMA3") or head_dim != config.hidden_size // config.num_attention_heads:
+    if arch in ("QWEN3", "QWEN3MOE", "GEMMA3") or head_dim != config.hidden_size // config.num_attention_heads:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     if arch == "GEMMA3":
@@ -130,6 +149,11 @@ def _permute_rope_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(weight.shape))
 
 
+def _unpermute_rope_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
+    return (weight.reshape(n_head, weight.shape[0] // n_head // 2, 2, *weight.shape[1:])
+            .swapaxes(1, 2).reshape(weight.shape))
+
+
 def to_gguf_layout(arch: str, name: str, data: np.ndarray, config) -> np.ndarray:
     if arch == "LLAMA":
         if name.endswith("q_proj.weight"):
@@ -141,11 +165,12 @@ def to_gguf_layout(arch: str, name: str, data: np.ndarray, config) -> np.ndarray
     return data
 
 
-def _encode_tensor(data: np.ndarray, kind: str):
-    """(array to write, its GGML type): vectors stay f32 (llama.cpp's rule); q8_0 needs rows of whole 32-blocks."""
+def _encode_tensor(data: np.ndarray, kind: str, keep_f32: bool = False):
+    """(array to write, its GGML type): vectors stay f32 (llama.cpp's rule), and what `keep_f32` says (a mixture of
+    experts' routers); q8_0 needs rows of whole 32-blocks."""
     import gguf
 
-    if data.ndim <= 1 or kind == "f32":
+    if data.ndim <= 1 or kind == "f32" or keep_f32:
         return data.astype(np.float32), gguf.GGMLQuantizationType.F32
     if kind == "q8_0" and data.shape[-1] % 32:
         kind = "f16"  # as llama.cpp's converter does for a row that does not fill its blocks
@@ -155,24 +180,44 @@ def _encode_tensor(data: np.ndarray, kind: str):
     return gguf.quants.quantize(data.astype(np.float32), qtype), qtype
 
 
+def _tensor_names(arch: str, config):
+    import gguf
+    return gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch), config.num_hidden_layers)
+
+
+def _layer_name(kind: str, bid: int) -> str:
+    return f"blk.{bid}.{kind}.weight"
+
+
+def written_tensors(arch: str, model) -> Iterator[tuple[str, str, np.ndarray]]:
+    """(transformers name, GGUF name, f32 array in the GGUF layout) of every tensor the file holds: a mixture of
+    experts' fused gate_up_proj gives two (gguf_experts.expert_tensors)."""
+    config = _text_config(model)
+    names = _tensor_names(arch, config)
+    # llama.cpp's qwen2moe requires output.weight even where the head is tied to the embeddings.
+    tied = bool(getattr(config, "tie_word_embeddings", False)) and arch != "QWEN2MOE"
+    for hf_name, tensor in model.state_dict().items():
+        if hf_name == "lm_head.weight" and tied:
+            continue  # llama.cpp reuses token_embd when output.weight is absent
+        experts = expert_tensors(hf_name, tensor, _layer_name)
+        if experts is not None:
+            yield from ((hf_name, gguf_name, data) for gguf_name, data in experts)
+            continue
+        gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if gguf_name is None:
+            raise UserError(f"export_format: gguf: no GGUF name for tensor {hf_name} of this {config.model_type} model")
+        data = to_gguf_layout(arch, hf_name, tensor.detach().to("cpu", torch.float32).numpy(), config)
+        yield hf_name, gguf_name, to_gguf_vector(gguf_name, data)
+
+
 def add_tensors(writer, arch: str, model, kind: str, progress: bool = True) -> int:
     import gguf
     from tqdm.auto import tqdm
 
-    config = _text_config(model)
-    names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch), config.num_hidden_layers)
-    tied = bool(getattr(config, "tie_word_embeddings", False))
-    state = model.state_dict()
     count = 0
-    for hf_name in tqdm(list(state), desc=f"GGUF {kind}", unit="tensor", disable=not progress, dynamic_ncols=True):
-        if hf_name == "lm_head.weight" and tied:
-            continue  # llama.cpp reuses token_embd when output.weight is absent
-        gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
-        if gguf_name is None:
-            raise UserError(f"export_format: gguf: no GGUF name for tensor {hf_name} of this "
-                            f"{config.model_type} model")
-        data = to_gguf_layout(arch, hf_name, state[hf_name].detach().to("cpu", torch.float32).numpy(), config)
-        array, qtype = _encode_tensor(data, kind)
+    for _, gguf_name, data in tqdm(written_tensors(arch, model), desc=f"GGUF {kind}", unit="tensor",
+                                   disable=not progress, dynamic_ncols=True):
+        array, qtype = _encode_tensor(data, kind, keep_f32=keeps_f32(gguf_name))
         writer.add_tensor(gguf_name, array, raw_dtype=qtype if qtype not in (gguf.GGMLQuantizationType.F32,
                                                                             gguf.GGMLQuantizationType.F16) else None)
         count += 1
@@ -294,6 +339,16 @@ def _adds_space_prefix(spec: dict) -> bool:
 # The file
 # ---------------------------------------------------------------------------------------------------------
 
+def check_gguf(model) -> str:
+    """The GGUF architecture `model` is written as; a UserError, before anything is written, for one this writer
+    does not write or a mixture of experts llama.cpp would compute otherwise (gguf_experts.check_writable)."""
+    arch = gguf_architecture(model)
+    config = _text_config(model)
+    if is_moe_config(config):
+        check_writable(model, arch, config)
+    return arch
+
+
 def write_gguf(model, tokenizer, path: Path, kind: str, chat_template: str | None, stop_ids: Sequence[int],
                name: str, progress: bool = True) -> Path:
     """Write `model` (a plain transformers model, any dtype) as one GGUF file of tensor type `kind`, atomically."""
@@ -308,7 +363,7 @@ def write_gguf(model, tokenizer, path: Path, kind: str, chat_template: str | Non
             return quantize_with_llama_cpp(f16, path, kind)
         finally:
             f16.unlink(missing_ok=True)
-    arch = gguf_architecture(model)
+    arch = check_gguf(model)
     config = _text_config(model)
     partial = path.with_name(path.name + ".partial")
     writer = gguf.GGUFWriter(str(partial), gguf.MODEL_ARCH_NAMES[getattr(gguf.MODEL_ARCH, arch)])
@@ -368,28 +423,79 @@ class GGUFCheck:
     seconds: float
     tolerance: float
     notes: list[str] = field(default_factory=list)
+    reader: str = "transformers"      # what read the weights back (see verify_gguf)
 
     @property
     def ok(self) -> bool:
         return self.tokenizer_same and self.relative_logit_error <= self.tolerance
 
     def describe(self) -> str:
-        return (f"GGUF {self.kind} loaded back with transformers: logits max |Δ| {self.max_abs_logit_error:.2e} "
+        return (f"GGUF {self.kind} loaded back with {self.reader}: logits max |Δ| {self.max_abs_logit_error:.2e} "
                 f"({self.relative_logit_error:.2e} of the largest logit; tolerance {self.tolerance:.0e}), next-token "
                 f"agreement {self.top1_agreement:.1%}, greedy answers identical on {self.greedy_same}/{self.prompts} "
                 f"prompts, tokenizer {'identical' if self.tokenizer_same else 'DIFFERENT'} ({self.seconds:.1f} s)")
 
 
+# Mixtures of experts whose GGUF transformers' loader reads (its Qwen2MoeTensorProcessor joins ffn_gate_exps and
+# ffn_up_exps back into gate_up_proj). It has no reader for experts under the llama architecture (Mixtral).
+TRANSFORMERS_READS_MOE = ("QWEN2MOE", "QWEN3MOE")
+
+
+def read_back(path: Path, model, arch: str):
+    """A copy of `model` holding the weights of the GGUF file at `path`, read with the gguf package's reader
+    (dequantised) and put back into transformers' layout: for the mixtures of experts transformers cannot load
+    from a GGUF. Every tensor the writer meant to write must be in the file."""
+    import copy
+    from collections import defaultdict
+
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    stored = {t.name: np.asarray(gguf.dequantize(t.data, t.tensor_type), dtype=np.float32) for t in reader.tensors}
+    config = _text_config(model)
+    pieces: dict[str, list[np.ndarray]] = defaultdict(list)
+    for hf_name, gguf_name, _ in written_tensors(arch, model):
+        if gguf_name not in stored:
+            raise UserError(f"{path}: tensor {gguf_name} ({hf_name}) is missing from the GGUF just written")
+        pieces[hf_name].append(stored[gguf_name])
+    loaded = copy.deepcopy(model).float().eval()
+    with torch.no_grad():
+        for hf_name, tensor in loaded.state_dict().items():
+            parts = pieces.get(hf_name)
+            if not parts:
+                continue   # the tied head: the embeddings
+            array = np.concatenate(parts, axis=-2) if len(parts) > 1 else parts[0]   # gate rows, then up rows
+            if arch == "LLAMA" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+                heads = config.num_attention_heads if "q_proj" in hf_name else config.num_key_value_heads
+                array = _unpermute_rope_rows(array, heads)
+            tensor.copy_(torch.tensor(array).reshape(tensor.shape))
+    return loaded
+
+
 def verify_gguf(path: Path, model, tokenizer, prompts: Sequence[Sequence[int]], texts: Sequence[str],
                 kind: str, max_new_tokens: int = 8) -> GGUFCheck:
-    """Load `path` back with transformers and compare it with `model` (the weights it was written from)."""
+    """Load `path` back with transformers and compare it with `model` (the weights it was written from). A mixture
+    of experts transformers reads no GGUF of (Mixtral: llama with experts) has its weights read back with the gguf
+    package's reader instead (`read_back`), the tokenizer still by transformers."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.perf_counter()
     folder, name = str(path.parent), path.name
+    config = _text_config(model)
+    arch = gguf_architecture(model)
+    reader = "transformers"
     try:
         loaded_tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+        if is_moe_config(config) and arch not in TRANSFORMERS_READS_MOE:
+            loaded, reader = read_back(path, model, arch), "the gguf reader"
+        else:
+            # transformers' GGUF reader knows no expert widths (moe_intermediate_size ...): a mixture of experts is
+            # read back into the written model's own config, its tensors through transformers' GGUF name map.
+            loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                          config=model.config if is_moe_config(config) else None
+                                                          ).eval()
+    except UserError:
+        raise
     except Exception as e:  # the reader fails in many places on a bad file; the message is what matters
         raise UserError(f"{path}: transformers cannot load the GGUF just written ({type(e).__name__}: {e})") from None
     tokenizer_same = all(loaded_tokenizer(t, add_special_tokens=False)["input_ids"]
@@ -412,4 +518,4 @@ def verify_gguf(path: Path, model, tokenizer, prompts: Sequence[Sequence[int]], 
             greedy_same += int(torch.equal(ga, gb))
     del loaded
     return GGUFCheck(kind, worst, worst / max(scale, 1e-12), agree / max(positions, 1), greedy_same, len(prompts),
-                     tokenizer_same, time.perf_counter() - started, TOLERANCE[kind])
+                     tokenizer_same, time.perf_counter() - started, TOLERANCE[kind], reader=reader)

@@ -31,6 +31,7 @@ from steadytune.hardware.backend import detect, device_for
 from steadytune.hardware.policy import choose_attention, choose_precision
 from steadytune.model.anatomy import CAUSAL_LM
 from steadytune.model.archive import is_archive, unpacked
+from steadytune.model.attention import eager_only_reason
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.lora import load_trained_adapter
 from steadytune.model.quantize import dequantize_base, describe_quantization, is_quantized
@@ -203,6 +204,8 @@ def load_for_inference(cfg: RunConfig, device: torch.device | None = None, dtype
     else:
         why = "asked for"
     attn, _ = choose_attention(info, cfg.model.flash_attn)
+    if eager_only_reason(cfg.model.model_name_or_path):   # gpt-oss: its attention sinks run only eagerly, as in train
+        attn = "eager"
     device = device or device_for(info)
     model, tokenizer = load_model_and_tokenizer(cfg.model, dtype, attn, device, task=task)
     model.eval()

@@ -19,7 +19,13 @@ from typing import Any
 
 from steadytune.data.readers import read_rows
 from steadytune.errors import DataError, UserError
-from steadytune.infer.backends import HUGGINGFACE, VLLM, VllmGenerator, check_backend
+from steadytune.infer.backends import (
+    HUGGINGFACE,
+    VLLM,
+    VllmGenerator,
+    check_backend,
+    refuse_expert_adapters_on_vllm,
+)
 
 OUTPUT_SUFFIXES = (".jsonl", ".json", ".csv")
 PROMPT_COLUMNS = ("messages", "conversations", "instruction", "prompt", "text", "query", "question")
@@ -98,6 +104,8 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     from steadytune.infer.loading import load_run
 
     cfg = run_.cfg
+    if cfg.infer.infer_backend == VLLM and run_.folder is not None and not run_.is_classification:
+        refuse_expert_adapters_on_vllm([run_.folder])
     backend = check_backend(cfg.infer.infer_backend)
     torch.manual_seed(cfg.train.seed)
     if backend == VLLM and not run_.is_classification:

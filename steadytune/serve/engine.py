@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from steadytune.eval.scoring import inference, score_labels
+from steadytune.model.decode.adapters import mixes_adapters
 from steadytune.model.decode.complete import make_decode_batch
 from steadytune.model.decode.prefill import Row
 from steadytune.model.decode.sampling import FAILED_ROW, SamplingParams, make_generator, sample_tokens
@@ -168,9 +169,9 @@ class BatchingEngine:
         self.classify_batch_size = classify_batch_size
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.batch = make_decode_batch(model, pad if pad is not None else 0, max_rows=max_batch)
-        # peft's mixed-adapter batches do not cover DoRA: then a batch holds one adapter at a time.
-        self.mixed_adapters = not any(getattr(c, "use_dora", False)
-                                      for c in getattr(model, "peft_config", {}).values())
+        # peft's mixed-adapter batches cover neither DoRA nor expert LoRA (target_parameters): then a batch holds one
+        # adapter (or the base model) at a time.
+        self.mixed_adapters = mixes_adapters(model)
         self.stats = EngineStats()
         self._waiting: deque[_Sequence] = deque()
         self._classify: list[_ClassifyJob] = []

@@ -8,6 +8,7 @@ request's `model` only picks among the names fixed here).
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +18,7 @@ from steadytune.infer.loading import BASE, LORA, load_for_inference, load_run_co
 from steadytune.model.archive import archive_stem, is_archive, unpacked
 from steadytune.model.decode.adapters import match_model_dtype
 from steadytune.model.lora import load_trained_adapter
+from steadytune.model.moe.targets import targets_as_written, written_for_fused_experts
 from steadytune.model.saved_weights import check_checkpoint_matches
 from steadytune.serve.served import Loaded, ServedRun, context_length, describe_all, describe_lines, served_entries
 from steadytune.serve.vllm_engine import load_vllm
@@ -77,6 +79,33 @@ def _resolve_adapter(name: str, path: str, main_cfg: RunConfig) -> ServedRun:
     return ServedRun(cfg, folder, "lora")
 
 
+def check_expert_targets(runs: list[ServedRun]) -> None:
+    """Several adapters with LoRA on a mixture of experts' fused expert weights (peft's target_parameters) share one
+    base only when they adapt the same expert weights: peft nests one ParamWrapper per adapted weight, so adapters
+    with other sets cannot live side by side. Refused here, by name, before any weight is loaded."""
+    first: tuple[ServedRun, list] | None = None
+    for run in runs:
+        targets = _target_parameters(run.folder)
+        if not targets:
+            continue
+        if first is None:
+            first = (run, targets)
+        elif set(targets) != set(first[1]):
+            raise UserError(f"{run.folder}: its routed-expert LoRA adapts {', '.join(sorted(targets))} but "
+                            f"{first[0].folder}'s adapts {', '.join(sorted(first[1]))}: peft serves several expert "
+                            "adapters on one base only when they adapt the same expert weights (target_parameters). "
+                            "Serve them from separate `steadytune serve` processes, or export each merged")
+
+
+def _target_parameters(folder: Optional[Path]) -> list:
+    try:
+        config = json.loads((Path(folder) / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, TypeError, ValueError):
+        return []
+    targets = config.get("target_parameters") if isinstance(config, dict) else None
+    return list(targets) if isinstance(targets, list) else []
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Loading: transformers + peft
 # ---------------------------------------------------------------------------------------------------------
@@ -91,13 +120,16 @@ def _load_huggingface(main: ServedRun, extra: list[tuple[str, ServedRun]], serve
     adapter_runs = ([main] if main.kind == "lora" else []) + [run for _, run in extra]
     peft_names: list[str] = []
     if adapter_runs:
+        check_expert_targets(adapter_runs)
         for run in adapter_runs[1:]:  # refused before any weight is loaded
             check_checkpoint_matches(run.folder, model)
         model = load_trained_adapter(model, adapter_runs[0].folder, allow_pickle=cfg.model.allow_pickle_weights)
         peft_names.append(model.active_adapter)
         for i, run in enumerate(adapter_runs[1:], start=1):
             peft_names.append(f"adapter{i}")
-            model.load_adapter(str(run.folder), adapter_name=peft_names[-1])
+            # An adapter for transformers 5's fused experts is read as written (model/moe/targets.py).
+            with targets_as_written(written_for_fused_experts(run.folder)):
+                model.load_adapter(str(run.folder), adapter_name=peft_names[-1])
         model.set_adapter(peft_names[0])
         model.eval()
         match_model_dtype(model)  # LoRA weights in the base dtype: fewer casts per step, the same answers

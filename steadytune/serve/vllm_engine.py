@@ -13,6 +13,7 @@ import uuid
 from typing import Optional
 
 from steadytune.errors import UserError
+from steadytune.infer.backends import refuse_expert_adapters_on_vllm
 from steadytune.model.load import resolve_model_path
 from steadytune.serve.engine import Delta, EngineStats, Failed, Finished, Generation, QueueFull, Request
 from steadytune.serve.served import Loaded, describe_all, describe_lines, served_entries
@@ -22,6 +23,8 @@ logger = logging.getLogger("steadytune.serve")
 
 def load_vllm(main, extra: list, served_name: Optional[str]):
 
+    # LoRA on a mixture of experts' fused experts is refused before vLLM starts (it cannot load it).
+    refuse_expert_adapters_on_vllm([run.folder for run in [main, *(run for _, run in extra)] if run.kind == "lora"])
     try:
         import vllm
         from vllm.lora.request import LoRARequest

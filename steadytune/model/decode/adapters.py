@@ -61,6 +61,14 @@ class AdapterSelector:
             self.model.base_model.disable_adapter_layers()
 
 
+def mixes_adapters(model: torch.nn.Module) -> bool:
+    """Whether peft's mixed-batch forward (`adapter_names`) can run this model's adapters: not DoRA, and not LoRA on
+    a mixture of experts' fused expert weights (peft's ParamWrapper, `target_parameters`, refuses mixed batches).
+    Otherwise a batch holds one adapter (or the base model) at a time."""
+    configs = getattr(model, "peft_config", {}).values()
+    return not any(getattr(c, "use_dora", False) or getattr(c, "target_parameters", None) for c in configs)
+
+
 def match_model_dtype(model: torch.nn.Module) -> int:
     """Store LoRA A/B weights in the base weights' dtype (bf16/fp16 on a GPU); -> how many tensors were cast.
 

@@ -46,6 +46,7 @@ class DecodeBatch:
         if self.kinds is None:
             raise ValueError("this model's cache layers do not fit the slot cache; use make_decode_batch")
         self.window = getattr(slotcache.text_config(model), "sliding_window", None)
+        self.additive_masks = slotcache.additive_mask_dtype(model)   # eager attention adds its mask (gpt-oss)
         self.adapters = AdapterSelector(model)
         self.graphs = DecodeGraphs(self.device, graph_backend)
         self.rows: list[Row] = []
@@ -151,7 +152,7 @@ class DecodeBatch:
         relies on that)."""
         lengths = self.lengths[:rows]
         self.cache.set_view(slotcache.StepView(rows, columns, lengths, self.cache.capacity))
-        masks = slotcache.step_masks(self.kinds, self.window, lengths, self.columns[:columns])
+        masks = slotcache.step_masks(self.kinds, self.window, lengths, self.columns[:columns], self.additive_masks)
         out = self.model(input_ids=self.next_ids[:rows], attention_mask=masks, position_ids=lengths.view(rows, 1),
                          use_cache=True, logits_to_keep=1, **{self._keyword: self.cache}, **arguments)
         return out.logits[:, -1, :].float()

@@ -172,15 +172,29 @@ class SlotCache(Cache):
                 buffer[target, :, :columns] = buffer[source, :, :columns]
 
 
-def step_masks(kinds: list[str], window: Optional[int], lengths: torch.Tensor, columns: torch.Tensor):
+def additive_mask_dtype(model: torch.nn.Module) -> Optional[torch.dtype]:
+    """The dtype of the additive masks eager attention takes (it adds the mask to the scores: a bool mask would add
+    0 and 1), or None where the attention takes bool masks (SDPA, ...). gpt-oss runs only eagerly (its sinks)."""
+    if getattr(text_config(model), "_attn_implementation", None) != "eager":
+        return None
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+
+def step_masks(kinds: list[str], window: Optional[int], lengths: torch.Tensor, columns: torch.Tensor,
+               additive: Optional[torch.dtype] = None):
     """The decode step's attention masks from each row's length (= the position of its new token): a row sees its
     columns 0..length; a sliding layer only those > length - window. -> the mask argument the model takes: one
-    [rows, 1, 1, columns] bool tensor, or {kind: mask} when the model mixes kinds."""
+    [rows, 1, 1, columns] bool tensor, or {kind: mask} when the model mixes kinds; with `additive` a dtype, masks of
+    that dtype holding 0 where a row sees and its lowest value where it does not (eager attention's form)."""
     position = lengths.view(-1, 1)
     seen = columns.view(1, -1) <= position
     masks = {FULL: seen[:, None, None, :]}
     if SLIDING in kinds:
         masks[SLIDING] = (seen & (columns.view(1, -1) > position - window))[:, None, None, :]
+    if additive is not None:
+        lowest = torch.finfo(additive).min
+        masks = {kind: torch.zeros((), dtype=additive, device=m.device).masked_fill(~m, lowest)
+                 for kind, m in masks.items()}
     if len(set(kinds)) == 1 and kinds[0] == FULL:
         return masks[FULL]
     return masks
