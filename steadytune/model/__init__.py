@@ -5,5 +5,6 @@ loaded model, batched decoding with a KV cache (decode/: what serve answers with
 and tiny random models for tests.
 
 Modules: load, lora, anatomy, saved_weights, archive, attention, kernels, fp8_base (fp8_matmul, fp8_4bit),
-lora_scaling, quantize, shapes, shared_input, tiny; the package decode.
+lora_scaling, quantize, shapes, shared_input, tiny; the packages decode and moe (mixtures of experts: LoRA on the
+routed experts, grouped matmuls, routing, 4-bit experts).
 """
