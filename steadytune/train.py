@@ -34,7 +34,7 @@ from safetensors import SafetensorError
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from steadytune.config import RunConfig, describe_keys, load_config, resolve_do_train, save_resolved_config
+from steadytune.config import RunConfig, describe_keys, resolve_do_train, save_resolved_config
 from steadytune.data.balance import uses_loss_weights
 from steadytune.data.prepare import truncation_summary
 from steadytune.distributed import launch, nodes, sharding
@@ -97,6 +97,7 @@ from steadytune.training.graphs import graph_runner_for
 from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard
 from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
 from steadytune.training.resume import compare_for_resume, resume_fingerprint
+from steadytune.training.folder_config import load_config_named
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
 from steadytune.training.speed_plan import apply_speed_plan, choose_base_dtype, enable_gradient_checkpointing
 from steadytune.training.startup import startup_lines
@@ -163,7 +164,7 @@ def run(args) -> int:
     if args.config is None:
         raise UserError("steadytune train needs a config file: steadytune train my_run.yaml [key=value ...] "
                         "(see `steadytune train --list-keys`, or `steadytune demo` for the embedded default)")
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config_named(args.config, args.overrides)   # a run folder's run_config.yaml grants nothing
     if not resolve_do_train(cfg):
         # do_train: false (or unset with no dataset), as LLaMA-Factory's predict files: evaluate the adapter in
         # adapter_name_or_path on eval_dataset (do_predict + predict_with_generate: generated answers, BLEU/ROUGE).

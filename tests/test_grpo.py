@@ -274,7 +274,7 @@ def test_a_run_folder_never_names_reward_code(tiny, tmp_path, capsys):
     cfg = load_run_config(run, [], str(run))
     assert cfg.method.reward_funcs == ["format"] and cfg.method.reward_weights == [1.0]
     assert "names reward functions of its own" in capsys.readouterr().err
-    source = from_run("run", run, None, set())
+    source = from_run("run", run, set())
     assert source.raw["reward_funcs"] == ["format"] and any("left out" in n for n in source.notes)
     # the user's own command line may name it (and then it is theirs to trust)
     mine = load_run_config(run, [f"reward_funcs=[{evil}:f]", "reward_weights=[2.0]"], str(run))

@@ -27,8 +27,9 @@ from steadytune.model.tiny import save_tiny_model
 from steadytune.studio import form as forms
 from steadytune.studio.command import check_args
 from steadytune.studio.jobs import ENDED, RUNNING, Job, JobStore, Launcher, finished_state, job_alive, progress_of
-from steadytune.studio.runs import FAILED_TO_START, NEW, Runs, check_new_name
-from steadytune.training.run_folder import LOCK, MANIFEST, STUDIO_FOLDER, read_manifest
+from steadytune.studio.runs import FAILED_TO_START, NEW, NeedsConfirmation, Runs, check_new_name
+from steadytune.studio.stopping import stop_confirmed, verified_target
+from steadytune.training.run_folder import LOCK, MANIFEST, STUDIO_FOLDER, process_start_ticks, read_manifest
 
 fastapi = pytest.importorskip("fastapi", reason="the studio needs FastAPI (pip install '.[studio]')")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -210,7 +211,7 @@ def test_sources_an_lf_v1_file_and_another_runs_config(tmp_path):
     run = minimal_run(tmp_path / "runs" / "lr-1e-4", {"learning_rate": 1e-4, "trust_remote_code": True,
                                                        "output_dir": "saves/x", "resume_from_checkpoint": True,
                                                        "decisions": {"precision": {"value": "fp32"}}})
-    source = forms.from_run("lr-1e-4", run, None, {"lr-1e-4", "lr-1e-4-2"})
+    source = forms.from_run("lr-1e-4", run, {"lr-1e-4", "lr-1e-4-2"})
     assert source.raw == {"learning_rate": 1e-4} and source.name == "lr-1e-4-3"
     assert any("trust_remote_code" in note for note in source.notes)
 
@@ -243,21 +244,25 @@ def test_exit_codes():
     assert finished_state(-9, True) == "stopped" and finished_state(-9, False) == "failed"
 
 
-def test_a_job_started_by_another_studio_is_running_while_its_process_lives(tmp_path, live_process):
+def test_a_job_started_by_another_studio_is_running_while_its_process_lives(tmp_path, training_lookalike):
     store = JobStore(tmp_path / STUDIO_FOLDER)
     from steadytune.studio.jobs import process_start_time
     job = Job(id="20260101-000000-abcdef", kind="train", argv=["train", "x.yaml"], command="steadytune train x.yaml",
-              pid=live_process.pid, process_start=process_start_time(live_process.pid), host=socket.gethostname(),
-              started=time.time())
+              pid=training_lookalike.pid, process_start=process_start_time(training_lookalike.pid),
+              host=socket.gethostname(), started=time.time())
     store.save(job)
     later = Launcher(tmp_path)   # a studio started later: it did not start the job, it finds it
     assert later.jobs(store)[0].state == RUNNING and job_alive(job)
     # A later process with the same pid is not the job (its start time differs).
     assert not job_alive(Job(**{**job.__dict__, "process_start": (job.process_start or 0) + 1}))
-    assert later.stop(store, later.jobs(store)[0])
-    assert live_process.wait(timeout=10) == -signal.SIGTERM
-    record = later.jobs(store)[0]
-    assert record.state == ENDED and record.stop_requested is not None and record.returncode is None
+    # Not this studio's own child: its launcher does not signal it; studio/stopping.py judges the record's pid.
+    assert not later.stop(job.id)
+    target = verified_target(job.pid, job.host, job.process_start, None, "its record")
+    with pytest.raises(NeedsConfirmation):
+        stop_confirmed(target, None)
+    stop_confirmed(target, job.pid)
+    assert training_lookalike.wait(timeout=10) == -signal.SIGTERM
+    assert later.jobs(store)[0].state == ENDED
 
 
 def test_a_launched_job_writes_to_its_log_and_is_reaped_with_its_exit_code(tmp_path):
@@ -439,19 +444,44 @@ def test_downloads_are_files_a_job_wrote_inside_the_run(tmp_path):
         assert studio.get("/runs/done/jobs/../../x/log").status_code == 404
 
 
-def test_stop_reaches_a_run_started_in_a_terminal_through_its_lock(tmp_path, live_process):
+def test_stop_signals_only_a_confirmed_steadytune_training_that_the_lock_names(tmp_path, live_process,
+                                                                               training_lookalike):
+    """Issue 54 class 1: the lock (or a job record) of a folder from elsewhere names any pid it likes. Stop signals
+    none of them unless it is this user's steadytune training on this machine, started when the record says, and
+    the user confirmed that very process; a training started in a terminal is still stoppable that way."""
     runs_dir = tmp_path / "runs"
     live = minimal_run(runs_dir / "live")
     (live / "train_results.json").unlink()
     (live / MANIFEST).write_text(json.dumps({"status": "running", "files": []}), encoding="utf-8")
-    (live / LOCK).write_text(json.dumps({"pid": live_process.pid, "host": socket.gethostname()}), encoding="utf-8")
+    host = socket.gethostname()
+
+    def lock(**holder):
+        (live / LOCK).write_text(json.dumps(holder), encoding="utf-8")
+
     with client(runs_dir) as studio:
+        # a process that is no training (the user's editor, say), one of another host, pid 1, a reused pid
+        for holder, why in (({"pid": live_process.pid, "host": host}, "not a steadytune training"),
+                            ({"pid": training_lookalike.pid, "host": "elsewhere"}, "not training here"),
+                            ({"pid": 1, "host": host}, "not a process the studio may stop"),
+                            ({"pid": training_lookalike.pid, "host": host, "process_start": 1}, "pid was reused"),
+                            ({"pid": training_lookalike.pid, "host": host, "started": "2001-01-01T00:00:00+0000"},
+                             "does not match")):
+            lock(**holder)
+            refused = studio.post("/api/runs/live/stop", json={"confirm_pid": holder["pid"]}, headers=MUTATE)
+            assert refused.status_code == 400 and why in refused.json()["error"], (holder, refused.text)
+        assert live_process.poll() is None and training_lookalike.poll() is None
+        # The training the lock means, as a terminal run writes it: shown first, stopped once confirmed.
+        lock(pid=training_lookalike.pid, host=host, started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+             process_start=process_start_ticks(training_lookalike.pid))
         assert studio.get("/api/runs/live/state").json()["can"]["stop"]
-        # Nothing else may start in a folder a training holds.
-        busy = studio.post("/api/runs/live/eval", json={}, headers=MUTATE)
+        busy = studio.post("/api/runs/live/eval", json={}, headers=MUTATE)   # nothing else starts beside it
         assert busy.status_code == 400 and "busy" in busy.json()["error"]
-        assert studio.post("/api/runs/live/stop", headers=MUTATE).json()["pid"] == live_process.pid
-        assert live_process.wait(timeout=10) == -signal.SIGTERM
+        asked = studio.post("/api/runs/live/stop", headers=MUTATE)
+        assert asked.status_code == 409 and asked.json()["confirm"]["pid"] == training_lookalike.pid
+        assert "-m steadytune train" in asked.json()["confirm"]["command"] and training_lookalike.poll() is None
+        stopped = studio.post("/api/runs/live/stop", json={"confirm_pid": training_lookalike.pid}, headers=MUTATE)
+        assert stopped.json()["pid"] == training_lookalike.pid
+        assert training_lookalike.wait(timeout=10) == -signal.SIGTERM
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
-from steadytune.config import RunConfig, load_config, parse_overrides, read_yaml
+from steadytune.config import RunConfig, parse_overrides, read_yaml
 from steadytune.errors import UserError
 from steadytune.recipes.search_space import SearchSpace, config_keys, nest
 from steadytune.train import NonFiniteRun, run_training
+from steadytune.training.folder_config import load_config_named
 from steadytune.training.guard import GuardAbort
 from steadytune.training.run_folder import MANIFEST, remove_path
 from steadytune.training.stopping import RunPruned
@@ -89,7 +90,8 @@ class Search:
             # Each trial evaluates several times: on a GPU, 8 rows a batch (the default) would cost as much as training.
             tune_keys["per_device_eval_batch_size"] = self.eval_batch_size
         space = SearchSpace.from_dict(self.space)
-        return load_config(self.config, merge(user, nest(space.fixed), nest(keys), tune_keys))
+        # a run folder's run_config.yaml as the search's config grants nothing (training/folder_config.py)
+        return load_config_named(self.config, merge(user, nest(space.fixed), nest(keys), tune_keys))
 
 
 @dataclass

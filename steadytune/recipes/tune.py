@@ -35,6 +35,7 @@ from steadytune.recipes.trials import ASK_LOCK, LOCK, METRICS, TRIALS, Search, m
 from steadytune.report.record import write_run_report
 from steadytune.stages.table import STAGES
 from steadytune.train import run_training
+from steadytune.training.folder_config import load_config_named
 from steadytune.training.run_folder import MANIFEST, remove_path
 
 BEST_CONFIG = "best_config.yaml"
@@ -101,7 +102,7 @@ def make_search(config: str | Path, overrides: list[str], trials: int = 20, time
         raise UserError(f"--val-size {val_size:g}: expected a share between 0 and 1, or a whole number of rows")
     if evaluations < 1:
         raise UserError(f"--evaluations {evaluations}: expected 1 or more")
-    cfg = load_config(config, list(overrides))
+    cfg = load_config_named(config, list(overrides))   # a run folder's run_config.yaml grants nothing
     return Search(config=str(config), overrides=list(overrides), output_dir=cfg.train.output_dir, metric=metric or "",
                   trials=trials, timeout=timeout, val_size=val_size, evaluations=evaluations, pruner=pruner,
                   seed=cfg.train.seed if seed is None else seed, force=force,

@@ -8,8 +8,8 @@ per completion, or None where it does not apply (a row without a reference answe
 function's mean, and a completion every function leaves out gets advantage 0.
 
 A reward function is code that runs in the training process, so it only ever comes from the user's own config or
-command line: never from a dataset, an archive or a run folder (infer/loading.load_run_config drops a
-`module:function` that a run folder's run_config.yaml names; docs/security.md).
+command line: never from a dataset, an archive or a run folder (training/folder_config.py refuses a
+`module:function` that a file in a run folder names; docs/security.md).
 
 Built-ins:
 - accuracy: 1 when the completion's final answer (the last \\boxed{...}, else what follows "####" or "answer:",
@@ -41,6 +41,7 @@ import torch
 
 from steadytune.config import ConfigError
 from steadytune.eval.scoring import match_label
+from steadytune.training.folder_config import is_user_function, without_user_functions  # noqa: F401 - theirs
 
 BUILTIN_REWARDS = ("accuracy", "format", "label", "length")
 THINK_FORMAT = r"^<think>(?!.*<think>)(.*?)</think>.*$"   # TRL's think_format_reward
@@ -165,27 +166,6 @@ def length_reward(max_completion_length: int, target: Optional[int]):
 # ---------------------------------------------------------------------------------------------------------
 # Loading what reward_funcs names
 # ---------------------------------------------------------------------------------------------------------
-
-def is_user_function(name: str) -> bool:
-    """Whether a reward_funcs entry names the user's code (`module:function`, `file.py:function`)."""
-    return ":" in str(name)
-
-
-def without_user_functions(names: Any, weights: Any) -> tuple[Any, Any, list[str]]:
-    """(reward_funcs, reward_weights, the dropped entries) with every entry that names code (module:function) left
-    out, its weight with it: what a run folder's or an archive's config may keep (it may come from anyone)."""
-    if isinstance(names, str):
-        names = [x.strip() for x in names.split(",") if x.strip()]
-    if not isinstance(names, list):
-        return names, weights, []
-    dropped = [str(x) for x in names if is_user_function(x)]
-    if not dropped:
-        return names, weights, []
-    kept = [i for i, x in enumerate(names) if not is_user_function(x)]
-    if isinstance(weights, list) and len(weights) == len(names):
-        weights = [weights[i] for i in kept] or None
-    return [names[i] for i in kept] or None, weights, dropped
-
 
 def load_user_function(spec: str) -> Callable:
     """`module:function` or `path/to/file.py:function` -> the callable; a ConfigError naming the entry otherwise."""
