@@ -283,6 +283,38 @@ def test_a_run_folder_never_names_reward_code(tiny, tmp_path, capsys):
     assert without_user_functions("accuracy,m:f", None) == (["accuracy"], None, ["m:f"])
 
 
+def test_train_eval_and_tune_on_a_run_folders_own_config_refuse_its_reward_code(tiny, tmp_path, capsys):
+    """Issue 54 class 1: `steadytune eval FOLDER/run_config.yaml` (or train, or tune, or a config in the folder's
+    studio/ or anywhere below it) is a run folder's record, not the user's config: a reward module it names is
+    refused in one line naming the file, before anything is imported; on the user's command line it is theirs."""
+    from steadytune.cli import main
+    from steadytune.training.folder_config import load_config_named
+
+    marker = tmp_path / "pwned"
+    run = tmp_path / "run"
+    (run / "studio").mkdir(parents=True)
+    (run / "sub").mkdir()
+    (run / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef f(prompts, completions, **kw):\n"
+                                 "    return [1.0] * len(completions)\n", encoding="utf-8")
+    text = (f"stage: grpo\nmodel_name_or_path: {tiny}\ndataset: sums\ndataset_dir: {prompts_dataset(tmp_path / 'data')}"
+            f"\nreward_funcs: [format, {run / 'evil.py'}:f]\noutput_dir: {tmp_path / 'elsewhere'}\n")
+    for name in ("run_config.yaml", "studio/config.yaml", "sub/mine.yaml"):
+        (run / name).write_text(text, encoding="utf-8")
+    for command in (["eval", "run_config.yaml"], ["train", "studio/config.yaml"], ["train", "sub/mine.yaml"],
+                    ["tune", "run_config.yaml", "--trials", "2"]):
+        capsys.readouterr()
+        assert main([command[0], str(run / command[1]), *command[2:]]) == 1, command
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"error: {run / command[1]}: names reward functions of its own") and \
+            "evil.py:f" in err[-1] and "reward_funcs=" in err[-1], err
+    assert not marker.exists() and not (tmp_path / "elsewhere").exists()
+    # given on the command line, the same function is the user's: it loads (and runs: the marker is written)
+    cfg = load_config_named(run / "run_config.yaml", [f"reward_funcs=[format, {run / 'evil.py'}:f]"])
+    assert cfg.train.output_dir == str(run)   # the folder itself, never where its file says
+    load_reward_functions(cfg.method, None)
+    assert marker.exists()
+
+
 # --- generation -------------------------------------------------------------------------------------------------
 
 def test_keyed_sampling_is_the_distribution_and_does_not_depend_on_the_batch():

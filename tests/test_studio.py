@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -562,3 +563,121 @@ def test_export_asks_export_for_the_archive_or_the_merged_model_and_its_gguf(tra
         assert gguf.status_code == 200 and gguf.content[:4] == b"GGUF"
         folder = studio.get(f"/runs/gen/files/{job['id']}/1")   # the merged folder, packed for its download
         assert folder.status_code == 200 and folder.headers["content-disposition"].endswith('gen-merged.tar.gz"')
+
+
+# ------------------------------------------------------------------------------------------------------
+# Issue 54 class 1: a run folder from elsewhere (copied into RUNS_DIR) grants nothing by its files
+# ------------------------------------------------------------------------------------------------------
+
+def sent_folder(trained: Path, runs_dir: Path, name: str, **config) -> Path:
+    """A copy of the finished `cls` run as someone may send it: interrupted (so Resume is offered), its run_config.yaml
+    changed by `config`."""
+    folder = runs_dir / name
+    shutil.copytree(trained / "cls", folder, symlinks=True)
+    (folder / "train_results.json").unlink()
+    manifest = read_manifest(folder)
+    (folder / MANIFEST).write_text(json.dumps({**manifest, "status": "interrupted"}), encoding="utf-8")
+    if config:
+        raw = yaml.safe_load((folder / "run_config.yaml").read_text(encoding="utf-8"))
+        (folder / "run_config.yaml").write_text(yaml.safe_dump({**raw, **config}, allow_unicode=True), encoding="utf-8")
+    return folder
+
+
+def test_a_run_folder_from_elsewhere_gets_no_code_or_command_from_its_files(trained, tmp_path):
+    runs_dir = tmp_path / "runs"
+    marker = tmp_path / "pwned"
+    folder = runs_dir / "sent"
+    evil = f"{folder / 'evil.py'}:f"
+    sent_folder(trained, runs_dir, "sent", trust_remote_code=True, reward_funcs=[evil],
+                export_dir=str(tmp_path / "models"))
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef f(prompts, completions, **kw):\n"
+                                    "    return [1.0] * len(completions)\n", encoding="utf-8")
+    # its studio files name another config and an output_dir elsewhere on the machine
+    (folder / STUDIO_FOLDER / "launch.json").write_text(json.dumps({
+        "argv": ["train", str(tmp_path / "other.yaml"), f"output_dir={tmp_path / 'elsewhere'}"],
+        "command": "steadytune train other.yaml"}), encoding="utf-8")
+    with client(runs_dir) as studio:
+        state = studio.get("/api/runs/sent/state").json()
+        assert state["can"]["resume"]
+        assert "other.yaml" not in state["header_html"].split("resume runs")[1]
+        assert "steadytune train runs/sent/run_config.yaml output_dir=runs/sent resume_from_checkpoint=true" \
+            in state["header_html"]
+        # the run's page shows each grant the file asks for, with the exact module file, unticked
+        assert "trust_remote_code=true" in state["header_html"] and str(folder / "evil.py") in state["header_html"]
+        for action, body in (("resume", {}), ("eval", {}), ("resume", {"grant": {"trust_remote_code": True}}),
+                             ("eval", {"grant": {"reward_funcs": ["other.py:f"], "trust_remote_code": True}})):
+            asked = studio.post(f"/api/runs/sent/{action}", json=body, headers=MUTATE)
+            assert asked.status_code == 409, asked.text
+            keys = {a["key"] for a in asked.json()["asks"]}
+            assert "reward_funcs" in keys and "export_dir" in keys, asked.json()
+            assert ("trust_remote_code" in keys) == (not body), asked.json()
+        assert JobStore(folder / STUDIO_FOLDER).all() == []   # nothing started
+        # Re-run with changes: the form holds none of it, and says so; typed into the form, it is the user's
+        page = studio.get("/new?run=sent").text
+        field = page.split('data-field="trust_remote_code"')[1].split("</select>")[0]
+        assert "left out" in page and 'value="true" selected' not in field and 'value="false" selected' in field
+        body = {"source": {"kind": "run", "ref": "sent"}, "name": "again", "values": {}}
+        check = studio.post("/api/check", headers=MUTATE, json=body).json()
+        assert "trust_remote_code" not in check["command"] and "evil" not in check["yaml"]
+        mine = studio.post("/api/check", headers=MUTATE, json={**body, "values": {"trust_remote_code": "true"}})
+        assert mine.json()["command"].endswith("trust_remote_code=true"), mine.json()
+        # Granted, exactly as shown: the command passes it on the command line, and nothing from launch.json
+        grant = {"trust_remote_code": True, "reward_funcs": [evil], "export_dir": str(tmp_path / "models")}
+        started = studio.post("/api/runs/sent/resume", json={"grant": grant}, headers=MUTATE)
+        assert started.status_code == 200, started.text
+        command = started.json()["command"]
+        assert command.startswith("steadytune train runs/sent/run_config.yaml output_dir=runs/sent")
+        assert "trust_remote_code=true" in command and evil in command and "elsewhere" not in command
+        job = studio.app.state.launcher.children[started.json()["job"]][0]
+        job.terminate()
+        job.wait(timeout=60)
+    assert not marker.exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_the_studio_never_writes_through_a_link_in_a_run_folder(trained, tmp_path):
+    """exports, predictions and the jobs' records and logs go through studio/writes.py: a link anywhere on the way
+    (studio/, studio/exports, an export's folder, studio/jobs, a log) is refused in one line and nothing outside the
+    run folder changes; a run folder file a training would write through (metrics.jsonl) is refused by train."""
+    runs_dir = tmp_path / "runs"
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "config.json").write_text('{"mine": true}', encoding="utf-8")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret", encoding="utf-8")
+    folder = sent_folder(trained, runs_dir, "linked")
+    studio_dir = folder / STUDIO_FOLDER
+    (studio_dir / "exports").mkdir()
+    (studio_dir / "exports" / "linked-merged").symlink_to(models)
+    (studio_dir / "predict").symlink_to(outside)
+    with client(runs_dir) as studio:
+        merged = studio.post("/api/runs/linked/export", json={"kind": "merged"}, headers=MUTATE)
+        assert merged.status_code == 400 and "symbolic link" in merged.json()["error"], merged.text
+        (studio_dir / "exports").rename(studio_dir / "exports-old")
+        (studio_dir / "exports").symlink_to(outside)
+        archive = studio.post("/api/runs/linked/export", json={"kind": "archive"}, headers=MUTATE)
+        assert archive.status_code == 400 and "symbolic link" in archive.json()["error"]
+        predict = studio.post("/api/runs/linked/predict?filename=rows.jsonl", content=b'{"text": "x"}',
+                              headers=MUTATE)
+        assert predict.status_code == 400 and "symbolic link" in predict.json()["error"]
+        # the jobs' folder a link: no job starts (its record and log would be written there)
+        shutil.rmtree(studio_dir / "jobs")
+        (studio_dir / "jobs").symlink_to(outside)
+        evaluate = studio.post("/api/runs/linked/eval", json={}, headers=MUTATE)
+        assert evaluate.status_code == 400 and "symbolic link" in evaluate.json()["error"]
+        assert studio.get("/runs/linked").status_code == 200   # the page still shows
+        # a job's log that is a link is not read (nor appended to)
+        (studio_dir / "jobs").unlink()
+        JobStore(studio_dir).save(Job(id="20260101-000000-bbbbbb", kind="eval", argv=[], command="", state="done",
+                                      started=1.0))
+        (studio_dir / "jobs" / "20260101-000000-bbbbbb.log").symlink_to(secret)
+        assert "secret" not in studio.get("/runs/linked/jobs/20260101-000000-bbbbbb/log").text
+    assert sorted(p.name for p in outside.iterdir()) == [] and secret.read_text() == "secret"
+    assert [p.name for p in models.iterdir()] == ["config.json"] and "mine" in (models / "config.json").read_text()
+    # a file the training appends to, as a link: train refuses before writing anything
+    (folder / "metrics.jsonl").rename(outside / "metrics.jsonl")
+    (folder / "metrics.jsonl").symlink_to(outside / "metrics.jsonl")
+    before = (outside / "metrics.jsonl").read_bytes()
+    assert cli_main(["train", str(folder / "run_config.yaml"), "max_steps=4"]) == 1
+    assert (outside / "metrics.jsonl").read_bytes() == before
