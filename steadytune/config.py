@@ -132,6 +132,7 @@ class MethodArguments:
     scale_rewards: str = _opt("group", "grpo: advantages divided by the std of the group's rewards (group), of the step's (batch), or not (none).", choices=("group", "batch", "none"))
     reward_funcs: Union[None, str, list] = _opt(None, "grpo: reward functions, a list or comma list: accuracy (the answer equals the solution/answer column), format (reward_format matches), label (classification: the gold label), length, or your own module:function / path/file.py:function taking (prompts, completions, **columns).")
     reward_weights: Optional[list] = _opt(None, "grpo: one weight per reward function (default 1 each); the reward is their weighted sum.")
+    reward_timeout: float = _opt(300.0, "grpo: seconds one call of a reward function may take (each function, each roll-out and evaluation); past it the run stops with one line naming the function and the step, its last checkpoint kept (0: no limit).", minimum=0.0)
     reward_format: str = _opt(r"^<think>(?!.*<think>)(.*?)</think>.*$", "grpo: the regular expression the format reward matches at the start of a completion (default: TRL's think format).")
     length_target: Optional[int] = _opt(None, "grpo: the length reward's best length in tokens (default max_completion_length).", minimum=1)
     mask_truncated_completions: bool = _opt(False, "grpo: leave completions that hit max_completion_length out of the loss (DAPO).")

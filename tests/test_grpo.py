@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from steadytune.config import ConfigError, load_config
+from steadytune.errors import UserError
 from steadytune.eval.scoring import inference
 from steadytune.model.decode.complete import Decoder
 from steadytune.model.decode.sampling import SamplingParams, keyed_uniform, mix_key, sample_keyed
@@ -245,7 +246,7 @@ def test_reward_errors_name_the_entry(tmp_path, monkeypatch):
         with pytest.raises(ConfigError, match=message):
             load_reward_functions(cfg.method, None)
     cfg = load_config(None, ["stage=grpo", "reward_funcs=[short:f]"])
-    with pytest.raises(ValueError, match="returned 1 rewards for 2 completions"):
+    with pytest.raises(UserError, match="returned 1 rewards for 2 completions"):
         score(load_reward_functions(cfg.method, None), ["a", "b"], ["a", "b"], [[1], [1]], [{}, {}], [None, None])
     with pytest.raises(ConfigError, match="stage grpo needs a list of reward functions"):
         load_config(None, ["stage=grpo"])
@@ -253,6 +254,61 @@ def test_reward_errors_name_the_entry(tmp_path, monkeypatch):
         load_config(None, ["stage=grpo", "reward_funcs=[format,length]", "reward_weights=[1]"])
     with pytest.raises(ConfigError, match="max_tokens_per_batch: stage grpo does not support"):
         load_config(None, ["stage=grpo", "reward_funcs=format", "max_tokens_per_batch=512"])
+
+
+MISBEHAVING = {   # issue 54 class 2: a reward function is user code; each of these ends in one line naming it
+    "raises": ("raise ValueError('bad input')", "raised ValueError: bad input"),
+    "exits": ("raise SystemExit(0)", "raised SystemExit"),
+    "none": ("return None", "returned None instead of a list"),
+    "scalar": ("return 0.5", "returned float 0.5 instead of a list"),
+    "text": ("return 'good'", "returned str 'good' instead of a list"),
+    "nan": ("return [float('nan')] * len(completions)", "returned nan for completion 0"),
+    "inf": ("return [1.0, float('-inf')]", "returned -inf for completion 1"),
+    "huge": ("return [1e300, 0.0]", "returned 1e+300 for completion 0"),
+    "strings": ("return ['1.0', '0.0']", "returned str '1.0' for completion 0"),
+    "count": ("return [1.0]", "returned 1 rewards for 2 completions"),
+    "hangs": ("import time\n    time.sleep(3600)", "did not return within 0.5 s (reward_timeout"),
+}
+
+
+def test_each_misbehaving_reward_function_is_one_line_naming_it_and_the_step(tmp_path):
+    body = "".join(f"def {name}(prompts, completions, **kw):\n    {code}\n" for name, (code, _) in MISBEHAVING.items())
+    body += "def fine(prompts, completions, **kw):\n    return [None, 1]\n"
+    write_reward_module(tmp_path, "misbehaving", body)
+    for name, (_, said) in MISBEHAVING.items():
+        cfg = load_config(None, ["stage=grpo", f"reward_funcs=[{tmp_path / 'misbehaving.py'}:{name}]"])
+        functions = load_reward_functions(cfg.method, None)
+        with pytest.raises(UserError) as caught:
+            score(functions, ["p", "p"], ["a", "b"], [[1], [2]], [{}, {}], [None, None], "step 7", timeout=0.5)
+        message = str(caught.value)
+        assert message.startswith(f"reward function {name} at step 7: ") and said in message, (name, message)
+        assert "\n" not in message
+    cfg = load_config(None, ["stage=grpo", f"reward_funcs=[{tmp_path / 'misbehaving.py'}:fine]"])
+    rewards = score(load_reward_functions(cfg.method, None), ["p", "p"], ["a", "b"], [[1], [2]], [{}, {}],
+                    [None, None], "step 1", timeout=0.5)
+    assert torch.isnan(rewards[0, 0]) and rewards[1, 0] == 1.0
+    # every reward None: no advantage, and no learning signal (the warning's trigger) though no std is 0
+    flat = group_advantages(torch.full((4, 1), float("nan")), [1.0], 2, "group")
+    assert flat.no_signal.all() and not flat.std_zero.any() and (flat.advantages == 0).all()
+
+
+def test_a_reward_function_that_fails_mid_run_stops_it_in_one_line_keeping_its_checkpoint(tiny, tmp_path, capsys):
+    from steadytune.cli import main
+    from steadytune.training.run_folder import read_manifest
+
+    data = prompts_dataset(tmp_path / "data")
+    write_reward_module(tmp_path, "late", "calls = []\ndef late(prompts, completions, **kw):\n    calls.append(1)\n"
+                        "    if len(calls) == 3:\n        raise SystemExit(0)\n    return [1.0 * len(c) for c in completions]\n")
+    out = tmp_path / "run"
+    (tmp_path / "run.yaml").write_text("{}\n", encoding="utf-8")
+    capsys.readouterr()
+    code = main(["train", str(tmp_path / "run.yaml"), *overrides(tiny, data, out, max_steps=4, save_steps=2,
+                                                                 reward_funcs=f"[{tmp_path / 'late.py'}:late]")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1] == ("error: reward function late at step 3: raised SystemExit: 0; the run stops here "
+                                     "(its last checkpoint is kept)"), err[-3:]
+    assert not any("Traceback" in line for line in err)
+    assert (out / "checkpoint-2").is_dir() and read_manifest(out)["status"] == "failed"
 
 
 def test_a_run_folder_never_names_reward_code(tiny, tmp_path, capsys):
@@ -471,6 +527,11 @@ def test_a_run_without_reward_signal_says_so_once(tiny, tmp_path, capsys):
     train(overrides(tiny, data, tmp_path / "varied", max_steps=NO_SIGNAL_STEPS + 2, reward_funcs=f"[{code}:spread]",
                     max_completion_length=4, save_steps=1000))
     assert "warning: grpo" not in capsys.readouterr().err
+    # issue 54: a reward that never applies (None for every completion) is no signal either, and said so
+    code.write_text("def never(completions, **columns):\n    return [None] * len(completions)\n", encoding="utf-8")
+    train(overrides(tiny, data, tmp_path / "none", max_steps=NO_SIGNAL_STEPS, reward_funcs=f"[{code}:never]",
+                    max_completion_length=1, save_steps=1000))
+    assert "got the same reward (mean none: every function returned None)" in capsys.readouterr().err
 
 
 def test_a_collapsed_policy_is_told_from_a_reward_that_never_fires(tiny, tmp_path, capsys):
