@@ -94,6 +94,7 @@ from steadytune.training.checkpoint import (
 )
 from steadytune.training.faults import FaultInjector
 from steadytune.training.graphs import graph_runner_for
+from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard
 from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
 from steadytune.training.resume import compare_for_resume, resume_fingerprint
@@ -490,6 +491,8 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
         cfg.decide("adapter_name_or_path", cfg.model.adapter_name_or_path, "training continues from this adapter "
                    "(its rank and targets; lora_* keys do not apply)")
     else:
+        if cfg.method.finetuning_type == "lora":
+            check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
         model = attach_adapter(model, cfg)
     if shard_plan.kind == "deepspeed" and precision in ("bf16", "fp16"):
         # DeepSpeed keeps the fp32 master copy of trainable weights in its optimizer and computes in the half dtype;

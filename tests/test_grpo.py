@@ -28,8 +28,8 @@ from steadytune.stages.rewards import (
     label_reward,
     load_reward_functions,
     score,
-    without_user_functions,
 )
+from steadytune.training.folder_config import without_user_functions
 from steadytune.train import run_training
 from steadytune.training.guard import GuardAbort
 from steadytune.training.monitor import read_metrics

@@ -33,8 +33,7 @@ from steadytune.model.archive import is_archive, unpacked
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.lora import load_trained_adapter
 from steadytune.model.quantize import dequantize_base, describe_quantization, is_quantized
-# USER_ONLY_KEYS: imported by others from here too
-from steadytune.training.folder_config import RUN_CONFIG, USER_ONLY_KEYS, load_config_named, load_folder_config  # noqa: F401
+from steadytune.training.folder_config import RUN_CONFIG, load_config_named, load_folder_config
 
 LORA, MODEL, BASE = "lora", "model", "base"  # adapter on its base | the folder is the model | the base alone
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}

@@ -48,7 +48,7 @@ import torch
 from steadytune.config import ConfigError, show_value
 from steadytune.errors import RunInterrupted, UserError
 from steadytune.eval.scoring import match_label
-from steadytune.training.folder_config import is_user_function, without_user_functions  # noqa: F401 - theirs
+from steadytune.training.folder_config import is_user_function
 
 BUILTIN_REWARDS = ("accuracy", "format", "label", "length")
 THINK_FORMAT = r"^<think>(?!.*<think>)(.*?)</think>.*$"   # TRL's think_format_reward

@@ -53,7 +53,7 @@ def open_new(path: Path, append: bool = False):
     flags = os.O_WRONLY | os.O_CREAT | NOFOLLOW | (os.O_APPEND if append else os.O_EXCL)
     try:
         fd = os.open(path, flags, 0o644)
-    except OSError as e:
+    except OSError:
         if Path(path).is_symlink():
             raise LinkRefused(f"{path} is a symbolic link; the studio does not write through links") from None
         raise
