@@ -681,3 +681,32 @@ def test_the_studio_never_writes_through_a_link_in_a_run_folder(trained, tmp_pat
     before = (outside / "metrics.jsonl").read_bytes()
     assert cli_main(["train", str(folder / "run_config.yaml"), "max_steps=4"]) == 1
     assert (outside / "metrics.jsonl").read_bytes() == before
+
+
+def test_the_form_launches_grpo_with_the_users_own_reward_function(trained, tmp_path):
+    """Issue 54 class 5: stage grpo's fields were each checked alone, and `stage: grpo` alone needs reward_funcs, so
+    the form refused what `train` accepts. The reward module typed in the form is the user's: the command passes it
+    on the command line (train grants nothing a run folder's file names), and it runs."""
+    root = trained.parent
+    marker = tmp_path / "rewarded"
+    module = tmp_path / "my_rewards.py"
+    module.write_text(f"def short(prompts, completions, **kw):\n    open({str(marker)!r}, 'a').write('x')\n"
+                      "    return [1.0 / (1 + len(c)) for c in completions]\n", encoding="utf-8")
+    runs_dir = tmp_path / "runs"
+    upload_text = yaml.safe_dump(yaml.safe_load(tiny_config(root, tmp_path / "g").read_text(encoding="utf-8")),
+                                 allow_unicode=True)
+    with client(runs_dir) as studio:
+        up = studio.post("/api/uploads?filename=g.yaml", content=upload_text.encode(), headers=MUTATE).json()["id"]
+        body = {"source": {"kind": "upload", "ref": up}, "name": "grpo",
+                "values": {"stage": "grpo", "reward_funcs": f"[label, {module}:short]", "reward_weights": "[1, 0.5]",
+                           "num_generations": "2", "max_completion_length": "2", "max_steps": "1",
+                           "per_device_train_batch_size": "2", "save_steps": "1"}}
+        check = studio.post("/api/check", headers=MUTATE, json=body).json()
+        assert check["ok"], check
+        assert f'reward_funcs=["label", "{module}:short"]' in check["command"], check["command"]
+        launched = studio.post("/api/launch", headers=MUTATE, json=body)
+        assert launched.status_code == 200, launched.text
+        job = wait_job(studio, "grpo", "train", timeout_s=240)
+        assert job["state"] == "done", (job, JobStore(runs_dir / "grpo" / STUDIO_FOLDER).tail(
+            JobStore(runs_dir / "grpo" / STUDIO_FOLDER).load(job["id"])))
+    assert marker.exists() and (runs_dir / "grpo" / "adapter_model.safetensors").is_file()

@@ -249,8 +249,8 @@ def validate(raw: dict) -> tuple[Optional[Any], dict[str, str], list[str]]:
     alone first (so every bad key is named, not only the first), then all of them together."""
     errors: dict[str, str] = {}
     for key, value in flatten(raw).items():
-        try:
-            build_config(unflatten({key: value}), where="form")
+        try:   # the key's own type and range: rules between keys (stage grpo needs reward_funcs) come after
+            build_config(unflatten({key: value}), where="form", cross_field=False)
         except ConfigError as e:
             errors[key if key in FIELD_KEYS else EXTRA] = _short(str(e), key)
     general: list[str] = []

@@ -22,10 +22,11 @@ class LinkRefused(UserError):
 
 
 def real_folder(root: Path, *parts: str) -> Path:
-    """root/parts...: every part a real folder inside root (made when missing), none a symbolic link."""
+    """root/parts...: every part a real folder inside root (made when missing), none a symbolic link. `root` is the
+    user's (RUNS_DIR, which may well be a link to another disk) or a run folder the studio lists (never a link), made
+    when missing."""
     folder = Path(root)
-    if folder.is_symlink():
-        raise LinkRefused(f"{folder} is a symbolic link; the studio writes only into real folders")
+    folder.mkdir(parents=True, exist_ok=True)
     for part in parts:
         folder = folder / part
         try:
