@@ -826,9 +826,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
     return cfg
 
 
-def build_config(raw: dict, where: str = "config", cross_field: bool = True) -> RunConfig:
-    """The typed config of `raw` keys; `cross_field`: also the rules between keys (False: each key's own type and
-    range only, as the studio's form checks one field at a time)."""
+def build_config(raw: dict, where: str = "config") -> RunConfig:
     sections: dict[str, dict] = {name: {} for name in SECTION_TYPES}
     user_keys: set[str] = set()
     for key, value in raw.items():
@@ -864,9 +862,8 @@ def build_config(raw: dict, where: str = "config", cross_field: bool = True) -> 
                 values[f.name] = _coerce(f, sections[name][f.name], where, label)
         built[name] = cls(**values)
     cfg = RunConfig(**built, user_keys=user_keys)
-    if cross_field:
-        _check_cross_field(cfg, where)
-        record_lf_decisions(cfg)
+    _check_cross_field(cfg, where)
+    record_lf_decisions(cfg)
     return cfg
 
 

@@ -573,7 +573,8 @@ def sent_folder(trained: Path, runs_dir: Path, name: str, **config) -> Path:
     """A copy of the finished `cls` run as someone may send it: interrupted (so Resume is offered), its run_config.yaml
     changed by `config`."""
     folder = runs_dir / name
-    shutil.copytree(trained / "cls", folder, symlinks=True)
+    shutil.copytree(trained / "cls", folder, symlinks=True, ignore=shutil.ignore_patterns(STUDIO_FOLDER))
+    (folder / STUDIO_FOLDER / "jobs").mkdir(parents=True)
     (folder / "train_results.json").unlink()
     manifest = read_manifest(folder)
     (folder / MANIFEST).write_text(json.dumps({**manifest, "status": "interrupted"}), encoding="utf-8")
@@ -596,6 +597,7 @@ def test_a_run_folder_from_elsewhere_gets_no_code_or_command_from_its_files(trai
     (folder / STUDIO_FOLDER / "launch.json").write_text(json.dumps({
         "argv": ["train", str(tmp_path / "other.yaml"), f"output_dir={tmp_path / 'elsewhere'}"],
         "command": "steadytune train other.yaml"}), encoding="utf-8")
+    jobs_before = len(JobStore(folder / STUDIO_FOLDER).all())   # the copied run's own (from the tests before)
     with client(runs_dir) as studio:
         state = studio.get("/api/runs/sent/state").json()
         assert state["can"]["resume"]
@@ -611,7 +613,7 @@ def test_a_run_folder_from_elsewhere_gets_no_code_or_command_from_its_files(trai
             keys = {a["key"] for a in asked.json()["asks"]}
             assert "reward_funcs" in keys and "export_dir" in keys, asked.json()
             assert ("trust_remote_code" in keys) == (not body), asked.json()
-        assert JobStore(folder / STUDIO_FOLDER).all() == []   # nothing started
+        assert len(JobStore(folder / STUDIO_FOLDER).all()) == jobs_before   # nothing started
         # Re-run with changes: the form holds none of it, and says so; typed into the form, it is the user's
         page = studio.get("/new?run=sent").text
         field = page.split('data-field="trust_remote_code"')[1].split("</select>")[0]

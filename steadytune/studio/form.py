@@ -244,13 +244,20 @@ def assemble(source: dict, values: dict[str, str], extra_text: str) -> tuple[dic
     return unflatten(flat), errors
 
 
+# A key that no value passes alone, by a rule that reads other keys, is checked with those (stage: grpo needs its
+# reward_funcs; ref_model_adapters needs ref_model): alone, the form would refuse what `train` accepts.
+CHECKED_WITH = {"stage": ("reward_funcs", "reward_weights"), "ref_model_adapters": ("ref_model",)}
+
+
 def validate(raw: dict) -> tuple[Optional[Any], dict[str, str], list[str]]:
     """(the RunConfig, or None; errors beside keys; errors of the whole) from the config's own checks: each key
     alone first (so every bad key is named, not only the first), then all of them together."""
     errors: dict[str, str] = {}
-    for key, value in flatten(raw).items():
-        try:   # the key's own type and range: rules between keys (stage grpo needs reward_funcs) come after
-            build_config(unflatten({key: value}), where="form", cross_field=False)
+    flat = flatten(raw)
+    for key, value in flat.items():
+        try:
+            alone = {key: value, **{k: flat[k] for k in CHECKED_WITH.get(key, ()) if k in flat}}
+            build_config(unflatten(alone), where="form")
         except ConfigError as e:
             errors[key if key in FIELD_KEYS else EXTRA] = _short(str(e), key)
     general: list[str] = []
