@@ -39,6 +39,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTex
 from fastapi.responses import StreamingResponse
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from steadytune.config import MAX_YAML_BYTES, ConfigError, parse_yaml
 from steadytune.errors import UserError
@@ -52,6 +53,7 @@ from steadytune.studio.chat import ChatModels
 from steadytune.studio.grants import SessionGrants, asked_by, describe
 from steadytune.studio.jobs import JobStore, Launcher, read_tail
 from steadytune.studio.runs import CONFIG, NeedsConfirmation, NotFound, Runs, RunView, launched_nproc, write_launch
+from steadytune.studio.schema import studio_openapi
 from steadytune.studio.stopping import stop_confirmed, verified_target
 from steadytune.studio.writes import real_folder, refuse_link, write_new
 from steadytune.training.folder_config import grants_asked
@@ -61,7 +63,7 @@ logger = logging.getLogger("steadytune.studio")
 
 COOKIE = "steadytune_studio"
 MUTATION_HEADER = "x-studio"
-OPEN_PATHS = ("/login", "/health")
+OPEN_PATHS = ("/login", "/health", "/openapi.json")
 JSON_LIMIT = 1 << 20
 PREDICT_LIMIT = 64 << 20
 PREDICT_SUFFIXES = (".jsonl", ".json", ".csv")
@@ -222,6 +224,11 @@ def build_app(settings: StudioSettings) -> FastAPI:
         return page("error.html.j2", request, status=status, title="not found" if status == 404 else "error",
                     message=str(e))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, e: StarletteHTTPException):
+        """Starlette's own answers (no route for the path, a method the route does not take), in the studio's shape."""
+        return JSONResponse({"error": str(e.detail)}, status_code=e.status_code, headers=getattr(e, "headers", None))
+
     @app.exception_handler(Exception)
     async def on_crash(request: Request, e: Exception):
         logger.exception("studio: unhandled error")
@@ -273,6 +280,10 @@ def build_app(settings: StudioSettings) -> FastAPI:
     @app.get("/health")
     async def health():
         return {"ok": True}
+
+    @app.get("/openapi.json")
+    async def openapi_schema():
+        return studio_openapi()   # the JSON API, written out (studio/schema.py): the routes read their own bodies
 
     @app.get("/static/{name}")
     async def static(name: str):
@@ -448,7 +459,7 @@ def build_app(settings: StudioSettings) -> FastAPI:
 
     # --- launching ------------------------------------------------------------------------------------------------
     def load_source(data: dict) -> forms.Source:
-        kind, ref = str(data.get("kind") or ""), str(data.get("ref") or "")
+        kind, ref = text_of(data, "kind", "source.kind"), text_of(data, "ref", "source.ref")
         if kind == "recipe":
             return forms.from_file("recipe", ref, forms.recipe_file(ref), forms.name_from(Path(ref).stem),
                                    f"the shipped recipe {ref}")
@@ -502,13 +513,13 @@ def build_app(settings: StudioSettings) -> FastAPI:
 
     def prepare(data: dict) -> dict:
         """The config, errors and command the form describes now."""
-        source = load_source(data.get("source") or {})
+        source = load_source(object_of(data, "source"))
         values = data.get("values") or {}
         if not isinstance(values, dict):
             raise UserError("values: expected an object")
-        raw, errors = forms.assemble(source.raw, {str(k): v for k, v in values.items()}, str(data.get("extra") or ""))
+        raw, errors = forms.assemble(source.raw, {str(k): v for k, v in values.items()}, text_of(data, "extra"))
         general: list[str] = []
-        name = str(data.get("name") or "")
+        name = text_of(data, "name")
         folder = None
         try:
             folder = runs.new_folder(name)
@@ -521,7 +532,7 @@ def build_app(settings: StudioSettings) -> FastAPI:
             errors.setdefault(k, v)
         try:
             config_path = output_dir / STUDIO_FOLDER / CONFIG
-            argv = forms.train_argv(forms.shown_path(config_path, settings.cwd), str(data.get("nproc") or ""))
+            argv = forms.train_argv(forms.shown_path(config_path, settings.cwd), text_of(data, "nproc"))
         except UserError as e:
             errors["_nproc"] = str(e).removeprefix("processes: ")
             argv = ["train", forms.shown_path(output_dir / STUDIO_FOLDER / CONFIG, settings.cwd)]
@@ -784,6 +795,26 @@ def build_app(settings: StudioSettings) -> FastAPI:
         return {"job": job.id, "running": True}
 
     return app
+
+
+def text_of(data: dict, key: str, label: str | None = None) -> str:
+    """A request's text field ("" when absent or null); anything else is a 400 naming it."""
+    value = data.get(key)
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise UserError(f"{label or key}: expected text, got {type(value).__name__}")
+    return str(value)
+
+
+def object_of(data: dict, key: str) -> dict:
+    """A request's object field ({} when absent or null); anything else is a 400 naming it."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{key}: expected an object, got {type(value).__name__}")
+    return value
 
 
 def safe_next(target: str) -> str:
