@@ -344,6 +344,10 @@ def launch(plan: LaunchPlan, config: str, overrides: list[str], force: bool, out
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     launch_config = agent_config(plan, LaunchConfig, str(uuid.uuid4()))
     if logs is not None:
+        for link in (logs.parent, logs):   # a run folder from elsewhere may hold nodes/ -> anywhere: never written through
+            if link.is_symlink():
+                raise UserError(f"{link} is a symbolic link (to {os.readlink(link)}); steadytune does not write "
+                                "through links in a run folder: remove it, or choose another output_dir")
         created = next((p for p in [logs, *logs.parents] if p.exists()), None)   # what already existed
         try:
             logs.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from steadytune.config import RunConfig, parse_overrides, read_yaml
 from steadytune.errors import UserError
 from steadytune.recipes.search_space import SearchSpace, config_keys, nest
 from steadytune.train import NonFiniteRun, run_training
-from steadytune.training.folder_config import load_config_named
+from steadytune.training.folder_config import grants_asked, load_config_named, run_folder_of
 from steadytune.training.guard import GuardAbort
 from steadytune.training.run_folder import MANIFEST, remove_path
 from steadytune.training.stopping import RunPruned
@@ -76,8 +76,13 @@ class Search:
         return asdict(self)
 
     def raw_config(self) -> dict:
-        """The user's keys: the YAML, then the overrides (sections merged), as load_config would combine them."""
-        return merge(read_yaml(self.config), parse_overrides(list(self.overrides)))
+        """The user's keys: the YAML, then the overrides (sections merged), as load_config would combine them. A run
+        folder's file grants nothing (training/folder_config.py): what it asks for is left out of best_config.yaml."""
+        own = read_yaml(self.config)
+        if run_folder_of(self.config) is not None:
+            asked = {grant.key for grant in grants_asked(own)}
+            own = {k: v for k, v in own.items() if k not in asked}
+        return merge(own, parse_overrides(list(self.overrides)))
 
     def trial_config(self, keys: dict, folder: Path) -> RunConfig:
         """A trial's config: the user's keys, the space's fixed keys, the drawn keys, then what tune sets for every

@@ -442,7 +442,11 @@ def check_writable_location(path: Path, key: str) -> None:
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
+    """`path` written whole (a temporary file, then a rename, which replaces a link at `path` rather than its target);
+    never through a link planted at the temporary name."""
     tmp = path.with_name(path.name + ".tmp")
+    if tmp.is_symlink():
+        tmp.unlink()
     tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
     os.replace(tmp, path)
 
