@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from steadytune.config import load_yaml_file
 from steadytune.errors import UserError
 from steadytune.report.rundata import (
     FINISHED,
@@ -288,18 +287,6 @@ def launched_nproc(launch: Optional[dict]) -> Optional[str]:
         if flag == "--nproc" and isinstance(value, str) and (value == "auto" or value.isdigit() and 0 < int(value) <= 1024):
             return value
     return None
-
-
-def studio_config(folder: Path) -> Optional[dict]:
-    """The config the New run form wrote for this run (studio/config.yaml), else None."""
-    path = folder / STUDIO_FOLDER / CONFIG
-    if not path.is_file():
-        return None
-    try:
-        data = load_yaml_file(path, unique_keys=False)
-    except UserError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _manifest_updated(run: Run) -> float:

@@ -177,8 +177,9 @@ def load_folder_config(path: Path, overrides: list[str] | dict | None, origin: s
                        runs_rewards: bool = True) -> RunConfig:
     """A run folder's config file with the user's `overrides`, granting nothing the file asks for that the overrides
     do not give (module docstring): each such key is said in a note and keeps its default; output_dir is the run
-    folder. `runs_rewards`: the command runs stage grpo's reward functions (train, eval), so a file that names its
-    own is refused rather than run without them."""
+    folder. `runs_rewards`: the command trains or evaluates the run (train, eval, tune), so a file that names reward
+    functions of its own is refused rather than run without them, and an output_dir it names elsewhere is said (for
+    chat, predict, export and serve output_dir only locates the folder, which a copied folder has moved away from)."""
     path = Path(path)
     folder = run_folder_of(path) or path.parent
     origin = origin or str(folder)
@@ -203,7 +204,7 @@ def load_folder_config(path: Path, overrides: list[str] | dict | None, origin: s
              f"{origin} came from)")
     if "output_dir" not in given:
         asked = raw.get("output_dir")
-        if asked not in (None, "") and Path(str(asked)).expanduser().resolve() != folder.resolve():
+        if runs_rewards and asked not in (None, "") and Path(str(asked)).expanduser().resolve() != folder.resolve():
             note(f"{origin}: {path.name} names output_dir {show_value(asked, 120)}; the run's folder is {folder} "
                  "(a run folder's files never choose where to write; output_dir=... on the command line does)")
         cfg.train.output_dir = str(folder)
