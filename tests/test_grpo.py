@@ -262,7 +262,7 @@ MISBEHAVING = {   # issue 54 class 2: a reward function is user code; each of th
     "none": ("return None", "returned None instead of a list"),
     "scalar": ("return 0.5", "returned float 0.5 instead of a list"),
     "text": ("return 'good'", "returned str 'good' instead of a list"),
-    "nan": ("return [float('nan')] * len(completions)", "returned nan for completion 0"),
+    "nan": ("return float('nan')", "returned float nan instead of a list"),
     "inf": ("return [1.0, float('-inf')]", "returned -inf for completion 1"),
     "huge": ("return [1e300, 0.0]", "returned 1e+300 for completion 0"),
     "strings": ("return ['1.0', '0.0']", "returned str '1.0' for completion 0"),
@@ -273,7 +273,7 @@ MISBEHAVING = {   # issue 54 class 2: a reward function is user code; each of th
 
 def test_each_misbehaving_reward_function_is_one_line_naming_it_and_the_step(tmp_path):
     body = "".join(f"def {name}(prompts, completions, **kw):\n    {code}\n" for name, (code, _) in MISBEHAVING.items())
-    body += "def fine(prompts, completions, **kw):\n    return [None, 1]\n"
+    body += "def fine(prompts, completions, **kw):\n    return [float('nan'), 1]\n"
     write_reward_module(tmp_path, "misbehaving", body)
     for name, (_, said) in MISBEHAVING.items():
         cfg = load_config(None, ["stage=grpo", f"reward_funcs=[{tmp_path / 'misbehaving.py'}:{name}]"])
@@ -286,7 +286,7 @@ def test_each_misbehaving_reward_function_is_one_line_naming_it_and_the_step(tmp
     cfg = load_config(None, ["stage=grpo", f"reward_funcs=[{tmp_path / 'misbehaving.py'}:fine]"])
     rewards = score(load_reward_functions(cfg.method, None), ["p", "p"], ["a", "b"], [[1], [2]], [{}, {}],
                     [None, None], "step 1", timeout=0.5)
-    assert torch.isnan(rewards[0, 0]) and rewards[1, 0] == 1.0
+    assert torch.isnan(rewards[0, 0]) and rewards[1, 0] == 1.0   # NaN is TRL's None: "does not apply"
     # every reward None: no advantage, and no learning signal (the warning's trigger) though no std is 0
     flat = group_advantages(torch.full((4, 1), float("nan")), [1.0], 2, "group")
     assert flat.no_signal.all() and not flat.std_zero.any() and (flat.advantages == 0).all()
@@ -527,11 +527,12 @@ def test_a_run_without_reward_signal_says_so_once(tiny, tmp_path, capsys):
     train(overrides(tiny, data, tmp_path / "varied", max_steps=NO_SIGNAL_STEPS + 2, reward_funcs=f"[{code}:spread]",
                     max_completion_length=4, save_steps=1000))
     assert "warning: grpo" not in capsys.readouterr().err
-    # issue 54: a reward that never applies (None for every completion) is no signal either, and said so
-    code.write_text("def never(completions, **columns):\n    return [None] * len(completions)\n", encoding="utf-8")
+    # issue 54: a reward that never applies (None or NaN for every completion) is no signal either, and said so
+    code.write_text("def never(completions, **columns):\n"
+                    "    return [None if i % 2 else float('nan') for i in range(len(completions))]\n", encoding="utf-8")
     train(overrides(tiny, data, tmp_path / "none", max_steps=NO_SIGNAL_STEPS, reward_funcs=f"[{code}:never]",
                     max_completion_length=1, save_steps=1000))
-    assert "got the same reward (mean none: every function returned None)" in capsys.readouterr().err
+    assert "got the same reward (mean none: every function returned None or NaN)" in capsys.readouterr().err
 
 
 def test_a_collapsed_policy_is_told_from_a_reward_that_never_fires(tiny, tmp_path, capsys):

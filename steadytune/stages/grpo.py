@@ -284,7 +284,7 @@ class GRPOObjective(torch.nn.Module):
             self._streak_range = (low, high)
         if self._no_signal != NO_SIGNAL_STEPS or not self._speaks:
             return
-        value = f"{real.mean().item():.3g}" if real.numel() else "none: every function returned None"
+        value = f"{real.mean().item():.3g}" if real.numel() else "none: every function returned None or NaN"
         cut = sum(done.truncated) / max(len(done.truncated), 1)
         n = self.method.num_generations
         if self._streak_range is not None and self._streak_range[1] > self._streak_range[0]:

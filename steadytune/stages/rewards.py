@@ -4,8 +4,9 @@
 the current folder on the path, as `python -m` would) or `path/to/file.py:function`. Every function is called as TRL
 calls one, `f(prompts=..., completions=..., completion_ids=..., **columns)`, with one list entry per completion
 (the prompt repeated for each of its completions) and each column of the dataset rows by name, and returns one float
-per completion, or None where it does not apply (a row without a reference answer): None is left out of that
-function's mean, and a completion every function leaves out gets advantage 0.
+per completion, or None where it does not apply (a row without a reference answer; NaN says the same, as in TRL): None
+is left out of that function's mean, and a completion every function leaves out gets advantage 0. Anything else it
+does (raise, hang past reward_timeout, return another shape) stops the run in one line naming it and the step.
 
 A reward function is code that runs in the training process, so it only ever comes from the user's own config or
 command line: never from a dataset, an archive or a run folder (training/folder_config.py refuses a
@@ -305,8 +306,9 @@ def call_reward(f: RewardFunction, kwargs: dict, where: str, timeout: Optional[f
 
 
 def checked_rewards(f: RewardFunction, values: Any, n: int, where: str) -> list[Optional[float]]:
-    """A function's return value as one float or None per completion; RewardFunctionError saying what it returned
-    instead (None, a scalar, text, another count, a value that is not a finite number within MAX_REWARD)."""
+    """A function's return value as one float or None per completion (NaN read as None, as TRL reads it);
+    RewardFunctionError saying what it returned instead (None, NaN or another scalar, text, another count, an entry
+    that is text, infinite or beyond MAX_REWARD)."""
     def wrong(what: str) -> RewardFunctionError:
         return RewardFunctionError(f"reward function {f.name} at {where}: returned {what}; it must return a list of "
                                    f"{n} rewards (one per completion: a number, or None where it does not apply); the "
@@ -333,9 +335,12 @@ def checked_rewards(f: RewardFunction, values: Any, n: int, where: str) -> list[
         if not isinstance(v, numbers.Real):
             raise wrong(f"{type(v).__name__} {show_value(v, 60)} for completion {i}")
         v = float(v)
-        if not math.isfinite(v) or abs(v) > MAX_REWARD:
+        if math.isnan(v):   # TRL's own spelling of None (it turns None into NaN): "does not apply"
+            out.append(None)
+            continue
+        if math.isinf(v) or abs(v) > MAX_REWARD:
             raise wrong(f"{v!r} for completion {i} (rewards are finite numbers of magnitude at most {MAX_REWARD:g}; "
-                        "None says a reward does not apply)")
+                        "None or NaN says a reward does not apply)")
         out.append(v)
     return out
 
