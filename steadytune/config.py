@@ -37,6 +37,8 @@ MAX_YAML_CHARS = 4 << 20       # characters of text once aliases are expanded
 MAX_YAML_DEPTH = 100           # lists and mappings inside one another, aliases followed
 MAX_TEXT_VALUE = 100_000       # characters in one text value (a system prompt of ~25k tokens)
 MAX_SHOWN_VALUE = 200          # characters of a value quoted in an error message
+MAX_FLOAT_VALUE = 3.4028234663852886e38   # float32's largest: a number key beyond it overflows in torch
+MAX_INT_VALUE = 2 ** 53        # a whole-number key beyond this is no count any run has (and int64 steps overflow)
 
 _SHORT_REPR = reprlib.Repr()
 _SHORT_REPR.maxlevel = 3
@@ -144,6 +146,7 @@ class MethodArguments:
     scale_rewards: str = _opt("group", "grpo: advantages divided by the std of the group's rewards (group), of the step's (batch), or not (none).", choices=("group", "batch", "none"))
     reward_funcs: Union[None, str, list] = _opt(None, "grpo: reward functions, a list or comma list: accuracy (the answer equals the solution/answer column), format (reward_format matches), label (classification: the gold label), length, or your own module:function / path/file.py:function taking (prompts, completions, **columns).")
     reward_weights: Optional[list] = _opt(None, "grpo: one weight per reward function (default 1 each); the reward is their weighted sum.")
+    reward_timeout: float = _opt(300.0, "grpo: seconds one call of a reward function may take (each function, each roll-out and evaluation); past it the run stops with one line naming the function and the step, its last checkpoint kept (0: no limit).", minimum=0.0)
     reward_format: str = _opt(r"^<think>(?!.*<think>)(.*?)</think>.*$", "grpo: the regular expression the format reward matches at the start of a completion (default: TRL's think format).")
     length_target: Optional[int] = _opt(None, "grpo: the length reward's best length in tokens (default max_completion_length).", minimum=1)
     mask_truncated_completions: bool = _opt(False, "grpo: leave completions that hit max_completion_length out of the loss (DAPO).")
@@ -199,7 +202,7 @@ class TrainArguments:
     max_tokens_per_batch: Optional[int] = _opt(None, "Token-budget batching: real tokens per device per micro-batch instead of a fixed number of examples (default with packing: per_device_train_batch_size x mean example length).", minimum=1)
     per_device_eval_batch_size: int = _opt(8, "Examples per device per evaluation batch.", minimum=1)
     gradient_accumulation_steps: int = _opt(1, "Micro-batches per optimizer step.", minimum=1)
-    learning_rate: float = _opt(5e-5, "Peak learning rate of AdamW (LLaMA-Factory's / transformers' default 5e-5).", minimum=0.0, exclusive_min=True)
+    learning_rate: float = _opt(5e-5, "Peak learning rate of AdamW (LLaMA-Factory's / transformers' default 5e-5); at most 10 (beyond 1, AdamW's steps already erase the model).", minimum=0.0, maximum=10.0, exclusive_min=True)
     weight_decay: float = _opt(0.0, "AdamW weight decay.", minimum=0.0)
     adam_beta1: float = _opt(0.9, "AdamW beta1.", minimum=0.0, maximum=1.0)
     adam_beta2: float = _opt(0.999, "AdamW beta2.", minimum=0.0, maximum=1.0)
@@ -956,6 +959,12 @@ def _coerce(f: dataclasses.Field, value: Any, where: str, label: str | None = No
                           f"({MAX_TEXT_VALUE:,})")
     if isinstance(converted, float) and not math.isfinite(converted):
         raise ConfigError(f"{where}: {key}: {show_value(converted)} is not a finite number")
+    # Numbers reach torch as float32 scalars and int64 counts: past these they overflow there, mid-run, as a traceback.
+    if isinstance(converted, float) and abs(converted) > MAX_FLOAT_VALUE:
+        raise ConfigError(f"{where}: {key}: {show_value(converted)} is out of range (beyond float32's "
+                          f"{MAX_FLOAT_VALUE:.3g}, which the training arithmetic uses)")
+    if isinstance(converted, int) and not isinstance(converted, bool) and abs(converted) > MAX_INT_VALUE:
+        raise ConfigError(f"{where}: {key}: {show_value(converted)} is out of range (at most 2**53)")
     meta = f.metadata
     if meta.get("choices") and converted not in meta["choices"]:
         raise ConfigError(f"{where}: {key}: invalid value {show_value(converted)} (choose one of {', '.join(map(str, meta['choices']))})"

@@ -16,7 +16,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from steadytune.config import RunConfig, load_config
+from steadytune.config import RunConfig
 from steadytune.data.prepare import prepare_datasets
 from steadytune.data.registry import split_names
 from steadytune.errors import UserError, describe_os_error
@@ -37,6 +37,7 @@ from steadytune.stages.base import Stage
 from steadytune.stages.evaluation import evaluate_examples
 from steadytune.stages.preference import PREFERENCE_STAGES
 from steadytune.stages.table import STAGES
+from steadytune.training.folder_config import load_config_named
 from steadytune.training.run_folder import claim_outputs, record_outputs
 
 
@@ -65,7 +66,7 @@ def run(args) -> int:
         raise UserError(f"--batch-size must be at least 1 (got {args.batch_size})")
     if args.review_errors < 0:
         raise UserError(f"--review-errors must be 0 or more (got {args.review_errors})")
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config_named(args.config, args.overrides)   # a run folder's run_config.yaml grants nothing
     evaluate_saved(cfg, mode=args.mode, zero_shot=args.zero_shot, batch_size=args.batch_size,
                    output_dir=args.output_dir, known_samples=args.known_samples, review_errors=args.review_errors,
                    overwrite=args.overwrite)

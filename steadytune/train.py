@@ -34,7 +34,7 @@ from safetensors import SafetensorError
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from steadytune.config import RunConfig, describe_keys, load_config, resolve_do_train, save_resolved_config
+from steadytune.config import RunConfig, describe_keys, resolve_do_train, save_resolved_config
 from steadytune.data.balance import uses_loss_weights
 from steadytune.data.prepare import truncation_summary
 from steadytune.distributed import launch, nodes, sharding
@@ -96,9 +96,11 @@ from steadytune.training.checkpoint import (
 from steadytune.training.experts import expert_load_log, pop_routing_metrics, set_up_experts
 from steadytune.training.faults import FaultInjector
 from steadytune.training.graphs import graph_runner_for
+from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard
 from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
 from steadytune.training.resume import compare_for_resume, resume_fingerprint
+from steadytune.training.folder_config import load_config_named
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
 from steadytune.training.speed_plan import apply_speed_plan, choose_base_dtype, enable_gradient_checkpointing
 from steadytune.training.startup import startup_lines
@@ -165,7 +167,7 @@ def run(args) -> int:
     if args.config is None:
         raise UserError("steadytune train needs a config file: steadytune train my_run.yaml [key=value ...] "
                         "(see `steadytune train --list-keys`, or `steadytune demo` for the embedded default)")
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config_named(args.config, args.overrides)   # a run folder's run_config.yaml grants nothing
     if not resolve_do_train(cfg):
         # do_train: false (or unset with no dataset), as LLaMA-Factory's predict files: evaluate the adapter in
         # adapter_name_or_path on eval_dataset (do_predict + predict_with_generate: generated answers, BLEU/ROUGE).
@@ -499,6 +501,8 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
         cfg.decide("adapter_name_or_path", cfg.model.adapter_name_or_path, "training continues from this adapter "
                    "(its rank and targets; lora_* keys do not apply)")
     else:
+        if cfg.method.finetuning_type == "lora":
+            check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
         model = attach_adapter(model, cfg)
     if shard_plan.kind == "deepspeed" and precision in ("bf16", "fp16"):
         # DeepSpeed keeps the fp32 master copy of trainable weights in its optimizer and computes in the half dtype;

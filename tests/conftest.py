@@ -68,6 +68,17 @@ def live_process():
     proc.wait()
 
 
+@pytest.fixture
+def training_lookalike():
+    """A process whose command line reads `python -m steadytune train x.yaml` (it only sleeps): what the studio's Stop
+    may signal, after its checks, when a lock or another studio's record names it."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-m", "steadytune", "train",
+                             "x.yaml"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
 # --- a real browser: headless Chromium (Debian's chromium package) driven by Playwright (test_report, studio) -------
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(name)), None)

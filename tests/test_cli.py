@@ -88,3 +88,61 @@ def test_inference_commands_list_every_option(name, options):
     assert proc.returncode == 0, proc.stderr
     for option in options:
         assert option in proc.stdout, option
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 54 class 4: bounds of numbers and names, each one line instead of a traceback or a wait without end
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_run_config(tmp_path_factory, sample_data_dir):
+    from steadytune.model.tiny import save_tiny_model
+
+    folder = tmp_path_factory.mktemp("bounds")
+    model = save_tiny_model(folder / "model", "qwen2")
+    config = folder / "run.yaml"
+    config.write_text(f"model_name_or_path: {model}\ndataset: alpaca_sample\ndataset_dir: {sample_data_dir}\n"
+                      f"template: qwen\nmax_steps: 1\noutput_dir: {folder / 'out'}\n", encoding="utf-8")
+    return config
+
+
+BOUNDS = {
+    "port out of range": (["train", "{config}", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                           "--master-port", "70000"], {}, "--master-port 70000: a port is 1-65535"),
+    "MASTER_PORT out of range": (["train", "{config}"], {"FORCE_TORCHRUN": "1", "NNODES": "2", "NODE_RANK": "1",
+                                                         "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "99999"},
+                                 "MASTER_PORT 99999: a port is 1-65535"),
+    "shell in MASTER_ADDR": (["train", "{config}"], {"FORCE_TORCHRUN": "1", "NNODES": "2", "NODE_RANK": "1",
+                                                     "MASTER_ADDR": "h; rm -rf ~"}, "MASTER_ADDR 'h; rm -rf ~': not a host"),
+    "shell in --master-addr": (["train", "{config}", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                                "$(reboot)"], {}, "--master-addr '$(reboot)': not a host name"),
+    "a name that never resolves": (["train", "{config}", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                                    "no-such-host.invalid"], {}, "--master-addr no-such-host.invalid: "),
+    "doctor --nodes port": (["doctor", "--nodes", "10.0.0.1:70000"], {}, "--nodes 70000: a port is 1-65535"),
+    "doctor --nodes text port": (["doctor", "--nodes", "node0:http"], {}, "--nodes 'http': the port must be a number"),
+    "bench --examples 0": (["bench", "--examples", "0"], {}, "bench: --examples 0: must be at least 1"),
+    "learning_rate=1e39": (["train", "{config}", "learning_rate=1e39"], {}, "learning_rate: 1e+39 is out of range"),
+    "learning_rate=100": (["train", "{config}", "learning_rate=100"], {}, "learning_rate: 100.0 is out of range"),
+    "max_steps=1e30": (["train", "{config}", "max_steps=1000000000000000000000000000000"], {},
+                       "max_steps: 1000000000000000000000000000000 is out of range"),
+    "a huge lora_rank": (["train", "{config}", "lora_rank=1000000000000"], {}, "lora_rank 1000000000000: the "
+                                                                               "adapters would hold"),
+}
+
+
+@pytest.mark.parametrize("case", list(BOUNDS))
+def test_each_bound_is_one_line(case, tiny_run_config, capsys, monkeypatch):
+    import time
+
+    from steadytune.cli import main
+
+    argv, env, said = BOUNDS[case]
+    for name in ("FORCE_TORCHRUN", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    started = time.monotonic()
+    code = main([a.format(config=tiny_run_config) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and err and err[-1].startswith("error: ") and said in err[-1], (case, err[-3:])
+    assert not any("Traceback" in line for line in err) and time.monotonic() - started < 30

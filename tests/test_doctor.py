@@ -390,6 +390,30 @@ def test_offline_diagnosis_of_an_rx6800_with_an_igpu(tmp_path, capsys):
     assert any(f["severity"] == "warning" and "RDNA1/2" in f["what"] for f in out["findings"])
 
 
+def test_a_huge_saved_output_is_read_streaming_up_to_a_stated_cap(tmp_path, capsys, monkeypatch):
+    """Issue 54 class 4: `doctor --from` a 2 GB text file took 11 GB (read whole, then split and parsed). It is read a
+    chunk at a time up to MAX_SAVED_BYTES (cut smaller here: 1 MiB of a 48 MiB file), and the cut is said."""
+    import tracemalloc
+
+    from steadytune.doctor import offline
+
+    monkeypatch.setattr(offline, "MAX_SAVED_BYTES", 1 << 20)
+    monkeypatch.setattr(offline, "READ_CHUNK", 1 << 16)
+    line = "GPU[0] : Temperature (Sensor edge) (C): 35.0\n"
+    with (tmp_path / "paste.txt").open("w", encoding="utf-8") as f:
+        for _ in range(48):
+            f.write(line * ((1 << 20) // len(line)))
+    tracemalloc.start()
+    try:
+        code = cli_main(["doctor", "--from", str(tmp_path / "paste.txt")])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    out = capsys.readouterr().out
+    assert code == 0 and "read the first 1 MiB of paste.txt only (it holds 48 MiB" in out, out
+    assert peak < 24 << 20, f"{peak / 2**20:.0f} MiB held while reading a 48 MiB file"
+
+
 def test_offline_mode_flags_integrated_gpu_first_and_unlisted_arch(tmp_path, capsys):
     # the same machine as the LocalAI fixture, but with the iGPU enumerated first and an RX 6700 XT
     (tmp_path / "smi.csv").write_text(

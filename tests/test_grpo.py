@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from steadytune.config import ConfigError, load_config
+from steadytune.errors import UserError
 from steadytune.eval.scoring import inference
 from steadytune.model.decode.complete import Decoder
 from steadytune.model.decode.sampling import SamplingParams, keyed_uniform, mix_key, sample_keyed
@@ -27,8 +28,8 @@ from steadytune.stages.rewards import (
     label_reward,
     load_reward_functions,
     score,
-    without_user_functions,
 )
+from steadytune.training.folder_config import without_user_functions
 from steadytune.train import run_training
 from steadytune.training.guard import GuardAbort
 from steadytune.training.monitor import read_metrics
@@ -245,7 +246,7 @@ def test_reward_errors_name_the_entry(tmp_path, monkeypatch):
         with pytest.raises(ConfigError, match=message):
             load_reward_functions(cfg.method, None)
     cfg = load_config(None, ["stage=grpo", "reward_funcs=[short:f]"])
-    with pytest.raises(ValueError, match="returned 1 rewards for 2 completions"):
+    with pytest.raises(UserError, match="returned 1 rewards for 2 completions"):
         score(load_reward_functions(cfg.method, None), ["a", "b"], ["a", "b"], [[1], [1]], [{}, {}], [None, None])
     with pytest.raises(ConfigError, match="stage grpo needs a list of reward functions"):
         load_config(None, ["stage=grpo"])
@@ -253,6 +254,61 @@ def test_reward_errors_name_the_entry(tmp_path, monkeypatch):
         load_config(None, ["stage=grpo", "reward_funcs=[format,length]", "reward_weights=[1]"])
     with pytest.raises(ConfigError, match="max_tokens_per_batch: stage grpo does not support"):
         load_config(None, ["stage=grpo", "reward_funcs=format", "max_tokens_per_batch=512"])
+
+
+MISBEHAVING = {   # issue 54 class 2: a reward function is user code; each of these ends in one line naming it
+    "raises": ("raise ValueError('bad input')", "raised ValueError: bad input"),
+    "exits": ("raise SystemExit(0)", "raised SystemExit"),
+    "none": ("return None", "returned None instead of a list"),
+    "scalar": ("return 0.5", "returned float 0.5 instead of a list"),
+    "text": ("return 'good'", "returned str 'good' instead of a list"),
+    "nan": ("return float('nan')", "returned float nan instead of a list"),
+    "inf": ("return [1.0, float('-inf')]", "returned -inf for completion 1"),
+    "huge": ("return [1e300, 0.0]", "returned 1e+300 for completion 0"),
+    "strings": ("return ['1.0', '0.0']", "returned str '1.0' for completion 0"),
+    "count": ("return [1.0]", "returned 1 rewards for 2 completions"),
+    "hangs": ("import time\n    time.sleep(3600)", "did not return within 0.5 s (reward_timeout"),
+}
+
+
+def test_each_misbehaving_reward_function_is_one_line_naming_it_and_the_step(tmp_path):
+    body = "".join(f"def {name}(prompts, completions, **kw):\n    {code}\n" for name, (code, _) in MISBEHAVING.items())
+    body += "def fine(prompts, completions, **kw):\n    return [float('nan'), 1]\n"
+    write_reward_module(tmp_path, "misbehaving", body)
+    for name, (_, said) in MISBEHAVING.items():
+        cfg = load_config(None, ["stage=grpo", f"reward_funcs=[{tmp_path / 'misbehaving.py'}:{name}]"])
+        functions = load_reward_functions(cfg.method, None)
+        with pytest.raises(UserError) as caught:
+            score(functions, ["p", "p"], ["a", "b"], [[1], [2]], [{}, {}], [None, None], "step 7", timeout=0.5)
+        message = str(caught.value)
+        assert message.startswith(f"reward function {name} at step 7: ") and said in message, (name, message)
+        assert "\n" not in message
+    cfg = load_config(None, ["stage=grpo", f"reward_funcs=[{tmp_path / 'misbehaving.py'}:fine]"])
+    rewards = score(load_reward_functions(cfg.method, None), ["p", "p"], ["a", "b"], [[1], [2]], [{}, {}],
+                    [None, None], "step 1", timeout=0.5)
+    assert torch.isnan(rewards[0, 0]) and rewards[1, 0] == 1.0   # NaN is TRL's None: "does not apply"
+    # every reward None: no advantage, and no learning signal (the warning's trigger) though no std is 0
+    flat = group_advantages(torch.full((4, 1), float("nan")), [1.0], 2, "group")
+    assert flat.no_signal.all() and not flat.std_zero.any() and (flat.advantages == 0).all()
+
+
+def test_a_reward_function_that_fails_mid_run_stops_it_in_one_line_keeping_its_checkpoint(tiny, tmp_path, capsys):
+    from steadytune.cli import main
+    from steadytune.training.run_folder import read_manifest
+
+    data = prompts_dataset(tmp_path / "data")
+    write_reward_module(tmp_path, "late", "calls = []\ndef late(prompts, completions, **kw):\n    calls.append(1)\n"
+                        "    if len(calls) == 3:\n        raise SystemExit(0)\n    return [1.0 * len(c) for c in completions]\n")
+    out = tmp_path / "run"
+    (tmp_path / "run.yaml").write_text("{}\n", encoding="utf-8")
+    capsys.readouterr()
+    code = main(["train", str(tmp_path / "run.yaml"), *overrides(tiny, data, out, max_steps=4, save_steps=2,
+                                                                 reward_funcs=f"[{tmp_path / 'late.py'}:late]")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1] == ("error: reward function late at step 3: raised SystemExit: 0; the run stops here "
+                                     "(its last checkpoint is kept)"), err[-3:]
+    assert not any("Traceback" in line for line in err)
+    assert (out / "checkpoint-2").is_dir() and read_manifest(out)["status"] == "failed"
 
 
 def test_a_run_folder_never_names_reward_code(tiny, tmp_path, capsys):
@@ -274,13 +330,45 @@ def test_a_run_folder_never_names_reward_code(tiny, tmp_path, capsys):
     cfg = load_run_config(run, [], str(run))
     assert cfg.method.reward_funcs == ["format"] and cfg.method.reward_weights == [1.0]
     assert "names reward functions of its own" in capsys.readouterr().err
-    source = from_run("run", run, None, set())
+    source = from_run("run", run, set())
     assert source.raw["reward_funcs"] == ["format"] and any("left out" in n for n in source.notes)
     # the user's own command line may name it (and then it is theirs to trust)
     mine = load_run_config(run, [f"reward_funcs=[{evil}:f]", "reward_weights=[2.0]"], str(run))
     assert mine.method.reward_funcs == [f"{evil}:f"]
     assert not marker.exists()
     assert without_user_functions("accuracy,m:f", None) == (["accuracy"], None, ["m:f"])
+
+
+def test_train_eval_and_tune_on_a_run_folders_own_config_refuse_its_reward_code(tiny, tmp_path, capsys):
+    """Issue 54 class 1: `steadytune eval FOLDER/run_config.yaml` (or train, or tune, or a config in the folder's
+    studio/ or anywhere below it) is a run folder's record, not the user's config: a reward module it names is
+    refused in one line naming the file, before anything is imported; on the user's command line it is theirs."""
+    from steadytune.cli import main
+    from steadytune.training.folder_config import load_config_named
+
+    marker = tmp_path / "pwned"
+    run = tmp_path / "run"
+    (run / "studio").mkdir(parents=True)
+    (run / "sub").mkdir()
+    (run / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef f(prompts, completions, **kw):\n"
+                                 "    return [1.0] * len(completions)\n", encoding="utf-8")
+    text = (f"stage: grpo\nmodel_name_or_path: {tiny}\ndataset: sums\ndataset_dir: {prompts_dataset(tmp_path / 'data')}"
+            f"\nreward_funcs: [format, {run / 'evil.py'}:f]\noutput_dir: {tmp_path / 'elsewhere'}\n")
+    for name in ("run_config.yaml", "studio/config.yaml", "sub/mine.yaml"):
+        (run / name).write_text(text, encoding="utf-8")
+    for command in (["eval", "run_config.yaml"], ["train", "studio/config.yaml"], ["train", "sub/mine.yaml"],
+                    ["tune", "run_config.yaml", "--trials", "2"]):
+        capsys.readouterr()
+        assert main([command[0], str(run / command[1]), *command[2:]]) == 1, command
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"error: {run / command[1]}: names reward functions of its own") and \
+            "evil.py:f" in err[-1] and "reward_funcs=" in err[-1], err
+    assert not marker.exists() and not (tmp_path / "elsewhere").exists()
+    # given on the command line, the same function is the user's: it loads (and runs: the marker is written)
+    cfg = load_config_named(run / "run_config.yaml", [f"reward_funcs=[format, {run / 'evil.py'}:f]"])
+    assert cfg.train.output_dir == str(run)   # the folder itself, never where its file says
+    load_reward_functions(cfg.method, None)
+    assert marker.exists()
 
 
 # --- generation -------------------------------------------------------------------------------------------------
@@ -439,6 +527,12 @@ def test_a_run_without_reward_signal_says_so_once(tiny, tmp_path, capsys):
     train(overrides(tiny, data, tmp_path / "varied", max_steps=NO_SIGNAL_STEPS + 2, reward_funcs=f"[{code}:spread]",
                     max_completion_length=4, save_steps=1000))
     assert "warning: grpo" not in capsys.readouterr().err
+    # issue 54: a reward that never applies (None or NaN for every completion) is no signal either, and said so
+    code.write_text("def never(completions, **columns):\n"
+                    "    return [None if i % 2 else float('nan') for i in range(len(completions))]\n", encoding="utf-8")
+    train(overrides(tiny, data, tmp_path / "none", max_steps=NO_SIGNAL_STEPS, reward_funcs=f"[{code}:never]",
+                    max_completion_length=1, save_steps=1000))
+    assert "got the same reward (mean none: every function returned None or NaN)" in capsys.readouterr().err
 
 
 def test_a_collapsed_policy_is_told_from_a_reward_that_never_fires(tiny, tmp_path, capsys):

@@ -156,6 +156,10 @@ def test_an_archive_or_run_folder_never_grants_trust_remote_code(tmp_path, marke
             "export": ["export", str(source), f"export_dir={tmp_path / 'out'}"],
             "serve": ["serve", str(source), "--port", "8765"],  # refused while loading, before the port is opened
         }
+        if source == model:   # issue 54: the folder's run_config.yaml named as a config is the folder's too (the
+            # studio's Evaluate ran exactly this command)
+            commands["eval"] = ["eval", str(model / "run_config.yaml"), f"output_dir={model}", f"eval_dataset={rows}"]
+            commands["chat config"] = ["chat", str(model / "run_config.yaml"), f"model_name_or_path={model}"]
         for name, argv in commands.items():
             monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
             capsys.readouterr()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,8 +28,9 @@ from steadytune.model.tiny import save_tiny_model
 from steadytune.studio import form as forms
 from steadytune.studio.command import check_args
 from steadytune.studio.jobs import ENDED, RUNNING, Job, JobStore, Launcher, finished_state, job_alive, progress_of
-from steadytune.studio.runs import FAILED_TO_START, NEW, Runs, check_new_name
-from steadytune.training.run_folder import LOCK, MANIFEST, STUDIO_FOLDER, read_manifest
+from steadytune.studio.runs import FAILED_TO_START, NEW, NeedsConfirmation, Runs, check_new_name
+from steadytune.studio.stopping import stop_confirmed, verified_target
+from steadytune.training.run_folder import LOCK, MANIFEST, STUDIO_FOLDER, process_start_ticks, read_manifest
 
 fastapi = pytest.importorskip("fastapi", reason="the studio needs FastAPI (pip install '.[studio]')")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -210,7 +212,7 @@ def test_sources_an_lf_v1_file_and_another_runs_config(tmp_path):
     run = minimal_run(tmp_path / "runs" / "lr-1e-4", {"learning_rate": 1e-4, "trust_remote_code": True,
                                                        "output_dir": "saves/x", "resume_from_checkpoint": True,
                                                        "decisions": {"precision": {"value": "fp32"}}})
-    source = forms.from_run("lr-1e-4", run, None, {"lr-1e-4", "lr-1e-4-2"})
+    source = forms.from_run("lr-1e-4", run, {"lr-1e-4", "lr-1e-4-2"})
     assert source.raw == {"learning_rate": 1e-4} and source.name == "lr-1e-4-3"
     assert any("trust_remote_code" in note for note in source.notes)
 
@@ -243,21 +245,25 @@ def test_exit_codes():
     assert finished_state(-9, True) == "stopped" and finished_state(-9, False) == "failed"
 
 
-def test_a_job_started_by_another_studio_is_running_while_its_process_lives(tmp_path, live_process):
+def test_a_job_started_by_another_studio_is_running_while_its_process_lives(tmp_path, training_lookalike):
     store = JobStore(tmp_path / STUDIO_FOLDER)
     from steadytune.studio.jobs import process_start_time
     job = Job(id="20260101-000000-abcdef", kind="train", argv=["train", "x.yaml"], command="steadytune train x.yaml",
-              pid=live_process.pid, process_start=process_start_time(live_process.pid), host=socket.gethostname(),
-              started=time.time())
+              pid=training_lookalike.pid, process_start=process_start_time(training_lookalike.pid),
+              host=socket.gethostname(), started=time.time())
     store.save(job)
     later = Launcher(tmp_path)   # a studio started later: it did not start the job, it finds it
     assert later.jobs(store)[0].state == RUNNING and job_alive(job)
     # A later process with the same pid is not the job (its start time differs).
     assert not job_alive(Job(**{**job.__dict__, "process_start": (job.process_start or 0) + 1}))
-    assert later.stop(store, later.jobs(store)[0])
-    assert live_process.wait(timeout=10) == -signal.SIGTERM
-    record = later.jobs(store)[0]
-    assert record.state == ENDED and record.stop_requested is not None and record.returncode is None
+    # Not this studio's own child: its launcher does not signal it; studio/stopping.py judges the record's pid.
+    assert not later.stop(job.id)
+    target = verified_target(job.pid, job.host, job.process_start, None, "its record")
+    with pytest.raises(NeedsConfirmation):
+        stop_confirmed(target, None)
+    stop_confirmed(target, job.pid)
+    assert training_lookalike.wait(timeout=10) == -signal.SIGTERM
+    assert later.jobs(store)[0].state == ENDED
 
 
 def test_a_launched_job_writes_to_its_log_and_is_reaped_with_its_exit_code(tmp_path):
@@ -439,19 +445,44 @@ def test_downloads_are_files_a_job_wrote_inside_the_run(tmp_path):
         assert studio.get("/runs/done/jobs/../../x/log").status_code == 404
 
 
-def test_stop_reaches_a_run_started_in_a_terminal_through_its_lock(tmp_path, live_process):
+def test_stop_signals_only_a_confirmed_steadytune_training_that_the_lock_names(tmp_path, live_process,
+                                                                               training_lookalike):
+    """Issue 54 class 1: the lock (or a job record) of a folder from elsewhere names any pid it likes. Stop signals
+    none of them unless it is this user's steadytune training on this machine, started when the record says, and
+    the user confirmed that very process; a training started in a terminal is still stoppable that way."""
     runs_dir = tmp_path / "runs"
     live = minimal_run(runs_dir / "live")
     (live / "train_results.json").unlink()
     (live / MANIFEST).write_text(json.dumps({"status": "running", "files": []}), encoding="utf-8")
-    (live / LOCK).write_text(json.dumps({"pid": live_process.pid, "host": socket.gethostname()}), encoding="utf-8")
+    host = socket.gethostname()
+
+    def lock(**holder):
+        (live / LOCK).write_text(json.dumps(holder), encoding="utf-8")
+
     with client(runs_dir) as studio:
+        # a process that is no training (the user's editor, say), one of another host, pid 1, a reused pid
+        for holder, why in (({"pid": live_process.pid, "host": host}, "not a steadytune training"),
+                            ({"pid": training_lookalike.pid, "host": "elsewhere"}, "not training here"),
+                            ({"pid": 1, "host": host}, "not a process the studio may stop"),
+                            ({"pid": training_lookalike.pid, "host": host, "process_start": 1}, "pid was reused"),
+                            ({"pid": training_lookalike.pid, "host": host, "started": "2001-01-01T00:00:00+0000"},
+                             "does not match")):
+            lock(**holder)
+            refused = studio.post("/api/runs/live/stop", json={"confirm_pid": holder["pid"]}, headers=MUTATE)
+            assert refused.status_code == 400 and why in refused.json()["error"], (holder, refused.text)
+        assert live_process.poll() is None and training_lookalike.poll() is None
+        # The training the lock means, as a terminal run writes it: shown first, stopped once confirmed.
+        lock(pid=training_lookalike.pid, host=host, started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+             process_start=process_start_ticks(training_lookalike.pid))
         assert studio.get("/api/runs/live/state").json()["can"]["stop"]
-        # Nothing else may start in a folder a training holds.
-        busy = studio.post("/api/runs/live/eval", json={}, headers=MUTATE)
+        busy = studio.post("/api/runs/live/eval", json={}, headers=MUTATE)   # nothing else starts beside it
         assert busy.status_code == 400 and "busy" in busy.json()["error"]
-        assert studio.post("/api/runs/live/stop", headers=MUTATE).json()["pid"] == live_process.pid
-        assert live_process.wait(timeout=10) == -signal.SIGTERM
+        asked = studio.post("/api/runs/live/stop", headers=MUTATE)
+        assert asked.status_code == 409 and asked.json()["confirm"]["pid"] == training_lookalike.pid
+        assert "-m steadytune train" in asked.json()["confirm"]["command"] and training_lookalike.poll() is None
+        stopped = studio.post("/api/runs/live/stop", json={"confirm_pid": training_lookalike.pid}, headers=MUTATE)
+        assert stopped.json()["pid"] == training_lookalike.pid
+        assert training_lookalike.wait(timeout=10) == -signal.SIGTERM
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -532,3 +563,152 @@ def test_export_asks_export_for_the_archive_or_the_merged_model_and_its_gguf(tra
         assert gguf.status_code == 200 and gguf.content[:4] == b"GGUF"
         folder = studio.get(f"/runs/gen/files/{job['id']}/1")   # the merged folder, packed for its download
         assert folder.status_code == 200 and folder.headers["content-disposition"].endswith('gen-merged.tar.gz"')
+
+
+# ------------------------------------------------------------------------------------------------------
+# Issue 54 class 1: a run folder from elsewhere (copied into RUNS_DIR) grants nothing by its files
+# ------------------------------------------------------------------------------------------------------
+
+def sent_folder(trained: Path, runs_dir: Path, name: str, **config) -> Path:
+    """A copy of the finished `cls` run as someone may send it: interrupted (so Resume is offered), its run_config.yaml
+    changed by `config`."""
+    folder = runs_dir / name
+    shutil.copytree(trained / "cls", folder, symlinks=True, ignore=shutil.ignore_patterns(STUDIO_FOLDER))
+    (folder / STUDIO_FOLDER / "jobs").mkdir(parents=True)
+    (folder / "train_results.json").unlink()
+    manifest = read_manifest(folder)
+    (folder / MANIFEST).write_text(json.dumps({**manifest, "status": "interrupted"}), encoding="utf-8")
+    if config:
+        raw = yaml.safe_load((folder / "run_config.yaml").read_text(encoding="utf-8"))
+        (folder / "run_config.yaml").write_text(yaml.safe_dump({**raw, **config}, allow_unicode=True), encoding="utf-8")
+    return folder
+
+
+def test_a_run_folder_from_elsewhere_gets_no_code_or_command_from_its_files(trained, tmp_path):
+    runs_dir = tmp_path / "runs"
+    marker = tmp_path / "pwned"
+    folder = runs_dir / "sent"
+    evil = f"{folder / 'evil.py'}:f"
+    sent_folder(trained, runs_dir, "sent", trust_remote_code=True, reward_funcs=[evil],
+                export_dir=str(tmp_path / "models"))
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef f(prompts, completions, **kw):\n"
+                                    "    return [1.0] * len(completions)\n", encoding="utf-8")
+    # its studio files name another config and an output_dir elsewhere on the machine
+    (folder / STUDIO_FOLDER / "launch.json").write_text(json.dumps({
+        "argv": ["train", str(tmp_path / "other.yaml"), f"output_dir={tmp_path / 'elsewhere'}"],
+        "command": "steadytune train other.yaml"}), encoding="utf-8")
+    jobs_before = len(JobStore(folder / STUDIO_FOLDER).all())   # the copied run's own (from the tests before)
+    with client(runs_dir) as studio:
+        state = studio.get("/api/runs/sent/state").json()
+        assert state["can"]["resume"]
+        assert "other.yaml" not in state["header_html"].split("resume runs")[1]
+        assert "steadytune train runs/sent/run_config.yaml output_dir=runs/sent resume_from_checkpoint=true" \
+            in state["header_html"]
+        # the run's page shows each grant the file asks for, with the exact module file, unticked
+        assert "trust_remote_code=true" in state["header_html"] and str(folder / "evil.py") in state["header_html"]
+        for action, body in (("resume", {}), ("eval", {}), ("resume", {"grant": {"trust_remote_code": True}}),
+                             ("eval", {"grant": {"reward_funcs": ["other.py:f"], "trust_remote_code": True}})):
+            asked = studio.post(f"/api/runs/sent/{action}", json=body, headers=MUTATE)
+            assert asked.status_code == 409, asked.text
+            keys = {a["key"] for a in asked.json()["asks"]}
+            assert "reward_funcs" in keys and "export_dir" in keys, asked.json()
+            assert ("trust_remote_code" in keys) == (not body), asked.json()
+        assert len(JobStore(folder / STUDIO_FOLDER).all()) == jobs_before   # nothing started
+        # Re-run with changes: the form holds none of it, and says so; typed into the form, it is the user's
+        page = studio.get("/new?run=sent").text
+        field = page.split('data-field="trust_remote_code"')[1].split("</select>")[0]
+        assert "left out" in page and 'value="true" selected' not in field and 'value="false" selected' in field
+        body = {"source": {"kind": "run", "ref": "sent"}, "name": "again", "values": {}}
+        check = studio.post("/api/check", headers=MUTATE, json=body).json()
+        assert "trust_remote_code" not in check["command"] and "evil" not in check["yaml"]
+        mine = studio.post("/api/check", headers=MUTATE, json={**body, "values": {"trust_remote_code": "true"}})
+        assert mine.json()["command"].endswith("trust_remote_code=true"), mine.json()
+        # Granted, exactly as shown: the command passes it on the command line, and nothing from launch.json
+        grant = {"trust_remote_code": True, "reward_funcs": [evil], "export_dir": str(tmp_path / "models")}
+        started = studio.post("/api/runs/sent/resume", json={"grant": grant}, headers=MUTATE)
+        assert started.status_code == 200, started.text
+        command = started.json()["command"]
+        assert command.startswith("steadytune train runs/sent/run_config.yaml output_dir=runs/sent")
+        assert "trust_remote_code=true" in command and evil in command and "elsewhere" not in command
+        job = studio.app.state.launcher.children[started.json()["job"]][0]
+        job.terminate()
+        job.wait(timeout=60)
+    assert not marker.exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_the_studio_never_writes_through_a_link_in_a_run_folder(trained, tmp_path):
+    """exports, predictions and the jobs' records and logs go through studio/writes.py: a link anywhere on the way
+    (studio/, studio/exports, an export's folder, studio/jobs, a log) is refused in one line and nothing outside the
+    run folder changes; a run folder file a training would write through (metrics.jsonl) is refused by train."""
+    runs_dir = tmp_path / "runs"
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "config.json").write_text('{"mine": true}', encoding="utf-8")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret", encoding="utf-8")
+    folder = sent_folder(trained, runs_dir, "linked")
+    studio_dir = folder / STUDIO_FOLDER
+    (studio_dir / "exports").mkdir()
+    (studio_dir / "exports" / "linked-merged").symlink_to(models)
+    (studio_dir / "predict").symlink_to(outside)
+    with client(runs_dir) as studio:
+        merged = studio.post("/api/runs/linked/export", json={"kind": "merged"}, headers=MUTATE)
+        assert merged.status_code == 400 and "symbolic link" in merged.json()["error"], merged.text
+        (studio_dir / "exports").rename(studio_dir / "exports-old")
+        (studio_dir / "exports").symlink_to(outside)
+        archive = studio.post("/api/runs/linked/export", json={"kind": "archive"}, headers=MUTATE)
+        assert archive.status_code == 400 and "symbolic link" in archive.json()["error"]
+        predict = studio.post("/api/runs/linked/predict?filename=rows.jsonl", content=b'{"text": "x"}',
+                              headers=MUTATE)
+        assert predict.status_code == 400 and "symbolic link" in predict.json()["error"]
+        # the jobs' folder a link: no job starts (its record and log would be written there)
+        shutil.rmtree(studio_dir / "jobs")
+        (studio_dir / "jobs").symlink_to(outside)
+        evaluate = studio.post("/api/runs/linked/eval", json={}, headers=MUTATE)
+        assert evaluate.status_code == 400 and "symbolic link" in evaluate.json()["error"]
+        assert studio.get("/runs/linked").status_code == 200   # the page still shows
+        # a job's log that is a link is not read (nor appended to)
+        (studio_dir / "jobs").unlink()
+        JobStore(studio_dir).save(Job(id="20260101-000000-bbbbbb", kind="eval", argv=[], command="", state="done",
+                                      started=1.0))
+        (studio_dir / "jobs" / "20260101-000000-bbbbbb.log").symlink_to(secret)
+        assert "secret" not in studio.get("/runs/linked/jobs/20260101-000000-bbbbbb/log").text
+    assert sorted(p.name for p in outside.iterdir()) == [] and secret.read_text() == "secret"
+    assert [p.name for p in models.iterdir()] == ["config.json"] and "mine" in (models / "config.json").read_text()
+    # a file the training appends to, as a link: train refuses before writing anything
+    (folder / "metrics.jsonl").rename(outside / "metrics.jsonl")
+    (folder / "metrics.jsonl").symlink_to(outside / "metrics.jsonl")
+    before = (outside / "metrics.jsonl").read_bytes()
+    assert cli_main(["train", str(folder / "run_config.yaml"), "max_steps=4"]) == 1
+    assert (outside / "metrics.jsonl").read_bytes() == before
+
+
+def test_the_form_launches_grpo_with_the_users_own_reward_function(trained, tmp_path):
+    """Issue 54 class 5: stage grpo's fields were each checked alone, and `stage: grpo` alone needs reward_funcs, so
+    the form refused what `train` accepts. The reward module typed in the form is the user's: the command passes it
+    on the command line (train grants nothing a run folder's file names), and it runs."""
+    root = trained.parent
+    marker = tmp_path / "rewarded"
+    module = tmp_path / "my_rewards.py"
+    module.write_text(f"def short(prompts, completions, **kw):\n    open({str(marker)!r}, 'a').write('x')\n"
+                      "    return [1.0 / (1 + len(c)) for c in completions]\n", encoding="utf-8")
+    runs_dir = tmp_path / "runs"
+    upload_text = yaml.safe_dump(yaml.safe_load(tiny_config(root, tmp_path / "g").read_text(encoding="utf-8")),
+                                 allow_unicode=True)
+    with client(runs_dir) as studio:
+        up = studio.post("/api/uploads?filename=g.yaml", content=upload_text.encode(), headers=MUTATE).json()["id"]
+        body = {"source": {"kind": "upload", "ref": up}, "name": "grpo",
+                "values": {"stage": "grpo", "reward_funcs": f"[label, {module}:short]", "reward_weights": "[1, 0.5]",
+                           "num_generations": "2", "max_completion_length": "2", "max_steps": "1",
+                           "per_device_train_batch_size": "2", "save_steps": "1"}}
+        check = studio.post("/api/check", headers=MUTATE, json=body).json()
+        assert check["ok"], check
+        assert f'reward_funcs=["label", "{module}:short"]' in check["command"], check["command"]
+        launched = studio.post("/api/launch", headers=MUTATE, json=body)
+        assert launched.status_code == 200, launched.text
+        job = wait_job(studio, "grpo", "train", timeout_s=240)
+        assert job["state"] == "done", (job, JobStore(runs_dir / "grpo" / STUDIO_FOLDER).tail(
+            JobStore(runs_dir / "grpo" / STUDIO_FOLDER).load(job["id"])))
+    assert marker.exists() and (runs_dir / "grpo" / "adapter_model.safetensors").is_file()

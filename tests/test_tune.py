@@ -202,6 +202,53 @@ def test_bad_requests_stop_with_one_line_naming_the_flag_key_or_file(tmp_path, t
     assert "config file not found" in error_of(tmp_path / "missing.yaml")
 
 
+def test_a_study_db_tune_did_not_write_is_refused_named_and_never_deleted(tmp_path, tiny, capsys):
+    """Issue 54 class 3: the user's own SQLite file named study.db, a corrupt one, another tool's Optuna study, a link,
+    or the search's other names without a study: refused in one line naming study.db, --fresh included, and every
+    byte left as it was."""
+    import sqlite3
+
+    import optuna
+
+    config = write_config(tmp_path, tiny)
+
+    def sqlite_of(path: Path, statements: str) -> None:
+        connection = sqlite3.connect(path)
+        connection.executescript(statements)
+        connection.commit()
+        connection.close()
+
+    cases = {}
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    sqlite_of(mine / "study.db", "CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('my notes');")
+    cases[mine] = "not an Optuna study that tune wrote"
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "study.db").write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
+    cases[corrupt] = "study.db is an SQLite database but not an Optuna study"
+    other = tmp_path / "other"
+    other.mkdir()
+    optuna.create_study(storage=f"sqlite:///{other / 'study.db'}", study_name="their-study")
+    cases[other] = "holds other studies than tune's ('their-study'"
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "study.db").symlink_to(mine / "study.db")
+    cases[linked] = "study.db is a symbolic link"
+    without = tmp_path / "without"
+    without.mkdir()
+    (without / "best_config.yaml").write_text("learning_rate: 1e-4\n", encoding="utf-8")
+    cases[without] = "no study.db"
+    before = {folder: {p.name: (p.read_bytes() if p.is_file() else None) for p in folder.iterdir()} for folder in cases}
+    for folder, said in cases.items():
+        for fresh in ([], ["--fresh"]):
+            capsys.readouterr()
+            assert main(["tune", str(config), f"output_dir={folder}", *fresh]) == 1
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and said in err and "leaves it alone" in err, (folder, err)
+        assert {p.name: (p.read_bytes() if p.is_file() else None) for p in folder.iterdir()} == before[folder]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # A whole search
 # ---------------------------------------------------------------------------------------------------------

@@ -155,7 +155,28 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+# Numeric options and the least each may be (issue 54: `--examples 0` ended in a ZeroDivisionError); unset is fine.
+AT_LEAST = {"examples": 1, "plain_batch": 1, "max_tokens": 1, "cutoff_len": 1, "warmup": 0, "window": 1,
+            "min_steps": 1, "min_tokens": 0, "max_steps": 1, "steps": 1, "check_loss": 0, "probe_max": 1,
+            "probe_step": 1, "run_micro_batches": 1}
+ABOVE_ZERO = ("tolerance", "max_seconds", "probe_seconds", "arm_timeout")
+
+
+def check_numbers(args) -> None:
+    """One line naming the option for a number out of its range (or not finite)."""
+    for name in (*AT_LEAST, *ABOVE_ZERO):
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name in ABOVE_ZERO and not (math.isfinite(value) and value > 0):
+            raise UserError(f"bench: {flag} {value}: must be above 0")
+        if name in AT_LEAST and value < AT_LEAST[name]:
+            raise UserError(f"bench: {flag} {value}: must be at least {AT_LEAST[name]}")
+
+
 def run(args) -> int:
+    check_numbers(args)
     if args.shape not in SHAPES:
         raise UserError(f"bench: unknown --shape {args.shape!r}; known: {', '.join(SHAPES)}")
     try:

@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import Mapping, Optional
 
 from steadytune.distributed.watchdog import HANG_EXIT_CODE
 from steadytune.errors import UserError
-from steadytune.hardware.network import is_loopback
+from steadytune.hardware.network import check_host, is_loopback, port_number
 from steadytune.training.run_folder import ELASTIC_JOB_ENV, LAUNCHED_AT_ENV, NODE_LOGS
 
 FLIGHT_RECORDER_ENTRIES = "2000"
@@ -113,6 +114,7 @@ def several_gpus_hint(config: str, gpus: int) -> str | None:
 LF_VARIABLES = ("FORCE_TORCHRUN", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "RDZV_ID",
                 "MIN_NNODES", "MAX_NNODES", "MAX_RESTARTS")
 DEFAULT_MASTER_PORT = 29500     # torchrun's
+RESOLVE_TIMEOUT_S = 10.0        # how long the rendezvous host's name may take to resolve before the launch says so
 DEFAULT_RDZV_TIMEOUT = 900      # seconds a node waits for the others at the rendezvous (torchrun's default)
 RENDEZVOUS_EXIT_CODE = 6        # a node never arrived (or the rendezvous host cannot be reached)
 
@@ -187,6 +189,33 @@ def _int(value, where: str, minimum: int = 0) -> int:
     return number
 
 
+def check_port(value, where: str, allow_any: bool = False) -> int:
+    """A TCP port, 1-65535 (0 too with `allow_any`: the system picks a free one)."""
+    return port_number(_int(value, where, 0 if allow_any else 1), where)
+
+
+def resolve_within(host: str, where: str, seconds: float = RESOLVE_TIMEOUT_S) -> None:
+    """UserError when `host` does not resolve, or the resolver does not answer within `seconds` (a name that never
+    resolves kept the rendezvous waiting without a word)."""
+    answer: dict = {}
+
+    def look_up():
+        try:
+            answer["addresses"] = socket.getaddrinfo(host, None)
+        except (OSError, UnicodeError) as e:
+            answer["error"] = e
+
+    thread = threading.Thread(target=look_up, name="resolve-master-addr", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise UserError(f"{where} {host}: the name did not resolve within {seconds:g} s; check it (ping {host}), or "
+                        "give node 0's IP address")
+    if "error" in answer:
+        raise UserError(f"{where} {host}: does not resolve to an address ({answer['error']}); check it, or give node "
+                        "0's IP address")
+
+
 def plan_launch(args, env: Mapping[str, str], gpus: int) -> Optional[LaunchPlan]:
     """The launch this command asks for, from its flags and LLaMA-Factory's variables (a flag wins over a variable);
     None: train in this process (no launch flag, or this process is already one rank of a launched job)."""
@@ -238,8 +267,9 @@ def plan_launch(args, env: Mapping[str, str], gpus: int) -> Optional[LaunchPlan]
         if not addr:
             raise UserError(f"{plan.nodes_text()} nodes need the rendezvous host: --master-addr HOST (MASTER_ADDR), "
                             "the address of node 0, the same on every node")
-        plan.master_addr = addr
-        plan.master_port = _int(port, "--master-port", 1) if port is not None else DEFAULT_MASTER_PORT
+        plan.master_addr = check_host(addr, "--master-addr" if flag["master_addr"] else "MASTER_ADDR")
+        plan.master_port = check_port(port, "--master-port" if flag["master_port"] is not None else "MASTER_PORT") \
+            if port is not None else DEFAULT_MASTER_PORT
         if not plan.elastic:
             rank = flag["node_rank"] if flag["node_rank"] is not None else lf.get("NODE_RANK",
                                                                                     env.get("SLURM_NODEID"))
@@ -252,8 +282,10 @@ def plan_launch(args, env: Mapping[str, str], gpus: int) -> Optional[LaunchPlan]
                 raise UserError(f"--node-rank {plan.node_rank}: a {plan.max_nodes}-node job has nodes 0.."
                                 f"{plan.max_nodes - 1}")
     elif plan.elastic:   # one node, restartable: its own rendezvous (a given address and port, else any free port)
-        plan.master_addr = addr or "127.0.0.1"
-        plan.master_port = _int(port, "--master-port") if port is not None else 0
+        plan.master_addr = check_host(addr, "--master-addr" if flag["master_addr"] else "MASTER_ADDR") if addr \
+            else "127.0.0.1"
+        plan.master_port = check_port(port, "--master-port" if flag["master_port"] is not None else "MASTER_PORT",
+                                      allow_any=True) if port is not None else 0
     # All "nodes" on this machine (tests, a try-out): every address is the loopback, not this host's name.
     plan.local_addr = flag["local_addr"] or ("127.0.0.1" if plan.master_addr and is_loopback(plan.master_addr)
                                              else None)
@@ -277,6 +309,8 @@ def launch(plan: LaunchPlan, config: str, overrides: list[str], force: bool, out
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    if plan.master_addr and not is_loopback(plan.master_addr):
+        resolve_within(plan.master_addr, "--master-addr")
     gpus = visible_gpus()
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
@@ -310,6 +344,10 @@ def launch(plan: LaunchPlan, config: str, overrides: list[str], force: bool, out
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     launch_config = agent_config(plan, LaunchConfig, str(uuid.uuid4()))
     if logs is not None:
+        for link in (logs.parent, logs):   # a run folder from elsewhere may hold nodes/ -> anywhere: never written through
+            if link.is_symlink():
+                raise UserError(f"{link} is a symbolic link (to {os.readlink(link)}); steadytune does not write "
+                                "through links in a run folder: remove it, or choose another output_dir")
         created = next((p for p in [logs, *logs.parents] if p.exists()), None)   # what already existed
         try:
             logs.mkdir(parents=True, exist_ok=True)

@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from steadytune.doctor.findings import Finding
+from steadytune.errors import UserError
 from steadytune.hardware.network import (
     DEFAULT_PORT,
+    check_host,
     gloo_interface,
     infiniband_devices,
     interface_addresses,
     interface_of,
     is_loopback,
     nccl_interface,
+    port_number,
     resolve,
     route_to,
 )
@@ -37,17 +40,28 @@ VIRTUAL_PREFIXES = ("docker", "virbr", "veth", "br-", "cni", "flannel", "tailsca
 
 
 def parse_target(target: Optional[str], env: Mapping[str, str]) -> tuple[Optional[str], int]:
-    """HOST[:PORT] from --nodes, else MASTER_ADDR / MASTER_PORT; port 29500 (torchrun's) when none is given."""
-    host, port = None, None
+    """HOST[:PORT] from --nodes, else MASTER_ADDR / MASTER_PORT; port 29500 (torchrun's) when none is given. A port
+    that is not 1-65535, or a host that is not a name or an address, is a UserError naming where it came from."""
+    host, port, port_where = None, None, "--nodes"
     if target:
         host, sep, port_text = target.rpartition(":") if target.count(":") == 1 else (target, "", "")
         host = host or target
-        port = int(port_text) if sep and port_text.isdigit() else None
+        if sep:
+            port = _port(port_text, "--nodes")
+    host_where = "--nodes" if host else "MASTER_ADDR"
     host = host or env.get("MASTER_ADDR") or None
-    if port is None:
-        text = env.get("MASTER_PORT", "")
-        port = int(text) if text.isdigit() else DEFAULT_PORT
-    return host, port
+    if port is None and env.get("MASTER_PORT", "").strip():
+        port, port_where = _port(env["MASTER_PORT"], "MASTER_PORT"), "MASTER_PORT"
+    port = DEFAULT_PORT if port is None else port
+    if port == 0:
+        raise UserError(f"{port_where} 0: a port is 1-65535")
+    return (check_host(host, host_where) if host else None), port
+
+
+def _port(text: str, where: str) -> int:
+    if not text.strip().isdigit():
+        raise UserError(f"{where} {text[:40]!r}: the port must be a number, 1-65535")
+    return port_number(int(text.strip()[:12]), where)
 
 
 def check_nodes(env: Mapping[str, str], target: Optional[str] = None, sys_root: Path | str = "/sys",

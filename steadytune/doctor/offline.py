@@ -10,6 +10,7 @@ names, with what the cut hides marked unknown.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional
@@ -137,19 +138,42 @@ def _read_machine_sample(text: str, source: str, saved: SavedOutputs, command: s
     return None
 
 
+MAX_SAVED_BYTES = 16 << 20   # of one saved output read: an smi table or a dmesg is KBs to a few MB; a 2 GB file is not one
+READ_CHUNK = 1 << 20
+
+
+def read_saved_text(path: Path) -> tuple[Optional[str], int]:
+    """(the file's text, its size when it was cut to MAX_SAVED_BYTES, else 0), read a chunk at a time so that neither a
+    huge file nor a binary one is ever held whole; (None, 0) for a binary file (a NUL byte in what is read)."""
+    chunks, read = [], 0
+    with path.open("rb") as f:
+        while read < MAX_SAVED_BYTES:
+            chunk = f.read(min(READ_CHUNK, MAX_SAVED_BYTES - read))
+            if not chunk:
+                break
+            if b"\x00" in chunk:
+                return None, 0
+            chunks.append(chunk)
+            read += len(chunk)
+        more = bool(f.read(1))
+        size = os.fstat(f.fileno()).st_size if more else 0
+    return b"".join(chunks).decode("utf-8", errors="replace"), size
+
+
 def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Path, str]] = None) -> SavedOutputs:
     """Every output in every file (a pasted session holds several); unreadable files become problems."""
 
     saved = SavedOutputs()
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text, cut = read_saved_text(path)
         except OSError as e:
             saved.results.append(ParseResult(tool="unknown", source=path.name, problems=[f"could not read {path}: {e.strerror}"]))
             continue
-        if "\x00" in text:
+        if text is None:
             saved.results.append(ParseResult(tool="unknown", source=path.name, problems=[f"could not read {path}: binary file"]))
             continue
+        first = len(saved.results)
         samples = split_samples(text)
         if not samples:
             saved.results.append(ParseResult(tool="unknown", source=path.name,
@@ -163,6 +187,10 @@ def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Pa
             if wanted and len(samples) == 1 and result.tool not in (wanted, "unknown"):   # a paste may hold several tools
                 result.notes.append(f"given as {wanted} output but reads as {result.tool} output")
             saved.results.append(result)
+        if cut and len(saved.results) > first:
+            saved.results[first].problems.append(
+                f"read the first {MAX_SAVED_BYTES >> 20} MiB of {path.name} only (it holds {cut / 2**20:,.0f} MiB; a "
+                "saved output is KBs to a few MB: put each output in a file of its own)")
     return saved
 
 

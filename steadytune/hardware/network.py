@@ -16,11 +16,14 @@ and callers say "unknown". Nothing here sends a packet: the route is the kernel'
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
+
+from steadytune.errors import UserError
 
 SIOCGIFADDR = 0x8915
 DEFAULT_PORT = 29500
@@ -169,3 +172,28 @@ def describe_env(env: Mapping[str, str]) -> dict[str, str]:
     keys = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_P2P_DISABLE",
             "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_DEBUG")
     return {k: env[k] for k in keys if env.get(k) not in (None, "")}
+
+
+# RFC 1123 host names (and "_", which /etc/hosts and some clusters allow); IP addresses are read by ipaddress.
+HOST_NAME = re.compile(r"\w(?:[\w-]{0,61}\w)?(?:\.\w(?:[\w-]{0,61}\w)?)*\.?", re.ASCII)
+
+
+def check_host(address: str, where: str) -> str:
+    """A host name or an IP address, as the other nodes reach it; anything else (spaces, `;`, `$(...)`, a URL) is a
+    UserError naming `where`, before it reaches a socket, torch's rendezvous or a log line."""
+    text = str(address).strip()
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+        return text.strip("[]")
+    except ValueError:
+        pass
+    if len(text) > 253 or not HOST_NAME.fullmatch(text):
+        raise UserError(f"{where} {text[:80]!r}: not a host name or IP address (letters, digits, '-', '_' and '.')")
+    return text
+
+
+def port_number(port: int, where: str) -> int:
+    """`port` when it is a TCP port (0-65535), else a UserError naming `where`."""
+    if not 0 <= port <= 65535:
+        raise UserError(f"{where} {port}: a port is 1-65535")
+    return port

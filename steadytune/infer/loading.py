@@ -8,24 +8,23 @@ folder is):
   folder, or any Hugging Face model folder.
 - ARCHIVE: the `.tar.gz` of `steadytune export --archive`, verified against its manifest and unpacked first.
 
-A run folder or an archive may come from anyone, so its run_config.yaml is read for what the run was (base model,
-template, labels, generation settings), never for what it may do on this machine: the keys of USER_ONLY_KEYS come
-from the user's own command line (or a config file they name there), and a run_config.yaml asking for one is
-said, naming the file, and not obeyed.
+A run folder or an archive may come from anyone, so its run_config.yaml (and any config file in a run folder, named
+as CONFIG) is read for what the run was (base model, template, labels, generation settings), never for what it may
+do on this machine: code, credentials and write targets come from the user's own command line
+(training/folder_config.py), and a file asking for one is said, naming the file, and not obeyed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
-from steadytune.config import KEY_TO_SECTION, RunConfig, load_config, parse_overrides, read_yaml
+from steadytune.config import RunConfig, load_config, read_yaml
 from steadytune.errors import UserError
 from steadytune.hardware.backend import detect, device_for
 from steadytune.hardware.policy import choose_attention, choose_precision
@@ -35,17 +34,10 @@ from steadytune.model.attention import eager_only_reason
 from steadytune.model.load import load_model_and_tokenizer
 from steadytune.model.lora import load_trained_adapter
 from steadytune.model.quantize import dequantize_base, describe_quantization, is_quantized
-from steadytune.stages.rewards import without_user_functions
+from steadytune.training.folder_config import RUN_CONFIG, load_config_named, load_folder_config
 
 LORA, MODEL, BASE = "lora", "model", "base"  # adapter on its base | the folder is the model | the base alone
-RUN_CONFIG = "run_config.yaml"
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-# Keys that let a file run code on this machine or act with the user's credentials: a model's own Python
-# (trust_remote_code), pickle weights (allow_pickle_weights), vLLM engine arguments (which can carry their own
-# trust_remote_code), an upload to the hub with this machine's token (export_hub_model_id). Only the user grants them.
-# The same holds for the entries of stage grpo's reward_funcs that name code (module:function, imported and run);
-# the built-in rewards stay (load_run_config).
-USER_ONLY_KEYS = ("trust_remote_code", "allow_pickle_weights", "vllm_config", "export_hub_model_id")
 
 
 @dataclass
@@ -111,35 +103,13 @@ def _run_from_folder(folder: Path, overrides: list[str], origin: str) -> Run:
 
 
 def load_run_config(folder: Path, overrides: list[str] | None, origin: str) -> RunConfig:
-    """The run_config.yaml of a run folder or an unpacked archive (named `origin` in messages) with `overrides`, less
-    the USER_ONLY_KEYS it sets: those keep their defaults unless the overrides (the user's command line) give them."""
-    cfg = load_config(folder / RUN_CONFIG, list(overrides or []))
-    given = set(parse_overrides(list(overrides or [])))
-    for key in USER_ONLY_KEYS:
-        if key not in cfg.user_keys or key in given:
-            continue
-        section = getattr(cfg, KEY_TO_SECTION[key])
-        asked = getattr(section, key)
-        default = getattr(type(section)(), key)
-        setattr(section, key, default)
-        cfg.user_keys.discard(key)
-        if asked != default:
-            shown = "true" if asked is True else repr(asked)[:80]
-            print(f"note: {origin}: {RUN_CONFIG} asks for {key}: {shown}; not granted: only your own command line or "
-                  f"config file may (add {key}=... to the command if you trust where {origin} came from)",
-                  file=sys.stderr)
-    m = cfg.method
-    if "reward_funcs" not in given:
-        m.reward_funcs, m.reward_weights, dropped = without_user_functions(m.reward_funcs, m.reward_weights)
-        if dropped:
-            print(f"note: {origin}: {RUN_CONFIG} names reward functions of its own ({', '.join(dropped)[:120]}); not "
-                  "imported: only your own command line or config file may name code to run (add reward_funcs=... "
-                  f"to the command if you trust where {origin} came from)", file=sys.stderr)
-    return cfg
+    """The run_config.yaml of a run folder or an unpacked archive (named `origin` in messages) with `overrides`, granting
+    nothing it asks for that the overrides (the user's command line) do not give (training/folder_config.py)."""
+    return load_folder_config(folder / RUN_CONFIG, overrides, origin, runs_rewards=False)
 
 
 def _run_from_config(path: Path, overrides: list[str]) -> Run:
-    cfg = load_config(path, overrides)
+    cfg = load_config_named(path, overrides, runs_rewards=False)   # a run folder's file grants nothing
     if cfg.model.adapter_name_or_path:
         folder, kind = trained_folder(cfg)
     elif "output_dir" in cfg.user_keys and _holds_weights(Path(cfg.train.output_dir)):

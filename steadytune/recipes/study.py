@@ -27,12 +27,11 @@ from optuna.trial import TrialState
 
 from steadytune.errors import UserError
 from steadytune.recipes.search_space import SearchSpace, config_trial
-from steadytune.recipes.trials import ASK_LOCK, LOCK, Search, TrialOutcome, run_trial, trial_keys_line
+from steadytune.recipes.trials import ASK_LOCK, LOCK, STUDY_NAME, Search, TrialOutcome, run_trial, trial_keys_line
 from steadytune.training.resume import resume_fingerprint
 from steadytune.training.run_folder import lock_holder_alive, write_json_atomic
 
 DB = "study.db"
-STUDY_NAME = "steadytune-tune"
 RESULTS = "tune_results.json"
 # What a search's identity is made of: a study made for other values is refused on resume.
 IDENTITY = ("config", "metric", "val_size", "evaluations", "space")

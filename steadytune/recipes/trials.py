@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
-from steadytune.config import RunConfig, load_config, parse_overrides, read_yaml
+from steadytune.config import RunConfig, parse_overrides, read_yaml
 from steadytune.errors import UserError
 from steadytune.recipes.search_space import SearchSpace, config_keys, nest
 from steadytune.train import NonFiniteRun, run_training
+from steadytune.training.folder_config import grants_asked, load_config_named, run_folder_of
 from steadytune.training.guard import GuardAbort
 from steadytune.training.run_folder import MANIFEST, remove_path
 from steadytune.training.stopping import RunPruned
@@ -38,6 +39,7 @@ KEPT = {"run_config.yaml", "metrics.jsonl", "train_results.json", "environment.j
 TRIALS = "trials"
 # The search's locks in its folder (study.py takes them; tune.py's --fresh knows them as the search's own files)
 LOCK = ".steadytune-tune.lock"
+STUDY_NAME = "steadytune-tune"   # the one Optuna study in a search's study.db (tune checks a folder's is it)
 ASK_LOCK = ".steadytune-tune-ask.lock"   # held by a worker while it takes its next trial
 
 
@@ -74,8 +76,13 @@ class Search:
         return asdict(self)
 
     def raw_config(self) -> dict:
-        """The user's keys: the YAML, then the overrides (sections merged), as load_config would combine them."""
-        return merge(read_yaml(self.config), parse_overrides(list(self.overrides)))
+        """The user's keys: the YAML, then the overrides (sections merged), as load_config would combine them. A run
+        folder's file grants nothing (training/folder_config.py): what it asks for is left out of best_config.yaml."""
+        own = read_yaml(self.config)
+        if run_folder_of(self.config) is not None:
+            asked = {grant.key for grant in grants_asked(own)}
+            own = {k: v for k, v in own.items() if k not in asked}
+        return merge(own, parse_overrides(list(self.overrides)))
 
     def trial_config(self, keys: dict, folder: Path) -> RunConfig:
         """A trial's config: the user's keys, the space's fixed keys, the drawn keys, then what tune sets for every
@@ -89,7 +96,8 @@ class Search:
             # Each trial evaluates several times: on a GPU, 8 rows a batch (the default) would cost as much as training.
             tune_keys["per_device_eval_batch_size"] = self.eval_batch_size
         space = SearchSpace.from_dict(self.space)
-        return load_config(self.config, merge(user, nest(space.fixed), nest(keys), tune_keys))
+        # a run folder's run_config.yaml as the search's config grants nothing (training/folder_config.py)
+        return load_config_named(self.config, merge(user, nest(space.fixed), nest(keys), tune_keys))
 
 
 @dataclass

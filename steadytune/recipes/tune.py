@@ -18,10 +18,12 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -31,10 +33,11 @@ from steadytune.errors import UserError
 from steadytune.evaluate import evaluate_saved
 from steadytune.model.load import load_tokenizer
 from steadytune.recipes.search_space import ALPHA_RATIO, SearchSpace, Task, check_space, default_space, nest, read_space
-from steadytune.recipes.trials import ASK_LOCK, LOCK, METRICS, TRIALS, Search, merge, release_memory, trial_keys_line
+from steadytune.recipes.trials import ASK_LOCK, LOCK, METRICS, STUDY_NAME, TRIALS, Search, merge, release_memory, trial_keys_line
 from steadytune.report.record import write_run_report
 from steadytune.stages.table import STAGES
 from steadytune.train import run_training
+from steadytune.training.folder_config import load_config_named
 from steadytune.training.run_folder import MANIFEST, remove_path
 
 BEST_CONFIG = "best_config.yaml"
@@ -101,7 +104,7 @@ def make_search(config: str | Path, overrides: list[str], trials: int = 20, time
         raise UserError(f"--val-size {val_size:g}: expected a share between 0 and 1, or a whole number of rows")
     if evaluations < 1:
         raise UserError(f"--evaluations {evaluations}: expected 1 or more")
-    cfg = load_config(config, list(overrides))
+    cfg = load_config_named(config, list(overrides))   # a run folder's run_config.yaml grants nothing
     return Search(config=str(config), overrides=list(overrides), output_dir=cfg.train.output_dir, metric=metric or "",
                   trials=trials, timeout=timeout, val_size=val_size, evaluations=evaluations, pruner=pruner,
                   seed=cfg.train.seed if seed is None else seed, force=force,
@@ -184,8 +187,9 @@ def write_search_report(folder: Path) -> None:
 
 def claim_folder(folder: Path, fresh: bool) -> Path:
     """The search's folder: new, or one holding a search (resumed; with --fresh, removed once its lock is taken). A
-    training run's folder, or one holding anything else, is refused: the search would sit among files it did not
-    write."""
+    training run's folder, one holding anything else, or one whose study.db (or the search's other names) tune did
+    not write, is refused, naming it, and nothing in it is touched: the search would sit among files it did not
+    write, and --fresh would delete them."""
     if folder.exists() and not folder.is_dir():
         raise UserError(f"output_dir {folder} is a file; the search needs a folder")
     if folder.is_dir():
@@ -197,11 +201,45 @@ def claim_folder(folder: Path, fresh: bool) -> Path:
         if foreign:
             raise UserError(f"output_dir {folder} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, "
                             "which no search wrote; choose a new or empty folder for the search")
+        if entries - {LOCK, ASK_LOCK}:   # a search's files (its locks alone: one killed before its study existed)
+            problem = study_file_problem(folder / "study.db")
+            if problem:
+                raise UserError(f"output_dir {folder}: {problem}; tune leaves it alone (nothing is resumed, nothing "
+                                "deleted, --fresh included): move it away or choose another output_dir")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"output_dir {folder}: {e.strerror}") from None
     return folder
+
+
+def study_file_problem(path: Path) -> Optional[str]:
+    """Why `path` is not the study a search wrote (None when it is): missing beside the search's other files, a link,
+    not an SQLite file, or an SQLite file without exactly one Optuna study named as tune names its own. Read-only:
+    nothing is created or changed (sqlite's mode=ro)."""
+    if path.is_symlink():
+        return f"{path.name} is a symbolic link (to {os.readlink(path)}), not a study tune wrote"
+    if not path.is_file():
+        return f"it holds files a search writes but no {path.name}: not a search tune can resume"
+    try:
+        with path.open("rb") as f:
+            header = f.read(16)
+    except OSError as e:
+        return f"{path.name} cannot be read ({e.strerror})"
+    if header != b"SQLite format 3\x00":
+        return f"{path.name} is not an SQLite database, so not a study tune wrote"
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            names = [row[0] for row in connection.execute("SELECT study_name FROM studies")]
+        finally:
+            connection.close()
+    except sqlite3.Error as e:
+        return f"{path.name} is an SQLite database but not an Optuna study that tune wrote ({e})"
+    if names != [STUDY_NAME]:
+        shown = ", ".join(repr(n)[:60] for n in names[:3]) or "none"
+        return f"{path.name} holds other studies than tune's ({shown}; tune writes one, {STUDY_NAME!r})"
+    return None
 
 
 def describe_task(search: Search) -> tuple[Task, dict, int]:

@@ -50,6 +50,8 @@ def write_report(run_dirs: list[str | Path], output: str | Path) -> Path:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp")
+    if tmp.is_symlink():   # a run folder from elsewhere may plant one: the page is never written through it
+        tmp.unlink()
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, output)
     if (output.parent / MANIFEST).is_file():

@@ -173,8 +173,10 @@ class GRPOObjective(torch.nn.Module):
             done = self._decoder[0].generate([e["input_ids"] for e in examples], m.max_completion_length,
                                              self.sampling, first.stop_ids, keys)
         texts = first.tokenizer.batch_decode(done.ids, skip_special_tokens=True)
+        where = f"step {step}" if self.training else f"the evaluation after step {self.last_step}"
         per_function = score(self.functions, [e["prompt"] for e in examples], texts, done.ids,
-                             [e["columns"] for e in examples], [e["answer"] for e in examples])
+                             [e["columns"] for e in examples], [e["answer"] for e in examples], where,
+                             m.reward_timeout)
         advantages = group_advantages(per_function, [f.weight for f in self.functions], G, m.scale_rewards,
                                       self._batch_std if m.scale_rewards == "batch" else None)
         self._record_rewards(per_function, advantages, done, texts)
@@ -243,7 +245,7 @@ class GRPOObjective(torch.nn.Module):
                   "device is broken; try STEADYTUNE_CUDA_GRAPHS=0, or report it with `steadytune doctor`'s output "
                   "(completions/nonfinite_ratio in metrics.jsonl counts them)", file=sys.stderr, flush=True)
         if self.training:
-            self._watch_signal(rewards, advantages.std_zero, done, texts[0] if texts else "")
+            self._watch_signal(rewards, advantages.no_signal, done, texts[0] if texts else "")
 
     def _log_completions(self, step: int, examples: list[dict], texts: list[str], per_function: torch.Tensor,
                          advantages: torch.Tensor, done) -> None:
@@ -264,13 +266,13 @@ class GRPOObjective(torch.nn.Module):
                                         "advantage": None if math.isnan(advantage) else advantage,
                                         "length": len(done.ids[i]), "truncated": bool(done.truncated[i])})
 
-    def _watch_signal(self, rewards: torch.Tensor, std_zero: torch.Tensor, done, sample: str) -> None:
+    def _watch_signal(self, rewards: torch.Tensor, no_signal: torch.Tensor, done, sample: str) -> None:
         """Say once when NO_SIGNAL_STEPS roll-outs in a row had no group whose rewards differed: every advantage
         is 0, so the steps change nothing (the commonest way a GRPO run silently does not learn). Two causes, told
         apart by the rewards over those steps: one value throughout (the reward never fires, or always does), or
         groups that agree inside but differ from each other (the policy answers each prompt the same way every time:
         its sampling has collapsed, as a classifier that names one label for every input does)."""
-        if not bool(std_zero.all()):
+        if not bool(no_signal.all()):
             self._no_signal, self._streak_range = 0, None
             return
         self._no_signal += 1
@@ -282,7 +284,7 @@ class GRPOObjective(torch.nn.Module):
             self._streak_range = (low, high)
         if self._no_signal != NO_SIGNAL_STEPS or not self._speaks:
             return
-        value = f"{real.mean().item():.3g}" if real.numel() else "none (every function returned None)"
+        value = f"{real.mean().item():.3g}" if real.numel() else "none: every function returned None or NaN"
         cut = sum(done.truncated) / max(len(done.truncated), 1)
         n = self.method.num_generations
         if self._streak_range is not None and self._streak_range[1] > self._streak_range[0]:

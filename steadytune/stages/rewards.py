@@ -4,12 +4,13 @@
 the current folder on the path, as `python -m` would) or `path/to/file.py:function`. Every function is called as TRL
 calls one, `f(prompts=..., completions=..., completion_ids=..., **columns)`, with one list entry per completion
 (the prompt repeated for each of its completions) and each column of the dataset rows by name, and returns one float
-per completion, or None where it does not apply (a row without a reference answer): None is left out of that
-function's mean, and a completion every function leaves out gets advantage 0.
+per completion, or None where it does not apply (a row without a reference answer; NaN says the same, as in TRL): None
+is left out of that function's mean, and a completion every function leaves out gets advantage 0. Anything else it
+does (raise, hang past reward_timeout, return another shape) stops the run in one line naming it and the step.
 
 A reward function is code that runs in the training process, so it only ever comes from the user's own config or
-command line: never from a dataset, an archive or a run folder (infer/loading.load_run_config drops a
-`module:function` that a run folder's run_config.yaml names; docs/security.md).
+command line: never from a dataset, an archive or a run folder (training/folder_config.py refuses a
+`module:function` that a file in a run folder names; docs/security.md).
 
 Built-ins:
 - accuracy: 1 when the completion's final answer (the last \\boxed{...}, else what follows "####" or "answer:",
@@ -28,19 +29,27 @@ Built-ins:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import math
+import numbers
+import os
 import re
+import signal
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
-from steadytune.config import ConfigError
+from steadytune.config import ConfigError, show_value
+from steadytune.errors import RunInterrupted, UserError
 from steadytune.eval.scoring import match_label
+from steadytune.training.folder_config import is_user_function
 
 BUILTIN_REWARDS = ("accuracy", "format", "label", "length")
 THINK_FORMAT = r"^<think>(?!.*<think>)(.*?)</think>.*$"   # TRL's think_format_reward
@@ -166,27 +175,6 @@ def length_reward(max_completion_length: int, target: Optional[int]):
 # Loading what reward_funcs names
 # ---------------------------------------------------------------------------------------------------------
 
-def is_user_function(name: str) -> bool:
-    """Whether a reward_funcs entry names the user's code (`module:function`, `file.py:function`)."""
-    return ":" in str(name)
-
-
-def without_user_functions(names: Any, weights: Any) -> tuple[Any, Any, list[str]]:
-    """(reward_funcs, reward_weights, the dropped entries) with every entry that names code (module:function) left
-    out, its weight with it: what a run folder's or an archive's config may keep (it may come from anyone)."""
-    if isinstance(names, str):
-        names = [x.strip() for x in names.split(",") if x.strip()]
-    if not isinstance(names, list):
-        return names, weights, []
-    dropped = [str(x) for x in names if is_user_function(x)]
-    if not dropped:
-        return names, weights, []
-    kept = [i for i, x in enumerate(names) if not is_user_function(x)]
-    if isinstance(weights, list) and len(weights) == len(names):
-        weights = [weights[i] for i in kept] or None
-    return [names[i] for i in kept] or None, weights, dropped
-
-
 def load_user_function(spec: str) -> Callable:
     """`module:function` or `path/to/file.py:function` -> the callable; a ConfigError naming the entry otherwise."""
     where, _, attribute = str(spec).rpartition(":")
@@ -261,28 +249,142 @@ def load_reward_functions(m, label_names: Optional[Sequence[str]]) -> list[Rewar
 # Scoring and advantages
 # ---------------------------------------------------------------------------------------------------------
 
+class RewardFunctionError(UserError):
+    """A reward function misbehaved (raised, hung, returned what is not one number or None per completion): one line
+    naming it and the step. The run stops there; its checkpoints stay."""
+
+
+class RewardTimeout(BaseException):
+    """Raised inside a reward function that ran past reward_timeout (a BaseException: `except Exception` in the
+    function does not swallow it)."""
+
+
+# Rewards are compared within a group in float32 (weighted, summed, their spread squared): beyond this magnitude the
+# arithmetic overflows (1e300 is inf in float32), so a larger value is a bug in the function, said as one.
+MAX_REWARD = 1e9
+DEADLINE_SIGNAL = getattr(signal, "SIGUSR2", None)
+GIVE_UP_S = 30.0   # after the deadline, how long a function that swallows the interrupt may go on before the process exits
+
+
 def score(functions: Sequence[RewardFunction], prompts: list[str], completions: list[str],
-          completion_ids: list[list[int]], columns: list[dict], references: list) -> torch.Tensor:
-    """[completions, functions] rewards in fp32, NaN where a function returned None."""
+          completion_ids: list[list[int]], columns: list[dict], references: list, where: str = "a roll-out",
+          timeout: Optional[float] = None) -> torch.Tensor:
+    """[completions, functions] rewards in fp32, NaN where a function returned None. Each function is the user's
+    code, called within `timeout` seconds (None or 0: no limit); what it does wrong is a RewardFunctionError naming
+    it and `where` (the step)."""
     keys = list(dict.fromkeys(k for row in columns for k in row))
     kwargs = {k: [row.get(k) for row in columns] for k in keys}
     kwargs.setdefault("reference", list(references))
     out = torch.full((len(completions), len(functions)), float("nan"))
     for j, f in enumerate(functions):
-        values = f.call(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
-        values = list(values)
-        if len(values) != len(completions):
-            raise ValueError(f"reward function {f.name} returned {len(values)} rewards for {len(completions)} "
-                             "completions (one per completion, None where it does not apply)")
-        for i, v in enumerate(values):
-            if v is None:
-                continue
-            try:
-                out[i, j] = float(v)
-            except (TypeError, ValueError):
-                raise ValueError(f"reward function {f.name} returned {v!r} for completion {i}: a number or None "
-                                 "is expected") from None
+        values = call_reward(f, dict(kwargs, prompts=prompts, completions=completions, completion_ids=completion_ids),
+                             where, timeout)
+        for i, v in enumerate(checked_rewards(f, values, len(completions), where)):
+            if v is not None:
+                out[i, j] = v
     return out
+
+
+def call_reward(f: RewardFunction, kwargs: dict, where: str, timeout: Optional[float]) -> Any:
+    """f(**kwargs), its failures as one RewardFunctionError: an exception (SystemExit too: a function cannot end the
+    run as a success), or running past `timeout`. A stop request (SIGINT, SIGTERM) passes through."""
+    def failed(what: str) -> RewardFunctionError:
+        return RewardFunctionError(f"reward function {f.name} at {where}: {what}; the run stops here (its last "
+                                   "checkpoint is kept)")
+
+    try:
+        with deadline(timeout):
+            return f.call(**kwargs)
+    except RewardTimeout:
+        raise failed(f"did not return within {timeout:g} s (reward_timeout: raise it for a slow judge, or find the "
+                     "hang)") from None
+    except RunInterrupted:
+        raise
+    except (Exception, SystemExit) as e:   # noqa: BLE001 - the user's code: whatever it raised, in one line
+        detail = " ".join(str(e).split())[:200]
+        raise failed(f"raised {type(e).__name__}" + (f": {detail}" if detail else "")) from None
+
+
+def checked_rewards(f: RewardFunction, values: Any, n: int, where: str) -> list[Optional[float]]:
+    """A function's return value as one float or None per completion (NaN read as None, as TRL reads it);
+    RewardFunctionError saying what it returned instead (None, NaN or another scalar, text, another count, an entry
+    that is text, infinite or beyond MAX_REWARD)."""
+    def wrong(what: str) -> RewardFunctionError:
+        return RewardFunctionError(f"reward function {f.name} at {where}: returned {what}; it must return a list of "
+                                   f"{n} rewards (one per completion: a number, or None where it does not apply); the "
+                                   "run stops here (its last checkpoint is kept)")
+
+    if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):   # a tensor or a numpy array
+        values = values.tolist()
+    if values is None or isinstance(values, (str, bytes, dict)) or not isinstance(values, Iterable):
+        return_kind = "None" if values is None else f"{type(values).__name__} {show_value(values, 60)}"
+        raise wrong(return_kind + " instead of a list")
+    values = list(values)
+    if len(values) != n:
+        raise wrong(f"{len(values)} rewards for {n} completions")
+    out: list[Optional[float]] = []
+    for i, v in enumerate(values):
+        if hasattr(v, "item") and not isinstance(v, (str, bytes)):   # a 0-d tensor or numpy number
+            try:
+                v = v.item()
+            except (TypeError, ValueError):
+                pass
+        if v is None:
+            out.append(None)
+            continue
+        if not isinstance(v, numbers.Real):
+            raise wrong(f"{type(v).__name__} {show_value(v, 60)} for completion {i}")
+        v = float(v)
+        if math.isnan(v):   # TRL's own spelling of None (it turns None into NaN): "does not apply"
+            out.append(None)
+            continue
+        if math.isinf(v) or abs(v) > MAX_REWARD:
+            raise wrong(f"{v!r} for completion {i} (rewards are finite numbers of magnitude at most {MAX_REWARD:g}; "
+                        "None or NaN says a reward does not apply)")
+        out.append(v)
+    return out
+
+
+@contextlib.contextmanager
+def deadline(seconds: Optional[float]):
+    """Raise RewardTimeout in the main thread's code if the block runs past `seconds`. The call stays in the main
+    thread (TRL calls reward functions there, and libraries they use, such as math_verify, set their own alarms, which
+    work only there); a watcher thread sends DEADLINE_SIGNAL to it at the deadline (a real signal, so a sleep or a
+    blocking read returns), again each second while the block goes on (a function that swallows the exception), and
+    after GIVE_UP_S more says so and ends the process. Elsewhere (another thread, no such signal): no limit."""
+    if not seconds or DEADLINE_SIGNAL is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    expired, done = threading.Event(), threading.Event()
+
+    def interrupt(signum, frame):
+        if expired.is_set() and not done.is_set():
+            raise RewardTimeout()
+
+    previous = signal.signal(DEADLINE_SIGNAL, interrupt)
+    main = threading.main_thread().ident
+
+    def watch():
+        if done.wait(seconds):
+            return
+        expired.set()
+        give_up = time.monotonic() + GIVE_UP_S
+        while not done.is_set():
+            signal.pthread_kill(main, DEADLINE_SIGNAL)
+            if time.monotonic() > give_up:
+                print(f"error: a reward function ran {seconds:g} s past reward_timeout and did not stop when "
+                      "interrupted; ending the process (its last checkpoint is kept)", file=sys.stderr, flush=True)
+                os._exit(1)
+            done.wait(1.0)
+
+    watcher = threading.Thread(target=watch, name="reward-deadline", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        signal.signal(DEADLINE_SIGNAL, previous)   # after the watcher ended: no signal of ours arrives later
 
 
 def nanstd(values: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -299,7 +401,9 @@ def nanstd(values: torch.Tensor, dim: int | None = None) -> torch.Tensor:
 class Advantages:
     advantages: torch.Tensor    # [completions]: the weighted reward less its group's mean, over the group's std
     rewards: torch.Tensor       # [completions]: the weighted reward (NaN where every function returned None)
-    std_zero: torch.Tensor      # [completions]: its group's rewards are all equal (no learning signal)
+    std_zero: torch.Tensor      # [completions]: its group's rewards are all equal (TRL's frac_reward_zero_std)
+    no_signal: torch.Tensor     # [completions]: advantage 0 for want of spread: its group's rewards all equal, or fewer
+                                # than two of them a number (every function returned None)
 
 
 def group_advantages(per_function: torch.Tensor, weights: Sequence[float], group_size: int, scale_rewards: str,
@@ -320,5 +424,5 @@ def group_advantages(per_function: torch.Tensor, weights: Sequence[float], group
     if scale_rewards != "none":
         advantages = advantages / (std + 1e-4)
     group_std = nanstd(grouped, dim=1).repeat_interleave(group_size) if scale_rewards == "batch" else std
-    return Advantages(torch.nan_to_num(advantages, nan=0.0), rewards,
-                      torch.isclose(group_std, torch.zeros_like(group_std)))
+    std_zero = torch.isclose(group_std, torch.zeros_like(group_std))
+    return Advantages(torch.nan_to_num(advantages, nan=0.0), rewards, std_zero, std_zero | torch.isnan(group_std))

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import re
-import signal
 import tarfile
 import tempfile
 import time
@@ -40,6 +39,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTex
 from fastapi.responses import StreamingResponse
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from steadytune.config import MAX_YAML_BYTES, ConfigError, parse_yaml
 from steadytune.errors import UserError
@@ -50,15 +50,20 @@ from steadytune.report.rundata import as_number
 from steadytune.serve.command import _is_loopback
 from steadytune.studio import form as forms
 from steadytune.studio.chat import ChatModels
+from steadytune.studio.grants import SessionGrants, asked_by, describe
 from steadytune.studio.jobs import JobStore, Launcher, read_tail
-from steadytune.studio.runs import CONFIG, NotFound, Runs, RunView, studio_config, write_launch
+from steadytune.studio.runs import CONFIG, NeedsConfirmation, NotFound, Runs, RunView, launched_nproc, write_launch
+from steadytune.studio.schema import studio_openapi
+from steadytune.studio.stopping import stop_confirmed, verified_target
+from steadytune.studio.writes import real_folder, refuse_link, write_new
+from steadytune.training.folder_config import grants_asked
 from steadytune.training.run_folder import STUDIO_FOLDER
 
 logger = logging.getLogger("steadytune.studio")
 
 COOKIE = "steadytune_studio"
 MUTATION_HEADER = "x-studio"
-OPEN_PATHS = ("/login", "/health")
+OPEN_PATHS = ("/login", "/health", "/openapi.json")
 JSON_LIMIT = 1 << 20
 PREDICT_LIMIT = 64 << 20
 PREDICT_SUFFIXES = (".jsonl", ".json", ".csv")
@@ -139,6 +144,7 @@ def build_app(settings: StudioSettings) -> FastAPI:
     launcher = Launcher(settings.cwd)
     runs = Runs(runs_dir, launcher)
     chats = ChatModels()
+    grants = SessionGrants()   # what the user granted, per run folder, in this studio process (studio/grants.py)
     key = settings.api_key.encode() if settings.api_key else None
     token = hmac.new(key, b"steadytune studio session", hashlib.sha256).hexdigest() if key else None
     loopback_only = _is_loopback(settings.host)
@@ -209,12 +215,19 @@ def build_app(settings: StudioSettings) -> FastAPI:
     @app.exception_handler(UserError)
     async def on_user_error(request: Request, e: UserError):
         status = 404 if isinstance(e, NotFound) else 413 if isinstance(e, TooLarge) else 400
+        if isinstance(e, NeedsConfirmation):
+            return JSONResponse({"error": str(e), **e.payload}, status_code=409)
         if isinstance(e, FormErrors):
             return JSONResponse({"error": str(e), "errors": e.errors, "general": e.general}, status_code=400)
         if request.url.path.startswith("/api/") or request.method != "GET":
             return JSONResponse({"error": str(e)}, status_code=status)
         return page("error.html.j2", request, status=status, title="not found" if status == 404 else "error",
                     message=str(e))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, e: StarletteHTTPException):
+        """Starlette's own answers (no route for the path, a method the route does not take), in the studio's shape."""
+        return JSONResponse({"error": str(e.detail)}, status_code=e.status_code, headers=getattr(e, "headers", None))
 
     @app.exception_handler(Exception)
     async def on_crash(request: Request, e: Exception):
@@ -234,9 +247,12 @@ def build_app(settings: StudioSettings) -> FastAPI:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def body_json(request: Request) -> dict:
+    async def body_json(request: Request, optional: bool = False) -> dict:
+        body = await body_bytes(request, JSON_LIMIT)
+        if optional and not body.strip():
+            return {}
         try:
-            data = json.loads(await body_bytes(request, JSON_LIMIT))
+            data = json.loads(body)
         except (ValueError, RecursionError):
             raise UserError("the request body is not JSON") from None
         if not isinstance(data, dict):
@@ -264,6 +280,10 @@ def build_app(settings: StudioSettings) -> FastAPI:
     @app.get("/health")
     async def health():
         return {"ok": True}
+
+    @app.get("/openapi.json")
+    async def openapi_schema():
+        return studio_openapi()   # the JSON API, written out (studio/schema.py): the routes read their own bodies
 
     @app.get("/static/{name}")
     async def static(name: str):
@@ -311,8 +331,21 @@ def build_app(settings: StudioSettings) -> FastAPI:
         return {"runs_dir": str(runs_dir.resolve()), "runs": [row(v) for v in views]}
 
     def header_context(view: RunView) -> dict:
-        return {"view": view, "h": run_header(view.run) if view.run else None, "can": view.can(),
-                "resume_command": forms.command_line(resume_argv(view)) if view.can()["resume"] else ""}
+        can = view.can()
+        return {"view": view, "h": run_header(view.run) if view.run else None, "can": can,
+                "resume_command": forms.command_line(resume_argv(view)) if can["resume"] else "",
+                "asks": asks_of(view)}
+
+    def asks_of(view: RunView) -> list[dict]:
+        """What the configs Resume and Evaluate read ask for and the user has not granted in this session: each
+        shown with a checkbox (run_header.html.j2), sent back with the action."""
+        out: list[dict] = []
+        for config in (resume_config(view), view.folder / "run_config.yaml"):
+            for grant in asked_by(config):
+                shown = describe(grant, settings.cwd)
+                if not grants.granted(view.folder, grant) and shown not in out:
+                    out.append(shown)
+        return out
 
     def jobs_context(view: RunView) -> dict:
         store = runs.store(view.folder)
@@ -426,7 +459,7 @@ def build_app(settings: StudioSettings) -> FastAPI:
 
     # --- launching ------------------------------------------------------------------------------------------------
     def load_source(data: dict) -> forms.Source:
-        kind, ref = str(data.get("kind") or ""), str(data.get("ref") or "")
+        kind, ref = text_of(data, "kind", "source.kind"), text_of(data, "ref", "source.ref")
         if kind == "recipe":
             return forms.from_file("recipe", ref, forms.recipe_file(ref), forms.name_from(Path(ref).stem),
                                    f"the shipped recipe {ref}")
@@ -434,7 +467,7 @@ def build_app(settings: StudioSettings) -> FastAPI:
             return forms.from_path(ref)
         if kind == "run":
             folder = runs.folder(ref)
-            return forms.from_run(ref, folder, studio_config(folder), set(runs.names()))
+            return forms.from_run(ref, folder, set(runs.names()))
         if kind == "upload":
             path, original = upload_path(ref)
             return forms.from_file("upload", ref, path, forms.name_from(Path(original).stem),
@@ -480,13 +513,13 @@ def build_app(settings: StudioSettings) -> FastAPI:
 
     def prepare(data: dict) -> dict:
         """The config, errors and command the form describes now."""
-        source = load_source(data.get("source") or {})
+        source = load_source(object_of(data, "source"))
         values = data.get("values") or {}
         if not isinstance(values, dict):
             raise UserError("values: expected an object")
-        raw, errors = forms.assemble(source.raw, {str(k): v for k, v in values.items()}, str(data.get("extra") or ""))
+        raw, errors = forms.assemble(source.raw, {str(k): v for k, v in values.items()}, text_of(data, "extra"))
         general: list[str] = []
-        name = str(data.get("name") or "")
+        name = text_of(data, "name")
         folder = None
         try:
             folder = runs.new_folder(name)
@@ -499,11 +532,15 @@ def build_app(settings: StudioSettings) -> FastAPI:
             errors.setdefault(k, v)
         try:
             config_path = output_dir / STUDIO_FOLDER / CONFIG
-            argv = forms.train_argv(forms.shown_path(config_path, settings.cwd), str(data.get("nproc") or ""))
+            argv = forms.train_argv(forms.shown_path(config_path, settings.cwd), text_of(data, "nproc"))
         except UserError as e:
             errors["_nproc"] = str(e).removeprefix("processes: ")
             argv = ["train", forms.shown_path(output_dir / STUDIO_FOLDER / CONFIG, settings.cwd)]
-        return {"raw": raw, "errors": errors, "general": general, "folder": folder, "argv": argv,
+        # The form's values are the user's, typed (or kept) in this session: what lets a config run code or write
+        # elsewhere goes on the command line, since `train` grants nothing a run folder's file asks for.
+        granted = grants_asked(raw)
+        argv += [g.override() for g in granted]
+        return {"raw": raw, "errors": errors, "general": general, "folder": folder, "argv": argv, "granted": granted,
                 "output_dir": str(output_dir),
                 "command": forms.command_line(argv), "yaml": forms.config_text(raw, source.description),
                 "source": source, "ok": not errors and not general}
@@ -525,10 +562,10 @@ def build_app(settings: StudioSettings) -> FastAPI:
             folder.mkdir(parents=True)   # a second launch of the same name loses here
         except FileExistsError:
             raise FormErrors({"_name": f"{folder} already exists; choose another name"}, []) from None
-        (folder / STUDIO_FOLDER).mkdir()
-        (folder / STUDIO_FOLDER / CONFIG).write_text(result["yaml"], encoding="utf-8")
+        write_new(real_folder(folder, STUDIO_FOLDER) / CONFIG, result["yaml"].encode("utf-8"))
         write_launch(folder, {"argv": result["argv"], "command": result["command"],
                               "source": result["source"].description, "created": time.time()})
+        grants.record(folder, result["granted"])
         await asyncio.to_thread(launcher.start, runs.store(folder), "train", result["argv"], result["command"],
                                 "train")
         return {"run": folder.name, "url": f"/runs/{part(folder.name)}", "command": result["command"]}
@@ -544,10 +581,9 @@ def build_app(settings: StudioSettings) -> FastAPI:
         if data is not None and not isinstance(data, dict):
             raise ConfigError(f"{filename[:80]}: expected key: value lines at the top level")
         upload_id = uuid.uuid4().hex
-        folder = home / "uploads"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{upload_id}.yaml").write_text(text, encoding="utf-8")
-        (folder / f"{upload_id}.name").write_text(Path(filename).name[:200] or "upload.yaml", encoding="utf-8")
+        folder = real_folder(runs_dir, STUDIO_HOME, "uploads")
+        write_new(folder / f"{upload_id}.yaml", text.encode("utf-8"))
+        write_new(folder / f"{upload_id}.name", (Path(filename).name[:200] or "upload.yaml").encode("utf-8"))
         return {"id": upload_id, "url": f"/new?upload={upload_id}"}
 
     # --- actions on a run -------------------------------------------------------------------------------------
@@ -564,50 +600,66 @@ def build_app(settings: StudioSettings) -> FastAPI:
         job = launcher.start(runs.store(view.folder), kind, argv, forms.command_line(argv), kind, outputs)
         return {"job": job.id, "command": job.command}
 
-    def resume_argv(view: RunView) -> list[str]:
-        """The command that continues the run: the studio's own launch command (train resumes an unfinished run from
-        its newest checkpoint), with resume_from_checkpoint=true when its config says overwrite_output_dir (which
-        would start over instead). A run the studio did not launch continues from its run_config.yaml, in its
-        folder."""
-        if view.launch is not None:
-            argv = list(view.launch["argv"])
-            config = studio_config(view.folder) or {}
-            if config.get("overwrite_output_dir") is True:
-                argv.append("resume_from_checkpoint=true")
-            return argv
-        return ["train", forms.shown_path(view.folder / "run_config.yaml", settings.cwd),
+    def resume_config(view: RunView) -> Path:
+        """The config Resume trains with: the one the New run form wrote for the run, else its run_config.yaml."""
+        written = view.folder / STUDIO_FOLDER / CONFIG
+        return written if written.is_file() else view.folder / "run_config.yaml"
+
+    def resume_argv(view: RunView, granted: Optional[list[str]] = None) -> list[str]:
+        """The command that continues the run, made here and never read from the folder (its studio/launch.json may
+        come from anyone): train on the run's config in its own folder from its newest checkpoint, with the processes
+        its launch asked for (a number, checked again) and what the user granted (`granted`, key=value words)."""
+        argv = ["train", forms.shown_path(resume_config(view), settings.cwd),
                 f"output_dir={forms.shown_path(view.folder, settings.cwd)}", "resume_from_checkpoint=true"]
+        nproc = launched_nproc(view.launch)
+        if nproc:
+            argv += ["--nproc", nproc]
+        return argv + list(granted or [])
 
     @app.post("/api/runs/{name}/stop")
-    async def stop(name: str):
+    async def stop(request: Request, name: str):
+        """A training this studio started: stopped at once. Any other process a file in the folder names (another
+        studio's job record, the training's lock): only after studio/stopping.py's checks, and once the user
+        confirmed that very process (`confirm_pid`)."""
+        data = await body_json(request, optional=True)
         view = await asyncio.to_thread(runs.view, name)
         job = view.train_job
-        if job is not None and job.active:
-            launcher.stop(runs.store(view.folder), job)
-            return {"stopping": True, "pid": job.pid}
+        if job is not None and job.active and launcher.started_here(job.id):
+            if launcher.stop(job.id):
+                return {"stopping": True, "pid": job.pid}
         holder = view.run.lock if view.run else None
-        if holder and holder.get("pid") and view.lock_or_job_here():
-            os.kill(int(holder["pid"]), signal.SIGTERM)
-            return {"stopping": True, "pid": holder["pid"]}
-        raise UserError(f"run {name!r} is not training here")
+        if job is not None and job.active:
+            target = verified_target(job.pid, job.host, job.process_start, None,
+                                     f"the studio's record {STUDIO_FOLDER}/jobs/{job.id}.json")
+        elif holder and view.lock_or_job_here():
+            target = verified_target(holder.get("pid"), holder.get("host"), holder.get("process_start"),
+                                     holder.get("started"), "the run's lock file")
+        else:
+            raise UserError(f"run {name!r} is not training here")
+        await asyncio.to_thread(stop_confirmed, target, data.get("confirm_pid"))
+        return {"stopping": True, "pid": target.pid}
 
     @app.post("/api/runs/{name}/resume")
-    async def resume(name: str):
+    async def resume(request: Request, name: str):
+        data = await body_json(request, optional=True)
         view = await asyncio.to_thread(idle_view, name)
         if view.status == "finished":
             raise UserError(f"run {name!r} has finished; re-run it with changes instead")
-        if view.run is None and view.launch is None:
+        if not resume_config(view).is_file():
             raise UserError(f"run {name!r} has no config to resume from")
-        return await asyncio.to_thread(start, view, "train", resume_argv(view))
+        granted = grants.overrides_for(view.folder, resume_config(view), data.get("grant"), settings.cwd, "resume")
+        return await asyncio.to_thread(start, view, "train", resume_argv(view, granted))
 
     @app.post("/api/runs/{name}/eval")
     async def evaluate(request: Request, name: str):
         data = await body_json(request)
         view = await asyncio.to_thread(idle_view, name)
-        if not view.has_adapter or not (view.folder / "run_config.yaml").is_file():
+        config = view.folder / "run_config.yaml"
+        if not view.has_adapter or not config.is_file():
             raise UserError(f"run {name!r} has no trained adapter to evaluate yet")
-        argv = ["eval", forms.shown_path(view.folder / "run_config.yaml", settings.cwd),
-                f"output_dir={forms.shown_path(view.folder, settings.cwd)}"]
+        granted = grants.overrides_for(view.folder, config, data.get("grant"), settings.cwd, "evaluate")
+        argv = ["eval", forms.shown_path(config, settings.cwd),
+                f"output_dir={forms.shown_path(view.folder, settings.cwd)}", *granted]
         if view.is_classification and data.get("zero_shot", True):
             argv.append("--zero-shot")
         review = data.get("review_errors", 20)
@@ -624,20 +676,24 @@ def build_app(settings: StudioSettings) -> FastAPI:
         kind = data.get("kind")
         folder_arg = forms.shown_path(view.folder, settings.cwd)
         safe = re.sub(r"[^\w.-]+", "_", view.name).strip("._") or "run"
+        exports = real_folder(view.folder, STUDIO_FOLDER, "exports")   # never a link out of the run folder
         if kind == "archive":
             out = f"exports/{safe}.tar.gz"
-            argv = ["export", folder_arg, "--archive", forms.shown_path(view.folder / STUDIO_FOLDER / out,
-                                                                         settings.cwd), "--force"]
+            argv = ["export", folder_arg, "--archive",
+                    forms.shown_path(refuse_link(exports / f"{safe}.tar.gz"), settings.cwd), "--force"]
             outputs = [out]
         elif kind in ("merged", "gguf"):
             out = f"exports/{safe}-merged"
             argv = ["export", folder_arg, "--export-dir",
-                    forms.shown_path(view.folder / STUDIO_FOLDER / out, settings.cwd), "--force"]
+                    forms.shown_path(refuse_link(exports / f"{safe}-merged"), settings.cwd), "--force"]
             outputs = [out]
             if kind == "gguf":
                 quant = data.get("quant")
                 if quant not in GGUF_TYPES:
                     raise UserError(f"quant: one of {', '.join(GGUF_TYPES)}")
+                merged = exports / f"{safe}-merged"
+                if merged.is_dir():
+                    refuse_link(merged / f"{safe}-merged-{quant}.gguf")
                 argv += ["--gguf", quant]
                 outputs = [f"{out}/{safe}-merged-{quant}.gguf", out]
         else:
@@ -655,13 +711,12 @@ def build_app(settings: StudioSettings) -> FastAPI:
         body = await body_bytes(request, PREDICT_LIMIT)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         stem = re.sub(r"[^\w.-]+", "_", Path(filename).stem)[:60].strip("._") or "input"
-        folder = view.folder / STUDIO_FOLDER / "predict"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = real_folder(view.folder, STUDIO_FOLDER, "predict")   # never a link out of the run folder
         source = folder / f"{stamp}-{stem}{suffix}"
-        source.write_bytes(body)
+        write_new(source, body)
         out = f"predict/{stamp}-{stem}-predictions{suffix}"
         argv = ["predict", forms.shown_path(view.folder, settings.cwd), "--input", forms.shown_path(source, settings.cwd),
-                "--output", forms.shown_path(view.folder / STUDIO_FOLDER / out, settings.cwd)]
+                "--output", forms.shown_path(refuse_link(folder / f"{stamp}-{stem}-predictions{suffix}"), settings.cwd)]
         return await asyncio.to_thread(start, view, "predict", argv, [out])
 
     # --- chat ---------------------------------------------------------------------------------------------------
@@ -740,6 +795,26 @@ def build_app(settings: StudioSettings) -> FastAPI:
         return {"job": job.id, "running": True}
 
     return app
+
+
+def text_of(data: dict, key: str, label: str | None = None) -> str:
+    """A request's text field ("" when absent or null); anything else is a 400 naming it."""
+    value = data.get(key)
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise UserError(f"{label or key}: expected text, got {type(value).__name__}")
+    return str(value)
+
+
+def object_of(data: dict, key: str) -> dict:
+    """A request's object field ({} when absent or null); anything else is a 400 naming it."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{key}: expected an object, got {type(value).__name__}")
+    return value
 
 
 def safe_next(target: str) -> str:

@@ -34,8 +34,9 @@ from steadytune.config import (
     translate_v1,
 )
 from steadytune.errors import UserError
-from steadytune.infer.loading import USER_ONLY_KEYS
-from steadytune.stages.rewards import without_user_functions
+from steadytune.training.folder_config import grants_asked, run_folder_of, without_user_functions
+from steadytune.studio.runs import CONFIG
+from steadytune.training.run_folder import STUDIO_FOLDER
 
 SECTION_TITLES = {"model": "Model", "method": "Method: stage and LoRA", "data": "Data", "train": "Training",
                   "infer": "Generation and export", "guard": "Numerical guard (guard:)",
@@ -243,13 +244,20 @@ def assemble(source: dict, values: dict[str, str], extra_text: str) -> tuple[dic
     return unflatten(flat), errors
 
 
+# A key that no value passes alone, by a rule that reads other keys, is checked with those (stage: grpo needs its
+# reward_funcs; ref_model_adapters needs ref_model): alone, the form would refuse what `train` accepts.
+CHECKED_WITH = {"stage": ("reward_funcs", "reward_weights"), "ref_model_adapters": ("ref_model",)}
+
+
 def validate(raw: dict) -> tuple[Optional[Any], dict[str, str], list[str]]:
     """(the RunConfig, or None; errors beside keys; errors of the whole) from the config's own checks: each key
     alone first (so every bad key is named, not only the first), then all of them together."""
     errors: dict[str, str] = {}
-    for key, value in flatten(raw).items():
+    flat = flatten(raw)
+    for key, value in flat.items():
         try:
-            build_config(unflatten({key: value}), where="form")
+            alone = {key: value, **{k: flat[k] for k in CHECKED_WITH.get(key, ()) if k in flat}}
+            build_config(unflatten(alone), where="form")
         except ConfigError as e:
             errors[key if key in FIELD_KEYS else EXTRA] = _short(str(e), key)
     general: list[str] = []
@@ -318,6 +326,9 @@ def from_path(ref: str) -> Source:
     if path.suffix.lower() not in (".yaml", ".yml"):
         raise UserError(f"{ref}: give a .yaml file")
     source = from_file("path", ref, path, name_from(path.stem), f"the file {path}")
+    if run_folder_of(path) is not None:   # a run folder's file, named by path: the same as a run as the source
+        source.raw, notes = without_grants(source.raw, str(path))
+        source.notes += notes
     dataset_dir = source.raw.get("dataset_dir", "data")
     if source.raw.get("dataset") and isinstance(dataset_dir, str) and not Path(dataset_dir).is_absolute():
         for parent in path.resolve().parents:
@@ -329,33 +340,42 @@ def from_path(ref: str) -> Source:
     return source
 
 
-def from_run(name: str, folder: Path, config: Optional[dict], taken: set[str]) -> Source:
-    """An existing run's config (the one the studio wrote, else its run_config.yaml), for a new run: its folder, a
-    resume point and its recorded decisions are not carried over; keys that let a file run code here are dropped
-    unless the config the studio wrote set them (a run folder may come from anyone)."""
-    notes = []
-    raw = config
-    if raw is None:
-        path = folder / "run_config.yaml"
-        if not path.is_file():
-            raise UserError(f"run {name!r} has no config to start from (no run_config.yaml)")
-        raw = read_yaml(path)
-        raw.pop("decisions", None)
-        for key in USER_ONLY_KEYS:
-            if raw.get(key) not in (None, False):
-                notes.append(f"{key}: {shown(raw[key])[:80]} in its run_config.yaml is left out: only your own "
-                             "config may grant it (set it in the form if you trust the run)")
-            raw.pop(key, None)
-        funcs, weights, dropped = without_user_functions(raw.get("reward_funcs"), raw.get("reward_weights"))
-        if dropped:
-            raw["reward_funcs"], raw["reward_weights"] = funcs, weights
-            notes.append(f"reward_funcs {', '.join(dropped)[:80]} in its run_config.yaml are left out: only your own "
-                         "config may name code to run (set them in the form if you trust the run)")
+def from_run(name: str, folder: Path, taken: set[str]) -> Source:
+    """An existing run's config (the one the New run form wrote for it, else its run_config.yaml), for a new run: its
+    folder, a resume point and its recorded decisions are not carried over, nor anything that lets a file run code or
+    write elsewhere (a run folder may come from anyone, and the studio's own files in it with it): each is left out
+    with a note, and the user types it into the form if they trust the run."""
+    written = folder / STUDIO_FOLDER / CONFIG
+    path = written if written.is_file() else folder / "run_config.yaml"
+    if not path.is_file():
+        raise UserError(f"run {name!r} has no config to start from (no run_config.yaml)")
+    raw, notes = without_grants(read_yaml(path), f"{path.relative_to(folder)} of run {name}")
     raw = {k: v for k, v in raw.items() if k not in ("output_dir", "resume_from_checkpoint", "decisions")}
     n = 2
     while f"{name}-{n}" in taken:
         n += 1
     return Source("run", name, raw, f"the config of run {name}", f"{name}-{n}", notes)
+
+
+def without_grants(raw: dict, where: str) -> tuple[dict, list[str]]:
+    """A run folder's config less what only the user grants (training/folder_config.py), and a note for each."""
+    raw = dict(raw)
+    notes = []
+    for grant in grants_asked(raw):
+        if grant.key == "reward_funcs":
+            funcs, weights, dropped = without_user_functions(raw.get("reward_funcs"), raw.get("reward_weights"))
+            raw["reward_funcs"], raw["reward_weights"] = funcs, weights
+            notes.append(f"reward_funcs {', '.join(dropped)[:120]} in {where} left out: a run folder's files never "
+                         "name code to run (type them into reward_funcs if you trust the run; the command will show "
+                         "them)")
+            for key in ("reward_funcs", "reward_weights"):
+                if raw[key] is None:
+                    raw.pop(key)
+            continue
+        raw.pop(grant.key, None)
+        notes.append(f"{grant.key}: {shown(grant.value)[:120]} in {where} left out ({grant.why}): a run folder's "
+                     "files never grant it (set it in the form if you trust the run)")
+    return raw, notes
 
 
 def name_from(stem: str) -> str:

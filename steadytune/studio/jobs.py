@@ -24,6 +24,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
+from steadytune.errors import UserError
+from steadytune.studio.writes import open_new, read_bytes_nofollow, real_folder, replace_file
+from steadytune.training.run_folder import process_start_ticks
+
 JOBS = "jobs"
 RUNNING, DONE, FAILED, STOPPED, ENDED = "running", "done", "failed", "stopped", "ended"
 STOP_CODES = (130, 143, -signal.SIGTERM, -signal.SIGINT)   # 128 + SIGINT/SIGTERM, as train exits; or killed by it
@@ -62,7 +66,8 @@ class Job:
 
 
 class JobStore:
-    """The jobs of one folder (a run folder's studio/, or the studio's own folder): records and logs."""
+    """The jobs of one folder (a run folder's studio/, or the studio's own folder): records and logs. Nothing is
+    written or read through a symbolic link (studio/writes.py): the folder may come from anyone."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -74,43 +79,40 @@ class JobStore:
     def log_path(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.log"
 
+    def make_dir(self) -> Path:
+        """The jobs/ folder, a real one inside the folder's parent (the run folder, or RUNS_DIR)."""
+        return real_folder(self.folder.parent, self.folder.name, JOBS)
+
+    def readable(self) -> bool:
+        return not self.folder.is_symlink() and not self.dir.is_symlink() and self.dir.is_dir()
+
     def save(self, job: Job) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.record_path(job.id)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(job), indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        self.make_dir()
+        replace_file(self.record_path(job.id), json.dumps(asdict(job), indent=1, ensure_ascii=False).encode("utf-8"))
 
     def load(self, job_id: str) -> Optional[Job]:
-        if not re.fullmatch(r"[0-9a-z-]{1,64}", job_id or ""):
+        if not re.fullmatch(r"[0-9a-z-]{1,64}", job_id or "") or not self.readable():
             return None
         try:
-            data = json.loads(self.record_path(job_id).read_text(encoding="utf-8"))
+            data = json.loads(read_bytes_nofollow(self.record_path(job_id)).decode("utf-8"))
             return Job.from_dict(data) if isinstance(data, dict) else None
-        except (OSError, ValueError, TypeError, RecursionError):
+        except (ValueError, TypeError, RecursionError):
             return None
 
     def all(self) -> list[Job]:
         """Newest first."""
-        if not self.dir.is_dir():
+        if not self.readable():
             return []
         jobs = [self.load(p.stem) for p in self.dir.glob("*.json")]
         return sorted((j for j in jobs if j is not None), key=lambda j: j.started, reverse=True)
 
     def tail(self, job: Job, size: int = TAIL_BYTES) -> str:
-        return read_tail(self.log_path(job.id), size)
+        return read_tail(self.log_path(job.id), size) if self.readable() else ""
 
 
 def read_tail(path: Path, size: int = TAIL_BYTES) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            length = f.tell()
-            f.seek(max(0, length - size))
-            data = f.read()
-    except OSError:
-        return ""
-    return data.decode("utf-8", errors="replace")
+    """The last `size` bytes of a file as text, not through a link ("" when unreadable)."""
+    return read_bytes_nofollow(path, size).decode("utf-8", errors="replace")
 
 
 def last_lines(text: str, n: int = 12) -> list[str]:
@@ -141,14 +143,7 @@ def progress_of(text: str) -> Optional[dict]:
 def process_start_time(pid: int) -> Optional[int]:
     """The start time (clock ticks after boot) of a live process, None when it does not run (or is a zombie).
     Linux only; elsewhere, None (use `pid_exists`)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    rest = text[text.rfind(")") + 2:].split()   # after "pid (comm) ": state, ppid, ...
-    if len(rest) < 20 or rest[0] in ("Z", "X"):
-        return None
-    return int(rest[19])
+    return process_start_ticks(pid)
 
 
 def pid_exists(pid: int) -> bool:
@@ -189,16 +184,16 @@ class Launcher:
         job = Job(id=time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6], kind=kind, argv=list(argv),
                   command=command, title=title or kind, host=socket.gethostname(), started=time.time(),
                   outputs=list(outputs or []))
-        store.dir.mkdir(parents=True, exist_ok=True)
+        store.make_dir()
         log = store.log_path(job.id)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with log.open("ab") as out:
+        with open_new(log, append=True) as out:
             out.write(f"[studio] $ {command}\n[studio] started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
             out.flush()
             stdout = out
             if separate_stdout:
                 job.stdout = f"{JOBS}/{job.id}.out"
-                stdout = (store.folder / job.stdout).open("wb")
+                stdout = open_new(store.folder / job.stdout)
             try:
                 # Its own session: a signal to the studio (Ctrl-C in its terminal) does not reach it, and it outlives
                 # the studio. Output to files: nothing here ever has to read it for the job to go on.
@@ -228,12 +223,12 @@ class Launcher:
             current.returncode = code
             current.ended = time.time()
             current.state = finished_state(code, current.stop_requested is not None)
-            store.save(current)
             try:
-                with store.log_path(job_id).open("a", encoding="utf-8") as f:
-                    f.write(f"\n[studio] exited with code {code} at {time.strftime('%H:%M:%S')}\n")
-            except OSError:
-                pass
+                store.save(current)
+                with open_new(store.log_path(job_id), append=True) as f:
+                    f.write(f"\n[studio] exited with code {code} at {time.strftime('%H:%M:%S')}\n".encode())
+            except (OSError, UserError):
+                pass   # the folder changed under it (a link put in place): its record stays as it was
 
     def refresh(self, store: JobStore, job: Job) -> Job:
         """The job as it is now: a running record whose process is gone (and is not one this studio will reap)
@@ -252,24 +247,36 @@ class Launcher:
         if job_alive(job):
             return job
         job.state, job.ended = ENDED, time.time()
-        store.save(job)
+        try:
+            store.save(job)
+        except (OSError, UserError):
+            pass   # a folder the studio may not write (a link in its studio/): shown as ended, not recorded
         return job
 
     def jobs(self, store: JobStore) -> list[Job]:
         return [self.refresh(store, job) for job in store.all()]
 
-    def stop(self, store: JobStore, job: Job) -> bool:
-        """SIGTERM to the job's process (train saves a checkpoint and exits 143; `--nproc`'s launcher passes it on
-        to its ranks). False when it no longer runs."""
-        job = self.refresh(store, job)
-        if not job.active:
+    def started_here(self, job_id: str) -> bool:
+        """Whether this studio process started the job (and has not reaped it yet)."""
+        with self.lock:
+            return job_id in self.children
+
+    def stop(self, job_id: str) -> bool:
+        """SIGTERM to a job this studio started, through its own process handle (train saves a checkpoint and exits
+        143; `--nproc`'s launcher passes it on to its ranks). False when it is not one of this studio's running
+        jobs: any other process is studio/stopping.py's to judge."""
+        with self.lock:
+            child = self.children.get(job_id)
+        if child is None or child[0].poll() is not None:
             return False
+        proc, store, job = child
+        proc.send_signal(signal.SIGTERM)
+        current = store.load(job_id) or job
+        current.stop_requested = time.time()
         try:
-            os.kill(job.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return False
-        job.stop_requested = time.time()
-        store.save(job)
+            store.save(current)
+        except (OSError, UserError):
+            pass
         return True
 
     def watch(self, interval: float = 0.5) -> None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from steadytune.config import load_yaml_file
 from steadytune.errors import UserError
 from steadytune.report.rundata import (
     FINISHED,
@@ -27,7 +26,8 @@ from steadytune.report.rundata import (
     run_status,
 )
 from steadytune.studio.jobs import Job, JobStore, Launcher, last_lines, progress_of
-from steadytune.training.run_folder import LOCK, STUDIO_FOLDER, lock_holder_alive, lock_holder_of, write_json_atomic
+from steadytune.studio.writes import read_bytes_nofollow, real_folder, replace_file
+from steadytune.training.run_folder import LOCK, STUDIO_FOLDER, lock_holder_alive, lock_holder_of
 
 NEW, STARTING, STOPPING, FAILED_TO_START = "new", "starting", "stopping", "failed to start"
 LAUNCH = "launch.json"        # studio/launch.json: how the studio launched the run (its train arguments)
@@ -37,6 +37,15 @@ MAX_NAME = 100
 
 class NotFound(UserError):
     """A run, job or file the request names is not there (404)."""
+
+
+class NeedsConfirmation(UserError):
+    """An action the user must confirm first (409): `payload` says what, as the page shows it (the grants a run's
+    config asks for, the process Stop would signal)."""
+
+    def __init__(self, message: str, payload: dict):
+        super().__init__(message)
+        self.payload = payload
 
 
 def check_new_name(name: str) -> str:
@@ -254,9 +263,10 @@ def signature(folder: Path) -> tuple:
 
 
 def read_launch(folder: Path) -> Optional[dict]:
+    """studio/launch.json, for what it shows (the command the studio ran, its --nproc); never run as it is."""
     try:
-        data = json.loads((folder / STUDIO_FOLDER / LAUNCH).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(read_bytes_nofollow(folder / STUDIO_FOLDER / LAUNCH).decode("utf-8"))
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("argv"), list) \
             or not all(isinstance(a, str) for a in data["argv"]):
@@ -265,20 +275,18 @@ def read_launch(folder: Path) -> Optional[dict]:
 
 
 def write_launch(folder: Path, launch: dict) -> None:
-    (folder / STUDIO_FOLDER).mkdir(parents=True, exist_ok=True)
-    write_json_atomic(folder / STUDIO_FOLDER / LAUNCH, launch)
+    replace_file(real_folder(folder, STUDIO_FOLDER) / LAUNCH,
+                 json.dumps(launch, indent=2, ensure_ascii=False, default=str).encode("utf-8"))
 
 
-def studio_config(folder: Path) -> Optional[dict]:
-    """The config the New run form wrote for this run (studio/config.yaml), else None."""
-    path = folder / STUDIO_FOLDER / CONFIG
-    if not path.is_file():
-        return None
-    try:
-        data = load_yaml_file(path, unique_keys=False)
-    except UserError:
-        return None
-    return data if isinstance(data, dict) else None
+def launched_nproc(launch: Optional[dict]) -> Optional[str]:
+    """The --nproc of the studio's launch record (a number or auto, else None): all Resume takes from the record,
+    which may come from anyone; the command itself is made again."""
+    argv = (launch or {}).get("argv") or []
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--nproc" and isinstance(value, str) and (value == "auto" or value.isdigit() and 0 < int(value) <= 1024):
+            return value
+    return None
 
 
 def _manifest_updated(run: Run) -> float:

@@ -1,6 +1,7 @@
 """The pieces of the training loop that `train.py` puts together: loss, batches, numerical guard, fault
 injection, checkpoints and exact resume, the run folder and its lock, metrics and trackers, CUDA graphs, signals.
 
-Modules: loss, batches, guard, faults, checkpoint, optimizer_state, resume, run_folder, monitor, trackers, graphs,
-stopping, speed_plan, startup. None of them sees the whole loop; train.py does.
+Modules: loss, batches, guard, faults, checkpoint, optimizer_state, resume, run_folder, folder_config (a run folder's
+own config grants no code, credentials or outside writes), lora_budget (whether the adapters fit), monitor, trackers,
+graphs, stopping, speed_plan, startup. None of them sees the whole loop; train.py does.
 """

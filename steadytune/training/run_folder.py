@@ -102,6 +102,8 @@ class RunFolder:
         self._lock()
         self.manifest = read_manifest(self.path) or adopt_legacy_run(self.path)
         self.present_at_start = {p.name for p in self.path.iterdir()} - {LOCK, NODE_LOGS, STUDIO_FOLDER}
+        refuse_links_written(self.path, [n for n in self.present_at_start
+                                         if OUTPUT_NAME.match(n) and not CHECKPOINT_NAME.match(n)])
         self._adopt_killed_runs_entries()
         ours = set(self.manifest.get("files", []))
         if self.manifest:
@@ -244,7 +246,7 @@ class RunFolder:
     def _lock(self) -> None:
         lock = self.path / LOCK
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              **elastic_attempt()}
+              "process_start": process_start_ticks(os.getpid()), **elastic_attempt()}
         for _ in range(2):
             try:
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -349,6 +351,7 @@ def claim_outputs(folder: Path, names: list[str], overwrite: bool, what: str) ->
     folder = Path(folder)
     check_writable_location(folder, "--output-dir")
     refuse_if_in_use(folder, what)
+    refuse_links_written(folder, [*names, MANIFEST])
     ours = set(read_manifest(folder).get("files", []))
     foreign = [n for n in names if (folder / n).exists() and n not in ours]
     if foreign and not overwrite:
@@ -394,6 +397,36 @@ def record_outputs(folder: Path, names: list[str]) -> None:
     write_json_atomic(folder / MANIFEST, manifest)
 
 
+def refuse_links_written(folder: Path, names: list[str]) -> None:
+    """A run folder's entry that a command would write (or append to) and that is a symbolic link is refused, naming
+    it: the write would land wherever the link points (a folder from elsewhere may hold `metrics.jsonl ->
+    ~/.bashrc`). Checkpoints are the exception, handled where they are read and rotated (training/checkpoint.py): a
+    user may move one to another disk and leave a link."""
+    folder = Path(folder)
+    for name in sorted({*names, MANIFEST, MANIFEST + ".tmp"}):
+        path = folder / name
+        if path.is_symlink():
+            raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}); steadytune does not write through "
+                            f"links in a run folder: remove it, or choose another output_dir")
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The start time of a live process in clock ticks after boot (Linux: /proc/PID/stat field 22), None when it does
+    not run, is a zombie, or this is not Linux. With the pid, it names one process: a later one that gets the same
+    pid starts at another tick."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    rest = text[text.rfind(")") + 2:].split()   # after "pid (comm) ": state, ppid, ...
+    if len(rest) < 20 or rest[0] in ("Z", "X"):
+        return None
+    try:
+        return int(rest[19])
+    except ValueError:
+        return None
+
+
 def check_writable_location(path: Path, key: str) -> None:
     """One-line errors for a folder that cannot be a run folder: a file, or not writable."""
     path = Path(path)
@@ -409,7 +442,11 @@ def check_writable_location(path: Path, key: str) -> None:
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
+    """`path` written whole (a temporary file, then a rename, which replaces a link at `path` rather than its target);
+    never through a link planted at the temporary name."""
     tmp = path.with_name(path.name + ".tmp")
+    if tmp.is_symlink():
+        tmp.unlink()
     tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
     os.replace(tmp, path)
 

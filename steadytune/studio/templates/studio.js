@@ -266,14 +266,27 @@
       });
     }
 
-    function act(action, button) {
+    // The grants ticked in the run's header (what its config asks for that only the user grants), key -> value.
+    function ticked() {
+      var out = {};
+      document.querySelectorAll("#grants input.grant:checked").forEach(function (box) {
+        out[box.dataset.key] = JSON.parse(box.dataset.value);
+      });
+      return out;
+    }
+
+    function act(action, button, extra) {
       var url = apiRun + "/" + action;
       var call;
       if (action === "eval") {
         var zero = document.getElementById("eval-zero-shot");
         var review = document.getElementById("eval-review");
-        call = send("POST", url, {zero_shot: zero ? zero.checked : false,
+        call = send("POST", url, {zero_shot: zero ? zero.checked : false, grant: ticked(),
                                   review_errors: review ? parseInt(review.value || "0", 10) : 0});
+      } else if (action === "resume") {
+        call = send("POST", url, {grant: ticked()});
+      } else if (action === "stop") {
+        call = send("POST", url, extra || {});
       } else if (action === "export") {
         var kind = document.querySelector("input[name=export-kind]:checked").value;
         call = send("POST", url, {kind: kind, quant: document.getElementById("export-quant").value});
@@ -288,6 +301,12 @@
       showError(actionError, "");
       call.then(state).catch(function (error) {
         button.disabled = false;
+        var proc = error.status === 409 && error.data && error.data.confirm;
+        if (proc && window.confirm("Stop process " + proc.pid + ", started " + proc.started + "?\n\n" +
+                                   proc.command + "\n\n(named by " + proc.source + "; the studio did not start it)")) {
+          act(action, button, {confirm_pid: proc.pid});
+          return;
+        }
         showError(actionError, error.message);
       });
     }
