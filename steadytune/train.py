@@ -99,6 +99,13 @@ from steadytune.training.graphs import graph_runner_for
 from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard
 from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
+from steadytune.training.optimizers import (
+    build_optimizer,
+    check_optimizer_installed,
+    chosen_optimizer,
+    may_train,
+    refuse_with_sharding,
+)
 from steadytune.training.resume import compare_for_resume, resume_fingerprint
 from steadytune.training.folder_config import load_config_named
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
@@ -355,6 +362,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     stage = STAGES[cfg.method.stage]  # what sft, dpo, kto, rm do differently: data, batches, model kind, objective
     start = plan_start(cfg, folder)
     world, shard_plan = plan_processes(cfg)
+    check_optimizer_installed(cfg)   # a missing optimizer library stops here, before any loading
     info, precision, attn, packing = choose_hardware(cfg)
     tokenizer, data = load_data(cfg, stage)
     resume_candidates = vet_resume(cfg, start.resume_candidates, world,
@@ -568,11 +576,10 @@ def compare_with_lf(micro_batches: int, per_epoch: int, total: int, lf, budget: 
 def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):
     """AdamW and the schedule; the stage's objective (model + loss) prepared by Accelerate for the sharding."""
     t = cfg.train
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
-                                  eps=t.adam_epsilon, weight_decay=t.weight_decay,
-                                  # one fused kernel for all LoRA tensors instead of several per tensor
-                                  fused=(accelerator.device.type == "cuda" and t.optim == "adamw_torch_fused") or None)
+    refuse_with_sharding(cfg, shard_plan.sharded, shard_plan.label)
+    trainable = may_train(model)   # before BAdam, which switches requires_grad block by block
+    optimizer, why = build_optimizer(model, cfg, accelerator.device.type)   # training/optimizers.py
+    cfg.decide("optimizer", chosen_optimizer(cfg), why)
     scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=steps.warmup,
                               num_training_steps=steps.total)
     sharding.fit_to_model(accelerator, shard_plan, model, cfg)
@@ -580,7 +587,8 @@ def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan
                                                       optimizer)
     sharding.keep_sharded_on_cpu(accelerator, shard_plan)
     # FSDP2 replaces the parameters with sharded ones: clipping and the guard must see those.
-    params = [p for p in accelerator.unwrap_model(objective).parameters() if p.requires_grad]
+    params = [p for p in accelerator.unwrap_model(objective).parameters() if p.requires_grad] \
+        if shard_plan.sharded else trainable
     return objective, params, optimizer, scheduler
 
 
@@ -1136,7 +1144,7 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
         run.folder.record(status="finished")
         print(f"done: {state.global_step} steps in {outcome.train_seconds:.1f} s, final loss "
               f"{final_loss if final_loss is None else round(final_loss, 4)}; "
-              f"{'adapter' if cfg.method.finetuning_type == 'lora' else 'model'} in {out}")
+              f"{'adapter' if hasattr(run.model, 'peft_config') else 'model'} in {out}")
         write_run_report(out)
     run.trackers.finish()
     seconds = max(outcome.train_seconds, 1e-9)

@@ -22,6 +22,7 @@ from steadytune.model.kernels import apply_liger_kernels, compile_layers
 from steadytune.model.offload import HostOffload, plan_activation_offloading
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
+from steadytune.training.optimizers import graph_blockers as method_graph_blockers
 
 
 def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
@@ -40,6 +41,7 @@ def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
         # kto's answers and KL pairs go through two forwards of different shapes, and its objective records metrics
         # as it computes: dynamic shapes, no CUDA graph. (dpo and rm compute into fixed pair slots: graphable.)
         blockers["stage"] = "stage kto records its metrics inside the step"
+    blockers.update(method_graph_blockers(cfg))   # BAdam, layer-wise GaLore/APOLLO, the DFT/EAFT/ASFT losses
     quantized = speed_blockers(cfg.model.quantization_bit).get("cuda_graphs")
     if quantized:
         blockers["quantization"] = quantized
