@@ -304,6 +304,9 @@ class TrainArguments:
                                 "memory, and the residual stream and norms then run in bf16; float32 keeps an fp32 copy "
                                 "(matmuls still bf16 under autocast), as a transformers + peft script that calls "
                                 "prepare_model_for_kbit_training does. auto: bf16.", choices=("auto", "bf16", "float32"))
+    pure_bf16: bool = _opt(False, "Every weight in bf16, the trained ones too (no fp32 copy, no autocast): half the "
+                           "memory of weights, gradients and optimizer state, at bf16's rounding of small updates "
+                           "(LLaMA-Factory key; its GaLore, APOLLO and mixture-of-depths examples set it). Not with fp16.")
     fp16: Union[bool, str] = _opt(False, "float16 mixed precision with dynamic loss scaling: true, false, or auto.")
     seed: int = _opt(42, "Seed for data order, splits, LoRA init and dropout.", minimum=0, maximum=2**32 - 1)
     logging_steps: int = _opt(10, "Log loss, grad norm, lr and throughput every N optimizer steps.", minimum=1)
@@ -489,7 +492,6 @@ UNSUPPORTED_KEYS = {
     "export_quantization_dataset": "quantised (GPTQ) export is not supported",
     "export_quantization_nsamples": "quantised (GPTQ) export is not supported",
     "export_quantization_maxlen": "quantised (GPTQ) export is not supported",
-    "pure_bf16": "pure bf16 training (bf16 trainable weights) is not offered: trainable weights stay fp32",
     # LF's fp8 trains every weight through fp8 matmuls; for LoRA's frozen base steadytune has fp8_base
     "fp8": FP8_TRAINING, "fp8_backend": FP8_TRAINING, "fp8_enable_fsdp_float8_all_gather": FP8_TRAINING,
     "fsdp_transformer_layer_cls_to_wrap": "set transformer_layer_cls_to_wrap inside fsdp_config",

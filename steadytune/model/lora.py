@@ -71,7 +71,8 @@ def attach_adapter(model: nn.Module, cfg: RunConfig) -> nn.Module:
     else:
         model = _attach_lora(model, cfg)
         install_grouped_experts(model, cfg.train.moe_grouped_mm)
-    _cast_trainable_to_fp32(model)
+    if not cfg.train.pure_bf16:   # pure_bf16: the trained weights stay bf16, as asked
+        _cast_trainable_to_fp32(model)
     return model
 
 

@@ -194,6 +194,12 @@ def enable_gradient_checkpointing(cfg: RunConfig, model: torch.nn.Module, graphs
 def choose_base_dtype(cfg: RunConfig, precision: str) -> torch.dtype:
     """The frozen base weights' dtype: bf16 for LoRA under bf16 unless lora_base_dtype says float32 (full
     fine-tuning and fp16/fp32 runs keep fp32 weights: the optimizer updates them, or loss scaling needs them)."""
+    if cfg.train.pure_bf16:
+        if precision == "fp16":
+            raise UserError("pure_bf16: true and fp16 mixed precision disagree; set fp16: false")
+        cfg.decide("pure_bf16", True, "every weight in bf16, the trained ones too (no fp32 copies): LLaMA-Factory's "
+                   "pure_bf16")
+        return torch.bfloat16
     if precision != "bf16" or cfg.method.finetuning_type != "lora":
         return torch.float32
     if cfg.train.lora_base_dtype == "float32":
