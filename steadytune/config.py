@@ -457,9 +457,9 @@ for _section in FLAT_SECTIONS:
 # `guard_policy` is also accepted at the top level, as a shortcut.
 KEY_TO_SECTION["guard_policy"] = "guard"
 
-FP8_TRAINING = ("fp8 training of the whole model (LLaMA-Factory's torchao or Transformer Engine path, weights "
-                "trained in fp8) is not supported; for LoRA, fp8_base: true multiplies the frozen base in fp8 on "
-                "sm_89 and up")
+FP8_TRAINING = ("fp8 training of the whole model (LLaMA-Factory's torchao or Transformer Engine path: every linear "
+                "layer's matmuls in fp8, on CUDA GPUs of sm_89 and up) is not supported yet; for LoRA, fp8_base: true "
+                "multiplies the frozen base in fp8 on sm_89 and up")
 
 # Keys of LLaMA-Factory (and HF TrainingArguments) for features steadytune does not have. They fail loudly:
 # silently ignoring e.g. `quantization_bit` would train something other than what the user asked for.
@@ -482,13 +482,18 @@ UNSUPPORTED_KEYS = {
     "freeze_vision_tower": "vision models are not supported",
     "freeze_multi_modal_projector": "vision models are not supported",
     "freeze_language_model": "vision models are not supported",
-    "ray_num_workers": "Ray is not supported; use `accelerate launch` for several GPUs",
-    "ray_init_kwargs": "Ray is not supported",
+    "ray_num_workers": "LLaMA-Factory's Ray launch (USE_RAY=1, ray_* keys) is not supported; for several GPUs use "
+                       "`steadytune train --nproc N` (torchrun), --nnodes for several machines, or accelerate launch",
+    "ray_init_kwargs": "LLaMA-Factory's Ray launch is not supported; use --nproc / --nnodes",
     "use_unsloth": "Unsloth is not used; steadytune has its own fast paths",
     "rope_scaling": "RoPE scaling is not supported",
     "shift_attn": "shift short attention is not supported",
-    "mixture_of_depths": "mixture of depths is not supported",
-    "export_quantization_bit": "quantised (GPTQ) export is not supported; export_format: gguf with export_gguf_type: q8_0 quantises for llama.cpp",
+    "mixture_of_depths": "mixture of depths is not supported (LLaMA-Factory converts the model with the MoD package, "
+                         "written for transformers 4's Llama and Mistral classes)",
+    "export_quantization_bit": "quantised (GPTQ) export is not supported: the maintained GPTQ quantiser, GPTQModel "
+                               "(pip install gptqmodel), ships as source that compiles CUDA kernels; quantise the "
+                               "merged model with it, or use export_format: gguf with export_gguf_type: q8_0 for "
+                               "llama.cpp",
     "export_quantization_dataset": "quantised (GPTQ) export is not supported",
     "export_quantization_nsamples": "quantised (GPTQ) export is not supported",
     "export_quantization_maxlen": "quantised (GPTQ) export is not supported",
@@ -592,8 +597,17 @@ def translate_v1(raw: dict, where: str) -> tuple[dict, list[tuple[str, Any, str]
     peft = _plugin(raw, "peft_config", where)
     if peft is None:
         put("finetuning_type", "full", "no peft_config -> finetuning_type: full")
+    elif peft["name"] == "freeze":   # v1's get_freeze_model: v0's rule, with v0's key names
+        put("finetuning_type", "freeze", "peft_config freeze -> finetuning_type: freeze")
+        for key, value in peft.items():
+            if key == "name" or value is None:
+                continue
+            if key not in ("freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"):
+                refuse(f"peft_config.{key}", "a freeze setting steadytune does not have")
+            put(key, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value, f"peft_config.{key}")
     elif peft["name"] != "lora":
-        refuse(f"peft_config: {peft['name']}", f"finetuning_type: {peft['name']} is not supported; use lora or full")
+        refuse(f"peft_config: {peft['name']}", f"finetuning_type: {peft['name']} is not supported; use lora, freeze "
+               "or full")
     else:
         put("finetuning_type", "lora", "peft_config lora -> finetuning_type: lora")
         names = {"r": "lora_rank", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
