@@ -64,7 +64,13 @@ from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
 from steadytune.model.offload import remove_offloading
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
-from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
+from steadytune.model.lora import (
+    attach_adapter,
+    count_parameters,
+    load_trained_adapter,
+    save_pissa_converted,
+    save_pissa_start,
+)
 from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import DTYPES as QUANT_DTYPES
 from steadytune.model.quantize import is_quantized, keep_training_layout, record_quantization
@@ -512,6 +518,8 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
         if cfg.method.finetuning_type == "lora":
             check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
         model = attach_adapter(model, cfg)
+        if cfg.method.pissa_convert and cfg.method.pissa_init and accelerator.is_main_process:
+            save_pissa_start(model, cfg.train.output_dir)   # what pissa_converted is computed against, at the end
     if shard_plan.kind == "deepspeed" and precision in ("bf16", "fp16"):
         # DeepSpeed keeps the fp32 master copy of trainable weights in its optimizer and computes in the half dtype;
         # its ZeRO-3 linear does not autocast, so fp32 adapters would meet bf16 inputs (seen on the H200).
@@ -1163,6 +1171,9 @@ def save_final_outputs(run: Run, out: Path, model=None) -> None:
         tmp.mkdir()
         writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
         model.save_pretrained(tmp, safe_serialization=True)
+        if run.cfg.method.pissa_convert and run.cfg.method.pissa_init:
+            writing = "pissa_converted"
+            save_pissa_converted(model, run.folder.path)
         writing = "the tokenizer"
         run.tokenizer.save_pretrained(tmp)
         writing = "the folder"

@@ -272,3 +272,31 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
     if is_trainable:
         _cast_trainable_to_fp32(loaded)  # as for a fresh adapter: small updates must not round away in bf16
     return loaded
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PiSSA's starting adapter and its conversion (LLaMA-Factory's PissaConvertCallback)
+# ---------------------------------------------------------------------------------------------------------
+
+def save_pissa_start(model: nn.Module, output_dir: str | os.PathLike) -> None:
+    """pissa_convert: the adapter PiSSA started from, in output_dir/pissa_init (a resume writes the same one again:
+    the same seed and base make the same start)."""
+    from pathlib import Path
+
+    config = model.peft_config["default"]
+    init = config.init_lora_weights
+    config.init_lora_weights = True   # the folder is a plain adapter: loading it must not run PiSSA again
+    try:
+        model.save_pretrained(Path(output_dir) / "pissa_init", safe_serialization=True)
+    finally:
+        config.init_lora_weights = init
+
+
+def save_pissa_converted(model: nn.Module, output_dir: str | os.PathLike) -> None:
+    """pissa_convert: the trained PiSSA adapter as a plain LoRA adapter of the original base (rank 2r, peft's
+    conversion against output_dir/pissa_init), in output_dir/pissa_converted."""
+    from pathlib import Path
+
+    out = Path(output_dir)
+    model.save_pretrained(out / "pissa_converted", safe_serialization=True,
+                          path_initial_model_for_weight_conversion=str(out / "pissa_init"))
