@@ -165,3 +165,20 @@ def test_the_speed_levers_say_why_they_are_off_for_the_new_methods(tiny, rows, t
     assert "reference model" in graph_blockers(cfg, fsdp=False)["loss"]
     cfg = config(tiny, rows, tmp_path / "x", loraplus_lr_ratio=16.0)
     assert not {"optimizer", "loss"} & set(graph_blockers(cfg, fsdp=False))   # LoRA+ is plain LoRA to the graphs
+
+
+def test_adamw_decays_what_transformers_decays_and_v1_files_decay_everything(tiny, rows, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from steadytune.model.lora import attach_adapter
+    from steadytune.training.optimizers import build_optimizer
+
+    cfg = config(tiny, rows, tmp_path / "x", finetuning_type="full", weight_decay=0.1)
+    model = attach_adapter(AutoModelForCausalLM.from_pretrained(tiny), cfg)
+    optimizer, why = build_optimizer(model, cfg, "cpu")
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] for p in g["params"]}
+    assert decayed and not any("norm" in n or "bias" in n for n in decayed) and "transformers' groups" in why
+    cfg.decisions["lf_v1"] = {"value": "read", "reason": "a v1 file"}
+    optimizer, why = build_optimizer(model, cfg, "cpu")
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.1] and "LLaMA-Factory v1" in why

@@ -147,12 +147,13 @@ def _adamw(model: nn.Module, cfg: RunConfig, device_type: str):
     t = cfg.train
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     fused = (device_type == "cuda" and t.optim == "adamw_torch_fused") or None   # one kernel for all tensors
-    if t.weight_decay == 0 or cfg.method.deepspeed:
+    v1 = "lf_v1" in cfg.decisions   # a LLaMA-Factory v1 file: v1 makes torch's AdamW over every trainable weight
+    if t.weight_decay == 0 or cfg.method.deepspeed or v1:
         # one group: with weight_decay 0 transformers' two groups are the same numbers (DeepSpeed's state code keeps
         # one group's settings)
         groups = [{"params": [p for _, p in trainable], "weight_decay": t.weight_decay}]
-        why = "AdamW" + (f" (weight_decay {t.weight_decay} on every weight: one group under DeepSpeed)"
-                         if t.weight_decay else "")
+        why = "AdamW" + (f" (weight_decay {t.weight_decay} on every weight: "
+                         f"{'as LLaMA-Factory v1' if v1 else 'one group under DeepSpeed'})" if t.weight_decay else "")
     else:
         decay = decay_parameter_names(model)
         groups = [{"params": [p for n, p in trainable if n in decay], "weight_decay": t.weight_decay},
