@@ -295,8 +295,8 @@ def test_v1_configs_read_as_v1_reads_them(relative, v1_workdir):
     want = V1[relative]["resolved"]
     if relative == "v1/train_freeze/train_freeze_sft.yaml":   # v1's freeze: v0's rule and keys (model/freeze.py)
         peft = want["peft_config"]
-        assert (cfg.method.finetuning_type, cfg.method.freeze_trainable_layers, cfg.method.freeze_trainable_modules) \
-            == ("freeze", peft["freeze_trainable_layers"], peft["freeze_trainable_modules"])
+        assert (cfg.method.freeze_trainable_layers, cfg.method.freeze_trainable_modules) == \
+            (peft["freeze_trainable_layers"], peft["freeze_trainable_modules"])
     t = cfg.train
     assert cfg.model.model_name_or_path == want["model"]
     assert t.per_device_train_batch_size == want["micro_batch_size"]
@@ -306,7 +306,7 @@ def test_v1_configs_read_as_v1_reads_them(relative, v1_workdir):
     assert t.gradient_checkpointing is want["enable_activation_checkpointing"]
     assert cfg.data.cutoff_len == want["cutoff_len"]
     peft = want["peft_config"]
-    assert cfg.method.finetuning_type == ("lora" if peft else "full")
+    assert cfg.method.finetuning_type == (peft["name"] if peft else "full")
     if peft and "r" in peft:
         m = cfg.method
         assert (m.lora_rank, m.lora_alpha, m.lora_dropout, m.lora_target) == \
