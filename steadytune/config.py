@@ -694,7 +694,8 @@ def translate_v1(raw: dict, where: str) -> tuple[dict, list[tuple[str, Any, str]
             "enable_activation_checkpointing -> gradient_checkpointing")
     optim = _plugin(raw, "optim_config", where)
     if optim is not None:
-        refuse(f"optim_config: {optim['name']}", "the optimizer is AdamW (Muon and others are not supported)")
+        refuse(f"optim_config: {optim['name']}", "v1's optimizer plugins are not read; v0's keys choose one (use_muon, "
+               "use_galore, ...: one process or DDP)")
     if _plugin(raw, "lr_scheduler_config", where) is not None:
         refuse("lr_scheduler_config", "set lr_scheduler_type and warmup_ratio instead")
     if raw.get("save_epochs") is not None:
