@@ -163,6 +163,9 @@ def _complete(gpu: GpuRecord) -> GpuRecord:
     return gpu
 
 
+complete_record = _complete   # for readers elsewhere (doctor's dmesg and sysfs pieces)
+
+
 def _arch_from_rocm_smi(gpu: GpuRecord, raw: Optional[str], notes: list[str]) -> None:
     if not raw or raw.upper() == "N/A":
         return
@@ -683,9 +686,14 @@ def parse_text(text: str, source: str) -> list[ParseResult]:
 # ---------------------------------------------------------------------------------------------------------
 
 # Who to believe for the architecture, best first.
-_ARCH_TRUST = ("rocminfo Name", "rocminfo ISA", "amd-smi TARGET_GRAPHICS_VERSION", "collect_env gcnArchName",
+_ARCH_TRUST = ("rocminfo Name", "rocminfo ISA", "amd-smi TARGET_GRAPHICS_VERSION", "KFD gfx_target_version",
+               "collect_env gcnArchName", "environment.json",
                "nvidia-smi compute_cap",
                "rocm-smi GFX Version (decoded)", "product table", "PCI id table")
+def _trust(source: Optional[str]) -> int:
+    return _ARCH_TRUST.index(source) if source in _ARCH_TRUST else len(_ARCH_TRUST)
+
+
 # Who names the product best: marketing names first, rocm-smi's PCI-database series last.
 _NAME_TRUST = ("amd-smi", "rocminfo", "nvidia-smi", "collect_env", "rocm-smi")
 
@@ -709,7 +717,7 @@ def merge_results(results: list[ParseResult]) -> tuple[list[GpuRecord], list[str
                 conflicts.append(f"GPU {gpu.index}: {origin[key]} says {base.arch}, {result.source} says {gpu.arch}; "
                                  "are these outputs from the same machine?")
                 continue
-            if gpu.arch and (base.arch is None or _ARCH_TRUST.index(gpu.arch_source) < _ARCH_TRUST.index(base.arch_source)):
+            if gpu.arch and (base.arch is None or _trust(gpu.arch_source) < _trust(base.arch_source)):
                 base.arch, base.arch_source = gpu.arch, gpu.arch_source
             for name in ("name", "memory_gib", "uuid", "bus_id", "device_id", "reported_gfx", "hip_id", "power_w",
                          "power_cap_w", "partition", "kfd_node", "vbios",
