@@ -89,7 +89,8 @@ class SavedOutputs:
     pci: list[PciGpu] = field(default_factory=list)               # from lspci -vv and amdgpu's BAR line
     kernel: KernelLog = field(default_factory=KernelLog)          # from dmesg
     python: list[PythonEnv] = field(default_factory=list)         # pip / uv output, pip list, collect_env's [pip3]
-    env: dict[str, str] = field(default_factory=dict)             # env / export lines
+    env: dict[str, str] = field(default_factory=dict)             # env / export lines, and each session's exports
+    dumped_env: dict[str, str] = field(default_factory=dict)      # env / export lines only (what `env` printed)
     memory: dict[str, object] = field(default_factory=dict)       # a memory report (torch, gtt, vram, ram GiB)
     system: SystemReads = field(default_factory=SystemReads)      # sysfs / procfs reads, device files, groups
     texts: list["TextPiece"] = field(default_factory=list)        # every piece, for the error catalogue
@@ -129,6 +130,7 @@ class TextPiece:
     command: str = ""
     env: dict[str, str] = field(default_factory=dict)
     exported: dict[str, str] = field(default_factory=dict)
+    session: bool = False
 
 
 def _read_machine_sample(text: str, source: str, saved: SavedOutputs, command: str = "") -> Optional["ParseResult"]:
@@ -177,6 +179,7 @@ def _read_machine_sample(text: str, source: str, saved: SavedOutputs, command: s
     variables = parse_env_lines(text)
     if variables:
         saved.env.update(variables)
+        saved.dumped_env.update(variables)
         return ParseResult(tool="environment", source=source)
     if looks_like_packages(text) and recognise(Sample(text, command))[0] == "unknown":
         saved.python.append(parse_package_text(text, source, command))
@@ -304,8 +307,8 @@ def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Pa
             saved.results.append(ParseResult(tool="unknown", source=path.name,
                                              problems=[f"could not read {path.name}: the file is empty"]))
         wanted = (expected_tool or {}).get(path)
-        saved.env.update({k: v for piece in {id(p): p for _, p in samples}.values() for k, v in piece.exported.items()
-                          if RELEVANT_ENV.match(k)})
+        if samples and samples[-1][1].session:   # the session's variables once its last command ran
+            saved.env.update({k: v for k, v in samples[-1][1].after.items() if RELEVANT_ENV.match(k)})
         for i, (sample, piece) in enumerate(samples, 1):
             source = path.name if len(samples) == 1 else f"{path.name} (output {i})"
             if piece.command and len(samples) > 1:
@@ -320,7 +323,8 @@ def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Pa
                 result.notes.append(f"given as {wanted} output but reads as {result.tool} output")
             saved.results.append(result)
             text_for_catalogue = (f"$ {piece.command}\n" if piece.command else "") + sample.text
-            saved.texts.append(TextPiece(source, text_for_catalogue, result, piece.command, piece.env, piece.exported))
+            saved.texts.append(TextPiece(source, text_for_catalogue, result, piece.command, piece.env, piece.exported,
+                                         piece.session))
         if cut and len(saved.results) > first:
             saved.results[first].problems.append(
                 f"read the first {MAX_SAVED_BYTES >> 20} MiB of {path.name} only (it holds {cut / 2**20:,.0f} MiB; a "
@@ -412,7 +416,10 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
     if shadow:
         findings.append(Finding.warn(check, *shadow))
     if saved.env:
-        findings += visibility_findings(saved.env, "rocm" if amd else "cuda", gpus)
+        nvidia = [g for g in gpus if g.vendor == "nvidia"] or re.search(r"\+cu\d", torch_version or "")
+        rocm_hints = amd or "+rocm" in (torch_version or "") or any(k in saved.env for k in ("ROCR_VISIBLE_DEVICES",
+                                                                                              "HIP_VISIBLE_DEVICES"))
+        findings += visibility_findings(saved.env, "rocm" if rocm_hints and not (nvidia and not amd) else "cuda", gpus)
         findings += saved_override_findings(saved.env, amd, wheel_archs)
     else:
         findings += mixed_arch_findings({}, amd, wheel_archs)
@@ -500,7 +507,8 @@ def catalogue_findings(saved: SavedOutputs, gpus: list["GpuRecord"]) -> list[Fin
     findings: list[Finding] = []
     seen: dict[str, Finding] = {}
     for piece in saved.texts:
-        facts = Facts(env={**saved.env, **piece.env}, command=piece.command, gpus=gpus,
+        env = {**saved.dumped_env, **piece.env} if piece.session else saved.env   # where that command ran
+        facts = Facts(env=env, command=piece.command, gpus=gpus,
                       torch_version=saved.torch_version, hip_version=saved.hip_version, exported=piece.exported)
         matches = match_text(piece.text, facts)
         if matches and piece.result.tool == "unknown":

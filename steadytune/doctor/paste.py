@@ -41,16 +41,17 @@ class Piece:
     env: dict[str, str] = field(default_factory=dict)  # in force for the command: the session's exports and its prefix
     exported: dict[str, str] = field(default_factory=dict)   # exported earlier in the same session
     session: bool = False                              # the piece came from a console transcript
+    after: dict[str, str] = field(default_factory=dict)      # the session's exports once this command has run
 
 
 def unwrap(text: str) -> str:
     """A markdown quote (`> ` on most lines) and code-fence lines taken off."""
-    lines = [l for l in text.splitlines() if not l.strip().startswith("```")]
+    lines = text.splitlines()
     nonempty = [l for l in lines if l.strip()]
     quoted = [l for l in nonempty if l.lstrip().startswith(">") and not l.lstrip().startswith(">>>")]
     if nonempty and len(quoted) >= 0.6 * len(nonempty):
         lines = [re.sub(r"^\s*> ?", "", l) for l in lines]
-    return "\n".join(lines)
+    return "\n".join(l.rstrip() for l in lines if not l.strip().startswith("```"))
 
 
 def _split_words(command: str) -> list[str]:
@@ -88,6 +89,7 @@ def split_pieces(text: str) -> list[Piece]:
 
     def close() -> None:
         current.text = "\n".join(body)
+        current.after = dict(session)
         if current.text.strip() or current.command:
             pieces.append(current)
 

@@ -208,8 +208,9 @@ def _arch_of(hit: re.Match, text: str, facts: Facts) -> tuple[Optional[str], str
         m = pattern.search(window)
         if m:
             return normalise_gfx(m.group(1)), "the message"
-    archs = sorted({normalise_gfx(g.arch) for g in _amd_gpus(facts) if getattr(g, "arch", None)
-                    and not getattr(g, "integrated", False) and str(g.arch).startswith("gfx")})
+    known = [g for g in _amd_gpus(facts) if str(getattr(g, "arch", None) or "").startswith("gfx")]
+    discrete = [g for g in known if not getattr(g, "integrated", False)] or known   # an APU alone is the GPU
+    archs = sorted({normalise_gfx(g.arch) for g in discrete})
     if len(archs) == 1:
         return archs[0], "the GPU table"
     return None, ""
@@ -221,7 +222,9 @@ def _override_target(value: str) -> Optional[str]:
 
 
 def _family(arch: str) -> str:
-    return re.sub(r"[0-9a-f]$", "", normalise_gfx(arch)[:-1]) if len(arch) >= 6 else arch
+    """gfx1031 -> gfx10, gfx1151 -> gfx11, gfx90a -> gfx9: the major version an override's X must keep."""
+    base = normalise_gfx(arch)
+    return base[:-2] if len(base) >= 6 else base
 
 
 def _arch(entry: Entry, hit: re.Match, text: str, facts: Facts) -> tuple[str, str]:
@@ -231,9 +234,11 @@ def _arch(entry: Entry, hit: re.Match, text: str, facts: Facts) -> tuple[str, st
         target = _override_target(override)
         if target is None:
             return (f"HSA_OVERRIDE_GFX_VERSION={override} is not of the form X.Y.Z", "unset HSA_OVERRIDE_GFX_VERSION")
-        if arch and normalise_gfx(arch) != target and _family(arch) != _family(target):
+        if arch and normalise_gfx(arch) != target and (_family(arch) != _family(target)
+                                                        or entry.id == "invalid-isa-override"):
             good = override_for_arch(arch)
-            return (f"HSA_OVERRIDE_GFX_VERSION={override} makes the GPU ({arch}) run {target} code, another family's",
+            family = "another family's" if _family(arch) != _family(target) else "another chip's"
+            return (f"HSA_OVERRIDE_GFX_VERSION={override} makes the GPU ({arch}) run {target} code, {family}",
                     f"export HSA_OVERRIDE_GFX_VERSION={good}" if good else "unset HSA_OVERRIDE_GFX_VERSION")
     if arch is None:
         return entry.cause, f"{entry.fix}; find the arch with rocminfo | grep -m1 -o 'gfx[0-9a-f]*'"
