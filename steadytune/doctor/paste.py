@@ -313,7 +313,8 @@ _HIP_VERSION = re.compile(r"(?<![\w.+])(\d\.\d{1,2}\.\d{5}(?:-[0-9a-f]+)?)(?![\w
 
 def read_python_probe(text: str, command: str) -> dict[str, str]:
     """What a `python -c "import torch; print(...)"` printed: torch's version (2.7.1+rocm6.3) and HIP's (6.3.42131)."""
-    if "python" not in command or "torch" not in command:
+    if not re.search(r"python\S*\s+(?:\S+\s+)*-c\b", command) or "torch" not in command \
+            or len([l for l in text.splitlines() if l.strip()]) > 6:
         return {}
     found: dict[str, str] = {}
     version = _TORCH_VERSION.search(text)
