@@ -134,6 +134,14 @@ def test_a_missing_arch_gets_the_override_or_the_wheel_that_has_it():
     inside = likely_cause("RuntimeError: HIP error: invalid device function",
                           Facts(gpus=[gpu(0, "gfx90a")], torch_version="2.9.1+rocm6.4"))
     assert "has code for gfx90a" in inside.cause and "LD_LIBRARY_PATH" in inside.fix
+    # a system ROCm library without the arch (ROCm/legacy-rocm-build#4208's AMD_LOG_LEVEL lines), an arch every wheel has
+    system = likely_cause("RuntimeError: HIP error: invalid device function\n:1:hip_fatbin.cpp :276 : Cannot find CO in the "
+                          "bundle /opt/rocm-6.2.1/lib/libMIOpen.so.1.0.60201 for ISA: amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-")
+    assert system.cause.startswith("/opt/rocm-6.2.1/lib/libMIOpen.so.1.0.60201, a library of the system's ROCm")
+    assert "unset LD_LIBRARY_PATH" in system.fix
+    old_arch = likely_cause("RuntimeError: HIP error: invalid device function\nMissing CO for these ISAs - "
+                            "amdgcn-amd-amdhsa--gfx942")
+    assert "in every pytorch.org ROCm wheel since pytorch.org rocm6.0" in old_arch.cause
     # an override of another family is the cause
     wrong = likely_cause("HSA_STATUS_ERROR_INVALID_ISA", Facts(env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0"},
                                                                 gpus=[gpu(0, "gfx1031")]))

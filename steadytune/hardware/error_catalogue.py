@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import yaml
 
-from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gfx, override_for_arch
+from steadytune.hardware.gpu_facts import arch_info, first_stable_wheel, install_lines, normalise_gfx, override_for_arch
 from steadytune.hardware.gpu_ids import lookup_id
 from steadytune.hardware.torch_builds import wheel_archs_of
 from steadytune.hardware.visibility import stack_masks
@@ -245,6 +245,18 @@ def _arch(entry: Entry, hit: re.Match, text: str, facts: Facts) -> tuple[str, st
     wheel = wheel_archs_of(facts.torch_version)
     if entry.id in ("llamacpp-arch", "bnb-invalid-device-function", "flash-attn-arch"):
         return f"{entry.cause} ({arch}, read from {where})", entry.fix.replace("<arch>", arch)
+    system_lib = re.search(r"(/opt/rocm[^\s:]*/lib\S*?\.so[.\d]*)", _window(text, hit, 6))
+    if system_lib:
+        return (f"{system_lib.group(1)}, a library of the system's ROCm, has no code for {arch} (read from {where}); "
+                "the process loads it instead of the libraries the torch wheel bundles",
+                "unset LD_LIBRARY_PATH for the run (the pytorch.org wheels carry their own ROCm libraries), or install "
+                f"the ROCm release that supports {arch}")
+    first = first_stable_wheel(arch)
+    if wheel is None and facts.torch_version is None and first is not None and (first.rocm or (9, 9)) <= (6, 0):
+        return (f"{arch} (read from {where}) is in every pytorch.org ROCm wheel since {first.name}, so the code without it is "
+                "likely a library built on its own (an extension, a source build, an old torch)",
+                "python -c 'import torch; print(torch.__version__, torch.cuda.get_arch_list())' shows what torch has; "
+                f"rebuild source-built extensions with PYTORCH_ROCM_ARCH={arch}; unset LD_LIBRARY_PATH for the run")
     if wheel is not None and arch in wheel:
         return (f"torch {facts.torch_version} has code for {arch} (read from {where}), so the kernel that failed "
                 "comes from a library built without it (flash-attn, bitsandbytes, llama.cpp, a source build) or from "
