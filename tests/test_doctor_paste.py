@@ -239,3 +239,22 @@ def test_an_error_the_catalogue_does_not_know_keeps_its_plain_traceback(monkeypa
     assert cli_main(["train", "x.yaml"]) == 1
     err = capsys.readouterr().err
     assert "ValueError: a shape the model does not take" in err and "likely cause" not in err
+
+
+def test_an_apu_at_the_ttm_default_from_its_dmesg(tmp_path):
+    """ROCm/legacy-rocm-build#5595 (a 128 GB Strix Halo seeing 62 GiB): the misspelt parameter, the deprecation, and
+    no ttm.pages_limit at all; the GPU from the IP DISCOVERY line."""
+    text = ("(base) tiiny@mais-axb3502:~$ sudo dmesg | grep amdgpu\n"
+            "[    0.000000] Command line: BOOT_IMAGE=/boot/vmlinuz-6.14.0-1014-oem root=UUID=d55f0c3f ro quiet splash "
+            "amdgpu.gtt_size=122880 vt.handoff=7\n"
+            "[    3.636913] amdgpu: unknown parameter 'gtt_size' ignored\n"
+            "[    3.644221] amdgpu 0000:c6:00.0: amdgpu: initializing kernel modesetting (IP DISCOVERY 0x1002:0x1586 "
+            "0x1F66:0x0101 0xC1).\n"
+            "[    3.646006] amdgpu 0000:c6:00.0: amdgpu: [drm] Configuring gttsize via module parameter is deprecated, "
+            "please use ttm.pages_limit\n"
+            "[    3.700001] amdgpu 0000:c6:00.0: amdgpu: amdgpu: 63693M of GTT memory ready.\n")
+    gpus, findings = doctor(tmp_path, text)
+    assert [(g.arch, g.integrated) for g in gpus] == [("gfx1151", True)]
+    assert find(findings, "warning", "known-error", "unknown parameter 'gtt_size' ignored")
+    [default] = find(findings, "warning", "unified-memory", "sets no ttm.pages_limit", "62.2 GiB")
+    assert "ttm.pages_limit=28311552" in default.fix

@@ -148,13 +148,24 @@ def parse_memory_report(text: str) -> dict[str, object]:
 
 
 def gtt_limit_findings(cmdline: Optional[str], gtt_gib: Optional[float], ttm_in_effect_gib: Optional[float] = None,
-                       ram_gib: Optional[float] = None, check: str = "unified-memory") -> list[Finding]:
+                       ram_gib: Optional[float] = None, apu: bool = False, check: str = "unified-memory") -> list[Finding]:
     """The GTT limit the kernel command line asks for (ttm.pages_limit / amdttm.pages_limit, 4 KiB pages) against the
     GTT amdgpu reports (sysfs mem_info_gtt_total, dmesg's "M of GTT memory ready") or the TTM module's own parameter:
     in effect, or not taken (the other module's spelling, a boot loader not updated, no reboot)."""
     params = kernel_memory_params(cmdline or "")
     asked = params.get("ttm.pages_limit") or params.get("amdttm.pages_limit")
     seen = gtt_gib or ttm_in_effect_gib
+    if cmdline is not None and not asked and apu and gtt_gib and ram_gib is None:   # with the RAM known: the checks above
+        ram = 2 * gtt_gib
+        target = suggested_gtt_gib(ram)
+        guessed = f" (so about {ram:g} GiB of RAM)"
+        if target and target > gtt_gib * 1.1:
+            return [Finding.warn(check, f"the kernel command line sets no ttm.pages_limit: the APU's GTT is "
+                                        f"{gtt_gib:g} GiB, the kernel's default of half the RAM{guessed}",
+                                 "an APU trains in the GTT; HIP sizes its memory by the TTM limit (a 128 GB Strix Halo "
+                                 "shows 62 GiB: ROCm/legacy-rocm-build #5595); amdgpu.gttsize does not raise it",
+                                 f"add to the kernel command line: {gtt_kernel_arguments(target)} (then update-grub and "
+                                 "reboot)")]
     if not asked or not seen:
         return []
     name = "ttm.pages_limit" if "ttm.pages_limit" in params else "amdttm.pages_limit"

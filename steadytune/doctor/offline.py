@@ -558,6 +558,7 @@ def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, 
     findings += known
     findings += device_file_findings(saved.system)
     findings += gtt_limit_findings(saved.kernel.cmdline, saved.memory.get("gtt") or _single(saved.kernel.gtt_gib),
-                                   saved.system.ttm_limit_gib, saved.memory.get("ram"))
+                                   saved.system.ttm_limit_gib, saved.memory.get("ram"),
+                                   apu=any(g.integrated for g in gpus) and not any(not g.integrated for g in gpus))
     findings += diagnose_gpus(gpus, saved=saved, cfg=cfg)
     return gpus, findings
