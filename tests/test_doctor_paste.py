@@ -258,3 +258,20 @@ def test_an_apu_at_the_ttm_default_from_its_dmesg(tmp_path):
     assert find(findings, "warning", "known-error", "unknown parameter 'gtt_size' ignored")
     [default] = find(findings, "warning", "unified-memory", "sets no ttm.pages_limit", "62.2 GiB")
     assert "ttm.pages_limit=28311552" in default.fix
+
+
+def test_two_tools_that_number_the_cards_differently_are_merged_by_bus():
+    """amd-smi and rocm-smi --showhw listing the same two cards in another order: two GPUs, each with its own arch."""
+    from steadytune.hardware.smi_parsers import GpuRecord, ParseResult, merge_results
+    amd_smi = ParseResult("amd-smi", "a", [GpuRecord(0, "amd", "Radeon RX 7900 XTX", "gfx1100", "amd-smi TARGET_GRAPHICS_VERSION",
+                                                     bus_id="0000:03:00.0"),
+                                           GpuRecord(1, "amd", "AMD Radeon Graphics", "gfx1036",
+                                                     "amd-smi TARGET_GRAPHICS_VERSION", bus_id="0000:7b:00.0")])
+    showhw = ParseResult("rocm-smi", "b", [GpuRecord(0, "amd", bus_id="0000:7B:00.0", device_id=0x164E, vbios="102-RAPHAEL-008"),
+                                           GpuRecord(1, "amd", bus_id="0000:03:00.0", device_id=0x744C)])
+    gpus, conflicts = merge_results([showhw, amd_smi])
+    assert conflicts == [] and [(g.arch, g.device_id, g.vbios) for g in gpus] == [
+        ("gfx1100", 0x744C, None), ("gfx1036", 0x164E, "102-RAPHAEL-008")]
+    # an MI300X in CPX mode: partitions share a bus and stay separate cards
+    parts = ParseResult("rocm-smi", "c", [GpuRecord(i, "amd", bus_id="0000:01:00.0") for i in range(3)])
+    assert len(merge_results([parts, ParseResult("rocm-smi", "d", [GpuRecord(i, "amd") for i in range(3)])])[0]) == 3

@@ -698,15 +698,32 @@ def _trust(source: Optional[str]) -> int:
 _NAME_TRUST = ("amd-smi", "rocminfo", "nvidia-smi", "collect_env", "rocm-smi")
 
 
+def _bus(bus_id: Optional[str]) -> Optional[str]:
+    """'0000:C1:00.0' / '00000000:C1:00.0' / 'c1:00.0' -> 'c1:00.0'."""
+    match = re.search(r"([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)$", (bus_id or "").strip())
+    return match.group(1).lower() if match else None
+
+
 def merge_results(results: list[ParseResult]) -> tuple[list[GpuRecord], list[str]]:
-    """Combine outputs from the same machine, GPU by GPU (by index, per vendor). -> (gpus, conflicts)."""
+    """Combine outputs from the same machine, GPU by GPU: by PCI bus where two outputs give it (and it names one card in
+    each: an MI300's partitions share theirs), else by index, per vendor. -> (gpus, conflicts)."""
     conflicts: list[str] = []
-    merged: dict[tuple[str, int], GpuRecord] = {}
-    origin: dict[tuple[str, int], str] = {}
+    merged: dict[tuple, GpuRecord] = {}
+    origin: dict[tuple, str] = {}
+    by_bus: dict[str, tuple] = {}
     ordered = sorted((r for r in results if r.gpus), key=lambda r: _NAME_TRUST.index(r.tool) if r.tool in _NAME_TRUST else 9)
     for result in ordered:
-        for gpu in result.gpus:
-            key = (gpu.vendor, gpu.index)
+        buses = [_bus(g.bus_id) for g in result.gpus]
+        for gpu, bus in zip(result.gpus, buses):
+            bus = bus if bus and buses.count(bus) == 1 else None
+            key = by_bus.get(bus) if bus else None
+            if key is None:
+                key = (gpu.vendor, gpu.index)
+                other = _bus(merged[key].bus_id) if key in merged else None
+                if bus and other and other != bus:   # the same index, another card: an output numbered differently
+                    key = (gpu.vendor, gpu.index, bus)
+            if bus:
+                by_bus.setdefault(bus, key)
             if key not in merged:
                 merged[key], origin[key] = replace(gpu), result.source
                 continue
