@@ -275,3 +275,19 @@ def test_two_tools_that_number_the_cards_differently_are_merged_by_bus():
     # an MI300X in CPX mode: partitions share a bus and stay separate cards
     parts = ParseResult("rocm-smi", "c", [GpuRecord(i, "amd", bus_id="0000:01:00.0") for i in range(3)])
     assert len(merge_results([parts, ParseResult("rocm-smi", "d", [GpuRecord(i, "amd") for i in range(3)])])[0]) == 3
+
+
+def test_a_python_session_that_sets_the_masks_itself(tmp_path):
+    text = ("bash-4.4$ python\n>>> import os\n>>> os.environ['ROCR_VISIBLE_DEVICES'] = '1'\n"
+            ">>> os.environ[\"HIP_VISIBLE_DEVICES\"] = \"1\"\n>>> import torch\n>>> torch.zeros(1).cuda()\n"
+            "RuntimeError: No HIP GPUs are available\n")
+    _, findings = doctor(tmp_path, text)
+    assert find(findings, "error", "known-error", "HIP_VISIBLE_DEVICES=1 then asks for index 1")
+
+
+def test_sysfs_sizes_as_numfmt_prints_them(tmp_path):
+    text = ("$ numfmt --to=iec < /sys/class/drm/card0/device/mem_info_gtt_total\n96G\n"
+            "$ cat /sys/class/drm/card0/device/mem_info_vram_total | numfmt --to=iec\n512M\n")
+    gpus, findings = doctor(tmp_path, text)
+    assert [(g.integrated, g.memory_gib) for g in gpus] == [(True, 0.5)]
+    assert find(findings, "info", "unified-memory", "the GPU can use 96 GiB")

@@ -44,6 +44,7 @@ from steadytune.doctor.paste import (
     SystemReads,
     device_file_findings,
     gfx_of_target_version,
+    python_env_assignments,
     read_python_probe,
     read_system,
     split_pieces,
@@ -507,7 +508,8 @@ def catalogue_findings(saved: SavedOutputs, gpus: list["GpuRecord"]) -> list[Fin
     findings: list[Finding] = []
     seen: dict[str, Finding] = {}
     for piece in saved.texts:
-        env = {**saved.dumped_env, **piece.env} if piece.session else saved.env   # where that command ran
+        env = {**saved.dumped_env, **piece.env} if piece.session else dict(saved.env)   # where that command ran
+        env.update(python_env_assignments(piece.text))   # os.environ[...] = ... in the pasted code
         facts = Facts(env=env, command=piece.command, gpus=gpus,
                       torch_version=saved.torch_version, hip_version=saved.hip_version, exported=piece.exported)
         matches = match_text(piece.text, facts)

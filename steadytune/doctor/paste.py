@@ -29,6 +29,7 @@ _PROMPT = re.compile(
           |\[[^\]\n]*\]\s*[$#]                          # [root@host ~]#
           |[\w.\-]+@[\w.\-]+(?::[^\s$#>]*)?\s*[$#>]     # user@host:~/dir$  (user@host:~> on SUSE)
           |(?:[~/][^\s$#>]*\s*)?\$                      # ~/dir$  /opt$  $
+          |[\w.\-]+-\d[\w.]*[$#]                         # bash-4.4$  sh-5.1#
           |>(?=\s+(?:%s)))                              # > python ...
         \s+(?P<command>\S.*)$""" % "|".join(re.escape(c) for c in _COMMANDS), re.VERBOSE)
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
@@ -137,9 +138,15 @@ class SysfsCard:
     values: dict[str, str] = field(default_factory=dict)
 
     def bytes_gib(self, name: str) -> Optional[float]:
+        """A size in bytes (or as `numfmt --to=iec` prints it: 96G, 512M) -> GiB."""
         raw = self.values.get(name)
+        if raw is None:
+            return None
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])(?:i?B?)?", raw.strip(), re.IGNORECASE)
+        if match:
+            return round(float(match.group(1)) * 1024 ** " KMGT".index(match.group(2).upper()) / GIB, 2)
         try:
-            return round(int(raw, 0) / GIB, 2) if raw is not None else None
+            return round(int(raw, 0) / GIB, 2)
         except ValueError:
             return None
 
@@ -323,4 +330,17 @@ def read_python_probe(text: str, command: str) -> dict[str, str]:
     hip = _HIP_VERSION.search(text)
     if hip and "version.hip" in command:
         found["hip"] = hip.group(1)
+    return found
+
+
+_PY_ENV = re.compile(r"""os\.environ\[\s*['"]([A-Z_][A-Z0-9_]*)['"]\s*\]\s*=\s*['"]([^'"]*)['"]"""
+                     r"""|os\.environ\.setdefault\(\s*['"]([A-Z_][A-Z0-9_]*)['"]\s*,\s*['"]([^'"]*)['"]""")
+
+
+def python_env_assignments(text: str) -> dict[str, str]:
+    """Variables a pasted Python session sets for itself: os.environ["HIP_VISIBLE_DEVICES"] = "1"."""
+    found: dict[str, str] = {}
+    for match in _PY_ENV.finditer(text):
+        name, value = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+        found[name] = value
     return found
