@@ -291,3 +291,16 @@ def test_sysfs_sizes_as_numfmt_prints_them(tmp_path):
     gpus, findings = doctor(tmp_path, text)
     assert [(g.integrated, g.memory_gib) for g in gpus] == [(True, 0.5)]
     assert find(findings, "info", "unified-memory", "the GPU can use 96 GiB")
+
+
+def test_a_finished_run_folder_raises_nothing(tmp_path, capsys):
+    run = tmp_path / "saves" / "ok"
+    run.mkdir(parents=True)
+    (run / ".steadytune-run.json").write_text(json.dumps({"status": "finished", "files": ["adapter_model.safetensors"]}))
+    (run / "environment.json").write_text(json.dumps({"hardware": {"backend": "cpu", "torch_version": "2.13.0+cpu",
+                                                                   "gpus": []}, "findings": [],
+                                                      "versions": {"torch": "2.13.0+cpu"}, "env": {}}))
+    assert cli_main(["doctor", "--from", str(run), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not [f for f in out["findings"] if f["severity"] != "info"]
+    assert any("the run's status: finished" in f["what"] for f in out["findings"])

@@ -96,6 +96,7 @@ class SavedOutputs:
     system: SystemReads = field(default_factory=SystemReads)      # sysfs / procfs reads, device files, groups
     texts: list["TextPiece"] = field(default_factory=list)        # every piece, for the error catalogue
     dmesg_gpus: list["GpuRecord"] = field(default_factory=list)   # GPUs named by id in a kernel log
+    run: dict[str, str] = field(default_factory=dict)             # a run folder's status, its environment.json backend
 
     @property
     def rocm_version(self) -> Optional[str]:
@@ -118,7 +119,8 @@ class SavedOutputs:
 
     @property
     def read_anything(self) -> bool:
-        return bool(self.pci or self.kernel.gtt_gib or self.python or self.env or self.memory or self.system.read_anything)
+        return bool(self.pci or self.kernel.gtt_gib or self.python or self.env or self.memory or self.system.read_anything
+                    or self.run)
 
 
 @dataclass
@@ -144,6 +146,10 @@ def _read_machine_sample(text: str, source: str, saved: SavedOutputs, command: s
             environment = None
         if environment is not None:
             return environment
+    status = re.match(r"run status: (\S+)", text)
+    if status:   # a run folder's manifest (_manifest_text): the catalogue reads the error below the status
+        saved.run["status"] = status.group(1)
+        return ParseResult(tool="run manifest", source=source, notes=[f"the run's status: {status.group(1)}"])
     if looks_like_lspci(text):
         gpus = parse_lspci(text)
         saved.pci += gpus
@@ -249,6 +255,7 @@ def _environment_json(data: object, source: str, saved: "SavedOutputs") -> Optio
     if not (isinstance(data, dict) and isinstance(data.get("hardware"), dict) and "versions" in data):
         return None
     hardware, versions = data["hardware"], data.get("versions") or {}
+    saved.run["backend"] = str(hardware.get("backend"))
     vendor = {"rocm": "amd", "cuda": "nvidia"}.get(str(hardware.get("backend")), "amd")
     result = ParseResult(tool="environment.json", source=source, torch_version=versions.get("torch"),
                          notes=["the machine the run started on (train writes environment.json at its start)"])
@@ -448,7 +455,7 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
 
 
 NON_GPU_TOOLS = ("lspci", "dmesg", "packages", "environment", "sysfs", "kernel command line", "meminfo", "device files",
-                 "groups", "log", "command", "python")
+                 "groups", "log", "command", "python", "run manifest")
 
 
 def system_gpus(saved: SavedOutputs) -> list["GpuRecord"]:
