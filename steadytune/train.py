@@ -54,6 +54,8 @@ from steadytune.doctor.live import run_live_checks
 from steadytune.errors import CheckpointError, RunInterrupted, UserError, describe_os_error
 from steadytune.evaluate import evaluate_saved
 from steadytune.hardware.backend import detect
+from steadytune.hardware.error_catalogue import error_text
+from steadytune.hardware.error_catalogue import explain_failure as explain_failure   # cli: the likely-cause line
 from steadytune.hardware.policy import choose_attention, choose_precision, fallback_precision
 from steadytune.hardware.quantization import bitsandbytes_status, choose_compute_dtype
 from steadytune.hardware.rocm_profile import apply_hardware_profile
@@ -239,7 +241,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
         if not folder.started_steps:
             folder.undo_failed_start()  # a failed start leaves output_dir as it found it
         else:
-            folder.record(status=status_of(lost or error))
+            folder.record(status=status_of(lost or error), error=error_text(lost or error))   # doctor --from reads it
             if folder.main:
                 write_run_report(folder.path)  # it shows where and why the run stopped
         if lost is not None:
