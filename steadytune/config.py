@@ -561,6 +561,40 @@ def _plugin(raw: dict, key: str, where: str) -> dict | None:
     return dict(value)
 
 
+# v1's Muon plugin (plugins/trainer_plugins/optimizers/optimizer.py at the examples' commit): its own learning rate
+# and weight decay (it never reads learning_rate), the Muon constructor's defaults, AdamW's betas (0.9, 0.95).
+_V1_MUON = {"lr": ("learning_rate", 1e-3),  # v1's Muon ignores the file's learning_rate
+            "wd": ("weight_decay", 0.1), "adamw_eps": ("adam_epsilon", 1e-8)}
+_V1_MUON_FIXED = {"momentum": 0.95, "nesterov": True, "ns_steps": 5}   # what use_muon's torch.optim.Muon runs with
+
+
+def v1_optimizer_keys(optim: dict, peft: dict | None, refuse) -> list[tuple[str, Any, str]]:
+    """v1's optim_config -> (our key, value, how it was read). Muon only, the one plugin v1 has; its settings at
+    the values use_muon runs with, or refused naming the setting."""
+    if optim["name"] != "muon":
+        refuse(f"optim_config: {optim['name']}", "v1's optimizer plugin here is muon")
+    if peft is not None and peft["name"] == "lora":
+        refuse("optim_config: muon with peft_config: lora", "v1's Muon moves LoRA's factors to AdamW, v0's "
+               "(use_muon) orthogonalises them; steadytune has v0's rule")
+    unknown = set(optim) - {"name", "adamw_betas", *_V1_MUON, *_V1_MUON_FIXED}
+    if unknown:
+        refuse(f"optim_config.{sorted(map(str, unknown))[0]}", "not a setting of v1's Muon")
+    for key, default in _V1_MUON_FIXED.items():
+        if optim.get(key, default) != default:
+            refuse(f"optim_config.{key}: {optim[key]}", f"use_muon runs torch.optim.Muon with {key} {default}")
+    out = [("use_muon", True, "optim_config muon -> use_muon: true")]
+    for key, (ours, default) in _V1_MUON.items():
+        out.append((ours, optim.get(key, default), f"optim_config.{key} {optim.get(key, default)} -> {ours}" +
+                    ("" if key in optim else " (v1's Muon default)") +
+                    (" (v1's Muon never reads learning_rate)" if key == "lr" else "")))
+    betas = optim.get("adamw_betas", [0.9, 0.95])
+    if not (isinstance(betas, (list, tuple)) and len(betas) == 2):
+        refuse(f"optim_config.adamw_betas: {betas}", "two numbers, [beta1, beta2]")
+    out += [("adam_beta1", betas[0], f"optim_config.adamw_betas -> adam_beta1 {betas[0]}"),
+            ("adam_beta2", betas[1], f"optim_config.adamw_betas -> adam_beta2 {betas[1]}")]
+    return out
+
+
 def translate_v1(raw: dict, where: str) -> tuple[dict, list[tuple[str, Any, str]]]:
     """A LLaMA-Factory v1 config -> our flat keys, and the decisions that say how it was read. v1's keys map onto
     ours where the feature exists here; a feature we do not have is refused naming the key; v1's defaults (which
@@ -694,8 +728,9 @@ def translate_v1(raw: dict, where: str) -> tuple[dict, list[tuple[str, Any, str]
             "enable_activation_checkpointing -> gradient_checkpointing")
     optim = _plugin(raw, "optim_config", where)
     if optim is not None:
-        refuse(f"optim_config: {optim['name']}", "v1's optimizer plugins are not read; v0's keys choose one (use_muon, "
-               "use_galore, ...: one process or DDP)")
+        for key, value, said in v1_optimizer_keys(optim, peft, refuse):
+            out[key] = value   # v1's optimizer plugin reads only optim_config: the file's own keys give way
+            read.append(said)
     if _plugin(raw, "lr_scheduler_config", where) is not None:
         refuse("lr_scheduler_config", "set lr_scheduler_type and warmup_ratio instead")
     if raw.get("save_epochs") is not None:

@@ -262,7 +262,6 @@ def test_export_stop_tokens_for_llamacpp_vllm_and_generate(tiny_model, tmp_path)
 V1 = GOLDEN["v1"]["files"]
 # What each v1 example does here: runs (its keys translated), or the one line that refuses it.
 V1_REFUSED = {
-    "v1/train_full/train_full_muon.yaml": "not supported: optim_config: muon",
     "v1/train_full/train_full_qwen3_moe_fsdpturbo_ep_fsdp.yaml": "not supported: kernel_config: auto, flash-linear",
     "v1/train_full/train_full_ulysses_cp.yaml": "not supported: cp_size: 2",
 }
@@ -300,7 +299,7 @@ def test_v1_configs_read_as_v1_reads_them(relative, v1_workdir):
     t = cfg.train
     assert cfg.model.model_name_or_path == want["model"]
     assert t.per_device_train_batch_size == want["micro_batch_size"]
-    assert t.learning_rate == want["learning_rate"] and t.num_train_epochs == want["num_train_epochs"]
+    assert t.num_train_epochs == want["num_train_epochs"]
     assert t.max_steps == (want["max_steps"] if want["max_steps"] is not None else -1)
     assert t.bf16 is want["bf16"] and t.logging_steps == want["logging_steps"]
     assert t.gradient_checkpointing is want["enable_activation_checkpointing"]
@@ -311,6 +310,15 @@ def test_v1_configs_read_as_v1_reads_them(relative, v1_workdir):
         m = cfg.method
         assert (m.lora_rank, m.lora_alpha, m.lora_dropout, m.lora_target) == \
             (peft["r"], peft["lora_alpha"], peft["lora_dropout"], peft["target_modules"])
+    optim = want["optim_config"]
+    if optim:   # v1's Muon plugin: its own lr (default 1e-3; learning_rate is not read), wd and AdamW settings
+        assert optim["name"] == "muon" and t.use_muon
+        assert t.learning_rate == optim.get("lr", 1e-3) != want["learning_rate"]
+        assert (t.weight_decay, t.adam_beta1, t.adam_beta2, t.adam_epsilon) == \
+            (optim["wd"], *optim["adamw_betas"], optim["adamw_eps"])
+        assert t.lr_scheduler_type == "constant"
+        return
+    assert t.learning_rate == want["learning_rate"]
     # v1's optimizer and schedule: torch's AdamW defaults, a constant learning rate
     assert (t.weight_decay, t.lr_scheduler_type, t.warmup_steps) == (0.01, "constant", 0)
     assert "lf_v1" in cfg.decisions and "lf_v1_differences" in cfg.decisions

@@ -34,6 +34,16 @@ NOTES = {f"train_qlora/llama3_lora_sft_{q}.yaml": f"with the unquantised tiny mo
 # (freeze_trainable_layers: 8), so its stand-in has 8 layers (the 2-layer one is refused, as LLaMA-Factory refuses it).
 STAND_IN_LAYERS = {"extras/llama_pro/llama3_freeze_sft.yaml": 8}
 NOTES["extras/llama_pro/llama3_freeze_sft.yaml"] = "on an 8-layer tiny stand-in (the expanded blocks: every layer)"
+# Datasets an example names that no folder here holds, stood in by LLaMA-Factory's demo rows (said in the table):
+# the ASFT files name their authors' own datasets ('med', 'math': in no dataset_info.json of LLaMA-Factory's, so
+# LLaMA-Factory stops there too), and v1's dpo data file names the hub's HuggingFaceH4/orca_dpo_pairs.
+STAND_IN_DATASETS = {"med": "alpaca_en_demo.json", "math": "alpaca_en_demo.json"}
+for _example, _name in (("extras/asft/llama2_full_asft.yaml", "med"), ("extras/asft/qwen2_full_asft.yaml", "math")):
+    NOTES[_example] = (f"dataset '{_name}' is the ASFT authors' own (in no LLaMA-Factory dataset_info.json): "
+                       f"LLaMA-Factory's {STAND_IN_DATASETS[_name]} stands in")
+NOTES["v1/train_lora/train_lora_dpo.yaml"] = ("its data file names the hub's HuggingFaceH4/orca_dpo_pairs (no hub "
+                                              "here): LLaMA-Factory's dpo_en_demo rows, written in that dataset's "
+                                              "chosen/rejected-messages layout (v1's `pair`), stand in")
 ORDER = ("train_lora/", "train_qlora/", "train_full/", "extras/", "inference/", "merge_lora/", "ascend/",
          "ktransformers/", "megatron", "v1/")
 
@@ -67,6 +77,35 @@ def tiny_model(folder: Path, **overrides) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def stand_in_dataset_info(folder: Path, data_dir: Path) -> Path:
+    """LLaMA-Factory's data/ with STAND_IN_DATASETS added to its dataset_info.json."""
+    folder.mkdir()
+    for f in data_dir.iterdir():
+        if f.name != "dataset_info.json":
+            (folder / f.name).symlink_to(f.resolve())
+    info = json.loads((data_dir / "dataset_info.json").read_text(encoding="utf-8"))
+    info.update({name: {"file_name": file} for name, file in STAND_IN_DATASETS.items()})
+    (folder / "dataset_info.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
+    return folder
+
+
+def stand_in_pair_data(folder: Path, data_dir: Path) -> None:
+    """data/v1_dpo_demo.yaml reads a local file of `pair` rows made from dpo_en_demo.json instead of the hub."""
+    rows = []
+    for row in json.loads((data_dir / "dpo_en_demo.json").read_text(encoding="utf-8")):
+        roles = {"human": "user", "gpt": "assistant", "system": "system"}
+        prompt = [{"role": roles[m["from"]], "content": m["value"]} for m in row["conversations"]]
+        rows.append({"chosen": prompt + [{"role": "assistant", "content": row["chosen"]["value"]}],
+                     "rejected": prompt + [{"role": "assistant", "content": row["rejected"]["value"]}]})
+    (folder / "orca_dpo_pairs_stand_in.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    spec = yaml.safe_load((folder / "v1_dpo_demo.yaml").read_text(encoding="utf-8"))
+    for entry in spec.values():
+        entry.update(path="data/orca_dpo_pairs_stand_in.jsonl", source="local")
+        entry.pop("split", None)
+    (folder / "v1_dpo_demo.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
 
 
 def first_error(output: str) -> str:
@@ -142,7 +181,9 @@ def main() -> int:
         (work / "data" / f.name).symlink_to(f.resolve())
     for f in V1_DATA.iterdir():
         (work / "data" / f.name).write_bytes(f.read_bytes())
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
+    stand_in_pair_data(work / "data", data_dir)
+    stand_in_data_dir = stand_in_dataset_info(work / "data_stand_in", data_dir)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]), TOKENIZERS_PARALLELISM="false")
     results = []
     for path in files:
         relative = str(path.relative_to(args.examples))
@@ -153,8 +194,9 @@ def main() -> int:
             command_stage = [f"stage={V1_STAGE[relative]}"]
         else:
             command_stage = []
-        command = [sys.executable, "-m", "steadytune", command_for(relative), str(path), f"dataset_dir={data_dir}",
-                   *command_stage]
+        stand_in = set(str(settings.get("dataset", "")).split(",")) & set(STAND_IN_DATASETS)
+        command = [sys.executable, "-m", "steadytune", command_for(relative), str(path),
+                   f"dataset_dir={stand_in_data_dir if stand_in else data_dir}", *command_stage]
         if relative in STAND_IN_LAYERS:
             command.append(f"model_name_or_path={tiny_model(work / f'tiny-{STAND_IN_LAYERS[relative]}-layers', num_hidden_layers=STAND_IN_LAYERS[relative])}")
         elif not own_output:

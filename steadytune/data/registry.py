@@ -62,7 +62,9 @@ def resolve_datasets(names: str | None, dataset_dir: str, key: str = "dataset") 
 
 # LLaMA-Factory v1's dataset YAML (data/v1_sft_demo.yaml): name -> {path, source, converter, size, weight, split}.
 V1_FIELDS = {"path", "source", "converter", "size", "weight", "split", "streaming"}
-V1_CONVERTERS = {"alpaca": "alpaca", "sharegpt": "sharegpt", None: None}
+V1_CONVERTERS = {"alpaca": "alpaca", "sharegpt": "sharegpt", "pair": "openai", None: None}
+# v1's `pair` rows (OpenAI-style chosen / rejected conversations) become openai ranking rows with these columns.
+PAIR_COLUMNS = {"messages": "messages", "chosen": "chosen", "rejected": "rejected", "system": "system", "tools": "tools"}
 
 
 def _from_v1_yaml(path: Path) -> list[DatasetSource]:
@@ -82,8 +84,7 @@ def _from_v1_yaml(path: Path) -> list[DatasetSource]:
             raise DataError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
         converter = entry.get("converter")
         if converter not in V1_CONVERTERS:
-            raise DataError(f"{where}: not supported: converter {show_value(converter)} (alpaca or sharegpt; v1's "
-                            f"`pair` rows are OpenAI-style chosen/rejected messages, which steadytune does not read)")
+            raise DataError(f"{where}: not supported: converter {show_value(converter)} (alpaca, sharegpt or pair)")
         if entry.get("streaming"):
             raise DataError(f"{where}: not supported: streaming (data is read and tokenised before training)")
         draw = entry.get("size")
@@ -91,10 +92,13 @@ def _from_v1_yaml(path: Path) -> list[DatasetSource]:
             raise DataError(f"{where}: not supported: weight (give size: the number of rows to draw)")
         common = dict(formatting=V1_CONVERTERS[converter], draw=int(draw) if draw is not None else None,
                       from_path=converter is None)
+        if converter == "pair":
+            common.update(ranking=True, columns=dict(PAIR_COLUMNS))
+        as_rows = pair_rows if converter == "pair" else (lambda rows: rows)
         if entry.get("source", "hf_hub") == "hf_hub":
             url = str(entry["path"])
-            sources.append(DatasetSource(str(name), f"hub:{url}", lambda n=str(name), u=url, s=entry.get("split", "train"):
-                                         _load_hub(n, u, None, s), **common))
+            sources.append(DatasetSource(str(name), f"hub:{url}", lambda n=str(name), u=url, s=entry.get("split", "train"),
+                                         c=as_rows: c(_load_hub(n, u, None, s)), **common))
             continue
         if entry.get("source") != "local":
             raise DataError(f"{where}: not supported: source {show_value(entry.get('source'))} (local or hf_hub)")
@@ -103,8 +107,32 @@ def _from_v1_yaml(path: Path) -> list[DatasetSource]:
         if file is None:
             raise DataError(f"{where}: {entry['path']}: dataset file not found (relative to where the run starts, as "
                             "LLaMA-Factory v1 reads it)")
-        sources.append(DatasetSource(str(name), str(file), lambda f=file, w=where: _v1_rows(f, w), **common))
+        sources.append(DatasetSource(str(name), str(file), lambda f=file, w=where, c=as_rows: c(_v1_rows(f, w)),
+                                     **common))
     return sources
+
+
+def pair_rows(rows: list[Row]) -> list[Row]:
+    """v1's `pair` rows ({"chosen": [messages], "rejected": [messages]}, OpenAI roles, as HuggingFaceH4/orca_dpo_pairs
+    writes them) -> ranking rows: the conversation both share, then each side's final answer. v1 tokenises each side
+    whole; a preference pair here is one prompt with two answers, so the two sides must differ only in that answer."""
+    out = []
+    for row in rows:
+        chosen, rejected = row.data.get("chosen"), row.data.get("rejected")
+        if not (isinstance(chosen, list) and isinstance(rejected, list) and chosen and rejected
+                and all(isinstance(m, dict) for m in chosen + rejected)):
+            raise DataError(f"{row.where}: a `pair` row needs chosen and rejected as lists of messages "
+                            f"({{role, content}}); columns found: {', '.join(map(str, row.data)) or '(none)'}")
+        shared = 0
+        while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
+            shared += 1
+        if chosen[:shared] != rejected[:shared] or len(chosen) != shared + 1 or len(rejected) != shared + 1:
+            raise DataError(f"{row.where}: chosen and rejected must share every message but the last (one answer "
+                            "each after the same conversation): a preference pair is one prompt with two answers")
+        data = {k: v for k, v in row.data.items() if k not in ("chosen", "rejected", "messages")}
+        out.append(Row(row.where, {**data, "messages": chosen[:shared], "chosen": chosen[-1],
+                                   "rejected": rejected[-1]}))
+    return out
 
 
 def _v1_rows(file: Path, where: str) -> list[Row]:

@@ -46,6 +46,7 @@ from steadytune.hardware.backend import detect_backend
 from steadytune.model.anatomy import layer_classes
 from steadytune.model.moe.anatomy import moe_block_classes
 from steadytune.training.checkpoint import refuse_non_finite
+from steadytune.training.optimizers import chosen_optimizer
 
 
 @dataclass
@@ -89,8 +90,34 @@ def plan_sharding(cfg, world_size: int) -> ShardingPlan:
     else:
         return ShardingPlan("single", "none", "one process")
     if world_size == 1:
+        idle = idle_fsdp_reason(cfg, plan)
+        if idle:
+            return ShardingPlan("single", "none", idle)
         plan.why += " (on one process nothing is split; offload still applies)"
     return plan
+
+
+def idle_fsdp_reason(cfg, plan: ShardingPlan) -> str | None:
+    """Why FSDP is left off for this one-process run, or None. FSDP2 on one process splits nothing (offload aside),
+    so a run whose base or optimizer FSDP cannot wrap (a quantised base; an optimizer of several parameter groups
+    with its own state) trains the same numbers unwrapped. LLaMA-Factory v1 files set dist_config: fsdp2 beside
+    quant_config or optim_config; with several processes those stay refused (train.plan_quantization,
+    optimizers.refuse_with_sharding)."""
+    if plan.kind != "fsdp" or plan.fsdp.offload_params:
+        return None
+    needs = []
+    if cfg.model.quantization_bit is not None:
+        needs.append(f"a quantised base (quantization_bit: {cfg.model.quantization_bit})")
+    if chosen_optimizer(cfg) != "adamw":
+        needs.append(f"the {chosen_optimizer(cfg)} optimizer")
+    if not needs:
+        return None
+    t = cfg.train
+    t.fsdp, t.fsdp_config, t.fsdp_version = "", None, None
+    why = (f"one process: fsdp is set, but FSDP2 on one process splits nothing and {' and '.join(needs)} trains "
+           "unwrapped, with the same numbers (with several processes this is refused)")
+    cfg.decide("fsdp", "off", why)
+    return why
 
 
 # Accelerate's environment names for its FSDP settings -> the fsdp_config keys (accelerate/commands/launch.py).
