@@ -350,6 +350,31 @@ class TrainArguments:
                                "torch's is slow), loop (one matmul per expert, the reference), or auto.",
                                choices=("auto", "torch", "triton", "loop"))
     fp8_base: Optional[bool] = _opt(None, "Multiply the frozen base of a LoRA model in fp8 (e4m3, a scale per row; forward and input gradient). Default: on for sft/pt runs on CUDA GPUs of sm_89 and up (Ada, Hopper) under bf16 with compiled layers, for models of hidden size 896 and up (H200: 1.05x the tokens/s at the 0.5B shape, 1.13x at 1.5B, 1.33x at 7B), unless its copies (2 bytes a base weight) would turn gradient checkpointing on; off elsewhere, with the reason in decisions. The adapter is scored and saved over the bf16 base (model/fp8_base.py, docs/speed.md).")
+    # LLaMA-Factory's Ray launch (USE_RAY=1; distributed/ray_launch.py): its 0.9.5 keys, and the Ray Train keys of its
+    # earlier releases (resources_per_worker, placement_strategy, ray_run_name, ray_storage_path).
+    ray_num_workers: int = _opt(1, "With USE_RAY=1: training processes started on the Ray cluster, one per bundle "
+                                "of resources_per_worker (LLaMA-Factory key).", minimum=1)
+    ray_init_kwargs: Union[None, dict, str] = _opt(None, "With USE_RAY=1: arguments of ray.init (address, num_cpus, "
+                                                   "runtime_env, ...; a mapping or a JSON string).")
+    resources_per_worker: Union[None, dict, str] = _opt(None, "With USE_RAY=1: Ray resources of one training process "
+                                                        "(default {GPU: 1} on a cluster with GPUs, else {CPU: 1}).")
+    placement_strategy: str = _opt("PACK", "With USE_RAY=1: how Ray places the workers' bundles on its nodes.",
+                                   choices=("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"))
+    ray_run_name: Optional[str] = _opt(None, "With USE_RAY=1: the run's folder under ray_storage_path, which then "
+                                       "becomes output_dir (where LLaMA-Factory's Ray Train kept the results).")
+    ray_storage_path: str = _opt("./saves", "With USE_RAY=1 and ray_run_name: the folder the run's folder goes in.")
+    master_addr: Optional[str] = _opt(None, "With USE_RAY=1: the address rank 0 listens on (default: the address of "
+                                      "the node Ray placed rank 0 on).")
+    master_port: Optional[int] = _opt(None, "With USE_RAY=1: rank 0's port (default: a free one on its node).",
+                                      minimum=1, maximum=65535)
+    # LLaMA-Factory's fp8 training (training/fp8_training.py): every linear layer through torchao's float8 matmuls
+    fp8: bool = _opt(False, "Train in fp8: every linear layer's matmuls (forward and backward) in float8 through "
+                     "torchao (LLaMA-Factory key); CUDA GPUs of compute capability 8.9 and up (Ada, Hopper, Blackwell) "
+                     "and AMD MI300; refused elsewhere with the reason.")
+    fp8_backend: str = _opt("auto", "fp8: torchao (auto) or te (NVIDIA Transformer Engine, not supported here).",
+                            choices=("auto", "torchao", "te", "msamp"))
+    fp8_enable_fsdp_float8_all_gather: bool = _opt(False, "fp8 with FSDP2: all-gather the weights in float8 (half "
+                                                   "the traffic of bf16).")
 
 
 @dataclass
@@ -457,9 +482,6 @@ for _section in FLAT_SECTIONS:
 # `guard_policy` is also accepted at the top level, as a shortcut.
 KEY_TO_SECTION["guard_policy"] = "guard"
 
-FP8_TRAINING = ("fp8 training of the whole model (LLaMA-Factory's torchao or Transformer Engine path: every linear "
-                "layer's matmuls in fp8, on CUDA GPUs of sm_89 and up) is not supported yet; for LoRA, fp8_base: true "
-                "multiplies the frozen base in fp8 on sm_89 and up")
 
 # Keys of LLaMA-Factory (and HF TrainingArguments) for features steadytune does not have. They fail loudly:
 # silently ignoring e.g. `quantization_bit` would train something other than what the user asked for.
@@ -482,9 +504,6 @@ UNSUPPORTED_KEYS = {
     "freeze_vision_tower": "vision models are not supported",
     "freeze_multi_modal_projector": "vision models are not supported",
     "freeze_language_model": "vision models are not supported",
-    "ray_num_workers": "LLaMA-Factory's Ray launch (USE_RAY=1, ray_* keys) is not supported; for several GPUs use "
-                       "`steadytune train --nproc N` (torchrun), --nnodes for several machines, or accelerate launch",
-    "ray_init_kwargs": "LLaMA-Factory's Ray launch is not supported; use --nproc / --nnodes",
     "use_unsloth": "Unsloth is not used; steadytune has its own fast paths",
     "rope_scaling": "RoPE scaling is not supported",
     "shift_attn": "shift short attention is not supported",
@@ -497,8 +516,6 @@ UNSUPPORTED_KEYS = {
     "export_quantization_dataset": "quantised (GPTQ) export is not supported",
     "export_quantization_nsamples": "quantised (GPTQ) export is not supported",
     "export_quantization_maxlen": "quantised (GPTQ) export is not supported",
-    # LF's fp8 trains every weight through fp8 matmuls; for LoRA's frozen base steadytune has fp8_base
-    "fp8": FP8_TRAINING, "fp8_backend": FP8_TRAINING, "fp8_enable_fsdp_float8_all_gather": FP8_TRAINING,
     "fsdp_transformer_layer_cls_to_wrap": "set transformer_layer_cls_to_wrap inside fsdp_config",
     "use_kt": "KTransformers (CPU/GPU hybrid MoE) is not supported",
     "kt_config": "KTransformers is not supported", "kt_cpu_activation": "KTransformers is not supported",

@@ -37,7 +37,7 @@ from transformers import get_scheduler
 from steadytune.config import RunConfig, describe_keys, resolve_do_train, save_resolved_config
 from steadytune.data.balance import uses_loss_weights
 from steadytune.data.prepare import truncation_summary
-from steadytune.distributed import launch, nodes, sharding
+from steadytune.distributed import launch, nodes, ray_launch, sharding
 from steadytune.distributed.collectives import (
     clip_gradients,
     reduce_sum,
@@ -188,6 +188,11 @@ def run(args) -> int:
         # adapter_name_or_path on eval_dataset (do_predict + predict_with_generate: generated answers, BLEU/ROUGE).
         evaluate_saved(cfg, batch_size=cfg.train.per_device_eval_batch_size)
         return 0
+    if ray_launch.ray_requested(os.environ) and not launch.under_launcher():   # LLaMA-Factory's USE_RAY=1
+        return ray_launch.launch_on_ray(ray_launch.plan_ray(cfg.train), args.config, args.overrides, args.force)
+    if cfg.train.ray_num_workers > 1 and not launch.under_launcher():
+        print(f"note: ray_num_workers: {cfg.train.ray_num_workers} is read with USE_RAY=1 only (as LLaMA-Factory); "
+              "this run starts without Ray", file=sys.stderr, flush=True)
     plan = launch.plan_launch(args, os.environ, launch.visible_gpus())
     if plan is not None:   # --nproc / --nnodes / LLaMA-Factory's FORCE_TORCHRUN: this process becomes the launcher
         return launch.launch(plan, args.config, args.overrides, args.force, cfg.train.output_dir)

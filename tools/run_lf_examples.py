@@ -44,6 +44,10 @@ for _example, _name in (("extras/asft/llama2_full_asft.yaml", "med"), ("extras/a
 NOTES["v1/train_lora/train_lora_dpo.yaml"] = ("its data file names the hub's HuggingFaceH4/orca_dpo_pairs (no hub "
                                               "here): LLaMA-Factory's dpo_en_demo rows, written in that dataset's "
                                               "chosen/rejected-messages layout (v1's `pair`), stand in")
+# LLaMA-Factory runs its Ray file with USE_RAY=1; its 4 workers get a local Ray told of 4 CPUs (2 cores here).
+RAY_EXAMPLES = {"train_lora/qwen3_lora_sft_ray.yaml": 'ray_init_kwargs={"num_cpus": 4, "include_dashboard": false}'}
+NOTES["train_lora/qwen3_lora_sft_ray.yaml"] = ("with USE_RAY=1 on a local Ray (ray_init_kwargs num_cpus: 4 added: "
+                                               "this machine has 2 cores): 4 training processes")
 ORDER = ("train_lora/", "train_qlora/", "train_full/", "extras/", "inference/", "merge_lora/", "ascend/",
          "ktransformers/", "megatron", "v1/")
 
@@ -197,6 +201,8 @@ def main() -> int:
         stand_in = set(str(settings.get("dataset", "")).split(",")) & set(STAND_IN_DATASETS)
         command = [sys.executable, "-m", "steadytune", command_for(relative), str(path),
                    f"dataset_dir={stand_in_data_dir if stand_in else data_dir}", *command_stage]
+        if relative in RAY_EXAMPLES:
+            command.append(RAY_EXAMPLES[relative])
         if relative in STAND_IN_LAYERS:
             command.append(f"model_name_or_path={tiny_model(work / f'tiny-{STAND_IN_LAYERS[relative]}-layers', num_hidden_layers=STAND_IN_LAYERS[relative])}")
         elif not own_output:
@@ -212,7 +218,7 @@ def main() -> int:
             command += ["max_new_tokens=16"]
         start = time.perf_counter()
         try:
-            done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout,
+            done = subprocess.run(command, cwd=work, env=dict(env, USE_RAY="1") if relative in RAY_EXAMPLES else env, capture_output=True, text=True, timeout=args.timeout,
                                   input=prompt, stdin=None if prompt else subprocess.DEVNULL)
             code, output, answer = done.returncode, done.stdout + done.stderr, done.stdout
         except subprocess.TimeoutExpired as e:
