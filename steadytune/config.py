@@ -399,6 +399,13 @@ class InferArguments:
     export_hub_model_id: Optional[str] = _opt(None, "Upload the export to this Hugging Face repo (needs a token and network).")
     export_format: str = _opt("hf", "hf: a Hugging Face folder; gguf: also one .gguf file for llama.cpp / Ollama.", choices=("hf", "gguf"))
     export_gguf_type: str = _opt("f16", "GGUF tensor type: f32, f16, bf16, q8_0.", choices=("f32", "f16", "bf16", "q8_0"))
+    # GPTQ export (infer/gptq_export.py), LLaMA-Factory's keys and defaults
+    export_quantization_bit: Optional[int] = _opt(None, "Quantise the merged model with GPTQ (GPTQModel) to this "
+                                                  "many bits: 2, 3, 4 or 8.", choices=(2, 3, 4, 8))
+    export_quantization_dataset: Optional[str] = _opt(None, "GPTQ's calibration data: a file or hub dataset with a "
+                                                      "`text` column.")
+    export_quantization_nsamples: int = _opt(128, "GPTQ: calibration samples drawn.", minimum=1)
+    export_quantization_maxlen: int = _opt(1024, "GPTQ: tokens per calibration sample.", minimum=1)
 
 
 @dataclass
@@ -509,13 +516,6 @@ UNSUPPORTED_KEYS = {
     "shift_attn": "shift short attention is not supported",
     "mixture_of_depths": "mixture of depths is not supported (LLaMA-Factory converts the model with the MoD package, "
                          "written for transformers 4's Llama and Mistral classes)",
-    "export_quantization_bit": "quantised (GPTQ) export is not supported: the maintained GPTQ quantiser, GPTQModel "
-                               "(pip install gptqmodel), ships as source that compiles CUDA kernels; quantise the "
-                               "merged model with it, or use export_format: gguf with export_gguf_type: q8_0 for "
-                               "llama.cpp",
-    "export_quantization_dataset": "quantised (GPTQ) export is not supported",
-    "export_quantization_nsamples": "quantised (GPTQ) export is not supported",
-    "export_quantization_maxlen": "quantised (GPTQ) export is not supported",
     "fsdp_transformer_layer_cls_to_wrap": "set transformer_layer_cls_to_wrap inside fsdp_config",
     "use_kt": "KTransformers (CPU/GPU hybrid MoE) is not supported",
     "kt_config": "KTransformers is not supported", "kt_cpu_activation": "KTransformers is not supported",

@@ -30,10 +30,16 @@ NOT_RUN_CONFIGS = ("accelerate/", "ktransformers/accelerate/", "extras/multi_tok
 # What a run with the tiny stand-in cannot show.
 NOTES = {f"train_qlora/llama3_lora_sft_{q}.yaml": f"with the unquantised tiny model; the real {q.upper()} checkpoint "
          f"it names is refused at start (pre-quantised checkpoint, quant_method {q})" for q in ("awq", "gptq", "aqlm")}
-# LLaMA Pro trains the blocks a block expansion inserted: its file names an expanded model with 8 such blocks
-# (freeze_trainable_layers: 8), so its stand-in has 8 layers (the 2-layer one is refused, as LLaMA-Factory refuses it).
-STAND_IN_LAYERS = {"extras/llama_pro/llama3_freeze_sft.yaml": 8}
+# Stand-ins of another shape. LLaMA Pro trains the blocks a block expansion inserted: its file names an expanded model
+# with 8 such blocks (freeze_trainable_layers: 8), so its stand-in has 8 layers (the 2-layer one is refused, as
+# LLaMA-Factory refuses it).
+STAND_IN_SHAPES = {"extras/llama_pro/llama3_freeze_sft.yaml": {"num_hidden_layers": 8},
+                   # GPTQ quantises groups of 128 input features (its CPU kernel needs whole groups)
+                   "merge_lora/qwen3_gptq.yaml": {"hidden_size": 128, "intermediate_size": 256,
+                                                  "num_attention_heads": 2, "num_key_value_heads": 2}}
 NOTES["extras/llama_pro/llama3_freeze_sft.yaml"] = "on an 8-layer tiny stand-in (the expanded blocks: every layer)"
+NOTES["merge_lora/qwen3_gptq.yaml"] = ("on a tiny stand-in 128 features wide (GPTQ's groups), with GPTQModel 5.8.0 "
+                                       "installed (not a steadytune dependency: pip install 'steadytune[gptq]')")
 # Datasets an example names that no folder here holds, stood in by LLaMA-Factory's demo rows (said in the table):
 # the ASFT files name their authors' own datasets ('med', 'math': in no dataset_info.json of LLaMA-Factory's, so
 # LLaMA-Factory stops there too), and v1's dpo data file names the hub's HuggingFaceH4/orca_dpo_pairs.
@@ -203,8 +209,10 @@ def main() -> int:
                    f"dataset_dir={stand_in_data_dir if stand_in else data_dir}", *command_stage]
         if relative in RAY_EXAMPLES:
             command.append(RAY_EXAMPLES[relative])
-        if relative in STAND_IN_LAYERS:
-            command.append(f"model_name_or_path={tiny_model(work / f'tiny-{STAND_IN_LAYERS[relative]}-layers', num_hidden_layers=STAND_IN_LAYERS[relative])}")
+        if relative in STAND_IN_SHAPES:
+            shape = STAND_IN_SHAPES[relative]
+            folder = work / ("tiny-" + "-".join(f"{k}{v}" for k, v in shape.items()))
+            command.append(f"model_name_or_path={folder if folder.exists() else tiny_model(folder, **shape)}")
         elif not own_output:
             command.append(f"model_name_or_path={model}")
         if settings.get("export_dir") and (work / settings["export_dir"]).exists():

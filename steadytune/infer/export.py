@@ -31,6 +31,8 @@ from steadytune.infer.generate import (
     stop_token_ids,
 )
 from steadytune.infer.gguf_file import GGUF_TYPES, check_gguf, verify_gguf, write_gguf
+from steadytune.infer.gptq_export import calibration_samples, check_gptq_request, quantize_folder, read_texts
+from steadytune.infer.gptq_export import describe as describe_gptq
 from steadytune.infer.loading import BASE, load_run, open_run
 from steadytune.infer.merge import (
     check_export_dir,
@@ -47,7 +49,7 @@ from steadytune.model.load import _hub_reachable, resolve_model_path
 from steadytune.training.run_folder import record_outputs, refuse_if_in_use
 
 EXPORT_KEYS = "export_dir, export_size, export_device, export_legacy_format, export_hub_model_id, export_format, " \
-              "export_gguf_type, infer_dtype"
+              "export_gguf_type, infer_dtype, export_quantization_bit, export_quantization_dataset"
 
 
 def add_arguments(parser) -> None:
@@ -91,6 +93,13 @@ def run(args) -> int:
                         "and which can run code when loaded; set it to false (safetensors)")
     if settings.export_hub_model_id:
         check_hub_upload(settings.export_hub_model_id)
+    if settings.export_quantization_bit is not None:
+        if not settings.export_dir:
+            raise UserError("export_quantization_bit: set export_dir, the folder the quantised model is written to")
+        if settings.export_format == "gguf":
+            raise UserError("export_quantization_bit (GPTQ) and export_format: gguf: choose one (GGUF has its own "
+                            "quantised types: export_gguf_type q8_0)")
+        check_gptq_request(settings.export_quantization_bit, settings.export_quantization_dataset)
     if not settings.export_dir and args.archive is None:
         raise UserError("export_dir: not set; where should the merged model go? (export_dir=saves/merged, or "
                         "--archive for the adapter archive only)")
@@ -173,6 +182,8 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
                                      name=out_dir.resolve().name)
     saving = time.perf_counter()
     save_merged(merged, tokenizer, template, out_dir, dtype, settings.export_size, user_generation(cfg))
+    if settings.export_quantization_bit is not None:
+        report["gptq"] = export_gptq(settings, tokenizer, merged, out_dir, device)
     copy_run_records(run_.folder, out_dir)
     if quantized:
         forget_quantization(out_dir / "run_config.yaml")
@@ -191,6 +202,17 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
           f"({report['dtype']}: {why}); chat template, eos {template.eos_token} and stop tokens "
           f"{export_stop_ids(template, tokenizer, merged.generation_config.eos_token_id)} saved; "
           f"{time.perf_counter() - started:.1f} s")
+    return report
+
+
+def export_gptq(settings, tokenizer, merged, out_dir: Path, device: torch.device) -> dict:
+    """The merged folder just written, quantised by GPTQ in place, loaded back and compared (infer/gptq_export.py)."""
+    samples = calibration_samples(tokenizer, read_texts(settings.export_quantization_dataset),
+                                  settings.export_quantization_nsamples, settings.export_quantization_maxlen)
+    prompt = tokenizer(VERIFY_TEXTS[0], return_tensors="pt")["input_ids"]
+    report = quantize_folder(out_dir, settings.export_quantization_bit, samples, device=str(device),
+                             reference=merged.float(), prompt_ids=prompt)
+    print(f"quantised: {describe_gptq(report)}", flush=True)
     return report
 
 
