@@ -46,6 +46,7 @@ from steadytune.distributed.collectives import (
     sync_gradients_on_last,
 )
 from steadytune.distributed.fsdp_config import read_fsdp_keys
+from steadytune.training.fp8_training import convert_to_fp8, plan_fp8_training
 from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.distributed.world_resume import adapt_to_checkpoint, layout_of, remap_position
 from steadytune.doctor.environment import write_environment
@@ -377,6 +378,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     world, shard_plan = plan_processes(cfg)
     check_optimizer_installed(cfg)   # a missing optimizer library stops here, before any loading
     info, precision, attn, packing = choose_hardware(cfg)
+    fp8 = plan_fp8_training(cfg.train, cfg.method, cfg.model, info.backend, info.primary.arch if info.primary else None)
     tokenizer, data = load_data(cfg, stage)
     resume_candidates = vet_resume(cfg, start.resume_candidates, world,
                                    token_budget=uses_token_budget(cfg, packing))
@@ -384,6 +386,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     compute_dtype = plan_quantization(cfg, info, precision, shard_plan)
     model, tokenizer = build_model(cfg, stage, preloaded, tokenizer, precision, attn, shard_plan, accelerator,
                                    compute_dtype)
+    if fp8 is not None:   # LLaMA-Factory's fp8: the linear layers through torchao's float8 matmuls
+        cfg.decide("fp8", f"{convert_to_fp8(model, fp8)} linear layers", fp8.why)
     trainable, total = count_parameters(model)
     set_up_experts(cfg, model, accelerator.device, precision)  # a mixture of experts (model/moe/)
     batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator, model)

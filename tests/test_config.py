@@ -98,7 +98,8 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
     ("stage=ppo", "not supported: stage: ppo"),
     ("finetuning_type=prefix", "finetuning_type: invalid value 'prefix' (choose one of lora, full, freeze, oft)"),
     ("mixture_of_depths=convert", "not supported: mixture_of_depths (mixture of depths is not supported"),
-    ("ray_num_workers=2", "not supported: ray_num_workers (LLaMA-Factory's Ray launch"),
+    ("ray_num_workers=0", "ray_num_workers: 0 is out of range"),
+    ("placement_strategy=ANYWHERE", "placement_strategy: invalid value 'ANYWHERE'"),
     ("report_to=neptune", "report_to: unknown tracker 'neptune'; choose from none, all, tensorboard"),
     ("lora_rank=0", "lora_rank: 0 is out of range"),
     ("learning_rate=-1", "learning_rate: -1.0 is out of range"),
@@ -109,8 +110,8 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
     ("prompt_template=no placeholder", "prompt_template must contain {text}"),
     ("guard.windw=3", "guard.windw: unknown key (did you mean 'window'?)"),
     ("label_names=[a, a]", "label_names has duplicates"),
-    ("fp8=true", "not supported: fp8 (fp8 training of the whole model"),  # LF's key: refused, pointing to LoRA's fp8_base
-    ("fp8_backend=torchao", "for LoRA, fp8_base: true multiplies the frozen base in fp8"),
+    ("fp8_backend=fast", "fp8_backend: invalid value 'fast'"),
+    ("export_quantization_bit=5", "export_quantization_bit: invalid value 5"),
 ])
 def test_bad_keys_and_values_name_the_key(override, message):
     with pytest.raises(ConfigError) as err:
