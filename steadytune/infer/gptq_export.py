@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from steadytune.data.readers import read_rows
 from steadytune.errors import UserError
 
 GPTQ_BITS = (2, 3, 4, 8)
@@ -50,8 +51,6 @@ def check_gptq_request(bits: int, dataset: str | None) -> None:
 
 def read_texts(dataset: str) -> list[str]:
     """The `text` column of a local file (json, jsonl, csv, parquet, txt) or of a hub dataset's train split."""
-    from steadytune.data.readers import read_rows
-
     path = Path(dataset)
     if path.is_file():
         rows = [row.data for row in read_rows(path)]
