@@ -326,6 +326,10 @@ class TrainArguments:
     fsdp: Union[None, bool, str, list] = _opt(None, "FSDP through Accelerate (HF/LLaMA-Factory key): full_shard, shard_grad_op, offload, auto_wrap (a list or a space-separated string), or true (= full_shard auto_wrap). Always FSDP2.")
     fsdp_config: Union[None, dict, str] = _opt(None, "FSDP settings (a mapping, or a JSON/YAML file): fsdp_version, reshard_after_forward, cpu_ram_efficient_loading, offload_params, state_dict_type, transformer_layer_cls_to_wrap, activation_checkpointing (with or without the fsdp_ prefix).")
     fsdp_version: Optional[int] = _opt(None, "FSDP version (Axolotl key); steadytune always runs FSDP2.", choices=(1, 2))
+    fsdp_transformer_layer_cls_to_wrap: Union[None, str, list] = _opt(None, "transformers' older key (LLaMA-Factory's "
+                                                                      "fp8 FSDP example sets it): fsdp_config's "
+                                                                      "transformer_layer_cls_to_wrap, where that is "
+                                                                      "not set.")
     dataloader_num_workers: int = _opt(0, "Worker processes for the data loader.", minimum=0)
     gradient_checkpointing: Optional[bool] = _opt(None, "Recompute activations in backward to save memory (default: off for LoRA on small models).")
     gradient_checkpointing_kwargs: Optional[dict] = _opt(None, "Passed to gradient_checkpointing_enable, e.g. {use_reentrant: false}.")
@@ -516,7 +520,6 @@ UNSUPPORTED_KEYS = {
     "shift_attn": "shift short attention is not supported",
     "mixture_of_depths": "mixture of depths is not supported (LLaMA-Factory converts the model with the MoD package, "
                          "written for transformers 4's Llama and Mistral classes)",
-    "fsdp_transformer_layer_cls_to_wrap": "set transformer_layer_cls_to_wrap inside fsdp_config",
     "use_kt": "KTransformers (CPU/GPU hybrid MoE) is not supported",
     "kt_config": "KTransformers is not supported", "kt_cpu_activation": "KTransformers is not supported",
     "kt_weight_path": "KTransformers is not supported", "kt_non_expert_weight_path": "KTransformers is not supported",

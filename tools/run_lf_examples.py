@@ -118,6 +118,17 @@ def stand_in_pair_data(folder: Path, data_dir: Path) -> None:
     (folder / "v1_dpo_demo.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
 
 
+# Stops that are this CPU machine's, not steadytune's: the message says the file needs a GPU (flash-attn, liger's
+# Triton kernels and fp8 matmuls exist only there). The table says "needs a GPU" for them, not "not supported".
+GPU_REQUIREMENTS = ("flash-attn does not import", "Triton kernels need a GPU", "fp8 training needs a GPU")
+
+
+def verdict(result: dict) -> str:
+    if result["runs"]:
+        return "runs"
+    return "needs a GPU" if any(p in result["why"] for p in GPU_REQUIREMENTS) else "not supported"
+
+
 def first_error(output: str) -> str:
     for line in output.splitlines():
         if line.startswith("error:") or "not available in this build" in line:
@@ -129,6 +140,7 @@ def first_error(output: str) -> str:
 def render(results: list[dict], args) -> int:
     """docs/lf_examples.md from the results; -> how many ran."""
     runs = sum(r["runs"] for r in results)
+    gpu_only = sum(verdict(r) == "needs a GPU" for r in results)
     lines = [
         "# LLaMA-Factory's examples with steadytune",
         "",
@@ -139,8 +151,8 @@ def render(results: list[dict], args) -> int:
         f"`v1/train_lora/train_lora_dpo.yaml` gets `stage=dpo`, as v1's `dpo` command), on a "
         f"CPU" + (f", each training run cut to `max_steps={args.max_steps}` (and at most 16 generated tokens) to "
                   f"keep the table's CPU time short" if args.max_steps else "") +
-        f". **{runs} of {len(results)} run**; the others stop at start with the message shown (nothing is "
-        f"silently ignored). accelerate/FSDP configs and `extras/multi_tokens/tokens_cfg.yaml` are not run configs "
+        f". **{runs} of {len(results)} run**; {gpu_only} more need a GPU (on this CPU they stop at start saying "
+        f"what for); the others stop at start with the message shown (nothing is silently ignored). accelerate/FSDP configs and `extras/multi_tokens/tokens_cfg.yaml` are not run configs "
         f"and are left out.",
         "",
         "| example | command | result | why / note |",
@@ -153,7 +165,7 @@ def render(results: list[dict], args) -> int:
         why = why.replace("|", "\\|")
         if r["example"] in NOTES:
             why = f"{why}; {NOTES[r['example']]}" if why else NOTES[r["example"]]
-        lines.append(f"| `{r['example']}` | {r['command']} | {'runs' if r['runs'] else 'not supported'} | {why} |")
+        lines.append(f"| `{r['example']}` | {r['command']} | {verdict(r)} | {why} |")
     args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return runs
 
@@ -169,6 +181,11 @@ def main() -> int:
                              "generate at most 16 tokens then: a run that starts and steps shows the file is accepted")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "lf_examples.md")
     parser.add_argument("--render-only", action="store_true", help="rewrite the table from its .json, run nothing")
+    parser.add_argument("--ray-path", help="a folder holding Ray (pip install --target DIR ray), put on PYTHONPATH "
+                                           "for the Ray example only")
+    parser.add_argument("--gptq-path", help="a folder holding GPTQModel and its dependencies, put on PYTHONPATH for the "
+                                            "GPTQ export only (it must not reach the other examples: peft refuses "
+                                            "some GPTQModel versions at import)")
     args = parser.parse_args()
     if args.render_only:
         render(json.loads(args.output.with_suffix(".json").read_text(encoding="utf-8")), args)
@@ -224,9 +241,16 @@ def main() -> int:
         prompt = "Hello, who are you?\n" if command_for(relative) == "chat" else None
         if prompt:
             command += ["max_new_tokens=16"]
+        run_env = env
+        extra = args.ray_path if relative in RAY_EXAMPLES else args.gptq_path if settings.get(
+            "export_quantization_bit") else None
+        if extra:
+            run_env = dict(env, PYTHONPATH=os.pathsep.join([env["PYTHONPATH"], extra]))
+        if relative in RAY_EXAMPLES:
+            run_env = dict(run_env, USE_RAY="1")
         start = time.perf_counter()
         try:
-            done = subprocess.run(command, cwd=work, env=dict(env, USE_RAY="1") if relative in RAY_EXAMPLES else env, capture_output=True, text=True, timeout=args.timeout,
+            done = subprocess.run(command, cwd=work, env=run_env, capture_output=True, text=True, timeout=args.timeout,
                                   input=prompt, stdin=None if prompt else subprocess.DEVNULL)
             code, output, answer = done.returncode, done.stdout + done.stderr, done.stdout
         except subprocess.TimeoutExpired as e:

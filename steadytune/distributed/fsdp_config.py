@@ -68,7 +68,10 @@ def read_fsdp_keys(train) -> FsdpSettings | None:
     options = _options(train.fsdp)
     config = _config_mapping(train.fsdp_config)
     if not options and not config and train.fsdp_version is None:
-        return None
+        return None   # (fsdp_transformer_layer_cls_to_wrap alone asks for no FSDP, as in transformers)
+    legacy = getattr(train, "fsdp_transformer_layer_cls_to_wrap", None)
+    if legacy and "transformer_layer_cls_to_wrap" not in config:   # transformers' older key
+        config = {**config, "transformer_layer_cls_to_wrap": legacy}
     if "no_shard" in options:
         return None
     hybrid = [o for o in options if o.startswith("hybrid_shard")]
