@@ -8,16 +8,17 @@ a small tokenizer, so every arm loads it the way a user's model loads (bitsandby
 would real ones: speed and memory do not depend on the values). The data: the same text, cut into blocks of exactly
 T tokens (stage pt: one block a micro-batch, loss on every token), T = each of --tokens. LoRA r 16 (alpha 32) on every
 linear layer, AdamW, lr 2e-4, in every arm. Arms, each in its own process (a clean peak):
-  qlora        `steadytune train` with quantization_bit: 4 (nf4, double quantisation, bf16 compute; LF's defaults)
-  bf16         `steadytune train` on the same base in bf16 (the policy's LoRA run)
+  qlora        `steadytune train` with quantization_bit: 4 (nf4, double quantisation, bf16 compute; LF's defaults) and
+               nothing else set: the user's default (packing, static shapes, compile, graphs, fp8 base and gradient
+               checkpointing as the speed plan decides; the row lists those decisions)
+  qlora_gc     the same with gradient_checkpointing: true (the plain recipe's memory regime: the `<= its memory` test)
   plain_qlora  the peft docs' QLoRA recipe, written out: BitsAndBytesConfig(nf4, double quant, bf16 compute),
                prepare_model_for_kbit_training (fp32 non-quantised weights, gradient checkpointing on),
                get_peft_model(all-linear), a plain loop: forward with labels, backward, AdamW step
-  qlora_nogc / bf16_nogc  (not run by default) the steadytune arms with gradient checkpointing left to the policy
-  qlora_compile  (not run by default) qlora with torch_compile: true: whether Inductor composes with bitsandbytes'
-               4-bit op (registered with fake tensors, so it should trace without a graph break) and what it gains
-Gradient checkpointing is on in the default arms (the peft recipe's default, and what a 16 GB card needs at these
-lengths). Per arm and length: peak memory allocated and reserved (torch.cuda.max_memory_*; weights, LoRA state,
+  bf16         (not run by default) `steadytune train` on the same base in bf16 (the policy's LoRA run)
+  qlora_eager  (not run by default) qlora with torch_compile, cuda_graphs and fp8_base false: what the compiled,
+               graphed path gains over the same packed micro-batches run eagerly
+Per arm and length: peak memory allocated and reserved (torch.cuda.max_memory_*; weights, LoRA state,
 activations), tokens/s over the steps after the first two (warm-up), the last loss. Printed as a table, written to
 --out/qlora_bench.json. The 16 GB question: the `fits 16 GB` column (peak reserved <= 16 GiB less 1 GiB for the
 CUDA context of the seed's card).
@@ -39,8 +40,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ARMS = ("qlora", "bf16", "plain_qlora", "qlora_nogc", "bf16_nogc", "qlora_compile")
-DEFAULT_ARMS = ("qlora", "bf16", "plain_qlora")
+ARMS = ("qlora", "qlora_gc", "plain_qlora", "bf16", "qlora_eager")
+DEFAULT_ARMS = ("qlora", "qlora_gc", "plain_qlora")
 RANK, ALPHA, LR, WARMUP_STEPS = 16, 32, 2e-4, 2
 CARD_GIB = 16 - 1   # the seed's 16 GB card, less ~1 GiB of CUDA context and allocator reserve outside torch's count
 WORDS = ("the model reads a long document about training language models on small cards with little memory and "
@@ -113,14 +114,14 @@ def run_steadytune(arm: str, model_dir: Path, text: Path, tokens: int, steps: in
     keys = {"model_name_or_path": str(model_dir), "stage": "pt", "dataset": str(text), "cutoff_len": tokens,
             "per_device_train_batch_size": 1, "max_steps": steps, "learning_rate": LR, "lora_rank": RANK,
             "lora_alpha": ALPHA, "lora_target": "all", "logging_steps": 1, "save_steps": 100000, "seed": 0,
-            "output_dir": str(out), "overwrite_output_dir": True, "report_to": "none", "packing": False,
+            "output_dir": str(out), "overwrite_output_dir": True, "report_to": "none",
             "bf16": device == "cuda", "lr_scheduler_type": "constant"}
     if arm.startswith("qlora"):
         keys["quantization_bit"] = 4
-    if not arm.endswith("_nogc"):
+    if arm == "qlora_gc":
         keys["gradient_checkpointing"] = True
-    if arm.endswith("_compile"):
-        keys["torch_compile"] = True
+    if arm == "qlora_eager":
+        keys.update(torch_compile=False, cuda_graphs=False, fp8_base=False)
     cfg = load_config(None, keys)
     result = run_training(cfg, progress=False)
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "input_tokens_per_s" in r]
@@ -133,8 +134,12 @@ def run_steadytune(arm: str, model_dir: Path, text: Path, tokens: int, steps: in
             "steps": result.global_step,
             "estimate": decisions.get("memory_estimate", {}).get("value"),
             "gradient_checkpointing": decisions.get("gradient_checkpointing", {}).get("value"),
-            "torch_compile": decisions.get("torch_compile", {}).get("value"),
-            "cuda_graphs": decisions.get("cuda_graphs", {}).get("value")}
+            **{key: decisions.get(key, {}).get("value") for key in ("packing", "static_shapes", "torch_compile",
+                                                                    "cuda_graphs", "fp8_base")},
+            # why a piece stayed off, as the start-up print says it
+            "off": {key: decisions[key]["reason"] for key in ("static_shapes", "torch_compile", "cuda_graphs",
+                                                              "fp8_base")
+                    if key in decisions and decisions[key].get("value") is False}}
 
 
 def run_plain_qlora(model_dir: Path, text: Path, tokens: int, steps: int, device: str) -> dict:

@@ -172,3 +172,23 @@ def test_packing_default_by_backend(tiny_models, tmp_path):
         info = HardwareInfo(backend=backend, torch_version=torch.__version__)
         assert decide_packing(cfg, class_weighted_loss=False, info=info) is packed
         assert cfg.decisions["packing"]["value"] is packed and cfg.decisions["packing"]["reason"]
+
+
+def test_stage_pt_lays_its_blocks_out_packed_on_a_gpu(tiny_models, tmp_path):
+    """Stage pt's micro-batches (cutoff_len blocks) go through the packed layout on CUDA, so that the speed plan finds
+    one static shape (compile, CUDA graphs, the fp8 base: a QLoRA pt run stayed eager without it); on the CPU and
+    ROCm, and with packing: false, they are batched as they are."""
+    import torch
+
+    from steadytune.hardware.backend import HardwareInfo
+    from steadytune.model.attention import decide_packing
+    for backend, extra, packed in (("cuda", {}, True), ("cuda", {"quantization_bit": 4}, True),
+                                   ("cuda", {"packing": False}, False), ("cpu", {}, False), ("rocm", {}, False)):
+        cfg = load_config(None, overrides(tiny_models["qwen2"], tmp_path / backend, stage="pt", **extra))
+        info = HardwareInfo(backend=backend, torch_version=torch.__version__)
+        assert decide_packing(cfg, class_weighted_loss=False, info=info) is packed
+        reason = cfg.decisions["packing"]["reason"]
+        assert ("one static shape for compile and graphs" in reason) is packed
+    cfg = load_config(None, overrides(tiny_models["qwen2"], tmp_path / "weighted", stage="pt"))
+    assert decide_packing(cfg, class_weighted_loss=True,
+                          info=HardwareInfo(backend="cuda", torch_version=torch.__version__)) is False

@@ -147,9 +147,17 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
     """Whether `train` packs its micro-batches; records the choice and why with cfg.decide."""
     d = cfg.data
     if cfg.method.stage == "pt":
-        # Pre-training rows are already full cutoff_len blocks (or single truncated texts): nothing to pack.
-        cfg.decide("packing", d.packing is not False, "stage pt: packing concatenates the texts into cutoff_len blocks "
-                   "(LLaMA-Factory's pt packing, on by default); the blocks are batched as they are")
+        how = ("stage pt: packing concatenates the texts into cutoff_len blocks (LLaMA-Factory's pt packing, on by "
+               "default)" if d.packing is not False else "stage pt, packing: false: each text is one example, "
+               "truncated to cutoff_len")
+        if getattr(info, "backend", "cpu") == "cuda" and not class_weighted_loss and d.packing is not False:
+            # The blocks of a micro-batch laid out as one varlen row (attention and positions kept per block): the
+            # same numbers as separate rows, and one static shape, so compiled layers, CUDA graphs and the fp8 base
+            # apply (a QLoRA pt run stayed eager without it: docs/speed.md)
+            cfg.decide("packing", d.packing is not False, how + "; on GPU each micro-batch's examples are laid out "
+                       "as one packed row (the same examples and numbers, one static shape for compile and graphs)")
+            return True
+        cfg.decide("packing", d.packing is not False, how + "; the examples are batched as they are")
         return False
     asked = bool(d.packing or d.neat_packing)
     if asked and class_weighted_loss:
