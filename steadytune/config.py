@@ -518,8 +518,9 @@ UNSUPPORTED_KEYS = {
     "use_unsloth": "Unsloth is not used; steadytune has its own fast paths",
     "rope_scaling": "RoPE scaling is not supported",
     "shift_attn": "shift short attention is not supported",
-    "mixture_of_depths": "mixture of depths is not supported (LLaMA-Factory converts the model with the MoD package, "
-                         "written for transformers 4's Llama and Mistral classes)",
+    "mixture_of_depths": "mixture of depths is not supported: LLaMA-Factory converts the model with the MoD package "
+                         "(mixture-of-depth 1.2.0, its last release, 2024), which does not import with transformers "
+                         "5 (it imports TRANSFORMERS_CACHE, gone in transformers 5; checked 2026-12)",
     "use_kt": "KTransformers (CPU/GPU hybrid MoE) is not supported",
     "kt_config": "KTransformers is not supported", "kt_cpu_activation": "KTransformers is not supported",
     "kt_weight_path": "KTransformers is not supported", "kt_non_expert_weight_path": "KTransformers is not supported",
