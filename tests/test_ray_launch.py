@@ -66,8 +66,9 @@ def test_ranks_start_on_the_master_node_and_count_locally():
     order = order_ranks(nodes, "10.0.0.1")
     assert [nodes[i] for i in order] == ["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"]
     envs = rank_environments(nodes, order, "10.0.0.1", 29500)
-    assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) for e in envs] == \
-        [("0", "0", "2"), ("1", "1", "2"), ("2", "0", "2"), ("3", "1", "2")]
+    assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"], e["GROUP_RANK"]) for e in envs] == \
+        [("0", "0", "2", "0"), ("1", "1", "2", "0"), ("2", "0", "2", "1"), ("3", "1", "2", "1")]
+    assert {e["GROUP_WORLD_SIZE"] for e in envs} == {"2"}
     assert {(e["WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {("4", "10.0.0.1", "29500")}
     assert [nodes[i] for i in order_ranks(nodes, None)][0] == "10.0.0.2"   # default: the first bundle's node
     with pytest.raises(UserError, match="master_addr: 10.9.9.9 is not the address of a node"):

@@ -115,13 +115,15 @@ def rank_environments(node_of_bundle: list[str], order: list[int], master_addr: 
     for i in order:
         per_node[node_of_bundle[i]] = per_node.get(node_of_bundle[i], 0) + 1
     seen: dict[str, int] = {}
+    node_index = {node: n for n, node in enumerate(per_node)}   # in rank order: the master's node is node 0
     out = []
     for rank, i in enumerate(order):
         node = node_of_bundle[i]
         local = seen.get(node, 0)
         seen[node] = local + 1
         out.append({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
-                    "LOCAL_WORLD_SIZE": str(per_node[node]), "MASTER_ADDR": master_addr,
+                    "LOCAL_WORLD_SIZE": str(per_node[node]), "GROUP_RANK": str(node_index[node]),
+                    "GROUP_WORLD_SIZE": str(len(per_node)), "MASTER_ADDR": master_addr,
                     "MASTER_PORT": str(master_port), "TORCHELASTIC_USE_AGENT_STORE": "False"})
     return out
 
@@ -210,6 +212,11 @@ class _RankProcess:
     """A Ray actor that runs one rank's `steadytune train` as its child process and returns its exit code."""
 
     def run(self, args: list[str], rank_env: dict, cwd: str) -> int:
+        import ray   # optional dependency: the ray extra (present wherever this actor runs)
         env = child_environment(os.environ, rank_env)   # the actor's own, with Ray's CUDA_VISIBLE_DEVICES
+        if ray.get_gpu_ids() and not os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"):
+            # Ray shows this actor only its own GPU: it is device 0 here, whatever the rank's place on the node
+            # (LLaMA-Factory's Worker sets LOCAL_RANK 0 the same way)
+            env["LOCAL_RANK"] = "0"
         folder = cwd if Path(cwd).is_dir() else None
         return subprocess.run(args, env=env, cwd=folder).returncode
