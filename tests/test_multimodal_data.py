@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 from conftest import LF_FIXTURES, needs_shared
-from multimodal_setup import draw_image, processor_for, vision_tokenizer
+from multimodal_setup import draw_image, processor_for, qwen_vl_config, vision_tokenizer
 from PIL import Image
 
 from steadytune.config import ConfigError, load_config
@@ -290,26 +290,9 @@ def test_collator_pads_text_and_concatenates_pixels_in_order(name, tmp_path):
 
 def tiny_qwen_vl(model_type: str):
     """The text+vision model of `model_type` built from config (random weights): only its get_rope_index is used."""
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoModel
 
-    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=len(TOK),
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]})
-    vision = dict(depth=1, hidden_size=32, num_heads=2, spatial_merge_size=2, temporal_patch_size=2)
-    if model_type == "qwen2_vl":
-        vision.update(embed_dim=32, patch_size=14)
-    elif model_type == "qwen2_5_vl":
-        vision.update(intermediate_size=64, out_hidden_size=32, patch_size=14, tokens_per_second=2, window_size=56,
-                      fullatt_block_indexes=[0])
-    else:
-        text.update(head_dim=8, rope_parameters=dict(text["rope_parameters"], mrope_interleaved=True))
-        vision.update(intermediate_size=64, out_hidden_size=32, patch_size=16, num_position_embeddings=16,
-                      deepstack_visual_indexes=[0])
-    ids = {k: TOK.convert_tokens_to_ids(t) for k, t in (("image_token_id", "<|image_pad|>"),
-           ("video_token_id", "<|video_pad|>"), ("vision_start_token_id", "<|vision_start|>"),
-           ("vision_end_token_id", "<|vision_end|>"))}
-    config = AutoConfig.for_model(model_type, text_config=text, vision_config=vision, **ids)
-    return AutoModel.from_config(config)
+    return AutoModel.from_config(qwen_vl_config(model_type, TOK))
 
 
 @pytest.mark.parametrize("model_type, template", [("qwen2_vl", "qwen2_vl"), ("qwen2_5_vl", "qwen2_vl"),
