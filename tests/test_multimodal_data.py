@@ -457,3 +457,31 @@ def test_llamafactory_mllm_demo_rows_prepare(tmp_path):
         for example, source in zip(data.train, rows):
             assert len(example["images"]) == len(source["images"])
             assert sum(t in media for t in example["input_ids"]) > 0
+
+
+@pytest.mark.parametrize("name, config", [
+    ("qwen2_vl", {"model_type": "qwen2_5_vl"}), ("qwen3_vl", {"model_type": "qwen3_vl"}),
+    ("gemma3", {"model_type": "gemma3", "mm_tokens_per_image": 4}),
+    ("llava", {"model_type": "llava", "vision_config": {"patch_size": 8}, "vision_feature_select_strategy": "default"})])
+def test_a_model_folders_processor_loads_without_torchvision(name, config, tmp_path):
+    """A model folder as saved (config.json, tokenizer, image processor): its processor reads the same rows into the
+    same ids and pixels as the processor built in the tests (transformers' own when it can assemble one, else the
+    parts: Qwen-VL's processor needs torchvision)."""
+    from steadytune.data.multimodal.processor import load_media_processor
+
+    from multimodal_setup import image_processor
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    TOK.save_pretrained(folder)
+    image_processor(name).save_pretrained(folder)
+    loaded = load_media_processor(folder)
+    image = draw_image(tmp_path / "a.png", (90, 70))
+    template = get_template(name, loaded.tokenizer)
+    ours, _ = encode_multimodal(template, MediaContext(plugin_for(name), loaded), row([image]), 512)
+    reference, _ = encode_multimodal(template, context(name), row([image]), 512)
+    assert ours["input_ids"] == reference["input_ids"]
+    ctx = MediaContext(plugin_for(name), loaded)
+    assert torch.equal(media_inputs(row([image]), ctx)[0]["pixel_values"],
+                       media_inputs(row([image]), context(name))[0]["pixel_values"])
