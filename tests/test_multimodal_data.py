@@ -485,3 +485,20 @@ def test_a_model_folders_processor_loads_without_torchvision(name, config, tmp_p
     ctx = MediaContext(plugin_for(name), loaded)
     assert torch.equal(media_inputs(row([image]), ctx)[0]["pixel_values"],
                        media_inputs(row([image]), context(name))[0]["pixel_values"])
+
+
+def test_eval_rows_keep_their_images_in_the_prediction_prompt(tmp_path):
+    """do_predict's prompt (the conversation up to the last answer) keeps every image token, cutoff_len or not."""
+    rows = [{"messages": [{"role": "user", "content": f"Describe this picture in detail: <image> ({k})"},
+                          {"role": "assistant", "content": "Stripes and a block. " * (1 + k)}],
+             "images": ["pics/a.png"]} for k in range(4)]
+    write_mllm_dataset(tmp_path, rows, name="pics")
+    pad = TOK.convert_tokens_to_ids("<|image_pad|>")
+    for cutoff in (4096, 40):
+        cfg = load_config(None, dict(dataset="pics", dataset_dir=str(tmp_path), template="qwen2_vl", val_size=2,
+                                     cutoff_len=cutoff))
+        data = prepare_datasets(cfg, TOK, processor=processor_for("qwen2_vl", TOK))
+        assert len(data.eval) == 2
+        for example in data.eval:
+            assert example["prompt_ids"].count(pad) == example["input_ids"].count(pad) > 0
+            assert len(example["prompt_ids"]) + len(example["answer_ids"]) <= cutoff
