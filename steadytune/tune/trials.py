@@ -22,7 +22,7 @@ import torch
 
 from steadytune.config import RunConfig, parse_overrides, read_yaml
 from steadytune.errors import UserError
-from steadytune.recipes.search_space import SearchSpace, config_keys, nest
+from steadytune.tune.search_space import SearchSpace, config_keys, nest
 from steadytune.train import NonFiniteRun, run_training
 from steadytune.training.folder_config import grants_asked, load_config_named, run_folder_of
 from steadytune.training.guard import GuardAbort

@@ -32,8 +32,8 @@ from steadytune.distributed.launch import resolve_nproc, visible_gpus
 from steadytune.errors import UserError
 from steadytune.evaluate import evaluate_saved
 from steadytune.model.load import load_tokenizer
-from steadytune.recipes.search_space import ALPHA_RATIO, SearchSpace, Task, check_space, default_space, nest, read_space
-from steadytune.recipes.trials import ASK_LOCK, LOCK, METRICS, STUDY_NAME, TRIALS, Search, merge, release_memory, trial_keys_line
+from steadytune.tune.search_space import ALPHA_RATIO, SearchSpace, Task, check_space, default_space, nest, read_space
+from steadytune.tune.trials import ASK_LOCK, LOCK, METRICS, STUDY_NAME, TRIALS, Search, merge, release_memory, trial_keys_line
 from steadytune.report.record import write_run_report
 from steadytune.stages.table import STAGES
 from steadytune.train import run_training
@@ -120,7 +120,7 @@ def run_search(search: Search, space_file: str | None = None, nproc: str = "1", 
     try:
         # Optuna is the tune extra's dependency (pip install 'steadytune[tune]'): the rest of steadytune runs without it.
         # lazy: the study module imports optuna
-        from steadytune.recipes import study as studies
+        from steadytune.tune import study as studies
     except ImportError as e:
         raise UserError(f"steadytune tune needs optuna ({e}): pip install 'steadytune[tune]'") from None
     workers = resolve_nproc(str(nproc), visible_gpus())
@@ -347,7 +347,7 @@ def run_worker(spec: Path, index: int) -> int:
     """One worker process of --nproc: the trial loop on the GPU its environment leaves visible."""
     # The driver that started this worker has checked that optuna imports.
     # lazy: the study module imports optuna, the tune extra's dependency
-    from steadytune.recipes import study as studies
+    from steadytune.tune import study as studies
 
     settings = json.loads(spec.read_text(encoding="utf-8"))
     base_rank = settings.pop("base_rank")
