@@ -31,7 +31,7 @@ from steadytune.tune.search_space import (  # noqa: E402
     default_space,
     read_space,
 )
-from steadytune.tune.tune import make_search, run_search, worker_env  # noqa: E402
+from steadytune.tune.search import make_search, run_search, worker_env  # noqa: E402
 from steadytune.train import run_training, should_evaluate  # noqa: E402
 from steadytune.training.stopping import RunPruned  # noqa: E402
 
@@ -442,13 +442,13 @@ def test_a_search_runs_without_the_pages_libraries(tmp_path, tiny):
 
 
 def test_the_search_and_its_page_name_the_same_file():
-    from steadytune.tune.tune import REPORT
+    from steadytune.tune.search import REPORT
     from steadytune.report.tuning import REPORT as PAGE
     assert REPORT == PAGE
 
 
 def test_the_folder_files_a_search_owns_include_its_locks():
-    from steadytune.tune.tune import OURS
+    from steadytune.tune.search import OURS
     assert {studies.LOCK, studies.ASK_LOCK} <= set(OURS)
 
 

@@ -37,7 +37,7 @@ FAILURES = (torch.OutOfMemoryError, NonFiniteRun, GuardAbort)
 # What a scored trial's folder keeps (its weights, checkpoints, tokenizer copy and report are removed).
 KEPT = {"run_config.yaml", "metrics.jsonl", "train_results.json", "environment.json", "data_stats.json", MANIFEST}
 TRIALS = "trials"
-# The search's locks in its folder (study.py takes them; tune.py's --fresh knows them as the search's own files)
+# The search's locks in its folder (study.py takes them; search.py's --fresh knows them as the search's own files)
 LOCK = ".steadytune-tune.lock"
 STUDY_NAME = "steadytune-tune"   # the one Optuna study in a search's study.db (tune checks a folder's is it)
 ASK_LOCK = ".steadytune-tune-ask.lock"   # held by a worker while it takes its next trial
