@@ -26,7 +26,7 @@ from typing import Optional
 
 import yaml
 
-from steadytune.config import ConfigError, is_v1_config, load_config, translate_v1
+from steadytune.config import ConfigError, as_our_keys, load_config
 from steadytune.distributed.launch import resolve_nproc, visible_gpus
 from steadytune.errors import UserError
 from steadytune.evaluate import evaluate_saved
@@ -321,9 +321,7 @@ def run_worker(spec: Path, index: int) -> int:
 def best_config(search: Search, space: SearchSpace, keys: dict) -> dict:
     """The user's keys (a v1 file as its v0 keys), the space's fixed keys and the best trial's keys, for all the
     training rows; evaluated once after training (eval_strategy: no), never selected on the test split."""
-    raw = search.raw_config()
-    if is_v1_config(raw):
-        raw, _ = translate_v1(raw, search.config)
+    raw, _ = as_our_keys(search.raw_config(), search.config)
     return merge(raw, nest(space.fixed), nest(keys),
                  {"output_dir": str(search.folder / FINAL), "overwrite_output_dir": True, "eval_strategy": "no",
                   "metric_for_best_model": None, "do_eval": False, "do_predict": False,
