@@ -17,7 +17,6 @@ dpo, kto, rm) does differently comes from its record in stages/table.py.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import shutil
@@ -46,12 +45,13 @@ from steadytune.distributed.collectives import (
     sync_gradients_on_last,
 )
 from steadytune.distributed.fsdp_config import read_fsdp_keys
+from steadytune.distributed.restore import restore_checkpoint, vet_resume
 from steadytune.distributed.watchdog import HangWatchdog
-from steadytune.distributed.world_resume import adapt_to_checkpoint, layout_of, remap_position
+from steadytune.distributed.world_resume import layout_of, remap_position
 from steadytune.doctor.environment import write_environment
 from steadytune.doctor.findings import format_findings, has_errors
 from steadytune.doctor.live import run_live_checks
-from steadytune.errors import CheckpointError, RunInterrupted, UserError, describe_os_error
+from steadytune.errors import RunInterrupted, UserError, describe_os_error
 from steadytune.evaluate import evaluate_saved
 from steadytune.hardware.backend import detect
 from steadytune.hardware.policy import choose_attention, choose_precision, fallback_precision
@@ -84,13 +84,10 @@ from steadytune.training.batches import (
     warmup_steps_of,
 )
 from steadytune.training.checkpoint import (
-    CheckpointLinkError,
     TrainerState,
     describe_save_failure,
     latest_checkpoint,
     list_checkpoints,
-    load_checkpoint,
-    read_state,
     save_checkpoint,
 )
 from steadytune.training.experts import expert_load_log, pop_routing_metrics, set_up_experts
@@ -99,7 +96,7 @@ from steadytune.training.graphs import graph_runner_for
 from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard
 from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
-from steadytune.training.resume import compare_for_resume, resume_fingerprint
+from steadytune.training.resume import resume_fingerprint
 from steadytune.training.folder_config import load_config_named
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
 from steadytune.training.speed_plan import apply_speed_plan, choose_base_dtype, enable_gradient_checkpointing
@@ -689,66 +686,6 @@ def check_steps_fit_keys(cfg: RunConfig, micro_batches_per_epoch: int, total_ste
         if step is not None and step > total_steps:
             raise UserError(f"fault_injection.{key}: step {step} is beyond the run's {total_steps} steps; the fault "
                             "would never fire")
-
-
-def vet_resume(cfg: RunConfig, candidates: list[Path], world: int = 1, token_budget: bool = False) -> list[Path]:
-    """The checkpoints a resume may use, newest first: damaged ones are skipped with a message (an explicitly named
-    one is an error); a checkpoint whose run had other keys is refused, naming each key with old -> new. On another
-    number of processes the step batch is kept (distributed/world_resume.py)."""
-    usable = []
-    for path in candidates:
-        try:
-            state = read_state(path)
-        except CheckpointLinkError as e:
-            if not usable:  # the checkpoint this resume would use: refused, not passed over
-                raise
-            print(f"warning: {e}; not a fallback for this resume", file=sys.stderr, flush=True)
-            continue
-        except CheckpointError as e:
-            if len(candidates) == 1:
-                raise
-            print(f"warning: {e}; trying the previous checkpoint", file=sys.stderr, flush=True)
-            continue
-        if not usable:
-            changed = adapt_to_checkpoint(cfg, state.extra.get("layout"), world, token_budget)
-            saved = state.extra.get("config")
-            if saved and changed:
-                saved = {**saved, **changed}   # the same step batch on this world size: not a change of the run
-            refused, applied = compare_for_resume(saved, resume_fingerprint(cfg))
-            if refused:
-                raise CheckpointError(f"resume from {path}: these keys differ from the run that wrote it, which would "
-                                f"splice another run onto its curve: {'; '.join(refused)}. Put them back, or start a "
-                                "new run (another output_dir, or overwrite_output_dir=true)")
-            if applied:
-                cfg.decide("resume_changes", applied, "keys that may change on resume, applied from here on")
-        usable.append(path)
-    if candidates and not usable:
-        raise UserError(f"no usable checkpoint in {candidates[0].parent}: every one is damaged (see above); "
-                        "start over with overwrite_output_dir=true")
-    return usable
-
-
-def restore_checkpoint(cfg: RunConfig, candidates: list[Path], model, optimizer, scheduler, scaler,
-                       shard_plan=None, objective=None):
-    """Load the newest checkpoint that loads; a damaged one falls back to the previous, with a message."""
-    for k, path in enumerate(candidates):
-        try:
-            restore = None
-            if shard_plan is not None and shard_plan.sharded:   # weights and optimizer state go to the shards
-                restore = functools.partial(sharding.restore_sharded, shard_plan, objective, optimizer)
-            state = load_checkpoint(path, model, optimizer, scheduler, cfg.model.model_name_or_path, scaler=scaler,
-                                    restore_sharded=restore,
-                                    check_shapes=shard_plan is None or sharding.shapes_checkable(shard_plan, cfg))
-        except CheckpointError as e:
-            if k + 1 == len(candidates):
-                raise
-            print(f"warning: {e}; falling back to {candidates[k + 1].name}", file=sys.stderr, flush=True)
-            continue
-        if k:
-            cfg.decide("resume_from_checkpoint", str(path), f"the newer checkpoint(s) were damaged: resumed from "
-                       f"{path.name}")
-        return state, path
-    raise AssertionError("no candidates")  # vet_resume never returns an empty list here
 
 
 def resume_in_precision(cfg: RunConfig, outcome: Outcome) -> None:
