@@ -35,7 +35,7 @@ from transformers import get_scheduler
 
 from steadytune.config import RunConfig, describe_keys, resolve_do_train, save_resolved_config
 from steadytune.data.balance import uses_loss_weights
-from steadytune.data.prepare import truncation_summary
+from steadytune.data.prepare import check_data_fits_keys
 from steadytune.distributed import launch, nodes, sharding
 from steadytune.distributed.collectives import (
     clip_gradients,
@@ -75,6 +75,8 @@ from steadytune.stages.preference import PREFERENCE_STAGES
 from steadytune.stages.table import STAGES
 from steadytune.training.batches import (
     TrainBatches,
+    check_steps_fit_keys,
+    compare_with_lf,
     count_steps,
     lf_step_count,
     take_window,
@@ -85,11 +87,14 @@ from steadytune.training.batches import (
 )
 from steadytune.training.checkpoint import (
     TrainerState,
+    data_position,
     describe_save_failure,
     latest_checkpoint,
     list_checkpoints,
     save_checkpoint,
+    set_data_position,
 )
+from steadytune.training.evaluation import should_evaluate, update_best
 from steadytune.training.experts import expert_load_log, pop_routing_metrics, set_up_experts
 from steadytune.training.faults import FaultInjector
 from steadytune.training.graphs import graph_runner_for
@@ -436,7 +441,9 @@ def load_data(cfg: RunConfig, stage: Stage):
     data = stage.prepare_data(cfg, tokenizer)
     if not data.train:
         raise UserError(f"dataset {cfg.data.dataset!r}: no training examples left after filtering")
-    check_data_fits_keys(cfg, data)
+    warning = check_data_fits_keys(cfg, data)
+    if warning and says_for_all_ranks():
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     return tokenizer, data
 
 
@@ -552,16 +559,6 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
     return batches, Steps(micro_batches_per_epoch, per_epoch, total, warmup)
 
 
-def compare_with_lf(micro_batches: int, per_epoch: int, total: int, lf, budget: int | None) -> str:
-    """The step count next to LLaMA-Factory's for the same rows and keys (a difference says why, with numbers)."""
-    if (micro_batches, per_epoch, total) == (lf.micro_batches_per_epoch, lf.steps_per_epoch, lf.total):
-        return "the same as LLaMA-Factory's"
-    why = (f"micro-batches of {budget:,} tokens instead of a number of examples" if budget is not None else
-           "several processes keep whole steps in every epoch")
-    return (f"differs from LLaMA-Factory: {micro_batches:,} micro-batches and {total:,} steps here, "
-            f"{lf.micro_batches_per_epoch:,} micro-batches and {lf.total:,} steps there ({why})")
-
-
 def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):
     """AdamW and the schedule; the stage's objective (model + loss) prepared by Accelerate for the sharding."""
     t = cfg.train
@@ -647,45 +644,6 @@ def make_graph_runner(run: Run):
 
     return graph_runner_for(run.accelerator.unwrap_model(run.objective), run.model, run.params, run.device,
                             run.precision, report, on_out_of_memory)
-
-
-def check_data_fits_keys(cfg: RunConfig, data) -> None:
-    """What would silently go wrong with this data and these keys: say it before anything loads."""
-    t = cfg.train
-    if not data.eval:
-        if t.eval_strategy != "no":
-            raise UserError(f"eval_strategy: {t.eval_strategy}, but there is no eval data: set val_size (e.g. 0.1) or "
-                            "eval_dataset, or eval_strategy: no")
-        if t.metric_for_best_model:
-            raise UserError(f"metric_for_best_model: {t.metric_for_best_model}, but there is no eval data to measure "
-                            "it on: set val_size or eval_dataset, or remove the key")
-    line, warn = truncation_summary(data.stats, cfg.data.cutoff_len)
-    if line:
-        if warn:
-            line += (" -- more than 10% of the examples lost prompt tokens, often the question itself: raise cutoff_len "
-                     "or shorten the inputs")
-            if says_for_all_ranks():
-                print(f"warning: {line}", file=sys.stderr, flush=True)
-        cfg.decide("truncation", data.stats["truncation"].get("train"), line)
-
-
-def check_steps_fit_keys(cfg: RunConfig, micro_batches_per_epoch: int, total_steps: int) -> None:
-    t, f = cfg.train, cfg.fault_injection
-    if t.gradient_accumulation_steps > micro_batches_per_epoch:
-        message = (f"gradient_accumulation_steps {t.gradient_accumulation_steps} is more than the "
-                   f"{micro_batches_per_epoch} micro-batches of an epoch: every optimizer step spans more than one "
-                   "epoch (lower it, or raise the data)")
-        print(f"warning: {message}", file=sys.stderr, flush=True)
-        cfg.decide("gradient_accumulation_steps", t.gradient_accumulation_steps, message)
-    if f.hang_step is not None and t.hang_timeout == 0:
-        raise UserError("fault_injection.hang_step is set but hang_timeout: 0 turns the hang watchdog off: the run "
-                        "would hang for ever; set hang_timeout (e.g. 30)")
-    for key in ("nan_loss_step", "inf_loss_step", "spike_loss_step", "fp16_overflow_step", "lr_spike_start",
-                "hang_step", "kill_step", "oom_step"):
-        step = getattr(f, key)
-        if step is not None and step > total_steps:
-            raise UserError(f"fault_injection.{key}: step {step} is beyond the run's {total_steps} steps; the fault "
-                            "would never fire")
 
 
 def resume_in_precision(cfg: RunConfig, outcome: Outcome) -> None:
@@ -989,44 +947,6 @@ def interrupt(run: Run, loop: LoopState, started: float) -> None:
     raise RunInterrupted(signum, f"stopped by {signal.Signals(signum).name} at step {steps} of {run.total_steps} "
                                  f"after {time.perf_counter() - started:.0f} s; saved {checkpoint}; run the same "
                                  "command again to continue (the unfinished run resumes from its last checkpoint)")
-
-
-def should_evaluate(t, step: int, steps_per_epoch: int, total_steps: int) -> bool:
-    if t.eval_strategy == "steps":
-        every = t.eval_steps or t.logging_steps
-        if every < 1:   # a share of the run (transformers' meaning of eval_steps below 1)
-            every = max(1, math.ceil(every * total_steps))
-        return step % every == 0 or step == total_steps
-    if t.eval_strategy == "epoch":
-        return step % steps_per_epoch == 0 or step == total_steps
-    return False
-
-
-def update_best(t, state: TrainerState, results: dict) -> bool:
-    """Track metric_for_best_model (`t`: the train section); True when this evaluation is the best so far."""
-    name = t.metric_for_best_model
-    if not name:
-        return False
-    key = name if name in results else f"eval_{name}"
-    if key not in results:
-        return False
-    value = results[key]
-    lower_is_better = "loss" in key
-    better = (state.best_metric is None or (value < state.best_metric if lower_is_better else value > state.best_metric))
-    if better:
-        state.best_metric = value
-        state.best_checkpoint = f"checkpoint-{state.global_step}"
-    return better
-
-
-def data_position(state: TrainerState) -> dict:
-    """What a guard snapshot records about the data stream, to rewind it on rollback."""
-    return {"epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch, "tokens_seen": state.tokens_seen}
-
-
-def set_data_position(state: TrainerState, position: dict) -> None:
-    state.epoch, state.batch_in_epoch, state.tokens_seen = (position["epoch"], position["batch_in_epoch"],
-                                                            position["tokens_seen"])
 
 
 # ---------------------------------------------------------------------------------------------------------

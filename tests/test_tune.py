@@ -32,7 +32,8 @@ from steadytune.tune.search_space import (  # noqa: E402
     read_space,
 )
 from steadytune.tune.search import make_search, run_search, worker_env  # noqa: E402
-from steadytune.train import run_training, should_evaluate  # noqa: E402
+from steadytune.train import run_training  # noqa: E402
+from steadytune.training.evaluation import should_evaluate  # noqa: E402
 from steadytune.training.stopping import RunPruned  # noqa: E402
 
 NEG = ["太差了", "很失望", "再也不买了", "包装破损", "讨厌"]

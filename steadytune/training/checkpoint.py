@@ -70,6 +70,16 @@ class TrainerState:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def data_position(state: TrainerState) -> dict:
+    """What a guard snapshot records about the data stream, to rewind it on rollback."""
+    return {"epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch, "tokens_seen": state.tokens_seen}
+
+
+def set_data_position(state: TrainerState, position: dict) -> None:
+    state.epoch, state.batch_in_epoch, state.tokens_seen = (position["epoch"], position["batch_in_epoch"],
+                                                            position["tokens_seen"])
+
+
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
     """Complete checkpoints (no .tmp), oldest first."""
     root = Path(output_dir)
