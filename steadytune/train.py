@@ -70,8 +70,8 @@ from steadytune.model.quantize import DTYPES as QUANT_DTYPES
 from steadytune.model.quantize import is_quantized, keep_training_layout, record_quantization
 from steadytune.report.record import write_data_stats, write_run_report
 from steadytune.stages.base import Stage
+from steadytune.stages.guard_rules import judge_grad_spikes, judge_loss_spikes
 from steadytune.stages.objectives import pop_metrics
-from steadytune.stages.preference import PREFERENCE_STAGES
 from steadytune.stages.table import STAGES
 from steadytune.training.batches import (
     TrainBatches,
@@ -677,35 +677,6 @@ def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None
         if not force:
             raise UserError(message + "\nfix them (see `steadytune doctor`), or pass --force to train anyway")
         print(message + "\n--force given: training anyway", file=sys.stderr)
-
-
-def judge_loss_spikes(cfg: RunConfig) -> bool:
-    """Whether the guard judges loss spikes, when the run does not say: not for the preference stages. Their step
-    loss is a mean over a few pairs or answers, heavy-tailed: against TRL on the H200 a DPO step at 6.3 standard
-    deviations above the recent mean (1.91 after a median of 0.72) was an ordinary batch that TRL trained on, and
-    dropping such batches would drop the hardest pairs. Non-finite values and gradient-norm spikes are still caught."""
-    g = cfg.guard
-    if g.loss_spikes is not None:
-        return g.loss_spikes
-    if cfg.method.stage not in PREFERENCE_STAGES and cfg.method.stage != "grpo":
-        return True
-    if g.guard_policy != "off":
-        cfg.decide("loss_spikes", False, f"stage {cfg.method.stage}: a step's loss over a few " +
-                   ("groups of completions is centred on 0 by their advantages" if cfg.method.stage == "grpo" else
-                    "pairs is heavy-tailed") + ", so it is not judged for spikes (loss_spikes: true judges it too)")
-    return False
-
-
-def judge_grad_spikes(cfg: RunConfig) -> bool:
-    """Not for stage grpo: a step's gradient comes from the groups whose rewards differ, zero when none do, so its
-    size swings by orders of magnitude from step to step as the reward signal comes and goes (clipping still bounds
-    every update, and non-finite values are still caught)."""
-    if cfg.method.stage != "grpo":
-        return True
-    if cfg.guard.guard_policy != "off":
-        cfg.decide("grad_norm_spikes", False, "stage grpo: the gradient norm follows how many groups carry a reward "
-                   "signal, so it is not judged for spikes; non-finite values are")
-    return False
 
 
 def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> torch.nn.Module:
