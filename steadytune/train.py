@@ -55,7 +55,6 @@ from steadytune.errors import RunInterrupted, UserError, describe_os_error
 from steadytune.evaluate import evaluate_saved
 from steadytune.hardware.backend import detect
 from steadytune.hardware.policy import choose_attention, choose_precision, fallback_precision
-from steadytune.hardware.quantization import bitsandbytes_status, choose_compute_dtype
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.attention import eager_only_reason, plan_packing
@@ -63,11 +62,10 @@ from steadytune.model.fp8_base import restore_base
 from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
 from steadytune.model.offload import remove_offloading
 from steadytune.model.lora_scaling import scale_before_lora_b
-from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
+from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
 from steadytune.model.moe.routing import routing_of
-from steadytune.model.quantize import DTYPES as QUANT_DTYPES
-from steadytune.model.quantize import is_quantized, keep_training_layout, record_quantization
+from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
 from steadytune.report.record import write_data_stats, write_run_report
 from steadytune.stages.base import Stage
 from steadytune.stages.guard_rules import judge_grad_spikes, judge_loss_spikes
@@ -457,30 +455,6 @@ def start_accelerator(cfg: RunConfig, folder: RunFolder, shard_plan, precision: 
     return accelerator, trackers
 
 
-def plan_quantization(cfg: RunConfig, info, precision: str, shard_plan) -> torch.dtype | None:
-    """QLoRA (quantization_bit): bitsandbytes usable here (hardware/quantization.py: installed, at least this
-    backend's and GPU's floor), the dtype its layers compute in; None without quantization_bit. Checked before any
-    weights load; what bitsandbytes rules out among the speed features is applied by the speed plan."""
-    bits = cfg.model.quantization_bit
-    if bits is None:
-        return None
-    gpu = info.primary
-    status = bitsandbytes_status(info.backend, gpu.arch if gpu is not None else None)
-    if not status.usable:
-        raise UserError(f"quantization_bit: {bits} needs bitsandbytes here: {status.why}; {status.fix}")
-    if shard_plan.sharded:
-        # DeepSpeed and FSDP wrap and flatten parameters of one dtype (even on one process); bitsandbytes' packed
-        # uint8 weights carry their quantisation state beside them (LLaMA-Factory's FSDP+QLoRA stores them in the
-        # compute dtype, bnb_4bit_quant_storage; not done here).
-        raise UserError(f"quantization_bit: {bits} with {shard_plan.label} ({shard_plan.why}) is not supported; train "
-                        "a quantised base without the deepspeed / fsdp keys (LLaMA-Factory v1: dist_config): on one "
-                        "GPU, or with DDP (--nproc)")
-    compute, why = choose_compute_dtype(precision)
-    cfg.decide("bitsandbytes", status.installed, status.why)
-    cfg.decide("bnb_compute_dtype", compute, why)
-    return QUANT_DTYPES[compute]
-
-
 def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: str, attn: str, shard_plan,
                 accelerator, compute_dtype: torch.dtype | None = None):
     """The base model (in the compute dtype) with LoRA attached, or an existing adapter to continue, or every
@@ -677,19 +651,6 @@ def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None
         if not force:
             raise UserError(message + "\nfix them (see `steadytune doctor`), or pass --force to train anyway")
         print(message + "\n--force given: training anyway", file=sys.stderr)
-
-
-def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> torch.nn.Module:
-    """A base model the caller loaded (demo: for zero-shot scoring) made ready for training in place: moved to
-    the training dtype and device (a no-op when they match, parameter by parameter otherwise, so the weights are
-    never held twice) and switched to the attention implementation training needs (packing: varlen)."""
-    if is_quantized(model):   # bitsandbytes' layers are on their device already and cannot change dtype
-        model.to(device=device)
-    else:
-        model.to(device=device, dtype=dtype)
-    if getattr(model.config, "_attn_implementation", None) != attn_implementation:
-        model.set_attn_implementation(attn_implementation)
-    return model
 
 
 # ---------------------------------------------------------------------------------------------------------
