@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import signal
 import sys
 import time
@@ -29,7 +28,6 @@ from typing import Any
 
 import torch
 from accelerate.utils import set_seed
-from safetensors import SafetensorError
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
@@ -86,10 +84,9 @@ from steadytune.training.batches import (
 from steadytune.training.checkpoint import (
     TrainerState,
     data_position,
-    describe_save_failure,
-    latest_checkpoint,
     list_checkpoints,
     save_checkpoint,
+    save_final_outputs,
     set_data_position,
 )
 from steadytune.training.evaluation import should_evaluate, update_best
@@ -97,7 +94,15 @@ from steadytune.training.experts import expert_load_log, pop_routing_metrics, se
 from steadytune.training.faults import FaultInjector
 from steadytune.training.graphs import graph_runner_for
 from steadytune.training.lora_budget import check_adapter_fits
-from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard
+from steadytune.training.guard import (
+    ABORT,
+    FP16_OVERFLOW,
+    ROLLBACK,
+    GuardAbort,
+    LiveObjects,
+    NumericalGuard,
+    weights_are_finite,
+)
 from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
 from steadytune.training.resume import resume_fingerprint
 from steadytune.training.folder_config import load_config_named
@@ -917,7 +922,7 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
             raise NonFiniteRun(f"the run ended with a non-finite {what} (final loss {final_loss}) at step "
                                f"{state.global_step}: no adapter was saved in {out}. Turn the numerical guard on "
                                "(guard_policy: rollback), lower learning_rate, or use bf16 instead of fp16")
-        save_final_outputs(run, out, model_to_save)
+        save_final_outputs(out, model_to_save or run.model, run.tokenizer)
         # A card of what the run did, and the base named so another machine finds it (not a cache path).
         write_run_card(out, cfg.model.model_name_or_path)
         if cfg.train.plot_loss:
@@ -931,42 +936,6 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
     seconds = max(outcome.train_seconds, 1e-9)
     return TrainResult(out, state.global_step, final_loss, outcome.train_seconds, state.tokens_seen / seconds,
                        outcome.losses, input_tokens_per_s=outcome.input_tokens / seconds, model=run.model)
-
-
-def save_final_outputs(run: Run, out: Path, model=None) -> None:
-    """The adapter (or full model) and tokenizer, written into a temporary folder and moved into place, so a disk
-    that fills up mid-save leaves no half-written adapter behind (the checkpoints stay)."""
-    tmp = out / ".final.tmp"
-    model = model or run.model
-    writing = "the folder"
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
-        model.save_pretrained(tmp, safe_serialization=True)
-        writing = "the tokenizer"
-        run.tokenizer.save_pretrained(tmp)
-        writing = "the folder"
-        for item in tmp.iterdir():
-            target = out / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            item.replace(target)
-    except (OSError, SafetensorError) as e:
-        latest = latest_checkpoint(out)
-        kept = f"; {latest.name} is complete and can be resumed" if latest else ""
-        lora = hasattr(model, "peft_config")
-        needed = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad or not lora)
-        what = "the final adapter" if lora else "the final model"
-        raise UserError(describe_save_failure(e, f"saving {what} in {out}", writing, out, needed, thing=what)
-                        + kept) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def weights_are_finite(params: list) -> bool:
-    with torch.no_grad():
-        return all(bool(torch.isfinite(p).all()) for p in params)
 
 
 def finish_guard(run: Run) -> None:

@@ -429,3 +429,33 @@ def refuse_non_finite(weights: dict[str, torch.Tensor], where: Path) -> None:
     if bad:
         raise CheckpointError(f"{where}: {len(bad)} saved tensor(s) hold NaN or inf (e.g. {bad[0]}); this state came "
                               "from a diverged run: resume from an earlier checkpoint")
+
+
+def save_final_outputs(out: Path, model, tokenizer) -> None:
+    """The adapter (or full model) and tokenizer, written into a temporary folder and moved into place, so a disk
+    that fills up mid-save leaves no half-written adapter behind (the checkpoints stay)."""
+    tmp = out / ".final.tmp"
+    writing = "the folder"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
+        model.save_pretrained(tmp, safe_serialization=True)
+        writing = "the tokenizer"
+        tokenizer.save_pretrained(tmp)
+        writing = "the folder"
+        for item in tmp.iterdir():
+            target = out / item.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            item.replace(target)
+    except (OSError, SafetensorError) as e:
+        latest = latest_checkpoint(out)
+        kept = f"; {latest.name} is complete and can be resumed" if latest else ""
+        lora = hasattr(model, "peft_config")
+        needed = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad or not lora)
+        what = "the final adapter" if lora else "the final model"
+        raise UserError(describe_save_failure(e, f"saving {what} in {out}", writing, out, needed, thing=what)
+                        + kept) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
