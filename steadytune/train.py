@@ -146,23 +146,7 @@ def add_arguments(parser) -> None:
                         help="start N training processes, one per GPU (a number, or auto = every visible GPU), "
                              "through torch.distributed.run: DDP, or DeepSpeed / FSDP2 when the config asks for them "
                              "(with --nnodes: processes on this node; NPROC_PER_NODE)")
-    group = parser.add_argument_group("several nodes (torchrun's flags; LLaMA-Factory's variables NNODES, NODE_RANK, "
-                                      "MASTER_ADDR, MASTER_PORT, RDZV_ID, MIN_NNODES, MAX_NNODES, MAX_RESTARTS with "
-                                      "FORCE_TORCHRUN=1 do the same; see docs/multi-node.md)")
-    group.add_argument("--nnodes", metavar="N|MIN:MAX", help="nodes in the job (run this command on each)")
-    group.add_argument("--node-rank", type=int, metavar="R", help="this node's number, 0 on --master-addr (static "
-                       "rendezvous; with --rdzv-id the rendezvous numbers the nodes)")
-    group.add_argument("--master-addr", metavar="HOST", help="address of node 0, where the rendezvous is held")
-    group.add_argument("--master-port", type=int, metavar="PORT", help="its port, the same on every node (29500)")
-    group.add_argument("--rdzv-id", metavar="JOB", help="elastic: the c10d rendezvous with this job id (the same on "
-                       "every node); a dead process or node restarts the job from the last complete checkpoint")
-    group.add_argument("--max-restarts", type=int, metavar="N", help="elastic: restarts before the job fails (0)")
-    group.add_argument("--rdzv-timeout", type=int, metavar="S",
-                       help="seconds a node waits at the rendezvous for the others (900)")
-    group.add_argument("--rdzv-conf", metavar="K=V,...", help="more rendezvous settings, as torchrun's --rdzv-conf "
-                       "(join_timeout, last_call_timeout, close_timeout, read_timeout)")
-    group.add_argument("--local-addr", metavar="ADDR", help="this node's address as the others reach it (default: "
-                       "its hostname)")
+    launch.add_launch_arguments(parser)
 
 
 def run(args) -> int:
@@ -214,7 +198,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
     folder.claim()  # usable folder, lock taken
     stop = StopRequests().install()
     try:
-        start_nodes(cfg, folder, layout, processes.device)
+        nodes.start_nodes(cfg, folder, layout, processes.device)
         while True:
             run = set_up(cfg, folder, stop, force, progress, model)
             run.on_evaluate = on_evaluate
@@ -240,17 +224,6 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
     finally:
         stop.restore()
         folder.release()
-
-
-def start_nodes(cfg: RunConfig, folder: RunFolder, layout, device) -> None:
-    """Several nodes (distributed/nodes.py): every node sees the output folder rank 0 claimed, an elastic restart
-    continues its own job's run, and one all-reduce across the nodes is measured for the start-up print."""
-    restarted = folder.main and nodes.claim_for_launch(folder.manifest, layout)   # which launch's run this is
-    if layout.several:
-        nodes.check_shared_output(folder.path, layout)
-    nodes.continue_after_restart(cfg, restarted, layout)
-    if layout.several:
-        nodes.record_nodes(cfg, layout, nodes.measure_allreduce(device, layout))
 
 
 @dataclass
