@@ -46,9 +46,7 @@ from steadytune.distributed.fsdp_config import read_fsdp_keys
 from steadytune.distributed.restore import restore_checkpoint, vet_resume
 from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.distributed.world_resume import layout_of, remap_position
-from steadytune.doctor.environment import write_environment
-from steadytune.doctor.findings import format_findings, has_errors
-from steadytune.doctor.live import run_live_checks
+from steadytune.doctor.environment import run_startup_checks
 from steadytune.errors import RunInterrupted, UserError, describe_os_error
 from steadytune.evaluate import evaluate_saved
 from steadytune.hardware.backend import detect
@@ -614,21 +612,6 @@ def status_of(error: BaseException) -> str:
     if isinstance(error, RunPruned):
         return "pruned"
     return "failed"
-
-
-def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None:
-    """The same checks `steadytune doctor` runs; error-level findings stop the run unless --force."""
-    findings = run_live_checks()
-    if write:
-        try:
-            write_environment(output_dir, info, findings)
-        except OSError as e:
-            raise UserError(describe_os_error(e, f"output_dir {output_dir}")) from None
-    if has_errors(findings):
-        message = "start-up checks found errors:\n" + format_findings([f for f in findings if f.severity == "error"])
-        if not force:
-            raise UserError(message + "\nfix them (see `steadytune doctor`), or pass --force to train anyway")
-        print(message + "\n--force given: training anyway", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------------------
