@@ -458,15 +458,7 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
         if cfg.method.finetuning_type == "lora":
             check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
         model = attach_adapter(model, cfg)
-    if shard_plan.kind == "deepspeed" and precision in ("bf16", "fp16"):
-        # DeepSpeed keeps the fp32 master copy of trainable weights in its optimizer and computes in the half dtype;
-        # its ZeRO-3 linear does not autocast, so fp32 adapters would meet bf16 inputs (seen on the H200).
-        half = torch.bfloat16 if precision == "bf16" else torch.float16
-        for param in model.parameters():
-            if param.requires_grad and param.dtype == torch.float32:
-                param.data = param.data.to(half)
-        cfg.decide("trainable_dtype", str(half).replace("torch.", ""), "DeepSpeed holds the fp32 master weights in "
-                   "its optimizer; the module computes in the half precision")
+    sharding.match_trainable_dtype(shard_plan, model, precision, cfg)
     if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora" and not cfg.method.use_dora:
         # Every forward of this model runs under autocast (training, eval loss, scoring): see model/kernels.py.
         # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
