@@ -90,7 +90,7 @@ from steadytune.training.checkpoint import (
 from steadytune.training.evaluation import should_evaluate, update_best
 from steadytune.training.experts import expert_load_log, pop_routing_metrics, set_up_experts
 from steadytune.training.faults import FaultInjector
-from steadytune.training.graphs import graph_runner_for
+from steadytune.training.graphs import describe_recording, graph_runner_for
 from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.guard import (
     ABORT,
@@ -105,7 +105,7 @@ from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, pl
 from steadytune.training.resume import resume_fingerprint
 from steadytune.training.folder_config import load_config_named
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
-from steadytune.training.speed_plan import apply_speed_plan, choose_base_dtype, enable_gradient_checkpointing
+from steadytune.training.speed_plan import apply_speed_plan, checkpoint_after_graph_oom, choose_base_dtype
 from steadytune.training.startup import startup_lines
 from steadytune.training.stopping import RunPruned, StopRequests
 from steadytune.training.trackers import Trackers
@@ -571,21 +571,10 @@ def make_graph_runner(run: Run):
     def report(event: dict) -> None:
         if run.is_main:
             run.metrics.write({**event, "step": run.state.global_step})
-            if event.get("captured"):
-                print(f"cuda_graphs: recorded in {event['seconds']:.1f} s; replayed loss matches eager "
-                      f"(relative difference {event['loss_relative_difference']:.1e})", flush=True)
-            else:
-                print(f"cuda_graphs: off ({event['reason']})", flush=True)
-
-    def on_out_of_memory() -> str | None:
-        if run.cfg.decisions.get("gradient_checkpointing", {}).get("value"):
-            return None
-        enable_gradient_checkpointing(run.cfg, run.model, graphs=True)
-        run.cfg.decide("gradient_checkpointing", True, "on: recording the CUDA graph ran out of memory without it")
-        return "gradient checkpointing turned on"
+            print(describe_recording(event), flush=True)
 
     return graph_runner_for(run.accelerator.unwrap_model(run.objective), run.model, run.params, run.device,
-                            run.precision, report, on_out_of_memory)
+                            run.precision, report, lambda: checkpoint_after_graph_oom(run.cfg, run.model))
 
 
 def resume_in_precision(cfg: RunConfig, outcome: Outcome) -> None:

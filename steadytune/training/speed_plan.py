@@ -189,6 +189,16 @@ def enable_gradient_checkpointing(cfg: RunConfig, model: torch.nn.Module, graphs
         model.enable_input_require_grads()
 
 
+def checkpoint_after_graph_oom(cfg: RunConfig, model: torch.nn.Module) -> str | None:
+    """Recording a CUDA graph ran out of memory (graphs.GraphRunner's on_out_of_memory): turn gradient checkpointing
+    on and record why, so that the recording is tried again; None where it is on already (nothing left to free)."""
+    if cfg.decisions.get("gradient_checkpointing", {}).get("value"):
+        return None
+    enable_gradient_checkpointing(cfg, model, graphs=True)
+    cfg.decide("gradient_checkpointing", True, "on: recording the CUDA graph ran out of memory without it")
+    return "gradient checkpointing turned on"
+
+
 def choose_base_dtype(cfg: RunConfig, precision: str) -> torch.dtype:
     """The frozen base weights' dtype: bf16 for LoRA under bf16 unless lora_base_dtype says float32 (full
     fine-tuning and fp16/fp32 runs keep fp32 weights: the optimizer updates them, or loss scaling needs them)."""
