@@ -365,7 +365,8 @@ def test_readme_table_cells_are_one_short_sentence():
     assert rows, "README.md has no table: the extraction found nothing"
     long = [f"README.md:{number}: {len(cell)} characters: {cell[:80]}..." for number, cells in rows for cell in cells
             if len(cell) > README_MAX_CELL]
-    assert not long, f"README table cells over {README_MAX_CELL} characters (move the detail to docs/):\n" + "\n".join(long)
+    assert not long, (f"README table cells over {README_MAX_CELL} characters (move the detail to docs/):\n"
+                      + "\n".join(long))
 
 
 def test_readme_headline_table_fits_one_screen():
@@ -373,7 +374,8 @@ def test_readme_headline_table_fits_one_screen():
     section = re.search(r"^## Speed and quality\n(.*?)(?=^## |\Z)", text, re.S | re.M)
     assert section, "README.md has no 'Speed and quality' section"
     rows = table_rows(section.group(1))
-    assert 0 < len(rows) <= README_HEADLINE_ROWS, f"the headline table has {len(rows)} rows (at most {README_HEADLINE_ROWS})"
+    assert 0 < len(rows) <= README_HEADLINE_ROWS, (f"the headline table has {len(rows)} rows "
+                                                   f"(at most {README_HEADLINE_ROWS})")
     unlinked = [cells[0] for _, cells in rows if not LINK.search(" ".join(cells))]
     assert not unlinked, f"headline rows that link to no measurement: {unlinked}"
 
