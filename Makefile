@@ -1,6 +1,7 @@
 # Two entry points do everything on a fresh machine:
 #   make demo   set up, then fine-tune Gemma 3 270M on Chinese review sentiment (the embedded default)
-#   make test   set up, then run the CPU test suite (what CI runs)
+#   make test   set up, then run the CPU test suite (what CI runs): on every core this machine gives the process
+#               (pytest-xdist, at most 8 workers: tests/conftest.py), the slowest 20 tests printed at the end
 # Everything runs through the Python given (`make test PYTHON=/path/to/venv/bin/python`): pip, pytest and steadytune
 # itself are called as `$(PYTHON) -m ...`, never looked up on PATH.
 PYTHON ?= python3
@@ -15,8 +16,12 @@ PIP ?= $(PYTHON) -m pip
 PIP_ARGS ?=
 # Overrides of the demo's recipe, e.g. a quick smoke: make demo DEMO_ARGS="max_samples=40 max_eval_samples=20"
 DEMO_ARGS ?=
-# Extra pytest arguments, e.g. make test PYTEST_ARGS="-k zero3"
+# Extra pytest arguments, e.g. make test PYTEST_ARGS="-k zero3"; CI's in-place pass runs PYTEST_ARGS="-m 'shared and not gpu'"
+# (only the tests that read ../shared/fixtures, which a fresh clone skips).
 PYTEST_ARGS ?=
+# pytest-xdist workers: auto = one per usable core (at most 8), a number, or 0 to run in this one process. Tests that
+# start two training processes of their own are one group, run one after another by one worker (--dist loadgroup).
+TEST_WORKERS ?= auto
 # deepspeed (in the dev extra) builds from source: without its CUDA/ROCm ops, which it compiles on first use instead.
 export DS_BUILD_OPS ?= 0
 
@@ -35,4 +40,4 @@ demo: setup
 	$(PYTHON) -m steadytune demo $(DEMO_ARGS)
 
 test: setup
-	$(PYTHON) -m pytest -q -x -rs --timeout=900 --durations=25 $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q -x -rs --timeout=900 --durations=20 -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 import warnings
 
 from steadytune import __version__
@@ -110,7 +111,23 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         # The machine's faults (disk full, permission denied, read-only file system) are not bugs: one line each.
         print(f"error: {describe_os_error(e, f'steadytune {args.command}')}", file=sys.stderr)
+        _print_likely_cause(module, e)
         return EXIT_ERROR
+    except Exception as e:
+        # A failure the command did not foresee: its traceback, then, where the command's module can say it (train,
+        # serve, export: the error catalogue), one line with the likely cause and the fix for this machine.
+        if not callable(getattr(module, "explain_failure", None)):
+            raise
+        traceback.print_exc()
+        _print_likely_cause(module, e)
+        return EXIT_ERROR
+
+
+def _print_likely_cause(module, error: BaseException) -> None:
+    explain = getattr(module, "explain_failure", None)
+    line = explain(error) if callable(explain) else None
+    if line:
+        print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,44 @@ class MethodArguments:
                       choices=("sft", "pt", "dpo", "kto", "rm", "grpo"))
     do_train: Optional[bool] = _opt(None, "Train (LLaMA-Factory key). Unset: train when `dataset` is set; false with "
                                     "do_predict/do_eval only evaluates adapter_name_or_path on eval_dataset.")
-    finetuning_type: str = _opt("lora", "lora: train low-rank adapters (peft); full: train every weight.", choices=("lora", "full"))
+    finetuning_type: str = _opt("lora", "lora: train low-rank adapters (peft); full: train every weight; freeze: train "
+                                "some decoder layers in full (freeze_trainable_*), the rest frozen; oft: orthogonal "
+                                "fine-tuning adapters (peft's OFT; oft_*).", choices=("lora", "full", "freeze", "oft"))
+    # Freeze tuning and LLaMA Pro (LLaMA-Factory's FreezeArguments; model/freeze.py computes the trainable set as it does)
+    freeze_trainable_layers: int = _opt(2, "freeze: how many decoder layers train: the last n (n > 0) or the first -n "
+                                        "(n < 0); with use_llama_pro, the n expanded blocks (every num_layers/n-th).")
+    freeze_trainable_modules: str = _opt("all", "freeze: the modules of those layers that train (comma list of names "
+                                         "inside a layer: self_attn, mlp, ...; all: the whole layer).")
+    freeze_extra_modules: Optional[str] = _opt(None, "freeze: modules outside the decoder layers that train too (comma "
+                                               "list, e.g. embed_tokens,norm).")
+    use_llama_pro: bool = _opt(False, "LLaMA Pro: train only the expanded blocks of a block-expanded model (every "
+                               "num_layers/freeze_trainable_layers-th layer); with lora, LoRA on those blocks only.")
+    # LoRA+ and PiSSA (LLaMA-Factory's LoraArguments)
+    loraplus_lr_ratio: Optional[float] = _opt(None, "LoRA+: lora_B (and 1-D trainable weights) learn at learning_rate "
+                                              "x this ratio, lora_A at learning_rate (LLaMA-Factory's param groups).",
+                                              minimum=0.0, exclusive_min=True)
+    loraplus_lr_embedding: float = _opt(1e-6, "LoRA+: learning rate of LoRA's embedding B matrices.", minimum=0.0)
+    pissa_init: bool = _opt(False, "PiSSA: initialise LoRA from the principal singular vectors of each adapted weight "
+                            "(peft's init_lora_weights: pissa); the base keeps the residual.")
+    pissa_iter: int = _opt(16, "PiSSA: fast-SVD iterations (peft's pissa_niter_N); -1: the exact SVD.", minimum=-1)
+    pissa_convert: bool = _opt(False, "PiSSA: also save the trained adapter converted to a plain LoRA adapter of the "
+                               "original base (rank 2r) in output_dir/pissa_converted (peft's "
+                               "path_initial_model_for_weight_conversion).")
+    # OFT (LLaMA-Factory's OFTArguments; peft's OFTConfig)
+    oft_rank: int = _opt(0, "OFT: number of orthogonal blocks per layer (0: set by oft_block_size).", minimum=0)
+    oft_block_size: int = _opt(32, "OFT: size of each orthogonal block (0: set by oft_rank).", minimum=0)
+    oft_target: str = _opt("all", "OFT: modules to adapt, as lora_target (all: every linear layer but the output head).")
+    module_dropout: float = _opt(0.0, "OFT: probability of dropping a whole OFT module in a training forward.",
+                                 minimum=0.0, maximum=1.0)
+    # SFT losses other than cross-entropy (LLaMA-Factory's keys; stages/sft_losses.py computes them as its code does)
+    use_dft_loss: bool = _opt(False, "sft: DFT loss (dynamic fine-tuning): each token's cross-entropy weighted by its "
+                              "probability under the model (no gradient through the weight).")
+    use_eaft_loss: bool = _opt(False, "sft: EAFT loss: each token's cross-entropy weighted by (entropy of the model's "
+                               "top-20 distribution / 3) ** eaft_alpha (no gradient through the weight).")
+    eaft_alpha: float = _opt(1.0, "EAFT: the power of the entropy weight.", minimum=0.0)
+    use_asft_loss: bool = _opt(False, "sft: ASFT loss: the DFT loss plus asft_alpha x KL(reference || model) per "
+                               "labelled token; the reference is the starting model (as ref_model for dpo).")
+    asft_alpha: float = _opt(0.1, "ASFT: weight of the KL term.", minimum=0.0)
     lora_rank: int = _opt(8, "LoRA rank r.", minimum=1)
     lora_alpha: Optional[float] = _opt(None, "LoRA scaling alpha (default: 2 x lora_rank).", minimum=0, exclusive_min=True)
     lora_dropout: float = _opt(0.0, "Dropout on the LoRA input.", minimum=0.0, maximum=1.0)
@@ -199,6 +236,51 @@ class TrainArguments:
                                            "polynomial", "inverse_sqrt"))
     optim: str = _opt("adamw_torch_fused", "Optimizer: AdamW (adamw_torch, or adamw_torch_fused: one fused kernel where the device "
                       "has it; the same update).", choices=("adamw_torch", "adamw_torch_fused"))
+    # Other optimizers, with LLaMA-Factory's keys and defaults (its create_custom_optimizer; training/optimizers.py).
+    # Each comes from its own library (pip install 'steadytune[optimizers]'); Muon is torch's.
+    use_galore: bool = _opt(False, "GaLore (galore-torch): AdamW whose moments live in a low-rank projection of each "
+                            "galore_target weight's gradient; full or freeze fine-tuning.")
+    galore_target: str = _opt("all", "GaLore: the linear layers projected (comma list of name parts; all: every "
+                              "linear layer but the output head).")
+    galore_rank: int = _opt(16, "GaLore: rank of the gradient projection.", minimum=1)
+    galore_update_interval: int = _opt(200, "GaLore: steps between recomputations of the projection.", minimum=1)
+    galore_scale: float = _opt(2.0, "GaLore: scale of the projected update.")
+    galore_proj_type: str = _opt("std", "GaLore: projection type.", choices=("std", "reverse_std", "right", "left",
+                                                                              "full"))
+    galore_layerwise: bool = _opt(False, "GaLore: step each weight's optimizer as soon as its gradient is complete "
+                                  "(less memory; needs gradient_accumulation_steps: 1; no gradient clipping).")
+    use_apollo: bool = _opt(False, "APOLLO (apollo-torch): AdamW with low-rank, channel- or tensor-wise scaled "
+                            "updates of each apollo_target weight; full or freeze fine-tuning.")
+    apollo_target: str = _opt("all", "APOLLO: the linear layers it applies to (comma list; all: every linear layer "
+                              "but the output head).")
+    apollo_rank: int = _opt(16, "APOLLO: rank of the projection.", minimum=1)
+    apollo_update_interval: int = _opt(200, "APOLLO: steps between new projections.", minimum=1)
+    apollo_scale: float = _opt(32.0, "APOLLO: scaling coefficient.")
+    apollo_proj: str = _opt("random", "APOLLO: low-rank projection: svd or random.", choices=("svd", "random"))
+    apollo_proj_type: str = _opt("std", "APOLLO: projection type.", choices=("std", "right", "left"))
+    apollo_scale_type: str = _opt("channel", "APOLLO: scaling per channel or per tensor.", choices=("channel", "tensor"))
+    apollo_layerwise: bool = _opt(False, "APOLLO: step each weight's optimizer as soon as its gradient is complete "
+                                  "(needs gradient_accumulation_steps: 1; no gradient clipping).")
+    apollo_scale_front: bool = _opt(False, "APOLLO: apply the norm-growth limiter before the gradient scaling.")
+    use_badam: bool = _opt(False, "BAdam (badam): block coordinate descent, Adam on one block of layers at a time; "
+                           "full or freeze fine-tuning.")
+    badam_mode: str = _opt("layer", "BAdam: layer (one block of layers at a time) or ratio (a share of each weight).",
+                           choices=("layer", "ratio"))
+    badam_start_block: Optional[int] = _opt(None, "BAdam layer mode: the block trained first.", minimum=0)
+    badam_switch_mode: str = _opt("ascending", "BAdam layer mode: the order blocks take turns in.",
+                                  choices=("ascending", "descending", "random", "fixed"))
+    badam_switch_interval: int = _opt(50, "BAdam layer mode: optimizer steps per block (-1: never switch).",
+                                      minimum=-1)
+    badam_update_ratio: float = _opt(0.05, "BAdam ratio mode: the share of each weight updated.", minimum=0.0,
+                                     maximum=1.0, exclusive_min=True)
+    badam_mask_mode: str = _opt("adjacent", "BAdam ratio mode: the updated entries adjacent or scattered.",
+                                choices=("adjacent", "scatter"))
+    badam_verbose: int = _opt(0, "BAdam: 0 quiet, 1 print the block trained, 2 also its parameters.", minimum=0,
+                              maximum=2)
+    use_adam_mini: bool = _opt(False, "Adam-mini (adam-mini): one second moment per block (attention head, "
+                               "neuron) instead of per weight; about half AdamW's optimizer memory.")
+    use_muon: bool = _opt(False, "Muon: orthogonalised momentum (Newton-Schulz) for the 2-D weights of the hidden "
+                          "layers, AdamW for the others (embeddings, head, norms, biases), as LLaMA-Factory's Muon.")
     warmup_ratio: float = _opt(0.0, "Share of the steps spent warming up the learning rate.", minimum=0.0, maximum=1.0)
     warmup_steps: int = _opt(0, "Warm-up steps; overrides warmup_ratio when > 0.", minimum=0)
     bf16: Union[bool, str] = _opt("auto", "bfloat16 mixed precision: true, false, or auto (only where the GPU architecture supports it).")
@@ -206,6 +288,9 @@ class TrainArguments:
                                 "memory, and the residual stream and norms then run in bf16; float32 keeps an fp32 copy "
                                 "(matmuls still bf16 under autocast), as a transformers + peft script that calls "
                                 "prepare_model_for_kbit_training does. auto: bf16.", choices=("auto", "bf16", "float32"))
+    pure_bf16: bool = _opt(False, "Every weight in bf16, the trained ones too (no fp32 copy, no autocast): half the "
+                           "memory of weights, gradients and optimizer state, at bf16's rounding of small updates "
+                           "(LLaMA-Factory key; its GaLore, APOLLO and mixture-of-depths examples set it). Not with fp16.")
     fp16: Union[bool, str] = _opt(False, "float16 mixed precision with dynamic loss scaling: true, false, or auto.")
     seed: int = _opt(42, "Seed for data order, splits, LoRA init and dropout.", minimum=0, maximum=2**32 - 1)
     logging_steps: int = _opt(10, "Log loss, grad norm, lr and throughput every N optimizer steps.", minimum=1)
@@ -356,9 +441,9 @@ for _section in FLAT_SECTIONS:
 # `guard_policy` is also accepted at the top level, as a shortcut.
 KEY_TO_SECTION["guard_policy"] = "guard"
 
-FP8_TRAINING = ("fp8 training of the whole model (LLaMA-Factory's torchao or Transformer Engine path, weights "
-                "trained in fp8) is not supported; for LoRA, fp8_base: true multiplies the frozen base in fp8 on "
-                "sm_89 and up")
+FP8_TRAINING = ("fp8 training of the whole model (LLaMA-Factory's torchao or Transformer Engine path: every linear "
+                "layer's matmuls in fp8, on CUDA GPUs of sm_89 and up) is not supported yet; for LoRA, fp8_base: true "
+                "multiplies the frozen base in fp8 on sm_89 and up")
 
 # Keys of LLaMA-Factory (and HF TrainingArguments) for features steadytune does not have. They fail loudly:
 # silently ignoring e.g. `quantization_bit` would train something other than what the user asked for.
@@ -381,43 +466,21 @@ UNSUPPORTED_KEYS = {
     "freeze_vision_tower": "vision models are not supported",
     "freeze_multi_modal_projector": "vision models are not supported",
     "freeze_language_model": "vision models are not supported",
-    "ray_num_workers": "Ray is not supported; use `accelerate launch` for several GPUs",
-    "ray_init_kwargs": "Ray is not supported",
+    "ray_num_workers": "LLaMA-Factory's Ray launch (USE_RAY=1, ray_* keys) is not supported; for several GPUs use "
+                       "`steadytune train --nproc N` (torchrun), --nnodes for several machines, or accelerate launch",
+    "ray_init_kwargs": "LLaMA-Factory's Ray launch is not supported; use --nproc / --nnodes",
     "use_unsloth": "Unsloth is not used; steadytune has its own fast paths",
-    "use_galore": "GaLore is not supported",
-    "use_badam": "BAdam is not supported",
-    "use_apollo": "APOLLO is not supported",
-    "pissa_init": "PiSSA initialisation is not supported",
-    "loraplus_lr_ratio": "LoRA+ is not supported",
-    "freeze_trainable_layers": "finetuning_type: freeze is not supported",
     "rope_scaling": "RoPE scaling is not supported",
     "shift_attn": "shift short attention is not supported",
-    "mixture_of_depths": "mixture of depths is not supported",
-    "export_quantization_bit": "quantised (GPTQ) export is not supported; export_format: gguf with export_gguf_type: q8_0 quantises for llama.cpp",
+    "mixture_of_depths": "mixture of depths is not supported (LLaMA-Factory converts the model with the MoD package, "
+                         "written for transformers 4's Llama and Mistral classes)",
+    "export_quantization_bit": "quantised (GPTQ) export is not supported: the maintained GPTQ quantiser, GPTQModel "
+                               "(pip install gptqmodel), ships as source that compiles CUDA kernels; quantise the "
+                               "merged model with it, or use export_format: gguf with export_gguf_type: q8_0 for "
+                               "llama.cpp",
     "export_quantization_dataset": "quantised (GPTQ) export is not supported",
     "export_quantization_nsamples": "quantised (GPTQ) export is not supported",
     "export_quantization_maxlen": "quantised (GPTQ) export is not supported",
-    "oft_rank": "finetuning_type: oft is not supported; use lora",
-    "oft_block_size": "finetuning_type: oft is not supported; use lora",
-    "oft_target": "finetuning_type: oft is not supported; use lora",
-    "freeze_trainable_modules": "finetuning_type: freeze is not supported",
-    "use_llama_pro": "LLaMA Pro (block expansion) is not supported",
-    "pissa_iter": "PiSSA initialisation is not supported",
-    "pissa_convert": "PiSSA initialisation is not supported",
-    "use_dft_loss": "the DFT loss is not supported; steadytune trains with cross-entropy",
-    "use_eaft_loss": "the EAFT loss is not supported; steadytune trains with cross-entropy",
-    "use_asft_loss": "the ASFT loss is not supported; steadytune trains with cross-entropy",
-    "asft_alpha": "the ASFT loss is not supported",
-    "use_adam_mini": "Adam-mini is not supported; the optimizer is AdamW",
-    "use_muon": "Muon is not supported; the optimizer is AdamW",
-    "galore_layerwise": "GaLore is not supported", "galore_target": "GaLore is not supported",
-    "galore_rank": "GaLore is not supported", "galore_scale": "GaLore is not supported",
-    "apollo_layerwise": "APOLLO is not supported", "apollo_target": "APOLLO is not supported",
-    "apollo_rank": "APOLLO is not supported", "apollo_scale": "APOLLO is not supported",
-    "apollo_scale_type": "APOLLO is not supported",
-    "badam_mode": "BAdam is not supported", "badam_switch_mode": "BAdam is not supported",
-    "badam_switch_interval": "BAdam is not supported", "badam_verbose": "BAdam is not supported",
-    "pure_bf16": "pure bf16 training (bf16 trainable weights) is not offered: trainable weights stay fp32",
     # LF's fp8 trains every weight through fp8 matmuls; for LoRA's frozen base steadytune has fp8_base
     "fp8": FP8_TRAINING, "fp8_backend": FP8_TRAINING, "fp8_enable_fsdp_float8_all_gather": FP8_TRAINING,
     "fsdp_transformer_layer_cls_to_wrap": "set transformer_layer_cls_to_wrap inside fsdp_config",
@@ -437,8 +500,6 @@ UNSUPPORTED_VALUES = {
     ("stage", "ppo"): "stage: ppo (online RL with a reward model) is not supported; stage: dpo or kto learn from "
                       "preference data offline, and stage: rm trains a reward model",
     ("pref_loss", "kto_pair"): "pref_loss: kto_pair is not supported; use stage: kto with a kto_tag dataset",
-    ("finetuning_type", "freeze"): "finetuning_type: freeze is not supported; use lora or full",
-    ("finetuning_type", "oft"): "finetuning_type: oft is not supported; use lora or full",
     ("infer_backend", "sglang"): "infer_backend: sglang is not supported; use huggingface or vllm",
     ("infer_backend", "ktransformers"): "infer_backend: ktransformers is not supported; use huggingface or vllm",
     # LLaMA-Factory's other on-the-fly methods (hqq, eetq) and the pre-quantised checkpoint kinds: bitsandbytes only
@@ -824,10 +885,11 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
     _check_offloading(t, where)
     if t.bf16 is True and t.fp16 is True:
         raise ConfigError(f"{where}: bf16 and fp16 are both true; choose one")
-    if cfg.model.quantization_bit is not None and m.finetuning_type != "lora":
+    if cfg.model.quantization_bit is not None and m.finetuning_type not in ("lora", "oft"):
         # As in LLaMA-Factory: quantised weights are frozen by construction; only adapters on top can train.
-        raise ConfigError(f"{where}: quantization_bit: {cfg.model.quantization_bit} needs finetuning_type: lora "
+        raise ConfigError(f"{where}: quantization_bit: {cfg.model.quantization_bit} needs finetuning_type: lora or oft "
                           f"(got {m.finetuning_type}: a quantised base cannot be trained in full)")
+    _check_methods(cfg, where)
     if t.eval_strategy == "steps" and t.eval_steps is None:
         t.eval_steps = t.logging_steps
     if t.eval_steps is not None and t.eval_steps >= 1:
@@ -867,6 +929,49 @@ def _check_stage(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: ref_model_adapters needs ref_model (the base model the adapters belong to)")
     if m.stage == "grpo":
         _check_grpo(cfg, where)
+
+
+OPTIMIZER_KEYS = ("use_galore", "use_apollo", "use_badam", "use_adam_mini", "use_muon", "loraplus_lr_ratio")
+SFT_LOSS_KEYS = ("use_dft_loss", "use_eaft_loss", "use_asft_loss")
+
+
+def _check_methods(cfg: RunConfig, where: str) -> None:
+    """LLaMA-Factory's rules for its training methods (FinetuningArguments.__post_init__ and hparams/parser.py there),
+    each refused with the keys named, where LLaMA-Factory would refuse or silently pick one."""
+    m, t = cfg.method, cfg.train
+    optimizers = [k for k in OPTIMIZER_KEYS if getattr(m if k == "loraplus_lr_ratio" else t, k) not in (False, None)]
+    if len(optimizers) > 1:
+        raise ConfigError(f"{where}: {' and '.join(optimizers)} each choose the optimizer; set one")
+    if m.use_llama_pro and m.finetuning_type not in ("freeze", "lora"):
+        raise ConfigError(f"{where}: use_llama_pro is for finetuning_type freeze or lora (got {m.finetuning_type})")
+    for key in ("use_galore", "use_apollo", "use_badam"):
+        if getattr(t, key) and m.finetuning_type not in ("full", "freeze"):
+            raise ConfigError(f"{where}: {key}: true trains whole weights: finetuning_type full or freeze (got "
+                              f"{m.finetuning_type})")
+    if m.finetuning_type != "lora":
+        for key in ("loraplus_lr_ratio", "use_rslora", "use_dora", "pissa_init"):
+            if getattr(m, key) not in (False, None):
+                raise ConfigError(f"{where}: {key} is for finetuning_type: lora (got {m.finetuning_type})")
+    if m.pissa_init and (m.stage in ("kto", "grpo") or (m.stage == "dpo" and m.pref_loss not in ("orpo", "simpo"))
+                         or m.use_asft_loss):
+        raise ConfigError(f"{where}: pissa_init with stage {m.stage}: the reference (the base with the adapter "
+                          "switched off) would not be the starting model, since PiSSA moves part of each weight into "
+                          "the adapter")
+    if m.pissa_init and cfg.model.quantization_bit is not None:
+        raise ConfigError(f"{where}: pissa_init with quantization_bit: PiSSA needs the unquantised weights (LLaMA-Factory's "
+                          "scripts/pissa_init.py makes a PiSSA base to quantise)")
+    losses = [k for k in SFT_LOSS_KEYS if getattr(m, k)]
+    if len(losses) > 1:
+        raise ConfigError(f"{where}: {' and '.join(losses)}: choose one loss")
+    if losses and m.stage != "sft":
+        raise ConfigError(f"{where}: {losses[0]} is a loss of stage sft (got stage: {m.stage})")
+    for key in ("galore", "apollo"):
+        if getattr(t, f"use_{key}") and getattr(t, f"{key}_layerwise") and t.gradient_accumulation_steps != 1:
+            raise ConfigError(f"{where}: {key}_layerwise: true steps each weight as its gradient completes, so "
+                              f"gradient_accumulation_steps must be 1 (got {t.gradient_accumulation_steps})")
+        if getattr(t, f"use_{key}") and m.deepspeed:
+            raise ConfigError(f"{where}: use_{key}: true with deepspeed: not supported (as in LLaMA-Factory); use "
+                              "one process, DDP or fsdp")
 
 
 def _check_grpo(cfg: RunConfig, where: str) -> None:

@@ -82,12 +82,21 @@ def translate_v1(raw: dict, where: str, parse_text: ParseText) -> tuple[dict, li
     init = _plugin(raw, "init_config", where, parse_text)
     if init is not None:
         read.append(f"init_config {init['name']}: where the weights are first made; changes no number here")
-    # peft_config: none = full fine-tuning; lora with v1's names; freeze is not a method we have
+    # peft_config: none = full fine-tuning; lora with v1's names; freeze with v0's names
     peft = _plugin(raw, "peft_config", where, parse_text)
     if peft is None:
         put("finetuning_type", "full", "no peft_config -> finetuning_type: full")
+    elif peft["name"] == "freeze":   # v1's get_freeze_model: v0's rule, with v0's key names
+        put("finetuning_type", "freeze", "peft_config freeze -> finetuning_type: freeze")
+        for key, value in peft.items():
+            if key == "name" or value is None:
+                continue
+            if key not in ("freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"):
+                refuse(f"peft_config.{key}", "a freeze setting steadytune does not have")
+            put(key, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value, f"peft_config.{key}")
     elif peft["name"] != "lora":
-        refuse(f"peft_config: {peft['name']}", f"finetuning_type: {peft['name']} is not supported; use lora or full")
+        refuse(f"peft_config: {peft['name']}", f"finetuning_type: {peft['name']} is not supported; use lora, freeze "
+               "or full")
     else:
         put("finetuning_type", "lora", "peft_config lora -> finetuning_type: lora")
         names = {"r": "lora_rank", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
@@ -174,7 +183,8 @@ def translate_v1(raw: dict, where: str, parse_text: ParseText) -> tuple[dict, li
             "enable_activation_checkpointing -> gradient_checkpointing")
     optim = _plugin(raw, "optim_config", where, parse_text)
     if optim is not None:
-        refuse(f"optim_config: {optim['name']}", "the optimizer is AdamW (Muon and others are not supported)")
+        refuse(f"optim_config: {optim['name']}", "v1's optimizer plugins are not read; v0's keys choose one (use_muon, "
+               "use_galore, ...: one process or DDP)")
     if _plugin(raw, "lr_scheduler_config", where, parse_text) is not None:
         refuse("lr_scheduler_config", "set lr_scheduler_type and warmup_ratio instead")
     if raw.get("save_epochs") is not None:

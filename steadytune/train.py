@@ -50,6 +50,8 @@ from steadytune.doctor.environment import run_startup_checks
 from steadytune.errors import RunInterrupted, UserError, describe_os_error
 from steadytune.evaluate import evaluate_saved
 from steadytune.hardware.backend import detect
+from steadytune.hardware.error_catalogue import error_text
+from steadytune.hardware.error_catalogue import explain_failure as explain_failure   # cli: the likely-cause line
 from steadytune.hardware.policy import choose_attention, choose_precision, fallback_precision
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
@@ -59,7 +61,7 @@ from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
 from steadytune.model.offload import remove_offloading
 from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer
-from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter
+from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter, save_pissa_start
 from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
 from steadytune.report.record import write_data_stats, write_run_report
@@ -102,6 +104,13 @@ from steadytune.training.guard import (
     weights_are_finite,
 )
 from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
+from steadytune.training.optimizers import (
+    build_optimizer,
+    check_optimizer_installed,
+    chosen_optimizer,
+    may_train,
+    refuse_with_sharding,
+)
 from steadytune.training.resume import resume_fingerprint
 from steadytune.training.folder_config import load_config_named
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
@@ -213,7 +222,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
         if not folder.started_steps:
             folder.undo_failed_start()  # a failed start leaves output_dir as it found it
         else:
-            folder.record(status=status_of(lost or error))
+            folder.record(status=status_of(lost or error), error=error_text(lost or error))   # doctor --from reads it
             if folder.main:
                 write_run_report(folder.path)  # it shows where and why the run stopped
         if lost is not None:
@@ -331,6 +340,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     stage = STAGES[cfg.method.stage]  # what sft, dpo, kto, rm do differently: data, batches, model kind, objective
     start = plan_start(cfg, folder)
     world, shard_plan = plan_processes(cfg)
+    check_optimizer_installed(cfg)   # a missing optimizer library stops here, before any loading
     info, precision, attn, packing = choose_hardware(cfg)
     tokenizer, data = load_data(cfg, stage)
     resume_candidates = vet_resume(cfg, start.resume_candidates, world,
@@ -458,6 +468,8 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
         if cfg.method.finetuning_type == "lora":
             check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
         model = attach_adapter(model, cfg)
+        if cfg.method.pissa_convert and cfg.method.pissa_init and accelerator.is_main_process:
+            save_pissa_start(model, cfg.train.output_dir)   # what pissa_converted is computed against, at the end
     sharding.match_trainable_dtype(shard_plan, model, precision, cfg)
     if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora" and not cfg.method.use_dora:
         # Every forward of this model runs under autocast (training, eval loss, scoring): see model/kernels.py.
@@ -504,11 +516,10 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
 def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):
     """AdamW and the schedule; the stage's objective (model + loss) prepared by Accelerate for the sharding."""
     t = cfg.train
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
-                                  eps=t.adam_epsilon, weight_decay=t.weight_decay,
-                                  # one fused kernel for all LoRA tensors instead of several per tensor
-                                  fused=(accelerator.device.type == "cuda" and t.optim == "adamw_torch_fused") or None)
+    refuse_with_sharding(cfg, shard_plan.sharded, shard_plan.label)
+    trainable = may_train(model)   # before BAdam, which switches requires_grad block by block
+    optimizer, why = build_optimizer(model, cfg, accelerator.device.type)   # training/optimizers.py
+    cfg.decide("optimizer", chosen_optimizer(cfg), why)
     scheduler = get_scheduler(t.lr_scheduler_type, optimizer, num_warmup_steps=steps.warmup,
                               num_training_steps=steps.total)
     sharding.fit_to_model(accelerator, shard_plan, model, cfg)
@@ -516,7 +527,8 @@ def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan
                                                       optimizer)
     sharding.keep_sharded_on_cpu(accelerator, shard_plan)
     # FSDP2 replaces the parameters with sharded ones: clipping and the guard must see those.
-    params = [p for p in accelerator.unwrap_model(objective).parameters() if p.requires_grad]
+    params = [p for p in accelerator.unwrap_model(objective).parameters() if p.requires_grad] \
+        if shard_plan.sharded else trainable
     return objective, params, optimizer, scheduler
 
 
@@ -859,7 +871,8 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
             raise NonFiniteRun(f"the run ended with a non-finite {what} (final loss {final_loss}) at step "
                                f"{state.global_step}: no adapter was saved in {out}. Turn the numerical guard on "
                                "(guard_policy: rollback), lower learning_rate, or use bf16 instead of fp16")
-        save_final_outputs(out, model_to_save or run.model, run.tokenizer)
+        save_final_outputs(out, model_to_save or run.model, run.tokenizer,
+                           pissa_converted=cfg.method.pissa_convert and cfg.method.pissa_init)
         # A card of what the run did, and the base named so another machine finds it (not a cache path).
         write_run_card(out, cfg.model.model_name_or_path)
         if cfg.train.plot_loss:
@@ -867,7 +880,7 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
         run.folder.record(status="finished")
         print(f"done: {state.global_step} steps in {outcome.train_seconds:.1f} s, final loss "
               f"{final_loss if final_loss is None else round(final_loss, 4)}; "
-              f"{'adapter' if cfg.method.finetuning_type == 'lora' else 'model'} in {out}")
+              f"{'adapter' if hasattr(run.model, 'peft_config') else 'model'} in {out}")
         write_run_report(out)
     run.trackers.finish()
     seconds = max(outcome.train_seconds, 1e-9)

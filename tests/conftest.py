@@ -1,14 +1,19 @@
 """Shared test set-up.
 
 - Tiny models are faster on one thread (no thread-pool overhead per small kernel).
-- `needs_shared`: tests that read the real captures and LLaMA-Factory files in `../shared/fixtures/` (beside the
-  checkout in development and CI, absent in a user's fresh clone) skip with one reason when it is not there.
+- `needs_shared` (the `shared` marker): tests that read the real captures and LLaMA-Factory files in
+  `../shared/fixtures/` (beside the checkout in development and CI, absent in a user's fresh clone) skip with one reason
+  when it is not there. `pytest -m shared` runs just them: CI's in-place pass, after the fresh clone skipped them.
+- Two workers (pytest-xdist, `make test`): tests that start two training processes of their own share the
+  `two_processes` group, so one worker runs them one after another (two at once on a 2-core machine would be four
+  processes on two cores). Everything else is independent: its own tmp_path, ports from the OS, no shared globals.
 - `sample_data_dir`: the project's own small datasets (tests/sample_data.py), which the core tests use instead.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +30,41 @@ LF_FIXTURES = SHARED / "fixtures" / "llamafactory"
 SMI_FIXTURES = SHARED / "fixtures" / "rocm"
 SHARED_REASON = "needs ../shared/fixtures (real LLaMA-Factory files and smi captures), absent in a fresh clone"
 
-needs_shared = pytest.mark.skipif(not (SHARED / "fixtures").is_dir(), reason=SHARED_REASON)
+HAVE_SHARED = (SHARED / "fixtures").is_dir()
+# A marker, not a skipif, so that `-m shared` selects these tests; pytest_collection_modifyitems skips them without it.
+needs_shared = pytest.mark.shared
+# Tests that start two training processes (DDP, FSDP2, ZeRO-3, two "nodes", two tune workers): one xdist worker runs
+# them one after another (`--dist loadgroup`), so the two workers never run two of them at once.
+two_processes = pytest.mark.xdist_group("two_processes")
+
+
+MAX_WORKERS = 8   # each worker holds its own torch and tiny models; more than 8 buys little and costs memory
+
+
+@pytest.hookimpl(optionalhook=True)   # pytest-xdist's hook: without xdist, nothing calls it
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (make test): one worker per core this process may use, its CPU affinity and any cgroup CPU quota (a
+    container's share, not the host's core count, which xdist's own count would give), at most MAX_WORKERS.
+    PYTEST_XDIST_AUTO_NUM_WORKERS=N still decides where it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, min(cores, MAX_WORKERS))
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAVE_SHARED:
+        return
+    skip = pytest.mark.skip(reason=SHARED_REASON)
+    for item in items:
+        if item.get_closest_marker("shared") is not None:
+            item.add_marker(skip)
 
 
 def load_benchmark(name: str):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import LF_FIXTURES as LF
-from conftest import needs_shared
+from conftest import needs_shared, two_processes
 from sample_data import ALPACA
 
 from steadytune.config import load_config
@@ -359,6 +359,7 @@ def one_process(model, data_dir, out, **extra):
     return run_training(load_config(None, overrides(model, data_dir, out, **extra)), progress=False)
 
 
+@two_processes
 def test_ddp_two_processes_match_one_and_resume_across_world_size(tiny_qwen, sample_data_dir, tmp_path):
     # Same global batch: 1 process x 4 accumulation = 2 processes x 2 accumulation (16 examples a step).
     single = one_process(tiny_qwen, sample_data_dir, tmp_path / "one", gradient_accumulation_steps=4)
@@ -385,6 +386,7 @@ def test_ddp_two_processes_match_one_and_resume_across_world_size(tiny_qwen, sam
     assert losses(tmp_path / "one_then_two") == pytest.approx(single.losses, rel=1e-5)
 
 
+@two_processes
 def test_fsdp2_on_cpu_matches_one_process_and_saves_a_one_gpu_adapter(tiny_qwen, sample_data_dir, tmp_path):
     from peft import PeftModel
     from safetensors.torch import load_file
@@ -408,6 +410,7 @@ def test_fsdp2_on_cpu_matches_one_process_and_saves_a_one_gpu_adapter(tiny_qwen,
     assert resumed.losses == pytest.approx(single.losses[2:], rel=1e-5)
 
 
+@two_processes
 def test_injected_hang_stops_every_rank_with_stacks_on_disk(tiny_qwen, sample_data_dir, tmp_path):
     out = tmp_path / "hang"
     started = time.monotonic()
@@ -435,6 +438,7 @@ def _startup_seconds(done: subprocess.CompletedProcess) -> float:
     return 120.0
 
 
+@two_processes
 @needs_deepspeed
 def test_deepspeed_zero3_on_cpu_matches_and_resumes_a_ddp_checkpoint(tiny_qwen, sample_data_dir, tmp_path):
     fixed = json.loads(json.dumps(SEED_001_DS))
@@ -489,6 +493,7 @@ print("closed" if not dist.is_initialized() else "still open")
 """
 
 
+@two_processes
 def test_a_finished_rank_closes_its_process_group_after_the_others(tmp_path):
     """A rank that leaves while its gloo group is alive and the main rank still works aborts at interpreter exit
     about one time in three here ("terminate called without an active exception", exit -6: a finished run reported
@@ -517,6 +522,7 @@ print("still here")
 """
 
 
+@two_processes
 @pytest.mark.parametrize("rank, skips_teardown", [("1", True), ("0", False)])
 def test_a_finished_rank_other_than_the_main_one_leaves_without_the_interpreters_teardown(tmp_path, rank,
                                                                                           skips_teardown):
@@ -554,6 +560,7 @@ close_process_group()
 """
 
 
+@two_processes
 def test_lora_gradients_are_summed_over_ranks_in_one_flat_all_reduce(tmp_path):
     script = tmp_path / "sum.py"
     script.write_text(SUM_GRADIENTS)
@@ -620,6 +627,7 @@ close_process_group()
 """
 
 
+@two_processes
 def test_graphed_micro_batches_on_two_ranks_sum_gradients_like_eager_ones(tmp_path):
     """LoRA on several processes keeps CUDA graphs (no DDP hooks inside the backward): a graph's gradient buffers,
     summed over the ranks after the window, give the eager run's losses and weights on every rank."""
@@ -644,6 +652,7 @@ def test_graphed_micro_batches_on_two_ranks_sum_gradients_like_eager_ones(tmp_pa
     assert [r["eager_batches"] for r in results] == [1, 0]    # rank 0 recorded a micro-batch later
 
 
+@two_processes
 @needs_deepspeed
 def test_a_mixture_of_experts_under_zero3_and_fsdp2_trains_its_experts_as_one_process_does(sample_data_dir, tmp_path):
     """ZeRO-3 partitions the fused expert weights (their data empty, their shape in ds_shape) before LoRA is attached:

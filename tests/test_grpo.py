@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import two_processes
 
 from steadytune.config import ConfigError, load_config
 from steadytune.errors import UserError
@@ -448,6 +449,7 @@ def test_resume_reproduces_the_uninterrupted_run(tiny, tmp_path):
     assert any(r["kl"] > 0 for r in a)
 
 
+@two_processes
 def test_two_processes_match_one(tiny, tmp_path):
     """DDP on two CPU processes (gloo): the same prompts per step, the same completions (keyed by example, not by
     rank), the group advantages, and the loss normalised over both ranks' completion tokens (dapo)."""

@@ -262,7 +262,6 @@ def test_export_stop_tokens_for_llamacpp_vllm_and_generate(tiny_model, tmp_path)
 V1 = GOLDEN["v1"]["files"]
 # What each v1 example does here: runs (its keys translated), or the one line that refuses it.
 V1_REFUSED = {
-    "v1/train_freeze/train_freeze_sft.yaml": "not supported: peft_config: freeze",
     "v1/train_full/train_full_muon.yaml": "not supported: optim_config: muon",
     "v1/train_full/train_full_qwen3_moe_fsdpturbo_ep_fsdp.yaml": "not supported: kernel_config: auto, flash-linear",
     "v1/train_full/train_full_ulysses_cp.yaml": "not supported: cp_size: 2",
@@ -294,6 +293,10 @@ def test_v1_configs_read_as_v1_reads_them(relative, v1_workdir):
         return
     cfg = load_config(EXAMPLES / relative)
     want = V1[relative]["resolved"]
+    if relative == "v1/train_freeze/train_freeze_sft.yaml":   # v1's freeze: v0's rule and keys (model/freeze.py)
+        peft = want["peft_config"]
+        assert (cfg.method.freeze_trainable_layers, cfg.method.freeze_trainable_modules) == \
+            (peft["freeze_trainable_layers"], peft["freeze_trainable_modules"])
     t = cfg.train
     assert cfg.model.model_name_or_path == want["model"]
     assert t.per_device_train_batch_size == want["micro_batch_size"]
@@ -303,7 +306,7 @@ def test_v1_configs_read_as_v1_reads_them(relative, v1_workdir):
     assert t.gradient_checkpointing is want["enable_activation_checkpointing"]
     assert cfg.data.cutoff_len == want["cutoff_len"]
     peft = want["peft_config"]
-    assert cfg.method.finetuning_type == ("lora" if peft else "full")
+    assert cfg.method.finetuning_type == (peft["name"] if peft else "full")
     if peft and "r" in peft:
         m = cfg.method
         assert (m.lora_rank, m.lora_alpha, m.lora_dropout, m.lora_target) == \

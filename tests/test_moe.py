@@ -373,3 +373,14 @@ def test_parameter_kinds_and_active_parameters():
     experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
     assert total == sum(p.numel() for p in model.parameters())
     assert active == total - experts + experts * 2 // 4   # 2 of 4 experts a token
+
+
+def test_the_lora_budget_counts_every_expert_s_adapter():
+    """lora_rank is checked against free memory before the adapters are made: a MoE's count includes one LoRA pair
+    per expert of each adapted fused weight, exactly what peft then creates."""
+    from steadytune.training.lora_budget import adapter_parameters
+
+    for kind in ("qwen3_moe", "gpt_oss", "deepseek_v2"):
+        made, _ = lora_model(kind)
+        trainable = sum(p.numel() for p in made.parameters() if p.requires_grad)
+        assert adapter_parameters(build_model(kind), "all", 4) == trainable

@@ -31,6 +31,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from conftest import two_processes
 from sample_data import ALPACA
 
 from steadytune.config import load_config
@@ -122,6 +123,7 @@ def losses(out: Path) -> list[float]:
 # Two launchers on this machine
 # ---------------------------------------------------------------------------------------------------------
 
+@two_processes
 def test_lf_launch_line_on_two_nodes_matches_one_process(tiny_qwen, sample_data_dir, tmp_path, one_process):
     """FORCE_TORCHRUN=1 NNODES=2 NODE_RANK=R MASTER_ADDR=... MASTER_PORT=... steadytune train run.yaml, as
     LLaMA-Factory's README launches its two nodes."""
@@ -146,6 +148,7 @@ def test_lf_launch_line_on_two_nodes_matches_one_process(tiny_qwen, sample_data_
     assert not list(out.glob(".steadytune-nodes-*"))   # the shared-storage probe is gone
 
 
+@two_processes
 def test_killed_process_costs_an_elastic_restart_from_the_last_checkpoint(tiny_qwen, sample_data_dir, tmp_path,
                                                                           one_process):
     """FSDP2 on two elastic nodes: rank 1's process is SIGKILLed at step 3; the survivor stops with one line, both
@@ -173,6 +176,7 @@ def test_killed_process_costs_an_elastic_restart_from_the_last_checkpoint(tiny_q
     assert (out / "adapter_model.safetensors").is_file()
 
 
+@two_processes
 def test_a_node_that_never_arrives_ends_in_a_rendezvous_timeout(tiny_qwen, sample_data_dir, tmp_path):
     out = tmp_path / "alone"
     config = write_config(keys(tiny_qwen, sample_data_dir, out))
@@ -201,6 +205,7 @@ LF_DS_Z3 = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"
                                   "stage3_gather_16bit_weights_on_model_save": True}}
 
 
+@two_processes
 @needs_deepspeed
 def test_zero3_full_on_two_nodes_matches_one_process_until_the_watchdog_names_the_stalled_node(
         tiny_qwen, sample_data_dir, tmp_path):
@@ -250,6 +255,7 @@ dist.destroy_process_group()
 """
 
 
+@two_processes
 def test_a_node_that_sees_another_output_folder_is_stopped_at_start(tmp_path):
     script = tmp_path / "shared.py"
     script.write_text(SHARED_CHECK)

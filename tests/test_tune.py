@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import two_processes
 
 optuna = pytest.importorskip("optuna", reason="steadytune tune needs optuna (the tune extra)")
 
@@ -376,6 +377,7 @@ def test_worker_env_gives_each_worker_one_of_the_visible_gpus():
     assert "CUDA_VISIBLE_DEVICES" not in worker_env(1, {"PATH": "/bin"})   # this CPU machine: nothing to narrow
 
 
+@two_processes
 def test_trials_run_in_parallel_worker_processes_sharing_the_study(tmp_path, tiny, capfd):
     """--nproc 2 on a CPU: two worker processes (one per GPU on a GPU machine) take trials from one SQLite study
     until it has --trials scored trials; the driver then trains the final model."""
@@ -453,6 +455,7 @@ def test_the_folder_files_a_search_owns_include_its_locks():
     assert {studies.LOCK, studies.ASK_LOCK} <= set(OURS)
 
 
+@two_processes
 def test_workers_taking_trials_at_once_never_take_the_same_one(tmp_path):
     """Four processes take enqueued trials from one SQLite study at the same moment; each trial goes to one of
     them (study.taking_a_trial: optuna's read-then-mark of a waiting trial is not atomic on SQLite)."""

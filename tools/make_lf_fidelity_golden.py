@@ -263,10 +263,133 @@ def capture_v1(examples: Path) -> dict:
     return out
 
 
+# --- training methods (issue 56): trainable names, the optimizer's groups and the first steps' losses -------------
+
+# A 4-layer tiny Qwen2 (LLaMA Pro's and freeze's layer choices differ on it), built as tiny_model builds its own.
+METHODS_QWEN2 = dict(TINY_QWEN2, num_hidden_layers=4)
+# Keys every method run gets: the whole data set (4 rows of identity) in one micro-batch a step, so the steps'
+# losses depend on the method only, not on the data order; a constant learning rate large enough to move a tiny model.
+METHODS_COMMON = {**NEUTRAL, "dataset": "identity", "max_samples": 4, "per_device_train_batch_size": 4,
+                  "gradient_accumulation_steps": 1, "cutoff_len": 1024, "lr_scheduler_type": "constant",
+                  "warmup_ratio": 0.0, "learning_rate": 1.0e-2, "max_steps": 3, "logging_steps": 1,
+                  "save_steps": 1000, "optim": "adamw_torch", "pure_bf16": False, "num_train_epochs": 1.0}
+METHODS_STEPS = 3
+# (name, LLaMA-Factory example file, keys changed for the tiny model). The seed is reset to 0 just before peft
+# makes the adapter (both here and in the test), so LoRA's random A matrices are the same in both.
+METHOD_CASES = [
+    ("freeze", "extras/llama_pro/llama3_freeze_sft.yaml", {"use_llama_pro": False, "freeze_trainable_layers": 2}),
+    ("freeze_mlp_extra", "extras/llama_pro/llama3_freeze_sft.yaml",
+     {"use_llama_pro": False, "freeze_trainable_layers": -1, "freeze_trainable_modules": "mlp,self_attn",
+      "freeze_extra_modules": "norm"}),
+    ("llama_pro", "extras/llama_pro/llama3_freeze_sft.yaml", {"freeze_trainable_layers": 2}),
+    ("llama_pro_lora", "extras/llama_pro/llama3_freeze_sft.yaml",
+     {"finetuning_type": "lora", "freeze_trainable_layers": 2, "learning_rate": 1.0e-3}),
+    ("loraplus", "extras/loraplus/llama3_lora_sft.yaml", {"learning_rate": 1.0e-3}),
+    ("pissa", "extras/pissa/llama3_lora_sft.yaml", {"learning_rate": 1.0e-3, "pissa_iter": -1, "pissa_convert": False}),
+    ("oft", "extras/oft/llama3_oft_sft.yaml", {"oft_block_size": 8, "learning_rate": 1.0e-3}),
+    ("dft", "extras/dft/qwen2_full_sft.yaml", {"learning_rate": 1.0e-3}),
+    ("eaft", "extras/eaft/qwen25_05b_eaft_full.yaml", {"learning_rate": 1.0e-3}),
+    ("asft", "extras/asft/qwen2_full_asft.yaml", {"learning_rate": 1.0e-3, "asft_alpha": 0.1}),
+    ("galore", "extras/galore/llama3_full_sft.yaml", {"galore_layerwise": False, "galore_rank": 4,
+                                                     "learning_rate": 1.0e-3}),
+    ("galore_layerwise", "extras/galore/llama3_full_sft.yaml", {"galore_rank": 4, "learning_rate": 1.0e-3}),
+    ("apollo", "extras/apollo/llama3_full_sft.yaml", {"apollo_layerwise": False, "apollo_rank": 4,
+                                                     "learning_rate": 1.0e-3}),
+    ("badam", "extras/badam/llama3_full_sft.yaml", {"badam_switch_interval": 1, "badam_verbose": 0,
+                                                   "learning_rate": 1.0e-3}),
+    ("adam_mini", "extras/adam_mini/qwen2_full_sft.yaml", {"learning_rate": 1.0e-3}),
+    ("muon", "extras/muon/qwen2_full_sft.yaml", {"learning_rate": 1.0e-3, "weight_decay": 0.01}),
+]
+
+
+def methods_model(folder: Path) -> Path:
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+    config = Qwen2Config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **METHODS_QWEN2)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _groups(optimizer, names: dict) -> list[dict]:
+    """The optimizer's parameter groups as names and JSON-able settings (a layer-wise optimizer: each inner one's)."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    if hasattr(inner, "optimizer_dict"):   # LLaMA-Factory's DummyOptimizer (layer-wise GaLore / APOLLO)
+        return [g for o in inner.optimizer_dict.values() for g in _groups(o, names)]
+    out = []
+    for group in inner.param_groups:
+        settings = {k: v for k, v in group.items() if k != "params" and _jsonable(v)}
+        out.append({"names": sorted(names.get(id(p), "?") for p in group["params"]), **settings})
+        if hasattr(inner, "state") and any("use_muon" in inner.state.get(p, {}) for p in group["params"]):
+            out[-1]["muon"] = sorted(names[id(p)] for p in group["params"] if inner.state[p].get("use_muon"))
+    return out
+
+
+def capture_method(examples: Path, name: str, relative: str, changes: dict, model: Path, work: Path) -> dict:
+    """LLaMA-Factory's run of the example with `changes`: the trainable names, the optimizer's groups at the first
+    step, and the loss of each of the first METHODS_STEPS steps."""
+    import peft
+    import torch
+    import transformers
+    from llamafactory.train.tuner import run_exp
+
+    args = yaml.safe_load((examples / relative).read_text(encoding="utf-8"))
+    args.update(METHODS_COMMON, **changes, model_name_or_path=str(model), dataset_dir=str(examples.parent / "data"),
+                output_dir=str(work / name), overwrite_output_dir=True)
+    for key in ("adapter_name_or_path", "resume_from_checkpoint", "fsdp", "fsdp_transformer_layer_cls_to_wrap"):
+        args.pop(key, None)
+    seen: dict = {"losses": []}
+    original_step, original_peft = transformers.Trainer.training_step, peft.get_peft_model
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        if not seen["losses"]:
+            named = self.model.named_parameters()
+            names = {id(p): n for n, p in named}
+            seen["trainable"] = sorted(n for n, p in self.model.named_parameters() if p.requires_grad)
+            seen["groups"] = _groups(self.optimizer, names)
+        loss = original_step(self, model, inputs, num_items_in_batch)
+        seen["losses"].append(float(loss))
+        if len(seen["losses"]) == METHODS_STEPS:
+            raise Captured(seen)
+        return loss
+
+    def seeded_peft(*a, **k):
+        torch.manual_seed(0)
+        return original_peft(*a, **k)
+
+    transformers.Trainer.training_step = training_step
+    peft.get_peft_model = seeded_peft
+    import llamafactory.model.adapter as adapter
+    adapter.get_peft_model = seeded_peft
+    try:
+        run_exp(args)
+    except Captured as c:
+        return {"example": relative, "changes": changes, **c.values}
+    finally:
+        transformers.Trainer.training_step = original_step
+        peft.get_peft_model = adapter.get_peft_model = original_peft
+    raise RuntimeError(f"{name}: LLaMA-Factory's run ended before {METHODS_STEPS} steps")
+
+
+def capture_methods(examples: Path, work: Path) -> dict:
+    model = methods_model(work / "tiny-qwen2-4layers")
+    out = {"tiny_qwen2": METHODS_QWEN2, "common": METHODS_COMMON, "cases": {}}
+    for name, relative, changes in METHOD_CASES:
+        out["cases"][name] = capture_method(examples, name, relative, changes, model, work)
+        print(name, out["cases"][name]["losses"], flush=True)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=Path, default=DEFAULT_EXAMPLES)
     parser.add_argument("--output", type=Path, default=GOLDEN / "lf_fidelity.json")
+    parser.add_argument("--methods", action="store_true", help="only the training methods' golden "
+                        "(tests/golden/lf_methods.json: trainable names, optimizer groups, first losses)")
     args = parser.parse_args()
     os.environ.setdefault("DISABLE_VERSION_CHECK", "1")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -275,6 +398,14 @@ def main() -> int:
     import transformers
 
     work = Path(tempfile.mkdtemp(prefix="lf_fidelity_"))
+    if args.methods:
+        os.chdir(work)
+        result = {"made_with": f"llamafactory {llamafactory.__version__}, transformers {transformers.__version__}",
+                  "tokenizer": "tests/golden/tokenizers/bytelevel", **capture_methods(args.examples, work)}
+        target = GOLDEN / "lf_methods.json"
+        target.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {target}")
+        return 0
     model = tiny_model(work / "tiny-qwen2")
     adapter = tiny_adapter(model, work / "tiny-adapter")
     result = {"made_with": f"llamafactory {llamafactory.__version__}, transformers {transformers.__version__}",

@@ -30,6 +30,10 @@ NOT_RUN_CONFIGS = ("accelerate/", "ktransformers/accelerate/", "extras/multi_tok
 # What a run with the tiny stand-in cannot show.
 NOTES = {f"train_qlora/llama3_lora_sft_{q}.yaml": f"with the unquantised tiny model; the real {q.upper()} checkpoint "
          f"it names is refused at start (pre-quantised checkpoint, quant_method {q})" for q in ("awq", "gptq", "aqlm")}
+# LLaMA Pro trains the blocks a block expansion inserted: its file names an expanded model with 8 such blocks
+# (freeze_trainable_layers: 8), so its stand-in has 8 layers (the 2-layer one is refused, as LLaMA-Factory refuses it).
+STAND_IN_LAYERS = {"extras/llama_pro/llama3_freeze_sft.yaml": 8}
+NOTES["extras/llama_pro/llama3_freeze_sft.yaml"] = "on an 8-layer tiny stand-in (the expanded blocks: every layer)"
 ORDER = ("train_lora/", "train_qlora/", "train_full/", "extras/", "inference/", "merge_lora/", "ascend/",
          "ktransformers/", "megatron", "v1/")
 
@@ -53,13 +57,13 @@ def sort_key(examples: Path, path: Path) -> tuple:
     return group, command_for(relative) == "export", relative   # a merge after the training that writes its adapter
 
 
-def tiny_model(folder: Path) -> Path:
+def tiny_model(folder: Path, **overrides) -> Path:
     """A tiny random Qwen2 with a tokenizer that knows every template's special tokens."""
     sys.path.insert(0, str(ROOT))
     from steadytune.model.tiny import build_chat_tokenizer, build_model
 
     tokenizer = build_chat_tokenizer("bytelevel")
-    model = build_model("qwen2", tokenizer)
+    model = build_model("qwen2", tokenizer, **overrides)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -151,7 +155,9 @@ def main() -> int:
             command_stage = []
         command = [sys.executable, "-m", "steadytune", command_for(relative), str(path), f"dataset_dir={data_dir}",
                    *command_stage]
-        if not own_output:
+        if relative in STAND_IN_LAYERS:
+            command.append(f"model_name_or_path={tiny_model(work / f'tiny-{STAND_IN_LAYERS[relative]}-layers', num_hidden_layers=STAND_IN_LAYERS[relative])}")
+        elif not own_output:
             command.append(f"model_name_or_path={model}")
         if settings.get("export_dir") and (work / settings["export_dir"]).exists():
             # Two merge examples write the same export_dir: each gets it empty, as if run alone.

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 from steadytune.config import load_config
 from steadytune.doctor.findings import findings_as_dicts, format_findings, has_errors
 from steadytune.doctor.live import diagnose_this_machine
-from steadytune.doctor.offline import machine_info, run_offline_checks
+from steadytune.doctor.offline import MAX_SAVED_BYTES, RUN_MANIFEST, machine_info, run_folder_files, run_offline_checks
 from steadytune.doctor.plan import train_plan_findings
 from steadytune.errors import UserError
 from steadytune.hardware.archs import bf16_verdict
@@ -24,7 +26,7 @@ def _gpu_table(gpus: list[dict]) -> str:
         return "GPUs: none"
     def memory(g: dict) -> str:
         if g["memory_gib"] is None:
-            return "?"
+            return f"{g['nominal_memory_gib']:g} GiB (model)" if g.get("nominal_memory_gib") else "?"
         usable = g.get("usable_memory_gib")
         return f"{g['memory_gib']:g} GiB" + (f" (usable {usable:g})" if usable and usable != g["memory_gib"] else "")
 
@@ -52,10 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deepspeed-ops", action="store_true",
                         help="also build (first time: minutes) and load the DeepSpeed ops a run may need (cpu_adam, "
                              "fused_adam), in a child process with a time limit")
-    parser.add_argument("--from", dest="from_dir", metavar="DIR",
-                        help="diagnose another machine from saved outputs in DIR, or in one file (rocm-smi, amd-smi, "
-                             "rocminfo, nvidia-smi, collect_env, lspci -vv, dmesg, pip/uv output, env lines): its GPUs, "
-                             "its packages, and what train would choose there")
+    parser.add_argument("--from", dest="from_dir", metavar="DIR|FILE|-",
+                        help="diagnose another machine from what was saved or pasted: a folder, one file, or - (stdin). "
+                             "Any text: tool outputs (rocm-smi, amd-smi, rocminfo, nvidia-smi, collect_env, lspci -vv), "
+                             "console sessions ($ cmd and its output), tracebacks and logs (read by the error catalogue), "
+                             "dmesg/journal, sysfs and /proc reads, pip/uv output, env lines; a run folder (saves/RUN/): "
+                             "its recorded error, environment.json and logs. Its GPUs, its packages, the likely cause of "
+                             "its errors, and what train would choose there")
     parser.add_argument("--config", metavar="YAML",
                         help="a train config: report train's choices for its precision, attention, packing, model and batch")
     for tool in TOOL_FLAGS:
@@ -63,15 +68,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"a saved {tool}{' -vv' if tool == 'lspci' else ''} output (repeatable)")
 
 
-def _offline_inputs(args: argparse.Namespace) -> tuple[list[Path], dict[Path, str]]:
+def _offline_inputs(args: argparse.Namespace, scratch: Path) -> tuple[list[Path], dict[Path, str]]:
     paths: list[Path] = []
     expected: dict[Path, str] = {}
-    if args.from_dir:
+    if args.from_dir == "-":   # a paste piped in: `xclip -o | steadytune doctor --from -`
+        text = sys.stdin.buffer.read(MAX_SAVED_BYTES + 1)
+        if not text.strip():
+            raise UserError("--from -: nothing on stdin (pipe a saved output or a paste into it)")
+        (scratch / "stdin").write_bytes(text)
+        paths.append(scratch / "stdin")
+    elif args.from_dir:
         folder = Path(args.from_dir)
         if folder.is_file():   # one saved file: a pasted session may hold every output
             files = [folder]
         elif not folder.is_dir():
             raise UserError(f"--from {folder}: no such folder or file")
+        elif (folder / RUN_MANIFEST).is_file():   # a run folder: its recorded error, environment.json and logs
+            files = run_folder_files(folder)
         else:
             files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
         if not files:
@@ -94,14 +107,19 @@ def _config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    paths, expected = _offline_inputs(args)
+    with tempfile.TemporaryDirectory(prefix="steadytune-doctor-") as scratch:
+        return _run(args, Path(scratch))
+
+
+def _run(args: argparse.Namespace, scratch: Path) -> int:
+    paths, expected = _offline_inputs(args, scratch)
     cfg = _config(args)
     if paths:
         mode = "offline"
         gpu_records, findings = run_offline_checks(paths, expected, cfg)
         usable = {g.index: g.usable_memory_gib for g in (machine_info(gpu_records) or _NoInfo()).gpus}
         gpus = [{**{k: getattr(g, k) for k in ("index", "vendor", "name", "arch", "arch_source", "memory_gib",
-                                                "integrated", "uuid", "bus_id", "hip_id")},
+                                                "integrated", "uuid", "bus_id", "hip_id", "nominal_memory_gib")},
                  "usable_memory_gib": usable.get(g.index), "bf16": g.bf16} for g in gpu_records]
         title = f"steadytune doctor: saved outputs from {len(paths)} file(s)"
     else:

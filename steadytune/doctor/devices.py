@@ -100,8 +100,7 @@ def _stacked(rocr: str, hip: Optional[str], cuda: Optional[str], cards: Sequence
                           f"ROCR's filter the GPUs are numbered 0..{len(first) - 1}, and {','.join(out_of_range)} is past them",
             "the two layers stack; the same index at both (what a launcher does when it copies one value into every "
             "variable) hides the card: torch.cuda.is_available() is False and training falls back to the CPU "
-            "(unslothai/unsloth #6118, #6175); torch says 'HIP_VISIBLE_DEVICES out of bounds index after applying "
-            "ROCR_VISIBLE_DEVICES'", one_layer)]
+            "(unslothai/unsloth #6118, #6175); the first GPU call raises 'No HIP GPUs are available'", one_layer)]
     effective = [first[int(i)] for i in second if i.isdigit() and int(i) < len(first)]
     return [Finding.warn(
         "visibility", f"two visibility layers set: ROCR_VISIBLE_DEVICES={rocr!r} then {second_name}={','.join(second)!r}"

@@ -32,9 +32,14 @@ class KernelLog:
     gttsize_deprecated: bool = False
 
 
+# A kernel log line: dmesg's `[  12.345678]`, `dmesg -T`'s `[Tue Jul 15 19:00:37 2025]`, or journalctl's
+# `Aug 23 23:38:11 host kernel:`.
+_KERNEL_LINE = re.compile(r"^\s*(?:\[\s*\d+\.\d+\]|\[\w{3} \w{3} +\d+ [\d:]+ \d{4}\]|\w{3} +\d+ [\d:]+ \S+ kernel:)",
+                          re.MULTILINE)
+
+
 def looks_like_dmesg(text: str) -> bool:
-    return bool(re.search(r"^\s*\[\s*\d+\.\d+\]", text, re.MULTILINE)) and \
-        bool(re.search(r"amdgpu|\[drm\]|Command line", text))
+    return bool(_KERNEL_LINE.search(text)) and bool(re.search(r"amdgpu|\[drm\]|Command line|kfd", text))
 
 
 def parse_kernel_log(text: str) -> KernelLog:
@@ -140,3 +145,43 @@ def parse_memory_report(text: str) -> dict[str, object]:
     if hip:
         report["hip"] = hip.group(1)
     return report
+
+
+def gtt_limit_findings(cmdline: Optional[str], gtt_gib: Optional[float], ttm_in_effect_gib: Optional[float] = None,
+                       ram_gib: Optional[float] = None, apu: bool = False, check: str = "unified-memory") -> list[Finding]:
+    """The GTT limit the kernel command line asks for (ttm.pages_limit / amdttm.pages_limit, 4 KiB pages) against the
+    GTT amdgpu reports (sysfs mem_info_gtt_total, dmesg's "M of GTT memory ready") or the TTM module's own parameter:
+    in effect, or not taken (the other module's spelling, a boot loader not updated, no reboot)."""
+    params = kernel_memory_params(cmdline or "")
+    asked = params.get("ttm.pages_limit") or params.get("amdttm.pages_limit")
+    seen = gtt_gib or ttm_in_effect_gib
+    if cmdline is not None and not asked and apu and gtt_gib and ram_gib is None:   # with the RAM known: the checks above
+        ram = 2 * gtt_gib
+        target = suggested_gtt_gib(ram)
+        guessed = f" (so about {ram:g} GiB of RAM)"
+        if target and target > gtt_gib * 1.1:
+            return [Finding.warn(check, f"the kernel command line sets no ttm.pages_limit: the APU's GTT is "
+                                        f"{gtt_gib:g} GiB, the kernel's default of half the RAM{guessed}",
+                                 "an APU trains in the GTT; HIP sizes its memory by the TTM limit (a 128 GB Strix Halo "
+                                 "shows 62 GiB: ROCm/legacy-rocm-build #5595); amdgpu.gttsize does not raise it",
+                                 f"add to the kernel command line: {gtt_kernel_arguments(target)} (then update-grub and "
+                                 "reboot)")]
+    if not asked or not seen:
+        return []
+    name = "ttm.pages_limit" if "ttm.pages_limit" in params else "amdttm.pages_limit"
+    findings = []
+    if abs(seen - asked) <= 0.02 * asked + 0.1:
+        findings.append(Finding.info(check, f"{name} asks for {asked:g} GiB of GTT and the GPU has it: the limit is in "
+                                            f"effect ({seen:g} GiB)"))
+    elif seen < asked:
+        findings.append(Finding.warn(check, f"the kernel command line asks for a {asked:g} GiB GTT ({name}), but the GPU "
+                                            f"has {seen:g} GiB",
+                                     "the limit did not take: AMD's DKMS driver reads amdttm.pages_limit, the kernel's "
+                                     "own driver ttm.pages_limit; or the boot loader was not updated, or there was no "
+                                     "reboot since",
+                                     f"set both spellings: {gtt_kernel_arguments(asked)}; update-grub (or the boot "
+                                     "loader's equivalent) and reboot; check with cat /sys/module/ttm/parameters/pages_limit"))
+    if ram_gib is None:
+        findings.append(Finding.info(check, "the RAM is not in the paste: whether the GTT leaves the OS enough is not "
+                                            "checked", fix="paste grep MemTotal /proc/meminfo (or free -g) too"))
+    return findings

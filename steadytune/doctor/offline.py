@@ -10,14 +10,17 @@ names, with what the cut hides marked unknown.
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 from steadytune.doctor.archs import arch_findings, torch_rocm
 from steadytune.doctor.checks import discrete_behind_igpu
 from steadytune.doctor.devices import (
+    RELEVANT_ENV,
     igpu_shadow,
     mixed_arch_findings,
     parse_env_lines,
@@ -30,12 +33,22 @@ from steadytune.doctor.findings import Finding
 from steadytune.doctor.memory import (
     KernelLog,
     apu_memory_findings,
+    gtt_limit_findings,
     looks_like_dmesg,
     looks_like_memory_report,
     parse_kernel_log,
     parse_memory_report,
 )
 from steadytune.doctor.multi_gpu import rccl_findings
+from steadytune.doctor.paste import (
+    SystemReads,
+    device_file_findings,
+    gfx_of_target_version,
+    python_env_assignments,
+    read_python_probe,
+    read_system,
+    split_pieces,
+)
 from steadytune.doctor.packages import (
     PythonEnv,
     bitsandbytes_findings,
@@ -48,12 +61,15 @@ from steadytune.doctor.pci import PciGpu, looks_like_lspci, parse_dmesg_bars, pa
 from steadytune.doctor.plan import train_plan_findings
 from steadytune.hardware.archs import bf16_verdict
 from steadytune.hardware.backend import GPU, HardwareInfo
+from steadytune.hardware.error_catalogue import Facts, match_text
 from steadytune.hardware.gpu_facts import ARCH_COMMANDS, OFFICIAL_WHEEL_ARCHS, lookup_product
+from steadytune.hardware.gpu_ids import AMD, lookup_id
 from steadytune.hardware.rccl import rocm_tuple
 from steadytune.hardware.smi_parsers import (
     GpuRecord,
     ParseResult,
     Sample,
+    complete_record,
     merge_results,
     parse_sample,
     recognise,
@@ -74,8 +90,13 @@ class SavedOutputs:
     pci: list[PciGpu] = field(default_factory=list)               # from lspci -vv and amdgpu's BAR line
     kernel: KernelLog = field(default_factory=KernelLog)          # from dmesg
     python: list[PythonEnv] = field(default_factory=list)         # pip / uv output, pip list, collect_env's [pip3]
-    env: dict[str, str] = field(default_factory=dict)             # env / export lines
+    env: dict[str, str] = field(default_factory=dict)             # env / export lines, and each session's exports
+    dumped_env: dict[str, str] = field(default_factory=dict)      # env / export lines only (what `env` printed)
     memory: dict[str, object] = field(default_factory=dict)       # a memory report (torch, gtt, vram, ram GiB)
+    system: SystemReads = field(default_factory=SystemReads)      # sysfs / procfs reads, device files, groups
+    texts: list["TextPiece"] = field(default_factory=list)        # every piece, for the error catalogue
+    dmesg_gpus: list["GpuRecord"] = field(default_factory=list)   # GPUs named by id in a kernel log
+    run: dict[str, str] = field(default_factory=dict)             # a run folder's status, its environment.json backend
 
     @property
     def rocm_version(self) -> Optional[str]:
@@ -98,12 +119,37 @@ class SavedOutputs:
 
     @property
     def read_anything(self) -> bool:
-        return bool(self.pci or self.kernel.gtt_gib or self.python or self.env or self.memory)
+        return bool(self.pci or self.kernel.gtt_gib or self.python or self.env or self.memory or self.system.read_anything
+                    or self.run)
+
+
+@dataclass
+class TextPiece:
+    """One piece of a saved file as the error catalogue reads it: its text (the command line first), and the variables
+    in force where that command ran."""
+    source: str
+    text: str
+    result: "ParseResult"
+    command: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    exported: dict[str, str] = field(default_factory=dict)
+    session: bool = False
 
 
 def _read_machine_sample(text: str, source: str, saved: SavedOutputs, command: str = "") -> Optional["ParseResult"]:
     """Outputs that are not GPU tables (lspci, dmesg, a memory report, env lines, pip/uv output): their facts go into
     `saved`; -> a ParseResult to report, or None when the sample is none of them."""
+    if text.lstrip().startswith("{") and '"hardware"' in text:
+        try:
+            environment = _environment_json(json.loads(text), source, saved)
+        except ValueError:
+            environment = None
+        if environment is not None:
+            return environment
+    status = re.match(r"run status: (\S+)", text)
+    if status:   # a run folder's manifest (_manifest_text): the catalogue reads the error below the status
+        saved.run["status"] = status.group(1)
+        return ParseResult(tool="run manifest", source=source, notes=[f"the run's status: {status.group(1)}"])
     if looks_like_lspci(text):
         gpus = parse_lspci(text)
         saved.pci += gpus
@@ -116,6 +162,7 @@ def _read_machine_sample(text: str, source: str, saved: SavedOutputs, command: s
         saved.kernel.cmdline = saved.kernel.cmdline or log.cmdline
         saved.kernel.gttsize_deprecated |= log.gttsize_deprecated
         saved.pci += parse_dmesg_bars(text)
+        saved.dmesg_gpus += dmesg_gpus(text, len(saved.dmesg_gpus))
         return ParseResult(tool="dmesg", source=source)
     if looks_like_memory_report(text):
         report = parse_memory_report(text)
@@ -128,14 +175,98 @@ def _read_machine_sample(text: str, source: str, saved: SavedOutputs, command: s
                                          arch_source="product table", memory_gib=report.get("torch"),
                                          integrated=product.integrated))
         return result
+    kind = read_system(text, command, saved.system)
+    if kind:
+        return ParseResult(tool=kind, source=source)
+    probe = read_python_probe(text, command)
+    if probe:
+        saved.memory.update({k: v for k, v in probe.items() if not saved.memory.get(k)})
+        return ParseResult(tool="python", source=source, torch_version=probe.get("torch_version"),
+                           hip_version=probe.get("hip"))
     variables = parse_env_lines(text)
     if variables:
         saved.env.update(variables)
+        saved.dumped_env.update(variables)
         return ParseResult(tool="environment", source=source)
     if looks_like_packages(text) and recognise(Sample(text, command))[0] == "unknown":
         saved.python.append(parse_package_text(text, source, command))
         return ParseResult(tool="packages", source=source)
     return None
+
+
+def _short(command: str, width: int = 60) -> str:
+    return command if len(command) <= width else command[: width - 3] + "..."
+
+
+_DMESG_DEVICE = re.compile(r"amdgpu ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d):.*?\(\S+(?: \S+)? 0x1002:0x([0-9A-Fa-f]{4})")
+_DMESG_VBIOS = re.compile(r"ATOM BIOS: (\S+)")
+
+
+def dmesg_gpus(text: str, first_index: int = 0) -> list["GpuRecord"]:
+    """The GPUs a kernel log names by PCI id ("amdgpu 0000:c2:00.0: ... (IP DISCOVERY 0x1002:0x15BF ...)"), with the
+    VBIOS part number amdgpu prints after it; the PCI id table says what each is."""
+    gpus: list[GpuRecord] = []
+    for line in text.splitlines():
+        device = _DMESG_DEVICE.search(line)
+        if device and not any(g.bus_id == device.group(1).lower() for g in gpus):
+            gpus.append(GpuRecord(index=first_index + len(gpus), vendor="amd", bus_id=device.group(1).lower(),
+                                  device_id=int(device.group(2), 16)))
+            continue
+        vbios = _DMESG_VBIOS.search(line)
+        if vbios and gpus and gpus[-1].vbios is None:
+            gpus[-1].vbios = vbios.group(1)
+    return [complete_record(g) for g in gpus]
+
+
+# A run folder (training/run_folder.py, which doctor may not import): its manifest records the error that ended the run,
+# environment.json the machine it started on, nodes/ and studio/ the processes' output.
+RUN_MANIFEST = ".steadytune-run.json"
+RUN_LOG_FOLDERS = ("nodes", "studio", "trials", "logs")
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+MAX_RUN_LOGS = 40
+
+
+def run_folder_files(folder: Path) -> list[Path]:
+    """What doctor reads of a run folder: the manifest, environment.json, and the newest logs under its log folders."""
+    files = [folder / RUN_MANIFEST] + [p for p in (folder / "environment.json",) if p.is_file()]
+    logs = [p for sub in RUN_LOG_FOLDERS if (folder / sub).is_dir() for p in (folder / sub).rglob("*")
+            if p.is_file() and p.suffix in LOG_SUFFIXES]
+    logs += [p for p in folder.glob("*.log") if p.is_file()]
+    logs.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    return files + logs[:MAX_RUN_LOGS]
+
+
+def _manifest_text(text: str) -> str:
+    """A run's manifest as text: its status and the error it recorded (what the catalogue reads)."""
+    try:
+        manifest = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(manifest, dict):
+        return text
+    lines = [f"run status: {manifest.get('status', '?')}"]
+    if manifest.get("error"):
+        lines.append(str(manifest["error"]))
+    return "\n".join(lines)
+
+
+def _environment_json(data: object, source: str, saved: "SavedOutputs") -> Optional[ParseResult]:
+    """environment.json, which train writes at the start of a run: that machine's GPUs, versions and variables."""
+    if not (isinstance(data, dict) and isinstance(data.get("hardware"), dict) and "versions" in data):
+        return None
+    hardware, versions = data["hardware"], data.get("versions") or {}
+    saved.run["backend"] = str(hardware.get("backend"))
+    vendor = {"rocm": "amd", "cuda": "nvidia"}.get(str(hardware.get("backend")), "amd")
+    result = ParseResult(tool="environment.json", source=source, torch_version=versions.get("torch"),
+                         notes=["the machine the run started on (train writes environment.json at its start)"])
+    for g in hardware.get("gpus") or []:
+        if isinstance(g, dict) and isinstance(g.get("index"), int):
+            result.gpus.append(complete_record(GpuRecord(
+                index=g["index"], vendor=vendor, name=g.get("name"), arch=g.get("arch"),
+                arch_source="environment.json" if g.get("arch") else None, memory_gib=g.get("memory_gib"),
+                integrated=bool(g.get("integrated")), bus_id=g.get("bus_id"))))
+    saved.env.update({k: str(v) for k, v in (data.get("env") or {}).items() if RELEVANT_ENV.match(k)})
+    return result
 
 
 MAX_SAVED_BYTES = 16 << 20   # of one saved output read: an smi table or a dmesg is KBs to a few MB; a 2 GB file is not one
@@ -173,20 +304,35 @@ def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Pa
         if text is None:
             saved.results.append(ParseResult(tool="unknown", source=path.name, problems=[f"could not read {path}: binary file"]))
             continue
+        if path.name == RUN_MANIFEST:
+            text = _manifest_text(text)
         first = len(saved.results)
-        samples = split_samples(text)
+        samples = []
+        for piece in split_pieces(text):
+            cut_up = split_samples(piece.text) or ([Sample("", piece.command)] if piece.command else [])
+            samples += [(Sample(sample.text, sample.command or piece.command), piece) for sample in cut_up]
         if not samples:
             saved.results.append(ParseResult(tool="unknown", source=path.name,
                                              problems=[f"could not read {path.name}: the file is empty"]))
         wanted = (expected_tool or {}).get(path)
-        for i, sample in enumerate(samples, 1):
+        if samples and samples[-1][1].session:   # the session's variables once its last command ran
+            saved.env.update({k: v for k, v in samples[-1][1].after.items() if RELEVANT_ENV.match(k)})
+        for i, (sample, piece) in enumerate(samples, 1):
             source = path.name if len(samples) == 1 else f"{path.name} (output {i})"
-            result = _read_machine_sample(sample.text, source, saved, sample.command) or parse_sample(sample, source)
+            if piece.command and len(samples) > 1:
+                source += f" `{_short(piece.command)}`"
+            if not sample.text.strip():   # a command that printed nothing: its line is read by the catalogue only
+                result = ParseResult(tool="command", source=source)
+            else:
+                result = _read_machine_sample(sample.text, source, saved, sample.command) or parse_sample(sample, source)
             if result.tool == "collect_env":   # its [pip3] lines name torch and its companions
                 saved.python.append(parse_package_text(sample.text, source))
             if wanted and len(samples) == 1 and result.tool not in (wanted, "unknown"):   # a paste may hold several tools
                 result.notes.append(f"given as {wanted} output but reads as {result.tool} output")
             saved.results.append(result)
+            text_for_catalogue = (f"$ {piece.command}\n" if piece.command else "") + sample.text
+            saved.texts.append(TextPiece(source, text_for_catalogue, result, piece.command, piece.env, piece.exported,
+                                         piece.session))
         if cut and len(saved.results) > first:
             saved.results[first].problems.append(
                 f"read the first {MAX_SAVED_BYTES >> 20} MiB of {path.name} only (it holds {cut / 2**20:,.0f} MiB; a "
@@ -207,7 +353,7 @@ def machine_info(gpus: list["GpuRecord"], saved: Optional[SavedOutputs] = None) 
         return None
     info = HardwareInfo(backend="cuda" if usable[0].vendor == "nvidia" else "rocm", torch_version="(saved outputs)")
     for g in usable:
-        gpu = GPU(index=g.index, name=g.name or "?", arch=g.arch, memory_gib=g.memory_gib or 0.0,
+        gpu = GPU(index=g.index, name=g.name or "?", arch=g.arch, memory_gib=g.memory_gib or g.nominal_memory_gib or 0.0,
                   integrated=g.integrated, bus_id=g.bus_id)
         gtt = _gtt_for(g, saved.kernel) if saved else None
         if g.integrated and saved is not None and saved.memory.get("torch"):
@@ -222,7 +368,8 @@ def machine_info(gpus: list["GpuRecord"], saved: Optional[SavedOutputs] = None) 
 
 def _describe(g: "GpuRecord") -> Finding:
     native = bf16_verdict(g.arch)[0]
-    memory = f"{g.memory_gib:g} GiB" if g.memory_gib is not None else "memory ?"
+    memory = f"{g.memory_gib:g} GiB" if g.memory_gib is not None else \
+        f"{g.nominal_memory_gib:g} GiB (the model's, by its PCI id)" if g.nominal_memory_gib else "memory ?"
     verdict = "bf16 native" if native else "bf16 unknown" if native is None else "no native bf16"
     extras = [f"HIP id {g.hip_id}" if g.hip_id is not None and g.hip_id != g.index else "",
               g.partition or "", f"{g.power_cap_w:g} W cap" if g.power_cap_w else "", "integrated" if g.integrated else ""]
@@ -277,7 +424,10 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
     if shadow:
         findings.append(Finding.warn(check, *shadow))
     if saved.env:
-        findings += visibility_findings(saved.env, "rocm" if amd else "cuda", gpus)
+        nvidia = [g for g in gpus if g.vendor == "nvidia"] or re.search(r"\+cu\d", torch_version or "")
+        rocm_hints = amd or "+rocm" in (torch_version or "") or any(k in saved.env for k in ("ROCR_VISIBLE_DEVICES",
+                                                                                              "HIP_VISIBLE_DEVICES"))
+        findings += visibility_findings(saved.env, "rocm" if rocm_hints and not (nvidia and not amd) else "cuda", gpus)
         findings += saved_override_findings(saved.env, amd, wheel_archs)
     else:
         findings += mixed_arch_findings({}, amd, wheel_archs)
@@ -304,25 +454,120 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
     return findings
 
 
-def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, str]] = None,
-                       cfg: Optional["RunConfig"] = None) -> tuple[list["GpuRecord"], list[Finding]]:
+NON_GPU_TOOLS = ("lspci", "dmesg", "packages", "environment", "sysfs", "kernel command line", "meminfo", "device files",
+                 "groups", "log", "command", "python", "run manifest")
 
-    saved = read_saved_outputs(paths, expected_tool)
+
+def system_gpus(saved: SavedOutputs) -> list["GpuRecord"]:
+    """GPUs from what is not a GPU table, when no table named any: the kernel log's PCI ids, else the sysfs cards read
+    (their vendor / device files, their memory), else the KFD topology's gfx_target_version. An amdgpu card with a
+    small VRAM and a larger GTT is taken for an APU, and said so."""
+    if saved.dmesg_gpus:
+        return [replace(g) for g in saved.dmesg_gpus]
+    gpus = []
+    for i, card in enumerate(saved.system.cards.values()):
+        vendor = card.hex_value("vendor")
+        if vendor not in (None, AMD):
+            continue
+        gpu = GpuRecord(index=i, vendor="amd", device_id=card.hex_value("device"),
+                        vbios=card.values.get("vbios_version"), memory_gib=card.bytes_gib("mem_info_vram_total"))
+        complete_record(gpu)
+        vram, gtt = card.bytes_gib("mem_info_vram_total"), card.bytes_gib("mem_info_gtt_total")
+        if gpu.arch is None and vram is not None and gtt is not None and vram <= 4 and gtt >= 4 * vram:
+            gpu.integrated = True
+            gpu.name = gpu.name or f"{card.card} (an APU by its memory: {vram:g} GiB carve-out, {gtt:g} GiB GTT)"
+        gpu.name = gpu.name or f"{card.card} (amdgpu)"
+        gpus.append(gpu)
+    if gpus:
+        return gpus
+    for i, (node, value) in enumerate(sorted(saved.system.kfd_targets.items())):
+        arch = gfx_of_target_version(value)
+        if arch:
+            gpus.append(complete_record(GpuRecord(index=len(gpus), vendor="amd", arch=arch, kfd_node=node,
+                                                  arch_source="KFD gfx_target_version")))
+    return gpus
+
+
+def _fold_system(saved: SavedOutputs) -> None:
+    """sysfs memory, the kernel command line and the RAM into the figures the APU checks read."""
+    system = saved.system
+    single = len(system.cards) == 1
+    for card in system.cards.values():
+        gtt, vram = card.bytes_gib("mem_info_gtt_total"), card.bytes_gib("mem_info_vram_total")
+        if gtt is not None:
+            saved.kernel.gtt_gib.setdefault(None if single else card.card, gtt)
+        if vram is not None:
+            saved.kernel.vram_gib.setdefault(None if single else card.card, vram)
+    if system.cmdline and not saved.kernel.cmdline:
+        saved.kernel.cmdline = system.cmdline
+    if system.ram_gib and not saved.memory.get("ram"):
+        saved.memory["ram"] = system.ram_gib
+
+
+def _single(figures: dict) -> Optional[float]:
+    return next(iter(figures.values())) if len(figures) == 1 else None
+
+
+def catalogue_findings(saved: SavedOutputs, gpus: list["GpuRecord"]) -> list[Finding]:
+    """The error catalogue over every piece, with that piece's variables and the machine's GPUs and torch. A piece no
+    reader recognised and in which the catalogue finds nothing keeps its "could not read" problem; one in which it
+    finds something is a log."""
+    findings: list[Finding] = []
+    seen: dict[str, Finding] = {}
+    for piece in saved.texts:
+        env = {**saved.dumped_env, **piece.env} if piece.session else dict(saved.env)   # where that command ran
+        env.update(python_env_assignments(piece.text))   # os.environ[...] = ... in the pasted code
+        facts = Facts(env=env, command=piece.command, gpus=gpus,
+                      torch_version=saved.torch_version, hip_version=saved.hip_version, exported=piece.exported)
+        matches = match_text(piece.text, facts)
+        if matches and piece.result.tool == "unknown":
+            piece.result.tool, piece.result.problems = "log", []
+        elif piece.result.tool == "unknown" and piece.command:   # a session's command whose output says nothing known
+            piece.result.tool, piece.result.problems = "command", []
+            piece.result.notes.append("nothing doctor reads in what it printed")
+        for match in matches:
+            entry = match.entry
+            key = f"{entry.id}|{match.cause}"
+            if key in seen:
+                continue
+            finding = Finding(entry.severity, "known-error", f"{piece.source}: {entry.title}: {match.excerpt}",
+                              f"{match.cause} (catalogue entry {entry.id}; seen in {entry.source})", match.fix)
+            seen[key] = finding
+            findings.append(finding)
+    return findings
+
+
+def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, str]] = None,
+                       cfg: Optional["RunConfig"] = None, saved: Optional[SavedOutputs] = None
+                       ) -> tuple[list["GpuRecord"], list[Finding]]:
+
+    saved = saved or read_saved_outputs(paths, expected_tool)
+    _fold_system(saved)
+    gpus, conflicts = merge_results([r for r in saved.results if r.tool not in NON_GPU_TOOLS])
+    if not gpus:
+        gpus = system_gpus(saved)
+    known = catalogue_findings(saved, gpus)
     findings: list[Finding] = []
     for result in saved.results:
         findings += [Finding.warn("saved-outputs", p, fix="save the full, unedited output of the tool") for p in result.problems]
         findings += [Finding.info("saved-outputs", f"{result.source}: {n}") for n in result.notes]
-        if result.problems or result.tool == "unknown":
+        if result.problems or result.tool in ("unknown", "command"):
             continue
-        if result.tool in ("lspci", "dmesg", "packages", "environment"):
-            findings.append(Finding.info("saved-outputs", f"{result.source}: {result.tool} output"))
+        if result.tool in NON_GPU_TOOLS:
+            findings.append(Finding.info("saved-outputs", f"{result.source}: {result.tool}"
+                                         + ("" if result.tool in ("log", "groups", "device files") else " output")))
         else:
             findings.append(Finding.info("saved-outputs", f"{result.source}: {result.tool} output, {len(result.gpus)} GPU(s)"))
-    gpus, conflicts = merge_results([r for r in saved.results if r.tool not in ("lspci", "dmesg")])
     findings += [Finding.warn("saved-outputs", c) for c in conflicts]
-    if not gpus and not saved.read_anything:
+    if not gpus and not saved.read_anything and not known:
         findings.append(Finding.error("saved-outputs", "could not read any GPU from the given outputs",
                                       fix="give rocminfo, amd-smi (default view or static), rocm-smi --showproductname "
-                                          "--json, nvidia-smi, collect_env, lspci -vv or dmesg output"))
+                                          "--json, nvidia-smi, collect_env, lspci -vv or dmesg output, or the error "
+                                          "itself (a traceback, a console session)"))
+    findings += known
+    findings += device_file_findings(saved.system)
+    findings += gtt_limit_findings(saved.kernel.cmdline, saved.memory.get("gtt") or _single(saved.kernel.gtt_gib),
+                                   saved.system.ttm_limit_gib, saved.memory.get("ram"),
+                                   apu=any(g.integrated for g in gpus) and not any(not g.integrated for g in gpus))
     findings += diagnose_gpus(gpus, saved=saved, cfg=cfg)
     return gpus, findings

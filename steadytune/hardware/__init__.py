@@ -6,7 +6,9 @@ Modules: backend (the GPUs torch sees: HardwareInfo), gpu_facts (product, archit
 with its source), archs (gfx targets, bf16 per architecture), policy (precision and attention choices),
 attention_kernels (the variable-length attention kernels that run here), memory (activation estimates and gradient
 checkpointing), speed (static shapes, compile, CUDA graphs, liger), rocm_profile (stability defaults on ROCm),
-unified_memory (APUs: GTT vs carve-out), smi_parsers (rocm-smi, amd-smi, rocminfo, nvidia-smi outputs).
+unified_memory (APUs: GTT vs carve-out), smi_parsers (rocm-smi, amd-smi, rocminfo, nvidia-smi outputs), gpu_ids (PCI
+ids and VBIOS parts -> model, arch, memory, iGPU; gpu_ids.tsv from pci.ids), error_catalogue (error signatures from
+real reports -> cause and fix; error_catalogue.yaml), visibility (what the *_VISIBLE_DEVICES masks leave).
 Nothing here imports anything of steadytune but `errors` and `config`; torch is imported inside the functions that
 need it, so `doctor --from` can read saved tool outputs where torch does not import.
 """

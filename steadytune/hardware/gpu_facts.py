@@ -13,12 +13,15 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from steadytune.hardware.gpu_ids import AMD, lookup_id
+
 # --- sources cited by several rows ------------------------------------------------------------------------
 GPU_SPECS = "ROCm 'AMD GPU specifications' table (rocm.docs.amd.com/en/latest/reference/gpu-specs.html)"
 LLVM_TABLE = "LLVM AMDGPUUsage processor table (llvm.org/docs/AMDGPUUsage.html; RDNA3/4 names: llvm-project PRs #170469, #155577)"
 PCI_IDS = "PCI ID database names (pci-ids.ucw.cz), as rocm-smi and lspci print them"
 NVIDIA_CC = "NVIDIA compute capability table (developer.nvidia.com/cuda-gpus)"
 DATASHEET = "vendor datasheet (dense bf16 peak)"
+GPU_IDS = "PCI id table (hardware/gpu_ids.tsv: pci.ids names, LLVM AMDGPUUsage targets)"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -98,19 +101,6 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"P100", "sm_60", source=NVIDIA_CC),
 )
 
-# PCI device id -> product name, for outputs that show only the id (rocm-smi concise, rocminfo "Chip ID",
-# amd-smi's default view when it has no name: "0x1586"). Names from the PCI ID database.
-AMD_DEVICE_IDS: dict[int, str] = {
-    0x74A1: "AMD Instinct MI300X", 0x74A5: "AMD Instinct MI325X", 0x74A0: "AMD Instinct MI300A",
-    0x74A2: "AMD Instinct MI308X", 0x75A0: "AMD Instinct MI350X", 0x75A3: "AMD Instinct MI355X",
-    0x7408: "AMD Instinct MI250X", 0x740C: "AMD Instinct MI250X/MI250", 0x740F: "AMD Instinct MI210",
-    0x738C: "AMD Instinct MI100", 0x738E: "AMD Instinct MI100", 0x66A0: "AMD Instinct MI50/MI60 (Vega 20)",
-    0x66A1: "AMD Instinct MI50/MI60 (Vega 20)", 0x66AF: "AMD Radeon VII", 0x687F: "Vega 10",
-    0x7300: "Fiji", 0x73BF: "Navi 21", 0x73DF: "Navi 22", 0x73FF: "Navi 23", 0x744C: "Navi 31",
-    0x747E: "Navi 32", 0x7480: "Navi 33", 0x7550: "Navi 48", 0x7590: "Navi 44", 0x164E: "Raphael",
-    0x15BF: "Phoenix", 0x1900: "Phoenix", 0x1681: "Rembrandt", 0x150E: "Strix", 0x1586: "Strix Halo",
-}
-
 # Names that say "an AMD GPU" and nothing more: amd-smi's default view and rocminfo's Marketing Name print
 # them for most APUs (Strix Halo among them), so the architecture must come from another command.
 GENERIC_AMD_NAMES = re.compile(r"^\s*(AMD )?Radeon(\(TM\))? Graphics\s*$", re.IGNORECASE)
@@ -118,14 +108,20 @@ ARCH_COMMANDS = "rocminfo | grep -m1 -o 'gfx[0-9a-f]*'   (or: amd-smi static --a
 
 
 def lookup_product(name: str = "", device_id: Optional[int] = None) -> Optional[Product]:
-    """The table row for a product name (or, failing that, a PCI device id); None if unknown."""
+    """The table row for a product name, or else for an AMD PCI device id (gpu_ids.tsv: the PCI ID database's name,
+    matched against this table for its peak, else the id row's own arch); None if unknown."""
     candidates = [name] if name and not GENERIC_AMD_NAMES.match(name) else []
-    if device_id is not None and device_id in AMD_DEVICE_IDS:
-        candidates.append(AMD_DEVICE_IDS[device_id])
+    row = lookup_id(device_id, AMD) if device_id is not None else None
+    if row is not None:
+        candidates.append(row.name)
     for text in candidates:
         for product in PRODUCTS:
             if re.search(product.pattern, text, re.IGNORECASE):
+                if row is not None and text == row.name and product.arch != row.arch:
+                    break   # the id table's own arch is the authority for the id
                 return product
+    if row is not None:
+        return Product(re.escape(row.name), row.arch, integrated=row.integrated, source=GPU_IDS)
     return None
 
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from steadytune.hardware.archs import bf16_verdict, decode_rocm_smi_gfx, is_gfx_target
-from steadytune.hardware.gpu_facts import AMD_DEVICE_IDS, GENERIC_AMD_NAMES, lookup_product, normalise_gfx
+from steadytune.hardware.gpu_facts import GENERIC_AMD_NAMES, lookup_product, normalise_gfx
+from steadytune.hardware.gpu_ids import AMD, lookup_id
 
 
 @dataclass
@@ -45,6 +46,8 @@ class GpuRecord:
     kfd_node: Optional[int] = None      # the KFD topology node (rocminfo "Node:", rocm-smi's Node column): the N of
                                         # HSA_OVERRIDE_GFX_VERSION_N; the CPU is node 0
     cut: Optional[str] = None           # the saved output ends (or elides) inside this card's block: what is missing
+    vbios: Optional[str] = None         # the VBIOS part number (rocm-smi --showhw, dmesg's ATOM BIOS line)
+    nominal_memory_gib: Optional[float] = None   # the product's size from the PCI id table, where the output shows none
 
     @property
     def bf16(self) -> Optional[bool]:
@@ -78,6 +81,9 @@ _PROMPT = re.compile(r"^\s*(?:\[[^\]]*\]|(?:[\w.\-]+@[\w.\-]+:)?[~\w/.\-]*)[$#]\
                      r"((?:sudo\s+)?\S*(?:rocm-smi|amd-smi|rocminfo|nvidia-smi)\b.*)$")
 
 
+_SMI_BANNER = re.compile(r"^\s*=+\s*ROCm System Management Interface\s*=+\s*$")
+
+
 def split_samples(text: str) -> list[Sample]:
     """Cut a file at comment blocks (`# ...`) and shell prompts (`$ rocm-smi ...`); empty pieces dropped."""
     samples: list[Sample] = []
@@ -91,6 +97,10 @@ def split_samples(text: str) -> list[Sample]:
             samples.append(Sample(body, command))
 
     for line in text.splitlines():
+        if _SMI_BANNER.match(line) and any(l.strip() and not _SMI_BANNER.match(l) and not set(l.strip()) <= {"="}
+                                           for l in lines):
+            flush()   # a second rocm-smi table pasted right after the first: an output of its own
+            lines, in_header = [], False
         prompt = _PROMPT.match(line)
         if line.startswith("# ") or line.strip() == "#" or prompt:
             if not in_header:
@@ -130,17 +140,30 @@ def _is_hex_id(text: str) -> bool:
 
 
 def _complete(gpu: GpuRecord) -> GpuRecord:
-    """Fill arch / integrated / a product name from the tables when the output itself did not say. A generic
-    name ("AMD Radeon Graphics", printed for many APUs) is kept but names no product."""
+    """Fill arch / integrated / a product name from the tables when the output itself did not say: the product table
+    by name, then the PCI id table (hardware/gpu_ids.tsv) by device id or VBIOS part number. A generic name ("AMD
+    Radeon Graphics", printed for many APUs) is kept but names no product."""
     gpu.generic_name = bool(gpu.name and GENERIC_AMD_NAMES.match(gpu.name))
+    row = lookup_id(gpu.device_id, AMD, gpu.vbios) if gpu.vendor == "amd" else None
     product = lookup_product(gpu.name or "", gpu.device_id)
     if product is not None:
         if gpu.arch is None:
             gpu.arch, gpu.arch_source = product.arch, "product table"
         gpu.integrated = gpu.integrated or product.integrated
-    if gpu.name is None and gpu.device_id is not None:
-        gpu.name = AMD_DEVICE_IDS.get(gpu.device_id)
+    elif row is not None:
+        if gpu.arch is None:
+            gpu.arch, gpu.arch_source = row.arch, "PCI id table"
+        gpu.integrated = gpu.integrated or row.integrated
+    if row is not None:
+        if gpu.name is None or gpu.generic_name:
+            gpu.name = row.name if gpu.name is None else f"{gpu.name} ({row.name})"
+            gpu.generic_name = False
+        if gpu.memory_gib is None and row.memory_gib:
+            gpu.nominal_memory_gib = row.memory_gib
     return gpu
+
+
+complete_record = _complete   # for readers elsewhere (doctor's dmesg and sysfs pieces)
 
 
 def _arch_from_rocm_smi(gpu: GpuRecord, raw: Optional[str], notes: list[str]) -> None:
@@ -301,6 +324,45 @@ def parse_rocm_smi_concise(text: str, result: ParseResult) -> None:
         elif current is not None and line[:1].isspace() and current.name is None and not line.strip().startswith("("):
             current.name = line.strip()
     result.gpus[:] = [_complete(g) for g in result.gpus]
+
+
+_BUS = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d$")
+
+
+def parse_rocm_smi_showhw(text: str, result: ParseResult) -> None:
+    """`rocm-smi --showhw` ("Concise Hardware Info"): no names, but the PCI device id (DID: `7408` in ROCm 4-5, `0x740f`
+    in ROCm 6), the VBIOS part number, the bus and, from ROCm 6, the KFD node, GFX VER and the partition. Columns are
+    told apart by their form, not their width, so a paste whose spaces were squeezed still reads."""
+    lines = text.splitlines()
+    start = next((i for i, l in enumerate(lines) if re.match(r"\s*GPU\s+(NODE\s+)?DID\b", l)), None)
+    if start is None:
+        raise ValueError("no GPU/DID header row")
+    has_node = bool(re.match(r"\s*GPU\s+NODE\b", lines[start]))
+    has_gfx = "GFX VER" in lines[start]
+    for line in lines[start + 1:]:
+        tokens = line.split()
+        if not tokens or not tokens[0].isdigit():
+            if tokens and set(line.strip()) <= {"="}:
+                continue
+            if result.gpus:
+                break
+            continue
+        index, rest = int(tokens[0]), tokens[1:]
+        gpu = GpuRecord(index=index, vendor="amd")
+        if has_node and rest and rest[0].isdigit():
+            gpu.kfd_node, rest = int(rest[0]), rest[1:]
+        if rest and re.fullmatch(r"(0x)?[0-9a-fA-F]{4}", rest[0]):
+            gpu.device_id, rest = int(rest[0][2:] if rest[0].lower().startswith("0x") else rest[0], 16), rest[1:]
+        for token in rest:
+            if has_gfx and gpu.reported_gfx is None and re.fullmatch(r"gfx[0-9a-fA-F]+", token):
+                _arch_from_rocm_smi(gpu, token, result.notes)
+            elif _BUS.match(token):
+                gpu.bus_id = token.lower()
+            elif re.fullmatch(r"\d{3}-[\w.-]+", token):
+                gpu.vbios = token
+        result.gpus.append(_complete(gpu))
+    if not result.gpus:
+        raise ValueError("no GPU rows under the --showhw header")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -581,6 +643,8 @@ def recognise(sample: Sample) -> tuple[str, Optional[Callable[[ParseResult], Non
         return "nvidia-smi", lambda r: parse_nvidia_query_csv(text, command, r)
     if re.search(r"^GPU\[\d+\]\s*:", text, re.MULTILINE):
         return "rocm-smi", lambda r: parse_rocm_smi_plain(text, r)
+    if "Concise Hardware Info" in text or re.search(r"^\s*GPU\s+(NODE\s+)?DID\s", text, re.MULTILINE):
+        return "rocm-smi", lambda r: parse_rocm_smi_showhw(text, r)
     if "ROCm System Management Interface" in text or re.search(r"^\s*(GPU|Device)\s+(Temp|\[Model|Node)", text, re.MULTILINE):
         return "rocm-smi", lambda r: parse_rocm_smi_concise(text, r)
     if re.search(r"^GPU:\s*\d+\s*$", text, re.MULTILINE):
@@ -601,6 +665,9 @@ def parse_sample(sample: Sample, source: str) -> ParseResult:
     except Exception as e:  # a layout we have not seen: report it, keep going with the other files
         result.gpus.clear()
         result.problems.append(f"could not read {source} as {tool} output ({type(e).__name__}: {e})")
+    if len({g.index for g in result.gpus}) < len(result.gpus):   # two tables of one tool in one piece: the same cards
+        merged, _ = merge_results([ParseResult(tool=tool, source=source, gpus=[g]) for g in result.gpus])
+        result.gpus[:] = merged
     return result
 
 
@@ -619,35 +686,59 @@ def parse_text(text: str, source: str) -> list[ParseResult]:
 # ---------------------------------------------------------------------------------------------------------
 
 # Who to believe for the architecture, best first.
-_ARCH_TRUST = ("rocminfo Name", "rocminfo ISA", "amd-smi TARGET_GRAPHICS_VERSION", "collect_env gcnArchName",
+_ARCH_TRUST = ("rocminfo Name", "rocminfo ISA", "amd-smi TARGET_GRAPHICS_VERSION", "KFD gfx_target_version",
+               "collect_env gcnArchName", "environment.json",
                "nvidia-smi compute_cap",
-               "rocm-smi GFX Version (decoded)", "product table")
+               "rocm-smi GFX Version (decoded)", "product table", "PCI id table")
+def _trust(source: Optional[str]) -> int:
+    return _ARCH_TRUST.index(source) if source in _ARCH_TRUST else len(_ARCH_TRUST)
+
+
 # Who names the product best: marketing names first, rocm-smi's PCI-database series last.
 _NAME_TRUST = ("amd-smi", "rocminfo", "nvidia-smi", "collect_env", "rocm-smi")
 
 
+def _bus(bus_id: Optional[str]) -> Optional[str]:
+    """'0000:C1:00.0' / '00000000:C1:00.0' / 'c1:00.0' -> 'c1:00.0'."""
+    match = re.search(r"([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)$", (bus_id or "").strip())
+    return match.group(1).lower() if match else None
+
+
 def merge_results(results: list[ParseResult]) -> tuple[list[GpuRecord], list[str]]:
-    """Combine outputs from the same machine, GPU by GPU (by index, per vendor). -> (gpus, conflicts)."""
+    """Combine outputs from the same machine, GPU by GPU: by PCI bus where two outputs give it (and it names one card in
+    each: an MI300's partitions share theirs), else by index, per vendor. -> (gpus, conflicts)."""
     conflicts: list[str] = []
-    merged: dict[tuple[str, int], GpuRecord] = {}
-    origin: dict[tuple[str, int], str] = {}
+    merged: dict[tuple, GpuRecord] = {}
+    origin: dict[tuple, str] = {}
+    by_bus: dict[str, tuple] = {}
     ordered = sorted((r for r in results if r.gpus), key=lambda r: _NAME_TRUST.index(r.tool) if r.tool in _NAME_TRUST else 9)
     for result in ordered:
-        for gpu in result.gpus:
-            key = (gpu.vendor, gpu.index)
+        buses = [_bus(g.bus_id) for g in result.gpus]
+        for gpu, bus in zip(result.gpus, buses):
+            bus = bus if bus and buses.count(bus) == 1 else None
+            key = by_bus.get(bus) if bus else None
+            if key is None:
+                key = (gpu.vendor, gpu.index)
+                other = _bus(merged[key].bus_id) if key in merged else None
+                if bus and other and other != bus:   # the same index, another card: an output numbered differently
+                    key = (gpu.vendor, gpu.index, bus)
+            if bus:
+                by_bus.setdefault(bus, key)
             if key not in merged:
                 merged[key], origin[key] = replace(gpu), result.source
                 continue
             base = merged[key]
-            if base.arch and gpu.arch and base.arch != gpu.arch and gpu.arch_source != "product table" \
-                    and base.arch_source != "product table":
+            tables = ("product table", "PCI id table")
+            if base.arch and gpu.arch and base.arch != gpu.arch and gpu.arch_source not in tables \
+                    and base.arch_source not in tables:
                 conflicts.append(f"GPU {gpu.index}: {origin[key]} says {base.arch}, {result.source} says {gpu.arch}; "
                                  "are these outputs from the same machine?")
                 continue
-            if gpu.arch and (base.arch is None or _ARCH_TRUST.index(gpu.arch_source) < _ARCH_TRUST.index(base.arch_source)):
+            if gpu.arch and (base.arch is None or _trust(gpu.arch_source) < _trust(base.arch_source)):
                 base.arch, base.arch_source = gpu.arch, gpu.arch_source
             for name in ("name", "memory_gib", "uuid", "bus_id", "device_id", "reported_gfx", "hip_id", "power_w",
-                         "power_cap_w", "partition", "kfd_node"):
+                         "power_cap_w", "partition", "kfd_node", "vbios",
+                         "nominal_memory_gib"):
                 if getattr(base, name) is None:
                     setattr(base, name, getattr(gpu, name))
             base.integrated = base.integrated or gpu.integrated

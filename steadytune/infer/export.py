@@ -20,6 +20,7 @@ import yaml
 
 from steadytune.errors import UserError
 from steadytune.hardware.backend import detect, device_for
+from steadytune.hardware.error_catalogue import explain_failure as explain_failure   # cli: the likely-cause line
 from steadytune.hardware.policy import choose_precision
 from steadytune.infer.card import BASE_RECORD, describe_base, model_card, write_base_record
 from steadytune.infer.generate import (

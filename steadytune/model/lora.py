@@ -1,4 +1,5 @@
-"""Methods: LoRA (peft) on the chosen linear layers, or every weight trainable (full); loading a trained adapter.
+"""Methods: LoRA (peft) on the chosen linear layers (with PiSSA's start, LLaMA Pro's blocks), OFT (peft), every weight
+trainable (full) or some layers (freeze: model/freeze.py); loading a trained adapter.
 
 Trainable weights are always fp32 (the frozen base may be bf16): Adam updates on bf16 weights lose most small
 steps, and autocast handles the mixed matmuls.
@@ -24,6 +25,7 @@ from steadytune.model.anatomy import (
     output_head_names,
 )
 from steadytune.model.archive import unpacked
+from steadytune.model.freeze import apply_freeze, expanded_block_targets
 from steadytune.model.moe.anatomy import expert_sites, router_module_names
 from steadytune.model.moe.experts_lora import install_grouped_experts
 from steadytune.model.moe.targets import (
@@ -48,7 +50,8 @@ from steadytune.model.saved_weights import (
 # ---------------------------------------------------------------------------------------------------------
 
 def attach_adapter(model: nn.Module, cfg: RunConfig) -> nn.Module:
-    """finetuning_type lora -> a peft model with LoRA on the chosen linears; full -> every weight trainable.
+    """finetuning_type lora -> a peft model with LoRA on the chosen linears; full -> every weight trainable; freeze
+    -> some layers trainable (model/freeze.py); oft -> a peft model with OFT on the chosen linears.
 
     Trainable weights are always fp32 (the frozen base may be bf16): Adam updates on bf16 weights lose
     most small steps, and autocast handles the mixed matmuls."""
@@ -57,10 +60,19 @@ def attach_adapter(model: nn.Module, cfg: RunConfig) -> nn.Module:
         for param in model.parameters():
             param.requires_grad_(True)
         cfg.decide("trainable", "all parameters", "finetuning_type: full")
+    elif method.finetuning_type == "freeze":
+        patterns, layers = apply_freeze(model, method.freeze_trainable_layers, method.freeze_trainable_modules,
+                                        method.freeze_extra_modules, method.use_llama_pro)
+        cfg.decide("trainable", ",".join(patterns), f"finetuning_type: freeze: layers {layers}"
+                   + (" (LLaMA Pro's expanded blocks)" if method.use_llama_pro else "")
+                   + ", parameters whose names hold one of these parts (LLaMA-Factory's rule)")
+    elif method.finetuning_type == "oft":
+        model = attach_oft(model, cfg)
     else:
         model = _attach_lora(model, cfg)
         install_grouped_experts(model, cfg.train.moe_grouped_mm)
-    _cast_trainable_to_fp32(model)
+    if not cfg.train.pure_bf16:   # pure_bf16: the trained weights stay bf16, as asked
+        _cast_trainable_to_fp32(model)
     return model
 
 
@@ -99,8 +111,46 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
                         use_dora=method.use_dora, modules_to_save=modules_to_save,
                         # A trained copy of tied embeddings must stay tied to the output head, or the two drift.
                         ensure_weight_tying=bool(modules_to_save) and _ties_embeddings(model))
+    if method.use_llama_pro:
+        if experts.parameters:
+            raise ConfigError("use_llama_pro with LoRA on the routed experts is not supported; leave the experts out "
+                              "of lora_target")
+        config.target_modules = expanded_block_targets(model, targets, method.freeze_trainable_layers)
+        cfg.decide("lora_target", ",".join(config.target_modules), "use_llama_pro: LoRA on the expanded blocks only "
+                   "(LLaMA-Factory's find_expanded_modules)")
+    if method.pissa_init:
+        config.init_lora_weights = "pissa" if method.pissa_iter == -1 else f"pissa_niter_{method.pissa_iter}"
+        cfg.decide("pissa_init", config.init_lora_weights, "LoRA A and B start as the principal singular vectors of "
+                   "each adapted weight, which keeps the residual (peft); the model's outputs are unchanged at step 0")
     with targets_as_written():   # resolved against this model's own layout: no transformers 4 renaming by peft
         return get_peft_model(model, config)
+
+
+def attach_oft(model: nn.Module, cfg: RunConfig) -> nn.Module:
+    """finetuning_type oft: peft's OFT on the chosen linears (LLaMA-Factory's OFTConfig arguments: oft_rank as r,
+    oft_block_size, module_dropout, additional_target as modules_to_save)."""
+    from peft import OFTConfig, TaskType, get_peft_model
+
+    method = cfg.method
+    written = "oft_target" if "oft_target" in cfg.user_keys else "lora_target"
+    target = getattr(method, written)
+    targets = resolve_lora_targets(model, target)
+    if method.use_llama_pro:
+        targets = expanded_block_targets(model, targets, method.freeze_trainable_layers)
+    cfg.decide("oft_target", ",".join(targets), f"{written}: {target}" + (
+        "" if written == "oft_target" else " (LLaMA-Factory 0.9.5 takes OFT's targets from lora_target)"))
+    if (method.oft_rank == 0) == (method.oft_block_size == 0):
+        raise ConfigError(f"oft_rank {method.oft_rank} and oft_block_size {method.oft_block_size}: set exactly one of "
+                          "them (the other 0)")
+    task_type = TaskType.SEQ_CLS if model_task(model) == SEQUENCE_SCORE else TaskType.CAUSAL_LM
+    config = OFTConfig(task_type=task_type, r=method.oft_rank, oft_block_size=method.oft_block_size,
+                       target_modules=targets, module_dropout=method.module_dropout,
+                       modules_to_save=resolve_additional_targets(model, method.additional_target))
+    try:
+        with targets_as_written():
+            return get_peft_model(model, config)
+    except ValueError as e:   # a layer width that no block size divides, said by peft
+        raise ConfigError(f"finetuning_type: oft: {str(e).splitlines()[0]}") from None
 
 
 def _requested_names(lora_target: str) -> list[str]:
@@ -222,3 +272,31 @@ def load_trained_adapter(model: nn.Module, adapter_dir: str | os.PathLike, is_tr
     if is_trainable:
         _cast_trainable_to_fp32(loaded)  # as for a fresh adapter: small updates must not round away in bf16
     return loaded
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PiSSA's starting adapter and its conversion (LLaMA-Factory's PissaConvertCallback)
+# ---------------------------------------------------------------------------------------------------------
+
+def save_pissa_start(model: nn.Module, output_dir: str | os.PathLike) -> None:
+    """pissa_convert: the adapter PiSSA started from, in output_dir/pissa_init (a resume writes the same one again:
+    the same seed and base make the same start)."""
+    from pathlib import Path
+
+    config = model.peft_config["default"]
+    init = config.init_lora_weights
+    config.init_lora_weights = True   # the folder is a plain adapter: loading it must not run PiSSA again
+    try:
+        model.save_pretrained(Path(output_dir) / "pissa_init", safe_serialization=True)
+    finally:
+        config.init_lora_weights = init
+
+
+def save_pissa_converted(model: nn.Module, output_dir: str | os.PathLike) -> None:
+    """pissa_convert: the trained PiSSA adapter as a plain LoRA adapter of the original base (rank 2r, peft's
+    conversion against output_dir/pissa_init), in output_dir/pissa_converted."""
+    from pathlib import Path
+
+    out = Path(output_dir)
+    model.save_pretrained(out / "pissa_converted", safe_serialization=True,
+                          path_initial_model_for_weight_conversion=str(out / "pissa_init"))

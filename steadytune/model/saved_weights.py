@@ -102,15 +102,17 @@ def _expected_adapter_shapes(model: nn.Module, folder: Path) -> dict[str, tuple[
 
     Builds that adapter on a meta-device copy of the model's structure: cheap, and it answers for any
     rank / targets / modules_to_save the folder asks for."""
-    from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
+    from peft import PeftConfig, PeftModel, get_peft_model, get_peft_model_state_dict
 
     config_file = folder / "adapter_config.json"
     if not config_file.is_file():
         raise CheckpointError(f"{folder}: adapter weights without adapter_config.json")
     try:
-        config = LoraConfig.from_pretrained(str(folder))
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{folder}: adapter_config.json is not a LoRA config: {e}") from None
+        config = PeftConfig.from_pretrained(str(folder))   # the saved kind's config (LoRA, OFT)
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{folder}: adapter_config.json is not a LoRA or OFT config: {e}") from None
+    if hasattr(config, "init_lora_weights"):
+        config.init_lora_weights = True   # shapes only: no PiSSA decomposition of the meta skeleton's weights
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     skeleton = _meta_copy(base)
     try:

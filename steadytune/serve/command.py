@@ -8,6 +8,7 @@ import os
 import sys
 
 from steadytune.errors import UserError
+from steadytune.hardware.error_catalogue import explain_failure as explain_failure   # cli: the likely-cause line
 from steadytune.serve.limits import Limits, ServeSettings
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000

@@ -16,6 +16,7 @@ from steadytune.eval.scoring import evaluate_classification
 from steadytune.model.anatomy import CAUSAL_LM, layer_classes
 from steadytune.model.kernels import eager_layers
 from steadytune.stages.base import Stage
+from steadytune.stages.sft_losses import make_sft_objective
 from steadytune.training.batches import to_device
 from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
 
@@ -24,12 +25,13 @@ class CausalLMObjective(torch.nn.Module):
     """The model plus its loss, as one module: Accelerate wraps *this* for DDP/FSDP, so the forward that
     computes the loss goes through the wrapper and gradients are synchronised."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, weigher=None):
         super().__init__()
         self.model = model
+        self.weigher = weigher   # a weight per labelled token (the DFT and EAFT losses: stages/sft_losses.py)
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
-        return causal_lm_loss_sum(self.model, batch, batch.get("token_weights"))
+        return causal_lm_loss_sum(self.model, batch, batch.get("token_weights"), weigher=self.weigher)
 
     # What Accelerate's FSDP2 preparation asks of a transformers model (embedding and head units, tied weights, the
     # layer classes it shards as units), answered by the model inside.
@@ -75,7 +77,8 @@ def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, token
 
 SFT = Stage(name="sft", model_task=CAUSAL_LM, prepare_data=prepare_datasets,
             make_collator=lambda cfg, tokenizer, packing_attention: None,  # the trainer's own (padded or packed)
-            count_units=count_target_tokens, make_objective=lambda model, cfg: CausalLMObjective(model),
+            count_units=count_target_tokens,
+            make_objective=lambda model, cfg: make_sft_objective(model, cfg, CausalLMObjective),
             evaluate=evaluate_during_training)
 # prepare_datasets cuts pre-training texts into cutoff_len blocks when the stage is pt.
-PT = dataclasses.replace(SFT, name="pt")
+PT = dataclasses.replace(SFT, name="pt", make_objective=lambda model, cfg: CausalLMObjective(model))

@@ -38,6 +38,7 @@ from safetensors import SafetensorError
 
 from steadytune.errors import CheckpointError, UserError, describe_os_error
 from steadytune.model.archive import sha256_file
+from steadytune.model.lora import save_pissa_converted
 from steadytune.model.saved_weights import check_checkpoint_matches
 from steadytune.training.optimizer_state import by_index, is_by_name, trainable_names
 
@@ -431,9 +432,10 @@ def refuse_non_finite(weights: dict[str, torch.Tensor], where: Path) -> None:
                               "from a diverged run: resume from an earlier checkpoint")
 
 
-def save_final_outputs(out: Path, model, tokenizer) -> None:
+def save_final_outputs(out: Path, model, tokenizer, pissa_converted: bool = False) -> None:
     """The adapter (or full model) and tokenizer, written into a temporary folder and moved into place, so a disk
-    that fills up mid-save leaves no half-written adapter behind (the checkpoints stay)."""
+    that fills up mid-save leaves no half-written adapter behind (the checkpoints stay). pissa_converted: also the
+    PiSSA adapter converted to plain LoRA, in out/pissa_converted (pissa_convert)."""
     tmp = out / ".final.tmp"
     writing = "the folder"
     try:
@@ -441,6 +443,9 @@ def save_final_outputs(out: Path, model, tokenizer) -> None:
         tmp.mkdir()
         writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
         model.save_pretrained(tmp, safe_serialization=True)
+        if pissa_converted:
+            writing = "pissa_converted"
+            save_pissa_converted(model, out)
         writing = "the tokenizer"
         tokenizer.save_pretrained(tmp)
         writing = "the folder"

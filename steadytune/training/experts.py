@@ -37,7 +37,8 @@ def set_up_experts(cfg: RunConfig, model: torch.nn.Module, device: torch.device,
         compute_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
         backend, why = choose_grouped_backend(device, compute_dtype, cfg.train.moe_grouped_mm)
         cfg.decide("moe_grouped_mm", backend, why + "; tokens sorted by expert, the base and LoRA's rank-r path as "
-                   "separate grouped matmuls (no per-expert copy of the adapted weights)")
+                   "separate grouped matmuls (no per-expert copy of the adapted weights); dropless: every token reaches "
+                   "its top-k experts (no capacity limit, so no token is dropped)")
     config = base_model_of(model).config
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     coefficient, why = aux_loss_coefficient(config, cfg.model.moe_aux_loss_coef)

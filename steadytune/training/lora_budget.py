@@ -16,17 +16,26 @@ from torch import nn
 
 from steadytune.errors import UserError
 from steadytune.model.lora import resolve_lora_targets
+from steadytune.model.moe.anatomy import expert_sites, full_shape
+from steadytune.model.moe.targets import expert_parameter_targets
 
 BYTES_PER_TRAINABLE = 16   # fp32 weight + gradient + AdamW exp_avg + exp_avg_sq
 
 
 def adapter_parameters(model: nn.Module, lora_target: str, rank: int) -> int:
-    """LoRA parameters of `rank` over the layers lora_target names: r x (in + out) for each adapted linear."""
+    """LoRA parameters of `rank` over the layers lora_target names: r x (in + out) for each adapted linear, and
+    r x (in + out) for each expert of each adapted fused expert weight of a mixture of experts."""
     targets = resolve_lora_targets(model, lora_target)
     total = 0
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
             total += rank * (module.in_features + module.out_features)
+    requested = None if lora_target.strip() == "all" else [t.strip() for t in lora_target.split(",") if t.strip()]
+    expert_targets, _, _ = expert_parameter_targets(model, requested, set(targets))
+    for site in expert_sites(model):
+        for target in expert_targets:
+            experts, rows, columns = full_shape(getattr(site.experts, target.rsplit(".", 1)[-1]))
+            total += rank * experts * (rows + columns)
     return total
 
 

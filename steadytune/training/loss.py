@@ -49,14 +49,15 @@ def model_inputs(batch: dict, prefix: str = "") -> dict:
     return inputs
 
 
-def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch.Tensor | None = None
-                       ) -> tuple[torch.Tensor, int]:
+def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch.Tensor | None = None,
+                       weigher=None) -> tuple[torch.Tensor, int]:
     """-> (sum of per-token cross-entropy over labelled positions, number of labelled positions).
 
     token_weights, when given, has the shape of `labels` and weighs each *target* token (class-balanced loss).
     A batch from PackedCollator names its labelled positions itself (`target_index`, `target_ids`, `n_targets`):
     then nothing here reads a value back from the GPU, so the CPU can queue the whole step ahead of the GPU
-    (and a CUDA graph can record it).
+    (and a CUDA graph can record it). `weigher(head, rows, targets, softcap)`, when given, weighs each labelled
+    token (no gradient through the weight): the DFT and EAFT losses (stages/sft_losses.py).
     """
     # No KV cache in training: it costs memory, and with one transformers ignores packed position ids and would
     # let packed examples attend to each other. A mixture of experts also returns its router logits: the routers'
@@ -66,7 +67,7 @@ def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch
     extra = {"output_router_logits": True} if routing is not None else {}
     outputs = decoder_body(model)(**inputs, use_cache=False, **extra)
     hidden = outputs.last_hidden_state
-    loss_sum, n_tokens = _labelled_loss_sum(model, hidden, batch, token_weights)
+    loss_sum, n_tokens = _labelled_loss_sum(model, hidden, batch, token_weights, weigher)
     if routing is not None:
         aux = routing.add(outputs.router_logits, routing_token_mask(batch), n_tokens)
         if aux is not None:
@@ -75,24 +76,36 @@ def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch
 
 
 def _labelled_loss_sum(model: torch.nn.Module, hidden: torch.Tensor, batch: dict,
-                       token_weights: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+                       token_weights: torch.Tensor | None, weigher=None) -> tuple[torch.Tensor, int]:
+    rows, targets, weights, n_tokens = labelled_rows(hidden, batch, token_weights)
+    if rows is None:
+        # Still touch the graph so every rank runs the same backward (DDP needs it).
+        return hidden.sum() * 0.0, 0
+    head, softcap = output_head(model), final_logit_softcap(model)
+    if weigher is not None:
+        with torch.no_grad():
+            weighed = weigher(head, rows, targets, softcap)
+        weights = weighed if weights is None else weights * weighed
+    return labelled_cross_entropy_sum(head, rows, targets, weights, softcap), n_tokens
+
+
+def labelled_rows(hidden: torch.Tensor, batch: dict, token_weights: torch.Tensor | None = None):
+    """-> (hidden rows at the labelled positions, their targets, their token weights or None, how many); rows is
+    None when nothing in the micro-batch is labelled. A packed batch's rows may hold IGNORE_INDEX padding targets."""
     if "target_index" in batch and token_weights is None:
         rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["target_index"])
-        return labelled_cross_entropy_sum(output_head(model), rows, batch["target_ids"], None,
-                                          final_logit_softcap(model)), int(batch["n_targets"])
+        return rows, batch["target_ids"], None, int(batch["n_targets"])
     targets = shifted_targets(batch["labels"])
     keep = targets != IGNORE_INDEX
     n_tokens = int(keep.sum())
     if n_tokens == 0:
-        # Still touch the graph so every rank runs the same backward (DDP needs it).
-        return hidden.sum() * 0.0, 0
+        return None, None, None, 0
     weights = None
     if token_weights is not None:
         weights = torch.ones_like(targets, dtype=torch.float32)
         weights[:, :-1] = token_weights[:, 1:].float()
         weights = weights[keep]
-    return labelled_cross_entropy_sum(output_head(model), hidden[keep], targets[keep], weights,
-                                      final_logit_softcap(model)), n_tokens
+    return hidden[keep], targets[keep], weights, n_tokens
 
 
 # Set while a CUDA graph is recorded or warmed up (graphs.py): liger's fused cross-entropy reads a count back from

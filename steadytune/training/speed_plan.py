@@ -22,6 +22,7 @@ from steadytune.model.kernels import apply_liger_kernels, compile_layers
 from steadytune.model.offload import HostOffload, plan_activation_offloading
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
+from steadytune.training.optimizers import graph_blockers as method_graph_blockers
 
 
 def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
@@ -40,6 +41,7 @@ def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
         # kto's answers and KL pairs go through two forwards of different shapes, and its objective records metrics
         # as it computes: dynamic shapes, no CUDA graph. (dpo and rm compute into fixed pair slots: graphable.)
         blockers["stage"] = "stage kto records its metrics inside the step"
+    blockers.update(method_graph_blockers(cfg))   # BAdam, layer-wise GaLore/APOLLO, the DFT/EAFT/ASFT losses
     quantized = speed_blockers(cfg.model.quantization_bit).get("cuda_graphs")
     if quantized:
         blockers["quantization"] = quantized
@@ -202,6 +204,12 @@ def checkpoint_after_graph_oom(cfg: RunConfig, model: torch.nn.Module) -> str | 
 def choose_base_dtype(cfg: RunConfig, precision: str) -> torch.dtype:
     """The frozen base weights' dtype: bf16 for LoRA under bf16 unless lora_base_dtype says float32 (full
     fine-tuning and fp16/fp32 runs keep fp32 weights: the optimizer updates them, or loss scaling needs them)."""
+    if cfg.train.pure_bf16:
+        if precision == "fp16":
+            raise UserError("pure_bf16: true and fp16 mixed precision disagree; set fp16: false")
+        cfg.decide("pure_bf16", True, "every weight in bf16, the trained ones too (no fp32 copies): LLaMA-Factory's "
+                   "pure_bf16")
+        return torch.bfloat16
     if precision != "bf16" or cfg.method.finetuning_type != "lora":
         return torch.float32
     if cfg.train.lora_base_dtype == "float32":
