@@ -35,17 +35,12 @@ from steadytune.config import RunConfig, describe_keys, resolve_do_train, save_r
 from steadytune.data.balance import uses_loss_weights
 from steadytune.data.prepare import check_data_fits_keys
 from steadytune.distributed import launch, nodes, sharding
-from steadytune.distributed.collectives import (
-    clip_gradients,
-    reduce_sum,
-    says_for_all_ranks,
-    share_from_main,
-    sync_gradients_on_last,
-)
+from steadytune.distributed.collectives import (clip_gradients, reduce_sum, says_for_all_ranks, share_from_main,
+                                                 sync_gradients_on_last)
 from steadytune.distributed.fsdp_config import read_fsdp_keys
-from steadytune.distributed.restore import restore_checkpoint, vet_resume
+from steadytune.distributed.restore import restore_run, vet_resume
 from steadytune.distributed.watchdog import HangWatchdog
-from steadytune.distributed.world_resume import layout_of, remap_position
+from steadytune.distributed.world_resume import layout_of
 from steadytune.doctor.environment import run_startup_checks
 from steadytune.errors import RunInterrupted, UserError, describe_os_error
 from steadytune.evaluate import evaluate_saved
@@ -56,65 +51,35 @@ from steadytune.hardware.policy import choose_attention, choose_precision, fallb
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.attention import eager_only_reason, plan_packing
-from steadytune.model.fp8_base import restore_base
-from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
-from steadytune.model.offload import remove_offloading
-from steadytune.model.lora_scaling import scale_before_lora_b
 from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer
-from steadytune.model.lora import attach_adapter, count_parameters, load_trained_adapter, save_pissa_start
+from steadytune.model.lora import count_parameters
 from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
+from steadytune.model.trainable import continues_adapter, make_trainable
 from steadytune.report.record import write_data_stats, write_run_report
 from steadytune.stages.base import Stage
-from steadytune.stages.guard_rules import judge_grad_spikes, judge_loss_spikes
+from steadytune.stages.guard_rules import guard_for
 from steadytune.stages.objectives import pop_metrics
 from steadytune.stages.table import STAGES
-from steadytune.training.batches import (
-    TrainBatches,
-    check_steps_fit_keys,
-    compare_with_lf,
-    count_steps,
-    lf_step_count,
-    take_window,
-    to_device,
-    token_budget,
-    uses_token_budget,
-    warmup_steps_of,
-)
-from steadytune.training.checkpoint import (
-    TrainerState,
-    data_position,
-    list_checkpoints,
-    save_checkpoint,
-    save_final_outputs,
-    set_data_position,
-)
+from steadytune.training.batches import (Steps, TrainBatches, plan_steps, take_window, to_device, token_budget,
+                                         uses_token_budget)
+from steadytune.training.checkpoint import (TrainerState, data_position, list_checkpoints, save_checkpoint,
+                                            save_final_outputs, set_data_position)
 from steadytune.training.evaluation import should_evaluate, update_best
 from steadytune.training.experts import expert_load_log, pop_routing_metrics, set_up_experts
 from steadytune.training.faults import FaultInjector
 from steadytune.training.graphs import describe_recording, graph_runner_for
+from steadytune.training.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard,
+                                       weights_are_finite)
 from steadytune.training.lora_budget import check_adapter_fits
-from steadytune.training.guard import (
-    ABORT,
-    FP16_OVERFLOW,
-    ROLLBACK,
-    GuardAbort,
-    LiveObjects,
-    NumericalGuard,
-    weights_are_finite,
-)
-from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
-from steadytune.training.optimizers import (
-    build_optimizer,
-    check_optimizer_installed,
-    chosen_optimizer,
-    may_train,
-    refuse_with_sharding,
-)
-from steadytune.training.resume import resume_fingerprint
+from steadytune.training.monitor import MetricsLog, Throughput, plot_loss, step_record
+from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed, chosen_optimizer, may_train,
+                                            refuse_with_sharding)
 from steadytune.training.folder_config import load_config_named
+from steadytune.training.resume import resume_fingerprint
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
-from steadytune.training.speed_plan import apply_speed_plan, checkpoint_after_graph_oom, choose_base_dtype
+from steadytune.training.speed_plan import (apply_speed_plan, checkpoint_after_graph_oom, choose_base_dtype,
+                                             undo_speed_plan)
 from steadytune.training.startup import startup_lines
 from steadytune.training.stopping import RunPruned, StopRequests
 from steadytune.training.trackers import Trackers
@@ -249,7 +214,7 @@ class Run:
     optimizer: Any
     scheduler: Any
     batches: TrainBatches
-    steps: "Steps"
+    steps: Steps                      # how the data is cut into optimizer steps (training/batches.py)
     state: TrainerState               # progress counters, saved in every checkpoint
     metrics: MetricsLog
     guard: NumericalGuard
@@ -314,15 +279,6 @@ class Run:
 
 
 @dataclass
-class Steps:
-    """How the data is cut into optimizer steps."""
-    micro_batches_per_epoch: int
-    per_epoch: int
-    total: int
-    warmup: int
-
-
-@dataclass
 class Outcome:
     losses: list[float]
     train_seconds: float
@@ -356,8 +312,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                              steps.total * cfg.train.gradient_accumulation_steps, shard_plan,
                              fsdp=read_fsdp_keys(cfg.train) is not None)
     objective, params, optimizer, scheduler = make_optimizer(cfg, stage, model, steps, shard_plan, accelerator)
-    state, resume_from = restore(cfg, resume_candidates, objective, optimizer, scheduler, shard_plan, accelerator,
-                                 world, batches)
+    state, resume_from = restore_run(cfg, resume_candidates, objective, accelerator.unwrap_model(objective).model,
+                                     optimizer, scheduler, accelerator.scaler, shard_plan, world, batches.max_tokens)
     metrics = MetricsLog(folder.path / "metrics.jsonl", enabled=accelerator.is_main_process)
     guard, faults, live = make_guard(cfg, info, precision, metrics, accelerator, objective, optimizer, scheduler,
                                      state, resumed=resume_from is not None)
@@ -458,28 +414,10 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
     if is_quantized(model):
         record_quantization(model, cfg.model, str(compute_dtype).replace("torch.", ""), cfg.decide)
         keep_training_layout(model)   # evaluations during training must not repack the weights for inference
-    if cfg.model.adapter_name_or_path and cfg.method.finetuning_type == "lora":
-        # Continue training an existing adapter (LLaMA-Factory's adapter_name_or_path) instead of a fresh one.
-        model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True,
-                                     allow_pickle=cfg.model.allow_pickle_weights)
-        cfg.decide("adapter_name_or_path", cfg.model.adapter_name_or_path, "training continues from this adapter "
-                   "(its rank and targets; lora_* keys do not apply)")
-    else:
-        if cfg.method.finetuning_type == "lora":
-            check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
-        model = attach_adapter(model, cfg)
-        if cfg.method.pissa_convert and cfg.method.pissa_init and accelerator.is_main_process:
-            save_pissa_start(model, cfg.train.output_dir)   # what pissa_converted is computed against, at the end
+    if cfg.method.finetuning_type == "lora" and not continues_adapter(cfg):
+        check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
+    model = make_trainable(model, cfg, base_dtype, save_start=accelerator.is_main_process)   # model/trainable.py
     sharding.match_trainable_dtype(shard_plan, model, precision, cfg)
-    if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora" and not cfg.method.use_dora:
-        # Every forward of this model runs under autocast (training, eval loss, scoring): see model/kernels.py.
-        # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
-        _, why = skip_lora_input_cast(model)
-        cfg.decide("lora_input_cast", "off", why)
-    if cfg.method.finetuning_type == "lora":
-        changed, why = scale_before_lora_b(model)
-        if changed:
-            cfg.decide("lora_scaling", "before lora_B", why)
     return model, tokenizer
 
 
@@ -496,25 +434,15 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
                            packing_attention=packing_attention, max_tokens=budget,
                            collate=stage.make_collator(cfg, tokenizer, packing_attention),
                            token_mask=routing_of(model) is not None)
-    micro_batches_per_epoch = batches.batches_per_epoch()
-    steps = count_steps(t, micro_batches_per_epoch)
-    per_epoch, total = steps.steps_per_epoch, steps.total
-    warmup = warmup_steps_of(t, total)
-    lf = lf_step_count(len(data.train), t.per_device_train_batch_size, accelerator.num_processes,
-                       t.gradient_accumulation_steps, t.num_train_epochs, t.max_steps)
-    cfg.decide("total_steps", total, f"{'max_steps' if t.max_steps > 0 else 'num_train_epochs'}: "
-               f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation = "
-               f"{per_epoch} steps per epoch; " + compare_with_lf(micro_batches_per_epoch, per_epoch, total, lf, budget))
-    cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else
-               f"ceil({t.warmup_ratio} x {total} steps), as transformers rounds it for LLaMA-Factory")
-    check_steps_fit_keys(cfg, micro_batches_per_epoch, total)
+    steps = plan_steps(cfg, batches.batches_per_epoch(), len(data.train), accelerator.num_processes, budget)
     if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency
         write_data_stats(folder.path, data, batches.micro_batches(0), packing_attention, cfg.data.cutoff_len)
-    return batches, Steps(micro_batches_per_epoch, per_epoch, total, warmup)
+    return batches, steps
 
 
 def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):
-    """AdamW and the schedule; the stage's objective (model + loss) prepared by Accelerate for the sharding."""
+    """The optimizer (training/optimizers.py: AdamW unless a key chooses another) and the schedule; the stage's
+    objective (model + loss) prepared by Accelerate for the sharding."""
     t = cfg.train
     refuse_with_sharding(cfg, shard_plan.sharded, shard_plan.label)
     trainable = may_train(model)   # before BAdam, which switches requires_grad block by block
@@ -532,31 +460,15 @@ def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan
     return objective, params, optimizer, scheduler
 
 
-def restore(cfg: RunConfig, candidates: list[Path], objective, optimizer, scheduler, shard_plan, accelerator,
-            world: int, batches: TrainBatches) -> tuple[TrainerState, Path | None]:
-    """Resume: weights, optimizer, schedule, loss scale, RNG and data position, exactly; or a fresh state."""
-    state = TrainerState(model_name_or_path=cfg.model.model_name_or_path, finetuning_type=cfg.method.finetuning_type)
-    if not candidates:
-        return state, None
-    state, resume_from = restore_checkpoint(cfg, candidates, accelerator.unwrap_model(objective).model, optimizer,
-                                            scheduler, accelerator.scaler, shard_plan, objective)
-    remap_position(state, state.extra.get("layout"), layout_of(cfg, world, batches.max_tokens))
-    return state, resume_from
-
-
 def make_guard(cfg: RunConfig, info, precision: str, metrics: MetricsLog, accelerator, objective, optimizer,
                scheduler, state: TrainerState, resumed: bool):
-    """The numerical guard and the fault injector (training/guard.py, training/faults.py): every action is a
-    metrics.jsonl event."""
-    t = cfg.train
-    guard = NumericalGuard(cfg.guard, precision, emit=metrics.write, max_grad_norm=t.max_grad_norm,
-                           fallback_precision=fallback_precision(info), judge_loss_spikes=judge_loss_spikes(cfg),
-                           judge_grad_spikes=judge_grad_spikes(cfg))
+    """The numerical guard with its stage's spike rules (stages/guard_rules.py) and the fault injector
+    (training/faults.py): every action is a metrics.jsonl event."""
+    guard = guard_for(cfg, precision, fallback_precision(info), metrics.write,
+                      saved=state.extra.get("guard") if resumed else None)
     faults = FaultInjector(cfg.fault_injection, emit=metrics.write, rank=accelerator.process_index)
     if resumed:
-        guard.load_state_dict(state.extra.get("guard", guard.state_dict()))
         faults.load_state_dict(state.extra.get("faults", {}))
-        guard.precision = precision
     live = LiveObjects(model=accelerator.unwrap_model(objective).model, optimizer=optimizer, scheduler=scheduler,
                        scaler=accelerator.scaler, data_position=data_position(state))
     return guard, faults, live
@@ -634,9 +546,7 @@ def fit(run: Run) -> Outcome:
     run.stop.in_loop = True
     run.watchdog.start()  # a step that stalls past hang_timeout stops the run with every rank's stacks on disk
     if t.eval_on_start and state.global_step == 0 and run.data.eval:  # a resumed run has its step-0 row already
-        results = run.stage.evaluate(cfg, run.accelerator, run.objective, run.data, run.tokenizer, run.device)
-        run.metrics.write({"step": 0, **results})
-        run.trackers.log({"step": 0, **results})
+        evaluate_now(run)
     try:
         while state.global_step < run.total_steps:
             run.watchdog.beat(state.global_step + 1)
@@ -687,16 +597,14 @@ def fit(run: Run) -> Outcome:
             bar.update(1)
 
             if state.global_step % t.logging_steps == 0 or state.global_step == run.total_steps:
-                record = {"step": state.global_step, "epoch": round(state.global_step / run.steps.per_epoch, 4),
-                          "loss": loop.window_loss / loop.window_steps,
-                          "grad_norm": None if grad_norm is None else float(grad_norm),
-                          "lr": run.scheduler.get_last_lr()[0], "tokens": state.tokens_seen,
-                          **throughput.report(), **memory_stats(run.device),
-                          **pop_metrics(run.objective, run.accelerator),  # dpo/kto/rm: rewards/chosen, ... (stages/)
-                          **pop_routing_metrics(run.model, run.accelerator, run.expert_load, state.global_step)}
+                record = step_record(state.global_step, run.steps.per_epoch, loop.window_loss / loop.window_steps,
+                                     grad_norm, run.scheduler.get_last_lr()[0], state.tokens_seen, throughput,
+                                     **pop_metrics(run.objective, run.accelerator),  # dpo/kto/rm: rewards/chosen, ...
+                                     **pop_routing_metrics(run.model, run.accelerator, run.expert_load,
+                                                           state.global_step))
                 run.metrics.write(record)
                 run.trackers.log(record)
-                # The bar shows input tokens/s (what the hardware processes; metrics.jsonl has both, see training/monitor.py).
+                # The bar shows input tokens/s (what the hardware processes; metrics.jsonl has both).
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
                                 in_tok_s=f"{record['input_tokens_per_s']:.0f}", guard=guard.event_count)
                 loop.window_loss, loop.window_steps = 0.0, 0
@@ -704,10 +612,7 @@ def fit(run: Run) -> Outcome:
             new_best = False
             if should_evaluate(t, state.global_step, run.steps.per_epoch, run.total_steps) and run.data.eval:
                 run.watchdog.beat(state.global_step, "eval")
-                results = run.stage.evaluate(cfg, run.accelerator, run.objective, run.data, run.tokenizer,
-                                             run.device)
-                run.metrics.write({"step": state.global_step, **results})
-                run.trackers.log({"step": state.global_step, **results})
+                results = evaluate_now(run)
                 new_best = update_best(t, state, results)
                 if run.on_evaluate is not None and run.on_evaluate(state.global_step, run.total_steps, results):
                     raise RunPruned(f"stopped after the evaluation at step {state.global_step} of {run.total_steps}")
@@ -719,6 +624,14 @@ def fit(run: Run) -> Outcome:
         run.stop.in_loop = False
         bar.close()
     return Outcome(loop.losses, time.perf_counter() - started, input_tokens=input_tokens)
+
+
+def evaluate_now(run: Run) -> dict:
+    """The stage's evaluation on the eval split (stages/), one metrics.jsonl row and the trackers' at this step."""
+    results = run.stage.evaluate(run.cfg, run.accelerator, run.objective, run.data, run.tokenizer, run.device)
+    run.metrics.write({"step": run.state.global_step, **results})
+    run.trackers.log({"step": run.state.global_step, **results})
+    return results
 
 
 def begin_steps(run: Run) -> None:
@@ -844,11 +757,9 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
     finish_guard(run)
     if run.graphs is not None:
         run.graphs.release()
-    uncompile_layers(run.model)  # scoring and generation after training come in many shapes
-    restore_base(run.model)      # ... over the bf16 base the adapter will be used on, not fp8_base's copies
-    offloaded = remove_offloading(run.model)
-    if offloaded is not None and run.is_main:
-        print(f"activation_offloading: {offloaded:.2f} GiB of layer inputs a micro-batch waited in host memory")
+    offloaded = undo_speed_plan(run.model)   # compiled layers, fp8 copies, offloading: training's alone
+    if offloaded and run.is_main:
+        print(offloaded)
     run.accelerator.wait_for_everyone()
     final_loss = outcome.losses[-1] if outcome.losses else None
     # A run that ends in NaN/inf must not leave an adapter a script could take for a result (guard on or off).

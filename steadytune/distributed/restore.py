@@ -4,7 +4,7 @@ A resume must continue the same run: `vet_resume` skips a damaged checkpoint wit
 an error), refuses one written with other keys (training/resume.py names each key, old -> new), and on another number
 of processes keeps the step batch (world_resume.py). `restore_checkpoint` loads the newest that loads into the model,
 optimizer, schedule and loss scale, through the shards where the run is sharded (sharding.py), falling back to the
-previous one when a checkpoint turns out damaged.
+previous one when a checkpoint turns out damaged; `restore_run` is the recipe's phase: that, or a fresh state.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from steadytune.config import RunConfig
 from steadytune.distributed import sharding
-from steadytune.distributed.world_resume import adapt_to_checkpoint
+from steadytune.distributed.world_resume import adapt_to_checkpoint, layout_of, remap_position
 from steadytune.errors import CheckpointError, UserError
-from steadytune.training.checkpoint import CheckpointLinkError, load_checkpoint, read_state
+from steadytune.training.checkpoint import CheckpointLinkError, TrainerState, load_checkpoint, read_state
 from steadytune.training.resume import compare_for_resume, resume_fingerprint
 
 
@@ -79,3 +79,16 @@ def restore_checkpoint(cfg: RunConfig, candidates: list[Path], model, optimizer,
                        f"{path.name}")
         return state, path
     raise AssertionError("no candidates")  # vet_resume never returns an empty list here
+
+
+def restore_run(cfg: RunConfig, candidates: list[Path], objective, model, optimizer, scheduler, scaler, shard_plan,
+                world: int, max_tokens: int | None) -> tuple[TrainerState, Path | None]:
+    """Resume: weights, optimizer, schedule, loss scale, RNG and data position, exactly (the data position moved to
+    the same point of the epoch when the steps are now cut over another number of processes); or a fresh state."""
+    state = TrainerState(model_name_or_path=cfg.model.model_name_or_path, finetuning_type=cfg.method.finetuning_type)
+    if not candidates:
+        return state, None
+    state, resume_from = restore_checkpoint(cfg, candidates, model, optimizer, scheduler, scaler, shard_plan,
+                                            objective)
+    remap_position(state, state.extra.get("layout"), layout_of(cfg, world, max_tokens))
+    return state, resume_from

@@ -1,4 +1,5 @@
-"""Which of the numerical guard's spike rules suit each stage (training/guard.py judges; this says what it judges).
+"""Which of the numerical guard's spike rules suit each stage (training/guard.py judges; this says what it judges),
+and the run's guard built with them (`guard_for`).
 
 A spike rule compares a step's loss, or its gradient norm, with the recent ones. That suits a loss averaged over many
 tokens (sft, pt); a preference stage's step loss is a mean over a few pairs or answers, heavy-tailed, and grpo's
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from steadytune.config import RunConfig
 from steadytune.stages.preference import PREFERENCE_STAGES
+from steadytune.training.guard import NumericalGuard
 
 
 def judge_loss_spikes(cfg: RunConfig) -> bool:
@@ -39,3 +41,15 @@ def judge_grad_spikes(cfg: RunConfig) -> bool:
         cfg.decide("grad_norm_spikes", False, "stage grpo: the gradient norm follows how many groups carry a reward "
                    "signal, so it is not judged for spikes; non-finite values are")
     return False
+
+
+def guard_for(cfg: RunConfig, precision: str, fallback_precision: str, emit, saved: dict | None) -> NumericalGuard:
+    """The run's numerical guard, judging the spikes that suit its stage; every action is an `emit`ted event.
+    `saved`: the guard's state in the checkpoint a resume starts from (its statistics and events go on)."""
+    guard = NumericalGuard(cfg.guard, precision, emit=emit, max_grad_norm=cfg.train.max_grad_norm,
+                           fallback_precision=fallback_precision, judge_loss_spikes=judge_loss_spikes(cfg),
+                           judge_grad_spikes=judge_grad_spikes(cfg))
+    if saved is not None:
+        guard.load_state_dict(saved)
+        guard.precision = precision   # a run resumed after a precision switch guards its new precision
+    return guard

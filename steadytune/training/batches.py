@@ -279,3 +279,33 @@ def check_steps_fit_keys(cfg: RunConfig, micro_batches_per_epoch: int, total_ste
         if step is not None and step > total_steps:
             raise UserError(f"fault_injection.{key}: step {step} is beyond the run's {total_steps} steps; the fault "
                             "would never fire")
+
+
+@dataclass
+class Steps:
+    """How the data is cut into optimizer steps."""
+    micro_batches_per_epoch: int
+    per_epoch: int
+    total: int
+    warmup: int
+
+
+def plan_steps(cfg: RunConfig, micro_batches_per_epoch: int, examples: int, world: int,
+               budget: int | None) -> Steps:
+    """Optimizer steps and warm-up from an epoch's micro-batches, each recorded with its reason (the total beside
+    LLaMA-Factory's for the same `examples` rows on `world` processes); keys that would misbehave with them are
+    refused or warned about here."""
+    t = cfg.train
+    steps = count_steps(t, micro_batches_per_epoch)
+    per_epoch, total = steps.steps_per_epoch, steps.total
+    warmup = warmup_steps_of(t, total)
+    lf = lf_step_count(examples, t.per_device_train_batch_size, world, t.gradient_accumulation_steps,
+                       t.num_train_epochs, t.max_steps)
+    cfg.decide("total_steps", total, f"{'max_steps' if t.max_steps > 0 else 'num_train_epochs'}: "
+               f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation = "
+               f"{per_epoch} steps per epoch; "
+               + compare_with_lf(micro_batches_per_epoch, per_epoch, total, lf, budget))
+    cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else
+               f"ceil({t.warmup_ratio} x {total} steps), as transformers rounds it for LLaMA-Factory")
+    check_steps_fit_keys(cfg, micro_batches_per_epoch, total)
+    return Steps(micro_batches_per_epoch, per_epoch, total, warmup)
