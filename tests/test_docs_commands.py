@@ -380,6 +380,17 @@ def test_readme_headline_table_fits_one_screen():
     assert not unlinked, f"headline rows that link to no measurement: {unlinked}"
 
 
+def test_readme_counts_llamafactorys_examples_as_the_table_does():
+    """The front page's "N of its M examples run" is docs/lf_examples.json's count (tools/run_lf_examples.py writes
+    it): the README said 28 of 83 for a wave after the table said 41."""
+    import json
+
+    found = re.search(r"(\d+) of its (\d+) examples", prose(README))
+    assert found, "README.md no longer says how many of LLaMA-Factory's examples run"
+    table = json.loads((ROOT / "docs" / "lf_examples.json").read_text(encoding="utf-8"))
+    assert (int(found.group(1)), int(found.group(2))) == (sum(bool(r["runs"]) for r in table), len(table))
+
+
 def test_the_table_reader_sees_long_cells_and_header_rows():
     rows = table_rows("| a | b |\n|---|---|\n| short | " + "x" * 250 + " |\n| `a \\| b` | c |\n")
     assert [n for n, _ in rows] == [3, 4]
