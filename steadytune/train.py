@@ -3,8 +3,9 @@
     run_training, the driver:  claim output_dir -> set_up -> fit -> finish
     set_up   a list of phases, each a function below: where to start (fresh, reuse, resume) -> processes and
              sharding -> hardware policy -> tokenizer + data, checked before any weights load -> resume checks ->
-             Accelerator + start-up checks -> model + LoRA -> batches and steps -> speed plan (static shapes, compile,
-             CUDA graphs, liger, checkpointing) -> optimizer + schedule -> restore the checkpoint -> guard
+             Accelerator + start-up checks -> model + what trains (LoRA, OFT, freeze, full) -> batches and steps ->
+             speed plan (static shapes, compile, CUDA graphs, liger, checkpointing) -> optimizer + schedule -> restore
+             the checkpoint -> guard. Each phase calls the part that does its work (docs/architecture.md's table).
     fit      the loop: forward on labelled positions, token-normalised accumulation, clip, guard, step, log,
              eval, save; a signal saves a checkpoint at the step boundary and stops
     finish   adapter (or model) + tokenizer + results + plot
@@ -12,7 +13,7 @@
 An fp16 run that keeps overflowing comes back from `fit` asking for another precision: the driver sets up again
 from the checkpoint it saved. The loop is ours, on Accelerate (no transformers.Trainer subclass): Accelerate brings
 DDP / FSDP / DeepSpeed and autocast; everything that decides the numbers is visible here. What a stage (sft, pt,
-dpo, kto, rm) does differently comes from its record in stages/table.py.
+dpo, kto, rm, grpo) does differently comes from its record in stages/table.py.
 """
 
 from __future__ import annotations
