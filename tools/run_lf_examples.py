@@ -148,7 +148,9 @@ def render(results: list[dict], args) -> int:
         f"`python tools/run_lf_examples.py` with only `model_name_or_path` (a tiny random Qwen2 with a tokenizer "
         f"that knows every template's special tokens) and `dataset_dir` (LLaMA-Factory's `data/`) changed (`chat` "
         f"gets one question on stdin; LLaMA-Factory's v1 files also find its `data/v1_*.yaml` where they run, and "
-        f"`v1/train_lora/train_lora_dpo.yaml` gets `stage=dpo`, as v1's `dpo` command), on a "
+        f"`v1/train_lora/train_lora_dpo.yaml` gets `stage=dpo`, as v1's `dpo` command; three files name datasets that no "
+        f"folder here holds, and LLaMA-Factory's demo rows stand in, said in their row; the Ray file runs with "
+        f"USE_RAY=1, as LLaMA-Factory runs it), on a "
         f"CPU" + (f", each training run cut to `max_steps={args.max_steps}` (and at most 16 generated tokens) to "
                   f"keep the table's CPU time short" if args.max_steps else "") +
         f". **{runs} of {len(results)} run**; {gpu_only} more need a GPU (on this CPU they stop at start saying "
@@ -259,10 +261,14 @@ def main() -> int:
         result = {"example": relative, "command": command_for(relative), "exit_code": code,
                   "seconds": round(seconds, 1), "runs": code == 0, "why": "" if code == 0 else first_error(output)}
         if code == 0:
-            lines = [line.split("\r")[-1].strip() for line in output.splitlines()]
+            # Ray prefixes its workers' lines with "(_RankProcess pid=N)" in colour: read past it
+            lines = [re.sub(r"^(\x1b\[[0-9;]*m)?\(\w+ pid=\d+(, ip=[^)]*)?\)(\x1b\[[0-9;]*m)?\s*", "",
+                            line.split("\r")[-1].strip()) for line in output.splitlines()]
             done_line = next((line for line in lines if line.startswith("done:")), "")
             scores = " ".join(line.strip(",") for line in lines if line.startswith('"predict_'))  # predict runs
             merged = next((line for line in lines if line.startswith("merged model in")), "")
+            quantised = next((line for line in lines if line.startswith("quantised:")), "")
+            merged = f"{merged}; {quantised}" if merged and quantised else merged
             said = next((line for line in answer.splitlines() if line.strip()), "") if command_for(relative) == "chat" else ""
             plain = [x for x in lines if x and "it/s]" not in x and "%|" not in x]
             result["note"] = (done_line or (f"predicted; {scores}" if scores else "") or merged

@@ -198,8 +198,12 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
     weights = sorted(out_dir.glob("model*.safetensors"))
     report["weights_bytes"] = sum(f.stat().st_size for f in weights)
     report["shards"] = len(weights)
+    if "gptq" in report:   # the linear layers are GPTQ's packed integers now; the rest keeps the dtype chosen
+        why = f"GPTQ {report['gptq']['bits']}-bit linear layers, the rest {report['dtype']}"
+    else:
+        why = f"{report['dtype']}: {why}"
     print(f"merged model in {out_dir}: {len(weights)} safetensors shard(s), {_size(report['weights_bytes'])} "
-          f"({report['dtype']}: {why}); chat template, eos {template.eos_token} and stop tokens "
+          f"({why}); chat template, eos {template.eos_token} and stop tokens "
           f"{export_stop_ids(template, tokenizer, merged.generation_config.eos_token_id)} saved; "
           f"{time.perf_counter() - started:.1f} s")
     return report
