@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from steadytune.model.vision import is_vision_config
+from steadytune.model.vision import is_vision_config, is_vision_model, run_multimodal, takes_pixels, text_only_inputs
 
 # What a model is loaded as, by task: a causal LM (sft, dpo, kto), or the same body with a one-output linear head
 # read at a sequence's last token (the reward model of stage rm; transformers' *ForSequenceClassification, the
@@ -105,6 +105,17 @@ def decoder_layers(model: torch.nn.Module):
         except AttributeError:
             return None
     return layers
+
+
+def run_body(model: torch.nn.Module, inputs: dict, **kwargs):
+    """The decoder body's forward (no head) over a batch's model inputs: a vision-language model's rows with pixels
+    go through its vision tower, projector and language model (model/vision.py), rows without through its language
+    model alone; a text model through its decoder."""
+    if is_vision_model(model):
+        if takes_pixels(inputs):
+            return run_multimodal(model, inputs, **kwargs)
+        inputs = text_only_inputs(inputs)
+    return decoder_body(model)(**inputs, **kwargs)
 
 
 def output_head(model: torch.nn.Module) -> torch.nn.Module:

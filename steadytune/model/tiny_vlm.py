@@ -125,7 +125,14 @@ def build_vlm(kind: str = "qwen2_5_vl", tokenizer: PreTrainedTokenizerFast | Non
     tokenizer = vision_tokenizer(kind, tokenizer)
     config = tiny_vlm_config(kind, tokenizer)
     torch.manual_seed(seed)
-    return AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation)
+    model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation)
+    projection = getattr(getattr(model.model, "multi_modal_projector", None), "mm_input_projection_weight", None)
+    if projection is not None:
+        # Gemma 3 starts its projection at zero (every image feature 0): a released checkpoint's is trained, and a
+        # random one lets a test see that the image changes the output
+        with torch.no_grad():
+            projection.normal_(std=config.text_config.initializer_range)
+    return model
 
 
 def save_tiny_vlm(folder: str | Path, kind: str = "qwen2_5_vl", seed: int = 0,

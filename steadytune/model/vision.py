@@ -238,6 +238,59 @@ def takes_pixels(inputs: dict) -> bool:
     return any(inputs.get(k) is not None for k in PIXEL_KEYS)
 
 
+def vision_frozen(model: nn.Module) -> bool:
+    """Whether nothing in the vision tower or the projector trains (the default): images are then encoded without
+    autograd (no activations kept for a backward that never reaches them)."""
+    parts = vision_parts(model)
+    return not any(p.requires_grad for name, p in model.named_parameters()
+                   if _matches(name, (*parts.vision_tower, *parts.projector)))
+
+
+def _feature_arguments(method, inputs: dict, config) -> dict:
+    """The arguments a family's get_image_features / get_video_features takes, by name: pixels and grids from the
+    batch, the rest (LLaVA's vision_feature_layer, ...) from the model's config."""
+    import inspect
+
+    taken = {}
+    for name in list(inspect.signature(method).parameters)[:8]:
+        if name in inputs:
+            taken[name] = inputs[name]
+        elif name.startswith("vision_feature") and hasattr(config, name):
+            taken[name] = getattr(config, name)
+    return taken
+
+
+def encode_media(model: nn.Module, inputs: dict, video_inputs: tuple[str, str] = ("pixel_values_videos",
+                                                                               "video_grid_thw")) -> dict:
+    """The image (and video) encoder's outputs for a batch, as transformers' `mm_encoder_outputs` takes them: the
+    vision tower and projector run once here, on the pixel inputs alone. Computed apart from the language model's
+    forward so that nothing of the text side reaches the vision tower (a packed batch's cu_seq_lens_* would be read by
+    its attention as its own), and without autograd when the vision parts are frozen."""
+    import contextlib
+
+    import torch
+
+    body = multimodal_body(model)
+    grad = contextlib.nullcontext() if not vision_frozen(model) else torch.no_grad()
+    encoded = {}
+    with grad:
+        if inputs.get("pixel_values") is not None:
+            method = body.get_image_features
+            encoded["image"] = method(**_feature_arguments(method, inputs, body.config), return_dict=True)
+        if inputs.get(video_inputs[0]) is not None and hasattr(body, "get_video_features"):
+            method = body.get_video_features
+            encoded["video"] = method(**_feature_arguments(method, inputs, body.config), return_dict=True)
+    return encoded
+
+
+def run_multimodal(model: nn.Module, inputs: dict, **kwargs):
+    """The multimodal body's forward over a batch with pixels: media encoded first (encode_media), then the language
+    model over the text with the media's features in place of their placeholder tokens."""
+    encoded = encode_media(model, inputs)
+    text_side = {k: v for k, v in inputs.items() if k not in PIXEL_KEYS}
+    return multimodal_body(model)(**text_side, mm_encoder_outputs=encoded, **kwargs)
+
+
 def multimodal_body(model: nn.Module) -> nn.Module:
     """The VLM's body without the head (vision tower + projector + language model: `model.model` in transformers 5),
     which takes pixel inputs and returns the language model's last hidden states."""
