@@ -107,6 +107,12 @@ def decoder_layers(model: torch.nn.Module):
     return layers
 
 
+def speed_scope(model: torch.nn.Module) -> torch.nn.Module:
+    """Where the speed features (fp8 base, fused SwiGLU, shared-input groups) look for layers: a vision-language
+    model's language model only (its vision tower and projector run as loaded), a text model whole."""
+    return decoder_body(model) if is_vision_model(model) else model
+
+
 def run_body(model: torch.nn.Module, inputs: dict, **kwargs):
     """The decoder body's forward (no head) over a batch's model inputs: a vision-language model's rows with pixels
     go through its vision tower, projector and language model (model/vision.py), rows without through its language

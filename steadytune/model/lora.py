@@ -29,6 +29,7 @@ from steadytune.model.archive import unpacked
 from steadytune.model.freeze import apply_freeze, expanded_block_targets
 from steadytune.model.vision import (
     all_linear_leaves,
+    describe_trainable,
     freeze_forbidden,
     is_vision_model,
     lora_module_names,
@@ -91,6 +92,8 @@ def attach_adapter(model: nn.Module, cfg: RunConfig) -> nn.Module:
         install_grouped_experts(model, cfg.train.moe_grouped_mm)
     if not cfg.train.pure_bf16:   # pure_bf16: the trained weights stay bf16, as asked
         _cast_trainable_to_fp32(model)
+    if is_vision_model(model):   # nothing of a vision-language model is frozen silently
+        cfg.decide("trainable_parts", describe_trainable(model), vision_freeze_reason(cfg.method))
     return model
 
 
