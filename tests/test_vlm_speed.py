@@ -124,3 +124,22 @@ def test_qlora_quantises_the_language_model_only(kind, tmp_path):
     loss_sum, n = causal_lm_loss_sum(model, batch)
     loss_sum.backward()
     assert torch.isfinite(loss_sum) and any(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_a_mixture_of_experts_vlm_adapts_its_experts_and_counts_them():
+    """Qwen3-VL-MoE: the MoE code reads the language model's text_config (experts, top-k), LoRA reaches the routed
+    experts as for a text MoE, the budget counts what is made, and a batch with an image trains."""
+    from steadytune.hardware.moe_shape import moe_shape
+    from steadytune.model.lora import count_parameters
+
+    fresh, tokenizer = tiny("qwen3_vl_moe")
+    shape = moe_shape(text_config(fresh))
+    assert shape is not None and (shape.experts, shape.top_k) == (4, 2)
+    budget = adapter_parameters(fresh, "all", 8)
+    model, tokenizer, cfg = lora_vlm("qwen3_vl_moe")
+    assert count_parameters(model)[0] == budget
+    adapted = {n.split(".lora_")[0] for n, p in model.named_parameters() if p.requires_grad}
+    assert any(".mlp.experts" in n for n in adapted) and all(".language_model." in n for n in adapted)
+    loss_sum, n = causal_lm_loss_sum(model, image_batch("qwen3_vl_moe", model, tokenizer, ROWS))
+    loss_sum.backward()
+    assert torch.isfinite(loss_sum)

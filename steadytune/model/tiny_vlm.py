@@ -24,11 +24,14 @@ QWEN_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|
 GEMMA3_VISION_TOKENS = ("<start_of_image>", "<end_of_image>", "<image_soft_token>")
 LLAVA_VISION_TOKENS = ("<image>",)
 VISION_TOKENS = {"qwen2_5_vl": QWEN_VISION_TOKENS, "qwen3_vl": QWEN_VISION_TOKENS,
-                 "gemma3_vl": GEMMA3_VISION_TOKENS, "llava": LLAVA_VISION_TOKENS}
-TINY_VLM_KINDS = tuple(VISION_TOKENS)
+                 "gemma3_vl": GEMMA3_VISION_TOKENS, "llava": LLAVA_VISION_TOKENS,
+                 "qwen3_vl_moe": QWEN_VISION_TOKENS}
+# The four families the tests cover everywhere; qwen3_vl_moe (Qwen3-VL's mixture of experts: 4 experts, 2 a token)
+# is built for the MoE checks.
+TINY_VLM_KINDS = ("qwen2_5_vl", "qwen3_vl", "gemma3_vl", "llava")
 # The chat template LLaMA-Factory pairs with each family (template: ...).
 TINY_VLM_TEMPLATES = {"qwen2_5_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl_nothink", "gemma3_vl": "gemma3",
-                      "llava": "llava"}
+                      "llava": "llava", "qwen3_vl_moe": "qwen3_vl_nothink"}
 
 _TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 # Qwen's multimodal rope splits each head's rotary half (head_dim 8 -> 4 frequencies) over time, height and width.
@@ -61,7 +64,7 @@ def tiny_vlm_config(kind: str, tokenizer: PreTrainedTokenizerFast):
 
     common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                   bos_token_id=tokenizer.bos_token_id)
-    if kind in ("qwen2_5_vl", "qwen3_vl"):
+    if kind in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
         start, end, image, video = _ids(tokenizer, *QWEN_VISION_TOKENS)
         ids = dict(vision_start_token_id=start, vision_end_token_id=end, image_token_id=image, video_token_id=video)
         if kind == "qwen2_5_vl":
@@ -73,6 +76,8 @@ def tiny_vlm_config(kind: str, tokenizer: PreTrainedTokenizerFast):
                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_interleaved": True,
                                          **_MROPE})
             vision = dict(_QWEN_VISION, patch_size=16, num_position_embeddings=16, deepstack_visual_indexes=[1])
+            if kind == "qwen3_vl_moe":
+                text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, decoder_sparse_step=1)
         return AutoConfig.for_model(kind, text_config=text, vision_config=vision, tie_word_embeddings=True, **ids,
                                     **common)
     if kind == "gemma3_vl":
@@ -91,7 +96,7 @@ def tiny_vlm_config(kind: str, tokenizer: PreTrainedTokenizerFast):
         return AutoConfig.for_model("llava", text_config=text, vision_config=vision, image_token_index=image,
                                     vision_feature_layer=-1, vision_feature_select_strategy="default",
                                     tie_word_embeddings=False, **common)
-    raise ValueError(f"unknown tiny vision-language model {kind!r}; choose one of {', '.join(TINY_VLM_KINDS)}")
+    raise ValueError(f"unknown tiny vision-language model {kind!r}; choose one of {', '.join(VISION_TOKENS)}")
 
 
 def tiny_image_processor(kind: str):
@@ -101,7 +106,7 @@ def tiny_image_processor(kind: str):
 
         return Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=4 * 28 * 28, patch_size=14, merge_size=2,
                                         temporal_patch_size=2)
-    if kind == "qwen3_vl":
+    if kind in ("qwen3_vl", "qwen3_vl_moe"):
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
         return Qwen2VLImageProcessorPil(min_pixels=32 * 32, max_pixels=4 * 32 * 32, patch_size=16, merge_size=2,
@@ -114,7 +119,7 @@ def tiny_image_processor(kind: str):
         from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
         return CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    raise ValueError(f"unknown tiny vision-language model {kind!r}; choose one of {', '.join(TINY_VLM_KINDS)}")
+    raise ValueError(f"unknown tiny vision-language model {kind!r}; choose one of {', '.join(VISION_TOKENS)}")
 
 
 def build_vlm(kind: str = "qwen2_5_vl", tokenizer: PreTrainedTokenizerFast | None = None, seed: int = 0,
