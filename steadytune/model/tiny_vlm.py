@@ -153,5 +153,28 @@ def save_tiny_vlm(folder: str | Path, kind: str = "qwen2_5_vl", seed: int = 0,
         config = json.loads(config_file.read_text(encoding="utf-8"))
         config["extra_special_tokens"] = GEMMA3_NAMED_TOKENS
         config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
-    tiny_image_processor(kind).save_pretrained(folder)
+    save_tiny_processor(folder, kind)
     return folder
+
+
+def save_tiny_processor(folder: Path, kind: str) -> None:
+    """The family's image processor, and where transformers assembles the whole processor without torchvision (Gemma
+    3, LLaVA), that processor with its settings (processor_config.json: Gemma 3's image_seq_length, LLaVA's patch
+    size and CLS handling), as the released checkpoints ship them. Qwen-VL's processor needs torchvision (its video
+    processor): its image processor alone is saved, as loading falls back to the parts."""
+    from transformers import AutoTokenizer
+
+    image_processor = tiny_image_processor(kind)
+    if kind == "gemma3_vl":
+        from transformers import Gemma3Processor
+
+        processor = Gemma3Processor(image_processor, AutoTokenizer.from_pretrained(folder), image_seq_length=4)
+    elif kind == "llava":
+        from transformers import LlavaProcessor
+
+        processor = LlavaProcessor(image_processor, AutoTokenizer.from_pretrained(folder), patch_size=8,
+                                   vision_feature_select_strategy="default", num_additional_image_tokens=1)
+    else:
+        image_processor.save_pretrained(folder)
+        return
+    processor.save_pretrained(folder)

@@ -283,12 +283,71 @@ def encode_media(model: nn.Module, inputs: dict, video_inputs: tuple[str, str] =
     return encoded
 
 
-def run_multimodal(model: nn.Module, inputs: dict, **kwargs):
-    """The multimodal body's forward over a batch with pixels: media encoded first (encode_media), then the language
-    model over the text with the media's features in place of their placeholder tokens."""
-    encoded = encode_media(model, inputs)
+def run_multimodal(model: nn.Module, inputs: dict, encoded: dict | None = None, **kwargs):
+    """The multimodal body's forward over a batch with pixels: media encoded first (encode_media; or `encoded`,
+    already), then the language model over the text with the media's features in place of their placeholder tokens."""
+    if encoded is None:
+        encoded = encode_media(model, inputs)
     text_side = {k: v for k, v in inputs.items() if k not in PIXEL_KEYS}
     return multimodal_body(model)(**text_side, mm_encoder_outputs=encoded, **kwargs)
+
+
+def images_in(pixels: dict) -> int:
+    """How many images a processor output holds (Qwen: one grid per image; the others: one pixel tensor each)."""
+    if pixels.get("image_grid_thw") is not None:
+        return len(pixels["image_grid_thw"])
+    values = pixels.get("pixel_values")
+    return 0 if values is None else len(values)
+
+
+def concat_pixels(pixels: list[dict]) -> dict:
+    """The pixel inputs of several prompts in one batch, in row order (the model walks image tokens left to right,
+    row by row, and takes the features in the same order)."""
+    import torch
+
+    parts: dict[str, list] = {}
+    for one in pixels:
+        for key, value in one.items():
+            parts.setdefault(key, []).append(value)
+    return {key: torch.cat(values) for key, values in parts.items()}
+
+
+def _select(value, index: list[int], count: int):
+    """Items `index` of one per-image field of an encoder output: a tuple/list with one entry per image, a tensor with
+    one row per image, or a list (per layer: Qwen3-VL's deepstack features) of those."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and len(value) == count:
+        return value[torch.as_tensor(index, dtype=torch.long, device=value.device)]
+    if isinstance(value, (list, tuple)) and len(value) == count and all(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(value[i] for i in index)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (list, tuple)) for v in value):
+        return type(value)(_select(v, index, count) for v in value)
+    raise ValueError(f"an image encoder output of an unknown layout ({type(value).__name__})")
+
+
+def select_images(encoded: dict, index: list[int], count: int) -> dict:
+    """The image encoder's outputs for images `index` (repeats allowed) of the `count` it encoded: label scoring
+    encodes each prompt's images once and hands the same features to every label's row."""
+    image = encoded["image"]
+    fields = {"pooler_output": _select(image.pooler_output, index, count)}
+    if getattr(image, "deepstack_features", None) is not None:
+        fields["deepstack_features"] = _select(image.deepstack_features, index, count)
+    return {"image": type(image)(**fields)}
+
+
+def type_id_inputs(model: nn.Module, input_ids) -> dict:
+    """The token-type ids a VLM reads beside the ids, made from them: Qwen-VL's mm_token_type_ids (1 image, 2 video:
+    transformers computes the 3-D rope positions from them), Gemma 3's token_type_ids (1 on image soft tokens: its
+    attention is bidirectional inside an image); {} for the others."""
+    config = _base(model).config
+    image = getattr(config, "image_token_id", None)
+    if getattr(config, "vision_start_token_id", None) is not None:
+        types = (input_ids == image).long() + 2 * (input_ids == getattr(config, "video_token_id", -1)).long()
+        return {"mm_token_type_ids": types}
+    if config_model_type(config) == "gemma3":
+        return {"token_type_ids": (input_ids == image).long()}
+    return {}
 
 
 def multimodal_body(model: nn.Module) -> nn.Module:

@@ -1,0 +1,100 @@
+"""Using a vision-language model: prompts with images encoded as training encodes them, label scoring with each
+prompt's images encoded once, generation with images through transformers' generate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from steadytune.config import load_config
+from steadytune.errors import DataError
+from steadytune.eval.scoring import generate_texts, score_labels
+from steadytune.infer.generate import run_template
+from steadytune.infer.media import VisionPrompts
+from steadytune.model.anatomy import run_body
+from steadytune.model.load import load_model_and_tokenizer
+from steadytune.model.tiny_vlm import TINY_VLM_KINDS, TINY_VLM_TEMPLATES, save_tiny_vlm
+from steadytune.model.vision import type_id_inputs
+from vlm_batches import square
+
+COLOURS = [(255, 0, 0), (0, 0, 255), (0, 255, 0)]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vlm")
+    return {kind: save_tiny_vlm(root / kind, kind) for kind in TINY_VLM_KINDS}
+
+
+def loaded(folder, kind):
+    cfg = load_config(None, {"model_name_or_path": str(folder), "template": TINY_VLM_TEMPLATES[kind]})
+    model, tokenizer = load_model_and_tokenizer(cfg.model)
+    model.eval()
+    template = run_template(cfg, tokenizer)
+    return model, tokenizer, VisionPrompts.for_model(cfg, model, tokenizer, template)
+
+
+def question(prompts: VisionPrompts, colour, text="What colour is this?"):
+    return prompts.encode([{"role": "user", "content": text}], None, [square(colour)], "test")
+
+
+def label_ids(tokenizer, word):
+    return tokenizer(word, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+
+@pytest.mark.parametrize("kind", TINY_VLM_KINDS)
+def test_label_scores_with_images_equal_one_row_at_a_time_and_encode_each_image_once(kind, folders):
+    model, tokenizer, prompts = loaded(folders[kind], kind)
+    asked = [question(prompts, c) for c in COLOURS]
+    labels = [label_ids(tokenizer, "red"), label_ids(tokenizer, "blue")]
+    root = model.model.visual if kind.startswith("qwen") else model.model.vision_tower
+    images_seen = []
+    hook = root.register_forward_hook(lambda module, args, out: images_seen.append(1))
+    scores = score_labels(model, [p.ids for p in asked], labels, batch_size=2, pad_token_id=tokenizer.pad_token_id,
+                          media=[p.pixels for p in asked])
+    hook.remove()
+    assert len(images_seen) == 2, "one encoder call per batch of prompts, not one per (prompt, label) row"
+    for i, p in enumerate(asked):
+        for j, target in enumerate(labels):
+            ids = torch.tensor([p.ids + target])
+            with torch.no_grad():
+                hidden = run_body(model, {"input_ids": ids, **type_id_inputs(model, ids), **p.pixels}).last_hidden_state
+                logprobs = torch.log_softmax(model.get_output_embeddings()(hidden[0]).float(), -1)
+            alone = sum(float(logprobs[len(p.ids) - 1 + k, t]) for k, t in enumerate(target))
+            assert scores[i, j].item() == pytest.approx(alone, abs=1e-4)
+    assert not torch.allclose(scores[0], scores[1])   # the image changes the scores
+
+
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "gemma3_vl"])
+def test_generation_with_images_batched_equals_one_at_a_time(kind, folders):
+    model, tokenizer, prompts = loaded(folders[kind], kind)
+    asked = [question(prompts, c, text) for c, text in zip(COLOURS, ["Colour?", "What colour is this one?", "Hi"])]
+    together = generate_texts(model, tokenizer, [p.ids for p in asked], 6, batch_size=3,
+                              media=[p.pixels for p in asked])
+    alone = [generate_texts(model, tokenizer, [p.ids], 6, media=[p.pixels])[0] for p in asked]
+    assert together == alone
+
+
+def test_placeholders_are_placed_as_llamafactory_places_them(folders):
+    model, tokenizer, prompts = loaded(folders["llava"], "llava")
+    implicit = prompts.encode([{"role": "user", "content": "Colour?"}], None, [square(COLOURS[0])], "row 1")
+    explicit = prompts.encode([{"role": "user", "content": "<image>Colour?"}], None, [square(COLOURS[0])], "row 1")
+    assert implicit.ids == explicit.ids and implicit.ids.count(model.config.image_token_id) == 16
+    with pytest.raises(DataError, match="row 2: 2 <image> placeholder"):
+        prompts.encode([{"role": "user", "content": "<image><image>Colour?"}], None, [square(COLOURS[0])], "row 2")
+
+
+def test_a_text_model_has_no_vision_prompts(tmp_path):
+    from steadytune.model.tiny import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "text")
+    cfg = load_config(None, {"model_name_or_path": str(folder), "template": "qwen"})
+    model, tokenizer = load_model_and_tokenizer(cfg.model)
+    assert VisionPrompts.for_model(cfg, model, tokenizer, run_template(cfg, tokenizer)) is None
+
+
+def test_a_vlm_with_a_text_template_is_refused(folders):
+    cfg = load_config(None, {"model_name_or_path": str(folders["qwen2_5_vl"]), "template": "qwen"})
+    model, tokenizer = load_model_and_tokenizer(cfg.model)
+    with pytest.raises(DataError, match="template: qwen has no image tokens"):
+        VisionPrompts.for_model(cfg, model, tokenizer, run_template(cfg, tokenizer))
