@@ -98,3 +98,45 @@ def test_a_vlm_with_a_text_template_is_refused(folders):
     model, tokenizer = load_model_and_tokenizer(cfg.model)
     with pytest.raises(DataError, match="template: qwen has no image tokens"):
         VisionPrompts.for_model(cfg, model, tokenizer, run_template(cfg, tokenizer))
+
+
+def test_chat_attaches_images_with_a_command_and_keeps_them_with_their_message(folders, tmp_path):
+    """`/image PATH` then a question: the answer is generated over the image; the image stays in the history and the
+    next prompt still carries its tokens; /reset forgets it; a missing file is said, the session goes on."""
+    import io
+
+    from steadytune.infer.chat import ChatSession
+    from steadytune.infer.loading import open_run
+
+    red = tmp_path / "red.png"
+    square(COLOURS[0]).save(red)
+    run_ = open_run(str(folders["qwen2_5_vl"]), ["template=qwen2_vl", "do_sample=false", "max_new_tokens=3"])
+    session = ChatSession.load(run_, quiet=True)
+    out = io.StringIO()
+    session.loop(io.StringIO(f"/image {red}\nWhat colour?\n/image {tmp_path / 'missing.png'}\nAnd now?\n"), out,
+                 interactive=False)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("(image 1 attached") and "image file not found" in lines[2], lines
+    image = session.model.config.image_token_id
+    ids, pixels = session.prompt("again?")
+    assert ids.count(image) == 1 and pixels["pixel_values"].shape[0] == 4   # the first turn's image, still there
+    # the same question over the image from a fresh session gives the same first answer (greedy)
+    again = ChatSession.load(run_, quiet=True)
+    again.pending_images.append(str(red))
+    assert "".join(again.answer("What colour?")).replace("\n", " ") == lines[1]
+    session.reset()
+    assert session.prompt("hi")[1] == {}
+
+
+def test_chat_of_a_text_model_says_it_takes_no_images(tmp_path):
+    import io
+
+    from steadytune.infer.chat import ChatSession
+    from steadytune.infer.loading import open_run
+    from steadytune.model.tiny import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "text")
+    session = ChatSession.load(open_run(str(folder), ["template=qwen", "max_new_tokens=2"]), quiet=True)
+    out = io.StringIO()
+    session.loop(io.StringIO("/image x.png\n"), out, interactive=False)
+    assert "takes no images" in out.getvalue()

@@ -16,6 +16,7 @@ import torch
 
 from steadytune.data.prepare import template_for
 from steadytune.data.templates import BOS, CONTENT, EOS, Template, encode_parts
+from steadytune.model.vision import type_id_inputs
 
 
 def run_template(cfg, tokenizer) -> Template:
@@ -221,8 +222,9 @@ def predict_sampling_note(cfg, sampling: Sampling) -> str | None:
 
 
 def stream_answer(model, tokenizer, prompt_ids: Sequence[int], sampling: Sampling, stop_ids: Sequence[int],
-                  skip_special_tokens: bool = True) -> Iterator[str]:
-    """Yield the answer's text as it is generated (transformers' TextIteratorStreamer, generate in a thread)."""
+                  skip_special_tokens: bool = True, pixels: dict | None = None) -> Iterator[str]:
+    """Yield the answer's text as it is generated (transformers' TextIteratorStreamer, generate in a thread).
+    `pixels`: a vision-language model's image inputs for the prompt (infer/media.py)."""
     from transformers import TextIteratorStreamer
 
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=skip_special_tokens)
@@ -231,6 +233,8 @@ def stream_answer(model, tokenizer, prompt_ids: Sequence[int], sampling: Samplin
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     kwargs = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), streamer=streamer,
                   eos_token_id=list(stop_ids) or None, pad_token_id=pad, **sampling.generate_kwargs())
+    if pixels:
+        kwargs.update({k: v.to(device) for k, v in pixels.items()}, **type_id_inputs(model, input_ids))
     errors: list[BaseException] = []
 
     def work() -> None:
