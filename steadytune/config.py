@@ -235,6 +235,17 @@ class DataArguments:
     # Generative classification (seed 003): the target is a label word followed by end-of-sequence.
     label_names: Optional[list] = _opt(None, "Ordered label words for classification datasets, e.g. [消极, 积极].")
     prompt_template: Optional[str] = _opt(None, "Prompt for classification rows; must contain {text}.")
+    # Vision-language rows (data/multimodal/): LLaMA-Factory's keys and defaults (its ModelArguments / DataArguments).
+    media_dir: Optional[str] = _opt(None, "Folder that image and video paths in the rows are relative to (default: dataset_dir); a path not found there is read as written.")
+    image_max_pixels: int = _opt(768 * 768, "Images with more pixels (width x height) are shrunk to about this many before the image processor (LLaMA-Factory's rule).", minimum=1)
+    image_min_pixels: int = _opt(32 * 32, "Images with fewer pixels are enlarged to about this many.", minimum=1)
+    image_do_pan_and_scan: bool = _opt(False, "Gemma 3: also feed crops of wide or tall images (pan and scan), as LLaMA-Factory.")
+    video_max_pixels: int = _opt(256 * 256, "Video frames with more pixels are shrunk to about this many.", minimum=1)
+    video_min_pixels: int = _opt(16 * 16, "Video frames with fewer pixels are enlarged to about this many.", minimum=1)
+    video_fps: float = _opt(2.0, "Frames kept per second of video (at least one, at most video_maxlen).", minimum=0.0, exclusive_min=True)
+    video_maxlen: int = _opt(128, "Most frames kept of one video.", minimum=1)
+    media_truncation: str = _opt("shorten_text", "When cutoff_len cannot hold a row with its image/video tokens: shorten_text (cut its text, never a media token; refuse the row when the media alone do not fit) or refuse (refuse the row, naming it).",
+                                 choices=("shorten_text", "refuse"))
     class_balance: str = _opt("none", "Class balance for classification: none, sampler (inverse-frequency sampling), loss (class-weighted loss), both.",
                               choices=("none", "sampler", "loss", "both"))
 
@@ -481,12 +492,9 @@ UNSUPPORTED_KEYS = {
     "ld_alpha": "length-desensitised DPO (LD-DPO) is not supported",
     "ref_model_quantization_bit": "quantised reference models are not supported",
     "ppo_epochs": "PPO is not supported",
-    "image_max_pixels": "vision inputs are not supported (text-only decoder models)",
-    "image_min_pixels": "vision inputs are not supported",
-    "video_max_pixels": "video inputs are not supported",
-    "video_min_pixels": "video inputs are not supported",
-    "video_fps": "video inputs are not supported",
-    "video_maxlen": "video inputs are not supported",
+    "use_audio_in_video": "audio inputs are not supported (images and video are: data/multimodal)",
+    "audio_sampling_rate": "audio inputs are not supported (images and video are: data/multimodal)",
+    "crop_to_patches": "InternVL's image tiling is not supported (vision templates: qwen2_vl, qwen3_vl, gemma3, llava)",
     "ray_num_workers": "LLaMA-Factory's Ray launch (USE_RAY=1, ray_* keys) is not supported; for several GPUs use "
                        "`steadytune train --nproc N` (torchrun), --nnodes for several machines, or accelerate launch",
     "ray_init_kwargs": "LLaMA-Factory's Ray launch is not supported; use --nproc / --nnodes",

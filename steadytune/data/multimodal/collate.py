@@ -2,7 +2,8 @@
 0 (text), and the pixels made now, per batch, from each example's media (LLaMA-Factory makes them in its collator too:
 a dataset's pixel values would not fit in memory). Images are concatenated in example order, so the model's
 "which features belong to which image tokens" walk (left to right over the batch) finds each image where its
-tokens are. With `rope` (Qwen-VL), the 3-D rope position ids are computed per example (rope.py) and padded."""
+tokens are. With `rope` (Qwen-VL), the position ids are computed per example (rope.py) and padded: 4 rows, the
+plain positions then Qwen's time / height / width rows (the layout transformers reads)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from steadytune.data.collators import PadCollator
 from steadytune.data.multimodal.encode import MediaContext, media_inputs
+from steadytune.data.multimodal.rope import text_positions
 
 TYPE_KEYS = ("token_type_ids", "mm_token_type_ids")
 GRID_KEYS = ("image_grid_thw", "video_grid_thw")
@@ -38,8 +40,8 @@ def batch_media(examples: list[dict], ctx: MediaContext) -> dict:
 
 
 class MultimodalCollator:
-    """Padded batches with pixels. `rope(example) -> LongTensor [3, length]` gives Qwen-VL's position ids per
-    example (None: the model works them out itself)."""
+    """Padded batches with pixels. `rope(example) -> LongTensor [3, length]` gives Qwen-VL's 3-D positions per
+    example (rope.MRope; None: the model works them out itself from mm_token_type_ids)."""
 
     def __init__(self, ctx: MediaContext, pad_token_id: int, padding_side: str = "right",
                  pad_to_multiple_of: int | None = None, rope: Callable[[dict], torch.Tensor] | None = None):
@@ -55,11 +57,13 @@ class MultimodalCollator:
             if all(key in e for e in examples):
                 batch[key] = self._pad([e[key] for e in examples], length, 0)
         if self.rope is not None:
-            positions = torch.zeros((3, len(examples), length), dtype=torch.long)
+            # 4 rows, as transformers reads Qwen-VL's position ids: the plain 1-D positions, then time, height, width
+            positions = torch.zeros((4, len(examples), length), dtype=torch.long)
             for row, example in enumerate(examples):
                 n = len(example["input_ids"])
                 cols = slice(length - n, length) if self.padding_side == "left" else slice(0, n)
-                positions[:, row, cols] = self.rope(example)
+                positions[0, row, cols] = text_positions(n)
+                positions[1:, row, cols] = self.rope(example)
             batch["position_ids"] = positions
         batch.update(batch_media(examples, self.ctx))
         return batch

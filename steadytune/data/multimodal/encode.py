@@ -22,9 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from steadytune.data.encode import IGNORE_INDEX, Truncation, infer_seqlen
-from steadytune.data.multimodal.media import open_image, video_source
-from steadytune.data.multimodal.plugins import MediaPlugin
+from steadytune.config import ConfigError
+from steadytune.data.encode import IGNORE_INDEX, Truncation, encode_oneturn, infer_seqlen
+from steadytune.data.multimodal.media import open_image, resolve_media, video_source
+from steadytune.data.multimodal.plugins import TEMPLATE_PLUGINS, MediaPlugin, flatten, plugin_for
 from steadytune.data.multimodal.preprocess import (
     DecodedVideo,
     MediaSettings,
@@ -51,6 +52,29 @@ class MediaContext:
     @property
     def tokenizer(self) -> Any:
         return getattr(self.processor, "tokenizer", None)
+
+
+def media_context(data: Any, template_name: str, processor: Any) -> MediaContext | None:
+    """The MediaContext of a run (`data`: the config's data section), None for a text-only run (no processor).
+    Refuses a processor paired with a template that has no media plugin."""
+    if processor is None:
+        return None
+    plugin = plugin_for(template_name)
+    if plugin is None:
+        raise ConfigError(f"template: {template_name} has no image/video support; a vision-language model needs its "
+                          f"family's template ({', '.join(TEMPLATE_PLUGINS)})")
+    settings = MediaSettings(data.image_max_pixels, data.image_min_pixels, data.video_max_pixels,
+                             data.video_min_pixels, data.video_fps, data.video_maxlen)
+    return MediaContext(plugin, processor, settings, data.image_do_pan_and_scan, data.media_truncation)
+
+
+def with_resolved_media(example: dict, media_dir: str) -> dict:
+    """The example with its image/video references resolved against media_dir (media.resolve_media)."""
+    if not example.get("images") and not example.get("videos"):
+        return example
+    where = example.get("where", "row")
+    return {**example, "images": resolve_media(example.get("images"), media_dir, where, "image"),
+            "videos": resolve_media(example.get("videos"), media_dir, where, "video")}
 
 
 def load_images(refs: list, where: str, ctx: MediaContext) -> list:
@@ -143,6 +167,29 @@ def encode_multimodal(template: Template, ctx: MediaContext, example: dict, cuto
     return features, cut
 
 
+def encode_multimodal_prediction(template: Template, ctx: MediaContext, example: dict,
+                                 cutoff_len: int) -> tuple[list[int], list[int]]:
+    """(prompt ids, reference answer ids) of a row for do_predict, as data/encode.py's encode_prediction, with the
+    prompt's media tokens kept whole (its text cut instead; the row refused when the media alone do not fit)."""
+    check_placeholders(example, ctx.plugin)
+    inputs, videos = media_inputs(example, ctx)
+    messages = ctx.plugin.expand(example["messages"], inputs, ctx.processor, videos)
+    if messages[-1]["role"] not in ("assistant", "function_call"):
+        messages = messages + [{"role": "assistant", "content": ""}]
+    prompt, answer = encode_oneturn(template, ctx.tokenizer, messages, example.get("system"), example.get("tools"))
+    prompt_len, answer_len = infer_seqlen(len(prompt), len(answer), cutoff_len)
+    protected = ctx.plugin.block_token_ids(ctx.tokenizer)
+    needed = _n_media(prompt, protected)
+    if prompt_len < len(prompt) and _n_media(prompt[:prompt_len], protected) < needed:
+        if needed > cutoff_len:
+            raise DataError(f"{example.get('where', 'row')}: its image/video tokens need {needed} of cutoff_len "
+                            f"{cutoff_len} tokens; raise cutoff_len or lower image_max_pixels / video_max_pixels")
+        prompt_len = max(prompt_len, needed)
+        answer_len = min(answer_len, cutoff_len - prompt_len)
+        return _keep(prompt, prompt_len, protected), answer[:answer_len]
+    return prompt[:prompt_len], answer[:answer_len]
+
+
 def _expected_media_tokens(inputs: dict, ctx: MediaContext) -> int:
     """How many media tokens the model will fill with features for this row's inputs."""
     total = 0
@@ -165,7 +212,9 @@ def _grids(inputs: dict) -> dict:
         if key in inputs:
             out[key] = [[int(x) for x in g] for g in inputs[key]]
     if "num_crops" in inputs:
-        out["num_crops"] = [int(x) for x in inputs["num_crops"]]
+        out["num_crops"] = [int(x) for x in flatten(inputs["num_crops"])]
+    if "second_per_grid_ts" in inputs:   # Qwen2.5-VL video: its rope spaces frames by it
+        out["second_per_grid_ts"] = [float(x) for x in inputs["second_per_grid_ts"]]
     return out
 
 

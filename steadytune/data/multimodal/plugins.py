@@ -71,7 +71,7 @@ class MediaPlugin:
                     for g in (grid if grid is not None else [])]
         count = len(inputs.get("pixel_values", [])) if "pixel_values" in inputs else 0
         if self.name == "gemma3":
-            crops = [int(c) for c in _flat(inputs.get("num_crops", []))]
+            crops = [int(c) for c in flatten(inputs.get("num_crops", []))]
             if not crops:
                 return [processor.full_image_sequence] * count
             # pixel_values hold each image followed by its crops; one text per original image
@@ -184,12 +184,12 @@ def qwen3_timestamps(frame_times: list[float], fps: float, merge_size: int) -> l
     return [(seconds[i] + seconds[i + merge_size - 1]) / 2 for i in range(0, len(seconds), merge_size)]
 
 
-def _flat(values: Any) -> list:
+def flatten(values: Any) -> list:
     if isinstance(values, torch.Tensor):
         return values.flatten().tolist()
     out = []
     for v in values:
-        out.extend(_flat(v) if isinstance(v, (list, tuple, torch.Tensor)) else [v])
+        out.extend(flatten(v) if isinstance(v, (list, tuple, torch.Tensor)) else [v])
     return out
 
 
