@@ -121,6 +121,7 @@ from steadytune.training.speed_plan import apply_speed_plan, choose_base_dtype, 
 from steadytune.training.startup import startup_lines
 from steadytune.training.stopping import RunPruned, StopRequests
 from steadytune.training.trackers import Trackers
+from steadytune.training.vision_data import load_vision_processor, prepare_with_media, vision_collator
 
 
 class NonFiniteRun(UserError):
@@ -452,7 +453,9 @@ def choose_hardware(cfg: RunConfig):
 def load_data(cfg: RunConfig, stage: Stage):
     """Data before weights: a bad file, key or column stops here, not after minutes of loading."""
     tokenizer = load_tokenizer(cfg.model)
-    data = stage.prepare_data(cfg, tokenizer)
+    processor = load_vision_processor(cfg, tokenizer) if stage.name == "sft" else None   # a VLM's images
+    data = (prepare_with_media(stage.prepare_data, cfg, tokenizer, processor) if processor is not None
+            else stage.prepare_data(cfg, tokenizer))
     if not data.train:
         raise UserError(f"dataset {cfg.data.dataset!r}: no training examples left after filtering")
     check_data_fits_keys(cfg, data)
@@ -554,7 +557,8 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
     packing_attention = packing.attention if packing is not None else None
     batches = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
                            packing_attention=packing_attention, max_tokens=budget,
-                           collate=stage.make_collator(cfg, tokenizer, packing_attention),
+                           collate=(stage.make_collator(cfg, tokenizer, packing_attention)
+                                    or vision_collator(cfg, data, tokenizer, packing_attention, model)),
                            token_mask=routing_of(model) is not None)
     micro_batches_per_epoch = batches.batches_per_epoch()
     steps = count_steps(t, micro_batches_per_epoch)

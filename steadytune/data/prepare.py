@@ -57,6 +57,8 @@ class PreparedData:
     prompt_template: Optional[str] = None
     label_targets: Optional[list[list[int]]] = None
     max_prompt_len: Optional[int] = None
+    # A vision-language run: the MediaContext its rows were encoded with (the collators make pixels through it).
+    media: Any = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ token, never at every position.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -282,7 +282,7 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
                             label_names: Sequence[str], template: Any = None, prompt_template: str | None = None,
                             batch_size: int = 32, max_prompt_len: int | None = None, mode: str = "score",
                             label_targets: Sequence[Sequence[int]] | None = None, progress: bool = False,
-                            cutoff_len: int | None = None) -> dict:
+                            cutoff_len: int | None = None, media: Callable[[dict], dict] | None = None) -> dict:
     """Classify examples (tokenised examples from `prepare_datasets`, dicts with "text", or plain strings).
 
     mode "score": the label with the highest summed log-probability. mode "generate": greedy generation,
@@ -292,7 +292,8 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
 
     Tokenised examples are scored on their own prompt ids (exactly the training prompt). Raw texts are
     rendered with `template` + `prompt_template` and cut to `max_prompt_len` tokens (default: `cutoff_len`
-    minus the longest label target, the budget the data pipeline uses).
+    minus the longest label target, the budget the data pipeline uses). `media(example) -> pixel inputs`: a
+    vision-language run's images of each tokenised example.
     """
     if mode not in ("score", "generate"):
         raise ValueError(f"mode must be score or generate, got {mode!r}")
@@ -305,11 +306,12 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
     gold = [_gold_of(e, label_names) for e in examples_or_texts]
     gold_names = [None if g is None else label_names[g] for g in gold]
     texts = [e if isinstance(e, str) else e.get("text") for e in examples_or_texts]
+    pixels = [media(e) if isinstance(e, dict) else {} for e in examples_or_texts] if media is not None else None
 
     records: list[dict] = []
     if mode == "score":
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        scores = score_labels(model, prompts, label_targets, batch_size, pad_id, progress)
+        scores = score_labels(model, prompts, label_targets, batch_size, pad_id, progress, media=pixels)
         predicted = scores.argmax(dim=1).tolist()
         for i, k in enumerate(predicted):
             records.append({"text": texts[i], "gold": gold_names[i],
@@ -319,7 +321,7 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
         # Room for the longest label plus a little chatter before the end token.
         max_new = max(map(len, label_targets)) + 4
         answers = generate_texts(model, tokenizer, prompts, max_new, batch_size,
-                                 {t[-1] for t in label_targets}, progress)
+                                 {t[-1] for t in label_targets}, progress, media=pixels)
         matched = [match_label(a, label_names) for a in answers]
         # An answer naming no label is its own (always wrong) column of the confusion matrix.
         predicted = [len(label_names) if k is None else k for k in matched]

@@ -87,6 +87,8 @@ class ChatSession:
 
         # lazy: infer.media loads torch and the image readers; `--help` answers without them
         from steadytune.infer.media import VisionPrompts
+
+        # lazy: model.anatomy loads torch; `--help` answers without loading it
         from steadytune.model.anatomy import text_config
 
         self.run, self.model, self.tokenizer = run_, model, tokenizer
@@ -133,6 +135,7 @@ class ChatSession:
     def attach_image(self, argument: str) -> str:
         """`/image PATH`: open the image now (a bad file is said at once, not after the question), keep it for the
         next message; -> what to print."""
+        # lazy: the image readers load Pillow; a text chat never needs them
         from steadytune.data.multimodal.media import open_image, resolve_media
 
         if self.vision is None:
@@ -184,6 +187,7 @@ class ChatSession:
 
     def _with_placeholders(self, user_text: str) -> str:
         """The message as the template sees it: one <image> placeholder per attached image, before the text."""
+        # lazy: data.multimodal loads torch; `--help` answers without loading it
         from steadytune.data.multimodal.plugins import IMAGE_PLACEHOLDER
 
         return IMAGE_PLACEHOLDER * len(self.pending_images) + user_text

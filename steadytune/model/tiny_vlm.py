@@ -33,11 +33,16 @@ TINY_VLM_KINDS = ("qwen2_5_vl", "qwen3_vl", "gemma3_vl", "llava")
 TINY_VLM_TEMPLATES = {"qwen2_5_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl_nothink", "gemma3_vl": "gemma3",
                       "llava": "llava", "qwen3_vl_moe": "qwen3_vl_nothink"}
 
-_TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+# Weights drawn 10x wider than transformers' 0.02: at width 32 the default leaves every logit within about +-1 (the tied
+# head's rows have norm 0.11) and attention near uniform, so an image's one token barely reaches the answer and a
+# test task (red square -> "red") is not learnable in tens of steps; at 0.2 it is (tests/test_vlm_e2e.py).
+INITIALIZER_RANGE = 0.2
+_TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             initializer_range=INITIALIZER_RANGE)
 # Qwen's multimodal rope splits each head's rotary half (head_dim 8 -> 4 frequencies) over time, height and width.
 _MROPE = {"mrope_section": [1, 1, 2]}
 _QWEN_VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32, spatial_merge_size=2,
-                    temporal_patch_size=2)
+                    temporal_patch_size=2, initializer_range=INITIALIZER_RANGE)
 
 
 def vision_tokenizer(kind: str, tokenizer: PreTrainedTokenizerFast | None = None) -> PreTrainedTokenizerFast:
@@ -85,14 +90,15 @@ def tiny_vlm_config(kind: str, tokenizer: PreTrainedTokenizerFast):
         text = dict(_TEXT, **common, num_key_value_heads=1, head_dim=8, max_position_embeddings=512,
                     sliding_window=16, query_pre_attn_scalar=8)
         vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
-                      patch_size=8, vision_use_head=False)
+                      patch_size=8, vision_use_head=False, initializer_range=INITIALIZER_RANGE)
         return AutoConfig.for_model("gemma3", text_config=text, vision_config=vision, mm_tokens_per_image=4,
                                     boi_token_index=boi, eoi_token_index=eoi, image_token_index=image, **common)
     if kind == "llava":
         (image,) = _ids(tokenizer, *LLAVA_VISION_TOKENS)
         text = dict(_TEXT, **common, model_type="llama", max_position_embeddings=512, tie_word_embeddings=False)
         vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, image_size=32, patch_size=8, projection_dim=32)
+                      num_attention_heads=2, image_size=32, patch_size=8, projection_dim=32,
+                      initializer_range=INITIALIZER_RANGE)
         return AutoConfig.for_model("llava", text_config=text, vision_config=vision, image_token_index=image,
                                     vision_feature_layer=-1, vision_feature_select_strategy="default",
                                     tie_word_embeddings=False, **common)
