@@ -126,6 +126,16 @@ class _ClassifyJob:
 
 
 @dataclass
+class _ExclusiveJob:
+    """Work that needs the model alone, run on the worker thread between two decode steps (serve/media.py's
+    generation with images)."""
+    adapter: Optional[str]
+    work: Callable[[], Any]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass
 class EngineStats:
     """Counters the metrics endpoint reads."""
     generated_tokens: int = 0
@@ -175,6 +185,7 @@ class BatchingEngine:
         self.stats = EngineStats()
         self._waiting: deque[_Sequence] = deque()
         self._classify: list[_ClassifyJob] = []
+        self._exclusive: list[_ExclusiveJob] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
@@ -198,7 +209,7 @@ class BatchingEngine:
 
     @property
     def queue_depth(self) -> int:
-        return len(self._waiting) + len(self._classify)
+        return len(self._waiting) + len(self._classify) + len(self._exclusive)
 
     @property
     def running(self) -> int:
@@ -233,6 +244,18 @@ class BatchingEngine:
             self._cond.notify()
         return await job.future
 
+    async def run_exclusive(self, adapter: Optional[str], work: Callable[[], Any]) -> Any:
+        """work() on the worker thread, with `adapter` selected, between two decode steps; -> its result."""
+        loop = asyncio.get_running_loop()
+        job = _ExclusiveJob(adapter, work, loop.create_future(), loop)
+        with self._cond:
+            if self._stopping or self.queue_depth >= self.max_queue:
+                self.stats.rejected += 1
+                raise QueueFull()
+            self._exclusive.append(job)
+            self._cond.notify()
+        return await job.future
+
     def _drop_cancelled_waiting(self) -> None:
         if any(s.request.cancelled or s.request.failed for s in self._waiting):
             kept = deque(s for s in self._waiting if not (s.request.cancelled or s.request.failed))
@@ -246,14 +269,18 @@ class BatchingEngine:
         with inference(self.model):
             while True:
                 with self._cond:
-                    while not (self._waiting or self._classify or self.batch.rows or self._stopping):
+                    while not (self._waiting or self._classify or self._exclusive or self.batch.rows
+                               or self._stopping):
                         self._cond.wait()
                     if self._stopping:
                         break
                     jobs, self._classify = self._classify, []
+                    exclusive, self._exclusive = self._exclusive, []
                     admitted = self._admit()
                 if jobs:
                     self._run_classify(jobs)
+                if exclusive:
+                    self._run_exclusive(exclusive)
                 try:
                     self._step(admitted)
                 except Exception as e:  # the server stays up; the sequences of this step fail
@@ -387,10 +414,26 @@ class BatchingEngine:
         with self._cond:
             waiting, self._waiting = self._waiting, deque()
             jobs, self._classify = self._classify, []
+            exclusive, self._exclusive = self._exclusive, []
         for request in {s.request for s in waiting}:
             request.post([Failed(message)])
-        for job in jobs:
+        for job in [*jobs, *exclusive]:
             job.loop.call_soon_threadsafe(_set_exception, job.future, EngineError(message))
+
+    # --- exclusive jobs -------------------------------------------------------------------------------------
+    def _run_exclusive(self, jobs: list[_ExclusiveJob]) -> None:
+        for job in jobs:
+            try:
+                with self.batch.adapter_selected(job.adapter):
+                    result = job.work()
+            except Exception as e:
+                error = EngineError(OUT_OF_MEMORY if isinstance(e, torch.OutOfMemoryError)
+                                    else "internal error while generating (the server log has the details)")
+                if not isinstance(e, torch.OutOfMemoryError):
+                    logger.exception("serve: a request with images failed")
+                job.loop.call_soon_threadsafe(_set_exception, job.future, error)
+                continue
+            job.loop.call_soon_threadsafe(_set_result, job.future, result)
 
     # --- classification -------------------------------------------------------------------------------------
     def _run_classify(self, jobs: list[_ClassifyJob]) -> None:

@@ -37,18 +37,30 @@ class TextPart(_Body):
     text: Text
 
 
+class ImageUrl(_Body):
+    url: Text          # a data URL (data:image/png;base64,...); a local path only with --allow-local-images
+    detail: Optional[Literal["auto", "low", "high"]] = None   # accepted; images are sized by the run's image keys
+
+
+class ImageUrlPart(_Body):
+    """An image in a user message (vision-language models: serve/media.py reads it; nothing is fetched)."""
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[Text, list[TextPart], None] = None
+    content: Union[Text, list[Union[TextPart, ImageUrlPart]], None] = None
     name: Optional[Text] = None
     tool_calls: Optional[list] = None
 
     def text(self) -> str:
+        """The message's text (its image parts are read by serve/media.py)."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if part.type == "text")
 
 
 class StreamOptions(_Body):
