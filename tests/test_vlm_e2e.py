@@ -75,3 +75,12 @@ def test_a_tiny_vlm_learns_to_name_the_colour(tmp_path, capsys):
     assert results["n"] == 12 and results["majority_baseline"]["accuracy"] == 0.5
     assert results["score"]["zero_shot"]["accuracy"] <= 0.75
     assert results["score"]["accuracy"] >= 0.9, results["score"]
+    # predict on new rows with images (paths relative to the input file): the trained run names their colours
+    rows = json.loads((tmp_path / "shapes_test.json").read_text())
+    (tmp_path / "new.jsonl").write_text("".join(json.dumps({"messages": r["messages"][:1], "images": r["images"]}) + "\n"
+                                                for r in rows), encoding="utf-8")
+    assert main(["predict", str(tmp_path / "out"), "--input", str(tmp_path / "new.jsonl"),
+                 "--output", str(tmp_path / "predicted.jsonl")]) == 0
+    predicted = [json.loads(line) for line in (tmp_path / "predicted.jsonl").read_text().splitlines()]
+    right = sum(p["label"] == r["messages"][1]["content"] for p, r in zip(predicted, rows))
+    assert right >= 0.9 * len(rows) and all(set(p["probabilities"]) == {"red", "blue"} for p in predicted)
