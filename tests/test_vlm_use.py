@@ -140,3 +140,56 @@ def test_chat_of_a_text_model_says_it_takes_no_images(tmp_path):
     out = io.StringIO()
     session.loop(io.StringIO("/image x.png\n"), out, interactive=False)
     assert "takes no images" in out.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "gemma3_vl"])
+def test_export_merged_reloads_as_a_vlm_and_gives_the_same_logits(kind, folders, tmp_path):
+    """A LoRA run (LoRA on the language model, the projector trained in full) exported merged: the folder reloads as
+    a vision-language model with its image processor, and its logits over a prompt with an image are the adapter's."""
+    from steadytune.cli import main
+    from steadytune.config import save_resolved_config
+    from steadytune.infer.loading import load_run, open_run
+    from steadytune.model.lora import attach_adapter
+
+    keys = {"model_name_or_path": str(folders[kind]), "template": TINY_VLM_TEMPLATES[kind],
+            "freeze_multi_modal_projector": False}
+    cfg = load_config(None, keys)
+    model, tokenizer = load_model_and_tokenizer(cfg.model)
+    model = attach_adapter(model, cfg)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name or "modules_to_save" in name:
+                param.add_(torch.randn_like(param) * 0.05)
+    run_dir = tmp_path / "run"
+    model.save_pretrained(run_dir)
+    save_resolved_config(cfg, run_dir / "run_config.yaml")
+    assert main(["export", str(run_dir), f"export_dir={tmp_path / 'merged'}", "infer_dtype=float32"]) == 0
+
+    def logits(source):
+        run_ = open_run(str(source))
+        loaded, tok = load_run(run_, quiet=True)
+        prompts = VisionPrompts.for_model(run_.cfg, loaded, tok, run_template(run_.cfg, tok),
+                                          folder=run_.folder if run_.kind == "model" else None)
+        prompt = question(prompts, COLOURS[0])
+        ids = torch.tensor([prompt.ids])
+        with torch.no_grad():
+            hidden = run_body(loaded, {"input_ids": ids, **type_id_inputs(loaded, ids), **prompt.pixels})
+            return loaded.get_output_embeddings()(hidden.last_hidden_state)
+
+    unmerged, merged = logits(run_dir), logits(tmp_path / "merged")
+    torch.testing.assert_close(merged, unmerged, rtol=1e-4, atol=1e-4)
+    # the base answers differently: the comparison above means something
+    base_cfg = load_config(None, {"model_name_or_path": str(folders[kind]), "template": TINY_VLM_TEMPLATES[kind]})
+    assert not torch.allclose(logits_of_folder(base_cfg), merged, atol=1e-3)
+
+
+def logits_of_folder(cfg):
+    model, tokenizer = load_model_and_tokenizer(cfg.model)
+    model.eval()
+    prompts = VisionPrompts.for_model(cfg, model, tokenizer, run_template(cfg, tokenizer))
+    prompt = question(prompts, COLOURS[0])
+    ids = torch.tensor([prompt.ids])
+    with torch.no_grad():
+        hidden = run_body(model, {"input_ids": ids, **type_id_inputs(model, ids), **prompt.pixels})
+        return model.get_output_embeddings()(hidden.last_hidden_state)
