@@ -69,6 +69,41 @@ def tiny_model(folder: Path, **overrides) -> Path:
     return folder
 
 
+# Vision-language models an example names -> the tiny stand-in of its family (steadytune/model/tiny_vlm.py).
+VLM_FAMILIES = ((re.compile(r"Qwen3-VL-\d+B-A\d+B", re.I), "qwen3_vl_moe"), (re.compile(r"Qwen3-VL", re.I), "qwen3_vl"),
+                (re.compile(r"Qwen2(\.5)?-VL", re.I), "qwen2_5_vl"), (re.compile(r"gemma-3-\d+b", re.I), "gemma3_vl"),
+                (re.compile(r"llava", re.I), "llava"))
+
+
+def vlm_kind(model_name: str) -> str | None:
+    return next((kind for pattern, kind in VLM_FAMILIES if pattern.search(str(model_name))), None)
+
+
+def tiny_vlm(folder: Path, kind: str) -> Path:
+    """A tiny random vision-language model of `kind`, its tokenizer the chat one plus the family's vision tokens."""
+    sys.path.insert(0, str(ROOT))
+    from steadytune.model.tiny import build_chat_tokenizer
+    from steadytune.model.tiny_vlm import save_tiny_vlm
+
+    return save_tiny_vlm(folder, kind, tokenizer=build_chat_tokenizer("bytelevel"))
+
+
+# LLaMA-Factory's demo images (data/mllm_demo_data/*.jpg) are not in the fixtures: drawn stand-ins take their names.
+DEMO_IMAGES = ("mllm_demo_data/1.jpg", "mllm_demo_data/2.jpg", "mllm_demo_data/3.jpg")
+
+
+def draw_demo_images(data: Path) -> None:
+    from PIL import Image, ImageDraw
+
+    for k, name in enumerate(DEMO_IMAGES):
+        image = Image.new("RGB", (96, 64), (240, 240 - 60 * k, 200))
+        draw = ImageDraw.Draw(image)
+        draw.rectangle([10 + 10 * k, 10, 50, 50], fill=(200, 40, 40 + 80 * k))
+        draw.ellipse([50, 20, 90, 60], fill=(40, 60 * k, 220))
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        image.save(data / name)
+
+
 def first_error(output: str) -> str:
     for line in output.splitlines():
         if line.startswith("error:") or "not available in this build" in line:
@@ -85,8 +120,11 @@ def render(results: list[dict], args) -> int:
         "",
         f"Every config under LLaMA-Factory's `examples/` (hiyouga/LLaMA-Factory at ff6d4d12eeb0), run by "
         f"`python tools/run_lf_examples.py` with only `model_name_or_path` (a tiny random Qwen2 with a tokenizer "
-        f"that knows every template's special tokens) and `dataset_dir` (LLaMA-Factory's `data/`) changed (`chat` "
-        f"gets one question on stdin; LLaMA-Factory's v1 files also find its `data/v1_*.yaml` where they run, and "
+        f"that knows every template's special tokens; a vision-language model's examples get a tiny random model of "
+        f"its family, Qwen3-VL or Qwen2.5-VL, with the same tokenizer plus the family's vision tokens, and drawn "
+        f"images stand in for LLaMA-Factory's demo images, which the fixtures lack) and `dataset_dir` (LLaMA-Factory's "
+        f"`data/`) changed (`chat` gets one question on stdin, after `/image` for a vision-language model; "
+        f"LLaMA-Factory's v1 files also find its `data/v1_*.yaml` where they run, and "
         f"`v1/train_lora/train_lora_dpo.yaml` gets `stage=dpo`, as v1's `dpo` command), on a "
         f"CPU" + (f", each training run cut to `max_steps={args.max_steps}` (and at most 16 generated tokens) to "
                   f"keep the table's CPU time short" if args.max_steps else "") +
@@ -142,6 +180,9 @@ def main() -> int:
         (work / "data" / f.name).symlink_to(f.resolve())
     for f in V1_DATA.iterdir():
         (work / "data" / f.name).write_bytes(f.read_bytes())
+    if not (work / "data" / DEMO_IMAGES[0]).exists():
+        draw_demo_images(work / "data")
+    vlm_stand_ins: dict[str, Path] = {}
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
     results = []
     for path in files:
@@ -153,9 +194,14 @@ def main() -> int:
             command_stage = [f"stage={V1_STAGE[relative]}"]
         else:
             command_stage = []
-        command = [sys.executable, "-m", "steadytune", command_for(relative), str(path), f"dataset_dir={data_dir}",
-                   *command_stage]
-        if relative in STAND_IN_LAYERS:
+        command = [sys.executable, "-m", "steadytune", command_for(relative), str(path),
+                   f"dataset_dir={work / 'data'}", *command_stage]
+        kind = vlm_kind(settings.get("model_name_or_path") or settings.get("model") or "")
+        if kind is not None and not own_output:
+            if kind not in vlm_stand_ins:
+                vlm_stand_ins[kind] = tiny_vlm(work / f"tiny-{kind}", kind)
+            command.append(f"model_name_or_path={vlm_stand_ins[kind]}")
+        elif relative in STAND_IN_LAYERS:
             command.append(f"model_name_or_path={tiny_model(work / f'tiny-{STAND_IN_LAYERS[relative]}-layers', num_hidden_layers=STAND_IN_LAYERS[relative])}")
         elif not own_output:
             command.append(f"model_name_or_path={model}")
@@ -164,8 +210,11 @@ def main() -> int:
             shutil.rmtree(work / settings["export_dir"])
         if args.max_steps and command_for(relative) == "train":
             command += [f"max_steps={args.max_steps}", "max_new_tokens=16"]
-        # chat reads prompts from stdin when it is not a terminal: one question, then end of input
+        # chat reads prompts from stdin when it is not a terminal: one question, then end of input (a vision-language
+        # model's with an image attached first)
         prompt = "Hello, who are you?\n" if command_for(relative) == "chat" else None
+        if prompt and kind is not None:
+            prompt = f"/image {work / 'data' / DEMO_IMAGES[0]}\nWho are they?\n"
         if prompt:
             command += ["max_new_tokens=16"]
         start = time.perf_counter()
@@ -183,10 +232,14 @@ def main() -> int:
             done_line = next((line for line in lines if line.startswith("done:")), "")
             scores = " ".join(line.strip(",") for line in lines if line.startswith('"predict_'))  # predict runs
             merged = next((line for line in lines if line.startswith("merged model in")), "")
-            said = next((line for line in answer.splitlines() if line.strip()), "") if command_for(relative) == "chat" else ""
+            said = next((line for line in answer.splitlines() if line.strip() and not line.startswith("(image")),
+                        "") if command_for(relative) == "chat" else ""
             plain = [x for x in lines if x and "it/s]" not in x and "%|" not in x]
             result["note"] = (done_line or (f"predicted; {scores}" if scores else "") or merged
-                              or (f"answered one question ({len(said)} characters; the model is random)" if said else "") or (plain[-1] if plain else ""))
+                              or (f"answered one question{' about an image' if kind else ''} ({len(said)} characters; "
+                                  "the model is random)" if said else "") or (plain[-1] if plain else ""))
+            if kind is not None and not own_output:
+                result["note"] += f"; on a tiny {kind} stand-in with drawn images for LLaMA-Factory's demo images"
         results.append(result)
         print(f"{'runs' if code == 0 else 'NOT  '} {relative:55} {seconds:6.1f} s  {result['why'][:110]}", flush=True)
 
