@@ -193,3 +193,12 @@ def logits_of_folder(cfg):
     with torch.no_grad():
         hidden = run_body(model, {"input_ids": ids, **type_id_inputs(model, ids), **prompt.pixels})
         return model.get_output_embeddings()(hidden.last_hidden_state)
+
+
+def test_gguf_export_of_a_vlm_is_refused_before_anything_is_written(folders):
+    from steadytune.errors import UserError
+    from steadytune.infer.gguf_file import check_gguf
+
+    model, _, _ = loaded(folders["gemma3_vl"], "gemma3_vl")
+    with pytest.raises(UserError, match="mmproj"):
+        check_gguf(model)
