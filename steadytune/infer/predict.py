@@ -172,10 +172,16 @@ def _predict_with_images(run_, rows, vision, model, tokenizer, text_column: str 
     them (infer/media.py); label scoring for a run with label_names, else generation."""
     import torch
 
-    # lazy: eval.scoring and infer.generate load torch; `--help` answers without loading it
+    # lazy: data.encode loads torch; `--help` answers without loading it
     from steadytune.data.encode import encode_label_targets
+
+    # lazy: the image readers load Pillow; a text run never needs them
     from steadytune.data.multimodal.media import resolve_media
+
+    # lazy: eval.scoring loads torch; `--help` answers without loading it
     from steadytune.eval.scoring import generate_texts, score_labels
+
+    # lazy: infer.generate loads torch; `--help` answers without loading it
     from steadytune.infer.generate import sampling_of, stop_token_ids
 
     cfg = run_.cfg
