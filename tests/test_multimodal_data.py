@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 from conftest import LF_FIXTURES, needs_shared
-from multimodal_setup import draw_image, processor_for, vision_tokenizer
+from multimodal_setup import draw_image, processor_for, qwen_vl_config, vision_tokenizer
 from PIL import Image
 
 from steadytune.config import ConfigError, load_config
@@ -290,26 +290,9 @@ def test_collator_pads_text_and_concatenates_pixels_in_order(name, tmp_path):
 
 def tiny_qwen_vl(model_type: str):
     """The text+vision model of `model_type` built from config (random weights): only its get_rope_index is used."""
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoModel
 
-    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=len(TOK),
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]})
-    vision = dict(depth=1, hidden_size=32, num_heads=2, spatial_merge_size=2, temporal_patch_size=2)
-    if model_type == "qwen2_vl":
-        vision.update(embed_dim=32, patch_size=14)
-    elif model_type == "qwen2_5_vl":
-        vision.update(intermediate_size=64, out_hidden_size=32, patch_size=14, tokens_per_second=2, window_size=56,
-                      fullatt_block_indexes=[0])
-    else:
-        text.update(head_dim=8, rope_parameters=dict(text["rope_parameters"], mrope_interleaved=True))
-        vision.update(intermediate_size=64, out_hidden_size=32, patch_size=16, num_position_embeddings=16,
-                      deepstack_visual_indexes=[0])
-    ids = {k: TOK.convert_tokens_to_ids(t) for k, t in (("image_token_id", "<|image_pad|>"),
-           ("video_token_id", "<|video_pad|>"), ("vision_start_token_id", "<|vision_start|>"),
-           ("vision_end_token_id", "<|vision_end|>"))}
-    config = AutoConfig.for_model(model_type, text_config=text, vision_config=vision, **ids)
-    return AutoModel.from_config(config)
+    return AutoModel.from_config(qwen_vl_config(model_type, TOK))
 
 
 @pytest.mark.parametrize("model_type, template", [("qwen2_vl", "qwen2_vl"), ("qwen2_5_vl", "qwen2_vl"),
@@ -474,3 +457,48 @@ def test_llamafactory_mllm_demo_rows_prepare(tmp_path):
         for example, source in zip(data.train, rows):
             assert len(example["images"]) == len(source["images"])
             assert sum(t in media for t in example["input_ids"]) > 0
+
+
+@pytest.mark.parametrize("name, config", [
+    ("qwen2_vl", {"model_type": "qwen2_5_vl"}), ("qwen3_vl", {"model_type": "qwen3_vl"}),
+    ("gemma3", {"model_type": "gemma3", "mm_tokens_per_image": 4}),
+    ("llava", {"model_type": "llava", "vision_config": {"patch_size": 8}, "vision_feature_select_strategy": "default"})])
+def test_a_model_folders_processor_loads_without_torchvision(name, config, tmp_path):
+    """A model folder as saved (config.json, tokenizer, image processor): its processor reads the same rows into the
+    same ids and pixels as the processor built in the tests (transformers' own when it can assemble one, else the
+    parts: Qwen-VL's processor needs torchvision)."""
+    from steadytune.data.multimodal.processor import load_media_processor
+
+    from multimodal_setup import image_processor
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    TOK.save_pretrained(folder)
+    image_processor(name).save_pretrained(folder)
+    loaded = load_media_processor(folder)
+    image = draw_image(tmp_path / "a.png", (90, 70))
+    template = get_template(name, loaded.tokenizer)
+    ours, _ = encode_multimodal(template, MediaContext(plugin_for(name), loaded), row([image]), 512)
+    reference, _ = encode_multimodal(template, context(name), row([image]), 512)
+    assert ours["input_ids"] == reference["input_ids"]
+    ctx = MediaContext(plugin_for(name), loaded)
+    assert torch.equal(media_inputs(row([image]), ctx)[0]["pixel_values"],
+                       media_inputs(row([image]), context(name))[0]["pixel_values"])
+
+
+def test_eval_rows_keep_their_images_in_the_prediction_prompt(tmp_path):
+    """do_predict's prompt (the conversation up to the last answer) keeps every image token, cutoff_len or not."""
+    rows = [{"messages": [{"role": "user", "content": f"Describe this picture in detail: <image> ({k})"},
+                          {"role": "assistant", "content": "Stripes and a block. " * (1 + k)}],
+             "images": ["pics/a.png"]} for k in range(4)]
+    write_mllm_dataset(tmp_path, rows, name="pics")
+    pad = TOK.convert_tokens_to_ids("<|image_pad|>")
+    for cutoff in (4096, 40):
+        cfg = load_config(None, dict(dataset="pics", dataset_dir=str(tmp_path), template="qwen2_vl", val_size=2,
+                                     cutoff_len=cutoff))
+        data = prepare_datasets(cfg, TOK, processor=processor_for("qwen2_vl", TOK))
+        assert len(data.eval) == 2
+        for example in data.eval:
+            assert example["prompt_ids"].count(pad) == example["input_ids"].count(pad) > 0
+            assert len(example["prompt_ids"]) + len(example["answer_ids"]) <= cutoff

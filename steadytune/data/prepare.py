@@ -39,7 +39,7 @@ from steadytune.data.pretrain import end_of_text, pretrain_blocks
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource, resolve_datasets
 from steadytune.data.templates import ASSISTANT_SIDE, Template, get_template, missing_special_tokens
-from steadytune.errors import DataError
+from steadytune.errors import DataError, UserError
 
 log = logging.getLogger(__name__)
 TOKENIZE_CHUNK = 1000
@@ -462,3 +462,24 @@ def truncation_summary(stats: dict, cutoff_len: int) -> tuple[str | None, bool]:
 def _count(examples: list[dict], names: list[str]) -> dict[str, int]:
     counts = Counter(e["label_id"] for e in examples)
     return {name: counts.get(i, 0) for i, name in enumerate(names)}
+
+
+def check_data_fits_keys(cfg: RunConfig, data) -> str | None:
+    """What would silently go wrong with this data and these keys: an error before anything loads, or the warning
+    to print (truncation that cut the prompts of many examples; the caller prints it once for all processes)."""
+    t = cfg.train
+    if not data.eval:
+        if t.eval_strategy != "no":
+            raise UserError(f"eval_strategy: {t.eval_strategy}, but there is no eval data: set val_size (e.g. 0.1) or "
+                            "eval_dataset, or eval_strategy: no")
+        if t.metric_for_best_model:
+            raise UserError(f"metric_for_best_model: {t.metric_for_best_model}, but there is no eval data to measure "
+                            "it on: set val_size or eval_dataset, or remove the key")
+    line, warn = truncation_summary(data.stats, cfg.data.cutoff_len)
+    if not line:
+        return None
+    if warn:
+        line += (" -- more than 10% of the examples lost prompt tokens, often the question itself: raise cutoff_len "
+                 "or shorten the inputs")
+    cfg.decide("truncation", data.stats["truncation"].get("train"), line)
+    return line if warn else None

@@ -127,8 +127,10 @@ def decode_video(source: Any, name: str, settings: MediaSettings, where: str, qw
 def frames_video(frames: list, settings: MediaSettings, qwen: bool = False) -> DecodedVideo:
     """A video given as a list of frame images (already sampled, as LLaMA-Factory assumes)."""
     duration = len(frames) / settings.video_fps
-    return DecodedVideo(_video_frames(list(frames), settings, qwen), duration, settings.video_fps,
-                        [float(i) for i in range(len(frames))], settings.video_fps)
+    kept = _video_frames(list(frames), settings, qwen)
+    # LLaMA-Factory's Qwen3-VL timestamps of pre-sampled frames count the frames as the video processor returns
+    # them: one per frame, the repeated last one included (a file's frames are timed from the stream instead)
+    return DecodedVideo(kept, duration, settings.video_fps, [float(i) for i in range(len(kept))], settings.video_fps)
 
 
 def _video_frames(frames: list, settings: MediaSettings, qwen: bool) -> list:

@@ -67,11 +67,19 @@ def load_media_processor(folder: str | Path, tokenizer: Any = None) -> Any:
     from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
 
     folder = Path(folder)
+    config = _read_json(folder / "config.json")
     try:
         processor = AutoProcessor.from_pretrained(folder)
         if getattr(processor, "image_processor", None) is not None:
             if tokenizer is not None:
                 processor.tokenizer = tokenizer
+            if hasattr(processor, "patch_size") and processor.patch_size is None:
+                # a LLaVA folder without processor_config.json: the vision tower's patch (and CLIP's CLS token)
+                processor.patch_size = int((config.get("vision_config") or {}).get("patch_size") or 14)
+                processor.num_additional_image_tokens = processor.num_additional_image_tokens or 1
+                processor.vision_feature_select_strategy = (processor.vision_feature_select_strategy
+                                                            or config.get("vision_feature_select_strategy")
+                                                            or "default")
             return processor
     except Exception as e:  # transformers raises ImportError / AttributeError / ValueError for a missing backend
         log.info("AutoProcessor could not build %s's processor (%s); using its parts", folder, e)
@@ -84,7 +92,6 @@ def load_media_processor(folder: str | Path, tokenizer: Any = None) -> Any:
         video_processor = AutoVideoProcessor.from_pretrained(folder)
     except Exception:  # no torchvision, or a model without video
         video_processor = None
-    config = _read_json(folder / "config.json")
     settings = _read_json(folder / "processor_config.json")
     model_type = config.get("model_type", "")
     if model_type.startswith("gemma3"):
