@@ -60,6 +60,7 @@ def test_a_tiny_vlm_learns_to_name_the_colour(tmp_path, capsys):
         "cutoff_len": 128, "label_names": ["red", "blue"], "output_dir": str(tmp_path / "out"),
         "per_device_train_batch_size": 8, "learning_rate": 1.0e-2, "num_train_epochs": 6,
         "lr_scheduler_type": "constant", "logging_steps": 5, "report_to": "none", "seed": 1,
+        "eval_strategy": "steps", "eval_steps": 30,   # one evaluation during training, at its last step
     }
     path = tmp_path / "shapes_lora_sft.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -68,6 +69,10 @@ def test_a_tiny_vlm_learns_to_name_the_colour(tmp_path, capsys):
     # said at start: the vision tower frozen, the projector training (a peft copy of it: half its parameters train)
     parts = re.search(r"trainable_parts vision_tower ([\d,]+) of [\d,]+ trainable; projector ([\d,]+) of", started)
     assert parts and parts.group(1) == "0" and parts.group(2) != "0", started
+    # the evaluation during training: the eval loss over batches with their pixels, and label scoring with images
+    evaluated = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+                 if "eval_accuracy" in line]
+    assert evaluated and evaluated[-1]["eval_accuracy"] >= 0.9 and evaluated[-1]["eval_loss"] > 0
     adapter = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
     assert adapter["modules_to_save"] == ["model.visual.merger"]
     assert main(["eval", str(path), "--zero-shot"]) == 0
