@@ -143,3 +143,30 @@ def test_a_mixture_of_experts_vlm_adapts_its_experts_and_counts_them():
     loss_sum, n = causal_lm_loss_sum(model, image_batch("qwen3_vl_moe", model, tokenizer, ROWS))
     loss_sum.backward()
     assert torch.isfinite(loss_sum)
+
+
+def test_the_benchmark_shape_has_qwen2_5_vl_3b_size_and_its_rows_their_images(tmp_path):
+    """benchmarks/vlm_speed.py: its Qwen2.5-VL-3B shape (built on the meta device) has the published model's 3.75 B
+    parameters, and its dataset holds the asked rows with drawn images of the asked size."""
+    import json
+
+    from conftest import load_benchmark
+    from PIL import Image
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    bench = load_benchmark("vlm_speed")
+    spec = bench.SHAPES["qwen2.5-vl-3b"]
+    config = AutoConfig.for_model("qwen2_5_vl", text_config=spec["text_config"], vision_config=spec["vision_config"],
+                                  tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    total = sum(p.numel() for p in model.parameters())
+    vision = sum(p.numel() for n, p in model.named_parameters() if ".visual." in n)
+    assert 3.70e9 < total < 3.80e9 and 0.60e9 < vision < 0.70e9
+    folder = bench.make_dataset(tmp_path / "data", rows=7, image_size=64)
+    rows = json.loads((folder / "vlm_bench.json").read_text())
+    assert len(rows) == 7   # one <image> placeholder per image of each row, as LLaMA-Factory's mllm_demo has them
+    assert all(sum(m["content"].count("<image>") for m in r["messages"]) == len(r["images"]) for r in rows)
+    for name in {i for r in rows for i in r["images"]}:
+        assert Image.open(folder / name).size == (64, 64)
+    assert "vlm_bench" in json.loads((folder / "dataset_info.json").read_text())
