@@ -126,6 +126,7 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
     if method.lora_alpha is None:
         cfg.decide("lora_alpha", alpha, "default: 2 x lora_rank")
     modules_to_save = resolve_additional_targets(model, method.additional_target)
+    user_saved = bool(modules_to_save)   # (the tied-embedding rule below is about these, not a projector or router)
     if vision and not method.freeze_multi_modal_projector:
         projector = projector_modules(model)
         modules_to_save = (modules_to_save or []) + projector
@@ -143,7 +144,7 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
                         target_parameters=experts.parameters or None, use_rslora=method.use_rslora,
                         use_dora=method.use_dora, modules_to_save=modules_to_save,
                         # A trained copy of tied embeddings must stay tied to the output head, or the two drift.
-                        ensure_weight_tying=bool(modules_to_save) and _ties_embeddings(model))
+                        ensure_weight_tying=user_saved and _ties_embeddings(model))
     if method.use_llama_pro:
         if experts.parameters:
             raise ConfigError("use_llama_pro with LoRA on the routed experts is not supported; leave the experts out "
