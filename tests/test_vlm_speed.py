@@ -170,3 +170,22 @@ def test_the_benchmark_shape_has_qwen2_5_vl_3b_size_and_its_rows_their_images(tm
     for name in {i for r in rows for i in r["images"]}:
         assert Image.open(folder / name).size == (64, 64)
     assert "vlm_bench" in json.loads((folder / "dataset_info.json").read_text())
+
+
+def test_doctor_plans_a_vlm_run_from_its_language_models_sizes(tmp_path):
+    """doctor --config on a vision-language model's folder: checkpointing, fp8 and QLoRA memory from the language
+    model's config (text_config), said so, instead of failing on the nested config."""
+    from steadytune.config import RunConfig
+    from steadytune.doctor.plan import model_config_for, train_plan_findings
+    from steadytune.hardware.backend import GPU, HardwareInfo
+    from steadytune.model.tiny_vlm import save_tiny_vlm
+
+    folder = save_tiny_vlm(tmp_path / "vlm", "qwen2_5_vl")
+    cfg = RunConfig()
+    cfg.model.model_name_or_path = str(folder)
+    config, label = model_config_for(cfg)
+    assert config.hidden_size == 32 and "vision tower and projector are not counted" in label
+    cfg.model.quantization_bit = 4
+    info = HardwareInfo(backend="cuda", torch_version=torch.__version__, gpus=[GPU(0, "GPU", "sm_90", 139.8)])
+    findings = train_plan_findings(info, "plan", cfg)
+    assert findings and all(f.what for f in findings)
