@@ -193,7 +193,7 @@ def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) 
 
     batch = engine.batch
     decode_seconds: list[float] = []
-    real_decode = batch.decode
+    real_decode = batch.step
 
     def timed_decode():
         synchronize()
@@ -211,7 +211,7 @@ def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) 
             assert len(batch) == rows, "every sequence should have joined the batch"
             for _ in range(args.warmup):
                 engine._step([])
-            batch.decode = timed_decode
+            batch.step = timed_decode
             for _ in range(args.steps):
                 decode_seconds.clear()
                 synchronize()
@@ -220,7 +220,7 @@ def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) 
                 synchronize()
                 result["step_ms"].append((time.perf_counter() - started) * 1e3)
                 result["decode_ms"].append(sum(decode_seconds) * 1e3)
-            batch.decode = real_decode
+            batch.step = real_decode
             relayouts = batch.relayouts
             for _ in range(args.steps):  # counted apart from the timed steps (counting costs time)
                 counter, ops = SyncCounter(), OpCounter()
@@ -237,7 +237,7 @@ def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) 
             if profile_dir is not None:
                 write_profile(engine, profile_dir, rows, args.batch)
     finally:
-        batch.decode = real_decode
+        batch.step = real_decode
         loop.close()
     return result
 

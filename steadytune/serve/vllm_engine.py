@@ -120,7 +120,7 @@ class VllmEngine:
                 choice = out.outputs[0]
                 if produced == 0 and choice.token_ids:
                     self.on_first_token(time.perf_counter() - started)
-                self.stats.record_step(len(choice.token_ids) - produced, 1)
+                self.stats.record(len(choice.token_ids) - produced, 1)
                 produced = len(choice.token_ids)
                 events = []
                 if len(choice.text) > sent:
