@@ -26,6 +26,7 @@ from steadytune.model.decode import slotcache
 from steadytune.model.decode.batch import DecodeBatch
 from steadytune.model.decode.batch_dynamic import DynamicDecodeBatch
 from steadytune.model.decode.prefill import Row
+from steadytune.model.decode.runner import make_runner
 from steadytune.model.decode.sampling import SamplingParams
 
 # Padded prompt tokens one prefill forward may take (rows x longest prompt), as the serve engine's budget.
@@ -38,7 +39,6 @@ def make_decode_batch(model: torch.nn.Module, pad_token_id: int, max_rows: Optio
     """The slot-cache batch where the model's layers allow it (with our own forward where runner.py knows the model),
     else the DynamicCache batch."""
     if slotcache.attention_kinds(model) is not None:
-        from steadytune.model.decode.runner import make_runner
         return DecodeBatch(model, pad_token_id, max_rows, graph_backend, readback_every,
                            runner=make_runner(model, kernels))
     return DynamicDecodeBatch(model, pad_token_id, readback_every)
