@@ -14,6 +14,7 @@ from graph_emulation import EmulatedGraphBackend
 from steadytune.model.decode.batch import DecodeBatch
 from steadytune.model.decode.batch_dynamic import DynamicDecodeBatch
 from steadytune.model.decode.prefill import Row
+from steadytune.model.decode.runner import make_runner
 from steadytune.model.decode.sampling import FAILED_ROW, GREEDY, SamplingParams, sample_rows, settings_of
 from steadytune.model.tiny import build_model, build_tokenizer
 from steadytune.serve.engine import BatchingEngine, Delta, Failed, Finished, Generation
@@ -43,15 +44,18 @@ def generate_alone(model, prompt: list[int], max_new_tokens: int, adapter=None) 
     return out[0, len(prompt):].tolist()
 
 
-BATCHES = ["slots", "slots+graphs", "dynamic"]
+BATCHES = ["runner", "runner+graphs", "slots", "slots+graphs", "dynamic"]
 
 
 def make_batch(model, kind: str):
-    """The slot-cache batch (eager, or with its decode step recorded and replayed as a CUDA graph would be) or the
-    DynamicCache batch."""
+    """The slot-cache batch with our own forward (runner.py, torch ops) or the model's own forward through peft, each
+    eager or with its decode step recorded and replayed as a CUDA graph would be; or the DynamicCache batch."""
     if kind == "dynamic":
         return DynamicDecodeBatch(model, pad_token_id=0)
-    return DecodeBatch(model, pad_token_id=0, graph_backend=EmulatedGraphBackend() if kind == "slots+graphs" else None)
+    runner = make_runner(model, "torch") if kind.startswith("runner") else None
+    assert runner is not None or not kind.startswith("runner")
+    return DecodeBatch(model, pad_token_id=0, graph_backend=EmulatedGraphBackend() if kind.endswith("+graphs") else None,
+                       runner=runner)
 
 
 def greedy(max_tokens: int) -> SamplingParams:
@@ -94,7 +98,7 @@ def run_staggered(model, prompts, budgets, adapters=None, join_every=3, per_join
 
 
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("kind", ["qwen2", "gemma3", "llama"])
+@pytest.mark.parametrize("kind", ["qwen2", "gemma3", "llama", "qwen3"])
 def test_rows_joining_and_leaving_match_generate_alone(tokenizer, kind, batch):
     """gemma3's tiny config has a 16-token sliding window, shorter than these sequences: its window layers are
     joined and trimmed too. With recorded steps, rows and columns are bucketed, so idle slots run along, and every
@@ -109,8 +113,9 @@ def test_rows_joining_and_leaving_match_generate_alone(tokenizer, kind, batch):
 @pytest.mark.parametrize("batch", BATCHES)
 def test_mixed_adapter_batches_match_each_adapter_alone(tokenizer, batch):
     """Rows join three at a time, one adapter per join, and leave at different steps: the batch runs one adapter
-    alone (peft's plain forward; recorded), then mixes them (peft's `adapter_names` forward; eager), and ends with
-    base-model rows alone (adapter layers off; recorded)."""
+    alone, then mixes them, and ends with base-model rows alone. Our forward takes every mix from its LoRA banks (an
+    adapter index per row; recorded throughout); on the model's own forward, peft's plain forward runs one adapter
+    (recorded) and its `adapter_names` forward a mix (eager). The adapters have different ranks and targets."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(3)
@@ -118,7 +123,7 @@ def test_mixed_adapter_batches_match_each_adapter_alone(tokenizer, batch):
                            LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"],
                                       init_lora_weights=False),
                            adapter_name="one")
-    model.add_adapter("two", LoraConfig(r=4, lora_alpha=16, target_modules=["v_proj", "up_proj"], init_lora_weights=False))
+    model.add_adapter("two", LoraConfig(r=8, lora_alpha=16, target_modules=["v_proj", "up_proj"], init_lora_weights=False))
     model.eval()
     prompts = random_prompts(9, seed=5)
     adapters = ["one"] * 3 + ["two"] * 3 + ["base"] * 3
@@ -320,15 +325,15 @@ def test_out_of_memory_fails_that_step_and_the_engine_serves_on(tokenizer, monke
     the next request is served as usual (the batch is emptied, not the server)."""
     model = build_model("qwen2", tokenizer, seed=1).eval()
     engine = BatchingEngine(model, tokenizer, max_batch=4)
-    real_forward, calls = model.forward, []
+    real_step, calls = engine.batch._step, []
 
-    def forward_once_out_of_memory(*args, **kwargs):
+    def step_once_out_of_memory(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:  # mid-answer
+        if len(calls) == 2:  # mid-answer
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real_forward(*args, **kwargs)
+        return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(model, "forward", forward_once_out_of_memory)
+    monkeypatch.setattr(engine.batch, "_step", step_once_out_of_memory)
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     prompt = random_prompts(1)[0]
 

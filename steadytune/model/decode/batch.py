@@ -36,6 +36,7 @@ from steadytune.model.decode.adapters import AdapterSelector
 from steadytune.model.decode.graphs import DecodeGraphs, bucket_columns, bucket_rows
 from steadytune.model.decode.prefill import Row, cache_keyword, prefill
 from steadytune.model.decode.running import RunningBatch
+from steadytune.model.decode.sampling import sample_rows
 from steadytune.model.decode.state import DecodeState
 from steadytune.model.decode.transfer import to_device
 
@@ -88,7 +89,7 @@ class DecodeBatch(RunningBatch):
         if self.runner is not None:
             self.runner.prepare(self.cache)
         self.state.advance(logits if index is None else logits.index_select(0, index), first,
-                           max(r.params.kind for r in rows), fed=False)
+                           max(r.params.kind for r in rows), fed=False, sampler=self._sampler())
         self.relayouts += 1
         self.rows.extend(rows)
         self.longest = max(self.longest, width)
@@ -126,8 +127,13 @@ class DecodeBatch(RunningBatch):
             logits = self.runner.forward(self.state, self.cache, rows, columns)
         else:
             logits = self._model_forward(rows, columns, arguments)
-        self.state.advance(logits, 0, kind, fed=True)
+        self.state.advance(logits, 0, kind, fed=True, sampler=self._sampler())
         return logits
+
+    def _sampler(self):
+        """The runner's sampler (a Triton kernel on a GPU) or the torch one."""
+        sampler = self.runner.sampler if self.runner is not None else None
+        return sampler or sample_rows
 
     def _model_forward(self, rows: int, columns: int, arguments: dict) -> torch.Tensor:
         """The model's own forward (through peft) on the slot cache, with masks built from the lengths."""
