@@ -38,7 +38,8 @@ from steadytune.model.decode.kernels import fused_triton
 from steadytune.model.decode.kernels.attention_triton import split_decode_attention
 from steadytune.model.decode.kernels.sample_triton import sample_rows_triton
 from steadytune.model.decode.lora_bank import LoraBank
-from steadytune.model.decode.ops import TorchOps, norm_of
+from steadytune.model.decode.norms import norm_of
+from steadytune.model.decode.ops import TorchOps
 from steadytune.model.decode.sampling import GREEDY, SAMPLE, SamplingParams, sample_rows, settings_of
 
 torch.manual_seed(0)

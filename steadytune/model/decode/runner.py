@@ -33,7 +33,8 @@ import torch
 
 from steadytune.model.decode import slotcache
 from steadytune.model.decode.lora_bank import LoraBank, adapter_names, lora_parts
-from steadytune.model.decode.ops import Norm, TorchOps, TritonOps, norm_of
+from steadytune.model.decode.norms import Norm, norm_of
+from steadytune.model.decode.ops import TorchOps, TritonOps
 
 logger = logging.getLogger("steadytune.decode")
 

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from steadytune.model.decode.ops import Norm
+from steadytune.model.decode.norms import Norm
 
 
 @triton.jit
