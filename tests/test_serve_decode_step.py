@@ -267,3 +267,16 @@ def test_profile_decode_script_reports_no_wait_and_no_relayout():
     for cells in rows:
         ops, waits, _cuda, relayouts = cells[3].split()
         assert int(ops) > 0 and waits == "0" and relayouts == "0"
+
+
+def test_profile_decode_compare_runs_every_arm_and_its_greedy_check_agrees():
+    """benchmarks/profile_decode.py --compare, issue 53's measurement, on a tiny model: every arm gets a number and
+    the engine's greedy tokens equal transformers' generate's."""
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "profile_decode.py"), "--tiny", "--compare",
+                          "--rows", "1,2", "--steps", "2", "--warmup", "1", "--check-rows", "3", "--check-tokens", "5"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    arms = [line.split("|")[0].strip() for line in out.stdout.splitlines() if line.count("|") == 2]
+    assert arms == ["arm","engine+lora", "engine+2lora", "engine", "hf+lora", "static", "static+lora"]
+    assert "3/3 rows equal, 15/15 tokens" in out.stdout
