@@ -50,7 +50,7 @@ def run_tuned(model: str, data_dir: Path, out: Path, seeds: list[int], trials: i
     """The search (its final model is seed 0's), then best_config.yaml with the other seeds; each scored once."""
     from steadytune.config import load_config
     from steadytune.evaluate import run_evaluation
-    from steadytune.recipes.tune import make_search, run_search
+    from steadytune.tune.search import make_search, run_search
     from steadytune.train import run_training
 
     folder = out / "tuned-search"

@@ -22,7 +22,7 @@ SUBCOMMANDS = {
     "demo": ("steadytune.demo", "the embedded default: Gemma 3 270M learns Chinese review sentiment, accuracy before/after"),
     "doctor": ("steadytune.doctor.command", "diagnose this machine (ROCm, CUDA or CPU), or saved tool outputs, and print the fix"),
     "eval": ("steadytune.evaluate", "evaluate a trained adapter: accuracy, macro-F1, baselines, confusion matrix"),
-    "tune": ("steadytune.recipes.tune", "hyperparameter search (Optuna) on a validation split, then the best config trained and evaluated on the test split"),
+    "tune": ("steadytune.tune.command", "hyperparameter search (Optuna) on a validation split, then the best config trained and evaluated on the test split"),
     "export": ("steadytune.infer.export", "merged Hugging Face folder, GGUF for llama.cpp, or the adapter archive of a run"),
     "chat": ("steadytune.infer.chat", "talk to a trained run in the terminal (streams; reads stdin when piped)"),
     "predict": ("steadytune.infer.predict", "batch inference over a jsonl/json/csv file: labels with probabilities, or generated text"),

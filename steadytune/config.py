@@ -4,6 +4,7 @@ The keys are LLaMA-Factory's flat keys (a user's `qwen3_lora_sft.yaml` loads as 
 one flat mapping; nested sections (`guard:`, `fault_injection:`) hold our own feature groups. Every key
 lives in exactly one dataclass below, with its default and help text in the field's metadata. Unknown
 keys fail with a did-you-mean; keys for features we do not have fail with "not supported: KEY".
+LLaMA-Factory's v1 schema is translated into these keys by config_lf_v1.py, before they are checked here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import difflib
 import importlib.util
 import math
 import os
-import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,11 +22,8 @@ from typing import Any, Optional, Union, get_args, get_origin
 
 import yaml
 
-from steadytune.errors import UserError
-
-
-class ConfigError(UserError, ValueError):
-    """A problem with the user's configuration; the message names the key (and file) at fault."""
+from steadytune.config_lf_v1 import is_v1_config, translate_v1
+from steadytune.errors import MAX_SHOWN_VALUE, ConfigError, show_value
 
 
 # What one YAML file may hold. A config is a few KB of keys; these bounds stop a hostile or broken file (aliases
@@ -36,21 +33,8 @@ MAX_YAML_NODES = 100_000       # values (scalars, lists, mappings) once aliases 
 MAX_YAML_CHARS = 4 << 20       # characters of text once aliases are expanded
 MAX_YAML_DEPTH = 100           # lists and mappings inside one another, aliases followed
 MAX_TEXT_VALUE = 100_000       # characters in one text value (a system prompt of ~25k tokens)
-MAX_SHOWN_VALUE = 200          # characters of a value quoted in an error message
 MAX_FLOAT_VALUE = 3.4028234663852886e38   # float32's largest: a number key beyond it overflows in torch
 MAX_INT_VALUE = 2 ** 53        # a whole-number key beyond this is no count any run has (and int64 steps overflow)
-
-_SHORT_REPR = reprlib.Repr()
-_SHORT_REPR.maxlevel = 3
-_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = MAX_SHOWN_VALUE
-_SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxdict = _SHORT_REPR.maxset = 20
-
-
-def show_value(value: Any, limit: int = MAX_SHOWN_VALUE) -> str:
-    """repr(value) for an error message, at most `limit` characters, in time bounded by `limit` (reprlib looks at a
-    few items of each level only, so a value with a billion items, or nested 10,000 deep, costs microseconds)."""
-    text = _SHORT_REPR.repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _opt(default: Any, help: str, choices: tuple | None = None, minimum: float | None = None,
@@ -227,6 +211,17 @@ class DataArguments:
     # Generative classification (seed 003): the target is a label word followed by end-of-sequence.
     label_names: Optional[list] = _opt(None, "Ordered label words for classification datasets, e.g. [消极, 积极].")
     prompt_template: Optional[str] = _opt(None, "Prompt for classification rows; must contain {text}.")
+    # Vision-language rows (data/multimodal/): LLaMA-Factory's keys and defaults (its ModelArguments / DataArguments).
+    media_dir: Optional[str] = _opt(None, "Folder that image and video paths in the rows are relative to (default: dataset_dir); a path not found there is read as written.")
+    image_max_pixels: int = _opt(768 * 768, "Images with more pixels (width x height) are shrunk to about this many before the image processor (LLaMA-Factory's rule).", minimum=1)
+    image_min_pixels: int = _opt(32 * 32, "Images with fewer pixels are enlarged to about this many.", minimum=1)
+    image_do_pan_and_scan: bool = _opt(False, "Gemma 3: also feed crops of wide or tall images (pan and scan), as LLaMA-Factory.")
+    video_max_pixels: int = _opt(256 * 256, "Video frames with more pixels are shrunk to about this many.", minimum=1)
+    video_min_pixels: int = _opt(16 * 16, "Video frames with fewer pixels are enlarged to about this many.", minimum=1)
+    video_fps: float = _opt(2.0, "Frames kept per second of video (at least one, at most video_maxlen).", minimum=0.0, exclusive_min=True)
+    video_maxlen: int = _opt(128, "Most frames kept of one video.", minimum=1)
+    media_truncation: str = _opt("shorten_text", "When cutoff_len cannot hold a row with its image/video tokens: shorten_text (cut its text, never a media token; refuse the row when the media alone do not fit) or refuse (refuse the row, naming it).",
+                                 choices=("shorten_text", "refuse"))
     class_balance: str = _opt("none", "Class balance for classification: none, sampler (inverse-frequency sampling), loss (class-weighted loss), both.",
                               choices=("none", "sampler", "loss", "both"))
 
@@ -473,12 +468,9 @@ UNSUPPORTED_KEYS = {
     "ld_alpha": "length-desensitised DPO (LD-DPO) is not supported",
     "ref_model_quantization_bit": "quantised reference models are not supported",
     "ppo_epochs": "PPO is not supported",
-    "image_max_pixels": "vision inputs are not supported (text-only decoder models)",
-    "image_min_pixels": "vision inputs are not supported",
-    "video_max_pixels": "video inputs are not supported",
-    "video_min_pixels": "video inputs are not supported",
-    "video_fps": "video inputs are not supported",
-    "video_maxlen": "video inputs are not supported",
+    "use_audio_in_video": "audio inputs are not supported (images and video are: data/multimodal)",
+    "audio_sampling_rate": "audio inputs are not supported (images and video are: data/multimodal)",
+    "crop_to_patches": "InternVL's image tiling is not supported (vision templates: qwen2_vl, qwen3_vl, gemma3, llava)",
     "freeze_vision_tower": "vision models are not supported",
     "freeze_multi_modal_projector": "vision models are not supported",
     "freeze_language_model": "vision models are not supported",
@@ -524,208 +516,6 @@ UNSUPPORTED_VALUES = {
                                    "(bitsandbytes, 4 or 8 bits) quantises on load" for m in
        ("hqq", "eetq", "gptq", "awq", "aqlm", "quanto", "mxfp4", "fp8")},
 }
-
-
-# ---------------------------------------------------------------------------------------------------------
-# LLaMA-Factory's v1 schema (USE_V1=1; its examples/v1): read as v1 reads it, translated into our keys
-# ---------------------------------------------------------------------------------------------------------
-
-# v1's own keys (src/llamafactory/v1/config/*.py: ModelArguments, DataArguments, TrainingArguments, SampleArguments)
-# that the v0 schema does not have; any of them makes a file a v1 file.
-V1_KEYS = {"model", "model_class", "custom_chat_template", "init_config", "peft_config", "kernel_config", "quant_config",
-           "train_dataset", "micro_batch_size", "global_batch_size", "batching_strategy", "batching_workers",
-           "enable_activation_checkpointing", "dist_config", "dp_size", "cp_size", "cp_mode", "mp_replicate_size",
-           "mp_shard_size", "dist_timeout", "optim_config", "lr_scheduler_config", "full_determinism", "save_epochs",
-           "save_ckpt_as_hf", "sample_backend"}
-# v1's defaults where they are not v0's (v1 TrainingArguments / SampleArguments; its optimizer is torch's AdamW with
-# torch's defaults and its schedule a constant learning rate unless lr_scheduler_config says otherwise).
-V1_DEFAULTS = {"per_device_train_batch_size": 1, "learning_rate": 1e-4, "num_train_epochs": 3, "bf16": True,
-               "logging_steps": 1, "gradient_checkpointing": True, "lr_scheduler_type": "constant", "warmup_steps": 0,
-               "weight_decay": 0.01, "max_new_tokens": 128}
-_V1_ATTENTION = {"sdpa": "sdpa", "eager": "eager", "flash_attention_2": "fa2"}
-
-
-def is_v1_config(raw: dict) -> bool:
-    return any(str(key) in V1_KEYS for key in raw)
-
-
-def _plugin(raw: dict, key: str, where: str) -> dict | None:
-    """A v1 plugin setting ({name: ..., ...}, or a JSON string of one), as v1's get_plugin_config reads it."""
-    value = raw.get(key)
-    if value is None:
-        return None
-    if isinstance(value, str) and value.strip().startswith("{"):
-        value = parse_yaml(value, f"{where}: {key}")
-    if not isinstance(value, dict) or "name" not in value:
-        raise ConfigError(f"{where}: {key}: a v1 plugin setting needs a mapping with a `name` (got {show_value(value)})")
-    return dict(value)
-
-
-def translate_v1(raw: dict, where: str) -> tuple[dict, list[tuple[str, Any, str]]]:
-    """A LLaMA-Factory v1 config -> our flat keys, and the decisions that say how it was read. v1's keys map onto
-    ours where the feature exists here; a feature we do not have is refused naming the key; v1's defaults (which
-    are not v0's: micro_batch_size 1, learning_rate 1e-4, bf16, checkpointing on, a constant learning rate, AdamW's
-    torch defaults) fill the keys the file leaves out. Keys of our schema given beside (overrides) win."""
-    out = {k: v for k, v in raw.items() if str(k) not in V1_KEYS}
-    read: list[str] = []
-
-    def refuse(key: str, why: str) -> None:
-        raise ConfigError(f"{where}: not supported: {key} ({why}; a LLaMA-Factory v1 config)")
-
-    def put(key: str, value: Any, said: str) -> None:
-        if key not in out:
-            out[key] = value
-            read.append(said)
-
-    if "model" in raw:
-        put("model_name_or_path", raw["model"], "model -> model_name_or_path")
-    model_class = str(getattr(raw.get("model_class"), "value", raw.get("model_class") or "llm"))
-    if model_class != "llm":
-        refuse(f"model_class: {model_class}", "only causal language models (model_class: llm) are trained here")
-    if raw.get("custom_chat_template"):
-        refuse("custom_chat_template", "give the template by name (template: qwen3, llama3, ...)")
-    if "flash_attn" in raw:
-        attention = _V1_ATTENTION.get(str(raw["flash_attn"]))
-        if attention is None:
-            raise ConfigError(f"{where}: flash_attn: invalid value {show_value(raw['flash_attn'])} (v1 takes one of "
-                              f"{', '.join(_V1_ATTENTION)})")
-        out["flash_attn"] = attention
-    init = _plugin(raw, "init_config", where)
-    if init is not None:
-        read.append(f"init_config {init['name']}: where the weights are first made; changes no number here")
-    # peft_config: none = full fine-tuning; lora with v1's names; freeze is not a method we have
-    peft = _plugin(raw, "peft_config", where)
-    if peft is None:
-        put("finetuning_type", "full", "no peft_config -> finetuning_type: full")
-    elif peft["name"] == "freeze":   # v1's get_freeze_model: v0's rule, with v0's key names
-        put("finetuning_type", "freeze", "peft_config freeze -> finetuning_type: freeze")
-        for key, value in peft.items():
-            if key == "name" or value is None:
-                continue
-            if key not in ("freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"):
-                refuse(f"peft_config.{key}", "a freeze setting steadytune does not have")
-            put(key, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value, f"peft_config.{key}")
-    elif peft["name"] != "lora":
-        refuse(f"peft_config: {peft['name']}", f"finetuning_type: {peft['name']} is not supported; use lora, freeze "
-               "or full")
-    else:
-        put("finetuning_type", "lora", "peft_config lora -> finetuning_type: lora")
-        names = {"r": "lora_rank", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
-                 "target_modules": "lora_target", "adapter_name_or_path": "adapter_name_or_path",
-                 "export_dir": "export_dir", "export_size": "export_size", "infer_dtype": "infer_dtype",
-                 "use_rslora": "use_rslora", "use_dora": "use_dora"}
-        for key, value in peft.items():
-            if key == "name":
-                continue
-            if key not in names:
-                refuse(f"peft_config.{key}", "a LoRA setting steadytune does not have")
-            if key == "target_modules" and isinstance(value, (list, tuple)):
-                value = ",".join(map(str, value))
-            put(names[key], value, f"peft_config.{key} -> {names[key]}")
-    kernel = _plugin(raw, "kernel_config", where)
-    if kernel is not None and kernel["name"] != "auto":
-        if kernel["name"] != "liger_kernel" or set(kernel) != {"name"}:
-            refuse(f"kernel_config: {kernel['name']}", "kernels other than liger_kernel are not supported")
-        put("use_liger_kernel", True, "kernel_config liger_kernel -> use_liger_kernel: true")
-    quant = _plugin(raw, "quant_config", where)
-    if quant is not None:
-        # v1's quantisation plugin: bnb (or auto, which picks bnb for an unquantised model) with quantization_bit.
-        if quant["name"] not in ("bnb", "auto"):
-            refuse(f"quant_config: {quant['name']}", "on-the-fly quantisation is bitsandbytes only (name: bnb)")
-        put("quantization_method", "bnb", f"quant_config {quant['name']} -> quantization_method: bnb")
-        for key, value in quant.items():
-            if key == "name":
-                continue
-            if key not in ("quantization_bit", "quantization_type", "double_quantization"):
-                refuse(f"quant_config.{key}", "a quantisation setting steadytune does not have")
-            put(key, value, f"quant_config.{key} -> {key}")
-    dist = _plugin(raw, "dist_config", where)
-    if dist is not None:
-        if dist["name"] == "fsdp2":
-            if dist.get("dcp_path"):
-                refuse("dist_config.dcp_path", "loading weights from a distributed checkpoint is not supported")
-            put("fsdp", "full_shard auto_wrap", "dist_config fsdp2 -> fsdp: full_shard auto_wrap (FSDP2; one process "
-                "runs unsharded)")
-        elif dist["name"] == "deepspeed":
-            if not dist.get("config_file"):
-                raise ConfigError(f"{where}: dist_config: deepspeed needs config_file")
-            put("deepspeed", dist["config_file"], "dist_config deepspeed -> deepspeed: its config_file")
-        else:
-            refuse(f"dist_config: {dist['name']}", "expert parallelism (fsdpturbo) is not supported; use fsdp2 or "
-                   "deepspeed")
-    for key, default in (("cp_size", 1), ("dp_size", None), ("mp_replicate_size", 1), ("mp_shard_size", None)):
-        if raw.get(key, default) != default:
-            refuse(f"{key}: {raw[key]}", "context and model-parallel meshes are not supported; processes are data "
-                   "parallel (with FSDP2 or DeepSpeed sharding)")
-    if "dist_timeout" in raw:
-        put("ddp_timeout", raw["dist_timeout"], "dist_timeout -> ddp_timeout")
-    if "train_dataset" in raw:
-        put("dataset", raw["train_dataset"], "train_dataset -> dataset (a v1 dataset YAML is read as v1 reads it)")
-        put("dataset_dir", ".", "dataset_dir: . (v1 paths are relative to where it runs)")
-    if "micro_batch_size" in raw:
-        put("per_device_train_batch_size", raw["micro_batch_size"], "micro_batch_size -> per_device_train_batch_size")
-    if raw.get("global_batch_size") is not None:
-        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-        micro = int(raw.get("micro_batch_size") or 1)
-        accumulation, left = divmod(int(raw["global_batch_size"]), micro * world)
-        if accumulation < 1 or left:
-            raise ConfigError(f"{where}: global_batch_size {raw['global_batch_size']} is not a multiple of "
-                              f"micro_batch_size {micro} x {world} processes")
-        put("gradient_accumulation_steps", accumulation, f"global_batch_size {raw['global_batch_size']} / "
-            f"(micro_batch_size {micro} x {world} processes) -> gradient_accumulation_steps {accumulation}")
-    strategy = str(getattr(raw.get("batching_strategy"), "value", raw.get("batching_strategy") or "normal"))
-    budget = int(raw.get("cutoff_len", 2048)) * int(raw.get("micro_batch_size") or 1)
-    if strategy == "dynamic_batching":
-        put("max_tokens_per_batch", budget, f"batching_strategy dynamic_batching -> max_tokens_per_batch {budget} "
-            "(cutoff_len x micro_batch_size; v1 counts padded tokens, steadytune real ones)")
-        put("packing", False, "batching_strategy dynamic_batching: padded rows")
-    elif strategy == "dynamic_padding_free":
-        put("max_tokens_per_batch", budget, f"batching_strategy dynamic_padding_free -> max_tokens_per_batch {budget} "
-            "(cutoff_len x micro_batch_size real tokens, as v1)")
-        put("packing", True, "batching_strategy dynamic_padding_free -> packing: true")
-    elif strategy == "padding_free":
-        read.append("batching_strategy padding_free: micro_batch_size examples a micro-batch in one packed row, as "
-                    "steadytune's default packing lays them out (CPU, CUDA; padded elsewhere: the same examples)")
-    elif strategy != "normal":
-        raise ConfigError(f"{where}: batching_strategy: invalid value {show_value(strategy)} (normal, padding_free, "
-                          "dynamic_batching, dynamic_padding_free)")
-    if "enable_activation_checkpointing" in raw:
-        put("gradient_checkpointing", bool(raw["enable_activation_checkpointing"]),
-            "enable_activation_checkpointing -> gradient_checkpointing")
-    optim = _plugin(raw, "optim_config", where)
-    if optim is not None:
-        refuse(f"optim_config: {optim['name']}", "v1's optimizer plugins are not read; v0's keys choose one (use_muon, "
-               "use_galore, ...: one process or DDP)")
-    if _plugin(raw, "lr_scheduler_config", where) is not None:
-        refuse("lr_scheduler_config", "set lr_scheduler_type and warmup_ratio instead")
-    if raw.get("save_epochs") is not None:
-        refuse("save_epochs", "use save_steps")
-    put("overwrite_output_dir", True, "overwrite_output_dir: true (v1 writes into output_dir whatever it holds; "
-        "steadytune still replaces only its own run files)")
-    if raw.get("resume_from_checkpoint") == "auto":
-        out["resume_from_checkpoint"] = True
-    if "sample_backend" in raw:
-        backend = str(getattr(raw["sample_backend"], "value", raw["sample_backend"]))
-        put("infer_backend", {"hf": "huggingface"}.get(backend, backend), "sample_backend -> infer_backend")
-    for key in ("batching_workers", "full_determinism", "save_ckpt_as_hf", "cp_mode"):
-        if key in raw:
-            read.append(f"{key}: changes no number here")
-    defaults = []
-    for key, value in V1_DEFAULTS.items():
-        if key not in out:
-            out[key] = value
-            defaults.append(f"{key} {value}")
-    if "template" not in out:
-        out["template"] = "auto"
-        read.append("template auto (v1 renders with the tokenizer's own chat template; without one, v1 uses ChatML "
-                    "and steadytune `empty`)")
-    notes = [("lf_v1", "read", "a LLaMA-Factory v1 config: " + "; ".join(read)),
-             ("lf_v1_defaults", "applied", "v1's defaults where the file is silent: " + ", ".join(defaults) +
-              " (v1 saves no checkpoint unless save_steps; steadytune every save_steps, 500)"),
-             ("lf_v1_differences", "printed", "v1 joins an alpaca row's instruction and input with nothing between them, "
-              "steadytune (as v0) with a newline; v1 trains a multi-turn conversation as one example per answer, "
-              "steadytune as one example")]
-    return out, notes
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -903,14 +693,21 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
             raw[key] = {**raw[key], **value}
         else:
             raw[key] = value
-    notes: list[tuple[str, Any, str]] = []
-    if is_v1_config(raw):
-        raw, notes = translate_v1(raw, where)
+    raw, notes = as_our_keys(raw, where)
     cfg = build_config(raw, where)
     for key, value, why in notes:
         cfg.decide(key, value, why)
     cfg.source = str(path) if path is not None else None
     return cfg
+
+
+def as_our_keys(raw: dict, where: str) -> tuple[dict, list[tuple[str, Any, str]]]:
+    """A config mapping in our keys, and the decisions that say how it was read: a LLaMA-Factory v1 file translated
+    (config_lf_v1.py; its plugin settings given as text are read by this module's bounded YAML parser), any other
+    mapping as it is."""
+    if not is_v1_config(raw):
+        return raw, []
+    return translate_v1(raw, where, parse_text=parse_yaml)
 
 
 def build_config(raw: dict, where: str = "config") -> RunConfig:

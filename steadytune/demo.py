@@ -20,7 +20,7 @@ from steadytune.data.balance import majority_share
 from steadytune.data.prepare import prepare_datasets
 from steadytune.eval.scoring import evaluate_classification
 from steadytune.infer.loading import load_for_inference
-from steadytune.recipes.tune import make_search, run_search
+from steadytune.tune.search import make_search, run_search
 from steadytune.report.record import write_run_report
 from steadytune.train import run_training
 from steadytune.training.run_folder import record_outputs

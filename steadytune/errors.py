@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import reprlib
 import signal
+from typing import Any
 
 
 class UserError(Exception):
@@ -18,6 +20,25 @@ class DataError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint folder is truncated, corrupt, or belongs to another model."""
+
+
+class ConfigError(UserError, ValueError):
+    """A problem with the user's configuration; the message names the key (and file) at fault."""
+
+
+# How an error message quotes a value the user gave: short, whatever the value holds.
+MAX_SHOWN_VALUE = 200          # characters of a value quoted in an error message
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = MAX_SHOWN_VALUE
+_SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxdict = _SHORT_REPR.maxset = 20
+
+
+def show_value(value: Any, limit: int = MAX_SHOWN_VALUE) -> str:
+    """repr(value) for an error message, at most `limit` characters, in time bounded by `limit` (reprlib looks at a
+    few items of each level only, so a value with a billion items, or nested 10,000 deep, costs microseconds)."""
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # Ctrl-C and SIGTERM end a run with 128 + the signal number, the shells' convention (training/stopping.py).

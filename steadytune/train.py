@@ -3,8 +3,9 @@
     run_training, the driver:  claim output_dir -> set_up -> fit -> finish
     set_up   a list of phases, each a function below: where to start (fresh, reuse, resume) -> processes and
              sharding -> hardware policy -> tokenizer + data, checked before any weights load -> resume checks ->
-             Accelerator + start-up checks -> model + LoRA -> batches and steps -> speed plan (static shapes, compile,
-             CUDA graphs, liger, checkpointing) -> optimizer + schedule -> restore the checkpoint -> guard
+             Accelerator + start-up checks -> model + what trains (LoRA, OFT, freeze, full) -> batches and steps ->
+             speed plan (static shapes, compile, CUDA graphs, liger, checkpointing) -> optimizer + schedule -> restore
+             the checkpoint -> guard. Each phase calls the part that does its work (docs/architecture.md's table).
     fit      the loop: forward on labelled positions, token-normalised accumulation, clip, guard, step, log,
              eval, save; a signal saves a checkpoint at the step boundary and stops
     finish   adapter (or model) + tokenizer + results + plot
@@ -12,15 +13,13 @@
 An fp16 run that keeps overflowing comes back from `fit` asking for another precision: the driver sets up again
 from the checkpoint it saved. The loop is ours, on Accelerate (no transformers.Trainer subclass): Accelerate brings
 DDP / FSDP / DeepSpeed and autocast; everything that decides the numbers is visible here. What a stage (sft, pt,
-dpo, kto, rm) does differently comes from its record in stages/table.py.
+dpo, kto, rm, grpo) does differently comes from its record in stages/table.py.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import os
-import shutil
 import signal
 import sys
 import time
@@ -30,94 +29,58 @@ from typing import Any
 
 import torch
 from accelerate.utils import set_seed
-from safetensors import SafetensorError
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from steadytune.config import RunConfig, describe_keys, resolve_do_train, save_resolved_config
 from steadytune.data.balance import uses_loss_weights
-from steadytune.data.prepare import truncation_summary
+from steadytune.data.prepare import check_data_fits_keys
 from steadytune.distributed import launch, nodes, sharding
-from steadytune.distributed.collectives import (
-    clip_gradients,
-    reduce_sum,
-    says_for_all_ranks,
-    share_from_main,
-    sync_gradients_on_last,
-)
+from steadytune.distributed.collectives import (clip_gradients, reduce_sum, says_for_all_ranks, share_from_main,
+                                                 sync_gradients_on_last)
 from steadytune.distributed.fsdp_config import read_fsdp_keys
+from steadytune.distributed.restore import restore_run, vet_resume
 from steadytune.distributed.watchdog import HangWatchdog
-from steadytune.distributed.world_resume import adapt_to_checkpoint, layout_of, remap_position
-from steadytune.doctor.environment import write_environment
-from steadytune.doctor.findings import format_findings, has_errors
-from steadytune.doctor.live import run_live_checks
-from steadytune.errors import CheckpointError, RunInterrupted, UserError, describe_os_error
+from steadytune.distributed.world_resume import layout_of
+from steadytune.doctor.environment import run_startup_checks
+from steadytune.errors import RunInterrupted, UserError, describe_os_error
 from steadytune.evaluate import evaluate_saved
 from steadytune.hardware.backend import detect
 from steadytune.hardware.error_catalogue import error_text
 from steadytune.hardware.error_catalogue import explain_failure as explain_failure   # cli: the likely-cause line
 from steadytune.hardware.policy import choose_attention, choose_precision, fallback_precision
-from steadytune.hardware.quantization import bitsandbytes_status, choose_compute_dtype
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.attention import eager_only_reason, plan_packing
-from steadytune.model.fp8_base import restore_base
-from steadytune.model.kernels import skip_lora_input_cast, uncompile_layers
-from steadytune.model.offload import remove_offloading
-from steadytune.model.lora_scaling import scale_before_lora_b
-from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
-from steadytune.model.lora import (
-    attach_adapter,
-    count_parameters,
-    load_trained_adapter,
-    save_pissa_converted,
-    save_pissa_start,
-)
+from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer
+from steadytune.model.lora import count_parameters
 from steadytune.model.moe.routing import routing_of
-from steadytune.model.quantize import DTYPES as QUANT_DTYPES
-from steadytune.model.quantize import is_quantized, keep_training_layout, record_quantization
+from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
+from steadytune.model.trainable import continues_adapter, make_trainable
 from steadytune.report.record import write_data_stats, write_run_report
 from steadytune.stages.base import Stage
+from steadytune.stages.guard_rules import guard_for
 from steadytune.stages.objectives import pop_metrics
-from steadytune.stages.preference import PREFERENCE_STAGES
 from steadytune.stages.table import STAGES
-from steadytune.training.batches import (
-    TrainBatches,
-    count_steps,
-    lf_step_count,
-    take_window,
-    to_device,
-    token_budget,
-    uses_token_budget,
-    warmup_steps_of,
-)
-from steadytune.training.checkpoint import (
-    CheckpointLinkError,
-    TrainerState,
-    describe_save_failure,
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    read_state,
-    save_checkpoint,
-)
+from steadytune.training.batches import (Steps, TrainBatches, plan_steps, take_window, to_device, token_budget,
+                                         uses_token_budget)
+from steadytune.training.checkpoint import (TrainerState, data_position, list_checkpoints, save_checkpoint,
+                                            save_final_outputs, set_data_position)
+from steadytune.training.evaluation import should_evaluate, update_best
 from steadytune.training.experts import expert_load_log, pop_routing_metrics, set_up_experts
 from steadytune.training.faults import FaultInjector
-from steadytune.training.graphs import graph_runner_for
+from steadytune.training.graphs import describe_recording, graph_runner_for
+from steadytune.training.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard,
+                                       weights_are_finite)
 from steadytune.training.lora_budget import check_adapter_fits
-from steadytune.training.guard import ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard
-from steadytune.training.monitor import MetricsLog, Throughput, memory_stats, plot_loss
-from steadytune.training.optimizers import (
-    build_optimizer,
-    check_optimizer_installed,
-    chosen_optimizer,
-    may_train,
-    refuse_with_sharding,
-)
-from steadytune.training.resume import compare_for_resume, resume_fingerprint
+from steadytune.training.monitor import MetricsLog, Throughput, plot_loss, step_record
+from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed, chosen_optimizer, may_train,
+                                            refuse_with_sharding)
 from steadytune.training.folder_config import load_config_named
+from steadytune.training.resume import resume_fingerprint
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
-from steadytune.training.speed_plan import apply_speed_plan, choose_base_dtype, enable_gradient_checkpointing
+from steadytune.training.speed_plan import (apply_speed_plan, checkpoint_after_graph_oom, choose_base_dtype,
+                                             undo_speed_plan)
 from steadytune.training.startup import startup_lines
 from steadytune.training.stopping import RunPruned, StopRequests
 from steadytune.training.trackers import Trackers
@@ -156,23 +119,7 @@ def add_arguments(parser) -> None:
                         help="start N training processes, one per GPU (a number, or auto = every visible GPU), "
                              "through torch.distributed.run: DDP, or DeepSpeed / FSDP2 when the config asks for them "
                              "(with --nnodes: processes on this node; NPROC_PER_NODE)")
-    group = parser.add_argument_group("several nodes (torchrun's flags; LLaMA-Factory's variables NNODES, NODE_RANK, "
-                                      "MASTER_ADDR, MASTER_PORT, RDZV_ID, MIN_NNODES, MAX_NNODES, MAX_RESTARTS with "
-                                      "FORCE_TORCHRUN=1 do the same; see docs/multi-node.md)")
-    group.add_argument("--nnodes", metavar="N|MIN:MAX", help="nodes in the job (run this command on each)")
-    group.add_argument("--node-rank", type=int, metavar="R", help="this node's number, 0 on --master-addr (static "
-                       "rendezvous; with --rdzv-id the rendezvous numbers the nodes)")
-    group.add_argument("--master-addr", metavar="HOST", help="address of node 0, where the rendezvous is held")
-    group.add_argument("--master-port", type=int, metavar="PORT", help="its port, the same on every node (29500)")
-    group.add_argument("--rdzv-id", metavar="JOB", help="elastic: the c10d rendezvous with this job id (the same on "
-                       "every node); a dead process or node restarts the job from the last complete checkpoint")
-    group.add_argument("--max-restarts", type=int, metavar="N", help="elastic: restarts before the job fails (0)")
-    group.add_argument("--rdzv-timeout", type=int, metavar="S",
-                       help="seconds a node waits at the rendezvous for the others (900)")
-    group.add_argument("--rdzv-conf", metavar="K=V,...", help="more rendezvous settings, as torchrun's --rdzv-conf "
-                       "(join_timeout, last_call_timeout, close_timeout, read_timeout)")
-    group.add_argument("--local-addr", metavar="ADDR", help="this node's address as the others reach it (default: "
-                       "its hostname)")
+    launch.add_launch_arguments(parser)
 
 
 def run(args) -> int:
@@ -224,7 +171,7 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
     folder.claim()  # usable folder, lock taken
     stop = StopRequests().install()
     try:
-        start_nodes(cfg, folder, layout, processes.device)
+        nodes.start_nodes(cfg, folder, layout, processes.device)
         while True:
             run = set_up(cfg, folder, stop, force, progress, model)
             run.on_evaluate = on_evaluate
@@ -252,17 +199,6 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
         folder.release()
 
 
-def start_nodes(cfg: RunConfig, folder: RunFolder, layout, device) -> None:
-    """Several nodes (distributed/nodes.py): every node sees the output folder rank 0 claimed, an elastic restart
-    continues its own job's run, and one all-reduce across the nodes is measured for the start-up print."""
-    restarted = folder.main and nodes.claim_for_launch(folder.manifest, layout)   # which launch's run this is
-    if layout.several:
-        nodes.check_shared_output(folder.path, layout)
-    nodes.continue_after_restart(cfg, restarted, layout)
-    if layout.several:
-        nodes.record_nodes(cfg, layout, nodes.measure_allreduce(device, layout))
-
-
 @dataclass
 class Run:
     """Everything the loop works with: built by set_up, read by fit and finish."""
@@ -279,7 +215,7 @@ class Run:
     optimizer: Any
     scheduler: Any
     batches: TrainBatches
-    steps: "Steps"
+    steps: Steps                      # how the data is cut into optimizer steps (training/batches.py)
     state: TrainerState               # progress counters, saved in every checkpoint
     metrics: MetricsLog
     guard: NumericalGuard
@@ -344,15 +280,6 @@ class Run:
 
 
 @dataclass
-class Steps:
-    """How the data is cut into optimizer steps."""
-    micro_batches_per_epoch: int
-    per_epoch: int
-    total: int
-    warmup: int
-
-
-@dataclass
 class Outcome:
     losses: list[float]
     train_seconds: float
@@ -386,8 +313,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                              steps.total * cfg.train.gradient_accumulation_steps, shard_plan,
                              fsdp=read_fsdp_keys(cfg.train) is not None)
     objective, params, optimizer, scheduler = make_optimizer(cfg, stage, model, steps, shard_plan, accelerator)
-    state, resume_from = restore(cfg, resume_candidates, objective, optimizer, scheduler, shard_plan, accelerator,
-                                 world, batches)
+    state, resume_from = restore_run(cfg, resume_candidates, objective, accelerator.unwrap_model(objective).model,
+                                     optimizer, scheduler, accelerator.scaler, shard_plan, world, batches.max_tokens)
     metrics = MetricsLog(folder.path / "metrics.jsonl", enabled=accelerator.is_main_process)
     guard, faults, live = make_guard(cfg, info, precision, metrics, accelerator, objective, optimizer, scheduler,
                                      state, resumed=resume_from is not None)
@@ -455,7 +382,9 @@ def load_data(cfg: RunConfig, stage: Stage):
     data = stage.prepare_data(cfg, tokenizer)
     if not data.train:
         raise UserError(f"dataset {cfg.data.dataset!r}: no training examples left after filtering")
-    check_data_fits_keys(cfg, data)
+    warning = check_data_fits_keys(cfg, data)
+    if warning and says_for_all_ranks():
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     return tokenizer, data
 
 
@@ -467,30 +396,6 @@ def start_accelerator(cfg: RunConfig, folder: RunFolder, shard_plan, precision: 
     set_seed(t.seed)
     run_startup_checks(info, folder.path, force=force, write=accelerator.is_main_process)
     return accelerator, trackers
-
-
-def plan_quantization(cfg: RunConfig, info, precision: str, shard_plan) -> torch.dtype | None:
-    """QLoRA (quantization_bit): bitsandbytes usable here (hardware/quantization.py: installed, at least this
-    backend's and GPU's floor), the dtype its layers compute in; None without quantization_bit. Checked before any
-    weights load; what bitsandbytes rules out among the speed features is applied by the speed plan."""
-    bits = cfg.model.quantization_bit
-    if bits is None:
-        return None
-    gpu = info.primary
-    status = bitsandbytes_status(info.backend, gpu.arch if gpu is not None else None)
-    if not status.usable:
-        raise UserError(f"quantization_bit: {bits} needs bitsandbytes here: {status.why}; {status.fix}")
-    if shard_plan.sharded:
-        # DeepSpeed and FSDP wrap and flatten parameters of one dtype (even on one process); bitsandbytes' packed
-        # uint8 weights carry their quantisation state beside them (LLaMA-Factory's FSDP+QLoRA stores them in the
-        # compute dtype, bnb_4bit_quant_storage; not done here).
-        raise UserError(f"quantization_bit: {bits} with {shard_plan.label} ({shard_plan.why}) is not supported; train "
-                        "a quantised base without the deepspeed / fsdp keys (LLaMA-Factory v1: dist_config): on one "
-                        "GPU, or with DDP (--nproc)")
-    compute, why = choose_compute_dtype(precision)
-    cfg.decide("bitsandbytes", status.installed, status.why)
-    cfg.decide("bnb_compute_dtype", compute, why)
-    return QUANT_DTYPES[compute]
 
 
 def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: str, attn: str, shard_plan,
@@ -510,36 +415,10 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
     if is_quantized(model):
         record_quantization(model, cfg.model, str(compute_dtype).replace("torch.", ""), cfg.decide)
         keep_training_layout(model)   # evaluations during training must not repack the weights for inference
-    if cfg.model.adapter_name_or_path and cfg.method.finetuning_type == "lora":
-        # Continue training an existing adapter (LLaMA-Factory's adapter_name_or_path) instead of a fresh one.
-        model = load_trained_adapter(model, cfg.model.adapter_name_or_path, is_trainable=True,
-                                     allow_pickle=cfg.model.allow_pickle_weights)
-        cfg.decide("adapter_name_or_path", cfg.model.adapter_name_or_path, "training continues from this adapter "
-                   "(its rank and targets; lora_* keys do not apply)")
-    else:
-        if cfg.method.finetuning_type == "lora":
-            check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
-        model = attach_adapter(model, cfg)
-        if cfg.method.pissa_convert and cfg.method.pissa_init and accelerator.is_main_process:
-            save_pissa_start(model, cfg.train.output_dir)   # what pissa_converted is computed against, at the end
-    if shard_plan.kind == "deepspeed" and precision in ("bf16", "fp16"):
-        # DeepSpeed keeps the fp32 master copy of trainable weights in its optimizer and computes in the half dtype;
-        # its ZeRO-3 linear does not autocast, so fp32 adapters would meet bf16 inputs (seen on the H200).
-        half = torch.bfloat16 if precision == "bf16" else torch.float16
-        for param in model.parameters():
-            if param.requires_grad and param.dtype == torch.float32:
-                param.data = param.data.to(half)
-        cfg.decide("trainable_dtype", str(half).replace("torch.", ""), "DeepSpeed holds the fp32 master weights in "
-                   "its optimizer; the module computes in the half precision")
-    if base_dtype != torch.float32 and cfg.method.finetuning_type == "lora" and not cfg.method.use_dora:
-        # Every forward of this model runs under autocast (training, eval loss, scoring): see model/kernels.py.
-        # (Plain LoRA only: DoRA's own forward has not been measured without the cast.)
-        _, why = skip_lora_input_cast(model)
-        cfg.decide("lora_input_cast", "off", why)
-    if cfg.method.finetuning_type == "lora":
-        changed, why = scale_before_lora_b(model)
-        if changed:
-            cfg.decide("lora_scaling", "before lora_B", why)
+    if cfg.method.finetuning_type == "lora" and not continues_adapter(cfg):
+        check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
+    model = make_trainable(model, cfg, base_dtype, save_start=accelerator.is_main_process)   # model/trainable.py
+    sharding.match_trainable_dtype(shard_plan, model, precision, cfg)
     return model, tokenizer
 
 
@@ -556,35 +435,15 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
                            packing_attention=packing_attention, max_tokens=budget,
                            collate=stage.make_collator(cfg, tokenizer, packing_attention),
                            token_mask=routing_of(model) is not None)
-    micro_batches_per_epoch = batches.batches_per_epoch()
-    steps = count_steps(t, micro_batches_per_epoch)
-    per_epoch, total = steps.steps_per_epoch, steps.total
-    warmup = warmup_steps_of(t, total)
-    lf = lf_step_count(len(data.train), t.per_device_train_batch_size, accelerator.num_processes,
-                       t.gradient_accumulation_steps, t.num_train_epochs, t.max_steps)
-    cfg.decide("total_steps", total, f"{'max_steps' if t.max_steps > 0 else 'num_train_epochs'}: "
-               f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation = "
-               f"{per_epoch} steps per epoch; " + compare_with_lf(micro_batches_per_epoch, per_epoch, total, lf, budget))
-    cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else
-               f"ceil({t.warmup_ratio} x {total} steps), as transformers rounds it for LLaMA-Factory")
-    check_steps_fit_keys(cfg, micro_batches_per_epoch, total)
+    steps = plan_steps(cfg, batches.batches_per_epoch(), len(data.train), accelerator.num_processes, budget)
     if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency
         write_data_stats(folder.path, data, batches.micro_batches(0), packing_attention, cfg.data.cutoff_len)
-    return batches, Steps(micro_batches_per_epoch, per_epoch, total, warmup)
-
-
-def compare_with_lf(micro_batches: int, per_epoch: int, total: int, lf, budget: int | None) -> str:
-    """The step count next to LLaMA-Factory's for the same rows and keys (a difference says why, with numbers)."""
-    if (micro_batches, per_epoch, total) == (lf.micro_batches_per_epoch, lf.steps_per_epoch, lf.total):
-        return "the same as LLaMA-Factory's"
-    why = (f"micro-batches of {budget:,} tokens instead of a number of examples" if budget is not None else
-           "several processes keep whole steps in every epoch")
-    return (f"differs from LLaMA-Factory: {micro_batches:,} micro-batches and {total:,} steps here, "
-            f"{lf.micro_batches_per_epoch:,} micro-batches and {lf.total:,} steps there ({why})")
+    return batches, steps
 
 
 def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):
-    """AdamW and the schedule; the stage's objective (model + loss) prepared by Accelerate for the sharding."""
+    """The optimizer (training/optimizers.py: AdamW unless a key chooses another) and the schedule; the stage's
+    objective (model + loss) prepared by Accelerate for the sharding."""
     t = cfg.train
     refuse_with_sharding(cfg, shard_plan.sharded, shard_plan.label)
     trainable = may_train(model)   # before BAdam, which switches requires_grad block by block
@@ -602,31 +461,15 @@ def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan
     return objective, params, optimizer, scheduler
 
 
-def restore(cfg: RunConfig, candidates: list[Path], objective, optimizer, scheduler, shard_plan, accelerator,
-            world: int, batches: TrainBatches) -> tuple[TrainerState, Path | None]:
-    """Resume: weights, optimizer, schedule, loss scale, RNG and data position, exactly; or a fresh state."""
-    state = TrainerState(model_name_or_path=cfg.model.model_name_or_path, finetuning_type=cfg.method.finetuning_type)
-    if not candidates:
-        return state, None
-    state, resume_from = restore_checkpoint(cfg, candidates, accelerator.unwrap_model(objective).model, optimizer,
-                                            scheduler, accelerator.scaler, shard_plan, objective)
-    remap_position(state, state.extra.get("layout"), layout_of(cfg, world, batches.max_tokens))
-    return state, resume_from
-
-
 def make_guard(cfg: RunConfig, info, precision: str, metrics: MetricsLog, accelerator, objective, optimizer,
                scheduler, state: TrainerState, resumed: bool):
-    """The numerical guard and the fault injector (training/guard.py, training/faults.py): every action is a
-    metrics.jsonl event."""
-    t = cfg.train
-    guard = NumericalGuard(cfg.guard, precision, emit=metrics.write, max_grad_norm=t.max_grad_norm,
-                           fallback_precision=fallback_precision(info), judge_loss_spikes=judge_loss_spikes(cfg),
-                           judge_grad_spikes=judge_grad_spikes(cfg))
+    """The numerical guard with its stage's spike rules (stages/guard_rules.py) and the fault injector
+    (training/faults.py): every action is a metrics.jsonl event."""
+    guard = guard_for(cfg, precision, fallback_precision(info), metrics.write,
+                      saved=state.extra.get("guard") if resumed else None)
     faults = FaultInjector(cfg.fault_injection, emit=metrics.write, rank=accelerator.process_index)
     if resumed:
-        guard.load_state_dict(state.extra.get("guard", guard.state_dict()))
         faults.load_state_dict(state.extra.get("faults", {}))
-        guard.precision = precision
     live = LiveObjects(model=accelerator.unwrap_model(objective).model, optimizer=optimizer, scheduler=scheduler,
                        scaler=accelerator.scaler, data_position=data_position(state))
     return guard, faults, live
@@ -653,120 +496,10 @@ def make_graph_runner(run: Run):
     def report(event: dict) -> None:
         if run.is_main:
             run.metrics.write({**event, "step": run.state.global_step})
-            if event.get("captured"):
-                print(f"cuda_graphs: recorded in {event['seconds']:.1f} s; replayed loss matches eager "
-                      f"(relative difference {event['loss_relative_difference']:.1e})", flush=True)
-            else:
-                print(f"cuda_graphs: off ({event['reason']})", flush=True)
-
-    def on_out_of_memory() -> str | None:
-        if run.cfg.decisions.get("gradient_checkpointing", {}).get("value"):
-            return None
-        enable_gradient_checkpointing(run.cfg, run.model, graphs=True)
-        run.cfg.decide("gradient_checkpointing", True, "on: recording the CUDA graph ran out of memory without it")
-        return "gradient checkpointing turned on"
+            print(describe_recording(event), flush=True)
 
     return graph_runner_for(run.accelerator.unwrap_model(run.objective), run.model, run.params, run.device,
-                            run.precision, report, on_out_of_memory)
-
-
-def check_data_fits_keys(cfg: RunConfig, data) -> None:
-    """What would silently go wrong with this data and these keys: say it before anything loads."""
-    t = cfg.train
-    if not data.eval:
-        if t.eval_strategy != "no":
-            raise UserError(f"eval_strategy: {t.eval_strategy}, but there is no eval data: set val_size (e.g. 0.1) or "
-                            "eval_dataset, or eval_strategy: no")
-        if t.metric_for_best_model:
-            raise UserError(f"metric_for_best_model: {t.metric_for_best_model}, but there is no eval data to measure "
-                            "it on: set val_size or eval_dataset, or remove the key")
-    line, warn = truncation_summary(data.stats, cfg.data.cutoff_len)
-    if line:
-        if warn:
-            line += (" -- more than 10% of the examples lost prompt tokens, often the question itself: raise cutoff_len "
-                     "or shorten the inputs")
-            if says_for_all_ranks():
-                print(f"warning: {line}", file=sys.stderr, flush=True)
-        cfg.decide("truncation", data.stats["truncation"].get("train"), line)
-
-
-def check_steps_fit_keys(cfg: RunConfig, micro_batches_per_epoch: int, total_steps: int) -> None:
-    t, f = cfg.train, cfg.fault_injection
-    if t.gradient_accumulation_steps > micro_batches_per_epoch:
-        message = (f"gradient_accumulation_steps {t.gradient_accumulation_steps} is more than the "
-                   f"{micro_batches_per_epoch} micro-batches of an epoch: every optimizer step spans more than one "
-                   "epoch (lower it, or raise the data)")
-        print(f"warning: {message}", file=sys.stderr, flush=True)
-        cfg.decide("gradient_accumulation_steps", t.gradient_accumulation_steps, message)
-    if f.hang_step is not None and t.hang_timeout == 0:
-        raise UserError("fault_injection.hang_step is set but hang_timeout: 0 turns the hang watchdog off: the run "
-                        "would hang for ever; set hang_timeout (e.g. 30)")
-    for key in ("nan_loss_step", "inf_loss_step", "spike_loss_step", "fp16_overflow_step", "lr_spike_start",
-                "hang_step", "kill_step", "oom_step"):
-        step = getattr(f, key)
-        if step is not None and step > total_steps:
-            raise UserError(f"fault_injection.{key}: step {step} is beyond the run's {total_steps} steps; the fault "
-                            "would never fire")
-
-
-def vet_resume(cfg: RunConfig, candidates: list[Path], world: int = 1, token_budget: bool = False) -> list[Path]:
-    """The checkpoints a resume may use, newest first: damaged ones are skipped with a message (an explicitly named
-    one is an error); a checkpoint whose run had other keys is refused, naming each key with old -> new. On another
-    number of processes the step batch is kept (distributed/world_resume.py)."""
-    usable = []
-    for path in candidates:
-        try:
-            state = read_state(path)
-        except CheckpointLinkError as e:
-            if not usable:  # the checkpoint this resume would use: refused, not passed over
-                raise
-            print(f"warning: {e}; not a fallback for this resume", file=sys.stderr, flush=True)
-            continue
-        except CheckpointError as e:
-            if len(candidates) == 1:
-                raise
-            print(f"warning: {e}; trying the previous checkpoint", file=sys.stderr, flush=True)
-            continue
-        if not usable:
-            changed = adapt_to_checkpoint(cfg, state.extra.get("layout"), world, token_budget)
-            saved = state.extra.get("config")
-            if saved and changed:
-                saved = {**saved, **changed}   # the same step batch on this world size: not a change of the run
-            refused, applied = compare_for_resume(saved, resume_fingerprint(cfg))
-            if refused:
-                raise CheckpointError(f"resume from {path}: these keys differ from the run that wrote it, which would "
-                                f"splice another run onto its curve: {'; '.join(refused)}. Put them back, or start a "
-                                "new run (another output_dir, or overwrite_output_dir=true)")
-            if applied:
-                cfg.decide("resume_changes", applied, "keys that may change on resume, applied from here on")
-        usable.append(path)
-    if candidates and not usable:
-        raise UserError(f"no usable checkpoint in {candidates[0].parent}: every one is damaged (see above); "
-                        "start over with overwrite_output_dir=true")
-    return usable
-
-
-def restore_checkpoint(cfg: RunConfig, candidates: list[Path], model, optimizer, scheduler, scaler,
-                       shard_plan=None, objective=None):
-    """Load the newest checkpoint that loads; a damaged one falls back to the previous, with a message."""
-    for k, path in enumerate(candidates):
-        try:
-            restore = None
-            if shard_plan is not None and shard_plan.sharded:   # weights and optimizer state go to the shards
-                restore = functools.partial(sharding.restore_sharded, shard_plan, objective, optimizer)
-            state = load_checkpoint(path, model, optimizer, scheduler, cfg.model.model_name_or_path, scaler=scaler,
-                                    restore_sharded=restore,
-                                    check_shapes=shard_plan is None or sharding.shapes_checkable(shard_plan, cfg))
-        except CheckpointError as e:
-            if k + 1 == len(candidates):
-                raise
-            print(f"warning: {e}; falling back to {candidates[k + 1].name}", file=sys.stderr, flush=True)
-            continue
-        if k:
-            cfg.decide("resume_from_checkpoint", str(path), f"the newer checkpoint(s) were damaged: resumed from "
-                       f"{path.name}")
-        return state, path
-    raise AssertionError("no candidates")  # vet_resume never returns an empty list here
+                            run.precision, report, lambda: checkpoint_after_graph_oom(run.cfg, run.model))
 
 
 def resume_in_precision(cfg: RunConfig, outcome: Outcome) -> None:
@@ -785,63 +518,6 @@ def status_of(error: BaseException) -> str:
     if isinstance(error, RunPruned):
         return "pruned"
     return "failed"
-
-
-def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None:
-    """The same checks `steadytune doctor` runs; error-level findings stop the run unless --force."""
-    findings = run_live_checks()
-    if write:
-        try:
-            write_environment(output_dir, info, findings)
-        except OSError as e:
-            raise UserError(describe_os_error(e, f"output_dir {output_dir}")) from None
-    if has_errors(findings):
-        message = "start-up checks found errors:\n" + format_findings([f for f in findings if f.severity == "error"])
-        if not force:
-            raise UserError(message + "\nfix them (see `steadytune doctor`), or pass --force to train anyway")
-        print(message + "\n--force given: training anyway", file=sys.stderr)
-
-
-def judge_loss_spikes(cfg: RunConfig) -> bool:
-    """Whether the guard judges loss spikes, when the run does not say: not for the preference stages. Their step
-    loss is a mean over a few pairs or answers, heavy-tailed: against TRL on the H200 a DPO step at 6.3 standard
-    deviations above the recent mean (1.91 after a median of 0.72) was an ordinary batch that TRL trained on, and
-    dropping such batches would drop the hardest pairs. Non-finite values and gradient-norm spikes are still caught."""
-    g = cfg.guard
-    if g.loss_spikes is not None:
-        return g.loss_spikes
-    if cfg.method.stage not in PREFERENCE_STAGES and cfg.method.stage != "grpo":
-        return True
-    if g.guard_policy != "off":
-        cfg.decide("loss_spikes", False, f"stage {cfg.method.stage}: a step's loss over a few " +
-                   ("groups of completions is centred on 0 by their advantages" if cfg.method.stage == "grpo" else
-                    "pairs is heavy-tailed") + ", so it is not judged for spikes (loss_spikes: true judges it too)")
-    return False
-
-
-def judge_grad_spikes(cfg: RunConfig) -> bool:
-    """Not for stage grpo: a step's gradient comes from the groups whose rewards differ, zero when none do, so its
-    size swings by orders of magnitude from step to step as the reward signal comes and goes (clipping still bounds
-    every update, and non-finite values are still caught)."""
-    if cfg.method.stage != "grpo":
-        return True
-    if cfg.guard.guard_policy != "off":
-        cfg.decide("grad_norm_spikes", False, "stage grpo: the gradient norm follows how many groups carry a reward "
-                   "signal, so it is not judged for spikes; non-finite values are")
-    return False
-
-
-def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> torch.nn.Module:
-    """A base model the caller loaded (demo: for zero-shot scoring) made ready for training in place: moved to
-    the training dtype and device (a no-op when they match, parameter by parameter otherwise, so the weights are
-    never held twice) and switched to the attention implementation training needs (packing: varlen)."""
-    if is_quantized(model):   # bitsandbytes' layers are on their device already and cannot change dtype
-        model.to(device=device)
-    else:
-        model.to(device=device, dtype=dtype)
-    if getattr(model.config, "_attn_implementation", None) != attn_implementation:
-        model.set_attn_implementation(attn_implementation)
-    return model
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -871,9 +547,7 @@ def fit(run: Run) -> Outcome:
     run.stop.in_loop = True
     run.watchdog.start()  # a step that stalls past hang_timeout stops the run with every rank's stacks on disk
     if t.eval_on_start and state.global_step == 0 and run.data.eval:  # a resumed run has its step-0 row already
-        results = run.stage.evaluate(cfg, run.accelerator, run.objective, run.data, run.tokenizer, run.device)
-        run.metrics.write({"step": 0, **results})
-        run.trackers.log({"step": 0, **results})
+        evaluate_now(run)
     try:
         while state.global_step < run.total_steps:
             run.watchdog.beat(state.global_step + 1)
@@ -924,16 +598,14 @@ def fit(run: Run) -> Outcome:
             bar.update(1)
 
             if state.global_step % t.logging_steps == 0 or state.global_step == run.total_steps:
-                record = {"step": state.global_step, "epoch": round(state.global_step / run.steps.per_epoch, 4),
-                          "loss": loop.window_loss / loop.window_steps,
-                          "grad_norm": None if grad_norm is None else float(grad_norm),
-                          "lr": run.scheduler.get_last_lr()[0], "tokens": state.tokens_seen,
-                          **throughput.report(), **memory_stats(run.device),
-                          **pop_metrics(run.objective, run.accelerator),  # dpo/kto/rm: rewards/chosen, ... (stages/)
-                          **pop_routing_metrics(run.model, run.accelerator, run.expert_load, state.global_step)}
+                record = step_record(state.global_step, run.steps.per_epoch, loop.window_loss / loop.window_steps,
+                                     grad_norm, run.scheduler.get_last_lr()[0], state.tokens_seen, throughput,
+                                     **pop_metrics(run.objective, run.accelerator),  # dpo/kto/rm: rewards/chosen, ...
+                                     **pop_routing_metrics(run.model, run.accelerator, run.expert_load,
+                                                           state.global_step))
                 run.metrics.write(record)
                 run.trackers.log(record)
-                # The bar shows input tokens/s (what the hardware processes; metrics.jsonl has both, see training/monitor.py).
+                # The bar shows input tokens/s (what the hardware processes; metrics.jsonl has both).
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
                                 in_tok_s=f"{record['input_tokens_per_s']:.0f}", guard=guard.event_count)
                 loop.window_loss, loop.window_steps = 0.0, 0
@@ -941,10 +613,7 @@ def fit(run: Run) -> Outcome:
             new_best = False
             if should_evaluate(t, state.global_step, run.steps.per_epoch, run.total_steps) and run.data.eval:
                 run.watchdog.beat(state.global_step, "eval")
-                results = run.stage.evaluate(cfg, run.accelerator, run.objective, run.data, run.tokenizer,
-                                             run.device)
-                run.metrics.write({"step": state.global_step, **results})
-                run.trackers.log({"step": state.global_step, **results})
+                results = evaluate_now(run)
                 new_best = update_best(t, state, results)
                 if run.on_evaluate is not None and run.on_evaluate(state.global_step, run.total_steps, results):
                     raise RunPruned(f"stopped after the evaluation at step {state.global_step} of {run.total_steps}")
@@ -956,6 +625,14 @@ def fit(run: Run) -> Outcome:
         run.stop.in_loop = False
         bar.close()
     return Outcome(loop.losses, time.perf_counter() - started, input_tokens=input_tokens)
+
+
+def evaluate_now(run: Run) -> dict:
+    """The stage's evaluation on the eval split (stages/), one metrics.jsonl row and the trackers' at this step."""
+    results = run.stage.evaluate(run.cfg, run.accelerator, run.objective, run.data, run.tokenizer, run.device)
+    run.metrics.write({"step": run.state.global_step, **results})
+    run.trackers.log({"step": run.state.global_step, **results})
+    return results
 
 
 def begin_steps(run: Run) -> None:
@@ -1072,44 +749,6 @@ def interrupt(run: Run, loop: LoopState, started: float) -> None:
                                  "command again to continue (the unfinished run resumes from its last checkpoint)")
 
 
-def should_evaluate(t, step: int, steps_per_epoch: int, total_steps: int) -> bool:
-    if t.eval_strategy == "steps":
-        every = t.eval_steps or t.logging_steps
-        if every < 1:   # a share of the run (transformers' meaning of eval_steps below 1)
-            every = max(1, math.ceil(every * total_steps))
-        return step % every == 0 or step == total_steps
-    if t.eval_strategy == "epoch":
-        return step % steps_per_epoch == 0 or step == total_steps
-    return False
-
-
-def update_best(t, state: TrainerState, results: dict) -> bool:
-    """Track metric_for_best_model (`t`: the train section); True when this evaluation is the best so far."""
-    name = t.metric_for_best_model
-    if not name:
-        return False
-    key = name if name in results else f"eval_{name}"
-    if key not in results:
-        return False
-    value = results[key]
-    lower_is_better = "loss" in key
-    better = (state.best_metric is None or (value < state.best_metric if lower_is_better else value > state.best_metric))
-    if better:
-        state.best_metric = value
-        state.best_checkpoint = f"checkpoint-{state.global_step}"
-    return better
-
-
-def data_position(state: TrainerState) -> dict:
-    """What a guard snapshot records about the data stream, to rewind it on rollback."""
-    return {"epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch, "tokens_seen": state.tokens_seen}
-
-
-def set_data_position(state: TrainerState, position: dict) -> None:
-    state.epoch, state.batch_in_epoch, state.tokens_seen = (position["epoch"], position["batch_in_epoch"],
-                                                            position["tokens_seen"])
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Finish
 # ---------------------------------------------------------------------------------------------------------
@@ -1119,11 +758,9 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
     finish_guard(run)
     if run.graphs is not None:
         run.graphs.release()
-    uncompile_layers(run.model)  # scoring and generation after training come in many shapes
-    restore_base(run.model)      # ... over the bf16 base the adapter will be used on, not fp8_base's copies
-    offloaded = remove_offloading(run.model)
-    if offloaded is not None and run.is_main:
-        print(f"activation_offloading: {offloaded:.2f} GiB of layer inputs a micro-batch waited in host memory")
+    offloaded = undo_speed_plan(run.model)   # compiled layers, fp8 copies, offloading: training's alone
+    if offloaded and run.is_main:
+        print(offloaded)
     run.accelerator.wait_for_everyone()
     final_loss = outcome.losses[-1] if outcome.losses else None
     # A run that ends in NaN/inf must not leave an adapter a script could take for a result (guard on or off).
@@ -1146,7 +783,8 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
             raise NonFiniteRun(f"the run ended with a non-finite {what} (final loss {final_loss}) at step "
                                f"{state.global_step}: no adapter was saved in {out}. Turn the numerical guard on "
                                "(guard_policy: rollback), lower learning_rate, or use bf16 instead of fp16")
-        save_final_outputs(run, out, model_to_save)
+        save_final_outputs(out, model_to_save or run.model, run.tokenizer,
+                           pissa_converted=cfg.method.pissa_convert and cfg.method.pissa_init)
         # A card of what the run did, and the base named so another machine finds it (not a cache path).
         write_run_card(out, cfg.model.model_name_or_path)
         if cfg.train.plot_loss:
@@ -1160,45 +798,6 @@ def finish(run: Run, outcome: Outcome) -> TrainResult:
     seconds = max(outcome.train_seconds, 1e-9)
     return TrainResult(out, state.global_step, final_loss, outcome.train_seconds, state.tokens_seen / seconds,
                        outcome.losses, input_tokens_per_s=outcome.input_tokens / seconds, model=run.model)
-
-
-def save_final_outputs(run: Run, out: Path, model=None) -> None:
-    """The adapter (or full model) and tokenizer, written into a temporary folder and moved into place, so a disk
-    that fills up mid-save leaves no half-written adapter behind (the checkpoints stay)."""
-    tmp = out / ".final.tmp"
-    model = model or run.model
-    writing = "the folder"
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
-        model.save_pretrained(tmp, safe_serialization=True)
-        if run.cfg.method.pissa_convert and run.cfg.method.pissa_init:
-            writing = "pissa_converted"
-            save_pissa_converted(model, run.folder.path)
-        writing = "the tokenizer"
-        run.tokenizer.save_pretrained(tmp)
-        writing = "the folder"
-        for item in tmp.iterdir():
-            target = out / item.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            item.replace(target)
-    except (OSError, SafetensorError) as e:
-        latest = latest_checkpoint(out)
-        kept = f"; {latest.name} is complete and can be resumed" if latest else ""
-        lora = hasattr(model, "peft_config")
-        needed = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad or not lora)
-        what = "the final adapter" if lora else "the final model"
-        raise UserError(describe_save_failure(e, f"saving {what} in {out}", writing, out, needed, thing=what)
-                        + kept) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def weights_are_finite(params: list) -> bool:
-    with torch.no_grad():
-        return all(bool(torch.isfinite(p).all()) for p in params)
 
 
 def finish_guard(run: Run) -> None:

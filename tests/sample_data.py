@@ -17,7 +17,7 @@ from pathlib import Path
 ALPACA = "alpaca_sample"
 ALPACA_ZH = "alpaca_zh_sample"
 SHAREGPT_TOOLS = "sharegpt_tools_sample"
-IMAGES = "images_sample"           # a registry entry with an images column (not supported here)
+IMAGES = "images_sample"           # a registry entry with an images column (needs a vision model's processor)
 
 _NUMBERS_EN = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
@@ -84,7 +84,9 @@ def write_sample_data_dir(folder: Path) -> Path:
     files = {ALPACA: alpaca_records(), ALPACA_ZH: alpaca_zh_records(), SHAREGPT_TOOLS: sharegpt_tool_records()}
     for name, rows in files.items():
         (folder / f"{name}.json").write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
-    (folder / f"{IMAGES}.json").write_text(json.dumps([{"messages": [], "images": ["a.png"]}]), encoding="utf-8")
+    (folder / f"{IMAGES}.json").write_text(json.dumps([{"messages": [{"role": "user", "content": "<image>What?"},
+                                                                 {"role": "assistant", "content": "A cat."}],
+                                                    "images": ["a.png"]}]), encoding="utf-8")
     info = {ALPACA: {"file_name": f"{ALPACA}.json"},
             ALPACA_ZH: {"file_name": f"{ALPACA_ZH}.json", "columns": {"prompt": "instruction", "query": "input",
                                                                      "response": "output", "system": "system"}},

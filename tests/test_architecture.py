@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "steadytune"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 FLOOR = ("errors", "config", "steadytune")   # "floor" in the table: the floor modules and the package root
+# The entries a newcomer meets at the top of steadytune/. It grows by a decision, not by drift: 20 until issue 58
+# gave the hyperparameter search a folder of its own (tune/, out of recipes/) and LLaMA-Factory's v1 schema a module
+# beside config.py (config_lf_v1.py).
+TOP_LEVEL_ENTRIES = 22
 
 
 def module_name(path: Path) -> str:
@@ -146,11 +150,11 @@ def test_every_folder_says_what_it_owns_and_the_top_level_stays_small():
         assert init.is_file(), f"{folder} has no __init__.py"
         assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), f"{init} has no docstring"
     top = [p for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__main__.py", "__pycache__")]
-    assert len(top) <= 20, f"{len(top)} entries at the top of steadytune/: {sorted(p.name for p in top)}"
+    assert len(top) <= TOP_LEVEL_ENTRIES, f"{len(top)} entries at the top of steadytune/: {sorted(p.name for p in top)}"
 
 
 @pytest.mark.parametrize("package", ["data", "doctor", "hardware", "model", "training", "eval", "stages",
-                                     "distributed", "infer", "serve", "report", "bench"])
+                                     "distributed", "infer", "serve", "report", "bench", "tune"])
 def test_a_package_face_holds_a_docstring_only(package):
     """Names come from the module that defines them, so a reader (and the import check) sees the real arrow."""
     tree = ast.parse((PACKAGE / package / "__init__.py").read_text(encoding="utf-8"))

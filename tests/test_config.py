@@ -94,7 +94,7 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
     ("lerning_rate=1e-4", "unknown key 'lerning_rate' (did you mean 'learning_rate'?)"),
     ("quantization_method=hqq", "not supported: quantization_method: hqq"),
     ("quantization_device_map=auto", "not supported: quantization_device_map"),
-    ("image_max_pixels=100", "not supported: image_max_pixels"),
+    ("audio_sampling_rate=16000", "not supported: audio_sampling_rate"),
     ("stage=ppo", "not supported: stage: ppo"),
     ("finetuning_type=prefix", "finetuning_type: invalid value 'prefix' (choose one of lora, full, freeze, oft)"),
     ("mixture_of_depths=convert", "not supported: mixture_of_depths (mixture of depths is not supported"),

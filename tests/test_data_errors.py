@@ -133,8 +133,15 @@ def test_hub_entry_without_datasets_package_or_network(tok, tmp_path):
            dataset="remote", dataset_dir=str(tmp_path))
 
 
-def test_unsupported_registry_features_fail_loudly(tok):
-    expect(DataError, tok, rf"{IMAGES}: not supported: images columns", dataset=IMAGES, dataset_dir=str(sample_dir()))
+def test_image_rows_without_a_vision_model_fail_loudly(tok):
+    expect(DataError, tok, rf"{IMAGES}\.json row 0: the row has images or videos, and the model has no image processor",
+           dataset=IMAGES, dataset_dir=str(sample_dir()))
+
+
+def test_unsupported_registry_features_fail_loudly(tok, tmp_path):
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"speech": {"file_name": "s.json", "formatting": "sharegpt",
+                                                                       "columns": {"audios": "audios"}}}))
+    expect(DataError, tok, r"speech: not supported: audios columns \(audio", dataset="speech", dataset_dir=str(tmp_path))
 
 
 def test_val_size_that_leaves_nothing(tok, tmp_path):

@@ -45,6 +45,8 @@ ROOT = _repo_root()
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "measured").glob("*.md"))]
 README_MAX_LINES = 300
+README_MAX_CELL = 200          # characters of one table cell on the front page: one short sentence, details in docs/
+README_HEADLINE_ROWS = 10      # the "Speed and quality" table fits one screen
 # The page that names the package's files (every other page names concepts, so a moved module breaks no doc).
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # The only paths inside the package the docs may quote: files that stay where they are.
@@ -340,6 +342,59 @@ CHECKS = {"steadytune": check_steadytune, "module": check_module, "script": chec
 def test_readme_is_a_front_page():
     lines = README.read_text(encoding="utf-8").count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the reference belongs in docs/ (at most {README_MAX_LINES})"
+
+
+def table_rows(text: str) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of each body row of each Markdown table in `text` (header and rule rows left out)."""
+    out, lines = [], text.splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.lstrip().startswith("|"):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        is_rule = all(set(c) <= set("-: ") for c in cells)
+        is_header = number < len(lines) and re.match(r"^\s*\|[\s:|-]+\|\s*$", lines[number])
+        if not is_rule and not is_header:
+            out.append((number, cells))
+    return out
+
+
+def test_readme_table_cells_are_one_short_sentence():
+    """Issue 58: measurement logs had grown into the README's cells (2,300 characters in one); the figures in full
+    belong in docs/speed.md, the front page keeps one short sentence a cell."""
+    rows = table_rows(prose(README))
+    assert rows, "README.md has no table: the extraction found nothing"
+    long = [f"README.md:{number}: {len(cell)} characters: {cell[:80]}..." for number, cells in rows for cell in cells
+            if len(cell) > README_MAX_CELL]
+    assert not long, (f"README table cells over {README_MAX_CELL} characters (move the detail to docs/):\n"
+                      + "\n".join(long))
+
+
+def test_readme_headline_table_fits_one_screen():
+    text = prose(README)
+    section = re.search(r"^## Speed and quality\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert section, "README.md has no 'Speed and quality' section"
+    rows = table_rows(section.group(1))
+    assert 0 < len(rows) <= README_HEADLINE_ROWS, (f"the headline table has {len(rows)} rows "
+                                                   f"(at most {README_HEADLINE_ROWS})")
+    unlinked = [cells[0] for _, cells in rows if not LINK.search(" ".join(cells))]
+    assert not unlinked, f"headline rows that link to no measurement: {unlinked}"
+
+
+def test_readme_counts_llamafactorys_examples_as_the_table_does():
+    """The front page's "N of its M examples run" is docs/lf_examples.json's count (tools/run_lf_examples.py writes
+    it): the README said 28 of 83 for a wave after the table said 41."""
+    import json
+
+    found = re.search(r"(\d+) of its (\d+) examples", prose(README))
+    assert found, "README.md no longer says how many of LLaMA-Factory's examples run"
+    table = json.loads((ROOT / "docs" / "lf_examples.json").read_text(encoding="utf-8"))
+    assert (int(found.group(1)), int(found.group(2))) == (sum(bool(r["runs"]) for r in table), len(table))
+
+
+def test_the_table_reader_sees_long_cells_and_header_rows():
+    rows = table_rows("| a | b |\n|---|---|\n| short | " + "x" * 250 + " |\n| `a \\| b` | c |\n")
+    assert [n for n, _ in rows] == [3, 4]
+    assert len(rows[0][1][1]) == 250 and rows[1][1] == ["`a \\| b`", "c"]
 
 
 def test_the_pages_show_commands():

@@ -498,7 +498,7 @@ def test_classification_prompts_with_the_label_reward(tiny, tmp_path):
 
 
 def test_guard_judges_only_non_finite_values_for_grpo(tiny, tmp_path):
-    from steadytune.train import judge_grad_spikes, judge_loss_spikes
+    from steadytune.stages.guard_rules import judge_grad_spikes, judge_loss_spikes
 
     cfg = load_config(None, ["stage=grpo", "reward_funcs=format"])
     assert judge_loss_spikes(cfg) is False and judge_grad_spikes(cfg) is False

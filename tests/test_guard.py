@@ -72,7 +72,7 @@ def test_spike_needs_both_sigmas_and_ratio_and_enough_history():
 def test_preference_stages_judge_no_loss_spikes_unless_asked():
     """A DPO step's loss over a few pairs is heavy-tailed (on the H200, 1.91 after a median of 0.72, an ordinary
     batch TRL trained on): the preference stages judge only non-finite values and gradient-norm spikes."""
-    from steadytune.train import judge_loss_spikes
+    from steadytune.stages.guard_rules import judge_loss_spikes
 
     dpo = load_config(None, {"stage": "dpo"})
     assert judge_loss_spikes(dpo) is False and dpo.decisions["loss_spikes"]["value"] is False

@@ -248,7 +248,7 @@ def test_sharding_is_refused_in_one_line(kind, label):
     quantisation phase refuses the plan before any weights load (the plan itself, without starting it: an FSDP set-up
     leaves Accelerate's process-wide state behind)."""
     from steadytune.distributed.sharding import ShardingPlan
-    from steadytune.train import plan_quantization
+    from steadytune.model.quantize import plan_quantization
 
     cfg = load_config(None, {"quantization_bit": 4})
     with pytest.raises(UserError, match=re.escape(f"quantization_bit: 4 with {label}")) as error:
@@ -369,7 +369,7 @@ def test_llamafactory_qlora_examples_train(example, chat_tiny64, tmp_path):
 @needs_shared
 def test_llamafactory_v1_qlora_file_stops_at_its_fsdp_in_one_line(chat_tiny64, tmp_path):
     from steadytune.distributed.sharding import plan_sharding
-    from steadytune.train import plan_quantization
+    from steadytune.model.quantize import plan_quantization
 
     cfg = load_config(LF_FIXTURES / "examples" / "v1" / "train_qlora" / "quantization.yaml",
                       [f"model_name_or_path={chat_tiny64}"])

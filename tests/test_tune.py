@@ -23,8 +23,8 @@ from steadytune.config import ConfigError, TrainArguments, load_config  # noqa: 
 from steadytune.data.prepare import prepare_datasets  # noqa: E402
 from steadytune.model.load import load_tokenizer  # noqa: E402
 from steadytune.model.tiny import save_tiny_model  # noqa: E402
-from steadytune.recipes import study as studies  # noqa: E402
-from steadytune.recipes.search_space import (  # noqa: E402
+from steadytune.tune import study as studies  # noqa: E402
+from steadytune.tune.search_space import (  # noqa: E402
     Dimension,
     SearchSpace,
     Task,
@@ -32,8 +32,9 @@ from steadytune.recipes.search_space import (  # noqa: E402
     default_space,
     read_space,
 )
-from steadytune.recipes.tune import make_search, run_search, worker_env  # noqa: E402
-from steadytune.train import run_training, should_evaluate  # noqa: E402
+from steadytune.tune.search import make_search, run_search, worker_env  # noqa: E402
+from steadytune.train import run_training  # noqa: E402
+from steadytune.training.evaluation import should_evaluate  # noqa: E402
 from steadytune.training.stopping import RunPruned  # noqa: E402
 
 NEG = ["太差了", "很失望", "再也不买了", "包装破损", "讨厌"]
@@ -444,13 +445,13 @@ def test_a_search_runs_without_the_pages_libraries(tmp_path, tiny):
 
 
 def test_the_search_and_its_page_name_the_same_file():
-    from steadytune.recipes.tune import REPORT
+    from steadytune.tune.search import REPORT
     from steadytune.report.tuning import REPORT as PAGE
     assert REPORT == PAGE
 
 
 def test_the_folder_files_a_search_owns_include_its_locks():
-    from steadytune.recipes.tune import OURS
+    from steadytune.tune.search import OURS
     assert {studies.LOCK, studies.ASK_LOCK} <= set(OURS)
 
 
@@ -462,7 +463,7 @@ def test_workers_taking_trials_at_once_never_take_the_same_one(tmp_path):
     study = optuna.create_study(storage=storage, study_name="s")
     for i in range(24):
         study.enqueue_trial({"x": float(i)})
-    code = ("import sys, time; from pathlib import Path; import optuna; from steadytune.recipes import study as s\n"
+    code = ("import sys, time; from pathlib import Path; import optuna; from steadytune.tune import study as s\n"
             f"st = optuna.load_study(study_name='s', storage={storage!r})\n"
             "time.sleep(max(0.0, float(sys.argv[1]) - time.time()))\n"
             "for _ in range(6):\n"

@@ -15,6 +15,8 @@ pretrain.py) is checked against them by tests/test_template_golden.py. Two steps
         jieba rouge-chinese nltk sentencepiece tiktoken pydantic einops pandas scipy protobuf av
     /tmp/lfenv/bin/python tools/make_template_golden.py golden
 
+`golden NAME...` writes only those templates' files (tests/golden/templates/llava.json was made so, with
+LLaMA-Factory 0.9.5 and its transformers 5.6.0: `pip install llamafactory==0.9.5` in the throwaway environment).
 Step 2 writes tests/golden/templates/<name>.json (every conversation x variant x tokenizer: input_ids, labels),
 tests/golden/templates/conversations.json (the inputs), tests/golden/pretrain.json (stage pt blocks) and
 tests/golden/textmetrics.json (BLEU-4 / ROUGE of fixed predictions by LLaMA-Factory's ComputeSimilarity) and
@@ -37,7 +39,7 @@ TOKENIZERS = {"bytelevel": GOLDEN / "tokenizers" / "bytelevel", "metaspace": GOL
 # The template names steadytune accepts (data/templates.py TEMPLATES, plus auto through a chat_template).
 TEMPLATE_NAMES = ["empty", "default", "alpaca", "vicuna", "chatml", "qwen", "qwen3", "qwen3_nothink", "qwen2_vl",
                   "qwen3_vl", "qwen3_vl_nothink", "qwen3_5", "qwen3_5_nothink", "qwen3_6", "yi", "intern2", "phi4",
-                  "gemma", "gemma3", "llama2", "llama3", "mistral", "deepseek", "deepseek3", "glm4"]
+                  "gemma", "gemma3", "llama2", "llama3", "mistral", "deepseek", "deepseek3", "glm4", "llava"]
 
 WEATHER_TOOL = [{"name": "get_weather", "description": "Get the current weather of a city.",
                  "parameters": {"type": "object",
@@ -148,7 +150,8 @@ def _import_llamafactory():
     return lf_template
 
 
-def make_golden() -> None:
+def make_golden(only: list[str] | None = None) -> None:
+    """Every template's golden file, the stage pt blocks; `only`: just these templates' files."""
     import llamafactory
     from transformers import AutoTokenizer
 
@@ -167,7 +170,7 @@ def make_golden() -> None:
          "chat_template": CHAT_TEMPLATE, "llama3_date": FIXED_DATE}, ensure_ascii=False, indent=1), encoding="utf-8")
     source = f"LLaMA-Factory {llamafactory.__version__ if hasattr(llamafactory, '__version__') else ''}".strip()
 
-    for name in TEMPLATE_NAMES + ["auto"]:
+    for name in only or TEMPLATE_NAMES + ["auto"]:
         result = {"template": name, "made_with": source, "cases": {}}
         for style, folder in TOKENIZERS.items():
             for variant, (keys, conversations) in VARIANTS.items():
@@ -209,6 +212,8 @@ def make_golden() -> None:
         path = out_dir / f"{name}.json"
         path.write_text(json.dumps(result, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
         print(f"wrote {path} ({len(result['cases'])} cases)")
+    if only:
+        return
 
     # stage pt: LLaMA-Factory concatenates texts (each + eos) and cuts blocks of cutoff_len (packing, the pt
     # default), or truncates each text alone (packing: false); through datasets.map, so per shard and batch.
@@ -320,6 +325,8 @@ if __name__ == "__main__":
     step = sys.argv[1] if len(sys.argv) > 1 else ""
     if step == "tokenizers":
         make_tokenizers()
+    elif step == "golden" and len(sys.argv) > 2:   # golden NAME...: only these templates' files (a template added)
+        make_golden(sys.argv[2:])
     elif step == "golden":
         make_golden()
         make_metrics_golden(TOKENIZERS["bytelevel"])

@@ -24,9 +24,10 @@ _NOT_IN_FINGERPRINT = {"tokenized_path", "preprocessing_num_workers", "packing",
                        "max_tokens_per_batch", "packing_attention"}
 
 
-def fingerprint(cfg, tokenizer: Any) -> str:
-    """Hash of everything that decides the examples: the data keys, the split seed, and the tokenizer
-    (its name, size, special tokens and how it encodes a probe text)."""
+def fingerprint(cfg, tokenizer: Any, processor: Any = None) -> str:
+    """Hash of everything that decides the examples: the data keys, the split seed, the tokenizer (its name, size,
+    special tokens and how it encodes a probe text) and a vision model's image processor settings (they decide how
+    many tokens an image takes)."""
     data_keys = {k: v for k, v in dataclasses.asdict(cfg.data).items() if k not in _NOT_IN_FINGERPRINT}
     probe = "steadytune 缓存 probe: Hello, 世界!"
     identity = {
@@ -34,6 +35,10 @@ def fingerprint(cfg, tokenizer: Any) -> str:
         "tokenizer": [getattr(tokenizer, "name_or_path", ""), len(tokenizer), tokenizer.eos_token_id,
                       tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer(probe)["input_ids"]],
     }
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is not None:
+        identity["image_processor"] = image_processor.to_json_string() if hasattr(image_processor, "to_json_string") \
+            else repr(image_processor)
     if cfg.method.stage != "sft":  # pairs and feedback rows are tokenised differently from the same files
         identity["stage"] = cfg.method.stage
     return hashlib.sha256(json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from steadytune.config import show_value
+from steadytune.data.multimodal.rows import media_of
 from steadytune.data.readers import Row
 from steadytune.data.templates import ASSISTANT, ASSISTANT_SIDE, FUNCTION, OBSERVATION, USER, USER_SIDE
 from steadytune.errors import DataError
@@ -38,6 +39,8 @@ PATH_COLUMNS = {
     "sharegpt": {"system": "system", "tools": "tools"},
     "openai": {"messages": "messages", "system": "system", "tools": "tools"},
 }
+for _style in PATH_COLUMNS:   # LLaMA-Factory's media columns, read when a row has them (data/multimodal/rows.py)
+    PATH_COLUMNS[_style].update(images="images", videos="videos", audios="audios")
 # sharegpt's role tags are LLaMA-Factory's defaults for both sharegpt and openai (an openai entry names its own).
 DEFAULT_TAGS = {
     "sharegpt": {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
@@ -46,8 +49,9 @@ DEFAULT_TAGS = {
 # openai files carry OpenAI's own role names (an entry can still name others in `tags`).
 DEFAULT_TAGS["openai"] = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
                           "observation_tag": "tool", "function_tag": "function", "system_tag": "system"}
-# Media columns of LLaMA-Factory's multimodal datasets: refused rather than trained on as if text-only.
+# Media columns of LLaMA-Factory's multimodal datasets; audio is refused (images and videos: data/multimodal/).
 MEDIA_COLUMNS = ("images", "videos", "audios")
+UNSUPPORTED_MEDIA_COLUMNS = ("audios",)
 # Why stage sft leaves a row out (counted in the data report; LLaMA-Factory drops the same rows).
 KTO_ROW = "kto_tag row (stage sft leaves KTO-labelled rows out, desirable and undesirable, as LLaMA-Factory does)"
 NO_ANSWER_ROW = "no output (a row without an answer is not an SFT example)"
@@ -138,7 +142,8 @@ def convert_alpaca(row: Row, spec: FormatSpec) -> dict:
         messages.append({"role": ASSISTANT, "content": response})
     elif response is not None:  # LLaMA-Factory reads only a string as the answer; the row is left out, and said so
         not_text = {"left_out": ("output is not text", f"{row.where}, {type(response).__name__}")}
-    return {"messages": messages, "system": system, "tools": tools_of(row, spec), **_kto_tag(row, spec), **not_text}
+    return {"messages": messages, "system": system, "tools": tools_of(row, spec), **_kto_tag(row, spec), **not_text,
+            **media_of(row.data, spec.columns, row.where)}
 
 
 def conversation_turns(row: Row, spec: FormatSpec) -> tuple[list[dict], str]:
@@ -219,7 +224,8 @@ def convert_conversation(row: Row, spec: FormatSpec) -> dict:
     tools = tools_of(row, spec)
     if spec.formatting == "openai":
         system = _openai_system(system, tools)
-    return {"messages": messages, "system": system, "tools": tools, **_kto_tag(row, spec)}
+    return {"messages": messages, "system": system, "tools": tools, **_kto_tag(row, spec),
+            **media_of(row.data, spec.columns, row.where)}
 
 
 def tools_of(row: Row, spec: FormatSpec) -> str | None:

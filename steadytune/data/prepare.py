@@ -27,11 +27,19 @@ from steadytune.data.encode import (
     encode_prediction,
 )
 from steadytune.data.formats import CONVERTERS, KTO_ROW, NO_ANSWER_ROW, FormatSpec, column_names, guess_formatting
+from steadytune.data.multimodal.encode import (
+    MediaContext,
+    encode_multimodal,
+    encode_multimodal_prediction,
+    media_context,
+    with_resolved_media,
+)
+from steadytune.data.multimodal.plugins import TEMPLATE_PLUGINS
 from steadytune.data.pretrain import end_of_text, pretrain_blocks
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource, resolve_datasets
 from steadytune.data.templates import ASSISTANT_SIDE, Template, get_template, missing_special_tokens
-from steadytune.errors import DataError
+from steadytune.errors import DataError, UserError
 
 log = logging.getLogger(__name__)
 TOKENIZE_CHUNK = 1000
@@ -76,14 +84,16 @@ CACHED_FIELDS = ("train", "eval", "label_names", "class_counts", "stats", "promp
                  "max_prompt_len")
 
 
-def prepare_datasets(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) -> PreparedData:
+def prepare_datasets(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None,
+                     processor: Any = None) -> PreparedData:
     """Tokenised train/eval examples; with `tokenized_path`, read from (or written to) the on-disk cache.
-    `kind`: the examples of a preference stage (None: sft conversations or classification rows)."""
+    `kind`: the examples of a preference stage (None: sft conversations or classification rows). `processor`: a
+    vision-language model's processor (data/multimodal/processor.py): rows with images / videos need one."""
     d = cfg.data
     if not d.tokenized_path:
-        return _prepare(cfg, tokenizer, kind)
+        return _prepare(cfg, tokenizer, kind, processor)
 
-    fp = fingerprint(cfg, tokenizer)
+    fp = fingerprint(cfg, tokenizer, processor)
     cached = load_prepared(d.tokenized_path, fp)
     if cached is not None:
         out = PreparedData(template=template_for(cfg, tokenizer), **{k: cached[k] for k in CACHED_FIELDS})
@@ -92,7 +102,7 @@ def prepare_datasets(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = 
         cfg.decide("tokenized_path", d.tokenized_path, "tokenised data read from the cache (same data settings "
                    "and tokenizer); delete the folder to re-tokenise")
         return out
-    out = _prepare(cfg, tokenizer, kind)
+    out = _prepare(cfg, tokenizer, kind, processor)
     file = save_prepared(d.tokenized_path, fp, {k: getattr(out, k) for k in CACHED_FIELDS})
     cfg.decide("tokenized_path", d.tokenized_path, f"tokenised data written to {file} for later runs")
     return out
@@ -105,7 +115,7 @@ def template_for(cfg: RunConfig, tokenizer: Any) -> Template:
                         enable_thinking=d.enable_thinking, preserve_thinking=d.preserve_thinking)
 
 
-def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) -> PreparedData:
+def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None, processor: Any = None) -> PreparedData:
     d = cfg.data
     if not d.dataset and not d.eval_dataset:
         raise ConfigError("dataset: not set; name datasets from dataset_info.json, a built-in one, or a file path")
@@ -163,10 +173,11 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None) ->
     elif train.kind == "classification":
         _tokenize_classification(out, train, evaluation, cfg, tokenizer, stats)
     else:
+        media = media_context(d, template.name, processor)
         if train.examples:
-            out.train = _tokenize_conversations(train.examples, "train", template, cfg, tokenizer, stats)
+            out.train = _tokenize_conversations(train.examples, "train", template, cfg, tokenizer, stats, media)
         if evaluation is not None:
-            out.eval = _tokenize_conversations(evaluation.examples, "eval", template, cfg, tokenizer, stats)
+            out.eval = _tokenize_conversations(evaluation.examples, "eval", template, cfg, tokenizer, stats, media)
     stats["dropped"] = dict(stats["dropped"])
     say_rows_left_out(stats)
     stats["examples"] = {"train": len(out.train), "eval": len(out.eval) if out.eval is not None else 0}
@@ -217,6 +228,10 @@ def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int 
         found = column_names(rows[0].data)
         raise DataError(f"{src.origin}: cannot tell the format from the columns ({found}); add an entry with "
                         f"`formatting` and `columns` to dataset_info.json")
+    media_columns = [c for c in ("images", "videos") if c in (columns or {})]
+    if media_columns and (kind is not None or cfg.method.stage == "pt"):
+        raise ConfigError(f"dataset: {src.name} has {' and '.join(media_columns)} columns; stage "
+                          f"{cfg.method.stage} trains on text only here (vision-language rows train with stage: sft)")
     if kind is not None:
         kind.check_source(src, rows, formatting)
     elif src.ranking:
@@ -318,9 +333,10 @@ def _pretrain_blocks(examples: list[dict], split_name: str, template: Template, 
 
 
 def _tokenize_conversations(examples: list[dict], split_name: str, template: Template, cfg: RunConfig,
-                            tokenizer: Any, stats: dict) -> list[dict]:
+                            tokenizer: Any, stats: dict, media: MediaContext | None = None) -> list[dict]:
     d = cfg.data
     out = []
+    media_dir = d.media_dir if d.media_dir is not None else d.dataset_dir
     with _progress(len(examples), split_name) as bar:
         for example in examples:
             skip = KTO_ROW if "kto_tag" in example else example["left_out"][0] if "left_out" in example else \
@@ -331,15 +347,25 @@ def _tokenize_conversations(examples: list[dict], split_name: str, template: Tem
                     stats.setdefault("first_left_out", {}).setdefault(f"{split_name}: {skip}", example["left_out"][1])
                 bar.update()
                 continue
-            encoded, cut = encode_conversation(template, tokenizer, example, d.cutoff_len,
-                                               d.train_on_prompt, d.mask_history)
+            if media is not None:
+                example = with_resolved_media(example, media_dir)
+                encoded, cut = encode_multimodal(template, media, example, d.cutoff_len, d.train_on_prompt,
+                                                 d.mask_history)
+            elif example.get("images") or example.get("videos"):
+                raise DataError(f"{example['where']}: the row has images or videos, and the model has no image "
+                                f"processor (a text-only model?); train a vision-language model with its template "
+                                f"({', '.join(TEMPLATE_PLUGINS)})")
+            else:
+                encoded, cut = encode_conversation(template, tokenizer, example, d.cutoff_len,
+                                                   d.train_on_prompt, d.mask_history)
             count_truncation(stats, split_name, cut.prompt_tokens if cut else 0, cut.answer_tokens if cut else 0)
             if encoded is None:
                 stats["dropped"][f"{split_name}: no answer token within cutoff_len"] += 1
             else:
                 if split_name == "eval":  # what do_predict generates from, and the answer it is scored against
-                    encoded["prompt_ids"], encoded["answer_ids"] = encode_prediction(template, tokenizer, example,
-                                                                                     d.cutoff_len)
+                    encoded["prompt_ids"], encoded["answer_ids"] = (
+                        encode_multimodal_prediction(template, media, example, d.cutoff_len) if media is not None
+                        else encode_prediction(template, tokenizer, example, d.cutoff_len))
                 out.append(encoded)
             bar.update()
     if not out:
@@ -434,3 +460,24 @@ def truncation_summary(stats: dict, cutoff_len: int) -> tuple[str | None, bool]:
 def _count(examples: list[dict], names: list[str]) -> dict[str, int]:
     counts = Counter(e["label_id"] for e in examples)
     return {name: counts.get(i, 0) for i, name in enumerate(names)}
+
+
+def check_data_fits_keys(cfg: RunConfig, data) -> str | None:
+    """What would silently go wrong with this data and these keys: an error before anything loads, or the warning
+    to print (truncation that cut the prompts of many examples; the caller prints it once for all processes)."""
+    t = cfg.train
+    if not data.eval:
+        if t.eval_strategy != "no":
+            raise UserError(f"eval_strategy: {t.eval_strategy}, but there is no eval data: set val_size (e.g. 0.1) or "
+                            "eval_dataset, or eval_strategy: no")
+        if t.metric_for_best_model:
+            raise UserError(f"metric_for_best_model: {t.metric_for_best_model}, but there is no eval data to measure "
+                            "it on: set val_size or eval_dataset, or remove the key")
+    line, warn = truncation_summary(data.stats, cfg.data.cutoff_len)
+    if not line:
+        return None
+    if warn:
+        line += (" -- more than 10% of the examples lost prompt tokens, often the question itself: raise cutoff_len "
+                 "or shorten the inputs")
+    cfg.decide("truncation", data.stats["truncation"].get("train"), line)
+    return line if warn else None

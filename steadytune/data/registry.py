@@ -9,7 +9,8 @@ from typing import Callable, Optional
 
 from steadytune.config import ConfigError, load_yaml_file, show_value
 from steadytune.data.builtin import BUILTIN_DATASETS, load_builtin
-from steadytune.data.formats import FORMATS, MEDIA_COLUMNS
+from steadytune.data.formats import FORMATS, UNSUPPORTED_MEDIA_COLUMNS
+from steadytune.data.multimodal.rows import v1_content
 from steadytune.data.readers import SUFFIXES, Row, parse_json, read_rows, read_text
 from steadytune.errors import DataError
 
@@ -108,18 +109,22 @@ def _from_v1_yaml(path: Path) -> list[DatasetSource]:
 
 
 def _v1_rows(file: Path, where: str) -> list[Row]:
-    """A v1 file's rows; v1's own format (messages whose content is a list of typed blocks) is read when every block
-    is text, and refused naming the block type otherwise (images, video, audio: text-only models here)."""
+    """A v1 file's rows; v1's own format (messages whose content is a list of typed blocks) is read as text with an
+    `<image>` / `<video>` placeholder where an image_url / video_url block stands, its value added to the row's
+    `images` / `videos` (data/multimodal/rows.py); other block types are refused naming the row."""
     rows = read_rows(file)
     for row in rows:
+        media: dict[str, list] = {}
         for message in row.data.get("messages") or []:
             content = message.get("content") if isinstance(message, dict) else None
             if isinstance(content, list):
-                kinds = {b.get("type") for b in content if isinstance(b, dict)} - {"text"}
-                if kinds:
-                    raise DataError(f"{where}: not supported: {', '.join(sorted(map(str, kinds)))} content in "
-                                    f"{row.where} (vision and audio inputs: steadytune trains text-only models)")
-                message["content"] = "".join(str(b.get("value", "")) for b in content if isinstance(b, dict))
+                message["content"], found = v1_content(content, f"{where}: {row.where}")
+                for key, values in found.items():
+                    media.setdefault(key, []).extend(values)
+        for key, values in media.items():
+            if key in row.data:
+                raise DataError(f"{where}: {row.where}: has both {key} content parts and a {key} column")
+            row.data[key] = values
     return rows
 
 
@@ -160,9 +165,9 @@ def _from_entry(name: str, entry: dict, info_path: Path) -> DatasetSource:
     columns = entry.get("columns")
     if columns is not None and not isinstance(columns, dict):
         raise DataError(f"{where}: columns must be a JSON object mapping roles to column names")
-    media = [c for c in MEDIA_COLUMNS if c in (columns or {})]
+    media = [c for c in UNSUPPORTED_MEDIA_COLUMNS if c in (columns or {})]
     if media:
-        raise DataError(f"{where}: not supported: {', '.join(media)} columns (steadytune trains text-only models)")
+        raise DataError(f"{where}: not supported: {', '.join(media)} columns (audio; images and videos columns are)")
     for remote in ("ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"):
         if remote in entry and "file_name" not in entry and "hf_hub_url" not in entry:
             raise DataError(f"{where}: not supported: {remote}; download the data and set file_name")

@@ -355,6 +355,10 @@ TEMPLATES: dict[str, dict] = {
     "vicuna": dict(user=("USER: {{content}} ASSISTANT:",),
                    default_system="A chat between a curious user and an artificial intelligence assistant. The "
                                   "assistant gives helpful, detailed, and polite answers to the user's questions."),
+    # LLaVA-1.5: vicuna's format (LLaMA-Factory's `llava`, whose mm_plugin expands <image>: data/multimodal/).
+    "llava": dict(user=("USER: {{content}} ASSISTANT:",),
+                  default_system="A chat between a curious user and an artificial intelligence assistant. The "
+                                 "assistant gives helpful, detailed, and polite answers to the user's questions."),
     "chatml": dict(user=(_IM_USER,), assistant=(_IM_ASSISTANT,), system=(_IM_SYSTEM,),
                    observation=("<|im_start|>tool\n{{content}}<|im_end|>\n<|im_start|>assistant\n",),
                    stop_words=("<|im_end|>", "<|im_start|>"), replace_eos=True),

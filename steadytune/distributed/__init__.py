@@ -12,6 +12,8 @@ Modules:
     fsdp_config      `fsdp` / `fsdp_config` / `fsdp_version` -> Accelerate's FSDP2 plugin
     state            full weights and optimizer state gathered from / scattered to FSDP2 and DeepSpeed ranks
     world_resume     resuming on another number of processes: the same step batch, the same data position
+    restore          resuming a run: which checkpoints it may use (damaged, another run's), the newest that loads
+                     put back, through the shards where the run is sharded, or a fresh state (train's restore phase)
     watchdog         the hang watchdog: heartbeats, stacks and NCCL/RCCL state to hang-rank-K.txt, a clear exit
 
 Accelerate brings DDP, FSDP2 and DeepSpeed; torch.distributed.run starts the processes; DeepSpeed's fragment API and

@@ -216,6 +216,27 @@ def resolve_within(host: str, where: str, seconds: float = RESOLVE_TIMEOUT_S) ->
                         "0's IP address")
 
 
+def add_launch_arguments(parser) -> None:
+    """`steadytune train`'s several-nodes flags, read by plan_launch below."""
+    group = parser.add_argument_group("several nodes (torchrun's flags; LLaMA-Factory's variables NNODES, NODE_RANK, "
+                                      "MASTER_ADDR, MASTER_PORT, RDZV_ID, MIN_NNODES, MAX_NNODES, MAX_RESTARTS with "
+                                      "FORCE_TORCHRUN=1 do the same; see docs/multi-node.md)")
+    group.add_argument("--nnodes", metavar="N|MIN:MAX", help="nodes in the job (run this command on each)")
+    group.add_argument("--node-rank", type=int, metavar="R", help="this node's number, 0 on --master-addr (static "
+                       "rendezvous; with --rdzv-id the rendezvous numbers the nodes)")
+    group.add_argument("--master-addr", metavar="HOST", help="address of node 0, where the rendezvous is held")
+    group.add_argument("--master-port", type=int, metavar="PORT", help="its port, the same on every node (29500)")
+    group.add_argument("--rdzv-id", metavar="JOB", help="elastic: the c10d rendezvous with this job id (the same on "
+                       "every node); a dead process or node restarts the job from the last complete checkpoint")
+    group.add_argument("--max-restarts", type=int, metavar="N", help="elastic: restarts before the job fails (0)")
+    group.add_argument("--rdzv-timeout", type=int, metavar="S",
+                       help="seconds a node waits at the rendezvous for the others (900)")
+    group.add_argument("--rdzv-conf", metavar="K=V,...", help="more rendezvous settings, as torchrun's --rdzv-conf "
+                       "(join_timeout, last_call_timeout, close_timeout, read_timeout)")
+    group.add_argument("--local-addr", metavar="ADDR", help="this node's address as the others reach it (default: "
+                       "its hostname)")
+
+
 def plan_launch(args, env: Mapping[str, str], gpus: int) -> Optional[LaunchPlan]:
     """The launch this command asks for, from its flags and LLaMA-Factory's variables (a flag wins over a variable);
     None: train in this process (no launch flag, or this process is already one rank of a launched job)."""

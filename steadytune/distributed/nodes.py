@@ -261,3 +261,14 @@ def lost_peer(error: BaseException, layout: NodeLayout, step: Optional[int] = No
                 "resume from the last complete checkpoint")
     return PeerLost(f"another process of the job died{at} ({first}); {layout.where()} stops here, saving nothing "
                     f"(the step was not finished); {then}")
+
+
+def start_nodes(cfg, folder, layout: NodeLayout, device) -> None:
+    """Several nodes, at start: every node sees the output folder rank 0 claimed, an elastic restart
+    continues its own job's run, and one all-reduce across the nodes is measured for the start-up print."""
+    restarted = folder.main and claim_for_launch(folder.manifest, layout)   # which launch's run this is
+    if layout.several:
+        check_shared_output(folder.path, layout)
+    continue_after_restart(cfg, restarted, layout)
+    if layout.several:
+        record_nodes(cfg, layout, measure_allreduce(device, layout))

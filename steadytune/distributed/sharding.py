@@ -277,6 +277,22 @@ def model_device(plan: ShardingPlan, accelerator):
     return None if plan.kind == "fsdp" else accelerator.device
 
 
+def match_trainable_dtype(plan: ShardingPlan, model, precision: str, cfg) -> None:
+    """DeepSpeed keeps the fp32 master copy of trainable weights in its optimizer and computes in the half dtype;
+    its ZeRO-3 linear does not autocast, so fp32 adapters would meet bf16 inputs (seen on the H200): under DeepSpeed
+    in bf16 or fp16 the trainable weights are cast to it. Every other plan keeps them in fp32."""
+    if plan.kind != "deepspeed" or precision not in ("bf16", "fp16"):
+        return
+    import torch
+
+    half = torch.bfloat16 if precision == "bf16" else torch.float16
+    for param in model.parameters():
+        if param.requires_grad and param.dtype == torch.float32:
+            param.data = param.data.to(half)
+    cfg.decide("trainable_dtype", str(half).replace("torch.", ""), "DeepSpeed holds the fp32 master weights in "
+               "its optimizer; the module computes in the half precision")
+
+
 def fit_to_model(accelerator, plan: ShardingPlan, model, cfg) -> None:
     """Settings that need the loaded model: DeepSpeed's hidden-size "auto" values; FSDP2's layer classes."""
     if plan.deepspeed is not None:

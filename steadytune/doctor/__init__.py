@@ -14,7 +14,7 @@ Modules: findings (the Finding type and its output), probe (facts about this mac
 multi_gpu, deepspeed_ops, container and hardware_checks (the live checks), archs (what an AMD architecture gets, from the
 tables in hardware/gpu_facts.py), plan (what train would choose on a machine), memory (APU unified memory), pci
 (Resizable BAR), live (runs them all), offline (saved outputs, pasted text and run folders, with the error catalogue of
-hardware/), paste (a paste cut into pieces: console sessions, sysfs/procfs reads), environment (environment.json) and command
-(the subcommand). No module imports torch at import time: a broken torch install (rocm.md row 9) must still get
-a diagnosis instead of a traceback.
+hardware/), paste (a paste cut into pieces: console sessions, sysfs/procfs reads), environment (environment.json, and the
+checks `train` runs at start) and command (the subcommand). No module imports torch at import time: a broken torch
+install (rocm.md row 9) must still get a diagnosis instead of a traceback.
 """

@@ -1,16 +1,20 @@
 """environment.json: what a training run records about the machine it ran on (hardware, doctor's findings,
-package versions, the environment variables that matter), so a result can be traced to its setup."""
+package versions, the environment variables that matter), so a result can be traced to its setup; and the start-up
+checks that write it, whose errors stop a run unless --force."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from steadytune.doctor.findings import Finding, findings_as_dicts
+from steadytune.doctor.findings import Finding, findings_as_dicts, format_findings, has_errors
+from steadytune.doctor.live import run_live_checks
 from steadytune.doctor.probe import OPTIONAL_PACKAGES, package_version
+from steadytune.errors import UserError, describe_os_error
 
 if TYPE_CHECKING:
     from steadytune.hardware.backend import HardwareInfo
@@ -43,3 +47,18 @@ def write_environment(output_dir: Path | str, info: "HardwareInfo", findings: li
     }
     path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return path
+
+
+def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None:
+    """The same checks `steadytune doctor` runs; error-level findings stop the run unless --force."""
+    findings = run_live_checks()
+    if write:
+        try:
+            write_environment(output_dir, info, findings)
+        except OSError as e:
+            raise UserError(describe_os_error(e, f"output_dir {output_dir}")) from None
+    if has_errors(findings):
+        message = "start-up checks found errors:\n" + format_findings([f for f in findings if f.severity == "error"])
+        if not force:
+            raise UserError(message + "\nfix them (see `steadytune doctor`), or pass --force to train anyway")
+        print(message + "\n--force given: training anyway", file=sys.stderr)

@@ -28,7 +28,7 @@ from steadytune.config import ModelArguments
 from steadytune.errors import UserError
 from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE, auto_model_class
 from steadytune.model.moe.quantized_load import check_four_bit_experts, four_bit_experts_loading
-from steadytune.model.quantize import quantized_load_kwargs, skip_narrow_repacking
+from steadytune.model.quantize import is_quantized, quantized_load_kwargs, skip_narrow_repacking
 from steadytune.model.saved_weights import _read_json
 
 logger = logging.getLogger(__name__)
@@ -485,3 +485,16 @@ def set_padding(tokenizer, model: Optional[nn.Module] = None) -> None:
     model.config.pad_token_id = tokenizer.pad_token_id
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+
+def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> torch.nn.Module:
+    """A base model the caller loaded (demo: for zero-shot scoring) made ready for training in place: moved to
+    the training dtype and device (a no-op when they match, parameter by parameter otherwise, so the weights are
+    never held twice) and switched to the attention implementation training needs (packing: varlen)."""
+    if is_quantized(model):   # bitsandbytes' layers are on their device already and cannot change dtype
+        model.to(device=device)
+    else:
+        model.to(device=device, dtype=dtype)
+    if getattr(model.config, "_attn_implementation", None) != attn_implementation:
+        model.set_attn_implementation(attn_implementation)
+    return model

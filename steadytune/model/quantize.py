@@ -23,8 +23,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from steadytune.config import ModelArguments
+from steadytune.config import ModelArguments, RunConfig
 from steadytune.errors import UserError
+from steadytune.hardware.quantization import bitsandbytes_status, choose_compute_dtype
 from steadytune.model.moe.quantized import FourBitWeight, dequantize_experts, is_placeholder
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -50,7 +51,7 @@ def bnb_config(model_args: ModelArguments, compute_dtype: torch.dtype):
                               bnb_4bit_compute_dtype=compute_dtype,
                               # the packed weights' storage dtype; uint8 is bitsandbytes' own (FSDP would need it
                               # equal to the compute dtype: several processes with FSDP are refused with a base
-                              # quantised, see train.check_quantized_sharding)
+                              # quantised, see plan_quantization below)
                               bnb_4bit_quant_storage=torch.uint8)
 
 
@@ -183,3 +184,27 @@ def dequantize_base(model: nn.Module, dtype: torch.dtype) -> nn.Module:
             setattr(model, flag, False)
     model.hf_quantizer = None
     return model
+
+
+def plan_quantization(cfg: RunConfig, info, precision: str, shard_plan) -> torch.dtype | None:
+    """QLoRA (quantization_bit): bitsandbytes usable here (hardware/quantization.py: installed, at least this
+    backend's and GPU's floor), the dtype its layers compute in; None without quantization_bit. Checked before any
+    weights load; what bitsandbytes rules out among the speed features is applied by the speed plan."""
+    bits = cfg.model.quantization_bit
+    if bits is None:
+        return None
+    gpu = info.primary
+    status = bitsandbytes_status(info.backend, gpu.arch if gpu is not None else None)
+    if not status.usable:
+        raise UserError(f"quantization_bit: {bits} needs bitsandbytes here: {status.why}; {status.fix}")
+    if shard_plan.sharded:
+        # DeepSpeed and FSDP wrap and flatten parameters of one dtype (even on one process); bitsandbytes' packed
+        # uint8 weights carry their quantisation state beside them (LLaMA-Factory's FSDP+QLoRA stores them in the
+        # compute dtype, bnb_4bit_quant_storage; not done here).
+        raise UserError(f"quantization_bit: {bits} with {shard_plan.label} ({shard_plan.why}) is not supported; train "
+                        "a quantised base without the deepspeed / fsdp keys (LLaMA-Factory v1: dist_config): on one "
+                        "GPU, or with DDP (--nproc)")
+    compute, why = choose_compute_dtype(precision)
+    cfg.decide("bitsandbytes", status.installed, status.why)
+    cfg.decide("bnb_compute_dtype", compute, why)
+    return DTYPES[compute]

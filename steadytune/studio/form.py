@@ -26,12 +26,11 @@ from steadytune.config import (
     NESTED_SECTIONS,
     SECTION_TYPES,
     ConfigError,
+    as_our_keys,
     build_config,
-    is_v1_config,
     parse_yaml,
     read_yaml,
     resolve_do_train,
-    translate_v1,
 )
 from steadytune.errors import UserError
 from steadytune.training.folder_config import grants_asked, run_folder_of, without_user_functions
@@ -310,11 +309,8 @@ def recipe_file(name: str) -> Path:
 
 
 def from_file(kind: str, ref: str, path: Path, name: str, description: str) -> Source:
-    raw = read_yaml(path)
-    notes = []
-    if is_v1_config(raw):
-        raw, decided = translate_v1(raw, str(path))
-        notes += [f"LLaMA-Factory v1 file: {key} = {value!r} ({why})" for key, value, why in decided]
+    raw, decided = as_our_keys(read_yaml(path), str(path))
+    notes = [f"LLaMA-Factory v1 file: {key} = {value!r} ({why})" for key, value, why in decided]
     return Source(kind, ref, raw, description, name, notes)
 
 

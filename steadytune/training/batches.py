@@ -7,6 +7,7 @@ would have seen, from (epoch, batch index) alone, and every rank computes its ow
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -16,6 +17,7 @@ from steadytune.data import balance
 from steadytune.data.balance import label_token_weights, make_sampler
 from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
+from steadytune.errors import UserError
 
 
 @dataclass
@@ -246,3 +248,64 @@ def to_device(batch: dict, device) -> dict:
     pin = torch.device(device).type == "cuda"
     return {k: ((v.pin_memory() if pin and v.device.type == "cpu" else v).to(device, non_blocking=True)
                 if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+
+
+def compare_with_lf(micro_batches: int, per_epoch: int, total: int, lf, budget: int | None) -> str:
+    """The step count next to LLaMA-Factory's for the same rows and keys (a difference says why, with numbers)."""
+    if (micro_batches, per_epoch, total) == (lf.micro_batches_per_epoch, lf.steps_per_epoch, lf.total):
+        return "the same as LLaMA-Factory's"
+    why = (f"micro-batches of {budget:,} tokens instead of a number of examples" if budget is not None else
+           "several processes keep whole steps in every epoch")
+    return (f"differs from LLaMA-Factory: {micro_batches:,} micro-batches and {total:,} steps here, "
+            f"{lf.micro_batches_per_epoch:,} micro-batches and {lf.total:,} steps there ({why})")
+
+
+def check_steps_fit_keys(cfg: RunConfig, micro_batches_per_epoch: int, total_steps: int) -> None:
+    """Keys that would silently misbehave with this many steps: accumulation over an epoch's end (warned), a
+    fault injected after the last step or a hang with the watchdog off (errors)."""
+    t, f = cfg.train, cfg.fault_injection
+    if t.gradient_accumulation_steps > micro_batches_per_epoch:
+        message = (f"gradient_accumulation_steps {t.gradient_accumulation_steps} is more than the "
+                   f"{micro_batches_per_epoch} micro-batches of an epoch: every optimizer step spans more than one "
+                   "epoch (lower it, or raise the data)")
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+        cfg.decide("gradient_accumulation_steps", t.gradient_accumulation_steps, message)
+    if f.hang_step is not None and t.hang_timeout == 0:
+        raise UserError("fault_injection.hang_step is set but hang_timeout: 0 turns the hang watchdog off: the run "
+                        "would hang for ever; set hang_timeout (e.g. 30)")
+    for key in ("nan_loss_step", "inf_loss_step", "spike_loss_step", "fp16_overflow_step", "lr_spike_start",
+                "hang_step", "kill_step", "oom_step"):
+        step = getattr(f, key)
+        if step is not None and step > total_steps:
+            raise UserError(f"fault_injection.{key}: step {step} is beyond the run's {total_steps} steps; the fault "
+                            "would never fire")
+
+
+@dataclass
+class Steps:
+    """How the data is cut into optimizer steps."""
+    micro_batches_per_epoch: int
+    per_epoch: int
+    total: int
+    warmup: int
+
+
+def plan_steps(cfg: RunConfig, micro_batches_per_epoch: int, examples: int, world: int,
+               budget: int | None) -> Steps:
+    """Optimizer steps and warm-up from an epoch's micro-batches, each recorded with its reason (the total beside
+    LLaMA-Factory's for the same `examples` rows on `world` processes); keys that would misbehave with them are
+    refused or warned about here."""
+    t = cfg.train
+    steps = count_steps(t, micro_batches_per_epoch)
+    per_epoch, total = steps.steps_per_epoch, steps.total
+    warmup = warmup_steps_of(t, total)
+    lf = lf_step_count(examples, t.per_device_train_batch_size, world, t.gradient_accumulation_steps,
+                       t.num_train_epochs, t.max_steps)
+    cfg.decide("total_steps", total, f"{'max_steps' if t.max_steps > 0 else 'num_train_epochs'}: "
+               f"{micro_batches_per_epoch} micro-batches per epoch / {t.gradient_accumulation_steps} accumulation = "
+               f"{per_epoch} steps per epoch; "
+               + compare_with_lf(micro_batches_per_epoch, per_epoch, total, lf, budget))
+    cfg.decide("warmup_steps", warmup, "warmup_steps" if t.warmup_steps > 0 else
+               f"ceil({t.warmup_ratio} x {total} steps), as transformers rounds it for LLaMA-Factory")
+    check_steps_fit_keys(cfg, micro_batches_per_epoch, total)
+    return Steps(micro_batches_per_epoch, per_epoch, total, warmup)

@@ -38,6 +38,7 @@ from safetensors import SafetensorError
 
 from steadytune.errors import CheckpointError, UserError, describe_os_error
 from steadytune.model.archive import sha256_file
+from steadytune.model.lora import save_pissa_converted
 from steadytune.model.saved_weights import check_checkpoint_matches
 from steadytune.training.optimizer_state import by_index, is_by_name, trainable_names
 
@@ -68,6 +69,16 @@ class TrainerState:
     sizes: dict[str, int] = field(default_factory=dict)      # bytes of each file, to catch truncation
     sha256: dict[str, str] = field(default_factory=dict)     # of each file, to catch any other change
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def data_position(state: TrainerState) -> dict:
+    """What a guard snapshot records about the data stream, to rewind it on rollback."""
+    return {"epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch, "tokens_seen": state.tokens_seen}
+
+
+def set_data_position(state: TrainerState, position: dict) -> None:
+    state.epoch, state.batch_in_epoch, state.tokens_seen = (position["epoch"], position["batch_in_epoch"],
+                                                            position["tokens_seen"])
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
@@ -419,3 +430,37 @@ def refuse_non_finite(weights: dict[str, torch.Tensor], where: Path) -> None:
     if bad:
         raise CheckpointError(f"{where}: {len(bad)} saved tensor(s) hold NaN or inf (e.g. {bad[0]}); this state came "
                               "from a diverged run: resume from an earlier checkpoint")
+
+
+def save_final_outputs(out: Path, model, tokenizer, pissa_converted: bool = False) -> None:
+    """The adapter (or full model) and tokenizer, written into a temporary folder and moved into place, so a disk
+    that fills up mid-save leaves no half-written adapter behind (the checkpoints stay). pissa_converted: also the
+    PiSSA adapter converted to plain LoRA, in out/pissa_converted (pissa_convert)."""
+    tmp = out / ".final.tmp"
+    writing = "the folder"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        writing = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
+        model.save_pretrained(tmp, safe_serialization=True)
+        if pissa_converted:
+            writing = "pissa_converted"
+            save_pissa_converted(model, out)
+        writing = "the tokenizer"
+        tokenizer.save_pretrained(tmp)
+        writing = "the folder"
+        for item in tmp.iterdir():
+            target = out / item.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            item.replace(target)
+    except (OSError, SafetensorError) as e:
+        latest = latest_checkpoint(out)
+        kept = f"; {latest.name} is complete and can be resumed" if latest else ""
+        lora = hasattr(model, "peft_config")
+        needed = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad or not lora)
+        what = "the final adapter" if lora else "the final model"
+        raise UserError(describe_save_failure(e, f"saving {what} in {out}", writing, out, needed, thing=what)
+                        + kept) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -495,3 +495,8 @@ def _to_host(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_to_host(item) for item in value)
     return copy.deepcopy(value)
+
+
+def weights_are_finite(params: list) -> bool:
+    with torch.no_grad():
+        return all(bool(torch.isfinite(p).all()) for p in params)

@@ -107,6 +107,16 @@ def memory_stats(device: torch.device) -> dict[str, float]:
             "mem_peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3)}
 
 
+def step_record(step: int, steps_per_epoch: int, loss: float, grad_norm, lr: float, tokens_seen: int,
+                throughput: Throughput, **extra) -> dict:
+    """One logged step of metrics.jsonl: the loss averaged over the steps since the last record, the gradient norm
+    (before clipping), the learning rate, the target tokens seen, throughput and GPU memory since the last record,
+    and what the stage or a mixture of experts adds (`extra`)."""
+    return {"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": loss,
+            "grad_norm": None if grad_norm is None else float(grad_norm), "lr": lr, "tokens": tokens_seen,
+            **throughput.report(), **memory_stats(throughput.device), **extra}
+
+
 def plot_loss(metrics_path: str | Path, out_png: str | Path) -> Path | None:
     """training_loss.png: the raw loss per logged step, a smoothed line, and eval loss when present."""
     import matplotlib

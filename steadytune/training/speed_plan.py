@@ -16,10 +16,10 @@ from steadytune.hardware.moe_shape import moe_shape
 from steadytune.hardware.quantization import quantized_memory, speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
-from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib
+from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib, restore_base
 from steadytune.model.fused_swiglu import decide_fused_swiglu
-from steadytune.model.kernels import apply_liger_kernels, compile_layers
-from steadytune.model.offload import HostOffload, plan_activation_offloading
+from steadytune.model.kernels import apply_liger_kernels, compile_layers, uncompile_layers
+from steadytune.model.offload import HostOffload, plan_activation_offloading, remove_offloading
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
 from steadytune.training.optimizers import graph_blockers as method_graph_blockers
@@ -191,6 +191,16 @@ def enable_gradient_checkpointing(cfg: RunConfig, model: torch.nn.Module, graphs
         model.enable_input_require_grads()
 
 
+def checkpoint_after_graph_oom(cfg: RunConfig, model: torch.nn.Module) -> str | None:
+    """Recording a CUDA graph ran out of memory (graphs.GraphRunner's on_out_of_memory): turn gradient checkpointing
+    on and record why, so that the recording is tried again; None where it is on already (nothing left to free)."""
+    if cfg.decisions.get("gradient_checkpointing", {}).get("value"):
+        return None
+    enable_gradient_checkpointing(cfg, model, graphs=True)
+    cfg.decide("gradient_checkpointing", True, "on: recording the CUDA graph ran out of memory without it")
+    return "gradient checkpointing turned on"
+
+
 def choose_base_dtype(cfg: RunConfig, precision: str) -> torch.dtype:
     """The frozen base weights' dtype: bf16 for LoRA under bf16 unless lora_base_dtype says float32 (full
     fine-tuning and fp16/fp32 runs keep fp32 weights: the optimizer updates them, or loss scaling needs them)."""
@@ -221,3 +231,15 @@ def plan_fused_swiglu(cfg: RunConfig, model, plan: SpeedPlan, shard_kind: str | 
     if asked and not on:
         raise UserError(f"fused_swiglu: true, but {why.removeprefix('off: ')}; set fused_swiglu: false")
     cfg.decide("fused_swiglu", on, why)
+
+
+def undo_speed_plan(model: torch.nn.Module) -> str | None:
+    """After training: the layers uncompiled (scoring and generation come in many shapes), the bf16 base put back
+    where fp8_base made fp8 copies (the adapter will be used on it), activation offloading removed. -> what
+    offloading moved a micro-batch, for the console, or None."""
+    uncompile_layers(model)
+    restore_base(model)
+    offloaded = remove_offloading(model)
+    if offloaded is None:
+        return None
+    return f"activation_offloading: {offloaded:.2f} GiB of layer inputs a micro-batch waited in host memory"

@@ -1,4 +1,4 @@
-"""`steadytune tune CONFIG [key=value ...] --trials N`: hyperparameter search on a validation split, then the final model.
+"""The search of `steadytune tune`: hyperparameter search on a validation split, then the final model.
 
     run_search, the driver:  the search's folder (new, resumed, or --fresh) -> the task and the validation split,
              checked before any trial -> the search space (the task's default, --space FILE) -> the study
@@ -14,7 +14,6 @@ is read once, by the final evaluation.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -27,13 +26,13 @@ from typing import Optional
 
 import yaml
 
-from steadytune.config import ConfigError, is_v1_config, load_config, translate_v1
+from steadytune.config import ConfigError, as_our_keys, load_config
 from steadytune.distributed.launch import resolve_nproc, visible_gpus
 from steadytune.errors import UserError
 from steadytune.evaluate import evaluate_saved
 from steadytune.model.load import load_tokenizer
-from steadytune.recipes.search_space import ALPHA_RATIO, SearchSpace, Task, check_space, default_space, nest, read_space
-from steadytune.recipes.trials import ASK_LOCK, LOCK, METRICS, STUDY_NAME, TRIALS, Search, merge, release_memory, trial_keys_line
+from steadytune.tune.search_space import ALPHA_RATIO, SearchSpace, Task, check_space, default_space, nest, read_space
+from steadytune.tune.trials import ASK_LOCK, LOCK, STUDY_NAME, TRIALS, Search, merge, release_memory, trial_keys_line
 from steadytune.report.record import write_run_report
 from steadytune.stages.table import STAGES
 from steadytune.train import run_training
@@ -48,48 +47,6 @@ EVAL_BATCH_ON_GPU = 64   # the trials' evaluation batch on a GPU, where the conf
 REPORT = "tune_report.html"   # the search's page (report/tuning.py writes it; the same name, checked by a test)
 OURS = ("study.db", "study.db-journal", "tune_results.json", BEST_CONFIG, REPORT, SPEC, TRIALS, FINAL,
         LOCK, ASK_LOCK)
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("config", nargs="?", help="run config (YAML, LLaMA-Factory keys); its output_dir becomes the "
-                                                   "search's folder")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys, as for train")
-    parser.add_argument("--trials", type=int, default=20, help="trials to score (complete or pruned; default 20); a "
-                        "resumed search counts those it has")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
-                        help="seconds of search: no trial starts after it (the one running finishes)")
-    parser.add_argument("--metric", choices=sorted(METRICS), default=None,
-                        help="what the trials are scored by on the validation split (default: accuracy for "
-                             "classification, eval_loss otherwise)")
-    parser.add_argument("--space", metavar="FILE", help="YAML that changes the default search space (see docs/tune.md)")
-    parser.add_argument("--val-size", type=float, default=0.2, metavar="V",
-                        help="validation split held out of the training rows: a share (0-1) or a count (default 0.2)")
-    parser.add_argument("--evaluations", type=int, default=4, metavar="K",
-                        help="evaluations per trial, evenly spread: where the pruner may stop it (default 4)")
-    parser.add_argument("--pruner", choices=("median", "halving", "none"), default="median",
-                        help="median (stop a trial below the median of the others at the same share of its run), "
-                             "halving (successive halving) or none")
-    parser.add_argument("--nproc", metavar="N", default="1",
-                        help="trials in parallel: N worker processes, one per GPU (auto = every visible GPU)")
-    parser.add_argument("--seed", type=int, default=None, help="the sampler's seed (default: the config's seed)")
-    parser.add_argument("--fresh", action="store_true", help="start over: remove the earlier search in output_dir")
-    parser.add_argument("--no-final", action="store_true", help="stop after the search (no final model)")
-    parser.add_argument("--force", action="store_true", help="train even when the start-up checks report errors")
-    parser.add_argument("--worker", metavar="SPEC:K", help=argparse.SUPPRESS)   # a --nproc worker process
-
-
-def run(args) -> int:
-    if args.worker:
-        spec, _, index = args.worker.rpartition(":")
-        return run_worker(Path(spec), int(index))
-    if args.config is None:
-        raise UserError("steadytune tune needs a config file: steadytune tune my_run.yaml --trials 20 "
-                        "(or `steadytune demo --tune` for the embedded recipe)")
-    search = make_search(args.config, args.overrides, trials=args.trials, timeout=args.timeout, metric=args.metric,
-                         val_size=args.val_size, evaluations=args.evaluations, pruner=args.pruner, seed=args.seed,
-                         force=args.force)
-    run_search(search, space_file=args.space, nproc=args.nproc, fresh=args.fresh, final=not args.no_final)
-    return 0
 
 
 def make_search(config: str | Path, overrides: list[str], trials: int = 20, timeout: float | None = None,
@@ -120,7 +77,7 @@ def run_search(search: Search, space_file: str | None = None, nproc: str = "1", 
     try:
         # Optuna is the tune extra's dependency (pip install 'steadytune[tune]'): the rest of steadytune runs without it.
         # lazy: the study module imports optuna
-        from steadytune.recipes import study as studies
+        from steadytune.tune import study as studies
     except ImportError as e:
         raise UserError(f"steadytune tune needs optuna ({e}): pip install 'steadytune[tune]'") from None
     workers = resolve_nproc(str(nproc), visible_gpus())
@@ -347,7 +304,7 @@ def run_worker(spec: Path, index: int) -> int:
     """One worker process of --nproc: the trial loop on the GPU its environment leaves visible."""
     # The driver that started this worker has checked that optuna imports.
     # lazy: the study module imports optuna, the tune extra's dependency
-    from steadytune.recipes import study as studies
+    from steadytune.tune import study as studies
 
     settings = json.loads(spec.read_text(encoding="utf-8"))
     base_rank = settings.pop("base_rank")
@@ -364,9 +321,7 @@ def run_worker(spec: Path, index: int) -> int:
 def best_config(search: Search, space: SearchSpace, keys: dict) -> dict:
     """The user's keys (a v1 file as its v0 keys), the space's fixed keys and the best trial's keys, for all the
     training rows; evaluated once after training (eval_strategy: no), never selected on the test split."""
-    raw = search.raw_config()
-    if is_v1_config(raw):
-        raw, _ = translate_v1(raw, search.config)
+    raw, _ = as_our_keys(search.raw_config(), search.config)
     return merge(raw, nest(space.fixed), nest(keys),
                  {"output_dir": str(search.folder / FINAL), "overwrite_output_dir": True, "eval_strategy": "no",
                   "metric_for_best_model": None, "do_eval": False, "do_predict": False,

@@ -22,7 +22,7 @@ import torch
 
 from steadytune.config import RunConfig, parse_overrides, read_yaml
 from steadytune.errors import UserError
-from steadytune.recipes.search_space import SearchSpace, config_keys, nest
+from steadytune.tune.search_space import SearchSpace, config_keys, nest
 from steadytune.train import NonFiniteRun, run_training
 from steadytune.training.folder_config import grants_asked, load_config_named, run_folder_of
 from steadytune.training.guard import GuardAbort
@@ -37,7 +37,7 @@ FAILURES = (torch.OutOfMemoryError, NonFiniteRun, GuardAbort)
 # What a scored trial's folder keeps (its weights, checkpoints, tokenizer copy and report are removed).
 KEPT = {"run_config.yaml", "metrics.jsonl", "train_results.json", "environment.json", "data_stats.json", MANIFEST}
 TRIALS = "trials"
-# The search's locks in its folder (study.py takes them; tune.py's --fresh knows them as the search's own files)
+# The search's locks in its folder (study.py takes them; search.py's --fresh knows them as the search's own files)
 LOCK = ".steadytune-tune.lock"
 STUDY_NAME = "steadytune-tune"   # the one Optuna study in a search's study.db (tune checks a folder's is it)
 ASK_LOCK = ".steadytune-tune-ask.lock"   # held by a worker while it takes its next trial

@@ -26,8 +26,8 @@ import optuna
 from optuna.trial import TrialState
 
 from steadytune.errors import UserError
-from steadytune.recipes.search_space import SearchSpace, config_trial
-from steadytune.recipes.trials import ASK_LOCK, LOCK, STUDY_NAME, Search, TrialOutcome, run_trial, trial_keys_line
+from steadytune.tune.search_space import SearchSpace, config_trial
+from steadytune.tune.trials import ASK_LOCK, LOCK, STUDY_NAME, Search, TrialOutcome, run_trial, trial_keys_line
 from steadytune.training.resume import resume_fingerprint
 from steadytune.training.run_folder import lock_holder_alive, write_json_atomic
 

@@ -1,0 +1,129 @@
+"""Where a row's images and videos come from, and opening them: local files (relative to `media_dir`, as
+LLaMA-Factory resolves them), data URLs and base64 text, raw bytes, or `{"bytes", "path"}` records (a `datasets` Image
+column). Nothing is ever fetched from the network: a URL is refused naming the row, so a training run never depends on
+(or leaks to) a remote host. A missing or unreadable image is an error naming the file and the row.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from steadytune.config import show_value
+from steadytune.errors import DataError
+
+# A reference to an image as a dataset row holds it (after resolve_media): a path, bytes, or a {"bytes", "path"} record.
+MediaRef = Any
+
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+_DATA_URL = re.compile(r"^data:(?P<mime>[\w/+.-]*)(?P<params>(;[\w-]+=[\w.-]+)*)(?P<b64>;base64)?,(?P<data>.*)$", re.DOTALL)
+_BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}$")
+BASE64_MIN_CHARS = 64   # a shorter string is a file name, not an encoded image
+
+
+def is_url(value: str) -> bool:
+    """http://, https://, s3://, ... (a data: URL is not a URL in this sense: it carries its bytes)."""
+    return bool(_URL.match(value)) and not value.startswith("file://")
+
+
+def resolve_media(refs: Any, media_dir: str | os.PathLike, where: str, kind: str = "image") -> list[MediaRef]:
+    """A row's `images` / `videos` value as a list of references, paths resolved as LLaMA-Factory's converter does:
+    joined to `media_dir` when that file exists, else kept as written (relative to where the run starts). A single
+    value becomes a one-item list; None or [] is no media. A video may be a list of frame images (each resolved)."""
+    if refs is None:
+        return []
+    items = refs if isinstance(refs, list) else [refs]
+    out = []
+    for i, item in enumerate(items):
+        if kind == "video" and isinstance(item, list):
+            out.append([_resolve_one(frame, media_dir, f"{where}: videos[{i}]", "video frame") for frame in item])
+        else:
+            out.append(_resolve_one(item, media_dir, f"{where}: {kind}s[{i}]", kind))
+    return out
+
+
+def _resolve_one(item: Any, media_dir: str | os.PathLike, where: str, kind: str) -> MediaRef:
+    if isinstance(item, (bytes, bytearray)):
+        return bytes(item)
+    if isinstance(item, dict):
+        if item.get("bytes") is None and not isinstance(item.get("path"), str):
+            raise DataError(f"{where}: a {kind} record needs `bytes` or a `path` (got keys {', '.join(map(str, item))})")
+        if item.get("bytes") is None:
+            return _resolve_one(item["path"], media_dir, where, kind)
+        return dict(item)
+    if not isinstance(item, str):
+        raise DataError(f"{where}: a {kind} must be a file path, a data URL or base64 text (got {type(item).__name__})")
+    if is_url(item):
+        raise DataError(f"{where}: {show_value(item)} is a URL; steadytune never fetches media from the network: "
+                        f"download the {kind} and give its local path (relative to media_dir), or embed it as a data URL")
+    if item.startswith("file://"):
+        item = item[len("file://"):]
+    if item.startswith("data:") or _looks_base64(item):
+        return item
+    joined = Path(media_dir) / item
+    return str(joined) if joined.is_file() else item
+
+
+def _looks_base64(value: str) -> bool:
+    return len(value) >= BASE64_MIN_CHARS and "." not in value[-6:] and bool(_BASE64.match(value[:4096]))
+
+
+def media_bytes(ref: MediaRef, where: str, kind: str = "image") -> tuple[bytes | None, str]:
+    """(the encoded bytes when the reference carries them, else None; a name for messages)."""
+    if isinstance(ref, bytes):
+        return ref, f"{kind} bytes"
+    if isinstance(ref, dict):
+        return bytes(ref["bytes"]), str(ref.get("path") or f"{kind} bytes")
+    match = _DATA_URL.match(ref)
+    if match:
+        data = match.group("data")
+        if not match.group("b64"):
+            raise DataError(f"{where}: a data URL {kind} must be base64-encoded (data:image/png;base64,...)")
+        return _decode_base64(data, where, kind), f"data URL ({match.group('mime') or 'no type'})"
+    if _looks_base64(ref) and not Path(ref).exists():
+        return _decode_base64(ref, where, kind), "base64 text"
+    return None, ref
+
+
+def _decode_base64(text: str, where: str, kind: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=False)
+    except (binascii.Error, ValueError) as e:
+        raise DataError(f"{where}: the {kind}'s base64 text does not decode ({e})") from None
+
+
+def open_image(ref: MediaRef, where: str):
+    """A PIL image, fully loaded (so a truncated file fails here, naming it and the row, not later in a worker)."""
+    from PIL import Image, UnidentifiedImageError
+
+    data, name = media_bytes(ref, where)
+    try:
+        if data is None:
+            if not Path(name).is_file():
+                raise DataError(f"{where}: image file not found: {name} (paths are relative to media_dir, which "
+                                f"defaults to dataset_dir, else to where the run starts)")
+            image = Image.open(name)
+        else:
+            image = Image.open(io.BytesIO(data))
+        image.load()
+    except DataError:
+        raise
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise DataError(f"{where}: cannot read image {show_value(name, 120)}: {type(e).__name__}: {e}") from None
+    return image
+
+
+def video_source(ref: MediaRef, where: str):
+    """What the video decoder opens: a path (checked to exist) or a file-like object over the bytes."""
+    data, name = media_bytes(ref, where, "video")
+    if data is not None:
+        return io.BytesIO(data), name
+    if not Path(name).is_file():
+        raise DataError(f"{where}: video file not found: {name} (paths are relative to media_dir, which defaults to "
+                        f"dataset_dir)")
+    return name, name
