@@ -177,3 +177,34 @@ def test_our_forward_is_chosen_where_it_applies_and_says_why_not_elsewhere(token
     assert make_runner(build_model("qwen2", tokenizer), "off") is None
     counts = Counter(type(m).__name__ for m in [make_runner(build_model("gemma3", tokenizer), "torch")])
     assert counts["DecodeRunner"] == 1
+
+
+def test_chat_predict_and_eval_generate_run_on_the_engine_as_generate_answers(tokenizer):
+    """eval.scoring.generate_texts (predict, `eval --mode generate`) and infer.generate.stream_answer (chat, studio)
+    decode on the engine: 5 prompts through 2 rows at a time (the next joins as one finishes) and a streamed answer
+    give transformers' greedy tokens; sampled answers with a seed are the same at any batch size."""
+    from steadytune.eval.scoring import generate_texts
+    from steadytune.infer.generate import Sampling, stream_answer
+    from steadytune.model.decode.generate import decoder_for
+
+    model = lora_model(tokenizer)
+    prompts = random_prompts(5, seed=16)
+    expected = [tokenizer.decode(generate_alone(model, p, 9), skip_special_tokens=True) for p in prompts]
+    counts = [0] * 5
+    texts = generate_texts(model, tokenizer, prompts, 9, batch_size=2, stop_token_ids=[10**6], token_counts=counts)
+    batch = decoder_for(model, tokenizer.pad_token_id).batch
+    assert texts == expected and counts == [9] * 5
+    assert batch.prefilled == 5 and batch.readbacks.issued > 0 and batch.runner is not None
+
+    greedy = Sampling(max_new_tokens=9, do_sample=False, temperature=1.0, top_p=1.0, top_k=0, num_beams=1,
+                      repetition_penalty=1.0, length_penalty=1.0)
+    pieces = list(stream_answer(model, tokenizer, prompts[0], greedy, [10**6]))
+    assert "".join(pieces) == expected[0]
+
+    sampled = {"do_sample": True, "temperature": 1.0, "top_p": 0.9, "top_k": 50}
+    one = generate_texts(model, tokenizer, prompts, 9, batch_size=1, stop_token_ids=[10**6], sampling=sampled, seed=7)
+    all_at_once = generate_texts(model, tokenizer, prompts, 9, batch_size=8, stop_token_ids=[10**6],
+                                 sampling=sampled, seed=7)
+    other_seed = generate_texts(model, tokenizer, prompts, 9, batch_size=8, stop_token_ids=[10**6],
+                                sampling=sampled, seed=8)
+    assert one == all_at_once != other_seed

@@ -22,6 +22,7 @@ from steadytune.data.encode import encode_classification_prompt, encode_label_ta
 from steadytune.errors import UserError
 from steadytune.eval.metrics import classification_report
 from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
+from steadytune.model.decode.generate import generate_all, params_from_generate_kwargs
 
 
 def _precision_context(model: torch.nn.Module) -> contextlib.AbstractContextManager:
@@ -129,12 +130,37 @@ def score_labels(model: torch.nn.Module, prompts: Sequence[Sequence[int]], label
 
 def generate_texts(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                    batch_size: int = 32, stop_token_ids: Iterable[int] = (), progress: bool = False,
-                   sampling: dict | None = None, token_counts: list[int] | None = None) -> list[str]:
+                   sampling: dict | None = None, token_counts: list[int] | None = None,
+                   seed: int | None = None) -> list[str]:
     """Continuation of each prompt (greedy unless `sampling` gives other model.generate arguments), decoded without
-    special tokens; batched with left padding, in order of length. `token_counts`, when given, receives the number
-    of new tokens of each answer (up to and including its stop token)."""
+    special tokens. On the decode engine (model/decode: the one serve and GRPO use; `batch_size` rows decode at once
+    and the next prompt joins as a row finishes; sampled rows draw from keys made from `seed`); beam search, which the
+    engine does not do, on transformers' `generate`. `token_counts`, when given, receives the number of new tokens
+    of each answer (up to and including its stop token)."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stops = sorted({*stop_token_ids, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
+    settings = {"max_new_tokens": max_new_tokens, "do_sample": False, **(sampling or {})}
+    params = params_from_generate_kwargs(settings, stops)
+    if params is None:
+        return _generate_with_transformers(model, tokenizer, prompts, batch_size, progress, settings, pad_id, stops,
+                                           token_counts)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(prompts), desc="generating", unit="answer", dynamic_ncols=True)
+    with _inference(model):
+        done = generate_all(model, prompts, params, pad_id if pad_id is not None else 0, max_rows=max(1, batch_size),
+                            seed=seed, on_finished=bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    if token_counts is not None:
+        token_counts[:] = [len(ids) for ids in done.ids]
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in done.ids]
+
+
+def _generate_with_transformers(model, tokenizer, prompts, batch_size, progress, settings, pad_id, stops,
+                                token_counts) -> list[str]:
+    """transformers' generate, batched with left padding in order of length (beam search)."""
     device = _device_of(model)
     texts: list[str] = [""] * len(prompts)
     with _inference(model):
@@ -146,7 +172,6 @@ def generate_texts(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[Seq
                 n = len(prompts[i])
                 input_ids[r, width - n:] = torch.tensor(list(prompts[i]), dtype=torch.long)
                 attention_mask[r, width - n:] = 1
-            settings = {"max_new_tokens": max_new_tokens, "do_sample": False, **(sampling or {})}
             out = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                                  pad_token_id=pad_id, eos_token_id=stops or None, **settings)
             for r, i in enumerate(chunk):

@@ -141,7 +141,7 @@ class ChatSession:
         ids = self.prompt_ids(user_text)
         parts = []
         for chunk in stream_answer(self.model, self.tokenizer, ids, self.sampling, self.stops,
-                                   self.run.cfg.infer.skip_special_tokens):
+                                   self.run.cfg.infer.skip_special_tokens, seed=self.run.cfg.train.seed):
             parts.append(chunk)
             yield chunk
         self.history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": "".join(parts).strip()}]

@@ -64,8 +64,8 @@ class Decoder:
 
     @property
     def adapter(self) -> Optional[str]:
-        """The adapter the rows decode with: the model's active one (None is the base model, adapters off)."""
-        return getattr(self.model, "active_adapter", None) if hasattr(self.model, "peft_config") else None
+        """The adapter the rows decode with: the model's active one (None: the base model, or adapters off)."""
+        return self.batch.adapters.current()
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, params: SamplingParams,
