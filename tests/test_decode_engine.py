@@ -208,3 +208,23 @@ def test_chat_predict_and_eval_generate_run_on_the_engine_as_generate_answers(to
     other_seed = generate_texts(model, tokenizer, prompts, 9, batch_size=8, stop_token_ids=[10**6],
                                 sampling=sampled, seed=8)
     assert one == all_at_once != other_seed
+
+
+def test_an_adapter_loaded_after_the_engine_started_is_decoded_with(tokenizer):
+    """A second adapter added to a running model (on other projections than the first) joins the banks: its rows
+    answer as generate does with it."""
+    from peft import LoraConfig
+
+    model = lora_model(tokenizer)
+    batch = DecodeBatch(model, 0, graph_backend=EmulatedGraphBackend(), runner=make_runner(model, "torch"))
+    prompts = random_prompts(2, seed=18)
+    first = [[], []]
+    drive(batch, first, {0: [Row(p, "default", i, greedy(6)) for i, p in enumerate(prompts)]})
+    torch.manual_seed(5)
+    model.add_adapter("late", LoraConfig(r=2, target_modules=["k_proj", "lm_head"], init_lora_weights=False))
+    model.eval()
+    expected = [generate_alone(model, p, 6, "late") for p in prompts]
+    assert expected != first
+    outputs = [[], []]
+    drive(batch, outputs, {0: [Row(p, "late", i, greedy(6)) for i, p in enumerate(prompts)]})
+    assert outputs == expected and batch.graphs.enabled

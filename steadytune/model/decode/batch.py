@@ -68,10 +68,19 @@ class DecodeBatch(RunningBatch):
     def adapter_index(self, adapter: Optional[str]) -> int:
         return self.runner.adapter_index(adapter) if self.runner is not None else 0
 
+    def refresh_adapters(self) -> None:
+        """Copy the adapters' current weights into our forward's LoRA banks (after an optimizer step); banks rebuilt
+        for added adapters make the recorded steps stale, so they are dropped."""
+        if self.runner is not None and self.runner.refresh():
+            self.graphs.clear()
+
     # --- joining -------------------------------------------------------------------------------------------
     def add(self, rows: list[Row]) -> None:
         """Prefill `rows` and join them to the batch; their first tokens are sampled on the device."""
         self._check_rows(rows)
+        if self.runner is not None and any(r.adapter is not None and r.adapter not in self.runner.names
+                                           for r in rows):
+            self.refresh_adapters()   # an adapter loaded since the banks were built
         unique, sources = share_prompts(rows)
         _, arguments = self.adapters.arguments([r.adapter for r in unique])
         logits, cache, _, width = prefill(self.model, unique, self.pad_token_id, self.device, arguments,

@@ -76,8 +76,8 @@ class Decoder:
         batch = self.batch
         params = replace(params, max_tokens=max_new_tokens, stop_token_ids=frozenset(stop_ids), ignore_eos=False)
         rows = [Row(list(p), self.adapter, owner=i, params=params, key=k) for i, (p, k) in enumerate(zip(prompts, keys))]
-        if getattr(batch, "runner", None) is not None:
-            batch.runner.refresh()   # the adapters' weights changed since the last call (an optimizer step)
+        if isinstance(batch, DecodeBatch):
+            batch.refresh_adapters()   # the adapters' weights changed since the last call (an optimizer step)
         tokens: list[list[int]] = [[] for _ in rows]
         try:
             for number, chunk in enumerate(_chunks(rows, PREFILL_TOKEN_BUDGET)):

@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 
+from steadytune.model.decode.batch import DecodeBatch
 from steadytune.model.decode.complete import PREFILL_TOKEN_BUDGET, Completions, Decoder
 from steadytune.model.decode.prefill import Row
 from steadytune.model.decode.sampling import SamplingParams, mix_key
@@ -45,8 +46,8 @@ def generate_all(model: torch.nn.Module, prompts: Sequence[Sequence[int]], param
     model's mode and precision (eval.scoring's inference context). `on_finished(n)`: n more answers are done."""
     decoder = decoder_for(model, pad_token_id)
     batch = decoder.batch
-    if getattr(batch, "runner", None) is not None:
-        batch.runner.refresh()
+    if isinstance(batch, DecodeBatch):
+        batch.refresh_adapters()   # an optimizer step or a loaded adapter since the last call
     keys = keys_for(len(prompts), seed)
     rows = [Row(list(p), decoder.adapter, owner=i, params=params, key=keys[i]) for i, p in enumerate(prompts)]
     pending = deque(sorted(rows, key=lambda r: len(r.prompt_ids)))
@@ -77,8 +78,8 @@ def stream(model: torch.nn.Module, prompt: Sequence[int], params: SamplingParams
     yielded). Raises RuntimeError when the model's logits were not finite."""
     decoder = decoder_for(model, pad_token_id)
     batch = decoder.batch
-    if getattr(batch, "runner", None) is not None:
-        batch.runner.refresh()
+    if isinstance(batch, DecodeBatch):
+        batch.refresh_adapters()   # an optimizer step or a loaded adapter since the last call
     row = Row(list(prompt), decoder.adapter, owner=0, params=params, key=keys_for(1, seed)[0])
     try:
         batch.add([row])

@@ -192,14 +192,11 @@ class DecodeRunner:
         return [p for p in projs if p.bank is not None]
 
     def refresh(self) -> bool:
-        """Copy the adapters' current weights into the banks (in place: recorded steps stay valid); rebuild them when
-        adapters were added -> whether the banks were rebuilt (the caller forgets its recorded steps)."""
+        """Copy the adapters' current weights into the banks (in place: recorded steps stay valid); when adapters were
+        added (peft may have wrapped more projections), plan the model again -> whether the banks were rebuilt (the
+        caller forgets its recorded steps)."""
         if adapter_names(self.model) != self.names:
-            self.names = adapter_names(self.model)
-            for proj in [self.head] + [p for layer in self.layers for p in (layer.q, layer.k, layer.v, layer.o,
-                                                                             layer.gate, layer.up, layer.down)]:
-                fresh = self._proj(proj.module)
-                proj.base, proj.bank = fresh.base, fresh.bank
+            self.__init__(self.model, self.kernels, self.ops.attention_impl)
             return True
         for proj in self.banks():
             proj.bank.copy(lora_parts(proj.module))
