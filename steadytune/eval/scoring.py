@@ -22,10 +22,12 @@ from steadytune.data.encode import encode_classification_prompt, encode_label_ta
 from steadytune.errors import UserError
 from steadytune.eval.metrics import classification_report
 from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
+from steadytune.model.decode.generate import generate_all, params_from_generate_kwargs
 from steadytune.model.vision import (
     concat_pixels,
     encode_media,
     images_in,
+    is_vision_model,
     run_multimodal,
     select_images,
     type_id_inputs,
@@ -161,13 +163,37 @@ def score_labels(model: torch.nn.Module, prompts: Sequence[Sequence[int]], label
 def generate_texts(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                    batch_size: int = 32, stop_token_ids: Iterable[int] = (), progress: bool = False,
                    sampling: dict | None = None, token_counts: list[int] | None = None,
-                   media: Sequence[dict] | None = None) -> list[str]:
+                   media: Sequence[dict] | None = None, seed: int | None = None) -> list[str]:
     """Continuation of each prompt (greedy unless `sampling` gives other model.generate arguments), decoded without
-    special tokens; batched with left padding, in order of length. `token_counts`, when given, receives the number
-    of new tokens of each answer (up to and including its stop token). `media`: each prompt's pixel inputs ({} for
-    none), for a vision-language model: transformers' generate takes them at the prefill."""
+    special tokens. On the decode engine (model/decode: the one serve and GRPO use; `batch_size` rows decode at once
+    and the next prompt joins as a row finishes; sampled rows draw from keys made from `seed`); beam search, which the
+    engine does not do, and a vision-language model (`media`: each prompt's pixel inputs, {} for none), whose images
+    transformers' generate takes at the prefill, on transformers' `generate`. `token_counts`, when given, receives the
+    number of new tokens of each answer (up to and including its stop token)."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stops = sorted({*stop_token_ids, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
+    settings = {"max_new_tokens": max_new_tokens, "do_sample": False, **(sampling or {})}
+    params = params_from_generate_kwargs(settings, stops)
+    if params is None or media is not None or is_vision_model(model):
+        return _generate_with_transformers(model, tokenizer, prompts, batch_size, progress, settings, pad_id, stops,
+                                           token_counts, media)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(prompts), desc="generating", unit="answer", dynamic_ncols=True)
+    with _inference(model):
+        done = generate_all(model, prompts, params, pad_id if pad_id is not None else 0, max_rows=max(1, batch_size),
+                            seed=seed, on_finished=bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    if token_counts is not None:
+        token_counts[:] = [len(ids) for ids in done.ids]
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in done.ids]
+
+
+def _generate_with_transformers(model, tokenizer, prompts, batch_size, progress, settings, pad_id, stops,
+                                token_counts, media=None) -> list[str]:
+    """transformers' generate, batched with left padding in order of length (beam search, vision-language models)."""
     device = _device_of(model)
     texts: list[str] = [""] * len(prompts)
     with _inference(model):
@@ -179,7 +205,6 @@ def generate_texts(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[Seq
                 n = len(prompts[i])
                 input_ids[r, width - n:] = torch.tensor(list(prompts[i]), dtype=torch.long)
                 attention_mask[r, width - n:] = 1
-            settings = {"max_new_tokens": max_new_tokens, "do_sample": False, **(sampling or {})}
             extra = {}
             if media is not None and any(media[i] for i in chunk):
                 extra = {k: v.to(device) for k, v in concat_pixels([media[i] for i in chunk if media[i]]).items()}

@@ -200,7 +200,8 @@ class ChatSession:
         ids, pixels = self.prompt(user_text)
         parts = []
         for chunk in stream_answer(self.model, self.tokenizer, ids, self.sampling, self.stops,
-                                   self.run.cfg.infer.skip_special_tokens, pixels=pixels):
+                                   self.run.cfg.infer.skip_special_tokens, seed=self.run.cfg.train.seed,
+                                   pixels=pixels):
             parts.append(chunk)
             yield chunk
         self.history += [{"role": "user", "content": self._with_placeholders(user_text)},

@@ -161,7 +161,7 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     counts = [0] * len(prompts)
     answers = generate_texts(model, tokenizer, prompts, sampling.max_new_tokens, batch_size,
                              stop_token_ids(template, tokenizer), progress=True, sampling=sampling.generate_kwargs(),
-                             token_counts=counts)
+                             token_counts=counts, seed=cfg.train.seed)
     out = [{**row.data, "predict": answer} for row, answer in zip(rows, answers)]
     return Prediction(out, time.perf_counter() - started, sum(map(len, prompts)), sum(counts), sampling.describe())
 

@@ -437,7 +437,8 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
             for j in range(body.n):
                 seed = None if body.seed is None else (body.seed + j) % (p.MAX_SEED + 1)
                 params = SamplingParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
-                                        top_k=body.top_k, seed=seed, stop=tuple(body.stop or ()) + tuple(hidden_stops),
+                                        top_k=body.top_k, min_p=body.min_p,
+                                        repetition_penalty=body.repetition_penalty, seed=seed, stop=tuple(body.stop or ()) + tuple(hidden_stops),
                                         stop_token_ids=stop_ids, ignore_eos=body.ignore_eos)
                 generations.append(Generation(k * body.n + j, ids, entry.adapter, params))
         return generations

@@ -3,8 +3,10 @@
 Route handlers (on the asyncio loop) submit sequences to a bounded queue and read their results from an
 asyncio queue of events. One worker thread owns the model: between decode steps it answers pending
 classification jobs, admits waiting sequences into the running batch (up to `max_batch`; a new sequence is
-prefilled and joins the others, see batch.py), runs one decode step for every running sequence, and retires
-sequences that finished, hit a stop, or whose client went away. A full queue is refused at once (`QueueFull`,
+prefilled and joins the others, see model/decode/batch.py), runs one decode step for every running sequence, turns
+the tokens read back so far into text (the device samples and stops rows itself and its tokens come back every few
+steps: the worker never waits for a step, model/decode/readback.py), and retires sequences that finished, hit a stop
+string, or whose client went away. A full queue is refused at once (`QueueFull`,
 503 with Retry-After): no request waits without bound, and the memory a batch can take is bounded by
 max_batch x (prompt limit + max_tokens limit).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections import defaultdict, deque
@@ -26,7 +29,8 @@ from steadytune.eval.scoring import inference, score_labels
 from steadytune.model.decode.adapters import mixes_adapters
 from steadytune.model.decode.complete import make_decode_batch
 from steadytune.model.decode.prefill import Row
-from steadytune.model.decode.sampling import FAILED_ROW, SamplingParams, make_generator, sample_tokens
+from steadytune.model.decode.readback import Update
+from steadytune.model.decode.sampling import SamplingParams, mix_key
 from steadytune.serve.text import TextAssembler
 
 logger = logging.getLogger("steadytune.serve")
@@ -109,7 +113,7 @@ class _Sequence:
     generation: Generation
     request: Request
     assembler: TextAssembler
-    generator: Optional[torch.Generator]
+    key: int                 # the noise its tokens are drawn from (sampling.py): from its seed, else random
     submitted: float = field(default_factory=time.perf_counter)
     generated: int = 0
     done: bool = False
@@ -148,10 +152,11 @@ class EngineStats:
     classified: int = 0
     recent: deque = field(default_factory=deque)  # (monotonic time, tokens) per step, last 60 s
 
-    def record_step(self, tokens: int, rows: int) -> None:
+    def record(self, tokens: int, rows: int) -> None:
+        """Tokens that came back now, and the rows of the decode step run now (0: none ran)."""
         now = time.monotonic()
         self.generated_tokens += tokens
-        self.steps += 1
+        self.steps += rows > 0
         self.step_rows += rows
         self.recent.append((now, tokens))
         while self.recent and self.recent[0][0] < now - 60:
@@ -226,8 +231,8 @@ class BatchingEngine:
                 raise QueueFull()
             for g in generations:
                 assembler = TextAssembler(self.tokenizer, g.params.stop, g.prompt_ids)
-                generator = make_generator(g.params, self.batch.device)
-                self._waiting.append(_Sequence(g, request, assembler, generator))
+                key = mix_key(g.params.seed) if g.params.seed is not None else secrets.randbits(63)
+                self._waiting.append(_Sequence(g, request, assembler, key))
                 self.stats.prompt_tokens += len(g.prompt_ids)
             self._cond.notify()
         return request
@@ -315,32 +320,38 @@ class BatchingEngine:
         posts: dict[Request, list] = defaultdict(list)
         try:
             if admitted:
-                rows = [Row(s.generation.prompt_ids, s.generation.adapter, owner=s) for s in admitted]
-                self._take(rows, self.batch.prefill(rows), posts)
-                self._retire()
+                self.batch.add([Row(s.generation.prompt_ids, s.generation.adapter, owner=s, params=s.generation.params,
+                                    key=s.key) for s in admitted])
             if self.batch.rows:
-                self._take(self.batch.rows, self.batch.decode(), posts)
+                stepping = self.batch.needs_step()
+                if stepping:
+                    self.batch.step()
+                # With nothing left to compute, wait for what is still on its way back.
+                updates = self.batch.poll(wait=not stepping)
+                self.stats.record(sum(len(u.tokens) for u in updates), len(self.batch.rows) if stepping else 0)
+                self._take(updates, posts)
                 self._retire()
         finally:
             for request, events in posts.items():
                 request.post(events)
 
-    def _take(self, rows: list[Row], logits: torch.Tensor, posts: dict) -> None:
-        """Sample each row's next token and turn it into text, a stop, or the end of its budget."""
-        seqs = [row.owner for row in rows]
-        sampled = sample_tokens(logits, [s.generation.params for s in seqs], [s.generator for s in seqs])
-        self.batch.feed(sampled.clamp(min=0))  # the next step's input, on the device (a failed row's is dropped)
-        tokens = sampled.tolist()  # the step's one wait for the device: the text needs the ids
-        self.stats.record_step(len(tokens), len(tokens))
-        for seq, token in zip(seqs, tokens):
+    def _take(self, updates: list[Update], posts: dict) -> None:
+        """Turn each row's tokens read back into text, a stop, or the end of its budget."""
+        for update in updates:
+            seq = update.row.owner
             events = posts[seq.request]
-            if token == FAILED_ROW:
+            if seq.done:
+                continue
+            if update.finished == "failed":
                 seq.broken = True
                 self._fail_sequence(seq, NOT_FINITE, events)
                 logger.warning("serve: a sequence's logits were not finite; that request failed, the batch goes on")
                 continue
             try:
-                self._take_token(seq, token, events)
+                for token in update.tokens:
+                    self._take_token(seq, token, events)
+                    if seq.done:
+                        break
             except Exception:  # one row's text (its tokens, its stop strings): that request fails, no other
                 logger.exception("serve: a sequence failed while its text was assembled")
                 self._fail_sequence(seq, ROW_ERROR, events)
