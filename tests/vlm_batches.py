@@ -19,7 +19,7 @@ def square(colour: tuple[int, int, int], size: int = 32) -> Image.Image:
 def placeholder_ids(kind: str, model, tokenizer, pixels: dict) -> list[int]:
     """The tokens standing for one image in the prompt."""
     config = model.config
-    if kind in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
+    if kind in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"):
         t, h, w = pixels["image_grid_thw"][0].tolist()
         merge = config.vision_config.spatial_merge_size
         return ([config.vision_start_token_id] + [config.image_token_id] * (t * h * w // merge**2)

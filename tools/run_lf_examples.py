@@ -71,6 +71,7 @@ def tiny_model(folder: Path, **overrides) -> Path:
 
 # Vision-language models an example names -> the tiny stand-in of its family (steadytune/model/tiny_vlm.py).
 VLM_FAMILIES = ((re.compile(r"Qwen3-VL-\d+B-A\d+B", re.I), "qwen3_vl_moe"), (re.compile(r"Qwen3-VL", re.I), "qwen3_vl"),
+                (re.compile(r"Qwen3\.5-\d", re.I), "qwen3_5"),
                 (re.compile(r"Qwen2(\.5)?-VL", re.I), "qwen2_5_vl"), (re.compile(r"gemma-3-\d+b", re.I), "gemma3_vl"),
                 (re.compile(r"llava", re.I), "llava"))
 

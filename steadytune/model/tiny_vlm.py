@@ -25,13 +25,14 @@ GEMMA3_VISION_TOKENS = ("<start_of_image>", "<end_of_image>", "<image_soft_token
 LLAVA_VISION_TOKENS = ("<image>",)
 VISION_TOKENS = {"qwen2_5_vl": QWEN_VISION_TOKENS, "qwen3_vl": QWEN_VISION_TOKENS,
                  "gemma3_vl": GEMMA3_VISION_TOKENS, "llava": LLAVA_VISION_TOKENS,
-                 "qwen3_vl_moe": QWEN_VISION_TOKENS}
+                 "qwen3_vl_moe": QWEN_VISION_TOKENS, "qwen3_5": QWEN_VISION_TOKENS}
 # The four families the tests cover everywhere; qwen3_vl_moe (Qwen3-VL's mixture of experts: 4 experts, 2 a token)
-# is built for the MoE checks.
+# is built for the MoE checks; qwen3_5 (Qwen3.5: Qwen3-VL's vision tower before a hybrid language model, one
+# Gated DeltaNet layer then one full-attention layer) for LLaMA-Factory's qwen3_5 template and its v1 example.
 TINY_VLM_KINDS = ("qwen2_5_vl", "qwen3_vl", "gemma3_vl", "llava")
 # The chat template LLaMA-Factory pairs with each family (template: ...).
 TINY_VLM_TEMPLATES = {"qwen2_5_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl_nothink", "gemma3_vl": "gemma3",
-                      "llava": "llava", "qwen3_vl_moe": "qwen3_vl_nothink"}
+                      "llava": "llava", "qwen3_vl_moe": "qwen3_vl_nothink", "qwen3_5": "qwen3_5_nothink"}
 
 # Weights drawn 10x wider than transformers' 0.02: at width 32 the default leaves every logit within about +-1 (the tied
 # head's rows have norm 0.11) and attention near uniform, so an image's one token barely reaches the answer and a
@@ -69,7 +70,7 @@ def tiny_vlm_config(kind: str, tokenizer: PreTrainedTokenizerFast):
 
     common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                   bos_token_id=tokenizer.bos_token_id)
-    if kind in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
+    if kind in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"):
         start, end, image, video = _ids(tokenizer, *QWEN_VISION_TOKENS)
         ids = dict(vision_start_token_id=start, vision_end_token_id=end, image_token_id=image, video_token_id=video)
         if kind == "qwen2_5_vl":
@@ -83,6 +84,14 @@ def tiny_vlm_config(kind: str, tokenizer: PreTrainedTokenizerFast):
             vision = dict(_QWEN_VISION, patch_size=16, num_position_embeddings=16, deepstack_visual_indexes=[1])
             if kind == "qwen3_vl_moe":
                 text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, decoder_sparse_step=1)
+            if kind == "qwen3_5":
+                # every rotary dimension turns (Qwen3.5 turns a quarter: with head_dim 8 that leaves 1 frequency,
+                # fewer than mrope_section's 4); no deepstack (Qwen3.5's vision tower has none)
+                text["rope_parameters"]["partial_rotary_factor"] = 1.0
+                text.update(layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+                            linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+                            linear_conv_kernel_dim=4)
+                vision.pop("deepstack_visual_indexes")
         return AutoConfig.for_model(kind, text_config=text, vision_config=vision, tie_word_embeddings=True, **ids,
                                     **common)
     if kind == "gemma3_vl":
@@ -112,7 +121,7 @@ def tiny_image_processor(kind: str):
 
         return Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=4 * 28 * 28, patch_size=14, merge_size=2,
                                         temporal_patch_size=2)
-    if kind in ("qwen3_vl", "qwen3_vl_moe"):
+    if kind in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5"):
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
         return Qwen2VLImageProcessorPil(min_pixels=32 * 32, max_pixels=4 * 32 * 32, patch_size=16, merge_size=2,

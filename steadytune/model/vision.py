@@ -47,10 +47,14 @@ _QWEN2_VL = VisionParts(projector=("visual.merger",), vision_tower=("visual.patc
 _QWEN3_VL = VisionParts(projector=("visual.merger",), vision_tower=("visual.pos_embed", "visual.patch_embed",
                                                                     "visual.blocks", "visual.deepstack_merger_list"),
                         lora_conflicts=("patch_embed",))
+_QWEN3_5 = VisionParts(projector=("model.visual.merger",), vision_tower=("visual.pos_embed", "visual.patch_embed",
+                                                                       "visual.blocks"),
+                       lora_conflicts=("patch_embed",))
 _GLM4V = _QWEN2_VL
 # LLaMA-Factory 0.9.5's composite-model table, for the model types transformers 5 builds itself.
 VISION_PARTS: dict[str, VisionParts] = {
     "qwen2_vl": _QWEN2_VL, "qwen2_5_vl": _QWEN2_VL, "qwen3_vl": _QWEN3_VL, "qwen3_vl_moe": _QWEN3_VL,
+    "qwen3_5": _QWEN3_5, "qwen3_5_moe": _QWEN3_5,
     "glm4v": _GLM4V, "glm4v_moe": _GLM4V,
     "gemma3": VisionParts(),
     "gemma3n": VisionParts(vision_tower=("vision_tower", "audio_tower"),
