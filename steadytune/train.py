@@ -84,7 +84,12 @@ from steadytune.training.speed_plan import (apply_speed_plan, checkpoint_after_g
 from steadytune.training.startup import startup_lines
 from steadytune.training.stopping import RunPruned, StopRequests
 from steadytune.training.trackers import Trackers
-from steadytune.training.vision_data import load_vision_processor, prepare_with_media, vision_collator
+from steadytune.training.vision_data import (
+    STAGES_WITH_MEDIA,
+    load_vision_processor,
+    prepare_with_media,
+    vision_collator,
+)
 
 
 class NonFiniteRun(UserError):
@@ -380,7 +385,7 @@ def choose_hardware(cfg: RunConfig):
 def load_data(cfg: RunConfig, stage: Stage):
     """Data before weights: a bad file, key or column stops here, not after minutes of loading."""
     tokenizer = load_tokenizer(cfg.model)
-    processor = load_vision_processor(cfg, tokenizer) if stage.name == "sft" else None   # a VLM's images
+    processor = load_vision_processor(cfg, tokenizer) if stage.name in STAGES_WITH_MEDIA else None   # a VLM's images
     data = (prepare_with_media(stage.prepare_data, cfg, tokenizer, processor) if processor is not None
             else stage.prepare_data(cfg, tokenizer))
     if not data.train:
@@ -436,8 +441,8 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
     packing_attention = packing.attention if packing is not None else None
     batches = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
                            packing_attention=packing_attention, max_tokens=budget,
-                           collate=(stage.make_collator(cfg, tokenizer, packing_attention)
-                                    or vision_collator(cfg, data, tokenizer, packing_attention, model)),
+                           collate=vision_collator(cfg, data, tokenizer, packing_attention, model,
+                                                   stage.make_collator(cfg, tokenizer, packing_attention)),
                            token_mask=routing_of(model) is not None)
     steps = plan_steps(cfg, batches.batches_per_epoch(), len(data.train), accelerator.num_processes, budget)
     if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from steadytune.config import RunConfig
-from steadytune.data.multimodal.collate import MultimodalCollator
+from steadytune.data.multimodal.collate import MultimodalCollator, add_media
 from steadytune.data.multimodal.encode import media_context, media_inputs
 from steadytune.data.multimodal.packing import MultimodalPackedCollator
 from steadytune.data.multimodal.processor import load_media_processor
@@ -17,6 +17,10 @@ from steadytune.data.multimodal.rope import mrope_for_config
 from steadytune.data.answers import answers_as_labels
 from steadytune.model.load import resolve_model_path, source_config
 from steadytune.model.vision import is_vision_config
+
+
+# Stages whose rows may carry images: sft, and dpo (DPO / ORPO / SimPO pairs: data/multimodal/pairs.py).
+STAGES_WITH_MEDIA = ("sft", "dpo")
 
 
 def load_vision_processor(cfg: RunConfig, tokenizer: Any) -> Any | None:
@@ -39,12 +43,26 @@ def prepare_with_media(prepare: Callable, cfg: RunConfig, tokenizer: Any, proces
     return data
 
 
-def vision_collator(cfg: RunConfig, data, tokenizer, packing_attention: str | None, model) -> Callable | None:
-    """The micro-batches' collator of a run with media: padded rows with their pixels, or (packing) several examples
-    per row each with its own images; None for a text run (the trainer's own collators)."""
+def pair_media(data, model) -> Callable[[dict, list[dict]], dict] | None:
+    """(padded batch, its sequences) -> the batch with their pixels, token types and Qwen-VL positions: what a
+    preference stage's collator adds per forward (stages/batches.py SequenceCollator.with_media); None for text."""
     ctx = getattr(data, "media", None)
     if ctx is None:
         return None
+    rope = mrope_for_config(model.config) if model is not None else None
+    return lambda batch, sequences: add_media(batch, sequences, ctx, rope)
+
+
+def vision_collator(cfg: RunConfig, data, tokenizer, packing_attention: str | None, model,
+                    stage_collator: Callable | None = None) -> Callable | None:
+    """The micro-batches' collator of a run with media: padded rows with their pixels, or (packing) several examples
+    per row each with its own images; a stage's own collator (dpo's pairs) given the media; the stage's collator
+    (None: the trainer's own) for a text run."""
+    ctx = getattr(data, "media", None)
+    if ctx is None:
+        return stage_collator
+    if stage_collator is not None:
+        return stage_collator.with_media(pair_media(data, model))
     rope = mrope_for_config(model.config) if model is not None else None
     if packing_attention is not None:
         return MultimodalPackedCollator(ctx, tokenizer.pad_token_id, row_len=cfg.data.cutoff_len,
