@@ -90,6 +90,7 @@ from steadytune.training.vision_data import (
     prepare_with_media,
     vision_collator,
 )
+from steadytune.training.vision_keepalive import VisionKeepAlive, blank_image_inputs, keepalive_reason
 
 
 class NonFiniteRun(UserError):
@@ -319,6 +320,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                              steps.total * cfg.train.gradient_accumulation_steps, shard_plan,
                              fsdp=read_fsdp_keys(cfg.train) is not None)
     objective, params, optimizer, scheduler = make_optimizer(cfg, stage, model, steps, shard_plan, accelerator)
+    keep_vision_tower_in_step(cfg, accelerator.unwrap_model(objective), model, data, shard_plan,
+                              accelerator.num_processes)
     state, resume_from = restore_run(cfg, resume_candidates, objective, accelerator.unwrap_model(objective).model,
                                      optimizer, scheduler, accelerator.scaler, shard_plan, world, batches.max_tokens)
     metrics = MetricsLog(folder.path / "metrics.jsonl", enabled=accelerator.is_main_process)
@@ -448,6 +451,19 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
     if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency
         write_data_stats(folder.path, data, batches.micro_batches(0), packing_attention, cfg.data.cutoff_len)
     return batches, steps
+
+
+def keep_vision_tower_in_step(cfg: RunConfig, objective, model, data, shard_plan, world: int) -> None:
+    """Image-free micro-batches still run the vision tower (a zero-weight blank image) where a rank skipping it
+    would hang the others (training/vision_keepalive.py says when)."""
+    if getattr(data, "media", None) is None or not hasattr(objective, "keep_vision"):
+        return
+    params_sharded = shard_plan.kind == "fsdp" or (shard_plan.kind == "deepspeed" and shard_plan.deepspeed.stage == 3)
+    reason = keepalive_reason(model, world, params_sharded)
+    if reason is not None:
+        objective.keep_vision = VisionKeepAlive(model, blank_image_inputs(data.media))
+        cfg.decide("vision_keepalive", True, f"{reason}: a micro-batch without images encodes one blank image, "
+                   "weighted 0 in the loss, so every rank joins the same collectives (LLaMA-Factory's fake image)")
 
 
 def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):

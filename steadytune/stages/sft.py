@@ -30,9 +30,14 @@ class CausalLMObjective(torch.nn.Module):
         super().__init__()
         self.model = model
         self.weigher = weigher   # a weight per labelled token (the DFT and EAFT losses: stages/sft_losses.py)
+        # a VLM's image-free batches still run the vision tower where ranks must agree (training/vision_keepalive.py)
+        self.keep_vision = None
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
-        return causal_lm_loss_sum(self.model, batch, batch.get("token_weights"), weigher=self.weigher)
+        loss, n = causal_lm_loss_sum(self.model, batch, batch.get("token_weights"), weigher=self.weigher)
+        if self.keep_vision is not None:
+            loss = loss + self.keep_vision(batch, loss)
+        return loss, n
 
     # What Accelerate's FSDP2 preparation asks of a transformers model (embedding and head units, tied weights, the
     # layer classes it shards as units), answered by the model inside.
