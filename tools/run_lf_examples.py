@@ -105,6 +105,38 @@ def draw_demo_images(data: Path) -> None:
         image.save(data / name)
 
 
+# Hub datasets an example names -> a local stand-in the runner writes (no hub here): RLHF-V's image preference pairs
+# become drawn squares with a right and a wrong colour, in its columns (sharegpt conversations, chosen, rejected,
+# images).
+HUB_STAND_INS = {"rlhf_v": "rlhf_v_stand_in.json"}
+NOTES["train_lora/qwen3vl_lora_dpo.yaml"] = ("dataset rlhf_v (llamafactory/RLHF-V on the hub) stood in for by 12 drawn "
+                                             "image preference pairs in its columns")
+
+
+def write_hub_stand_ins(data: Path) -> None:
+    """The stand-in files, and dataset_info.json (LF's, copied) with each stood-in entry pointing at its file."""
+    from PIL import Image
+
+    rows = []
+    colours = [((220, 30, 30), "red", "blue"), ((30, 30, 220), "blue", "green"), ((30, 180, 30), "green", "red")]
+    for i in range(12):
+        colour, right, wrong = colours[i % 3]
+        name = f"rlhf_v_stand_in/{i}.png"
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (48 + 16 * (i % 2), 48), colour).save(data / name)
+        rows.append({"conversations": [{"from": "human", "value": "<image>What colour is the square?"}],
+                     "chosen": {"from": "gpt", "value": f"The square is {right}."},
+                     "rejected": {"from": "gpt", "value": f"The square is {wrong}."}, "images": [name]})
+    (data / HUB_STAND_INS["rlhf_v"]).write_text(json.dumps(rows), encoding="utf-8")
+    info_file = data / "dataset_info.json"
+    info = json.loads(info_file.read_text(encoding="utf-8"))
+    for name, file in HUB_STAND_INS.items():
+        entry = {k: v for k, v in info[name].items() if not k.endswith("_hub_url")}
+        info[name] = {**entry, "file_name": file}
+    info_file.unlink()   # a link to LF's file: replaced by the copy
+    info_file.write_text(json.dumps(info, indent=1, ensure_ascii=False), encoding="utf-8")
+
+
 def first_error(output: str) -> str:
     for line in output.splitlines():
         if line.startswith("error:") or "not available in this build" in line:
@@ -122,7 +154,7 @@ def render(results: list[dict], args) -> int:
         f"Every config under LLaMA-Factory's `examples/` (hiyouga/LLaMA-Factory at ff6d4d12eeb0), run by "
         f"`python tools/run_lf_examples.py` with only `model_name_or_path` (a tiny random Qwen2 with a tokenizer "
         f"that knows every template's special tokens; a vision-language model's examples get a tiny random model of "
-        f"its family, Qwen3-VL or Qwen2.5-VL, with the same tokenizer plus the family's vision tokens, and drawn "
+        f"its family, Qwen3-VL, Qwen3.5 or Qwen2.5-VL, with the same tokenizer plus the family's vision tokens, and drawn "
         f"images stand in for LLaMA-Factory's demo images, which the fixtures lack) and `dataset_dir` (LLaMA-Factory's "
         f"`data/`) changed (`chat` gets one question on stdin, after `/image` for a vision-language model; "
         f"LLaMA-Factory's v1 files also find its `data/v1_*.yaml` where they run, and "
@@ -183,6 +215,7 @@ def main() -> int:
         (work / "data" / f.name).write_bytes(f.read_bytes())
     if not (work / "data" / DEMO_IMAGES[0]).exists():
         draw_demo_images(work / "data")
+    write_hub_stand_ins(work / "data")
     vlm_stand_ins: dict[str, Path] = {}
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT), TOKENIZERS_PARALLELISM="false")
     results = []
