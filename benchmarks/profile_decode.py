@@ -1,25 +1,44 @@
-"""Where a decode step of `steadytune serve`'s batcher spends its time, and how much the host does per step.
+"""The decode engine on one machine: its speed side by side with transformers' own static-cache `generate`, its
+greedy output against `generate`'s, and where one engine step spends its time.
 
-It drives the real engine (`BatchingEngine._admit` + `_step`, the worker's loop body, on this thread) with N
-sequences submitted at once, lets the batch settle (warm-up steps: on a GPU, CUDA graphs get recorded there), then
-reports per decode step, as medians:
+--compare (what issue 53's Measure section asks, in one call): for each --shapes (random weights of the named
+shapes: steadytune.model.shapes) and each row count, decode tokens/s of
+    engine+lora   our engine (model/decode: our forward, Triton kernels on a GPU, the whole step one CUDA graph, no
+                  host wait per step) with a LoRA adapter (r 8 on every linear layer, random B so it computes)
+    engine+2lora  the same with two adapters, rows alternating between them in one batch
+    engine        the base model, no adapter
+    hf+lora       our engine on the model's own forward (transformers + peft: STEADYTUNE_DECODE_KERNELS=off), the
+                  design before issue 53
+    static        transformers' `generate` with its static cache, the base model
+    static+lora   the same with the adapter (peft)
+each timed over --steps decode steps after --warmup (graph capture, compilation); `generate`'s per-step time is
+(time for warmup + steps tokens - time for warmup tokens) / steps, so its prefill is left out as ours is. Then a
+greedy check: --check-rows prompts of different lengths, rows joining mid-way, --check-tokens tokens each, our
+engine + adapter against transformers' `generate` on the same model + adapter, one prompt at a time; it prints the
+rows that agree and where the others first differ (bf16 kernels that sum in another order may flip a near-tie).
+--with-serve and --with-grpo add benchmarks/serve_load.py (1 / 8 / 32 clients over HTTP, the demo's model) and
+benchmarks/grpo_vs_trl.py (as in docs/training.md) after the table.
 
-    step      one engine step: the decode, sampling, feeding the sampled ids back, text assembly, retiring rows
-    decode    the batch's forward with its cache and mask work (synchronised before and after; on a GPU with CUDA
-              graphs, one graph replay); other = step - decode
+Without --compare it drives the serve engine (`BatchingEngine._admit` + `_step`) and reports one engine step:
+    step      one engine step: the decode step enqueued, the tokens read back so far turned into text, retiring rows
+    decode    the batch's step (forward, sampling, each row's update: one graph replay when recorded), synchronised
+              before and after; other = step - decode
     host ops  aten ops the host dispatched in the step (each one kernel launch or more on a GPU)
-    waits     host waits on the device: Python-level calls that wait for a value (Tensor.item / tolist / cpu / numpy /
-              __bool__ / __int__ / __float__), and on CUDA the synchronising calls torch.cuda's sync debug mode saw
+    waits     host waits on the device per step: Python-level calls that wait for a value (Tensor.item / tolist /
+              ...), and on CUDA the synchronising calls torch.cuda's sync debug mode saw; the read-back every few
+              steps is the only one (median 0)
     re-layouts  cache copies (joins, leaves, growth) over the counted steps: 0 for a steady batch
 
     OMP_NUM_THREADS=1 python benchmarks/profile_decode.py --tiny                       # seconds, CPU
-    OMP_NUM_THREADS=1 python benchmarks/profile_decode.py --model gemma-3-270m --rows 1,8 --steps 8
+    OMP_NUM_THREADS=1 python benchmarks/profile_decode.py --tiny --compare --rows 1,4 --steps 4 --warmup 2
+    python benchmarks/profile_decode.py --compare --shapes qwen2.5-0.5b,qwen2.5-1.5b,gemma3-270m \
+        --rows 1,8,32,128 --output "$OUT/decode_compare.json"                          # GPU: issue 53's table
     python benchmarks/profile_decode.py --model gemma-3-270m --profile-dir "$OUT"      # GPU: + a torch.profiler table
     python benchmarks/profile_decode.py --model gemma-3-270m --batch dynamic           # the DynamicCache batch
 
-The model is loaded as `serve` loads it (the hardware policy's dtype and attention: bf16 on a recent GPU; LoRA
-weights in the same dtype) with a fresh LoRA adapter (r 8 on every linear layer, as the demo trains; random B so
-the adapter really computes).
+The engine step's model is loaded as `serve` loads it (the hardware policy's dtype and attention: bf16 on a recent
+GPU; LoRA weights in the same dtype) with a fresh LoRA adapter (r 8 on every linear layer, as the demo trains; random
+B so the adapter really computes).
 """
 
 from __future__ import annotations
@@ -27,8 +46,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -42,6 +63,7 @@ sys.path.insert(0, str(REPO))
 
 PROMPT = "Give three tips for staying healthy, and explain why each of them matters."
 SYNCING_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
+ARMS = ("engine+lora", "engine+2lora", "engine", "hf+lora", "static", "static+lora")
 
 
 def parse_args() -> argparse.Namespace:
@@ -61,6 +83,18 @@ def parse_args() -> argparse.Namespace:
                              "models the slot cache does not take, and what serve used before) to compare")
     parser.add_argument("--profile-dir", default=None, help="write a torch.profiler table (and a Chrome trace) of "
                         "one decode step at the largest row count here")
+    parser.add_argument("--compare", action="store_true", help="the side-by-side table (module docstring)")
+    parser.add_argument("--shapes", default="qwen2.5-0.5b,qwen2.5-1.5b,gemma3-270m",
+                        help="--compare: model shapes, comma-separated (default qwen2.5-0.5b,qwen2.5-1.5b,gemma3-270m)")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"--compare: arms, comma-separated (default "
+                        f"{','.join(ARMS)})")
+    parser.add_argument("--check-rows", type=int, default=6, help="--compare: prompts in the greedy check (default 6)")
+    parser.add_argument("--check-tokens", type=int, default=32, help="--compare: tokens per prompt in the greedy "
+                        "check (default 32)")
+    parser.add_argument("--output", default=None, help="--compare: write the numbers as JSON here")
+    parser.add_argument("--with-serve", action="store_true", help="--compare: then benchmarks/serve_load.py (the demo "
+                        "model over HTTP, 1 / 8 / 32 clients)")
+    parser.add_argument("--with-grpo", action="store_true", help="--compare: then benchmarks/grpo_vs_trl.py")
     return parser.parse_args()
 
 
@@ -193,7 +227,7 @@ def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) 
 
     batch = engine.batch
     decode_seconds: list[float] = []
-    real_decode = batch.decode
+    real_decode = batch.step
 
     def timed_decode():
         synchronize()
@@ -211,7 +245,7 @@ def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) 
             assert len(batch) == rows, "every sequence should have joined the batch"
             for _ in range(args.warmup):
                 engine._step([])
-            batch.decode = timed_decode
+            batch.step = timed_decode
             for _ in range(args.steps):
                 decode_seconds.clear()
                 synchronize()
@@ -220,7 +254,7 @@ def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) 
                 synchronize()
                 result["step_ms"].append((time.perf_counter() - started) * 1e3)
                 result["decode_ms"].append(sum(decode_seconds) * 1e3)
-            batch.decode = real_decode
+            batch.step = real_decode
             relayouts = batch.relayouts
             for _ in range(args.steps):  # counted apart from the timed steps (counting costs time)
                 counter, ops = SyncCounter(), OpCounter()
@@ -237,7 +271,7 @@ def measure(model, tokenizer, rows: int, args, profile_dir: Path | None = None) 
             if profile_dir is not None:
                 write_profile(engine, profile_dir, rows, args.batch)
     finally:
-        batch.decode = real_decode
+        batch.step = real_decode
         loop.close()
     return result
 
@@ -260,9 +294,242 @@ def write_profile(engine, folder: Path, rows: int, batch: str) -> None:
     prof.export_chrome_trace(str(folder / f"{name}.json"))
     print(f"  profile of one decode step ({rows} rows): {folder / name}.txt")
 
+# ---------------------------------------------------------------------------------------------------------
+# --compare: the engine against transformers' static cache, and the greedy check
+# ---------------------------------------------------------------------------------------------------------
+
+def device_and_dtype():
+    from steadytune.hardware.backend import detect, device_for
+    from steadytune.hardware.policy import choose_precision
+
+    info = detect()
+    precision, _ = choose_precision(info, "auto", False)
+    return device_for(info), {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+
+
+def compare_model(shape: str, tiny: bool, device, dtype):
+    """(base model, tokenizer) of a shape, random weights, on the device in the run's dtype."""
+    from steadytune.model.shapes import build_shape
+    from steadytune.model.tiny import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    if tiny:
+        return build_model("gemma3", tokenizer, seed=0).to(device, dtype).eval(), tokenizer
+    return build_shape(shape, dtype, device).eval(), tokenizer
+
+
+def with_adapters(model, count: int):
+    """The model with `count` fresh LoRA adapters ("a", "b", ...: r 8 on every linear layer, random B), in the base
+    dtype as serve keeps them."""
+    from peft import LoraConfig, get_peft_model
+
+    from steadytune.model.decode.adapters import match_model_dtype
+
+    config = dict(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False)
+    torch.manual_seed(0)
+    peft_model = get_peft_model(model, LoraConfig(**config), adapter_name="a")
+    for name in "bcd"[: count - 1]:
+        peft_model.add_adapter(name, LoraConfig(**config))
+    match_model_dtype(peft_model)
+    return peft_model.eval()
+
+
+def prompts_for(tokenizer, rows: int) -> list[list[int]]:
+    ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    return [ids[: len(ids) - i % 5] for i in range(rows)]
+
+
+def time_engine(model, tokenizer, rows: int, adapters: list, args, kernels: str) -> dict:
+    """Our engine: `rows` greedy rows (adapters[i % len] each), --warmup steps, then --steps steps timed."""
+    from steadytune.eval.scoring import inference
+    from steadytune.model.decode.batch import DecodeBatch
+    from steadytune.model.decode.prefill import Row
+    from steadytune.model.decode.runner import make_runner
+    from steadytune.model.decode.sampling import SamplingParams
+
+    runner = make_runner(model, kernels)
+    batch = DecodeBatch(model, 0, max_rows=rows, runner=runner)
+    params = SamplingParams(max_tokens=args.warmup + args.steps + 8, temperature=0.0, ignore_eos=True)
+    with inference(model):
+        batch.add([Row(p, adapters[i % len(adapters)], owner=i, params=params)
+                   for i, p in enumerate(prompts_for(tokenizer, rows))])
+        for _ in range(args.warmup):
+            batch.step()
+        batch.poll(wait=True)
+        synchronize()
+        started = time.perf_counter()
+        host = 0.0
+        for _ in range(args.steps):
+            mark = time.perf_counter()
+            batch.step()
+            host += time.perf_counter() - mark
+        batch.poll(wait=True)
+        synchronize()
+        seconds = time.perf_counter() - started
+        counter = SyncCounter()
+        with counter.counting():
+            for _ in range(8):
+                batch.step()
+        waits = sum(counter.calls.values()) + counter.cuda
+        batch.poll(wait=True)
+    graphs = batch.graphs
+    return {"ms_per_step": seconds * 1e3 / args.steps, "tokens_per_s": rows * args.steps / seconds,
+            "host_ms_per_step": host * 1e3 / args.steps, "waits_per_8_steps": waits,
+            "forward": f"ours ({runner.kernels})" if runner is not None else "the model's own",
+            "graphs": "-" if graphs.backend is None else graphs.disabled_because or f"on ({graphs.captured})"}
+
+
+def time_static(model, tokenizer, rows: int, args) -> dict:
+    """transformers' generate with its static cache, greedy, left-padded prompts; per-step time without prefill."""
+    from steadytune.eval.scoring import inference
+
+    prompts = prompts_for(tokenizer, rows)
+    width = max(len(p) for p in prompts)
+    device = next(model.parameters()).device
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+
+    def run(tokens: int) -> float:
+        synchronize()
+        started = time.perf_counter()
+        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
+                       do_sample=False, cache_implementation="static", pad_token_id=0, eos_token_id=None)
+        synchronize()
+        return time.perf_counter() - started
+
+    with inference(model):
+        run(args.warmup + args.steps)   # compilation, allocation
+        short, long = run(args.warmup), run(args.warmup + args.steps)
+    seconds = max(long - short, 1e-9)
+    return {"ms_per_step": seconds * 1e3 / args.steps, "tokens_per_s": rows * args.steps / seconds}
+
+
+def greedy_check(model, tokenizer, args, kernels: str) -> dict:
+    """Our engine + adapter "a" against `generate` on the same model + adapter, prompt by prompt."""
+    from steadytune.eval.scoring import inference
+    from steadytune.model.decode.batch import DecodeBatch
+    from steadytune.model.decode.prefill import Row
+    from steadytune.model.decode.runner import make_runner
+    from steadytune.model.decode.sampling import SamplingParams
+
+    ids = tokenizer(PROMPT + " " + PROMPT, add_special_tokens=False)["input_ids"]
+    prompts = [ids[: 6 + (i * 7) % max(1, len(ids) - 6)] for i in range(args.check_rows)]
+    n = args.check_tokens
+    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    device = next(model.parameters()).device
+    with inference(model):
+        model.set_adapter("a")
+        expected = [model.generate(input_ids=torch.tensor([p], device=device), max_new_tokens=n, min_new_tokens=n,
+                                   do_sample=False, pad_token_id=0, eos_token_id=None)[0, len(p):].tolist()
+                    for p in prompts]
+        batch = DecodeBatch(model, 0, max_rows=len(prompts), runner=make_runner(model, kernels))
+        rows = [Row(p, "a", owner=i, params=params) for i, p in enumerate(prompts)]
+        got: list[list[int]] = [[] for _ in prompts]
+        half = len(rows) // 2
+        batch.add(rows[:half])
+        for step in range(4 * n):
+            if step == 3 and half < len(rows):
+                batch.add(rows[half:])      # rows join a running batch
+            if batch.needs_step():
+                batch.step()
+            for update in batch.poll(wait=not batch.needs_step()):
+                got[update.row.owner].extend(update.tokens)
+            batch.keep([k for k, r in enumerate(batch.rows) if r.finished is None])
+            if not batch.rows and step > 3:
+                break
+    first = [next((k for k, (a, b) in enumerate(zip(g, e)) if a != b), None) for g, e in zip(got, expected)]
+    return {"rows": len(prompts), "equal_rows": sum(f is None and len(g) == len(e) for f, g, e in zip(first, got, expected)),
+            "equal_tokens": sum(a == b for g, e in zip(got, expected) for a, b in zip(g, e)),
+            "tokens": sum(len(e) for e in expected), "first_difference": first}
+
+
+def compare(args) -> None:
+    from steadytune.model.decode.runner import choose_kernels
+
+    device, dtype = device_and_dtype()
+    kernels = choose_kernels(device)
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = set(arms) - set(ARMS)
+    if unknown:
+        raise SystemExit(f"--arms: unknown {sorted(unknown)}; known: {', '.join(ARMS)}")
+    levels = [int(r) for r in args.rows.split(",")]
+    shapes = ["tiny gemma3"] if args.tiny else args.shapes.split(",")
+    print(f"decode on {device}, {str(dtype).replace('torch.', '')}; our kernels: {kernels}; CUDA graphs "
+          f"{'off' if os.environ.get('STEADYTUNE_CUDA_GRAPHS') == '0' else 'auto'}; {args.steps} steps timed after "
+          f"{args.warmup}", flush=True)
+    results = {"device": str(device), "dtype": str(dtype), "kernels": kernels, "shapes": {}}
+    for shape in shapes:
+        started = time.perf_counter()
+        base, tokenizer = compare_model(shape, args.tiny, device, dtype)
+        table: dict = {arm: {} for arm in arms}
+        static = [a for a in arms if a.startswith("static")]
+        engine = [a for a in arms if not a.startswith("static")]
+        if "static" in static:
+            for rows in levels:
+                table["static"][rows] = time_static(base, tokenizer, rows, args)
+        model = with_adapters(base, 2)
+        for rows in levels:
+            for arm in engine:
+                adapters = {"engine+lora": ["a"], "engine+2lora": ["a", "b"], "engine": [None],
+                            "hf+lora": ["a"]}[arm]
+                table[arm][rows] = time_engine(model, tokenizer, rows, adapters, args,
+                                               "off" if arm == "hf+lora" else kernels)
+            if "static+lora" in static:
+                model.set_adapter("a")
+                table["static+lora"][rows] = time_static(model, tokenizer, rows, args)
+        check = greedy_check(model, tokenizer, args, kernels)
+        results["shapes"][shape] = {"arms": table, "greedy_check": check}
+        print_table(shape, table, levels, check, time.perf_counter() - started)
+        del model, base
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    if args.output:
+        Path(args.output).write_text(json.dumps(results, indent=2), encoding="utf-8")
+        print(f"wrote {args.output}")
+    if args.with_serve:
+        run_script(["serve_load.py", "--model", "gemma-3-270m", "--concurrency", "1,8,32"]
+                   + (["--output", str(Path(args.output).with_name("serve_load.json"))] if args.output else []))
+    if args.with_grpo:
+        run_script(["grpo_vs_trl.py", "--steps", "20"]
+                   + (["--output", str(Path(args.output).with_name("grpo_vs_trl.json"))] if args.output else []))
+
+
+def print_table(shape: str, table: dict, levels: list, check: dict, seconds: float) -> None:
+    print(f"\n{shape} (measured in {seconds:.0f} s): tokens/s (ms per step)")
+    print(f"{'arm':>13} | " + " | ".join(f"{r:>4} rows{'':>10}" for r in levels))
+    for arm, cells in table.items():
+        print(f"{arm:>13} | " + " | ".join(f"{cells[r]['tokens_per_s']:>9.0f} ({cells[r]['ms_per_step']:>6.2f})"
+                                           for r in levels))
+    if "static" in table:
+        for arm in ("engine+lora", "engine"):
+            if arm in table:
+                ratios = [table[arm][r]["tokens_per_s"] / table["static"][r]["tokens_per_s"] for r in levels]
+                print(f"{arm + ' / static':>21}: " + "  ".join(f"{x:.2f}x" for x in ratios))
+    if "engine+lora" in table and "engine+2lora" in table:
+        costs = [table["engine+2lora"][r]["ms_per_step"] / table["engine+lora"][r]["ms_per_step"] for r in levels]
+        print(f"{'two adapters / one':>21}: " + "  ".join(f"{x:.2f}x" for x in costs))
+    for arm, cells in table.items():
+        if arm.startswith("engine") or arm == "hf+lora":
+            one = cells[levels[0]]
+            print(f"{arm:>13}: forward {one['forward']}, graphs {one['graphs']}, host enqueue "
+                  f"{one['host_ms_per_step']:.2f} ms/step at {levels[0]} rows, host waits in 8 steps: "
+                  f"{one['waits_per_8_steps']}")
+    print(f"greedy check against transformers' generate (adapter a, {check['rows']} prompts, rows joining mid-way): "
+          f"{check['equal_rows']}/{check['rows']} rows equal, {check['equal_tokens']}/{check['tokens']} tokens; first "
+          f"difference per row: {check['first_difference']}", flush=True)
+
+
+def run_script(command: list) -> None:
+    print(f"\n$ python benchmarks/{' '.join(command)}", flush=True)
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / command[0])] + command[1:], check=False)
+
+
 
 def main() -> None:
     args = parse_args()
+    if args.compare:
+        compare(args)
+        return
     started = time.perf_counter()
     model, tokenizer, description = load(args)
     graphs = "off (STEADYTUNE_CUDA_GRAPHS=0)" if os.environ.get("STEADYTUNE_CUDA_GRAPHS") == "0" else "auto"

@@ -106,6 +106,14 @@ class MethodArguments:
                                                "list, e.g. embed_tokens,norm).")
     use_llama_pro: bool = _opt(False, "LLaMA Pro: train only the expanded blocks of a block-expanded model (every "
                                "num_layers/freeze_trainable_layers-th layer); with lora, LoRA on those blocks only.")
+    # Vision-language models (LLaMA-Factory's keys and defaults; model/vision.py applies them as it does)
+    freeze_vision_tower: bool = _opt(True, "Vision-language model: keep the vision tower (image encoder) frozen; false: "
+                                     "it trains too (full/freeze tuning), or gets LoRA (lora_target: all).")
+    freeze_multi_modal_projector: bool = _opt(True, "Vision-language model: keep the projector (image features -> the "
+                                              "language model's width) frozen; false: it trains in full (with LoRA: "
+                                              "saved with the adapter).")
+    freeze_language_model: bool = _opt(False, "Vision-language model: keep the language model frozen (only an unfrozen "
+                                       "vision tower or projector trains).")
     # LoRA+ and PiSSA (LLaMA-Factory's LoraArguments)
     loraplus_lr_ratio: Optional[float] = _opt(None, "LoRA+: lora_B (and 1-D trainable weights) learn at learning_rate "
                                               "x this ratio, lora_A at learning_rate (LLaMA-Factory's param groups).",
@@ -504,9 +512,6 @@ UNSUPPORTED_KEYS = {
     "use_audio_in_video": "audio inputs are not supported (images and video are: data/multimodal)",
     "audio_sampling_rate": "audio inputs are not supported (images and video are: data/multimodal)",
     "crop_to_patches": "InternVL's image tiling is not supported (vision templates: qwen2_vl, qwen3_vl, gemma3, llava)",
-    "freeze_vision_tower": "vision models are not supported",
-    "freeze_multi_modal_projector": "vision models are not supported",
-    "freeze_language_model": "vision models are not supported",
     "use_unsloth": "Unsloth is not used; steadytune has its own fast paths",
     "rope_scaling": "RoPE scaling is not supported",
     "shift_attn": "shift short attention is not supported",

@@ -28,10 +28,12 @@ from steadytune.eval.labelcheck import (
     warn,
 )
 from steadytune.eval.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
+from steadytune.data.answers import answers_as_labels
 from steadytune.eval.scoring import evaluate_classification, generate_texts, prompt_ids_of
 from steadytune.eval.textmetrics import generation_metrics
 from steadytune.infer.generate import predict_sampling_note, sampling_of
 from steadytune.infer.loading import LORA, load_trained, trained_folder
+from steadytune.training.vision_data import load_vision_processor, pixels_of, prepare_with_media
 from steadytune.model.load import load_model_and_tokenizer, resolve_model_path
 from steadytune.stages.base import Stage
 from steadytune.stages.evaluation import evaluate_examples
@@ -172,9 +174,14 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     check_raw_labels(cfg)
     warn_if_other_base(cfg, folder)
     model, tokenizer = load_trained(cfg, folder, kind)
-    data = prepare_datasets(cfg, tokenizer)
+    processor = load_vision_processor(cfg, tokenizer)   # a vision-language run reads its rows' images with it
+    data = (prepare_with_media(prepare_datasets, cfg, tokenizer, processor) if processor is not None
+            else prepare_datasets(cfg, tokenizer))
     if not data.eval:
         raise UserError("no test split: set eval_dataset, or val_size to evaluate on the held-out split of training")
+    if data.media is not None:   # a vision-language set whose answers are label words: scored as classification
+        answers_as_labels(data, cfg.data.label_names, tokenizer)
+    media = pixels_of(data)
 
     if not data.label_names:  # a generation (SFT) task
         sampling = sampling_of(cfg, sample_by_default=False)  # greedy unless do_sample: true (then the config's keys)
@@ -184,7 +191,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
             print(f"do_sample: {note}", flush=True)
         metrics = predict_generation(model, tokenizer, data.eval, sampling.max_new_tokens, batch_size, str(out_dir),
                                      stop_token_ids=data.template.stop_token_ids(),
-                                     sampling=sampling.generate_kwargs())
+                                     sampling=sampling.generate_kwargs(), media=media)
         results = {"task": "generation", "n": len(data.eval), "adapter": str(folder), "decoding": sampling.describe(),
                    **metrics}
         (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
@@ -196,7 +203,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     modes = ["score", "generate"] if mode == "both" else [mode]
     check_against_training(folder, label_names)
     check_labels_distinguishable(targets, label_names, generate="generate" in modes)
-    train_gold = [e["label_id"] for e in data.train]
+    train_gold = [e["label_id"] for e in data.train if e.get("label_id") is not None]
     test_gold = [e["label_id"] for e in data.eval]
     print(format_distribution("train", train_gold, label_names))
     print(format_distribution("test ", test_gold, label_names))
@@ -207,7 +214,8 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     results: dict[str, Any] = {"task": "classification", "adapter": str(folder), "n": len(data.eval),
                                "label_names": label_names, "label_targets": targets}
     if known_samples > 0:
-        check = check_known_samples(model, tokenizer, data.train, label_names, targets, batch_size, known_samples)
+        check = check_known_samples(model, tokenizer, data.train, label_names, targets, batch_size, known_samples,
+                                    media=media)
         results["known_sample_check"] = check
         print(f"label-map check on {check['n']} training examples: accuracy {check['accuracy']:.3f} "
               f"(majority {check['majority_baseline']['accuracy']:.3f})")
@@ -219,7 +227,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
         for each in modes:
             start = time.perf_counter()
             report = evaluate_classification(m, tokenizer, data.eval, label_names, batch_size=batch_size, mode=each,
-                                             label_targets=targets, progress=True)
+                                             label_targets=targets, progress=True, media=media)
             report["seconds"] = round(time.perf_counter() - start, 3)
             out[each] = report
         return out
@@ -317,7 +325,7 @@ def write_errors_to_review(predictions: Sequence[dict], n: int, path: Path) -> N
 
 def predict_generation(model: torch.nn.Module, tokenizer: Any, examples: Sequence[dict], max_new_tokens: int,
                        batch_size: int = 32, output_dir: str | None = None, progress: bool = True,
-                       stop_token_ids: Sequence[int] = (), sampling: dict | None = None) -> dict:
+                       stop_token_ids: Sequence[int] = (), sampling: dict | None = None, media=None) -> dict:
     """Answers (greedy unless `sampling` says otherwise) to tokenised SFT examples, scored against their reference answers with BLEU-4 and
     ROUGE-1/2/L as LLaMA-Factory scores them; writes `generated_predictions.jsonl` (prompt, predict, label) into
     `output_dir` when given. An example prepared for prediction carries prompt_ids / answer_ids (the conversation
@@ -327,7 +335,8 @@ def predict_generation(model: torch.nn.Module, tokenizer: Any, examples: Sequenc
     references = [tokenizer.decode(e["answer_ids"] if "answer_ids" in e else [t for t in e["labels"] if t != -100],
                                    skip_special_tokens=True) for e in examples]
     answers = generate_texts(model, tokenizer, prompts, max_new_tokens, batch_size, stop_token_ids=stop_token_ids,
-                             progress=progress, sampling=sampling)
+                             progress=progress, sampling=sampling,
+                             media=[media(e) for e in examples] if media is not None else None)
     metrics = {f"predict_{k}": v for k, v in generation_metrics(answers, references).items()}
     if output_dir is not None:
         path = Path(output_dir) / "generated_predictions.jsonl"

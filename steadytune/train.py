@@ -85,6 +85,13 @@ from steadytune.training.speed_plan import (apply_speed_plan, checkpoint_after_g
 from steadytune.training.startup import startup_lines
 from steadytune.training.stopping import RunPruned, StopRequests
 from steadytune.training.trackers import Trackers
+from steadytune.training.vision_data import (
+    STAGES_WITH_MEDIA,
+    load_vision_processor,
+    prepare_with_media,
+    vision_collator,
+)
+from steadytune.training.vision_keepalive import VisionKeepAlive, blank_image_inputs, keepalive_reason
 
 
 class NonFiniteRun(UserError):
@@ -322,6 +329,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                              steps.total * cfg.train.gradient_accumulation_steps, shard_plan,
                              fsdp=read_fsdp_keys(cfg.train) is not None)
     objective, params, optimizer, scheduler = make_optimizer(cfg, stage, model, steps, shard_plan, accelerator)
+    keep_vision_tower_in_step(cfg, accelerator.unwrap_model(objective), model, data, shard_plan,
+                              accelerator.num_processes)
     state, resume_from = restore_run(cfg, resume_candidates, objective, accelerator.unwrap_model(objective).model,
                                      optimizer, scheduler, accelerator.scaler, shard_plan, world, batches.max_tokens)
     metrics = MetricsLog(folder.path / "metrics.jsonl", enabled=accelerator.is_main_process)
@@ -388,7 +397,9 @@ def choose_hardware(cfg: RunConfig):
 def load_data(cfg: RunConfig, stage: Stage):
     """Data before weights: a bad file, key or column stops here, not after minutes of loading."""
     tokenizer = load_tokenizer(cfg.model)
-    data = stage.prepare_data(cfg, tokenizer)
+    processor = load_vision_processor(cfg, tokenizer) if stage.name in STAGES_WITH_MEDIA else None   # a VLM's images
+    data = (prepare_with_media(stage.prepare_data, cfg, tokenizer, processor) if processor is not None
+            else stage.prepare_data(cfg, tokenizer))
     if not data.train:
         raise UserError(f"dataset {cfg.data.dataset!r}: no training examples left after filtering")
     warning = check_data_fits_keys(cfg, data)
@@ -442,12 +453,26 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
     packing_attention = packing.attention if packing is not None else None
     batches = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
                            packing_attention=packing_attention, max_tokens=budget,
-                           collate=stage.make_collator(cfg, tokenizer, packing_attention),
+                           collate=vision_collator(cfg, data, tokenizer, packing_attention, model,
+                                                   stage.make_collator(cfg, tokenizer, packing_attention)),
                            token_mask=routing_of(model) is not None)
     steps = plan_steps(cfg, batches.batches_per_epoch(), len(data.train), accelerator.num_processes, budget)
     if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency
         write_data_stats(folder.path, data, batches.micro_batches(0), packing_attention, cfg.data.cutoff_len)
     return batches, steps
+
+
+def keep_vision_tower_in_step(cfg: RunConfig, objective, model, data, shard_plan, world: int) -> None:
+    """Image-free micro-batches still run the vision tower (a zero-weight blank image) where a rank skipping it
+    would hang the others (training/vision_keepalive.py says when)."""
+    if getattr(data, "media", None) is None or not hasattr(objective, "keep_vision"):
+        return
+    params_sharded = shard_plan.kind == "fsdp" or (shard_plan.kind == "deepspeed" and shard_plan.deepspeed.stage == 3)
+    reason = keepalive_reason(model, world, params_sharded)
+    if reason is not None:
+        objective.keep_vision = VisionKeepAlive(model, blank_image_inputs(data.media))
+        cfg.decide("vision_keepalive", True, f"{reason}: a micro-batch without images encodes one blank image, "
+                   "weighted 0 in the loss, so every rank joins the same collectives (LLaMA-Factory's fake image)")
 
 
 def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from PIL import Image
 from transformers import PreTrainedTokenizerFast
 
@@ -130,7 +131,7 @@ def draw_image(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0, mode
 def write_video(path: Path, frames: list[tuple[int, int, int]], fps: int = 6) -> Path:
     """A lossless video (PNG frames in a QuickTime file, which reports its frame count and duration) of drawn
     frames (width, height, seed), written with PyAV."""
-    import av
+    av = pytest.importorskip("av", reason="video tests need PyAV (pip install av)")
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w") as container:

@@ -259,6 +259,27 @@ def test_seeded_sampling_is_reproducible(client):
     assert first == second
 
 
+def test_repetition_penalty_and_min_p_are_served_as_transformers_applies_them(client, reference):
+    """vLLM's `repetition_penalty` (greedy: token for token transformers' generate with the same penalty over the
+    prompt and the answer) and `min_p` (a min_p of 1 keeps only the top token: greedy whatever the temperature)."""
+    model, tokenizer = reference
+    prompt = chat_prompt("Tell me a long story.")
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    model.set_adapter("other")
+    with torch.inference_mode():
+        out = model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False, repetition_penalty=1.8,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
+    penalised = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    messages = [{"role": "user", "content": "Tell me a long story."}]
+    common = dict(model="other", max_tokens=16, messages=messages)
+    reply = client.chat.completions.create(temperature=0, extra_body={"ignore_eos": True, "repetition_penalty": 1.8},
+                                           **common)
+    assert reply.choices[0].message.content == penalised
+    greedy = client.chat.completions.create(temperature=0, extra_body={"ignore_eos": True}, **common)
+    top_only = client.chat.completions.create(temperature=1.5, extra_body={"ignore_eos": True, "min_p": 1.0}, **common)
+    assert top_only.choices[0].message.content == greedy.choices[0].message.content != penalised
+
+
 def test_classify_answers_with_the_trained_labels(url, reference, runs):
     from steadytune.data.encode import encode_label_targets
     from steadytune.data.templates import get_template

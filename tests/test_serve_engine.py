@@ -14,7 +14,8 @@ from graph_emulation import EmulatedGraphBackend
 from steadytune.model.decode.batch import DecodeBatch
 from steadytune.model.decode.batch_dynamic import DynamicDecodeBatch
 from steadytune.model.decode.prefill import Row
-from steadytune.model.decode.sampling import FAILED_ROW, SamplingParams, make_generator, sample_next
+from steadytune.model.decode.runner import make_runner
+from steadytune.model.decode.sampling import FAILED_ROW, GREEDY, SamplingParams, sample_rows, settings_of
 from steadytune.model.tiny import build_model, build_tokenizer
 from steadytune.serve.engine import BatchingEngine, Delta, Failed, Finished, Generation
 from steadytune.serve.text import TextAssembler
@@ -43,48 +44,61 @@ def generate_alone(model, prompt: list[int], max_new_tokens: int, adapter=None) 
     return out[0, len(prompt):].tolist()
 
 
-BATCHES = ["slots", "slots+graphs", "dynamic"]
+BATCHES = ["runner", "runner+graphs", "slots", "slots+graphs", "dynamic"]
 
 
 def make_batch(model, kind: str):
-    """The slot-cache batch (eager, or with its decode step recorded and replayed as a CUDA graph would be) or the
-    DynamicCache batch."""
+    """The slot-cache batch with our own forward (runner.py, torch ops) or the model's own forward through peft, each
+    eager or with its decode step recorded and replayed as a CUDA graph would be; or the DynamicCache batch."""
     if kind == "dynamic":
         return DynamicDecodeBatch(model, pad_token_id=0)
-    return DecodeBatch(model, pad_token_id=0, graph_backend=EmulatedGraphBackend() if kind == "slots+graphs" else None)
+    runner = make_runner(model, "torch") if kind.startswith("runner") else None
+    assert runner is not None or not kind.startswith("runner")
+    return DecodeBatch(model, pad_token_id=0, graph_backend=EmulatedGraphBackend() if kind.endswith("+graphs") else None,
+                       runner=runner)
+
+
+def greedy(max_tokens: int) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+
+
+def drive(batch, outputs: list, joins: dict) -> None:
+    """Run a batch to the end: at step s the rows joins[s] join; every row's tokens read back go to
+    outputs[row.owner]; rows leave once a read-back says they finished."""
+    step = 0
+    with torch.inference_mode():
+        while joins or batch.rows:
+            if step in joins and batch.can_admit():
+                batch.add(joins.pop(step))
+            elif step in joins:
+                joins[step + 1] = joins.pop(step) + joins.get(step + 1, [])
+            stepping = bool(batch.rows) and batch.needs_step()
+            if stepping:
+                batch.step()
+            for update in batch.poll(wait=not stepping):
+                outputs[update.row.owner].extend(update.tokens)
+            batch.keep([k for k, r in enumerate(batch.rows) if r.finished is None])
+            step += 1
+            assert step < 1000, "the batch never finished"
 
 
 def run_staggered(model, prompts, budgets, adapters=None, join_every=3, per_join=2, batch="slots") -> list[list[int]]:
-    """Drive a batch by hand: `per_join` new rows every `join_every` steps, each leaving after its budget."""
+    """Drive a batch by hand: `per_join` new rows every `join_every` steps, each leaving after its budget (which the
+    device enforces: rows end there by themselves)."""
     batch = make_batch(model, batch)
     outputs = [[] for _ in prompts]
-    pending, step = list(range(len(prompts))), 0
-
-    def take(rows, logits):
-        tokens = logits.argmax(-1)
-        batch.feed(tokens)
-        for row, token in zip(rows, tokens.tolist()):
-            outputs[row.owner].append(token)
-
-    with torch.inference_mode():
-        while pending or batch.rows:
-            if pending and step % join_every == 0 and batch.can_admit():
-                new = [Row(prompts[i], adapters[i] if adapters else None, owner=i) for i in pending[:per_join]]
-                pending = pending[per_join:]
-                take(new, batch.prefill(new))
-            batch.keep([k for k, r in enumerate(batch.rows) if len(outputs[r.owner]) < budgets[r.owner]])
-            if batch.rows:
-                take(batch.rows, batch.decode())
-                if isinstance(batch, DynamicDecodeBatch):  # padding never outgrows the longest row
-                    assert batch.width == max(r.length for r in batch.rows)
-            step += 1
+    joins = {}
+    for n, start in enumerate(range(0, len(prompts), per_join)):
+        joins[n * join_every] = [Row(prompts[i], adapters[i] if adapters else None, owner=i, params=greedy(budgets[i]))
+                                 for i in range(start, min(start + per_join, len(prompts)))]
+    drive(batch, outputs, joins)
     if isinstance(batch, DecodeBatch) and batch.graphs.backend is not None:  # the recorded steps really ran
         assert batch.graphs.disabled_because is None and batch.graphs.backend.replays > 0
     return outputs
 
 
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("kind", ["qwen2", "gemma3", "llama"])
+@pytest.mark.parametrize("kind", ["qwen2", "gemma3", "llama", "qwen3"])
 def test_rows_joining_and_leaving_match_generate_alone(tokenizer, kind, batch):
     """gemma3's tiny config has a 16-token sliding window, shorter than these sequences: its window layers are
     joined and trimmed too. With recorded steps, rows and columns are bucketed, so idle slots run along, and every
@@ -99,8 +113,9 @@ def test_rows_joining_and_leaving_match_generate_alone(tokenizer, kind, batch):
 @pytest.mark.parametrize("batch", BATCHES)
 def test_mixed_adapter_batches_match_each_adapter_alone(tokenizer, batch):
     """Rows join three at a time, one adapter per join, and leave at different steps: the batch runs one adapter
-    alone (peft's plain forward; recorded), then mixes them (peft's `adapter_names` forward; eager), and ends with
-    base-model rows alone (adapter layers off; recorded)."""
+    alone, then mixes them, and ends with base-model rows alone. Our forward takes every mix from its LoRA banks (an
+    adapter index per row; recorded throughout); on the model's own forward, peft's plain forward runs one adapter
+    (recorded) and its `adapter_names` forward a mix (eager). The adapters have different ranks and targets."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(3)
@@ -108,7 +123,7 @@ def test_mixed_adapter_batches_match_each_adapter_alone(tokenizer, batch):
                            LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"],
                                       init_lora_weights=False),
                            adapter_name="one")
-    model.add_adapter("two", LoraConfig(r=4, lora_alpha=16, target_modules=["v_proj", "up_proj"], init_lora_weights=False))
+    model.add_adapter("two", LoraConfig(r=8, lora_alpha=16, target_modules=["v_proj", "up_proj"], init_lora_weights=False))
     model.eval()
     prompts = random_prompts(9, seed=5)
     adapters = ["one"] * 3 + ["two"] * 3 + ["base"] * 3
@@ -187,18 +202,64 @@ def test_text_assembler_equals_decode_on_random_token_streams(tokenizer):
         assert streamed == tokenizer.decode(ids, skip_special_tokens=True)
 
 
+def sample_next(logits, params, keys=None, position=0) -> list[int]:
+    """The device sampler on rows with these settings (keys: random unless given)."""
+    keys = keys if keys is not None else [random.getrandbits(63) for _ in params]
+    kind = max(p.kind for p in params)
+    tokens, broken = sample_rows(logits, settings_of(params, keys, [position] * len(params), logits.device), kind)
+    return tokens.masked_fill(broken, FAILED_ROW).tolist()
+
+
 def test_sampling_greedy_top_p_and_seed():
     logits = torch.tensor([[0.0, 5.0, 4.9, -3.0], [2.0, 1.0, 0.0, -1.0]])
-    greedy = SamplingParams(max_tokens=1, temperature=0.0)
-    assert sample_next(logits, [greedy, greedy], [None, None]) == [1, 0]
+    greedy_params = SamplingParams(max_tokens=1, temperature=0.0)
+    assert sample_next(logits, [greedy_params, greedy_params]) == [1, 0]
     # top_p 0.6 keeps two tokens of row 0 (probabilities 0.52 and 0.47), one of row 1 (0.64)
     nucleus = SamplingParams(max_tokens=1, temperature=1.0, top_p=0.6)
-    draws = {tuple(sample_next(logits, [nucleus, nucleus], [None, None])) for _ in range(200)}
+    draws = {tuple(sample_next(logits, [nucleus, nucleus])) for _ in range(200)}
     assert {d[0] for d in draws} == {1, 2} and {d[1] for d in draws} == {0}
     seeded = SamplingParams(max_tokens=1, temperature=1.5, seed=7)
     flat = torch.zeros(1, 50)
-    runs = [sample_next(flat, [seeded], [torch.Generator().manual_seed(7)])[0] for _ in range(3)]
+    runs = [sample_next(flat, [seeded], [7]) for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]
+    assert len({sample_next(flat, [seeded], [7], position)[0] for position in range(20)}) > 5  # a new draw a token
+
+
+def test_sampling_follows_each_rows_own_settings_in_one_batch():
+    """One call samples rows with different temperatures, top_k, top_p, min_p and repetition penalties, each as it
+    would be sampled alone (the same key gives the same token whatever the other rows are)."""
+    logits = torch.tensor([[0.0, 5.0, 4.9, -3.0, 4.0]] * 5)
+    settings = [SamplingParams(1, temperature=0.0), SamplingParams(1, temperature=1.0, top_k=2),
+                SamplingParams(1, temperature=0.8, top_p=0.4), SamplingParams(1, temperature=1.0, min_p=0.5),
+                SamplingParams(1, temperature=1.0)]
+    seen = {tuple(sample_next(logits, settings)) for _ in range(300)}
+    allowed = [{1}, {1, 2}, {1}, {1, 2, 4}, {0, 1, 2, 3, 4}]
+    for column, tokens in enumerate(zip(*seen)):
+        assert set(tokens) <= allowed[column]
+    keys = [11, 12, 13, 14, 15]
+    together = sample_next(logits, settings, keys, 4)
+    alone = [sample_next(logits[:1], [p], [k], 4)[0] for p, k in zip(settings, keys)]
+    assert together == alone
+    # a repetition penalty of 100 on token 1 (already seen) hands greedy decoding to token 2
+    penalised = SamplingParams(1, temperature=0.0, repetition_penalty=100.0)
+    tokens, _ = sample_rows(logits[:1], settings_of([penalised], [1], [0], logits.device), GREEDY,
+                            torch.tensor([[False, True, False, False, False]]))
+    assert tokens.tolist() == [2]
+
+
+def test_sampling_draws_from_the_distribution_with_keyed_noise():
+    """The Gumbel-max draw over keyed noise is the softmax distribution (temperature 1), min_p keeps only tokens of
+    at least min_p x the top probability, and the noise depends on nothing but the key and the position."""
+    probs = torch.tensor([0.5, 0.3, 0.0, 0.15, 0.05])
+    n = 20000
+    keys = list(range(n))
+    params = [SamplingParams(1, temperature=1.0)] * n
+    drawn = torch.tensor(sample_next(probs.log().expand(n, 5), params, keys, 3))
+    share = torch.bincount(drawn, minlength=5).float() / n
+    assert torch.allclose(share, probs, atol=0.015)
+    cut = sample_next(probs.log().expand(2000, 5), [SamplingParams(1, min_p=0.35)] * 2000, keys[:2000], 3)
+    assert set(cut) == {0, 1}
+    assert sample_next(probs.log().expand(4, 5), params[:4], keys[10:14], 3) == drawn[10:14].tolist()
 
 
 def test_sampling_cannot_make_inf_or_nan_and_marks_a_broken_row_alone():
@@ -212,14 +273,13 @@ def test_sampling_cannot_make_inf_or_nan_and_marks_a_broken_row_alone():
     extremes += [SamplingParams(max_tokens=1, temperature=1.0, top_p=p) for p in (1e-300, 5e-324)]
     extremes += [SamplingParams(max_tokens=1, temperature=2.0, top_k=1), SamplingParams(max_tokens=1, top_k=10**9, seed=3)]
     for params in extremes:
-        generator = make_generator(params, torch.device("cpu"))
         for _ in range(20):
-            assert sample_next(logits, [params, params], [generator, generator])[0] in ((1,) if params.top_k != 10**9 else (0, 1, 2, 3))
-    assert all(sample_next(logits, [p, p], [None, None]) == [1, 0] for p in extremes[:6])
+            assert sample_next(logits, [params, params])[0] in ((1,) if params.top_k != 10**9 else (0, 1, 2, 3))
+    assert all(sample_next(logits, [p, p]) == [1, 0] for p in extremes[:6])
     top_k = SamplingParams(max_tokens=1, temperature=2.0, top_k=2)
-    assert {sample_next(logits, [top_k], [None])[0] for _ in range(100)} == {1, 2}
+    assert {sample_next(logits[:1], [top_k])[0] for _ in range(100)} == {1, 2}
     huge = torch.tensor([[3e38, -3e38, 3e38, 0.0]])  # the float32 range: (a - max) / t cannot overflow
-    assert {sample_next(huge, [SamplingParams(max_tokens=1, temperature=0.01)], [None])[0] for _ in range(50)} <= {0, 2}
+    assert {sample_next(huge, [SamplingParams(max_tokens=1, temperature=0.01)])[0] for _ in range(50)} <= {0, 2}
 
     nan, inf = float("nan"), float("inf")
     broken = torch.tensor([[0.0, 5.0, nan, 1.0], [inf, 0.0, 0.0, 0.0], [-inf, -inf, -inf, -inf]])
@@ -227,8 +287,7 @@ def test_sampling_cannot_make_inf_or_nan_and_marks_a_broken_row_alone():
     for params in (SamplingParams(max_tokens=1, temperature=0.0), SamplingParams(max_tokens=1, temperature=0.7),
                    SamplingParams(max_tokens=1, temperature=1.0, top_p=0.5, seed=5)):
         rows = torch.cat([good, broken, good])
-        generators = [make_generator(params, torch.device("cpu")) for _ in range(len(rows))]
-        assert sample_next(rows, [params] * len(rows), generators) == [1, FAILED_ROW, FAILED_ROW, FAILED_ROW, 1]
+        assert sample_next(rows, [params] * len(rows)) == [1, FAILED_ROW, FAILED_ROW, FAILED_ROW, 1]
 
 
 def test_a_row_whose_numbers_break_fails_alone_and_leaves_nothing_behind(tokenizer):
@@ -243,8 +302,10 @@ def test_a_row_whose_numbers_break_fails_alone_and_leaves_nothing_behind(tokeniz
     prompts = [p for p in random_prompts(12, seed=11) if poison not in p][:6]
     expected = [tokenizer.decode(generate_alone(model, p, 10), skip_special_tokens=True) for p in prompts]
     greedy = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
-    seeded = SamplingParams(max_tokens=10, temperature=0.9, top_p=0.9, seed=4, ignore_eos=True)
-    alone = collect(BatchingEngine(model, tokenizer, max_batch=3), [(prompts[0], None, seeded)])[0][0]
+    # a seed whose answer never draws the poisoned token (a draw of it would break that row too)
+    seeded = SamplingParams(max_tokens=10, temperature=0.9, top_p=0.9, seed=5, ignore_eos=True)
+    alone, alone_end = collect(BatchingEngine(model, tokenizer, max_batch=3), [(prompts[0], None, seeded)])[0]
+    assert isinstance(alone_end, Finished)
     for poisoned_params in (greedy, seeded):
         engine = BatchingEngine(model, tokenizer, max_batch=3)
         poisoned = prompts[1][:3] + [poison] + prompts[1][3:]
@@ -264,15 +325,15 @@ def test_out_of_memory_fails_that_step_and_the_engine_serves_on(tokenizer, monke
     the next request is served as usual (the batch is emptied, not the server)."""
     model = build_model("qwen2", tokenizer, seed=1).eval()
     engine = BatchingEngine(model, tokenizer, max_batch=4)
-    real_forward, calls = model.forward, []
+    real_step, calls = engine.batch._step, []
 
-    def forward_once_out_of_memory(*args, **kwargs):
+    def step_once_out_of_memory(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:  # mid-answer
+        if len(calls) == 2:  # mid-answer
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real_forward(*args, **kwargs)
+        return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(model, "forward", forward_once_out_of_memory)
+    monkeypatch.setattr(engine.batch, "_step", step_once_out_of_memory)
     params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
     prompt = random_prompts(1)[0]
 

@@ -89,16 +89,12 @@ def tiny_model(folder: Path, **overrides) -> Path:
     return folder
 
 
-def stand_in_dataset_info(folder: Path, data_dir: Path) -> Path:
-    """LLaMA-Factory's data/ with STAND_IN_DATASETS added to its dataset_info.json."""
-    folder.mkdir()
-    for f in data_dir.iterdir():
-        if f.name != "dataset_info.json":
-            (folder / f.name).symlink_to(f.resolve())
-    info = json.loads((data_dir / "dataset_info.json").read_text(encoding="utf-8"))
+def add_stand_in_datasets(data: Path) -> None:
+    """STAND_IN_DATASETS added to the run's dataset_info.json (write_hub_stand_ins made it a copy of LF's)."""
+    info_file = data / "dataset_info.json"
+    info = json.loads(info_file.read_text(encoding="utf-8"))
     info.update({name: {"file_name": file} for name, file in STAND_IN_DATASETS.items()})
-    (folder / "dataset_info.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
-    return folder
+    info_file.write_text(json.dumps(info, indent=1, ensure_ascii=False), encoding="utf-8")
 
 
 def stand_in_pair_data(folder: Path, data_dir: Path) -> None:
@@ -129,6 +125,74 @@ def verdict(result: dict) -> str:
     return "needs a GPU" if any(p in result["why"] for p in GPU_REQUIREMENTS) else "not supported"
 
 
+# Vision-language models an example names -> the tiny stand-in of its family (steadytune/model/tiny_vlm.py).
+VLM_FAMILIES = ((re.compile(r"Qwen3-VL-\d+B-A\d+B", re.I), "qwen3_vl_moe"), (re.compile(r"Qwen3-VL", re.I), "qwen3_vl"),
+                (re.compile(r"Qwen3\.5-\d", re.I), "qwen3_5"),
+                (re.compile(r"Qwen2(\.5)?-VL", re.I), "qwen2_5_vl"), (re.compile(r"gemma-3-\d+b", re.I), "gemma3_vl"),
+                (re.compile(r"llava", re.I), "llava"))
+
+
+def vlm_kind(model_name: str) -> str | None:
+    return next((kind for pattern, kind in VLM_FAMILIES if pattern.search(str(model_name))), None)
+
+
+def tiny_vlm(folder: Path, kind: str) -> Path:
+    """A tiny random vision-language model of `kind`, its tokenizer the chat one plus the family's vision tokens."""
+    sys.path.insert(0, str(ROOT))
+    from steadytune.model.tiny import build_chat_tokenizer
+    from steadytune.model.tiny_vlm import save_tiny_vlm
+
+    return save_tiny_vlm(folder, kind, tokenizer=build_chat_tokenizer("bytelevel"))
+
+
+# LLaMA-Factory's demo images (data/mllm_demo_data/*.jpg) are not in the fixtures: drawn stand-ins take their names.
+DEMO_IMAGES = ("mllm_demo_data/1.jpg", "mllm_demo_data/2.jpg", "mllm_demo_data/3.jpg")
+
+
+def draw_demo_images(data: Path) -> None:
+    from PIL import Image, ImageDraw
+
+    for k, name in enumerate(DEMO_IMAGES):
+        image = Image.new("RGB", (96, 64), (240, 240 - 60 * k, 200))
+        draw = ImageDraw.Draw(image)
+        draw.rectangle([10 + 10 * k, 10, 50, 50], fill=(200, 40, 40 + 80 * k))
+        draw.ellipse([50, 20, 90, 60], fill=(40, 60 * k, 220))
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        image.save(data / name)
+
+
+# Hub datasets an example names -> a local stand-in the runner writes (no hub here): RLHF-V's image preference pairs
+# become drawn squares with a right and a wrong colour, in its columns (sharegpt conversations, chosen, rejected,
+# images).
+HUB_STAND_INS = {"rlhf_v": "rlhf_v_stand_in.json"}
+NOTES["train_lora/qwen3vl_lora_dpo.yaml"] = ("dataset rlhf_v (llamafactory/RLHF-V on the hub) stood in for by 12 drawn "
+                                             "image preference pairs in its columns")
+
+
+def write_hub_stand_ins(data: Path) -> None:
+    """The stand-in files, and dataset_info.json (LF's, copied) with each stood-in entry pointing at its file."""
+    from PIL import Image
+
+    rows = []
+    colours = [((220, 30, 30), "red", "blue"), ((30, 30, 220), "blue", "green"), ((30, 180, 30), "green", "red")]
+    for i in range(12):
+        colour, right, wrong = colours[i % 3]
+        name = f"rlhf_v_stand_in/{i}.png"
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (48 + 16 * (i % 2), 48), colour).save(data / name)
+        rows.append({"conversations": [{"from": "human", "value": "<image>What colour is the square?"}],
+                     "chosen": {"from": "gpt", "value": f"The square is {right}."},
+                     "rejected": {"from": "gpt", "value": f"The square is {wrong}."}, "images": [name]})
+    (data / HUB_STAND_INS["rlhf_v"]).write_text(json.dumps(rows), encoding="utf-8")
+    info_file = data / "dataset_info.json"
+    info = json.loads(info_file.read_text(encoding="utf-8"))
+    for name, file in HUB_STAND_INS.items():
+        entry = {k: v for k, v in info[name].items() if not k.endswith("_hub_url")}
+        info[name] = {**entry, "file_name": file}
+    info_file.unlink()   # a link to LF's file: replaced by the copy
+    info_file.write_text(json.dumps(info, indent=1, ensure_ascii=False), encoding="utf-8")
+
+
 def first_error(output: str) -> str:
     for line in output.splitlines():
         if line.startswith("error:") or "not available in this build" in line:
@@ -146,11 +210,14 @@ def render(results: list[dict], args) -> int:
         "",
         f"Every config under LLaMA-Factory's `examples/` (hiyouga/LLaMA-Factory at ff6d4d12eeb0), run by "
         f"`python tools/run_lf_examples.py` with only `model_name_or_path` (a tiny random Qwen2 with a tokenizer "
-        f"that knows every template's special tokens) and `dataset_dir` (LLaMA-Factory's `data/`) changed (`chat` "
-        f"gets one question on stdin; LLaMA-Factory's v1 files also find its `data/v1_*.yaml` where they run, and "
-        f"`v1/train_lora/train_lora_dpo.yaml` gets `stage=dpo`, as v1's `dpo` command; three files name datasets that no "
-        f"folder here holds, and LLaMA-Factory's demo rows stand in, said in their row; the Ray file runs with "
-        f"USE_RAY=1, as LLaMA-Factory runs it), on a "
+        f"that knows every template's special tokens; a vision-language model's examples get a tiny random model of "
+        f"its family, Qwen3-VL, Qwen3.5 or Qwen2.5-VL, with the same tokenizer plus the family's vision tokens, and drawn "
+        f"images stand in for LLaMA-Factory's demo images, which the fixtures lack) and `dataset_dir` (LLaMA-Factory's "
+        f"`data/`) changed (`chat` gets one question on stdin, after `/image` for a vision-language model; "
+        f"LLaMA-Factory's v1 files also find its `data/v1_*.yaml` where they run, and "
+        f"`v1/train_lora/train_lora_dpo.yaml` gets `stage=dpo`, as v1's `dpo` command; files that name datasets no "
+        f"folder here holds get LLaMA-Factory's demo rows or drawn ones as stand-ins, said in their row; the Ray file "
+        f"runs with USE_RAY=1, as LLaMA-Factory runs it), on a "
         f"CPU" + (f", each training run cut to `max_steps={args.max_steps}` (and at most 16 generated tokens) to "
                   f"keep the table's CPU time short" if args.max_steps else "") +
         f". **{runs} of {len(results)} run**; {gpu_only} more need a GPU (on this CPU they stop at start saying "
@@ -210,9 +277,14 @@ def main() -> int:
         (work / "data" / f.name).symlink_to(f.resolve())
     for f in V1_DATA.iterdir():
         (work / "data" / f.name).write_bytes(f.read_bytes())
+    if not (work / "data" / DEMO_IMAGES[0]).exists():
+        draw_demo_images(work / "data")
+    write_hub_stand_ins(work / "data")
     stand_in_pair_data(work / "data", data_dir)
-    stand_in_data_dir = stand_in_dataset_info(work / "data_stand_in", data_dir)
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]), TOKENIZERS_PARALLELISM="false")
+    add_stand_in_datasets(work / "data")
+    vlm_stand_ins: dict[str, Path] = {}
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     results = []
     for path in files:
         relative = str(path.relative_to(args.examples))
@@ -223,12 +295,16 @@ def main() -> int:
             command_stage = [f"stage={V1_STAGE[relative]}"]
         else:
             command_stage = []
-        stand_in = set(str(settings.get("dataset", "")).split(",")) & set(STAND_IN_DATASETS)
         command = [sys.executable, "-m", "steadytune", command_for(relative), str(path),
-                   f"dataset_dir={stand_in_data_dir if stand_in else data_dir}", *command_stage]
+                   f"dataset_dir={work / 'data'}", *command_stage]
         if relative in RAY_EXAMPLES:
             command.append(RAY_EXAMPLES[relative])
-        if relative in STAND_IN_SHAPES:
+        kind = vlm_kind(settings.get("model_name_or_path") or settings.get("model") or "")
+        if kind is not None and not own_output:
+            if kind not in vlm_stand_ins:
+                vlm_stand_ins[kind] = tiny_vlm(work / f"tiny-{kind}", kind)
+            command.append(f"model_name_or_path={vlm_stand_ins[kind]}")
+        elif relative in STAND_IN_SHAPES:
             shape = STAND_IN_SHAPES[relative]
             folder = work / ("tiny-" + "-".join(f"{k}{v}" for k, v in shape.items()))
             command.append(f"model_name_or_path={folder if folder.exists() else tiny_model(folder, **shape)}")
@@ -239,8 +315,11 @@ def main() -> int:
             shutil.rmtree(work / settings["export_dir"])
         if args.max_steps and command_for(relative) == "train":
             command += [f"max_steps={args.max_steps}", "max_new_tokens=16"]
-        # chat reads prompts from stdin when it is not a terminal: one question, then end of input
+        # chat reads prompts from stdin when it is not a terminal: one question, then end of input (a vision-language
+        # model's with an image attached first)
         prompt = "Hello, who are you?\n" if command_for(relative) == "chat" else None
+        if prompt and kind is not None:
+            prompt = f"/image {work / 'data' / DEMO_IMAGES[0]}\nWho are they?\n"
         if prompt:
             command += ["max_new_tokens=16"]
         run_env = env
@@ -269,10 +348,14 @@ def main() -> int:
             merged = next((line for line in lines if line.startswith("merged model in")), "")
             quantised = next((line for line in lines if line.startswith("quantised:")), "")
             merged = f"{merged}; {quantised}" if merged and quantised else merged
-            said = next((line for line in answer.splitlines() if line.strip()), "") if command_for(relative) == "chat" else ""
+            said = next((line for line in answer.splitlines() if line.strip() and not line.startswith("(image")),
+                        "") if command_for(relative) == "chat" else ""
             plain = [x for x in lines if x and "it/s]" not in x and "%|" not in x]
             result["note"] = (done_line or (f"predicted; {scores}" if scores else "") or merged
-                              or (f"answered one question ({len(said)} characters; the model is random)" if said else "") or (plain[-1] if plain else ""))
+                              or (f"answered one question{' about an image' if kind else ''} ({len(said)} characters; "
+                                  "the model is random)" if said else "") or (plain[-1] if plain else ""))
+            if kind is not None and not own_output:
+                result["note"] += f"; on a tiny {kind} stand-in with drawn images for LLaMA-Factory's demo images"
         results.append(result)
         print(f"{'runs' if code == 0 else 'NOT  '} {relative:55} {seconds:6.1f} s  {result['why'][:110]}", flush=True)
 

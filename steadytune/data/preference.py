@@ -36,6 +36,9 @@ from steadytune.data.formats import (
     tools_of,
 )
 from steadytune.data.prepare import ExampleKind, _progress, count_truncation, datasets_of
+from steadytune.data.multimodal.encode import MediaContext, with_resolved_media
+from steadytune.data.multimodal.pairs import encode_multimodal_pair
+from steadytune.data.multimodal.rows import media_of
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource
 from steadytune.data.templates import ASSISTANT_SIDE, USER_SIDE, Template
@@ -80,7 +83,8 @@ def convert_pair(row: Row, spec: FormatSpec) -> dict | None:
     rejected = _answer(_column(row, spec, "rejected", True), spec, row, "rejected")
     if not chosen["content"].strip() or not rejected["content"].strip():
         return None
-    return {"messages": messages, "chosen": chosen, "rejected": rejected, "system": system, "tools": tools}
+    return {"messages": messages, "chosen": chosen, "rejected": rejected, "system": system, "tools": tools,
+            **media_of(row.data, spec.columns, row.where)}
 
 
 def convert_feedback(row: Row, spec: FormatSpec) -> dict | None:
@@ -217,9 +221,19 @@ def _tokenize(encode, examples: list[dict], split_name: str, cfg: RunConfig, sta
 
 
 def tokenize_pairs(examples: list[dict], split_name: str, template: Template, cfg: RunConfig, tokenizer: Any,
-                   stats: dict) -> list[dict]:
-    return _tokenize(lambda i, e: encode_pair(template, tokenizer, e, cfg.data.cutoff_len), examples, split_name,
-                     cfg, stats)
+                   stats: dict, media: MediaContext | None = None) -> list[dict]:
+    d = cfg.data
+    media_dir = d.media_dir if d.media_dir is not None else d.dataset_dir
+
+    def encode(i: int, example: dict):
+        if example.get("images") or example.get("videos"):
+            if media is None:
+                raise DataError(f"{example.get('where', 'row')}: the row has images or videos, and the model has no "
+                                "image processor (a text-only model?); train a vision-language model")
+            return encode_multimodal_pair(template, media, with_resolved_media(example, media_dir), d.cutoff_len)
+        return encode_pair(template, tokenizer, example, d.cutoff_len)
+
+    return _tokenize(encode, examples, split_name, cfg, stats)
 
 
 def tokenize_feedback(examples: list[dict], split_name: str, template: Template, cfg: RunConfig, tokenizer: Any,
@@ -234,6 +248,6 @@ def tokenize_feedback(examples: list[dict], split_name: str, template: Template,
 
 STYLES = ("alpaca", "sharegpt", "openai")
 PAIRS = ExampleKind("pairs", {style: convert_pair for style in STYLES}, tokenize_pairs, _check_pair_source,
-                    guess_pair_formatting)
+                    guess_pair_formatting, media_stages=("dpo",))
 FEEDBACK = ExampleKind("feedback", {style: convert_feedback for style in STYLES}, tokenize_feedback,
                        _check_feedback_source)

@@ -57,6 +57,8 @@ class PreparedData:
     prompt_template: Optional[str] = None
     label_targets: Optional[list[list[int]]] = None
     max_prompt_len: Optional[int] = None
+    # A vision-language run: the MediaContext its rows were encoded with (the collators make pixels through it).
+    media: Any = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class ExampleKind:
     check_source: Callable[[DatasetSource, list[Row], str], None]   # (source, its rows, formatting) -> raise if unfit
     guess_formatting: Callable[[dict], Optional[str]] = guess_formatting
     classification: bool = False   # reads classification rows too, with their label_names and prompt_template (grpo)
+    media_stages: tuple[str, ...] = ()   # stages whose rows may carry images (tokenize then takes media=MediaContext)
 
 
 @dataclass
@@ -167,9 +170,11 @@ def _prepare(cfg: RunConfig, tokenizer: Any, kind: ExampleKind | None = None, pr
         if evaluation is not None:
             out.eval = _pretrain_blocks(evaluation.examples, "eval", template, cfg, tokenizer, stats)
     elif kind is not None:
-        out.train = kind.tokenize(train.examples, "train", template, cfg, tokenizer, stats)
+        media = {"media": media_context(d, template.name, processor)} \
+            if processor is not None and cfg.method.stage in kind.media_stages else {}
+        out.train = kind.tokenize(train.examples, "train", template, cfg, tokenizer, stats, **media)
         if evaluation is not None:
-            out.eval = kind.tokenize(evaluation.examples, "eval", template, cfg, tokenizer, stats)
+            out.eval = kind.tokenize(evaluation.examples, "eval", template, cfg, tokenizer, stats, **media)
     elif train.kind == "classification":
         _tokenize_classification(out, train, evaluation, cfg, tokenizer, stats)
     else:
@@ -229,9 +234,11 @@ def _load_one(src: DatasetSource, cfg: RunConfig, stats: dict, max_samples: int 
         raise DataError(f"{src.origin}: cannot tell the format from the columns ({found}); add an entry with "
                         f"`formatting` and `columns` to dataset_info.json")
     media_columns = [c for c in ("images", "videos") if c in (columns or {})]
-    if media_columns and (kind is not None or cfg.method.stage == "pt"):
+    reads_media = cfg.method.stage in kind.media_stages if kind is not None else cfg.method.stage != "pt"
+    if media_columns and not reads_media:
         raise ConfigError(f"dataset: {src.name} has {' and '.join(media_columns)} columns; stage "
-                          f"{cfg.method.stage} trains on text only here (vision-language rows train with stage: sft)")
+                          f"{cfg.method.stage} trains on text only here (vision-language rows train with stage: sft "
+                          "or stage: dpo)")
     if kind is not None:
         kind.check_source(src, rows, formatting)
     elif src.ranking:

@@ -103,7 +103,11 @@ def model_config_for(cfg: "RunConfig"):
     name = cfg.model.model_name_or_path or ""
     if name and (Path(name) / "config.json").is_file():
         from transformers import AutoConfig
-        return AutoConfig.from_pretrained(name, local_files_only=True), name
+        config = AutoConfig.from_pretrained(name, local_files_only=True)
+        text = config.get_text_config()
+        if text is not config:   # a vision-language model: its language model's sizes (the vision tower not counted)
+            return text, f"{name} (its language model; the vision tower and projector are not counted)"
+        return config, name
     key = name.lower().replace("_", "-")
     for shape in sorted(SHAPES, key=len, reverse=True):
         if shape != "tiny" and shape in key:

@@ -103,16 +103,17 @@ def diagnose_known_samples(report: dict) -> str | None:
 
 def check_known_samples(model: torch.nn.Module, tokenizer: Any, train_examples: Sequence[dict],
                         label_names: Sequence[str], label_targets: Sequence[Sequence[int]], batch_size: int = 32,
-                        n: int = 64) -> dict:
+                        n: int = 64, media=None) -> dict:
     """Score a class-balanced slice of the training set. After training it must beat the majority baseline;
     the result's "warning" says why not when it does not."""
     by_class: dict[int, list[dict]] = {}
     for example in train_examples:
-        by_class.setdefault(int(example["label_id"]), []).append(example)
+        if example.get("label_id") is not None:   # (a conversation set's other rows carry none: data/answers.py)
+            by_class.setdefault(int(example["label_id"]), []).append(example)
     per_class = max(1, n // max(1, len(by_class)))
     sample = [e for k in sorted(by_class) for e in by_class[k][:per_class]]
     report = evaluate_classification(model, tokenizer, sample, label_names, batch_size=batch_size,
-                                     label_targets=label_targets)
+                                     label_targets=label_targets, media=media)
     # The slice is balanced, so the baseline is that of the slice, not of the skewed training set.
     return {"n": report["n"], "accuracy": report["accuracy"], "majority_baseline": report["majority_baseline"],
             "confusion": report["confusion"], "warning": diagnose_known_samples(report)}

@@ -13,7 +13,7 @@ token, never at every position.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,16 @@ from steadytune.data.encode import encode_classification_prompt, encode_label_ta
 from steadytune.errors import UserError
 from steadytune.eval.metrics import classification_report
 from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
+from steadytune.model.decode.generate import generate_all, params_from_generate_kwargs
+from steadytune.model.vision import (
+    concat_pixels,
+    encode_media,
+    images_in,
+    is_vision_model,
+    run_multimodal,
+    select_images,
+    type_id_inputs,
+)
 
 
 def _precision_context(model: torch.nn.Module) -> contextlib.AbstractContextManager:
@@ -77,8 +87,9 @@ def _check_scoring_inputs(prompts: Sequence[Sequence[int]], label_targets: Seque
 
 
 def _score_chunk(model: torch.nn.Module, prompts: list[Sequence[int]], label_targets: Sequence[Sequence[int]],
-                 pad_token_id: int, device: torch.device) -> torch.Tensor:
-    """[len(prompts), n_labels] summed log-probabilities, one forward pass over every (prompt, label) row."""
+                 pad_token_id: int, device: torch.device, media: list[dict] | None = None) -> torch.Tensor:
+    """[len(prompts), n_labels] summed log-probabilities, one forward pass over every (prompt, label) row. `media`:
+    each prompt's pixel inputs (a vision-language model's prompts with images), encoded once per prompt."""
     rows = [list(p) + list(t) for p in prompts for t in label_targets]
     width = max(map(len, rows))
     input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
@@ -94,7 +105,10 @@ def _score_chunk(model: torch.nn.Module, prompts: list[Sequence[int]], label_tar
         token.extend(target)
     # Right padding needs no attention mask: under causal attention no real token ever sees a pad after it,
     # and without a mask SDPA takes its fastest (is_causal) path.
-    hidden = decoder_body(model)(input_ids=input_ids.to(device)).last_hidden_state
+    if media and any(media):
+        hidden = _media_hidden(model, input_ids.to(device), media, len(label_targets), device)
+    else:
+        hidden = decoder_body(model)(input_ids=input_ids.to(device)).last_hidden_state
     row_index_t = torch.tensor(row_index, device=device)
     selected = hidden[row_index_t, torch.tensor(position, device=device)]
     logits = output_head(model)(selected).float()
@@ -106,20 +120,39 @@ def _score_chunk(model: torch.nn.Module, prompts: list[Sequence[int]], label_tar
     return per_row.view(len(prompts), len(label_targets)).cpu()
 
 
+def _media_hidden(model: torch.nn.Module, input_ids: torch.Tensor, media: list[dict], n_labels: int,
+                  device: torch.device) -> torch.Tensor:
+    """Last hidden states of the (prompt, label) rows of prompts with images: each prompt's images go through the
+    vision encoder once, and every label's row of that prompt reads the same features (model/vision.py)."""
+    counts = [images_in(m) for m in media]
+    pixels = {k: v.to(device) for k, v in concat_pixels([m for m in media if m]).items()}
+    encoded = encode_media(model, pixels)
+    first = [sum(counts[:p]) for p in range(len(counts))]
+    index = [first[p] + k for p in range(len(media)) for _ in range(n_labels) for k in range(counts[p])]
+    inputs = {"input_ids": input_ids, **type_id_inputs(model, input_ids)}
+    if "image_grid_thw" in pixels:
+        inputs["image_grid_thw"] = pixels["image_grid_thw"][torch.as_tensor(index, device=device)]
+    return run_multimodal(model, inputs, select_images(encoded, index, sum(counts))).last_hidden_state
+
+
 def score_labels(model: torch.nn.Module, prompts: Sequence[Sequence[int]], label_targets: Sequence[Sequence[int]],
-                 batch_size: int = 32, pad_token_id: int = 0, progress: bool = False) -> torch.Tensor:
+                 batch_size: int = 32, pad_token_id: int = 0, progress: bool = False,
+                 media: Sequence[dict] | None = None) -> torch.Tensor:
     """-> [n_prompts, n_labels]: log P(label's full target sequence | prompt), summed over its tokens.
 
     `batch_size` counts prompts per forward pass (each carries one row per label). Prompts are scored in
     order of length to cut padding; the result is in the caller's order. The model's train/eval mode is
-    restored afterwards, so the training loop can call this between steps.
+    restored afterwards, so the training loop can call this between steps. `media`: each prompt's pixel inputs ({}
+    for a prompt without images), for a vision-language model.
     """
     _check_scoring_inputs(prompts, label_targets)
     scores = torch.empty(len(prompts), len(label_targets), dtype=torch.float32)
     device = _device_of(model)
     with _inference(model):
         for chunk in _length_sorted_batches(prompts, batch_size, progress, "scoring labels"):
-            scores[chunk] = _score_chunk(model, [prompts[i] for i in chunk], label_targets, pad_token_id, device)
+            chunk_media = [media[i] for i in chunk] if media is not None else None
+            scores[chunk] = _score_chunk(model, [prompts[i] for i in chunk], label_targets, pad_token_id, device,
+                                         chunk_media)
     return scores
 
 
@@ -129,12 +162,38 @@ def score_labels(model: torch.nn.Module, prompts: Sequence[Sequence[int]], label
 
 def generate_texts(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                    batch_size: int = 32, stop_token_ids: Iterable[int] = (), progress: bool = False,
-                   sampling: dict | None = None, token_counts: list[int] | None = None) -> list[str]:
+                   sampling: dict | None = None, token_counts: list[int] | None = None,
+                   media: Sequence[dict] | None = None, seed: int | None = None) -> list[str]:
     """Continuation of each prompt (greedy unless `sampling` gives other model.generate arguments), decoded without
-    special tokens; batched with left padding, in order of length. `token_counts`, when given, receives the number
-    of new tokens of each answer (up to and including its stop token)."""
+    special tokens. On the decode engine (model/decode: the one serve and GRPO use; `batch_size` rows decode at once
+    and the next prompt joins as a row finishes; sampled rows draw from keys made from `seed`); beam search, which the
+    engine does not do, and a vision-language model (`media`: each prompt's pixel inputs, {} for none), whose images
+    transformers' generate takes at the prefill, on transformers' `generate`. `token_counts`, when given, receives the
+    number of new tokens of each answer (up to and including its stop token)."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stops = sorted({*stop_token_ids, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
+    settings = {"max_new_tokens": max_new_tokens, "do_sample": False, **(sampling or {})}
+    params = params_from_generate_kwargs(settings, stops)
+    if params is None or media is not None or is_vision_model(model):
+        return _generate_with_transformers(model, tokenizer, prompts, batch_size, progress, settings, pad_id, stops,
+                                           token_counts, media)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(prompts), desc="generating", unit="answer", dynamic_ncols=True)
+    with _inference(model):
+        done = generate_all(model, prompts, params, pad_id if pad_id is not None else 0, max_rows=max(1, batch_size),
+                            seed=seed, on_finished=bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    if token_counts is not None:
+        token_counts[:] = [len(ids) for ids in done.ids]
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in done.ids]
+
+
+def _generate_with_transformers(model, tokenizer, prompts, batch_size, progress, settings, pad_id, stops,
+                                token_counts, media=None) -> list[str]:
+    """transformers' generate, batched with left padding in order of length (beam search, vision-language models)."""
     device = _device_of(model)
     texts: list[str] = [""] * len(prompts)
     with _inference(model):
@@ -146,9 +205,12 @@ def generate_texts(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[Seq
                 n = len(prompts[i])
                 input_ids[r, width - n:] = torch.tensor(list(prompts[i]), dtype=torch.long)
                 attention_mask[r, width - n:] = 1
-            settings = {"max_new_tokens": max_new_tokens, "do_sample": False, **(sampling or {})}
+            extra = {}
+            if media is not None and any(media[i] for i in chunk):
+                extra = {k: v.to(device) for k, v in concat_pixels([media[i] for i in chunk if media[i]]).items()}
+                extra.update(type_id_inputs(model, input_ids.to(device)))
             out = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                                 pad_token_id=pad_id, eos_token_id=stops or None, **settings)
+                                 pad_token_id=pad_id, eos_token_id=stops or None, **settings, **extra)
             for r, i in enumerate(chunk):
                 texts[i] = tokenizer.decode(out[r, width:], skip_special_tokens=True)
                 if token_counts is not None:
@@ -245,7 +307,7 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
                             label_names: Sequence[str], template: Any = None, prompt_template: str | None = None,
                             batch_size: int = 32, max_prompt_len: int | None = None, mode: str = "score",
                             label_targets: Sequence[Sequence[int]] | None = None, progress: bool = False,
-                            cutoff_len: int | None = None) -> dict:
+                            cutoff_len: int | None = None, media: Callable[[dict], dict] | None = None) -> dict:
     """Classify examples (tokenised examples from `prepare_datasets`, dicts with "text", or plain strings).
 
     mode "score": the label with the highest summed log-probability. mode "generate": greedy generation,
@@ -255,7 +317,8 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
 
     Tokenised examples are scored on their own prompt ids (exactly the training prompt). Raw texts are
     rendered with `template` + `prompt_template` and cut to `max_prompt_len` tokens (default: `cutoff_len`
-    minus the longest label target, the budget the data pipeline uses).
+    minus the longest label target, the budget the data pipeline uses). `media(example) -> pixel inputs`: a
+    vision-language run's images of each tokenised example.
     """
     if mode not in ("score", "generate"):
         raise ValueError(f"mode must be score or generate, got {mode!r}")
@@ -268,11 +331,12 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
     gold = [_gold_of(e, label_names) for e in examples_or_texts]
     gold_names = [None if g is None else label_names[g] for g in gold]
     texts = [e if isinstance(e, str) else e.get("text") for e in examples_or_texts]
+    pixels = [media(e) if isinstance(e, dict) else {} for e in examples_or_texts] if media is not None else None
 
     records: list[dict] = []
     if mode == "score":
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        scores = score_labels(model, prompts, label_targets, batch_size, pad_id, progress)
+        scores = score_labels(model, prompts, label_targets, batch_size, pad_id, progress, media=pixels)
         predicted = scores.argmax(dim=1).tolist()
         for i, k in enumerate(predicted):
             records.append({"text": texts[i], "gold": gold_names[i],
@@ -282,7 +346,7 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
         # Room for the longest label plus a little chatter before the end token.
         max_new = max(map(len, label_targets)) + 4
         answers = generate_texts(model, tokenizer, prompts, max_new, batch_size,
-                                 {t[-1] for t in label_targets}, progress)
+                                 {t[-1] for t in label_targets}, progress, media=pixels)
         matched = [match_label(a, label_names) for a in answers]
         # An answer naming no label is its own (always wrong) column of the confusion matrix.
         predicted = [len(label_names) if k is None else k for k in matched]

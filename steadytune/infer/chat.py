@@ -4,6 +4,10 @@ Answers stream as they are generated (transformers' TextIteratorStreamer), with 
 prompt, history and stop tokens. `/reset` forgets the history, `/exit` (or end of input) leaves. When stdin is not
 a terminal it reads one prompt per line and prints one answer per line, so it scripts and tests. A classification
 run answers each line with its label and the label's probability.
+
+A vision-language model takes images: `/image PATH` attaches a local image (or a data URL) to the next message;
+several may be attached. Images stay with their message in the history (and leave with it when the oldest exchanges
+are dropped to fit the context).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from steadytune.infer.backends import HUGGINGFACE, check_backend
 
 COMMANDS = {"/reset": "forget the conversation so far", "/exit": "leave (also /quit, or end of input)",
             "/help": "this list"}
+IMAGE_COMMAND = "/image"
+IMAGE_HELP = "/image PATH: attach an image (a local file or a data URL) to the next message"
 
 
 def add_arguments(parser) -> None:
@@ -79,6 +85,12 @@ class ChatSession:
         # lazy: infer.generate loads torch; `--help` answers without loading it
         from steadytune.infer.generate import run_template, sampling_of, stop_token_ids
 
+        # lazy: infer.media loads torch and the image readers; `--help` answers without them
+        from steadytune.infer.media import VisionPrompts
+
+        # lazy: model.anatomy loads torch; `--help` answers without loading it
+        from steadytune.model.anatomy import text_config
+
         self.run, self.model, self.tokenizer = run_, model, tokenizer
         cfg = run_.cfg
         self.template = run_template(cfg, tokenizer)
@@ -90,8 +102,13 @@ class ChatSession:
         if run_.is_classification:
             self.scorer = LabelScorer(model, tokenizer, self.template, cfg.data.label_names,
                                       cfg.data.prompt_template, cfg.data.cutoff_len)
-        limit = getattr(model.config, "max_position_embeddings", None)
+        limit = getattr(text_config(model), "max_position_embeddings", None)
         self.max_prompt_tokens = (limit - self.sampling.max_new_tokens) if limit else None
+        # a vision-language model: prompts with images (infer/media.py); images wait for the next message
+        self.vision = VisionPrompts.for_model(cfg, model, tokenizer, self.template,
+                                              folder=run_.folder if run_.kind == "model" else None)
+        self.pending_images: list = []
+        self.history_images: list[list] = []   # the images of each message of the history
 
     @classmethod
     def load(cls, run_, quiet: bool = False) -> "ChatSession":
@@ -108,10 +125,32 @@ class ChatSession:
         what = (f"classification: each line is a text, the answer its label ({' / '.join(self.scorer.label_names)}) "
                 "and probability" if self.scorer else f"generation: {self.sampling.describe()}")
         return (f"chat with {self.run.describe()}\n  template {self.template.name}; {what}\n"
-                f"  {', '.join(COMMANDS)}")
+                f"  {', '.join(COMMANDS)}" + (f"\n  {IMAGE_HELP}" if self.vision is not None else ""))
 
     def reset(self) -> None:
         self.history.clear()
+        self.history_images.clear()
+        self.pending_images.clear()
+
+    def attach_image(self, argument: str) -> str:
+        """`/image PATH`: open the image now (a bad file is said at once, not after the question), keep it for the
+        next message; -> what to print."""
+        # lazy: the image readers load Pillow; a text chat never needs them
+        from steadytune.data.multimodal.media import open_image, resolve_media
+
+        if self.vision is None:
+            return f"(this model takes no images: {IMAGE_COMMAND} needs a vision-language model)"
+        if self.scorer is not None:
+            return f"(a classification chat scores text only; {IMAGE_COMMAND} is for generation)"
+        if not argument:
+            return f"(usage: {IMAGE_HELP})"
+        try:
+            ref = resolve_media(argument, ".", IMAGE_COMMAND)[0]
+            open_image(ref, IMAGE_COMMAND)
+        except UserError as e:
+            return f"({e})"
+        self.pending_images.append(ref)
+        return f"(image {len(self.pending_images)} attached; it goes with your next message)"
 
     # --- one turn -----------------------------------------------------------------------------------------
 
@@ -125,26 +164,50 @@ class ChatSession:
         # lazy: infer.generate loads torch; `--help` answers without loading it
         from steadytune.infer.generate import conversation_ids
 
-        messages = self.history + [{"role": "user", "content": user_text}]
+        return self.prompt(user_text)[0]
+
+    def prompt(self, user_text: str) -> tuple[list[int], dict]:
+        """(prompt ids, pixel inputs) for the next answer; the oldest exchanges (with their images) are dropped when
+        the context would overflow."""
+        # lazy: infer.generate loads torch; `--help` answers without loading it
+        from steadytune.infer.generate import conversation_ids
+
+        messages = self.history + [{"role": "user", "content": self._with_placeholders(user_text)}]
+        images = self.history_images + [list(self.pending_images)]
         while True:
-            ids = conversation_ids(self.template, self.tokenizer, messages, self.system)
+            if self.vision is not None:
+                encoded = self.vision.encode(messages, self.system, [i for per in images for i in per], "chat")
+                ids, pixels = encoded.ids, encoded.pixels
+            else:
+                ids, pixels = conversation_ids(self.template, self.tokenizer, messages, self.system), {}
             if self.max_prompt_tokens is None or len(ids) <= self.max_prompt_tokens or len(messages) <= 1:
-                return ids
-            messages = messages[2:]  # drop the oldest exchange
-            self.history = messages[:-1]
+                return ids, pixels
+            messages, images = messages[2:], images[2:]  # drop the oldest exchange
+            self.history, self.history_images = messages[:-1], images[:-1]
+
+    def _with_placeholders(self, user_text: str) -> str:
+        """The message as the template sees it: one <image> placeholder per attached image, before the text."""
+        # lazy: data.multimodal loads torch; `--help` answers without loading it
+        from steadytune.data.multimodal.plugins import IMAGE_PLACEHOLDER
+
+        return IMAGE_PLACEHOLDER * len(self.pending_images) + user_text
 
     def answer(self, user_text: str) -> Iterator[str]:
         """Stream the answer to `user_text` and add the exchange to the history."""
         # lazy: infer.generate loads torch; `--help` answers without loading it
         from steadytune.infer.generate import stream_answer
 
-        ids = self.prompt_ids(user_text)
+        ids, pixels = self.prompt(user_text)
         parts = []
         for chunk in stream_answer(self.model, self.tokenizer, ids, self.sampling, self.stops,
-                                   self.run.cfg.infer.skip_special_tokens):
+                                   self.run.cfg.infer.skip_special_tokens, seed=self.run.cfg.train.seed,
+                                   pixels=pixels):
             parts.append(chunk)
             yield chunk
-        self.history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": "".join(parts).strip()}]
+        self.history += [{"role": "user", "content": self._with_placeholders(user_text)},
+                         {"role": "assistant", "content": "".join(parts).strip()}]
+        self.history_images += [list(self.pending_images), []]
+        self.pending_images.clear()
 
     # --- the loop -----------------------------------------------------------------------------------------
 
@@ -166,15 +229,24 @@ class ChatSession:
                 continue
             if text == "/help":
                 print("\n".join(f"  {k:8} {v}" for k, v in COMMANDS.items()), file=stdout, flush=True)
+                if self.vision is not None:
+                    print(f"  {IMAGE_HELP}", file=stdout, flush=True)
+                continue
+            if text == IMAGE_COMMAND or text.startswith(IMAGE_COMMAND + " "):
+                print(self.attach_image(text[len(IMAGE_COMMAND):].strip()), file=stdout, flush=True)
                 continue
             if self.scorer is not None:
                 print(self.classify(text), file=stdout, flush=True)
                 continue
             if interactive:
                 print("assistant> ", end="", file=stdout, flush=True)
-            for chunk in self.answer(text):
-                # One line per answer when scripted: an answer's own line breaks are kept only in a terminal.
-                print(chunk if interactive else chunk.replace("\n", " "), end="", file=stdout, flush=True)
+            try:
+                for chunk in self.answer(text):
+                    # One line per answer when scripted: an answer's own line breaks are kept only in a terminal.
+                    print(chunk if interactive else chunk.replace("\n", " "), end="", file=stdout, flush=True)
+            except UserError as e:   # a message the template or its images refuse: say why, keep the session
+                self.pending_images.clear()
+                print(f"({e})", end="", file=stdout, flush=True)
             print(file=stdout, flush=True)
         return 0
 

@@ -41,11 +41,12 @@ from steadytune.infer.merge import (
     export_stop_ids,
     merge_adapter,
     save_merged,
+    save_processor_files,
     saved_dtype,
     template_eos,
 )
 from steadytune.model.archive import archive_members, archives_cache, is_archive, refuse_links_out, write_archive
-from steadytune.model.load import _hub_reachable, resolve_model_path
+from steadytune.model.load import _hub_reachable, load_image_processor, resolve_model_path
 from steadytune.training.run_folder import record_outputs, refuse_if_in_use
 
 EXPORT_KEYS = "export_dir, export_size, export_device, export_legacy_format, export_hub_model_id, export_format, " \
@@ -182,6 +183,10 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
                                      name=out_dir.resolve().name)
     saving = time.perf_counter()
     save_merged(merged, tokenizer, template, out_dir, dtype, settings.export_size, user_generation(cfg))
+    processor_files = save_processor_files(merged, str(base_folder), out_dir,
+                                           None if base_folder.is_dir() else load_image_processor(cfg.model))
+    if processor_files:
+        report["processor_files"] = processor_files
     if settings.export_quantization_bit is not None:
         report["gptq"] = export_gptq(settings, tokenizer, merged, out_dir, device)
     copy_run_records(run_.folder, out_dir)

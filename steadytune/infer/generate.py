@@ -16,6 +16,8 @@ import torch
 
 from steadytune.data.prepare import template_for
 from steadytune.data.templates import BOS, CONTENT, EOS, Template, encode_parts
+from steadytune.model.decode.generate import params_from_generate_kwargs, stream
+from steadytune.model.vision import is_vision_model, type_id_inputs
 
 
 def run_template(cfg, tokenizer) -> Template:
@@ -221,8 +223,39 @@ def predict_sampling_note(cfg, sampling: Sampling) -> str | None:
 
 
 def stream_answer(model, tokenizer, prompt_ids: Sequence[int], sampling: Sampling, stop_ids: Sequence[int],
-                  skip_special_tokens: bool = True) -> Iterator[str]:
-    """Yield the answer's text as it is generated (transformers' TextIteratorStreamer, generate in a thread)."""
+                  skip_special_tokens: bool = True, seed: int | None = None,
+                  pixels: dict | None = None) -> Iterator[str]:
+    """Yield the answer's text as it is generated: on the decode engine (model/decode, the one serve uses; the
+    tokens come back every few steps, `seed` keys the sampled ones), beam search on transformers' `generate`. A piece
+    is held back while it ends inside a character (a multi-byte character split across tokens). `pixels`: a
+    vision-language model's image inputs for the prompt (infer/media.py), answered by transformers' `generate`, which
+    takes them at the prefill (the engine decodes text models' rows only)."""
+    params = params_from_generate_kwargs(sampling.generate_kwargs(), stop_ids)
+    # a vision-language model stays on generate, text prompts too: the engine's forward is the text decoder's
+    if params is None or pixels or is_vision_model(model):
+        yield from _stream_with_transformers(model, tokenizer, prompt_ids, sampling, stop_ids, skip_special_tokens,
+                                             pixels)
+        return
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    tokens: list[int] = []
+    sent = ""
+    for piece in stream(model, prompt_ids, params, pad if pad is not None else 0, seed):
+        tokens.extend(piece)
+        text = tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+        if text.endswith("\ufffd") or not text.startswith(sent):
+            continue
+        if len(text) > len(sent):
+            yield text[len(sent):]
+            sent = text
+    text = tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+    if len(text) > len(sent):
+        yield text[len(sent):] if text.startswith(sent) else text
+
+
+def _stream_with_transformers(model, tokenizer, prompt_ids: Sequence[int], sampling: Sampling,
+                              stop_ids: Sequence[int], skip_special_tokens: bool,
+                              pixels: dict | None = None) -> Iterator[str]:
+    """transformers' TextIteratorStreamer, generate in a thread (beam search, and prompts with images)."""
     from transformers import TextIteratorStreamer
 
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=skip_special_tokens)
@@ -231,6 +264,8 @@ def stream_answer(model, tokenizer, prompt_ids: Sequence[int], sampling: Samplin
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     kwargs = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), streamer=streamer,
                   eos_token_id=list(stop_ids) or None, pad_token_id=pad, **sampling.generate_kwargs())
+    if pixels:
+        kwargs.update({k: v.to(device) for k, v in pixels.items()}, **type_id_inputs(model, input_ids))
     errors: list[BaseException] = []
 
     def work() -> None:

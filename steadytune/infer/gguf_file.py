@@ -40,6 +40,7 @@ from steadytune.infer.gguf_experts import (
     refusal,
     to_gguf_vector,
 )
+from steadytune.model.vision import is_vision_model
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
 # The gguf package quantises f16/bf16/q8_0 itself; it has no k-quant quantiser (its Q4_K is de-quantise only), so
@@ -342,6 +343,10 @@ def _adds_space_prefix(spec: dict) -> bool:
 def check_gguf(model) -> str:
     """The GGUF architecture `model` is written as; a UserError, before anything is written, for one this writer
     does not write or a mixture of experts llama.cpp would compute otherwise (gguf_experts.check_writable)."""
+    if is_vision_model(model):   # its language model alone would be written, the image path lost without a word
+        raise UserError("export_format: gguf: a vision-language model: llama.cpp keeps its vision tower and projector "
+                        "in a separate mmproj file, which steadytune does not write; export the Hugging Face folder "
+                        "and convert it with llama.cpp's convert_hf_to_gguf.py (with --mmproj for the vision part)")
     arch = gguf_architecture(model)
     config = _text_config(model)
     if is_moe_config(config):

@@ -34,6 +34,7 @@ import torch
 from steadytune.errors import UserError
 from steadytune.infer.generate import chat_template_of
 from steadytune.infer.loading import DTYPES
+from steadytune.model.vision import is_vision_model
 
 WEIGHT_PATTERNS = ("model*.safetensors", "model.safetensors.index.json")
 
@@ -147,6 +148,32 @@ def save_merged(model: torch.nn.Module, tokenizer: Any, template, out_dir: Path,
     config.bos_token_id = tokenizer.bos_token_id
     config.save_pretrained(out_dir)
     return sorted(p for p in out_dir.iterdir() if p.is_file())
+
+
+# A vision-language model's processor settings: its image processor (preprocessor_config.json, or nested in
+# processor_config.json with Gemma 3's image_seq_length / LLaVA's patch size) and video processor.
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+
+
+def save_processor_files(model: torch.nn.Module, base: str, out_dir: Path, image_processor=None) -> list[str]:
+    """A merged vision-language model reloads with its image processor: the base folder's processor files copied
+    beside the weights (or, for a hub base, `image_processor` saved there). -> the files written; [] for a text
+    model."""
+    if not is_vision_model(model):
+        return []
+    written = []
+    if Path(base).is_dir():
+        for name in PROCESSOR_FILES:
+            if (Path(base) / name).is_file():
+                shutil.copy2(Path(base) / name, out_dir / name)
+                written.append(name)
+    if not written and image_processor is not None:
+        image_processor.save_pretrained(out_dir)
+        written = [p.name for p in out_dir.iterdir() if p.name in PROCESSOR_FILES]
+    if not written:
+        raise UserError(f"{base}: a vision-language model without an image processor (preprocessor_config.json); "
+                        "the merged model would not read images")
+    return written
 
 
 def copy_run_records(run_folder: Path | None, out_dir: Path) -> None:

@@ -7,6 +7,11 @@ CSV). A generation run builds each row's prompt with the run's template from `me
 
 Batched and sorted by length (little padding), greedy unless do_sample is set, seeded, a progress bar, and the
 throughput at the end.
+
+A vision-language run reads each row's `images` (a path relative to the input file, a data URL or base64; one or a
+list; never a URL) with its prompt, as LLaMA-Factory's rows hold them: `<image>` placeholders in the text, or none
+(then the images go before the first message, as LLaMA-Factory's chat puts them). Generation goes through
+transformers' generate; a run trained with label_names scores those labels over the prompt and its images.
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ def run(args) -> int:
         cfg.train.seed = args.seed
 
     rows = read_rows(args.input)
-    result = predict_rows(run_, rows, args.text_column, args.batch_size)
+    result = predict_rows(run_, rows, args.text_column, args.batch_size, media_dir=Path(args.input).parent)
     write_rows(output, result.rows)
     print(result.summary(output))
     return 0
@@ -93,8 +98,10 @@ class Prediction:
         return f"{len(self.rows)} rows -> {output} ({self.what}); {self.seconds:.1f} s: {rate}"
 
 
-def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | None = None) -> Prediction:
-    """Predictions for `rows` (data.readers.Row) with the run loaded through the shared loader."""
+def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | None = None,
+                 media_dir: Path | None = None) -> Prediction:
+    """Predictions for `rows` (data.readers.Row) with the run loaded through the shared loader; a vision-language
+    run's images are read relative to `media_dir` (the input file's folder)."""
     import torch
 
     # lazy: infer.generate loads torch; `--help` answers without loading it
@@ -107,6 +114,9 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     if cfg.infer.infer_backend == VLLM and run_.folder is not None and not run_.is_classification:
         refuse_expert_adapters_on_vllm([run_.folder])
     backend = check_backend(cfg.infer.infer_backend)
+    if backend == VLLM and any(row.data.get("images") or row.data.get("image") for row in rows):
+        raise UserError("infer_backend: vllm: rows with images are predicted with transformers here (infer_backend: "
+                        "huggingface); steadytune hands vLLM token ids only")
     torch.manual_seed(cfg.train.seed)
     if backend == VLLM and not run_.is_classification:
         return _generate_with_vllm(run_, rows, text_column)
@@ -119,6 +129,14 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     batch_size = batch_size or (4 if device.type == "cpu" else 64)
     template = run_template(cfg, tokenizer)
     started = time.perf_counter()
+    # lazy: infer.media loads the image readers; a text run never needs them
+    from steadytune.infer.media import VisionPrompts
+
+    vision = VisionPrompts.for_model(cfg, model, tokenizer, template,
+                                     folder=run_.folder if run_.kind == "model" else None)
+    if vision is not None:
+        return _predict_with_images(run_, rows, vision, model, tokenizer, text_column, batch_size,
+                                    media_dir or Path("."), started)
     if run_.is_classification:
         # lazy: infer.classify loads torch; `--help` answers without loading it
         from steadytune.infer.classify import LabelScorer
@@ -143,9 +161,56 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
     counts = [0] * len(prompts)
     answers = generate_texts(model, tokenizer, prompts, sampling.max_new_tokens, batch_size,
                              stop_token_ids(template, tokenizer), progress=True, sampling=sampling.generate_kwargs(),
-                             token_counts=counts)
+                             token_counts=counts, seed=cfg.train.seed)
     out = [{**row.data, "predict": answer} for row, answer in zip(rows, answers)]
     return Prediction(out, time.perf_counter() - started, sum(map(len, prompts)), sum(counts), sampling.describe())
+
+
+def _predict_with_images(run_, rows, vision, model, tokenizer, text_column: str | None, batch_size: int,
+                         media_dir: Path, started: float) -> Prediction:
+    """A vision-language run over rows with images: each row's conversation and images encoded as training encoded
+    them (infer/media.py); label scoring for a run with label_names, else generation."""
+    import torch
+
+    # lazy: data.encode loads torch; `--help` answers without loading it
+    from steadytune.data.encode import encode_label_targets
+
+    # lazy: the image readers load Pillow; a text run never needs them
+    from steadytune.data.multimodal.media import resolve_media
+
+    # lazy: eval.scoring loads torch; `--help` answers without loading it
+    from steadytune.eval.scoring import generate_texts, score_labels
+
+    # lazy: infer.generate loads torch; `--help` answers without loading it
+    from steadytune.infer.generate import sampling_of, stop_token_ids
+
+    cfg = run_.cfg
+    encoded = []
+    for row in rows:
+        messages, system = _messages_of(row, text_column)
+        images = resolve_media(row.data.get("images", row.data.get("image")), str(media_dir), row.where)
+        encoded.append(vision.encode(messages, system, images, row.where))
+    prompts, media = [e.ids for e in encoded], [e.pixels for e in encoded]
+    if run_.is_classification:
+        names = list(cfg.data.label_names)
+        targets = encode_label_targets(vision.template, tokenizer, names)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        probs = torch.softmax(score_labels(model, prompts, targets, batch_size, pad, progress=True, media=media), 1)
+        out = []
+        for row, p in zip(rows, probs):
+            best = int(p.argmax())
+            out.append({**row.data, "label": names[best], "probability": round(float(p[best]), 6),
+                        "probabilities": {n: round(float(x), 6) for n, x in zip(names, p)}})
+        return Prediction(out, time.perf_counter() - started, sum(map(len, prompts)), None,
+                          f"labels by scoring {len(names)} labels with each row's images")
+    sampling = sampling_of(cfg, sample_by_default=False)
+    counts = [0] * len(prompts)
+    answers = generate_texts(model, tokenizer, prompts, sampling.max_new_tokens, batch_size,
+                             stop_token_ids(vision.template, tokenizer), progress=True,
+                             sampling=sampling.generate_kwargs(), token_counts=counts, media=media)
+    out = [{**row.data, "predict": answer} for row, answer in zip(rows, answers)]
+    return Prediction(out, time.perf_counter() - started, sum(map(len, prompts)), sum(counts),
+                      f"{sampling.describe()}, with each row's images (transformers' generate)")
 
 
 def _generate_with_vllm(run_, rows, text_column) -> Prediction:

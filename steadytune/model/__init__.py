@@ -6,6 +6,8 @@ and tiny random models for tests.
 
 Modules: load, lora, trainable (what trains on a loaded base: an adapter attached or continued, or the weights
 opened; LoRA's forward speed-ups), freeze (freeze tuning and LLaMA Pro's trainable set), anatomy, saved_weights,
-archive, attention, kernels, fp8_base (fp8_matmul, fp8_4bit), lora_scaling, quantize, shapes, shared_input, tiny; the packages decode and moe (mixtures of experts: LoRA on the
-routed experts, grouped matmuls, routing, 4-bit experts).
+archive, attention, kernels, fp8_base (fp8_matmul, fp8_4bit), lora_scaling, quantize, shapes, shared_input, tiny,
+vision (a vision-language model: its parts, what trains under the freeze_* keys, its forward with images), tiny_vlm;
+the packages decode and moe (mixtures of experts: LoRA on the routed experts, grouped matmuls, routing, 4-bit
+experts).
 """

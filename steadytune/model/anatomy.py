@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from steadytune.model.vision import is_vision_config, is_vision_model, run_multimodal, takes_pixels, text_only_inputs
+
 # What a model is loaded as, by task: a causal LM (sft, dpo, kto), or the same body with a one-output linear head
 # read at a sequence's last token (the reward model of stage rm; transformers' *ForSequenceClassification, the
 # format TRL's reward models and `text-classification` pipelines load).
@@ -14,9 +16,14 @@ SEQUENCE_SCORE = "sequence_score"
 CAUSAL_LM = "causal_lm"
 
 
-def auto_model_class(task: str):
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+def auto_model_class(task: str, config=None):
+    """transformers' auto class for `task`; a causal LM whose config (a config object or config.json as a dict) has
+    a vision tower loads as an image-text-to-text model, whole (LLaMA-Factory loads every such config so): its
+    language model trains, and rows with images go through its vision tower (model/vision.py)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForSequenceClassification
 
+    if task == CAUSAL_LM and config is not None and is_vision_config(config):
+        return AutoModelForImageTextToText
     return {CAUSAL_LM: AutoModelForCausalLM, SEQUENCE_SCORE: AutoModelForSequenceClassification}[task]
 
 
@@ -79,8 +86,42 @@ def base_model_of(model: torch.nn.Module) -> torch.nn.Module:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
+def text_config(model_or_config):
+    """The language model's config: a vision-language model nests it (config.text_config), a text model is its own
+    (sizes such as hidden_size and num_hidden_layers live there)."""
+    config = model_or_config
+    if isinstance(model_or_config, torch.nn.Module):
+        config = base_model_of(model_or_config).config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def decoder_layers(model: torch.nn.Module):
-    return getattr(getattr(base_model_of(model), "model", None), "layers", None)
+    """The decoder layers of the language model (`model.model.layers`; a vision-language model's sit in its
+    language model: `model.model.language_model.layers`), or None."""
+    layers = getattr(getattr(base_model_of(model), "model", None), "layers", None)
+    if layers is None:
+        try:
+            layers = getattr(decoder_body(model), "layers", None)
+        except AttributeError:
+            return None
+    return layers
+
+
+def speed_scope(model: torch.nn.Module) -> torch.nn.Module:
+    """Where the speed features (fp8 base, fused SwiGLU, shared-input groups) look for layers: a vision-language
+    model's language model only (its vision tower and projector run as loaded), a text model whole."""
+    return decoder_body(model) if is_vision_model(model) else model
+
+
+def run_body(model: torch.nn.Module, inputs: dict, **kwargs):
+    """The decoder body's forward (no head) over a batch's model inputs: a vision-language model's rows with pixels
+    go through its vision tower, projector and language model (model/vision.py), rows without through its language
+    model alone; a text model through its decoder."""
+    if is_vision_model(model):
+        if takes_pixels(inputs):
+            return run_multimodal(model, inputs, **kwargs)
+        inputs = text_only_inputs(inputs)
+    return decoder_body(model)(**inputs, **kwargs)
 
 
 def output_head(model: torch.nn.Module) -> torch.nn.Module:
@@ -98,8 +139,7 @@ def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def final_logit_softcap(model: torch.nn.Module) -> float | None:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(base.config, "final_logit_softcapping", None)
+    return getattr(text_config(model), "final_logit_softcapping", None)
 
 
 def layer_classes(model) -> list[str]:

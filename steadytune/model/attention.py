@@ -17,6 +17,7 @@ import torch
 from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import segment_sdpa_kernel, varlen_kernels
 from steadytune.hardware.policy import AttentionUnavailable, choose_packing_attention
+from steadytune.model.vision import is_vision_folder
 
 VARLEN_IMPLEMENTATION = "steadytune_varlen"
 
@@ -172,6 +173,10 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
         cfg.decide("packing", False, "packing: false")
         return False
     # Unset: on where it was measured faster (same loss either way: tests/test_train_packing.py).
+    if cfg.method.stage == "dpo" and is_vision_folder(cfg.model.model_name_or_path):
+        cfg.decide("packing", False, "off by default: a vision-language model's preference pairs are padded (each "
+                                     "sequence with its prompt's images; packed pairs with images are not built)")
+        return False
     if class_weighted_loss:
         cfg.decide("packing", False, "off by default: class_balance loss weights need padded rows")
         return False

@@ -31,7 +31,7 @@ import re
 import torch
 
 from steadytune.hardware.memory import choose_gradient_checkpointing
-from steadytune.model.anatomy import base_model_of
+from steadytune.model.anatomy import base_model_of, speed_scope, text_config
 from steadytune.model.fp8_4bit import Fp8Over4bitLinear, fits_4bit_layout, is_4bit_linear
 from steadytune.model.fp8_matmul import Fp8FrozenLinear
 
@@ -115,7 +115,7 @@ def default_fp8_blocker(model: torch.nn.Module, device: torch.device, precision:
                         checkpointing_asked: bool | None = None) -> str | None:
     """auto_fp8_blocker, and one more where checkpointing is the policy's to choose: the copies must not turn it on
     (recomputing a third of the work costs more than fp8 gains)."""
-    config = base_model_of(model).config
+    config = text_config(model)   # a vision-language model's sizes are its language model's
     blocker = auto_fp8_blocker(device, precision, compiled, config.hidden_size)
     if blocker is not None or checkpointing_asked is not None:
         return blocker
@@ -149,7 +149,7 @@ def decide_fp8_base(model: torch.nn.Module, asked: bool | None, device: torch.de
 
 def lora_linear_bases(model: torch.nn.Module) -> list:
     """(LoRA layer, its base) for each LoRA layer over a plain nn.Linear or bitsandbytes' 4-bit linear."""
-    return [(module, module.base_layer) for module in model.modules()
+    return [(module, module.base_layer) for module in speed_scope(model).modules()
             if hasattr(module, "lora_A") and (type(getattr(module, "base_layer", None)) is torch.nn.Linear
                                               or is_4bit_linear(getattr(module, "base_layer", None)))]
 

@@ -36,7 +36,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-from steadytune.model.anatomy import base_model_of
+from steadytune.model.anatomy import speed_scope, text_config
 from steadytune.model.fp8_matmul import (
     FP8,
     FP8_MAX,
@@ -280,7 +280,7 @@ def _fused_forward(self, x: torch.Tensor) -> torch.Tensor:
 
 def activation_of(model: torch.nn.Module) -> str | None:
     """The MLP activation's name in the model's config (Gemma's configs call it hidden_activation)."""
-    config = base_model_of(model).config
+    config = text_config(model)
     return getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None)
 
 
@@ -290,7 +290,7 @@ def fusable_mlps(model: torch.nn.Module) -> list:
 
     if activation_of(model) not in SILU_ACTIVATIONS:
         return []
-    return [m for m in model.modules()
+    return [m for m in speed_scope(model).modules()
             if all(type(getattr(m, n, None)) is LoraLinear for n in ("gate_proj", "up_proj", "down_proj"))
             and all(_own_fp8(layer) for layer in _projections(m))]
 

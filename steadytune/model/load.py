@@ -30,6 +30,7 @@ from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE, auto_model_class
 from steadytune.model.moe.quantized_load import check_four_bit_experts, four_bit_experts_loading
 from steadytune.model.quantize import is_quantized, quantized_load_kwargs, skip_narrow_repacking
 from steadytune.model.saved_weights import _read_json
+from steadytune.model.vision import is_vision_config, unquantised_vision_modules
 
 logger = logging.getLogger(__name__)
 
@@ -306,9 +307,12 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
         # Pickle weights can run code as they are read: transformers may take them only when the user opted in.
         safetensors_only = None if model_args.allow_pickle_weights else True
         extra = {"num_labels": 1} if task == SEQUENCE_SCORE else {}
-        extra.update(quantized_load_kwargs(model_args, compute_dtype or torch_dtype, device))
+        config = source_config(path, common)
+        # a vision-language model's vision tower and projector stay unquantised (model/vision.py)
+        extra.update(quantized_load_kwargs(model_args, compute_dtype or torch_dtype, device,
+                                           skip_modules=unquantised_vision_modules(config)))
         with four_bit_experts_loading(model_args.quantization_bit):   # a MoE's fused experts in 4 bits too
-            model = auto_model_class(task).from_pretrained(path, dtype=torch_dtype,
+            model = auto_model_class(task, config).from_pretrained(path, dtype=torch_dtype,
                                                            attn_implementation=attn_implementation,
                                                            use_safetensors=safetensors_only, **common, **extra)
     except (OSError, ValueError) as e:
@@ -338,6 +342,35 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
     if model_args.quantization_bit == 4:
         check_four_bit_experts(model)
     return model, tokenizer
+
+
+def source_config(path: str, common: dict[str, Any]):
+    """The model's config before its weights load: config.json as a dict for a folder, else transformers' config
+    (a hub id: from the local cache or the hub); None when it cannot be read (the weights' load says why)."""
+    if Path(path).is_dir():
+        config = _read_json(Path(path) / "config.json")
+        return config or None
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, **common)
+    except (OSError, ValueError):
+        return None
+
+
+def load_image_processor(model_args: ModelArguments):
+    """A vision-language model's image processor (its preprocessor_config.json), or None for a text model. transformers'
+    Pillow backend is used where torchvision is not installed."""
+    path, common = _resolved_source(model_args)
+    if not is_vision_config(source_config(path, common) or {}):
+        return None
+    from transformers import AutoImageProcessor
+
+    try:
+        return AutoImageProcessor.from_pretrained(path, **common)
+    except (OSError, ValueError) as e:
+        raise UserError(f"model_name_or_path: {path} is a vision-language model but its image processor does not load "
+                        f"(preprocessor_config.json): {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
 def _resolved_source(model_args: ModelArguments) -> tuple[str, dict[str, Any]]:

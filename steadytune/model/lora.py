@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -26,6 +27,16 @@ from steadytune.model.anatomy import (
 )
 from steadytune.model.archive import unpacked
 from steadytune.model.freeze import apply_freeze, expanded_block_targets
+from steadytune.model.vision import (
+    all_linear_leaves,
+    describe_trainable,
+    freeze_forbidden,
+    is_vision_model,
+    lora_module_names,
+    projector_modules,
+    projector_trains_in_freeze,
+    vision_freeze_reason,
+)
 from steadytune.model.moe.anatomy import expert_sites, router_module_names
 from steadytune.model.moe.experts_lora import install_grouped_experts
 from steadytune.model.moe.targets import (
@@ -59,13 +70,21 @@ def attach_adapter(model: nn.Module, cfg: RunConfig) -> nn.Module:
     if method.finetuning_type == "full":
         for param in model.parameters():
             param.requires_grad_(True)
-        cfg.decide("trainable", "all parameters", "finetuning_type: full")
+        frozen = freeze_forbidden(model, method)   # a vision-language model's frozen parts (model/vision.py)
+        cfg.decide("trainable", "all parameters" + (f" but those named {','.join(frozen)}" if frozen else ""),
+                   "finetuning_type: full" + (f"; {vision_freeze_reason(method)}" if frozen else ""))
     elif method.finetuning_type == "freeze":
         patterns, layers = apply_freeze(model, method.freeze_trainable_layers, method.freeze_trainable_modules,
                                         method.freeze_extra_modules, method.use_llama_pro)
-        cfg.decide("trainable", ",".join(patterns), f"finetuning_type: freeze: layers {layers}"
+        projector = projector_trains_in_freeze(model, method)
+        for name, param in model.named_parameters():
+            if any(p in name for p in projector):
+                param.requires_grad_(True)
+        frozen = freeze_forbidden(model, method)
+        cfg.decide("trainable", ",".join(patterns + projector), f"finetuning_type: freeze: layers {layers}"
                    + (" (LLaMA Pro's expanded blocks)" if method.use_llama_pro else "")
-                   + ", parameters whose names hold one of these parts (LLaMA-Factory's rule)")
+                   + ", parameters whose names hold one of these parts (LLaMA-Factory's rule)"
+                   + (f", none named {','.join(frozen)} ({vision_freeze_reason(method)})" if frozen else ""))
     elif method.finetuning_type == "oft":
         model = attach_oft(model, cfg)
     else:
@@ -73,6 +92,8 @@ def attach_adapter(model: nn.Module, cfg: RunConfig) -> nn.Module:
         install_grouped_experts(model, cfg.train.moe_grouped_mm)
     if not cfg.train.pure_bf16:   # pure_bf16: the trained weights stay bf16, as asked
         _cast_trainable_to_fp32(model)
+    if is_vision_model(model):   # nothing of a vision-language model is frozen silently
+        cfg.decide("trainable_parts", describe_trainable(model), vision_freeze_reason(cfg.method))
     return model
 
 
@@ -80,7 +101,7 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
     from peft import LoraConfig, TaskType, get_peft_model
 
     method = cfg.method
-    targets = resolve_lora_targets(model, method.lora_target)
+    targets = resolve_lora_targets(model, method.lora_target, method)
     requested = None if method.lora_target.strip() == "all" else _requested_names(method.lora_target)
     experts = plan_expert_targets(model, requested, set(targets), method.train_router)
     if experts.parameters and (method.lora_dropout or method.use_dora):
@@ -88,7 +109,13 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
         raise ConfigError(f"{key}: {getattr(method, key)} with LoRA on the routed experts: peft's expert LoRA "
                           f"(target_parameters) has no {'dropout' if method.lora_dropout else 'DoRA'}; set {key}: "
                           f"{0 if method.lora_dropout else 'false'}, or leave the experts out of lora_target")
-    if requested is None:
+    vision = is_vision_model(model)
+    if vision:
+        cfg.decide("lora_target", f"{len(targets)} linear layers", f"lora_target: {method.lora_target} on a "
+                   f"vision-language model: every such linear layer outside the frozen parts and the projector "
+                   f"({vision_freeze_reason(method)}; LLaMA-Factory's find_all_linear_modules and "
+                   "patch_target_modules)")
+    elif requested is None:
         cfg.decide("lora_target", ",".join(targets + experts.parameters), "all = every linear layer except the output "
                    "head" + (" and the routers, and the routed experts' fused weights (peft's target_parameters); "
                              "differs from LLaMA-Factory, whose all takes modules with Linear in their class name only "
@@ -99,6 +126,13 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
     if method.lora_alpha is None:
         cfg.decide("lora_alpha", alpha, "default: 2 x lora_rank")
     modules_to_save = resolve_additional_targets(model, method.additional_target)
+    user_saved = bool(modules_to_save)   # (the tied-embedding rule below is about these, not a projector or router)
+    if vision and not method.freeze_multi_modal_projector:
+        projector = projector_modules(model)
+        modules_to_save = (modules_to_save or []) + projector
+        cfg.decide("freeze_multi_modal_projector", False, f"the projector ({', '.join(projector)}) trains in full, "
+                   "saved with the adapter; differs from LLaMA-Factory 0.9.5, where this key leaves a LoRA run's "
+                   "projector frozen under lora_target: all")
     if experts.routers:
         modules_to_save = (modules_to_save or []) + experts.routers
         cfg.decide("train_router", True, f"the routers ({', '.join(experts.routers)}) train in full, saved with the "
@@ -110,7 +144,7 @@ def _attach_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
                         target_parameters=experts.parameters or None, use_rslora=method.use_rslora,
                         use_dora=method.use_dora, modules_to_save=modules_to_save,
                         # A trained copy of tied embeddings must stay tied to the output head, or the two drift.
-                        ensure_weight_tying=bool(modules_to_save) and _ties_embeddings(model))
+                        ensure_weight_tying=user_saved and _ties_embeddings(model))
     if method.use_llama_pro:
         if experts.parameters:
             raise ConfigError("use_llama_pro with LoRA on the routed experts is not supported; leave the experts out "
@@ -134,7 +168,7 @@ def attach_oft(model: nn.Module, cfg: RunConfig) -> nn.Module:
     method = cfg.method
     written = "oft_target" if "oft_target" in cfg.user_keys else "lora_target"
     target = getattr(method, written)
-    targets = resolve_lora_targets(model, target)
+    targets = resolve_lora_targets(model, target, method)
     if method.use_llama_pro:
         targets = expanded_block_targets(model, targets, method.freeze_trainable_layers)
     cfg.decide("oft_target", ",".join(targets), f"{written}: {target}" + (
@@ -157,13 +191,20 @@ def _requested_names(lora_target: str) -> list[str]:
     return [t.strip() for t in lora_target.split(",") if t.strip()]
 
 
-def resolve_lora_targets(model: nn.Module, lora_target: str) -> list[str]:
+def resolve_lora_targets(model: nn.Module, lora_target: str, method=None) -> list[str]:
     """The linear layers LoRA adapts: `all` -> the distinct leaf names of every linear but the head and a mixture of
     experts' linear routers (full names if a leaf name is ambiguous); a comma list -> checked against the model's
     linear layers, where a name of the routed experts' fused weights (experts, gate_up_proj, ...) is no linear layer
-    and is left to model/moe/targets.py."""
+    and is left to model/moe/targets.py. A vision-language model: the full names of the layers outside its frozen
+    parts (`method`'s freeze_* keys; LLaMA-Factory's defaults when None), as model/vision.py chooses them."""
     linears = linear_module_names(model)
     leaf = lambda name: name.rsplit(".", 1)[-1]  # noqa: E731
+    if is_vision_model(model):
+        method = method or VisionDefaults(lora_target)
+        if lora_target.strip() != "all":
+            _check_requested_linears(model, _requested_names(lora_target), linears)
+        wanted = all_linear_leaves(model, method) if lora_target.strip() == "all" else _requested_names(lora_target)
+        return lora_module_names(model, wanted, method)
     if lora_target.strip() == "all":
         if not linears and not expert_sites(model):
             raise ConfigError("lora_target: all: the model has no linear layers besides the output head")
@@ -192,6 +233,24 @@ def resolve_lora_targets(model: nn.Module, lora_target: str) -> list[str]:
             raise ConfigError(f"lora_target: no linear layer named {show_value(target)} in this model "
                               f"(linear layers: {', '.join(known_leaves)}{experts})")
     return linear_targets
+
+
+def _check_requested_linears(model: nn.Module, requested: list[str], linears: list[str]) -> None:
+    """Each name of a lora_target list is a linear layer of the model (its leaf name), else one line listing them."""
+    known = sorted({n.rsplit(".", 1)[-1] for n in linears})
+    for target in requested:
+        if not any(n == target or n.endswith("." + target) for n in linears):
+            raise ConfigError(f"lora_target: no linear layer named {show_value(target)} in this model "
+                              f"(linear layers: {', '.join(known)})")
+
+
+@dataclass
+class VisionDefaults:
+    """LLaMA-Factory's freeze_* defaults, where a caller has no method section (an estimate before the run)."""
+    lora_target: str = "all"
+    freeze_vision_tower: bool = True
+    freeze_multi_modal_projector: bool = True
+    freeze_language_model: bool = False
 
 
 def resolve_additional_targets(model: nn.Module, additional_target: Optional[str]) -> Optional[list[str]]:

@@ -39,7 +39,7 @@ import torch
 
 from steadytune.hardware.memory import choose_activation_offloading
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable
-from steadytune.model.anatomy import base_model_of, decoder_body
+from steadytune.model.anatomy import base_model_of, decoder_body, text_config
 
 MIN_BYTES = 1 << 20  # below this a copy's fixed cost outweighs the memory it frees (masks, position ids)
 
@@ -226,7 +226,7 @@ def plan_activation_offloading(model: torch.nn.Module, plan: SpeedPlan, checkpoi
     blocker = offloading_blocker(device, checkpointing, sharded)
     if requested and blocker:
         raise SpeedUnavailable(blocker)
-    on, why = choose_activation_offloading(base_model_of(model).config, tokens, budget_gib, checkpointing, state_gib,
+    on, why = choose_activation_offloading(text_config(model), tokens, budget_gib, checkpointing, state_gib,
                                            compiled=plan.compile, requested=requested, blocker=blocker)
     if not on:
         return None, why

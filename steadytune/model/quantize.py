@@ -39,14 +39,17 @@ def describe_quantization(model_args: ModelArguments) -> str:
     return f"4-bit {model_args.quantization_type} {double} double quantisation"
 
 
-def bnb_config(model_args: ModelArguments, compute_dtype: torch.dtype):
+def bnb_config(model_args: ModelArguments, compute_dtype: torch.dtype, skip_modules: Optional[list[str]] = None):
     """transformers' BitsAndBytesConfig for LLaMA-Factory's keys (quantization_bit, quantization_type,
-    double_quantization), the compute dtype chosen by the hardware policy (hardware/quantization.py)."""
+    double_quantization), the compute dtype chosen by the hardware policy (hardware/quantization.py). `skip_modules`:
+    module patterns left unquantised besides the output head (a vision-language model's vision tower and projector)."""
     from transformers import BitsAndBytesConfig
 
+    # transformers drops its own skip list (the output head, tied weights) when one is given: "lm_head" keeps it
+    skip = {"llm_int8_skip_modules": ["lm_head", *skip_modules]} if skip_modules else {}
     if model_args.quantization_bit == 8:
-        return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=model_args.quantization_type,
+        return BitsAndBytesConfig(load_in_8bit=True, **skip)
+    return BitsAndBytesConfig(load_in_4bit=True, **skip, bnb_4bit_quant_type=model_args.quantization_type,
                               bnb_4bit_use_double_quant=model_args.double_quantization,
                               bnb_4bit_compute_dtype=compute_dtype,
                               # the packed weights' storage dtype; uint8 is bitsandbytes' own (FSDP would need it
@@ -56,14 +59,14 @@ def bnb_config(model_args: ModelArguments, compute_dtype: torch.dtype):
 
 
 def quantized_load_kwargs(model_args: ModelArguments, compute_dtype: torch.dtype,
-                          device: Optional[torch.device]) -> dict:
+                          device: Optional[torch.device], skip_modules: Optional[list[str]] = None) -> dict:
     """from_pretrained's extra arguments for a quantised base ({} without quantization_bit): bitsandbytes quantises
     each weight as it is loaded onto the device, so the full-precision base never sits whole in the GPU's memory."""
     if model_args.quantization_bit is None:
         return {}
     check_bitsandbytes_imports()
     where = device if device is not None else torch.device("cpu")
-    return {"quantization_config": bnb_config(model_args, compute_dtype), "device_map": {"": where}}
+    return {"quantization_config": bnb_config(model_args, compute_dtype, skip_modules), "device_map": {"": where}}
 
 
 def check_bitsandbytes_imports() -> None:

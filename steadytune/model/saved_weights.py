@@ -129,7 +129,7 @@ def _meta_copy(model: nn.Module) -> nn.Module:
     """The same architecture (the same class: a reward model keeps its score head) with weights on the meta device
     (no memory, no copy)."""
     with torch.device("meta"):
-        return auto_model_class(model_task(model)).from_config(model.config)
+        return auto_model_class(model_task(model), model.config).from_config(model.config)
 
 
 def _expected_full_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:

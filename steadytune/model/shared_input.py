@@ -31,6 +31,7 @@ import types
 import torch
 import torch.nn.functional as F
 
+from steadytune.model.anatomy import speed_scope
 from steadytune.model.fp8_matmul import Fp8FrozenLinear
 from steadytune.model.lora_scaling import PEFT_ROUTING_KWARGS, one_plain_adapter, scaled_first_forward
 
@@ -146,7 +147,7 @@ def sibling_groups(model: torch.nn.Module) -> list[list]:
     from peft.tuners.lora import Linear as LoraLinear   # lazy: peft is imported where adapters are used
 
     groups = []
-    for parent in model.modules():
+    for parent in speed_scope(model).modules():
         for names in SIBLINGS:
             members = [getattr(parent, n, None) for n in names]
             if all(type(m) is LoraLinear for m in members) and len({m.in_features for m in members}) == 1:

@@ -5,6 +5,7 @@ the only place that loads weights), text (token ids -> text with stop strings), 
 control tokens left to the template), engine (the bounded queue and the worker thread that batches requests; its
 decode step is model/decode/: the slot-cache batch, CUDA graphs, adapters, sampling, shared with stage grpo),
 protocol (OpenAI request/response bodies), app (FastAPI routes, limits, auth, errors),
-metrics (Prometheus text), vllm_engine (`infer_backend: vllm`).
+metrics (Prometheus text), vllm_engine (`infer_backend: vllm`), media (a vision-language model's image_url parts,
+answered with transformers' generate).
 Nothing heavy is imported here: `steadytune serve --help` answers at once.
 """

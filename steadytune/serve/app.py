@@ -30,10 +30,12 @@ from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from steadytune.data.encode import encode_classification_prompt
+from steadytune.errors import UserError
 from steadytune.model.decode.sampling import SamplingParams
 from steadytune.serve import protocol as p
 from steadytune.serve.engine import Delta, EngineError, Failed, Finished, Generation, QueueFull
 from steadytune.serve.limits import ServeSettings
+from steadytune.serve.media import ImageRefused, generate_with_images, has_images, request_images
 from steadytune.serve.metrics import CONTENT_TYPE, ServeMetrics
 from steadytune.serve.prompt import ClientText, UnsafeText
 
@@ -175,6 +177,7 @@ class RequestMetrics:
 def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
     """The FastAPI app over `engine` (BatchingEngine or the vLLM engine) and `loaded` (loading.Loaded)."""
     limits = settings.limits
+    image_limits = settings.images
     tokenizer = loaded.tokenizer
     served = loaded.served
     prompt_limit = min(limits.max_prompt_tokens, loaded.context_length - 1)
@@ -290,6 +293,8 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
     async def chat_completions(body: p.ChatCompletionRequest, request: Request):
         entry = lookup(body.model)
         _refuse_unsupported(body)
+        if has_images(body.messages):   # image_url parts: a vision-language model answers with transformers' generate
+            return await _chat_with_images(body, entry)
         text = client_text[body.model]
         prompt_ids = _encode_client_text(text, _render_chat(entry.template, body.messages, text.mark), "messages")
         stop_ids, hidden_stops = chat_stops[body.model]
@@ -353,6 +358,57 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
         return p.ClassifyResponse(id=p.new_id("cls"), model=body.model, data=data,
                                   usage=p.Usage(prompt_tokens=tokens, total_tokens=tokens))
 
+    async def _chat_with_images(body: p.ChatCompletionRequest, entry) -> Any:
+        """A chat request with image parts (serve/media.py): checked, encoded as training encoded its rows, and
+        generated on the engine's worker thread between decode steps."""
+        if entry.media is None:
+            raise ApiError(400, f"model {body.model!r} takes no images (not a vision-language model)",
+                           param="messages", code="images_not_supported")
+        if body.n != 1:
+            raise ApiError(400, "a request with images takes n = 1", param="n")
+        try:
+            turns, system, images = request_images(body.messages, image_limits)
+        except ImageRefused as e:
+            raise ApiError(400, f"{e.param}: {e}", param=e.param, code="invalid_image") from None
+        control = client_text[body.model]
+        if control.strict and any(control.mark(t["content"]) != t["content"] for t in turns):
+            raise ApiError(400, "messages: a message with images may not hold the model's control tokens",
+                           param="messages")
+        try:
+            prompt = entry.media.encode(turns, system, images, "messages")
+        except UserError as e:
+            raise ApiError(400, str(e), param="messages") from None
+        ids = prompt.ids
+        if len(ids) > prompt_limit:
+            raise ApiError(400, f"the prompt has {len(ids)} tokens with its images; this server allows at most "
+                                f"{prompt_limit}", code="context_length_exceeded", param="messages")
+        requested = body.requested_max_tokens
+        if requested is not None and requested > limits.max_tokens:
+            raise ApiError(400, f"max_tokens is {requested}; this server allows at most {limits.max_tokens}",
+                           param="max_tokens")
+        room = loaded.context_length - len(ids)
+        max_tokens = min(requested if requested is not None else entry.default_max_tokens, limits.max_tokens, room)
+        stop_ids, hidden_stops = chat_stops[body.model]
+
+        def work():
+            return generate_with_images(loaded.model, tokenizer, ids, prompt.pixels, max_tokens, body.temperature,
+                                        body.top_p, body.top_k, body.seed, stop_ids | end_ids,
+                                        list(body.stop or ()) + list(hidden_stops))
+
+        try:
+            answer = await engine.run_exclusive(entry.adapter, work)
+        except QueueFull as e:
+            raise _busy(e) from None
+        except EngineError as e:
+            raise ApiError(500, str(e), type="server_error", code="generation_failed") from None
+        meta = dict(id=p.new_id("chatcmpl"), created=p.now(), model=body.model)
+        usage = _usage(len(ids), answer.completion_tokens)
+        if body.stream:
+            return _sse(_stream_whole(meta, answer, usage if body.include_usage else None))
+        choice = p.ChatChoice(index=0, message=p.AssistantMessage(content=answer.text),
+                              finish_reason=answer.finish_reason)
+        return p.ChatCompletion(**meta, choices=[choice], usage=usage)
+
     # --- helpers that close over the limits -----------------------------------------------------------------------
     def _generations(prompts: list, entry, body, stop_ids: frozenset, hidden_stops: list) -> list[Generation]:
         prompt_param = "messages" if isinstance(body, p.ChatCompletionRequest) else "prompt"
@@ -381,7 +437,8 @@ def build_app(engine: Any, loaded: Any, settings: ServeSettings) -> FastAPI:
             for j in range(body.n):
                 seed = None if body.seed is None else (body.seed + j) % (p.MAX_SEED + 1)
                 params = SamplingParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
-                                        top_k=body.top_k, seed=seed, stop=tuple(body.stop or ()) + tuple(hidden_stops),
+                                        top_k=body.top_k, min_p=body.min_p,
+                                        repetition_penalty=body.repetition_penalty, seed=seed, stop=tuple(body.stop or ()) + tuple(hidden_stops),
                                         stop_token_ids=stop_ids, ignore_eos=body.ignore_eos)
                 generations.append(Generation(k * body.n + j, ids, entry.adapter, params))
         return generations
@@ -568,6 +625,22 @@ async def _stream_chat(handle, meta: dict, prompt_tokens: int, include_usage: bo
             yield _data(error_body(event.message, "server_error"))
     if include_usage:
         yield _data(p.ChatCompletionChunk(**meta, choices=[], usage=_usage(prompt_tokens, tokens)))
+    yield "data: [DONE]\n\n"
+
+
+async def _stream_whole(meta: dict, answer, usage: Optional[p.Usage]) -> AsyncIterator[str]:
+    """A whole answer (a request with images) as the chunks a stream sends: the role, the text, the finish, the usage
+    when asked, [DONE]."""
+    def chunk(delta: dict, reason: Optional[str] = None) -> str:
+        return _data(p.ChatCompletionChunk(**meta, choices=[p.ChunkChoice(index=0, delta=delta,
+                                                                          finish_reason=reason)]))
+
+    yield chunk({"role": "assistant", "content": ""})
+    if answer.text:
+        yield chunk({"content": answer.text})
+    yield chunk({}, answer.finish_reason)
+    if usage is not None:
+        yield _data(p.ChatCompletionChunk(**meta, choices=[], usage=usage))
     yield "data: [DONE]\n\n"
 
 

@@ -9,7 +9,7 @@ import sys
 
 from steadytune.errors import UserError
 from steadytune.hardware.error_catalogue import explain_failure as explain_failure   # cli: the likely-cause line
-from steadytune.serve.limits import Limits, ServeSettings
+from steadytune.serve.limits import ImageLimits, Limits, ServeSettings
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 
@@ -58,6 +58,20 @@ def add_arguments(parser) -> None:
                              "or a classify input as the text it is, so only the chat template writes control tokens "
                              "(default on; --no-strict-special-tokens encodes it as the control token, as training "
                              "does with its data; /v1/completions prompts are raw either way)")
+    images = ImageLimits()
+    group = parser.add_argument_group("images (a vision-language model's chat requests: OpenAI image_url parts as data "
+                                      "URLs; nothing is ever fetched from the network)")
+    group.add_argument("--allow-local-images", action="store_true",
+                       help="also take an image_url that is a file path on this server (file:///... or /...); off: "
+                            "data URLs only")
+    group.add_argument("--max-images", type=int, default=images.max_images,
+                       help=f"most images in one request, else 400 (default {images.max_images})")
+    group.add_argument("--max-image-bytes", type=int, default=images.max_image_bytes,
+                       help=f"largest image (its decoded bytes), else 400 (default {images.max_image_bytes}; a data "
+                            "URL also counts against --max-body-bytes, which must be raised for large images)")
+    group.add_argument("--max-image-pixels", type=int, default=images.max_image_pixels,
+                       help=f"largest image as width x height, read from its header before decoding, else 400 "
+                            f"(default {images.max_image_pixels})")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
                         help="server log level (default info)")
 
@@ -65,15 +79,17 @@ def add_arguments(parser) -> None:
 def settings_from_args(args):
 
     for option in ("max_batch", "max_queue", "max_body_bytes", "max_prompt_tokens", "max_tokens", "max_n",
-                   "max_classify_inputs"):
+                   "max_classify_inputs", "max_images", "max_image_bytes", "max_image_pixels"):
         if getattr(args, option) < 1:
             raise UserError(f"--{option.replace('_', '-')} must be at least 1 (got {getattr(args, option)})")
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be 1-65535 (got {args.port})")
     limits = Limits(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
                     max_tokens=args.max_tokens, max_n=args.max_n, max_classify_inputs=args.max_classify_inputs)
+    images = ImageLimits(max_images=args.max_images, max_image_bytes=args.max_image_bytes,
+                         max_image_pixels=args.max_image_pixels, allow_local_images=args.allow_local_images)
     return ServeSettings(api_key=args.api_key or None, cors_origins=list(args.cors_origin), limits=limits,
-                         strict_special_tokens=args.strict_special_tokens)
+                         strict_special_tokens=args.strict_special_tokens, images=images)
 
 
 def build_engine(loaded, max_batch: int, max_queue: int):

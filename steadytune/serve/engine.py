@@ -3,8 +3,10 @@
 Route handlers (on the asyncio loop) submit sequences to a bounded queue and read their results from an
 asyncio queue of events. One worker thread owns the model: between decode steps it answers pending
 classification jobs, admits waiting sequences into the running batch (up to `max_batch`; a new sequence is
-prefilled and joins the others, see batch.py), runs one decode step for every running sequence, and retires
-sequences that finished, hit a stop, or whose client went away. A full queue is refused at once (`QueueFull`,
+prefilled and joins the others, see model/decode/batch.py), runs one decode step for every running sequence, turns
+the tokens read back so far into text (the device samples and stops rows itself and its tokens come back every few
+steps: the worker never waits for a step, model/decode/readback.py), and retires sequences that finished, hit a stop
+string, or whose client went away. A full queue is refused at once (`QueueFull`,
 503 with Retry-After): no request waits without bound, and the memory a batch can take is bounded by
 max_batch x (prompt limit + max_tokens limit).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections import defaultdict, deque
@@ -26,7 +29,8 @@ from steadytune.eval.scoring import inference, score_labels
 from steadytune.model.decode.adapters import mixes_adapters
 from steadytune.model.decode.complete import make_decode_batch
 from steadytune.model.decode.prefill import Row
-from steadytune.model.decode.sampling import FAILED_ROW, SamplingParams, make_generator, sample_tokens
+from steadytune.model.decode.readback import Update
+from steadytune.model.decode.sampling import SamplingParams, mix_key
 from steadytune.serve.text import TextAssembler
 
 logger = logging.getLogger("steadytune.serve")
@@ -109,7 +113,7 @@ class _Sequence:
     generation: Generation
     request: Request
     assembler: TextAssembler
-    generator: Optional[torch.Generator]
+    key: int                 # the noise its tokens are drawn from (sampling.py): from its seed, else random
     submitted: float = field(default_factory=time.perf_counter)
     generated: int = 0
     done: bool = False
@@ -121,6 +125,16 @@ class _ClassifyJob:
     adapter: Optional[str]
     prompts: list
     label_targets: list
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass
+class _ExclusiveJob:
+    """Work that needs the model alone, run on the worker thread between two decode steps (serve/media.py's
+    generation with images)."""
+    adapter: Optional[str]
+    work: Callable[[], Any]
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
 
@@ -138,10 +152,11 @@ class EngineStats:
     classified: int = 0
     recent: deque = field(default_factory=deque)  # (monotonic time, tokens) per step, last 60 s
 
-    def record_step(self, tokens: int, rows: int) -> None:
+    def record(self, tokens: int, rows: int) -> None:
+        """Tokens that came back now, and the rows of the decode step run now (0: none ran)."""
         now = time.monotonic()
         self.generated_tokens += tokens
-        self.steps += 1
+        self.steps += rows > 0
         self.step_rows += rows
         self.recent.append((now, tokens))
         while self.recent and self.recent[0][0] < now - 60:
@@ -175,6 +190,7 @@ class BatchingEngine:
         self.stats = EngineStats()
         self._waiting: deque[_Sequence] = deque()
         self._classify: list[_ClassifyJob] = []
+        self._exclusive: list[_ExclusiveJob] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
@@ -198,7 +214,7 @@ class BatchingEngine:
 
     @property
     def queue_depth(self) -> int:
-        return len(self._waiting) + len(self._classify)
+        return len(self._waiting) + len(self._classify) + len(self._exclusive)
 
     @property
     def running(self) -> int:
@@ -215,8 +231,8 @@ class BatchingEngine:
                 raise QueueFull()
             for g in generations:
                 assembler = TextAssembler(self.tokenizer, g.params.stop, g.prompt_ids)
-                generator = make_generator(g.params, self.batch.device)
-                self._waiting.append(_Sequence(g, request, assembler, generator))
+                key = mix_key(g.params.seed) if g.params.seed is not None else secrets.randbits(63)
+                self._waiting.append(_Sequence(g, request, assembler, key))
                 self.stats.prompt_tokens += len(g.prompt_ids)
             self._cond.notify()
         return request
@@ -233,6 +249,18 @@ class BatchingEngine:
             self._cond.notify()
         return await job.future
 
+    async def run_exclusive(self, adapter: Optional[str], work: Callable[[], Any]) -> Any:
+        """work() on the worker thread, with `adapter` selected, between two decode steps; -> its result."""
+        loop = asyncio.get_running_loop()
+        job = _ExclusiveJob(adapter, work, loop.create_future(), loop)
+        with self._cond:
+            if self._stopping or self.queue_depth >= self.max_queue:
+                self.stats.rejected += 1
+                raise QueueFull()
+            self._exclusive.append(job)
+            self._cond.notify()
+        return await job.future
+
     def _drop_cancelled_waiting(self) -> None:
         if any(s.request.cancelled or s.request.failed for s in self._waiting):
             kept = deque(s for s in self._waiting if not (s.request.cancelled or s.request.failed))
@@ -246,14 +274,18 @@ class BatchingEngine:
         with inference(self.model):
             while True:
                 with self._cond:
-                    while not (self._waiting or self._classify or self.batch.rows or self._stopping):
+                    while not (self._waiting or self._classify or self._exclusive or self.batch.rows
+                               or self._stopping):
                         self._cond.wait()
                     if self._stopping:
                         break
                     jobs, self._classify = self._classify, []
+                    exclusive, self._exclusive = self._exclusive, []
                     admitted = self._admit()
                 if jobs:
                     self._run_classify(jobs)
+                if exclusive:
+                    self._run_exclusive(exclusive)
                 try:
                     self._step(admitted)
                 except Exception as e:  # the server stays up; the sequences of this step fail
@@ -288,32 +320,38 @@ class BatchingEngine:
         posts: dict[Request, list] = defaultdict(list)
         try:
             if admitted:
-                rows = [Row(s.generation.prompt_ids, s.generation.adapter, owner=s) for s in admitted]
-                self._take(rows, self.batch.prefill(rows), posts)
-                self._retire()
+                self.batch.add([Row(s.generation.prompt_ids, s.generation.adapter, owner=s, params=s.generation.params,
+                                    key=s.key) for s in admitted])
             if self.batch.rows:
-                self._take(self.batch.rows, self.batch.decode(), posts)
+                stepping = self.batch.needs_step()
+                if stepping:
+                    self.batch.step()
+                # With nothing left to compute, wait for what is still on its way back.
+                updates = self.batch.poll(wait=not stepping)
+                self.stats.record(sum(len(u.tokens) for u in updates), len(self.batch.rows) if stepping else 0)
+                self._take(updates, posts)
                 self._retire()
         finally:
             for request, events in posts.items():
                 request.post(events)
 
-    def _take(self, rows: list[Row], logits: torch.Tensor, posts: dict) -> None:
-        """Sample each row's next token and turn it into text, a stop, or the end of its budget."""
-        seqs = [row.owner for row in rows]
-        sampled = sample_tokens(logits, [s.generation.params for s in seqs], [s.generator for s in seqs])
-        self.batch.feed(sampled.clamp(min=0))  # the next step's input, on the device (a failed row's is dropped)
-        tokens = sampled.tolist()  # the step's one wait for the device: the text needs the ids
-        self.stats.record_step(len(tokens), len(tokens))
-        for seq, token in zip(seqs, tokens):
+    def _take(self, updates: list[Update], posts: dict) -> None:
+        """Turn each row's tokens read back into text, a stop, or the end of its budget."""
+        for update in updates:
+            seq = update.row.owner
             events = posts[seq.request]
-            if token == FAILED_ROW:
+            if seq.done:
+                continue
+            if update.finished == "failed":
                 seq.broken = True
                 self._fail_sequence(seq, NOT_FINITE, events)
                 logger.warning("serve: a sequence's logits were not finite; that request failed, the batch goes on")
                 continue
             try:
-                self._take_token(seq, token, events)
+                for token in update.tokens:
+                    self._take_token(seq, token, events)
+                    if seq.done:
+                        break
             except Exception:  # one row's text (its tokens, its stop strings): that request fails, no other
                 logger.exception("serve: a sequence failed while its text was assembled")
                 self._fail_sequence(seq, ROW_ERROR, events)
@@ -387,10 +425,26 @@ class BatchingEngine:
         with self._cond:
             waiting, self._waiting = self._waiting, deque()
             jobs, self._classify = self._classify, []
+            exclusive, self._exclusive = self._exclusive, []
         for request in {s.request for s in waiting}:
             request.post([Failed(message)])
-        for job in jobs:
+        for job in [*jobs, *exclusive]:
             job.loop.call_soon_threadsafe(_set_exception, job.future, EngineError(message))
+
+    # --- exclusive jobs -------------------------------------------------------------------------------------
+    def _run_exclusive(self, jobs: list[_ExclusiveJob]) -> None:
+        for job in jobs:
+            try:
+                with self.batch.adapter_selected(job.adapter):
+                    result = job.work()
+            except Exception as e:
+                error = EngineError(OUT_OF_MEMORY if isinstance(e, torch.OutOfMemoryError)
+                                    else "internal error while generating (the server log has the details)")
+                if not isinstance(e, torch.OutOfMemoryError):
+                    logger.exception("serve: a request with images failed")
+                job.loop.call_soon_threadsafe(_set_exception, job.future, error)
+                continue
+            job.loop.call_soon_threadsafe(_set_result, job.future, result)
 
     # --- classification -------------------------------------------------------------------------------------
     def _run_classify(self, jobs: list[_ClassifyJob]) -> None:

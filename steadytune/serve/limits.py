@@ -18,6 +18,15 @@ class Limits:
 
 
 @dataclass
+class ImageLimits:
+    """Bounds on the images of one chat request to a vision-language model (each a `serve` option; serve/media.py)."""
+    max_images: int = 8
+    max_image_bytes: int = 8 << 20           # decoded bytes of one image
+    max_image_pixels: int = 16_000_000       # width x height, read from the image's header
+    allow_local_images: bool = False         # file paths on the server (never a URL)
+
+
+@dataclass
 class ServeSettings:
     api_key: Optional[str] = None
     cors_origins: list = field(default_factory=list)
@@ -26,3 +35,4 @@ class ServeSettings:
     # a control-token string in a chat message or classify input is encoded as text (prompt.py); False: as the
     # control token, as training encoded its data
     strict_special_tokens: bool = True
+    images: ImageLimits = field(default_factory=ImageLimits)

@@ -15,6 +15,7 @@ from typing import Optional
 from steadytune.config import RunConfig
 from steadytune.errors import UserError
 from steadytune.infer.loading import BASE, LORA, load_for_inference, load_run_config, open_run
+from steadytune.infer.media import VisionPrompts
 from steadytune.model.archive import archive_stem, is_archive, unpacked
 from steadytune.model.decode.adapters import match_model_dtype
 from steadytune.model.lora import load_trained_adapter
@@ -135,6 +136,9 @@ def _load_huggingface(main: ServedRun, extra: list[tuple[str, ServedRun]], serve
         match_model_dtype(model)  # LoRA weights in the base dtype: fewer casts per step, the same answers
     entries = served_entries(main, extra, served_name, peft_names)
     served = describe_all(entries, tokenizer)
+    for name, run, _ in entries:   # a vision-language model: each name's prompts with images (serve/media.py)
+        served[name].media = VisionPrompts.for_model(run.cfg, model, tokenizer, served[name].template,
+                                                     folder=main.folder if main.kind == "full" else None)
     context = context_length(model)
     return Loaded(model, tokenizer, served, context, describe_lines(description, context, entries, served),
                   "huggingface", main.cfg)

@@ -37,18 +37,30 @@ class TextPart(_Body):
     text: Text
 
 
+class ImageUrl(_Body):
+    url: Text          # a data URL (data:image/png;base64,...); a local path only with --allow-local-images
+    detail: Optional[Literal["auto", "low", "high"]] = None   # accepted; images are sized by the run's image keys
+
+
+class ImageUrlPart(_Body):
+    """An image in a user message (vision-language models: serve/media.py reads it; nothing is fetched)."""
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[Text, list[TextPart], None] = None
+    content: Union[Text, list[Union[TextPart, ImageUrlPart]], None] = None
     name: Optional[Text] = None
     tool_calls: Optional[list] = None
 
     def text(self) -> str:
+        """The message's text (its image parts are read by serve/media.py)."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if part.type == "text")
 
 
 class StreamOptions(_Body):
@@ -61,6 +73,9 @@ class _Sampling(_Body):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1)   # vLLM's extension: the k most likely tokens only; -1 or 0: all
+    min_p: float = Field(0.0, ge=0.0, le=1.0)   # vLLM's extension: tokens at least min_p x the top one's probability
+    # vLLM's extension: > 1 discourages the prompt's and the answer's tokens (transformers' repetition_penalty)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
     n: int = Field(1, ge=1)
     stop: Union[Text, list[Text], None] = None
     seed: Optional[int] = Field(None, ge=0, le=MAX_SEED)

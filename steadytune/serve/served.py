@@ -30,6 +30,7 @@ class ServedModel:
     prompt_template: Optional[str] = None
     label_targets: Optional[list] = None   # token ids of each label (label word + end token)
     max_prompt_len: Optional[int] = None   # classify: prompts are cut to this, as `eval` does
+    media: Any = None                      # a vision-language model's prompts with images (infer/media.VisionPrompts)
 
 
 @dataclass

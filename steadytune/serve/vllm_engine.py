@@ -106,7 +106,8 @@ class VllmEngine:
         # below GREEDY_BELOW our engine is greedy (vLLM would raise such a temperature to 0.01 and sample); a top_k
         # past the vocabulary keeps it all, as ours does (vLLM's kernels index with it)
         params = vllm.SamplingParams(n=1, temperature=0.0 if p.greedy else p.temperature, top_p=p.top_p,
-                                     top_k=p.top_k if 0 < p.top_k < self.vocab else -1, seed=p.seed,
+                                     top_k=p.top_k if 0 < p.top_k < self.vocab else -1, min_p=p.min_p,
+                                     repetition_penalty=p.repetition_penalty, seed=p.seed,
                                      max_tokens=p.max_tokens, stop=list(p.stop), ignore_eos=p.ignore_eos,
                                      stop_token_ids=[] if p.ignore_eos else sorted(p.stop_token_ids))
         request_id, sent, produced, started = uuid.uuid4().hex, 0, 0, time.perf_counter()
@@ -120,7 +121,7 @@ class VllmEngine:
                 choice = out.outputs[0]
                 if produced == 0 and choice.token_ids:
                     self.on_first_token(time.perf_counter() - started)
-                self.stats.record_step(len(choice.token_ids) - produced, 1)
+                self.stats.record(len(choice.token_ids) - produced, 1)
                 produced = len(choice.token_ids)
                 events = []
                 if len(choice.text) > sent:

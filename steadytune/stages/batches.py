@@ -15,23 +15,31 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from steadytune.config import ConfigError
 from steadytune.data.collators import PadCollator
 from steadytune.data.encode import IGNORE_INDEX
 from steadytune.data.packing import PackedCollator, static_shape_for, targets_of
 
+# Per-token lists beside input_ids (a vision-language pair's token types) are cut like input_ids; the prompt's media
+# (image references and grids) belong to every sequence of the example.
+PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids")
+SHARED_MEDIA_KEYS = ("images", "videos", "image_grid_thw", "video_grid_thw", "second_per_grid_ts", "where")
 PAIR_GROUPS = (("", (0, 1)),)
 FEEDBACK_GROUPS = (("", (0,)), ("kl_", (1,)))
 
 
 def split_sequences(example: dict) -> list[dict]:
-    """An example's sequences as sft-style examples {"input_ids", "labels"}."""
+    """An example's sequences as sft-style examples {"input_ids", "labels"} (+ their token types and the prompt's
+    media, for a vision-language pair)."""
     out, start = [], 0
+    shared = {k: example[k] for k in SHARED_MEDIA_KEYS if k in example}
     for n in example["lengths"]:
-        out.append({"input_ids": example["input_ids"][start:start + n], "labels": example["labels"][start:start + n]})
+        sequence = {k: example[k][start:start + n] for k in ("input_ids", "labels", *PER_TOKEN_KEYS) if k in example}
+        out.append({**sequence, **shared})
         start += n
     return out
 
@@ -43,6 +51,7 @@ class SequenceCollator:
     def __init__(self, pad_token_id: int, groups: Sequence[tuple[str, Sequence[int]]] = PAIR_GROUPS,
                  packing_attention: str | None = None, row_len: int = 2048):
         self.groups = groups
+        self.add_media: Callable[[dict, list[dict]], dict] | None = None
         if packing_attention is None:
             self.inner = _PaddedWithSegments(pad_token_id)
         else:
@@ -72,6 +81,17 @@ class SequenceCollator:
         padded.inner = dataclasses.replace(self.inner, static=shape)
         return padded
 
+    def with_media(self, add_media: Callable[[dict, list[dict]], dict]) -> "SequenceCollator":
+        """This collator, each group's padded batch completed by `add_media(batch, its sequences)` (pixels, token
+        types, Qwen-VL positions: data/multimodal/collate.py's add_media). Padded batches only: packing pairs with
+        images is not built (each packed row would need its sequences' images in row order)."""
+        if not isinstance(self.inner, _PaddedWithSegments):
+            raise ConfigError("packing: preference pairs with images are trained padded here (packing: false, "
+                              "neat_packing: false)")
+        out = copy.copy(self)
+        out.add_media = add_media
+        return out
+
     def __call__(self, examples: list[dict]) -> dict:
         sequences = [split_sequences(e) for e in examples]
         # Answer tokens of every sequence (chosen and rejected, or the answer and its KL mismatch), counted here on
@@ -80,7 +100,10 @@ class SequenceCollator:
                        "n_target_tokens": sum(1 for e in examples for t in e["labels"] if t != IGNORE_INDEX)}
         for prefix, which in self.groups:
             flat = [sequences[i][k] for k in which for i in range(len(examples))]
-            batch.update({prefix + key: value for key, value in self.inner(flat).items()})
+            part = self.inner(flat)
+            if self.add_media is not None:
+                part = self.add_media(part, flat)
+            batch.update({prefix + key: value for key, value in part.items()})
         if batch.get("static") is True and getattr(self.inner, "attention", None) == "varlen":
             self._into_slots(batch, len(examples))
         if all("kto_tag" in e for e in examples):

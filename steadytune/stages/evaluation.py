@@ -13,6 +13,7 @@ import torch
 from steadytune.config import RunConfig
 from steadytune.stages.batches import SequenceCollator
 from steadytune.stages.objectives import pop_metrics
+from steadytune.training.vision_data import pair_media
 
 
 @torch.no_grad()
@@ -36,5 +37,8 @@ def evaluate_examples(objective: torch.nn.Module, examples: list[dict], collate:
 def evaluate_during_training(groups, cfg: RunConfig, accelerator, objective, data, tokenizer, device) -> dict:
     """The stage's `evaluate` (bound to its collation groups): eval batches are padded, one pair per row pair."""
     collate = SequenceCollator(tokenizer.pad_token_id, groups)
+    add = pair_media(data, accelerator.unwrap_model(objective).model)
+    if add is not None:   # pairs with images: each eval sequence with its pixels
+        collate = collate.with_media(add)
     return evaluate_examples(accelerator.unwrap_model(objective), data.eval, collate,
                              cfg.train.per_device_eval_batch_size, device, accelerator.autocast)

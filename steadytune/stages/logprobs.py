@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from steadytune.data.encode import IGNORE_INDEX
-from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
+from steadytune.model.anatomy import final_logit_softcap, output_head, run_body
 from steadytune.training.loss import CHUNK_LOGITS, model_inputs, shifted_targets
 
 
@@ -24,7 +24,7 @@ def hidden_states(model: torch.nn.Module, batch: dict, prefix: str = "") -> torc
     """The decoder's last hidden states [rows, length, hidden] for the batch's sequences (`prefix`: a second set of
     sequences in the same batch, e.g. KTO's "kl_")."""
     # No KV cache in training: it costs memory, and with one transformers ignores packed position ids.
-    return decoder_body(model)(**model_inputs(batch, prefix), use_cache=False).last_hidden_state
+    return run_body(model, model_inputs(batch, prefix), use_cache=False).last_hidden_state
 
 
 def sequence_logprobs(model: torch.nn.Module, batch: dict, n_sequences: int, prefix: str = ""

@@ -20,8 +20,8 @@ from steadytune.stages.batches import (
 
 
 def _prepare(kind_name: str):
-    def prepare(cfg, tokenizer):
-        return prepare_datasets(cfg, tokenizer, {"pairs": PAIRS, "feedback": FEEDBACK}[kind_name])
+    def prepare(cfg, tokenizer, processor=None):   # processor: a vision-language model's (stage dpo's images)
+        return prepare_datasets(cfg, tokenizer, {"pairs": PAIRS, "feedback": FEEDBACK}[kind_name], processor)
     return prepare
 
 

@@ -19,6 +19,7 @@ from steadytune.stages.base import Stage
 from steadytune.stages.sft_losses import make_sft_objective
 from steadytune.training.batches import to_device
 from steadytune.training.loss import causal_lm_loss_sum, count_target_tokens
+from steadytune.training.vision_data import eval_collator, pixels_of
 
 
 class CausalLMObjective(torch.nn.Module):
@@ -29,9 +30,14 @@ class CausalLMObjective(torch.nn.Module):
         super().__init__()
         self.model = model
         self.weigher = weigher   # a weight per labelled token (the DFT and EAFT losses: stages/sft_losses.py)
+        # a VLM's image-free batches still run the vision tower where ranks must agree (training/vision_keepalive.py)
+        self.keep_vision = None
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
-        return causal_lm_loss_sum(self.model, batch, batch.get("token_weights"), weigher=self.weigher)
+        loss, n = causal_lm_loss_sum(self.model, batch, batch.get("token_weights"), weigher=self.weigher)
+        if self.keep_vision is not None:
+            loss = loss + self.keep_vision(batch, loss)
+        return loss, n
 
     # What Accelerate's FSDP2 preparation asks of a transformers model (embedding and head units, tied weights, the
     # layer classes it shards as units), answered by the model inside.
@@ -54,7 +60,9 @@ class CausalLMObjective(torch.nn.Module):
 def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, tokenizer, device) -> dict:
     """Eval loss over the eval split (token-weighted), plus accuracy and macro-F1 for classification."""
     objective.eval()
-    collate = PadCollator(tokenizer.pad_token_id, padding_side="right")
+    model = accelerator.unwrap_model(objective).model
+    # a vision-language run's batches carry their pixels (training/vision_data.py)
+    collate = eval_collator(data, tokenizer, model) or PadCollator(tokenizer.pad_token_id, padding_side="right")
     size = cfg.train.per_device_eval_batch_size
     loss_total, tokens = 0.0, 0
     with eager_layers():  # padded eval batches change shape: compiled layers would compile again for each
@@ -66,10 +74,10 @@ def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, token
             tokens += n
         results = {"eval_loss": loss_total / max(tokens, 1)}
         if data.label_names:
-            model = accelerator.unwrap_model(objective).model
             report = evaluate_classification(model, tokenizer, data.eval, data.label_names, data.template,
                                              cfg.data.prompt_template, size, cutoff_len=cfg.data.cutoff_len,
-                                             progress=False)
+                                             progress=False, label_targets=data.label_targets,
+                                             media=pixels_of(data))
             results.update(eval_accuracy=report["accuracy"], eval_macro_f1=report["macro_f1"])
     objective.train()
     return results

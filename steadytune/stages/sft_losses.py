@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from steadytune.config import RunConfig
 from steadytune.data.encode import IGNORE_INDEX
-from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
+from steadytune.model.anatomy import final_logit_softcap, output_head, run_body
 from steadytune.stages.reference import build_reference
 from steadytune.training.loss import CHUNK_LOGITS, labelled_cross_entropy_sum, labelled_rows, model_inputs
 
@@ -81,15 +81,15 @@ class ASFTObjective(torch.nn.Module):
         with torch.no_grad():
             if self.reference.separate is not None:
                 ref = self.reference.separate
-                hidden = decoder_body(ref)(**model_inputs(batch), use_cache=False).last_hidden_state
+                hidden = run_body(ref, model_inputs(batch), use_cache=False).last_hidden_state
                 return _logits(output_head(ref), labelled_rows(hidden, batch)[0], final_logit_softcap(ref))
             with self.model.disable_adapter():
-                hidden = decoder_body(self.model)(**model_inputs(batch), use_cache=False).last_hidden_state
+                hidden = run_body(self.model, model_inputs(batch), use_cache=False).last_hidden_state
                 return _logits(output_head(self.model), labelled_rows(hidden, batch)[0],
                                final_logit_softcap(self.model))
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, int]:
-        hidden = decoder_body(self.model)(**model_inputs(batch), use_cache=False).last_hidden_state
+        hidden = run_body(self.model, model_inputs(batch), use_cache=False).last_hidden_state
         rows, targets, weights, n = labelled_rows(hidden, batch, batch.get("token_weights"))
         if rows is None:
             return hidden.sum() * 0.0, 0

@@ -22,10 +22,11 @@ from steadytune.model.moe.targets import expert_parameter_targets
 BYTES_PER_TRAINABLE = 16   # fp32 weight + gradient + AdamW exp_avg + exp_avg_sq
 
 
-def adapter_parameters(model: nn.Module, lora_target: str, rank: int) -> int:
+def adapter_parameters(model: nn.Module, lora_target: str, rank: int, method=None) -> int:
     """LoRA parameters of `rank` over the layers lora_target names: r x (in + out) for each adapted linear, and
-    r x (in + out) for each expert of each adapted fused expert weight of a mixture of experts."""
-    targets = resolve_lora_targets(model, lora_target)
+    r x (in + out) for each expert of each adapted fused expert weight of a mixture of experts. `method`: the
+    config's method section (a vision-language model's freeze_* keys decide which parts' layers count)."""
+    targets = resolve_lora_targets(model, lora_target, method)
     total = 0
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
@@ -61,7 +62,7 @@ def free_bytes(device: torch.device) -> int | None:
 def check_adapter_fits(model: nn.Module, method) -> None:
     """UserError naming lora_rank when the adapters (`method`: the config's method section) would not fit in the
     memory free where the model lies."""
-    count = adapter_parameters(model, method.lora_target, method.lora_rank)
+    count = adapter_parameters(model, method.lora_target, method.lora_rank, method)
     need = count * BYTES_PER_TRAINABLE
     device = next(model.parameters()).device
     free = free_bytes(device)

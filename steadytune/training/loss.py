@@ -18,9 +18,10 @@ import torch.nn.functional as F
 
 from steadytune.data.encode import IGNORE_INDEX
 from steadytune.model import kernels
-from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
+from steadytune.model.anatomy import final_logit_softcap, output_head, run_body
 from steadytune.model.attention import packed_mask_placeholder
 from steadytune.model.moe.routing import routing_of, routing_token_mask
+from steadytune.model.vision import VISION_INPUT_KEYS
 from steadytune.model.kernels import FUSED_CHUNK_FLAG
 
 
@@ -35,8 +36,9 @@ def shifted_targets(labels: torch.Tensor) -> torch.Tensor:
 # so the loss's memory stays flat however many labelled tokens a step has.
 CHUNK_LOGITS = 2**27
 # Keys of a batch that the decoder takes (the cu_seq_lens/max_length ones drive the varlen packing attention).
+# A vision-language model's batch adds its pixels and image grids (model/vision.py: VISION_INPUT_KEYS).
 MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids",
-                    "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+                    "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", *VISION_INPUT_KEYS)
 
 
 def model_inputs(batch: dict, prefix: str = "") -> dict:
@@ -65,7 +67,7 @@ def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch
     inputs = model_inputs(batch)
     routing = routing_of(model)
     extra = {"output_router_logits": True} if routing is not None else {}
-    outputs = decoder_body(model)(**inputs, use_cache=False, **extra)
+    outputs = run_body(model, inputs, use_cache=False, **extra)
     hidden = outputs.last_hidden_state
     loss_sum, n_tokens = _labelled_loss_sum(model, hidden, batch, token_weights, weigher)
     if routing is not None:

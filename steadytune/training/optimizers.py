@@ -28,6 +28,7 @@ from torch import nn
 
 from steadytune.config import RunConfig
 from steadytune.errors import UserError
+from steadytune.model.anatomy import text_config
 
 # key -> (module, pip package, what it is)
 LIBRARIES = {"use_galore": ("galore_torch", "galore-torch", "GaLore"),
@@ -266,7 +267,7 @@ def _badam(model: nn.Module, cfg: RunConfig, device_type: str):
 def _adam_mini(model: nn.Module, cfg: RunConfig, device_type: str):
     from adam_mini import Adam_mini  # optional dependency (pip install adam-mini)
 
-    t, config = cfg.train, model.config
+    t, config = cfg.train, text_config(model)   # a vision-language model's sizes are its language model's
     optimizer = Adam_mini(named_parameters=model.named_parameters(), lr=t.learning_rate,
                           betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_epsilon, weight_decay=t.weight_decay,
                           model_sharding=False, dim=getattr(config, "hidden_size", None),

@@ -15,7 +15,7 @@ from steadytune.hardware.memory import choose_gradient_checkpointing, dequantise
 from steadytune.hardware.moe_shape import moe_shape
 from steadytune.hardware.quantization import quantized_memory, speed_blockers
 from steadytune.hardware.speed import SpeedPlan, SpeedUnavailable, plan_speed
-from steadytune.model.anatomy import base_model_of
+from steadytune.model.anatomy import text_config
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib, restore_base
 from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, uncompile_layers
@@ -23,6 +23,7 @@ from steadytune.model.offload import HostOffload, plan_activation_offloading, re
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
 from steadytune.training.optimizers import graph_blockers as method_graph_blockers
+from steadytune.training.vision_speed import decide_vision_speed, vision_graph_blockers, vision_static_status
 
 
 def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
@@ -61,6 +62,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
     if cfg.method.stage == "grpo":
         static_ok = (False, "stage grpo's sequences are generated each step: their lengths are not known in advance")
+    static_ok = vision_static_status(model) or static_ok   # a vision-language model (training/vision_speed.py)
     if static_ok[0] and attention == "varlen":
         static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
     if static_ok[0] and attention in ("varlen", "sdpa"):
@@ -77,7 +79,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
                           compile_asked=compile_asked, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
                           tuning_asked=t.kernel_tuning, recompute_asked=t.recompute_pointwise,
                           shared_asked=t.shared_input_projections,
-                          blockers=graph_blockers(cfg, fsdp), static_ok=static_ok,
+                          blockers={**graph_blockers(cfg, fsdp), **vision_graph_blockers(model)}, static_ok=static_ok,
                           static_fill=shape.fill if shape else None)
     except SpeedUnavailable as e:
         raise UserError(str(e)) from None
@@ -98,6 +100,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
             raise UserError(f"torch_compile: true, but {why}; set torch_compile: false")
         plan.reasons["torch_compile"] += f" ({why})"
     plan.decide_into(cfg)
+    decide_vision_speed(cfg, model)
 
     # Checkpointing last: compiled layers keep less for backward, and small compiled models recompute cheaply.
     tokens = batches.max_tokens or t.per_device_train_batch_size * max(batches.lengths)
@@ -108,20 +111,20 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     state = held_gib(model.parameters())
     if cfg.method.finetuning_type == "full":
         state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
-    elif moe_shape(base_model_of(model).config) is not None:
+    elif moe_shape(text_config(model)) is not None:
         # LoRA's gradients and AdamW's moments: GiB for every expert's pair of a mixture of experts (a dense model's
         # are under 2% of its weights, and its thresholds were measured without them); with 4-bit experts, one
         # layer's expert weight dequantised at a time
         state += 3 * held_gib(p for p in model.parameters() if p.requires_grad)
         if cfg.model.quantization_bit == 4:
-            state += dequantised_experts_gib(base_model_of(model).config, 2.0 if precision in ("bf16", "fp16") else 4.0)
+            state += dequantised_experts_gib(text_config(model), 2.0 if precision in ("bf16", "fp16") else 4.0)
     state += held_gib(model.buffers())
     # fp8 for the frozen base before checkpointing: its copies are buffers (2 bytes a base weight) that the memory
     # policy must count. (The layers compile lazily, at the first forward, so they still trace the fp8 matmuls.)
     state += plan_fp8_base(cfg, model, plan, precision, shard_plan, tokens, budget, state)
     plan_shared_input(cfg, model, plan, shard_plan.kind if shard_plan is not None else None)
     plan_fused_swiglu(cfg, model, plan, shard_plan.kind if shard_plan is not None else None)
-    use, why = choose_gradient_checkpointing(base_model_of(model).config, tokens, budget, t.gradient_checkpointing,
+    use, why = choose_gradient_checkpointing(text_config(model), tokens, budget, t.gradient_checkpointing,
                                              compiled=plan.compile, state_gib=state,
                                              recompute_pointwise=plan.recompute_pointwise)
     if t.activation_offloading and t.gradient_checkpointing is None:
@@ -129,9 +132,9 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     cfg.decide("gradient_checkpointing", use, why + lf_checkpointing_note(t, use))
     offloading = plan_offloading(cfg, model, plan, use, tokens, budget, state, fsdp) is not None
     m = cfg.model
-    if m.quantization_bit is not None and hasattr(base_model_of(model).config, "intermediate_size"):
+    if m.quantization_bit is not None and hasattr(text_config(model), "intermediate_size"):
         base_bytes = 2.0 if precision == "bf16" else 4.0   # embeddings, head and norms stay in the load dtype
-        need, parts = quantized_memory(base_model_of(model).config, tokens, cfg.method.lora_rank, use,
+        need, parts = quantized_memory(text_config(model), tokens, cfg.method.lora_rank, use,
                                        m.quantization_bit, m.double_quantization, base_bytes, plan.compile,
                                        plan.recompute_pointwise, offloaded=offloading)
         cfg.decide("memory_estimate", need, parts)

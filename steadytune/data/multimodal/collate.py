@@ -51,29 +51,37 @@ class MultimodalCollator:
         self.rope = rope
 
     def __call__(self, examples: list[dict]) -> dict:
-        batch = self.text(examples)
-        length = batch["input_ids"].shape[1]
-        for key in TYPE_KEYS:
-            if all(key in e for e in examples):
-                batch[key] = self._pad([e[key] for e in examples], length, 0)
-        if self.rope is not None:
-            # 4 rows, as transformers reads Qwen-VL's position ids: the plain 1-D positions, then time, height, width
-            positions = torch.zeros((4, len(examples), length), dtype=torch.long)
-            for row, example in enumerate(examples):
-                n = len(example["input_ids"])
-                cols = slice(length - n, length) if self.padding_side == "left" else slice(0, n)
-                positions[0, row, cols] = text_positions(n)
-                positions[1:, row, cols] = self.rope(example)
-            batch["position_ids"] = positions
-        batch.update(batch_media(examples, self.ctx))
-        return batch
+        return add_media(self.text(examples), examples, self.ctx, self.rope, self.padding_side)
 
-    def _pad(self, rows: list, length: int, value: int) -> torch.Tensor:
-        out = torch.full((len(rows), length), value, dtype=torch.long)
-        for i, row in enumerate(rows):
-            row = torch.as_tensor(row, dtype=torch.long)
-            if self.padding_side == "left":
-                out[i, length - len(row):] = row
-            else:
-                out[i, :len(row)] = row
-        return out
+
+def add_media(batch: dict, examples: list[dict], ctx: MediaContext, rope: Callable[[dict], torch.Tensor] | None,
+              padding_side: str = "right") -> dict:
+    """A padded text batch of `examples` (one per row) with their token-type ids, Qwen-VL's 4-row position ids (with
+    `rope`) and their pixels: what MultimodalCollator and the preference stages' collator add to the text."""
+    length = batch["input_ids"].shape[1]
+    for key in TYPE_KEYS:
+        if all(key in e for e in examples):
+            batch[key] = _pad([e[key] for e in examples], length, padding_side)
+    if rope is not None:
+        # 4 rows, as transformers reads Qwen-VL's position ids: the plain 1-D positions, then time, height, width
+        positions = torch.zeros((4, len(examples), length), dtype=torch.long)
+        for row, example in enumerate(examples):
+            n = len(example["input_ids"])
+            cols = slice(length - n, length) if padding_side == "left" else slice(0, n)
+            positions[0, row, cols] = text_positions(n)
+            positions[1:, row, cols] = rope(example)
+        batch["position_ids"] = positions
+    batch.update(batch_media(examples, ctx))
+    return batch
+
+
+def _pad(rows: list, length: int, padding_side: str) -> torch.Tensor:
+    """Token-type rows padded with 0 (text)."""
+    out = torch.zeros((len(rows), length), dtype=torch.long)
+    for i, row in enumerate(rows):
+        row = torch.as_tensor(row, dtype=torch.long)
+        if padding_side == "left":
+            out[i, length - len(row):] = row
+        else:
+            out[i, :len(row)] = row
+    return out

@@ -59,10 +59,12 @@ def media_context(data: Any, template_name: str, processor: Any) -> MediaContext
     Refuses a processor paired with a template that has no media plugin."""
     if processor is None:
         return None
-    plugin = plugin_for(template_name)
+    model_type = getattr(processor, "model_type", None)   # processor.py records it
+    # `template: auto` resolves to the tokenizer's chat format (or `empty`); its media tokens are the model family's
+    plugin = plugin_for("auto" if getattr(data, "template", None) == "auto" else template_name, model_type)
     if plugin is None:
-        raise ConfigError(f"template: {template_name} has no image/video support; a vision-language model needs its "
-                          f"family's template ({', '.join(TEMPLATE_PLUGINS)})")
+        raise ConfigError(f"template: {template_name} has no image/video support for model type {model_type}; a "
+                          f"vision-language model needs its family's template ({', '.join(TEMPLATE_PLUGINS)})")
     settings = MediaSettings(data.image_max_pixels, data.image_min_pixels, data.video_max_pixels,
                              data.video_min_pixels, data.video_fps, data.video_maxlen)
     return MediaContext(plugin, processor, settings, data.image_do_pan_and_scan, data.media_truncation)

@@ -200,11 +200,20 @@ PLUGINS: dict[str, MediaPlugin] = {
     "llava": MediaPlugin("llava", "<image>"),
 }
 # LLaMA-Factory's template name -> its plugin (templates.py holds the chat format of each).
+# LLaMA-Factory 0.9.5 gives its Qwen3.5 templates (qwen3_5, qwen3_5_nothink, qwen3_6) Qwen3-VL's plugin.
 TEMPLATE_PLUGINS = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl",
+                    "qwen3_5": "qwen3_vl", "qwen3_5_nothink": "qwen3_vl", "qwen3_6": "qwen3_vl",
                     "gemma3": "gemma3", "llava": "llava"}
+# A model's type -> its family's plugin, for `template: auto` (LLaMA-Factory v1 files name no template: the chat
+# format comes from the tokenizer's chat template, the media tokens from the model's family).
+MODEL_TYPE_PLUGINS = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl",
+                      "qwen3_vl_moe": "qwen3_vl", "qwen3_5": "qwen3_vl", "qwen3_5_moe": "qwen3_vl",
+                      "gemma3": "gemma3", "llava": "llava"}
 
 
-def plugin_for(template_name: str) -> MediaPlugin | None:
-    """The media plugin of a template, None for a text-only template."""
+def plugin_for(template_name: str, model_type: str | None = None) -> MediaPlugin | None:
+    """The media plugin of a template, None for a text-only template; `template: auto` takes the model type's."""
     name = TEMPLATE_PLUGINS.get(template_name)
+    if name is None and template_name == "auto":
+        name = MODEL_TYPE_PLUGINS.get(model_type or "")
     return PLUGINS[name] if name else None

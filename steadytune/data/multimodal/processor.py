@@ -24,6 +24,7 @@ class MediaProcessor:
     tokenizer: Any
     image_processor: Any
     video_processor: Any = None
+    model_type: str | None = None   # config.json's, for `template: auto` (plugins.MODEL_TYPE_PLUGINS)
     # Gemma 3
     image_seq_length: int | None = None
     boi_token: str | None = None
@@ -80,6 +81,7 @@ def load_media_processor(folder: str | Path, tokenizer: Any = None) -> Any:
                 processor.vision_feature_select_strategy = (processor.vision_feature_select_strategy
                                                             or config.get("vision_feature_select_strategy")
                                                             or "default")
+            processor.model_type = config.get("model_type")
             return processor
     except Exception as e:  # transformers raises ImportError / AttributeError / ValueError for a missing backend
         log.info("AutoProcessor could not build %s's processor (%s); using its parts", folder, e)
@@ -96,12 +98,15 @@ def load_media_processor(folder: str | Path, tokenizer: Any = None) -> Any:
     model_type = config.get("model_type", "")
     if model_type.startswith("gemma3"):
         n = settings.get("image_seq_length") or config.get("mm_tokens_per_image") or 256
-        return gemma3_parts(tokenizer, image_processor, int(n))
-    if "llava" in model_type:
+        parts = gemma3_parts(tokenizer, image_processor, int(n))
+    elif "llava" in model_type:
         vision = config.get("vision_config") or {}
-        return llava_parts(tokenizer, image_processor,
+        parts = llava_parts(tokenizer, image_processor,
                            int(settings.get("patch_size") or vision.get("patch_size") or 14),
                            int(settings.get("num_additional_image_tokens", 1)),
                            settings.get("vision_feature_select_strategy")
                            or config.get("vision_feature_select_strategy") or "default")
-    return MediaProcessor(tokenizer, image_processor, video_processor)
+    else:
+        parts = MediaProcessor(tokenizer, image_processor, video_processor)
+    parts.model_type = model_type or None
+    return parts

@@ -20,7 +20,7 @@ import torch
 
 from steadytune.data.multimodal.plugins import IMAGE_TYPE, TEXT_TYPE, VIDEO_TYPE
 
-QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def mrope_for_config(config: Any) -> MRope | None:
     vision = get("vision_config") or {}
     vget = vision.get if isinstance(vision, dict) else lambda k, d=None: getattr(vision, k, d)
     tokens_per_second = vget("tokens_per_second") if model_type == "qwen2_5_vl" else None
-    return MRope(int(vget("spatial_merge_size", 2) or 2), tokens_per_second, model_type.startswith("qwen3_vl"))
+    return MRope(int(vget("spatial_merge_size", 2) or 2), tokens_per_second, model_type.startswith("qwen3"))
 
 
 def text_positions(length: int) -> torch.Tensor:

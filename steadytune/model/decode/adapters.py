@@ -41,6 +41,13 @@ class AdapterSelector:
         self._enable(True)
         return None, {"adapter_names": [a if a is not None else BASE for a in adapters]}
 
+    def current(self) -> Optional[str]:
+        """The adapter the model's own forward would apply now: its active one, None with adapters off (peft's
+        `disable_adapter()`) or without peft."""
+        if not self.is_peft or (self._layer is not None and self._layer.disable_adapters):
+            return None
+        return self.model.active_adapter
+
     def select(self, name: Optional[str]) -> None:
         """The model with this adapter alone, or (None) with every adapter layer off."""
         if not self.is_peft:

@@ -4,12 +4,18 @@ tens of milliseconds of host time for a few of GPU work. A CUDA graph records th
 them with one launch.
 
 A graph replays the same kernels on the same memory with the Python values of the moment it was recorded, so the
-step it records must read everything that changes from tensors that stay in place (the slot cache, the batch's
-input ids and lengths: batch.py and slotcache.py), and may not wait on the device. Graphs are kept per shape
-bucket (adapter, rows, columns); rows and columns are rounded up (`bucket_rows`, `bucket_columns`) so a handful of
-graphs serve a whole run. Safety: each graph's first two uses also run the step eagerly and compare (the second
-use is the one a frozen Python value would break); any failure or mismatch turns graphs off for the rest of the
-run, with one warning, and the eager step's result is used. STEADYTUNE_CUDA_GRAPHS=0 turns them off.
+step it records must read everything that changes from tensors that stay in place (the slot cache, the decode
+state: state.py, slotcache.py), and may not wait on the device. The step recorded is the whole loop body: forward,
+sampling, and the update of every row (its next input, length, board, whether it is done). Graphs are kept per shape
+bucket (rows, columns, what the sampler needs; the adapter on peft's path); rows and columns are rounded up
+(`bucket_rows`, `bucket_columns`) so a handful of graphs serve a whole run.
+
+The step changes the state it reads, so running it is not free: recording (which runs it once to warm up, and on
+the CPU stand-in of the tests runs it to record) and checking put the state back as it was (`snapshot`, a function
+that copies the state and returns the function that restores it). Safety: each graph's first two uses also run the
+step eagerly, from the same state, and compare the logits (the second use is the one a frozen Python value would
+break); any failure or mismatch turns graphs off for the rest of the run, with one warning, and the eager step's
+result is used. STEADYTUNE_CUDA_GRAPHS=0 turns them off.
 """
 
 from __future__ import annotations
@@ -58,8 +64,7 @@ class CudaGraphBackend:
 
     def capture(self, step: Callable[[], torch.Tensor]) -> tuple[Callable[[], None], torch.Tensor]:
         # First-use work (cuBLAS handles, workspaces, lazy modules) must not fall inside the capture: run the step
-        # once on a side stream, as torch.cuda.graphs recommends. The step is idempotent (it writes the same new
-        # column again), so running it more than once changes nothing.
+        # once on a side stream, as torch.cuda.graphs recommends. DecodeGraphs puts back what that run changed.
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
@@ -105,38 +110,54 @@ class DecodeGraphs:
         if renew is not None:
             renew()
 
-    def run(self, key: Hashable, step: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def run(self, key: Hashable, step: Callable[[], torch.Tensor],
+            snapshot: Optional[Callable[[], Callable[[], None]]] = None) -> torch.Tensor:
+        """Run `step` (-> logits) through the graph recorded for `key` (recording it first), or eagerly. `snapshot`
+        copies what the step changes and returns the function that puts it back."""
         if not self.enabled:
             return step()
+        snapshot = snapshot or _nothing_to_restore
         try:
-            return self._run(key, step)
+            return self._run(key, step, snapshot)
         except Exception as e:  # noqa: BLE001 - any failure: decode on without graphs
             self._disable(f"{type(e).__name__}: {e}")
             return step()
 
-    def _run(self, key: Hashable, step: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def _run(self, key: Hashable, step: Callable[[], torch.Tensor], snapshot) -> torch.Tensor:
         graph = self.graphs.get(key)
         if graph is None:
             while len(self.graphs) >= MAX_GRAPHS:
                 self.graphs.popitem(last=False)
-            replay, output = self.backend.capture(step)
+            restore = snapshot()
+            try:
+                replay, output = self.backend.capture(step)
+            finally:
+                restore()
             graph = self.graphs[key] = _Graph(replay, output)
             self.captured += 1
         else:
             self.graphs.move_to_end(key)
+        if graph.checked >= VERIFIED_USES:
+            graph.replay()
+            return graph.output
+        graph.checked += 1
+        restore = snapshot()
         graph.replay()
-        if graph.checked < VERIFIED_USES:
-            graph.checked += 1
-            expected = step()
-            if not _same(graph.output, expected):
-                self._disable(f"the recorded step for {key} gave other logits than the eager step")
-                return expected
-        return graph.output
+        recorded = graph.output.clone()
+        restore()
+        expected = step()
+        if not _same(recorded, expected):
+            self._disable(f"the recorded step for {key} gave other logits than the eager step")
+        return expected
 
     def _disable(self, reason: str) -> None:
         self.disabled_because = reason
         self.graphs.clear()
         logger.warning("decode: CUDA graphs are off for this run (%s); decoding eagerly", reason)
+
+
+def _nothing_to_restore() -> Callable[[], None]:
+    return lambda: None
 
 
 def _same(recorded: torch.Tensor, eager: torch.Tensor) -> bool:

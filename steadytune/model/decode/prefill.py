@@ -10,15 +10,37 @@ from typing import Any, Optional, Sequence
 import torch
 from transformers import DynamicCache
 
+from steadytune.model.decode.sampling import SamplingParams
+
 
 @dataclass
 class Row:
-    """One sequence in the batch. `length` counts its tokens in the cache (prompt + generated, not yet the token
-    sampled last, which is the next input)."""
+    """One sequence in the batch: its prompt, adapter (None: the base model), sampling settings and key (the noise it
+    draws from: sampling.py), and what its owner (a serve request, a GRPO roll-out) wants to find again.
+
+    The host's view of it, kept without waiting for the device: `steps` decode steps ran since it joined; `length`
+    is at most that many tokens beyond its prompt (it stops growing once the row is done on the device): the cache
+    columns it may need; `received` tokens of it were read back; `finished` is why it ended, once a read-back says so
+    ("stop", "length" or "failed")."""
     prompt_ids: Sequence[int]
     adapter: Optional[str]
     owner: Any = None
+    params: Optional[SamplingParams] = None
+    key: int = 0
     length: int = 0
+    steps: int = 0
+    received: int = 0
+    finished: Optional[str] = None
+
+    @property
+    def may_run(self) -> bool:
+        """Whether the device may still be producing tokens for this row (as far as the host knows)."""
+        return self.finished is None and 1 + self.steps < self.params.max_tokens
+
+    def stepped(self) -> None:
+        if self.may_run:
+            self.length += 1
+        self.steps += 1
 
 
 def cache_keyword(model: torch.nn.Module) -> str:

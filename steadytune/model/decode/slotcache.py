@@ -138,9 +138,12 @@ class SlotCache(Cache):
         for layer in self.layers:
             layer.view = view
 
-    def store_prefill(self, prefill: Cache, first_slot: int, lengths: torch.Tensor, width: int) -> None:
+    def store_prefill(self, prefill: Cache, first_slot: int, lengths: torch.Tensor, width: int,
+                      sources: Optional[torch.Tensor] = None) -> None:
         """Copy a left-padded prefill's keys and values (rows of true lengths `lengths`, a LongTensor on the device,
-        padded to `width`) into slots first_slot.. so that each row's token t sits at column t.
+        padded to `width`) into slots first_slot.. so that each row's token t sits at column t. `sources` (a
+        LongTensor, one per slot filled) names the prefill row each slot copies: several slots may copy one row (the
+        completions of one prompt share its prefill); by default slot i copies row i.
 
         A prefill layer holds the last `stored` columns of the padded width (all of them, or sliding_window - 1 for a
         sliding layer); row i's token t is at column t + stored - lengths[i] there. Columns a row does not have
@@ -155,6 +158,8 @@ class SlotCache(Cache):
                 indices[stored] = (columns[None, :] + stored - lengths[:, None]).clamp_(0, stored - 1)
             index = indices[stored].view(rows, 1, width, 1)
             for target, states in ((layer.keys, source.keys), (layer.values, source.values)):
+                if sources is not None:
+                    states = states.index_select(0, sources)
                 shape = (rows, states.shape[1], width, states.shape[3])
                 target[first_slot: first_slot + rows, :, :width] = states.gather(2, index.expand(shape))
 

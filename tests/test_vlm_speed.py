@@ -1,0 +1,191 @@
+"""The speed plan on a vision-language model: compile, fp8 base, fused SwiGLU and shared-input groups reach the language
+model's decoder layers only; CUDA graphs and static shapes are off with the reason; the memory policy reads the
+language model's sizes (text_config)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from steadytune.config import load_config
+from steadytune.hardware.memory import choose_gradient_checkpointing
+from steadytune.model.anatomy import decoder_layers, text_config
+from steadytune.model.fp8_base import eligible_layers, fp8_support, restore_base, use_fp8_base
+from steadytune.model.fused_swiglu import fusable_mlps
+from steadytune.model.kernels import compile_layers, uncompile_layers
+from steadytune.model.lora import attach_adapter
+from steadytune.model.shared_input import sibling_groups
+from steadytune.training.lora_budget import adapter_parameters
+from steadytune.training.loss import causal_lm_loss_sum
+from steadytune.training.vision_speed import decide_vision_speed, vision_graph_blockers, vision_static_status
+from vlm_batches import image_batch, square, tiny
+
+ROWS = [(square((255, 0, 0)), "What colour?", "red")]
+
+
+def lora_vlm(kind: str, **keys):
+    model, tokenizer = tiny(kind)
+    cfg = load_config(None, {"model_name_or_path": "unused", **keys})
+    return attach_adapter(model, cfg), tokenizer, cfg
+
+
+def in_language_model(module, model) -> bool:
+    names = {id(m): n for n, m in model.named_modules()}
+    return ".language_model." in names[id(module)]
+
+
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "gemma3_vl", "llava"])
+def test_speed_pieces_find_only_the_language_models_layers(kind):
+    # the vision tower unfrozen: it has LoRA layers too, which must be left alone
+    model, _, _ = lora_vlm(kind, freeze_vision_tower=False)
+    vision_lora = [n for n, m in model.named_modules() if hasattr(m, "lora_A") and ".language_model." not in n]
+    assert vision_lora, "the test needs LoRA layers in the vision tower"
+    layers = eligible_layers(model)
+    assert layers and all(in_language_model(module, model) for module, _ in layers)
+    groups = sibling_groups(model)
+    assert groups and all(in_language_model(m, model) for group in groups for m in group)
+    assert all(in_language_model(mlp, model) for mlp in fusable_mlps(model))
+    layers = decoder_layers(model)
+    assert layers is model.get_base_model().model.language_model.layers
+
+
+def test_compile_reaches_the_language_model_layers_only():
+    model, tokenizer, _ = lora_vlm("qwen2_5_vl")
+    compiled, why = compile_layers(model, static_shapes=False)
+    try:
+        assert compiled and "2 decoder layers" in why
+        compiled_modules = [n for n, m in model.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
+        assert compiled_modules and all(".language_model.layers." in n for n in compiled_modules)
+    finally:
+        uncompile_layers(model)
+
+
+@pytest.mark.skipif(not fp8_support(torch.device("cpu"))[0], reason="this torch has no fp8 matmul")
+def test_fp8_base_over_a_vlm_still_sees_the_image():
+    model, tokenizer, _ = lora_vlm("qwen2_5_vl")
+    batch = image_batch("qwen2_5_vl", model, tokenizer, ROWS)
+    with torch.no_grad():
+        before = causal_lm_loss_sum(model, batch)[0]
+    changed, _ = use_fp8_base(model)
+    try:
+        assert changed == 14   # 7 LoRA layers in each of the 2 language model layers
+        with torch.no_grad():
+            after = causal_lm_loss_sum(model, batch)[0]
+        assert abs(float(after - before)) / float(before) < 0.05
+    finally:
+        restore_base(model)
+
+
+def test_graphs_and_static_shapes_are_off_with_the_reason_and_one_line_says_what_applies():
+    model, _, cfg = lora_vlm("gemma3_vl")
+    assert "patches" in vision_graph_blockers(model)["vision"]
+    assert vision_static_status(model)[0] is False
+    decide_vision_speed(cfg, model)
+    assert "2 decoder layers" in cfg.decisions["vision_speed"]["reason"]
+    assert "without autograd" in cfg.decisions["vision_speed"]["reason"]
+    assert "vision_tower 0 of" in cfg.decisions["trainable_parts"]["value"]
+    from steadytune.model.tiny import build_model
+
+    assert vision_graph_blockers(build_model("qwen2")) == {} and vision_static_status(build_model("qwen2")) is None
+
+
+def test_memory_estimates_read_the_language_models_sizes():
+    model, _, _ = lora_vlm("qwen3_vl")
+    config = text_config(model)
+    use, why = choose_gradient_checkpointing(config, 4096, 80.0, None)
+    assert isinstance(use, bool) and why
+    # the LoRA budget counts the adapters LoRA will make: the language model's 14 linear layers, rank 8
+    fresh, _ = tiny("qwen3_vl")
+    linears = [m for n, m in fresh.named_modules() if isinstance(m, torch.nn.Linear) and ".language_model.layers." in n]
+    assert adapter_parameters(fresh, "all", 8) == sum(8 * (m.in_features + m.out_features) for m in linears)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes is not installed")
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "llava"])
+def test_qlora_quantises_the_language_model_only(kind, tmp_path):
+    """quantization_bit: 4 on a VLM, loaded as a run loads it: the language model's linear layers in 4 bits, the
+    vision tower and projector as loaded; a batch with an image still trains."""
+    from steadytune.model.load import load_model_and_tokenizer
+    from steadytune.model.quantize import quantized_linear_names, skip_narrow_repacking
+    from steadytune.model.tiny_vlm import save_tiny_vlm
+
+    folder = save_tiny_vlm(tmp_path / kind, kind)
+    cfg = load_config(None, {"model_name_or_path": str(folder), "quantization_bit": 4})
+    model, tokenizer = load_model_and_tokenizer(cfg.model, torch.float32, device=torch.device("cpu"))
+    quantized = quantized_linear_names(model)
+    assert len(quantized) == 14 and all(".language_model.layers." in n for n in quantized)
+    plain = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]
+    assert any("visual" in n or "vision_tower" in n for n in plain)
+    model = attach_adapter(model, cfg)
+    skip_narrow_repacking(model)
+    batch = image_batch(kind, model, tokenizer, ROWS)
+    loss_sum, n = causal_lm_loss_sum(model, batch)
+    loss_sum.backward()
+    assert torch.isfinite(loss_sum) and any(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_a_mixture_of_experts_vlm_adapts_its_experts_and_counts_them():
+    """Qwen3-VL-MoE: the MoE code reads the language model's text_config (experts, top-k), LoRA reaches the routed
+    experts as for a text MoE, the budget counts what is made, and a batch with an image trains."""
+    from steadytune.hardware.moe_shape import moe_shape
+    from steadytune.model.lora import count_parameters
+
+    fresh, tokenizer = tiny("qwen3_vl_moe")
+    shape = moe_shape(text_config(fresh))
+    assert shape is not None and (shape.experts, shape.top_k) == (4, 2)
+    budget = adapter_parameters(fresh, "all", 8)
+    model, tokenizer, cfg = lora_vlm("qwen3_vl_moe")
+    assert count_parameters(model)[0] == budget
+    adapted = {n.split(".lora_")[0] for n, p in model.named_parameters() if p.requires_grad}
+    assert any(".mlp.experts" in n for n in adapted) and all(".language_model." in n for n in adapted)
+    loss_sum, n = causal_lm_loss_sum(model, image_batch("qwen3_vl_moe", model, tokenizer, ROWS))
+    loss_sum.backward()
+    assert torch.isfinite(loss_sum)
+
+
+def test_the_benchmark_shape_has_qwen2_5_vl_3b_size_and_its_rows_their_images(tmp_path):
+    """benchmarks/vlm_speed.py: its Qwen2.5-VL-3B shape (built on the meta device) has the published model's 3.75 B
+    parameters, and its dataset holds the asked rows with drawn images of the asked size."""
+    import json
+
+    from conftest import load_benchmark
+    from PIL import Image
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    bench = load_benchmark("vlm_speed")
+    spec = bench.SHAPES["qwen2.5-vl-3b"]
+    config = AutoConfig.for_model("qwen2_5_vl", text_config=spec["text_config"], vision_config=spec["vision_config"],
+                                  tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    total = sum(p.numel() for p in model.parameters())
+    vision = sum(p.numel() for n, p in model.named_parameters() if ".visual." in n)
+    assert 3.70e9 < total < 3.80e9 and 0.60e9 < vision < 0.70e9
+    folder = bench.make_dataset(tmp_path / "data", rows=7, image_size=64)
+    rows = json.loads((folder / "vlm_bench.json").read_text())
+    assert len(rows) == 7   # one <image> placeholder per image of each row, as LLaMA-Factory's mllm_demo has them
+    assert all(sum(m["content"].count("<image>") for m in r["messages"]) == len(r["images"]) for r in rows)
+    for name in {i for r in rows for i in r["images"]}:
+        assert Image.open(folder / name).size == (64, 64)
+    assert "vlm_bench" in json.loads((folder / "dataset_info.json").read_text())
+
+
+def test_doctor_plans_a_vlm_run_from_its_language_models_sizes(tmp_path):
+    """doctor --config on a vision-language model's folder: checkpointing, fp8 and QLoRA memory from the language
+    model's config (text_config), said so, instead of failing on the nested config."""
+    from steadytune.config import RunConfig
+    from steadytune.doctor.plan import model_config_for, train_plan_findings
+    from steadytune.hardware.backend import GPU, HardwareInfo
+    from steadytune.model.tiny_vlm import save_tiny_vlm
+
+    folder = save_tiny_vlm(tmp_path / "vlm", "qwen2_5_vl")
+    cfg = RunConfig()
+    cfg.model.model_name_or_path = str(folder)
+    config, label = model_config_for(cfg)
+    assert config.hidden_size == 32 and "vision tower and projector are not counted" in label
+    cfg.model.quantization_bit = 4
+    info = HardwareInfo(backend="cuda", torch_version=torch.__version__, gpus=[GPU(0, "GPU", "sm_90", 139.8)])
+    findings = train_plan_findings(info, "plan", cfg)
+    assert findings and all(f.what for f in findings)
