@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,3 +86,27 @@ def test_torchao_swaps_exactly_the_filtered_layers():
     after = dict(model.named_parameters())
     assert all(after[n] is p for n, p in before.items())   # the same Parameters: the optimizer sees the weights
     assert torch.equal(after["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
+
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "lf_fp8.json").read_text(encoding="utf-8"))
+MODELS = {"qwen2": ("qwen2", {}), "llama": ("llama", {}),
+          "qwen2_unaligned": ("qwen2", {"hidden_size": 40, "intermediate_size": 72, "num_attention_heads": 5,
+                                        "num_key_value_heads": 5})}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_converted_layers_are_llamafactorys(name):
+    """LLaMA-Factory 0.9.5's own module filter, run on the same tiny models (tools/make_lf_fp8_golden.py): the same
+    layers (the untied llama head, and widths that are no multiple of 16, left out)."""
+    kind, overrides = MODELS[name]
+    assert fp8_layer_names(build_model(kind, **overrides)) == GOLDEN["layers"][name]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (the fp8 extra)")
+def test_the_recipe_is_llamafactorys():
+    from torchao.float8 import Float8LinearConfig
+
+    from steadytune.training.fp8_training import RECIPE
+
+    config = Float8LinearConfig.from_recipe_name(RECIPE)
+    assert config.cast_config_input.scaling_granularity.value == GOLDEN["scaling"]
