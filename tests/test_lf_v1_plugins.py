@@ -129,3 +129,25 @@ def test_pair_rows_that_differ_before_the_last_answer_are_refused(chosen, reject
         pair_rows([Row("pairs.jsonl row 3", {"chosen": chosen, "rejected": rejected})])
     with pytest.raises(DataError, match="lists of messages"):
         pair_rows([Row("pairs.jsonl row 3", {"chosen": "text", "rejected": rejected})])
+
+
+PAIR_GOLDEN = json.loads((Path(__file__).parent / "golden" / "lf_v1_pair.json").read_text(encoding="utf-8"))
+
+
+def _text(message: dict) -> tuple[str, str]:
+    content = message["content"]
+    return message["role"], content if isinstance(content, str) else "".join(b["value"] for b in content)
+
+
+@pytest.mark.parametrize("index", range(len(PAIR_GOLDEN["rows"])))
+def test_pair_rows_split_as_llamafactorys_converter_reads_them(index):
+    """LLaMA-Factory 0.9.5's v1 pair converter on the same rows (tools/make_lf_v1_pair_golden.py): its chosen and
+    rejected messages are the shared conversation here, then each side's answer. (v1 weighs every assistant turn 1.0;
+    a preference pair here is scored on its last answer, the two sides' difference: the same for one-turn rows.)"""
+    ours = pair_rows([Row("row", PAIR_GOLDEN["rows"][index])])[0].data
+    lf = PAIR_GOLDEN["converted"][index]
+    assert [_text(m) for m in ours["messages"]] == [_text(m) for m in lf["chosen_messages"][:-1]] == \
+        [_text(m) for m in lf["rejected_messages"][:-1]]
+    assert _text(ours["chosen"]) == _text(lf["chosen_messages"][-1])
+    assert _text(ours["rejected"]) == _text(lf["rejected_messages"][-1])
+    assert lf["chosen_messages"][-1]["loss_weight"] == 1.0
