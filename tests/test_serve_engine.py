@@ -352,3 +352,16 @@ def test_out_of_memory_fails_that_step_and_the_engine_serves_on(tokenizer, monke
     assert engine.stats.failed == 1
     assert isinstance(finished, Finished) and finished.completion_tokens == 6
     assert text == tokenizer.decode(generate_alone(model, prompt, 6), skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("penalty", [5e-324, 0.05, 0.0, 10.5])
+def test_a_repetition_penalty_that_would_make_the_logits_infinite_is_refused_in_the_request(penalty):
+    """A positive logit is divided by the penalty: a denormal one (which `> 0` lets through) would make it infinite and
+    fail the request as a server error; the request body refuses it first (422 in serve), the bounds named."""
+    from pydantic import ValidationError
+
+    from steadytune.serve.protocol import CompletionRequest
+
+    with pytest.raises(ValidationError, match="repetition_penalty"):
+        CompletionRequest(model="m", prompt="hi", repetition_penalty=penalty)
+    assert CompletionRequest(model="m", prompt="hi", repetition_penalty=0.1).repetition_penalty == 0.1

@@ -74,8 +74,9 @@ class _Sampling(_Body):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1)   # vLLM's extension: the k most likely tokens only; -1 or 0: all
     min_p: float = Field(0.0, ge=0.0, le=1.0)   # vLLM's extension: tokens at least min_p x the top one's probability
-    # vLLM's extension: > 1 discourages the prompt's and the answer's tokens (transformers' repetition_penalty)
-    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
+    # vLLM's extension: > 1 discourages the prompt's and the answer's tokens (transformers' repetition_penalty). At
+    # least 0.1: a positive logit is divided by it, and a penalty near zero (5e-324 passes `> 0`) makes it infinite
+    repetition_penalty: float = Field(1.0, ge=0.1, le=10.0)
     n: int = Field(1, ge=1)
     stop: Union[Text, list[Text], None] = None
     seed: Optional[int] = Field(None, ge=0, le=MAX_SEED)
