@@ -16,10 +16,12 @@ import torchvision at start, whose PyPI wheels are CUDA builds that do not load 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import random
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -93,13 +95,17 @@ def quantize_folder(folder: Path, bits: int, samples: list[dict], device: str = 
     from gptqmodel import GPTQModel, QuantizeConfig   # optional dependency: the gptq extra
 
     started = time.perf_counter()
-    model = GPTQModel.load(str(folder), QuantizeConfig(bits=bits, **GPTQ_DEFAULTS), device=device)
-    model.quantize(samples, batch_size=1)
+    folder = folder.resolve()
     staging = folder / ".gptq"
     if staging.exists():
         shutil.rmtree(staging)
-    model.save(str(staging))
-    del model
+    # GPTQModel writes its quantisation log and offloaded layers into the working folder: a scratch one instead
+    with tempfile.TemporaryDirectory(prefix="gptq-") as scratch, contextlib.chdir(scratch):
+        config = QuantizeConfig(bits=bits, **GPTQ_DEFAULTS, offload_to_disk_path=str(Path(scratch) / "offload"))
+        model = GPTQModel.load(str(folder), config, device=device)
+        model.quantize(samples, batch_size=1)
+        model.save(str(staging))
+        del model
     for old in list(folder.glob("model*.safetensors")) + list(folder.glob("model.safetensors.index.json")):
         old.unlink()
     for new in staging.iterdir():
@@ -109,7 +115,8 @@ def quantize_folder(folder: Path, bits: int, samples: list[dict], device: str = 
     report: dict[str, Any] = {"bits": bits, "samples": len(samples), "quantize_seconds": time.perf_counter() - started,
                               "weights_bytes": sum(f.stat().st_size for f in folder.glob("model*.safetensors"))}
     if reference is not None and prompt_ids is not None:
-        report["agreement"] = next_token_agreement(folder, reference, prompt_ids)
+        with tempfile.TemporaryDirectory(prefix="gptq-") as scratch, contextlib.chdir(scratch):
+            report["agreement"] = next_token_agreement(folder, reference, prompt_ids)
     return report
 
 
