@@ -7,6 +7,7 @@
 - `card`     the model card and the portable name of the base model
 - `export`   merge into the base and save a Hugging Face folder; `gguf_file` writes the GGUF file (`gguf_experts`:
              the routed experts, routers and shared experts of a mixture of experts, as llama.cpp reads them)
+- `gptq_export`  `export_quantization_bit`: the merged folder quantised by GPTQModel, loaded back and compared
 - `media`    prompts with images for a vision-language model, encoded as training encoded its rows
 - `chat`, `predict`  the interactive and the batch front ends
 

@@ -3,7 +3,7 @@ injection, checkpoints and exact resume, the run folder and its lock, metrics an
 
 Modules: loss, batches, guard, faults, checkpoint, optimizer_state, resume, run_folder, folder_config (a run folder's
 own config grants no code, credentials or outside writes), lora_budget (whether the adapters fit), monitor, trackers,
-graphs, stopping, speed_plan, startup, evaluation (when the loop evaluates, which result is the best), vision_data
+graphs, stopping, speed_plan, fp8_training (LLaMA-Factory's `fp8`: torchao's float8 linear layers), startup, evaluation (when the loop evaluates, which result is the best), vision_data
 and vision_speed (a vision-language run's processor, rows, collators and speed plan). None of them
 sees the whole loop; train.py does.
 """
