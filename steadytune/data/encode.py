@@ -84,6 +84,35 @@ def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int
     return new_source, new_target
 
 
+def add_turn(template: Template, input_ids: list[int], labels: list[int], turn: int, source: list[int],
+             target: list[int], train_on_prompt: bool, mask_history: bool) -> tuple[list[int], list[int]]:
+    """One kept (prompt, answer) pair added with LLaMA-Factory's labels: the prompt trained only under train_on_prompt,
+    the answer unless mask_history hides every turn but the last (whose pairs come reversed, so it is prepended)."""
+    eos = template.eos_token_id
+    if train_on_prompt:
+        source_labels = list(source)
+    elif template.efficient_eos and turn != 0:
+        # The previous answer carries no end token: its eos is learnt at this turn's first position.
+        source_labels = ([eos] + [IGNORE_INDEX] * (len(source) - 1))[:len(source)]
+    else:
+        source_labels = [IGNORE_INDEX] * len(source)
+    target_labels = [IGNORE_INDEX] * len(target) if (mask_history and turn != 0) else list(target)
+    if mask_history:
+        return source + target + input_ids, source_labels + target_labels + labels
+    return input_ids + source + target, labels + source_labels + target_labels
+
+
+def close_turns(template: Template, input_ids: list[int], labels: list[int], pairs: list, kept_source: int,
+                kept_target: int, truncated: bool) -> Truncation | None:
+    """The efficient-eos template's closing eos appended (in place); what cutoff_len cut of `pairs`, or None."""
+    if template.efficient_eos:
+        input_ids.append(template.eos_token_id)
+        labels.append(template.eos_token_id)
+    if not truncated:
+        return None
+    return Truncation(sum(len(s) for s, _ in pairs) - kept_source, sum(len(t) for _, t in pairs) - kept_target)
+
+
 def encode_conversation(template: Template, tokenizer: Any, example: dict, cutoff_len: int,
                         train_on_prompt: bool = False, mask_history: bool = False
                         ) -> tuple[dict | None, Truncation | None]:
@@ -94,7 +123,6 @@ def encode_conversation(template: Template, tokenizer: Any, example: dict, cutof
                           "token (efficient eos), which cannot be combined with training on the prompt")
     pairs = template.encode_pairs(tokenizer, example["messages"], example.get("system"), example.get("tools"),
                                   mask_history)
-    eos = template.eos_token_id
     input_ids: list[int] = []
     labels: list[int] = []
     total = 1 if template.efficient_eos else 0
@@ -111,26 +139,8 @@ def encode_conversation(template: Template, tokenizer: Any, example: dict, cutof
         source, target = source[:source_len], target[:target_len]
         total += source_len + target_len
         kept_source, kept_target = kept_source + source_len, kept_target + target_len
-        if train_on_prompt:
-            source_labels = list(source)
-        elif template.efficient_eos and turn != 0:
-            # The previous answer carries no end token: its eos is learnt at this turn's first position.
-            source_labels = ([eos] + [IGNORE_INDEX] * (source_len - 1))[:source_len]
-        else:
-            source_labels = [IGNORE_INDEX] * source_len
-        target_labels = [IGNORE_INDEX] * target_len if (mask_history and turn != 0) else list(target)
-        if mask_history:
-            input_ids = source + target + input_ids
-            labels = source_labels + target_labels + labels
-        else:
-            input_ids += source + target
-            labels += source_labels + target_labels
-    if template.efficient_eos:
-        input_ids.append(eos)
-        labels.append(eos)
-    cut = None
-    if truncated:
-        cut = Truncation(sum(len(s) for s, _ in pairs) - kept_source, sum(len(t) for _, t in pairs) - kept_target)
+        input_ids, labels = add_turn(template, input_ids, labels, turn, source, target, train_on_prompt, mask_history)
+    cut = close_turns(template, input_ids, labels, pairs, kept_source, kept_target, truncated)
     if all(label == IGNORE_INDEX for label in labels):
         return None, cut
     return {"input_ids": input_ids, "labels": labels}, cut

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from steadytune.config import ConfigError
-from steadytune.data.encode import IGNORE_INDEX, Truncation, encode_oneturn, infer_seqlen
+from steadytune.data.encode import IGNORE_INDEX, Truncation, add_turn, close_turns, encode_oneturn, infer_seqlen
 from steadytune.data.multimodal.media import open_image, resolve_media, video_source
 from steadytune.data.multimodal.plugins import TEMPLATE_PLUGINS, MediaPlugin, flatten, plugin_for
 from steadytune.data.multimodal.preprocess import (
@@ -225,7 +225,6 @@ def _truncate(template: Template, pairs: list, cutoff_len: int, train_on_prompt:
     """LLaMA-Factory's supervised truncation (data/encode.py's rule); with `keep_media_in` (the row, for messages)
     media tokens are kept whole: each turn keeps its media tokens and as much of its text as the room allows,
     room for the later turns' media tokens reserved first."""
-    eos = template.eos_token_id
     input_ids: list[int] = []
     labels: list[int] = []
     total = 1 if template.efficient_eos else 0
@@ -263,26 +262,8 @@ def _truncate(template: Template, pairs: list, cutoff_len: int, train_on_prompt:
         truncated |= (len(kept_s), len(kept_t)) != (len(source), len(target))
         total += len(kept_s) + len(kept_t)
         kept_source, kept_target = kept_source + len(kept_s), kept_target + len(kept_t)
-        if train_on_prompt:
-            source_labels = list(kept_s)
-        elif template.efficient_eos and turn != 0:
-            source_labels = ([eos] + [IGNORE_INDEX] * (len(kept_s) - 1))[:len(kept_s)]
-        else:
-            source_labels = [IGNORE_INDEX] * len(kept_s)
-        target_labels = [IGNORE_INDEX] * len(kept_t) if (mask_history and turn != 0) else list(kept_t)
-        if mask_history:
-            input_ids = kept_s + kept_t + input_ids
-            labels = source_labels + target_labels + labels
-        else:
-            input_ids += kept_s + kept_t
-            labels += source_labels + target_labels
-    if template.efficient_eos:
-        input_ids.append(eos)
-        labels.append(eos)
-    cut = None
-    if truncated:
-        cut = Truncation(sum(len(s) for s, _ in pairs) - kept_source, sum(len(t) for _, t in pairs) - kept_target)
-    return input_ids, labels, cut
+        input_ids, labels = add_turn(template, input_ids, labels, turn, kept_s, kept_t, train_on_prompt, mask_history)
+    return input_ids, labels, close_turns(template, input_ids, labels, pairs, kept_source, kept_target, truncated)
 
 
 def _n_media(ids: list[int], media_ids: set) -> int:
