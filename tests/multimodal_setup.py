@@ -144,3 +144,38 @@ def write_video(path: Path, frames: list[tuple[int, int, int]], fps: int = 6) ->
         for packet in stream.encode():
             container.mux(packet)
     return path
+
+
+# The golden file's codec (tests/golden/multimodal/, written by tools/make_lf_multimodal_golden.py, read by
+# tests/test_multimodal_golden.py): long runs of one id written once with their count, positions as steps.
+def runs(values: list) -> str:
+    """A list as text, runs written once with their count ("640*16"): image tokens come in long runs."""
+    out, k = [], 0
+    while k < len(values):
+        n = 1
+        while k + n < len(values) and values[k + n] == values[k]:
+            n += 1
+        out.append(f"{values[k]}*{n}" if n > 2 else " ".join([str(values[k])] * n))
+        k += n
+    return " ".join(out)
+
+
+def steps(values: list[int]) -> list[int]:
+    """The first value, then the differences (positions mostly step by 1: long runs)."""
+    return values[:1] + [b - a for a, b in zip(values, values[1:])]
+
+
+def expand_runs(text: str) -> list[int]:
+    out = []
+    for item in text.split():
+        value, _, count = item.partition("*")
+        out += [int(value)] * int(count or 1)
+    return out
+
+
+def undo_steps(values: list[int]) -> list[int]:
+    """steps undone."""
+    out = values[:1]
+    for step in values[1:]:
+        out.append(out[-1] + step)
+    return out

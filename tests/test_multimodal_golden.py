@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import LF_FIXTURES, needs_shared
-from multimodal_setup import draw_image, processor_for, vision_tokenizer
+from multimodal_setup import draw_image, expand_runs, processor_for, undo_steps, vision_tokenizer
 
 from steadytune.data.encode import IGNORE_INDEX
 from steadytune.data.multimodal.collate import MultimodalCollator
@@ -34,21 +34,6 @@ GOLDEN = json.loads((Path(__file__).parent / "golden" / "multimodal" / "lf_mllm_
 TOK = vision_tokenizer()
 IMAGE_CASES = sorted(k for k in GOLDEN["cases"] if k.split("/")[1] in ("default", "small", "answer_cut"))
 ROPE = {"qwen2_vl": MRope(2), "qwen3_vl": MRope(2, frames_as_blocks=True)}
-
-
-def expand_runs(text: str) -> list[int]:
-    out = []
-    for item in text.split():
-        value, _, count = item.partition("*")
-        out += [int(value)] * int(count or 1)
-    return out
-
-
-def undo_steps(values: list[int]) -> list[int]:
-    out = values[:1]
-    for step in values[1:]:
-        out.append(out[-1] + step)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -97,33 +97,9 @@ def summary(tensor) -> dict:
             "picks": {str(i): round(float(flat[i]), 6) for i in picks}}
 
 
-def runs(values: list) -> str:
-    """A list as text, runs written once with their count ("640*16"): image tokens come in long runs."""
-    out, k = [], 0
-    while k < len(values):
-        n = 1
-        while k + n < len(values) and values[k + n] == values[k]:
-            n += 1
-        out.append(f"{values[k]}*{n}" if n > 2 else " ".join([str(values[k])] * n))
-        k += n
-    return " ".join(out)
-
-
-def steps(values: list[int]) -> list[int]:
-    """The first value, then the differences (positions mostly step by 1: long runs)."""
-    return values[:1] + [b - a for a, b in zip(values, values[1:])]
-
-
-def expand_runs(text: str) -> list[int]:
-    out = []
-    for item in text.split():
-        value, _, count = item.partition("*")
-        out += [int(value)] * int(count or 1)
-    return out
-
-
 def compact(ids: list[int], labels: list[int]) -> dict:
     """ids and which of them are trained (1: label = id, 0: ignored), both as runs."""
+    from multimodal_setup import runs
     flags = [1 if label == tok else 0 if label == -100 else "x" for tok, label in zip(ids, labels)]
     return {"input_ids": runs(ids), "trained": runs(flags)}
 
@@ -131,6 +107,7 @@ def compact(ids: list[int], labels: list[int]) -> dict:
 def encode(name: str, keys: dict, messages: list[dict], images: list[str], videos: list, rope_model,
            collate: bool = True):
     """LLaMA-Factory's supervised encoding and collation of one row -> the golden case."""
+    from multimodal_setup import runs, steps
     from llamafactory.data.collator import MultiModalDataCollatorForSeq2Seq
     from llamafactory.data.processor.supervised import SupervisedDatasetProcessor
     from llamafactory.data.template import get_template_and_fix_tokenizer
@@ -237,6 +214,7 @@ def cutoff_for(kind: str, full: dict, tok, name: str, cut_ids) -> int:
     """`fit`: a cutoff_len that cuts only the answer (the prompt under half of it, kept whole by LLaMA-Factory's
     rule); `image`: the smallest cutoff_len whose cut (LLaMA-Factory's ids, `cut_ids(cutoff)`) keeps some of the
     first image's tokens but not all of them."""
+    from multimodal_setup import expand_runs
     ids, flags = expand_runs(full["input_ids"]), expand_runs(full["trained"])
     if kind == "fit":
         return min(2 * flags.index(1) + 3, len(flags) - 1)
