@@ -241,25 +241,23 @@ class BatchingEngine:
         """-> [len(prompts), n_labels] summed log-probabilities of each label (scoring.score_labels)."""
         loop = asyncio.get_running_loop()
         job = _ClassifyJob(adapter, prompts, label_targets, loop.create_future(), loop)
-        with self._cond:
-            if self._stopping or self.queue_depth >= self.max_queue:
-                self.stats.rejected += 1
-                raise QueueFull()
-            self._classify.append(job)
-            self._cond.notify()
-        return await job.future
+        return await self._enqueue(self._classify, job)
 
     async def run_exclusive(self, adapter: Optional[str], work: Callable[[], Any]) -> Any:
         """work() on the worker thread, with `adapter` selected, between two decode steps; -> its result."""
         loop = asyncio.get_running_loop()
         job = _ExclusiveJob(adapter, work, loop.create_future(), loop)
+        return await self._enqueue(self._exclusive, job)
+
+    def _enqueue(self, queue: list, job) -> asyncio.Future:
+        """`job` put on `queue` for the worker thread (QueueFull while stopping or full); -> the future it answers."""
         with self._cond:
             if self._stopping or self.queue_depth >= self.max_queue:
                 self.stats.rejected += 1
                 raise QueueFull()
-            self._exclusive.append(job)
+            queue.append(job)
             self._cond.notify()
-        return await job.future
+        return job.future
 
     def _drop_cancelled_waiting(self) -> None:
         if any(s.request.cancelled or s.request.failed for s in self._waiting):
