@@ -77,13 +77,14 @@ def stub_torchaudio() -> None:
         sys.modules["torchaudio"] = stand_in
 
 
-def tiny_model(folder: Path) -> Path:
+def tiny_model(folder: Path, sizes: dict = TINY_QWEN2) -> Path:
+    """A random Qwen2 of `sizes` on the golden's tokenizer, seeded, saved in `folder`."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
     config = Qwen2Config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **TINY_QWEN2)
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **sizes)
     torch.manual_seed(0)
     Qwen2ForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -302,19 +303,6 @@ METHOD_CASES = [
 ]
 
 
-def methods_model(folder: Path) -> Path:
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
-    config = Qwen2Config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **METHODS_QWEN2)
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def _groups(optimizer, names: dict) -> list[dict]:
     """The optimizer's parameter groups as names and JSON-able settings (a layer-wise optimizer: each inner one's)."""
     inner = getattr(optimizer, "optimizer", optimizer)
@@ -376,7 +364,7 @@ def capture_method(examples: Path, name: str, relative: str, changes: dict, mode
 
 
 def capture_methods(examples: Path, work: Path) -> dict:
-    model = methods_model(work / "tiny-qwen2-4layers")
+    model = tiny_model(work / "tiny-qwen2-4layers", METHODS_QWEN2)
     out = {"tiny_qwen2": METHODS_QWEN2, "common": METHODS_COMMON, "cases": {}}
     for name, relative, changes in METHOD_CASES:
         out["cases"][name] = capture_method(examples, name, relative, changes, model, work)
