@@ -24,7 +24,9 @@ BLOCK_V = 1024
 
 
 @triton.jit
-def _hash32(x):
+def _hash32(x, HASH_A: tl.constexpr, HASH_B: tl.constexpr, M32: tl.constexpr):
+    # The constants come in as constexpr arguments: a @triton.jit function may not read module globals (the
+    # interpreter allows it, the compiler refuses with "Cannot access global variable").
     x = x ^ (x >> 16)
     x = (x * HASH_A) & M32
     x = x ^ (x >> 15)
@@ -75,7 +77,7 @@ def _sample_kernel(Logits, Seen, Temperature, MinP, Penalty, Seeds, Tokens, Brok
                 ok = v < V
                 x = _penalised(Logits, Seen, Penalty, r, v, ok, stride_l, stride_s, True, PENALTY)
                 scaled = (x - top) / t
-                bits = _hash32((seed + v.to(tl.int64) * WEYL) & M32)
+                bits = _hash32((seed + v.to(tl.int64) * WEYL) & M32, HASH_A, HASH_B, M32)
                 u = ((bits >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
                 score = scaled - tl.log(-tl.log(u))
                 score = tl.where(ok & (scaled >= floor), score, float("-inf"))
