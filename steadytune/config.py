@@ -169,9 +169,13 @@ class MethodArguments:
     max_completion_length: int = _opt(512, "grpo: most tokens generated per completion.", minimum=1)
     beta: float = _opt(0.0, "grpo: weight of the KL term to the reference (the base with the adapter switched off); 0: no reference forward.", minimum=0.0)
     epsilon: float = _opt(0.2, "grpo: clip range of the importance ratio, 1 - epsilon.", minimum=0.0)
-    epsilon_high: Optional[float] = _opt(None, "grpo: upper clip range 1 + epsilon_high (DAPO's clip-higher); default epsilon.", minimum=0.0)
-    loss_type: str = _opt("dapo", "grpo: how token losses are summed: grpo (mean per completion, then over completions), dr_grpo (sum / (completions x max_completion_length)), dapo (mean over every completion token of the step).",
-                          choices=("grpo", "dr_grpo", "dapo"))
+    epsilon_high: Optional[float] = _opt(None, "grpo: upper clip range 1 + epsilon_high (DAPO's clip-higher); default epsilon. With loss_type cispo: the importance weight's upper bound itself (default 5.0, ScaleRL's).", minimum=0.0)
+    loss_type: str = _opt("dapo", "grpo: the loss (TRL's names): grpo (clipped surrogate, mean per completion, then over completions), dr_grpo (sum / (completions x max_completion_length)), dapo (mean over every completion token of the step), cispo (clipped, detached importance weight times the log-prob: every token keeps its gradient; token mean), sapo (a smooth sigmoid gate instead of the clip; mean per completion), luspo (GSPO scaled by each completion's length).",
+                          choices=("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"))
+    importance_sampling_level: str = _opt("token", "grpo: the importance ratio per token (token) or one per completion, the exp of its tokens' mean log-ratio (sequence: GSPO).", choices=("token", "sequence"))
+    delta: Optional[float] = _opt(None, "grpo: caps the unclipped importance ratio at delta too (two-sided clipping, INTELLECT-2; > 1 + epsilon_high); default none.", minimum=1.0)
+    sapo_temperature_pos: float = _opt(1.0, "grpo, loss_type sapo: the gate's temperature for positive advantages.", minimum=0.0, exclusive_min=True)
+    sapo_temperature_neg: float = _opt(1.05, "grpo, loss_type sapo: the gate's temperature for other advantages.", minimum=0.0, exclusive_min=True)
     scale_rewards: str = _opt("group", "grpo: advantages divided by the std of the group's rewards (group), of the step's (batch), or not (none).", choices=("group", "batch", "none"))
     reward_funcs: Union[None, str, list] = _opt(None, "grpo: reward functions, a list or comma list: accuracy (the answer equals the solution/answer column), format (reward_format matches), label (classification: the gold label), length, or your own module:function / path/file.py:function taking (prompts, completions, **columns).")
     reward_weights: Optional[list] = _opt(None, "grpo: one weight per reward function (default 1 each); the reward is their weighted sum.")
@@ -1027,6 +1031,27 @@ def _check_grpo(cfg: RunConfig, where: str) -> None:
     if d.class_balance in ("loss", "both"):
         raise ConfigError(f"{where}: class_balance: {d.class_balance}: stage grpo weighs completions by their "
                           "advantages, not by class (class_balance: sampler draws the prompts balanced)")
+    _check_grpo_loss(cfg, where)
+
+
+def _check_grpo_loss(cfg: RunConfig, where: str) -> None:
+    """The loss keys together (stages/grpo_losses.py): cispo's own epsilon_high default, and TRL's warnings about
+    combinations that do not reproduce their paper, as decisions printed at start."""
+    m = cfg.method
+    if m.loss_type == "cispo" and m.epsilon_high is None:
+        m.epsilon_high = 5.0
+        cfg.decide("epsilon_high", 5.0, "loss_type cispo: the importance weight's upper bound, ScaleRL's epsilon_max "
+                   "(TRL would take epsilon, 0.2, and cap every weight at 0.2)")
+    if m.delta is not None and m.delta <= 1 + (m.epsilon_high if m.epsilon_high is not None else m.epsilon):
+        raise ConfigError(f"{where}: delta: {m.delta} caps the importance ratio below the clip range's top "
+                          f"(1 + epsilon_high); two-sided clipping wants delta > 1 + epsilon_high")
+    if m.loss_type == "luspo" and m.importance_sampling_level != "sequence":
+        cfg.decide("importance_sampling_level", m.importance_sampling_level, "loss_type luspo is GSPO's loss scaled "
+                   "by length: its paper uses importance_sampling_level: sequence (TRL warns the same)")
+    if m.importance_sampling_level == "sequence" and m.loss_type in ("dr_grpo", "dapo", "cispo"):
+        cfg.decide("importance_sampling_level", "sequence", f"loss_type {m.loss_type} sums token losses, so each "
+                   "completion weighs by its length: GSPO's paper pairs the sequence level with loss_type grpo "
+                   "(TRL warns the same)")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -52,7 +52,14 @@ from steadytune.model.decode.sampling import SamplingParams, mix_key
 from steadytune.stages import evaluation
 from steadytune.stages.base import Stage
 from steadytune.stages.batches import _PaddedWithSegments
-from steadytune.stages.grpo_losses import clipped_tokens, per_token_loss, summed_loss, units_of
+from steadytune.stages.grpo_losses import (
+    LossSettings,
+    clip_metric_names,
+    clip_metrics,
+    per_token_loss,
+    summed_loss,
+    units_of,
+)
 from steadytune.stages.logprobs import token_logprobs
 from steadytune.stages.objectives import MetricSums, disable_dropout
 from steadytune.stages.reference import build_reference
@@ -128,11 +135,10 @@ class GRPOObjective(torch.nn.Module):
             cfg.decide("ref_model", None, "beta: 0 (TRL's default): no KL term, so no reference forward")
         self.sampling = sampling_of(cfg)
         self.seed = cfg.train.seed
-        self.epsilon_high = m.epsilon_high if m.epsilon_high is not None else m.epsilon
+        self.loss = LossSettings.of(m)
         names = ["reward"] + [f"rewards/{f.name}/mean" for f in self.functions] + [
             "completions/mean_length", "completions/clipped_ratio", "completions/nonfinite_ratio",
-            "frac_reward_zero_std", "kl",
-            "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
+            "frac_reward_zero_std", "kl", *clip_metric_names(m.loss_type)]
         spreads = {"reward": "reward_std", **{f"rewards/{f.name}/mean": f"rewards/{f.name}/std"
                                               for f in self.functions}}
         self.train_metrics, self.eval_metrics = MetricSums(tuple(names), spreads), MetricSums(tuple(names), spreads)
@@ -312,13 +318,16 @@ class GRPOObjective(torch.nn.Module):
         logps, owner = token_logprobs(self.model, batch, self.temperature)
         advantages = batch["advantages"].to(logps.dtype)[owner]
         ref = self.reference.token_logprobs(self.model, batch, self.temperature) if self.reference else None
-        loss, parts = per_token_loss(logps, logps.detach(), advantages, ref, m.beta, m.epsilon, self.epsilon_high,
-                                     m.use_bias_correction_kl)
+        # The sampling policy's log-probs: the same weights as now in a synchronous step (so the ratio is 1 and its
+        # gradient the policy gradient, TRL's num_iterations 1), the sampling weights' own when the roll-out ran ahead
+        old = batch["old_logps"].to(logps.dtype) if "old_logps" in batch else logps.detach()
+        n = batch["n_sequences"]
+        loss, parts = per_token_loss(logps, old, advantages, ref, owner, n, self.loss)
         if "kl" in parts:
             self.metrics.add("kl", parts["kl"])
-        for name, values in clipped_tokens(parts["ratio"], advantages, m.epsilon, self.epsilon_high).items():
+        for name, values in clip_metrics(parts["ratio"], advantages, owner, n, self.loss).items():
             self.metrics.add(name, values)
-        return summed_loss(loss, owner, batch["n_sequences"], m.loss_type, m.max_completion_length), batch["n_units"]
+        return summed_loss(loss, owner, n, self.loss), batch["n_units"]
 
     # What Accelerate's preparation asks of a transformers model, answered by the model inside (as sft's objective).
     def get_input_embeddings(self):
