@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 from steadytune.config import ConfigError, RunConfig
 from steadytune.data.encode import IGNORE_INDEX, encode_classification_prompt, encode_text
+from steadytune.data.multimodal.encode import MediaContext, encode_multimodal_prompt, with_resolved_media
+from steadytune.data.multimodal.rows import media_of
 from steadytune.data.formats import (
     FormatSpec,
     _column,
@@ -48,7 +50,8 @@ def convert_alpaca_prompt(row: Row, spec: FormatSpec) -> Optional[dict]:
         return None
     answer = _column(row, spec, "response", False) if spec.columns.get("response") else None
     return {"messages": messages, "system": system, "tools": None, "prompt": messages[-1]["content"],
-            "answer": answer if isinstance(answer, str) else None, "columns": _columns(row)}
+            "answer": answer if isinstance(answer, str) else None, "columns": _columns(row),
+            **media_of(row.data, spec.columns, row.where)}
 
 
 def convert_conversation_prompt(row: Row, spec: FormatSpec) -> Optional[dict]:
@@ -62,7 +65,7 @@ def convert_conversation_prompt(row: Row, spec: FormatSpec) -> Optional[dict]:
     if not str(turns[-1]["content"]).strip():
         return None
     return {"messages": turns, "system": system, "tools": tools_of(row, spec), "prompt": str(turns[-1]["content"]),
-            "answer": answer, "columns": _columns(row)}
+            "answer": answer, "columns": _columns(row), **media_of(row.data, spec.columns, row.where)}
 
 
 def convert_classification_prompt(row: Row, spec: FormatSpec) -> Optional[dict]:
@@ -98,14 +101,29 @@ def encode_prompt(template: Template, tokenizer: Any, example: dict, cfg: RunCon
 
 
 def tokenize_prompts(examples: list[dict], split_name: str, template: Template, cfg: RunConfig, tokenizer: Any,
-                     stats: dict) -> list[dict]:
+                     stats: dict, media: Optional[MediaContext] = None) -> list[dict]:
+    """Each prompt's ids and what its reward functions read; a conversation's tool definitions (its `tools` column,
+    which a tool episode checks against the tools given); a prompt with images, its media references, grids and
+    token types (the roll-out makes pixels from them: data/multimodal/)."""
+    d = cfg.data
+    media_dir = d.media_dir if d.media_dir is not None else d.dataset_dir
     out = []
     with _progress(len(examples), split_name) as bar:
         for example in examples:
-            ids, cut = encode_prompt(template, tokenizer, example, cfg)
+            extra: dict = {}
+            if example.get("images") or example.get("videos"):
+                if media is None:
+                    raise DataError(f"{example.get('where', 'row')}: the row has images or videos, and the model has "
+                                    "no image processor (a text-only model?); train a vision-language model")
+                extra, cut = encode_multimodal_prompt(template, media, with_resolved_media(example, media_dir),
+                                                      d.cutoff_len)
+                ids = extra.pop("input_ids")
+            else:
+                ids, cut = encode_prompt(template, tokenizer, example, cfg)
             count_truncation(stats, split_name, cut, 0)
             out.append({"input_ids": ids, "labels": [IGNORE_INDEX] * len(ids), "prompt": example["prompt"],
-                        "answer": example["answer"], "columns": example["columns"]})
+                        "answer": example["answer"], "columns": example["columns"],
+                        **({"tools": example["tools"]} if example.get("tools") else {}), **extra})
             bar.update()
     if not out:
         raise DataError(f"{split_name} data ({datasets_of(cfg, split_name)}) holds no prompt")
@@ -115,4 +133,4 @@ def tokenize_prompts(examples: list[dict], split_name: str, template: Template, 
 PROMPTS = ExampleKind("prompts", {"alpaca": convert_alpaca_prompt, "sharegpt": convert_conversation_prompt,
                                   "openai": convert_conversation_prompt,
                                   "classification": convert_classification_prompt},
-                      tokenize_prompts, _check_prompt_source, classification=True)
+                      tokenize_prompts, _check_prompt_source, classification=True, media_stages=("grpo",))

@@ -62,6 +62,8 @@ def _inference(model: torch.nn.Module) -> Iterator[None]:
 
 # `serve` runs its forwards the same way (eval mode, no autograd, the model's precision).
 inference = _inference
+# The model's precision alone (autocast is per thread): GRPO's roll-out thread, which leaves the model's mode alone.
+precision_context = _precision_context
 
 
 def _length_sorted_batches(prompts: Sequence[Sequence[int]], batch_size: int, progress: bool,

@@ -209,6 +209,27 @@ def take_window(stream, accumulation: int) -> list[MicroBatch]:
     return window
 
 
+class Windows:
+    """The optimizer steps' windows of a micro-batch stream, one at a time, with a look at the next one before it is
+    taken: what a stage that prepares a step ahead needs (grpo's asynchronous roll-outs generate the next step's
+    completions while this step trains). `peek` returns the very MicroBatch objects `take` returns next, so what
+    the stage fills in ahead is what the step then trains on."""
+
+    def __init__(self, stream, accumulation: int):
+        self.stream, self.accumulation = stream, accumulation
+        self._next: list[MicroBatch] | None = None
+
+    def take(self) -> list[MicroBatch]:
+        window = self.peek()
+        self._next = None
+        return window
+
+    def peek(self) -> list[MicroBatch]:
+        if self._next is None:
+            self._next = take_window(self.stream, self.accumulation)
+        return self._next
+
+
 @dataclass(frozen=True)
 class StepCount:
     micro_batches_per_epoch: int

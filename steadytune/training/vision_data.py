@@ -19,8 +19,9 @@ from steadytune.model.load import resolve_model_path, source_config
 from steadytune.model.vision import is_vision_config
 
 
-# Stages whose rows may carry images: sft, and dpo (DPO / ORPO / SimPO pairs: data/multimodal/pairs.py).
-STAGES_WITH_MEDIA = ("sft", "dpo")
+# Stages whose rows may carry images: sft, dpo (DPO / ORPO / SimPO pairs: data/multimodal/pairs.py) and grpo (prompts
+# with images: data/prompts.py, stages/vision_rollout.py).
+STAGES_WITH_MEDIA = ("sft", "dpo", "grpo")
 
 
 def load_vision_processor(cfg: RunConfig, tokenizer: Any) -> Any | None:
