@@ -3,7 +3,10 @@ registry and readers as every other stage, each made into the prompt the policy 
 functions may read.
 
 - alpaca: instruction (+ input, + history) is the prompt; `output`, when present, is the reference answer;
-- sharegpt / openai: the turns up to the last user turn are the prompt; a final assistant turn is the reference;
+- sharegpt / openai: the turns up to the last user turn are the prompt; a final assistant turn is the reference; a
+  row with tools (LLaMA-Factory's tool-call format: function_call and observation turns, a `tools` column) is cut at
+  its last user turn, its tool definitions rendered into the system prompt as the template writes them (the policy's
+  tool episodes: stages/episodes.py), its final assistant answer the reference;
 - classification: the prompt_template with the text (as stage sft builds it); the gold label is the reference.
 
 A tokenised example: {"input_ids": prompt ids (as the chat template renders the next answer's start), "labels":
@@ -33,7 +36,7 @@ from steadytune.data.formats import (
 from steadytune.data.prepare import ExampleKind, _progress, count_truncation, datasets_of
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource
-from steadytune.data.templates import ASSISTANT_SIDE, USER_SIDE, Template, encode_parts
+from steadytune.data.templates import ASSISTANT, ASSISTANT_SIDE, USER, USER_SIDE, Template, encode_parts
 from steadytune.errors import DataError
 
 # Argument names the reward functions take themselves: a column of one of these names is not passed again.
@@ -56,15 +59,23 @@ def convert_alpaca_prompt(row: Row, spec: FormatSpec) -> Optional[dict]:
 
 def convert_conversation_prompt(row: Row, spec: FormatSpec) -> Optional[dict]:
     turns, system = conversation_turns(row, spec)
+    tools = tools_of(row, spec)
     answer = None
-    if turns and turns[-1]["role"] in ASSISTANT_SIDE:
+    if tools and any(t["role"] == USER for t in turns):
+        # A tool-call row (LLaMA-Factory's glaive format): the prompt ends at the last user turn; what follows (the
+        # calls, their results, the final answer) is the row's reference episode, the final answer its reference.
+        last = max(i for i, t in enumerate(turns) if t["role"] == USER)
+        after = [t for t in turns[last + 1:] if t["role"] == ASSISTANT]
+        answer = after[-1]["content"] if after else None
+        turns = turns[:last + 1]
+    elif turns and turns[-1]["role"] in ASSISTANT_SIDE:
         answer, turns = turns[-1]["content"], turns[:-1]
     if not turns or turns[-1]["role"] not in USER_SIDE:
         raise DataError(f"{row.where}: a grpo prompt must end with a user turn (optionally followed by the reference "
                         "answer)")
     if not str(turns[-1]["content"]).strip():
         return None
-    return {"messages": turns, "system": system, "tools": tools_of(row, spec), "prompt": str(turns[-1]["content"]),
+    return {"messages": turns, "system": system, "tools": tools, "prompt": str(turns[-1]["content"]),
             "answer": answer, "columns": _columns(row), **media_of(row.data, spec.columns, row.where)}
 
 
