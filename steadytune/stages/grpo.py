@@ -59,7 +59,8 @@ from steadytune.data.prompts import PROMPTS
 from steadytune.data.templates import Template
 from steadytune.errors import UserError
 from steadytune.eval.scoring import inference, precision_context
-from steadytune.model.anatomy import CAUSAL_LM
+from steadytune.model.anatomy import CAUSAL_LM, run_body
+from steadytune.model.moe.routing import routing_of, routing_token_mask
 from steadytune.model.decode.complete import Decoder
 from steadytune.model.decode.sampling import SamplingParams, mix_key
 from steadytune.model.vision import is_vision_model
@@ -79,15 +80,16 @@ from steadytune.stages.grpo_rollout import (
     score,
     splice,
 )
-from steadytune.stages.logprobs import token_logprobs
+from steadytune.stages.logprobs import answer_logprobs, token_logprobs
 from steadytune.stages.objectives import MetricSums, disable_dropout
 from steadytune.stages.reference import build_reference
 from steadytune.stages.rewards import group_advantages, load_reward_functions, nanstd
 from steadytune.stages.rollout_ahead import Background, Pending, choose_async, usable
 from steadytune.stages.vision_rollout import generate_with_images, pixel_source
 from steadytune.training.batches import to_device
+from steadytune.training.loss import model_inputs
 from steadytune.training.monitor import MetricsLog
-from steadytune.training.vision_data import pair_media
+from steadytune.training.vision_data import MediaAdder, pair_media
 
 EVAL_STEP = -1   # evaluation's completions are keyed by their prompts, not by the step
 COMPLETIONS_FILE = "completions.jsonl"   # log_completions: true writes the completions here, in output_dir
@@ -125,18 +127,17 @@ class PromptCollator:
             self.sequences = PackedCollator(self.pad, row_len=row, attention=packing_attention, segment_ids=True)
         self.media = None
 
-    def with_media(self, add_media: Optional[Callable[[dict, list[dict]], dict]], media: Any = None
-                   ) -> "PromptCollator":
+    def with_media(self, add_media: Optional[MediaAdder]) -> "PromptCollator":
         """This collator for prompts with images: each training batch padded (packing rows of images is not built)
         and completed by `add_media(batch, its sequences)`: pixels, token types, Qwen-VL's positions
-        (training/vision_data.pair_media)."""
+        (training/vision_data.pair_media); the roll-out makes the prompts' pixels with its MediaContext."""
         if add_media is None:
             return self
         if not isinstance(self.sequences, _PaddedWithSegments):
             raise UserError("packing: grpo prompts with images are trained padded (packing: false, neat_packing: false)")
         padded = self.sequences
         self.sequences = lambda sequences: add_media(padded(sequences), sequences)
-        self.media = media
+        self.media = add_media.ctx
         return self
 
     def __call__(self, examples: list[dict]) -> dict:
@@ -497,7 +498,11 @@ class GRPOObjective(torch.nn.Module):
         if "input_ids" not in batch:
             self.roll_out([batch], EVAL_STEP)
             batch.update(to_device({k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}, self.device))
-        logps, owner = token_logprobs(self.model, batch, self.temperature)
+        # A mixture of experts records its routing (and adds the load-balancing loss when asked) in training steps
+        routing = routing_of(self.model) if torch.is_grad_enabled() else None
+        outputs = run_body(self.model, model_inputs(batch), use_cache=False,
+                           **({"output_router_logits": True} if routing is not None else {}))
+        logps, owner = answer_logprobs(self.model, outputs.last_hidden_state, batch, self.temperature)
         advantages = batch["advantages"].to(logps.dtype)[owner]
         if "ref_logps" in batch:   # computed ahead (asynchronous roll-outs): see log_probs_ahead
             ref = batch["ref_logps"].to(logps.dtype)
@@ -512,7 +517,12 @@ class GRPOObjective(torch.nn.Module):
             self.metrics.add("kl", parts["kl"])
         for name, values in clip_metrics(parts["ratio"], advantages, owner, n, self.loss).items():
             self.metrics.add(name, values)
-        return summed_loss(loss, owner, n, self.loss), batch["n_units"]
+        total = summed_loss(loss, owner, n, self.loss)
+        if routing is not None:   # moe_aux_loss_coef x the load-balancing loss, for each of the micro-batch's units
+            aux = routing.add(outputs.router_logits, routing_token_mask(batch), batch["n_units"])
+            if aux is not None:
+                total = total + aux
+        return total, batch["n_units"]
 
     # What Accelerate's preparation asks of a transformers model, answered by the model inside (as sft's objective).
     def get_input_embeddings(self):
@@ -567,7 +577,7 @@ def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, token
     collate = make_collator(cfg, tokenizer, None)
     media = getattr(data, "media", None)
     if media is not None:   # prompts with images: each eval sequence with its pixels
-        collate = collate.with_media(pair_media(data, accelerator.unwrap_model(objective).model), media)
+        collate = collate.with_media(pair_media(data, accelerator.unwrap_model(objective).model))
     return evaluation.evaluate_examples(accelerator.unwrap_model(objective), data.eval, collate,
                                         cfg.train.per_device_eval_batch_size, device, accelerator.autocast)
 
