@@ -201,3 +201,18 @@ def test_an_asynchronous_run_learns_off_policy_with_its_ratio_clipped(tiny, tmp_
     records = logged(tmp_path / "run")
     assert records[0]["clip_ratio/region_mean"] == 0.0
     assert max(r["clip_ratio/region_mean"] for r in records[1:]) > 0.0
+
+
+def test_a_resumed_asynchronous_run_says_it_continues_rather_than_repeats(tiny, tmp_path, monkeypatch, capsys):
+    """The checkpoint holds the weights, not the roll-out generated ahead for the next step: the resumed run
+    generates that step from the checkpoint's weights (one step fresher than the uninterrupted run's), and says so."""
+    data = prompts_dataset(tmp_path / "data")
+    monkeypatch.setenv(ASYNC_ENV, "on")
+    out = tmp_path / "run"
+    train(overrides(tiny, data, out, max_steps=4, save_steps=2))
+    capsys.readouterr()
+    resumed = train(overrides(tiny, data, out, max_steps=4, save_steps=2,
+                              resume_from_checkpoint=str(out / "checkpoint-2")))
+    assert len(resumed.losses) == 2
+    assert capsys.readouterr().err.count("note: grpo: step 3's completions are generated now") == 1
+    assert [r["rollouts/staleness"] for r in logged(out)][-2:] == [0.0, 1.0]

@@ -226,3 +226,27 @@ def test_loss_keys_in_the_config():
         load_config(None, ["stage=grpo", "reward_funcs=format", "delta=1.1", "epsilon_high=0.28"])
     with pytest.raises(ConfigError, match="importance_sampling_level"):
         load_config(None, ["stage=grpo", "reward_funcs=format", "importance_sampling_level=word"])
+
+
+def test_on_policy_the_family_gives_the_same_gradient_and_off_policy_it_does_not():
+    """With the sampling weights' log-probs equal to the policy's (a synchronous step: ratio 1), cispo's and sapo's
+    gradients are dapo's and grpo's (their normalisations), and GSPO's sequence weight gives grpo's: the family differs
+    only on off-policy tokens (asynchronous roll-outs), which is what docs/training.md says to pick by."""
+    torch.manual_seed(5)
+    logps = -torch.rand(10, dtype=torch.float64) * 2
+    owner = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
+    advantages = torch.randn(4, dtype=torch.float64)[owner]
+
+    def gradient(s: LossSettings, shift: float) -> torch.Tensor:
+        x = logps.clone().requires_grad_()
+        old = x.detach() - shift * torch.linspace(-1, 1, 10, dtype=torch.float64)
+        loss, _ = per_token_loss(x, old, advantages, None, owner, 4, s)
+        (summed_loss(loss, owner, 4, s) / units_of(s.loss_type, 4, 10)).backward()
+        return x.grad
+
+    pairs = [(LossSettings(loss_type="dapo"), LossSettings(loss_type="cispo", epsilon_high=5.0)),
+             (LossSettings(loss_type="grpo"), LossSettings(loss_type="sapo")),
+             (LossSettings(loss_type="grpo"), LossSettings(loss_type="grpo", importance_sampling_level="sequence"))]
+    for a, b in pairs:
+        assert torch.allclose(gradient(a, 0.0), gradient(b, 0.0)), (a.loss_type, b.loss_type)
+        assert not torch.allclose(gradient(a, 0.5), gradient(b, 0.5)), (a.loss_type, b.loss_type)

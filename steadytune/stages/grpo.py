@@ -198,6 +198,7 @@ class GRPOObjective(torch.nn.Module):
         self._no_signal = 0                 # training roll-outs in a row without a group whose rewards differ
         self._streak_range: Optional[tuple[float, float]] = None   # the lowest and highest reward in that streak
         self._said_nonfinite = False
+        self._said_fresh = False            # said that a resumed asynchronous run generated a step afresh
         self._speaks = int(os.environ.get("RANK", "0")) == 0   # the warnings below come from the first process only
         self.completions_log = (MetricsLog(Path(cfg.train.output_dir) / COMPLETIONS_FILE, enabled=self._speaks)
                                 if m.log_completions else None)
@@ -336,6 +337,12 @@ class GRPOObjective(torch.nn.Module):
         if ok:
             rollout, staleness = pending.rollout, step - 1 - pending.version
         else:
+            if self.ahead and training and pending is None and step > 1 and not self._said_fresh and self._speaks:
+                self._said_fresh = True   # a resumed run: the uninterrupted one trained this step on older samples
+                print(f"note: grpo: step {step}'s completions are generated now, from the weights of the checkpoint "
+                      "the run resumed from, not one step ahead as the uninterrupted run generated them: an "
+                      "asynchronous run resumes as a continuation, not step for step (async_staleness: 0 resumes "
+                      "exactly)", file=sys.stderr, flush=True)
             examples, keys, owners = self.examples_and_keys(prompts, step, ids)
             where = f"step {step}" if training else f"the evaluation after step {self.last_step}"
             generated = self.generate(prompts[0], examples, keys, where)
