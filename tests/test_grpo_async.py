@@ -38,6 +38,7 @@ def test_the_path_a_run_takes_and_why():
            "tool calls run between turns": choose_async(1, GPU, False, True, False, "auto"),
            "images": choose_async(1, GPU, False, False, True, "auto"),
            "gradient checkpointing": choose_async(1, GPU, True, False, False, "on"),
+           "compiled for training": choose_async(1, GPU, False, False, False, "auto", compiled=True),
            f"{ASYNC_ENV}=off": choose_async(1, GPU, False, False, False, "off")}
     for said, (on, why) in off.items():
         assert not on and said in why, (said, why)

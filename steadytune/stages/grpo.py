@@ -182,8 +182,9 @@ class GRPOObjective(torch.nn.Module):
         self.device = next(model.parameters()).device
         self.vision = is_vision_model(model)
         checkpointing = bool(cfg.decisions.get("gradient_checkpointing", {}).get("value"))
+        compiled = bool(cfg.decisions.get("torch_compile", {}).get("value"))
         self.ahead, why = choose_async(m.async_staleness, self.device, checkpointing, self.toolbox is not None,
-                                       self.vision)
+                                       self.vision, compiled=compiled)
         cfg.decide("rollouts", "asynchronous" if self.ahead else "synchronous", why)
         self._background = Background(self.device) if self.ahead else None
         self._pending: Optional[Pending] = None

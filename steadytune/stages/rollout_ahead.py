@@ -20,7 +20,8 @@ What may run at the same time: the thread only decodes (no reward function, no t
 where their timeouts work), and the main thread, while it runs, only trains: nothing toggles the adapter (the
 reference's log-probs, beta > 0, are computed in `settle` too) and nothing changes the weights until the thread is
 joined. The thread leaves the model's train/eval mode alone (shared by both threads): GRPO turns dropout off, and
-a model with gradient checkpointing, which changes the forward in training mode, is refused the asynchronous path.
+a model with gradient checkpointing, which changes the forward in training mode, or with layers compiled for
+training, is refused the asynchronous path.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ ASYNC_ENV = "STEADYTUNE_ASYNC_ROLLOUTS"   # auto (default) | on | off: the choic
 
 
 def choose_async(staleness: int, device: torch.device, gradient_checkpointing: bool, tools: bool, vision: bool,
-                 forced: Optional[str] = None) -> tuple[bool, str]:
+                 forced: Optional[str] = None, compiled: bool = False) -> tuple[bool, str]:
     """(asynchronous?, why): the synchronous path wherever the asynchronous one cannot be faster or cannot run."""
     forced = (forced if forced is not None else os.environ.get(ASYNC_ENV, "auto")).strip().lower()
     if forced not in ("auto", "on", "off"):
@@ -52,6 +53,10 @@ def choose_async(staleness: int, device: torch.device, gradient_checkpointing: b
     if gradient_checkpointing:
         return False, ("gradient checkpointing changes the model's forward in training mode, which the roll-out "
                        "thread would share (gradient_checkpointing: false allows asynchronous roll-outs)")
+    if compiled:
+        return False, ("the layers are compiled for training (torch_compile): the roll-out thread would run, and "
+                       "recompile, the same compiled code under inference (torch_compile: false allows asynchronous "
+                       "roll-outs)")
     if forced == "on":
         return True, f"{ASYNC_ENV}=on: step n+1's completions are generated in a background thread while step n trains"
     if device.type != "cuda":
