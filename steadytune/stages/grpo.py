@@ -228,7 +228,10 @@ class GRPOObjective(torch.nn.Module):
         if not self._decoder:
             self._decoder.append(Decoder(self.model, prompts.pad_token_id))
         decoder = self._decoder[0]
-        with (inference(self.model) if not background else _background_inference(self.model)):
+        # With asynchronous roll-outs every generation runs on the roll-out stream, the main thread's too
+        stream = self._background.on_stream() if self._background is not None and not background else \
+            contextlib.nullcontext()
+        with stream, (inference(self.model) if not background else _background_inference(self.model)):
             if prompts.media is not None and any(e.get("images") or e.get("videos") for e in examples):
                 pixels = pixel_source(prompts.media)
                 return generate_with_images(self.model, [e["input_ids"] for e in examples],

@@ -16,6 +16,11 @@ a roll-out whose weights are more steps behind than that (a guard rollback, a sk
 generated afresh, synchronously. With the same weights (staleness 0) the ratio is 1 and the step is the
 synchronous one; on one GPU one generation runs at a time, so the staleness is at most 1.
 
+Streams: in a run whose roll-outs are asynchronous, every generation runs on the roll-out stream, the main thread's
+synchronous ones (the first step, evaluations, dynamic sampling's extra rounds) too (`Background.on_stream`): the
+decoder's tensors are then allocated and freed on one stream, and the caching allocator never gives one of them to
+the training stream while a decode kernel queued on the other still reads it.
+
 What may run at the same time: the thread only decodes (no reward function, no tool: those run in the main thread,
 where their timeouts work), and the main thread, while it runs, only trains: nothing toggles the adapter (the
 reference's log-probs, beta > 0, are computed in `settle` too) and nothing changes the weights until the thread is
@@ -26,6 +31,7 @@ training, is refused the asynchronous path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
@@ -108,6 +114,20 @@ class Background:
     @property
     def running(self) -> bool:
         return self._thread is not None
+
+    @contextlib.contextmanager
+    def on_stream(self):
+        """Work of the main thread on the roll-out stream (the synchronous roll-outs of a run whose roll-outs are
+        asynchronous): every tensor the decoder allocates and frees then belongs to that stream, so the caching
+        allocator never hands one of them to the training stream while a queued decode kernel still reads it."""
+        if self._stream is None:
+            yield
+            return
+        main = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(main)
+        with torch.cuda.stream(self._stream):
+            yield
+        main.wait_stream(self._stream)
 
     def launch(self, work: Callable[[], Any]) -> None:
         if self._thread is not None:
