@@ -486,12 +486,26 @@ def compare(args) -> None:
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=2), encoding="utf-8")
         print(f"wrote {args.output}")
+    fallbacks = graph_fallbacks(results)
+    for line in fallbacks:
+        print(f"FAILED: CUDA graphs fell back to eager steps: {line}", flush=True)
     if args.with_serve:
         run_script(["serve_load.py", "--model", "gemma-3-270m", "--concurrency", "1,8,32"]
                    + (["--output", str(Path(args.output).with_name("serve_load.json"))] if args.output else []))
     if args.with_grpo:
         run_script(["grpo_vs_trl.py", "--steps", "20"]
                    + (["--output", str(Path(args.output).with_name("grpo_vs_trl.json"))] if args.output else []))
+    if fallbacks:
+        raise SystemExit(1)
+
+
+def graph_fallbacks(results: dict) -> list[str]:
+    """Every engine measurement whose recorded steps were switched off (a number measured eagerly is not the engine's
+    number: the run fails, naming the reason)."""
+    return [f"{shape}, {arm}, {rows} rows: {cell['graphs']}"
+            for shape, measured in results["shapes"].items() for arm, cells in measured["arms"].items()
+            for rows, cell in cells.items()
+            if "graphs" in cell and cell["graphs"] != "-" and not cell["graphs"].startswith("on")]
 
 
 def print_table(shape: str, table: dict, levels: list, check: dict, seconds: float) -> None:

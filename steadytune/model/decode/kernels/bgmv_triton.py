@@ -1,10 +1,13 @@
 """The LoRA pair of a projection with an adapter per row (lora_bank.py): shrink t = x A[i]^T, then expand
 y += scale[i] * t B[i]^T into the base output, in place.
 
-Shrink: one program per (row, block of the input width), each adding its share of the rank-r sums with an atomic add
-(a 1-row step of a 4,096-wide layer is 16 programs, not 1). Expand: one program per (row, block of the output width).
-A row of index 0 (no adapter) returns at once: base-model rows cost two launches and nothing else. Sums in fp32; t
-stays fp32 between the two kernels.
+Shrink: one program per (row, block of the input width), each writing its block's share of the rank-r sums to its own
+slot of a partial-sum buffer [rows, blocks, r] (a 1-row step of a 4,096-wide layer is 16 programs, not 1). Expand: one
+program per (row, block of the output width); it first adds the row's partial sums up in block order, then multiplies
+by B. No atomics: the same inputs give the same bits on every run, so a recorded step equals the eager step exactly
+(atomic adds summed in arrival order, and a random-weight model amplified those last-bit differences past the recorded
+step's check: issue 62's "CUDA graphs are off" at 32 rows). A row of index 0 (no adapter) returns at once: base-model
+rows cost two launches and nothing else. Sums in fp32.
 """
 
 from __future__ import annotations
@@ -18,28 +21,32 @@ BLOCK_N = 128
 
 
 @triton.jit
-def _shrink_kernel(X, A, Index, T, stride_x, stride_ae, stride_ar, K, R: tl.constexpr, BLOCK_R: tl.constexpr,
-                   BLOCK: tl.constexpr):
+def _shrink_kernel(X, A, Index, Parts, stride_x, stride_ae, stride_ar, K, R: tl.constexpr, BLOCK_R: tl.constexpr,
+                   SPLITS: tl.constexpr, BLOCK: tl.constexpr):
     r = tl.program_id(0)
+    s = tl.program_id(1)
     adapter = tl.load(Index + r)
     if adapter != 0:
-        k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        k = s * BLOCK + tl.arange(0, BLOCK)
         ranks = tl.arange(0, BLOCK_R)
         x = tl.load(X + r * stride_x + k, mask=k < K, other=0.0).to(tl.float32)
         a = tl.load(A + adapter.to(tl.int64) * stride_ae + ranks[:, None] * stride_ar + k[None, :],
                     mask=(ranks[:, None] < R) & (k[None, :] < K), other=0.0).to(tl.float32)
-        tl.atomic_add(T + r * R + ranks, tl.sum(a * x[None, :], axis=1), mask=ranks < R)
+        tl.store(Parts + (r * SPLITS + s) * R + ranks, tl.sum(a * x[None, :], axis=1), mask=ranks < R)
 
 
 @triton.jit
-def _expand_kernel(T, B, Scale, Index, Y, stride_y, stride_be, stride_bn, N, R: tl.constexpr,
-                   BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
+def _expand_kernel(Parts, B, Scale, Index, Y, stride_y, stride_be, stride_bn, N, R: tl.constexpr,
+                   BLOCK_R: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK: tl.constexpr):
     r = tl.program_id(0)
     adapter = tl.load(Index + r)
     if adapter != 0:
         n = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         ranks = tl.arange(0, BLOCK_R)
-        t = tl.load(T + r * R + ranks, mask=ranks < R, other=0.0)
+        splits = tl.arange(0, BLOCK_S)
+        parts = tl.load(Parts + (r * SPLITS + splits[:, None]) * R + ranks[None, :],
+                        mask=(splits[:, None] < SPLITS) & (ranks[None, :] < R), other=0.0)
+        t = tl.sum(parts, axis=0)
         b = tl.load(B + adapter.to(tl.int64) * stride_be + n[:, None] * stride_bn + ranks[None, :],
                     mask=(n[:, None] < N) & (ranks[None, :] < R), other=0.0).to(tl.float32)
         delta = tl.sum(b * t[None, :], axis=1) * tl.load(Scale + adapter)
@@ -56,10 +63,12 @@ def bgmv(x: torch.Tensor, y: torch.Tensor, A: torch.Tensor, B: torch.Tensor, sca
     x = x.contiguous()
     if y.stride(-1) != 1:
         y = y.contiguous()
-    t = torch.zeros(rows, rank, dtype=torch.float32, device=x.device)
+    splits = triton.cdiv(width, BLOCK_K)
+    parts = torch.empty(rows, splits, rank, dtype=torch.float32, device=x.device)
     block_r = max(2, triton.next_power_of_2(rank))
-    _shrink_kernel[(rows, triton.cdiv(width, BLOCK_K))](x, A, index, t, x.stride(0), A.stride(0), A.stride(1), width,
-                                                        R=rank, BLOCK_R=block_r, BLOCK=BLOCK_K)
-    _expand_kernel[(rows, triton.cdiv(out, BLOCK_N))](t, B, scale, index, y, y.stride(0), B.stride(0), B.stride(1),
-                                                      out, R=rank, BLOCK_R=block_r, BLOCK=BLOCK_N)
+    _shrink_kernel[(rows, splits)](x, A, index, parts, x.stride(0), A.stride(0), A.stride(1), width,
+                                   R=rank, BLOCK_R=block_r, SPLITS=splits, BLOCK=BLOCK_K)
+    _expand_kernel[(rows, triton.cdiv(out, BLOCK_N))](parts, B, scale, index, y, y.stride(0), B.stride(0), B.stride(1),
+                                                      out, R=rank, BLOCK_R=block_r, SPLITS=splits,
+                                                      BLOCK_S=max(2, triton.next_power_of_2(splits)), BLOCK=BLOCK_N)
     return y
