@@ -307,7 +307,7 @@ class DecodeRunner:
         x = ops.norm(h, self.layers[0].attn_in)
         for i, layer in enumerate(self.layers):
             buffers = cache.layers[i]
-            if layer.kv_heads not in targets:
+            if layer.kv_heads not in targets and ops.name == "torch":   # the Triton kernel writes at the lengths
                 first = torch.arange(rows * layer.kv_heads, device=ids.device).view(rows, layer.kv_heads)
                 targets[layer.kv_heads] = (first * cache.capacity + lengths.view(-1, 1)).view(-1)
             cos, sin = self.tables[layer.kind if self.layer_rope else "all"]
@@ -319,7 +319,7 @@ class DecodeRunner:
             k = k.view(rows, layer.kv_heads, layer.head_dim)
             v = v.view(rows, layer.kv_heads, layer.head_dim)
             q = ops.rotary_store(q, k, v, layer.q_norm, layer.k_norm, cos, sin, lengths, buffers.keys,
-                                 buffers.values, targets[layer.kv_heads])
+                                 buffers.values, targets.get(layer.kv_heads))
             a = ops.attention(q, buffers.keys, buffers.values, lengths, columns, layer.window, layer.scaling)
             h, x = ops.add_norm(h, layer.o(a.to(x.dtype), index, ops), layer.attn_out, layer.mlp_in)
             if layer.gate_up is not None:
