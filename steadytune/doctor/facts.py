@@ -226,7 +226,10 @@ _GPU_WORDS = re.compile(r"Radeon|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|N
                         r"Ryzen AI|\bW[67]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*", re.IGNORECASE)
 _MOBILE = re.compile(r"\bRX ?(6[0-9]{3})(M|S)\b", re.IGNORECASE)
-_MOBILE_ARCH = {"68": "gfx1030", "67": "gfx1031", "66": "gfx1032", "65": "gfx1034", "64": "gfx1034", "63": "gfx1034"}
+# Laptop Radeons by number and suffix (LLVM's processor table, AMD's product pages): the S parts are Navi 23
+_MOBILE_ARCH = {("68", "M"): "gfx1031", ("67", "M"): "gfx1031", ("66", "M"): "gfx1032", ("65", "M"): "gfx1034",
+                ("64", "M"): "gfx1034", ("63", "M"): "gfx1034", ("68", "S"): "gfx1032", ("67", "S"): "gfx1032",
+                ("66", "S"): "gfx1032"}
 _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages): the iGPU's target
     (r"Ryzen (?:AI )?(?:Max\+? )?(?:PRO )?3\d\d\b|Ryzen AI Max", "gfx1151"),
     (r"Ryzen AI (?:9|7|5) (?:HX )?(?:PRO )?3\d\d\b", "gfx1150"),
@@ -243,7 +246,7 @@ def _gpu(line: str):
         return
     mobile = _MOBILE.search(line)
     if mobile:
-        arch = _MOBILE_ARCH.get(mobile.group(1)[:2])
+        arch = _MOBILE_ARCH.get((mobile.group(1)[:2], mobile.group(2).upper()))
         if arch:
             yield "gpu", f"Radeon RX {mobile.group(1)}{mobile.group(2).upper()}", arch
             return
@@ -367,7 +370,8 @@ def _torch(line: str):
 @finder
 def _python(line: str):
     m = re.search(r"\bPython (3\.\d{1,2})(?:\.\d+)?\b|python(3\.\d{1,2})/site-packages|\bcp3(\d{1,2})-cp3\d{1,2}|"
-                  r"\bpy(3\.\d{1,2})\b|Python version:\s*(3\.\d{1,2})|cpython-3(\d{1,2})", line)
+                  r"\bpy(3\.\d{1,2})\b|Python version:\s*(3\.\d{1,2})|cpython-3(\d{1,2})|\bpy -(3\.\d{1,2})\b|"
+                  r"\bpython ?(3\.\d{1,2})\b", line, re.IGNORECASE)
     if m:
         groups = [g for g in m.groups() if g]
         value = groups[0] if groups[0].startswith("3.") else f"3.{groups[0]}"

@@ -371,7 +371,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("driver")
 def driver(ctx: Context) -> Optional[Diagnosis]:
-    errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)]
+    errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
+              and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd")]   # a CUDA torch on AMD: torch-build
     unreadable = ctx.sheet.of("sensors_unreadable")
     if unreadable and not errors:
         names = ", ".join(f.value for f in unreadable)
@@ -415,12 +416,21 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
 # What was installed
 # ---------------------------------------------------------------------------------------------------------
 
+_NVIDIA_DRIVER = re.compile(r"(?i)NVIDIA|CUDA driver|couldn't communicate")
+
+
+def _vendor(ctx: Context) -> Optional[str]:
+    """The GPU vendor the text is about: from its facts, else from the words AMD / Radeon / ROCm in it."""
+    return vendor_of(ctx.sheet) or ("amd" if re.search(r"\bAMD\b|Radeon|ROCm|\bHIP\b", "\n".join(ctx.sheet.lines))
+                                    else None)
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
-    errors = ctx.of("torch-build")
+    vendor = _vendor(ctx)
+    errors = ctx.of("torch-build") + ([e for e in ctx.of("driver") if _NVIDIA_DRIVER.search(e.line)]
+                                      if vendor == "amd" else [])
     builds = ctx.sheet.of("torch")
-    vendor = vendor_of(ctx.sheet) or ("amd" if re.search(r"(?i)amd|radeon|rocm|hip", "\n".join(ctx.sheet.lines))
-                                      else None)
     wrong = [f for f in builds if (vendor == "amd" and f.detail in ("cuda", "cpu", "no-hip")) or
              (vendor == "nvidia" and f.detail in ("rocm", "cpu"))]
     if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
@@ -461,9 +471,14 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         cause = f"{m.group(1)} {m.group(2)} is built for {'Python ' + wanted if wanted else tag} on {platform}"
         if here:
             cause += f"; this Python is {here[-1]}"
-        fix = (f"use a Python {wanted} environment (uv venv -p {wanted}, or conda create -n env python={wanted}), "
-               f"or download the wheel tagged cp{here[-1].replace('.', '')}" if wanted and here else
-               f"download the wheel built for this platform and Python (not {platform}, {tag})")
+        if wanted and here:
+            fix = (f"use a Python {wanted} environment (uv venv -p {wanted}, or conda create -n env python={wanted}), "
+                   f"or download the wheel tagged cp{here[-1].replace('.', '')}")
+        elif wanted:
+            fix = (f"this wheel needs Python {wanted} (check python --version): use a Python {wanted} environment, "
+                   "or the wheel built for your Python")
+        else:
+            fix = f"download the wheel built for this platform and Python (not {platform}, {tag})"
         if "win" in platform and not ctx.sheet.is_windows or ("linux" in platform and ctx.sheet.is_windows):
             fix = f"this is a {platform} wheel: use the one built for this OS (or run under WSL 2 / Linux)"
         return _make("wheel-platform", "a wheel for another Python or platform", cause, fix,
@@ -512,7 +527,7 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
                      "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
                      f"with torch 2.(N-15)){': torch is ' + torch if torch else ''}; e.g. pip install --force-reinstall "
                      "torch torchvision --index-url <torch's index>", [ctx.line_fact(first)], errors)
-    package = _package_of(text) or ctx.tool(errors)
+    package = _package_of(text) or next((t for t in (ctx.tool(errors),) if t not in (None, "torch")), None)
     against = f"torch {torch}" if torch else "the installed torch"
     fixes = {
         "flash_attn": f"pip uninstall -y flash-attn; pip install flash-attn --no-build-isolation (builds against "
