@@ -6,14 +6,14 @@ runs it over each mined case.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, error_facts, family, find_errors
 from steadytune.doctor.facts import Fact, FactSheet, extract_facts
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.rules import Diagnosis, run_rules
-from steadytune.hardware.error_catalogue import Facts, match_text
+from steadytune.hardware.error_catalogue import Facts, Match, match_text
 
 # A paste is cut to this many lines for the fact and error readers (a 16 MiB log is read for its GPU tables
 # elsewhere; its errors are at its end and its facts at its start).
@@ -39,12 +39,33 @@ def _cut(lines: list[str]) -> list[str]:
     return lines[:half] + lines[-half:]
 
 
-def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None) -> Report:
-    """Facts, error lines, diagnoses (best first) and the error lines none of them explains."""
-    lines = _cut(text.splitlines())
+Chunk = tuple[int, int, Facts]   # lines [start, end) of the text, and what is known where they ran (a session's command)
+
+
+def _catalogue_matches(lines: list[str], chunks: Optional[list[Chunk]], facts: Optional[Facts]) -> list[Match]:
+    """The error catalogue over the text, each part with the variables of the command that printed it."""
+    if not chunks:
+        return match_text("\n".join(lines), facts)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    found = []
+    for start, end, chunk_facts in chunks:
+        if start >= len(lines):
+            continue
+        for match in match_text("\n".join(lines[start:end]), chunk_facts):
+            found.append(replace(match, position=match.position + offsets[start]))
+    return found
+
+
+def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Optional[list[Chunk]] = None) -> Report:
+    """Facts, error lines, diagnoses (best first) and the error lines none of them explains. `chunks` give parts of the
+    text their own catalogue facts (a pasted session: each command's variables); else `catalogue_facts` hold for all."""
+    lines = text.splitlines()
+    if len(lines) > MAX_LINES:
+        lines, chunks = _cut(lines), None
     joined = "\n".join(lines)
-    matches = match_text(joined, catalogue_facts)
-    errors = find_errors(lines, matches)
+    errors = find_errors(lines, _catalogue_matches(lines, chunks, catalogue_facts))
     sheet = extract_facts(joined, lambda _lines: error_facts(errors))
     diagnoses = run_rules(sheet, errors)
     covered = {n for d in diagnoses for n in d.covers}
@@ -57,10 +78,13 @@ def _evidence(diagnosis: Diagnosis) -> str:
     return ("; evidence: " + " | ".join(quoted)) if quoted else ""
 
 
-def report_findings(report: Report, source: str) -> list[Finding]:
-    """The diagnoses as findings (the first one is the likely cause), then one per unexplained error line."""
+def report_findings(report: Report, source: str, skip_restated: bool = False) -> list[Finding]:
+    """The diagnoses as findings (the first one is the likely cause), then one per unexplained error line. With
+    `skip_restated`, a diagnosis that only restates a catalogue entry is left to the catalogue's own finding."""
     findings = []
     for i, d in enumerate(report.diagnoses):
+        if skip_restated and d.entry is not None:
+            continue
         what = f"{source}: {'likely cause' if i == 0 else 'also'}: {d.title}"
         findings.append(Finding(d.severity, "diagnosis", what, d.cause + _evidence(d), d.fix))
     for error in report.unrecognised:

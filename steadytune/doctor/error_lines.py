@@ -128,6 +128,9 @@ def find_errors(lines: list[str], matches: Optional[list[Match]] = None) -> list
     found = []
     for number, line in enumerate(lines, 1):
         match = by_line.get(number)
+        if _says_no_gpu(lines, number):
+            found.append(ErrorLine(number, f"{lines[number - 2].strip()} -> {line.strip()}", "visibility"))
+            continue
         if match is not None:
             family_name: Optional[str] = match.entry.family
         elif _NOT_ERRORS.search(line) or len(line.strip()) > 2000:
@@ -138,6 +141,18 @@ def find_errors(lines: list[str], matches: Optional[list[Match]] = None) -> list
                 continue   # a line with only a weak word ("missing", "cannot") and nothing known in it
         found.append(ErrorLine(number, line.strip(), family_name, match))
     return _merge_continuations(found)
+
+
+_IS_AVAILABLE = re.compile(r"(?:cuda|xpu)\.is_available\(\)|device_count\(\)")
+
+
+def _says_no_gpu(lines: list[str], number: int) -> bool:
+    """`print(torch.cuda.is_available())` answered False (or device_count() 0): torch sees no GPU, said without an
+    error line."""
+    if number < 2:
+        return False
+    answer = lines[number - 1].strip().strip("`")
+    return answer in ("False", "0") and bool(_IS_AVAILABLE.search(lines[number - 2]))
 
 
 _STRONG = re.compile(r"(?i)\b(?:[A-Z]\w*(?:Error|Exception))\b|\berror\b|\bfatal\b|\bfailed\b|segmentation fault|"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from steadytune.hardware.archs import decode_rocm_smi_gfx, is_gfx_target
-from steadytune.hardware.gpu_facts import PRODUCTS, arch_info, normalise_gfx
+from steadytune.hardware.gpu_facts import PRODUCTS, arch_info, lookup_product, normalise_gfx
 from steadytune.hardware.gpu_ids import AMD, lookup_id
 
 
@@ -37,7 +37,7 @@ class Fact:
 
 
 KINDS = ("os", "platform", "kernel", "driver", "gpu", "arch", "built_for", "pci_id", "env", "rocm", "hip", "cuda",
-         "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors_unreadable", "root_only", "ran_as")
+         "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors_unreadable", "root_only", "complaint")
 
 
 @dataclass
@@ -221,7 +221,7 @@ def _nvidia_arch(line: str):
 
 # GPU model names: the product table's patterns (Radeon, Instinct, Ryzen APU graphics, NVIDIA), read only where the
 # line looks like it names a device, not where a sentence compares cards.
-_GPU_WORDS = re.compile(r"Radeon|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
+_GPU_WORDS = re.compile(r"Radeon|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
                         r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Van Gogh|"
                         r"Ryzen AI|\bW[67]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*", re.IGNORECASE)
@@ -234,7 +234,7 @@ _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages
     (r"Ryzen (?:AI )?(?:Max\+? )?(?:PRO )?3\d\d\b|Ryzen AI Max", "gfx1151"),
     (r"Ryzen AI (?:9|7|5) (?:HX )?(?:PRO )?3\d\d\b", "gfx1150"),
     (r"Ryzen [3579] (?:PRO )?(?:7[84]\d0|8[4-9]\d0)[HUGS]?S?\b", "gfx1103"),
-    (r"Ryzen [3579] (?:PRO )?(?:6[6-9]\d0|7[3-7]35)[HU]S?\b", "gfx1035"),
+    (r"(?:Ryzen [3579] )?(?:PRO )?(?:6[6-9]\d0|7[3-7]35)[HU]S?\b", "gfx1035"),
     (r"Ryzen [3579] (?:PRO )?(?:[45]\d\d0)[HUG]E?S?\b", "gfx90c"),
     (r"Ryzen [3579] (?:PRO )?7\d00X3?D?\b|Ryzen [3579] (?:PRO )?9\d{3}X3?D?\b", "gfx1036"),
 )
@@ -250,9 +250,15 @@ def _gpu(line: str):
         if arch:
             yield "gpu", f"Radeon RX {mobile.group(1)}{mobile.group(2).upper()}", arch
             return
+    igpu = re.search(r"\b(?:AMD|Radeon)[ -]?(\d{3}M|80[4-6]0S)\b", line, re.IGNORECASE)
+    if igpu:   # "AMD780M", "Radeon 890M": the graphics model alone
+        product = lookup_product(f"Radeon {igpu.group(1).upper()}")
+        if product is not None:
+            yield "gpu", f"Radeon {igpu.group(1).upper()}", product.arch
+            return
     for pattern, arch in _APU_CPU:
         m = re.search(pattern, line, re.IGNORECASE)
-        if m and re.search(r"Radeon|Graphics|iGPU|APU|\bwith\b|Ryzen AI", line, re.IGNORECASE):
+        if m and re.search(r"Radeon|Graphics|iGPU|APU|\bwith\b|Ryzen AI|\bAMD\b", line, re.IGNORECASE):
             yield "gpu", m.group(0), arch
             return
     for product in PRODUCTS:
@@ -264,11 +270,23 @@ def _gpu(line: str):
         yield "gpu", "Jetson Orin", "sm_87"
 
 
+_NAME_BEFORE = {"amd", "radeon", "radeon(tm)", "rx", "instinct", "nvidia", "geforce", "rtx", "gtx", "pro", "tesla",
+                "quadro", "ai", "ryzen"}
+_NAME_AFTER = re.compile(r"^(?:\s+(?:XTX|XT|GRE|Ti|SUPER|D|Max|Ultra|PCIe|SXM\w*|\d+GB|M|S|HX))*", re.IGNORECASE)
+
+
 def _model_phrase(line: str, m: re.Match) -> str:
-    """The few words around a product match ('AMD Radeon RX 6600 XT'), for a finding to name."""
-    start = max(line.rfind(" ", 0, max(m.start() - 12, 0)) + 1, 0)
-    words = line[start: m.end() + 6].split()
-    return " ".join(w.strip("[](),;:'\"") for w in words)[:60].strip()
+    """The product's name as the line says it ('AMD Radeon RX 6600 XT'): the match, with the vendor and series words
+    right before it and the suffixes right after."""
+    words = line[: m.start()].split()
+    start = m.start()
+    for word in reversed(words[-3:]):
+        if word.strip("[](),").lower() not in _NAME_BEFORE:
+            break
+        start = line.rfind(word, 0, start)
+    end = m.end() + len(re.match(r"\w*", line[m.end():]).group(0))   # MI350 -> MI350P
+    end += len(_NAME_AFTER.match(line[end:]).group(0))
+    return re.sub(r"\s+", " ", line[start:end]).strip(" [](),;:'\"")[:60]
 
 
 @finder
@@ -442,6 +460,16 @@ def _root_only(line: str):
                  r"works? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?",
                  line, re.IGNORECASE):
         yield "root_only", "yes", ""
+
+
+@finder
+def _complaint(line: str):
+    """The user saying it does not work, in prose ("cannot get X running", "not using the GPU"): a symptom without
+    an error line, which a rule may still explain from the other facts."""
+    if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
+                 r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|"
+                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b", line):
+        yield "complaint", "yes", ""
 
 
 @finder

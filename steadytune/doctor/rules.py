@@ -48,6 +48,7 @@ class Diagnosis:
     severity: str = "error"
     confirmed: bool = True                              # the facts establish it; False: the likely reading of a symptom
     rank: int = 50
+    entry: Optional[str] = None                         # the catalogue entry it restates, where it adds nothing to it
 
 
 @dataclass
@@ -111,6 +112,15 @@ def _make(name: str, title: str, cause: str, fix: str, evidence: list[Fact], cov
 
 def _catalogue(errors: list[ErrorLine]) -> Optional[ErrorLine]:
     return next((e for e in errors if e.catalogue is not None), None)
+
+
+def _restate(name: str, hit: ErrorLine, covers: list[ErrorLine]) -> Diagnosis:
+    """The catalogue entry that matched, as a diagnosis (its cause and fix are already made for the machine)."""
+    m = hit.catalogue
+    diagnosis = _make(name, m.entry.title, m.cause, m.fix, [Fact("error", name, hit.line_no, hit.line)], covers,
+                      severity=m.entry.severity)
+    diagnosis.entry = m.entry.id
+    return diagnosis
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -355,10 +365,14 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     if not ctx.sheet.has("platform", "wsl"):
         return None
     errors = ctx.of("wsl", "visibility", "device-access", "driver") + ctx.no_gpu()
-    if not errors:
+    if not errors and _vendor(ctx) == "amd":
+        errors = [e for e in ctx.errors if e.family in (None, "torch-build", "rocm-libs-missing")]
+    if not errors and not ctx.sheet.has("complaint"):
         return None
     fact = next(f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl")
-    therock = ctx.sheet.has("layout", "therock") or any(v.startswith("7") for v in ctx.sheet.values("rocm"))
+    labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
+    therock = ctx.sheet.has("layout", "therock") or (labels[-1].startswith("7") if labels else
+                                                     any(v.startswith("7") for v in ctx.sheet.values("rocm")))
     runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
                "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
@@ -507,8 +521,7 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         return None
     first = errors[0]
     if first.catalogue is not None and first.catalogue.entry.id == "undefined-symbol-rocm-libs":
-        m = first.catalogue
-        return _make("abi-mismatch", m.entry.title, m.cause, m.fix, [ctx.line_fact(first)], errors)
+        return _restate("abi-mismatch", first, errors)
     text = first.line
     torch = next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None)
     if re.search(r"GLIBCXX", text):
@@ -563,8 +576,7 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
         return None
     first = errors[0]
     if first.catalogue is not None and first.catalogue.entry.context:
-        m = first.catalogue
-        return _make("rocm-libs-missing", m.entry.title, m.cause, m.fix, [ctx.line_fact(first)], errors)
+        return _restate("rocm-libs-missing", first, errors)
     lib = re.search(r"(lib[\w\-]+\.so[.\d]*|\w+\.dll)", first.line)
     name = lib.group(1) if lib else "a ROCm library"
     if ctx.sheet.is_windows or name.endswith(".dll"):
@@ -591,8 +603,7 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
         return None
     hit = _catalogue(errors)
     if hit is not None and re.search(r"VISIBLE_DEVICES=|leaves|selects|index", hit.catalogue.cause):
-        m = hit.catalogue
-        return _make("visibility", m.entry.title, m.cause, m.fix, [ctx.line_fact(hit)], errors)
+        return _restate("visibility", hit, errors)
     archs = ctx.sheet.machine_archs
     igpu = [a for a in archs if (arch_info(a) and arch_info(a).kind == "apu")]
     dgpu = [a for a in archs if a not in igpu and a.startswith("gfx")]
@@ -606,6 +617,9 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     return None
 
 
+_MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
+                           r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limited|too (?:little|small))|"
+                           r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)")
 _APU_ARCHS = ("gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1035", "gfx1036", "gfx90c", "gfx1033")
 
 
@@ -616,7 +630,8 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     if not apu or any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
         return None
     errors = ctx.of("apu-memory", "out-of-memory")
-    if not errors:
+    short = [l for l in ctx.sheet.lines if _MEMORY_SHORT.search(l)]
+    if not errors and not short:
         return None
     ram = _ram_gib(ctx.sheet.lines)
     pages = int(ram * 0.75 * GIB / PAGE) if ram else None
@@ -647,8 +662,7 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
         return None
     hit = _catalogue(errors)
     if hit is not None:
-        m = hit.catalogue
-        return _make("platform-bios", m.entry.title, m.cause, m.fix, [ctx.line_fact(hit)], errors)
+        return _restate("platform-bios", hit, errors)
     text = " ".join(e.line for e in errors)
     if re.search(r"(?i)atomic", text):
         cause, fix = ("the GPU sits behind a PCIe link without atomics (a chipset slot, a riser, a Thunderbolt or "
@@ -678,8 +692,7 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "docker run --ipc=host (or --shm-size=16g)", [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None:
-        m = hit.catalogue
-        return _make("multi-gpu-transport", m.entry.title, m.cause, m.fix, [ctx.line_fact(hit)], errors)
+        return _restate("multi-gpu-transport", hit, errors)
     return _make("multi-gpu-transport", "the GPUs cannot reach each other",
                  "peer-to-peer transfers between the GPUs fail or hang (the IOMMU in translation mode, PCIe ACS, or "
                  "a platform without P2P)", "confirm with NCCL_P2P_DISABLE=1 (slower, but it runs), then add iommu=pt "
@@ -693,8 +706,7 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
         return None
     hit = _catalogue(errors)
     if hit is not None:
-        m = hit.catalogue
-        return _make("out-of-memory", m.entry.title, m.cause, m.fix, [ctx.line_fact(hit)], errors)
+        return _restate("out-of-memory", hit, errors)
     tool = ctx.tool(errors)
     fix = {"llama.cpp": "offload fewer layers (-ngl N smaller) or a smaller context (-c)",
            "ollama": "a smaller context (num_ctx) or fewer GPU layers (num_gpu), or a smaller quantisation",
@@ -712,8 +724,7 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
     text = " ".join(e.line for e in errors)
     hit = _catalogue(errors)
     if hit is not None and not re.search(r"naive_conv", text):
-        m = hit.catalogue
-        return _make("miopen-kernel", m.entry.title, m.cause, m.fix, [ctx.line_fact(hit)], errors)
+        return _restate("miopen-kernel", hit, errors)
     if re.search(r"naive_conv", text):
         return _make("miopen-kernel", "MIOpen cannot build its naive convolution kernel",
                      "MIOpen's fallback (naive) convolution solver fails to compile on this stack",
@@ -732,10 +743,7 @@ def _from_catalogue(name: str) -> Rule:
     def read(ctx: Context) -> Optional[Diagnosis]:
         errors = ctx.of(name)
         hit = _catalogue(errors)
-        if hit is None:
-            return None
-        m = hit.catalogue
-        return _make(name, m.entry.title, m.cause, m.fix, [ctx.line_fact(hit)], errors, severity=m.entry.severity)
+        return _restate(name, hit, errors) if hit is not None else None
     return read
 
 
@@ -751,6 +759,15 @@ def run_rules(sheet: FactSheet, errors: list[ErrorLine]) -> list[Diagnosis]:
         diagnosis = function(ctx)
         if diagnosis is not None:
             found.append(diagnosis)
+    # a line the catalogue knows is never left unexplained: its entry speaks where no rule settled its family
+    covered = {n for d in found for n in d.covers}
+    said = {d.entry for d in found}
+    for error in errors:
+        if error.catalogue is not None and error.line_no not in covered and error.catalogue.entry.id not in said:
+            found.append(_restate(error.catalogue.entry.family, error,
+                                  [e for e in errors if e.catalogue is not None
+                                   and e.catalogue.entry.id == error.catalogue.entry.id]))
+            said.add(error.catalogue.entry.id)
     found.sort(key=lambda d: (not d.confirmed, d.severity != "error", d.rank,
                               min(d.covers or [f.line_no for f in d.evidence] or [0])))
     return found
