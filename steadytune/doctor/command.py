@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from steadytune.config import load_config
+from steadytune.doctor.cases import score_part, summary
 from steadytune.doctor.findings import findings_as_dicts, format_findings, has_errors
 from steadytune.doctor.live import diagnose_this_machine
 from steadytune.doctor.offline import MAX_SAVED_BYTES, RUN_MANIFEST, machine_info, run_folder_files, run_offline_checks
@@ -61,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "dmesg/journal, sysfs and /proc reads, pip/uv output, env lines; a run folder (saves/RUN/): "
                              "its recorded error, environment.json and logs. Its GPUs, its packages, the likely cause of "
                              "its errors, and what train would choose there")
+    parser.add_argument("--score-cases", choices=("train", "heldout"), metavar="train|heldout",
+                        help="score doctor's rules on the mined cases (real pastes from public issue threads with their "
+                             "accepted fix, in the package): the share whose cause and fix doctor names, per cause, "
+                             "and the misses (the held-out part is scored, never used to write rules)")
     parser.add_argument("--config", metavar="YAML",
                         help="a train config: report train's choices for its precision, attention, packing, model and batch")
     for tool in TOOL_FLAGS:
@@ -112,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, scratch: Path) -> int:
+    if getattr(args, "score_cases", None):
+        print(summary(score_part(args.score_cases), args.score_cases, show_misses=args.score_cases == "train"))
+        return 0
     paths, expected = _offline_inputs(args, scratch)
     cfg = _config(args)
     if paths:

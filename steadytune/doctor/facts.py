@@ -37,7 +37,7 @@ class Fact:
 
 
 KINDS = ("os", "platform", "kernel", "driver", "gpu", "arch", "built_for", "pci_id", "env", "rocm", "hip", "cuda",
-         "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors_unreadable", "root_only", "complaint")
+         "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors", "root_only", "complaint")
 
 
 @dataclass
@@ -141,7 +141,7 @@ def _platform(line: str):
 
 @finder
 def _kernel(line: str):
-    m = re.search(r"\b(\d\.\d{1,2}\.\d{1,3}(?:-[\w.]+)?-(?:generic|arch\d[\w-]*|amd64|lowlatency|cachyos[\w-]*|"
+    m = re.search(r"\b(\d\.\d{1,2}(?:\.\d{1,3}){1,2}(?:-[\w.]+)?-(?:generic|arch\d[\w-]*|amd64|lowlatency|cachyos[\w-]*|"
                   r"microsoft-standard-WSL2|zen\d|fc\d\d[\w.]*|default|lts|oem|rt)\w*)\b", line)
     if m:
         yield "kernel", m.group(1), ""
@@ -472,15 +472,23 @@ def _complaint(line: str):
         yield "complaint", "yes", ""
 
 
+_SENSOR_READING = r"\b\d+(?:\.\d+)?\s?°?C\b|\b\d+(?:\.\d+)?\s?W\b|\b\d+\s?Mhz\b"   # a temperature, a power, a clock
+
+
 @finder
 def _sensors(line: str):
-    """A rocm-smi row whose sensors all read N/A (or the tool saying it cannot read them): the driver does not answer
-    for that GPU, so the table proves nothing about its health."""
+    """A row of an smi table whose sensors all read N/A: the driver does not answer for that GPU, so the table
+    proves nothing about its health. Rows that read numbers are counted too, to tell "all" from "some"."""
     cells = line.split()
-    if len(cells) >= 6 and cells[0].isdigit():
-        na = sum(c.rstrip(",") in ("N/A", "None", "unknown", "Unknown") for c in cells)
-        if na >= max(4, (len(cells) - 3) // 2):
-            yield "sensors_unreadable", f"GPU {cells[0]}", ""
+    if len(cells) < 6 or not cells[0].isdigit() or not re.search(r"0x[0-9a-f]{4}|N/A|\d+(?:\.\d+)?c\b|W\b|Mhz|%",
+                                                                   line, re.IGNORECASE):
+        return
+    na = sum(c.rstrip(",") in ("N/A", "None", "unknown", "Unknown") for c in cells)
+    reading = re.search(_SENSOR_READING, line, re.IGNORECASE)
+    if na >= 4 and not reading:
+        yield "sensors", "unreadable", f"GPU {cells[0]}"
+    elif reading:
+        yield "sensors", "read", f"GPU {cells[0]}"
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -386,7 +386,8 @@ def _describe(g: "GpuRecord") -> Finding:
         f"{g.nominal_memory_gib:g} GiB (the model's, by its PCI id)" if g.nominal_memory_gib else "memory ?"
     verdict = "bf16 native" if native else "bf16 unknown" if native is None else "no native bf16"
     extras = [f"HIP id {g.hip_id}" if g.hip_id is not None and g.hip_id != g.index else "",
-              g.partition or "", f"{g.power_cap_w:g} W cap" if g.power_cap_w else "", "integrated" if g.integrated else ""]
+              g.partition or "", f"{g.power_cap_w:g} W cap" if g.power_cap_w else "", "integrated" if g.integrated else "",
+              "every sensor N/A (no proof it works)" if g.sensors_unreadable else ""]
     return Finding.info("saved-outputs", f"GPU {g.index}: {g.name or 'model not shown'}, {g.arch or 'arch ?'}, {memory}, "
                                          f"{verdict}" + "".join(f", {e}" for e in extras if e),
                         f"arch from {g.arch_source}" if g.arch_source else "")

@@ -387,14 +387,17 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
 def driver(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
               and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd")]   # a CUDA torch on AMD: torch-build
-    unreadable = ctx.sheet.of("sensors_unreadable")
+    unreadable = [f for f in ctx.sheet.of("sensors") if f.value == "unreadable"]
     if unreadable and not errors:
-        names = ", ".join(f.value for f in unreadable)
-        return _make("driver", f"rocm-smi reads no sensor of {names}",
-                     "every sensor reads N/A: the driver does not answer for that GPU (the amdgpu module not bound "
-                     "to it, a GPU passed to a VM, or an smi tool older than the card), so the table is no proof of "
-                     "a working GPU", "sudo dmesg | grep -i -e amdgpu -e kfd | tail -30; rocminfo | grep -e "
-                     "Marketing -e gfx; amd-smi static", unreadable, [], severity="warning")
+        names = ", ".join(dict.fromkeys(f.detail for f in unreadable))
+        every = not any(f.value == "read" for f in ctx.sheet.of("sensors"))
+        return _make("driver", f"the GPU table reads no sensor of {names}" + (" (of any GPU)" if every else ""),
+                     "every sensor reads N/A: the driver does not answer for that GPU (the amdgpu module not bound to "
+                     "it, a GPU passed to a VM without its power management, or an smi tool older than the card), so "
+                     "the table is no proof of a working GPU",
+                     "sudo dmesg | grep -i -e amdgpu -e kfd | tail -30; rocminfo | grep -e Marketing -e gfx (lists "
+                     "only the GPUs ROCm can use); amd-smi static --asic", unreadable, [],
+                     severity="error" if every else "warning")
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
