@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from steadytune.config import load_config
+from steadytune.doctor.canary import canary_on_this_machine
 from steadytune.doctor.cases import score_part, summary
 from steadytune.doctor.findings import findings_as_dicts, format_findings, has_errors
 from steadytune.doctor.live import diagnose_this_machine
@@ -52,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time SDPA forward+backward under each kernel on the GPU train uses (in a child "
                              "process), with and without TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 where AOTriton marks "
                              "the GPU experimental, and say whether the switch pays")
+    parser.add_argument("--canary", action="store_true",
+                        help="also run the numerical canary on the GPU: matmuls and attention in each precision a run "
+                             "would use, every Triton kernel steadytune ships, an all-reduce across the visible GPUs "
+                             "and a large allocation, each checked against the CPU (some ROCm stacks return zeros or "
+                             "garbage without an error)")
     parser.add_argument("--deepspeed-ops", action="store_true",
                         help="also build (first time: minutes) and load the DeepSpeed ops a run may need (cpu_adam, "
                              "fused_adam), in a child process with a time limit")
@@ -138,6 +144,8 @@ def _run(args: argparse.Namespace, scratch: Path) -> int:
                                                 nodes=getattr(args, "nodes", None))
         if probe is not None:   # None: torch missing or broken (row 9), which findings explain
             gpus = [{**asdict(g), "bf16": bf16_verdict(g.arch)[0]} for g in probe.info.gpus]
+            if getattr(args, "canary", False):
+                findings += canary_on_this_machine(probe.info.backend)
             title += f" ({probe.info.backend}, torch {probe.torch_version})"
             if cfg is not None:
                 findings += train_plan_findings(probe.info, "config", cfg, offline=False)
