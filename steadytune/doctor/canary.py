@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 from steadytune.doctor.findings import Finding
+from steadytune.doctor.multi_gpu import run_allreduce_check
 from steadytune.hardware.gpu_facts import arch_info
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ def _fp8_gpu(device: "torch.device") -> bool:
 
 def _kernel_swiglu(device: "torch.device") -> list[CanaryResult]:
     import torch
-    from steadytune.model import fused_swiglu as fs
+    from steadytune.model import fused_swiglu as fs  # lazy: torch and Triton
     if not _fp8_gpu(device):
         return [CanaryResult("triton: fused LoRA SwiGLU", True, "", skipped="it runs over an fp8 base; this GPU has no "
                                                                            "fp8")]
@@ -180,8 +181,8 @@ def _kernel_swiglu(device: "torch.device") -> list[CanaryResult]:
 
 def _kernel_grouped(device: "torch.device") -> list[CanaryResult]:
     import torch
-    from steadytune.model.moe.grouped import loop_grouped_mm
-    from steadytune.model.moe.grouped_triton import triton_grouped_mm
+    from steadytune.model.moe.grouped import loop_grouped_mm  # lazy: torch and Triton
+    from steadytune.model.moe.grouped_triton import triton_grouped_mm  # lazy: torch and Triton
     g = _generator(4)
     # bf16 as the experts run on a GPU; fp32 in Triton's CPU interpreter (the tests), whose bf16 loads are not exact
     precision = "bf16" if device.type == "cuda" else "fp32"
@@ -197,14 +198,14 @@ def _kernel_grouped(device: "torch.device") -> list[CanaryResult]:
 def _kernel_decode(device: "torch.device") -> list[CanaryResult]:
     import torch
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
-    from steadytune.model.decode.attention import sdpa_decode_attention
-    from steadytune.model.decode.kernels import fused_triton
-    from steadytune.model.decode.kernels.attention_triton import split_decode_attention
-    from steadytune.model.decode.kernels.sample_triton import sample_rows_triton
-    from steadytune.model.decode.lora_bank import LoraBank
-    from steadytune.model.decode.norms import norm_of
-    from steadytune.model.decode.ops import TorchOps
-    from steadytune.model.decode.sampling import GREEDY, SamplingParams, sample_rows, settings_of
+    from steadytune.model.decode.attention import sdpa_decode_attention  # lazy: torch and Triton
+    from steadytune.model.decode.kernels import fused_triton  # lazy: torch and Triton
+    from steadytune.model.decode.kernels.attention_triton import split_decode_attention  # lazy: torch and Triton
+    from steadytune.model.decode.kernels.sample_triton import sample_rows_triton  # lazy: torch and Triton
+    from steadytune.model.decode.lora_bank import LoraBank  # lazy: torch and Triton
+    from steadytune.model.decode.norms import norm_of  # lazy: torch and Triton
+    from steadytune.model.decode.ops import TorchOps  # lazy: torch and Triton
+    from steadytune.model.decode.sampling import GREEDY, SamplingParams, sample_rows, settings_of  # lazy: torch and Triton
     torch.manual_seed(5)
     results = []
     ref = TorchOps()
@@ -271,7 +272,6 @@ def check_triton_kernels(device: "torch.device") -> list[CanaryResult]:
 
 def check_allreduce_values(world: int) -> CanaryResult:
     """An all-reduce across the visible GPUs in child processes, the sum checked on every rank (multi_gpu.py)."""
-    from steadytune.doctor.multi_gpu import run_allreduce_check
     if world < 2:
         return CanaryResult("all-reduce", True, "", skipped="fewer than 2 GPUs visible")
     start = time.perf_counter()
