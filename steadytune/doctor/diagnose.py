@@ -74,7 +74,10 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
 
 
 def _evidence(diagnosis: Diagnosis) -> str:
-    quoted = [f.quote(120) for f in diagnosis.evidence[:3]]
+    lines = {}
+    for fact in diagnosis.evidence:
+        lines.setdefault(fact.line_no, fact)
+    quoted = [f.quote(120) for f in list(lines.values())[:3]]
     return ("; evidence: " + " | ".join(quoted)) if quoted else ""
 
 
