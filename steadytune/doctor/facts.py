@@ -261,10 +261,11 @@ def _gpu(line: str):
         if m and re.search(r"Radeon|Graphics|iGPU|APU|\bwith\b|Ryzen AI|\bAMD\b", line, re.IGNORECASE):
             yield "gpu", m.group(0), arch
             return
+    named = re.sub(r"\bRadeon(?:\(TM\))? (?=[5-9]\d{3}\b)", "Radeon RX ", line)   # "Radeon 7900 XTX" is an RX
     for product in PRODUCTS:
-        m = re.search(product.pattern, line, re.IGNORECASE)
+        m = re.search(product.pattern, named, re.IGNORECASE)
         if m:
-            yield "gpu", _model_phrase(line, m), product.arch
+            yield "gpu", _model_phrase(named, m), product.arch
             return
     if re.search(r"Jetson (?:AGX )?Orin|\bOrin (?:Nano|NX)", line, re.IGNORECASE):
         yield "gpu", "Jetson Orin", "sm_87"
@@ -419,7 +420,7 @@ _TOOLS = (
     ("ollama", r"\bollama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go"),
     ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
                   r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
-    ("vllm", r"\bvllm\b|\bvLLM\b"),
+    ("vllm", r"\bvllm\b|\bvLLM\b|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
     ("bitsandbytes", r"bitsandbytes|libbitsandbytes_\w+"),
     ("comfyui", r"\bComfyUI\b|comfy[/\\]|\bcomfy\.\w+"),
     ("rccl-tests", r"all_reduce_perf|all_gather_perf|rccl-tests|nccl-tests"),

@@ -344,13 +344,21 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     in_container = ctx.sheet.has("platform", "container")
     missing = re.search(r"/dev/kfd\S*:? No such file|No such file or directory.*?/dev/kfd|/dev/dri\S*:? No such file",
                         text) or (in_container and "No such file" in text)
-    if missing or (in_container and not root_only):
+    if missing:
         return _make("device-access", "the GPU device files are not in the container",
                      "/dev/kfd and /dev/dri/renderD* must be passed into the container (and their groups added) or "
                      "ROCm sees no GPU",
                      "docker run --device=/dev/kfd --device=/dev/dri --group-add video --group-add render "
                      "--security-opt seccomp=unconfined ... (podman: the same; apptainer: --rocm, or --bind "
                      "/dev/kfd,/dev/dri)", [ctx.line_fact(e) for e in errors[:2]], errors)
+    if in_container and not root_only:
+        wanted = groups or ["render", "video"]
+        return _make("device-access", "the container's user may not open the GPU device files",
+                     "inside a container the device files keep the host's groups: the process needs them added, and a "
+                     "rootless container never has more rights than the host user who started it",
+                     f"start it with --group-add video --group-add render (rootless podman: --group-add keep-groups), "
+                     f"and put the host user in those groups: sudo usermod -aG {','.join(wanted)} $USER, then log in "
+                     "again", [ctx.line_fact(e) for e in errors[:2]], errors)
     wanted = groups or ["render", "video"]
     cause = ("only root can open /dev/kfd and /dev/dri/renderD*: the user is not in the group"
              f"{'s' if len(wanted) > 1 else ''} that own them ({', '.join(wanted)})")
@@ -702,20 +710,29 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                  "to the kernel command line and turn ACS off in the BIOS", [ctx.line_fact(errors[0])], errors)
 
 
+_SERVING_OOM_FIX = {
+    "llama.cpp": "offload fewer layers (-ngl N smaller) or a smaller context (-c)",
+    "ollama": "a smaller context (num_ctx) or fewer GPU layers (num_gpu), or a smaller quantisation",
+    "vllm": "--gpu-memory-utilization lower (0.75) and --max-model-len smaller (8192), or tensor parallel over more "
+            "GPUs",
+}
+
+
 @rule("out-of-memory")
 def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("out-of-memory")
     if not errors:
         return None
+    tool = ctx.tool(errors)
+    if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
+        return _make("out-of-memory", f"{tool} ran out of GPU memory",
+                     f"{tool} reserves its weights and caches up front; this model and context do not fit the memory "
+                     "it may take", _SERVING_OOM_FIX[tool], [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
-    tool = ctx.tool(errors)
-    fix = {"llama.cpp": "offload fewer layers (-ngl N smaller) or a smaller context (-c)",
-           "ollama": "a smaller context (num_ctx) or fewer GPU layers (num_gpu), or a smaller quantisation",
-           "vllm": "--gpu-memory-utilization lower, --max-model-len smaller, or tensor parallel over more GPUs"}.get(
-        tool or "", "a smaller batch or sequence length, gradient checkpointing, or a quantised model")
-    return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free", fix,
+    return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
+                 "a smaller batch or sequence length, gradient checkpointing, or a quantised model",
                  [ctx.line_fact(errors[0])], errors)
 
 
