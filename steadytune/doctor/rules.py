@@ -464,8 +464,15 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     evidence = [ctx.line_fact(e) for e in errors[:1]] + wrong[:1] + [where]
     if vendor == "nvidia":
         return _make("torch-build", "a torch without CUDA on an NVIDIA GPU",
-                     "the installed torch is a CPU (or ROCm) build", (cuda_wheel_for(arch) if arch else None) or
-                     "pip install torch --index-url https://download.pytorch.org/whl/cu128", evidence,
+                     "the installed torch is a CPU (or ROCm) build", "pip uninstall -y torch; pip cache purge; " +
+                     _cuda_index_for_driver(ctx, arch), evidence, errors + ctx.no_gpu())
+    if vendor is None:
+        return _make("torch-build", "a torch without GPU support",
+                     "the installed torch is a CPU build (PyPI's default on Windows and macOS, or a cached CPU wheel), "
+                     "so it finds no GPU",
+                     "pip uninstall -y torch; pip cache purge; then the GPU build from pytorch.org's index: pip install "
+                     "torch --index-url https://download.pytorch.org/whl/cu128 (NVIDIA; cu118 for a driver older than "
+                     "CUDA 12) or https://download.pytorch.org/whl/rocm7.2 (AMD, Linux)", evidence,
                      errors + ctx.no_gpu())
     if ctx.sheet.is_windows:
         return _make("torch-build", "a torch without GPU support on a Windows AMD machine",
@@ -476,6 +483,20 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                  "the installed torch is a CUDA or CPU build (PyPI's default), which finds no AMD GPU",
                  "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch), evidence,
                  errors + ctx.no_gpu())
+
+
+def _cuda_index_for_driver(ctx: Context, arch: Optional[str]) -> str:
+    """The CUDA wheel index the installed driver can run (nvidia-smi's "CUDA Version" is the newest it supports),
+    and that carries the GPU's compute capability."""
+    driver = [f for f in ctx.sheet.of("cuda") if re.search(r"CUDA Version:", f.line)]
+    if arch and re.fullmatch(r"sm_\d+", arch) and int(arch[3:]) >= 100:   # Blackwell: CUDA 12.8 whatever else
+        return cuda_wheel_for(arch) or ""
+    if driver:
+        major, minor = (int(x) for x in driver[-1].value.split(".")[:2])
+        label = "cu118" if major < 12 else "cu128" if (major, minor) >= (12, 8) else "cu126"
+        return (f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the driver runs CUDA "
+                f"{driver[-1].value} at most)")
+    return (cuda_wheel_for(arch) if arch else None) or "pip install torch --index-url https://download.pytorch.org/whl/cu128"
 
 
 _WHEEL = re.compile(r"(\S+?)-(\d[\w.+!]*)-(?:\d\w*-)?(cp\d+|py3\w*)-(\w+)-(\w+)\.whl")
