@@ -276,7 +276,7 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     if arch.startswith("sm_"):
         if tool in ("bitsandbytes", "llama.cpp", "vllm", "flash-attn", "xformers"):
             return rebuild_line(tool, arch) or ""
-        return cuda_wheel_for(arch) or rebuild_line(tool, arch) or ""
+        return _cuda_index_for_driver(ctx, arch)
     value, caveat = override_value(arch, tool)
     if sheet.is_windows and tool in ("rocblas", "ollama", "zluda", "comfyui", "a1111", "torch", None):
         rocm = sheet.values("rocm")
@@ -415,10 +415,19 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "--reinstall nvidia-driver-<version>; or dkms autoinstall), check Secure Boot, reboot")
         cause = "nvidia-smi cannot reach the kernel driver (a kernel update without the module rebuilt, or Secure Boot)"
     elif re.search(r"(?i)driver (?:on your system is too old|version is insufficient)", text):
+        found = re.search(r"found version (\d{4,5})", text)
         cuda = ctx.sheet.values("cuda")
-        fix = ("update the NVIDIA driver, or install the torch built for the CUDA the driver supports "
-               f"(nvidia-smi's 'CUDA Version'{': ' + cuda[-1] if cuda else ''}; e.g. --index-url "
-               "https://download.pytorch.org/whl/cu118)")
+        most = (f"{int(found.group(1)) // 1000}.{int(found.group(1)) % 1000 // 10}" if found else
+                cuda[-1] if cuda else None)
+        older = ""
+        if most and most.split(".")[0] == "11":
+            older = "; or keep the driver and install the torch built for CUDA 11: --index-url " \
+                    "https://download.pytorch.org/whl/cu118"
+        elif most and most.split(".")[0] == "12":
+            older = "; or keep the driver and install the torch built for CUDA 12.6: --index-url " \
+                    "https://download.pytorch.org/whl/cu126"
+        fix = (f"update the NVIDIA driver (it runs CUDA {most or '?'} at most; a current torch needs a driver for "
+               f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"
     elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed", text):
         fix = ("boot a kernel that the ROCm release supports, or drop the DKMS module: sudo amdgpu-install "
