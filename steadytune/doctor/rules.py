@@ -640,21 +640,23 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("visibility")
-    if not errors:
-        return None
     hit = _catalogue(errors)
     if hit is not None and re.search(r"VISIBLE_DEVICES=|leaves|selects|index", hit.catalogue.cause):
         return _restate("visibility", hit, errors)
     archs = ctx.sheet.machine_archs
     igpu = [a for a in archs if (arch_info(a) and arch_info(a).kind == "apu")]
     dgpu = [a for a in archs if a not in igpu and a.startswith("gfx")]
-    if igpu and dgpu:
+    # the iGPU is in the way when torch finds no usable GPU, or when code fails that the card itself has
+    # (a wheel with the card's arch failing "invalid image" on the other device)
+    missing_on_igpu = [e for e in ctx.of("arch-missing") if dgpu and dgpu[0] in OFFICIAL_WHEEL_ARCHS]
+    symptoms = errors + missing_on_igpu + ctx.crashes()
+    if igpu and dgpu and symptoms:
         return _make("visibility", "the integrated GPU is in the way",
                      f"the machine has an iGPU ({igpu[0]}) beside the card ({dgpu[0]}); tools take every GPU or "
                      "device 0, and the iGPU has no usable ROCm code",
-                     "export HIP_VISIBLE_DEVICES=<index of the card> (rocminfo / rocm-smi list the order; often 0 is "
-                     "the card and 1 the iGPU, or the reverse), or disable the iGPU in the BIOS",
-                     [_arch_fact(ctx, igpu[0]), _arch_fact(ctx, dgpu[0])], errors)
+                     "hide the iGPU: export HIP_VISIBLE_DEVICES=<index of the card> (rocminfo / rocm-smi list the "
+                     "order; often the card is 0 and the iGPU 1, or the reverse), or disable the iGPU in the BIOS",
+                     [_arch_fact(ctx, igpu[0]), _arch_fact(ctx, dgpu[0])], symptoms)
     return None
 
 
