@@ -703,15 +703,22 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("platform-bios")
     if not errors:
         return None
+    text = " ".join(e.line for e in errors)
+    if re.search(r"(?i)atomic", text):
+        pci = next((f for f in ctx.sheet.of("pci_id") if f.line_no in {e.line_no for e in errors}), None)
+        card = f" ({pci.value}{', ' + pci.detail if pci.detail else ''})" if pci else ""
+        return _make("platform-bios", f"the GPU{card} is skipped: its PCIe path has no atomics",
+                     "ROCm's compute queues on GCN cards (gfx8) need PCIe atomic operations all the way to the CPU; a "
+                     "chipset slot, a riser, a Thunderbolt/OCuLink enclosure or an old platform without them makes "
+                     "KFD skip the card",
+                     "put the card in a CPU-attached x16 slot (no riser, no chipset lanes; lspci -vvv shows "
+                     "AtomicOpsCap); where the CPU or board has no PCIe atomics at all (Intel before Haswell, AMD "
+                     "before Zen, many laptops' chipset links) ROCm cannot use this card: a platform with PCIe 3 "
+                     "atomics, or a gfx9+ card, which does not need them", [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("platform-bios", hit, errors)
-    text = " ".join(e.line for e in errors)
-    if re.search(r"(?i)atomic", text):
-        cause, fix = ("the GPU sits behind a PCIe link without atomics (a chipset slot, a riser, a Thunderbolt or "
-                      "OCuLink enclosure); ROCm's queues need them", "move the card to a CPU-attached x16 slot; in "
-                      "the BIOS enable PCIe atomics / Above 4G Decoding where offered")
-    elif re.search(r"(?i)BAR|address space|4G", text):
+    if re.search(r"(?i)BAR|address space|4G", text):
         cause, fix = ("the BIOS does not map the card's memory (no Above 4G Decoding / Resizable BAR)",
                       "enable Above 4G Decoding and Resizable BAR in the BIOS (CSM off)")
     elif re.search(r"(?i)AMD-Vi|IO_PAGE_FAULT|iommu", text):
