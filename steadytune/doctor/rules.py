@@ -763,6 +763,14 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     if not errors:
         return None
     tool = ctx.tool(errors)
+    if any(re.search(r"(?i)DataLoader worker|shared memory|\bshm\b", e.line) for e in errors):
+        hit = next((e for e in errors if e.catalogue is not None and e.catalogue.entry.id == "dataloader-shm"), None)
+        if hit is not None:
+            return _restate("out-of-memory", hit, errors)
+        return _make("out-of-memory", "the data loader's workers ran out of shared memory",
+                     "workers hand batches over through /dev/shm, which is 64 MB in a default Docker container",
+                     "docker run ... --ipc=host (or --shm-size=16g); or fewer data loader workers (0 to confirm)",
+                     [ctx.line_fact(errors[0])], errors)
     if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
         return _make("out-of-memory", f"{tool} ran out of GPU memory",
                      f"{tool} reserves its weights and caches up front; this model and context do not fit the memory "
