@@ -5,10 +5,7 @@ model learning a reward, an exact resume, two processes matching one, evaluation
 from __future__ import annotations
 
 import json
-import math
 import shutil
-import types
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
