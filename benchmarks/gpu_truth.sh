@@ -54,7 +54,7 @@ for STAGE in "$@"; do
       fi ;;
     grpo)
       python3 -m pip install -q --no-index --no-deps --target /tmp/trlsite .whl/trl/*.whl
-      PYTHONPATH=/tmp/trlsite:$PYTHONPATH python3 benchmarks/grpo_vs_trl.py ${GRPO_ARGS:---steps 8 --warmup 2} \
+      PYTHONPATH=/tmp/trlsite:$PYTHONPATH python3 benchmarks/grpo_vs_trl.py ${GRPO_ARGS:---steps 8 --warmup 2 --arms trl,steadytune_gc,steadytune} \
           --output "$OUT/grpo_vs_trl.json" 2>&1 | grep -v "it/s\]\|Warning\|warnings.warn\|^ *{'loss'" \
           | tee "$OUT/grpo_vs_trl.txt" ;;
     *) echo "unknown stage $STAGE"; exit 2 ;;
