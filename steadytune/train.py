@@ -657,6 +657,7 @@ def fit(run: Run) -> Outcome:
     finally:
         run.watchdog.stop()
         run.stop.in_loop = False
+        loop.batches.close()
         bar.close()
     return Outcome(loop.losses, time.perf_counter() - started, input_tokens=input_tokens)
 
@@ -756,6 +757,7 @@ def recover(run: Run, loop: LoopState, decision, step: int) -> str | None:
     if decision.action == ROLLBACK:
         state.global_step = guard.restore(run.live)
         set_data_position(state, run.live.data_position)
+        loop.batches.close()   # a prefetching stream stops making micro-batches (training/batches.py)
         loop.batches = run.batches.stream(state.epoch, state.batch_in_epoch)
         del loop.losses[max(0, state.global_step - loop.first_step):]
         loop.window_loss, loop.window_steps = 0.0, 0

@@ -1,6 +1,6 @@
 """The speed plan on a vision-language model: compile, fp8 base, fused SwiGLU and shared-input groups reach the language
-model's decoder layers only; CUDA graphs and static shapes are off with the reason; the memory policy reads the
-language model's sizes (text_config)."""
+model's decoder layers only; what rules static shapes or CUDA graphs out is said (tests/test_vlm_static.py: the
+static path itself); the memory policy reads the language model's sizes (text_config)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from steadytune.model.lora import attach_adapter
 from steadytune.model.shared_input import sibling_groups
 from steadytune.training.lora_budget import adapter_parameters
 from steadytune.training.loss import causal_lm_loss_sum
-from steadytune.training.vision_speed import decide_vision_speed, vision_graph_blockers, vision_static_status
+from steadytune.training.vision_speed import decide_vision_speed, plan_vision
 from vlm_batches import image_batch, square, tiny
 
 ROWS = [(square((255, 0, 0)), "What colour?", "red")]
@@ -78,17 +78,33 @@ def test_fp8_base_over_a_vlm_still_sees_the_image():
         restore_base(model)
 
 
-def test_graphs_and_static_shapes_are_off_with_the_reason_and_one_line_says_what_applies():
+class Batches:
+    """What plan_vision reads of training/batches.TrainBatches: the collator and the rows."""
+
+    def __init__(self, collate, rows=()):
+        self.collate = collate
+        self.data = type("Data", (), {"train": list(rows)})()
+        self.prefetch, self.pin = 0, False
+
+
+def test_what_rules_static_shapes_and_graphs_out_is_said_and_one_line_says_what_applies():
+    from steadytune.data.multimodal.collate import MultimodalCollator
+
     model, _, cfg = lora_vlm("gemma3_vl")
-    assert "patches" in vision_graph_blockers(model)["vision"]
-    assert vision_static_status(model)[0] is False
-    decide_vision_speed(cfg, model)
-    assert "2 decoder layers" in cfg.decisions["vision_speed"]["reason"]
-    assert "without autograd" in cfg.decisions["vision_speed"]["reason"]
+    padded = plan_vision(model, Batches(MultimodalCollator(None, 0)), "cuda")
+    assert padded.static_ok[0] is False and "packing: false" in padded.static_ok[1]
+    assert padded.graph_blockers == {}
+    decide_vision_speed(cfg, model, padded)
+    reason = cfg.decisions["vision_speed"]["reason"]
+    assert "2 decoder layers" in reason and "without autograd" in reason and "ahead in a thread" in reason
     assert "vision_tower 0 of" in cfg.decisions["trainable_parts"]["value"]
+    trains, _, _ = lora_vlm("qwen2_5_vl", freeze_multi_modal_projector=False)
+    plan = plan_vision(trains, Batches(MultimodalCollator(None, 0)), "cpu")
+    assert "trains" in plan.graph_blockers["vision"]
+    assert "one SDPA call per image and window" in plan.tower[0]   # no varlen kernel on a CPU
     from steadytune.model.tiny import build_model
 
-    assert vision_graph_blockers(build_model("qwen2")) == {} and vision_static_status(build_model("qwen2")) is None
+    assert plan_vision(build_model("qwen2"), Batches(None), "cuda") is None
 
 
 def test_memory_estimates_read_the_language_models_sizes():

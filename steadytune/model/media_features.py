@@ -32,10 +32,18 @@ from steadytune.model.vision import (
     encode_media,
     multimodal_body,
     type_id_inputs,
+    vision_frozen,
 )
 
 # Batch keys that carry encoded media (in place of the pixel keys): what a step reads once the images are encoded.
 FEATURE_KEYS = ("media_features", "deepstack_features")
+# A Qwen-VL tower's inputs worked out from the image grids with the batch (data/multimodal/vision_layout.py makes
+# them under these names: the tower's own keywords behind this prefix; tests/test_vlm_speed.py holds the two lists
+# equal): given them, the tower reads nothing back from the GPU.
+LAYOUT_PREFIX = "vision_"
+LAYOUT_KEYS = tuple(LAYOUT_PREFIX + k for k in ("position_ids", "cu_seqlens", "max_seqlen", "window_index",
+                                                 "cu_window_seqlens", "max_window_seqlen", "interp_indices",
+                                                 "interp_weights"))
 # What the language model takes beside the embeddings (the varlen packing kernel's keys among them).
 LANGUAGE_MODEL_KEYS = ("attention_mask", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
                        "max_length_k")
@@ -97,8 +105,16 @@ def select_images(encoded: dict, index: list[int]) -> dict:
 
 def encode_features(model: nn.Module, inputs: dict) -> dict:
     """The batch's images and videos through the vision tower and projector (model/vision.encode_media: without
-    autograd while both are frozen), as features_of's tensors."""
-    return features_of(encode_media(model, inputs))
+    autograd while both are frozen), as features_of's tensors. With a precomputed layout (LAYOUT_KEYS: images only)
+    the tower is called with it directly, its merged output already the features' rows in image order (padding
+    images' rows last)."""
+    layout = {k[len(LAYOUT_PREFIX):]: inputs[k] for k in LAYOUT_KEYS if k in inputs}
+    if not layout or inputs.get("pixel_values_videos") is not None:
+        return features_of(encode_media(model, inputs))
+    tower = multimodal_body(model).visual
+    with contextlib.nullcontext() if not vision_frozen(model) else torch.no_grad():
+        out = tower(inputs["pixel_values"].type(tower.dtype), None, **layout)
+    return features_of({"image": out})
 
 
 def media_token_ids(model: nn.Module) -> tuple[int | None, int | None]:
@@ -177,6 +193,8 @@ def language_model_over(model: nn.Module, inputs: dict, features: dict, **kwargs
         # builds (Gemma 3's bidirectional attention inside an image, from token_type_ids). Qwen-VL's (3-D rope
         # positions) computes nothing more after merging: its language model is called directly
         extra = {k: inputs[k] for k in ("token_type_ids",) if k in inputs}
+        if "token_type_ids" in extra and text.get("cu_seq_lens_q") is not None:
+            text = packed_image_attention(text, inputs["token_type_ids"], body.config.get_text_config())
         return body(input_ids=None, inputs_embeds=embeds, **text, **extra, **kwargs)
     if text.get("position_ids") is None:
         text["position_ids"] = qwen_positions(model, inputs)
@@ -190,9 +208,37 @@ def language_model_over(model: nn.Module, inputs: dict, features: dict, **kwargs
                               deepstack_visual_embeds=addends, **text, **kwargs)
 
 
+def packed_image_masks(cu_seq_lens: torch.Tensor, token_type_ids: torch.Tensor, sliding_window: int | None) -> dict:
+    """Gemma 3's attention over one packed row, as boolean masks [1, 1, tokens, tokens] per layer type: each example
+    (a piece of cu_seq_lens) attends causally to itself, and the tokens of one image to each other both ways (the
+    model's own rule, token_type_ids 1 on image tokens); sliding layers also look back less than the window."""
+    tokens = token_type_ids.shape[-1]
+    position = torch.arange(tokens, device=token_type_ids.device)
+    segment = torch.searchsorted(cu_seq_lens[1:].to(position.dtype).contiguous(), position, right=True)
+    image = token_type_ids.reshape(-1) == 1
+    starts = image & ~torch.cat([image.new_zeros(1), image[:-1]])
+    block = torch.where(image, torch.cumsum(starts, 0), -1)
+    allowed = (segment[:, None] == segment[None, :]) & (
+        (position[None, :] <= position[:, None]) | ((block[:, None] == block[None, :]) & image[:, None]))
+    masks = {"full_attention": allowed[None, None]}
+    if sliding_window:
+        masks["sliding_attention"] = (allowed & (position[:, None] - position[None, :] < sliding_window))[None, None]
+    return masks
+
+
+def packed_image_attention(text: dict, token_type_ids: torch.Tensor, config) -> dict:
+    """A packed row of a model whose images attend both ways (Gemma 3): a varlen kernel attends causally only, so the
+    row goes through SDPA with packed_image_masks instead (the cu_seq_lens read here, not passed on: the packing
+    attention then takes the masks)."""
+    masks = packed_image_masks(text["cu_seq_lens_q"], token_type_ids, getattr(config, "sliding_window", None))
+    kept = {k: v for k, v in text.items() if not k.startswith(("cu_seq_lens", "max_length"))}
+    return {**kept, "attention_mask": masks}
+
+
 def text_side(inputs: dict) -> dict:
     """The inputs of a multimodal batch without its pixels (what language_model_over reads beside the features)."""
-    return {k: v for k, v in inputs.items() if k not in PIXEL_KEYS and k not in FEATURE_KEYS}
+    return {k: v for k, v in inputs.items() if k not in PIXEL_KEYS and k not in FEATURE_KEYS
+            and k not in LAYOUT_KEYS}
 
 
 def run_multimodal(model: nn.Module, inputs: dict, features: dict | None = None, **kwargs):
@@ -207,4 +253,5 @@ def run_multimodal(model: nn.Module, inputs: dict, features: dict | None = None,
 
 def only_text(inputs: dict) -> dict:
     """A batch without media goes through the language model alone: the vision keys left out."""
-    return {k: v for k, v in inputs.items() if k not in VISION_INPUT_KEYS and k not in FEATURE_KEYS}
+    return {k: v for k, v in inputs.items() if k not in VISION_INPUT_KEYS and k not in FEATURE_KEYS
+            and k not in LAYOUT_KEYS}
