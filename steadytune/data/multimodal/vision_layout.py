@@ -117,6 +117,9 @@ def static_layout(geometry: VisionGeometry, grids: Sequence[Sequence[int]], shap
     layout[key + "max_seqlen"] = shape.max_seqlen
     if geometry.window_size:
         layout[key + "cu_window_seqlens"] = _fill(layout[key + "cu_window_seqlens"], shape.windows + 1)
+        # a window is at most window_size / patch_size patches a side: one bound for every batch (a kernel's
+        # max_seqlen only has to hold the longest; a recorded graph keeps the value it was recorded with)
+        layout[key + "max_window_seqlen"] = (geometry.window_size // geometry.patch_size) ** 2
     return layout, padding
 
 
