@@ -281,3 +281,17 @@ def test_a_prefetching_stream_raises_its_errors_where_the_item_would_come():
     assert next(stream) == 1
     with pytest.raises(ValueError, match="row 2"):
         next(stream)
+
+
+def test_a_layout_the_tower_does_not_take_is_refused_saying_why():
+    """Checked at start on one blank image: a layout short of what the tower reads (here Qwen2.5-VL's windows) is
+    not used, and the start-up line says why."""
+    import dataclasses
+
+    from steadytune.training.vision_speed import layout_mismatch
+    from vlm_batches import tiny
+
+    model, _ = tiny("qwen2_5_vl")
+    geometry = geometry_of(model)
+    assert layout_mismatch(model, geometry) is None
+    assert layout_mismatch(model, dataclasses.replace(geometry, window_size=None))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from steadytune.data.multimodal.packing import MultimodalPackedCollator
-from steadytune.data.multimodal.vision_layout import VisionGeometry, layouts_supported
+from steadytune.data.multimodal.vision_layout import LAYOUT_PREFIX, VisionGeometry, layouts_supported, vision_layout
 from steadytune.hardware.attention_kernels import varlen_kernel_status, varlen_kernels
 from steadytune.model.anatomy import decoder_layers
 from steadytune.model.vision import is_vision_model, vision_frozen
@@ -53,6 +53,31 @@ def geometry_of(model) -> VisionGeometry:
                           align_corners=bool(getattr(tower, "interpolation_align_corners", True)))
 
 
+def layout_mismatch(model, geometry: VisionGeometry) -> str | None:
+    """Why the tower cannot take a layout worked out with the batch (None: it can): one blank image of a few windows
+    through the tower with the layout and without it must give the same features. Checked at start, as the tower's
+    family may derive something more from the grids than the layout holds."""
+    import torch
+
+    tower = vision_tower(model)
+    side = 2 * geometry.merge_size * max(1, (geometry.window_size or 0) // geometry.patch_size // geometry.merge_size)
+    grids = [[1, side, side]]
+    weight = next(tower.parameters())
+    try:
+        width = tower.patch_embed.proj.weight[0].numel()   # channels x frames x patch x patch
+        pixels = torch.zeros(side * side, width, dtype=weight.dtype, device=weight.device)
+        layout = {k[len(LAYOUT_PREFIX):]: v.to(weight.device) if isinstance(v, torch.Tensor) else v
+                  for k, v in vision_layout(geometry, grids).items()}
+        with torch.no_grad():
+            own = tower(pixels, torch.tensor(grids, device=weight.device)).pooler_output
+            given = tower(pixels, None, **layout).pooler_output
+    except Exception as e:   # a tower built otherwise, or reading the grids for something more: no layout for it
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+    if not torch.equal(own, given):
+        return f"the tower's features differ with it (max difference {float((own - given).abs().max()):.3g})"
+    return None
+
+
 def plan_vision(model, batches, backend: str) -> VisionPlan | None:
     """The vision side of the plan, applied where it is on (the tower's attention, the collator's layout); None for a
     text model."""
@@ -74,10 +99,16 @@ def plan_vision(model, batches, backend: str) -> VisionPlan | None:
             use_vision_varlen(model, varlen_kernels()[kernel])
             plan.tower.append(f"attention as one {kernel} call per block")
             if isinstance(collate, MultimodalPackedCollator) and layouts_supported():
-                batches.collate = collate = collate.with_layout(geometry_of(model))
-                plan.tower.append("its layout worked out with the batch on the CPU")
+                geometry = geometry_of(model)
+                wrong = layout_mismatch(model, geometry)
+                if wrong is None:
+                    batches.collate = collate = collate.with_layout(geometry)
+                    plan.tower.append("its layout worked out with the batch on the CPU")
+                else:
+                    plan.tower.append(f"its layout derived on the GPU, as the tower does it ({wrong})")
     if not isinstance(collate, MultimodalPackedCollator):
-        plan.static_ok = (False, "a vision-language model's padded batches change shape every step (packing: false)")
+        plan.static_ok = (False, "a vision-language model's micro-batches are padded here, not packed (packing: false, "
+                                 "or a stage that pads its pairs), so they change shape every step")
         return plan
     blocker = collate.static_media_blocker(batches.data.train)
     if blocker is not None:
