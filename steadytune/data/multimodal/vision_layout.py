@@ -18,6 +18,7 @@ The tower then sees one shape per run and can be replayed from a CUDA graph with
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -133,9 +134,16 @@ def fits(geometry: VisionGeometry, grids: Sequence[Sequence[int]], shape: Vision
 
 
 def windows_of(geometry: VisionGeometry, grids: Sequence[Sequence[int]]) -> int:
-    if not geometry.window_size or not grids:
+    """How many windows images of `grids` make (each image's own: a window never spans two), counted once per grid
+    size (a run's static shape counts them for every micro-batch of its epochs)."""
+    if not geometry.window_size:
         return 0
-    return len(vision_layout(geometry, grids)[LAYOUT_PREFIX + "cu_window_seqlens"]) - 1
+    return sum(_windows_of_image(geometry, tuple(int(x) for x in g)) for g in grids)
+
+
+@functools.lru_cache(maxsize=4096)
+def _windows_of_image(geometry: VisionGeometry, grid: tuple[int, int, int]) -> int:
+    return len(vision_layout(geometry, [grid])[LAYOUT_PREFIX + "cu_window_seqlens"]) - 1
 
 
 def shape_for(geometry: VisionGeometry, batches: Sequence[Sequence[Sequence[int]]], multiple: int = 64) -> VisionShape:
