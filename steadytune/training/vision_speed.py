@@ -112,8 +112,8 @@ def plan_vision(model, batches, backend: str) -> VisionPlan | None:
         return plan
     blocker = collate.static_media_blocker(batches.data.train)
     if blocker is not None:
-        plan.static_ok = (False, f"a vision-language model's images are padded to one size per micro-batch, but not "
-                                 f"with {blocker}")
+        plan.static_ok = (False, f"a vision-language model's images cannot be padded to one size per micro-batch: "
+                                 f"{blocker}")
     return plan
 
 
