@@ -660,6 +660,7 @@ def fit(run: Run) -> Outcome:
     finally:
         run.watchdog.stop()
         run.stop.in_loop = False
+        loop.windows.close()
         bar.close()
     return Outcome(loop.losses, time.perf_counter() - started, input_tokens=input_tokens)
 
@@ -777,7 +778,9 @@ def recover(run: Run, loop: LoopState, decision, step: int) -> str | None:
     if decision.action == ROLLBACK:
         state.global_step = guard.restore(run.live)
         set_data_position(state, run.live.data_position)
-        loop.windows = Windows(run.batches.stream(state.epoch, state.batch_in_epoch), run.cfg.train.gradient_accumulation_steps)
+        loop.windows.close()   # a prefetching stream stops making micro-batches (training/batches.py)
+        loop.windows = Windows(run.batches.stream(state.epoch, state.batch_in_epoch),
+                               run.cfg.train.gradient_accumulation_steps)
         del loop.losses[max(0, state.global_step - loop.first_step):]
         loop.window_loss, loop.window_steps = 0.0, 0
         return decision.new_precision
