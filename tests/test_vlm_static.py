@@ -114,7 +114,8 @@ def test_padding_to_the_static_shape_changes_no_loss_and_no_gradient(setup):
         padded_loss, padded_n, padded_grads = loss_and_grads(setup.model, padded)
         assert padded_n == n and padded_loss == pytest.approx(loss, rel=1e-6)
         for name, grad in grads.items():
-            torch.testing.assert_close(padded_grads[name], grad, rtol=1e-5, atol=1e-6)
+            # fp32 sums in another order move a gradient by ~1e-6; an image that leaked into the loss moves it far more
+            torch.testing.assert_close(padded_grads[name], grad, rtol=1e-4, atol=1e-5)
     assert padded_images > 0
 
 
