@@ -1,7 +1,9 @@
 """Where a row's images and videos come from, and opening them: local files (relative to `media_dir`, as
 LLaMA-Factory resolves them), data URLs and base64 text, raw bytes, or `{"bytes", "path"}` records (a `datasets` Image
 column). Nothing is ever fetched from the network: a URL is refused naming the row, so a training run never depends on
-(or leaks to) a remote host. A missing or unreadable image is an error naming the file and the row.
+(or leaks to) a remote host. A missing or unreadable image is an error naming the file and the row, and so is a decompression bomb: an image
+whose header claims more pixels than MAX_IMAGE_PIXELS is refused before a pixel is decoded (a 100 KB PNG can claim
+30000 x 30000, which is 2.7 GB once decoded).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w/+.-]*)(?P<params>(;[\w-]+=[\w.-]+)*)(?P<b64>;base64)?,(?P<data>.*)$", re.DOTALL)
 _BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}$")
 BASE64_MIN_CHARS = 64   # a shorter string is a file name, not an encoded image
+# The most pixels an image may have (width x height, read from its header): Pillow's own refusal threshold (twice
+# its Image.MAX_IMAGE_PIXELS), held here so that a library setting Pillow's global to None does not lift it. Far above
+# what training uses: every image is shrunk to image_max_pixels (768 x 768 by default) after it is decoded.
+MAX_IMAGE_PIXELS = 178_956_970
 
 
 def is_url(value: str) -> bool:
@@ -98,7 +104,8 @@ def _decode_base64(text: str, where: str, kind: str) -> bytes:
 
 
 def open_image(ref: MediaRef, where: str):
-    """A PIL image, fully loaded (so a truncated file fails here, naming it and the row, not later in a worker)."""
+    """A PIL image, fully loaded (so a truncated file fails here, naming it and the row, not later in a worker); an
+    image of more than MAX_IMAGE_PIXELS is refused from its header, before its pixels are decoded."""
     from PIL import Image, UnidentifiedImageError
 
     data, name = media_bytes(ref, where)
@@ -110,12 +117,30 @@ def open_image(ref: MediaRef, where: str):
             image = Image.open(name)
         else:
             image = Image.open(io.BytesIO(data))
+        check_pixels(image.size, name, where)
         image.load()
     except DataError:
         raise
+    except Image.DecompressionBombError as e:   # Pillow's own check, in Image.open, met first
+        claimed = re.search(r"\((\d+) pixels\)", str(e))
+        raise DataError(too_many_pixels(int(claimed.group(1)) if claimed else None, name, where)) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise DataError(f"{where}: cannot read image {show_value(name, 120)}: {type(e).__name__}: {e}") from None
     return image
+
+
+def check_pixels(size: tuple[int, int], name: str, where: str) -> None:
+    """Refuse an image (or a video frame) larger than MAX_IMAGE_PIXELS, from the size its header gives."""
+    width, height = size
+    if width * height > MAX_IMAGE_PIXELS:
+        raise DataError(too_many_pixels(width * height, name, where, f"{width}x{height}"))
+
+
+def too_many_pixels(pixels: int | None, name: str, where: str, shape: str = "") -> str:
+    claimed = f"{shape} = {pixels:,} pixels" if shape else (f"{pixels:,} pixels" if pixels else "too many pixels")
+    return (f"{where}: image {show_value(name, 120)} claims {claimed}, more than the {MAX_IMAGE_PIXELS:,} steadytune "
+            "decodes (a decompression bomb, or an image far larger than training uses: each is shrunk to "
+            "image_max_pixels); shrink it first, e.g. to 2048 pixels on its longer side")
 
 
 def video_source(ref: MediaRef, where: str):
