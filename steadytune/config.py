@@ -903,6 +903,12 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}: label_names has duplicates: {show_value(names)}")
         d.label_names = names
+    for kind in ("image", "video"):   # LLaMA-Factory's rule shrinks to the one, then enlarges to the other
+        low, high = getattr(d, f"{kind}_min_pixels"), getattr(d, f"{kind}_max_pixels")
+        if low > high:
+            raise ConfigError(f"{where}: {kind}_min_pixels ({low:,}) is larger than {kind}_max_pixels ({high:,}): every "
+                              f"{kind} would be shrunk below the one and enlarged past the other; set "
+                              f"{kind}_min_pixels <= {kind}_max_pixels")
     _check_stage(cfg, where)
     if d.streaming:
         raise ConfigError(f"{where}: not supported: streaming: true (data is read and tokenised before training)")
