@@ -72,7 +72,16 @@ def _resolve_one(item: Any, media_dir: str | os.PathLike, where: str, kind: str)
     if item.startswith("data:") or _looks_base64(item):
         return item
     joined = Path(media_dir) / item
-    return str(joined) if joined.is_file() else item
+    return str(joined) if is_file(joined) else item
+
+
+def is_file(path: str | os.PathLike) -> bool:
+    """Whether `path` names a file; False for what cannot be one (pathlib raises for a name over 255 bytes, which
+    base64 text often is, and for a NUL in it)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _looks_base64(value: str) -> bool:
@@ -91,7 +100,7 @@ def media_bytes(ref: MediaRef, where: str, kind: str = "image") -> tuple[bytes |
         if not match.group("b64"):
             raise DataError(f"{where}: a data URL {kind} must be base64-encoded (data:image/png;base64,...)")
         return _decode_base64(data, where, kind), f"data URL ({match.group('mime') or 'no type'})"
-    if _looks_base64(ref) and not Path(ref).exists():
+    if _looks_base64(ref) and not is_file(ref):
         return _decode_base64(ref, where, kind), "base64 text"
     return None, ref
 
@@ -111,7 +120,7 @@ def open_image(ref: MediaRef, where: str):
     data, name = media_bytes(ref, where)
     try:
         if data is None:
-            if not Path(name).is_file():
+            if not is_file(name):
                 raise DataError(f"{where}: image file not found: {name} (paths are relative to media_dir, which "
                                 f"defaults to dataset_dir, else to where the run starts)")
             image = Image.open(name)
@@ -148,7 +157,7 @@ def video_source(ref: MediaRef, where: str):
     data, name = media_bytes(ref, where, "video")
     if data is not None:
         return io.BytesIO(data), name
-    if not Path(name).is_file():
+    if not is_file(name):
         raise DataError(f"{where}: video file not found: {name} (paths are relative to media_dir, which defaults to "
                         f"dataset_dir)")
     return name, name
