@@ -274,7 +274,7 @@ class TrainArguments:
                               "linear layer but the output head).")
     galore_rank: int = _opt(16, "GaLore: rank of the gradient projection.", minimum=1)
     galore_update_interval: int = _opt(200, "GaLore: steps between recomputations of the projection.", minimum=1)
-    galore_scale: float = _opt(2.0, "GaLore: scale of the projected update.")
+    galore_scale: float = _opt(2.0, "GaLore: scale of the projected update.", minimum=0.0, exclusive_min=True)
     galore_proj_type: str = _opt("std", "GaLore: projection type.", choices=("std", "reverse_std", "right", "left",
                                                                               "full"))
     galore_layerwise: bool = _opt(False, "GaLore: step each weight's optimizer as soon as its gradient is complete "
@@ -285,7 +285,7 @@ class TrainArguments:
                               "but the output head).")
     apollo_rank: int = _opt(16, "APOLLO: rank of the projection.", minimum=1)
     apollo_update_interval: int = _opt(200, "APOLLO: steps between new projections.", minimum=1)
-    apollo_scale: float = _opt(32.0, "APOLLO: scaling coefficient.")
+    apollo_scale: float = _opt(32.0, "APOLLO: scaling coefficient.", minimum=0.0, exclusive_min=True)
     apollo_proj: str = _opt("random", "APOLLO: low-rank projection: svd or random.", choices=("svd", "random"))
     apollo_proj_type: str = _opt("std", "APOLLO: projection type.", choices=("std", "right", "left"))
     apollo_scale_type: str = _opt("channel", "APOLLO: scaling per channel or per tensor.", choices=("channel", "tensor"))
@@ -914,6 +914,12 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}: label_names has duplicates: {show_value(names)}")
         d.label_names = names
+    for kind in ("image", "video"):   # LLaMA-Factory's rule shrinks to the one, then enlarges to the other
+        low, high = getattr(d, f"{kind}_min_pixels"), getattr(d, f"{kind}_max_pixels")
+        if low > high:
+            raise ConfigError(f"{where}: {kind}_min_pixels ({low:,}) is larger than {kind}_max_pixels ({high:,}): every "
+                              f"{kind} would be shrunk below the one and enlarged past the other; set "
+                              f"{kind}_min_pixels <= {kind}_max_pixels")
     _check_stage(cfg, where)
     if d.streaming:
         raise ConfigError(f"{where}: not supported: streaming: true (data is read and tokenised before training)")
@@ -989,10 +995,19 @@ def _check_methods(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: {' and '.join(optimizers)} each choose the optimizer; set one")
     if m.use_llama_pro and m.finetuning_type not in ("freeze", "lora"):
         raise ConfigError(f"{where}: use_llama_pro is for finetuning_type freeze or lora (got {m.finetuning_type})")
-    for key in ("use_galore", "use_apollo", "use_badam"):
+    # Adam-mini too: it cuts each weight into attention heads and neurons by its name (q_proj, ...), and a LoRA
+    # matrix under that name ended in a shape RuntimeError inside adam_mini after the model loaded
+    for key in ("use_galore", "use_apollo", "use_badam", "use_adam_mini"):
         if getattr(t, key) and m.finetuning_type not in ("full", "freeze"):
             raise ConfigError(f"{where}: {key}: true trains whole weights: finetuning_type full or freeze (got "
                               f"{m.finetuning_type})")
+    if t.use_badam and t.badam_mode == "layer":
+        if t.badam_switch_interval == 0:
+            raise ConfigError(f"{where}: badam_switch_interval: 0: BAdam moves to the next block every N optimizer "
+                              "steps; give N of 1 or more, or -1 to stay on one block")
+        if t.badam_switch_mode == "fixed" and t.badam_start_block is None:
+            raise ConfigError(f"{where}: badam_switch_mode: fixed trains one block only: name it with "
+                              "badam_start_block (0 is the first)")
     if m.finetuning_type != "lora":
         for key in ("loraplus_lr_ratio", "use_rslora", "use_dora", "pissa_init"):
             if getattr(m, key) not in (False, None):

@@ -32,7 +32,7 @@ from steadytune.data.answers import answers_as_labels
 from steadytune.eval.scoring import evaluate_classification, generate_texts, prompt_ids_of
 from steadytune.eval.textmetrics import generation_metrics
 from steadytune.infer.generate import predict_sampling_note, sampling_of
-from steadytune.infer.loading import LORA, load_trained, trained_folder
+from steadytune.infer.loading import BASE, LORA, load_trained, trained_folder
 from steadytune.training.vision_data import load_vision_processor, pixels_of, prepare_with_media
 from steadytune.model.load import load_model_and_tokenizer, resolve_model_path
 from steadytune.stages.base import Stage
@@ -40,7 +40,7 @@ from steadytune.stages.evaluation import evaluate_examples
 from steadytune.stages.preference import PREFERENCE_STAGES
 from steadytune.stages.table import STAGES
 from steadytune.training.folder_config import load_config_named
-from steadytune.training.run_folder import claim_outputs, record_outputs
+from steadytune.training.run_folder import BASE_EVALUATED, claim_outputs, record_outputs
 
 
 def add_arguments(parser) -> None:
@@ -158,13 +158,28 @@ def _zero_shot(cfg, model: torch.nn.Module, kind: str) -> Iterator[torch.nn.Modu
     yield base
 
 
+def evaluated_folder(cfg: RunConfig, zero_shot: bool) -> tuple[Path | None, str]:
+    """(folder, kind) of what eval scores: the trained run; with --zero-shot before any training (output_dir holds no
+    adapter yet, and no adapter_name_or_path is set), the base model alone, said in a line."""
+    try:
+        return trained_folder(cfg)
+    except UserError:
+        if not zero_shot or cfg.model.adapter_name_or_path:
+            raise
+    print(f"note: output_dir {cfg.train.output_dir} holds no trained adapter or model yet: --zero-shot scores the base "
+          f"model {cfg.model.model_name_or_path} alone (after training, eval --zero-shot sets the two side by side)",
+          flush=True)
+    return None, BASE
+
+
 def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size: int = 32,
                    output_dir: str | None = None, known_samples: int = 64, review_errors: int = 0,
                    overwrite: bool = False) -> dict:
     """Everything `steadytune eval` does; returns what it writes to eval_results.json."""
 
 
-    folder, kind = trained_folder(cfg)
+    folder, kind = evaluated_folder(cfg, zero_shot)
+    base_only = kind == BASE   # --zero-shot before any training: the base model is all there is to score
     out_dir = Path(output_dir or cfg.train.output_dir)
     claim_outputs(out_dir, EVAL_OUTPUTS, overwrite, "steadytune eval")
     try:
@@ -172,7 +187,8 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     except OSError as e:
         raise UserError(describe_os_error(e, f"--output-dir {out_dir}")) from None
     check_raw_labels(cfg)
-    warn_if_other_base(cfg, folder)
+    if not base_only:
+        warn_if_other_base(cfg, folder)
     model, tokenizer = load_trained(cfg, folder, kind)
     processor = load_vision_processor(cfg, tokenizer)   # a vision-language run reads its rows' images with it
     data = (prepare_with_media(prepare_datasets, cfg, tokenizer, processor) if processor is not None
@@ -192,16 +208,17 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
         metrics = predict_generation(model, tokenizer, data.eval, sampling.max_new_tokens, batch_size, str(out_dir),
                                      stop_token_ids=data.template.stop_token_ids(),
                                      sampling=sampling.generate_kwargs(), media=media)
-        results = {"task": "generation", "n": len(data.eval), "adapter": str(folder), "decoding": sampling.describe(),
-                   **metrics}
+        results = {"task": "generation", "n": len(data.eval), "adapter": str(folder) if folder else None,
+                   "decoding": sampling.describe(), **metrics}
         (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
-        record_outputs(out_dir, EVAL_OUTPUTS)
+        record_outputs(out_dir, EVAL_OUTPUTS, BASE_EVALUATED if base_only else "finished")
         print(json.dumps(metrics, indent=2))
         return results
 
     label_names, targets = data.label_names, data.label_targets
     modes = ["score", "generate"] if mode == "both" else [mode]
-    check_against_training(folder, label_names)
+    if not base_only:
+        check_against_training(folder, label_names)
     check_labels_distinguishable(targets, label_names, generate="generate" in modes)
     train_gold = [e["label_id"] for e in data.train if e.get("label_id") is not None]
     test_gold = [e["label_id"] for e in data.eval]
@@ -211,9 +228,9 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     if cap_note:
         print(cap_note)
 
-    results: dict[str, Any] = {"task": "classification", "adapter": str(folder), "n": len(data.eval),
+    results: dict[str, Any] = {"task": "classification", "adapter": str(folder) if folder else None, "n": len(data.eval),
                                "label_names": label_names, "label_targets": targets}
-    if known_samples > 0:
+    if known_samples > 0 and not base_only:   # the check is of a trained adapter against its own training rows
         check = check_known_samples(model, tokenizer, data.train, label_names, targets, batch_size, known_samples,
                                     media=media)
         results["known_sample_check"] = check
@@ -234,7 +251,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
 
     trained = evaluate_all(model)
     zero = None
-    if zero_shot:
+    if zero_shot and not base_only:
         with _zero_shot(cfg, model, kind) as base:
             zero = evaluate_all(base)
 
@@ -245,7 +262,8 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
         entry["examples_per_second"] = round(len(data.eval) / max(report["seconds"], 1e-9), 1)
         if each == "generate":
             entry["unmatched"] = report["unmatched"]
-        lines.append(f"{'fine-tuned (' + each + ')':24}{report['accuracy']:>10.4f}{report['macro_f1']:>10.4f}")
+        name = "zero-shot" if base_only else "fine-tuned"
+        lines.append(f"{name + ' (' + each + ')':24}{report['accuracy']:>10.4f}{report['macro_f1']:>10.4f}")
         if zero is not None:
             base = zero[each]
             entry["zero_shot"] = {k: base[k] for k in ("accuracy", "macro_f1", "per_class", "confusion")}
@@ -277,7 +295,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     plot_confusion_matrix(confusion["matrix"], confusion["labels"], out_dir / "confusion_matrix.png",
                           title=f"{primary}: accuracy {trained[primary]['accuracy']:.3f}")
     (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
-    record_outputs(out_dir, EVAL_OUTPUTS)
+    record_outputs(out_dir, EVAL_OUTPUTS, BASE_EVALUATED if base_only else "finished")
     print(f"wrote eval_results.json, predictions.jsonl, confusion_matrix.json/.png to {out_dir}")
     return results
 

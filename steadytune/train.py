@@ -52,7 +52,7 @@ from steadytune.hardware.policy import choose_attention, choose_precision, fallb
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.attention import eager_only_reason, plan_packing
-from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer
+from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer, model_skeleton
 from steadytune.model.lora import count_parameters
 from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
@@ -75,8 +75,8 @@ from steadytune.training.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbor
                                        weights_are_finite)
 from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.monitor import MetricsLog, Throughput, plot_loss, step_record
-from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed, chosen_optimizer, may_train,
-                                            refuse_with_sharding)
+from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed, check_optimizer_keys,
+                                            chosen_optimizer, may_train, refuse_with_sharding)
 from steadytune.training.folder_config import load_config_named
 from steadytune.training.resume import resume_fingerprint
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
@@ -311,6 +311,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     start = plan_start(cfg, folder)
     world, shard_plan = plan_processes(cfg)
     check_optimizer_installed(cfg)   # a missing optimizer library stops here, before any loading
+    check_optimizer_before_loading(cfg, stage)
     info, precision, attn, packing = choose_hardware(cfg)
     fp8 = plan_fp8_training(cfg.train, cfg.method, cfg.model, info.backend, info.primary.arch if info.primary else None)
     tokenizer, data = load_data(cfg, stage)
@@ -350,6 +351,16 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                                       trainable, total, steps.total, accelerator.num_processes > 1 or
                                       shard_plan.kind != "single", run.watchdog.describe(), resume_from)), flush=True)
     return run
+
+
+def check_optimizer_before_loading(cfg: RunConfig, stage: Stage) -> None:
+    """An optimizer library's keys that depend on the model (BAdam's start block, GaLore's / APOLLO's targets), checked
+    on its meta skeleton before any weights load (build_optimizer checks them again on the loaded model)."""
+    if chosen_optimizer(cfg) not in ("use_badam", "use_galore", "use_apollo"):
+        return
+    skeleton = model_skeleton(cfg.model, stage.model_task)
+    if skeleton is not None:
+        check_optimizer_keys(cfg, skeleton)
 
 
 def plan_start(cfg: RunConfig, folder: RunFolder) -> StartPlan:

@@ -304,6 +304,29 @@ def build_prompts(tokenizer: Any, examples: Sequence[dict | str], template: Any,
     return prompts
 
 
+def prompt_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """What a conversation row asked, for a prediction record (such a row has no "text" column): its prompt decoded
+    without the template's control tokens (an image's tokens among them)."""
+    return tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+
+
+def media_names(refs: Any) -> dict:
+    """{"images": [...]} naming a row's images for a prediction record (a file by its path; an embedded image by its
+    size, not its bytes), {} for a row without images."""
+    if not refs:
+        return {}
+    names = []
+    for ref in refs:
+        if isinstance(ref, dict) and ref.get("path"):
+            ref = str(ref["path"])
+        if isinstance(ref, str) and not ref.startswith("data:") and len(ref) < 4096:
+            names.append(ref)
+        else:
+            data = ref.get("bytes") if isinstance(ref, dict) else ref
+            names.append(f"(embedded image, {len(data or b'')} bytes)")
+    return {"images": names}
+
+
 def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_texts: Sequence[dict | str],
                             label_names: Sequence[str], template: Any = None, prompt_template: str | None = None,
                             batch_size: int = 32, max_prompt_len: int | None = None, mode: str = "score",
@@ -331,7 +354,9 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
     prompts = build_prompts(tokenizer, examples_or_texts, template, prompt_template, max_prompt_len)
     gold = [_gold_of(e, label_names) for e in examples_or_texts]
     gold_names = [None if g is None else label_names[g] for g in gold]
-    texts = [e if isinstance(e, str) else e.get("text") for e in examples_or_texts]
+    texts = [e if isinstance(e, str) else e.get("text") if e.get("text") is not None else prompt_text(tokenizer, p)
+             for e, p in zip(examples_or_texts, prompts)]
+    images = [media_names(e.get("images")) if isinstance(e, dict) else {} for e in examples_or_texts]
     pixels = [media(e) if isinstance(e, dict) else {} for e in examples_or_texts] if media is not None else None
 
     records: list[dict] = []
@@ -340,7 +365,7 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
         scores = score_labels(model, prompts, label_targets, batch_size, pad_id, progress, media=pixels)
         predicted = scores.argmax(dim=1).tolist()
         for i, k in enumerate(predicted):
-            records.append({"text": texts[i], "gold": gold_names[i],
+            records.append({"index": i, "text": texts[i], **images[i], "gold": gold_names[i],
                             "prediction": label_names[k],
                             "scores": {name: round(float(s), 4) for name, s in zip(label_names, scores[i])}})
     else:
@@ -352,7 +377,7 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
         # An answer naming no label is its own (always wrong) column of the confusion matrix.
         predicted = [len(label_names) if k is None else k for k in matched]
         for i, k in enumerate(matched):
-            records.append({"text": texts[i], "gold": gold_names[i],
+            records.append({"index": i, "text": texts[i], **images[i], "gold": gold_names[i],
                             "prediction": None if k is None else label_names[k], "generated": answers[i]})
 
     result: dict[str, Any] = {"mode": mode, "label_names": label_names}

@@ -216,11 +216,18 @@ def part_of(name: str, parts: VisionParts) -> str:
     return "language_model"
 
 
+# The name part of peft's ModulesToSaveWrapper under which the module's untouched original sits (what the adapter's
+# disable_adapter() switches back to); the trained copy is under modules_to_save.<adapter>.
+PEFT_FROZEN_COPY = ".original_module."
+
+
 def trainable_by_part(model: nn.Module) -> dict[str, tuple[int, int]]:
     """{part: (trainable, total) parameters}, printed at start so that nothing is frozen silently."""
     parts = vision_parts(model)
     counts: dict[str, list[int]] = {"vision_tower": [0, 0], "projector": [0, 0], "language_model": [0, 0]}
     for name, param in model.named_parameters():
+        if PEFT_FROZEN_COPY in name:   # peft keeps the untrained original beside a trained module (modules_to_save):
+            continue                   # counted, the whole projector training read "half of it trainable"
         part = part_of(name, parts)
         counts[part][1] += param.numel()
         if param.requires_grad:

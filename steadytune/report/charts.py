@@ -90,7 +90,7 @@ def curve_charts(runs: list[Run]) -> list[Chart]:
     if any(run.series("moe_load_max")[0] for run in runs):   # a mixture of experts: how evenly the routers spread
         charts += [series_chart(runs, "moe_load_max", "routing: the busiest expert's load (1 = the uniform share)",
                                 "x uniform share"),
-                   series_chart(runs, "moe_aux_loss", "routing: load-balancing loss (1 = balanced)", "aux loss")]
+                   series_chart(runs, "moe_aux_loss", "routing: load-balancing loss (top-k = balanced)", "aux loss")]
     return charts
 
 

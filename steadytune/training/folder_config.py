@@ -46,6 +46,9 @@ RUN_CONFIG = "run_config.yaml"
 USER_ONLY_KEYS = ("trust_remote_code", "allow_pickle_weights", "vllm_config", "export_hub_model_id")
 # Where a run writes besides its folder; a folder's own config never chooses them.
 WRITE_TARGET_KEYS = ("export_dir", "logging_dir", "tokenized_path", "cache_dir")
+# Keys only training reads: a command that reads a run (chat, predict, serve, export) resets them without a note, or
+# every chat of a run trained with tokenized_path or a tracker said "not granted" about a key it never uses.
+TRAINING_ONLY_KEYS = ("tokenized_path", "logging_dir", "report_to")
 # Trackers that write only under output_dir (logging_dir): harmless from a folder's file.
 LOCAL_TRACKERS = ("none", "tensorboard")
 
@@ -183,7 +186,8 @@ def load_folder_config(path: Path, overrides: list[str] | dict | None, origin: s
     do not give (module docstring): each such key is said in a note and keeps its default; output_dir is the run
     folder. `runs_rewards`: the command trains or evaluates the run (train, eval, tune), so a file that names reward
     functions of its own is refused rather than run without them, and an output_dir it names elsewhere is said (for
-    chat, predict, export and serve output_dir only locates the folder, which a copied folder has moved away from)."""
+    chat, predict, export and serve output_dir only locates the folder, which a copied folder has moved away from, and
+    the keys only training reads, TRAINING_ONLY_KEYS, are reset without a note)."""
     path = Path(path)
     folder = run_folder_of(path) or path.parent
     origin = origin or str(folder)
@@ -206,6 +210,8 @@ def load_folder_config(path: Path, overrides: list[str] | dict | None, origin: s
             section = getattr(cfg, KEY_TO_SECTION[grant.key])
             setattr(section, grant.key, getattr(type(section)(), grant.key))
         cfg.user_keys.discard(grant.key)
+        if not runs_rewards and grant.key in TRAINING_ONLY_KEYS:
+            continue
         note(f"{origin}: {path.name} asks for {grant.key}: {shown(grant.value)} ({grant.why}); not granted: "
              f"a run folder's files never grant it (add {grant.key}=... to the command if you trust where "
              f"{origin} came from)")
