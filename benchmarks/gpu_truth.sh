@@ -31,11 +31,11 @@ for STAGE in "$@"; do
     decode)
       python3 benchmarks/profile_decode.py --compare --shapes "${DECODE_SHAPES:-qwen2.5-0.5b}" \
           --rows "${DECODE_ROWS:-1,8,32,128}" --output "$OUT/decode_compare.json" 2>&1 \
-          | grep -v "Loading weights\|USDT" | tee "$OUT/decode_compare.txt" ;;
+          | grep --line-buffered -v "Loading weights\|USDT" | tee "$OUT/decode_compare.txt" ;;
     profile)
       # one decode step's kernels (torch.profiler table) at 1 and 32 rows, the engine as serve drives it
       python3 benchmarks/profile_decode.py --shape "${PROFILE_SHAPE:-qwen2.5-0.5b}" --rows 1,32 --profile-dir "$OUT" 2>&1 \
-          | grep -v "Loading weights\|USDT" | tee "$OUT/profile_decode.txt" ;;
+          | grep --line-buffered -v "Loading weights\|USDT" | tee "$OUT/profile_decode.txt" ;;
     keep)
       mkdir -p /root/keep && cp .c*/part.0* /root/keep/ && ls -la /root/keep ;;
     greedy|serve)
@@ -47,15 +47,15 @@ for STAGE in "$@"; do
       if [ "$STAGE" = greedy ]; then
         python3 benchmarks/profile_decode.py --greedy --model gemma-3-270m --adapter-scale ${ADAPTER_SCALE:-0.05} \
             --check-rows 8 --check-tokens 32 --output "$OUT/greedy_gemma.json" 2>&1 \
-            | grep -v "Loading weights\|USDT\|it/s\]" | tee "$OUT/greedy_gemma.txt"
+            | grep --line-buffered -v "Loading weights\|USDT\|it/s\]" | tee "$OUT/greedy_gemma.txt"
       else
         python3 benchmarks/serve_load.py --model gemma-3-270m --concurrency 1,8,32 --no-sequential \
-            --output "$OUT/serve_load.json" 2>&1 | grep -v "Loading weights\|Writing model" | tee "$OUT/serve_load.txt"
+            --output "$OUT/serve_load.json" 2>&1 | grep --line-buffered -v "Loading weights\|Writing model" | tee "$OUT/serve_load.txt"
       fi ;;
     grpo)
       python3 -m pip install -q --no-index --no-deps --target /tmp/trlsite .whl/trl/*.whl
       PYTHONPATH=/tmp/trlsite:$PYTHONPATH python3 benchmarks/grpo_vs_trl.py ${GRPO_ARGS:---steps 8 --warmup 2 --arms trl,steadytune_gc,steadytune} \
-          --output "$OUT/grpo_vs_trl.json" 2>&1 | grep -v "it/s\]\|Warning\|warnings.warn\|^ *{'loss'" \
+          --output "$OUT/grpo_vs_trl.json" 2>&1 | grep --line-buffered -v "it/s\]\|Warning\|warnings.warn\|^ *{'loss'" \
           | tee "$OUT/grpo_vs_trl.txt" ;;
     *) echo "unknown stage $STAGE"; exit 2 ;;
   esac

@@ -49,8 +49,10 @@ shape() {  # name, output name, seconds to keep for what comes after, then vlm_s
   python3 benchmarks/vlm_speed.py --shape "$name" --work /root/vlm --out "$OUT/vlm_$out.json" --deadline "$budget" \
       "$@" 2>&1 | grep --line-buffered -v "it/s\]\|Warning\|warn("
 }
-shape qwen2.5-vl-3b qwen2.5-vl-3b 290 --arms steadytune,plain --warmup 5 --steps 25
-shape qwen3-vl-4b qwen3-vl-4b 160 --arms steadytune,plain --warmup 4 --steps 16
+# What each shape leaves for the ones after it scales with TOTAL (at 455 s: 290 and 160), so a shorter call shortens
+# every shape instead of skipping the first ones (VLM_SECONDS=220 on 2026-12-06 ran only the last shape).
+shape qwen2.5-vl-3b qwen2.5-vl-3b $(( TOTAL * 290 / 455 )) --arms steadytune,plain --warmup 5 --steps 25
+shape qwen3-vl-4b qwen3-vl-4b $(( TOTAL * 160 / 455 )) --arms steadytune,plain --warmup 4 --steps 16
 shape gemma-3-4b gemma-3-4b 0 --arms steadytune,plain --warmup 4 --steps 16
 if [ ${#LF_ARGS[@]} -gt 0 ]; then
   TOTAL=$(( TOTAL + ${VLM_LF_SECONDS:-0} ))   # what the LF arm may add (VLM_LF_SECONDS, default none)
