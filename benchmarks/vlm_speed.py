@@ -179,12 +179,14 @@ def save_image_processor(folder: Path, spec: dict) -> None:
                         image_seq_length=256).save_pretrained(folder)
 
 
-def make_dataset(folder: Path, rows: int, image_size: int) -> Path:
+def make_dataset(folder: Path, rows: int, image_size: int, fixtures: bool = True) -> Path:
     """`rows` conversations of mllm_demo (cycled) with drawn images of image_size x image_size pixels (at 512: 18 x 18
-    merged patches, 324 image tokens an image), and the dataset_info.json naming them."""
+    merged patches, 324 image tokens an image), and the dataset_info.json naming them. `fixtures`: LF's own file where
+    ../shared has it (the benchmark), else the rows written here (tests: the same rows on every machine)."""
     from PIL import Image, ImageDraw
 
-    source = json.loads(LF_DATA.read_text(encoding="utf-8")) if LF_DATA.is_file() else MLLM_DEMO
+    use_lf = fixtures and LF_DATA.is_file()
+    source = json.loads(LF_DATA.read_text(encoding="utf-8")) if use_lf else MLLM_DEMO
     folder.mkdir(parents=True, exist_ok=True)
     for name in sorted({i for row in source for i in row["images"]}):
         k = len(name)

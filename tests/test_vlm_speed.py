@@ -187,7 +187,7 @@ def test_the_benchmark_rows_have_their_images(tmp_path):
     from conftest import load_benchmark
     from PIL import Image
 
-    folder = load_benchmark("vlm_speed").make_dataset(tmp_path / "data", rows=7, image_size=64)
+    folder = load_benchmark("vlm_speed").make_dataset(tmp_path / "data", rows=7, image_size=64, fixtures=False)
     rows = json.loads((folder / "vlm_bench.json").read_text())
     assert len(rows) == 7   # one <image> placeholder per image of each row, as LLaMA-Factory's mllm_demo has them
     assert all(sum(m["content"].count("<image>") for m in r["messages"]) == len(r["images"]) for r in rows)
@@ -242,7 +242,7 @@ def test_the_benchmark_model_folders_load_and_prepare_rows_as_train_does(shape, 
                                                    "mrope_section": [2, 3, 3]}
     monkeypatch.setitem(bench.SHAPES, shape, small)
     folder = bench.make_model(tmp_path / "model", shape)
-    data_dir = bench.make_dataset(tmp_path / "data", rows=3, image_size=64)
+    data_dir = bench.make_dataset(tmp_path / "data", rows=3, image_size=64, fixtures=False)
     keys = bench.train_keys({"model_dir": str(folder), "data_dir": str(data_dir), "image_size": 64, "batch": 2,
                              "warmup": 1, "steps": 1, "device": "cpu", "shape": shape})
     cfg = load_config(None, {**keys, "output_dir": str(tmp_path / "out")})

@@ -63,7 +63,7 @@ class Setup:
             settings = json.loads((folder / "preprocessor_config.json").read_text())
             settings["max_pixels"] = settings.setdefault("size", {})["longest_edge"] = 16 * unit * unit
             (folder / "preprocessor_config.json").write_text(json.dumps(settings))
-        data_dir = load_benchmark("vlm_speed").make_dataset(root / "data", rows=9, image_size=120)
+        data_dir = load_benchmark("vlm_speed").make_dataset(root / "data", rows=9, image_size=120, fixtures=False)
         self.cfg = load_config(None, {"model_name_or_path": str(folder), "dataset": "vlm_bench",
                                       "dataset_dir": str(data_dir), "template": TINY_VLM_TEMPLATES[kind],
                                       "cutoff_len": 1024, "output_dir": str(root / "out"), "lora_rank": 4})
