@@ -42,6 +42,8 @@ HOST_SHARE = 0.8
 LOSS_CHUNK_BYTES = 2 * 4 * 2**27
 # Per token, beside the hidden states: input ids, labels, position ids, target index and ids (int64).
 INDEX_BYTES = 5 * 8
+# The tile the plan assumes (model/tiling.DEFAULT_TILE_TOKENS, train's sequence_tile_tokens default).
+DEFAULT_LEVER_TILE = 8192
 LEVERS = ("checkpointing", "checkpointing + offloading", "tiling", "tiling + offloading")
 
 

@@ -40,6 +40,8 @@ class LongContext:
 
 
 def sharding_blocker(cfg: RunConfig, fsdp: bool) -> str | None:
+    if cfg.train.cp_size > 1:
+        return "tiled layers are not combined with sequence parallelism (cp_size) yet"
     if cfg.method.deepspeed:
         return "DeepSpeed partitions and gathers weights in hooks that the tiles' nested backward has not been tried with"
     if fsdp:

@@ -33,6 +33,8 @@ def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
     f, blockers = cfg.fault_injection, {}
     if any(step is not None for step in (f.nan_loss_step, f.inf_loss_step, f.spike_loss_step)):
         blockers["faults"] = "fault_injection corrupts the loss between forward and backward"
+    if cfg.train.cp_size > 1:
+        blockers["cp_size"] = "sequence parallelism's attention runs collectives inside the forward and backward"
     if cfg.method.deepspeed:
         blockers["deepspeed"] = "DeepSpeed runs its own backward"
     if fsdp:
@@ -74,6 +76,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     tokens = batches.max_tokens or t.per_device_train_batch_size * max(batches.lengths)
     long = plan_long_context(cfg, model, tokens, budget, held_state_gib(cfg, model, precision), fsdp)
     compile_asked, no_compile = t.torch_compile, speed_blockers(cfg.model.quantization_bit).get("torch_compile")
+    if t.cp_size > 1:
+        no_compile = "sequence parallelism's attention exchanges heads or keys between processes inside each layer"
     if long.tiling:
         no_compile = "sequence_tiling runs its layers eagerly, a tile at a time"
         if t.shared_input_projections:
