@@ -40,6 +40,7 @@ from steadytune.distributed import launch, nodes, ray_launch, sharding
 from steadytune.distributed.collectives import (clip_gradients, reduce_sum, says_for_all_ranks, share_from_main,
                                                  sync_gradients_on_last)
 from steadytune.distributed.fsdp_config import read_fsdp_keys
+from steadytune.distributed.expert_parallel import install_expert_parallel, plan_expert_parallel
 from steadytune.distributed.restore import restore_run, vet_resume
 from steadytune.distributed.sequence_parallel import (attach_kernel, plan_sequence_parallel, register_attention,
                                                       shard_batch, split_row)
@@ -329,6 +330,9 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
         cfg.decide("fp8", f"{convert_to_fp8(model, fp8)} linear layers", fp8.why)
     trainable, total = count_parameters(model)
     set_up_experts(cfg, model, accelerator.device, precision)  # a mixture of experts (model/moe/)
+    ep = plan_expert_parallel(cfg, accelerator.num_processes, accelerator.process_index, model)
+    if ep is not None:   # each process keeps its slice of the routed experts (distributed/expert_parallel.py)
+        install_expert_parallel(model, ep, cfg.train.moe_grouped_mm)
     sp = plan_sequence_parallel(cfg, accelerator.num_processes, accelerator.process_index, text_config(model))
     if sp is not None:
         attach_kernel(sp, accelerator.device, cfg.decide)

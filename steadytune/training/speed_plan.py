@@ -35,6 +35,8 @@ def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
         blockers["faults"] = "fault_injection corrupts the loss between forward and backward"
     if cfg.train.cp_size > 1:
         blockers["cp_size"] = "sequence parallelism's attention runs collectives inside the forward and backward"
+    if cfg.train.ep_size > 1:
+        blockers["ep_size"] = "expert parallelism exchanges tokens between processes inside each MoE layer"
     if cfg.method.deepspeed:
         blockers["deepspeed"] = "DeepSpeed runs its own backward"
     if fsdp:
@@ -78,6 +80,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     compile_asked, no_compile = t.torch_compile, speed_blockers(cfg.model.quantization_bit).get("torch_compile")
     if t.cp_size > 1:
         no_compile = "sequence parallelism's attention exchanges heads or keys between processes inside each layer"
+    if t.ep_size > 1:
+        no_compile = "expert parallelism reads each MoE layer's token counts back to the host for its all-to-all"
     if long.tiling:
         no_compile = "sequence_tiling runs its layers eagerly, a tile at a time"
         if t.shared_input_projections:
