@@ -17,8 +17,16 @@ from typing import TYPE_CHECKING, Optional
 from steadytune.config import RunConfig
 from steadytune.doctor.findings import Finding
 from steadytune.hardware import moe_shape as moe
+from steadytune.hardware.long_context import (
+    DEFAULT_LEVER_TILE,
+    describe_levers,
+    estimate_for,
+    lora_state_gib,
+    room_gib,
+)
 from steadytune.hardware.memory import (
     activation_gib,
+    estimate_parameters,
     checkpointed_activation_gib,
     choose_gradient_checkpointing,
     dequantised_experts_gib,
@@ -37,6 +45,7 @@ from steadytune.hardware.quantization import (
 )
 from steadytune.hardware.policy import choose_attention, choose_packing_attention, choose_precision
 from steadytune.hardware.speed import COMPILE_MIN_MICRO_BATCHES, KERNEL_TUNING_MIN_MICRO_BATCHES
+from steadytune.hardware.unified_memory import system_memory_gib
 
 if TYPE_CHECKING:
     from steadytune.config import RunConfig
@@ -342,9 +351,6 @@ def run_state_gib(config, cfg: "RunConfig") -> float:
     """What the run holds beside its activations, by method: LoRA (or OFT) with lora_target: all over the base
     (quantised as asked), its gradients and AdamW's moments; full fine-tuning every weight with its gradient and
     AdamW's moments in fp32 (16 bytes a parameter)."""
-    from steadytune.hardware.long_context import lora_state_gib
-    from steadytune.hardware.memory import estimate_parameters
-
     m = cfg.model
     if cfg.method.finetuning_type == "full":
         return estimate_parameters(config) * 16 / 2**30
@@ -357,9 +363,6 @@ def long_context_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, of
     """The long-context memory plan for this config on this GPU (hardware/long_context.py, what train prints at
     start): the longest cutoff_len each memory lever fits, what train would choose at the config's micro-batch, and
     cutoff_len against the model's window."""
-    from steadytune.hardware.long_context import DEFAULT_LEVER_TILE, describe_levers, estimate_for, room_gib
-    from steadytune.hardware.unified_memory import system_memory_gib
-
     model = model_config_for(cfg)
     gpu = info.primary
     if model is None:
