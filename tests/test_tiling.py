@@ -224,3 +224,15 @@ def test_sequence_tiling_asked_where_it_cannot_run_names_the_key(tmp_path):
     auto = load_config(None, ["lora_dropout=0.1"])
     on, why = decide_tiling(auto, lora_model(dropout=0.1), 4096, 80.0, 10.0, fsdp=False)
     assert not on and "lora_dropout" in why
+
+
+def test_examples_past_the_models_window_are_said_at_start(capsys):
+    from steadytune.training.long_context import check_window
+
+    cfg = load_config(None, ["cutoff_len=4096"])
+    config = build_model("qwen2").config   # 512 positions
+    check_window(cfg, config, 300)
+    assert "context_window" not in cfg.decisions
+    check_window(cfg, config, 700)
+    assert cfg.decisions["context_window"]["value"] == 512
+    assert "700 tokens, past the model's window of 512" in capsys.readouterr().err

@@ -4,6 +4,7 @@ each recorded with its reason and printed at start."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -75,11 +76,24 @@ def decide_tiling(cfg: RunConfig, model, tokens: int, budget_gib: float | None, 
                   f"{plain.describe()}, more than the {budget_gib:.0f} GiB GPU holds")
 
 
+def check_window(cfg: RunConfig, config, longest: int) -> None:
+    """Examples longer than the model's window (max_position_embeddings) train at positions it never saw
+    (rope_scaling is not supported): said at start, recorded, never silent."""
+    window = getattr(config, "max_position_embeddings", None)
+    if window and longest > window:
+        message = (f"the longest training example has {longest:,} tokens, past the model's window of {window:,} "
+                   f"positions (cutoff_len {cfg.data.cutoff_len:,}): its later tokens train at positions the model "
+                   "never saw (rope_scaling is not supported); lower cutoff_len to the window to keep inside it")
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+        cfg.decide("context_window", window, message)
+
+
 def plan_long_context(cfg: RunConfig, model, tokens: int, budget_gib: float | None, state_gib: float,
-                      fsdp: bool) -> LongContext:
+                      fsdp: bool, longest: int = 0) -> LongContext:
     """Decide and apply tiling and its host layers; record both and the estimate. `state_gib`: the weights the run
     holds (training/speed_plan.held_state_gib); the trained weights' gradients and AdamW's moments are added here."""
     t = cfg.train
+    check_window(cfg, text_config(model), longest)
     if cfg.method.finetuning_type != "full" and moe_shape(text_config(model)) is None:   # (full and MoE: counted)
         state_gib += 3 * held_gib(p for p in model.parameters() if p.requires_grad)
     on, why = decide_tiling(cfg, model, tokens, budget_gib, state_gib, fsdp)

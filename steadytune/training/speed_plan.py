@@ -76,7 +76,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     # Long context first: tiled layers run eagerly, outside compile and graphs (training/long_context.py).
     budget = info.primary.budget_gib if info.primary is not None else None
     tokens = batches.max_tokens or t.per_device_train_batch_size * max(batches.lengths)
-    long = plan_long_context(cfg, model, tokens, budget, held_state_gib(cfg, model, precision), fsdp)
+    long = plan_long_context(cfg, model, tokens, budget, held_state_gib(cfg, model, precision), fsdp,
+                             longest=max(batches.lengths))
     compile_asked, no_compile = t.torch_compile, speed_blockers(cfg.model.quantization_bit).get("torch_compile")
     if t.cp_size > 1:
         no_compile = "sequence parallelism's attention exchanges heads or keys between processes inside each layer"
