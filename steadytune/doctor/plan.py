@@ -21,7 +21,7 @@ from steadytune.hardware.long_context import (
     DEFAULT_LEVER_TILE,
     describe_levers,
     estimate_for,
-    lora_state_gib,
+    lora_run_state_gib,
     room_gib,
 )
 from steadytune.hardware.memory import (
@@ -356,7 +356,7 @@ def run_state_gib(config, cfg: "RunConfig") -> float:
         return estimate_parameters(config) * 16 / 2**30
     quantized = quantised_bytes_per_parameter(m.quantization_bit, m.double_quantization) \
         if m.quantization_bit is not None else None
-    return lora_state_gib(config, cfg.method.lora_rank, quantized)
+    return lora_run_state_gib(config, cfg.method.lora_rank, quantized)
 
 
 def long_context_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline: bool) -> list[Finding]:

@@ -200,9 +200,32 @@ def _flash_attn_tile_kernel() -> Callable | None:
     return kernel
 
 
+def _sdpa_lower_right_tile_kernel() -> Callable | None:
+    """SDPA per segment with torch's bottom-right causal bias (its flash kernel on a GPU, where it takes the shapes),
+    for a torch without the varlen kernel."""
+    try:
+        from torch.nn.attention.bias import causal_lower_right
+    except ImportError:
+        return None
+
+    def kernel(q, k, v, cu_q, cu_k, scale):
+        out = torch.empty_like(q)
+        for qa, qb, ka, kb in zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:]):
+            if qb == qa:
+                continue
+            qs, ks, vs = (t.transpose(0, 1)[None] for t in (q[qa:qb], k[ka:kb], v[ka:kb]))
+            out[qa:qb] = torch.nn.functional.scaled_dot_product_attention(
+                qs, ks, vs, attn_mask=causal_lower_right(qb - qa, kb - ka), scale=scale,
+                enable_gqa=ks.shape[1] != qs.shape[1])[0].transpose(0, 1)
+        return out
+
+    return kernel
+
+
 def tile_kernels() -> dict[str, Callable]:
     """Tile attention kernels that import here, best first."""
-    found = {"flash_attn": _flash_attn_tile_kernel(), "torch_varlen": _torch_varlen_tile_kernel()}
+    found = {"flash_attn": _flash_attn_tile_kernel(), "torch_varlen": _torch_varlen_tile_kernel(),
+             "sdpa_lower_right": _sdpa_lower_right_tile_kernel()}
     return {name: k for name, k in found.items() if k is not None}
 
 

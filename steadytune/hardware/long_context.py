@@ -103,13 +103,14 @@ def tiled_estimate(config, tokens: int, state_gib: float, tile: int, host_layers
     - the top layer's backward: the layer inputs, one [tokens, hidden] gradient (the layer writes its input's
       gradient into the incoming one), the row's keys and values, their fp32 gradient sums, the last tile's copies
       of them and their gradients, the GQA expansion of one backward kernel call, one tile's working set.
-    An offloaded layer's input comes back to the GPU while the next one is fetched: two of them at a time."""
+    An offloaded layer's input comes back to the GPU while the one below it is fetched: two of them at a time."""
     s = Shape.of(config)
     x = tokens * s.hidden * act_bytes                     # one layer input (and one [tokens, hidden] gradient)
     kv = tokens * s.kv_heads * s.head_dim                 # elements of k (or v)
     one_head = 2 * tokens * (s.heads // s.kv_heads) * s.head_dim * act_bytes
     expansion = min(s.kv_heads * one_head, max(1 << 30, one_head))
-    inputs = max(s.layers - host_layers, 2 if host_layers else 0) * x
+    # an offloaded input comes back while the one below it is fetched ahead: two at a time (one where only one waits)
+    inputs = max(s.layers - host_layers, min(host_layers, 2)) * x
     loss = x + LOSS_CHUNK_BYTES + tile * s.hidden * 4 * 3
     layer = kv * (6 * act_bytes + 2 * 4) + expansion + tile_working_bytes(config, tile)
     rotary = 2 * tokens * s.head_dim * act_bytes + tokens * INDEX_BYTES
@@ -123,20 +124,20 @@ def tiled_estimate(config, tokens: int, state_gib: float, tile: int, host_layers
                     _gib(host_layers * x), host_layers, parts)
 
 
-def checkpointed_estimate(config, tokens: int, state_gib: float, offloaded: bool = False,
+def checkpointed_estimate(config, tokens: int, state_gib: float, host_layers: int = 0,
                           act_bytes: int = 2) -> Estimate:
-    """Peak GPU memory with gradient checkpointing and no tiling: the layer inputs (in host memory when
-    `offloaded`), one layer's activations at the measured share, the final norm's fp32 copies and the loss's
+    """Peak GPU memory with gradient checkpointing and no tiling: the layer inputs (the lowest `host_layers` of them
+    in host memory), one layer's activations at the measured share, the final norm's fp32 copies and the loss's
     [tokens, hidden] rows and gradient."""
     s = Shape.of(config)
     x = tokens * s.hidden * act_bytes
-    inputs = (2 if offloaded else s.layers) * x
+    inputs = max(s.layers - host_layers, 2 if host_layers else 0) * x
     layer = ACTIVATION_SHARE[False] * max(layer_activation_bytes(config)) * tokens + 2 * x
     head = tokens * s.hidden * (4 * 3 + 2 * act_bytes) + LOSS_CHUNK_BYTES
     parts = {"weights and LoRA state": state_gib, "layer inputs": _gib(inputs), "one layer's recompute": _gib(layer),
              "final norm and loss": _gib(head), "indices": _gib(tokens * INDEX_BYTES)}
-    return Estimate("checkpointing + offloading" if offloaded else "checkpointing", tokens, sum(parts.values()),
-                    _gib(s.layers * x) if offloaded else 0.0, s.layers if offloaded else 0, parts)
+    return Estimate("checkpointing + offloading" if host_layers else "checkpointing", tokens, sum(parts.values()),
+                    _gib(host_layers * x), host_layers, parts)
 
 
 def plain_estimate(config, tokens: int, state_gib: float, act_bytes: int = 2) -> Estimate:
@@ -159,15 +160,16 @@ def host_room_gib(ram_gib: float | None) -> float:
 
 
 def fewest_host_layers(config, tokens: int, state_gib: float, budget_gib: float, ram_gib: float | None, tile: int,
-                       act_bytes: int = 2) -> Estimate | None:
-    """The tiled estimate with the fewest layer inputs in host memory that fits the GPU and the host's room; None
-    when even all of them in host memory do not fit."""
+                       act_bytes: int = 2, tiled: bool = True) -> Estimate | None:
+    """The estimate (tiled, or with checkpointing alone) with the fewest layer inputs in host memory that fits the
+    GPU and the host's room; None when no number of them does."""
     layers = Shape.of(config).layers
     x_gib = _gib(tokens * Shape.of(config).hidden * act_bytes)
     for host in range(0, layers + 1):
-        if host * x_gib > host_room_gib(ram_gib) and host:
+        if host and host * x_gib > host_room_gib(ram_gib):
             return None
-        estimate = tiled_estimate(config, tokens, state_gib, tile, host, act_bytes)
+        estimate = (tiled_estimate(config, tokens, state_gib, tile, host, act_bytes) if tiled else
+                    checkpointed_estimate(config, tokens, state_gib, host, act_bytes))
         if estimate.gpu_gib <= room_gib(budget_gib):
             return estimate
     return None
@@ -180,8 +182,7 @@ def estimate_for(lever: str, config, tokens: int, state_gib: float, budget_gib: 
     if lever == "checkpointing":
         return checkpointed_estimate(config, tokens, state_gib, act_bytes=act_bytes)
     if lever == "checkpointing + offloading":
-        estimate = checkpointed_estimate(config, tokens, state_gib, offloaded=True, act_bytes=act_bytes)
-        return estimate if estimate.host_gib <= host_room_gib(ram_gib) else None
+        return fewest_host_layers(config, tokens, state_gib, budget_gib, ram_gib, tile, act_bytes, tiled=False)
     if lever == "tiling":
         return tiled_estimate(config, tokens, state_gib, tile, 0, act_bytes)
     if lever == "tiling + offloading":
@@ -208,7 +209,7 @@ def longest_context(lever: str, config, state_gib: float, budget_gib: float, ram
     return low * multiple
 
 
-def lora_state_gib(config, rank: int, quantized_bytes: float | None = None, base_bytes: float = 2.0) -> float:
+def lora_run_state_gib(config, rank: int, quantized_bytes: float | None = None, base_bytes: float = 2.0) -> float:
     """The frozen base (quantised as asked) and LoRA with lora_target: all, its gradients and AdamW's moments."""
     return weight_gib(config, quantized_bytes, base_bytes) + _gib(lora_parameters(config, rank) * 16)
 

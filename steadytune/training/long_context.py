@@ -11,6 +11,7 @@ import torch
 
 from steadytune.config import RunConfig
 from steadytune.errors import UserError
+from steadytune.hardware.attention_kernels import tile_kernel_status
 from steadytune.hardware.long_context import (
     Estimate,
     checkpointed_estimate,
@@ -50,12 +51,22 @@ def sharding_blocker(cfg: RunConfig, fsdp: bool) -> str | None:
     return None
 
 
+def kernel_blocker(model) -> str | None:
+    """On a GPU the tiles' attention needs a flash kernel that takes a slice of queries against the keys before it
+    (hardware/attention_kernels.tile_kernel_status); the reference would build [tile, tokens] score matrices."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return None
+    name, why = tile_kernel_status(str(device))
+    return None if name is not None else f"no flash tile-attention kernel passed its check here ({why})"
+
+
 def decide_tiling(cfg: RunConfig, model, tokens: int, budget_gib: float | None, state_gib: float,
                   fsdp: bool) -> tuple[bool, str]:
     """sequence_tiling as asked, or by default where gradient checkpointing alone would not fit a micro-batch of
     `tokens` beside the weights (`state_gib`) in the GPU's memory; -> (on, reason)."""
     t = cfg.train
-    blocker = tiling_blocker(model, cfg.method.lora_dropout) or sharding_blocker(cfg, fsdp)
+    blocker = tiling_blocker(model, cfg.method.lora_dropout) or sharding_blocker(cfg, fsdp) or kernel_blocker(model)
     if t.sequence_tiling is False:
         return False, "sequence_tiling: false"
     if blocker:
@@ -112,8 +123,8 @@ def plan_long_context(cfg: RunConfig, model, tokens: int, budget_gib: float | No
     host, estimate, why = _host_layers(cfg, config, tokens, budget_gib, ram, state_gib, act_bytes, device)
     cfg.decide("activation_offloading", host > 0, why)
     x_bytes = tokens * config.hidden_size * act_bytes
-    rotary = 2 * tokens * (getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads) \
-        * act_bytes
+    rotary = tokens * (getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads) \
+        * act_bytes   # one of the cos and sin tables
     host_bytes = host * x_bytes + (2 * rotary if host else 0)   # layer 0's input, then the rotary tables it saves
     if host:
         offload_activations(model, device, max_bytes=host_bytes if host < config.num_hidden_layers else None)
