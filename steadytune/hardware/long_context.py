@@ -131,7 +131,7 @@ def checkpointed_estimate(config, tokens: int, state_gib: float, host_layers: in
     [tokens, hidden] rows and gradient."""
     s = Shape.of(config)
     x = tokens * s.hidden * act_bytes
-    inputs = max(s.layers - host_layers, 2 if host_layers else 0) * x
+    inputs = max(s.layers - host_layers, min(host_layers, 2)) * x
     layer = ACTIVATION_SHARE[False] * max(layer_activation_bytes(config)) * tokens + 2 * x
     head = tokens * s.hidden * (4 * 3 + 2 * act_bytes) + LOSS_CHUNK_BYTES
     parts = {"weights and LoRA state": state_gib, "layer inputs": _gib(inputs), "one layer's recompute": _gib(layer),
