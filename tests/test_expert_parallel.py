@@ -55,3 +55,51 @@ def test_experts_split_over_two_processes_train_as_one_process_and_save_the_whol
     assert all(len(r["rank_load"]) == 2 and sum(r["rank_load"]) == pytest.approx(2.0, abs=1e-3) for r in rows)
     from peft import PeftModel
     PeftModel.from_pretrained(build_model("qwen3_moe"), str(tmp_path / "two"))   # loads as a one-process adapter
+
+
+def _dispatch_worker(rank: int, port: int, results):
+    import os
+
+    import torch.distributed as dist
+
+    from steadytune.distributed.expert_parallel import ExpertParallel, install_expert_parallel
+    from steadytune.model.moe.anatomy import expert_sites
+    from steadytune.model.moe.experts_lora import grouped_experts
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = build_model("qwen3_moe").double()
+    site = expert_sites(model)[0]
+    generator = torch.Generator().manual_seed(rank)
+    hidden = torch.randn(6, 32, dtype=torch.float64, generator=generator)
+    cases = {"spread": torch.randint(0, 4, (6, 2), generator=generator),
+             "all to rank 0": torch.tensor([[0, 1]] * 6)}   # process 1's experts receive no row at all
+    weights = torch.rand(6, 2, dtype=torch.float64, generator=generator)
+    want = {}
+    for name, index in cases.items():
+        x = hidden.clone().requires_grad_(True)
+        out = grouped_experts(site.experts, x, index, weights, {}, "loop")
+        out.square().sum().backward()
+        want[name] = (out.detach(), x.grad)
+    install_expert_parallel(model, ExpertParallel(2, rank, dist.new_group([0, 1])), "loop")
+    for name, index in cases.items():
+        x = hidden.clone().requires_grad_(True)
+        out = site.module(x, index, weights)
+        out.square().sum().backward()
+        results[(rank, name)] = [torch.allclose(a, b, atol=1e-10) for a, b in zip((out.detach(), x.grad), want[name])]
+    dist.destroy_process_group()
+
+
+@two_processes
+def test_dispatch_and_combine_give_each_tokens_experts_output_even_to_an_idle_process():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_dispatch_worker, args=(port, results), nprocs=2)
+    assert dict(results) == {(r, n): [True, True] for r in (0, 1) for n in ("spread", "all to rank 0")}

@@ -154,8 +154,11 @@ def expert_parallel_forward(self, hidden: torch.Tensor, *args, **kwargs) -> torc
             a_t, b_t, scaling = low_rank_factors(w, adapter, dtype)
             lora[w.parameter_name] = (a_t[lo:hi], b_t[lo:hi], scaling)
     backend = backend_for(hidden.device, dtype, getattr(self, "grouped_backend", "auto"))
-    ones = torch.ones(rows.shape[0], 1, dtype=top_k_weights.dtype, device=hidden.device)
-    out = grouped_experts(experts, rows, local_ids[:, None], ones, lora, backend)
+    if rows.shape[0]:
+        ones = torch.ones(rows.shape[0], 1, dtype=top_k_weights.dtype, device=hidden.device)
+        out = grouped_experts(experts, rows, local_ids[:, None], ones, lora, backend)
+    else:   # no token chose this process's experts: an empty answer, still in the graph, so that the backward's
+        out = rows * 0.0   # all-to-all (a collective every process must join) runs here too
     back = _all_to_all(out, send_splits, receive_splits, ep.group)   # in `order`
     per_pair = torch.empty_like(back).index_copy(0, order, back)
     weighted = per_pair * top_k_weights.reshape(-1, 1).to(per_pair.dtype)
