@@ -89,9 +89,16 @@ def _gib(n: float) -> float:
     return n / GIB
 
 
+# A tile's recompute keeps its activations for its backward (layer_activation_bytes: 313 KB a token at the 7B shape;
+# counted on a CPU under bf16 autocast, the tiled layer kept 349 KB a token at 256 tokens, 28 KB of it the math
+# attention's scores that flash does not keep) and makes their gradients as the backward walks through them: half
+# as much again at the peak (an estimate, checked by benchmarks/gpu_longctx.sh).
+TILE_BACKWARD_FACTOR = 1.5
+
+
 def tile_working_bytes(config, tile: int) -> int:
-    """One tile's activations under autograd while it is recomputed (the largest layer's, per token)."""
-    return tile * max(layer_activation_bytes(config))
+    """One tile's activations and gradients while it is recomputed and backpropagated (the largest layer's)."""
+    return int(TILE_BACKWARD_FACTOR * tile * max(layer_activation_bytes(config)))
 
 
 def tiled_estimate(config, tokens: int, state_gib: float, tile: int, host_layers: int = 0,

@@ -161,7 +161,7 @@ class _LayerRun:
         parts, first = [], 0
         for kg, vg in zip(k, v):
             heads = kg.shape[1] * group
-            parts.append(self.run.kernel(q[:, first:first + heads], kg, vg, cu_q, cu_k, self.scale))
+            parts.append(self.run.kernel(q[:, first:first + heads].contiguous(), kg, vg, cu_q, cu_k, self.scale))
             first += heads
         return torch.cat(parts, dim=1)
 
