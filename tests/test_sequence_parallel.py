@@ -1,10 +1,12 @@
 """Sequence parallelism (cp_size, distributed/sequence_parallel.py): a row split over two processes (gloo, on the CPU)
 gives one process's attention, losses and adapter, with Ulysses (all-to-all over heads) and with the all-gather form
-of ring attention, composed with DDP's LoRA all-reduce and with FSDP2; the slices carry the whole row's positions and
+of ring attention, composed with DDP's LoRA all-reduce, FSDP2 and ZeRO-3; the slices carry the whole row's positions and
 targets; the modes are chosen and refused with the reasons."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import socket
 
@@ -133,3 +135,21 @@ def test_two_processes_splitting_each_row_train_as_one_process_does(tiny_qwen, s
     ours, reference = (load_file(tmp_path / name / "adapter_model.safetensors") for name in ("ring", "one"))
     assert sorted(ours) == sorted(reference)
     assert all(torch.allclose(ours[k], reference[k], atol=1e-5) for k in ours)
+
+
+@two_processes
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed (pip install "
+                    "'steadytune[deepspeed]'; DS_BUILD_OPS=0 builds it without a GPU)")
+def test_split_rows_under_zero3_train_as_one_process_does(tiny_qwen, sample_data_dir, tmp_path):
+    config = tmp_path / "ds_z3.json"
+    config.write_text(json.dumps({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                                  "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+                                  "zero_allow_untested_optimizer": True,
+                                  "zero_optimization": {"stage": 3, "contiguous_gradients": True,
+                                                        "stage3_gather_16bit_weights_on_model_save": True}}))
+    single = one_process(tiny_qwen, sample_data_dir, tmp_path / "one", max_steps=3)
+    done = run_cli(overrides(tiny_qwen, sample_data_dir, tmp_path / "z3", max_steps=3, cp_size=2, deepspeed=config)
+                   + ["--nproc", "2"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "DeepSpeed ZeRO-3" in done.stdout and "cp_mode      ulysses" in done.stdout
+    assert losses(tmp_path / "z3") == pytest.approx(single.losses, rel=1e-5)
