@@ -169,18 +169,29 @@ class MethodArguments:
     max_completion_length: int = _opt(512, "grpo: most tokens generated per completion.", minimum=1)
     beta: float = _opt(0.0, "grpo: weight of the KL term to the reference (the base with the adapter switched off); 0: no reference forward.", minimum=0.0)
     epsilon: float = _opt(0.2, "grpo: clip range of the importance ratio, 1 - epsilon.", minimum=0.0)
-    epsilon_high: Optional[float] = _opt(None, "grpo: upper clip range 1 + epsilon_high (DAPO's clip-higher); default epsilon.", minimum=0.0)
-    loss_type: str = _opt("dapo", "grpo: how token losses are summed: grpo (mean per completion, then over completions), dr_grpo (sum / (completions x max_completion_length)), dapo (mean over every completion token of the step).",
-                          choices=("grpo", "dr_grpo", "dapo"))
+    epsilon_high: Optional[float] = _opt(None, "grpo: upper clip range 1 + epsilon_high (DAPO's clip-higher); default epsilon. With loss_type cispo: the importance weight's upper bound itself (default 5.0, ScaleRL's).", minimum=0.0)
+    loss_type: str = _opt("dapo", "grpo: the loss (TRL's names): grpo (clipped surrogate, mean per completion, then over completions), dr_grpo (sum / (completions x max_completion_length)), dapo (mean over every completion token of the step), cispo (clipped, detached importance weight times the log-prob: every token keeps its gradient; token mean), sapo (a smooth sigmoid gate instead of the clip; mean per completion), luspo (GSPO scaled by each completion's length).",
+                          choices=("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"))
+    importance_sampling_level: str = _opt("token", "grpo: the importance ratio per token (token) or one per completion, the exp of its tokens' mean log-ratio (sequence: GSPO).", choices=("token", "sequence"))
+    delta: Optional[float] = _opt(None, "grpo: caps the unclipped importance ratio at delta too (two-sided clipping, INTELLECT-2; > 1 + epsilon_high); default none.", minimum=1.0)
+    sapo_temperature_pos: float = _opt(1.0, "grpo, loss_type sapo: the gate's temperature for positive advantages.", minimum=0.0, exclusive_min=True)
+    sapo_temperature_neg: float = _opt(1.05, "grpo, loss_type sapo: the gate's temperature for other advantages.", minimum=0.0, exclusive_min=True)
     scale_rewards: str = _opt("group", "grpo: advantages divided by the std of the group's rewards (group), of the step's (batch), or not (none).", choices=("group", "batch", "none"))
-    reward_funcs: Union[None, str, list] = _opt(None, "grpo: reward functions, a list or comma list: accuracy (the answer equals the solution/answer column), format (reward_format matches), label (classification: the gold label), length, or your own module:function / path/file.py:function taking (prompts, completions, **columns).")
+    reward_funcs: Union[None, str, list] = _opt(None, "grpo: reward functions, a list or comma list: accuracy (the answer equals the solution/answer column), format (reward_format matches), label (classification: the gold label), length, soft_overlong_punishment (DAPO's overlong shaping), or your own module:function / path/file.py:function taking (prompts, completions, **columns).")
     reward_weights: Optional[list] = _opt(None, "grpo: one weight per reward function (default 1 each); the reward is their weighted sum.")
     reward_timeout: float = _opt(300.0, "grpo: seconds one call of a reward function may take (each function, each roll-out and evaluation); past it the run stops with one line naming the function and the step, its last checkpoint kept (0: no limit).", minimum=0.0)
     reward_format: str = _opt(r"^<think>(?!.*<think>)(.*?)</think>.*$", "grpo: the regular expression the format reward matches at the start of a completion (default: TRL's think format).")
     length_target: Optional[int] = _opt(None, "grpo: the length reward's best length in tokens (default max_completion_length).", minimum=1)
+    soft_punish_cache: Optional[int] = _opt(None, "grpo: the soft_overlong_punishment reward's L_cache: completions within this many tokens of max_completion_length lose up to 1 (DAPO); default a fifth of max_completion_length.", minimum=1)
     mask_truncated_completions: bool = _opt(False, "grpo: leave completions that hit max_completion_length out of the loss (DAPO).")
     use_bias_correction_kl: bool = _opt(True, "grpo: multiply the KL term by the importance ratio (TRL's default; changes its gradient, not its value).")
     log_completions: bool = _opt(False, "grpo: write the completions of each logged step and of each evaluation, with their rewards, to completions.jsonl in output_dir (TRL's key; TRL sends them to its trackers).")
+    async_staleness: int = _opt(1, "grpo: how many optimizer steps the weights that generate a step's completions may be behind the weights it trains (asynchronous roll-outs: step n+1 is generated while step n trains, importance-corrected; on a GPU by default, the start line says which path a run takes); 0: every step generates from its own weights (synchronous).", minimum=0)
+    dynamic_sampling: bool = _opt(False, "grpo: replace each group whose completions all got the same reward (no signal) by another prompt's group, drawn from the training data (DAPO's dynamic sampling), up to max_num_gen_batches generation rounds a step.")
+    max_num_gen_batches: int = _opt(4, "grpo, dynamic_sampling: the most generation rounds a step takes, the first included (verl's key); groups still without spread after them train with advantage 0.", minimum=1)
+    tools: Union[None, str, list] = _opt(None, "grpo: tools the policy may call in multi-turn episodes (TRL's GRPOTrainer tools): a list of module, path/file.py (every public function it defines) or module:function; the prompts' tool definitions come from the dataset's tools column (LLaMA-Factory's format), the results are inserted with the template's tool-role tokens and left out of the loss.")
+    max_tool_calling_iterations: Optional[int] = _opt(None, "grpo, tools: the most tool-calling turns of an episode (TRL's key); default no limit but max_completion_length.", minimum=0)
+    tool_timeout: float = _opt(60.0, "grpo, tools: seconds one tool call may take; past it the call is interrupted and the model reads an error as its result (0: no limit).", minimum=0.0)
 
 
 @dataclass
@@ -1021,7 +1032,7 @@ def _check_grpo(cfg: RunConfig, where: str) -> None:
         m.reward_funcs = [x.strip() for x in m.reward_funcs.split(",") if x.strip()]
     if not m.reward_funcs or not all(isinstance(x, str) and x.strip() for x in m.reward_funcs):
         raise ConfigError(f"{where}: reward_funcs: stage grpo needs a list of reward functions (accuracy, format, "
-                          f"label, length, or module:function), got {show_value(m.reward_funcs)}")
+                          f"label, length, soft_overlong_punishment, or module:function), got {show_value(m.reward_funcs)}")
     if m.reward_weights is not None and (len(m.reward_weights) != len(m.reward_funcs) or not all(
             isinstance(w, (int, float)) and not isinstance(w, bool) for w in m.reward_weights)):
         raise ConfigError(f"{where}: reward_weights: one number per reward function ({len(m.reward_funcs)}), got "
@@ -1034,6 +1045,42 @@ def _check_grpo(cfg: RunConfig, where: str) -> None:
     if d.class_balance in ("loss", "both"):
         raise ConfigError(f"{where}: class_balance: {d.class_balance}: stage grpo weighs completions by their "
                           "advantages, not by class (class_balance: sampler draws the prompts balanced)")
+    if m.async_staleness > 1:
+        raise ConfigError(f"{where}: async_staleness: {m.async_staleness}: one GPU generates one step ahead at most "
+                          "(generation on ranks of its own, which a larger bound would serve, is not built); use 0 or 1")
+    if isinstance(m.tools, str):
+        m.tools = [x.strip() for x in m.tools.split(",") if x.strip()]
+    if m.tools is not None and (not isinstance(m.tools, list) or not all(isinstance(x, str) and x.strip()
+                                                                         for x in m.tools)):
+        raise ConfigError(f"{where}: tools: a list of module, path/file.py or module:function, got "
+                          f"{show_value(m.tools)}")
+    if m.soft_punish_cache is not None and m.soft_punish_cache > m.max_completion_length:
+        raise ConfigError(f"{where}: soft_punish_cache: {m.soft_punish_cache} is longer than max_completion_length "
+                          f"({m.max_completion_length}): the punishment would start before the first token")
+    if "soft_overlong_punishment" in m.reward_funcs and m.soft_punish_cache is None:
+        cfg.decide("soft_punish_cache", max(1, m.max_completion_length // 5), "soft_overlong_punishment's L_cache "
+                   "unset: a fifth of max_completion_length, as DAPO's 4,096 of 20,480")
+    _check_grpo_loss(cfg, where)
+
+
+def _check_grpo_loss(cfg: RunConfig, where: str) -> None:
+    """The loss keys together (stages/grpo_losses.py): cispo's own epsilon_high default, and TRL's warnings about
+    combinations that do not reproduce their paper, as decisions printed at start."""
+    m = cfg.method
+    if m.loss_type == "cispo" and m.epsilon_high is None:
+        m.epsilon_high = 5.0
+        cfg.decide("epsilon_high", 5.0, "loss_type cispo: the importance weight's upper bound, ScaleRL's epsilon_max "
+                   "(TRL would take epsilon, 0.2, and cap every weight at 0.2)")
+    if m.delta is not None and m.delta <= 1 + (m.epsilon_high if m.epsilon_high is not None else m.epsilon):
+        raise ConfigError(f"{where}: delta: {m.delta} caps the importance ratio below the clip range's top "
+                          f"(1 + epsilon_high); two-sided clipping wants delta > 1 + epsilon_high")
+    if m.loss_type == "luspo" and m.importance_sampling_level != "sequence":
+        cfg.decide("importance_sampling_level", m.importance_sampling_level, "loss_type luspo is GSPO's loss scaled "
+                   "by length: its paper uses importance_sampling_level: sequence (TRL warns the same)")
+    if m.importance_sampling_level == "sequence" and m.loss_type in ("dr_grpo", "dapo", "cispo"):
+        cfg.decide("importance_sampling_level", "sequence", f"loss_type {m.loss_type} sums token losses, so each "
+                   "completion weighs by its length: GSPO's paper pairs the sequence level with loss_type grpo "
+                   "(TRL warns the same)")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -63,11 +63,11 @@ from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
 from steadytune.model.trainable import continues_adapter, make_trainable
 from steadytune.report.record import write_data_stats, write_run_report
-from steadytune.stages.base import Stage
+from steadytune.stages.base import Stage, StepAhead
 from steadytune.stages.guard_rules import guard_for
 from steadytune.stages.objectives import pop_metrics
 from steadytune.stages.table import STAGES
-from steadytune.training.batches import (Steps, TrainBatches, plan_steps, take_window, to_device, token_budget,
+from steadytune.training.batches import (Steps, TrainBatches, Windows, plan_steps, to_device, token_budget,
                                          uses_token_budget)
 from steadytune.training.checkpoint import (TrainerState, data_position, list_checkpoints, save_checkpoint,
                                             save_final_outputs, set_data_position)
@@ -432,7 +432,7 @@ def start_accelerator(cfg: RunConfig, folder: RunFolder, shard_plan, precision: 
     trackers = Trackers(t.report_to, folder.path, t.logging_dir, t.run_name)
     accelerator = sharding.make_accelerator(cfg, shard_plan, precision, info, world, log_with=trackers.log_with())
     set_seed(t.seed)
-    run_startup_checks(info, folder.path, force=force, write=accelerator.is_main_process)
+    run_startup_checks(info, folder.path, force=force, write=accelerator.is_main_process, precision=precision)
     return accelerator, trackers
 
 
@@ -582,7 +582,7 @@ def status_of(error: BaseException) -> str:
 @dataclass
 class LoopState:
     """The loop's running values, in one place so that a rollback can rewind them together."""
-    batches: Any
+    windows: Windows                  # the steps' micro-batches, with a look at the next step's
     losses: list[float] = field(default_factory=list)
     window_loss: float = 0.0
     window_steps: int = 0
@@ -592,7 +592,8 @@ class LoopState:
 def fit(run: Run) -> Outcome:
     cfg, t, state, guard, faults = run.cfg, run.cfg.train, run.state, run.guard, run.faults
     begin_steps(run)
-    loop = LoopState(run.batches.stream(state.epoch, state.batch_in_epoch), first_step=state.global_step)
+    loop = LoopState(Windows(run.batches.stream(state.epoch, state.batch_in_epoch), t.gradient_accumulation_steps),
+                     first_step=state.global_step)
     throughput = Throughput(run.device)
     input_tokens = 0
     started = time.perf_counter()
@@ -612,12 +613,14 @@ def fit(run: Run) -> Outcome:
             # One optimizer step = gradient_accumulation_steps micro-batches. The loss is normalised by the target
             # tokens of the whole window (summed over ranks), so every token weighs the same however the
             # micro-batches are cut.
-            window = take_window(loop.batches, t.gradient_accumulation_steps)  # short at an epoch's end
+            window = loop.windows.take()  # short at an epoch's end
             window_ids = [i for mb in window for i in mb.ids]
             if guard.should_skip(window_ids):  # guard: a batch that caused a rollback is not replayed
                 continue
             faults.begin_step(step)
-            loss_value, grad_norm, global_tokens = forward_backward(run, window, step)
+            # grpo's asynchronous roll-outs generate the next step's completions while this one trains
+            upcoming = loop.windows.peek if step < run.total_steps else None
+            loss_value, grad_norm, global_tokens = forward_backward(run, window, step, upcoming)
 
             # --- numerical guard: judge the step before its update is applied (training/guard.py) --------------------
             decision = guard.inspect(step, loss_value, grad_norm, window_ids)
@@ -679,6 +682,7 @@ def fit(run: Run) -> Outcome:
     finally:
         run.watchdog.stop()
         run.stop.in_loop = False
+        loop.windows.close()
         bar.close()
     return Outcome(loop.losses, time.perf_counter() - started, input_tokens=input_tokens)
 
@@ -719,13 +723,31 @@ def begin_steps(run: Run) -> None:
     run.trackers.start(run.accelerator, run.cfg.to_dict())
 
 
-def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Tensor, int]:
+def forward_backward(run: Run, window: list, step: int, upcoming=None) -> tuple[float, torch.Tensor, int]:
     """Forward and backward over one accumulation window; -> (loss per unit, gradient norm, target tokens of the
     window summed over ranks). The loss unit is the stage's: a target token (sft, pt), a pair (dpo, rm), an
-    answer (kto)."""
-    accelerator, faults, sp = run.accelerator, run.faults, run.sequence_parallel
+    answer (kto). `upcoming`: the next step's window, for a stage that prepares it during this one (None: the last
+    step)."""
+    accelerator = run.accelerator
+    settle = None
     if run.stage.roll_out is not None:  # grpo: the step's completions are generated and scored first (stages/grpo.py)
-        run.stage.roll_out(accelerator.unwrap_model(run.objective), window, step)
+        ahead = StepAhead(upcoming, accelerator.autocast, run.device, run.data.train)
+        settle = run.stage.roll_out(accelerator.unwrap_model(run.objective), window, step, ahead)
+    try:
+        result = _forward_backward(run, window, step)
+    except BaseException:
+        if settle is not None:
+            settle(abandon=True)   # the next step's roll-out, if one runs, is waited for and dropped
+        raise
+    # grpo's roll-out of the next step, running since the forward started, is finished and scored here, on the
+    # weights it was generated with: before the optimizer changes them
+    if settle is not None:
+        settle()
+    return result
+
+
+def _forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Tensor, int]:
+    accelerator, faults, sp = run.accelerator, run.faults, run.sequence_parallel
     # sequence parallelism: each process its slice of every micro-batch's row, and the row's examples for attention
     pad = run.tokenizer.pad_token_id or 0
     pieces = [shard_batch(mb.batch, sp, pad) if sp is not None else (mb.batch, None, 0) for mb in window]
@@ -782,7 +804,9 @@ def recover(run: Run, loop: LoopState, decision, step: int) -> str | None:
     if decision.action == ROLLBACK:
         state.global_step = guard.restore(run.live)
         set_data_position(state, run.live.data_position)
-        loop.batches = run.batches.stream(state.epoch, state.batch_in_epoch)
+        loop.windows.close()   # a prefetching stream stops making micro-batches (training/batches.py)
+        loop.windows = Windows(run.batches.stream(state.epoch, state.batch_in_epoch),
+                               run.cfg.train.gradient_accumulation_steps)
         del loop.losses[max(0, state.global_step - loop.first_step):]
         loop.window_loss, loop.window_steps = 0.0, 0
         return decision.new_precision

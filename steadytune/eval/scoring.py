@@ -23,13 +23,12 @@ from steadytune.errors import UserError
 from steadytune.eval.metrics import classification_report
 from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
 from steadytune.model.decode.generate import generate_all, params_from_generate_kwargs
+from steadytune.model.media_features import run_multimodal, select_images
 from steadytune.model.vision import (
     concat_pixels,
     encode_media,
     images_in,
     is_vision_model,
-    run_multimodal,
-    select_images,
     type_id_inputs,
 )
 
@@ -62,6 +61,8 @@ def _inference(model: torch.nn.Module) -> Iterator[None]:
 
 # `serve` runs its forwards the same way (eval mode, no autograd, the model's precision).
 inference = _inference
+# The model's precision alone (autocast is per thread): GRPO's roll-out thread, which leaves the model's mode alone.
+precision_context = _precision_context
 
 
 def _length_sorted_batches(prompts: Sequence[Sequence[int]], batch_size: int, progress: bool,
@@ -123,7 +124,7 @@ def _score_chunk(model: torch.nn.Module, prompts: list[Sequence[int]], label_tar
 def _media_hidden(model: torch.nn.Module, input_ids: torch.Tensor, media: list[dict], n_labels: int,
                   device: torch.device) -> torch.Tensor:
     """Last hidden states of the (prompt, label) rows of prompts with images: each prompt's images go through the
-    vision encoder once, and every label's row of that prompt reads the same features (model/vision.py)."""
+    vision encoder once, and every label's row of that prompt reads the same features (model/media_features.py)."""
     counts = [images_in(m) for m in media]
     pixels = {k: v.to(device) for k, v in concat_pixels([m for m in media if m]).items()}
     encoded = encode_media(model, pixels)
@@ -132,7 +133,7 @@ def _media_hidden(model: torch.nn.Module, input_ids: torch.Tensor, media: list[d
     inputs = {"input_ids": input_ids, **type_id_inputs(model, input_ids)}
     if "image_grid_thw" in pixels:
         inputs["image_grid_thw"] = pixels["image_grid_thw"][torch.as_tensor(index, device=device)]
-    return run_multimodal(model, inputs, select_images(encoded, index, sum(counts))).last_hidden_state
+    return run_multimodal(model, inputs, select_images(encoded, index)).last_hidden_state
 
 
 def score_labels(model: torch.nn.Module, prompts: Sequence[Sequence[int]], label_targets: Sequence[Sequence[int]],

@@ -23,19 +23,21 @@ def _torch_varlen_kernel() -> Callable | None:
         return None
     params = inspect.signature(varlen_attn).parameters
 
-    def kernel(q, k, v, cu, max_len, scale, window=None):
+    def kernel(q, k, v, cu, max_len, scale, window=None, causal=True):
         if k.shape[1] != q.shape[1] and "enable_gqa" not in params:
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
             v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
         extra = {"scale": scale} if "scale" in params else {}
         if "enable_gqa" in params:
             extra["enable_gqa"] = k.shape[1] != q.shape[1]
-        if "window_size" in params:
-            extra["window_size"] = (window - 1 if window else -1, 0)
+        if window and not causal:
+            raise NotImplementedError("a sliding window is causal here")
+        if "window_size" in params:   # (-1, -1): every key of the sequence, (-1, 0): causal
+            extra["window_size"] = (window - 1 if window else -1, 0 if causal else -1)
         elif window:
             raise NotImplementedError("this torch's varlen_attn has no sliding window")
         else:
-            extra["is_causal"] = True
+            extra["is_causal"] = causal
         return varlen_attn(q, k, v, cu, cu, max_len, max_len, **extra)
 
     return kernel
@@ -47,15 +49,16 @@ def _flash_attn_varlen_kernel() -> Callable | None:
     except Exception:  # ImportError, or an undefined symbol in a mismatched build
         return None
 
-    def kernel(q, k, v, cu, max_len, scale, window=None):
-        return flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len, softmax_scale=scale, causal=True,
-                                      window_size=(window - 1 if window else -1, 0))
+    def kernel(q, k, v, cu, max_len, scale, window=None, causal=True):
+        return flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len, softmax_scale=scale, causal=causal,
+                                      window_size=(window - 1 if window else -1, 0 if causal else -1))
 
     return kernel
 
 
-def segment_sdpa_kernel(q, k, v, cu, max_len, scale, window=None):
-    """Reference varlen kernel: causal SDPA on each example in turn. Correct anywhere, slow; used on CPU."""
+def segment_sdpa_kernel(q, k, v, cu, max_len, scale, window=None, causal=True):
+    """Reference varlen kernel: SDPA on each example in turn (causal, or every key of the example: a vision tower's
+    images and windows). Correct anywhere, slow; used on CPU."""
     del max_len
     out = torch.empty_like(q)
     bounds = cu.tolist()
@@ -64,11 +67,14 @@ def segment_sdpa_kernel(q, k, v, cu, max_len, scale, window=None):
             continue  # an empty sequence (static shapes fill cu_seq_lens up with them)
         qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [heads, n, dim]
         n = end - start
-        allowed = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        allowed = torch.ones(n, n, dtype=torch.bool, device=q.device)
+        if causal:
+            allowed = allowed.tril()
         if window:
             allowed &= ~torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-window)
+        mask = allowed if causal or window else None   # no mask: SDPA as transformers calls it on one image
         out[start:end] = torch.nn.functional.scaled_dot_product_attention(
-            qs, ks, vs, attn_mask=allowed, scale=scale, enable_gqa=ks.shape[0] != qs.shape[0]).transpose(0, 1)
+            qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=ks.shape[0] != qs.shape[0]).transpose(0, 1)
     return out
 
 
@@ -79,8 +85,10 @@ def varlen_kernels() -> dict[str, Callable]:
 
 
 @functools.lru_cache(maxsize=None)
-def varlen_kernel_status(device: str = "cuda") -> tuple[str | None, str]:
-    """-> (name of the first varlen kernel that runs *and* agrees with SDPA here, reason)."""
+def varlen_kernel_status(device: str = "cuda", causal: bool = True) -> tuple[str | None, str]:
+    """-> (name of the first varlen kernel that runs *and* agrees with SDPA here, reason). causal: as a decoder
+    attends (packed rows); False: every key of a sequence, as a vision tower attends within an image or window,
+    with empty sequences at the end (a static layout's)."""
     if not torch.cuda.is_available():
         return None, "no GPU: varlen kernels need one"
     reasons = []
@@ -88,12 +96,14 @@ def varlen_kernel_status(device: str = "cuda") -> tuple[str | None, str]:
         try:
             torch.manual_seed(0)
             lens = [5, 11, 3]
-            cu = torch.tensor([0, 5, 16, 19], dtype=torch.int32, device=device)
+            heads = 2 if causal else 4   # grouped queries for a decoder; a vision tower's keys have every head
+            bounds = [0, 5, 16, 19] + ([] if causal else [19, 19])
+            cu = torch.tensor(bounds, dtype=torch.int32, device=device)
             q = torch.randn(19, 4, 64, device=device, dtype=torch.bfloat16)
-            k = torch.randn(19, 2, 64, device=device, dtype=torch.bfloat16)
-            v = torch.randn(19, 2, 64, device=device, dtype=torch.bfloat16)
-            got = kernel(q, k, v, cu, max(lens), 0.125)
-            want = segment_sdpa_kernel(q.float(), k.float(), v.float(), cu, max(lens), 0.125)
+            k = torch.randn(19, heads, 64, device=device, dtype=torch.bfloat16)
+            v = torch.randn(19, heads, 64, device=device, dtype=torch.bfloat16)
+            got = kernel(q, k, v, cu, max(lens), 0.125, causal=causal)
+            want = segment_sdpa_kernel(q.float(), k.float(), v.float(), cu, max(lens), 0.125, causal=causal)
             err = float((got.float() - want).norm() / want.norm())
             if not err < 2e-2:
                 reasons.append(f"{name}: wrong result (relative error {err:.3g})")

@@ -21,6 +21,7 @@ from steadytune.model import kernels
 from steadytune.model.anatomy import final_logit_softcap, output_head, run_body
 from steadytune.model.attention import packed_mask_placeholder
 from steadytune.model.moe.routing import routing_of, routing_token_mask
+from steadytune.model.media_features import FEATURE_KEYS, LAYOUT_KEYS
 from steadytune.model.tiling import tiling_of
 from steadytune.model.vision import VISION_INPUT_KEYS
 from steadytune.model.kernels import FUSED_CHUNK_FLAG
@@ -37,9 +38,11 @@ def shifted_targets(labels: torch.Tensor) -> torch.Tensor:
 # so the loss's memory stays flat however many labelled tokens a step has.
 CHUNK_LOGITS = 2**27
 # Keys of a batch that the decoder takes (the cu_seq_lens/max_length ones drive the varlen packing attention).
-# A vision-language model's batch adds its pixels and image grids (model/vision.py: VISION_INPUT_KEYS).
+# A vision-language model's batch adds its pixels and image grids (model/vision.py: VISION_INPUT_KEYS), or the features
+# its frozen vision tower made of them before the step (model/media_features.py: FEATURE_KEYS).
 MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids",
-                    "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", *VISION_INPUT_KEYS)
+                    "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", *VISION_INPUT_KEYS,
+                    *FEATURE_KEYS, *LAYOUT_KEYS)
 
 
 def model_inputs(batch: dict, prefix: str = "") -> dict:

@@ -25,7 +25,8 @@ from steadytune.model.tiling import remove_tiling
 from steadytune.training.batches import TrainBatches
 from steadytune.training.long_context import plan_long_context
 from steadytune.training.optimizers import graph_blockers as method_graph_blockers
-from steadytune.training.vision_speed import decide_vision_speed, vision_graph_blockers, vision_static_status
+from steadytune.model.vision_attention import restore_vision_attention
+from steadytune.training.vision_speed import decide_vision_speed, plan_vision
 
 
 def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
@@ -68,7 +69,9 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
     if cfg.method.stage == "grpo":
         static_ok = (False, "stage grpo's sequences are generated each step: their lengths are not known in advance")
-    static_ok = vision_static_status(model) or static_ok   # a vision-language model (training/vision_speed.py)
+    vision = plan_vision(model, batches, info.backend)   # a vision-language model (training/vision_speed.py)
+    if vision is not None and static_ok[0]:
+        static_ok = vision.static_ok
     if static_ok[0] and attention == "varlen":
         static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
     if static_ok[0] and attention in ("varlen", "sdpa"):
@@ -99,7 +102,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
                           compile_asked=compile_asked, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
                           tuning_asked=t.kernel_tuning, recompute_asked=t.recompute_pointwise,
                           shared_asked=False if long.tiling else t.shared_input_projections,
-                          blockers={**graph_blockers(cfg, fsdp), **vision_graph_blockers(model),
+                          blockers={**graph_blockers(cfg, fsdp), **(vision.graph_blockers if vision else {}),
                                     **({"tiling": "sequence_tiling's tiles are not recorded"} if long.tiling else {})},
                           static_ok=static_ok,
                           static_fill=shape.fill if shape else None)
@@ -122,7 +125,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
             raise UserError(f"torch_compile: true, but {why}; set torch_compile: false")
         plan.reasons["torch_compile"] += f" ({why})"
     plan.decide_into(cfg)
-    decide_vision_speed(cfg, model)
+    decide_vision_speed(cfg, model, vision, batches.static_shape)
 
     # Checkpointing last: compiled layers keep less for backward, and small compiled models recompute cheaply.
     if plan.static_shapes:
@@ -274,6 +277,7 @@ def undo_speed_plan(model: torch.nn.Module) -> str | None:
     uncompile_layers(model)
     remove_tiling(model)
     restore_base(model)
+    restore_vision_attention(model)
     offloaded = remove_offloading(model)
     if offloaded is None:
         return None
