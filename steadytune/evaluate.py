@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from steadytune.config import RunConfig
-from steadytune.data.prepare import prepare_datasets
+from steadytune.data.prepare import prepare_datasets, template_for
 from steadytune.data.registry import split_names
 from steadytune.errors import UserError, describe_os_error
 from steadytune.eval.labelcheck import (
@@ -28,6 +28,7 @@ from steadytune.eval.labelcheck import (
     warn,
 )
 from steadytune.eval.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
+from steadytune.eval.needle import evaluate_needle, format_needle, parse_ints
 from steadytune.data.answers import answers_as_labels
 from steadytune.eval.scoring import evaluate_classification, generate_texts, prompt_ids_of
 from steadytune.eval.textmetrics import generation_metrics
@@ -57,6 +58,15 @@ def add_arguments(parser) -> None:
                         help="replace result files in --output-dir that steadytune did not write (refused otherwise)")
     parser.add_argument("--known-samples", type=int, default=64,
                         help="training examples scored first as the label-map check (0 skips it)")
+    parser.add_argument("--needle", action="store_true",
+                        help="long-context check instead of the dataset's metrics: find one fact (a city's secret "
+                             "number) placed at several depths of filler text of several lengths (needle_results.json)")
+    parser.add_argument("--needle-lengths", default=None, metavar="N,N",
+                        help="context lengths in tokens (default: a quarter, half and all of cutoff_len)")
+    parser.add_argument("--needle-depths", default="0,25,50,75,100", metavar="P,P",
+                        help="where the fact sits, in percent of the text (default 0,25,50,75,100)")
+    parser.add_argument("--needle-trials", type=int, default=3, metavar="N",
+                        help="prompts per length and depth, each with its own city, number and filler order")
     parser.add_argument("--review-errors", type=int, default=0, metavar="N",
                         help="also write N misclassified test examples, drawn at random (seeded), to "
                              "errors_to_review.jsonl and print them: reading them tells label noise from model "
@@ -69,10 +79,45 @@ def run(args) -> int:
     if args.review_errors < 0:
         raise UserError(f"--review-errors must be 0 or more (got {args.review_errors})")
     cfg = load_config_named(args.config, args.overrides)   # a run folder's run_config.yaml grants nothing
+    if args.needle:
+        cutoff = cfg.data.cutoff_len
+        lengths = (parse_ints(args.needle_lengths, "--needle-lengths", low=1) if args.needle_lengths else
+                   sorted({max(64, cutoff // 4), max(64, cutoff // 2), cutoff}))
+        if args.needle_trials < 1:
+            raise UserError(f"--needle-trials must be at least 1 (got {args.needle_trials})")
+        evaluate_needle_run(cfg, lengths, parse_ints(args.needle_depths, "--needle-depths", 0, 100),
+                            args.needle_trials, args.batch_size, args.output_dir, args.overwrite)
+        return 0
     evaluate_saved(cfg, mode=args.mode, zero_shot=args.zero_shot, batch_size=args.batch_size,
                    output_dir=args.output_dir, known_samples=args.known_samples, review_errors=args.review_errors,
                    overwrite=args.overwrite)
     return 0
+
+
+def evaluate_needle_run(cfg: RunConfig, lengths: list[int], depths: list[int], trials: int, batch_size: int = 1,
+                        output_dir: str | None = None, overwrite: bool = False) -> dict:
+    """`steadytune eval --needle`: the trained model (adapter on its base, or the full model) asked for a needle at
+    each length and depth (eval/needle.py); needle_results.json and the grid printed."""
+    folder, kind = trained_folder(cfg)
+    out = Path(output_dir or cfg.train.output_dir)
+    claim_outputs(out, ["needle_results.json"], overwrite, "steadytune eval --needle")
+    model, tokenizer = load_trained(cfg, folder, kind)
+    window = getattr(model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config,
+                     "max_position_embeddings", None)
+    if window and max(lengths) > window:
+        print(f"warning: --needle-lengths up to {max(lengths):,} tokens, past the model's window of {window:,} "
+              "positions (it never trained there)", flush=True)
+    results = {"adapter": str(folder), **evaluate_needle(model, tokenizer, template_for(cfg, tokenizer), lengths,
+                                                         depths, trials, seed=cfg.train.seed, batch_size=batch_size)}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "needle_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
+    except OSError as e:
+        raise UserError(describe_os_error(e, f"--output-dir {out}")) from None
+    record_outputs(out, ["needle_results.json"])
+    print(format_needle(results))
+    print(f"-> {out / 'needle_results.json'}")
+    return results
 
 
 def evaluate_saved(cfg: RunConfig, **options) -> dict:

@@ -18,6 +18,7 @@ dpo, kto, rm, grpo) does differently comes from its record in stages/table.py.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -39,7 +40,10 @@ from steadytune.distributed import launch, nodes, ray_launch, sharding
 from steadytune.distributed.collectives import (clip_gradients, reduce_sum, says_for_all_ranks, share_from_main,
                                                  sync_gradients_on_last)
 from steadytune.distributed.fsdp_config import read_fsdp_keys
+from steadytune.distributed.expert_parallel import install_expert_parallel, plan_expert_parallel
 from steadytune.distributed.restore import restore_run, vet_resume
+from steadytune.distributed.sequence_parallel import (attach_kernel, plan_sequence_parallel, register_attention,
+                                                      shard_batch, split_row)
 from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.distributed.world_resume import layout_of
 from steadytune.doctor.environment import run_startup_checks
@@ -51,7 +55,8 @@ from steadytune.hardware.error_catalogue import explain_failure as explain_failu
 from steadytune.hardware.policy import choose_attention, choose_precision, fallback_precision
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
-from steadytune.model.attention import eager_only_reason, plan_packing
+from steadytune.model.anatomy import text_config
+from steadytune.model.attention import PackingPlan, eager_only_reason, plan_packing
 from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer, model_skeleton
 from steadytune.model.lora import count_parameters
 from steadytune.model.moe.routing import routing_of
@@ -244,6 +249,7 @@ class Run:
     watchdog: Any = None              # distributed.watchdog.HangWatchdog
     on_evaluate: Any = None           # run_training's evaluation hook
     expert_load: Any = None           # a mixture of experts' expert_load.jsonl (training/experts.py)
+    sequence_parallel: Any = None     # distributed.sequence_parallel.SequenceParallel (cp_size > 1)
 
     @property
     def device(self) -> torch.device:
@@ -325,7 +331,13 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
         cfg.decide("fp8", f"{convert_to_fp8(model, fp8)} linear layers", fp8.why)
     trainable, total = count_parameters(model)
     set_up_experts(cfg, model, accelerator.device, precision)  # a mixture of experts (model/moe/)
-    batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator, model)
+    ep = plan_expert_parallel(cfg, accelerator.num_processes, accelerator.process_index, model)
+    if ep is not None:   # each process keeps its slice of the routed experts (distributed/expert_parallel.py)
+        install_expert_parallel(model, ep, cfg.train.moe_grouped_mm)
+    sp = plan_sequence_parallel(cfg, accelerator.num_processes, accelerator.process_index, text_config(model))
+    if sp is not None:
+        attach_kernel(sp, accelerator.device, cfg.decide)
+    batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator, model, sp)
     speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
                              steps.total * cfg.train.gradient_accumulation_steps, shard_plan,
                              fsdp=read_fsdp_keys(cfg.train) is not None)
@@ -341,7 +353,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
               tokenizer=tokenizer, data=data, objective=objective, params=params, optimizer=optimizer,
               scheduler=scheduler, batches=batches, steps=steps, state=state, metrics=metrics, guard=guard,
               faults=faults, live=live, trainable=trainable, total=total, resume_from=resume_from, progress=progress,
-              trackers=trackers, sharding=shard_plan)
+              trackers=trackers, sharding=shard_plan, sequence_parallel=sp)
     run.watchdog = make_watchdog(run)
     run.expert_load = expert_load_log(folder.path, model, accelerator.is_main_process)
     if speed.cuda_graphs:
@@ -397,6 +409,12 @@ def choose_hardware(cfg: RunConfig):
                            eager_only=eager_only)
     if packing is not None:
         attn = packing.attn_implementation
+    if cfg.train.cp_size > 1:   # sequence parallelism: one row a micro-batch, its attention across the processes
+        packing = PackingPlan("varlen", register_attention(), by_tokens=packing.by_tokens if packing else False)
+        attn = packing.attn_implementation
+        cfg.decide("packing", True, f"cp_size: {cfg.train.cp_size}: each micro-batch's examples laid out as one row "
+                   "(positions and attention kept per example), which the processes of a group split")
+        cfg.decide("attn_implementation", attn, "sequence parallelism's attention (distributed/sequence_parallel.py)")
     # Stability defaults of the hardware profile (seed 000 on ROCm), only where the user set nothing.
     apply_hardware_profile(cfg, info.backend)
     if t.ddp_timeout > 3 * 3600 and "ddp_timeout" not in cfg.decisions:
@@ -453,21 +471,24 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
     return model, tokenizer
 
 
-def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenizer, packing, accelerator, model=None):
-    """Micro-batches (token budget, packed or padded) and how many optimizer steps they make."""
+def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenizer, packing, accelerator, model=None,
+                 sp=None):
+    """Micro-batches (token budget, packed or padded) and how many optimizer steps they make. With sequence
+    parallelism (`sp`) the data-parallel groups take turns, each group's processes the same micro-batches."""
     t = cfg.train
+    world, rank = (sp.dp_size, sp.dp_rank) if sp is not None else (accelerator.num_processes,
+                                                                  accelerator.process_index)
     lengths = [len(x["input_ids"]) for x in data.train]
     budget, budget_why = token_budget(t, lengths, packing_asked=uses_token_budget(cfg, packing),
                                       asked=bool(cfg.data.packing or cfg.data.neat_packing))
     if budget_why:
         cfg.decide("max_tokens_per_batch", budget, budget_why)
     packing_attention = packing.attention if packing is not None else None
-    batches = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
-                           packing_attention=packing_attention, max_tokens=budget,
+    batches = TrainBatches(cfg, data, tokenizer, world, rank, packing_attention=packing_attention, max_tokens=budget,
                            collate=vision_collator(cfg, data, tokenizer, packing_attention, model,
                                                    stage.make_collator(cfg, tokenizer, packing_attention)),
                            token_mask=routing_of(model) is not None)
-    steps = plan_steps(cfg, batches.batches_per_epoch(), len(data.train), accelerator.num_processes, budget)
+    steps = plan_steps(cfg, batches.batches_per_epoch(), len(data.train), world, budget)
     if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency
         write_data_stats(folder.path, data, batches.micro_batches(0), packing_attention, cfg.data.cutoff_len)
     return batches, steps
@@ -637,7 +658,8 @@ def fit(run: Run) -> Outcome:
             state.tokens_seen += global_tokens
             run.live.data_position = data_position(state)
             guard.maybe_snapshot(state.global_step, run.live)  # guard: keep a good state every snapshot_steps
-            window_inputs = sum(mb.n_input_tokens for mb in window) * run.accelerator.num_processes
+            groups = run.sequence_parallel.dp_size if run.sequence_parallel else run.accelerator.num_processes
+            window_inputs = sum(mb.n_input_tokens for mb in window) * groups
             throughput.add(window_inputs, global_tokens)
             input_tokens += window_inputs
             loop.losses.append(loss_value)
@@ -736,8 +758,11 @@ def forward_backward(run: Run, window: list, step: int, upcoming=None) -> tuple[
 
 
 def _forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Tensor, int]:
-    accelerator, faults = run.accelerator, run.faults
-    local_units = sum(run.stage.count_units(mb.batch) for mb in window)
+    accelerator, faults, sp = run.accelerator, run.faults, run.sequence_parallel
+    # sequence parallelism: each process its slice of every micro-batch's row, and the row's examples for attention
+    pad = run.tokenizer.pad_token_id or 0
+    pieces = [shard_batch(mb.batch, sp, pad) if sp is not None else (mb.batch, None, 0) for mb in window]
+    local_units = sum(run.stage.count_units(batch) for batch, _, _ in pieces)
     # A hang report tells ranks that wait for the others from one that stalled, and names the collective.
     with run.watchdog.waiting(step, "the token-count all-reduce"):
         global_tokens = reduce_sum(accelerator, local_units, run.device)
@@ -749,13 +774,14 @@ def _forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.T
     # DDP, FSDP and DeepSpeed average gradients over the ranks, so the loss is scaled by the world size to make that
     # a sum over all tokens; the flat all-reduce sums them already.
     ranks_averaged = 1 if flat else accelerator.num_processes
-    for i, mb in enumerate(window):
-        if run.graphs is not None and run.graphs.takes(mb.batch):
+    for i, (cpu_batch, docs, length) in enumerate(pieces):
+        if run.graphs is not None and run.graphs.takes(cpu_batch):
             # The whole forward + backward replayed from a CUDA graph (training/graphs.py): no collective inside it.
-            step_loss += run.graphs(mb.batch, 1.0 / max(global_tokens, 1))
+            step_loss += run.graphs(cpu_batch, 1.0 / max(global_tokens, 1))
             continue
-        batch = to_device(mb.batch, run.device)
-        with sync_gradients_on_last(accelerator, run.objective, i == len(window) - 1, run.sharding):
+        batch = to_device(cpu_batch, run.device)
+        split = split_row(sp, docs, length) if sp is not None else contextlib.nullcontext()
+        with split, sync_gradients_on_last(accelerator, run.objective, i == len(window) - 1, run.sharding):
             with accelerator.autocast():
                 loss_sum, _ = run.objective(batch)
             if i == 0:
