@@ -17,6 +17,7 @@ import torch
 from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import segment_sdpa_kernel, varlen_kernels
 from steadytune.hardware.policy import AttentionUnavailable, choose_packing_attention
+from steadytune.model.linear_attention import linear_attention_in_folder
 from steadytune.model.vision import is_vision_folder
 
 VARLEN_IMPLEMENTATION = "steadytune_varlen"
@@ -131,11 +132,20 @@ def plan_packing(cfg, info, class_weighted_loss: bool, eager_only: str | None = 
         by_tokens = (bool(cfg.data.packing or cfg.data.neat_packing) or info.backend == "cuda") and (
             cfg.method.stage != "grpo")
         return PackingPlan(attention, "eager", by_tokens=by_tokens)
+    recurrent = linear_attention_reason(cfg.model.model_name_or_path)
+    if recurrent and asked in ("sdpa", "flex"):
+        raise UserError(f"packing_attention: {asked}, but {recurrent}; set packing_attention: auto (or varlen)")
     try:
-        attention, kernel, why = choose_packing_attention(info, asked)
+        attention, kernel, why = choose_packing_attention(info, "auto" if recurrent else asked)
     except AttentionUnavailable as e:
         raise UserError(f"packing_attention: {e}") from None
-    implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
+    varlen_kernel = varlen_kernels()[kernel] if kernel else None
+    if recurrent and attention != "varlen":
+        # The full-attention layers then take the exact reference kernel (SDPA per example, a loop): slower than a
+        # flash kernel, but a block-diagonal mask would leave the linear-attention layers leaking across examples.
+        attention, varlen_kernel = "varlen", segment_sdpa_kernel
+        why = f"{recurrent}; no varlen flash kernel here ({why}), so full attention runs SDPA per example"
+    implementation = attn_implementation_for(attention, varlen_kernel)
     cfg.decide("packing_attention", attention, why)
     cfg.decide("attn_implementation", implementation, f"set by packing_attention {attention}")
     d = cfg.data
@@ -202,6 +212,24 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
 # Model types whose attention transformers runs only eagerly (or through a kernels-hub FlashAttention-3 build): gpt-oss
 # adds a learned "sink" to each head's softmax, which neither SDPA nor the varlen kernels take.
 EAGER_ONLY_MODEL_TYPES = {"gpt_oss": "gpt-oss's attention sinks run only in eager attention in transformers"}
+
+
+def _folder_config(model_name_or_path: str) -> dict:
+    try:
+        config = json.loads((Path(str(model_name_or_path)) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def linear_attention_reason(model_name_or_path: str) -> str | None:
+    """Why a local model folder packs only as one varlen row (its config.json has gated DeltaNet layers), or None:
+    those layers learn where each example starts only from cu_seq_lens (model/linear_attention.py)."""
+    n = linear_attention_in_folder(_folder_config(model_name_or_path))
+    if not n:
+        return None
+    return (f"its {n} gated DeltaNet (linear-attention) layers restart their state and conv window at each "
+            "example only in one varlen row (cu_seq_lens)")
 
 
 def eager_only_reason(model_name_or_path: str) -> str | None:

@@ -78,21 +78,22 @@ def fla_version() -> str | None:
         return None
 
 
-def kernel_line(config, backend: str) -> str | None:
-    """The start-up line for a model with gated DeltaNet layers (None without): which kernels run them, and, where
-    the reference runs on a GPU, the install that fixes it and what it costs."""
+def kernel_choice(config, device_type: str) -> tuple[str, str] | None:
+    """(which kernels run the model's gated DeltaNet layers, the start-up line saying so) or None for a model
+    without them. Where the reference runs on a GPU the line names the install that fixes it and what it costs."""
     n = linear_attention_layers(config)
     if not n:
         return None
-    if backend == "cpu":
-        return (f"{n} gated DeltaNet layers: PyTorch reference (flash-linear-attention's kernels are Triton, GPU only); "
-                "packed rows restart each layer's state per sequence")
+    if device_type == "cpu":
+        return "reference", (f"{n} gated DeltaNet layers: PyTorch reference (flash-linear-attention's kernels are "
+                             "Triton, GPU only); packed rows restart each layer's state per example")
     if fla_kernels() is not None:
-        return (f"{n} gated DeltaNet layers: flash-linear-attention {fla_version()} Triton kernels (chunked gated "
-                "delta rule and causal conv1d, varlen over packed rows)")
-    return (f"{n} gated DeltaNet layers run transformers' PyTorch reference: a Python loop over 64-token chunks "
-            "per layer, the slowest part of the step (benchmarks/gpu_models2026.sh measures it); "
-            f"{FLA_INSTALL} for flash-linear-attention's Triton kernels")
+        return "flash-linear-attention", (f"{n} gated DeltaNet layers: flash-linear-attention {fla_version()} Triton "
+                                          "kernels (chunked gated delta rule and causal conv1d, varlen over packed "
+                                          "rows)")
+    return "reference", (f"{n} gated DeltaNet layers run transformers' PyTorch reference: a Python loop over 64-token "
+                         "chunks per layer, the slowest part of the step (benchmarks/gpu_models2026.sh measures it); "
+                         f"{FLA_INSTALL} for flash-linear-attention's Triton kernels")
 
 
 # --- packed rows ----------------------------------------------------------------------------------------------
@@ -193,3 +194,17 @@ def keep_packed_sequences_apart(model: torch.nn.Module) -> list[str]:
         setattr(module, _INSTALLED, True)
         changed.append(name)
     return changed
+
+
+def deltanet_submodules(model: torch.nn.Module) -> set[int]:
+    """ids of every module inside a gated DeltaNet layer (its projections, conv and norm)."""
+    return {id(sub) for m in model.modules() if type(m).__name__.endswith("GatedDeltaNet") for sub in m.modules()}
+
+
+def graph_blockers(model: torch.nn.Module) -> dict[str, str]:
+    """What rules CUDA graphs out for a model with gated DeltaNet layers (training/speed_plan.py collects these)."""
+    if not gated_deltanet_modules(model):
+        return {}
+    return {"linear_attention": "gated DeltaNet layers: flash-linear-attention's varlen kernels work out their chunk "
+                                "indices from cu_seq_lens on the host at every forward (the reference loops over the "
+                                "examples)"}

@@ -19,6 +19,7 @@ from steadytune.model.anatomy import text_config
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib, restore_base
 from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, uncompile_layers
+from steadytune.model.linear_attention import graph_blockers as linear_attention_blockers
 from steadytune.model.offload import HostOffload, plan_activation_offloading, remove_offloading
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
@@ -64,7 +65,9 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         static_ok = (False, "stage grpo's sequences are generated each step: their lengths are not known in advance")
     static_ok = vision_static_status(model) or static_ok   # a vision-language model (training/vision_speed.py)
     if static_ok[0] and attention == "varlen":
-        static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
+        kernel = varlen_kernel_status()[0]
+        static_ok = (varlen_static_status(kernel) if kernel else
+                     (False, "no varlen flash kernel here: full attention runs SDPA per example"))
     if static_ok[0] and attention in ("varlen", "sdpa"):
         shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)
     compile_asked, no_compile = t.torch_compile, speed_blockers(cfg.model.quantization_bit).get("torch_compile")
@@ -79,7 +82,8 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
                           compile_asked=compile_asked, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
                           tuning_asked=t.kernel_tuning, recompute_asked=t.recompute_pointwise,
                           shared_asked=t.shared_input_projections,
-                          blockers={**graph_blockers(cfg, fsdp), **vision_graph_blockers(model)}, static_ok=static_ok,
+                          blockers={**graph_blockers(cfg, fsdp), **vision_graph_blockers(model),
+                                    **linear_attention_blockers(model)}, static_ok=static_ok,
                           static_fill=shape.fill if shape else None)
     except SpeedUnavailable as e:
         raise UserError(str(e)) from None
