@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -292,3 +291,20 @@ def test_studio_chat_streams_the_run(trained):
               if line.startswith("data: ") and line != "data: [DONE]"]
     assert not any("error" in e for e in events), events
     assert [e["label"] in LABELS for e in events if "label" in e] == [True]
+
+
+def test_bench_packs_a_hybrid_shape_as_one_varlen_row_and_matches_the_plain_loss(tmp_path):
+    """bench's steadytune arm on the gated DeltaNet shape: packed as train packs it (one varlen row; SDPA per example
+    for full attention on a CPU), the layers told where each example starts, the same loss as the plain recipe."""
+    from steadytune.bench.command import disagreeing_losses
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--shape", "hybrid-tiny", "--device", "cpu", "--examples", "40", "--plain-batch", "2",
+                 "--max-tokens", "512", "--warmup", "1", "--window", "2", "--steps", "2", "--isolate", "none",
+                 "--arms", "plain,steadytune", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    settings = report["arms"]["steadytune"]["settings"]
+    assert settings["packing_attention"]["value"] == "varlen" and settings["packing_attention"]["kernel"] == "segment_sdpa"
+    assert settings["linear_attention"]["value"] == "reference"
+    assert settings["cuda_graphs"]["value"] is False
+    assert report["loss_disagreement"] == {} == disagreeing_losses(report["arms"])

@@ -115,6 +115,23 @@ class PackingPlan:
     by_tokens: bool = False
 
 
+def choose_packing_for(info, asked: str, recurrent: str | None) -> tuple[str, str | None, Callable | None, str]:
+    """-> (packing attention, the varlen kernel's name and the kernel to register, or None, why) for a model;
+    `recurrent`: why it has
+    linear-attention layers (linear_attention_reason), which need the one-row varlen layout. Raises
+    AttentionUnavailable for an attention that cannot run here or cannot keep such a model's examples apart."""
+    if recurrent and asked in ("sdpa", "flex"):
+        raise AttentionUnavailable(f"{asked}, but {recurrent}; set packing_attention: auto (or varlen)")
+    attention, kernel, why = choose_packing_attention(info, "auto" if recurrent else asked)
+    varlen_kernel = varlen_kernels()[kernel] if kernel else None
+    if recurrent and attention != "varlen":
+        # The full-attention layers then take the exact reference kernel (SDPA per example, a loop): slower than a
+        # flash kernel, but a block-diagonal mask would leave the linear-attention layers leaking across examples.
+        attention, kernel, varlen_kernel = "varlen", "segment_sdpa", segment_sdpa_kernel
+        why = f"{recurrent}; no varlen flash kernel here ({why}), so full attention runs SDPA per example"
+    return attention, kernel, varlen_kernel, why
+
+
 def plan_packing(cfg, info, class_weighted_loss: bool, eager_only: str | None = None) -> PackingPlan | None:
     """None when `train` does not pack; else the attention chosen for this hardware (hardware/policy.py, the
     one `doctor` reports). Both choices are recorded with cfg.decide. `eager_only`: why the model runs only eager
@@ -133,18 +150,10 @@ def plan_packing(cfg, info, class_weighted_loss: bool, eager_only: str | None = 
             cfg.method.stage != "grpo")
         return PackingPlan(attention, "eager", by_tokens=by_tokens)
     recurrent = linear_attention_reason(cfg.model.model_name_or_path)
-    if recurrent and asked in ("sdpa", "flex"):
-        raise UserError(f"packing_attention: {asked}, but {recurrent}; set packing_attention: auto (or varlen)")
     try:
-        attention, kernel, why = choose_packing_attention(info, "auto" if recurrent else asked)
+        attention, _, varlen_kernel, why = choose_packing_for(info, asked, recurrent)
     except AttentionUnavailable as e:
         raise UserError(f"packing_attention: {e}") from None
-    varlen_kernel = varlen_kernels()[kernel] if kernel else None
-    if recurrent and attention != "varlen":
-        # The full-attention layers then take the exact reference kernel (SDPA per example, a loop): slower than a
-        # flash kernel, but a block-diagonal mask would leave the linear-attention layers leaking across examples.
-        attention, varlen_kernel = "varlen", segment_sdpa_kernel
-        why = f"{recurrent}; no varlen flash kernel here ({why}), so full attention runs SDPA per example"
     implementation = attn_implementation_for(attention, varlen_kernel)
     cfg.decide("packing_attention", attention, why)
     cfg.decide("attn_implementation", implementation, f"set by packing_attention {attention}")
@@ -222,10 +231,10 @@ def _folder_config(model_name_or_path: str) -> dict:
     return config if isinstance(config, dict) else {}
 
 
-def linear_attention_reason(model_name_or_path: str) -> str | None:
-    """Why a local model folder packs only as one varlen row (its config.json has gated DeltaNet layers), or None:
-    those layers learn where each example starts only from cu_seq_lens (model/linear_attention.py)."""
-    n = linear_attention_in_folder(_folder_config(model_name_or_path))
+def linear_attention_reason(model_name_or_path: str, config: dict | None = None) -> str | None:
+    """Why a local model folder (or a `config` dict) packs only as one varlen row (it has gated DeltaNet layers), or
+    None: those layers learn where each example starts only from cu_seq_lens (model/linear_attention.py)."""
+    n = linear_attention_in_folder(config if config is not None else _folder_config(model_name_or_path))
     if not n:
         return None
     return (f"its {n} gated DeltaNet (linear-attention) layers restart their state and conv window at each "

@@ -146,6 +146,12 @@ SHAPES: dict[str, dict] = {
                        vocab_size=262144, sliding_window=512,
                        layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 10,
                        max_position_embeddings=131072, tie_word_embeddings=True),
+    # A Qwen3.5 of a few million parameters (3 gated DeltaNet layers, then full attention), for tests and CPU runs.
+    "hybrid-tiny": dict(model_type="qwen3_5_text", hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                        linear_conv_kernel_dim=4, layer_types=_hybrid_layers(4), vocab_size=2048,
+                        max_position_embeddings=4096, tie_word_embeddings=True),
     # A Qwen3-MoE of a few million parameters, for tests and CPU smoke runs: 8 experts, 2 a token.
     "moe-tiny": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
                      num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, num_hidden_layers=2,
