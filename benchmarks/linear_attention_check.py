@@ -105,6 +105,22 @@ def numerics(device) -> dict:
     (y * gw).sum().backward()
     (ref * gw).sum().backward()
     out["causal_conv1d"] = {"output": rel(y, ref), "grads": max(rel(x.grad, x2.grad), rel(weight.grad, w2.grad))}
+    # A static row (steadytune's static shapes): padding pieces, then empty sequences at the end of cu_seqlens. Does
+    # fla give the real sequences what it gives them without, finite everywhere? (model/linear_attention.static_status
+    # keeps static shapes off for these models until this holds.)
+    a = inputs(T + 40, 2, 4, 64, torch.float32, device)
+    padded = torch.cat([cu, torch.tensor([T + 40, T + 40, T + 40], device=device)])
+    with torch.no_grad():
+        plain, _ = chunk_gated_delta_rule(*(t[:, :T] for t in a[:3]), g=a[3][:, :T], beta=a[4][:, :T],
+                                          use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+        static, _ = chunk_gated_delta_rule(*a[:3], g=a[3], beta=a[4], use_qk_l2norm_in_kernel=True,
+                                           cu_seqlens=padded)
+        conv_static = causal_conv1d(x.detach()[:, :T], weight.detach(), None, activation="silu",
+                                    cu_seqlens=torch.cat([cu, cu[-1:], cu[-1:]]))
+    conv_static = conv_static[0] if isinstance(conv_static, tuple) else conv_static
+    out["empty_sequences"] = {"finite": bool(torch.isfinite(static).all() and torch.isfinite(conv_static).all()),
+                              "delta_rule_max_diff": float((static[:, :T] - plain).abs().max()),
+                              "conv_max_diff": float((conv_static - y.detach()).abs().max())}
     return out
 
 

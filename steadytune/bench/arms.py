@@ -64,6 +64,7 @@ from steadytune.model.attention import (EAGER_ONLY_MODEL_TYPES, attn_implementat
 from steadytune.model.linear_attention import graph_blockers as linear_attention_blockers
 from steadytune.model.linear_attention import kernel_choice as linear_attention_kernels
 from steadytune.model.linear_attention import keep_packed_sequences_apart
+from steadytune.model.linear_attention import static_status as linear_attention_static
 from steadytune.model.fp8_base import decide_fp8_base, set_fast_accumulation
 from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
@@ -402,6 +403,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
     static_ok = (varlen_static_status(kernel) if kernel != "segment_sdpa" else
                  (False, "no varlen flash kernel here: full attention runs SDPA per example")
                  ) if attention == "varlen" else (True, "")
+    static_ok = linear_attention_static(model) or static_ok   # as train's speed plan
     lengths = [len(e["input_ids"]) for e in examples]
     shape = (static_shape_for(groups, lengths, [targets_of(e) for e in examples], attention, args.cutoff_len)
              if packing else None)

@@ -208,3 +208,13 @@ def graph_blockers(model: torch.nn.Module) -> dict[str, str]:
     return {"linear_attention": "gated DeltaNet layers: flash-linear-attention's varlen kernels work out their chunk "
                                 "indices from cu_seq_lens on the host at every forward (the reference loops over the "
                                 "examples)"}
+
+
+def static_status(model: torch.nn.Module) -> tuple[bool, str] | None:
+    """(False, why) for a model with gated DeltaNet layers: static shapes pad each packed row with empty sequences in
+    cu_seq_lens, which flash-linear-attention's varlen kernels have not been checked with here
+    (benchmarks/linear_attention_check.py checks it on a GPU); None for other models."""
+    if not gated_deltanet_modules(model):
+        return None
+    return (False, "gated DeltaNet layers: flash-linear-attention's varlen kernels are not yet checked with the empty "
+                   "sequences that pad a static row")

@@ -20,6 +20,7 @@ from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copie
 from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, uncompile_layers
 from steadytune.model.linear_attention import graph_blockers as linear_attention_blockers
+from steadytune.model.linear_attention import static_status as linear_attention_static
 from steadytune.model.offload import HostOffload, plan_activation_offloading, remove_offloading
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.training.batches import TrainBatches
@@ -64,6 +65,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     if cfg.method.stage == "grpo":
         static_ok = (False, "stage grpo's sequences are generated each step: their lengths are not known in advance")
     static_ok = vision_static_status(model) or static_ok   # a vision-language model (training/vision_speed.py)
+    static_ok = linear_attention_static(model) or static_ok   # Qwen3.5 / Qwen3-Next (model/linear_attention.py)
     if static_ok[0] and attention == "varlen":
         kernel = varlen_kernel_status()[0]
         static_ok = (varlen_static_status(kernel) if kernel else
