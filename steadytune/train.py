@@ -415,7 +415,7 @@ def start_accelerator(cfg: RunConfig, folder: RunFolder, shard_plan, precision: 
     trackers = Trackers(t.report_to, folder.path, t.logging_dir, t.run_name)
     accelerator = sharding.make_accelerator(cfg, shard_plan, precision, info, world, log_with=trackers.log_with())
     set_seed(t.seed)
-    run_startup_checks(info, folder.path, force=force, write=accelerator.is_main_process)
+    run_startup_checks(info, folder.path, force=force, write=accelerator.is_main_process, precision=precision)
     return accelerator, trackers
 
 

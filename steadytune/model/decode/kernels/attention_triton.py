@@ -103,7 +103,8 @@ def split_decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     rows, heads, dim = q.shape
     kv_heads = keys.shape[1]
     group = heads // kv_heads
-    q = q.contiguous()
+    if q.stride(2) != 1:
+        q = q.contiguous()   # the kernel steps rows and heads by their strides (q may be a view of the fused q|k|v)
     splits = choose_splits(rows, kv_heads, columns)
     chunk = triton.cdiv(triton.cdiv(columns, splits), BLOCK_N) * BLOCK_N
     o_part = torch.empty(rows * heads * splits, dim, dtype=torch.float32, device=q.device)
