@@ -308,3 +308,19 @@ def test_bench_packs_a_hybrid_shape_as_one_varlen_row_and_matches_the_plain_loss
     assert settings["linear_attention"]["value"] == "reference"
     assert settings["cuda_graphs"]["value"] is False
     assert report["loss_disagreement"] == {} == disagreeing_losses(report["arms"])
+
+
+def test_doctor_says_a_hybrid_model_packs_as_one_varlen_row(tmp_path):
+    """`doctor --config` gives train's own packing decision for a Qwen3.5 folder, and names a packing_attention that
+    would leak."""
+    from steadytune.doctor.plan import train_plan_findings
+    from steadytune.hardware.backend import HardwareInfo
+
+    base = save_tiny_model(tmp_path / "base", "qwen3_5")
+    info = HardwareInfo(backend="cpu", torch_version=torch.__version__)
+    cfg = load_config(None, {"model_name_or_path": str(base), "packing": True})
+    said = " ".join(f"{f.what} {f.why}" for f in train_plan_findings(info, "plan", cfg, offline=False))
+    assert "packed rows keep examples apart with varlen (segment_sdpa)" in said and "gated DeltaNet" in said
+    cfg = load_config(None, {"model_name_or_path": str(base), "packing": True, "packing_attention": "sdpa"})
+    errors = [f for f in train_plan_findings(info, "plan", cfg, offline=False) if f.severity == "error"]
+    assert errors and "packing_attention: sdpa, but its 1 gated DeltaNet" in errors[0].what

@@ -115,15 +115,17 @@ class PackingPlan:
     by_tokens: bool = False
 
 
-def choose_packing_for(info, asked: str, recurrent: str | None) -> tuple[str, str | None, Callable | None, str]:
+def choose_packing_for(info, asked: str, recurrent: str | None,
+                       kernel_status: Callable | None = None) -> tuple[str, str | None, Callable | None, str]:
     """-> (packing attention, the varlen kernel's name and the kernel to register, or None, why) for a model;
     `recurrent`: why it has
-    linear-attention layers (linear_attention_reason), which need the one-row varlen layout. Raises
-    AttentionUnavailable for an attention that cannot run here or cannot keep such a model's examples apart."""
+    linear-attention layers (linear_attention_reason), which need the one-row varlen layout. `kernel_status`: as for
+    choose_packing_attention (doctor --from passes the saved machine's). Raises AttentionUnavailable for an attention
+    that cannot run here or cannot keep such a model's examples apart."""
     if recurrent and asked in ("sdpa", "flex"):
         raise AttentionUnavailable(f"{asked}, but {recurrent}; set packing_attention: auto (or varlen)")
-    attention, kernel, why = choose_packing_attention(info, "auto" if recurrent else asked)
-    varlen_kernel = varlen_kernels()[kernel] if kernel else None
+    attention, kernel, why = choose_packing_attention(info, "auto" if recurrent else asked, kernel_status)
+    varlen_kernel = varlen_kernels().get(kernel) if kernel else None
     if recurrent and attention != "varlen":
         # The full-attention layers then take the exact reference kernel (SDPA per example, a loop): slower than a
         # flash kernel, but a block-diagonal mask would leave the linear-attention layers leaking across examples.
