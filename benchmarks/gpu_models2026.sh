@@ -4,6 +4,7 @@
 # Every number lands in $OUT; each stage fits one device call (under 8 minutes).
 #
 #   bash benchmarks/gpu_models2026.sh            check, then families                       carry [".whl/fla"]
+#   bash benchmarks/gpu_models2026.sh families_mid                                           carry [".whl/fla"]
 #   bash benchmarks/gpu_models2026.sh peers_qwen35 | peers_moe | peers_next | peers_gemma4   carry [".whl/fla"]
 #                                                (after staging the peers' wheels, as gpu_speed_session.sh's header says)
 #
@@ -21,7 +22,7 @@
 #   families steadytune against plain (both eager: compiling would take most of an arm's minute), 2 warm-up + 10
 #            timed steps an arm, 4k-token steps: qwen3.5-0.8b (24 layers), qwen3.5-35b-a3b and qwen3-next-80b-a3b at
 #            8 layers (the published widths; 160 GB for all 48 of Qwen3-Next)                  (~4.5 min) -> fam_*.json
-#   family_gemma4  the same for gemma4-e2b and gemma4-31b at 8 layers (no new kernels: its own call)  -> fam_*.json
+#   families_mid   the same for gemma4-e2b, and gemma4-31b and qwen3.5-27b at 8 layers (a call of its own) -> fam_*.json
 #   peers_*  one shape with steadytune, llamafactory, unsloth, plain (the speed bar: >= 3x the fastest peer's
 #            tokens/s at <= its memory): peers_qwen35 qwen3.5-0.8b, peers_moe qwen3.5-35b-a3b at 8 layers,
 #            peers_next qwen3-next-80b-a3b at 8 layers, peers_gemma4 gemma4-e2b                 -> peers_*.json
@@ -75,11 +76,11 @@ for STAGE in $STAGES; do
       timeout 170 python3 benchmarks/linear_attention_check.py --output "$OUT/la_check.json" 2>&1 \
           | grep --line-buffered -v Warning
       ;;
-    families|family_gemma4)
+    families|families_mid)
       # Compiling the layers would take most of an arm's minute here: these first rows are eager (--compile off, said
       # in each arm's settings); the peers stages run the default policy, compile included.
       RUNS=("qwen3.5-0.8b" "qwen3.5-35b-a3b --num-layers 8" "qwen3-next-80b-a3b --num-layers 8")
-      [ $STAGE = family_gemma4 ] && RUNS=("gemma4-e2b" "gemma4-31b --num-layers 8")
+      [ $STAGE = families_mid ] && RUNS=("gemma4-e2b" "gemma4-31b --num-layers 8" "qwen3.5-27b --num-layers 8")
       for RUN in "${RUNS[@]}"; do
         set -- $RUN
         stamp "$RUN: steadytune, plain (eager)"
@@ -91,7 +92,7 @@ for STAGE in $STAGES; do
     peers_moe) peers qwen3.5-35b-a3b qwen3.5-35b-a3b-8l --num-layers 8;;
     peers_next) peers qwen3-next-80b-a3b qwen3-next-8l --num-layers 8;;
     peers_gemma4) peers gemma4-e2b gemma4-e2b;;
-    *) echo "unknown stage $STAGE (check, families, family_gemma4, peers_qwen35, peers_moe, peers_next, peers_gemma4)"
+    *) echo "unknown stage $STAGE (check, families, families_mid, peers_qwen35, peers_moe, peers_next, peers_gemma4)"
        exit 2;;
   esac
 done
