@@ -98,6 +98,17 @@ def kernel_choice(config, device_type: str) -> tuple[str, str] | None:
 
 # --- packed rows ----------------------------------------------------------------------------------------------
 
+_LAST_CU: list = [None, None]   # (the collator's cu_seq_lens, its int64 copy): one copy per forward, not per layer
+
+
+def _as_long(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """cu_seqlens as the int64 tensor fla takes, the same object for every layer of a forward: fla caches the chunk
+    indices it works out from it (on the host) by tensor identity, so they are made once a forward, not per layer."""
+    if _LAST_CU[0] is not cu_seqlens:
+        _LAST_CU[:] = [cu_seqlens, cu_seqlens.long()]
+    return _LAST_CU[1]
+
+
 def _sequences(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
     """(start, end) of every non-empty sequence (static shapes end cu_seq_lens with empty ones)."""
     bounds = cu_seqlens.tolist()
@@ -110,7 +121,7 @@ def conv_by_sequence(x: torch.Tensor, weight: torch.Tensor, bias, activation: st
     weight: [channels, width]. fla's varlen Triton kernel on a GPU, the reference conv per sequence elsewhere."""
     kernels = fla_kernels()
     if kernels is not None and x.is_cuda:
-        out = kernels[1](x.transpose(1, 2), weight, bias, activation=activation, cu_seqlens=cu_seqlens.long())
+        out = kernels[1](x.transpose(1, 2), weight, bias, activation=activation, cu_seqlens=_as_long(cu_seqlens))
         out = out[0] if isinstance(out, tuple) else out
         return out.transpose(1, 2)
     width = weight.shape[-1]
@@ -155,7 +166,7 @@ def _packed_chunk_rule(original: Callable) -> Callable:
         kernels = fla_kernels()
         if kernels is not None and query.is_cuda:
             out, _ = kernels[0](query, key, value, g=g, beta=beta, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                                cu_seqlens=cu_seqlens.long())
+                                cu_seqlens=_as_long(cu_seqlens))
             return out, None
         pieces = [original(query[:, a:b], key[:, a:b], value[:, a:b], g=g[:, a:b], beta=beta[:, a:b],
                            chunk_size=chunk_size, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)[0]
