@@ -116,10 +116,10 @@ def _sequences(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
 
 
 def conv_by_sequence(x: torch.Tensor, weight: torch.Tensor, bias, activation: str | None,
-                     cu_seqlens: torch.Tensor) -> torch.Tensor:
+                     cu_seqlens: torch.Tensor, kernels: tuple | None = None) -> torch.Tensor:
     """Depthwise causal conv of x [1, channels, T] whose window restarts at every sequence of cu_seqlens.
-    weight: [channels, width]. fla's varlen Triton kernel on a GPU, the reference conv per sequence elsewhere."""
-    kernels = fla_kernels()
+    weight: [channels, width]. fla's varlen Triton kernel (`kernels`: fla_kernels()) on a GPU, the reference conv
+    per sequence elsewhere."""
     if kernels is not None and x.is_cuda:
         out = kernels[1](x.transpose(1, 2), weight, bias, activation=activation, cu_seqlens=_as_long(cu_seqlens))
         out = out[0] if isinstance(out, tuple) else out
@@ -138,20 +138,27 @@ def conv_by_sequence(x: torch.Tensor, weight: torch.Tensor, bias, activation: st
     return out.to(x.dtype)
 
 
-def _packed_conv(original: Callable) -> Callable:
+# Inside compiled decoder layers the two calls below run eagerly (torch.compiler.disable): Dynamo would otherwise
+# trace into fla's autotuned kernels and host-side caches, or into the per-example loop, recompiling for every new
+# example length (on a CPU, a tiny Qwen3.5's compiled packed step did not finish in 15 minutes). The projections,
+# norms, MLP and full attention around them still compile.
+def _packed_conv(original: Callable, kernels: tuple | None) -> Callable:
+    @torch.compiler.disable
     def causal_conv1d_forward(conv1d, hidden_states, cache, layer_idx, activation=None, state_idx: int = 0,
                               cu_seq_lens_q=None, **kwargs):
         if cu_seq_lens_q is None or cache is not None:
             return original(conv1d, hidden_states, cache, layer_idx, activation=activation, state_idx=state_idx,
                             **kwargs)
         _one_row(hidden_states, "conv1d")
-        return conv_by_sequence(hidden_states, conv1d.weight.squeeze(1), conv1d.bias, activation, cu_seq_lens_q)
+        return conv_by_sequence(hidden_states, conv1d.weight.squeeze(1), conv1d.bias, activation, cu_seq_lens_q,
+                                kernels)
 
     causal_conv1d_forward.__wrapped__ = original
     return causal_conv1d_forward
 
 
-def _packed_chunk_rule(original: Callable) -> Callable:
+def _packed_chunk_rule(original: Callable, kernels: tuple | None) -> Callable:
+    @torch.compiler.disable
     def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size: int = 64, initial_state=None,
                                output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False,
                                cu_seqlens=None, **kwargs):
@@ -163,7 +170,6 @@ def _packed_chunk_rule(original: Callable) -> Callable:
         if initial_state is not None or output_final_state:
             # A cache continuing packed rows: never made by training, and generation does not pack.
             raise RuntimeError("packed rows (cu_seq_lens) with a recurrent-state cache are not supported")
-        kernels = fla_kernels()
         if kernels is not None and query.is_cuda:
             out, _ = kernels[0](query, key, value, g=g, beta=beta, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                                 cu_seqlens=_as_long(cu_seqlens))
@@ -200,8 +206,9 @@ def keep_packed_sequences_apart(model: torch.nn.Module) -> list[str]:
         if missing:
             raise RuntimeError(f"{name} has no {', '.join(missing)}: this transformers builds its gated DeltaNet "
                                "layers differently; packed rows could not restart their state")
-        setattr(module, CONV_FUNCTION, _packed_conv(getattr(module, CONV_FUNCTION)))
-        setattr(module, CHUNK_FUNCTION, _packed_chunk_rule(getattr(module, CHUNK_FUNCTION)))
+        kernels = fla_kernels()
+        setattr(module, CONV_FUNCTION, _packed_conv(getattr(module, CONV_FUNCTION), kernels))
+        setattr(module, CHUNK_FUNCTION, _packed_chunk_rule(getattr(module, CHUNK_FUNCTION), kernels))
         setattr(module, _INSTALLED, True)
         changed.append(name)
     return changed
