@@ -3,7 +3,7 @@
 # machine's Python 3.12 (x86_64). .whl/ is ignored by git (add `.whl/` to .git/info/exclude); it is rebuilt here on
 # a fresh checkout in about a minute:
 #   bash benchmarks/peer_wheels.sh            # all of it
-#   bash benchmarks/peer_wheels.sh lf         # one folder: lf, unsloth, unsloth_deps, bnb130, tools
+#   bash benchmarks/peer_wheels.sh lf         # one folder: lf, unsloth, unsloth_deps, bnb130, tools, fla
 # The GPU machine has torch 2.11 (CUDA 13), transformers 5.17, peft 0.21, accelerate 1.15, triton 3.6, numpy,
 # pandas, pyarrow, matplotlib, httpx and what they need (../shared/DEVICE.md), so each peer's folder holds only what
 # it pins to other versions and what it imports that the machine lacks. Versions are exact: the measurements in
@@ -18,6 +18,8 @@
 #   bnb130        bitsandbytes 0.50.2 with only its CUDA 13 and CPU libraries (7 MB instead of 42; the machine is
 #                 CUDA 13), for --quantization-bit 4 in every arm
 #   tools         liger-kernel 0.8.5 (the liger arm and LF's enable_liger_kernel) and gguf 0.19.0 (the demo)
+#   fla           flash-linear-attention and fla-core 0.6.0 (pure Python + Triton, the linear-attention extra) and
+#                 einops 0.8.2, which fla-core imports: benchmarks/gpu_models2026.sh; under 2 MB
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -75,11 +77,16 @@ tools() {
     | grep -v "^WARNING: Location" || true
   ls .whl/*.whl
 }
-for PART in "${@:-lf unsloth unsloth_deps bnb130 tools}"; do
+fla() {
+  "$PYTHON" -m pip download -q --no-deps -d .whl/fla flash-linear-attention==0.6.0 fla-core==0.6.0 einops==0.8.2 2>&1 \
+    | grep -v "^WARNING: Location" || true
+  echo ".whl/fla: $(ls .whl/fla | wc -l) wheels, $(du -sh .whl/fla | cut -f1)"
+}
+for PART in "${@:-lf unsloth unsloth_deps bnb130 tools fla}"; do
   for ONE in $PART; do
     case $ONE in
-      lf|unsloth|unsloth_deps|bnb130|tools) $ONE;;
-      *) echo "unknown part $ONE (lf, unsloth, unsloth_deps, bnb130, tools)" >&2; exit 2;;
+      lf|unsloth|unsloth_deps|bnb130|tools|fla) $ONE;;
+      *) echo "unknown part $ONE (lf, unsloth, unsloth_deps, bnb130, tools, fla)" >&2; exit 2;;
     esac
   done
 done

@@ -57,6 +57,7 @@ from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.anatomy import text_config
 from steadytune.model.attention import PackingPlan, eager_only_reason, plan_packing
+from steadytune.model.linear_attention import kernel_choice as linear_attention_kernels
 from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer, model_skeleton
 from steadytune.model.lora import count_parameters
 from steadytune.model.moe.routing import routing_of
@@ -466,6 +467,9 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
         keep_training_layout(model)   # evaluations during training must not repack the weights for inference
     if cfg.method.finetuning_type == "lora" and not continues_adapter(cfg):
         check_adapter_fits(model, cfg.method)   # a huge lora_rank is one line, not the allocator's traceback
+    kernels = linear_attention_kernels(model.config, accelerator.device.type)   # Qwen3.5 / Qwen3-Next
+    if kernels:
+        cfg.decide("linear_attention", *kernels)
     model = make_trainable(model, cfg, base_dtype, save_start=accelerator.is_main_process)   # model/trainable.py
     sharding.match_trainable_dtype(shard_plan, model, precision, cfg)
     return model, tokenizer

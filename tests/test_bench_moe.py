@@ -42,7 +42,7 @@ def test_every_moe_shape_is_listed_in_the_help(capsys):
         main(["bench", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert set(MOE_SHAPES) == {"qwen3-30b-a3b", "gpt-oss-20b", "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "mixtral-8x7b",
-                               "moe-tiny"}
+                               "moe-tiny", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b"}
     for name in MOE_SHAPES:
         assert name in text
 

@@ -92,7 +92,7 @@ def test_lora_target_all_trains_the_routed_experts_and_leaves_the_routers_frozen
     model, cfg = lora_model(kind)
     counts = count_by_kind(model)
     assert counts[ROUTED_EXPERTS].trainable > 0 and counts[ROUTER].trainable == 0 and counts[ROUTER].total > 0
-    if kind in ("qwen2_moe", "deepseek_v2"):   # their shared experts are linear layers: adapted too
+    if kind in ("qwen2_moe", "deepseek_v2", "qwen3_5_moe", "qwen3_next"):   # shared experts are linear layers: adapted too
         assert counts[SHARED_EXPERT].trainable > 0
     assert "experts." in cfg.decisions["lora_target"]["value"]
     # every fused experts module is adapted, and runs the grouped forward

@@ -56,8 +56,11 @@ def test_parameters_by_kind_from_the_config_are_the_models(kind):
     assert estimated == built
 
 
-def test_lora_on_every_expert_is_counted_as_peft_makes_it():
-    model = build_model("qwen2_moe")   # a shared expert and its gate (a router: no LoRA) beside the routed experts
+@pytest.mark.parametrize("kind", ["qwen2_moe", "qwen3_5_moe", "qwen3_next"])
+def test_lora_on_every_expert_is_counted_as_peft_makes_it(kind):
+    """A shared expert and its gate (a router: no LoRA) beside the routed experts; Qwen3.5-MoE and Qwen3-Next also
+    have gated DeltaNet layers (separate or fused input projections) and gated full attention."""
+    model = build_model(kind)
     from steadytune.config import RunConfig
     from steadytune.model.lora import attach_adapter
 

@@ -53,13 +53,18 @@ from steadytune.bench.workload import (
 from steadytune.config import ModelArguments, RunConfig
 from steadytune.data.collators import PadCollator
 from steadytune.data.packing import PackedCollator, group_by_token_budget, static_shape_for, targets_of
-from steadytune.hardware.attention_kernels import varlen_kernels, varlen_static_status
+from steadytune.hardware.attention_kernels import varlen_static_status
 from steadytune.hardware.backend import HardwareInfo, detect
 from steadytune.hardware.memory import choose_gradient_checkpointing, held_gib
-from steadytune.hardware.policy import choose_packing_attention
+from steadytune.hardware.policy import AttentionUnavailable
 from steadytune.hardware.speed import SpeedUnavailable, plan_speed
 from steadytune.model.anatomy import base_model_of
-from steadytune.model.attention import EAGER_ONLY_MODEL_TYPES, attn_implementation_for
+from steadytune.model.attention import (EAGER_ONLY_MODEL_TYPES, attn_implementation_for, choose_packing_for,
+                                       linear_attention_reason)
+from steadytune.model.linear_attention import graph_blockers as linear_attention_blockers
+from steadytune.model.linear_attention import kernel_choice as linear_attention_kernels
+from steadytune.model.linear_attention import keep_packed_sequences_apart
+from steadytune.model.linear_attention import static_status as linear_attention_static
 from steadytune.model.fp8_base import decide_fp8_base, set_fast_accumulation
 from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, skip_lora_input_cast
@@ -366,10 +371,15 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         if args.packing_attention in ("varlen", "flex"):
             raise SystemExit(f"--packing-attention {args.packing_attention}, but {eager_only}; use auto or sdpa")
         why = f"{eager_only}: eager attention, rows kept apart by a block-diagonal mask"
-    elif packing:
-        attention, kernel, why = choose_packing_attention(info, args.packing_attention)
+    varlen_kernel = None
+    recurrent = linear_attention_reason("", SHAPES[args.shape])   # Qwen3.5 / Qwen3-Next: one varlen row, as train
+    if packing and not eager_only:
+        try:
+            attention, kernel, varlen_kernel, why = choose_packing_for(info, args.packing_attention, recurrent)
+        except AttentionUnavailable as e:
+            raise SystemExit(f"--packing-attention {e}") from None
     settings["packing_attention"] = {"value": attention, "kernel": kernel, "reason": why}
-    implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
+    implementation = attn_implementation_for(attention, varlen_kernel)
     precision = "bf16" if device.type == "cuda" else "fp32"
     if quantized(args):
         model = steadytune_4bit_base(args, device, implementation)
@@ -378,6 +388,10 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         model = build_shape(args.shape, dtype=compute_dtype(device), device=device,
                             attn_implementation=implementation, num_layers=num_layers(args))
         base = precision
+    keep_packed_sequences_apart(model)   # gated DeltaNet layers: restart per example (model/linear_attention.py)
+    choice = linear_attention_kernels(model.config, device.type)
+    if choice:
+        settings["linear_attention"] = {"value": choice[0], "reason": choice[1]}
     if is_moe(model):
         model, settings["experts"] = steadytune_experts(args, model, device, precision)
     else:
@@ -386,7 +400,10 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
         settings["lora_input_cast"] = {"value": "off", "reason": skip_lora_input_cast(model)[1]}
     if getattr(args, "lora_scaling", "first") == "first":   # as train does
         settings["lora_scaling"] = {"value": "before lora_B", "reason": scale_before_lora_b(model)[1]}
-    static_ok = varlen_static_status(kernel) if attention == "varlen" and kernel else (True, "")
+    static_ok = (varlen_static_status(kernel) if kernel != "segment_sdpa" else
+                 (False, "no varlen flash kernel here: full attention runs SDPA per example")
+                 ) if attention == "varlen" else (True, "")
+    static_ok = linear_attention_static(model) or static_ok   # as train's speed plan
     lengths = [len(e["input_ids"]) for e in examples]
     shape = (static_shape_for(groups, lengths, [targets_of(e) for e in examples], attention, args.cutoff_len)
              if packing else None)
@@ -396,7 +413,7 @@ def steadytune_setup(args, device: torch.device, groups: list[list[int]], exampl
                       tuning_asked=_asked(getattr(args, "kernel_tuning", "auto")) if allow_compile else False,
                       recompute_asked=_asked(getattr(args, "recompute_pointwise", "auto")) if allow_compile else False,
                       shared_asked=_asked(getattr(args, "shared_input", "auto")),
-                      static_fill=shape.fill if shape else None)
+                      static_fill=shape.fill if shape else None, blockers=linear_attention_blockers(model))
     if plan.static_shapes:
         plan.reasons["static_shapes"] += f" ({shape.describe()})"
     else:

@@ -43,7 +43,7 @@ from steadytune.hardware.quantization import (
     quantized_memory,
     speed_blockers,
 )
-from steadytune.hardware.policy import choose_attention, choose_packing_attention, choose_precision
+from steadytune.hardware.policy import AttentionUnavailable, choose_attention, choose_precision
 from steadytune.hardware.speed import COMPILE_MIN_MICRO_BATCHES, KERNEL_TUNING_MIN_MICRO_BATCHES
 from steadytune.hardware.unified_memory import system_memory_gib
 
@@ -75,14 +75,18 @@ def precision_and_attention(info: "HardwareInfo", cfg: "RunConfig", check: str) 
 
 def packing_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline: bool) -> list[Finding]:
     # lazy: model.attention loads torch; doctor runs where torch does not import
-    from steadytune.model.attention import decide_packing
+    from steadytune.model.attention import choose_packing_for, decide_packing, linear_attention_reason
     cfg = copy.deepcopy(cfg)
     packs = decide_packing(cfg, class_weighted_loss=False, info=info)
     findings = [Finding.info(check, f"train would {'pack' if packs else 'not pack'} micro-batches",
                              cfg.decisions["packing"]["reason"])]
     if packs:
         status = (lambda: (None, NOT_RUN_HERE)) if offline else None
-        attention, kernel, why = choose_packing_attention(info, cfg.data.packing_attention, kernel_status=status)
+        recurrent = linear_attention_reason(cfg.model.model_name_or_path)   # Qwen3.5 / Qwen3-Next: one varlen row
+        try:
+            attention, kernel, _, why = choose_packing_for(info, cfg.data.packing_attention, recurrent, status)
+        except AttentionUnavailable as e:
+            return findings + [Finding.error(check, f"packing_attention: {e}", fix="set packing_attention: auto")]
         name = f"{attention} ({kernel})" if kernel else attention
         if offline and info.backend in ("cuda", "rocm"):
             findings.append(Finding.info(check, "packed rows keep examples apart with a varlen flash kernel where one runs "

@@ -108,7 +108,50 @@ def _attention_linears(config) -> list[tuple[int, int]]:
                         (heads * value, hidden)]
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     kv = getattr(config, "num_key_value_heads", None) or heads
-    return [(hidden, heads * head_dim), (hidden, kv * head_dim), (hidden, kv * head_dim), (heads * head_dim, hidden)]
+    # Qwen3.5 / Qwen3-Next gate each head's output: q_proj writes the query and the gate
+    query = heads * head_dim * (2 if config.model_type in GATED_ATTENTION_MODEL_TYPES else 1)
+    return [(hidden, query), (hidden, kv * head_dim), (hidden, kv * head_dim), (heads * head_dim, hidden)]
+
+
+# Model types whose full attention gates its output per head (q_proj twice as wide), beside gated DeltaNet layers.
+GATED_ATTENTION_MODEL_TYPES = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
+
+
+def _deltanet_linears(config) -> list[tuple[int, int]]:
+    """(in, out) of each projection of one gated DeltaNet (linear-attention) layer: Qwen3.5's separate q/k/v, z, b
+    and a projections, or Qwen3-Next's fused qkvz and ba; then the output projection."""
+    hidden = config.hidden_size
+    keys = config.linear_num_key_heads * config.linear_key_head_dim
+    values = config.linear_num_value_heads * config.linear_value_head_dim
+    heads = config.linear_num_value_heads
+    if config.model_type == "qwen3_next":
+        inputs = [(hidden, 2 * keys + 2 * values), (hidden, 2 * heads)]
+    else:
+        inputs = [(hidden, 2 * keys + values), (hidden, values), (hidden, heads), (hidden, heads)]
+    return inputs + [(values, hidden)]
+
+
+def _deltanet_extras(config) -> int:
+    """A gated DeltaNet layer's parameters beside its projections: the depthwise conv over q, k and v, the decay's
+    A_log and dt_bias per value head, and the gated norm's weight."""
+    conv = (2 * config.linear_num_key_heads * config.linear_key_head_dim
+            + config.linear_num_value_heads * config.linear_value_head_dim) * config.linear_conv_kernel_dim
+    return conv + 2 * config.linear_num_value_heads + config.linear_value_head_dim
+
+
+def _layer_kinds(config) -> tuple[int, int]:
+    """(full- or sliding-attention layers, gated DeltaNet layers)."""
+    linear = sum(1 for t in (getattr(config, "layer_types", None) or []) if t == "linear_attention")
+    return config.num_hidden_layers - linear, linear
+
+
+def _attention_sum(config, per_projection) -> int:
+    """per_projection(in, out) summed over every layer's token mixer: attention or gated DeltaNet."""
+    full, linear = _layer_kinds(config)
+    total = full * sum(per_projection(i, o) for i, o in _attention_linears(config))
+    if linear:
+        total += linear * sum(per_projection(i, o) for i, o in _deltanet_linears(config))
+    return total
 
 
 def _attention_extras(config) -> int:
@@ -145,13 +188,15 @@ def routed_expert_parameters(config, shape: MoeShape) -> int:
 def parameters_by_kind(config, shape: MoeShape) -> dict[str, int]:
     """A MoE decoder's parameters by kind, from its config."""
     hidden, layers = config.hidden_size, config.num_hidden_layers
-    attention = sum(i * o for i, o in _attention_linears(config)) + _attention_extras(config)
+    full, linear = _layer_kinds(config)
+    attention = (_attention_sum(config, lambda i, o: i * o) + full * _attention_extras(config)
+                 + (linear * _deltanet_extras(config) if linear else 0))
     router = shape.experts * hidden + (shape.experts if shape.expert_bias else 0)
     shared = _mlp(hidden, shape.shared_width)
     if shape.shared_gate:
         router += hidden   # Qwen2-MoE's shared_expert_gate: a router too (anatomy counts it as one)
     tied = getattr(config, "tie_word_embeddings", True)
-    return {ATTENTION: layers * attention,
+    return {ATTENTION: attention,
             DENSE_MLP: shape.dense_layers * _mlp(hidden, shape.dense_width),
             SHARED_EXPERT: shape.moe_layers * shared,
             ROUTED_EXPERTS: shape.moe_layers * routed_expert_parameters(config, shape),
@@ -170,7 +215,7 @@ def linear_parameters(config, shape: MoeShape, experts_quantized: bool) -> int:
     """What a 4-bit (or 8-bit) base holds quantised: attention, dense and shared MLPs, and the routed experts when
     they are quantised too (4-bit: model/moe/quantized.py; 8-bit leaves them in the load dtype)."""
     parts = parameters_by_kind(config, shape)
-    attention = config.num_hidden_layers * sum(i * o for i, o in _attention_linears(config))
+    attention = _attention_sum(config, lambda i, o: i * o)
     return (attention + parts[DENSE_MLP] + parts[SHARED_EXPERT]
             + (parts[ROUTED_EXPERTS] if experts_quantized else 0))
 
@@ -179,11 +224,11 @@ def lora_parameters(config, shape: MoeShape, rank: int) -> int:
     """LoRA's parameters with lora_target: all: r x (in + out) for every linear layer but the routers and the head,
     and one pair per routed expert and fused projection (peft's target_parameters)."""
     hidden, width = config.hidden_size, shape.expert_width
-    attention = sum(i + o for i, o in _attention_linears(config))
+    attention = _attention_sum(config, lambda i, o: i + o)
     dense = 3 * (hidden + shape.dense_width)
     shared = 3 * (hidden + shape.shared_width) if shape.shared_width else 0
     routed = shape.experts * ((hidden + (2 if shape.gated else 1) * width) + (width + hidden))
-    return rank * (config.num_hidden_layers * attention + shape.dense_layers * dense
+    return rank * (attention + shape.dense_layers * dense
                    + shape.moe_layers * (shared + routed))
 
 

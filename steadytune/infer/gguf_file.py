@@ -71,9 +71,29 @@ def _file_type(kind: str):
             "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[kind]
 
 
+# The 2026 generation: llama.cpp has each architecture (gguf.MODEL_ARCH names it), but writing one takes conversions
+# this writer does not make (gated DeltaNet: the conv and A_log layouts llama.cpp's converter rewrites; Gemma 4: the
+# per-layer input tables), and a GGUF written without them would load and compute something else. Refused by name.
+NOT_WRITTEN = {
+    "qwen3_5_text": ("QWEN35", "Qwen3.5", "gated DeltaNet (linear-attention) layers"),
+    "qwen3_5": ("QWEN35", "Qwen3.5", "gated DeltaNet (linear-attention) layers"),
+    "qwen3_5_moe_text": ("QWEN35MOE", "Qwen3.5-MoE", "gated DeltaNet (linear-attention) layers"),
+    "qwen3_5_moe": ("QWEN35MOE", "Qwen3.5-MoE", "gated DeltaNet (linear-attention) layers"),
+    "qwen3_next": ("QWEN3NEXT", "Qwen3-Next", "gated DeltaNet (linear-attention) layers"),
+    "gemma4_text": ("GEMMA4", "Gemma 4", "per-layer input embeddings and projections"),
+    "gemma4": ("GEMMA4", "Gemma 4", "per-layer input embeddings and projections"),
+}
+
+
 def gguf_architecture(model) -> str:
     config = _text_config(model)
     model_type = config.model_type
+    if model_type in NOT_WRITTEN:
+        arch, name, parts = NOT_WRITTEN[model_type]
+        raise UserError(f"export_format: gguf: {name} ({model_type}): llama.cpp reads it (architecture "
+                        f"{arch.lower()}), but this GGUF writer does not convert its {parts}; export the merged "
+                        "Hugging Face folder (export_format unset) and convert it with llama.cpp's "
+                        "convert_hf_to_gguf.py")
     if model_type not in ARCHITECTURES and is_moe_config(config):
         raise UserError(refusal(model_type))
     if model_type not in ARCHITECTURES:

@@ -17,6 +17,7 @@ import torch
 from steadytune.errors import UserError
 from steadytune.hardware.attention_kernels import segment_sdpa_kernel, varlen_kernels
 from steadytune.hardware.policy import AttentionUnavailable, choose_packing_attention
+from steadytune.model.linear_attention import linear_attention_in_folder
 from steadytune.model.vision import is_vision_folder
 
 VARLEN_IMPLEMENTATION = "steadytune_varlen"
@@ -114,6 +115,25 @@ class PackingPlan:
     by_tokens: bool = False
 
 
+def choose_packing_for(info, asked: str, recurrent: str | None,
+                       kernel_status: Callable | None = None) -> tuple[str, str | None, Callable | None, str]:
+    """-> (packing attention, the varlen kernel's name and the kernel to register, or None, why) for a model;
+    `recurrent`: why it has
+    linear-attention layers (linear_attention_reason), which need the one-row varlen layout. `kernel_status`: as for
+    choose_packing_attention (doctor --from passes the saved machine's). Raises AttentionUnavailable for an attention
+    that cannot run here or cannot keep such a model's examples apart."""
+    if recurrent and asked in ("sdpa", "flex"):
+        raise AttentionUnavailable(f"{asked}, but {recurrent}; set packing_attention: auto (or varlen)")
+    attention, kernel, why = choose_packing_attention(info, "auto" if recurrent else asked, kernel_status)
+    varlen_kernel = varlen_kernels().get(kernel) if kernel else None
+    if recurrent and attention != "varlen":
+        # The full-attention layers then take the exact reference kernel (SDPA per example, a loop): slower than a
+        # flash kernel, but a block-diagonal mask would leave the linear-attention layers leaking across examples.
+        attention, kernel, varlen_kernel = "varlen", "segment_sdpa", segment_sdpa_kernel
+        why = f"{recurrent}; no varlen flash kernel here ({why}), so full attention runs SDPA per example"
+    return attention, kernel, varlen_kernel, why
+
+
 def plan_packing(cfg, info, class_weighted_loss: bool, eager_only: str | None = None) -> PackingPlan | None:
     """None when `train` does not pack; else the attention chosen for this hardware (hardware/policy.py, the
     one `doctor` reports). Both choices are recorded with cfg.decide. `eager_only`: why the model runs only eager
@@ -131,11 +151,12 @@ def plan_packing(cfg, info, class_weighted_loss: bool, eager_only: str | None = 
         by_tokens = (bool(cfg.data.packing or cfg.data.neat_packing) or info.backend == "cuda") and (
             cfg.method.stage != "grpo")
         return PackingPlan(attention, "eager", by_tokens=by_tokens)
+    recurrent = linear_attention_reason(cfg.model.model_name_or_path)
     try:
-        attention, kernel, why = choose_packing_attention(info, asked)
+        attention, _, varlen_kernel, why = choose_packing_for(info, asked, recurrent)
     except AttentionUnavailable as e:
         raise UserError(f"packing_attention: {e}") from None
-    implementation = attn_implementation_for(attention, varlen_kernels()[kernel] if kernel else None)
+    implementation = attn_implementation_for(attention, varlen_kernel)
     cfg.decide("packing_attention", attention, why)
     cfg.decide("attn_implementation", implementation, f"set by packing_attention {attention}")
     d = cfg.data
@@ -204,6 +225,24 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
 # Model types whose attention transformers runs only eagerly (or through a kernels-hub FlashAttention-3 build): gpt-oss
 # adds a learned "sink" to each head's softmax, which neither SDPA nor the varlen kernels take.
 EAGER_ONLY_MODEL_TYPES = {"gpt_oss": "gpt-oss's attention sinks run only in eager attention in transformers"}
+
+
+def _folder_config(model_name_or_path: str) -> dict:
+    try:
+        config = json.loads((Path(str(model_name_or_path)) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def linear_attention_reason(model_name_or_path: str, config: dict | None = None) -> str | None:
+    """Why a local model folder (or a `config` dict) packs only as one varlen row (it has gated DeltaNet layers), or
+    None: those layers learn where each example starts only from cu_seq_lens (model/linear_attention.py)."""
+    n = linear_attention_in_folder(config if config is not None else _folder_config(model_name_or_path))
+    if not n:
+        return None
+    return (f"its {n} gated DeltaNet (linear-attention) layers restart their state and conv window at each "
+            "example only in one varlen row (cu_seq_lens)")
 
 
 def eager_only_reason(model_name_or_path: str) -> str | None:

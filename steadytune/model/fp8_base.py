@@ -34,6 +34,7 @@ from steadytune.hardware.memory import choose_gradient_checkpointing
 from steadytune.model.anatomy import base_model_of, speed_scope, text_config
 from steadytune.model.fp8_4bit import Fp8Over4bitLinear, fits_4bit_layout, is_4bit_linear
 from steadytune.model.fp8_matmul import Fp8FrozenLinear
+from steadytune.model.linear_attention import deltanet_submodules
 
 # The smallest shape measured faster with fp8 on an H200 (Qwen2.5-0.5B, hidden 896: 1.05x the tokens/s; Gemma 3 1B
 # 1.05x, 1.5B 1.13x, 7B 1.33x: docs/speed.md). Below it nothing was measured, so the default stays off there.
@@ -158,7 +159,12 @@ def eligible_layers(model: torch.nn.Module) -> list:
     """(LoRA layer, its frozen base) for each base the fp8 kernels take: sizes multiples of 16 (and, 4-bit, the
     packing fp8_4bit unpacks)."""
     eligible = []
+    # A gated DeltaNet layer's projections stay as they are: its decay and write gates come out of them and compound
+    # over every later token of the recurrence, and fp8 there has not been measured (full attention and MLP have).
+    recurrent = deltanet_submodules(model)
     for module, base in lora_linear_bases(model):
+        if id(module) in recurrent:
+            continue
         if is_4bit_linear(base):
             fits = fits_4bit_layout(base)
         else:
@@ -194,7 +200,7 @@ def use_fp8_base(model: torch.nn.Module) -> tuple[int, str]:
     if four_bit:
         why += f" ({four_bit} of them 4-bit, unpacked into fp8 at each matmul)"
     if kept:
-        why += f"; {kept} layers kept as they were (trainable, or sizes not multiples of 16)"
+        why += f"; {kept} layers kept as they were (trainable, sizes not multiples of 16, or in a gated DeltaNet layer)"
     return changed, why
 
 

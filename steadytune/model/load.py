@@ -27,6 +27,7 @@ from torch import nn
 from steadytune.config import ModelArguments
 from steadytune.errors import UserError
 from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE, auto_model_class
+from steadytune.model.linear_attention import keep_packed_sequences_apart
 from steadytune.model.moe.quantized_load import check_four_bit_experts, four_bit_experts_loading
 from steadytune.model.quantize import is_quantized, quantized_load_kwargs, skip_narrow_repacking
 from steadytune.model.saved_weights import _read_json
@@ -341,6 +342,7 @@ def load_model_and_tokenizer(model_args: ModelArguments, torch_dtype: torch.dtyp
         skip_narrow_repacking(model)
     if model_args.quantization_bit == 4:
         check_four_bit_experts(model)
+    keep_packed_sequences_apart(model)   # gated DeltaNet layers: packed rows restart their state per example
     return model, tokenizer
 
 
@@ -548,4 +550,5 @@ def adopt_model(model, dtype: torch.dtype, attn_implementation: str, device) -> 
         model.to(device=device, dtype=dtype)
     if getattr(model.config, "_attn_implementation", None) != attn_implementation:
         model.set_attn_implementation(attn_implementation)
+    keep_packed_sequences_apart(model)
     return model

@@ -9,6 +9,11 @@ import torch
 
 from steadytune.model.attention import EAGER_ONLY_MODEL_TYPES
 
+# Qwen3.5 / Qwen3-Next: three gated DeltaNet layers, then one full-attention layer (full_attention_interval 4).
+def _hybrid_layers(n: int) -> list[str]:
+    return (["linear_attention"] * 3 + ["full_attention"]) * (n // 4)
+_QWEN35_ROPE = dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25)
+
 # name -> transformers config kwargs (model_type first). Vocabulary sizes are the real ones: the output head
 # is a large share of the compute of these small models.
 SHAPES: dict[str, dict] = {
@@ -81,6 +86,72 @@ SHAPES: dict[str, dict] = {
                          num_experts_per_tok=2, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                          vocab_size=32000, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-5,
                          sliding_window=None, router_aux_loss_coef=0.02, tie_word_embeddings=False),
+    # --- the 2026 generation: gated DeltaNet linear attention (3 of every 4 layers) beside gated full attention, and
+    # Gemma 4's per-layer inputs. Qwen3.5's checkpoints are vision-language; these are their text models (the config's
+    # text_config), which is what a text fine-tune trains. Full attention rotates a quarter of each head
+    # (partial_rotary_factor 0.25) at rope_theta 1e7.
+    # Qwen3.5-0.8B (tied head): 24 layers of width 1024, FFN 3584, 8 heads over 2 KV heads of 256 (THUDM/slime
+    # scripts/models/qwen3.5-0.8B.sh, the released model's Megatron arguments); its DeltaNet layers have 16 key and 16
+    # value heads of 128 (its public descriptions; slime's file does not list them).
+    "qwen3.5-0.8b": dict(model_type="qwen3_5_text", hidden_size=1024, intermediate_size=3584, num_hidden_layers=24,
+                         num_attention_heads=8, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+                         linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
+                         linear_conv_kernel_dim=4, layer_types=_hybrid_layers(24), vocab_size=248320,
+                         max_position_embeddings=262144, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                         rope_parameters=_QWEN35_ROPE),
+    # Qwen3.5-27B (untied): 64 layers of width 5120, FFN 17408, 24 heads over 4 KV heads of 256, DeltaNet 16 key / 48
+    # value heads of 128 (Qwen/Qwen3.5-27B config.json's text_config, as public tools quote it; slime's
+    # qwen3.5-27B.sh agrees on every width it lists).
+    "qwen3.5-27b": dict(model_type="qwen3_5_text", hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
+                        num_attention_heads=24, num_key_value_heads=4, head_dim=256, linear_num_key_heads=16,
+                        linear_num_value_heads=48, linear_key_head_dim=128, linear_value_head_dim=128,
+                        linear_conv_kernel_dim=4, layer_types=_hybrid_layers(64), vocab_size=248320,
+                        max_position_embeddings=262144, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                        rope_parameters=_QWEN35_ROPE),
+    # Qwen3.5-35B-A3B: 40 layers of width 2048, 256 experts of width 512 (8 a token) and a gated shared expert of 512,
+    # 16 heads over 2 KV heads of 256, DeltaNet 16 / 32 heads of 128 (transformers 5.25's Qwen3_5MoeTextConfig
+    # defaults, which name this checkpoint; slime's qwen3.5-35B-A3B.sh lists the same).
+    "qwen3.5-35b-a3b": dict(model_type="qwen3_5_moe_text", hidden_size=2048, num_hidden_layers=40,
+                            num_attention_heads=16, num_key_value_heads=2, head_dim=256, moe_intermediate_size=512,
+                            shared_expert_intermediate_size=512, num_experts=256, num_experts_per_tok=8,
+                            linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                            linear_value_head_dim=128, linear_conv_kernel_dim=4, layer_types=_hybrid_layers(40),
+                            vocab_size=248320, max_position_embeddings=262144, rms_norm_eps=1e-6,
+                            router_aux_loss_coef=0.001, tie_word_embeddings=False, rope_parameters=_QWEN35_ROPE),
+    # Qwen3-Next-80B-A3B: 48 layers of width 2048, 512 experts of width 512 (10 a token) and a gated shared expert of
+    # 512, 16 heads over 2 KV heads of 256, DeltaNet 16 / 32 heads of 128, Qwen3's vocabulary (transformers 5.25's
+    # Qwen3NextConfig, which names Qwen/Qwen3-Next-80B-A3B-Instruct; slime's qwen3-next-80B-A3B.sh agrees). 160 GB in
+    # bf16: on one GPU it is benched with fewer layers (--num-layers), the same widths.
+    "qwen3-next-80b-a3b": dict(model_type="qwen3_next", hidden_size=2048, intermediate_size=5120,
+                               num_hidden_layers=48, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+                               moe_intermediate_size=512, shared_expert_intermediate_size=512, num_experts=512,
+                               num_experts_per_tok=10, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                               linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                               linear_value_head_dim=128, linear_conv_kernel_dim=4, layer_types=_hybrid_layers(48),
+                               vocab_size=151936, max_position_embeddings=262144, rms_norm_eps=1e-6,
+                               router_aux_loss_coef=0.001, tie_word_embeddings=False, rope_parameters=_QWEN35_ROPE),
+    # Gemma 4 E2B: transformers 5.25's Gemma4TextConfig defaults, which name google/gemma-4-e2b-it (30 layers of width
+    # 2304, 8 heads over 4 KV heads of 256, 5 sliding-window layers of 512 to each full one, per-layer inputs of 256
+    # from a second 262,144-row table); not checked against the checkpoint's own config.json here.
+    "gemma4-e2b": dict(model_type="gemma4_text", hidden_size=2304, intermediate_size=9216, num_hidden_layers=30,
+                       num_attention_heads=8, num_key_value_heads=4, head_dim=256, hidden_size_per_layer_input=256,
+                       vocab_size_per_layer_input=262144, vocab_size=262144, sliding_window=512,
+                       layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 5,
+                       max_position_embeddings=131072, tie_word_embeddings=True),
+    # Gemma 4 31B: 60 layers of width 5376, FFN 21504, 32 heads over 16 KV heads of 256 (slime's gemma4-31B.sh, the
+    # released model's Megatron arguments); no per-layer inputs (those are the E models'); the rest (sliding window,
+    # layer pattern, full layers' global head size) transformers 5.25's Gemma4TextConfig defaults.
+    "gemma4-31b": dict(model_type="gemma4_text", hidden_size=5376, intermediate_size=21504, num_hidden_layers=60,
+                       num_attention_heads=32, num_key_value_heads=16, head_dim=256, hidden_size_per_layer_input=0,
+                       vocab_size=262144, sliding_window=512,
+                       layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 10,
+                       max_position_embeddings=131072, tie_word_embeddings=True),
+    # A Qwen3.5 of a few million parameters (3 gated DeltaNet layers, then full attention), for tests and CPU runs.
+    "hybrid-tiny": dict(model_type="qwen3_5_text", hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                        linear_conv_kernel_dim=4, layer_types=_hybrid_layers(4), vocab_size=2048,
+                        max_position_embeddings=4096, tie_word_embeddings=True),
     # A Qwen3-MoE of a few million parameters, for tests and CPU smoke runs: 8 experts, 2 a token.
     "moe-tiny": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
                      num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, num_hidden_layers=2,

@@ -54,6 +54,11 @@ def build_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
     return fast
 
 
+# A gated DeltaNet layer's sizes (Qwen3.5 / Qwen3-Next): 4-token conv window, 2 key heads for 4 value heads.
+_GATED_DELTANET = dict(layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+                       linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+                       linear_conv_kernel_dim=4)
+
 TINY_CONFIGS = {
     "qwen2": dict(model_type="qwen2", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
@@ -89,8 +94,31 @@ TINY_CONFIGS = {
                         first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16,
                         q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, n_group=1,
                         topk_group=1, max_position_embeddings=512, tie_word_embeddings=False),
+    # The 2026 generation. Qwen3.5 / Qwen3.5-MoE / Qwen3-Next: one gated DeltaNet (linear-attention) layer, then one
+    # full-attention layer (the released models repeat 3 linear + 1 full); 2 key heads serve 4 value heads as in the
+    # released ones (16 / 32). Qwen3.5's released checkpoints are vision-language (model_type qwen3_5 with a
+    # text_config): these are their text models, which transformers builds as *ForCausalLM. The MoE ones route 2 of
+    # 4 experts and add a gated shared expert. Gemma 4: per-layer inputs (a second embedding table, 8 wide here,
+    # 256 in the released E2B/E4B, gated into every layer).
+    "qwen3_5": dict(model_type="qwen3_5_text", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, **_GATED_DELTANET,
+                    max_position_embeddings=512, tie_word_embeddings=True),
+    "qwen3_5_moe": dict(model_type="qwen3_5_moe_text", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=8, **_GATED_DELTANET, moe_intermediate_size=16,
+                        shared_expert_intermediate_size=24, num_experts=4, num_experts_per_tok=2,
+                        max_position_embeddings=512, tie_word_embeddings=False),
+    "qwen3_next": dict(model_type="qwen3_next", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, **_GATED_DELTANET,
+                       moe_intermediate_size=16, shared_expert_intermediate_size=24, num_experts=4,
+                       num_experts_per_tok=2, max_position_embeddings=512, tie_word_embeddings=False),
+    "gemma4": dict(model_type="gemma4_text", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=1, head_dim=8, sliding_window=16,
+                   layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=8,
+                   vocab_size_per_layer_input=None, max_position_embeddings=512, tie_word_embeddings=True),
 }
-MOE_KINDS = ("qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "deepseek_v2")
+MOE_KINDS = ("qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "deepseek_v2", "qwen3_5_moe", "qwen3_next")
+# The model families of the 2026 generation (tests/test_models2026.py runs each through every command).
+MODELS_2026 = ("qwen3_5", "qwen3_5_moe", "qwen3_next", "gemma4")
 
 
 def build_model(kind: str = "qwen2", tokenizer: PreTrainedTokenizerFast | None = None, seed: int = 0,
@@ -102,6 +130,8 @@ def build_model(kind: str = "qwen2", tokenizer: PreTrainedTokenizerFast | None =
     tokenizer = tokenizer or build_tokenizer()
     spec = {**TINY_CONFIGS[kind], **overrides}
     model_type = spec.pop("model_type")
+    if "vocab_size_per_layer_input" in spec and spec["vocab_size_per_layer_input"] is None:
+        spec["vocab_size_per_layer_input"] = len(tokenizer)   # Gemma 4's per-layer table: the tokenizer's size
     config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                                   eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **spec)
     torch.manual_seed(seed)

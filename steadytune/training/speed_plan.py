@@ -19,6 +19,8 @@ from steadytune.model.anatomy import text_config
 from steadytune.model.fp8_base import config_blocker, decide_fp8_base, fp8_copies_gib, restore_base
 from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, uncompile_layers
+from steadytune.model.linear_attention import graph_blockers as linear_attention_blockers
+from steadytune.model.linear_attention import static_status as linear_attention_static
 from steadytune.model.offload import HostOffload, plan_activation_offloading, remove_offloading
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
 from steadytune.model.tiling import remove_tiling
@@ -72,8 +74,11 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     vision = plan_vision(model, batches, info.backend)   # a vision-language model (training/vision_speed.py)
     if vision is not None and static_ok[0]:
         static_ok = vision.static_ok
+    static_ok = linear_attention_static(model) or static_ok   # Qwen3.5 / Qwen3-Next (model/linear_attention.py)
     if static_ok[0] and attention == "varlen":
-        static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
+        kernel = varlen_kernel_status()[0]
+        static_ok = (varlen_static_status(kernel) if kernel else
+                     (False, "no varlen flash kernel here: full attention runs SDPA per example"))
     if static_ok[0] and attention in ("varlen", "sdpa"):
         shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)
     # Long context first: tiled layers run eagerly, outside compile and graphs (training/long_context.py).
@@ -103,6 +108,7 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
                           tuning_asked=t.kernel_tuning, recompute_asked=t.recompute_pointwise,
                           shared_asked=False if long.tiling else t.shared_input_projections,
                           blockers={**graph_blockers(cfg, fsdp), **(vision.graph_blockers if vision else {}),
+                                    **linear_attention_blockers(model),
                                     **({"tiling": "sequence_tiling's tiles are not recorded"} if long.tiling else {})},
                           static_ok=static_ok,
                           static_fill=shape.fill if shape else None)

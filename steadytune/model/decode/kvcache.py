@@ -15,7 +15,8 @@ only when the batch is empty.
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import (DynamicCache, DynamicLayer, DynamicSlidingWindowLayer,
+                                      LinearAttentionCacheLayerMixin)
 
 
 def _is_sliding(layer) -> bool:
@@ -61,10 +62,19 @@ def join(running: DynamicCache, running_len: int, new: DynamicCache, new_len: in
     return total
 
 
+def _holds_positions(layer) -> bool:
+    """Whether a layer keeps keys and values per position; a linear-attention layer (Qwen3.5, Qwen3-Next) keeps only
+    a conv window and a recurrent state per row, with nothing to pad, join or trim along positions."""
+    return not isinstance(layer, LinearAttentionCacheLayerMixin) or isinstance(layer, DynamicLayer)
+
+
 def select_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
-    """Keep only `rows` (a LongTensor of row indices) in every layer."""
+    """Keep only `rows` (a LongTensor of row indices) in every layer: keys and values, and a linear-attention layer's
+    conv window and recurrent state of each row."""
     for layer in cache.layers:
-        if layer.is_initialized:
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            LinearAttentionCacheLayerMixin.reorder_cache(layer, rows)   # its states only, per row
+        if _holds_positions(layer) and layer.is_initialized:
             layer.keys = layer.keys[rows]
             layer.values = layer.values[rows]
 
@@ -75,6 +85,8 @@ def trim_left(cache: DynamicCache, columns: int, total: int) -> int:
         return total
     remaining = total - columns
     for layer in cache.layers:
+        if not _holds_positions(layer):
+            continue
         keep = _stored(remaining, layer)
         layer.keys = layer.keys[..., layer.keys.shape[-2] - keep:, :]
         layer.values = layer.values[..., layer.values.shape[-2] - keep:, :]
