@@ -30,13 +30,13 @@ On a CPU the op runs a plain torch reference of the same arithmetic (tests); the
 from __future__ import annotations
 
 import importlib.util
-import math
 import types
 
 import torch
 import torch.nn.functional as F
 
 from steadytune.model.anatomy import speed_scope, text_config
+from steadytune.model.kernel_catalogue import device_arch, swiglu_blocks, swiglu_rank_block
 from steadytune.model.fp8_matmul import (
     FP8,
     FP8_MAX,
@@ -50,16 +50,15 @@ from steadytune.model.lora_scaling import one_plain_adapter
 
 TRITON = importlib.util.find_spec("triton") is not None   # where the kernels can run (else: the torch reference)
 SILU_ACTIVATIONS = ("silu", "swish")
-# (rows, columns, warps) of each program's tile, the fastest measured on an H200 at the 1.5B and 7B widths
-# (benchmarks/fused_swiglu_speed.py, docs/speed.md).
-FORWARD_BLOCKS = (64, 64, 4)
-BACKWARD_BLOCKS = (64, 64, 4)
-QUANTIZE_BLOCKS = (32, 256, 4)
+# (rows, columns, warps) of each program's tile: the catalogue's for the GPU's family (kernel_catalogue.swiglu_blocks,
+# every choice compiled for every target) unless set here (benchmarks/fused_swiglu_speed.py times other tiles).
+FORWARD_BLOCKS: tuple[int, int, int] | None = None
+BACKWARD_BLOCKS: tuple[int, int, int] | None = None
 
 
-def _rank_block(rank: int) -> int:
-    """The rank padded to what a Triton dot takes: a power of two, at least 16."""
-    return max(16, 1 << math.ceil(math.log2(max(rank, 1))))
+def _blocks(which: str, device) -> tuple[int, int, int]:
+    chosen = {"forward": FORWARD_BLOCKS, "backward": BACKWARD_BLOCKS}.get(which)
+    return chosen or swiglu_blocks(device_arch(device))[which]
 
 
 def _lora_sums(gate, up, low_g, low_u, b_g, b_u) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,7 +92,7 @@ def _launch(kernel, blocks: tuple[int, int, int], rows: int, width: int, *args, 
     """Run a kernel over [rows, width] in tiles of `blocks` (rows, columns, warps)."""
     block_m, block_n, warps = blocks
     if rank is not None:
-        constants["BLOCK_R"] = _rank_block(rank)
+        constants["BLOCK_R"] = swiglu_rank_block(rank)
     torch.library.wrap_triton(kernel)[((rows + block_m - 1) // block_m, _column_blocks(width, blocks))](
         *args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, **constants)
 
@@ -111,8 +110,9 @@ def _tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
     rank = low_g.shape[1]
     h = torch.empty_like(gate)
     amax = torch.zeros(rows, dtype=torch.float32, device=gate.device)
-    low_d_parts = _partial_sums(rows, a_d.shape[0], width, FORWARD_BLOCKS, gate.device)
-    _launch(swiglu_triton.swiglu_lora_forward_kernel, FORWARD_BLOCKS, rows, width, gate, up, low_g, low_u, b_g, b_u,
+    blocks = _blocks("forward", gate.device)
+    low_d_parts = _partial_sums(rows, a_d.shape[0], width, blocks, gate.device)
+    _launch(swiglu_triton.swiglu_lora_forward_kernel, blocks, rows, width, gate, up, low_g, low_u, b_g, b_u,
             a_d, h, amax, low_d_parts, rows, width, rank, rank=rank)
     quantized, scale = _quantized(h, amax)
     return h, quantized, scale, low_d_parts.sum(0).to(low_g.dtype)
@@ -124,7 +124,7 @@ def _quantized(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch
 
     scale = (amax / FP8_MAX).clamp(min=SCALE_FLOOR)
     quantized = torch.empty(x.shape, dtype=FP8, device=x.device)
-    _launch(swiglu_triton.quantize_rows_kernel, QUANTIZE_BLOCKS, x.shape[0], x.shape[1], x, scale, quantized,
+    _launch(swiglu_triton.quantize_rows_kernel, _blocks("quantize", x.device), x.shape[0], x.shape[1], x, scale, quantized,
             x.shape[0], x.shape[1], FP8_MAX=FP8_MAX)
     return quantized, scale.unsqueeze(1)
 
@@ -137,9 +137,10 @@ def _tiles_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d):
     rank = low_g.shape[1]
     d_gate, d_up, h = torch.empty_like(gate), torch.empty_like(up), torch.empty_like(gate)
     amax_g, amax_u = (torch.zeros(rows, dtype=torch.float32, device=gate.device) for _ in range(2))
-    d_low_g = _partial_sums(rows, rank, width, BACKWARD_BLOCKS, gate.device)
+    blocks = _blocks("backward", gate.device)
+    d_low_g = _partial_sums(rows, rank, width, blocks, gate.device)
     d_low_u = torch.empty_like(d_low_g)
-    _launch(swiglu_triton.swiglu_lora_backward_kernel, BACKWARD_BLOCKS, rows, width, dh, d_low_d, gate, up, low_g,
+    _launch(swiglu_triton.swiglu_lora_backward_kernel, blocks, rows, width, dh, d_low_d, gate, up, low_g,
             low_u, b_g, b_u, a_d, d_gate, d_up, amax_g, amax_u, d_low_g, d_low_u, h, rows, width, rank, rank=rank)
     return d_gate, d_up, amax_g, amax_u, d_low_g.sum(0).to(low_g.dtype), d_low_u.sum(0).to(low_u.dtype), h
 

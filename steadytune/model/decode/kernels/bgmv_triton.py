@@ -13,8 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_K = 256
-BLOCK_N = 128
+from steadytune.model.kernel_catalogue import BGMV_BLOCK_K, BGMV_BLOCK_N, bgmv_rank_block, bgmv_warps, device_arch
 
 
 @triton.jit
@@ -57,9 +56,11 @@ def bgmv(x: torch.Tensor, y: torch.Tensor, A: torch.Tensor, B: torch.Tensor, sca
     if y.stride(-1) != 1:
         y = y.contiguous()
     t = torch.zeros(rows, rank, dtype=torch.float32, device=x.device)
-    block_r = max(2, triton.next_power_of_2(rank))
-    _shrink_kernel[(rows, triton.cdiv(width, BLOCK_K))](x, A, index, t, x.stride(0), A.stride(0), A.stride(1), width,
-                                                        R=rank, BLOCK_R=block_r, BLOCK=BLOCK_K)
-    _expand_kernel[(rows, triton.cdiv(out, BLOCK_N))](t, B, scale, index, y, y.stride(0), B.stride(0), B.stride(1),
-                                                      out, R=rank, BLOCK_R=block_r, BLOCK=BLOCK_N)
+    block_r, arch = bgmv_rank_block(rank), device_arch(x.device)
+    _shrink_kernel[(rows, triton.cdiv(width, BGMV_BLOCK_K))](
+        x, A, index, t, x.stride(0), A.stride(0), A.stride(1), width, R=rank, BLOCK_R=block_r, BLOCK=BGMV_BLOCK_K,
+        num_warps=bgmv_warps(block_r, BGMV_BLOCK_K, arch))
+    _expand_kernel[(rows, triton.cdiv(out, BGMV_BLOCK_N))](
+        t, B, scale, index, y, y.stride(0), B.stride(0), B.stride(1), out, R=rank, BLOCK_R=block_r, BLOCK=BGMV_BLOCK_N,
+        num_warps=bgmv_warps(block_r, BGMV_BLOCK_N, arch))
     return y

@@ -19,8 +19,7 @@ import triton.language as tl
 
 from steadytune.model.decode.sampling import (GREEDY_BELOW, HASH_A, HASH_B, M32, TRUNCATE, WEYL, RowSettings,
                                               row_seeds, sample_rows)
-
-BLOCK_V = 1024
+from steadytune.model.kernel_catalogue import SAMPLE_BLOCK_V
 
 
 @triton.jit
@@ -103,7 +102,7 @@ def sample_rows_triton(logits: torch.Tensor, settings: RowSettings, kind: int,
     seen_u8 = seen.view(torch.uint8) if seen is not None else tokens
     _sample_kernel[(rows,)](logits, seen_u8, settings.temperature, settings.min_p, settings.penalty, seeds, tokens,
                             broken, vocab, logits.stride(0), seen.stride(0) if seen is not None else 0,
-                            GREEDY_BELOW, SAMPLE=kind > 0, PENALTY=seen is not None, BLOCK=BLOCK_V,
+                            GREEDY_BELOW, SAMPLE=kind > 0, PENALTY=seen is not None, BLOCK=SAMPLE_BLOCK_V,
                             HASH_A=HASH_A, HASH_B=HASH_B, M32=M32, WEYL=WEYL)
     return tokens, broken.bool()
 
