@@ -237,3 +237,58 @@ def test_the_resource_table_in_docs_is_the_record_s():
     assert table == kb.resource_table(kb.load_record())
     for arch in TARGETS:
         assert f" {arch} " in table.splitlines()[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Refused before the run starts, with the reason, and the fallback taken (the GPU faked: its arch is all they read)
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def broken_record(monkeypatch):
+    """The committed record with one configuration of each feature failing to build on gfx1201."""
+    builds = kb.load_record()
+    for name in ("decode.attention_merge", "moe.grouped_mm", "swiglu.backward"):
+        build = next(b for b in builds if b.arch == "gfx1201" and b.kernel == name and b.runs)
+        build.built, build.error = False, "CompilationError: LLVM ERROR: Cannot select (as a compiler would say)"
+    monkeypatch.setattr(kb, "recorded", lambda path=kb.RECORD: builds)
+    return builds
+
+
+def test_the_decode_kernels_fall_back_to_the_torch_ops_on_an_arch_where_one_does_not_build(broken_record, monkeypatch,
+                                                                                            caplog):
+    import torch
+
+    from steadytune.model.decode import runner
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(runner.importlib.util, "find_spec", lambda name: object())   # Triton "installed"
+    monkeypatch.setattr(runner, "device_arch", lambda device: "gfx942")
+    assert runner.choose_kernels(gpu) == "triton"
+    monkeypatch.setattr(runner, "device_arch", lambda device: "gfx1201")
+    with caplog.at_level("WARNING", logger="steadytune.decode"):
+        assert runner.choose_kernels(gpu) == "torch"
+    assert "decode.attention_merge" in caplog.text and "does not build" in caplog.text and "gfx1201" in caplog.text
+
+
+def test_the_moe_grouped_matmul_takes_the_loop_where_the_triton_kernel_is_refused(broken_record, monkeypatch):
+    import torch
+
+    from steadytune.errors import UserError
+    from steadytune.model.moe import grouped
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(grouped, "TRITON", True)
+    monkeypatch.setattr(grouped, "torch_kernel_status", lambda device, dtype: (False, "ROCm: torch's path is slow"))
+    monkeypatch.setattr(grouped, "device_arch", lambda device: "gfx950")
+    assert grouped.choose_grouped_backend(gpu, torch.bfloat16)[0] == "triton"
+    monkeypatch.setattr(grouped, "device_arch", lambda device: "gfx1201")
+    backend, why = grouped.choose_grouped_backend(gpu, torch.bfloat16)
+    assert backend == "loop" and "moe.grouped_mm" in why and "gfx1201" in why
+    with pytest.raises(UserError, match="does not build"):
+        grouped.choose_grouped_backend(gpu, torch.bfloat16, "triton")
+
+
+def test_the_fused_swiglu_is_refused_above_the_rank_an_arch_takes_and_where_it_does_not_build(broken_record):
+    from steadytune.model.fused_swiglu import kernels_blocker
+    assert kernels_blocker("gfx942", 128) is None and kernels_blocker("gfx950", 16) is None
+    assert "above the 64" in kernels_blocker("gfx1201", 128)
+    why = kernels_blocker("gfx1201", 16)
+    assert "swiglu.backward" in why and "does not build" in why

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from steadytune.model.anatomy import speed_scope, text_config
-from steadytune.model.kernel_catalogue import device_arch, swiglu_blocks, swiglu_rank_block
+from steadytune.model.kernel_builds import refusal
+from steadytune.model.kernel_catalogue import device_arch, swiglu_blocks, swiglu_rank_block, swiglu_rank_limit
 from steadytune.model.fp8_matmul import (
     FP8,
     FP8_MAX,
@@ -309,7 +310,27 @@ def fused_swiglu_blocker(model: torch.nn.Module, device: torch.device, compiled:
         return "the decoder layers are not compiled (measured with compiled layers only)"
     if device.type == "cuda" and not TRITON:
         return "Triton is not installed (it comes with torch's CUDA wheels)"
+    if device.type == "cuda":
+        return kernels_blocker(device_arch(device), lora_rank(model))
     return None
+
+
+def lora_rank(model: torch.nn.Module) -> int:
+    """The largest LoRA rank of the MLPs the fused step would serve (their rank-r tiles are sized by it)."""
+    return max((layer.lora_A[name].weight.shape[0] for mlp in fusable_mlps(model) for layer in _projections(mlp)
+                for name in layer.active_adapters), default=0)
+
+
+def kernels_blocker(arch: str, rank: int) -> str | None:
+    """Why the fused kernels must not run on this GPU architecture at this LoRA rank, or None: a rank above what the
+    arch's tiles take without a spill, or a configuration that does not build or spills there (model/kernel_builds.py,
+    decided before the run from the compiled code); doctor and the run plan ask it for a machine they read."""
+    limit = swiglu_rank_limit(arch)
+    if rank > limit:
+        return (f"LoRA rank {rank} is above the {limit} the fused kernels take on {arch} without spilling registers "
+                "(docs/rocm.md)")
+    refused = refusal("fused_swiglu", arch, rank_block=swiglu_rank_block(max(rank, 1)))
+    return f"the fused kernels are refused on {arch}: {refused}" if refused is not None else None
 
 
 def is_fused(mlp) -> bool:
