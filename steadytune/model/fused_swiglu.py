@@ -40,9 +40,9 @@ from steadytune.model.kernel_builds import refusal
 from steadytune.model.kernel_catalogue import device_arch, swiglu_blocks, swiglu_rank_block, swiglu_rank_limit
 from steadytune.model.fp8_matmul import (
     FP8,
-    FP8_MAX,
     SCALE_FLOOR,
     Fp8FrozenLinear,
+    fp8_max,
     fp8_product,
     output_dtype,
     quantize_rows,
@@ -66,11 +66,12 @@ def _lora_sums(gate, up, low_g, low_u, b_g, b_u) -> tuple[torch.Tensor, torch.Te
     return (gate.float() + low_g.float() @ b_g.float().t(), up.float() + low_u.float() @ b_u.float().t())
 
 
-def reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
-    """The forward kernels' arithmetic in plain torch, from the base outputs (a CPU, and the tests' yardstick)."""
+def reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d, fp8_dtype=FP8):
+    """The forward kernels' arithmetic in plain torch, from the base outputs (a CPU, and the tests' yardstick); h
+    quantised into the bases' fp8 format."""
     g, u = _lora_sums(gate, up, low_g, low_u, b_g, b_u)
     h = (F.silu(g) * u).to(gate.dtype)
-    quantized, scale = quantize_rows(h)
+    quantized, scale = quantize_rows(h, fp8_dtype)
     return h, quantized, scale, (h.float() @ a_d.float().t()).to(low_g.dtype)
 
 
@@ -103,8 +104,8 @@ def _partial_sums(rows: int, rank: int, width: int, blocks: tuple[int, int, int]
     return torch.empty((_column_blocks(width, blocks), rows, rank), dtype=torch.float32, device=device)
 
 
-def _tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
-    """The forward kernels on a GPU: -> (h, h in fp8, its scale per row [rows, 1], h @ a_d^T)."""
+def _tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d, fp8_dtype=FP8):
+    """The forward kernels on a GPU: -> (h, h in fp8 of `fp8_dtype`, its scale per row [rows, 1], h @ a_d^T)."""
     from steadytune.model import swiglu_triton  # lazy: Triton is there only where the kernels run
 
     rows, width = gate.shape
@@ -115,18 +116,20 @@ def _tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
     low_d_parts = _partial_sums(rows, a_d.shape[0], width, blocks, gate.device)
     _launch(swiglu_triton.swiglu_lora_forward_kernel, blocks, rows, width, gate, up, low_g, low_u, b_g, b_u,
             a_d, h, amax, low_d_parts, rows, width, rank, rank=rank)
-    quantized, scale = _quantized(h, amax)
+    quantized, scale = _quantized(h, amax, fp8_dtype)
     return h, quantized, scale, low_d_parts.sum(0).to(low_g.dtype)
 
 
-def _quantized(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x in fp8 with quantize_rows' scale from its rows' amax (one kernel: x is read once)."""
+def _quantized(x: torch.Tensor, amax: torch.Tensor, fp8_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x in fp8 (e4m3fn, or MI300's e4m3fnuz with its own range) with quantize_rows' scale from its rows' amax (one
+    kernel: x is read once)."""
     from steadytune.model import swiglu_triton  # lazy: as above
 
-    scale = (amax / FP8_MAX).clamp(min=SCALE_FLOOR)
-    quantized = torch.empty(x.shape, dtype=FP8, device=x.device)
-    _launch(swiglu_triton.quantize_rows_kernel, _blocks("quantize", x.device), x.shape[0], x.shape[1], x, scale, quantized,
-            x.shape[0], x.shape[1], FP8_MAX=FP8_MAX)
+    top = fp8_max(fp8_dtype)
+    scale = (amax / top).clamp(min=SCALE_FLOOR)
+    quantized = torch.empty(x.shape, dtype=fp8_dtype, device=x.device)
+    _launch(swiglu_triton.quantize_rows_kernel, _blocks("quantize", x.device), x.shape[0], x.shape[1], x, scale,
+            quantized, x.shape[0], x.shape[1], FP8_MAX=top)
     return quantized, scale.unsqueeze(1)
 
 
@@ -170,8 +173,8 @@ def swiglu_lora(x: torch.Tensor, x_q: torch.Tensor, x_scale: torch.Tensor, w_g: 
     gate = fp8_product(x_q, x_scale, w_g, w_g_scale, x.dtype, fast)
     up = fp8_product(x_q, x_scale, w_u, w_u_scale, x.dtype, fast)
     if gate.device.type != "cuda":
-        return *reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d), gate, up
-    return *_tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d), gate, up
+        return *reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d, w_g.dtype), gate, up
+    return *_tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d, w_g.dtype), gate, up
 
 
 @_op("steadytune::swiglu_lora_backward")
@@ -185,11 +188,11 @@ def swiglu_lora_backward(dh: torch.Tensor, d_low_d: torch.Tensor, gate: torch.Te
     amax the kernel took while writing them: each is read once more, not twice."""
     if gate.device.type != "cuda":
         d_gate, d_up, d_low_g, d_low_u, h = reference_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d)
-        (g_q, g_scale), (u_q, u_scale) = quantize_rows(d_gate), quantize_rows(d_up)
+        (g_q, g_scale), (u_q, u_scale) = quantize_rows(d_gate, wt_g.dtype), quantize_rows(d_up, wt_u.dtype)
     else:
         d_gate, d_up, amax_g, amax_u, d_low_g, d_low_u, h = _tiles_backward(dh, d_low_d, gate, up, low_g, low_u,
                                                                             b_g, b_u, a_d)
-        (g_q, g_scale), (u_q, u_scale) = _quantized(d_gate, amax_g), _quantized(d_up, amax_u)
+        (g_q, g_scale), (u_q, u_scale) = _quantized(d_gate, amax_g, wt_g.dtype), _quantized(d_up, amax_u, wt_u.dtype)
     d_x = (fp8_product(g_q, g_scale, wt_g, wt_g_scale, gate.dtype, fast)
            + fp8_product(u_q, u_scale, wt_u, wt_u_scale, gate.dtype, fast))
     return d_x, d_gate, d_up, d_low_g, d_low_u, h
@@ -226,7 +229,7 @@ if not TRITON:
     def _(x, x_q, x_scale, w_g, w_g_scale, wt_g, wt_g_scale, w_u, w_u_scale, wt_u, wt_u_scale, low_g, low_u, b_g,
           b_u, a_d, fast):
         rows, width = x.shape[0], w_g.shape[0]
-        return (_like(x, rows, width), _like(x, rows, width, dtype=FP8), _like(x, rows, 1, dtype=torch.float32),
+        return (_like(x, rows, width), _like(x, rows, width, dtype=w_g.dtype), _like(x, rows, 1, dtype=torch.float32),
                 _like(low_g, rows, a_d.shape[0]), _like(x, rows, width), _like(x, rows, width))
 
     @swiglu_lora_backward.register_fake
@@ -268,7 +271,7 @@ def _fused_forward(self, x: torch.Tensor) -> torch.Tensor:
     g_base, u_base = gate.base_layer, up.base_layer
     dtype, rank = output_dtype(x2d), a_gate.shape[0]
     x2d = x2d.to(dtype)
-    x_q, x_scale = quantize_rows(x2d)
+    x_q, x_scale = quantize_rows(x2d, g_base.w_rows.dtype)
     as_operand = lambda t: t.to(dtype).contiguous()  # noqa: E731  (the kernels take one dtype, dense)
     h, quantized, scale, low_d, _, _ = swiglu_lora(
         x2d, x_q, x_scale, g_base.w_rows, g_base.w_rows_scale, g_base.wt_rows, g_base.wt_rows_scale, u_base.w_rows,
