@@ -32,16 +32,18 @@ from typing import Iterable, Optional
 
 from steadytune.hardware.gpu_facts import normalise_gfx
 from steadytune.model.kernel_catalogue import (
+    AMD_TARGETS,
     FEATURES,
+    RUNS_WHERE,
     KERNELS,
     KERNELS_BY_NAME,
-    LDS_LIMIT,
     SPILL_MEASURED,
     TARGETS,
     Config,
     Kernel,
     family,
     kernels_of,
+    lds_limit,
     warp_size,
 )
 
@@ -79,8 +81,8 @@ class Build:
         if self.spills and (self.kernel, family(self.arch)) not in SPILL_MEASURED:
             unit = "VGPRs" if family(self.arch) != "nvidia" else "bytes"
             return f"spills {self.spills} {unit} to scratch memory"
-        if self.lds is not None and self.lds > LDS_LIMIT[self.arch]:
-            return f"needs {self.lds} bytes of LDS, above the {LDS_LIMIT[self.arch]} a workgroup has"
+        if self.lds is not None and self.lds > lds_limit(self.arch):
+            return f"needs {self.lds} bytes of LDS, above the {lds_limit(self.arch)} a workgroup has"
         return None
 
 
@@ -242,44 +244,74 @@ def _matches(config: Config, tags: dict) -> bool:
     return all(config.tags.get(k, v) == v for k, v in tags.items())
 
 
+# Archs the record answers for through a target of the same code generation. AMD: LLVM's generic processors, whose
+# code runs on every member (AMDGPUUsage "Generic Processors": gfx9-4-generic = gfx940/941/942, gfx11-generic =
+# gfx1100-1103 and gfx1150-1153, gfx12-generic = gfx1200/1201); NVIDIA: the same major compute capability, which
+# Triton compiles the same way but for fp8 (sm_80 stands for Ampere and Ada; fp8 is the fp8 base's own gate).
+STAND_INS = {"gfx940": "gfx942", "gfx941": "gfx942", "gfx1101": "gfx1100", "gfx1102": "gfx1100", "gfx1103": "gfx1100",
+             "gfx1150": "gfx1151", "gfx1152": "gfx1151", "gfx1153": "gfx1151", "gfx1200": "gfx1201",
+             "sm_86": "sm_80", "sm_87": "sm_80", "sm_89": "sm_80"}
+
+
+def record_target(arch: Optional[str]) -> Optional[str]:
+    """The target whose builds answer for `arch`: itself, a stand-in of its code generation (STAND_INS), or None."""
+    arch = normalise_gfx(arch or "")
+    return arch if arch in TARGETS else STAND_INS.get(arch)
+
+
 def refusal(feature: str, arch: Optional[str], builds: Optional[list[Build]] = None, **tags) -> Optional[str]:
     """Why `feature`'s kernels must not run on `arch` for a run with these tags (dtype="bf16", rank_block=16, ...;
     a configuration without a tag counts for every value), or None where every such configuration built without a
-    spill or an LDS overflow. An arch the record does not cover is not refused (the reason is not_covered's)."""
+    spill or an LDS overflow. An AMD arch the record does not answer for is refused (gfx906's dot does not build,
+    for one); an NVIDIA one is not (Triton's NVIDIA code generation is one from sm_80 on; not_covered says so)."""
     if feature not in FEATURES:
         raise KeyError(f"unknown kernel feature {feature!r}; known: {', '.join(FEATURES)}")
     arch = normalise_gfx(arch or "")
-    if arch not in TARGETS:
+    target = record_target(arch)
+    if target is None:
+        if arch.startswith("gfx"):
+            return (f"no build for {arch}: the kernels are built for {', '.join(AMD_TARGETS)} and the archs sharing "
+                    f"their code (kernel_builds.STAND_INS); `python -m steadytune.model.kernel_builds --targets {arch}` "
+                    "compiles them for it")
         return None
     by_key = {b.key: b for b in (builds if builds is not None else recorded())}
+    sibling = f" (built for {target}, whose code {arch} runs)" if target != arch else ""
     for kernel in kernels_of(feature):
-        for config in kernel.configs(arch):
+        for config in kernel.configs(target):
             if not config.runs or not _matches(config, tags):
                 continue
-            build = by_key.get((kernel.name, config.label, arch))
+            build = by_key.get((kernel.name, config.label, target))
             if build is None:
-                return f"{kernel.name} [{config.label}] has no build for {arch} in the record (rebuild it)"
+                return f"{kernel.name} [{config.label}] has no build for {target} in the record (rebuild it)"
             problem = build.problem()
             if problem is not None:
-                return f"{kernel.name} [{config.label}] {problem} on {arch}"
+                return f"{kernel.name} [{config.label}] {problem} on {target}{sibling}"
     return None
 
 
 def not_covered(arch: Optional[str]) -> Optional[str]:
-    """A note where the record has no builds for this arch (Triton then compiles at first use, unchecked)."""
+    """A note where the record answers for this arch through a sibling, or not at all (NVIDIA: Triton compiles the
+    kernels at first use there, unchecked); None for a target."""
     arch = normalise_gfx(arch or "")
-    if arch in TARGETS:
+    target = record_target(arch)
+    if target == arch:
         return None
+    if target is not None:
+        return f"built for {target}, whose code generation {arch} shares (kernel_builds.STAND_INS)"
     return (f"{arch or 'this GPU'} is not among the targets every kernel is built for ({', '.join(TARGETS)}): "
-            "Triton compiles the kernels at first use there")
+            "Triton compiles the kernels at first use there, unchecked")
 
 
 def feature_verdict(feature: str, arch: Optional[str], **tags) -> tuple[bool, str]:
     """(may the feature's Triton kernels run on this arch, why) for a run plan: refused with the reason and the
-    fallback, else built (or not covered by the record) with a note."""
+    fallback, else built (through a sibling, or unchecked on NVIDIA) with a note."""
     why = refusal(feature, arch, **tags)
     if why is not None:
-        return False, f"refused on {normalise_gfx(arch)}: {why}; the run takes {FEATURES[feature]}"
+        return False, f"refused on {normalise_gfx(arch or '')}: {why}; the run takes {FEATURES[feature]}"
+    target = record_target(arch)
+    if target is not None and not any(c.runs for k in kernels_of(feature) for c in k.configs(target)):
+        return False, (f"not used on {normalise_gfx(arch or '')}: {RUNS_WHERE[feature]}; its kernels build there all "
+                       "the same (kernel_builds.json)")
     note = not_covered(arch)
     if note is not None:
         return True, note
@@ -344,9 +376,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--doc", default=str(Path(__file__).resolve().parents[2] / "docs" / "rocm.md"))
     args = parser.parse_args(argv)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = sorted(set(targets) - set(TARGETS))
+    unknown = sorted(t for t in targets if not re.fullmatch(r"sm_\d+|gfx[0-9a-f]{3,4}", t))
     if unknown:
-        parser.error(f"unknown targets {unknown}; known: {', '.join(TARGETS)}")
+        parser.error(f"not a target {unknown}: sm_NN (NVIDIA) or gfxNNN (AMD), e.g. {', '.join(TARGETS)}")
     builds = build_all(targets, workers=args.workers)
     problems = [(b, b.problem()) for b in builds if b.runs and b.problem()]
     for build, problem in problems:

@@ -36,6 +36,12 @@ LDS_LIMIT = {"sm_80": 163 * 1024, "sm_90": 227 * 1024, "gfx90a": 64 * 1024, "gfx
              "gfx950": 160 * 1024, "gfx1100": 64 * 1024, "gfx1151": 64 * 1024, "gfx1201": 64 * 1024}
 
 
+def lds_limit(arch: str) -> int:
+    """LDS bytes a workgroup may use on this target (64 KiB where the table has no row: every AMD arch has at least
+    that, and NVIDIA sm_75's opt-in maximum is 64 KiB)."""
+    return LDS_LIMIT.get(normalise_gfx(arch), 64 * 1024)
+
+
 def family(arch: str) -> str:
     """'nvidia' (sm_*), 'cdna' (gfx9: wave64, MFMA) or 'rdna' (gfx10-12: wave32, WMMA on gfx11/12)."""
     arch = normalise_gfx(arch)
@@ -218,6 +224,10 @@ FEATURES = {
     "moe_grouped_mm": "one matmul per expert (moe_grouped_mm: loop)",
     "decode_kernels": "the torch decode ops (attention through SDPA)",
 }
+
+# Where a feature runs at all, for a target whose configurations are all built with runs=False.
+RUNS_WHERE = {"fused_swiglu": "the fused SwiGLU runs over the fp8 base, which needs fp8 matrix cores",
+              "moe_grouped_mm": "every GPU", "decode_kernels": "every GPU"}
 
 # Configurations that spill on NVIDIA and stay, because a measurement on the GPU with the spill in it chose them:
 # (kernel, family) -> the measurement.
