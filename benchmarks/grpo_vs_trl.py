@@ -218,18 +218,29 @@ def main(argv: list[str] | None = None) -> dict:
                     "num_generations": args.generations, "max_completion_length": args.completion_length,
                     "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                     "torch": torch.__version__}
+    failed = {}
     for arm in arms:
         print(f"--- {arm}", flush=True)
-        if arm.startswith("steadytune"):
-            report[arm] = run_steadytune(args, model_dir, rows, work, device, checkpointing=arm == "steadytune_gc")
-        else:
-            import trl
-            report[arm] = run_trl(args, model_dir, rows, work, device, checkpointing=arm == "trl")
-            report["trl_version"] = trl.__version__
+        try:
+            if arm.startswith("steadytune"):
+                report[arm] = run_steadytune(args, model_dir, rows, work, device,
+                                             checkpointing=arm == "steadytune_gc")
+            else:
+                import trl
+                report[arm] = run_trl(args, model_dir, rows, work, device, checkpointing=arm == "trl")
+                report["trl_version"] = trl.__version__
+        except Exception as e:  # noqa: BLE001 - one arm's failure is reported; the other arms still count
+            import traceback
+            traceback.print_exc()
+            failed[arm] = f"{type(e).__name__}: {e}"
+            print(f"--- {arm} FAILED: {failed[arm]}", flush=True)
+            continue
         r = report[arm]
         steady = r["step_seconds"][args.warmup:]
         r["seconds_per_step"] = statistics.mean(steady) if steady else float("nan")
         r["steps_per_s"] = 1.0 / r["seconds_per_step"]
+    report["failed"] = failed
+    arms = [a for a in arms if a not in failed]
 
     lengths = {arm: statistics.mean([x for x in report[arm]["completion_length"] if x is not None] or [float("nan")])
                for arm in arms}
@@ -255,6 +266,7 @@ def main(argv: list[str] | None = None) -> dict:
                 report[f"speedup{suffix}_vs_{arm}"], report[f"memory_ratio{suffix}_vs_{arm}"] = speed, memory
                 lines.append(f"{mine} / {arm}: {speed:.2f}x steps/s"
                              + (f", {memory:.2f}x peak memory" if memory is not None else ""))
+    lines += [f"{arm}: FAILED ({why})" for arm, why in failed.items()]
     print("\n".join(lines), flush=True)
     Path(args.output).write_text(json.dumps(report, indent=1), encoding="utf-8")
     return report

@@ -92,6 +92,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--check-tokens", type=int, default=32, help="--compare: tokens per prompt in the greedy "
                         "check (default 32)")
     parser.add_argument("--output", default=None, help="--compare: write the numbers as JSON here")
+    parser.add_argument("--greedy", action="store_true", help="only the greedy check against `generate`, on --model "
+                        "(default the demo's Gemma 3 270M) as serve loads it, without an adapter and with one "
+                        "(--adapter-scale)")
+    parser.add_argument("--adapter-scale", type=float, default=1.0, help="multiply the fresh adapter's random B by "
+                        "this (default 1: nn.Linear's initialisation, a change of the model's outputs as large as its "
+                        "own; 0.05 is closer to a trained adapter's)")
     parser.add_argument("--with-serve", action="store_true", help="--compare: then benchmarks/serve_load.py (the demo "
                         "model over HTTP, 1 / 8 / 32 clients)")
     parser.add_argument("--with-grpo", action="store_true", help="--compare: then benchmarks/grpo_vs_trl.py")
@@ -404,8 +410,9 @@ def time_static(model, tokenizer, rows: int, args) -> dict:
     return {"ms_per_step": seconds * 1e3 / args.steps, "tokens_per_s": rows * args.steps / seconds}
 
 
-def greedy_check(model, tokenizer, args, kernels: str) -> dict:
-    """Our engine + adapter "a" against `generate` on the same model + adapter, prompt by prompt."""
+def greedy_check(model, tokenizer, args, kernels: str, adapter: str | None = "a") -> dict:
+    """Our engine + the adapter (None: the base model) against `generate` on the same model + adapter, prompt by
+    prompt."""
     from steadytune.eval.scoring import inference
     from steadytune.model.decode.batch import DecodeBatch
     from steadytune.model.decode.prefill import Row
@@ -417,13 +424,17 @@ def greedy_check(model, tokenizer, args, kernels: str) -> dict:
     n = args.check_tokens
     params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
     device = next(model.parameters()).device
-    with inference(model):
-        model.set_adapter("a")
+    if getattr(args, "greedy", False) and tokenizer.bos_token_id is not None:
+        prompts = [[tokenizer.bos_token_id] + p for p in prompts]   # a real model reads its prompts after BOS
+    off = model.disable_adapter() if adapter is None else contextlib.nullcontext()
+    with inference(model), off:
+        if adapter is not None:
+            model.set_adapter(adapter)
         expected = [model.generate(input_ids=torch.tensor([p], device=device), max_new_tokens=n, min_new_tokens=n,
                                    do_sample=False, pad_token_id=0, eos_token_id=None)[0, len(p):].tolist()
                     for p in prompts]
         batch = DecodeBatch(model, 0, max_rows=len(prompts), runner=make_runner(model, kernels))
-        rows = [Row(p, "a", owner=i, params=params) for i, p in enumerate(prompts)]
+        rows = [Row(p, adapter, owner=i, params=params) for i, p in enumerate(prompts)]
         got: list[list[int]] = [[] for _ in prompts]
         half = len(rows) // 2
         batch.add(rows[:half])
@@ -486,12 +497,26 @@ def compare(args) -> None:
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=2), encoding="utf-8")
         print(f"wrote {args.output}")
+    fallbacks = graph_fallbacks(results)
+    for line in fallbacks:
+        print(f"FAILED: CUDA graphs fell back to eager steps: {line}", flush=True)
     if args.with_serve:
         run_script(["serve_load.py", "--model", "gemma-3-270m", "--concurrency", "1,8,32"]
                    + (["--output", str(Path(args.output).with_name("serve_load.json"))] if args.output else []))
     if args.with_grpo:
         run_script(["grpo_vs_trl.py", "--steps", "20"]
                    + (["--output", str(Path(args.output).with_name("grpo_vs_trl.json"))] if args.output else []))
+    if fallbacks:
+        raise SystemExit(1)
+
+
+def graph_fallbacks(results: dict) -> list[str]:
+    """Every engine measurement whose recorded steps were switched off (a number measured eagerly is not the engine's
+    number: the run fails, naming the reason)."""
+    return [f"{shape}, {arm}, {rows} rows: {cell['graphs']}"
+            for shape, measured in results["shapes"].items() for arm, cells in measured["arms"].items()
+            for rows, cell in cells.items()
+            if "graphs" in cell and cell["graphs"] != "-" and not cell["graphs"].startswith("on")]
 
 
 def print_table(shape: str, table: dict, levels: list, check: dict, seconds: float) -> None:
@@ -525,10 +550,38 @@ def run_script(command: list) -> None:
 
 
 
+def greedy_on_model(args) -> None:
+    """The greedy check on a real model: the engine (our forward, kernels, recorded steps) against `generate`, without
+    an adapter and with one, each row's first difference printed."""
+    from steadytune.model.decode.runner import choose_kernels
+
+    args.no_adapter = False
+    model, tokenizer, description = load(args)
+    if args.adapter_scale != 1.0:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.mul_(args.adapter_scale)
+    kernels = choose_kernels(next(model.parameters()).device)
+    print(f"{description}; adapter B x {args.adapter_scale}; kernels {kernels}", flush=True)
+    results = {}
+    for label, adapter_on in (("base model", False), ("with the adapter", True)):
+        check = greedy_check(model, tokenizer, args, kernels, adapter="default" if adapter_on else None)
+        results[label] = check
+        print(f"greedy check against generate, {label} ({check['rows']} prompts, rows joining mid-way): "
+              f"{check['equal_rows']}/{check['rows']} rows equal, {check['equal_tokens']}/{check['tokens']} tokens; "
+              f"first difference per row: {check['first_difference']}", flush=True)
+    if args.output:
+        Path(args.output).write_text(json.dumps(results, indent=2), encoding="utf-8")
+
+
 def main() -> None:
     args = parse_args()
     if args.compare:
         compare(args)
+        return
+    if args.greedy:
+        greedy_on_model(args)
         return
     started = time.perf_counter()
     model, tokenizer, description = load(args)

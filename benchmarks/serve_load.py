@@ -51,6 +51,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sequential-requests-per-client", type=int, default=1,
                         help="the same on the max-batch-1 server, where each request waits for all before it "
                              "(default 1)")
+    parser.add_argument("--no-sequential", action="store_true",
+                        help="skip the max-batch-1 server (the batching server's throughput alone: half the time)")
     parser.add_argument("--max-batch", type=int, default=32, help="the batching server's --max-batch (default 32)")
     parser.add_argument("--time-limit", type=float, default=150, help="seconds per level before no new request "
                         "starts (default 150)")
@@ -283,15 +285,21 @@ def main() -> None:
             batched = sequential = None
         else:
             batched = measure(run, args.max_batch, levels, args.requests_per_client, args, folder / "batched.log")
-            sequential = measure(run, 1, levels, args.sequential_requests_per_client, args,
-                                 folder / "sequential.log")
+            sequential = None if args.no_sequential else measure(
+                run, 1, levels, args.sequential_requests_per_client, args, folder / "sequential.log")
         if (args.engine_only or args.no_http) and args.tiny:
             import torch
             torch.set_num_threads(1)  # as for the tiny servers
         alone = engine_only(run, args, levels) if (args.engine_only or args.no_http) else None
     result = {"model": "tiny" if args.tiny else args.model, "max_tokens": args.max_tokens,
               "max_batch": args.max_batch, "engine_only": alone}
-    if batched is not None:
+    if batched is not None and sequential is None:
+        print()
+        print(f"{'clients':>7} | {'batched tok/s':>13} {'p50 s':>7} {'p95 s':>7}")
+        for b in batched:
+            print(f"{b['clients']:>7} | {b['tokens_per_s']:>13.1f} {b['p50_s']:>7.2f} {b['p95_s']:>7.2f}")
+        result.update(batched=batched)
+    elif batched is not None:
         print()
         print(f"{'clients':>7} | {'batched tok/s':>13} {'p50 s':>7} {'p95 s':>7} | {'max-batch-1 tok/s':>17} "
               f"{'p50 s':>7} {'p95 s':>7} | speed-up")

@@ -169,18 +169,29 @@ class MethodArguments:
     max_completion_length: int = _opt(512, "grpo: most tokens generated per completion.", minimum=1)
     beta: float = _opt(0.0, "grpo: weight of the KL term to the reference (the base with the adapter switched off); 0: no reference forward.", minimum=0.0)
     epsilon: float = _opt(0.2, "grpo: clip range of the importance ratio, 1 - epsilon.", minimum=0.0)
-    epsilon_high: Optional[float] = _opt(None, "grpo: upper clip range 1 + epsilon_high (DAPO's clip-higher); default epsilon.", minimum=0.0)
-    loss_type: str = _opt("dapo", "grpo: how token losses are summed: grpo (mean per completion, then over completions), dr_grpo (sum / (completions x max_completion_length)), dapo (mean over every completion token of the step).",
-                          choices=("grpo", "dr_grpo", "dapo"))
+    epsilon_high: Optional[float] = _opt(None, "grpo: upper clip range 1 + epsilon_high (DAPO's clip-higher); default epsilon. With loss_type cispo: the importance weight's upper bound itself (default 5.0, ScaleRL's).", minimum=0.0)
+    loss_type: str = _opt("dapo", "grpo: the loss (TRL's names): grpo (clipped surrogate, mean per completion, then over completions), dr_grpo (sum / (completions x max_completion_length)), dapo (mean over every completion token of the step), cispo (clipped, detached importance weight times the log-prob: every token keeps its gradient; token mean), sapo (a smooth sigmoid gate instead of the clip; mean per completion), luspo (GSPO scaled by each completion's length).",
+                          choices=("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"))
+    importance_sampling_level: str = _opt("token", "grpo: the importance ratio per token (token) or one per completion, the exp of its tokens' mean log-ratio (sequence: GSPO).", choices=("token", "sequence"))
+    delta: Optional[float] = _opt(None, "grpo: caps the unclipped importance ratio at delta too (two-sided clipping, INTELLECT-2; > 1 + epsilon_high); default none.", minimum=1.0)
+    sapo_temperature_pos: float = _opt(1.0, "grpo, loss_type sapo: the gate's temperature for positive advantages.", minimum=0.0, exclusive_min=True)
+    sapo_temperature_neg: float = _opt(1.05, "grpo, loss_type sapo: the gate's temperature for other advantages.", minimum=0.0, exclusive_min=True)
     scale_rewards: str = _opt("group", "grpo: advantages divided by the std of the group's rewards (group), of the step's (batch), or not (none).", choices=("group", "batch", "none"))
-    reward_funcs: Union[None, str, list] = _opt(None, "grpo: reward functions, a list or comma list: accuracy (the answer equals the solution/answer column), format (reward_format matches), label (classification: the gold label), length, or your own module:function / path/file.py:function taking (prompts, completions, **columns).")
+    reward_funcs: Union[None, str, list] = _opt(None, "grpo: reward functions, a list or comma list: accuracy (the answer equals the solution/answer column), format (reward_format matches), label (classification: the gold label), length, soft_overlong_punishment (DAPO's overlong shaping), or your own module:function / path/file.py:function taking (prompts, completions, **columns).")
     reward_weights: Optional[list] = _opt(None, "grpo: one weight per reward function (default 1 each); the reward is their weighted sum.")
     reward_timeout: float = _opt(300.0, "grpo: seconds one call of a reward function may take (each function, each roll-out and evaluation); past it the run stops with one line naming the function and the step, its last checkpoint kept (0: no limit).", minimum=0.0)
     reward_format: str = _opt(r"^<think>(?!.*<think>)(.*?)</think>.*$", "grpo: the regular expression the format reward matches at the start of a completion (default: TRL's think format).")
     length_target: Optional[int] = _opt(None, "grpo: the length reward's best length in tokens (default max_completion_length).", minimum=1)
+    soft_punish_cache: Optional[int] = _opt(None, "grpo: the soft_overlong_punishment reward's L_cache: completions within this many tokens of max_completion_length lose up to 1 (DAPO); default a fifth of max_completion_length.", minimum=1)
     mask_truncated_completions: bool = _opt(False, "grpo: leave completions that hit max_completion_length out of the loss (DAPO).")
     use_bias_correction_kl: bool = _opt(True, "grpo: multiply the KL term by the importance ratio (TRL's default; changes its gradient, not its value).")
     log_completions: bool = _opt(False, "grpo: write the completions of each logged step and of each evaluation, with their rewards, to completions.jsonl in output_dir (TRL's key; TRL sends them to its trackers).")
+    async_staleness: int = _opt(1, "grpo: how many optimizer steps the weights that generate a step's completions may be behind the weights it trains (asynchronous roll-outs: step n+1 is generated while step n trains, importance-corrected; on a GPU by default, the start line says which path a run takes); 0: every step generates from its own weights (synchronous).", minimum=0)
+    dynamic_sampling: bool = _opt(False, "grpo: replace each group whose completions all got the same reward (no signal) by another prompt's group, drawn from the training data (DAPO's dynamic sampling), up to max_num_gen_batches generation rounds a step.")
+    max_num_gen_batches: int = _opt(4, "grpo, dynamic_sampling: the most generation rounds a step takes, the first included (verl's key); groups still without spread after them train with advantage 0.", minimum=1)
+    tools: Union[None, str, list] = _opt(None, "grpo: tools the policy may call in multi-turn episodes (TRL's GRPOTrainer tools): a list of module, path/file.py (every public function it defines) or module:function; the prompts' tool definitions come from the dataset's tools column (LLaMA-Factory's format), the results are inserted with the template's tool-role tokens and left out of the loss.")
+    max_tool_calling_iterations: Optional[int] = _opt(None, "grpo, tools: the most tool-calling turns of an episode (TRL's key); default no limit but max_completion_length.", minimum=0)
+    tool_timeout: float = _opt(60.0, "grpo, tools: seconds one tool call may take; past it the call is interrupted and the model reads an error as its result (0: no limit).", minimum=0.0)
 
 
 @dataclass
@@ -263,7 +274,7 @@ class TrainArguments:
                               "linear layer but the output head).")
     galore_rank: int = _opt(16, "GaLore: rank of the gradient projection.", minimum=1)
     galore_update_interval: int = _opt(200, "GaLore: steps between recomputations of the projection.", minimum=1)
-    galore_scale: float = _opt(2.0, "GaLore: scale of the projected update.")
+    galore_scale: float = _opt(2.0, "GaLore: scale of the projected update.", minimum=0.0, exclusive_min=True)
     galore_proj_type: str = _opt("std", "GaLore: projection type.", choices=("std", "reverse_std", "right", "left",
                                                                               "full"))
     galore_layerwise: bool = _opt(False, "GaLore: step each weight's optimizer as soon as its gradient is complete "
@@ -274,7 +285,7 @@ class TrainArguments:
                               "but the output head).")
     apollo_rank: int = _opt(16, "APOLLO: rank of the projection.", minimum=1)
     apollo_update_interval: int = _opt(200, "APOLLO: steps between new projections.", minimum=1)
-    apollo_scale: float = _opt(32.0, "APOLLO: scaling coefficient.")
+    apollo_scale: float = _opt(32.0, "APOLLO: scaling coefficient.", minimum=0.0, exclusive_min=True)
     apollo_proj: str = _opt("random", "APOLLO: low-rank projection: svd or random.", choices=("svd", "random"))
     apollo_proj_type: str = _opt("std", "APOLLO: projection type.", choices=("std", "right", "left"))
     apollo_scale_type: str = _opt("channel", "APOLLO: scaling per channel or per tensor.", choices=("channel", "tensor"))
@@ -337,6 +348,13 @@ class TrainArguments:
     gradient_checkpointing: Optional[bool] = _opt(None, "Recompute activations in backward to save memory (default: off for LoRA on small models).")
     gradient_checkpointing_kwargs: Optional[dict] = _opt(None, "Passed to gradient_checkpointing_enable, e.g. {use_reentrant: false}.")
     activation_offloading: Optional[bool] = _opt(None, "Keep what gradient checkpointing saves (each decoder layer's input) in pinned host memory until backward, copied out and back on a second CUDA stream beside the compute: about 2 bytes x hidden size x layers less GPU memory a token (QLoRA 7B at 10,240-token micro-batches: 9.3 GiB instead of ~10.8 on an H200, 0.97x the tokens/s of checkpointing alone). Turns gradient checkpointing on (CUDA graphs record its copies); CUDA/ROCm GPUs, one process or DDP (default: on only where checkpointing alone would not fit in 85% of the GPU's memory; off elsewhere, with the reason in decisions).")
+    # Long context (model/tiling.py, hardware/long_context.py; docs/training.md#long-context)
+    sequence_tiling: Optional[bool] = _opt(None, "Run each decoder layer, the final norm and the loss a tile of tokens at a time (Arctic Long Sequence Training's tiled MLP, for the whole layer): a micro-batch then keeps each layer's input and one tile's working set, so its memory grows with its length by ~2 bytes x hidden size x layers a token. Replaces gradient checkpointing for those layers (it recomputes the forward once, as checkpointing does). Llama, Qwen2, Qwen3 and Mistral layers, LoRA without dropout (default: on where checkpointing alone would not fit the micro-batch in the GPU's memory, for micro-batches of at least sequence_tile_tokens tokens; off elsewhere, with the reason in decisions).")
+    sequence_tile_tokens: int = _opt(8192, "Tokens in one tile of sequence_tiling (its working set: ~24 x hidden + 12 x intermediate bytes a token).", minimum=128)
+    # Parallelism beyond data (LLaMA-Factory v1's keys cp_size / cp_mode, and its fsdpturbo ep_size)
+    cp_size: int = _opt(1, "Sequence (context) parallelism: split each sequence over this many processes of a node (LLaMA-Factory v1's key); the other processes' groups are data parallel. Attention exchanges heads (Ulysses) or keys and values (ring) within a group; positions, labels and the loss stay per shard.", minimum=1)
+    cp_mode: str = _opt("ulysses", "Sequence parallelism's attention: ulysses (all-to-all over heads: query heads must divide by cp_size; key/value heads are repeated where they are fewer) or allgather (ring attention's all-gather form: every slice's keys and values gathered on each process, small under grouped-query attention; any head count). LLaMA-Factory v1's key and default; a model whose heads do not split by cp_size gets allgather, with the reason in decisions.", choices=("ulysses", "allgather"))
+    ep_size: int = _opt(1, "Expert parallelism for a mixture of experts: split each layer's routed experts over this many processes (LLaMA-Factory v1's fsdpturbo ep_size), tokens sent to their experts' process and back with all-to-all; each process's experts run as its own grouped matmuls, the rest of the model is data parallel.", minimum=1)
     use_unsloth_gc: bool = _opt(False, "LLaMA-Factory key: Unsloth's gradient checkpointing, which keeps the checkpointed layer inputs in host memory; here it means activation_offloading: true (nothing changes when disable_gradient_checkpointing is true, as there).")
     do_eval: bool = _opt(False, "Evaluate after training (LLaMA-Factory key).")
     do_predict: bool = _opt(False, "Predict on eval_dataset after training (LLaMA-Factory key).")
@@ -903,6 +921,12 @@ def _check_cross_field(cfg: RunConfig, where: str) -> None:
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}: label_names has duplicates: {show_value(names)}")
         d.label_names = names
+    for kind in ("image", "video"):   # LLaMA-Factory's rule shrinks to the one, then enlarges to the other
+        low, high = getattr(d, f"{kind}_min_pixels"), getattr(d, f"{kind}_max_pixels")
+        if low > high:
+            raise ConfigError(f"{where}: {kind}_min_pixels ({low:,}) is larger than {kind}_max_pixels ({high:,}): every "
+                              f"{kind} would be shrunk below the one and enlarged past the other; set "
+                              f"{kind}_min_pixels <= {kind}_max_pixels")
     _check_stage(cfg, where)
     if d.streaming:
         raise ConfigError(f"{where}: not supported: streaming: true (data is read and tokenised before training)")
@@ -978,10 +1002,19 @@ def _check_methods(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: {' and '.join(optimizers)} each choose the optimizer; set one")
     if m.use_llama_pro and m.finetuning_type not in ("freeze", "lora"):
         raise ConfigError(f"{where}: use_llama_pro is for finetuning_type freeze or lora (got {m.finetuning_type})")
-    for key in ("use_galore", "use_apollo", "use_badam"):
+    # Adam-mini too: it cuts each weight into attention heads and neurons by its name (q_proj, ...), and a LoRA
+    # matrix under that name ended in a shape RuntimeError inside adam_mini after the model loaded
+    for key in ("use_galore", "use_apollo", "use_badam", "use_adam_mini"):
         if getattr(t, key) and m.finetuning_type not in ("full", "freeze"):
             raise ConfigError(f"{where}: {key}: true trains whole weights: finetuning_type full or freeze (got "
                               f"{m.finetuning_type})")
+    if t.use_badam and t.badam_mode == "layer":
+        if t.badam_switch_interval == 0:
+            raise ConfigError(f"{where}: badam_switch_interval: 0: BAdam moves to the next block every N optimizer "
+                              "steps; give N of 1 or more, or -1 to stay on one block")
+        if t.badam_switch_mode == "fixed" and t.badam_start_block is None:
+            raise ConfigError(f"{where}: badam_switch_mode: fixed trains one block only: name it with "
+                              "badam_start_block (0 is the first)")
     if m.finetuning_type != "lora":
         for key in ("loraplus_lr_ratio", "use_rslora", "use_dora", "pissa_init"):
             if getattr(m, key) not in (False, None):
@@ -1014,7 +1047,7 @@ def _check_grpo(cfg: RunConfig, where: str) -> None:
         m.reward_funcs = [x.strip() for x in m.reward_funcs.split(",") if x.strip()]
     if not m.reward_funcs or not all(isinstance(x, str) and x.strip() for x in m.reward_funcs):
         raise ConfigError(f"{where}: reward_funcs: stage grpo needs a list of reward functions (accuracy, format, "
-                          f"label, length, or module:function), got {show_value(m.reward_funcs)}")
+                          f"label, length, soft_overlong_punishment, or module:function), got {show_value(m.reward_funcs)}")
     if m.reward_weights is not None and (len(m.reward_weights) != len(m.reward_funcs) or not all(
             isinstance(w, (int, float)) and not isinstance(w, bool) for w in m.reward_weights)):
         raise ConfigError(f"{where}: reward_weights: one number per reward function ({len(m.reward_funcs)}), got "
@@ -1027,6 +1060,42 @@ def _check_grpo(cfg: RunConfig, where: str) -> None:
     if d.class_balance in ("loss", "both"):
         raise ConfigError(f"{where}: class_balance: {d.class_balance}: stage grpo weighs completions by their "
                           "advantages, not by class (class_balance: sampler draws the prompts balanced)")
+    if m.async_staleness > 1:
+        raise ConfigError(f"{where}: async_staleness: {m.async_staleness}: one GPU generates one step ahead at most "
+                          "(generation on ranks of its own, which a larger bound would serve, is not built); use 0 or 1")
+    if isinstance(m.tools, str):
+        m.tools = [x.strip() for x in m.tools.split(",") if x.strip()]
+    if m.tools is not None and (not isinstance(m.tools, list) or not all(isinstance(x, str) and x.strip()
+                                                                         for x in m.tools)):
+        raise ConfigError(f"{where}: tools: a list of module, path/file.py or module:function, got "
+                          f"{show_value(m.tools)}")
+    if m.soft_punish_cache is not None and m.soft_punish_cache > m.max_completion_length:
+        raise ConfigError(f"{where}: soft_punish_cache: {m.soft_punish_cache} is longer than max_completion_length "
+                          f"({m.max_completion_length}): the punishment would start before the first token")
+    if "soft_overlong_punishment" in m.reward_funcs and m.soft_punish_cache is None:
+        cfg.decide("soft_punish_cache", max(1, m.max_completion_length // 5), "soft_overlong_punishment's L_cache "
+                   "unset: a fifth of max_completion_length, as DAPO's 4,096 of 20,480")
+    _check_grpo_loss(cfg, where)
+
+
+def _check_grpo_loss(cfg: RunConfig, where: str) -> None:
+    """The loss keys together (stages/grpo_losses.py): cispo's own epsilon_high default, and TRL's warnings about
+    combinations that do not reproduce their paper, as decisions printed at start."""
+    m = cfg.method
+    if m.loss_type == "cispo" and m.epsilon_high is None:
+        m.epsilon_high = 5.0
+        cfg.decide("epsilon_high", 5.0, "loss_type cispo: the importance weight's upper bound, ScaleRL's epsilon_max "
+                   "(TRL would take epsilon, 0.2, and cap every weight at 0.2)")
+    if m.delta is not None and m.delta <= 1 + (m.epsilon_high if m.epsilon_high is not None else m.epsilon):
+        raise ConfigError(f"{where}: delta: {m.delta} caps the importance ratio below the clip range's top "
+                          f"(1 + epsilon_high); two-sided clipping wants delta > 1 + epsilon_high")
+    if m.loss_type == "luspo" and m.importance_sampling_level != "sequence":
+        cfg.decide("importance_sampling_level", m.importance_sampling_level, "loss_type luspo is GSPO's loss scaled "
+                   "by length: its paper uses importance_sampling_level: sequence (TRL warns the same)")
+    if m.importance_sampling_level == "sequence" and m.loss_type in ("dr_grpo", "dapo", "cispo"):
+        cfg.decide("importance_sampling_level", "sequence", f"loss_type {m.loss_type} sums token losses, so each "
+                   "completion weighs by its length: GSPO's paper pairs the sequence level with loss_type grpo "
+                   "(TRL warns the same)")
 
 
 # ---------------------------------------------------------------------------------------------------------

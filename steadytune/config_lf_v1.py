@@ -19,11 +19,11 @@ from steadytune.errors import ConfigError, show_value
 ParseText = Callable[[str, str], Any]
 
 # v1's own keys (src/llamafactory/v1/config/*.py: ModelArguments, DataArguments, TrainingArguments, SampleArguments)
-# that the v0 schema does not have; any of them makes a file a v1 file.
+# that the v0 schema does not have; any of them makes a file a v1 file. (Its cp_size and cp_mode are keys of ours
+# too, read alike in either schema, so they do not make a file v1.)
 V1_KEYS = {"model", "model_class", "custom_chat_template", "init_config", "peft_config", "kernel_config", "quant_config",
            "train_dataset", "micro_batch_size", "global_batch_size", "batching_strategy", "batching_workers",
-           "enable_activation_checkpointing", "dist_config", "dp_size", "cp_size", "cp_mode", "mp_replicate_size",
-           "mp_shard_size", "dist_timeout", "optim_config", "lr_scheduler_config", "full_determinism", "save_epochs",
+           "enable_activation_checkpointing", "dist_config", "dp_size", "mp_replicate_size", "mp_shard_size", "dist_timeout", "optim_config", "lr_scheduler_config", "full_determinism", "save_epochs",
            "save_ckpt_as_hf", "sample_backend"}
 # v1's defaults where they are not v0's (v1 TrainingArguments / SampleArguments; its optimizer is torch's AdamW with
 # torch's defaults and its schedule a constant learning rate unless lr_scheduler_config says otherwise).
@@ -173,13 +173,24 @@ def translate_v1(raw: dict, where: str, parse_text: ParseText) -> tuple[dict, li
             if not dist.get("config_file"):
                 raise ConfigError(f"{where}: dist_config: deepspeed needs config_file")
             put("deepspeed", dist["config_file"], "dist_config deepspeed -> deepspeed: its config_file")
+        elif dist["name"] == "fsdpturbo":
+            # v1's expert-parallel plugin: routed experts split over ep_size processes, the rest sharded (FSDP);
+            # here the experts split the same way (distributed/expert_parallel.py), the rest data parallel
+            for key in dist:
+                if key not in ("name", "ep_size", "ep_dispatcher"):
+                    refuse(f"dist_config.{key}", "a setting of v1's fsdpturbo steadytune does not have")
+            if str(dist.get("ep_dispatcher", "eager")) != "eager":
+                refuse(f"dist_config.ep_dispatcher: {dist['ep_dispatcher']}", "tokens are dispatched with plain "
+                       "all-to-all (eager)")
+            put("ep_size", int(dist.get("ep_size", 1)), f"dist_config fsdpturbo ep_size {dist.get('ep_size', 1)} -> "
+                "ep_size (routed experts split over the processes; the rest of the model data parallel, not "
+                "sharded: add fsdp to shard it)")
         else:
-            refuse(f"dist_config: {dist['name']}", "expert parallelism (fsdpturbo) is not supported; use fsdp2 or "
-                   "deepspeed")
-    for key, default in (("cp_size", 1), ("dp_size", None), ("mp_replicate_size", 1), ("mp_shard_size", None)):
+            refuse(f"dist_config: {dist['name']}", "use fsdp2, deepspeed or fsdpturbo")
+    for key, default in (("dp_size", None), ("mp_replicate_size", 1), ("mp_shard_size", None)):
         if raw.get(key, default) != default:
-            refuse(f"{key}: {raw[key]}", "context and model-parallel meshes are not supported; processes are data "
-                   "parallel (with FSDP2 or DeepSpeed sharding)")
+            refuse(f"{key}: {raw[key]}", "model-parallel meshes are not supported; processes are data parallel (with "
+                   "FSDP2 or DeepSpeed sharding), cp_size of them splitting each sequence")
     if "dist_timeout" in raw:
         put("ddp_timeout", raw["dist_timeout"], "dist_timeout -> ddp_timeout")
     if "train_dataset" in raw:
@@ -231,7 +242,7 @@ def translate_v1(raw: dict, where: str, parse_text: ParseText) -> tuple[dict, li
     if "sample_backend" in raw:
         backend = str(getattr(raw["sample_backend"], "value", raw["sample_backend"]))
         put("infer_backend", {"hf": "huggingface"}.get(backend, backend), "sample_backend -> infer_backend")
-    for key in ("batching_workers", "full_determinism", "save_ckpt_as_hf", "cp_mode"):
+    for key in ("batching_workers", "full_determinism", "save_ckpt_as_hf"):
         if key in raw:
             read.append(f"{key}: changes no number here")
     defaults = []

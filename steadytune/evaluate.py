@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from steadytune.config import RunConfig
-from steadytune.data.prepare import prepare_datasets
+from steadytune.data.prepare import prepare_datasets, template_for
 from steadytune.data.registry import split_names
 from steadytune.errors import UserError, describe_os_error
 from steadytune.eval.labelcheck import (
@@ -28,11 +28,12 @@ from steadytune.eval.labelcheck import (
     warn,
 )
 from steadytune.eval.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
+from steadytune.eval.needle import evaluate_needle, format_needle, parse_ints
 from steadytune.data.answers import answers_as_labels
 from steadytune.eval.scoring import evaluate_classification, generate_texts, prompt_ids_of
 from steadytune.eval.textmetrics import generation_metrics
 from steadytune.infer.generate import predict_sampling_note, sampling_of
-from steadytune.infer.loading import LORA, load_trained, trained_folder
+from steadytune.infer.loading import BASE, LORA, load_trained, trained_folder
 from steadytune.training.vision_data import load_vision_processor, pixels_of, prepare_with_media
 from steadytune.model.load import load_model_and_tokenizer, resolve_model_path
 from steadytune.stages.base import Stage
@@ -40,7 +41,7 @@ from steadytune.stages.evaluation import evaluate_examples
 from steadytune.stages.preference import PREFERENCE_STAGES
 from steadytune.stages.table import STAGES
 from steadytune.training.folder_config import load_config_named
-from steadytune.training.run_folder import claim_outputs, record_outputs
+from steadytune.training.run_folder import BASE_EVALUATED, claim_outputs, record_outputs
 
 
 def add_arguments(parser) -> None:
@@ -57,6 +58,15 @@ def add_arguments(parser) -> None:
                         help="replace result files in --output-dir that steadytune did not write (refused otherwise)")
     parser.add_argument("--known-samples", type=int, default=64,
                         help="training examples scored first as the label-map check (0 skips it)")
+    parser.add_argument("--needle", action="store_true",
+                        help="long-context check instead of the dataset's metrics: find one fact (a city's secret "
+                             "number) placed at several depths of filler text of several lengths (needle_results.json)")
+    parser.add_argument("--needle-lengths", default=None, metavar="N,N",
+                        help="context lengths in tokens (default: a quarter, half and all of cutoff_len)")
+    parser.add_argument("--needle-depths", default="0,25,50,75,100", metavar="P,P",
+                        help="where the fact sits, in percent of the text (default 0,25,50,75,100)")
+    parser.add_argument("--needle-trials", type=int, default=3, metavar="N",
+                        help="prompts per length and depth, each with its own city, number and filler order")
     parser.add_argument("--review-errors", type=int, default=0, metavar="N",
                         help="also write N misclassified test examples, drawn at random (seeded), to "
                              "errors_to_review.jsonl and print them: reading them tells label noise from model "
@@ -69,10 +79,45 @@ def run(args) -> int:
     if args.review_errors < 0:
         raise UserError(f"--review-errors must be 0 or more (got {args.review_errors})")
     cfg = load_config_named(args.config, args.overrides)   # a run folder's run_config.yaml grants nothing
+    if args.needle:
+        cutoff = cfg.data.cutoff_len
+        lengths = (parse_ints(args.needle_lengths, "--needle-lengths", low=1) if args.needle_lengths else
+                   sorted({max(64, cutoff // 4), max(64, cutoff // 2), cutoff}))
+        if args.needle_trials < 1:
+            raise UserError(f"--needle-trials must be at least 1 (got {args.needle_trials})")
+        evaluate_needle_run(cfg, lengths, parse_ints(args.needle_depths, "--needle-depths", 0, 100),
+                            args.needle_trials, args.batch_size, args.output_dir, args.overwrite)
+        return 0
     evaluate_saved(cfg, mode=args.mode, zero_shot=args.zero_shot, batch_size=args.batch_size,
                    output_dir=args.output_dir, known_samples=args.known_samples, review_errors=args.review_errors,
                    overwrite=args.overwrite)
     return 0
+
+
+def evaluate_needle_run(cfg: RunConfig, lengths: list[int], depths: list[int], trials: int, batch_size: int = 1,
+                        output_dir: str | None = None, overwrite: bool = False) -> dict:
+    """`steadytune eval --needle`: the trained model (adapter on its base, or the full model) asked for a needle at
+    each length and depth (eval/needle.py); needle_results.json and the grid printed."""
+    folder, kind = trained_folder(cfg)
+    out = Path(output_dir or cfg.train.output_dir)
+    claim_outputs(out, ["needle_results.json"], overwrite, "steadytune eval --needle")
+    model, tokenizer = load_trained(cfg, folder, kind)
+    window = getattr(model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config,
+                     "max_position_embeddings", None)
+    if window and max(lengths) > window:
+        print(f"warning: --needle-lengths up to {max(lengths):,} tokens, past the model's window of {window:,} "
+              "positions (it never trained there)", flush=True)
+    results = {"adapter": str(folder), **evaluate_needle(model, tokenizer, template_for(cfg, tokenizer), lengths,
+                                                         depths, trials, seed=cfg.train.seed, batch_size=batch_size)}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "needle_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
+    except OSError as e:
+        raise UserError(describe_os_error(e, f"--output-dir {out}")) from None
+    record_outputs(out, ["needle_results.json"])
+    print(format_needle(results))
+    print(f"-> {out / 'needle_results.json'}")
+    return results
 
 
 def evaluate_saved(cfg: RunConfig, **options) -> dict:
@@ -158,13 +203,28 @@ def _zero_shot(cfg, model: torch.nn.Module, kind: str) -> Iterator[torch.nn.Modu
     yield base
 
 
+def evaluated_folder(cfg: RunConfig, zero_shot: bool) -> tuple[Path | None, str]:
+    """(folder, kind) of what eval scores: the trained run; with --zero-shot before any training (output_dir holds no
+    adapter yet, and no adapter_name_or_path is set), the base model alone, said in a line."""
+    try:
+        return trained_folder(cfg)
+    except UserError:
+        if not zero_shot or cfg.model.adapter_name_or_path:
+            raise
+    print(f"note: output_dir {cfg.train.output_dir} holds no trained adapter or model yet: --zero-shot scores the base "
+          f"model {cfg.model.model_name_or_path} alone (after training, eval --zero-shot sets the two side by side)",
+          flush=True)
+    return None, BASE
+
+
 def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size: int = 32,
                    output_dir: str | None = None, known_samples: int = 64, review_errors: int = 0,
                    overwrite: bool = False) -> dict:
     """Everything `steadytune eval` does; returns what it writes to eval_results.json."""
 
 
-    folder, kind = trained_folder(cfg)
+    folder, kind = evaluated_folder(cfg, zero_shot)
+    base_only = kind == BASE   # --zero-shot before any training: the base model is all there is to score
     out_dir = Path(output_dir or cfg.train.output_dir)
     claim_outputs(out_dir, EVAL_OUTPUTS, overwrite, "steadytune eval")
     try:
@@ -172,7 +232,8 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     except OSError as e:
         raise UserError(describe_os_error(e, f"--output-dir {out_dir}")) from None
     check_raw_labels(cfg)
-    warn_if_other_base(cfg, folder)
+    if not base_only:
+        warn_if_other_base(cfg, folder)
     model, tokenizer = load_trained(cfg, folder, kind)
     processor = load_vision_processor(cfg, tokenizer)   # a vision-language run reads its rows' images with it
     data = (prepare_with_media(prepare_datasets, cfg, tokenizer, processor) if processor is not None
@@ -192,16 +253,17 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
         metrics = predict_generation(model, tokenizer, data.eval, sampling.max_new_tokens, batch_size, str(out_dir),
                                      stop_token_ids=data.template.stop_token_ids(),
                                      sampling=sampling.generate_kwargs(), media=media)
-        results = {"task": "generation", "n": len(data.eval), "adapter": str(folder), "decoding": sampling.describe(),
-                   **metrics}
+        results = {"task": "generation", "n": len(data.eval), "adapter": str(folder) if folder else None,
+                   "decoding": sampling.describe(), **metrics}
         (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
-        record_outputs(out_dir, EVAL_OUTPUTS)
+        record_outputs(out_dir, EVAL_OUTPUTS, BASE_EVALUATED if base_only else "finished")
         print(json.dumps(metrics, indent=2))
         return results
 
     label_names, targets = data.label_names, data.label_targets
     modes = ["score", "generate"] if mode == "both" else [mode]
-    check_against_training(folder, label_names)
+    if not base_only:
+        check_against_training(folder, label_names)
     check_labels_distinguishable(targets, label_names, generate="generate" in modes)
     train_gold = [e["label_id"] for e in data.train if e.get("label_id") is not None]
     test_gold = [e["label_id"] for e in data.eval]
@@ -211,9 +273,9 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     if cap_note:
         print(cap_note)
 
-    results: dict[str, Any] = {"task": "classification", "adapter": str(folder), "n": len(data.eval),
+    results: dict[str, Any] = {"task": "classification", "adapter": str(folder) if folder else None, "n": len(data.eval),
                                "label_names": label_names, "label_targets": targets}
-    if known_samples > 0:
+    if known_samples > 0 and not base_only:   # the check is of a trained adapter against its own training rows
         check = check_known_samples(model, tokenizer, data.train, label_names, targets, batch_size, known_samples,
                                     media=media)
         results["known_sample_check"] = check
@@ -234,7 +296,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
 
     trained = evaluate_all(model)
     zero = None
-    if zero_shot:
+    if zero_shot and not base_only:
         with _zero_shot(cfg, model, kind) as base:
             zero = evaluate_all(base)
 
@@ -245,7 +307,8 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
         entry["examples_per_second"] = round(len(data.eval) / max(report["seconds"], 1e-9), 1)
         if each == "generate":
             entry["unmatched"] = report["unmatched"]
-        lines.append(f"{'fine-tuned (' + each + ')':24}{report['accuracy']:>10.4f}{report['macro_f1']:>10.4f}")
+        name = "zero-shot" if base_only else "fine-tuned"
+        lines.append(f"{name + ' (' + each + ')':24}{report['accuracy']:>10.4f}{report['macro_f1']:>10.4f}")
         if zero is not None:
             base = zero[each]
             entry["zero_shot"] = {k: base[k] for k in ("accuracy", "macro_f1", "per_class", "confusion")}
@@ -277,7 +340,7 @@ def run_evaluation(cfg, mode: str = "score", zero_shot: bool = False, batch_size
     plot_confusion_matrix(confusion["matrix"], confusion["labels"], out_dir / "confusion_matrix.png",
                           title=f"{primary}: accuracy {trained[primary]['accuracy']:.3f}")
     (out_dir / "eval_results.json").write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
-    record_outputs(out_dir, EVAL_OUTPUTS)
+    record_outputs(out_dir, EVAL_OUTPUTS, BASE_EVALUATED if base_only else "finished")
     print(f"wrote eval_results.json, predictions.jsonl, confusion_matrix.json/.png to {out_dir}")
     return results
 

@@ -18,6 +18,7 @@ dpo, kto, rm, grpo) does differently comes from its record in stages/table.py.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -39,7 +40,10 @@ from steadytune.distributed import launch, nodes, ray_launch, sharding
 from steadytune.distributed.collectives import (clip_gradients, reduce_sum, says_for_all_ranks, share_from_main,
                                                  sync_gradients_on_last)
 from steadytune.distributed.fsdp_config import read_fsdp_keys
+from steadytune.distributed.expert_parallel import install_expert_parallel, plan_expert_parallel
 from steadytune.distributed.restore import restore_run, vet_resume
+from steadytune.distributed.sequence_parallel import (attach_kernel, plan_sequence_parallel, register_attention,
+                                                      shard_batch, split_row)
 from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.distributed.world_resume import layout_of
 from steadytune.doctor.environment import run_startup_checks
@@ -51,18 +55,19 @@ from steadytune.hardware.error_catalogue import explain_failure as explain_failu
 from steadytune.hardware.policy import choose_attention, choose_precision, fallback_precision
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
-from steadytune.model.attention import eager_only_reason, plan_packing
-from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer
+from steadytune.model.anatomy import text_config
+from steadytune.model.attention import PackingPlan, eager_only_reason, plan_packing
+from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer, model_skeleton
 from steadytune.model.lora import count_parameters
 from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
 from steadytune.model.trainable import continues_adapter, make_trainable
 from steadytune.report.record import write_data_stats, write_run_report
-from steadytune.stages.base import Stage
+from steadytune.stages.base import Stage, StepAhead
 from steadytune.stages.guard_rules import guard_for
 from steadytune.stages.objectives import pop_metrics
 from steadytune.stages.table import STAGES
-from steadytune.training.batches import (Steps, TrainBatches, plan_steps, take_window, to_device, token_budget,
+from steadytune.training.batches import (Steps, TrainBatches, Windows, plan_steps, to_device, token_budget,
                                          uses_token_budget)
 from steadytune.training.checkpoint import (TrainerState, data_position, list_checkpoints, save_checkpoint,
                                             save_final_outputs, set_data_position)
@@ -75,8 +80,8 @@ from steadytune.training.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbor
                                        weights_are_finite)
 from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.monitor import MetricsLog, Throughput, plot_loss, step_record
-from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed, chosen_optimizer, may_train,
-                                            refuse_with_sharding)
+from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed, check_optimizer_keys,
+                                            chosen_optimizer, may_train, refuse_with_sharding)
 from steadytune.training.folder_config import load_config_named
 from steadytune.training.resume import resume_fingerprint
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
@@ -244,6 +249,7 @@ class Run:
     watchdog: Any = None              # distributed.watchdog.HangWatchdog
     on_evaluate: Any = None           # run_training's evaluation hook
     expert_load: Any = None           # a mixture of experts' expert_load.jsonl (training/experts.py)
+    sequence_parallel: Any = None     # distributed.sequence_parallel.SequenceParallel (cp_size > 1)
 
     @property
     def device(self) -> torch.device:
@@ -311,6 +317,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     start = plan_start(cfg, folder)
     world, shard_plan = plan_processes(cfg)
     check_optimizer_installed(cfg)   # a missing optimizer library stops here, before any loading
+    check_optimizer_before_loading(cfg, stage)
     info, precision, attn, packing = choose_hardware(cfg)
     fp8 = plan_fp8_training(cfg.train, cfg.method, cfg.model, info.backend, info.primary.arch if info.primary else None)
     tokenizer, data = load_data(cfg, stage)
@@ -324,7 +331,13 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
         cfg.decide("fp8", f"{convert_to_fp8(model, fp8)} linear layers", fp8.why)
     trainable, total = count_parameters(model)
     set_up_experts(cfg, model, accelerator.device, precision)  # a mixture of experts (model/moe/)
-    batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator, model)
+    ep = plan_expert_parallel(cfg, accelerator.num_processes, accelerator.process_index, model)
+    if ep is not None:   # each process keeps its slice of the routed experts (distributed/expert_parallel.py)
+        install_expert_parallel(model, ep, cfg.train.moe_grouped_mm)
+    sp = plan_sequence_parallel(cfg, accelerator.num_processes, accelerator.process_index, text_config(model))
+    if sp is not None:
+        attach_kernel(sp, accelerator.device, cfg.decide)
+    batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator, model, sp)
     speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
                              steps.total * cfg.train.gradient_accumulation_steps, shard_plan,
                              fsdp=read_fsdp_keys(cfg.train) is not None)
@@ -340,7 +353,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
               tokenizer=tokenizer, data=data, objective=objective, params=params, optimizer=optimizer,
               scheduler=scheduler, batches=batches, steps=steps, state=state, metrics=metrics, guard=guard,
               faults=faults, live=live, trainable=trainable, total=total, resume_from=resume_from, progress=progress,
-              trackers=trackers, sharding=shard_plan)
+              trackers=trackers, sharding=shard_plan, sequence_parallel=sp)
     run.watchdog = make_watchdog(run)
     run.expert_load = expert_load_log(folder.path, model, accelerator.is_main_process)
     if speed.cuda_graphs:
@@ -350,6 +363,16 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
                                       trainable, total, steps.total, accelerator.num_processes > 1 or
                                       shard_plan.kind != "single", run.watchdog.describe(), resume_from)), flush=True)
     return run
+
+
+def check_optimizer_before_loading(cfg: RunConfig, stage: Stage) -> None:
+    """An optimizer library's keys that depend on the model (BAdam's start block, GaLore's / APOLLO's targets), checked
+    on its meta skeleton before any weights load (build_optimizer checks them again on the loaded model)."""
+    if chosen_optimizer(cfg) not in ("use_badam", "use_galore", "use_apollo"):
+        return
+    skeleton = model_skeleton(cfg.model, stage.model_task)
+    if skeleton is not None:
+        check_optimizer_keys(cfg, skeleton)
 
 
 def plan_start(cfg: RunConfig, folder: RunFolder) -> StartPlan:
@@ -386,6 +409,12 @@ def choose_hardware(cfg: RunConfig):
                            eager_only=eager_only)
     if packing is not None:
         attn = packing.attn_implementation
+    if cfg.train.cp_size > 1:   # sequence parallelism: one row a micro-batch, its attention across the processes
+        packing = PackingPlan("varlen", register_attention(), by_tokens=packing.by_tokens if packing else False)
+        attn = packing.attn_implementation
+        cfg.decide("packing", True, f"cp_size: {cfg.train.cp_size}: each micro-batch's examples laid out as one row "
+                   "(positions and attention kept per example), which the processes of a group split")
+        cfg.decide("attn_implementation", attn, "sequence parallelism's attention (distributed/sequence_parallel.py)")
     # Stability defaults of the hardware profile (seed 000 on ROCm), only where the user set nothing.
     apply_hardware_profile(cfg, info.backend)
     if t.ddp_timeout > 3 * 3600 and "ddp_timeout" not in cfg.decisions:
@@ -414,7 +443,7 @@ def start_accelerator(cfg: RunConfig, folder: RunFolder, shard_plan, precision: 
     trackers = Trackers(t.report_to, folder.path, t.logging_dir, t.run_name)
     accelerator = sharding.make_accelerator(cfg, shard_plan, precision, info, world, log_with=trackers.log_with())
     set_seed(t.seed)
-    run_startup_checks(info, folder.path, force=force, write=accelerator.is_main_process)
+    run_startup_checks(info, folder.path, force=force, write=accelerator.is_main_process, precision=precision)
     return accelerator, trackers
 
 
@@ -442,21 +471,24 @@ def build_model(cfg: RunConfig, stage: Stage, preloaded, tokenizer, precision: s
     return model, tokenizer
 
 
-def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenizer, packing, accelerator, model=None):
-    """Micro-batches (token budget, packed or padded) and how many optimizer steps they make."""
+def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenizer, packing, accelerator, model=None,
+                 sp=None):
+    """Micro-batches (token budget, packed or padded) and how many optimizer steps they make. With sequence
+    parallelism (`sp`) the data-parallel groups take turns, each group's processes the same micro-batches."""
     t = cfg.train
+    world, rank = (sp.dp_size, sp.dp_rank) if sp is not None else (accelerator.num_processes,
+                                                                  accelerator.process_index)
     lengths = [len(x["input_ids"]) for x in data.train]
     budget, budget_why = token_budget(t, lengths, packing_asked=uses_token_budget(cfg, packing),
                                       asked=bool(cfg.data.packing or cfg.data.neat_packing))
     if budget_why:
         cfg.decide("max_tokens_per_batch", budget, budget_why)
     packing_attention = packing.attention if packing is not None else None
-    batches = TrainBatches(cfg, data, tokenizer, accelerator.num_processes, accelerator.process_index,
-                           packing_attention=packing_attention, max_tokens=budget,
+    batches = TrainBatches(cfg, data, tokenizer, world, rank, packing_attention=packing_attention, max_tokens=budget,
                            collate=vision_collator(cfg, data, tokenizer, packing_attention, model,
                                                    stage.make_collator(cfg, tokenizer, packing_attention)),
                            token_mask=routing_of(model) is not None)
-    steps = plan_steps(cfg, batches.batches_per_epoch(), len(data.train), accelerator.num_processes, budget)
+    steps = plan_steps(cfg, batches.batches_per_epoch(), len(data.train), world, budget)
     if accelerator.is_main_process:  # for the report: lengths, truncation, batching efficiency
         write_data_stats(folder.path, data, batches.micro_batches(0), packing_attention, cfg.data.cutoff_len)
     return batches, steps
@@ -561,7 +593,7 @@ def status_of(error: BaseException) -> str:
 @dataclass
 class LoopState:
     """The loop's running values, in one place so that a rollback can rewind them together."""
-    batches: Any
+    windows: Windows                  # the steps' micro-batches, with a look at the next step's
     losses: list[float] = field(default_factory=list)
     window_loss: float = 0.0
     window_steps: int = 0
@@ -571,7 +603,8 @@ class LoopState:
 def fit(run: Run) -> Outcome:
     cfg, t, state, guard, faults = run.cfg, run.cfg.train, run.state, run.guard, run.faults
     begin_steps(run)
-    loop = LoopState(run.batches.stream(state.epoch, state.batch_in_epoch), first_step=state.global_step)
+    loop = LoopState(Windows(run.batches.stream(state.epoch, state.batch_in_epoch), t.gradient_accumulation_steps),
+                     first_step=state.global_step)
     throughput = Throughput(run.device)
     input_tokens = 0
     started = time.perf_counter()
@@ -591,12 +624,14 @@ def fit(run: Run) -> Outcome:
             # One optimizer step = gradient_accumulation_steps micro-batches. The loss is normalised by the target
             # tokens of the whole window (summed over ranks), so every token weighs the same however the
             # micro-batches are cut.
-            window = take_window(loop.batches, t.gradient_accumulation_steps)  # short at an epoch's end
+            window = loop.windows.take()  # short at an epoch's end
             window_ids = [i for mb in window for i in mb.ids]
             if guard.should_skip(window_ids):  # guard: a batch that caused a rollback is not replayed
                 continue
             faults.begin_step(step)
-            loss_value, grad_norm, global_tokens = forward_backward(run, window, step)
+            # grpo's asynchronous roll-outs generate the next step's completions while this one trains
+            upcoming = loop.windows.peek if step < run.total_steps else None
+            loss_value, grad_norm, global_tokens = forward_backward(run, window, step, upcoming)
 
             # --- numerical guard: judge the step before its update is applied (training/guard.py) --------------------
             decision = guard.inspect(step, loss_value, grad_norm, window_ids)
@@ -623,7 +658,8 @@ def fit(run: Run) -> Outcome:
             state.tokens_seen += global_tokens
             run.live.data_position = data_position(state)
             guard.maybe_snapshot(state.global_step, run.live)  # guard: keep a good state every snapshot_steps
-            window_inputs = sum(mb.n_input_tokens for mb in window) * run.accelerator.num_processes
+            groups = run.sequence_parallel.dp_size if run.sequence_parallel else run.accelerator.num_processes
+            window_inputs = sum(mb.n_input_tokens for mb in window) * groups
             throughput.add(window_inputs, global_tokens)
             input_tokens += window_inputs
             loop.losses.append(loss_value)
@@ -657,6 +693,7 @@ def fit(run: Run) -> Outcome:
     finally:
         run.watchdog.stop()
         run.stop.in_loop = False
+        loop.windows.close()
         bar.close()
     return Outcome(loop.losses, time.perf_counter() - started, input_tokens=input_tokens)
 
@@ -697,14 +734,35 @@ def begin_steps(run: Run) -> None:
     run.trackers.start(run.accelerator, run.cfg.to_dict())
 
 
-def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Tensor, int]:
+def forward_backward(run: Run, window: list, step: int, upcoming=None) -> tuple[float, torch.Tensor, int]:
     """Forward and backward over one accumulation window; -> (loss per unit, gradient norm, target tokens of the
     window summed over ranks). The loss unit is the stage's: a target token (sft, pt), a pair (dpo, rm), an
-    answer (kto)."""
-    accelerator, faults = run.accelerator, run.faults
+    answer (kto). `upcoming`: the next step's window, for a stage that prepares it during this one (None: the last
+    step)."""
+    accelerator = run.accelerator
+    settle = None
     if run.stage.roll_out is not None:  # grpo: the step's completions are generated and scored first (stages/grpo.py)
-        run.stage.roll_out(accelerator.unwrap_model(run.objective), window, step)
-    local_units = sum(run.stage.count_units(mb.batch) for mb in window)
+        ahead = StepAhead(upcoming, accelerator.autocast, run.device, run.data.train)
+        settle = run.stage.roll_out(accelerator.unwrap_model(run.objective), window, step, ahead)
+    try:
+        result = _forward_backward(run, window, step)
+    except BaseException:
+        if settle is not None:
+            settle(abandon=True)   # the next step's roll-out, if one runs, is waited for and dropped
+        raise
+    # grpo's roll-out of the next step, running since the forward started, is finished and scored here, on the
+    # weights it was generated with: before the optimizer changes them
+    if settle is not None:
+        settle()
+    return result
+
+
+def _forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Tensor, int]:
+    accelerator, faults, sp = run.accelerator, run.faults, run.sequence_parallel
+    # sequence parallelism: each process its slice of every micro-batch's row, and the row's examples for attention
+    pad = run.tokenizer.pad_token_id or 0
+    pieces = [shard_batch(mb.batch, sp, pad) if sp is not None else (mb.batch, None, 0) for mb in window]
+    local_units = sum(run.stage.count_units(batch) for batch, _, _ in pieces)
     # A hang report tells ranks that wait for the others from one that stalled, and names the collective.
     with run.watchdog.waiting(step, "the token-count all-reduce"):
         global_tokens = reduce_sum(accelerator, local_units, run.device)
@@ -716,13 +774,14 @@ def forward_backward(run: Run, window: list, step: int) -> tuple[float, torch.Te
     # DDP, FSDP and DeepSpeed average gradients over the ranks, so the loss is scaled by the world size to make that
     # a sum over all tokens; the flat all-reduce sums them already.
     ranks_averaged = 1 if flat else accelerator.num_processes
-    for i, mb in enumerate(window):
-        if run.graphs is not None and run.graphs.takes(mb.batch):
+    for i, (cpu_batch, docs, length) in enumerate(pieces):
+        if run.graphs is not None and run.graphs.takes(cpu_batch):
             # The whole forward + backward replayed from a CUDA graph (training/graphs.py): no collective inside it.
-            step_loss += run.graphs(mb.batch, 1.0 / max(global_tokens, 1))
+            step_loss += run.graphs(cpu_batch, 1.0 / max(global_tokens, 1))
             continue
-        batch = to_device(mb.batch, run.device)
-        with sync_gradients_on_last(accelerator, run.objective, i == len(window) - 1, run.sharding):
+        batch = to_device(cpu_batch, run.device)
+        split = split_row(sp, docs, length) if sp is not None else contextlib.nullcontext()
+        with split, sync_gradients_on_last(accelerator, run.objective, i == len(window) - 1, run.sharding):
             with accelerator.autocast():
                 loss_sum, _ = run.objective(batch)
             if i == 0:
@@ -756,7 +815,9 @@ def recover(run: Run, loop: LoopState, decision, step: int) -> str | None:
     if decision.action == ROLLBACK:
         state.global_step = guard.restore(run.live)
         set_data_position(state, run.live.data_position)
-        loop.batches = run.batches.stream(state.epoch, state.batch_in_epoch)
+        loop.windows.close()   # a prefetching stream stops making micro-batches (training/batches.py)
+        loop.windows = Windows(run.batches.stream(state.epoch, state.batch_in_epoch),
+                               run.cfg.train.gradient_accumulation_steps)
         del loop.losses[max(0, state.global_step - loop.first_step):]
         loop.window_loss, loop.window_steps = 0.0, 0
         return decision.new_precision

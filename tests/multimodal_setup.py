@@ -128,6 +128,24 @@ def draw_image(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0, mode
     return path
 
 
+def bomb_png(path: Path, side: int = 30000) -> Path:
+    """A decompression bomb: a real, valid PNG of side x side black pixels (1 bit each, 900 million at the default)
+    in about 110 KB; decoded as RGB it would take 2.7 GB."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    row = b"\0" * (1 + (side + 7) // 8)   # filter byte 0, then the row's bits
+    packer = zlib.compressobj(9)
+    idat = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
+    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)   # 1-bit greyscale
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    return path
+
+
 def write_video(path: Path, frames: list[tuple[int, int, int]], fps: int = 6) -> Path:
     """A lossless video (PNG frames in a QuickTime file, which reports its frame count and duration) of drawn
     frames (width, height, seed), written with PyAV."""

@@ -112,6 +112,9 @@ def test_overrides_are_typed_and_win_over_the_file(tmp_path):
     ("label_names=[a, a]", "label_names has duplicates"),
     ("fp8_backend=fast", "fp8_backend: invalid value 'fast'"),
     ("export_quantization_bit=5", "export_quantization_bit: invalid value 5"),
+    # issue 67: accepted, then every image shrunk below one bound and enlarged past the other
+    ("image_min_pixels=1000000", "image_min_pixels (1,000,000) is larger than image_max_pixels (589,824)"),
+    ("video_min_pixels=70000", "video_min_pixels (70,000) is larger than video_max_pixels (65,536)"),
 ])
 def test_bad_keys_and_values_name_the_key(override, message):
     with pytest.raises(ConfigError) as err:

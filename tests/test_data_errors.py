@@ -295,3 +295,18 @@ def test_a_long_default_system_is_tokenised_once(tok, tmp_path):
     alone = prepare(tok, dataset=str(path), template="qwen", default_system="word " * 20_000, cutoff_len=1024,
                     max_samples=1)
     assert alone.train[0]["input_ids"] in [e["input_ids"] for e in data.train]
+
+
+def test_a_token_budget_below_the_longest_example_is_refused_naming_both(tok):
+    """max_tokens_per_batch: 1 was accepted though every example is longer: each went into a micro-batch of its own,
+    past the budget, without a word (issue 67)."""
+    from steadytune.data.prepare import check_data_fits_keys
+
+    cfg = load_config(None, {"dataset": ALPACA, "dataset_dir": str(sample_dir()), "max_tokens_per_batch": 1})
+    data = prepare_datasets(cfg, tok)
+    longest = max(len(x["input_ids"]) for x in data.train)
+    with pytest.raises(UserError, match=rf"max_tokens_per_batch: 1 is below the longest training example \({longest} "
+                                        rf"tokens after cutoff_len 2048\).*at least {longest}"):
+        check_data_fits_keys(cfg, data)
+    cfg.train.max_tokens_per_batch = longest
+    check_data_fits_keys(cfg, data)

@@ -68,6 +68,20 @@ got = bank.apply(x, y.clone(), index, "triton")
 torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-3)
 assert torch.equal(got[0], y[0]) and torch.equal(got[4], y[4])
 
+# a fused bank (q|k|v stacked: runner.py) equals each member's own bank: members of other widths and ranks, one member
+# without LoRA, an adapter on some members only
+from steadytune.model.decode.lora_bank import FusedLoraBank
+members = [{"one": (torch.randn(4, 300), torch.randn(200, 4), 2.0), "two": (torch.randn(8, 300), torch.randn(200, 8), 0.5)},
+           None, {"two": (torch.randn(8, 300), torch.randn(60, 8), 4.0)}]
+widths = [200, 100, 60]
+fused = FusedLoraBank(members, ["one", "two", "three"], widths)
+y = torch.randn(5, sum(widths))
+got = fused.apply(x, y.clone(), index, "triton")
+for part, (member, start) in zip(got.split(widths, dim=1), zip(members, (0, 200, 300))):
+    base = y[:, start: start + part.shape[1]]
+    want = LoraBank(member, ["one", "two", "three"]).apply(x, base.clone(), index, "torch") if member else base
+    torch.testing.assert_close(part, want, rtol=1e-5, atol=1e-3)
+
 # fused small ops: llama- and gemma-style norms, with and without Gemma's norm of the addend; q/k norms + rotary +
 # cache write; SiLU and tanh-GELU times up. fp32 to rounding; bf16 within an ulp or two (the interpreter rounds bf16
 # by truncation)
@@ -157,6 +171,7 @@ for kind in ("qwen2", "gemma3"):
     expected = [generate_alone(model, p, n, a or "base") for p, n, a in zip(prompts, budgets, adapters)]
     batch = DecodeBatch(model, 0, runner=make_runner(model, "triton"))
     assert batch.runner.kernels == "triton" and batch.runner.ops.attention_impl == "split"
+    assert all(layer.qkv is not None and layer.gate_up is not None for layer in batch.runner.layers)
     rows = [Row(p, a, owner=i, params=greedy(n)) for i, (p, a, n) in enumerate(zip(prompts, adapters, budgets))]
     outputs = [[] for _ in prompts]
     drive(batch, outputs, {0: rows[:2], 2: rows[2:]})   # two rows join mid-way

@@ -53,7 +53,7 @@ def test_each_entry_is_the_first_match_of_its_own_snippet(entry):
 def test_a_malformed_catalogue_is_refused_with_the_entry_named(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("- id: x\n  title: t\n  match: ['(']\n  example: e\n  source: a/b#1\n  cause: c\n  fix: f\n"
-                   "  severity: error\n")
+                   "  severity: error\n  family: arch-missing\n")
     with pytest.raises(CatalogueError, match="entry x: bad pattern"):
         load_catalogue.__wrapped__(bad)
     bad.write_text("- id: x\n  title: t\n")

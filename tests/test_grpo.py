@@ -1,15 +1,11 @@
-"""stage grpo on tiny models: TRL's own loss function on the same tensors, the loss variants against their
-definitions, the group advantages against TRL's, the reward functions (built-in and the user's own, and a run folder
-that may not name one), the decoder's sampling (keyed, batch-invariant, greedy = transformers' generate), a tiny
+"""stage grpo on tiny models (the losses: tests/test_grpo_losses.py): the group advantages against TRL's, the
+reward functions (built-in and the user's own, and a run folder that may not name one), the decoder's sampling (keyed, batch-invariant, greedy = transformers' generate), a tiny
 model learning a reward, an exact resume, two processes matching one, evaluation on held-out prompts."""
 
 from __future__ import annotations
 
 import json
-import math
 import shutil
-import types
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -22,7 +18,6 @@ from steadytune.eval.scoring import inference
 from steadytune.model.decode.complete import Decoder
 from steadytune.model.decode.sampling import SamplingParams, keyed_uniform, mix_key, sample_keyed
 from steadytune.model.tiny import build_model, build_tokenizer, save_tiny_model
-from steadytune.stages.grpo_losses import per_token_loss, summed_loss, units_of
 from steadytune.stages.rewards import (
     accuracy_reward,
     group_advantages,
@@ -79,88 +74,7 @@ def logged(out: Path) -> list[dict]:
     return [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r and "event" not in r]
 
 
-# --- the loss: TRL's own function, and the definitions ------------------------------------------------------------
-
-def trl_compute_loss(logps, old, ref, advantages, mask, loss_type, beta, eps, eps_high, max_len, bias=True):
-    """TRL 1.16's GRPOTrainer._compute_loss itself, run on a stand-in trainer whose forward returns `logps`."""
-    from trl.trainer.grpo_trainer import GRPOTrainer
-
-    accelerator = types.SimpleNamespace(num_processes=1, reduce=lambda t, reduction="sum": t, gather=lambda t: t,
-                                        gather_for_metrics=lambda t: t)
-    trainer = types.SimpleNamespace(
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token", beta=beta,
-        args=types.SimpleNamespace(use_bias_correction_kl=bias, delta=None, steps_per_generation=1),
-        loss_type=loss_type, epsilon_low=eps, epsilon_high=eps_high, use_vllm=False,
-        vllm_importance_sampling_correction=False, model=types.SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1, accelerator=accelerator, max_completion_length=max_len,
-        _entropy_bonus_enabled=False, aux_loss_enabled=False, _metrics={"train": defaultdict(list)})
-    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logps, torch.zeros_like(logps), None)
-    rows, width = logps.shape
-    inputs = {"prompt_ids": torch.zeros(rows, 1, dtype=torch.long), "prompt_mask": torch.ones(rows, 1, dtype=torch.long),
-              "completion_ids": torch.zeros(rows, width, dtype=torch.long), "completion_mask": mask,
-              "advantages": advantages, "old_per_token_logps": old, "ref_per_token_logps": ref,
-              "num_items_in_batch": mask.sum()}
-    return GRPOTrainer._compute_loss(trainer, None, inputs), trainer._metrics["train"]
-
-
-def fixed_tensors(seed: int = 0):
-    torch.manual_seed(seed)
-    logps = -torch.rand(4, 5) * 2
-    old = logps + torch.randn(4, 5) * 0.3   # another policy sampled them: ratios away from 1, so clipping bites
-    ref = logps + torch.randn(4, 5) * 0.2
-    advantages = torch.randn(4)
-    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0]])
-    return logps, old, ref, advantages, mask
-
-
-def ours(logps, old, ref, advantages, mask, loss_type, beta, eps, eps_high, max_len, bias=True):
-    """Our loss on the same values, flattened to the answer tokens as token_logprobs lays them out."""
-    keep = mask.bool()
-    owner = torch.arange(mask.shape[0])[:, None].expand_as(mask)[keep]
-    flat = logps[keep]
-    loss, parts = per_token_loss(flat, old[keep], advantages[owner], ref[keep] if beta else None, beta, eps, eps_high,
-                                 bias)
-    total = summed_loss(loss, owner, mask.shape[0], loss_type, max_len)
-    return total / units_of(loss_type, mask.shape[0], int(keep.sum())), parts
-
-
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
-@pytest.mark.parametrize("beta,bias", [(0.0, True), (0.04, True), (0.04, False)])
-def test_loss_and_its_gradient_equal_trls_own_on_the_same_log_probs(loss_type, beta, bias):
-    logps, old, ref, advantages, mask = fixed_tensors()
-    theirs_in = logps.clone().requires_grad_()
-    theirs, metrics = trl_compute_loss(theirs_in, old, ref, advantages, mask, loss_type, beta, 0.2, 0.28, 8, bias)
-    theirs.backward()
-    mine_in = logps.clone().requires_grad_()
-    mine, parts = ours(mine_in, old, ref, advantages, mask, loss_type, beta, 0.2, 0.28, 8, bias)
-    mine.backward()
-    assert float(mine.detach()) == pytest.approx(float(theirs.detach()), rel=1e-6, abs=1e-7)
-    assert torch.allclose(mine_in.grad, theirs_in.grad, rtol=1e-5, atol=1e-7)
-    if beta:
-        assert float(parts["kl"].mean()) == pytest.approx(metrics["kl"][0], rel=1e-5)
-
-
-def test_loss_variants_equal_their_definitions():
-    """Written out from the papers on the same tensors: DeepSeekMath's per-sequence token mean (grpo), Dr. GRPO's
-    constant normaliser, DAPO's token-level mean; the clipped surrogate with DAPO's clip-higher and the k3 KL."""
-    logps, old, ref, advantages, mask = fixed_tensors(1)
-    eps, eps_high, beta, max_len = 0.2, 0.28, 0.1, 8
-
-    def token(i, t):
-        ratio = math.exp(logps[i, t] - old[i, t])
-        a = float(advantages[i])
-        surrogate = -min(ratio * a, min(max(ratio, 1 - eps), 1 + eps_high) * a)
-        d = float(ref[i, t] - logps[i, t])
-        return surrogate + beta * (math.exp(d) - d - 1) * ratio
-
-    rows = [[token(i, t) for t in range(5) if mask[i, t]] for i in range(4)]
-    expected = {"grpo": sum(sum(r) / len(r) for r in rows) / 4,
-                "dr_grpo": sum(sum(r) for r in rows) / (4 * max_len),
-                "dapo": sum(sum(r) for r in rows) / sum(len(r) for r in rows)}
-    for loss_type, value in expected.items():
-        got, _ = ours(logps, old, ref, advantages, mask, loss_type, beta, eps, eps_high, max_len)
-        assert float(got) == pytest.approx(value, rel=1e-5)
-
+# --- advantages (the losses: tests/test_grpo_losses.py) ------------------------------------------------------
 
 def test_group_advantages_equal_trls():
     from trl.trainer.utils import nanstd

@@ -112,6 +112,30 @@ def test_predict_classification_writes_label_and_every_probability(runs, tmp_pat
     assert {"review", "source", "label", "probability", f"prob_{LABELS[0]}", f"prob_{LABELS[1]}"} <= set(table_rows[0])
 
 
+def test_a_label_run_trained_on_conversations_chats_and_predicts_by_its_labels(runs, tmp_path, capsys):
+    """label_names without a prompt_template (sharegpt / openai rows whose answers are the label words): chat and
+    predict stopped at "raw texts need a template and a prompt_template" (issue 67). Each message, or each row's turns,
+    is scored against the labels after the chat prompt, as the rows were encoded."""
+    from steadytune.data.encode import encode_label_targets
+    from steadytune.eval.scoring import score_labels
+    from steadytune.infer.generate import conversation_ids
+
+    rows = write_jsonl(tmp_path / "new.jsonl", [{"messages": [{"role": "user", "content": t}]} for t in NEG[:2] + POS[:2]])
+    out = tmp_path / "pred.jsonl"
+    keys = ["template=qwen", "label_names=[bad, good]"]
+    assert main(["predict", str(runs["model"]), "--input", str(rows), "--output", str(out), *keys]) == 0
+    got = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    session = ChatSession.load(open_run(str(runs["model"]), keys), quiet=True)
+    chatted = io.StringIO()
+    session.loop(io.StringIO("".join(t + "\n" for t in NEG[:2] + POS[:2])), chatted, interactive=False)
+    targets = encode_label_targets(session.template, session.tokenizer, ["bad", "good"])
+    for row, line, text in zip(got, chatted.getvalue().splitlines(), NEG[:2] + POS[:2]):
+        ids = conversation_ids(session.template, session.tokenizer, [{"role": "user", "content": text}])
+        expected = score_labels(session.model, [ids], targets).softmax(1)[0]
+        assert row["probabilities"]["good"] == pytest.approx(float(expected[1]), abs=1e-5)
+        assert line.startswith(f"{row['label']} (p={row['probability']:.3f}")
+
+
 def test_predict_generation_is_greedy_and_repeatable_and_seeded_when_sampling(runs, tmp_path, capsys):
     rows = write_jsonl(tmp_path / "prompts.jsonl", [
         {"instruction": "Say hi.", "input": ""},

@@ -48,6 +48,14 @@ def config(tiny: Path, rows: Path, out: Path, **extra):
     ({"finetuning_type": "full", "use_galore": True, "galore_layerwise": True, "gradient_accumulation_steps": 2},
      "galore_layerwise: true steps each weight as its gradient completes, so gradient_accumulation_steps must be 1"),
     ({"finetuning_type": "freeze", "quantization_bit": 4}, "quantization_bit: 4 needs finetuning_type: lora or oft"),
+    # issue 67: each of these reached its library and failed there (ZeroDivisionError, AttributeError, a shape
+    # RuntimeError inside adam_mini after the model loaded) or updated the wrong way
+    ({"finetuning_type": "full", "use_badam": True, "badam_switch_interval": 0}, "badam_switch_interval: 0: BAdam moves"),
+    ({"finetuning_type": "full", "use_badam": True, "badam_switch_mode": "fixed"},
+     "badam_switch_mode: fixed trains one block only: name it with badam_start_block"),
+    ({"use_adam_mini": True}, "use_adam_mini: true trains whole weights: finetuning_type full or freeze (got lora)"),
+    ({"finetuning_type": "full", "use_galore": True, "galore_scale": -2}, "galore_scale: -2.0 is out of range"),
+    ({"finetuning_type": "full", "use_apollo": True, "apollo_scale": 0}, "apollo_scale: 0.0 is out of range"),
 ])
 def test_method_rules_name_the_keys(keys, message):
     with pytest.raises(ConfigError) as err:
@@ -65,6 +73,59 @@ def test_a_missing_optimizer_library_is_named_before_loading(monkeypatch, tiny, 
     cfg = config(tiny, rows, tmp_path / "out", finetuning_type="full", use_galore=True)
     with pytest.raises(UserError, match=r"use_galore: true needs GaLore's library: pip install galore-torch"):
         run_training(cfg, progress=False)
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"use_badam": True, "badam_start_block": 99},
+     "badam_start_block: 99 is past this model's 2 BAdam blocks (0..1, model.layers.0. to model.layers.1.)"),
+    ({"use_galore": True, "galore_target": "nosuch"}, "galore_target: 'nosuch' names no linear layer of this model "
+                                                       "(down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"),
+    ({"use_apollo": True, "apollo_target": "q_proj,nosuch"}, "apollo_target: 'nosuch' names no linear layer"),
+])
+def test_an_optimizer_key_the_model_cannot_meet_is_refused_before_any_weights_load(keys, message, monkeypatch, tiny,
+                                                                                  rows, tmp_path):
+    """badam_start_block: 99 on a 2-layer model ended in BAdam's IndexError, galore_target: nosuch ran GaLore on 0
+    weights (issue 67): both are checked against the model's names (a meta-device skeleton from its config.json)
+    before the weights load, and again on the loaded model."""
+    import steadytune.train
+    from steadytune.train import run_training
+    from steadytune.training.optimizers import build_optimizer
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the weights were loaded before the key was checked")
+
+    monkeypatch.setattr(steadytune.train, "load_model_and_tokenizer", no_loading)
+    cfg = config(tiny, rows, tmp_path / "out", finetuning_type="full", **keys)
+    with pytest.raises(UserError) as err:
+        run_training(cfg, progress=False)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+    from steadytune.model.load import load_model_and_tokenizer
+    model, _ = load_model_and_tokenizer(cfg.model)   # the same check on a loaded model (a config without a skeleton)
+    with pytest.raises(UserError, match=message.split(" (")[0]):
+        build_optimizer(model, cfg, "cpu")
+
+
+def test_galore_on_frozen_layers_only_is_refused_and_badam_minus_one_stays_on_one_block(tiny, rows, tmp_path):
+    """A GaLore target that exists but only in frozen layers projects nothing: refused. badam_switch_interval: -1
+    means never switch (LLaMA-Factory's help), but BAdam tests (step + 1) % -1, true at every step: it switched at
+    every step; now the first block alone trains."""
+    from safetensors.torch import load_file
+
+    from steadytune.train import run_training
+
+    cfg = config(tiny, rows, tmp_path / "frozen", finetuning_type="freeze", freeze_trainable_layers=1,
+                 use_galore=True, galore_target="layers.0.")
+    with pytest.raises(UserError, match="galore_target: layers.0. matches no trainable weight: the layers it names are "
+                                        "frozen"):
+        run_training(cfg, progress=False)
+    pytest.importorskip("badam", reason="badam is not installed (pip install 'steadytune[optimizers]')")
+    run_training(config(tiny, rows, tmp_path / "badam", finetuning_type="full", use_badam=True,
+                        badam_switch_interval=-1, badam_switch_mode="ascending", max_steps=3), progress=False)
+    base, trained = load_file(tiny / "model.safetensors"), load_file(tmp_path / "badam" / "model.safetensors")
+    moved = {name.split(".")[2] for name in base if name.startswith("model.layers.")
+             and not torch.equal(base[name], trained[name])}
+    assert moved == {"0"}, moved
 
 
 def test_freeze_trains_the_last_layers_and_saves_a_whole_model(tiny, rows, tmp_path):

@@ -317,6 +317,23 @@ def test_load_balancing_loss_is_transformers_own_with_and_without_padding():
         assert counts.shape == (3, 4) and counts.sum() == 3 * 2 * (10 if token_mask is None else 7)
 
 
+@pytest.mark.parametrize("top_k", [1, 2, 4])
+def test_perfectly_balanced_routing_gives_an_aux_loss_of_top_k_as_the_docs_say(top_k):
+    """docs/training.md said moe_aux_loss is 1 when perfectly balanced; for top-k routing it is k (transformers' own
+    function agrees: 2.0 for top-2). Balanced: every expert equally likely for each token, and each chosen equally."""
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+
+    experts = 8
+    # token t prefers experts t, t+1, ... (mod 8) by a hair: every expert is chosen equally often, probabilities ~1/8
+    logits = torch.stack([torch.roll(torch.linspace(1e-3, 0, experts), t) for t in range(experts * 4)])
+    ours, counts = load_balancing_loss((logits, logits), experts, top_k, None)
+    assert torch.all(counts == counts[0, 0]) and ours.item() == pytest.approx(top_k, rel=1e-3)
+    assert load_balancing_loss_func((logits, logits), experts, top_k, None).item() == pytest.approx(top_k, rel=1e-3)
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text(encoding="utf-8")
+    assert "`moe_aux_loss` (1 when perfectly balanced)" not in docs
+    assert "top_k (2.0 for top-2) when perfectly balanced" in docs
+
+
 def run_tiny(tmp_path: Path, kind: str, **keys) -> Path:
     folder = save_tiny_model(tmp_path / f"m_{kind}", kind)
     out = tmp_path / f"run_{kind}"

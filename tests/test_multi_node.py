@@ -25,6 +25,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -190,6 +191,81 @@ def test_a_node_that_never_arrives_ends_in_a_rendezvous_timeout(tiny_qwen, sampl
     assert "Traceback" not in done.stderr
     assert not out.exists()   # the launcher's empty log folders are gone with it
     assert time.monotonic() - started < 60
+
+
+class Impostor:
+    """A TCP service on a free port that is not torch's store: one that greets first (as ssh does) or one that reads a
+    request line and never answers (as a web server waits)."""
+
+    def __init__(self, greeting: bytes):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port, self.greeting, self.held = self.sock.getsockname()[1], greeting, []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)   # kept open: a silent service never closes either
+            if self.greeting:
+                conn.sendall(self.greeting)
+
+    def close(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("greeting", [b"SSH-2.0-OpenSSH_9.6\r\n", b""], ids=["greets", "silent"])
+def test_another_service_at_the_rendezvous_address_is_one_line_at_once(tiny_qwen, sample_data_dir, tmp_path, capfd,
+                                                                         greeting):
+    """--master-addr where another service answers: torch's client retried with C++ stacks for the whole rendezvous
+    timeout (900 s) and ended in a DistNetworkError traceback of 174 lines, or waited without end behind a silent
+    one (issue 67). Now the launcher asks torch's own client first, in a child with a deadline: one line, exit 6;
+    node 0 finding its port taken is one line too; the log folders are never made."""
+    from steadytune.cli import main
+
+    impostor = Impostor(greeting)
+    out = tmp_path / "node"
+    config = write_config(keys(tiny_qwen, sample_data_dir, out))
+    started = time.monotonic()
+    try:
+        codes = [main(["train", str(config), "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                       "--master-port", str(impostor.port)]) for rank in (1, 0)]
+    finally:
+        impostor.close()
+    assert time.monotonic() - started < 60
+    assert codes == [RENDEZVOUS_EXIT_CODE] * 2
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "frame #" not in err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2 and f"127.0.0.1:{impostor.port} is not torch's rendezvous store" in errors[0], errors
+    assert ("greets first" if greeting else "never answers torch's store protocol") in errors[0]
+    assert f"already listens on port {impostor.port}" in errors[1]
+    assert not out.exists()
+
+
+def test_a_launch_that_fails_leaves_no_empty_log_folder(tmp_path, monkeypatch, capfd):
+    """Past the check (it is switched off here), torch's agent meets the impostor itself: its DistNetworkError ended
+    the launch in a traceback and left an empty nodes/<node>/ in the output folder it had created (issue 67). Now one
+    line, exit 6, and the folders it made and nothing wrote into are gone."""
+    from steadytune.distributed import launch as launching
+
+    monkeypatch.setattr(launching, "rendezvous_obstacle", lambda *a, **k: None)
+    impostor = Impostor(b"SSH-2.0-OpenSSH_9.6\r\n")
+    try:
+        plan = plan_launch(args(nnodes="2", node_rank=1, master_addr="127.0.0.1", master_port=impostor.port,
+                                rdzv_timeout=3), {}, gpus=0)
+        out = tmp_path / "made" / "run"
+        assert launching.launch(plan, "x.yaml", [], False, str(out)) == RENDEZVOUS_EXIT_CODE
+    finally:
+        impostor.close()
+    err = capfd.readouterr().err
+    assert f"error: the rendezvous at 127.0.0.1:{impostor.port} did not complete within 3 s" in err
+    assert "DistNetworkError" in err and "Traceback" not in err
+    assert not (tmp_path / "made").exists()
 
 
 # LLaMA-Factory's examples/deepspeed/ds_z3_config.json, as it is.

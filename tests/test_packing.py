@@ -188,6 +188,14 @@ def test_token_budget_groups_consecutive_examples_within_budget():
         group_by_token_budget(lengths, range(3), max_tokens=0)
 
 
+def test_a_long_context_budget_gives_a_long_example_a_micro_batch_of_its_own():
+    """From a 32K budget, an example of half the budget or more runs alone and the short ones around it keep
+    filling their micro-batch (by sampler order it would close their half-full one, or take some of them along)."""
+    lengths = [5000, 40000, 6000, 30000, 7000]
+    assert group_by_token_budget(lengths, range(5), max_tokens=65536) == [[1], [0, 2, 3, 4]]
+    assert group_by_token_budget([50, 400, 300], range(3), max_tokens=600) == [[0, 1], [2]]   # short budgets: as before
+
+
 def test_token_budget_sampler_reshuffles_per_epoch_and_covers_everything():
     lengths = [random.Random(i).randrange(1, 30) for i in range(200)]
     sampler = TokenBudgetBatchSampler(lengths, max_tokens=100, seed=7)

@@ -337,6 +337,46 @@ def test_malformed_requests_get_400_in_the_openai_shape(url, client, runs):
     assert_error(httpx.get(url + "/no/such/route", headers=AUTH), 404, runs)
 
 
+@pytest.mark.parametrize("route, field, value", [
+    ("chat/completions", "max_tokens", True), ("chat/completions", "max_tokens", "5"),
+    ("chat/completions", "max_tokens", 4.0), ("chat/completions", "n", True), ("chat/completions", "seed", True),
+    ("chat/completions", "top_k", False), ("chat/completions", "temperature", True), ("chat/completions", "stream", "yes"),
+    ("chat/completions", "max_completion_tokens", True), ("completions", "max_tokens", True),
+    ("completions", "n", "2"),
+])
+def test_values_of_the_wrong_json_type_are_400_not_coerced(url, runs, route, field, value):
+    """`max_tokens: true` was taken as 1 (pydantic's lax mode), "5" as 5 (issue 67); OpenAI's API refuses both."""
+    body = {"model": "sentiment", field: value}
+    body.update({"messages": [{"role": "user", "content": "hi"}]} if route.startswith("chat") else {"prompt": "hi"})
+    error = assert_error(httpx.post(f"{url}/v1/{route}", json=body, headers=AUTH), 400, runs)
+    assert error["param"] == field, error
+
+
+@pytest.mark.parametrize("route, field, value", [
+    ("chat/completions", "best_of", 1000), ("chat/completions", "best_of", True), ("completions", "best_of", 3),
+    ("chat/completions", "use_beam_search", True), ("chat/completions", "min_tokens", 5),
+    ("chat/completions", "length_penalty", 2.0), ("chat/completions", "stop_token_ids", [7]),
+    ("chat/completions", "guided_choice", ["a", "b"]), ("chat/completions", "guided_json", {"type": "object"}),
+    ("chat/completions", "structured_outputs", {"regex": "a+"}), ("chat/completions", "echo", True),
+    ("chat/completions", "continue_final_message", True), ("chat/completions", "modalities", ["text", "audio"]),
+    ("completions", "allowed_token_ids", [1, 2]), ("completions", "bad_words", ["no"]),
+    ("completions", "include_stop_str_in_output", True),
+])
+def test_options_this_server_does_not_implement_are_refused_not_ignored(url, runs, route, field, value):
+    """`best_of: 1000` on a chat request was ignored while other unsupported options got a 400 (issue 67): every known
+    option that would change the answer is refused unless it is at the value that changes nothing."""
+    body = {"model": "sentiment", field: value, "max_tokens": 2}
+    body.update({"messages": [{"role": "user", "content": "hi"}]} if route.startswith("chat") else {"prompt": "hi"})
+    error = assert_error(httpx.post(f"{url}/v1/{route}", json=body, headers=AUTH), 400, runs)
+    assert error["code"] == "unsupported_option" and error["param"] == field, error
+    neutral = {"best_of": 1, "use_beam_search": False, "min_tokens": 0, "length_penalty": 1.0, "stop_token_ids": [],
+               "echo": False, "continue_final_message": False, "modalities": ["text"], "bad_words": [],
+               "include_stop_str_in_output": False}
+    if field in neutral:   # at its neutral value the request is answered
+        body[field] = neutral[field]
+        assert httpx.post(f"{url}/v1/{route}", json=body, headers=AUTH, timeout=60).status_code == 200
+
+
 @pytest.mark.parametrize("name", ["gpt-4o", "../../etc/passwd", "/tmp", "sentiment/../other"])
 def test_unknown_model_is_404_and_reaches_no_file(client, runs, name):
     with pytest.raises(openai.NotFoundError) as caught:

@@ -151,6 +151,25 @@ def test_the_default_space_depends_on_the_task():
     assert config_keys({"lora_alpha_ratio": 2}, 8) == {"lora_alpha": 16.0}
 
 
+def test_every_key_tune_sets_in_a_trial_is_refused_in_a_space(tmp_path):
+    """The keys trial_config sets over the user's are exactly among those a space may not name."""
+    from dataclasses import fields
+
+    from steadytune.tune.search_space import NOT_SEARCHABLE
+    from steadytune.tune.trials import Search
+
+    config = tmp_path / "c.yaml"
+    config.write_text("model_name_or_path: m\ndataset: d\n", encoding="utf-8")
+    search = Search(config=str(config), overrides=[], output_dir=str(tmp_path / "s"), metric="eval_loss", trials=2,
+                    val_size=0.1, evaluations=2, space=SearchSpace({"learning_rate": Dimension("learning_rate", 1e-4,
+                                                                                                  1e-3)}).to_dict())
+    plain = load_config(config, {})
+    trial = search.trial_config({"learning_rate": 5e-4}, tmp_path / "s" / "trial_0")
+    changed = {f.name for section in ("train", "data", "method") for f in fields(getattr(plain, section))
+               if getattr(getattr(trial, section), f.name) != getattr(getattr(plain, section), f.name)}
+    assert changed - {"learning_rate"} <= set(NOT_SEARCHABLE), changed - set(NOT_SEARCHABLE)
+
+
 def test_a_space_file_changes_the_default(tmp_path):
     base = default_space(Task(classification=True, lora=True, class_counts={"a": 1, "b": 1}))
     space = read_space(write_space(tmp_path / "s.yaml", {
@@ -172,6 +191,13 @@ def test_a_space_file_changes_the_default(tmp_path):
     ({"learning_rate": {"low": 1e-4, "hi": 1e-3}}, "unknown setting 'hi'"),
     ({"lora_rank": []}, "lora_rank: an empty list"),
     ({"default_space": False, "lora_rank": None}, "nothing left to search"),
+    # issue 67: printed as the best trial's key, to no effect (tune gives every trial its own folder)
+    ({"output_dir": ["/tmp/a", "/tmp/b"]}, r"output_dir: not a key to search \(tune gives each trial its own folder"),
+    ({"output_dir": "/tmp/elsewhere"}, "output_dir: not a key to search"),
+    ({"logging_steps": [1, 5]}, "logging_steps: not a key to search .it changes no score"),
+    ({"report_to": ["wandb", "none"]}, "report_to: not a key to search"),
+    ({"metric_for_best_model": ["eval_loss"]}, "metric_for_best_model: not a key to search .the search's metric is "
+                                               "--metric"),
 ])
 def test_a_wrong_space_entry_names_the_file_and_the_key(tmp_path, entry, message):
     path = write_space(tmp_path / "space.yaml", entry)

@@ -104,6 +104,18 @@ def test_lora_defaults_adapt_the_language_model_only():
     assert "vision_tower 0 of" in line and "projector 0 of" in line
 
 
+@pytest.mark.parametrize("kind", TINY_VLM_KINDS)
+def test_a_projector_trained_in_full_reads_all_of_it_trainable(kind):
+    """freeze_multi_modal_projector: false with LoRA trains the whole projector (peft's modules_to_save); the start-up
+    line said half of it ("projector 24,800 of 49,600"), counting peft's frozen copy of the original (issue 67)."""
+    model = attach_adapter(build_vlm(kind), config_for(freeze_multi_modal_projector=False))
+    trainable, total = trainable_by_part(model)["projector"]
+    projector = sum(p.numel() for n, p in build_vlm(kind).named_parameters()
+                    if trainable_by_part_name(kind, n) == "projector")
+    assert trainable == total == projector > 0
+    assert f"projector {projector:,} of {projector:,} trainable" in describe_trainable(model)
+
+
 def test_a_lora_target_that_is_no_linear_layer_is_refused():
     with pytest.raises(ConfigError, match="no linear layer named 'nope'"):
         resolve_lora_targets(build_vlm("llava"), "nope")

@@ -134,19 +134,75 @@ def test_image_limits(url):
     assert response.status_code == 400
 
 
-def test_local_images_only_when_allowed(folders):
-    path = folders["root"] / "red.png"
-    square((255, 0, 0)).save(path)
-    with start(folders["vlm"], "qwen2_vl", ImageLimits(allow_local_images=True)) as base:
+def test_local_images_only_from_the_allowed_folders_and_one_message_for_every_refusal(folders):
+    """--allow-local-images opened any file the server could read (/etc/shadow as root), and its two messages told a
+    client which files exist (issue 67). Now only an image file inside the folders it names is read (links resolved),
+    and every refusal of a path is the same answer, whether the file is outside, missing, a link out, a FIFO, too big,
+    not an image or a bomb."""
+    import os
+
+    from multimodal_setup import bomb_png
+
+    allowed, outside = folders["root"] / "allowed", folders["root"] / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    square((255, 0, 0)).save(allowed / "red.png")
+    square((0, 0, 255)).save(outside / "secret.png")
+    (allowed / "out.png").symlink_to(outside / "secret.png")
+    (allowed / "notes.txt").write_text("not an image")
+    (allowed / "big.png").write_bytes(b"\0" * (1 << 20))
+    bomb_png(allowed / "bomb.png", side=14000)
+    os.mkfifo(allowed / "pipe.png")
+    refused = [f"file://{outside / 'secret.png'}", str(allowed / "out.png"), str(allowed / "missing.png"),
+               str(allowed / "notes.txt"), str(allowed / "big.png"), str(allowed / "bomb.png"), str(allowed / "pipe.png"),
+               f"{allowed}/../outside/secret.png", "/etc/passwd", "/etc/shadow", "/nonexistent/x.png", str(allowed),
+               "file://localhost/etc/passwd", f"file://{allowed}/%2e%2e/outside/secret.png"]
+    limits = ImageLimits(max_image_bytes=1 << 19, local_image_dirs=(os.path.realpath(allowed),))
+    with start(folders["vlm"], "qwen2_vl", limits) as base:
         client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=60)
-        local = client.chat.completions.create(model="m", messages=[image_message(f"file://{path}")], max_tokens=4,
-                                               temperature=0)
+        local = client.chat.completions.create(model="m", messages=[image_message(f"file://{allowed / 'red.png'}")],
+                                               max_tokens=4, temperature=0)
         inline = client.chat.completions.create(model="m", messages=[image_message(data_url((255, 0, 0)))],
                                                 max_tokens=4, temperature=0)
         assert local.choices[0].message.content == inline.choices[0].message.content
-        missing = httpx.post(base + "/v1/chat/completions", json={
-            "model": "m", "messages": [image_message(str(path) + ".nope")]}, timeout=30)
-        assert missing.status_code == 400 and "no such image file" in missing.json()["error"]["message"]
+        answers = {path: httpx.post(base + "/v1/chat/completions", timeout=30,
+                                    json={"model": "m", "messages": [image_message(path)]}) for path in refused}
+    assert all(r.status_code == 400 for r in answers.values()), {p: r.text for p, r in answers.items()}
+    bodies = {r.text for r in answers.values()}
+    assert len(bodies) == 1, bodies   # one answer for all: nothing tells which files exist
+    assert "inside the folders its operator allowed with --allow-local-images" in bodies.pop()
+
+
+def test_allow_local_images_takes_folders_and_refuses_a_public_host_without_a_key(folders):
+    from steadytune.cli import build_parser
+    from steadytune.errors import UserError
+    from steadytune.serve.command import settings_from_args
+
+    def settings(*argv):
+        return settings_from_args(build_parser(["serve"]).parse_args(["serve", "run", *argv]))
+
+    root = folders["root"]
+    assert settings().images.local_image_dirs == ()
+    assert settings("--allow-local-images", str(root), str(root / ".")).images.local_image_dirs == (
+        str(root.resolve()),)
+    with pytest.raises(UserError, match="--allow-local-images with --host 0.0.0.0: any machine"):
+        settings("--host", "0.0.0.0", "--allow-local-images", str(root))
+    assert settings("--host", "0.0.0.0", "--api-key", "k" * 16, "--allow-local-images", str(root)).images.allow_local_images
+    with pytest.raises(UserError, match="not a folder"):
+        settings("--allow-local-images", str(root / "missing"))
+    with pytest.raises(SystemExit):   # a bare flag: argparse's usage error (it takes the folders now)
+        settings("--allow-local-images")
+
+
+def test_a_decompression_bomb_in_a_data_url_is_refused_for_its_pixels(url, tmp_path):
+    """A 24 KB PNG of 14000 x 14000 pixels: Pillow's own bound stops it in Image.open; the answer says why (it read
+    "not an image Pillow can read")."""
+    from multimodal_setup import bomb_png
+
+    data = bomb_png(tmp_path / "bomb.png", side=14000).read_bytes()
+    response = httpx.post(url + "/v1/chat/completions", timeout=30, json={"model": "m", "messages": [
+        image_message("data:image/png;base64," + base64.b64encode(data).decode())]})
+    assert response.status_code == 400 and "more pixels than Pillow decodes" in response.json()["error"]["message"]
 
 
 def test_a_text_model_refuses_images(folders):

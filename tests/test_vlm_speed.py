@@ -1,6 +1,6 @@
 """The speed plan on a vision-language model: compile, fp8 base, fused SwiGLU and shared-input groups reach the language
-model's decoder layers only; CUDA graphs and static shapes are off with the reason; the memory policy reads the
-language model's sizes (text_config)."""
+model's decoder layers only; what rules static shapes or CUDA graphs out is said (tests/test_vlm_static.py: the
+static path itself); the memory policy reads the language model's sizes (text_config)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from steadytune.model.lora import attach_adapter
 from steadytune.model.shared_input import sibling_groups
 from steadytune.training.lora_budget import adapter_parameters
 from steadytune.training.loss import causal_lm_loss_sum
-from steadytune.training.vision_speed import decide_vision_speed, vision_graph_blockers, vision_static_status
+from steadytune.training.vision_speed import decide_vision_speed, plan_vision
 from vlm_batches import image_batch, square, tiny
 
 ROWS = [(square((255, 0, 0)), "What colour?", "red")]
@@ -78,17 +78,33 @@ def test_fp8_base_over_a_vlm_still_sees_the_image():
         restore_base(model)
 
 
-def test_graphs_and_static_shapes_are_off_with_the_reason_and_one_line_says_what_applies():
+class Batches:
+    """What plan_vision reads of training/batches.TrainBatches: the collator and the rows."""
+
+    def __init__(self, collate, rows=()):
+        self.collate = collate
+        self.data = type("Data", (), {"train": list(rows)})()
+        self.prefetch, self.pin = 0, False
+
+
+def test_what_rules_static_shapes_and_graphs_out_is_said_and_one_line_says_what_applies():
+    from steadytune.data.multimodal.collate import MultimodalCollator
+
     model, _, cfg = lora_vlm("gemma3_vl")
-    assert "patches" in vision_graph_blockers(model)["vision"]
-    assert vision_static_status(model)[0] is False
-    decide_vision_speed(cfg, model)
-    assert "2 decoder layers" in cfg.decisions["vision_speed"]["reason"]
-    assert "without autograd" in cfg.decisions["vision_speed"]["reason"]
+    padded = plan_vision(model, Batches(MultimodalCollator(None, 0)), "cuda")
+    assert padded.static_ok[0] is False and "packing: false" in padded.static_ok[1]
+    assert padded.graph_blockers == {}
+    decide_vision_speed(cfg, model, padded)
+    reason = cfg.decisions["vision_speed"]["reason"]
+    assert "2 decoder layers" in reason and "without autograd" in reason and "ahead in a thread" in reason
     assert "vision_tower 0 of" in cfg.decisions["trainable_parts"]["value"]
+    trains, _, _ = lora_vlm("qwen2_5_vl", freeze_multi_modal_projector=False)
+    plan = plan_vision(trains, Batches(MultimodalCollator(None, 0)), "cpu")
+    assert "trains" in plan.graph_blockers["vision"]
+    assert "one SDPA call per image and window" in plan.tower[0]   # no varlen kernel on a CPU
     from steadytune.model.tiny import build_model
 
-    assert vision_graph_blockers(build_model("qwen2")) == {} and vision_static_status(build_model("qwen2")) is None
+    assert plan_vision(build_model("qwen2"), Batches(None), "cuda") is None
 
 
 def test_memory_estimates_read_the_language_models_sizes():
@@ -145,25 +161,33 @@ def test_a_mixture_of_experts_vlm_adapts_its_experts_and_counts_them():
     assert torch.isfinite(loss_sum)
 
 
-def test_the_benchmark_shape_has_qwen2_5_vl_3b_size_and_its_rows_their_images(tmp_path):
-    """benchmarks/vlm_speed.py: its Qwen2.5-VL-3B shape (built on the meta device) has the published model's 3.75 B
-    parameters, and its dataset holds the asked rows with drawn images of the asked size."""
+@pytest.mark.parametrize("shape, total, vision", [("qwen2.5-vl-3b", 3.755, 0.669), ("qwen3-vl-4b", 4.438, 0.415),
+                                                   ("gemma-3-4b", 4.300, 0.417)])
+def test_the_benchmark_shapes_have_the_published_sizes(shape, total, vision):
+    """benchmarks/vlm_speed.py's shapes, built on the meta device: the published models' parameter counts (3.75 B,
+    4.44 B, 4.3 B), the vision tower's among them."""
+    from conftest import load_benchmark
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    spec = load_benchmark("vlm_speed").SHAPES[shape]
+    config = AutoConfig.for_model(spec["model_type"], text_config=spec["text_config"],
+                                  vision_config=spec["vision_config"], tie_word_embeddings=True,
+                                  **spec.get("config", {}))
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    count = sum(p.numel() for p in model.parameters()) / 1e9
+    tower = sum(p.numel() for n, p in model.named_parameters() if ".visual." in n or ".vision_tower." in n) / 1e9
+    assert count == pytest.approx(total, abs=0.005) and tower == pytest.approx(vision, abs=0.005)
+
+
+def test_the_benchmark_rows_have_their_images(tmp_path):
+    """benchmarks/vlm_speed.py's dataset holds the asked rows with drawn images of the asked size."""
     import json
 
     from conftest import load_benchmark
     from PIL import Image
-    from transformers import AutoConfig, AutoModelForImageTextToText
 
-    bench = load_benchmark("vlm_speed")
-    spec = bench.SHAPES["qwen2.5-vl-3b"]
-    config = AutoConfig.for_model("qwen2_5_vl", text_config=spec["text_config"], vision_config=spec["vision_config"],
-                                  tie_word_embeddings=True)
-    with torch.device("meta"):
-        model = AutoModelForImageTextToText.from_config(config)
-    total = sum(p.numel() for p in model.parameters())
-    vision = sum(p.numel() for n, p in model.named_parameters() if ".visual." in n)
-    assert 3.70e9 < total < 3.80e9 and 0.60e9 < vision < 0.70e9
-    folder = bench.make_dataset(tmp_path / "data", rows=7, image_size=64)
+    folder = load_benchmark("vlm_speed").make_dataset(tmp_path / "data", rows=7, image_size=64, fixtures=False)
     rows = json.loads((folder / "vlm_bench.json").read_text())
     assert len(rows) == 7   # one <image> placeholder per image of each row, as LLaMA-Factory's mllm_demo has them
     assert all(sum(m["content"].count("<image>") for m in r["messages"]) == len(r["images"]) for r in rows)
@@ -189,3 +213,49 @@ def test_doctor_plans_a_vlm_run_from_its_language_models_sizes(tmp_path):
     info = HardwareInfo(backend="cuda", torch_version=torch.__version__, gpus=[GPU(0, "GPU", "sm_90", 139.8)])
     findings = train_plan_findings(info, "plan", cfg)
     assert findings and all(f.what for f in findings)
+
+
+@pytest.mark.parametrize("shape", ["qwen2.5-vl-3b", "qwen3-vl-4b", "gemma-3-4b"])
+def test_the_benchmark_model_folders_load_and_prepare_rows_as_train_does(shape, tmp_path, monkeypatch):
+    """make_model's folder for each shape (its widths shrunk here: the layout is what is tested) loads through the
+    loaders `train` uses, its processor makes the family's image tokens, and a prepared row trains a step."""
+    from conftest import load_benchmark
+
+    from steadytune.data.prepare import prepare_datasets
+    from steadytune.model.load import load_model_and_tokenizer, load_tokenizer
+    from steadytune.training.vision_data import load_vision_processor, prepare_with_media
+
+    bench = load_benchmark("vlm_speed")
+    spec = bench.SHAPES[shape]
+    small = {**spec, "text_config": {**spec["text_config"], "hidden_size": 64, "intermediate_size": 128,
+                                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                     "head_dim": 16, "vocab_size": 1024}}
+    vision = dict(spec["vision_config"])
+    for key, value in (("depth", 1), ("num_hidden_layers", 1), ("hidden_size", 64), ("intermediate_size", 128),
+                       ("num_heads", 2), ("num_attention_heads", 2), ("out_hidden_size", 64),
+                       ("deepstack_visual_indexes", [0]), ("fullatt_block_indexes", [0])):
+        if key in vision:
+            vision[key] = value
+    small["vision_config"] = vision
+    if shape.startswith("qwen"):   # the rope split must fit the small head (16: 8 frequencies)
+        small["text_config"]["rope_parameters"] = {**spec["text_config"]["rope_parameters"],
+                                                   "mrope_section": [2, 3, 3]}
+    monkeypatch.setitem(bench.SHAPES, shape, small)
+    folder = bench.make_model(tmp_path / "model", shape)
+    data_dir = bench.make_dataset(tmp_path / "data", rows=3, image_size=64, fixtures=False)
+    keys = bench.train_keys({"model_dir": str(folder), "data_dir": str(data_dir), "image_size": 64, "batch": 2,
+                             "warmup": 1, "steps": 1, "device": "cpu", "shape": shape})
+    cfg = load_config(None, {**keys, "output_dir": str(tmp_path / "out")})
+    tokenizer = load_tokenizer(cfg.model)
+    data = prepare_with_media(prepare_datasets, cfg, tokenizer, load_vision_processor(cfg, tokenizer))
+    model, tokenizer = load_model_and_tokenizer(cfg.model, torch_dtype=torch.float32, tokenizer=tokenizer)
+    image_id = model.config.image_token_id
+    per_image = {"qwen2.5-vl-3b": 4, "qwen3-vl-4b": 4, "gemma-3-4b": 256}[shape]   # 64 px: 2x2 merged; Gemma: 256
+    example = data.train[0]
+    assert sum(1 for t in example["input_ids"] if t == image_id) == per_image * len(example["images"])
+    from steadytune.data.multimodal.collate import MultimodalCollator
+    from steadytune.data.multimodal.rope import mrope_for_config
+
+    batch = MultimodalCollator(data.media, tokenizer.pad_token_id, rope=mrope_for_config(model.config))([example])
+    loss, n = causal_lm_loss_sum(model, batch)
+    assert n > 0 and torch.isfinite(loss)

@@ -40,19 +40,31 @@ PACKING_ATTENTIONS = ("varlen", "sdpa", "flex")
 
 # --- grouping -----------------------------------------------------------------------------------------------
 
+# A long-context budget: from this many tokens a micro-batch, examples of half the budget or more get one of their own
+# (group_by_token_budget).
+LONG_BUDGET_TOKENS = 32768
+
+
 def group_by_token_budget(lengths: Sequence[int], order: Sequence[int], max_tokens: int) -> list[list[int]]:
     """Consecutive examples of `order` grouped so that each group holds at most `max_tokens` real tokens.
 
     An example longer than the budget forms a group of its own (it is never split or dropped here: truncation
-    to cutoff_len is the tokeniser's job).
+    to cutoff_len is the tokeniser's job). With a long-context budget (LONG_BUDGET_TOKENS or more), an example of half
+    the budget or more also gets a group of its own, and the short examples around it keep filling theirs: a long
+    document closing a half-full group of short ones, or taking a few short ones beside it, would leave micro-batches
+    of very uneven size and cost (its attention grows with the square of its length, theirs with their own).
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    alone_from = max_tokens // 2 if max_tokens >= LONG_BUDGET_TOKENS else None
     groups: list[list[int]] = []
     current: list[int] = []
     used = 0
     for index in order:
         n = int(lengths[index])
+        if alone_from is not None and n >= alone_from:
+            groups.append([index])   # the short examples' group stays open after it
+            continue
         if current and used + n > max_tokens:
             groups.append(current)
             current, used = [], 0

@@ -480,6 +480,13 @@ def check_data_fits_keys(cfg: RunConfig, data) -> str | None:
         if t.metric_for_best_model:
             raise UserError(f"metric_for_best_model: {t.metric_for_best_model}, but there is no eval data to measure "
                             "it on: set val_size or eval_dataset, or remove the key")
+    if t.max_tokens_per_batch is not None:
+        longest = max((len(x["input_ids"]) for x in data.train if "input_ids" in x), default=0)
+        if longest > t.max_tokens_per_batch:
+            raise UserError(f"max_tokens_per_batch: {t.max_tokens_per_batch} is below the longest training example "
+                            f"({longest} tokens after cutoff_len {cfg.data.cutoff_len}), which would make a micro-batch "
+                            f"past the budget on its own: set max_tokens_per_batch to at least {longest} (or lower "
+                            "cutoff_len)")
     line, warn = truncation_summary(data.stats, cfg.data.cutoff_len)
     if not line:
         return None

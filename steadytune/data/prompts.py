@@ -3,7 +3,10 @@ registry and readers as every other stage, each made into the prompt the policy 
 functions may read.
 
 - alpaca: instruction (+ input, + history) is the prompt; `output`, when present, is the reference answer;
-- sharegpt / openai: the turns up to the last user turn are the prompt; a final assistant turn is the reference;
+- sharegpt / openai: the turns up to the last user turn are the prompt; a final assistant turn is the reference; a
+  row with tools (LLaMA-Factory's tool-call format: function_call and observation turns, a `tools` column) is cut at
+  its last user turn, its tool definitions rendered into the system prompt as the template writes them (the policy's
+  tool episodes: stages/episodes.py), its final assistant answer the reference;
 - classification: the prompt_template with the text (as stage sft builds it); the gold label is the reference.
 
 A tokenised example: {"input_ids": prompt ids (as the chat template renders the next answer's start), "labels":
@@ -20,6 +23,8 @@ from typing import Any, Optional
 
 from steadytune.config import ConfigError, RunConfig
 from steadytune.data.encode import IGNORE_INDEX, encode_classification_prompt, encode_text
+from steadytune.data.multimodal.encode import MediaContext, encode_multimodal_prompt, with_resolved_media
+from steadytune.data.multimodal.rows import media_of
 from steadytune.data.formats import (
     FormatSpec,
     _column,
@@ -31,7 +36,7 @@ from steadytune.data.formats import (
 from steadytune.data.prepare import ExampleKind, _progress, count_truncation, datasets_of
 from steadytune.data.readers import Row
 from steadytune.data.registry import DatasetSource
-from steadytune.data.templates import ASSISTANT_SIDE, USER_SIDE, Template, encode_parts
+from steadytune.data.templates import ASSISTANT, ASSISTANT_SIDE, USER, USER_SIDE, Template, encode_parts
 from steadytune.errors import DataError
 
 # Argument names the reward functions take themselves: a column of one of these names is not passed again.
@@ -48,21 +53,30 @@ def convert_alpaca_prompt(row: Row, spec: FormatSpec) -> Optional[dict]:
         return None
     answer = _column(row, spec, "response", False) if spec.columns.get("response") else None
     return {"messages": messages, "system": system, "tools": None, "prompt": messages[-1]["content"],
-            "answer": answer if isinstance(answer, str) else None, "columns": _columns(row)}
+            "answer": answer if isinstance(answer, str) else None, "columns": _columns(row),
+            **media_of(row.data, spec.columns, row.where)}
 
 
 def convert_conversation_prompt(row: Row, spec: FormatSpec) -> Optional[dict]:
     turns, system = conversation_turns(row, spec)
+    tools = tools_of(row, spec)
     answer = None
-    if turns and turns[-1]["role"] in ASSISTANT_SIDE:
+    if tools and any(t["role"] == USER for t in turns):
+        # A tool-call row (LLaMA-Factory's glaive format): the prompt ends at the last user turn; what follows (the
+        # calls, their results, the final answer) is the row's reference episode, the final answer its reference.
+        last = max(i for i, t in enumerate(turns) if t["role"] == USER)
+        after = [t for t in turns[last + 1:] if t["role"] == ASSISTANT]
+        answer = after[-1]["content"] if after else None
+        turns = turns[:last + 1]
+    elif turns and turns[-1]["role"] in ASSISTANT_SIDE:
         answer, turns = turns[-1]["content"], turns[:-1]
     if not turns or turns[-1]["role"] not in USER_SIDE:
         raise DataError(f"{row.where}: a grpo prompt must end with a user turn (optionally followed by the reference "
                         "answer)")
     if not str(turns[-1]["content"]).strip():
         return None
-    return {"messages": turns, "system": system, "tools": tools_of(row, spec), "prompt": str(turns[-1]["content"]),
-            "answer": answer, "columns": _columns(row)}
+    return {"messages": turns, "system": system, "tools": tools, "prompt": str(turns[-1]["content"]),
+            "answer": answer, "columns": _columns(row), **media_of(row.data, spec.columns, row.where)}
 
 
 def convert_classification_prompt(row: Row, spec: FormatSpec) -> Optional[dict]:
@@ -98,14 +112,29 @@ def encode_prompt(template: Template, tokenizer: Any, example: dict, cfg: RunCon
 
 
 def tokenize_prompts(examples: list[dict], split_name: str, template: Template, cfg: RunConfig, tokenizer: Any,
-                     stats: dict) -> list[dict]:
+                     stats: dict, media: Optional[MediaContext] = None) -> list[dict]:
+    """Each prompt's ids and what its reward functions read; a conversation's tool definitions (its `tools` column,
+    which a tool episode checks against the tools given); a prompt with images, its media references, grids and
+    token types (the roll-out makes pixels from them: data/multimodal/)."""
+    d = cfg.data
+    media_dir = d.media_dir if d.media_dir is not None else d.dataset_dir
     out = []
     with _progress(len(examples), split_name) as bar:
         for example in examples:
-            ids, cut = encode_prompt(template, tokenizer, example, cfg)
+            extra: dict = {}
+            if example.get("images") or example.get("videos"):
+                if media is None:
+                    raise DataError(f"{example.get('where', 'row')}: the row has images or videos, and the model has "
+                                    "no image processor (a text-only model?); train a vision-language model")
+                extra, cut = encode_multimodal_prompt(template, media, with_resolved_media(example, media_dir),
+                                                      d.cutoff_len)
+                ids = extra.pop("input_ids")
+            else:
+                ids, cut = encode_prompt(template, tokenizer, example, cfg)
             count_truncation(stats, split_name, cut, 0)
             out.append({"input_ids": ids, "labels": [IGNORE_INDEX] * len(ids), "prompt": example["prompt"],
-                        "answer": example["answer"], "columns": example["columns"]})
+                        "answer": example["answer"], "columns": example["columns"],
+                        **({"tools": example["tools"]} if example.get("tools") else {}), **extra})
             bar.update()
     if not out:
         raise DataError(f"{split_name} data ({datasets_of(cfg, split_name)}) holds no prompt")
@@ -115,4 +144,4 @@ def tokenize_prompts(examples: list[dict], split_name: str, template: Template, 
 PROMPTS = ExampleKind("prompts", {"alpaca": convert_alpaca_prompt, "sharegpt": convert_conversation_prompt,
                                   "openai": convert_conversation_prompt,
                                   "classification": convert_classification_prompt},
-                      tokenize_prompts, _check_prompt_source, classification=True)
+                      tokenize_prompts, _check_prompt_source, classification=True, media_stages=("grpo",))

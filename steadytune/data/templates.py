@@ -287,6 +287,33 @@ class Template:
         parts = self.message_parts(messages + [{"role": ASSISTANT, "content": ""}], system, tools, mask_history=True)
         return [part for message in parts[:-1] for part in message]
 
+    def tool_result_parts(self, content: str) -> list[Part]:
+        """A tool result (LLaMA-Factory's observation turn) as it follows an assistant's tool call: the observation
+        slot, which ends where the assistant's next turn starts (Qwen: its tool_response user turn, then
+        "<|im_start|>assistant\\n")."""
+        return self._resolve(self.observation, content)
+
+    def after_call_parts(self) -> list[Part]:
+        """What the function slot writes after the stop token that ends an assistant's tool-call turn (Qwen: the
+        "\\n" after <|im_end|>; nothing where the stop token is the slot's end): a model stops at its stop token, and
+        the conversation goes on from there."""
+        stop_ids = set(self.stop_token_ids())
+        stop_texts = [w for w in (*self.stop_words, self.eos_token or "") if w]
+        sentinel = "\x00"
+        parts = self._resolve(self.function, sentinel)
+        for i, part in enumerate(parts):
+            if isinstance(part, int):
+                if part in stop_ids:
+                    return parts[i + 1:]
+                continue
+            start = part.find(sentinel) + 1 if sentinel in part else 0
+            found = [(part.find(w, start), w) for w in stop_texts if part.find(w, start) >= 0]
+            if found:
+                at, word = min(found)
+                rest = part[at + len(word):]
+                return ([rest] if rest else []) + parts[i + 1:]
+        return []
+
     def render_generation_prompt(self, messages: list[dict], system: str | None = None,
                                  tools: str | None = None) -> str:
         """generation_prompt_parts as text (what `serve` feeds the model for a chat request)."""

@@ -9,6 +9,7 @@ implemented; an unknown `tool_format` is a configuration error.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable
@@ -181,3 +182,92 @@ def parse_calls(content: str) -> list[Call]:
         return [(c["name"], _dumps(c["arguments"])) for c in calls]
     except (KeyError, TypeError):
         raise DataError(f"tool call turn must be {{\"name\": ..., \"arguments\": ...}}: {content[:80]!r}") from None
+
+
+# --- assistant text -> tool calls (what the model wrote, read back: stage grpo's tool episodes) -----------------
+
+ParsedCall = tuple[str, Any]   # (function name, its arguments as parsed: a dict for a well-formed call)
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _named(objects: Any, arguments_key: str) -> list[ParsedCall] | None:
+    """JSON call objects {"name": ..., arguments_key: ...} (one or a list) -> calls; None if any is not one."""
+    items = objects if isinstance(objects, list) else [objects]
+    calls = []
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or arguments_key not in item:
+            return None
+        calls.append((item["name"], item[arguments_key]))
+    return calls or None
+
+
+def _read_default(text: str) -> list[ParsedCall] | None:
+    found = re.findall(r"Action:\s*([a-zA-Z0-9_]+)\s*Action Input:\s*(.+?)(?=\s*Action:|\s*$)", text, re.DOTALL)
+    calls = []
+    for name, arguments in found:
+        parsed = _json(arguments.strip().strip('"').strip("```"))
+        if parsed is None:
+            return None
+        calls.append((name, parsed))
+    return calls or None
+
+
+def _read_tagged(text: str) -> list[ParsedCall] | None:
+    spans = re.findall(r"<tool_call>(.+?)</tool_call>", text, re.DOTALL)
+    calls = []
+    for span in spans:
+        one = _named(_json(span.strip()), "arguments")
+        if one is None:
+            return None
+        calls += one
+    return calls or None
+
+
+def _read_qwen3_5(text: str) -> list[ParsedCall] | None:
+    calls = []
+    for span in re.findall(r"<tool_call>(.+?)</tool_call>", text, re.DOTALL):
+        function = re.search(r"<function=([^>\n]+)>(.*?)</function>", span, re.DOTALL)
+        if function is None:
+            return None
+        arguments = {}
+        for key, value in re.findall(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", function.group(2), re.DOTALL):
+            parsed = _json(value)
+            arguments[key] = value if parsed is None else parsed
+        calls.append((function.group(1).strip(), arguments))
+    return calls or None
+
+
+def _read_llama3(text: str) -> list[ParsedCall] | None:
+    return _named(_json(text.strip()), "parameters")
+
+
+def _read_mistral(text: str) -> list[ParsedCall] | None:
+    body = text.strip()
+    if body.startswith("[TOOL_CALLS]"):
+        body = body[len("[TOOL_CALLS]"):]
+    return _named(_json(body.strip()), "arguments")
+
+
+def _read_glm4(text: str) -> list[ParsedCall] | None:
+    if "\n" not in text.strip():
+        return None
+    name, arguments = text.strip().split("\n", maxsplit=1)
+    parsed = _json(arguments.strip())
+    return [(name.strip(), parsed)] if parsed is not None and name.strip() else None
+
+
+CALL_READERS = {"default": _read_default, "qwen": _read_tagged, "qwen3_5": _read_qwen3_5, "llama3": _read_llama3,
+                "mistral": _read_mistral, "glm4": _read_glm4}
+
+
+def read_calls(function_format: str, text: str) -> list[ParsedCall] | None:
+    """The tool calls an assistant turn makes, read as the template's format writes them (LLaMA-Factory's
+    tool_utils extractors: `Action:` / `Action Input:` for default, <tool_call> JSON for qwen, ...), or None when the
+    turn is an answer, not a well-formed call."""
+    return CALL_READERS[function_format](text)

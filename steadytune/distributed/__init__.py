@@ -4,6 +4,8 @@ Modules:
     launch           `steadytune train --nproc N`, `--nnodes N --node-rank R --master-addr HOST` and LLaMA-Factory's
                      launch variables: one launch plan, run by torch's elastic agent (static or c10d rendezvous,
                      restarts, each node's logs); the several-GPUs hint
+    store_probe      before a node joins: whether torch's rendezvous store answers at --master-addr:--master-port (or
+                     another service holds the port), asked by torch's own client in a child with a deadline
     ray_launch       LLaMA-Factory's USE_RAY=1: the run's ranks as Ray actors in one placement group, each running
                      the same `steadytune train` a torchrun rank runs
     nodes            several nodes seen from one process: the layout, one output folder on shared storage, the

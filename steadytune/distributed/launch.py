@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from steadytune.distributed.store_probe import rendezvous_obstacle
 from steadytune.distributed.watchdog import HANG_EXIT_CODE
 from steadytune.errors import UserError
 from steadytune.hardware.network import check_host, is_loopback, port_number
@@ -332,6 +333,13 @@ def launch(plan: LaunchPlan, config: str, overrides: list[str], force: bool, out
 
     if plan.master_addr and not is_loopback(plan.master_addr):
         resolve_within(plan.master_addr, "--master-addr")
+    if plan.several_nodes and plan.master_port:
+        # static node 0 creates the store itself; an elastic node may too (the one at master_addr): a store there
+        # is fine for it, anything else is in the way
+        obstacle = rendezvous_obstacle(plan.master_addr, plan.master_port, hosts_store=plan.node_rank == 0)
+        if obstacle:
+            print(f"error: rendezvous {plan.endpoint}: {obstacle}", file=sys.stderr, flush=True)
+            return RENDEZVOUS_EXIT_CODE
     gpus = visible_gpus()
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
@@ -378,8 +386,10 @@ def launch(plan: LaunchPlan, config: str, overrides: list[str], force: bool, out
     args = ["-u", "-m", "steadytune", "train", config, *overrides] + (["--force"] if force else [])
     started = time.time()
     restore_logger = announce_restarts()
+    finished = False
     try:
         elastic_launch(launch_config, sys.executable)(*args)
+        finished = True
         return 0
     except ChildFailedError as e:
         reports = hang_reports(output_dir, started)
@@ -394,18 +404,19 @@ def launch(plan: LaunchPlan, config: str, overrides: list[str], force: bool, out
         return failure.exitcode if failure.exitcode and failure.exitcode > 0 else 1
     except RendezvousError as e:   # a node never arrived, or the rendezvous host cannot be reached (timeouts too)
         print(f"error: {rendezvous_message(plan, e)}", file=sys.stderr, flush=True)
-        remove_empty_folders(logs, created)
         return RENDEZVOUS_EXIT_CODE
     except Exception as e:
-        if plan.several_nodes and _is_store_timeout(e):   # the static rendezvous: a TCPStore that waited in vain
+        # the static rendezvous: a store that waited in vain, or one torch's client could not talk to (DistError)
+        if plan.several_nodes and _is_store_failure(e):
             print(f"error: {rendezvous_message(plan, e)}", file=sys.stderr, flush=True)
-            remove_empty_folders(logs, created)
             return RENDEZVOUS_EXIT_CODE
         raise
     except KeyboardInterrupt:   # the processes got the same SIGINT: each saves a checkpoint and stops
         return 130
     finally:
         restore_logger()
+        if not finished:   # whatever stopped the launch: the log folders it made and nothing wrote into go
+            remove_empty_folders(logs, created)
 
 
 def agent_config(plan: LaunchPlan, launch_config_class, run_id: str):
@@ -472,9 +483,11 @@ def rendezvous_message(plan: LaunchPlan, error: BaseException) -> str:
             "--rdzv-timeout S waits longer")
 
 
-def _is_store_timeout(error: BaseException) -> bool:
+def _is_store_failure(error: BaseException) -> bool:
+    import torch.distributed as dist   # lazy, as this module's other torch imports: it loads without torch
     text = f"{type(error).__name__} {error}".lower()
-    return any(word in text for word in ("timed out", "timeout", "diststoreerror", "connection refused"))
+    return isinstance(error, getattr(dist, "DistError", ())) or any(
+        word in text for word in ("timed out", "timeout", "diststoreerror", "connection refused"))
 
 
 AGENT_LOGGER = "torch.distributed.elastic.agent.server.api"

@@ -157,7 +157,11 @@ def apply_plan(cfg, plan: ShardingPlan, world_size: int) -> None:
     if faults.kill_step is not None and faults.kill_rank >= world_size:
         raise UserError(f"fault_injection.kill_rank: {faults.kill_rank}, but the run has {world_size} process"
                         f"{'es' if world_size > 1 else ''} (ranks 0..{world_size - 1})")
-    cfg.decide("sharding", plan.label, plan.why)
+    why = plan.why
+    if plan.kind == "ddp" and t.ep_size > 1:   # distributed/expert_parallel.py keeps a slice of the experts a rank
+        why = why.replace("every rank holds the whole model", f"every rank holds the whole model but its routed "
+                          f"experts, split over ep_size {t.ep_size} ranks")
+    cfg.decide("sharding", plan.label, why)
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
     if plan.deepspeed is not None:

@@ -15,6 +15,9 @@ multi_gpu, deepspeed_ops, container and hardware_checks (the live checks), archs
 tables in hardware/gpu_facts.py), plan (what train would choose on a machine), memory (APU unified memory), pci
 (Resizable BAR), live (runs them all), offline (saved outputs, pasted text and run folders, with the error catalogue of
 hardware/), paste (a paste cut into pieces: console sessions, sysfs/procfs reads), environment (environment.json, and the
-checks `train` runs at start) and command (the subcommand). No module imports torch at import time: a broken torch
+checks `train` runs at start) and command (the subcommand). Round 5 reads any text by its facts: facts (each with its
+line), error_lines (every error line and its cause family), rules (a cause per family from the facts), fixes (worded
+with the machine's values), diagnose (the three over one text), cases (the mined public cases and their score) and
+canary (the GPU's arithmetic against the CPU). No module imports torch at import time: a broken torch
 install (rocm.md row 9) must still get a diagnosis instead of a traceback.
 """

@@ -11,6 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from steadytune.config import load_config
+from steadytune.doctor.canary import canary_on_this_machine
+from steadytune.doctor.cases import score_part, summary
 from steadytune.doctor.findings import findings_as_dicts, format_findings, has_errors
 from steadytune.doctor.live import diagnose_this_machine
 from steadytune.doctor.offline import MAX_SAVED_BYTES, RUN_MANIFEST, machine_info, run_folder_files, run_offline_checks
@@ -51,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time SDPA forward+backward under each kernel on the GPU train uses (in a child "
                              "process), with and without TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 where AOTriton marks "
                              "the GPU experimental, and say whether the switch pays")
+    parser.add_argument("--canary", action="store_true",
+                        help="also run the numerical canary on the GPU: matmuls and attention in each precision a run "
+                             "would use, every Triton kernel steadytune ships, an all-reduce across the visible GPUs "
+                             "and a large allocation, each checked against the CPU (some ROCm stacks return zeros or "
+                             "garbage without an error)")
     parser.add_argument("--deepspeed-ops", action="store_true",
                         help="also build (first time: minutes) and load the DeepSpeed ops a run may need (cpu_adam, "
                              "fused_adam), in a child process with a time limit")
@@ -61,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "dmesg/journal, sysfs and /proc reads, pip/uv output, env lines; a run folder (saves/RUN/): "
                              "its recorded error, environment.json and logs. Its GPUs, its packages, the likely cause of "
                              "its errors, and what train would choose there")
+    parser.add_argument("--score-cases", choices=("train", "heldout"), metavar="train|heldout",
+                        help="score doctor's rules on the mined cases (real pastes from public issue threads with their "
+                             "accepted fix, in the package): the share whose cause and fix doctor names, per cause, "
+                             "and the misses (the held-out part is scored, never used to write rules)")
     parser.add_argument("--config", metavar="YAML",
                         help="a train config: report train's choices for its precision, attention, packing, model and batch")
     for tool in TOOL_FLAGS:
@@ -112,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, scratch: Path) -> int:
+    if getattr(args, "score_cases", None):
+        print(summary(score_part(args.score_cases), args.score_cases, show_misses=args.score_cases == "train"))
+        return 0
     paths, expected = _offline_inputs(args, scratch)
     cfg = _config(args)
     if paths:
@@ -130,6 +144,8 @@ def _run(args: argparse.Namespace, scratch: Path) -> int:
                                                 nodes=getattr(args, "nodes", None))
         if probe is not None:   # None: torch missing or broken (row 9), which findings explain
             gpus = [{**asdict(g), "bf16": bf16_verdict(g.arch)[0]} for g in probe.info.gpus]
+            if getattr(args, "canary", False):
+                findings += canary_on_this_machine(probe.info.backend)
             title += f" ({probe.info.backend}, torch {probe.torch_version})"
             if cfg is not None:
                 findings += train_plan_findings(probe.info, "config", cfg, offline=False)

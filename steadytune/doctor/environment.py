@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
 
+from steadytune.doctor.canary import CanaryResult, failed_line, startup_canary
 from steadytune.doctor.findings import Finding, findings_as_dicts, format_findings, has_errors
 from steadytune.doctor.live import run_live_checks
 from steadytune.doctor.probe import OPTIONAL_PACKAGES, package_version
@@ -49,8 +50,9 @@ def write_environment(output_dir: Path | str, info: "HardwareInfo", findings: li
     return path
 
 
-def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None:
-    """The same checks `steadytune doctor` runs; error-level findings stop the run unless --force."""
+def run_startup_checks(info, output_dir: Path, force: bool, write: bool, precision: Optional[str] = None) -> None:
+    """The same checks `steadytune doctor` runs, then the cheap part of the numerical canary on the GPU in the run's
+    precision; error-level findings and a wrong canary result stop the run unless --force."""
     findings = run_live_checks()
     if write:
         try:
@@ -62,3 +64,14 @@ def run_startup_checks(info, output_dir: Path, force: bool, write: bool) -> None
         if not force:
             raise UserError(message + "\nfix them (see `steadytune doctor`), or pass --force to train anyway")
         print(message + "\n--force given: training anyway", file=sys.stderr)
+    stop_on_canary(startup_canary(precision or "fp32"), force)
+
+
+def stop_on_canary(results: list[CanaryResult], force: bool) -> None:
+    """One line and a stop when the GPU's arithmetic is wrong (a warning with --force)."""
+    line = failed_line(results)
+    if line is None:
+        return
+    if not force:
+        raise UserError(line)
+    print(f"warning: {line} (--force given: training anyway)", file=sys.stderr)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 from steadytune.doctor.archs import arch_findings, torch_rocm
 from steadytune.doctor.checks import discrete_behind_igpu
+from steadytune.doctor.diagnose import Report, diagnose_text, gpu_facts, report_findings
 from steadytune.doctor.devices import (
     RELEVANT_ENV,
     igpu_shadow,
@@ -41,6 +42,7 @@ from steadytune.doctor.memory import (
 )
 from steadytune.doctor.multi_gpu import rccl_findings
 from steadytune.doctor.paste import (
+    Piece,
     SystemReads,
     device_file_findings,
     gfx_of_target_version,
@@ -48,6 +50,7 @@ from steadytune.doctor.paste import (
     read_python_probe,
     read_system,
     split_pieces,
+    unwrap,
 )
 from steadytune.doctor.packages import (
     PythonEnv,
@@ -62,7 +65,7 @@ from steadytune.doctor.plan import train_plan_findings
 from steadytune.hardware.archs import bf16_verdict
 from steadytune.hardware.backend import GPU, HardwareInfo
 from steadytune.hardware.error_catalogue import Facts, match_text
-from steadytune.hardware.gpu_facts import ARCH_COMMANDS, OFFICIAL_WHEEL_ARCHS, lookup_product
+from steadytune.hardware.gpu_facts import ARCH_COMMANDS, OFFICIAL_WHEEL_ARCHS, arch_info, lookup_product
 from steadytune.hardware.gpu_ids import AMD, lookup_id
 from steadytune.hardware.rccl import rocm_tuple
 from steadytune.hardware.smi_parsers import (
@@ -97,6 +100,7 @@ class SavedOutputs:
     texts: list["TextPiece"] = field(default_factory=list)        # every piece, for the error catalogue
     dmesg_gpus: list["GpuRecord"] = field(default_factory=list)   # GPUs named by id in a kernel log
     run: dict[str, str] = field(default_factory=dict)             # a run folder's status, its environment.json backend
+    files: list["PastedFile"] = field(default_factory=list)       # each file's text and pieces, for the rules
 
     @property
     def rocm_version(self) -> Optional[str]:
@@ -134,6 +138,14 @@ class TextPiece:
     env: dict[str, str] = field(default_factory=dict)
     exported: dict[str, str] = field(default_factory=dict)
     session: bool = False
+
+
+@dataclass
+class PastedFile:
+    """One file as the rules read it: its text without quotes and fences, and its pieces (each command's variables)."""
+    source: str
+    text: str
+    pieces: list[Piece]
 
 
 def _read_machine_sample(text: str, source: str, saved: SavedOutputs, command: str = "") -> Optional["ParseResult"]:
@@ -308,7 +320,9 @@ def read_saved_outputs(paths: Iterable[Path], expected_tool: Optional[Mapping[Pa
             text = _manifest_text(text)
         first = len(saved.results)
         samples = []
-        for piece in split_pieces(text):
+        pieces = split_pieces(text)
+        saved.files.append(PastedFile(path.name, unwrap(text), pieces))
+        for piece in pieces:
             cut_up = split_samples(piece.text) or ([Sample("", piece.command)] if piece.command else [])
             samples += [(Sample(sample.text, sample.command or piece.command), piece) for sample in cut_up]
         if not samples:
@@ -372,7 +386,8 @@ def _describe(g: "GpuRecord") -> Finding:
         f"{g.nominal_memory_gib:g} GiB (the model's, by its PCI id)" if g.nominal_memory_gib else "memory ?"
     verdict = "bf16 native" if native else "bf16 unknown" if native is None else "no native bf16"
     extras = [f"HIP id {g.hip_id}" if g.hip_id is not None and g.hip_id != g.index else "",
-              g.partition or "", f"{g.power_cap_w:g} W cap" if g.power_cap_w else "", "integrated" if g.integrated else ""]
+              g.partition or "", f"{g.power_cap_w:g} W cap" if g.power_cap_w else "", "integrated" if g.integrated else "",
+              "every sensor N/A (no proof it works)" if g.sensors_unreadable else ""]
     return Finding.info("saved-outputs", f"GPU {g.index}: {g.name or 'model not shown'}, {g.arch or 'arch ?'}, {memory}, "
                                          f"{verdict}" + "".join(f", {e}" for e in extras if e),
                         f"arch from {g.arch_source}" if g.arch_source else "")
@@ -454,6 +469,17 @@ def diagnose_gpus(gpus: list["GpuRecord"], check: str = "saved-outputs", saved: 
     return findings
 
 
+def _read_as_logs(saved: SavedOutputs, reports: list[tuple[str, Report]]) -> None:
+    """A piece no reader recognised but which holds an error line is a log: the rules answer for it, so it keeps no
+    "could not read" problem."""
+    erring = {e.line.strip() for _, report in reports for e in report.errors}
+    for piece in saved.texts:
+        if piece.result.tool in ("unknown", "command") and any(l.strip() in erring or l.strip() in " ".join(erring)
+                                                               for l in piece.text.splitlines() if l.strip()):
+            piece.result.tool, piece.result.problems = "log", []
+            piece.result.notes = [n for n in piece.result.notes if "nothing doctor reads" not in n]
+
+
 NON_GPU_TOOLS = ("lspci", "dmesg", "packages", "environment", "sysfs", "kernel command line", "meminfo", "device files",
                  "groups", "log", "command", "python", "run manifest")
 
@@ -508,6 +534,48 @@ def _single(figures: dict) -> Optional[float]:
     return next(iter(figures.values())) if len(figures) == 1 else None
 
 
+def _piece_facts(saved: SavedOutputs, gpus: list["GpuRecord"], text: str, command: str, env: Mapping[str, str],
+                 exported: Mapping[str, str], session: bool) -> Facts:
+    """What the catalogue knows where a piece ran: its command's variables (a session's exports and prefix, or the
+    pasted env lines), the machine's GPUs and torch."""
+    variables = {**saved.dumped_env, **env} if session else dict(saved.env)
+    variables.update(python_env_assignments(text))   # os.environ[...] = ... in the pasted code
+    return Facts(env=variables, command=command, gpus=gpus, torch_version=saved.torch_version,
+                 hip_version=saved.hip_version, exported=exported)
+
+
+def diagnose_files(saved: SavedOutputs, gpus: list["GpuRecord"]) -> list[tuple[str, Report]]:
+    """The rules over each file as a whole (facts spread over its pieces), each piece's lines matched by the
+    catalogue with the variables of the command that printed them."""
+    reports = []
+    for pasted in saved.files:
+        chunks = [(p.start, max(p.end, p.start + 1), _piece_facts(saved, gpus, p.text, p.command, p.env, p.exported,
+                                                               p.session)) for p in pasted.pieces]
+        reports.append((pasted.source, diagnose_text(pasted.text, chunks=chunks)))
+    return reports
+
+
+def fact_gpus(reports: list[tuple[str, Report]]) -> list["GpuRecord"]:
+    """GPUs the text names (a model, a PCI id, a gfx string) where no tool output listed any: a GPU table says what
+    the paste says, each marked as read from the text."""
+    gpus: list[GpuRecord] = []
+    for _source, report in reports:
+        for fact in gpu_facts(report.sheet):
+            arch = fact.detail if fact.kind in ("gpu", "pci_id") else fact.value
+            if not arch or any(g.arch == arch for g in gpus):
+                continue
+            name = fact.value if fact.kind == "gpu" else None
+            if fact.kind == "pci_id":
+                vendor_id, device = (int(x, 16) for x in fact.value.split(":"))
+                row = lookup_id(device, vendor_id)
+                name = row.name if row else None
+            product = arch_info(arch)
+            gpus.append(GpuRecord(index=len(gpus), vendor="nvidia" if arch.startswith("sm_") else "amd", name=name,
+                                  arch=arch, arch_source="named in the text",
+                                  integrated=bool(product and product.kind == "apu")))
+    return gpus
+
+
 def catalogue_findings(saved: SavedOutputs, gpus: list["GpuRecord"]) -> list[Finding]:
     """The error catalogue over every piece, with that piece's variables and the machine's GPUs and torch. A piece no
     reader recognised and in which the catalogue finds nothing keeps its "could not read" problem; one in which it
@@ -515,10 +583,7 @@ def catalogue_findings(saved: SavedOutputs, gpus: list["GpuRecord"]) -> list[Fin
     findings: list[Finding] = []
     seen: dict[str, Finding] = {}
     for piece in saved.texts:
-        env = {**saved.dumped_env, **piece.env} if piece.session else dict(saved.env)   # where that command ran
-        env.update(python_env_assignments(piece.text))   # os.environ[...] = ... in the pasted code
-        facts = Facts(env=env, command=piece.command, gpus=gpus,
-                      torch_version=saved.torch_version, hip_version=saved.hip_version, exported=piece.exported)
+        facts = _piece_facts(saved, gpus, piece.text, piece.command, piece.env, piece.exported, piece.session)
         matches = match_text(piece.text, facts)
         if matches and piece.result.tool == "unknown":
             piece.result.tool, piece.result.problems = "log", []
@@ -546,7 +611,12 @@ def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, 
     gpus, conflicts = merge_results([r for r in saved.results if r.tool not in NON_GPU_TOOLS])
     if not gpus:
         gpus = system_gpus(saved)
-    known = catalogue_findings(saved, gpus)
+    reports = diagnose_files(saved, gpus)
+    known = catalogue_findings(saved, gpus)   # the visibility arithmetic counts only the GPUs a tool listed
+    if not gpus:
+        gpus = fact_gpus(reports)
+    _read_as_logs(saved, reports)
+    diagnosed = [f for source, report in reports for f in report_findings(report, source, skip_restated=True)]
     findings: list[Finding] = []
     for result in saved.results:
         findings += [Finding.warn("saved-outputs", p, fix="save the full, unedited output of the tool") for p in result.problems]
@@ -559,12 +629,12 @@ def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, 
         else:
             findings.append(Finding.info("saved-outputs", f"{result.source}: {result.tool} output, {len(result.gpus)} GPU(s)"))
     findings += [Finding.warn("saved-outputs", c) for c in conflicts]
-    if not gpus and not saved.read_anything and not known:
+    if not gpus and not saved.read_anything and not known and not any(r.errors for _, r in reports):
         findings.append(Finding.error("saved-outputs", "could not read any GPU from the given outputs",
                                       fix="give rocminfo, amd-smi (default view or static), rocm-smi --showproductname "
                                           "--json, nvidia-smi, collect_env, lspci -vv or dmesg output, or the error "
                                           "itself (a traceback, a console session)"))
-    findings += known
+    findings += diagnosed + known
     findings += device_file_findings(saved.system)
     findings += gtt_limit_findings(saved.kernel.cmdline, saved.memory.get("gtt") or _single(saved.kernel.gtt_gib),
                                    saved.system.ttm_limit_gib, saved.memory.get("ram"),

@@ -43,6 +43,8 @@ class Piece:
     exported: dict[str, str] = field(default_factory=dict)   # exported earlier in the same session
     session: bool = False                              # the piece came from a console transcript
     after: dict[str, str] = field(default_factory=dict)      # the session's exports once this command has run
+    start: int = 0                                     # its lines in unwrap(text): [start, end)
+    end: int = 0
 
 
 def unwrap(text: str) -> str:
@@ -88,18 +90,19 @@ def split_pieces(text: str) -> list[Piece]:
     current = Piece(text="")
     body: list[str] = []
 
-    def close() -> None:
+    def close(end: int) -> None:
         current.text = "\n".join(body)
         current.after = dict(session)
+        current.end = end
         if current.text.strip() or current.command:
             pieces.append(current)
 
-    for line in lines:
+    for number, line in enumerate(lines):
         prompt = _PROMPT.match(line)
         if not prompt or line.lstrip().startswith("# "):
             body.append(line)
             continue
-        close()
+        close(number)
         command = prompt.group("command").strip()
         inline, words = command_env(command)
         if words[:1] == ["export"] or (not words and inline):
@@ -113,11 +116,12 @@ def split_pieces(text: str) -> list[Piece]:
             for word in words[1:]:
                 session.pop(word, None)
         exported = dict(session)
-        current = Piece(text="", command=command, env={**session, **inline}, exported=exported, session=True)
+        current = Piece(text="", command=command, env={**session, **inline}, exported=exported, session=True,
+                        start=number)
         body = []
-    close()
+    close(len(lines))
     if not pieces:
-        return [Piece(text=text)]
+        return [Piece(text=text, end=len(lines))]
     return pieces
 
 

@@ -17,8 +17,16 @@ from typing import TYPE_CHECKING, Optional
 from steadytune.config import RunConfig
 from steadytune.doctor.findings import Finding
 from steadytune.hardware import moe_shape as moe
+from steadytune.hardware.long_context import (
+    DEFAULT_LEVER_TILE,
+    describe_levers,
+    estimate_for,
+    lora_run_state_gib,
+    room_gib,
+)
 from steadytune.hardware.memory import (
     activation_gib,
+    estimate_parameters,
     checkpointed_activation_gib,
     choose_gradient_checkpointing,
     dequantised_experts_gib,
@@ -39,6 +47,7 @@ from steadytune.hardware.policy import choose_attention, choose_packing_attentio
 from steadytune.hardware.rccl import rocm_tuple
 from steadytune.hardware.rocm_path import rocm_path
 from steadytune.hardware.speed import COMPILE_MIN_MICRO_BATCHES, KERNEL_TUNING_MIN_MICRO_BATCHES
+from steadytune.hardware.unified_memory import system_memory_gib
 from steadytune.model.kernel_builds import feature_verdict, record_target   # the record is JSON: no torch, no Triton
 from steadytune.model.kernel_catalogue import FEATURES
 
@@ -368,9 +377,68 @@ def train_plan_findings(info: "HardwareInfo", check: str, cfg: Optional["RunConf
         findings += packing_findings(info, base, check, offline)
         findings += checkpointing_findings(info, cfg, check)
         if cfg is not None:
+            findings += long_context_findings(info, cfg, check, offline)
             findings += quantization_findings(info, cfg, check, offline)
             findings += moe_findings(info, cfg, check)
             findings += fp8_findings(info, cfg, check)
     except ImportError as e:   # torch or transformers missing here: the saved machine's plan is still partly known
         findings.append(Finding.info(check, f"packing and gradient checkpointing not evaluated here ({e})"))
+    return findings
+
+
+def run_state_gib(config, cfg: "RunConfig") -> float:
+    """What the run holds beside its activations, by method: LoRA (or OFT) with lora_target: all over the base
+    (quantised as asked), its gradients and AdamW's moments; full fine-tuning every weight with its gradient and
+    AdamW's moments in fp32 (16 bytes a parameter)."""
+    m = cfg.model
+    if cfg.method.finetuning_type == "full":
+        return estimate_parameters(config) * 16 / 2**30
+    quantized = quantised_bytes_per_parameter(m.quantization_bit, m.double_quantization) \
+        if m.quantization_bit is not None else None
+    return lora_run_state_gib(config, cfg.method.lora_rank, quantized)
+
+
+def long_context_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, offline: bool) -> list[Finding]:
+    """The long-context memory plan for this config on this GPU (hardware/long_context.py, what train prints at
+    start): the longest cutoff_len each memory lever fits, what train would choose at the config's micro-batch, and
+    cutoff_len against the model's window."""
+    model = model_config_for(cfg)
+    gpu = info.primary
+    if model is None:
+        return []
+    config, label = model
+    findings = []
+    window = getattr(config, "max_position_embeddings", None)
+    if window and cfg.data.cutoff_len > window:
+        findings.append(Finding.warn(check, f"cutoff_len {cfg.data.cutoff_len:,} is longer than {label}'s window "
+                                            f"({window:,} positions)",
+                                     "examples longer than the window train at positions the model never saw "
+                                     "(rope_scaling is not supported); train says so at start and counts them",
+                                     f"cutoff_len: {window}"))
+    if gpu is None or not gpu.budget_gib:
+        return findings
+    budget = gpu.budget_gib
+    ram = None if offline else system_memory_gib()
+    tile = cfg.train.sequence_tile_tokens or DEFAULT_LEVER_TILE
+    state = run_state_gib(config, cfg)
+    act = 4 if cfg.method.finetuning_type == "full" else 2
+    levers = describe_levers(config, state, budget, ram, tile, act)
+    tokens = cfg.train.max_tokens_per_batch or cfg.train.per_device_train_batch_size * cfg.data.cutoff_len
+    ram_text = f", {ram:.0f} GiB RAM" if ram else ", RAM not known here (offloading levers left out)"
+    findings.append(Finding.info(check, f"longest cutoff_len for {label} ({cfg.method.finetuning_type}) on "
+                                        f"{budget:g} GiB{ram_text}: {levers}",
+                                 "one sequence a micro-batch; estimates of the peak allocated memory "
+                                 "(hardware/long_context.py), fitted to 94% of the GPU less 1.5 GiB for its context"))
+    if tokens >= 32768:
+        for lever in ("checkpointing", "tiling", "tiling + offloading"):
+            estimate = estimate_for(lever, config, tokens, state, budget, ram, tile, act)
+            if estimate is not None and estimate.gpu_gib <= room_gib(budget):
+                findings.append(Finding.info(check, f"at {tokens:,} tokens a micro-batch train would use {lever}: "
+                                                    f"{estimate.describe()}"))
+                break
+        else:
+            findings.append(Finding.warn(check, f"{tokens:,} tokens a micro-batch do not fit {budget:g} GiB with any "
+                                                "lever here", f"the levers' longest: {levers}",
+                                         "lower cutoff_len (or max_tokens_per_batch), or split the sequence over "
+                                         "GPUs with cp_size"))
     return findings

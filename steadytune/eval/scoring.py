@@ -23,13 +23,12 @@ from steadytune.errors import UserError
 from steadytune.eval.metrics import classification_report
 from steadytune.model.anatomy import decoder_body, final_logit_softcap, output_head
 from steadytune.model.decode.generate import generate_all, params_from_generate_kwargs
+from steadytune.model.media_features import run_multimodal, select_images
 from steadytune.model.vision import (
     concat_pixels,
     encode_media,
     images_in,
     is_vision_model,
-    run_multimodal,
-    select_images,
     type_id_inputs,
 )
 
@@ -62,6 +61,8 @@ def _inference(model: torch.nn.Module) -> Iterator[None]:
 
 # `serve` runs its forwards the same way (eval mode, no autograd, the model's precision).
 inference = _inference
+# The model's precision alone (autocast is per thread): GRPO's roll-out thread, which leaves the model's mode alone.
+precision_context = _precision_context
 
 
 def _length_sorted_batches(prompts: Sequence[Sequence[int]], batch_size: int, progress: bool,
@@ -123,7 +124,7 @@ def _score_chunk(model: torch.nn.Module, prompts: list[Sequence[int]], label_tar
 def _media_hidden(model: torch.nn.Module, input_ids: torch.Tensor, media: list[dict], n_labels: int,
                   device: torch.device) -> torch.Tensor:
     """Last hidden states of the (prompt, label) rows of prompts with images: each prompt's images go through the
-    vision encoder once, and every label's row of that prompt reads the same features (model/vision.py)."""
+    vision encoder once, and every label's row of that prompt reads the same features (model/media_features.py)."""
     counts = [images_in(m) for m in media]
     pixels = {k: v.to(device) for k, v in concat_pixels([m for m in media if m]).items()}
     encoded = encode_media(model, pixels)
@@ -132,7 +133,7 @@ def _media_hidden(model: torch.nn.Module, input_ids: torch.Tensor, media: list[d
     inputs = {"input_ids": input_ids, **type_id_inputs(model, input_ids)}
     if "image_grid_thw" in pixels:
         inputs["image_grid_thw"] = pixels["image_grid_thw"][torch.as_tensor(index, device=device)]
-    return run_multimodal(model, inputs, select_images(encoded, index, sum(counts))).last_hidden_state
+    return run_multimodal(model, inputs, select_images(encoded, index)).last_hidden_state
 
 
 def score_labels(model: torch.nn.Module, prompts: Sequence[Sequence[int]], label_targets: Sequence[Sequence[int]],
@@ -303,6 +304,29 @@ def build_prompts(tokenizer: Any, examples: Sequence[dict | str], template: Any,
     return prompts
 
 
+def prompt_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """What a conversation row asked, for a prediction record (such a row has no "text" column): its prompt decoded
+    without the template's control tokens (an image's tokens among them)."""
+    return tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+
+
+def media_names(refs: Any) -> dict:
+    """{"images": [...]} naming a row's images for a prediction record (a file by its path; an embedded image by its
+    size, not its bytes), {} for a row without images."""
+    if not refs:
+        return {}
+    names = []
+    for ref in refs:
+        if isinstance(ref, dict) and ref.get("path"):
+            ref = str(ref["path"])
+        if isinstance(ref, str) and not ref.startswith("data:") and len(ref) < 4096:
+            names.append(ref)
+        else:
+            data = ref.get("bytes") if isinstance(ref, dict) else ref
+            names.append(f"(embedded image, {len(data or b'')} bytes)")
+    return {"images": names}
+
+
 def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_texts: Sequence[dict | str],
                             label_names: Sequence[str], template: Any = None, prompt_template: str | None = None,
                             batch_size: int = 32, max_prompt_len: int | None = None, mode: str = "score",
@@ -330,7 +354,9 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
     prompts = build_prompts(tokenizer, examples_or_texts, template, prompt_template, max_prompt_len)
     gold = [_gold_of(e, label_names) for e in examples_or_texts]
     gold_names = [None if g is None else label_names[g] for g in gold]
-    texts = [e if isinstance(e, str) else e.get("text") for e in examples_or_texts]
+    texts = [e if isinstance(e, str) else e.get("text") if e.get("text") is not None else prompt_text(tokenizer, p)
+             for e, p in zip(examples_or_texts, prompts)]
+    images = [media_names(e.get("images")) if isinstance(e, dict) else {} for e in examples_or_texts]
     pixels = [media(e) if isinstance(e, dict) else {} for e in examples_or_texts] if media is not None else None
 
     records: list[dict] = []
@@ -339,7 +365,7 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
         scores = score_labels(model, prompts, label_targets, batch_size, pad_id, progress, media=pixels)
         predicted = scores.argmax(dim=1).tolist()
         for i, k in enumerate(predicted):
-            records.append({"text": texts[i], "gold": gold_names[i],
+            records.append({"index": i, "text": texts[i], **images[i], "gold": gold_names[i],
                             "prediction": label_names[k],
                             "scores": {name: round(float(s), 4) for name, s in zip(label_names, scores[i])}})
     else:
@@ -351,7 +377,7 @@ def evaluate_classification(model: torch.nn.Module, tokenizer: Any, examples_or_
         # An answer naming no label is its own (always wrong) column of the confusion matrix.
         predicted = [len(label_names) if k is None else k for k in matched]
         for i, k in enumerate(matched):
-            records.append({"text": texts[i], "gold": gold_names[i],
+            records.append({"index": i, "text": texts[i], **images[i], "gold": gold_names[i],
                             "prediction": None if k is None else label_names[k], "generated": answers[i]})
 
     result: dict[str, Any] = {"mode": mode, "label_names": label_names}

@@ -28,7 +28,7 @@ from steadytune.hardware.visibility import stack_masks
 CATALOGUE = Path(__file__).with_name("error_catalogue.yaml")
 SEVERITIES = ("error", "warning", "info")
 CONTEXTS = ("visibility", "arch", "oom", "bnb_library", "gpu_node", "dmesg_device", "socket", "sudo", "cuda_wheel")
-FIELDS = ("id", "title", "match", "example", "source", "cause", "fix", "severity")
+FIELDS = ("id", "title", "match", "example", "source", "cause", "fix", "severity", "family")
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class Entry:
     cause: str
     fix: str
     severity: str
+    family: str                         # the cause family doctor's rules file it under (doctor/error_classes.yaml)
     context: Optional[str] = None
 
 
@@ -95,7 +96,8 @@ def load_catalogue(path: Optional[Path] = None) -> tuple[Entry, ...]:
         except re.error as e:
             raise CatalogueError(f"entry {item['id']}: bad pattern ({e})") from None
         entries.append(Entry(item["id"], item["title"], patterns, str(item["example"]), str(item["source"]),
-                             str(item["cause"]), str(item["fix"]), item["severity"], item.get("context")))
+                             str(item["cause"]), str(item["fix"]), item["severity"], str(item["family"]),
+                             item.get("context")))
     return tuple(entries)
 
 

@@ -48,6 +48,7 @@ class GpuRecord:
     cut: Optional[str] = None           # the saved output ends (or elides) inside this card's block: what is missing
     vbios: Optional[str] = None         # the VBIOS part number (rocm-smi --showhw, dmesg's ATOM BIOS line)
     nominal_memory_gib: Optional[float] = None   # the product's size from the PCI id table, where the output shows none
+    sensors_unreadable: bool = False    # every sensor of its row reads N/A: the driver does not answer for it
 
     @property
     def bf16(self) -> Optional[bool]:
@@ -318,6 +319,9 @@ def parse_rocm_smi_concise(text: str, result: ParseResult) -> None:
             device_id = re.search(r"\b0x([0-9a-fA-F]{4})\b", row.group(2))
             if device_id:
                 current.device_id = int(device_id.group(1), 16)
+            cells = row.group(2).split()
+            current.sensors_unreadable = sum(c.rstrip(",") in ("N/A", "None", "unknown") for c in cells) >= 4 and \
+                not re.search(r"\b\d+(?:\.\d+)?\s?°?C\b|\b\d+(?:\.\d+)?\s?W\b|\b\d+\s?Mhz\b", row.group(2), re.IGNORECASE)
             if "..." in row.group(2):
                 current.cut = "columns elided ('...') in the saved table"
             result.gpus.append(current)

@@ -121,6 +121,12 @@ class ChatSession:
         model, tokenizer = load_run(run_, quiet=quiet)
         return cls(run_, model, tokenizer)
 
+    @property
+    def scores_images(self) -> bool:
+        """A classification run of a vision-language model trained on conversations: a message is scored with the
+        images attached to it (a prompt_template run scores text only)."""
+        return self.scorer is not None and self.vision is not None and self.scorer.prompt_template is None
+
     def banner(self) -> str:
         what = (f"classification: each line is a text, the answer its label ({' / '.join(self.scorer.label_names)}) "
                 "and probability" if self.scorer else f"generation: {self.sampling.describe()}")
@@ -140,8 +146,8 @@ class ChatSession:
 
         if self.vision is None:
             return f"(this model takes no images: {IMAGE_COMMAND} needs a vision-language model)"
-        if self.scorer is not None:
-            return f"(a classification chat scores text only; {IMAGE_COMMAND} is for generation)"
+        if self.scorer is not None and not self.scores_images:
+            return f"(this classification run scores text put into its prompt_template; {IMAGE_COMMAND} takes no images here)"
         if not argument:
             return f"(usage: {IMAGE_HELP})"
         try:
@@ -155,7 +161,12 @@ class ChatSession:
     # --- one turn -----------------------------------------------------------------------------------------
 
     def classify(self, text: str) -> str:
-        label, probability, probabilities = self.scorer.answer(text)
+        if self.scores_images:   # the message with the images attached to it, as its rows were encoded
+            ids, pixels = self.prompt(text)
+            self.pending_images.clear()
+            label, probability, probabilities = self.scorer.answer_prompt(ids, pixels)
+        else:
+            label, probability, probabilities = self.scorer.answer(text)
         others = ", ".join(f"{name} {p:.3f}" for name, p in probabilities.items())
         return f"{label} (p={probability:.3f}; {others})"
 
@@ -236,7 +247,11 @@ class ChatSession:
                 print(self.attach_image(text[len(IMAGE_COMMAND):].strip()), file=stdout, flush=True)
                 continue
             if self.scorer is not None:
-                print(self.classify(text), file=stdout, flush=True)
+                try:
+                    print(self.classify(text), file=stdout, flush=True)
+                except UserError as e:   # its images or template refuse the message: say why, keep the session
+                    self.pending_images.clear()
+                    print(f"({e})", file=stdout, flush=True)
                 continue
             if interactive:
                 print("assistant> ", end="", file=stdout, flush=True)

@@ -143,7 +143,10 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
 
         scorer = LabelScorer(model, tokenizer, template, cfg.data.label_names, cfg.data.prompt_template,
                              cfg.data.cutoff_len)
-        prompts = scorer.prompts([_text_of(row, text_column or "text") for row in rows])
+        if scorer.prompt_template is None:   # trained on conversations whose answers are the labels: the row's turns
+            prompts = [_prompt_ids(row, template, tokenizer, text_column) for row in rows]
+        else:
+            prompts = scorer.prompts([_text_of(row, text_column or "text") for row in rows])
         probs = scorer.probabilities(prompts, batch_size, progress=True)
         out = []
         for row, p in zip(rows, probs):

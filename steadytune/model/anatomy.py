@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from steadytune.model.vision import is_vision_config, is_vision_model, run_multimodal, takes_pixels, text_only_inputs
+from steadytune.model.media_features import has_features, only_text, run_multimodal
+from steadytune.model.vision import is_vision_config, is_vision_model, takes_pixels
 
 # What a model is loaded as, by task: a causal LM (sft, dpo, kto), or the same body with a one-output linear head
 # read at a sequence's last token (the reward model of stage rm; transformers' *ForSequenceClassification, the
@@ -115,12 +116,12 @@ def speed_scope(model: torch.nn.Module) -> torch.nn.Module:
 
 def run_body(model: torch.nn.Module, inputs: dict, **kwargs):
     """The decoder body's forward (no head) over a batch's model inputs: a vision-language model's rows with pixels
-    go through its vision tower, projector and language model (model/vision.py), rows without through its language
-    model alone; a text model through its decoder."""
+    (or their features, encoded already) go through its vision tower, projector and language model
+    (model/media_features.py), rows without through its language model alone; a text model through its decoder."""
     if is_vision_model(model):
-        if takes_pixels(inputs):
+        if takes_pixels(inputs) or has_features(inputs):
             return run_multimodal(model, inputs, **kwargs)
-        inputs = text_only_inputs(inputs)
+        inputs = only_text(inputs)
     return decoder_body(model)(**inputs, **kwargs)
 
 

@@ -173,9 +173,11 @@ def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:
         cfg.decide("packing", False, "packing: false")
         return False
     # Unset: on where it was measured faster (same loss either way: tests/test_train_packing.py).
-    if cfg.method.stage == "dpo" and is_vision_folder(cfg.model.model_name_or_path):
-        cfg.decide("packing", False, "off by default: a vision-language model's preference pairs are padded (each "
-                                     "sequence with its prompt's images; packed pairs with images are not built)")
+    if cfg.method.stage in ("dpo", "grpo") and is_vision_folder(cfg.model.model_name_or_path):
+        what = "preference pairs" if cfg.method.stage == "dpo" else "prompt + completion sequences"
+        cfg.decide("packing", False, f"off by default: a vision-language model's {what} are padded (each "
+                                     f"sequence with its prompt's images; packed {cfg.method.stage} rows with images "
+                                     "are not built)")
         return False
     if class_weighted_loss:
         cfg.decide("packing", False, "off by default: class_balance loss weights need padded rows")

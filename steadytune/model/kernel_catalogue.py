@@ -163,15 +163,24 @@ def bgmv_rank_block(rank: int) -> int:
     return max(2, next_power_of_2(rank))
 
 
+def bgmv_blocks(width: int) -> tuple[int, int]:
+    """(SPLITS, BLOCK_S): the shrink's programs a row over the input width, and their partial sums padded for the
+    expand."""
+    splits = -(-width // BGMV_BLOCK_K)
+    return splits, max(2, next_power_of_2(splits))
+
+
 def bgmv_warps(rank_block: int, block: int, arch: str) -> int:
-    """Warps for a [rank, block] fp32 tile: 4 (timed on an H100 at rank 8), more once a thread would hold over 128
-    values of it (rank 128 spilled at 4 warps on NVIDIA and RDNA)."""
+    """Warps for a LoRA kernel's [block, rank] fp32 tile (A's in the shrink, B's or the partial sums in the expand): 4
+    (timed on an H100 at rank 8), more once a thread would hold over 128 values of it (rank 128 spilled at 4 warps on
+    NVIDIA and RDNA)."""
     return min(16, max(4, rank_block * block // (128 * warp_size(arch))))
 
 
 # decode fused small ops (fused_triton.py) and sampling (sample_triton.py)
 ACT_BLOCK = 1024
 SAMPLE_BLOCK_V = 1024
+SAMPLE_CHUNK = 4096   # vocabulary tokens a sampling program takes: one row of 151,936 tokens is 38 programs
 
 
 def norm_block(width: int) -> tuple[int, int]:
@@ -369,22 +378,36 @@ def _merge_configs(arch: str) -> list[Config]:
 
 # --- decode LoRA banks (model/decode/kernels/bgmv_triton.py) --------------------------------------------------
 
-BGMV_SHRINK = _args("X:*{x} A:*{w} Index:*i64 T:*fp32 stride_x:i32 stride_ae:i32 stride_ar:i32 K:i32 R:constexpr "
-                    "BLOCK_R:constexpr BLOCK:constexpr")
-BGMV_EXPAND = _args("T:*fp32 B:*{w} Scale:*fp32 Index:*i64 Y:*{x} stride_y:i32 stride_be:i32 stride_bn:i32 N:i32 "
-                    "R:constexpr BLOCK_R:constexpr BLOCK:constexpr")
+BGMV_SHRINK = _args("X:*{x} A:*{w} Index:*i64 Parts:*fp32 stride_x:i32 stride_ae:i32 stride_ar:i32 K:i32 "
+                    "R:constexpr BLOCK_R:constexpr SPLITS:constexpr BLOCK:constexpr")
+BGMV_EXPAND = _args("Parts:*fp32 B:*{w} Scale:*fp32 Index:*i64 Y:*{x} stride_be:i32 stride_bn:i32 stride_se:i32 "
+                    "stride_sn:i32 stride_y:i32 N:i32 R:constexpr BLOCK_R:constexpr SPLITS:constexpr "
+                    "BLOCK_S:constexpr BLOCK:constexpr")
 BGMV_RANKS = (8, 16, 64, LORA_RANK_LIMIT)
+# The projections' input widths at both ends: Qwen2.5-0.5B's hidden size (4 shrink programs a row) and Qwen2.5-72B's
+# MLP width (116: the expand then adds 116 partial sums, padded to 128).
+BGMV_WIDTHS = (896, 29568)
 
 
-def _bgmv_configs(args, block: int) -> Callable[[str], list[Config]]:
+def _bgmv_configs(which: str) -> Callable[[str], list[Config]]:
     """Activations in the model's dtype; the banks in the adapters' (fp32 while GRPO trains them under bf16)."""
     def configs(arch: str) -> list[Config]:
         out = []
         for x, w in (("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"), ("bf16", "fp32")):
             for rank in (BGMV_RANKS if (x, w) == ("bf16", "bf16") else BGMV_RANKS[:1]):
-                block_r = bgmv_rank_block(rank)
-                out.append(Config(_constexprs(args, R=rank, BLOCK_R=block_r, BLOCK=block), {"x": x, "w": w},
-                                  bgmv_warps(block_r, block, arch), {"dtype": x, "adapter_dtype": w, "rank": rank}))
+                for width in (BGMV_WIDTHS if which == "expand" and (x, w) == ("bf16", "bf16") else BGMV_WIDTHS[:1]):
+                    block_r, (splits, block_s) = bgmv_rank_block(rank), bgmv_blocks(width)
+                    tags = {"dtype": x, "adapter_dtype": w, "rank": rank}
+                    if which == "shrink":
+                        constexprs = _constexprs(BGMV_SHRINK, R=rank, BLOCK_R=block_r, SPLITS=splits,
+                                                 BLOCK=BGMV_BLOCK_K)
+                        warps = bgmv_warps(block_r, BGMV_BLOCK_K, arch)
+                    else:
+                        constexprs = _constexprs(BGMV_EXPAND, R=rank, BLOCK_R=block_r, SPLITS=splits,
+                                                 BLOCK_S=block_s, BLOCK=BGMV_BLOCK_N)
+                        warps = bgmv_warps(block_r, max(block_s, BGMV_BLOCK_N), arch)
+                        tags["width"] = width
+                    out.append(Config(constexprs, {"x": x, "w": w}, warps, tags))
         return out
     return configs
 
@@ -397,10 +420,15 @@ ROTARY_STORE = _args("Q:*{x} K:*{x} V:*{x} QW:*{x} KW:*{x} Cos:*{x} Sin:*{x} L:*
                      "stride_qr:i32 stride_kr:i32 stride_vr:i32 stride_cs:i32 stride_ks:i32 stride_kh:i32 "
                      "stride_kc:i32 stride_vs:i32 stride_vh:i32 stride_vc:i32 q_eps:fp32 k_eps:fp32 HEADS:constexpr "
                      "D:constexpr BLOCK_D:constexpr HAS_NORM:constexpr GEMMA:constexpr")
-ACT_MUL = _args("G:*{x} U:*{x} Out:*{x} N:i32 GELU:constexpr BLOCK:constexpr")
-SAMPLE = _args("Logits:*{x} Seen:*{seen} Temperature:*fp32 MinP:*fp32 Penalty:*fp32 Seeds:*i64 Tokens:*i64 "
-               "Broken:*i8 V:i32 stride_l:i32 stride_s:i32 greedy_below:fp32 SAMPLE:constexpr PENALTY:constexpr "
-               "BLOCK:constexpr HASH_A:constexpr HASH_B:constexpr M32:constexpr WEYL:constexpr")
+ACT_MUL = _args("G:*{x} U:*{x} Out:*{x} N:i32 stride_g:i32 stride_u:i32 stride_o:i32 GELU:constexpr BLOCK:constexpr")
+SAMPLE_TOP = _args("Logits:*{x} Seen:*{seen} Penalty:*fp32 Top:*fp32 Best:*i64 Bad:*i32 V:i32 stride_l:i32 "
+                   "stride_s:i32 CHUNKS:constexpr PENALTY:constexpr CHUNK:constexpr BLOCK:constexpr")
+SAMPLE_DRAW = _args("Logits:*{x} Seen:*{seen} Temperature:*fp32 MinP:*fp32 Penalty:*fp32 Seeds:*i64 Top:*fp32 "
+                    "Score:*fp32 Drawn:*i64 V:i32 stride_l:i32 stride_s:i32 greedy_below:fp32 CHUNKS:constexpr "
+                    "BLOCK_C:constexpr PENALTY:constexpr CHUNK:constexpr BLOCK:constexpr HASH_A:constexpr "
+                    "HASH_B:constexpr M32:constexpr WEYL:constexpr")
+SAMPLE_PICK = _args("Temperature:*fp32 Top:*fp32 Best:*i64 Bad:*i32 Score:*fp32 Drawn:*i64 Tokens:*i64 Broken:*i8 "
+                    "greedy_below:fp32 CHUNKS:constexpr BLOCK_C:constexpr SAMPLE:constexpr")
 # (HAS_ADD, HAS_PRE, GEMMA, PRE_GEMMA) of the decode step's norm calls: a llama-style layer's first norm and its
 # add + norm, a Gemma layer's first norm and its add of a normed output + norm.
 NORM_KINDS = {"llama": (False, False, False, False), "llama_add": (True, False, False, False),
@@ -444,18 +472,35 @@ def _act_configs(arch: str) -> list[Config]:
             for dtype in DTYPES for gelu in ((False, True) if dtype == "bf16" else (True,))]
 
 
-def _sample_configs(arch: str) -> list[Config]:
-    out = []
-    for dtype in DTYPES:
-        for sample, penalty in ((False, False), (True, False), (False, True), (True, True)):
-            if dtype != "bf16" and not (sample and penalty):
-                continue
-            # Seen is the penalty's byte mask; without a penalty the launcher passes the int64 tokens buffer
-            out.append(Config(_constexprs(SAMPLE, SAMPLE=sample, PENALTY=penalty, BLOCK=SAMPLE_BLOCK_V,
-                                          **HASH_CONSTANTS),
-                              {"x": dtype, "seen": "u8" if penalty else "i64"}, 4,
-                              {"dtype": dtype, "sample": sample, "penalty": penalty}))
-    return out
+# The vocabulary's chunks: 64 for Gemma's 262,144 tokens, the largest vocabulary of the supported models (Qwen's
+# 151,936 is 38: the same padded block of 64); CHUNKS only bounds loops and indexes.
+SAMPLE_CHUNKS = -(-262144 // SAMPLE_CHUNK)
+
+
+def _sample_configs(kernel: str) -> Callable[[str], list[Config]]:
+    """Logits in the model's dtype; with and without the repetition penalty (Seen is its byte mask; without a
+    penalty the launcher passes the int64 tokens buffer)."""
+    def configs(arch: str) -> list[Config]:
+        out = []
+        block_c = max(2, next_power_of_2(SAMPLE_CHUNKS))
+        for dtype in DTYPES:
+            for penalty in ((False, True) if dtype == "bf16" else (True,)):
+                types, tags = {"x": dtype, "seen": "u8" if penalty else "i64"}, {"dtype": dtype, "penalty": penalty}
+                if kernel == "top":
+                    constexprs = _constexprs(SAMPLE_TOP, CHUNKS=SAMPLE_CHUNKS, PENALTY=penalty, CHUNK=SAMPLE_CHUNK,
+                                             BLOCK=SAMPLE_BLOCK_V)
+                else:
+                    constexprs = _constexprs(SAMPLE_DRAW, CHUNKS=SAMPLE_CHUNKS, BLOCK_C=block_c, PENALTY=penalty,
+                                             CHUNK=SAMPLE_CHUNK, BLOCK=SAMPLE_BLOCK_V, **HASH_CONSTANTS)
+                out.append(Config(constexprs, types, 4, tags))
+        return out
+    return configs
+
+
+def _pick_configs(arch: str) -> list[Config]:
+    block_c = max(2, next_power_of_2(SAMPLE_CHUNKS))
+    return [Config(_constexprs(SAMPLE_PICK, CHUNKS=SAMPLE_CHUNKS, BLOCK_C=block_c, SAMPLE=sample), {}, 4,
+                   {"sample": sample}) for sample in (False, True)]
 
 
 SWIGLU, GROUPED = "steadytune.model.swiglu_triton", "steadytune.model.moe.grouped_triton"
@@ -475,15 +520,20 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("decode.attention_merge", "decode_kernels", DECODE + "attention_triton", "_merge_kernel", ATTENTION_MERGE,
            _merge_configs),
     Kernel("decode.lora_shrink", "decode_kernels", DECODE + "bgmv_triton", "_shrink_kernel", BGMV_SHRINK,
-           _bgmv_configs(BGMV_SHRINK, BGMV_BLOCK_K)),
+           _bgmv_configs("shrink")),
     Kernel("decode.lora_expand", "decode_kernels", DECODE + "bgmv_triton", "_expand_kernel", BGMV_EXPAND,
-           _bgmv_configs(BGMV_EXPAND, BGMV_BLOCK_N)),
+           _bgmv_configs("expand")),
     Kernel("decode.add_norm", "decode_kernels", DECODE + "fused_triton", "_add_norm_kernel", ADD_NORM,
            _add_norm_configs),
     Kernel("decode.rotary_store", "decode_kernels", DECODE + "fused_triton", "_rotary_store_kernel", ROTARY_STORE,
            _rotary_configs),
     Kernel("decode.act_mul", "decode_kernels", DECODE + "fused_triton", "_act_mul_kernel", ACT_MUL, _act_configs),
-    Kernel("decode.sample", "decode_kernels", DECODE + "sample_triton", "_sample_kernel", SAMPLE, _sample_configs),
+    Kernel("decode.sample_top", "decode_kernels", DECODE + "sample_triton", "_chunk_top_kernel", SAMPLE_TOP,
+           _sample_configs("top")),
+    Kernel("decode.sample_draw", "decode_kernels", DECODE + "sample_triton", "_chunk_draw_kernel", SAMPLE_DRAW,
+           _sample_configs("draw")),
+    Kernel("decode.sample_pick", "decode_kernels", DECODE + "sample_triton", "_pick_kernel", SAMPLE_PICK,
+           _pick_configs),
 )
 
 KERNELS_BY_NAME = {k.name: k for k in KERNELS}

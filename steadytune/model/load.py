@@ -358,6 +358,24 @@ def source_config(path: str, common: dict[str, Any]):
         return None
 
 
+def model_skeleton(model_args: ModelArguments, task: str = CAUSAL_LM) -> Optional[nn.Module]:
+    """The model's modules built from its config on the meta device: its module and parameter names, no memory, no
+    weight read, for checks that should stop a run before its weights load. None where that cannot be had here (a hub
+    id not downloaded, a model that needs its own code, a config transformers cannot build): the checks then wait
+    for the loaded model."""
+    if model_args.trust_remote_code:
+        return None   # its own code runs once, when the model loads
+    try:
+        path, common = _resolved_source(model_args)
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path, **common)
+        with torch.device("meta"):
+            return auto_model_class(task, config).from_config(config)
+    except (UserError, OSError, ValueError, KeyError, TypeError, ImportError, AttributeError):
+        return None
+
+
 def load_image_processor(model_args: ModelArguments):
     """A vision-language model's image processor (its preprocessor_config.json), or None for a text model. transformers'
     Pillow backend is used where torchvision is not installed."""

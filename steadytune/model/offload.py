@@ -62,10 +62,14 @@ class HostOffload:
     """The saved-tensor hooks that move a micro-batch's large saved tensors to host memory and back (module
     docstring). One per model; `attach` turns them on around the decoder stack's forward."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, min_bytes: int = MIN_BYTES):
+    def __init__(self, model: torch.nn.Module, device: torch.device, min_bytes: int = MIN_BYTES,
+                 max_bytes: int | None = None):
         if device.type == "cuda" and device.index is None:   # tensors say cuda:0: "cuda" alone would match none
             device = torch.device("cuda", torch.cuda.current_device())
         self.device, self.min_bytes = device, min_bytes
+        # at most this many bytes of a micro-batch go to host memory (the first saved: the lowest layers' inputs,
+        # whose backward comes last); the rest stay on the GPU. None: everything that moves.
+        self.max_bytes = max_bytes
         # weights stay: a compiled layer saves the parameters its backward reads among its inputs
         self.kept = {t.untyped_storage().data_ptr() for t in chain(model.parameters(), model.buffers())}
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # CPU: plain copies (tests)
@@ -120,8 +124,11 @@ class HostOffload:
 
     # -- copies --------------------------------------------------------------------------------------------
     def _moves(self, tensor: torch.Tensor) -> bool:
-        return (tensor.device == self.device and tensor.is_contiguous()
-                and tensor.numel() * tensor.element_size() >= self.min_bytes
+        nbytes = tensor.numel() * tensor.element_size()
+        used = 0 if self.backward_started else self.bytes_offloaded   # a save after a backward starts a micro-batch
+        if self.max_bytes is not None and used + nbytes > self.max_bytes:
+            return False
+        return (tensor.device == self.device and tensor.is_contiguous() and nbytes >= self.min_bytes
                 and tensor.untyped_storage().data_ptr() not in self.kept)
 
     def _copy_out(self, tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
@@ -235,9 +242,10 @@ def plan_activation_offloading(model: torch.nn.Module, plan: SpeedPlan, checkpoi
                                                 "beside the compute")
 
 
-def offload_activations(model: torch.nn.Module, device: torch.device) -> HostOffload:
-    """Attach host offloading of the checkpointed layers' inputs to `model`; -> the hooks' owner."""
-    offload = HostOffload(model, device)
+def offload_activations(model: torch.nn.Module, device: torch.device, max_bytes: int | None = None) -> HostOffload:
+    """Attach host offloading of the checkpointed layers' inputs to `model` (at most `max_bytes` a micro-batch);
+    -> the hooks' owner."""
+    offload = HostOffload(model, device, max_bytes=max_bytes)
     offload.attach(model)
     _ATTACHED[decoder_body(model)] = offload
     return offload

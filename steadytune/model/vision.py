@@ -216,11 +216,18 @@ def part_of(name: str, parts: VisionParts) -> str:
     return "language_model"
 
 
+# The name part of peft's ModulesToSaveWrapper under which the module's untouched original sits (what the adapter's
+# disable_adapter() switches back to); the trained copy is under modules_to_save.<adapter>.
+PEFT_FROZEN_COPY = ".original_module."
+
+
 def trainable_by_part(model: nn.Module) -> dict[str, tuple[int, int]]:
     """{part: (trainable, total) parameters}, printed at start so that nothing is frozen silently."""
     parts = vision_parts(model)
     counts: dict[str, list[int]] = {"vision_tower": [0, 0], "projector": [0, 0], "language_model": [0, 0]}
     for name, param in model.named_parameters():
+        if PEFT_FROZEN_COPY in name:   # peft keeps the untrained original beside a trained module (modules_to_save):
+            continue                   # counted, the whole projector training read "half of it trainable"
         part = part_of(name, parts)
         counts[part][1] += param.numel()
         if param.requires_grad:
@@ -287,15 +294,6 @@ def encode_media(model: nn.Module, inputs: dict, video_inputs: tuple[str, str] =
     return encoded
 
 
-def run_multimodal(model: nn.Module, inputs: dict, encoded: dict | None = None, **kwargs):
-    """The multimodal body's forward over a batch with pixels: media encoded first (encode_media; or `encoded`,
-    already), then the language model over the text with the media's features in place of their placeholder tokens."""
-    if encoded is None:
-        encoded = encode_media(model, inputs)
-    text_side = {k: v for k, v in inputs.items() if k not in PIXEL_KEYS}
-    return multimodal_body(model)(**text_side, mm_encoder_outputs=encoded, **kwargs)
-
-
 def images_in(pixels: dict) -> int:
     """How many images a processor output holds (Qwen: one grid per image; the others: one pixel tensor each)."""
     if pixels.get("image_grid_thw") is not None:
@@ -316,30 +314,6 @@ def concat_pixels(pixels: list[dict]) -> dict:
     return {key: torch.cat(values) for key, values in parts.items()}
 
 
-def _select(value, index: list[int], count: int):
-    """Items `index` of one per-image field of an encoder output: a tuple/list with one entry per image, a tensor with
-    one row per image, or a list (per layer: Qwen3-VL's deepstack features) of those."""
-    import torch
-
-    if isinstance(value, torch.Tensor) and value.dim() > 0 and len(value) == count:
-        return value[torch.as_tensor(index, dtype=torch.long, device=value.device)]
-    if isinstance(value, (list, tuple)) and len(value) == count and all(isinstance(v, torch.Tensor) for v in value):
-        return type(value)(value[i] for i in index)
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (list, tuple)) for v in value):
-        return type(value)(_select(v, index, count) for v in value)
-    raise ValueError(f"an image encoder output of an unknown layout ({type(value).__name__})")
-
-
-def select_images(encoded: dict, index: list[int], count: int) -> dict:
-    """The image encoder's outputs for images `index` (repeats allowed) of the `count` it encoded: label scoring
-    encodes each prompt's images once and hands the same features to every label's row."""
-    image = encoded["image"]
-    fields = {"pooler_output": _select(image.pooler_output, index, count)}
-    if getattr(image, "deepstack_features", None) is not None:
-        fields["deepstack_features"] = _select(image.deepstack_features, index, count)
-    return {"image": type(image)(**fields)}
-
-
 def type_id_inputs(model: nn.Module, input_ids) -> dict:
     """The token-type ids a VLM reads beside the ids, made from them: Qwen-VL's mm_token_type_ids (1 image, 2 video:
     transformers computes the 3-D rope positions from them), Gemma 3's token_type_ids (1 on image soft tokens: its
@@ -358,9 +332,3 @@ def multimodal_body(model: nn.Module) -> nn.Module:
     """The VLM's body without the head (vision tower + projector + language model: `model.model` in transformers 5),
     which takes pixel inputs and returns the language model's last hidden states."""
     return _base(model).model
-
-
-def text_only_inputs(inputs: dict) -> dict:
-    """A batch without pixels goes through the language model alone (no vision path, and Gemma 3 needs no
-    token_type_ids): the vision keys are left out."""
-    return {k: v for k, v in inputs.items() if k not in VISION_INPUT_KEYS}

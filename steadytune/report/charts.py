@@ -29,7 +29,7 @@ EVENT_STYLE = {  # event -> (marker symbol, colour)
 }
 EVAL_LABELS = {"eval_loss": "eval loss", "eval_accuracy": "eval accuracy", "eval_macro_f1": "eval macro-F1"}
 # stage grpo's per-step roll-out statistics: drawn in reward_charts, not among the evaluation scores
-ROLLOUT_DETAIL = re.compile(r"^eval_(reward_std|rewards/.*/std|completions/|clip_ratio/|frac_reward_zero_std|kl$)")
+ROLLOUT_DETAIL = re.compile(r"^eval_(reward_std|rewards/.*/std|completions/|clip_ratio/|cispo_clip_ratio|frac_reward_zero_std|kl$)")
 
 
 @dataclass
@@ -90,7 +90,7 @@ def curve_charts(runs: list[Run]) -> list[Chart]:
     if any(run.series("moe_load_max")[0] for run in runs):   # a mixture of experts: how evenly the routers spread
         charts += [series_chart(runs, "moe_load_max", "routing: the busiest expert's load (1 = the uniform share)",
                                 "x uniform share"),
-                   series_chart(runs, "moe_aux_loss", "routing: load-balancing loss (1 = balanced)", "aux loss")]
+                   series_chart(runs, "moe_aux_loss", "routing: load-balancing loss (top-k = balanced)", "aux loss")]
     return charts
 
 
@@ -188,10 +188,10 @@ def reward_charts(runs: list[Run]) -> list[Chart]:
     length = series_chart(runs, "completions/mean_length", "completion length", "tokens")
     shares = go.Figure(layout=base_layout("KL to the reference, clipped tokens, groups without signal, completions "
                                           "cut", "share / KL"))
-    dashes = {"kl": "solid", "clip_ratio/region_mean": "dash", "frac_reward_zero_std": "dot",
+    dashes = {"kl": "solid", "clip_ratio/region_mean": "dash", "cispo_clip_ratio": "dash", "frac_reward_zero_std": "dot",
               "completions/clipped_ratio": "dashdot"}
-    labels = {"kl": "KL", "clip_ratio/region_mean": "clipped tokens", "frac_reward_zero_std": "groups with equal rewards",
-              "completions/clipped_ratio": "cut at max_completion_length"}
+    labels = {"kl": "KL", "clip_ratio/region_mean": "clipped tokens", "cispo_clip_ratio": "weights capped (cispo)",
+              "frac_reward_zero_std": "groups with equal rewards", "completions/clipped_ratio": "cut at max_completion_length"}
     for i, run in enumerate(runs):
         for key, dash in dashes.items():
             steps, values = run.series(key)

@@ -61,9 +61,11 @@ def add_arguments(parser) -> None:
     images = ImageLimits()
     group = parser.add_argument_group("images (a vision-language model's chat requests: OpenAI image_url parts as data "
                                       "URLs; nothing is ever fetched from the network)")
-    group.add_argument("--allow-local-images", action="store_true",
-                       help="also take an image_url that is a file path on this server (file:///... or /...); off: "
-                            "data URLs only")
+    group.add_argument("--allow-local-images", nargs="+", action="extend", default=[], metavar="DIR",
+                       help="also take an image_url that is a file path on this server (file:///... or /...), of an "
+                            "image inside one of these folders (after links are resolved; give it after CONFIG|RUN_DIR, "
+                            "or as --allow-local-images=DIR); refused on a non-loopback --host without an API key. "
+                            "Off: data URLs only")
     group.add_argument("--max-images", type=int, default=images.max_images,
                        help=f"most images in one request, else 400 (default {images.max_images})")
     group.add_argument("--max-image-bytes", type=int, default=images.max_image_bytes,
@@ -87,9 +89,29 @@ def settings_from_args(args):
     limits = Limits(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
                     max_tokens=args.max_tokens, max_n=args.max_n, max_classify_inputs=args.max_classify_inputs)
     images = ImageLimits(max_images=args.max_images, max_image_bytes=args.max_image_bytes,
-                         max_image_pixels=args.max_image_pixels, allow_local_images=args.allow_local_images)
+                         max_image_pixels=args.max_image_pixels,
+                         local_image_dirs=local_image_dirs(args.allow_local_images, args.host, args.api_key))
     return ServeSettings(api_key=args.api_key or None, cors_origins=list(args.cors_origin), limits=limits,
                          strict_special_tokens=args.strict_special_tokens, images=images)
+
+
+def local_image_dirs(given: list[str], host: str, api_key: str | None) -> tuple[str, ...]:
+    """--allow-local-images' folders, resolved (each must be a folder). The studio's rule for a server reachable from
+    other machines holds here too: without an API key anyone who reaches the port could read images on this one."""
+    if not given:
+        return ()
+    if not _is_loopback(host) and not api_key:
+        raise UserError(f"--allow-local-images with --host {host}: any machine that reaches this port could read the "
+                        "images in those folders; set an API key (API_KEY=$(openssl rand -hex 16) in the "
+                        "environment, or --api-key KEY), or listen on 127.0.0.1")
+    folders = []
+    for folder in given:
+        path = os.path.realpath(os.path.expanduser(folder))
+        if not os.path.isdir(path):
+            raise UserError(f"--allow-local-images {folder}: not a folder (give the folders whose images requests "
+                            "may name by path)")
+        folders.append(path)
+    return tuple(dict.fromkeys(folders))
 
 
 def build_engine(loaded, max_batch: int, max_queue: int):
@@ -122,6 +144,8 @@ def run(args) -> int:
     if not _is_loopback(args.host) and not settings.api_key:
         print(f"warning: listening on {args.host} without an API key: anyone who reaches this port can use the "
               "model; set API_KEY", file=sys.stderr)
+    if settings.images.local_image_dirs:
+        print(f"requests may name image files in {', '.join(settings.images.local_image_dirs)}", flush=True)
     print(f"serving {', '.join(loaded.served)} on http://{args.host}:{args.port}/v1 "
           f"(max batch {args.max_batch}, queue {args.max_queue}{', API key required' if settings.api_key else ''})",
           flush=True)

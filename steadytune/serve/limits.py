@@ -23,7 +23,13 @@ class ImageLimits:
     max_images: int = 8
     max_image_bytes: int = 8 << 20           # decoded bytes of one image
     max_image_pixels: int = 16_000_000       # width x height, read from the image's header
-    allow_local_images: bool = False         # file paths on the server (never a URL)
+    # Folders (resolved, absolute) whose image files a request may name by path (--allow-local-images DIR ...); empty:
+    # data URLs only. Never a URL.
+    local_image_dirs: tuple = ()
+
+    @property
+    def allow_local_images(self) -> bool:
+        return bool(self.local_image_dirs)
 
 
 @dataclass

@@ -1,10 +1,13 @@
 """Images in serve's chat requests: OpenAI's `image_url` content parts, read without touching the network, and the
 answer generated with them.
 
-What a part may carry (`--allow-local-images` opens the second):
+What a part may carry (`--allow-local-images DIR ...` opens the second):
 - a data URL, `data:image/png;base64,...` (what the openai SDK sends for a local file): decoded, at most
   --max-image-bytes, at most --max-image-pixels (read from the header before the pixels are decoded);
-- with --allow-local-images, a local path (`file:///...` or `/...`) to a file on the server.
+- with --allow-local-images DIR ..., a local path (`file:///...` or `/...`) to an image file inside one of those
+  folders (after links are resolved). Every refusal of a path is the same message, whether the file is outside
+  the folders, missing, unreadable, not a regular file, too large or not an image: a client learns nothing about
+  which files exist on the server.
 An http(s) URL, or any other scheme, is refused with 400 naming the part (`messages[2].content[1].image_url`): the
 server never fetches anything. At most --max-images images a request.
 
@@ -18,7 +21,10 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import os
 import re
+import stat
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -97,16 +103,52 @@ def image_bytes(url: str, where: str, limits: ImageLimits) -> bytes:
                                "(data:image/png;base64,...)", param=where)
         if not limits.allow_local_images:
             raise ImageRefused("a local file path: this server takes images as data URLs (data:image/png;base64,...); "
-                               "its operator can allow local files with --allow-local-images", param=where)
-        path = Path(url[len("file://"):] if url.startswith("file://") else url)
-        if not path.is_file():
-            raise ImageRefused("no such image file on the server", param=where)
-        if path.stat().st_size > limits.max_image_bytes:
-            raise ImageRefused(f"the image file is larger than {limits.max_image_bytes} bytes", param=where)
-        data = path.read_bytes()
+                               "its operator can allow local files with --allow-local-images DIR", param=where)
+        return local_image(url, where, limits)
     if len(data) > limits.max_image_bytes:
         raise ImageRefused(f"the image is larger than {limits.max_image_bytes} bytes", param=where)
     check_image(data, where, limits)
+    return data
+
+
+def local_image(url: str, where: str, limits: ImageLimits) -> bytes:
+    """The bytes of a local image a request names, when it is an image file inside one of limits.local_image_dirs;
+    any refusal is the one message of `refused` (module docstring)."""
+    refused = ImageRefused("not an image this server reads: a local path must name an image file (at most "
+                           f"{limits.max_image_bytes} bytes and {limits.max_image_pixels} pixels) inside the folders "
+                           "its operator allowed with --allow-local-images", param=where)
+    raw = urllib.parse.unquote(url[len("file://"):]) if url.startswith("file://") else url
+    if not raw.startswith("/") or "\0" in raw:
+        raise refused
+    real = os.path.realpath(raw)   # links resolved: a link inside a folder to a file outside is outside
+    if not any(os.path.commonpath([real, folder]) == folder for folder in limits.local_image_dirs):
+        raise refused
+    try:
+        # O_NONBLOCK: a FIFO in the folder answers at once instead of holding the worker; O_NOFOLLOW: a link swapped in
+        # after realpath is not followed
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        raise refused from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limits.max_image_bytes:
+            raise refused
+        data = b""
+        while len(data) <= limits.max_image_bytes:
+            chunk = os.read(fd, limits.max_image_bytes + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        raise refused from None
+    finally:
+        os.close(fd)
+    if len(data) > limits.max_image_bytes:
+        raise refused
+    try:
+        check_image(data, where, limits)
+    except ImageRefused:
+        raise refused from None
     return data
 
 
@@ -117,7 +159,10 @@ def check_image(data: bytes, where: str, limits: ImageLimits) -> None:
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+    except Image.DecompressionBombError:   # Pillow's own bound, checked in Image.open: past ours too
+        raise ImageRefused(f"the image claims more pixels than Pillow decodes; this server takes at most "
+                           f"{limits.max_image_pixels} (width x height)", param=where) from None
+    except (UnidentifiedImageError, OSError, ValueError):
         raise ImageRefused("not an image Pillow can read", param=where) from None
     if width * height > limits.max_image_pixels:
         raise ImageRefused(f"the image has {width}x{height} pixels; this server takes at most "

@@ -1,7 +1,10 @@
 """The OpenAI HTTP API as the `openai` Python SDK speaks it: request and response bodies (pydantic).
 
 Unknown fields are ignored, as OpenAI-compatible servers do, but options we do not implement (tools, logprobs,
-penalties, ...) are refused when set: answering as if they had been applied would be wrong. Every string a request
+penalties, vLLM's best_of, beam search, guided decoding, ...) are refused when set to anything but the value that
+changes nothing: answering as if they had been applied would be wrong. Values are strictly typed, as OpenAI's API
+types them: `max_tokens: true` or `"5"` is a 400 (pydantic's lax mode read true as 1), an integer field takes no
+1.0, a boolean no "yes". Every string a request
 carries into the server (`Text`) must be Unicode text: JSON can spell a lone UTF-16 surrogate ("\ud800"), which no
 tokenizer or UTF-8 encoder takes, so it is refused here, with 400, before anything else sees it.
 """
@@ -11,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -29,7 +32,7 @@ Text = Annotated[str, AfterValidator(_unicode_text)]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class TextPart(_Body):
@@ -89,6 +92,22 @@ class _Sampling(_Body):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: Optional[dict] = None
+    # vLLM's extensions that change the answer and are not implemented here (NEUTRAL: the values that change nothing)
+    best_of: Optional[Any] = None
+    use_beam_search: Optional[Any] = None
+    length_penalty: Optional[Any] = None
+    min_tokens: Optional[Any] = None
+    stop_token_ids: Optional[Any] = None
+    include_stop_str_in_output: Optional[Any] = None
+    allowed_token_ids: Optional[Any] = None
+    bad_words: Optional[Any] = None
+    prompt_logprobs: Optional[Any] = None
+    truncate_prompt_tokens: Optional[Any] = None
+    guided_json: Optional[Any] = None
+    guided_regex: Optional[Any] = None
+    guided_choice: Optional[Any] = None
+    guided_grammar: Optional[Any] = None
+    structured_outputs: Optional[Any] = None
 
     @field_validator("stop")
     @classmethod
@@ -106,11 +125,29 @@ class _Sampling(_Body):
             return "presence_penalty" if self.presence_penalty else "frequency_penalty"
         if self.logit_bias:
             return "logit_bias"
-        return None
+        return next((key for key, neutral in NEUTRAL.items()
+                     if key in type(self).model_fields and not _is_neutral(getattr(self, key), neutral)), None)
 
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+
+# Options set to one of these values (or absent) change nothing (vLLM's defaults); any other value is refused.
+NEUTRAL: dict[str, tuple] = {
+    "best_of": (1,), "use_beam_search": (False,), "length_penalty": (1, 1.0), "min_tokens": (0,),
+    "stop_token_ids": ([],), "include_stop_str_in_output": (False,), "allowed_token_ids": (), "bad_words": ([],),
+    "prompt_logprobs": (), "truncate_prompt_tokens": (), "guided_json": (), "guided_regex": (), "guided_choice": (),
+    "guided_grammar": (), "structured_outputs": (),
+    # chat only
+    "echo": (False,), "continue_final_message": (False,), "add_generation_prompt": (True,), "prediction": (),
+    "audio": (), "modalities": (["text"],),
+}
+
+
+def _is_neutral(value: Any, neutral: tuple) -> bool:
+    """None, or one of the neutral values of the same type (true is not 1 here)."""
+    return value is None or any(type(value) is type(n) and value == n for n in neutral)
 
 
 class ChatCompletionRequest(_Sampling):
@@ -122,6 +159,13 @@ class ChatCompletionRequest(_Sampling):
     response_format: Optional[dict] = None
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None
+    # vLLM's chat extensions and OpenAI's audio / predicted outputs: not implemented (NEUTRAL)
+    echo: Optional[Any] = None
+    continue_final_message: Optional[Any] = None
+    add_generation_prompt: Optional[Any] = None
+    prediction: Optional[Any] = None
+    audio: Optional[Any] = None
+    modalities: Optional[Any] = None
 
     def unsupported(self) -> Optional[str]:
         for key in ("tools", "functions", "logprobs", "top_logprobs"):
@@ -144,15 +188,12 @@ class CompletionRequest(_Sampling):
     prompt: Union[Text, list[Text]]
     echo: bool = False
     suffix: Optional[Text] = None
-    best_of: Optional[int] = None
     logprobs: Optional[int] = None
 
     def unsupported(self) -> Optional[str]:
         for key in ("echo", "suffix", "logprobs"):
             if getattr(self, key):
                 return key
-        if self.best_of not in (None, 1):
-            return "best_of"
         return super().unsupported()
 
     @property

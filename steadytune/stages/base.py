@@ -28,6 +28,17 @@ class Stage:
     evaluate: Callable[..., dict]                          # (cfg, accelerator, objective, data, tokenizer, device)
     # the target tokens a micro-batch trains on (metrics' `tokens`, throughput); None: count_units already is that
     count_tokens: Optional[Callable[[dict], int]] = None
-    # (objective, the step's micro-batches, the step) -> None: fills each micro-batch before the step counts its units
-    # and runs forward (grpo: generates and scores the completions of the whole step at once); None: nothing to do
-    roll_out: Optional[Callable[[torch.nn.Module, list, int], None]] = None
+    # (objective, the step's micro-batches, the step, StepAhead) -> a callable or None: fills each micro-batch before
+    # the step counts its units and runs forward (grpo: generates and scores the completions of the whole step at
+    # once). What it returns, the recipe calls after the step's backward, before the optimizer step (`abandon=True`
+    # when the step failed): grpo's asynchronous roll-outs finish the next step's completions there. None: nothing.
+    roll_out: Optional[Callable[[torch.nn.Module, list, int, "StepAhead"], Optional[Callable[..., None]]]] = None
+
+
+@dataclass(frozen=True)
+class StepAhead:
+    """What a stage may use to prepare the next step during this one (Stage.roll_out)."""
+    upcoming: Optional[Callable[[], list]]   # the next step's micro-batches, taken from the stream early (None: last step)
+    autocast: Callable[[], Any]              # the training forward's precision (Accelerate's autocast context)
+    device: torch.device
+    pool: list                               # the training examples (grpo's dynamic sampling draws replacements here)

@@ -76,7 +76,13 @@ def token_logprobs(model: torch.nn.Module, batch: dict, temperature: float = 1.0
     """-> (log p(token) of every answer token at `temperature`, fp32 [tokens]; the sequence each belongs to [tokens]),
     in the order the batch lays its tokens out, padded or packed: the same order for any model run on the same batch,
     so that the policy's, the reference's and the sampler's values line up token by token (GRPO's per-token loss)."""
-    hidden = hidden_states(model, batch)
+    return answer_logprobs(model, hidden_states(model, batch), batch, temperature)
+
+
+def answer_logprobs(model: torch.nn.Module, hidden: torch.Tensor, batch: dict, temperature: float = 1.0
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """token_logprobs from the decoder's last hidden states [rows, length, hidden] (a caller that runs the body
+    itself: GRPO asks a mixture of experts for its router logits in the same forward)."""
     flat = hidden.reshape(-1, hidden.shape[-1])
     if "target_index" in batch:   # packed: the collator listed the labelled positions
         index, targets = batch["target_index"], batch["target_ids"]

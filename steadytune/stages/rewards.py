@@ -25,23 +25,18 @@ Built-ins:
   question's "消极或积极") has not chosen and gets 0.
 - length: 1 - |tokens - length_target| / max_completion_length (tokens of the completion, its stop token included;
   length_target defaults to max_completion_length, so longer is better up to the cap).
+- soft_overlong_punishment: DAPO's overlong reward shaping (Yu et al. 2025, arXiv:2503.14476, eq. 13; TRL's
+  get_soft_overlong_punishment): 0 up to L_max - L_cache tokens, then falling linearly to -1 at L_max, -1 beyond;
+  L_max is max_completion_length, L_cache `soft_punish_cache`. Added to a correctness reward, it takes away what an
+  answer gains by running long, without punishing one that fits.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import importlib.util
 import math
 import numbers
-import os
 import re
-import signal
-import sys
-import threading
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
@@ -49,9 +44,10 @@ import torch
 from steadytune.config import ConfigError, show_value
 from steadytune.errors import RunInterrupted, UserError
 from steadytune.eval.scoring import match_label
+from steadytune.stages.user_code import UserCodeTimeout, deadline, load_user_function
 from steadytune.training.folder_config import is_user_function
 
-BUILTIN_REWARDS = ("accuracy", "format", "label", "length")
+BUILTIN_REWARDS = ("accuracy", "format", "label", "length", "soft_overlong_punishment")
 THINK_FORMAT = r"^<think>(?!.*<think>)(.*?)</think>.*$"   # TRL's think_format_reward
 
 
@@ -171,45 +167,30 @@ def length_reward(max_completion_length: int, target: Optional[int]):
     return length
 
 
+def soft_overlong_punishment(max_completion_length: int, soft_punish_cache: int):
+    start = max_completion_length - soft_punish_cache   # where the punishment begins
+
+    def punish(prompts, completions, completion_ids, **columns) -> list[float]:
+        out = []
+        for ids in completion_ids:
+            n = len(ids)
+            if n <= start:
+                out.append(0.0)
+            elif n <= max_completion_length:
+                out.append((start - n) / soft_punish_cache)
+            else:
+                out.append(-1.0)
+        return out
+    return punish
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Loading what reward_funcs names
 # ---------------------------------------------------------------------------------------------------------
 
-def load_user_function(spec: str) -> Callable:
-    """`module:function` or `path/to/file.py:function` -> the callable; a ConfigError naming the entry otherwise."""
-    where, _, attribute = str(spec).rpartition(":")
-    if not where or not attribute:
-        raise ConfigError(f"reward_funcs: {spec!r} is not module:function")
-    try:
-        if where.endswith(".py") or "/" in where or "\\" in where:
-            path = Path(where).expanduser().resolve()
-            if not path.is_file():
-                raise ConfigError(f"reward_funcs: {spec!r}: no file {path}")
-            module_spec = importlib.util.spec_from_file_location(f"steadytune_rewards_{path.stem}", path)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-        else:
-            cwd = str(Path.cwd())
-            added = cwd not in sys.path
-            if added:
-                sys.path.insert(0, cwd)
-            try:
-                module = importlib.import_module(where)
-            finally:
-                if added:
-                    sys.path.remove(cwd)
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the user's module failed to import: say which and why, in one line
-        raise ConfigError(f"reward_funcs: {spec!r}: importing {where} failed: {type(e).__name__}: {e}") from None
-    function = module
-    for part in attribute.split("."):
-        function = getattr(function, part, None)
-        if function is None:
-            raise ConfigError(f"reward_funcs: {spec!r}: {where} has no {attribute}")
-    if not callable(function):
-        raise ConfigError(f"reward_funcs: {spec!r}: {attribute} is not callable")
-    return function
+def default_punish_cache(m) -> int:
+    """soft_punish_cache unset: a fifth of max_completion_length (DAPO's 4,096 of 20,480), at least one token."""
+    return max(1, m.max_completion_length // 5)
 
 
 def load_reward_functions(m, label_names: Optional[Sequence[str]]) -> list[RewardFunction]:
@@ -225,7 +206,7 @@ def load_reward_functions(m, label_names: Optional[Sequence[str]]) -> list[Rewar
     for name, weight in zip(names, weights):
         name = str(name)
         if is_user_function(name):
-            call, metric = load_user_function(name), name.rpartition(":")[2]
+            call, metric = load_user_function(name, "reward_funcs"), name.rpartition(":")[2]
         elif name == "accuracy":
             call, metric = accuracy_reward, name
         elif name == "format":
@@ -236,6 +217,9 @@ def load_reward_functions(m, label_names: Optional[Sequence[str]]) -> list[Rewar
             call, metric = label_reward(label_names), name
         elif name == "length":
             call, metric = length_reward(m.max_completion_length, m.length_target), name
+        elif name == "soft_overlong_punishment":
+            cache = m.soft_punish_cache if m.soft_punish_cache is not None else default_punish_cache(m)
+            call, metric = soft_overlong_punishment(m.max_completion_length, cache), name
         else:
             raise ConfigError(f"reward_funcs: unknown reward {name!r}; built-ins are {', '.join(BUILTIN_REWARDS)}, "
                               "your own functions are module:function")
@@ -254,16 +238,9 @@ class RewardFunctionError(UserError):
     naming it and the step. The run stops there; its checkpoints stay."""
 
 
-class RewardTimeout(BaseException):
-    """Raised inside a reward function that ran past reward_timeout (a BaseException: `except Exception` in the
-    function does not swallow it)."""
-
-
 # Rewards are compared within a group in float32 (weighted, summed, their spread squared): beyond this magnitude the
 # arithmetic overflows (1e300 is inf in float32), so a larger value is a bug in the function, said as one.
 MAX_REWARD = 1e9
-DEADLINE_SIGNAL = getattr(signal, "SIGUSR2", None)
-GIVE_UP_S = 30.0   # after the deadline, how long a function that swallows the interrupt may go on before the process exits
 
 
 def score(functions: Sequence[RewardFunction], prompts: list[str], completions: list[str],
@@ -293,9 +270,9 @@ def call_reward(f: RewardFunction, kwargs: dict, where: str, timeout: Optional[f
                                    "checkpoint is kept)")
 
     try:
-        with deadline(timeout):
+        with deadline(timeout, f"reward function {f.name}", "reward_timeout"):
             return f.call(**kwargs)
-    except RewardTimeout:
+    except UserCodeTimeout:
         raise failed(f"did not return within {timeout:g} s (reward_timeout: raise it for a slow judge, or find the "
                      "hang)") from None
     except RunInterrupted:
@@ -343,48 +320,6 @@ def checked_rewards(f: RewardFunction, values: Any, n: int, where: str) -> list[
                         "None or NaN says a reward does not apply)")
         out.append(v)
     return out
-
-
-@contextlib.contextmanager
-def deadline(seconds: Optional[float]):
-    """Raise RewardTimeout in the main thread's code if the block runs past `seconds`. The call stays in the main
-    thread (TRL calls reward functions there, and libraries they use, such as math_verify, set their own alarms, which
-    work only there); a watcher thread sends DEADLINE_SIGNAL to it at the deadline (a real signal, so a sleep or a
-    blocking read returns), again each second while the block goes on (a function that swallows the exception), and
-    after GIVE_UP_S more says so and ends the process. Elsewhere (another thread, no such signal): no limit."""
-    if not seconds or DEADLINE_SIGNAL is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    expired, done = threading.Event(), threading.Event()
-
-    def interrupt(signum, frame):
-        if expired.is_set() and not done.is_set():
-            raise RewardTimeout()
-
-    previous = signal.signal(DEADLINE_SIGNAL, interrupt)
-    main = threading.main_thread().ident
-
-    def watch():
-        if done.wait(seconds):
-            return
-        expired.set()
-        give_up = time.monotonic() + GIVE_UP_S
-        while not done.is_set():
-            signal.pthread_kill(main, DEADLINE_SIGNAL)
-            if time.monotonic() > give_up:
-                print(f"error: a reward function ran {seconds:g} s past reward_timeout and did not stop when "
-                      "interrupted; ending the process (its last checkpoint is kept)", file=sys.stderr, flush=True)
-                os._exit(1)
-            done.wait(1.0)
-
-    watcher = threading.Thread(target=watch, name="reward-deadline", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
-        signal.signal(DEADLINE_SIGNAL, previous)   # after the watcher ended: no signal of ours arrives later
 
 
 def nanstd(values: torch.Tensor, dim: int | None = None) -> torch.Tensor:

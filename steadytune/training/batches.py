@@ -7,7 +7,9 @@ would have seen, from (epoch, batch index) alone, and every rank computes its ow
 from __future__ import annotations
 
 import math
+import queue
 import sys
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -78,6 +80,9 @@ class TrainBatches:
                                          packing_asked=packing_attention is not None and packing_asked(cfg.data))
         self.max_tokens = max_tokens
         self.static_shape = None
+        # micro-batches made ahead in a thread (a vision-language run's pixels: training/vision_speed.py); 0: none
+        self.prefetch = 0
+        self.pin = False   # and their tensors copied to pinned memory there (a CUDA run)
         self._epoch_groups: tuple[int, list[list[int]]] | None = None
 
     def static_shape_for(self, epochs: int):
@@ -144,6 +149,11 @@ class TrainBatches:
         return mine
 
     def stream(self, epoch: int = 0, start_batch: int = 0):
+        """The micro-batches from (epoch, start_batch) on, for ever; made `prefetch` ahead in a thread when set."""
+        made = self._made(epoch, start_batch)
+        return Prefetched(made, self.prefetch, self.pin) if self.prefetch > 0 else made
+
+    def _made(self, epoch: int, start_batch: int):
         while True:
             micro_batches = self.micro_batches(epoch)
             n = len(micro_batches)
@@ -156,6 +166,57 @@ class TrainBatches:
                 next_position = (epoch, b + 1) if b + 1 < n else (epoch + 1, 0)
                 yield MicroBatch(batch, sum(len(e["input_ids"]) for e in examples), next_position, list(indices))
             epoch, start_batch = epoch + 1, 0
+
+
+class Prefetched:
+    """An iterator over `source` whose items a thread makes `depth` ahead, so that making them (a vision-language
+    run's images decoded and processed: ~10 ms an image on one core) overlaps the GPU's work on the one before instead
+    of following it. The order is the source's; an error in the thread is raised where the item would have come.
+    `pin`: tensors copied to pinned memory in the thread too (a pageable copy to the GPU would wait for it to idle).
+    Dropped (a rollback restarts the stream), it stops making items."""
+
+    def __init__(self, source, depth: int, pin: bool = False):
+        self._items: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        # the thread holds the queue and the event, not this object: dropped, it is collected and stops the thread
+        threading.Thread(target=_fill, args=(source, pin, self._items, self._stop), daemon=True,
+                         name="steadytune-prefetch").start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        ok, item = self._items.get()
+        if not ok:
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def __del__(self):
+        self._stop.set()
+
+
+def _fill(source, pin: bool, items: queue.Queue, stop: threading.Event) -> None:
+    """Prefetched's thread: items of `source` into `items` until `stop` is set."""
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        for item in source:
+            if pin:
+                item.batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in item.batch.items()}
+            if not put((True, item)):
+                return
+    except BaseException as error:   # handed to the consumer, raised there
+        put((False, error))
 
 
 def packing_asked(d) -> bool:
@@ -207,6 +268,33 @@ def take_window(stream, accumulation: int) -> list[MicroBatch]:
         if micro_batch.next_position[1] == 0:
             break
     return window
+
+
+class Windows:
+    """The optimizer steps' windows of a micro-batch stream, one at a time, with a look at the next one before it is
+    taken: what a stage that prepares a step ahead needs (grpo's asynchronous roll-outs generate the next step's
+    completions while this step trains). `peek` returns the very MicroBatch objects `take` returns next, so what
+    the stage fills in ahead is what the step then trains on."""
+
+    def __init__(self, stream, accumulation: int):
+        self.stream, self.accumulation = stream, accumulation
+        self._next: list[MicroBatch] | None = None
+
+    def take(self) -> list[MicroBatch]:
+        window = self.peek()
+        self._next = None
+        return window
+
+    def peek(self) -> list[MicroBatch]:
+        if self._next is None:
+            self._next = take_window(self.stream, self.accumulation)
+        return self._next
+
+    def close(self) -> None:
+        """Stop the stream (a prefetching one stops making micro-batches)."""
+        close = getattr(self.stream, "close", None)
+        if close is not None:
+            close()
 
 
 @dataclass(frozen=True)

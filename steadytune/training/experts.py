@@ -62,5 +62,5 @@ def pop_routing_metrics(model: torch.nn.Module, accelerator, log: MetricsLog | N
         reduce = lambda t: accelerator.reduce(t, reduction="sum")  # noqa: E731
     metrics, load = record.pop(reduce)
     if load is not None and log is not None:
-        log.write({"step": step, "load": load})
+        log.write({"step": step, "load": load, **({"rank_load": record.rank_load} if record.rank_load else {})})
     return metrics

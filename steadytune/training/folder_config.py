@@ -6,15 +6,16 @@ base model, data, template, labels, hyperparameters. What lets a file act on thi
 in the command they run now (`key=value` on the command line):
 
 - code: `trust_remote_code` (a model's own Python), `allow_pickle_weights`, `vllm_config` (engine arguments, which can
-  carry their own trust_remote_code), and the entries of `reward_funcs` that name a module or file (`module:function`);
+  carry their own trust_remote_code), the entries of `reward_funcs` that name a module or file (`module:function`),
+  and grpo's `tools` (every entry is a module or file);
 - credentials: `export_hub_model_id` (an upload with this machine's token), `report_to` naming a tracker other than
   TensorBoard (wandb, mlflow, ... log in with this machine's keys and write outside the run folder);
 - write targets: `output_dir` (the run folder itself, wherever the file says the run was), `export_dir`,
   `logging_dir`, `tokenized_path`, `cache_dir`.
 
 A folder's file asking for one of these is said in a note naming the file and the key, and not obeyed: the key keeps
-its default (output_dir: the run folder). Reward functions are refused outright where they would run (training,
-evaluation): a run without them would be another run. `grants_asked` lists what a folder's config asks for, which is
+its default (output_dir: the run folder). Reward functions and tools are refused outright where they would run
+(training, evaluation): a run without them would be another run. `grants_asked` lists what a folder's config asks for, which is
 what the studio shows beside a checkbox before it passes the same values on the command line.
 """
 
@@ -45,6 +46,9 @@ RUN_CONFIG = "run_config.yaml"
 USER_ONLY_KEYS = ("trust_remote_code", "allow_pickle_weights", "vllm_config", "export_hub_model_id")
 # Where a run writes besides its folder; a folder's own config never chooses them.
 WRITE_TARGET_KEYS = ("export_dir", "logging_dir", "tokenized_path", "cache_dir")
+# Keys only training reads: a command that reads a run (chat, predict, serve, export) resets them without a note, or
+# every chat of a run trained with tokenized_path or a tracker said "not granted" about a key it never uses.
+TRAINING_ONLY_KEYS = ("tokenized_path", "logging_dir", "report_to")
 # Trackers that write only under output_dir (logging_dir): harmless from a folder's file.
 LOCAL_TRACKERS = ("none", "tensorboard")
 
@@ -132,6 +136,9 @@ def grants_asked(raw: dict) -> list[Grant]:
     if code:
         asked.append(Grant("reward_funcs", raw.get("reward_funcs"), "imports and runs " + ", ".join(
             str(x) for x in code)))
+    tools = reward_names(raw.get("tools"))
+    if tools:
+        asked.append(Grant("tools", raw.get("tools"), "imports and runs " + ", ".join(str(x) for x in tools)))
     if remote_trackers(raw.get("report_to")):
         asked.append(Grant("report_to", raw.get("report_to"), "logs in to " + ", ".join(
             remote_trackers(raw.get("report_to"))) + " with this machine's credentials"))
@@ -179,7 +186,8 @@ def load_folder_config(path: Path, overrides: list[str] | dict | None, origin: s
     do not give (module docstring): each such key is said in a note and keeps its default; output_dir is the run
     folder. `runs_rewards`: the command trains or evaluates the run (train, eval, tune), so a file that names reward
     functions of its own is refused rather than run without them, and an output_dir it names elsewhere is said (for
-    chat, predict, export and serve output_dir only locates the folder, which a copied folder has moved away from)."""
+    chat, predict, export and serve output_dir only locates the folder, which a copied folder has moved away from, and
+    the keys only training reads, TRAINING_ONLY_KEYS, are reset without a note)."""
     path = Path(path)
     folder = run_folder_of(path) or path.parent
     origin = origin or str(folder)
@@ -193,12 +201,17 @@ def load_folder_config(path: Path, overrides: list[str] | dict | None, origin: s
         if grant.key == "reward_funcs":
             _drop_user_rewards(cfg, path, origin, runs_rewards)
             continue
+        if grant.key == "tools":
+            _drop_tools(cfg, path, origin, runs_rewards)
+            continue
         if grant.key == "report_to":
             cfg.train.report_to = "none"
         else:
             section = getattr(cfg, KEY_TO_SECTION[grant.key])
             setattr(section, grant.key, getattr(type(section)(), grant.key))
         cfg.user_keys.discard(grant.key)
+        if not runs_rewards and grant.key in TRAINING_ONLY_KEYS:
+            continue
         note(f"{origin}: {path.name} asks for {grant.key}: {shown(grant.value)} ({grant.why}); not granted: "
              f"a run folder's files never grant it (add {grant.key}=... to the command if you trust where "
              f"{origin} came from)")
@@ -225,6 +238,18 @@ def _drop_user_rewards(cfg: RunConfig, path: Path, origin: str, runs_rewards: bo
     m.reward_funcs, m.reward_weights = funcs, weights
     note(f"{origin}: {path.name} names reward functions of its own ({listed}); not imported: a run folder's files "
          f"never name code to run (add reward_funcs=... to the command if you trust where {origin} came from)")
+
+
+def _drop_tools(cfg: RunConfig, path: Path, origin: str, runs_rewards: bool) -> None:
+    m = cfg.method
+    listed = ", ".join(str(x) for x in reward_names(m.tools))[:200]
+    if runs_rewards and m.stage == "grpo":
+        raise UserError(f"{path}: names tools of its own ({listed}); a run folder's files never name code to run: "
+                        f"give them on the command line (tools=[...], the file's module paths) if you trust where "
+                        f"{origin} came from")
+    m.tools = None
+    note(f"{origin}: {path.name} names tools of its own ({listed}); not imported: a run folder's files never name "
+         f"code to run (add tools=... to the command if you trust where {origin} came from)")
 
 
 def shown(value: Any) -> str:

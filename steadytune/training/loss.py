@@ -21,6 +21,8 @@ from steadytune.model import kernels
 from steadytune.model.anatomy import final_logit_softcap, output_head, run_body
 from steadytune.model.attention import packed_mask_placeholder
 from steadytune.model.moe.routing import routing_of, routing_token_mask
+from steadytune.model.media_features import FEATURE_KEYS, LAYOUT_KEYS
+from steadytune.model.tiling import tiling_of
 from steadytune.model.vision import VISION_INPUT_KEYS
 from steadytune.model.kernels import FUSED_CHUNK_FLAG
 
@@ -36,9 +38,11 @@ def shifted_targets(labels: torch.Tensor) -> torch.Tensor:
 # so the loss's memory stays flat however many labelled tokens a step has.
 CHUNK_LOGITS = 2**27
 # Keys of a batch that the decoder takes (the cu_seq_lens/max_length ones drive the varlen packing attention).
-# A vision-language model's batch adds its pixels and image grids (model/vision.py: VISION_INPUT_KEYS).
+# A vision-language model's batch adds its pixels and image grids (model/vision.py: VISION_INPUT_KEYS), or the features
+# its frozen vision tower made of them before the step (model/media_features.py: FEATURE_KEYS).
 MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids",
-                    "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", *VISION_INPUT_KEYS)
+                    "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", *VISION_INPUT_KEYS,
+                    *FEATURE_KEYS, *LAYOUT_KEYS)
 
 
 def model_inputs(batch: dict, prefix: str = "") -> dict:
@@ -66,6 +70,9 @@ def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch
     # load-balancing loss and routing statistics (model/moe/routing.py).
     inputs = model_inputs(batch)
     routing = routing_of(model)
+    tiling = tiling_of(model)
+    if tiling is not None and routing is None and token_weights is None and weigher is None and tiling.takes(inputs):
+        return _tiled_loss_sum(model, tiling, inputs, batch)
     extra = {"output_router_logits": True} if routing is not None else {}
     outputs = run_body(model, inputs, use_cache=False, **extra)
     hidden = outputs.last_hidden_state
@@ -75,6 +82,33 @@ def causal_lm_loss_sum(model: torch.nn.Module, batch: dict, token_weights: torch
         if aux is not None:
             loss_sum = loss_sum + aux
     return loss_sum, n_tokens
+
+
+def _tiled_loss_sum(model: torch.nn.Module, tiling, inputs: dict, batch: dict) -> tuple[torch.Tensor, int]:
+    """causal_lm_loss_sum for a long micro-batch: the decoder layers, the final norm and the loss a tile of tokens at
+    a time (model/tiling.py), so that its activation memory is its layers' inputs."""
+    with tiling.running(inputs):
+        hidden = run_body(model, tiling.body_inputs(inputs), use_cache=False).last_hidden_state   # not normed yet
+    index, ids, n_tokens = target_rows(batch)
+    if n_tokens == 0:
+        return hidden.sum() * 0.0, 0
+    softcap = final_logit_softcap(model)
+
+    def cross_entropy(head, rows, targets):
+        return labelled_cross_entropy_sum(head, rows, targets, softcap=softcap)
+
+    return tiling.loss_sum(model, hidden, index, ids, cross_entropy), n_tokens
+
+
+def target_rows(batch: dict) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """-> (positions of the flattened rows that carry a target, ascending; their targets; how many): the collator's
+    target_index where it made one, else from the labels."""
+    if "target_index" in batch:
+        n = int(batch["n_targets"])
+        return batch["target_index"][:n], batch["target_ids"][:n], n
+    targets = shifted_targets(batch["labels"]).flatten()
+    index = (targets != IGNORE_INDEX).nonzero().flatten()
+    return index, targets[index], int(index.numel())
 
 
 def _labelled_loss_sum(model: torch.nn.Module, hidden: torch.Tensor, batch: dict,
@@ -267,4 +301,6 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
 
 
 def count_target_tokens(batch: dict) -> int:
+    if "n_targets" in batch:   # the collator counted them (a packed row; a process's slice of a split row)
+        return int(batch["n_targets"])
     return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())

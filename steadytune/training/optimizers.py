@@ -21,13 +21,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
+import sys
 from typing import Any
 
 import torch
 from torch import nn
 
 from steadytune.config import RunConfig
-from steadytune.errors import UserError
+from steadytune.errors import UserError, show_value
 from steadytune.model.anatomy import text_config
 
 # key -> (module, pip package, what it is)
@@ -57,6 +58,44 @@ def check_optimizer_installed(cfg: RunConfig) -> None:
                             "'steadytune[optimizers]')")
     if key == "use_muon" and not hasattr(torch.optim, "Muon"):
         raise UserError(f"use_muon: true needs torch.optim.Muon (torch 2.9 or later; this is torch {torch.__version__})")
+
+
+def check_optimizer_keys(cfg: RunConfig, model: nn.Module) -> None:
+    """The chosen library's keys against the model's own names (a meta skeleton before the weights load, then the
+    loaded model): BAdam's badam_start_block among the blocks it makes, each GaLore / APOLLO target naming a linear
+    layer. Out of range, the library failed mid-run (an IndexError in BAdam) or ran on nothing (GaLore on 0 weights,
+    said only in the decisions table)."""
+    t, key = cfg.train, chosen_optimizer(cfg)
+    if key == "use_badam" and t.badam_mode == "layer":
+        blocks = badam_blocks(model)
+        if not blocks:
+            raise UserError("use_badam: badam_mode layer trains one block of layers at a time, and BAdam finds no "
+                            "`layers.N.` blocks in this model's parameter names: use badam_mode: ratio")
+        if t.badam_start_block is not None and t.badam_start_block >= len(blocks):
+            raise UserError(f"badam_start_block: {t.badam_start_block} is past this model's {len(blocks)} BAdam blocks "
+                            f"(0..{len(blocks) - 1}, {blocks[0]} to {blocks[-1]}): give one of them, or leave it unset "
+                            f"for badam_switch_mode {t.badam_switch_mode} to choose")
+    if key in ("use_galore", "use_apollo"):
+        name = key.removeprefix("use_")
+        target = getattr(t, f"{name}_target")
+        linear = [n for n, module in model.named_modules() if isinstance(module, nn.Linear)]
+        items = _targets(model, target)
+        unmatched = [item for item in items if not any(item in n for n in linear)]
+        label = "APOLLO" if name == "apollo" else "GaLore"
+        if not items or unmatched:
+            raise UserError(f"{name}_target: {show_value(unmatched[0] if unmatched else target)} names no linear layer "
+                            f"of this model ({', '.join(lf_linear_leaves(model)) or 'it has none'}; all: every one but "
+                            f"the output head), so {label} would project nothing")
+
+
+def badam_blocks(model: nn.Module) -> list[str]:
+    """The blocks BAdam's layer mode makes of this model (its own inference from the parameter names, embeddings and
+    head left out as our call leaves them), each named by its prefix."""
+    from badam import BlockOptimizer  # optional dependency (pip install badam); check_optimizer_installed ran first
+
+    names = [n for n, _ in model.named_parameters()]
+    # infer_param_groups reads only the names it is given: called on the class, as BlockOptimizer.__init__ calls it
+    return [block[0] for block in BlockOptimizer.infer_param_groups(None, names, False, False)]
 
 
 def graph_blockers(cfg: RunConfig) -> dict[str, str]:
@@ -136,6 +175,7 @@ def projected_parameters(model: nn.Module, target: str) -> list[nn.Parameter]:
 def build_optimizer(model: nn.Module, cfg: RunConfig, device_type: str) -> tuple[torch.optim.Optimizer, str]:
     """-> (the optimizer over the model's trainable weights, a line saying which and with what groups)."""
     key = chosen_optimizer(cfg)
+    check_optimizer_keys(cfg, model)
     return _BUILDERS[key](model, cfg, device_type)
 
 
@@ -207,6 +247,9 @@ def _projected(model: nn.Module, cfg: RunConfig, kind: str):
                     "scale_type": t.apollo_scale_type, "scale_front": t.apollo_scale_front}
         target, layerwise = t.apollo_target, t.apollo_layerwise
     projected = projected_parameters(model, target)
+    if not projected:   # its layers exist (check_optimizer_keys) but none of them trains
+        raise UserError(f"{kind}_target: {target} matches no trainable weight: the layers it names are frozen "
+                        f"(finetuning_type {cfg.method.finetuning_type}; freeze_trainable_layers chooses which train)")
     ids = {id(p) for p in projected}
     decay_names = lf_decay_parameter_names(model)
     decay, nodecay = [], []
@@ -246,15 +289,20 @@ def _badam(model: nn.Module, cfg: RunConfig, device_type: str):
     if t.badam_mode == "layer":
         from badam import BlockOptimizer  # optional dependency (pip install badam)
 
+        # -1 means never switch (LLaMA-Factory's help); BAdam 1.4 tests (step + 1) % every == 0, which % -1 makes true
+        # at every step: it switched at every step instead
+        every = sys.maxsize if t.badam_switch_interval == -1 else t.badam_switch_interval
         with warnings.catch_warnings():   # "BAdam expects a bf16 model": the weights stay fp32 here (module docstring)
             warnings.simplefilter("ignore")
             optimizer = BlockOptimizer(base_optimizer=torch.optim.AdamW(groups, **kwargs), named_parameters_list=named,
-                                       block_prefix_list=None, switch_block_every=t.badam_switch_interval,
+                                       block_prefix_list=None, switch_block_every=every,
                                        start_block=t.badam_start_block, switch_mode=t.badam_switch_mode,
                                        verbose=t.badam_verbose)
         _keep_badam_position(optimizer)
+        switching = ("one block throughout" if t.badam_switch_interval == -1 else
+                     f"{t.badam_switch_mode}, a new block every {t.badam_switch_interval} steps")
         return optimizer, (f"BAdam layer-wise: AdamW on one block of {optimizer.block_num} at a time ("
-                           f"{t.badam_switch_mode}, a new block every {t.badam_switch_interval} steps); embeddings "
+                           f"{switching}); embeddings "
                            "and the output head stay frozen, as BAdam's blocks leave them out")
     from badam import BlockOptimizerRatio  # optional dependency (pip install badam)
 

@@ -48,6 +48,9 @@ STUDIO_FOLDER = "studio"
 # node's launcher started, which tell an earlier attempt of the same launch from an older run of the same job id.
 ELASTIC_JOB_ENV, LAUNCHED_AT_ENV = "STEADYTUNE_ELASTIC_JOB", "STEADYTUNE_LAUNCHED_AT"
 CLOCK_SKEW_S = 5.0   # between the nodes' clocks
+# The manifest status of a folder holding only `eval --zero-shot`'s scores of the base model (no run trained there
+# yet): training starts there, keeping them (the run's own evaluation may replace them later).
+BASE_EVALUATED = "base model evaluated"
 
 # Names a steadytune run or evaluation writes into output_dir (a foreign entry with one of these names would be
 # replaced, so it makes the run refuse). Tokenizer and model files vary by family, hence the patterns.
@@ -176,6 +179,9 @@ class RunFolder:
             kept = sorted(self.foreign)
             return StartPlan("overwrite", "overwrite_output_dir: the earlier run's files were replaced"
                              + (f"; kept what no run wrote: {', '.join(kept)}" if kept else ""))
+        if status == BASE_EVALUATED and not checkpoints:
+            return StartPlan("reuse", f"output_dir {self.path} holds eval --zero-shot's scores of the base model: "
+                             "kept; training there")
         if unfinished and not checkpoints:
             # Only a failed or killed start's own files: nothing worth keeping, and no dead end.
             self._clear(ours)
@@ -383,17 +389,18 @@ def lock_holder_of(folder: Path) -> dict | None:
     return holder if lock_holder_alive(holder) is not False else None
 
 
-def record_outputs(folder: Path, names: list[str]) -> None:
+def record_outputs(folder: Path, names: list[str], status: str = "finished") -> None:
     """Add entries to a folder's manifest (creating it), so later steadytune commands may replace them. Not while
     another live process holds the folder's lock: the manifest is that run's to write (a report written into a
-    running run's folder is listed by the run itself when it ends)."""
+    running run's folder is listed by the run itself when it ends). `status`: a new manifest's (BASE_EVALUATED for
+    `eval --zero-shot` before any training)."""
     folder = Path(folder)
     if lock_holder_of(folder) is not None:
         return
     manifest = read_manifest(folder)
     files = set(manifest.get("files", [])) | {n for n in names if (folder / n).exists()}
     manifest["files"] = sorted(files)
-    manifest.setdefault("status", "finished")
+    manifest.setdefault("status", status)
     write_json_atomic(folder / MANIFEST, manifest)
 
 

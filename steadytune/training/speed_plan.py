@@ -21,9 +21,12 @@ from steadytune.model.fused_swiglu import decide_fused_swiglu
 from steadytune.model.kernels import apply_liger_kernels, compile_layers, uncompile_layers
 from steadytune.model.offload import HostOffload, plan_activation_offloading, remove_offloading
 from steadytune.model.shared_input import decide_shared_input, shared_input_blocker
+from steadytune.model.tiling import remove_tiling
 from steadytune.training.batches import TrainBatches
+from steadytune.training.long_context import plan_long_context
 from steadytune.training.optimizers import graph_blockers as method_graph_blockers
-from steadytune.training.vision_speed import decide_vision_speed, vision_graph_blockers, vision_static_status
+from steadytune.model.vision_attention import restore_vision_attention
+from steadytune.training.vision_speed import decide_vision_speed, plan_vision
 
 
 def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
@@ -31,6 +34,10 @@ def graph_blockers(cfg: RunConfig, fsdp: bool) -> dict[str, str]:
     f, blockers = cfg.fault_injection, {}
     if any(step is not None for step in (f.nan_loss_step, f.inf_loss_step, f.spike_loss_step)):
         blockers["faults"] = "fault_injection corrupts the loss between forward and backward"
+    if cfg.train.cp_size > 1:
+        blockers["cp_size"] = "sequence parallelism's attention runs collectives inside the forward and backward"
+    if cfg.train.ep_size > 1:
+        blockers["ep_size"] = "expert parallelism exchanges tokens between processes inside each MoE layer"
     if cfg.method.deepspeed:
         blockers["deepspeed"] = "DeepSpeed runs its own backward"
     if fsdp:
@@ -62,12 +69,28 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         static_ok = (False, "stage kto runs two forwards of different shapes per micro-batch")
     if cfg.method.stage == "grpo":
         static_ok = (False, "stage grpo's sequences are generated each step: their lengths are not known in advance")
-    static_ok = vision_static_status(model) or static_ok   # a vision-language model (training/vision_speed.py)
+    vision = plan_vision(model, batches, info.backend)   # a vision-language model (training/vision_speed.py)
+    if vision is not None and static_ok[0]:
+        static_ok = vision.static_ok
     if static_ok[0] and attention == "varlen":
         static_ok = varlen_static_status(varlen_kernel_status()[0] or "")
     if static_ok[0] and attention in ("varlen", "sdpa"):
         shape = batches.static_shape_for(math.ceil(micro_batches / max(batches.batches_per_epoch(), 1)) + 1)
+    # Long context first: tiled layers run eagerly, outside compile and graphs (training/long_context.py).
+    budget = info.primary.budget_gib if info.primary is not None else None
+    tokens = batches.max_tokens or t.per_device_train_batch_size * max(batches.lengths)
+    long = plan_long_context(cfg, model, tokens, budget, held_state_gib(cfg, model, precision), fsdp,
+                             longest=max(batches.lengths))
     compile_asked, no_compile = t.torch_compile, speed_blockers(cfg.model.quantization_bit).get("torch_compile")
+    if t.cp_size > 1:
+        no_compile = "sequence parallelism's attention exchanges heads or keys between processes inside each layer"
+    if t.ep_size > 1:
+        no_compile = "expert parallelism reads each MoE layer's token counts back to the host for its all-to-all"
+    if long.tiling:
+        no_compile = "sequence_tiling runs its layers eagerly, a tile at a time"
+        if t.shared_input_projections:
+            raise UserError("shared_input_projections: true with sequence_tiling: the tiled layers call q, k and v "
+                            "apart; set one of them false")
     if no_compile and compile_asked:
         raise UserError(f"torch_compile: true, but {no_compile}: the compiler breaks its graph at every such matmul; "
                         "set torch_compile: false (or quantization_bit: 4)")
@@ -78,8 +101,10 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
         plan = plan_speed(info.backend, attention, micro_batches, world_size, precision, gradient_hooks=hooks,
                           compile_asked=compile_asked, graphs_asked=t.cuda_graphs, liger_asked=t.use_liger_kernel,
                           tuning_asked=t.kernel_tuning, recompute_asked=t.recompute_pointwise,
-                          shared_asked=t.shared_input_projections,
-                          blockers={**graph_blockers(cfg, fsdp), **vision_graph_blockers(model)}, static_ok=static_ok,
+                          shared_asked=False if long.tiling else t.shared_input_projections,
+                          blockers={**graph_blockers(cfg, fsdp), **(vision.graph_blockers if vision else {}),
+                                    **({"tiling": "sequence_tiling's tiles are not recorded"} if long.tiling else {})},
+                          static_ok=static_ok,
                           static_fill=shape.fill if shape else None)
     except SpeedUnavailable as e:
         raise UserError(str(e)) from None
@@ -100,25 +125,13 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
             raise UserError(f"torch_compile: true, but {why}; set torch_compile: false")
         plan.reasons["torch_compile"] += f" ({why})"
     plan.decide_into(cfg)
-    decide_vision_speed(cfg, model)
+    decide_vision_speed(cfg, model, vision, batches.static_shape)
 
     # Checkpointing last: compiled layers keep less for backward, and small compiled models recompute cheaply.
-    tokens = batches.max_tokens or t.per_device_train_batch_size * max(batches.lengths)
     if plan.static_shapes:
         tokens = batches.static_shape.tokens
     # An APU's memory is what it can map (GTT), not the small carve-out tools print (GPU.budget_gib).
-    budget = info.primary.budget_gib if info.primary is not None else None
-    state = held_gib(model.parameters())
-    if cfg.method.finetuning_type == "full":
-        state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
-    elif moe_shape(text_config(model)) is not None:
-        # LoRA's gradients and AdamW's moments: GiB for every expert's pair of a mixture of experts (a dense model's
-        # are under 2% of its weights, and its thresholds were measured without them); with 4-bit experts, one
-        # layer's expert weight dequantised at a time
-        state += 3 * held_gib(p for p in model.parameters() if p.requires_grad)
-        if cfg.model.quantization_bit == 4:
-            state += dequantised_experts_gib(text_config(model), 2.0 if precision in ("bf16", "fp16") else 4.0)
-    state += held_gib(model.buffers())
+    state = held_state_gib(cfg, model, precision)
     # fp8 for the frozen base before checkpointing: its copies are buffers (2 bytes a base weight) that the memory
     # policy must count. (The layers compile lazily, at the first forward, so they still trace the fp8 matmuls.)
     state += plan_fp8_base(cfg, model, plan, precision, shard_plan, tokens, budget, state)
@@ -129,10 +142,15 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
                                              recompute_pointwise=plan.recompute_pointwise)
     if t.activation_offloading and t.gradient_checkpointing is None:
         use, why = True, "on: activation_offloading: true keeps what checkpointing saves in host memory"
-    cfg.decide("gradient_checkpointing", use, why + lf_checkpointing_note(t, use))
-    offloading = plan_offloading(cfg, model, plan, use, tokens, budget, state, fsdp) is not None
+    if long.tiling:
+        # a tiled layer keeps only its input and recomputes its forward once: checkpointing it again would recompute
+        # twice (micro-batches too short to tile are short enough not to need it)
+        use, why = False, "off: sequence_tiling's layers keep only their input, as checkpointing would"
+    cfg.decide("gradient_checkpointing", use, why + ("" if long.tiling else lf_checkpointing_note(t, use)))
+    offloading = long.host_layers > 0 if long.tiling else (
+        plan_offloading(cfg, model, plan, use, tokens, budget, state, fsdp) is not None)
     m = cfg.model
-    if m.quantization_bit is not None and hasattr(text_config(model), "intermediate_size"):
+    if m.quantization_bit is not None and hasattr(text_config(model), "intermediate_size") and not long.tiling:
         base_bytes = 2.0 if precision == "bf16" else 4.0   # embeddings, head and norms stay in the load dtype
         need, parts = quantized_memory(text_config(model), tokens, cfg.method.lora_rank, use,
                                        m.quantization_bit, m.double_quantization, base_bytes, plan.compile,
@@ -141,6 +159,22 @@ def apply_speed_plan(cfg: RunConfig, model, info, precision: str, packing, batch
     if use:
         enable_gradient_checkpointing(cfg, model, graphs=plan.cuda_graphs)
     return plan
+
+
+def held_state_gib(cfg: RunConfig, model, precision: str) -> float:
+    """GiB the run holds beside its activations: the weights, with full fine-tuning their gradients and AdamW's
+    moments, a mixture of experts' LoRA state, the buffers."""
+    state = held_gib(model.parameters())
+    if cfg.method.finetuning_type == "full":
+        state *= 4  # every weight also has a gradient and AdamW's two moments, all in the weights' dtype
+    elif moe_shape(text_config(model)) is not None:
+        # LoRA's gradients and AdamW's moments: GiB for every expert's pair of a mixture of experts (a dense model's
+        # are under 2% of its weights, and its thresholds were measured without them); with 4-bit experts, one
+        # layer's expert weight dequantised at a time
+        state += 3 * held_gib(p for p in model.parameters() if p.requires_grad)
+        if cfg.model.quantization_bit == 4:
+            state += dequantised_experts_gib(text_config(model), 2.0 if precision in ("bf16", "fp16") else 4.0)
+    return state + held_gib(model.buffers())
 
 
 def plan_fp8_base(cfg: RunConfig, model, plan: SpeedPlan, precision: str, shard_plan, tokens: int,
@@ -241,7 +275,9 @@ def undo_speed_plan(model: torch.nn.Module) -> str | None:
     where fp8_base made fp8 copies (the adapter will be used on it), activation offloading removed. -> what
     offloading moved a micro-batch, for the console, or None."""
     uncompile_layers(model)
+    remove_tiling(model)
     restore_base(model)
+    restore_vision_attention(model)
     offloaded = remove_offloading(model)
     if offloaded is None:
         return None

@@ -13,9 +13,11 @@ from steadytune.data.balance import majority_share
 def startup_lines(cfg: RunConfig, info: Any, data: Any, world: int, rank: int, trainable: int, total: int,
                   total_steps: int, several_processes: bool, watchdog: str, resume_from: Path | None) -> list[str]:
     t = cfg.train
-    effective = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
+    groups = world // t.cp_size   # sequence parallelism: the cp_size processes of a group share micro-batches
+    effective = t.per_device_train_batch_size * t.gradient_accumulation_steps * groups
     mean_len = sum(len(x["input_ids"]) for x in data.train) / len(data.train)
-    ranks = f"x {world} rank{'s' if world > 1 else ''}"
+    ranks = (f"x {groups} group{'s' if groups > 1 else ''} of {t.cp_size} ranks" if t.cp_size > 1 else
+             f"x {world} rank{'s' if world > 1 else ''}")
     lines = [
         f"steadytune train -> {t.output_dir}",
         f"  model        {cfg.model.model_name_or_path} ({cfg.method.finetuning_type}); trainable "
@@ -29,7 +31,7 @@ def startup_lines(cfg: RunConfig, info: Any, data: Any, world: int, rank: int, t
     ]
     budget = cfg.decisions.get("max_tokens_per_batch", {}).get("value")
     if budget:
-        tokens = budget * t.gradient_accumulation_steps * world
+        tokens = budget * t.gradient_accumulation_steps * groups
         lines[-1] = (f"  batch        per rank {budget:,} tokens x {t.gradient_accumulation_steps} accumulation; "
                      f"{ranks} = {tokens:,} tokens (~{tokens / mean_len:.0f} examples) per step; {total_steps} steps")
     if several_processes:

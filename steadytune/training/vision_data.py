@@ -6,6 +6,7 @@ that make each micro-batch's pixels (padded, or packed with each example's image
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from steadytune.config import RunConfig
@@ -19,8 +20,9 @@ from steadytune.model.load import resolve_model_path, source_config
 from steadytune.model.vision import is_vision_config
 
 
-# Stages whose rows may carry images: sft, and dpo (DPO / ORPO / SimPO pairs: data/multimodal/pairs.py).
-STAGES_WITH_MEDIA = ("sft", "dpo")
+# Stages whose rows may carry images: sft, dpo (DPO / ORPO / SimPO pairs: data/multimodal/pairs.py) and grpo (prompts
+# with images: data/prompts.py, stages/vision_rollout.py).
+STAGES_WITH_MEDIA = ("sft", "dpo", "grpo")
 
 
 def load_vision_processor(cfg: RunConfig, tokenizer: Any) -> Any | None:
@@ -43,14 +45,24 @@ def prepare_with_media(prepare: Callable, cfg: RunConfig, tokenizer: Any, proces
     return data
 
 
-def pair_media(data, model) -> Callable[[dict, list[dict]], dict] | None:
-    """(padded batch, its sequences) -> the batch with their pixels, token types and Qwen-VL positions: what a
-    preference stage's collator adds per forward (stages/batches.py SequenceCollator.with_media); None for text."""
+@dataclass(frozen=True)
+class MediaAdder:
+    """(padded batch, its sequences) -> the batch with their pixels, token types and Qwen-VL positions; `ctx` is the
+    run's MediaContext (grpo's roll-out makes its prompts' pixels through it too)."""
+    ctx: Any
+    rope: Any = None
+
+    def __call__(self, batch: dict, sequences: list[dict]) -> dict:
+        return add_media(batch, sequences, self.ctx, self.rope)
+
+
+def pair_media(data, model) -> MediaAdder | None:
+    """What a preference stage's or grpo's collator adds per forward (stages/batches.py SequenceCollator.with_media,
+    stages/grpo.py PromptCollator.with_media); None for text."""
     ctx = getattr(data, "media", None)
     if ctx is None:
         return None
-    rope = mrope_for_config(model.config) if model is not None else None
-    return lambda batch, sequences: add_media(batch, sequences, ctx, rope)
+    return MediaAdder(ctx, mrope_for_config(model.config) if model is not None else None)
 
 
 def vision_collator(cfg: RunConfig, data, tokenizer, packing_attention: str | None, model,

@@ -24,6 +24,22 @@ from typing import Any, Callable
 from steadytune.config import KEY_TO_SECTION, NESTED_SECTIONS, SECTION_TYPES, ConfigError, read_yaml, show_value
 
 ALPHA_RATIO = "lora_alpha_ratio"      # lora_alpha = ratio x lora_rank
+# Keys tune sets in every trial itself (tune/trials.py: trial_config) or that change no trial's score (where files
+# go, how often it logs, trackers): in a search space they would be drawn and printed as the best trial's, to no
+# effect, so a space naming one is refused.
+NOT_SEARCHABLE = {
+    "output_dir": "tune gives each trial its own folder (and the final run FINAL/)",
+    "overwrite_output_dir": "tune sets it for every trial",
+    "resume_from_checkpoint": "tune sets it for every trial",
+    "tune_val_size": "the search's validation split is --val-size",
+    "eval_strategy": "tune evaluates each trial --evaluations times", "eval_steps": "tune sets it from --evaluations",
+    "metric_for_best_model": "the search's metric is --metric", "save_steps": "trials save no checkpoints",
+    "do_eval": "tune sets it", "do_predict": "tune sets it", "plot_loss": "tune sets it",
+    "report_to": "trials log to no tracker", "logging_dir": "it changes no score", "logging_steps": "it changes no score",
+    "run_name": "it changes no score", "cache_dir": "it changes no score", "tokenized_path": "it changes no score",
+    "export_dir": "trials export nothing", "per_device_eval_batch_size": "it changes no score, only the speed",
+    "hang_timeout": "it changes no score", "ddp_timeout": "it changes no score",
+}
 USE_DEFAULT = "default_space"         # a file's switch: false starts from an empty space
 IMBALANCE = 1.2                       # largest / smallest class in training: above this, class_balance is searched
 
@@ -190,6 +206,9 @@ def read_range(key: str, spec: dict, where: str) -> Dimension:
 
 def check_key_name(key: str, where: str) -> None:
     """A key the config knows (flat, or section.key for guard / fault_injection), or lora_alpha_ratio."""
+    if key in NOT_SEARCHABLE:
+        raise ConfigError(f"{where}: {key}: not a key to search ({NOT_SEARCHABLE[key]}); set it in the config, or "
+                          "leave it out of the space")
     if key == ALPHA_RATIO or key in KEY_TO_SECTION:
         return
     section, _, sub = key.partition(".")

@@ -192,6 +192,31 @@ def encode_multimodal_prediction(template: Template, ctx: MediaContext, example:
     return prompt[:prompt_len], answer[:answer_len]
 
 
+def encode_multimodal_prompt(template: Template, ctx: MediaContext, example: dict, cutoff_len: int
+                             ) -> tuple[dict, int]:
+    """(a GRPO prompt with media: its ids up to where the answer starts, its token types, grids and media references,
+    from which the roll-out and the training batches make pixels; the tokens cutoff_len cut from it, text only: its
+    media tokens are kept whole, the row refused when they alone do not fit)."""
+    check_placeholders(example, ctx.plugin)
+    inputs, videos = media_inputs(example, ctx)
+    messages = ctx.plugin.expand(example["messages"], inputs, ctx.processor, videos)
+    prompt, _ = encode_oneturn(template, ctx.tokenizer, messages + [{"role": "assistant", "content": ""}],
+                               example.get("system"), example.get("tools"))
+    cut = max(0, len(prompt) - cutoff_len)
+    if cut:
+        protected = ctx.plugin.block_token_ids(ctx.tokenizer)
+        if _n_media(prompt, protected) > cutoff_len:
+            raise DataError(f"{example.get('where', 'row')}: its image/video tokens need {_n_media(prompt, protected)}"
+                            f" of cutoff_len {cutoff_len} tokens; raise cutoff_len or lower image_max_pixels / "
+                            "video_max_pixels")
+        prompt = _keep(prompt[::-1], cutoff_len, protected)[::-1]   # the latest text: the question, the answer's start
+    features = {"input_ids": prompt, **ctx.plugin.type_ids(prompt, ctx.tokenizer), **_grids(inputs)}
+    for key in ("images", "videos"):
+        if example.get(key):
+            features[key] = list(example[key])
+    return features, cut
+
+
 def _expected_media_tokens(inputs: dict, ctx: MediaContext) -> int:
     """How many media tokens the model will fill with features for this row's inputs."""
     total = 0

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from steadytune.data.multimodal.media import check_pixels
 from steadytune.errors import DataError
 
 # LLaMA-Factory's defaults (hparams/model_args.py).
@@ -104,12 +105,20 @@ def decode_video(source: Any, name: str, settings: MediaSettings, where: str, qw
         stream = next((s for s in container.streams if s.type == "video"), None)
         if stream is None:
             raise DataError(f"{where}: {name} has no video stream")
+        # a frame size the header claims past the image bound is refused before a frame is decoded (a bomb)
+        check_pixels((stream.codec_context.width or 0, stream.codec_context.height or 0), name, where)
         duration = float(stream.duration * stream.time_base) if stream.duration is not None else None
         indices = sample_indices(stream.frames, duration or 0.0, settings.video_fps, settings.video_maxlen)
         source_fps = float(stream.average_rate) if stream.average_rate else settings.video_fps
-        wanted = set(indices)
+        wanted, last = set(indices), max(indices)
         container.seek(0)
-        frames = [frame.to_image() for i, frame in enumerate(container.decode(stream)) if i in wanted]
+        frames = []
+        for i, frame in enumerate(container.decode(stream)):
+            if i in wanted:
+                check_pixels((frame.width, frame.height), name, where)   # a stream may change size mid-way
+                frames.append(frame.to_image())
+            if i >= last:   # the frames after the last one kept are never decoded (an hour of video past them)
+                break
     except av.FFmpegError as e:
         raise DataError(f"{where}: cannot decode video {name}: {e}") from None
     finally:

@@ -5,7 +5,9 @@ attribute names of transformers' processors, so a transformers processor can be 
 Why not always transformers' processor: transformers 5 assembles Qwen2-VL's and Qwen3-VL's processors only with
 torchvision installed (their video processor needs it), while their image processors run on Pillow alone. So
 `load_media_processor(folder)` takes AutoProcessor's when it can be built and the parts otherwise (images then work,
-video does not, and says why).
+video does not, and says why). transformers 5.17 goes further: without torchvision its AutoImageProcessor itself is a
+placeholder that raises, so the image processor is then built from the Pillow class its preprocessor_config.json names
+(`Qwen2VLImageProcessor` -> `Qwen2VLImageProcessorPil`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,22 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
+def load_image_processor(folder: Path, auto_class: Any) -> Any:
+    """The folder's image processor: AutoImageProcessor's, or (where it needs torchvision to exist at all, as on
+    transformers 5.17) the Pillow backend of the class preprocessor_config.json names."""
+    import transformers
+
+    try:
+        return auto_class.from_pretrained(folder)
+    except ImportError:
+        name = _read_json(folder / "preprocessor_config.json").get("image_processor_type") or ""
+        pil = getattr(transformers, name if name.endswith("Pil") else f"{name}Pil", None) if name else None
+        if pil is None:
+            raise
+        log.info("AutoImageProcessor needs torchvision here; using %s", pil.__name__)
+        return pil.from_pretrained(folder)
+
+
 def load_media_processor(folder: str | Path, tokenizer: Any = None) -> Any:
     """The processor of a model folder: transformers' own (AutoProcessor) when it builds, else MediaProcessor from
     its image processor, tokenizer and config (see the module docstring)."""
@@ -86,7 +104,7 @@ def load_media_processor(folder: str | Path, tokenizer: Any = None) -> Any:
     except Exception as e:  # transformers raises ImportError / AttributeError / ValueError for a missing backend
         log.info("AutoProcessor could not build %s's processor (%s); using its parts", folder, e)
     tokenizer = tokenizer or AutoTokenizer.from_pretrained(folder)
-    image_processor = AutoImageProcessor.from_pretrained(folder)
+    image_processor = load_image_processor(folder, AutoImageProcessor)
     video_processor = None
     try:
         from transformers import AutoVideoProcessor

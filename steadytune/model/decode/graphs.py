@@ -14,8 +14,12 @@ The step changes the state it reads, so running it is not free: recording (which
 the CPU stand-in of the tests runs it to record) and checking put the state back as it was (`snapshot`, a function
 that copies the state and returns the function that restores it). Safety: each graph's first two uses also run the
 step eagerly, from the same state, and compare the logits (the second use is the one a frozen Python value would
-break); any failure or mismatch turns graphs off for the rest of the run, with one warning, and the eager step's
-result is used. STEADYTUNE_CUDA_GRAPHS=0 turns them off.
+break). A row further than RELATIVE_ROW_ERROR from the eager one is measured against a second eager step from the same
+state: where the eager step is as far from itself (kernels that are not bitwise deterministic, in a model that
+amplifies last-bit differences), the recording is kept. Any failure or real mismatch turns graphs off for the rest of
+the run, with one warning naming the rows and the errors, and the eager step's result is used
+(`DecodeGraphs.disabled_because` holds the reason: the benchmarks and the GPU tests fail on it).
+STEADYTUNE_CUDA_GRAPHS=0 turns them off.
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ class DecodeGraphs:
         self.graphs: OrderedDict[Hashable, _Graph] = OrderedDict()
         self.disabled_because: Optional[str] = None
         self.captured = 0
+        self.tolerated = 0   # checks over the bound that the eager step's own spread explained
 
     @property
     def enabled(self) -> bool:
@@ -146,8 +151,20 @@ class DecodeGraphs:
         recorded = graph.output.clone()
         restore()
         expected = step()
-        if not _same(recorded, expected):
-            self._disable(f"the recorded step for {key} gave other logits than the eager step")
+        error = row_errors(recorded, expected)
+        if error is not None and float(error.max()) <= RELATIVE_ROW_ERROR:
+            return expected
+        # Over the bound: is the eager step itself that far from a second eager run of the same state? Kernels that
+        # are not bitwise deterministic, in a model that amplifies their last-bit differences (random weights with a
+        # random adapter do), move the eager step as far as the recorded one: then the recording is not what differs.
+        first = expected.clone()
+        restore()
+        expected = step()   # the second eager step is the one the batch keeps (its state and cache writes)
+        noise = row_errors(expected, first)
+        if error is None or noise is None or float(error.max()) > max(RELATIVE_ROW_ERROR, 2 * float(noise.max())):
+            self._disable(describe_mismatch(key, error, noise))
+            return expected
+        self.tolerated += 1
         return expected
 
     def _disable(self, reason: str) -> None:
@@ -160,16 +177,26 @@ def _nothing_to_restore() -> Callable[[], None]:
     return lambda: None
 
 
-def _same(recorded: torch.Tensor, eager: torch.Tensor) -> bool:
-    """The same kernels on the same inputs: equal up to kernels that are not bitwise deterministic. A graph that read
-    a stale value or a wrong buffer gives some row other logits altogether (a relative error near 1); bf16 kernels that
-    differ in their summation order move a row by far less than RELATIVE_ROW_ERROR. Judged per row on the whole row,
-    not on its largest element: with 1,024 rows of a 262k vocabulary (Gemma 3, a GRPO roll-out), the single largest
-    elementwise difference of two orders of summation exceeded 1 % of the largest logit on an H200 (2026-12-01),
-    turning graphs off for nothing."""
+def row_errors(recorded: torch.Tensor, eager: torch.Tensor) -> Optional[torch.Tensor]:
+    """Each row's relative L2 distance between two steps' logits (None when their shapes differ). The same kernels on
+    the same inputs give the same logits up to kernels that are not bitwise deterministic; a graph that read a stale
+    value or a wrong buffer gives some row other logits altogether (a relative error near 1). Judged per row on the
+    whole row, not on its largest element: with 1,024 rows of a 262k vocabulary (Gemma 3, a GRPO roll-out), the single
+    largest elementwise difference of two orders of summation exceeded 1 % of the largest logit on an H200
+    (2026-12-01), turning graphs off for nothing."""
     if recorded.shape != eager.shape:
-        return False
+        return None
     rows = eager.shape[0] if eager.dim() > 1 else 1
     recorded, eager = recorded.float().reshape(rows, -1), eager.float().reshape(rows, -1)
-    error = (recorded - eager).norm(dim=1) / eager.norm(dim=1).clamp(min=1e-6)
-    return bool((error <= RELATIVE_ROW_ERROR).all().item())
+    return (recorded - eager).norm(dim=1) / eager.norm(dim=1).clamp(min=1e-6)
+
+
+def describe_mismatch(key: Hashable, error: Optional[torch.Tensor], noise: Optional[torch.Tensor]) -> str:
+    """The warning's reason: which rows differ and by how much, against the eager step's own spread."""
+    if error is None:
+        return f"the recorded step for {key} gave logits of another shape than the eager step"
+    bad = (error > RELATIVE_ROW_ERROR).nonzero().flatten().tolist()
+    spread = "not measured" if noise is None else f"{float(noise.max()):.2e}"
+    return (f"the recorded step for {key} gave other logits than the eager step: rows {bad[:8]}"
+            f"{' ...' if len(bad) > 8 else ''} of {error.numel()} differ by up to {float(error.max()):.2e} (relative L2; "
+            f"allowed {RELATIVE_ROW_ERROR:.0e}), while two eager steps from the same state differ by {spread}")

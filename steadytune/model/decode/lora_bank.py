@@ -6,8 +6,9 @@ copy per layer and adapter: a step that cannot be recorded). Here a projection's
     A [adapters + 1, r, in], B [adapters + 1, out, r], scale [adapters + 1]
 (index 0 is "no adapter": zeros; ranks below the largest are padded with zeros, which adds nothing), and the rows'
 indices are a tensor of the decode state: rows of different adapters share one batch and one recorded step, and
-the row's index is just data. Two kernels per projection on a GPU (kernels/bgmv_triton.py): shrink t = x A[i]^T, then
-expand y += scale[i] (t B[i]^T) into the base output. The torch path (CPU, and where Triton is absent) computes each
+the row's index is just data. One kernel per projection on a GPU (kernels/bgmv_triton.py): y += scale[i] B[i] (A[i] x)
+into the base output, and one per group of projections that share an input where runner.py stacks their base weights
+(FusedLoraBank). The torch path (CPU, and where Triton is absent) computes each
 adapter present in the bank over every row and keeps it where the row uses it: exactly peft's arithmetic for each
 row, at the cost of one pass per adapter.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+
 
 def lora_parts(module: torch.nn.Module) -> Optional[dict]:
     """{adapter name: (lora_A weight, lora_B weight, scaling)} of a peft LoRA Linear layer, or None for a module
@@ -79,3 +81,41 @@ class LoraBank:
 
 def adapter_names(model: torch.nn.Module) -> list[str]:
     return list(getattr(model, "peft_config", {}).keys())
+
+
+class FusedLoraBank:
+    """The adapters of projections that read the same input and whose base weights are stacked into one matmul
+    (q|k|v, gate|up: runner.py), as one bank: the members' A stacked along the rank, B block-diagonal (member j's
+    output columns read only member j's ranks; the zeros add exactly nothing), a scale per adapter and output column.
+    One kernel then computes every member's LoRA for a row (kernels/bgmv_triton.py). Triton only: the torch path
+    keeps one bank per projection, which is peft's arithmetic exactly."""
+
+    def __init__(self, members: list, names: list[str], widths: list[int]):
+        self.names = names
+        self.widths = widths
+        present = [m for m in members if m]
+        sample_a = next(iter(present[0].values()))[0]
+        self.ranks = [max((a.shape[0] for a, _, _ in m.values()), default=0) if m else 0 for m in members]
+        n, total_rank, total_width = len(names) + 1, sum(self.ranks), sum(widths)
+        self.A = sample_a.new_zeros(n, total_rank, sample_a.shape[1])
+        self.B = sample_a.new_zeros(n, total_width, total_rank)
+        self.scale = torch.zeros(n, total_width, dtype=torch.float32, device=sample_a.device)
+        self.copy(members)
+
+    def copy(self, members: list) -> None:
+        with torch.no_grad():
+            rank_at = width_at = 0
+            for parts, rank, width in zip(members, self.ranks, self.widths):
+                for name, (a, b, scaling) in (parts or {}).items():
+                    i = self.names.index(name) + 1
+                    self.A[i, rank_at: rank_at + a.shape[0]].copy_(a)
+                    self.B[i, width_at: width_at + width, rank_at: rank_at + b.shape[1]].copy_(b)
+                    self.scale[i, width_at: width_at + width] = scaling
+                rank_at, width_at = rank_at + rank, width_at + width
+
+    def apply(self, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor, kernels: str) -> torch.Tensor:
+        if kernels != "triton":
+            raise ValueError("a fused LoRA bank runs on the Triton kernel only (the torch path keeps one bank per "
+                             "projection)")
+        from steadytune.model.decode.kernels.bgmv_triton import bgmv  # lazy: Triton, imported where it runs
+        return bgmv(x, y, self.A, self.B, self.scale, index)

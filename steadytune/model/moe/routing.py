@@ -85,6 +85,8 @@ class RoutingRecord:
     def __init__(self, num_experts: int, top_k: int, coefficient: float | None):
         self.num_experts, self.top_k, self.coefficient = num_experts, top_k, coefficient
         self.counts: torch.Tensor | None = None      # [layers, experts] top-k choices
+        self.ranks = 1   # processes the experts are split over (expert parallelism: distributed/expert_parallel.py)
+        self.rank_load: list[float] | None = None    # each process's share of the last window's pairs (1.0 = even)
         self.aux_sum: torch.Tensor | None = None     # aux loss summed over micro-batches
         self.micro_batches: torch.Tensor | None = None
 
@@ -121,6 +123,10 @@ class RoutingRecord:
         load = counts * self.num_experts / per_layer          # 1.0 = the uniform share
         metrics = {"moe_aux_loss": aux_sum / micro_batches, "moe_load_max": float(load.max()),
                    "moe_load_min": float(load.min()), "moe_idle_experts": int((counts == 0).sum())}
+        if self.ranks > 1:   # each process's experts' pairs, over all layers, as a multiple of an even share
+            by_rank = counts.reshape(counts.shape[0], self.ranks, -1).sum(dim=(0, 2))
+            self.rank_load = [round(v, 4) for v in (by_rank * self.ranks / by_rank.sum().clamp_min(1.0)).tolist()]
+            metrics["moe_rank_load_max"] = max(self.rank_load)
         return metrics, [[round(v, 4) for v in row] for row in load.tolist()]
 
 

@@ -99,7 +99,8 @@ def split_decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     rows, heads, dim = q.shape
     kv_heads = keys.shape[1]
     group = heads // kv_heads
-    q = q.contiguous()
+    if q.stride(2) != 1:
+        q = q.contiguous()   # the kernel steps rows and heads by their strides (q may be a view of the fused q|k|v)
     arch, dtype = device_arch(q.device), dtype_name(keys.dtype)
     block = attention_blocks(group, dim, 1, dtype, arch)["BLOCK"]
     splits = attention_splits(rows, kv_heads, columns, block)

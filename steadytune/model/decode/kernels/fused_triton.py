@@ -121,7 +121,9 @@ def rotary_store(q, k, v, q_norm: Optional[Norm], k_norm: Optional[Norm], cos_ta
     and the value written into keys/values [slots, kv heads, capacity, dim] at each row's length."""
     rows, heads, dim = q.shape
     kv_heads = k.shape[1]
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    # Views of the fused q|k|v output (runner.py) are read and written in place: the kernel steps rows by their own
+    # stride and needs only each row's heads packed.
+    q, k, v = packed_heads(q), packed_heads(k), packed_heads(v)
     has_norm = q_norm is not None
     _rotary_store_kernel[(rows, heads + kv_heads)](
         q, k, v, q_norm.weight if has_norm else q, k_norm.weight if has_norm else k, cos_table, sin_table, lengths,
@@ -132,24 +134,33 @@ def rotary_store(q, k, v, q_norm: Optional[Norm], k_norm: Optional[Norm], cos_ta
     return q
 
 
+def packed_heads(x: torch.Tensor) -> torch.Tensor:
+    """x [rows, heads, dim] as is when each row's heads lie packed (any row stride), else a contiguous copy."""
+    return x if x.stride(2) == 1 and x.stride(1) == x.shape[2] else x.contiguous()
+
+
 @triton.jit
-def _act_mul_kernel(G, U, Out, N, GELU: tl.constexpr, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def _act_mul_kernel(G, U, Out, N, stride_g, stride_u, stride_o, GELU: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = i < N
-    g = tl.load(G + i, mask=ok, other=0.0).to(tl.float32)
-    u = tl.load(U + i, mask=ok, other=0.0).to(tl.float32)
+    g = tl.load(G + r * stride_g + i, mask=ok, other=0.0).to(tl.float32)
+    u = tl.load(U + r * stride_u + i, mask=ok, other=0.0).to(tl.float32)
     if GELU:   # tanh(z) = 2 sigmoid(2z) - 1
         z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
         act = 0.5 * g * (2.0 * tl.sigmoid(2.0 * z))
     else:
         act = g * tl.sigmoid(g)
     dtype = Out.dtype.element_ty
-    tl.store(Out + i, (act.to(dtype).to(tl.float32) * u).to(dtype), mask=ok)
+    tl.store(Out + r * stride_o + i, (act.to(dtype).to(tl.float32) * u).to(dtype), mask=ok)
 
 
 def act_mul(gate: torch.Tensor, up: torch.Tensor, act: str) -> torch.Tensor:
-    gate, up = gate.contiguous(), up.contiguous()
-    out = torch.empty_like(gate)
-    n = gate.numel()
-    _act_mul_kernel[(triton.cdiv(n, ACT_BLOCK),)](gate, up, out, n, GELU=act == "gelu_tanh", BLOCK=ACT_BLOCK)
+    """act(gate) * up for [rows, width] tensors whose rows may be strided (the halves of the fused gate|up output)."""
+    gate = gate if gate.stride(-1) == 1 else gate.contiguous()
+    up = up if up.stride(-1) == 1 else up.contiguous()
+    rows, width = gate.shape
+    out = torch.empty(rows, width, dtype=gate.dtype, device=gate.device)
+    _act_mul_kernel[(rows, triton.cdiv(width, ACT_BLOCK))](gate, up, out, width, gate.stride(0), up.stride(0),
+                                                           out.stride(0), GELU=act == "gelu_tanh", BLOCK=ACT_BLOCK)
     return out

@@ -1,0 +1,129 @@
+"""From any text to diagnoses: the facts (facts.py), the error lines and their families (error_lines.py), the rules
+over both (rules.py), and one finding for every error line no rule explains ("unrecognised error: LINE" with the
+command whose output would decide). `doctor --from` runs it over each file of a paste; the case scorer (cases.py)
+runs it over each mined case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from steadytune.doctor.error_lines import ErrorLine, error_facts, family, find_errors
+from steadytune.doctor.facts import Fact, FactSheet, extract_facts
+from steadytune.doctor.findings import Finding
+from steadytune.doctor.rules import Diagnosis, run_rules
+from steadytune.hardware.error_catalogue import Facts, Match, match_text
+
+# A paste is cut to this many lines for the fact and error readers (a 16 MiB log is read for its GPU tables
+# elsewhere; its errors are at its end and its facts at its start).
+MAX_LINES = 20_000
+
+
+@dataclass
+class Report:
+    sheet: FactSheet
+    errors: list[ErrorLine]
+    diagnoses: list[Diagnosis]
+    unrecognised: list[ErrorLine] = field(default_factory=list)
+
+    @property
+    def top(self) -> Optional[Diagnosis]:
+        return self.diagnoses[0] if self.diagnoses else None
+
+
+def _cut(lines: list[str]) -> list[str]:
+    if len(lines) <= MAX_LINES:
+        return lines
+    half = MAX_LINES // 2
+    return lines[:half] + lines[-half:]
+
+
+Chunk = tuple[int, int, Facts]   # lines [start, end) of the text, and what is known where they ran (a session's command)
+
+
+def _catalogue_matches(lines: list[str], chunks: Optional[list[Chunk]], facts: Optional[Facts]) -> list[Match]:
+    """The error catalogue over the text, each part with the variables of the command that printed it."""
+    if not chunks:
+        return match_text("\n".join(lines), facts)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    found = []
+    for start, end, chunk_facts in chunks:
+        if start >= len(lines):
+            continue
+        for match in match_text("\n".join(lines[start:end]), chunk_facts):
+            found.append(replace(match, position=match.position + offsets[start]))
+    return found
+
+
+def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Optional[list[Chunk]] = None) -> Report:
+    """Facts, error lines, diagnoses (best first) and the error lines none of them explains. `chunks` give parts of the
+    text their own catalogue facts (a pasted session: each command's variables); else `catalogue_facts` hold for all."""
+    lines = text.splitlines()
+    if len(lines) > MAX_LINES:
+        lines, chunks = _cut(lines), None
+    joined = "\n".join(lines)
+    errors = find_errors(lines, _catalogue_matches(lines, chunks, catalogue_facts))
+    sheet = extract_facts(joined, lambda _lines: error_facts(errors))
+    diagnoses = run_rules(sheet, errors)
+    covered = {n for d in diagnoses for n in d.covers}
+    unrecognised = [e for e in errors if e.line_no not in covered]
+    return Report(sheet, errors, diagnoses, unrecognised)
+
+
+def _evidence(diagnosis: Diagnosis) -> str:
+    lines = {}
+    for fact in diagnosis.evidence:
+        lines.setdefault(fact.line_no, fact)
+    quoted = [f.quote(120) for f in list(lines.values())[:3]]
+    return ("; evidence: " + " | ".join(quoted)) if quoted else ""
+
+
+def report_findings(report: Report, source: str, skip_restated: bool = False) -> list[Finding]:
+    """The diagnoses as findings (the first one is the likely cause), then one per unexplained error line. With
+    `skip_restated`, a diagnosis that only restates a catalogue entry is left to the catalogue's own finding."""
+    findings = []
+    for i, d in enumerate(report.diagnoses):
+        if skip_restated and d.entry is not None:
+            continue
+        what = f"{source}: {'likely cause' if i == 0 else 'also'}: {d.title}"
+        findings.append(Finding(d.severity, "diagnosis", what, d.cause + _evidence(d), d.fix))
+    for error in report.unrecognised:
+        cls = family(error.family) if error.family else None
+        why = (f"it reads as {cls.means}, but the paste does not say enough to settle the cause" if cls else
+               "no rule or catalogue entry knows this message")
+        findings.append(Finding.warn("unrecognised-error", f"{source}: unrecognised error: line {error.line_no}: "
+                                     f"{_short(error.line)}", why, f"run and paste: {_next_step(report.sheet, cls)}"))
+    return findings
+
+
+def _short(line: str, width: int = 160) -> str:
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+_GENERIC_NEXT = {
+    "ollama": "OLLAMA_DEBUG=1 ollama serve 2>&1 | tail -60 (the server log, not the client's)",
+    "llama.cpp": "the full output of the same command with -v, and ./llama-cli --list-devices",
+    "vllm": "python -m vllm.collect_env",
+    "bitsandbytes": "python -m bitsandbytes",
+    "torch": "python -m torch.utils.collect_env",
+    "rccl": "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET <the command>",
+    "rccl-tests": "NCCL_DEBUG=INFO ./build/all_reduce_perf -b 8 -e 128M -f 2 -g <GPUs>",
+}
+
+
+def _next_step(sheet: FactSheet, cls) -> str:
+    if cls is not None:
+        return cls.next
+    tool = next((t for t in ("ollama", "llama.cpp", "vllm", "bitsandbytes", "rccl-tests", "rccl", "torch")
+                 if t in sheet.tools), None)
+    return _GENERIC_NEXT.get(tool or "", "rocminfo | grep -e Marketing -e 'Name:.*gfx'; python -m torch.utils.collect_env; "
+                                       "sudo dmesg | grep -i amdgpu | tail -20")
+
+
+def gpu_facts(sheet: FactSheet) -> list[Fact]:
+    """The GPU facts of a paste (model names, PCI ids, gfx strings of the machine), for a GPU table that no tool
+    output gave."""
+    return [f for f in sheet.facts if f.kind in ("gpu", "pci_id") or (f.kind == "arch" and f.detail == "machine")]

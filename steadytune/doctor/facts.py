@@ -1,0 +1,561 @@
+"""Facts first: what any text says about the machine and the failure, each fact with the line it came from.
+
+A paste arrives in a hundred wordings (a Linux console, PowerShell, a systemd journal, an Ollama server log, a Docker
+command, a notebook cell), but the facts in it are few: the OS and the platform it runs on (WSL 2, a container, a
+systemd service, SLURM, a notebook), the kernel and driver, the GPUs (a model name, a PCI id, a `gfx` string, an
+override value), the ROCm / HIP / CUDA release and how it was installed (TheRock's wheel-only layout has no
+/opt/rocm), the Python and its wheel tags, the torch build, the tool that failed, and every error line. The rules
+(rules.py) reason over these facts, never over the wording, so a new wording of a known problem needs a new fact
+pattern at most, not a new rule.
+
+Every pattern here is structural (a version's form, a path's shape, a product's name), and each fact keeps its line
+number and the line itself so a finding can quote its evidence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
+
+from steadytune.hardware.archs import decode_rocm_smi_gfx, is_gfx_target
+from steadytune.hardware.gpu_facts import PRODUCTS, arch_info, lookup_product, normalise_gfx
+from steadytune.hardware.gpu_ids import AMD, lookup_id
+
+
+@dataclass(frozen=True)
+class Fact:
+    kind: str           # see KINDS
+    value: str          # normalised: "gfx1031", "10.3.0", "6.2", "wsl", "ollama" ...
+    line_no: int        # 1-based, in the text given to extract_facts
+    line: str           # the source line, trimmed
+    detail: str = ""    # how it was said, where that matters: "machine" / "list" for an arch, the setter of a variable
+
+    def quote(self, width: int = 160) -> str:
+        text = self.line if len(self.line) <= width else self.line[: width - 3] + "..."
+        return f"line {self.line_no}: {text}"
+
+
+KINDS = ("os", "platform", "kernel", "driver", "gpu", "arch", "built_for", "pci_id", "env", "rocm", "hip", "cuda",
+         "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors", "root_only", "complaint")
+
+
+@dataclass
+class FactSheet:
+    """The facts of one text, in line order."""
+    facts: list[Fact] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    def of(self, kind: str) -> list[Fact]:
+        return [f for f in self.facts if f.kind == kind]
+
+    def first(self, kind: str) -> Optional[Fact]:
+        return next((f for f in self.facts if f.kind == kind), None)
+
+    def values(self, kind: str) -> list[str]:
+        seen: list[str] = []
+        for f in self.facts:
+            if f.kind == kind and f.value not in seen:
+                seen.append(f.value)
+        return seen
+
+    def has(self, kind: str, value: Optional[str] = None) -> bool:
+        return any(f.kind == kind and (value is None or f.value == value) for f in self.facts)
+
+    def env(self, name: str) -> Optional[Fact]:
+        """The last setting of a variable (`env` facts hold NAME=VALUE)."""
+        found = [f for f in self.facts if f.kind == "env" and f.value.split("=", 1)[0] == name]
+        return found[-1] if found else None
+
+    def env_value(self, name: str) -> Optional[str]:
+        fact = self.env(name)
+        return fact.value.split("=", 1)[1] if fact else None
+
+    @property
+    def machine_archs(self) -> list[str]:
+        """The GPU architectures of the machine itself (not the lists of what a build supports), in order."""
+        return self.values("arch")
+
+    @property
+    def is_windows(self) -> bool:
+        return self.has("os", "windows") and not self.has("platform", "wsl")
+
+    @property
+    def tools(self) -> list[str]:
+        return self.values("tool")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Patterns: each finds a fact in one line
+# ---------------------------------------------------------------------------------------------------------
+
+Finder = Callable[[str], Iterable[tuple[str, str, str]]]   # line -> (kind, value, detail)...
+_FINDERS: list[Finder] = []
+
+
+def finder(function: Finder) -> Finder:
+    _FINDERS.append(function)
+    return function
+
+
+_OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debian", r"\bDebian\b"),
+       ("fedora", r"\bFedora\b"), ("arch", r"\bArch ?Linux\b|\bEndeavourOS\b|\bManjaro\b|\bCachyOS\b|\barch1\b"),
+       ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
+       ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
+       ("windows", r"\bWindows (?:10|11|Server)\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\"),
+       ("macos", r"\bmacOS\b|\bDarwin Kernel\b"))
+
+
+@finder
+def _os(line: str):
+    for name, pattern in _OS:
+        m = re.search(pattern, line)
+        if m:
+            yield "os", name, (m.group(1) if m.groups() and m.group(1) else "")
+            if name != "ubuntu":
+                continue
+            break
+
+
+_PLATFORMS = (
+    ("wsl", r"microsoft-standard-WSL2|\bWSL ?2?\b|/dev/dxg\b|librocdxg|\bdxgkrnl\b|/usr/lib/wsl/"),
+    ("container", r"\bdocker (?:run|exec|compose)\b|\bdocker-compose\b|\bpodman (?:run|exec)\b|\bDockerfile\b"
+                  r"|^\s*(?:\(\S+\)\s*)?root@[0-9a-f]{12}:|\bapptainer\b|\bsingularity (?:exec|run|shell)\b"
+                  r"|/\.dockerenv|\bkubectl\b|\bdevices:\s*$|\brocm/(?:pytorch|vllm|dev-ubuntu)[:\w.-]*"
+                  r"|\bollama/ollama:rocm\b|\bdistrobox\b|\btoolbox (?:enter|run)\b"),
+    ("systemd", r"\bsystemctl\b|\bjournalctl\b|\bsystemd\[\d+\]|\.service\b|^\s*Environment=|\[Service\]"),
+    ("slurm", r"\bsrun\b|\bsbatch\b|\bSLURM_\w+|\bsalloc\b"),
+    ("notebook", r"\bipykernel\b|\bJupyter\b|\bjupyter\b|\bColab\b|^\s*In \[\d+\]:|\bCell In\[\d+\]"),
+    ("sudo", r"(?:^|[\s$#>])sudo\s+(?!usermod|apt|dnf|yum|pacman|zypper|modprobe|dmesg|reboot|systemctl|tee|cat|"
+             r"amdgpu-install|sh\b|bash\b|dkms|update-grub|grub|chmod|chown|ln|cp|mv|rm|mkdir|gpasswd|"
+             r"ldconfig|journalctl|lspci)"),
+)
+
+
+@finder
+def _platform(line: str):
+    for name, pattern in _PLATFORMS:
+        if re.search(pattern, line):
+            yield "platform", name, ""
+
+
+@finder
+def _kernel(line: str):
+    m = re.search(r"\b(\d\.\d{1,2}(?:\.\d{1,3}){1,2}(?:-[\w.]+)?-(?:generic|arch\d[\w-]*|amd64|lowlatency|cachyos[\w-]*|"
+                  r"microsoft-standard-WSL2|zen\d|fc\d\d[\w.]*|default|lts|oem|rt)\w*)\b", line)
+    if m:
+        yield "kernel", m.group(1), ""
+        if "microsoft-standard-WSL2" in m.group(1):
+            yield "platform", "wsl", ""
+        return
+    m = re.search(r"\b(?:Linux|Kernel(?: version)?:?|uname -r\)?:?)\s+(\d\.\d{1,2}(?:\.\d{1,3})?(?:-\S+)?)", line)
+    if m and not re.search(r"Python|GCC", line[: m.start()]):
+        yield "kernel", m.group(1), ""
+
+
+@finder
+def _driver(line: str):
+    m = re.search(r"(?:amdgpu(?:-dkms)? (?:version|driver)|Driver version|driver_version)\s*[:=]?\s*(\d+\.\d+[\w.\-]*)",
+                  line, re.IGNORECASE)
+    if m:
+        yield "driver", m.group(1), "amdgpu" if "amd" in line.lower() else ""
+    m = re.search(r"Driver Version:\s*(\d{3}\.\d+(?:\.\d+)?)", line)
+    if m:
+        yield "driver", m.group(1), "nvidia"
+    if re.search(r"\bamdgpu-dkms\b.*\b(?:failed|error)|\bBad return status for module build\b|dkms.*\bfailed\b", line,
+                 re.IGNORECASE):
+        yield "driver", "dkms-failed", ""
+
+
+# gfx strings: the machine's own arch, versus a list of what a build or a tool supports. A line naming three or more
+# distinct targets is a list (Ollama's "supported types:[...]", TensorFlow's "supported AMDGPU versions are ...",
+# a TensileLibrary listing, PYTORCH_ROCM_ARCH=...), and so is one that names a build's files.
+_GFX = re.compile(r"(?<![\w])(?:amdgcn-amd-amdhsa--)?(gfx(?:[6-9][0-9a-f]{2}|1[0-2][0-9][0-9a-f]{1,2}))"
+                  r"(?::(?:sramecc|xnack)[+-])*(?![0-9a-z])", re.IGNORECASE)
+_LIST_CONTEXT = re.compile(r"supported|support(?:s|ed)? (?:types|targets|versions|archs?)|available|TensileLibrary_|"
+                           r"_lazy_|PYTORCH_ROCM_ARCH|AMDGPU_TARGETS|GPU_TARGETS|GFX_ARCH|BNB_ROCM_ARCH|--offload-arch|"
+                           r"HCC_AMDGPU_TARGET|archs?\s*[:=]|arch_list|get_arch_list|compiled for|built for|targets?:",
+                           re.IGNORECASE)
+_MACHINE_CONTEXT = re.compile(r"gpu_type=|Name:\s+(?:amdgcn-amd-amdhsa--)?gfx|for GPU arch ?: ?gfx|gcnArchName|"
+                              r"arch(?:itecture)?[ =:]+gfx|--->\s*gfx|GPU arch|\bdevice\b|\bagent\b|\bgfx\w+ \(|"
+                              r"ISA|GFX VER|target=gfx|Target:|\[gfx", re.IGNORECASE)
+
+
+_MACHINE_BEFORE = re.compile(r"(?:gpu_type=|AMDGPU version\s*:?\s*|for GPU arch\s*:?\s*|GPU arch(?:itecture)?\s*[:=]?\s*|"
+                             r"(?:my|your|the) (?:GPU|card) (?:is )?(?:an? )?|Name:\s*(?:amdgcn-amd-amdhsa--)?|"
+                             r"gcnArchName\W*|--->\s*)$", re.IGNORECASE)
+
+
+@finder
+def _arch(line: str):
+    found: list[tuple[str, bool]] = []   # (gfx, said to be the machine's by what comes right before it)
+    for m in _GFX.finditer(line):
+        gfx = m.group(1).lower()
+        decoded = gfx if is_gfx_target(gfx) else decode_rocm_smi_gfx(gfx)
+        if decoded and decoded not in [g for g, _ in found]:
+            found.append((decoded, bool(_MACHINE_BEFORE.search(line[max(0, m.start() - 40): m.start()]))))
+    if not found:
+        return
+    listed = len(found) >= 3 or bool(_LIST_CONTEXT.search(line))
+    for gfx, machine in found:
+        if machine or not listed or (len(found) == 1 and _MACHINE_CONTEXT.search(line)):
+            yield "arch", gfx, "machine"
+        else:
+            yield "built_for", gfx, "list"
+
+
+@finder
+def _nvidia_arch(line: str):
+    m = re.search(r"\bsm_(\d{2,3})\b(?! is not)", line)
+    cc = re.search(r"(?:compute capability|CUDA capability|Compute capability)[^\d]{0,20}(\d{1,2})\.(\d)", line,
+                   re.IGNORECASE)
+    if cc:
+        yield "arch", f"sm_{cc.group(1)}{cc.group(2)}", "machine"
+    elif m and re.search(r"\bwith CUDA capability sm_|\bcapability:?\s*sm_|^\s*(?:- )?Compute capability", line):
+        yield "arch", f"sm_{m.group(1)}", "machine"
+    supported = re.search(r"supports CUDA capabilities ((?:sm_\d+\s*)+)", line)
+    if supported:
+        for sm in re.findall(r"sm_\d+", supported.group(1)):
+            yield "built_for", sm, "list"
+
+
+# GPU model names: the product table's patterns (Radeon, Instinct, Ryzen APU graphics, NVIDIA), read only where the
+# line looks like it names a device, not where a sentence compares cards.
+_GPU_WORDS = re.compile(r"Radeon|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
+                        r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Van Gogh|"
+                        r"Ryzen AI|\bW[67]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
+                        r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*", re.IGNORECASE)
+_MOBILE = re.compile(r"\bRX ?(6[0-9]{3})(M|S)\b", re.IGNORECASE)
+# Laptop Radeons by number and suffix (LLVM's processor table, AMD's product pages): the S parts are Navi 23
+_MOBILE_ARCH = {("68", "M"): "gfx1031", ("67", "M"): "gfx1031", ("66", "M"): "gfx1032", ("65", "M"): "gfx1034",
+                ("64", "M"): "gfx1034", ("63", "M"): "gfx1034", ("68", "S"): "gfx1032", ("67", "S"): "gfx1032",
+                ("66", "S"): "gfx1032"}
+_APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages): the iGPU's target
+    (r"Ryzen (?:AI )?(?:Max\+? )?(?:PRO )?3\d\d\b|Ryzen AI Max", "gfx1151"),
+    (r"Ryzen AI (?:9|7|5) (?:HX )?(?:PRO )?3\d\d\b", "gfx1150"),
+    (r"Ryzen [3579] (?:PRO )?(?:7[84]\d0|8[4-9]\d0)[HUGS]?S?\b", "gfx1103"),
+    (r"(?:Ryzen [3579] )?(?:PRO )?(?:6[6-9]\d0|7[3-7]35)[HU]S?\b", "gfx1035"),
+    (r"Ryzen [3579] (?:PRO )?(?:[45]\d\d0)[HUG]E?S?\b", "gfx90c"),
+    (r"Ryzen [3579] (?:PRO )?7\d00X3?D?\b|Ryzen [3579] (?:PRO )?9\d{3}X3?D?\b", "gfx1036"),
+)
+
+
+@finder
+def _gpu(line: str):
+    if not _GPU_WORDS.search(line):
+        return
+    mobile = _MOBILE.search(line)
+    if mobile:
+        arch = _MOBILE_ARCH.get((mobile.group(1)[:2], mobile.group(2).upper()))
+        if arch:
+            yield "gpu", f"Radeon RX {mobile.group(1)}{mobile.group(2).upper()}", arch
+            return
+    igpu = re.search(r"\b(?:AMD|Radeon)[ -]?(\d{3}M|80[4-6]0S)\b", line, re.IGNORECASE)
+    if igpu:   # "AMD780M", "Radeon 890M": the graphics model alone
+        product = lookup_product(f"Radeon {igpu.group(1).upper()}")
+        if product is not None:
+            yield "gpu", f"Radeon {igpu.group(1).upper()}", product.arch
+            return
+    for pattern, arch in _APU_CPU:
+        m = re.search(pattern, line, re.IGNORECASE)
+        if m and re.search(r"Radeon|Graphics|iGPU|APU|\bwith\b|Ryzen AI|\bAMD\b", line, re.IGNORECASE):
+            yield "gpu", m.group(0), arch
+            return
+    named = re.sub(r"\bRadeon(?:\(TM\))? (?=[5-9]\d{3}\b)", "Radeon RX ", line)   # "Radeon 7900 XTX" is an RX
+    for product in PRODUCTS:
+        m = re.search(product.pattern, named, re.IGNORECASE)
+        if m:
+            yield "gpu", _model_phrase(named, m), product.arch
+            return
+    if re.search(r"Jetson (?:AGX )?Orin|\bOrin (?:Nano|NX)", line, re.IGNORECASE):
+        yield "gpu", "Jetson Orin", "sm_87"
+
+
+_NAME_BEFORE = {"amd", "radeon", "radeon(tm)", "rx", "instinct", "nvidia", "geforce", "rtx", "gtx", "pro", "tesla",
+                "quadro", "ai", "ryzen"}
+_NAME_AFTER = re.compile(r"^(?:\s+(?:XTX|XT|GRE|Ti|SUPER|D|Max|Ultra|PCIe|SXM\w*|\d+GB|M|S|HX))*", re.IGNORECASE)
+
+
+def _model_phrase(line: str, m: re.Match) -> str:
+    """The product's name as the line says it ('AMD Radeon RX 6600 XT'): the match, with the vendor and series words
+    right before it and the suffixes right after."""
+    words = line[: m.start()].split()
+    start = m.start()
+    for word in reversed(words[-3:]):
+        if word.strip("[](),").lower() not in _NAME_BEFORE:
+            break
+        start = line.rfind(word, 0, start)
+    end = m.end() + len(re.match(r"\w*", line[m.end():]).group(0))   # MI350 -> MI350P
+    end += len(_NAME_AFTER.match(line[end:]).group(0))
+    return re.sub(r"\s+", " ", line[start:end]).strip(" [](),;:'\"")[:60]
+
+
+@finder
+def _pci(line: str):
+    for m in re.finditer(r"\b(?:0x)?(1002|10de):(?:0x)?([0-9a-f]{4})\b", line, re.IGNORECASE):
+        vendor, device = int(m.group(1), 16), int(m.group(2), 16)
+        row = lookup_id(device, vendor)
+        yield "pci_id", f"{m.group(1).lower()}:{m.group(2).lower()}", row.arch if row else ""
+    # lspci without -n: "Advanced Micro Devices, Inc. [AMD/ATI] Device 150e"
+    m = re.search(r"\[AMD/ATI\] Device ([0-9a-f]{4})\b", line)
+    if m:
+        row = lookup_id(int(m.group(1), 16), AMD)
+        yield "pci_id", f"1002:{m.group(1)}", row.arch if row else ""
+    m = re.search(r"\bDID\W+(?:0x)?([0-9a-f]{4})\b|^\s*\d+\s+\d+\s+0x([0-9a-f]{4})\s", line, re.IGNORECASE)
+    if m:
+        device = m.group(1) or m.group(2)
+        row = lookup_id(int(device, 16), AMD)
+        if row:
+            yield "pci_id", f"1002:{device.lower()}", row.arch
+
+
+# Variables, however they are set: `export X=1`, `X=1 cmd`, `Environment="X=1"` (systemd), `--env X=1` / `-e X=1`
+# (docker), `os.environ["X"] = "1"`, `set -x X 1` (fish), `set X=1` / `$env:X = "1"` (Windows), and what a server
+# prints of its own environment (Ollama's `server config env="map[X:1 ...]"`, where an empty value means unset).
+_ENV_NAMES = (r"HSA_OVERRIDE_GFX_VERSION(?:_\d+)?|HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|CUDA_VISIBLE_DEVICES|"
+              r"GPU_DEVICE_ORDINAL|HCC_AMDGPU_TARGET|PYTORCH_ROCM_ARCH|AMDGPU_TARGETS|GPU_TARGETS|HSA_ENABLE_SDMA|"
+              r"HSA_XNACK|HIP_PATH|ROCM_PATH|ROCM_HOME|LD_LIBRARY_PATH|NCCL_\w+|RCCL_\w+|TORCH_\w+|PYTORCH_\w+|"
+              r"MIOPEN_\w+|OLLAMA_\w+|HSA_\w+|AMD_\w+|HIP_\w+|GGML_\w+|VLLM_\w+|BNB_\w+|FLASH_ATTENTION_\w+")
+_SETTERS = (
+    ("systemd", re.compile(r"Environment=\"?(%s)=([^\"\s]*)" % _ENV_NAMES)),
+    ("docker", re.compile(r"(?:--env|-e)[ =]\"?(%s)=\"?([^\"\s]*)" % _ENV_NAMES)),
+    ("python", re.compile(r"""os\.environ\[\s*['"](%s)['"]\s*\]\s*=\s*['"]([^'"]*)['"]""" % _ENV_NAMES)),
+    ("python", re.compile(r"""os\.environ\.setdefault\(\s*['"](%s)['"]\s*,\s*['"]([^'"]*)['"]""" % _ENV_NAMES)),
+    ("fish-unexported", re.compile(r"\bset (?:-[Ugl]+ )+(%s) \"?([^\"\s]+)" % _ENV_NAMES)),
+    ("fish", re.compile(r"\bset (?:-\w*x\w* )+(%s) \"?([^\"\s]+)" % _ENV_NAMES)),
+    ("windows", re.compile(r"\$env:(%s)\s*=\s*[\"']?([^\"'\s;]*)" % _ENV_NAMES)),
+    ("windows", re.compile(r"(?:^|\s)(?:set|setx)\s+\"?(%s)[= ]\"?([^\"\s]*)" % _ENV_NAMES, re.IGNORECASE)),
+    ("export", re.compile(r"\bexport\s+(%s)=[\"']?([^\"'\s]*)" % _ENV_NAMES)),
+    ("printed", re.compile(r"^\s*(%s)=(\S*)\s*$" % _ENV_NAMES)),
+    ("prefix", re.compile(r"(?:^|[\s$#>]|;\s*)(%s)=[\"']?([^\"'\s]*)[\"']?\s+(?:\S+/)?(?!export)[\w.\-]+" % _ENV_NAMES)),
+)
+
+
+@finder
+def _env(line: str):
+    server = re.search(r"server config env=\"?map\[(.*)", line)
+    if server:   # Ollama prints every variable it reads; an empty one is unset in the service
+        for name, value in re.findall(r"\b(HSA_OVERRIDE_GFX_VERSION|HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|"
+                                      r"CUDA_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL):(\S*)", server.group(1)):
+            yield "env", f"{name}={value}", "server"
+        return
+    skip = re.search(r"skipping rocm gfx compatibility check\"?\s+(HSA_OVERRIDE_GFX_VERSION)=(\S+)", line)
+    if skip:
+        yield "env", f"{skip.group(1)}={skip.group(2).strip(chr(34))}", "server"
+        return
+    seen = set()
+    for how, pattern in _SETTERS:
+        for m in pattern.finditer(line):
+            if m.group(1) in seen:
+                continue
+            seen.add(m.group(1))
+            yield "env", f"{m.group(1)}={m.group(2).strip(chr(34)).strip(chr(39))}", how
+
+
+@finder
+def _versions(line: str):
+    for m in re.finditer(r"\+rocm(\d+\.\d+(?:\.\d+)?)|/opt/rocm-(\d+\.\d+(?:\.\d+)?)|\bROCm[ -]?v?(\d\.\d(?:\.\d+)?)\b|"
+                         r"\bROCM used to build PyTorch:\s*(\d+\.\d+)|\brocm[_-]v?(\d\.\d(?:\.\d)?)\b|"
+                         r"AMD\\+ROCm\\+(\d+\.\d+)|\bHIP SDK (\d\.\d)|\brocm-core[ -](\d+\.\d+(?:\.\d+)?)|"
+                         r"\brocm(\d)(\d)(?:_|\.so|\b)", line, re.IGNORECASE):
+        groups = [g for g in m.groups() if g]
+        value = ".".join(groups) if len(groups) == 2 else groups[0]
+        yield "rocm", ".".join(value.split(".")[:2]), "windows" if "\\" in m.group(0) or "HIP SDK" in m.group(0) else ""
+    m = re.search(r"(?:HIP (?:runtime )?version|HIP version|torch\.version\.hip)\W+(\d+\.\d+\.\d+)", line, re.IGNORECASE)
+    if m:
+        yield "hip", m.group(1), ""
+    for m in re.finditer(r"\+cu(\d{2,3})\b|\bCUDA Version:\s*(\d+\.\d)|\bcuda[_-]v?(\d+\.\d)|CUDA used to build "
+                         r"PyTorch:\s*(\d+\.\d)|\bcu(\d{3})\b", line):
+        groups = [g for g in m.groups() if g]
+        raw = groups[0]
+        yield "cuda", raw if "." in raw else f"{raw[:-1]}.{raw[-1]}", ""
+
+
+@finder
+def _torch(line: str):
+    m = re.search(r"\btorch(?:[-= ]+|\sversion\s*[=:]\s*|\.__version__\W+)(\d+\.\d+\.\d+(?:\.dev\d+|a0|rc\d)?"
+                  r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|\b(\d\.\d{1,2}\.\d+\+(?:rocm|cu|cpu)[\w.]*)",
+                  line)
+    if m:
+        version = next(g for g in m.groups() if g)
+        label = version.split("+", 1)[1] if "+" in version else ""
+        build = "rocm" if label.startswith("rocm") else "cuda" if label.startswith("cu") else "cpu" if label == "cpu" \
+            else "pypi"
+        yield "torch", version, build
+    if re.search(r"torch\.version\.hip\W+None|\bHIP runtime version: N/A|ROCM used to build PyTorch: N/A", line):
+        yield "torch", "not-rocm", "no-hip"
+
+
+@finder
+def _python(line: str):
+    m = re.search(r"\bPython (3\.\d{1,2})(?:\.\d+)?\b|python(3\.\d{1,2})/site-packages|\bcp3(\d{1,2})-cp3\d{1,2}|"
+                  r"\bpy(3\.\d{1,2})\b|Python version:\s*(3\.\d{1,2})|cpython-3(\d{1,2})|\bpy -(3\.\d{1,2})\b|"
+                  r"\bpython ?(3\.\d{1,2})\b", line, re.IGNORECASE)
+    if m:
+        groups = [g for g in m.groups() if g]
+        value = groups[0] if groups[0].startswith("3.") else f"3.{groups[0]}"
+        yield "python", value, ""
+    for tag in re.findall(r"\b(win_amd64|manylinux\w*|linux_x86_64|linux_aarch64|macosx_\w+|musllinux\w*)\b", line):
+        yield "wheel_tag", tag, ""
+
+
+_LAYOUT = (
+    ("therock", r"_rocm_sdk_(?:core|libraries|devel)|\brocm-sdk\b|rocm_sdk|\brocm\[libraries|TheRock|"
+                r"rocm\.nightlies\.amd\.com|\brocm-sdk-core\b|site-packages/_rocm"),
+    ("system", r"/opt/rocm\b"),
+    ("wheel-bundled", r"site-packages/torch/lib/(?:lib(?:amdhip64|rocblas|hipblaslt|MIOpen)|rocblas)"),
+    ("hip-sdk-windows", r"AMD\\+ROCm\\+\d|HIP_PATH"),
+)
+
+
+@finder
+def _layout(line: str):
+    for name, pattern in _LAYOUT:
+        if re.search(pattern, line):
+            yield "layout", name, ""
+
+
+# The tool that printed or failed: by its own log formats and paths, never by the user's prose alone.
+_TOOLS = (
+    ("ollama", r"\bollama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go"),
+    ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
+                  r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
+    ("vllm", r"\bvllm\b|\bvLLM\b|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
+    ("bitsandbytes", r"bitsandbytes|libbitsandbytes_\w+"),
+    ("comfyui", r"\bComfyUI\b|comfy[/\\]|\bcomfy\.\w+"),
+    ("rccl-tests", r"all_reduce_perf|all_gather_perf|rccl-tests|nccl-tests"),
+    ("rccl", r"\bNCCL (?:WARN|INFO|ERROR)|\bRCCL\b|librccl|\bnccl\w*Error\b|ncclUnhandled|\bProcessGroupNCCL\b"),
+    ("miopen", r"\bMIOpen\b|miopen::|\bMIOPEN_"),
+    ("hipblaslt", r"hipBLASLt|hipblaslt"),
+    ("rocblas", r"\brocBLAS\b|\brocblas\b|TensileLibrary|\bTensile\b"),
+    ("triton", r"\btriton\b(?!-rocm)|\bTriton\b"),
+    ("flash-attn", r"flash_attn|flash-attn|flash_attention|FlashAttention"),
+    ("xformers", r"\bxformers\b"),
+    ("deepspeed", r"\bdeepspeed\b|DeepSpeed"),
+    ("tensorflow", r"\btensorflow\b|TensorFlow"),
+    ("onnxruntime", r"onnxruntime|MIGraphXExecutionProvider|ROCMExecutionProvider"),
+    ("migraphx", r"\bmigraphx\b|MIGraphX"),
+    ("zluda", r"\bZLUDA\b|zluda"),
+    ("a1111", r"webui\.sh|webui-user|stable-diffusion-webui|\bA1111\b|launch\.py"),
+    ("torch", r"\btorch\b|\bPyTorch\b|torch\.cuda|\bc10::|libtorch"),
+    ("rocminfo", r"\brocminfo\b|ROCk module"),
+    ("rocm-smi", r"\brocm-smi\b|ROCm System Management Interface"),
+    ("amd-smi", r"\bamd-smi\b"),
+    ("jax", r"\bjax\b|\bjaxlib\b"),
+    ("unsloth", r"\bunsloth\b|Unsloth"),
+    ("llamafactory", r"llamafactory|LLaMA-Factory|llamafactory-cli"),
+)
+
+
+@finder
+def _tool(line: str):
+    for name, pattern in _TOOLS:
+        if re.search(pattern, line):
+            yield "tool", name, ""
+
+
+@finder
+def _root_only(line: str):
+    """'works with sudo / as root, not as my user' in any phrasing the prose takes."""
+    if re.search(r"(?:only|unless|except)\s+(?:as|with|when|run as|running as)?\s*(?:root|sudo|superuser)|"
+                 r"works? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?",
+                 line, re.IGNORECASE):
+        yield "root_only", "yes", ""
+
+
+@finder
+def _complaint(line: str):
+    """The user saying it does not work, in prose ("cannot get X running", "not using the GPU"): a symptom without
+    an error line, which a rule may still explain from the other facts."""
+    if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
+                 r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|"
+                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b", line):
+        yield "complaint", "yes", ""
+
+
+_SENSOR_READING = r"\b\d+(?:\.\d+)?\s?°?C\b|\b\d+(?:\.\d+)?\s?W\b|\b\d+\s?Mhz\b"   # a temperature, a power, a clock
+
+
+@finder
+def _sensors(line: str):
+    """A row of an smi table whose sensors all read N/A: the driver does not answer for that GPU, so the table
+    proves nothing about its health. Rows that read numbers are counted too, to tell "all" from "some"."""
+    cells = line.split()
+    if len(cells) < 6 or not cells[0].isdigit() or not re.search(r"0x[0-9a-f]{4}|N/A|\d+(?:\.\d+)?c\b|W\b|Mhz|%",
+                                                                   line, re.IGNORECASE):
+        return
+    na = sum(c.rstrip(",") in ("N/A", "None", "unknown", "Unknown") for c in cells)
+    reading = re.search(_SENSOR_READING, line, re.IGNORECASE)
+    if na >= 4 and not reading:
+        yield "sensors", "unreadable", f"GPU {cells[0]}"
+    elif reading:
+        yield "sensors", "read", f"GPU {cells[0]}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading a text
+# ---------------------------------------------------------------------------------------------------------
+
+def _clean(line: str) -> str:
+    """A line without the decorations of where it was pasted: markdown quotes, a journal prefix keeps its content."""
+    line = re.sub(r"^\s*>\s?", "", line)
+    return line.rstrip()
+
+
+def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fact]]] = None) -> FactSheet:
+    """Every fact of `text`, line by line; the error lines are found by `error_lines` (error_lines.find_errors), kept
+    apart so this module holds no list of messages."""
+    lines = [_clean(l) for l in text.splitlines()]
+    sheet = FactSheet(lines=lines)
+    seen: set[tuple[str, str, str]] = set()
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.strip().startswith("```"):
+            continue
+        for find in _FINDERS:
+            for kind, value, detail in find(line):
+                key = (kind, value, detail)
+                if kind in ("env", "error") or key not in seen:
+                    seen.add(key)
+                    sheet.facts.append(Fact(kind, value, number, line.strip(), detail))
+    _gpu_archs(sheet)
+    if error_lines is not None:
+        sheet.facts += error_lines(lines)
+        sheet.facts.sort(key=lambda f: f.line_no)
+    return sheet
+
+
+def _gpu_archs(sheet: FactSheet) -> None:
+    """A GPU named by model or PCI id says its arch; that arch is a machine fact too, unless a gfx string already
+    said it (a tool's own word beats a name's table row)."""
+    named = {f.value for f in sheet.of("arch")}
+    extra = []
+    for fact in sheet.facts:
+        if fact.kind in ("gpu", "pci_id") and fact.detail and fact.detail not in named:
+            named.add(fact.detail)
+            extra.append(Fact("arch", fact.detail, fact.line_no, fact.line, f"from the {fact.kind.replace('_', ' ')}"))
+    sheet.facts += extra
+    sheet.facts.sort(key=lambda f: f.line_no)
+
+
+def discrete_archs(sheet: FactSheet) -> list[str]:
+    """The machine's archs with integrated GPUs last (an APU listed beside a card is rarely the one that failed)."""
+    archs = sheet.machine_archs
+    def integrated(arch: str) -> bool:
+        row = arch_info(arch)
+        return bool(row and row.kind == "apu")
+    return sorted(archs, key=integrated)
+
+
+def vendor_of(sheet: FactSheet) -> Optional[str]:
+    """'amd' or 'nvidia' where the text says which, else None."""
+    archs = sheet.machine_archs
+    if any(a.startswith("gfx") for a in archs) or sheet.has("rocm") or sheet.has("torch", None) and \
+            any(f.detail == "rocm" for f in sheet.of("torch")):
+        return "amd"
+    if any(a.startswith("sm_") for a in archs) or any(f.detail == "nvidia" for f in sheet.of("driver")):
+        return "nvidia"
+    if any(f.value.startswith("10de:") for f in sheet.of("pci_id")):
+        return "nvidia"
+    if any(f.value.startswith("1002:") for f in sheet.of("pci_id")):
+        return "amd"
+    return None

@@ -1,0 +1,130 @@
+"""Fixes written with the machine's own values: the override value for its arch, set where its process starts
+(a systemd unit, a container, Windows, a notebook, a shell), the rebuild flags of the tool that failed, the wheel
+index that has the arch, the group that owns its device files. The rules (rules.py) decide the cause; this module
+only words the fix for that machine, from the tables in hardware/gpu_facts.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.facts import FactSheet
+from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gfx, override_for_arch
+
+# The tools whose own build carries the GPU code (so the fix is their build flag), most specific first. A paste that
+# names several (a ComfyUI log shows torch too) is about the most specific one that printed an error.
+TOOL_ORDER = ("ollama", "llama.cpp", "vllm", "bitsandbytes", "flash-attn", "xformers", "rccl-tests", "rccl", "miopen",
+              "hipblaslt", "rocblas", "migraphx", "onnxruntime", "tensorflow", "jax", "zluda", "triton", "deepspeed",
+              "comfyui", "a1111", "unsloth", "llamafactory", "torch")
+INFERENCE_TOOLS = ("ollama", "llama.cpp", "comfyui", "a1111", "zluda", "onnxruntime", "migraphx")
+
+
+def failing_tool(sheet: FactSheet, line_numbers: tuple[int, ...] = ()) -> Optional[str]:
+    """The tool that failed: one named on the error lines, else the most specific tool the text names."""
+    near = [f.value for f in sheet.of("tool") if f.line_no in line_numbers]
+    for pool in (near, sheet.tools):
+        for tool in TOOL_ORDER:
+            if tool in pool:
+                return tool
+    return None
+
+
+def override_value(arch: str, tool: Optional[str]) -> tuple[Optional[str], str]:
+    """(HSA_OVERRIDE_GFX_VERSION value, a caveat) for this arch. A value known to work comes plain; one known to
+    misbehave under training ("trap" in the arch table) is offered to inference tools only, with its caveat."""
+    row = arch_info(arch)
+    if row is None:
+        return None, ""
+    value = override_for_arch(arch)
+    if value:
+        return value, ""
+    if row.override.verdict == "trap" and row.override.value and tool in INFERENCE_TOOLS:
+        return row.override.value, f" (runs {row.override.value} code on {arch}; for training it is not safe: " \
+                                   f"{row.override.why})"
+    return None, ""
+
+
+def where_process_starts(sheet: FactSheet, tool: Optional[str]) -> str:
+    """systemd | container | windows | notebook | shell: where the failing process gets its environment."""
+    if sheet.is_windows:
+        return "windows"
+    if sheet.has("platform", "container") or any(f.detail == "docker" for f in sheet.of("env")):
+        return "container"
+    if sheet.has("platform", "systemd") or (tool == "ollama" and any(f.detail == "server" for f in sheet.of("env"))):
+        return "systemd"
+    if sheet.has("platform", "notebook"):
+        return "notebook"
+    return "shell"
+
+
+def set_variable(name: str, value: str, sheet: FactSheet, tool: Optional[str]) -> str:
+    """How to set NAME=VALUE where the failing process will read it."""
+    where = where_process_starts(sheet, tool)
+    if where == "systemd":
+        unit = "ollama" if tool == "ollama" else "<the service>"
+        return (f"sudo systemctl edit {unit}.service and add under [Service]: Environment=\"{name}={value}\"; then "
+                f"sudo systemctl daemon-reload && sudo systemctl restart {unit}")
+    if where == "container":
+        return f"start the container with -e {name}={value} (docker run ... -e {name}={value}; compose: environment:)"
+    if where == "windows":
+        return (f"setx {name} {value} (a user environment variable), then quit and restart the program (for Ollama: "
+                "quit it from the tray) so it reads the new environment")
+    if where == "notebook":
+        return f"os.environ[\"{name}\"] = \"{value}\" in the first cell, before import torch (restart the kernel first)"
+    return f"export {name}={value} before the command (or {name}={value} <command>)"
+
+
+def rebuild_line(tool: Optional[str], arch: str) -> Optional[str]:
+    """The build flags that put this arch's code into the tool that lacks it."""
+    base = normalise_gfx(arch)
+    if base.startswith("sm_"):
+        cc = base[3:]
+        if tool == "bitsandbytes":
+            return f"build bitsandbytes from source: cmake -DCOMPUTE_BACKEND=cuda -DCOMPUTE_CAPABILITY={cc} -S . && make"
+        if tool == "llama.cpp":
+            return f"rebuild: cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES={cc}"
+        return f"rebuild it with TORCH_CUDA_ARCH_LIST={cc[:-1]}.{cc[-1]}"
+    if tool in ("llama.cpp", "ollama"):
+        return f"rebuild llama.cpp: cmake -B build -DGGML_HIP=ON -DAMDGPU_TARGETS={base} && cmake --build build"
+    if tool == "bitsandbytes":
+        return (f"pip install -U bitsandbytes (0.49+ wheels carry RDNA and CDNA), or build it: cmake -DCOMPUTE_BACKEND=hip "
+                f"-DBNB_ROCM_ARCH={base} -S . && make")
+    if tool in ("vllm", "flash-attn", "xformers", "deepspeed"):
+        return f"rebuild {tool} for the arch: PYTORCH_ROCM_ARCH={base} pip install --no-build-isolation ."
+    if tool in ("rocblas", "hipblaslt", "miopen", "migraphx"):
+        return f"a {tool} built with -DAMDGPU_TARGETS={base} (or the ROCm release whose {tool} lists {base})"
+    return None
+
+
+def wheel_line(arch: str) -> Optional[str]:
+    lines = install_lines(arch)
+    return lines[0][1] if lines else None
+
+
+def cuda_wheel_for(arch: str) -> Optional[str]:
+    """The pytorch.org CUDA index whose wheels carry this compute capability (Blackwell needs CUDA 12.8+; Maxwell
+    and Pascal left the default wheels with CUDA 12.8 builds)."""
+    m = re.fullmatch(r"sm_(\d+)", arch)
+    if not m:
+        return None
+    cc = int(m.group(1))
+    if cc >= 100:
+        return "pip install torch --index-url https://download.pytorch.org/whl/cu128 (Blackwell needs CUDA 12.8 or newer)"
+    if cc < 70:
+        return ("pip install torch --index-url https://download.pytorch.org/whl/cu126 (the cu128+ wheels dropped "
+                f"sm_{cc}; cu126 and older still carry it)")
+    return "pip install torch --index-url https://download.pytorch.org/whl/cu128"
+
+
+def rocm_index_for(arch: Optional[str]) -> str:
+    """The pip line for a ROCm torch that has this arch (the newest stable index), or the current index."""
+    if arch:
+        line = wheel_line(arch)
+        if line:
+            return line
+        value = override_for_arch(arch)
+        if value:
+            return (f"pip install torch --index-url https://download.pytorch.org/whl/rocm7.2, then export "
+                    f"HSA_OVERRIDE_GFX_VERSION={value} ({arch} runs its sibling's code)")
+    return "pip install torch --index-url https://download.pytorch.org/whl/rocm7.2"

@@ -1,0 +1,200 @@
+"""A GRPO roll-out's rows as episodes: one generated turn (a plain completion), or several with tool calls between.
+
+Multi-turn tool episodes (`tools`: the user's functions; TRL's `max_tool_calling_iterations`): the policy completes
+its prompt; where a turn ends with its stop token and reads as tool calls in the template's own format
+(data/tools.read_calls: `<tool_call>` JSON for Qwen, `Action:` / `Action Input:` for the default format, ...), each
+call runs (`Toolbox.call`) and the results go back to the model as the template writes a tool result (its
+observation slot, LLaMA-Factory's tool-role tokens: data/templates.Template.tool_result_parts), after what the
+function slot writes past the stop token; the model then takes its next turn from there. The episode ends at a turn
+that calls no tool, at max_tool_calling_iterations tool turns, or when max_completion_length tokens (the model's and
+the tool results' together, as TRL counts them) are spent. The row's completion is the whole episode; the tool
+results and the template's text around them are marked as not the model's (`trained`), so they are left out of the
+loss, as TRL's tool_mask does. Rewards are computed once per episode, on its text.
+
+Tools are the user's code, under the rules of reward functions (stages/user_code.py): named in the user's own config
+or command line (never a run folder's files: training/folder_config.py), called in the main thread within
+`tool_timeout` seconds. A call that fails is the model's business (a wrong argument, an unknown name): the model sees
+`{"error": "<exception type>: <message>"}` as the result, as TRL answers a failed call, the step counts it
+(tools/failure_frequency), and the run says once per tool and exception type which call failed and why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from steadytune.config import ConfigError
+from steadytune.data.templates import Template, encode_parts
+from steadytune.data.tools import read_calls
+from steadytune.errors import RunInterrupted, UserError
+from steadytune.model.decode.sampling import mix_key
+from steadytune.stages.user_code import UserCodeTimeout, deadline, load_module, load_user_function, public_functions
+
+
+@dataclass
+class Generated:
+    """What a roll-out generated, per row: its tokens after the prompt, and which of them the model wrote."""
+    ids: list[list[int]]
+    truncated: list[bool]                  # no stop token within max_completion_length
+    nonfinite: list[bool]                  # a token was drawn from logits that were not finite
+    trained: Optional[list[list[bool]]] = None   # per token: the model's (None: every token is)
+    tool_calls: list[int] = field(default_factory=list)      # per row (tool episodes)
+    tool_failures: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, completions) -> "Generated":
+        """From the decoder's Completions (model/decode/complete.py): one turn, every token the model's."""
+        n = len(completions.ids)
+        return cls(list(completions.ids), list(completions.truncated),
+                   list(completions.nonfinite or [False] * n))
+
+    def model_tokens(self, i: int) -> int:
+        return len(self.ids[i]) if self.trained is None else sum(self.trained[i])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tools
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Toolbox:
+    functions: dict[str, Callable]
+    timeout: float = 0.0
+    _said: set = field(default_factory=set)
+    _speaks: bool = field(default_factory=lambda: int(os.environ.get("RANK", "0")) == 0)
+
+    def call(self, name: str, arguments: Any, where: str) -> tuple[str, bool]:
+        """-> (the result as the model reads it, whether the call failed)."""
+        f = self.functions.get(name)
+        if f is None:
+            return self._failed(name, "LookupError", f"no tool named {name!r}; the tools are "
+                                f"{', '.join(sorted(self.functions))}", where)
+        if not isinstance(arguments, dict):
+            return self._failed(name, "TypeError", f"arguments must be a JSON object, got {type(arguments).__name__}",
+                                where)
+        try:
+            with deadline(self.timeout, f"tool {name}", "tool_timeout"):
+                result = f(**arguments)
+        except UserCodeTimeout:
+            return self._failed(name, "TimeoutError", f"did not return within {self.timeout:g} s", where)
+        except RunInterrupted:
+            raise
+        except (Exception, SystemExit) as e:   # noqa: BLE001 - the user's code: whatever it raised is the result
+            return self._failed(name, type(e).__name__, " ".join(str(e).split())[:200], where)
+        return (result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)), False
+
+    def _failed(self, name: str, kind: str, message: str, where: str) -> tuple[str, bool]:
+        if (name, kind) not in self._said and self._speaks:
+            self._said.add((name, kind))
+            print(f"warning: grpo: tool {name} at {where}: {kind}: {message} (the model reads it as the call's result; "
+                  "tools/failure_frequency counts failed calls; said once per tool and error)", file=sys.stderr,
+                  flush=True)
+        return json.dumps({"error": f"{kind}: {message}"}, ensure_ascii=False), True
+
+    def check_definitions(self, tools_json: Optional[str]) -> None:
+        """A prompt's tool definitions (its `tools` column) must name functions of the toolbox: the model would call
+        them, and every call would fail."""
+        if not tools_json:
+            return
+        try:
+            listed = json.loads(tools_json)
+        except ValueError:
+            return   # the data layer has refused invalid JSON already
+        names = [(t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in listed]
+        missing = [n for n in names if n and n not in self.functions]
+        if missing:
+            raise UserError(f"tools: the prompts' tool definitions name {', '.join(missing)}, which the tools given "
+                            f"({', '.join(sorted(self.functions)) or 'none'}) do not have")
+
+
+def load_toolbox(entries: Any, timeout: float) -> Optional[Toolbox]:
+    """`tools`: a list (or comma list) of `module`, `path/file.py` (every public function it defines) or
+    `module:function` / `path/file.py:function`. None when unset."""
+    if not entries:
+        return None
+    entries = [e.strip() for e in entries.split(",")] if isinstance(entries, str) else list(entries)
+    functions: dict[str, Callable] = {}
+    for entry in entries:
+        entry = str(entry)
+        if ":" in entry and not _is_windows_path(entry):
+            found = {entry.rpartition(":")[2].split(".")[-1]: load_user_function(entry, "tools")}
+        else:
+            found = public_functions(load_module(entry, "tools", entry))
+            if not found:
+                raise ConfigError(f"tools: {entry!r} defines no public function")
+        for name, f in found.items():
+            if name in functions and functions[name] is not f:
+                raise ConfigError(f"tools: two tools are named {name!r}")
+            functions[name] = f
+    return Toolbox(functions, timeout)
+
+
+def _is_windows_path(entry: str) -> bool:
+    return len(entry) > 2 and entry[1] == ":" and entry[2] in "\\/" and entry.count(":") == 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Episodes
+# ---------------------------------------------------------------------------------------------------------
+
+GenerateTurn = Callable[[list[list[int]], int, list[int]], Any]   # (contexts, max new tokens, keys) -> Completions
+
+
+def turn_key(key: int, turn: int) -> int:
+    """The noise key of a row's turn: its own key for the first turn (a one-turn episode is the plain completion)."""
+    return key if turn == 0 else mix_key(key, turn)
+
+
+def run_episodes(generate_turn: GenerateTurn, prompts: Sequence[Sequence[int]], keys: Sequence[int],
+                 template: Template, tokenizer: Any, toolbox: Toolbox, budget: int,
+                 max_iterations: Optional[int], where: str) -> Generated:
+    """Every prompt's episode (module docstring): turns generated for all open rows at once, tools called between."""
+    n = len(prompts)
+    ids: list[list[int]] = [[] for _ in range(n)]
+    trained: list[list[bool]] = [[] for _ in range(n)]
+    truncated, nonfinite = [False] * n, [False] * n
+    calls, failures = [0] * n, [0] * n
+    stop_ids = set(template.stop_token_ids())
+    after = template.after_call_parts()
+    active, turn = list(range(n)), 0
+    while active:
+        room = [budget - len(ids[i]) for i in active]
+        done = generate_turn([list(prompts[i]) + ids[i] for i in active], max(room),
+                             [turn_key(keys[i], turn) for i in active])
+        still = []
+        for j, i in enumerate(active):
+            made = list(done.ids[j])
+            cut = len(made) > room[j]
+            made = made[:room[j]]
+            ids[i] += made
+            trained[i] += [True] * len(made)
+            nonfinite[i] = nonfinite[i] or bool(done.nonfinite and done.nonfinite[j])
+            stopped = bool(made) and made[-1] in stop_ids and not cut
+            if not stopped or nonfinite[i]:
+                truncated[i] = not stopped
+                continue
+            if max_iterations is not None and turn >= max_iterations:
+                continue   # the last turn TRL allows: whatever it says is the answer
+            text = tokenizer.decode(made[:-1], skip_special_tokens=False)
+            parsed = read_calls(template.function_format, text)
+            if parsed is None:
+                continue   # an answer: the episode is over
+            results = []
+            for name, arguments in parsed:
+                result, failed = toolbox.call(name, arguments, where)
+                results.append(result)
+                calls[i] += 1
+                failures[i] += failed
+            suffix = encode_parts(tokenizer, after + template.tool_result_parts("\n".join(results)))
+            if suffix and suffix[0] == made[-1]:
+                suffix = suffix[1:]   # GLM-4: the stop token the model ended with opens the tool result
+            if len(ids[i]) + len(suffix) >= budget:
+                continue   # no room for the results and a turn after them: the episode ends here (TRL drops them)
+            ids[i] += suffix
+            trained[i] += [False] * len(suffix)
+            still.append(i)
+        active, turn = still, turn + 1
+    return Generated(ids, truncated, nonfinite, trained, calls, failures)

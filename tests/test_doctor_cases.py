@@ -1,0 +1,85 @@
+"""doctor, round 5 (issue 63): the mined cases - real pastes from public issue threads with the cause and fix each
+thread accepted - are data in the package (steadytune/doctor/cases/*.yaml). Each case sits in the part its thread
+number puts it (numbers divisible by 5 are held out, a rule fixed before the first case was written); the rules are
+held to the training part one cause family at a time. The held-out part is only scored (`steadytune doctor
+--score-cases heldout`), never asserted here: a test on it would be a way of tuning rules on it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from steadytune.cli import main as cli_main
+from steadytune.doctor.cases import FOLDER, PARTS, Case, CaseError, load_cases, score_case
+from steadytune.doctor.error_lines import load_classes
+
+TRAIN = load_cases("train")
+FAMILIES = sorted({c.cause for c in TRAIN})
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_every_case_is_well_formed_and_in_the_part_its_number_gives(part):
+    cases = load_cases(part)
+    assert cases, f"{part}.yaml holds no case"
+    for case in cases:
+        assert case.part == part, f"{case.source} belongs in {case.part}.yaml"
+        assert 1 <= len(case.paste.strip().splitlines()) <= 40, f"{case.source}: keep the excerpt short"
+        assert case.expect and all(e.strip() for e in case.expect)
+
+
+def test_no_thread_is_used_twice_and_the_held_out_part_is_about_a_fifth():
+    sources = [c.source for part in PARTS for c in load_cases(part)]
+    assert len(sources) == len(set(sources))
+    held = len(load_cases("heldout"))
+    assert 0.1 <= held / len(sources) <= 0.3
+
+
+def test_every_cause_is_a_family_of_the_error_classes():
+    families = {c.family for c in load_classes()}
+    assert {c.cause for part in PARTS for c in load_cases(part)} <= families
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_rules_name_the_cause_and_fix_of_every_training_case_of(family):
+    misses = []
+    for case in (c for c in TRAIN if c.cause == family):
+        score = score_case(case)
+        if not score.solved:
+            misses.append(f"{case.source}: got {score.family}: {score.fix[:160]}")
+    assert not misses, "\n".join(misses)
+
+
+def test_a_malformed_case_file_is_refused_with_the_case_named(tmp_path, monkeypatch):
+    monkeypatch.setattr("steadytune.doctor.cases.FOLDER", tmp_path)
+    (tmp_path / "train.yaml").write_text("- source: https://github.com/a/b/issues/7\n  tool: torch\n  paste: x\n")
+    with pytest.raises(CaseError, match=r"train.yaml case 0 \(https://github.com/a/b/issues/7\): missing cause"):
+        load_cases("train")
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump([{"source": "https://example.com/x", "tool": "t", "paste": "p",
+                                                          "cause": "arch-missing", "fix": "f", "expect": ["e"]}]))
+    with pytest.raises(CaseError, match="is not a GitHub thread URL"):
+        load_cases("train")
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump([{"source": "https://github.com/a/b/issues/7", "tool": "t",
+                                                          "paste": "p", "cause": "bad-luck", "fix": "f",
+                                                          "expect": ["e"]}]))
+    with pytest.raises(CaseError, match="unknown cause 'bad-luck'"):
+        load_cases("train")
+
+
+def test_a_case_is_solved_only_with_the_right_family_and_every_expected_phrase():
+    right = next(c for c in TRAIN if c.source == "https://github.com/lllyasviel/Fooocus/issues/1288")
+    paste = right.paste
+    assert score_case(right).solved
+    wrong_value = Case(right.source, "torch", paste, "arch-missing", "override", ("HSA_OVERRIDE_GFX_VERSION=11.0.0",))
+    wrong_family = Case(right.source, "torch", paste, "device-access", "groups", ("HSA_OVERRIDE_GFX_VERSION=10.3.0",))
+    assert not score_case(wrong_value).solved and not score_case(wrong_family).solved
+
+
+def test_the_score_command_prints_the_share_per_cause(capsys):
+    assert cli_main(["doctor", "--score-cases", "train"]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert re.fullmatch(r"train: \d+/\d+ cases solved \(\d+\.\d%\)", first)
+    assert all(f"  {family}" in out for family in FAMILIES)
+    assert FOLDER.joinpath("README.md").read_text(encoding="utf-8").count("divisible by 5") == 1

@@ -1,0 +1,158 @@
+"""doctor, round 5 (issue 63): facts first. Any text gives facts about the machine and the failure, each with the line
+it came from; rules reason over the facts, not the wording; every error line gets a finding; a table whose sensors all
+read N/A is never a healthy verdict. The pastes here are excerpts of public reports (their threads are in the case
+files, steadytune/doctor/cases/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from steadytune.doctor.diagnose import diagnose_text
+from steadytune.doctor.error_lines import classify_line, find_errors, is_error_line
+from steadytune.doctor.facts import extract_facts
+from steadytune.doctor.offline import run_offline_checks
+
+
+def facts(text: str, kind: str) -> list[tuple[str, str]]:
+    return [(f.value, f.detail) for f in extract_facts(text).of(kind)]
+
+
+def doctor(tmp_path: Path, text: str):
+    path = tmp_path / "paste.txt"
+    path.write_text(text, encoding="utf-8")
+    return run_offline_checks([path])
+
+
+# --- facts, each with its line ---------------------------------------------------------------------------------------
+
+OLLAMA = ('time=2025-02-02T19:28:37.628+08:00 level=WARN source=amd_linux.go:378 msg="amdgpu is not supported '
+          '(supported types:[gfx1030 gfx1100 gfx1101 gfx1102 gfx900 gfx906 gfx908 gfx90a gfx940 gfx941 gfx942])" '
+          'gpu_type=gfx1031 gpu=0 library=/usr/local/lib/ollama')
+
+
+def test_the_machines_arch_is_told_from_a_list_of_supported_ones():
+    assert facts(OLLAMA, "arch") == [("gfx1031", "machine")]
+    assert ("gfx1030", "list") in facts(OLLAMA, "built_for") and ("gfx1031", "list") not in facts(OLLAMA, "built_for")
+    tf = ("Ignoring visible gpu device (device: 0, name: , pci bus id: 0000:03:00.0) with AMDGPU version : gfx1031. "
+          "The supported AMDGPU versions are gfx1030, gfx900, gfx906, gfx908, gfx90a.")
+    assert facts(tf, "arch") == [("gfx1031", "machine")]
+    assert facts("      Name:                    amdgcn-amd-amdhsa--gfx906:sramecc+:xnack-", "arch") == \
+        [("gfx906", "machine")]
+
+
+def test_gpus_by_name_pci_id_and_laptop_suffix_give_their_arch():
+    sheet = extract_facts("Does ROCm support the RX 6700S (laptop GPU)\nDevice: cuda:0 AMD Radeon RX 6600 : native\n"
+                          "07:00.0 VGA compatible controller: Advanced Micro Devices, Inc. [AMD/ATI] Device 150e\n"
+                          "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible")
+    assert [(f.value, f.detail) for f in sheet.of("gpu")][:2] == [("Radeon RX 6700S", "gfx1032"),
+                                                                   ("AMD Radeon RX 6600", "gfx1032")]
+    assert ("1002:150e", "gfx1150") in [(f.value, f.detail) for f in sheet.of("pci_id")]
+    assert "sm_120" in sheet.machine_archs
+    assert [f.line_no for f in sheet.of("gpu")][:2] == [1, 2]
+
+
+def test_platforms_and_where_a_variable_was_set():
+    sheet = extract_facts('OS: Windows 11 + WSL2 Ubuntu 24.04\nmine is 6.6.87.2-microsoft-standard-WSL2.\n'
+                          'root@101acc334128:/var/lib/jenkins# /opt/rocm-5.2.0/bin/rocminfo\n'
+                          '[Service]\nEnvironment="HSA_OVERRIDE_GFX_VERSION=10.3.0"\n'
+                          '    --env HSA_OVERRIDE_GFX_VERSION="10.3.0" \\\n'
+                          'i set it universally with `set -U HSA_OVERRIDE_GFX_VERSION 10.3.0` in fish\n')
+    assert {"wsl", "container", "systemd"} <= set(sheet.values("platform"))
+    assert "6.6.87.2-microsoft-standard-WSL2" in sheet.values("kernel")
+    assert [f.detail for f in sheet.of("env")] == ["systemd", "docker", "fish-unexported"]
+    assert sheet.values("rocm") == ["5.2"]
+
+
+def test_versions_builds_layout_and_tools():
+    sheet = extract_facts("torch version = 2.2.1+rocm5.7\nPython 3.12.9\n"
+                          "ERROR: torch-2.1.2+cu121-cp311-cp311-win_amd64.whl is not a supported wheel on this platform.\n"
+                          "/venv/lib/python3.12/site-packages/_rocm_sdk_core/lib/libamdhip64.so\n"
+                          "ggml_cuda_compute_forward: MUL_MAT failed\n")
+    assert ("2.2.1+rocm5.7", "rocm") in [(f.value, f.detail) for f in sheet.of("torch")]
+    assert {"3.12", "3.11"} <= set(sheet.values("python")) and "win_amd64" in sheet.values("wheel_tag")
+    assert "therock" in sheet.values("layout") and "llama.cpp" in sheet.tools
+
+
+# --- error lines and their family ------------------------------------------------------------------------------------
+
+def test_error_lines_by_shape_and_by_known_wording():
+    assert is_error_line("RuntimeError: HIP error: invalid device function")
+    assert not is_error_line("$ python -c 'import torch'") and not is_error_line("0 errors, 2 warnings")
+    assert classify_line("rocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: Illegal seek for "
+                         "GPU arch : gfx1032") == "arch-missing"
+    assert classify_line(OLLAMA) == "arch-missing"   # a WARN line, and the wording of another tool
+    errors = find_errors(["$ python3 -c \"import torch; print(torch.cuda.is_available())\"", "False"])
+    assert [(e.line_no, e.family) for e in errors] == [(2, "visibility")]
+
+
+# --- rules over facts: the same cause in other words -----------------------------------------------------------------
+
+def test_one_cause_in_three_wordings_gets_one_fix_with_the_machines_value():
+    wordings = [OLLAMA,
+                'rocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: Illegal seek for GPU arch '
+                ': gfx1032',
+                "It is a gfx1032 GPU\n\"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\""]
+    for text in wordings:
+        top = diagnose_text(text).top
+        assert top.family == "arch-missing" and "HSA_OVERRIDE_GFX_VERSION=10.3.0" in top.fix, text
+
+
+def test_the_variable_that_never_reached_the_service_is_the_cause_not_the_gpu():
+    text = ('Environment="HSA_OVERRIDE_GFX_VERSION=10.3.0"\n'
+            'ollama[49742]: routes.go:1125: INFO server config env="map[CUDA_VISIBLE_DEVICES: HSA_OVERRIDE_GFX_VERSION: '
+            'OLLAMA_DEBUG:false]"\n' + OLLAMA)
+    report = diagnose_text(text)
+    assert report.top.family == "env-not-applied"
+    assert "systemctl edit ollama.service" in report.top.fix and "daemon-reload" in report.top.fix
+    assert [d.family for d in report.diagnoses][:2] == ["env-not-applied", "arch-missing"]
+
+
+def test_an_override_of_another_family_is_named_with_the_right_value():
+    text = ("export HSA_OVERRIDE_GFX_VERSION=11.0.0\n  Name:                    gfx1031\n"
+            "Memory access fault by GPU node-1 (Agent handle: 0x5) on address 0x7f. Reason: Page not present")
+    top = diagnose_text(text).top
+    assert top.family == "override-wrong" and "HSA_OVERRIDE_GFX_VERSION=10.3.0" in top.fix
+
+
+# --- never silent; never a healthy table without sensors --------------------------------------------------------------
+
+def test_every_error_line_gets_a_finding_and_an_unknown_one_names_the_next_command(tmp_path):
+    text = ("$ ./llama-server -m model.gguf\nload_backend: loaded ROCm backend\n"
+            "llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' has wrong shape\n")
+    gpus, findings = doctor(tmp_path, text)
+    [unknown] = [f for f in findings if f.check == "unrecognised-error"]
+    assert "line 3: llama_model_load: error loading model" in unknown.what and unknown.fix.startswith("run and paste: ")
+    assert not [f for f in findings if "could not read any GPU" in f.what]
+
+
+def test_a_paste_that_names_its_gpu_fills_the_table(tmp_path):
+    gpus, findings = doctor(tmp_path, "I have an RX 6700S (laptop GPU)\nSegmentation fault (core dumped)\n")
+    assert [(g.name, g.arch, g.arch_source) for g in gpus] == [("Radeon RX 6700S", "gfx1032", "named in the text")]
+    assert not [f for f in findings if "could not read any GPU" in f.what]
+    [likely] = [f for f in findings if f.check == "diagnosis" and "likely cause" in f.what]
+    assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in likely.fix
+
+
+ROCM_SMI_NA = """\
+========================================= ROCm System Management Interface =========================================
+=================================================== Concise Info ===================================================
+Device  Node  IDs              Temp    Power     Partitions          SCLK  MCLK  Fan  Perf     PwrCap  VRAM%  GPU%
+              (DID,     GUID)  (Edge)  (Socket)  (Mem, Compute, ID)
+====================================================================================================================
+0       1     0x73bf,   26934  N/A     N/A       N/A, N/A, 0         N/A   N/A   0%   unknown  N/A     0%     0%
+1       2     0x73bf,   45616  N/A     N/A       N/A, N/A, 0         N/A   N/A   0%   unknown  N/A     0%     0%
+====================================================================================================================
+"""
+
+
+def test_a_table_whose_sensors_all_read_na_is_an_error_not_two_healthy_gpus(tmp_path):
+    gpus, findings = doctor(tmp_path, ROCM_SMI_NA)
+    assert len(gpus) == 2 and all(g.sensors_unreadable for g in gpus)
+    [error] = [f for f in findings if f.severity == "error" and f.check == "diagnosis"]
+    assert "reads no sensor of GPU 0, GPU 1 (of any GPU)" in error.what and "dmesg" in error.fix
+    assert all("every sensor N/A" in f.what for f in findings if f.what.startswith("GPU ") and "Navi 21" in f.what)
+    readable = ROCM_SMI_NA.replace("0       1     0x73bf,   26934  N/A     N/A  ",
+                                   "0       1     0x73bf,   26934  34.0°C  20.0W")
+    _, findings = doctor(tmp_path, readable)
+    [warning] = [f for f in findings if f.check == "diagnosis"]
+    assert warning.severity == "warning" and "GPU 1" in warning.what and "GPU 0" not in warning.what
