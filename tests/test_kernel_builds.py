@@ -4,8 +4,8 @@ numerics, the compiler decides what ships; issue 64: what builds decides what ru
 The catalogue (steadytune/model/kernel_catalogue.py) lists each @triton.jit kernel with its signature and the
 configurations its launcher can choose on each arch; model/kernel_builds.py compiles them with
 `triton.compile(ASTSource(...), target=GPUTarget(...))` for sm_80, sm_90, gfx90a, gfx942, gfx950, gfx1100, gfx1151 and
-gfx1201. One test per target (pytest-xdist spreads them over the cores; Triton's cache is empty on CI, ~20 s a target
-on one core): every configuration whose feature runs there builds, none spills registers to memory (NVIDIA: unless a
+gfx1201. One test per target (pytest-xdist spreads them over the cores; Triton's cache is empty on CI: ~25 s of CPU
+a target): every configuration whose feature runs there builds, none spills registers to memory (NVIDIA: unless a
 GPU measurement chose it with the spill), none overflows the LDS, and the committed record
 (steadytune/model/kernel_builds.json, which refuses features before a run starts and fills docs/rocm.md's resource
 table) is what compiles today."""
