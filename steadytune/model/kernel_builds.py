@@ -246,11 +246,11 @@ def _matches(config: Config, tags: dict) -> bool:
 
 # Archs the record answers for through a target of the same code generation. AMD: LLVM's generic processors, whose
 # code runs on every member (AMDGPUUsage "Generic Processors": gfx9-4-generic = gfx940/941/942, gfx11-generic =
-# gfx1100-1103 and gfx1150-1153, gfx12-generic = gfx1200/1201); NVIDIA: the same major compute capability, which
-# Triton compiles the same way but for fp8 (sm_80 stands for Ampere and Ada; fp8 is the fp8 base's own gate).
+# gfx1100-1103 and gfx1150-1153, gfx12-generic = gfx1200/1201); NVIDIA: Ampere's sm_86/sm_87, which Triton compiles
+# as sm_80 (the same mma instructions, no fp8). Not Ada's sm_89: it has fp8, which sm_80's builds cannot answer for.
 STAND_INS = {"gfx940": "gfx942", "gfx941": "gfx942", "gfx1101": "gfx1100", "gfx1102": "gfx1100", "gfx1103": "gfx1100",
              "gfx1150": "gfx1151", "gfx1152": "gfx1151", "gfx1153": "gfx1151", "gfx1200": "gfx1201",
-             "sm_86": "sm_80", "sm_87": "sm_80", "sm_89": "sm_80"}
+             "sm_86": "sm_80", "sm_87": "sm_80"}
 
 
 def record_target(arch: Optional[str]) -> Optional[str]:
