@@ -17,10 +17,12 @@ import torch.nn.functional as F
 from fp8_scaling_speed import timed   # this folder's timing loop (CUDA events, after warm-up calls)
 from steadytune.model import fused_swiglu as fs
 from steadytune.model.fp8_matmul import quantize_rows
+from steadytune.model.kernel_catalogue import device_arch, swiglu_blocks
 
 WIDTHS = {"qwen2.5-1.5b": 8960, "qwen2.5-7b": 18944}
 # (rows, columns, warps) per program, tried for each kernel
-BLOCKS = [(32, 128, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8), (64, 256, 8), (128, 64, 4), (128, 128, 8), (32, 256, 4)]
+BLOCKS = [(32, 128, 4), (64, 64, 4), (64, 64, 8), (64, 128, 4), (64, 128, 8), (64, 256, 8), (128, 64, 4), (128, 128, 8),
+          (32, 256, 4), (64, 32, 8)]
 
 
 def inputs(tokens: int, width: int, rank: int, seed: int = 0) -> list[torch.Tensor]:
@@ -76,14 +78,15 @@ def main() -> None:
         row = {"check": check(args_),
                "unfused_forward_ms": timed(lambda: unfused(*args_)),
                "unfused_forward_backward_ms": timed(forward_backward(unfused, args_, dh, d_low_d)), "blocks": {}}
-        chosen = fs.FORWARD_BLOCKS, fs.BACKWARD_BLOCKS
+        catalogue = swiglu_blocks(device_arch(args_[0].device))   # what runs when nothing is set
+        chosen = catalogue["forward"], catalogue["backward"]
         for blocks in BLOCKS:
             fs.FORWARD_BLOCKS = blocks
             forward = timed(lambda: fs._tiles_forward(*args_))
             fs.BACKWARD_BLOCKS = blocks
             backward = timed(lambda: fs._tiles_backward(dh, d_low_d, *args_))
             row["blocks"]["x".join(map(str, blocks))] = {"forward_ms": forward, "backward_kernel_ms": backward}
-            fs.FORWARD_BLOCKS, fs.BACKWARD_BLOCKS = chosen
+            fs.FORWARD_BLOCKS = fs.BACKWARD_BLOCKS = None
         row["chosen"] = {"forward": chosen[0], "backward": chosen[1],
                          "forward_ms": timed(lambda: fs._tiles_forward(*args_)),
                          "backward_kernel_ms": timed(lambda: fs._tiles_backward(dh, d_low_d, *args_))}

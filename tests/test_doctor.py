@@ -508,7 +508,10 @@ def test_doctor_config_says_whether_train_would_multiply_the_base_in_fp8(tmp_pat
     tiny = str(save_tiny_model(tmp_path / "tiny", "qwen2"))   # hidden size below the bar
     assert "stays off" in answer("sm_90", tiny) and "< 896" in answer("sm_90", tiny)
     assert "sm_86 has no fp8 tensor cores" in answer("sm_86", "Qwen/Qwen2.5-7B")
-    assert "ROCm" in answer("gfx942", "Qwen/Qwen2.5-7B", backend="rocm")
+    mi300 = answer("gfx942", "Qwen/Qwen2.5-7B", backend="rocm")   # off by default there, e4m3fnuz when asked for
+    assert "off by default on ROCm" in mi300 and "e4m3fnuz" in mi300 and "240" in mi300
+    assert "OCP e4m3" in answer("gfx950", "Qwen/Qwen2.5-7B", backend="rocm")
+    assert "no fp8 matrix cores" in answer("gfx90a", "Qwen/Qwen2.5-7B", backend="rocm")
     assert answer("sm_90", "Qwen/Qwen2.5-7B", fp8_base=False).startswith("fp8_base: false is asked for")
     assert "precision fp16" in answer("sm_90", "Qwen/Qwen2.5-7B", fp16=True, bf16=False)
     # a 4-bit base (QLoRA) multiplies in fp8 too, unpacked at each matmul; an 8-bit one keeps LLM.int8's own matmuls

@@ -43,9 +43,14 @@ from steadytune.hardware.quantization import (
     quantized_memory,
     speed_blockers,
 )
-from steadytune.hardware.policy import AttentionUnavailable, choose_attention, choose_precision
+from steadytune.hardware.policy import (AttentionUnavailable, choose_attention, choose_packing_attention,
+                                        choose_precision)
+from steadytune.hardware.rccl import rocm_tuple
+from steadytune.hardware.rocm_path import rocm_path
 from steadytune.hardware.speed import COMPILE_MIN_MICRO_BATCHES, KERNEL_TUNING_MIN_MICRO_BATCHES
 from steadytune.hardware.unified_memory import system_memory_gib
+from steadytune.model.kernel_builds import feature_verdict, record_target   # the record is JSON: no torch, no Triton
+from steadytune.model.kernel_catalogue import FEATURES
 
 if TYPE_CHECKING:
     from steadytune.config import RunConfig
@@ -160,7 +165,8 @@ def checkpointing_findings(info: "HardwareInfo", cfg: Optional["RunConfig"], che
     budget = gpu.budget_gib
     if not budget:   # a saved output that does not show the memory (collect_env, a cut table)
         return [Finding.info(check, f"GPU {gpu.index}'s memory is unknown: gradient checkpointing is decided on that "
-                                    "machine at start", fix="save rocminfo or amd-smi too, for train's memory plan")]
+                                    "machine at start", "the saved outputs do not show the GPU's memory",
+                             fix="save rocminfo or amd-smi too, for train's memory plan")]
     where = f"{budget:g} GiB" + (f" ({gpu.memory_note})" if gpu.memory_note else "")
     if cfg is not None and cfg.train.gradient_checkpointing is not None:
         use, why = choose_gradient_checkpointing(None, 0, budget, cfg.train.gradient_checkpointing)
@@ -302,8 +308,15 @@ def fp8_findings(info: "HardwareInfo", cfg: "RunConfig", check: str) -> list[Fin
     model = model_config_for(cfg)
     hidden = model[0].hidden_size if model is not None else None
     device_type = "cuda" if info.backend in ("cuda", "rocm") else info.backend
+    # layers compile by default on CUDA (long runs); on ROCm only where torch_compile: true asks (not timed there)
+    compiles = info.backend == "cuda" or cfg.train.torch_compile is True
     blocker = config_blocker(cfg) or default_blocker_on(device_type, fp8_arch_support(info.backend, gpu.arch),
-                                                        precision, True, hidden or AUTO_MIN_HIDDEN)
+                                                        precision, compiles, hidden or AUTO_MIN_HIDDEN)
+    if blocker is not None and info.backend == "rocm":
+        supported, how = fp8_arch_support("rocm", gpu.arch)
+        if supported and not config_blocker(cfg):
+            return [Finding.info(check, "fp8_base stays off by default on ROCm (not timed there yet)",
+                                 f"{blocker}; fp8_base: true runs it: {how}")]
     if blocker is not None:
         return [Finding.info(check, "fp8_base stays off by default here", blocker)]
     if hidden is None:
@@ -333,11 +346,38 @@ def describe_bits(model_args) -> str:
     return f"4-bit {model_args.quantization_type} base" + (" (double quantisation)" if model_args.double_quantization else "")
 
 
+def rocm_path_findings(info: "HardwareInfo", check: str) -> list[Finding]:
+    """Where ROCm is not CUDA, what a run on this AMD GPU takes, each with its reason and source
+    (hardware/rocm_path.py)."""
+    gpu = info.primary
+    if info.backend != "rocm" or gpu is None or not gpu.arch:
+        return []
+    count = sum(1 for g in info.gpus if g.arch == gpu.arch and not g.integrated)
+    return [Finding.info(check, f"ROCm {entry.topic}: {entry.choice}", f"{entry.why} [source: {entry.source}]")
+            for entry in rocm_path(gpu.arch, max(count, 1), rocm_tuple(info.hip_version))]
+
+
+def kernel_findings(info: "HardwareInfo", check: str) -> list[Finding]:
+    """Which of steadytune's Triton kernels the GPU's architecture runs: each feature's kernels built for it without
+    a spill (model/kernel_builds.py, from the compiled code), or refused there with the reason and its fallback."""
+    gpu = info.primary
+    if info.backend not in ("cuda", "rocm") or gpu is None or not gpu.arch:
+        return []
+    findings = []
+    for feature in FEATURES:
+        ok, why = feature_verdict(feature, gpu.arch)
+        state = ("not used on" if why.startswith("not used") else "refused on" if not ok
+                 else "built for" if record_target(gpu.arch) is not None else "not built in CI for")
+        findings.append(Finding.info(check, f"Triton kernels of {feature}: {state} {gpu.arch}", why))
+    return findings
+
+
 def train_plan_findings(info: "HardwareInfo", check: str, cfg: Optional["RunConfig"] = None,
                         offline: bool = True) -> list[Finding]:
     """All of train's hardware-dependent choices for `info`."""
     base = cfg or _default_config()
     findings = precision_and_attention(info, base, check)
+    findings += rocm_path_findings(info, check) + kernel_findings(info, check)
     try:
         findings += packing_findings(info, base, check, offline)
         findings += checkpointing_findings(info, cfg, check)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from steadytune.model.fp8_matmul import FP8, FP8_MAX, SCALE_FLOOR, fp8_product, output_dtype, quantize_rows
+from steadytune.model.fp8_matmul import FP8, SCALE_FLOOR, fp8_max, fp8_product, output_dtype, quantize_rows
 
 
 def is_4bit_linear(module: torch.nn.Module) -> bool:
@@ -65,7 +65,7 @@ def block_absmax(absmax: torch.Tensor, code2: torch.Tensor | None, absmax2: torc
 
 def unpack_to_fp8(packed: torch.Tensor, code: torch.Tensor, absmax: torch.Tensor, code2: torch.Tensor | None,
                   absmax2: torch.Tensor | None, offset: torch.Tensor, shape: tuple[int, int], blocksize: int,
-                  blocksize2: int, scale: torch.Tensor, transposed: bool) -> torch.Tensor:
+                  blocksize2: int, scale: torch.Tensor, transposed: bool, dtype: torch.dtype = FP8) -> torch.Tensor:
     """The 4-bit weight [out, in] as fp8 divided by `scale`: [out, in] row-major with a scale per row ([out, 1]),
     or, transposed, [in, out] row-major with a scale per input column ([in, 1]). packed: [out, in / 2] uint8, the
     high four bits the first of each pair (bitsandbytes' order); absmax, code2, absmax2, offset: its statistics as
@@ -79,6 +79,7 @@ def unpack_to_fp8(packed: torch.Tensor, code: torch.Tensor, absmax: torch.Tensor
     again (torch.stack, used first, is not among the ops it recomputes, which kept the unpacked codes the same way)."""
     out_features, in_features = shape
     blocks = in_features // blocksize
+    top = fp8_max(dtype)
     first = torch.arange(in_features, device=packed.device, dtype=torch.uint8) % 2 == 0
     shifts = 4 * first.to(torch.uint8)
     if transposed:
@@ -86,12 +87,12 @@ def unpack_to_fp8(packed: torch.Tensor, code: torch.Tensor, absmax: torch.Tensor
         codes = (pairs >> shifts.view(in_features, 1)) & 15
         peaks = block_absmax(absmax, code2, absmax2, offset, blocksize2, out_features, transposed=True)
         values = code[codes.long()].view(blocks, blocksize, out_features) * peaks.view(blocks, 1, out_features)
-        return (values.view(in_features, out_features) / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+        return (values.view(in_features, out_features) / scale).clamp(-top, top).to(dtype)
     pairs = packed.unsqueeze(-1).expand(out_features, in_features // 2, 2).reshape(out_features, in_features)
     codes = (pairs >> shifts) & 15
     peaks = block_absmax(absmax, code2, absmax2, offset, blocksize2, out_features)
     values = code[codes.long()].view(out_features, blocks, blocksize) * peaks.view(out_features, blocks, 1)
-    return (values.view(out_features, in_features) / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return (values.view(out_features, in_features) / scale).clamp(-top, top).to(dtype)
 
 
 class _Fp8Over4bitMatmul(torch.autograd.Function):
@@ -99,33 +100,33 @@ class _Fp8Over4bitMatmul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x2d, packed, code, absmax_stored, code2, absmax2, row_scale, col_scale, offset, blocksize,
-                blocksize2, shape, out_dtype, fast):
+                blocksize2, shape, out_dtype, fast, fp8_dtype):
         ctx.save_for_backward(packed, code, absmax_stored, code2, absmax2, offset, col_scale)
         ctx.blocksize, ctx.blocksize2, ctx.shape = blocksize, blocksize2, shape
-        ctx.out_dtype, ctx.fast = out_dtype, fast
+        ctx.out_dtype, ctx.fast, ctx.fp8_dtype = out_dtype, fast, fp8_dtype
         w_rows = unpack_to_fp8(packed, code, absmax_stored, code2, absmax2, offset, shape, blocksize, blocksize2,
-                               row_scale, transposed=False)
-        xq, xs = quantize_rows(x2d)
+                               row_scale, transposed=False, dtype=fp8_dtype)
+        xq, xs = quantize_rows(x2d, fp8_dtype)
         return fp8_product(xq, xs, w_rows, row_scale, out_dtype, fast)
 
     @staticmethod
     def backward(ctx, grad):
         packed, code, absmax_stored, code2, absmax2, offset, col_scale = ctx.saved_tensors
         wt_rows = unpack_to_fp8(packed, code, absmax_stored, code2, absmax2, offset, ctx.shape, ctx.blocksize,
-                                ctx.blocksize2, col_scale, transposed=True)
-        gq, gs = quantize_rows(grad.contiguous())
-        return (fp8_product(gq, gs, wt_rows, col_scale, ctx.out_dtype, ctx.fast),) + (None,) * 13
+                                ctx.blocksize2, col_scale, transposed=True, dtype=ctx.fp8_dtype)
+        gq, gs = quantize_rows(grad.contiguous(), ctx.fp8_dtype)
+        return (fp8_product(gq, gs, wt_rows, col_scale, ctx.out_dtype, ctx.fast),) + (None,) * 14
 
 
 class Fp8Over4bitLinear(torch.nn.Module):
     """A frozen bitsandbytes 4-bit linear whose matmuls run in fp8. Holds the same packed weight (and bias), so the
     layer's memory stays 4-bit; `original` is the bitsandbytes layer, put back by restore_base."""
 
-    def __init__(self, layer: torch.nn.Module, fast_accumulation: bool = True):
+    def __init__(self, layer: torch.nn.Module, fast_accumulation: bool = True, dtype: torch.dtype = FP8):
         super().__init__()
         state = layer.weight.quant_state
         self.out_features, self.in_features = state.shape
-        self.fast_accumulation = fast_accumulation
+        self.fast_accumulation, self.fp8_dtype = fast_accumulation, dtype
         self.weight, self.bias = layer.weight, layer.bias
         # kept out of the module tree (a plain attribute), so that its parameters are not listed twice
         object.__setattr__(self, "original", layer)
@@ -147,8 +148,9 @@ class Fp8Over4bitLinear(torch.nn.Module):
             # from the absmaxes alone, without unpacking the weight.
             peak = block_absmax(self.absmax, self.code2, self.absmax2, self.offset, self.blocksize2,
                                 self.out_features) * self.code.abs().max()
-            row_scale = (peak.amax(dim=1, keepdim=True) / FP8_MAX).clamp(min=SCALE_FLOOR)
-            col_scale = (peak.amax(dim=0) / FP8_MAX).clamp(min=SCALE_FLOOR).repeat_interleave(self.blocksize)
+            top = fp8_max(dtype)
+            row_scale = (peak.amax(dim=1, keepdim=True) / top).clamp(min=SCALE_FLOOR)
+            col_scale = (peak.amax(dim=0) / top).clamp(min=SCALE_FLOOR).repeat_interleave(self.blocksize)
         self.register_buffer("row_scale", row_scale.contiguous(), persistent=False)
         self.register_buffer("col_scale", col_scale[:, None].contiguous(), persistent=False)
 
@@ -157,10 +159,10 @@ class Fp8Over4bitLinear(torch.nn.Module):
         y = _Fp8Over4bitMatmul.apply(x.reshape(-1, shape[-1]), self.packed, self.code, self.absmax, self.code2,
                                      self.absmax2, self.row_scale, self.col_scale, self.offset, self.blocksize,
                                      self.blocksize2, (self.out_features, self.in_features), output_dtype(x),
-                                     self.fast_accumulation)
+                                     self.fast_accumulation, self.fp8_dtype)
         y = y.reshape(*shape[:-1], self.out_features)
         return y + self.bias.to(y.dtype) if self.bias is not None else y
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, 4-bit unpacked to fp8=e4m3 "
+        return (f"in_features={self.in_features}, out_features={self.out_features}, 4-bit unpacked to fp8={self.fp8_dtype} "
                 f"(frozen), fast_accumulation={self.fast_accumulation}")

@@ -20,8 +20,13 @@ decoder layers are compiled (eager, each matmul's quantisation is several kernel
 that the matmuls, not the quantisation around them, are the time (hidden >= AUTO_MIN_HIDDEN), and copies that do not
 turn gradient checkpointing on. Not over an 8-bit base (LLM.int8 multiplies its own way).
 
-Where: CUDA GPUs of compute capability 8.9 and up (Ada, Hopper, Blackwell); on a CPU `torch._scaled_mm` also runs
-(slowly: it is for tests). Not on ROCm yet: MI300's fp8 is e4m3fnuz, another format, not written here.
+Where: CUDA GPUs of compute capability 8.9 and up (Ada, Hopper, Blackwell) in OCP e4m3; on ROCm, MI300 (gfx942) in
+its own e4m3fnuz (largest finite 240, not 448) and MI350 (gfx950) and RDNA4 (gfx1200, gfx1201) in OCP e4m3, the archs
+torch._scaled_mm takes there (hipBLASLt; torch ScaledBlas.cpp `_scaled_mm_allowed_device`), under bf16 only (its
+row-scaled fp8 matmul writes bf16 only); on a CPU `torch._scaled_mm` also runs (slowly: it is for tests). The format
+is chosen by the GPU's architecture (kernel_catalogue.fp8_format, from the arch table) and said in the reason.
+On ROCm it is off by default until timed there (the default needs compiled layers, which ROCm runs do not get by
+default); `fp8_base: true` turns it on.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import torch
 from steadytune.hardware.memory import choose_gradient_checkpointing
 from steadytune.model.anatomy import base_model_of, speed_scope, text_config
 from steadytune.model.fp8_4bit import Fp8Over4bitLinear, fits_4bit_layout, is_4bit_linear
-from steadytune.model.fp8_matmul import Fp8FrozenLinear
+from steadytune.model.fp8_matmul import FORMATS, FP8, Fp8FrozenLinear, fp8_max
+from steadytune.model.kernel_catalogue import device_arch, fp8_format
 from steadytune.model.linear_attention import deltanet_submodules
 
 # The smallest shape measured faster with fp8 on an H200 (Qwen2.5-0.5B, hidden 896: 1.05x the tokens/s; Gemma 3 1B
@@ -43,13 +49,24 @@ FP8_OVER_8BIT = ("quantization_bit 8: LLM.int8 multiplies the base its own way (
                  "bf16 or 4-bit base")
 
 
+# The ROCm archs torch._scaled_mm runs on, and the ROCm release torch must be built with for each (torch
+# aten/src/ATen/native/cuda/ScaledBlas.cpp, _scaled_mm_allowed_device: gfx942; gfx1200/gfx1201 from ROCm 6.3;
+# gfx950 from 6.5). Row-wise scales on ROCm (a scale per token and per weight row, what the fp8 base uses) came with
+# hipBLASLt's rowwise fp8 gemm, pytorch PR #144432, in torch 2.7.
+ROCM_SCALED_MM = {"gfx942": (6, 0), "gfx1200": (6, 3), "gfx1201": (6, 3), "gfx950": (6, 5)}
+ROCM_ROWWISE_TORCH = (2, 7)
+ROCM_BF16_ONLY = ("on ROCm torch._scaled_mm with a scale per row writes bf16 only (torch ScaledBlas.cpp: 'hipblaslt "
+                  "rowwise _scaled_mm only supports BFloat16 output')")
+
+
 def fp8_support(device: torch.device) -> tuple[bool, str]:
     """(whether this device runs the fp8 base, why)."""
     if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
         return False, f"torch {torch.__version__} has no fp8 matmul (torch._scaled_mm)"
     if device.type == "cuda":
-        if getattr(torch.version, "hip", None):
-            return fp8_arch_support("rocm", None)
+        hip = getattr(torch.version, "hip", None)
+        if hip:
+            return fp8_arch_support("rocm", device_arch(device), _version(hip), _version(torch.__version__))
         major, minor = torch.cuda.get_device_capability(device)
         return fp8_arch_support("cuda", f"sm_{major}{minor}")
     if device.type == "cpu":
@@ -57,11 +74,32 @@ def fp8_support(device: torch.device) -> tuple[bool, str]:
     return False, f"{device.type}: no fp8 matmul here"
 
 
-def fp8_arch_support(backend: str, arch: str | None) -> tuple[bool, str]:
-    """(whether a GPU of this backend and architecture, "sm_90" on CUDA, runs the fp8 base, why): for the device in
-    hand and for doctor's reading of a machine alike."""
+def _version(text: str) -> tuple[int, int] | None:
+    match = re.match(r"(\d+)\.(\d+)", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def fp8_dtype_for(device: torch.device) -> torch.dtype:
+    """The e4m3 format this device's fp8 matmuls take: e4m3fnuz on MI300 (gfx942), OCP e4m3fn elsewhere (and on a
+    CPU, whose _scaled_mm takes both)."""
+    if device.type == "cuda" and getattr(torch.version, "hip", None):
+        return FORMATS[fp8_format(device_arch(device)) or "ocp"]
+    return FP8
+
+
+def describe_format(dtype: torch.dtype) -> str:
+    if dtype == FORMATS["fnuz"]:
+        return f"e4m3fnuz (MI300's own fp8: largest finite {fp8_max(dtype):g}, no infinity, one zero)"
+    return f"OCP e4m3 (e4m3fn: largest finite {fp8_max(dtype):g})"
+
+
+def fp8_arch_support(backend: str, arch: str | None, rocm: tuple[int, int] | None = None,
+                     torch_version: tuple[int, int] | None = None) -> tuple[bool, str]:
+    """(whether a GPU of this backend and architecture, "sm_90" on CUDA, "gfx942" on ROCm, runs the fp8 base, why,
+    naming the fp8 format): for the device in hand and for doctor's reading of a machine alike. rocm / torch_version:
+    what the torch in hand was built with, where known."""
     if backend == "rocm":
-        return False, "ROCm: MI300's fp8 (e4m3fnuz) is not written here yet"
+        return _rocm_fp8_support(arch, rocm, torch_version)
     capability = re.fullmatch(r"sm_(\d+)(\d)", arch or "")
     if backend != "cuda" or capability is None:
         where = f"{backend} {arch}" if arch else f"{backend}, architecture unknown"
@@ -69,7 +107,27 @@ def fp8_arch_support(backend: str, arch: str | None) -> tuple[bool, str]:
     major, minor = int(capability.group(1)), int(capability.group(2))
     if (major, minor) < (8, 9):
         return False, f"sm_{major}{minor} has no fp8 tensor cores (Ada sm_89, Hopper sm_90 and later do)"
-    return True, f"sm_{major}{minor} multiplies fp8 at twice the bf16 rate"
+    return True, f"sm_{major}{minor} multiplies fp8 at twice the bf16 rate, in {describe_format(FP8)}"
+
+
+def _rocm_fp8_support(arch: str | None, rocm: tuple[int, int] | None,
+                      torch_version: tuple[int, int] | None) -> tuple[bool, str]:
+    if not arch:
+        return False, "ROCm, architecture unknown: the fp8 format (e4m3fnuz on MI300, OCP e4m3 on MI350/RDNA4) follows it"
+    fmt = fp8_format(arch)
+    if fmt is None:
+        return False, f"{arch}: no fp8 matrix cores (MI300 gfx942, MI350 gfx950 and RDNA4 gfx1200/gfx1201 have them)"
+    if arch not in ROCM_SCALED_MM:
+        return False, f"{arch}: torch._scaled_mm on ROCm runs on {', '.join(ROCM_SCALED_MM)} only (torch ScaledBlas.cpp)"
+    floor = ROCM_SCALED_MM[arch]
+    if rocm is not None and rocm < floor:
+        return False, (f"{arch}: torch._scaled_mm needs a torch built with ROCm {floor[0]}.{floor[1]} or later there; "
+                       f"this one has ROCm {rocm[0]}.{rocm[1]}")
+    if torch_version is not None and torch_version < ROCM_ROWWISE_TORCH:
+        return False, (f"torch {torch_version[0]}.{torch_version[1]}: row-scaled fp8 matmuls on ROCm came in torch 2.7 "
+                       "(pytorch PR #144432)")
+    return True, (f"{arch} multiplies {describe_format(FORMATS[fmt])} through torch._scaled_mm (hipBLASLt, a scale "
+                  "per row, bf16 out)")
 
 
 def auto_fp8_blocker(device: torch.device, precision: str, compiled: bool, hidden_size: int) -> str | None:
@@ -140,6 +198,8 @@ def decide_fp8_base(model: torch.nn.Module, asked: bool | None, device: torch.de
     if ruled_out is None and asked is None:
         ruled_out = default_fp8_blocker(model, device, precision, compiled, tokens, budget_gib, state_gib,
                                         checkpointing_asked)
+    if ruled_out is None and device.type == "cuda" and getattr(torch.version, "hip", None) and precision != "bf16":
+        ruled_out = f"precision {precision}: {ROCM_BF16_ONLY}"
     if ruled_out is not None:
         return False, f"off: {ruled_out}"
     on, why = apply_fp8_base(model, device)
@@ -182,21 +242,22 @@ def fp8_copies_gib(model: torch.nn.Module) -> float:
                for _, base in eligible_layers(model)) / 2**30
 
 
-def use_fp8_base(model: torch.nn.Module) -> tuple[int, str]:
+def use_fp8_base(model: torch.nn.Module, dtype: torch.dtype = FP8) -> tuple[int, str]:
     """Swap the frozen base linear of every LoRA layer for its fp8 form; -> (layers changed, reason).
 
     Only layers whose sizes the fp8 kernels take (multiples of 16) and whose weight is frozen; the others stay as they
     are and are counted in the reason. (A GPU run's base is bf16; a CPU run's fp32 base works the same way; a 4-bit
-    base is unpacked into fp8 at each matmul, model/fp8_4bit.py.)"""
+    base is unpacked into fp8 at each matmul, model/fp8_4bit.py.) dtype: the e4m3 format (fp8_dtype_for)."""
     eligible = eligible_layers(model)
     changed, kept = len(eligible), len(lora_linear_bases(model)) - len(eligible)
     four_bit = 0
     for module, base in eligible:
         if is_4bit_linear(base):
-            module.base_layer, four_bit = Fp8Over4bitLinear(base), four_bit + 1
+            module.base_layer, four_bit = Fp8Over4bitLinear(base, dtype=dtype), four_bit + 1
         else:
-            module.base_layer = Fp8FrozenLinear(base)
-    why = f"the frozen base of {changed} LoRA layers multiplies in fp8 (e4m3, a scale per row), forward and input gradient"
+            module.base_layer = Fp8FrozenLinear(base, dtype=dtype)
+    why = (f"the frozen base of {changed} LoRA layers multiplies in fp8 ({describe_format(dtype)}, a scale per row), "
+           "forward and input gradient")
     if four_bit:
         why += f" ({four_bit} of them 4-bit, unpacked into fp8 at each matmul)"
     if kept:
@@ -237,5 +298,5 @@ def apply_fp8_base(model: torch.nn.Module, device: torch.device) -> tuple[bool, 
     supported, why = fp8_support(device)
     if not supported:
         return False, why
-    changed, how = use_fp8_base(model)
+    changed, how = use_fp8_base(model, fp8_dtype_for(device))
     return changed > 0, f"{how} ({why})"

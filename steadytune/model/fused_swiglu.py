@@ -30,18 +30,19 @@ On a CPU the op runs a plain torch reference of the same arithmetic (tests); the
 from __future__ import annotations
 
 import importlib.util
-import math
 import types
 
 import torch
 import torch.nn.functional as F
 
 from steadytune.model.anatomy import speed_scope, text_config
+from steadytune.model.kernel_builds import refusal
+from steadytune.model.kernel_catalogue import device_arch, swiglu_blocks, swiglu_rank_block, swiglu_rank_limit
 from steadytune.model.fp8_matmul import (
     FP8,
-    FP8_MAX,
     SCALE_FLOOR,
     Fp8FrozenLinear,
+    fp8_max,
     fp8_product,
     output_dtype,
     quantize_rows,
@@ -50,27 +51,27 @@ from steadytune.model.lora_scaling import one_plain_adapter
 
 TRITON = importlib.util.find_spec("triton") is not None   # where the kernels can run (else: the torch reference)
 SILU_ACTIVATIONS = ("silu", "swish")
-# (rows, columns, warps) of each program's tile, the fastest measured on an H200 at the 1.5B and 7B widths
-# (benchmarks/fused_swiglu_speed.py, docs/speed.md).
-FORWARD_BLOCKS = (64, 64, 4)
-BACKWARD_BLOCKS = (64, 64, 4)
-QUANTIZE_BLOCKS = (32, 256, 4)
+# (rows, columns, warps) of each program's tile: the catalogue's for the GPU's family (kernel_catalogue.swiglu_blocks,
+# every choice compiled for every target) unless set here (benchmarks/fused_swiglu_speed.py times other tiles).
+FORWARD_BLOCKS: tuple[int, int, int] | None = None
+BACKWARD_BLOCKS: tuple[int, int, int] | None = None
 
 
-def _rank_block(rank: int) -> int:
-    """The rank padded to what a Triton dot takes: a power of two, at least 16."""
-    return max(16, 1 << math.ceil(math.log2(max(rank, 1))))
+def _blocks(which: str, device) -> tuple[int, int, int]:
+    chosen = {"forward": FORWARD_BLOCKS, "backward": BACKWARD_BLOCKS}.get(which)
+    return chosen or swiglu_blocks(device_arch(device))[which]
 
 
 def _lora_sums(gate, up, low_g, low_u, b_g, b_u) -> tuple[torch.Tensor, torch.Tensor]:
     return (gate.float() + low_g.float() @ b_g.float().t(), up.float() + low_u.float() @ b_u.float().t())
 
 
-def reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
-    """The forward kernels' arithmetic in plain torch, from the base outputs (a CPU, and the tests' yardstick)."""
+def reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d, fp8_dtype=FP8):
+    """The forward kernels' arithmetic in plain torch, from the base outputs (a CPU, and the tests' yardstick); h
+    quantised into the bases' fp8 format."""
     g, u = _lora_sums(gate, up, low_g, low_u, b_g, b_u)
     h = (F.silu(g) * u).to(gate.dtype)
-    quantized, scale = quantize_rows(h)
+    quantized, scale = quantize_rows(h, fp8_dtype)
     return h, quantized, scale, (h.float() @ a_d.float().t()).to(low_g.dtype)
 
 
@@ -93,7 +94,7 @@ def _launch(kernel, blocks: tuple[int, int, int], rows: int, width: int, *args, 
     """Run a kernel over [rows, width] in tiles of `blocks` (rows, columns, warps)."""
     block_m, block_n, warps = blocks
     if rank is not None:
-        constants["BLOCK_R"] = _rank_block(rank)
+        constants["BLOCK_R"] = swiglu_rank_block(rank)
     torch.library.wrap_triton(kernel)[((rows + block_m - 1) // block_m, _column_blocks(width, blocks))](
         *args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, **constants)
 
@@ -103,29 +104,32 @@ def _partial_sums(rows: int, rank: int, width: int, blocks: tuple[int, int, int]
     return torch.empty((_column_blocks(width, blocks), rows, rank), dtype=torch.float32, device=device)
 
 
-def _tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d):
-    """The forward kernels on a GPU: -> (h, h in fp8, its scale per row [rows, 1], h @ a_d^T)."""
+def _tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d, fp8_dtype=FP8):
+    """The forward kernels on a GPU: -> (h, h in fp8 of `fp8_dtype`, its scale per row [rows, 1], h @ a_d^T)."""
     from steadytune.model import swiglu_triton  # lazy: Triton is there only where the kernels run
 
     rows, width = gate.shape
     rank = low_g.shape[1]
     h = torch.empty_like(gate)
     amax = torch.zeros(rows, dtype=torch.float32, device=gate.device)
-    low_d_parts = _partial_sums(rows, a_d.shape[0], width, FORWARD_BLOCKS, gate.device)
-    _launch(swiglu_triton.swiglu_lora_forward_kernel, FORWARD_BLOCKS, rows, width, gate, up, low_g, low_u, b_g, b_u,
+    blocks = _blocks("forward", gate.device)
+    low_d_parts = _partial_sums(rows, a_d.shape[0], width, blocks, gate.device)
+    _launch(swiglu_triton.swiglu_lora_forward_kernel, blocks, rows, width, gate, up, low_g, low_u, b_g, b_u,
             a_d, h, amax, low_d_parts, rows, width, rank, rank=rank)
-    quantized, scale = _quantized(h, amax)
+    quantized, scale = _quantized(h, amax, fp8_dtype)
     return h, quantized, scale, low_d_parts.sum(0).to(low_g.dtype)
 
 
-def _quantized(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x in fp8 with quantize_rows' scale from its rows' amax (one kernel: x is read once)."""
+def _quantized(x: torch.Tensor, amax: torch.Tensor, fp8_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x in fp8 (e4m3fn, or MI300's e4m3fnuz with its own range) with quantize_rows' scale from its rows' amax (one
+    kernel: x is read once)."""
     from steadytune.model import swiglu_triton  # lazy: as above
 
-    scale = (amax / FP8_MAX).clamp(min=SCALE_FLOOR)
-    quantized = torch.empty(x.shape, dtype=FP8, device=x.device)
-    _launch(swiglu_triton.quantize_rows_kernel, QUANTIZE_BLOCKS, x.shape[0], x.shape[1], x, scale, quantized,
-            x.shape[0], x.shape[1], FP8_MAX=FP8_MAX)
+    top = fp8_max(fp8_dtype)
+    scale = (amax / top).clamp(min=SCALE_FLOOR)
+    quantized = torch.empty(x.shape, dtype=fp8_dtype, device=x.device)
+    _launch(swiglu_triton.quantize_rows_kernel, _blocks("quantize", x.device), x.shape[0], x.shape[1], x, scale,
+            quantized, x.shape[0], x.shape[1], FP8_MAX=top)
     return quantized, scale.unsqueeze(1)
 
 
@@ -137,9 +141,10 @@ def _tiles_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d):
     rank = low_g.shape[1]
     d_gate, d_up, h = torch.empty_like(gate), torch.empty_like(up), torch.empty_like(gate)
     amax_g, amax_u = (torch.zeros(rows, dtype=torch.float32, device=gate.device) for _ in range(2))
-    d_low_g = _partial_sums(rows, rank, width, BACKWARD_BLOCKS, gate.device)
+    blocks = _blocks("backward", gate.device)
+    d_low_g = _partial_sums(rows, rank, width, blocks, gate.device)
     d_low_u = torch.empty_like(d_low_g)
-    _launch(swiglu_triton.swiglu_lora_backward_kernel, BACKWARD_BLOCKS, rows, width, dh, d_low_d, gate, up, low_g,
+    _launch(swiglu_triton.swiglu_lora_backward_kernel, blocks, rows, width, dh, d_low_d, gate, up, low_g,
             low_u, b_g, b_u, a_d, d_gate, d_up, amax_g, amax_u, d_low_g, d_low_u, h, rows, width, rank, rank=rank)
     return d_gate, d_up, amax_g, amax_u, d_low_g.sum(0).to(low_g.dtype), d_low_u.sum(0).to(low_u.dtype), h
 
@@ -168,8 +173,8 @@ def swiglu_lora(x: torch.Tensor, x_q: torch.Tensor, x_scale: torch.Tensor, w_g: 
     gate = fp8_product(x_q, x_scale, w_g, w_g_scale, x.dtype, fast)
     up = fp8_product(x_q, x_scale, w_u, w_u_scale, x.dtype, fast)
     if gate.device.type != "cuda":
-        return *reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d), gate, up
-    return *_tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d), gate, up
+        return *reference_forward(gate, up, low_g, low_u, b_g, b_u, a_d, w_g.dtype), gate, up
+    return *_tiles_forward(gate, up, low_g, low_u, b_g, b_u, a_d, w_g.dtype), gate, up
 
 
 @_op("steadytune::swiglu_lora_backward")
@@ -183,11 +188,11 @@ def swiglu_lora_backward(dh: torch.Tensor, d_low_d: torch.Tensor, gate: torch.Te
     amax the kernel took while writing them: each is read once more, not twice."""
     if gate.device.type != "cuda":
         d_gate, d_up, d_low_g, d_low_u, h = reference_backward(dh, d_low_d, gate, up, low_g, low_u, b_g, b_u, a_d)
-        (g_q, g_scale), (u_q, u_scale) = quantize_rows(d_gate), quantize_rows(d_up)
+        (g_q, g_scale), (u_q, u_scale) = quantize_rows(d_gate, wt_g.dtype), quantize_rows(d_up, wt_u.dtype)
     else:
         d_gate, d_up, amax_g, amax_u, d_low_g, d_low_u, h = _tiles_backward(dh, d_low_d, gate, up, low_g, low_u,
                                                                             b_g, b_u, a_d)
-        (g_q, g_scale), (u_q, u_scale) = _quantized(d_gate, amax_g), _quantized(d_up, amax_u)
+        (g_q, g_scale), (u_q, u_scale) = _quantized(d_gate, amax_g, wt_g.dtype), _quantized(d_up, amax_u, wt_u.dtype)
     d_x = (fp8_product(g_q, g_scale, wt_g, wt_g_scale, gate.dtype, fast)
            + fp8_product(u_q, u_scale, wt_u, wt_u_scale, gate.dtype, fast))
     return d_x, d_gate, d_up, d_low_g, d_low_u, h
@@ -224,7 +229,7 @@ if not TRITON:
     def _(x, x_q, x_scale, w_g, w_g_scale, wt_g, wt_g_scale, w_u, w_u_scale, wt_u, wt_u_scale, low_g, low_u, b_g,
           b_u, a_d, fast):
         rows, width = x.shape[0], w_g.shape[0]
-        return (_like(x, rows, width), _like(x, rows, width, dtype=FP8), _like(x, rows, 1, dtype=torch.float32),
+        return (_like(x, rows, width), _like(x, rows, width, dtype=w_g.dtype), _like(x, rows, 1, dtype=torch.float32),
                 _like(low_g, rows, a_d.shape[0]), _like(x, rows, width), _like(x, rows, width))
 
     @swiglu_lora_backward.register_fake
@@ -266,7 +271,7 @@ def _fused_forward(self, x: torch.Tensor) -> torch.Tensor:
     g_base, u_base = gate.base_layer, up.base_layer
     dtype, rank = output_dtype(x2d), a_gate.shape[0]
     x2d = x2d.to(dtype)
-    x_q, x_scale = quantize_rows(x2d)
+    x_q, x_scale = quantize_rows(x2d, g_base.w_rows.dtype)
     as_operand = lambda t: t.to(dtype).contiguous()  # noqa: E731  (the kernels take one dtype, dense)
     h, quantized, scale, low_d, _, _ = swiglu_lora(
         x2d, x_q, x_scale, g_base.w_rows, g_base.w_rows_scale, g_base.wt_rows, g_base.wt_rows_scale, u_base.w_rows,
@@ -308,7 +313,27 @@ def fused_swiglu_blocker(model: torch.nn.Module, device: torch.device, compiled:
         return "the decoder layers are not compiled (measured with compiled layers only)"
     if device.type == "cuda" and not TRITON:
         return "Triton is not installed (it comes with torch's CUDA wheels)"
+    if device.type == "cuda":
+        return kernels_blocker(device_arch(device), lora_rank(model))
     return None
+
+
+def lora_rank(model: torch.nn.Module) -> int:
+    """The largest LoRA rank of the MLPs the fused step would serve (their rank-r tiles are sized by it)."""
+    return max((layer.lora_A[name].weight.shape[0] for mlp in fusable_mlps(model) for layer in _projections(mlp)
+                for name in layer.active_adapters), default=0)
+
+
+def kernels_blocker(arch: str, rank: int) -> str | None:
+    """Why the fused kernels must not run on this GPU architecture at this LoRA rank, or None: a rank above what the
+    arch's tiles take without a spill, or a configuration that does not build or spills there (model/kernel_builds.py,
+    decided before the run from the compiled code); doctor and the run plan ask it for a machine they read."""
+    limit = swiglu_rank_limit(arch)
+    if rank > limit:
+        return (f"LoRA rank {rank} is above the {limit} the fused kernels take on {arch} without spilling registers "
+                "(docs/rocm.md)")
+    refused = refusal("fused_swiglu", arch, rank_block=swiglu_rank_block(max(rank, 1)))
+    return f"the fused kernels are refused on {arch}: {refused}" if refused is not None else None
 
 
 def is_fused(mlp) -> bool:

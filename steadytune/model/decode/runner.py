@@ -36,6 +36,8 @@ from steadytune.model.decode import slotcache
 from steadytune.model.decode.lora_bank import FusedLoraBank, LoraBank, adapter_names, lora_parts
 from steadytune.model.decode.norms import Norm, norm_of
 from steadytune.model.decode.ops import TorchOps, TritonOps
+from steadytune.model.kernel_builds import refusal
+from steadytune.model.kernel_catalogue import device_arch
 
 logger = logging.getLogger("steadytune.decode")
 
@@ -143,10 +145,18 @@ class Layer:
 
 
 def choose_kernels(device: torch.device, wanted: Optional[str] = None) -> str:
-    """torch, triton or off: `wanted`, else STEADYTUNE_DECODE_KERNELS, else Triton on a GPU that has it."""
+    """torch, triton or off: `wanted`, else STEADYTUNE_DECODE_KERNELS, else Triton on a GPU that has it, unless a
+    configuration of the kernels does not build (or spills) for the GPU's arch (model/kernel_builds.py): then the
+    torch ops, with the reason logged."""
     wanted = wanted or os.environ.get(KERNELS_ENV, "auto")
     if wanted == "auto":
-        return "triton" if device.type == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
+        if device.type != "cuda" or importlib.util.find_spec("triton") is None:
+            return "torch"
+        refused = refusal("decode_kernels", device_arch(device))
+        if refused is not None:
+            logger.warning("decode: the torch ops instead of the Triton kernels: %s", refused)
+            return "torch"
+        return "triton"
     if wanted not in ("torch", "triton", "off"):
         raise ValueError(f"{KERNELS_ENV} must be torch, triton, off or auto, got {wanted!r}")
     return wanted

@@ -22,6 +22,8 @@ import importlib.util
 import torch
 
 from steadytune.errors import UserError
+from steadytune.model.kernel_builds import refusal
+from steadytune.model.kernel_catalogue import device_arch, dtype_name
 
 BACKENDS = ("torch", "triton", "loop")
 TRITON = importlib.util.find_spec("triton") is not None
@@ -51,12 +53,25 @@ def torch_kernel_status(device: torch.device, dtype: torch.dtype) -> tuple[bool,
     return True, "torch's grouped matmul (CUTLASS)"
 
 
+def triton_kernel_status(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
+    """Whether our Triton grouped kernel runs here: Triton installed, a GPU, and every configuration the launcher can
+    pick for this dtype built for the GPU's arch without a spill (model/kernel_builds.py)."""
+    if not TRITON:
+        return False, "Triton is not installed"
+    if device.type != "cuda":
+        return False, "Triton kernels need a GPU"
+    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        return False, f"our Triton grouped kernel takes bf16, fp16 or fp32, not {dtype}"
+    refused = refusal("moe_grouped_mm", device_arch(device), dtype=dtype_name(dtype))
+    if refused is not None:
+        return False, f"our Triton grouped kernel is refused here: {refused}"
+    return True, "our Triton grouped kernel"
+
+
 def choose_grouped_backend(device: torch.device, dtype: torch.dtype, asked: str = "auto") -> tuple[str, str]:
     """-> (backend, why): what the experts' grouped matmuls run on. `asked`: the moe_grouped_mm key."""
     torch_ok, torch_why = torch_kernel_status(device, dtype)
-    triton_ok = TRITON and device.type == "cuda"
-    triton_why = ("our Triton grouped kernel" if triton_ok else
-                  "Triton is not installed" if not TRITON else "Triton kernels need a GPU")
+    triton_ok, triton_why = triton_kernel_status(device, dtype)
     if asked == "torch":
         if not torch_ok:
             raise UserError(f"moe_grouped_mm: torch, but {torch_why}; set moe_grouped_mm: auto")

@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from steadytune.model.kernel_catalogue import device_arch, dtype_name, grouped_blocks
+
 
 @triton.jit
 def _grouped_mm_kernel(x_ptr, w_ptr, y_ptr, ends_ptr, tile_group_ptr, tile_row_ptr, K, N,
@@ -72,14 +74,6 @@ def _grouped_weight_grad_kernel(x_ptr, dy_ptr, dw_ptr, ends_ptr, K, N,
              acc.to(dw_ptr.dtype.element_ty), mask=k_ok[:, None] & col_ok[None, :])
 
 
-def _blocks(k: int, n: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K): 64-row tiles; narrow outputs (a LoRA factor's rank) get narrow tiles, since
-    tl.dot takes 16 at least."""
-    block_n = min(128, max(16, triton.next_power_of_2(n)))
-    block_k = min(64, max(16, triton.next_power_of_2(k)))
-    return 64, block_n, block_k
-
-
 def tile_map(ends: torch.Tensor, rows: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (group of each tile, or -1 past the real tiles; first row of each tile), over the upper bound of tiles,
     built on the device."""
@@ -103,23 +97,23 @@ def _forward(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor) -> torch.Tens
     y = torch.empty(rows, n, dtype=x.dtype, device=x.device)
     if rows == 0:
         return y
-    block_m, block_n, block_k = _blocks(k, n)
+    block_m, block_n, block_k, warps = grouped_blocks(k, n, dtype_name(x.dtype), device_arch(x.device))
     group, first = tile_map(ends, rows, block_m)
     grid = (group.numel(), triton.cdiv(n, block_n))
     _grouped_mm_kernel[grid](x, w, y, ends, group, first, k, n, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-                             w.stride(2), y.stride(0), y.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+                             w.stride(2), y.stride(0), y.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                             num_warps=warps)
     return y
 
 
 def _weight_grad(x: torch.Tensor, dy: torch.Tensor, ends: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     k, n = x.shape[1], dy.shape[1]
     dw = torch.empty(ends.numel(), k, n, dtype=dtype, device=x.device)
-    block_m, block_n, block_k = 64, min(128, max(16, triton.next_power_of_2(n))), min(64, max(
-        16, triton.next_power_of_2(k)))
+    block_m, block_n, block_k, warps = grouped_blocks(k, n, dtype_name(x.dtype), device_arch(x.device))
     grid = (ends.numel(), triton.cdiv(k, block_k), triton.cdiv(n, block_n))
     _grouped_weight_grad_kernel[grid](x, dy, dw, ends, k, n, x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
                                       dw.stride(0), dw.stride(1), dw.stride(2),
-                                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+                                      BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
     return dw
 
 

@@ -1,14 +1,15 @@
 """Flash-decoding: one query token per row against that row's columns of the slot cache, split along the columns.
 
 Grid (row, kv head, split). A program loads the kv head's G query heads (GQA: G = heads / kv heads; padded to 16 for
-the tensor cores) and walks its split's columns in blocks of BLOCK_N, keeping a running max, sum and weighted sum of
+the tensor cores) and walks its split's columns in blocks of BLOCK columns, keeping a running max, sum and weighted sum of
 values (the online softmax); it reads only columns its row has (start..length: a row of 40 tokens in a bucket of
 2,048 columns reads 40), and a split past the row's end does nothing. A second kernel merges the splits of each
 (row, head) by their log-sum-exp. The number of splits is chosen per recorded shape so that rows x kv heads x splits
 fills the GPU about twice over (one row and 2 kv heads alone would otherwise leave all but 2 multiprocessors idle).
 
 Products run on the tensor cores in the cache's dtype (bf16/fp16) with fp32 sums; an fp32 cache multiplies in full
-fp32 ("ieee", not tf32), as the CPU path does.
+fp32 ("ieee", not tf32), as the CPU path does. Block sizes and warps per GPU family come from
+model/kernel_catalogue.py (attention_blocks), where every choice is compiled for every target.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_N = 64
+from steadytune.model.kernel_catalogue import attention_blocks, attention_splits, device_arch, dtype_name
+
 NO_WINDOW = 1 << 30
 # Triton's interpreter (3.6) multiplies bf16 tiles in tl.dot as raw integers: under it the products run in fp32.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-TARGET_PROGRAMS = 256   # about 2 x the multiprocessors of an H100/H200 (132) or an MI300X (304 CUs: ~1 x)
 
 
 @triton.jit
@@ -91,11 +92,6 @@ def _merge_kernel(O_part, M_part, S_part, Out, SPLITS: tl.constexpr, BLOCK_S: tl
     tl.store(Out + row_head * D + d, out.to(Out.dtype.element_ty), mask=d < D)
 
 
-def choose_splits(rows: int, kv_heads: int, columns: int) -> int:
-    blocks = triton.cdiv(columns, BLOCK_N)
-    return max(1, min(blocks, triton.cdiv(TARGET_PROGRAMS, rows * kv_heads)))
-
-
 def split_decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                            columns: int, window: Optional[int], scaling: float) -> torch.Tensor:
     """q [rows, heads, dim]; keys, values [slots, kv heads, capacity, dim] (dim contiguous); lengths [rows] ->
@@ -105,19 +101,21 @@ def split_decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     group = heads // kv_heads
     if q.stride(2) != 1:
         q = q.contiguous()   # the kernel steps rows and heads by their strides (q may be a view of the fused q|k|v)
-    splits = choose_splits(rows, kv_heads, columns)
-    chunk = triton.cdiv(triton.cdiv(columns, splits), BLOCK_N) * BLOCK_N
+    arch, dtype = device_arch(q.device), dtype_name(keys.dtype)
+    block = attention_blocks(group, dim, 1, dtype, arch)["BLOCK"]
+    splits = attention_splits(rows, kv_heads, columns, block)
+    b = attention_blocks(group, dim, splits, dtype, arch)
+    chunk = triton.cdiv(triton.cdiv(columns, splits), block) * block
     o_part = torch.empty(rows * heads * splits, dim, dtype=torch.float32, device=q.device)
     m_part = torch.empty(rows * heads * splits, dtype=torch.float32, device=q.device)
     s_part = torch.empty_like(m_part)
-    block_d = max(16, triton.next_power_of_2(dim))
     _split_kernel[(rows, kv_heads, splits)](
         q, keys, values, lengths, o_part, m_part, s_part, float(scaling), int(window or NO_WINDOW), chunk,
         q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), keys.stride(2),
         values.stride(0), values.stride(1), values.stride(2),
-        SPLITS=splits, G=group, BLOCK_G=max(16, triton.next_power_of_2(group)), D=dim, BLOCK_D=block_d,
-        BLOCK=BLOCK_N, IEEE=keys.dtype == torch.float32 or INTERPRETED)
+        SPLITS=splits, G=group, BLOCK_G=b["BLOCK_G"], D=dim, BLOCK_D=b["BLOCK_D"], BLOCK=block,
+        IEEE=keys.dtype == torch.float32 or INTERPRETED, num_warps=b["split_warps"])
     out = torch.empty(rows, heads, dim, dtype=q.dtype, device=q.device)
-    _merge_kernel[(rows * heads,)](o_part, m_part, s_part, out, SPLITS=splits,
-                                   BLOCK_S=max(2, triton.next_power_of_2(splits)), D=dim, BLOCK_D=block_d)
+    _merge_kernel[(rows * heads,)](o_part, m_part, s_part, out, SPLITS=splits, BLOCK_S=b["BLOCK_S"], D=dim,
+                                   BLOCK_D=b["BLOCK_D"], num_warps=b["merge_warps"])
     return out.view(rows, heads * dim)

@@ -22,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_K = 256
-BLOCK_N = 128
+from steadytune.model.kernel_catalogue import (BGMV_BLOCK_K, BGMV_BLOCK_N, bgmv_blocks, bgmv_rank_block, bgmv_warps,
+                                               device_arch)
 
 
 @triton.jit
@@ -72,13 +72,14 @@ def bgmv(x: torch.Tensor, y: torch.Tensor, A: torch.Tensor, B: torch.Tensor, sca
         x = x.contiguous()
     if y.stride(-1) != 1:
         y = y.contiguous()
-    splits = triton.cdiv(width, BLOCK_K)
+    arch, block_r = device_arch(x.device), bgmv_rank_block(rank)
+    splits, block_s = bgmv_blocks(width)
     parts = torch.empty(rows, splits, rank, dtype=torch.float32, device=x.device)
-    block_r = max(2, triton.next_power_of_2(rank))
     _shrink_kernel[(rows, splits)](x, A, index, parts, x.stride(0), A.stride(0), A.stride(1), width,
-                                   R=rank, BLOCK_R=block_r, SPLITS=splits, BLOCK=BLOCK_K)
-    _expand_kernel[(rows, triton.cdiv(out, BLOCK_N))](
+                                   R=rank, BLOCK_R=block_r, SPLITS=splits, BLOCK=BGMV_BLOCK_K,
+                                   num_warps=bgmv_warps(block_r, BGMV_BLOCK_K, arch))
+    _expand_kernel[(rows, triton.cdiv(out, BGMV_BLOCK_N))](
         parts, B, scale, index, y, B.stride(0), B.stride(1), scale.stride(0),
         scale.stride(1) if scale.dim() == 2 else 0, y.stride(0), out, R=rank, BLOCK_R=block_r, SPLITS=splits,
-        BLOCK_S=max(2, triton.next_power_of_2(splits)), BLOCK=BLOCK_N)
+        BLOCK_S=block_s, BLOCK=BGMV_BLOCK_N, num_warps=bgmv_warps(block_r, max(block_s, BGMV_BLOCK_N), arch))
     return y

@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from steadytune.model.decode.norms import Norm
+from steadytune.model.kernel_catalogue import ACT_BLOCK, norm_block
 
 
 @triton.jit
@@ -54,11 +55,12 @@ def add_norm(h: torch.Tensor, a: Optional[torch.Tensor], pre: Optional[Norm], no
     rows, width = h.shape
     x = torch.empty_like(h)
     pre_weight = pre.weight if pre is not None else norm.weight
+    block, warps = norm_block(width)
     _add_norm_kernel[(rows,)](h, a if a is not None else h, x, norm.weight, pre_weight, h.stride(0),
                               a.stride(0) if a is not None else 0, x.stride(0), width, norm.eps,
                               pre.eps if pre is not None else 0.0, HAS_ADD=a is not None, HAS_PRE=pre is not None,
                               GEMMA=norm.gemma, PRE_GEMMA=pre.gemma if pre is not None else False,
-                              BLOCK=triton.next_power_of_2(width))
+                              BLOCK=block, num_warps=warps)
     return h, x
 
 
@@ -159,7 +161,6 @@ def act_mul(gate: torch.Tensor, up: torch.Tensor, act: str) -> torch.Tensor:
     up = up if up.stride(-1) == 1 else up.contiguous()
     rows, width = gate.shape
     out = torch.empty(rows, width, dtype=gate.dtype, device=gate.device)
-    block = 1024
-    _act_mul_kernel[(rows, triton.cdiv(width, block))](gate, up, out, width, gate.stride(0), up.stride(0), out.stride(0),
-                                                       GELU=act == "gelu_tanh", BLOCK=block)
+    _act_mul_kernel[(rows, triton.cdiv(width, ACT_BLOCK))](gate, up, out, width, gate.stride(0), up.stride(0),
+                                                           out.stride(0), GELU=act == "gelu_tanh", BLOCK=ACT_BLOCK)
     return out

@@ -24,9 +24,8 @@ import triton.language as tl
 
 from steadytune.model.decode.sampling import (GREEDY_BELOW, HASH_A, HASH_B, M32, TRUNCATE, WEYL, RowSettings,
                                               row_seeds, sample_rows)
-
-BLOCK_V = 1024
-CHUNK = 4096     # tokens per program: 38 programs for a 151,936-token vocabulary, 64 for Gemma's 262,144
+from steadytune.model.kernel_catalogue import SAMPLE_BLOCK_V as BLOCK_V
+from steadytune.model.kernel_catalogue import SAMPLE_CHUNK as CHUNK  # 38 programs for 151,936 tokens, 64 for 262,144
 
 
 @triton.jit
