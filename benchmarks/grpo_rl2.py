@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dpo_vs_trl import peak_gib, reset_memory, train_tokenizer  # noqa: E402
-from grpo_vs_trl import digit_share, make_prompts  # noqa: E402
+from grpo_vs_trl import digit_share, make_prompts, step_clock  # noqa: E402
 
 MODELS = {"dense": "model_dense", "moe": "model_moe"}
 
@@ -159,7 +159,7 @@ def run_trl(args) -> dict:
     from datasets import Dataset
     from datasets.table import InMemoryTable
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     import trl
@@ -167,19 +167,6 @@ def run_trl(args) -> dict:
     from steadytune.model.moe.anatomy import expert_sites
 
     device = device_of()
-
-    class StepClock(TrainerCallback):
-        def __init__(self):
-            self.times, self.logs = [], []
-
-        def on_step_end(self, *_, **__):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            self.times.append(time.perf_counter())
-
-        def on_log(self, _args, _state, _control, logs=None, **__):
-            if logs and "reward" in logs:
-                self.logs.append(logs)
 
     work = Path(args.workdir)
     rows = json.loads((work / "rows.json").read_text(encoding="utf-8"))[:args.steps * args.prompts]
@@ -203,7 +190,7 @@ def run_trl(args) -> dict:
                         max_grad_norm=1.0, logging_steps=1, save_strategy="no", report_to="none", bf16=bf16,
                         fp16=False, use_cpu=device.type != "cuda", gradient_checkpointing=True, disable_dropout=True,
                         dataloader_num_workers=0, seed=42, shuffle_dataset=False)
-    clock = StepClock()
+    clock = step_clock(device)
     prompts = Dataset(InMemoryTable.from_pylist(rows), fingerprint=f"grpo-rl2-{args.name}")
     trainer = GRPOTrainer(model=model, reward_funcs=[digit_share], args=config, train_dataset=prompts,
                           processing_class=tokenizer, peft_config=lora, callbacks=[clock])

@@ -106,6 +106,27 @@ def make_model_folder(shape: str, tokenizer, folder: Path, device: torch.device)
     return folder
 
 
+def step_clock(device: torch.device):
+    """A TrainerCallback that notes the time at each step's end (after a device synchronisation) and the logs that
+    carry a reward: TRL's seconds per step, as steadytune's come from metrics.jsonl (grpo_rl2.py times TRL the same)."""
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.times, self.logs = [], []
+
+        def on_step_end(self, *_, **__):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            self.times.append(time.perf_counter())
+
+        def on_log(self, _args, _state, _control, logs=None, **__):
+            if logs and "reward" in logs:
+                self.logs.append(logs)
+
+    return StepClock()
+
+
 # --- the arms ------------------------------------------------------------------------------------------------
 
 def run_steadytune(args, model_dir: Path, rows: list[dict], work: Path, device: torch.device,
@@ -149,23 +170,10 @@ def run_trl(args, model_dir: Path, rows: list[dict], work: Path, device: torch.d
     from datasets import Dataset
     from datasets.table import InMemoryTable
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from steadytune.model.lora import resolve_lora_targets
-
-    class StepClock(TrainerCallback):
-        def __init__(self):
-            self.times, self.logs = [], []
-
-        def on_step_end(self, *_, **__):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            self.times.append(time.perf_counter())
-
-        def on_log(self, _args, _state, _control, logs=None, **__):
-            if logs and "reward" in logs:
-                self.logs.append(logs)
 
     reset_memory(device)
     bf16 = device.type == "cuda"
@@ -182,7 +190,7 @@ def run_trl(args, model_dir: Path, rows: list[dict], work: Path, device: torch.d
                         save_strategy="no", report_to="none", bf16=bf16, fp16=False, use_cpu=device.type != "cuda",
                         gradient_checkpointing=checkpointing, disable_dropout=True, dataloader_num_workers=0,
                         seed=42, shuffle_dataset=False)
-    clock = StepClock()
+    clock = step_clock(device)
     # A fixed fingerprint: datasets would otherwise hash the table with dill (which failed on the GPU machine's
     # Python 3.12 + pyarrow for the DPO comparison); nothing here is cached by fingerprint.
     prompts = Dataset(InMemoryTable.from_pylist(rows), fingerprint="grpo-vs-trl-prompts")

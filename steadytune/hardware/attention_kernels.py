@@ -267,3 +267,17 @@ def tile_kernel_status(device: str = "cuda") -> tuple[str | None, str]:
         except Exception as e:  # a kernel that imports but fails on this GPU is simply not used
             reasons.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
     return None, "; ".join(reasons) or "neither flash-attn nor torch.nn.attention.varlen is available"
+
+
+def packed_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kernel):
+    """transformers' [1, heads, length, dim] q, k and v as the [tokens, heads, dim] a varlen kernel takes, and the
+    kernel to run them on. Flash kernels take fp16/bf16 only: fp32 inputs (fp32 weights under autocast: full
+    fine-tuning, a vision tower kept in fp32) are cast as autocast casts SDPA's inputs, or without autocast run on the
+    exact reference kernel."""
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+    if q.dtype in (torch.float16, torch.bfloat16):
+        return q, k, v, kernel
+    if torch.is_autocast_enabled(q.device.type):
+        low = torch.get_autocast_dtype(q.device.type)
+        return q.to(low), k.to(low), v.to(low), kernel
+    return q, k, v, segment_sdpa_kernel

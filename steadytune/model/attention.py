@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from steadytune.errors import UserError
-from steadytune.hardware.attention_kernels import segment_sdpa_kernel, varlen_kernels
+from steadytune.hardware.attention_kernels import packed_inputs, segment_sdpa_kernel, varlen_kernels
 from steadytune.hardware.policy import AttentionUnavailable, choose_packing_attention
 from steadytune.model.linear_attention import linear_attention_in_folder
 from steadytune.model.vision import is_vision_folder
@@ -51,17 +51,7 @@ def make_varlen_attention(kernel: Callable) -> Callable:
                                           scaling=scaling, **kwargs)
         if query.shape[0] != 1:
             raise RuntimeError(f"steadytune_varlen attention expects one packed row, got batch {query.shape[0]}")
-        # transformers hands [batch, heads, length, dim]; varlen kernels take [tokens, heads, dim].
-        q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
-        run = kernel
-        if q.dtype not in (torch.float16, torch.bfloat16):
-            # fp32 weights under autocast (full fine-tuning) give fp32 q/k after RoPE; flash kernels take only
-            # fp16/bf16, so cast as autocast casts SDPA's inputs; without autocast use the exact reference kernel.
-            if torch.is_autocast_enabled(q.device.type):
-                low = torch.get_autocast_dtype(q.device.type)
-                q, k, v = q.to(low), k.to(low), v.to(low)
-            else:
-                run = segment_sdpa_kernel
+        q, k, v, run = packed_inputs(query, key, value, kernel)
         cu = cu_seq_lens_q.to(device=q.device, dtype=torch.int32)
         max_len = int(max_length_q)
         # A window no example is longer than changes nothing (Gemma 3's 512 under a cutoff_len of 256): drop it,

@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from steadytune.hardware.attention_kernels import segment_sdpa_kernel
+from steadytune.hardware.attention_kernels import packed_inputs
 from steadytune.model.vision import multimodal_body
 
 VISION_VARLEN = "steadytune_flash_vision"
@@ -40,15 +40,7 @@ def make_vision_attention(kernel: Callable) -> Callable:
         if cu_seq_lens_q is None:
             return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                           scaling=scaling, **kwargs)
-        q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))   # [patches, heads, dim]
-        run = kernel
-        if q.dtype not in (torch.float16, torch.bfloat16):
-            # flash kernels take fp16/bf16 only: cast as autocast would, or (no autocast) the exact reference
-            if torch.is_autocast_enabled(q.device.type):
-                low = torch.get_autocast_dtype(q.device.type)
-                q, k, v = q.to(low), k.to(low), v.to(low)
-            else:
-                run = segment_sdpa_kernel
+        q, k, v, run = packed_inputs(query, key, value, kernel)   # [patches, heads, dim]
         out = run(q, k, v, cu_seq_lens_q.to(device=q.device, dtype=torch.int32), int(max_length_q), scaling, None,
                   causal=False)
         return out[None], None   # [1, patches, heads, dim], as flash implementations return

@@ -50,6 +50,15 @@ def _penalised(Logits, Seen, Penalty, r, v, ok, stride_l, stride_s, PENALTY: tl.
 
 
 @triton.jit
+def _running_best(values, v0, top, best):
+    """A block of values (tokens v0...) folded into a running (largest value, its first index): an earlier block keeps
+    a tie, as tl.argmax keeps the first index within one (torch.argmax's choice)."""
+    block_top = tl.max(values, axis=0)
+    block_best = tl.argmax(values, axis=0).to(tl.int64) + v0
+    return tl.maximum(top, block_top), tl.where(block_top > top, block_best, best)
+
+
+@triton.jit
 def _chunk_top_kernel(Logits, Seen, Penalty, Top, Best, Bad, V, stride_l, stride_s, CHUNKS: tl.constexpr,
                       PENALTY: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
     r = tl.program_id(0)
@@ -62,11 +71,7 @@ def _chunk_top_kernel(Logits, Seen, Penalty, Top, Best, Bad, V, stride_l, stride
         ok = v < V
         x = _penalised(Logits, Seen, Penalty, r, v, ok, stride_l, stride_s, PENALTY)
         bad = bad | tl.max(((x != x) | (x == float("inf"))).to(tl.int32), axis=0)
-        block_top = tl.max(x, axis=0)
-        block_best = tl.argmax(x, axis=0).to(tl.int64) + v0
-        better = block_top > top
-        best = tl.where(better, block_best, best)
-        top = tl.maximum(top, block_top)
+        top, best = _running_best(x, v0, top, best)
     tl.store(Top + r * CHUNKS + c, top)
     tl.store(Best + r * CHUNKS + c, best)
     tl.store(Bad + r * CHUNKS + c, bad)
@@ -102,11 +107,7 @@ def _chunk_draw_kernel(Logits, Seen, Temperature, MinP, Penalty, Seeds, Top, Sco
             u = ((bits >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
             score = scaled - tl.log(-tl.log(u))
             score = tl.where(ok & (scaled >= floor), score, float("-inf"))
-            block_top = tl.max(score, axis=0)
-            block_best = tl.argmax(score, axis=0).to(tl.int64) + v0
-            better = block_top > score_top
-            drawn = tl.where(better, block_best, drawn)
-            score_top = tl.maximum(score_top, block_top)
+            score_top, drawn = _running_best(score, v0, score_top, drawn)
         tl.store(Score + r * CHUNKS + c, score_top)
         tl.store(Drawn + r * CHUNKS + c, drawn)
 
