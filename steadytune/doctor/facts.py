@@ -172,7 +172,7 @@ def _driver(line: str):
 # gfx strings: the machine's own arch, versus a list of what a build or a tool supports. A line naming three or more
 # distinct targets is a list (Ollama's "supported types:[...]", TensorFlow's "supported AMDGPU versions are ...",
 # a TensileLibrary listing, PYTORCH_ROCM_ARCH=...), and so is one that names a build's files.
-_GFX = re.compile(r"(?<![\w])(?:amdgcn-amd-amdhsa--)?(gfx(?:[6-9][0-9a-f]{2}|1[0-2][0-9][0-9a-f]{1,2}))"
+_GFX = re.compile(r"(?<![A-Za-z0-9])(?:amdgcn-amd-amdhsa--)?(gfx(?:[6-9][0-9a-f]{2}|1[0-2][0-9][0-9a-f]{1,2}))"
                   r"(?::(?:sramecc|xnack)[+-])*(?![0-9a-z])", re.IGNORECASE)
 _LIST_CONTEXT = re.compile(r"supported|support(?:s|ed)? (?:types|targets|versions|archs?)|available|TensileLibrary_|"
                            r"_lazy_|PYTORCH_ROCM_ARCH|AMDGPU_TARGETS|GPU_TARGETS|GFX_ARCH|BNB_ROCM_ARCH|--offload-arch|"
@@ -198,7 +198,11 @@ def _arch(line: str):
             found.append((decoded, bool(_MACHINE_BEFORE.search(line[max(0, m.start() - 40): m.start()]))))
     if not found:
         return
-    listed = len(found) >= 3 or bool(_LIST_CONTEXT.search(line))
+    named = len(re.findall(r"(?i)(?<![a-z0-9])gfx[0-9a-z]{2,4}(?![a-z0-9])", line))   # gfx90x, gfx110x count too
+    listed = len(found) >= 3 or named >= 3 or bool(_LIST_CONTEXT.search(line))
+    if len(found) == 1 and re.search(r"TensileLibrary\w*_gfx", line) and \
+            re.search(r"(?i)could not load|cannot read|no such file|not found|failed to load", line):
+        listed = False   # the one library file rocBLAS wanted for this GPU and did not find
     for gfx, machine in found:
         if machine or not listed or (len(found) == 1 and _MACHINE_CONTEXT.search(line)):
             yield "arch", gfx, "machine"

@@ -17,6 +17,7 @@ from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import Fact, FactSheet, discrete_archs, vendor_of
 from steadytune.doctor.fixes import (
     INFERENCE_TOOLS,
+    where_process_starts,
     cuda_wheel_for,
     failing_tool,
     override_value,
@@ -155,6 +156,22 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
             return _make("env-not-applied", f"{name} is exported in a shell, but Ollama runs as a systemd service",
                          "a service does not read the shell's exports (.bashrc, a terminal session): the server "
                          f"runs without {name}", set_variable(name, value, sheet, tool), [asked[-1]], symptoms)
+    # Ollama names a GPU "not supported" only when no override reached its server: one set elsewhere did not arrive
+    refused = [e for e in ctx.of("arch-missing") if re.search(r"amdgpu is not supported", e.line)]
+    wanted = [f for f in sheet.of("env") if f.value.split("=", 1)[0] == OVERRIDE and f.detail != "server"
+              and f.value.split("=", 1)[1]]
+    if refused and wanted and tool == "ollama" and not sheet.is_windows and not any(
+            f.detail == "server" and f.value.split("=", 1)[1] for f in sheet.of("env")):
+        value = wanted[-1].value.split("=", 1)[1]
+        where = where_process_starts(sheet, tool)
+        fix = set_variable(OVERRIDE, value, sheet, tool) if where == "container" else (
+            f"put it in the service: sudo systemctl edit ollama.service, under [Service] Environment=\"{OVERRIDE}="
+            f"{value}\", then sudo systemctl daemon-reload && sudo systemctl restart ollama (a hand-started `ollama "
+            f"serve` reads only its own shell: export {OVERRIDE}={value} there)")
+        return _make("env-not-applied", f"{OVERRIDE} never reached the Ollama server",
+                     f"{OVERRIDE}={value} is set ({wanted[-1].detail}), yet the server still calls the GPU not "
+                     "supported, which it does only when no override is in its own environment",
+                     fix, [wanted[-1], ctx.line_fact(refused[0])], refused + symptoms)
     # a notebook or script that sets the variable after torch (or HIP) has already started
     imported = next((f for f in sheet.of("tool") if f.value == "torch" and re.search(r"^\s*import torch|^\s*from torch",
                                                                                        f.line)), None)
@@ -272,7 +289,8 @@ _NVCC_FIRST = {"70": "CUDA 9.0", "75": "CUDA 10.0", "80": "CUDA 11.0", "86": "CU
                "89": "CUDA 11.8 (or CUDA 12.x)", "90": "CUDA 11.8 (or CUDA 12.x)", "100": "CUDA 12.8",
                "101": "CUDA 12.8", "120": "CUDA 12.8"}
 _OVERRIDE_TABLE = (f"{OVERRIDE}=10.3.0 for RDNA2 (gfx1031-gfx1036), {OVERRIDE}=11.0.0 for RDNA3 (gfx1101-gfx1103, "
-                   f"gfx1151), {OVERRIDE}=9.0.0 for the Vega APUs (gfx902, gfx90c)")
+                   f"gfx1151), {OVERRIDE}=10.1.0 for the other RDNA1 chips (gfx1011, gfx1013: gfx1010 code), "
+                   f"{OVERRIDE}=9.0.0 for the Vega APUs (gfx902, gfx90c)")
 
 
 def _symptom_lines(ctx: Context, facts: list[Fact]) -> list[ErrorLine]:
@@ -444,6 +462,17 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     nodes = ctx.sheet.of("device_node")
     closed = [f for f in nodes if f.detail.split()[0] == "root" and f.detail.split()[1][3:5] == "--"]
     numeric = [f for f in nodes if f.detail.split()[0].isdigit()]
+    # a compose file or run line whose /dev/kfd device is commented out: the container starts without it
+    disabled = next((i for i, l in enumerate(ctx.sheet.lines, 1)
+                     if re.search(r"#\s*-?\s*[\"']?/dev/kfd", l)), None)
+    if disabled and not any(re.search(r"^\s*-\s*[\"']?/dev/kfd", l) for l in ctx.sheet.lines):
+        return _make("device-access", "the container is started without /dev/kfd",
+                     "the /dev/kfd line of the container's devices is commented out, so ROCm inside finds no GPU (and "
+                     "the tools that read the arch from it get nothing)",
+                     "enable it again: devices: - /dev/kfd - /dev/dri (docker run --device=/dev/kfd --device=/dev/dri "
+                     "--group-add video --group-add render)", [Fact("error", "device-access", disabled,
+                                                                    ctx.sheet.lines[disabled - 1])],
+                     [e for e in ctx.errors if e.family is None] + errors)
     if not errors and root_only is None and not closed and not numeric:
         return None
     text = " ".join(e.line for e in errors)
@@ -760,7 +789,7 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         return _make("wheel-platform", "a wheel for another Python or platform", cause, fix,
                      [ctx.line_fact(errors[0])], errors)
     package = re.search(r"(?:requirement|distribution found for) (\S+)", text)
-    name = package.group(1).rstrip(";") if package else "the package"
+    name = package.group(1).rstrip(";`'\".,)") if package else "the package"
     py = python[-1] if python else None
     cause = (f"the index has no {name} for this Python{' (' + py + ')' if py else ''} and platform")
     pin = re.fullmatch(r"([\w\-]+)==([\w.]+?)(?:\+(\w+))?", name)
@@ -777,6 +806,12 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"{name} is a development build the project makes for its own ROCm image, not on PyPI: use the "
                "project's ROCm docker image (its release notes name the tag) instead of pip")
         return _make("wheel-platform", f"{name} is not published", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if offered and offered.group(1).strip() == "none":
+        base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
+        fix = (f"the index has no {base} wheel at all for this Python{' (' + py + ')' if py else ''} and platform: "
+               f"use an older Python (a 3.10 or 3.11 environment: uv venv -p 3.11, conda create -n env python=3.11); "
+               f"a new Python gets {base} wheels only months after its release, and old pins never do")
+        return _make("wheel-platform", f"no {base} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
     if pin and same:
         fix = (f"the index has no {name} for this platform; it does have {', '.join(same)}: pick one of those "
                f"(pip install {pin.group(1)}=={same[-1]} -f <the index>)")
@@ -786,6 +821,15 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                f"a {pin.group(1)} release the index lists for it (from versions: {offered.group(1)[-60:]}), or use an "
                f"older Python for {pin.group(1)} {pin.group(2)}")
         return _make("wheel-platform", f"no {name} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if pin and re.search(r"\+cu\d+|\+rocm", name) and not ctx.sheet.is_windows:
+        fix = (f"{name} has no wheel for this Python{' (' + py + ')' if py else ''}: create the environment with an "
+               f"older Python that release was built for (conda create -n env python=3.9, uv venv -p 3.9), then "
+               f"install the pin again; a torch installed by hand instead is usually the CPU build")
+        diagnosis = _make("wheel-platform", f"no {name} for this Python", cause, fix, [ctx.line_fact(errors[0])],
+                          errors + ctx.of("torch-build"))
+        if ctx.of("torch-build"):   # the CPU torch that followed is its symptom
+            diagnosis.rank = family("torch-build").rank - 1
+        return diagnosis
     if ctx.sheet.is_windows and re.search(r"rocm", text):
         fix = "pytorch.org's ROCm wheels are Linux only: use WSL 2 or Linux, or AMD's Windows wheels"
     else:
@@ -884,6 +928,14 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                 f"clear the flag on the ROCm libraries in the environment: find <site-packages>/torch/lib \\( -name "
                 f"'libamdhip64.so*' -o -name 'libhiprtc.so*' \\) -exec patchelf --clear-execstack {{}} \\; (or a torch "
                 "built with a newer ROCm)")
+    missing_tool = re.search(r'Can.t exec "(/opt/rocm[^"]*)"', text)
+    if missing_tool:
+        found = re.search(r"^\s*(/(?:usr|opt/rocm-[\d.]+)\S*?)/(?:bin|lib)/\S+\s*$", "\n".join(ctx.sheet.lines), re.M)
+        root = found.group(1) if found else "<where ROCm is: /usr, /opt/rocm-X.Y.Z>"
+        return ("the ROCm tools look for /opt/rocm, which is not there", f"hipcc and hipconfig default to /opt/rocm; "
+                f"this ROCm lives elsewhere, so {missing_tool.group(1)} does not exist",
+                f"export ROCM_PATH={root} (HIP_PATH too) before building, or link the install there: sudo ln -s "
+                f"{root} /opt/rocm")
     if re.search(r"rocm\[devel\]|rocm_sdk_devel", text):
         return ("the ROCm SDK's development package is missing", "this ROCm came as wheels without rocm[devel], which "
                 "holds the tools and headers", "pip install \"rocm[devel]\" from the same index as rocm (in the same "
@@ -1034,9 +1086,16 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
         return None
     if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said:
         return None
+    name = f"the APU ({apu[0]})" if apu else "the APU"
+    carve, seen = _vram_bytes(ctx.sheet.lines), _pool_kib(ctx.sheet.lines)
+    if apu and carve and seen and carve >= 32 * GIB and seen * 1024 < carve / 2:
+        return _make("apu-memory", f"HIP sees {seen / 2**20:.1f} GiB of {name}'s {carve / GIB:.0f} GiB carve-out",
+                     "the kernel driver reports the whole carve-out (mem_info_vram_total), but kernels before 6.16.9 "
+                     "cap the memory pool ROCm's runtime gets on these APUs",
+                     "upgrade the kernel to 6.16.9 or later (a mainline or HWE kernel); ROCm itself needs no change",
+                     [_arch_fact(ctx, apu[0])], errors)
     if not errors and not short and not pools:
         return None
-    name = f"the APU ({apu[0]})" if apu else "the APU"
     evidence = [_arch_fact(ctx, apu[0])] if apu else ctx.sheet.of("memory_total")[:2]
     if pools.get("VRAM", 0) >= 4 * pools.get("GTT", 1 << 40) and errors:
         return _make("apu-memory", f"{name} puts its tensors in the small GTT",
@@ -1052,6 +1111,25 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
                  "an APU's GPU memory is the BIOS carve-out (UMA frame buffer) plus GTT, which the kernel caps at half "
                  "the RAM by default", f"raise the UMA frame buffer in the BIOS, or raise the GTT cap with the kernel "
                  f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot", evidence, errors)
+
+
+def _vram_bytes(lines: list[str]) -> Optional[int]:
+    """The carve-out the kernel reports: the number printed after `cat .../mem_info_vram_total`."""
+    for i, line in enumerate(lines[:-1]):
+        if "mem_info_vram_total" in line:
+            m = re.match(r"\s*(\d{9,})\b", lines[i + 1])
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def _pool_kib(lines: list[str]) -> Optional[int]:
+    """rocminfo's GPU memory pool size, in KiB (its first pool, the one allocations come from)."""
+    for line in lines:
+        m = re.match(r"\s*Size:\s+(\d+)\(0x[0-9a-f]+\) KB", line)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def _ram_gib(lines: list[str]) -> Optional[float]:
@@ -1329,6 +1407,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
 @rule("attention")
 def attention(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("attention")
+    if not errors and ctx.tool() == "flash-attn":   # its build fails for this GPU's arch
+        errors = [ErrorLine(i, l.strip(), "attention") for i, l in enumerate(ctx.sheet.lines, 1)
+                  if re.search(r"(?i)errors? generated when compiling for gfx\w+", l)]
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
@@ -1355,7 +1436,7 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "the installed xformers has no ROCm kernels for this arch",
                      "do not use xformers on AMD: uninstall it or start without it (ComfyUI: "
                      "--use-pytorch-cross-attention; A1111: no --xformers) and use PyTorch's SDPA", evidence, errors)
-    if re.search(r"(?i)not supported by Flash-?Attention|FlashAttention only supports", text):
+    if re.search(r"(?i)not supported by Flash-?Attention|FlashAttention only supports|compiling for gfx", text):
         return _make("attention", "flash-attn does not support this GPU",
                      "this flash-attn build has no kernels for the GPU's arch",
                      "use PyTorch's scaled_dot_product_attention (SDPA; attn_implementation=\"sdpa\") instead of "
