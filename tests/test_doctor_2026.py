@@ -153,8 +153,8 @@ def test_2_no_alarm_for_a_current_bitsandbytes_or_off_rocm(monkeypatch, tmp_path
     env.bnb_files = ["libbitsandbytes_rocm72.so"]
     assert bitsandbytes_findings(env, "gfx1201", "7.2.53211", rocm=True) == []
     assert bitsandbytes_findings(parse_package_text("bitsandbytes==0.43.0\n", "f"), "sm_90", None, rocm=False) == []
-    assert all(row.bnb_4bit or row.gfx in ("gfx803", "gfx900", "gfx906", "gfx1010", "gfx1012", "gfx1033")
-               for row in ARCHS)
+    assert all(row.bnb_4bit or row.gfx in ("gfx803", "gfx900", "gfx902", "gfx90c", "gfx906", "gfx1010", "gfx1012",
+                                           "gfx1033") for row in ARCHS)
 
 
 # --- 3. visibility masks that stack into nothing, an iGPU first, mixed cards ----------------------------------------

@@ -81,7 +81,7 @@ _NOT_ERRORS = re.compile(
     r"|\bRAS\b.*\bN/A\b|^\s*(?:GPU|Device)\s+(?:Temp|Node|NODE|DID)\b"    # smi table headers
     r"|level=(?:INFO|DEBUG)\b(?!.*\berror=)|\bINFO\b\s*[:\]-](?!.*\b(?:failed|error)\b)"
     r"|^\s*File \"[^\"]+\", line \d+|^\s*\^+\s*$|^\s*~+\s*$"           # traceback frames
-    r"|(?:warn|print)\(|^\s*(?:def|class|import|from|return|if|raise)\b"   # code, not output
+    r"|(?:warn|print)\(|(?-i:^\s*(?:def|class|import|from|return|if|raise)\b)"   # code, not output
     r"|\bFeature:\s*None specified|Fast f16|Coherent Host Access|^\s*Uuid:")
 
 

@@ -37,7 +37,8 @@ class Fact:
 
 
 KINDS = ("os", "platform", "kernel", "driver", "gpu", "arch", "built_for", "pci_id", "env", "rocm", "hip", "cuda",
-         "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors", "root_only", "complaint")
+         "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors", "root_only", "complaint", "igpu",
+         "device_node", "nccl_iface", "memory_total")
 
 
 @dataclass
@@ -102,7 +103,8 @@ _OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debi
        ("fedora", r"\bFedora\b"), ("arch", r"\bArch ?Linux\b|\bEndeavourOS\b|\bManjaro\b|\bCachyOS\b|\barch1\b"),
        ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
        ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
-       ("windows", r"\bWindows (?:10|11|Server)\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\"),
+       ("windows", r"\bWindows (?:10|11|Server)\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|"
+                   r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)"),
        ("macos", r"\bmacOS\b|\bDarwin Kernel\b"))
 
 
@@ -170,7 +172,7 @@ def _driver(line: str):
 # gfx strings: the machine's own arch, versus a list of what a build or a tool supports. A line naming three or more
 # distinct targets is a list (Ollama's "supported types:[...]", TensorFlow's "supported AMDGPU versions are ...",
 # a TensileLibrary listing, PYTORCH_ROCM_ARCH=...), and so is one that names a build's files.
-_GFX = re.compile(r"(?<![\w])(?:amdgcn-amd-amdhsa--)?(gfx(?:[6-9][0-9a-f]{2}|1[0-2][0-9][0-9a-f]{1,2}))"
+_GFX = re.compile(r"(?<![A-Za-z0-9])(?:amdgcn-amd-amdhsa--)?(gfx(?:[6-9][0-9a-f]{2}|1[0-2][0-9][0-9a-f]{1,2}))"
                   r"(?::(?:sramecc|xnack)[+-])*(?![0-9a-z])", re.IGNORECASE)
 _LIST_CONTEXT = re.compile(r"supported|support(?:s|ed)? (?:types|targets|versions|archs?)|available|TensileLibrary_|"
                            r"_lazy_|PYTORCH_ROCM_ARCH|AMDGPU_TARGETS|GPU_TARGETS|GFX_ARCH|BNB_ROCM_ARCH|--offload-arch|"
@@ -196,7 +198,11 @@ def _arch(line: str):
             found.append((decoded, bool(_MACHINE_BEFORE.search(line[max(0, m.start() - 40): m.start()]))))
     if not found:
         return
-    listed = len(found) >= 3 or bool(_LIST_CONTEXT.search(line))
+    named = len(re.findall(r"(?i)(?<![a-z0-9])gfx[0-9a-z]{2,4}(?![a-z0-9])", line))   # gfx90x, gfx110x count too
+    listed = len(found) >= 3 or named >= 3 or bool(_LIST_CONTEXT.search(line))
+    if len(found) == 1 and re.search(r"TensileLibrary\w*_gfx", line) and \
+            re.search(r"(?i)could not load|cannot read|no such file|not found|failed to load", line):
+        listed = False   # the one library file rocBLAS wanted for this GPU and did not find
     for gfx, machine in found:
         if machine or not listed or (len(found) == 1 and _MACHINE_CONTEXT.search(line)):
             yield "arch", gfx, "machine"
@@ -221,7 +227,7 @@ def _nvidia_arch(line: str):
 
 # GPU model names: the product table's patterns (Radeon, Instinct, Ryzen APU graphics, NVIDIA), read only where the
 # line looks like it names a device, not where a sentence compares cards.
-_GPU_WORDS = re.compile(r"Radeon|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
+_GPU_WORDS = re.compile(r"Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
                         r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Van Gogh|"
                         r"Ryzen AI|\bW[67]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*", re.IGNORECASE)
@@ -235,7 +241,8 @@ _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages
     (r"Ryzen AI (?:9|7|5) (?:HX )?(?:PRO )?3\d\d\b", "gfx1150"),
     (r"Ryzen [3579] (?:PRO )?(?:7[84]\d0|8[4-9]\d0)[HUGS]?S?\b", "gfx1103"),
     (r"(?:Ryzen [3579] )?(?:PRO )?(?:6[6-9]\d0|7[3-7]35)[HU]S?\b", "gfx1035"),
-    (r"Ryzen [3579] (?:PRO )?(?:[45]\d\d0)[HUG]E?S?\b", "gfx90c"),
+    (r"Ryzen [3579] (?:PRO )?(?:[45]\d\d0)[HUG]E?S?\b|\b[45][67]00GE?\b", "gfx90c"),
+    (r"Ryzen [35] (?:PRO )?[23][24]00GE?\b|Ryzen [357] (?:PRO )?[23][57]00U\b", "gfx902"),
     (r"Ryzen [3579] (?:PRO )?7\d00X3?D?\b|Ryzen [3579] (?:PRO )?9\d{3}X3?D?\b", "gfx1036"),
 )
 
@@ -260,8 +267,15 @@ def _gpu(line: str):
         m = re.search(pattern, line, re.IGNORECASE)
         if m and re.search(r"Radeon|Graphics|iGPU|APU|\bwith\b|Ryzen AI|\bAMD\b", line, re.IGNORECASE):
             yield "gpu", m.group(0), arch
-            return
+            rest = line[m.end():]   # a laptop's card named after its CPU ("Ryzen 7 4800H and GTX 1650 Ti")
+            if not re.search(r"(?i)\b(?:RTX|GTX|RX) ?\d{3,4}|GeForce|Quadro", rest):
+                return
+            line = rest
+            break
     named = re.sub(r"\bRadeon(?:\(TM\))? (?=[5-9]\d{3}\b)", "Radeon RX ", line)   # "Radeon 7900 XTX" is an RX
+    named = re.sub(r"(?i)\bRX ?(\d{3,4})", r"RX \1", named)                      # "RX6700", "rx 580"
+    named = re.sub(r"(?i)\b(RTX|GTX) ?(\d{3,4})", lambda m: f"{m.group(1).upper()} {m.group(2)}", named)   # "Gtx1650ti"
+    named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d00) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)   # "7800XT", "6700 XT"
     for product in PRODUCTS:
         m = re.search(product.pattern, named, re.IGNORECASE)
         if m:
@@ -328,6 +342,8 @@ _SETTERS = (
     ("export", re.compile(r"\bexport\s+(%s)=[\"']?([^\"'\s]*)" % _ENV_NAMES)),
     ("printed", re.compile(r"^\s*(%s)=(\S*)\s*$" % _ENV_NAMES)),
     ("prefix", re.compile(r"(?:^|[\s$#>]|;\s*)(%s)=[\"']?([^\"'\s]*)[\"']?\s+(?:\S+/)?(?!export)[\w.\-]+" % _ENV_NAMES)),
+    # a setting only named in prose or a quoted snippet ("with `HSA_OVERRIDE_GFX_VERSION=10.3.0`", "...=12.0.1 (which")
+    ("said", re.compile(r"(?<![\w$])(%s)\s?=\s?[\"'`]?([0-9][\w.,]*)" % _ENV_NAMES)),
 )
 
 
@@ -400,7 +416,8 @@ def _python(line: str):
 
 
 _LAYOUT = (
-    ("therock", r"_rocm_sdk_(?:core|libraries|devel)|\brocm-sdk\b|rocm_sdk|\brocm\[libraries|TheRock|"
+    ("therock", r"_rocm_sdk_(?:core|libraries|devel)|\brocm-sdk\b|rocm_sdk|\brocm\[(?:libraries|devel)|TheRock|"
+                r"\bdevice wheel\b|amd-torch-device|torch\[device-|"
                 r"rocm\.nightlies\.amd\.com|\brocm-sdk-core\b|site-packages/_rocm"),
     ("system", r"/opt/rocm\b"),
     ("wheel-bundled", r"site-packages/torch/lib/(?:lib(?:amdhip64|rocblas|hipblaslt|MIOpen)|rocblas)"),
@@ -417,7 +434,7 @@ def _layout(line: str):
 
 # The tool that printed or failed: by its own log formats and paths, never by the user's prose alone.
 _TOOLS = (
-    ("ollama", r"\bollama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go"),
+    ("ollama", r"\b[oO]llama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go"),
     ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
                   r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
     ("vllm", r"\bvllm\b|\bvLLM\b|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
@@ -437,6 +454,7 @@ _TOOLS = (
     ("migraphx", r"\bmigraphx\b|MIGraphX"),
     ("zluda", r"\bZLUDA\b|zluda"),
     ("a1111", r"webui\.sh|webui-user|stable-diffusion-webui|\bA1111\b|launch\.py"),
+    ("torchaudio", r"torchaudio|_torch_sox|libtorchaudio"),
     ("torch", r"\btorch\b|\bPyTorch\b|torch\.cuda|\bc10::|libtorch"),
     ("rocminfo", r"\brocminfo\b|ROCk module"),
     ("rocm-smi", r"\brocm-smi\b|ROCm System Management Interface"),
@@ -458,7 +476,7 @@ def _tool(line: str):
 def _root_only(line: str):
     """'works with sudo / as root, not as my user' in any phrasing the prose takes."""
     if re.search(r"(?:only|unless|except)\s+(?:as|with|when|run as|running as)?\s*(?:root|sudo|superuser)|"
-                 r"works? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?",
+                 r"work(?:s|ing|ed)? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?",
                  line, re.IGNORECASE):
         yield "root_only", "yes", ""
 
@@ -469,8 +487,51 @@ def _complaint(line: str):
     an error line, which a rule may still explain from the other facts."""
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
                  r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|"
-                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b", line):
+                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|"
+                 r"\bis (?:it|this) (?:just )?not supported\b|\b(?:add|adding|request\w*|needs?|plans? (?:to|for)) "
+                 r"support (?:for|of)\b|\bwhen (?:will|is|does) .{0,60}\bsupport|\bsupport (?:for|of) .{0,60}\bwill "
+                 r"come\b|\bdoes(?:n't| not) support\b|\bhow (?:to|can I|do I) (?:run|use|get)\b.{0,60}\b(?:GPU|RX|Radeon)", line):
         yield "complaint", "yes", ""
+
+
+@finder
+def _igpu(line: str):
+    """The text says the machine has an integrated GPU ("my iGPU is cuda:0", "integrated graphics")."""
+    if re.search(r"(?i)\biGPU\b|\bintegrated (?:GPU|graphics)\b", line):
+        yield "igpu", "yes", "cuda0" if re.search(r"(?i)(?:cuda|device|hip):? ?0\b|device 0|first device", line) else ""
+
+
+_NODE = re.compile(r"^\s*(?:\S+\s+)?c([rwx-]{9})\S*\s+\d+\s+(\S+)\s+(\S+)\s+\d+,\s*\d+.*?(/dev/\S+|renderD\d+|\bkfd)\s*$")
+
+
+@finder
+def _device_node(line: str):
+    """`ls -l /dev/kfd /dev/dri/renderD*`: the node, its group and mode (value: node, detail: "group mode")."""
+    m = _NODE.match(line)
+    if m:
+        node = m.group(4).split("/")[-1]
+        yield "device_node", node, f"{m.group(3)} {m.group(1)}"
+
+
+@finder
+def _nccl_iface(line: str):
+    """The socket interfaces NCCL/RCCL lists ("NET/Socket : Using [0]bond0:10.0.0.1<0> [1]br-..."), one per line or
+    all on one; and interfaces named in prose ("the interface named enp6s0")."""
+    for m in re.finditer(r"\[\d+\]\s?([A-Za-z][\w.-]*?):(?:[0-9a-f.:%]+)<\d+>", line):
+        yield "nccl_iface", m.group(1), "listed"
+    for m in re.finditer(r"(?i)interface (?:named |called )?\b((?:en|eth|ib|bond|eno|ens|enp)[\w.-]*)", line):
+        yield "nccl_iface", m.group(1), "named"
+
+
+@finder
+def _memory_total(line: str):
+    """amd-smi's memory usage rows: "VRAM : usage 28108 MiB, total 98304 MiB" (value: MiB, detail: the pool)."""
+    m = re.search(r"\b(VRAM|GTT|VIS_VRAM)\s*:\s*usage\s+\d+\s*MiB,\s*total\s+(\d+)\s*MiB", line)
+    if m:
+        yield "memory_total", m.group(2), m.group(1)
+    m = re.search(r"amdgpu: (\d+)M of (VRAM|GTT) memory ready", line)
+    if m:
+        yield "memory_total", m.group(1), m.group(2)
 
 
 _SENSOR_READING = r"\b\d+(?:\.\d+)?\s?°?C\b|\b\d+(?:\.\d+)?\s?W\b|\b\d+\s?Mhz\b"   # a temperature, a power, a clock

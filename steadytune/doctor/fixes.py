@@ -16,7 +16,7 @@ from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gf
 # names several (a ComfyUI log shows torch too) is about the most specific one that printed an error.
 TOOL_ORDER = ("ollama", "llama.cpp", "vllm", "bitsandbytes", "flash-attn", "xformers", "rccl-tests", "rccl", "miopen",
               "hipblaslt", "rocblas", "migraphx", "onnxruntime", "tensorflow", "jax", "zluda", "triton", "deepspeed",
-              "comfyui", "a1111", "unsloth", "llamafactory", "torch")
+              "comfyui", "a1111", "unsloth", "llamafactory", "torchaudio", "torch")
 INFERENCE_TOOLS = ("ollama", "llama.cpp", "comfyui", "a1111", "zluda", "onnxruntime", "migraphx")
 
 

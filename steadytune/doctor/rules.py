@@ -17,6 +17,7 @@ from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import Fact, FactSheet, discrete_archs, vendor_of
 from steadytune.doctor.fixes import (
     INFERENCE_TOOLS,
+    where_process_starts,
     cuda_wheel_for,
     failing_tool,
     override_value,
@@ -142,7 +143,7 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
     for name in sorted({f.value.split("=", 1)[0] for f in sheet.of("env")}):
         settings = [f for f in sheet.of("env") if f.value.split("=", 1)[0] == name]
         served = [f for f in settings if f.detail == "server"]
-        asked = [f for f in settings if f.detail not in ("server", "printed") and f.value.split("=", 1)[1]]
+        asked = [f for f in settings if f.detail not in ("server", "printed", "said") and f.value.split("=", 1)[1]]
         if served and asked and not served[-1].value.split("=", 1)[1]:
             value = asked[-1].value.split("=", 1)[1]
             return _make("env-not-applied", f"{name} never reached the {tool or 'server'} process",
@@ -155,6 +156,22 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
             return _make("env-not-applied", f"{name} is exported in a shell, but Ollama runs as a systemd service",
                          "a service does not read the shell's exports (.bashrc, a terminal session): the server "
                          f"runs without {name}", set_variable(name, value, sheet, tool), [asked[-1]], symptoms)
+    # Ollama names a GPU "not supported" only when no override reached its server: one set elsewhere did not arrive
+    refused = [e for e in ctx.of("arch-missing") if re.search(r"amdgpu is not supported", e.line)]
+    wanted = [f for f in sheet.of("env") if f.value.split("=", 1)[0] == OVERRIDE and f.detail != "server"
+              and f.value.split("=", 1)[1]]
+    if refused and wanted and tool == "ollama" and not sheet.is_windows and not any(
+            f.detail == "server" and f.value.split("=", 1)[1] for f in sheet.of("env")):
+        value = wanted[-1].value.split("=", 1)[1]
+        where = where_process_starts(sheet, tool)
+        fix = set_variable(OVERRIDE, value, sheet, tool) if where == "container" else (
+            f"put it in the service: sudo systemctl edit ollama.service, under [Service] Environment=\"{OVERRIDE}="
+            f"{value}\", then sudo systemctl daemon-reload && sudo systemctl restart ollama (a hand-started `ollama "
+            f"serve` reads only its own shell: export {OVERRIDE}={value} there)")
+        return _make("env-not-applied", f"{OVERRIDE} never reached the Ollama server",
+                     f"{OVERRIDE}={value} is set ({wanted[-1].detail}), yet the server still calls the GPU not "
+                     "supported, which it does only when no override is in its own environment",
+                     fix, [wanted[-1], ctx.line_fact(refused[0])], refused + symptoms)
     # a notebook or script that sets the variable after torch (or HIP) has already started
     imported = next((f for f in sheet.of("tool") if f.value == "torch" and re.search(r"^\s*import torch|^\s*from torch",
                                                                                        f.line)), None)
@@ -175,6 +192,8 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
 
 def _family_of(arch: str) -> str:
     base = normalise_gfx(arch)
+    if base.startswith("gfx10") and len(base) == 7:   # RDNA1 (gfx101x) and RDNA2 (gfx103x) are different ISAs
+        return base[:-1]
     return base[:-2] if len(base) >= 6 else base[:4]
 
 
@@ -205,8 +224,14 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
     arch = archs[0]
     if _family_of(arch) != _family_of(target):
         good, caveat = override_value(arch, tool)
-        fix = (set_variable(OVERRIDE, good, ctx.sheet, tool) + caveat) if good else \
-            f"unset {OVERRIDE}; " + (rocm_index_for(arch) if arch.startswith("gfx") else "")
+        own = _version_of(arch)
+        if arch in OFFICIAL_WHEEL_ARCHS:
+            fix = f"unset {OVERRIDE}: the current wheels carry {arch} code, so it runs without any override"
+        elif good:
+            fix = set_variable(OVERRIDE, good, ctx.sheet, tool) + caveat
+        else:
+            fix = f"unset {OVERRIDE}" + (f" (or set the card's own {OVERRIDE}={own})" if own else "") + "; " + \
+                (rocm_index_for(arch) if arch.startswith("gfx") else "")
         return _make("override-wrong", f"{OVERRIDE}={value} runs another family's code on {arch}",
                      f"the GPU is {arch}; {value} makes it load {target} code, a different instruction set",
                      fix, [setting, _arch_fact(ctx, arch)], symptoms)
@@ -225,6 +250,31 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
     return None
 
 
+def _version_of(arch: str) -> Optional[str]:
+    """gfx1010 -> 10.1.0, gfx90c -> 9.0.12: the version an override names for this arch."""
+    m = re.fullmatch(r"gfx(\d{1,2}?)(\d)([0-9a-f])", normalise_gfx(arch))
+    return f"{int(m.group(1))}.{m.group(2)}.{int(m.group(3), 16)}" if m else None
+
+
+@rule("override-hidden")
+def override_hidden(ctx: Context) -> Optional[Diagnosis]:
+    """The GPU reports another chip's target than its product is (an MI210 named gfx1030): an override set somewhere
+    the paste does not show."""
+    products = [f for f in ctx.sheet.of("gpu") if f.detail.startswith("gfx")]
+    reported = [f for f in ctx.sheet.of("arch") if f.detail == "machine"]
+    for product in products:
+        for arch in reported:
+            if abs(product.line_no - arch.line_no) <= 3 and _family_of(product.detail) != _family_of(arch.value) \
+                    and ctx.override() is None:
+                symptoms = ctx.of("gpu-hang", "arch-missing", "override-wrong") + ctx.crashes()
+                return _make("override-wrong", f"{product.value} reports {arch.value}",
+                             f"{product.value} is {product.detail}, but the runtime names it {arch.value}: an "
+                             f"{OVERRIDE} left from another card is in force and makes it run the wrong code",
+                             f"unset {OVERRIDE} (look in ~/.bashrc, /etc/environment, the service unit or the "
+                             "container's environment)", [product, arch], symptoms)
+    return None
+
+
 def _arch_fact(ctx: Context, arch: str) -> Optional[Fact]:
     return next((f for f in ctx.sheet.of("arch") if f.value == arch), None)
 
@@ -234,23 +284,57 @@ def _needs_other_code(arch: str) -> bool:
     return arch.startswith("gfx") and arch not in OFFICIAL_WHEEL_ARCHS
 
 
+# The CUDA toolkit that first knows each compute capability (NVIDIA's CUDA release notes)
+_NVCC_FIRST = {"70": "CUDA 9.0", "75": "CUDA 10.0", "80": "CUDA 11.0", "86": "CUDA 11.1", "87": "CUDA 11.4",
+               "89": "CUDA 11.8 (or CUDA 12.x)", "90": "CUDA 11.8 (or CUDA 12.x)", "100": "CUDA 12.8",
+               "101": "CUDA 12.8", "120": "CUDA 12.8"}
+_OVERRIDE_TABLE = (f"{OVERRIDE}=10.3.0 for RDNA2 (gfx1031-gfx1036), {OVERRIDE}=11.0.0 for RDNA3 (gfx1101-gfx1103, "
+                   f"gfx1151), {OVERRIDE}=10.1.0 for the other RDNA1 chips (gfx1011, gfx1013: gfx1010 code), "
+                   f"{OVERRIDE}=9.0.0 for the Vega APUs (gfx902, gfx90c)")
+
+
+def _symptom_lines(ctx: Context, facts: list[Fact]) -> list[ErrorLine]:
+    """A complaint said in prose ("X doesn't use my RX 6600") as a line a rule can cover."""
+    return [ErrorLine(f.line_no, f.line, None) for f in facts]
+
+
 @rule("arch-missing")
 def arch_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("arch-missing")
+    if ctx.override() is None:   # "invalid ISA" with no override set: the build lacks the arch, nothing overrode it
+        errors += ctx.of("override-wrong")
     arch, where = ctx.arch(errors)
+    confirmed = True
+    nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)'", " ".join(e.line for e in errors))
+    if nvcc:
+        cc = nvcc.group(1)
+        needs = _NVCC_FIRST.get(cc, "a newer CUDA toolkit")
+        cuda = ctx.sheet.values("cuda")
+        return _make("arch-missing", f"this nvcc cannot compile for compute_{cc}",
+                     f"the CUDA toolkit that builds the extension{' (' + cuda[-1] + ')' if cuda else ''} predates "
+                     f"compute capability {cc[:-1]}.{cc[-1]}",
+                     f"compute_{cc} needs {needs} or newer: install that toolkit and build with it (CUDA_HOME / PATH "
+                     "pointing at its nvcc), or build only for the archs this nvcc knows (TORCH_CUDA_ARCH_LIST, "
+                     "CMAKE_CUDA_ARCHITECTURES)", [ctx.line_fact(errors[0])], errors)
     if not errors:
-        # the same problem without its message: a crash or a CPU fallback on a GPU the builds do not carry
+        # the same problem without its message: a crash, a CPU fallback or a complaint on a GPU the builds do not carry
         symptoms = ctx.crashes() + ctx.no_gpu()
-        if not (symptoms and arch and _needs_other_code(arch) and ctx.override() is None):
+        if not symptoms and arch and arch.startswith("gfx"):
+            symptoms = _symptom_lines(ctx, ctx.sheet.of("complaint")[:1])
+        windows_override = ctx.sheet.is_windows and ctx.override() is not None
+        # an unexplained error beside the complaint, on a GPU whose sibling's code the older builds carried
+        unexplained = arch and override_for_arch(arch) and any(e.family is None for e in ctx.errors)
+        if not (symptoms or windows_override) or not (arch and (_needs_other_code(arch) or unexplained)) or \
+                (ctx.override() is not None and not windows_override):
             return None
-        errors = symptoms
+        errors, confirmed = symptoms or _symptom_lines(ctx, [ctx.override()]), False
     tool = ctx.tool(errors)
     if arch is None:
         cls = family("arch-missing")
         return _make("arch-missing", "code built without this GPU's architecture",
                      f"{tool or 'the program'} has no code for the GPU it runs on; the paste does not say which GPU",
-                     f"find the arch ({cls.next}), then set the override or rebuild for it", [], errors,
-                     confirmed=False)
+                     f"find the arch ({cls.next}); for a GPU the build lacks but whose sibling it carries, set the "
+                     f"override: {_OVERRIDE_TABLE}; else rebuild for the arch", [], errors, confirmed=False)
     if ctx.override() is not None and errors:
         value = ctx.override().value.split("=", 1)[1]
         if _target(value) and _family_of(_target(value)) == _family_of(arch) and tool not in ("llama.cpp",):
@@ -260,7 +344,8 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
                          f"{OVERRIDE}={value} is in force, and the code that failed was built without {_target(value)} "
                          f"and {arch}", line, [where, ctx.override()], errors)
     return _make("arch-missing", f"{tool or 'the build'} has no code for {arch}",
-                 _arch_cause(arch, tool, ctx), _arch_fix(arch, tool, ctx), [where, ctx.line_fact(errors[0])], errors)
+                 _arch_cause(arch, tool, ctx), _arch_fix(arch, tool, ctx), [where, ctx.line_fact(errors[0])], errors,
+                 confirmed=confirmed)
 
 
 def _arch_cause(arch: str, tool: Optional[str], ctx: Context) -> str:
@@ -276,14 +361,25 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     if arch.startswith("sm_"):
         if tool in ("bitsandbytes", "llama.cpp", "vllm", "flash-attn", "xformers"):
             return rebuild_line(tool, arch) or ""
+        if tool == "tensorflow":
+            cc = f"{arch[3:-1]}.{arch[-1]}"
+            return (f"this TensorFlow release ships no kernels (nor PTX) for compute capability {cc}: use a release "
+                    f"whose binaries still include {cc}, or build TensorFlow with TF_CUDA_COMPUTE_CAPABILITIES={cc}")
         return _cuda_index_for_driver(ctx, arch)
     value, caveat = override_value(arch, tool)
-    if sheet.is_windows and tool in ("rocblas", "ollama", "zluda", "comfyui", "a1111", "torch", None):
+    if sheet.has("layout", "therock"):
+        return (f"the multi-arch torch wheel carries no GPU kernels by itself: install its device package from the same "
+                f"index, pip install \"torch[device-{arch}]\" (it pulls amd-torch-device-{arch})")
+    if sheet.is_windows and tool in ("rocblas", "ollama", "zluda", "comfyui", "a1111", "torch", "llama.cpp", None):
         rocm = sheet.values("rocm")
         sdk = f"HIP SDK {rocm[0]}" if rocm else "the HIP SDK"
-        return (f"on Windows the override does not apply to the HIP SDK's libraries: put a rocblas.dll and "
-                f"rocblas/library built for {arch} (for {sdk}) into the SDK's bin folder, or use a build of the "
-                f"program that bundles {arch} kernels")
+        libraries = (f"put a rocblas.dll and rocblas/library built for {arch} (for {sdk}) into the SDK's bin folder, "
+                     f"or use a build of the program that bundles {arch} kernels")
+        if tool == "ollama" and value:
+            return (f"set {OVERRIDE}={value} as a Windows user variable (setx {OVERRIDE} {value}), quit Ollama from "
+                    f"the tray and start it again ({arch} then runs {_target(value)} code); where the HIP SDK's "
+                    f"rocBLAS still has no code for {arch}: {libraries}")
+        return f"on Windows the override does not apply to the HIP SDK's libraries ({arch}): {libraries}"
     if tool == "llama.cpp":
         line = rebuild_line(tool, arch)
         return line + (f"; or run it with {OVERRIDE}={value}{caveat}" if value else "")
@@ -299,27 +395,57 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
         return rebuild
     wheel = wheel_line(arch)
     if wheel:
-        return wheel
+        return f"{wheel} (a build with {arch} code)"
     row = arch_info(arch)
     return f"no build carries {arch}" + (f": {row.note}" if row and row.note else "") + \
         "; use the Vulkan backend where the tool has one (llama.cpp -DGGML_VULKAN=ON)"
+
+
+def _is_old_gfx(arch: Optional[str]) -> bool:
+    """GCN 1-4 (gfx6xx-gfx8xx): outside every ROCm 6 and 7 release."""
+    return bool(arch) and arch.startswith("gfx") and len(arch) == 6 and arch[3] in "678"
 
 
 @rule("gpu-unsupported")
 def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
     arch, where = ctx.arch(errors)
-    old = arch is not None and arch.startswith("gfx") and (arch[3] in "678" and len(arch) == 6)
-    if not errors and not (old and (ctx.crashes() or ctx.of("arch-missing", "device-access"))):
+    if arch is None:   # the only gfx named is in a list ("I didn't see gfx803 in the list")
+        where = next((f for f in ctx.sheet.of("built_for") if _is_old_gfx(f.value)), None)
+        arch = where.value if where else None
+    old = _is_old_gfx(arch)
+    text = " ".join(e.line for e in errors)
+    nvidia = re.search(r"(?i)compute capability|cuda capability|too old", text) or (arch or "").startswith("sm_")
+    if errors and nvidia:
+        needed = re.search(r"(?i)compute capability below ([\d.]+)", text)
+        found = re.search(r"(?i)(?:cuda|compute) capability (?:of )?(\d+\.\d+)", "\n".join(ctx.sheet.lines))
+        need = f" (it needs compute capability {needed.group(1)} or newer)" if needed else ""
+        return _make("gpu-unsupported", "the GPU is older than the builds support",
+                     f"this GPU{' (compute capability ' + found.group(1) + ')' if found else ''} is below what the "
+                     f"software is built for{need}",
+                     f"no current build runs on it{need}: run on the CPU, use an older release that still supported "
+                     "this GPU, or a newer GPU", [ctx.line_fact(e) for e in errors[:1]], errors)
+    symptoms = ctx.crashes() + ctx.of("arch-missing", "device-access", "visibility", "driver") + ctx.no_gpu() + \
+        [e for e in ctx.errors if e.family is None]
+    if not symptoms and old:
+        symptoms = _symptom_lines(ctx, ctx.sheet.of("complaint")[:1])
+    # a plainer cause beside it (a permission refused, a slot without atomics) comes first
+    explicit = any(re.search(r"(?i)permission denied|no such file|operation not permitted", e.line)
+                   for e in ctx.of("device-access")) or ctx.of("platform-bios")
+    if not errors and not (old and symptoms and not ctx.of("platform-bios")):
         return None
-    chip = re.search(r"amdgpu: (\w+)\s+not supported in kfd", " ".join(e.line for e in errors))
+    chip = re.search(r"amdgpu: (\w+)\s+not supported in kfd", text)
     name = chip.group(1) if chip else arch or "this GPU"
-    return _make("gpu-unsupported", f"{name} is outside ROCm",
-                 f"the driver's compute part (KFD) or every current ROCm release leaves {name} out, and no newer "
-                 "chip's code runs on it",
-                 "use a backend that runs on it: Vulkan (llama.cpp -DGGML_VULKAN=ON, Ollama's Vulkan runner) or "
-                 "OpenCL; for ROCm itself only an old release that still listed it (gfx803: ROCm 5.x community builds)",
-                 [where] + [ctx.line_fact(e) for e in errors[:1]], errors + ctx.crashes() + ctx.of("arch-missing"))
+    diagnosis = _make("gpu-unsupported", f"{name} is outside ROCm",
+                      f"the driver's compute part (KFD) or every current ROCm release leaves {name} out, and no newer "
+                      "chip's code runs on it",
+                      f"{name} has no ROCm 6 or 7 build: use a backend that runs on it, Vulkan (llama.cpp "
+                      "-DGGML_VULKAN=ON, Ollama's Vulkan runner) or OpenCL; for ROCm itself only an old release that "
+                      "still listed it (gfx803: the ROCm 5.7 builds and older, or community builds)",
+                      [where] + [ctx.line_fact(e) for e in errors[:1]], errors + symptoms)
+    if old and not explicit:   # nothing else can work on it, whatever vaguer error the paste shows
+        diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl")) - 1
+    return diagnosis
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -333,15 +459,66 @@ _DEVICE_LISTING = re.compile(r"^c[rwx-]{9}\S*\s+\d+\s+\S+\s+(\S+)\s+\d+,\s*\d+.*
 def device_access(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("device-access")
     root_only = ctx.sheet.first("root_only")
-    if not errors and root_only is None:
+    nodes = ctx.sheet.of("device_node")
+    closed = [f for f in nodes if f.detail.split()[0] == "root" and f.detail.split()[1][3:5] == "--"]
+    numeric = [f for f in nodes if f.detail.split()[0].isdigit()]
+    # a compose file or run line whose /dev/kfd device is commented out: the container starts without it
+    disabled = next((i for i, l in enumerate(ctx.sheet.lines, 1)
+                     if re.search(r"#\s*-?\s*[\"']?/dev/kfd", l)), None)
+    if disabled and not any(re.search(r"^\s*-\s*[\"']?/dev/kfd", l) for l in ctx.sheet.lines):
+        return _make("device-access", "the container is started without /dev/kfd",
+                     "the /dev/kfd line of the container's devices is commented out, so ROCm inside finds no GPU (and "
+                     "the tools that read the arch from it get nothing)",
+                     "enable it again: devices: - /dev/kfd - /dev/dri (docker run --device=/dev/kfd --device=/dev/dri "
+                     "--group-add video --group-add render)", [Fact("error", "device-access", disabled,
+                                                                    ctx.sheet.lines[disabled - 1])],
+                     [e for e in ctx.errors if e.family is None] + errors)
+    if not errors and root_only is None and not closed and not numeric:
         return None
+    text = " ".join(e.line for e in errors)
+    if re.search(r"could not select device driver", text):
+        return _make("device-access", "Docker has no GPU runtime",
+                     "`--gpus` needs the NVIDIA Container Toolkit's hook, which is not installed (or docker was not "
+                     "restarted after it was)",
+                     "install the NVIDIA Container Toolkit: sudo apt-get install -y nvidia-container-toolkit; sudo "
+                     "nvidia-ctk runtime configure --runtime=docker; sudo systemctl restart docker",
+                     [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)Failed to initialize NVML: Unknown Error", text):
+        return _make("device-access", "the containers lose their GPUs",
+                     "a systemd daemon-reload (or a cgroup update) drops the containers' device-cgroup rights to the "
+                     "NVIDIA device nodes that were not passed as /dev/char links",
+                     "sudo nvidia-ctk system create-dev-char-symlinks --create-all (and a udev rule that runs it at "
+                     "boot), or the cgroupfs cgroup driver for docker; restart the containers",
+                     [ctx.line_fact(errors[0])], errors)
+    if closed and not errors:
+        node = closed[0]
+        return _make("device-access", f"/dev/{node.value} belongs to root alone",
+                     f"/dev/{node.value} is mode {node.detail.split()[1]} owned by root:root: no udev rule gives it to "
+                     "a group, so only root can open it",
+                     f"add a udev rule, /etc/udev/rules.d/70-amdgpu.rules: KERNEL==\"kfd\", GROUP=\"render\", "
+                     "MODE=\"0660\" (and SUBSYSTEM==\"drm\", KERNEL==\"renderD*\", GROUP=\"render\", MODE=\"0660\"); "
+                     "sudo udevadm control --reload && sudo udevadm trigger; put the user in render",
+                     [node], errors)
+    if numeric and not errors:
+        gid = numeric[0].detail.split()[0]
+        return _make("device-access", f"the GPU devices belong to group {gid}, unknown inside the container",
+                     f"the device files keep the host's group id ({gid}, the host's render group), which the "
+                     "container's user is not in",
+                     f"add gid {gid} to the container's groups: docker run --group-add {gid}; Kubernetes: "
+                     f"securityContext.supplementalGroups: [{gid}] (the host's render group)", numeric[:2], errors)
     groups = []
     for line in ctx.sheet.lines:
         m = _DEVICE_LISTING.match(line.strip())
         if m and m.group(1) not in groups and m.group(1) != "root":
             groups.append(m.group(1))
-    text = " ".join(e.line for e in errors)
     in_container = ctx.sheet.has("platform", "container")
+    joined = "\n".join(ctx.sheet.lines)
+    if re.search(r"--device[= ]\"?/dev/kfd", joined) and "/dev/dri" not in joined:
+        return _make("device-access", "the container gets /dev/kfd but not /dev/dri",
+                     "ROCm opens both /dev/kfd and the render nodes /dev/dri/renderD*; without them (and the video "
+                     "group) the container finds no GPU",
+                     "docker run --device=/dev/kfd --device=/dev/dri --group-add video --group-add render ...",
+                     [ctx.line_fact(e) for e in errors[:1]], errors)
     missing = re.search(r"/dev/kfd\S*:? No such file|No such file or directory.*?/dev/kfd|/dev/dri\S*:? No such file",
                         text) or (in_container and "No such file" in text)
     if missing:
@@ -381,6 +558,18 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
     therock = ctx.sheet.has("layout", "therock") or (labels[-1].startswith("7") if labels else
                                                      any(v.startswith("7") for v in ctx.sheet.values("rocm")))
+    text = "\n".join(ctx.sheet.lines)
+    if ctx.tool(errors) == "ollama":
+        return _make("wsl", "WSL 2: Ollama looks for /dev/kfd, which WSL does not have",
+                     "under WSL 2 the GPU is reached through /dev/dxg; Ollama's detection skips it unless told to",
+                     "install Ollama's ROCm bundle and set HSA_ENABLE_DXG_DETECTION=1 for the server (" +
+                     set_variable("HSA_ENABLE_DXG_DETECTION", "1", ctx.sheet, "ollama") + ")", [fact], errors)
+    if re.search(r"(?i)(?:detect|find|load|open)\w*\W+(?:\w+\W+){0,2}librocdxg|librocdxg\S*.{0,30}(?:not found|cannot)", text):
+        return _make("wsl", "librocdxg is installed but the loader does not find it",
+                     "the ROCm runtime loads librocdxg.so by name; /opt/rocm/lib is not on the loader's path (or its "
+                     "cache was not refreshed after the install)",
+                     "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
+                     "sudo ldconfig", [fact], errors)
     runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
                "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
@@ -394,7 +583,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
 @rule("driver")
 def driver(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
-              and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd")]   # a CUDA torch on AMD: torch-build
+              and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx))]
+    # (an NVIDIA driver message on an AMD-only machine is a CUDA torch there: torch-build)
     unreadable = [f for f in ctx.sheet.of("sensors") if f.value == "unreadable"]
     if unreadable and not errors:
         names = ", ".join(dict.fromkeys(f.detail for f in unreadable))
@@ -410,7 +600,25 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         return None
     text = " ".join(e.line for e in errors)
     kernel = ctx.sheet.first("kernel")
-    if re.search(r"(?i)couldn't communicate with the NVIDIA driver", text):
+    secure_boot = ("if Secure Boot is on, it refuses the unsigned module: enroll its key (sudo mokutil --import "
+                   "<the DKMS MOK key>) or turn Secure Boot off")
+    if re.search(r"(?i)driver/library version mismatch|version-mismatch", text):
+        fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded "
+               "(or reinstall the driver cleanly and reboot)")
+        cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
+    elif re.search(r"(?i)nvidia kernel module (?:is )?missing", text):
+        fix = f"the nvidia module is not loaded: {secure_boot}; else reinstall the driver for the running kernel"
+        cause = "the NVIDIA kernel module is not loaded for this kernel"
+    elif re.search(r"(?i)DKMS\b.{0,80}\b(?:freeze|hang)", text):
+        fix = ("drop the DKMS module and use the kernel's own amdgpu: sudo amdgpu-install --uninstall; sudo "
+               "amdgpu-install -y --usecase=rocm --no-dkms")
+        cause = "the amdgpu-dkms module misbehaves on this kernel" + (f" ({kernel.value})" if kernel else "")
+    elif re.search(r"Could not locate dkms\.conf", text):
+        tree = re.search(r"(/var/lib/dkms/amdgpu/[^/\s]+)", "\n".join(ctx.sheet.lines))
+        fix = (f"remove the leftover tree: sudo rm -rf {tree.group(1) if tree else '/var/lib/dkms/amdgpu/<old version>'}"
+               ", then install the amdgpu-dkms package again")
+        cause = "an old amdgpu-dkms version left an empty tree in /var/lib/dkms that dkms cannot read"
+    elif re.search(r"(?i)couldn.t communicate with the NVIDIA driver", text):
         fix = ("the NVIDIA kernel module is not loaded: reinstall the driver for the running kernel (sudo apt install "
                "--reinstall nvidia-driver-<version>; or dkms autoinstall), check Secure Boot, reboot")
         cause = "nvidia-smi cannot reach the kernel driver (a kernel update without the module rebuilt, or Secure Boot)"
@@ -429,9 +637,11 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"update the NVIDIA driver (it runs CUDA {most or '?'} at most; a current torch needs a driver for "
                f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"
-    elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed", text):
-        fix = ("boot a kernel that the ROCm release supports, or drop the DKMS module: sudo amdgpu-install "
-               "--usecase=rocm --no-dkms (the kernel's own amdgpu driver serves ROCm)")
+    elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build",
+                   text):
+        fix = ("install the amdgpu-dkms of a newer ROCm release (one that lists this kernel), boot a kernel that the "
+               "ROCm release supports, or drop the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (the "
+               "kernel's own amdgpu driver serves ROCm)")
         cause = "the amdgpu-dkms module does not build for this kernel" + (f" ({kernel.value})" if kernel else "")
     elif re.search(r"amdgpu version file missing", text):
         return None   # Ollama's note on distribution kernels: harmless by itself, the real cause is elsewhere
@@ -440,7 +650,7 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         cause = "amdgpu cannot load this GPU's firmware"
     else:
         fix = ("sudo modprobe amdgpu and read sudo dmesg | grep -i amdgpu; if it is not there, install the driver "
-               "(sudo amdgpu-install --usecase=dkms) or boot a kernel that has it")
+               f"(sudo amdgpu-install --usecase=dkms) or boot a kernel that has it; {secure_boot}")
         cause = "the amdgpu kernel driver is not loaded for the GPU"
     return _make("driver", "the GPU driver is not working", cause, fix, [ctx.line_fact(e) for e in errors[:2]],
                  errors + ctx.no_gpu())
@@ -450,7 +660,14 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
 # What was installed
 # ---------------------------------------------------------------------------------------------------------
 
+# families whose rules explain a GPU torch cannot see better than "the wrong torch" would
+_DEEPER = ("device-access", "driver", "wsl", "rocm-libs-missing", "override-wrong", "gpu-unsupported", "platform-bios")
 _NVIDIA_DRIVER = re.compile(r"(?i)NVIDIA|CUDA driver|couldn't communicate")
+
+
+def _nvidia_gpu(ctx: Context) -> bool:
+    """An NVIDIA GPU is named in the paste (beside an AMD APU, say): its driver's errors are its own."""
+    return any(a.startswith("sm_") for a in ctx.sheet.machine_archs)
 
 
 def _vendor(ctx: Context) -> Optional[str]:
@@ -463,14 +680,35 @@ def _vendor(ctx: Context) -> Optional[str]:
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
     errors = ctx.of("torch-build") + ([e for e in ctx.of("driver") if _NVIDIA_DRIVER.search(e.line)]
-                                      if vendor == "amd" else [])
+                                      if vendor == "amd" and not _nvidia_gpu(ctx) else [])
     builds = ctx.sheet.of("torch")
     wrong = [f for f in builds if (vendor == "amd" and f.detail in ("cuda", "cpu", "no-hip")) or
-             (vendor == "nvidia" and f.detail in ("rocm", "cpu"))]
+             (vendor in ("nvidia", None) and f.detail in ("rocm", "cpu"))]
+    joined = "\n".join(ctx.sheet.lines)
+    if re.search(r"ROCMExecutionProvider' is not in available provider", " ".join(e.line for e in errors)):
+        return _make("torch-build", "onnxruntime without its ROCm provider",
+                     "the installed onnxruntime (or onnxruntime-gpu, the CUDA build) has no ROCMExecutionProvider",
+                     "pip uninstall -y onnxruntime onnxruntime-gpu; install the ROCm build, onnxruntime-rocm (AMD's "
+                     "wheel from repo.radeon.com/rocm/manylinux for this ROCm), or build onnxruntime with --use_rocm",
+                     [ctx.line_fact(errors[0])], errors)
+    conda = re.search(r"\bconda\b|\bconda-forge\b|py3\S*_cpu_0|\bcpuonly\b", joined)
+    unsure = False
     if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
-        return None
+        # torch sees no GPU on an AMD machine (or after a conda install) and nothing else explains it: the build
+        if not (ctx.of("visibility") and (vendor == "amd" or conda)) or ctx.of(*_DEEPER):
+            return None
+        unsure = True
     arch, where = ctx.arch(errors)
     evidence = [ctx.line_fact(e) for e in errors[:1]] + wrong[:1] + [where]
+    if conda and vendor != "amd":
+        return _make("torch-build", "conda installed the CPU build of pytorch",
+                     "conda picked a CPU-only pytorch (a build string like py3.9_cpu_0): the channel has no CUDA build "
+                     "for the asked pytorch + CUDA pair, or conda-forge's build won",
+                     "conda list pytorch shows the build; install a pair the pytorch channel has, forcing it: conda "
+                     "install pytorch torchvision pytorch-cuda=<12.1|11.8> -c pytorch -c nvidia (older: cudatoolkit="
+                     "<ver> -c pytorch; the CPU build also comes with cpuonly), or pip install torch --index-url "
+                     "https://download.pytorch.org/whl/cu128", evidence, errors + ctx.of("visibility"),
+                     confirmed=not unsure)
     if vendor == "nvidia":
         return _make("torch-build", "a torch without CUDA on an NVIDIA GPU",
                      "the installed torch is a CPU (or ROCm) build", "pip uninstall -y torch; pip cache purge; " +
@@ -479,7 +717,9 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
         return _make("torch-build", "a torch without GPU support",
                      "the installed torch is a CPU build (PyPI's default on Windows and macOS, or a cached CPU wheel), "
                      "so it finds no GPU",
-                     "pip uninstall -y torch; pip cache purge; then the GPU build from pytorch.org's index: pip install "
+                     "the CPU build has to go: pip uninstall -y torch; pip cache purge; then the GPU build from "
+                     "pytorch.org's index (on Windows PyPI has only the CPU build; a uv/poetry source must send Windows "
+                     "there too): pip install "
                      "torch --index-url https://download.pytorch.org/whl/cu128 (NVIDIA; cu118 for a driver older than "
                      "CUDA 12) or https://download.pytorch.org/whl/rocm7.2 (AMD, Linux)", evidence,
                      errors + ctx.no_gpu())
@@ -490,8 +730,9 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "or run under WSL 2 or Linux with the pytorch.org ROCm index", evidence, errors + ctx.no_gpu())
     return _make("torch-build", "a torch without ROCm on an AMD machine",
                  "the installed torch is a CUDA or CPU build (PyPI's default), which finds no AMD GPU",
-                 "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch), evidence,
-                 errors + ctx.no_gpu())
+                 "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch) + " (python -c 'import torch; "
+                 "print(torch.version.hip)' must print a ROCm version; check that pip found a wheel for this Python)",
+                 evidence, errors + ctx.no_gpu() + ctx.of("visibility"), confirmed=not unsure)
 
 
 def _cuda_index_for_driver(ctx: Context, arch: Optional[str]) -> str:
@@ -518,6 +759,15 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         return None
     text = "\n".join(e.line for e in errors)
     python = ctx.sheet.values("python")
+    if re.search(r"(?i)bitsandbytes|CUDA Setup failed|'NoneType' object has no attribute 'c", text):
+        return _make("wheel-platform", "bitsandbytes has no GPU binary for this platform",
+                     "the installed bitsandbytes carries no native library for this OS and GPU (releases before 0.43 "
+                     "had no Windows build; the PyPI wheels before 0.49 had no ROCm build), so its GPU functions are "
+                     "None",
+                     "pip install -U 'bitsandbytes>=0.43' (Windows or CUDA: the wheels carry the library); on ROCm, "
+                     "pip install -U 'bitsandbytes>=0.49' or build the multi-backend bitsandbytes from source "
+                     "(cmake -DCOMPUTE_BACKEND=hip -S . && make && pip install .); python -m bitsandbytes shows what "
+                     "it loads", [ctx.line_fact(errors[0])], errors)
     m = _WHEEL.search(text)
     if m:
         tag, platform = m.group(3), m.group(5)
@@ -539,9 +789,47 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         return _make("wheel-platform", "a wheel for another Python or platform", cause, fix,
                      [ctx.line_fact(errors[0])], errors)
     package = re.search(r"(?:requirement|distribution found for) (\S+)", text)
-    name = package.group(1) if package else "the package"
+    name = package.group(1).rstrip(";`'\".,)") if package else "the package"
     py = python[-1] if python else None
     cause = (f"the index has no {name} for this Python{' (' + py + ')' if py else ''} and platform")
+    pin = re.fullmatch(r"([\w\-]+)==([\w.]+?)(?:\+(\w+))?", name)
+    offered = re.search(r"\(from versions: ([^)]*)\)", text)
+    same = [v.strip() for v in offered.group(1).split(",") if pin and v.strip().split("+")[0] == pin.group(2)] \
+        if offered else []
+    parent = re.search(r"\(from (torch==[\w.]+\+(rocm[\d.]+|cu\d+))\)", text)
+    if parent:
+        fix = (f"{name} is published on the index of {parent.group(1)}, not on PyPI: install with that index, pip "
+               f"install torch --index-url https://download.pytorch.org/whl/{parent.group(2)}, so the dependency "
+               "resolves there")
+        return _make("wheel-platform", f"{name} is not on PyPI", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if pin and re.search(r"\.dev\d|\+rocm|post\d+\.dev", name):
+        fix = (f"{name} is a development build the project makes for its own ROCm image, not on PyPI: use the "
+               "project's ROCm docker image (its release notes name the tag) instead of pip")
+        return _make("wheel-platform", f"{name} is not published", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if offered and offered.group(1).strip() == "none":
+        base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
+        fix = (f"the index has no {base} wheel at all for this Python{' (' + py + ')' if py else ''} and platform: "
+               f"use an older Python (a 3.10 or 3.11 environment: uv venv -p 3.11, conda create -n env python=3.11); "
+               f"a new Python gets {base} wheels only months after its release, and old pins never do")
+        return _make("wheel-platform", f"no {base} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if pin and same:
+        fix = (f"the index has no {name} for this platform; it does have {', '.join(same)}: pick one of those "
+               f"(pip install {pin.group(1)}=={same[-1]} -f <the index>)")
+        return _make("wheel-platform", f"no {name} for this platform", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if pin and offered:
+        fix = (f"{pin.group(1)}=={pin.group(2)} has no wheel for this Python{' (' + py + ')' if py else ''}: install "
+               f"a {pin.group(1)} release the index lists for it (from versions: {offered.group(1)[-60:]}), or use an "
+               f"older Python for {pin.group(1)} {pin.group(2)}")
+        return _make("wheel-platform", f"no {name} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if pin and re.search(r"\+cu\d+|\+rocm", name) and not ctx.sheet.is_windows:
+        fix = (f"{name} has no wheel for this Python{' (' + py + ')' if py else ''}: create the environment with an "
+               f"older Python that release was built for (conda create -n env python=3.9, uv venv -p 3.9), then "
+               f"install the pin again; a torch installed by hand instead is usually the CPU build")
+        diagnosis = _make("wheel-platform", f"no {name} for this Python", cause, fix, [ctx.line_fact(errors[0])],
+                          errors + ctx.of("torch-build"))
+        if ctx.of("torch-build"):   # the CPU torch that followed is its symptom
+            diagnosis.rank = family("torch-build").rank - 1
+        return diagnosis
     if ctx.sheet.is_windows and re.search(r"rocm", text):
         fix = "pytorch.org's ROCm wheels are Linux only: use WSL 2 or Linux, or AMD's Windows wheels"
     else:
@@ -581,7 +869,23 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
                      "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
                      f"with torch 2.(N-15)){': torch is ' + torch if torch else ''}; e.g. pip install --force-reinstall "
                      "torch torchvision --index-url <torch's index>", [ctx.line_fact(first)], errors)
+    joined = "\n".join(ctx.sheet.lines)
+    compiled = re.search(r"used to compile\s+PyTorch \(([\d.]+)\)", joined)
+    if re.search(r"(?i)detected CUDA version", text):
+        want = compiled.group(1) if compiled else "the one torch was built with"
+        return _make("abi-mismatch", "the CUDA toolkit differs from torch's",
+                     "an extension is built with nvcc from another CUDA than the one torch was compiled with",
+                     f"build with CUDA {want} (torch.version.cuda): install that toolkit and point CUDA_HOME at it, or "
+                     "install the prebuilt wheel of the extension instead of building it", [ctx.line_fact(first)],
+                     errors)
+    if re.search(r"(?i)\bODR\b|duplicate libamd_smi", text):
+        return _make("abi-mismatch", "two copies of libamd_smi in one process",
+                     "the separate amdsmi package loads its own libamd_smi beside the one the ROCm torch wheel bundles",
+                     "pip uninstall amdsmi (the torch wheel brings what it needs)", [ctx.line_fact(first)], errors)
     package = _package_of(text) or next((t for t in (ctx.tool(errors),) if t not in (None, "torch")), None)
+    package = {"_torch_sox": "torchaudio", "libtorchaudio": "torchaudio"}.get(package or "", package)
+    if re.search(r"(?i)xFormers", text):
+        package = "xformers"
     against = f"torch {torch}" if torch else "the installed torch"
     fixes = {
         "flash_attn": f"pip uninstall -y flash-attn; pip install flash-attn --no-build-isolation (builds against "
@@ -610,6 +914,68 @@ def _package_of(line: str) -> Optional[str]:
     return re.sub(r"^lib", "", name) if name.startswith("libbitsandbytes") else name
 
 
+# system libraries a wheel links, by soname prefix: the package that has them (Debian/Ubuntu names)
+_SYSTEM_LIBS = {"libmpi": "libopenmpi-dev", "libopenblas": "libopenblas-dev", "libnuma": "libnuma-dev",
+                "libgomp": "libgomp1", "libomp": "libomp-dev", "libelf": "libelf1", "libtinfo": "libtinfo6"}
+
+
+def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[str, str, str]]:
+    """(title, cause, fix) for the missing libraries that are not ROCm's own runtime."""
+    therock = ctx.sheet.has("layout", "therock")
+    if re.search(r"(?i)cannot enable executable stack", text):
+        return (f"{name} asks for an executable stack", "glibc 2.41 and newer refuse to load a library that asks for "
+                "an executable stack, and older ROCm libraries do",
+                f"clear the flag on the ROCm libraries in the environment: find <site-packages>/torch/lib \\( -name "
+                f"'libamdhip64.so*' -o -name 'libhiprtc.so*' \\) -exec patchelf --clear-execstack {{}} \\; (or a torch "
+                "built with a newer ROCm)")
+    missing_tool = re.search(r'Can.t exec "(/opt/rocm[^"]*)"', text)
+    if missing_tool:
+        found = re.search(r"^\s*(/(?:usr|opt/rocm-[\d.]+)\S*?)/(?:bin|lib)/\S+\s*$", "\n".join(ctx.sheet.lines), re.M)
+        root = found.group(1) if found else "<where ROCm is: /usr, /opt/rocm-X.Y.Z>"
+        return ("the ROCm tools look for /opt/rocm, which is not there", f"hipcc and hipconfig default to /opt/rocm; "
+                f"this ROCm lives elsewhere, so {missing_tool.group(1)} does not exist",
+                f"export ROCM_PATH={root} (HIP_PATH too) before building, or link the install there: sudo ln -s "
+                f"{root} /opt/rocm")
+    if re.search(r"rocm\[devel\]|rocm_sdk_devel", text):
+        return ("the ROCm SDK's development package is missing", "this ROCm came as wheels without rocm[devel], which "
+                "holds the tools and headers", "pip install \"rocm[devel]\" from the same index as rocm (in the same "
+                "environment)")
+    if re.search(r"(?i)amdsmi", text):
+        where = ("pip install <venv>/lib/python3.X/site-packages/_rocm_sdk_core/share/amd_smi (or add that folder to "
+                 "PYTHONPATH)" if therock else "cd /opt/rocm/share/amd_smi && pip install .")
+        return ("the amdsmi Python package is missing", "ROCm's amdsmi Python module is not installed in this "
+                "environment (torch's ROCm build imports it when pynvml is present, and tools query the GPU with it)",
+                f"install the amdsmi package: {where}; or, where only pynvml pulled it in (DeepSpeed, a monitoring package), pip "
+                "uninstall pynvml nvidia-ml-py")
+    cuda_lib = re.search(r"lib(cudnn|cublas\w*|cufft|curand|cusparse|nvrtc)\w*\.so\.(\d+)", text)
+    if cuda_lib:
+        what = "cuDNN" if cuda_lib.group(1) == "cudnn" else cuda_lib.group(1)
+        major = cuda_lib.group(2)
+        return (f"{what} {major} is not found", f"the program loads {name} ({what} {major}), which is not installed "
+                "or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
+                f"install {what} {major} (pip install nvidia-cudnn-cu{'12' if int(major) >= 9 else '11'} "
+                "nvidia-cublas-cu12, or apt install libcudnn" + major + ") and put its folder on the loader's path: "
+                "export LD_LIBRARY_PATH=$(python -c 'import os, nvidia.cudnn, nvidia.cublas; print(os.path.dirname("
+                "nvidia.cudnn.__file__) + \"/lib:\" + os.path.dirname(nvidia.cublas.__file__) + \"/lib\")'):"
+                "$LD_LIBRARY_PATH (or the venv's torch/lib folder) before starting Python")
+    for prefix, package in _SYSTEM_LIBS.items():
+        if name.startswith(prefix):
+            return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
+                    f"sudo apt-get install {package} (the distribution package with {name})")
+    if re.search(r"(?i)\b(?:fbgemm|shm|c10|torch_cpu|torch_python|asmjit|uv)\.dll|WinError 126", text):
+        return ("torch's DLLs cannot load their dependencies",
+                "torch's fbgemm.dll / shm.dll need libomp140.x86_64.dll and the Visual C++ runtime, which a clean "
+                "Windows does not have",
+                "install the Microsoft Visual C++ Redistributable (x64) and, for libomp140.x86_64.dll, the MSVC (Visual "
+                "C++) build tools from the Visual Studio Installer (or put libomp140.x86_64.dll next to torch\\lib); "
+                "then restart the program")
+    if re.search(r"(?i)MIOpen", name) and re.search(r"(?i)cuda", text):
+        return (f"{name} is not found", "the loader path is set for CUDA, not for ROCm's libraries",
+                "remove the CUDA entries and put ROCm's first: export LD_LIBRARY_PATH=/opt/rocm/lib (without "
+                "/usr/local/cuda/lib64), and no CUDA_* variables in the environment")
+    return None
+
+
 @rule("rocm-libs-missing")
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("rocm-libs-missing")
@@ -620,6 +986,11 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
         return _restate("rocm-libs-missing", first, errors)
     lib = re.search(r"(lib[\w\-]+\.so[.\d]*|\w+\.dll)", first.line)
     name = lib.group(1) if lib else "a ROCm library"
+    text = " ".join(e.line for e in errors)
+    special = _missing_library_fix(ctx, name, text)
+    if special:
+        title, cause, fix = special
+        return _make("rocm-libs-missing", title, cause, fix, [ctx.line_fact(first)], errors)
     if ctx.sheet.is_windows or name.endswith(".dll"):
         fix = ("install AMD's HIP SDK for Windows (it puts amdhip64 and rocBLAS in C:\\Program Files\\AMD\\ROCm\\<ver>\\bin) "
                "and an Adrenalin driver of the same generation; restart the program so PATH is read again")
@@ -637,32 +1008,69 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
 # Which GPU, how much memory, the platform, several GPUs
 # ---------------------------------------------------------------------------------------------------------
 
+def _visible(ctx: Context) -> dict[str, Fact]:
+    """The visibility variables the paste sets, by name (the last setting of each)."""
+    found = {}
+    for fact in ctx.sheet.of("env"):
+        name, value = fact.value.split("=", 1)
+        if name.endswith("_VISIBLE_DEVICES") and value:
+            found[name] = fact
+    return found
+
+
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("visibility")
+    visible = _visible(ctx)
+    rocr = visible.get("ROCR_VISIBLE_DEVICES")
+    inner = visible.get("HIP_VISIBLE_DEVICES") or visible.get("CUDA_VISIBLE_DEVICES")
+    if errors and rocr and inner and inner.value.split("=", 1)[1] not in ("0", "0,1"):
+        value = rocr.value.split("=", 1)[1]
+        return _make("visibility", "two layers of visibility variables leave no GPU",
+                     f"ROCR_VISIBLE_DEVICES={value} keeps those GPUs and renumbers them from 0; "
+                     f"{inner.value} then asks for an index that no longer exists",
+                     f"set only ROCR_VISIBLE_DEVICES={value} (unset HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES), or "
+                     "count the inner one from 0 among what ROCR left (HIP_VISIBLE_DEVICES=0)", [rocr, inner], errors)
     hit = _catalogue(errors)
     if hit is not None and re.search(r"VISIBLE_DEVICES=|leaves|selects|index", hit.catalogue.cause):
         return _restate("visibility", hit, errors)
     archs = ctx.sheet.machine_archs
     igpu = [a for a in archs if (arch_info(a) and arch_info(a).kind == "apu")]
     dgpu = [a for a in archs if a not in igpu and a.startswith("gfx")]
-    # the iGPU is in the way when torch finds no usable GPU, or when code fails that the card itself has
-    # (a wheel with the card's arch failing "invalid image" on the other device)
-    missing_on_igpu = [e for e in ctx.of("arch-missing") if dgpu and dgpu[0] in OFFICIAL_WHEEL_ARCHS]
-    symptoms = errors + missing_on_igpu + ctx.crashes()
-    if igpu and dgpu and symptoms:
+    said_igpu = ctx.sheet.first("igpu")
+    # the iGPU is in the way when torch finds no usable GPU, or when code fails on it that the card may not even need
+    # (an override for the card makes the iGPU run the card's code too)
+    missing = ctx.of("arch-missing")
+    symptoms = errors + missing + ctx.crashes()
+    if ((igpu and dgpu) or said_igpu) and symptoms:
+        first = said_igpu is not None and said_igpu.detail == "cuda0" or bool(missing)
+        value = override_for_arch(dgpu[0]) if dgpu else None
+        also = (f"; the card ({dgpu[0]}) also needs {OVERRIDE}={value}, which must not reach the iGPU"
+                if value and dgpu[0] not in OFFICIAL_WHEEL_ARCHS else "")
+        index = ("export HIP_VISIBLE_DEVICES=1 (the card; the iGPU is device 0 here), or CUDA_VISIBLE_DEVICES=1"
+                 if first else "export HIP_VISIBLE_DEVICES=<index of the card> (rocminfo / rocm-smi list the order; "
+                 "often the card is 0 and the iGPU 1, or the reverse)")
+        who = f"an iGPU ({igpu[0]}) beside the card ({dgpu[0]})" if igpu and dgpu else "an iGPU beside the card"
         return _make("visibility", "the integrated GPU is in the way",
-                     f"the machine has an iGPU ({igpu[0]}) beside the card ({dgpu[0]}); tools take every GPU or "
-                     "device 0, and the iGPU has no usable ROCm code",
-                     "hide the iGPU: export HIP_VISIBLE_DEVICES=<index of the card> (rocminfo / rocm-smi list the "
-                     "order; often the card is 0 and the iGPU 1, or the reverse), or disable the iGPU in the BIOS",
-                     [_arch_fact(ctx, igpu[0]), _arch_fact(ctx, dgpu[0])], symptoms)
+                     f"the machine has {who}; tools take every GPU or device 0, and the iGPU has no usable ROCm code",
+                     f"hide the iGPU: {index}, or disable the iGPU in the BIOS{also}",
+                     [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
+                                  _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
+    if any(re.search(r"No CUDA GPUs are available", e.line) for e in errors) and _vendor(ctx) != "amd":
+        named = visible.get("CUDA_VISIBLE_DEVICES")
+        said = f"{named.value} " if named else ""
+        return _make("visibility", "CUDA_VISIBLE_DEVICES hides the GPU",
+                     f"the script sets CUDA_VISIBLE_DEVICES {said}to an index this machine does not have (a one-GPU "
+                     "machine has only 0), so torch sees no GPU",
+                     "set CUDA_VISIBLE_DEVICES=0 (os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0\" in the script, or the "
+                     "run script's export), or remove the line that sets it", [f for f in (named,) if f], errors)
     return None
 
 
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
                            r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limited|too (?:little|small))|"
-                           r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)")
+                           r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
+                           r"\bonly\s*~?\s*\d+\s*[MG]i?B of (?:VRAM|GTT|GPU memory)|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
 _APU_ARCHS = ("gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1035", "gfx1036", "gfx90c", "gfx1033")
 
 
@@ -670,20 +1078,58 @@ _APU_ARCHS = ("gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1035", "gfx1036", 
 def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     archs = ctx.sheet.machine_archs
     apu = [a for a in archs if a in _APU_ARCHS]
-    if not apu or any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
-        return None
+    pools = {f.detail: int(f.value) for f in ctx.sheet.of("memory_total")}
     errors = ctx.of("apu-memory", "out-of-memory")
     short = [l for l in ctx.sheet.lines if _MEMORY_SHORT.search(l)]
-    if not errors and not short:
+    gtt_said = [l for l in short if re.search(r"\bGTT\b", l)]
+    if any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
         return None
+    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said:
+        return None
+    name = f"the APU ({apu[0]})" if apu else "the APU"
+    carve, seen = _vram_bytes(ctx.sheet.lines), _pool_kib(ctx.sheet.lines)
+    if apu and carve and seen and carve >= 32 * GIB and seen * 1024 < carve / 2:
+        return _make("apu-memory", f"HIP sees {seen / 2**20:.1f} GiB of {name}'s {carve / GIB:.0f} GiB carve-out",
+                     "the kernel driver reports the whole carve-out (mem_info_vram_total), but kernels before 6.16.9 "
+                     "cap the memory pool ROCm's runtime gets on these APUs",
+                     "upgrade the kernel to 6.16.9 or later (a mainline or HWE kernel); ROCm itself needs no change",
+                     [_arch_fact(ctx, apu[0])], errors)
+    if not errors and not short and not pools:
+        return None
+    evidence = [_arch_fact(ctx, apu[0])] if apu else ctx.sheet.of("memory_total")[:2]
+    if pools.get("VRAM", 0) >= 4 * pools.get("GTT", 1 << 40) and errors:
+        return _make("apu-memory", f"{name} puts its tensors in the small GTT",
+                     f"the BIOS carve-out (VRAM, {pools['VRAM']} MiB) takes most of the RAM and leaves the GTT only "
+                     f"{pools['GTT']} MiB, and allocations beyond the carve-out land in the GTT",
+                     "set the UMA frame buffer in the BIOS to its minimum (512 MB) so the GTT covers most of the RAM "
+                     "(and raise ttm.pages_limit where the GTT is still capped), then reboot", evidence, errors)
     ram = _ram_gib(ctx.sheet.lines)
     pages = int(ram * 0.75 * GIB / PAGE) if ram else None
     limit = (f"ttm.pages_limit={pages} (3/4 of the {ram:g} GiB RAM in 4 KiB pages)" if pages else
              "ttm.pages_limit=<3/4 of the RAM in 4 KiB pages>")
-    return _make("apu-memory", f"the APU ({apu[0]}) runs out of GPU memory",
+    return _make("apu-memory", f"{name} runs out of GPU memory",
                  "an APU's GPU memory is the BIOS carve-out (UMA frame buffer) plus GTT, which the kernel caps at half "
                  "the RAM by default", f"raise the UMA frame buffer in the BIOS, or raise the GTT cap with the kernel "
-                 f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot", [_arch_fact(ctx, apu[0])], errors)
+                 f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot", evidence, errors)
+
+
+def _vram_bytes(lines: list[str]) -> Optional[int]:
+    """The carve-out the kernel reports: the number printed after `cat .../mem_info_vram_total`."""
+    for i, line in enumerate(lines[:-1]):
+        if "mem_info_vram_total" in line:
+            m = re.match(r"\s*(\d{9,})\b", lines[i + 1])
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def _pool_kib(lines: list[str]) -> Optional[int]:
+    """rocminfo's GPU memory pool size, in KiB (its first pool, the one allocations come from)."""
+    for line in lines:
+        m = re.match(r"\s*Size:\s+(\d+)\(0x[0-9a-f]+\) KB", line)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def _ram_gib(lines: list[str]) -> Optional[float]:
@@ -721,7 +1167,7 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
     if re.search(r"(?i)BAR|address space|4G", text):
         cause, fix = ("the BIOS does not map the card's memory (no Above 4G Decoding / Resizable BAR)",
                       "enable Above 4G Decoding and Resizable BAR in the BIOS (CSM off)")
-    elif re.search(r"(?i)AMD-Vi|IO_PAGE_FAULT|iommu", text):
+    elif re.search(r"(?i)AMD-Vi|IO_PAGE_FAULT|iommu|unable to handle page fault", text):
         cause, fix = ("the IOMMU blocks the GPU's DMA", "add iommu=pt to the kernel command line "
                       "(GRUB_CMDLINE_LINUX), update-grub, reboot")
     else:
@@ -736,6 +1182,41 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
+    joined = "\n".join(ctx.sheet.lines)
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"(?i)doesn.t have NCCL", text) or (re.search(r"(?i)\bNCCL\b", text) and ctx.sheet.is_windows):
+        return _make("multi-gpu-transport", "this torch has no NCCL (Windows)",
+                     "torch on Windows (and macOS) is built without NCCL, so the nccl backend does not exist",
+                     "use the gloo backend: init_process_group(backend=\"gloo\") (Lightning: DDPStrategy("
+                     "process_group_backend=\"gloo\"); a config's dist backend: gloo), or run under Linux / WSL 2 for "
+                     "NCCL", evidence, errors)
+    if re.search(r"(?i)shm_open failed\s*:\s*Permission denied|/dev/shm\S*:? Permission denied", text):
+        return _make("multi-gpu-transport", "the user may not create shared memory segments",
+                     "NCCL/RCCL create their buffers in /dev/shm, and this user may not create files there",
+                     "fix the permissions of /dev/shm: sudo chmod 1777 /dev/shm (it must be world-writable with the "
+                     "sticky bit; a container: --ipc=host)", evidence, errors)
+    ifaces = ctx.sheet.of("nccl_iface")
+    listed = [f.value for f in ifaces if f.detail == "listed"]
+    virtual = [i for i in listed if re.match(r"(?:br-|veth|docker|virbr|lo$|cni|flannel|tun|tap)", i)]
+    real = [i for i in listed if i not in virtual]
+    named = list(dict.fromkeys(f.value for f in ifaces if f.detail == "named"))
+    if len(named) > 1 or (virtual and real):
+        value = ",".join(named) if len(named) > 1 else real[0]
+        why = ("the nodes name their network interfaces differently, and NCCL picks the first one it finds"
+               if len(named) > 1 else f"NCCL also tries container bridges and virtual links ({', '.join(virtual[:3])}) "
+               "that do not reach the other node")
+        return _make("multi-gpu-transport", "NCCL's sockets take the wrong network interface", why,
+                     f"export NCCL_SOCKET_IFNAME={value} on every node (GLOO_SOCKET_IFNAME too, for torch's gloo)",
+                     evidence + ifaces[:2], errors)
+    if re.search(r"(?i)\bP2P\b.{0,60}\bslower\b|slower than SHM", text):
+        return _make("multi-gpu-transport", "peer-to-peer transfers crawl on this platform",
+                     "RCCL/NCCL pick P2P between the GPUs, but P2P across these PCIe root ports is broken or "
+                     "throttled", "export NCCL_P2P_DISABLE=1 (the transfers go through host shared memory); check ACS "
+                     "and the IOMMU (iommu=pt) for a real fix", evidence, errors)
+    if re.search(r"(?i)alltoall", joined) and re.search(r"(?i)XGMI", joined):
+        return _make("multi-gpu-transport", "alltoall hangs without XGMI",
+                     "without XGMI links the peer-to-peer channels of alltoall(v) over PCIe deadlock",
+                     "export NCCL_MAX_P2P_NCHANNELS=2 (RCCL before ROCm 6.0), or update RCCL", evidence, errors)
     if re.search(r"(?i)shared memory|/dev/shm|shm", text):
         return _make("multi-gpu-transport", "shared memory is too small for the GPUs' transport",
                      "RCCL/NCCL pass data between processes through /dev/shm, which is 64 MB in a default container",
@@ -757,12 +1238,40 @@ _SERVING_OOM_FIX = {
 }
 
 
+_SIZE = r"([\d.]+) ([KMG])i?B"
+
+
+def _mib(number: str, unit: str) -> float:
+    return float(number) * {"K": 1 / 1024, "M": 1, "G": 1024}[unit]
+
+
+def _fragmented(text: str) -> Optional[str]:
+    """torch's OOM message when the request would fit: as much free, or reserved-but-unallocated, as asked."""
+    asked = re.search(r"Tried to allocate " + _SIZE, text)
+    free = re.search(r"of which " + _SIZE + " is free", text)
+    spare = re.search(_SIZE + r" is reserved by PyTorch but unallocated", text)
+    if not asked:
+        return None
+    need = _mib(*asked.groups())
+    for found, what in ((free, "free"), (spare, "reserved by PyTorch but unallocated")):
+        if found and _mib(*found.groups()) >= need:
+            return (f"the request ({asked.group(1)} {asked.group(2)}iB) is smaller than what is {what} "
+                    f"({found.group(1)} {found.group(2)}iB): no block of that size is contiguous")
+    return None
+
+
 @rule("out-of-memory")
 def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("out-of-memory")
     if not errors:
         return None
     tool = ctx.tool(errors)
+    text = " ".join(e.line for e in errors)
+    if re.search(r"(?i)maximum number of tokens that can be stored in KV cache", text):
+        return _make("out-of-memory", "the KV cache is smaller than one full sequence",
+                     "vLLM sizes the KV cache from the memory left under gpu_memory_utilization; it holds fewer tokens "
+                     "than max_model_len", "raise gpu_memory_utilization (0.9; --gpu-memory-utilization) or lower "
+                     "max_model_len (--max-model-len) so one sequence fits", [ctx.line_fact(errors[0])], errors)
     if any(re.search(r"(?i)DataLoader worker|shared memory|\bshm\b", e.line) for e in errors):
         hit = next((e for e in errors if e.catalogue is not None and e.catalogue.entry.id == "dataloader-shm"), None)
         if hit is not None:
@@ -771,10 +1280,18 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "workers hand batches over through /dev/shm, which is 64 MB in a default Docker container",
                      "docker run ... --ipc=host (or --shm-size=16g); or fewer data loader workers (0 to confirm)",
                      [ctx.line_fact(errors[0])], errors)
+    fragmented = _fragmented(text)
     if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
         return _make("out-of-memory", f"{tool} ran out of GPU memory",
                      f"{tool} reserves its weights and caches up front; this model and context do not fit the memory "
-                     "it may take", _SERVING_OOM_FIX[tool], [ctx.line_fact(errors[0])], errors)
+                     "it may take", _SERVING_OOM_FIX[tool] + ("; the free memory is fragmented too: "
+                                                              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+                                                              if fragmented else ""), [ctx.line_fact(errors[0])], errors)
+    if fragmented:
+        return _make("out-of-memory", "the GPU's memory is fragmented, not full", fragmented,
+                     "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm) before "
+                     "the run, so the allocator can grow its segments instead of needing one free block",
+                     [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
@@ -789,6 +1306,18 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
+    if re.search(r"(?i)MIOPEN_FIND_MODE", text):
+        return _make("miopen-kernel", "MIOpen's search for the best kernel takes too long",
+                     "in its default find mode MIOpen benchmarks every solver for each new convolution size; on large "
+                     "ones (a VAE decode) that runs into the driver's timeout",
+                     "export MIOPEN_FIND_MODE=2 (FAST: takes the first good solver) before starting the program",
+                     [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)could not create miopen handle", text):
+        return _make("miopen-kernel", "MIOpen cannot start on this GPU",
+                     "the MIOpen installed cannot create a handle: the OpenCL flavour (miopen-opencl) instead of the "
+                     "HIP one that ROCm's frameworks need, or a build without this GPU",
+                     "sudo apt remove miopen-opencl; sudo apt install miopen-hip (the HIP backend), and check that "
+                     "its release lists this GPU", [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None and not re.search(r"naive_conv", text):
         return _restate("miopen-kernel", hit, errors)
@@ -800,7 +1329,8 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
     return _make("miopen-kernel", "MIOpen failed to build or find a kernel",
                  "MIOpen compiles kernels at first use and caches them; a stale or unwritable cache or a solver "
                  "without code for the arch fails here",
-                 "rm -rf ~/.cache/miopen; export MIOPEN_USER_DB_PATH=/tmp/miopen-$USER MIOPEN_FIND_MODE=FAST",
+                 "rm -rf ~/.cache/miopen; export MIOPEN_USER_DB_PATH=/tmp/miopen-$USER MIOPEN_FIND_MODE=FAST; if "
+                 "every solver still fails, run the convolutions without MIOpen: torch.backends.cudnn.enabled = False",
                  [ctx.line_fact(errors[0])], errors)
 
 
@@ -814,8 +1344,105 @@ def _from_catalogue(name: str) -> Rule:
     return read
 
 
-for _name in ("gpu-hang", "precision", "attention"):
-    rule(_name)(_from_catalogue(_name))
+@rule("gpu-hang")
+def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("gpu-hang")
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    joined = "\n".join(ctx.sheet.lines)
+    firmware = re.search(r"(?i)\bMES\b[: ]*(?:0x[0-9a-f]+)?|firmware", joined)
+    if firmware:
+        return _make("gpu-hang", "the GPU hangs under a firmware regression",
+                     "the paste ties the hangs to the GPU firmware (the MES scheduler's version, a linux-firmware "
+                     "update)", "roll linux-firmware back to the release before the hangs began (check the MES "
+                     "version: sudo cat /sys/kernel/debug/dri/*/amdgpu_firmware_info | grep MES), or update to the "
+                     "firmware release that fixes it; the kernel and ROCm stay as they are", [ctx.line_fact(errors[0])],
+                     errors)
+    if re.search(r"(?i)kernel NULL pointer dereference", text):
+        return _make("gpu-hang", "the kernel driver crashes opening the GPU",
+                     "a NULL pointer dereference in the kernel: a driver regression, often in runtime power management",
+                     "add amdgpu.runpm=0 to the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT, update-grub, reboot), "
+                     "and move to a kernel without the regression", [ctx.line_fact(errors[0])], errors)
+    hit = _catalogue(errors)
+    return _restate("gpu-hang", hit, errors) if hit is not None else None
+
+
+@rule("precision")
+def precision(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("precision")
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"(?i)cublasLt\w*.{0,80}NOT_SUPPORTED|NOT_SUPPORTED.{0,80}cublasLt", text):
+        old = [f.value for f in ctx.sheet.of("torch") if re.search(r"\+cu11", f.value)]
+        if old:
+            return _make("precision", "this torch's cuBLASLt has no fp8 matmul",
+                         f"torch {old[0]} is built with CUDA 11, whose cuBLASLt has no fp8 (e4m3fn) matmul",
+                         "pip install -U torch --index-url https://download.pytorch.org/whl/cu124 (or newer), or run "
+                         "the model in fp16/bf16 instead of fp8", evidence, errors)
+    bf16 = re.search(r"(?i)bf16|bfloat16|16BF", text)
+    if bf16 and re.search(r"(?i)Bfloat16 is only supported on GPUs with compute capability", text) or \
+            (bf16 and ctx.tool(errors) == "vllm"):
+        return _make("precision", "the GPU has no bf16", "vLLM loads the model in its bf16 dtype, which this GPU "
+                     "cannot compute", "start with --dtype half (LLM(model=..., dtype=\"half\")), or --dtype float32; "
+                     "bf16 needs compute capability 8.0 (Ampere) or newer", evidence, errors)
+    if bf16 and re.search(r"(?i)setup doesn.t support bf16|--bf16|bf16=True|TrainingArguments", text):
+        return _make("precision", "the GPU has no bf16", "the training is configured for bf16, which this GPU (older "
+                     "than Ampere, or RDNA1/2) cannot compute",
+                     "train in fp16 instead: fp16=True instead of bf16=True in the TrainingArguments (--fp16 instead "
+                     "of --bf16; the same in a DeepSpeed config: \"fp16\": {\"enabled\": true}, \"bf16\": "
+                     "{\"enabled\": false})", evidence, errors)
+    hit = _catalogue(errors)
+    if hit is not None:
+        return _restate("precision", hit, errors)
+    if bf16:
+        return _make("precision", "the GPU has no bf16", "a bf16 operation runs on a GPU without bf16 support",
+                     "turn bf16 off: run the model in fp16 (or fp32) instead of bf16 (the project's dtype setting)",
+                     evidence, errors)
+    return None
+
+
+@rule("attention")
+def attention(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("attention")
+    if not errors and ctx.tool() == "flash-attn":   # its build fails for this GPU's arch
+        errors = [ErrorLine(i, l.strip(), "attention") for i, l in enumerate(ctx.sheet.lines, 1)
+                  if re.search(r"(?i)errors? generated when compiling for gfx\w+", l)]
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"(?i)stack frame size", text) and ctx.tool(errors) == "vllm" or \
+            re.search(r"VLLM_USE_TRITON_FLASH_ATTN", "\n".join(ctx.sheet.lines)):
+        return _make("attention", "vLLM's Triton flash attention does not build for this GPU",
+                     "the Triton flash-attention kernel fails to compile for this arch (stack frame too large)",
+                     "export VLLM_USE_TRITON_FLASH_ATTN=0 (vLLM then uses its other attention backend)", evidence,
+                     errors)
+    cuda = re.search(r"(?i)FlashAttention is only supported on CUDA ([\d.]+)", text)
+    if cuda:
+        return _make("attention", f"flash-attn needs CUDA {cuda.group(1)} to build",
+                     f"building flash-attn from source needs the CUDA toolkit {cuda.group(1)} or newer",
+                     f"install a prebuilt flash-attn wheel that matches torch and its CUDA (the release page lists "
+                     f"them), or build with a CUDA {cuda.group(1)}+ toolkit", evidence, errors)
+    if re.search(r"(?i)Ampere GPUs or newer", text):
+        return _make("attention", "FlashAttention 2 needs an Ampere or newer GPU",
+                     "flash-attn 2 has kernels for sm_80 and newer only; this GPU is older",
+                     "do not use flash-attn here: load the model with attn_implementation=\"sdpa\" (or \"eager\") "
+                     "instead of \"flash_attention_2\"", evidence, errors)
+    if re.search(r"(?i)memory_efficient_attention", text) and _vendor(ctx) == "amd":
+        return _make("attention", "xformers has no kernels for this AMD GPU",
+                     "the installed xformers has no ROCm kernels for this arch",
+                     "do not use xformers on AMD: uninstall it or start without it (ComfyUI: "
+                     "--use-pytorch-cross-attention; A1111: no --xformers) and use PyTorch's SDPA", evidence, errors)
+    if re.search(r"(?i)not supported by Flash-?Attention|FlashAttention only supports|compiling for gfx", text):
+        return _make("attention", "flash-attn does not support this GPU",
+                     "this flash-attn build has no kernels for the GPU's arch",
+                     "use PyTorch's scaled_dot_product_attention (SDPA; attn_implementation=\"sdpa\") instead of "
+                     "flash-attn", evidence, errors)
+    hit = _catalogue(errors)
+    return _restate("attention", hit, errors) if hit is not None else None
 
 
 def run_rules(sheet: FactSheet, errors: list[ErrorLine]) -> list[Diagnosis]:

@@ -53,7 +53,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"MI100|Arcturus", "gfx908", peak_bf16_tflops=92.3),
     Product(r"MI50|MI60|Radeon (Pro )?VII|Vega 20", "gfx906"),
     Product(r"MI25|Vega ?10|Vega (56|64)|Radeon RX Vega", "gfx900"),
-    Product(r"MI[68]\b|Fiji|FURY|R9 Nano|Polaris|RX [45][789]0\b", "gfx803"),
+    Product(r"MI[68]\b|Fiji|FURY|R9 Nano|Polaris|RX [45][4-9]0\b", "gfx803"),
     # AMD Radeon PRO / Radeon AI PRO (RDNA)
     Product(r"AI PRO R9[67]00", "gfx1201"),
     Product(r"PRO V710", "gfx1101"),
@@ -177,6 +177,15 @@ ARCHS: tuple[Arch, ...] = (
     Arch("gfx900", "GCN5 (Vega)", "dgpu", False, None, "none", _NO_OVERRIDE,
          note="last in the ROCm 7.2 wheels (OS-package builds); the TheRock-based 7.14 wheels drop it",
          source="pytorch .ci/docker/manywheel/build.sh (legacy builds add gfx900;gfx906)"),
+    Arch("gfx902", "GCN5 (Vega APU: Raven Ridge, Picasso)", "apu", False, None, "none",
+         Override("9.0.0", "unverified", "the Vega APUs are GCN5 like gfx900, whose code the ROCm 5/6 wheels carried; "
+                  "reported for gfx90c, not confirmed here", "ROCm/rocBLAS #1398 (gfx90c)"),
+         note="Radeon Vega graphics of Ryzen 2000G/3000G; no current wheel", source=LLVM_TABLE),
+    Arch("gfx90c", "GCN5 (Vega APU: Renoir, Cezanne, Lucienne)", "apu", False, None, "none",
+         Override("9.0.0", "works", "the Vega APUs run gfx900 code (rocBLAS has no gfx90c library)",
+                  "ROCm/rocBLAS #1398"),
+         note="Radeon Vega graphics of Ryzen 4000/5000 APUs; gfx900 code needs a wheel that still carries gfx900",
+         source=LLVM_TABLE),
     Arch("gfx906", "GCN5.1 (Vega 20)", "instinct", False, None, "none", _NO_OVERRIDE, max_rocm=(6, 3),
          note="bf16 is emulated by rocBLAS (slow); fp16 with loss scaling is the fast path. Newer wheels still list "
               "gfx906 but their rocBLAS has no gfx906 kernels ('TensileLibrary.dat ... not read'): rocm6.3 is the last",
