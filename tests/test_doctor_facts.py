@@ -156,3 +156,14 @@ def test_a_table_whose_sensors_all_read_na_is_an_error_not_two_healthy_gpus(tmp_
     _, findings = doctor(tmp_path, readable)
     [warning] = [f for f in findings if f.check == "diagnosis"]
     assert warning.severity == "warning" and "GPU 1" in warning.what and "GPU 0" not in warning.what
+
+
+def test_a_second_card_named_with_its_own_arch_is_not_an_override():
+    """An MI100 table beside a note about a Fury X (gfx803) is two machines; an MI100 said to run gfx1030 code is one
+    with an override left in force."""
+    table = ("card0,Arcturus GL-XL [AMD Instinct MI100],0x0c34,Advanced Micro Devices Inc. [AMD/ATI],D34316\n"
+             "another machine: Radeon R9 Fury X / Fiji gfx803\n")
+    assert not any("reports gfx803" in d.title for d in diagnose_text(table).diagnoses)
+    wrong = ("card0,Arcturus GL-XL [AMD Instinct MI100],0x0c34,Advanced Micro Devices Inc. [AMD/ATI],D34316\n"
+             "  Name:                    gfx1030\n")
+    assert any("reports gfx1030" in d.title for d in diagnose_text(wrong).diagnoses)

@@ -262,6 +262,10 @@ def override_hidden(ctx: Context) -> Optional[Diagnosis]:
     the paste does not show."""
     products = [f for f in ctx.sheet.of("gpu") if f.detail.startswith("gfx")]
     reported = [f for f in ctx.sheet.of("arch") if f.detail == "machine"]
+    # an arch said on a line that names a card of that arch belongs to that card ("Radeon R9 Fury X / Fiji gfx803"
+    # beside an MI100 table is a second machine, not an override)
+    reported = [arch for arch in reported if not any(
+        p.line_no == arch.line_no and _family_of(p.detail) == _family_of(arch.value) for p in products)]
     for product in products:
         for arch in reported:
             if abs(product.line_no - arch.line_no) <= 3 and _family_of(product.detail) != _family_of(arch.value) \
