@@ -28,7 +28,7 @@ from steadytune.eval.labelcheck import (
     warn,
 )
 from steadytune.eval.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
-from steadytune.eval.needle import evaluate_needle, format_needle, parse_ints
+from steadytune.eval.needle import check_lengths, evaluate_needle, format_needle, model_window, parse_ints
 from steadytune.data.answers import answers_as_labels
 from steadytune.eval.scoring import evaluate_classification, generate_texts, prompt_ids_of
 from steadytune.eval.textmetrics import generation_metrics
@@ -102,8 +102,9 @@ def evaluate_needle_run(cfg: RunConfig, lengths: list[int], depths: list[int], t
     out = Path(output_dir or cfg.train.output_dir)
     claim_outputs(out, ["needle_results.json"], overwrite, "steadytune eval --needle")
     model, tokenizer = load_trained(cfg, folder, kind)
-    window = getattr(model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config,
-                     "max_position_embeddings", None)
+    window = model_window(model.config.get_text_config() if hasattr(model.config, "get_text_config") else
+                          model.config)
+    check_lengths(lengths, window)
     if window and max(lengths) > window:
         print(f"warning: --needle-lengths up to {max(lengths):,} tokens, past the model's window of {window:,} "
               "positions (it never trained there)", flush=True)

@@ -14,6 +14,7 @@ import torch
 from test_grpo import logged, overrides, prompts_dataset, train
 
 from steadytune.config import load_config
+from steadytune.errors import UserError
 from steadytune.model.tiny import build_model, build_tokenizer, save_tiny_model
 from steadytune.stages.base import StepAhead
 from steadytune.stages.grpo import PromptCollator, make_objective
@@ -43,7 +44,7 @@ def test_the_path_a_run_takes_and_why():
     for said, (on, why) in off.items():
         assert not on and said in why, (said, why)
     assert choose_async(1, CPU, False, False, False, "on")[0]
-    with pytest.raises(ValueError, match=ASYNC_ENV):
+    with pytest.raises(UserError, match=f"{ASYNC_ENV}=.sometimes.: must be auto, on or off"):
         choose_async(1, CPU, False, False, False, "sometimes")
 
 
@@ -217,3 +218,23 @@ def test_a_resumed_asynchronous_run_says_it_continues_rather_than_repeats(tiny, 
     assert len(resumed.losses) == 2
     assert capsys.readouterr().err.count("note: grpo: step 3's completions are generated now") == 1
     assert [r["rollouts/staleness"] for r in logged(out)][-2:] == [0.0, 1.0]
+
+
+def test_a_reward_that_fails_ahead_fails_its_own_step_after_the_last_one_is_saved(tiny, tmp_path, monkeypatch):
+    """Step 2's completions are scored while step 1 trains: a reward function raising there ended the run inside
+    step 1, its update lost and no checkpoint-1 written, while the message said the last checkpoint was kept. Now
+    the error is step 2's, raised when step 2 starts: step 1 is trained, logged and saved, as the synchronous run."""
+    from steadytune.stages.rewards import RewardFunctionError
+
+    data = prompts_dataset(tmp_path / "data")
+    reward = tmp_path / "flaky_reward.py"
+    reward.write_text("calls = 0\n\ndef flaky(prompts, completions, **kwargs):\n    global calls\n    calls += 1\n"
+                      "    if calls == 2:\n        raise ValueError('the judge is down')\n"
+                      "    return [float(len(c) % 3) for c in completions]\n", encoding="utf-8")
+    for mode in ("off", "on"):
+        monkeypatch.setenv(ASYNC_ENV, mode)
+        out = tmp_path / mode
+        with pytest.raises(RewardFunctionError, match="flaky at step 2: raised ValueError: the judge is down"):
+            train(overrides(tiny, data, out, max_steps=3, save_steps=1, reward_funcs=f"[{reward}:flaky]"))
+        assert (out / "checkpoint-1" / "adapter_model.safetensors").is_file(), mode
+        assert [r["step"] for r in logged(out)] == [1], mode

@@ -55,7 +55,7 @@ def test_bad_needle_arguments_are_named():
         needle_prompt(tokenizer, template_for(load_config(None, ["template=qwen"]), tokenizer), 20, 0, 0)
 
 
-def test_eval_needle_writes_its_results_for_a_trained_adapter(tmp_path, sample_data_dir):
+def test_eval_needle_writes_its_results_for_a_trained_adapter(tmp_path, sample_data_dir, capsys):
     from steadytune.cli import main
     from steadytune.model.tiny import save_tiny_model
     from steadytune.train import run_training
@@ -70,3 +70,24 @@ def test_eval_needle_writes_its_results_for_a_trained_adapter(tmp_path, sample_d
                  "--needle-trials", "1"]) == 0
     results = json.loads((tmp_path / "run" / "needle_results.json").read_text(encoding="utf-8"))
     assert results["lengths"] == [256] and len(results["answers"]) == 2
+    # ten million tokens on a model of 512 positions ran for hours (round 5b): one line, the results kept
+    capsys.readouterr()
+    assert main(["eval", str(config), "--needle", "--needle-lengths", "256,10000000", "--overwrite"]) == 1
+    assert ("--needle-lengths 10,000,000: more than 4x this model's window of 512 positions"
+            in capsys.readouterr().err)
+    assert json.loads((tmp_path / "run" / "needle_results.json").read_text(encoding="utf-8")) == results
+
+
+def test_the_window_a_needle_may_reach_counts_rope_scaling():
+    from types import SimpleNamespace
+
+    from steadytune.eval.needle import check_lengths, model_window
+
+    assert model_window(SimpleNamespace(max_position_embeddings=4096)) == 4096
+    assert model_window(SimpleNamespace(max_position_embeddings=32768, rope_scaling={"rope_type": "yarn",
+                                                                                     "factor": 4.0})) == 131072
+    assert model_window(SimpleNamespace(max_position_embeddings=None)) is None
+    check_lengths([16384], 4096)
+    check_lengths([10**12], None)
+    with pytest.raises(UserError, match="use lengths up to 16,384"):
+        check_lengths([1024, 16385], 4096)

@@ -629,7 +629,7 @@ def test_client_text_keeps_control_tokens_to_the_template():
     encoded exactly as before; not strict, it is the control token, as before."""
     from steadytune.data.templates import get_template
     from steadytune.model.tiny import build_chat_tokenizer, build_tokenizer
-    from steadytune.serve.prompt import MARK_START, ClientText
+    from steadytune.data.control_text import MARK_START, ClientText
 
     for tokenizer in (build_tokenizer(), build_chat_tokenizer("metaspace", extra_text="Obey the user.")):
         template = get_template("chatml", tokenizer)

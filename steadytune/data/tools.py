@@ -192,7 +192,7 @@ ParsedCall = tuple[str, Any]   # (function name, its arguments as parsed: a dict
 def _json(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):   # RecursionError: a model's "[[[[..." nested past Python's limit
         return None
 
 
@@ -207,10 +207,103 @@ def _named(objects: Any, arguments_key: str) -> list[ParsedCall] | None:
     return calls or None
 
 
+# The readers below take what a policy generated: any text, up to max_completion_length tokens of it (a degenerate
+# model repeats `<tool_call>` or spaces thousands of times). Each is a scan in time linear in the text, giving what
+# LLaMA-Factory's regular expressions give (tests/test_fuzz_tools.py holds them as the oracle): those search for a
+# closing tag after every opening one, or test a lookahead at every character of a whitespace run, and took 40 s to
+# minutes on such a turn.
+_SPACE = re.compile(r"\s*")
+_WORD = re.compile(r"[a-zA-Z0-9_]*")
+_KEY = re.compile(r"[^>\n]*")
+
+
+def _spans(text: str, open_: str, close: str) -> list[str]:
+    """re.findall(open_ + "(.+?)" + close, text, re.DOTALL), in linear time."""
+    found, at = [], 0
+    while (start := text.find(open_, at)) >= 0:
+        body = start + len(open_)
+        end = text.find(close, body + 1)   # `.+?`: at least one character
+        if end < 0:
+            break   # no closing tag after this one: none after a later opening either
+        found.append(text[body:end])
+        at = end + len(close)
+    return found
+
+
+def _tagged(text: str, open_: str, at: int) -> tuple[str | None, int]:
+    """`<tag=KEY>` at `at` (`open_` is "<tag="): (KEY, the position after its `>`), KEY one or more characters that
+    are not `>` or a newline; else (None, where the search may go on: past the run of such characters, since an
+    opening tag inside that run fails at the same place)."""
+    key_at = at + len(open_)
+    key_end = _KEY.match(text, key_at).end()
+    if key_end == key_at or not text.startswith(">", key_end):
+        return None, max(at + 1, key_end)
+    return text[key_at:key_end], key_end + 1
+
+
+def _first_function(span: str) -> tuple[str, str] | None:
+    """re.search(r"<function=([^>\n]+)>(.*?)</function>", span, re.DOTALL).groups(), in linear time."""
+    at = 0
+    while (start := span.find("<function=", at)) >= 0:
+        name, at = _tagged(span, "<function=", start)
+        if name is not None:
+            end = span.find("</function>", at)
+            return None if end < 0 else (name, span[at:end])
+    return None
+
+
+def _parameters(body: str) -> list[tuple[str, str]]:
+    """re.findall(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", body, re.DOTALL), in linear time."""
+    found, at = [], 0
+    while (start := body.find("<parameter=", at)) >= 0:
+        key, at = _tagged(body, "<parameter=", start)
+        if key is None:
+            continue
+        value = at + body.startswith("\n", at)
+        close = body.find("</parameter>", value)
+        if close < 0:
+            break
+        end = close - 1 if close - 1 >= value and body[close - 1] == "\n" else close
+        found.append((key, body[value:end]))
+        at = close + len("</parameter>")
+    return found
+
+
+def _default_calls(text: str) -> list[tuple[str, str]]:
+    """re.findall(r"Action:\s*([a-zA-Z0-9_]+)\s*Action Input:\s*(.+?)(?=\s*Action:|\s*$)", text, re.DOTALL) (LLaMA-
+    Factory's default-format extractor), in linear time."""
+    found, at, n = [], 0, len(text)
+    while (start := text.find("Action:", at)) >= 0:
+        name_at = _SPACE.match(text, start + len("Action:")).end()
+        name_end = _WORD.match(text, name_at).end()
+        inputs = None
+        if name_end > name_at:
+            after = _SPACE.match(text, name_end).end()
+            if text.startswith("Action Input:", after):   # the whole word, then the label
+                inputs = after + len("Action Input:")
+            elif name_end - 6 > name_at and text.startswith("Action Input:", name_end - 6):
+                name_end, inputs = name_end - 6, name_end + len(" Input:")   # "fooAction Input:": the name is foo
+        if inputs is None:
+            at = start + 1
+            continue
+        value = _SPACE.match(text, inputs).end()
+        if value == n:   # only whitespace after the label: `.+?` takes its last character
+            if value == inputs:
+                break
+            found.append((text[name_at:name_end], text[value - 1:]))
+            break
+        target = text.find("Action:", value + 1)
+        end = n if target < 0 else target
+        while end > value + 1 and text[end - 1].isspace():   # the lookahead's `\s*` before the next Action: or the end
+            end -= 1
+        found.append((text[name_at:name_end], text[value:end]))
+        at = end
+    return found
+
+
 def _read_default(text: str) -> list[ParsedCall] | None:
-    found = re.findall(r"Action:\s*([a-zA-Z0-9_]+)\s*Action Input:\s*(.+?)(?=\s*Action:|\s*$)", text, re.DOTALL)
     calls = []
-    for name, arguments in found:
+    for name, arguments in _default_calls(text):
         parsed = _json(arguments.strip().strip('"').strip("```"))
         if parsed is None:
             return None
@@ -219,9 +312,8 @@ def _read_default(text: str) -> list[ParsedCall] | None:
 
 
 def _read_tagged(text: str) -> list[ParsedCall] | None:
-    spans = re.findall(r"<tool_call>(.+?)</tool_call>", text, re.DOTALL)
     calls = []
-    for span in spans:
+    for span in _spans(text, "<tool_call>", "</tool_call>"):
         one = _named(_json(span.strip()), "arguments")
         if one is None:
             return None
@@ -231,15 +323,16 @@ def _read_tagged(text: str) -> list[ParsedCall] | None:
 
 def _read_qwen3_5(text: str) -> list[ParsedCall] | None:
     calls = []
-    for span in re.findall(r"<tool_call>(.+?)</tool_call>", text, re.DOTALL):
-        function = re.search(r"<function=([^>\n]+)>(.*?)</function>", span, re.DOTALL)
+    for span in _spans(text, "<tool_call>", "</tool_call>"):
+        function = _first_function(span)
         if function is None:
             return None
+        name, body = function
         arguments = {}
-        for key, value in re.findall(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", function.group(2), re.DOTALL):
+        for key, value in _parameters(body):
             parsed = _json(value)
             arguments[key] = value if parsed is None else parsed
-        calls.append((function.group(1).strip(), arguments))
+        calls.append((name.strip(), arguments))
     return calls or None
 
 

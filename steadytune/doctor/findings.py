@@ -9,6 +9,11 @@ from typing import Iterable
 SEVERITIES = ("error", "warning", "info")
 
 
+# The most characters of a finding's what / why / fix shown: a value or line read from a paste is quoted in them,
+# and a hostile or broken paste (one 16 MB line) made a report of megabytes.
+MAX_SHOWN = 2000
+
+
 @dataclass
 class Finding:
     severity: str          # error | warning | info
@@ -16,6 +21,9 @@ class Finding:
     what: str
     why: str = ""
     fix: str = ""
+
+    def __post_init__(self):
+        self.what, self.why, self.fix = (_cut(self.what), _cut(self.why), _cut(self.fix))
 
     @classmethod
     def error(cls, check: str, what: str, why: str = "", fix: str = "") -> Finding:
@@ -36,6 +44,10 @@ def has_errors(findings: Iterable[Finding]) -> bool:
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN else f"{text[:MAX_SHOWN]}... ({len(text) - MAX_SHOWN:,} more characters)"
 
 
 def format_findings(findings: Iterable[Finding]) -> str:

@@ -135,6 +135,34 @@ def format_needle(results: dict) -> str:
     return "\n".join(lines)
 
 
+# How far past its window a model is asked: up to here the grid shows where retrieval fails; far past it, a prompt
+# of millions of tokens ran for hours (or until memory ran out) to measure positions no layer has seen.
+MAX_PAST_WINDOW = 4
+
+
+def model_window(config: Any) -> int | None:
+    """The positions a model reads: max_position_embeddings, times a RoPE scaling factor where its config sets one
+    (rope_scaling, or transformers 5's rope_parameters)."""
+    window = getattr(config, "max_position_embeddings", None)
+    if not isinstance(window, int) or window <= 0:
+        return None
+    factors = [getattr(config, key, None) for key in ("rope_scaling", "rope_parameters")]
+    factor = max([f.get("factor") for f in factors if isinstance(f, dict) and isinstance(f.get("factor"), (int, float))]
+                 or [1.0])
+    return int(window * max(factor, 1.0))
+
+
+def check_lengths(lengths: Sequence[int], window: int | None) -> None:
+    """Lengths past MAX_PAST_WINDOW times the model's window are refused, naming the longest one accepted."""
+    if not window:
+        return
+    beyond = [n for n in lengths if n > MAX_PAST_WINDOW * window]
+    if beyond:
+        raise UserError(f"--needle-lengths {max(beyond):,}: more than {MAX_PAST_WINDOW}x this model's window of "
+                        f"{window:,} positions (a prompt that long would run for hours to measure positions no layer "
+                        f"has seen); use lengths up to {MAX_PAST_WINDOW * window:,}")
+
+
 def parse_ints(text: str, name: str, low: int = 0, high: int | None = None) -> list[int]:
     try:
         values = [int(x.replace("_", "")) for x in text.split(",") if x.strip()]

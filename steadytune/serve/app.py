@@ -37,7 +37,7 @@ from steadytune.serve.engine import Delta, EngineError, Failed, Finished, Genera
 from steadytune.serve.limits import ServeSettings
 from steadytune.serve.media import ImageRefused, generate_with_images, has_images, request_images
 from steadytune.serve.metrics import CONTENT_TYPE, ServeMetrics
-from steadytune.serve.prompt import ClientText, UnsafeText
+from steadytune.data.control_text import ClientText, UnsafeText
 
 logger = logging.getLogger("steadytune.serve")
 
@@ -479,7 +479,7 @@ def _refuse_unsupported(body) -> None:
 
 def _render_chat(template: Any, messages: list, mark: Callable[[str], str]) -> str:
     """OpenAI messages -> the run's chat template, ending where the assistant's answer starts; `mark` marks the
-    control tokens in each message's text (prompt.ClientText)."""
+    control tokens in each message's text (data/control_text.ClientText)."""
     system, turns = [], []
     for m in messages:
         if m.role in ("system", "developer"):

@@ -38,7 +38,7 @@ class ServeSettings:
     cors_origins: list = field(default_factory=list)
     limits: Limits = field(default_factory=Limits)
     retry_after_s: int = 1
-    # a control-token string in a chat message or classify input is encoded as text (prompt.py); False: as the
-    # control token, as training encoded its data
+    # a control-token string in a chat message or classify input is encoded as text (data/control_text.py); False:
+    # as the control token, as training encoded its data
     strict_special_tokens: bool = True
     images: ImageLimits = field(default_factory=ImageLimits)

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from steadytune.config import ConfigError
-from steadytune.data.templates import Template, encode_parts
+from steadytune.data.control_text import ClientText, UnsafeText
+from steadytune.data.templates import Template
 from steadytune.data.tools import read_calls
 from steadytune.errors import RunInterrupted, UserError
 from steadytune.model.decode.sampling import mix_key
@@ -70,23 +72,28 @@ class Toolbox:
         """-> (the result as the model reads it, whether the call failed)."""
         f = self.functions.get(name)
         if f is None:
-            return self._failed(name, "LookupError", f"no tool named {name!r}; the tools are "
+            return self.failed(name, "LookupError", f"no tool named {name!r}; the tools are "
                                 f"{', '.join(sorted(self.functions))}", where)
         if not isinstance(arguments, dict):
-            return self._failed(name, "TypeError", f"arguments must be a JSON object, got {type(arguments).__name__}",
+            return self.failed(name, "TypeError", f"arguments must be a JSON object, got {type(arguments).__name__}",
                                 where)
         try:
             with deadline(self.timeout, f"tool {name}", "tool_timeout"):
                 result = f(**arguments)
         except UserCodeTimeout:
-            return self._failed(name, "TimeoutError", f"did not return within {self.timeout:g} s", where)
+            return self.failed(name, "TimeoutError", f"did not return within {self.timeout:g} s", where)
         except RunInterrupted:
             raise
         except (Exception, SystemExit) as e:   # noqa: BLE001 - the user's code: whatever it raised is the result
-            return self._failed(name, type(e).__name__, " ".join(str(e).split())[:200], where)
-        return (result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)), False
+            return self.failed(name, type(e).__name__, _message(e), where)
+        try:
+            return as_text(result), False
+        except (Exception, SystemExit) as e:   # noqa: BLE001 - the user's object: its __str__ or __repr__ failed
+            return self.failed(name, "TypeError", f"returned a {type(result).__name__} that is neither text nor JSON "
+                                f"({type(e).__name__}: {_message(e)}); return a str, or a dict or list of them",
+                                where)
 
-    def _failed(self, name: str, kind: str, message: str, where: str) -> tuple[str, bool]:
+    def failed(self, name: str, kind: str, message: str, where: str) -> tuple[str, bool]:
         if (name, kind) not in self._said and self._speaks:
             self._said.add((name, kind))
             print(f"warning: grpo: tool {name} at {where}: {kind}: {message} (the model reads it as the call's result; "
@@ -103,11 +110,32 @@ class Toolbox:
             listed = json.loads(tools_json)
         except ValueError:
             return   # the data layer has refused invalid JSON already
-        names = [(t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in listed]
-        missing = [n for n in names if n and n not in self.functions]
+        functions = [t.get("function", t) if isinstance(t, dict) else None for t in
+                     (listed if isinstance(listed, list) else [listed])]
+        names = [f.get("name") for f in functions if isinstance(f, dict)]
+        missing = [n for n in names if isinstance(n, str) and n and n not in self.functions]
         if missing:
             raise UserError(f"tools: the prompts' tool definitions name {', '.join(missing)}, which the tools given "
                             f"({', '.join(sorted(self.functions)) or 'none'}) do not have")
+
+
+def as_text(result: Any) -> str:
+    """A tool's return value as the model reads it: text as it is, anything else as JSON (TRL's rule), objects JSON
+    has no form for by their str. Lone surrogates (text decoded with errors="surrogateescape") become U+FFFD: the
+    tokenizer cannot encode them."""
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+    return _SURROGATES.sub("\ufffd", text)
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _message(error: BaseException) -> str:
+    """An exception's message on one line, cut to 200 characters (its own __str__ may fail: the user's class)."""
+    try:
+        return " ".join(str(error).split())[:200]
+    except Exception:   # noqa: BLE001
+        return "(its message cannot be shown)"
 
 
 def load_toolbox(entries: Any, timeout: float) -> Optional[Toolbox]:
@@ -143,6 +171,24 @@ def _is_windows_path(entry: str) -> bool:
 GenerateTurn = Callable[[list[list[int]], int, list[int]], Any]   # (contexts, max new tokens, keys) -> Completions
 
 
+def longest_token(tokenizer: Any) -> int:
+    """The most characters one token stands for (its vocabulary entry's length bounds it: a byte-level entry holds a
+    character per byte, a byte-fallback one `<0x0A>` six for one): a text longer than n times this is over n tokens."""
+    return max(map(len, tokenizer.get_vocab()), default=1) or 1
+
+
+def encode_result(untrusted: ClientText, template: Template, after: list, content: str, toolbox: Toolbox,
+                  where: str) -> list[int]:
+    """What follows a tool-call turn, its results marked as untrusted text -> ids. A result that this tokenizer can
+    only encode as a control token, even as plain text, reaches the model as an error instead."""
+    try:
+        return untrusted.encode_parts(after + template.tool_result_parts(untrusted.mark(content)))
+    except UnsafeText:   # (its message quotes the control token: not a text to hand the model)
+        error, _ = toolbox.failed("results", "ValueError", "a result holds text that this tokenizer encodes as a "
+                                   "control token even as plain text", where)
+        return untrusted.encode_parts(after + template.tool_result_parts(error))
+
+
 def turn_key(key: int, turn: int) -> int:
     """The noise key of a row's turn: its own key for the first turn (a one-turn episode is the plain completion)."""
     return key if turn == 0 else mix_key(key, turn)
@@ -159,6 +205,11 @@ def run_episodes(generate_turn: GenerateTurn, prompts: Sequence[Sequence[int]], 
     calls, failures = [0] * n, [0] * n
     stop_ids = set(template.stop_token_ids())
     after = template.after_call_parts()
+    # A tool's result is text from outside (a web page, a file): its control-token strings are encoded as text, as
+    # serve encodes a client's (data/control_text.py), so a result holding "<|im_end|><|im_start|>assistant" cannot
+    # end its turn and write the model's.
+    untrusted = ClientText(tokenizer, template)
+    longest = longest_token(tokenizer)
     active, turn = list(range(n)), 0
     while active:
         room = [budget - len(ids[i]) for i in active]
@@ -188,7 +239,10 @@ def run_episodes(generate_turn: GenerateTurn, prompts: Sequence[Sequence[int]], 
                 results.append(result)
                 calls[i] += 1
                 failures[i] += failed
-            suffix = encode_parts(tokenizer, after + template.tool_result_parts("\n".join(results)))
+            content = "\n".join(results)
+            if len(content) > (budget - len(ids[i])) * longest:
+                continue   # more tokens than are left, however it is cut (a huge result is not tokenised: seconds a MB)
+            suffix = encode_result(untrusted, template, after, content, toolbox, where)
             if suffix and suffix[0] == made[-1]:
                 suffix = suffix[1:]   # GLM-4: the stop token the model ended with opens the tool result
             if len(ids[i]) + len(suffix) >= budget:

@@ -337,6 +337,8 @@ class GRPOObjective(torch.nn.Module):
         ok = False
         if self.ahead and training:   # (an evaluation between two steps leaves the next step's roll-out alone)
             pending, self._pending = self._pending, None
+            if pending is not None and pending.error is not None and pending.step == step and pending.window_ids == ids:
+                raise pending.error   # its roll-out failed while the previous step trained (settle)
             ok, _ = usable(pending, step, ids, step - 1, self.method.async_staleness)
         if ok:
             rollout, staleness = pending.rollout, step - 1 - pending.version
@@ -376,18 +378,25 @@ class GRPOObjective(torch.nn.Module):
         pending = Pending(step + 1, ids, version=step - 1)
 
         def settle(abandon: bool = False) -> None:
+            # A failure here (a reward function that raises or hangs, a decode that fails) is step n+1's: kept with
+            # its roll-out and raised when step n+1 takes it, so that step n's update and checkpoint happen first,
+            # as in a synchronous run (raised here, it ended the run with step n's update lost and no checkpoint).
             try:
                 generated = self._background.join()
-            except BaseException:
+                if abandon:
+                    return
+                with torch.no_grad():
+                    pending.rollout = self.finish(prompts, examples, owners, generated, step + 1, ahead.pool)
+                    self.lay_out(batches, prompts, pending.rollout)
+                    self.log_probs_ahead(batches, ahead, old=True)
+            except Exception as error:   # noqa: BLE001 - raised by the step it belongs to (roll_out)
                 if abandon:
                     return   # the step failed already: its error is the one to raise
-                raise
-            if abandon:
-                return
-            with torch.no_grad():
-                pending.rollout = self.finish(prompts, examples, owners, generated, step + 1, ahead.pool)
-                self.lay_out(batches, prompts, pending.rollout)
-                self.log_probs_ahead(batches, ahead, old=True)
+                pending.error = error
+            except BaseException:
+                if abandon:
+                    return
+                raise   # a stop request (RunInterrupted, KeyboardInterrupt) is this step's
             self._pending = pending
         return settle
 

@@ -39,6 +39,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from steadytune.errors import UserError
+
 ASYNC_ENV = "STEADYTUNE_ASYNC_ROLLOUTS"   # auto (default) | on | off: the choice below, or forced (tests, debugging)
 
 
@@ -47,7 +49,7 @@ def choose_async(staleness: int, device: torch.device, gradient_checkpointing: b
     """(asynchronous?, why): the synchronous path wherever the asynchronous one cannot be faster or cannot run."""
     forced = (forced if forced is not None else os.environ.get(ASYNC_ENV, "auto")).strip().lower()
     if forced not in ("auto", "on", "off"):
-        raise ValueError(f"{ASYNC_ENV} must be auto, on or off, not {forced!r}")
+        raise UserError(f"{ASYNC_ENV}={forced!r}: must be auto, on or off (unset: auto)")
     if staleness == 0:
         return False, "async_staleness: 0 (each step generates from its own weights)"
     if forced == "off":
@@ -79,6 +81,7 @@ class Pending:
     window_ids: list               # that step's micro-batches' example indices, as the stream gave them
     version: int                   # optimizer steps the weights that generated it had taken
     rollout: Any = None            # what settle made of it (stages/grpo.py)
+    error: Optional[Exception] = None   # why settle could not make it: raised by the step it is for
 
 
 def usable(pending: Optional[Pending], step: int, window_ids: list, version_now: int, staleness: int

@@ -1,4 +1,6 @@
-"""A client's text -> prompt token ids, with the control tokens only the template writes (`--strict-special-tokens`).
+"""Untrusted text -> token ids, with the control tokens only the template writes: a serve client's messages
+(`--strict-special-tokens`) and a GRPO tool's results (stages/episodes.py: a tool that returns `<|im_end|>` text
+would otherwise close its own turn and write the model's next one).
 
 A chat template puts control tokens (`<|im_start|>`, `<|im_end|>`, `<start_of_turn>`, ...) around each message. A
 client's message that holds the same strings would, tokenised together with the template's text, become those
@@ -68,6 +70,14 @@ class ClientText:
         for i, piece in enumerate(pieces[1:], start=1):
             if piece:
                 ids += self._after_newline(piece, as_text=i % 2 == 1)
+        return ids
+
+    def encode_parts(self, parts: list) -> list[int]:
+        """A template's parts (text, or token ids), untrusted text in them marked by `mark`: as
+        data/templates.encode_parts encodes them, each text part on its own, the marked pieces as plain text."""
+        ids: list[int] = []
+        for part in parts:
+            ids += [part] if isinstance(part, int) else self.encode(part)
         return ids
 
     def encode_text(self, text: str) -> list[int]:
