@@ -38,7 +38,7 @@ class Fact:
 
 KINDS = ("os", "platform", "kernel", "driver", "gpu", "arch", "built_for", "pci_id", "env", "rocm", "hip", "cuda",
          "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors", "root_only", "complaint", "igpu",
-         "device_node", "nccl_iface", "memory_total")
+         "device_node", "nccl_iface", "memory_total", "user_groups")
 
 
 @dataclass
@@ -123,7 +123,7 @@ _PLATFORMS = (
     ("wsl", r"microsoft-standard-WSL2|\bWSL ?2?\b|/dev/dxg\b|librocdxg|\bdxgkrnl\b|/usr/lib/wsl/"),
     ("container", r"\bdocker (?:run|exec|compose)\b|\bdocker-compose\b|\bpodman (?:run|exec)\b|\bDockerfile\b"
                   r"|^\s*(?:\(\S+\)\s*)?root@[0-9a-f]{12}:|\bapptainer\b|\bsingularity (?:exec|run|shell)\b"
-                  r"|/\.dockerenv|\bkubectl\b|\bdevices:\s*$|\brocm/(?:pytorch|vllm|dev-ubuntu)[:\w.-]*"
+                  r"|/\.dockerenv|\bkubectl\b|^\s*devices:\s*$|\brocm/(?:pytorch|vllm|dev-ubuntu)[:\w.-]*"
                   r"|\bollama/ollama:rocm\b|\bdistrobox\b|\btoolbox (?:enter|run)\b"),
     ("systemd", r"\bsystemctl\b|\bjournalctl\b|\bsystemd\[\d+\]|\.service\b|^\s*Environment=|\[Service\]"),
     ("slurm", r"\bsrun\b|\bsbatch\b|\bSLURM_\w+|\bsalloc\b"),
@@ -212,9 +212,11 @@ def _arch(line: str):
 
 @finder
 def _nvidia_arch(line: str):
-    m = re.search(r"\bsm_(\d{2,3})\b(?! is not)", line)
+    m = re.search(r"\bsm_(\d{2,3})\b", line)
     cc = re.search(r"(?:compute capability|CUDA capability|Compute capability)[^\d]{0,20}(\d{1,2})\.(\d)", line,
                    re.IGNORECASE)
+    if cc and re.search(r"(?i)\bROCm\b|\bHIP\b|Radeon|\bAMD\b|\bgfx\d", line):
+        cc = None   # llama.cpp's ROCm device line prints the gfx number as a "compute capability" (10.3 is gfx103x)
     if cc:
         yield "arch", f"sm_{cc.group(1)}{cc.group(2)}", "machine"
     elif m and re.search(r"\bwith CUDA capability sm_|\bcapability:?\s*sm_|^\s*(?:- )?Compute capability", line):
@@ -243,7 +245,7 @@ _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages
     (r"(?:Ryzen [3579] )?(?:PRO )?(?:6[6-9]\d0|7[3-7]35)[HU]S?\b", "gfx1035"),
     (r"Ryzen [3579] (?:PRO )?(?:[45]\d\d0)[HUG]E?S?\b|\b[45][67]00GE?\b", "gfx90c"),
     (r"Ryzen [35] (?:PRO )?[23][24]00GE?\b|Ryzen [357] (?:PRO )?[23][57]00U\b", "gfx902"),
-    (r"Ryzen [3579] (?:PRO )?7\d00X3?D?\b|Ryzen [3579] (?:PRO )?9\d{3}X3?D?\b", "gfx1036"),
+    (r"Ryzen [3579] (?:PRO )?7\d[05]0X?3?D?\b|Ryzen [3579] (?:PRO )?9\d{3}X?3?D?\b", "gfx1036"),
 )
 
 
@@ -437,7 +439,7 @@ _TOOLS = (
     ("ollama", r"\b[oO]llama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go"),
     ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
                   r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
-    ("vllm", r"\bvllm\b|\bvLLM\b|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
+    ("vllm", r"\bvllm\b|\bvLLM\b|No available memory for the cache blocks|gpu_memory_utilization|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
     ("bitsandbytes", r"bitsandbytes|libbitsandbytes_\w+"),
     ("comfyui", r"\bComfyUI\b|comfy[/\\]|\bcomfy\.\w+"),
     ("rccl-tests", r"all_reduce_perf|all_gather_perf|rccl-tests|nccl-tests"),
@@ -498,7 +500,11 @@ def _complaint(line: str):
 def _igpu(line: str):
     """The text says the machine has an integrated GPU ("my iGPU is cuda:0", "integrated graphics")."""
     if re.search(r"(?i)\biGPU\b|\bintegrated (?:GPU|graphics)\b", line):
-        yield "igpu", "yes", "cuda0" if re.search(r"(?i)(?:cuda|device|hip):? ?0\b|device 0|first device", line) else ""
+        if re.search(r"(?i)(?:only|just) (?:an? |the )?(?:iGPU|integrated)|(?:iGPU|integrated (?:GPU|graphics)) only|"
+                     r"no (?:discrete|dedicated|separate) (?:GPU|card|graphics)", line):
+            yield "igpu", "yes", "only"   # the machine's one GPU: nothing else to pick
+        else:
+            yield "igpu", "yes", "cuda0" if re.search(r"(?i)(?:cuda|device|hip):? ?0\b|device 0|first device", line) else ""
 
 
 _NODE = re.compile(r"^\s*(?:\S+\s+)?c([rwx-]{9})\S*\s+\d+\s+(\S+)\s+(\S+)\s+\d+,\s*\d+.*?(/dev/\S+|renderD\d+|\bkfd)\s*$")
@@ -579,6 +585,7 @@ def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fa
                     seen.add(key)
                     sheet.facts.append(Fact(kind, value, number, line.strip(), detail))
     _gpu_archs(sheet)
+    _user_groups(sheet)
     if error_lines is not None:
         sheet.facts += error_lines(lines)
         sheet.facts.sort(key=lambda f: f.line_no)
@@ -595,6 +602,23 @@ def _gpu_archs(sheet: FactSheet) -> None:
             named.add(fact.detail)
             extra.append(Fact("arch", fact.detail, fact.line_no, fact.line, f"from the {fact.kind.replace('_', ' ')}"))
     sheet.facts += extra
+    sheet.facts.sort(key=lambda f: f.line_no)
+
+
+def _user_groups(sheet: FactSheet) -> None:
+    """The groups the user is in: `id` prints them as groups=1000(me),44(video); `groups` (or `groups me`) prints
+    them bare on the next line. Value: the names, comma-separated."""
+    found = []
+    for number, line in enumerate(sheet.lines, 1):
+        m = re.search(r"\buid=\d+\(\S+?\)\s+gid=\d+\(\S+?\)\s+groups=(\S+)", line)
+        if m:
+            found.append(Fact("user_groups", ",".join(re.findall(r"\(([^)]+)\)", m.group(1))), number, line.strip()))
+        elif re.search(r"(?:^|[$#>]\s*)groups(?:\s+\w+)?\s*$", line) and number < len(sheet.lines):
+            answer = sheet.lines[number].strip()
+            names = answer.split(":", 1)[1].split() if ":" in answer else answer.split()
+            if names and all(re.fullmatch(r"[a-z_][\w-]*\$?", n) for n in names):
+                found.append(Fact("user_groups", ",".join(names), number + 1, answer))
+    sheet.facts += found
     sheet.facts.sort(key=lambda f: f.line_no)
 
 

@@ -318,7 +318,8 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      "CMAKE_CUDA_ARCHITECTURES)", [ctx.line_fact(errors[0])], errors)
     if not errors:
         # the same problem without its message: a crash, a CPU fallback or a complaint on a GPU the builds do not carry
-        symptoms = ctx.crashes() + ctx.no_gpu()
+        faults = ctx.of("gpu-hang") + ctx.crashes()
+        symptoms = faults + ctx.no_gpu()
         if not symptoms and arch and arch.startswith("gfx"):
             symptoms = _symptom_lines(ctx, ctx.sheet.of("complaint")[:1])
         windows_override = ctx.sheet.is_windows and ctx.override() is not None
@@ -327,7 +328,11 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
         if not (symptoms or windows_override) or not (arch and (_needs_other_code(arch) or unexplained)) or \
                 (ctx.override() is not None and not windows_override):
             return None
-        errors, confirmed = symptoms or _symptom_lines(ctx, [ctx.override()]), False
+        # a GPU fault on a card the wheels lack, with no override anywhere, is the missing code itself: HIP ran a
+        # kernel for another chip (a library that loaded the nearest code object) or none at all
+        settled = bool(faults) and ctx.override() is None and where is not None and where.detail != "list" and \
+            bool(override_for_arch(arch)) and _needs_other_code(arch)
+        errors, confirmed = symptoms or _symptom_lines(ctx, [ctx.override()]), settled
     tool = ctx.tool(errors)
     if arch is None:
         cls = family("arch-missing")
@@ -380,7 +385,9 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
                     f"the tray and start it again ({arch} then runs {_target(value)} code); where the HIP SDK's "
                     f"rocBLAS still has no code for {arch}: {libraries}")
         return f"on Windows the override does not apply to the HIP SDK's libraries ({arch}): {libraries}"
-    if tool == "llama.cpp":
+    if tool in ("llama.cpp", "bitsandbytes", "vllm", "flash-attn", "xformers", "deepspeed"):
+        # the tool's own build carries the GPU code: rebuilding it for the arch is the fix that lasts, the override the
+        # quick one where a sibling's code runs
         line = rebuild_line(tool, arch)
         return line + (f"; or run it with {OVERRIDE}={value}{caveat}" if value else "")
     if value:
@@ -457,7 +464,16 @@ _DEVICE_LISTING = re.compile(r"^c[rwx-]{9}\S*\s+\d+\s+\S+\s+(\S+)\s+\d+,\s*\d+.*
 
 @rule("device-access")
 def device_access(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: a refusal to open /dev/kfd or /dev/dri (any wording: permission denied, no such file, a group
+    check), the device files' owner and mode (`ls -l`) against the user's groups (`id`, `groups`), 'works only as
+    root', and where the process runs (a container without the devices, a rootless one). A runtime that cannot get
+    its resources is only a symptom where the driver itself is not loaded."""
     errors = ctx.of("device-access")
+    if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
+        errors = [e for e in errors if not re.search(r"OUT_OF_RESOURCES", e.line)]
+    lacking = _groups_lacking(ctx)
+    if lacking and not errors:
+        errors = ctx.of("visibility") + ctx.no_gpu()
     root_only = ctx.sheet.first("root_only")
     nodes = ctx.sheet.of("device_node")
     closed = [f for f in nodes if f.detail.split()[0] == "root" and f.detail.split()[1][3:5] == "--"]
@@ -475,6 +491,13 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      [e for e in ctx.errors if e.family is None] + errors)
     if not errors and root_only is None and not closed and not numeric:
         return None
+    if lacking:
+        node, group, said = lacking
+        return _make("device-access", f"the user is not in {group}, which owns /dev/{node.value}",
+                     f"/dev/{node.value} is group {group} ({node.detail.split()[1]}), and the user's groups ({said.line}) "
+                     f"do not include {group}: ROCm cannot open the GPU",
+                     f"sudo usermod -aG {group}{',video' if group == 'render' else ''} $USER, then log out and back in "
+                     "(or reboot); never run the job with sudo instead", [node, said], errors)
     text = " ".join(e.line for e in errors)
     if re.search(r"could not select device driver", text):
         return _make("device-access", "Docker has no GPU runtime",
@@ -543,6 +566,28 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     return _make("device-access", "the user may not open the GPU device files", cause,
                  f"sudo usermod -aG {','.join(wanted)} $USER, then log out and back in (or reboot); never run the "
                  "job with sudo instead", evidence, errors + ctx.no_gpu())
+
+
+def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
+    """(the device file, its group, the line listing the user's groups) where `ls -l` shows a GPU device file whose
+    group the user's `id` / `groups` output does not list."""
+    nodes = []
+    for fact in ctx.sheet.of("device_node"):
+        group, mode = fact.detail.split()
+        # a group that may read and write it, and no access for others (a world-writable node needs no group)
+        if group != "root" and not group.isdigit() and mode[3:5] == "rw" and mode[6:8] != "rw":
+            nodes.append(fact)
+    if not nodes:
+        return None
+    said = ctx.sheet.first("user_groups")
+    if said is None:
+        return None
+    groups = said.value.split(",")
+    for node in nodes:
+        group = node.detail.split()[0]
+        if group not in groups:
+            return node, group, said
+    return None
 
 
 @rule("wsl")
@@ -652,8 +697,11 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = ("sudo modprobe amdgpu and read sudo dmesg | grep -i amdgpu; if it is not there, install the driver "
                f"(sudo amdgpu-install --usecase=dkms) or boot a kernel that has it; {secure_boot}")
         cause = "the amdgpu kernel driver is not loaded for the GPU"
+    # with no driver loaded, nothing above it can work: the runtime's and the tools' own failures are its symptoms
+    downstream = ctx.of("device-access", "visibility", "rocm-libs-missing") + ctx.no_gpu() if re.search(
+        r"NOT loaded|not found in modules|modprobe|couldn.t communicate", text) else ctx.no_gpu()
     return _make("driver", "the GPU driver is not working", cause, fix, [ctx.line_fact(e) for e in errors[:2]],
-                 errors + ctx.no_gpu())
+                 errors + downstream)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -693,6 +741,16 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      [ctx.line_fact(errors[0])], errors)
     conda = re.search(r"\bconda\b|\bconda-forge\b|py3\S*_cpu_0|\bcpuonly\b", joined)
     unsure = False
+    # a GPU the paste names (by model, PCI id or arch) beside a torch built for another vendor, or for none, is the
+    # fault by itself, with or without an error line, unless another family's error is what the paste is about
+    archs = ctx.sheet.machine_archs
+    named = [f for f in wrong if (f.detail in ("cuda", "no-hip") and any(a.startswith("gfx") for a in archs)
+                                  and not _nvidia_gpu(ctx)) or
+             (f.detail == "rocm" and archs and all(a.startswith("sm_") for a in archs)) or
+             (f.detail == "cpu" and archs)]
+    others = [e for e in ctx.errors if e.family not in (None, "visibility", "torch-build")]
+    if named and not errors and not others:
+        errors = ctx.of("visibility") + ctx.no_gpu() or _symptom_lines(ctx, named[:1])
     if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
         # torch sees no GPU on an AMD machine (or after a conda install) and nothing else explains it: the build
         if not (ctx.of("visibility") and (vendor == "amd" or conda)) or ctx.of(*_DEEPER):
@@ -806,6 +864,10 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"{name} is a development build the project makes for its own ROCm image, not on PyPI: use the "
                "project's ROCm docker image (its release notes name the tag) instead of pip")
         return _make("wheel-platform", f"{name} is not published", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if ctx.sheet.is_windows and re.search(r"(?i)whl/rocm|\+rocm|rocm\d", text + "\n" + "\n".join(ctx.sheet.lines)):
+        fix = ("pytorch.org's ROCm wheels are Linux only: run under WSL 2 (AMD's ROCm for WSL) or Linux, or install "
+               "AMD's ROCm wheels for Windows (repo.radeon.com) for the GPUs they list")
+        return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
     if offered and offered.group(1).strip() == "none":
         base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
         fix = (f"the index has no {base} wheel at all for this Python{' (' + py + ')' if py else ''} and platform: "
@@ -843,32 +905,68 @@ _SYMBOL_LIB = re.compile(r"(?:site-packages|dist-packages)[/\\]([\w\-]+)[/\\]\S*
                          r"\b(lib\w+?)(?:_\w+)?\.so\b|\b(\w+?)(?:\.cpython\S*)?\.so: undefined symbol")
 
 
+# The compiled modules people meet in these errors, by the name in the path or the import, and the pip package that
+# ships each (the fix reinstalls the package, not the module)
+_MODULE_PACKAGES = (
+    (r"flash_attn", "flash-attn"), (r"vllm", "vllm"), (r"xformers", "xformers"), (r"bitsandbytes", "bitsandbytes"),
+    (r"torchaudio|_torch_sox", "torchaudio"), (r"torchvision", "torchvision"), (r"deepspeed|fused_adam|cpu_adam|"
+    r"transformer_inference|fused_lamb", "deepspeed"), (r"\bapex\b|amp_C|fused_layer_norm_cuda", "apex"),
+    (r"sageattention|_qattn", "sageattention"), (r"mamba_ssm|selective_scan", "mamba-ssm"),
+    (r"causal_conv1d", "causal-conv1d"), (r"torch_scatter|torch_sparse|torch_cluster|torch_spline_conv", "torch-scatter"),
+    (r"mmcv", "mmcv"), (r"detectron2", "detectron2"), (r"pytorch3d", "pytorch3d"), (r"auto_gptq|exllama\w*",
+    "auto-gptq"), (r"transformer_engine", "transformer-engine"), (r"llama_cpp", "llama-cpp-python"),
+    (r"torch_directml", "torch-directml"), (r"natten", "natten"), (r"spconv", "spconv"), (r"gsplat|diff_gaussian",
+    "the gaussian-splatting extension"), (r"nvdiffrast", "nvdiffrast"), (r"tinycudann|tiny_cuda_nn", "tinycudann"),
+)
+
+
+def _extension_package(ctx: Context, errors: list[ErrorLine]) -> Optional[str]:
+    """The pip package of the compiled module that failed to load: a path or module name on the error lines, else the
+    import right above the first one (a traceback's `import flash_attn_2_cuda`), else the tool the paste names."""
+    first = errors[0].line_no
+    above = [l for l in ctx.sheet.lines[max(0, first - 4): first - 1] if re.search(r"\bimport\b|site-packages", l)]
+    for text in [e.line for e in errors] + above[::-1]:
+        found = _package_of(text) or ""
+        module = re.search(r"(?:while importing|import)\s+([\w.]+)", text)
+        where = " ".join(x for x in (found, module.group(1) if module else "", text) if x)
+        for pattern, package in _MODULE_PACKAGES:
+            if re.search(pattern, where, re.IGNORECASE):
+                return package
+        if found and found not in ("torch", "c10", "libtorch", "libc10"):
+            return found
+    return next((t for t in (ctx.tool(errors),) if t not in (None, "torch")), None)
+
+
 @rule("abi-mismatch")
 def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: an error line saying a compiled module cannot link to what is installed (an undefined symbol, a
+    procedure not found in a DLL, an operator that does not exist, a module built for another NumPy, GLIBCXX, a CUDA
+    toolkit that differs), the module's package (its path, its import), and the torch version the paste shows. The fix
+    rebuilds or reinstalls that package for that torch; the wording of the line only says which of the kinds it is."""
     errors = ctx.of("abi-mismatch")
     if not errors:
         return None
     first = errors[0]
     if first.catalogue is not None and first.catalogue.entry.id == "undefined-symbol-rocm-libs":
         return _restate("abi-mismatch", first, errors)
-    text = first.line
+    text = "\n".join(e.line for e in errors)
     torch = next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None)
-    if re.search(r"GLIBCXX", text):
+    evidence = [ctx.line_fact(first)]
+    if re.search(r"(?i)numpy|_ARRAY_API|multiarray failed to import|module compiled against ABI version", text):
+        return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
+                     "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
+                     "pip install 'numpy<2' (or upgrade the module to a release built for NumPy 2)", evidence, errors)
+    if re.search(r"GLIBCXX|CXXABI_\d", text):
         return _make("abi-mismatch", "an older libstdc++ than the extension needs",
                      "the process loads a libstdc++ (often conda's) older than the one the extension was built with",
                      "conda install -c conda-forge 'libstdcxx-ng>=12' in that environment, or put the system's first: "
-                     "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", [ctx.line_fact(first)], errors)
-    if re.search(r"(?i)numpy", text):
-        return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
-                     "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
-                     "pip install 'numpy<2' (or upgrade the module to a release built for NumPy 2)",
-                     [ctx.line_fact(first)], errors)
-    if re.search(r"torchvision::nms", text):
+                     "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", evidence, errors)
+    if re.search(r"torchvision::\w+", text):
         return _make("abi-mismatch", "torchvision does not match torch",
                      "torchvision's compiled operators were built for another torch release or build",
                      "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
                      f"with torch 2.(N-15)){': torch is ' + torch if torch else ''}; e.g. pip install --force-reinstall "
-                     "torch torchvision --index-url <torch's index>", [ctx.line_fact(first)], errors)
+                     "torch torchvision --index-url <torch's index>", evidence, errors)
     joined = "\n".join(ctx.sheet.lines)
     compiled = re.search(r"used to compile\s+PyTorch \(([\d.]+)\)", joined)
     if re.search(r"(?i)detected CUDA version", text):
@@ -876,19 +974,24 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         return _make("abi-mismatch", "the CUDA toolkit differs from torch's",
                      "an extension is built with nvcc from another CUDA than the one torch was compiled with",
                      f"build with CUDA {want} (torch.version.cuda): install that toolkit and point CUDA_HOME at it, or "
-                     "install the prebuilt wheel of the extension instead of building it", [ctx.line_fact(first)],
-                     errors)
+                     "install the prebuilt wheel of the extension instead of building it", evidence, errors)
     if re.search(r"(?i)\bODR\b|duplicate libamd_smi", text):
         return _make("abi-mismatch", "two copies of libamd_smi in one process",
                      "the separate amdsmi package loads its own libamd_smi beside the one the ROCm torch wheel bundles",
-                     "pip uninstall amdsmi (the torch wheel brings what it needs)", [ctx.line_fact(first)], errors)
-    package = _package_of(text) or next((t for t in (ctx.tool(errors),) if t not in (None, "torch")), None)
-    package = {"_torch_sox": "torchaudio", "libtorchaudio": "torchaudio"}.get(package or "", package)
+                     "pip uninstall amdsmi (the torch wheel brings what it needs)", evidence, errors)
+    against = f"torch {torch}" if torch else "the installed torch"
+    if re.search(r"torch_extensions", text + "\n" + joined):
+        return _make("abi-mismatch", "a JIT-built extension cached for another torch",
+                     "torch's JIT extensions (DeepSpeed ops, fused kernels) are compiled once into "
+                     "~/.cache/torch_extensions; a cached build from before a torch upgrade no longer links",
+                     f"rm -rf ~/.cache/torch_extensions (or $TORCH_EXTENSIONS_DIR), then rerun so the ops rebuild "
+                     f"against {against}; for DeepSpeed's prebuilt ops: DS_BUILD_OPS=0 pip install --force-reinstall "
+                     "deepspeed", evidence, errors)
+    package = _extension_package(ctx, errors)
     if re.search(r"(?i)xFormers", text):
         package = "xformers"
-    against = f"torch {torch}" if torch else "the installed torch"
     fixes = {
-        "flash_attn": f"pip uninstall -y flash-attn; pip install flash-attn --no-build-isolation (builds against "
+        "flash-attn": f"pip uninstall -y flash-attn; pip install flash-attn --no-build-isolation (builds against "
                       f"{against}), or the release wheel built for {against}",
         "vllm": f"install the torch this vLLM was built with (pip install vllm pulls it), or build vLLM against {against}",
         "bitsandbytes": "pip install --force-reinstall 'bitsandbytes>=0.45' (its ROCm and CUDA libraries match the "
@@ -898,12 +1001,15 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         "deepspeed": "rebuild the DeepSpeed ops: DS_BUILD_OPS=0 pip install --force-reinstall deepspeed, then let them "
                      "JIT-build against the installed torch",
     }
-    key = next((k for k in fixes if package and k.replace("_", "") in package.replace("_", "").replace("-", "")), None)
-    fix = fixes.get(key or "", f"reinstall {package or 'the extension'} built for {against} (or rebuild it with "
-                               "--no-build-isolation so it compiles against the torch you have)")
+    windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
+    fix = fixes.get(package or "", f"pip uninstall -y {package or '<the extension>'}; reinstall it built for "
+                                   f"{against} (the wheel made for that torch and CUDA/ROCm, or pip install "
+                                   f"--no-build-isolation {package or '<the extension>'} so it compiles against the "
+                                   "torch you have)")
+    what = "a function it needs" if windows else "a symbol"
     return _make("abi-mismatch", f"{package or 'a compiled extension'} was built for another torch",
-                 f"{package or 'the extension'} calls a symbol the installed torch (or library) does not export: it "
-                 f"was compiled against another release than {against}", fix, [ctx.line_fact(first)], errors)
+                 f"{package or 'the extension'} calls {what} the installed torch (or library) does not export: it "
+                 f"was compiled against another release than {against}", fix, evidence, errors)
 
 
 def _package_of(line: str) -> Optional[str]:
@@ -936,6 +1042,22 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                 f"this ROCm lives elsewhere, so {missing_tool.group(1)} does not exist",
                 f"export ROCM_PATH={root} (HIP_PATH too) before building, or link the install there: sudo ln -s "
                 f"{root} /opt/rocm")
+    if re.search(r"(?i)rocm(?:\.|_)?(?:path|home).*not (?:found|set)|Could not find ROCm|Failed to find ROCm root|"
+                 r"ROCm not found", text):
+        root = ("$(rocm-sdk path --root) (this ROCm came as wheels)" if therock else "/opt/rocm (or /opt/rocm-X.Y.Z, "
+                "where it is installed)")
+        return ("the ROCm install is not found", "the build or the program looks for ROCm through ROCM_PATH / "
+                "ROCM_HOME or /opt/rocm, and finds neither", f"install ROCm (sudo amdgpu-install --usecase=rocm) if it "
+                f"is not, then export ROCM_PATH={root} ROCM_HOME=$ROCM_PATH before the command")
+    compiler = re.search(r"(?i)\b(hipcc|hipconfig|amdclang\+*|hipify-perl)\W*(?:command )?not found|Unable to find (hipcc)",
+                         text)
+    if compiler:
+        tool = compiler.group(1) or compiler.group(2)
+        where = ('pip install "rocm[devel]" from the index the rocm wheels came from (its bin/ holds them)' if therock
+                 else "sudo amdgpu-install --usecase=rocm,hiplibsdk (or the distribution's rocm-hip-sdk / hipcc package)")
+        return (f"{tool} is not found", f"building GPU code needs ROCm's compiler tools ({tool}), which are not "
+                "installed or not on PATH", f"{where}; then export PATH=/opt/rocm/bin:$PATH ROCM_PATH=/opt/rocm before "
+                f"the build (where {tool} is installed but not found)")
     if re.search(r"rocm\[devel\]|rocm_sdk_devel", text):
         return ("the ROCm SDK's development package is missing", "this ROCm came as wheels without rocm[devel], which "
                 "holds the tools and headers", "pip install \"rocm[devel]\" from the same index as rocm (in the same "
@@ -1037,12 +1159,13 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     archs = ctx.sheet.machine_archs
     igpu = [a for a in archs if (arch_info(a) and arch_info(a).kind == "apu")]
     dgpu = [a for a in archs if a not in igpu and a.startswith("gfx")]
-    said_igpu = ctx.sheet.first("igpu")
+    said_igpu = next((f for f in ctx.sheet.of("igpu") if f.detail != "only"), None)
     # the iGPU is in the way when torch finds no usable GPU, or when code fails on it that the card may not even need
     # (an override for the card makes the iGPU run the card's code too)
     missing = ctx.of("arch-missing")
     symptoms = errors + missing + ctx.crashes()
-    if ((igpu and dgpu) or said_igpu) and symptoms:
+    # an iGPU said to be there counts unless the paste's only GPU is that iGPU (then nothing is in the way)
+    if ((igpu and dgpu) or (said_igpu and (dgpu or not igpu))) and symptoms:
         first = said_igpu is not None and said_igpu.detail == "cuda0" or bool(missing)
         value = override_for_arch(dgpu[0]) if dgpu else None
         also = (f"; the card ({dgpu[0]}) also needs {OVERRIDE}={value}, which must not reach the iGPU"
@@ -1431,6 +1554,16 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "flash-attn 2 has kernels for sm_80 and newer only; this GPU is older",
                      "do not use flash-attn here: load the model with attn_implementation=\"sdpa\" (or \"eager\") "
                      "instead of \"flash_attention_2\"", evidence, errors)
+    if re.search(r"(?i)FlashAttention2? has been toggled on|flash_attn\W+(?:seems to be )?not installed|No module named "
+                 r"'flash_attn", text):
+        amd = _vendor(ctx) == "amd"
+        install = ("ROCm's flash-attention (github.com/ROCm/flash-attention, built with GPU_ARCHS=<your gfx>) or its "
+                   "Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE)" if amd else
+                   "pip install flash-attn --no-build-isolation (a prebuilt wheel matching torch and CUDA)")
+        return _make("attention", "flash-attn is not installed", "the model is asked for FlashAttention 2, but the "
+                     "flash_attn package is not importable in this environment",
+                     f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
+                     f"or install {install}", evidence, errors)
     if re.search(r"(?i)memory_efficient_attention", text) and _vendor(ctx) == "amd":
         return _make("attention", "xformers has no kernels for this AMD GPU",
                      "the installed xformers has no ROCm kernels for this arch",
