@@ -38,7 +38,7 @@ class Fact:
 
 KINDS = ("os", "platform", "kernel", "driver", "gpu", "arch", "built_for", "pci_id", "env", "rocm", "hip", "cuda",
          "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors", "root_only", "complaint", "igpu",
-         "device_node", "nccl_iface", "memory_total", "user_groups")
+         "device_node", "nccl_iface", "memory_total", "user_groups", "cpu_arch")
 
 
 @dataclass
@@ -392,7 +392,7 @@ def _versions(line: str):
 @finder
 def _torch(line: str):
     m = re.search(r"\btorch(?:[-= ]+|\sversion\s*[=:]\s*|\.__version__\W+)(\d+\.\d+\.\d+(?:\.dev\d+|a0|rc\d)?"
-                  r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|\b(\d\.\d{1,2}\.\d+\+(?:rocm|cu|cpu)[\w.]*)",
+                  r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|(?<![-=\w.])(\d\.\d{1,2}\.\d+\+(?:rocm|cu|cpu)[\w.]*)",
                   line)
     if m:
         version = next(g for g in m.groups() if g)
@@ -415,6 +415,11 @@ def _python(line: str):
         yield "python", value, ""
     for tag in re.findall(r"\b(win_amd64|manylinux\w*|linux_x86_64|linux_aarch64|macosx_\w+|musllinux\w*)\b", line):
         yield "wheel_tag", tag, ""
+    if not re.search(r"\.whl\b|manylinux|linux_aarch64", line):   # the machine's CPU, not a wheel's tag
+        if re.search(r"(?i)\baarch64\b|\barm64\b|\bJetson\b|\bGrace\b|\bGH200\b|\bDGX Spark\b|Apple M\d", line):
+            yield "cpu_arch", "aarch64", ""
+        elif re.search(r"(?i)\bx86_64\b|\bamd64\b", line):
+            yield "cpu_arch", "x86_64", ""
 
 
 _LAYOUT = (
@@ -486,10 +491,15 @@ def _root_only(line: str):
 @finder
 def _complaint(line: str):
     """The user saying it does not work, in prose ("cannot get X running", "not using the GPU"): a symptom without
-    an error line, which a rule may still explain from the other facts."""
+    an error line, which a rule may still explain from the other facts. Slowness is its own value: the rules that
+    explain a slow run (MIOpen's kernel search, a transport without P2P) read it, the ones for a failure do not."""
+    if re.search(r"(?i)\b(?:takes? (?:forever|ages|minutes|hours)|(?:very|extremely|super|really|painfully) slow|"
+                 r"slow(?:er)? than|slow first|first (?:run|step|image|generation) (?:is |takes )?(?:very )?slow)", line):
+        yield "complaint", "slow", ""
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
                  r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|"
-                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|"
+                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
+                 r"\bno GPU (?:agent|found|detected|device)s?\b|"
                  r"\bis (?:it|this) (?:just )?not supported\b|\b(?:add|adding|request\w*|needs?|plans? (?:to|for)) "
                  r"support (?:for|of)\b|\bwhen (?:will|is|does) .{0,60}\bsupport|\bsupport (?:for|of) .{0,60}\bwill "
                  r"come\b|\bdoes(?:n't| not) support\b|\bhow (?:to|can I|do I) (?:run|use|get)\b.{0,60}\b(?:GPU|RX|Radeon)", line):
@@ -563,18 +573,45 @@ def _sensors(line: str):
 # Reading a text
 # ---------------------------------------------------------------------------------------------------------
 
+# What a log puts before each line: the systemd journal's date, host and process, an ISO timestamp (docker logs -t, CI
+# logs), a compose service's column, torchrun's rank, kubectl's pod. The line after it is what the tool printed, and
+# the readers that anchor at a line's start (a prompt, an `ls -l` row, a traceback's last line) must see that.
+_JOURNAL = re.compile(r"^\s*[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ ([\w.\-/@]+)(?:\[\d+\])?: ")
+_LOG_PREFIX = re.compile(
+    r"^\s*(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"   # ISO timestamp
+    r"|\[(?:rank|default)\d+\]:\s?"                                                      # torchrun
+    r"|\[pod/[\w.\-]+/[\w.\-]+\]\s"                                                     # kubectl logs --prefix
+    r"|[\w][\w.\-]*-\d+\s+\|\s|[a-z][\w.\-]*\s{2,}\|\s)")                                # docker compose service
+ 
+
+def strip_log_prefix(line: str) -> str:
+    """The line as the tool printed it, without a log's prefix (repeated: a journal line may carry a timestamp too)."""
+    for _ in range(2):
+        m = _JOURNAL.match(line) or _LOG_PREFIX.match(line)
+        if not m or m.end() >= len(line):
+            break
+        line = line[m.end():]
+    return line
+
+
 def _clean(line: str) -> str:
-    """A line without the decorations of where it was pasted: markdown quotes, a journal prefix keeps its content."""
+    """A line without the decorations of where it was pasted: a markdown quote, a log's prefix."""
     line = re.sub(r"^\s*>\s?", "", line)
-    return line.rstrip()
+    return strip_log_prefix(line).rstrip()
 
 
 def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fact]]] = None) -> FactSheet:
     """Every fact of `text`, line by line; the error lines are found by `error_lines` (error_lines.find_errors), kept
     apart so this module holds no list of messages."""
-    lines = [_clean(l) for l in text.splitlines()]
+    raw = text.splitlines()
+    lines = [_clean(l) for l in raw]
     sheet = FactSheet(lines=lines)
     seen: set[tuple[str, str, str]] = set()
+    for number, line in enumerate(raw, 1):   # a process's lines in the journal: it runs as a service
+        journal = _JOURNAL.match(re.sub(r"^\s*>\s?", "", line))
+        if journal and journal.group(1) not in ("kernel", "sudo", "su", "systemd-logind") and \
+                not any(f.kind == "platform" and f.value == "systemd" for f in sheet.facts):
+            sheet.facts.append(Fact("platform", "systemd", number, line.strip(), "journal"))
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.strip().startswith("```"):
             continue
@@ -586,6 +623,7 @@ def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fa
                     sheet.facts.append(Fact(kind, value, number, line.strip(), detail))
     _gpu_archs(sheet)
     _user_groups(sheet)
+    _root_only_answers(sheet)
     if error_lines is not None:
         sheet.facts += error_lines(lines)
         sheet.facts.sort(key=lambda f: f.line_no)
@@ -620,6 +658,28 @@ def _user_groups(sheet: FactSheet) -> None:
                 found.append(Fact("user_groups", ",".join(names), number + 1, answer))
     sheet.facts += found
     sheet.facts.sort(key=lambda f: f.line_no)
+
+
+def _root_only_answers(sheet: FactSheet) -> None:
+    """The same check run twice, once under sudo: torch sees the GPU as root and not as the user (a `sudo python -c
+    "...is_available()"` answered True beside a plain one answered False)."""
+    asked = re.compile(r"(?:cuda|xpu)\.is_available\(\)|device_count\(\)|\brocminfo\b|\bclinfo\b")
+    said = {True: None, False: None}
+    for number, line in enumerate(sheet.lines[:-1], 1):
+        if not asked.search(line):
+            continue
+        answer = sheet.lines[number].strip().strip("`")
+        works = answer == "True" or bool(re.fullmatch(r"[1-9]\d*", answer)) or "Agent 2" in answer
+        fails = answer in ("False", "0") or "Permission denied" in answer
+        root = bool(re.search(r"(?:^|[\s$#>])sudo\s", line))
+        if root and works:
+            said[True] = (number, line)
+        elif not root and fails:
+            said[False] = (number, line)
+    if said[True] and said[False]:
+        number, line = said[True]
+        sheet.facts.append(Fact("root_only", "yes", number, line.strip(), "answers"))
+        sheet.facts.sort(key=lambda f: f.line_no)
 
 
 def discrete_archs(sheet: FactSheet) -> list[str]:

@@ -321,7 +321,7 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
         faults = ctx.of("gpu-hang") + ctx.crashes()
         symptoms = faults + ctx.no_gpu()
         if not symptoms and arch and arch.startswith("gfx"):
-            symptoms = _symptom_lines(ctx, ctx.sheet.of("complaint")[:1])
+            symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
         windows_override = ctx.sheet.is_windows and ctx.override() is not None
         # an unexplained error beside the complaint, on a GPU whose sibling's code the older builds carried
         unexplained = arch and override_for_arch(arch) and any(e.family is None for e in ctx.errors)
@@ -435,7 +435,7 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     symptoms = ctx.crashes() + ctx.of("arch-missing", "device-access", "visibility", "driver") + ctx.no_gpu() + \
         [e for e in ctx.errors if e.family is None]
     if not symptoms and old:
-        symptoms = _symptom_lines(ctx, ctx.sheet.of("complaint")[:1])
+        symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first
     explicit = any(re.search(r"(?i)permission denied|no such file|operation not permitted", e.line)
                    for e in ctx.of("device-access")) or ctx.of("platform-bios")
@@ -563,9 +563,11 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     cause = ("only root can open /dev/kfd and /dev/dri/renderD*: the user is not in the group"
              f"{'s' if len(wanted) > 1 else ''} that own them ({', '.join(wanted)})")
     evidence = [ctx.line_fact(e) for e in errors[:2]] + ([root_only] if root_only else [])
+    # under sudo it works: the sudo line is the proof, not a second problem
+    proof = [e for e in ctx.of("env-not-applied") if root_only and re.search(r"\bsudo\b", e.line)]
     return _make("device-access", "the user may not open the GPU device files", cause,
                  f"sudo usermod -aG {','.join(wanted)} $USER, then log out and back in (or reboot); never run the "
-                 "job with sudo instead", evidence, errors + ctx.no_gpu())
+                 "job with sudo instead", evidence, errors + ctx.no_gpu() + proof)
 
 
 def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
@@ -597,7 +599,7 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("wsl", "visibility", "device-access", "driver") + ctx.no_gpu()
     if not errors and _vendor(ctx) == "amd":
         errors = [e for e in ctx.errors if e.family in (None, "torch-build", "rocm-libs-missing")]
-    if not errors and not ctx.sheet.has("complaint"):
+    if not errors and not ctx.sheet.has("complaint", "yes"):
         return None
     fact = next(f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl")
     labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
@@ -651,6 +653,12 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded "
                "(or reinstall the driver cleanly and reboot)")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
+    elif re.search(r"(?i)Key was rejected by service", text):
+        module = "nvidia" if re.search(r"(?i)nvidia", text) else "amdgpu"
+        fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
+               "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
+               "Boot off in the firmware settings")
+        cause = f"the {module} kernel module is not signed with a key the firmware trusts (Secure Boot is on)"
     elif re.search(r"(?i)nvidia kernel module (?:is )?missing", text):
         fix = f"the nvidia module is not loaded: {secure_boot}; else reinstall the driver for the running kernel"
         cause = "the NVIDIA kernel module is not loaded for this kernel"
@@ -682,7 +690,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"update the NVIDIA driver (it runs CUDA {most or '?'} at most; a current torch needs a driver for "
                f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"
-    elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build",
+    elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build|"
+                   r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)",
                    text):
         fix = ("install the amdgpu-dkms of a newer ROCm release (one that lists this kernel), boot a kernel that the "
                "ROCm release supports, or drop the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (the "
@@ -844,7 +853,27 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
             fix = f"download the wheel built for this platform and Python (not {platform}, {tag})"
         if "win" in platform and not ctx.sheet.is_windows or ("linux" in platform and ctx.sheet.is_windows):
             fix = f"this is a {platform} wheel: use the one built for this OS (or run under WSL 2 / Linux)"
+        machine = ctx.sheet.values("cpu_arch")
+        built = "aarch64" if re.search(r"aarch64|arm64", platform) else "x86_64" if re.search(r"x86_64|amd64",
+                                                                                                 platform) else None
+        if machine and built and machine[-1] != built:
+            fix = (f"this wheel is built for {built} ({platform}); this machine is {machine[-1]}: install the "
+                   f"{machine[-1]} build (a wheel tagged linux_{machine[-1]} / manylinux_*_{machine[-1]}, built from "
+                   "source where the project publishes none; on a Jetson, NVIDIA's JetPack wheels)")
+            cause = f"{cause}; this machine's CPU is {machine[-1]}"
         return _make("wheel-platform", "a wheel for another Python or platform", cause, fix,
+                     [ctx.line_fact(errors[0])], errors)
+    uv = re.search(r"(?i)there is no version of ([\w\-]+)==([\w.+]+)|available for a different Python \(you have "
+                   r"Python (3\.\d+)\)", text + "\n" + "\n".join(ctx.sheet.lines))
+    if uv and re.search(r"(?i)different Python", "\n".join(ctx.sheet.lines)):
+        have = re.search(r"you have Python (3\.\d+)", "\n".join(ctx.sheet.lines))
+        pinned = re.search(r"there is no version of ([\w\-]+)==([\w.+]+)", "\n".join(ctx.sheet.lines))
+        what = f"{pinned.group(1)} {pinned.group(2)}" if pinned else "this release"
+        py = have.group(1) if have else (python[-1] if python else "this Python")
+        return _make("wheel-platform", f"no {what} for Python {py}",
+                     f"the index has {what} only for other Pythons than {py} (uv's resolver says so)",
+                     f"use an older Python for {what} (uv venv -p 3.11, or uv python pin 3.11; conda create -n env "
+                     f"python=3.11), or a newer release of it that has Python {py} wheels",
                      [ctx.line_fact(errors[0])], errors)
     package = re.search(r"(?:requirement|distribution found for) (\S+)", text)
     name = package.group(1).rstrip(";`'\".,)") if package else "the package"
@@ -1084,7 +1113,9 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         if name.startswith(prefix):
             return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
                     f"sudo apt-get install {package} (the distribution package with {name})")
-    if re.search(r"(?i)\b(?:fbgemm|shm|c10|torch_cpu|torch_python|asmjit|uv)\.dll|WinError 126", text):
+    rocm_dll = re.search(r"(?i)\b(?:amdhip64|rocblas|hipblas\w*|MIOpen|hiprtc\w*|amd_comgr\w*|rocsolver|hipsparse)"
+                         r"(?:_\d+)?\.dll", text)
+    if not rocm_dll and re.search(r"(?i)\b(?:fbgemm|shm|c10|torch_cpu|torch_python|asmjit|uv)\.dll|WinError 126", text):
         return ("torch's DLLs cannot load their dependencies",
                 "torch's fbgemm.dll / shm.dll need libomp140.x86_64.dll and the Visual C++ runtime, which a clean "
                 "Windows does not have",
@@ -1301,7 +1332,13 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("multi-gpu-transport")
 def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
+    launcher that never gets past the first step), and the facts that pick the transport's fix: Windows (no NCCL),
+    a container's /dev/shm, the socket interfaces NCCL listed or the nodes name, IOMMU faults in dmesg, and whether
+    the GPUs are consumer cards (RDNA, GeForce: no usable PCIe peer-to-peer) or datacenter ones (iommu=pt)."""
     errors = ctx.of("multi-gpu-transport")
+    if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
+        errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
@@ -1344,9 +1381,33 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
         return _make("multi-gpu-transport", "shared memory is too small for the GPUs' transport",
                      "RCCL/NCCL pass data between processes through /dev/shm, which is 64 MB in a default container",
                      "docker run --ipc=host (or --shm-size=16g)", [ctx.line_fact(errors[0])], errors)
+    iommu = [e for e in ctx.of("platform-bios") if re.search(r"(?i)AMD-Vi|IO_PAGE_FAULT|DMAR|iommu", e.line)]
+    if iommu:   # the IOMMU faulting on the GPUs' DMA is why their peer-to-peer traffic fails
+        diagnosis = _make("multi-gpu-transport", "the IOMMU blocks the GPUs' peer-to-peer traffic",
+                          "the IOMMU in translation mode faults on the DMA between the GPUs (the fault is in dmesg), so "
+                          "the collective fails or hangs", "add iommu=pt (amd_iommu=on iommu=pt on AMD CPUs) to "
+                          "GRUB_CMDLINE_LINUX_DEFAULT, sudo update-grub, reboot; until then NCCL_P2P_DISABLE=1 runs "
+                          "without peer-to-peer", evidence + [ctx.line_fact(iommu[0])], errors + iommu)
+        diagnosis.rank = family("platform-bios").rank - 1
+        return diagnosis
+    if re.search(r"(?i)\[c10d\]|client socket has timed out|TCPStore|rendezvous|MASTER_ADDR", text):
+        return _make("multi-gpu-transport", "the processes cannot reach the rendezvous address",
+                     "torch's launcher could not connect to MASTER_ADDR:MASTER_PORT (a firewall, an address the other "
+                     "node cannot route to, or a socket on the wrong interface)",
+                     "check from every node: nc -zv <MASTER_ADDR> <MASTER_PORT>; open the port in the firewall; set "
+                     "MASTER_ADDR to the address on the shared network and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to "
+                     "that interface (ip -br addr)", evidence, errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("multi-gpu-transport", hit, errors)
+    consumer = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"gfx1[0-2]\w+|sm_(?:75|86|89|120)", a)]
+    named = " ".join(f.value for f in ctx.sheet.of("gpu"))
+    if consumer and not re.search(r"(?i)\b(?:A100|H100|H200|L40|A40|A6000|RTX A|RTX PRO|W7\d00|MI\d+)", named):
+        return _make("multi-gpu-transport", "consumer GPUs without working peer-to-peer",
+                     f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "
+                     "is missing or broken on desktop boards, and NCCL/RCCL hang or fail when they pick it",
+                     "export NCCL_P2P_DISABLE=1 (the transfers go through host memory); if it still hangs, add iommu=pt "
+                     "to the kernel command line", evidence, errors)
     return _make("multi-gpu-transport", "the GPUs cannot reach each other",
                  "peer-to-peer transfers between the GPUs fail or hang (the IOMMU in translation mode, PCIe ACS, or "
                  "a platform without P2P)", "confirm with NCCL_P2P_DISABLE=1 (slower, but it runs), then add iommu=pt "
@@ -1373,11 +1434,14 @@ def _fragmented(text: str) -> Optional[str]:
     asked = re.search(r"Tried to allocate " + _SIZE, text)
     free = re.search(r"of which " + _SIZE + " is free", text)
     spare = re.search(_SIZE + r" is reserved by PyTorch but unallocated", text)
+    total = re.search(r"total capacity of " + _SIZE, text)
     if not asked:
         return None
     need = _mib(*asked.groups())
+    # a few MiB left over on a full GPU is not fragmentation: the spare must be a real share of the memory
+    floor = max(need, 0.04 * _mib(*total.groups()) if total else 256.0)
     for found, what in ((free, "free"), (spare, "reserved by PyTorch but unallocated")):
-        if found and _mib(*found.groups()) >= need:
+        if found and _mib(*found.groups()) >= floor:
             return (f"the request ({asked.group(1)} {asked.group(2)}iB) is smaller than what is {what} "
                     f"({found.group(1)} {found.group(2)}iB): no block of that size is contiguous")
     return None
@@ -1425,7 +1489,18 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("miopen-kernel")
 def miopen(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: MIOpen's own errors (a kernel build, its databases, a handle), or MIOpen named beside a run that is
+    slow where it should not be (its exhaustive kernel search on each new convolution shape)."""
     errors = ctx.of("miopen-kernel")
+    slow = [f for f in ctx.sheet.of("complaint") if f.value == "slow"]
+    if not errors and slow and re.search(r"(?i)\bMIOpen\b|\bVAE\b|\bconv(?:olution)?s?\b",
+                                         "\n".join(ctx.sheet.lines)) and _vendor(ctx) == "amd":
+        errors = _symptom_lines(ctx, slow[:1])
+        return _make("miopen-kernel", "MIOpen searches for its convolution kernels",
+                     "on AMD GPUs MIOpen benchmarks every solver the first time it meets a convolution shape (a VAE "
+                     "decode has many), which is what makes the first run slow", "export MIOPEN_FIND_MODE=2 (FAST: "
+                     "takes the first good solver), and keep ~/.config/miopen between runs so what it found is reused",
+                     [slow[0]], errors, confirmed=False)
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
