@@ -38,7 +38,7 @@ class Fact:
 
 KINDS = ("os", "platform", "kernel", "driver", "gpu", "arch", "built_for", "pci_id", "env", "rocm", "hip", "cuda",
          "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors", "root_only", "complaint", "igpu",
-         "device_node", "nccl_iface", "memory_total", "user_groups", "cpu_arch")
+         "device_node", "nccl_iface", "memory_total", "user_groups", "cpu_arch", "needs_group")
 
 
 @dataclass
@@ -104,7 +104,8 @@ _OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debi
        ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
        ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
        ("windows", r"\bWindows (?:10|11|Server)\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|"
-                   r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)"),
+                   r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)|"
+                   r"(?i:^\W*windows\b(?! subsystem)|\bwindows (?=rocm|hip\b|amd\b|gpu\b|ollama|pytorch|torch\b))"),
        ("macos", r"\bmacOS\b|\bDarwin Kernel\b"))
 
 
@@ -229,7 +230,7 @@ def _nvidia_arch(line: str):
 
 # GPU model names: the product table's patterns (Radeon, Instinct, Ryzen APU graphics, NVIDIA), read only where the
 # line looks like it names a device, not where a sentence compares cards.
-_GPU_WORDS = re.compile(r"Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
+_GPU_WORDS = re.compile(r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
                         r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Van Gogh|"
                         r"Ryzen AI|\bW[67]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*", re.IGNORECASE)
@@ -277,6 +278,11 @@ def _gpu(line: str):
     named = re.sub(r"\bRadeon(?:\(TM\))? (?=[5-9]\d{3}\b)", "Radeon RX ", line)   # "Radeon 7900 XTX" is an RX
     named = re.sub(r"(?i)\bRX ?(\d{3,4})", r"RX \1", named)                      # "RX6700", "rx 580"
     named = re.sub(r"(?i)\b(RTX|GTX) ?(\d{3,4})", lambda m: f"{m.group(1).upper()} {m.group(2)}", named)   # "Gtx1650ti"
+    named = re.sub(r"(?i)\bGeForce (1[0-6][5-8]0)\b", r"GTX \1", named)                       # "geforce 1070"
+    # a bare GeForce number said to be a GPU ("a 5080 GPU", "my 4090 card")
+    if not re.search(r"(?i)\b(?:RTX|GTX|RX)\s?\d{4}", named):
+        named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop))",
+                       r"RTX \1", named)
     named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d00) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)   # "7800XT", "6700 XT"
     for product in PRODUCTS:
         m = re.search(product.pattern, named, re.IGNORECASE)
@@ -382,7 +388,7 @@ def _versions(line: str):
     m = re.search(r"(?:HIP (?:runtime )?version|HIP version|torch\.version\.hip)\W+(\d+\.\d+\.\d+)", line, re.IGNORECASE)
     if m:
         yield "hip", m.group(1), ""
-    for m in re.finditer(r"\+cu(\d{2,3})\b|\bCUDA Version:\s*(\d+\.\d)|\bcuda[_-]v?(\d+\.\d)|CUDA used to build "
+    for m in re.finditer(r"\+cu(\d{2,3})\b|\bCUDA Version:\s*(\d+\.\d)|(?i:\bcuda\s+(?:toolkit\s+)?(?:version\s+)?is\s+v?(\d{1,2}\.\d))\b|\bcuda[_-]v?(\d+\.\d)|CUDA used to build "
                          r"PyTorch:\s*(\d+\.\d)|\bcu(\d{3})\b", line):
         groups = [g for g in m.groups() if g]
         raw = groups[0]
@@ -394,6 +400,14 @@ def _torch(line: str):
     m = re.search(r"\btorch(?:[-= ]+|\sversion\s*[=:]\s*|\.__version__\W+)(\d+\.\d+\.\d+(?:\.dev\d+|a0|rc\d)?"
                   r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|(?<![-=\w.])(\d\.\d{1,2}\.\d+\+(?:rocm|cu|cpu)[\w.]*)",
                   line)
+    if not m:   # "PyTorch 2.8.0 + cu129", "pytorch 2.7.1 cu126": the build said beside the version
+        m = re.search(r"(?i)\bPyTorch:?\s+v?(\d+\.\d+\.\d+)\s*\+?\s*(cu\d{3}|rocm[\d.]+|cpu)\b", line)
+        if m:
+            version = f"{m.group(1)}+{m.group(2).lower()}"
+            m = None
+            label = version.split("+", 1)[1]
+            build = "rocm" if label.startswith("rocm") else "cuda" if label.startswith("cu") else "cpu"
+            yield "torch", version, build
     if m:
         version = next(g for g in m.groups() if g)
         label = version.split("+", 1)[1] if "+" in version else ""
@@ -407,7 +421,7 @@ def _torch(line: str):
 @finder
 def _python(line: str):
     m = re.search(r"\bPython (3\.\d{1,2})(?:\.\d+)?\b|python(3\.\d{1,2})/site-packages|\bcp3(\d{1,2})-cp3\d{1,2}|"
-                  r"\bpy(3\.\d{1,2})\b|Python version:\s*(3\.\d{1,2})|cpython-3(\d{1,2})|\bpy -(3\.\d{1,2})\b|"
+                  r"(?<![A-Za-z])py ?(3\.\d{1,2})(?![\d.])|Python version:\s*(3\.\d{1,2})|cpython-3(\d{1,2})|\bpy -(3\.\d{1,2})\b|"
                   r"\bpython ?(3\.\d{1,2})\b", line, re.IGNORECASE)
     if m:
         groups = [g for g in m.groups() if g]
@@ -496,14 +510,32 @@ def _complaint(line: str):
     if re.search(r"(?i)\b(?:takes? (?:forever|ages|minutes|hours)|(?:very|extremely|super|really|painfully) slow|"
                  r"slow(?:er)? than|slow first|first (?:run|step|image|generation) (?:is |takes )?(?:very )?slow)", line):
         yield "complaint", "slow", ""
+    line = re.sub(r"[’´`]", "'", line)   # doesn´t, doesn’t
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
                  r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|"
                  r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
                  r"\bno GPU (?:agent|found|detected|device)s?\b|"
                  r"\bis (?:it|this) (?:just )?not supported\b|\b(?:add|adding|request\w*|needs?|plans? (?:to|for)) "
                  r"support (?:for|of)\b|\bwhen (?:will|is|does) .{0,60}\bsupport|\bsupport (?:for|of) .{0,60}\bwill "
-                 r"come\b|\bdoes(?:n't| not) support\b|\bhow (?:to|can I|do I) (?:run|use|get)\b.{0,60}\b(?:GPU|RX|Radeon)", line):
+                 r"come\b|\bdoes(?:n't| not) support\b|^\W*(?:\[\w+\]:?\s*)?support (?:for|of)\b.{0,40}"
+                 r"(?:\bRX ?\d|Radeon|gfx\d|Navi|Instinct|GeForce|RTX|GTX)|\bhow (?:to|can I|do I) (?:run|use|get)\b.{0,60}\b(?:GPU|RX|Radeon)", line):
         yield "complaint", "yes", ""
+
+
+@finder
+def _needs_group(line: str):
+    """A message or the prose saying which group opens the GPU ("Users must be a member of the "render" group",
+    "restrict /dev/kfd to members of the 'render' group", "/dev/kfd owned by root:render")."""
+    m = re.search(r"(?i)\bmembers? of (?:the )?[\"'`]?(render|video)[\"'`]? group|/dev/(?:kfd|kdf|dri\S*)\b.{0,60}?\broot:(render|video)\b", line)
+    if m:
+        yield "needs_group", (m.group(1) or m.group(2)).lower(), ""
+
+
+@finder
+def _docker_desktop(line: str):
+    """Docker Desktop (on Linux too) runs containers inside its own VM: the host's /dev/kfd and /dev/dri are not there."""
+    if re.search(r"(?i)\bDocker Desktop\b", line):
+        yield "platform", "docker-desktop", ""
 
 
 @finder

@@ -287,7 +287,30 @@ def _needs_other_code(arch: str) -> bool:
 # The CUDA toolkit that first knows each compute capability (NVIDIA's CUDA release notes)
 _NVCC_FIRST = {"70": "CUDA 9.0", "75": "CUDA 10.0", "80": "CUDA 11.0", "86": "CUDA 11.1", "87": "CUDA 11.4",
                "89": "CUDA 11.8 (or CUDA 12.x)", "90": "CUDA 11.8 (or CUDA 12.x)", "100": "CUDA 12.8",
-               "101": "CUDA 12.8", "120": "CUDA 12.8"}
+               "101": "CUDA 12.8", "120": "CUDA 12.8", "103": "CUDA 12.9", "121": "CUDA 12.9", "110": "CUDA 13.0"}
+# The oldest compute capability each CUDA major still compiles (NVIDIA's CUDA release notes: CUDA 11 dropped sm_30,
+# CUDA 12 dropped sm_35 and sm_37)
+_NVCC_OLDEST = {11: 35, 12: 50, 13: 75}
+
+
+def _cuda_build(ctx: "Context") -> Optional[tuple[int, int]]:
+    """The CUDA a torch of the paste was built for (+cu126 -> (12, 6))."""
+    for fact in reversed(ctx.sheet.of("torch")):
+        m = re.search(r"\+cu(\d{2,3})\b", fact.value)
+        if m:
+            digits = m.group(1)
+            return int(digits[:-1]), int(digits[-1])
+    return None
+
+
+def _wheel_lacks(arch: Optional[str], ctx: "Context") -> bool:
+    """The torch the paste shows cannot carry this NVIDIA GPU: Blackwell before CUDA 12.8, Maxwell/Pascal in the cu129
+    and newer builds."""
+    build = _cuda_build(ctx)
+    if not arch or not arch.startswith("sm_") or build is None:
+        return False
+    cc = int(arch[3:])
+    return (cc >= 100 and build < (12, 8)) or (cc < 70 and build >= (12, 9))
 _OVERRIDE_TABLE = (f"{OVERRIDE}=10.3.0 for RDNA2 (gfx1031-gfx1036), {OVERRIDE}=11.0.0 for RDNA3 (gfx1101-gfx1103, "
                    f"gfx1151), {OVERRIDE}=10.1.0 for the other RDNA1 chips (gfx1011, gfx1013: gfx1010 code), "
                    f"{OVERRIDE}=9.0.0 for the Vega APUs (gfx902, gfx90c)")
@@ -304,8 +327,23 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
     if ctx.override() is None:   # "invalid ISA" with no override set: the build lacks the arch, nothing overrode it
         errors += ctx.of("override-wrong")
     arch, where = ctx.arch(errors)
+    if arch and arch in _APU_ARCHS and any(re.search(r"amdgpu is not supported", e.line) for e in errors):
+        card = next((f for f in ctx.sheet.of("arch") if f.value.startswith("gfx") and f.value not in _APU_ARCHS), None)
+        if card is not None:   # Ollama skips the iGPU it cannot use; the card is what the user runs on
+            arch, where = card.value, card
     confirmed = True
-    nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)'", " ".join(e.line for e in errors))
+    nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)[af]?'", " ".join(e.line for e in errors))
+    toolkit = next((int(v.split(".")[0]) for v in reversed(ctx.sheet.values("cuda"))), None)
+    if nvcc and toolkit and int(nvcc.group(1)) < _NVCC_OLDEST.get(toolkit, 0):
+        # the build asks for an arch older than this toolkit compiles: build for the GPU itself instead
+        cc = nvcc.group(1)
+        own = arch[3:] if arch and arch.startswith("sm_") else None
+        target = (f"build for the GPU's own arch: replace compute_{cc} with compute_{own} in the build files, or "
+                  f"TORCH_CUDA_ARCH_LIST={own[:-1]}.{own[-1]} / CMAKE_CUDA_ARCHITECTURES={own}") if own else \
+            "build for the GPU's own arch (TORCH_CUDA_ARCH_LIST / CMAKE_CUDA_ARCHITECTURES set to its compute capability)"
+        return _make("arch-missing", f"the build asks for compute_{cc}, which CUDA {toolkit} no longer compiles",
+                     f"CUDA {toolkit} dropped compute capability {cc[:-1]}.{cc[-1]}; the project's build still lists it",
+                     target, [ctx.line_fact(errors[0])], errors)
     if nvcc:
         cc = nvcc.group(1)
         needs = _NVCC_FIRST.get(cc, "a newer CUDA toolkit")
@@ -322,18 +360,37 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
         symptoms = faults + ctx.no_gpu()
         if not symptoms and arch and arch.startswith("gfx"):
             symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
-        windows_override = ctx.sheet.is_windows and ctx.override() is not None
+        windows_override = ctx.sheet.is_windows and (ctx.override() is not None or any(
+            OVERRIDE in l for l in ctx.sheet.lines) and ctx.sheet.has("complaint", "yes"))
+        # a torch the GPU is not in (the build says +cuXYZ, the GPU is named) with any sign of trouble
+        said = [ErrorLine(i, l.strip(), None) for i, l in enumerate(ctx.sheet.lines, 1)
+                if re.search(r"(?i)incompatib|not compatible|kernel[- ]related|kernel image", l)]
+        if _wheel_lacks(arch, ctx) and (symptoms or said or ctx.sheet.has("complaint", "yes")):
+            lacking = symptoms or said or _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint")][:1])
+            return _make("arch-missing", f"this torch has no kernels for {arch}",
+                         f"the installed torch is a CUDA {'.'.join(map(str, _cuda_build(ctx)))} build, which does not "
+                         f"carry {arch}", _cuda_index_for_driver(ctx, arch), [where] + lacking[:1], lacking)
         # an unexplained error beside the complaint, on a GPU whose sibling's code the older builds carried
         unexplained = arch and override_for_arch(arch) and any(e.family is None for e in ctx.errors)
-        if not (symptoms or windows_override) or not (arch and (_needs_other_code(arch) or unexplained)) or \
+        if not (symptoms or windows_override) or \
+                not ((arch and (_needs_other_code(arch) or unexplained)) or (windows_override and arch is None)) or \
                 (ctx.override() is not None and not windows_override):
             return None
         # a GPU fault on a card the wheels lack, with no override anywhere, is the missing code itself: HIP ran a
         # kernel for another chip (a library that loaded the nearest code object) or none at all
         settled = bool(faults) and ctx.override() is None and where is not None and where.detail != "list" and \
-            bool(override_for_arch(arch)) and _needs_other_code(arch)
-        errors, confirmed = symptoms or _symptom_lines(ctx, [ctx.override()]), settled
+            bool(arch and override_for_arch(arch)) and _needs_other_code(arch)
+        said_so = [ctx.override()] if ctx.override() is not None else \
+            [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
+        errors, confirmed = symptoms or _symptom_lines(ctx, said_so), settled
     tool = ctx.tool(errors)
+    if arch is None and ctx.sheet.is_windows and tool in ("ollama", "rocblas", "zluda", "comfyui", "a1111", "torch",
+                                                          "llama.cpp", None):
+        return _make("arch-missing", "Windows: the HIP SDK's libraries have no code for this GPU",
+                     "on Windows HSA_OVERRIDE_GFX_VERSION does not reach the HIP SDK's rocBLAS, which carries only the "
+                     "GPUs AMD lists", "find the GPU's gfx target (hipinfo, or the tool's log), then put a rocblas.dll "
+                     "and rocblas/library built for it (or for a sibling arch) in place of the SDK's / the program's own",
+                     [], errors, confirmed=False)
     if arch is None:
         cls = family("arch-missing")
         return _make("arch-missing", "code built without this GPU's architecture",
@@ -422,11 +479,13 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         arch = where.value if where else None
     old = _is_old_gfx(arch)
     text = " ".join(e.line for e in errors)
-    nvidia = re.search(r"(?i)compute capability|cuda capability|too old", text) or (arch or "").startswith("sm_")
+    nvidia = re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text) or \
+        (arch or "").startswith("sm_")
     if errors and nvidia:
-        needed = re.search(r"(?i)compute capability below ([\d.]+)", text)
+        needed = re.search(r"(?i)compute capability below ([\d.]+)|(?:under|below|less than) (?:CUDA )?compute"
+                           r"(?: capability)? ?(\d\.\d)", text)
         found = re.search(r"(?i)(?:cuda|compute) capability (?:of )?(\d+\.\d+)", "\n".join(ctx.sheet.lines))
-        need = f" (it needs compute capability {needed.group(1)} or newer)" if needed else ""
+        need = f" (it needs compute capability {needed.group(1) or needed.group(2)} or newer)" if needed else ""
         return _make("gpu-unsupported", "the GPU is older than the builds support",
                      f"this GPU{' (compute capability ' + found.group(1) + ')' if found else ''} is below what the "
                      f"software is built for{need}",
@@ -474,6 +533,22 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     lacking = _groups_lacking(ctx)
     if lacking and not errors:
         errors = ctx.of("visibility") + ctx.no_gpu()
+    desktop = ctx.sheet.first("platform") if ctx.sheet.has("platform", "docker-desktop") else None
+    if desktop is not None and re.search(r"/dev/(?:kfd|dri)|\bROCm\b|rocm/", "\n".join(ctx.sheet.lines)):
+        fact = next(f for f in ctx.sheet.of("platform") if f.value == "docker-desktop")
+        return _make("device-access", "Docker Desktop's VM has no /dev/kfd",
+                     "Docker Desktop (on Linux too) runs the containers in its own virtual machine, which does not have "
+                     "the host's /dev/kfd and /dev/dri, so --device cannot pass them",
+                     "run ROCm containers on the host's Docker Engine instead: docker context use default (or quit "
+                     "Docker Desktop), then docker run --device=/dev/kfd --device=/dev/dri --group-add video ...",
+                     [fact], errors + [e for e in ctx.errors if e.family is None])
+    needed = ctx.sheet.first("needs_group")
+    if needed is not None and not errors and not ctx.sheet.has("root_only") and not ctx.of("driver"):
+        return _make("device-access", f"opening the GPU needs the {needed.value} group",
+                     f"the device files belong to the {needed.value} group (newer systems give /dev/kfd to render, "
+                     "not video), and a user outside it cannot open them", f"sudo usermod -aG {needed.value}"
+                     f"{',video' if needed.value == 'render' else ''} $USER, then log out and back in",
+                     [needed], [e for e in ctx.errors if e.family is None])
     root_only = ctx.sheet.first("root_only")
     nodes = ctx.sheet.of("device_node")
     closed = [f for f in nodes if f.detail.split()[0] == "root" and f.detail.split()[1][3:5] == "--"]
@@ -567,7 +642,9 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     proof = [e for e in ctx.of("env-not-applied") if root_only and re.search(r"\bsudo\b", e.line)]
     return _make("device-access", "the user may not open the GPU device files", cause,
                  f"sudo usermod -aG {','.join(wanted)} $USER, then log out and back in (or reboot); never run the "
-                 "job with sudo instead", evidence, errors + ctx.no_gpu() + proof)
+                 "job with sudo instead; if ls -l /dev/kfd shows root root (no group may open it), add a udev rule: "
+                 "/etc/udev/rules.d/70-kfd.rules with KERNEL==\"kfd\", GROUP=\"render\", MODE=\"0660\"",
+                 evidence, errors + ctx.no_gpu() + proof)
 
 
 def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
@@ -875,6 +952,15 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      f"use an older Python for {what} (uv venv -p 3.11, or uv python pin 3.11; conda create -n env "
                      f"python=3.11), or a newer release of it that has Python {py} wheels",
                      [ctx.line_fact(errors[0])], errors)
+    if re.search(r"not a supported wheel", text) and python:
+        # no wheel file named: the wheels on offer are for another Python; the release before this one usually has them
+        major, minor = (int(x) for x in python[-1].split(".")[:2])
+        older = f"{major}.{minor - 1}"
+        return _make("wheel-platform", f"the wheels are not built for Python {python[-1]}",
+                     f"pip refuses the wheels as built for another Python than {python[-1]} (or another platform)",
+                     f"use an environment with the Python the wheels are built for, usually the release before: "
+                     f"Python {older} (uv venv -p {older}, conda create -n env python={older}); the cpXY in a wheel's "
+                     "file name says which", [ctx.line_fact(errors[0])], errors)
     package = re.search(r"(?:requirement|distribution found for) (\S+)", text)
     name = package.group(1).rstrip(";`'\".,)") if package else "the package"
     py = python[-1] if python else None
@@ -1173,7 +1259,16 @@ def _visible(ctx: Context) -> dict[str, Fact]:
 
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
+    (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
     errors = ctx.of("visibility")
+    dropped = [e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
+    if dropped:   # Ollama 0.30+ filters iGPUs that are not on its allow-list
+        return _make("visibility", "Ollama drops the integrated GPU",
+                     "Ollama (0.30 and newer) leaves out integrated GPUs that are not on its allow-list, so the model "
+                     "runs on the CPU", set_variable("OLLAMA_IGPU_ENABLE", "1", ctx.sheet, "ollama") +
+                     " (OLLAMA_IGPU_ENABLE=1 for the server; a newer Ollama may list this iGPU by default)",
+                     [ctx.line_fact(dropped[0])], errors + ctx.no_gpu())
     visible = _visible(ctx)
     rocr = visible.get("ROCR_VISIBLE_DEVICES")
     inner = visible.get("HIP_VISIBLE_DEVICES") or visible.get("CUDA_VISIBLE_DEVICES")
@@ -1195,6 +1290,12 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     # (an override for the card makes the iGPU run the card's code too)
     missing = ctx.of("arch-missing")
     symptoms = errors + missing + ctx.crashes()
+    # Ollama names the iGPU unsupported and goes on with the card it supports: the iGPU is out of the way already
+    kept = any(re.search(r'msg="amdgpu is supported"|inference compute.*library=rocm', l) for l in ctx.sheet.lines)
+    refused_igpu = [e for e in missing if re.search(r"amdgpu is not supported", e.line) and
+                    any(a in e.line for a in igpu)]
+    if kept and refused_igpu and len(refused_igpu) == len(missing):
+        symptoms = [e for e in symptoms if e not in refused_igpu]
     # an iGPU said to be there counts unless the paste's only GPU is that iGPU (then nothing is in the way)
     if ((igpu and dgpu) or (said_igpu and (dgpu or not igpu))) and symptoms:
         first = said_igpu is not None and said_igpu.detail == "cuda0" or bool(missing)
@@ -1222,7 +1323,7 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
 
 
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
-                           r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limited|too (?:little|small))|"
+                           r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limit(?:s|ed|ing)?|too (?:little|small))|"
                            r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
                            r"\bonly\s*~?\s*\d+\s*[MG]i?B of (?:VRAM|GTT|GPU memory)|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
 _APU_ARCHS = ("gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1035", "gfx1036", "gfx90c", "gfx1033")
@@ -1238,7 +1339,9 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     gtt_said = [l for l in short if re.search(r"\bGTT\b", l)]
     if any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
         return None
-    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said:
+    said_apu = any(re.search(r"(?i)\bAPUs?\b|unified memory|\biGPU\b", l) for l in ctx.sheet.lines)
+    limit_said = [l for l in short if re.search(r"(?i)\bUMA\b|\bTTM\b|\bGTT\b", l)]
+    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said and not (said_apu and limit_said):
         return None
     name = f"the APU ({apu[0]})" if apu else "the APU"
     carve, seen = _vram_bytes(ctx.sheet.lines), _pool_kib(ctx.sheet.lines)
@@ -1261,10 +1364,14 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     pages = int(ram * 0.75 * GIB / PAGE) if ram else None
     limit = (f"ttm.pages_limit={pages} (3/4 of the {ram:g} GiB RAM in 4 KiB pages)" if pages else
              "ttm.pages_limit=<3/4 of the RAM in 4 KiB pages>")
+    tool = ctx.tool(errors)
+    ggml = ("; llama.cpp / Ollama (ggml's HIP backend): GGML_CUDA_ENABLE_UNIFIED_MEMORY=1 makes it allocate from "
+            "system memory, past the carve-out" if tool in ("llama.cpp", "ollama", None) else "")
     return _make("apu-memory", f"{name} runs out of GPU memory",
                  "an APU's GPU memory is the BIOS carve-out (UMA frame buffer) plus GTT, which the kernel caps at half "
                  "the RAM by default", f"raise the UMA frame buffer in the BIOS, or raise the GTT cap with the kernel "
-                 f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot", evidence, errors)
+                 f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot{ggml}", evidence,
+                 errors or _symptom_lines(ctx, []))
 
 
 def _vram_bytes(lines: list[str]) -> Optional[int]:
