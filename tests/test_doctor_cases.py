@@ -83,3 +83,12 @@ def test_the_score_command_prints_the_share_per_cause(capsys):
     assert re.fullmatch(r"train: \d+/\d+ cases solved \(\d+\.\d%\)", first)
     assert all(f"  {family}" in out for family in FAMILIES)
     assert FOLDER.joinpath("README.md").read_text(encoding="utf-8").count("divisible by 5") == 1
+
+
+def test_the_summary_scores_each_mining_batch_apart():
+    from steadytune.doctor.cases import Score, summary
+    first = Case("https://github.com/a/b/issues/7", "torch", "x", "arch-missing", "f", ("e",))
+    second = Case("https://github.com/a/b/issues/8", "torch", "x", "arch-missing", "f", ("e",), batch="2")
+    out = summary([Score(first, "arch-missing", "e", True), Score(second, None, "", False)], "heldout", False)
+    assert "  batch 1: 1/1 (100.0%)" in out and "  batch 2: 0/1 (0.0%)" in out
+    assert "batch" not in summary([Score(first, "arch-missing", "e", True)], "heldout", False)

@@ -31,6 +31,8 @@ class Case:
     fix: str
     expect: tuple[str, ...]
     date: Optional[str] = None
+    batch: str = "1"           # the mining round that wrote it down; a held-out batch is scored apart the first time
+
 
     @property
     def number(self) -> int:
@@ -60,7 +62,8 @@ def load_cases(part: str) -> list[Case]:
         if item["cause"] not in families:
             raise CaseError(f"{path.name} case {i} ({item['source']}): unknown cause {item['cause']!r}")
         cases.append(Case(str(item["source"]), str(item["tool"]), str(item["paste"]), item["cause"], str(item["fix"]),
-                          tuple(str(e) for e in item["expect"]), str(item.get("date") or "") or None))
+                          tuple(str(e) for e in item["expect"]), str(item.get("date") or "") or None,
+                          str(item.get("batch") or "1")))
     return cases
 
 
@@ -93,6 +96,12 @@ def summary(scores: list[Score], part: str, show_misses: bool) -> str:
         by_cause.setdefault(s.case.cause, []).append(s)
     for cause, group in sorted(by_cause.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"  {cause:<20} {sum(s.solved for s in group)}/{len(group)}")
+    batches = sorted({s.case.batch for s in scores})
+    if len(batches) > 1:   # each mining round apart: a batch never scored before is the clean estimate
+        for batch in batches:
+            group = [s for s in scores if s.case.batch == batch]
+            solved_here = sum(s.solved for s in group)
+            lines.append(f"  batch {batch}: {solved_here}/{len(group)} ({100 * solved_here / len(group):.1f}%)")
     if show_misses:
         for s in scores:
             if not s.solved:

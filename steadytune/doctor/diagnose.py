@@ -6,11 +6,12 @@ runs it over each mined case.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, error_facts, family, find_errors
-from steadytune.doctor.facts import Fact, FactSheet, extract_facts
+from steadytune.doctor.facts import Fact, FactSheet, extract_facts, strip_log_prefix
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.rules import Diagnosis, run_rules
 from steadytune.hardware.error_catalogue import Facts, Match, match_text
@@ -62,6 +63,9 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
     """Facts, error lines, diagnoses (best first) and the error lines none of them explains. `chunks` give parts of the
     text their own catalogue facts (a pasted session: each command's variables); else `catalogue_facts` hold for all."""
     lines = text.splitlines()
+    if lines and all(re.match(r"\s*>", line) for line in lines if line.strip()):   # a markdown quote, every line
+        lines = [re.sub(r"^\s*>\s?", "", line) for line in lines]
+    lines = [strip_log_prefix(line) for line in lines]
     if len(lines) > MAX_LINES:
         lines, chunks = _cut(lines), None
     joined = "\n".join(lines)

@@ -38,7 +38,7 @@ class Fact:
 
 KINDS = ("os", "platform", "kernel", "driver", "gpu", "arch", "built_for", "pci_id", "env", "rocm", "hip", "cuda",
          "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors", "root_only", "complaint", "igpu",
-         "device_node", "nccl_iface", "memory_total")
+         "device_node", "nccl_iface", "memory_total", "user_groups", "cpu_arch", "needs_group")
 
 
 @dataclass
@@ -104,7 +104,8 @@ _OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debi
        ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
        ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
        ("windows", r"\bWindows (?:10|11|Server)\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|"
-                   r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)"),
+                   r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)|"
+                   r"(?i:^\W*windows\b(?! subsystem)|\bwindows (?=rocm|hip\b|amd\b|gpu\b|ollama|pytorch|torch\b))"),
        ("macos", r"\bmacOS\b|\bDarwin Kernel\b"))
 
 
@@ -123,7 +124,7 @@ _PLATFORMS = (
     ("wsl", r"microsoft-standard-WSL2|\bWSL ?2?\b|/dev/dxg\b|librocdxg|\bdxgkrnl\b|/usr/lib/wsl/"),
     ("container", r"\bdocker (?:run|exec|compose)\b|\bdocker-compose\b|\bpodman (?:run|exec)\b|\bDockerfile\b"
                   r"|^\s*(?:\(\S+\)\s*)?root@[0-9a-f]{12}:|\bapptainer\b|\bsingularity (?:exec|run|shell)\b"
-                  r"|/\.dockerenv|\bkubectl\b|\bdevices:\s*$|\brocm/(?:pytorch|vllm|dev-ubuntu)[:\w.-]*"
+                  r"|/\.dockerenv|\bkubectl\b|^\s*devices:\s*$|\brocm/(?:pytorch|vllm|dev-ubuntu)[:\w.-]*"
                   r"|\bollama/ollama:rocm\b|\bdistrobox\b|\btoolbox (?:enter|run)\b"),
     ("systemd", r"\bsystemctl\b|\bjournalctl\b|\bsystemd\[\d+\]|\.service\b|^\s*Environment=|\[Service\]"),
     ("slurm", r"\bsrun\b|\bsbatch\b|\bSLURM_\w+|\bsalloc\b"),
@@ -212,9 +213,11 @@ def _arch(line: str):
 
 @finder
 def _nvidia_arch(line: str):
-    m = re.search(r"\bsm_(\d{2,3})\b(?! is not)", line)
+    m = re.search(r"\bsm_(\d{2,3})\b", line)
     cc = re.search(r"(?:compute capability|CUDA capability|Compute capability)[^\d]{0,20}(\d{1,2})\.(\d)", line,
                    re.IGNORECASE)
+    if cc and re.search(r"(?i)\bROCm\b|\bHIP\b|Radeon|\bAMD\b|\bgfx\d", line):
+        cc = None   # llama.cpp's ROCm device line prints the gfx number as a "compute capability" (10.3 is gfx103x)
     if cc:
         yield "arch", f"sm_{cc.group(1)}{cc.group(2)}", "machine"
     elif m and re.search(r"\bwith CUDA capability sm_|\bcapability:?\s*sm_|^\s*(?:- )?Compute capability", line):
@@ -227,7 +230,7 @@ def _nvidia_arch(line: str):
 
 # GPU model names: the product table's patterns (Radeon, Instinct, Ryzen APU graphics, NVIDIA), read only where the
 # line looks like it names a device, not where a sentence compares cards.
-_GPU_WORDS = re.compile(r"Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
+_GPU_WORDS = re.compile(r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
                         r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Van Gogh|"
                         r"Ryzen AI|\bW[67]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*", re.IGNORECASE)
@@ -243,7 +246,7 @@ _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages
     (r"(?:Ryzen [3579] )?(?:PRO )?(?:6[6-9]\d0|7[3-7]35)[HU]S?\b", "gfx1035"),
     (r"Ryzen [3579] (?:PRO )?(?:[45]\d\d0)[HUG]E?S?\b|\b[45][67]00GE?\b", "gfx90c"),
     (r"Ryzen [35] (?:PRO )?[23][24]00GE?\b|Ryzen [357] (?:PRO )?[23][57]00U\b", "gfx902"),
-    (r"Ryzen [3579] (?:PRO )?7\d00X3?D?\b|Ryzen [3579] (?:PRO )?9\d{3}X3?D?\b", "gfx1036"),
+    (r"Ryzen [3579] (?:PRO )?7\d[05]0X?3?D?\b|Ryzen [3579] (?:PRO )?9\d{3}X?3?D?\b", "gfx1036"),
 )
 
 
@@ -275,6 +278,11 @@ def _gpu(line: str):
     named = re.sub(r"\bRadeon(?:\(TM\))? (?=[5-9]\d{3}\b)", "Radeon RX ", line)   # "Radeon 7900 XTX" is an RX
     named = re.sub(r"(?i)\bRX ?(\d{3,4})", r"RX \1", named)                      # "RX6700", "rx 580"
     named = re.sub(r"(?i)\b(RTX|GTX) ?(\d{3,4})", lambda m: f"{m.group(1).upper()} {m.group(2)}", named)   # "Gtx1650ti"
+    named = re.sub(r"(?i)\bGeForce (1[0-6][5-8]0)\b", r"GTX \1", named)                       # "geforce 1070"
+    # a bare GeForce number said to be a GPU ("a 5080 GPU", "my 4090 card")
+    if not re.search(r"(?i)\b(?:RTX|GTX|RX)\s?\d{4}", named):
+        named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop))",
+                       r"RTX \1", named)
     named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d00) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)   # "7800XT", "6700 XT"
     for product in PRODUCTS:
         m = re.search(product.pattern, named, re.IGNORECASE)
@@ -380,7 +388,7 @@ def _versions(line: str):
     m = re.search(r"(?:HIP (?:runtime )?version|HIP version|torch\.version\.hip)\W+(\d+\.\d+\.\d+)", line, re.IGNORECASE)
     if m:
         yield "hip", m.group(1), ""
-    for m in re.finditer(r"\+cu(\d{2,3})\b|\bCUDA Version:\s*(\d+\.\d)|\bcuda[_-]v?(\d+\.\d)|CUDA used to build "
+    for m in re.finditer(r"\+cu(\d{2,3})\b|\bCUDA Version:\s*(\d+\.\d)|(?i:\bcuda\s+(?:toolkit\s+)?(?:version\s+)?is\s+v?(\d{1,2}\.\d))\b|\bcuda[_-]v?(\d+\.\d)|CUDA used to build "
                          r"PyTorch:\s*(\d+\.\d)|\bcu(\d{3})\b", line):
         groups = [g for g in m.groups() if g]
         raw = groups[0]
@@ -390,8 +398,16 @@ def _versions(line: str):
 @finder
 def _torch(line: str):
     m = re.search(r"\btorch(?:[-= ]+|\sversion\s*[=:]\s*|\.__version__\W+)(\d+\.\d+\.\d+(?:\.dev\d+|a0|rc\d)?"
-                  r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|\b(\d\.\d{1,2}\.\d+\+(?:rocm|cu|cpu)[\w.]*)",
+                  r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|(?<![-=\w.])(\d\.\d{1,2}\.\d+\+(?:rocm|cu|cpu)[\w.]*)",
                   line)
+    if not m:   # "PyTorch 2.8.0 + cu129", "pytorch 2.7.1 cu126": the build said beside the version
+        m = re.search(r"(?i)\bPyTorch:?\s+v?(\d+\.\d+\.\d+)\s*\+?\s*(cu\d{3}|rocm[\d.]+|cpu)\b", line)
+        if m:
+            version = f"{m.group(1)}+{m.group(2).lower()}"
+            m = None
+            label = version.split("+", 1)[1]
+            build = "rocm" if label.startswith("rocm") else "cuda" if label.startswith("cu") else "cpu"
+            yield "torch", version, build
     if m:
         version = next(g for g in m.groups() if g)
         label = version.split("+", 1)[1] if "+" in version else ""
@@ -405,7 +421,7 @@ def _torch(line: str):
 @finder
 def _python(line: str):
     m = re.search(r"\bPython (3\.\d{1,2})(?:\.\d+)?\b|python(3\.\d{1,2})/site-packages|\bcp3(\d{1,2})-cp3\d{1,2}|"
-                  r"\bpy(3\.\d{1,2})\b|Python version:\s*(3\.\d{1,2})|cpython-3(\d{1,2})|\bpy -(3\.\d{1,2})\b|"
+                  r"(?<![A-Za-z])py ?(3\.\d{1,2})(?![\d.])|Python version:\s*(3\.\d{1,2})|cpython-3(\d{1,2})|\bpy -(3\.\d{1,2})\b|"
                   r"\bpython ?(3\.\d{1,2})\b", line, re.IGNORECASE)
     if m:
         groups = [g for g in m.groups() if g]
@@ -413,6 +429,11 @@ def _python(line: str):
         yield "python", value, ""
     for tag in re.findall(r"\b(win_amd64|manylinux\w*|linux_x86_64|linux_aarch64|macosx_\w+|musllinux\w*)\b", line):
         yield "wheel_tag", tag, ""
+    if not re.search(r"\.whl\b|manylinux|linux_aarch64", line):   # the machine's CPU, not a wheel's tag
+        if re.search(r"(?i)\baarch64\b|\barm64\b|\bJetson\b|\bGrace\b|\bGH200\b|\bDGX Spark\b|Apple M\d", line):
+            yield "cpu_arch", "aarch64", ""
+        elif re.search(r"(?i)\bx86_64\b|\bamd64\b", line):
+            yield "cpu_arch", "x86_64", ""
 
 
 _LAYOUT = (
@@ -437,7 +458,7 @@ _TOOLS = (
     ("ollama", r"\b[oO]llama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go"),
     ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
                   r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
-    ("vllm", r"\bvllm\b|\bvLLM\b|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
+    ("vllm", r"\bvllm\b|\bvLLM\b|No available memory for the cache blocks|gpu_memory_utilization|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
     ("bitsandbytes", r"bitsandbytes|libbitsandbytes_\w+"),
     ("comfyui", r"\bComfyUI\b|comfy[/\\]|\bcomfy\.\w+"),
     ("rccl-tests", r"all_reduce_perf|all_gather_perf|rccl-tests|nccl-tests"),
@@ -484,21 +505,48 @@ def _root_only(line: str):
 @finder
 def _complaint(line: str):
     """The user saying it does not work, in prose ("cannot get X running", "not using the GPU"): a symptom without
-    an error line, which a rule may still explain from the other facts."""
+    an error line, which a rule may still explain from the other facts. Slowness is its own value: the rules that
+    explain a slow run (MIOpen's kernel search, a transport without P2P) read it, the ones for a failure do not."""
+    if re.search(r"(?i)\b(?:takes? (?:forever|ages|minutes|hours)|(?:very|extremely|super|really|painfully) slow|"
+                 r"slow(?:er)? than|slow first|first (?:run|step|image|generation) (?:is |takes )?(?:very )?slow)", line):
+        yield "complaint", "slow", ""
+    line = re.sub(r"[’´`]", "'", line)   # doesn´t, doesn’t
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
                  r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|"
-                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|"
+                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
+                 r"\bno GPU (?:agent|found|detected|device)s?\b|"
                  r"\bis (?:it|this) (?:just )?not supported\b|\b(?:add|adding|request\w*|needs?|plans? (?:to|for)) "
                  r"support (?:for|of)\b|\bwhen (?:will|is|does) .{0,60}\bsupport|\bsupport (?:for|of) .{0,60}\bwill "
-                 r"come\b|\bdoes(?:n't| not) support\b|\bhow (?:to|can I|do I) (?:run|use|get)\b.{0,60}\b(?:GPU|RX|Radeon)", line):
+                 r"come\b|\bdoes(?:n't| not) support\b|^\W*(?:\[\w+\]:?\s*)?support (?:for|of)\b.{0,40}"
+                 r"(?:\bRX ?\d|Radeon|gfx\d|Navi|Instinct|GeForce|RTX|GTX)|\bhow (?:to|can I|do I) (?:run|use|get)\b.{0,60}\b(?:GPU|RX|Radeon)", line):
         yield "complaint", "yes", ""
+
+
+@finder
+def _needs_group(line: str):
+    """A message or the prose saying which group opens the GPU ("Users must be a member of the "render" group",
+    "restrict /dev/kfd to members of the 'render' group", "/dev/kfd owned by root:render")."""
+    m = re.search(r"(?i)\bmembers? of (?:the )?[\"'`]?(render|video)[\"'`]? group|/dev/(?:kfd|kdf|dri\S*)\b.{0,60}?\broot:(render|video)\b", line)
+    if m:
+        yield "needs_group", (m.group(1) or m.group(2)).lower(), ""
+
+
+@finder
+def _docker_desktop(line: str):
+    """Docker Desktop (on Linux too) runs containers inside its own VM: the host's /dev/kfd and /dev/dri are not there."""
+    if re.search(r"(?i)\bDocker Desktop\b", line):
+        yield "platform", "docker-desktop", ""
 
 
 @finder
 def _igpu(line: str):
     """The text says the machine has an integrated GPU ("my iGPU is cuda:0", "integrated graphics")."""
     if re.search(r"(?i)\biGPU\b|\bintegrated (?:GPU|graphics)\b", line):
-        yield "igpu", "yes", "cuda0" if re.search(r"(?i)(?:cuda|device|hip):? ?0\b|device 0|first device", line) else ""
+        if re.search(r"(?i)(?:only|just) (?:an? |the )?(?:iGPU|integrated)|(?:iGPU|integrated (?:GPU|graphics)) only|"
+                     r"no (?:discrete|dedicated|separate) (?:GPU|card|graphics)", line):
+            yield "igpu", "yes", "only"   # the machine's one GPU: nothing else to pick
+        else:
+            yield "igpu", "yes", "cuda0" if re.search(r"(?i)(?:cuda|device|hip):? ?0\b|device 0|first device", line) else ""
 
 
 _NODE = re.compile(r"^\s*(?:\S+\s+)?c([rwx-]{9})\S*\s+\d+\s+(\S+)\s+(\S+)\s+\d+,\s*\d+.*?(/dev/\S+|renderD\d+|\bkfd)\s*$")
@@ -557,18 +605,45 @@ def _sensors(line: str):
 # Reading a text
 # ---------------------------------------------------------------------------------------------------------
 
+# What a log puts before each line: the systemd journal's date, host and process, an ISO timestamp (docker logs -t, CI
+# logs), a compose service's column, torchrun's rank, kubectl's pod. The line after it is what the tool printed, and
+# the readers that anchor at a line's start (a prompt, an `ls -l` row, a traceback's last line) must see that.
+_JOURNAL = re.compile(r"^\s*[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ ([\w.\-/@]+)(?:\[\d+\])?: ")
+_LOG_PREFIX = re.compile(
+    r"^\s*(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"   # ISO timestamp
+    r"|\[(?:rank|default)\d+\]:\s?"                                                      # torchrun
+    r"|\[pod/[\w.\-]+/[\w.\-]+\]\s"                                                     # kubectl logs --prefix
+    r"|[\w][\w.\-]*-\d+\s+\|\s|[a-z][\w.\-]*\s{2,}\|\s)")                                # docker compose service
+ 
+
+def strip_log_prefix(line: str) -> str:
+    """The line as the tool printed it, without a log's prefix (repeated: a journal line may carry a timestamp too)."""
+    for _ in range(2):
+        m = _JOURNAL.match(line) or _LOG_PREFIX.match(line)
+        if not m or m.end() >= len(line):
+            break
+        line = line[m.end():]
+    return line
+
+
 def _clean(line: str) -> str:
-    """A line without the decorations of where it was pasted: markdown quotes, a journal prefix keeps its content."""
+    """A line without the decorations of where it was pasted: a markdown quote, a log's prefix."""
     line = re.sub(r"^\s*>\s?", "", line)
-    return line.rstrip()
+    return strip_log_prefix(line).rstrip()
 
 
 def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fact]]] = None) -> FactSheet:
     """Every fact of `text`, line by line; the error lines are found by `error_lines` (error_lines.find_errors), kept
     apart so this module holds no list of messages."""
-    lines = [_clean(l) for l in text.splitlines()]
+    raw = text.splitlines()
+    lines = [_clean(l) for l in raw]
     sheet = FactSheet(lines=lines)
     seen: set[tuple[str, str, str]] = set()
+    for number, line in enumerate(raw, 1):   # a process's lines in the journal: it runs as a service
+        journal = _JOURNAL.match(re.sub(r"^\s*>\s?", "", line))
+        if journal and journal.group(1) not in ("kernel", "sudo", "su", "systemd-logind") and \
+                not any(f.kind == "platform" and f.value == "systemd" for f in sheet.facts):
+            sheet.facts.append(Fact("platform", "systemd", number, line.strip(), "journal"))
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.strip().startswith("```"):
             continue
@@ -579,6 +654,8 @@ def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fa
                     seen.add(key)
                     sheet.facts.append(Fact(kind, value, number, line.strip(), detail))
     _gpu_archs(sheet)
+    _user_groups(sheet)
+    _root_only_answers(sheet)
     if error_lines is not None:
         sheet.facts += error_lines(lines)
         sheet.facts.sort(key=lambda f: f.line_no)
@@ -596,6 +673,45 @@ def _gpu_archs(sheet: FactSheet) -> None:
             extra.append(Fact("arch", fact.detail, fact.line_no, fact.line, f"from the {fact.kind.replace('_', ' ')}"))
     sheet.facts += extra
     sheet.facts.sort(key=lambda f: f.line_no)
+
+
+def _user_groups(sheet: FactSheet) -> None:
+    """The groups the user is in: `id` prints them as groups=1000(me),44(video); `groups` (or `groups me`) prints
+    them bare on the next line. Value: the names, comma-separated."""
+    found = []
+    for number, line in enumerate(sheet.lines, 1):
+        m = re.search(r"\buid=\d+\(\S+?\)\s+gid=\d+\(\S+?\)\s+groups=(\S+)", line)
+        if m:
+            found.append(Fact("user_groups", ",".join(re.findall(r"\(([^)]+)\)", m.group(1))), number, line.strip()))
+        elif re.search(r"(?:^|[$#>]\s*)groups(?:\s+\w+)?\s*$", line) and number < len(sheet.lines):
+            answer = sheet.lines[number].strip()
+            names = answer.split(":", 1)[1].split() if ":" in answer else answer.split()
+            if names and all(re.fullmatch(r"[a-z_][\w-]*\$?", n) for n in names):
+                found.append(Fact("user_groups", ",".join(names), number + 1, answer))
+    sheet.facts += found
+    sheet.facts.sort(key=lambda f: f.line_no)
+
+
+def _root_only_answers(sheet: FactSheet) -> None:
+    """The same check run twice, once under sudo: torch sees the GPU as root and not as the user (a `sudo python -c
+    "...is_available()"` answered True beside a plain one answered False)."""
+    asked = re.compile(r"(?:cuda|xpu)\.is_available\(\)|device_count\(\)|\brocminfo\b|\bclinfo\b")
+    said = {True: None, False: None}
+    for number, line in enumerate(sheet.lines[:-1], 1):
+        if not asked.search(line):
+            continue
+        answer = sheet.lines[number].strip().strip("`")
+        works = answer == "True" or bool(re.fullmatch(r"[1-9]\d*", answer)) or "Agent 2" in answer
+        fails = answer in ("False", "0") or "Permission denied" in answer
+        root = bool(re.search(r"(?:^|[\s$#>])sudo\s", line))
+        if root and works:
+            said[True] = (number, line)
+        elif not root and fails:
+            said[False] = (number, line)
+    if said[True] and said[False]:
+        number, line = said[True]
+        sheet.facts.append(Fact("root_only", "yes", number, line.strip(), "answers"))
+        sheet.facts.sort(key=lambda f: f.line_no)
 
 
 def discrete_archs(sheet: FactSheet) -> list[str]:

@@ -111,9 +111,9 @@ def cuda_wheel_for(arch: str) -> Optional[str]:
     cc = int(m.group(1))
     if cc >= 100:
         return "pip install torch --index-url https://download.pytorch.org/whl/cu128 (Blackwell needs CUDA 12.8 or newer)"
-    if cc < 70:
-        return ("pip install torch --index-url https://download.pytorch.org/whl/cu126 (the cu128+ wheels dropped "
-                f"sm_{cc}; cu126 and older still carry it)")
+    if cc < 70:   # the newest CUDA builds dropped Maxwell and Pascal (cu129/cu130 always; the later cu128 ones too)
+        return ("pip install torch --index-url https://download.pytorch.org/whl/cu126 (the newest CUDA builds dropped "
+                f"sm_{cc}; cu126 still carries it, and torch 2.8's cu128 build did where its cu129 one did not)")
     return "pip install torch --index-url https://download.pytorch.org/whl/cu128"
 
 

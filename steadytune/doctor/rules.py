@@ -291,7 +291,30 @@ def _needs_other_code(arch: str) -> bool:
 # The CUDA toolkit that first knows each compute capability (NVIDIA's CUDA release notes)
 _NVCC_FIRST = {"70": "CUDA 9.0", "75": "CUDA 10.0", "80": "CUDA 11.0", "86": "CUDA 11.1", "87": "CUDA 11.4",
                "89": "CUDA 11.8 (or CUDA 12.x)", "90": "CUDA 11.8 (or CUDA 12.x)", "100": "CUDA 12.8",
-               "101": "CUDA 12.8", "120": "CUDA 12.8"}
+               "101": "CUDA 12.8", "120": "CUDA 12.8", "103": "CUDA 12.9", "121": "CUDA 12.9", "110": "CUDA 13.0"}
+# The oldest compute capability each CUDA major still compiles (NVIDIA's CUDA release notes: CUDA 11 dropped sm_30,
+# CUDA 12 dropped sm_35 and sm_37)
+_NVCC_OLDEST = {11: 35, 12: 50, 13: 75}
+
+
+def _cuda_build(ctx: "Context") -> Optional[tuple[int, int]]:
+    """The CUDA a torch of the paste was built for (+cu126 -> (12, 6))."""
+    for fact in reversed(ctx.sheet.of("torch")):
+        m = re.search(r"\+cu(\d{2,3})\b", fact.value)
+        if m:
+            digits = m.group(1)
+            return int(digits[:-1]), int(digits[-1])
+    return None
+
+
+def _wheel_lacks(arch: Optional[str], ctx: "Context") -> bool:
+    """The torch the paste shows cannot carry this NVIDIA GPU: Blackwell before CUDA 12.8, Maxwell/Pascal in the cu129
+    and newer builds."""
+    build = _cuda_build(ctx)
+    if not arch or not arch.startswith("sm_") or build is None:
+        return False
+    cc = int(arch[3:])
+    return (cc >= 100 and build < (12, 8)) or (cc < 70 and build >= (12, 9))
 _OVERRIDE_TABLE = (f"{OVERRIDE}=10.3.0 for RDNA2 (gfx1031-gfx1036), {OVERRIDE}=11.0.0 for RDNA3 (gfx1101-gfx1103, "
                    f"gfx1151), {OVERRIDE}=10.1.0 for the other RDNA1 chips (gfx1011, gfx1013: gfx1010 code), "
                    f"{OVERRIDE}=9.0.0 for the Vega APUs (gfx902, gfx90c)")
@@ -308,8 +331,23 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
     if ctx.override() is None:   # "invalid ISA" with no override set: the build lacks the arch, nothing overrode it
         errors += ctx.of("override-wrong")
     arch, where = ctx.arch(errors)
+    if arch and arch in _APU_ARCHS and any(re.search(r"amdgpu is not supported", e.line) for e in errors):
+        card = next((f for f in ctx.sheet.of("arch") if f.value.startswith("gfx") and f.value not in _APU_ARCHS), None)
+        if card is not None:   # Ollama skips the iGPU it cannot use; the card is what the user runs on
+            arch, where = card.value, card
     confirmed = True
-    nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)'", " ".join(e.line for e in errors))
+    nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)[af]?'", " ".join(e.line for e in errors))
+    toolkit = next((int(v.split(".")[0]) for v in reversed(ctx.sheet.values("cuda"))), None)
+    if nvcc and toolkit and int(nvcc.group(1)) < _NVCC_OLDEST.get(toolkit, 0):
+        # the build asks for an arch older than this toolkit compiles: build for the GPU itself instead
+        cc = nvcc.group(1)
+        own = arch[3:] if arch and arch.startswith("sm_") else None
+        target = (f"build for the GPU's own arch: replace compute_{cc} with compute_{own} in the build files, or "
+                  f"TORCH_CUDA_ARCH_LIST={own[:-1]}.{own[-1]} / CMAKE_CUDA_ARCHITECTURES={own}") if own else \
+            "build for the GPU's own arch (TORCH_CUDA_ARCH_LIST / CMAKE_CUDA_ARCHITECTURES set to its compute capability)"
+        return _make("arch-missing", f"the build asks for compute_{cc}, which CUDA {toolkit} no longer compiles",
+                     f"CUDA {toolkit} dropped compute capability {cc[:-1]}.{cc[-1]}; the project's build still lists it",
+                     target, [ctx.line_fact(errors[0])], errors)
     if nvcc:
         cc = nvcc.group(1)
         needs = _NVCC_FIRST.get(cc, "a newer CUDA toolkit")
@@ -322,17 +360,41 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      "CMAKE_CUDA_ARCHITECTURES)", [ctx.line_fact(errors[0])], errors)
     if not errors:
         # the same problem without its message: a crash, a CPU fallback or a complaint on a GPU the builds do not carry
-        symptoms = ctx.crashes() + ctx.no_gpu()
+        faults = ctx.of("gpu-hang") + ctx.crashes()
+        symptoms = faults + ctx.no_gpu()
         if not symptoms and arch and arch.startswith("gfx"):
-            symptoms = _symptom_lines(ctx, ctx.sheet.of("complaint")[:1])
-        windows_override = ctx.sheet.is_windows and ctx.override() is not None
+            symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
+        windows_override = ctx.sheet.is_windows and (ctx.override() is not None or any(
+            OVERRIDE in l for l in ctx.sheet.lines) and ctx.sheet.has("complaint", "yes"))
+        # a torch the GPU is not in (the build says +cuXYZ, the GPU is named) with any sign of trouble
+        said = [ErrorLine(i, l.strip(), None) for i, l in enumerate(ctx.sheet.lines, 1)
+                if re.search(r"(?i)incompatib|not compatible|kernel[- ]related|kernel image", l)]
+        if _wheel_lacks(arch, ctx) and (symptoms or said or ctx.sheet.has("complaint", "yes")):
+            lacking = symptoms or said or _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint")][:1])
+            return _make("arch-missing", f"this torch has no kernels for {arch}",
+                         f"the installed torch is a CUDA {'.'.join(map(str, _cuda_build(ctx)))} build, which does not "
+                         f"carry {arch}", _cuda_index_for_driver(ctx, arch), [where] + lacking[:1], lacking)
         # an unexplained error beside the complaint, on a GPU whose sibling's code the older builds carried
         unexplained = arch and override_for_arch(arch) and any(e.family is None for e in ctx.errors)
-        if not (symptoms or windows_override) or not (arch and (_needs_other_code(arch) or unexplained)) or \
+        if not (symptoms or windows_override) or \
+                not ((arch and (_needs_other_code(arch) or unexplained)) or (windows_override and arch is None)) or \
                 (ctx.override() is not None and not windows_override):
             return None
-        errors, confirmed = symptoms or _symptom_lines(ctx, [ctx.override()]), False
+        # a GPU fault on a card the wheels lack, with no override anywhere, is the missing code itself: HIP ran a
+        # kernel for another chip (a library that loaded the nearest code object) or none at all
+        settled = bool(faults) and ctx.override() is None and where is not None and where.detail != "list" and \
+            bool(arch and override_for_arch(arch)) and _needs_other_code(arch)
+        said_so = [ctx.override()] if ctx.override() is not None else \
+            [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
+        errors, confirmed = symptoms or _symptom_lines(ctx, said_so), settled
     tool = ctx.tool(errors)
+    if arch is None and ctx.sheet.is_windows and tool in ("ollama", "rocblas", "zluda", "comfyui", "a1111", "torch",
+                                                          "llama.cpp", None):
+        return _make("arch-missing", "Windows: the HIP SDK's libraries have no code for this GPU",
+                     "on Windows HSA_OVERRIDE_GFX_VERSION does not reach the HIP SDK's rocBLAS, which carries only the "
+                     "GPUs AMD lists", "find the GPU's gfx target (hipinfo, or the tool's log), then put a rocblas.dll "
+                     "and rocblas/library built for it (or for a sibling arch) in place of the SDK's / the program's own",
+                     [], errors, confirmed=False)
     if arch is None:
         cls = family("arch-missing")
         return _make("arch-missing", "code built without this GPU's architecture",
@@ -384,7 +446,9 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
                     f"the tray and start it again ({arch} then runs {_target(value)} code); where the HIP SDK's "
                     f"rocBLAS still has no code for {arch}: {libraries}")
         return f"on Windows the override does not apply to the HIP SDK's libraries ({arch}): {libraries}"
-    if tool == "llama.cpp":
+    if tool in ("llama.cpp", "bitsandbytes", "vllm", "flash-attn", "xformers", "deepspeed"):
+        # the tool's own build carries the GPU code: rebuilding it for the arch is the fix that lasts, the override the
+        # quick one where a sibling's code runs
         line = rebuild_line(tool, arch)
         return line + (f"; or run it with {OVERRIDE}={value}{caveat}" if value else "")
     if value:
@@ -419,11 +483,13 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         arch = where.value if where else None
     old = _is_old_gfx(arch)
     text = " ".join(e.line for e in errors)
-    nvidia = re.search(r"(?i)compute capability|cuda capability|too old", text) or (arch or "").startswith("sm_")
+    nvidia = re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text) or \
+        (arch or "").startswith("sm_")
     if errors and nvidia:
-        needed = re.search(r"(?i)compute capability below ([\d.]+)", text)
+        needed = re.search(r"(?i)compute capability below ([\d.]+)|(?:under|below|less than) (?:CUDA )?compute"
+                           r"(?: capability)? ?(\d\.\d)", text)
         found = re.search(r"(?i)(?:cuda|compute) capability (?:of )?(\d+\.\d+)", "\n".join(ctx.sheet.lines))
-        need = f" (it needs compute capability {needed.group(1)} or newer)" if needed else ""
+        need = f" (it needs compute capability {needed.group(1) or needed.group(2)} or newer)" if needed else ""
         return _make("gpu-unsupported", "the GPU is older than the builds support",
                      f"this GPU{' (compute capability ' + found.group(1) + ')' if found else ''} is below what the "
                      f"software is built for{need}",
@@ -432,7 +498,7 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     symptoms = ctx.crashes() + ctx.of("arch-missing", "device-access", "visibility", "driver") + ctx.no_gpu() + \
         [e for e in ctx.errors if e.family is None]
     if not symptoms and old:
-        symptoms = _symptom_lines(ctx, ctx.sheet.of("complaint")[:1])
+        symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first
     explicit = any(re.search(r"(?i)permission denied|no such file|operation not permitted", e.line)
                    for e in ctx.of("device-access")) or ctx.of("platform-bios")
@@ -461,7 +527,32 @@ _DEVICE_LISTING = re.compile(r"^c[rwx-]{9}\S*\s+\d+\s+\S+\s+(\S+)\s+\d+,\s*\d+.*
 
 @rule("device-access")
 def device_access(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: a refusal to open /dev/kfd or /dev/dri (any wording: permission denied, no such file, a group
+    check), the device files' owner and mode (`ls -l`) against the user's groups (`id`, `groups`), 'works only as
+    root', and where the process runs (a container without the devices, a rootless one). A runtime that cannot get
+    its resources is only a symptom where the driver itself is not loaded."""
     errors = ctx.of("device-access")
+    if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
+        errors = [e for e in errors if not re.search(r"OUT_OF_RESOURCES", e.line)]
+    lacking = _groups_lacking(ctx)
+    if lacking and not errors:
+        errors = ctx.of("visibility") + ctx.no_gpu()
+    desktop = ctx.sheet.first("platform") if ctx.sheet.has("platform", "docker-desktop") else None
+    if desktop is not None and re.search(r"/dev/(?:kfd|dri)|\bROCm\b|rocm/", "\n".join(ctx.sheet.lines)):
+        fact = next(f for f in ctx.sheet.of("platform") if f.value == "docker-desktop")
+        return _make("device-access", "Docker Desktop's VM has no /dev/kfd",
+                     "Docker Desktop (on Linux too) runs the containers in its own virtual machine, which does not have "
+                     "the host's /dev/kfd and /dev/dri, so --device cannot pass them",
+                     "run ROCm containers on the host's Docker Engine instead: docker context use default (or quit "
+                     "Docker Desktop), then docker run --device=/dev/kfd --device=/dev/dri --group-add video ...",
+                     [fact], errors + [e for e in ctx.errors if e.family is None])
+    needed = ctx.sheet.first("needs_group")
+    if needed is not None and not errors and not ctx.sheet.has("root_only") and not ctx.of("driver"):
+        return _make("device-access", f"opening the GPU needs the {needed.value} group",
+                     f"the device files belong to the {needed.value} group (newer systems give /dev/kfd to render, "
+                     "not video), and a user outside it cannot open them", f"sudo usermod -aG {needed.value}"
+                     f"{',video' if needed.value == 'render' else ''} $USER, then log out and back in",
+                     [needed], [e for e in ctx.errors if e.family is None])
     root_only = ctx.sheet.first("root_only")
     nodes = ctx.sheet.of("device_node")
     closed = [f for f in nodes if f.detail.split()[0] == "root" and f.detail.split()[1][3:5] == "--"]
@@ -479,6 +570,13 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      [e for e in ctx.errors if e.family is None] + errors)
     if not errors and root_only is None and not closed and not numeric:
         return None
+    if lacking:
+        node, group, said = lacking
+        return _make("device-access", f"the user is not in {group}, which owns /dev/{node.value}",
+                     f"/dev/{node.value} is group {group} ({node.detail.split()[1]}), and the user's groups ({said.line}) "
+                     f"do not include {group}: ROCm cannot open the GPU",
+                     f"sudo usermod -aG {group}{',video' if group == 'render' else ''} $USER, then log out and back in "
+                     "(or reboot); never run the job with sudo instead", [node, said], errors)
     text = " ".join(e.line for e in errors)
     if re.search(r"could not select device driver", text):
         return _make("device-access", "Docker has no GPU runtime",
@@ -544,9 +642,35 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     cause = ("only root can open /dev/kfd and /dev/dri/renderD*: the user is not in the group"
              f"{'s' if len(wanted) > 1 else ''} that own them ({', '.join(wanted)})")
     evidence = [ctx.line_fact(e) for e in errors[:2]] + ([root_only] if root_only else [])
+    # under sudo it works: the sudo line is the proof, not a second problem
+    proof = [e for e in ctx.of("env-not-applied") if root_only and re.search(r"\bsudo\b", e.line)]
     return _make("device-access", "the user may not open the GPU device files", cause,
                  f"sudo usermod -aG {','.join(wanted)} $USER, then log out and back in (or reboot); never run the "
-                 "job with sudo instead", evidence, errors + ctx.no_gpu())
+                 "job with sudo instead; if ls -l /dev/kfd shows root root (no group may open it), add a udev rule: "
+                 "/etc/udev/rules.d/70-kfd.rules with KERNEL==\"kfd\", GROUP=\"render\", MODE=\"0660\"",
+                 evidence, errors + ctx.no_gpu() + proof)
+
+
+def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
+    """(the device file, its group, the line listing the user's groups) where `ls -l` shows a GPU device file whose
+    group the user's `id` / `groups` output does not list."""
+    nodes = []
+    for fact in ctx.sheet.of("device_node"):
+        group, mode = fact.detail.split()
+        # a group that may read and write it, and no access for others (a world-writable node needs no group)
+        if group != "root" and not group.isdigit() and mode[3:5] == "rw" and mode[6:8] != "rw":
+            nodes.append(fact)
+    if not nodes:
+        return None
+    said = ctx.sheet.first("user_groups")
+    if said is None:
+        return None
+    groups = said.value.split(",")
+    for node in nodes:
+        group = node.detail.split()[0]
+        if group not in groups:
+            return node, group, said
+    return None
 
 
 @rule("wsl")
@@ -556,7 +680,7 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("wsl", "visibility", "device-access", "driver") + ctx.no_gpu()
     if not errors and _vendor(ctx) == "amd":
         errors = [e for e in ctx.errors if e.family in (None, "torch-build", "rocm-libs-missing")]
-    if not errors and not ctx.sheet.has("complaint"):
+    if not errors and not ctx.sheet.has("complaint", "yes"):
         return None
     fact = next(f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl")
     labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
@@ -610,6 +734,12 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded "
                "(or reinstall the driver cleanly and reboot)")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
+    elif re.search(r"(?i)Key was rejected by service", text):
+        module = "nvidia" if re.search(r"(?i)nvidia", text) else "amdgpu"
+        fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
+               "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
+               "Boot off in the firmware settings")
+        cause = f"the {module} kernel module is not signed with a key the firmware trusts (Secure Boot is on)"
     elif re.search(r"(?i)nvidia kernel module (?:is )?missing", text):
         fix = f"the nvidia module is not loaded: {secure_boot}; else reinstall the driver for the running kernel"
         cause = "the NVIDIA kernel module is not loaded for this kernel"
@@ -641,7 +771,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"update the NVIDIA driver (it runs CUDA {most or '?'} at most; a current torch needs a driver for "
                f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"
-    elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build",
+    elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build|"
+                   r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)",
                    text):
         fix = ("install the amdgpu-dkms of a newer ROCm release (one that lists this kernel), boot a kernel that the "
                "ROCm release supports, or drop the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (the "
@@ -656,8 +787,11 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = ("sudo modprobe amdgpu and read sudo dmesg | grep -i amdgpu; if it is not there, install the driver "
                f"(sudo amdgpu-install --usecase=dkms) or boot a kernel that has it; {secure_boot}")
         cause = "the amdgpu kernel driver is not loaded for the GPU"
+    # with no driver loaded, nothing above it can work: the runtime's and the tools' own failures are its symptoms
+    downstream = ctx.of("device-access", "visibility", "rocm-libs-missing") + ctx.no_gpu() if re.search(
+        r"NOT loaded|not found in modules|modprobe|couldn.t communicate", text) else ctx.no_gpu()
     return _make("driver", "the GPU driver is not working", cause, fix, [ctx.line_fact(e) for e in errors[:2]],
-                 errors + ctx.no_gpu())
+                 errors + downstream)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -697,6 +831,16 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      [ctx.line_fact(errors[0])], errors)
     conda = re.search(r"\bconda\b|\bconda-forge\b|py3\S*_cpu_0|\bcpuonly\b", joined)
     unsure = False
+    # a GPU the paste names (by model, PCI id or arch) beside a torch built for another vendor, or for none, is the
+    # fault by itself, with or without an error line, unless another family's error is what the paste is about
+    archs = ctx.sheet.machine_archs
+    named = [f for f in wrong if (f.detail in ("cuda", "no-hip") and any(a.startswith("gfx") for a in archs)
+                                  and not _nvidia_gpu(ctx)) or
+             (f.detail == "rocm" and archs and all(a.startswith("sm_") for a in archs)) or
+             (f.detail == "cpu" and archs)]
+    others = [e for e in ctx.errors if e.family not in (None, "visibility", "torch-build")]
+    if named and not errors and not others:
+        errors = ctx.of("visibility") + ctx.no_gpu() or _symptom_lines(ctx, named[:1])
     if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
         # torch sees no GPU on an AMD machine (or after a conda install) and nothing else explains it: the build
         if not (ctx.of("visibility") and (vendor == "amd" or conda)) or ctx.of(*_DEEPER):
@@ -790,8 +934,37 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
             fix = f"download the wheel built for this platform and Python (not {platform}, {tag})"
         if "win" in platform and not ctx.sheet.is_windows or ("linux" in platform and ctx.sheet.is_windows):
             fix = f"this is a {platform} wheel: use the one built for this OS (or run under WSL 2 / Linux)"
+        machine = ctx.sheet.values("cpu_arch")
+        built = "aarch64" if re.search(r"aarch64|arm64", platform) else "x86_64" if re.search(r"x86_64|amd64",
+                                                                                                 platform) else None
+        if machine and built and machine[-1] != built:
+            fix = (f"this wheel is built for {built} ({platform}); this machine is {machine[-1]}: install the "
+                   f"{machine[-1]} build (a wheel tagged linux_{machine[-1]} / manylinux_*_{machine[-1]}, built from "
+                   "source where the project publishes none; on a Jetson, NVIDIA's JetPack wheels)")
+            cause = f"{cause}; this machine's CPU is {machine[-1]}"
         return _make("wheel-platform", "a wheel for another Python or platform", cause, fix,
                      [ctx.line_fact(errors[0])], errors)
+    uv = re.search(r"(?i)there is no version of ([\w\-]+)==([\w.+]+)|available for a different Python \(you have "
+                   r"Python (3\.\d+)\)", text + "\n" + "\n".join(ctx.sheet.lines))
+    if uv and re.search(r"(?i)different Python", "\n".join(ctx.sheet.lines)):
+        have = re.search(r"you have Python (3\.\d+)", "\n".join(ctx.sheet.lines))
+        pinned = re.search(r"there is no version of ([\w\-]+)==([\w.+]+)", "\n".join(ctx.sheet.lines))
+        what = f"{pinned.group(1)} {pinned.group(2)}" if pinned else "this release"
+        py = have.group(1) if have else (python[-1] if python else "this Python")
+        return _make("wheel-platform", f"no {what} for Python {py}",
+                     f"the index has {what} only for other Pythons than {py} (uv's resolver says so)",
+                     f"use an older Python for {what} (uv venv -p 3.11, or uv python pin 3.11; conda create -n env "
+                     f"python=3.11), or a newer release of it that has Python {py} wheels",
+                     [ctx.line_fact(errors[0])], errors)
+    if re.search(r"not a supported wheel", text) and python:
+        # no wheel file named: the wheels on offer are for another Python; the release before this one usually has them
+        major, minor = (int(x) for x in python[-1].split(".")[:2])
+        older = f"{major}.{minor - 1}"
+        return _make("wheel-platform", f"the wheels are not built for Python {python[-1]}",
+                     f"pip refuses the wheels as built for another Python than {python[-1]} (or another platform)",
+                     f"use an environment with the Python the wheels are built for, usually the release before: "
+                     f"Python {older} (uv venv -p {older}, conda create -n env python={older}); the cpXY in a wheel's "
+                     "file name says which", [ctx.line_fact(errors[0])], errors)
     package = re.search(r"(?:requirement|distribution found for) (\S+)", text)
     name = package.group(1).rstrip(";`'\".,)") if package else "the package"
     py = python[-1] if python else None
@@ -810,6 +983,10 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"{name} is a development build the project makes for its own ROCm image, not on PyPI: use the "
                "project's ROCm docker image (its release notes name the tag) instead of pip")
         return _make("wheel-platform", f"{name} is not published", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if ctx.sheet.is_windows and re.search(r"(?i)whl/rocm|\+rocm|rocm\d", text + "\n" + "\n".join(ctx.sheet.lines)):
+        fix = ("pytorch.org's ROCm wheels are Linux only: run under WSL 2 (AMD's ROCm for WSL) or Linux, or install "
+               "AMD's ROCm wheels for Windows (repo.radeon.com) for the GPUs they list")
+        return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
     if offered and offered.group(1).strip() == "none":
         base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
         fix = (f"the index has no {base} wheel at all for this Python{' (' + py + ')' if py else ''} and platform: "
@@ -847,32 +1024,68 @@ _SYMBOL_LIB = re.compile(r"(?:site-packages|dist-packages)[/\\]([\w\-]+)[/\\]\S*
                          r"\b(lib\w+?)(?:_\w+)?\.so\b|\b(\w+?)(?:\.cpython\S*)?\.so: undefined symbol")
 
 
+# The compiled modules people meet in these errors, by the name in the path or the import, and the pip package that
+# ships each (the fix reinstalls the package, not the module)
+_MODULE_PACKAGES = (
+    (r"flash_attn", "flash-attn"), (r"vllm", "vllm"), (r"xformers", "xformers"), (r"bitsandbytes", "bitsandbytes"),
+    (r"torchaudio|_torch_sox", "torchaudio"), (r"torchvision", "torchvision"), (r"deepspeed|fused_adam|cpu_adam|"
+    r"transformer_inference|fused_lamb", "deepspeed"), (r"\bapex\b|amp_C|fused_layer_norm_cuda", "apex"),
+    (r"sageattention|_qattn", "sageattention"), (r"mamba_ssm|selective_scan", "mamba-ssm"),
+    (r"causal_conv1d", "causal-conv1d"), (r"torch_scatter|torch_sparse|torch_cluster|torch_spline_conv", "torch-scatter"),
+    (r"mmcv", "mmcv"), (r"detectron2", "detectron2"), (r"pytorch3d", "pytorch3d"), (r"auto_gptq|exllama\w*",
+    "auto-gptq"), (r"transformer_engine", "transformer-engine"), (r"llama_cpp", "llama-cpp-python"),
+    (r"torch_directml", "torch-directml"), (r"natten", "natten"), (r"spconv", "spconv"), (r"gsplat|diff_gaussian",
+    "the gaussian-splatting extension"), (r"nvdiffrast", "nvdiffrast"), (r"tinycudann|tiny_cuda_nn", "tinycudann"),
+)
+
+
+def _extension_package(ctx: Context, errors: list[ErrorLine]) -> Optional[str]:
+    """The pip package of the compiled module that failed to load: a path or module name on the error lines, else the
+    import right above the first one (a traceback's `import flash_attn_2_cuda`), else the tool the paste names."""
+    first = errors[0].line_no
+    above = [l for l in ctx.sheet.lines[max(0, first - 4): first - 1] if re.search(r"\bimport\b|site-packages", l)]
+    for text in [e.line for e in errors] + above[::-1]:
+        found = _package_of(text) or ""
+        module = re.search(r"(?:while importing|import)\s+([\w.]+)", text)
+        where = " ".join(x for x in (found, module.group(1) if module else "", text) if x)
+        for pattern, package in _MODULE_PACKAGES:
+            if re.search(pattern, where, re.IGNORECASE):
+                return package
+        if found and found not in ("torch", "c10", "libtorch", "libc10"):
+            return found
+    return next((t for t in (ctx.tool(errors),) if t not in (None, "torch")), None)
+
+
 @rule("abi-mismatch")
 def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: an error line saying a compiled module cannot link to what is installed (an undefined symbol, a
+    procedure not found in a DLL, an operator that does not exist, a module built for another NumPy, GLIBCXX, a CUDA
+    toolkit that differs), the module's package (its path, its import), and the torch version the paste shows. The fix
+    rebuilds or reinstalls that package for that torch; the wording of the line only says which of the kinds it is."""
     errors = ctx.of("abi-mismatch")
     if not errors:
         return None
     first = errors[0]
     if first.catalogue is not None and first.catalogue.entry.id == "undefined-symbol-rocm-libs":
         return _restate("abi-mismatch", first, errors)
-    text = first.line
+    text = "\n".join(e.line for e in errors)
     torch = next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None)
-    if re.search(r"GLIBCXX", text):
+    evidence = [ctx.line_fact(first)]
+    if re.search(r"(?i)numpy|_ARRAY_API|multiarray failed to import|module compiled against ABI version", text):
+        return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
+                     "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
+                     "pip install 'numpy<2' (or upgrade the module to a release built for NumPy 2)", evidence, errors)
+    if re.search(r"GLIBCXX|CXXABI_\d", text):
         return _make("abi-mismatch", "an older libstdc++ than the extension needs",
                      "the process loads a libstdc++ (often conda's) older than the one the extension was built with",
                      "conda install -c conda-forge 'libstdcxx-ng>=12' in that environment, or put the system's first: "
-                     "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", [ctx.line_fact(first)], errors)
-    if re.search(r"(?i)numpy", text):
-        return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
-                     "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
-                     "pip install 'numpy<2' (or upgrade the module to a release built for NumPy 2)",
-                     [ctx.line_fact(first)], errors)
-    if re.search(r"torchvision::nms", text):
+                     "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", evidence, errors)
+    if re.search(r"torchvision::\w+", text):
         return _make("abi-mismatch", "torchvision does not match torch",
                      "torchvision's compiled operators were built for another torch release or build",
                      "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
                      f"with torch 2.(N-15)){': torch is ' + torch if torch else ''}; e.g. pip install --force-reinstall "
-                     "torch torchvision --index-url <torch's index>", [ctx.line_fact(first)], errors)
+                     "torch torchvision --index-url <torch's index>", evidence, errors)
     joined = "\n".join(ctx.sheet.lines)
     compiled = re.search(r"used to compile\s+PyTorch \(([\d.]+)\)", joined)
     if re.search(r"(?i)detected CUDA version", text):
@@ -880,19 +1093,24 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         return _make("abi-mismatch", "the CUDA toolkit differs from torch's",
                      "an extension is built with nvcc from another CUDA than the one torch was compiled with",
                      f"build with CUDA {want} (torch.version.cuda): install that toolkit and point CUDA_HOME at it, or "
-                     "install the prebuilt wheel of the extension instead of building it", [ctx.line_fact(first)],
-                     errors)
+                     "install the prebuilt wheel of the extension instead of building it", evidence, errors)
     if re.search(r"(?i)\bODR\b|duplicate libamd_smi", text):
         return _make("abi-mismatch", "two copies of libamd_smi in one process",
                      "the separate amdsmi package loads its own libamd_smi beside the one the ROCm torch wheel bundles",
-                     "pip uninstall amdsmi (the torch wheel brings what it needs)", [ctx.line_fact(first)], errors)
-    package = _package_of(text) or next((t for t in (ctx.tool(errors),) if t not in (None, "torch")), None)
-    package = {"_torch_sox": "torchaudio", "libtorchaudio": "torchaudio"}.get(package or "", package)
+                     "pip uninstall amdsmi (the torch wheel brings what it needs)", evidence, errors)
+    against = f"torch {torch}" if torch else "the installed torch"
+    if re.search(r"torch_extensions", text + "\n" + joined):
+        return _make("abi-mismatch", "a JIT-built extension cached for another torch",
+                     "torch's JIT extensions (DeepSpeed ops, fused kernels) are compiled once into "
+                     "~/.cache/torch_extensions; a cached build from before a torch upgrade no longer links",
+                     f"rm -rf ~/.cache/torch_extensions (or $TORCH_EXTENSIONS_DIR), then rerun so the ops rebuild "
+                     f"against {against}; for DeepSpeed's prebuilt ops: DS_BUILD_OPS=0 pip install --force-reinstall "
+                     "deepspeed", evidence, errors)
+    package = _extension_package(ctx, errors)
     if re.search(r"(?i)xFormers", text):
         package = "xformers"
-    against = f"torch {torch}" if torch else "the installed torch"
     fixes = {
-        "flash_attn": f"pip uninstall -y flash-attn; pip install flash-attn --no-build-isolation (builds against "
+        "flash-attn": f"pip uninstall -y flash-attn; pip install flash-attn --no-build-isolation (builds against "
                       f"{against}), or the release wheel built for {against}",
         "vllm": f"install the torch this vLLM was built with (pip install vllm pulls it), or build vLLM against {against}",
         "bitsandbytes": "pip install --force-reinstall 'bitsandbytes>=0.45' (its ROCm and CUDA libraries match the "
@@ -902,12 +1120,15 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         "deepspeed": "rebuild the DeepSpeed ops: DS_BUILD_OPS=0 pip install --force-reinstall deepspeed, then let them "
                      "JIT-build against the installed torch",
     }
-    key = next((k for k in fixes if package and k.replace("_", "") in package.replace("_", "").replace("-", "")), None)
-    fix = fixes.get(key or "", f"reinstall {package or 'the extension'} built for {against} (or rebuild it with "
-                               "--no-build-isolation so it compiles against the torch you have)")
+    windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
+    fix = fixes.get(package or "", f"pip uninstall -y {package or '<the extension>'}; reinstall it built for "
+                                   f"{against} (the wheel made for that torch and CUDA/ROCm, or pip install "
+                                   f"--no-build-isolation {package or '<the extension>'} so it compiles against the "
+                                   "torch you have)")
+    what = "a function it needs" if windows else "a symbol"
     return _make("abi-mismatch", f"{package or 'a compiled extension'} was built for another torch",
-                 f"{package or 'the extension'} calls a symbol the installed torch (or library) does not export: it "
-                 f"was compiled against another release than {against}", fix, [ctx.line_fact(first)], errors)
+                 f"{package or 'the extension'} calls {what} the installed torch (or library) does not export: it "
+                 f"was compiled against another release than {against}", fix, evidence, errors)
 
 
 def _package_of(line: str) -> Optional[str]:
@@ -940,6 +1161,22 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                 f"this ROCm lives elsewhere, so {missing_tool.group(1)} does not exist",
                 f"export ROCM_PATH={root} (HIP_PATH too) before building, or link the install there: sudo ln -s "
                 f"{root} /opt/rocm")
+    if re.search(r"(?i)rocm(?:\.|_)?(?:path|home).*not (?:found|set)|Could not find ROCm|Failed to find ROCm root|"
+                 r"ROCm not found", text):
+        root = ("$(rocm-sdk path --root) (this ROCm came as wheels)" if therock else "/opt/rocm (or /opt/rocm-X.Y.Z, "
+                "where it is installed)")
+        return ("the ROCm install is not found", "the build or the program looks for ROCm through ROCM_PATH / "
+                "ROCM_HOME or /opt/rocm, and finds neither", f"install ROCm (sudo amdgpu-install --usecase=rocm) if it "
+                f"is not, then export ROCM_PATH={root} ROCM_HOME=$ROCM_PATH before the command")
+    compiler = re.search(r"(?i)\b(hipcc|hipconfig|amdclang\+*|hipify-perl)\W*(?:command )?not found|Unable to find (hipcc)",
+                         text)
+    if compiler:
+        tool = compiler.group(1) or compiler.group(2)
+        where = ('pip install "rocm[devel]" from the index the rocm wheels came from (its bin/ holds them)' if therock
+                 else "sudo amdgpu-install --usecase=rocm,hiplibsdk (or the distribution's rocm-hip-sdk / hipcc package)")
+        return (f"{tool} is not found", f"building GPU code needs ROCm's compiler tools ({tool}), which are not "
+                "installed or not on PATH", f"{where}; then export PATH=/opt/rocm/bin:$PATH ROCM_PATH=/opt/rocm before "
+                f"the build (where {tool} is installed but not found)")
     if re.search(r"rocm\[devel\]|rocm_sdk_devel", text):
         return ("the ROCm SDK's development package is missing", "this ROCm came as wheels without rocm[devel], which "
                 "holds the tools and headers", "pip install \"rocm[devel]\" from the same index as rocm (in the same "
@@ -966,7 +1203,9 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         if name.startswith(prefix):
             return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
                     f"sudo apt-get install {package} (the distribution package with {name})")
-    if re.search(r"(?i)\b(?:fbgemm|shm|c10|torch_cpu|torch_python|asmjit|uv)\.dll|WinError 126", text):
+    rocm_dll = re.search(r"(?i)\b(?:amdhip64|rocblas|hipblas\w*|MIOpen|hiprtc\w*|amd_comgr\w*|rocsolver|hipsparse)"
+                         r"(?:_\d+)?\.dll", text)
+    if not rocm_dll and re.search(r"(?i)\b(?:fbgemm|shm|c10|torch_cpu|torch_python|asmjit|uv)\.dll|WinError 126", text):
         return ("torch's DLLs cannot load their dependencies",
                 "torch's fbgemm.dll / shm.dll need libomp140.x86_64.dll and the Visual C++ runtime, which a clean "
                 "Windows does not have",
@@ -1024,7 +1263,16 @@ def _visible(ctx: Context) -> dict[str, Fact]:
 
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
+    (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
     errors = ctx.of("visibility")
+    dropped = [e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
+    if dropped:   # Ollama 0.30+ filters iGPUs that are not on its allow-list
+        return _make("visibility", "Ollama drops the integrated GPU",
+                     "Ollama (0.30 and newer) leaves out integrated GPUs that are not on its allow-list, so the model "
+                     "runs on the CPU", set_variable("OLLAMA_IGPU_ENABLE", "1", ctx.sheet, "ollama") +
+                     " (OLLAMA_IGPU_ENABLE=1 for the server; a newer Ollama may list this iGPU by default)",
+                     [ctx.line_fact(dropped[0])], errors + ctx.no_gpu())
     visible = _visible(ctx)
     rocr = visible.get("ROCR_VISIBLE_DEVICES")
     inner = visible.get("HIP_VISIBLE_DEVICES") or visible.get("CUDA_VISIBLE_DEVICES")
@@ -1041,12 +1289,19 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     archs = ctx.sheet.machine_archs
     igpu = [a for a in archs if (arch_info(a) and arch_info(a).kind == "apu")]
     dgpu = [a for a in archs if a not in igpu and a.startswith("gfx")]
-    said_igpu = ctx.sheet.first("igpu")
+    said_igpu = next((f for f in ctx.sheet.of("igpu") if f.detail != "only"), None)
     # the iGPU is in the way when torch finds no usable GPU, or when code fails on it that the card may not even need
     # (an override for the card makes the iGPU run the card's code too)
     missing = ctx.of("arch-missing")
     symptoms = errors + missing + ctx.crashes()
-    if ((igpu and dgpu) or said_igpu) and symptoms:
+    # Ollama names the iGPU unsupported and goes on with the card it supports: the iGPU is out of the way already
+    kept = any(re.search(r'msg="amdgpu is supported"|inference compute.*library=rocm', l) for l in ctx.sheet.lines)
+    refused_igpu = [e for e in missing if re.search(r"amdgpu is not supported", e.line) and
+                    any(a in e.line for a in igpu)]
+    if kept and refused_igpu and len(refused_igpu) == len(missing):
+        symptoms = [e for e in symptoms if e not in refused_igpu]
+    # an iGPU said to be there counts unless the paste's only GPU is that iGPU (then nothing is in the way)
+    if ((igpu and dgpu) or (said_igpu and (dgpu or not igpu))) and symptoms:
         first = said_igpu is not None and said_igpu.detail == "cuda0" or bool(missing)
         value = override_for_arch(dgpu[0]) if dgpu else None
         also = (f"; the card ({dgpu[0]}) also needs {OVERRIDE}={value}, which must not reach the iGPU"
@@ -1072,7 +1327,7 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
 
 
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
-                           r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limited|too (?:little|small))|"
+                           r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limit(?:s|ed|ing)?|too (?:little|small))|"
                            r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
                            r"\bonly\s*~?\s*\d+\s*[MG]i?B of (?:VRAM|GTT|GPU memory)|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
 _APU_ARCHS = ("gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1035", "gfx1036", "gfx90c", "gfx1033")
@@ -1088,7 +1343,9 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     gtt_said = [l for l in short if re.search(r"\bGTT\b", l)]
     if any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
         return None
-    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said:
+    said_apu = any(re.search(r"(?i)\bAPUs?\b|unified memory|\biGPU\b", l) for l in ctx.sheet.lines)
+    limit_said = [l for l in short if re.search(r"(?i)\bUMA\b|\bTTM\b|\bGTT\b", l)]
+    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said and not (said_apu and limit_said):
         return None
     name = f"the APU ({apu[0]})" if apu else "the APU"
     carve, seen = _vram_bytes(ctx.sheet.lines), _pool_kib(ctx.sheet.lines)
@@ -1111,10 +1368,14 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     pages = int(ram * 0.75 * GIB / PAGE) if ram else None
     limit = (f"ttm.pages_limit={pages} (3/4 of the {ram:g} GiB RAM in 4 KiB pages)" if pages else
              "ttm.pages_limit=<3/4 of the RAM in 4 KiB pages>")
+    tool = ctx.tool(errors)
+    ggml = ("; llama.cpp / Ollama (ggml's HIP backend): GGML_CUDA_ENABLE_UNIFIED_MEMORY=1 makes it allocate from "
+            "system memory, past the carve-out" if tool in ("llama.cpp", "ollama", None) else "")
     return _make("apu-memory", f"{name} runs out of GPU memory",
                  "an APU's GPU memory is the BIOS carve-out (UMA frame buffer) plus GTT, which the kernel caps at half "
                  "the RAM by default", f"raise the UMA frame buffer in the BIOS, or raise the GTT cap with the kernel "
-                 f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot", evidence, errors)
+                 f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot{ggml}", evidence,
+                 errors or _symptom_lines(ctx, []))
 
 
 def _vram_bytes(lines: list[str]) -> Optional[int]:
@@ -1182,7 +1443,13 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("multi-gpu-transport")
 def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
+    launcher that never gets past the first step), and the facts that pick the transport's fix: Windows (no NCCL),
+    a container's /dev/shm, the socket interfaces NCCL listed or the nodes name, IOMMU faults in dmesg, and whether
+    the GPUs are consumer cards (RDNA, GeForce: no usable PCIe peer-to-peer) or datacenter ones (iommu=pt)."""
     errors = ctx.of("multi-gpu-transport")
+    if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
+        errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
@@ -1225,9 +1492,33 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
         return _make("multi-gpu-transport", "shared memory is too small for the GPUs' transport",
                      "RCCL/NCCL pass data between processes through /dev/shm, which is 64 MB in a default container",
                      "docker run --ipc=host (or --shm-size=16g)", [ctx.line_fact(errors[0])], errors)
+    iommu = [e for e in ctx.of("platform-bios") if re.search(r"(?i)AMD-Vi|IO_PAGE_FAULT|DMAR|iommu", e.line)]
+    if iommu:   # the IOMMU faulting on the GPUs' DMA is why their peer-to-peer traffic fails
+        diagnosis = _make("multi-gpu-transport", "the IOMMU blocks the GPUs' peer-to-peer traffic",
+                          "the IOMMU in translation mode faults on the DMA between the GPUs (the fault is in dmesg), so "
+                          "the collective fails or hangs", "add iommu=pt (amd_iommu=on iommu=pt on AMD CPUs) to "
+                          "GRUB_CMDLINE_LINUX_DEFAULT, sudo update-grub, reboot; until then NCCL_P2P_DISABLE=1 runs "
+                          "without peer-to-peer", evidence + [ctx.line_fact(iommu[0])], errors + iommu)
+        diagnosis.rank = family("platform-bios").rank - 1
+        return diagnosis
+    if re.search(r"(?i)\[c10d\]|client socket has timed out|TCPStore|rendezvous|MASTER_ADDR", text):
+        return _make("multi-gpu-transport", "the processes cannot reach the rendezvous address",
+                     "torch's launcher could not connect to MASTER_ADDR:MASTER_PORT (a firewall, an address the other "
+                     "node cannot route to, or a socket on the wrong interface)",
+                     "check from every node: nc -zv <MASTER_ADDR> <MASTER_PORT>; open the port in the firewall; set "
+                     "MASTER_ADDR to the address on the shared network and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to "
+                     "that interface (ip -br addr)", evidence, errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("multi-gpu-transport", hit, errors)
+    consumer = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"gfx1[0-2]\w+|sm_(?:75|86|89|120)", a)]
+    named = " ".join(f.value for f in ctx.sheet.of("gpu"))
+    if consumer and not re.search(r"(?i)\b(?:A100|H100|H200|L40|A40|A6000|RTX A|RTX PRO|W7\d00|MI\d+)", named):
+        return _make("multi-gpu-transport", "consumer GPUs without working peer-to-peer",
+                     f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "
+                     "is missing or broken on desktop boards, and NCCL/RCCL hang or fail when they pick it",
+                     "export NCCL_P2P_DISABLE=1 (the transfers go through host memory); if it still hangs, add iommu=pt "
+                     "to the kernel command line", evidence, errors)
     return _make("multi-gpu-transport", "the GPUs cannot reach each other",
                  "peer-to-peer transfers between the GPUs fail or hang (the IOMMU in translation mode, PCIe ACS, or "
                  "a platform without P2P)", "confirm with NCCL_P2P_DISABLE=1 (slower, but it runs), then add iommu=pt "
@@ -1254,11 +1545,14 @@ def _fragmented(text: str) -> Optional[str]:
     asked = re.search(r"Tried to allocate " + _SIZE, text)
     free = re.search(r"of which " + _SIZE + " is free", text)
     spare = re.search(_SIZE + r" is reserved by PyTorch but unallocated", text)
+    total = re.search(r"total capacity of " + _SIZE, text)
     if not asked:
         return None
     need = _mib(*asked.groups())
+    # a few MiB left over on a full GPU is not fragmentation: the spare must be a real share of the memory
+    floor = max(need, 0.04 * _mib(*total.groups()) if total else 256.0)
     for found, what in ((free, "free"), (spare, "reserved by PyTorch but unallocated")):
-        if found and _mib(*found.groups()) >= need:
+        if found and _mib(*found.groups()) >= floor:
             return (f"the request ({asked.group(1)} {asked.group(2)}iB) is smaller than what is {what} "
                     f"({found.group(1)} {found.group(2)}iB): no block of that size is contiguous")
     return None
@@ -1306,7 +1600,18 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("miopen-kernel")
 def miopen(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: MIOpen's own errors (a kernel build, its databases, a handle), or MIOpen named beside a run that is
+    slow where it should not be (its exhaustive kernel search on each new convolution shape)."""
     errors = ctx.of("miopen-kernel")
+    slow = [f for f in ctx.sheet.of("complaint") if f.value == "slow"]
+    if not errors and slow and re.search(r"(?i)\bMIOpen\b|\bVAE\b|\bconv(?:olution)?s?\b",
+                                         "\n".join(ctx.sheet.lines)) and _vendor(ctx) == "amd":
+        errors = _symptom_lines(ctx, slow[:1])
+        return _make("miopen-kernel", "MIOpen searches for its convolution kernels",
+                     "on AMD GPUs MIOpen benchmarks every solver the first time it meets a convolution shape (a VAE "
+                     "decode has many), which is what makes the first run slow", "export MIOPEN_FIND_MODE=2 (FAST: "
+                     "takes the first good solver), and keep ~/.config/miopen between runs so what it found is reused",
+                     [slow[0]], errors, confirmed=False)
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
@@ -1435,6 +1740,16 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "flash-attn 2 has kernels for sm_80 and newer only; this GPU is older",
                      "do not use flash-attn here: load the model with attn_implementation=\"sdpa\" (or \"eager\") "
                      "instead of \"flash_attention_2\"", evidence, errors)
+    if re.search(r"(?i)FlashAttention2? has been toggled on|flash_attn\W+(?:seems to be )?not installed|No module named "
+                 r"'flash_attn", text):
+        amd = _vendor(ctx) == "amd"
+        install = ("ROCm's flash-attention (github.com/ROCm/flash-attention, built with GPU_ARCHS=<your gfx>) or its "
+                   "Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE)" if amd else
+                   "pip install flash-attn --no-build-isolation (a prebuilt wheel matching torch and CUDA)")
+        return _make("attention", "flash-attn is not installed", "the model is asked for FlashAttention 2, but the "
+                     "flash_attn package is not importable in this environment",
+                     f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
+                     f"or install {install}", evidence, errors)
     if re.search(r"(?i)memory_efficient_attention", text) and _vendor(ctx) == "amd":
         return _make("attention", "xformers has no kernels for this AMD GPU",
                      "the installed xformers has no ROCm kernels for this arch",

@@ -54,6 +54,8 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"MI50|MI60|Radeon (Pro )?VII|Vega 20", "gfx906"),
     Product(r"MI25|Vega ?10|Vega (56|64)|Radeon RX Vega", "gfx900"),
     Product(r"MI[68]\b|Fiji|FURY|R9 Nano|Polaris|RX [45][4-9]0\b", "gfx803"),
+    Product(r"Tonga|Antigua|R9 (?:285|380)X?\b", "gfx802", source=LLVM_TABLE),
+    Product(r"Hawaii|Grenada|R9 (?:290|390)X?\b", "gfx702", source=LLVM_TABLE),
     # AMD Radeon PRO / Radeon AI PRO (RDNA)
     Product(r"AI PRO R9[67]00", "gfx1201"),
     Product(r"PRO V710", "gfx1101"),
@@ -99,6 +101,10 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0", "sm_75", source=NVIDIA_CC),
     Product(r"V100|TITAN V", "sm_70", source=NVIDIA_CC),
     Product(r"P100", "sm_60", source=NVIDIA_CC),
+    Product(r"GTX 10[5-8]0|TITAN Xp|TITAN X \(Pascal\)|Tesla P(?:40|4)\b|Quadro P\d{3,4}", "sm_61", source=NVIDIA_CC),
+    Product(r"GTX 9[5-8]0|GTX TITAN X\b|Tesla M(?:40|60)\b|Quadro M\d{3,4}", "sm_52", source=NVIDIA_CC),
+    Product(r"Tesla K80", "sm_37", source=NVIDIA_CC),
+    Product(r"Tesla K(?:40|20)|GTX 780|GTX TITAN\b(?! X)|GT 730", "sm_35", source=NVIDIA_CC),
 )
 
 # Names that say "an AMD GPU" and nothing more: amd-smi's default view and rocminfo's Marketing Name print

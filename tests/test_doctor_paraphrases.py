@@ -1,0 +1,82 @@
+"""doctor, round 5 (issue 63): the rules decide from facts, not from the wording of the training pastes. Each
+paraphrase in tests/doctor_paraphrases.yaml restates a training case (never a held-out one) with another GPU, tool,
+version, platform or wording, and must still get the case's cause family and a fix with the machine's values; a
+thin paste must get no confirmed diagnosis; and every training case must survive being pasted the ways people paste
+(inside unrelated log lines, with a log's timestamps, as a markdown quote, with Windows line ends)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from steadytune.doctor.cases import Case, load_cases, score_case
+from steadytune.doctor.diagnose import diagnose_text, report_findings
+
+DATA = yaml.safe_load(Path(__file__).with_name("doctor_paraphrases.yaml").read_text(encoding="utf-8"))
+PARAPHRASES = DATA["paraphrases"]
+THIN = DATA["thin"]
+TRAIN = load_cases("train")
+FAMILIES = sorted({p["family"] for p in PARAPHRASES})
+
+
+def test_every_paraphrase_restates_a_training_case_never_a_held_out_one():
+    train = {c.source.split("github.com/", 1)[1] for c in TRAIN}
+    held = {c.source.split("github.com/", 1)[1] for c in load_cases("heldout")}
+    for p in PARAPHRASES:
+        assert p["from"] in train and p["from"] not in held, p["from"]
+        assert p["vary"] and p["paste"].strip()
+    by_family = Counter(p["family"] for p in PARAPHRASES)
+    # every family with training cases is paraphrased (a family with one case at least once)
+    assert {c.cause for c in TRAIN} <= set(by_family), set({c.cause for c in TRAIN}) - set(by_family)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_paraphrases_get_the_family_and_the_machines_values(family):
+    misses = []
+    for p in (p for p in PARAPHRASES if p["family"] == family):
+        top = diagnose_text(p["paste"]).top
+        fix = top.fix.lower() if top else ""
+        if top is None or top.family != family or not all(e.lower() in fix for e in p.get("expect", ())):
+            misses.append(f"{p['from']} ({p['vary']}): got {top.family if top else None}: {fix[:160]}\n{p['paste']}")
+    assert not misses, "\n".join(misses)
+
+
+@pytest.mark.parametrize("index", range(len(THIN)))
+def test_a_thin_paste_gets_no_confirmed_cause_and_every_error_line_a_next_step(index):
+    text = THIN[index]["paste"]
+    report = diagnose_text(text)
+    assert not any(d.confirmed for d in report.diagnoses), [d.title for d in report.diagnoses]
+    if report.errors and not report.diagnoses:
+        findings = report_findings(report, "paste")
+        assert findings and all("unrecognised error" in f.what and f.fix.startswith("run and paste: ")
+                                for f in findings)
+
+
+_NOISE_BEFORE = ("Collecting numpy\n  Downloading numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl (16.0 MB)\n"
+                 "INFO: Started server process [123]\nLoading checkpoint shards: 100%|##########| 2/2 [00:03<00:00]\n")
+_NOISE_AFTER = "\nDuring handling of the above exception, another exception occurred:\nPress any key to continue . . .\n"
+
+
+def _pasted(text: str, how: str) -> str:
+    lines = text.splitlines()
+    if how == "in a log":
+        return _NOISE_BEFORE + text + _NOISE_AFTER
+    if how == "with timestamps":
+        return "\n".join(f"2025-03-03T10:11:12.123Z {line}" if line.strip() else line for line in lines)
+    if how == "as a quote, CRLF":
+        return "\r\n".join("> " + line for line in lines)
+    raise ValueError(how)
+
+
+@pytest.mark.parametrize("how", ["in a log", "with timestamps", "as a quote, CRLF"])
+def test_every_training_case_survives_how_it_is_pasted(how):
+    misses = []
+    for case in TRAIN:
+        varied = Case(case.source, case.tool, _pasted(case.paste, how), case.cause, case.fix, case.expect)
+        score = score_case(varied)
+        if not score.solved:
+            misses.append(f"{case.source}: got {score.family}: {score.fix[:120]}")
+    assert not misses, "\n".join(misses)
