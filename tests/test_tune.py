@@ -498,6 +498,8 @@ def test_workers_taking_trials_at_once_never_take_the_same_one(tmp_path):
             "    print(t.number, flush=True)\n")
     start = str(time.time() + 3)
     procs = [subprocess.Popen([sys.executable, "-c", code, start], stdout=subprocess.PIPE, text=True) for _ in range(4)]
-    taken = [int(line) for p in procs for line in p.communicate(timeout=120)[0].split()]
+    # four cold imports of torch + transformers on a loaded 2-core CI machine took over 120 s once; this checks
+    # who takes which trial, not speed
+    taken = [int(line) for p in procs for line in p.communicate(timeout=600)[0].split()]
     assert all(p.returncode == 0 for p in procs)
     assert sorted(taken) == list(range(24))
