@@ -25,15 +25,18 @@ def test_every_case_is_well_formed_and_in_the_part_its_number_gives(part):
     assert cases, f"{part}.yaml holds no case"
     for case in cases:
         assert case.part == part, f"{case.source} belongs in {case.part}.yaml"
+        if case.spent_heldout:   # only a held-out case can be spent: one the rule held out, scored, then trained on
+            assert case.number % 5 == 0, f"{case.source}: spent_heldout on a case the rule never held out"
         assert 1 <= len(case.paste.strip().splitlines()) <= 40, f"{case.source}: keep the excerpt short"
         assert case.expect and all(e.strip() for e in case.expect)
 
 
-def test_no_thread_is_used_twice_and_the_held_out_part_is_about_a_fifth():
-    sources = [c.source for part in PARTS for c in load_cases(part)]
+def test_no_thread_is_used_twice_and_the_held_out_rule_takes_about_a_fifth():
+    cases = [c for part in PARTS for c in load_cases(part)]
+    sources = [c.source for c in cases]
     assert len(sources) == len(set(sources))
-    held = len(load_cases("heldout"))
-    assert 0.1 <= held / len(sources) <= 0.3
+    held_or_spent = [c for c in cases if c.number % 5 == 0]   # the spent ones were held out when their round was scored
+    assert 0.1 <= len(held_or_spent) / len(cases) <= 0.3
 
 
 def test_every_cause_is_a_family_of_the_error_classes():
@@ -92,3 +95,12 @@ def test_the_summary_scores_each_mining_batch_apart():
     out = summary([Score(first, "arch-missing", "e", True), Score(second, None, "", False)], "heldout", False)
     assert "  batch 1: 1/1 (100.0%)" in out and "  batch 2: 0/1 (0.0%)" in out
     assert "batch" not in summary([Score(first, "arch-missing", "e", True)], "heldout", False)
+
+
+def test_the_summary_counts_the_spent_held_out_cases_apart():
+    from steadytune.doctor.cases import Score, summary
+    own = Case("https://github.com/a/b/issues/7", "torch", "x", "arch-missing", "f", ("e",))
+    spent = Case("https://github.com/a/b/issues/10", "torch", "x", "arch-missing", "f", ("e",), spent_heldout=True)
+    assert spent.part == "train"
+    out = summary([Score(own, "arch-missing", "e", True), Score(spent, None, "", False)], "train", False)
+    assert "  spent held-out (scored, then trained on): 0/1" in out
