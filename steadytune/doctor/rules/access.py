@@ -7,7 +7,19 @@ from typing import Optional
 
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import set_variable
-from steadytune.doctor.rules.base import Context, Diagnosis, _NVIDIA_DRIVER, _make, _nvidia_gpu, _vendor, rule
+from steadytune.doctor.rules.base import (
+    _CONTAINED,
+    Context,
+    Diagnosis,
+    _first,
+    _lines_matching,
+    _make,
+    _NVIDIA_DRIVER,
+    _nvidia_gpu,
+    rule,
+    _text,
+    _vendor,
+)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -17,12 +29,58 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _NVIDIA_DRIVER, _ma
 _DEVICE_LISTING = re.compile(r"^c[rwx-]{9}\S*\s+\d+\s+\S+\s+(\S+)\s+\d+,\s*\d+.*?(/dev/\S+|renderD\d+|kfd)\s*$")
 
 
+
+def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
+    """The kinds of refusal whose fix the wording and the setting decide before any `ls -l` is read: a node the tool
+    names (renderD, card), a GPU found only as root, a container given no devices or not the group that owns them."""
+    text = _text(ctx)
+    node = re.search(r"/dev/dri/(renderD\d+|card\d+)", text)
+    refused = _lines_matching(ctx, r"(?i)Permission denied \(os error 13\)|Permission needed to access required GPU")
+    if refused and node:
+        group = "video" if node.group(1).startswith("card") or re.search(r"owner=\S*video", text) else "render"
+        return _make("device-access", f"the user may not open /dev/dri/{node.group(1)}",
+                     f"/dev/dri/{node.group(1)} belongs to the {group} group and the user is not in it",
+                     f"sudo usermod -aG {group},video $USER (render for /dev/dri/renderD*, video for /dev/dri/card*), "
+                     "then log in again (a new ssh session) so the group applies", [], refused)
+    as_root = _lines_matching(ctx, r"(?i)(?:run|running|works?|execut\w+) (?:it )?(?:as|with) (?:root|sudo)|"
+                                   r"(?:with|under) sudo it works|as root,? it works")
+    out = ctx.of("device-access", "driver") + _lines_matching(ctx, r"OUT_OF_RESOURCES|Unable to open /dev/kfd")
+    if as_root and out and not _CONTAINED.search(text):
+        # the stack works for root, so the GPU, the driver and the build are fine: this comes before any of them
+        return _first(_make("device-access", "the GPU opens only for root",
+                     "rocminfo and the runtime work as root but not as the user: /dev/kfd and /dev/dri/renderD* "
+                     "belong to the render group (video on older systems) and the user is not in both",
+                     "sudo usermod -aG render,video $USER, then log out and in (or reboot) so the groups apply; check "
+                     "with ls -l /dev/kfd /dev/dri/renderD* and id", [], out + as_root))
+    if _CONTAINED.search(text):
+        no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
+                                      r"no ROCm-capable device|Unable to open /dev/kfd")
+        masked = re.search(r"\bROCR_VISIBLE_DEVICES=\d+,\d", text)   # a job's mask: visibility, not the devices
+        if no_gpu and not masked and not re.search(r"--device[= ]/dev/kfd", text):
+            return _make("device-access", "the container was started without the GPU devices",
+                         "the container has no /dev/kfd and /dev/dri: ROCm finds no device inside it",
+                         "start the container with the GPU devices and their groups: docker run --device=/dev/kfd "
+                         "--device=/dev/dri --group-add video --group-add render (podman: the same flags)", [], no_gpu)
+        if no_gpu and not masked and re.search(r"(?i)numeric|\bGID\b|distrobox|toolbox", text):
+            return _make("device-access", "the container user is not in the group that owns the GPU devices",
+                         "/dev/kfd and /dev/dri/renderD* keep the host's group id inside the container, and the "
+                         "container's user is not in a group with that id",
+                         "pass the host's groups by number: --group-add $(getent group render | cut -d: -f3) "
+                         "--group-add $(getent group video | cut -d: -f3) with --device /dev/kfd --device /dev/dri "
+                         "(distrobox: --additional-flags with the same, docker as its engine), then enter it again",
+                         [], no_gpu)
+    return None
+
+
 @rule("device-access")
 def device_access(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a refusal to open /dev/kfd or /dev/dri (any wording: permission denied, no such file, a group
     check), the device files' owner and mode (`ls -l`) against the user's groups (`id`, `groups`), 'works only as
     root', and where the process runs (a container without the devices, a rootless one). A runtime that cannot get
     its resources is only a symptom where the driver itself is not loaded."""
+    early = _device_access_said(ctx)
+    if early is not None:
+        return early
     errors = ctx.of("device-access")
     if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
         errors = [e for e in errors if not re.search(r"OUT_OF_RESOURCES", e.line)]
@@ -167,6 +225,13 @@ def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
 
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
+    cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
+    if cuda_lib and re.search(r"\bWSL", _text(ctx)):
+        return _make("wsl", "the WSL driver library is not on the loader path",
+                     "under WSL 2 the NVIDIA driver's libcuda.so lives in /usr/lib/wsl/lib, which the loader does not "
+                     "search here",
+                     "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH in the shell (or the script) that "
+                     "starts the job; never install a Linux NVIDIA driver inside WSL", [], cuda_lib)
     if not ctx.sheet.has("platform", "wsl"):
         return None
     errors = ctx.of("wsl", "visibility", "device-access", "driver") + ctx.no_gpu()
@@ -260,6 +325,9 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         elif most and most.split(".")[0] == "12":
             older = "; or keep the driver and install the torch built for CUDA 12.6: --index-url " \
                     "https://download.pytorch.org/whl/cu126"
+        if most and not older and re.fullmatch(r"\d+\.\d+", most):
+            older = (f"; or keep the driver and install a torch built for CUDA {most} (cu{most.replace('.', '')}: "
+                     f"an older torch release, from https://download.pytorch.org/whl/cu{most.replace('.', '')})")
         fix = (f"update the NVIDIA driver (it runs CUDA {most or '?'} at most; a current torch needs a driver for "
                f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"

@@ -11,15 +11,19 @@ from steadytune.doctor.facts import discrete_archs
 from steadytune.doctor.fixes import override_value, rebuild_line, rocm_index_for, set_variable, wheel_line
 from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, normalise_gfx, override_for_arch
 from steadytune.doctor.rules.base import (
-    Context,
-    Diagnosis,
-    OVERRIDE,
     _APU_ARCHS,
     _arch_fact,
+    Context,
     _cuda_index_for_driver,
+    Diagnosis,
+    _first,
+    _lines_matching,
     _make,
-    _symptom_lines,
+    OVERRIDE,
     rule,
+    _symptom_lines,
+    _text,
+    _vendor,
 )
 
 
@@ -41,6 +45,17 @@ def _target(value: str) -> Optional[str]:
 
 @rule("override-wrong")
 def override_wrong(ctx: Context) -> Optional[Diagnosis]:
+    # a quoted message where the version belongs: a script's detection failed and wrote its error into the variable
+    garbage = re.search(OVERRIDE + r"\s*:?=\s*\"([A-Za-z][^\"\n]* [^\"\n]*)\"", _text(ctx))
+    if garbage:
+        arch, _ = ctx.arch([])
+        value = override_for_arch(arch) if arch else None
+        lines = _lines_matching(ctx, OVERRIDE)
+        return _make("override-wrong", f"{OVERRIDE} holds text, not a version",
+                     f"{OVERRIDE} is set to \"{garbage.group(1).strip()}\" (a script's message, not a gfx version): "
+                     "the runtime cannot use it",
+                     (f"set it to the version for {arch}: {OVERRIDE}={value}" if value else
+                      f"set it to a version (X.Y.Z) or unset it: {_OVERRIDE_TABLE}"), [], lines)
     setting = ctx.override()
     if setting is None:
         return None
@@ -153,12 +168,81 @@ _OVERRIDE_TABLE = (f"{OVERRIDE}=10.3.0 for RDNA2 (gfx1031-gfx1036), {OVERRIDE}=1
                    f"{OVERRIDE}=9.0.0 for the Vega APUs (gfx902, gfx90c)")
 
 
+
+def _arch_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """Kinds the message settles by itself: a library that refuses the arch by name (hipBLASLt), flash-attn's own
+    list of archs, a supported-arch list whose entries run together (a release's typo), and a GPU newer ROCm releases
+    dropped (the last release that ran it, from the arch table)."""
+    flash_lines = [e for e in ctx.of("attention") if re.search(r"GPU archs? of \[.*gfx9", e.line)]
+    errors = errors + flash_lines
+    text = " ".join(e.line for e in errors)
+    if not errors:
+        return None
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"(?i)hipBLASLt on a?n? ?unsupported architecture", text):
+        arch = next((f.value for f in ctx.sheet.of("arch") if f.value.startswith("gfx")), None)
+        return _make("arch-missing", "hipBLASLt has no kernels for this GPU",
+                     f"torch prefers hipBLASLt for its matmuls, which has no code for {arch or 'this arch'}",
+                     "export TORCH_BLAS_PREFER_HIPBLASLT=0 (torch then uses hipBLAS/rocBLAS, which carries the arch), "
+                     "or torch.backends.cuda.preferred_blas_library('hipblas') in the script", evidence, errors)
+    flash = re.search(r"GPU archs? of \[['\"]?(gfx\w+)", text)
+    if flash and re.search(r"(?i)Flash-?Attention", text):
+        arch = flash.group(1)
+        return _make("arch-missing", f"flash-attn's setup does not list {arch}",
+                     f"flash-attn's setup.py accepts only the archs it lists; {arch} (CDNA, with the matrix cores the "
+                     "CK kernels use) is not among them in this version",
+                     f"build with GPU_ARCHS={arch} from a flash-attn version that lists {arch} (or add {arch} to the "
+                     "allowed archs in setup.py, as its PR did); otherwise use torch's SDPA", evidence, errors)
+    glued = re.search(r"supported AMDGPU versions are\s*([^.]*)", " ".join(ctx.sheet.lines))
+    joined = re.search(r"\b(gfx\w+?)(gfx\w+)\b", glued.group(1)) if glued else None
+    if joined:
+        return _make("arch-missing", "the build's supported-arch list has a typo",
+                     f"the list reads \"{joined.group(0)}\": a comma is missing, so neither {joined.group(1)} nor "
+                     f"{joined.group(2)} matches and the GPU is ignored",
+                     f"install a build with the list fixed (tensorflow-rocm after 2.14.0.600, or build from the "
+                     f"develop-upstream branch); {joined.group(0)} in the message is the typo, not the GPU",
+                     evidence, errors)
+    arch = next((a for a in re.findall(r"GPU arch ?: ?(gfx\w+)", text)), None) or \
+        next((f.value for f in ctx.sheet.of("arch") if f.value.startswith("gfx")), None)
+    info = arch_info(arch) if arch else None
+    last = getattr(info, "max_rocm", None)
+    newer = re.search(r"/opt/rocm-(\d+)\.(\d+)", text)
+    if last and newer and (int(newer.group(1)), int(newer.group(2))) > tuple(last):
+        version = f"{last[0]}.{last[1]}"
+        return _make("arch-missing", f"ROCm {newer.group(1)}.{newer.group(2)} dropped {arch}",
+                     f"this ROCm's rocBLAS has no {arch} kernels; {version} is the last release whose libraries carry "
+                     f"{arch}", f"use ROCm {version} (its packages, or the rocm{version} torch wheels: --index-url "
+                     f"https://download.pytorch.org/whl/rocm{version}), or a rocBLAS built with -DAMDGPU_TARGETS={arch}",
+                     evidence, errors)
+    return None
+
+
 @rule("arch-missing")
 def arch_missing(ctx: Context) -> Optional[Diagnosis]:
-    errors = ctx.of("arch-missing")
+    diagnosis = _arch_missing(ctx)
+    if diagnosis is not None and ctx.override() is None and _ggml_arch(ctx):
+        # ggml named the GPU and no override is set: "unset the override" (the catalogue's reading) cannot apply
+        return _first(diagnosis)
+    return diagnosis
+
+
+def _ggml_arch(ctx: Context) -> Optional[str]:
+    """ggml names a ROCm GPU by its gfx major and minor ("compute capability 11.0" is gfx1100, 10.3 gfx1030)."""
+    found = re.search(r"(?i)found \d+ ROCm devices?:?\s*\n\s*Device 0:[^\n]*compute capability (\d+)\.(\d+)",
+                      _text(ctx))
+    return f"gfx{found.group(1)}{found.group(2)}0" if found else None
+
+
+def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
+    errors = [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" not in e.line]   # host libs: install
+    said = _arch_said(ctx, errors)
+    if said is not None:
+        return said
     if ctx.override() is None:   # "invalid ISA" with no override set: the build lacks the arch, nothing overrode it
         errors += ctx.of("override-wrong")
     arch, where = ctx.arch(errors)
+    if _ggml_arch(ctx) and (arch is None or arch.startswith("sm_")):   # facts read 11.0 as an NVIDIA sm_110
+        arch = _ggml_arch(ctx)
     if arch and arch in _APU_ARCHS and any(re.search(r"amdgpu is not supported", e.line) for e in errors):
         card = next((f for f in ctx.sheet.of("arch") if f.value.startswith("gfx") and f.value not in _APU_ARCHS), None)
         if card is not None:   # Ollama skips the iGPU it cannot use; the card is what the user runs on
@@ -222,6 +306,15 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      "on Windows HSA_OVERRIDE_GFX_VERSION does not reach the HIP SDK's rocBLAS, which carries only the "
                      "GPUs AMD lists", "find the GPU's gfx target (hipinfo, or the tool's log), then put a rocblas.dll "
                      "and rocblas/library built for it (or for a sibling arch) in place of the SDK's / the program's own",
+                     [], errors, confirmed=False)
+    if arch is None and errors and _vendor(ctx) != "amd" and re.search(
+            r"(?i)\bcuda error\b.{0,20}no kernel image", " ".join(e.line for e in errors)):
+        return _make("arch-missing", "a torch without kernels for this NVIDIA GPU",
+                     "the installed torch (or extension) was built for other compute capabilities than the GPU's",
+                     "find the GPU's compute capability (nvidia-smi --query-gpu=name,compute_cap --format=csv) and "
+                     "install a torch whose CUDA build carries it: pip install torch --index-url "
+                     "https://download.pytorch.org/whl/cu118 (Maxwell to Hopper), .../whl/cu128 for Blackwell (sm_120); "
+                     "an old GPU (Kepler, compute capability 3.x) needs an old torch or a source build",
                      [], errors, confirmed=False)
     if arch is None:
         cls = family("arch-missing")
@@ -334,6 +427,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         return None
     chip = re.search(r"amdgpu: (\w+)\s+not supported in kfd", text)
     name = chip.group(1) if chip else arch or "this GPU"
+    product = re.search(r"(?i)\b(RX|R9|R7) ?(\d{3,4})\b", "\n".join(ctx.sheet.lines))
+    if product and not chip:
+        name = f"the {product.group(1).upper()} {product.group(2)} ({name})"
     diagnosis = _make("gpu-unsupported", f"{name} is outside ROCm",
                       f"the driver's compute part (KFD) or every current ROCm release leaves {name} out, and no newer "
                       "chip's code runs on it",

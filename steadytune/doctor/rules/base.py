@@ -108,6 +108,26 @@ def _restate(name: str, hit: ErrorLine, covers: list[ErrorLine]) -> Diagnosis:
     return diagnosis
 
 
+def _first(diagnosis: Diagnosis) -> Diagnosis:
+    """A diagnosis that rules out the others' causes (the stack works as root; the message names the fix): it leads."""
+    diagnosis.rank = 0
+    return diagnosis
+
+
+def _text(ctx: Context) -> str:
+    return "\n".join(ctx.sheet.lines)
+
+
+def _lines_matching(ctx: Context, pattern: str) -> list[ErrorLine]:
+    """The paste's lines that say `pattern`, as lines a diagnosis can cover (a prose complaint, a listing)."""
+    found = re.compile(pattern)
+    return [ErrorLine(n, line.strip(), None) for n, line in enumerate(ctx.sheet.lines, 1) if found.search(line)]
+
+
+# a process that runs in a container, a toolbox or a batch job: its devices and groups are the runtime's, not the host's
+_CONTAINED = re.compile(r"(?i)\b(?:docker|podman|distrobox|toolbox|containers?|apptainer|singularity|kubernetes|pod)\b")
+
+
 def _from_catalogue(name: str) -> Rule:
     """A family with no rule of its own: the catalogue entry that matched gives the cause and fix (already made
     specific by its context reader)."""

@@ -10,15 +10,16 @@ from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.fixes import rocm_index_for
 from steadytune.doctor.rules.base import (
     Context,
-    Diagnosis,
-    _NVIDIA_DRIVER,
     _cuda_index_for_driver,
+    Diagnosis,
     _make,
+    _NVIDIA_DRIVER,
     _nvidia_gpu,
     _restate,
-    _symptom_lines,
-    _vendor,
     rule,
+    _symptom_lines,
+    _text,
+    _vendor,
 )
 
 
@@ -30,16 +31,52 @@ from steadytune.doctor.rules.base import (
 _DEEPER = ("device-access", "driver", "wsl", "rocm-libs-missing", "override-wrong", "gpu-unsupported", "platform-bios")
 
 
+
+def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional[str]) -> Optional[Diagnosis]:
+    """A runtime other than torch built for another backend: CTranslate2 (faster-whisper, whisperX) is CUDA-only,
+    llama.cpp built with an option its version ignores is CPU-only, a torch that is the CPU build under a CUDA
+    extension."""
+    text = " ".join(e.line for e in errors)
+    if re.search(r"CUDA failed with error", text) and vendor == "amd":
+        return _make("torch-build", "CTranslate2 is a CUDA build",
+                     "\"CUDA failed with error\" is CTranslate2's (faster-whisper, whisperX): its wheels are CUDA "
+                     "builds and find no NVIDIA driver on an AMD machine, whatever torch is installed",
+                     "install a ROCm build of CTranslate2 (the CTranslate2-rocm fork, arlo-phoenix/CTranslate2-rocm) "
+                     "in the same environment, with torch from the ROCm index; or run the model on the CPU "
+                     "(device=\"cpu\", compute_type=\"int8\")", [], errors)
+    hipblas = re.search(r"-D(?:GGML|LLAMA)_HIPBLAS", text)
+    if hipblas:
+        return _make("torch-build", "llama.cpp was built without its ROCm backend",
+                     f"llama.cpp renamed its ROCm option to GGML_HIP; {hipblas.group(0)} is ignored and the build "
+                     "falls back to the CPU",
+                     "configure with -DGGML_HIP=ON (llama-cpp-python: CMAKE_ARGS=\"-DGGML_HIP=on\" pip install "
+                     "--force-reinstall --no-cache-dir llama-cpp-python), with -DAMDGPU_TARGETS=<your gfx>", [], errors)
+    cpu = re.search(r"xFormers was built for:?\s*PyTorch (\S+)\+(cu\d+).{0,40}\(you have (\S+)\+cpu\)",
+                    " ".join(ctx.sheet.lines))
+    if cpu:
+        return _make("torch-build", "torch is the CPU build",
+                     f"xformers is built for torch {cpu.group(1)}+{cpu.group(2)} but the installed torch is "
+                     f"{cpu.group(3)}+cpu: no GPU at all",
+                     f"pip uninstall -y torch; pip install torch=={cpu.group(3)} --index-url "
+                     f"https://download.pytorch.org/whl/{cpu.group(2)} (the build xformers expects)", [], errors)
+    return None
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
     errors = ctx.of("torch-build") + ([e for e in ctx.of("driver") if _NVIDIA_DRIVER.search(e.line)]
                                       if vendor == "amd" and not _nvidia_gpu(ctx) else [])
+    errors += [e for e in ctx.of("abi-mismatch") if re.search(r"you have \S+\+cpu", e.line)]
     builds = ctx.sheet.of("torch")
     wrong = [f for f in builds if (vendor == "amd" and f.detail in ("cuda", "cpu", "no-hip")) or
              (vendor in ("nvidia", None) and f.detail in ("rocm", "cpu"))]
     joined = "\n".join(ctx.sheet.lines)
-    if re.search(r"ROCMExecutionProvider' is not in available provider", " ".join(e.line for e in errors)):
+    other = _other_runtime_build(ctx, errors, vendor)
+    if other is not None:
+        return other
+    if re.search(r"ROCMExecutionProvider' is not in available provider|no ROCm provider available",
+                 " ".join(e.line for e in errors)):
         return _make("torch-build", "onnxruntime without its ROCm provider",
                      "the installed onnxruntime (or onnxruntime-gpu, the CUDA build) has no ROCMExecutionProvider",
                      "pip uninstall -y onnxruntime onnxruntime-gpu; install the ROCm build, onnxruntime-rocm (AMD's "
@@ -102,6 +139,21 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
 _WHEEL = re.compile(r"(\S+?)-(\d[\w.+!]*)-(?:\d\w*-)?(cp\d+|py3\w*)-(\w+)-(\w+)\.whl")
 
 
+
+# the newest Python each torch release has wheels for (pytorch.org's release notes and its wheel indexes)
+_TORCH_PYTHON = (((0, 4), "3.6"), ((1, 4), "3.7"), ((1, 7), "3.8"), ((1, 11), "3.9"), ((1, 13), "3.10"),
+                 ((2, 2), "3.11"), ((2, 5), "3.12"), ((2, 9), "3.13"))
+
+
+def _python_for(package: str, version: str) -> Optional[str]:
+    """The newest Python a torch release was built for (None for other packages and for releases after 2.8)."""
+    numbers = re.match(r"(\d+)\.(\d+)", version)
+    if package.lower() != "torch" or not numbers:
+        return None
+    release = (int(numbers.group(1)), int(numbers.group(2)))
+    return next((python for before, python in _TORCH_PYTHON if release < before), None)
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("wheel-platform")
@@ -109,6 +161,17 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         return None
     text = "\n".join(e.line for e in errors)
     python = ctx.sheet.values("python")
+    if re.search(r"No module named '?triton\.ops", text):
+        return _make("wheel-platform", "bitsandbytes is older than the installed triton",
+                     "bitsandbytes before 0.45.2 imports triton.ops, which triton 3.2 (the one torch 2.6 and newer "
+                     "installs) removed",
+                     "pip install --upgrade bitsandbytes (0.45.2 or newer no longer imports triton.ops); keeping "
+                     "triton 3.1 works too but holds torch back", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"\+cu\d+", text) and re.search(r"(?i)\bmacOS\b|\bdarwin\b|Mac ?OS ?X?\b", _text(ctx)):
+        return _make("wheel-platform", "no CUDA builds for macOS",
+                     "the +cuXXX torch builds exist for Linux and Windows only; macOS has no CUDA",
+                     "on macOS install the plain release without the +cu suffix (pip install torch==<version> "
+                     "torchvision==<version>): it runs on the CPU or Apple's MPS", [ctx.line_fact(errors[0])], errors)
     if re.search(r"(?i)bitsandbytes|CUDA Setup failed|'NoneType' object has no attribute 'c", text):
         return _make("wheel-platform", "bitsandbytes has no GPU binary for this platform",
                      "the installed bitsandbytes carries no native library for this OS and GPU (releases before 0.43 "
@@ -191,9 +254,16 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
     if offered and offered.group(1).strip() == "none":
         base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
-        fix = (f"the index has no {base} wheel at all for this Python{' (' + py + ')' if py else ''} and platform: "
-               f"use an older Python (a 3.10 or 3.11 environment: uv venv -p 3.11, conda create -n env python=3.11); "
-               f"a new Python gets {base} wheels only months after its release, and old pins never do")
+        newest = _python_for(pin.group(1), pin.group(2)) if pin else None
+        if newest:
+            fix = (f"{pin.group(1)} {pin.group(2)} was built for Python up to {newest}, and this Python"
+                   f"{' (' + py + ')' if py else ''} is not one of them: create the environment with an older Python, "
+                   f"{newest} "
+                   f"(conda create -n env python={newest}, uv venv -p {newest}) and install the pin there")
+        else:
+            fix = (f"the index has no {base} wheel at all for this Python{' (' + py + ')' if py else ''} and "
+                   f"platform: use an older Python (a 3.12 or 3.11 environment: uv venv -p 3.12, conda create -n env "
+                   f"python=3.12); a new Python gets {base} wheels only months after its release, and old pins never do")
         return _make("wheel-platform", f"no {base} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
     if pin and same:
         fix = (f"the index has no {name} for this platform; it does have {', '.join(same)}: pick one of those "
@@ -202,7 +272,10 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     if pin and offered:
         fix = (f"{pin.group(1)}=={pin.group(2)} has no wheel for this Python{' (' + py + ')' if py else ''}: install "
                f"a {pin.group(1)} release the index lists for it (from versions: {offered.group(1)[-60:]}), or use an "
-               f"older Python for {pin.group(1)} {pin.group(2)}")
+               f"older Python for {pin.group(1)} {pin.group(2)}"
+               + (f" (it was built for Python up to {_python_for(pin.group(1), pin.group(2))}: conda create -n env "
+                  f"python={_python_for(pin.group(1), pin.group(2))})" if _python_for(pin.group(1), pin.group(2))
+                  else ""))
         return _make("wheel-platform", f"no {name} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
     if pin and re.search(r"\+cu\d+|\+rocm", name) and not ctx.sheet.is_windows:
         fix = (f"{name} has no wheel for this Python{' (' + py + ')' if py else ''}: create the environment with an "
@@ -258,6 +331,38 @@ def _extension_package(ctx: Context, errors: list[ErrorLine]) -> Optional[str]:
     return next((t for t in (ctx.tool(errors),) if t not in (None, "torch")), None)
 
 
+
+def _listed_torch(ctx: Context) -> Optional[str]:
+    """torch's version from a package list (`- torch 2.1.2`, `torch==2.1.2`, `torch: 2.1.2`) when no fact holds it."""
+    found = re.search(r"(?im)^\W*torch\s*(?:==|:|\s)\s*(\d+\.\d+\.\d+[\w.+]*)\s*$", _text(ctx))
+    return found.group(1) if found else None
+
+
+def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[str]) -> Optional[Diagnosis]:
+    """Kinds the line names by itself: an operator a compiled package registers that is not there (its build is
+    for another torch), xformers' own report of the torch it was built for, a library of a ROCm before 3.5 (HCC)."""
+    evidence = [ctx.line_fact(errors[0])]
+    operator = re.search(r"No such operator (\w+)::", text)
+    built = re.search(r"xFormers was built for:?\s*PyTorch (\S+).{0,40}\(you have (\S+)\)", _text(ctx))
+    if operator or built and not built.group(2).endswith("+cpu"):
+        package = "xformers" if built else operator.group(1).replace("_", "-")
+        have = built.group(2) if built else torch
+        return _make("abi-mismatch", f"{package} is built for another torch",
+                     f"{package}'s compiled operators were built for {'torch ' + built.group(1) if built else 'another torch'}"
+                     f"{', and torch is ' + have if have else ''}",
+                     f"pip uninstall -y {package}; pip install {package} built for the installed torch"
+                     f"{' ' + have if have else ''} (from torch's own index, or a release pinned to it); or run "
+                     f"without it{' (drop --xformers: torch SDPA does the same)' if package == 'xformers' else ''}",
+                     evidence, errors)
+    if re.search(r"libmcwamp|libhip_hcc", text):
+        return _make("abi-mismatch", "a build for a ROCm before 3.5",
+                     "libmcwamp is the HCC runtime of ROCm 3.x and older; the framework package was built for it and "
+                     "the installed ROCm no longer has it",
+                     "install the framework build that matches the installed ROCm (pip install tensorflow-rocm or torch "
+                     "of the release built for that ROCm), or the ROCm the package was built for", evidence, errors)
+    return None
+
+
 @rule("abi-mismatch")
 def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: an error line saying a compiled module cannot link to what is installed (an undefined symbol, a
@@ -271,8 +376,11 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     if first.catalogue is not None and first.catalogue.entry.id == "undefined-symbol-rocm-libs":
         return _restate("abi-mismatch", first, errors)
     text = "\n".join(e.line for e in errors)
-    torch = next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None)
+    torch = next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None) or _listed_torch(ctx)
     evidence = [ctx.line_fact(first)]
+    said = _abi_said(ctx, errors, text, torch)
+    if said is not None:
+        return said
     if re.search(r"(?i)numpy|_ARRAY_API|multiarray failed to import|module compiled against ABI version", text):
         return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
                      "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
@@ -421,11 +529,46 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
     return None
 
 
+
+def _rocm_libs_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    text = " ".join(e.line for e in errors)
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"unrecognized command-line option .?--offload-arch", text):
+        return _make("rocm-libs-missing", "the HIP code is compiled by the system C++ compiler",
+                     "--offload-arch is a clang/hipcc option; the build picked the system c++ (gcc), which does not know "
+                     "it", "build with ROCm's compilers: CC=/opt/rocm/llvm/bin/clang CXX=/opt/rocm/llvm/bin/clang++ "
+                     "(or CXX=hipcc) in the environment of the build (llama-cpp-python: CC=... CXX=... CMAKE_ARGS=... "
+                     "pip install ...)", evidence, errors)
+    install = re.search(r"(/opt/rocm-\d+\.\d+(?:\.\d+)?)", _text(ctx))
+    if re.search(r"(?i)/usr/bin/hip\w*|/opt/rocm/bin/hip\w*|\bhipcc\b", text) and install:
+        return _make("rocm-libs-missing", "ROCm is installed under its versioned path only",
+                     f"ROCm is in {install.group(1)}, but the build looks for hipcc in /opt/rocm (and /usr/bin)",
+                     f"sudo ln -s {install.group(1)} /opt/rocm (what the installer normally links), and put "
+                     f"/opt/rocm/bin on PATH; or pass ROCM_PATH={install.group(1)} to the build", evidence, errors)
+    if "libamdpython" in text:
+        return _make("rocm-libs-missing", "ROCm's libamdpython link is broken",
+                     "rocgdb needs libamdpython.so, a link the ROCm package points at a libpython the system lacks",
+                     "link it to the system's libpython: sudo ln -s /usr/lib/python3.X/config-3.X-x86_64-linux-gnu/"
+                     "libpython3.X.so /opt/rocm/lib/libamdpython.so (apt install libpython3.X for the file)",
+                     evidence, errors)
+    if "/.singularity.d/libs/" in text:
+        return _make("rocm-libs-missing", "the host's ROCm libraries replaced the container's",
+                     "apptainer --rocm binds the host's ROCm libraries (rocmliblist.conf) over the container's own; the "
+                     "host rocBLAS then finds no Tensile files it matches",
+                     "let the container use its own ROCm: bind only the devices (--bind /dev/kfd,/dev/dri, without "
+                     "--rocm), or remove the math libraries (rocblas, rocfft, ...) from rocmliblist.conf", evidence,
+                     errors)
+    return None
+
+
 @rule("rocm-libs-missing")
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
-    errors = ctx.of("rocm-libs-missing")
+    errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" in e.line]
     if not errors:
         return None
+    said = _rocm_libs_said(ctx, errors)
+    if said is not None:
+        return said
     first = errors[0]
     if first.catalogue is not None and first.catalogue.entry.context:
         return _restate("rocm-libs-missing", first, errors)

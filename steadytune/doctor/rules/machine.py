@@ -11,17 +11,20 @@ from steadytune.doctor.fixes import set_variable
 from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, override_for_arch
 from steadytune.hardware.unified_memory import GIB, PAGE
 from steadytune.doctor.rules.base import (
-    Context,
-    Diagnosis,
-    OVERRIDE,
     _APU_ARCHS,
     _arch_fact,
     _catalogue,
+    _CONTAINED,
+    Context,
+    Diagnosis,
+    _lines_matching,
     _make,
+    OVERRIDE,
     _restate,
-    _symptom_lines,
-    _vendor,
     rule,
+    _symptom_lines,
+    _text,
+    _vendor,
 )
 
 
@@ -44,6 +47,14 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
     errors = ctx.of("visibility")
+    mask = re.search(r"\bROCR_VISIBLE_DEVICES=(\d+(?:,\d+)+)", _text(ctx))
+    none = _lines_matching(ctx, r"(?i)No (?:CUDA|HIP) GPUs are available")
+    if mask and none and re.search(r"(?i)\bsrun\b|slurm|--container|pyxis|enroot|" + _CONTAINED.pattern[4:], _text(ctx)):
+        return _make("visibility", "the host's GPU mask was carried into the job's own view",
+                     f"the scheduler already confined the job to its GPUs, which it numbers from 0; the forwarded "
+                     f"ROCR_VISIBLE_DEVICES={mask.group(1)} names cards that do not exist there, so none is left",
+                     "unset ROCR_VISIBLE_DEVICES (and HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES) before starting the "
+                     "runtime inside the container or job step; do not --export the host's mask", [], none)
     dropped = [e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
     if dropped:   # Ollama 0.30+ filters iGPUs that are not on its allow-list
         return _make("visibility", "Ollama drops the integrated GPU",
@@ -225,6 +236,14 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     a container's /dev/shm, the socket interfaces NCCL listed or the nodes name, IOMMU faults in dmesg, and whether
     the GPUs are consumer cards (RDNA, GeForce: no usable PCIe peer-to-peer) or datacenter ones (iommu=pt)."""
     errors = ctx.of("multi-gpu-transport")
+    rocm = re.search(r"(?i)\brocm[ -]?(\d+)\.(\d+)", _text(ctx))
+    perf = [e for e in errors if re.search(r"_perf\b", e.line)]
+    if perf and rocm and (int(rocm.group(1)), int(rocm.group(2))) < (5, 7):
+        return _make("multi-gpu-transport", f"RCCL on ROCm {rocm.group(1)}.{rocm.group(2)} needs fine-grained PCIe memory",
+                     "before ROCm 5.7 RCCL's peer buffers need fine-grained memory over PCIe; without it the "
+                     "collectives that exchange between every pair fail allocating",
+                     "export HSA_FORCE_FINE_GRAIN_PCIE=1 for the run (or move to ROCm 5.7 or newer, where it is not "
+                     "needed)", [], perf)
     if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
@@ -248,6 +267,13 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     virtual = [i for i in listed if re.match(r"(?:br-|veth|docker|virbr|lo$|cni|flannel|tun|tap)", i)]
     real = [i for i in listed if i not in virtual]
     named = list(dict.fromkeys(f.value for f in ifaces if f.detail == "named"))
+    nic = re.search(r"\b((?:enp|ens|eno|eth|ib|bond|en)\w*\d\w*)\b", joined)
+    if re.search(r"(?i)no socket interface found", text) and nic:
+        return _make("multi-gpu-transport", "NCCL finds no interface by the name it was given",
+                     f"NCCL_SOCKET_IFNAME does not match an interface NCCL can use as written; {nic.group(1)} is the "
+                     "one that carries the nodes' addresses",
+                     f"export NCCL_SOCKET_IFNAME={nic.group(1)} (the bare name, no '=' prefix or spaces) on every node, "
+                     f"and GLOO_SOCKET_IFNAME={nic.group(1)}", evidence, errors)
     if len(named) > 1 or (virtual and real):
         value = ",".join(named) if len(named) > 1 else real[0]
         why = ("the nodes name their network interfaces differently, and NCCL picks the first one it finds"
@@ -268,7 +294,8 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if re.search(r"(?i)shared memory|/dev/shm|shm", text):
         return _make("multi-gpu-transport", "shared memory is too small for the GPUs' transport",
                      "RCCL/NCCL pass data between processes through /dev/shm, which is 64 MB in a default container",
-                     "docker run --ipc=host (or --shm-size=16g)", [ctx.line_fact(errors[0])], errors)
+                     "docker run --ipc=host (or --shm-size=16g): /dev/shm must hold NCCL's segments",
+                     [ctx.line_fact(errors[0])], errors)
     iommu = [e for e in ctx.of("platform-bios") if re.search(r"(?i)AMD-Vi|IO_PAGE_FAULT|DMAR|iommu", e.line)]
     if iommu:   # the IOMMU faulting on the GPUs' DMA is why their peer-to-peer traffic fails
         diagnosis = _make("multi-gpu-transport", "the IOMMU blocks the GPUs' peer-to-peer traffic",
@@ -285,6 +312,15 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "check from every node: nc -zv <MASTER_ADDR> <MASTER_PORT>; open the port in the firewall; set "
                      "MASTER_ADDR to the address on the shared network and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to "
                      "that interface (ip -br addr)", evidence, errors)
+    nodes = re.search(r"(?i)\b(?:[2-9]|two|several|multiple) (?:machines|nodes|servers|hosts)\b|--nnodes[= ]?[2-9]", joined)
+    if nodes and re.search(r"(?i)unhandled system error|socket|connect|timed? ?out", text) and \
+            not re.search(r"(?i)/dev/shm|shm", text):
+        return _make("multi-gpu-transport", "the nodes do not reach each other on the interface NCCL picked",
+                     "across machines NCCL opens sockets on the first interface it finds; a firewall or an interface "
+                     "the other node cannot route to fails the setup (\"unhandled system error\")",
+                     "check that the nodes reach each other (ping, a firewall open between them), then export "
+                     "NCCL_SOCKET_IFNAME=<the interface on the shared network> (ip -br addr) on every node, "
+                     "GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO shows the interface it used", evidence, errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("multi-gpu-transport", hit, errors)

@@ -49,6 +49,15 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
         return None
     tool = ctx.tool(errors)
     text = " ".join(e.line for e in errors)
+    joined = "\n".join(ctx.sheet.lines)
+    rocm = re.search(r"(?i)\brocm[ -]?(\d+)\.(\d+)", joined)
+    if re.search(r"(?i)\b(?:alltoall|all_reduce|gather|scatter|sendrecv)\w*_perf\b|rccl-tests", joined) and rocm and \
+            (int(rocm.group(1)), int(rocm.group(2))) < (5, 7):
+        return _make("multi-gpu-transport", f"RCCL on ROCm {rocm.group(1)}.{rocm.group(2)} needs fine-grained PCIe memory",
+                     "before ROCm 5.7 RCCL's peer buffers need fine-grained memory over PCIe; without it the "
+                     "collectives that exchange between every pair fail allocating",
+                     "export HSA_FORCE_FINE_GRAIN_PCIE=1 for the run (or move to ROCm 5.7 or newer, where it is not "
+                     "needed)", [ctx.line_fact(errors[0])], errors)
     if re.search(r"(?i)maximum number of tokens that can be stored in KV cache", text):
         return _make("out-of-memory", "the KV cache is smaller than one full sequence",
                      "vLLM sizes the KV cache from the memory left under gpu_memory_utilization; it holds fewer tokens "
@@ -134,6 +143,20 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
         return None
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
+    kernel = re.search(r"(?i)\bkernel (?:version )?(\d+)\.(\d+)", joined)
+    if re.search(r"(?i)\bring \w+(?:\.\d+)* timeout", text) and (
+            re.search(r"(?i)lockup_timeout|(?:was |works? )?fine (?:on|with) (?:the )?kernel", joined)
+            or kernel and int(kernel.group(1)) >= 7):
+        return _make("gpu-hang", "long GPU jobs trip the driver's lockup watchdog",
+                     "kernel 7.x lowered amdgpu's lockup_timeout from 10 s to 2 s: a long compute job (a VAE decode, "
+                     "a big matmul) on the GPU that also drives the display is reset as hung",
+                     "add amdgpu.lockup_timeout=10000 to the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT, "
+                     "update-grub, reboot), or run the job on a GPU without a display", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)hipMemcpy\w*.{0,40}\bhangs?\b|\bhangs?\b.{0,40}\bhipMemcpy", text):
+        return _make("gpu-hang", "host-device copies hang in the SDMA engine",
+                     "hipMemcpy goes through the SDMA copy engine, which hangs on this GPU/APU with this ROCm",
+                     "export HSA_ENABLE_SDMA=0 (copies go through shader blits instead); ROCm 6.1 fixed it for the "
+                     "APUs that reported it", [ctx.line_fact(errors[0])], errors)
     firmware = re.search(r"(?i)\bMES\b[: ]*(?:0x[0-9a-f]+)?|firmware", joined)
     if firmware:
         return _make("gpu-hang", "the GPU hangs under a firmware regression",
@@ -158,6 +181,12 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
         return None
     text = " ".join(e.line for e in errors)
     evidence = [ctx.line_fact(errors[0])]
+    fp4 = re.search(r"(?i)\b(?:MX)?FP4\w*\b[\w ]{0,24}? is not supported on (gfx\w+)", text)
+    if fp4 and re.search(r"VLLM_ROCM_USE_AITER|AITER", "\n".join(ctx.sheet.lines)):
+        return _make("precision", f"vLLM's AITER path uses FP4, which {fp4.group(1)} lacks",
+                     f"with VLLM_ROCM_USE_AITER=1 vLLM turns on AITER's FP4 batched matmul by default; {fp4.group(1)} "
+                     "has no FP4 (gfx950 has)", "export VLLM_ROCM_USE_AITER_FP4BMM=0 (keep the rest of AITER), or "
+                     "a vLLM release that checks the GPU first", evidence, errors)
     if re.search(r"(?i)cublasLt\w*.{0,80}NOT_SUPPORTED|NOT_SUPPORTED.{0,80}cublasLt", text):
         old = [f.value for f in ctx.sheet.of("torch") if re.search(r"\+cu11", f.value)]
         if old:
