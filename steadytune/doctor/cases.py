@@ -32,7 +32,7 @@ class Case:
     expect: tuple[str, ...]
     date: Optional[str] = None
     batch: str = "1"           # the mining round that wrote it down; a held-out batch is scored apart the first time
-
+    spent_heldout: bool = False    # held out and scored as an estimate, then moved to training (never an estimate again)
 
     @property
     def number(self) -> int:
@@ -40,8 +40,9 @@ class Case:
 
     @property
     def part(self) -> str:
-        """The part the held-out rule puts it in: thread numbers divisible by 5 are held out."""
-        return "heldout" if self.number % 5 == 0 else "train"
+        """The part the held-out rule puts it in: thread numbers divisible by 5 are held out until their round's score
+        has been taken; a spent one (`spent_heldout`) is training from then on."""
+        return "heldout" if self.number % 5 == 0 and not self.spent_heldout else "train"
 
 
 class CaseError(ValueError):
@@ -63,7 +64,7 @@ def load_cases(part: str) -> list[Case]:
             raise CaseError(f"{path.name} case {i} ({item['source']}): unknown cause {item['cause']!r}")
         cases.append(Case(str(item["source"]), str(item["tool"]), str(item["paste"]), item["cause"], str(item["fix"]),
                           tuple(str(e) for e in item["expect"]), str(item.get("date") or "") or None,
-                          str(item.get("batch") or "1")))
+                          str(item.get("batch") or "1"), bool(item.get("spent_heldout", False))))
     return cases
 
 
@@ -102,6 +103,10 @@ def summary(scores: list[Score], part: str, show_misses: bool) -> str:
             group = [s for s in scores if s.case.batch == batch]
             solved_here = sum(s.solved for s in group)
             lines.append(f"  batch {batch}: {solved_here}/{len(group)} ({100 * solved_here / len(group):.1f}%)")
+    spent = [s for s in scores if s.case.spent_heldout]
+    if spent:   # held out and scored before they were trained on: apart, so the rest is the rules' own training part
+        solved_spent = sum(s.solved for s in spent)
+        lines.append(f"  spent held-out (scored, then trained on): {solved_spent}/{len(spent)}")
     if show_misses:
         for s in scores:
             if not s.solved:

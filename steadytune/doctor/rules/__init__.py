@@ -1,0 +1,22 @@
+"""Rules over facts, not over wording, one module per cause family: each rule reads the facts of a paste (facts.py)
+and its classed error lines (error_lines.py) and, where they establish a cause, returns a `Diagnosis` whose fix
+carries the machine's own values (fixes.py). A rule that cannot settle its family returns None and leaves the lines
+to another rule or to the "unrecognised error" finding.
+
+  base       the Diagnosis, the Context a rule reads, the registry and the helpers the families share
+  variables  a variable set where the process does not start
+  arch       code for this GPU's arch: missing from a build, a wrong override, a GPU outside every build
+  access     device files and groups, WSL 2, the driver
+  install    the torch build, wheels for another Python or platform, ABI mismatches, missing ROCm libraries
+  machine    which GPUs a process sees, APU memory, the platform (BIOS, PCIe), several GPUs
+  runtime    memory, MIOpen, GPU hangs, number formats, attention kernels
+  runner     every rule over one paste, best first
+
+Order: every rule runs; the diagnoses are sorted so that one the facts confirm comes before a likely one, and a root
+cause (the variable that never reached the service) before its symptom (the GPU that was not found).
+"""
+
+# the public face stays `steadytune.doctor.rules` (diagnose.py and the tests import from here); names are defined in
+# base and runner, this file only re-exports them
+from steadytune.doctor.rules.base import Context, Diagnosis, RULES  # noqa: F401
+from steadytune.doctor.rules.runner import run_rules  # noqa: F401

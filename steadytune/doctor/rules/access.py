@@ -1,0 +1,354 @@
+"""Rules about reaching the GPU: device files and groups, WSL 2, and the driver."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.facts import Fact
+from steadytune.doctor.fixes import set_variable
+from steadytune.doctor.rules.base import (
+    _CONTAINED,
+    Context,
+    Diagnosis,
+    _first,
+    _lines_matching,
+    _make,
+    _NVIDIA_DRIVER,
+    _nvidia_gpu,
+    rule,
+    _text,
+    _vendor,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The process cannot reach the GPU
+# ---------------------------------------------------------------------------------------------------------
+
+_DEVICE_LISTING = re.compile(r"^c[rwx-]{9}\S*\s+\d+\s+\S+\s+(\S+)\s+\d+,\s*\d+.*?(/dev/\S+|renderD\d+|kfd)\s*$")
+
+
+
+def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
+    """The kinds of refusal whose fix the wording and the setting decide before any `ls -l` is read: a node the tool
+    names (renderD, card), a GPU found only as root, a container given no devices or not the group that owns them."""
+    text = _text(ctx)
+    node = re.search(r"/dev/dri/(renderD\d+|card\d+)", text)
+    refused = _lines_matching(ctx, r"(?i)Permission denied \(os error 13\)|Permission needed to access required GPU")
+    if refused and node:
+        group = "video" if node.group(1).startswith("card") or re.search(r"owner=\S*video", text) else "render"
+        return _make("device-access", f"the user may not open /dev/dri/{node.group(1)}",
+                     f"/dev/dri/{node.group(1)} belongs to the {group} group and the user is not in it",
+                     f"sudo usermod -aG {group},video $USER (render for /dev/dri/renderD*, video for /dev/dri/card*), "
+                     "then log in again (a new ssh session) so the group applies", [], refused)
+    as_root = _lines_matching(ctx, r"(?i)(?:run|running|works?|execut\w+) (?:it )?(?:as|with) (?:root|sudo)|"
+                                   r"(?:with|under) sudo it works|as root,? it works")
+    out = ctx.of("device-access", "driver") + _lines_matching(ctx, r"OUT_OF_RESOURCES|Unable to open /dev/kfd")
+    if as_root and out and not _CONTAINED.search(text):
+        # the stack works for root, so the GPU, the driver and the build are fine: this comes before any of them
+        return _first(_make("device-access", "the GPU opens only for root",
+                     "rocminfo and the runtime work as root but not as the user: /dev/kfd and /dev/dri/renderD* "
+                     "belong to the render group (video on older systems) and the user is not in both",
+                     "sudo usermod -aG render,video $USER, then log out and in (or reboot) so the groups apply; check "
+                     "with ls -l /dev/kfd /dev/dri/renderD* and id", [], out + as_root))
+    if _CONTAINED.search(text):
+        no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
+                                      r"no ROCm-capable device|Unable to open /dev/kfd")
+        masked = re.search(r"\bROCR_VISIBLE_DEVICES=\d+,\d", text)   # a job's mask: visibility, not the devices
+        if no_gpu and not masked and not re.search(r"--device[= ]/dev/kfd", text):
+            return _make("device-access", "the container was started without the GPU devices",
+                         "the container has no /dev/kfd and /dev/dri: ROCm finds no device inside it",
+                         "start the container with the GPU devices and their groups: docker run --device=/dev/kfd "
+                         "--device=/dev/dri --group-add video --group-add render (podman: the same flags)", [], no_gpu)
+        if no_gpu and not masked and re.search(r"(?i)numeric|\bGID\b|distrobox|toolbox", text):
+            return _make("device-access", "the container user is not in the group that owns the GPU devices",
+                         "/dev/kfd and /dev/dri/renderD* keep the host's group id inside the container, and the "
+                         "container's user is not in a group with that id",
+                         "pass the host's groups by number: --group-add $(getent group render | cut -d: -f3) "
+                         "--group-add $(getent group video | cut -d: -f3) with --device /dev/kfd --device /dev/dri "
+                         "(distrobox: --additional-flags with the same, docker as its engine), then enter it again",
+                         [], no_gpu)
+    return None
+
+
+@rule("device-access")
+def device_access(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: a refusal to open /dev/kfd or /dev/dri (any wording: permission denied, no such file, a group
+    check), the device files' owner and mode (`ls -l`) against the user's groups (`id`, `groups`), 'works only as
+    root', and where the process runs (a container without the devices, a rootless one). A runtime that cannot get
+    its resources is only a symptom where the driver itself is not loaded."""
+    early = _device_access_said(ctx)
+    if early is not None:
+        return early
+    errors = ctx.of("device-access")
+    if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
+        errors = [e for e in errors if not re.search(r"OUT_OF_RESOURCES", e.line)]
+    lacking = _groups_lacking(ctx)
+    if lacking and not errors:
+        errors = ctx.of("visibility") + ctx.no_gpu()
+    desktop = ctx.sheet.first("platform") if ctx.sheet.has("platform", "docker-desktop") else None
+    if desktop is not None and re.search(r"/dev/(?:kfd|dri)|\bROCm\b|rocm/", "\n".join(ctx.sheet.lines)):
+        fact = next(f for f in ctx.sheet.of("platform") if f.value == "docker-desktop")
+        return _make("device-access", "Docker Desktop's VM has no /dev/kfd",
+                     "Docker Desktop (on Linux too) runs the containers in its own virtual machine, which does not have "
+                     "the host's /dev/kfd and /dev/dri, so --device cannot pass them",
+                     "run ROCm containers on the host's Docker Engine instead: docker context use default (or quit "
+                     "Docker Desktop), then docker run --device=/dev/kfd --device=/dev/dri --group-add video ...",
+                     [fact], errors + [e for e in ctx.errors if e.family is None])
+    needed = ctx.sheet.first("needs_group")
+    if needed is not None and not errors and not ctx.sheet.has("root_only") and not ctx.of("driver"):
+        return _make("device-access", f"opening the GPU needs the {needed.value} group",
+                     f"the device files belong to the {needed.value} group (newer systems give /dev/kfd to render, "
+                     "not video), and a user outside it cannot open them", f"sudo usermod -aG {needed.value}"
+                     f"{',video' if needed.value == 'render' else ''} $USER, then log out and back in",
+                     [needed], [e for e in ctx.errors if e.family is None])
+    root_only = ctx.sheet.first("root_only")
+    nodes = ctx.sheet.of("device_node")
+    closed = [f for f in nodes if f.detail.split()[0] == "root" and f.detail.split()[1][3:5] == "--"]
+    numeric = [f for f in nodes if f.detail.split()[0].isdigit()]
+    # a compose file or run line whose /dev/kfd device is commented out: the container starts without it
+    disabled = next((i for i, l in enumerate(ctx.sheet.lines, 1)
+                     if re.search(r"#\s*-?\s*[\"']?/dev/kfd", l)), None)
+    if disabled and not any(re.search(r"^\s*-\s*[\"']?/dev/kfd", l) for l in ctx.sheet.lines):
+        return _make("device-access", "the container is started without /dev/kfd",
+                     "the /dev/kfd line of the container's devices is commented out, so ROCm inside finds no GPU (and "
+                     "the tools that read the arch from it get nothing)",
+                     "enable it again: devices: - /dev/kfd - /dev/dri (docker run --device=/dev/kfd --device=/dev/dri "
+                     "--group-add video --group-add render)", [Fact("error", "device-access", disabled,
+                                                                    ctx.sheet.lines[disabled - 1])],
+                     [e for e in ctx.errors if e.family is None] + errors)
+    if not errors and root_only is None and not closed and not numeric:
+        return None
+    if lacking:
+        node, group, said = lacking
+        return _make("device-access", f"the user is not in {group}, which owns /dev/{node.value}",
+                     f"/dev/{node.value} is group {group} ({node.detail.split()[1]}), and the user's groups ({said.line}) "
+                     f"do not include {group}: ROCm cannot open the GPU",
+                     f"sudo usermod -aG {group}{',video' if group == 'render' else ''} $USER, then log out and back in "
+                     "(or reboot); never run the job with sudo instead", [node, said], errors)
+    text = " ".join(e.line for e in errors)
+    if re.search(r"could not select device driver", text):
+        return _make("device-access", "Docker has no GPU runtime",
+                     "`--gpus` needs the NVIDIA Container Toolkit's hook, which is not installed (or docker was not "
+                     "restarted after it was)",
+                     "install the NVIDIA Container Toolkit: sudo apt-get install -y nvidia-container-toolkit; sudo "
+                     "nvidia-ctk runtime configure --runtime=docker; sudo systemctl restart docker",
+                     [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)Failed to initialize NVML: Unknown Error", text):
+        return _make("device-access", "the containers lose their GPUs",
+                     "a systemd daemon-reload (or a cgroup update) drops the containers' device-cgroup rights to the "
+                     "NVIDIA device nodes that were not passed as /dev/char links",
+                     "sudo nvidia-ctk system create-dev-char-symlinks --create-all (and a udev rule that runs it at "
+                     "boot), or the cgroupfs cgroup driver for docker; restart the containers",
+                     [ctx.line_fact(errors[0])], errors)
+    if closed and not errors:
+        node = closed[0]
+        return _make("device-access", f"/dev/{node.value} belongs to root alone",
+                     f"/dev/{node.value} is mode {node.detail.split()[1]} owned by root:root: no udev rule gives it to "
+                     "a group, so only root can open it",
+                     f"add a udev rule, /etc/udev/rules.d/70-amdgpu.rules: KERNEL==\"kfd\", GROUP=\"render\", "
+                     "MODE=\"0660\" (and SUBSYSTEM==\"drm\", KERNEL==\"renderD*\", GROUP=\"render\", MODE=\"0660\"); "
+                     "sudo udevadm control --reload && sudo udevadm trigger; put the user in render",
+                     [node], errors)
+    if numeric and not errors:
+        gid = numeric[0].detail.split()[0]
+        return _make("device-access", f"the GPU devices belong to group {gid}, unknown inside the container",
+                     f"the device files keep the host's group id ({gid}, the host's render group), which the "
+                     "container's user is not in",
+                     f"add gid {gid} to the container's groups: docker run --group-add {gid}; Kubernetes: "
+                     f"securityContext.supplementalGroups: [{gid}] (the host's render group)", numeric[:2], errors)
+    groups = []
+    for line in ctx.sheet.lines:
+        m = _DEVICE_LISTING.match(line.strip())
+        if m and m.group(1) not in groups and m.group(1) != "root":
+            groups.append(m.group(1))
+    in_container = ctx.sheet.has("platform", "container")
+    joined = "\n".join(ctx.sheet.lines)
+    if re.search(r"--device[= ]\"?/dev/kfd", joined) and "/dev/dri" not in joined:
+        return _make("device-access", "the container gets /dev/kfd but not /dev/dri",
+                     "ROCm opens both /dev/kfd and the render nodes /dev/dri/renderD*; without them (and the video "
+                     "group) the container finds no GPU",
+                     "docker run --device=/dev/kfd --device=/dev/dri --group-add video --group-add render ...",
+                     [ctx.line_fact(e) for e in errors[:1]], errors)
+    missing = re.search(r"/dev/kfd\S*:? No such file|No such file or directory.*?/dev/kfd|/dev/dri\S*:? No such file",
+                        text) or (in_container and "No such file" in text)
+    if missing:
+        return _make("device-access", "the GPU device files are not in the container",
+                     "/dev/kfd and /dev/dri/renderD* must be passed into the container (and their groups added) or "
+                     "ROCm sees no GPU",
+                     "docker run --device=/dev/kfd --device=/dev/dri --group-add video --group-add render "
+                     "--security-opt seccomp=unconfined ... (podman: the same; apptainer: --rocm, or --bind "
+                     "/dev/kfd,/dev/dri)", [ctx.line_fact(e) for e in errors[:2]], errors)
+    if in_container and not root_only:
+        wanted = groups or ["render", "video"]
+        return _make("device-access", "the container's user may not open the GPU device files",
+                     "inside a container the device files keep the host's groups: the process needs them added, and a "
+                     "rootless container never has more rights than the host user who started it",
+                     f"start it with --group-add video --group-add render (rootless podman: --group-add keep-groups), "
+                     f"and put the host user in those groups: sudo usermod -aG {','.join(wanted)} $USER, then log in "
+                     "again", [ctx.line_fact(e) for e in errors[:2]], errors)
+    wanted = groups or ["render", "video"]
+    cause = ("only root can open /dev/kfd and /dev/dri/renderD*: the user is not in the group"
+             f"{'s' if len(wanted) > 1 else ''} that own them ({', '.join(wanted)})")
+    evidence = [ctx.line_fact(e) for e in errors[:2]] + ([root_only] if root_only else [])
+    # under sudo it works: the sudo line is the proof, not a second problem
+    proof = [e for e in ctx.of("env-not-applied") if root_only and re.search(r"\bsudo\b", e.line)]
+    return _make("device-access", "the user may not open the GPU device files", cause,
+                 f"sudo usermod -aG {','.join(wanted)} $USER, then log out and back in (or reboot); never run the "
+                 "job with sudo instead; if ls -l /dev/kfd shows root root (no group may open it), add a udev rule: "
+                 "/etc/udev/rules.d/70-kfd.rules with KERNEL==\"kfd\", GROUP=\"render\", MODE=\"0660\"",
+                 evidence, errors + ctx.no_gpu() + proof)
+
+
+def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
+    """(the device file, its group, the line listing the user's groups) where `ls -l` shows a GPU device file whose
+    group the user's `id` / `groups` output does not list."""
+    nodes = []
+    for fact in ctx.sheet.of("device_node"):
+        group, mode = fact.detail.split()
+        # a group that may read and write it, and no access for others (a world-writable node needs no group)
+        if group != "root" and not group.isdigit() and mode[3:5] == "rw" and mode[6:8] != "rw":
+            nodes.append(fact)
+    if not nodes:
+        return None
+    said = ctx.sheet.first("user_groups")
+    if said is None:
+        return None
+    groups = said.value.split(",")
+    for node in nodes:
+        group = node.detail.split()[0]
+        if group not in groups:
+            return node, group, said
+    return None
+
+
+@rule("wsl")
+def wsl(ctx: Context) -> Optional[Diagnosis]:
+    cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
+    if cuda_lib and re.search(r"\bWSL", _text(ctx)):
+        return _make("wsl", "the WSL driver library is not on the loader path",
+                     "under WSL 2 the NVIDIA driver's libcuda.so lives in /usr/lib/wsl/lib, which the loader does not "
+                     "search here",
+                     "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH in the shell (or the script) that "
+                     "starts the job; never install a Linux NVIDIA driver inside WSL", [], cuda_lib)
+    if not ctx.sheet.has("platform", "wsl"):
+        return None
+    errors = ctx.of("wsl", "visibility", "device-access", "driver") + ctx.no_gpu()
+    if not errors and _vendor(ctx) == "amd":
+        errors = [e for e in ctx.errors if e.family in (None, "torch-build", "rocm-libs-missing")]
+    if not errors and not ctx.sheet.has("complaint", "yes"):
+        return None
+    fact = next(f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl")
+    labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
+    therock = ctx.sheet.has("layout", "therock") or (labels[-1].startswith("7") if labels else
+                                                     any(v.startswith("7") for v in ctx.sheet.values("rocm")))
+    text = "\n".join(ctx.sheet.lines)
+    if ctx.tool(errors) == "ollama":
+        return _make("wsl", "WSL 2: Ollama looks for /dev/kfd, which WSL does not have",
+                     "under WSL 2 the GPU is reached through /dev/dxg; Ollama's detection skips it unless told to",
+                     "install Ollama's ROCm bundle and set HSA_ENABLE_DXG_DETECTION=1 for the server (" +
+                     set_variable("HSA_ENABLE_DXG_DETECTION", "1", ctx.sheet, "ollama") + ")", [fact], errors)
+    if re.search(r"(?i)(?:detect|find|load|open)\w*\W+(?:\w+\W+){0,2}librocdxg|librocdxg\S*.{0,30}(?:not found|cannot)", text):
+        return _make("wsl", "librocdxg is installed but the loader does not find it",
+                     "the ROCm runtime loads librocdxg.so by name; /opt/rocm/lib is not on the loader's path (or its "
+                     "cache was not refreshed after the install)",
+                     "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
+                     "sudo ldconfig", [fact], errors)
+    runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
+               "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
+               "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
+               "libhsa-runtime64.so that the torch wheel bundles with /opt/rocm/lib/libhsa-runtime64.so.1")
+    return _make("wsl", "WSL 2: the ROCm runtime cannot see the GPU through /dev/dxg",
+                 "under WSL 2 there is no /dev/kfd; only AMD's WSL runtime talks to the Windows driver through "
+                 "/dev/dxg, and the stock Linux runtime (the one pytorch.org wheels bundle) finds no GPU",
+                 runtime + "; the Windows Adrenalin driver must be the WSL-enabled release", [fact], errors)
+
+
+@rule("driver")
+def driver(ctx: Context) -> Optional[Diagnosis]:
+    errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
+              and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx))]
+    # (an NVIDIA driver message on an AMD-only machine is a CUDA torch there: torch-build)
+    unreadable = [f for f in ctx.sheet.of("sensors") if f.value == "unreadable"]
+    if unreadable and not errors:
+        names = ", ".join(dict.fromkeys(f.detail for f in unreadable))
+        every = not any(f.value == "read" for f in ctx.sheet.of("sensors"))
+        return _make("driver", f"the GPU table reads no sensor of {names}" + (" (of any GPU)" if every else ""),
+                     "every sensor reads N/A: the driver does not answer for that GPU (the amdgpu module not bound to "
+                     "it, a GPU passed to a VM without its power management, or an smi tool older than the card), so "
+                     "the table is no proof of a working GPU",
+                     "sudo dmesg | grep -i -e amdgpu -e kfd | tail -30; rocminfo | grep -e Marketing -e gfx (lists "
+                     "only the GPUs ROCm can use); amd-smi static --asic", unreadable, [],
+                     severity="error" if every else "warning")
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    kernel = ctx.sheet.first("kernel")
+    secure_boot = ("if Secure Boot is on, it refuses the unsigned module: enroll its key (sudo mokutil --import "
+                   "<the DKMS MOK key>) or turn Secure Boot off")
+    if re.search(r"(?i)driver/library version mismatch|version-mismatch", text):
+        fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded "
+               "(or reinstall the driver cleanly and reboot)")
+        cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
+    elif re.search(r"(?i)Key was rejected by service", text):
+        module = "nvidia" if re.search(r"(?i)nvidia", text) else "amdgpu"
+        fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
+               "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
+               "Boot off in the firmware settings")
+        cause = f"the {module} kernel module is not signed with a key the firmware trusts (Secure Boot is on)"
+    elif re.search(r"(?i)nvidia kernel module (?:is )?missing", text):
+        fix = f"the nvidia module is not loaded: {secure_boot}; else reinstall the driver for the running kernel"
+        cause = "the NVIDIA kernel module is not loaded for this kernel"
+    elif re.search(r"(?i)DKMS\b.{0,80}\b(?:freeze|hang)", text):
+        fix = ("drop the DKMS module and use the kernel's own amdgpu: sudo amdgpu-install --uninstall; sudo "
+               "amdgpu-install -y --usecase=rocm --no-dkms")
+        cause = "the amdgpu-dkms module misbehaves on this kernel" + (f" ({kernel.value})" if kernel else "")
+    elif re.search(r"Could not locate dkms\.conf", text):
+        tree = re.search(r"(/var/lib/dkms/amdgpu/[^/\s]+)", "\n".join(ctx.sheet.lines))
+        fix = (f"remove the leftover tree: sudo rm -rf {tree.group(1) if tree else '/var/lib/dkms/amdgpu/<old version>'}"
+               ", then install the amdgpu-dkms package again")
+        cause = "an old amdgpu-dkms version left an empty tree in /var/lib/dkms that dkms cannot read"
+    elif re.search(r"(?i)couldn.t communicate with the NVIDIA driver", text):
+        fix = ("the NVIDIA kernel module is not loaded: reinstall the driver for the running kernel (sudo apt install "
+               "--reinstall nvidia-driver-<version>; or dkms autoinstall), check Secure Boot, reboot")
+        cause = "nvidia-smi cannot reach the kernel driver (a kernel update without the module rebuilt, or Secure Boot)"
+    elif re.search(r"(?i)driver (?:on your system is too old|version is insufficient)", text):
+        found = re.search(r"found version (\d{4,5})", text)
+        cuda = ctx.sheet.values("cuda")
+        most = (f"{int(found.group(1)) // 1000}.{int(found.group(1)) % 1000 // 10}" if found else
+                cuda[-1] if cuda else None)
+        older = ""
+        if most and most.split(".")[0] == "11":
+            older = "; or keep the driver and install the torch built for CUDA 11: --index-url " \
+                    "https://download.pytorch.org/whl/cu118"
+        elif most and most.split(".")[0] == "12":
+            older = "; or keep the driver and install the torch built for CUDA 12.6: --index-url " \
+                    "https://download.pytorch.org/whl/cu126"
+        if most and not older and re.fullmatch(r"\d+\.\d+", most):
+            older = (f"; or keep the driver and install a torch built for CUDA {most} (cu{most.replace('.', '')}: "
+                     f"an older torch release, from https://download.pytorch.org/whl/cu{most.replace('.', '')})")
+        fix = (f"update the NVIDIA driver (it runs CUDA {most or '?'} at most; a current torch needs a driver for "
+               f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
+        cause = "torch was built for a newer CUDA than the installed driver supports"
+    elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build|"
+                   r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)",
+                   text):
+        fix = ("install the amdgpu-dkms of a newer ROCm release (one that lists this kernel), boot a kernel that the "
+               "ROCm release supports, or drop the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (the "
+               "kernel's own amdgpu driver serves ROCm)")
+        cause = "the amdgpu-dkms module does not build for this kernel" + (f" ({kernel.value})" if kernel else "")
+    elif re.search(r"amdgpu version file missing", text):
+        return None   # Ollama's note on distribution kernels: harmless by itself, the real cause is elsewhere
+    elif re.search(r"(?i)firmware", text):
+        fix = "install a newer linux-firmware package (the GPU's firmware files are newer than the distribution's)"
+        cause = "amdgpu cannot load this GPU's firmware"
+    else:
+        fix = ("sudo modprobe amdgpu and read sudo dmesg | grep -i amdgpu; if it is not there, install the driver "
+               f"(sudo amdgpu-install --usecase=dkms) or boot a kernel that has it; {secure_boot}")
+        cause = "the amdgpu kernel driver is not loaded for the GPU"
+    # with no driver loaded, nothing above it can work: the runtime's and the tools' own failures are its symptoms
+    downstream = ctx.of("device-access", "visibility", "rocm-libs-missing") + ctx.no_gpu() if re.search(
+        r"NOT loaded|not found in modules|modprobe|couldn.t communicate", text) else ctx.no_gpu()
+    return _make("driver", "the GPU driver is not working", cause, fix, [ctx.line_fact(e) for e in errors[:2]],
+                 errors + downstream)

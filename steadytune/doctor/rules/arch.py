@@ -1,0 +1,442 @@
+"""Rules about code for the GPU: the arch missing from a build (and the override or rebuild that brings it), a
+wrong override, and a GPU outside every build."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.error_lines import ErrorLine, family
+from steadytune.doctor.facts import discrete_archs
+from steadytune.doctor.fixes import override_value, rebuild_line, rocm_index_for, set_variable, wheel_line
+from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, normalise_gfx, override_for_arch
+from steadytune.doctor.rules.base import (
+    _APU_ARCHS,
+    _arch_fact,
+    Context,
+    _cuda_index_for_driver,
+    Diagnosis,
+    _first,
+    _lines_matching,
+    _make,
+    OVERRIDE,
+    rule,
+    _symptom_lines,
+    _text,
+    _vendor,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Code without this GPU's architecture, and overrides
+# ---------------------------------------------------------------------------------------------------------
+
+def _family_of(arch: str) -> str:
+    base = normalise_gfx(arch)
+    if base.startswith("gfx10") and len(base) == 7:   # RDNA1 (gfx101x) and RDNA2 (gfx103x) are different ISAs
+        return base[:-1]
+    return base[:-2] if len(base) >= 6 else base[:4]
+
+
+def _target(value: str) -> Optional[str]:
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
+    return f"gfx{m.group(1)}{m.group(2)}{int(m.group(3)):x}" if m else None
+
+
+@rule("override-wrong")
+def override_wrong(ctx: Context) -> Optional[Diagnosis]:
+    # a quoted message where the version belongs: a script's detection failed and wrote its error into the variable
+    garbage = re.search(OVERRIDE + r"\s*:?=\s*\"([A-Za-z][^\"\n]* [^\"\n]*)\"", _text(ctx))
+    if garbage:
+        arch, _ = ctx.arch([])
+        value = override_for_arch(arch) if arch else None
+        lines = _lines_matching(ctx, OVERRIDE)
+        return _make("override-wrong", f"{OVERRIDE} holds text, not a version",
+                     f"{OVERRIDE} is set to \"{garbage.group(1).strip()}\" (a script's message, not a gfx version): "
+                     "the runtime cannot use it",
+                     (f"set it to the version for {arch}: {OVERRIDE}={value}" if value else
+                      f"set it to a version (X.Y.Z) or unset it: {_OVERRIDE_TABLE}"), [], lines)
+    setting = ctx.override()
+    if setting is None:
+        return None
+    value = setting.value.split("=", 1)[1]
+    symptoms = ctx.of("gpu-hang", "override-wrong", "arch-missing") + ctx.crashes()
+    archs = discrete_archs(ctx.sheet)
+    target = _target(value)
+    tool = ctx.tool(symptoms)
+    if target is None:
+        arch = archs[0] if archs else None
+        good = override_value(arch, tool)[0] if arch else None
+        return _make("override-wrong", f"{OVERRIDE}={value} is not a version",
+                     f"the runtime expects X.Y.Z (10.3.0 for gfx1030 code); {value!r} is ignored or rejected",
+                     set_variable(OVERRIDE, good, ctx.sheet, tool) if good else f"unset {OVERRIDE}",
+                     [setting], symptoms)
+    if not archs:
+        return None
+    arch = archs[0]
+    if _family_of(arch) != _family_of(target):
+        good, caveat = override_value(arch, tool)
+        own = _version_of(arch)
+        if arch in OFFICIAL_WHEEL_ARCHS:
+            fix = f"unset {OVERRIDE}: the current wheels carry {arch} code, so it runs without any override"
+        elif good:
+            fix = set_variable(OVERRIDE, good, ctx.sheet, tool) + caveat
+        else:
+            fix = f"unset {OVERRIDE}" + (f" (or set the card's own {OVERRIDE}={own})" if own else "") + "; " + \
+                (rocm_index_for(arch) if arch.startswith("gfx") else "")
+        return _make("override-wrong", f"{OVERRIDE}={value} runs another family's code on {arch}",
+                     f"the GPU is {arch}; {value} makes it load {target} code, a different instruction set",
+                     fix, [setting, _arch_fact(ctx, arch)], symptoms)
+    amd = [a for a in ctx.sheet.machine_archs if a.startswith("gfx")]
+    families = {_family_of(a) for a in amd}
+    if len(families) > 1 and symptoms:
+        return _make("override-wrong", f"{OVERRIDE} applies to every GPU, of two families here",
+                     f"the machine has {', '.join(amd)}; one override makes all of them run {target} code",
+                     f"hide the other GPU (HIP_VISIBLE_DEVICES=<index of the {arch}>) or set the override per GPU: "
+                     f"{OVERRIDE}_<KFD node>={value}", [setting], symptoms)
+    row = arch_info(arch)
+    if symptoms and row is not None and row.override.verdict == "trap" and target != arch:
+        return _make("override-wrong", f"{OVERRIDE}={value} is known to fail on {arch}",
+                     f"{target} code on {arch}: {row.override.why}",
+                     f"unset {OVERRIDE}; {rocm_index_for(arch)}", [setting], symptoms)
+    return None
+
+
+def _version_of(arch: str) -> Optional[str]:
+    """gfx1010 -> 10.1.0, gfx90c -> 9.0.12: the version an override names for this arch."""
+    m = re.fullmatch(r"gfx(\d{1,2}?)(\d)([0-9a-f])", normalise_gfx(arch))
+    return f"{int(m.group(1))}.{m.group(2)}.{int(m.group(3), 16)}" if m else None
+
+
+@rule("override-hidden")
+def override_hidden(ctx: Context) -> Optional[Diagnosis]:
+    """The GPU reports another chip's target than its product is (an MI210 named gfx1030): an override set somewhere
+    the paste does not show."""
+    products = [f for f in ctx.sheet.of("gpu") if f.detail.startswith("gfx")]
+    reported = [f for f in ctx.sheet.of("arch") if f.detail == "machine"]
+    # an arch said on a line that names a card of that arch belongs to that card ("Radeon R9 Fury X / Fiji gfx803"
+    # beside an MI100 table is a second machine, not an override)
+    reported = [arch for arch in reported if not any(
+        p.line_no == arch.line_no and _family_of(p.detail) == _family_of(arch.value) for p in products)]
+    for product in products:
+        for arch in reported:
+            if abs(product.line_no - arch.line_no) <= 3 and _family_of(product.detail) != _family_of(arch.value) \
+                    and ctx.override() is None:
+                symptoms = ctx.of("gpu-hang", "arch-missing", "override-wrong") + ctx.crashes()
+                return _make("override-wrong", f"{product.value} reports {arch.value}",
+                             f"{product.value} is {product.detail}, but the runtime names it {arch.value}: an "
+                             f"{OVERRIDE} left from another card is in force and makes it run the wrong code",
+                             f"unset {OVERRIDE} (look in ~/.bashrc, /etc/environment, the service unit or the "
+                             "container's environment)", [product, arch], symptoms)
+    return None
+
+
+def _needs_other_code(arch: str) -> bool:
+    """An AMD arch the pytorch.org wheels do not carry (so code for it comes from an override or a special build)."""
+    return arch.startswith("gfx") and arch not in OFFICIAL_WHEEL_ARCHS
+
+
+# The CUDA toolkit that first knows each compute capability (NVIDIA's CUDA release notes)
+_NVCC_FIRST = {"70": "CUDA 9.0", "75": "CUDA 10.0", "80": "CUDA 11.0", "86": "CUDA 11.1", "87": "CUDA 11.4",
+               "89": "CUDA 11.8 (or CUDA 12.x)", "90": "CUDA 11.8 (or CUDA 12.x)", "100": "CUDA 12.8",
+               "101": "CUDA 12.8", "120": "CUDA 12.8", "103": "CUDA 12.9", "121": "CUDA 12.9", "110": "CUDA 13.0"}
+# The oldest compute capability each CUDA major still compiles (NVIDIA's CUDA release notes: CUDA 11 dropped sm_30,
+# CUDA 12 dropped sm_35 and sm_37)
+_NVCC_OLDEST = {11: 35, 12: 50, 13: 75}
+
+
+def _cuda_build(ctx: "Context") -> Optional[tuple[int, int]]:
+    """The CUDA a torch of the paste was built for (+cu126 -> (12, 6))."""
+    for fact in reversed(ctx.sheet.of("torch")):
+        m = re.search(r"\+cu(\d{2,3})\b", fact.value)
+        if m:
+            digits = m.group(1)
+            return int(digits[:-1]), int(digits[-1])
+    return None
+
+
+def _wheel_lacks(arch: Optional[str], ctx: "Context") -> bool:
+    """The torch the paste shows cannot carry this NVIDIA GPU: Blackwell before CUDA 12.8, Maxwell/Pascal in the cu129
+    and newer builds."""
+    build = _cuda_build(ctx)
+    if not arch or not arch.startswith("sm_") or build is None:
+        return False
+    cc = int(arch[3:])
+    return (cc >= 100 and build < (12, 8)) or (cc < 70 and build >= (12, 9))
+_OVERRIDE_TABLE = (f"{OVERRIDE}=10.3.0 for RDNA2 (gfx1031-gfx1036), {OVERRIDE}=11.0.0 for RDNA3 (gfx1101-gfx1103, "
+                   f"gfx1151), {OVERRIDE}=10.1.0 for the other RDNA1 chips (gfx1011, gfx1013: gfx1010 code), "
+                   f"{OVERRIDE}=9.0.0 for the Vega APUs (gfx902, gfx90c)")
+
+
+
+def _arch_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """Kinds the message settles by itself: a library that refuses the arch by name (hipBLASLt), flash-attn's own
+    list of archs, a supported-arch list whose entries run together (a release's typo), and a GPU newer ROCm releases
+    dropped (the last release that ran it, from the arch table)."""
+    flash_lines = [e for e in ctx.of("attention") if re.search(r"GPU archs? of \[.*gfx9", e.line)]
+    errors = errors + flash_lines
+    text = " ".join(e.line for e in errors)
+    if not errors:
+        return None
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"(?i)hipBLASLt on a?n? ?unsupported architecture", text):
+        arch = next((f.value for f in ctx.sheet.of("arch") if f.value.startswith("gfx")), None)
+        return _make("arch-missing", "hipBLASLt has no kernels for this GPU",
+                     f"torch prefers hipBLASLt for its matmuls, which has no code for {arch or 'this arch'}",
+                     "export TORCH_BLAS_PREFER_HIPBLASLT=0 (torch then uses hipBLAS/rocBLAS, which carries the arch), "
+                     "or torch.backends.cuda.preferred_blas_library('hipblas') in the script", evidence, errors)
+    flash = re.search(r"GPU archs? of \[['\"]?(gfx\w+)", text)
+    if flash and re.search(r"(?i)Flash-?Attention", text):
+        arch = flash.group(1)
+        return _make("arch-missing", f"flash-attn's setup does not list {arch}",
+                     f"flash-attn's setup.py accepts only the archs it lists; {arch} (CDNA, with the matrix cores the "
+                     "CK kernels use) is not among them in this version",
+                     f"build with GPU_ARCHS={arch} from a flash-attn version that lists {arch} (or add {arch} to the "
+                     "allowed archs in setup.py, as its PR did); otherwise use torch's SDPA", evidence, errors)
+    glued = re.search(r"supported AMDGPU versions are\s*([^.]*)", " ".join(ctx.sheet.lines))
+    joined = re.search(r"\b(gfx\w+?)(gfx\w+)\b", glued.group(1)) if glued else None
+    if joined:
+        return _make("arch-missing", "the build's supported-arch list has a typo",
+                     f"the list reads \"{joined.group(0)}\": a comma is missing, so neither {joined.group(1)} nor "
+                     f"{joined.group(2)} matches and the GPU is ignored",
+                     f"install a build with the list fixed (tensorflow-rocm after 2.14.0.600, or build from the "
+                     f"develop-upstream branch); {joined.group(0)} in the message is the typo, not the GPU",
+                     evidence, errors)
+    arch = next((a for a in re.findall(r"GPU arch ?: ?(gfx\w+)", text)), None) or \
+        next((f.value for f in ctx.sheet.of("arch") if f.value.startswith("gfx")), None)
+    info = arch_info(arch) if arch else None
+    last = getattr(info, "max_rocm", None)
+    newer = re.search(r"/opt/rocm-(\d+)\.(\d+)", text)
+    if last and newer and (int(newer.group(1)), int(newer.group(2))) > tuple(last):
+        version = f"{last[0]}.{last[1]}"
+        return _make("arch-missing", f"ROCm {newer.group(1)}.{newer.group(2)} dropped {arch}",
+                     f"this ROCm's rocBLAS has no {arch} kernels; {version} is the last release whose libraries carry "
+                     f"{arch}", f"use ROCm {version} (its packages, or the rocm{version} torch wheels: --index-url "
+                     f"https://download.pytorch.org/whl/rocm{version}), or a rocBLAS built with -DAMDGPU_TARGETS={arch}",
+                     evidence, errors)
+    return None
+
+
+@rule("arch-missing")
+def arch_missing(ctx: Context) -> Optional[Diagnosis]:
+    diagnosis = _arch_missing(ctx)
+    if diagnosis is not None and ctx.override() is None and _ggml_arch(ctx):
+        # ggml named the GPU and no override is set: "unset the override" (the catalogue's reading) cannot apply
+        return _first(diagnosis)
+    return diagnosis
+
+
+def _ggml_arch(ctx: Context) -> Optional[str]:
+    """ggml names a ROCm GPU by its gfx major and minor ("compute capability 11.0" is gfx1100, 10.3 gfx1030)."""
+    found = re.search(r"(?i)found \d+ ROCm devices?:?\s*\n\s*Device 0:[^\n]*compute capability (\d+)\.(\d+)",
+                      _text(ctx))
+    return f"gfx{found.group(1)}{found.group(2)}0" if found else None
+
+
+def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
+    errors = [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" not in e.line]   # host libs: install
+    said = _arch_said(ctx, errors)
+    if said is not None:
+        return said
+    if ctx.override() is None:   # "invalid ISA" with no override set: the build lacks the arch, nothing overrode it
+        errors += ctx.of("override-wrong")
+    arch, where = ctx.arch(errors)
+    if _ggml_arch(ctx) and (arch is None or arch.startswith("sm_")):   # facts read 11.0 as an NVIDIA sm_110
+        arch = _ggml_arch(ctx)
+    if arch and arch in _APU_ARCHS and any(re.search(r"amdgpu is not supported", e.line) for e in errors):
+        card = next((f for f in ctx.sheet.of("arch") if f.value.startswith("gfx") and f.value not in _APU_ARCHS), None)
+        if card is not None:   # Ollama skips the iGPU it cannot use; the card is what the user runs on
+            arch, where = card.value, card
+    confirmed = True
+    nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)[af]?'", " ".join(e.line for e in errors))
+    toolkit = next((int(v.split(".")[0]) for v in reversed(ctx.sheet.values("cuda"))), None)
+    if nvcc and toolkit and int(nvcc.group(1)) < _NVCC_OLDEST.get(toolkit, 0):
+        # the build asks for an arch older than this toolkit compiles: build for the GPU itself instead
+        cc = nvcc.group(1)
+        own = arch[3:] if arch and arch.startswith("sm_") else None
+        target = (f"build for the GPU's own arch: replace compute_{cc} with compute_{own} in the build files, or "
+                  f"TORCH_CUDA_ARCH_LIST={own[:-1]}.{own[-1]} / CMAKE_CUDA_ARCHITECTURES={own}") if own else \
+            "build for the GPU's own arch (TORCH_CUDA_ARCH_LIST / CMAKE_CUDA_ARCHITECTURES set to its compute capability)"
+        return _make("arch-missing", f"the build asks for compute_{cc}, which CUDA {toolkit} no longer compiles",
+                     f"CUDA {toolkit} dropped compute capability {cc[:-1]}.{cc[-1]}; the project's build still lists it",
+                     target, [ctx.line_fact(errors[0])], errors)
+    if nvcc:
+        cc = nvcc.group(1)
+        needs = _NVCC_FIRST.get(cc, "a newer CUDA toolkit")
+        cuda = ctx.sheet.values("cuda")
+        return _make("arch-missing", f"this nvcc cannot compile for compute_{cc}",
+                     f"the CUDA toolkit that builds the extension{' (' + cuda[-1] + ')' if cuda else ''} predates "
+                     f"compute capability {cc[:-1]}.{cc[-1]}",
+                     f"compute_{cc} needs {needs} or newer: install that toolkit and build with it (CUDA_HOME / PATH "
+                     "pointing at its nvcc), or build only for the archs this nvcc knows (TORCH_CUDA_ARCH_LIST, "
+                     "CMAKE_CUDA_ARCHITECTURES)", [ctx.line_fact(errors[0])], errors)
+    if not errors:
+        # the same problem without its message: a crash, a CPU fallback or a complaint on a GPU the builds do not carry
+        faults = ctx.of("gpu-hang") + ctx.crashes()
+        symptoms = faults + ctx.no_gpu()
+        if not symptoms and arch and arch.startswith("gfx"):
+            symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
+        windows_override = ctx.sheet.is_windows and (ctx.override() is not None or any(
+            OVERRIDE in l for l in ctx.sheet.lines) and ctx.sheet.has("complaint", "yes"))
+        # a torch the GPU is not in (the build says +cuXYZ, the GPU is named) with any sign of trouble
+        said = [ErrorLine(i, l.strip(), None) for i, l in enumerate(ctx.sheet.lines, 1)
+                if re.search(r"(?i)incompatib|not compatible|kernel[- ]related|kernel image", l)]
+        if _wheel_lacks(arch, ctx) and (symptoms or said or ctx.sheet.has("complaint", "yes")):
+            lacking = symptoms or said or _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint")][:1])
+            return _make("arch-missing", f"this torch has no kernels for {arch}",
+                         f"the installed torch is a CUDA {'.'.join(map(str, _cuda_build(ctx)))} build, which does not "
+                         f"carry {arch}", _cuda_index_for_driver(ctx, arch), [where] + lacking[:1], lacking)
+        # an unexplained error beside the complaint, on a GPU whose sibling's code the older builds carried
+        unexplained = arch and override_for_arch(arch) and any(e.family is None for e in ctx.errors)
+        if not (symptoms or windows_override) or \
+                not ((arch and (_needs_other_code(arch) or unexplained)) or (windows_override and arch is None)) or \
+                (ctx.override() is not None and not windows_override):
+            return None
+        # a GPU fault on a card the wheels lack, with no override anywhere, is the missing code itself: HIP ran a
+        # kernel for another chip (a library that loaded the nearest code object) or none at all
+        settled = bool(faults) and ctx.override() is None and where is not None and where.detail != "list" and \
+            bool(arch and override_for_arch(arch)) and _needs_other_code(arch)
+        said_so = [ctx.override()] if ctx.override() is not None else \
+            [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
+        errors, confirmed = symptoms or _symptom_lines(ctx, said_so), settled
+    tool = ctx.tool(errors)
+    if arch is None and ctx.sheet.is_windows and tool in ("ollama", "rocblas", "zluda", "comfyui", "a1111", "torch",
+                                                          "llama.cpp", None):
+        return _make("arch-missing", "Windows: the HIP SDK's libraries have no code for this GPU",
+                     "on Windows HSA_OVERRIDE_GFX_VERSION does not reach the HIP SDK's rocBLAS, which carries only the "
+                     "GPUs AMD lists", "find the GPU's gfx target (hipinfo, or the tool's log), then put a rocblas.dll "
+                     "and rocblas/library built for it (or for a sibling arch) in place of the SDK's / the program's own",
+                     [], errors, confirmed=False)
+    if arch is None and errors and _vendor(ctx) != "amd" and re.search(
+            r"(?i)\bcuda error\b.{0,20}no kernel image", " ".join(e.line for e in errors)):
+        return _make("arch-missing", "a torch without kernels for this NVIDIA GPU",
+                     "the installed torch (or extension) was built for other compute capabilities than the GPU's",
+                     "find the GPU's compute capability (nvidia-smi --query-gpu=name,compute_cap --format=csv) and "
+                     "install a torch whose CUDA build carries it: pip install torch --index-url "
+                     "https://download.pytorch.org/whl/cu118 (Maxwell to Hopper), .../whl/cu128 for Blackwell (sm_120); "
+                     "an old GPU (Kepler, compute capability 3.x) needs an old torch or a source build",
+                     [], errors, confirmed=False)
+    if arch is None:
+        cls = family("arch-missing")
+        return _make("arch-missing", "code built without this GPU's architecture",
+                     f"{tool or 'the program'} has no code for the GPU it runs on; the paste does not say which GPU",
+                     f"find the arch ({cls.next}); for a GPU the build lacks but whose sibling it carries, set the "
+                     f"override: {_OVERRIDE_TABLE}; else rebuild for the arch", [], errors, confirmed=False)
+    if ctx.override() is not None and errors:
+        value = ctx.override().value.split("=", 1)[1]
+        if _target(value) and _family_of(_target(value)) == _family_of(arch) and tool not in ("llama.cpp",):
+            # the override is right and in force, so it is the library itself that lacks even the sibling's code
+            line = rebuild_line(tool, arch) or wheel_line(arch) or f"a build of {tool} with {arch}"
+            return _make("arch-missing", f"{tool or 'a library'} has no code for {arch} even with the override",
+                         f"{OVERRIDE}={value} is in force, and the code that failed was built without {_target(value)} "
+                         f"and {arch}", line, [where, ctx.override()], errors)
+    return _make("arch-missing", f"{tool or 'the build'} has no code for {arch}",
+                 _arch_cause(arch, tool, ctx), _arch_fix(arch, tool, ctx), [where, ctx.line_fact(errors[0])], errors,
+                 confirmed=confirmed)
+
+
+def _arch_cause(arch: str, tool: Optional[str], ctx: Context) -> str:
+    name = {"ollama": "Ollama's ROCm runner", "llama.cpp": "llama.cpp's HIP build", "rocblas": "rocBLAS (Tensile)",
+            "bitsandbytes": "bitsandbytes' library", "torch": "this torch build"}.get(tool or "", tool or "the build")
+    built = [b for b in ctx.sheet.values("built_for") if b != arch]
+    listed = f" (it lists {', '.join(built[:8])}{'...' if len(built) > 8 else ''})" if built else ""
+    return f"{name} carries no code for {arch}{listed}"
+
+
+def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
+    sheet = ctx.sheet
+    if arch.startswith("sm_"):
+        if tool in ("bitsandbytes", "llama.cpp", "vllm", "flash-attn", "xformers"):
+            return rebuild_line(tool, arch) or ""
+        if tool == "tensorflow":
+            cc = f"{arch[3:-1]}.{arch[-1]}"
+            return (f"this TensorFlow release ships no kernels (nor PTX) for compute capability {cc}: use a release "
+                    f"whose binaries still include {cc}, or build TensorFlow with TF_CUDA_COMPUTE_CAPABILITIES={cc}")
+        return _cuda_index_for_driver(ctx, arch)
+    value, caveat = override_value(arch, tool)
+    if sheet.has("layout", "therock"):
+        return (f"the multi-arch torch wheel carries no GPU kernels by itself: install its device package from the same "
+                f"index, pip install \"torch[device-{arch}]\" (it pulls amd-torch-device-{arch})")
+    if sheet.is_windows and tool in ("rocblas", "ollama", "zluda", "comfyui", "a1111", "torch", "llama.cpp", None):
+        rocm = sheet.values("rocm")
+        sdk = f"HIP SDK {rocm[0]}" if rocm else "the HIP SDK"
+        libraries = (f"put a rocblas.dll and rocblas/library built for {arch} (for {sdk}) into the SDK's bin folder, "
+                     f"or use a build of the program that bundles {arch} kernels")
+        if tool == "ollama" and value:
+            return (f"set {OVERRIDE}={value} as a Windows user variable (setx {OVERRIDE} {value}), quit Ollama from "
+                    f"the tray and start it again ({arch} then runs {_target(value)} code); where the HIP SDK's "
+                    f"rocBLAS still has no code for {arch}: {libraries}")
+        return f"on Windows the override does not apply to the HIP SDK's libraries ({arch}): {libraries}"
+    if tool in ("llama.cpp", "bitsandbytes", "vllm", "flash-attn", "xformers", "deepspeed"):
+        # the tool's own build carries the GPU code: rebuilding it for the arch is the fix that lasts, the override the
+        # quick one where a sibling's code runs
+        line = rebuild_line(tool, arch)
+        return line + (f"; or run it with {OVERRIDE}={value}{caveat}" if value else "")
+    if value:
+        fix = set_variable(OVERRIDE, value, sheet, tool) + f" ({arch} runs {_target(value)} code){caveat}"
+        if tool == "torch" or tool is None:
+            wheel = wheel_line(arch)
+            if wheel:
+                fix += f"; or a torch that has {arch} itself: {wheel}"
+        return fix
+    rebuild = rebuild_line(tool, arch)
+    if rebuild:
+        return rebuild
+    wheel = wheel_line(arch)
+    if wheel:
+        return f"{wheel} (a build with {arch} code)"
+    row = arch_info(arch)
+    return f"no build carries {arch}" + (f": {row.note}" if row and row.note else "") + \
+        "; use the Vulkan backend where the tool has one (llama.cpp -DGGML_VULKAN=ON)"
+
+
+def _is_old_gfx(arch: Optional[str]) -> bool:
+    """GCN 1-4 (gfx6xx-gfx8xx): outside every ROCm 6 and 7 release."""
+    return bool(arch) and arch.startswith("gfx") and len(arch) == 6 and arch[3] in "678"
+
+
+@rule("gpu-unsupported")
+def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
+    arch, where = ctx.arch(errors)
+    if arch is None:   # the only gfx named is in a list ("I didn't see gfx803 in the list")
+        where = next((f for f in ctx.sheet.of("built_for") if _is_old_gfx(f.value)), None)
+        arch = where.value if where else None
+    old = _is_old_gfx(arch)
+    text = " ".join(e.line for e in errors)
+    nvidia = re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text) or \
+        (arch or "").startswith("sm_")
+    if errors and nvidia:
+        needed = re.search(r"(?i)compute capability below ([\d.]+)|(?:under|below|less than) (?:CUDA )?compute"
+                           r"(?: capability)? ?(\d\.\d)", text)
+        found = re.search(r"(?i)(?:cuda|compute) capability (?:of )?(\d+\.\d+)", "\n".join(ctx.sheet.lines))
+        need = f" (it needs compute capability {needed.group(1) or needed.group(2)} or newer)" if needed else ""
+        return _make("gpu-unsupported", "the GPU is older than the builds support",
+                     f"this GPU{' (compute capability ' + found.group(1) + ')' if found else ''} is below what the "
+                     f"software is built for{need}",
+                     f"no current build runs on it{need}: run on the CPU, use an older release that still supported "
+                     "this GPU, or a newer GPU", [ctx.line_fact(e) for e in errors[:1]], errors)
+    symptoms = ctx.crashes() + ctx.of("arch-missing", "device-access", "visibility", "driver") + ctx.no_gpu() + \
+        [e for e in ctx.errors if e.family is None]
+    if not symptoms and old:
+        symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
+    # a plainer cause beside it (a permission refused, a slot without atomics) comes first
+    explicit = any(re.search(r"(?i)permission denied|no such file|operation not permitted", e.line)
+                   for e in ctx.of("device-access")) or ctx.of("platform-bios")
+    if not errors and not (old and symptoms and not ctx.of("platform-bios")):
+        return None
+    chip = re.search(r"amdgpu: (\w+)\s+not supported in kfd", text)
+    name = chip.group(1) if chip else arch or "this GPU"
+    product = re.search(r"(?i)\b(RX|R9|R7) ?(\d{3,4})\b", "\n".join(ctx.sheet.lines))
+    if product and not chip:
+        name = f"the {product.group(1).upper()} {product.group(2)} ({name})"
+    diagnosis = _make("gpu-unsupported", f"{name} is outside ROCm",
+                      f"the driver's compute part (KFD) or every current ROCm release leaves {name} out, and no newer "
+                      "chip's code runs on it",
+                      f"{name} has no ROCm 6 or 7 build: use a backend that runs on it, Vulkan (llama.cpp "
+                      "-DGGML_VULKAN=ON, Ollama's Vulkan runner) or OpenCL; for ROCm itself only an old release that "
+                      "still listed it (gfx803: the ROCm 5.7 builds and older, or community builds)",
+                      [where] + [ctx.line_fact(e) for e in errors[:1]], errors + symptoms)
+    if old and not explicit:   # nothing else can work on it, whatever vaguer error the paste shows
+        diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl")) - 1
+    return diagnosis

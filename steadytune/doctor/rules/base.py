@@ -1,0 +1,178 @@
+"""What every rule shares: the diagnosis a rule returns, the context it reads (the facts and the classed error
+lines), the registry, and the helpers that restate a catalogue entry."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from steadytune.doctor.error_lines import ErrorLine, family
+from steadytune.doctor.facts import Fact, FactSheet, discrete_archs, vendor_of
+from steadytune.doctor.fixes import cuda_wheel_for, failing_tool
+from steadytune.hardware.gpu_facts import normalise_gfx
+
+
+OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
+_CRASH = re.compile(r"(?i)segmentation fault|core dumped|\bsigsegv\b|\baborted\b|\bsigabrt\b|exit (?:status|code) "
+                    r"(?:134|139|-11|-6)\b|returned non-zero exit status -?(?:11|6)\b|Floating point exception")
+_NO_GPU_USE = re.compile(r"(?i)no compatible (?:amd)?gpus? (?:were )?(?:discovered|detected|found)|"
+                         r"library=cpu|running on (?:the )?cpu|100% CPU|inference compute.*library=cpu|"
+                         r"offloaded 0/\d+ layers|No HIP GPUs are available|No CUDA GPUs are available|"
+                         r"hipErrorNoDevice|no ROCm-capable device")
+
+
+@dataclass
+class Diagnosis:
+    family: str
+    title: str
+    cause: str
+    fix: str
+    evidence: list[Fact] = field(default_factory=list)
+    covers: list[int] = field(default_factory=list)     # the error line numbers it explains
+    severity: str = "error"
+    confirmed: bool = True                              # the facts establish it; False: the likely reading of a symptom
+    rank: int = 50
+    entry: Optional[str] = None                         # the catalogue entry it restates, where it adds nothing to it
+
+
+@dataclass
+class Context:
+    sheet: FactSheet
+    errors: list[ErrorLine]
+
+    def of(self, *families: str) -> list[ErrorLine]:
+        return [e for e in self.errors if e.family in families]
+
+    def crashes(self) -> list[ErrorLine]:
+        return [e for e in self.errors if _CRASH.search(e.line)]
+
+    def no_gpu(self) -> list[ErrorLine]:
+        return [e for e in self.errors if _NO_GPU_USE.search(e.line)]
+
+    def line_fact(self, error: ErrorLine) -> Fact:
+        return Fact("error", error.family or "unknown", error.line_no, error.line)
+
+    def tool(self, errors: list[ErrorLine] = ()) -> Optional[str]:
+        return failing_tool(self.sheet, tuple(e.line_no for e in errors))
+
+    def override(self) -> Optional[Fact]:
+        """The override in force: the last one set, where a server's own view (Ollama's config line) wins."""
+        found = [f for f in self.sheet.of("env") if f.value.split("=", 1)[0] == OVERRIDE]
+        server = [f for f in found if f.detail == "server"]
+        chosen = (server or found)
+        return chosen[-1] if chosen and chosen[-1].value.split("=", 1)[1] else None
+
+    def arch(self, errors: list[ErrorLine] = ()) -> tuple[Optional[str], Optional[Fact]]:
+        """The GPU the error is about: a gfx / sm string on (or right beside) the error lines, else the machine's
+        first discrete GPU, else its only GPU."""
+        numbers = {e.line_no for e in errors}
+        near = [f for f in self.sheet.of("arch") if any(abs(f.line_no - n) <= 1 for n in numbers)]
+        for fact in near + self.sheet.of("arch"):
+            if fact.detail == "machine":
+                return normalise_gfx(fact.value), fact
+        archs = discrete_archs(self.sheet)
+        if archs:
+            fact = next(f for f in self.sheet.of("arch") if f.value == archs[0])
+            return archs[0], fact
+        return None, None
+
+
+Rule = Callable[[Context], Optional[Diagnosis]]
+RULES: list[tuple[str, Rule]] = []
+
+
+def rule(name: str) -> Callable[[Rule], Rule]:
+    def register(function: Rule) -> Rule:
+        RULES.append((name, function))
+        return function
+    return register
+
+
+def _make(name: str, title: str, cause: str, fix: str, evidence: list[Fact], covers: list[ErrorLine],
+          confirmed: bool = True, severity: str = "error") -> Diagnosis:
+    return Diagnosis(name, title, cause, fix, [f for f in evidence if f is not None],
+                     sorted({e.line_no for e in covers}), severity, confirmed, family(name).rank)
+
+
+def _catalogue(errors: list[ErrorLine]) -> Optional[ErrorLine]:
+    return next((e for e in errors if e.catalogue is not None), None)
+
+
+def _restate(name: str, hit: ErrorLine, covers: list[ErrorLine]) -> Diagnosis:
+    """The catalogue entry that matched, as a diagnosis (its cause and fix are already made for the machine)."""
+    m = hit.catalogue
+    diagnosis = _make(name, m.entry.title, m.cause, m.fix, [Fact("error", name, hit.line_no, hit.line)], covers,
+                      severity=m.entry.severity)
+    diagnosis.entry = m.entry.id
+    return diagnosis
+
+
+def _first(diagnosis: Diagnosis) -> Diagnosis:
+    """A diagnosis that rules out the others' causes (the stack works as root; the message names the fix): it leads."""
+    diagnosis.rank = 0
+    return diagnosis
+
+
+def _text(ctx: Context) -> str:
+    return "\n".join(ctx.sheet.lines)
+
+
+def _lines_matching(ctx: Context, pattern: str) -> list[ErrorLine]:
+    """The paste's lines that say `pattern`, as lines a diagnosis can cover (a prose complaint, a listing)."""
+    found = re.compile(pattern)
+    return [ErrorLine(n, line.strip(), None) for n, line in enumerate(ctx.sheet.lines, 1) if found.search(line)]
+
+
+# a process that runs in a container, a toolbox or a batch job: its devices and groups are the runtime's, not the host's
+_CONTAINED = re.compile(r"(?i)\b(?:docker|podman|distrobox|toolbox|containers?|apptainer|singularity|kubernetes|pod)\b")
+
+
+def _from_catalogue(name: str) -> Rule:
+    """A family with no rule of its own: the catalogue entry that matched gives the cause and fix (already made
+    specific by its context reader)."""
+    def read(ctx: Context) -> Optional[Diagnosis]:
+        errors = ctx.of(name)
+        hit = _catalogue(errors)
+        return _restate(name, hit, errors) if hit is not None else None
+    return read
+
+
+_APU_ARCHS = ("gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1035", "gfx1036", "gfx90c", "gfx1033")
+
+
+_NVIDIA_DRIVER = re.compile(r"(?i)NVIDIA|CUDA driver|couldn't communicate")
+
+
+def _nvidia_gpu(ctx: Context) -> bool:
+    """An NVIDIA GPU is named in the paste (beside an AMD APU, say): its driver's errors are its own."""
+    return any(a.startswith("sm_") for a in ctx.sheet.machine_archs)
+
+
+def _vendor(ctx: Context) -> Optional[str]:
+    """The GPU vendor the text is about: from its facts, else from the words AMD / Radeon / ROCm in it."""
+    return vendor_of(ctx.sheet) or ("amd" if re.search(r"\bAMD\b|Radeon|ROCm|\bHIP\b", "\n".join(ctx.sheet.lines))
+                                    else None)
+
+
+def _cuda_index_for_driver(ctx: Context, arch: Optional[str]) -> str:
+    """The CUDA wheel index the installed driver can run (nvidia-smi's "CUDA Version" is the newest it supports),
+    and that carries the GPU's compute capability."""
+    driver = [f for f in ctx.sheet.of("cuda") if re.search(r"CUDA Version:", f.line)]
+    if arch and re.fullmatch(r"sm_\d+", arch) and int(arch[3:]) >= 100:   # Blackwell: CUDA 12.8 whatever else
+        return cuda_wheel_for(arch) or ""
+    if driver:
+        major, minor = (int(x) for x in driver[-1].value.split(".")[:2])
+        label = "cu118" if major < 12 else "cu128" if (major, minor) >= (12, 8) else "cu126"
+        return (f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the driver runs CUDA "
+                f"{driver[-1].value} at most)")
+    return (cuda_wheel_for(arch) if arch else None) or "pip install torch --index-url https://download.pytorch.org/whl/cu128"
+
+
+def _arch_fact(ctx: Context, arch: str) -> Optional[Fact]:
+    return next((f for f in ctx.sheet.of("arch") if f.value == arch), None)
+
+
+def _symptom_lines(ctx: Context, facts: list[Fact]) -> list[ErrorLine]:
+    """A complaint said in prose ("X doesn't use my RX 6600") as a line a rule can cover."""
+    return [ErrorLine(f.line_no, f.line, None) for f in facts]

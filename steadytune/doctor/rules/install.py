@@ -1,0 +1,592 @@
+"""Rules about what was installed: the torch build for another vendor, a wheel for another Python or platform, an
+ABI mismatch between a compiled extension and its torch, and missing ROCm libraries."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.error_lines import ErrorLine, family
+from steadytune.doctor.fixes import rocm_index_for
+from steadytune.doctor.rules.base import (
+    Context,
+    _cuda_index_for_driver,
+    Diagnosis,
+    _make,
+    _NVIDIA_DRIVER,
+    _nvidia_gpu,
+    _restate,
+    rule,
+    _symptom_lines,
+    _text,
+    _vendor,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What was installed
+# ---------------------------------------------------------------------------------------------------------
+
+# families whose rules explain a GPU torch cannot see better than "the wrong torch" would
+_DEEPER = ("device-access", "driver", "wsl", "rocm-libs-missing", "override-wrong", "gpu-unsupported", "platform-bios")
+
+
+
+def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional[str]) -> Optional[Diagnosis]:
+    """A runtime other than torch built for another backend: CTranslate2 (faster-whisper, whisperX) is CUDA-only,
+    llama.cpp built with an option its version ignores is CPU-only, a torch that is the CPU build under a CUDA
+    extension."""
+    text = " ".join(e.line for e in errors)
+    if re.search(r"CUDA failed with error", text) and vendor == "amd":
+        return _make("torch-build", "CTranslate2 is a CUDA build",
+                     "\"CUDA failed with error\" is CTranslate2's (faster-whisper, whisperX): its wheels are CUDA "
+                     "builds and find no NVIDIA driver on an AMD machine, whatever torch is installed",
+                     "install a ROCm build of CTranslate2 (the CTranslate2-rocm fork, arlo-phoenix/CTranslate2-rocm) "
+                     "in the same environment, with torch from the ROCm index; or run the model on the CPU "
+                     "(device=\"cpu\", compute_type=\"int8\")", [], errors)
+    hipblas = re.search(r"-D(?:GGML|LLAMA)_HIPBLAS", text)
+    if hipblas:
+        return _make("torch-build", "llama.cpp was built without its ROCm backend",
+                     f"llama.cpp renamed its ROCm option to GGML_HIP; {hipblas.group(0)} is ignored and the build "
+                     "falls back to the CPU",
+                     "configure with -DGGML_HIP=ON (llama-cpp-python: CMAKE_ARGS=\"-DGGML_HIP=on\" pip install "
+                     "--force-reinstall --no-cache-dir llama-cpp-python), with -DAMDGPU_TARGETS=<your gfx>", [], errors)
+    cpu = re.search(r"xFormers was built for:?\s*PyTorch (\S+)\+(cu\d+).{0,40}\(you have (\S+)\+cpu\)",
+                    " ".join(ctx.sheet.lines))
+    if cpu:
+        return _make("torch-build", "torch is the CPU build",
+                     f"xformers is built for torch {cpu.group(1)}+{cpu.group(2)} but the installed torch is "
+                     f"{cpu.group(3)}+cpu: no GPU at all",
+                     f"pip uninstall -y torch; pip install torch=={cpu.group(3)} --index-url "
+                     f"https://download.pytorch.org/whl/{cpu.group(2)} (the build xformers expects)", [], errors)
+    return None
+
+
+@rule("torch-build")
+def torch_build(ctx: Context) -> Optional[Diagnosis]:
+    vendor = _vendor(ctx)
+    errors = ctx.of("torch-build") + ([e for e in ctx.of("driver") if _NVIDIA_DRIVER.search(e.line)]
+                                      if vendor == "amd" and not _nvidia_gpu(ctx) else [])
+    errors += [e for e in ctx.of("abi-mismatch") if re.search(r"you have \S+\+cpu", e.line)]
+    builds = ctx.sheet.of("torch")
+    wrong = [f for f in builds if (vendor == "amd" and f.detail in ("cuda", "cpu", "no-hip")) or
+             (vendor in ("nvidia", None) and f.detail in ("rocm", "cpu"))]
+    joined = "\n".join(ctx.sheet.lines)
+    other = _other_runtime_build(ctx, errors, vendor)
+    if other is not None:
+        return other
+    if re.search(r"ROCMExecutionProvider' is not in available provider|no ROCm provider available",
+                 " ".join(e.line for e in errors)):
+        return _make("torch-build", "onnxruntime without its ROCm provider",
+                     "the installed onnxruntime (or onnxruntime-gpu, the CUDA build) has no ROCMExecutionProvider",
+                     "pip uninstall -y onnxruntime onnxruntime-gpu; install the ROCm build, onnxruntime-rocm (AMD's "
+                     "wheel from repo.radeon.com/rocm/manylinux for this ROCm), or build onnxruntime with --use_rocm",
+                     [ctx.line_fact(errors[0])], errors)
+    conda = re.search(r"\bconda\b|\bconda-forge\b|py3\S*_cpu_0|\bcpuonly\b", joined)
+    unsure = False
+    # a GPU the paste names (by model, PCI id or arch) beside a torch built for another vendor, or for none, is the
+    # fault by itself, with or without an error line, unless another family's error is what the paste is about
+    archs = ctx.sheet.machine_archs
+    named = [f for f in wrong if (f.detail in ("cuda", "no-hip") and any(a.startswith("gfx") for a in archs)
+                                  and not _nvidia_gpu(ctx)) or
+             (f.detail == "rocm" and archs and all(a.startswith("sm_") for a in archs)) or
+             (f.detail == "cpu" and archs)]
+    others = [e for e in ctx.errors if e.family not in (None, "visibility", "torch-build")]
+    if named and not errors and not others:
+        errors = ctx.of("visibility") + ctx.no_gpu() or _symptom_lines(ctx, named[:1])
+    if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
+        # torch sees no GPU on an AMD machine (or after a conda install) and nothing else explains it: the build
+        if not (ctx.of("visibility") and (vendor == "amd" or conda)) or ctx.of(*_DEEPER):
+            return None
+        unsure = True
+    arch, where = ctx.arch(errors)
+    evidence = [ctx.line_fact(e) for e in errors[:1]] + wrong[:1] + [where]
+    if conda and vendor != "amd":
+        return _make("torch-build", "conda installed the CPU build of pytorch",
+                     "conda picked a CPU-only pytorch (a build string like py3.9_cpu_0): the channel has no CUDA build "
+                     "for the asked pytorch + CUDA pair, or conda-forge's build won",
+                     "conda list pytorch shows the build; install a pair the pytorch channel has, forcing it: conda "
+                     "install pytorch torchvision pytorch-cuda=<12.1|11.8> -c pytorch -c nvidia (older: cudatoolkit="
+                     "<ver> -c pytorch; the CPU build also comes with cpuonly), or pip install torch --index-url "
+                     "https://download.pytorch.org/whl/cu128", evidence, errors + ctx.of("visibility"),
+                     confirmed=not unsure)
+    if vendor == "nvidia":
+        return _make("torch-build", "a torch without CUDA on an NVIDIA GPU",
+                     "the installed torch is a CPU (or ROCm) build", "pip uninstall -y torch; pip cache purge; " +
+                     _cuda_index_for_driver(ctx, arch), evidence, errors + ctx.no_gpu())
+    if vendor is None:
+        return _make("torch-build", "a torch without GPU support",
+                     "the installed torch is a CPU build (PyPI's default on Windows and macOS, or a cached CPU wheel), "
+                     "so it finds no GPU",
+                     "the CPU build has to go: pip uninstall -y torch; pip cache purge; then the GPU build from "
+                     "pytorch.org's index (on Windows PyPI has only the CPU build; a uv/poetry source must send Windows "
+                     "there too): pip install "
+                     "torch --index-url https://download.pytorch.org/whl/cu128 (NVIDIA; cu118 for a driver older than "
+                     "CUDA 12) or https://download.pytorch.org/whl/rocm7.2 (AMD, Linux)", evidence,
+                     errors + ctx.no_gpu())
+    if ctx.sheet.is_windows:
+        return _make("torch-build", "a torch without GPU support on a Windows AMD machine",
+                     "pip on Windows installs PyPI's CPU torch; pytorch.org publishes no ROCm wheels for Windows",
+                     "AMD's ROCm wheels for Windows (repo.radeon.com, for the RDNA3/RDNA4 and Strix GPUs they list), "
+                     "or run under WSL 2 or Linux with the pytorch.org ROCm index", evidence, errors + ctx.no_gpu())
+    return _make("torch-build", "a torch without ROCm on an AMD machine",
+                 "the installed torch is a CUDA or CPU build (PyPI's default), which finds no AMD GPU",
+                 "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch) + " (python -c 'import torch; "
+                 "print(torch.version.hip)' must print a ROCm version; check that pip found a wheel for this Python)",
+                 evidence, errors + ctx.no_gpu() + ctx.of("visibility"), confirmed=not unsure)
+
+
+_WHEEL = re.compile(r"(\S+?)-(\d[\w.+!]*)-(?:\d\w*-)?(cp\d+|py3\w*)-(\w+)-(\w+)\.whl")
+
+
+
+# the newest Python each torch release has wheels for (pytorch.org's release notes and its wheel indexes)
+_TORCH_PYTHON = (((0, 4), "3.6"), ((1, 4), "3.7"), ((1, 7), "3.8"), ((1, 11), "3.9"), ((1, 13), "3.10"),
+                 ((2, 2), "3.11"), ((2, 5), "3.12"), ((2, 9), "3.13"))
+
+
+def _python_for(package: str, version: str) -> Optional[str]:
+    """The newest Python a torch release was built for (None for other packages and for releases after 2.8)."""
+    numbers = re.match(r"(\d+)\.(\d+)", version)
+    if package.lower() != "torch" or not numbers:
+        return None
+    release = (int(numbers.group(1)), int(numbers.group(2)))
+    return next((python for before, python in _TORCH_PYTHON if release < before), None)
+
+
+@rule("wheel-platform")
+def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("wheel-platform")
+    if not errors:
+        return None
+    text = "\n".join(e.line for e in errors)
+    python = ctx.sheet.values("python")
+    if re.search(r"No module named '?triton\.ops", text):
+        return _make("wheel-platform", "bitsandbytes is older than the installed triton",
+                     "bitsandbytes before 0.45.2 imports triton.ops, which triton 3.2 (the one torch 2.6 and newer "
+                     "installs) removed",
+                     "pip install --upgrade bitsandbytes (0.45.2 or newer no longer imports triton.ops); keeping "
+                     "triton 3.1 works too but holds torch back", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"\+cu\d+", text) and re.search(r"(?i)\bmacOS\b|\bdarwin\b|Mac ?OS ?X?\b", _text(ctx)):
+        return _make("wheel-platform", "no CUDA builds for macOS",
+                     "the +cuXXX torch builds exist for Linux and Windows only; macOS has no CUDA",
+                     "on macOS install the plain release without the +cu suffix (pip install torch==<version> "
+                     "torchvision==<version>): it runs on the CPU or Apple's MPS", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)bitsandbytes|CUDA Setup failed|'NoneType' object has no attribute 'c", text):
+        return _make("wheel-platform", "bitsandbytes has no GPU binary for this platform",
+                     "the installed bitsandbytes carries no native library for this OS and GPU (releases before 0.43 "
+                     "had no Windows build; the PyPI wheels before 0.49 had no ROCm build), so its GPU functions are "
+                     "None",
+                     "pip install -U 'bitsandbytes>=0.43' (Windows or CUDA: the wheels carry the library); on ROCm, "
+                     "pip install -U 'bitsandbytes>=0.49' or build the multi-backend bitsandbytes from source "
+                     "(cmake -DCOMPUTE_BACKEND=hip -S . && make && pip install .); python -m bitsandbytes shows what "
+                     "it loads", [ctx.line_fact(errors[0])], errors)
+    m = _WHEEL.search(text)
+    if m:
+        tag, platform = m.group(3), m.group(5)
+        wanted = f"3.{tag[3:]}" if tag.startswith("cp3") else None
+        here = [p for p in python if p != wanted]
+        cause = f"{m.group(1)} {m.group(2)} is built for {'Python ' + wanted if wanted else tag} on {platform}"
+        if here:
+            cause += f"; this Python is {here[-1]}"
+        if wanted and here:
+            fix = (f"use a Python {wanted} environment (uv venv -p {wanted}, or conda create -n env python={wanted}), "
+                   f"or download the wheel tagged cp{here[-1].replace('.', '')}")
+        elif wanted:
+            fix = (f"this wheel needs Python {wanted} (check python --version): use a Python {wanted} environment, "
+                   "or the wheel built for your Python")
+        else:
+            fix = f"download the wheel built for this platform and Python (not {platform}, {tag})"
+        if "win" in platform and not ctx.sheet.is_windows or ("linux" in platform and ctx.sheet.is_windows):
+            fix = f"this is a {platform} wheel: use the one built for this OS (or run under WSL 2 / Linux)"
+        machine = ctx.sheet.values("cpu_arch")
+        built = "aarch64" if re.search(r"aarch64|arm64", platform) else "x86_64" if re.search(r"x86_64|amd64",
+                                                                                                 platform) else None
+        if machine and built and machine[-1] != built:
+            fix = (f"this wheel is built for {built} ({platform}); this machine is {machine[-1]}: install the "
+                   f"{machine[-1]} build (a wheel tagged linux_{machine[-1]} / manylinux_*_{machine[-1]}, built from "
+                   "source where the project publishes none; on a Jetson, NVIDIA's JetPack wheels)")
+            cause = f"{cause}; this machine's CPU is {machine[-1]}"
+        return _make("wheel-platform", "a wheel for another Python or platform", cause, fix,
+                     [ctx.line_fact(errors[0])], errors)
+    uv = re.search(r"(?i)there is no version of ([\w\-]+)==([\w.+]+)|available for a different Python \(you have "
+                   r"Python (3\.\d+)\)", text + "\n" + "\n".join(ctx.sheet.lines))
+    if uv and re.search(r"(?i)different Python", "\n".join(ctx.sheet.lines)):
+        have = re.search(r"you have Python (3\.\d+)", "\n".join(ctx.sheet.lines))
+        pinned = re.search(r"there is no version of ([\w\-]+)==([\w.+]+)", "\n".join(ctx.sheet.lines))
+        what = f"{pinned.group(1)} {pinned.group(2)}" if pinned else "this release"
+        py = have.group(1) if have else (python[-1] if python else "this Python")
+        return _make("wheel-platform", f"no {what} for Python {py}",
+                     f"the index has {what} only for other Pythons than {py} (uv's resolver says so)",
+                     f"use an older Python for {what} (uv venv -p 3.11, or uv python pin 3.11; conda create -n env "
+                     f"python=3.11), or a newer release of it that has Python {py} wheels",
+                     [ctx.line_fact(errors[0])], errors)
+    if re.search(r"not a supported wheel", text) and python:
+        # no wheel file named: the wheels on offer are for another Python; the release before this one usually has them
+        major, minor = (int(x) for x in python[-1].split(".")[:2])
+        older = f"{major}.{minor - 1}"
+        return _make("wheel-platform", f"the wheels are not built for Python {python[-1]}",
+                     f"pip refuses the wheels as built for another Python than {python[-1]} (or another platform)",
+                     f"use an environment with the Python the wheels are built for, usually the release before: "
+                     f"Python {older} (uv venv -p {older}, conda create -n env python={older}); the cpXY in a wheel's "
+                     "file name says which", [ctx.line_fact(errors[0])], errors)
+    package = re.search(r"(?:requirement|distribution found for) (\S+)", text)
+    name = package.group(1).rstrip(";`'\".,)") if package else "the package"
+    py = python[-1] if python else None
+    cause = (f"the index has no {name} for this Python{' (' + py + ')' if py else ''} and platform")
+    pin = re.fullmatch(r"([\w\-]+)==([\w.]+?)(?:\+(\w+))?", name)
+    offered = re.search(r"\(from versions: ([^)]*)\)", text)
+    same = [v.strip() for v in offered.group(1).split(",") if pin and v.strip().split("+")[0] == pin.group(2)] \
+        if offered else []
+    parent = re.search(r"\(from (torch==[\w.]+\+(rocm[\d.]+|cu\d+))\)", text)
+    if parent:
+        fix = (f"{name} is published on the index of {parent.group(1)}, not on PyPI: install with that index, pip "
+               f"install torch --index-url https://download.pytorch.org/whl/{parent.group(2)}, so the dependency "
+               "resolves there")
+        return _make("wheel-platform", f"{name} is not on PyPI", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if pin and re.search(r"\.dev\d|\+rocm|post\d+\.dev", name):
+        fix = (f"{name} is a development build the project makes for its own ROCm image, not on PyPI: use the "
+               "project's ROCm docker image (its release notes name the tag) instead of pip")
+        return _make("wheel-platform", f"{name} is not published", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if ctx.sheet.is_windows and re.search(r"(?i)whl/rocm|\+rocm|rocm\d", text + "\n" + "\n".join(ctx.sheet.lines)):
+        fix = ("pytorch.org's ROCm wheels are Linux only: run under WSL 2 (AMD's ROCm for WSL) or Linux, or install "
+               "AMD's ROCm wheels for Windows (repo.radeon.com) for the GPUs they list")
+        return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if offered and offered.group(1).strip() == "none":
+        base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
+        newest = _python_for(pin.group(1), pin.group(2)) if pin else None
+        if newest:
+            fix = (f"{pin.group(1)} {pin.group(2)} was built for Python up to {newest}, and this Python"
+                   f"{' (' + py + ')' if py else ''} is not one of them: create the environment with an older Python, "
+                   f"{newest} "
+                   f"(conda create -n env python={newest}, uv venv -p {newest}) and install the pin there")
+        else:
+            fix = (f"the index has no {base} wheel at all for this Python{' (' + py + ')' if py else ''} and "
+                   f"platform: use an older Python (a 3.12 or 3.11 environment: uv venv -p 3.12, conda create -n env "
+                   f"python=3.12); a new Python gets {base} wheels only months after its release, and old pins never do")
+        return _make("wheel-platform", f"no {base} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if pin and same:
+        fix = (f"the index has no {name} for this platform; it does have {', '.join(same)}: pick one of those "
+               f"(pip install {pin.group(1)}=={same[-1]} -f <the index>)")
+        return _make("wheel-platform", f"no {name} for this platform", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if pin and offered:
+        fix = (f"{pin.group(1)}=={pin.group(2)} has no wheel for this Python{' (' + py + ')' if py else ''}: install "
+               f"a {pin.group(1)} release the index lists for it (from versions: {offered.group(1)[-60:]}), or use an "
+               f"older Python for {pin.group(1)} {pin.group(2)}"
+               + (f" (it was built for Python up to {_python_for(pin.group(1), pin.group(2))}: conda create -n env "
+                  f"python={_python_for(pin.group(1), pin.group(2))})" if _python_for(pin.group(1), pin.group(2))
+                  else ""))
+        return _make("wheel-platform", f"no {name} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
+    if pin and re.search(r"\+cu\d+|\+rocm", name) and not ctx.sheet.is_windows:
+        fix = (f"{name} has no wheel for this Python{' (' + py + ')' if py else ''}: create the environment with an "
+               f"older Python that release was built for (conda create -n env python=3.9, uv venv -p 3.9), then "
+               f"install the pin again; a torch installed by hand instead is usually the CPU build")
+        diagnosis = _make("wheel-platform", f"no {name} for this Python", cause, fix, [ctx.line_fact(errors[0])],
+                          errors + ctx.of("torch-build"))
+        if ctx.of("torch-build"):   # the CPU torch that followed is its symptom
+            diagnosis.rank = family("torch-build").rank - 1
+        return diagnosis
+    if ctx.sheet.is_windows and re.search(r"rocm", text):
+        fix = "pytorch.org's ROCm wheels are Linux only: use WSL 2 or Linux, or AMD's Windows wheels"
+    else:
+        fix = (f"use a Python the index builds for (3.10-3.12 for most ROCm wheels; check with pip index versions "
+               f"{name.split('==')[0]} --index-url <the index>), or pick a version the index lists")
+    return _make("wheel-platform", "no wheel for this Python or platform", cause, fix, [ctx.line_fact(errors[0])],
+                 errors)
+
+
+_SYMBOL_LIB = re.compile(r"(?:site-packages|dist-packages)[/\\]([\w\-]+)[/\\]\S*?\.(?:so|pyd|dll)|"
+                         r"\b(lib\w+?)(?:_\w+)?\.so\b|\b(\w+?)(?:\.cpython\S*)?\.so: undefined symbol")
+
+
+# The compiled modules people meet in these errors, by the name in the path or the import, and the pip package that
+# ships each (the fix reinstalls the package, not the module)
+_MODULE_PACKAGES = (
+    (r"flash_attn", "flash-attn"), (r"vllm", "vllm"), (r"xformers", "xformers"), (r"bitsandbytes", "bitsandbytes"),
+    (r"torchaudio|_torch_sox", "torchaudio"), (r"torchvision", "torchvision"), (r"deepspeed|fused_adam|cpu_adam|"
+    r"transformer_inference|fused_lamb", "deepspeed"), (r"\bapex\b|amp_C|fused_layer_norm_cuda", "apex"),
+    (r"sageattention|_qattn", "sageattention"), (r"mamba_ssm|selective_scan", "mamba-ssm"),
+    (r"causal_conv1d", "causal-conv1d"), (r"torch_scatter|torch_sparse|torch_cluster|torch_spline_conv", "torch-scatter"),
+    (r"mmcv", "mmcv"), (r"detectron2", "detectron2"), (r"pytorch3d", "pytorch3d"), (r"auto_gptq|exllama\w*",
+    "auto-gptq"), (r"transformer_engine", "transformer-engine"), (r"llama_cpp", "llama-cpp-python"),
+    (r"torch_directml", "torch-directml"), (r"natten", "natten"), (r"spconv", "spconv"), (r"gsplat|diff_gaussian",
+    "the gaussian-splatting extension"), (r"nvdiffrast", "nvdiffrast"), (r"tinycudann|tiny_cuda_nn", "tinycudann"),
+)
+
+
+def _extension_package(ctx: Context, errors: list[ErrorLine]) -> Optional[str]:
+    """The pip package of the compiled module that failed to load: a path or module name on the error lines, else the
+    import right above the first one (a traceback's `import flash_attn_2_cuda`), else the tool the paste names."""
+    first = errors[0].line_no
+    above = [l for l in ctx.sheet.lines[max(0, first - 4): first - 1] if re.search(r"\bimport\b|site-packages", l)]
+    for text in [e.line for e in errors] + above[::-1]:
+        found = _package_of(text) or ""
+        module = re.search(r"(?:while importing|import)\s+([\w.]+)", text)
+        where = " ".join(x for x in (found, module.group(1) if module else "", text) if x)
+        for pattern, package in _MODULE_PACKAGES:
+            if re.search(pattern, where, re.IGNORECASE):
+                return package
+        if found and found not in ("torch", "c10", "libtorch", "libc10"):
+            return found
+    return next((t for t in (ctx.tool(errors),) if t not in (None, "torch")), None)
+
+
+
+def _listed_torch(ctx: Context) -> Optional[str]:
+    """torch's version from a package list (`- torch 2.1.2`, `torch==2.1.2`, `torch: 2.1.2`) when no fact holds it."""
+    found = re.search(r"(?im)^\W*torch\s*(?:==|:|\s)\s*(\d+\.\d+\.\d+[\w.+]*)\s*$", _text(ctx))
+    return found.group(1) if found else None
+
+
+def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[str]) -> Optional[Diagnosis]:
+    """Kinds the line names by itself: an operator a compiled package registers that is not there (its build is
+    for another torch), xformers' own report of the torch it was built for, a library of a ROCm before 3.5 (HCC)."""
+    evidence = [ctx.line_fact(errors[0])]
+    operator = re.search(r"No such operator (\w+)::", text)
+    built = re.search(r"xFormers was built for:?\s*PyTorch (\S+).{0,40}\(you have (\S+)\)", _text(ctx))
+    if operator or built and not built.group(2).endswith("+cpu"):
+        package = "xformers" if built else operator.group(1).replace("_", "-")
+        have = built.group(2) if built else torch
+        return _make("abi-mismatch", f"{package} is built for another torch",
+                     f"{package}'s compiled operators were built for {'torch ' + built.group(1) if built else 'another torch'}"
+                     f"{', and torch is ' + have if have else ''}",
+                     f"pip uninstall -y {package}; pip install {package} built for the installed torch"
+                     f"{' ' + have if have else ''} (from torch's own index, or a release pinned to it); or run "
+                     f"without it{' (drop --xformers: torch SDPA does the same)' if package == 'xformers' else ''}",
+                     evidence, errors)
+    if re.search(r"libmcwamp|libhip_hcc", text):
+        return _make("abi-mismatch", "a build for a ROCm before 3.5",
+                     "libmcwamp is the HCC runtime of ROCm 3.x and older; the framework package was built for it and "
+                     "the installed ROCm no longer has it",
+                     "install the framework build that matches the installed ROCm (pip install tensorflow-rocm or torch "
+                     "of the release built for that ROCm), or the ROCm the package was built for", evidence, errors)
+    return None
+
+
+@rule("abi-mismatch")
+def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: an error line saying a compiled module cannot link to what is installed (an undefined symbol, a
+    procedure not found in a DLL, an operator that does not exist, a module built for another NumPy, GLIBCXX, a CUDA
+    toolkit that differs), the module's package (its path, its import), and the torch version the paste shows. The fix
+    rebuilds or reinstalls that package for that torch; the wording of the line only says which of the kinds it is."""
+    errors = ctx.of("abi-mismatch")
+    if not errors:
+        return None
+    first = errors[0]
+    if first.catalogue is not None and first.catalogue.entry.id == "undefined-symbol-rocm-libs":
+        return _restate("abi-mismatch", first, errors)
+    text = "\n".join(e.line for e in errors)
+    torch = next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None) or _listed_torch(ctx)
+    evidence = [ctx.line_fact(first)]
+    said = _abi_said(ctx, errors, text, torch)
+    if said is not None:
+        return said
+    if re.search(r"(?i)numpy|_ARRAY_API|multiarray failed to import|module compiled against ABI version", text):
+        return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
+                     "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
+                     "pip install 'numpy<2' (or upgrade the module to a release built for NumPy 2)", evidence, errors)
+    if re.search(r"GLIBCXX|CXXABI_\d", text):
+        return _make("abi-mismatch", "an older libstdc++ than the extension needs",
+                     "the process loads a libstdc++ (often conda's) older than the one the extension was built with",
+                     "conda install -c conda-forge 'libstdcxx-ng>=12' in that environment, or put the system's first: "
+                     "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", evidence, errors)
+    if re.search(r"torchvision::\w+", text):
+        return _make("abi-mismatch", "torchvision does not match torch",
+                     "torchvision's compiled operators were built for another torch release or build",
+                     "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
+                     f"with torch 2.(N-15)){': torch is ' + torch if torch else ''}; e.g. pip install --force-reinstall "
+                     "torch torchvision --index-url <torch's index>", evidence, errors)
+    joined = "\n".join(ctx.sheet.lines)
+    compiled = re.search(r"used to compile\s+PyTorch \(([\d.]+)\)", joined)
+    if re.search(r"(?i)detected CUDA version", text):
+        want = compiled.group(1) if compiled else "the one torch was built with"
+        return _make("abi-mismatch", "the CUDA toolkit differs from torch's",
+                     "an extension is built with nvcc from another CUDA than the one torch was compiled with",
+                     f"build with CUDA {want} (torch.version.cuda): install that toolkit and point CUDA_HOME at it, or "
+                     "install the prebuilt wheel of the extension instead of building it", evidence, errors)
+    if re.search(r"(?i)\bODR\b|duplicate libamd_smi", text):
+        return _make("abi-mismatch", "two copies of libamd_smi in one process",
+                     "the separate amdsmi package loads its own libamd_smi beside the one the ROCm torch wheel bundles",
+                     "pip uninstall amdsmi (the torch wheel brings what it needs)", evidence, errors)
+    against = f"torch {torch}" if torch else "the installed torch"
+    if re.search(r"torch_extensions", text + "\n" + joined):
+        return _make("abi-mismatch", "a JIT-built extension cached for another torch",
+                     "torch's JIT extensions (DeepSpeed ops, fused kernels) are compiled once into "
+                     "~/.cache/torch_extensions; a cached build from before a torch upgrade no longer links",
+                     f"rm -rf ~/.cache/torch_extensions (or $TORCH_EXTENSIONS_DIR), then rerun so the ops rebuild "
+                     f"against {against}; for DeepSpeed's prebuilt ops: DS_BUILD_OPS=0 pip install --force-reinstall "
+                     "deepspeed", evidence, errors)
+    package = _extension_package(ctx, errors)
+    if re.search(r"(?i)xFormers", text):
+        package = "xformers"
+    fixes = {
+        "flash-attn": f"pip uninstall -y flash-attn; pip install flash-attn --no-build-isolation (builds against "
+                      f"{against}), or the release wheel built for {against}",
+        "vllm": f"install the torch this vLLM was built with (pip install vllm pulls it), or build vLLM against {against}",
+        "bitsandbytes": "pip install --force-reinstall 'bitsandbytes>=0.45' (its ROCm and CUDA libraries match the "
+                        "wheel's own build), or rebuild it from the same checkout you installed",
+        "xformers": f"pip install -U xformers from the index of {against}, or build it against that torch",
+        "torchaudio": "install torchaudio from the same index and release as torch",
+        "deepspeed": "rebuild the DeepSpeed ops: DS_BUILD_OPS=0 pip install --force-reinstall deepspeed, then let them "
+                     "JIT-build against the installed torch",
+    }
+    windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
+    fix = fixes.get(package or "", f"pip uninstall -y {package or '<the extension>'}; reinstall it built for "
+                                   f"{against} (the wheel made for that torch and CUDA/ROCm, or pip install "
+                                   f"--no-build-isolation {package or '<the extension>'} so it compiles against the "
+                                   "torch you have)")
+    what = "a function it needs" if windows else "a symbol"
+    return _make("abi-mismatch", f"{package or 'a compiled extension'} was built for another torch",
+                 f"{package or 'the extension'} calls {what} the installed torch (or library) does not export: it "
+                 f"was compiled against another release than {against}", fix, evidence, errors)
+
+
+def _package_of(line: str) -> Optional[str]:
+    m = _SYMBOL_LIB.search(line)
+    if not m:
+        return None
+    name = next(g for g in m.groups() if g)
+    return re.sub(r"^lib", "", name) if name.startswith("libbitsandbytes") else name
+
+
+# system libraries a wheel links, by soname prefix: the package that has them (Debian/Ubuntu names)
+_SYSTEM_LIBS = {"libmpi": "libopenmpi-dev", "libopenblas": "libopenblas-dev", "libnuma": "libnuma-dev",
+                "libgomp": "libgomp1", "libomp": "libomp-dev", "libelf": "libelf1", "libtinfo": "libtinfo6"}
+
+
+def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[str, str, str]]:
+    """(title, cause, fix) for the missing libraries that are not ROCm's own runtime."""
+    therock = ctx.sheet.has("layout", "therock")
+    if re.search(r"(?i)cannot enable executable stack", text):
+        return (f"{name} asks for an executable stack", "glibc 2.41 and newer refuse to load a library that asks for "
+                "an executable stack, and older ROCm libraries do",
+                f"clear the flag on the ROCm libraries in the environment: find <site-packages>/torch/lib \\( -name "
+                f"'libamdhip64.so*' -o -name 'libhiprtc.so*' \\) -exec patchelf --clear-execstack {{}} \\; (or a torch "
+                "built with a newer ROCm)")
+    missing_tool = re.search(r'Can.t exec "(/opt/rocm[^"]*)"', text)
+    if missing_tool:
+        found = re.search(r"^\s*(/(?:usr|opt/rocm-[\d.]+)\S*?)/(?:bin|lib)/\S+\s*$", "\n".join(ctx.sheet.lines), re.M)
+        root = found.group(1) if found else "<where ROCm is: /usr, /opt/rocm-X.Y.Z>"
+        return ("the ROCm tools look for /opt/rocm, which is not there", f"hipcc and hipconfig default to /opt/rocm; "
+                f"this ROCm lives elsewhere, so {missing_tool.group(1)} does not exist",
+                f"export ROCM_PATH={root} (HIP_PATH too) before building, or link the install there: sudo ln -s "
+                f"{root} /opt/rocm")
+    if re.search(r"(?i)rocm(?:\.|_)?(?:path|home).*not (?:found|set)|Could not find ROCm|Failed to find ROCm root|"
+                 r"ROCm not found", text):
+        root = ("$(rocm-sdk path --root) (this ROCm came as wheels)" if therock else "/opt/rocm (or /opt/rocm-X.Y.Z, "
+                "where it is installed)")
+        return ("the ROCm install is not found", "the build or the program looks for ROCm through ROCM_PATH / "
+                "ROCM_HOME or /opt/rocm, and finds neither", f"install ROCm (sudo amdgpu-install --usecase=rocm) if it "
+                f"is not, then export ROCM_PATH={root} ROCM_HOME=$ROCM_PATH before the command")
+    compiler = re.search(r"(?i)\b(hipcc|hipconfig|amdclang\+*|hipify-perl)\W*(?:command )?not found|Unable to find (hipcc)",
+                         text)
+    if compiler:
+        tool = compiler.group(1) or compiler.group(2)
+        where = ('pip install "rocm[devel]" from the index the rocm wheels came from (its bin/ holds them)' if therock
+                 else "sudo amdgpu-install --usecase=rocm,hiplibsdk (or the distribution's rocm-hip-sdk / hipcc package)")
+        return (f"{tool} is not found", f"building GPU code needs ROCm's compiler tools ({tool}), which are not "
+                "installed or not on PATH", f"{where}; then export PATH=/opt/rocm/bin:$PATH ROCM_PATH=/opt/rocm before "
+                f"the build (where {tool} is installed but not found)")
+    if re.search(r"rocm\[devel\]|rocm_sdk_devel", text):
+        return ("the ROCm SDK's development package is missing", "this ROCm came as wheels without rocm[devel], which "
+                "holds the tools and headers", "pip install \"rocm[devel]\" from the same index as rocm (in the same "
+                "environment)")
+    if re.search(r"(?i)amdsmi", text):
+        where = ("pip install <venv>/lib/python3.X/site-packages/_rocm_sdk_core/share/amd_smi (or add that folder to "
+                 "PYTHONPATH)" if therock else "cd /opt/rocm/share/amd_smi && pip install .")
+        return ("the amdsmi Python package is missing", "ROCm's amdsmi Python module is not installed in this "
+                "environment (torch's ROCm build imports it when pynvml is present, and tools query the GPU with it)",
+                f"install the amdsmi package: {where}; or, where only pynvml pulled it in (DeepSpeed, a monitoring package), pip "
+                "uninstall pynvml nvidia-ml-py")
+    cuda_lib = re.search(r"lib(cudnn|cublas\w*|cufft|curand|cusparse|nvrtc)\w*\.so\.(\d+)", text)
+    if cuda_lib:
+        what = "cuDNN" if cuda_lib.group(1) == "cudnn" else cuda_lib.group(1)
+        major = cuda_lib.group(2)
+        return (f"{what} {major} is not found", f"the program loads {name} ({what} {major}), which is not installed "
+                "or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
+                f"install {what} {major} (pip install nvidia-cudnn-cu{'12' if int(major) >= 9 else '11'} "
+                "nvidia-cublas-cu12, or apt install libcudnn" + major + ") and put its folder on the loader's path: "
+                "export LD_LIBRARY_PATH=$(python -c 'import os, nvidia.cudnn, nvidia.cublas; print(os.path.dirname("
+                "nvidia.cudnn.__file__) + \"/lib:\" + os.path.dirname(nvidia.cublas.__file__) + \"/lib\")'):"
+                "$LD_LIBRARY_PATH (or the venv's torch/lib folder) before starting Python")
+    for prefix, package in _SYSTEM_LIBS.items():
+        if name.startswith(prefix):
+            return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
+                    f"sudo apt-get install {package} (the distribution package with {name})")
+    rocm_dll = re.search(r"(?i)\b(?:amdhip64|rocblas|hipblas\w*|MIOpen|hiprtc\w*|amd_comgr\w*|rocsolver|hipsparse)"
+                         r"(?:_\d+)?\.dll", text)
+    if not rocm_dll and re.search(r"(?i)\b(?:fbgemm|shm|c10|torch_cpu|torch_python|asmjit|uv)\.dll|WinError 126", text):
+        return ("torch's DLLs cannot load their dependencies",
+                "torch's fbgemm.dll / shm.dll need libomp140.x86_64.dll and the Visual C++ runtime, which a clean "
+                "Windows does not have",
+                "install the Microsoft Visual C++ Redistributable (x64) and, for libomp140.x86_64.dll, the MSVC (Visual "
+                "C++) build tools from the Visual Studio Installer (or put libomp140.x86_64.dll next to torch\\lib); "
+                "then restart the program")
+    if re.search(r"(?i)MIOpen", name) and re.search(r"(?i)cuda", text):
+        return (f"{name} is not found", "the loader path is set for CUDA, not for ROCm's libraries",
+                "remove the CUDA entries and put ROCm's first: export LD_LIBRARY_PATH=/opt/rocm/lib (without "
+                "/usr/local/cuda/lib64), and no CUDA_* variables in the environment")
+    return None
+
+
+
+def _rocm_libs_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    text = " ".join(e.line for e in errors)
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"unrecognized command-line option .?--offload-arch", text):
+        return _make("rocm-libs-missing", "the HIP code is compiled by the system C++ compiler",
+                     "--offload-arch is a clang/hipcc option; the build picked the system c++ (gcc), which does not know "
+                     "it", "build with ROCm's compilers: CC=/opt/rocm/llvm/bin/clang CXX=/opt/rocm/llvm/bin/clang++ "
+                     "(or CXX=hipcc) in the environment of the build (llama-cpp-python: CC=... CXX=... CMAKE_ARGS=... "
+                     "pip install ...)", evidence, errors)
+    install = re.search(r"(/opt/rocm-\d+\.\d+(?:\.\d+)?)", _text(ctx))
+    if re.search(r"(?i)/usr/bin/hip\w*|/opt/rocm/bin/hip\w*|\bhipcc\b", text) and install:
+        return _make("rocm-libs-missing", "ROCm is installed under its versioned path only",
+                     f"ROCm is in {install.group(1)}, but the build looks for hipcc in /opt/rocm (and /usr/bin)",
+                     f"sudo ln -s {install.group(1)} /opt/rocm (what the installer normally links), and put "
+                     f"/opt/rocm/bin on PATH; or pass ROCM_PATH={install.group(1)} to the build", evidence, errors)
+    if "libamdpython" in text:
+        return _make("rocm-libs-missing", "ROCm's libamdpython link is broken",
+                     "rocgdb needs libamdpython.so, a link the ROCm package points at a libpython the system lacks",
+                     "link it to the system's libpython: sudo ln -s /usr/lib/python3.X/config-3.X-x86_64-linux-gnu/"
+                     "libpython3.X.so /opt/rocm/lib/libamdpython.so (apt install libpython3.X for the file)",
+                     evidence, errors)
+    if "/.singularity.d/libs/" in text:
+        return _make("rocm-libs-missing", "the host's ROCm libraries replaced the container's",
+                     "apptainer --rocm binds the host's ROCm libraries (rocmliblist.conf) over the container's own; the "
+                     "host rocBLAS then finds no Tensile files it matches",
+                     "let the container use its own ROCm: bind only the devices (--bind /dev/kfd,/dev/dri, without "
+                     "--rocm), or remove the math libraries (rocblas, rocfft, ...) from rocmliblist.conf", evidence,
+                     errors)
+    return None
+
+
+@rule("rocm-libs-missing")
+def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" in e.line]
+    if not errors:
+        return None
+    said = _rocm_libs_said(ctx, errors)
+    if said is not None:
+        return said
+    first = errors[0]
+    if first.catalogue is not None and first.catalogue.entry.context:
+        return _restate("rocm-libs-missing", first, errors)
+    lib = re.search(r"(lib[\w\-]+\.so[.\d]*|\w+\.dll)", first.line)
+    name = lib.group(1) if lib else "a ROCm library"
+    text = " ".join(e.line for e in errors)
+    special = _missing_library_fix(ctx, name, text)
+    if special:
+        title, cause, fix = special
+        return _make("rocm-libs-missing", title, cause, fix, [ctx.line_fact(first)], errors)
+    if ctx.sheet.is_windows or name.endswith(".dll"):
+        fix = ("install AMD's HIP SDK for Windows (it puts amdhip64 and rocBLAS in C:\\Program Files\\AMD\\ROCm\\<ver>\\bin) "
+               "and an Adrenalin driver of the same generation; restart the program so PATH is read again")
+    elif ctx.sheet.has("layout", "therock"):
+        fix = ("this ROCm comes as Python wheels (TheRock), with no /opt/rocm: install its libraries into the same "
+               "environment (pip install 'rocm[libraries]' from the index torch came from) and run from that venv")
+    else:
+        fix = ("install the ROCm runtime (sudo amdgpu-install --usecase=rocm, or your distribution's rocm packages) "
+               "or point the loader at it: export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH")
+    return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}: the ROCm runtime is "
+                 "not installed where the program looks", fix, [ctx.line_fact(first)], errors)

@@ -1,0 +1,338 @@
+"""Rules about the machine: which GPUs a process sees, APU memory, the platform (BIOS, PCIe), several GPUs."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.error_lines import family
+from steadytune.doctor.facts import Fact
+from steadytune.doctor.fixes import set_variable
+from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, override_for_arch
+from steadytune.hardware.unified_memory import GIB, PAGE
+from steadytune.doctor.rules.base import (
+    _APU_ARCHS,
+    _arch_fact,
+    _catalogue,
+    _CONTAINED,
+    Context,
+    Diagnosis,
+    _lines_matching,
+    _make,
+    OVERRIDE,
+    _restate,
+    rule,
+    _symptom_lines,
+    _text,
+    _vendor,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Which GPU, how much memory, the platform, several GPUs
+# ---------------------------------------------------------------------------------------------------------
+
+def _visible(ctx: Context) -> dict[str, Fact]:
+    """The visibility variables the paste sets, by name (the last setting of each)."""
+    found = {}
+    for fact in ctx.sheet.of("env"):
+        name, value = fact.value.split("=", 1)
+        if name.endswith("_VISIBLE_DEVICES") and value:
+            found[name] = fact
+    return found
+
+
+@rule("visibility")
+def visibility(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
+    (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
+    errors = ctx.of("visibility")
+    mask = re.search(r"\bROCR_VISIBLE_DEVICES=(\d+(?:,\d+)+)", _text(ctx))
+    none = _lines_matching(ctx, r"(?i)No (?:CUDA|HIP) GPUs are available")
+    if mask and none and re.search(r"(?i)\bsrun\b|slurm|--container|pyxis|enroot|" + _CONTAINED.pattern[4:], _text(ctx)):
+        return _make("visibility", "the host's GPU mask was carried into the job's own view",
+                     f"the scheduler already confined the job to its GPUs, which it numbers from 0; the forwarded "
+                     f"ROCR_VISIBLE_DEVICES={mask.group(1)} names cards that do not exist there, so none is left",
+                     "unset ROCR_VISIBLE_DEVICES (and HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES) before starting the "
+                     "runtime inside the container or job step; do not --export the host's mask", [], none)
+    dropped = [e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
+    if dropped:   # Ollama 0.30+ filters iGPUs that are not on its allow-list
+        return _make("visibility", "Ollama drops the integrated GPU",
+                     "Ollama (0.30 and newer) leaves out integrated GPUs that are not on its allow-list, so the model "
+                     "runs on the CPU", set_variable("OLLAMA_IGPU_ENABLE", "1", ctx.sheet, "ollama") +
+                     " (OLLAMA_IGPU_ENABLE=1 for the server; a newer Ollama may list this iGPU by default)",
+                     [ctx.line_fact(dropped[0])], errors + ctx.no_gpu())
+    visible = _visible(ctx)
+    rocr = visible.get("ROCR_VISIBLE_DEVICES")
+    inner = visible.get("HIP_VISIBLE_DEVICES") or visible.get("CUDA_VISIBLE_DEVICES")
+    if errors and rocr and inner and inner.value.split("=", 1)[1] not in ("0", "0,1"):
+        value = rocr.value.split("=", 1)[1]
+        return _make("visibility", "two layers of visibility variables leave no GPU",
+                     f"ROCR_VISIBLE_DEVICES={value} keeps those GPUs and renumbers them from 0; "
+                     f"{inner.value} then asks for an index that no longer exists",
+                     f"set only ROCR_VISIBLE_DEVICES={value} (unset HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES), or "
+                     "count the inner one from 0 among what ROCR left (HIP_VISIBLE_DEVICES=0)", [rocr, inner], errors)
+    hit = _catalogue(errors)
+    if hit is not None and re.search(r"VISIBLE_DEVICES=|leaves|selects|index", hit.catalogue.cause):
+        return _restate("visibility", hit, errors)
+    archs = ctx.sheet.machine_archs
+    igpu = [a for a in archs if (arch_info(a) and arch_info(a).kind == "apu")]
+    dgpu = [a for a in archs if a not in igpu and a.startswith("gfx")]
+    said_igpu = next((f for f in ctx.sheet.of("igpu") if f.detail != "only"), None)
+    # the iGPU is in the way when torch finds no usable GPU, or when code fails on it that the card may not even need
+    # (an override for the card makes the iGPU run the card's code too)
+    missing = ctx.of("arch-missing")
+    symptoms = errors + missing + ctx.crashes()
+    # Ollama names the iGPU unsupported and goes on with the card it supports: the iGPU is out of the way already
+    kept = any(re.search(r'msg="amdgpu is supported"|inference compute.*library=rocm', l) for l in ctx.sheet.lines)
+    refused_igpu = [e for e in missing if re.search(r"amdgpu is not supported", e.line) and
+                    any(a in e.line for a in igpu)]
+    if kept and refused_igpu and len(refused_igpu) == len(missing):
+        symptoms = [e for e in symptoms if e not in refused_igpu]
+    # an iGPU said to be there counts unless the paste's only GPU is that iGPU (then nothing is in the way)
+    if ((igpu and dgpu) or (said_igpu and (dgpu or not igpu))) and symptoms:
+        first = said_igpu is not None and said_igpu.detail == "cuda0" or bool(missing)
+        value = override_for_arch(dgpu[0]) if dgpu else None
+        also = (f"; the card ({dgpu[0]}) also needs {OVERRIDE}={value}, which must not reach the iGPU"
+                if value and dgpu[0] not in OFFICIAL_WHEEL_ARCHS else "")
+        index = ("export HIP_VISIBLE_DEVICES=1 (the card; the iGPU is device 0 here), or CUDA_VISIBLE_DEVICES=1"
+                 if first else "export HIP_VISIBLE_DEVICES=<index of the card> (rocminfo / rocm-smi list the order; "
+                 "often the card is 0 and the iGPU 1, or the reverse)")
+        who = f"an iGPU ({igpu[0]}) beside the card ({dgpu[0]})" if igpu and dgpu else "an iGPU beside the card"
+        return _make("visibility", "the integrated GPU is in the way",
+                     f"the machine has {who}; tools take every GPU or device 0, and the iGPU has no usable ROCm code",
+                     f"hide the iGPU: {index}, or disable the iGPU in the BIOS{also}",
+                     [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
+                                  _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
+    if any(re.search(r"No CUDA GPUs are available", e.line) for e in errors) and _vendor(ctx) != "amd":
+        named = visible.get("CUDA_VISIBLE_DEVICES")
+        said = f"{named.value} " if named else ""
+        return _make("visibility", "CUDA_VISIBLE_DEVICES hides the GPU",
+                     f"the script sets CUDA_VISIBLE_DEVICES {said}to an index this machine does not have (a one-GPU "
+                     "machine has only 0), so torch sees no GPU",
+                     "set CUDA_VISIBLE_DEVICES=0 (os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0\" in the script, or the "
+                     "run script's export), or remove the line that sets it", [f for f in (named,) if f], errors)
+    return None
+
+
+_MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
+                           r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limit(?:s|ed|ing)?|too (?:little|small))|"
+                           r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
+                           r"\bonly\s*~?\s*\d+\s*[MG]i?B of (?:VRAM|GTT|GPU memory)|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
+
+
+@rule("apu-memory")
+def apu_memory(ctx: Context) -> Optional[Diagnosis]:
+    archs = ctx.sheet.machine_archs
+    apu = [a for a in archs if a in _APU_ARCHS]
+    pools = {f.detail: int(f.value) for f in ctx.sheet.of("memory_total")}
+    errors = ctx.of("apu-memory", "out-of-memory")
+    short = [l for l in ctx.sheet.lines if _MEMORY_SHORT.search(l)]
+    gtt_said = [l for l in short if re.search(r"\bGTT\b", l)]
+    if any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
+        return None
+    said_apu = any(re.search(r"(?i)\bAPUs?\b|unified memory|\biGPU\b", l) for l in ctx.sheet.lines)
+    limit_said = [l for l in short if re.search(r"(?i)\bUMA\b|\bTTM\b|\bGTT\b", l)]
+    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said and not (said_apu and limit_said):
+        return None
+    name = f"the APU ({apu[0]})" if apu else "the APU"
+    carve, seen = _vram_bytes(ctx.sheet.lines), _pool_kib(ctx.sheet.lines)
+    if apu and carve and seen and carve >= 32 * GIB and seen * 1024 < carve / 2:
+        return _make("apu-memory", f"HIP sees {seen / 2**20:.1f} GiB of {name}'s {carve / GIB:.0f} GiB carve-out",
+                     "the kernel driver reports the whole carve-out (mem_info_vram_total), but kernels before 6.16.9 "
+                     "cap the memory pool ROCm's runtime gets on these APUs",
+                     "upgrade the kernel to 6.16.9 or later (a mainline or HWE kernel); ROCm itself needs no change",
+                     [_arch_fact(ctx, apu[0])], errors)
+    if not errors and not short and not pools:
+        return None
+    evidence = [_arch_fact(ctx, apu[0])] if apu else ctx.sheet.of("memory_total")[:2]
+    if pools.get("VRAM", 0) >= 4 * pools.get("GTT", 1 << 40) and errors:
+        return _make("apu-memory", f"{name} puts its tensors in the small GTT",
+                     f"the BIOS carve-out (VRAM, {pools['VRAM']} MiB) takes most of the RAM and leaves the GTT only "
+                     f"{pools['GTT']} MiB, and allocations beyond the carve-out land in the GTT",
+                     "set the UMA frame buffer in the BIOS to its minimum (512 MB) so the GTT covers most of the RAM "
+                     "(and raise ttm.pages_limit where the GTT is still capped), then reboot", evidence, errors)
+    ram = _ram_gib(ctx.sheet.lines)
+    pages = int(ram * 0.75 * GIB / PAGE) if ram else None
+    limit = (f"ttm.pages_limit={pages} (3/4 of the {ram:g} GiB RAM in 4 KiB pages)" if pages else
+             "ttm.pages_limit=<3/4 of the RAM in 4 KiB pages>")
+    tool = ctx.tool(errors)
+    ggml = ("; llama.cpp / Ollama (ggml's HIP backend): GGML_CUDA_ENABLE_UNIFIED_MEMORY=1 makes it allocate from "
+            "system memory, past the carve-out" if tool in ("llama.cpp", "ollama", None) else "")
+    return _make("apu-memory", f"{name} runs out of GPU memory",
+                 "an APU's GPU memory is the BIOS carve-out (UMA frame buffer) plus GTT, which the kernel caps at half "
+                 "the RAM by default", f"raise the UMA frame buffer in the BIOS, or raise the GTT cap with the kernel "
+                 f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot{ggml}", evidence,
+                 errors or _symptom_lines(ctx, []))
+
+
+def _vram_bytes(lines: list[str]) -> Optional[int]:
+    """The carve-out the kernel reports: the number printed after `cat .../mem_info_vram_total`."""
+    for i, line in enumerate(lines[:-1]):
+        if "mem_info_vram_total" in line:
+            m = re.match(r"\s*(\d{9,})\b", lines[i + 1])
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def _pool_kib(lines: list[str]) -> Optional[int]:
+    """rocminfo's GPU memory pool size, in KiB (its first pool, the one allocations come from)."""
+    for line in lines:
+        m = re.match(r"\s*Size:\s+(\d+)\(0x[0-9a-f]+\) KB", line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _ram_gib(lines: list[str]) -> Optional[float]:
+    for line in lines:
+        m = re.search(r"MemTotal:\s+(\d+)\s*kB|total RAM (\d+) MB|(\d+(?:\.\d+)?)\s*Gi?B (?:of )?(?:system )?RAM", line)
+        if m:
+            if m.group(1):
+                return round(int(m.group(1)) / 2**20)
+            if m.group(2):
+                return round(int(m.group(2)) / 1024)
+            return float(m.group(3))
+    return None
+
+
+@rule("platform-bios")
+def platform_bios(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("platform-bios")
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    if re.search(r"(?i)atomic", text):
+        pci = next((f for f in ctx.sheet.of("pci_id") if f.line_no in {e.line_no for e in errors}), None)
+        card = f" ({pci.value}{', ' + pci.detail if pci.detail else ''})" if pci else ""
+        return _make("platform-bios", f"the GPU{card} is skipped: its PCIe path has no atomics",
+                     "ROCm's compute queues on GCN cards (gfx8) need PCIe atomic operations all the way to the CPU; a "
+                     "chipset slot, a riser, a Thunderbolt/OCuLink enclosure or an old platform without them makes "
+                     "KFD skip the card",
+                     "put the card in a CPU-attached x16 slot (no riser, no chipset lanes; lspci -vvv shows "
+                     "AtomicOpsCap); where the CPU or board has no PCIe atomics at all (Intel before Haswell, AMD "
+                     "before Zen, many laptops' chipset links) ROCm cannot use this card: a platform with PCIe 3 "
+                     "atomics, or a gfx9+ card, which does not need them", [ctx.line_fact(errors[0])], errors)
+    hit = _catalogue(errors)
+    if hit is not None:
+        return _restate("platform-bios", hit, errors)
+    if re.search(r"(?i)BAR|address space|4G", text):
+        cause, fix = ("the BIOS does not map the card's memory (no Above 4G Decoding / Resizable BAR)",
+                      "enable Above 4G Decoding and Resizable BAR in the BIOS (CSM off)")
+    elif re.search(r"(?i)AMD-Vi|IO_PAGE_FAULT|iommu|unable to handle page fault", text):
+        cause, fix = ("the IOMMU blocks the GPU's DMA", "add iommu=pt to the kernel command line "
+                      "(GRUB_CMDLINE_LINUX), update-grub, reboot")
+    else:
+        cause, fix = ("the GPU does not come back from power saving", "add amdgpu.runpm=0 to the kernel command line")
+    return _make("platform-bios", "the platform keeps the GPU from working", cause, fix, [ctx.line_fact(errors[0])],
+                 errors)
+
+
+@rule("multi-gpu-transport")
+def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
+    launcher that never gets past the first step), and the facts that pick the transport's fix: Windows (no NCCL),
+    a container's /dev/shm, the socket interfaces NCCL listed or the nodes name, IOMMU faults in dmesg, and whether
+    the GPUs are consumer cards (RDNA, GeForce: no usable PCIe peer-to-peer) or datacenter ones (iommu=pt)."""
+    errors = ctx.of("multi-gpu-transport")
+    rocm = re.search(r"(?i)\brocm[ -]?(\d+)\.(\d+)", _text(ctx))
+    perf = [e for e in errors if re.search(r"_perf\b", e.line)]
+    if perf and rocm and (int(rocm.group(1)), int(rocm.group(2))) < (5, 7):
+        return _make("multi-gpu-transport", f"RCCL on ROCm {rocm.group(1)}.{rocm.group(2)} needs fine-grained PCIe memory",
+                     "before ROCm 5.7 RCCL's peer buffers need fine-grained memory over PCIe; without it the "
+                     "collectives that exchange between every pair fail allocating",
+                     "export HSA_FORCE_FINE_GRAIN_PCIE=1 for the run (or move to ROCm 5.7 or newer, where it is not "
+                     "needed)", [], perf)
+    if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
+        errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    joined = "\n".join(ctx.sheet.lines)
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"(?i)doesn.t have NCCL", text) or (re.search(r"(?i)\bNCCL\b", text) and ctx.sheet.is_windows):
+        return _make("multi-gpu-transport", "this torch has no NCCL (Windows)",
+                     "torch on Windows (and macOS) is built without NCCL, so the nccl backend does not exist",
+                     "use the gloo backend: init_process_group(backend=\"gloo\") (Lightning: DDPStrategy("
+                     "process_group_backend=\"gloo\"); a config's dist backend: gloo), or run under Linux / WSL 2 for "
+                     "NCCL", evidence, errors)
+    if re.search(r"(?i)shm_open failed\s*:\s*Permission denied|/dev/shm\S*:? Permission denied", text):
+        return _make("multi-gpu-transport", "the user may not create shared memory segments",
+                     "NCCL/RCCL create their buffers in /dev/shm, and this user may not create files there",
+                     "fix the permissions of /dev/shm: sudo chmod 1777 /dev/shm (it must be world-writable with the "
+                     "sticky bit; a container: --ipc=host)", evidence, errors)
+    ifaces = ctx.sheet.of("nccl_iface")
+    listed = [f.value for f in ifaces if f.detail == "listed"]
+    virtual = [i for i in listed if re.match(r"(?:br-|veth|docker|virbr|lo$|cni|flannel|tun|tap)", i)]
+    real = [i for i in listed if i not in virtual]
+    named = list(dict.fromkeys(f.value for f in ifaces if f.detail == "named"))
+    nic = re.search(r"\b((?:enp|ens|eno|eth|ib|bond|en)\w*\d\w*)\b", joined)
+    if re.search(r"(?i)no socket interface found", text) and nic:
+        return _make("multi-gpu-transport", "NCCL finds no interface by the name it was given",
+                     f"NCCL_SOCKET_IFNAME does not match an interface NCCL can use as written; {nic.group(1)} is the "
+                     "one that carries the nodes' addresses",
+                     f"export NCCL_SOCKET_IFNAME={nic.group(1)} (the bare name, no '=' prefix or spaces) on every node, "
+                     f"and GLOO_SOCKET_IFNAME={nic.group(1)}", evidence, errors)
+    if len(named) > 1 or (virtual and real):
+        value = ",".join(named) if len(named) > 1 else real[0]
+        why = ("the nodes name their network interfaces differently, and NCCL picks the first one it finds"
+               if len(named) > 1 else f"NCCL also tries container bridges and virtual links ({', '.join(virtual[:3])}) "
+               "that do not reach the other node")
+        return _make("multi-gpu-transport", "NCCL's sockets take the wrong network interface", why,
+                     f"export NCCL_SOCKET_IFNAME={value} on every node (GLOO_SOCKET_IFNAME too, for torch's gloo)",
+                     evidence + ifaces[:2], errors)
+    if re.search(r"(?i)\bP2P\b.{0,60}\bslower\b|slower than SHM", text):
+        return _make("multi-gpu-transport", "peer-to-peer transfers crawl on this platform",
+                     "RCCL/NCCL pick P2P between the GPUs, but P2P across these PCIe root ports is broken or "
+                     "throttled", "export NCCL_P2P_DISABLE=1 (the transfers go through host shared memory); check ACS "
+                     "and the IOMMU (iommu=pt) for a real fix", evidence, errors)
+    if re.search(r"(?i)alltoall", joined) and re.search(r"(?i)XGMI", joined):
+        return _make("multi-gpu-transport", "alltoall hangs without XGMI",
+                     "without XGMI links the peer-to-peer channels of alltoall(v) over PCIe deadlock",
+                     "export NCCL_MAX_P2P_NCHANNELS=2 (RCCL before ROCm 6.0), or update RCCL", evidence, errors)
+    if re.search(r"(?i)shared memory|/dev/shm|shm", text):
+        return _make("multi-gpu-transport", "shared memory is too small for the GPUs' transport",
+                     "RCCL/NCCL pass data between processes through /dev/shm, which is 64 MB in a default container",
+                     "docker run --ipc=host (or --shm-size=16g): /dev/shm must hold NCCL's segments",
+                     [ctx.line_fact(errors[0])], errors)
+    iommu = [e for e in ctx.of("platform-bios") if re.search(r"(?i)AMD-Vi|IO_PAGE_FAULT|DMAR|iommu", e.line)]
+    if iommu:   # the IOMMU faulting on the GPUs' DMA is why their peer-to-peer traffic fails
+        diagnosis = _make("multi-gpu-transport", "the IOMMU blocks the GPUs' peer-to-peer traffic",
+                          "the IOMMU in translation mode faults on the DMA between the GPUs (the fault is in dmesg), so "
+                          "the collective fails or hangs", "add iommu=pt (amd_iommu=on iommu=pt on AMD CPUs) to "
+                          "GRUB_CMDLINE_LINUX_DEFAULT, sudo update-grub, reboot; until then NCCL_P2P_DISABLE=1 runs "
+                          "without peer-to-peer", evidence + [ctx.line_fact(iommu[0])], errors + iommu)
+        diagnosis.rank = family("platform-bios").rank - 1
+        return diagnosis
+    if re.search(r"(?i)\[c10d\]|client socket has timed out|TCPStore|rendezvous|MASTER_ADDR", text):
+        return _make("multi-gpu-transport", "the processes cannot reach the rendezvous address",
+                     "torch's launcher could not connect to MASTER_ADDR:MASTER_PORT (a firewall, an address the other "
+                     "node cannot route to, or a socket on the wrong interface)",
+                     "check from every node: nc -zv <MASTER_ADDR> <MASTER_PORT>; open the port in the firewall; set "
+                     "MASTER_ADDR to the address on the shared network and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to "
+                     "that interface (ip -br addr)", evidence, errors)
+    nodes = re.search(r"(?i)\b(?:[2-9]|two|several|multiple) (?:machines|nodes|servers|hosts)\b|--nnodes[= ]?[2-9]", joined)
+    if nodes and re.search(r"(?i)unhandled system error|socket|connect|timed? ?out", text) and \
+            not re.search(r"(?i)/dev/shm|shm", text):
+        return _make("multi-gpu-transport", "the nodes do not reach each other on the interface NCCL picked",
+                     "across machines NCCL opens sockets on the first interface it finds; a firewall or an interface "
+                     "the other node cannot route to fails the setup (\"unhandled system error\")",
+                     "check that the nodes reach each other (ping, a firewall open between them), then export "
+                     "NCCL_SOCKET_IFNAME=<the interface on the shared network> (ip -br addr) on every node, "
+                     "GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO shows the interface it used", evidence, errors)
+    hit = _catalogue(errors)
+    if hit is not None:
+        return _restate("multi-gpu-transport", hit, errors)
+    consumer = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"gfx1[0-2]\w+|sm_(?:75|86|89|120)", a)]
+    named = " ".join(f.value for f in ctx.sheet.of("gpu"))
+    if consumer and not re.search(r"(?i)\b(?:A100|H100|H200|L40|A40|A6000|RTX A|RTX PRO|W7\d00|MI\d+)", named):
+        return _make("multi-gpu-transport", "consumer GPUs without working peer-to-peer",
+                     f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "
+                     "is missing or broken on desktop boards, and NCCL/RCCL hang or fail when they pick it",
+                     "export NCCL_P2P_DISABLE=1 (the transfers go through host memory); if it still hangs, add iommu=pt "
+                     "to the kernel command line", evidence, errors)
+    return _make("multi-gpu-transport", "the GPUs cannot reach each other",
+                 "peer-to-peer transfers between the GPUs fail or hang (the IOMMU in translation mode, PCIe ACS, or "
+                 "a platform without P2P)", "confirm with NCCL_P2P_DISABLE=1 (slower, but it runs), then add iommu=pt "
+                 "to the kernel command line and turn ACS off in the BIOS", [ctx.line_fact(errors[0])], errors)

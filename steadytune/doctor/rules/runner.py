@@ -1,0 +1,38 @@
+"""Every rule, run over one paste: the family modules register themselves on import; the diagnoses come back
+best first."""
+
+from __future__ import annotations
+
+from steadytune.doctor.error_lines import ErrorLine
+from steadytune.doctor.facts import FactSheet
+from steadytune.doctor.rules.base import Context, Diagnosis, RULES, _restate
+
+# the family modules register their rules when imported, in this order (the order breaks ties between diagnoses)
+import steadytune.doctor.rules.variables  # noqa: E402,F401
+import steadytune.doctor.rules.arch  # noqa: E402,F401
+import steadytune.doctor.rules.access  # noqa: E402,F401
+import steadytune.doctor.rules.install  # noqa: E402,F401
+import steadytune.doctor.rules.machine  # noqa: E402,F401
+import steadytune.doctor.rules.runtime  # noqa: E402,F401
+
+
+def run_rules(sheet: FactSheet, errors: list[ErrorLine]) -> list[Diagnosis]:
+    """Every rule's diagnosis, best first: confirmed before likely, then the family's rank, then the earliest line."""
+    ctx = Context(sheet, errors)
+    found = []
+    for _name, function in RULES:
+        diagnosis = function(ctx)
+        if diagnosis is not None:
+            found.append(diagnosis)
+    # a line the catalogue knows is never left unexplained: its entry speaks where no rule settled its family
+    covered = {n for d in found for n in d.covers}
+    said = {d.entry for d in found}
+    for error in errors:
+        if error.catalogue is not None and error.line_no not in covered and error.catalogue.entry.id not in said:
+            found.append(_restate(error.catalogue.entry.family, error,
+                                  [e for e in errors if e.catalogue is not None
+                                   and e.catalogue.entry.id == error.catalogue.entry.id]))
+            said.add(error.catalogue.entry.id)
+    found.sort(key=lambda d: (not d.confirmed, d.severity != "error", d.rank,
+                              min(d.covers or [f.line_no for f in d.evidence] or [0])))
+    return found

@@ -1,0 +1,267 @@
+"""Rules about the running job: memory, MIOpen kernels, GPU hangs, number formats and attention kernels."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.error_lines import ErrorLine
+from steadytune.doctor.rules.base import Context, Diagnosis, _catalogue, _make, _restate, _symptom_lines, _vendor, rule
+
+
+_SERVING_OOM_FIX = {
+    "llama.cpp": "offload fewer layers (-ngl N smaller) or a smaller context (-c)",
+    "ollama": "a smaller context (num_ctx) or fewer GPU layers (num_gpu), or a smaller quantisation",
+    "vllm": "--gpu-memory-utilization lower (0.75) and --max-model-len smaller (8192), or tensor parallel over more "
+            "GPUs",
+}
+
+
+_SIZE = r"([\d.]+) ([KMG])i?B"
+
+
+def _mib(number: str, unit: str) -> float:
+    return float(number) * {"K": 1 / 1024, "M": 1, "G": 1024}[unit]
+
+
+def _fragmented(text: str) -> Optional[str]:
+    """torch's OOM message when the request would fit: as much free, or reserved-but-unallocated, as asked."""
+    asked = re.search(r"Tried to allocate " + _SIZE, text)
+    free = re.search(r"of which " + _SIZE + " is free", text)
+    spare = re.search(_SIZE + r" is reserved by PyTorch but unallocated", text)
+    total = re.search(r"total capacity of " + _SIZE, text)
+    if not asked:
+        return None
+    need = _mib(*asked.groups())
+    # a few MiB left over on a full GPU is not fragmentation: the spare must be a real share of the memory
+    floor = max(need, 0.04 * _mib(*total.groups()) if total else 256.0)
+    for found, what in ((free, "free"), (spare, "reserved by PyTorch but unallocated")):
+        if found and _mib(*found.groups()) >= floor:
+            return (f"the request ({asked.group(1)} {asked.group(2)}iB) is smaller than what is {what} "
+                    f"({found.group(1)} {found.group(2)}iB): no block of that size is contiguous")
+    return None
+
+
+@rule("out-of-memory")
+def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("out-of-memory")
+    if not errors:
+        return None
+    tool = ctx.tool(errors)
+    text = " ".join(e.line for e in errors)
+    joined = "\n".join(ctx.sheet.lines)
+    rocm = re.search(r"(?i)\brocm[ -]?(\d+)\.(\d+)", joined)
+    if re.search(r"(?i)\b(?:alltoall|all_reduce|gather|scatter|sendrecv)\w*_perf\b|rccl-tests", joined) and rocm and \
+            (int(rocm.group(1)), int(rocm.group(2))) < (5, 7):
+        return _make("multi-gpu-transport", f"RCCL on ROCm {rocm.group(1)}.{rocm.group(2)} needs fine-grained PCIe memory",
+                     "before ROCm 5.7 RCCL's peer buffers need fine-grained memory over PCIe; without it the "
+                     "collectives that exchange between every pair fail allocating",
+                     "export HSA_FORCE_FINE_GRAIN_PCIE=1 for the run (or move to ROCm 5.7 or newer, where it is not "
+                     "needed)", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)maximum number of tokens that can be stored in KV cache", text):
+        return _make("out-of-memory", "the KV cache is smaller than one full sequence",
+                     "vLLM sizes the KV cache from the memory left under gpu_memory_utilization; it holds fewer tokens "
+                     "than max_model_len", "raise gpu_memory_utilization (0.9; --gpu-memory-utilization) or lower "
+                     "max_model_len (--max-model-len) so one sequence fits", [ctx.line_fact(errors[0])], errors)
+    if any(re.search(r"(?i)DataLoader worker|shared memory|\bshm\b", e.line) for e in errors):
+        hit = next((e for e in errors if e.catalogue is not None and e.catalogue.entry.id == "dataloader-shm"), None)
+        if hit is not None:
+            return _restate("out-of-memory", hit, errors)
+        return _make("out-of-memory", "the data loader's workers ran out of shared memory",
+                     "workers hand batches over through /dev/shm, which is 64 MB in a default Docker container",
+                     "docker run ... --ipc=host (or --shm-size=16g); or fewer data loader workers (0 to confirm)",
+                     [ctx.line_fact(errors[0])], errors)
+    fragmented = _fragmented(text)
+    if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
+        return _make("out-of-memory", f"{tool} ran out of GPU memory",
+                     f"{tool} reserves its weights and caches up front; this model and context do not fit the memory "
+                     "it may take", _SERVING_OOM_FIX[tool] + ("; the free memory is fragmented too: "
+                                                              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+                                                              if fragmented else ""), [ctx.line_fact(errors[0])], errors)
+    if fragmented:
+        return _make("out-of-memory", "the GPU's memory is fragmented, not full", fragmented,
+                     "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm) before "
+                     "the run, so the allocator can grow its segments instead of needing one free block",
+                     [ctx.line_fact(errors[0])], errors)
+    hit = _catalogue(errors)
+    if hit is not None:
+        return _restate("out-of-memory", hit, errors)
+    return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
+                 "a smaller batch or sequence length, gradient checkpointing, or a quantised model",
+                 [ctx.line_fact(errors[0])], errors)
+
+
+@rule("miopen-kernel")
+def miopen(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: MIOpen's own errors (a kernel build, its databases, a handle), or MIOpen named beside a run that is
+    slow where it should not be (its exhaustive kernel search on each new convolution shape)."""
+    errors = ctx.of("miopen-kernel")
+    slow = [f for f in ctx.sheet.of("complaint") if f.value == "slow"]
+    if not errors and slow and re.search(r"(?i)\bMIOpen\b|\bVAE\b|\bconv(?:olution)?s?\b",
+                                         "\n".join(ctx.sheet.lines)) and _vendor(ctx) == "amd":
+        errors = _symptom_lines(ctx, slow[:1])
+        return _make("miopen-kernel", "MIOpen searches for its convolution kernels",
+                     "on AMD GPUs MIOpen benchmarks every solver the first time it meets a convolution shape (a VAE "
+                     "decode has many), which is what makes the first run slow", "export MIOPEN_FIND_MODE=2 (FAST: "
+                     "takes the first good solver), and keep ~/.config/miopen between runs so what it found is reused",
+                     [slow[0]], errors, confirmed=False)
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    if re.search(r"(?i)MIOPEN_FIND_MODE", text):
+        return _make("miopen-kernel", "MIOpen's search for the best kernel takes too long",
+                     "in its default find mode MIOpen benchmarks every solver for each new convolution size; on large "
+                     "ones (a VAE decode) that runs into the driver's timeout",
+                     "export MIOPEN_FIND_MODE=2 (FAST: takes the first good solver) before starting the program",
+                     [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)could not create miopen handle", text):
+        return _make("miopen-kernel", "MIOpen cannot start on this GPU",
+                     "the MIOpen installed cannot create a handle: the OpenCL flavour (miopen-opencl) instead of the "
+                     "HIP one that ROCm's frameworks need, or a build without this GPU",
+                     "sudo apt remove miopen-opencl; sudo apt install miopen-hip (the HIP backend), and check that "
+                     "its release lists this GPU", [ctx.line_fact(errors[0])], errors)
+    hit = _catalogue(errors)
+    if hit is not None and not re.search(r"naive_conv", text):
+        return _restate("miopen-kernel", hit, errors)
+    if re.search(r"naive_conv", text):
+        return _make("miopen-kernel", "MIOpen cannot build its naive convolution kernel",
+                     "MIOpen's fallback (naive) convolution solver fails to compile on this stack",
+                     "export MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_FWD=0 MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_BWD=0 "
+                     "MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_WRW=0", [ctx.line_fact(errors[0])], errors)
+    return _make("miopen-kernel", "MIOpen failed to build or find a kernel",
+                 "MIOpen compiles kernels at first use and caches them; a stale or unwritable cache or a solver "
+                 "without code for the arch fails here",
+                 "rm -rf ~/.cache/miopen; export MIOPEN_USER_DB_PATH=/tmp/miopen-$USER MIOPEN_FIND_MODE=FAST; if "
+                 "every solver still fails, run the convolutions without MIOpen: torch.backends.cudnn.enabled = False",
+                 [ctx.line_fact(errors[0])], errors)
+
+
+@rule("gpu-hang")
+def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("gpu-hang")
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    joined = "\n".join(ctx.sheet.lines)
+    kernel = re.search(r"(?i)\bkernel (?:version )?(\d+)\.(\d+)", joined)
+    if re.search(r"(?i)\bring \w+(?:\.\d+)* timeout", text) and (
+            re.search(r"(?i)lockup_timeout|(?:was |works? )?fine (?:on|with) (?:the )?kernel", joined)
+            or kernel and int(kernel.group(1)) >= 7):
+        return _make("gpu-hang", "long GPU jobs trip the driver's lockup watchdog",
+                     "kernel 7.x lowered amdgpu's lockup_timeout from 10 s to 2 s: a long compute job (a VAE decode, "
+                     "a big matmul) on the GPU that also drives the display is reset as hung",
+                     "add amdgpu.lockup_timeout=10000 to the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT, "
+                     "update-grub, reboot), or run the job on a GPU without a display", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)hipMemcpy\w*.{0,40}\bhangs?\b|\bhangs?\b.{0,40}\bhipMemcpy", text):
+        return _make("gpu-hang", "host-device copies hang in the SDMA engine",
+                     "hipMemcpy goes through the SDMA copy engine, which hangs on this GPU/APU with this ROCm",
+                     "export HSA_ENABLE_SDMA=0 (copies go through shader blits instead); ROCm 6.1 fixed it for the "
+                     "APUs that reported it", [ctx.line_fact(errors[0])], errors)
+    firmware = re.search(r"(?i)\bMES\b[: ]*(?:0x[0-9a-f]+)?|firmware", joined)
+    if firmware:
+        return _make("gpu-hang", "the GPU hangs under a firmware regression",
+                     "the paste ties the hangs to the GPU firmware (the MES scheduler's version, a linux-firmware "
+                     "update)", "roll linux-firmware back to the release before the hangs began (check the MES "
+                     "version: sudo cat /sys/kernel/debug/dri/*/amdgpu_firmware_info | grep MES), or update to the "
+                     "firmware release that fixes it; the kernel and ROCm stay as they are", [ctx.line_fact(errors[0])],
+                     errors)
+    if re.search(r"(?i)kernel NULL pointer dereference", text):
+        return _make("gpu-hang", "the kernel driver crashes opening the GPU",
+                     "a NULL pointer dereference in the kernel: a driver regression, often in runtime power management",
+                     "add amdgpu.runpm=0 to the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT, update-grub, reboot), "
+                     "and move to a kernel without the regression", [ctx.line_fact(errors[0])], errors)
+    hit = _catalogue(errors)
+    return _restate("gpu-hang", hit, errors) if hit is not None else None
+
+
+@rule("precision")
+def precision(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("precision")
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    evidence = [ctx.line_fact(errors[0])]
+    fp4 = re.search(r"(?i)\b(?:MX)?FP4\w*\b[\w ]{0,24}? is not supported on (gfx\w+)", text)
+    if fp4 and re.search(r"VLLM_ROCM_USE_AITER|AITER", "\n".join(ctx.sheet.lines)):
+        return _make("precision", f"vLLM's AITER path uses FP4, which {fp4.group(1)} lacks",
+                     f"with VLLM_ROCM_USE_AITER=1 vLLM turns on AITER's FP4 batched matmul by default; {fp4.group(1)} "
+                     "has no FP4 (gfx950 has)", "export VLLM_ROCM_USE_AITER_FP4BMM=0 (keep the rest of AITER), or "
+                     "a vLLM release that checks the GPU first", evidence, errors)
+    if re.search(r"(?i)cublasLt\w*.{0,80}NOT_SUPPORTED|NOT_SUPPORTED.{0,80}cublasLt", text):
+        old = [f.value for f in ctx.sheet.of("torch") if re.search(r"\+cu11", f.value)]
+        if old:
+            return _make("precision", "this torch's cuBLASLt has no fp8 matmul",
+                         f"torch {old[0]} is built with CUDA 11, whose cuBLASLt has no fp8 (e4m3fn) matmul",
+                         "pip install -U torch --index-url https://download.pytorch.org/whl/cu124 (or newer), or run "
+                         "the model in fp16/bf16 instead of fp8", evidence, errors)
+    bf16 = re.search(r"(?i)bf16|bfloat16|16BF", text)
+    if bf16 and re.search(r"(?i)Bfloat16 is only supported on GPUs with compute capability", text) or \
+            (bf16 and ctx.tool(errors) == "vllm"):
+        return _make("precision", "the GPU has no bf16", "vLLM loads the model in its bf16 dtype, which this GPU "
+                     "cannot compute", "start with --dtype half (LLM(model=..., dtype=\"half\")), or --dtype float32; "
+                     "bf16 needs compute capability 8.0 (Ampere) or newer", evidence, errors)
+    if bf16 and re.search(r"(?i)setup doesn.t support bf16|--bf16|bf16=True|TrainingArguments", text):
+        return _make("precision", "the GPU has no bf16", "the training is configured for bf16, which this GPU (older "
+                     "than Ampere, or RDNA1/2) cannot compute",
+                     "train in fp16 instead: fp16=True instead of bf16=True in the TrainingArguments (--fp16 instead "
+                     "of --bf16; the same in a DeepSpeed config: \"fp16\": {\"enabled\": true}, \"bf16\": "
+                     "{\"enabled\": false})", evidence, errors)
+    hit = _catalogue(errors)
+    if hit is not None:
+        return _restate("precision", hit, errors)
+    if bf16:
+        return _make("precision", "the GPU has no bf16", "a bf16 operation runs on a GPU without bf16 support",
+                     "turn bf16 off: run the model in fp16 (or fp32) instead of bf16 (the project's dtype setting)",
+                     evidence, errors)
+    return None
+
+
+@rule("attention")
+def attention(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("attention")
+    if not errors and ctx.tool() == "flash-attn":   # its build fails for this GPU's arch
+        errors = [ErrorLine(i, l.strip(), "attention") for i, l in enumerate(ctx.sheet.lines, 1)
+                  if re.search(r"(?i)errors? generated when compiling for gfx\w+", l)]
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"(?i)stack frame size", text) and ctx.tool(errors) == "vllm" or \
+            re.search(r"VLLM_USE_TRITON_FLASH_ATTN", "\n".join(ctx.sheet.lines)):
+        return _make("attention", "vLLM's Triton flash attention does not build for this GPU",
+                     "the Triton flash-attention kernel fails to compile for this arch (stack frame too large)",
+                     "export VLLM_USE_TRITON_FLASH_ATTN=0 (vLLM then uses its other attention backend)", evidence,
+                     errors)
+    cuda = re.search(r"(?i)FlashAttention is only supported on CUDA ([\d.]+)", text)
+    if cuda:
+        return _make("attention", f"flash-attn needs CUDA {cuda.group(1)} to build",
+                     f"building flash-attn from source needs the CUDA toolkit {cuda.group(1)} or newer",
+                     f"install a prebuilt flash-attn wheel that matches torch and its CUDA (the release page lists "
+                     f"them), or build with a CUDA {cuda.group(1)}+ toolkit", evidence, errors)
+    if re.search(r"(?i)Ampere GPUs or newer", text):
+        return _make("attention", "FlashAttention 2 needs an Ampere or newer GPU",
+                     "flash-attn 2 has kernels for sm_80 and newer only; this GPU is older",
+                     "do not use flash-attn here: load the model with attn_implementation=\"sdpa\" (or \"eager\") "
+                     "instead of \"flash_attention_2\"", evidence, errors)
+    if re.search(r"(?i)FlashAttention2? has been toggled on|flash_attn\W+(?:seems to be )?not installed|No module named "
+                 r"'flash_attn", text):
+        amd = _vendor(ctx) == "amd"
+        install = ("ROCm's flash-attention (github.com/ROCm/flash-attention, built with GPU_ARCHS=<your gfx>) or its "
+                   "Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE)" if amd else
+                   "pip install flash-attn --no-build-isolation (a prebuilt wheel matching torch and CUDA)")
+        return _make("attention", "flash-attn is not installed", "the model is asked for FlashAttention 2, but the "
+                     "flash_attn package is not importable in this environment",
+                     f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
+                     f"or install {install}", evidence, errors)
+    if re.search(r"(?i)memory_efficient_attention", text) and _vendor(ctx) == "amd":
+        return _make("attention", "xformers has no kernels for this AMD GPU",
+                     "the installed xformers has no ROCm kernels for this arch",
+                     "do not use xformers on AMD: uninstall it or start without it (ComfyUI: "
+                     "--use-pytorch-cross-attention; A1111: no --xformers) and use PyTorch's SDPA", evidence, errors)
+    if re.search(r"(?i)not supported by Flash-?Attention|FlashAttention only supports|compiling for gfx", text):
+        return _make("attention", "flash-attn does not support this GPU",
+                     "this flash-attn build has no kernels for the GPU's arch",
+                     "use PyTorch's scaled_dot_product_attention (SDPA; attn_implementation=\"sdpa\") instead of "
+                     "flash-attn", evidence, errors)
+    hit = _catalogue(errors)
+    return _restate("attention", hit, errors) if hit is not None else None
