@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from steadytune.errors import UserError
 from steadytune.model.archive import MANIFEST, open_archive
 
+# CPU seconds of this process, not wall time: a loaded CI machine stretches the wall clock, not the work
 SECONDS = 5
 NAMES = ["adapter_config.json", "adapter_model.safetensors", "run_config.yaml", "README.md", MANIFEST, "../evil",
          "/etc/evil", "a/b.json", "./x", "", ".", "..", "x\x00y", "C:evil", "\\evil", "-rf", "é.json", "x" * 120,
@@ -64,7 +65,7 @@ def opens_or_says_why(content: bytes) -> None:
         archive.parent.mkdir()
         archive.write_bytes(content)
         cache = Path(tmp) / "cache"
-        start = time.monotonic()
+        start = time.process_time()
         try:
             folder = open_archive(archive, cache=cache)
         except UserError as e:
@@ -74,7 +75,7 @@ def opens_or_says_why(content: bytes) -> None:
             assert {p.name for p in folder.iterdir()} == listed | {MANIFEST}
             for name in listed:
                 assert (folder / name).is_file() and not (folder / name).is_symlink()
-        assert time.monotonic() - start < SECONDS
+        assert time.process_time() - start < SECONDS
         # nothing written beside the archive, nor in the cache outside the archive's own folder
         assert sorted(p.name for p in Path(tmp).iterdir()) == ["cache", "in"]
         assert [p.name for p in archive.parent.iterdir()] == ["run.tar.gz"]

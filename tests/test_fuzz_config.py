@@ -24,6 +24,7 @@ from steadytune.config import (
 )
 from steadytune.errors import UserError
 
+# CPU seconds of this process, not wall time: a loaded CI machine stretches the wall clock, not the work
 SECONDS = 5  # per example; the hostile files of issue 25 took 77 s to forever
 
 NESTED_KEYS = sorted({f.name for name in NESTED_SECTIONS for f in dataclasses.fields(SECTION_TYPES[name])})
@@ -52,7 +53,7 @@ def loads_or_says_why(text: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run.yaml"
         path.write_text(text, encoding="utf-8", errors="surrogatepass")
-        start = time.monotonic()
+        start = time.process_time()
         try:
             cfg = load_config(path)
         except UserError as e:
@@ -62,7 +63,7 @@ def loads_or_says_why(text: str) -> None:
         else:
             save_resolved_config(cfg, Path(tmp) / "run_config.yaml")  # what a run writes, read back by chat/eval
             load_config(Path(tmp) / "run_config.yaml")
-        assert time.monotonic() - start < SECONDS
+        assert time.process_time() - start < SECONDS
 
 
 @fuzz(150)
@@ -87,9 +88,9 @@ def test_any_document_of_our_keys_loads_or_is_one_line(document):
 @given(st.lists(st.tuples(st.sampled_from(KEYS + [f"guard.{k}" for k in NESTED_KEYS]),
                           st.one_of(st.sampled_from(WORDS), st.text(max_size=16), yaml_like)), max_size=5))
 def test_any_override_loads_or_is_one_line(pairs):
-    start = time.monotonic()
+    start = time.process_time()
     try:
         load_config(None, [f"{key}={value}" for key, value in pairs])
     except UserError as e:
         assert "\n" not in str(e).strip() and len(str(e)) < 1500, str(e)[:2000]
-    assert time.monotonic() - start < SECONDS
+    assert time.process_time() - start < SECONDS

@@ -23,6 +23,7 @@ from steadytune.data.prepare import prepare_datasets
 from steadytune.errors import UserError
 from steadytune.model.tiny import build_tokenizer
 
+# CPU seconds of this process, not wall time: a loaded CI machine stretches the wall clock, not the work
 SECONDS = 5
 LABELS = ["neg", "pos"]
 # Text with what breaks tokenizers and templates: lone surrogates, NUL, control tokens, bidi controls, CJK, emoji.
@@ -90,7 +91,7 @@ def prepares_or_says_why(content: str, suffix: str, keys: dict, kind=None) -> No
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"data{suffix}"
         path.write_bytes(content.encode("utf-8", "surrogatepass"))
-        start = time.monotonic()
+        start = time.process_time()
         try:
             data = prepare_datasets(load_config(None, {"dataset": str(path), "cutoff_len": 48, **keys}), TOKENIZER,
                                     kind)
@@ -100,7 +101,7 @@ def prepares_or_says_why(content: str, suffix: str, keys: dict, kind=None) -> No
             assert path.name in message, message[:500]
         else:
             assert data.train, "no training example and no error"
-        assert time.monotonic() - start < SECONDS
+        assert time.process_time() - start < SECONDS
 
 
 @fuzz(80)

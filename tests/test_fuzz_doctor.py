@@ -16,6 +16,7 @@ from steadytune.doctor.diagnose import diagnose_text
 from steadytune.doctor.findings import MAX_SHOWN, format_findings
 from steadytune.doctor.offline import run_offline_checks
 
+# CPU seconds of this process, not wall time: a loaded CI machine stretches the wall clock, not the work
 SECONDS = 5
 PIECES = [
     "$ ", "# ", ">>> ", "\n", " ", "\t", "  ", ":", "=", "-", "/", "|", '"', "'", "[", "]", "(", ")", ",", ".", "0", "1",
@@ -43,9 +44,9 @@ def reads_within_bounds(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "paste.txt"
         path.write_bytes(data)
-        start = time.monotonic()
+        start = time.process_time()
         _, findings = run_offline_checks([path])
-        assert time.monotonic() - start < SECONDS, len(data)
+        assert time.process_time() - start < SECONDS, len(data)
     for finding in findings:
         assert all(len(text) <= MAX_SHOWN + 60 for text in (finding.what, finding.why, finding.fix)), finding
     assert format_findings(findings)
@@ -68,7 +69,7 @@ def test_any_bytes_are_read_or_named(data, prefix):
 @fuzz(25)
 @given(pastes)
 def test_the_diagnosis_of_any_text_is_bounded(text):
-    start = time.monotonic()
+    start = time.process_time()
     report = diagnose_text(text)
-    assert time.monotonic() - start < SECONDS, len(text)
+    assert time.process_time() - start < SECONDS, len(text)
     assert all(isinstance(d.cause, str) and isinstance(d.fix, str) for d in report.diagnoses)

@@ -27,6 +27,7 @@ from steadytune.errors import DataError
 from steadytune.serve.limits import ImageLimits
 from steadytune.serve.media import ImageRefused, image_bytes
 
+# CPU seconds of this process, not wall time: a loaded CI machine stretches the wall clock, not the work
 SECONDS = 5
 WHERE = "fuzz.jsonl line 3: images[0]"
 sides = st.one_of(st.integers(0, 70), st.integers(0, 2**16 - 1), st.integers(0, 2**31 - 1),
@@ -87,7 +88,7 @@ def forms(data: bytes, folder: Path) -> list:
 def test_training_reads_an_image_or_refuses_it_in_one_line(data):
     with tempfile.TemporaryDirectory() as folder:
         for ref in forms(data, Path(folder)):
-            started = time.monotonic()
+            started = time.process_time()
             try:
                 resolved = resolve_media(ref, folder, "fuzz.jsonl line 3")[0]
                 image = open_image(resolved, WHERE)
@@ -96,7 +97,7 @@ def test_training_reads_an_image_or_refuses_it_in_one_line(data):
                 assert message.startswith("fuzz.jsonl line 3") and "\n" not in message, message
             else:
                 assert image.width * image.height <= MAX_IMAGE_PIXELS
-            assert time.monotonic() - started < SECONDS
+            assert time.process_time() - started < SECONDS
 
 
 @fuzz(300)

@@ -52,9 +52,9 @@ def test_the_call_readers_read_as_llamafactorys_expressions(text):
 def test_any_turn_reads_as_calls_or_an_answer_in_bounded_time(text, function_format):
     """`<tool_call>` 20,000 times took LF's expression 40 s, `<parameter=a>` as often 61 s, spaces in an
     `Action Input:` seconds, "[[[..." nested past Python's limit a RecursionError: each ended a GRPO run."""
-    start = time.monotonic()
+    start = time.process_time()
     calls = read_calls(function_format, text)
-    assert time.monotonic() - start < 1.0, len(text)
+    assert time.process_time() - start < 2.0, len(text)   # CPU seconds; the degenerate turns took 40-60 s
     assert calls is None or (calls and all(isinstance(name, str) for name, _ in calls))
 
 
