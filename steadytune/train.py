@@ -220,6 +220,8 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
 
 
 def resume_in_precision(cfg: RunConfig, outcome: Outcome) -> None:
+    """The config for setting up again after fp16 kept overflowing: the fallback precision, from the checkpoint fit
+    saved, the switch recorded as a decision."""
     cfg.train.fp16 = False
     cfg.train.bf16 = outcome.new_precision == "bf16"
     cfg.train.resume_from_checkpoint = str(outcome.checkpoint)
@@ -228,6 +230,7 @@ def resume_in_precision(cfg: RunConfig, outcome: Outcome) -> None:
 
 
 def status_of(error: BaseException) -> str:
+    """The status the run folder's manifest records for the error that ended the run."""
     if isinstance(error, GuardAbort):
         return "aborted"
     if isinstance(error, (RunInterrupted, KeyboardInterrupt, nodes.PeerLost)):
@@ -320,6 +323,8 @@ class Run:
 
 @dataclass
 class Outcome:
+    """What fit hands back: the step losses and the time; when fp16 kept overflowing, the precision to continue in
+    and the checkpoint to continue from."""
     losses: list[float]
     train_seconds: float
     new_precision: str | None = None
@@ -333,6 +338,7 @@ class Outcome:
 
 def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, progress: bool,
            preloaded=None) -> Run:
+    """Every phase before the loop, in the order they run; -> the Run that fit and finish work with."""
     stage = STAGES[cfg.method.stage]  # what sft, dpo, kto, rm do differently: data, batches, model kind, objective
     # Where to start, on how many processes; what can be refused without loading anything is refused here.
     start = plan_start(cfg, folder)
@@ -576,6 +582,8 @@ class LoopState:
 
 
 def fit(run: Run) -> Outcome:
+    """The loop, from the run's current step to its last: one optimizer step a pass, judged by the guard before its
+    update, then logged, evaluated and saved as the keys ask."""
     t, state, guard, faults = run.cfg.train, run.state, run.guard, run.faults
     begin_steps(run)
     loop = LoopState(Windows(run.batches.stream(state.epoch, state.batch_in_epoch), t.gradient_accumulation_steps),
@@ -824,6 +832,8 @@ def evaluate_now(run: Run) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 
 def finish(run: Run, outcome: Outcome) -> TrainResult:
+    """The outputs: adapter (or model) and tokenizer, train_results.json, the card, the loss plot and the report; a
+    run that ended in NaN/inf saves no adapter (NonFiniteRun)."""
     cfg, state, out = run.cfg, run.state, run.folder.path
     finish_guard(run)
     if run.graphs is not None:
