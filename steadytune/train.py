@@ -345,7 +345,8 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     world, shard_plan = sharding.plan_processes(cfg)
     check_optimizer_installed(cfg)   # a missing optimizer library stops here, before any loading
     check_optimizer_keys_before_loading(cfg, stage.model_task)   # on the model's meta skeleton
-    # The hardware plan, then the data: both before any weights load, so a bad key or file costs seconds.
+    # The hardware plan, the data, the checkpoints a resume may use, then Accelerate and the start-up checks: all
+    # before any weights load, so a bad key, file or machine costs seconds, not a model load.
     info, precision, attn, packing = choose_hardware(cfg)
     fp8 = plan_fp8_training(cfg.train, cfg.method, cfg.model, info.backend, info.primary.arch if info.primary else None)
     tokenizer, data = load_data(cfg, stage)
