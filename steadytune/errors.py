@@ -41,6 +41,17 @@ def show_value(value: Any, limit: int = MAX_SHOWN_VALUE) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def size_text(n: float, decimal: bool = False) -> str:
+    """A byte count as a message writes it: 512 B, 3.2 MiB, 1.5 GiB (binary units, as free disk and memory are
+    quoted); `decimal`: 3.4 MB, 1.6 GB (as model downloads and file managers quote a file's size)."""
+    step, units = (1000, ("B", "KB", "MB", "GB")) if decimal else (1024, ("B", "KiB", "MiB", "GiB"))
+    for unit in units:
+        if n < step or unit == units[-1]:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= step
+    return f"{n:.1f} {units[-1]}"
+
+
 # Ctrl-C and SIGTERM end a run with 128 + the signal number, the shells' convention (training/stopping.py).
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 

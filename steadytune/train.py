@@ -42,8 +42,8 @@ from steadytune.distributed.collectives import (clip_gradients, reduce_sum, says
 from steadytune.distributed.fsdp_config import read_fsdp_keys
 from steadytune.distributed.expert_parallel import install_expert_parallel, plan_expert_parallel
 from steadytune.distributed.restore import restore_run, vet_resume
-from steadytune.distributed.sequence_parallel import (attach_kernel, plan_sequence_parallel, register_attention,
-                                                      shard_batch, split_row)
+from steadytune.distributed.sequence_parallel import (attach_kernel, packing_for_sequence_parallel,
+                                                      plan_sequence_parallel, shard_batch, split_row)
 from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.distributed.world_resume import layout_of
 from steadytune.doctor.environment import run_startup_checks
@@ -56,9 +56,9 @@ from steadytune.hardware.policy import choose_attention, choose_precision, fallb
 from steadytune.hardware.rocm_profile import apply_hardware_profile
 from steadytune.infer.card import write_run_card
 from steadytune.model.anatomy import text_config
-from steadytune.model.attention import PackingPlan, eager_only_reason, plan_packing
+from steadytune.model.attention import eager_only_reason, plan_packing
 from steadytune.model.linear_attention import kernel_choice as linear_attention_kernels
-from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer, model_skeleton
+from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer
 from steadytune.model.lora import count_parameters
 from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
@@ -81,8 +81,9 @@ from steadytune.training.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbor
                                        weights_are_finite)
 from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.monitor import MetricsLog, Throughput, plot_loss, step_record
-from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed, check_optimizer_keys,
-                                            chosen_optimizer, may_train, refuse_with_sharding)
+from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed,
+                                            check_optimizer_keys_before_loading, chosen_optimizer, may_train,
+                                            refuse_with_sharding)
 from steadytune.training.folder_config import load_config_named
 from steadytune.training.resume import resume_fingerprint
 from steadytune.training.run_folder import RunFolder, StartPlan, write_json_atomic
@@ -97,7 +98,7 @@ from steadytune.training.vision_data import (
     prepare_with_media,
     vision_collator,
 )
-from steadytune.training.vision_keepalive import VisionKeepAlive, blank_image_inputs, keepalive_reason
+from steadytune.training.vision_keepalive import keep_vision_tower_in_step
 
 
 class NonFiniteRun(UserError):
@@ -119,7 +120,7 @@ class TrainResult:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# CLI
+# The command: `steadytune train CONFIG [key=value ...]`
 # ---------------------------------------------------------------------------------------------------------
 
 def add_arguments(parser) -> None:
@@ -173,7 +174,7 @@ def run(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The driver
+# The driver: set up, fit, finish (again from the checkpoint after a precision switch)
 # ---------------------------------------------------------------------------------------------------------
 
 def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, model=None,
@@ -216,6 +217,27 @@ def run_training(cfg: RunConfig, force: bool = False, progress: bool = True, mod
     finally:
         stop.restore()
         folder.release()
+
+
+def resume_in_precision(cfg: RunConfig, outcome: Outcome) -> None:
+    """The config for setting up again after fp16 kept overflowing: the fallback precision, from the checkpoint fit
+    saved, the switch recorded as a decision."""
+    cfg.train.fp16 = False
+    cfg.train.bf16 = outcome.new_precision == "bf16"
+    cfg.train.resume_from_checkpoint = str(outcome.checkpoint)
+    cfg.decide("precision_switch", outcome.new_precision,
+               f"fp16 overflowed repeatedly; resumed from {outcome.checkpoint} in {outcome.new_precision}")
+
+
+def status_of(error: BaseException) -> str:
+    """The status the run folder's manifest records for the error that ended the run."""
+    if isinstance(error, GuardAbort):
+        return "aborted"
+    if isinstance(error, (RunInterrupted, KeyboardInterrupt, nodes.PeerLost)):
+        return "interrupted"
+    if isinstance(error, RunPruned):
+        return "pruned"
+    return "failed"
 
 
 @dataclass
@@ -301,6 +323,8 @@ class Run:
 
 @dataclass
 class Outcome:
+    """What fit hands back: the step losses and the time; when fp16 kept overflowing, the precision to continue in
+    and the checkpoint to continue from."""
     losses: list[float]
     train_seconds: float
     new_precision: str | None = None
@@ -314,17 +338,22 @@ class Outcome:
 
 def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, progress: bool,
            preloaded=None) -> Run:
+    """Every phase before the loop, in the order they run; -> the Run that fit and finish work with."""
     stage = STAGES[cfg.method.stage]  # what sft, dpo, kto, rm do differently: data, batches, model kind, objective
+    # Where to start, on how many processes; what can be refused without loading anything is refused here.
     start = plan_start(cfg, folder)
-    world, shard_plan = plan_processes(cfg)
+    world, shard_plan = sharding.plan_processes(cfg)
     check_optimizer_installed(cfg)   # a missing optimizer library stops here, before any loading
-    check_optimizer_before_loading(cfg, stage)
+    check_optimizer_keys_before_loading(cfg, stage.model_task)   # on the model's meta skeleton
+    # The hardware plan, the data, the checkpoints a resume may use, then Accelerate and the start-up checks: all
+    # before any weights load, so a bad key, file or machine costs seconds, not a model load.
     info, precision, attn, packing = choose_hardware(cfg)
     fp8 = plan_fp8_training(cfg.train, cfg.method, cfg.model, info.backend, info.primary.arch if info.primary else None)
     tokenizer, data = load_data(cfg, stage)
     resume_candidates = vet_resume(cfg, start.resume_candidates, world,
                                    token_budget=uses_token_budget(cfg, packing))
     accelerator, trackers = start_accelerator(cfg, folder, shard_plan, precision, info, world, force)
+    # The model and what trains, then how it is spread over the processes.
     compute_dtype = plan_quantization(cfg, info, precision, shard_plan)
     model, tokenizer = build_model(cfg, stage, preloaded, tokenizer, precision, attn, shard_plan, accelerator,
                                    compute_dtype)
@@ -338,15 +367,17 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     sp = plan_sequence_parallel(cfg, accelerator.num_processes, accelerator.process_index, text_config(model))
     if sp is not None:
         attach_kernel(sp, accelerator.device, cfg.decide)
+    # Batches and steps, the speed plan that fits them, the optimizer, then the checkpoint to continue from.
     batches, steps = plan_batches(cfg, folder, stage, data, tokenizer, packing, accelerator, model, sp)
     speed = apply_speed_plan(cfg, model, info, precision, packing, batches, accelerator.num_processes,
                              steps.total * cfg.train.gradient_accumulation_steps, shard_plan,
                              fsdp=read_fsdp_keys(cfg.train) is not None)
     objective, params, optimizer, scheduler = make_optimizer(cfg, stage, model, steps, shard_plan, accelerator)
-    keep_vision_tower_in_step(cfg, accelerator.unwrap_model(objective), model, data, shard_plan,
-                              accelerator.num_processes)
+    keep_vision_tower_in_step(accelerator.unwrap_model(objective), model, data, accelerator.num_processes,
+                              shard_plan.shards_parameters, cfg.decide)
     state, resume_from = restore_run(cfg, resume_candidates, objective, accelerator.unwrap_model(objective).model,
                                      optimizer, scheduler, accelerator.scaler, shard_plan, world, batches.max_tokens)
+    # What watches the loop: metrics, the numerical guard, the hang watchdog.
     metrics = MetricsLog(folder.path / "metrics.jsonl", enabled=accelerator.is_main_process)
     guard, faults, live = make_guard(cfg, info, precision, metrics, accelerator, objective, optimizer, scheduler,
                                      state, resumed=resume_from is not None)
@@ -366,16 +397,6 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     return run
 
 
-def check_optimizer_before_loading(cfg: RunConfig, stage: Stage) -> None:
-    """An optimizer library's keys that depend on the model (BAdam's start block, GaLore's / APOLLO's targets), checked
-    on its meta skeleton before any weights load (build_optimizer checks them again on the loaded model)."""
-    if chosen_optimizer(cfg) not in ("use_badam", "use_galore", "use_apollo"):
-        return
-    skeleton = model_skeleton(cfg.model, stage.model_task)
-    if skeleton is not None:
-        check_optimizer_keys(cfg, skeleton)
-
-
 def plan_start(cfg: RunConfig, folder: RunFolder) -> StartPlan:
     """Fresh, over an earlier run, or from a checkpoint (training/run_folder.py); the main process decides."""
     t = cfg.train
@@ -383,14 +404,6 @@ def plan_start(cfg: RunConfig, folder: RunFolder) -> StartPlan:
     if plan.message:
         cfg.decide("start", plan.mode, plan.message)
     return plan
-
-
-def plan_processes(cfg: RunConfig):
-    """Several processes: which sharding and why (distributed/); its file and keys checked before any loading."""
-    world = sharding.process_state(cfg).num_processes
-    shard_plan = sharding.plan_sharding(cfg, world)
-    sharding.apply_plan(cfg, shard_plan, world)
-    return world, shard_plan
 
 
 def choose_hardware(cfg: RunConfig):
@@ -408,14 +421,10 @@ def choose_hardware(cfg: RunConfig):
     # Packing needs its own attention (examples kept apart), so it is chosen before the model is loaded.
     packing = plan_packing(cfg, info, class_weighted_loss=uses_loss_weights(cfg.data.class_balance),
                            eager_only=eager_only)
+    # cp_size > 1: one row a micro-batch, its attention across the processes
+    packing = packing_for_sequence_parallel(cfg, packing)
     if packing is not None:
         attn = packing.attn_implementation
-    if cfg.train.cp_size > 1:   # sequence parallelism: one row a micro-batch, its attention across the processes
-        packing = PackingPlan("varlen", register_attention(), by_tokens=packing.by_tokens if packing else False)
-        attn = packing.attn_implementation
-        cfg.decide("packing", True, f"cp_size: {cfg.train.cp_size}: each micro-batch's examples laid out as one row "
-                   "(positions and attention kept per example), which the processes of a group split")
-        cfg.decide("attn_implementation", attn, "sequence parallelism's attention (distributed/sequence_parallel.py)")
     # Stability defaults of the hardware profile (seed 000 on ROCm), only where the user set nothing.
     apply_hardware_profile(cfg, info.backend)
     if t.ddp_timeout > 3 * 3600 and "ddp_timeout" not in cfg.decisions:
@@ -498,19 +507,6 @@ def plan_batches(cfg: RunConfig, folder: RunFolder, stage: Stage, data, tokenize
     return batches, steps
 
 
-def keep_vision_tower_in_step(cfg: RunConfig, objective, model, data, shard_plan, world: int) -> None:
-    """Image-free micro-batches still run the vision tower (a zero-weight blank image) where a rank skipping it
-    would hang the others (training/vision_keepalive.py says when)."""
-    if getattr(data, "media", None) is None or not hasattr(objective, "keep_vision"):
-        return
-    params_sharded = shard_plan.kind == "fsdp" or (shard_plan.kind == "deepspeed" and shard_plan.deepspeed.stage == 3)
-    reason = keepalive_reason(model, world, params_sharded)
-    if reason is not None:
-        objective.keep_vision = VisionKeepAlive(model, blank_image_inputs(data.media))
-        cfg.decide("vision_keepalive", True, f"{reason}: a micro-batch without images encodes one blank image, "
-                   "weighted 0 in the loss, so every rank joins the same collectives (LLaMA-Factory's fake image)")
-
-
 def make_optimizer(cfg: RunConfig, stage: Stage, model, steps: Steps, shard_plan, accelerator):
     """The optimizer (training/optimizers.py: AdamW unless a key chooses another) and the schedule; the stage's
     objective (model + loss) prepared by Accelerate for the sharding."""
@@ -572,24 +568,6 @@ def make_graph_runner(run: Run):
                             run.precision, report, lambda: checkpoint_after_graph_oom(run.cfg, run.model))
 
 
-def resume_in_precision(cfg: RunConfig, outcome: Outcome) -> None:
-    cfg.train.fp16 = False
-    cfg.train.bf16 = outcome.new_precision == "bf16"
-    cfg.train.resume_from_checkpoint = str(outcome.checkpoint)
-    cfg.decide("precision_switch", outcome.new_precision,
-               f"fp16 overflowed repeatedly; resumed from {outcome.checkpoint} in {outcome.new_precision}")
-
-
-def status_of(error: BaseException) -> str:
-    if isinstance(error, GuardAbort):
-        return "aborted"
-    if isinstance(error, (RunInterrupted, KeyboardInterrupt, nodes.PeerLost)):
-        return "interrupted"
-    if isinstance(error, RunPruned):
-        return "pruned"
-    return "failed"
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------------------------
@@ -605,7 +583,9 @@ class LoopState:
 
 
 def fit(run: Run) -> Outcome:
-    cfg, t, state, guard, faults = run.cfg, run.cfg.train, run.state, run.guard, run.faults
+    """The loop, from the run's current step to its last: one optimizer step a pass, judged by the guard before its
+    update, then logged, evaluated and saved as the keys ask."""
+    t, state, guard, faults = run.cfg.train, run.state, run.guard, run.faults
     begin_steps(run)
     loop = LoopState(Windows(run.batches.stream(state.epoch, state.batch_in_epoch), t.gradient_accumulation_steps),
                      first_step=state.global_step)
@@ -702,14 +682,6 @@ def fit(run: Run) -> Outcome:
     return Outcome(loop.losses, time.perf_counter() - started, input_tokens=input_tokens)
 
 
-def evaluate_now(run: Run) -> dict:
-    """The stage's evaluation on the eval split (stages/), one metrics.jsonl row and the trackers' at this step."""
-    results = run.stage.evaluate(run.cfg, run.accelerator, run.objective, run.data, run.tokenizer, run.device)
-    run.metrics.write({"step": run.state.global_step, **results})
-    run.trackers.log({"step": run.state.global_step, **results})
-    return results
-
-
 def begin_steps(run: Run) -> None:
     """The run is really starting: its config and manifest go into output_dir, a resumed log is cut back to its
     checkpoint, and from here on a failure keeps the folder (it may hold checkpoints worth resuming)."""
@@ -736,6 +708,26 @@ def begin_steps(run: Run) -> None:
     run.folder.expect([log.path.name for log in logs])
     run.folder.record(status="running", command=" ".join(sys.argv))
     run.trackers.start(run.accelerator, run.cfg.to_dict())
+
+
+def stop_requested(run: Run) -> bool:
+    """A signal reached this process (or, with several processes, any of them)."""
+    asked = run.stop.requested is not None
+    if run.accelerator.num_processes > 1:
+        with run.watchdog.waiting(run.state.global_step + 1, "the stop-request all-reduce"):
+            asked = bool(reduce_sum(run.accelerator, int(asked), run.device))
+    return asked
+
+
+def interrupt(run: Run, loop: LoopState, started: float) -> None:
+    """Save where the run is (a step boundary) and stop with the signal's exit code."""
+    signum = run.stop.requested or signal.SIGTERM
+    checkpoint = run.save_checkpoint()
+    finish_guard(run)
+    steps = run.state.global_step
+    raise RunInterrupted(signum, f"stopped by {signal.Signals(signum).name} at step {steps} of {run.total_steps} "
+                                 f"after {time.perf_counter() - started:.0f} s; saved {checkpoint}; run the same "
+                                 "command again to continue (the unfinished run resumes from its last checkpoint)")
 
 
 def forward_backward(run: Run, window: list, step: int, upcoming=None) -> tuple[float, torch.Tensor, int]:
@@ -828,24 +820,12 @@ def recover(run: Run, loop: LoopState, decision, step: int) -> str | None:
     return None
 
 
-def stop_requested(run: Run) -> bool:
-    """A signal reached this process (or, with several processes, any of them)."""
-    asked = run.stop.requested is not None
-    if run.accelerator.num_processes > 1:
-        with run.watchdog.waiting(run.state.global_step + 1, "the stop-request all-reduce"):
-            asked = bool(reduce_sum(run.accelerator, int(asked), run.device))
-    return asked
-
-
-def interrupt(run: Run, loop: LoopState, started: float) -> None:
-    """Save where the run is (a step boundary) and stop with the signal's exit code."""
-    signum = run.stop.requested or signal.SIGTERM
-    checkpoint = run.save_checkpoint()
-    finish_guard(run)
-    steps = run.state.global_step
-    raise RunInterrupted(signum, f"stopped by {signal.Signals(signum).name} at step {steps} of {run.total_steps} "
-                                 f"after {time.perf_counter() - started:.0f} s; saved {checkpoint}; run the same "
-                                 "command again to continue (the unfinished run resumes from its last checkpoint)")
+def evaluate_now(run: Run) -> dict:
+    """The stage's evaluation on the eval split (stages/), one metrics.jsonl row and the trackers' at this step."""
+    results = run.stage.evaluate(run.cfg, run.accelerator, run.objective, run.data, run.tokenizer, run.device)
+    run.metrics.write({"step": run.state.global_step, **results})
+    run.trackers.log({"step": run.state.global_step, **results})
+    return results
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -853,6 +833,8 @@ def interrupt(run: Run, loop: LoopState, started: float) -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 def finish(run: Run, outcome: Outcome) -> TrainResult:
+    """The outputs: adapter (or model) and tokenizer, train_results.json, the card, the loss plot and the report; a
+    run that ended in NaN/inf saves no adapter (NonFiniteRun)."""
     cfg, state, out = run.cfg, run.state, run.folder.path
     finish_guard(run)
     if run.graphs is not None:

@@ -59,6 +59,11 @@ def test_a_malformed_catalogue_is_refused_with_the_entry_named(tmp_path):
     bad.write_text("- id: x\n  title: t\n")
     with pytest.raises(CatalogueError, match=r"entry 0 \(x\): missing match"):
         load_catalogue.__wrapped__(bad)
+    # One pattern written as a string, not a list: refused (it would have been read as one pattern a character).
+    bad.write_text("- id: x\n  title: t\n  match: 'HIP error'\n  example: e\n  source: a/b#1\n  cause: c\n  fix: f\n"
+                   "  severity: error\n  family: arch-missing\n")
+    with pytest.raises(CatalogueError, match=r"entry 0 \(x\): missing match"):
+        load_catalogue.__wrapped__(bad)
     assert CATALOGUE.is_file()
 
 

@@ -109,13 +109,7 @@ def _read_json(path: Path) -> list[Row]:
     data = parse_json(path, text)
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON array of objects, got {type(data).__name__}")
-    rows = []
-    for i, item in enumerate(data):
-        if not isinstance(item, dict):
-            raise DataError(f"{path} row {i}: expected a JSON object, got {type(item).__name__}")
-        check_row(f"{path} row {i}", item)
-        rows.append(Row(f"{path} row {i}", item))
-    return rows
+    return [_json_row(f"{path} row {i}", item) for i, item in enumerate(data)]
 
 
 def _read_jsonl(path: Path) -> list[Row]:
@@ -136,11 +130,16 @@ def _parse_jsonl(path: Path, text: str) -> list[Row]:
         except RecursionError:
             raise DataError(f"{path} line {number}: nested too deeply (lists or objects more than "
                             f"{MAX_ROW_DEPTH} deep)") from None
-        if not isinstance(item, dict):
-            raise DataError(f"{path} line {number}: expected a JSON object, got {type(item).__name__}")
-        check_row(f"{path} line {number}", item)
-        rows.append(Row(f"{path} line {number}", item))
+        rows.append(_json_row(f"{path} line {number}", item))
     return rows
+
+
+def _json_row(where: str, item) -> Row:
+    """One row of a .json array or a .jsonl line: an object within the row limits, else DataError at `where`."""
+    if not isinstance(item, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(item).__name__}")
+    check_row(where, item)
+    return Row(where, item)
 
 
 def _read_csv(path: Path) -> list[Row]:

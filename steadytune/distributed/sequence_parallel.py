@@ -33,6 +33,7 @@ import torch
 
 from steadytune.data.encode import IGNORE_INDEX
 from steadytune.errors import UserError
+from steadytune.model.attention import PackingPlan
 from steadytune.model.tiling import examples_of, tile_kernel, tile_segments
 
 CP_ATTENTION = "steadytune_cp"
@@ -80,6 +81,20 @@ def choose_mode(asked: str, user_set: bool, heads: int, kv_heads: int, size: int
         return "ulysses", (f"ulysses: {heads // size} of {heads} query heads a process over the whole row, "
                            f"all-to-all before and after attention{repeat}")
     return "allgather", "allgather: every slice's keys and values gathered, each process attends its own queries"
+
+
+def packing_for_sequence_parallel(cfg, packing: PackingPlan | None) -> PackingPlan | None:
+    """The run's packing plan under cp_size (as chosen before the model loads, since it names the attention): with
+    cp_size > 1 one row a micro-batch, attention across the processes (register_attention), the plan's by-token choice
+    kept; `packing` as it is otherwise. Decisions recorded."""
+    if cfg.train.cp_size <= 1:
+        return packing
+    plan = PackingPlan("varlen", register_attention(), by_tokens=packing.by_tokens if packing else False)
+    cfg.decide("packing", True, f"cp_size: {cfg.train.cp_size}: each micro-batch's examples laid out as one row "
+               "(positions and attention kept per example), which the processes of a group split")
+    cfg.decide("attn_implementation", plan.attn_implementation,
+               "sequence parallelism's attention (distributed/sequence_parallel.py)")
+    return plan
 
 
 def plan_sequence_parallel(cfg, world: int, rank: int, model_config) -> SequenceParallel | None:

@@ -65,6 +65,19 @@ class ShardingPlan:
         """Weights or optimizer state live in pieces across ranks: saving gathers, loading scatters."""
         return self.kind in ("deepspeed", "fsdp")
 
+    @property
+    def shards_parameters(self) -> bool:
+        """The parameters themselves live in pieces (FSDP, ZeRO-3): every forward all-gathers them on every rank."""
+        return self.kind == "fsdp" or (self.kind == "deepspeed" and self.deepspeed.stage == 3)
+
+
+def plan_processes(cfg) -> tuple[int, ShardingPlan]:
+    """How many processes, and which sharding and why; its file and keys checked before any loading."""
+    world = process_state(cfg).num_processes
+    plan = plan_sharding(cfg, world)
+    apply_plan(cfg, plan, world)
+    return world, plan
+
 
 def plan_sharding(cfg, world_size: int) -> ShardingPlan:
     """Read the sharding keys (errors name the key or file) and choose; nothing is loaded yet. Started by

@@ -15,10 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
 from steadytune.doctor.facts import Fact
 from steadytune.hardware.error_catalogue import Match, load_catalogue, match_text
+from steadytune.hardware.pattern_file import read_pattern_entries
 
 CLASSES = Path(__file__).with_name("error_classes.yaml")
 
@@ -38,25 +37,14 @@ class ErrorClassesError(ValueError):
 
 @lru_cache(maxsize=1)
 def load_classes() -> tuple[ErrorClass, ...]:
-    raw = yaml.safe_load(CLASSES.read_text(encoding="utf-8"))
-    classes, seen = [], set()
-    for i, item in enumerate(raw or []):
-        missing = [k for k in ("family", "means", "rank", "next") if item.get(k) in (None, "")]
-        if missing or not isinstance(item.get("patterns"), list):
-            raise ErrorClassesError(f"{CLASSES.name} entry {i}: missing {', '.join(missing) or 'patterns'}")
-        if item["family"] in seen:
-            raise ErrorClassesError(f"{CLASSES.name}: family {item['family']} twice")
-        seen.add(item["family"])
-        try:
-            patterns = tuple(re.compile(p) for p in item["patterns"])
-        except re.error as e:
-            raise ErrorClassesError(f"{CLASSES.name} family {item['family']}: bad pattern ({e})") from None
-        classes.append(ErrorClass(item["family"], item["means"], int(item["rank"]), item["next"], patterns))
+    classes = tuple(ErrorClass(item["family"], item["means"], int(item["rank"]), item["next"], patterns)
+                    for item, patterns in read_pattern_entries(CLASSES, "family", ("means", "rank", "next"),
+                                                               "patterns", ErrorClassesError))
     families = {c.family for c in classes}
     unknown = sorted({e.family for e in load_catalogue()} - families)
     if unknown:
         raise ErrorClassesError(f"error catalogue families not in {CLASSES.name}: {', '.join(unknown)}")
-    return tuple(classes)
+    return classes
 
 
 def family(name: str) -> ErrorClass:

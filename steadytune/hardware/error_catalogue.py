@@ -18,10 +18,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-import yaml
-
 from steadytune.hardware.gpu_facts import arch_info, first_stable_wheel, install_lines, normalise_gfx, override_for_arch
 from steadytune.hardware.gpu_ids import lookup_id
+from steadytune.hardware.pattern_file import read_pattern_entries
 from steadytune.hardware.torch_builds import wheel_archs_of
 from steadytune.hardware.visibility import stack_masks
 
@@ -77,24 +76,10 @@ class CatalogueError(ValueError):
 
 @lru_cache(maxsize=1)
 def load_catalogue(path: Optional[Path] = None) -> tuple[Entry, ...]:
-    raw = yaml.load((path or CATALOGUE).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    if not isinstance(raw, list):
-        raise CatalogueError(f"{path or CATALOGUE}: a list of entries expected")
-    entries, seen = [], set()
-    for i, item in enumerate(raw):
-        missing = [f for f in FIELDS if not item.get(f)] if isinstance(item, dict) else list(FIELDS)
-        if missing:
-            name = item.get("id") if isinstance(item, dict) else repr(item)
-            raise CatalogueError(f"entry {i} ({name}): missing {', '.join(missing)}")
-        if item["id"] in seen:
-            raise CatalogueError(f"entry {item['id']}: a second entry with this id")
+    entries = []
+    for item, patterns in read_pattern_entries(path or CATALOGUE, "id", FIELDS, "match", CatalogueError):
         if item["severity"] not in SEVERITIES or item.get("context") not in (None, *CONTEXTS):
             raise CatalogueError(f"entry {item['id']}: severity {item['severity']!r} / context {item.get('context')!r}")
-        seen.add(item["id"])
-        try:
-            patterns = tuple(re.compile(p) for p in item["match"])
-        except re.error as e:
-            raise CatalogueError(f"entry {item['id']}: bad pattern ({e})") from None
         entries.append(Entry(item["id"], item["title"], patterns, str(item["example"]), str(item["source"]),
                              str(item["cause"]), str(item["fix"]), item["severity"], str(item["family"]),
                              item.get("context")))

@@ -58,16 +58,22 @@ CHEAP_RECOMPUTE_HIDDEN = 1024
 SPLIT_FLOOR_TOKENS = 2048
 
 
+def _dense_shape(config) -> tuple[int, int, int, int, int, int]:
+    """(hidden, intermediate, layers, attention heads, head_dim, KV heads) of a dense decoder's config; head_dim and
+    the KV heads default as transformers does where the config leaves them out."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    return config.hidden_size, config.intermediate_size, config.num_hidden_layers, heads, head_dim, kv
+
+
 def estimate_parameters(config) -> int:
     """Parameters of a decoder from its config (attention, MLP, norms, embeddings; tied or not; a mixture of experts
     with every expert)."""
     shape = moe.moe_shape(config)
     if shape is not None:
         return sum(moe.parameters_by_kind(config, shape).values())
-    hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
+    hidden, inter, layers, heads, head_dim, kv = _dense_shape(config)
     attention = hidden * head_dim * (2 * heads + 2 * kv)
     embeddings = config.vocab_size * hidden * (1 if getattr(config, "tie_word_embeddings", True) else 2)
     return layers * (attention + 3 * hidden * inter) + embeddings
@@ -217,10 +223,7 @@ def linear_parameters(config, experts_quantized: bool = True) -> int:
     shape = moe.moe_shape(config)
     if shape is not None:
         return moe.linear_parameters(config, shape, experts_quantized)
-    hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
+    hidden, inter, layers, heads, head_dim, kv = _dense_shape(config)
     return layers * (hidden * head_dim * (2 * heads + 2 * kv) + 3 * hidden * inter)
 
 
@@ -230,10 +233,7 @@ def lora_parameters(config, rank: int) -> int:
     shape = moe.moe_shape(config)
     if shape is not None:
         return moe.lora_parameters(config, shape, rank)
-    hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
+    hidden, inter, layers, heads, head_dim, kv = _dense_shape(config)
     per_layer = (hidden + heads * head_dim) * 2 + (hidden + kv * head_dim) * 2 + (hidden + inter) * 3
     return layers * rank * per_layer
 

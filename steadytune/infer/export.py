@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from steadytune.errors import UserError
+from steadytune.errors import UserError, size_text
 from steadytune.hardware.backend import detect, device_for
 from steadytune.hardware.error_catalogue import explain_failure as explain_failure   # cli: the likely-cause line
 from steadytune.hardware.policy import choose_precision
@@ -138,7 +138,7 @@ def archive_run(run_, target: Path | None, force: bool) -> Path:
     write_archive(folder, target, overwrite=force)
     members = archive_members(folder)
     print(f"archive {target}: {len(members) + 1} files ({', '.join(m.name for m in members)}, MANIFEST.sha256), "
-          f"{_size(target.stat().st_size)}, {time.perf_counter() - started:.1f} s")
+          f"{size_text(target.stat().st_size, decimal=True)}, {time.perf_counter() - started:.1f} s")
     print(f"  use it as the run folder: steadytune chat {target}  |  steadytune predict {target} --input FILE")
     return target
 
@@ -207,8 +207,8 @@ def export_merged(run_, out_dir: Path, force: bool = False, verify: bool = True)
         why = f"GPTQ {report['gptq']['bits']}-bit linear layers, the rest {report['dtype']}"
     else:
         why = f"{report['dtype']}: {why}"
-    print(f"merged model in {out_dir}: {len(weights)} safetensors shard(s), {_size(report['weights_bytes'])} "
-          f"({why}); chat template, eos {template.eos_token} and stop tokens "
+    print(f"merged model in {out_dir}: {len(weights)} safetensors shard(s), "
+          f"{size_text(report['weights_bytes'], decimal=True)} ({why}); chat template, eos {template.eos_token} and stop tokens "
           f"{export_stop_ids(template, tokenizer, merged.generation_config.eos_token_id)} saved; "
           f"{time.perf_counter() - started:.1f} s")
     return report
@@ -263,7 +263,7 @@ def export_gguf(merged, tokenizer, template, out_dir: Path, kind: str, verify: b
     with template_eos(tokenizer, template):  # the GGUF's eos is the exported tokenizer's (llama.cpp's converter)
         write_gguf(merged, tokenizer, path, kind, chat_template_of(template), stop_token_ids(template, tokenizer), name)
     report = {"path": str(path), "bytes": path.stat().st_size, "seconds": time.perf_counter() - started}
-    print(f"GGUF {kind}: {path} ({_size(report['bytes'])}, {report['seconds']:.1f} s)")
+    print(f"GGUF {kind}: {path} ({size_text(report['bytes'], decimal=True)}, {report['seconds']:.1f} s)")
     if verify:
         turns = [[{"role": "user", "content": t}] for t in VERIFY_TEXTS]
         texts = [conversation_prompt(template, turn) for turn in turns]
@@ -307,11 +307,3 @@ def upload(repo_id: str, folder: Path) -> None:
     api.create_repo(repo_id, exist_ok=True)
     api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message="steadytune export")
     print(f"uploaded {folder} to https://huggingface.co/{repo_id}")
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"

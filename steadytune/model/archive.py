@@ -31,7 +31,7 @@ import zlib
 from pathlib import Path
 from typing import Iterable
 
-from steadytune.errors import UserError, describe_os_error
+from steadytune.errors import UserError, describe_os_error, size_text
 from steadytune.model.load import default_cache_dir
 
 MANIFEST = "MANIFEST.sha256"
@@ -138,7 +138,7 @@ def _refuse_unsafe(member: tarfile.TarInfo, archive: Path, destination: Path) ->
     elif member.ischr() or member.isblk() or member.isfifo() or member.isdev():
         why = "is a device or fifo"
     elif member.issparse():
-        why = f"is a sparse file ({_size(member.size)} of mostly holes; steadytune never writes one)"
+        why = f"is a sparse file ({size_text(member.size)} of mostly holes; steadytune never writes one)"
     elif not member.isfile():
         why = "is not a regular file"
     elif not _SAFE_NAME.fullmatch(name):
@@ -246,15 +246,15 @@ def _plan(tar: tarfile.TarFile, archive: Path, work: Path, cap: int) -> tuple[li
         seen.add(member.name)
         if member.name == MANIFEST:
             if member.size > MANIFEST_CAP:
-                raise UserError(f"{archive}: {MANIFEST} is {_size(member.size)}, not a steadytune manifest; refusing "
+                raise UserError(f"{archive}: {MANIFEST} is {size_text(member.size)}, not a steadytune manifest; refusing "
                                 "to unpack this archive")
             manifest_bytes = tar.extractfile(member).read()
             continue
         total += member.size
         if total > cap:
-            raise UserError(f"{archive}: member {member.name!r} ({_size(member.size)}) would unpack the archive to "
-                            f"{_size(total)} or more, more than the {_size(cap)} an archive of "
-                            f"{_size(archive.stat().st_size)} may unpack to; refusing to unpack it (nothing written)")
+            raise UserError(f"{archive}: member {member.name!r} ({size_text(member.size)}) would unpack the archive to "
+                            f"{size_text(total)} or more, more than the {size_text(cap)} an archive of "
+                            f"{size_text(archive.stat().st_size)} may unpack to; refusing to unpack it (nothing written)")
         members.append(member)
     if manifest_bytes is None:
         raise UserError(f"{archive}: no {MANIFEST} inside: not a steadytune archive, or cut off")
@@ -271,8 +271,8 @@ def _plan(tar: tarfile.TarFile, archive: Path, work: Path, cap: int) -> tuple[li
         raise UserError(f"{archive}: {missing[0]} is listed in the manifest but missing: the archive is incomplete")
     free = shutil.disk_usage(work).free
     if total > free:
-        raise UserError(f"{archive}: unpacks to {_size(total)}, but {work.parent} has {_size(free)} free; free "
-                        f"{_size(total - free)} or more there (or set STEADYTUNE_CACHE to a larger disk)")
+        raise UserError(f"{archive}: unpacks to {size_text(total)}, but {work.parent} has {size_text(free)} free; free "
+                        f"{size_text(total - free)} or more there (or set STEADYTUNE_CACHE to a larger disk)")
     return members, manifest, manifest_bytes
 
 
@@ -286,14 +286,6 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, work: Path, exp
     if digest.hexdigest() != expected:
         raise UserError(f"{archive}: {member.name} does not match its SHA-256 in the manifest: the archive is corrupt "
                         "or was altered")
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def verify_folder(folder: Path, archive: Path) -> None:

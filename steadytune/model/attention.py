@@ -128,19 +128,15 @@ def plan_packing(cfg, info, class_weighted_loss: bool, eager_only: str | None = 
     """None when `train` does not pack; else the attention chosen for this hardware (hardware/policy.py, the
     one `doctor` reports). Both choices are recorded with cfg.decide. `eager_only`: why the model runs only eager
     attention (eager_only_reason): its packed rows are kept apart by transformers' block-diagonal mask."""
-
     if not decide_packing(cfg, class_weighted_loss, info):
         return None
     asked = cfg.data.packing_attention
     if eager_only:
         if asked in ("varlen", "flex"):
             raise UserError(f"packing_attention: {asked}, but {eager_only}; set packing_attention: auto")
-        attention, kernel, why = "sdpa", None, f"{eager_only}: rows kept apart by a block-diagonal mask"
-        cfg.decide("packing_attention", attention, why)
+        cfg.decide("packing_attention", "sdpa", f"{eager_only}: rows kept apart by a block-diagonal mask")
         cfg.decide("attn_implementation", "eager", eager_only)
-        by_tokens = (bool(cfg.data.packing or cfg.data.neat_packing) or info.backend == "cuda") and (
-            cfg.method.stage != "grpo")
-        return PackingPlan(attention, "eager", by_tokens=by_tokens)
+        return PackingPlan("sdpa", "eager", by_tokens=packs_by_tokens(cfg, info))
     recurrent = linear_attention_reason(cfg.model.model_name_or_path)
     try:
         attention, _, varlen_kernel, why = choose_packing_for(info, asked, recurrent)
@@ -149,10 +145,14 @@ def plan_packing(cfg, info, class_weighted_loss: bool, eager_only: str | None = 
     implementation = attn_implementation_for(attention, varlen_kernel)
     cfg.decide("packing_attention", attention, why)
     cfg.decide("attn_implementation", implementation, f"set by packing_attention {attention}")
+    return PackingPlan(attention, implementation, by_tokens=packs_by_tokens(cfg, info))
+
+
+def packs_by_tokens(cfg, info) -> bool:
+    """Whether packed micro-batches are cut by a token budget (asked for, or on CUDA) rather than by row count."""
     d = cfg.data
     # grpo's micro-batches are prompts whose completions do not exist yet: always per_device_train_batch_size of them.
-    by_tokens = (bool(d.packing or d.neat_packing) or info.backend == "cuda") and cfg.method.stage != "grpo"
-    return PackingPlan(attention, implementation, by_tokens=by_tokens)
+    return (bool(d.packing or d.neat_packing) or info.backend == "cuda") and cfg.method.stage != "grpo"
 
 
 def decide_packing(cfg, class_weighted_loss: bool, info=None) -> bool:

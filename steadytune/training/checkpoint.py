@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from steadytune.errors import CheckpointError, UserError, describe_os_error
+from steadytune.errors import CheckpointError, UserError, describe_os_error, size_text
 from steadytune.model.archive import sha256_file
 from steadytune.model.lora import save_pissa_converted
 from steadytune.model.saved_weights import check_checkpoint_matches
@@ -233,14 +233,6 @@ def state_bytes(model, optimizer) -> int | None:
     except (AttributeError, TypeError, RuntimeError):
         return None
     return weights + moments
-
-
-def size_text(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 class _RecordedWrites:

@@ -30,6 +30,7 @@ from torch import nn
 from steadytune.config import RunConfig
 from steadytune.errors import UserError, show_value
 from steadytune.model.anatomy import text_config
+from steadytune.model.load import model_skeleton
 
 # key -> (module, pip package, what it is)
 LIBRARIES = {"use_galore": ("galore_torch", "galore-torch", "GaLore"),
@@ -58,6 +59,16 @@ def check_optimizer_installed(cfg: RunConfig) -> None:
                             "'steadytune[optimizers]')")
     if key == "use_muon" and not hasattr(torch.optim, "Muon"):
         raise UserError(f"use_muon: true needs torch.optim.Muon (torch 2.9 or later; this is torch {torch.__version__})")
+
+
+def check_optimizer_keys_before_loading(cfg: RunConfig, model_task: str) -> None:
+    """An optimizer library's keys that depend on the model (BAdam's start block, GaLore's / APOLLO's targets), checked
+    on its meta skeleton before any weights load (build_optimizer checks them again on the loaded model)."""
+    if chosen_optimizer(cfg) not in ("use_badam", "use_galore", "use_apollo"):
+        return
+    skeleton = model_skeleton(cfg.model, model_task)
+    if skeleton is not None:
+        check_optimizer_keys(cfg, skeleton)
 
 
 def check_optimizer_keys(cfg: RunConfig, model: nn.Module) -> None:

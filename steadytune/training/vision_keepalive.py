@@ -13,12 +13,25 @@ is added.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from PIL import Image
 
 from steadytune.model.vision import PIXEL_KEYS, vision_parts
+
+
+def keep_vision_tower_in_step(objective, model: torch.nn.Module, data, world_size: int, params_sharded: bool,
+                              decide: Callable[[str, Any, str], None]) -> None:
+    """Image-free micro-batches still run the vision tower (a zero-weight blank image) where a rank skipping it
+    would hang the others (keepalive_reason says when); `decide` records it (RunConfig.decide)."""
+    if getattr(data, "media", None) is None or not hasattr(objective, "keep_vision"):
+        return
+    reason = keepalive_reason(model, world_size, params_sharded)
+    if reason is not None:
+        objective.keep_vision = VisionKeepAlive(model, blank_image_inputs(data.media))
+        decide("vision_keepalive", True, f"{reason}: a micro-batch without images encodes one blank image, "
+               "weighted 0 in the loss, so every rank joins the same collectives (LLaMA-Factory's fake image)")
 
 
 def keepalive_reason(model: torch.nn.Module, world_size: int, params_sharded: bool) -> str | None:
