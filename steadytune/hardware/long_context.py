@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from steadytune.hardware import moe_shape as moe
+from steadytune.hardware.layer_shapes import largest_head_dim
 from steadytune.hardware.memory import (
     ACTIVATION_SHARE,
     activation_bytes_per_token,
@@ -61,7 +62,7 @@ class Shape:
     @classmethod
     def of(cls, config) -> "Shape":
         heads = config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        head_dim = largest_head_dim(config)
         shape = moe.moe_shape(config)
         inter = shape.dense_width if shape is not None else config.intermediate_size
         return cls(config.hidden_size, config.num_hidden_layers, heads,

@@ -8,6 +8,7 @@ activations of the experts each token is routed to (top_k of them), not a dense 
 from __future__ import annotations
 
 from steadytune.hardware import moe_shape as moe
+from steadytune.hardware.layer_shapes import layer_shapes
 
 
 def layer_activation_bytes(config) -> list[int]:
@@ -58,13 +59,12 @@ CHEAP_RECOMPUTE_HIDDEN = 1024
 SPLIT_FLOOR_TOKENS = 2048
 
 
-def _dense_shape(config) -> tuple[int, int, int, int, int, int]:
-    """(hidden, intermediate, layers, attention heads, head_dim, KV heads) of a dense decoder's config; head_dim and
-    the KV heads default as transformers does where the config leaves them out."""
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    return config.hidden_size, config.intermediate_size, config.num_hidden_layers, heads, head_dim, kv
+def _linear_parameters_of_layers(config) -> int:
+    """Parameters of a dense decoder's attention and MLP projections, layer by layer (Gemma 4's full-attention layers
+    have larger heads than its sliding ones: hardware/layer_shapes.py)."""
+    hidden = config.hidden_size
+    return sum(hidden * s.head_dim * (2 * s.heads + 2 * s.kv_heads) + 3 * hidden * s.intermediate
+               for s in layer_shapes(config))
 
 
 def estimate_parameters(config) -> int:
@@ -73,10 +73,8 @@ def estimate_parameters(config) -> int:
     shape = moe.moe_shape(config)
     if shape is not None:
         return sum(moe.parameters_by_kind(config, shape).values())
-    hidden, inter, layers, heads, head_dim, kv = _dense_shape(config)
-    attention = hidden * head_dim * (2 * heads + 2 * kv)
-    embeddings = config.vocab_size * hidden * (1 if getattr(config, "tie_word_embeddings", True) else 2)
-    return layers * (attention + 3 * hidden * inter) + embeddings
+    embeddings = config.vocab_size * config.hidden_size * (1 if getattr(config, "tie_word_embeddings", True) else 2)
+    return _linear_parameters_of_layers(config) + embeddings
 
 
 def state_gib_of(config, bytes_per_parameter: float = 2.0) -> float:
@@ -223,8 +221,7 @@ def linear_parameters(config, experts_quantized: bool = True) -> int:
     shape = moe.moe_shape(config)
     if shape is not None:
         return moe.linear_parameters(config, shape, experts_quantized)
-    hidden, inter, layers, heads, head_dim, kv = _dense_shape(config)
-    return layers * (hidden * head_dim * (2 * heads + 2 * kv) + 3 * hidden * inter)
+    return _linear_parameters_of_layers(config)
 
 
 def lora_parameters(config, rank: int) -> int:
@@ -233,9 +230,9 @@ def lora_parameters(config, rank: int) -> int:
     shape = moe.moe_shape(config)
     if shape is not None:
         return moe.lora_parameters(config, shape, rank)
-    hidden, inter, layers, heads, head_dim, kv = _dense_shape(config)
-    per_layer = (hidden + heads * head_dim) * 2 + (hidden + kv * head_dim) * 2 + (hidden + inter) * 3
-    return layers * rank * per_layer
+    hidden = config.hidden_size
+    return rank * sum((hidden + s.heads * s.head_dim) * 2 + (hidden + s.kv_heads * s.head_dim) * 2
+                      + (hidden + s.intermediate) * 3 for s in layer_shapes(config))
 
 
 def four_bit_experts(quantized_bytes: float | None) -> bool:

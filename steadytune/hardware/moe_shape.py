@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from steadytune.hardware.layer_shapes import largest_head_dim
+
 # Kinds, spelled as model/moe/anatomy.py's count_by_kind spells them (so a test can hold one against the other).
 ATTENTION, DENSE_MLP, SHARED_EXPERT, ROUTED_EXPERTS, ROUTER = (
     "attention", "dense MLP", "shared expert", "routed experts", "router")
@@ -106,7 +108,7 @@ def _attention_linears(config) -> list[tuple[int, int]]:
         query = ([(hidden, q_rank), (q_rank, heads * (nope + rope))] if q_rank else [(hidden, heads * (nope + rope))])
         return query + [(hidden, config.kv_lora_rank + rope), (config.kv_lora_rank, heads * (nope + value)),
                         (heads * value, hidden)]
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    head_dim = largest_head_dim(config)
     kv = getattr(config, "num_key_value_heads", None) or heads
     # Qwen3.5 / Qwen3-Next gate each head's output: q_proj writes the query and the gate
     query = heads * head_dim * (2 if config.model_type in GATED_ATTENTION_MODEL_TYPES else 1)
@@ -168,7 +170,7 @@ def _attention_extras(config) -> int:
     if getattr(config, "kv_lora_rank", None):
         extra += config.kv_lora_rank + (getattr(config, "q_lora_rank", None) or 0)
     elif getattr(config, "model_type", "").startswith("qwen3"):
-        extra += 2 * (getattr(config, "head_dim", None) or config.hidden_size // heads)
+        extra += 2 * largest_head_dim(config)
     return extra
 
 

@@ -20,6 +20,7 @@ from steadytune.hardware.long_context import (
     room_gib,
     tiled_estimate,
 )
+from steadytune.hardware.layer_shapes import largest_head_dim
 from steadytune.hardware.memory import held_gib
 from steadytune.hardware.moe_shape import moe_shape
 from steadytune.hardware.unified_memory import system_memory_gib
@@ -123,8 +124,7 @@ def plan_long_context(cfg: RunConfig, model, tokens: int, budget_gib: float | No
     host, estimate, why = _host_layers(cfg, config, tokens, budget_gib, ram, state_gib, act_bytes, device)
     cfg.decide("activation_offloading", host > 0, why)
     x_bytes = tokens * config.hidden_size * act_bytes
-    rotary = tokens * (getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads) \
-        * act_bytes   # one of the cos and sin tables
+    rotary = tokens * largest_head_dim(config) * act_bytes   # one of the cos and sin tables
     host_bytes = host * x_bytes + (2 * rotary if host else 0)   # layer 0's input, then the rotary tables it saves
     if host:
         offload_activations(model, device, max_bytes=host_bytes if host < config.num_hidden_layers else None)
