@@ -40,10 +40,10 @@ from steadytune.distributed import launch, nodes, ray_launch, sharding
 from steadytune.distributed.collectives import (clip_gradients, reduce_sum, says_for_all_ranks, share_from_main,
                                                  sync_gradients_on_last)
 from steadytune.distributed.fsdp_config import read_fsdp_keys
-from steadytune.distributed.expert_parallel import install_expert_parallel, plan_expert_parallel
+from steadytune.distributed.expert_parallel import check_expert_parallel, install_expert_parallel, plan_expert_parallel
 from steadytune.distributed.restore import restore_run, vet_resume
-from steadytune.distributed.sequence_parallel import (attach_kernel, plan_sequence_parallel, register_attention,
-                                                      shard_batch, split_row)
+from steadytune.distributed.sequence_parallel import (attach_kernel, check_sequence_parallel, plan_sequence_parallel,
+                                                      register_attention, shard_batch, split_row)
 from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.distributed.world_resume import layout_of
 from steadytune.doctor.environment import run_startup_checks
@@ -58,7 +58,8 @@ from steadytune.infer.card import write_run_card
 from steadytune.model.anatomy import text_config
 from steadytune.model.attention import PackingPlan, eager_only_reason, plan_packing
 from steadytune.model.linear_attention import kernel_choice as linear_attention_kernels
-from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer, model_skeleton
+from steadytune.model.load import (adopt_model, load_model_and_tokenizer, load_tokenizer, model_config_before_loading,
+                                   model_skeleton)
 from steadytune.model.lora import count_parameters
 from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
@@ -390,7 +391,19 @@ def plan_processes(cfg: RunConfig):
     world = sharding.process_state(cfg).num_processes
     shard_plan = sharding.plan_sharding(cfg, world)
     sharding.apply_plan(cfg, shard_plan, world)
+    check_splits_before_loading(cfg, world)
     return world, shard_plan
+
+
+def check_splits_before_loading(cfg: RunConfig, world: int) -> None:
+    """cp_size and ep_size against the process count, the keys and the model's config (ep_size: its meta skeleton),
+    before any weights load; plan_sequence_parallel / plan_expert_parallel check again on the loaded model."""
+    t = cfg.train
+    if t.cp_size > 1:
+        config = model_config_before_loading(cfg.model)
+        check_sequence_parallel(cfg, world, text_config(config) if config is not None else None)
+    if t.ep_size > 1:
+        check_expert_parallel(cfg, world, model_skeleton(cfg.model, STAGES[cfg.method.stage].model_task))
 
 
 def choose_hardware(cfg: RunConfig):

@@ -33,6 +33,7 @@ import torch
 
 from steadytune.data.encode import IGNORE_INDEX
 from steadytune.errors import UserError
+from steadytune.model.attention import EAGER_ONLY_MODEL_TYPES
 from steadytune.model.tiling import examples_of, tile_kernel, tile_segments
 
 CP_ATTENTION = "steadytune_cp"
@@ -82,13 +83,45 @@ def choose_mode(asked: str, user_set: bool, heads: int, kv_heads: int, size: int
     return "allgather", "allgather: every slice's keys and values gathered, each process attends its own queries"
 
 
-def plan_sequence_parallel(cfg, world: int, rank: int, model_config) -> SequenceParallel | None:
-    """cp_size for this run: checked, its groups made (every process makes every group, in the same order), its mode
-    chosen; decisions recorded. None for cp_size 1."""
-    t = cfg.train
-    size = t.cp_size
+def unsplittable(model_config, cutoff_len: int) -> str | None:
+    """Why this model's layers cannot run on a slice of the row, or None. Only attention meets across the slices
+    (cp_attention_forward); it takes queries, keys and values and nothing else, so a layer that carries a state along
+    the row, attends through a window, or adds its own terms to the scores would be computed wrongly, and silently:
+    - gated DeltaNet (linear-attention) layers: each process's slice would start from an empty recurrent state and
+      conv window, and examples inside a slice would run into each other (no cu_seq_lens reach them);
+    - sliding-window (or chunked) layers where an example can be longer than the window: the split rows' attention
+      attends the whole example;
+    - attention sinks (gpt-oss, eager attention only) and score soft-capping (Gemma 2): terms it does not add."""
+    types = list(getattr(model_config, "layer_types", None) or [])
+    linear = sum(1 for kind in types if kind == "linear_attention")
+    if linear:
+        return (f"its {linear} gated DeltaNet (linear-attention) layers carry a recurrent state along the row, which "
+                "a slice would start empty (sequence parallelism exchanges only attention between the processes)")
+    eager = EAGER_ONLY_MODEL_TYPES.get(getattr(model_config, "model_type", None))
+    if eager:
+        return f"{eager}, which the split rows' attention does not compute"
+    if getattr(model_config, "attn_logit_softcapping", None):
+        return "its attention soft-caps the scores (attn_logit_softcapping), which the split rows' attention does not"
+    windowed = sorted({kind for kind in types if kind not in ("full_attention", "linear_attention")})
+    sliding = getattr(model_config, "sliding_window", None)
+    if not types and isinstance(sliding, int):   # Mistral, Mixtral: no layer_types, every layer slides
+        windowed = ["sliding-window"]
+    window = getattr(model_config, "attention_chunk_size", None) if "chunked_attention" in windowed else sliding
+    if windowed and (not isinstance(window, int) or window < cutoff_len):
+        return (f"its {', '.join(windowed)} layers attend within a window of {window} tokens, shorter than cutoff_len "
+                f"{cutoff_len}, and the split rows' attention attends the whole example")
+    return None
+
+
+def check_sequence_parallel(cfg, world: int, model_config=None) -> None:
+    """cp_size against the model (its config; None: not known yet), the keys and the process count: the checks that
+    need no process group, run before any weights load and again when the groups are made."""
+    size = cfg.train.cp_size
     if size == 1:
-        return None
+        return
+    why = unsplittable(model_config, cfg.data.cutoff_len) if model_config is not None else None
+    if why:
+        raise UserError(f"cp_size: {size} splits each row over processes, but {why}; set cp_size: 1")
     if world % size:
         raise UserError(f"cp_size: {size} does not divide the {world} processes (each sequence is split over "
                         f"cp_size of them); start a multiple of {size} (--nproc)")
@@ -98,6 +131,16 @@ def plan_sequence_parallel(cfg, world: int, rank: int, model_config) -> Sequence
     if cfg.data.class_balance in ("loss", "both"):
         raise UserError("cp_size > 1 with class_balance loss weights: the weights need padded rows, sequence "
                         "parallelism one row a micro-batch; use class_balance: sampler")
+
+
+def plan_sequence_parallel(cfg, world: int, rank: int, model_config) -> SequenceParallel | None:
+    """cp_size for this run: checked, its groups made (every process makes every group, in the same order), its mode
+    chosen; decisions recorded. None for cp_size 1."""
+    t = cfg.train
+    size = t.cp_size
+    if size == 1:
+        return None
+    check_sequence_parallel(cfg, world, model_config)
     import torch.distributed as dist   # lazy: only runs that split sequences make groups
 
     heads = model_config.num_attention_heads

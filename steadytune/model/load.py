@@ -365,15 +365,26 @@ def model_skeleton(model_args: ModelArguments, task: str = CAUSAL_LM) -> Optiona
     weight read, for checks that should stop a run before its weights load. None where that cannot be had here (a hub
     id not downloaded, a model that needs its own code, a config transformers cannot build): the checks then wait
     for the loaded model."""
+    config = model_config_before_loading(model_args)
+    if config is None:
+        return None
+    try:
+        with torch.device("meta"):
+            return auto_model_class(task, config).from_config(config)
+    except (OSError, ValueError, KeyError, TypeError, ImportError, AttributeError):
+        return None
+
+
+def model_config_before_loading(model_args: ModelArguments):
+    """transformers' config of the model (layer_types and other derived fields filled in), read without any weight,
+    or None where it cannot be had here (as model_skeleton)."""
     if model_args.trust_remote_code:
         return None   # its own code runs once, when the model loads
     try:
         path, common = _resolved_source(model_args)
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(path, **common)
-        with torch.device("meta"):
-            return auto_model_class(task, config).from_config(config)
+        return AutoConfig.from_pretrained(path, **common)
     except (UserError, OSError, ValueError, KeyError, TypeError, ImportError, AttributeError):
         return None
 
