@@ -27,6 +27,7 @@ from torch import nn
 from steadytune.config import ModelArguments
 from steadytune.errors import UserError
 from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE, auto_model_class
+from steadytune.model.config_values import read_config
 from steadytune.model.linear_attention import keep_packed_sequences_apart
 from steadytune.model.moe.quantized_load import check_four_bit_experts, four_bit_experts_loading
 from steadytune.model.quantize import is_quantized, quantized_load_kwargs, skip_narrow_repacking
@@ -281,6 +282,7 @@ def load_tokenizer(model_args: ModelArguments):
     from transformers import AutoTokenizer
 
     path, common = _resolved_source(model_args)
+    read_config(path, common)   # a config.json value transformers refuses or would build a wrong model from: one line
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **common)
     except (OSError, ValueError) as e:
@@ -382,9 +384,7 @@ def model_config_before_loading(model_args: ModelArguments):
         return None   # its own code runs once, when the model loads
     try:
         path, common = _resolved_source(model_args)
-        from transformers import AutoConfig
-
-        return AutoConfig.from_pretrained(path, **common)
+        return read_config(path, common)
     except (UserError, OSError, ValueError, KeyError, TypeError, ImportError, AttributeError):
         return None
 
