@@ -165,10 +165,17 @@ def test_reward_errors_name_the_entry(tmp_path, monkeypatch):
         score(load_reward_functions(cfg.method, None), ["a", "b"], ["a", "b"], [[1], [1]], [{}, {}], [None, None])
     with pytest.raises(ConfigError, match="stage grpo needs a list of reward functions"):
         load_config(None, ["stage=grpo"])
-    with pytest.raises(ConfigError, match="reward_weights: one number per reward function"):
+    with pytest.raises(ConfigError, match="reward_weights: one finite number per reward function"):
         load_config(None, ["stage=grpo", "reward_funcs=[format,length]", "reward_weights=[1]"])
     with pytest.raises(ConfigError, match="max_tokens_per_batch: stage grpo does not support"):
         load_config(None, ["stage=grpo", "reward_funcs=format", "max_tokens_per_batch=512"])
+    # hostile round 5 (issue 67): a nan weight trained on nothing without a word; a broken pattern was a traceback
+    for weights in ("[.nan]", "[.inf]", "[-.inf]"):
+        with pytest.raises(ConfigError, match="reward_weights: one finite number per reward function"):
+            load_config(None, ["stage=grpo", "reward_funcs=length", f"reward_weights={weights}"])
+    with pytest.raises(ConfigError, match=r"reward_format: '\(unclosed' is not a regular expression \(missing \)"):
+        load_config(None, ["stage=grpo", "reward_funcs=format", "reward_format=(unclosed"])
+    load_config(None, ["stage=grpo", "reward_funcs=length", "reward_format=(unclosed"])   # not read without format
 
 
 MISBEHAVING = {   # issue 54 class 2: a reward function is user code; each of these ends in one line naming it
