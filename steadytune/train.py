@@ -80,6 +80,7 @@ from steadytune.training.fp8_training import convert_to_fp8, plan_fp8_training
 from steadytune.training.graphs import describe_recording, graph_runner_for
 from steadytune.training.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard,
                                        weights_are_finite)
+from steadytune.training.long_context import check_tiling_before_loading
 from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.monitor import MetricsLog, Throughput, plot_loss, step_record
 from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed, check_optimizer_keys,
@@ -391,19 +392,22 @@ def plan_processes(cfg: RunConfig):
     world = sharding.process_state(cfg).num_processes
     shard_plan = sharding.plan_sharding(cfg, world)
     sharding.apply_plan(cfg, shard_plan, world)
-    check_splits_before_loading(cfg, world)
+    check_layout_before_loading(cfg, world)
     return world, shard_plan
 
 
-def check_splits_before_loading(cfg: RunConfig, world: int) -> None:
-    """cp_size and ep_size against the process count, the keys and the model's config (ep_size: its meta skeleton),
-    before any weights load; plan_sequence_parallel / plan_expert_parallel check again on the loaded model."""
+def check_layout_before_loading(cfg: RunConfig, world: int) -> None:
+    """cp_size, ep_size and sequence_tiling against the process count, the keys and the model's config (its meta
+    skeleton), before any weights load; plan_sequence_parallel, plan_expert_parallel and the speed plan check again
+    on the loaded model."""
     t = cfg.train
     if t.cp_size > 1:
         config = model_config_before_loading(cfg.model)
         check_sequence_parallel(cfg, world, text_config(config) if config is not None else None)
-    if t.ep_size > 1:
-        check_expert_parallel(cfg, world, model_skeleton(cfg.model, STAGES[cfg.method.stage].model_task))
+    if t.ep_size > 1 or t.sequence_tiling:
+        skeleton = model_skeleton(cfg.model, STAGES[cfg.method.stage].model_task)
+        check_expert_parallel(cfg, world, skeleton)
+        check_tiling_before_loading(cfg, skeleton, fsdp=read_fsdp_keys(t) is not None)
 
 
 def choose_hardware(cfg: RunConfig):

@@ -202,6 +202,9 @@ def _damaged(folder):
     ("qwen2", ["ep_size=2"], "ep_size: 2 splits a mixture of experts' routed experts, and this model has none"),
     ("qwen3_moe", ["ep_size=2"], "ep_size: 2 does not divide the 1 processes"),
     ("qwen3_moe", ["ep_size=2", "finetuning_type=full"], "ep_size: 2 does not divide the 1 processes"),
+    ("qwen3_5", ["sequence_tiling=true"], "sequence_tiling: true, but model type qwen3_5_text: tiled layers exist"),
+    ("qwen3_moe", ["sequence_tiling=true"], "sequence_tiling: true, but a mixture of experts' layers are not tiled"),
+    ("qwen2", ["sequence_tiling=true", "lora_dropout=0.1"], "sequence_tiling: true, but lora_dropout would need"),
 ])
 def test_cp_and_ep_sizes_are_refused_before_any_weights_load(kind, keys, said, sample_data_dir, tmp_path, capsys):
     from steadytune.cli import main
@@ -212,9 +215,9 @@ def test_cp_and_ep_sizes_are_refused_before_any_weights_load(kind, keys, said, s
     run.write_text(f"model_name_or_path: {base}\ndataset: alpaca_sample\ndataset_dir: {sample_data_dir}\n"
                    f"template: qwen\noutput_dir: {tmp_path / 'out'}\n", encoding="utf-8")
     if "--nproc=2" in keys:   # the check itself, as each of two processes makes it
-        from steadytune.train import check_splits_before_loading
+        from steadytune.train import check_layout_before_loading
         with pytest.raises(UserError, match=said):
-            check_splits_before_loading(load_config(str(run), [k for k in keys if "=" in k and "--" not in k]), 2)
+            check_layout_before_loading(load_config(str(run), [k for k in keys if "=" in k and "--" not in k]), 2)
         return
     assert main(["train", str(run), *keys]) == 1
     err = capsys.readouterr().err

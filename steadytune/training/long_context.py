@@ -61,6 +61,17 @@ def kernel_blocker(model) -> str | None:
     return None if name is not None else f"no flash tile-attention kernel passed its check here ({why})"
 
 
+def check_tiling_before_loading(cfg: RunConfig, skeleton, fsdp: bool) -> None:
+    """sequence_tiling: true on a model (its meta-device skeleton; None: not known here) or with keys it cannot be
+    tiled under: one line before any weights load (decide_tiling says the same on the loaded model)."""
+    if not cfg.train.sequence_tiling:
+        return
+    blocker = ((tiling_blocker(skeleton, cfg.method.lora_dropout) if skeleton is not None else None)
+               or sharding_blocker(cfg, fsdp))
+    if blocker:
+        raise UserError(f"sequence_tiling: true, but {blocker}; set sequence_tiling: false")
+
+
 def decide_tiling(cfg: RunConfig, model, tokens: int, budget_gib: float | None, state_gib: float,
                   fsdp: bool) -> tuple[bool, str]:
     """sequence_tiling as asked, or by default where gradient checkpointing alone would not fit a micro-batch of
