@@ -81,7 +81,8 @@ def test_eval_needle_writes_its_results_for_a_trained_adapter(tmp_path, sample_d
 def test_the_window_a_needle_may_reach_counts_rope_scaling():
     from types import SimpleNamespace
 
-    from steadytune.eval.needle import check_lengths, model_window
+    from steadytune.eval.needle import check_lengths
+    from steadytune.model.config_values import model_window
 
     assert model_window(SimpleNamespace(max_position_embeddings=4096)) == 4096
     assert model_window(SimpleNamespace(max_position_embeddings=32768, rope_scaling={"rope_type": "yarn",

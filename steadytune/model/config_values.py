@@ -101,3 +101,16 @@ def _first_line(error: BaseException) -> str:
     text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error).strip()
     line = text.splitlines()[0] if text else type(error).__name__
     return line if len(line) <= 400 else line[:400] + " ..."
+
+
+def model_window(config: Any) -> int | None:
+    """The positions a model reads: max_position_embeddings, times a RoPE scaling factor where its config sets one
+    (rope_scaling, or transformers 5's rope_parameters, also one set per layer type)."""
+    window = getattr(config, "max_position_embeddings", None)
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None
+    sets = [params for key in ("rope_scaling", "rope_parameters")
+            for _, params in _rope_parameter_sets(getattr(config, key, None))]
+    factor = max([f.get("factor") for f in sets if _number(f.get("factor"))] or [1.0])
+    return int(window * max(factor, 1.0))
+

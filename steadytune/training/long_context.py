@@ -24,6 +24,7 @@ from steadytune.hardware.memory import held_gib
 from steadytune.hardware.moe_shape import moe_shape
 from steadytune.hardware.unified_memory import system_memory_gib
 from steadytune.model.anatomy import text_config
+from steadytune.model.config_values import model_window
 from steadytune.model.offload import offload_activations
 from steadytune.model.tiling import attach_tiling, tiling_blocker
 
@@ -99,13 +100,16 @@ def decide_tiling(cfg: RunConfig, model, tokens: int, budget_gib: float | None, 
 
 
 def check_window(cfg: RunConfig, config, longest: int) -> None:
-    """Examples longer than the model's window (max_position_embeddings) train at positions it never saw
-    (rope_scaling is not supported): said at start, recorded, never silent."""
-    window = getattr(config, "max_position_embeddings", None)
+    """Examples longer than the model's window (max_position_embeddings, times the RoPE scaling factor its own config
+    sets, which transformers applies) train at positions it never saw: said at start, recorded, never silent."""
+    window = model_window(config)
     if window and longest > window:
+        scaled = window != config.max_position_embeddings
+        how = (f"max_position_embeddings {config.max_position_embeddings:,} x the RoPE scaling factor of its "
+               "config.json" if scaled else "max_position_embeddings; the rope_scaling key is not supported")
         message = (f"the longest training example has {longest:,} tokens, past the model's window of {window:,} "
-                   f"positions (cutoff_len {cfg.data.cutoff_len:,}): its later tokens train at positions the model "
-                   "never saw (rope_scaling is not supported); lower cutoff_len to the window to keep inside it")
+                   f"positions ({how}; cutoff_len {cfg.data.cutoff_len:,}): its later tokens train at positions the "
+                   "model never saw; lower cutoff_len to the window to keep inside it")
         print(f"warning: {message}", file=sys.stderr, flush=True)
         cfg.decide("context_window", window, message)
 
