@@ -78,3 +78,17 @@ def test_any_config_value_builds_a_finite_model_or_is_one_line_naming_config_jso
         with torch.no_grad():
             logits = model(torch.arange(4, 12)[None]).logits
         assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("model_type, keys", [
+    ("phi3", {"rope_scaling": {"type": "longrope", "long_factor": [1.0] * 48, "short_factor": [1.0] * 48},
+              "original_max_position_embeddings": 4096, "max_position_embeddings": 131072}),   # no factor: derived
+    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                "original_max_position_embeddings": 8192}, "rope_theta": 500000.0}),   # Llama 3.1
+    ("qwen2", {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}),  # Qwen2.5
+    ("gemma3_text", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}}),   # one set per layer type
+])
+def test_released_models_rope_settings_pass(model_type, keys):
+    from steadytune.model.config_values import config_problem
+
+    assert config_problem(AutoConfig.for_model(model_type, **keys)) is None

@@ -87,7 +87,8 @@ def _rope_problem(params: dict) -> str | None:
     if theta is not None and not (_number(theta) and theta > 0):
         return f"rope_theta is {theta!r}; RoPE's base is a number > 0"
     factor = params.get("factor")
-    if kind in FACTOR_TYPES and not (_number(factor) and factor >= 1):
+    # (absent: transformers' own check names a missing required key; longrope may leave it out and derive it)
+    if kind in FACTOR_TYPES and factor is not None and not (_number(factor) and factor >= 1):
         return (f"factor is {factor!r} for rope_type {kind}; it stretches the positions and must be a number >= 1 "
                 "(1: none)")
     return None
