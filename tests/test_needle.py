@@ -46,10 +46,12 @@ def test_the_grid_counts_each_cell_and_keeps_every_answer():
 
 
 def test_bad_needle_arguments_are_named():
-    with pytest.raises(UserError, match="--needle-depths: values must lie in 0..100"):
+    with pytest.raises(UserError, match="--needle-depths: values must be in 0..100"):
         parse_ints("0,150", "--needle-depths", 0, 100)
     with pytest.raises(UserError, match="--needle-lengths: expected a comma list"):
         parse_ints("4k", "--needle-lengths", 1)
+    with pytest.raises(UserError, match=r"--needle-lengths: values must be at least 1 \(got '0'\)"):
+        parse_ints("0", "--needle-lengths", 1)   # said "must lie in 1..any"
     tokenizer = build_tokenizer()
     with pytest.raises(UserError, match="too short to hold the needle"):
         needle_prompt(tokenizer, template_for(load_config(None, ["template=qwen"]), tokenizer), 20, 0, 0)

@@ -158,5 +158,6 @@ def parse_ints(text: str, name: str, low: int = 0, high: int | None = None) -> l
         raise UserError(f"{name}: expected a comma list of whole numbers, got {text!r}") from None
     bad = [v for v in values if v < low or (high is not None and v > high)]
     if not values or bad:
-        raise UserError(f"{name}: values must lie in {low}..{high if high is not None else 'any'} (got {text!r})")
+        bound = f"in {low}..{high}" if high is not None else f"at least {low}"
+        raise UserError(f"{name}: values must be {bound} (got {text!r})")
     return values
