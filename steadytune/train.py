@@ -80,7 +80,7 @@ from steadytune.training.fp8_training import convert_to_fp8, plan_fp8_training
 from steadytune.training.graphs import describe_recording, graph_runner_for
 from steadytune.training.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard,
                                        weights_are_finite)
-from steadytune.training.long_context import check_tiling_before_loading
+from steadytune.training.long_context import check_offloading_before_loading, check_tiling_before_loading
 from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.monitor import MetricsLog, Throughput, plot_loss, step_record
 from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed, check_optimizer_keys,
@@ -322,6 +322,7 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     check_optimizer_installed(cfg)   # a missing optimizer library stops here, before any loading
     check_optimizer_before_loading(cfg, stage)
     info, precision, attn, packing = choose_hardware(cfg)
+    check_offloading_before_loading(cfg, info.backend, fsdp=read_fsdp_keys(cfg.train) is not None)
     fp8 = plan_fp8_training(cfg.train, cfg.method, cfg.model, info.backend, info.primary.arch if info.primary else None)
     tokenizer, data = load_data(cfg, stage)
     resume_candidates = vet_resume(cfg, start.resume_candidates, world,

@@ -205,8 +205,9 @@ def _damaged(folder):
     ("qwen3_5", ["sequence_tiling=true"], "sequence_tiling: true, but model type qwen3_5_text: tiled layers exist"),
     ("qwen3_moe", ["sequence_tiling=true"], "sequence_tiling: true, but a mixture of experts' layers are not tiled"),
     ("qwen2", ["sequence_tiling=true", "lora_dropout=0.1"], "sequence_tiling: true, but lora_dropout would need"),
+    ("qwen3_5", ["activation_offloading=true"], "activation_offloading: true, but the model is on the CPU"),
 ])
-def test_cp_and_ep_sizes_are_refused_before_any_weights_load(kind, keys, said, sample_data_dir, tmp_path, capsys):
+def test_layout_keys_are_refused_before_any_weights_load(kind, keys, said, sample_data_dir, tmp_path, capsys):
     from steadytune.cli import main
     from steadytune.model.tiny import save_tiny_model
 

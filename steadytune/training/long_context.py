@@ -25,7 +25,7 @@ from steadytune.hardware.moe_shape import moe_shape
 from steadytune.hardware.unified_memory import system_memory_gib
 from steadytune.model.anatomy import text_config
 from steadytune.model.config_values import model_window
-from steadytune.model.offload import offload_activations
+from steadytune.model.offload import offload_activations, offloading_blocker
 from steadytune.model.tiling import attach_tiling, tiling_blocker
 
 # Below this many tokens a micro-batch never needs the long-context plan printed (a cutoff_len users raise on
@@ -71,6 +71,18 @@ def check_tiling_before_loading(cfg: RunConfig, skeleton, fsdp: bool) -> None:
                or sharding_blocker(cfg, fsdp))
     if blocker:
         raise UserError(f"sequence_tiling: true, but {blocker}; set sequence_tiling: false")
+
+
+def check_offloading_before_loading(cfg: RunConfig, backend: str, fsdp: bool) -> None:
+    """activation_offloading: true where it cannot run whatever the model (a CPU or MPS run, DeepSpeed, FSDP): one
+    line before any weights load (the speed plan says the same on the loaded model, and about checkpointing)."""
+    if not cfg.train.activation_offloading:
+        return
+    device = torch.device("cuda" if backend in ("cuda", "rocm") else backend)   # ROCm's torch device is cuda too
+    sharded = "DeepSpeed" if cfg.method.deepspeed else ("FSDP" if fsdp else None)
+    blocker = offloading_blocker(device, checkpointing=True, sharded=sharded)
+    if blocker:
+        raise UserError(f"activation_offloading: true, but {blocker}; set activation_offloading: false")
 
 
 def decide_tiling(cfg: RunConfig, model, tokens: int, budget_gib: float | None, state_gib: float,
