@@ -14,6 +14,7 @@ import difflib
 import importlib.util
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -1049,9 +1050,16 @@ def _check_grpo(cfg: RunConfig, where: str) -> None:
         raise ConfigError(f"{where}: reward_funcs: stage grpo needs a list of reward functions (accuracy, format, "
                           f"label, length, soft_overlong_punishment, or module:function), got {show_value(m.reward_funcs)}")
     if m.reward_weights is not None and (len(m.reward_weights) != len(m.reward_funcs) or not all(
-            isinstance(w, (int, float)) and not isinstance(w, bool) for w in m.reward_weights)):
-        raise ConfigError(f"{where}: reward_weights: one number per reward function ({len(m.reward_funcs)}), got "
-                          f"{show_value(m.reward_weights)}")
+            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in m.reward_weights)):
+        # (a nan or inf weight made every reward and advantage nan: the run trained on nothing, loss 0, unsaid)
+        raise ConfigError(f"{where}: reward_weights: one finite number per reward function ({len(m.reward_funcs)}), "
+                          f"got {show_value(m.reward_weights)}")
+    if "format" in m.reward_funcs:
+        try:
+            re.compile(m.reward_format)
+        except (re.error, TypeError) as e:   # was a re.error traceback at the first roll-out, after the model loaded
+            raise ConfigError(f"{where}: reward_format: {show_value(m.reward_format)} is not a regular expression "
+                              f"({e})") from None
     for key, value, why in (("deepspeed", m.deepspeed, "DeepSpeed"), ("fsdp", t.fsdp, "FSDP"),
                             ("max_tokens_per_batch", t.max_tokens_per_batch, "token-budget batching (micro-batches "
                              "hold per_device_train_batch_size prompts)")):

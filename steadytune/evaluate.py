@@ -28,13 +28,14 @@ from steadytune.eval.labelcheck import (
     warn,
 )
 from steadytune.eval.metrics import format_distribution, plot_confusion_matrix, relative_error_reduction
-from steadytune.eval.needle import check_lengths, evaluate_needle, format_needle, model_window, parse_ints
+from steadytune.eval.needle import check_lengths, evaluate_needle, format_needle, parse_ints
 from steadytune.data.answers import answers_as_labels
 from steadytune.eval.scoring import evaluate_classification, generate_texts, prompt_ids_of
 from steadytune.eval.textmetrics import generation_metrics
 from steadytune.infer.generate import predict_sampling_note, sampling_of
 from steadytune.infer.loading import BASE, LORA, load_trained, trained_folder
 from steadytune.training.vision_data import load_vision_processor, pixels_of, prepare_with_media
+from steadytune.model.config_values import model_window
 from steadytune.model.load import load_model_and_tokenizer, resolve_model_path
 from steadytune.stages.base import Stage
 from steadytune.stages.evaluation import evaluate_examples

@@ -40,10 +40,11 @@ from steadytune.distributed import launch, nodes, ray_launch, sharding
 from steadytune.distributed.collectives import (clip_gradients, reduce_sum, says_for_all_ranks, share_from_main,
                                                  sync_gradients_on_last)
 from steadytune.distributed.fsdp_config import read_fsdp_keys
-from steadytune.distributed.expert_parallel import install_expert_parallel, plan_expert_parallel
+from steadytune.distributed.expert_parallel import check_expert_parallel, install_expert_parallel, plan_expert_parallel
 from steadytune.distributed.restore import restore_run, vet_resume
-from steadytune.distributed.sequence_parallel import (attach_kernel, packing_for_sequence_parallel,
-                                                      plan_sequence_parallel, shard_batch, split_row)
+from steadytune.distributed.sequence_parallel import (attach_kernel, check_sequence_parallel,
+                                                      packing_for_sequence_parallel, plan_sequence_parallel,
+                                                      shard_batch, split_row)
 from steadytune.distributed.watchdog import HangWatchdog
 from steadytune.distributed.world_resume import layout_of
 from steadytune.doctor.environment import run_startup_checks
@@ -58,7 +59,8 @@ from steadytune.infer.card import write_run_card
 from steadytune.model.anatomy import text_config
 from steadytune.model.attention import eager_only_reason, plan_packing
 from steadytune.model.linear_attention import kernel_choice as linear_attention_kernels
-from steadytune.model.load import adopt_model, load_model_and_tokenizer, load_tokenizer
+from steadytune.model.load import (adopt_model, load_model_and_tokenizer, load_tokenizer, model_config_before_loading,
+                                   model_skeleton)
 from steadytune.model.lora import count_parameters
 from steadytune.model.moe.routing import routing_of
 from steadytune.model.quantize import is_quantized, keep_training_layout, plan_quantization, record_quantization
@@ -79,6 +81,7 @@ from steadytune.training.fp8_training import convert_to_fp8, plan_fp8_training
 from steadytune.training.graphs import describe_recording, graph_runner_for
 from steadytune.training.guard import (ABORT, FP16_OVERFLOW, ROLLBACK, GuardAbort, LiveObjects, NumericalGuard,
                                        weights_are_finite)
+from steadytune.training.long_context import check_offloading_before_loading, check_tiling_before_loading
 from steadytune.training.lora_budget import check_adapter_fits
 from steadytune.training.monitor import MetricsLog, Throughput, plot_loss, step_record
 from steadytune.training.optimizers import (build_optimizer, check_optimizer_installed,
@@ -343,11 +346,13 @@ def set_up(cfg: RunConfig, folder: RunFolder, stop: StopRequests, force: bool, p
     # Where to start, on how many processes; what can be refused without loading anything is refused here.
     start = plan_start(cfg, folder)
     world, shard_plan = sharding.plan_processes(cfg)
+    check_layout_before_loading(cfg, world)   # cp_size, ep_size, sequence_tiling on the model's config and skeleton
     check_optimizer_installed(cfg)   # a missing optimizer library stops here, before any loading
     check_optimizer_keys_before_loading(cfg, stage.model_task)   # on the model's meta skeleton
     # The hardware plan, the data, the checkpoints a resume may use, then Accelerate and the start-up checks: all
     # before any weights load, so a bad key, file or machine costs seconds, not a model load.
     info, precision, attn, packing = choose_hardware(cfg)
+    check_offloading_before_loading(cfg, info.backend, fsdp=read_fsdp_keys(cfg.train) is not None)
     fp8 = plan_fp8_training(cfg.train, cfg.method, cfg.model, info.backend, info.primary.arch if info.primary else None)
     tokenizer, data = load_data(cfg, stage)
     resume_candidates = vet_resume(cfg, start.resume_candidates, world,
@@ -404,6 +409,20 @@ def plan_start(cfg: RunConfig, folder: RunFolder) -> StartPlan:
     if plan.message:
         cfg.decide("start", plan.mode, plan.message)
     return plan
+
+
+def check_layout_before_loading(cfg: RunConfig, world: int) -> None:
+    """cp_size, ep_size and sequence_tiling against the process count, the keys and the model's config (its meta
+    skeleton), before any weights load; plan_sequence_parallel, plan_expert_parallel and the speed plan check again
+    on the loaded model."""
+    t = cfg.train
+    if t.cp_size > 1:
+        config = model_config_before_loading(cfg.model)
+        check_sequence_parallel(cfg, world, text_config(config) if config is not None else None)
+    if t.ep_size > 1 or t.sequence_tiling:
+        skeleton = model_skeleton(cfg.model, STAGES[cfg.method.stage].model_task)
+        check_expert_parallel(cfg, world, skeleton)
+        check_tiling_before_loading(cfg, skeleton, fsdp=read_fsdp_keys(t) is not None)
 
 
 def choose_hardware(cfg: RunConfig):

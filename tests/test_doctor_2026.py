@@ -436,3 +436,32 @@ def test_2_an_editable_bitsandbytes_that_lists_no_libraries_is_not_called_broken
     env = parse_package_text("bitsandbytes==0.50.1.dev0\n", "freeze")
     env.bnb_files = []                     # a source/editable install: its RECORD names no libbitsandbytes_rocm*.so
     assert bitsandbytes_findings(env, "gfx1100", "7.14.60850", rocm=True) == []
+
+
+def test_doctor_config_refuses_what_train_refuses_before_loading(tmp_path):
+    """Hostile round 5 (issue 67): `doctor --config` said nothing of a cp_size or sequence_tiling train refuses for a
+    Qwen3.5, passed a RoPE factor of 0 (exit 0), and ended in a traceback for a short layer_types list."""
+    import json
+
+    from steadytune.config import load_config
+    from steadytune.doctor.plan import train_plan_findings
+    from steadytune.hardware.backend import HardwareInfo
+    from steadytune.model.tiny import save_tiny_model
+
+    info = HardwareInfo(backend="cpu", torch_version="2")
+    base = save_tiny_model(tmp_path / "qwen3_5", "qwen3_5")
+
+    def errors(**keys):
+        cfg = load_config(None, {"model_name_or_path": str(base), **keys})
+        return [f.what for f in train_plan_findings(info, "config", cfg, offline=False) if f.severity == "error"]
+
+    assert errors() == []
+    assert errors(cp_size=2) == [errors(cp_size=2)[0]] and "cp_size: 2 splits each row over processes, but its 1 " \
+        "gated DeltaNet" in errors(cp_size=2)[0]
+    assert "sequence_tiling: true, but model type qwen3_5_text" in errors(sequence_tiling=True)[0]
+    config = json.loads((base / "config.json").read_text())
+    for field, value, said in (("layer_types", ["linear_attention"], "must be equal to the number of `layer_types`"),
+                               ("rope_parameters", {"rope_type": "linear", "factor": 0}, "factor is 0")):
+        (base / "config.json").write_text(json.dumps({**config, field: value}))
+        found = errors()
+        assert len(found) == 1 and found[0].startswith(f"model_name_or_path: {base}/config.json: ") and said in found[0]

@@ -89,3 +89,39 @@ def test_doctor_canary_on_a_machine_without_gpu_says_so(capsys):
     cli_main(["doctor", "--canary", "--json"])
     out = capsys.readouterr().out
     assert '"check": "canary"' in out and "no GPU" in out
+
+
+# --- hostile round 5 (issue 67): the canary never passes what it did not compute ------------------------------------
+
+def test_a_device_that_computes_nothing_fails_every_check_in_one_line_never_a_traceback(capsys):
+    """The meta device returns shapes and no data, as a GPU whose library lacks the arch's kernels returns an error
+    instead of a result: each dense check is a failed one naming what was raised (it was a NotImplementedError
+    traceback out of doctor and train), and train's line says the arithmetic raised."""
+    results = run_canary(torch.device("meta"), cheap=True)
+    ran = [r for r in results if not r.skipped]
+    assert [r.name for r in ran] == ["matmul fp32", "attention (SDPA, causal) fp32", "allocation"]
+    assert not any(r.ok for r in ran) and all(r.detail.startswith("raised ") for r in ran)
+    line = failed_line(results)
+    assert line.startswith("the GPU's arithmetic raised errors (matmul fp32: WRONG (raised NotImplementedError")
+    assert "\n" not in line
+    with pytest.raises(UserError, match="raised errors"):
+        stop_on_canary(results, force=False)
+
+
+def test_an_allocation_too_small_to_check_is_skipped_not_passed_or_failed():
+    """A GPU with (almost) no free memory: the start-up check's block (a quarter of the free memory) was empty and
+    'read back exactly' (a pass), or shorter than the tail it reads back and 'WRONG' (a stop, for a healthy GPU)."""
+    for gib in (0.0, 1e-6, 2**-12):
+        result = check_allocation(torch.device("cpu"), gib)
+        assert result.skipped and "too little to check" in result.skipped, result.line()
+    assert failed_line([check_allocation(torch.device("cpu"), 1e-6)]) is None
+    assert check_allocation(torch.device("cpu"), 2**-10).ok   # 1 MiB: checked
+
+
+def test_doctor_canary_on_saved_outputs_says_it_did_not_run(tmp_path, capsys):
+    """`doctor --canary --from FILE` answered on the saved outputs alone, as if the canary had passed."""
+    saved = tmp_path / "smi.txt"
+    saved.write_text("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5f2b)\n", encoding="utf-8")
+    cli_main(["doctor", "--canary", "--allreduce", "--from", str(saved), "--json"])
+    out = capsys.readouterr().out
+    assert "--canary, --allreduce not run: they check this machine" in out

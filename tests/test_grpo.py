@@ -165,10 +165,54 @@ def test_reward_errors_name_the_entry(tmp_path, monkeypatch):
         score(load_reward_functions(cfg.method, None), ["a", "b"], ["a", "b"], [[1], [1]], [{}, {}], [None, None])
     with pytest.raises(ConfigError, match="stage grpo needs a list of reward functions"):
         load_config(None, ["stage=grpo"])
-    with pytest.raises(ConfigError, match="reward_weights: one number per reward function"):
+    with pytest.raises(ConfigError, match="reward_weights: one finite number per reward function"):
         load_config(None, ["stage=grpo", "reward_funcs=[format,length]", "reward_weights=[1]"])
     with pytest.raises(ConfigError, match="max_tokens_per_batch: stage grpo does not support"):
         load_config(None, ["stage=grpo", "reward_funcs=format", "max_tokens_per_batch=512"])
+    # hostile round 5 (issue 67): a nan weight trained on nothing without a word; a broken pattern was a traceback
+    for weights in ("[.nan]", "[.inf]", "[-.inf]"):
+        with pytest.raises(ConfigError, match="reward_weights: one finite number per reward function"):
+            load_config(None, ["stage=grpo", "reward_funcs=length", f"reward_weights={weights}"])
+    with pytest.raises(ConfigError, match=r"reward_format: '\(unclosed' is not a regular expression \(missing \)"):
+        load_config(None, ["stage=grpo", "reward_funcs=format", "reward_format=(unclosed"])
+    load_config(None, ["stage=grpo", "reward_funcs=length", "reward_format=(unclosed"])   # not read without format
+
+
+@pytest.mark.parametrize("keys, said", [
+    (["reward_funcs=nosuch"], "reward_funcs: unknown reward 'nosuch'"),
+    (["reward_funcs=[length, nosuchmodule:f]"], "importing nosuchmodule failed: ModuleNotFoundError"),
+    (["reward_funcs=missing/rewards.py:f"], "reward_funcs: 'missing/rewards.py:f': no file"),
+    (["reward_funcs=length", "tools=[nosuchmodule]"], "tools: 'nosuchmodule': importing nosuchmodule failed"),
+    (["reward_funcs=length", "tools=[missing/tools.py:search]"], "tools: 'missing/tools.py:search': no file"),
+])
+def test_a_reward_or_tool_that_cannot_be_found_is_said_before_any_weights_load(keys, said, tiny, tmp_path,
+                                                                              monkeypatch, capsys):
+    """Hostile round 5 (issue 67): a mistyped reward or tool was said only after the model had loaded. Found (not
+    imported: a module's code runs once, when the objective is made) before the data and the weights are read; the
+    model's weight file here is cut short, so a check after the load would never speak."""
+    from steadytune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    base = tmp_path / "base"
+    shutil.copytree(tiny, base)
+    weights = base / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    data = prompts_dataset(tmp_path / "data")
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model_name_or_path: {base}\nstage: grpo\ndataset: sums\ndataset_dir: {data}\n"
+                   f"template: qwen\noutput_dir: {tmp_path / 'out'}\n", encoding="utf-8")
+    assert main(["train", str(run), *keys]) == 1
+    err = capsys.readouterr().err
+    assert said in err and "damaged" not in err and "Traceback" not in err
+
+
+def test_finding_a_reward_module_does_not_run_it(tmp_path, monkeypatch):
+    from steadytune.stages.rewards import check_reward_names
+
+    monkeypatch.chdir(tmp_path)
+    write_reward_module(tmp_path, "noisy", "open('ran.txt', 'w').write('x')\ndef f(p, c, **k):\n    return [1.0]\n")
+    check_reward_names(load_config(None, ["stage=grpo", "reward_funcs=[noisy:f, format]"]).method)
+    assert not (tmp_path / "ran.txt").exists()
 
 
 MISBEHAVING = {   # issue 54 class 2: a reward function is user code; each of these ends in one line naming it

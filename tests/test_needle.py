@@ -46,10 +46,12 @@ def test_the_grid_counts_each_cell_and_keeps_every_answer():
 
 
 def test_bad_needle_arguments_are_named():
-    with pytest.raises(UserError, match="--needle-depths: values must lie in 0..100"):
+    with pytest.raises(UserError, match="--needle-depths: values must be in 0..100"):
         parse_ints("0,150", "--needle-depths", 0, 100)
     with pytest.raises(UserError, match="--needle-lengths: expected a comma list"):
         parse_ints("4k", "--needle-lengths", 1)
+    with pytest.raises(UserError, match=r"--needle-lengths: values must be at least 1 \(got '0'\)"):
+        parse_ints("0", "--needle-lengths", 1)   # said "must lie in 1..any"
     tokenizer = build_tokenizer()
     with pytest.raises(UserError, match="too short to hold the needle"):
         needle_prompt(tokenizer, template_for(load_config(None, ["template=qwen"]), tokenizer), 20, 0, 0)
@@ -81,7 +83,8 @@ def test_eval_needle_writes_its_results_for_a_trained_adapter(tmp_path, sample_d
 def test_the_window_a_needle_may_reach_counts_rope_scaling():
     from types import SimpleNamespace
 
-    from steadytune.eval.needle import check_lengths, model_window
+    from steadytune.eval.needle import check_lengths
+    from steadytune.model.config_values import model_window
 
     assert model_window(SimpleNamespace(max_position_embeddings=4096)) == 4096
     assert model_window(SimpleNamespace(max_position_embeddings=32768, rope_scaling={"rope_type": "yarn",

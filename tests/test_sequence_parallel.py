@@ -153,3 +153,74 @@ def test_split_rows_under_zero3_train_as_one_process_does(tiny_qwen, sample_data
     assert done.returncode == 0, done.stderr[-3000:]
     assert "DeepSpeed ZeRO-3" in done.stdout and "cp_mode      ulysses" in done.stdout
     assert losses(tmp_path / "z3") == pytest.approx(single.losses, rel=1e-5)
+
+
+# --- hostile round 5 (issue 67): models whose layers a split row would compute wrongly ------------------------------
+
+def _text_config(model_type: str, **keys):
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(model_type, **keys)
+
+
+def test_a_model_whose_layers_cannot_run_on_a_slice_is_named():
+    """Only attention meets across the slices: a recurrent state, a window shorter than the examples, attention sinks
+    or soft-capped scores would be computed wrongly without a word (two processes trained a Qwen3.5 so)."""
+    from steadytune.model.tiny import TINY_CONFIGS
+
+    def spec(kind):
+        keys = dict(TINY_CONFIGS[kind])
+        return keys.pop("model_type"), keys
+
+    model_type, keys = spec("qwen3_5")
+    assert "2 gated DeltaNet" in cp.unsplittable(_text_config(model_type, **{**keys, "layer_types": [
+        "linear_attention"] * 2}), 64)
+    for kind in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):
+        assert "gated DeltaNet" in cp.unsplittable(_text_config(spec(kind)[0], **spec(kind)[1]), 64)
+    gemma4 = _text_config(spec("gemma4")[0], **{**spec("gemma4")[1], "vocab_size_per_layer_input": 512})
+    assert "sliding_attention layers attend within a window of 16 tokens" in cp.unsplittable(gemma4, 64)
+    assert cp.unsplittable(gemma4, 16) is None   # no example longer than the window: it changes nothing
+    assert "sliding-window layers" in cp.unsplittable(_text_config("mistral", sliding_window=32), 64)
+    assert "chunked_attention" in cp.unsplittable(_text_config("llama4_text", attention_chunk_size=32), 64)
+    assert "sinks" in cp.unsplittable(_text_config(spec("gpt_oss")[0], **spec("gpt_oss")[1]), 8)
+    assert "attn_logit_softcapping" in cp.unsplittable(_text_config("gemma2", sliding_window=4096), 64)
+    for kind in ("qwen2", "llama", "qwen3", "qwen3_moe"):
+        assert cp.unsplittable(_text_config(spec(kind)[0], **spec(kind)[1]), 4096) is None, kind
+
+
+def _damaged(folder):
+    """The model folder with its weight file cut short: a check that comes after the weights load never speaks."""
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    return folder
+
+
+@pytest.mark.parametrize("kind, keys, said", [
+    ("qwen3_5", ["cp_size=2"], "cp_size: 2 splits each row over processes, but its 1 gated DeltaNet"),
+    ("gemma4", ["cp_size=2", "--nproc=2"], "its sliding_attention layers attend within a window of 16 tokens"),
+    ("qwen2", ["cp_size=2"], "cp_size: 2 does not divide the 1 processes"),
+    ("qwen2", ["ep_size=2"], "ep_size: 2 splits a mixture of experts' routed experts, and this model has none"),
+    ("qwen3_moe", ["ep_size=2"], "ep_size: 2 does not divide the 1 processes"),
+    ("qwen3_moe", ["ep_size=2", "finetuning_type=full"], "ep_size: 2 does not divide the 1 processes"),
+    ("qwen3_5", ["sequence_tiling=true"], "sequence_tiling: true, but model type qwen3_5_text: tiled layers exist"),
+    ("qwen3_moe", ["sequence_tiling=true"], "sequence_tiling: true, but a mixture of experts' layers are not tiled"),
+    ("qwen2", ["sequence_tiling=true", "lora_dropout=0.1"], "sequence_tiling: true, but lora_dropout would need"),
+    ("qwen3_5", ["activation_offloading=true"], "activation_offloading: true, but the model is on the CPU"),
+])
+def test_layout_keys_are_refused_before_any_weights_load(kind, keys, said, sample_data_dir, tmp_path, capsys):
+    from steadytune.cli import main
+    from steadytune.model.tiny import save_tiny_model
+
+    base = _damaged(save_tiny_model(tmp_path / kind, kind))
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model_name_or_path: {base}\ndataset: alpaca_sample\ndataset_dir: {sample_data_dir}\n"
+                   f"template: qwen\noutput_dir: {tmp_path / 'out'}\n", encoding="utf-8")
+    if "--nproc=2" in keys:   # the check itself, as each of two processes makes it
+        from steadytune.train import check_layout_before_loading
+        with pytest.raises(UserError, match=said):
+            check_layout_before_loading(load_config(str(run), [k for k in keys if "=" in k and "--" not in k]), 2)
+        return
+    assert main(["train", str(run), *keys]) == 1
+    err = capsys.readouterr().err
+    assert said in err and "damaged" not in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

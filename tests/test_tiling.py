@@ -236,3 +236,18 @@ def test_examples_past_the_models_window_are_said_at_start(capsys):
     check_window(cfg, config, 700)
     assert cfg.decisions["context_window"]["value"] == 512
     assert "700 tokens, past the model's window of 512" in capsys.readouterr().err
+
+
+def test_the_window_counts_the_rope_scaling_of_the_models_own_config(capsys):
+    """Hostile round 5 (issue 67): a model whose config.json sets YaRN x4 (transformers applies it) was told its
+    examples past max_position_embeddings train 'at positions the model never saw (rope_scaling is not supported)'."""
+    from steadytune.training.long_context import check_window
+
+    cfg = load_config(None, ["cutoff_len=4096"])
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, "rope_theta": 10000.0}
+    config = build_model("qwen2", rope_parameters=yarn).config   # 512 positions x 4
+    check_window(cfg, config, 2000)
+    assert "context_window" not in cfg.decisions and capsys.readouterr().err == ""
+    check_window(cfg, config, 2100)
+    assert cfg.decisions["context_window"]["value"] == 2048
+    assert "window of 2,048 positions (max_position_embeddings 512 x the RoPE scaling" in capsys.readouterr().err

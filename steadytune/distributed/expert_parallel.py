@@ -44,20 +44,20 @@ class ExpertParallel:
         return f"routed experts split over {self.size} processes"
 
 
-def plan_expert_parallel(cfg, world: int, rank: int, model) -> ExpertParallel | None:
-    """ep_size for this run: checked against the model and the other keys, its groups made (every process makes every
-    group, in the same order); decisions recorded. None for ep_size 1."""
+def check_expert_parallel(cfg, world: int, model: torch.nn.Module | None = None) -> None:
+    """ep_size against the model (the loaded one, or its meta-device skeleton before any weights load; None: not known
+    here), the other keys and the process count: the checks that need no process group."""
     size = cfg.train.ep_size
     if size == 1:
-        return None
-    sites = expert_sites(model)
-    if not sites:
+        return
+    sites = expert_sites(model) if model is not None else None
+    if sites is not None and not sites:
         raise UserError(f"ep_size: {size} splits a mixture of experts' routed experts, and this model has none "
                         "(fused experts of transformers 5); set ep_size: 1")
     if world % size:
         raise UserError(f"ep_size: {size} does not divide the {world} processes; start a multiple of {size} (--nproc)")
-    experts = sites[0].experts.num_experts
-    if experts % size:
+    experts = sites[0].experts.num_experts if sites else None
+    if experts is not None and experts % size:
         raise UserError(f"ep_size: {size} does not divide the model's {experts} routed experts")
     blockers = {"finetuning_type": cfg.method.finetuning_type != "lora" and "the routed experts' base weights must "
                 "be frozen (finetuning_type: lora): a process holds only its slice of them",
@@ -70,6 +70,17 @@ def plan_expert_parallel(cfg, world: int, rank: int, model) -> ExpertParallel | 
     for key, why in blockers.items():
         if why:
             raise UserError(f"ep_size: {size} with {key}: {why}")
+
+
+def plan_expert_parallel(cfg, world: int, rank: int, model) -> ExpertParallel | None:
+    """ep_size for this run: checked against the model and the other keys, its groups made (every process makes every
+    group, in the same order); decisions recorded. None for ep_size 1."""
+    size = cfg.train.ep_size
+    if size == 1:
+        return None
+    check_expert_parallel(cfg, world, model)
+    sites = expert_sites(model)
+    experts = sites[0].experts.num_experts
     if not all(supported(site.experts) for site in sites):
         raise UserError(f"ep_size: {size}: these experts' forward is not one the grouped matmuls compute")
     import torch.distributed as dist   # lazy: only runs that split experts make groups

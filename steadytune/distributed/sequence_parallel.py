@@ -33,7 +33,7 @@ import torch
 
 from steadytune.data.encode import IGNORE_INDEX
 from steadytune.errors import UserError
-from steadytune.model.attention import PackingPlan
+from steadytune.model.attention import PackingPlan, unsplittable
 from steadytune.model.tiling import examples_of, tile_kernel, tile_segments
 
 CP_ATTENTION = "steadytune_cp"
@@ -97,13 +97,15 @@ def packing_for_sequence_parallel(cfg, packing: PackingPlan | None) -> PackingPl
     return plan
 
 
-def plan_sequence_parallel(cfg, world: int, rank: int, model_config) -> SequenceParallel | None:
-    """cp_size for this run: checked, its groups made (every process makes every group, in the same order), its mode
-    chosen; decisions recorded. None for cp_size 1."""
-    t = cfg.train
-    size = t.cp_size
+def check_sequence_parallel(cfg, world: int, model_config=None) -> None:
+    """cp_size against the model (its config; None: not known yet), the keys and the process count: the checks that
+    need no process group, run before any weights load and again when the groups are made."""
+    size = cfg.train.cp_size
     if size == 1:
-        return None
+        return
+    why = unsplittable(model_config, cfg.data.cutoff_len) if model_config is not None else None
+    if why:
+        raise UserError(f"cp_size: {size} splits each row over processes, but {why}; set cp_size: 1")
     if world % size:
         raise UserError(f"cp_size: {size} does not divide the {world} processes (each sequence is split over "
                         f"cp_size of them); start a multiple of {size} (--nproc)")
@@ -113,6 +115,16 @@ def plan_sequence_parallel(cfg, world: int, rank: int, model_config) -> Sequence
     if cfg.data.class_balance in ("loss", "both"):
         raise UserError("cp_size > 1 with class_balance loss weights: the weights need padded rows, sequence "
                         "parallelism one row a micro-batch; use class_balance: sampler")
+
+
+def plan_sequence_parallel(cfg, world: int, rank: int, model_config) -> SequenceParallel | None:
+    """cp_size for this run: checked, its groups made (every process makes every group, in the same order), its mode
+    chosen; decisions recorded. None for cp_size 1."""
+    t = cfg.train
+    size = t.cp_size
+    if size == 1:
+        return None
+    check_sequence_parallel(cfg, world, model_config)
     import torch.distributed as dist   # lazy: only runs that split sequences make groups
 
     heads = model_config.num_attention_heads

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 TOLERANCE = {"fp32": 5e-3, "bf16": 4e-2, "fp16": 1e-2}
 CHEAP_ALLOCATION_GIB = 1.0      # the start-up check's allocation: enough to pass an APU's carve-out, quick to fill
 FULL_ALLOCATION_SHARE = 0.8     # doctor --canary: this share of the free memory, in one block
+MIN_ALLOCATION_ELEMENTS = 2**18  # 1 MiB of int32: below it the block says nothing about the allocator
 
 
 @dataclass
@@ -125,6 +126,9 @@ def check_allocation(device: "torch.device", gib: float) -> CanaryResult:
     name = f"allocation {gib:.2f} GiB"
     count = int(gib * 2**30) // 4
     modulus = 65521   # prime: the pattern does not line up with page or block sizes
+    if count < MIN_ALLOCATION_ELEMENTS:   # (an empty block read back "exactly"; one below the tail's 4,096 "WRONG")
+        return CanaryResult(name, True, "", skipped=f"{gib * 1024:.2f} MiB to allocate (a quarter of the free memory "
+                                                    "at most) is too little to check; free GPU memory first")
     start = time.perf_counter()
     try:
         block = torch.arange(count, dtype=torch.int32, device=device).remainder_(modulus)
@@ -265,7 +269,7 @@ def check_triton_kernels(device: "torch.device") -> list[CanaryResult]:
         try:
             results += run(device)
         except Exception as e:   # a kernel that does not compile or launch is a failed check, not a crash of doctor
-            results.append(CanaryResult(f"triton: {name}", False, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}",
+            results.append(CanaryResult(f"triton: {name}", False, f"raised {type(e).__name__}: {str(e).splitlines()[0][:160]}",
                                         time.perf_counter() - start))
     return results
 
@@ -305,18 +309,30 @@ def run_canary(device: Optional["torch.device"] = None, cheap: bool = False,
     device = device or torch.device("cuda", torch.cuda.current_device())
     results = []
     for precision in precisions_for(device, run_precision):
-        results.append(check_matmul(device, precision, 512 if cheap else 1024))
-        results.append(check_attention(device, precision))
+        results.append(_guarded(f"matmul {precision}", lambda: check_matmul(device, precision, 512 if cheap else 1024)))
+        results.append(_guarded(f"attention (SDPA, causal) {precision}", lambda: check_attention(device, precision)))
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         gib = min(CHEAP_ALLOCATION_GIB, free / 2**30 / 4) if cheap else free * FULL_ALLOCATION_SHARE / 2**30
     else:
         gib = 1 / 64   # the CPU path (tests, a machine without GPU) checks the same arithmetic on a small block
-    results.append(check_allocation(device, gib))
+    results.append(_guarded("allocation", lambda: check_allocation(device, gib)))
     if not cheap:
         results += check_triton_kernels(device)
         results.append(check_allreduce_values(torch.cuda.device_count() if device.type == "cuda" else 0))
     return results
+
+
+def _guarded(name: str, check: Callable[[], CanaryResult]) -> CanaryResult:
+    """A check whose arithmetic raised ("HIP error: invalid device function" from a library without the arch's
+    kernels, a device that returns no data) is a failed check naming the error, as for the Triton kernels: not a
+    traceback out of doctor or train, and never a pass."""
+    start = time.perf_counter()
+    try:
+        return check()
+    except Exception as e:   # noqa: BLE001 - whatever the device raised is the finding
+        return CanaryResult(name, False, f"raised {type(e).__name__}: {' '.join(str(e).split())[:160]}",
+                            time.perf_counter() - start)
 
 
 def canary_findings(results: list[CanaryResult]) -> list[Finding]:
@@ -327,6 +343,13 @@ def canary_findings(results: list[CanaryResult]) -> list[Finding]:
             findings.append(Finding.info("canary", r.line()))
         elif r.ok:
             findings.append(Finding.info("canary", r.line()))
+        elif _raised(r):
+            findings.append(Finding.error("canary", r.line(),
+                                          "the check's arithmetic raised on the GPU instead of computing: a library "
+                                          "without this arch's kernels, a wrong HSA_OVERRIDE_GFX_VERSION or a driver "
+                                          "fault",
+                                          "steadytune doctor (the override and the arch's wheel), then steadytune doctor "
+                                          "--canary again; sudo dmesg | grep -i amdgpu for faults"))
         else:
             findings.append(Finding.error("canary", r.line(),
                                           "the GPU returned a wrong result without raising an error: a wrong "
@@ -337,12 +360,18 @@ def canary_findings(results: list[CanaryResult]) -> list[Finding]:
     return findings
 
 
+def _raised(result: CanaryResult) -> bool:
+    return not result.ok and result.detail.startswith("raised ")
+
+
 def failed_line(results: list[CanaryResult]) -> Optional[str]:
     """The one line `train` stops with, or None when every check passed."""
     wrong = [r for r in results if not r.ok and not r.skipped]
     if not wrong:
         return None
-    return ("the GPU computes wrong numbers without an error (" + "; ".join(r.line() for r in wrong) +
+    what = ("the GPU's arithmetic raised errors" if any(_raised(r) for r in wrong) else
+            "the GPU computes wrong numbers without an error")
+    return (what + " (" + "; ".join(r.line() for r in wrong) +
             "): run `steadytune doctor --canary` for every check, or pass --force to train anyway")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from steadytune.config import load_config
 from steadytune.doctor.canary import canary_on_this_machine
 from steadytune.doctor.cases import score_part, summary
-from steadytune.doctor.findings import findings_as_dicts, format_findings, has_errors
+from steadytune.doctor.findings import Finding, findings_as_dicts, format_findings, has_errors
 from steadytune.doctor.live import diagnose_this_machine
 from steadytune.doctor.offline import MAX_SAVED_BYTES, RUN_MANIFEST, machine_info, run_folder_files, run_offline_checks
 from steadytune.doctor.plan import train_plan_findings
@@ -131,6 +131,7 @@ def _run(args: argparse.Namespace, scratch: Path) -> int:
     if paths:
         mode = "offline"
         gpu_records, findings = run_offline_checks(paths, expected, cfg)
+        findings += _live_only_flags(args)
         usable = {g.index: g.usable_memory_gib for g in (machine_info(gpu_records) or _NoInfo()).gpus}
         gpus = [{**{k: getattr(g, k) for k in ("index", "vendor", "name", "arch", "arch_source", "memory_gib",
                                                 "integrated", "uuid", "bus_id", "hip_id", "nominal_memory_gib")},
@@ -156,6 +157,21 @@ def _run(args: argparse.Namespace, scratch: Path) -> int:
     else:
         print(f"{title}\n\n{_gpu_table(gpus)}\n\n{format_findings(findings)}")
     return exit_code
+
+
+# Flags whose checks run on this machine's GPUs and network: with saved outputs they do not run, which is said (a
+# `doctor --canary --from out.txt` answered on the saved outputs alone, exit 0, as if the canary had passed).
+LIVE_ONLY_FLAGS = {"canary": "--canary", "allreduce": "--allreduce", "attention_bench": "--attention-bench",
+                   "deepspeed_ops": "--deepspeed-ops", "nodes": "--nodes"}
+
+
+def _live_only_flags(args: argparse.Namespace) -> list[Finding]:
+    given = [flag for key, flag in LIVE_ONLY_FLAGS.items() if getattr(args, key, None) not in (None, False)]
+    if not given:
+        return []
+    return [Finding.warn("saved-outputs", f"{', '.join(given)} not run: {'it checks' if len(given) == 1 else 'they check'}"
+                         " this machine, and the other findings read saved outputs only",
+                         fix=f"run `steadytune doctor {' '.join(given)}` on the machine itself")]
 
 
 class _NoInfo:

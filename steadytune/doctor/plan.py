@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Optional
 
 from steadytune.config import RunConfig
 from steadytune.doctor.findings import Finding
+from steadytune.errors import UserError
 from steadytune.hardware import moe_shape as moe
 from steadytune.hardware.long_context import (
     DEFAULT_LEVER_TILE,
@@ -120,8 +121,10 @@ def model_config_for(cfg: "RunConfig"):
     from steadytune.model.shapes import SHAPES
     name = cfg.model.model_name_or_path or ""
     if name and (Path(name) / "config.json").is_file():
-        from transformers import AutoConfig
-        config = AutoConfig.from_pretrained(name, local_files_only=True)
+        from steadytune.model.config_values import read_config   # lazy: transformers
+        config = read_config(name, {"local_files_only": True})   # a field train refuses: the same line, raised
+        if config is None:
+            return None
         text = config.get_text_config()
         if text is not config:   # a vision-language model: its language model's sizes (the vision tower not counted)
             return text, f"{name} (its language model; the vision tower and projector are not counted)"
@@ -386,8 +389,33 @@ def train_plan_findings(info: "HardwareInfo", check: str, cfg: Optional["RunConf
             findings += quantization_findings(info, cfg, check, offline)
             findings += moe_findings(info, cfg, check)
             findings += fp8_findings(info, cfg, check)
+            findings += layout_findings(cfg, check)
     except ImportError as e:   # torch or transformers missing here: the saved machine's plan is still partly known
         findings.append(Finding.info(check, f"packing and gradient checkpointing not evaluated here ({e})"))
+    except UserError as e:     # what train refuses before anything loads (a config.json field): said as train says it
+        findings.append(Finding.error(check, str(e), fix="fix the model folder's config.json"))
+    return findings
+
+
+def layout_findings(cfg: "RunConfig", check: str) -> list[Finding]:
+    """train's refusals of cp_size and sequence_tiling on this model (check_layout_before_loading), as errors."""
+    model = model_config_for(cfg)
+    if model is None:
+        return []
+    from steadytune.model.attention import unsplittable  # lazy: loads torch; doctor runs where torch does not import
+    from steadytune.model.load import model_skeleton  # lazy: loads torch
+    from steadytune.model.tiling import tiling_blocker  # lazy: loads torch
+    config, _ = model
+    findings = []
+    t = cfg.train
+    why = unsplittable(config, cfg.data.cutoff_len) if t.cp_size > 1 else None
+    if why:
+        findings.append(Finding.error(check, f"cp_size: {t.cp_size} splits each row over processes, but {why}",
+                                      fix="set cp_size: 1"))
+    skeleton = model_skeleton(cfg.model) if t.sequence_tiling else None
+    blocker = tiling_blocker(skeleton, cfg.method.lora_dropout) if skeleton is not None else None
+    if blocker:
+        findings.append(Finding.error(check, f"sequence_tiling: true, but {blocker}", fix="set sequence_tiling: false"))
     return findings
 
 
@@ -413,12 +441,14 @@ def long_context_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, of
         return []
     config, label = model
     findings = []
-    window = getattr(config, "max_position_embeddings", None)
+    from steadytune.model.attention import unsplittable   # lazy: model.attention loads torch
+    from steadytune.model.config_values import model_window   # lazy: transformers
+    window = model_window(config)   # max_position_embeddings x the RoPE scaling of its config.json, as train counts it
     if window and cfg.data.cutoff_len > window:
         findings.append(Finding.warn(check, f"cutoff_len {cfg.data.cutoff_len:,} is longer than {label}'s window "
                                             f"({window:,} positions)",
                                      "examples longer than the window train at positions the model never saw "
-                                     "(rope_scaling is not supported); train says so at start and counts them",
+                                     "(the rope_scaling key is not supported); train says so at start and counts them",
                                      f"cutoff_len: {window}"))
     if gpu is None or not gpu.budget_gib:
         return findings
@@ -444,6 +474,7 @@ def long_context_findings(info: "HardwareInfo", cfg: "RunConfig", check: str, of
         else:
             findings.append(Finding.warn(check, f"{tokens:,} tokens a micro-batch do not fit {budget:g} GiB with any "
                                                 "lever here", f"the levers' longest: {levers}",
-                                         "lower cutoff_len (or max_tokens_per_batch), or split the sequence over "
-                                         "GPUs with cp_size"))
+                                         "lower cutoff_len (or max_tokens_per_batch)" + (
+                                             "" if unsplittable(config, cfg.data.cutoff_len) else
+                                             ", or split the sequence over GPUs with cp_size")))
     return findings

@@ -140,18 +140,6 @@ def format_needle(results: dict) -> str:
 MAX_PAST_WINDOW = 4
 
 
-def model_window(config: Any) -> int | None:
-    """The positions a model reads: max_position_embeddings, times a RoPE scaling factor where its config sets one
-    (rope_scaling, or transformers 5's rope_parameters)."""
-    window = getattr(config, "max_position_embeddings", None)
-    if not isinstance(window, int) or window <= 0:
-        return None
-    factors = [getattr(config, key, None) for key in ("rope_scaling", "rope_parameters")]
-    factor = max([f.get("factor") for f in factors if isinstance(f, dict) and isinstance(f.get("factor"), (int, float))]
-                 or [1.0])
-    return int(window * max(factor, 1.0))
-
-
 def check_lengths(lengths: Sequence[int], window: int | None) -> None:
     """Lengths past MAX_PAST_WINDOW times the model's window are refused, naming the longest one accepted."""
     if not window:
@@ -170,5 +158,6 @@ def parse_ints(text: str, name: str, low: int = 0, high: int | None = None) -> l
         raise UserError(f"{name}: expected a comma list of whole numbers, got {text!r}") from None
     bad = [v for v in values if v < low or (high is not None and v > high)]
     if not values or bad:
-        raise UserError(f"{name}: values must lie in {low}..{high if high is not None else 'any'} (got {text!r})")
+        bound = f"in {low}..{high}" if high is not None else f"at least {low}"
+        raise UserError(f"{name}: values must be {bound} (got {text!r})")
     return values

@@ -245,3 +245,34 @@ def eager_only_reason(model_name_or_path: str) -> str | None:
     if model_type is None and isinstance(config, dict):
         model_type = (config.get("text_config") or {}).get("model_type")
     return EAGER_ONLY_MODEL_TYPES.get(model_type)
+
+
+def unsplittable(model_config, cutoff_len: int) -> str | None:
+    """Why this model's layers cannot run on a slice of the row under sequence parallelism (cp_size), or None. Only
+    attention meets across the slices (distributed/sequence_parallel.cp_attention_forward); it takes queries, keys and
+    values and nothing else, so a layer that carries a state along the row, attends through a window, or adds its own
+    terms to the scores would be computed wrongly, and silently:
+    - gated DeltaNet (linear-attention) layers: each process's slice would start from an empty recurrent state and
+      conv window, and examples inside a slice would run into each other (no cu_seq_lens reach them);
+    - sliding-window (or chunked) layers where an example can be longer than the window: the split rows' attention
+      attends the whole example;
+    - attention sinks (gpt-oss, eager attention only) and score soft-capping (Gemma 2): terms it does not add."""
+    types = list(getattr(model_config, "layer_types", None) or [])
+    linear = sum(1 for kind in types if kind == "linear_attention")
+    if linear:
+        return (f"its {linear} gated DeltaNet (linear-attention) layers carry a recurrent state along the row, which "
+                "a slice would start empty (sequence parallelism exchanges only attention between the processes)")
+    eager = EAGER_ONLY_MODEL_TYPES.get(getattr(model_config, "model_type", None))
+    if eager:
+        return f"{eager}, which the split rows' attention does not compute"
+    if getattr(model_config, "attn_logit_softcapping", None):
+        return "its attention soft-caps the scores (attn_logit_softcapping), which the split rows' attention does not"
+    windowed = sorted({kind for kind in types if kind not in ("full_attention", "linear_attention")})
+    sliding = getattr(model_config, "sliding_window", None)
+    if not types and isinstance(sliding, int):   # Mistral, Mixtral: no layer_types, every layer slides
+        windowed = ["sliding-window"]
+    window = getattr(model_config, "attention_chunk_size", None) if "chunked_attention" in windowed else sliding
+    if windowed and (not isinstance(window, int) or window < cutoff_len):
+        return (f"its {', '.join(windowed)} layers attend within a window of {window} tokens, shorter than cutoff_len "
+                f"{cutoff_len}, and the split rows' attention attends the whole example")
+    return None

@@ -27,6 +27,7 @@ from torch import nn
 from steadytune.config import ModelArguments
 from steadytune.errors import UserError
 from steadytune.model.anatomy import CAUSAL_LM, SEQUENCE_SCORE, auto_model_class
+from steadytune.model.config_values import read_config
 from steadytune.model.linear_attention import keep_packed_sequences_apart
 from steadytune.model.moe.quantized_load import check_four_bit_experts, four_bit_experts_loading
 from steadytune.model.quantize import is_quantized, quantized_load_kwargs, skip_narrow_repacking
@@ -281,6 +282,7 @@ def load_tokenizer(model_args: ModelArguments):
     from transformers import AutoTokenizer
 
     path, common = _resolved_source(model_args)
+    read_config(path, common)   # a config.json value transformers refuses or would build a wrong model from: one line
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **common)
     except (OSError, ValueError) as e:
@@ -365,15 +367,24 @@ def model_skeleton(model_args: ModelArguments, task: str = CAUSAL_LM) -> Optiona
     weight read, for checks that should stop a run before its weights load. None where that cannot be had here (a hub
     id not downloaded, a model that needs its own code, a config transformers cannot build): the checks then wait
     for the loaded model."""
+    config = model_config_before_loading(model_args)
+    if config is None:
+        return None
+    try:
+        with torch.device("meta"):
+            return auto_model_class(task, config).from_config(config)
+    except (OSError, ValueError, KeyError, TypeError, ImportError, AttributeError):
+        return None
+
+
+def model_config_before_loading(model_args: ModelArguments):
+    """transformers' config of the model (layer_types and other derived fields filled in), read without any weight,
+    or None where it cannot be had here (as model_skeleton)."""
     if model_args.trust_remote_code:
         return None   # its own code runs once, when the model loads
     try:
         path, common = _resolved_source(model_args)
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(path, **common)
-        with torch.device("meta"):
-            return auto_model_class(task, config).from_config(config)
+        return read_config(path, common)
     except (UserError, OSError, ValueError, KeyError, TypeError, ImportError, AttributeError):
         return None
 

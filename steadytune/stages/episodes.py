@@ -33,7 +33,8 @@ from steadytune.data.templates import Template
 from steadytune.data.tools import read_calls
 from steadytune.errors import RunInterrupted, UserError
 from steadytune.model.decode.sampling import mix_key
-from steadytune.stages.user_code import UserCodeTimeout, deadline, load_module, load_user_function, public_functions
+from steadytune.stages.user_code import (UserCodeTimeout, deadline, find_module, find_user_entry, load_module,
+                                         load_user_function, public_functions)
 
 
 @dataclass
@@ -136,6 +137,19 @@ def _message(error: BaseException) -> str:
         return " ".join(str(error).split())[:200]
     except Exception:   # noqa: BLE001
         return "(its message cannot be shown)"
+
+
+def check_tools_found(entries: Any) -> None:
+    """`tools` before the data and the weights load: each entry a module or file that exists (not yet imported: its
+    code runs once, in load_toolbox)."""
+    if not entries:
+        return
+    for entry in [e.strip() for e in entries.split(",")] if isinstance(entries, str) else list(entries):
+        entry = str(entry)
+        if ":" in entry and not _is_windows_path(entry):
+            find_user_entry(entry, "tools")
+        else:
+            find_module(entry, "tools", entry)
 
 
 def load_toolbox(entries: Any, timeout: float) -> Optional[Toolbox]:

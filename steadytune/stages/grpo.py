@@ -42,7 +42,6 @@ functions.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import sys
@@ -67,7 +66,7 @@ from steadytune.model.vision import is_vision_model
 from steadytune.stages import evaluation
 from steadytune.stages.base import Stage, StepAhead
 from steadytune.stages.batches import _PaddedWithSegments
-from steadytune.stages.episodes import Generated, load_toolbox, run_episodes
+from steadytune.stages.episodes import Generated, check_tools_found, load_toolbox, run_episodes
 from steadytune.stages.grpo_losses import LossSettings, clip_metric_names, clip_metrics, per_token_loss, summed_loss
 from steadytune.stages.grpo_rollout import (
     RollOut,
@@ -83,7 +82,7 @@ from steadytune.stages.grpo_rollout import (
 from steadytune.stages.logprobs import answer_logprobs, token_logprobs
 from steadytune.stages.objectives import MetricSums, disable_dropout
 from steadytune.stages.reference import build_reference
-from steadytune.stages.rewards import group_advantages, load_reward_functions, nanstd
+from steadytune.stages.rewards import check_reward_names, group_advantages, load_reward_functions, nanstd
 from steadytune.stages.rollout_ahead import Background, Pending, choose_async, usable
 from steadytune.stages.vision_rollout import generate_with_images, pixel_source
 from steadytune.training.batches import to_device
@@ -602,6 +601,14 @@ def evaluate_during_training(cfg: RunConfig, accelerator, objective, data, token
                                         cfg.train.per_device_eval_batch_size, device, accelerator.autocast)
 
 
-GRPO = Stage(name="grpo", model_task=CAUSAL_LM, prepare_data=functools.partial(prepare_datasets, kind=PROMPTS),
+def prepare_prompts(cfg: RunConfig, tokenizer, processor=None):
+    """The prompts, after the reward functions and tools named are found (a mistyped name was said only after the
+    model had loaded); their code is imported once, when the objective is made."""
+    check_reward_names(cfg.method)
+    check_tools_found(cfg.method.tools)
+    return prepare_datasets(cfg, tokenizer, kind=PROMPTS, processor=processor)
+
+
+GRPO = Stage(name="grpo", model_task=CAUSAL_LM, prepare_data=prepare_prompts,
              make_collator=make_collator, count_units=count_units, count_tokens=count_completion_tokens,
              make_objective=make_objective, evaluate=evaluate_during_training, roll_out=roll_out)

@@ -44,7 +44,7 @@ import torch
 from steadytune.config import ConfigError, show_value
 from steadytune.errors import RunInterrupted, UserError
 from steadytune.eval.scoring import match_label
-from steadytune.stages.user_code import UserCodeTimeout, deadline, load_user_function
+from steadytune.stages.user_code import UserCodeTimeout, deadline, find_user_entry, load_user_function
 from steadytune.training.folder_config import is_user_function
 
 BUILTIN_REWARDS = ("accuracy", "format", "label", "length", "soft_overlong_punishment")
@@ -191,6 +191,18 @@ def soft_overlong_punishment(max_completion_length: int, soft_punish_cache: int)
 def default_punish_cache(m) -> int:
     """soft_punish_cache unset: a fifth of max_completion_length (DAPO's 4,096 of 20,480), at least one token."""
     return max(1, m.max_completion_length // 5)
+
+
+def check_reward_names(m) -> None:
+    """reward_funcs before the data and the weights load: each a built-in, or a module or file that exists (not yet
+    imported: its code runs once, in load_reward_functions)."""
+    for name in m.reward_funcs or []:
+        name = str(name)
+        if is_user_function(name):
+            find_user_entry(name, "reward_funcs")
+        elif name not in BUILTIN_REWARDS:
+            raise ConfigError(f"reward_funcs: unknown reward {name!r}; built-ins are {', '.join(BUILTIN_REWARDS)}, "
+                              "your own functions are module:function")
 
 
 def load_reward_functions(m, label_names: Optional[Sequence[str]]) -> list[RewardFunction]:

@@ -57,6 +57,39 @@ def load_module(where: str, key: str, entry: str) -> types.ModuleType:
         raise ConfigError(f"{key}: {entry!r}: importing {where} failed: {type(e).__name__}: {e}") from None
 
 
+def find_module(where: str, key: str, entry: str) -> None:
+    """That `where` names a file or an importable module, without running its code (load_module runs it, once, when
+    the stage's objective is made after the model loads): a mistyped name is said before any weights load. A dotted
+    name's parent packages are imported to find it, as Python's import system must."""
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        path = Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(f"{key}: {entry!r}: no file {path}")
+        return
+    cwd = str(Path.cwd())
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        found = importlib.util.find_spec(where)
+    except Exception as e:  # noqa: BLE001 - a parent package failed to import: said as load_module says it
+        raise ConfigError(f"{key}: {entry!r}: importing {where} failed: {type(e).__name__}: {e}") from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    if found is None:
+        raise ConfigError(f"{key}: {entry!r}: importing {where} failed: ModuleNotFoundError: No module named "
+                          f"{where!r}")
+
+
+def find_user_entry(spec: str, key: str) -> None:
+    """find_module for a `module:function` entry (its function is looked up when the module is imported)."""
+    where, _, attribute = str(spec).rpartition(":")
+    if not where or not attribute:
+        raise ConfigError(f"{key}: {spec!r} is not module:function")
+    find_module(where, key, spec)
+
+
 def load_user_function(spec: str, key: str) -> Callable:
     """`module:function` or `path/to/file.py:function` -> the callable; a ConfigError naming `key` and the entry."""
     where, _, attribute = str(spec).rpartition(":")

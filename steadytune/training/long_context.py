@@ -25,7 +25,8 @@ from steadytune.hardware.memory import held_gib
 from steadytune.hardware.moe_shape import moe_shape
 from steadytune.hardware.unified_memory import system_memory_gib
 from steadytune.model.anatomy import text_config
-from steadytune.model.offload import offload_activations
+from steadytune.model.config_values import model_window
+from steadytune.model.offload import offload_activations, offloading_blocker
 from steadytune.model.tiling import attach_tiling, tiling_blocker
 
 # Below this many tokens a micro-batch never needs the long-context plan printed (a cutoff_len users raise on
@@ -62,6 +63,29 @@ def kernel_blocker(model) -> str | None:
     return None if name is not None else f"no flash tile-attention kernel passed its check here ({why})"
 
 
+def check_tiling_before_loading(cfg: RunConfig, skeleton, fsdp: bool) -> None:
+    """sequence_tiling: true on a model (its meta-device skeleton; None: not known here) or with keys it cannot be
+    tiled under: one line before any weights load (decide_tiling says the same on the loaded model)."""
+    if not cfg.train.sequence_tiling:
+        return
+    blocker = ((tiling_blocker(skeleton, cfg.method.lora_dropout) if skeleton is not None else None)
+               or sharding_blocker(cfg, fsdp))
+    if blocker:
+        raise UserError(f"sequence_tiling: true, but {blocker}; set sequence_tiling: false")
+
+
+def check_offloading_before_loading(cfg: RunConfig, backend: str, fsdp: bool) -> None:
+    """activation_offloading: true where it cannot run whatever the model (a CPU or MPS run, DeepSpeed, FSDP): one
+    line before any weights load (the speed plan says the same on the loaded model, and about checkpointing)."""
+    if not cfg.train.activation_offloading:
+        return
+    device = torch.device("cuda" if backend in ("cuda", "rocm") else backend)   # ROCm's torch device is cuda too
+    sharded = "DeepSpeed" if cfg.method.deepspeed else ("FSDP" if fsdp else None)
+    blocker = offloading_blocker(device, checkpointing=True, sharded=sharded)
+    if blocker:
+        raise UserError(f"activation_offloading: true, but {blocker}; set activation_offloading: false")
+
+
 def decide_tiling(cfg: RunConfig, model, tokens: int, budget_gib: float | None, state_gib: float,
                   fsdp: bool) -> tuple[bool, str]:
     """sequence_tiling as asked, or by default where gradient checkpointing alone would not fit a micro-batch of
@@ -89,13 +113,16 @@ def decide_tiling(cfg: RunConfig, model, tokens: int, budget_gib: float | None, 
 
 
 def check_window(cfg: RunConfig, config, longest: int) -> None:
-    """Examples longer than the model's window (max_position_embeddings) train at positions it never saw
-    (rope_scaling is not supported): said at start, recorded, never silent."""
-    window = getattr(config, "max_position_embeddings", None)
+    """Examples longer than the model's window (max_position_embeddings, times the RoPE scaling factor its own config
+    sets, which transformers applies) train at positions it never saw: said at start, recorded, never silent."""
+    window = model_window(config)
     if window and longest > window:
+        scaled = window != config.max_position_embeddings
+        how = (f"max_position_embeddings {config.max_position_embeddings:,} x the RoPE scaling factor of its "
+               "config.json" if scaled else "max_position_embeddings; the rope_scaling key is not supported")
         message = (f"the longest training example has {longest:,} tokens, past the model's window of {window:,} "
-                   f"positions (cutoff_len {cfg.data.cutoff_len:,}): its later tokens train at positions the model "
-                   "never saw (rope_scaling is not supported); lower cutoff_len to the window to keep inside it")
+                   f"positions ({how}; cutoff_len {cfg.data.cutoff_len:,}): its later tokens train at positions the "
+                   "model never saw; lower cutoff_len to the window to keep inside it")
         print(f"warning: {message}", file=sys.stderr, flush=True)
         cfg.decide("context_window", window, message)
 
