@@ -739,7 +739,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
         else:
             raw[key] = value
     raw, notes = as_our_keys(raw, where)
-    cfg = build_config(raw, where)
+    cfg = build_config(raw, where, given_on_command_line=set(extra) if path is not None else set())
     for key, value, why in notes:
         cfg.decide(key, value, why)
     cfg.source = str(path) if path is not None else None
@@ -755,11 +755,17 @@ def as_our_keys(raw: dict, where: str) -> tuple[dict, list[tuple[str, Any, str]]
     return translate_v1(raw, where, parse_text=parse_yaml)
 
 
-def build_config(raw: dict, where: str = "config") -> RunConfig:
+def build_config(raw: dict, where: str = "config", given_on_command_line: set[str] = frozenset()) -> RunConfig:
+    """`where` names the file in messages; a key in `given_on_command_line` is named as the command line's (its value
+    replaced the file's, so the file is not where to look)."""
+    file_where = where
     sections: dict[str, dict] = {name: {} for name in SECTION_TYPES}
+    key_where: dict[str, str] = {}
     user_keys: set[str] = set()
     for key, value in raw.items():
         key = str(key)
+        where = "command line" if key in given_on_command_line else file_where
+        key_where[key] = where
         if key in UNSUPPORTED_KEYS:
             raise ConfigError(f"{where}: not supported: {key} ({UNSUPPORTED_KEYS[key]})")
         if key in NESTED_SECTIONS:
@@ -788,10 +794,11 @@ def build_config(raw: dict, where: str = "config") -> RunConfig:
         for f in dataclasses.fields(cls):
             if f.name in sections[name]:
                 label = f"{name}.{f.name}" if name in NESTED_SECTIONS else f.name
-                values[f.name] = _coerce(f, sections[name][f.name], where, label)
+                values[f.name] = _coerce(f, sections[name][f.name], key_where.get(name if name in NESTED_SECTIONS
+                                                                                   else f.name, file_where), label)
         built[name] = cls(**values)
     cfg = RunConfig(**built, user_keys=user_keys)
-    _check_cross_field(cfg, where)
+    _check_cross_field(cfg, file_where)
     record_lf_decisions(cfg)
     return cfg
 

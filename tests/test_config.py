@@ -1,5 +1,6 @@
 """Config: LLaMA-Factory keys load with their meaning; bad keys and values fail naming the key."""
 
+import re
 import time
 from pathlib import Path
 
@@ -319,3 +320,14 @@ def test_deeply_nested_json_configs_are_one_line(tmp_path):
         read_deepspeed_file(deep)
     with pytest.raises(UserError, match=f"fsdp_config: {deep}: cannot read"):
         read_fsdp_keys(load_config(None, {"fsdp": "full_shard", "fsdp_config": str(deep)}).train)
+
+
+def test_a_bad_value_given_on_the_command_line_is_named_as_the_command_lines(tmp_path):
+    """`steadytune export run/ export_format=ggml` said the run's run_config.yaml held the bad value."""
+    path = tmp_path / "run.yaml"
+    path.write_text("model_name_or_path: some/model\nlearning_rate: 1.0e-4\n")
+    with pytest.raises(ConfigError, match=r"^command line: export_format: invalid value 'ggml'"):
+        load_config(path, ["export_format=ggml"])
+    path.write_text("model_name_or_path: some/model\nexport_format: ggml\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: export_format: invalid value 'ggml'"):
+        load_config(path, ["learning_rate=2e-4"])
