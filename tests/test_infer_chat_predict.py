@@ -212,3 +212,14 @@ def test_llamafactory_inference_examples_run_with_the_model_path_changed(runs, t
                                      f"model_name_or_path={runs['qwen3']}", "--greedy", "max_new_tokens=3", stdin="hi\n")
     # qwen3_vl's text slots are Qwen3's: a text conversation runs with the template as LLaMA-Factory builds it
     assert code == 0 and len(out.splitlines()) == 1, err
+
+
+def test_predict_refuses_a_prompt_past_the_models_window_naming_its_row(runs, tmp_path, capsys):
+    """A prompt longer than the model's positions was generated from silently (an answer read where the model never
+    trained)."""
+    rows = write_jsonl(tmp_path / "long.jsonl", [{"prompt": "hello"}, {"prompt": "word " * 2000}])
+    out = tmp_path / "o.jsonl"
+    assert main(["predict", str(runs["generation"]), "--input", str(rows), "--output", str(out),
+                 "max_new_tokens=4"]) == 1
+    err = capsys.readouterr().err
+    assert "long.jsonl line 2" in err and "positions" in err and not out.exists()

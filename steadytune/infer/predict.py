@@ -161,6 +161,7 @@ def predict_rows(run_, rows, text_column: str | None = None, batch_size: int | N
 
     sampling = sampling_of(cfg, sample_by_default=False)
     prompts = [_prompt_ids(row, template, tokenizer, text_column) for row in rows]
+    check_prompts_fit(rows, prompts, model.config, sampling.max_new_tokens)
     counts = [0] * len(prompts)
     answers = generate_texts(model, tokenizer, prompts, sampling.max_new_tokens, batch_size,
                              stop_token_ids(template, tokenizer), progress=True, sampling=sampling.generate_kwargs(),
@@ -285,6 +286,28 @@ def _messages_of(row, column: str | None) -> tuple[list[dict], str | None]:
     if column == "instruction" and data.get("input"):
         text = f"{text}\n{data['input']}"
     return [{"role": "user", "content": text}], system
+
+
+def check_prompts_fit(rows, prompts: list[list[int]], config, max_new_tokens: int) -> None:
+    """A prompt at or past the model's window is refused, naming its row: the answer would be read at positions the
+    model never trained on (noise), and cutting the prompt would answer another question. One whose answer may run
+    past the window is said once: its generation stops early or degrades there."""
+    # lazy: model.config_values loads transformers; `--help` answers without loading it
+    from steadytune.model.config_values import model_window
+
+    window = model_window(config.get_text_config() if hasattr(config, "get_text_config") else config)
+    if window is None:
+        return
+    too_long = [(row, len(ids)) for row, ids in zip(rows, prompts) if len(ids) >= window]
+    if too_long:
+        row, length = too_long[0]
+        others = f" ({len(too_long) - 1} more row(s) like it)" if len(too_long) > 1 else ""
+        raise DataError(f"{row.where}: the prompt is {length:,} tokens, but the model reads {window:,} positions; "
+                        f"shorten the row or remove it{others}")
+    near = sum(len(ids) + max_new_tokens > window for ids in prompts)
+    if near:
+        print(f"warning: {near} prompt(s) leave fewer than max_new_tokens {max_new_tokens:,} positions of the "
+              f"model's {window:,}; their answers may stop early", flush=True)
 
 
 def _prompt_ids(row, template, tokenizer, column: str | None) -> list[int]:
