@@ -270,7 +270,7 @@ def _parameters(body: str) -> list[tuple[str, str]]:
 
 
 def _default_calls(text: str) -> list[tuple[str, str]]:
-    """re.findall(r"Action:\s*([a-zA-Z0-9_]+)\s*Action Input:\s*(.+?)(?=\s*Action:|\s*$)", text, re.DOTALL) (LLaMA-
+    r"""re.findall(r"Action:\s*([a-zA-Z0-9_]+)\s*Action Input:\s*(.+?)(?=\s*Action:|\s*$)", text, re.DOTALL) (LLaMA-
     Factory's default-format extractor), in linear time."""
     found, at, n = [], 0, len(text)
     while (start := text.find("Action:", at)) >= 0:

@@ -19,7 +19,7 @@ class LayerShape:
     heads: int
     head_dim: int
     kv_heads: int
-    intermediate: int
+    intermediate: int       # the dense MLP's width; 0 for a layer of experts
 
 
 def _uniform(config, name: str):
@@ -44,7 +44,9 @@ def layer_shapes(config) -> list[LayerShape]:
             # transformers before the per-layer views: Gemma 4's full layers say their own size apart
             head_dim = getattr(config, "global_head_dim", None) or head_dim
             kv = getattr(config, "num_global_key_value_heads", None) or kv
-        inter = getattr(layer, "intermediate_size", None) or config.intermediate_size
+        # a mixture of experts has no dense width (0 here: hardware/moe_shape.py counts its experts)
+        inter = getattr(layer, "intermediate_size", None) or (
+            getattr(config, "intermediate_size", None) if views is None else None) or 0
         shapes.append(LayerShape(heads, head_dim, kv, inter))
     return shapes
 
