@@ -51,6 +51,25 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
                      "falls back to the CPU",
                      "configure with -DGGML_HIP=ON (llama-cpp-python: CMAKE_ARGS=\"-DGGML_HIP=on\" pip install "
                      "--force-reinstall --no-cache-dir llama-cpp-python), with -DAMDGPU_TARGETS=<your gfx>", [], errors)
+    retired = ctx.sheet.first("retired_option")
+    if retired is not None:
+        # the build command itself names an option llama.cpp no longer reads: whatever follows runs on the CPU
+        new = retired.detail
+        diagnosis = _make("torch-build", f"llama.cpp's {retired.value} option is retired",
+                     f"llama.cpp renamed {retired.value} to {new}; a build given the old name ignores it and builds "
+                     "for the CPU only",
+                     f"configure with -D{new}=on instead (llama-cpp-python: CMAKE_ARGS=\"-D{new}=on\" pip install "
+                     "--force-reinstall --no-cache-dir llama-cpp-python)" +
+                     (", with -DAMDGPU_TARGETS=<your gfx>" if new == "GGML_HIP" else ""),
+                     [retired], errors or _symptom_lines(ctx, [retired]),
+                     # likely, not settled: the old names were right for the releases before the rename, and the
+                     # paste rarely says which llama.cpp it builds; a cause the facts settle goes first
+                     confirmed=False)
+        if ctx.sheet.machine_archs and re.search(r"AMDGPU_TARGETS|GPU_TARGETS|HSA_OVERRIDE", "\n".join(ctx.sheet.lines)):
+            # the paste is about which GPU arch the build targets (its targets or an override beside the GPU's own
+            # arch): that reading comes first, the option's name after it
+            diagnosis.rank = family("arch-missing").rank + 1
+        return diagnosis
     cpu = re.search(r"xFormers was built for:?\s*PyTorch (\S+)\+(cu\d+).{0,40}\(you have (\S+)\+cpu\)",
                     " ".join(ctx.sheet.lines))
     if cpu:
@@ -181,6 +200,14 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "pip install -U 'bitsandbytes>=0.49' or build the multi-backend bitsandbytes from source "
                      "(cmake -DCOMPUTE_BACKEND=hip -S . && make && pip install .); python -m bitsandbytes shows what "
                      "it loads", [ctx.line_fact(errors[0])], errors)
+    bits = ctx.sheet.first("python_bits")
+    if bits is not None:   # no wheel for any version: the Python itself is 32-bit, and the wheels are 64-bit only
+        return _make("wheel-platform", "a 32-bit Python",
+                     "this Python is a 32-bit build; torch and the other ML packages publish 64-bit wheels only, so "
+                     "pip finds none (or only ancient source releases)",
+                     "install a 64-bit Python (the x86-64 installer from python.org, or conda/uv) and make a fresh "
+                     "environment with it; python -c 'import struct; print(struct.calcsize(\"P\") * 8)' must print 64",
+                     [bits, ctx.line_fact(errors[0])], errors)
     m = _WHEEL.search(text)
     if m:
         tag, platform = m.group(3), m.group(5)
