@@ -12,6 +12,8 @@ from steadytune.doctor.rules.base import (
     Context,
     _cuda_index_for_driver,
     Diagnosis,
+    _first,
+    _lines_matching,
     _make,
     _NVIDIA_DRIVER,
     _nvidia_gpu,
@@ -186,6 +188,18 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "installs) removed",
                      "pip install --upgrade bitsandbytes (0.45.2 or newer no longer imports triton.ops); keeping "
                      "triton 3.1 works too but holds torch back", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)Cannot find a working triton installation", text):
+        # torch.compile's inductor backend generates Triton kernels; PyPI has Triton for Linux only
+        windows = ctx.sheet.is_windows
+        return _make("wheel-platform", "torch.compile finds no usable Triton",
+                     "torch.compile (the inductor backend) needs Triton, and the installed one is missing or older than "
+                     "this torch expects" + ("; PyPI publishes Triton for Linux only" if windows else ""),
+                     ("on Windows: pip uninstall -y triton; pip install -U triton-windows (the Windows build of Triton, "
+                      "the release that matches this torch); " if windows else
+                      "pip install -U triton matching this torch (on Windows: the triton-windows package); ") +
+                     "or run without torch.compile (the program's no-compile option, or "
+                     "torch._dynamo.config.suppress_errors = True to fall back to eager)",
+                     [ctx.line_fact(errors[0])], errors)
     if re.search(r"\+cu\d+", text) and re.search(r"(?i)\bmacOS\b|\bdarwin\b|Mac ?OS ?X?\b", _text(ctx)):
         return _make("wheel-platform", "no CUDA builds for macOS",
                      "the +cuXXX torch builds exist for Linux and Windows only; macOS has no CUDA",
@@ -529,6 +543,14 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
     if cuda_lib:
         what = "cuDNN" if cuda_lib.group(1) == "cudnn" else cuda_lib.group(1)
         major = cuda_lib.group(2)
+        provider = re.search(r"libonnxruntime_providers_(cuda|tensorrt)", text)
+        if provider and cuda_lib.group(1) != "cudnn":
+            # the soname's major is the CUDA the onnxruntime-gpu build links: the wheel, not the machine, is off
+            return (f"onnxruntime-gpu is a CUDA {major} build", f"onnxruntime's CUDA provider links {name}, a CUDA "
+                    f"{major} library: this onnxruntime-gpu wheel is built for CUDA {major}, not for the CUDA present",
+                    "install the onnxruntime-gpu built for the CUDA you have (pip install -U onnxruntime-gpu: 1.19 and "
+                    "newer on PyPI are CUDA 12 + cuDNN 9 builds; CUDA 11 builds come from the onnxruntime-cuda-11 "
+                    "index), or import torch before onnxruntime so torch's own CUDA libraries are loaded first")
         return (f"{what} {major} is not found", f"the program loads {name} ({what} {major}), which is not installed "
                 "or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
                 f"install {what} {major} (pip install nvidia-cudnn-cu{'12' if int(major) >= 9 else '11'} "
@@ -579,18 +601,48 @@ def _rocm_libs_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                      "libpython3.X.so /opt/rocm/lib/libamdpython.so (apt install libpython3.X for the file)",
                      evidence, errors)
     if "/.singularity.d/libs/" in text:
-        return _make("rocm-libs-missing", "the host's ROCm libraries replaced the container's",
-                     "apptainer --rocm binds the host's ROCm libraries (rocmliblist.conf) over the container's own; the "
-                     "host rocBLAS then finds no Tensile files it matches",
+        glibcxx = re.search(r"GLIBCXX_[\d.]+|CXXABI_[\d.]+", text)
+        return _first(_make("rocm-libs-missing", "the host's ROCm libraries replaced the container's",
+                     "apptainer --rocm binds the host's ROCm libraries (rocmliblist.conf) over the container's own; "
+                     + (f"they were built against a newer libstdc++ ({glibcxx.group(0)}) than the container has"
+                        if glibcxx else "the host rocBLAS then finds no Tensile files it matches"),
                      "let the container use its own ROCm: bind only the devices (--bind /dev/kfd,/dev/dri, without "
                      "--rocm), or remove the math libraries (rocblas, rocfft, ...) from rocmliblist.conf", evidence,
-                     errors)
+                     errors))
     return None
+
+
+_ZLUDA_DLLS = "cublas.dll -> cublas64_11.dll, cusparse.dll -> cusparse64_11.dll, nvrtc.dll -> nvrtc64_112_0.dll"
+
+
+def _zluda(ctx: Context) -> Optional[Diagnosis]:
+    """ZLUDA runs CUDA programs on AMD GPUs by standing in for their CUDA DLLs: a cuBLAS call refused on an AMD GPU, or
+    a program that does not work under ZLUDA, means the program still loads its own (NVIDIA) DLLs or an old ZLUDA."""
+    text = _text(ctx)
+    refused = _lines_matching(ctx, r"CUBLAS_STATUS_NOT_SUPPORTED|CUBLAS_STATUS_ARCH_MISMATCH")
+    named = re.search(r"(?i)zluda", text)
+    amd = _vendor(ctx) == "amd" or re.search(r"(?i)\brx ?\d{3,4}|radeon", text)
+    complaint = ctx.sheet.of("complaint") or _lines_matching(ctx, r"(?i)does not work|doesn't work|not work")
+    # another error the paste shows (rocBLAS without the arch's library, say) is its own cause, ZLUDA or not
+    if not ((refused and (named or amd)) or (named and not ctx.errors and complaint)):
+        return None
+    covers = refused or _symptom_lines(ctx, ctx.sheet.of("complaint")[:1]) or complaint[:1]
+    return _make("rocm-libs-missing", "ZLUDA's DLLs are not the ones the program loads",
+                 "under ZLUDA the program must load ZLUDA's cuBLAS/cuSPARSE/NVRTC in place of NVIDIA's; it still loads its "
+                 "own copies (or an old ZLUDA's), which refuse the AMD GPU",
+                 f"copy the ZLUDA release's DLLs over the program's, renamed ({_ZLUDA_DLLS}) into "
+                 "venv\\Lib\\site-packages\\torch\\lib (or the program's folder), from a ZLUDA release made for your HIP "
+                 "SDK (the tool's newer patch script where it has one), and put the ZLUDA folder on PATH",
+                 [ctx.line_fact(covers[0])] if covers else [], covers)
 
 
 @rule("rocm-libs-missing")
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
-    errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" in e.line]
+    errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
+                                            if "/.singularity.d/libs/" in e.line]
+    zluda = _zluda(ctx)
+    if zluda is not None:
+        return zluda
     if not errors:
         return None
     said = _rocm_libs_said(ctx, errors)
@@ -609,6 +661,11 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     if ctx.sheet.is_windows or name.endswith(".dll"):
         fix = ("install AMD's HIP SDK for Windows (it puts amdhip64 and rocBLAS in C:\\Program Files\\AMD\\ROCm\\<ver>\\bin) "
                "and an Adrenalin driver of the same generation; restart the program so PATH is read again")
+        if re.search(r"(?i)site-packages|\bvenv|\bpipx\b", _text(ctx)):
+            # a package from a venv (a ROCm CTranslate2, torch from AMD's index) loads the ROCm runtime from wheels
+            fix = ("install the ROCm runtime wheels into the same environment: pip install rocm_sdk_core "
+                   "rocm_sdk_libraries_custom (AMD's Windows wheels from repo.radeon.com, the release the package was "
+                   "built for; pipx: pipx runpip <app> install ...); or " + fix)
     elif ctx.sheet.has("layout", "therock"):
         fix = ("this ROCm comes as Python wheels (TheRock), with no /opt/rocm: install its libraries into the same "
                "environment (pip install 'rocm[libraries]' from the index torch came from) and run from that venv")
