@@ -612,6 +612,18 @@ def _rocm_libs_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
     return None
 
 
+def _ldd_subject(ctx: Context) -> Optional[tuple[str, str]]:
+    """(the Python package, the file) an ldd command in the paste inspects: site-packages/<package>/..."""
+    for line in ctx.sheet.lines:
+        m = re.search(r"\bldd\s+(\S+\.so\S*)", line)
+        if m:
+            path = m.group(1)
+            inside = re.search(r"(?:site-packages|\.\.\.)/([A-Za-z]\w*)/", path)   # the package under site-packages
+            if inside:
+                return inside.group(1).removesuffix("_plugins").removesuffix("_lib"), path
+    return None
+
+
 _ZLUDA_DLLS = "cublas.dll -> cublas64_11.dll, cusparse.dll -> cusparse64_11.dll, nvrtc.dll -> nvrtc64_112_0.dll"
 
 
@@ -636,6 +648,42 @@ def _zluda(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(covers[0])] if covers else [], covers)
 
 
+# archs every rocBLAS release of ROCm 5.6 and later (Linux and the Windows HIP SDK) carries: an empty library list for one
+# of these is a missing folder, never a missing arch (ROCm's GPU support tables)
+_EVERY_ROCBLAS = ("gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101", "gfx1102")
+
+
+def _empty_tensile_folder(ctx: Context) -> Optional[Diagnosis]:
+    """rocBLAS lists the Tensile files it found after "List of available TensileLibrary Files :". An empty list is no
+    missing arch: the folder it reads has no library at all (a bundle shipped without it, a path that moved), whatever
+    the GPU."""
+    lines = ctx.sheet.lines
+    for n, line in enumerate(lines):
+        if not re.search(r"List of available TensileLibrary Files\s*:?\s*$", line):
+            continue
+        after = [later for later in lines[n + 1:n + 3] if later.strip()]
+        if after and re.search(r"TensileLibrary|\.dat|\.co\b", after[0]):
+            return None   # files listed: the arch's own is what is missing (arch-missing's reading)
+        read = next((e for e in ctx.errors if re.search(r"(?i)Cannot read .*TensileLibrary", e.line)), None)
+        arch = re.search(r"GPU arch\s*:\s*(gfx\w+)", read.line) if read else None
+        if not arch or arch.group(1) not in _EVERY_ROCBLAS:
+            return None   # an arch some releases lack: the empty list may be that release's answer (arch-missing)
+        folder = re.search(r"Cannot read (.*?)[\\/]?TensileLibrary", read.line) if read else None
+        where = folder.group(1) if folder else "the folder rocBLAS reads"
+        covers = [read] if read else _lines_matching(ctx, r"List of available TensileLibrary Files")
+        windows = ctx.sheet.is_windows or "\\" in where
+        target = ("C:\\Program Files\\AMD\\ROCm\\<ver>\\bin\\rocblas\\library" if windows
+                  else "/opt/rocm/lib/rocblas/library")
+        return _first(_make("rocm-libs-missing", "rocBLAS's library folder is empty",
+                            f"rocBLAS found no Tensile library files at all in {where} (the list it prints is empty): "
+                            "the folder is missing or empty, not the GPU's arch",
+                            f"point rocBLAS at an installed rocBLAS library: ROCBLAS_TENSILE_LIBPATH={target} (the HIP "
+                            "SDK's or ROCm's, of the version the program was built with), or reinstall the program so "
+                            "its rocblas/library folder is complete", [ctx.line_fact(covers[0])] if covers else [],
+                            covers))
+    return None
+
+
 @rule("rocm-libs-missing")
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
@@ -643,6 +691,9 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     zluda = _zluda(ctx)
     if zluda is not None:
         return zluda
+    empty = _empty_tensile_folder(ctx)
+    if empty is not None:
+        return empty
     if not errors:
         return None
     said = _rocm_libs_said(ctx, errors)
@@ -653,6 +704,18 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
         return _restate("rocm-libs-missing", first, errors)
     lib = re.search(r"(lib[\w\-]+\.so[.\d]*|\w+\.dll)", first.line)
     name = lib.group(1) if lib else "a ROCm library"
+    needs = _ldd_subject(ctx) if "=> not found" in first.line else None
+    if needs is not None:
+        # ldd listed what one binary of a Python package lacks: the package's build and the installed libraries differ
+        package, path = needs
+        missing = ", ".join(dict.fromkeys(re.search(r"(lib[\w.+-]+\.so[.\d]*)", e.line).group(1) for e in errors
+                                          if "=> not found" in e.line))
+        return _make("rocm-libs-missing", f"{package}'s binary needs libraries nothing installed provides",
+                     f"{path} links {missing}, which no installed package ships: this {package} build was made against "
+                     "other ROCm libraries than the ones installed",
+                     f"install the {package} release built for the installed ROCm (the {package} wheels from PyPI or the "
+                     f"index that matches the rocm packages' version), or the ROCm libraries that {package} build "
+                     "names; ldd on the same file must then list no \"not found\"", [ctx.line_fact(first)], errors)
     text = " ".join(e.line for e in errors)
     special = _missing_library_fix(ctx, name, text)
     if special:
