@@ -648,9 +648,9 @@ def _zluda(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(covers[0])] if covers else [], covers)
 
 
-# archs every rocBLAS release of ROCm 5.6 and later (Linux and the Windows HIP SDK) carries: an empty library list for one
-# of these is a missing folder, never a missing arch (ROCm's GPU support tables)
-_EVERY_ROCBLAS = ("gfx906", "gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101", "gfx1102")
+# archs every rocBLAS since ROCm 5.7 carries, on Linux and in the Windows HIP SDK alike (ROCm's and the HIP SDK's GPU
+# support tables): an empty library list for one of these is a missing folder, never a missing arch
+_EVERY_ROCBLAS = ("gfx1030", "gfx1100", "gfx1101", "gfx1102")
 
 
 def _empty_tensile_folder(ctx: Context) -> Optional[Diagnosis]:
