@@ -42,13 +42,25 @@ KNOWN_MISSES = {
                                                                                "reports first",
     "https://github.com/pytorch/pytorch/issues/128302": "'ring0 page1 timeout' from one torch build on gfx900: no "
                                                         "general rule names that build",
+    # round 4 (batch 4), left unsolved after its rules:
+    "https://github.com/ggml-org/llama.cpp/issues/19949": "the thread's fix (override 11.5.0 on gfx1152) is a report the "
+                                                          "arch table (steadytune/hardware/gpu_facts) still marks "
+                                                          "unverified; doctor gives the rebuild",
+    "https://github.com/mkiol/dsnote/issues/296": "the title and the card only: no error line, no tool doctor reads",
+    "https://github.com/NVIDIA/Isaac-GR00T/issues/52": "an 'illegal memory' error fixed by a smaller batch: read as OOM "
+                                                       "it would misname real illegal accesses",
+    "https://github.com/NVIDIA/k8s-device-plugin/issues/812": "the paste never says Kubernetes: an AMD GPU with an "
+                                                              "NVIDIA error reads as a CUDA torch",
+    "https://github.com/CS1o/Stable-Diffusion-Info/issues/57": "the thread's title only (a trainer set to the CPU on "
+                                                               "a 9070 XT): no error line",
 }
 
 
 @pytest.mark.parametrize("part", PARTS)
 def test_every_case_is_well_formed_and_in_the_part_its_number_gives(part):
     cases = load_cases(part)
-    assert cases, f"{part}.yaml holds no case"
+    # the held-out part is empty only between rounds: after a round's cases are spent and before the next is mined
+    assert cases or part == "heldout", f"{part}.yaml holds no case"
     for case in cases:
         assert case.part == part, f"{case.source} belongs in {case.part}.yaml"
         if case.spent_heldout:   # only a held-out case can be spent: one the rule held out, scored, then trained on

@@ -38,7 +38,8 @@ class Fact:
 
 KINDS = ("os", "platform", "kernel", "driver", "gpu", "arch", "built_for", "pci_id", "env", "rocm", "hip", "cuda",
          "layout", "python", "wheel_tag", "torch", "tool", "error", "sensors", "root_only", "complaint", "igpu",
-         "device_node", "nccl_iface", "memory_total", "user_groups", "cpu_arch", "needs_group")
+         "device_node", "nccl_iface", "memory_total", "user_groups", "cpu_arch", "needs_group",
+         "python_bits", "retired_option")
 
 
 @dataclass
@@ -189,14 +190,25 @@ _MACHINE_BEFORE = re.compile(r"(?:gpu_type=|AMDGPU version\s*:?\s*|for GPU arch\
                              r"gcnArchName\W*|--->\s*)$", re.IGNORECASE)
 
 
+# what a tool says is the oldest arch it runs on: that gfx is the build's floor, never the GPU's own
+_MINIMUM_BEFORE = re.compile(r"(?i)(?:minimum|oldest|lowest)\b[\w ]{0,30}?\b(?:is|:)\s*$|at least\s*$")
+
+
 @finder
 def _arch(line: str):
     found: list[tuple[str, bool]] = []   # (gfx, said to be the machine's by what comes right before it)
+    floors: list[str] = []
     for m in _GFX.finditer(line):
         gfx = m.group(1).lower()
         decoded = gfx if is_gfx_target(gfx) else decode_rocm_smi_gfx(gfx)
         if decoded and decoded not in [g for g, _ in found]:
-            found.append((decoded, bool(_MACHINE_BEFORE.search(line[max(0, m.start() - 40): m.start()]))))
+            before = line[max(0, m.start() - 40): m.start()]
+            if _MINIMUM_BEFORE.search(before):   # "the minimum required ISA is gfx803": a floor, not this machine's
+                floors.append(decoded)
+                continue
+            found.append((decoded, bool(_MACHINE_BEFORE.search(before))))
+    for gfx in floors:
+        yield "built_for", gfx, "minimum"
     if not found:
         return
     named = len(re.findall(r"(?i)(?<![a-z0-9])gfx[0-9a-z]{2,4}(?![a-z0-9])", line))   # gfx90x, gfx110x count too
@@ -418,6 +430,19 @@ def _torch(line: str):
         yield "torch", "not-rocm", "no-hip"
 
 
+# llama.cpp's build options it renamed (LLAMA_* -> GGML_* in mid 2024, HIPBLAS/CUBLAS -> HIP/CUDA): a build given the
+# old name silently ignores it and builds for the CPU (llama.cpp's CMakeLists and its docs/build.md)
+RETIRED_OPTIONS = {"LLAMA_HIPBLAS": "GGML_HIP", "GGML_HIPBLAS": "GGML_HIP", "LLAMA_HIP": "GGML_HIP",
+                   "LLAMA_CUBLAS": "GGML_CUDA", "GGML_CUBLAS": "GGML_CUDA", "LLAMA_CUDA": "GGML_CUDA",
+                   "LLAMA_VULKAN": "GGML_VULKAN", "LLAMA_METAL": "GGML_METAL", "LLAMA_SYCL": "GGML_SYCL"}
+
+
+@finder
+def _retired_option(line: str):
+    for name in re.findall(r"-D(" + "|".join(RETIRED_OPTIONS) + r")=", line):
+        yield "retired_option", name, RETIRED_OPTIONS[name]
+
+
 @finder
 def _python(line: str):
     m = re.search(r"\bPython (3\.\d{1,2})(?:\.\d+)?\b|python(3\.\d{1,2})/site-packages|\bcp3(\d{1,2})-cp3\d{1,2}|"
@@ -427,6 +452,10 @@ def _python(line: str):
         groups = [g for g in m.groups() if g]
         value = groups[0] if groups[0].startswith("3.") else f"3.{groups[0]}"
         yield "python", value, ""
+    # a 32-bit Python (Windows' Python37-32 folder, its banner's "32 bit (Intel)", a win32 wheel tag): the ML wheels
+    # are published for 64-bit Pythons only
+    if re.search(r"(?i)\bPython3\d{1,2}-32\b|\b32 bit \(Intel\)|\(32-bit\)|\bwin32\.whl\b|-win32\b", line):
+        yield "python_bits", "32", ""
     for tag in re.findall(r"\b(win_amd64|manylinux\w*|linux_x86_64|linux_aarch64|macosx_\w+|musllinux\w*)\b", line):
         yield "wheel_tag", tag, ""
     if not re.search(r"\.whl\b|manylinux|linux_aarch64", line):   # the machine's CPU, not a wheel's tag
@@ -468,7 +497,8 @@ _TOOLS = (
     ("rocblas", r"\brocBLAS\b|\brocblas\b|TensileLibrary|\bTensile\b"),
     ("triton", r"\btriton\b(?!-rocm)|\bTriton\b"),
     ("flash-attn", r"flash_attn|flash-attn|flash_attention|FlashAttention"),
-    ("xformers", r"\bxformers\b"),
+    # xformers' CUTLASS attention kernels check the GPU themselves: "FATAL: kernel ... is for sm80, but was built for sm75"
+    ("xformers", r"\bxformers\b|\bis for sm_?\d+[\w-]*, but was built for sm_?\d+"),
     ("deepspeed", r"\bdeepspeed\b|DeepSpeed"),
     ("tensorflow", r"\btensorflow\b|TensorFlow"),
     ("onnxruntime", r"onnxruntime|MIGraphXExecutionProvider|ROCMExecutionProvider"),

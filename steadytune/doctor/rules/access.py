@@ -265,6 +265,23 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                  runtime + "; the Windows Adrenalin driver must be the WSL-enabled release", [fact], errors)
 
 
+def _dkms_version_said(ctx: Context) -> Optional[Diagnosis]:
+    """ROCm failing on one amdgpu (DKMS) driver version and working on another, said in the paste: the out-of-tree
+    module of that version is the fault, not the user's permissions or the GPU."""
+    joined = "\n".join(ctx.sheet.lines)
+    versions = re.findall(r"(?i)\bamdgpu(?:-dkms)?\s+(\d+\.\d+\.\d+)", joined)
+    if len(set(versions)) < 2 or not re.search(r"(?i)\bworks? (?:on|with)\b|\bworked (?:on|with)\b|downgrad", joined):
+        return None
+    failing = [e for e in ctx.errors if re.search(r"(?i)HSA_STATUS_ERROR|rocminfo|ROCk module|hipErrorNoDevice", e.line)]
+    covers = failing or _lines_matching(ctx, r"(?i)\bamdgpu(?:-dkms)?\s+\d+\.\d+\.\d+")
+    return _first(_make("driver", f"the amdgpu {versions[0]} DKMS module fails where {versions[-1]} works",
+                        f"ROCm works with amdgpu {versions[-1]} and fails with {versions[0]}: the out-of-tree (DKMS) "
+                        "driver of that version does not work with this kernel and firmware",
+                        "remove the DKMS module and use the kernel's own amdgpu: sudo amdgpu-install --uninstall (or apt "
+                        "remove --purge amdgpu-dkms), then sudo amdgpu-install --usecase=rocm --no-dkms, reboot; or "
+                        f"keep amdgpu-dkms at {versions[-1]}", [ctx.line_fact(covers[0])] if covers else [], covers))
+
+
 @rule("driver")
 def driver(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
@@ -281,6 +298,9 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                      "sudo dmesg | grep -i -e amdgpu -e kfd | tail -30; rocminfo | grep -e Marketing -e gfx (lists "
                      "only the GPUs ROCm can use); amd-smi static --asic", unreadable, [],
                      severity="error" if every else "warning")
+    dkms = _dkms_version_said(ctx)
+    if dkms is not None:
+        return dkms
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
@@ -300,6 +320,14 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     elif re.search(r"(?i)nvidia kernel module (?:is )?missing", text):
         fix = f"the nvidia module is not loaded: {secure_boot}; else reinstall the driver for the running kernel"
         cause = "the NVIDIA kernel module is not loaded for this kernel"
+    elif re.search(r"(?i)could not load (?:the )?GPU driver", text):
+        # a firmware update puts Secure Boot back to its default (on): the module that loaded before is refused now
+        bios = re.search(r"(?i)\bBIOS\b|\bUEFI\b|firmware update", "\n".join(ctx.sheet.lines))
+        fix = (("a BIOS update turns Secure Boot back on, and it refuses the unsigned module: turn Secure Boot off again "
+                "in the firmware settings, or enroll the module's key (sudo mokutil --import /var/lib/dkms/mok.pub, "
+                "then complete the enrolment at the next boot)") if bios else
+               f"the GPU's kernel module did not load: {secure_boot}; else reinstall the driver for the running kernel")
+        cause = "the GPU driver's kernel module is not loaded" + (" since the BIOS update" if bios else "")
     elif re.search(r"(?i)DKMS\b.{0,80}\b(?:freeze|hang)", text):
         fix = ("drop the DKMS module and use the kernel's own amdgpu: sudo amdgpu-install --uninstall; sudo "
                "amdgpu-install -y --usecase=rocm --no-dkms")

@@ -155,6 +155,17 @@ def _cuda_build(ctx: "Context") -> Optional[tuple[int, int]]:
     return None
 
 
+def _blackwell_build(ctx: "Context") -> Optional[str]:
+    """The CUDA (12.8 or newer) of the torch the paste installed: its +cuNNN tag or the index it came from
+    (download.pytorch.org/whl/[nightly/]cu128)."""
+    build = _cuda_build(ctx)
+    if build and build >= (12, 8):
+        return f"{build[0]}.{build[1]}"
+    found = re.findall(r"download\.pytorch\.org/whl/(?:nightly/|test/)?cu(\d{2})(\d)\b", "\n".join(ctx.sheet.lines))
+    index = [(int(a), int(b)) for a, b in found if (int(a), int(b)) >= (12, 8)]
+    return f"{index[-1][0]}.{index[-1][1]}" if index else None
+
+
 def _wheel_lacks(arch: Optional[str], ctx: "Context") -> bool:
     """The torch the paste shows cannot carry this NVIDIA GPU: Blackwell before CUDA 12.8, Maxwell/Pascal in the cu129
     and newer builds."""
@@ -233,6 +244,26 @@ def _ggml_arch(ctx: Context) -> Optional[str]:
     return f"gfx{found.group(1)}{found.group(2)}0" if found else None
 
 
+def _xformers_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """An NVIDIA kernel missing where the paste runs xformers (--xformers, its wheel, its "built for sm75" check): the
+    xformers binary, built for other GPUs or another torch, is what lacks it; torch itself is fine."""
+    if not errors or "xformers" not in ctx.sheet.tools or _vendor(ctx) == "amd":
+        return None
+    said = " ".join(e.line for e in errors)
+    if not re.search(r"(?i)no kernel image|but was built for sm", said):
+        return None
+    arch, where = ctx.arch(errors)
+    cc = f"{arch[3:-1]}.{arch[-1]}" if arch and re.fullmatch(r"sm_\d+", arch) else "<the GPU's compute capability>"
+    return _make("arch-missing", "xformers has no kernels for this GPU",
+                 "the installed xformers binary was built for other GPUs (or another torch) than this one; torch's own "
+                 "kernels are not the ones missing",
+                 "pip uninstall -y xformers, then install the xformers wheel built for this torch (pip install -U xformers "
+                 "--index-url https://download.pytorch.org/whl/<the torch's cuXXX>, or let the launcher reinstall it), or "
+                 f"build it for this GPU: TORCH_CUDA_ARCH_LIST={cc} pip install -v -U "
+                 "git+https://github.com/facebookresearch/xformers.git; meanwhile run without --xformers",
+                 [where, ctx.line_fact(errors[0])], errors)
+
+
 def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" not in e.line]   # host libs: install
     said = _arch_said(ctx, errors)
@@ -247,6 +278,20 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         card = next((f for f in ctx.sheet.of("arch") if f.value.startswith("gfx") and f.value not in _APU_ARCHS), None)
         if card is not None:   # Ollama skips the iGPU it cannot use; the card is what the user runs on
             arch, where = card.value, card
+    xformers = _xformers_lacks(ctx, errors)
+    if xformers is not None:
+        return xformers
+    blackwell_build = _blackwell_build(ctx)
+    if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and \
+            any("no kernel image" in e.line for e in errors):
+        # the torch installed is already a CUDA 12.8+ build, which carries sm_100/sm_120: the wheel is right, so the
+        # driver underneath (older than the CUDA the wheel needs) is what cannot load its kernels
+        return _make("driver", f"a CUDA {blackwell_build} torch on {arch} with an older NVIDIA driver",
+                     f"the torch in place is built for CUDA {blackwell_build}, which carries {arch}'s kernels; the "
+                     "NVIDIA driver is older than that CUDA needs (nvidia-smi's 'CUDA Version' below it)",
+                     f"install an NVIDIA driver for CUDA {blackwell_build} or newer (570 or newer for Blackwell; "
+                     "remove the old driver first), reboot, and check nvidia-smi shows it; keep the torch you have",
+                     [where, ctx.line_fact(errors[0])], errors)
     confirmed = True
     nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)[af]?'", " ".join(e.line for e in errors))
     toolkit = next((int(v.split(".")[0]) for v in reversed(ctx.sheet.values("cuda"))), None)

@@ -12,6 +12,8 @@ from steadytune.doctor.rules.base import (
     Context,
     _cuda_index_for_driver,
     Diagnosis,
+    _first,
+    _lines_matching,
     _make,
     _NVIDIA_DRIVER,
     _nvidia_gpu,
@@ -51,6 +53,25 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
                      "falls back to the CPU",
                      "configure with -DGGML_HIP=ON (llama-cpp-python: CMAKE_ARGS=\"-DGGML_HIP=on\" pip install "
                      "--force-reinstall --no-cache-dir llama-cpp-python), with -DAMDGPU_TARGETS=<your gfx>", [], errors)
+    retired = ctx.sheet.first("retired_option")
+    if retired is not None:
+        # the build command itself names an option llama.cpp no longer reads: whatever follows runs on the CPU
+        new = retired.detail
+        diagnosis = _make("torch-build", f"llama.cpp's {retired.value} option is retired",
+                     f"llama.cpp renamed {retired.value} to {new}; a build given the old name ignores it and builds "
+                     "for the CPU only",
+                     f"configure with -D{new}=on instead (llama-cpp-python: CMAKE_ARGS=\"-D{new}=on\" pip install "
+                     "--force-reinstall --no-cache-dir llama-cpp-python)" +
+                     (", with -DAMDGPU_TARGETS=<your gfx>" if new == "GGML_HIP" else ""),
+                     [retired], errors or _symptom_lines(ctx, [retired]),
+                     # likely, not settled: the old names were right for the releases before the rename, and the
+                     # paste rarely says which llama.cpp it builds; a cause the facts settle goes first
+                     confirmed=False)
+        if ctx.sheet.machine_archs and re.search(r"AMDGPU_TARGETS|GPU_TARGETS|HSA_OVERRIDE", "\n".join(ctx.sheet.lines)):
+            # the paste is about which GPU arch the build targets (its targets or an override beside the GPU's own
+            # arch): that reading comes first, the option's name after it
+            diagnosis.rank = family("arch-missing").rank + 1
+        return diagnosis
     cpu = re.search(r"xFormers was built for:?\s*PyTorch (\S+)\+(cu\d+).{0,40}\(you have (\S+)\+cpu\)",
                     " ".join(ctx.sheet.lines))
     if cpu:
@@ -167,6 +188,18 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "installs) removed",
                      "pip install --upgrade bitsandbytes (0.45.2 or newer no longer imports triton.ops); keeping "
                      "triton 3.1 works too but holds torch back", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)Cannot find a working triton installation", text):
+        # torch.compile's inductor backend generates Triton kernels; PyPI has Triton for Linux only
+        windows = ctx.sheet.is_windows
+        return _make("wheel-platform", "torch.compile finds no usable Triton",
+                     "torch.compile (the inductor backend) needs Triton, and the installed one is missing or older than "
+                     "this torch expects" + ("; PyPI publishes Triton for Linux only" if windows else ""),
+                     ("on Windows: pip uninstall -y triton; pip install -U triton-windows (the Windows build of Triton, "
+                      "the release that matches this torch); " if windows else
+                      "pip install -U triton matching this torch (on Windows: the triton-windows package); ") +
+                     "or run without torch.compile (the program's no-compile option, or "
+                     "torch._dynamo.config.suppress_errors = True to fall back to eager)",
+                     [ctx.line_fact(errors[0])], errors)
     if re.search(r"\+cu\d+", text) and re.search(r"(?i)\bmacOS\b|\bdarwin\b|Mac ?OS ?X?\b", _text(ctx)):
         return _make("wheel-platform", "no CUDA builds for macOS",
                      "the +cuXXX torch builds exist for Linux and Windows only; macOS has no CUDA",
@@ -181,6 +214,14 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "pip install -U 'bitsandbytes>=0.49' or build the multi-backend bitsandbytes from source "
                      "(cmake -DCOMPUTE_BACKEND=hip -S . && make && pip install .); python -m bitsandbytes shows what "
                      "it loads", [ctx.line_fact(errors[0])], errors)
+    bits = ctx.sheet.first("python_bits")
+    if bits is not None:   # no wheel for any version: the Python itself is 32-bit, and the wheels are 64-bit only
+        return _make("wheel-platform", "a 32-bit Python",
+                     "this Python is a 32-bit build; torch and the other ML packages publish 64-bit wheels only, so "
+                     "pip finds none (or only ancient source releases)",
+                     "install a 64-bit Python (the x86-64 installer from python.org, or conda/uv) and make a fresh "
+                     "environment with it; python -c 'import struct; print(struct.calcsize(\"P\") * 8)' must print 64",
+                     [bits, ctx.line_fact(errors[0])], errors)
     m = _WHEEL.search(text)
     if m:
         tag, platform = m.group(3), m.group(5)
@@ -502,6 +543,14 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
     if cuda_lib:
         what = "cuDNN" if cuda_lib.group(1) == "cudnn" else cuda_lib.group(1)
         major = cuda_lib.group(2)
+        provider = re.search(r"libonnxruntime_providers_(cuda|tensorrt)", text)
+        if provider and cuda_lib.group(1) != "cudnn":
+            # the soname's major is the CUDA the onnxruntime-gpu build links: the wheel, not the machine, is off
+            return (f"onnxruntime-gpu is a CUDA {major} build", f"onnxruntime's CUDA provider links {name}, a CUDA "
+                    f"{major} library: this onnxruntime-gpu wheel is built for CUDA {major}, not for the CUDA present",
+                    "install the onnxruntime-gpu built for the CUDA you have (pip install -U onnxruntime-gpu: 1.19 and "
+                    "newer on PyPI are CUDA 12 + cuDNN 9 builds; CUDA 11 builds come from the onnxruntime-cuda-11 "
+                    "index), or import torch before onnxruntime so torch's own CUDA libraries are loaded first")
         return (f"{what} {major} is not found", f"the program loads {name} ({what} {major}), which is not installed "
                 "or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
                 f"install {what} {major} (pip install nvidia-cudnn-cu{'12' if int(major) >= 9 else '11'} "
@@ -552,18 +601,99 @@ def _rocm_libs_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                      "libpython3.X.so /opt/rocm/lib/libamdpython.so (apt install libpython3.X for the file)",
                      evidence, errors)
     if "/.singularity.d/libs/" in text:
-        return _make("rocm-libs-missing", "the host's ROCm libraries replaced the container's",
-                     "apptainer --rocm binds the host's ROCm libraries (rocmliblist.conf) over the container's own; the "
-                     "host rocBLAS then finds no Tensile files it matches",
+        glibcxx = re.search(r"GLIBCXX_[\d.]+|CXXABI_[\d.]+", text)
+        return _first(_make("rocm-libs-missing", "the host's ROCm libraries replaced the container's",
+                     "apptainer --rocm binds the host's ROCm libraries (rocmliblist.conf) over the container's own; "
+                     + (f"they were built against a newer libstdc++ ({glibcxx.group(0)}) than the container has"
+                        if glibcxx else "the host rocBLAS then finds no Tensile files it matches"),
                      "let the container use its own ROCm: bind only the devices (--bind /dev/kfd,/dev/dri, without "
                      "--rocm), or remove the math libraries (rocblas, rocfft, ...) from rocmliblist.conf", evidence,
-                     errors)
+                     errors))
+    return None
+
+
+def _ldd_subject(ctx: Context) -> Optional[tuple[str, str]]:
+    """(the Python package, the file) an ldd command in the paste inspects: site-packages/<package>/..."""
+    for line in ctx.sheet.lines:
+        m = re.search(r"\bldd\s+(\S+\.so\S*)", line)
+        if m:
+            path = m.group(1)
+            inside = re.search(r"(?:site-packages|\.\.\.)/([A-Za-z]\w*)/", path)   # the package under site-packages
+            if inside:
+                return inside.group(1).removesuffix("_plugins").removesuffix("_lib"), path
+    return None
+
+
+_ZLUDA_DLLS = "cublas.dll -> cublas64_11.dll, cusparse.dll -> cusparse64_11.dll, nvrtc.dll -> nvrtc64_112_0.dll"
+
+
+def _zluda(ctx: Context) -> Optional[Diagnosis]:
+    """ZLUDA runs CUDA programs on AMD GPUs by standing in for their CUDA DLLs: a cuBLAS call refused on an AMD GPU, or
+    a program that does not work under ZLUDA, means the program still loads its own (NVIDIA) DLLs or an old ZLUDA."""
+    text = _text(ctx)
+    refused = _lines_matching(ctx, r"CUBLAS_STATUS_NOT_SUPPORTED|CUBLAS_STATUS_ARCH_MISMATCH")
+    named = re.search(r"(?i)zluda", text)
+    amd = _vendor(ctx) == "amd" or re.search(r"(?i)\brx ?\d{3,4}|radeon", text)
+    complaint = ctx.sheet.of("complaint") or _lines_matching(ctx, r"(?i)does not work|doesn't work|not work")
+    # another error the paste shows (rocBLAS without the arch's library, say) is its own cause, ZLUDA or not
+    if not ((refused and (named or amd)) or (named and not ctx.errors and complaint)):
+        return None
+    covers = refused or _symptom_lines(ctx, ctx.sheet.of("complaint")[:1]) or complaint[:1]
+    return _make("rocm-libs-missing", "ZLUDA's DLLs are not the ones the program loads",
+                 "under ZLUDA the program must load ZLUDA's cuBLAS/cuSPARSE/NVRTC in place of NVIDIA's; it still loads its "
+                 "own copies (or an old ZLUDA's), which refuse the AMD GPU",
+                 f"copy the ZLUDA release's DLLs over the program's, renamed ({_ZLUDA_DLLS}) into "
+                 "venv\\Lib\\site-packages\\torch\\lib (or the program's folder), from a ZLUDA release made for your HIP "
+                 "SDK (the tool's newer patch script where it has one), and put the ZLUDA folder on PATH",
+                 [ctx.line_fact(covers[0])] if covers else [], covers)
+
+
+# archs every rocBLAS since ROCm 5.7 carries, on Linux and in the Windows HIP SDK alike (ROCm's and the HIP SDK's GPU
+# support tables): an empty library list for one of these is a missing folder, never a missing arch
+_EVERY_ROCBLAS = ("gfx1030", "gfx1100", "gfx1101", "gfx1102")
+
+
+def _empty_tensile_folder(ctx: Context) -> Optional[Diagnosis]:
+    """rocBLAS lists the Tensile files it found after "List of available TensileLibrary Files :". An empty list is no
+    missing arch: the folder it reads has no library at all (a bundle shipped without it, a path that moved), whatever
+    the GPU."""
+    lines = ctx.sheet.lines
+    for n, line in enumerate(lines):
+        if not re.search(r"List of available TensileLibrary Files\s*:?\s*$", line):
+            continue
+        after = [later for later in lines[n + 1:n + 3] if later.strip()]
+        if after and re.search(r"TensileLibrary|\.dat|\.co\b", after[0]):
+            return None   # files listed: the arch's own is what is missing (arch-missing's reading)
+        read = next((e for e in ctx.errors if re.search(r"(?i)Cannot read .*TensileLibrary", e.line)), None)
+        arch = re.search(r"GPU arch\s*:\s*(gfx\w+)", read.line) if read else None
+        if not arch or arch.group(1) not in _EVERY_ROCBLAS:
+            return None   # an arch some releases lack: the empty list may be that release's answer (arch-missing)
+        folder = re.search(r"Cannot read (.*?)[\\/]?TensileLibrary", read.line) if read else None
+        where = folder.group(1) if folder else "the folder rocBLAS reads"
+        covers = [read] if read else _lines_matching(ctx, r"List of available TensileLibrary Files")
+        windows = ctx.sheet.is_windows or "\\" in where
+        target = ("C:\\Program Files\\AMD\\ROCm\\<ver>\\bin\\rocblas\\library" if windows
+                  else "/opt/rocm/lib/rocblas/library")
+        return _first(_make("rocm-libs-missing", "rocBLAS's library folder is empty",
+                            f"rocBLAS found no Tensile library files at all in {where} (the list it prints is empty): "
+                            "the folder is missing or empty, not the GPU's arch",
+                            f"point rocBLAS at an installed rocBLAS library: ROCBLAS_TENSILE_LIBPATH={target} (the HIP "
+                            "SDK's or ROCm's, of the version the program was built with), or reinstall the program so "
+                            "its rocblas/library folder is complete", [ctx.line_fact(covers[0])] if covers else [],
+                            covers))
     return None
 
 
 @rule("rocm-libs-missing")
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
-    errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" in e.line]
+    errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
+                                            if "/.singularity.d/libs/" in e.line]
+    zluda = _zluda(ctx)
+    if zluda is not None:
+        return zluda
+    empty = _empty_tensile_folder(ctx)
+    if empty is not None:
+        return empty
     if not errors:
         return None
     said = _rocm_libs_said(ctx, errors)
@@ -574,6 +704,18 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
         return _restate("rocm-libs-missing", first, errors)
     lib = re.search(r"(lib[\w\-]+\.so[.\d]*|\w+\.dll)", first.line)
     name = lib.group(1) if lib else "a ROCm library"
+    needs = _ldd_subject(ctx) if "=> not found" in first.line else None
+    if needs is not None:
+        # ldd listed what one binary of a Python package lacks: the package's build and the installed libraries differ
+        package, path = needs
+        missing = ", ".join(dict.fromkeys(re.search(r"(lib[\w.+-]+\.so[.\d]*)", e.line).group(1) for e in errors
+                                          if "=> not found" in e.line))
+        return _make("rocm-libs-missing", f"{package}'s binary needs libraries nothing installed provides",
+                     f"{path} links {missing}, which no installed package ships: this {package} build was made against "
+                     "other ROCm libraries than the ones installed",
+                     f"install the {package} release built for the installed ROCm (the {package} wheels from PyPI or the "
+                     f"index that matches the rocm packages' version), or the ROCm libraries that {package} build "
+                     "names; ldd on the same file must then list no \"not found\"", [ctx.line_fact(first)], errors)
     text = " ".join(e.line for e in errors)
     special = _missing_library_fix(ctx, name, text)
     if special:
@@ -582,6 +724,11 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     if ctx.sheet.is_windows or name.endswith(".dll"):
         fix = ("install AMD's HIP SDK for Windows (it puts amdhip64 and rocBLAS in C:\\Program Files\\AMD\\ROCm\\<ver>\\bin) "
                "and an Adrenalin driver of the same generation; restart the program so PATH is read again")
+        if re.search(r"(?i)site-packages|\bvenv|\bpipx\b", _text(ctx)):
+            # a package from a venv (a ROCm CTranslate2, torch from AMD's index) loads the ROCm runtime from wheels
+            fix = ("install the ROCm runtime wheels into the same environment: pip install rocm_sdk_core "
+                   "rocm_sdk_libraries_custom (AMD's Windows wheels from repo.radeon.com, the release the package was "
+                   "built for; pipx: pipx runpip <app> install ...); or " + fix)
     elif ctx.sheet.has("layout", "therock"):
         fix = ("this ROCm comes as Python wheels (TheRock), with no /opt/rocm: install its libraries into the same "
                "environment (pip install 'rocm[libraries]' from the index torch came from) and run from that venv")

@@ -321,6 +321,17 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "check that the nodes reach each other (ping, a firewall open between them), then export "
                      "NCCL_SOCKET_IFNAME=<the interface on the shared network> (ip -br addr) on every node, "
                      "GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO shows the interface it used", evidence, errors)
+    if re.search(r"(?i)unhandled system error", text) and not _CONTAINED.search(_text(ctx)) and \
+            not ctx.sheet.has("platform", "container"):
+        # the paste does not say where it ran: a container's small /dev/shm (the common cause) or, on the host, the
+        # transport between the GPUs; both fixes, the container's first
+        visible = "HIP_VISIBLE_DEVICES" if _vendor(ctx) == "amd" else "CUDA_VISIBLE_DEVICES"
+        return _make("multi-gpu-transport", "NCCL's setup between the GPUs fails",
+                     "\"unhandled system error\" is NCCL failing a system call while it connects the GPUs: in a "
+                     "container, its 64 MB /dev/shm; on the host, shared memory or peer-to-peer between the GPUs",
+                     "in a container: docker run --ipc=host (or --shm-size=16g); on the host: run on one GPU to confirm "
+                     f"({visible}=0 python train.py ... works), then rerun with NCCL_DEBUG=INFO to see the failing "
+                     "call, and try NCCL_P2P_DISABLE=1, then NCCL_SHM_DISABLE=1", evidence, errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("multi-gpu-transport", hit, errors)
