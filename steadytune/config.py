@@ -759,13 +759,15 @@ def build_config(raw: dict, where: str = "config", given_on_command_line: set[st
     """`where` names the file in messages; a key in `given_on_command_line` is named as the command line's (its value
     replaced the file's, so the file is not where to look)."""
     file_where = where
+
+    def where_of(key: str) -> str:
+        return "command line" if key in given_on_command_line else file_where
+
     sections: dict[str, dict] = {name: {} for name in SECTION_TYPES}
-    key_where: dict[str, str] = {}
     user_keys: set[str] = set()
     for key, value in raw.items():
         key = str(key)
-        where = "command line" if key in given_on_command_line else file_where
-        key_where[key] = where
+        where = where_of(key)
         if key in UNSUPPORTED_KEYS:
             raise ConfigError(f"{where}: not supported: {key} ({UNSUPPORTED_KEYS[key]})")
         if key in NESTED_SECTIONS:
@@ -794,8 +796,8 @@ def build_config(raw: dict, where: str = "config", given_on_command_line: set[st
         for f in dataclasses.fields(cls):
             if f.name in sections[name]:
                 label = f"{name}.{f.name}" if name in NESTED_SECTIONS else f.name
-                values[f.name] = _coerce(f, sections[name][f.name], key_where.get(name if name in NESTED_SECTIONS
-                                                                                   else f.name, file_where), label)
+                values[f.name] = _coerce(f, sections[name][f.name],
+                                         where_of(name if name in NESTED_SECTIONS else f.name), label)
         built[name] = cls(**values)
     cfg = RunConfig(**built, user_keys=user_keys)
     _check_cross_field(cfg, file_where)
