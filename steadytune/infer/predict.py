@@ -292,10 +292,11 @@ def check_prompts_fit(rows, prompts: list[list[int]], config, max_new_tokens: in
     """A prompt at or past the model's window is refused, naming its row: the answer would be read at positions the
     model never trained on (noise), and cutting the prompt would answer another question. One whose answer may run
     past the window is said once: its generation stops early or degrades there."""
-    # lazy: model.config_values loads transformers; `--help` answers without loading it
+    # lazy: model.anatomy and model.config_values load torch and transformers; `--help` answers without loading them
+    from steadytune.model.anatomy import text_config
     from steadytune.model.config_values import model_window
 
-    window = model_window(config.get_text_config() if hasattr(config, "get_text_config") else config)
+    window = model_window(text_config(config))
     if window is None:
         return
     too_long = [(row, len(ids)) for row, ids in zip(rows, prompts) if len(ids) >= window]
