@@ -292,8 +292,10 @@ def check_prompts_fit(rows, prompts: list[list[int]], config, max_new_tokens: in
     """A prompt at or past the model's window is refused, naming its row: the answer would be read at positions the
     model never trained on (noise), and cutting the prompt would answer another question. One whose answer may run
     past the window is said once: its generation stops early or degrades there."""
-    # lazy: model.anatomy and model.config_values load torch and transformers; `--help` answers without loading them
+    # lazy: model.anatomy loads torch; `--help` answers without loading it
     from steadytune.model.anatomy import text_config
+
+    # lazy: model.config_values loads transformers; `--help` answers without loading it
     from steadytune.model.config_values import model_window
 
     window = model_window(text_config(config))
