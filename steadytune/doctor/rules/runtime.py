@@ -6,7 +6,17 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
-from steadytune.doctor.rules.base import Context, Diagnosis, _catalogue, _make, _restate, _symptom_lines, _vendor, rule
+from steadytune.doctor.rules.base import (
+    Context,
+    Diagnosis,
+    _catalogue,
+    _lines_matching,
+    _make,
+    _restate,
+    _symptom_lines,
+    _vendor,
+    rule,
+)
 
 
 _SERVING_OOM_FIX = {
@@ -42,11 +52,37 @@ def _fragmented(text: str) -> Optional[str]:
     return None
 
 
+# a training run (fine-tuning, LoRA, a trainer's own words): its memory is set by the batch, the sequence length and
+# whether activations are kept, not by a server's cache sizes
+_TRAINING = re.compile(r"(?i)\b(?:Q?LoRA|PEFT|fine-?tun\w*|train(?:ing|er)?|SFT\w*|DPO|GRPO|unsloth|LLaMA-?Factory|"
+                       r"llamafactory|axolotl|trl\b|per_device_train_batch_size|gradient_accumulation|epochs?\b|"
+                       r"backward\(\)|accelerate launch|deepspeed)")
+# torch's, the runtimes' and the tools' own words for running out: the rest ("OOM" in a title, "ran out of VRAM") is
+# the user's summary, a likely reading only
+_OOM_PROPER = re.compile(r"(?:HIP|CUDA|GPU) out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation|"
+                         r"ErrorOutOfDeviceMemory|OutOfMemoryError|(?i:failed to allocate|unable to allocate|"
+                         r"out of shared|killed by signal|KV cache|ALLOC_FAILED|Malloc\w* failed|cache blocks|"
+                         r"cuda[_ ]out[_ ]of[_ ]memory)")
+_ILLEGAL_MEMORY = re.compile(r"(?i)\billegal memory\b|hipErrorIllegalAddress|cudaErrorIllegalAddress")
+
+TRAINING_OOM_FIX = ("lower the batch size (per_device_train_batch_size 1-2, gradient_accumulation_steps raised to keep "
+                    "the effective batch), turn on gradient checkpointing (gradient_checkpointing: true), shorten the "
+                    "max length (cutoff_len / max_seq_length), and load the base model in 4 bit (QLoRA: "
+                    "quantization_bit: 4 / load_in_4bit)")
+
+
+def _training(ctx: Context) -> bool:
+    return bool(_TRAINING.search("\n".join(ctx.sheet.lines))) or ctx.tool() in ("unsloth", "llamafactory", "deepspeed")
+
+
 @rule("out-of-memory")
 def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the runtime's out-of-memory message (or the user's word for it), what runs (a server sizes its
+    caches; a training run its batch, length and activations), torch's numbers (fragmentation), and, in a training
+    run, an illegal memory access with no fault of the machine beside it (a batch past a kernel's 32-bit indexing)."""
     errors = ctx.of("out-of-memory")
     if not errors:
-        return None
+        return _illegal_access_in_training(ctx)
     tool = ctx.tool(errors)
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
@@ -83,12 +119,34 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm) before "
                      "the run, so the allocator can grow its segments instead of needing one free block",
                      [ctx.line_fact(errors[0])], errors)
+    proper = any(_OOM_PROPER.search(e.line) or e.catalogue is not None for e in errors)
+    if _training(ctx) and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
+        return _make("out-of-memory", "the training run does not fit the GPU's memory",
+                     "the weights, the optimizer state of the trained parameters and the activations of one batch "
+                     "need more memory than the GPU has; the activations grow with the batch size and the sequence "
+                     "length", TRAINING_OOM_FIX, [ctx.line_fact(errors[0])], errors, confirmed=proper)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
-                 "a smaller batch or sequence length, gradient checkpointing, or a quantised model",
-                 [ctx.line_fact(errors[0])], errors)
+                 "a smaller batch size or sequence length (max length), gradient checkpointing, or a quantised model",
+                 [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+def _illegal_access_in_training(ctx: Context) -> Optional[Diagnosis]:
+    """An illegal memory access in a fine-tuning run whose paste shows nothing wrong with the machine (no page fault
+    in dmesg, no arch override, no kernel bug named): a batch too large for a kernel (32-bit offsets past 2**31
+    elements) or memory running out inside a fused kernel; a smaller batch is the accepted first step."""
+    said = [e for e in ctx.errors if _ILLEGAL_MEMORY.search(e.line)] or _lines_matching(ctx, _ILLEGAL_MEMORY.pattern)
+    if not said or not _training(ctx) or _vendor(ctx) == "amd" or ctx.sheet.env("HSA_OVERRIDE_GFX_VERSION"):
+        return None
+    if ctx.of("platform-bios", "driver", "arch-missing", "abi-mismatch"):
+        return None
+    return _make("out-of-memory", "the training batch is too large for the GPU's kernels",
+                 "an illegal memory access in a training step, on a machine with nothing else wrong, is most often "
+                 "the batch: past the GPU's memory inside a fused kernel, or past a kernel's 32-bit offsets",
+                 TRAINING_OOM_FIX + "; CUDA_LAUNCH_BLOCKING=1 names the kernel if a batch of 1 still fails",
+                 [ctx.line_fact(said[0])], said, confirmed=False)
 
 
 @rule("miopen-kernel")
