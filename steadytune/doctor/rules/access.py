@@ -30,9 +30,42 @@ _DEVICE_LISTING = re.compile(r"^c[rwx-]{9}\S*\s+\d+\s+\S+\s+(\S+)\s+\d+,\s*\d+.*
 
 
 
+# `ls -l` of a device node whose owner and group are the overflow ids (nobody / nogroup / 65534): inside a user
+# namespace, a host id with no mapping shows as the overflow id
+_UNMAPPED_NODE = re.compile(r"^\s*c[rwx-]{9}\S*\s+\d+\s+(?:nobody|65534)\s+(?:nobody|nogroup|65534)\s+\d+,")
+_ROOTLESS = re.compile(r"(?i)\brootless\b|\bpodman\b|\bkeep-groups\b|--userns|\btoolbox\b|\bdistrobox\b")
+
+
+def _unmapped_group(ctx: Context) -> Optional[Diagnosis]:
+    """A rootless container (podman, toolbox, distrobox) where the GPU's device nodes show as nobody/nogroup: the
+    host group that owns them (render, video) is not mapped into the user namespace, so the container's process is
+    not in it whatever --group-add says. Passing the host user's supplementary groups through is podman's
+    --group-add keep-groups, which only the crun runtime implements (runc ignores it)."""
+    text = _text(ctx)
+    nodes = _lines_matching(ctx, _UNMAPPED_NODE.pattern)
+    said = _lines_matching(ctx, r"(?i)\brootless\b.{0,80}\b(?:devices?|GPUs?|/dev/\w+|renderD\d*|kfd)\b|"
+                                r"\b(?:devices?|GPUs?|groups?)\b.{0,60}\brootless\b")
+    if not nodes and not (said and re.search(r"(?i)\bgroups?\b|keep-groups|nobody|nogroup", text)):
+        return None
+    if not _ROOTLESS.search(text) and not (nodes and _CONTAINED.search(text)):
+        return None
+    return _make("device-access", "the rootless container does not carry the host's GPU groups",
+                 "inside the rootless container the GPU's device nodes show as nobody/nogroup: the host group that "
+                 "owns them (render, video) is not mapped into the user namespace, so the process is not in it and "
+                 "may not open them",
+                 "run podman with the crun runtime and --group-add keep-groups (it keeps the host user's own groups; "
+                 "runc ignores it): set runtime = \"crun\" under [engine] in ~/.config/containers/containers.conf (or "
+                 "podman run --runtime crun --group-add keep-groups --device /dev/kfd --device /dev/dri ...), with the "
+                 "host user in render and video (sudo usermod -aG render,video $USER, then log in again)",
+                 [], nodes + said + ctx.of("device-access") + ctx.no_gpu())
+
+
 def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     """The kinds of refusal whose fix the wording and the setting decide before any `ls -l` is read: a node the tool
     names (renderD, card), a GPU found only as root, a container given no devices or not the group that owns them."""
+    unmapped = _unmapped_group(ctx)
+    if unmapped is not None:
+        return unmapped
     text = _text(ctx)
     node = re.search(r"/dev/dri/(renderD\d+|card\d+)", text)
     refused = _lines_matching(ctx, r"(?i)Permission denied \(os error 13\)|Permission needed to access required GPU")
