@@ -305,7 +305,16 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                           "without peer-to-peer", evidence + [ctx.line_fact(iommu[0])], errors + iommu)
         diagnosis.rank = family("platform-bios").rank - 1
         return diagnosis
-    if re.search(r"(?i)\[c10d\]|client socket has timed out|TCPStore|rendezvous|MASTER_ADDR", text):
+    rendezvous = re.search(r"(?i)\[c10d\]|client socket has timed out|TCPStore|rendezvous|MASTER_ADDR", text)
+    if (_CONTAINED.search(joined) or ctx.sheet.has("platform", "container")) and not rendezvous and \
+            not re.search(r"--ipc[= ]host|--shm-size", joined) and not ctx.sheet.is_windows:
+        # a container's /dev/shm is 64 MB unless the run widens it: the first thing NCCL/RCCL outgrow there
+        return _make("multi-gpu-transport", "the container's shared memory is too small for NCCL",
+                     "the GPUs' processes (vLLM's tensor-parallel workers, torchrun's ranks) exchange through "
+                     "/dev/shm, which a default container gives only 64 MB, so NCCL/RCCL fail or hang while connecting",
+                     "start the container with --shm-size=16g (or --ipc=host; compose: shm_size: 16gb / ipc: host); "
+                     "if it still fails, rerun with NCCL_DEBUG=INFO and try NCCL_P2P_DISABLE=1", evidence, errors)
+    if rendezvous:
         return _make("multi-gpu-transport", "the processes cannot reach the rendezvous address",
                      "torch's launcher could not connect to MASTER_ADDR:MASTER_PORT (a firewall, an address the other "
                      "node cannot route to, or a socket on the wrong interface)",
@@ -342,8 +351,9 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "
                      "is missing or broken on desktop boards, and NCCL/RCCL hang or fail when they pick it",
                      "export NCCL_P2P_DISABLE=1 (the transfers go through host memory); if it still hangs, add iommu=pt "
-                     "to the kernel command line", evidence, errors)
+                     "to the kernel command line; NCCL_DEBUG=INFO shows the transport it picked", evidence, errors)
     return _make("multi-gpu-transport", "the GPUs cannot reach each other",
                  "peer-to-peer transfers between the GPUs fail or hang (the IOMMU in translation mode, PCIe ACS, or "
-                 "a platform without P2P)", "confirm with NCCL_P2P_DISABLE=1 (slower, but it runs), then add iommu=pt "
+                 "a platform without P2P)", "rerun with NCCL_DEBUG=INFO (the line before the failure names the "
+                 "transport: P2P, SHM, NET); confirm with NCCL_P2P_DISABLE=1 (slower, but it runs), then add iommu=pt "
                  "to the kernel command line and turn ACS off in the BIOS", [ctx.line_fact(errors[0])], errors)
