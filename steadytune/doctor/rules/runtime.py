@@ -229,7 +229,89 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
                      "add amdgpu.runpm=0 to the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT, update-grub, reboot), "
                      "and move to a kernel without the regression", [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
-    return _restate("gpu-hang", hit, errors) if hit is not None else None
+    if hit is not None:
+        return _restate("gpu-hang", hit, errors)
+    return _hang_otherwise(ctx, errors)
+
+
+# the ROCm releases pytorch.org has built torch for (its --index-url .../whl/rocmX.Y), oldest first
+ROCM_TORCH_INDEXES = ("5.6", "5.7", "6.0", "6.1", "6.2", "6.2.4", "6.3", "6.4", "7.0", "7.1", "7.2")
+
+
+def _rocm_torch(ctx: Context) -> Optional[str]:
+    """The ROCm release the paste's torch was built for: its version label (2.3.0+rocm6.0) or 'torch ... rocm 6.0'."""
+    labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
+    if labels:
+        return labels[-1]
+    said = re.search(r"(?i)\b(?:torch|pytorch)\b.{0,30}\brocm[ -]?(\d\.\d(?:\.\d)?)|\brocm[ -]?(\d\.\d(?:\.\d)?)\b.{0,30}"
+                     r"\b(?:torch|pytorch)\b|whl/rocm(\d\.\d(?:\.\d)?)", _text_of(ctx))
+    return next((g for g in said.groups() if g), None) if said else None
+
+
+def _hang_otherwise(ctx: Context, errors: list[ErrorLine]) -> Diagnosis:
+    """A hang, fault or illegal access that no specific reading settled: the family's usual remedy for the stack in
+    the paste, as a likely reading. A ROCm torch: the torch built for the next ROCm release (each wheel brings its
+    own runtime, and hangs are often one release's); an NVIDIA illegal access: the kernel that faulted, named with
+    CUDA_LAUNCH_BLOCKING=1, and the library that owns it updated; else the kernel, firmware and dmesg."""
+    evidence = [ctx.line_fact(errors[0])]
+    built = _rocm_torch(ctx)
+    tool = ctx.tool(errors)
+    if built and built in ROCM_TORCH_INDEXES[:-1] and tool in (None, "torch", "comfyui", "a1111", "torchaudio"):
+        newer = ROCM_TORCH_INDEXES[ROCM_TORCH_INDEXES.index(built) + 1]
+        return _make("gpu-hang", f"the GPU hangs under the torch built for ROCm {built}",
+                     f"the torch wheel brings its own ROCm {built} runtime and kernels; a hang or fault in a run that "
+                     "worked before (or works elsewhere) is most often that release's",
+                     f"install the torch built for the next ROCm: pip install torch torchvision --index-url "
+                     f"https://download.pytorch.org/whl/rocm{newer} (or the newest, rocm{ROCM_TORCH_INDEXES[-1]}, "
+                     "if the GPU is in its list); if it still hangs: sudo dmesg | grep -i amdgpu, and a newer kernel "
+                     "and linux-firmware", evidence, errors, confirmed=False)
+    if _vendor(ctx) != "amd" and any(_ILLEGAL_MEMORY.search(e.line) for e in errors):
+        owner = f"update {tool} (pip install -U {tool}); " if tool and tool != "torch" else ""
+        return _make("gpu-hang", "a GPU kernel read or wrote outside its memory",
+                     "an illegal memory access is a kernel fault: a bug in the library whose kernel ran, inputs it "
+                     "does not handle (an index out of range, a batch past its 32-bit offsets), or a driver fault",
+                     f"{owner}rerun with CUDA_LAUNCH_BLOCKING=1 so the traceback names the op that faulted; in training, "
+                     "try a smaller batch size; update the NVIDIA driver and torch", evidence, errors, confirmed=False)
+    return _make("gpu-hang", "the GPU faulted or hung",
+                 "the GPU reset or faulted while running; the paste does not name the kernel or driver at fault",
+                 "read sudo dmesg | grep -i -e amdgpu -e 'page fault' -e timeout; update the kernel and linux-firmware; "
+                 "on a ROCm torch, the torch built for a newer ROCm (pip install torch --index-url "
+                 f"https://download.pytorch.org/whl/rocm{ROCM_TORCH_INDEXES[-1]}); if the GPU also drives the display, "
+                 "amdgpu.lockup_timeout=10000 on the kernel command line", evidence, errors, confirmed=False)
+
+
+# NaN losses and fp16 overflow: the values leave fp16's range (max 65504), not a missing instruction
+_NAN = re.compile(r"(?i)\bnan\b|\binf\b|overflow|loss scale")
+# GPUs without bf16 arithmetic torch uses: NVIDIA before Ampere, AMD's GCN/RDNA1/RDNA2 (gfx90a, CDNA3, RDNA3+ have it)
+_NO_BF16 = re.compile(r"sm_[3-7]\d|gfx[6-8]\w*|gfx90[0-6c]|gfx10\d\d")
+
+
+def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A loss that turns NaN, a gradient overflow, a loss scale driven to its floor: fp16 runs out of range. Where
+    the GPU computes bf16 (fp32's range) that is the fix; where it does not, fp16 with dynamic loss scaling, or fp32."""
+    nan = [e for e in errors if _NAN.search(e.line)]
+    said = " ".join(e.line for e in nan)
+    if not nan or (re.search(r"(?i)bf16|bfloat16", said) and not re.search(r"(?i)fp16|float16|half", said)):
+        return None   # NaN under bf16 is not fp16's range: the bf16 readings below decide
+    arch, fact = ctx.arch(nan)
+    names = " ".join(f.value for f in ctx.sheet.of("gpu")) + " " + _text_of(ctx)
+    old_gpu = (arch and _NO_BF16.fullmatch(arch)) or re.search(r"(?i)\b(?:V100|P100|P40|T4|GTX ?10\d\d|RTX ?20\d\d|"
+                                                              r"Titan V|MI50|MI60|Radeon VII|RX ?[56]\d\d\d)\b", names)
+    scaling = ("dynamic loss scaling (torch.amp.GradScaler with fp16; DeepSpeed \"fp16\": {\"loss_scale\": 0}), a "
+               "lower learning rate and gradient clipping (max_grad_norm 1.0)")
+    if old_gpu:
+        fix = (f"this GPU{' (' + arch + ')' if arch else ''} has no bf16: keep fp16 with {scaling}, or train in fp32 "
+               "(no fp16/bf16 flag); bf16 (bf16: true) needs Ampere / RDNA3 / CDNA2 or newer")
+    else:
+        fix = (f"train in bf16 instead of fp16 (bf16: true / --bf16 / bf16=True; fp16 off): it has fp32's range, so "
+               f"the values that overflow fp16 do not; if the GPU has no bf16, keep fp16 with {scaling}, or fp32")
+    return _make("precision", "the loss overflows fp16", "in fp16 (largest value 65504) activations or gradients "
+                 "overflow to inf, and the loss and the weights turn NaN; a loss scale that keeps falling says the "
+                 "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan)
+
+
+def _text_of(ctx: Context) -> str:
+    return "\n".join(ctx.sheet.lines)
 
 
 @rule("precision")
@@ -237,6 +319,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("precision")
     if not errors:
         return None
+    overflow = _overflow(ctx, errors)
+    if overflow is not None:
+        return overflow
     text = " ".join(e.line for e in errors)
     evidence = [ctx.line_fact(errors[0])]
     fp4 = re.search(r"(?i)\b(?:MX)?FP4\w*\b[\w ]{0,24}? is not supported on (gfx\w+)", text)
