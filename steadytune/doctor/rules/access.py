@@ -337,6 +337,7 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
+    joined = _text(ctx)
     kernel = ctx.sheet.first("kernel")
     secure_boot = ("if Secure Boot is on, it refuses the unsigned module: enroll its key (sudo mokutil --import "
                    "<the DKMS MOK key>) or turn Secure Boot off")
@@ -350,6 +351,30 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
                "Boot off in the firmware settings")
         cause = f"the {module} kernel module is not signed with a key the firmware trusts (Secure Boot is on)"
+    elif re.search(r"(?i)secure ?boot", text):
+        module = "nvidia" if re.search(r"(?i)nvidia", joined) else "amdgpu"
+        fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
+               "/var/lib/dkms/mok.pub, reboot, and complete the enrolment in the blue MOK screen; check with mokutil "
+               "--sb-state and sudo dmesg | grep -i -e 'key was rejected' -e lockdown) or turn Secure Boot off in the "
+               "firmware settings")
+        cause = f"Secure Boot is on and the {module} kernel module is not signed with a key the firmware trusts"
+    elif re.search(r"(?i)kernel (?:update|upgrade)", text) and not re.search(
+            r"(?i)Bad return status|fail\w* to (?:build|compile)|build (?:error|fail)", text):
+        nvidia = re.search(r"(?i)nvidia", joined)
+        again = ("sudo apt install --reinstall nvidia-dkms-<version> (or sudo dkms autoinstall)" if nvidia else
+                 "sudo apt install --reinstall amdgpu-dkms (or sudo dkms autoinstall), or drop DKMS: sudo "
+                 "amdgpu-install --usecase=rocm --no-dkms")
+        fix = (f"the driver's module was not rebuilt for the new kernel: install its headers (sudo apt install "
+               f"linux-headers-$(uname -r)), then {again}, and reboot; meanwhile boot the previous kernel from the GRUB "
+               "menu; with Secure Boot on, enroll the DKMS key (sudo mokutil --import /var/lib/dkms/mok.pub)")
+        cause = "the kernel update left the GPU driver's module unbuilt (or unsigned) for the new kernel"
+    elif re.search(r"^\s*No devices were found\s*$", text) or re.search(r"(?i)\bNo devices were found\b", text) and \
+            re.search(r"(?i)nvidia-smi", joined):
+        fix = ("nvidia-smi finds no GPU the loaded driver can drive: check lspci | grep -i nvidia (is the card seen), "
+               "sudo dmesg | grep -i -e nvrm -e nvidia (the driver's refusal: an unsupported card for this driver "
+               "branch, the open kernel modules on a pre-Turing card, a fallen-off-the-bus GPU); reinstall the driver "
+               "branch that supports the card and reboot")
+        cause = "the NVIDIA driver is loaded but drives no GPU"
     elif re.search(r"(?i)nvidia kernel module (?:is )?missing", text):
         fix = f"the nvidia module is not loaded: {secure_boot}; else reinstall the driver for the running kernel"
         cause = "the NVIDIA kernel module is not loaded for this kernel"

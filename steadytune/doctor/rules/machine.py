@@ -118,7 +118,7 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
                            r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limit(?:s|ed|ing)?|too (?:little|small))|"
                            r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
-                           r"\bonly\s*~?\s*\d+\s*[MG]i?B of (?:VRAM|GTT|GPU memory)|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
+                           r"\bonly\s*~?\s*\d+(?:\.\d+)?\s*[MG]i?B (?:of )?(?:VRAM|GTT|GPU memory|dedicated|shared)|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
 
 
 @rule("apu-memory")
@@ -131,9 +131,11 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     gtt_said = [l for l in short if re.search(r"\bGTT\b", l)]
     if any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
         return None
-    said_apu = any(re.search(r"(?i)\bAPUs?\b|unified memory|\biGPU\b", l) for l in ctx.sheet.lines)
+    # the APU said in words, or by its graphics' name (Radeon 680M/780M/890M, 8060S) where no arch was read
+    said_apu = any(re.search(r"(?i)\bAPUs?\b|unified memory|\biGPU\b|\b(?:Radeon\s*)?[6-9][0-9]0M\b|\b80[4-6]0S\b", l)
+                   for l in ctx.sheet.lines)
     limit_said = [l for l in short if re.search(r"(?i)\bUMA\b|\bTTM\b|\bGTT\b", l)]
-    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said and not (said_apu and limit_said):
+    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said and not (said_apu and (limit_said or short)):
         return None
     name = f"the APU ({apu[0]})" if apu else "the APU"
     carve, seen = _vram_bytes(ctx.sheet.lines), _pool_kib(ctx.sheet.lines)
