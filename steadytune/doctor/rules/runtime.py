@@ -305,9 +305,12 @@ def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     else:
         fix = (f"train in bf16 instead of fp16 (bf16: true / --bf16 / bf16=True; fp16 off): it has fp32's range, so "
                f"the values that overflow fp16 do not; if the GPU has no bf16, keep fp16 with {scaling}, or fp32")
+    # a NaN loss alone may have other causes (a learning rate, bad data); fp16 named, or its overflow, settles it
+    settled = re.search(r"(?i)\bfp16\b|float16|\bhalf\b|\bamp\b|autocast|mixed precision|overflow|loss scale",
+                        _text_of(ctx))
     return _make("precision", "the loss overflows fp16", "in fp16 (largest value 65504) activations or gradients "
                  "overflow to inf, and the loss and the weights turn NaN; a loss scale that keeps falling says the "
-                 "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan)
+                 "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan, confirmed=bool(settled))
 
 
 def _text_of(ctx: Context) -> str:
