@@ -254,6 +254,9 @@ def _hang_otherwise(ctx: Context, errors: list[ErrorLine]) -> Diagnosis:
     own runtime, and hangs are often one release's); an NVIDIA illegal access: the kernel that faulted, named with
     CUDA_LAUNCH_BLOCKING=1, and the library that owns it updated; else the kernel, firmware and dmesg."""
     evidence = [ctx.line_fact(errors[0])]
+    # the runtime's or the kernel's own words for the fault (not a user's "it hangs"): the hang itself is settled
+    proper = any(re.search(r"(?i)\bring\b.{0,30}time ?out|page fault|Memory access fault|HW Exception|HSA_STATUS_ERROR|"
+                           r"hipError|GPU reset|PROTECTION_FAULT", e.line) for e in errors)
     built = _rocm_torch(ctx)
     tool = ctx.tool(errors)
     if built and built in ROCM_TORCH_INDEXES[:-1] and tool in (None, "torch", "comfyui", "a1111", "torchaudio"):
@@ -264,7 +267,7 @@ def _hang_otherwise(ctx: Context, errors: list[ErrorLine]) -> Diagnosis:
                      f"install the torch built for the next ROCm: pip install torch torchvision --index-url "
                      f"https://download.pytorch.org/whl/rocm{newer} (or the newest, rocm{ROCM_TORCH_INDEXES[-1]}, "
                      "if the GPU is in its list); if it still hangs: sudo dmesg | grep -i amdgpu, and a newer kernel "
-                     "and linux-firmware", evidence, errors, confirmed=False)
+                     "and linux-firmware", evidence, errors, confirmed=proper)
     if _vendor(ctx) != "amd" and any(_ILLEGAL_MEMORY.search(e.line) for e in errors):
         owner = f"update {tool} (pip install -U {tool}); " if tool and tool != "torch" else ""
         return _make("gpu-hang", "a GPU kernel read or wrote outside its memory",

@@ -1,0 +1,102 @@
+"""doctor, round 6 (issue 63): readings that carry to pastes doctor has never seen. Each paste below is written for
+the reading (another GPU, tool, wording or setting than any mined case), not copied from a thread: the family comes
+from a class of wording or a fact (a device node owned by nobody inside a rootless container, a training run out of
+memory, a NaN loss under fp16, a collective failing in a container, Secure Boot beside the driver, a hang on a named
+ROCm torch), and the fix must name that family's remedy with the machine's values. Each failed before its reading was
+written; the negatives keep a reading from spreading to pastes it does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.diagnose import diagnose_text
+
+# (paste, family, phrases the fix must say, confirmed: True / False / None for either)
+READINGS = [
+    # device-access: a device node shown as nobody/nogroup in a rootless container: the host group is not mapped
+    ("$ toolbox enter rocm\n$ ls -l /dev/kfd /dev/dri/renderD129\n"
+     "crw-rw----. 1 nobody nobody 235,   0 Feb  2 08:00 /dev/kfd\n"
+     "crw-rw----. 1 nobody nobody 226, 129 Feb  2 08:00 /dev/dri/renderD129\n"
+     "rocminfo: Unable to open /dev/kfd read-write: Permission denied",
+     "device-access", ["crun", "keep-groups"], None),
+    ("podman rootless: GPU not accessible, the render group is lost inside the container (RX 7600)\n"
+     "crw-rw---- 1 65534 65534 226, 128 Apr  9 11:02 renderD128",
+     "device-access", ["crun"], None),
+    ("GPU devices not visible in rootless podman, groups are not passed through", "device-access", ["crun"], None),
+    # out-of-memory: a training run, in the user's words or torch's; its fix is the batch, checkpointing, length
+    ("OOM while doing QLoRA SFT of Mistral 7B on a 16GB RTX 4080", "out-of-memory",
+     ["batch size", "gradient checkpointing", "max length"], False),
+    ("unsloth fine-tuning llama-3.1-8b runs out of VRAM at step 3 on a T4", "out-of-memory",
+     ["batch size", "gradient checkpointing"], False),
+    ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 23.98 GiB "
+     "of which 312.00 MiB is free.\nllamafactory-cli train examples/train_lora/qwen2_lora_sft.yaml",
+     "out-of-memory", ["batch size", "cutoff_len"], True),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered\n"
+     "while fine-tuning with LoRA on an A40, per_device_train_batch_size=32", "out-of-memory", ["batch size"], False),
+    # precision: NaN loss / fp16 overflow; bf16 where the GPU has it, loss scaling or fp32 where it does not
+    ("{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-4, 'epoch': 0.3}\ntraining gemma with fp16=True on an "
+     "RTX 4090", "precision", ["bf16"], True),
+    ("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1\n"
+     "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.\nTesla V100-SXM2-32GB",
+     "precision", ["loss scaling", "fp32"], True),
+    ("loss goes to nan after 500 steps with mixed precision on MI100", "precision", ["loss scaling"], True),
+    # multi-gpu-transport: a collective that fails in a container: its /dev/shm; the generic fix says NCCL_DEBUG
+    ("vLLM serve with tensor_parallel_size=4 crashes in the container (podman, 4x MI210)", "multi-gpu-transport",
+     ["--shm-size"], None),
+    ("accelerate launch --multi_gpu train.py fails inside docker with NCCL error: unhandled system error",
+     "multi-gpu-transport", ["--shm-size"], None),
+    ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+     "unhandled cuda error, NCCL version 2.20.5\n2x L40S", "multi-gpu-transport", ["NCCL_DEBUG=INFO"], None),
+    ("training is stuck at the first step with 4 GPUs (4x RX 7900 XTX) using torchrun --nproc_per_node 4",
+     "multi-gpu-transport", ["NCCL_P2P_DISABLE=1"], None),
+    # driver: Secure Boot, a kernel update, nvidia-smi seeing no device
+    ("After enabling Secure Boot the amdgpu module does not load anymore, rocminfo fails", "driver", ["mokutil"], None),
+    ("nvidia driver stopped working after kernel upgrade on Fedora 41", "driver", ["linux-headers", "dkms"], None),
+    ("$ nvidia-smi\nNo devices were found", "driver", ["lspci"], None),
+    # gpu-hang: a hang on a named ROCm torch; an NVIDIA illegal access outside training; a bare hang
+    ("amdgpu: ring comp_1.0.0 timeout during SDXL on a Radeon VII, torch 2.4.1+rocm6.1", "gpu-hang",
+     ["whl/rocm6.2"], True),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered\nvllm serve Qwen/Qwen2-7B on an RTX 3090",
+     "gpu-hang", ["CUDA_LAUNCH_BLOCKING=1", "vllm"], False),
+    ("GPU hang while generating images with an RX 6800", "gpu-hang", ["dmesg"], False),
+    # apu-memory: the APU named by its graphics, and too little VRAM said
+    ("Radeon 890M laptop: torch only sees 2 GB VRAM, llama 8B does not fit", "apu-memory", ["BIOS"], None),
+    # miopen-kernel: the HIP backend's own spelling of its errors
+    ("MIOpen(HIP): Error [Compile] 'hiprtcCompileProgram' naive_conv.cpp: HIPRTC_ERROR_COMPILATION (6)",
+     "miopen-kernel", ["NAIVE_CONV"], None),
+]
+
+
+@pytest.mark.parametrize("paste,family,phrases,confirmed", READINGS, ids=[r[0][:48] for r in READINGS])
+def test_a_reading_names_the_family_and_its_fix(paste, family, phrases, confirmed):
+    top = diagnose_text(paste).top
+    assert top is not None, paste
+    assert top.family == family, (top.family, top.fix)
+    missing = [p for p in phrases if p.lower() not in top.fix.lower()]
+    assert not missing, (missing, top.fix)
+    if confirmed is not None:
+        assert top.confirmed is confirmed, top.title
+
+
+@pytest.mark.parametrize("paste,not_family", [
+    # an illegal access outside training is a kernel fault, not a batch that is too large
+    ("RuntimeError: CUDA error: an illegal memory access was encountered\nllama.cpp server on an RTX 3060",
+     "out-of-memory"),
+    # NaN under bf16 is not fp16's range
+    ("loss is nan with bf16 on RX 6800, RuntimeError: bf16 is not supported on this device", None),
+    # a bare "OOM" beside a specific MIOpen cause does not outrank it
+    ("VAE decode OOM on RX 9070 XT\n- default MIOPEN_FIND_MODE: driver timeout on the VAE decode", "out-of-memory"),
+    # nobody-owned listing on a host without any container: not the rootless reading
+    ("ls -l /etc/shadow\n-rw-r----- 1 nobody nogroup 1234 Jan 1 00:00 /etc/shadow", "device-access"),
+])
+def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_family):
+    top = diagnose_text(paste).top
+    if not_family is None:   # the overflow reading must not be what it says
+        assert top is None or "overflows fp16" not in top.title, top.title
+    else:
+        assert top is None or top.family != not_family, (top.family, top.fix)
+
+
+def test_a_nan_loss_alone_is_a_likely_reading_only():
+    top = diagnose_text("loss becomes NaN after a few hundred steps").top
+    assert top is not None and top.family == "precision" and not top.confirmed
