@@ -527,7 +527,8 @@ def _tool(line: str):
 def _root_only(line: str):
     """'works with sudo / as root, not as my user' in any phrasing the prose takes."""
     if re.search(r"(?:only|unless|except)\s+(?:as|with|when|run as|running as)?\s*(?:root|sudo|superuser)|"
-                 r"work(?:s|ing|ed)? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?",
+                 r"work(?:s|ing|ed)? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?|"
+                 r"\b(?:sudo|root) works\b|\bonly (?:as|for) (?:a |the |my )?(?:normal|regular|non-root|unprivileged) user\b",
                  line, re.IGNORECASE):
         yield "root_only", "yes", ""
 

@@ -26,6 +26,22 @@ _SERVING_OOM_FIX = {
             "GPUs",
 }
 
+# Tools that run out of memory by their own rules, with their own knobs (each tool's documented options): an image
+# UI's low-memory modes, a framework that grabs the whole GPU up front, a speech model's compute type.
+_TOOL_OOM_FIX = {
+    "comfyui": "start ComfyUI with --lowvram (or --novram; --reserve-vram 1 on a card that also drives the display), "
+               "a smaller image size or batch, and the tiled VAE decode node for large images",
+    "a1111": "start the web UI with --medvram (or --lowvram; SD.Next: --medvram / --lowvram too) in COMMANDLINE_ARGS, "
+             "a smaller image size or batch, and tiled VAE for large images",
+    "tensorflow": "let TensorFlow grow its memory instead of taking it all: tf.config.experimental.set_memory_growth("
+                  "gpu, True) for each GPU (or TF_FORCE_GPU_ALLOW_GROWTH=true), and a smaller batch size",
+    "jax": "export XLA_PYTHON_CLIENT_PREALLOCATE=false (JAX takes 75% of the GPU up front) or a smaller "
+           "XLA_PYTHON_CLIENT_MEM_FRACTION, and a smaller batch size",
+    "whisper": "a smaller compute type (faster-whisper / CTranslate2: compute_type=\"int8_float16\"), a smaller "
+               "model (medium, small) or batch_size, one model per GPU",
+}
+_WHISPER = re.compile(r"(?i)\b(?:faster[-_ ]?)?whisper\w*|ctranslate2")
+
 
 _SIZE = r"([\d.]+) ([KMG])i?B"
 
@@ -59,7 +75,7 @@ _TRAINING = re.compile(r"(?i)\b(?:Q?LoRA|PEFT|fine-?tun\w*|train(?:ing|er)?|SFT\
                        r"backward\(\)|accelerate launch|deepspeed)")
 # torch's, the runtimes' and the tools' own words for running out: the rest ("OOM" in a title, "ran out of VRAM") is
 # the user's summary, a likely reading only
-_OOM_PROPER = re.compile(r"(?:HIP|CUDA|GPU) out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation|"
+_OOM_PROPER = re.compile(r"(?i:(?:HIP|CUDA|GPU) out of memory|RESOURCE_EXHAUSTED|ResourceExhausted|error out of memory)|hipErrorOutOfMemory|cudaErrorMemoryAllocation|"
                          r"ErrorOutOfDeviceMemory|OutOfMemoryError|(?i:failed to allocate|unable to allocate|"
                          r"out of shared|killed by signal|KV cache|ALLOC_FAILED|Malloc\w* failed|cache blocks|"
                          r"cuda[_ ]out[_ ]of[_ ]memory)")
@@ -108,6 +124,21 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "docker run ... --ipc=host (or --shm-size=16g); or fewer data loader workers (0 to confirm)",
                      [ctx.line_fact(errors[0])], errors)
     fragmented = _fragmented(text)
+    proper = any(_OOM_PROPER.search(e.line) or e.catalogue is not None for e in errors)
+    own = "whisper" if _WHISPER.search(joined) and tool in (None, "torch") else tool
+    if own in _TOOL_OOM_FIX:
+        name = {"a1111": "the Stable Diffusion web UI", "comfyui": "ComfyUI"}.get(own, own)
+        return _make("out-of-memory", f"{name} ran out of GPU memory",
+                     f"{name} needs more GPU memory for this model and size than the GPU has free",
+                     _TOOL_OOM_FIX[own] + ("; the free memory is fragmented too: PYTORCH_CUDA_ALLOC_CONF="
+                                           "expandable_segments:True" if fragmented else ""),
+                     [ctx.line_fact(errors[0])], errors, confirmed=proper)
+    if tool == "deepspeed" and _training(ctx):
+        return _make("out-of-memory", "the DeepSpeed run does not fit the GPUs' memory",
+                     "the sharded states and one batch's activations need more memory than each GPU has",
+                     "ZeRO stage 3 with CPU offload (\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
+                     "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}); and " + TRAINING_OOM_FIX,
+                     [ctx.line_fact(errors[0])], errors, confirmed=proper)
     if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
         return _make("out-of-memory", f"{tool} ran out of GPU memory",
                      f"{tool} reserves its weights and caches up front; this model and context do not fit the memory "
@@ -119,7 +150,6 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm) before "
                      "the run, so the allocator can grow its segments instead of needing one free block",
                      [ctx.line_fact(errors[0])], errors)
-    proper = any(_OOM_PROPER.search(e.line) or e.catalogue is not None for e in errors)
     if _training(ctx) and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
         return _make("out-of-memory", "the training run does not fit the GPU's memory",
                      "the weights, the optimizer state of the trained parameters and the activations of one batch "
@@ -316,6 +346,24 @@ def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                  "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan, confirmed=bool(settled))
 
 
+def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
+    """The Stable Diffusion web UI's (and SD.Next's) NaN check: the VAE or the UNet computed in fp16 overflowed. The
+    VAE's remedy is keeping it in fp32; the UNet's is upcasting its attention (or the whole model) to fp32."""
+    vae = any(re.search(r"(?i)\bVAE\b", e.line) for e in nans)
+    comfy = ctx.tool(nans) == "comfyui"
+    if vae:
+        fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI" if comfy else
+               "add --no-half-vae to COMMANDLINE_ARGS (webui-user.sh / .bat; SD.Next: the same), so the VAE runs in "
+               "fp32, or use a VAE fixed for fp16 (sdxl-vae-fp16-fix)")
+    else:
+        fix = ("--force-upcast-attention (or --fp32-unet) when starting ComfyUI" if comfy else
+               "turn on Settings > Stable Diffusion > \"Upcast cross attention layer to float32\" or start with "
+               "--upcast-sampling; if it still fails, --no-half (the whole model in fp32, slower)")
+    part = "VAE" if vae else "UNet"
+    return _make("precision", f"the {part} overflows fp16", f"the {part} runs in fp16, and its values leave fp16's "
+                 "range, so the picture turns to NaN (a black image)", fix, [ctx.line_fact(nans[0])], nans)
+
+
 def _text_of(ctx: Context) -> str:
     return "\n".join(ctx.sheet.lines)
 
@@ -325,6 +373,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("precision")
     if not errors:
         return None
+    nans = [e for e in errors if re.search(r"(?i)NaNs was produced in (?:Unet|VAE)|NansException", e.line)]
+    if nans:
+        return _image_nans(ctx, nans)
     overflow = _overflow(ctx, errors)
     if overflow is not None:
         return overflow
