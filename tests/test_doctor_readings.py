@@ -59,6 +59,21 @@ READINGS = [
     ("RuntimeError: CUDA error: an illegal memory access was encountered\nvllm serve Qwen/Qwen2-7B on an RTX 3090",
      "gpu-hang", ["CUDA_LAUNCH_BLOCKING=1", "vllm"], False),
     ("GPU hang while generating images with an RX 6800", "gpu-hang", ["dmesg"], False),
+    # each tool's own memory knobs
+    ("ComfyUI: torch.OutOfMemoryError: HIP out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of "
+     "11.98 GiB", "out-of-memory", ["--lowvram"], True),
+    ("stable-diffusion-webui on RX 6600: RuntimeError: HIP out of memory. Tried to allocate 1.00 GiB",
+     "out-of-memory", ["--medvram"], True),
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4294967296 bytes."
+     "\nimport jax", "out-of-memory", ["XLA_PYTHON_CLIENT_PREALLOCATE=false"], True),
+    ("faster_whisper large-v2 on a 6 GB card: RuntimeError: CUDA failed with error out of memory", "out-of-memory",
+     ["compute_type"], True),
+    ("modules.devices.NansException: A tensor with all NaNs was produced in VAE.\nSD.Next on RX 7600", "precision",
+     ["--no-half-vae"], True),
+    ("NansException: A tensor with all NaNs was produced in Unet. (stable-diffusion-webui, GTX 1660)", "precision",
+     ["upcast"], True),
+    # device-access: works only with sudo, in other words
+    ("hipErrorNoDevice as my user, sudo works (RX 7800 XT, Ubuntu 24.04)", "device-access", ["usermod"], True),
     # apu-memory: the APU named by its graphics, and too little VRAM said
     ("Radeon 890M laptop: torch only sees 2 GB VRAM, llama 8B does not fit", "apu-memory", ["BIOS"], None),
     # miopen-kernel: the HIP backend's own spelling of its errors
