@@ -74,6 +74,19 @@ READINGS = [
      ["upcast"], True),
     # device-access: works only with sudo, in other words
     ("hipErrorNoDevice as my user, sudo works (RX 7800 XT, Ubuntu 24.04)", "device-access", ["usermod"], True),
+    # driver: CUDA's own start-up failures, each with its remedy
+    ("UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+     "before calling NumCudaDevices() that might have already set an error? Error 804: forward compatibility was "
+     "attempted on non supported HW", "driver", ["cuda-compat"], True),
+    ("RuntimeError: CUDA error: unknown error\n(only after the laptop resumes from suspend, RTX 4060)", "driver",
+     ["nvidia_uvm"], True),
+    # precision: fp16 on the CPU, fp8 on a GPU without it
+    ("RuntimeError: \"LayerNormKernelImpl\" not implemented for 'Half'", "precision", ["float32"], True),
+    ("ValueError: The quantization method fp8 is not supported for the current GPU. Minimum capability: 89. Current "
+     "capability: 80.", "precision", ["bfloat16"], True),
+    # attention: torch's own warnings about its fused attention
+    ("UserWarning: Memory Efficient attention on Navi31 GPU is still experimental. Enable it with "
+     "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1.", "attention", ["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1"], True),
     # apu-memory: the APU named by its graphics, and too little VRAM said
     ("Radeon 890M laptop: torch only sees 2 GB VRAM, llama 8B does not fit", "apu-memory", ["BIOS"], None),
     # miopen-kernel: the HIP backend's own spelling of its errors

@@ -351,6 +351,21 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
                "Boot off in the firmware settings")
         cause = f"the {module} kernel module is not signed with a key the firmware trusts (Secure Boot is on)"
+    elif re.search(r"(?i)Error 804|forward compatibility was attempted", text):
+        fix = ("remove the CUDA forward-compatibility package (sudo apt remove cuda-compat-*; unset a LD_LIBRARY_PATH "
+               "that points at /usr/local/cuda/compat): it is for datacenter GPUs only; or update the NVIDIA driver "
+               "to the one the CUDA version needs")
+        cause = "the CUDA forward-compatibility libraries are loaded on a GPU (GeForce, RTX) that does not support them"
+    elif re.search(r"(?i)Error 803|unsupported display driver", text):
+        fix = ("the user-space driver libraries and the kernel module are of different versions: reboot after a driver "
+               "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
+               "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
+        cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
+    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error", text):
+        fix = ("reload the NVIDIA unified-memory module: sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (after a "
+               "suspend / resume it is left broken), or reboot; if it comes back after each sleep, keep the memory "
+               "across suspend: options nvidia NVreg_PreserveVideoMemoryAllocations=1 and the nvidia-suspend services")
+        cause = "the CUDA driver is in a broken state (most often after the machine slept: nvidia_uvm)"
     elif re.search(r"(?i)secure ?boot", text):
         module = "nvidia" if re.search(r"(?i)nvidia", joined) else "amdgpu"
         fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "

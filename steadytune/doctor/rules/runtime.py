@@ -394,6 +394,21 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                          f"torch {old[0]} is built with CUDA 11, whose cuBLASLt has no fp8 (e4m3fn) matmul",
                          "pip install -U torch --index-url https://download.pytorch.org/whl/cu124 (or newer), or run "
                          "the model in fp16/bf16 instead of fp8", evidence, errors)
+    if re.search(r"(?i)not implemented for .(?:Half|BFloat16).", text):
+        # a CPU kernel missing for fp16/bf16: the model runs on the CPU in a GPU's number format
+        return _make("precision", "a half-precision model runs on the CPU",
+                     "the model was loaded in fp16/bf16 but runs on the CPU, which has no kernel for this op in that "
+                     "format: the GPU was not used (torch sees no GPU, or the model was never moved to it)",
+                     "check python -c 'import torch; print(torch.cuda.is_available())': if False, fix the GPU first "
+                     "(a torch built for this GPU); on the CPU load the model in float32 (torch_dtype=torch.float32; "
+                     "web UIs: --no-half / --precision full)", evidence, errors)
+    fp8 = re.search(r"(?i)(?:fp8|float8|fp4|mxfp|nvfp)\w*.{0,60}\b(?:requires|needs|only (?:be )?supported|is not "
+                    r"supported)\b", text)
+    if fp8:
+        return _make("precision", "this GPU has no fp8", "fp8 matmuls need Ada (sm_89), Hopper (sm_90) or newer, MI300 "
+                     "(gfx942) or RDNA4; this GPU is older", "load the model in bf16 or fp16 instead (vLLM: --dtype "
+                     "bfloat16 with a non-fp8 checkpoint, or --quantization none / awq / gptq; transformers: "
+                     "torch_dtype=torch.bfloat16), or run it on a GPU with fp8", evidence, errors)
     bf16 = re.search(r"(?i)bf16|bfloat16|16BF", text)
     if bf16 and re.search(r"(?i)Bfloat16 is only supported on GPUs with compute capability", text) or \
             (bf16 and ctx.tool(errors) == "vllm"):
@@ -453,6 +468,20 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "flash_attn package is not importable in this environment",
                      f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
                      f"or install {install}", evidence, errors)
+    if re.search(r"(?i)TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL|current AMD GPU", text):
+        return _make("attention", "torch's fused attention is experimental on this AMD GPU",
+                     "this ROCm torch builds its flash / memory-efficient SDPA kernels (AOTriton) for this GPU but "
+                     "keeps them off by default; attention falls back to the slower math path (a warning, not an error)",
+                     "export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 before starting (torch 2.4+ on RDNA3/RDNA4), "
+                     "or ignore the warning; a newer torch turns it on for more GPUs", evidence, errors,
+                     severity="warning")
+    if re.search(r"(?i)Torch was not compiled with (?:flash|memory efficient) attention", text):
+        return _make("attention", "this torch has no flash-attention kernel for SDPA",
+                     "the torch wheel (the Windows builds, and older ROCm ones) is built without the flash kernel of "
+                     "scaled_dot_product_attention; it falls back to the memory-efficient or math kernel and runs on",
+                     "nothing to fix: a warning about speed only; for faster attention on Windows use a torch build "
+                     "with it (a newer release) or xformers / flash-attn wheels built for this torch; the error that "
+                     "stopped the run, if any, is another line", evidence, errors, severity="warning")
     if re.search(r"(?i)memory_efficient_attention", text) and _vendor(ctx) == "amd":
         return _make("attention", "xformers has no kernels for this AMD GPU",
                      "the installed xformers has no ROCm kernels for this arch",
