@@ -543,7 +543,7 @@ def _complaint(line: str):
         yield "complaint", "slow", ""
     line = re.sub(r"[’´`]", "'", line)   # doesn´t, doesn’t
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
-                 r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|"
+                 r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|detecting|"
                  r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
                  r"\bno GPU (?:agent|found|detected|device)s?\b|"
                  r"\bis (?:it|this) (?:just )?not supported\b|\b(?:add|adding|request\w*|needs?|plans? (?:to|for)) "

@@ -87,8 +87,18 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                      "with ls -l /dev/kfd /dev/dri/renderD* and id", [], out + as_root))
     if _CONTAINED.search(text):
         no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
-                                      r"no ROCm-capable device|Unable to open /dev/kfd")
+                                      r"no ROCm-capable device|Unable to open /dev/kfd|(?:not (?:detected|found|visible|"
+                                      r"available|seen)|(?:doesn.t|does not|can.t|cannot|won.t) (?:see|find|detect|use))"
+                                      r"\b.{0,40}\b(?:in|inside|within|from) (?:a |the |my )?(?:docker|podman|container)")
         masked = re.search(r"\bROCR_VISIBLE_DEVICES=\d+,\d", text)   # a job's mask: visibility, not the devices
+        if no_gpu and not masked and _vendor(ctx) != "amd" and re.search(r"(?i)NVIDIA|CUDA|GeForce|RTX|GTX", text) \
+                and not re.search(r"--gpus", text):
+            return _make("device-access", "the container was started without the GPU",
+                         "docker gives a container no NVIDIA GPU unless asked, and only through the NVIDIA Container "
+                         "Toolkit's runtime",
+                         "install the NVIDIA Container Toolkit (sudo nvidia-ctk runtime configure --runtime=docker; sudo "
+                         "systemctl restart docker) and start the container with --gpus all (compose: deploy.resources."
+                         "reservations.devices with capabilities: [gpu])", [], no_gpu)
         if no_gpu and not masked and not re.search(r"--device[= ]/dev/kfd", text):
             return _make("device-access", "the container was started without the GPU devices",
                          "the container has no /dev/kfd and /dev/dri: ROCm finds no device inside it",

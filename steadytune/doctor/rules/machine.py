@@ -104,6 +104,17 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      f"hide the iGPU: {index}, or disable the iGPU in the BIOS{also}",
                      [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
                                   _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
+    fewer = [e for e in errors if re.search(r"(?i)device_count\(\)", e.line)]
+    if fewer:
+        names = ", ".join(visible) if visible else ""
+        return _make("visibility", "the process sees fewer GPUs than the machine has",
+                     ("the paste sets " + names + ", which keeps only the GPUs it names") if names else
+                     "a visibility variable set elsewhere (the shell profile, the container, the scheduler) or a GPU "
+                     "the driver or runtime skips leaves fewer GPUs than are installed",
+                     "print env | grep VISIBLE_DEVICES and unset CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / "
+                     "ROCR_VISIBLE_DEVICES (or list every index); compare nvidia-smi -L / rocminfo | grep gfx with "
+                     "lspci | grep -i -e vga -e display: a card missing there is skipped by the driver (sudo dmesg | "
+                     "grep -i -e amdgpu -e nvrm)", list(visible.values())[:2], fewer)
     if any(re.search(r"No CUDA GPUs are available", e.line) for e in errors) and _vendor(ctx) != "amd":
         named = visible.get("CUDA_VISIBLE_DEVICES")
         said = f"{named.value} " if named else ""
@@ -118,7 +129,8 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
                            r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limit(?:s|ed|ing)?|too (?:little|small))|"
                            r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
-                           r"\bonly\s*~?\s*\d+(?:\.\d+)?\s*[MG]i?B (?:of )?(?:VRAM|GTT|GPU memory|dedicated|shared)|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
+                           r"\bonly\s*~?\s*\d+(?:\.\d+)?\s*[MG]i?B (?:of )?(?:VRAM|GTT|GPU memory|dedicated|shared)|"
+                           r"\bonly (?:use|see|allocate|get)s?\b.{0,20}\b\d+\s*[GM]i?B\b.{0,20}\b(?:of|out of)\b.{0,10}\d+\s*[GM]i?B|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
 
 
 @rule("apu-memory")

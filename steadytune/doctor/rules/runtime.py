@@ -349,7 +349,8 @@ def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
 def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
     """The Stable Diffusion web UI's (and SD.Next's) NaN check: the VAE or the UNet computed in fp16 overflowed. The
     VAE's remedy is keeping it in fp32; the UNet's is upcasting its attention (or the whole model) to fp32."""
-    vae = any(re.search(r"(?i)\bVAE\b", e.line) for e in nans)
+    # a black picture is the VAE's NaN in the common case (the web UI's check names which part)
+    vae = any(re.search(r"(?i)\bVAE\b|black (?:image|picture|output|square)", e.line) for e in nans)
     comfy = ctx.tool(nans) == "comfyui"
     if vae:
         fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI" if comfy else
@@ -373,7 +374,8 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("precision")
     if not errors:
         return None
-    nans = [e for e in errors if re.search(r"(?i)NaNs was produced in (?:Unet|VAE)|NansException", e.line)]
+    nans = [e for e in errors if re.search(r"(?i)NaNs was produced in (?:Unet|VAE)|NansException|black (?:image|picture|"
+                                           r"output|square)", e.line)]
     if nans:
         return _image_nans(ctx, nans)
     overflow = _overflow(ctx, errors)
@@ -468,6 +470,18 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "flash_attn package is not importable in this environment",
                      f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
                      f"or install {install}", evidence, errors)
+    if re.search(r"(?i)flash[-_ ]?attn\w*\b.{0,40}\b(?:install|build|compil)|(?:install|build|compil)\w*\b.{0,20}\bflash[-_ ]?attn",
+                 text):
+        if _vendor(ctx) == "amd":
+            fix = ("build ROCm's fork instead (github.com/ROCm/flash-attention: GPU_ARCHS=<your gfx> pip install "
+                   "--no-build-isolation .) or its Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, no CUDA "
+                   "build); or skip it: attn_implementation=\"sdpa\"")
+        else:
+            fix = ("install a prebuilt wheel for this torch, CUDA and Python (the flash-attention release page), or "
+                   "build with pip install flash-attn --no-build-isolation and MAX_JOBS=4 (the build runs out of RAM "
+                   "with more); or skip it: attn_implementation=\"sdpa\"")
+        return _make("attention", "flash-attn does not build here", "flash-attn compiles CUDA (or HIP) kernels at "
+                     "install time; without a wheel for this torch and GPU the build fails", fix, evidence, errors)
     if re.search(r"(?i)TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL|current AMD GPU", text):
         return _make("attention", "torch's fused attention is experimental on this AMD GPU",
                      "this ROCm torch builds its flash / memory-efficient SDPA kernels (AOTriton) for this GPU but "
