@@ -87,6 +87,21 @@ READINGS = [
     # attention: torch's own warnings about its fused attention
     ("UserWarning: Memory Efficient attention on Navi31 GPU is still experimental. Enable it with "
      "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1.", "attention", ["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1"], True),
+    # thin titles: the words decide the family and its usual fix
+    ("RCCL timeout on 4x MI210 after a few hours", "multi-gpu-transport", ["NCCL_DEBUG=INFO"], None),
+    ("nvidia-smi: command not found (Ubuntu 22.04, RTX 3060)", "driver", ["nvidia"], None),
+    ("ROCm no longer works after kernel upgrade to 6.13", "driver", ["linux-headers", "amdgpu-dkms"], None),
+    ("rocm-smi: permission denied as my user", "device-access", ["usermod"], None),
+    ("PyTorch can't see the GPU inside a docker container, RX 7900 GRE", "device-access", ["--device=/dev/kfd"], None),
+    ("torch cannot find the GPU in my container (RTX 4070), torch.cuda.is_available() is False", "device-access",
+     ["--gpus all"], None),
+    ("SD 1.5 gives black images in half precision on an RX 580", "precision", ["--no-half-vae"], None),
+    ("bfloat16 is not supported on the Tesla P100", "precision", ["fp16"], None),
+    ("SDXL out of memory on my 8GB RX 7600 in ComfyUI", "out-of-memory", ["--lowvram"], None),
+    ("GPU page fault while running llama.cpp on MI100", "gpu-hang", ["dmesg"], None),
+    ("torch.cuda.device_count() returns 2 but I have 4 GPUs installed", "visibility", ["VISIBLE_DEVICES"], None),
+    ("Ryzen AI Max+ 395: llama.cpp can only use 96GB of 128GB", "apu-memory", ["ttm.pages_limit"], None),
+    ("failed to build flash-attn on ROCm 6.3 (MI250)", "attention", ["ROCm/flash-attention"], None),
     # apu-memory: the APU named by its graphics, and too little VRAM said
     ("Radeon 890M laptop: torch only sees 2 GB VRAM, llama 8B does not fit", "apu-memory", ["BIOS"], None),
     # miopen-kernel: the HIP backend's own spelling of its errors

@@ -361,6 +361,16 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
                "Boot off in the firmware settings")
         cause = f"the {module} kernel module is not signed with a key the firmware trusts (Secure Boot is on)"
+    elif re.search(r"(?i)nvidia-smi\W{0,3}(?:command )?not found|command not found\W{0,3}nvidia-smi|nvidia-smi. is not "
+                   r"recognized", text):
+        inside = bool(_CONTAINED.search(joined))
+        fix = ("in a container nvidia-smi comes from the host's driver through the NVIDIA Container Toolkit: install it "
+               "(sudo nvidia-ctk runtime configure --runtime=docker; restart docker) and start with --gpus all"
+               if inside else
+               "install the NVIDIA driver (nvidia-smi comes with it): sudo ubuntu-drivers install (or sudo apt install "
+               "nvidia-driver-<version>; Fedora: akmod-nvidia), then reboot; with Secure Boot on, enroll its key "
+               "(mokutil) when asked")
+        cause = "the NVIDIA driver is not installed " + ("in reach of the container" if inside else "on this system")
     elif re.search(r"(?i)Error 804|forward compatibility was attempted", text):
         fix = ("remove the CUDA forward-compatibility package (sudo apt remove cuda-compat-*; unset a LD_LIBRARY_PATH "
                "that points at /usr/local/cuda/compat): it is for datacenter GPUs only; or update the NVIDIA driver "
