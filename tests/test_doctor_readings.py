@@ -102,6 +102,12 @@ READINGS = [
     ("torch.cuda.device_count() returns 2 but I have 4 GPUs installed", "visibility", ["VISIBLE_DEVICES"], None),
     ("Ryzen AI Max+ 395: llama.cpp can only use 96GB of 128GB", "apu-memory", ["ttm.pages_limit"], None),
     ("failed to build flash-attn on ROCm 6.3 (MI250)", "attention", ["ROCm/flash-attention"], None),
+    # the NVIDIA driver's own fault reports
+    ("NVRM: Xid (PCI:0000:01:00): 79, pid=4242, GPU has fallen off the bus.", "platform-bios", ["pcie_aspm=off"], True),
+    ("NVRM: Xid (PCI:0000:41:00): 31, pid=2231, Ch 00000010, intr 10000000. MMU Fault: ENGINE GRAPHICS faulted",
+     "gpu-hang", ["CUDA_LAUNCH_BLOCKING=1"], False),
+    ("vllm serve --tensor-parallel-size 2 hangs on 2x RTX 4090", "multi-gpu-transport",
+     ["NCCL_P2P_DISABLE=1", "--disable-custom-all-reduce"], None),
     # apu-memory: the APU named by its graphics, and too little VRAM said
     ("Radeon 890M laptop: torch only sees 2 GB VRAM, llama 8B does not fit", "apu-memory", ["BIOS"], None),
     # miopen-kernel: the HIP backend's own spelling of its errors

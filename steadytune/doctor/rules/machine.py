@@ -228,6 +228,14 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
                      "AtomicOpsCap); where the CPU or board has no PCIe atomics at all (Intel before Haswell, AMD "
                      "before Zen, many laptops' chipset links) ROCm cannot use this card: a platform with PCIe 3 "
                      "atomics, or a gfx9+ card, which does not need them", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)fallen off the bus|\bXid\b\W{0,3}(?:\([^)]*\)\W{0,3})?79\b", text):
+        return _make("platform-bios", "the GPU fell off the PCIe bus",
+                     "the GPU stopped answering on PCIe mid-run (NVIDIA's Xid 79): power (a transient the PSU or its "
+                     "cables do not hold), the PCIe link (a riser, a loose card, link power saving) or heat",
+                     "check power first (a PSU with headroom, separate PCIe cables per connector; a lower power limit to "
+                     "confirm: sudo nvidia-smi -pl <watts>), reseat the card without a riser, set the slot's PCIe "
+                     "generation fixed in the BIOS, and add pcie_aspm=off to the kernel command line; watch temperatures",
+                     [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("platform-bios", hit, errors)
@@ -365,7 +373,9 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "
                      "is missing or broken on desktop boards, and NCCL/RCCL hang or fail when they pick it",
                      "export NCCL_P2P_DISABLE=1 (the transfers go through host memory); if it still hangs, add iommu=pt "
-                     "to the kernel command line; NCCL_DEBUG=INFO shows the transport it picked", evidence, errors)
+                     "to the kernel command line; NCCL_DEBUG=INFO shows the transport it picked" +
+                     ("; vLLM: also --disable-custom-all-reduce (its own all-reduce uses P2P too)"
+                      if ctx.tool(errors) == "vllm" else ""), evidence, errors)
     return _make("multi-gpu-transport", "the GPUs cannot reach each other",
                  "peer-to-peer transfers between the GPUs fail or hang (the IOMMU in translation mode, PCIe ACS, or "
                  "a platform without P2P)", "rerun with NCCL_DEBUG=INFO (the line before the failure names the "

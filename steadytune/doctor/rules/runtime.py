@@ -305,6 +305,13 @@ def _hang_otherwise(ctx: Context, errors: list[ErrorLine]) -> Diagnosis:
                      "does not handle (an index out of range, a batch past its 32-bit offsets), or a driver fault",
                      f"{owner}rerun with CUDA_LAUNCH_BLOCKING=1 so the traceback names the op that faulted; in training, "
                      "try a smaller batch size; update the NVIDIA driver and torch", evidence, errors, confirmed=False)
+    if re.search(r"NVRM|\bXid\b", _text_of(ctx)) or (_vendor(ctx) == "nvidia"):
+        return _make("gpu-hang", "the GPU faulted or hung",
+                     "the NVIDIA driver reported a fault (an Xid) while the job ran: Xid 13 / 31 are a kernel's own "
+                     "fault (a library bug, bad input), 43 / 45 the driver stopping the process, 79 the card off the bus",
+                     "sudo dmesg | grep -i xid names the kind; for 13 / 31 rerun with CUDA_LAUNCH_BLOCKING=1 to name the "
+                     "op and update the library that owns it and the NVIDIA driver; for 79 look at power and the PCIe "
+                     "link", evidence, errors, confirmed=False)
     return _make("gpu-hang", "the GPU faulted or hung",
                  "the GPU reset or faulted while running; the paste does not name the kernel or driver at fault",
                  "read sudo dmesg | grep -i -e amdgpu -e 'page fault' -e timeout; update the kernel and linux-firmware; "
