@@ -108,6 +108,10 @@ READINGS = [
      "gpu-hang", ["CUDA_LAUNCH_BLOCKING=1"], False),
     ("vllm serve --tensor-parallel-size 2 hangs on 2x RTX 4090", "multi-gpu-transport",
      ["NCCL_P2P_DISABLE=1", "--disable-custom-all-reduce"], None),
+    # the transport between nodes over RDMA; the GPU's firmware by its blocks' names
+    ("gpu-node2:881:990 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.1.0.3<52100> with "
+     "error 12, opcode 0, len 0, vendor err 129", "multi-gpu-transport", ["NCCL_IB_DISABLE=1"], True),
+    ("amdgpu 0000:0b:00.0: amdgpu: PSP load tmr failed!", "driver", ["linux-firmware"], True),
     # apu-memory: the APU named by its graphics, and too little VRAM said
     ("Radeon 890M laptop: torch only sees 2 GB VRAM, llama 8B does not fit", "apu-memory", ["BIOS"], None),
     # miopen-kernel: the HIP backend's own spelling of its errors

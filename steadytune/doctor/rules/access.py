@@ -461,7 +461,7 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         cause = "the amdgpu-dkms module does not build for this kernel" + (f" ({kernel.value})" if kernel else "")
     elif re.search(r"amdgpu version file missing", text):
         return None   # Ollama's note on distribution kernels: harmless by itself, the real cause is elsewhere
-    elif re.search(r"(?i)firmware", text):
+    elif re.search(r"(?i)firmware|\bSMU\b|\bPSP\b", text):
         fix = "install a newer linux-firmware package (the GPU's firmware files are newer than the distribution's)"
         cause = "amdgpu cannot load this GPU's firmware"
     else:

@@ -309,6 +309,15 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "RCCL/NCCL pick P2P between the GPUs, but P2P across these PCIe root ports is broken or "
                      "throttled", "export NCCL_P2P_DISABLE=1 (the transfers go through host shared memory); check ACS "
                      "and the IOMMU (iommu=pt) for a real fix", evidence, errors)
+    if re.search(r"(?i)NET/IB\b|\bibv_\w+|\bmlx5|InfiniBand|\bRoCE\b", text):
+        return _make("multi-gpu-transport", "NCCL's InfiniBand / RoCE transport fails",
+                     "NCCL uses the RDMA network (IB verbs) between the nodes whenever it finds an HCA; a port that is "
+                     "down, an HCA the nodes do not share, or a container without the RDMA devices fails it",
+                     "where the nodes have no working InfiniBand / RoCE between them: export NCCL_IB_DISABLE=1 (sockets "
+                     "instead) with NCCL_SOCKET_IFNAME=<the shared interface>; else pick the working HCA and port "
+                     "(NCCL_IB_HCA=mlx5_0:1; ibstat shows which are Active), and in a container pass --device "
+                     "/dev/infiniband --cap-add IPC_LOCK; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET shows the choice",
+                     evidence, errors)
     if re.search(r"(?i)alltoall", joined) and re.search(r"(?i)XGMI", joined):
         return _make("multi-gpu-transport", "alltoall hangs without XGMI",
                      "without XGMI links the peer-to-peer channels of alltoall(v) over PCIe deadlock",
