@@ -338,7 +338,8 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
         return diagnosis
     rendezvous = re.search(r"(?i)\[c10d\]|client socket has timed out|TCPStore|rendezvous|MASTER_ADDR", text)
     if (_CONTAINED.search(joined) or ctx.sheet.has("platform", "container")) and not rendezvous and \
-            not re.search(r"--ipc[= ]host|--shm-size", joined) and not ctx.sheet.is_windows:
+            not re.search(r"--ipc[= ]host|--shm-size", joined) and not ctx.sheet.is_windows and _catalogue(errors) is None:
+        # (a message the catalogue knows names its own cause, container or not)
         # a container's /dev/shm is 64 MB unless the run widens it: the first thing NCCL/RCCL outgrow there
         return _make("multi-gpu-transport", "the container's shared memory is too small for NCCL",
                      "the GPUs' processes (vLLM's tensor-parallel workers, torchrun's ranks) exchange through "
