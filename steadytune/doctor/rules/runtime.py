@@ -75,7 +75,8 @@ _TRAINING = re.compile(r"(?i)\b(?:Q?LoRA|PEFT|fine-?tun\w*|train(?:ing|er)?|SFT\
                        r"backward\(\)|accelerate launch|deepspeed)")
 # torch's, the runtimes' and the tools' own words for running out: the rest ("OOM" in a title, "ran out of VRAM") is
 # the user's summary, a likely reading only
-_OOM_PROPER = re.compile(r"(?i:(?:HIP|CUDA|GPU) out of memory|RESOURCE_EXHAUSTED|ResourceExhausted|error out of memory)|hipErrorOutOfMemory|cudaErrorMemoryAllocation|"
+_OOM_PROPER = re.compile(r"(?i:(?:HIP|CUDA|GPU) out of memory|RESOURCE_EXHAUSTED|ResourceExhausted|error\W{1,3}out of "
+                         r"memory)|hipErrorOutOfMemory|cudaErrorMemoryAllocation|"
                          r"ErrorOutOfDeviceMemory|OutOfMemoryError|(?i:failed to allocate|unable to allocate|"
                          r"out of shared|killed by signal|KV cache|ALLOC_FAILED|Malloc\w* failed|cache blocks|"
                          r"cuda[_ ]out[_ ]of[_ ]memory)")
