@@ -355,7 +355,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded "
                "(or reinstall the driver cleanly and reboot)")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
-    elif re.search(r"(?i)Key was rejected by service", text):
+    elif re.search(r"(?i)Key was rejected by service|Required key not available|unsigned module|module verification "
+                   r"failed", text):
         module = "nvidia" if re.search(r"(?i)nvidia", text) else "amdgpu"
         fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
                "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
