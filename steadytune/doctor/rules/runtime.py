@@ -438,7 +438,12 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
         return _make("precision", "the GPU has no bf16", "a bf16 operation runs on a GPU without bf16 support",
                      "turn bf16 off: run the model in fp16 (or fp32) instead of bf16 (the project's dtype setting)",
                      evidence, errors)
-    return None
+    # a number-format failure no reading above settles: the format the GPU does have, as the likely remedy
+    return _make("precision", "the GPU has no instructions for this number format",
+                 "an operation runs in a format (bf16, fp8, fp4) this GPU or its build does not compute",
+                 "run the model in a format the GPU has: fp16 on GPUs without bf16 (NVIDIA before Ampere, AMD RDNA2 and "
+                 "older), bf16 or fp16 where fp8 / fp4 are missing (--dtype, torch_dtype, or the tool's precision "
+                 "option), fp32 to confirm", evidence, errors, confirmed=False)
 
 
 @rule("attention")
@@ -515,4 +520,11 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "use PyTorch's scaled_dot_product_attention (SDPA; attn_implementation=\"sdpa\") instead of "
                      "flash-attn", evidence, errors)
     hit = _catalogue(errors)
-    return _restate("attention", hit, errors) if hit is not None else None
+    if hit is not None:
+        return _restate("attention", hit, errors)
+    # a fused-attention failure no reading above settles: PyTorch's own attention needs no extra kernel package
+    return _make("attention", "the fused attention kernel does not run here",
+                 "the attention kernel the model asked for (flash-attn, xformers, a tool's own) is missing or not "
+                 "built for this GPU", "use PyTorch's scaled_dot_product_attention: attn_implementation=\"sdpa\" "
+                 "(vLLM: another attention backend, VLLM_ATTENTION_BACKEND; ComfyUI: --use-pytorch-cross-attention), "
+                 "or install the kernel package built for this torch and GPU", evidence, errors, confirmed=False)
