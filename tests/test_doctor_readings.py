@@ -113,6 +113,9 @@ READINGS = [
     ("gpu-node2:881:990 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.1.0.3<52100> with "
      "error 12, opcode 0, len 0, vendor err 129", "multi-gpu-transport", ["NCCL_IB_DISABLE=1"], True),
     ("amdgpu 0000:0b:00.0: amdgpu: PSP load tmr failed!", "driver", ["linux-firmware"], True),
+    # a family's line that no specific reading settles still gets the family's likely remedy
+    ("error: stack frame size (131112) exceeds limit (131056) in function '_attn_fwd_inner' (a Triton kernel, MI100)",
+     "attention", ["sdpa"], False),
     # Secure Boot in the kernel's own words
     ("$ sudo modprobe amdgpu\nmodprobe: ERROR: could not insert 'amdgpu': Required key not available", "driver",
      ["mokutil"], True),
