@@ -113,6 +113,11 @@ READINGS = [
     ("gpu-node2:881:990 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.1.0.3<52100> with "
      "error 12, opcode 0, len 0, vendor err 129", "multi-gpu-transport", ["NCCL_IB_DISABLE=1"], True),
     ("amdgpu 0000:0b:00.0: amdgpu: PSP load tmr failed!", "driver", ["linux-firmware"], True),
+    # a Kubernetes pod with no GPU: the vendor's device plugin and the pod's resource limit
+    ("Pod on k3s with an MI210 node: torch.cuda.is_available() returns False", "device-access",
+     ["amd.com/gpu", "device plugin"], True),
+    ("kubectl logs trainer-0: RuntimeError: No CUDA GPUs are available (A100 node)", "device-access",
+     ["nvidia.com/gpu"], True),
     # a family's line that no specific reading settles still gets the family's likely remedy
     ("error: stack frame size (131112) exceeds limit (131056) in function '_attn_fwd_inner' (a Triton kernel, MI100)",
      "attention", ["sdpa"], False),
@@ -161,13 +166,15 @@ def test_every_reading_survives_how_it_is_pasted(how):
     ("loss is nan with bf16 on RX 6800, RuntimeError: bf16 is not supported on this device", None),
     # a bare "OOM" beside a specific MIOpen cause does not outrank it
     ("VAE decode OOM on RX 9070 XT\n- default MIOPEN_FIND_MODE: driver timeout on the VAE decode", "out-of-memory"),
+    # a pod whose GPU was lost (NVML's unknown error) is not a pod given no GPU
+    ("kubectl exec gpu-pod -- nvidia-smi\nFailed to initialize NVML: Unknown Error", None),
     # nobody-owned listing on a host without any container: not the rootless reading
     ("ls -l /etc/shadow\n-rw-r----- 1 nobody nogroup 1234 Jan 1 00:00 /etc/shadow", "device-access"),
 ])
 def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_family):
     top = diagnose_text(paste).top
-    if not_family is None:   # the overflow reading must not be what it says
-        assert top is None or "overflows fp16" not in top.title, top.title
+    if not_family is None:   # the reading named in the comment must not be what it says
+        assert top is None or ("overflows fp16" not in top.title and "no GPU" not in top.title), top.title
     else:
         assert top is None or top.family != not_family, (top.family, top.fix)
 

@@ -60,6 +60,32 @@ def _unmapped_group(ctx: Context) -> Optional[Diagnosis]:
                  [], nodes + said + ctx.of("device-access") + ctx.no_gpu())
 
 
+_KUBERNETES = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bkubectl\b|\bhelm\b|\bk3s\b|\bpods?\b|\b(?:nvidia|amd)\.com/gpu\b|"
+                         r"device[- ]plugin|\bGPU operator\b")
+
+
+def _kubernetes_without_gpu(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """A pod that finds no GPU: Kubernetes hands GPUs out only through the vendor's device plugin and the pod's
+    resource limit (nvidia.com/gpu, amd.com/gpu); the NVIDIA plugin never gives out an AMD GPU."""
+    if not _KUBERNETES.search(text) or ctx.of("device-access"):   # a device refused or lost is its own reading
+        return None
+    failing = ctx.no_gpu() + ctx.of("visibility") + _lines_matching(
+        ctx, r"Found no NVIDIA driver|(?i:no GPUs? (?:found|detected|available)|(?:not|doesn.t|does not|can.t|cannot) "
+             r"(?:see|find|detect|use)\w* (?:the |any |my )?GPU)")
+    if not failing:
+        return None
+    if _vendor(ctx) == "amd":
+        fix = ("deploy AMD's ROCm device plugin (github.com/ROCm/k8s-device-plugin; or the AMD GPU Operator) and request "
+               "the GPU in the pod: resources.limits: amd.com/gpu: 1 (the NVIDIA device plugin only hands out NVIDIA "
+               "GPUs); the image must be a ROCm build (rocm/pytorch)")
+    else:
+        fix = ("deploy the NVIDIA device plugin (or the NVIDIA GPU Operator) with the nvidia container runtime as the "
+               "node's default, and request the GPU in the pod: resources.limits: nvidia.com/gpu: 1")
+    return _make("device-access", "the pod was given no GPU",
+                 "Kubernetes passes a GPU into a pod only through the vendor's device plugin and the pod's resource "
+                 "limit; without them the container has no device", fix, [], failing)
+
+
 def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     """The kinds of refusal whose fix the wording and the setting decide before any `ls -l` is read: a node the tool
     names (renderD, card), a GPU found only as root, a container given no devices or not the group that owns them."""
@@ -67,6 +93,9 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     if unmapped is not None:
         return unmapped
     text = _text(ctx)
+    pod = _kubernetes_without_gpu(ctx, text)
+    if pod is not None:
+        return pod
     node = re.search(r"/dev/dri/(renderD\d+|card\d+)", text)
     refused = _lines_matching(ctx, r"(?i)Permission denied \(os error 13\)|Permission needed to access required GPU")
     if refused and node:
