@@ -113,6 +113,8 @@ READINGS = [
     ("gpu-node2:881:990 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.1.0.3<52100> with "
      "error 12, opcode 0, len 0, vendor err 129", "multi-gpu-transport", ["NCCL_IB_DISABLE=1"], True),
     ("amdgpu 0000:0b:00.0: amdgpu: PSP load tmr failed!", "driver", ["linux-firmware"], True),
+    # WSL: AMD's WSL runtime covers RDNA3 / RDNA4 only
+    ("WSL2 Ubuntu 24.04: rocminfo finds no GPU agent, Radeon RX 6800 XT", "wsl", ["native Linux"], True),
     # a Kubernetes pod with no GPU: the vendor's device plugin and the pod's resource limit
     ("Pod on k3s with an MI210 node: torch.cuda.is_available() returns False", "device-access",
      ["amd.com/gpu", "device plugin"], True),

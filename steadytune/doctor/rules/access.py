@@ -327,6 +327,15 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "cache was not refreshed after the install)",
                      "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
                      "sudo ldconfig", [fact], errors)
+    arch, arch_fact = ctx.arch(errors)
+    if arch and arch.startswith("gfx") and not re.match(r"gfx1[12]\d\d", arch):
+        # AMD's WSL support matrix lists RDNA3 and RDNA4 Radeon / Radeon PRO cards only
+        return _make("wsl", f"ROCm on WSL does not support this GPU ({arch})",
+                     f"AMD's ROCm for WSL runs only on RDNA3 and RDNA4 GPUs (Radeon RX 7000 / 9000, Radeon PRO W7000 / "
+                     f"R9000); {arch} is not among them, so no WSL runtime sees it",
+                     "run ROCm on native Linux (a dual boot) for this GPU; on Windows itself use a path that supports "
+                     "it (DirectML: torch-directml, or a Vulkan build of llama.cpp / Ollama)",
+                     [f for f in (fact, arch_fact) if f], errors)
     runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
                "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
