@@ -329,7 +329,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "sudo ldconfig", [fact], errors)
     arch, arch_fact = ctx.arch(errors)
     if arch and arch.startswith("gfx") and not re.match(r"gfx1[12]\d\d", arch):
-        # AMD's WSL support matrix lists RDNA3 and RDNA4 Radeon / Radeon PRO cards only
+        # AMD's WSL support matrix lists RDNA3 and RDNA4 Radeon / Radeon PRO cards only (the "Compatibility matrices"
+        # page of rocm.docs.amd.com/projects/radeon, WSL section)
         return _make("wsl", f"ROCm on WSL does not support this GPU ({arch})",
                      f"AMD's ROCm for WSL runs only on RDNA3 and RDNA4 GPUs (Radeon RX 7000 / 9000, Radeon PRO W7000 / "
                      f"R9000); {arch} is not among them, so no WSL runtime sees it",
