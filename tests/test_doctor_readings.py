@@ -115,6 +115,15 @@ READINGS = [
     ("amdgpu 0000:0b:00.0: amdgpu: PSP load tmr failed!", "driver", ["linux-firmware"], True),
     # WSL: AMD's WSL runtime covers RDNA3 / RDNA4 only
     ("WSL2 Ubuntu 24.04: rocminfo finds no GPU agent, Radeon RX 6800 XT", "wsl", ["native Linux"], True),
+    ("WSL2 Ubuntu: torch.cuda.is_available() is False, RTX 3080 (nvidia-smi works in Windows)", "wsl",
+     ["/usr/lib/wsl/lib", "download.pytorch.org/whl/cu"], True),
+    # visibility: an index past the visible GPUs
+    ("RuntimeError: CUDA error: invalid device ordinal\n(export CUDA_VISIBLE_DEVICES=2 on a two-GPU box)", "visibility",
+     ["count from 0"], True),
+    # MIOpen's missing kernel database is a warning with its own package
+    ("MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1101_30.kdb Performance may degrade.",
+     "miopen-kernel", ["miopen-hip-gfx1101kdb"], True),
+    ("ValueError: The current architecture does not support Flash Attention 2 (Tesla T4)", "attention", ["sdpa"], None),
     # a Kubernetes pod with no GPU: the vendor's device plugin and the pod's resource limit
     ("Pod on k3s with an MI210 node: torch.cuda.is_available() returns False", "device-access",
      ["amd.com/gpu", "device plugin"], True),

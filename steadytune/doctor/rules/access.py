@@ -10,6 +10,7 @@ from steadytune.doctor.fixes import set_variable
 from steadytune.doctor.rules.base import (
     _CONTAINED,
     Context,
+    _cuda_index_for_driver,
     Diagnosis,
     _first,
     _lines_matching,
@@ -328,6 +329,15 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
                      "sudo ldconfig", [fact], errors)
     arch, arch_fact = ctx.arch(errors)
+    if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia":
+        return _make("wsl", "WSL 2: CUDA does not reach the NVIDIA GPU",
+                     "under WSL 2 CUDA goes through the Windows NVIDIA driver, whose libcuda.so WSL mounts in "
+                     "/usr/lib/wsl/lib; a Linux NVIDIA driver installed inside WSL, a loader path without that folder, "
+                     "or a CPU torch hides the GPU",
+                     "keep only the Windows NVIDIA driver (never install a Linux driver in WSL: sudo apt remove "
+                     "'nvidia-driver-*' 'libnvidia-*' if one is there), export LD_LIBRARY_PATH=/usr/lib/wsl/lib:"
+                     "$LD_LIBRARY_PATH, and install a CUDA torch: " + _cuda_index_for_driver(ctx, arch),
+                     [f for f in (fact, arch_fact) if f], errors)
     if arch and arch.startswith("gfx") and not re.match(r"gfx1[12]\d\d", arch):
         # AMD's WSL support matrix lists RDNA3 and RDNA4 Radeon / Radeon PRO cards only (the "Compatibility matrices"
         # page of rocm.docs.amd.com/projects/radeon, WSL section)

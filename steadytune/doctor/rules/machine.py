@@ -104,6 +104,17 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      f"hide the iGPU: {index}, or disable the iGPU in the BIOS{also}",
                      [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
                                   _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
+    ordinal = [e for e in errors if re.search(r"(?i)invalid device ordinal|hipErrorInvalidDevice", e.line)]
+    if ordinal and not (rocr and inner):
+        named = inner or rocr
+        return _make("visibility", "the job asks for a GPU index that is not visible",
+                     "GPU indices count from 0 among the visible GPUs only" + (f"; {named.value} leaves fewer than "
+                                                                               "the index asked" if named else
+                                                                               ": the index (cuda:N, --gpu N, "
+                                                                               "local_rank) is past the last one"),
+                     "use an index below torch.cuda.device_count() (cuda:0 on a one-GPU machine): set "
+                     "CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES to the GPUs you mean and count from 0 among them, and "
+                     "start no more processes than GPUs (--nproc_per_node)", [f for f in (named,) if f], ordinal)
     fewer = [e for e in errors if re.search(r"(?i)device_count\(\)", e.line)]
     if fewer:
         names = ", ".join(visible) if visible else ""

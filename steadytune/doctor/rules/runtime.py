@@ -203,6 +203,15 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
                      "ones (a VAE decode) that runs into the driver's timeout",
                      "export MIOPEN_FIND_MODE=2 (FAST: takes the first good solver) before starting the program",
                      [ctx.line_fact(errors[0])], errors)
+    kdb = re.search(r"(?i)Missing system database file:?\s*(gfx\w+?)_\d*\.kdb", text)
+    if kdb and not re.search(r"(?i)miopen.*(?:Code object build failed|Error)", text):
+        return _make("miopen-kernel", f"MIOpen has no precompiled kernels for {kdb.group(1)}",
+                     "a warning: MIOpen's kernel database (the .kdb of precompiled kernels) for this GPU is not "
+                     "installed, so it compiles each kernel at first use: slower first runs, not a failure",
+                     f"install the kernels package: sudo apt install miopen-hip-{kdb.group(1)}kdb (where the ROCm "
+                     "release has one for this GPU), or leave it: the compiled kernels are cached in ~/.cache/miopen; "
+                     "the error that stopped the run, if any, is another line", [ctx.line_fact(errors[0])], errors,
+                     severity="warning")
     if re.search(r"(?i)could not create miopen handle", text):
         return _make("miopen-kernel", "MIOpen cannot start on this GPU",
                      "the MIOpen installed cannot create a handle: the OpenCL flavour (miopen-opencl) instead of the "
