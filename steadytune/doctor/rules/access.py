@@ -68,14 +68,14 @@ _KUBERNETES = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bkubectl\b|\bhelm\b|\bk3s
 def _kubernetes_without_gpu(ctx: Context, text: str) -> Optional[Diagnosis]:
     """A pod that finds no GPU: Kubernetes hands GPUs out only through the vendor's device plugin and the pod's
     resource limit (nvidia.com/gpu, amd.com/gpu); the NVIDIA plugin never gives out an AMD GPU."""
-    if not _KUBERNETES.search(text) or ctx.of("device-access"):   # a device refused or lost is its own reading
-        return None
+    if not _KUBERNETES.search(text) or ctx.of("device-access") or ctx.sheet.of("device_node"):
+        return None   # a device refused or lost, or listed inside the pod, is another reading (groups, the runtime)
     failing = ctx.no_gpu() + ctx.of("visibility") + _lines_matching(
         ctx, r"Found no NVIDIA driver|(?i:no GPUs? (?:found|detected|available)|(?:not|doesn.t|does not|can.t|cannot) "
              r"(?:see|find|detect|use)\w* (?:the |any |my )?GPU)")
     if not failing:
         return None
-    if _vendor(ctx) == "amd":
+    if _vendor(ctx) == "amd" or re.search(r"(?i)\bhip|\brocm|/dev/kfd|amd\.com/gpu", text):
         fix = ("deploy AMD's ROCm device plugin (github.com/ROCm/k8s-device-plugin; or the AMD GPU Operator) and request "
                "the GPU in the pod: resources.limits: amd.com/gpu: 1 (the NVIDIA device plugin only hands out NVIDIA "
                "GPUs); the image must be a ROCm build (rocm/pytorch)")
