@@ -8,6 +8,8 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.fixes import rocm_index_for
+from steadytune.doctor.packages import read_import_failure
+from steadytune.doctor.tool_fixes import machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
     Context,
     _cuda_index_for_driver,
@@ -23,6 +25,19 @@ from steadytune.doctor.rules.base import (
     _text,
     _vendor,
 )
+
+
+def _listed_torch_version(ctx: Context) -> Optional[str]:
+    return next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None) or _listed_torch(ctx)
+
+
+def _table_fix(ctx: Context, tool: Optional[str], family_name: str, **values: Optional[str]) -> Optional[str]:
+    """The tool x family table's fix (tool_fixes.yaml) for this machine's OS and GPU vendor, with its values."""
+    arch, _ = ctx.arch()
+    torch = _listed_torch_version(ctx)
+    filled = {"torch": f"torch {torch}" if torch else None, "rocm_index": rocm_index_for(arch),
+              "cuda_index": _cuda_index_for_driver(ctx, arch), **values}
+    return tool_fix(tool, family_name, machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx)), filled)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -83,6 +98,36 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
     return None
 
 
+# a runtime that names the GPU backend it lacks: onnxruntime's execution provider, jax/XLA's platform. The backend says
+# which build is wanted (ROCm/MIGraphX -> AMD's, CUDA/TensorRT -> NVIDIA's, DirectML -> Windows'), whatever else the
+# paste says about the machine
+_NO_PROVIDER = re.compile(r"(?i)provider '?(\w+?)ExecutionProvider'? is not in available provider|no (ROCm) provider "
+                          r"available")
+_NO_BACKEND = re.compile(r"(?i)Unable to initialize backend '(rocm|cuda|gpu)'|registered platform with name: .?(rocm|cuda)")
+_BACKEND_KIND = {"rocm": "amd", "migraphx": "amd", "cuda": "nvidia", "tensorrt": "nvidia", "dml": "windows"}
+
+
+def _runtime_without_backend(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    for error in errors:
+        provider, backend = _NO_PROVIDER.search(error.line), _NO_BACKEND.search(error.line)
+        if not (provider or backend):
+            continue
+        tool = "onnxruntime" if provider else "jax"
+        wanted = next(g for g in (provider or backend).groups() if g).lower()
+        kinds = set(machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx)))
+        if wanted in _BACKEND_KIND:
+            kinds = (kinds - {"amd", "nvidia"}) | {_BACKEND_KIND[wanted]}
+        arch, _ = ctx.arch()
+        fix = tool_fix(tool, "torch-build", frozenset(kinds), {"rocm_index": rocm_index_for(arch)})
+        what = {"onnxruntime": "onnxruntime without the execution provider asked for",
+                "jax": "jax without its GPU backend"}[tool]
+        cause = (f"the installed {tool} is a build without the {wanted.upper() if wanted != 'dml' else 'DirectML'} "
+                 f"{'execution provider' if provider else 'backend'}: a CPU build, or the build for another GPU vendor")
+        return _make("torch-build", what, cause, fix or f"install the {tool} build with that backend", 
+                     [ctx.line_fact(error)], [error])
+    return None
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
@@ -96,13 +141,9 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     other = _other_runtime_build(ctx, errors, vendor)
     if other is not None:
         return other
-    if re.search(r"ROCMExecutionProvider' is not in available provider|no ROCm provider available",
-                 " ".join(e.line for e in errors)):
-        return _make("torch-build", "onnxruntime without its ROCm provider",
-                     "the installed onnxruntime (or onnxruntime-gpu, the CUDA build) has no ROCMExecutionProvider",
-                     "pip uninstall -y onnxruntime onnxruntime-gpu; install the ROCm build, onnxruntime-rocm (AMD's "
-                     "wheel from repo.radeon.com/rocm/manylinux for this ROCm), or build onnxruntime with --use_rocm",
-                     [ctx.line_fact(errors[0])], errors)
+    provider = _runtime_without_backend(ctx, errors)
+    if provider is not None:
+        return provider
     conda = re.search(r"\bconda\b|\bconda-forge\b|py3\S*_cpu_0|\bcpuonly\b", joined)
     unsure = False
     # a GPU the paste names (by model, PCI id or arch) beside a torch built for another vendor, or for none, is the
@@ -175,6 +216,51 @@ def _python_for(package: str, version: str) -> Optional[str]:
     return next((python for before, python in _TORCH_PYTHON if release < before), None)
 
 
+# a compiled part of a package (torch._C, xformers._C, a *_cuda module): missing means a broken or mismatched build,
+# which the abi-mismatch and torch-build readings own
+_COMPILED_PART = re.compile(r"^_C$|^_\w*(?:cuda|hip|ext|ops)\w*$|\w+_cuda$")
+
+
+def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """"No module named X" / "cannot import name N from X": a module path that moved between releases of its package
+    (the importing package and the installed one are releases that do not go together) names that package and the
+    release to install; a package that is not installed names its install for this platform (the tool table)."""
+    failure = read_import_failure(ctx.sheet.lines)
+    if failure is None:
+        return None
+    covers = [e for e in errors if e.line_no == failure.line_no] or [ErrorLine(failure.line_no, failure.line, None)]
+    part = failure.name or failure.module.split(".")[-1]
+    if _COMPILED_PART.search(part) and failure.caller in (None, failure.top):
+        return None
+    package, evidence = failure.distribution, [ctx.line_fact(covers[0])]
+    caller = failure.caller.replace("_", "-") if failure.caller else None
+    platform = _table_fix(ctx, package, "wheel-platform", package=package, caller=caller)
+    if failure.moved:
+        gone = f"{failure.name} from {failure.module}" if failure.name else failure.module
+        cause = (f"{caller or 'the program'} imports {gone}, which the installed {package} does not have: the path "
+                 f"moved or went away between {package} releases, so the two are releases that do not go together")
+        if caller:
+            fix = (f"install the {package} release {caller} was written for: pip install -U {caller} (a release "
+                   f"written for the newer {package}), or pip install \"{package}==<the release {caller} requires>\" "
+                   f"(pip show {caller} and pip check name it); a new environment with both pinned avoids the mix")
+        else:
+            fix = (f"install the {package} release the program was written for (its requirements file pins it): pip "
+                   f"install \"{package}==<that release>\", or update the program to one written for this {package}")
+        if platform:
+            fix += f"; for {package} itself: {platform}"
+        return _make("wheel-platform", f"{package} is another release than {caller or 'the program'} expects", cause,
+                     fix, evidence, covers)
+    kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+    where = (f"{caller}'s" if caller else "the program's")
+    cause = f"{package} is not installed in the Python that runs {where} code" + (
+        " (its PyPI package has no build for this platform)" if platform and kinds & {"windows", "macos"} else "")
+    fix = (platform or f"install {package} into the same Python that runs the program: python -m pip install "
+           f"{package} with that interpreter (a venv's python, ComfyUI portable's python_embeded\\python.exe -m pip)")
+    # a platform the package has no PyPI build for settles it; otherwise the package may just not be installed yet
+    return _make("wheel-platform", f"{package} is missing for this platform", cause, fix, evidence, covers,
+                 confirmed=bool(platform and kinds & {"windows", "macos"}))
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("wheel-platform")
@@ -188,6 +274,9 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "installs) removed",
                      "pip install --upgrade bitsandbytes (0.45.2 or newer no longer imports triton.ops); keeping "
                      "triton 3.1 works too but holds torch back", [ctx.line_fact(errors[0])], errors)
+    failed = _import_failure(ctx, errors)
+    if failed is not None:
+        return failed
     if re.search(r"(?i)Cannot find a working triton installation", text):
         # torch.compile's inductor backend generates Triton kernels; PyPI has Triton for Linux only
         windows = ctx.sheet.is_windows
