@@ -81,13 +81,15 @@ def table_tool(name: Optional[str]) -> Optional[str]:
     return key if any(row.tool == key for row in load_tool_fixes()) else None
 
 
+# a Windows path or program in the paste (C:\\..., python.exe, ComfyUI portable's python_embeded) when no OS fact said so
+_WINDOWS = re.compile(r"(?i)\b[A-Z]:\\\\?\w|\bpython(?:w)?\.exe\b|\bpython_embeded\b|\\site-packages\\")
 _MACOS = re.compile(r"(?i)\bmacOS\b|\bdarwin\b|\bMac ?OS ?X\b|\bApple M\d\b|/Users/\w+/|\bmps\b")
 
 
 def machine_kinds(is_windows: bool, vendor: Optional[str], text: str) -> frozenset[str]:
     """The kinds of machine a paste shows: its OS and its GPU vendor."""
     kinds = set()
-    if is_windows:
+    if is_windows or _WINDOWS.search(text):
         kinds.add("windows")
     elif _MACOS.search(text):
         kinds.add("macos")

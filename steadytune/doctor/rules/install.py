@@ -716,12 +716,19 @@ def _ldd_subject(ctx: Context) -> Optional[tuple[str, str]]:
 _ZLUDA_DLLS = "cublas.dll -> cublas64_11.dll, cusparse.dll -> cusparse64_11.dll, nvrtc.dll -> nvrtc64_112_0.dll"
 
 
+_CUDA_DLL = re.compile(r"(?i)\b(?:cublas(?:Lt)?|cudnn\w*|cusparse|cufft|nvrtc|nvcuda|cudart)(?:64)?[_\w]*\.dll\b")
+
+
 def _zluda(ctx: Context) -> Optional[Diagnosis]:
     """ZLUDA runs CUDA programs on AMD GPUs by standing in for their CUDA DLLs: a cuBLAS call refused on an AMD GPU, or
     a program that does not work under ZLUDA, means the program still loads its own (NVIDIA) DLLs or an old ZLUDA."""
     text = _text(ctx)
-    refused = _lines_matching(ctx, r"CUBLAS_STATUS_NOT_SUPPORTED|CUBLAS_STATUS_ARCH_MISMATCH")
     named = re.search(r"(?i)zluda", text)
+    refused = _lines_matching(ctx, r"CUBLAS_STATUS_NOT_SUPPORTED|CUBLAS_STATUS_ARCH_MISMATCH")
+    if named and not refused:
+        # under ZLUDA, a CUDA DLL (cuBLAS, cuDNN, cuSPARSE, NVRTC, nvcuda) that fails to load or is not found is one
+        # of the DLLs ZLUDA should be standing in for
+        refused = [e for e in ctx.errors if _CUDA_DLL.search(e.line)]
     amd = _vendor(ctx) == "amd" or re.search(r"(?i)\brx ?\d{3,4}|radeon", text)
     complaint = ctx.sheet.of("complaint") or _lines_matching(ctx, r"(?i)does not work|doesn't work|not work")
     # another error the paste shows (rocBLAS without the arch's library, say) is its own cause, ZLUDA or not
@@ -773,6 +780,32 @@ def _empty_tensile_folder(ctx: Context) -> Optional[Diagnosis]:
     return None
 
 
+_DLL_LOAD = re.compile(r"DLL load failed while importing (\w+)")
+_FRAME_PACKAGE = re.compile(r"(?:site|dist)-packages[/\\]+([A-Za-z_]\w*)[/\\]")
+
+
+def _dll_load_failed(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """Windows could not load a compiled module's DLLs ("DLL load failed while importing X: The specified module could
+    not be found"): the package's native runtime (the MSVC runtime, the CUDA/ROCm DLLs its build links) is not on the
+    machine. The package is the one whose folder the traceback shows, else the module's own name."""
+    error = next((e for e in errors if _DLL_LOAD.search(e.line) and "procedure" not in e.line), None)
+    if error is None:
+        return None
+    module = _DLL_LOAD.search(error.line).group(1)
+    above = ctx.sheet.lines[max(0, error.line_no - 8): error.line_no]
+    frames = [m.group(1) for m in map(_FRAME_PACKAGE.search, above) if m]
+    package = (frames[-1] if frames else module.split("_pybind")[0]).replace("_", "-")
+    if re.match(r"(?i)amdhip|hip|rocm|roc", module):
+        return None   # ROCm's own runtime: the HIP SDK reading below
+    fix = _table_fix(ctx, package, "rocm-libs-missing", package=package) or (
+        f"install the Microsoft Visual C++ Redistributable (vc_redist.x64.exe) and the GPU runtime this {package} build "
+        f"links (a CUDA build: the CUDA and cuDNN DLLs on PATH; a ROCm build: the HIP SDK), then pip install "
+        f"--force-reinstall {package} in the same Python")
+    return _make("rocm-libs-missing", f"{package}'s DLLs cannot be loaded",
+                 f"Windows found {module} but not a DLL it depends on: the runtime {package} was built against is not "
+                 "installed or not on PATH", fix, [ctx.line_fact(error)], [error])
+
+
 @rule("rocm-libs-missing")
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
@@ -806,6 +839,9 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                      f"index that matches the rocm packages' version), or the ROCm libraries that {package} build "
                      "names; ldd on the same file must then list no \"not found\"", [ctx.line_fact(first)], errors)
     text = " ".join(e.line for e in errors)
+    dll = _dll_load_failed(ctx, errors)
+    if dll is not None:
+        return dll
     special = _missing_library_fix(ctx, name, text)
     if special:
         title, cause, fix = special
