@@ -128,6 +128,32 @@ def _runtime_without_backend(ctx: Context, errors: list[ErrorLine]) -> Optional[
     return None
 
 
+# a complaint in prose that the program works on the CPU and leaves the GPU idle ("Train Device Set to CPU", "only
+# uses CPU instead of GPU", "not using my GPU"), with a GPU named by its model alone ("9070xt", "RTX 3060")
+_ON_CPU = re.compile(r"(?i)\b(?:uses?|using|runs?|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
+                     r"(?:on\s+)?(?:the\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
+                     r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)")
+_AMD_MODEL = re.compile(r"(?i)\b(?:rx\s*)?[5-9]\d{3}\s*(?:xtx|xt|gre)\b|\brx\s*[4-9]\d{2,3}\b|\bradeon\b|\bstrix halo\b|"
+                        r"\bgfx\d{3,4}")
+_NVIDIA_MODEL = re.compile(r"(?i)\b(?:rtx|gtx)\s*\d{3,4}|\bgeforce\b|\b[AH]100\b|\bTesla\b")
+_WINDOWS_WORD = re.compile(r"(?i)\bw(?:in(?:dows)?)?\s*1[01]\b|\bwindows\b")
+
+
+def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
+    """(vendor, on Windows, the complaint's lines) when the paste only says the program runs on the CPU beside a GPU
+    it names: with nothing else wrong, the torch (or the runtime) installed is a build without that GPU's backend."""
+    if any(e.family for e in ctx.errors) or ctx.crashes():
+        return None
+    said = _lines_matching(ctx, _ON_CPU.pattern)
+    if not said:
+        return None
+    text = _text(ctx)
+    vendor = _vendor(ctx) or ("amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None)
+    if vendor is None:
+        return None
+    return vendor, ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), said[:1]
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
@@ -145,7 +171,7 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     if provider is not None:
         return provider
     conda = re.search(r"\bconda\b|\bconda-forge\b|py3\S*_cpu_0|\bcpuonly\b", joined)
-    unsure = False
+    unsure, windows = False, ctx.sheet.is_windows
     # a GPU the paste names (by model, PCI id or arch) beside a torch built for another vendor, or for none, is the
     # fault by itself, with or without an error line, unless another family's error is what the paste is about
     archs = ctx.sheet.machine_archs
@@ -159,7 +185,17 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
         # torch sees no GPU on an AMD machine (or after a conda install) and nothing else explains it: the build
         if not (ctx.of("visibility") and (vendor == "amd" or conda)) or ctx.of(*_DEEPER):
-            return None
+            prose = _gpu_left_idle(ctx)
+            if prose is None:
+                return None
+            vendor, windows, errors = prose
+            tool = ctx.tool()
+            if tool not in (None, "torch", "comfyui", "a1111", "unsloth", "llamafactory", "torchaudio", "triton"):
+                # a runtime of its own (onnxruntime, jax, tensorflow): its GPU build is its own package
+                fix = _table_fix(ctx, tool, "torch-build")
+                return None if fix is None else _make(
+                    "torch-build", f"{tool} is a build without GPU support", f"the installed {tool} is a CPU build or "
+                    "the build for another GPU vendor", fix, [ctx.line_fact(errors[0])], errors, confirmed=False)
         unsure = True
     arch, where = ctx.arch(errors)
     evidence = [ctx.line_fact(e) for e in errors[:1]] + wrong[:1] + [where]
@@ -175,7 +211,7 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     if vendor == "nvidia":
         return _make("torch-build", "a torch without CUDA on an NVIDIA GPU",
                      "the installed torch is a CPU (or ROCm) build", "pip uninstall -y torch; pip cache purge; " +
-                     _cuda_index_for_driver(ctx, arch), evidence, errors + ctx.no_gpu())
+                     _cuda_index_for_driver(ctx, arch), evidence, errors + ctx.no_gpu(), confirmed=not unsure)
     if vendor is None:
         return _make("torch-build", "a torch without GPU support",
                      "the installed torch is a CPU build (PyPI's default on Windows and macOS, or a cached CPU wheel), "
@@ -186,11 +222,12 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "torch --index-url https://download.pytorch.org/whl/cu128 (NVIDIA; cu118 for a driver older than "
                      "CUDA 12) or https://download.pytorch.org/whl/rocm7.2 (AMD, Linux)", evidence,
                      errors + ctx.no_gpu())
-    if ctx.sheet.is_windows:
+    if windows:
         return _make("torch-build", "a torch without GPU support on a Windows AMD machine",
                      "pip on Windows installs PyPI's CPU torch; pytorch.org publishes no ROCm wheels for Windows",
                      "AMD's ROCm wheels for Windows (repo.radeon.com, for the RDNA3/RDNA4 and Strix GPUs they list), "
-                     "or run under WSL 2 or Linux with the pytorch.org ROCm index", evidence, errors + ctx.no_gpu())
+                     "or run under WSL 2 or Linux with the pytorch.org ROCm index", evidence, errors + ctx.no_gpu(),
+                     confirmed=not unsure)
     return _make("torch-build", "a torch without ROCm on an AMD machine",
                  "the installed torch is a CUDA or CPU build (PyPI's default), which finds no AMD GPU",
                  "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch) + " (python -c 'import torch; "
@@ -221,6 +258,23 @@ def _python_for(package: str, version: str) -> Optional[str]:
 _COMPILED_PART = re.compile(r"^_C$|^_\w*(?:cuda|hip|ext|ops)\w*$|\w+_cuda$")
 
 
+_BUILDING = re.compile(r"(?i)Getting requirements to build (?:wheel|editable)|Preparing metadata \(pyproject|"
+                       r"subprocess-exited-with-error|Building wheels? for|python setup\.py (?:egg_info|bdist_wheel)")
+_BUILT = re.compile(r"(?i)(?:Building wheel for|Failed to build|Running setup\.py install for)\s+([A-Za-z][\w.\-]*)|"
+                    r"\b(?:pip|uv pip)3? install\s+(?:-\S+\s+)*([A-Za-z][\w.\-]*)|^\s*Collecting\s+([A-Za-z][\w.\-]*)")
+
+
+def _isolated_build(ctx: Context) -> Optional[str]:
+    """The package pip was building from source when the paste failed (its name, or "the package"), None when the
+    paste shows no source build."""
+    text = _text(ctx)
+    if not _BUILDING.search(text):
+        return None
+    names = [next(g for g in m.groups() if g) for line in ctx.sheet.lines for m in [_BUILT.search(line)] if m]
+    names = [re.split(r"[=<>\[]", n)[0] for n in names if n.lower() not in ("torch", "-r", "-e", "--upgrade")]
+    return names[-1] if names else "the package"
+
+
 def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     """"No module named X" / "cannot import name N from X": a module path that moved between releases of its package
     (the importing package and the installed one are releases that do not go together) names that package and the
@@ -234,6 +288,16 @@ def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
         return None
     package, evidence = failure.distribution, [ctx.line_fact(covers[0])]
     caller = failure.caller.replace("_", "-") if failure.caller else None
+    built = _isolated_build(ctx)
+    if built is not None and failure.name is None and "." not in failure.module:
+        # pip builds a source package in a fresh environment holding only its declared build requirements: a setup.py
+        # that imports torch (flash-attn, xformers, apex, ...) finds none there, whatever the environment has
+        return _make("wheel-platform", f"{built}'s build cannot see {package}",
+                     f"pip builds {built} in an isolated environment that has only its declared build requirements; its "
+                     f"build imports {failure.module}, which is not one of them",
+                     f"install {package} first, then build against it: pip install {built} --no-build-isolation (uv: "
+                     f"--no-build-isolation-package {built}); or install a prebuilt {built} wheel made for this "
+                     "torch, Python and platform", evidence, covers)
     platform = _table_fix(ctx, package, "wheel-platform", package=package, caller=caller)
     if failure.moved:
         gone = f"{failure.name} from {failure.module}" if failure.name else failure.module
