@@ -44,13 +44,20 @@ class ToolFix:
     source: str
 
 
-@lru_cache(maxsize=1)
-def load_tool_fixes() -> tuple[ToolFix, ...]:
-    raw = yaml.safe_load(TABLE.read_text(encoding="utf-8")) or []
+@lru_cache(maxsize=2)
+def load_tool_fixes(path: Path = TABLE) -> tuple[ToolFix, ...]:
+    """The table's rows, checked: known families, machine kinds and placeholders, one row per tool x family x kinds."""
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    if not isinstance(raw, list):
+        raise ToolFixError(f"{path.name}: a list of rows expected")
     families = {c.family for c in load_classes()}
     rows, seen = [], set()
     for i, item in enumerate(raw):
-        where = f"{TABLE.name} row {i + 1} ({item.get('tool', '?')} x {item.get('family', '?')})"
+        if not isinstance(item, dict):
+            raise ToolFixError(f"{path.name} row {i + 1}: a mapping of {', '.join(FIELDS)} expected")
+        if True in item:   # YAML 1.1 reads a key `on:` as true
+            raise ToolFixError(f"{path.name} row {i + 1}: write `machine:`, not `on:` (YAML reads `on` as true)")
+        where = f"{path.name} row {i + 1} ({item.get('tool', '?')} x {item.get('family', '?')})"
         missing = [f for f in FIELDS if not item.get(f)]
         if missing:
             raise ToolFixError(f"{where}: missing {', '.join(missing)}")

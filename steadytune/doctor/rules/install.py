@@ -312,8 +312,10 @@ def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                    f"install \"{package}==<that release>\", or update the program to one written for this {package}")
         if platform:
             fix += f"; for {package} itself: {platform}"
+        # settled where another installed package's frame ran the import; the line alone may also be the program's
+        # own stale code or a circular import
         return _make("wheel-platform", f"{package} is another release than {caller or 'the program'} expects", cause,
-                     fix, evidence, covers)
+                     fix, evidence, covers, confirmed=caller is not None)
     kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
     where = (f"{caller}'s" if caller else "the program's")
     cause = f"{package} is not installed in the Python that runs {where} code" + (

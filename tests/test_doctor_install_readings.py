@@ -1,0 +1,178 @@
+"""doctor, round 6 (issue 63): the install families' readings carry to pastes they were not written from. Each reading
+is held against several wordings (other tools, other platforms, Windows paths, thin prose) made up for these tests;
+the tool x family fix table (steadytune/doctor/tool_fixes.yaml) is checked as data."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.diagnose import diagnose_text
+from steadytune.doctor.packages import read_import_failure
+from steadytune.doctor.tool_fixes import ToolFixError, load_tool_fixes, machine_kinds, table_tool, tool_fix
+
+
+# ------------------------------------------------------------------------------------------------ the fix table
+
+def test_the_table_loads_and_every_row_is_reachable_by_its_tool():
+    rows = load_tool_fixes()
+    assert len(rows) >= 20
+    for row in rows:
+        assert table_tool(row.tool) == row.tool
+        assert tool_fix(row.tool, row.family, frozenset(row.on), {})   # each row is chosen on its own machine kinds
+
+
+def test_the_most_specific_row_for_the_machine_wins():
+    windows = tool_fix("triton", "wheel-platform", machine_kinds(True, "nvidia", ""), {"caller": "unsloth"})
+    linux = tool_fix("triton", "wheel-platform", machine_kinds(False, "nvidia", ""), {})
+    amd = tool_fix("pytorch-triton-rocm", "wheel-platform", machine_kinds(False, "amd", ""), {"rocm_index": "ROCM"})
+    assert "triton-windows" in windows and "unsloth" in windows
+    assert "triton-windows" not in linux.split(":")[0] and "torch 2.6 -> triton 3.2" in linux
+    assert "pytorch-triton-rocm" in amd and "ROCM" in amd
+    assert tool_fix("no-such-tool", "wheel-platform", frozenset({"linux"}), {}) is None
+    assert machine_kinds(False, None, r"C:\ComfyUI\python_embeded\python.exe") >= {"windows"}
+
+
+@pytest.mark.parametrize("row, message", [
+    ("- {tool: x, family: no-family, fix: f, source: s}", "unknown family 'no-family'"),
+    ("- {tool: x, family: torch-build, machine: [beos], fix: f, source: s}", "unknown machine kind 'beos'"),
+    ("- {tool: x, family: torch-build, fix: 'pip install {pkg}', source: s}", "unknown placeholder pkg"),
+    ("- {tool: x, family: torch-build, on: [windows], fix: f, source: s}", "write `machine:`, not `on:`"),
+    ("- {tool: x, family: torch-build, fix: f}", "missing source"),
+    ("- {tool: x, family: torch-build, fix: f, source: s}\n- {tool: x, family: torch-build, fix: g, source: s}",
+     "a second row"),
+])
+def test_a_malformed_table_is_refused_with_the_row_named(tmp_path, row, message):
+    path = tmp_path / "tool_fixes.yaml"
+    path.write_text(row + "\n", encoding="utf-8")
+    with pytest.raises(ToolFixError, match=r"tool_fixes\.yaml row \d") as raised:
+        load_tool_fixes(path)
+    assert message in str(raised.value)
+
+
+# ------------------------------------------------------------------------------------------------ the readings
+
+def _top(text: str):
+    top = diagnose_text(text).top
+    assert top is not None, f"no diagnosis for:\n{text}"
+    return top
+
+
+# a module path that moved between releases of its package: the package and the release to install, and whose code
+# imported it
+MOVED = [
+    ("unsloth", "triton", '  File "/home/a/env/lib/python3.11/site-packages/unsloth/kernels/utils.py", line 9\n'
+                          "    from triton.common.build import libcuda_dirs\n"
+                          "ModuleNotFoundError: No module named 'triton.common'"),
+    ("xformers", "triton", '  File "C:\\\\sd\\\\venv\\\\Lib\\\\site-packages\\\\xformers\\\\triton\\\\k.py", line 3\n'
+                           "    from triton.runtime.jit import get_cuda_stream\n"
+                           "ModuleNotFoundError: No module named 'triton.runtime.jit'"),
+    ("peft", "transformers", '  File "/venv/lib/python3.10/site-packages/peft/tuners/lora.py", line 5\n'
+                             "ImportError: cannot import name 'Conv1D' from 'transformers.pytorch_utils' "
+                             "(/venv/lib/python3.10/site-packages/transformers/pytorch_utils.py)"),
+    ("trl", "transformers", '  File "/usr/local/lib/python3.10/dist-packages/trl/trainer/utils.py", line 20\n'
+                            "    from transformers.deepspeed import is_deepspeed_zero3_enabled\n"
+                            "ModuleNotFoundError: No module named 'transformers.deepspeed'"),
+]
+
+
+@pytest.mark.parametrize("caller, package, paste", MOVED, ids=[m[0] for m in MOVED])
+def test_a_module_that_moved_between_releases_names_the_package_and_its_importer(caller, package, paste):
+    top = _top(paste)
+    assert top.family == "wheel-platform" and top.confirmed
+    assert f"install the {package} release {caller} was written for" in top.fix
+    assert f"pip install -U {caller}" in top.fix
+
+
+def test_an_import_failure_is_read_with_its_importer():
+    failure = read_import_failure(MOVED[0][2].splitlines())
+    assert (failure.module, failure.caller, failure.distribution, failure.moved) == (
+        "triton.common", "unsloth", "triton", True)
+    # a package's own compiled part, or a package not installed at all, is no moved path
+    assert not read_import_failure(["No module named 'cv2'"]).moved
+    assert read_import_failure(["No module named 'cv2'"]).distribution == "opencv-python"
+    assert read_import_failure(["all good"]) is None
+
+
+@pytest.mark.parametrize("paste", [
+    "Windows 11, RTX 4090\nModuleNotFoundError: No module named 'triton'",
+    "C:\\ComfyUI_windows_portable\\python_embeded\\python.exe -s main.py\nImportError: No module named triton",
+    "PS C:\\Users\\me> python -c \"import triton\"\nModuleNotFoundError: No module named 'triton'",
+])
+def test_triton_missing_on_windows_is_triton_windows(paste):
+    top = _top(paste)
+    assert top.family == "wheel-platform" and "triton-windows" in top.fix
+
+
+def test_a_package_missing_elsewhere_is_its_install_into_the_same_python_unconfirmed():
+    top = _top("ModuleNotFoundError: No module named 'bitsandbytes'")
+    assert top.family == "wheel-platform" and not top.confirmed and "bitsandbytes" in top.fix
+
+
+@pytest.mark.parametrize("paste, built", [
+    ("$ pip install flash-attn\nCollecting flash-attn\n  Getting requirements to build wheel ... error\n"
+     "  error: subprocess-exited-with-error\n  ModuleNotFoundError: No module named 'torch'", "flash-attn"),
+    ("uv pip install -e .\n  Building wheels for collected packages: apex\n  Building wheel for apex (setup.py) ... "
+     "error\n  ModuleNotFoundError: No module named 'packaging'", "apex"),
+])
+def test_a_module_missing_in_a_source_build_is_build_isolation(paste, built):
+    top = _top(paste)
+    assert top.family == "wheel-platform" and f"pip install {built} --no-build-isolation" in top.fix
+
+
+def test_a_compiled_part_missing_is_no_moved_path():
+    top = diagnose_text("ImportError: cannot import name '_C' from 'torch' (unknown location)").top
+    assert top is None or top.family != "wheel-platform"
+
+
+@pytest.mark.parametrize("paste, expect", [
+    ("UserWarning: Specified provider 'CUDAExecutionProvider' is not in available provider names.Available providers: "
+     "'AzureExecutionProvider, CPUExecutionProvider'", "onnxruntime-gpu"),
+    ("Windows 11, Radeon RX 6600\nSpecified provider 'DmlExecutionProvider' is not in available provider names. "
+     "Available providers: 'CPUExecutionProvider'", "onnxruntime-directml"),
+    ("Ubuntu 24.04, RX 7900 XTX\nprovider 'MIGraphXExecutionProvider' is not in available provider names",
+     "onnxruntime-migraphx"),
+    ("RX 7900 XTX\nRuntimeError: Unable to initialize backend 'rocm': NOT_FOUND: Could not find registered platform "
+     "with name: \"rocm\". Available platform names are: Host", "jax[rocm7-local]"),
+    ("jaxlib 0.4.30\nRuntimeError: Unable to initialize backend 'cuda': FAILED_PRECONDITION: No visible GPU devices.",
+     "jax[cuda12]"),
+])
+def test_a_runtime_without_the_backend_asked_for_is_that_backends_build(paste, expect):
+    top = _top(paste)
+    assert top.family == "torch-build" and expect in top.fix
+
+
+@pytest.mark.parametrize("paste", [
+    "Windows 10\nImportError: DLL load failed while importing onnxruntime_pybind11_state: The specified module could "
+    "not be found.",
+    '  File "C:\\\\py\\\\Lib\\\\site-packages\\\\onnxruntime\\\\capi\\\\_pybind_state.py", line 32\n'
+    "ImportError: DLL load failed while importing onnxruntime_pybind11_state: The specified module could not be found.",
+])
+def test_a_dll_that_cannot_load_names_its_package_runtime(paste):
+    top = _top(paste)
+    assert top.family == "rocm-libs-missing" and "vc_redist" in top.fix and "onnxruntime" in top.fix
+
+
+@pytest.mark.parametrize("paste", [
+    "--use-zluda\nCould not load cublas64_11.dll",
+    "ZLUDA on RX 6700 XT\nOSError: [WinError 126] Error loading \"C:\\sd\\venv\\lib\\site-packages\\torch\\lib\\"
+    "cudnn64_9.dll\" or one of its dependencies.",
+])
+def test_a_cuda_dll_failing_under_zluda_is_zludas_dlls(paste):
+    top = _top(paste)
+    assert top.family == "rocm-libs-missing" and "cublas64_11.dll" in top.fix
+
+
+@pytest.mark.parametrize("paste, expect", [
+    ("Kohya training only uses CPU instead of GPU on RX 7800 XT (Ubuntu 24.04)", "download.pytorch.org/whl/rocm"),
+    ("Fooocus runs on CPU, not my RTX 3060, Windows 11", "download.pytorch.org/whl/cu"),
+    ("stable diffusion not using my GPU (win11, 7900xtx)", "ROCm wheels for Windows"),
+    ("tensorflow uses CPU instead of GPU on RX 6800 XT, Ubuntu", "tensorflow-rocm"),
+])
+def test_a_program_left_on_the_cpu_beside_a_named_gpu_is_the_build_without_its_backend(paste, expect):
+    top = _top(paste)
+    assert top.family == "torch-build" and not top.confirmed and expect in top.fix
+
+
+def test_an_inference_server_on_the_cpu_is_not_read_as_a_torch_build():
+    top = diagnose_text("ollama only uses CPU instead of GPU, RX 6600").top
+    assert top is None or top.family != "torch-build"
