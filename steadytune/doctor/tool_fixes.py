@@ -90,7 +90,8 @@ def table_tool(name: Optional[str]) -> Optional[str]:
 
 # a Windows path or program in the paste (C:\\..., python.exe, ComfyUI portable's python_embeded) when no OS fact said so
 _WINDOWS = re.compile(r"(?i)\b[A-Z]:\\\\?\w|\bpython(?:w)?\.exe\b|\bpython_embeded\b|\\site-packages\\")
-_MACOS = re.compile(r"(?i)\bmacOS\b|\bdarwin\b|\bMac ?OS ?X\b|\bApple M\d\b|/Users/\w+/|\bmps\b")
+_MACOS = re.compile(r"(?i)\bmacOS\b|\bdarwin\b|\bMac ?OS ?X\b|\bApple M\d\b|\bMacBook|\bMac (?:mini|Studio|Pro)\b|"
+                    r"\bM[1-5] (?:Pro|Max|Ultra)\b|/Users/\w+/|\bmps\b")
 
 
 def machine_kinds(is_windows: bool, vendor: Optional[str], text: str) -> frozenset[str]:

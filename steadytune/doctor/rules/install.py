@@ -284,10 +284,23 @@ def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
         return None
     covers = [e for e in errors if e.line_no == failure.line_no] or [ErrorLine(failure.line_no, failure.line, None)]
     part = failure.name or failure.module.split(".")[-1]
-    if _COMPILED_PART.search(part) and failure.caller in (None, failure.top):
-        return None
     package, evidence = failure.distribution, [ctx.line_fact(covers[0])]
     caller = failure.caller.replace("_", "-") if failure.caller else None
+    platform = _table_fix(ctx, package, "wheel-platform", package=package, caller=caller)
+    kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+    if _COMPILED_PART.search(part) and failure.caller in (None, failure.top):
+        # the package's own compiled part is missing: a build for another platform or Python, or its source folder
+        # imported in place of the installed wheel
+        if platform and kinds & {"windows", "macos"}:
+            return _make("wheel-platform", f"{package} has no build for this platform", f"{failure.module} is "
+                         f"{package}'s compiled part, which no {package} package for this platform carries", platform,
+                         evidence, covers)
+        return _make("wheel-platform", f"{package}'s compiled part is missing", f"{failure.module} is {package}'s "
+                     "compiled part: the install has none for this Python and platform, or the program imports "
+                     f"{package}'s source folder instead of the installed wheel",
+                     f"pip install --force-reinstall --no-cache-dir {package} (the wheel for this Python and "
+                     f"platform{', or: ' + platform if platform else ''}); run from outside {package}'s source "
+                     "checkout", evidence, covers, confirmed=False)
     built = _isolated_build(ctx)
     if built is not None and failure.name is None and "." not in failure.module:
         # pip builds a source package in a fresh environment holding only its declared build requirements: a setup.py
@@ -298,7 +311,6 @@ def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                      f"install {package} first, then build against it: pip install {built} --no-build-isolation (uv: "
                      f"--no-build-isolation-package {built}); or install a prebuilt {built} wheel made for this "
                      "torch, Python and platform", evidence, covers)
-    platform = _table_fix(ctx, package, "wheel-platform", package=package, caller=caller)
     if failure.moved:
         gone = f"{failure.name} from {failure.module}" if failure.name else failure.module
         cause = (f"{caller or 'the program'} imports {gone}, which the installed {package} does not have: the path "
@@ -316,7 +328,6 @@ def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
         # own stale code or a circular import
         return _make("wheel-platform", f"{package} is another release than {caller or 'the program'} expects", cause,
                      fix, evidence, covers, confirmed=caller is not None)
-    kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
     where = (f"{caller}'s" if caller else "the program's")
     cause = f"{package} is not installed in the Python that runs {where} code" + (
         " (its PyPI package has no build for this platform)" if platform and kinds & {"windows", "macos"} else "")
@@ -647,7 +658,19 @@ def _package_of(line: str) -> Optional[str]:
 
 # system libraries a wheel links, by soname prefix: the package that has them (Debian/Ubuntu names)
 _SYSTEM_LIBS = {"libmpi": "libopenmpi-dev", "libopenblas": "libopenblas-dev", "libnuma": "libnuma-dev",
-                "libgomp": "libgomp1", "libomp": "libomp-dev", "libelf": "libelf1", "libtinfo": "libtinfo6"}
+                "libgomp": "libgomp1", "libomp": "libomp-dev", "libelf": "libelf1", "libtinfo": "libtinfo6",
+                # opencv-python's GUI build (opencv-python-headless needs neither), soundfile, DeepSpeed's async I/O
+                "libGL.so": "libgl1", "libgthread": "libglib2.0-0", "libglib": "libglib2.0-0", "libSM.so": "libsm6",
+                "libXext": "libxext6", "libsndfile": "libsndfile1", "libaio": "libaio-dev"}
+# the pip wheel (before its -cuXX) of each CUDA library
+_CUDA_WHEELS = {"cublas": "nvidia-cublas", "nvrtc": "nvidia-cuda-nvrtc", "cufft": "nvidia-cufft",
+                "curand": "nvidia-curand", "cusparse": "nvidia-cusparse", "cudart": "nvidia-cuda-runtime",
+                "cudnn": "nvidia-cudnn"}
+# a ROCm / HIP library by its name: the ROCm runtime (or TheRock's wheels) provides it
+_ROCM_LIBRARY = re.compile(r"(?i)hip|roc(?:m|blas|fft|rand|solver|sparse|tx|profiler|tracer|_smi)|hsa|miopen|rccl|"
+                           r"amd_comgr|amd_smi|amdpython|drm_amdgpu|tensile|migraphx")
+# NVIDIA's CUDA libraries on Windows: cudnn_ops_infer64_8.dll, cublas64_12.dll, cublasLt64_11.dll, cudart64_110.dll
+_CUDA_WINDOWS_DLL = re.compile(r"(?i)\b(cudnn|cublas|cublasLt|cudart|cufft|curand|cusparse|nvrtc)\w*?64_(\d{1,2})\d*\w*\.dll")
 
 
 def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[str, str, str]]:
@@ -706,6 +729,15 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                     "install the onnxruntime-gpu built for the CUDA you have (pip install -U onnxruntime-gpu: 1.19 and "
                     "newer on PyPI are CUDA 12 + cuDNN 9 builds; CUDA 11 builds come from the onnxruntime-cuda-11 "
                     "index), or import torch before onnxruntime so torch's own CUDA libraries are loaded first")
+        if cuda_lib.group(1) != "cudnn" and int(major) >= 11:
+            # a CUDA library, not cuDNN: its own nvidia-* wheel for that CUDA major (cublasLt is in nvidia-cublas)
+            wheel = _CUDA_WHEELS.get(re.sub(r"Lt$", "", cuda_lib.group(1)), "nvidia-" + cuda_lib.group(1))
+            return (f"{what} {major} is not found", f"the program loads {name} (CUDA {major}'s {what}), which is not "
+                    "installed or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
+                    f"install CUDA {major}'s {what}: pip install {wheel}-cu{major} (or the CUDA {major} toolkit) and put "
+                    f"its lib folder on the loader's path: export LD_LIBRARY_PATH=<site-packages>/nvidia/"
+                    f"{wheel.removeprefix('nvidia-').removeprefix('cuda-')}/lib:$LD_LIBRARY_PATH (or import torch "
+                    "first, whose CUDA build loads them)")
         return (f"{what} {major} is not found", f"the program loads {name} ({what} {major}), which is not installed "
                 "or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
                 f"install {what} {major} (pip install nvidia-cudnn-cu{'12' if int(major) >= 9 else '11'} "
@@ -717,6 +749,30 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         if name.startswith(prefix):
             return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
                     f"sudo apt-get install {package} (the distribution package with {name})")
+    if re.match(r"libcuda\.so", name):
+        return ("the NVIDIA driver's libcuda is not found", "libcuda.so.1 comes with the NVIDIA driver, not with CUDA "
+                "or torch: the driver is not installed, or the process (a container, WSL) does not see it",
+                "install the NVIDIA driver (nvidia-smi must list the GPU); in a container start it with --gpus all "
+                "(NVIDIA Container Toolkit); under WSL 2 put /usr/lib/wsl/lib on LD_LIBRARY_PATH; on an AMD GPU the "
+                "program needs its ROCm build instead")
+    if re.match(r"lib(?:torch|c10)\w*\.so", name):
+        return (f"torch's own {name} is not found", f"an extension links {name} from torch's lib folder, which the "
+                "loader does not search unless torch was imported first (or this torch lacks it: a CPU torch has no "
+                "libtorch_cuda / libc10_cuda)",
+                "import torch before the extension; and install the extension built for the installed torch and its "
+                "build (pip install --force-reinstall torch <the extension> from the same index)")
+    windows_cuda = _CUDA_WINDOWS_DLL.search(text)
+    if windows_cuda:
+        what = {"cudnn": "cuDNN"}.get(windows_cuda.group(1).lower(), windows_cuda.group(1))
+        major = windows_cuda.group(2)
+        major = major[:2] if major.startswith("1") and len(major) > 2 else major   # cudart64_110 -> 11
+        base = re.sub(r"(?i)lt$", "", windows_cuda.group(1).lower())
+        wheel = (f"nvidia-cudnn-cu12=={major}.*" if what == "cuDNN" else f"{_CUDA_WHEELS.get(base, 'nvidia-' + base)}-cu{major}")
+        return (f"{what} {major} DLLs are not found", f"the program loads {windows_cuda.group(0)} ({what} {major}), "
+                "which is not installed or not on PATH",
+                f"install {what} {major}: pip install {wheel} and add its bin folder (<site-packages>\\nvidia\\"
+                f"{wheel.split('==')[0].removeprefix('nvidia-').rsplit('-cu', 1)[0].replace('-', '_')}\\bin) to PATH, or NVIDIA's {what} "
+                f"{major} installer, or copy the DLLs next to the program; then restart it")
     rocm_dll = re.search(r"(?i)\b(?:amdhip64|rocblas|hipblas\w*|MIOpen|hiprtc\w*|amd_comgr\w*|rocsolver|hipsparse)"
                          r"(?:_\d+)?\.dll", text)
     if not rocm_dll and re.search(r"(?i)\b(?:fbgemm|shm|c10|torch_cpu|torch_python|asmjit|uv)\.dll|WinError 126", text):
@@ -779,9 +835,6 @@ def _ldd_subject(ctx: Context) -> Optional[tuple[str, str]]:
     return None
 
 
-_ZLUDA_DLLS = "cublas.dll -> cublas64_11.dll, cusparse.dll -> cusparse64_11.dll, nvrtc.dll -> nvrtc64_112_0.dll"
-
-
 _CUDA_DLL = re.compile(r"(?i)\b(?:cublas(?:Lt)?|cudnn\w*|cusparse|cufft|nvrtc|nvcuda|cudart)(?:64)?[_\w]*\.dll\b")
 
 
@@ -795,19 +848,22 @@ def _zluda(ctx: Context) -> Optional[Diagnosis]:
         # under ZLUDA, a CUDA DLL (cuBLAS, cuDNN, cuSPARSE, NVRTC, nvcuda) that fails to load or is not found is one
         # of the DLLs ZLUDA should be standing in for
         refused = [e for e in ctx.errors if _CUDA_DLL.search(e.line)]
+    # under ZLUDA "no NVIDIA driver" means ZLUDA's nvcuda.dll is not the one loaded: that leads, not a torch build
+    no_driver = [] if refused or not named else [e for e in ctx.errors if re.search(
+        r"(?i)Found no NVIDIA driver|no CUDA-capable device|CUDA driver initialization failed", e.line)]
+    refused = refused or no_driver
     amd = _vendor(ctx) == "amd" or re.search(r"(?i)\brx ?\d{3,4}|radeon", text)
     complaint = ctx.sheet.of("complaint") or _lines_matching(ctx, r"(?i)does not work|doesn't work|not work")
     # another error the paste shows (rocBLAS without the arch's library, say) is its own cause, ZLUDA or not
     if not ((refused and (named or amd)) or (named and not ctx.errors and complaint)):
         return None
     covers = refused or _symptom_lines(ctx, ctx.sheet.of("complaint")[:1]) or complaint[:1]
-    return _make("rocm-libs-missing", "ZLUDA's DLLs are not the ones the program loads",
+    diagnosis = _make("rocm-libs-missing", "ZLUDA's DLLs are not the ones the program loads",
                  "under ZLUDA the program must load ZLUDA's cuBLAS/cuSPARSE/NVRTC in place of NVIDIA's; it still loads its "
                  "own copies (or an old ZLUDA's), which refuse the AMD GPU",
-                 f"copy the ZLUDA release's DLLs over the program's, renamed ({_ZLUDA_DLLS}) into "
-                 "venv\\Lib\\site-packages\\torch\\lib (or the program's folder), from a ZLUDA release made for your HIP "
-                 "SDK (the tool's newer patch script where it has one), and put the ZLUDA folder on PATH",
+                 _table_fix(ctx, "zluda", "rocm-libs-missing"),
                  [ctx.line_fact(covers[0])] if covers else [], covers)
+    return _first(diagnosis) if no_driver else diagnosis
 
 
 # archs every rocBLAS since ROCm 5.7 carries, on Linux and in the Windows HIP SDK alike (ROCm's and the HIP SDK's GPU
@@ -920,6 +976,13 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
             fix = ("install the ROCm runtime wheels into the same environment: pip install rocm_sdk_core "
                    "rocm_sdk_libraries_custom (AMD's Windows wheels from repo.radeon.com, the release the package was "
                    "built for; pipx: pipx runpip <app> install ...); or " + fix)
+    elif not _ROCM_LIBRARY.search(name) and name != "a ROCm library":
+        # not ROCm's: the distribution package or the pip package that ships this library
+        fix = (f"install the package that ships {name}: apt-file search {name} (dnf provides '*/{name}') names the "
+               "distribution package; a library that lives in site-packages comes with its pip package, so "
+               "reinstall that one (pip install --force-reinstall <package>)")
+        return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}, which is not "
+                     "installed or not on its path", fix, [ctx.line_fact(first)], errors, confirmed=False)
     elif ctx.sheet.has("layout", "therock"):
         fix = ("this ROCm comes as Python wheels (TheRock), with no /opt/rocm: install its libraries into the same "
                "environment (pip install 'rocm[libraries]' from the index torch came from) and run from that venv")
