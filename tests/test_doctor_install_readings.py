@@ -176,3 +176,46 @@ def test_a_program_left_on_the_cpu_beside_a_named_gpu_is_the_build_without_its_b
 def test_an_inference_server_on_the_cpu_is_not_read_as_a_torch_build():
     top = diagnose_text("ollama only uses CPU instead of GPU, RX 6600").top
     assert top is None or top.family != "torch-build"
+
+
+@pytest.mark.parametrize("paste, expect", [
+    ("ImportError: libGL.so.1: cannot open shared object file: No such file or directory", "apt-get install libgl1"),
+    ("OSError: cannot load library 'libsndfile.so': libsndfile.so: cannot open shared object file: No such file",
+     "libsndfile1"),
+    ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", "NVIDIA driver"),
+    ("OSError: libtorch_cuda.so: cannot open shared object file: No such file or directory", "import torch before"),
+    ("RuntimeError: libnvrtc.so.12: cannot open shared object file: No such file or directory",
+     "nvidia-cuda-nvrtc-cu12"),
+    ("Could not locate cudnn_ops_infer64_8.dll. Please make sure it is in your library path!", "cuDNN 8"),
+    ("Could not load library cublasLt64_12.dll. Error code 126", "nvidia-cublas-cu12"),
+    ("error while loading shared libraries: libfoo_bar.so.2: cannot open shared object file", "apt-file search"),
+])
+def test_a_missing_library_names_what_ships_it(paste, expect):
+    top = _top(paste)
+    assert top.family == "rocm-libs-missing" and expect in top.fix
+    assert "amdgpu-install" not in top.fix   # none of these is ROCm's
+
+
+def test_a_rocm_library_missing_is_still_the_rocm_runtime():
+    top = _top("./llama-server: error while loading shared libraries: libhipblas.so.3: cannot open shared object file")
+    assert top.family == "rocm-libs-missing" and "LD_LIBRARY_PATH=/opt/rocm/lib" in top.fix
+
+
+def test_no_nvidia_driver_under_zluda_is_zludas_nvcuda_not_a_torch_build():
+    top = _top("set COMMANDLINE_ARGS=--use-zluda\nRuntimeError: Found no NVIDIA driver on your system.")
+    assert top.family == "rocm-libs-missing" and "nvcuda.dll" in top.fix
+
+
+@pytest.mark.parametrize("paste, expect, confirmed", [
+    ("Windows 11\npip install vllm\nModuleNotFoundError: No module named 'vllm._C'", "no Windows build", True),
+    ("ModuleNotFoundError: No module named 'xformers._C'", "pip install --force-reinstall --no-cache-dir xformers",
+     False),
+])
+def test_a_packages_compiled_part_missing_is_its_platform_build(paste, expect, confirmed):
+    top = _top(paste)
+    assert top.family == "wheel-platform" and expect in top.fix and top.confirmed == confirmed
+
+
+def test_triton_missing_on_a_mac_says_there_is_no_build():
+    top = _top("MacBook Pro M3, torch 2.5\nModuleNotFoundError: No module named 'triton'")
+    assert top.family == "wheel-platform" and "no macOS build" in top.fix
