@@ -219,3 +219,16 @@ def test_a_packages_compiled_part_missing_is_its_platform_build(paste, expect, c
 def test_triton_missing_on_a_mac_says_there_is_no_build():
     top = _top("MacBook Pro M3, torch 2.5\nModuleNotFoundError: No module named 'triton'")
     assert top.family == "wheel-platform" and "no macOS build" in top.fix
+
+
+@pytest.mark.parametrize("paste, expect", [
+    ("OSError: /usr/local/lib/python3.10/dist-packages/torch_scatter/_scatter_cuda.so: undefined symbol: "
+     "_ZN3c1017RegisterOperatorsD1Ev", "data.pyg.org"),
+    ("ImportError: /opt/conda/lib/python3.11/site-packages/selective_scan_cuda.cpython-311-x86_64-linux-gnu.so: "
+     "undefined symbol: _ZN3c107WarningC1E", "causal-conv1d mamba-ssm --no-build-isolation"),
+    ("torch 2.5.1\nImportError: /venv/lib/python3.10/site-packages/mmcv/_ext.cpython-310-x86_64-linux-gnu.so: "
+     "undefined symbol: _ZN2at4_ops5zeros4callE", "mim install mmcv"),
+])
+def test_an_extension_built_for_another_torch_gets_its_own_remedy(paste, expect):
+    top = _top(paste)
+    assert top.family == "abi-mismatch" and expect in top.fix

@@ -626,22 +626,12 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     package = _extension_package(ctx, errors)
     if re.search(r"(?i)xFormers", text):
         package = "xformers"
-    fixes = {
-        "flash-attn": f"pip uninstall -y flash-attn; pip install flash-attn --no-build-isolation (builds against "
-                      f"{against}), or the release wheel built for {against}",
-        "vllm": f"install the torch this vLLM was built with (pip install vllm pulls it), or build vLLM against {against}",
-        "bitsandbytes": "pip install --force-reinstall 'bitsandbytes>=0.45' (its ROCm and CUDA libraries match the "
-                        "wheel's own build), or rebuild it from the same checkout you installed",
-        "xformers": f"pip install -U xformers from the index of {against}, or build it against that torch",
-        "torchaudio": "install torchaudio from the same index and release as torch",
-        "deepspeed": "rebuild the DeepSpeed ops: DS_BUILD_OPS=0 pip install --force-reinstall deepspeed, then let them "
-                     "JIT-build against the installed torch",
-    }
     windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
-    fix = fixes.get(package or "", f"pip uninstall -y {package or '<the extension>'}; reinstall it built for "
-                                   f"{against} (the wheel made for that torch and CUDA/ROCm, or pip install "
-                                   f"--no-build-isolation {package or '<the extension>'} so it compiles against the "
-                                   "torch you have)")
+    # the package's own remedy from the tool table (tool_fixes.yaml), else the reinstall every extension takes
+    fix = _table_fix(ctx, package, "abi-mismatch", package=package) or (
+        f"pip uninstall -y {package or '<the extension>'}; reinstall it built for {against} (the wheel made for that "
+        f"torch and CUDA/ROCm, or pip install --no-build-isolation {package or '<the extension>'} so it compiles "
+        "against the torch you have)")
     what = "a function it needs" if windows else "a symbol"
     return _make("abi-mismatch", f"{package or 'a compiled extension'} was built for another torch",
                  f"{package or 'the extension'} calls {what} the installed torch (or library) does not export: it "
