@@ -232,3 +232,15 @@ def test_triton_missing_on_a_mac_says_there_is_no_build():
 def test_an_extension_built_for_another_torch_gets_its_own_remedy(paste, expect):
     top = _top(paste)
     assert top.family == "abi-mismatch" and expect in top.fix
+
+
+@pytest.mark.parametrize("paste, expect", [
+    ("C:\\Users\\me\\ComfyUI\\venv\\Scripts\\python.exe main.py\nRuntimeError: Cannot find a working triton "
+     "installation. Either the package is not installed or it is too old.", "triton-windows"),
+    ("ROCm 6.2, RX 7900 XTX\nRuntimeError: Cannot find a working triton installation. More information on installing "
+     "Triton can be found at https://github.com/openai/triton", "pytorch-triton-rocm"),
+    ("RuntimeError: Cannot find a working triton installation.", "torch 2.6 -> triton 3.2"),
+])
+def test_torch_compile_without_triton_gets_this_platforms_triton(paste, expect):
+    top = _top(paste)
+    assert top.family == "wheel-platform" and expect in top.fix and "torch.compile" in top.fix

@@ -355,15 +355,15 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     if failed is not None:
         return failed
     if re.search(r"(?i)Cannot find a working triton installation", text):
-        # torch.compile's inductor backend generates Triton kernels; PyPI has Triton for Linux only
-        windows = ctx.sheet.is_windows
+        # torch.compile's inductor backend generates Triton kernels; PyPI has Triton for Linux only. The table words the
+        # Triton of this platform (triton-windows, the ROCm torch's pytorch-triton-rocm, none on macOS)
+        kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+        platform = _table_fix(ctx, "triton", "wheel-platform", package="triton")
         return _make("wheel-platform", "torch.compile finds no usable Triton",
                      "torch.compile (the inductor backend) needs Triton, and the installed one is missing or older than "
-                     "this torch expects" + ("; PyPI publishes Triton for Linux only" if windows else ""),
-                     ("on Windows: pip uninstall -y triton; pip install -U triton-windows (the Windows build of Triton, "
-                      "the release that matches this torch); " if windows else
-                      "pip install -U triton matching this torch (on Windows: the triton-windows package); ") +
-                     "or run without torch.compile (the program's no-compile option, or "
+                     "this torch expects" + ("; PyPI publishes Triton for Linux only" if kinds & {"windows", "macos"}
+                                             else ""),
+                     f"{platform}; or run without torch.compile (the program's no-compile option, or "
                      "torch._dynamo.config.suppress_errors = True to fall back to eager)",
                      [ctx.line_fact(errors[0])], errors)
     if re.search(r"\+cu\d+", text) and re.search(r"(?i)\bmacOS\b|\bdarwin\b|Mac ?OS ?X?\b", _text(ctx)):
