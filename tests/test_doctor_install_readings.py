@@ -244,3 +244,36 @@ def test_an_extension_built_for_another_torch_gets_its_own_remedy(paste, expect)
 def test_torch_compile_without_triton_gets_this_platforms_triton(paste, expect):
     top = _top(paste)
     assert top.family == "wheel-platform" and expect in top.fix and "torch.compile" in top.fix
+
+
+def test_an_optional_import_a_program_warned_about_is_no_failure():
+    warned = ("A matching Triton is not available, some optimizations will not be enabled.\n"
+              "Error caught was: No module named 'triton'\n")
+    assert read_import_failure(warned.splitlines()) is None
+    # beside a real failure (the HIP SDK's rocBLAS without the APU's library), the warning does not lead
+    top = _top("C:\\ComfyUI-Zluda\\venv\\Scripts\\python.exe main.py\n" + warned +
+               "rocBLAS error: Cannot read C:\\Program Files\\AMD\\ROCm\\5.7\\bin\\/rocblas/library/TensileLibrary.dat: "
+               "No such file or directory for GPU arch : gfx1103")
+    assert top.family != "wheel-platform"
+
+
+@pytest.mark.parametrize("paste, expect", [
+    ("Windows 11\nERROR: Could not find a version that satisfies the requirement triton (from versions: none)\n"
+     "ERROR: No matching distribution found for triton", "triton-windows"),
+    ("macOS 14, M3 Max\nERROR: No matching distribution found for vllm", "no macOS wheels"),
+    ("error: Microsoft Visual C++ 14.0 or greater is required. Get it with \"Microsoft C++ Build Tools\"\n"
+     "ERROR: Failed building wheel for flash-attn", "no Windows wheels"),
+])
+def test_no_wheel_for_this_os_names_the_packages_own_build_for_it(paste, expect):
+    top = _top(paste)
+    assert top.family == "wheel-platform" and expect in top.fix
+
+
+@pytest.mark.parametrize("paste, expect", [
+    ("ValueError: This CTranslate2 package was not compiled with CUDA support\nRX 6800", "CTranslate2-rocm"),
+    ("ValueError: This CTranslate2 package was not compiled with CUDA support", "pip install -U ctranslate2"),
+    ("MacBook Air M2\nAssertionError: Torch not compiled with CUDA enabled", "\"mps\""),
+])
+def test_a_runtime_built_without_the_gpu_backend_names_its_own_build(paste, expect):
+    top = _top(paste)
+    assert top.family == "torch-build" and expect in top.fix

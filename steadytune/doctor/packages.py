@@ -488,6 +488,10 @@ _NO_MODULE = re.compile(r"No module named ['\"]?([A-Za-z_][\w.]*)")
 _CANNOT_IMPORT = re.compile(r"cannot import name ['\"]?(\w+)['\"]? from (?:partially initialized module )?['\"]?"
                             r"([A-Za-z_][\w.]*)")
 _FRAME = re.compile(r"(?:site|dist)-packages[/\\]+([A-Za-z_]\w*)[/\\]")
+# an optional import the program reported and went on without (xformers: "A matching Triton is not available, some
+# optimizations will not be enabled. Error caught was: No module named 'triton'"): no failure of its own
+_OPTIONAL = re.compile(r"(?i)Error caught was|optimizations will not be enabled|\bwarn(?:ing)?\b|will not be available|"
+                       r"falling back|is not available, ")
 _IMPORT_STATEMENT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+(\w+)|import\s+([\w.]+))")
 
 
@@ -519,7 +523,7 @@ def read_import_failure(lines: list[str]) -> Optional[ImportFailure]:
     the import (the nearest site-packages path above it, or the code line `from X import N` shows)."""
     for number, line in enumerate(lines, 1):
         missing, cannot = _NO_MODULE.search(line), _CANNOT_IMPORT.search(line)
-        if not (missing or cannot):
+        if not (missing or cannot) or _OPTIONAL.search(line + " " + (lines[number - 2] if number > 1 else "")):
             continue
         module = (cannot.group(2) if cannot else missing.group(1)).rstrip(".")
         name = cannot.group(1) if cannot else None

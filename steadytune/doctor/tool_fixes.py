@@ -88,8 +88,10 @@ def table_tool(name: Optional[str]) -> Optional[str]:
     return key if any(row.tool == key for row in load_tool_fixes()) else None
 
 
-# a Windows path or program in the paste (C:\\..., python.exe, ComfyUI portable's python_embeded) when no OS fact said so
-_WINDOWS = re.compile(r"(?i)\b[A-Z]:\\\\?\w|\bpython(?:w)?\.exe\b|\bpython_embeded\b|\\site-packages\\")
+# a Windows path, program or message in the paste (C:\\..., python.exe, a DLL, ComfyUI portable's python_embeded, MSVC)
+# when no OS fact said so
+_WINDOWS = re.compile(r"(?i)\b[A-Z]:\\\\?\w|\w\.(?:exe|dll)\b|\bpython_embeded\b|\\site-packages\\|"
+                      r"Microsoft Visual C\+\+|\bMSVC\b|\bWinError\b")
 _MACOS = re.compile(r"(?i)\bmacOS\b|\bdarwin\b|\bMac ?OS ?X\b|\bApple M\d\b|\bMacBook|\bMac (?:mini|Studio|Pro)\b|"
                     r"\bM[1-5] (?:Pro|Max|Ultra)\b|/Users/\w+/|\bmps\b")
 

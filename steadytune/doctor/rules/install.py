@@ -61,6 +61,15 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
                      "install a ROCm build of CTranslate2 (the CTranslate2-rocm fork, arlo-phoenix/CTranslate2-rocm) "
                      "in the same environment, with torch from the ROCm index; or run the model on the CPU "
                      "(device=\"cpu\", compute_type=\"int8\")", [], errors)
+    own = re.search(r"(?i)(\w+) (?:package|library|build) (?:was|is) not (?:compiled|built) with (CUDA|ROCm|HIP|GPU) "
+                    r"support", text)
+    if own and own.group(1).lower() not in ("torch", "the", "this"):
+        # the runtime says so itself (CTranslate2, a framework's CPU wheel): its own GPU build, from the tool table
+        tool = own.group(1).lower()
+        fix = _table_fix(ctx, tool, "torch-build")
+        if fix:
+            return _make("torch-build", f"{tool} is a build without {own.group(2)}", f"the installed {tool} says it was "
+                         f"built without {own.group(2)} support, whatever torch is installed", fix, [], errors)
     hipblas = re.search(r"-D(?:GGML|LLAMA)_HIPBLAS", text)
     if hipblas:
         return _make("torch-build", "llama.cpp was built without its ROCm backend",
@@ -212,6 +221,12 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
         return _make("torch-build", "a torch without CUDA on an NVIDIA GPU",
                      "the installed torch is a CPU (or ROCm) build", "pip uninstall -y torch; pip cache purge; " +
                      _cuda_index_for_driver(ctx, arch), evidence, errors + ctx.no_gpu(), confirmed=not unsure)
+    if vendor is None and "macos" in machine_kinds(False, None, joined):
+        return _make("torch-build", "CUDA asked for on a Mac",
+                     "macOS has no CUDA: torch's macOS build runs on the CPU and on Apple's GPU through MPS",
+                     "run on the Mac's GPU with device \"mps\" (torch.backends.mps.is_available()), or on the CPU: the "
+                     "program's device option (--device mps / cpu), or .to(\"mps\") in place of .cuda(); there is no "
+                     "CUDA torch to install on macOS", evidence, errors + ctx.no_gpu(), confirmed=not unsure)
     if vendor is None:
         return _make("torch-build", "a torch without GPU support",
                      "the installed torch is a CPU build (PyPI's default on Windows and macOS, or a cached CPU wheel), "
@@ -259,8 +274,10 @@ _COMPILED_PART = re.compile(r"^_C$|^_\w*(?:cuda|hip|ext|ops)\w*$|\w+_cuda$")
 
 
 _BUILDING = re.compile(r"(?i)Getting requirements to build (?:wheel|editable)|Preparing metadata \(pyproject|"
+                       r"Failed building wheel for|Microsoft Visual C\+\+ 1\d\.\d or greater|"
                        r"subprocess-exited-with-error|Building wheels? for|python setup\.py (?:egg_info|bdist_wheel)")
-_BUILT = re.compile(r"(?i)(?:Building wheel for|Failed to build|Running setup\.py install for)\s+([A-Za-z][\w.\-]*)|"
+_BUILT = re.compile(r"(?i)(?:Building wheel for|Failed to build|Failed building wheel for|Running setup\.py install for)"
+                    r"\s+([A-Za-z][\w.\-]*)|"
                     r"\b(?:pip|uv pip)3? install\s+(?:-\S+\s+)*([A-Za-z][\w.\-]*)|^\s*Collecting\s+([A-Za-z][\w.\-]*)")
 
 
@@ -388,6 +405,17 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "install a 64-bit Python (the x86-64 installer from python.org, or conda/uv) and make a fresh "
                      "environment with it; python -c 'import struct; print(struct.calcsize(\"P\") * 8)' must print 64",
                      [bits, ctx.line_fact(errors[0])], errors)
+    compiler = re.search(r"(?i)Microsoft Visual C\+\+ 1\d\.\d or greater is required", text)
+    if compiler:
+        # pip found no wheel for this Python and platform, so it builds from source, and Windows has no compiler
+        built = _isolated_build(ctx) or "the package"
+        own = _table_fix(ctx, built, "wheel-platform", package=built) if built != "the package" else None
+        return _make("wheel-platform", f"no {built} wheel for this Python on Windows",
+                     f"pip found no {built} wheel for this Python and platform and fell back to building it from source, "
+                     "which needs the MSVC compiler",
+                     (own + "; or " if own else "") + f"use a Python that {built} publishes Windows wheels for (its PyPI "
+                     "files list the cpXY tags), or install the Microsoft C++ Build Tools (the \"Desktop development with "
+                     "C++\" workload) so the source build can run", [ctx.line_fact(errors[0])], errors)
     m = _WHEEL.search(text)
     if m:
         tag, platform = m.group(3), m.group(5)
@@ -459,6 +487,13 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         fix = ("pytorch.org's ROCm wheels are Linux only: run under WSL 2 (AMD's ROCm for WSL) or Linux, or install "
                "AMD's ROCm wheels for Windows (repo.radeon.com) for the GPUs they list")
         return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
+    base = pin.group(1) if pin else re.split(r"[=<>!~\[;]", name)[0]
+    kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+    platform = _table_fix(ctx, base, "wheel-platform", package=base) if kinds & {"windows", "macos"} else None
+    if platform and tool_fix(base, "wheel-platform", kinds, {}) != tool_fix(base, "wheel-platform", frozenset(), {}):
+        # the package has a build of its own for this OS, or none at all (triton-windows; vLLM, flash-attn on Windows)
+        return _make("wheel-platform", f"no {base} on PyPI for this platform", cause, platform,
+                     [ctx.line_fact(errors[0])], errors)
     if offered and offered.group(1).strip() == "none":
         base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
         newest = _python_for(pin.group(1), pin.group(2)) if pin else None
