@@ -277,3 +277,17 @@ def test_no_wheel_for_this_os_names_the_packages_own_build_for_it(paste, expect)
 def test_a_runtime_built_without_the_gpu_backend_names_its_own_build(paste, expect):
     top = _top(paste)
     assert top.family == "torch-build" and expect in top.fix
+
+
+def test_a_module_attribute_gone_between_releases_names_the_package_and_its_user():
+    top = _top('  File "/home/u/venv/lib/python3.10/site-packages/librosa/core/constantq.py", line 1058\n'
+               "    dtype=np.complex,\n"
+               '  File "/home/u/venv/lib/python3.10/site-packages/numpy/__init__.py", line 305, in __getattr__\n'
+               "AttributeError: module 'numpy' has no attribute 'complex'.")
+    assert top.family == "wheel-platform" and "install the numpy release librosa was written for" in top.fix
+    # the program's own code, or a circular import, is no release mix-up
+    for alone in ("AttributeError: module 'numpy' has no attribute 'float'",
+                  "AttributeError: partially initialized module 'torch' has no attribute 'x' (most likely due to a "
+                  "circular import)"):
+        top = diagnose_text(alone).top
+        assert top is None or top.family != "wheel-platform"

@@ -487,6 +487,9 @@ IMPORT_DISTRIBUTIONS = {
 _NO_MODULE = re.compile(r"No module named ['\"]?([A-Za-z_][\w.]*)")
 _CANNOT_IMPORT = re.compile(r"cannot import name ['\"]?(\w+)['\"]? from (?:partially initialized module )?['\"]?"
                             r"([A-Za-z_][\w.]*)")
+# a module's attribute that is not there (numpy 1.24 dropped np.float; torch.compiler came with 2.1); not a module
+# half-imported by a circular import
+_NO_ATTRIBUTE = re.compile(r"(?<!partially initialized )module ['\"]([A-Za-z_][\w.]*)['\"] has no attribute ['\"](\w+)")
 _FRAME = re.compile(r"(?:site|dist)-packages[/\\]+([A-Za-z_]\w*)[/\\]")
 # an optional import the program reported and went on without (xformers: "A matching Triton is not available, some
 # optimizations will not be enabled. Error caught was: No module named 'triton'"): no failure of its own
@@ -502,6 +505,7 @@ class ImportFailure:
     module: str                 # the module that was not found, or the one a name could not be imported from
     name: Optional[str]         # the name that could not be imported from `module`
     caller: Optional[str]       # the installed package whose code ran the import (its site-packages folder)
+    attribute: bool = False     # "module X has no attribute N" rather than an import
 
     @property
     def top(self) -> str:
@@ -519,19 +523,22 @@ class ImportFailure:
 
 
 def read_import_failure(lines: list[str]) -> Optional[ImportFailure]:
-    """The first "No module named X" / "cannot import name N from X" of a traceback, with the package whose frame ran
-    the import (the nearest site-packages path above it, or the code line `from X import N` shows)."""
+    """The first "No module named X" / "cannot import name N from X" / "module X has no attribute N" of a traceback,
+    with the package whose frame ran the import (the nearest site-packages path above it, or the code line `from X import N` shows)."""
     for number, line in enumerate(lines, 1):
-        missing, cannot = _NO_MODULE.search(line), _CANNOT_IMPORT.search(line)
-        if not (missing or cannot) or _OPTIONAL.search(line + " " + (lines[number - 2] if number > 1 else "")):
+        missing, cannot, attribute = _NO_MODULE.search(line), _CANNOT_IMPORT.search(line), _NO_ATTRIBUTE.search(line)
+        if not (missing or cannot or attribute) or "circular import" in line or \
+                _OPTIONAL.search(line + " " + (lines[number - 2] if number > 1 else "")):
             continue
-        module = (cannot.group(2) if cannot else missing.group(1)).rstrip(".")
-        name = cannot.group(1) if cannot else None
+        found = cannot or attribute
+        module = (found.group(2 if cannot else 1) if found else missing.group(1)).rstrip(".")
+        name = cannot.group(1) if cannot else attribute.group(2) if attribute else None
         caller = None
         for above in reversed(lines[max(0, number - 7): number - 1]):
             frame = _FRAME.search(above)
-            if frame:
+            # an attribute is looked up through the package's own frames (numpy's __getattr__): its user is above them
+            if frame and not (attribute and frame.group(1) == module.split(".")[0]):
                 caller = frame.group(1)
                 break
-        return ImportFailure(number, line.strip(), module, name, caller)
+        return ImportFailure(number, line.strip(), module, name, caller, bool(attribute and not (missing or cannot)))
     return None

@@ -292,13 +292,15 @@ def _isolated_build(ctx: Context) -> Optional[str]:
     return names[-1] if names else "the package"
 
 
-def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool = False) -> Optional[Diagnosis]:
     """"No module named X" / "cannot import name N from X": a module path that moved between releases of its package
     (the importing package and the installed one are releases that do not go together) names that package and the
     release to install; a package that is not installed names its install for this platform (the tool table)."""
     failure = read_import_failure(ctx.sheet.lines)
-    if failure is None:
+    if failure is None or (attribute_only and not failure.attribute):
         return None
+    if failure.attribute and (failure.caller is None or failure.caller == failure.top):
+        return None   # an attribute missing in the program's own code, or inside the package itself: no release mix-up
     covers = [e for e in errors if e.line_no == failure.line_no] or [ErrorLine(failure.line_no, failure.line, None)]
     part = failure.name or failure.module.split(".")[-1]
     package, evidence = failure.distribution, [ctx.line_fact(covers[0])]
@@ -329,8 +331,10 @@ def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                      f"--no-build-isolation-package {built}); or install a prebuilt {built} wheel made for this "
                      "torch, Python and platform", evidence, covers)
     if failure.moved:
-        gone = f"{failure.name} from {failure.module}" if failure.name else failure.module
-        cause = (f"{caller or 'the program'} imports {gone}, which the installed {package} does not have: the path "
+        gone = (f"{failure.module}.{failure.name}" if failure.attribute else
+                f"{failure.name} from {failure.module}" if failure.name else failure.module)
+        cause = (f"{caller or 'the program'} {'uses' if failure.attribute else 'imports'} {gone}, which the installed "
+                 f"{package} does not have: the path "
                  f"moved or went away between {package} releases, so the two are releases that do not go together")
         if caller:
             fix = (f"install the {package} release {caller} was written for: pip install -U {caller} (a release "
@@ -343,8 +347,10 @@ def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
             fix += f"; for {package} itself: {platform}"
         # settled where another installed package's frame ran the import; the line alone may also be the program's
         # own stale code or a circular import
+        # an attribute error beside another family's error may be its consequence: likely then, not settled
+        settled = caller is not None and not (failure.attribute and any(e.family for e in ctx.errors))
         return _make("wheel-platform", f"{package} is another release than {caller or 'the program'} expects", cause,
-                     fix, evidence, covers, confirmed=caller is not None)
+                     fix, evidence, covers, confirmed=settled)
     where = (f"{caller}'s" if caller else "the program's")
     cause = f"{package} is not installed in the Python that runs {where} code" + (
         " (its PyPI package has no build for this platform)" if platform and kinds & {"windows", "macos"} else "")
@@ -359,7 +365,7 @@ def _import_failure(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("wheel-platform")
     if not errors:
-        return None
+        return _import_failure(ctx, [], attribute_only=True)
     text = "\n".join(e.line for e in errors)
     python = ctx.sheet.values("python")
     if re.search(r"No module named '?triton\.ops", text):
