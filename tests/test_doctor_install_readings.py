@@ -291,3 +291,11 @@ def test_a_module_attribute_gone_between_releases_names_the_package_and_its_user
                   "circular import)"):
         top = diagnose_text(alone).top
         assert top is None or top.family != "wheel-platform"
+
+
+def test_a_hip_runtime_of_another_rocm_major_is_a_build_for_that_rocm():
+    top = _top("ROCm 7.1.0 installed, RX 7900 XTX\n"
+               '  File "/home/u/venv/lib/python3.12/site-packages/llama_cpp/_ctypes_extensions.py", line 67\n'
+               "OSError: libamdhip64.so.6: cannot open shared object file: No such file or directory")
+    assert top.family == "rocm-libs-missing" and "llama-cpp-python build made for ROCm 7" in top.fix
+    assert "-DGGML_HIP=on" in top.fix

@@ -484,6 +484,12 @@ IMPORT_DISTRIBUTIONS = {
     "onnxruntime": "onnxruntime", "ctranslate2": "ctranslate2", "jaxlib": "jaxlib", "bitsandbytes": "bitsandbytes",
 }
 
+def distribution_of(module: str) -> str:
+    """The pip distribution of an import name: 'llama_cpp' -> 'llama-cpp-python', 'cv2' -> 'opencv-python'."""
+    return IMPORT_DISTRIBUTIONS.get(module, IMPORT_DISTRIBUTIONS.get(module.split(".")[0],
+                                                                    module.split(".")[0].replace("_", "-")))
+
+
 _NO_MODULE = re.compile(r"No module named ['\"]?([A-Za-z_][\w.]*)")
 _CANNOT_IMPORT = re.compile(r"cannot import name ['\"]?(\w+)['\"]? from (?:partially initialized module )?['\"]?"
                             r"([A-Za-z_][\w.]*)")
@@ -513,7 +519,7 @@ class ImportFailure:
 
     @property
     def distribution(self) -> str:
-        return IMPORT_DISTRIBUTIONS.get(self.module, IMPORT_DISTRIBUTIONS.get(self.top, self.top.replace("_", "-")))
+        return distribution_of(self.module)
 
     @property
     def moved(self) -> bool:

@@ -8,7 +8,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.fixes import rocm_index_for
-from steadytune.doctor.packages import read_import_failure
+from steadytune.doctor.packages import distribution_of, read_import_failure
 from steadytune.doctor.tool_fixes import machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
     Context,
@@ -947,7 +947,7 @@ def _dll_load_failed(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosi
     module = _DLL_LOAD.search(error.line).group(1)
     above = ctx.sheet.lines[max(0, error.line_no - 8): error.line_no]
     frames = [m.group(1) for m in map(_FRAME_PACKAGE.search, above) if m]
-    package = (frames[-1] if frames else module.split("_pybind")[0]).replace("_", "-")
+    package = distribution_of(frames[-1] if frames else module.split("_pybind")[0])
     if re.match(r"(?i)amdhip|hip|rocm|roc", module):
         return None   # ROCm's own runtime: the HIP SDK reading below
     fix = _table_fix(ctx, package, "rocm-libs-missing", package=package) or (
@@ -957,6 +957,30 @@ def _dll_load_failed(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosi
     return _make("rocm-libs-missing", f"{package}'s DLLs cannot be loaded",
                  f"Windows found {module} but not a DLL it depends on: the runtime {package} was built against is not "
                  "installed or not on PATH", fix, [ctx.line_fact(error)], [error])
+
+
+def _built_for_other_rocm(ctx: Context, name: str, first: ErrorLine) -> Optional[Diagnosis]:
+    """libamdhip64.so.N names the HIP major a binary was linked against (ROCm N): a package wanting ROCm 6's runtime on
+    a machine with ROCm 7 is a build for the other ROCm, not a missing install."""
+    wanted = re.match(r"libamdhip64\.so\.(\d+)", name)
+    installed = (ctx.sheet.values("rocm") or ctx.sheet.values("hip"))
+    if not wanted or not installed:
+        return None
+    have = installed[-1].split(".")[0]
+    if have == wanted.group(1):
+        return None
+    above = ctx.sheet.lines[max(0, first.line_no - 8): first.line_no]
+    frames = [m.group(1) for m in map(_FRAME_PACKAGE.search, above) if m]
+    package = distribution_of(frames[-1]) if frames else None
+    own = _table_fix(ctx, package, "torch-build") if package else None
+    what = package or "the program"
+    return _make("rocm-libs-missing", f"{what} is built for ROCm {wanted.group(1)}",
+                 f"{what} links {name}, ROCm {wanted.group(1)}'s HIP runtime; this machine has ROCm {installed[-1]}, "
+                 f"whose runtime is libamdhip64.so.{have}",
+                 f"install the {what} build made for ROCm {have}" + (f" ({own})" if own else
+                 f" (rebuild it here, or the wheel from the index for ROCm {have})") +
+                 f"; or install ROCm {wanted.group(1)}'s runtime beside it and put its lib folder on LD_LIBRARY_PATH",
+                 [ctx.line_fact(first)], [first])
 
 
 @rule("rocm-libs-missing")
@@ -995,6 +1019,9 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     dll = _dll_load_failed(ctx, errors)
     if dll is not None:
         return dll
+    other_rocm = _built_for_other_rocm(ctx, name, first)
+    if other_rocm is not None:
+        return other_rocm
     special = _missing_library_fix(ctx, name, text)
     if special:
         title, cause, fix = special
