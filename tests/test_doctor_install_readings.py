@@ -299,3 +299,21 @@ def test_a_hip_runtime_of_another_rocm_major_is_a_build_for_that_rocm():
                "OSError: libamdhip64.so.6: cannot open shared object file: No such file or directory")
     assert top.family == "rocm-libs-missing" and "llama-cpp-python build made for ROCm 7" in top.fix
     assert "-DGGML_HIP=on" in top.fix
+
+
+@pytest.mark.parametrize("paste, family, expect", [
+    ("koboldcpp_rocm.exe\nError: Could not load hipblas.dll", "rocm-libs-missing", "HIP SDK"),
+    ("Windows 11, RX 7900 XTX\nERROR: Could not find a version that satisfies the requirement tensorflow-rocm (from "
+     "versions: none)", "wheel-platform", "tensorflow-rocm has ROCm builds for Linux only"),
+    ("RuntimeError: Couldn't load custom C++ ops. This can happen if your PyTorch and torchvision versions are "
+     "incompatible", "abi-mismatch", "torchvision"),
+    ("Windows, RX 6800\nROCMExecutionProvider is not in available provider names", "torch-build",
+     "onnxruntime-directml"),
+    ('  File "/opt/conda/lib/python3.10/site-packages/apex/__init__.py", line 13\n    import amp_C\n'
+     "ModuleNotFoundError: No module named 'amp_C'", "wheel-platform", "rebuild apex"),
+    ("RTX 4090\nMissingCUDAException: CUDA_HOME does not exist, unable to compile CUDA op(s)", "rocm-libs-missing",
+     "CUDA toolkit"),
+])
+def test_more_wordings_of_the_install_families_name_the_tools_remedy(paste, family, expect):
+    top = _top(paste)
+    assert top.family == family and expect in top.fix

@@ -110,7 +110,7 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
 # a runtime that names the GPU backend it lacks: onnxruntime's execution provider, jax/XLA's platform. The backend says
 # which build is wanted (ROCm/MIGraphX -> AMD's, CUDA/TensorRT -> NVIDIA's, DirectML -> Windows'), whatever else the
 # paste says about the machine
-_NO_PROVIDER = re.compile(r"(?i)provider '?(\w+?)ExecutionProvider'? is not in available provider|no (ROCm) provider "
+_NO_PROVIDER = re.compile(r"(?i)(?:provider )?'?(\w+?)ExecutionProvider'? is not in available provider|no (ROCm) provider "
                           r"available")
 _NO_BACKEND = re.compile(r"(?i)Unable to initialize backend '(rocm|cuda|gpu)'|registered platform with name: .?(rocm|cuda)")
 _BACKEND_KIND = {"rocm": "amd", "migraphx": "amd", "cuda": "nvidia", "tensorrt": "nvidia", "dml": "windows"}
@@ -307,6 +307,16 @@ def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool 
     caller = failure.caller.replace("_", "-") if failure.caller else None
     platform = _table_fix(ctx, package, "wheel-platform", package=package, caller=caller)
     kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+    owner = next((pkg for pattern, pkg in _MODULE_PACKAGES if re.fullmatch(pattern, failure.top)), None)
+    if owner and caller and distribution_of(failure.caller) == owner and owner != package:
+        # a package importing a compiled module of its own that is a top-level name (apex's amp_C): it was installed
+        # without its extensions
+        rebuild = _table_fix(ctx, owner, "abi-mismatch", package=owner)
+        return _make("wheel-platform", f"{owner} was installed without its compiled extensions",
+                     f"{owner} imports {failure.module}, its own compiled extension, which this install does not have "
+                     "(a build without its C++/CUDA options, or a pure-Python install)",
+                     rebuild or f"reinstall {owner} with its extensions built against the installed torch: pip install "
+                     f"--no-build-isolation --force-reinstall {owner}", evidence, covers)
     if _COMPILED_PART.search(part) and failure.caller in (None, failure.top):
         # the package's own compiled part is missing: a build for another platform or Python, or its source folder
         # imported in place of the installed wheel
@@ -489,8 +499,10 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"{name} is a development build the project makes for its own ROCm image, not on PyPI: use the "
                "project's ROCm docker image (its release notes name the tag) instead of pip")
         return _make("wheel-platform", f"{name} is not published", cause, fix, [ctx.line_fact(errors[0])], errors)
-    if ctx.sheet.is_windows and re.search(r"(?i)whl/rocm|\+rocm|rocm\d", text + "\n" + "\n".join(ctx.sheet.lines)):
-        fix = ("pytorch.org's ROCm wheels are Linux only: run under WSL 2 (AMD's ROCm for WSL) or Linux, or install "
+    if ctx.sheet.is_windows and re.search(r"(?i)whl/rocm|\+rocm|rocm\d|-rocm\b", text + "\n" + "\n".join(ctx.sheet.lines)):
+        torchlike = re.match(r"(?i)torch|pytorch", name)
+        fix = (("pytorch.org's ROCm wheels are Linux only" if torchlike else f"{name.split('==')[0]} has ROCm builds "
+                "for Linux only") + ": run under WSL 2 (AMD's ROCm for WSL) or Linux, or install "
                "AMD's ROCm wheels for Windows (repo.radeon.com) for the GPUs they list")
         return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
     base = pin.group(1) if pin else re.split(r"[=<>!~\[;]", name)[0]
@@ -638,7 +650,7 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
                      "the process loads a libstdc++ (often conda's) older than the one the extension was built with",
                      "conda install -c conda-forge 'libstdcxx-ng>=12' in that environment, or put the system's first: "
                      "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", evidence, errors)
-    if re.search(r"torchvision::\w+", text):
+    if re.search(r"torchvision::\w+|torchvision versions are incompatible", text):
         return _make("abi-mismatch", "torchvision does not match torch",
                      "torchvision's compiled operators were built for another torch release or build",
                      "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
@@ -780,6 +792,15 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         if name.startswith(prefix):
             return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
                     f"sudo apt-get install {package} (the distribution package with {name})")
+    if re.search(r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set", text) and _vendor(ctx) != "amd":
+        tool = ctx.tool() or "the extension"
+        return ("the CUDA toolkit (nvcc) is not found", f"{tool} compiles CUDA code at install or first use and needs "
+                "the CUDA toolkit's nvcc, which is not installed or not where CUDA_HOME points (torch's wheels carry the "
+                "CUDA runtime, not the compiler)",
+                "install the CUDA toolkit of torch's CUDA (python -c 'import torch; print(torch.version.cuda)'): the "
+                "NVIDIA installer, conda install -c nvidia cuda-toolkit=<that version>, or pip install "
+                "nvidia-cuda-nvcc-cu12; then export CUDA_HOME=/usr/local/cuda-<that version> (or $CONDA_PREFIX); or "
+                f"install a prebuilt {tool} wheel so nothing compiles (DeepSpeed: DS_BUILD_OPS=0, ops JIT-built later)")
     if re.match(r"libcuda\.so", name):
         return ("the NVIDIA driver's libcuda is not found", "libcuda.so.1 comes with the NVIDIA driver, not with CUDA "
                 "or torch: the driver is not installed, or the process (a container, WSL) does not see it",
