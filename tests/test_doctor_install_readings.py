@@ -317,3 +317,20 @@ def test_a_hip_runtime_of_another_rocm_major_is_a_build_for_that_rocm():
 def test_more_wordings_of_the_install_families_name_the_tools_remedy(paste, family, expect):
     top = _top(paste)
     assert top.family == family and expect in top.fix
+
+
+@pytest.mark.parametrize("paste, expect", [
+    ("flash-attn install fails on Windows 11", "no Windows wheels"),
+    ("Can't install vllm on Windows", "no Windows build"),
+    ("Cannot install pytorch with ROCm on Windows, RX 7900 XTX", "AMD's ROCm PyTorch wheels for Windows"),
+    ("triton not installing on windows", "triton-windows"),
+    ("Failed building wheel for xformers on ROCm 6.2", "whl/rocm"),
+])
+def test_a_package_that_will_not_install_said_in_a_title_gets_its_platform_install(paste, expect):
+    top = _top(paste)
+    assert top.family == "wheel-platform" and not top.confirmed and expect in top.fix
+
+
+def test_a_runtime_that_does_not_see_the_gpu_is_its_cpu_build():
+    top = _top("jax doesn't see my RX 7900 XTX")
+    assert top.family == "torch-build" and not top.confirmed and "jax[rocm7-local]" in top.fix

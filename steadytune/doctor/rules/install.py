@@ -9,7 +9,7 @@ from typing import Optional
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.fixes import rocm_index_for
 from steadytune.doctor.packages import distribution_of, read_import_failure
-from steadytune.doctor.tool_fixes import machine_kinds, tool_fix
+from steadytune.doctor.tool_fixes import ALIASES, load_tool_fixes, machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
     Context,
     _cuda_index_for_driver,
@@ -142,6 +142,8 @@ def _runtime_without_backend(ctx: Context, errors: list[ErrorLine]) -> Optional[
 _ON_CPU = re.compile(r"(?i)\b(?:uses?|using|runs?|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
                      r"(?:on\s+)?(?:the\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
                      r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)")
+_NOT_SEEN = re.compile(r"(?i)\b(?:doesn'?t|does not|can'?t|cannot|won'?t|not|never) (?:see|detect|find|use|using|"
+                       r"recogni[sz]e)s? (?:my |the |any )?(?:GPU|graphics|card|rx|rtx|radeon|geforce)")
 _AMD_MODEL = re.compile(r"(?i)\b(?:rx\s*)?[5-9]\d{3}\s*(?:xtx|xt|gre)\b|\brx\s*[4-9]\d{2,3}\b|\bradeon\b|\bstrix halo\b|"
                         r"\bgfx\d{3,4}")
 _NVIDIA_MODEL = re.compile(r"(?i)\b(?:rtx|gtx)\s*\d{3,4}|\bgeforce\b|\b[AH]100\b|\bTesla\b")
@@ -154,6 +156,10 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     if any(e.family for e in ctx.errors) or ctx.crashes():
         return None
     said = _lines_matching(ctx, _ON_CPU.pattern)
+    if not said and ctx.tool() in ("jax", "tensorflow", "onnxruntime", "ctranslate2"):
+        # a runtime of its own that "does not see" the GPU: its CPU build is the usual reason (torch's own "not seen"
+        # has many causes, the visibility and driver readings among them)
+        said = _lines_matching(ctx, _NOT_SEEN.pattern)
     if not said:
         return None
     text = _text(ctx)
@@ -371,11 +377,50 @@ def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool 
                  confirmed=bool(platform and kinds & {"windows", "macos"}))
 
 
+# a complaint in prose that a package will not install (or build) on this machine: a title such as "flash-attn install
+# fails on Windows 11" or "Can't install vllm on Windows"
+_INSTALL_FAILS = re.compile(r"(?i)\b(?:install(?:ing|ation|s)?|build(?:ing|s)?|compil(?:e|ing)|wheel)\b.{0,30}?\b(?:fail"
+                            r"(?:s|ed|ing)?|errors?|broken|impossible)\b|\b(?:can'?t|cannot|unable to|fail(?:s|ed)? to|"
+                            r"won'?t|not) (?:be )?(?:install|build|compile)|\bnot installing\b|failed building wheel|"
+                            r"\bnot working on (?:windows|mac)")
+
+
+def _named_tool(text: str) -> Optional[str]:
+    """The most specific tool of the fix table the text names by word (torch only when no other is named)."""
+    named = [row.tool for row in load_tool_fixes()
+             if re.search(r"(?i)(?<![\w-])" + "[-_ ]?".join(map(re.escape, row.tool.split("-"))) + r"(?![\w-])", text)]
+    named += [tool for alias, tool in ALIASES.items() if re.search(rf"(?i)(?<![\w-]){re.escape(alias)}(?![\w-])", text)]
+    if re.search(r"(?i)\bpytorch\b", text):
+        named.append("torch")
+    specific = [t for t in named if t != "torch"]
+    return (specific or named or [None])[0]
+
+
+def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
+    """A package that will not install here, said in prose with no error line: that package's own install for this OS
+    and GPU (the tool table), as the likely reading."""
+    if any(e.family for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _INSTALL_FAILS.pattern)
+    if not said:
+        return None
+    text = _text(ctx)
+    tool = _named_tool(text)
+    kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), _vendor(ctx) or (
+        "amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None), text)
+    fix = tool_fix(tool, "wheel-platform", kinds, {"package": tool, "rocm_index": rocm_index_for(None)}) if tool else None
+    if fix is None:
+        return None
+    return _make("wheel-platform", f"{tool} does not install on this platform", f"{tool} has no ready build for this "
+                 "OS, GPU or Python on PyPI, so pip fails (or builds it from source and fails)", fix,
+                 [ctx.line_fact(said[0])], said[:1], confirmed=False)
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("wheel-platform")
     if not errors:
-        return _import_failure(ctx, [], attribute_only=True)
+        return _import_failure(ctx, [], attribute_only=True) or _install_complaint(ctx)
     text = "\n".join(e.line for e in errors)
     python = ctx.sheet.values("python")
     if re.search(r"No module named '?triton\.ops", text):
