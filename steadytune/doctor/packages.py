@@ -484,6 +484,7 @@ IMPORT_DISTRIBUTIONS = {
     "onnxruntime": "onnxruntime", "ctranslate2": "ctranslate2", "jaxlib": "jaxlib", "bitsandbytes": "bitsandbytes",
 }
 
+
 def distribution_of(module: str) -> str:
     """The pip distribution of an import name: 'llama_cpp' -> 'llama-cpp-python', 'cv2' -> 'opencv-python'."""
     return IMPORT_DISTRIBUTIONS.get(module, IMPORT_DISTRIBUTIONS.get(module.split(".")[0],
@@ -501,7 +502,6 @@ _FRAME = re.compile(r"(?:site|dist)-packages[/\\]+([A-Za-z_]\w*)[/\\]")
 # optimizations will not be enabled. Error caught was: No module named 'triton'"): no failure of its own
 _OPTIONAL = re.compile(r"(?i)Error caught was|optimizations will not be enabled|\bwarn(?:ing)?\b|will not be available|"
                        r"falling back|is not available, ")
-_IMPORT_STATEMENT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+(\w+)|import\s+([\w.]+))")
 
 
 @dataclass(frozen=True)
