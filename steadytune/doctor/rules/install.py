@@ -31,13 +31,17 @@ def _listed_torch_version(ctx: Context) -> Optional[str]:
     return next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None) or _listed_torch(ctx)
 
 
-def _table_fix(ctx: Context, tool: Optional[str], family_name: str, **values: Optional[str]) -> Optional[str]:
-    """The tool x family table's fix (tool_fixes.yaml) for this machine's OS and GPU vendor, with its values."""
+def _table_fix(ctx: Context, tool: Optional[str], family_name: str, kinds: Optional[frozenset[str]] = None,
+               **values: Optional[str]) -> Optional[str]:
+    """The tool x family table's fix (tool_fixes.yaml) for this machine's OS and GPU vendor (or the `kinds` given),
+    with its values."""
     arch, _ = ctx.arch()
     torch = _listed_torch_version(ctx)
     filled = {"torch": f"torch {torch}" if torch else None, "rocm_index": rocm_index_for(arch),
               "cuda_index": _cuda_index_for_driver(ctx, arch), **values}
-    return tool_fix(tool, family_name, machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx)), filled)
+    if kinds is None:
+        kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+    return tool_fix(tool, family_name, kinds, filled)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -299,9 +303,11 @@ def _isolated_build(ctx: Context) -> Optional[str]:
 
 
 def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool = False) -> Optional[Diagnosis]:
-    """"No module named X" / "cannot import name N from X": a module path that moved between releases of its package
-    (the importing package and the installed one are releases that do not go together) names that package and the
-    release to install; a package that is not installed names its install for this platform (the tool table)."""
+    """"No module named X" / "cannot import name N from X" / "module X has no attribute N": a module path that moved
+    between releases of its package (the importing package and the installed one are releases that do not go together)
+    names that package and the release to install; a package's compiled part missing names its build for this
+    platform; a module missing in a pip source build is build isolation; a package that is not installed names its
+    install for this platform (the tool table)."""
     failure = read_import_failure(ctx.sheet.lines)
     if failure is None or (attribute_only and not failure.attribute):
         return None
@@ -361,9 +367,8 @@ def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool 
                    f"install \"{package}==<that release>\", or update the program to one written for this {package}")
         if platform:
             fix += f"; for {package} itself: {platform}"
-        # settled where another installed package's frame ran the import; the line alone may also be the program's
-        # own stale code or a circular import
-        # an attribute error beside another family's error may be its consequence: likely then, not settled
+        # settled where another installed package's frame ran the import (the line alone may be the program's own
+        # stale code); an attribute error beside another family's error may be its consequence: likely then
         settled = caller is not None and not (failure.attribute and any(e.family for e in ctx.errors))
         return _make("wheel-platform", f"{package} is another release than {caller or 'the program'} expects", cause,
                      fix, evidence, covers, confirmed=settled)
@@ -408,7 +413,7 @@ def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
     tool = _named_tool(text)
     kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), _vendor(ctx) or (
         "amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None), text)
-    fix = tool_fix(tool, "wheel-platform", kinds, {"package": tool, "rocm_index": rocm_index_for(None)}) if tool else None
+    fix = _table_fix(ctx, tool, "wheel-platform", kinds, package=tool) if tool else None
     if fix is None:
         return None
     return _make("wheel-platform", f"{tool} does not install on this platform", f"{tool} has no ready build for this "
