@@ -334,3 +334,12 @@ def test_a_package_that_will_not_install_said_in_a_title_gets_its_platform_insta
 def test_a_runtime_that_does_not_see_the_gpu_is_its_cpu_build():
     top = _top("jax doesn't see my RX 7900 XTX")
     assert top.family == "torch-build" and not top.confirmed and "jax[rocm7-local]" in top.fix
+
+
+@pytest.mark.parametrize("paste", [
+    "set COMMANDLINE_ARGS=--use-zluda\nRX 6800 XT, Windows 11\nAssertionError: Torch not compiled with CUDA enabled",
+    "ZLUDA\nAssertionError: Torch not compiled with CUDA enabled",
+])
+def test_a_torch_without_cuda_under_zluda_is_the_cuda_build_not_rocm(paste):
+    top = _top(paste)
+    assert top.family == "torch-build" and "whl/cu118" in top.fix and "rocm" not in top.fix.lower()

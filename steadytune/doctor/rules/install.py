@@ -218,6 +218,12 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
         unsure = True
     arch, where = ctx.arch(errors)
     evidence = [ctx.line_fact(e) for e in errors[:1]] + wrong[:1] + [where]
+    if re.search(r"(?i)zluda", joined):
+        # ZLUDA runs torch's CUDA build on the AMD GPU: a CPU (or ROCm) torch under it is the wrong build
+        return _make("torch-build", "a torch without CUDA under ZLUDA",
+                     "ZLUDA translates CUDA calls for the AMD GPU, so it needs torch's CUDA build; the installed torch "
+                     "has no CUDA", _table_fix(ctx, "zluda", "torch-build"), evidence, errors + ctx.no_gpu(),
+                     confirmed=not unsure)
     if conda and vendor != "amd":
         return _make("torch-build", "conda installed the CPU build of pytorch",
                      "conda picked a CPU-only pytorch (a build string like py3.9_cpu_0): the channel has no CUDA build "
