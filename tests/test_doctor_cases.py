@@ -46,8 +46,6 @@ KNOWN_MISSES = {
     "https://github.com/mkiol/dsnote/issues/296": "the title and the card only: no error line, no tool doctor reads",
     "https://github.com/NVIDIA/k8s-device-plugin/issues/812": "the paste never says Kubernetes: an AMD GPU with an "
                                                               "NVIDIA error reads as a CUDA torch",
-    "https://github.com/CS1o/Stable-Diffusion-Info/issues/57": "the thread's title only (a trainer set to the CPU on "
-                                                               "a 9070 XT): no error line",
 }
 
 
