@@ -60,7 +60,7 @@ _ERROR_SHAPE = re.compile(
     r"|(?i:\berror\b\s*[:(\[=]|\berror(?:ed)? (?:while|when|in|loading|during|at|occurred|code)\b|\bfailed\b|\bfailure\b"
     r"|\bcannot\b|\bcan't\b|\bcould not\b|\bcouldn't\b|\bunable to\b|\bnot supported\b|\bunsupported\b|\binvalid\b"
     r"|\bno such file\b|\bpermission denied\b|\boperation not permitted\b|\bundefined symbol\b|\bout of memory\b"
-    r"|segmentation fault|\baborted\b|core dumped|\bsigsegv\b|\bsigabrt\b|\bsigbus\b|\btimed? ?out\b|\bhang(?:s|ing)?\b"
+    r"|segmentation fault|\bseg ?fault(?:ed|s|ing)?\b|\baborted\b|core dumped|\bsigsegv\b|\bsigabrt\b|\bsigbus\b|\btimed? ?out\b|\bhang(?:s|ing)?\b"
     r"|\bnot found\b|\bnot available\b|\bmissing\b|\bdenied\b|\bexception\b|\bterminate called\b|\bkilled\b"
     r"|\bno compatible\b|\bnot detected\b|\bnot loaded\b|\bmismatch\b|\bincompatible\b)")
 _NOT_ERRORS = re.compile(

@@ -14,10 +14,12 @@ from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gf
 
 # The tools whose own build carries the GPU code (so the fix is their build flag), most specific first. A paste that
 # names several (a ComfyUI log shows torch too) is about the most specific one that printed an error.
-TOOL_ORDER = ("ollama", "llama.cpp", "vllm", "bitsandbytes", "flash-attn", "xformers", "rccl-tests", "rccl", "miopen",
-              "hipblaslt", "rocblas", "migraphx", "onnxruntime", "tensorflow", "jax", "zluda", "triton", "deepspeed",
-              "comfyui", "a1111", "unsloth", "llamafactory", "torchaudio", "torch")
-INFERENCE_TOOLS = ("ollama", "llama.cpp", "comfyui", "a1111", "zluda", "onnxruntime", "migraphx")
+TOOL_ORDER = ("ollama", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
+              "flash-attn", "xformers", "rccl-tests", "rccl", "miopen", "hipblaslt", "rocblas", "migraphx", "onnxruntime",
+              "ctranslate2", "tensorflow", "jax", "zluda", "triton", "deepspeed", "apex", "comfyui", "a1111", "unsloth",
+              "llamafactory", "torchaudio", "torch", "torchvision")
+INFERENCE_TOOLS = ("ollama", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "comfyui", "a1111", "zluda",
+                   "onnxruntime", "migraphx", "ctranslate2")
 
 
 def failing_tool(sheet: FactSheet, line_numbers: tuple[int, ...] = ()) -> Optional[str]:

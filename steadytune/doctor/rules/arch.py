@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.archs import build_fix, tool_builds
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import discrete_archs
 from steadytune.doctor.fixes import override_value, rebuild_line, rocm_index_for, set_variable, wheel_line
@@ -371,7 +372,8 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         value = ctx.override().value.split("=", 1)[1]
         if _target(value) and _family_of(_target(value)) == _family_of(arch) and tool not in ("llama.cpp",):
             # the override is right and in force, so it is the library itself that lacks even the sibling's code
-            line = rebuild_line(tool, arch) or wheel_line(arch) or f"a build of {tool} with {arch}"
+            line = _own_build(tool, arch, ctx) or wheel_line(arch) or \
+                f"a build of {tool or 'the library that failed'} with {arch}"
             return _make("arch-missing", f"{tool or 'a library'} has no code for {arch} even with the override",
                          f"{OVERRIDE}={value} is in force, and the code that failed was built without {_target(value)} "
                          f"and {arch}", line, [where, ctx.override()], errors)
@@ -391,17 +393,15 @@ def _arch_cause(arch: str, tool: Optional[str], ctx: Context) -> str:
 def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     sheet = ctx.sheet
     if arch.startswith("sm_"):
-        if tool in ("bitsandbytes", "llama.cpp", "vllm", "flash-attn", "xformers"):
-            return rebuild_line(tool, arch) or ""
-        if tool == "tensorflow":
-            cc = f"{arch[3:-1]}.{arch[-1]}"
-            return (f"this TensorFlow release ships no kernels (nor PTX) for compute capability {cc}: use a release "
-                    f"whose binaries still include {cc}, or build TensorFlow with TF_CUDA_COMPUTE_CAPABILITIES={cc}")
-        return _cuda_index_for_driver(ctx, arch)
+        # the tool that failed carries its own kernels: its wheel or build flag is the fix, not torch's index
+        return (_own_build(tool, arch, ctx) if tool not in ("torch", None) else None) or \
+            _cuda_index_for_driver(ctx, arch)
     value, caveat = override_value(arch, tool)
     if sheet.has("layout", "therock"):
         return (f"the multi-arch torch wheel carries no GPU kernels by itself: install its device package from the same "
                 f"index, pip install \"torch[device-{arch}]\" (it pulls amd-torch-device-{arch})")
+    if sheet.is_windows and tool == "zluda":
+        return build_fix(tool, arch, windows=True) or ""
     if sheet.is_windows and tool in ("rocblas", "ollama", "zluda", "comfyui", "a1111", "torch", "llama.cpp", None):
         rocm = sheet.values("rocm")
         sdk = f"HIP SDK {rocm[0]}" if rocm else "the HIP SDK"
@@ -412,10 +412,10 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
                     f"the tray and start it again ({arch} then runs {_target(value)} code); where the HIP SDK's "
                     f"rocBLAS still has no code for {arch}: {libraries}")
         return f"on Windows the override does not apply to the HIP SDK's libraries ({arch}): {libraries}"
-    if tool in ("llama.cpp", "bitsandbytes", "vllm", "flash-attn", "xformers", "deepspeed"):
+    if tool in _REBUILT_FIRST:
         # the tool's own build carries the GPU code: rebuilding it for the arch is the fix that lasts, the override the
         # quick one where a sibling's code runs
-        line = rebuild_line(tool, arch)
+        line = _own_build(tool, arch, ctx)
         return line + (f"; or run it with {OVERRIDE}={value}{caveat}" if value else "")
     if value:
         fix = set_variable(OVERRIDE, value, sheet, tool) + f" ({arch} runs {_target(value)} code){caveat}"
@@ -423,8 +423,10 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
             wheel = wheel_line(arch)
             if wheel:
                 fix += f"; or a torch that has {arch} itself: {wheel}"
+        elif tool in tool_builds() and tool not in _OVERRIDE_ONLY:
+            fix += f"; or give {tool_builds()[tool].name} code for {arch} itself: {build_fix(tool, arch)}"
         return fix
-    rebuild = rebuild_line(tool, arch)
+    rebuild = _own_build(tool, arch, ctx)
     if rebuild:
         return rebuild
     wheel = wheel_line(arch)
@@ -433,6 +435,19 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     row = arch_info(arch)
     return f"no build carries {arch}" + (f": {row.note}" if row and row.note else "") + \
         "; use the Vulkan backend where the tool has one (llama.cpp -DGGML_VULKAN=ON)"
+
+
+# tools whose own build is the lasting fix even where an override would run a sibling's code
+_REBUILT_FIRST = ("llama.cpp", "llama-cpp-python", "whisper.cpp", "bitsandbytes", "vllm", "sglang", "flash-attn",
+                  "xformers", "deepspeed", "apex")
+# tools whose entry in arch_builds.yaml says the override itself (adding it again after the override says nothing)
+_OVERRIDE_ONLY = ("ollama",)
+
+
+def _own_build(tool: Optional[str], arch: str, ctx: Context) -> Optional[str]:
+    """The failing tool's own way to get code for the arch: its entry in arch_builds.yaml, else the rebuild flags
+    fixes.py knows for the ROCm libraries."""
+    return build_fix(tool, arch, ctx.sheet.is_windows) or rebuild_line(tool, arch)
 
 
 def _is_old_gfx(arch: Optional[str]) -> bool:
