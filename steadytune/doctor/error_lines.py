@@ -143,7 +143,7 @@ def _says_no_gpu(lines: list[str], number: int) -> bool:
     return answer in ("False", "0") and bool(_IS_AVAILABLE.search(lines[number - 2]))
 
 
-_STRONG = re.compile(r"(?i)\b(?:[A-Z]\w*(?:Error|Exception))\b|\berror\b|\bfatal\b|\bfailed\b|segmentation fault|"
+_STRONG = re.compile(r"(?i)\b(?:[A-Z]\w*(?:Error|Exception))\b|\berror\b|\bfatal\b|\bfailed\b|segmentation fault|\bseg ?fault(?:ed|s|ing)?\b|"
                      r"core dumped|\baborted\b|permission denied|undefined symbol|out of memory|not supported|"
                      r"terminate called|\bpanic\b|cannot open|no such file|\bkilled\b|timed? ?out|level=ERROR|"
                      r"\binvalid\b|\bunable to\b|\bcould not\b")

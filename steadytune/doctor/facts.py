@@ -262,9 +262,21 @@ _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages
 )
 
 
+# An APU's graphics named alone ("my 780M", "the 890M iGPU"): the number is also a parameter count ("a 780M model"),
+# so it counts only beside a word about a GPU and not before one about a model
+_BARE_IGPU = re.compile(r"(?i)(?<![\w.])((?:[67][1-8]|8[4-9])0M|80[4-6]0S)\b(?!\s*(?:param|token|model|LLM|weights|B\b))")
+_GPU_CONTEXT = re.compile(r"(?i)\b(?:my|the|iGPU|GPU|APU|graphics|ROCm|HIP|gfx\w*|ollama|vulkan|llama\.cpp|torch|"
+                          r"comfyui|laptop|with)\b")
+
+
+def _bare_igpu(line: str) -> Optional[re.Match]:
+    m = _BARE_IGPU.search(line)
+    return m if m and _GPU_CONTEXT.search(line) else None
+
+
 @finder
 def _gpu(line: str):
-    if not _GPU_WORDS.search(line):
+    if not (_GPU_WORDS.search(line) or _bare_igpu(line)):
         return
     mobile = _MOBILE.search(line)
     if mobile:
@@ -272,7 +284,7 @@ def _gpu(line: str):
         if arch:
             yield "gpu", f"Radeon RX {mobile.group(1)}{mobile.group(2).upper()}", arch
             return
-    igpu = re.search(r"\b(?:AMD|Radeon)[ -]?(\d{3}M|80[4-6]0S)\b", line, re.IGNORECASE)
+    igpu = re.search(r"\b(?:AMD|Radeon)[ -]?(\d{3}M|80[4-6]0S)\b", line, re.IGNORECASE) or _bare_igpu(line)
     if igpu:   # "AMD780M", "Radeon 890M": the graphics model alone
         product = lookup_product(f"Radeon {igpu.group(1).upper()}")
         if product is not None:
@@ -307,7 +319,7 @@ def _gpu(line: str):
 
 _NAME_BEFORE = {"amd", "radeon", "radeon(tm)", "rx", "instinct", "nvidia", "geforce", "rtx", "gtx", "pro", "tesla",
                 "quadro", "ai", "ryzen"}
-_NAME_AFTER = re.compile(r"^(?:\s+(?:XTX|XT|GRE|Ti|SUPER|D|Max|Ultra|PCIe|SXM\w*|\d+GB|M|S|HX))*", re.IGNORECASE)
+_NAME_AFTER = re.compile(r"^(?:\s+(?:XTX|XT|GRE|Ti|SUPER|D|Max|Ultra|PCIe|SXM\w*|\d+GB|M|S|HX)\b)*", re.IGNORECASE)
 
 
 def _model_phrase(line: str, m: re.Match) -> str:
@@ -549,6 +561,11 @@ def _complaint(line: str):
                  r"slow(?:er)? than|slow first|first (?:run|step|image|generation) (?:is |takes )?(?:very )?slow)", line):
         yield "complaint", "slow", ""
     line = re.sub(r"[’´`]", "'", line)   # doesn´t, doesn’t
+    # "RX 6700 XT crashes with rocm", not a warning that something "may crash"
+    if re.search(r"(?i)(?<!may )(?<!might )(?<!could )(?<!can )(?<!will )(?<!to )\b(?:seg ?fault(?:s|ed|ing)?|crash(?:es|ed|ing)?)\b",
+                 line):
+        yield "complaint", "yes", "crash"
+        return
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
                  r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|"
                  r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
