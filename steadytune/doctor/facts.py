@@ -245,7 +245,8 @@ def _nvidia_arch(line: str):
 _GPU_WORDS = re.compile(r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
                         r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Van Gogh|"
                         r"Ryzen AI|\bW[67]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
-                        r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*", re.IGNORECASE)
+                        r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*|\bR[79] ?\d{3}X?\b|\bFury\b|\bFiji\b|\bMX ?\d{3}\b|"
+                        r"\bGT \d{3,4}\b|\bTitan\b|\bL40S\b|\bA10G\b|\bGB10\b|DGX Spark", re.IGNORECASE)
 _MOBILE = re.compile(r"\bRX ?(6[0-9]{3})(M|S)\b", re.IGNORECASE)
 # Laptop Radeons by number and suffix (LLVM's processor table, AMD's product pages): the S parts are Navi 23
 _MOBILE_ARCH = {("68", "M"): "gfx1031", ("67", "M"): "gfx1031", ("66", "M"): "gfx1032", ("65", "M"): "gfx1034",
