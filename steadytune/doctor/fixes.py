@@ -113,6 +113,9 @@ def cuda_wheel_for(arch: str) -> Optional[str]:
     cc = int(m.group(1))
     if cc >= 100:
         return "pip install torch --index-url https://download.pytorch.org/whl/cu128 (Blackwell needs CUDA 12.8 or newer)"
+    if cc < 50:   # Kepler and older: below cu126's oldest arch (sm_50); CUDA 12 no longer compiles them
+        return (f"no current pytorch.org index carries sm_{cc} (the oldest is sm_50): build torch from source with "
+                f"CUDA 11.x and TORCH_CUDA_ARCH_LIST={cc // 10}.{cc % 10}, or run on the CPU")
     if cc < 70:   # the newest CUDA builds dropped Maxwell and Pascal (cu129/cu130 always; the later cu128 ones too)
         return ("pip install torch --index-url https://download.pytorch.org/whl/cu126 (the newest CUDA builds dropped "
                 f"sm_{cc}; cu126 still carries it, and torch 2.8's cu128 build did where its cu129 one did not)")

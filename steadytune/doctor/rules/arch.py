@@ -265,6 +265,28 @@ def _xformers_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                  [where, ctx.line_fact(errors[0])], errors)
 
 
+# The oldest compute capability in any current pytorch.org CUDA build (cu126: sm_50; CUDA 12 itself no longer
+# compiles Kepler, NVIDIA's CUDA 12.0 release notes)
+_OLDEST_TORCH_CC = 50
+
+
+def _older_than_every_torch(ctx: Context, arch: Optional[str], where, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A Kepler or older NVIDIA GPU under torch: no current wheel index carries it, so no index is the fix."""
+    if not errors or not arch or not re.fullmatch(r"sm_\d+", arch) or int(arch[3:]) >= _OLDEST_TORCH_CC:
+        return None
+    tool = ctx.tool(errors)
+    if tool not in (None, "torch", "torchvision", "torchaudio", "comfyui", "a1111", "unsloth", "llamafactory"):
+        return None
+    cc = f"{arch[3:-1]}.{arch[-1]}"
+    return _make("gpu-unsupported", f"{arch} is older than every current torch build",
+                 f"compute capability {cc} (Kepler or older) is below sm_50, the oldest arch in the current pytorch.org "
+                 "CUDA builds, and CUDA 12 no longer compiles it",
+                 f"no current torch wheel runs on it: run on the CPU (device=\"cpu\"), or build torch from source with "
+                 f"CUDA 11.x and TORCH_CUDA_ARCH_LIST={cc}, or use an old torch release whose CUDA 11 build lists "
+                 f"sm_{arch[3:]} (python -c 'import torch; print(torch.cuda.get_arch_list())' tells), or a newer GPU",
+                 [where, ctx.line_fact(errors[0])], errors)
+
+
 def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" not in e.line]   # host libs: install
     said = _arch_said(ctx, errors)
@@ -282,6 +304,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     xformers = _xformers_lacks(ctx, errors)
     if xformers is not None:
         return xformers
+    kepler = _older_than_every_torch(ctx, arch, where, errors)
+    if kepler is not None:
+        return kepler
     blackwell_build = _blackwell_build(ctx)
     if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and \
             any("no kernel image" in e.line for e in errors):
