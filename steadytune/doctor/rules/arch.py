@@ -397,8 +397,10 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         value = ctx.override().value.split("=", 1)[1]
         if _target(value) and _family_of(_target(value)) == _family_of(arch) and tool not in ("llama.cpp",):
             # the override is right and in force, so it is the library itself that lacks even the sibling's code
-            line = _own_build(tool, arch, ctx) or wheel_line(arch) or \
-                f"a build of {tool or 'the library that failed'} with {arch}"
+            line = _own_build(tool, arch, ctx) or wheel_line(arch) or (
+                f"check that the override reaches the process (python -c 'import os; print(os.environ.get("
+                f"\"{OVERRIDE}\"))' in the same environment), then use a build with {_target(value)} code: "
+                f"{rocm_index_for(arch)}")
             return _make("arch-missing", f"{tool or 'a library'} has no code for {arch} even with the override",
                          f"{OVERRIDE}={value} is in force, and the code that failed was built without {_target(value)} "
                          f"and {arch}", line, [where, ctx.override()], errors)
