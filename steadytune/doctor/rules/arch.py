@@ -421,8 +421,9 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     sheet = ctx.sheet
     if arch.startswith("sm_"):
         # the tool that failed carries its own kernels: its wheel or build flag is the fix, not torch's index
-        return (_own_build(tool, arch, ctx) if tool not in ("torch", None) else None) or \
-            _cuda_index_for_driver(ctx, arch)
+        # (unless the torch underneath lacks the GPU too: that comes first, the extension is rebuilt against it)
+        own = build_fix(tool, arch) if tool not in ("torch", None) and not _wheel_lacks(arch, ctx) else None
+        return own or _cuda_index_for_driver(ctx, arch)
     value, caveat = override_value(arch, tool)
     if sheet.has("layout", "therock"):
         return (f"the multi-arch torch wheel carries no GPU kernels by itself: install its device package from the same "
