@@ -28,8 +28,14 @@ def failing_tool(sheet: FactSheet, line_numbers: tuple[int, ...] = ()) -> Option
     for pool in (near, sheet.tools):
         for tool in TOOL_ORDER:
             if tool in pool:
-                return tool
+                # ggml's own lines name llama.cpp inside a program that bundles it: the bundle is what gets rebuilt
+                wrapper = next((w for w in _BUNDLES_LLAMA_CPP if w in sheet.tools), None)
+                return wrapper if tool == "llama.cpp" and wrapper else tool
     return None
+
+
+# programs that ship their own build of llama.cpp (its ggml_* lines appear in their logs)
+_BUNDLES_LLAMA_CPP = ("koboldcpp", "llama-cpp-python")
 
 
 def override_value(arch: str, tool: Optional[str]) -> tuple[Optional[str], str]:

@@ -309,7 +309,7 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         return kepler
     blackwell_build = _blackwell_build(ctx)
     if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and \
-            any("no kernel image" in e.line for e in errors):
+            any("no kernel image" in e.line for e in errors) and ctx.tool(errors) not in tool_builds():
         # the torch installed is already a CUDA 12.8+ build, which carries sm_100/sm_120: the wheel is right, so the
         # driver underneath (older than the CUDA the wheel needs) is what cannot load its kernels
         return _make("driver", f"a CUDA {blackwell_build} torch on {arch} with an older NVIDIA driver",

@@ -1,0 +1,146 @@
+"""doctor, round 6 (issue 63): readings of the arch families that carry to pastes never seen. Each test is a reading,
+tried over several wordings, GPUs and tools written here (none is a mined case): a compiled extension or tool built
+without the GPU's arch gets that tool's own remedy (doctor/arch_builds.yaml), a thin paste naming a card outside the
+wheels plus a failure word gets the override, a variable lost on its way (sudo, a container) is named as lost."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from steadytune.doctor.archs import ArchBuildsError, build_fix, tool_builds
+from steadytune.doctor.diagnose import diagnose_text
+from steadytune.doctor.facts import extract_facts
+from steadytune.doctor.fixes import TOOL_ORDER
+
+
+def _top(text: str):
+    top = diagnose_text(text).top
+    assert top is not None, f"no diagnosis for:\n{text}"
+    return top
+
+
+# --- the tool table -------------------------------------------------------------------------------------------
+
+def test_every_tool_in_the_table_is_one_facts_can_name_and_every_remedy_formats():
+    for tool, build in tool_builds().items():
+        assert tool in TOOL_ORDER, f"{tool}: facts.py / fixes.TOOL_ORDER never name it, so its entry is dead"
+        assert build.cuda or build.rocm or build.windows
+        for arch in ("sm_120", "sm_61", "gfx1032", "gfx942"):
+            fix = build_fix(tool, arch)
+            if fix:
+                assert "{" not in fix and (arch[3:] in fix or arch in fix or "." in fix), (tool, arch, fix)
+
+
+def test_a_malformed_table_is_refused_naming_the_tool(tmp_path, monkeypatch):
+    import steadytune.doctor.archs as archs
+    bad = tmp_path / "arch_builds.yaml"
+    bad.write_text("llama.cpp:\n  name: llama.cpp\n  source: docs\n  rocm: \"cmake -DAMDGPU_TARGETS={gfx}\"\n")
+    monkeypatch.setattr(archs, "BUILDS", bad)
+    archs.tool_builds.cache_clear()
+    try:
+        with pytest.raises(ArchBuildsError, match=r"llama\.cpp\.rocm: unknown placeholder"):
+            archs.tool_builds()
+    finally:
+        archs.tool_builds.cache_clear()
+
+
+# --- a tool built without the arch gets its own remedy ----------------------------------------------------------
+
+_TOOL_PASTES = [
+    # (paste, the tool's own word or flag the fix must carry)
+    ("NVIDIA GeForce RTX 5090, torch 2.8.0+cu128\nimport flash_attn\nRuntimeError: CUDA error: no kernel image is "
+     "available for execution on the device", "FLASH_ATTN_CUDA_ARCHS=120"),
+    ("faster-whisper large-v3 on a GTX 960\nRuntimeError: CUDA failed with error no kernel image is available for "
+     "execution on the device", "CUDA_ARCH_LIST=5.2"),
+    ("onnxruntime-gpu 1.17, RTX 5080\n2025-01-01 [E:onnxruntime:Default] CUDA failure 209: no kernel image is available "
+     "for execution on the device", "onnxruntime-gpu"),
+    ("2025-03-02 I tensorflow/core: TensorFlow was not built with CUDA kernel binaries compatible with compute "
+     "capability 12.0. CUDA kernels will be jit-compiled from PTX, which could take 30 minutes or longer.",
+     "TF_CUDA_COMPUTE_CAPABILITIES=12.0"),
+    ("C:\\ComfyUI-Zluda> comfyui-n.bat\nZLUDA on an RX 6600, Windows 11\nhipErrorNoBinaryForGpu: Unable to find code "
+     "object for all current devices!", "ZLUDA"),
+    ("llama_cpp python bindings, RX 6600 XT\nggml_cuda_compute_forward: ROCm error: invalid device function\n"
+     "  in llama_cpp/lib/libggml-hip.so", "CMAKE_ARGS=\"-DGGML_HIP=on -DAMDGPU_TARGETS=gfx1032\""),
+    ("koboldcpp hipBLAS build, Radeon RX 6750 XT\nROCm error: invalid device function", "koboldcpp"),
+    ("jaxlib 0.4.35 rocm plugin on an RX 7600\nhipErrorNoBinaryForGpu: Unable to find code object for all current "
+     "devices", "--rocm_amdgpu_targets=gfx1102"),
+    ("triton, RTX 5070 Ti\nptxas fatal   : Value 'sm_120' is not defined for option 'gpu-name'", "Triton"),
+    ("deepspeed fused_adam on RTX 4060\nRuntimeError: CUDA error: no kernel image is available for execution on the "
+     "device", "DS_BUILD_OPS"),
+]
+
+
+@pytest.mark.parametrize("paste,said", _TOOL_PASTES, ids=[s for _, s in _TOOL_PASTES])
+def test_a_tool_without_the_arch_gets_that_tools_own_remedy(paste, said):
+    top = _top(paste)
+    assert top.family == "arch-missing", (top.family, top.fix)
+    assert said.lower() in top.fix.lower(), top.fix
+
+
+def test_an_app_on_a_torch_that_lacks_the_gpu_gets_torchs_index_not_a_rebuild():
+    top = _top("RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+               "NVIDIA GeForce RTX 5060 Ti, torch 2.5.1+cu124, ComfyUI portable")
+    assert top.family == "arch-missing" and "cu128" in top.fix
+
+
+# --- thin pastes: a card and a failure word --------------------------------------------------------------------
+
+@pytest.mark.parametrize("paste,value", [
+    ("RX 6600 segfault with rocm", "10.3.0"),
+    ("Radeon RX 6750 XT: stable diffusion seg faults on first image", "10.3.0"),
+    ("Ollama doesn't use my 780M, runs on CPU", "11.0.0"),
+    ("the 680M iGPU crashes in torch", "10.3.0"),
+    ("rx 6700 crashed when generating with ROCm 6.1", "10.3.0"),
+])
+def test_a_thin_paste_naming_a_card_outside_the_wheels_gets_its_override(paste, value):
+    top = _top(paste)
+    assert top.family == "arch-missing" and f"HSA_OVERRIDE_GFX_VERSION={value}" in top.fix, (top.family, top.fix)
+
+
+@pytest.mark.parametrize("text", ["This module may crash with NumPy 2", "BART-large has 780M parameters",
+                                  "the model 680M params runs fine"])
+def test_a_warning_or_a_parameter_count_is_not_a_crash_or_a_gpu(text):
+    sheet = extract_facts(text)
+    assert not sheet.of("gpu") and not sheet.has("complaint", "yes"), sheet.facts
+
+
+@pytest.mark.parametrize("name,arch", [
+    ("GTX 760", "sm_30"), ("GTX 750 Ti", "sm_50"), ("MX150", "sm_61"), ("MX450", "sm_75"), ("Quadro RTX 4000", "sm_75"),
+    ("Quadro P1000", "sm_61"), ("A10G", "sm_86"), ("L40S", "sm_89"), ("DGX Spark", "sm_121"), ("R9 390", "gfx702"),
+    ("Radeon 890M", "gfx1150"), ("my 8060S", "gfx1151"),
+])
+def test_a_card_named_alone_reads_as_its_arch(name, arch):
+    sheet = extract_facts(f"{name} is not working")
+    assert [f.detail for f in sheet.of("gpu")] == [arch], sheet.facts
+
+
+def test_a_kepler_gpu_under_torch_is_outside_every_current_build_not_a_cu126_index():
+    top = _top("GeForce GTX 770, torch 2.3.1\nRuntimeError: CUDA error: no kernel image is available for execution on "
+               "the device")
+    assert top.family == "gpu-unsupported" and "TORCH_CUDA_ARCH_LIST=3.0" in top.fix and "cu126" not in top.fix
+
+
+# --- a variable that never reached the process -----------------------------------------------------------------
+
+@pytest.mark.parametrize("run", ["sudo python train.py", "$ sudo ./webui.sh --listen", "sudo -H python3 app.py"])
+def test_a_variable_exported_then_dropped_by_sudo(run):
+    top = _top(f"export HSA_OVERRIDE_GFX_VERSION=10.3.0\n{run}\nRX 6600 XT\n"
+               "RuntimeError: HIP error: invalid device function")
+    assert top.family == "env-not-applied" and "sudo HSA_OVERRIDE_GFX_VERSION=10.3.0" in top.fix, top.fix
+
+
+def test_sudo_that_keeps_the_environment_or_sets_the_variable_is_not_blamed():
+    for run in ("sudo -E python train.py", "sudo HSA_OVERRIDE_GFX_VERSION=10.3.0 python train.py"):
+        top = _top(f"export HSA_OVERRIDE_GFX_VERSION=10.3.0\n{run}\nRX 6600 XT\n"
+                   "RuntimeError: HIP error: invalid device function")
+        assert top.family != "env-not-applied", (run, top.title)
+
+
+@pytest.mark.parametrize("start", ["docker run -it --device=/dev/kfd --device=/dev/dri rocm/pytorch:latest",
+                                   "podman run --rm -it --device /dev/kfd --device /dev/dri ollama/ollama:rocm"])
+def test_a_variable_exported_on_the_host_but_not_given_to_the_container(start):
+    top = _top(f"export HSA_OVERRIDE_GFX_VERSION=10.3.0\n{start}\nRadeon RX 6700 XT\n"
+               "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!")
+    assert top.family == "env-not-applied" and re.search(r"-e HSA_OVERRIDE_GFX_VERSION=10\.3\.0", top.fix), top.fix
