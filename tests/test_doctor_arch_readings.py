@@ -144,3 +144,36 @@ def test_a_variable_exported_on_the_host_but_not_given_to_the_container(start):
     top = _top(f"export HSA_OVERRIDE_GFX_VERSION=10.3.0\n{start}\nRadeon RX 6700 XT\n"
                "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!")
     assert top.family == "env-not-applied" and re.search(r"-e HSA_OVERRIDE_GFX_VERSION=10\.3\.0", top.fix), top.fix
+
+
+# --- a GPU below a tool's floor, an override the runtime cannot read -------------------------------------------
+
+@pytest.mark.parametrize("card,cc", [("NVIDIA GeForce GTX 1080 Ti", "6.1"), ("Tesla P100-PCIE-16GB", "6.0")])
+def test_triton_refusing_an_old_gpu_means_running_without_torch_compile(card, cc):
+    top = _top(f"RuntimeError: Found {card} which is too old to be supported by the triton GPU compiler, which is used "
+               f"as the backend. Triton only supports devices of CUDA Capability >= 7.0, but your device is of CUDA "
+               f"capability {cc}")
+    assert top.family == "gpu-unsupported" and "torch.compile" in top.fix, (top.family, top.fix)
+
+
+@pytest.mark.parametrize("line", ['level=WARN source=amd_linux.go:273 msg="amdgpu too old gfx803" gpu=0',
+                                  'time=2024-05-01 level=WARN msg="amdgpu too old gfx701" gpu=1'])
+def test_ollama_skipping_an_amd_gpu_as_too_old_is_outside_rocm_not_an_nvidia_floor(line):
+    top = _top(line)
+    assert top.family == "gpu-unsupported" and "Vulkan" in top.fix, (top.family, top.fix)
+
+
+@pytest.mark.parametrize("setting,card,value", [
+    ("export HSA_OVERRIDE_GFX_VERSION=gfx1030", "RX 6700 XT", "10.3.0"),
+    ("HSA_OVERRIDE_GFX_VERSION=10.3 ollama serve", "RX 6600 XT", "10.3.0"),
+    ("export HSA_OVERRIDE_GFX_VERSION=gfx1100", "Radeon 780M", "11.0.0"),
+])
+def test_an_override_that_is_not_a_version_gets_the_version_for_the_card(setting, card, value):
+    top = _top(f"{setting}\n{card}\nhipErrorNoBinaryForGpu: Unable to find code object for all current devices!")
+    assert top.family == "override-wrong" and f"HSA_OVERRIDE_GFX_VERSION={value}" in top.fix, (top.family, top.fix)
+
+
+def test_on_windows_an_override_that_changes_nothing_is_not_read_as_the_right_override():
+    top = _top("set HSA_OVERRIDE_GFX_VERSION=10.3.0\nWindows 11, RX 6600, ComfyUI\n"
+               "RuntimeError: HIP error: invalid device function")
+    assert top.family == "arch-missing" and "rocblas" in top.fix.lower(), top.fix

@@ -206,6 +206,8 @@ def _arch(line: str):
             if _MINIMUM_BEFORE.search(before):   # "the minimum required ISA is gfx803": a floor, not this machine's
                 floors.append(decoded)
                 continue
+            if re.search(r"HSA_OVERRIDE_GFX_VERSION\w*\s*[=:]\s*[\"'`]?$", before):
+                continue   # "HSA_OVERRIDE_GFX_VERSION=gfx1030": a (malformed) override value, not a GPU
             found.append((decoded, bool(_MACHINE_BEFORE.search(before))))
     for gfx in floors:
         yield "built_for", gfx, "minimum"
@@ -497,7 +499,8 @@ def _layout(line: str):
 
 # The tool that printed or failed: by its own log formats and paths, never by the user's prose alone.
 _TOOLS = (
-    ("ollama", r"\b[oO]llama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go"),
+    ("ollama", r"\b[oO]llama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go|"
+               r"msg=\"amdgpu (?:is not supported|too old)|\bgpu_type=gfx"),
     ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
                   r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
     ("vllm", r"\bvllm\b|\bvLLM\b|No available memory for the cache blocks|gpu_memory_utilization|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),

@@ -66,8 +66,13 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
     target = _target(value)
     tool = ctx.tool(symptoms)
     if target is None:
-        arch = archs[0] if archs else None
+        # the GPU, not the gfx name the user wrote into the variable ("=gfx1030" is read as an arch too)
+        gpus = [a for a in archs if any(f.value == a and f.line_no != setting.line_no for f in ctx.sheet.of("arch"))]
+        arch = gpus[0] if gpus else None
         good = override_value(arch, tool)[0] if arch else None
+        written = re.fullmatch(r"(?i)gfx\w+", value.strip("\"'"))
+        if not good and written and not (arch and arch in OFFICIAL_WHEEL_ARCHS):
+            good = _version_of(written.group(0).lower())   # the version form of the target they meant
         return _make("override-wrong", f"{OVERRIDE}={value} is not a version",
                      f"the runtime expects X.Y.Z (10.3.0 for gfx1030 code); {value!r} is ignored or rejected",
                      set_variable(OVERRIDE, good, ctx.sheet, tool) if good else f"unset {OVERRIDE}",
@@ -393,7 +398,7 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      f"{tool or 'the program'} has no code for the GPU it runs on; the paste does not say which GPU",
                      f"find the arch ({cls.next}); for a GPU the build lacks but whose sibling it carries, set the "
                      f"override: {_OVERRIDE_TABLE}; else rebuild for the arch", [], errors, confirmed=False)
-    if ctx.override() is not None and errors:
+    if ctx.override() is not None and errors and not ctx.sheet.is_windows:
         value = ctx.override().value.split("=", 1)[1]
         if _target(value) and _family_of(_target(value)) == _family_of(arch) and tool not in ("llama.cpp",):
             # the override is right and in force, so it is the library itself that lacks even the sibling's code
@@ -492,13 +497,21 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         arch = where.value if where else None
     old = _is_old_gfx(arch)
     text = " ".join(e.line for e in errors)
-    nvidia = re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text) or \
+    nvidia = (re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text)
+              and not re.search(r"(?i)\bamdgpu\b|\bgfx\d", text)) or \
         (arch or "").startswith("sm_")
     if errors and nvidia:
         needed = re.search(r"(?i)compute capability below ([\d.]+)|(?:under|below|less than) (?:CUDA )?compute"
                            r"(?: capability)? ?(\d\.\d)", text)
         found = re.search(r"(?i)(?:cuda|compute) capability (?:of )?(\d+\.\d+)", "\n".join(ctx.sheet.lines))
         need = f" (it needs compute capability {needed.group(1) or needed.group(2)} or newer)" if needed else ""
+        if re.search(r"(?i)triton", text):   # torch.compile's code generator, not the GPU itself, sets the floor
+            return _make("gpu-unsupported", "Triton needs compute capability 7.0 or newer",
+                         f"Triton (the compiler behind torch.compile and the fused kernels of unsloth and others) does "
+                         f"not generate code for this GPU{' (compute capability ' + found.group(1) + ')' if found else ''}",
+                         "run without Triton: drop torch.compile (or torch.compile(backend=\"aot_eager\") / "
+                         "TORCHDYNAMO_DISABLE=1), and use the tool's non-Triton path; the GPU runs torch's eager kernels",
+                         [ctx.line_fact(e) for e in errors[:1]], errors)
         return _make("gpu-unsupported", "the GPU is older than the builds support",
                      f"this GPU{' (compute capability ' + found.group(1) + ')' if found else ''} is below what the "
                      f"software is built for{need}",

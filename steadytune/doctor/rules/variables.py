@@ -18,6 +18,9 @@ from steadytune.doctor.rules.base import Context, Diagnosis, OVERRIDE, _make, ru
 def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
     sheet = ctx.sheet
     symptoms = ctx.of("arch-missing", "visibility", "gpu-hang") + ctx.crashes() + ctx.no_gpu()
+    override = ctx.override()
+    if override is not None and not re.fullmatch(r"\d+\.\d+\.\d+", override.value.split("=", 1)[1].strip("\"'` ")):
+        return None   # a value the runtime rejects (10.3, gfx1030): passing it on would not help (override-wrong)
     tool = ctx.tool(symptoms)
     for fact in sheet.of("env"):
         name, value = fact.value.split("=", 1)
