@@ -177,3 +177,10 @@ def test_on_windows_an_override_that_changes_nothing_is_not_read_as_the_right_ov
     top = _top("set HSA_OVERRIDE_GFX_VERSION=10.3.0\nWindows 11, RX 6600, ComfyUI\n"
                "RuntimeError: HIP error: invalid device function")
     assert top.family == "arch-missing" and "rocblas" in top.fix.lower(), top.fix
+
+
+@pytest.mark.parametrize("paste", ["RTX 5090 not working with pytorch", "my RTX 5070 Ti doesn't work in ComfyUI",
+                                   "Can't get torch to use the RTX PRO 6000"])
+def test_a_thin_blackwell_complaint_gets_the_cuda_12_8_index_as_the_likely_cause(paste):
+    top = _top(paste)
+    assert top.family == "arch-missing" and not top.confirmed and "cu128" in top.fix, (top.family, top.fix)

@@ -357,6 +357,17 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         # a torch the GPU is not in (the build says +cuXYZ, the GPU is named) with any sign of trouble
         said = [ErrorLine(i, l.strip(), None) for i, l in enumerate(ctx.sheet.lines, 1)
                 if re.search(r"(?i)incompatib|not compatible|kernel[- ]related|kernel image", l)]
+        complaint = [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
+        if arch and re.fullmatch(r"sm_1\d\d", arch) and _cuda_build(ctx) is None and not _blackwell_build(ctx) and \
+                complaint and ctx.tool() in (None, "torch", "comfyui", "a1111", "unsloth", "llamafactory"):
+            # a Blackwell card that "does not work" with a torch of unknown build: the usual cause is a wheel older
+            # than CUDA 12.8, which carries no sm_100/sm_120 code (likely, not settled: the build is not shown)
+            lacking = _symptom_lines(ctx, complaint)
+            return _make("arch-missing", f"likely a torch without {arch} kernels",
+                         f"{arch} (Blackwell) runs only torch builds for CUDA 12.8 or newer; older wheels have no code "
+                         "for it", _cuda_index_for_driver(ctx, arch) + " (python -c 'import torch; "
+                         "print(torch.__version__, torch.cuda.get_arch_list())' must list it)",
+                         [where] + complaint, lacking, confirmed=False)
         if _wheel_lacks(arch, ctx) and (symptoms or said or ctx.sheet.has("complaint", "yes")):
             lacking = symptoms or said or _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint")][:1])
             return _make("arch-missing", f"this torch has no kernels for {arch}",
