@@ -184,3 +184,19 @@ def test_on_windows_an_override_that_changes_nothing_is_not_read_as_the_right_ov
 def test_a_thin_blackwell_complaint_gets_the_cuda_12_8_index_as_the_likely_cause(paste):
     top = _top(paste)
     assert top.family == "arch-missing" and not top.confirmed and "cu128" in top.fix, (top.family, top.fix)
+
+
+@pytest.mark.parametrize("paste,value", [
+    ("Transcription error with faster-whisper\nRadeon RX 6750 XT, ROCm 6.1", "10.3.0"),
+    ("Image generation fails\nAMD Radeon RX 6600, Ubuntu 24.04", "10.3.0"),
+    ("Model won't load on my Radeon 860M (llama.cpp HIP build)", "11.5.0"),
+])
+def test_a_title_and_a_card_with_a_failure_word_get_the_cards_override_as_likely(paste, value):
+    top = _top(paste)
+    assert top.family == "arch-missing" and not top.confirmed and f"HSA_OVERRIDE_GFX_VERSION={value}" in top.fix, \
+        (top.family, top.fix)
+
+
+def test_a_hang_that_names_the_firmware_scheduler_is_not_settled_as_missing_code():
+    top = _top("Strix Point GPU hang (gfx1150) Ryzen AI 9 HX 370 (MES:0x7b) after linux-firmware update")
+    assert top.family == "gpu-hang", (top.family, top.fix)

@@ -43,10 +43,6 @@ KNOWN_MISSES = {
     "https://github.com/pytorch/pytorch/issues/128302": "'ring0 page1 timeout' from one torch build on gfx900: no "
                                                         "general rule names that build",
     # round 4 (batch 4), left unsolved after its rules:
-    "https://github.com/ggml-org/llama.cpp/issues/19949": "the thread's fix (override 11.5.0 on gfx1152) is a report the "
-                                                          "arch table (steadytune/hardware/gpu_facts) still marks "
-                                                          "unverified; doctor gives the rebuild",
-    "https://github.com/mkiol/dsnote/issues/296": "the title and the card only: no error line, no tool doctor reads",
     "https://github.com/NVIDIA/Isaac-GR00T/issues/52": "an 'illegal memory' error fixed by a smaller batch: read as OOM "
                                                        "it would misname real illegal accesses",
     "https://github.com/NVIDIA/k8s-device-plugin/issues/812": "the paste never says Kubernetes: an AMD GPU with an "

@@ -50,6 +50,8 @@ def override_value(arch: str, tool: Optional[str]) -> tuple[Optional[str], str]:
     if row.override.verdict == "trap" and row.override.value and tool in INFERENCE_TOOLS:
         return row.override.value, f" (runs {row.override.value} code on {arch}; for training it is not safe: " \
                                    f"{row.override.why})"
+    if row.override.verdict == "unverified" and row.override.value and tool in INFERENCE_TOOLS:
+        return row.override.value, f" (reported for inference: {row.override.why})"
     return None, ""
 
 

@@ -253,8 +253,10 @@ ARCHS: tuple[Arch, ...] = (
          apu_trains=True, note="Strix Halo: Radeon 8060S/8050S/8040S, up to 128 GB shared memory",
          source=f"{GPU_SPECS}; {_AOTRITON_010}"),
     Arch("gfx1152", "RDNA3.5", "apu", True, None, "unknown",
-         Override(None, "unverified", "no pytorch.org wheel to borrow from in the same family except gfx1150/gfx1151; "
-                  "no report of either working on gfx1152", "yanwk/ComfyUI-Docker discussion #167"), bnb_4bit=_BNB_050,
+         Override("11.5.0", "unverified", "gfx1150 code (the Strix Point sibling, same RDNA3.5 generation) was reported "
+                  "loading and running models in llama.cpp's HIP build; not confirmed for training",
+                  "ggml-org/llama.cpp #19949; yanwk/ComfyUI-Docker discussion #167 (no wheel of its own)"),
+         bnb_4bit=_BNB_050,
          note="Krackan Point: Radeon 860M/840M/820M", source=GPU_SPECS),
     Arch("gfx1200", "RDNA4", "dgpu", True, "ocp", "experimental", _NO_OVERRIDE, bnb_4bit=_BNB_RDNA,
          note="Radeon RX 9060 XT / 9060 / 9050", source=f"{GPU_SPECS}; {_FP8_OCP}; {_AOTRITON_010}"),

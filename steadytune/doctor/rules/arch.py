@@ -275,6 +275,14 @@ def _xformers_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
 _OLDEST_TORCH_CC = 50
 
 
+_FAILURE_WORD = r"(?i)\b(?:errors?|fail(?:s|ed|ing|ure)?|broken|problems?|(?:won't|doesn't|does not|can't|cannot) (?:start|load|run))\b"
+
+
+def _is_thin(ctx: Context) -> bool:
+    """A paste of a few lines (an issue's title and a sentence or two): its words are all the evidence there is."""
+    return sum(1 for line in ctx.sheet.lines if line.strip()) <= 6
+
+
 def _older_than_every_torch(ctx: Context, arch: Optional[str], where, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     """A Kepler or older NVIDIA GPU under torch: no current wheel index carries it, so no index is the fix."""
     if not errors or not arch or not re.fullmatch(r"sm_\d+", arch) or int(arch[3:]) >= _OLDEST_TORCH_CC:
@@ -352,6 +360,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         symptoms = faults + ctx.no_gpu()
         if not symptoms and arch and arch.startswith("gfx"):
             symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
+        if not symptoms and arch and arch.startswith("gfx") and _is_thin(ctx):
+            # a title and a card ("Text-to-speech error with X / Radeon 6700 XT"): a failure word is all there is
+            symptoms = _lines_matching(ctx, _FAILURE_WORD)[:1]
         windows_override = ctx.sheet.is_windows and (ctx.override() is not None or any(
             OVERRIDE in l for l in ctx.sheet.lines) and ctx.sheet.has("complaint", "yes"))
         # a torch the GPU is not in (the build says +cuXYZ, the GPU is named) with any sign of trouble
@@ -381,7 +392,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
             return None
         # a GPU fault on a card the wheels lack, with no override anywhere, is the missing code itself: HIP ran a
         # kernel for another chip (a library that loaded the nearest code object) or none at all
-        settled = bool(faults) and ctx.override() is None and where is not None and where.detail != "list" and \
+        # (a hang that names the firmware scheduler (MES) is the firmware's: it does not settle missing code)
+        own_faults = [e for e in faults if not re.search(r"(?i)\bMES\b|firmware", e.line)]
+        settled = bool(own_faults) and ctx.override() is None and where is not None and where.detail != "list" and \
             bool(arch and override_for_arch(arch)) and _needs_other_code(arch)
         said_so = [ctx.override()] if ctx.override() is not None else \
             [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
