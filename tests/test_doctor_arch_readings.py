@@ -200,3 +200,19 @@ def test_a_title_and_a_card_with_a_failure_word_get_the_cards_override_as_likely
 def test_a_hang_that_names_the_firmware_scheduler_is_not_settled_as_missing_code():
     top = _top("Strix Point GPU hang (gfx1150) Ryzen AI 9 HX 370 (MES:0x7b) after linux-firmware update")
     assert top.family == "gpu-hang", (top.family, top.fix)
+
+
+@pytest.mark.parametrize("paste", [
+    'level=INFO source=amd_linux.go msg="no compatible amdgpu devices detected"\nRX 6600 XT',
+    'time=2025-02-01 level=INFO source=gpu.go:386 msg="no compatible GPUs were discovered"\nollama 0.5.7, Radeon RX 6750 XT',
+])
+def test_ollama_rejecting_every_amd_gpu_at_info_level_is_the_cards_missing_code(paste):
+    top = _top(paste)
+    assert top.family == "arch-missing" and "HSA_OVERRIDE_GFX_VERSION=10.3.0" in top.fix \
+        and "systemctl edit ollama.service" in top.fix, (top.family, top.fix)
+
+
+def test_lm_studio_on_a_card_its_rocm_runtime_lacks_gets_its_vulkan_runtime():
+    top = _top("LM Studio 0.3.9, ROCm llama.cpp runtime\nRadeon RX 6700 XT\nFailed to load model: ROCm error: "
+               "invalid device function")
+    assert top.family == "arch-missing" and "Vulkan llama.cpp runtime" in top.fix, (top.family, top.fix)

@@ -14,11 +14,11 @@ from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gf
 
 # The tools whose own build carries the GPU code (so the fix is their build flag), most specific first. A paste that
 # names several (a ComfyUI log shows torch too) is about the most specific one that printed an error.
-TOOL_ORDER = ("ollama", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
+TOOL_ORDER = ("ollama", "lmstudio", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
               "flash-attn", "xformers", "rccl-tests", "rccl", "miopen", "hipblaslt", "rocblas", "migraphx", "onnxruntime",
               "ctranslate2", "tensorflow", "jax", "zluda", "triton", "deepspeed", "apex", "comfyui", "a1111", "unsloth",
               "llamafactory", "torchaudio", "torch", "torchvision")
-INFERENCE_TOOLS = ("ollama", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "comfyui", "a1111", "zluda",
+INFERENCE_TOOLS = ("ollama", "lmstudio", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "comfyui", "a1111", "zluda",
                    "onnxruntime", "migraphx", "ctranslate2")
 
 
@@ -35,7 +35,7 @@ def failing_tool(sheet: FactSheet, line_numbers: tuple[int, ...] = ()) -> Option
 
 
 # programs that ship their own build of llama.cpp (its ggml_* lines appear in their logs)
-_BUNDLES_LLAMA_CPP = ("koboldcpp", "llama-cpp-python")
+_BUNDLES_LLAMA_CPP = ("lmstudio", "koboldcpp", "llama-cpp-python")
 
 
 def override_value(arch: str, tool: Optional[str]) -> tuple[Optional[str], str]:
@@ -82,6 +82,10 @@ def set_variable(name: str, value: str, sheet: FactSheet, tool: Optional[str]) -
                 "quit it from the tray) so it reads the new environment")
     if where == "notebook":
         return f"os.environ[\"{name}\"] = \"{value}\" in the first cell, before import torch (restart the kernel first)"
+    if tool == "ollama" and not sheet.is_windows:   # Linux installs run it as the ollama service, not from a shell
+        return (f"sudo systemctl edit ollama.service and add under [Service]: Environment=\"{name}={value}\"; then "
+                f"sudo systemctl daemon-reload && sudo systemctl restart ollama (a hand-started `ollama serve`: "
+                f"export {name}={value} before it)")
     return f"export {name}={value} before the command (or {name}={value} <command>)"
 
 

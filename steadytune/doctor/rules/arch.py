@@ -360,6 +360,11 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         symptoms = faults + ctx.no_gpu()
         if not symptoms and arch and arch.startswith("gfx"):
             symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
+        if not symptoms and arch and arch.startswith("gfx"):
+            # Ollama logs the GPUs it rejected at INFO level ("no compatible amdgpu devices detected"): not an error
+            # line by its shape, but the symptom of a card its runner lacks
+            symptoms = _lines_matching(ctx, r"(?i)no compatible (?:amd ?gpus?|gpus?)(?: devices?)? (?:were )?"
+                                            r"(?:detected|discovered|found)")[:1]
         if not symptoms and arch and arch.startswith("gfx") and _is_thin(ctx):
             # a title and a card ("Text-to-speech error with X / Radeon 6700 XT"): a failure word is all there is
             symptoms = _lines_matching(ctx, _FAILURE_WORD)[:1]
@@ -495,7 +500,7 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
 
 
 # tools whose own build is the lasting fix even where an override would run a sibling's code
-_REBUILT_FIRST = ("llama.cpp", "llama-cpp-python", "whisper.cpp", "bitsandbytes", "vllm", "sglang", "flash-attn",
+_REBUILT_FIRST = ("lmstudio", "llama.cpp", "llama-cpp-python", "whisper.cpp", "bitsandbytes", "vllm", "sglang", "flash-attn",
                   "xformers", "deepspeed", "apex")
 # tools whose entry in arch_builds.yaml says the override itself (adding it again after the override says nothing)
 _OVERRIDE_ONLY = ("ollama",)
