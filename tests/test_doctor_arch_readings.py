@@ -216,3 +216,11 @@ def test_lm_studio_on_a_card_its_rocm_runtime_lacks_gets_its_vulkan_runtime():
     top = _top("LM Studio 0.3.9, ROCm llama.cpp runtime\nRadeon RX 6700 XT\nFailed to load model: ROCm error: "
                "invalid device function")
     assert top.family == "arch-missing" and "Vulkan llama.cpp runtime" in top.fix, (top.family, top.fix)
+
+
+@pytest.mark.parametrize("paste", ["RX 6600 跑 ComfyUI 段错误", "RX 6700 XT: Speicherzugriffsfehler (Speicherabzug geschrieben)",
+                                   "Radeon RX 6650 XT, stable diffusion : Erreur de segmentation (core dumped)",
+                                   "RX 6650 XT 运行 Stable Diffusion 报错"])
+def test_a_crash_or_failure_said_in_another_language_reads_the_same(paste):
+    top = _top(paste)
+    assert top.family == "arch-missing" and "HSA_OVERRIDE_GFX_VERSION=10.3.0" in top.fix, (top.family, top.fix)

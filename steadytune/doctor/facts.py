@@ -567,8 +567,8 @@ def _complaint(line: str):
         yield "complaint", "slow", ""
     line = re.sub(r"[’´`]", "'", line)   # doesn´t, doesn’t
     # "RX 6700 XT crashes with rocm", not a warning that something "may crash"
-    if re.search(r"(?i)(?<!may )(?<!might )(?<!could )(?<!can )(?<!will )(?<!to )\b(?:seg ?fault(?:s|ed|ing)?|crash(?:es|ed|ing)?)\b",
-                 line):
+    if re.search(r"(?i)(?<!may )(?<!might )(?<!could )(?<!can )(?<!will )(?<!to )\b(?:seg ?fault(?:s|ed|ing)?|crash(?:es|ed|ing)?)\b"
+                 r"|崩溃|闪退|段错误", line):
         yield "complaint", "yes", "crash"
         return
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"

@@ -275,7 +275,8 @@ def _xformers_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
 _OLDEST_TORCH_CC = 50
 
 
-_FAILURE_WORD = r"(?i)\b(?:errors?|fail(?:s|ed|ing|ure)?|broken|problems?|(?:won't|doesn't|does not|can't|cannot) (?:start|load|run))\b"
+_FAILURE_WORD = (r"(?i)\b(?:errors?|fail(?:s|ed|ing|ure)?|broken|problems?|(?:won't|doesn't|does not|can't|cannot) "
+                 r"(?:start|load|run))\b|报错|错误|失败|无法")
 
 
 def _is_thin(ctx: Context) -> bool:
