@@ -224,3 +224,32 @@ def test_lm_studio_on_a_card_its_rocm_runtime_lacks_gets_its_vulkan_runtime():
 def test_a_crash_or_failure_said_in_another_language_reads_the_same(paste):
     top = _top(paste)
     assert top.family == "arch-missing" and "HSA_OVERRIDE_GFX_VERSION=10.3.0" in top.fix, (top.family, top.fix)
+
+
+# how each tool in the table shows itself in a paste (its import, its command, its log)
+_TOOL_WORDS = {"xformers": "xformers 0.0.28", "flash-attn": "import flash_attn", "bitsandbytes": "bitsandbytes 0.45.0",
+               "llama.cpp": "llama-server -m model.gguf", "llama-cpp-python": "from llama_cpp import Llama",
+               "koboldcpp": "koboldcpp 1.80", "lmstudio": "LM Studio 0.3.9", "ollama": "ollama 0.5.7",
+               "vllm": "vllm serve model", "sglang": "python -m sglang.launch_server", "deepspeed": "deepspeed fused_adam",
+               "apex": "from apex import amp", "ctranslate2": "faster-whisper large-v3", "onnxruntime": "onnxruntime-gpu 1.20",
+               "tensorflow": "tensorflow 2.17", "jax": "jaxlib 0.4.35", "zluda": "ZLUDA 3.8", "triton": "triton 3.1",
+               "whisper.cpp": "whisper-cli -m ggml-base.bin", "torchvision": "torchvision::nms"}
+_CARDS = {"sm_120": ("NVIDIA GeForce RTX 5090, torch 2.8.0+cu128", "CUDA error: no kernel image is available for execution "
+                     "on the device"),
+          "sm_61": ("NVIDIA GeForce GTX 1080", "CUDA error: no kernel image is available for execution on the device"),
+          "gfx1032": ("AMD Radeon RX 6600", "RuntimeError: HIP error: invalid device function"),
+          "gfx1010": ("AMD Radeon RX 5700 XT", "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!")}
+
+
+def test_every_tool_in_the_table_is_named_in_its_fix_on_every_kind_of_gpu():
+    assert set(_TOOL_WORDS) == set(tool_builds())
+    misses = []
+    for tool, word in _TOOL_WORDS.items():
+        for arch, (card, error) in _CARDS.items():
+            if not build_fix(tool, arch):
+                continue
+            top = diagnose_text(f"{word}\n{card}\n{error}").top
+            name = tool_builds()[tool].name.split(" ")[0].lower()
+            if top is None or top.family != "arch-missing" or name not in top.fix.lower():
+                misses.append(f"{tool} on {arch}: {top.family if top else None}: {top.fix[:120] if top else ''}")
+    assert not misses, "\n".join(misses)

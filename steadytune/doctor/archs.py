@@ -147,7 +147,7 @@ def arch_findings(arch: Optional[str], label: str, check: str, compiled: Optiona
 
 BUILDS = Path(__file__).with_name("arch_builds.yaml")
 _BUILD_FIELDS = {"name", "cuda", "rocm", "windows", "source"}
-_PLACEHOLDERS = {"cuda": {"cc", "cc_dot", "sm"}, "rocm": {"arch"}, "windows": {"arch"}}
+_PLACEHOLDERS = {"cuda": {"cc", "cc_dot", "sm", "cu"}, "rocm": {"arch"}, "windows": {"arch"}}
 
 
 class ArchBuildsError(ValueError):
@@ -194,6 +194,8 @@ def build_fix(tool: Optional[str], arch: Optional[str], windows: bool = False) -
         return None
     if arch.startswith("sm_"):
         cc = arch[3:]
-        return build.cuda.format(cc=cc, cc_dot=f"{cc[:-1]}.{cc[-1]}", sm=arch) if build.cuda else None
+        # the pytorch.org CUDA index that carries it: Blackwell from cu128; Maxwell/Pascal left the newest builds
+        cu = "cu126" if int(cc) < 70 else "cu128"
+        return build.cuda.format(cc=cc, cc_dot=f"{cc[:-1]}.{cc[-1]}", sm=arch, cu=cu) if build.cuda else None
     template = (build.windows if windows else None) or build.rocm
     return template.format(arch=normalise_gfx(arch)) if template else None
