@@ -233,7 +233,7 @@ _TOOL_WORDS = {"xformers": "xformers 0.0.28", "flash-attn": "import flash_attn",
                "vllm": "vllm serve model", "sglang": "python -m sglang.launch_server", "deepspeed": "deepspeed fused_adam",
                "apex": "from apex import amp", "ctranslate2": "faster-whisper large-v3", "onnxruntime": "onnxruntime-gpu 1.20",
                "tensorflow": "tensorflow 2.17", "jax": "jaxlib 0.4.35", "zluda": "ZLUDA 3.8", "triton": "triton 3.1",
-               "whisper.cpp": "whisper-cli -m ggml-base.bin", "torchvision": "torchvision::nms"}
+               "whisper.cpp": "whisper-cli -m ggml-base.bin", "torchvision": "torchvision 0.19.0+cu121"}
 _CARDS = {"sm_120": ("NVIDIA GeForce RTX 5090, torch 2.8.0+cu128", "CUDA error: no kernel image is available for execution "
                      "on the device"),
           "sm_61": ("NVIDIA GeForce GTX 1080", "CUDA error: no kernel image is available for execution on the device"),

@@ -172,6 +172,12 @@ def _blackwell_build(ctx: "Context") -> Optional[str]:
     return f"{index[-1][0]}.{index[-1][1]}" if index else None
 
 
+def _companion_build(ctx: "Context") -> Optional[tuple[str, tuple[int, int]]]:
+    """torchvision / torchaudio with a +cuNNN tag of its own (pip list, collect_env): (name, its CUDA)."""
+    found = re.search(r"\b(torchvision|torchaudio)[\s=:-]+[\d.]+\+cu(\d{2})(\d)\b", "\n".join(ctx.sheet.lines))
+    return (found.group(1), (int(found.group(2)), int(found.group(3)))) if found else None
+
+
 def _wheel_lacks(arch: Optional[str], ctx: "Context") -> bool:
     """The torch the paste shows cannot carry this NVIDIA GPU: Blackwell before CUDA 12.8, Maxwell/Pascal in the cu129
     and newer builds."""
@@ -322,6 +328,13 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     if kepler is not None:
         return kepler
     blackwell_build = _blackwell_build(ctx)
+    companion = _companion_build(ctx)
+    if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and companion and companion[1] < (12, 8) and \
+            any("no kernel image" in e.line for e in errors):
+        # torch is a CUDA 12.8+ build, but torchvision / torchaudio came from an older index without Blackwell code
+        return _make("arch-missing", f"{companion[0]} is a CUDA {companion[1][0]}.{companion[1][1]} build beside a "
+                     f"CUDA {blackwell_build} torch", f"{companion[0]}'s kernels were built without {arch}",
+                     build_fix("torchvision", arch) or "", [where, ctx.line_fact(errors[0])], errors)
     if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and \
             any("no kernel image" in e.line for e in errors) and ctx.tool(errors) not in tool_builds():
         # the torch installed is already a CUDA 12.8+ build, which carries sm_100/sm_120: the wheel is right, so the
