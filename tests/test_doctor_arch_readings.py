@@ -253,3 +253,16 @@ def test_every_tool_in_the_table_is_named_in_its_fix_on_every_kind_of_gpu():
             if top is None or top.family != "arch-missing" or name not in top.fix.lower():
                 misses.append(f"{tool} on {arch}: {top.family if top else None}: {top.fix[:120] if top else ''}")
     assert not misses, "\n".join(misses)
+
+
+@pytest.mark.parametrize("setting", ["      HSA_OVERRIDE_GFX_VERSION: 10.3.0", "      - HSA_OVERRIDE_GFX_VERSION=10.3.0",
+                                     "docker run -d --device /dev/kfd -e HSA_OVERRIDE_GFX_VERSION=10.3.0 ollama/ollama:rocm"])
+def test_an_override_in_the_containers_settings_that_ollama_never_saw_means_recreating_it(setting):
+    top = _top(f"services:\n  ollama:\n    image: ollama/ollama:rocm\n    environment:\n{setting}\nRX 6700 XT\n"
+               'level=WARN source=amd_linux.go msg="amdgpu is not supported" gpu=0 gpu_type=gfx1031')
+    assert top.family == "env-not-applied" and "--force-recreate" in top.fix, (top.family, top.fix)
+
+
+def test_a_bullet_in_prose_is_not_a_compose_setting():
+    sheet = extract_facts("I tried:\n- HSA_OVERRIDE_GFX_VERSION=10.3.0 didn't help")
+    assert [f.detail for f in sheet.of("env")] != ["docker"], sheet.of("env")

@@ -368,6 +368,9 @@ _ENV_NAMES = (r"HSA_OVERRIDE_GFX_VERSION(?:_\d+)?|HIP_VISIBLE_DEVICES|ROCR_VISIB
 _SETTERS = (
     ("systemd", re.compile(r"Environment=\"?(%s)=([^\"\s]*)" % _ENV_NAMES)),
     ("docker", re.compile(r"(?:--env|-e)[ =]\"?(%s)=\"?([^\"\s]*)" % _ENV_NAMES)),
+    # a compose file's environment: entries, list form ("- NAME=value") or map form ("  NAME: value"), alone on a line
+    ("docker", re.compile(r"^\s*-\s*[\"']?(%s)=[\"']?([^\"'\s]*)[\"']?\s*$" % _ENV_NAMES)),
+    ("docker", re.compile(r"^\s+(%s):\s*[\"']?([^\"'\s]+)[\"']?\s*$" % _ENV_NAMES)),
     ("python", re.compile(r"""os\.environ\[\s*['"](%s)['"]\s*\]\s*=\s*['"]([^'"]*)['"]""" % _ENV_NAMES)),
     ("python", re.compile(r"""os\.environ\.setdefault\(\s*['"](%s)['"]\s*,\s*['"]([^'"]*)['"]""" % _ENV_NAMES)),
     ("fish-unexported", re.compile(r"\bset (?:-[Ugl]+ )+(%s) \"?([^\"\s]+)" % _ENV_NAMES)),

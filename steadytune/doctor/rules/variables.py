@@ -56,10 +56,17 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
             f.detail == "server" and f.value.split("=", 1)[1] for f in sheet.of("env")):
         value = wanted[-1].value.split("=", 1)[1]
         where = where_process_starts(sheet, tool)
-        fix = set_variable(OVERRIDE, value, sheet, tool) if where == "container" else (
-            f"put it in the service: sudo systemctl edit ollama.service, under [Service] Environment=\"{OVERRIDE}="
-            f"{value}\", then sudo systemctl daemon-reload && sudo systemctl restart ollama (a hand-started `ollama "
-            f"serve` reads only its own shell: export {OVERRIDE}={value} there)")
+        if wanted[-1].detail == "docker":
+            # it is in the container's settings already: the running container predates them, or docker read it as
+            # the program's argument
+            fix = (f"recreate the container so it takes {OVERRIDE}={value}: docker compose up -d --force-recreate "
+                   f"(docker run: remove the old container and run again, with -e {OVERRIDE}={value} before the image "
+                   "name; after it, -e goes to the program, not the container); check: docker exec <container> env")
+        else:
+            fix = set_variable(OVERRIDE, value, sheet, tool) if where == "container" else (
+                f"put it in the service: sudo systemctl edit ollama.service, under [Service] Environment=\"{OVERRIDE}="
+                f"{value}\", then sudo systemctl daemon-reload && sudo systemctl restart ollama (a hand-started "
+                f"`ollama serve` reads only its own shell: export {OVERRIDE}={value} there)")
         return _make("env-not-applied", f"{OVERRIDE} never reached the Ollama server",
                      f"{OVERRIDE}={value} is set ({wanted[-1].detail}), yet the server still calls the GPU not "
                      "supported, which it does only when no override is in its own environment",
