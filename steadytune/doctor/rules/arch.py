@@ -286,8 +286,9 @@ _FAILURE_WORD = (r"(?i)\b(?:errors?|fail(?:s|ed|ing|ure)?|broken|problems?|(?:wo
 
 
 def _is_thin(ctx: Context) -> bool:
-    """A paste of a few lines (an issue's title and a sentence or two): its words are all the evidence there is."""
-    return sum(1 for line in ctx.sheet.lines if line.strip()) <= 6
+    """A short paste (an issue's title and a sentence or two, maybe among a few unrelated log lines) with no error
+    line at all: its words are all the evidence there is."""
+    return not ctx.errors and sum(1 for line in ctx.sheet.lines if line.strip()) <= 15
 
 
 def _older_than_every_torch(ctx: Context, arch: Optional[str], where, errors: list[ErrorLine]) -> Optional[Diagnosis]:
@@ -379,9 +380,11 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
             # line by its shape, but the symptom of a card its runner lacks
             symptoms = _lines_matching(ctx, r"(?i)no compatible (?:amd ?gpus?|gpus?)(?: devices?)? (?:were )?"
                                             r"(?:detected|discovered|found)")[:1]
-        if not symptoms and arch and arch.startswith("gfx") and _is_thin(ctx):
-            # a title and a card ("Text-to-speech error with X / Radeon 6700 XT"): a failure word is all there is
-            symptoms = _lines_matching(ctx, _FAILURE_WORD)[:1]
+        if not symptoms and arch and arch.startswith("gfx") and where is not None and _is_thin(ctx):
+            # a title and a card ("Text-to-speech error with X / Radeon 6700 XT"): a failure word beside the card's
+            # name is all there is
+            symptoms = [line for line in _lines_matching(ctx, _FAILURE_WORD)
+                        if abs(line.line_no - where.line_no) <= 3][:1]
         windows_override = ctx.sheet.is_windows and (ctx.override() is not None or any(
             OVERRIDE in l for l in ctx.sheet.lines) and ctx.sheet.has("complaint", "yes"))
         # a torch the GPU is not in (the build says +cuXYZ, the GPU is named) with any sign of trouble
