@@ -93,7 +93,8 @@ _GPU_VARIABLES = re.compile(r"^(?:HSA_OVERRIDE_GFX_VERSION(?:_\d+)?|HIP_VISIBLE_
 _SUDO_RUN = re.compile(r"(?:^|[\s$#>])sudo\s+(?!-E\b|--preserve-env)(?!-\w*E)(?:-\w+\s+)*(?!\w+=)(\S+)")
 _NOT_RUNS = ("usermod", "apt", "apt-get", "dnf", "yum", "pacman", "zypper", "modprobe", "dmesg", "reboot", "systemctl",
              "tee", "cat", "amdgpu-install", "dkms", "update-grub", "chmod", "chown", "ln", "cp", "mv", "rm", "mkdir",
-             "gpasswd", "ldconfig", "journalctl", "lspci", "nano", "vim", "vi", "echo", "sh", "bash", "su", "-i", "-s")
+             "gpasswd", "ldconfig", "journalctl", "lspci", "nano", "vim", "vi", "echo", "sh", "bash", "su", "-i", "-s",
+             "docker", "podman")   # a container gets its variables from -e, whoever starts it (the container reading)
 
 
 def _exported(ctx: Context) -> list:
