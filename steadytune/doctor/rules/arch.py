@@ -481,7 +481,8 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
                 f"index, pip install \"torch[device-{arch}]\" (it pulls amd-torch-device-{arch})")
     if sheet.is_windows and tool == "zluda":
         return build_fix(tool, arch, windows=True) or ""
-    if sheet.is_windows and tool in ("rocblas", "ollama", "zluda", "comfyui", "a1111", "torch", "llama.cpp", None):
+    if sheet.is_windows and tool in ("rocblas", "ollama", "zluda", "comfyui", "a1111", "torch", "llama.cpp", "koboldcpp",
+                                     "llama-cpp-python", "whisper.cpp", None):
         rocm = sheet.values("rocm")
         sdk = f"HIP SDK {rocm[0]}" if rocm else "the HIP SDK"
         libraries = (f"put a rocblas.dll and rocblas/library built for {arch} (for {sdk}) into the SDK's bin folder, "
