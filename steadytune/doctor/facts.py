@@ -535,6 +535,8 @@ _TOOLS = (
     ("ctranslate2", r"(?i)ctranslate2|faster[-_]whisper|whisperx|CUDA failed with error"),
     ("whisper.cpp", r"whisper\.cpp|\bwhisper_(?:init|model_load|full|backend_init)\w*|whisper-cli"),
     ("torchvision", r"\btorchvision\b"),
+    ("mamba-ssm", r"\bmamba_ssm\b|\bmamba-ssm\b|selective_scan_cuda|\bcausal_conv1d"),
+    ("torch-extension", r"torch_extensions[/\\]|\bload_inline\b|cpp_extension\.load\b"),
     ("rocminfo", r"\brocminfo\b|ROCk module"),
     ("rocm-smi", r"\brocm-smi\b|ROCm System Management Interface"),
     ("amd-smi", r"\bamd-smi\b"),
