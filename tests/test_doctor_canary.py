@@ -45,6 +45,16 @@ def test_the_whole_canary_runs_and_passes_on_the_cpu():
     assert check_allocation(torch.device("cpu"), 1 / 256).detail == "written and read back exactly"
 
 
+
+def test_the_allocation_is_filled_a_slice_at_a_time_and_read_back_across_slice_edges(monkeypatch):
+    """On an H100 the full canary's block (80% of 78 GiB free) asked torch for 125 GiB: one arange over the block made
+    an int64 twin of it, and int32 positions wrap past 2**31 elements. The block is now filled in slices; slices far
+    smaller than the block (and not dividing it) must still give the exact pattern."""
+    monkeypatch.setattr("steadytune.doctor.canary.ALLOCATION_FILL_ELEMENTS", 10_007)
+    result = check_allocation(torch.device("cpu"), 1.37 / 256)
+    assert result.ok and result.detail == "written and read back exactly"
+
+
 INTERPRETER = """
 import triton.runtime.interpreter as interpreter
 _original = interpreter._patch_lang_tensor

@@ -24,7 +24,6 @@ FAMILIES = sorted({c.cause for c in TRAIN})
 KNOWN_MISSES = {
     "https://github.com/vllm-project/vllm/issues/44660": "the paste is the thread's title only: no Python version, no "
                                                           "error line",
-    "https://github.com/vllm-project/vllm/issues/1710": "the title only (a crash with --tensor-parallel-size in docker)",
     "https://github.com/ROCm/legacy-rocm-build/issues/2155": "the fix (ROCm 5.5 for RHEL 8.8's kernel) needs a table of "
                                                              "the kernels each ROCm release builds for",
     "https://github.com/pytorch/audio/issues/3335": "a bare undefined symbol of torch's autograd: nothing names "
@@ -40,11 +39,7 @@ KNOWN_MISSES = {
     "https://github.com/beecave-homelab/insanely-fast-whisper-rocm/issues/61": "the paste also sets the override to "
                                                                                "'gfx1030', a malformed value doctor "
                                                                                "reports first",
-    "https://github.com/pytorch/pytorch/issues/128302": "'ring0 page1 timeout' from one torch build on gfx900: no "
-                                                        "general rule names that build",
     # round 4 (batch 4), left unsolved after its rules:
-    "https://github.com/NVIDIA/Isaac-GR00T/issues/52": "an 'illegal memory' error fixed by a smaller batch: read as OOM "
-                                                       "it would misname real illegal accesses",
     "https://github.com/NVIDIA/k8s-device-plugin/issues/812": "the paste never says Kubernetes: an AMD GPU with an "
                                                               "NVIDIA error reads as a CUDA torch",
     "https://github.com/CS1o/Stable-Diffusion-Info/issues/57": "the thread's title only (a trainer set to the CPU on "

@@ -118,6 +118,9 @@ def check_attention(device: "torch.device", precision: str) -> CanaryResult:
     return compare(f"attention (SDPA, causal) {precision}", got, want, TOLERANCE[precision], seconds)
 
 
+ALLOCATION_FILL_ELEMENTS = 1 << 24   # 128 MiB of int64 positions at a time beside the block
+
+
 def check_allocation(device: "torch.device", gib: float) -> CanaryResult:
     """One block of `gib` GiB filled with a known pattern on the GPU and summed there: the exact sum, and the last
     elements read back, must come out. A broken allocator (or an APU past its real memory) returns zeros or stale
@@ -131,7 +134,12 @@ def check_allocation(device: "torch.device", gib: float) -> CanaryResult:
                                                     "at most) is too little to check; free GPU memory first")
     start = time.perf_counter()
     try:
-        block = torch.arange(count, dtype=torch.int32, device=device).remainder_(modulus)
+        block = torch.empty(count, dtype=torch.int32, device=device)
+        # filled a slice at a time from int64 positions: one arange over the block would need an int64 twin of it
+        # (the H100's 62 GiB block asked for 125 GiB) and int32 positions wrap past 2**31 elements (8 GiB)
+        for first in range(0, count, ALLOCATION_FILL_ELEMENTS):
+            last = min(first + ALLOCATION_FILL_ELEMENTS, count)
+            block[first:last] = torch.arange(first, last, dtype=torch.int64, device=device).remainder_(modulus)
     except torch.OutOfMemoryError as e:
         return CanaryResult(name, False, f"out of memory: {str(e).splitlines()[0][:120]}", time.perf_counter() - start)
     got_sum = int(block.sum(dtype=torch.int64))

@@ -557,7 +557,8 @@ def _tool(line: str):
 def _root_only(line: str):
     """'works with sudo / as root, not as my user' in any phrasing the prose takes."""
     if re.search(r"(?:only|unless|except)\s+(?:as|with|when|run as|running as)?\s*(?:root|sudo|superuser)|"
-                 r"work(?:s|ing|ed)? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?",
+                 r"work(?:s|ing|ed)? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?|"
+                 r"\b(?:sudo|root) works\b|\bonly (?:as|for) (?:a |the |my )?(?:normal|regular|non-root|unprivileged) user\b",
                  line, re.IGNORECASE):
         yield "root_only", "yes", ""
 
@@ -577,7 +578,7 @@ def _complaint(line: str):
         yield "complaint", "yes", "crash"
         return
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
-                 r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|"
+                 r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|detecting|"
                  r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
                  r"\bno GPU (?:agent|found|detected|device)s?\b|"
                  r"\bis (?:it|this) (?:just )?not supported\b|\b(?:add|adding|request\w*|needs?|plans? (?:to|for)) "

@@ -10,6 +10,7 @@ from steadytune.doctor.fixes import set_variable
 from steadytune.doctor.rules.base import (
     _CONTAINED,
     Context,
+    _cuda_index_for_driver,
     Diagnosis,
     _first,
     _lines_matching,
@@ -30,10 +31,72 @@ _DEVICE_LISTING = re.compile(r"^c[rwx-]{9}\S*\s+\d+\s+\S+\s+(\S+)\s+\d+,\s*\d+.*
 
 
 
+# `ls -l` of a device node whose owner and group are the overflow ids (nobody / nogroup / 65534): inside a user
+# namespace, a host id with no mapping shows as the overflow id
+_UNMAPPED_NODE = re.compile(r"^\s*c[rwx-]{9}\S*\s+\d+\s+(?:nobody|65534)\s+(?:nobody|nogroup|65534)\s+\d+,")
+_ROOTLESS = re.compile(r"(?i)\brootless\b|\bpodman\b|\bkeep-groups\b|--userns|\btoolbox\b|\bdistrobox\b")
+
+
+def _unmapped_group(ctx: Context) -> Optional[Diagnosis]:
+    """A rootless container (podman, toolbox, distrobox) where the GPU's device nodes show as nobody/nogroup: the
+    host group that owns them (render, video) is not mapped into the user namespace, so the container's process is
+    not in it whatever --group-add says. Passing the host user's supplementary groups through is podman's
+    --group-add keep-groups, which only the crun runtime implements (runc ignores it)."""
+    text = _text(ctx)
+    nodes = _lines_matching(ctx, _UNMAPPED_NODE.pattern)
+    said = _lines_matching(ctx, r"(?i)\brootless\b.{0,80}\b(?:devices?|GPUs?|/dev/\w+|renderD\d*|kfd)\b|"
+                                r"\b(?:devices?|GPUs?|groups?)\b.{0,60}\brootless\b")
+    if not nodes and not (said and re.search(r"(?i)\bgroups?\b|keep-groups|nobody|nogroup", text)):
+        return None
+    if not _ROOTLESS.search(text) and not (nodes and _CONTAINED.search(text)):
+        return None
+    return _make("device-access", "the rootless container does not carry the host's GPU groups",
+                 "inside the rootless container the GPU's device nodes show as nobody/nogroup: the host group that "
+                 "owns them (render, video) is not mapped into the user namespace, so the process is not in it and "
+                 "may not open them",
+                 "run podman with the crun runtime and --group-add keep-groups (it keeps the host user's own groups; "
+                 "runc ignores it): set runtime = \"crun\" under [engine] in ~/.config/containers/containers.conf (or "
+                 "podman run --runtime crun --group-add keep-groups --device /dev/kfd --device /dev/dri ...), with the "
+                 "host user in render and video (sudo usermod -aG render,video $USER, then log in again)",
+                 [], nodes + said + ctx.of("device-access") + ctx.no_gpu())
+
+
+_KUBERNETES = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bkubectl\b|\bhelm\b|\bk3s\b|\bpods?\b|\b(?:nvidia|amd)\.com/gpu\b|"
+                         r"device[- ]plugin|\bGPU operator\b")
+
+
+def _kubernetes_without_gpu(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """A pod that finds no GPU: Kubernetes hands GPUs out only through the vendor's device plugin and the pod's
+    resource limit (nvidia.com/gpu, amd.com/gpu); the NVIDIA plugin never gives out an AMD GPU."""
+    if not _KUBERNETES.search(text) or ctx.of("device-access") or ctx.sheet.of("device_node"):
+        return None   # a device refused or lost, or listed inside the pod, is another reading (groups, the runtime)
+    failing = ctx.no_gpu() + ctx.of("visibility") + _lines_matching(
+        ctx, r"Found no NVIDIA driver|(?i:no GPUs? (?:found|detected|available)|(?:not|doesn.t|does not|can.t|cannot) "
+             r"(?:see|find|detect|use)\w* (?:the |any |my )?GPU)")
+    if not failing:
+        return None
+    if _vendor(ctx) == "amd" or re.search(r"(?i)\bhip|\brocm|/dev/kfd|amd\.com/gpu", text):
+        fix = ("deploy AMD's ROCm device plugin (github.com/ROCm/k8s-device-plugin; or the AMD GPU Operator) and request "
+               "the GPU in the pod: resources.limits: amd.com/gpu: 1 (the NVIDIA device plugin only hands out NVIDIA "
+               "GPUs); the image must be a ROCm build (rocm/pytorch)")
+    else:
+        fix = ("deploy the NVIDIA device plugin (or the NVIDIA GPU Operator) with the nvidia container runtime as the "
+               "node's default, and request the GPU in the pod: resources.limits: nvidia.com/gpu: 1")
+    return _make("device-access", "the pod was given no GPU",
+                 "Kubernetes passes a GPU into a pod only through the vendor's device plugin and the pod's resource "
+                 "limit; without them the container has no device", fix, [], failing)
+
+
 def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     """The kinds of refusal whose fix the wording and the setting decide before any `ls -l` is read: a node the tool
     names (renderD, card), a GPU found only as root, a container given no devices or not the group that owns them."""
+    unmapped = _unmapped_group(ctx)
+    if unmapped is not None:
+        return unmapped
     text = _text(ctx)
+    pod = _kubernetes_without_gpu(ctx, text)
+    if pod is not None:
+        return pod
     node = re.search(r"/dev/dri/(renderD\d+|card\d+)", text)
     refused = _lines_matching(ctx, r"(?i)Permission denied \(os error 13\)|Permission needed to access required GPU")
     if refused and node:
@@ -54,8 +117,18 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                      "with ls -l /dev/kfd /dev/dri/renderD* and id", [], out + as_root))
     if _CONTAINED.search(text):
         no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
-                                      r"no ROCm-capable device|Unable to open /dev/kfd")
+                                      r"no ROCm-capable device|Unable to open /dev/kfd|(?:not (?:detected|found|visible|"
+                                      r"available|seen)|(?:doesn.t|does not|can.t|cannot|won.t) (?:see|find|detect|use))"
+                                      r"\b.{0,40}\b(?:in|inside|within|from) (?:a |the |my )?(?:docker|podman|container)")
         masked = re.search(r"\bROCR_VISIBLE_DEVICES=\d+,\d", text)   # a job's mask: visibility, not the devices
+        if no_gpu and not masked and _vendor(ctx) != "amd" and re.search(r"(?i)NVIDIA|CUDA|GeForce|RTX|GTX", text) \
+                and not re.search(r"--gpus", text):
+            return _make("device-access", "the container was started without the GPU",
+                         "docker gives a container no NVIDIA GPU unless asked, and only through the NVIDIA Container "
+                         "Toolkit's runtime",
+                         "install the NVIDIA Container Toolkit (sudo nvidia-ctk runtime configure --runtime=docker; sudo "
+                         "systemctl restart docker) and start the container with --gpus all (compose: deploy.resources."
+                         "reservations.devices with capabilities: [gpu])", [], no_gpu)
         if no_gpu and not masked and not re.search(r"--device[= ]/dev/kfd", text):
             return _make("device-access", "the container was started without the GPU devices",
                          "the container has no /dev/kfd and /dev/dri: ROCm finds no device inside it",
@@ -255,6 +328,25 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "cache was not refreshed after the install)",
                      "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
                      "sudo ldconfig", [fact], errors)
+    arch, arch_fact = ctx.arch(errors)
+    if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia":
+        return _make("wsl", "WSL 2: CUDA does not reach the NVIDIA GPU",
+                     "under WSL 2 CUDA goes through the Windows NVIDIA driver, whose libcuda.so WSL mounts in "
+                     "/usr/lib/wsl/lib; a Linux NVIDIA driver installed inside WSL, a loader path without that folder, "
+                     "or a CPU torch hides the GPU",
+                     "keep only the Windows NVIDIA driver (never install a Linux driver in WSL: sudo apt remove "
+                     "'nvidia-driver-*' 'libnvidia-*' if one is there), export LD_LIBRARY_PATH=/usr/lib/wsl/lib:"
+                     "$LD_LIBRARY_PATH, and install a CUDA torch: " + _cuda_index_for_driver(ctx, arch),
+                     [f for f in (fact, arch_fact) if f], errors)
+    if arch and arch.startswith("gfx") and not re.match(r"gfx1[12]\d\d", arch):
+        # AMD's WSL support matrix lists RDNA3 and RDNA4 Radeon / Radeon PRO cards only (the "Compatibility matrices"
+        # page of rocm.docs.amd.com/projects/radeon, WSL section)
+        return _make("wsl", f"ROCm on WSL does not support this GPU ({arch})",
+                     f"AMD's ROCm for WSL runs only on RDNA3 and RDNA4 GPUs (Radeon RX 7000 / 9000, Radeon PRO W7000 / "
+                     f"R9000); {arch} is not among them, so no WSL runtime sees it",
+                     "run ROCm on native Linux (a dual boot) for this GPU; on Windows itself use a path that supports "
+                     "it (DirectML: torch-directml, or a Vulkan build of llama.cpp / Ollama)",
+                     [f for f in (fact, arch_fact) if f], errors)
     runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
                "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
@@ -304,6 +396,7 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
+    joined = _text(ctx)
     kernel = ctx.sheet.first("kernel")
     secure_boot = ("if Secure Boot is on, it refuses the unsigned module: enroll its key (sudo mokutil --import "
                    "<the DKMS MOK key>) or turn Secure Boot off")
@@ -311,12 +404,62 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded "
                "(or reinstall the driver cleanly and reboot)")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
-    elif re.search(r"(?i)Key was rejected by service", text):
+    elif re.search(r"(?i)Key was rejected by service|Required key not available|unsigned module|module verification "
+                   r"failed", text):
         module = "nvidia" if re.search(r"(?i)nvidia", text) else "amdgpu"
         fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
                "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
                "Boot off in the firmware settings")
         cause = f"the {module} kernel module is not signed with a key the firmware trusts (Secure Boot is on)"
+    elif re.search(r"(?i)nvidia-smi\W{0,3}(?:command )?not found|command not found\W{0,3}nvidia-smi|nvidia-smi. is not "
+                   r"recognized", text):
+        inside = bool(_CONTAINED.search(joined))
+        fix = ("in a container nvidia-smi comes from the host's driver through the NVIDIA Container Toolkit: install it "
+               "(sudo nvidia-ctk runtime configure --runtime=docker; restart docker) and start with --gpus all"
+               if inside else
+               "install the NVIDIA driver (nvidia-smi comes with it): sudo ubuntu-drivers install (or sudo apt install "
+               "nvidia-driver-<version>; Fedora: akmod-nvidia), then reboot; with Secure Boot on, enroll its key "
+               "(mokutil) when asked")
+        cause = "the NVIDIA driver is not installed " + ("in reach of the container" if inside else "on this system")
+    elif re.search(r"(?i)Error 804|forward compatibility was attempted", text):
+        fix = ("remove the CUDA forward-compatibility package (sudo apt remove cuda-compat-*; unset a LD_LIBRARY_PATH "
+               "that points at /usr/local/cuda/compat): it is for datacenter GPUs only; or update the NVIDIA driver "
+               "to the one the CUDA version needs")
+        cause = "the CUDA forward-compatibility libraries are loaded on a GPU (GeForce, RTX) that does not support them"
+    elif re.search(r"(?i)Error 803|unsupported display driver", text):
+        fix = ("the user-space driver libraries and the kernel module are of different versions: reboot after a driver "
+               "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
+               "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
+        cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
+    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error", text):
+        fix = ("reload the NVIDIA unified-memory module: sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (after a "
+               "suspend / resume it is left broken), or reboot; if it comes back after each sleep, keep the memory "
+               "across suspend: options nvidia NVreg_PreserveVideoMemoryAllocations=1 and the nvidia-suspend services")
+        cause = "the CUDA driver is in a broken state (most often after the machine slept: nvidia_uvm)"
+    elif re.search(r"(?i)secure ?boot", text):
+        module = "nvidia" if re.search(r"(?i)nvidia", joined) else "amdgpu"
+        fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
+               "/var/lib/dkms/mok.pub, reboot, and complete the enrolment in the blue MOK screen; check with mokutil "
+               "--sb-state and sudo dmesg | grep -i -e 'key was rejected' -e lockdown) or turn Secure Boot off in the "
+               "firmware settings")
+        cause = f"Secure Boot is on and the {module} kernel module is not signed with a key the firmware trusts"
+    elif re.search(r"(?i)kernel (?:update|upgrade)", text) and not re.search(
+            r"(?i)Bad return status|fail\w* to (?:build|compile)|build (?:error|fail)", text):
+        nvidia = re.search(r"(?i)nvidia", joined)
+        again = ("sudo apt install --reinstall nvidia-dkms-<version> (or sudo dkms autoinstall)" if nvidia else
+                 "sudo apt install --reinstall amdgpu-dkms (or sudo dkms autoinstall), or drop DKMS: sudo "
+                 "amdgpu-install --usecase=rocm --no-dkms")
+        fix = (f"the driver's module was not rebuilt for the new kernel: install its headers (sudo apt install "
+               f"linux-headers-$(uname -r)), then {again}, and reboot; meanwhile boot the previous kernel from the GRUB "
+               "menu; with Secure Boot on, enroll the DKMS key (sudo mokutil --import /var/lib/dkms/mok.pub)")
+        cause = "the kernel update left the GPU driver's module unbuilt (or unsigned) for the new kernel"
+    elif re.search(r"^\s*No devices were found\s*$", text) or re.search(r"(?i)\bNo devices were found\b", text) and \
+            re.search(r"(?i)nvidia-smi", joined):
+        fix = ("nvidia-smi finds no GPU the loaded driver can drive: check lspci | grep -i nvidia (is the card seen), "
+               "sudo dmesg | grep -i -e nvrm -e nvidia (the driver's refusal: an unsupported card for this driver "
+               "branch, the open kernel modules on a pre-Turing card, a fallen-off-the-bus GPU); reinstall the driver "
+               "branch that supports the card and reboot")
+        cause = "the NVIDIA driver is loaded but drives no GPU"
     elif re.search(r"(?i)nvidia kernel module (?:is )?missing", text):
         fix = f"the nvidia module is not loaded: {secure_boot}; else reinstall the driver for the running kernel"
         cause = "the NVIDIA kernel module is not loaded for this kernel"
@@ -368,7 +511,7 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         cause = "the amdgpu-dkms module does not build for this kernel" + (f" ({kernel.value})" if kernel else "")
     elif re.search(r"amdgpu version file missing", text):
         return None   # Ollama's note on distribution kernels: harmless by itself, the real cause is elsewhere
-    elif re.search(r"(?i)firmware", text):
+    elif re.search(r"(?i)firmware|\bSMU\b|\bPSP\b", text):
         fix = "install a newer linux-firmware package (the GPU's firmware files are newer than the distribution's)"
         cause = "amdgpu cannot load this GPU's firmware"
     else:

@@ -104,6 +104,28 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      f"hide the iGPU: {index}, or disable the iGPU in the BIOS{also}",
                      [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
                                   _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
+    ordinal = [e for e in errors if re.search(r"(?i)invalid device ordinal|hipErrorInvalidDevice", e.line)]
+    if ordinal and not (rocr and inner):
+        named = inner or rocr
+        return _make("visibility", "the job asks for a GPU index that is not visible",
+                     "GPU indices count from 0 among the visible GPUs only" + (f"; {named.value} leaves fewer than "
+                                                                               "the index asked" if named else
+                                                                               ": the index (cuda:N, --gpu N, "
+                                                                               "local_rank) is past the last one"),
+                     "use an index below torch.cuda.device_count() (cuda:0 on a one-GPU machine): set "
+                     "CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES to the GPUs you mean and count from 0 among them, and "
+                     "start no more processes than GPUs (--nproc_per_node)", [f for f in (named,) if f], ordinal)
+    fewer = [e for e in errors if re.search(r"(?i)device_count\(\)", e.line)]
+    if fewer:
+        names = ", ".join(visible) if visible else ""
+        return _make("visibility", "the process sees fewer GPUs than the machine has",
+                     ("the paste sets " + names + ", which keeps only the GPUs it names") if names else
+                     "a visibility variable set elsewhere (the shell profile, the container, the scheduler) or a GPU "
+                     "the driver or runtime skips leaves fewer GPUs than are installed",
+                     "print env | grep VISIBLE_DEVICES and unset CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / "
+                     "ROCR_VISIBLE_DEVICES (or list every index); compare nvidia-smi -L / rocminfo | grep gfx with "
+                     "lspci | grep -i -e vga -e display: a card missing there is skipped by the driver (sudo dmesg | "
+                     "grep -i -e amdgpu -e nvrm)", list(visible.values())[:2], fewer)
     if any(re.search(r"No CUDA GPUs are available", e.line) for e in errors) and _vendor(ctx) != "amd":
         named = visible.get("CUDA_VISIBLE_DEVICES")
         said = f"{named.value} " if named else ""
@@ -118,7 +140,8 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
                            r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limit(?:s|ed|ing)?|too (?:little|small))|"
                            r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
-                           r"\bonly\s*~?\s*\d+\s*[MG]i?B of (?:VRAM|GTT|GPU memory)|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
+                           r"\bonly\s*~?\s*\d+(?:\.\d+)?\s*[MG]i?B (?:of )?(?:VRAM|GTT|GPU memory|dedicated|shared)|"
+                           r"\bonly (?:use|see|allocate|get)s?\b.{0,20}\b\d+\s*[GM]i?B\b.{0,20}\b(?:of|out of)\b.{0,10}\d+\s*[GM]i?B|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
 
 
 @rule("apu-memory")
@@ -131,9 +154,11 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     gtt_said = [l for l in short if re.search(r"\bGTT\b", l)]
     if any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
         return None
-    said_apu = any(re.search(r"(?i)\bAPUs?\b|unified memory|\biGPU\b", l) for l in ctx.sheet.lines)
+    # the APU said in words, or by its graphics' name (Radeon 680M/780M/890M, 8060S) where no arch was read
+    said_apu = any(re.search(r"(?i)\bAPUs?\b|unified memory|\biGPU\b|\b(?:Radeon\s*)?[6-9][0-9]0M\b|\b80[4-6]0S\b", l)
+                   for l in ctx.sheet.lines)
     limit_said = [l for l in short if re.search(r"(?i)\bUMA\b|\bTTM\b|\bGTT\b", l)]
-    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said and not (said_apu and limit_said):
+    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said and not (said_apu and (limit_said or short)):
         return None
     name = f"the APU ({apu[0]})" if apu else "the APU"
     carve, seen = _vram_bytes(ctx.sheet.lines), _pool_kib(ctx.sheet.lines)
@@ -214,6 +239,14 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
                      "AtomicOpsCap); where the CPU or board has no PCIe atomics at all (Intel before Haswell, AMD "
                      "before Zen, many laptops' chipset links) ROCm cannot use this card: a platform with PCIe 3 "
                      "atomics, or a gfx9+ card, which does not need them", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)fallen off the bus|\bXid\b\W{0,3}(?:\([^)]*\)\W{0,3})?79\b", text):
+        return _make("platform-bios", "the GPU fell off the PCIe bus",
+                     "the GPU stopped answering on PCIe mid-run (NVIDIA's Xid 79): power (a transient the PSU or its "
+                     "cables do not hold), the PCIe link (a riser, a loose card, link power saving) or heat",
+                     "check power first (a PSU with headroom, separate PCIe cables per connector; a lower power limit to "
+                     "confirm: sudo nvidia-smi -pl <watts>), reseat the card without a riser, set the slot's PCIe "
+                     "generation fixed in the BIOS, and add pcie_aspm=off to the kernel command line; watch temperatures",
+                     [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("platform-bios", hit, errors)
@@ -287,6 +320,15 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "RCCL/NCCL pick P2P between the GPUs, but P2P across these PCIe root ports is broken or "
                      "throttled", "export NCCL_P2P_DISABLE=1 (the transfers go through host shared memory); check ACS "
                      "and the IOMMU (iommu=pt) for a real fix", evidence, errors)
+    if re.search(r"(?i)NET/IB\b|\bibv_\w+|\bmlx5|InfiniBand|\bRoCE\b", text):
+        return _make("multi-gpu-transport", "NCCL's InfiniBand / RoCE transport fails",
+                     "NCCL uses the RDMA network (IB verbs) between the nodes whenever it finds an HCA; a port that is "
+                     "down, an HCA the nodes do not share, or a container without the RDMA devices fails it",
+                     "where the nodes have no working InfiniBand / RoCE between them: export NCCL_IB_DISABLE=1 (sockets "
+                     "instead) with NCCL_SOCKET_IFNAME=<the shared interface>; else pick the working HCA and port "
+                     "(NCCL_IB_HCA=mlx5_0:1; ibstat shows which are Active), and in a container pass --device "
+                     "/dev/infiniband --cap-add IPC_LOCK; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET shows the choice",
+                     evidence, errors)
     if re.search(r"(?i)alltoall", joined) and re.search(r"(?i)XGMI", joined):
         return _make("multi-gpu-transport", "alltoall hangs without XGMI",
                      "without XGMI links the peer-to-peer channels of alltoall(v) over PCIe deadlock",
@@ -305,7 +347,17 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                           "without peer-to-peer", evidence + [ctx.line_fact(iommu[0])], errors + iommu)
         diagnosis.rank = family("platform-bios").rank - 1
         return diagnosis
-    if re.search(r"(?i)\[c10d\]|client socket has timed out|TCPStore|rendezvous|MASTER_ADDR", text):
+    rendezvous = re.search(r"(?i)\[c10d\]|client socket has timed out|TCPStore|rendezvous|MASTER_ADDR", text)
+    if (_CONTAINED.search(joined) or ctx.sheet.has("platform", "container")) and not rendezvous and \
+            not re.search(r"--ipc[= ]host|--shm-size", joined) and not ctx.sheet.is_windows and _catalogue(errors) is None:
+        # (a message the catalogue knows names its own cause, container or not)
+        # a container's /dev/shm is 64 MB unless the run widens it: the first thing NCCL/RCCL outgrow there
+        return _make("multi-gpu-transport", "the container's shared memory is too small for NCCL",
+                     "the GPUs' processes (vLLM's tensor-parallel workers, torchrun's ranks) exchange through "
+                     "/dev/shm, which a default container gives only 64 MB, so NCCL/RCCL fail or hang while connecting",
+                     "start the container with --shm-size=16g (or --ipc=host; compose: shm_size: 16gb / ipc: host); "
+                     "if it still fails, rerun with NCCL_DEBUG=INFO and try NCCL_P2P_DISABLE=1", evidence, errors)
+    if rendezvous:
         return _make("multi-gpu-transport", "the processes cannot reach the rendezvous address",
                      "torch's launcher could not connect to MASTER_ADDR:MASTER_PORT (a firewall, an address the other "
                      "node cannot route to, or a socket on the wrong interface)",
@@ -342,8 +394,11 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "
                      "is missing or broken on desktop boards, and NCCL/RCCL hang or fail when they pick it",
                      "export NCCL_P2P_DISABLE=1 (the transfers go through host memory); if it still hangs, add iommu=pt "
-                     "to the kernel command line", evidence, errors)
+                     "to the kernel command line; NCCL_DEBUG=INFO shows the transport it picked" +
+                     ("; vLLM: also --disable-custom-all-reduce (its own all-reduce uses P2P too)"
+                      if ctx.tool(errors) == "vllm" else ""), evidence, errors)
     return _make("multi-gpu-transport", "the GPUs cannot reach each other",
                  "peer-to-peer transfers between the GPUs fail or hang (the IOMMU in translation mode, PCIe ACS, or "
-                 "a platform without P2P)", "confirm with NCCL_P2P_DISABLE=1 (slower, but it runs), then add iommu=pt "
+                 "a platform without P2P)", "rerun with NCCL_DEBUG=INFO (the line before the failure names the "
+                 "transport: P2P, SHM, NET); confirm with NCCL_P2P_DISABLE=1 (slower, but it runs), then add iommu=pt "
                  "to the kernel command line and turn ACS off in the BIOS", [ctx.line_fact(errors[0])], errors)

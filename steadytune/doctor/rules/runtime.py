@@ -6,7 +6,17 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
-from steadytune.doctor.rules.base import Context, Diagnosis, _catalogue, _make, _restate, _symptom_lines, _vendor, rule
+from steadytune.doctor.rules.base import (
+    Context,
+    Diagnosis,
+    _catalogue,
+    _lines_matching,
+    _make,
+    _restate,
+    _symptom_lines,
+    _vendor,
+    rule,
+)
 
 
 _SERVING_OOM_FIX = {
@@ -15,6 +25,22 @@ _SERVING_OOM_FIX = {
     "vllm": "--gpu-memory-utilization lower (0.75) and --max-model-len smaller (8192), or tensor parallel over more "
             "GPUs",
 }
+
+# Tools that run out of memory by their own rules, with their own knobs (each tool's documented options): an image
+# UI's low-memory modes, a framework that grabs the whole GPU up front, a speech model's compute type.
+_TOOL_OOM_FIX = {
+    "comfyui": "start ComfyUI with --lowvram (or --novram; --reserve-vram 1 on a card that also drives the display), "
+               "a smaller image size or batch, and the tiled VAE decode node for large images",
+    "a1111": "start the web UI with --medvram (or --lowvram; SD.Next: --medvram / --lowvram too) in COMMANDLINE_ARGS, "
+             "a smaller image size or batch, and tiled VAE for large images",
+    "tensorflow": "let TensorFlow grow its memory instead of taking it all: tf.config.experimental.set_memory_growth("
+                  "gpu, True) for each GPU (or TF_FORCE_GPU_ALLOW_GROWTH=true), and a smaller batch size",
+    "jax": "export XLA_PYTHON_CLIENT_PREALLOCATE=false (JAX takes 75% of the GPU up front) or a smaller "
+           "XLA_PYTHON_CLIENT_MEM_FRACTION, and a smaller batch size",
+    "whisper": "a smaller compute type (faster-whisper / CTranslate2: compute_type=\"int8_float16\"), a smaller "
+               "model (medium, small) or batch_size, one model per GPU",
+}
+_WHISPER = re.compile(r"(?i)\b(?:faster[-_ ]?)?whisper\w*|ctranslate2")
 
 
 _SIZE = r"([\d.]+) ([KMG])i?B"
@@ -42,11 +68,38 @@ def _fragmented(text: str) -> Optional[str]:
     return None
 
 
+# a training run (fine-tuning, LoRA, a trainer's own words): its memory is set by the batch, the sequence length and
+# whether activations are kept, not by a server's cache sizes
+_TRAINING = re.compile(r"(?i)\b(?:Q?LoRA|PEFT|fine-?tun\w*|train(?:ing|er)?|SFT\w*|DPO|GRPO|unsloth|LLaMA-?Factory|"
+                       r"llamafactory|axolotl|trl\b|per_device_train_batch_size|gradient_accumulation|epochs?\b|"
+                       r"backward\(\)|accelerate launch|deepspeed)")
+# torch's, the runtimes' and the tools' own words for running out: the rest ("OOM" in a title, "ran out of VRAM") is
+# the user's summary, a likely reading only
+_OOM_PROPER = re.compile(r"(?i:(?:HIP|CUDA|GPU) out of memory|RESOURCE_EXHAUSTED|ResourceExhausted|error\W{1,3}out of "
+                         r"memory)|hipErrorOutOfMemory|cudaErrorMemoryAllocation|"
+                         r"ErrorOutOfDeviceMemory|OutOfMemoryError|(?i:failed to allocate|unable to allocate|"
+                         r"out of shared|killed by signal|KV cache|ALLOC_FAILED|Malloc\w* failed|cache blocks|"
+                         r"cuda[_ ]out[_ ]of[_ ]memory)")
+_ILLEGAL_MEMORY = re.compile(r"(?i)\billegal memory\b|hipErrorIllegalAddress|cudaErrorIllegalAddress")
+
+TRAINING_OOM_FIX = ("lower the batch size (per_device_train_batch_size 1-2, gradient_accumulation_steps raised to keep "
+                    "the effective batch), turn on gradient checkpointing (gradient_checkpointing: true), shorten the "
+                    "max length (cutoff_len / max_seq_length), and load the base model in 4 bit (QLoRA: "
+                    "quantization_bit: 4 / load_in_4bit)")
+
+
+def _training(ctx: Context) -> bool:
+    return bool(_TRAINING.search("\n".join(ctx.sheet.lines))) or ctx.tool() in ("unsloth", "llamafactory", "deepspeed")
+
+
 @rule("out-of-memory")
 def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the runtime's out-of-memory message (or the user's word for it), what runs (a server sizes its
+    caches; a training run its batch, length and activations), torch's numbers (fragmentation), and, in a training
+    run, an illegal memory access with no fault of the machine beside it (a batch past a kernel's 32-bit indexing)."""
     errors = ctx.of("out-of-memory")
     if not errors:
-        return None
+        return _illegal_access_in_training(ctx)
     tool = ctx.tool(errors)
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
@@ -72,6 +125,21 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "docker run ... --ipc=host (or --shm-size=16g); or fewer data loader workers (0 to confirm)",
                      [ctx.line_fact(errors[0])], errors)
     fragmented = _fragmented(text)
+    proper = any(_OOM_PROPER.search(e.line) or e.catalogue is not None for e in errors)
+    own = "whisper" if _WHISPER.search(joined) and tool in (None, "torch") else tool
+    if own in _TOOL_OOM_FIX:
+        name = {"a1111": "the Stable Diffusion web UI", "comfyui": "ComfyUI"}.get(own, own)
+        return _make("out-of-memory", f"{name} ran out of GPU memory",
+                     f"{name} needs more GPU memory for this model and size than the GPU has free",
+                     _TOOL_OOM_FIX[own] + ("; the free memory is fragmented too: PYTORCH_CUDA_ALLOC_CONF="
+                                           "expandable_segments:True" if fragmented else ""),
+                     [ctx.line_fact(errors[0])], errors, confirmed=proper)
+    if tool == "deepspeed" and _training(ctx):
+        return _make("out-of-memory", "the DeepSpeed run does not fit the GPUs' memory",
+                     "the sharded states and one batch's activations need more memory than each GPU has",
+                     "ZeRO stage 3 with CPU offload (\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
+                     "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}); and " + TRAINING_OOM_FIX,
+                     [ctx.line_fact(errors[0])], errors, confirmed=proper)
     if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
         return _make("out-of-memory", f"{tool} ran out of GPU memory",
                      f"{tool} reserves its weights and caches up front; this model and context do not fit the memory "
@@ -83,12 +151,33 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm) before "
                      "the run, so the allocator can grow its segments instead of needing one free block",
                      [ctx.line_fact(errors[0])], errors)
+    if _training(ctx) and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
+        return _make("out-of-memory", "the training run does not fit the GPU's memory",
+                     "the weights, the optimizer state of the trained parameters and the activations of one batch "
+                     "need more memory than the GPU has; the activations grow with the batch size and the sequence "
+                     "length", TRAINING_OOM_FIX, [ctx.line_fact(errors[0])], errors, confirmed=proper)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
-                 "a smaller batch or sequence length, gradient checkpointing, or a quantised model",
-                 [ctx.line_fact(errors[0])], errors)
+                 "a smaller batch size or sequence length (max length), gradient checkpointing, or a quantised model",
+                 [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+def _illegal_access_in_training(ctx: Context) -> Optional[Diagnosis]:
+    """An illegal memory access in a fine-tuning run whose paste shows nothing wrong with the machine (no page fault
+    in dmesg, no arch override, no kernel bug named): a batch too large for a kernel (32-bit offsets past 2**31
+    elements) or memory running out inside a fused kernel; a smaller batch is the accepted first step."""
+    said = [e for e in ctx.errors if _ILLEGAL_MEMORY.search(e.line)] or _lines_matching(ctx, _ILLEGAL_MEMORY.pattern)
+    if not said or not _training(ctx) or _vendor(ctx) == "amd" or ctx.sheet.env("HSA_OVERRIDE_GFX_VERSION"):
+        return None
+    if ctx.of("platform-bios", "driver", "arch-missing", "abi-mismatch"):
+        return None
+    return _make("out-of-memory", "the training batch is too large for the GPU's kernels",
+                 "an illegal memory access in a training step, on a machine with nothing else wrong, is most often "
+                 "the batch: past the GPU's memory inside a fused kernel, or past a kernel's 32-bit offsets",
+                 TRAINING_OOM_FIX + "; CUDA_LAUNCH_BLOCKING=1 names the kernel if a batch of 1 still fails",
+                 [ctx.line_fact(said[0])], said, confirmed=False)
 
 
 @rule("miopen-kernel")
@@ -114,6 +203,15 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
                      "ones (a VAE decode) that runs into the driver's timeout",
                      "export MIOPEN_FIND_MODE=2 (FAST: takes the first good solver) before starting the program",
                      [ctx.line_fact(errors[0])], errors)
+    kdb = re.search(r"(?i)Missing system database file:?\s*(gfx\w+?)_\d*\.kdb", text)
+    if kdb and not re.search(r"(?i)miopen.*(?:Code object build failed|Error)", text):
+        return _make("miopen-kernel", f"MIOpen has no precompiled kernels for {kdb.group(1)}",
+                     "a warning: MIOpen's kernel database (the .kdb of precompiled kernels) for this GPU is not "
+                     "installed, so it compiles each kernel at first use: slower first runs, not a failure",
+                     f"install the kernels package: sudo apt install miopen-hip-{kdb.group(1)}kdb (where the ROCm "
+                     "release has one for this GPU), or leave it: the compiled kernels are cached in ~/.cache/miopen; "
+                     "the error that stopped the run, if any, is another line", [ctx.line_fact(errors[0])], errors,
+                     severity="warning")
     if re.search(r"(?i)could not create miopen handle", text):
         return _make("miopen-kernel", "MIOpen cannot start on this GPU",
                      "the MIOpen installed cannot create a handle: the OpenCL flavour (miopen-opencl) instead of the "
@@ -171,7 +269,121 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
                      "add amdgpu.runpm=0 to the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT, update-grub, reboot), "
                      "and move to a kernel without the regression", [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
-    return _restate("gpu-hang", hit, errors) if hit is not None else None
+    if hit is not None:
+        return _restate("gpu-hang", hit, errors)
+    return _hang_otherwise(ctx, errors)
+
+
+# the ROCm releases pytorch.org has built torch for (its --index-url .../whl/rocmX.Y), oldest first
+ROCM_TORCH_INDEXES = ("5.6", "5.7", "6.0", "6.1", "6.2", "6.2.4", "6.3", "6.4", "7.0", "7.1", "7.2")
+
+
+def _rocm_torch(ctx: Context) -> Optional[str]:
+    """The ROCm release the paste's torch was built for: its version label (2.3.0+rocm6.0) or 'torch ... rocm 6.0'."""
+    labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
+    if labels:
+        return labels[-1]
+    said = re.search(r"(?i)\b(?:torch|pytorch)\b.{0,30}\brocm[ -]?(\d\.\d(?:\.\d)?)|\brocm[ -]?(\d\.\d(?:\.\d)?)\b.{0,30}"
+                     r"\b(?:torch|pytorch)\b|whl/rocm(\d\.\d(?:\.\d)?)", _text_of(ctx))
+    return next((g for g in said.groups() if g), None) if said else None
+
+
+def _hang_otherwise(ctx: Context, errors: list[ErrorLine]) -> Diagnosis:
+    """A hang, fault or illegal access that no specific reading settled: the family's usual remedy for the stack in
+    the paste, as a likely reading. A ROCm torch: the torch built for the next ROCm release (each wheel brings its
+    own runtime, and hangs are often one release's); an NVIDIA illegal access: the kernel that faulted, named with
+    CUDA_LAUNCH_BLOCKING=1, and the library that owns it updated; else the kernel, firmware and dmesg."""
+    evidence = [ctx.line_fact(errors[0])]
+    # the runtime's or the kernel's own words for the fault (not a user's "it hangs"): the hang itself is settled
+    proper = any(re.search(r"(?i)\bring\b.{0,30}time ?out|page fault|Memory access fault|HW Exception|HSA_STATUS_ERROR|"
+                           r"hipError|GPU reset|PROTECTION_FAULT", e.line) for e in errors)
+    built = _rocm_torch(ctx)
+    tool = ctx.tool(errors)
+    if built and built in ROCM_TORCH_INDEXES[:-1] and tool in (None, "torch", "comfyui", "a1111", "torchaudio"):
+        newer = ROCM_TORCH_INDEXES[ROCM_TORCH_INDEXES.index(built) + 1]
+        return _make("gpu-hang", f"the GPU hangs under the torch built for ROCm {built}",
+                     f"the torch wheel brings its own ROCm {built} runtime and kernels; a hang or fault in a run that "
+                     "worked before (or works elsewhere) is most often that release's",
+                     f"install the torch built for the next ROCm: pip install torch torchvision --index-url "
+                     f"https://download.pytorch.org/whl/rocm{newer} (or the newest, rocm{ROCM_TORCH_INDEXES[-1]}, "
+                     "if the GPU is in its list); if it still hangs: sudo dmesg | grep -i amdgpu, and a newer kernel "
+                     "and linux-firmware", evidence, errors, confirmed=proper)
+    if _vendor(ctx) != "amd" and any(_ILLEGAL_MEMORY.search(e.line) for e in errors):
+        owner = f"update {tool} (pip install -U {tool}); " if tool and tool != "torch" else ""
+        return _make("gpu-hang", "a GPU kernel read or wrote outside its memory",
+                     "an illegal memory access is a kernel fault: a bug in the library whose kernel ran, inputs it "
+                     "does not handle (an index out of range, a batch past its 32-bit offsets), or a driver fault",
+                     f"{owner}rerun with CUDA_LAUNCH_BLOCKING=1 so the traceback names the op that faulted; in training, "
+                     "try a smaller batch size; update the NVIDIA driver and torch", evidence, errors, confirmed=False)
+    if re.search(r"NVRM|\bXid\b", _text_of(ctx)) or (_vendor(ctx) == "nvidia"):
+        return _make("gpu-hang", "the GPU faulted or hung",
+                     "the NVIDIA driver reported a fault (an Xid) while the job ran: Xid 13 / 31 are a kernel's own "
+                     "fault (a library bug, bad input), 43 / 45 the driver stopping the process, 79 the card off the bus",
+                     "sudo dmesg | grep -i xid names the kind; for 13 / 31 rerun with CUDA_LAUNCH_BLOCKING=1 to name the "
+                     "op and update the library that owns it and the NVIDIA driver; for 79 look at power and the PCIe "
+                     "link", evidence, errors, confirmed=False)
+    return _make("gpu-hang", "the GPU faulted or hung",
+                 "the GPU reset or faulted while running; the paste does not name the kernel or driver at fault",
+                 "read sudo dmesg | grep -i -e amdgpu -e 'page fault' -e timeout; update the kernel and linux-firmware; "
+                 "on a ROCm torch, the torch built for a newer ROCm (pip install torch --index-url "
+                 f"https://download.pytorch.org/whl/rocm{ROCM_TORCH_INDEXES[-1]}); if the GPU also drives the display, "
+                 "amdgpu.lockup_timeout=10000 on the kernel command line", evidence, errors, confirmed=False)
+
+
+# NaN losses and fp16 overflow: the values leave fp16's range (max 65504), not a missing instruction
+_NAN = re.compile(r"(?i)\bnan\b|\binf\b|overflow|loss scale")
+# GPUs without bf16 arithmetic torch uses: NVIDIA before Ampere, AMD's GCN/RDNA1/RDNA2 (gfx90a, CDNA3, RDNA3+ have it)
+_NO_BF16 = re.compile(r"sm_[3-7]\d|gfx[6-8]\w*|gfx90[0-6c]|gfx10\d\d")
+
+
+def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A loss that turns NaN, a gradient overflow, a loss scale driven to its floor: fp16 runs out of range. Where
+    the GPU computes bf16 (fp32's range) that is the fix; where it does not, fp16 with dynamic loss scaling, or fp32."""
+    nan = [e for e in errors if _NAN.search(e.line)]
+    said = " ".join(e.line for e in nan)
+    if not nan or (re.search(r"(?i)bf16|bfloat16", said) and not re.search(r"(?i)fp16|float16|half", said)):
+        return None   # NaN under bf16 is not fp16's range: the bf16 readings below decide
+    arch, fact = ctx.arch(nan)
+    names = " ".join(f.value for f in ctx.sheet.of("gpu")) + " " + _text_of(ctx)
+    old_gpu = (arch and _NO_BF16.fullmatch(arch)) or re.search(r"(?i)\b(?:V100|P100|P40|T4|GTX ?10\d\d|RTX ?20\d\d|"
+                                                              r"Titan V|MI50|MI60|Radeon VII|RX ?[56]\d\d\d)\b", names)
+    scaling = ("dynamic loss scaling (torch.amp.GradScaler with fp16; DeepSpeed \"fp16\": {\"loss_scale\": 0}), a "
+               "lower learning rate and gradient clipping (max_grad_norm 1.0)")
+    if old_gpu:
+        fix = (f"this GPU{' (' + arch + ')' if arch else ''} has no bf16: keep fp16 with {scaling}, or train in fp32 "
+               "(no fp16/bf16 flag); bf16 (bf16: true) needs Ampere / RDNA3 / CDNA2 or newer")
+    else:
+        fix = (f"train in bf16 instead of fp16 (bf16: true / --bf16 / bf16=True; fp16 off): it has fp32's range, so "
+               f"the values that overflow fp16 do not; if the GPU has no bf16, keep fp16 with {scaling}, or fp32")
+    # a NaN loss alone may have other causes (a learning rate, bad data); fp16 named, or its overflow, settles it
+    settled = re.search(r"(?i)\bfp16\b|float16|\bhalf\b|\bamp\b|autocast|mixed precision|overflow|loss scale",
+                        _text_of(ctx))
+    return _make("precision", "the loss overflows fp16", "in fp16 (largest value 65504) activations or gradients "
+                 "overflow to inf, and the loss and the weights turn NaN; a loss scale that keeps falling says the "
+                 "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan, confirmed=bool(settled))
+
+
+def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
+    """The Stable Diffusion web UI's (and SD.Next's) NaN check: the VAE or the UNet computed in fp16 overflowed. The
+    VAE's remedy is keeping it in fp32; the UNet's is upcasting its attention (or the whole model) to fp32."""
+    # a black picture is the VAE's NaN in the common case (the web UI's check names which part)
+    vae = any(re.search(r"(?i)\bVAE\b|black (?:image|picture|output|square)", e.line) for e in nans)
+    comfy = ctx.tool(nans) == "comfyui"
+    if vae:
+        fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI" if comfy else
+               "add --no-half-vae to COMMANDLINE_ARGS (webui-user.sh / .bat; SD.Next: the same), so the VAE runs in "
+               "fp32, or use a VAE fixed for fp16 (sdxl-vae-fp16-fix)")
+    else:
+        fix = ("--force-upcast-attention (or --fp32-unet) when starting ComfyUI" if comfy else
+               "turn on Settings > Stable Diffusion > \"Upcast cross attention layer to float32\" or start with "
+               "--upcast-sampling; if it still fails, --no-half (the whole model in fp32, slower)")
+    part = "VAE" if vae else "UNet"
+    return _make("precision", f"the {part} overflows fp16", f"the {part} runs in fp16, and its values leave fp16's "
+                 "range, so the picture turns to NaN (a black image)", fix, [ctx.line_fact(nans[0])], nans)
+
+
+def _text_of(ctx: Context) -> str:
+    return "\n".join(ctx.sheet.lines)
 
 
 @rule("precision")
@@ -179,6 +391,13 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("precision")
     if not errors:
         return None
+    nans = [e for e in errors if re.search(r"(?i)NaNs was produced in (?:Unet|VAE)|NansException|black (?:image|picture|"
+                                           r"output|square)", e.line)]
+    if nans:
+        return _image_nans(ctx, nans)
+    overflow = _overflow(ctx, errors)
+    if overflow is not None:
+        return overflow
     text = " ".join(e.line for e in errors)
     evidence = [ctx.line_fact(errors[0])]
     fp4 = re.search(r"(?i)\b(?:MX)?FP4\w*\b[\w ]{0,24}? is not supported on (gfx\w+)", text)
@@ -194,6 +413,21 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                          f"torch {old[0]} is built with CUDA 11, whose cuBLASLt has no fp8 (e4m3fn) matmul",
                          "pip install -U torch --index-url https://download.pytorch.org/whl/cu124 (or newer), or run "
                          "the model in fp16/bf16 instead of fp8", evidence, errors)
+    if re.search(r"(?i)not implemented for .(?:Half|BFloat16).", text):
+        # a CPU kernel missing for fp16/bf16: the model runs on the CPU in a GPU's number format
+        return _make("precision", "a half-precision model runs on the CPU",
+                     "the model was loaded in fp16/bf16 but runs on the CPU, which has no kernel for this op in that "
+                     "format: the GPU was not used (torch sees no GPU, or the model was never moved to it)",
+                     "check python -c 'import torch; print(torch.cuda.is_available())': if False, fix the GPU first "
+                     "(a torch built for this GPU); on the CPU load the model in float32 (torch_dtype=torch.float32; "
+                     "web UIs: --no-half / --precision full)", evidence, errors)
+    fp8 = re.search(r"(?i)(?:fp8|float8|fp4|mxfp|nvfp)\w*.{0,60}\b(?:requires|needs|only (?:be )?supported|is not "
+                    r"supported)\b", text)
+    if fp8:
+        return _make("precision", "this GPU has no fp8", "fp8 matmuls need Ada (sm_89), Hopper (sm_90) or newer, MI300 "
+                     "(gfx942) or RDNA4; this GPU is older", "load the model in bf16 or fp16 instead (vLLM: --dtype "
+                     "bfloat16 with a non-fp8 checkpoint, or --quantization none / awq / gptq; transformers: "
+                     "torch_dtype=torch.bfloat16), or run it on a GPU with fp8", evidence, errors)
     bf16 = re.search(r"(?i)bf16|bfloat16|16BF", text)
     if bf16 and re.search(r"(?i)Bfloat16 is only supported on GPUs with compute capability", text) or \
             (bf16 and ctx.tool(errors) == "vllm"):
@@ -213,7 +447,12 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
         return _make("precision", "the GPU has no bf16", "a bf16 operation runs on a GPU without bf16 support",
                      "turn bf16 off: run the model in fp16 (or fp32) instead of bf16 (the project's dtype setting)",
                      evidence, errors)
-    return None
+    # a number-format failure no reading above settles: the format the GPU does have, as the likely remedy
+    return _make("precision", "the GPU has no instructions for this number format",
+                 "an operation runs in a format (bf16, fp8, fp4) this GPU or its build does not compute",
+                 "run the model in a format the GPU has: fp16 on GPUs without bf16 (NVIDIA before Ampere, AMD RDNA2 and "
+                 "older), bf16 or fp16 where fp8 / fp4 are missing (--dtype, torch_dtype, or the tool's precision "
+                 "option), fp32 to confirm", evidence, errors, confirmed=False)
 
 
 @rule("attention")
@@ -253,6 +492,32 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "flash_attn package is not importable in this environment",
                      f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
                      f"or install {install}", evidence, errors)
+    if re.search(r"(?i)flash[-_ ]?attn\w*\b.{0,40}\b(?:install|build|compil)|(?:install|build|compil)\w*\b.{0,20}\bflash[-_ ]?attn",
+                 text):
+        if _vendor(ctx) == "amd":
+            fix = ("build ROCm's fork instead (github.com/ROCm/flash-attention: GPU_ARCHS=<your gfx> pip install "
+                   "--no-build-isolation .) or its Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, no CUDA "
+                   "build); or skip it: attn_implementation=\"sdpa\"")
+        else:
+            fix = ("install a prebuilt wheel for this torch, CUDA and Python (the flash-attention release page), or "
+                   "build with pip install flash-attn --no-build-isolation and MAX_JOBS=4 (the build runs out of RAM "
+                   "with more); or skip it: attn_implementation=\"sdpa\"")
+        return _make("attention", "flash-attn does not build here", "flash-attn compiles CUDA (or HIP) kernels at "
+                     "install time; without a wheel for this torch and GPU the build fails", fix, evidence, errors)
+    if re.search(r"(?i)TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL|current AMD GPU", text):
+        return _make("attention", "torch's fused attention is experimental on this AMD GPU",
+                     "this ROCm torch builds its flash / memory-efficient SDPA kernels (AOTriton) for this GPU but "
+                     "keeps them off by default; attention falls back to the slower math path (a warning, not an error)",
+                     "export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 before starting (torch 2.4+ on RDNA3/RDNA4), "
+                     "or ignore the warning; a newer torch turns it on for more GPUs", evidence, errors,
+                     severity="warning")
+    if re.search(r"(?i)Torch was not compiled with (?:flash|memory efficient) attention", text):
+        return _make("attention", "this torch has no flash-attention kernel for SDPA",
+                     "the torch wheel (the Windows builds, and older ROCm ones) is built without the flash kernel of "
+                     "scaled_dot_product_attention; it falls back to the memory-efficient or math kernel and runs on",
+                     "nothing to fix: a warning about speed only; for faster attention on Windows use a torch build "
+                     "with it (a newer release) or xformers / flash-attn wheels built for this torch; the error that "
+                     "stopped the run, if any, is another line", evidence, errors, severity="warning")
     if re.search(r"(?i)memory_efficient_attention", text) and _vendor(ctx) == "amd":
         return _make("attention", "xformers has no kernels for this AMD GPU",
                      "the installed xformers has no ROCm kernels for this arch",
@@ -264,4 +529,11 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "use PyTorch's scaled_dot_product_attention (SDPA; attn_implementation=\"sdpa\") instead of "
                      "flash-attn", evidence, errors)
     hit = _catalogue(errors)
-    return _restate("attention", hit, errors) if hit is not None else None
+    if hit is not None:
+        return _restate("attention", hit, errors)
+    # a fused-attention failure no reading above settles: PyTorch's own attention needs no extra kernel package
+    return _make("attention", "the fused attention kernel does not run here",
+                 "the attention kernel the model asked for (flash-attn, xformers, a tool's own) is missing or not "
+                 "built for this GPU", "use PyTorch's scaled_dot_product_attention: attn_implementation=\"sdpa\" "
+                 "(vLLM: another attention backend, VLLM_ATTENTION_BACKEND; ComfyUI: --use-pytorch-cross-attention), "
+                 "or install the kernel package built for this torch and GPU", evidence, errors, confirmed=False)
