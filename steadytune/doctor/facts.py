@@ -245,9 +245,9 @@ def _nvidia_arch(line: str):
 # GPU model names: the product table's patterns (Radeon, Instinct, Ryzen APU graphics, NVIDIA), read only where the
 # line looks like it names a device, not where a sentence compares cards.
 _GPU_WORDS = re.compile(r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
-                        r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Van Gogh|"
+                        r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Barcelo|Lucienne|Van Gogh|"
                         r"Ryzen AI|\bW[67]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
-                        r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*|\bR[79] ?\d{3}X?\b|\bFury\b|\bFiji\b|\bMX ?\d{3}\b|"
+                        r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*|\bRyzen [457]\d{3}(?:HS|HX|H|U)\b|\bR[79] ?\d{3}X?\b|\bFury\b|\bFiji\b|\bMX ?\d{3}\b|"
                         r"\bGT \d{3,4}\b|\bTitan\b|\bL40S\b|\bA10G\b|\bGB10\b|DGX Spark", re.IGNORECASE)
 _MOBILE = re.compile(r"\bRX ?(6[0-9]{3})(M|S)\b", re.IGNORECASE)
 # Laptop Radeons by number and suffix (LLVM's processor table, AMD's product pages): the S parts are Navi 23
@@ -260,6 +260,9 @@ _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages
     (r"Ryzen [3579] (?:PRO )?(?:7[84]\d0|8[4-9]\d0)[HUGS]?S?\b", "gfx1103"),
     (r"(?:Ryzen [3579] )?(?:PRO )?(?:6[6-9]\d0|7[3-7]35)[HU]S?\b", "gfx1035"),
     (r"Ryzen [3579] (?:PRO )?(?:[45]\d\d0)[HUG]E?S?\b|\b[45][67]00GE?\b", "gfx90c"),
+    # Ryzen 4000/5000 mobile named without the tier digit ("Ryzen 5825U"), the x25U Barcelo parts and the 7x30U
+    # Barcelo-R refresh: Vega graphics, gfx90c (AMD's product pages; LLVM's processor table)
+    (r"Ryzen (?:[3579] )?(?:PRO )?(?:[45][1-9][0-9][05](?:HS|HX|H|U)|7[3-7]30U)\b", "gfx90c"),
     (r"Ryzen [35] (?:PRO )?[23][24]00GE?\b|Ryzen [357] (?:PRO )?[23][57]00U\b", "gfx902"),
     (r"Ryzen [3579] (?:PRO )?7\d[05]0X?3?D?\b|Ryzen [3579] (?:PRO )?9\d{3}X?3?D?\b", "gfx1036"),
 )
