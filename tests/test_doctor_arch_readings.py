@@ -270,3 +270,24 @@ def test_an_override_in_the_containers_settings_that_ollama_never_saw_means_recr
 def test_a_bullet_in_prose_is_not_a_compose_setting():
     sheet = extract_facts("I tried:\n- HSA_OVERRIDE_GFX_VERSION=10.3.0 didn't help")
     assert [f.detail for f in sheet.of("env")] != ["docker"], sheet.of("env")
+
+
+_INIT = ("UserWarning: HIP initialization: Unexpected error from hipGetDeviceCount(). Did you run some cuda functions "
+         "before calling NumHipDevices() that might have already set an error? Error 101: hipErrorInvalidDevice")
+
+
+@pytest.mark.parametrize("card,arch", [("AMD Radeon RX 9070 XT", "gfx1201"), ("Radeon RX 7800 XT", "gfx1101")])
+def test_hip_failing_to_count_the_gpus_on_a_named_card_is_a_runtime_older_than_its_arch(card, arch):
+    top = _top(f">>> torch.cuda.is_available()\n{_INIT}\nFalse\nrocm/pytorch image from last year on a {card}")
+    assert top.family == "arch-missing" and arch in top.fix, (top.family, top.fix)
+
+
+def test_with_a_visibility_variable_set_the_init_failure_is_not_read_as_an_old_runtime():
+    top = _top(f"export HIP_VISIBLE_DEVICES=2\n{_INIT}\nRadeon RX 7800 XT")
+    assert top.family != "arch-missing" or "predates" not in top.title, top.title
+
+
+@pytest.mark.parametrize("text", ["VGA compatible controller: AMD/ATI Barcelo (rev c1)", "My CPU is an AMD Ryzen 5825U",
+                                  "AMD Ryzen 5 7530U with Radeon Graphics", "Lucienne iGPU"])
+def test_vega_apus_named_by_code_name_or_cpu_are_gfx90c(text):
+    assert [f.detail for f in extract_facts(text).of("gpu")] == ["gfx90c"]

@@ -10,7 +10,8 @@ from steadytune.doctor.archs import build_fix, tool_builds
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import discrete_archs
 from steadytune.doctor.fixes import override_value, rebuild_line, rocm_index_for, set_variable, wheel_line
-from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, normalise_gfx, override_for_arch
+from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, first_stable_wheel, normalise_gfx, \
+    override_for_arch
 from steadytune.doctor.rules.base import (
     _APU_ARCHS,
     _arch_fact,
@@ -242,11 +243,39 @@ def _arch_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
 
 @rule("arch-missing")
 def arch_missing(ctx: Context) -> Optional[Diagnosis]:
+    early = _runtime_predates_gpu(ctx)
+    if early is not None:
+        return early
     diagnosis = _arch_missing(ctx)
     if diagnosis is not None and ctx.override() is None and _ggml_arch(ctx):
         # ggml named the GPU and no override is set: "unset the override" (the catalogue's reading) cannot apply
         return _first(diagnosis)
     return diagnosis
+
+
+def _runtime_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """HIP failing to initialise at all (hipGetDeviceCount -> hipErrorInvalidDevice / hipErrorNoDevice) on a GPU the
+    paste names, with no device index in play: a ROCm runtime older than the GPU's arch does not know the chip. The
+    ordinal reading (an index past the visible GPUs) needs an index; this one needs none."""
+    init = [e for e in ctx.errors if re.search(r"hipGetDeviceCount\(\)|HIP initialization", e.line)
+            and re.search(r"hipErrorInvalidDevice|hipErrorNoDevice|Error 101\b", e.line)]
+    if not init or ctx.override() is not None or re.search(r"(?i)cuda:\d|device_?(?:id|index|ordinal)\s*[=:]\s*\d",
+                                                              _text(ctx)) \
+            or any(re.match(r"(?:HIP|ROCR|CUDA)_VISIBLE_DEVICES=", f.value) for f in ctx.sheet.of("env")):
+        return None   # an index or a visibility variable in play: the ordinal reading's
+    archs = [a for a in discrete_archs(ctx.sheet) if a.startswith("gfx")]
+    if not archs or arch_info(archs[0]) is None:
+        return None
+    arch = archs[0]
+    first = first_stable_wheel(arch)
+    line = wheel_line(arch)
+    since = f" (pytorch.org wheels carry it since {first.name}, torch {first.torch})" if first else ""
+    fix = (f"use a ROCm release and a torch built with {arch}{since}: {line}; in a container, a newer image "
+           f"(rocm/pytorch:latest)") if line else rocm_index_for(arch)
+    return _first(_make("arch-missing", f"the ROCm runtime here predates {arch}",
+                        f"HIP fails while counting the GPUs, before any device index is used: the runtime (and the "
+                        f"torch built on it) does not know {arch}", fix,
+                        [_arch_fact(ctx, arch), ctx.line_fact(init[0])], init))
 
 
 def _ggml_arch(ctx: Context) -> Optional[str]:
