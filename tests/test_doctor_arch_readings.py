@@ -291,3 +291,19 @@ def test_with_a_visibility_variable_set_the_init_failure_is_not_read_as_an_old_r
                                   "AMD Ryzen 5 7530U with Radeon Graphics", "Lucienne iGPU"])
 def test_vega_apus_named_by_code_name_or_cpu_are_gfx90c(text):
     assert [f.detail for f in extract_facts(text).of("gpu")] == ["gfx90c"]
+
+
+@pytest.mark.parametrize("paste", [
+    'Windows 11, ollama 0.6.2\ntime=2025-03-01 level=WARN source=amd_windows.go:138 msg="amdgpu is not supported '
+    '(supported types:[])" gpu_type=gfx1032',
+    "ollama app.exe on win11, RX 6700 XT: newer version no longer uses my GPU\nI set HSA_OVERRIDE_GFX_VERSION=10.3.0 in "
+    "the system environment variables",
+])
+def test_a_windows_ollama_that_rejects_the_gpu_with_an_override_left_in_the_environment(paste):
+    top = _top(paste)
+    assert top.family == "override-wrong" and "remove HSA_OVERRIDE_GFX_VERSION" in top.fix, (top.family, top.fix)
+
+
+def test_on_linux_the_same_refusal_is_not_read_as_a_windows_leftover():
+    top = _top('level=WARN source=amd_linux.go msg="amdgpu is not supported" gpu=0 gpu_type=gfx1032\nRX 6600')
+    assert "Windows" not in top.title, top.title

@@ -104,7 +104,7 @@ _OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debi
        ("fedora", r"\bFedora\b"), ("arch", r"\bArch ?Linux\b|\bEndeavourOS\b|\bManjaro\b|\bCachyOS\b|\barch1\b"),
        ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
        ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
-       ("windows", r"\bWindows (?:10|11|Server)\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|"
+       ("windows", r"\bWindows (?:10|11|Server)\b|(?i:\bwin(?:dows)? ?1[01]\b)|\bOS:? Windows\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|"
                    r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)|"
                    r"(?i:^\W*windows\b(?! subsystem)|\bwindows (?=rocm|hip\b|amd\b|gpu\b|ollama|pytorch|torch\b))"),
        ("macos", r"\bmacOS\b|\bDarwin Kernel\b"))
@@ -582,7 +582,8 @@ def _complaint(line: str):
         return
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
                  r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|detecting|"
-                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
+                 r"recogni[sz]ed?|recogni[sz]ing|detecting)\b|\bno longer (?:works?|uses?|detects?|recogni[sz]es?|"
+                 r"supports?|runs?|sees?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
                  r"\bno GPU (?:agent|found|detected|device)s?\b|"
                  r"\bis (?:it|this) (?:just )?not supported\b|\b(?:add|adding|request\w*|needs?|plans? (?:to|for)) "
                  r"support (?:for|of)\b|\bwhen (?:will|is|does) .{0,60}\bsupport|\bsupport (?:for|of) .{0,60}\bwill "

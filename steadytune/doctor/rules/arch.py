@@ -45,8 +45,38 @@ def _target(value: str) -> Optional[str]:
     return f"gfx{m.group(1)}{m.group(2)}{int(m.group(3)):x}" if m else None
 
 
+def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama on Windows (and the ollama-for-amd builds that ship rocBLAS per arch) refusing the GPU with an empty
+    list of supported types, or while an override sits in the Windows environment: the override is what makes it
+    reject the card; the Windows runner does not borrow a sibling's code the way Linux's does."""
+    if not ctx.sheet.is_windows and not re.search(r"\bwsarecv\b|\.exe\b|AppData", _text(ctx)):
+        return None
+    if ctx.tool() != "ollama":
+        return None
+    empty = _lines_matching(ctx, r"amdgpu is not supported \(supported types:\s*\[\]\)")
+    leftover = ctx.override() is not None or bool(re.search(r"(?i)system environment variables?|environment variables? "
+                                                             r"(?:for|of) (?:the )?(?:system|user)", _text(ctx)))
+    refused = empty or ctx.of("arch-missing") or [f for f in ctx.sheet.of("complaint") if f.value == "yes"] or \
+        _lines_matching(ctx, r"(?i)(?:last|latest|newer|older) version .{0,40}support")
+    if not (empty or (leftover and refused)):
+        return None
+    arch, where = ctx.arch(ctx.errors)
+    lines = empty or _lines_matching(ctx, r"(?i)environment variable|HSA_OVERRIDE_GFX_VERSION") or []
+    return _make("override-wrong", f"a {OVERRIDE} left in the Windows environment makes Ollama reject the GPU",
+                 "on Windows Ollama's ROCm runner uses the rocBLAS libraries it ships for each arch; an override in "
+                 "the user or system environment makes it check the GPU as another chip and turn it down",
+                 f"remove {OVERRIDE} from the Windows environment (System Properties > Environment Variables, user "
+                 f"and system; or in PowerShell [Environment]::SetEnvironmentVariable(\"{OVERRIDE}\", $null, "
+                 "\"User\") and the same with \"Machine\" as administrator), quit Ollama from the tray and start it "
+                 f"again; for {arch or 'a GPU AMD does not list'} use a build that ships its rocBLAS libraries "
+                 "(ollama-for-amd)", [where] if where else [], lines, confirmed=bool(empty))
+
+
 @rule("override-wrong")
 def override_wrong(ctx: Context) -> Optional[Diagnosis]:
+    leftover = _windows_ollama_leftover(ctx)
+    if leftover is not None:
+        return leftover
     # a quoted message where the version belongs: a script's detection failed and wrote its error into the variable
     garbage = re.search(OVERRIDE + r"\s*:?=\s*\"([A-Za-z][^\"\n]* [^\"\n]*)\"", _text(ctx))
     if garbage:
