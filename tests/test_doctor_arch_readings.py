@@ -307,3 +307,15 @@ def test_a_windows_ollama_that_rejects_the_gpu_with_an_override_left_in_the_envi
 def test_on_linux_the_same_refusal_is_not_read_as_a_windows_leftover():
     top = _top('level=WARN source=amd_linux.go msg="amdgpu is not supported" gpu=0 gpu_type=gfx1032\nRX 6600')
     assert "Windows" not in top.title, top.title
+
+
+@pytest.mark.parametrize("paste", ["Ollama not detecting my Radeon VII (gfx906) after the update",
+                                   "koboldcpp ROCm build doesn't use the MI50, falls back to CPU"])
+def test_an_inference_app_missing_a_gpu_that_rocm_dropped_gets_its_vulkan_backend(paste):
+    top = _top(paste)
+    assert top.family == "gpu-unsupported" and "Vulkan" in top.fix, (top.family, top.fix)
+
+
+def test_an_old_gcn_card_under_zluda_is_outside_zlud_as_rdna_floor_before_its_missing_dlls():
+    top = _top("ZLUDA on Windows 10 with an RX 570 4GB\nhipErrorNoBinaryForGpu\namdhip64_6.dll not found")
+    assert top.family == "gpu-unsupported" and "RDNA" in top.fix, (top.family, top.fix)

@@ -9,7 +9,8 @@ from typing import Optional
 from steadytune.doctor.archs import build_fix, tool_builds
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import discrete_archs
-from steadytune.doctor.fixes import override_value, rebuild_line, rocm_index_for, set_variable, wheel_line
+from steadytune.doctor.fixes import INFERENCE_TOOLS, override_value, rebuild_line, rocm_index_for, set_variable, \
+    wheel_line
 from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, first_stable_wheel, normalise_gfx, \
     override_for_arch
 from steadytune.doctor.rules.base import (
@@ -594,6 +595,22 @@ def _is_old_gfx(arch: Optional[str]) -> bool:
     return bool(arch) and arch.startswith("gfx") and len(arch) == 6 and arch[3] in "678"
 
 
+def _dropped_for_inference(ctx: Context, arch: Optional[str], where) -> Optional[Diagnosis]:
+    """An inference app (LM Studio, Ollama, koboldcpp...) that does not see a GPU the current ROCm releases dropped
+    (gfx906 after ROCm 6.3): its bundled ROCm runtime has no code for it, and its Vulkan backend still runs."""
+    row = arch_info(arch) if arch else None
+    tool = ctx.tool()
+    complaint = [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
+    if row is None or row.max_rocm is None or tool not in INFERENCE_TOOLS or ctx.of("arch-missing") or not complaint:
+        return None
+    last = f"{row.max_rocm[0]}.{row.max_rocm[1]}"
+    return _make("gpu-unsupported", f"{arch} is outside the ROCm that {tool} ships",
+                 f"ROCm releases after {last} dropped {arch}; {tool}'s bundled ROCm runtime is newer, so it does not "
+                 "list the GPU", f"use {tool}'s Vulkan backend (llama.cpp's Vulkan build, LM Studio's Vulkan runtime, "
+                 f"Ollama's Vulkan runner), or a build made against ROCm {last} or older with {arch} in its targets",
+                 [where] + complaint, _symptom_lines(ctx, complaint), confirmed=False)
+
+
 @rule("gpu-unsupported")
 def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
@@ -624,7 +641,10 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
                      f"no current build runs on it{need}: run on the CPU, use an older release that still supported "
                      "this GPU, or a newer GPU", [ctx.line_fact(e) for e in errors[:1]], errors)
     symptoms = ctx.crashes() + ctx.of("arch-missing", "device-access", "visibility", "driver") + ctx.no_gpu() + \
-        [e for e in ctx.errors if e.family is None]
+        [e for e in ctx.errors if e.family is None] + (ctx.of("rocm-libs-missing") if old else [])
+    dropped = _dropped_for_inference(ctx, arch, where)
+    if dropped is not None:
+        return dropped
     if not symptoms and old:
         symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first
@@ -637,13 +657,17 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     product = re.search(r"(?i)\b(RX|R9|R7) ?(\d{3,4})\b", "\n".join(ctx.sheet.lines))
     if product and not chip:
         name = f"the {product.group(1).upper()} {product.group(2)} ({name})"
+    windows_stack = ""
+    if old and (ctx.sheet.is_windows or ctx.tool() == "zluda"):
+        windows_stack = ("ZLUDA and the HIP SDK for Windows run on RDNA (Radeon RX 5000) and newer only, so their "
+                         "DLLs cannot help here; on Windows use DirectML (torch-directml) or a Vulkan backend. ")
     diagnosis = _make("gpu-unsupported", f"{name} is outside ROCm",
                       f"the driver's compute part (KFD) or every current ROCm release leaves {name} out, and no newer "
                       "chip's code runs on it",
-                      f"{name} has no ROCm 6 or 7 build: use a backend that runs on it, Vulkan (llama.cpp "
+                      windows_stack + f"{name} has no ROCm 6 or 7 build: use a backend that runs on it, Vulkan (llama.cpp "
                       "-DGGML_VULKAN=ON, Ollama's Vulkan runner) or OpenCL; for ROCm itself only an old release that "
                       "still listed it (gfx803: the ROCm 5.7 builds and older, or community builds)",
                       [where] + [ctx.line_fact(e) for e in errors[:1]], errors + symptoms)
     if old and not explicit:   # nothing else can work on it, whatever vaguer error the paste shows
-        diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl")) - 1
+        diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl", "rocm-libs-missing")) - 1
     return diagnosis
