@@ -140,6 +140,11 @@ def rocm_index_for(arch: Optional[str]) -> str:
         line = wheel_line(arch)
         if line:
             return line
+        if re.fullmatch(r"gfx[678][0-9a-f]{2}", normalise_gfx(arch)):
+            # GCN 1-4: no ROCm 6 or 7 release, so no ROCm torch wheel, runs on it; the current index would not help
+            return (f"no ROCm torch wheel runs on {arch} (GCN, outside ROCm 6 and 7): on Windows use the DirectML "
+                    f"backend (pip install torch-directml, or the program's DirectML option); on Linux a torch built "
+                    f"from source for {arch} against ROCm 5.7 or older, or a Vulkan backend")
         value = override_for_arch(arch)
         if value:
             return (f"pip install torch --index-url https://download.pytorch.org/whl/rocm7.2, then export "

@@ -429,6 +429,8 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      f"compute_{cc} needs {needs} or newer: install that toolkit and build with it (CUDA_HOME / PATH "
                      "pointing at its nvcc), or build only for the archs this nvcc knows (TORCH_CUDA_ARCH_LIST, "
                      "CMAKE_CUDA_ARCHITECTURES)", [ctx.line_fact(errors[0])], errors)
+    if not errors and _is_old_gfx(arch) and _rocm_of_its_era(ctx, arch):
+        return None   # an old card under a ROCm that still built it, with no missing-code message: gpu_unsupported's
     if not errors:
         # the same problem without its message: a crash, a CPU fallback or a complaint on a GPU the builds do not carry
         faults = ctx.of("gpu-hang") + ctx.crashes()
@@ -572,6 +574,12 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     wheel = wheel_line(arch)
     if wheel:
         return f"{wheel} (a build with {arch} code)"
+    era = _rocm_of_its_era(ctx, arch) if _is_old_gfx(arch) else None
+    if era and tool in ("torch", None):
+        # that ROCm's libraries still built the arch; only the published torch wheels left it out
+        return (f"the torch wheels for {era} carry no {arch} code, though that ROCm still built it: build torch from "
+                f"source for it (PYTORCH_ROCM_ARCH={arch} python setup.py install, with rocBLAS and rocRAND of that "
+                f"ROCm built for {arch}: -DAMDGPU_TARGETS={arch}), or use a community build for {arch}")
     row = arch_info(arch)
     return f"no build carries {arch}" + (f": {row.note}" if row and row.note else "") + \
         "; use the Vulkan backend where the tool has one (llama.cpp -DGGML_VULKAN=ON)"
@@ -611,6 +619,95 @@ def _dropped_for_inference(ctx: Context, arch: Optional[str], where) -> Optional
                  [where] + complaint, _symptom_lines(ctx, complaint), confirmed=False)
 
 
+# The last ROCm release whose libraries were still built for an old GCN arch: gfx803 (Fiji, Polaris) was listed
+# through ROCm 3.x and still enabled in the 4.x builds (torch built with PYTORCH_ROCM_ARCH=gfx803 ran on ROCm 4.0:
+# pytorch #53738); ROCm 5 left it out (rocm-arch #901, an RX 560 under ROCm 5.3)
+_LAST_ROCM_OF_OLD = {"gfx803": (4, 5)}
+# Distributions that only ROCm 4 and older install on (16.04 left the supported list with ROCm 4.x): a paste from
+# one of them runs such a ROCm
+_OLD_ERA_UBUNTU = ("14.04", "16.04")
+
+
+def _rocm_of_its_era(ctx: Context, arch: Optional[str]) -> Optional[str]:
+    """The ROCm the paste runs, where it is one that still built this old arch: the versions it names (all of them
+    older than the last that carried the arch), else a distribution or kernel that no ROCm 6 or 7 installs on.
+    The reason the card fails there is not "outside ROCm": that release had its code."""
+    last = _LAST_ROCM_OF_OLD.get(arch or "")
+    if last is None or ctx.of("gpu-unsupported"):
+        return None
+    versions = []
+    for value in ctx.sheet.values("rocm"):
+        m = re.match(r"(\d+)\.(\d+)", value)
+        if m:
+            versions.append((int(m.group(1)), int(m.group(2))))
+    if versions:
+        newest = max(versions)
+        return f"ROCm {newest[0]}.{newest[1]}" if newest <= last else None
+    ubuntu = next((f.detail for f in ctx.sheet.of("os") if f.value == "ubuntu" and f.detail in _OLD_ERA_UBUNTU), None)
+    if ubuntu:
+        return f"Ubuntu {ubuntu} (only ROCm 4 and older install there)"
+    # a kernel older than 4.15 (Ubuntu 18.04's) is from the same years
+    kernel = next((k for k in ctx.sheet.values("kernel") if re.match(r"3\.|4\.(?:\d|1[0-4])\.", k)), None)
+    return f"Linux {kernel} (only ROCm 4 and older run on it)" if kernel else None
+
+
+_HIP_NO_DEVICE = r"hipErrorInvalidDevice|hipErrorNoDevice|no ROCm-capable device|No HIP GPUs are available"
+_NOT_DETECTED = (r"(?i)(?:can ?not|can't|cannot|doesn't|does not|don't|won't|unable to|fails? to|not) (?:detect|see|find|"
+                 r"list|show|recogni[sz]e)s?\b.{0,30}\bGPU|only (?:detects? |shows? |lists? |sees? )?(?:the )?CPU|"
+                 r"GPU (?:is )?not (?:detected|found|listed)|检测不到|识别不到|找不到.{0,6}(?:GPU|显卡)")
+
+
+def _old_card_in_its_era(ctx: Context, arch: str, where, era: str) -> Optional[Diagnosis]:
+    """A GCN 4 card (gfx803) under a ROCm that still built it: not a card outside ROCm. HIP refusing the device with
+    no index in play is the device files (that era gave /dev/kfd to the video group); the GPU not detected at all
+    is the PCIe atomics gfx8 needs and Vega and newer do not. A missing-code message is arch-missing's to read."""
+    if ctx.of("arch-missing"):
+        return None
+    refused = [e for e in ctx.errors if re.search(_HIP_NO_DEVICE, e.line)]
+    indexed = re.search(r"(?i)cuda:\d|device_?(?:id|index|ordinal)\s*[=:]\s*\d", _text(ctx)) or any(
+        re.match(r"(?:HIP|ROCR|CUDA)_VISIBLE_DEVICES=", f.value) for f in ctx.sheet.of("env"))
+    if refused and not indexed:
+        return _first(_make(
+            "device-access", f"{arch} under {era}: HIP cannot open the GPU",
+            f"{era} still carried {arch} code, and no device index or visibility variable is in play, so HIP refusing "
+            "the device is the device files: the user cannot open /dev/kfd and /dev/dri (releases of that era gave "
+            "them to the video group)",
+            "sudo usermod -a -G video $LOGNAME (and render too where the group exists: -G render,video), then log out "
+            "and back in; a sample that works under sudo confirms it; if it still fails as root, look for 'PCI rejects "
+            f"atomics' in dmesg ({arch} needs PCIe atomics)", [where, ctx.line_fact(refused[0])], refused))
+    missing = ctx.no_gpu() + _lines_matching(ctx, _NOT_DETECTED)
+    if not missing or ctx.of("device-access", "driver"):
+        return None
+    return _make("platform-bios", f"{arch} under {era} is not detected: likely no PCIe atomics",
+                 f"{era} supports {arch}, but GCN cards before Vega need PCIe atomic operations from the CPU to the "
+                 "slot; without them KFD skips the card and only the CPU agent is listed",
+                 "check sudo dmesg | grep -i atomics ('PCI rejects atomics' / 'skipped device'): put the card in a "
+                 "CPU-attached x16 slot (no riser, no chipset lanes; lspci -vvv shows AtomicOpsCap); a CPU or board "
+                 "without PCIe 3 atomics (Intel before Haswell, AMD before Zen) cannot run ROCm on this card: another "
+                 "platform, or a gfx9+ card, which does not need atomics", [where], missing[:1], confirmed=False)
+
+
+def _kfd_unlisted(ctx: Context, errors: list[ErrorLine], arch: Optional[str], where) -> Optional[Diagnosis]:
+    """The kernel's KFD saying the PCI device id "is missing in supported_devices": that kernel driver creates no
+    compute device for the card, so every ROCm tool above it fails (/dev/kfd unusable, out of resources). That is
+    the root: the groups and the user-space ROCm cannot change it."""
+    said = [e for e in errors if re.search(r"(?i)is missing in supported_devices", e.line)]
+    if not said:
+        return None
+    did = re.search(r"(?i)DID ([0-9a-f]{4})", said[0].line)
+    card = f"{arch} (device id {did.group(1)})" if arch and did else arch or (f"device id {did.group(1)}" if did else
+                                                                              "this GPU")
+    row = arch_info(arch) if arch else None
+    note = f" ({row.note})" if row and row.note else ""
+    return _first(_make("gpu-unsupported", f"the kernel driver does not support {card}",
+                        f"the amdgpu kernel driver's compute part (KFD) has no entry for {card}, so it creates no compute "
+                        "device; the /dev/kfd and resource errors above follow from that",
+                        f"{card} is not supported by this kernel driver: use a kernel driver whose KFD lists it (the "
+                        "amdgpu-dkms of a ROCm release that supports the card, or a newer Linux kernel), and a ROCm "
+                        f"release that supports it in user space{note}; the group membership is not the cause",
+                        [where, ctx.line_fact(said[0])], errors + ctx.of("device-access")))
+
+
 @rule("gpu-unsupported")
 def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
@@ -619,6 +716,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         where = next((f for f in ctx.sheet.of("built_for") if _is_old_gfx(f.value)), None)
         arch = where.value if where else None
     old = _is_old_gfx(arch)
+    era = _rocm_of_its_era(ctx, arch) if old and where is not None and where.detail != "list" else None
+    if era:
+        return _old_card_in_its_era(ctx, arch, where, era)
     text = " ".join(e.line for e in errors)
     nvidia = (re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text)
               and not re.search(r"(?i)\bamdgpu\b|\bgfx\d", text)) or \
@@ -640,16 +740,20 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
                      f"software is built for{need}",
                      f"no current build runs on it{need}: run on the CPU, use an older release that still supported "
                      "this GPU, or a newer GPU", [ctx.line_fact(e) for e in errors[:1]], errors)
+    unlisted = _kfd_unlisted(ctx, errors, arch, where)
+    if unlisted is not None:
+        return unlisted
     symptoms = ctx.crashes() + ctx.of("arch-missing", "device-access", "visibility", "driver") + ctx.no_gpu() + \
         [e for e in ctx.errors if e.family is None] + (ctx.of("rocm-libs-missing") if old else [])
     dropped = _dropped_for_inference(ctx, arch, where)
     if dropped is not None:
         return dropped
     if not symptoms and old:
-        symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
+        symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]) or \
+            _lines_matching(ctx, _NOT_DETECTED)[:1]
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first
     explicit = any(re.search(r"(?i)permission denied|no such file|operation not permitted", e.line)
-                   for e in ctx.of("device-access")) or ctx.of("platform-bios")
+                   for e in ctx.of("device-access")) or ctx.of("platform-bios", "torch-build")
     if not errors and not (old and symptoms and not ctx.of("platform-bios")):
         return None
     chip = re.search(r"amdgpu: (\w+)\s+not supported in kfd", text)
