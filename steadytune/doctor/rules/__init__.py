@@ -10,6 +10,7 @@ to another rule or to the "unrecognised error" finding.
   install    the torch build, wheels for another Python or platform, ABI mismatches, missing ROCm libraries
   machine    which GPUs a process sees, APU memory, the platform (BIOS, PCIe), several GPUs
   runtime    memory, MIOpen, GPU hangs, number formats, attention kernels
+  prose      what users say in words with no error line: titles, complaints, the settings they list
   runner     every rule over one paste, best first
 
 Order: every rule runs; the diagnoses are sorted so that one the facts confirm comes before a likely one, and a root

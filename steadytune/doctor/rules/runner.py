@@ -14,6 +14,7 @@ import steadytune.doctor.rules.access  # noqa: E402,F401
 import steadytune.doctor.rules.install  # noqa: E402,F401
 import steadytune.doctor.rules.machine  # noqa: E402,F401
 import steadytune.doctor.rules.runtime  # noqa: E402,F401
+import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 
 def run_rules(sheet: FactSheet, errors: list[ErrorLine]) -> list[Diagnosis]:

@@ -1,0 +1,52 @@
+"""doctor, round 6 (issue 63): readings of what users say in words (rules/prose.py), tried over pastes written here
+(other tools, cards and wordings than the mined cases, English and Chinese), each with a negative that keeps the
+reading out of a paste it does not fit."""
+
+from __future__ import annotations
+
+from steadytune.doctor.diagnose import diagnose_text
+from steadytune.doctor.error_lines import classify_line
+
+
+def _top(text: str):
+    top = diagnose_text(text).top
+    assert top is not None, f"no diagnosis for:\n{text}"
+    return top
+
+
+# --- black pictures only past some size: the attention kernel --------------------------------------------------
+
+def test_black_pictures_only_at_large_sizes_are_the_attention_kernel():
+    for paste in (
+        "SDXL at 1024x1024 works, but 2048x2048 gives a black image every time. RTX 3090, plenty of VRAM left.",
+        "Hires fix turns the picture all black\nA1111 1.9, RTX 4080. Without hires the image is fine.",
+        "高分辨率出图全黑，低分辨率正常\n显卡 RTX 4070",
+    ):
+        top = _top(paste)
+        assert top.family == "attention", (paste, top.family, top.fix)
+        assert "xformers" in top.fix and "pytorch-cross-attention" in top.fix, top.fix
+
+
+def test_black_pictures_on_an_amd_card_get_its_own_attention_switches():
+    top = _top("Upscaling to 1536x1536 gives black images, 768x768 is fine. Radeon RX 7900 XTX, ROCm 6.2")
+    assert top.family == "attention", (top.family, top.fix)
+    assert "--use-split-cross-attention" in top.fix, top.fix
+
+
+def test_black_pictures_at_every_size_or_with_the_vae_named_are_not_the_attention_reading():
+    for paste in (
+        "Every image is black. RTX 3060, ComfyUI",                                   # no size said
+        "1024x1024 and 2048x2048 both come out as black images; the VAE runs in fp16",  # the format named
+        "NansException: A tensor with all NaNs was produced in VAE.\nhires fix gives a black image",
+    ):
+        top = diagnose_text(paste).top
+        assert top is None or top.family != "attention", (paste, top.family, top.fix)
+
+
+# --- a line that says memory is NOT running out is no out-of-memory line ----------------------------------------
+
+def test_saying_memory_is_not_running_out_is_not_an_out_of_memory_line():
+    assert classify_line("I'm not running out of vram or ram either.") != "out-of-memory"
+    assert classify_line("we are not going out of GPU memory, nvidia-smi shows 10 GB free") != "out-of-memory"
+    assert classify_line("training on the 4090 runs out of memory at step 3") == "out-of-memory"
+    assert classify_line("the RTX 3060 ran out of VRAM after two images") == "out-of-memory"
