@@ -5,7 +5,7 @@ reading out of a paste it does not fit."""
 from __future__ import annotations
 
 from steadytune.doctor.diagnose import diagnose_text
-from steadytune.doctor.error_lines import classify_line
+from steadytune.doctor.error_lines import find_errors
 
 
 def _top(text: str):
@@ -45,8 +45,12 @@ def test_black_pictures_at_every_size_or_with_the_vae_named_are_not_the_attentio
 
 # --- a line that says memory is NOT running out is no out-of-memory line ----------------------------------------
 
+def _error_families(text: str) -> list:
+    return [e.family for e in find_errors(text.splitlines())]
+
+
 def test_saying_memory_is_not_running_out_is_not_an_out_of_memory_line():
-    assert classify_line("I'm not running out of vram or ram either.") != "out-of-memory"
-    assert classify_line("we are not going out of GPU memory, nvidia-smi shows 10 GB free") != "out-of-memory"
-    assert classify_line("training on the 4090 runs out of memory at step 3") == "out-of-memory"
-    assert classify_line("the RTX 3060 ran out of VRAM after two images") == "out-of-memory"
+    assert "out-of-memory" not in _error_families("I'm not running out of vram or ram either.")
+    assert "out-of-memory" not in _error_families("we are not going out of GPU memory, nvidia-smi shows 10 GB free")
+    assert _error_families("training on the 4090 runs out of memory at step 3") == ["out-of-memory"]
+    assert _error_families("the RTX 3060 ran out of VRAM after two images") == ["out-of-memory"]

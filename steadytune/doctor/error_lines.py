@@ -70,7 +70,9 @@ _NOT_ERRORS = re.compile(
     r"|level=(?:INFO|DEBUG)\b(?!.*\berror=)|\bINFO\b\s*[:\]-](?!.*\b(?:failed|error)\b)"
     r"|^\s*File \"[^\"]+\", line \d+|^\s*\^+\s*$|^\s*~+\s*$"           # traceback frames
     r"|(?:warn|print)\(|(?-i:^\s*(?:def|class|import|from|return|if|raise)\b)"   # code, not output
-    r"|\bFeature:\s*None specified|Fast f16|Coherent Host Access|^\s*Uuid:")
+    r"|\bFeature:\s*None specified|Fast f16|Coherent Host Access|^\s*Uuid:"
+    # a user saying memory is NOT the problem ("I'm not running out of vram either") says the opposite of an OOM
+    r"|\b(?:not|never|isn't|wasn't)\s+(?:\w+\s+)?out of (?:GPU |video |V)?(?:memory|RAM)\b")
 
 
 def is_error_line(line: str) -> bool:
