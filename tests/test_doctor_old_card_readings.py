@@ -120,3 +120,20 @@ def test_a_cuda_torch_on_a_current_amd_card_gets_the_rocm_index():
     top = _top(paste)
     assert top.family == "torch-build", (top.family, top.fix)
     assert "DirectML" not in top.fix and "rocm" in top.fix, top.fix
+
+
+# --- a ROCm newer than the last that carried the arch, said anywhere in the paste ----------------------------------
+
+def test_a_rocm_release_after_the_last_one_with_the_arch_gets_that_last_release():
+    for paste in (
+        "MI50 on ROCm 7.0: rocBLAS error: Cannot read TensileLibrary.dat for GPU arch : gfx906",
+        "Radeon VII, ROCm 6.4.1\nrocBLAS error: Could not load gfx906 kernels",
+    ):
+        top = _top(paste)
+        assert top.family == "arch-missing", (paste, top.family, top.fix)
+        assert "rocm6.3" in top.fix and "ROCm 6.3" in top.fix, top.fix
+
+
+def test_a_rocm_release_that_still_carried_the_arch_is_not_told_to_go_back():
+    top = _top("MI50 on ROCm 6.2: rocBLAS error: Cannot read TensileLibrary.dat for GPU arch : gfx906")
+    assert "ROCm 6.3 (its packages" not in top.fix, top.fix

@@ -54,3 +54,30 @@ def test_saying_memory_is_not_running_out_is_not_an_out_of_memory_line():
     assert "out-of-memory" not in _error_families("we are not going out of GPU memory, nvidia-smi shows 10 GB free")
     assert _error_families("training on the 4090 runs out of memory at step 3") == ["out-of-memory"]
     assert _error_families("the RTX 3060 ran out of VRAM after two images") == ["out-of-memory"]
+
+
+# --- the complaint said in Chinese ------------------------------------------------------------------------------
+
+def test_a_chinese_complaint_beside_a_card_gets_the_cards_reading():
+    for paste, wanted in (
+        ("6600XT 用 ollama 只用CPU，不用显卡", "HSA_OVERRIDE_GFX_VERSION=10.3.0"),
+        ("koboldcpp 识别不到我的 RX 6700 XT，一直跑在CPU上", "HSA_OVERRIDE_GFX_VERSION=10.3.0"),
+        ("PyTorch 在 RX 6750 XT 上跑不起来", "HSA_OVERRIDE_GFX_VERSION=10.3.0"),
+        ("ComfyUI 在 Radeon 780M 上无法使用 GPU", "HSA_OVERRIDE_GFX_VERSION=11.0.0"),
+    ):
+        top = _top(paste)
+        assert top.family == "arch-missing", (paste, top.family, top.fix)
+        assert wanted in top.fix, (paste, top.fix)
+
+
+def test_a_chinese_sentence_without_a_complaint_is_no_complaint():
+    from steadytune.doctor.facts import extract_facts
+    sheet = extract_facts("我的显卡是 RX 6600，训练 Qwen 的 LoRA 很顺利")
+    assert not sheet.has("complaint", "yes")
+    assert extract_facts("我的显卡是 RX 6600，一直走 CPU").has("complaint", "yes")
+
+
+def test_is_available_returning_false_said_in_chinese_is_a_visibility_line():
+    assert "visibility" in _error_families("torch.cuda.is_available() 返回 False")
+    assert "visibility" in _error_families("torch.cuda.is_available()输出为False")
+    assert "visibility" not in _error_families("torch.cuda.is_available() 返回 True")

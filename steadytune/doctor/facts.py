@@ -590,6 +590,14 @@ def _complaint(line: str):
                  r"come\b|\bdoes(?:n't| not) support\b|^\W*(?:\[\w+\]:?\s*)?support (?:for|of)\b.{0,40}"
                  r"(?:\bRX ?\d|Radeon|gfx\d|Navi|Instinct|GeForce|RTX|GTX)|\bhow (?:to|can I|do I) (?:run|use|get)\b.{0,60}\b(?:GPU|RX|Radeon)", line):
         yield "complaint", "yes", ""
+    elif _CJK_COMPLAINT.search(line):
+        yield "complaint", "yes", ""
+
+
+# The same complaints in Chinese: "can't use / doesn't run / not recognised / only the CPU / doesn't use the card"
+_CJK_COMPLAINT = re.compile(r"(?i)无法(?:使用|运行|启动|识别|检测|调用)|用不了|跑不(?:起来|动|了)|不能(?:用|运行|使用|识别)|"
+                            r"不(?:工作|识别|支持)|(?:识别|检测|找)不到|(?:只|仅|一直|还是|全)(?:用|使用|走|跑在?)\s*CPU|"
+                            r"不(?:用|使用|调用)(?:显卡|GPU)|没有?(?:用|使用|调用)(?:到)?(?:显卡|GPU)|(?:显卡|GPU)\s*(?:没|不)(?:反应|工作|被使用)")
 
 
 @finder

@@ -261,10 +261,13 @@ def _arch_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
         next((f.value for f in ctx.sheet.of("arch") if f.value.startswith("gfx")), None)
     info = arch_info(arch) if arch else None
     last = getattr(info, "max_rocm", None)
-    newer = re.search(r"/opt/rocm-(\d+)\.(\d+)", text)
-    if last and newer and (int(newer.group(1)), int(newer.group(2))) > tuple(last):
+    path = re.search(r"/opt/rocm-(\d+)\.(\d+)", text)
+    # the release in use: the /opt/rocm-X.Y the message names, else the newest ROCm the paste says it runs
+    said = [tuple(int(x) for x in v.split(".")[:2]) for v in ctx.sheet.values("rocm") if re.fullmatch(r"\d+\.\d+", v)]
+    running = (int(path.group(1)), int(path.group(2))) if path else max(said) if said else None
+    if last and running and running > tuple(last):
         version = f"{last[0]}.{last[1]}"
-        return _make("arch-missing", f"ROCm {newer.group(1)}.{newer.group(2)} dropped {arch}",
+        return _make("arch-missing", f"ROCm {running[0]}.{running[1]} dropped {arch}",
                      f"this ROCm's rocBLAS has no {arch} kernels; {version} is the last release whose libraries carry "
                      f"{arch}", f"use ROCm {version} (its packages, or the rocm{version} torch wheels: --index-url "
                      f"https://download.pytorch.org/whl/rocm{version}), or a rocBLAS built with -DAMDGPU_TARGETS={arch}",
