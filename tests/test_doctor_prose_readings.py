@@ -81,3 +81,19 @@ def test_is_available_returning_false_said_in_chinese_is_a_visibility_line():
     assert "visibility" in _error_families("torch.cuda.is_available() 返回 False")
     assert "visibility" in _error_families("torch.cuda.is_available()输出为False")
     assert "visibility" not in _error_families("torch.cuda.is_available() 返回 True")
+
+
+def test_a_real_out_of_memory_beside_black_pictures_is_not_the_attention_reading():
+    top = _top("2048x2048 gives a black image, 1024x1024 is fine\ntorch.cuda.OutOfMemoryError: CUDA out of memory. "
+               "Tried to allocate 4.00 GiB")
+    assert top.family == "out-of-memory", (top.family, top.fix)
+
+
+def test_black_pictures_at_an_ordinary_size_or_on_a_small_gpu_are_not_the_attention_reading():
+    for paste in (
+        "Black images above 512x512, 256x256 is fine. GTX 1650",              # black at an ordinary size
+        "Hires fix gives black images. 4GB VRAM laptop, ComfyUI",              # a small GPU
+        "高分辨率出图全黑，显存 2G",
+    ):
+        top = diagnose_text(paste).top
+        assert top is None or top.family != "attention", (paste, top.family, top.fix)
