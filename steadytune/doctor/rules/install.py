@@ -74,7 +74,7 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
         if fix:
             return _make("torch-build", f"{tool} is a build without {own.group(2)}", f"the installed {tool} says it was "
                          f"built without {own.group(2)} support, whatever torch is installed", fix, [], errors)
-    hipblas = re.search(r"-D(?:GGML|LLAMA)_HIPBLAS", text)
+    hipblas = re.search(r"(?:-D)?(?:GGML|LLAMA)_HIPBLAS\b", text)
     if hipblas:
         return _make("torch-build", "llama.cpp was built without its ROCm backend",
                      f"llama.cpp renamed its ROCm option to GGML_HIP; {hipblas.group(0)} is ignored and the build "
@@ -173,12 +173,31 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     return vendor, ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), said[:1]
 
 
+def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[ErrorLine],
+                   unsure: bool) -> Optional[Diagnosis]:
+    """A torch from AMD's TheRock indexes (rocm.nightlies.amd.com, the rocm-sdk wheels) without ROCm in it: the wheel
+    picked is not a ROCm build for this GPU family, and the index of the TheRock release in use has one."""
+    index = re.search(r"https?://rocm\.nightlies\.amd\.com/\S+", joined)
+    if not (index or re.search(r"(?i)\bTheRock\b|\brocm-sdk\b", joined)):
+        return None
+    release = re.search(r"(?i)\b(?:TheRock|ROCm)\b[^\d\n]{0,12}(\d+\.\d+)", joined)
+    where = index.group(0).rstrip("/`'\".,)") if index else "https://rocm.nightlies.amd.com/v2/<your GPU family>/"
+    what = f"TheRock {release.group(1)}" if release else "the TheRock release in use"
+    return _make("torch-build", "a torch without ROCm from TheRock's index",
+                 "the torch wheel installed carries no ROCm (torch.version.hip is None, so extensions see \"Cuda None\"): "
+                 "the index served a build without ROCm for this GPU family",
+                 f"pip uninstall -y torch; install the ROCm torch of {what} for this GPU family: pip install "
+                 f"--force-reinstall torch --index-url {where} (a later {what} nightly where this one lacks ROCm); "
+                 "python -c 'import torch; print(torch.version.hip)' must print a ROCm version before building "
+                 "extensions", evidence, errors, confirmed=not unsure)
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
     errors = ctx.of("torch-build") + ([e for e in ctx.of("driver") if _NVIDIA_DRIVER.search(e.line)]
                                       if vendor == "amd" and not _nvidia_gpu(ctx) else [])
-    errors += [e for e in ctx.of("abi-mismatch") if re.search(r"you have \S+\+cpu", e.line)]
+    errors += [e for e in ctx.of("abi-mismatch") if re.search(r"you have \S+\+cpu|compiled with Cuda None", e.line)]
     builds = ctx.sheet.of("torch")
     wrong = [f for f in builds if (vendor == "amd" and f.detail in ("cuda", "cpu", "no-hip")) or
              (vendor in ("nvidia", None) and f.detail in ("rocm", "cpu"))]
@@ -259,6 +278,9 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "AMD's ROCm wheels for Windows (repo.radeon.com, for the RDNA3/RDNA4 and Strix GPUs they list), "
                      "or run under WSL 2 or Linux with the pytorch.org ROCm index", evidence, errors + ctx.no_gpu(),
                      confirmed=not unsure)
+    therock = _therock_torch(ctx, joined, evidence, errors, unsure)
+    if therock is not None:
+        return therock
     return _make("torch-build", "a torch without ROCm on an AMD machine",
                  "the installed torch is a CUDA or CPU build (PyPI's default), which finds no AMD GPU",
                  "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch) + " (python -c 'import torch; "
@@ -282,6 +304,11 @@ def _python_for(package: str, version: str) -> Optional[str]:
         return None
     release = (int(numbers.group(1)), int(numbers.group(2)))
     return next((python for before, python in _TORCH_PYTHON if release < before), None)
+
+
+def _older(version: str, than: str) -> bool:
+    """Python version `version` is older than `than` ("3.9" < "3.10")."""
+    return tuple(int(x) for x in version.split(".")[:2]) < tuple(int(x) for x in than.split(".")[:2])
 
 
 # a compiled part of a package (torch._C, xformers._C, a *_cuda module): missing means a broken or mismatched build,
@@ -427,6 +454,33 @@ def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said[:1], confirmed=False)
 
 
+def _amdsmi_release(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """amdsmi's Python module without a function amd-smi calls: the module is another ROCm release's than the amd-smi
+    (and libamd_smi) in use, typical where several ROCm releases sit side by side (/opt/rocm-X.Y.Z) and pip installed
+    one release's module for all."""
+    error = next((e for e in errors if re.search(r"module '?amdsmi[\w.]*'? has no attribute", e.line)), None)
+    if error is None:
+        return None
+    # the releases the paste names: /opt/rocm-X.Y.Z, and the X.Y.Z numbers of a line that speaks of ROCm (a driver's
+    # own 30.10 numbering has two digits)
+    named = re.findall(r"/opt/rocm-(\d+\.\d+(?:\.\d+)?)", _text(ctx)) + [
+        v for line in ctx.sheet.lines if re.search(r"(?i)\brocm\b", line)
+        for v in re.findall(r"(?<![\w.])([1-9]\.\d+\.\d+)(?![\w.])", line)]
+    releases = sorted(set(named), key=lambda v: tuple(int(x) for x in v.split(".")))
+    target = f"/opt/rocm-{releases[-1]}" if releases else "/opt/rocm-<the release in use>"
+    several = len(releases) > 1
+    diagnosis = _make("wheel-platform", "the amdsmi Python package is another ROCm release's",
+                      "the amdsmi module Python imports lacks a function the amd-smi in use calls: it was installed "
+                      "from another ROCm release" + (f" (this machine has ROCm {', '.join(releases)})" if several
+                                                     else ""),
+                      f"install the module of the ROCm in use: python3 -m pip install --force-reinstall "
+                      f"{target}/share/amd_smi (or prepend {target}/share/amd_smi to PYTHONPATH in that ROCm's "
+                      "environment module); python3 -c 'import amdsmi, os; print(os.path.dirname(amdsmi.__file__))' "
+                      "shows which one loads", [ctx.line_fact(error)], [error])
+    # two releases side by side settle it: the others' lines (the driver named in prose) are the setting, not the fault
+    return _first(diagnosis) if several else diagnosis
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("wheel-platform")
@@ -440,6 +494,9 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "installs) removed",
                      "pip install --upgrade bitsandbytes (0.45.2 or newer no longer imports triton.ops); keeping "
                      "triton 3.1 works too but holds torch back", [ctx.line_fact(errors[0])], errors)
+    amdsmi = _amdsmi_release(ctx, errors)
+    if amdsmi is not None:
+        return amdsmi
     failed = _import_failure(ctx, errors)
     if failed is not None:
         return failed
@@ -545,6 +602,22 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     offered = re.search(r"\(from versions: ([^)]*)\)", text)
     same = [v.strip() for v in offered.group(1).split(",") if pin and v.strip().split("+")[0] == pin.group(2)] \
         if offered else []
+    if re.match(r"(?i)torch\b", name) and offered and all(re.fullmatch(r"0\.1\.2(?:\.post\d+)?", v.strip())
+                                                          for v in offered.group(1).split(",")):
+        # PyPI's only files for torch that fit every interpreter are the 0.1.2 placeholders (source releases): no torch
+        # wheel fits this one, a 32-bit Python (torch is 64-bit only) or a Python newer than the releases
+        newest = _python_for("torch", pin.group(2)) if pin else None
+        return _make("wheel-platform", "no torch wheel fits this Python",
+                     f"pip sees only torch's 0.1.2 placeholder releases, so no torch wheel matches this interpreter: it "
+                     f"is a 32-bit Python (torch publishes 64-bit wheels only), or a Python{' ' + py if py else ''} "
+                     "newer than the torch releases",
+                     (f"torch {pin.group(2)} was built for Python up to {newest}, and this one is {py}: use a 64-bit "
+                      f"Python {newest} (conda create -n env python={newest}, uv venv -p {newest}) for that pin, or a "
+                      f"torch release built for Python {py}" if newest and py and _older(newest, py) else
+                      "install a 64-bit Python of a version torch supports (python.org's x86-64 installer, conda or uv: "
+                      "uv venv -p 3.12) and rerun the pip command in it; python -c 'import struct, sys; "
+                      "print(struct.calcsize(\"P\") * 8, sys.version)' must print 64"), [ctx.line_fact(errors[0])],
+                     errors)
     parent = re.search(r"\(from (torch==[\w.]+\+(rocm[\d.]+|cu\d+))\)", text)
     if parent:
         fix = (f"{name} is published on the index of {parent.group(1)}, not on PyPI: install with that index, pip "
@@ -670,6 +743,33 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
                      f"{' ' + have if have else ''} (from torch's own index, or a release pinned to it); or run "
                      f"without it{' (drop --xformers: torch SDPA does the same)' if package == 'xformers' else ''}",
                      evidence, errors)
+    versioned = re.search(r"symbol (\w+),? version (\S+) not defined in file (\S+?)(?:\.so[.\d]*)? with link time", text)
+    if versioned:
+        # the extension was linked against a newer release of the library than the copy the loader finds first
+        lib = versioned.group(2)
+        base = re.sub(r"\.so.*", "", lib)
+        package = _extension_package(ctx, errors) or "the extension"
+        path = re.search(r"(?m)LD_LIBRARY_PATH=(\S+)", _text(ctx))
+        return _make("abi-mismatch", f"an older {lib} is loaded first",
+                     f"{package} was built against a newer {lib} (one that has {versioned.group(1)}) than the copy the "
+                     "loader finds first" + (f" (LD_LIBRARY_PATH={path.group(1)[:80]})" if path else ""),
+                     f"put the newer {base} first: drop the old {base} folder from LD_LIBRARY_PATH or put the folder of "
+                     f"a newer {lib} before it (ldconfig -p | grep {base} lists the copies; a {base.removeprefix('lib')} "
+                     f"release at least as new as {package} was built with), then start Python again", evidence, errors)
+    toolkit = re.search(r"(?i)compiled with a version of Cuda that does not match.*?compiled with Cuda (\d[\d.]*\d|None)",
+                        _text(ctx), re.S)
+    if toolkit and toolkit.group(1) != "None":
+        # torch.utils.cpp_extension compares nvcc's CUDA with torch.version.cuda: the extension must be compiled by
+        # the toolkit torch was built with
+        want = ".".join(toolkit.group(1).split(".")[:2])
+        nvcc = re.search(r"(?i)Cuda compilation tools, release ([\d.]+)", _text(ctx))
+        package = _extension_package(ctx, errors) or ctx.tool(errors) or "the extension"
+        return _make("abi-mismatch", "the CUDA toolkit differs from torch's",
+                     f"{package}'s CUDA code is compiled by nvcc{' of CUDA ' + nvcc.group(1) if nvcc else ''}, while "
+                     f"torch was built with CUDA {want}",
+                     f"build with CUDA {want}'s toolkit: install it and export CUDA_HOME=/usr/local/cuda-{want} "
+                     f"PATH=/usr/local/cuda-{want}/bin:$PATH before the build; or install a torch built for the local "
+                     "CUDA (its index, e.g. .../whl/cuXYZ) so the two agree", evidence, errors)
     if re.search(r"libmcwamp|libhip_hcc", text):
         return _make("abi-mismatch", "a build for a ROCm before 3.5",
                      "libmcwamp is the HCC runtime of ROCm 3.x and older; the framework package was built for it and "
@@ -697,6 +797,8 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     said = _abi_said(ctx, errors, text, torch)
     if said is not None:
         return said
+    if re.search(r"compiled with Cuda None", text):
+        return None   # torch itself has no CUDA (or ROCm): torch-build's reading
     if re.search(r"(?i)numpy|_ARRAY_API|multiarray failed to import|module compiled against ABI version", text):
         return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
                      "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
@@ -898,9 +1000,71 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
 
 
 
+# a library the build links (-lNAME) that the linker does not find; CUDA's own ones by their pip wheel's folder
+_LINK_MISSING = re.compile(r"(?i)\b(?:can ?not|cannot|unable to) find (?:library )?-l([\w+.-]+)")
+_CUDA_LINKED = ("cudart", "cublas", "cublasLt", "curand", "cufft", "cusparse", "cusolver", "nvrtc", "cudnn", "nvToolsExt")
+
+
+def _link_library(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """ld's "cannot find -lNAME": the build links libNAME.so, the unversioned development link, which is not in any
+    folder the linker searches (LIBRARY_PATH, -L): a runtime-only install (pip's nvidia wheels, torch's bundled
+    libraries) ships only libNAME.so.N."""
+    hit = next(((e, m) for e in errors for m in [_LINK_MISSING.search(e.line)] if m), None)
+    if hit is None:
+        return None
+    error, m = hit
+    lib = m.group(1)
+    so = f"lib{lib}.so"
+    tool = ctx.tool([error])
+    building = f"{tool}'s build" if tool and tool != "torch" else "the build"
+    if lib == "cuda":
+        fix = ("libcuda.so comes with the NVIDIA driver; to link without one use the CUDA toolkit's stub: export "
+               "LIBRARY_PATH=$CUDA_HOME/lib64/stubs:$LIBRARY_PATH (CUDA_HOME=/usr/local/cuda-<torch's CUDA>)")
+    elif lib in _CUDA_LINKED:
+        wheel = _CUDA_WHEELS.get(re.sub(r"Lt$", "", lib), "nvidia-" + lib.lower())
+        folder = wheel.removeprefix("nvidia-").removeprefix("cuda-").replace("-", "_")
+        fix = (f"install the CUDA toolkit of torch's CUDA (its lib64 has {so}) and point the linker at it: export "
+               f"LIBRARY_PATH=$CUDA_HOME/lib64:$LIBRARY_PATH (CUDA_HOME=/usr/local/cuda-<torch.version.cuda>); with pip's "
+               f"{wheel} wheel instead, make the link it lacks: ln -s <site-packages>/nvidia/{folder}/lib/{so}.<N> "
+               f"<site-packages>/nvidia/{folder}/lib/{so} and add that lib folder to LIBRARY_PATH")
+    elif _ROCM_LIBRARY.search(lib):
+        fix = (f"install ROCm's development libraries (sudo amdgpu-install --usecase=rocm,hiplibsdk) and point the "
+               f"linker at them: export LIBRARY_PATH=/opt/rocm/lib:$LIBRARY_PATH (ROCm from wheels: $(rocm-sdk path "
+               f"--root)/lib)")
+    else:
+        package = next((p for prefix, p in _SYSTEM_LIBS.items() if so.startswith(prefix)), None)
+        fix = (f"sudo apt-get install {package}" if package else
+               f"install the development package with {so}: apt-file search {so} (dnf provides '*/{so}') names it") + (
+               f"; or export LIBRARY_PATH=<the folder with {so}>:$LIBRARY_PATH")
+    return _make("rocm-libs-missing", f"the linker cannot find {so}",
+                 f"{building} links -l{lib}, and no folder the linker searches has {so} (the unversioned link a "
+                 "development install provides; runtime-only installs have only the numbered file)", fix,
+                 [ctx.line_fact(error)], [error])
+
+
 def _rocm_libs_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     text = " ".join(e.line for e in errors)
     evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"amdgpu\.ids: No such file", text):
+        # libdrm names the GPU from this table; only AMD's driver packages put it under /opt/amdgpu, so a ROCm wheel
+        # (torch's, TheRock's) on a machine without them prints this and goes on
+        return _make("rocm-libs-missing", "libdrm's amdgpu.ids table is not installed",
+                     "the ROCm libraries' libdrm looks up the GPU's marketing name in /opt/amdgpu/share/libdrm/amdgpu.ids, "
+                     "which only AMD's driver packages install; without it the name is unknown and the GPU still works",
+                     "harmless; to silence it install libdrm-amdgpu-common from AMD's amdgpu-install repository (sudo apt "
+                     "install libdrm-amdgpu-common; dnf on RHEL/SUSE), which provides /opt/amdgpu/share/libdrm/amdgpu.ids",
+                     evidence, [e for e in errors if "amdgpu.ids" in e.line], severity="warning")
+    linked = _link_library(ctx, errors)
+    if linked is not None:
+        return linked
+    if re.search(r"(?i)(?:can.?t|cannot|unable to|could not|failed to) find .?ld\.lld|\bld\.lld.{0,20}(?:not found|No "
+                 r"such file)", text):
+        return _make("rocm-libs-missing", "ROCm's linker ld.lld is not on PATH",
+                     "the GPU code is linked with ld.lld, which ROCm ships in its own LLVM (/opt/rocm/llvm/bin), a "
+                     "folder that is not on PATH and that older tools (TVM, MLC-LLM) did not search",
+                     "export PATH=/opt/rocm/llvm/bin:$PATH before the build (or the tool's own lld path option); the "
+                     "distribution's lld package works too where its LLVM is as new as ROCm's; newer TVM/MLC releases "
+                     "search /opt/rocm/llvm/bin themselves", evidence, errors)
     if re.search(r"unrecognized command-line option .?--offload-arch", text):
         return _make("rocm-libs-missing", "the HIP code is compiled by the system C++ compiler",
                      "--offload-arch is a clang/hipcc option; the build picked the system c++ (gcc), which does not know "

@@ -1,0 +1,118 @@
+"""doctor, round 6 phase 2 (issue 63): the install families' readings made from batch 5's training pastes, each held
+against wordings of its own (another GPU, tool, library or platform than the case it came from) and a negative that
+keeps it out of a paste it does not fit."""
+
+from __future__ import annotations
+
+from steadytune.doctor.diagnose import diagnose_text
+
+
+def _top(text: str):
+    top = diagnose_text(text).top
+    assert top is not None, f"no diagnosis for:\n{text}"
+    return top
+
+
+# ------------------------------------------------------------------------------------------------ rocm-libs-missing
+
+def test_libdrm_amdgpu_ids_missing_is_a_harmless_warning_with_its_package():
+    top = _top("$ python -c 'import torch; print(torch.cuda.get_device_name(0))'\n"
+               "/opt/amdgpu/share/libdrm/amdgpu.ids: No such file or directory\nAMD Radeon Graphics\n")
+    assert top.family == "rocm-libs-missing" and top.severity == "warning"
+    assert "libdrm-amdgpu-common" in top.fix
+    # a real error beside it leads, the table's warning does not
+    top = _top("/opt/amdgpu/share/libdrm/amdgpu.ids: No such file or directory\n"
+               "RuntimeError: No HIP GPUs are available\nrocminfo: Unable to open /dev/kfd read-write: Permission denied\n")
+    assert top.family != "rocm-libs-missing"
+
+
+def test_the_linker_not_finding_a_library_names_that_library_and_where_it_lives():
+    cuda = _top("building flash_attn\n/usr/bin/ld: cannot find -lcublas: No such file or directory\n"
+                "collect2: error: ld returned 1 exit status\n")
+    assert cuda.family == "rocm-libs-missing" and "libcublas.so" in cuda.fix and "LIBRARY_PATH" in cuda.fix
+    rocm = _top("ld.lld: error: unable to find library -lhipblas\nclang: error: linker command failed\n")
+    assert rocm.family == "rocm-libs-missing" and "/opt/rocm/lib" in rocm.fix
+    system = _top("x86_64-linux-gnu-gcc ... -laio\n/usr/bin/ld: cannot find -laio\n")
+    assert system.family == "rocm-libs-missing" and "libaio-dev" in system.fix
+    # a runtime loader error is not a link step
+    loader = _top("OSError: libcurand.so.10: cannot open shared object file: No such file or directory\n")
+    assert "linker" not in loader.title
+
+
+def test_ld_lld_not_found_in_a_rocm_build_points_at_rocm_llvm():
+    top = _top("Compiling the model for gfx1100 with TVM\nRuntimeError: cannot find ld.lld, canditates are: "
+               "['ld.lld-17.0', 'ld.lld-17', 'ld.lld']\n")
+    assert top.family == "rocm-libs-missing" and "/opt/rocm/llvm/bin" in top.fix
+    # ld.lld that runs and fails on its input is found
+    assert "/opt/rocm/llvm/bin" not in _top("ld.lld: error: undefined symbol: hipLaunchKernel\n").fix
+
+
+# ------------------------------------------------------------------------------------------------ wheel-platform
+
+def test_only_the_torch_placeholder_releases_mean_a_32_bit_or_too_new_python():
+    top = _top("C:\\> py -m pip install torch==2.1.0\nERROR: Could not find a version that satisfies the requirement "
+               "torch==2.1.0 (from versions: 0.1.2, 0.1.2.post1, 0.1.2.post2)\n")
+    assert top.family == "wheel-platform" and "64-bit" in top.fix
+    # a pin older than the Python: that torch's newest Python
+    top = _top("Python 3.11.4\n$ pip install torch==1.12.1+cu116\nERROR: Could not find a version that satisfies the "
+               "requirement torch==1.12.1+cu116 (from versions: 0.1.2, 0.1.2.post1, 0.1.2.post2)\n")
+    assert "Python up to 3.10" in top.fix
+    # other versions on offer are not the placeholder reading
+    top = _top("ERROR: Could not find a version that satisfies the requirement torch==2.9.0 (from versions: 2.2.0, "
+               "2.2.1, 2.3.0)\n")
+    assert "placeholder" not in top.cause
+
+
+def test_amdsmi_missing_a_function_is_the_module_of_another_rocm_release():
+    top = _top("ROCm 6.3.1 and ROCm 7.0.2 are installed side by side (/opt/rocm-6.3.1, /opt/rocm-7.0.2)\n"
+               "$ amd-smi static\nAttributeError: module 'amdsmi.amdsmi_interface' has no attribute "
+               "'amdsmi_get_gpu_board_info'\n")
+    assert top.family == "wheel-platform" and "/opt/rocm-7.0.2/share/amd_smi" in top.fix
+    # another package's missing attribute is not amdsmi's
+    other = diagnose_text("AttributeError: module 'numpy' has no attribute 'float'\n").top
+    assert other is None or "amd_smi" not in other.fix
+
+
+# ------------------------------------------------------------------------------------------------ abi-mismatch
+
+def test_a_versioned_symbol_missing_from_the_library_loaded_first_is_an_older_copy_on_the_path():
+    top = _top("export LD_LIBRARY_PATH=/opt/cudnn-8.0/lib:$LD_LIBRARY_PATH\n"
+               "ImportError: /env/lib/python3.10/site-packages/tensorflow/libtensorflow_framework.so.2: symbol "
+               "cublasLtMatmulAlgoGetIds, version libcublasLt.so.11 not defined in file libcublasLt.so.11 with link "
+               "time reference\n")
+    assert top.family == "abi-mismatch" and "libcublasLt" in top.fix and "LD_LIBRARY_PATH" in top.fix
+    # an undefined symbol without a version is the extension's build, not a library order
+    plain = _top("ImportError: /x/site-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: "
+                 "_ZN3c104cuda9SetDeviceEi\n")
+    assert "loaded first" not in plain.title
+
+
+def test_nvcc_of_another_cuda_than_torch_builds_with_torch_cuda_toolkit():
+    top = _top("$ pip install -v --no-build-isolation ./deepspeed-src\nCuda compilation tools, release 12.4, V12.4.131\n"
+               "RuntimeError: The current installed version of nvcc ... Cuda extensions are being compiled with a "
+               "version of Cuda that does not match the version used to compile Pytorch binaries.  Pytorch binaries "
+               "were compiled with Cuda 11.8\n")
+    assert top.family == "abi-mismatch" and "/usr/local/cuda-11.8" in top.fix and "12.4" in top.cause
+
+
+def test_torch_compiled_with_cuda_none_from_therock_is_a_torch_without_rocm():
+    top = _top("pip install torch --index-url https://rocm.nightlies.amd.com/v2/gfx120X-all\n"
+               "RuntimeError: Cuda extensions are being compiled with a version of Cuda that does not match the "
+               "version used to compile Pytorch binaries.  Pytorch binaries were compiled with Cuda None.\n"
+               "OS: Ubuntu 24.04, TheRock 7.10, RX 9070\n")
+    assert top.family == "torch-build" and "TheRock 7.10" in top.fix
+    assert "rocm.nightlies.amd.com/v2/gfx120X-all" in top.fix
+    # Cuda None without TheRock on AMD: pytorch.org's ROCm index
+    top = _top("Radeon RX 7900 XTX, ROCm 6.4\nRuntimeError: Cuda extensions are being compiled with a version of "
+               "Cuda that does not match the version used to compile Pytorch binaries.  Pytorch binaries were "
+               "compiled with Cuda None.\n")
+    assert top.family == "torch-build" and "download.pytorch.org/whl/rocm" in top.fix
+
+
+# ------------------------------------------------------------------------------------------------ torch-build
+
+def test_llama_cpp_retired_hipblas_option_said_in_prose():
+    top = _top("Since the llama.cpp update GGML_HIPBLAS is ignored, so my RX 6800 build runs on the CPU\n")
+    assert top.family == "torch-build" and "GGML_HIP" in top.fix
+    # naming the option while it works is no complaint
+    assert diagnose_text("I built with GGML_HIPBLAS and it runs on my RX 6800 fine\n").top is None
