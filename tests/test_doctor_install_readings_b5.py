@@ -116,3 +116,67 @@ def test_llama_cpp_retired_hipblas_option_said_in_prose():
     assert top.family == "torch-build" and "GGML_HIP" in top.fix
     # naming the option while it works is no complaint
     assert diagnose_text("I built with GGML_HIPBLAS and it runs on my RX 6800 fine\n").top is None
+
+
+def test_an_unquoted_comparison_with_a_build_tag_never_reaches_pip():
+    top = _top("$ pip3 install torchaudio>=2.0.1+cu118 -f https://download.pytorch.org/whl/torch_stable.html\n"
+               "$ pip list | grep torch\ntorchaudio                2.0.1+cpu\n")
+    assert top.family == "torch-build" and top.confirmed
+    assert '"torchaudio==2.0.1+cu118"' in top.fix and "whl/cu118/torch_stable.html" in top.fix
+    # quoted and pinned with == is fine: no such reading
+    assert diagnose_text("$ pip install 'torch==2.0.1+cu118' -f https://download.pytorch.org/whl/torch_stable.html\n"
+                         ).top is None
+
+
+def test_libcudart_missing_under_a_torch_package_is_torch_cuda_build():
+    top = _top("Traceback (most recent call last):\n  File \"run.py\", line 3, in <module>\n"
+               "    import xformers.ops\nImportError: libcudart.so.12: cannot open shared object file: No such file or "
+               "directory\n")
+    assert top.family == "torch-build" and "cu121" in top.fix and "xformers" in top.fix
+    # a package that loads the CUDA runtime from the system: the library and the loader path, not torch
+    top = _top("$ pip install ctranslate2\nfrom ctranslate2 import Translator\nOSError: libcudart.so.12: cannot open "
+               "shared object file: No such file or directory\n")
+    assert top.family == "rocm-libs-missing" and "nvidia-cuda-runtime-cu12" in top.fix
+    assert "nvidia/cuda_runtime/lib" in top.fix and "LD_LIBRARY_PATH" in top.fix
+
+
+def test_a_package_install_that_replaces_torch_is_built_from_source_against_it():
+    top = _top("Whenever I run pip install flash-attn it uninstalls my torch 2.4.0 and pulls torch 2.3.1 with CUDA 11.8")
+    assert top.family == "wheel-platform" and "from source" in top.fix and "flash-attn" in top.fix
+    # a torch upgraded on purpose is no complaint about another package
+    assert diagnose_text("I upgraded torch to 2.5 yesterday and training is faster now\n").top is None
+
+
+def test_tensorflow_on_native_windows_finds_no_gpu_after_2_10():
+    top = _top("Windows 10, tensorflow 2.15.0, RTX 4070\n>>> tf.config.list_physical_devices('GPU')\n[]  # but the GPU "
+               "works in pytorch\n")
+    assert top.family == "wheel-platform" and "WSL2" in top.fix and "tensorflow<2.11" in top.fix
+    # 2.10 still had a Windows GPU build: not this reading
+    top = diagnose_text("Windows 11, tensorflow 2.10.1\n>>> tf.config.list_physical_devices('GPU')\n[]\n").top
+    assert top is None or "2.10 was the last" not in top.fix
+    # on Linux the same empty list is not a platform matter
+    top = diagnose_text("Ubuntu 22.04, tensorflow 2.15.0\n>>> tf.config.list_physical_devices('GPU')\n[]\n").top
+    assert top is None or "native Windows" not in top.cause
+
+
+def test_torchvision_of_another_build_than_torch():
+    top = _top("torch 2.3.1+cu121\ntorchvision 0.18.1\nRuntimeError: operator torchvision::roi_align does not exist\n")
+    assert top.family == "wheel-platform" and "torchvision==0.18.1+cu121" in top.fix and "whl/cu121" in top.fix
+    # the same build on both: the release pairing reading instead
+    top = _top("torch 2.3.1+cu121\ntorchvision 0.17.0+cu121\nRuntimeError: operator torchvision::nms does not exist\n")
+    assert top.family == "abi-mismatch"
+
+
+def test_a_rocm_library_missing_from_a_torch_nightly_names_that_library_and_its_wheels():
+    top = _top("import torch fails with the 2.10.0a20260101 nightly on gfx1151:\nOSError: librocprofiler-sdk.so.1: "
+               "cannot open shared object file: No such file or directory\n")
+    assert top.family == "rocm-libs-missing" and "librocprofiler-sdk.so.1" in top.fix and "rocm[libraries]" in top.fix
+    # a released torch on a machine ROCm: the installed runtime
+    top = _top("OSError: libamdhip64.so.6: cannot open shared object file: No such file or directory\n")
+    assert "nightly" not in top.fix
+
+
+def test_a_jit_extension_cache_outlives_a_torch_version_change():
+    top = _top("ImportError: /root/.cache/torch_extensions/py311_cu118/fused_adam/fused_adam.so: undefined symbol: "
+               "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs\n")
+    assert top.family == "abi-mismatch" and "torch version" in top.fix and "torch_extensions" in top.fix

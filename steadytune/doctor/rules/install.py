@@ -7,6 +7,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, family
+from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import rocm_index_for
 from steadytune.doctor.packages import distribution_of, read_import_failure
 from steadytune.doctor.tool_fixes import ALIASES, load_tool_fixes, machine_kinds, tool_fix
@@ -192,6 +193,69 @@ def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[Error
                  "extensions", evidence, errors, confirmed=not unsure)
 
 
+# packages that bring no CUDA of their own and load the CUDA runtime from the system (not through torch)
+_WITHOUT_TORCH = re.compile(r"(?i)llama_cpp|libllama|ggml|ctranslate2|onnxruntime|tensorflow|jaxlib|cupy|paddle")
+# the CUDA 12 build pytorch.org's default index (and PyPI's Linux torch) carries, by torch release
+_TORCH_CUDA12 = ("cu121 for torch 2.1-2.4, cu124 for 2.5-2.6, cu126 for 2.7, cu128 for 2.8 and newer")
+_NOT_TORCH = Diagnosis("torch-build", "", "", "")   # a marker: the line is a package's own runtime, not torch's
+
+
+def _cuda_runtime_of_torch(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """libcudart.so.N not found while a package loads: a package built on torch (vLLM, xformers, flash-attn) takes the
+    CUDA runtime from torch's own CUDA build, so torch is not a CUDA N build; a package without torch (llama-cpp-python's
+    CUDA wheels, CTranslate2) loads it from the system, the missing-library reading's case."""
+    error = next((e for e in errors if re.search(r"libcudart\.so\.(\d+): cannot open", e.line)), None)
+    if error is None:
+        return None
+    around = "\n".join(ctx.sheet.lines[max(0, error.line_no - 6): error.line_no + 1])
+    if _WITHOUT_TORCH.search(around) or (_WITHOUT_TORCH.search(_text(ctx)) and not re.search(r"(?i)\btorch\b",
+                                                                                              _text(ctx))):
+        return _NOT_TORCH
+    major = re.search(r"libcudart\.so\.(\d+)", error.line).group(1)
+    imported = re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", around, re.M)
+    package = (distribution_of(imported[-1]) if imported else None) or ctx.tool([error])
+    index = _TORCH_CUDA12 if major == "12" else "cu118" if major == "11" else f"a CUDA {major} index"
+    what = package if package and package != "torch" else "the package"
+    return _make("torch-build", f"torch is not the CUDA {major} build {what} needs",
+                 f"{what} is built against torch's CUDA {major} build and loads libcudart.so.{major} through it; the "
+                 f"installed torch is another CUDA (or CPU) build, which does not bring CUDA {major}'s runtime",
+                 f"install the CUDA {major} torch {what} was built with (pip show {what} names the torch release; its "
+                 f"index is {index}): pip install --force-reinstall torch==<that release> --index-url "
+                 f"https://download.pytorch.org/whl/cuXXX; or install the {what} build made for the installed torch's CUDA",
+                 [ctx.line_fact(error)], [error])
+
+
+# `pip install torch>=1.7.1+cu110` typed into a shell without quotes: the shell reads `>` as a redirection
+_UNQUOTED = re.compile(r"\b(?:pip3?|uv pip|python3? -m pip) install\b[^'\"\n]*?\b(torch|torchvision|torchaudio)\s*>=?\s*"
+                       r"([\d.]+)\+(cu\d+|rocm[\d.]+|cpu)")
+
+
+def _unquoted_comparison(ctx: Context) -> Optional[Diagnosis]:
+    """An unquoted `>=` in a pip command is a shell redirection: pip gets the bare name (whatever build the links page
+    offers first, a ROCm or CPU build among them), and the version with its +cuXXX goes to a file named "=X+cuXXX".
+    A `>=` never selects a local build tag either: the pin is `==` with the tag, quoted, from that build's own page."""
+    line = next(((n, m) for n, l in enumerate(ctx.sheet.lines, 1) for m in [_UNQUOTED.search(l)] if m), None)
+    if line is None:
+        return None
+    number, m = line
+    tag = m.group(3)
+    pins = re.findall(r"\b(torch|torchvision|torchaudio)\s*>=?\s*([\d.]+)\+" + re.escape(tag), ctx.sheet.lines[number - 1])
+    quoted = " ".join(f'"{name}=={version}+{tag}"' for name, version in pins)
+    page = (f"https://download.pytorch.org/whl/{tag}/torch_stable.html" if re.search(r"torch_stable", _text(ctx))
+            else None)
+    installed = re.findall(r"(?im)^\s*(torch\w*)\s+[\d.]+\+(\w[\w.]*)\s*$", _text(ctx))
+    other = [f"{name} +{build}" for name, build in installed if build != tag]
+    command = (f"pip install {quoted} -f {page}" if page else
+               f"pip install {quoted} --index-url https://download.pytorch.org/whl/{tag}")
+    return _make("torch-build", f"the {tag} pin never reached pip",
+                 f"in `{m.group(0)[:80]}` the shell reads the unquoted > as a redirection and a >= cannot pin a +{tag} "
+                 "build, so pip installs whatever build of the bare name the links page offers" +
+                 (f" (installed: {', '.join(other)})" if other else ""),
+                 f"pin with == and quote it, from the {tag}-only page: {command}",
+                 [Fact("error", "torch-build", number, ctx.sheet.lines[number - 1])],
+                 [ErrorLine(number, ctx.sheet.lines[number - 1], None)], confirmed=bool(other))
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
@@ -202,6 +266,12 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     wrong = [f for f in builds if (vendor == "amd" and f.detail in ("cuda", "cpu", "no-hip")) or
              (vendor in ("nvidia", None) and f.detail in ("rocm", "cpu"))]
     joined = "\n".join(ctx.sheet.lines)
+    redirected = _unquoted_comparison(ctx)
+    if redirected is not None:
+        return redirected
+    runtime = _cuda_runtime_of_torch(ctx, errors)
+    if runtime is not None:
+        return runtime if runtime is not _NOT_TORCH else None
     other = _other_runtime_build(ctx, errors, vendor)
     if other is not None:
         return other
@@ -481,9 +551,74 @@ def _amdsmi_release(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
     return _first(diagnosis) if several else diagnosis
 
 
+# TensorFlow saying it has no GPU: its own build query, an empty GPU list, or its GPU package not found / available
+_TF_NO_GPU = re.compile(r"(?i)is_built?_with_cuda\(\).{0,30}\bfalse|list_physical_devices\(.GPU.\).{0,30}\[\]|"
+                        r"tensorflow(?:-gpu)?\b.{0,60}\b(?:not (?:available|found|detect\w*|see\w*|use\w*)|can.?n?.?t "
+                        r"(?:detect|see|use|find|install)|(?:does not|doesn.t) (?:detect|see|use))|"
+                        r"no (?:matching )?(?:version|distribution)\b.{0,30}tensorflow-gpu|tensorflow-gpu\b.{0,40}was not "
+                        r"found|No version \S+ of (?:the )?tensorflow-gpu")
+
+
+def _tensorflow_on_windows(ctx: Context) -> Optional[Diagnosis]:
+    """TensorFlow on native Windows that finds no GPU (or whose GPU package will not install): from 2.11 on TensorFlow
+    publishes no GPU build for native Windows, whatever CUDA is installed (torch beside it may well see the GPU)."""
+    text = _text(ctx)
+    if not (ctx.sheet.is_windows or _WINDOWS_WORD.search(text)) or not re.search(r"(?i)\btensorflow", text):
+        return None
+    lines = ctx.sheet.lines
+    # the answer on the line itself (a comment) or on the next one (an interactive session's output)
+    said = [ErrorLine(n, line.strip(), None) for n, line in enumerate(lines, 1)
+            if _TF_NO_GPU.search(line + " " + (lines[n].strip() if n < len(lines) else ""))]
+    if not said:
+        return None
+    version = re.search(r"(?i)\b(?:tensorflow(?:-gpu)?|tf)\b\D{0,20}\b2\.(\d+)(?:\.\d+)?\b", text)
+    if version and int(version.group(1)) <= 10:
+        return None   # a release that still had a Windows GPU build: its CUDA/cuDNN pair is the question
+    fix = _table_fix(ctx, "tensorflow", "wheel-platform", frozenset({"windows"}))
+    return _make("wheel-platform", "no GPU TensorFlow for native Windows",
+                 f"TensorFlow {'2.' + version.group(1) + ' ' if version else ''}has no GPU build for native Windows "
+                 "(the last was 2.10): on Windows it runs on the CPU only, and tensorflow-gpu is no longer published",
+                 fix, [ctx.line_fact(said[0])], said[:1], confirmed=bool(version))
+
+
+# a package whose install replaces the torch already there ("pip install xformers re-installs torch 2.0.1")
+_REPLACES_TORCH = re.compile(r"(?i)\b(?:re-?install|replac|downgrad|uninstall|overwrit|swap)\w*\s+(?:(?:my|the|our|"
+                             r"existing|installed|current)\s+)*(?:torch|pytorch)\b")
+
+
+def _package_replaces_torch(ctx: Context) -> Optional[Diagnosis]:
+    """Installing a compiled package swaps out the torch that was there: each of its wheels is built for one torch
+    release (and CUDA), so pip brings that torch along; building the package against the installed torch keeps it."""
+    said = _lines_matching(ctx, _REPLACES_TORCH.pattern)
+    if not said:
+        return None
+    text = _text(ctx)
+    named = [n for n in re.findall(r"(?i)\b(?:pip3?|uv pip) install\s+(?:-\S+\s+)*([A-Za-z][\w.\-]*)", text)
+             if not re.match(r"(?i)torch|pytorch|-r\b", n)]
+    package = named[0] if named else _named_tool(text)
+    if not package or package in ("torch", "pytorch"):
+        return None
+    package = re.split(r"[=<>\[]", package)[0]
+    return _make("wheel-platform", f"{package}'s wheel brings its own torch",
+                 f"each prebuilt {package} wheel is built for one torch release and CUDA, and declares it: pip replaces "
+                 f"the torch that is installed with that one",
+                 f"build {package} from source against the installed torch, so nothing else is replaced: pip install "
+                 f"--no-build-isolation --no-deps --no-binary {package} {package} (or pip install --no-build-isolation "
+                 f"git+<{package}'s repository>; the CUDA toolkit of torch's CUDA must be there); or install the {package} "
+                 "release built for the installed torch (its release notes pair them) with --no-deps",
+                 [ctx.line_fact(said[0])], said[:1], confirmed=False)
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
+    tensorflow = _tensorflow_on_windows(ctx)
+    if tensorflow is not None:
+        return tensorflow
     errors = ctx.of("wheel-platform")
+    if not errors and not any(e.family for e in ctx.errors):
+        replaced = _package_replaces_torch(ctx)
+        if replaced is not None:
+            return replaced
     if not errors:
         return _import_failure(ctx, [], attribute_only=True) or _install_complaint(ctx)
     text = "\n".join(e.line for e in errors)
@@ -779,6 +914,30 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
     return None
 
 
+def _companion_of_other_build(ctx: Context, package: str, torch: Optional[str],
+                              errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """torch is one build of pytorch.org's (+cpu, +cu121, +rocm6.2) and its companion (torchvision, torchaudio) another:
+    the companion came from PyPI (its default build) or another index, so its compiled operators do not register."""
+    tag = re.search(r"\+(cpu|cu\d+|rocm[\d.]+)$", torch or "")
+    if tag is None:
+        return None
+    versions = [v for line in ctx.sheet.lines if re.search(rf"(?i)\b{package}\b", line)
+                for v in [re.findall(r"(?<![\w.])(\d+\.\d+\.\d+(?:\+[\w.]+)?)(?![\w.])", line)] if v]
+    if not versions:
+        return None
+    have = versions[-1][-1]
+    if have.endswith("+" + tag.group(1)):
+        return None
+    release = have.split("+")[0]
+    return _make("wheel-platform", f"{package} is another build than torch's +{tag.group(1)}",
+                 f"torch is {torch}, pytorch.org's +{tag.group(1)} build, but {package} {have} is "
+                 f"{'another build (+' + have.split('+')[1] + ')' if '+' in have else 'PyPI’s default build'}, made "
+                 f"for another torch build, so its compiled operators do not register",
+                 f"install the {package} of the same build: pip install --force-reinstall {package}=={release}+"
+                 f"{tag.group(1)} --index-url https://download.pytorch.org/whl/{tag.group(1)} (the index torch came "
+                 "from)", [ctx.line_fact(errors[0])], errors)
+
+
 @rule("abi-mismatch")
 def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: an error line saying a compiled module cannot link to what is installed (an undefined symbol, a
@@ -809,6 +968,9 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
                      "conda install -c conda-forge 'libstdcxx-ng>=12' in that environment, or put the system's first: "
                      "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", evidence, errors)
     if re.search(r"torchvision::\w+|torchvision versions are incompatible", text):
+        other_build = _companion_of_other_build(ctx, "torchvision", torch, errors)
+        if other_build is not None:
+            return other_build
         return _make("abi-mismatch", "torchvision does not match torch",
                      "torchvision's compiled operators were built for another torch release or build",
                      "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
@@ -830,9 +992,11 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     if re.search(r"torch_extensions", text + "\n" + joined):
         return _make("abi-mismatch", "a JIT-built extension cached for another torch",
                      "torch's JIT extensions (DeepSpeed ops, fused kernels) are compiled once into "
-                     "~/.cache/torch_extensions; a cached build from before a torch upgrade no longer links",
+                     "~/.cache/torch_extensions, in a folder named for the Python and CUDA (py310_cu121), not for the "
+                     "torch version: a build cached before a torch upgrade is loaded again and no longer links",
                      f"rm -rf ~/.cache/torch_extensions (or $TORCH_EXTENSIONS_DIR), then rerun so the ops rebuild "
-                     f"against {against}; for DeepSpeed's prebuilt ops: DS_BUILD_OPS=0 pip install --force-reinstall "
+                     f"against {against} (after every torch version change: the cache does not notice it); a package "
+                     f"pinning a torch release (its requirements): that torch version; for DeepSpeed's prebuilt ops: DS_BUILD_OPS=0 pip install --force-reinstall "
                      "deepspeed", evidence, errors)
     package = _extension_package(ctx, errors)
     if re.search(r"(?i)xFormers", text):
@@ -918,7 +1082,7 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                 "environment (torch's ROCm build imports it when pynvml is present, and tools query the GPU with it)",
                 f"install the amdsmi package: {where}; or, where only pynvml pulled it in (DeepSpeed, a monitoring package), pip "
                 "uninstall pynvml nvidia-ml-py")
-    cuda_lib = re.search(r"lib(cudnn|cublas\w*|cufft|curand|cusparse|nvrtc)\w*\.so\.(\d+)", text)
+    cuda_lib = re.search(r"lib(cudnn|cublas\w*|cufft|curand|cusparse|nvrtc|cudart)\w*\.so\.(\d+)", text)
     if cuda_lib:
         what = "cuDNN" if cuda_lib.group(1) == "cudnn" else cuda_lib.group(1)
         major = cuda_lib.group(2)
@@ -937,7 +1101,7 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                     "installed or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
                     f"install CUDA {major}'s {what}: pip install {wheel}-cu{major} (or the CUDA {major} toolkit) and put "
                     f"its lib folder on the loader's path: export LD_LIBRARY_PATH=<site-packages>/nvidia/"
-                    f"{wheel.removeprefix('nvidia-').removeprefix('cuda-')}/lib:$LD_LIBRARY_PATH (or import torch "
+                    f"{wheel.removeprefix('nvidia-').replace('-', '_')}/lib:$LD_LIBRARY_PATH (or import torch "
                     "first, whose CUDA build loads them)")
         return (f"{what} {major} is not found", f"the program loads {name} ({what} {major}), which is not installed "
                 "or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
@@ -1022,7 +1186,7 @@ def _link_library(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                "LIBRARY_PATH=$CUDA_HOME/lib64/stubs:$LIBRARY_PATH (CUDA_HOME=/usr/local/cuda-<torch's CUDA>)")
     elif lib in _CUDA_LINKED:
         wheel = _CUDA_WHEELS.get(re.sub(r"Lt$", "", lib), "nvidia-" + lib.lower())
-        folder = wheel.removeprefix("nvidia-").removeprefix("cuda-").replace("-", "_")
+        folder = wheel.removeprefix("nvidia-").replace("-", "_")   # nvidia/cuda_runtime, nvidia/curand
         fix = (f"install the CUDA toolkit of torch's CUDA (its lib64 has {so}) and point the linker at it: export "
                f"LIBRARY_PATH=$CUDA_HOME/lib64:$LIBRARY_PATH (CUDA_HOME=/usr/local/cuda-<torch.version.cuda>); with pip's "
                f"{wheel} wheel instead, make the link it lacks: ln -s <site-packages>/nvidia/{folder}/lib/{so}.<N> "
@@ -1228,6 +1392,8 @@ def _built_for_other_rocm(ctx: Context, name: str, first: ErrorLine) -> Optional
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
                                             if "/.singularity.d/libs/" in e.line]
+    if _cuda_runtime_of_torch(ctx, ctx.of("torch-build")) is _NOT_TORCH:
+        errors += [e for e in ctx.of("torch-build") if re.search(r"libcudart\.so\.\d+: cannot open", e.line)]
     zluda = _zluda(ctx)
     if zluda is not None:
         return zluda
@@ -1242,7 +1408,9 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     first = errors[0]
     if first.catalogue is not None and first.catalogue.entry.context:
         return _restate("rocm-libs-missing", first, errors)
-    lib = re.search(r"(lib[\w\-]+\.so[.\d]*|\w+\.dll)", first.line)
+    # the library the loader could not open, else the first one the line names (a line may name its loader first)
+    lib = (re.search(r"(lib[\w\-+.]+?\.so[.\d]*): cannot open", first.line)
+           or re.search(r"(lib[\w\-]+\.so[.\d]*|\w+\.dll)", first.line))
     name = lib.group(1) if lib else "a ROCm library"
     needs = _ldd_subject(ctx) if "=> not found" in first.line else None
     if needs is not None:
@@ -1282,6 +1450,14 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                "reinstall that one (pip install --force-reinstall <package>)")
         return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}, which is not "
                      "installed or not on its path", fix, [ctx.line_fact(first)], errors, confirmed=False)
+    elif re.search(r"(?i)\bnightl(?:y|ies)\b|\brocm-sdk\b|\bTheRock\b|\d\.\d+\.\d+a20\d{6}", _text(ctx)):
+        # a ROCm torch nightly (TheRock's wheels) that links a library its rocm-sdk wheels do not bring, or bring but
+        # torch does not preload: the nightly's packaging, not the machine
+        fix = (f"{name} is a ROCm library this torch nightly links: install the rocm-sdk wheels of the same nightly "
+               "(pip install --force-reinstall \"rocm[libraries]\" from the index torch came from) and look for it: "
+               f"find $(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])') -name '{name}*'; if it "
+               "is there, torch's preload list (torch/_rocm_init.py) lacks it, a packaging bug of that nightly: take an "
+               f"earlier or later nightly, or LD_PRELOAD=<that file> meanwhile; if not, the rocm-sdk wheels lack {name}")
     elif ctx.sheet.has("layout", "therock"):
         fix = ("this ROCm comes as Python wheels (TheRock), with no /opt/rocm: install its libraries into the same "
                "environment (pip install 'rocm[libraries]' from the index torch came from) and run from that venv")
