@@ -180,3 +180,101 @@ def test_a_jit_extension_cache_outlives_a_torch_version_change():
     top = _top("ImportError: /root/.cache/torch_extensions/py311_cu118/fused_adam/fused_adam.so: undefined symbol: "
                "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs\n")
     assert top.family == "abi-mismatch" and "torch version" in top.fix and "torch_extensions" in top.fix
+
+
+def test_a_torch_pin_newer_than_the_rocm_index_names_the_index_that_has_it():
+    top = _top("Radeon RX 7800 XT, the app runs on the CPU instead of the GPU\n$ pip install torch==2.8.0 --index-url "
+               "https://download.pytorch.org/whl/rocm6.2\nERROR: Could not find a version that satisfies the requirement "
+               "torch==2.8.0 (from versions: 2.5.0+rocm6.2, 2.5.1+rocm6.2)\n")
+    assert top.family == "torch-build" and "whl/rocm6.4" in top.fix and "torch==2.8.0" in top.fix
+    # no fall-back said: the pin itself fails, a wheel-platform matter with the same index
+    top = _top("$ pip install torch==2.5.1 --index-url https://download.pytorch.org/whl/rocm5.7\nERROR: Could not find a "
+               "version that satisfies the requirement torch==2.5.1 (from versions: 2.2.0+rocm5.7, 2.3.1+rocm5.7)\n")
+    assert top.family == "wheel-platform" and "whl/rocm6.2" in top.fix
+    # a pin the index does list for other Pythons is not an old index
+    top = _top("$ pip install torch==2.3.1 --index-url https://download.pytorch.org/whl/rocm6.0\nERROR: Could not find a "
+               "version that satisfies the requirement torch==2.3.1 (from versions: 2.3.1+rocm6.0, 2.4.0+rocm6.0)\n")
+    assert "has no torch 2.3.1" not in top.title
+
+
+def test_a_tensorflow_rocm_pin_for_a_rocm_point_release_takes_the_minor_release_build():
+    top = _top("ROCm 5.7.1 here. pip install tensorflow-rocm==2.13.0.571\nERROR: No matching distribution found for "
+               "tensorflow-rocm==2.13.0.571\n")
+    assert top.family == "wheel-platform" and "tensorflow-rocm==2.13.0.570" in top.fix
+    # a minor-release build that is not found is another matter (a Python, a platform)
+    top = diagnose_text("pip install tensorflow-rocm==2.14.0.600\nERROR: No matching distribution found for "
+                        "tensorflow-rocm==2.14.0.600\n").top
+    assert top is None or "2.14.0.600 (" not in top.fix
+
+
+def test_jaxlib_not_found_on_windows_is_its_windows_wheels():
+    top = _top("On Windows 10: pip install jaxlib==0.3.25\nERROR: Could not find a version that satisfies the requirement "
+               "jaxlib==0.3.25 (from versions: none)\n")
+    assert top.family == "wheel-platform" and "0.4.13" in top.fix and "WSL2" in top.fix
+    # on Linux the same line is a Python matter
+    top = _top("Ubuntu 24.04: pip install jaxlib==0.3.25\nERROR: Could not find a version that satisfies the "
+               "requirement jaxlib==0.3.25 (from versions: none)\n")
+    assert "0.4.13" not in top.fix
+
+
+def test_a_triton_fork_under_windows_torch_is_replaced_by_triton_windows():
+    top = _top("Windows 11, RX 7900 XT, torch from AMD's Windows wheels, triton built from "
+               "https://github.com/someone/triton\ntorch.compile fails: triton.compiler.errors.CompilationError: at 1:0 "
+               "error in triton kernel\n")
+    assert top.family == "wheel-platform" and "triton-windows" in top.fix
+    # triton-windows already installed: not this reading
+    top = diagnose_text("Windows 11, triton-windows 3.3 and https://github.com/someone/triton\nerror in triton kernel\n"
+                        ).top
+    assert top is None or "fork" not in top.title
+
+
+def test_exllamav2_on_a_rocm_older_than_it_needs():
+    top = _top("ROCm 5.4.2 with torch 2.0.1+rocm5.4.2\nImportError: /env/site-packages/exllamav2_ext.cpython-310-x86_64-"
+               "linux-gnu.so: undefined symbol: hipblasGemmEx\n")
+    assert top.family == "abi-mismatch" and "ROCm 5.6 or newer" in top.fix
+    # ROCm 6 installed: the extension's own build, not the ROCm release
+    top = _top("ROCm 6.2 with torch 2.5.1+rocm6.2\nImportError: /env/site-packages/exllamav2_ext.cpython-310-x86_64-"
+               "linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi\n")
+    assert top.family == "abi-mismatch" and "5.6" not in top.fix and "exllamav2" in top.fix
+
+
+def test_a_hip_function_missing_from_the_driver_dll_is_an_old_adrenalin():
+    top = _top("The procedure entry point hipMemAdvise could not be located in the dynamic link library "
+               "C:\\tools\\zluda\\nvcuda.dll\n")
+    assert top.family == "driver" and "Adrenalin" in top.fix
+    # a CUDA function from another DLL is not the HIP runtime
+    top = diagnose_text("The procedure entry point cudnnGetVersion could not be located in the dynamic link library "
+                        "cudnn64_8.dll\n").top
+    assert top is None or top.family != "driver"
+
+
+def test_hip6_dlls_wanted_on_a_polaris_or_vega_card():
+    top = _top("amdhip64_6.dll not found when starting ZLUDA on my Radeon RX 590")
+    assert top.family == "gpu-unsupported" and "RDNA" in top.fix
+    # an RDNA card missing the same DLL needs the HIP SDK, not a new GPU
+    top = _top("amdhip64_6.dll not found when starting ZLUDA on my Radeon RX 6700 XT")
+    assert top.family != "gpu-unsupported"
+
+
+def test_wsl_without_gpu_paravirtualization():
+    top = _top("nvidia-container-cli under WSL2: dxcore initialization failed, continuing assuming a non-WSL environment\n"
+               "load library failed: libcuda.so.1: cannot open shared object file: no such file or directory\n")
+    assert top.family == "wsl" and "21H2" in top.fix
+    # dxcore is WSL's: outside WSL the message is not this reading
+    top = diagnose_text("load library failed: libnvidia-ml.so.1: cannot open shared object file\n").top
+    assert top is None or "21H2" not in top.fix
+
+
+def test_compiler_diagnostics_are_no_install_complaint():
+    top = diagnose_text("RuntimeError: Internal Triton PTX codegen error:\nptxas /tmp/x.ptx, line 88; error   : "
+                        "Feature '.bf16' requires .target sm_80 or higher\n").top
+    assert top is None or "does not install" not in top.title
+    assert _top("triton install fails on Windows 11\n").family == "wheel-platform"
+
+
+def test_no_hip_gpus_is_said_by_a_rocm_torch_so_the_build_is_not_blamed():
+    top = _top("docker run --device /dev/kfd --device /dev/dri rocm/pytorch\nRuntimeError: No HIP GPUs are available\n")
+    assert top.family != "torch-build"
+    # a CUDA build on an AMD GPU still is
+    top = _top("Radeon RX 7900 XTX\ntorch 2.5.1+cu124\nAssertionError: Torch not compiled with CUDA enabled\n")
+    assert top.family == "torch-build"

@@ -8,7 +8,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import Fact
-from steadytune.doctor.fixes import rocm_index_for
+from steadytune.doctor.fixes import rocm_index_for, rocm_indexes_for_torch
 from steadytune.doctor.packages import distribution_of, read_import_failure
 from steadytune.doctor.tool_fixes import ALIASES, load_tool_fixes, machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
@@ -290,6 +290,9 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     others = [e for e in ctx.errors if e.family not in (None, "visibility", "torch-build")]
     if named and not errors and not others:
         errors = ctx.of("visibility") + ctx.no_gpu() or _symptom_lines(ctx, named[:1])
+    rocm_said = [e for e in ctx.of("visibility") + ctx.no_gpu() if re.search(r"No HIP GPUs|hipErrorNoDevice", e.line)]
+    if not errors and not wrong and rocm_said:
+        return None   # torch's ROCm build printed it: the build is right, the GPU is what it cannot reach
     if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
         # torch sees no GPU on an AMD machine (or after a conda install) and nothing else explains it: the build
         if not (ctx.of("visibility") and (vendor == "amd" or conda)) or ctx.of(*_DEEPER):
@@ -509,7 +512,9 @@ def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
     and GPU (the tool table), as the likely reading."""
     if any(e.family for e in ctx.errors):
         return None
-    said = _lines_matching(ctx, _INSTALL_FAILS.pattern)
+    # a compiler's own diagnostics (ptxas, a kernel's codegen, file:line) are a kernel failing at run time, not an install
+    said = [line for line in _lines_matching(ctx, _INSTALL_FAILS.pattern)
+            if not re.search(r"(?i)\bptxas\b|\bcodegen\b|\.target sm_|\bline \d+;|\.(?:cu|cpp|c|h|py):\d+", line.line)]
     if not said:
         return None
     text = _text(ctx)
@@ -609,11 +614,91 @@ def _package_replaces_torch(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said[:1], confirmed=False)
 
 
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _index_older_than_pin(ctx: Context, pin: Optional[re.Match], offered: Optional[re.Match],
+                          errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """`torch==2.4.1` asked of an index whose builds (all +rocm5.6) stop at an older release: the index is that of an
+    older ROCm, made before this torch; the ROCm indexes that carry the release are known. An installer that falls
+    back to the default torch then leaves a CUDA build on the AMD machine (torch-build), else the pin fails."""
+    if not (pin and offered) or pin.group(1).lower() != "torch":
+        return None
+    versions = [v.strip() for v in offered.group(1).split(",") if v.strip()]
+    tags = {v.split("+", 1)[1] for v in versions if "+" in v}
+    if len(tags) != 1 or not all("+" in v for v in versions) or not next(iter(tags)).startswith("rocm"):
+        return None
+    if _release(pin.group(2)) <= max(_release(v) for v in versions):
+        return None
+    carried = rocm_indexes_for_torch(pin.group(2))
+    if not carried:
+        return None
+    old, new = next(iter(tags)), carried[-1]
+    text = _text(ctx)
+    fell_back = bool(_ON_CPU.search(text) or re.search(r"(?i)installs? (?:the )?(?:torch )?CUDA|\bCPU\b.{0,40}\btorch "
+                                                         r"device|falls? back", text))
+    pins = " ".join(dict.fromkeys(re.findall(r"\b(?:torch|torchvision|torchaudio)==[\w.]+", text))) or pin.group(0)
+    return _make("torch-build" if fell_back else "wheel-platform",
+                 f"the {old} index has no torch {pin.group(2)}",
+                 f"the {old} index stops at torch {max(versions, key=_release).split('+')[0]}; torch {pin.group(2)} "
+                 f"was published for {' and '.join(carried)}" + (", so the install fell back to the default (CUDA) "
+                                                                 "torch, which runs on the CPU here" if fell_back else ""),
+                 f"pip install {pins} --index-url https://download.pytorch.org/whl/{new} (the ROCm index of that torch "
+                 f"release{'; ' + carried[0] + ' works too' if len(carried) > 1 else ''}); python -c 'import torch; "
+                 "print(torch.version.hip)' must print a ROCm version", [ctx.line_fact(errors[0])], errors)
+
+
+# tensorflow-rocm's version carries the ROCm it was built for: 2.14.0.600 is TensorFlow 2.14.0 for ROCm 6.0
+_TF_ROCM = re.compile(r"(?i)tensorflow-rocm\s*(?:/|==|=|\s)\s*(\d+\.\d+\.\d+)\.(\d)(\d)(\d)\b")
+_NOT_THERE = re.compile(r"(?i)not found|can.?not (?:be )?(?:install|find)|could not find|no matching|not available|"
+                        r"no version")
+
+
+def _tensorflow_rocm_release(ctx: Context) -> Optional[Diagnosis]:
+    """A tensorflow-rocm pin for a ROCm point release (2.14.0.602 for ROCm 6.0.2): AMD builds one per ROCm minor
+    release (.600), which runs on its point releases; later ROCm releases' builds are on repo.radeon.com, not PyPI."""
+    for n, line in enumerate(ctx.sheet.lines, 1):
+        m = _TF_ROCM.search(line)
+        if not m or m.group(4) == "0" or not _NOT_THERE.search(_text(ctx)):
+            continue
+        version, major, minor = m.group(1), m.group(2), m.group(3)
+        release = f"{version}.{major}{minor}0"
+        return _make("wheel-platform", f"no tensorflow-rocm {m.group(0).split()[-1].split('/')[-1]}",
+                     f"tensorflow-rocm's last number is the ROCm release it was built for, one build per ROCm minor "
+                     f"release: there is {release} (ROCm {major}.{minor}), and none for the point release {major}."
+                     f"{minor}.{m.group(4)}",
+                     f"pip install tensorflow-rocm=={release} (the ROCm {major}.{minor} build runs on ROCm {major}.{minor}"
+                     f".x); for ROCm 6.1 and newer AMD publishes tensorflow-rocm on repo.radeon.com/rocm/manylinux/"
+                     "rocm-rel-X.Y/ rather than PyPI (pip install <that wheel>)",
+                     [Fact("error", "wheel-platform", n, line)], [ErrorLine(n, line.strip(), None)])
+    return None
+
+
+def _triton_fork_on_windows(ctx: Context) -> Optional[Diagnosis]:
+    """On Windows Triton comes as triton-windows (which supports ROCm's Windows torch too); a triton built from a fork
+    (github.com/<someone>/triton) is made for another torch, and torch.compile's kernels fail with it."""
+    text = _text(ctx)
+    kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), _vendor(ctx), text)
+    fork = re.search(r"(?i)github\.com/(?!triton-lang/|woct0rdho/|openai/)[\w.-]+/triton\b", text)
+    if "windows" not in kinds or not fork or re.search(r"(?i)triton-windows", text):
+        return None
+    said = _lines_matching(ctx, r"(?i)\btriton\b.{0,80}(?:error|cannot|failed)|(?:error|cannot|failed).{0,80}\btriton\b")
+    if not said:
+        return None
+    return _make("wheel-platform", "a Triton fork under Windows torch",
+                 f"the triton installed is a fork's build ({fork.group(0)}) made for another torch; on Windows the "
+                 "maintained Triton is the triton-windows package, which supports both CUDA and ROCm's Windows torch",
+                 _table_fix(ctx, "triton", "wheel-platform", kinds, package="triton"),
+                 [ctx.line_fact(said[0])], said[:1])
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
-    tensorflow = _tensorflow_on_windows(ctx)
-    if tensorflow is not None:
-        return tensorflow
+    for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _triton_fork_on_windows):
+        found = reading(ctx)
+        if found is not None:
+            return found
     errors = ctx.of("wheel-platform")
     if not errors and not any(e.family for e in ctx.errors):
         replaced = _package_replaces_torch(ctx)
@@ -770,8 +855,8 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                "AMD's ROCm wheels for Windows (repo.radeon.com) for the GPUs they list")
         return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
     base = pin.group(1) if pin else re.split(r"[=<>!~\[;]", name)[0]
-    kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
-    platform = _table_fix(ctx, base, "wheel-platform", package=base) if kinds & {"windows", "macos"} else None
+    kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(_text(ctx))), _vendor(ctx), _text(ctx))
+    platform = _table_fix(ctx, base, "wheel-platform", kinds, package=base) if kinds & {"windows", "macos"} else None
     if platform and tool_fix(base, "wheel-platform", kinds, {}) != tool_fix(base, "wheel-platform", frozenset(), {}):
         # the package has a build of its own for this OS, or none at all (triton-windows; vLLM, flash-attn on Windows)
         return _make("wheel-platform", f"no {base} on PyPI for this platform", cause, platform,
@@ -789,6 +874,9 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                    f"platform: use an older Python (a 3.12 or 3.11 environment: uv venv -p 3.12, conda create -n env "
                    f"python=3.12); a new Python gets {base} wheels only months after its release, and old pins never do")
         return _make("wheel-platform", f"no {base} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
+    stale = _index_older_than_pin(ctx, pin, offered, errors)
+    if stale is not None:
+        return stale
     if pin and same:
         fix = (f"the index has no {name} for this platform; it does have {', '.join(same)}: pick one of those "
                f"(pip install {pin.group(1)}=={same[-1]} -f <the index>)")
@@ -831,7 +919,7 @@ _MODULE_PACKAGES = (
     r"transformer_inference|fused_lamb", "deepspeed"), (r"\bapex\b|amp_C|fused_layer_norm_cuda", "apex"),
     (r"sageattention|_qattn", "sageattention"), (r"mamba_ssm|selective_scan", "mamba-ssm"),
     (r"causal_conv1d", "causal-conv1d"), (r"torch_scatter|torch_sparse|torch_cluster|torch_spline_conv", "torch-scatter"),
-    (r"mmcv", "mmcv"), (r"detectron2", "detectron2"), (r"pytorch3d", "pytorch3d"), (r"auto_gptq|exllama\w*",
+    (r"mmcv", "mmcv"), (r"detectron2", "detectron2"), (r"pytorch3d", "pytorch3d"), (r"exllamav2\w*", "exllamav2"), (r"auto_gptq|exllama\w*",
     "auto-gptq"), (r"transformer_engine", "transformer-engine"), (r"llama_cpp", "llama-cpp-python"),
     (r"torch_directml", "torch-directml"), (r"natten", "natten"), (r"spconv", "spconv"), (r"gsplat|diff_gaussian",
     "the gaussian-splatting extension"), (r"nvdiffrast", "nvdiffrast"), (r"tinycudann|tiny_cuda_nn", "tinycudann"),
@@ -938,6 +1026,33 @@ def _companion_of_other_build(ctx: Context, package: str, torch: Optional[str],
                  "from)", [ctx.line_fact(errors[0])], errors)
 
 
+# the oldest ROCm a package's ROCm build runs on, where its sources say so (exllamav2: pull 154 / issue 46, ROCm 5.6)
+_ROCM_MINIMUM = {"exllamav2": (5, 6)}
+
+
+def _rocm_older_than_needed(ctx: Context, package: Optional[str], errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A ROCm library's symbol (hipblas*, rocblas*, hip*) undefined in a package built for a newer ROCm than the one
+    the paste shows: the installed ROCm's library predates the call, so the machine's ROCm must move, not the build."""
+    need = _ROCM_MINIMUM.get(package or "")
+    symbol = re.search(r"undefined symbol:?\s*(_Z\w*?)?((?:hip|roc)\w+)", "\n".join(e.line for e in errors))
+    if need is None or symbol is None:
+        return None
+    shown = re.findall(r"(?i)\brocm[\s_-]?(\d+)\.(\d+)", _text(ctx)) + [
+        tuple(v.split(".")[:2]) for v in ctx.sheet.values("rocm")]
+    if not shown:
+        return None
+    have = min((int(a), int(b)) for a, b in shown)
+    if have >= need:
+        return None
+    want = f"{need[0]}.{need[1]}"
+    return _make("abi-mismatch", f"{package} needs ROCm {want} or newer",
+                 f"{package}'s ROCm build calls {symbol.group(2)}, which the ROCm {have[0]}.{have[1]} libraries here do "
+                 f"not export: {package} needs ROCm {want} or newer",
+                 f"move to ROCm {want} or newer with the ROCm torch built for it (pip install torch --index-url "
+                 f"https://download.pytorch.org/whl/rocm<that ROCm>), then rebuild {package} against that torch (pip "
+                 "install . --no-build-isolation in its checkout)", [ctx.line_fact(errors[0])], errors)
+
+
 @rule("abi-mismatch")
 def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: an error line saying a compiled module cannot link to what is installed (an undefined symbol, a
@@ -1001,6 +1116,9 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     package = _extension_package(ctx, errors)
     if re.search(r"(?i)xFormers", text):
         package = "xformers"
+    too_old = _rocm_older_than_needed(ctx, package, errors)
+    if too_old is not None:
+        return too_old
     windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
     # the package's own remedy from the tool table (tool_fixes.yaml), else the reinstall every extension takes
     fix = _table_fix(ctx, package, "abi-mismatch", package=package) or (
@@ -1302,6 +1420,53 @@ def _zluda(ctx: Context) -> Optional[Diagnosis]:
     return _first(diagnosis) if no_driver else diagnosis
 
 
+def _hip_runtime_older_than_program(ctx: Context) -> Optional[Diagnosis]:
+    """Windows: "The procedure entry point hipX could not be found in the dynamic link library ...": the amdhip64 DLL
+    that loads (the one AMD's Adrenalin driver installs in System32) is older than the program (ZLUDA's nvcuda.dll,
+    a HIP SDK build) expects: the driver is what to update."""
+    error = next((e for e in ctx.errors if re.search(r"(?i)procedure entry point (hip\w+) could not be (?:found|located)",
+                                                   e.line)), None)
+    if error is None:
+        return None
+    function = re.search(r"(?i)entry point (hip\w+)", error.line).group(1)
+    return _make("driver", f"the HIP runtime lacks {function}",
+                 f"the amdhip64 DLL Windows loads, which AMD's Adrenalin driver installs, is older than the program "
+                 f"(ZLUDA, a HIP SDK build) that calls {function}",
+                 "update the AMD Adrenalin driver (a release at least as new as the HIP SDK / ZLUDA release in use; "
+                 "AMD's driver page, or AMD Software's update check), then restart; an old amdhip64*.dll copied next to "
+                 "the program must go", [ctx.line_fact(error)], [error])
+
+
+def _hip6_dlls_on_pre_rdna(ctx: Context) -> Optional[Diagnosis]:
+    """amdhip64_6.dll / amd_comgr_2.dll (ROCm 6's HIP runtime) missing on a GPU before RDNA (Polaris gfx803, Vega
+    gfx900/gfx906): AMD's Windows drivers for these cards ship only ROCm 5's runtime (amdhip64.dll), and HIP 6 tools
+    (ZLUDA's current releases, HIP SDK 6 builds) support RDNA and newer only."""
+    wanted = _lines_matching(ctx, r"(?i)\b(?:amdhip64_[6-9]|amd_comgr_[2-9])\.dll")
+    archs = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"gfx(?:80\d|90[0-9c])", a)]
+    if not wanted or not archs or any(re.fullmatch(r"gfx1\d{3}", a) for a in ctx.sheet.machine_archs):
+        return None
+    return _make("gpu-unsupported", f"{archs[0]} has no ROCm 6 runtime on Windows",
+                 f"{wanted[0].line.strip()[:80]}: the program wants ROCm 6's HIP runtime, which AMD ships for RDNA GPUs "
+                 f"(RX 5000 and newer) only; the driver for {archs[0]} carries ROCm 5's amdhip64.dll",
+                 f"{archs[0]} cannot run HIP 6 programs (current ZLUDA supports RDNA GPUs only): use a release built for "
+                 "ROCm 5 (HIP SDK 5.7, an older ZLUDA), or a backend that runs on this card (DirectML, Vulkan)",
+                 [ctx.line_fact(wanted[0])], wanted[:1])
+
+
+def _wsl_without_gpu_paravirtualization(ctx: Context) -> Optional[Diagnosis]:
+    """Under WSL, "dxcore initialization failed" (or /usr/lib/wsl/lib/libdxcore.so missing) and then NVIDIA's libraries
+    not found: this Windows build gives WSL no GPU (GPU paravirtualization needs Windows 11 or Windows 10 21H2)."""
+    said = _lines_matching(ctx, r"(?i)dxcore initiali[sz]ation failed|libdxcore\.so.{0,40}(?:not found|No such file|cannot)")
+    if not said or not re.search(r"\bWSL", _text(ctx)):
+        return None
+    return _make("wsl", "WSL gives no GPU on this Windows build",
+                 "WSL's GPU libraries (/usr/lib/wsl/lib: libdxcore.so, and the driver's libcuda/libnvidia-ml) are not "
+                 "there: this Windows build has no GPU paravirtualization for WSL 2",
+                 "update Windows to Windows 11 or Windows 10 21H2 (build 19044) or newer, install the NVIDIA (or AMD) "
+                 "Windows driver with WSL support, run wsl --update, then wsl --shutdown; never install a Linux GPU "
+                 "driver inside WSL", [ctx.line_fact(said[0])], said[:1])
+
+
 # archs every rocBLAS since ROCm 5.7 carries, on Linux and in the Windows HIP SDK alike (ROCm's and the HIP SDK's GPU
 # support tables): an empty library list for one of these is a missing folder, never a missing arch
 _EVERY_ROCBLAS = ("gfx1030", "gfx1100", "gfx1101", "gfx1102")
@@ -1394,6 +1559,10 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                                             if "/.singularity.d/libs/" in e.line]
     if _cuda_runtime_of_torch(ctx, ctx.of("torch-build")) is _NOT_TORCH:
         errors += [e for e in ctx.of("torch-build") if re.search(r"libcudart\.so\.\d+: cannot open", e.line)]
+    for reading in (_hip_runtime_older_than_program, _hip6_dlls_on_pre_rdna, _wsl_without_gpu_paravirtualization):
+        found = reading(ctx)
+        if found is not None:
+            return found
     zluda = _zluda(ctx)
     if zluda is not None:
         return zluda
