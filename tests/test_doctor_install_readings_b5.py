@@ -165,6 +165,9 @@ def test_torchvision_of_another_build_than_torch():
     # the same build on both: the release pairing reading instead
     top = _top("torch 2.3.1+cu121\ntorchvision 0.17.0+cu121\nRuntimeError: operator torchvision::nms does not exist\n")
     assert top.family == "abi-mismatch"
+    # releases that do not pair (torchvision 0.20 is torch 2.5's): the release is what differs, whatever the build
+    top = _top("RuntimeError: operator torchvision::nms does not exist\ntorch 2.6.0+rocm6.2.4, torchvision 0.20.1\n")
+    assert top.family == "abi-mismatch"
 
 
 def test_a_rocm_library_missing_from_a_torch_nightly_names_that_library_and_its_wheels():

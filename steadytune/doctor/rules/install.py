@@ -1017,6 +1017,12 @@ def _companion_of_other_build(ctx: Context, package: str, torch: Optional[str],
     if have.endswith("+" + tag.group(1)):
         return None
     release = have.split("+")[0]
+    # only the build differs where the releases pair (torchvision 0.N with torch 2.(N-15), torchaudio 2.N with 2.N);
+    # otherwise the release is what differs, the abi reading's case
+    major, minor = (int(x) for x in release.split(".")[:2])
+    paired = (2, minor - 15) if package == "torchvision" and major == 0 else (major, minor)
+    if _release(torch)[:2] != paired:
+        return None
     return _make("wheel-platform", f"{package} is another build than torch's +{tag.group(1)}",
                  f"torch is {torch}, pytorch.org's +{tag.group(1)} build, but {package} {have} is "
                  f"{'another build (+' + have.split('+')[1] + ')' if '+' in have else 'PyPI’s default build'}, made "
