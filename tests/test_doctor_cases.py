@@ -40,10 +40,6 @@ KNOWN_MISSES = {
                                                                                "'gfx1030', a malformed value doctor "
                                                                                "reports first",
     # round 4 (batch 4), left unsolved after its rules:
-    "https://github.com/ggml-org/llama.cpp/issues/19949": "the thread's fix (override 11.5.0 on gfx1152) is a report the "
-                                                          "arch table (steadytune/hardware/gpu_facts) still marks "
-                                                          "unverified; doctor gives the rebuild",
-    "https://github.com/mkiol/dsnote/issues/296": "the title and the card only: no error line, no tool doctor reads",
     "https://github.com/NVIDIA/k8s-device-plugin/issues/812": "the paste never says Kubernetes: an AMD GPU with an "
                                                               "NVIDIA error reads as a CUDA torch",
 }
