@@ -42,6 +42,20 @@ KNOWN_MISSES = {
     # round 4 (batch 4), left unsolved after its rules:
     "https://github.com/NVIDIA/k8s-device-plugin/issues/812": "the paste never says Kubernetes: an AMD GPU with an "
                                                               "NVIDIA error reads as a CUDA torch",
+    # round 6 (batch 5), install families, left unsolved after their rules:
+    "https://github.com/invoke-ai/InvokeAI/issues/9328": "the accepted index (rocm7.1) was the newest when the thread "
+                                                         "closed; doctor names today's newest ROCm index for the GPU",
+    "https://github.com/debpalash/VoiceStudio/issues/972": "the torch release the app pins (2.8.0), which decides the "
+                                                           "ROCm index (rocm6.4), is not in the paste",
+    "https://github.com/microsoft/DirectML/issues/554": "the paste shows no Python version; which Pythons torch-directml "
+                                                        "had wheels for then (up to 3.10) is in no table",
+    "https://github.com/ROCm/bitsandbytes/issues/91": "nothing in the paste says the torch is TheRock's (rocm-sdk "
+                                                      "wheels), which the accepted rebuild is against",
+    "https://github.com/Thund3rPat/kohya_ss-linux/issues/8": "the bare 'compiled without GPU support' warning has two "
+                                                             "fixes (link libcudart.so for an old bitsandbytes, or "
+                                                             "upgrade it); the paste does not say which release it is",
+    "https://github.com/Acly/krita-ai-diffusion/issues/399": "the RX 570 outside ROCm (gpu-unsupported) leads; doctor's "
+                                                             "torch-build reading, second, gives the accepted DirectML",
 }
 
 

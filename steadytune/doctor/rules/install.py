@@ -8,7 +8,8 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import Fact
-from steadytune.doctor.fixes import rocm_index_for, rocm_indexes_for_torch
+from steadytune.doctor.fixes import rocm_index_for, rocm_indexes_for_torch, wheel_line
+from steadytune.hardware.gpu_facts import override_for_arch
 from steadytune.doctor.packages import distribution_of, read_import_failure
 from steadytune.doctor.tool_fixes import ALIASES, load_tool_fixes, machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
@@ -354,6 +355,14 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     therock = _therock_torch(ctx, joined, evidence, errors, unsure)
     if therock is not None:
         return therock
+    if arch and arch.startswith("gfx") and not wheel_line(arch) and not override_for_arch(arch):
+        # no ROCm torch carries this GPU, and no sibling's code runs on it: the GPU torch for it is not a ROCm one
+        return _make("torch-build", f"a torch without a build for {arch}",
+                     f"the installed torch is a CUDA or CPU build, which finds no AMD GPU, and no ROCm torch carries "
+                     f"{arch} either",
+                     "on Windows use the program's DirectML backend (torch-directml: pip install torch-directml, or the "
+                     "program's own DirectML option) and reinstall its torch; on Linux the CPU build, or a Vulkan "
+                     "backend where the program has one", evidence, errors + ctx.no_gpu(), confirmed=not unsure)
     return _make("torch-build", "a torch without ROCm on an AMD machine",
                  "the installed torch is a CUDA or CPU build (PyPI's default), which finds no AMD GPU",
                  "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch) + " (python -c 'import torch; "
@@ -1609,7 +1618,12 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     special = _missing_library_fix(ctx, name, text)
     if special:
         title, cause, fix = special
-        return _make("rocm-libs-missing", title, cause, fix, [ctx.line_fact(first)], errors)
+        diagnosis = _make("rocm-libs-missing", title, cause, fix, [ctx.line_fact(first)], errors)
+        if re.match(r"libcudart\.so", name) and _cuda_runtime_of_torch(ctx, ctx.of("torch-build")) is _NOT_TORCH:
+            # the line names the library and the package that loads it from the system: the cause, settled, wherever
+            # the machine is (under WSL the Windows driver brings libcuda only, never the CUDA runtime)
+            return _first(diagnosis)
+        return diagnosis
     if ctx.sheet.is_windows or name.endswith(".dll"):
         fix = ("install AMD's HIP SDK for Windows (it puts amdhip64 and rocBLAS in C:\\Program Files\\AMD\\ROCm\\<ver>\\bin) "
                "and an Adrenalin driver of the same generation; restart the program so PATH is read again")
