@@ -518,8 +518,9 @@ def _named_tool(text: str) -> Optional[str]:
 
 def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
     """A package that will not install here, said in prose with no error line: that package's own install for this OS
-    and GPU (the tool table), as the likely reading."""
-    if any(e.family for e in ctx.errors):
+    and GPU (the tool table), as the likely reading. The complaint itself may be classed as an error line (a title
+    naming flash-attn reads as an attention line); any other error line says more than the complaint."""
+    if any(e.family and not _INSTALL_FAILS.search(e.line) for e in ctx.errors):
         return None
     # a compiler's own diagnostics (ptxas, a kernel's codegen, file:line) are a kernel failing at run time, not an install
     said = [line for line in _lines_matching(ctx, _INSTALL_FAILS.pattern)
