@@ -281,3 +281,10 @@ def test_no_hip_gpus_is_said_by_a_rocm_torch_so_the_build_is_not_blamed():
     # a CUDA build on an AMD GPU still is
     top = _top("Radeon RX 7900 XTX\ntorch 2.5.1+cu124\nAssertionError: Torch not compiled with CUDA enabled\n")
     assert top.family == "torch-build"
+
+
+def test_the_platform_readings_read_chinese_prose():
+    top = _top("Windows 11 上 tensorflow 2.16.1 检测不到 GPU，pytorch 可以用 (RTX 3060)\n")
+    assert top.family == "wheel-platform" and "WSL2" in top.fix
+    top = _top("每次 pip install xformers 都会重新安装了torch 2.0.1，我原来是 torch 2.3.0+cu121\n")
+    assert top.family == "wheel-platform" and "xformers" in top.fix and "from source" in top.fix

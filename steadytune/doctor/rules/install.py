@@ -571,7 +571,9 @@ _TF_NO_GPU = re.compile(r"(?i)is_built?_with_cuda\(\).{0,30}\bfalse|list_physica
                         r"tensorflow(?:-gpu)?\b.{0,60}\b(?:not (?:available|found|detect\w*|see\w*|use\w*)|can.?n?.?t "
                         r"(?:detect|see|use|find|install)|(?:does not|doesn.t) (?:detect|see|use))|"
                         r"no (?:matching )?(?:version|distribution)\b.{0,30}tensorflow-gpu|tensorflow-gpu\b.{0,40}was not "
-                        r"found|No version \S+ of (?:the )?tensorflow-gpu")
+                        r"found|No version \S+ of (?:the )?tensorflow-gpu|"
+                        # Chinese: cannot detect / find / use the GPU
+                        r"tensorflow(?:-gpu)?\b.{0,40}(?:检测不到|识别不到|找不到|用不了|无法使用|无法识别|没有识别)")
 
 
 def _tensorflow_on_windows(ctx: Context) -> Optional[Diagnosis]:
@@ -598,7 +600,9 @@ def _tensorflow_on_windows(ctx: Context) -> Optional[Diagnosis]:
 
 # a package whose install replaces the torch already there ("pip install xformers re-installs torch 2.0.1")
 _REPLACES_TORCH = re.compile(r"(?i)\b(?:re-?install|replac|downgrad|uninstall|overwrit|swap)\w*\s+(?:(?:my|the|our|"
-                             r"existing|installed|current)\s+)*(?:torch|pytorch)\b")
+                             r"existing|installed|current)\s+)*(?:torch|pytorch)\b|"
+                             # Chinese: reinstalls / overwrites / uninstalls / downgrades torch
+                             r"(?:重新安装|重装|覆盖|卸载|降级|替换)了?(?:原来的|已有的|我的)?\s*(?:torch|pytorch)")
 
 
 def _package_replaces_torch(ctx: Context) -> Optional[Diagnosis]:
