@@ -143,6 +143,9 @@ def test_libcudart_missing_under_a_torch_package_is_torch_cuda_build():
 def test_a_package_install_that_replaces_torch_is_built_from_source_against_it():
     top = _top("Whenever I run pip install flash-attn it uninstalls my torch 2.4.0 and pulls torch 2.3.1 with CUDA 11.8")
     assert top.family == "wheel-platform" and "from source" in top.fix and "flash-attn" in top.fix
+    # a requirements file is not the package
+    top = _top("pip install -r requirements.txt replaced my torch 2.5.1+rocm6.2 with a CUDA torch; it pins vllm\n")
+    assert "requirements.txt" not in top.title
     # a torch upgraded on purpose is no complaint about another package
     assert diagnose_text("I upgraded torch to 2.5 yesterday and training is faster now\n").top is None
 
@@ -154,6 +157,10 @@ def test_tensorflow_on_native_windows_finds_no_gpu_after_2_10():
     # 2.10 still had a Windows GPU build: not this reading
     top = diagnose_text("Windows 11, tensorflow 2.10.1\n>>> tf.config.list_physical_devices('GPU')\n[]\n").top
     assert top is None or "2.10 was the last" not in top.fix
+    # under WSL2 TensorFlow is the Linux build
+    top = diagnose_text("Windows 11 with WSL2 Ubuntu, tensorflow 2.15.0\n>>> tf.config.list_physical_devices('GPU')\n[]\n"
+                        ).top
+    assert top is None or "native Windows" not in top.cause
     # on Linux the same empty list is not a platform matter
     top = diagnose_text("Ubuntu 22.04, tensorflow 2.15.0\n>>> tf.config.list_physical_devices('GPU')\n[]\n").top
     assert top is None or "native Windows" not in top.cause

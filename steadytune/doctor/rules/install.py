@@ -198,21 +198,27 @@ def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[Error
 _WITHOUT_TORCH = re.compile(r"(?i)llama_cpp|libllama|ggml|ctranslate2|onnxruntime|tensorflow|jaxlib|cupy|paddle")
 # the CUDA 12 build pytorch.org's default index (and PyPI's Linux torch) carries, by torch release
 _TORCH_CUDA12 = ("cu121 for torch 2.1-2.4, cu124 for 2.5-2.6, cu126 for 2.7, cu128 for 2.8 and newer")
-_NOT_TORCH = Diagnosis("torch-build", "", "", "")   # a marker: the line is a package's own runtime, not torch's
+def _cudart_missing(errors: list[ErrorLine]) -> Optional[ErrorLine]:
+    return next((e for e in errors if re.search(r"libcudart\.so\.(\d+): cannot open", e.line)), None)
+
+
+def _system_cuda_runtime(ctx: Context, error: ErrorLine) -> bool:
+    """The package that cannot load libcudart is one without torch (llama-cpp-python's CUDA wheels, CTranslate2): it
+    loads the CUDA runtime from the system, not from torch's CUDA build."""
+    around = "\n".join(ctx.sheet.lines[max(0, error.line_no - 6): error.line_no + 1])
+    return bool(_WITHOUT_TORCH.search(around) or (_WITHOUT_TORCH.search(_text(ctx)) and
+                                                  not re.search(r"(?i)\btorch\b", _text(ctx))))
 
 
 def _cuda_runtime_of_torch(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
-    """libcudart.so.N not found while a package loads: a package built on torch (vLLM, xformers, flash-attn) takes the
-    CUDA runtime from torch's own CUDA build, so torch is not a CUDA N build; a package without torch (llama-cpp-python's
-    CUDA wheels, CTranslate2) loads it from the system, the missing-library reading's case."""
-    error = next((e for e in errors if re.search(r"libcudart\.so\.(\d+): cannot open", e.line)), None)
-    if error is None:
+    """libcudart.so.N not found while a package built on torch loads (vLLM, xformers, flash-attn): it takes the CUDA
+    runtime from torch's own CUDA build, so torch is not a CUDA N build. A package without torch is the missing-library
+    reading's case (rocm-libs-missing)."""
+    error = _cudart_missing(errors)
+    if error is None or _system_cuda_runtime(ctx, error):
         return None
-    around = "\n".join(ctx.sheet.lines[max(0, error.line_no - 6): error.line_no + 1])
-    if _WITHOUT_TORCH.search(around) or (_WITHOUT_TORCH.search(_text(ctx)) and not re.search(r"(?i)\btorch\b",
-                                                                                              _text(ctx))):
-        return _NOT_TORCH
     major = re.search(r"libcudart\.so\.(\d+)", error.line).group(1)
+    around = "\n".join(ctx.sheet.lines[max(0, error.line_no - 6): error.line_no + 1])
     imported = re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", around, re.M)
     package = (distribution_of(imported[-1]) if imported else None) or ctx.tool([error])
     index = _TORCH_CUDA12 if major == "12" else "cu118" if major == "11" else f"a CUDA {major} index"
@@ -270,9 +276,12 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     redirected = _unquoted_comparison(ctx)
     if redirected is not None:
         return redirected
+    cudart = _cudart_missing(errors)
+    if cudart is not None and _system_cuda_runtime(ctx, cudart):
+        return None   # the system's CUDA runtime, not torch's build: rocm-libs-missing reads it
     runtime = _cuda_runtime_of_torch(ctx, errors)
     if runtime is not None:
-        return runtime if runtime is not _NOT_TORCH else None
+        return runtime
     other = _other_runtime_build(ctx, errors, vendor)
     if other is not None:
         return other
@@ -580,8 +589,9 @@ def _tensorflow_on_windows(ctx: Context) -> Optional[Diagnosis]:
     """TensorFlow on native Windows that finds no GPU (or whose GPU package will not install): from 2.11 on TensorFlow
     publishes no GPU build for native Windows, whatever CUDA is installed (torch beside it may well see the GPU)."""
     text = _text(ctx)
-    if not (ctx.sheet.is_windows or _WINDOWS_WORD.search(text)) or not re.search(r"(?i)\btensorflow", text):
-        return None
+    if not (ctx.sheet.is_windows or _WINDOWS_WORD.search(text)) or not re.search(r"(?i)\btensorflow", text) or \
+            re.search(r"\bWSL|Windows Subsystem for Linux", text):
+        return None   # under WSL TensorFlow is the Linux build, with its GPU
     lines = ctx.sheet.lines
     # the answer on the line itself (a comment) or on the next one (an interactive session's output)
     said = [ErrorLine(n, line.strip(), None) for n, line in enumerate(lines, 1)
@@ -613,7 +623,7 @@ def _package_replaces_torch(ctx: Context) -> Optional[Diagnosis]:
         return None
     text = _text(ctx)
     named = [n for n in re.findall(r"(?i)\b(?:pip3?|uv pip) install\s+(?:-\S+\s+)*([A-Za-z][\w.\-]*)", text)
-             if not re.match(r"(?i)torch|pytorch|-r\b", n)]
+             if not re.match(r"(?i)torch|pytorch", n) and not re.search(r"\.(?:txt|toml|cfg|in)$", n)]
     package = named[0] if named else _named_tool(text)
     if not package or package in ("torch", "pytorch"):
         return None
@@ -1330,9 +1340,9 @@ def _link_library(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                f"{wheel} wheel instead, make the link it lacks: ln -s <site-packages>/nvidia/{folder}/lib/{so}.<N> "
                f"<site-packages>/nvidia/{folder}/lib/{so} and add that lib folder to LIBRARY_PATH")
     elif _ROCM_LIBRARY.search(lib):
-        fix = (f"install ROCm's development libraries (sudo amdgpu-install --usecase=rocm,hiplibsdk) and point the "
-               f"linker at them: export LIBRARY_PATH=/opt/rocm/lib:$LIBRARY_PATH (ROCm from wheels: $(rocm-sdk path "
-               f"--root)/lib)")
+        fix = ("install ROCm's development libraries (sudo amdgpu-install --usecase=rocm,hiplibsdk) and point the "
+               "linker at them: export LIBRARY_PATH=/opt/rocm/lib:$LIBRARY_PATH (ROCm from wheels: $(rocm-sdk path "
+               "--root)/lib)")
     else:
         package = next((p for prefix, p in _SYSTEM_LIBS.items() if so.startswith(prefix)), None)
         fix = (f"sudo apt-get install {package}" if package else
@@ -1457,22 +1467,6 @@ def _hip_runtime_older_than_program(ctx: Context) -> Optional[Diagnosis]:
                  "the program must go", [ctx.line_fact(error)], [error])
 
 
-def _hip6_dlls_on_pre_rdna(ctx: Context) -> Optional[Diagnosis]:
-    """amdhip64_6.dll / amd_comgr_2.dll (ROCm 6's HIP runtime) missing on a GPU before RDNA (Polaris gfx803, Vega
-    gfx900/gfx906): AMD's Windows drivers for these cards ship only ROCm 5's runtime (amdhip64.dll), and HIP 6 tools
-    (ZLUDA's current releases, HIP SDK 6 builds) support RDNA and newer only."""
-    wanted = _lines_matching(ctx, r"(?i)\b(?:amdhip64_[6-9]|amd_comgr_[2-9])\.dll")
-    archs = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"gfx(?:80\d|90[0-9c])", a)]
-    if not wanted or not archs or any(re.fullmatch(r"gfx1\d{3}", a) for a in ctx.sheet.machine_archs):
-        return None
-    return _make("gpu-unsupported", f"{archs[0]} has no ROCm 6 runtime on Windows",
-                 f"{wanted[0].line.strip()[:80]}: the program wants ROCm 6's HIP runtime, which AMD ships for RDNA GPUs "
-                 f"(RX 5000 and newer) only; the driver for {archs[0]} carries ROCm 5's amdhip64.dll",
-                 f"{archs[0]} cannot run HIP 6 programs (current ZLUDA supports RDNA GPUs only): use a release built for "
-                 "ROCm 5 (HIP SDK 5.7, an older ZLUDA), or a backend that runs on this card (DirectML, Vulkan)",
-                 [ctx.line_fact(wanted[0])], wanted[:1])
-
-
 def _wsl_without_gpu_paravirtualization(ctx: Context) -> Optional[Diagnosis]:
     """Under WSL, "dxcore initialization failed" (or /usr/lib/wsl/lib/libdxcore.so missing) and then NVIDIA's libraries
     not found: this Windows build gives WSL no GPU (GPU paravirtualization needs Windows 11 or Windows 10 21H2)."""
@@ -1577,9 +1571,11 @@ def _built_for_other_rocm(ctx: Context, name: str, first: ErrorLine) -> Optional
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
                                             if "/.singularity.d/libs/" in e.line]
-    if _cuda_runtime_of_torch(ctx, ctx.of("torch-build")) is _NOT_TORCH:
-        errors += [e for e in ctx.of("torch-build") if re.search(r"libcudart\.so\.\d+: cannot open", e.line)]
-    for reading in (_hip_runtime_older_than_program, _hip6_dlls_on_pre_rdna, _wsl_without_gpu_paravirtualization):
+    cudart = _cudart_missing(ctx.of("torch-build"))
+    system_cudart = cudart is not None and _system_cuda_runtime(ctx, cudart)
+    if system_cudart:
+        errors += [cudart]
+    for reading in (_hip_runtime_older_than_program, _wsl_without_gpu_paravirtualization):
         found = reading(ctx)
         if found is not None:
             return found
@@ -1624,7 +1620,7 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     if special:
         title, cause, fix = special
         diagnosis = _make("rocm-libs-missing", title, cause, fix, [ctx.line_fact(first)], errors)
-        if re.match(r"libcudart\.so", name) and _cuda_runtime_of_torch(ctx, ctx.of("torch-build")) is _NOT_TORCH:
+        if re.match(r"libcudart\.so", name) and system_cudart:
             # the line names the library and the package that loads it from the system: the cause, settled, wherever
             # the machine is (under WSL the Windows driver brings libcuda only, never the CUDA runtime)
             return _first(diagnosis)
