@@ -385,7 +385,9 @@ def _env(line: str):
             if m.group(1) in seen:
                 continue
             seen.add(m.group(1))
-            yield "env", f"{m.group(1)}={m.group(2).strip(chr(34)).strip(chr(39))}", how
+            # a value ends where prose in another script begins ("=5，设置了..." has no space before the Chinese)
+            value = re.split(r"[^\x21-\x7e]", m.group(2))[0]
+            yield "env", f"{m.group(1)}={value.strip(chr(34)).strip(chr(39))}", how
 
 
 @finder

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from difflib import get_close_matches
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
+from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import set_variable
 from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, override_for_arch
@@ -17,6 +18,7 @@ from steadytune.doctor.rules.base import (
     _CONTAINED,
     Context,
     Diagnosis,
+    _first,
     _lines_matching,
     _make,
     OVERRIDE,
@@ -42,10 +44,84 @@ def _visible(ctx: Context) -> dict[str, Fact]:
     return found
 
 
+_KNOWN_VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+# a name that is almost one of them (CUDA_VISABLE_DEVICES, CUDA_VISIBLE_DEVICE, CUDA_VISIBLE_DEVICS): the runtime
+# reads only the exact name, so a misspelt one is an ordinary variable nobody reads
+_VISIBLE_LIKE = re.compile(r"\b((?:CUDA|HIP|ROCR)_VI\w*?_?DEV\w*|(?:CUDA|HIP|ROCR)_\w*VISI\w*)\s*[=:]\s*[\"']?([\d,]+)")
+
+
+def _nvidia_named(ctx: Context) -> bool:
+    return any(a.startswith("sm_") for a in ctx.sheet.machine_archs)
+
+
+def _misspelt_visibility(ctx: Context) -> Optional[Diagnosis]:
+    for n, line in enumerate(ctx.sheet.lines, 1):
+        for m in _VISIBLE_LIKE.finditer(line):
+            name, value = m.group(1), m.group(2).strip(",")
+            if name in _KNOWN_VISIBLE or not value:
+                continue
+            meant = get_close_matches(name, _KNOWN_VISIBLE, n=1, cutoff=0.8)
+            if not meant:
+                continue
+            evidence = Fact("env", f"{name}={value}", n, line.strip(), "misspelt")
+            return _first(_make("visibility", f"{name} is not a variable the runtime reads",
+                                f"{name} is a misspelling of {meant[0]}: the runtime ignores it, so the process sees "
+                                "every GPU and loads onto GPU 0 (or all of them)",
+                                f"spell it {meant[0]}={value} (export {meant[0]}={value}, or {meant[0]}={value} in "
+                                "front of the command that starts the tool)", [evidence],
+                                [ErrorLine(n, line.strip(), None)]))
+    return None
+
+
+# the user saying a GPU choice is not honoured: the tool takes GPU 0 (or every GPU) whatever was set
+_CHOICE_IGNORED = re.compile(r"(?i)(?:always|still|only|defaults? to|regardless|ignor\w+|not (?:working|respected|"
+                             r"honou?red)|doesn.t work|does not work|仍然|还是|依然|总是|无效|不起作用|没用)")
+_GPU_CHOICE = re.compile(r"\b(?:CUDA|HIP|ROCR)_VISIBLE_DEVICES\b|\bgpu_ids\b|指定.{0,10}(?:显卡|GPU|卡)")
+
+
+def _choice_ignored(ctx: Context) -> Optional[Diagnosis]:
+    """A GPU chosen (a visibility variable, accelerate's gpu_ids) that the user says the tool ignores: the variable
+    was set where, or when, the process does not read it (another shell line, after the import that starts CUDA, a
+    launcher that does not pass it on)."""
+    text = _text(ctx)
+    if not _GPU_CHOICE.search(text):
+        return None
+    said = _lines_matching(ctx, r"(?i)(?:" + _CHOICE_IGNORED.pattern[4:] + r").{0,80}(?:GPU|显卡|卡|device|cuda:?\s?\d)|"
+                           r"(?:GPU|显卡|device|gpu_ids|VISIBLE_DEVICES).{0,80}(?:" + _CHOICE_IGNORED.pattern[4:] + ")")
+    if not said:
+        return None
+    tool = ctx.tool()
+    ids = re.search(r"(?m)^\s*gpu_ids:\s*([\d, ]+)$", text)
+    chosen = next((f.value.split("=", 1)[1] for f in reversed(ctx.sheet.of("env"))
+                   if f.value.split("=", 1)[0] in _KNOWN_VISIBLE[:3] and f.value.split("=", 1)[1]), None)
+    value = (ids.group(1).replace(" ", "") if ids else None) or chosen or "<the GPU index>"
+    name = "HIP_VISIBLE_DEVICES" if _vendor(ctx) == "amd" else "CUDA_VISIBLE_DEVICES"
+    if ids:
+        return _make("visibility", "accelerate's gpu_ids did not reach the processes",
+                     f"the config's gpu_ids: {value} is applied by accelerate launch through {name}; where that "
+                     "step is skipped (a launcher version that ignores gpu_ids on this setup) every process starts on "
+                     "GPU 0, 1, ...",
+                     f"export {name}={value} in the same shell before accelerate launch ({name}={value} accelerate "
+                     "launch --config_file ... train.py), or upgrade accelerate (pip install -U accelerate)",
+                     [], said)
+    where = f" before importing {tool} or torch" if tool not in (None, "torch") else " before import torch"
+    return _make("visibility", f"the GPU choice does not reach {tool or 'the process'}",
+                 "CUDA/HIP read the visibility variable once, when the process first touches the GPU; one exported "
+                 "in another shell or a later line, or set in the script after the import that starts CUDA, is "
+                 "never seen, so the tool takes GPU 0",
+                 f"put it on the command that starts the job: {name}={value} <the command> (a Python script: "
+                 f"os.environ[\"{name}\"] = \"{value}\" as its first lines,{where}; add "
+                 "CUDA_DEVICE_ORDER=PCI_BUS_ID so the index is nvidia-smi's), then check with nvidia-smi which GPU "
+                 "it uses", [], said)
+
+
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
+    misspelt = _misspelt_visibility(ctx)
+    if misspelt is not None:
+        return misspelt
     errors = ctx.of("visibility")
     mask = re.search(r"\bROCR_VISIBLE_DEVICES=(\d+(?:,\d+)+)", _text(ctx))
     none = _lines_matching(ctx, r"(?i)No (?:CUDA|HIP) GPUs are available")
@@ -83,6 +159,10 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     # (an override for the card makes the iGPU run the card's code too)
     missing = ctx.of("arch-missing")
     symptoms = errors + missing + ctx.crashes()
+    if said_igpu is not None and _vendor(ctx) == "amd" and not _nvidia_named(ctx):
+        # the user's own words for what the iGPU breaks: a crash on load, a tool acting on the wrong card
+        symptoms += _lines_matching(ctx, r"(?i)\bcrash\w*|\bwrong (?:card|gpu|device)|\bnot (?:setting|applying)\b|"
+                                         r"\bincorrect(?:ly)?\b|\bwrites? (?:\w+ )?to\b")
     # Ollama names the iGPU unsupported and goes on with the card it supports: the iGPU is out of the way already
     kept = any(re.search(r'msg="amdgpu is supported"|inference compute.*library=rocm', l) for l in ctx.sheet.lines)
     refused_igpu = [e for e in missing if re.search(r"amdgpu is not supported", e.line) and
@@ -134,7 +214,7 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      "machine has only 0), so torch sees no GPU",
                      "set CUDA_VISIBLE_DEVICES=0 (os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0\" in the script, or the "
                      "run script's export), or remove the line that sets it", [f for f in (named,) if f], errors)
-    return None
+    return _choice_ignored(ctx)
 
 
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
