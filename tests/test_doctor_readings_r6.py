@@ -22,6 +22,31 @@ READINGS = [
     ("设置了 export CUDA_VISIBLE_DEVICES=3，但是训练还是用的0号卡 (4x RTX 4090, swift sft)", "visibility",
      ["CUDA_VISIBLE_DEVICES=3"]),
     # visibility: an iGPU said beside an AMD card, with a crash or a tool acting on the wrong card
+    # multi-gpu-transport: a distributed run said to hang on consumer cards is their missing peer-to-peer
+    ("Training hangs forever with several RTX 3090 GPUs using DeepSpeed ZeRO-2, nothing is printed",
+     "multi-gpu-transport", ["NCCL_P2P_DISABLE=1"]),
+    ("多卡训练卡住，没有报错 (4x RTX 4090, torchrun)", "multi-gpu-transport", ["NCCL_P2P_DISABLE=1"]),
+    # RDMA: a RoCE retry timeout is the GID index; a registration refused is the locked-memory limit
+    ("node2:881:990 [3] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<40000> with error 12, opcode 1, len 0, "
+     "vendor err 129\n        link_layer:             Ethernet", "multi-gpu-transport", ["NCCL_IB_GID_INDEX=3"]),
+    ("gpu7:1201:1301 [0] NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory (8x H100, slurm)",
+     "multi-gpu-transport", ["ulimit -l", "memlock"]),
+    # a serving engine's own all-reduce needs peer access: its own switch, not NCCL's
+    ("RuntimeError: CUDART error: peer access is not supported between these two devices\n"
+     "vllm serve Qwen/Qwen2.5-7B-Instruct --tensor-parallel-size 2 (2x RTX 3060)", "multi-gpu-transport",
+     ["--disable-custom-all-reduce"]),
+    # a model split over several GPUs that answers gibberish: the copies between them
+    ("ggml_cuda_init: found 3 CUDA devices:\n  Device 0: Tesla P40\nllama-server answers gibberish as soon as the "
+     "model spans all three cards", "multi-gpu-transport", ["GGML_CUDA_NO_PEER_COPY"]),
+    # several nodes, each in a container: the private bridge network
+    ("training across two nodes fails:\nRuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled system "
+     "error, NCCL version 2.10.3\n(each node runs the nvcr.io/nvidia/pytorch:23.10-py3 container)",
+     "multi-gpu-transport", ["--network=host"]),
+    # platform-bios: a collective test stalling on a PCIe server's GPUs is ACS; a copy between GPUs arriving as zeros
+    ("./build/all_reduce_perf -b 8 -e 1G -g 4 stalls after printing the header (nccl-tests hangs)\n"
+     "#  Rank  0 Group  0 Pid  4242 on gpu01 device  0 [0x1b] Tesla V100-PCIE-32GB", "platform-bios", ["ACS"]),
+    ("Copying a tensor between GPUs gives zeros: torch.ones(3, device='cuda:0').to('cuda:1') prints "
+     "tensor([0., 0., 0.]) (2x RTX A5000)", "platform-bios", ["IOMMU", "iommu=pt"]),
     ("llama.cpp crashes on start with ROCm when the integrated GPU is enabled\nGPU: RX 7800 XT\nCPU: Ryzen 7 7700",
      "visibility", ["iGPU", "HIP_VISIBLE_DEVICES"]),
 ]
@@ -44,6 +69,11 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
      "visibility"),
     # an iGPU said on an NVIDIA laptop's crash is not ROCm's iGPU in the way
     ("ComfyUI crashes with CUDA error on my laptop (RTX 4060, Intel iGPU)", "visibility"),
+    # on AMD GPUs a stalled RCCL test is the IOMMU first (iommu=pt), not ACS
+    ("./build/all_reduce_perf -b 8 -e 128M -g 2 hangs (rccl-tests)\n#  Rank  0 device  0 AMD Instinct MI210",
+     "platform-bios"),
+    # gibberish from a model on one GPU is not the copies between GPUs
+    ("llama.cpp answers gibberish on my RX 6600 (found 1 ROCm devices)", "multi-gpu-transport"),
 ])
 def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_family):
     top = diagnose_text(paste).top

@@ -327,6 +327,15 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
                      "confirm: sudo nvidia-smi -pl <watts>), reseat the card without a riser, set the slot's PCIe "
                      "generation fixed in the BIOS, and add pcie_aspm=off to the kernel command line; watch temperatures",
                      [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)corrupt|zeros?\b|wrong values", text):
+        return _make("platform-bios", "copies between the GPUs arrive wrong: the IOMMU is in their way",
+                     "a tensor copied from one GPU to another arrives as zeros or other values with no error, while "
+                     "the same copy through the CPU is right: the direct (peer-to-peer) DMA between the GPUs goes "
+                     "through the IOMMU in translation mode (or PCIe ACS), which drops or misroutes it",
+                     "disable the IOMMU in the BIOS (AMD: Advanced > AMD CBS > NBIO Common Options > IOMMU; Intel: "
+                     "VT-d) or put it in pass-through: iommu=pt (amd_iommu=on iommu=pt on AMD CPUs) on the kernel "
+                     "command line, update-grub, reboot; check PCIe ACS is off (lspci -vvv | grep -i acsctl); until "
+                     "then NCCL_P2P_DISABLE=1 avoids the direct copies", [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("platform-bios", hit, errors)
@@ -340,6 +349,53 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
         cause, fix = ("the GPU does not come back from power saving", "add amdgpu.runpm=0 to the kernel command line")
     return _make("platform-bios", "the platform keeps the GPU from working", cause, fix, [ctx.line_fact(errors[0])],
                  errors)
+
+
+def _container_paths(text: str) -> bool:
+    """The job runs in a container: said, or seen in the paths of a container image (/opt/conda is the PyTorch and
+    NGC images' Python, /workspace their work folder)."""
+    return bool(_CONTAINED.search(text) or re.search(r"/opt/conda/lib/python|\bnvcr\.io/|/workspace/", text))
+
+
+# a serving engine's own all-reduce kernel (vLLM's, SGLang's custom_all_reduce) copies over GPU peer access directly;
+# NCCL_P2P_DISABLE does not reach it, the engine's own switch does
+_CUSTOM_ALLREDUCE = re.compile(r"(?i)custom_?all_?reduce|CustomAllreduce")
+
+
+def _custom_all_reduce(ctx: Context, errors: list, text: str) -> Optional[Diagnosis]:
+    joined = _text(ctx)
+    no_peer = re.search(r"(?i)peer access is not supported|hipErrorPeerAccess|cudaErrorPeerAccess", joined)
+    tool = ctx.tool(errors)
+    if not no_peer or not (_CUSTOM_ALLREDUCE.search(joined) or tool in ("vllm", "sglang")):
+        return None
+    name = {"sglang": "SGLang", "vllm": "vLLM"}.get(tool or "", "the engine")
+    return _make("multi-gpu-transport", f"{name}'s own all-reduce needs GPU peer access these GPUs lack",
+                 f"{name} runs tensor parallelism with its custom all-reduce kernel, which maps the other GPUs' memory "
+                 "directly (peer access); these GPUs (consumer cards, or cards on separate PCIe roots) have none, so it "
+                 "fails where NCCL would fall back",
+                 "launch with --disable-custom-all-reduce (vLLM: --disable-custom-all-reduce / "
+                 "disable_custom_all_reduce=True; SGLang: --disable-custom-all-reduce, or --enable-p2p-check so it "
+                 "tests peer access first) so the all-reduce goes through NCCL; add NCCL_P2P_DISABLE=1 if NCCL then "
+                 "hangs", [ctx.line_fact(errors[0])], errors)
+
+
+def _split_model_garbage(ctx: Context) -> Optional[Diagnosis]:
+    """Output that is gibberish only when a model is split over several GPUs: the copies between the GPUs (peer to
+    peer over PCIe) arrive corrupted, with no error."""
+    joined = _text(ctx)
+    several = re.search(r"(?i)found ([2-9]) (?:ROCm|CUDA|HIP) devices|\b([2-9]) ?x ?(?:Instinct|Radeon|RTX|MI\d+)|"
+                        r"--tensor-split|-ts \d|--split-mode (?:layer|row)", joined)
+    garbage = _lines_matching(ctx, r"(?i)\b(?:gibberish|garbage|nonsense|garbled|random (?:tokens|characters))\b|乱码")
+    tool = ctx.tool()
+    if not (several and garbage) or tool not in ("llama.cpp", "ollama", None):
+        return None
+    return _make("multi-gpu-transport", "the copies between the GPUs arrive corrupted",
+                 "the model is split over several GPUs and its activations cross between them by peer-to-peer copies; "
+                 "where P2P over this PCIe path is broken (a kernel without the vendor's P2P patches, the IOMMU in "
+                 "translation mode) they arrive wrong without an error, and the output turns to gibberish",
+                 "build llama.cpp with -DGGML_CUDA_NO_PEER_COPY=ON (copies go through host memory), or confirm on one "
+                 "GPU first (HIP_VISIBLE_DEVICES=0 / CUDA_VISIBLE_DEVICES=0, or --split-mode none); the platform fix "
+                 "is iommu=pt on the kernel command line", [], garbage)
 
 
 @rule("multi-gpu-transport")
@@ -360,10 +416,13 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
-        return None
+        return _split_model_garbage(ctx)
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     evidence = [ctx.line_fact(errors[0])]
+    custom = _custom_all_reduce(ctx, errors, text)
+    if custom is not None:
+        return custom
     if re.search(r"(?i)doesn.t have NCCL", text) or (re.search(r"(?i)\bNCCL\b", text) and ctx.sheet.is_windows):
         return _make("multi-gpu-transport", "this torch has no NCCL (Windows)",
                      "torch on Windows (and macOS) is built without NCCL, so the nccl backend does not exist",
@@ -400,6 +459,25 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "RCCL/NCCL pick P2P between the GPUs, but P2P across these PCIe root ports is broken or "
                      "throttled", "export NCCL_P2P_DISABLE=1 (the transfers go through host shared memory); check ACS "
                      "and the IOMMU (iommu=pt) for a real fix", evidence, errors)
+    if re.search(r"(?i)\bibv_reg_\w+.{0,60}Cannot allocate memory", text):
+        return _make("multi-gpu-transport", "RDMA cannot pin NCCL's buffers: the locked-memory limit is too small",
+                     "InfiniBand / RoCE registers (pins) NCCL's buffers; the process's locked-memory limit (ulimit -l, "
+                     "often 64 KiB or 8 MiB by default) is smaller than they need, so registration fails with "
+                     "\"Cannot allocate memory\"",
+                     "raise the limit: ulimit -l unlimited for the run, and for every login / mpirun-started process "
+                     "'* soft memlock unlimited' and '* hard memlock unlimited' in /etc/security/limits.conf (log in "
+                     "again; check `ulimit -l` under mpirun / srun); a container: --ulimit memlock=-1; a NCCL_BUFFSIZE "
+                     "set very large asks for more pinned memory too (unset it)", evidence, errors)
+    if re.search(r"(?i)completion (?:from peer \S+ )?with error 12\b|vendor err 129\b", text):
+        roce = re.search(r"(?i)\bRoCE\b|link_layer:\s*Ethernet", joined)
+        return _make("multi-gpu-transport", "RDMA transfers between the nodes time out (IB error 12)",
+                     "error 12 (vendor err 129) is a transport retry timeout: the RDMA packets never reach the other "
+                     "HCA; on RoCE the usual reason is the default GID index, which picks a RoCE v1 or link-local "
+                     "address the other node does not route" + (" (these ports are RoCE / Ethernet)" if roce else ""),
+                     "on RoCE export NCCL_IB_GID_INDEX=3 (the RoCE v2 IPv4 GID: show_gids lists each port's; use "
+                     "the index whose type is v2 with the node's IP) on every node; check PCIe ACS is off; where the "
+                     "nodes have no working RDMA path at all, NCCL_IB_DISABLE=1 (sockets) with "
+                     "NCCL_SOCKET_IFNAME=<the shared interface>", evidence, errors)
     if re.search(r"(?i)NET/IB\b|\bibv_\w+|\bmlx5|InfiniBand|\bRoCE\b", text):
         return _make("multi-gpu-transport", "NCCL's InfiniBand / RoCE transport fails",
                      "NCCL uses the RDMA network (IB verbs) between the nodes whenever it finds an HCA; a port that is "
@@ -452,7 +530,10 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "the other node cannot route to fails the setup (\"unhandled system error\")",
                      "check that the nodes reach each other (ping, a firewall open between them), then export "
                      "NCCL_SOCKET_IFNAME=<the interface on the shared network> (ip -br addr) on every node, "
-                     "GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO shows the interface it used", evidence, errors)
+                     "GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO shows the interface it used" +
+                     ("; each node in a container (docker run without host networking gives it a private bridge "
+                      "address the other node cannot reach): run the containers with --network=host"
+                      if _container_paths(joined) else ""), evidence, errors)
     if re.search(r"(?i)unhandled system error", text) and not _CONTAINED.search(_text(ctx)) and \
             not ctx.sheet.has("platform", "container"):
         # the paste does not say where it ran: a container's small /dev/shm (the common cause) or, on the host, the
@@ -469,6 +550,21 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
         return _restate("multi-gpu-transport", hit, errors)
     consumer = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"gfx1[0-2]\w+|sm_(?:75|86|89|120)", a)]
     named = " ".join(f.value for f in ctx.sheet.of("gpu"))
+    tests_hang = re.search(r"(?i)\b(?:nccl|rccl)[- _]?tests?\b|\ball_reduce_perf\b", joined) and \
+        re.search(r"(?i)\b(?:stall\w*|hangs?|hanging|stuck|freez\w*|deadlock\w*)\b", joined)
+    if tests_hang and ctx.sheet.machine_archs and not consumer and _vendor(ctx) != "amd":
+        # (on AMD GPUs RCCL's documented first requirement is iommu=pt: the fallback below says it)
+        # the collective test itself hangs on a server's GPUs: PCIe ACS sends every peer-to-peer write up to the root
+        # complex, where it stalls (NCCL's documented first check for a hang on a PCIe server)
+        diagnosis = _make("platform-bios", "PCIe ACS blocks the GPUs' peer-to-peer traffic",
+                          "on a server whose GPUs talk over PCIe switches, Access Control Services (ACS) on the "
+                          "bridges redirect peer-to-peer writes to the CPU's root complex, and NCCL/RCCL's P2P "
+                          "transfers stall: the collective hangs",
+                          "check the bridges: sudo lspci -vvv | grep -i acsctl (SrcValid+ means ACS is on); disable ACS "
+                          "in the BIOS (PCIe ACS control / 'ACS Enable' off) or per bridge with setpci (setpci -s "
+                          "<bridge> ECAP_ACS+0x6.w=0000); confirm first with NCCL_P2P_DISABLE=1 (it runs, slower)",
+                          evidence, errors)
+        return diagnosis
     if consumer and not re.search(r"(?i)\b(?:A100|H100|H200|L40|A40|A6000|RTX A|RTX PRO|W7\d00|MI\d+)", named):
         return _make("multi-gpu-transport", "consumer GPUs without working peer-to-peer",
                      f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "
