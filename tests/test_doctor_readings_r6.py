@@ -47,6 +47,21 @@ READINGS = [
      "#  Rank  0 Group  0 Pid  4242 on gpu01 device  0 [0x1b] Tesla V100-PCIE-32GB", "platform-bios", ["ACS"]),
     ("Copying a tensor between GPUs gives zeros: torch.ones(3, device='cuda:0').to('cuda:1') prints "
      "tensor([0., 0., 0.]) (2x RTX A5000)", "platform-bios", ["IOMMU", "iommu=pt"]),
+    # precision: a tool refusing a number format for this GPU, in its own words
+    ("ValueError: Requested float16 compute type, but the target device or backend do not support efficient float16 "
+     "computation.\nfaster-whisper on a GTX 1060 6GB", "precision", ["compute_type", "float32"]),
+    ("WhisperX: fp16 with a Pascal Quadro P2000 fails inside ctranslate2.models.Whisper", "precision",
+     ["compute_type"]),
+    ("ptxas /tmp/compile-ptx-src-1, line 7; error   : Feature '.bf16' requires .target sm_80 or higher\n"
+     "(axolotl LoRA on a Tesla V100)", "precision", ["fp16=True"]),
+    ("ValueError: Attempting to unscale FP16 gradients.\n(peft LoRA on a Tesla T4 with fp16=True)", "precision",
+     ["fp32"]),
+    # precision: a fine-tuning loss that collapses to 0 is fp16 overflow
+    ("{'loss': 0.0, 'learning_rate': 2e-05, 'epoch': 0.12}\nQwen2-7B LoRA, model loaded with "
+     "torch_dtype=torch.float16 on an A100", "precision", ["bf16"]),
+    ("微调 baichuan2 时 loss 一直是 0 (RTX 4090, fp16)", "precision", ["bf16"]),
+    # precision: black pictures from an image UI are fp16 overflowing
+    ("ComfyUI gives only black images on my GTX 1650 (4 GB)", "precision", ["fp32"]),
     ("llama.cpp crashes on start with ROCm when the integrated GPU is enabled\nGPU: RX 7800 XT\nCPU: Ryzen 7 7700",
      "visibility", ["iGPU", "HIP_VISIBLE_DEVICES"]),
 ]
@@ -72,6 +87,9 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     # on AMD GPUs a stalled RCCL test is the IOMMU first (iommu=pt), not ACS
     ("./build/all_reduce_perf -b 8 -e 128M -g 2 hangs (rccl-tests)\n#  Rank  0 device  0 AMD Instinct MI210",
      "platform-bios"),
+    # a small loss, or a loss at step 0, is not a collapsed loss
+    ("{'loss': 0.0012, 'epoch': 3.0}\ntraining finished on an RTX 3090", "precision"),
+    ("loss: 0.3412 at step 0, LoRA training on an RTX 4070", "precision"),
     # gibberish from a model on one GPU is not the copies between GPUs
     ("llama.cpp answers gibberish on my RX 6600 (found 1 ROCm devices)", "multi-gpu-transport"),
 ])

@@ -370,7 +370,8 @@ def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
     vae = any(re.search(r"(?i)\bVAE\b|black (?:image|picture|output|square)", e.line) for e in nans)
     comfy = ctx.tool(nans) == "comfyui"
     if vae:
-        fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI" if comfy else
+        fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI; where the pictures stay black "
+               "(an older or low-memory GPU whose fp16 overflows in the UNet too), --force-fp32" if comfy else
                "add --no-half-vae to COMMANDLINE_ARGS (webui-user.sh / .bat; SD.Next: the same), so the VAE runs in "
                "fp32, or use a VAE fixed for fp16 (sdxl-vae-fp16-fix)")
     else:
@@ -386,6 +387,71 @@ def _text_of(ctx: Context) -> str:
     return "\n".join(ctx.sheet.lines)
 
 
+_ZERO_LOSS = re.compile(r"(?i)\bloss\b.{0,24}?(?<![\d.])0(?:\.0+)?(?![.\d])|loss\s*(?:为|变成|变为|一直是|都是|直接)\s*0")
+# NVIDIA GPUs without fast fp16 (CTranslate2 wants compute capability 7.0 for float16): Kepler, Maxwell, Pascal
+# (but the P100, sm_60)
+_SLOW_FP16 = re.compile(r"sm_(?:[3-5]\d|6[12])")
+
+
+def _format_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A tool refusing a number format for this GPU in its own words: CTranslate2's float16 on a GPU without fast
+    fp16, ptxas refusing bf16 below sm_80, torch's GradScaler refusing fp16 gradients."""
+    text = " ".join(e.line for e in errors)
+    joined = _text_of(ctx)
+    evidence = [ctx.line_fact(errors[0])]
+    arch, _fact = ctx.arch(errors)
+    ct2 = re.search(r"(?i)efficient float16 computation", text) or (
+        re.search(r"(?i)\b(?:float16|fp16|half)\b.{0,30}\b(?:Maxwell|Pascal|Kepler)\b", text)
+        and (_WHISPER.search(joined) or re.search(r"(?i)whisperx", joined)))
+    if ct2:
+        on = f" ({arch})" if arch else ""
+        return _make("precision", "CTranslate2 has no fast float16 on this GPU",
+                     f"CTranslate2 (faster-whisper, WhisperX) runs float16 only on GPUs of compute capability 7.0 or "
+                     f"newer; this GPU{on} is older (Kepler, Maxwell, Pascal), so the float16 compute type is refused",
+                     "load the model with another compute type: compute_type=\"float32\" (WhisperX: --compute_type "
+                     "float32), or compute_type=\"int8\" / \"int8_float32\" to save memory (int8 needs compute "
+                     "capability 6.1)", evidence, errors)
+    ptx = re.search(r"(?i)Feature '\.?bf16' requires \.target (sm_\d+)|\.f32\.bf16' requires \.target (sm_\d+)", text)
+    if ptx:
+        need = ptx.group(1) or ptx.group(2)
+        tool = ctx.tool(errors)
+        own = (" (unsloth: fp16 = not is_bfloat16_supported(), bf16 = is_bfloat16_supported(), its own check)"
+               if tool == "unsloth" or re.search(r"(?i)\bunsloth\b", joined) else "")
+        return _make("precision", f"a Triton kernel was built in bf16 for a GPU older than {need}",
+                     f"the run chose bf16 (torch may report bf16 as supported where it is only emulated), and Triton "
+                     f"compiled its kernels with bf16 instructions, which ptxas accepts only for {need} and newer; "
+                     f"this GPU{' (' + arch + ')' if arch else ''} is older (a T4 or V100 has no bf16)",
+                     "train in fp16 instead of bf16 on this GPU: fp16=True, bf16=False (--fp16; the model loaded with "
+                     "torch_dtype=torch.float16)" + own, evidence, errors)
+    if re.search(r"(?i)Attempting to unscale FP16 gradients", text):
+        return _make("precision", "the trained parameters are fp16, which the gradient scaler refuses",
+                     "with fp16 mixed precision the GradScaler unscales the gradients of the trained parameters, and "
+                     "refuses gradients that are themselves fp16: the LoRA adapter (or the whole model) was created "
+                     "or loaded in fp16",
+                     "keep the trainable parameters in fp32: cast them before training (for p in model.parameters(): "
+                     "if p.requires_grad: p.data = p.data.float(); peft does it with autocast_adapter_dtype=True, "
+                     "its default since 0.12), keep the frozen base in fp16; or load the model in fp32 (bf16 where "
+                     "the GPU has it)", evidence, errors)
+    return None
+
+
+def _zero_loss(ctx: Context, zero: list[ErrorLine]) -> Diagnosis:
+    """A fine-tuning loss that collapses to exactly 0: the fp16 forward overflowed (inf/NaN logits the loss turns
+    into 0 or that zero the update), the commonest cause when the model is loaded or trained in fp16."""
+    joined = _text_of(ctx)
+    arch, fact = ctx.arch(zero)
+    old_gpu = bool(arch and _NO_BF16.fullmatch(arch))
+    fix = ("this GPU has no bf16: train in fp32 (load with torch_dtype=torch.float32, no fp16 flag), or keep fp16 "
+           "with dynamic loss scaling and the trainable parameters in fp32" if old_gpu else
+           "load the model in bf16 and train in bf16: torch_dtype=torch.bfloat16 when loading, bf16=True (fp16 off) "
+           "in the TrainingArguments (--bf16; LLaMA-Factory: bf16: true); on a GPU without bf16, fp32")
+    settled = re.search(r"(?i)\bfp16\b|float16|\bhalf\b|torch_dtype", joined)
+    return _make("precision", "the loss collapses to 0: fp16 overflow", "a loss that drops to exactly 0 after the "
+                 "first steps means the forward pass overflowed fp16 (largest value 65504) and the logits turned to "
+                 "inf/NaN, which the loss and the update then zero; a model loaded in float16 for fine-tuning does it",
+                 fix, [f for f in (ctx.line_fact(zero[0]), fact) if f], zero, confirmed=bool(settled))
+
+
 @rule("precision")
 def precision(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("precision")
@@ -395,6 +461,12 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                                            r"output|square)", e.line)]
     if nans:
         return _image_nans(ctx, nans)
+    refused = _format_refused(ctx, errors)
+    if refused is not None:
+        return refused
+    zero = [e for e in errors if _ZERO_LOSS.search(e.line)]
+    if zero and not _NAN.search(" ".join(e.line for e in errors)):
+        return _zero_loss(ctx, zero)
     overflow = _overflow(ctx, errors)
     if overflow is not None:
         return overflow
