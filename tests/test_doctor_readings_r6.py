@@ -62,6 +62,11 @@ READINGS = [
     ("微调 baichuan2 时 loss 一直是 0 (RTX 4090, fp16)", "precision", ["bf16"]),
     # precision: black pictures from an image UI are fp16 overflowing
     ("ComfyUI gives only black images on my GTX 1650 (4 GB)", "precision", ["fp32"]),
+    # out-of-memory: a model whose fp16 weights alone exceed the GPU needs a smaller or quantised model
+    ("python infer.py --model Qwen/Qwen1.5-14B-Chat\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+     "100.00 MiB. GPU 0 has a total capacity of 23.65 GiB of which 20.00 MiB is free.", "out-of-memory",
+     ["7B", "4 bit"]),
+    ("ZeRO-3 全参微调 Qwen2-7B 会OOM (8x RTX 3090, deepspeed ds_z3_config.json)", "out-of-memory", ["offload"]),
     ("llama.cpp crashes on start with ROCm when the integrated GPU is enabled\nGPU: RX 7800 XT\nCPU: Ryzen 7 7700",
      "visibility", ["iGPU", "HIP_VISIBLE_DEVICES"]),
 ]
@@ -96,3 +101,17 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
 def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_family):
     top = diagnose_text(paste).top
     assert top is None or top.family != not_family, (top.family, top.fix)
+
+
+@pytest.mark.parametrize("paste", [
+    # a 7B model on a 24 GiB GPU fits in fp16: its OOM is the batch, not the model's size
+    "Mistral-7B LoRA: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 23.65 GiB of which 1.10 GiB is free.",
+    # a 70B loaded in 4 bit is already quantised
+    "Llama-2-70b-hf with load_in_4bit=True: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. "
+    "GPU 0 has a total capacity of 79.15 GiB of which 200.00 MiB is free.",
+])
+def test_the_model_size_reading_stays_out_where_the_weights_fit(paste):
+    top = diagnose_text(paste).top
+    assert top is not None and top.family == "out-of-memory"
+    assert "does not fit a" not in top.title, top.title

@@ -126,6 +126,9 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      [ctx.line_fact(errors[0])], errors)
     fragmented = _fragmented(text)
     proper = any(_OOM_PROPER.search(e.line) or e.catalogue is not None for e in errors)
+    too_big = _weights_exceed(ctx, errors, joined)
+    if too_big is not None:
+        return too_big
     own = "whisper" if _WHISPER.search(joined) and tool in (None, "torch") else tool
     if own in _TOOL_OOM_FIX:
         name = {"a1111": "the Stable Diffusion web UI", "comfyui": "ComfyUI"}.get(own, own)
@@ -162,6 +165,44 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
                  "a smaller batch size or sequence length (max length), gradient checkpointing, or a quantised model",
                  [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+# a model's size in its name or the prose ("llama-13b-hf", "Meta-Llama-3-8B-Instruct", "使用 13B 模型")
+_MODEL_SIZE = re.compile(r"(?<![\w.])(?:[\w.]*?[-_/ ])?(\d{1,3}(?:\.\d)?)[bB](?![A-Za-z0-9])")
+_QUANTISED = re.compile(r"(?i)load_in_[48]bit|\b[48]-?bit\b|\bint[48]\b|\bgguf\b|\bq[2-8]_|\bawq\b|\bgptq\b|"
+                        r"bitsandbytes|quantiz|quantization_bit")
+# sizes most model families ship (Llama 7/13/70, CodeLlama 34, Qwen 0.5/1.5/3/7/14/32/72 close to these)
+_LADDER = (0.5, 1.5, 3, 7, 13, 34, 70)
+
+
+def _weights_exceed(ctx: Context, errors: list[ErrorLine], joined: str) -> Optional[Diagnosis]:
+    """The model's weights alone, in fp16, are larger than the whole GPU (torch's OOM message gives its capacity):
+    no batch size or checkpointing helps; a smaller model, or the same one quantised, does."""
+    total = re.search(r"([\d.]+) GiB total capacity|total capacity of ([\d.]+) GiB", joined)
+    sizes = [float(m.group(1)) for m in _MODEL_SIZE.finditer(joined) if 0.3 <= float(m.group(1)) <= 700]
+    if not total or not sizes or _QUANTISED.search(joined):
+        return None
+    gib = float(total.group(1) or total.group(2))
+    size = max(sizes)
+    fp16 = size * 2e9 / 2 ** 30
+    if fp16 < 0.95 * gib:
+        return None
+    # the largest common size that fits in fp16, and (a real step down) in 8 bit, each with a GiB of room
+    in_fp16 = [s for s in _LADDER if s < size and s * 2e9 / 2 ** 30 + 1 < gib]
+    in_8bit = [s for s in _LADDER if s <= size / 1.5 and s * 1e9 / 2 ** 30 + 1 < gib]
+    choices = []
+    if in_8bit and (not in_fp16 or in_8bit[-1] > in_fp16[-1]):
+        choices.append(f"{in_8bit[-1]:g}B in 8 bit (about {in_8bit[-1] * 1e9 / 2 ** 30:.0f} GiB)")
+    if in_fp16:
+        choices.append(f"{in_fp16[-1]:g}B in fp16 (about {in_fp16[-1] * 2e9 / 2 ** 30:.0f} GiB)")
+    smaller = "a smaller model: " + " or ".join(choices) if choices else "a smaller model"
+    four = size * 0.55e9 / 2 ** 30
+    quantised = (f"this model in 4 bit (load_in_4bit / QLoRA: about {four:.0f} GiB)" if four + 1 < gib else
+                 "this model split over more GPUs (device_map=\"auto\") or on the CPU")
+    return _make("out-of-memory", f"a {size:g}B model does not fit a {gib:g} GiB GPU",
+                 f"the weights alone take about {fp16:.0f} GiB in fp16 ({size:g}B parameters x 2 bytes), more than "
+                 f"the GPU's {gib:g} GiB: no batch size or allocator setting makes it fit",
+                 f"use {smaller}, or {quantised}", [ctx.line_fact(errors[0])], errors)
 
 
 def _illegal_access_in_training(ctx: Context) -> Optional[Diagnosis]:
