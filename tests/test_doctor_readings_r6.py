@@ -67,6 +67,19 @@ READINGS = [
      "100.00 MiB. GPU 0 has a total capacity of 23.65 GiB of which 20.00 MiB is free.", "out-of-memory",
      ["7B", "4 bit"]),
     ("ZeRO-3 全参微调 Qwen2-7B 会OOM (8x RTX 3090, deepspeed ds_z3_config.json)", "out-of-memory", ["offload"]),
+    # wsl: a container given the native-Linux devices; Windows without GPU-PV; vLLM's pinned memory
+    ("WSL2 Ubuntu 22.04:\n$ docker run -it --device=/dev/kfd --device=/dev/dri rocm/pytorch\ndocker: Error response "
+     "from daemon: error gathering device information while adding custom device \"/dev/kfd\": no such file or "
+     "directory.", "wsl", ["/dev/dxg"]),
+    ("I0101 10:00:00.000001 311 nvc.c:391] dxcore initialization failed, continuing assuming a non-WSL environment\n"
+     "(Windows 10 build 19042, RTX 3070)", "wsl", ["21H2"]),
+    ("vllm serve Qwen/Qwen3-4B under WSL 2 (RTX 3090) stops at start: RuntimeError: UVA is not available", "wsl",
+     ["VLLM_WSL2_ENABLE_PIN_MEMORY=1"]),
+    # wsl: a ROCm release without WSL packages; the GPU by its bare number; the complaint in Chinese
+    ("wsl2 Ubuntu 22.04\nsudo apt install ./amdgpu-install_6.3.60300-1_all.deb\namdgpu-install -y --usecase=wsl,rocm "
+     "--no-dkms\nE: Unable to locate package hsa-runtime-rocr4wsl-amdgpu", "wsl", ["6.4.2"]),
+    ("我的7800xt在wsl2里装好了rocm，pytorch还是读不到gpu", "wsl", ["Adrenalin"]),
+    ("Can the 6800xt run ROCm via wsl? rocminfo can not get amdgpu info.", "wsl", ["native Linux", "WSL"]),
     ("llama.cpp crashes on start with ROCm when the integrated GPU is enabled\nGPU: RX 7800 XT\nCPU: Ryzen 7 7700",
      "visibility", ["iGPU", "HIP_VISIBLE_DEVICES"]),
 ]
@@ -92,6 +105,10 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     # on AMD GPUs a stalled RCCL test is the IOMMU first (iommu=pt), not ACS
     ("./build/all_reduce_perf -b 8 -e 128M -g 2 hangs (rccl-tests)\n#  Rank  0 device  0 AMD Instinct MI210",
      "platform-bios"),
+    # the native-Linux container error on a Linux host, and a package missing outside WSL, are not WSL's
+    ("docker: Error response from daemon: error gathering device information while adding custom device "
+     "\"/dev/kfd\": no such file or directory (Ubuntu 22.04 host, RX 7900 XTX)", "wsl"),
+    ("E: Unable to locate package rocm-hip-runtime (Ubuntu 24.04 server, MI210)", "wsl"),
     # a small loss, or a loss at step 0, is not a collapsed loss
     ("{'loss': 0.0012, 'epoch': 3.0}\ntraining finished on an RTX 3090", "precision"),
     ("loss: 0.3412 at step 0, LoRA training on an RTX 4070", "precision"),

@@ -296,6 +296,82 @@ def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
     return None
 
 
+# WSL said in any case or spelling ("via wsl", "使用wsl2", amdgpu-install's --usecase=wsl, its WSL runtime package)
+_WSL_SAID = re.compile(r"(?i)(?<![A-Za-z])wsl ?2?(?![A-Za-z])|--usecase=\S*wsl|rocr4wsl")
+# ROCm releases AMD shipped WSL packages for (the Radeon docs' WSL support matrix, and threads ROCm #3924, #4064,
+# #5361): 6.1.3 on Ubuntu 22.04 only, 6.2.3 and later 6.x WSL releases on 22.04 and 24.04; x.y.0 releases and ROCm
+# 7.0 / 7.1 have none; from 7.2 WSL goes through librocdxg with the ordinary packages
+_WSL_RELEASES = ("6.1.3", "6.2.3", "6.3.4", "6.4.1", "6.4.2", "6.4.4")
+
+
+def _radeon_by_number(text: str) -> Optional[str]:
+    """A Radeon named by its number alone ("6950xt", "7900 XTX"): its generation is enough to place it in AMD's WSL
+    list (RX 6000: RDNA2, gfx103x; RX 7000: RDNA3; RX 9000: RDNA4)."""
+    m = re.search(r"(?i)(?<![\w.])(?:rx ?)?([679])([0-9]{3}) ?(?:xtx|xt|gre)(?![a-z])", text)
+    return {"6": "gfx1030", "7": "gfx1100", "9": "gfx1201"}[m.group(1)] if m else None
+
+
+def _rocm_release(text: str) -> Optional[str]:
+    """The ROCm release being installed: amdgpu-install's package (6.2.60203 is 6.2.3), the repository path, or
+    the version said."""
+    deb = re.search(r"amdgpu-install_(\d+)\.(\d+)\.(\d)0(\d)(\d\d)", text)
+    if deb:
+        return f"{deb.group(1)}.{deb.group(2)}.{int(deb.group(5))}"
+    said = re.search(r"(?i)\bROCm ?(\d+\.\d+(?:\.\d+)?)|/rocm/apt/(\d+\.\d+(?:\.\d+)?)", text)
+    return (said.group(1) or said.group(2)) if said else None
+
+
+def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """WSL 2 failures whose message names their own cause: Windows without GPU paravirtualisation, vLLM's pinned
+    memory, a container given the native-Linux devices, a ROCm release without WSL packages."""
+    dxcore = _lines_matching(ctx, r"(?i)dxcore initialization failed|libdxcore\.so.{0,40}(?:not found|No such file|"
+                                  r"cannot open)")
+    if dxcore:
+        return _make("wsl", "WSL 2 has no GPU paravirtualisation on this Windows",
+                     "the container toolkit looks for /usr/lib/wsl/lib/libdxcore.so, which WSL mounts only where "
+                     "Windows exposes the GPU to WSL (GPU-PV); on this Windows build it is missing, so no GPU is found",
+                     "GPU in WSL 2 needs Windows 11, or Windows 10 21H2 (build 19044) or newer (winver shows the build; "
+                     "update Windows), the Windows GPU driver with WSL support, and an updated WSL (wsl --update); then "
+                     "ls /usr/lib/wsl/lib/libdxcore.so inside WSL", [fact], dxcore)
+    uva = _lines_matching(ctx, r"(?i)UVA is not available")
+    if uva and (ctx.tool() == "vllm" or re.search(r"(?i)\bvllm\b", joined)):
+        return _make("wsl", "vLLM turns pinned memory off under WSL 2",
+                     "under WSL 2 vLLM disables pinned host memory by default, and without it UVA (the GPU reading "
+                     "host memory directly) is unavailable, which its model runner needs at start-up",
+                     "export VLLM_WSL2_ENABLE_PIN_MEMORY=1 before vllm serve (WSL 2 kernel 4.19.121 or newer has "
+                     "working pinned memory: uname -r), or fall back to the V1 model runner", [fact], uva)
+    kfd = _lines_matching(ctx, r"(?i)/dev/kfd\W{0,3}:? ?no such file or directory|no such file or directory.{0,20}"
+                               r"/dev/kfd")
+    if kfd and (_CONTAINED.search(joined) or re.search(r"(?i)--device", joined)):
+        return _make("wsl", "WSL 2 has no /dev/kfd to give the container",
+                     "under WSL 2 the GPU is reached through /dev/dxg and the libraries in /usr/lib/wsl/lib; the "
+                     "native-Linux container flags (--device=/dev/kfd --device=/dev/dri) name devices WSL does not have",
+                     "run the container with --device=/dev/dxg -v /usr/lib/wsl/lib/libdxcore.so:/usr/lib/libdxcore.so "
+                     "-v /opt/rocm/lib/libhsa-runtime64.so.1:/opt/rocm/lib/libhsa-runtime64.so.1 (AMD's ROCm-on-WSL "
+                     "docker example) instead of --device=/dev/kfd --device=/dev/dri", [fact], kfd)
+    missing = _lines_matching(ctx, r"Unable to locate package (?:hsa-runtime-rocr4wsl-amdgpu|amdgpu-lib\b|"
+                                   r"rocm-hip-runtime)")
+    release = _rocm_release(joined)
+    ubuntu = [f.value for f in ctx.sheet.of("os") if f.value.startswith("ubuntu ")]
+    noble = any(v.startswith("ubuntu 24.04") for v in ubuntu) or re.search(r"\bnoble\b|Ubuntu ?24\.04", joined)
+    outside = release and re.fullmatch(r"\d+\.\d+(?:\.\d+)?", release) and release not in _WSL_RELEASES and \
+        tuple(int(x) for x in release.split(".")[:2]) < (7, 2)
+    said = ctx.of("device-access", "wsl", "driver") + ctx.no_gpu()
+    if missing or (outside and said and _vendor(ctx) == "amd"):
+        why = (f"ROCm {release} has no WSL packages" if outside else
+               "the WSL runtime package is not in the repository of the release being installed") + \
+              (" for Ubuntu 24.04" if noble else "")
+        return _make("wsl", "this ROCm release has no WSL runtime",
+                     f"{why}: only AMD's WSL releases ship the WSL runtime (hsa-runtime-rocr4wsl-amdgpu) that "
+                     "reaches the GPU through /dev/dxg, and the first of them, 6.1.3, is for Ubuntu 22.04 only",
+                     "install the amdgpu-install of a WSL release and use its wsl usecase: ROCm 6.4.2 (Ubuntu 22.04 "
+                     "or 24.04; amdgpu-install_6.4.60402-1_all.deb) or 6.1.3 on Ubuntu 22.04 (amdgpu-install_"
+                     "6.1.60103-1_all.deb), then amdgpu-install -y --usecase=wsl,rocm --no-dkms (remove the other "
+                     "release's repository first: sudo amdgpu-install --uninstall); ROCm 7.2 and newer reach WSL "
+                     "through librocdxg instead", [fact], missing or said)
+    return None
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
@@ -305,14 +381,21 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "search here",
                      "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH in the shell (or the script) that "
                      "starts the job; never install a Linux NVIDIA driver inside WSL", [], cuda_lib)
-    if not ctx.sheet.has("platform", "wsl"):
+    joined = _text(ctx)
+    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined):
         return None
+    fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
+    own = _wsl_specific(ctx, joined, fact)
+    if own is not None:
+        return own
     errors = ctx.of("wsl", "visibility", "device-access", "driver") + ctx.no_gpu()
     if not errors and _vendor(ctx) == "amd":
         errors = [e for e in ctx.errors if e.family in (None, "torch-build", "rocm-libs-missing")]
+    if not errors:   # the user's words: no GPU found, in English or Chinese
+        errors = _lines_matching(ctx, r"(?:读不到|识别不到|找不到|检测不到|用不了|看不到).{0,6}(?i:gpu|显卡)|"
+                                      r"(?i:gpu|显卡).{0,6}(?:读不到|识别不到|找不到|检测不到|用不了)")
     if not errors and not ctx.sheet.has("complaint", "yes"):
         return None
-    fact = next(f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl")
     labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
     therock = ctx.sheet.has("layout", "therock") or (labels[-1].startswith("7") if labels else
                                                      any(v.startswith("7") for v in ctx.sheet.values("rocm")))
@@ -329,6 +412,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
                      "sudo ldconfig", [fact], errors)
     arch, arch_fact = ctx.arch(errors)
+    if arch is None:
+        arch = _radeon_by_number(joined)
     if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia":
         return _make("wsl", "WSL 2: CUDA does not reach the NVIDIA GPU",
                      "under WSL 2 CUDA goes through the Windows NVIDIA driver, whose libcuda.so WSL mounts in "
@@ -344,8 +429,9 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
         return _make("wsl", f"ROCm on WSL does not support this GPU ({arch})",
                      f"AMD's ROCm for WSL runs only on RDNA3 and RDNA4 GPUs (Radeon RX 7000 / 9000, Radeon PRO W7000 / "
                      f"R9000); {arch} is not among them, so no WSL runtime sees it",
-                     "run ROCm on native Linux (a dual boot) for this GPU; on Windows itself use a path that supports "
-                     "it (DirectML: torch-directml, or a Vulkan build of llama.cpp / Ollama)",
+                     "run ROCm on native Linux (a dual boot) for this GPU, or move to a GPU that ROCm on WSL supports "
+                     "(RDNA3 / RDNA4); on Windows itself use a path that supports it (DirectML: torch-directml, or a "
+                     "Vulkan build of llama.cpp / Ollama)",
                      [f for f in (fact, arch_fact) if f], errors)
     runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
