@@ -80,6 +80,17 @@ READINGS = [
      "--no-dkms\nE: Unable to locate package hsa-runtime-rocr4wsl-amdgpu", "wsl", ["6.4.2"]),
     ("我的7800xt在wsl2里装好了rocm，pytorch还是读不到gpu", "wsl", ["Adrenalin"]),
     ("Can the 6800xt run ROCm via wsl? rocminfo can not get amdgpu info.", "wsl", ["native Linux", "WSL"]),
+    # device-access: the GPU answers only as root although the user is in video: render owns the nodes
+    ("$ rocminfo\nhsa api call failure at: rocminfo.cc:1306\n$ sudo rocminfo\n  Name:                    gfx1101\n"
+     "I am in the video group already (Fedora 40, RX 7700 XT)", "device-access", ["render"]),
+    ("clinfo lists the GPU only with sudo; I am in the video group (Debian 12, Radeon PRO W6800)", "device-access",
+     ["render"]),
+    ("2024-05-01 E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:302] failed call to hipInit: "
+     "HIP_ERROR_NoDevice\n(RX 6800, Ubuntu 22.04)", "device-access", ["render"]),
+    # device-access: the right flags, the host sees the GPU, the container does not: another docker engine
+    ("docker run --device=/dev/kfd --device=/dev/dri rocm/pytorch python3 -c 'import torch; torch.zeros(1).cuda()'\n"
+     "RuntimeError: No HIP GPUs are available\nThe host sees the RX 7900 GRE fine.", "device-access",
+     ["Docker Desktop"]),
     ("llama.cpp crashes on start with ROCm when the integrated GPU is enabled\nGPU: RX 7800 XT\nCPU: Ryzen 7 7700",
      "visibility", ["iGPU", "HIP_VISIBLE_DEVICES"]),
 ]
@@ -109,6 +120,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     ("docker: Error response from daemon: error gathering device information while adding custom device "
      "\"/dev/kfd\": no such file or directory (Ubuntu 22.04 host, RX 7900 XTX)", "wsl"),
     ("E: Unable to locate package rocm-hip-runtime (Ubuntu 24.04 server, MI210)", "wsl"),
+    # in video, and working: nothing for the video-is-not-enough reading
+    ("I am in the video group and rocminfo works as my user (RX 6600)", "device-access"),
     # a small loss, or a loss at step 0, is not a collapsed loss
     ("{'loss': 0.0012, 'epoch': 3.0}\ntraining finished on an RTX 3090", "precision"),
     ("loss: 0.3412 at step 0, LoRA training on an RTX 4070", "precision"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import set_variable
 from steadytune.doctor.rules.base import (
@@ -115,6 +116,9 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                      "belong to the render group (video on older systems) and the user is not in both",
                      "sudo usermod -aG render,video $USER, then log out and in (or reboot) so the groups apply; check "
                      "with ls -l /dev/kfd /dev/dri/renderD* and id", [], out + as_root))
+    video_only = _video_not_enough(ctx, text)
+    if video_only is not None:
+        return video_only
     if _CONTAINED.search(text):
         no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
                                       r"no ROCm-capable device|Unable to open /dev/kfd|(?:not (?:detected|found|visible|"
@@ -134,6 +138,19 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "the container has no /dev/kfd and /dev/dri: ROCm finds no device inside it",
                          "start the container with the GPU devices and their groups: docker run --device=/dev/kfd "
                          "--device=/dev/dri --group-add video --group-add render (podman: the same flags)", [], no_gpu)
+        passed = re.search(r"--device[= ]\"?/dev/kfd", text) and re.search(r"--device[= ]\"?/dev/dri", text)
+        host_sees = re.search(r"(?i)\bhost\b.{0,40}\b(?:can |does )?(?:see|sees|detect\w*|find\w*|list\w*)\b|"
+                              r"(?:works|fine) on the host|outside (?:of )?(?:the )?(?:container|docker)", text)
+        if no_gpu and not masked and passed and host_sees and _vendor(ctx) != "nvidia":
+            # the devices were passed and the host has the GPU: the engine that ran the container does not have them
+            return _make("device-access", "the container runs where the host's GPU devices are not",
+                         "the run passes /dev/kfd and /dev/dri and the host sees the GPU, yet the container does not: "
+                         "the docker engine that ran it is not the host's (Docker Desktop, on Linux too, runs containers "
+                         "in its own VM without /dev/kfd; a rootless or remote context has no access either)",
+                         "check docker context ls and docker info | grep -i -e 'Operating System' -e rootless: under "
+                         "Docker Desktop, switch to the host's Docker Engine (docker context use default, or uninstall "
+                         "Docker Desktop and install docker-ce), then run again with --device=/dev/kfd --device=/dev/dri "
+                         "--group-add video --group-add render", [], no_gpu)
         if no_gpu and not masked and re.search(r"(?i)numeric|\bGID\b|distrobox|toolbox", text):
             return _make("device-access", "the container user is not in the group that owns the GPU devices",
                          "/dev/kfd and /dev/dri/renderD* keep the host's group id inside the container, and the "
@@ -143,6 +160,31 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "(distrobox: --additional-flags with the same, docker as its engine), then enter it again",
                          [], no_gpu)
     return None
+
+
+_ROOT_SAID = re.compile(r"(?i)\b(?:required|need|needs|have|has) to be root\b|\brequires? root\b|\bonly (?:as|with|under) "
+                        r"(?:root|sudo)\b|\bsudo\b.{0,40}\b(?:works|lists?|shows?|finds?)\b")
+_IN_VIDEO = re.compile(r"(?i)\b(?:already |is |am |are )?(?:in|a member of|added to) (?:the )?[`'\"]?video[`'\"]? group\b")
+
+
+def _video_not_enough(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """The GPU opens only as root while the user is (said to be) in `video`: since Ubuntu 20.04 /dev/kfd and
+    /dev/dri/renderD* belong to `render`, which video alone does not give."""
+    said = _lines_matching(ctx, _IN_VIDEO.pattern)
+    root = _lines_matching(ctx, _ROOT_SAID.pattern) or ([ErrorLine(f.line_no, f.line, None)
+                                                          for f in ctx.sheet.of("root_only")])
+    listed_as_root = re.search(r"(?m)^.*\bsudo\b.*\b(?:clinfo|rocminfo|rocm-smi)\b.*\n(?:.*\n){0,2}.*(?:Platform #|Device "
+                               r"#|Agent \d|gfx\d)", text)
+    if not said or not (root or listed_as_root) or _CONTAINED.search(text):
+        return None
+    groups = ctx.sheet.first("user_groups")
+    if groups is not None and "render" in groups.value.split(","):
+        return None
+    return _first(_make("device-access", "video is not enough: the GPU's device files belong to render",
+                        "the GPU answers only as root although the user is in video: on Ubuntu 20.04 and newer (and "
+                        "most current distributions) /dev/kfd and /dev/dri/renderD* belong to the render group",
+                        "sudo usermod -aG render,video $USER, then log out and back in (or reboot); check with "
+                        "ls -l /dev/kfd /dev/dri/renderD* and id", [], said + root))
 
 
 @rule("device-access")
