@@ -91,6 +91,18 @@ READINGS = [
     ("docker run --device=/dev/kfd --device=/dev/dri rocm/pytorch python3 -c 'import torch; torch.zeros(1).cuda()'\n"
      "RuntimeError: No HIP GPUs are available\nThe host sees the RX 7900 GRE fine.", "device-access",
      ["Docker Desktop"]),
+    # driver: on Windows HIP comes with the AMD driver: an entry point it lacks, a release after which the GPU idles
+    ("The procedure entry point hipGraphInstantiateWithFlags could not be located in the dynamic link library "
+     "C:\\llama\\ggml-hip.dll (Windows 11, RX 7600)", "driver", ["Adrenalin"]),
+    ("After updating to Adrenalin 25.1.1 LM Studio is very slow, GPU not used anymore (Windows 11, RX 6700 XT)",
+     "driver", ["roll back"]),
+    # driver: a DKMS build failing on a new Ubuntu HWE kernel: the series before it
+    ("Error! Bad return status for module build on kernel: 5.19.0-32-generic (x86_64)\nUbuntu 22.04 HWE, "
+     "amdgpu-dkms from ROCm 5.4", "driver", ["5.15"]),
+    # miopen-kernel: the naive convolution that hipRTC cannot build: fast find as the fallback
+    ("MIOpen(HIP): Error [Compile] 'hiprtcCompileProgram(prog.get(), c_options.size(), c_options.data())' "
+     "naive_conv.cpp: HIPRTC_ERROR_COMPILATION (6)\nWindows 11, RX 9070 (gfx1201), TheRock torch", "miopen-kernel",
+     ["MIOPEN_FIND_MODE=2"]),
     ("llama.cpp crashes on start with ROCm when the integrated GPU is enabled\nGPU: RX 7800 XT\nCPU: Ryzen 7 7700",
      "visibility", ["iGPU", "HIP_VISIBLE_DEVICES"]),
 ]
@@ -122,6 +134,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     ("E: Unable to locate package rocm-hip-runtime (Ubuntu 24.04 server, MI210)", "wsl"),
     # in video, and working: nothing for the video-is-not-enough reading
     ("I am in the video group and rocminfo works as my user (RX 6600)", "device-access"),
+    # a driver release named where all is well
+    ("Adrenalin 24.12.1 installed; ollama runs fine on the GPU (Windows 11, RX 7900 XT)", "driver"),
     # a small loss, or a loss at step 0, is not a collapsed loss
     ("{'loss': 0.0012, 'epoch': 3.0}\ntraining finished on an RTX 3090", "precision"),
     ("loss: 0.3412 at step 0, LoRA training on an RTX 4070", "precision"),

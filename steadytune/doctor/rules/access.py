@@ -502,11 +502,59 @@ def _dkms_version_said(ctx: Context) -> Optional[Diagnosis]:
                         f"keep amdgpu-dkms at {versions[-1]}", [ctx.line_fact(covers[0])] if covers else [], covers))
 
 
+# the kernel series Ubuntu's LTS releases shipped, GA and HWE in order (ubuntu.com/kernel/lifecycle): the one before
+# a new kernel is the one the machine most likely ran before the update
+_UBUNTU_SERIES = ("4.4", "4.8", "4.10", "4.13", "4.15", "4.18", "5.0", "5.3", "5.4", "5.8", "5.11", "5.13", "5.15",
+                  "5.19", "6.2", "6.5", "6.8", "6.11", "6.14", "6.17")
+
+
+def _previous_ubuntu_kernel(text: str) -> Optional[str]:
+    m = re.search(r"\b(\d\.\d+)\.\d+-\d+-(?:generic|lowlatency)\b", text)
+    if not m or m.group(1) not in _UBUNTU_SERIES or m.group(1) == _UBUNTU_SERIES[0]:
+        return None
+    return _UBUNTU_SERIES[_UBUNTU_SERIES.index(m.group(1)) - 1]
+
+
+# Windows: a HIP function missing from amdhip64.dll, which the AMD display driver installs
+_WINDOWS_HIP_ENTRY = re.compile(r"(?i)(?:procedure )?entry point (hip\w+) could not be (?:located|found)")
+_ADRENALIN_VERSION = re.compile(r"(?i)Adrenalin(?: Edition)?\s+(\d{2}\.\d{1,2}\.\d)")
+
+
+def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
+    """The AMD Windows driver (Adrenalin) is what HIP runs on there: a HIP entry point missing from amdhip64.dll is a
+    driver older than the tool; a named driver release after which the GPU stopped being used (or crawls) is that
+    release."""
+    entry = _lines_matching(ctx, _WINDOWS_HIP_ENTRY.pattern)
+    if entry:
+        name = _WINDOWS_HIP_ENTRY.search(entry[0].line).group(1)
+        return _make("driver", f"the AMD driver's HIP runtime has no {name}",
+                     f"on Windows HIP (amdhip64.dll) comes with the AMD display driver; the installed one predates "
+                     f"{name}, which the tool (ZLUDA, a HIP build of llama.cpp, PyTorch for Windows) calls",
+                     "update the AMD driver: AMD Software: Adrenalin Edition, the current release (or the one the "
+                     "tool's README names), clean install; then check C:\\Windows\\System32\\amdhip64*.dll is the "
+                     "new one", [], entry)
+    named = _ADRENALIN_VERSION.search(_text(ctx))
+    worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:using|used)|no longer "
+                                 r"(?:uses?|works?)|falls? back to (?:the )?CPU|stopped working|since (?:the|updating))")
+    if named and worse:
+        version = named.group(1)
+        return _make("driver", f"the AMD driver {version} broke the GPU path",
+                     f"after AMD Software: Adrenalin {version} the GPU is no longer used (or crawls): a regression in "
+                     "that driver release (its HIP memory allocation on Windows), not the tool",
+                     f"roll back to the previous driver (AMD's previous-drivers page; a clean install, DDU if needed) "
+                     f"or install the release after {version} once it is out; keep the tool as it is", [], worse)
+    return None
+
+
 @rule("driver")
 def driver(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
               and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx))]
     # (an NVIDIA driver message on an AMD-only machine is a CUDA torch there: torch-build)
+    if ctx.sheet.is_windows or re.search(r"(?i)\bWindows\b|\.dll\b|Adrenalin", _text(ctx)):
+        windows = _windows_amd_driver(ctx)
+        if windows is not None:
+            return windows
     unreadable = [f for f in ctx.sheet.of("sensors") if f.value == "unreadable"]
     if unreadable and not errors:
         names = ", ".join(dict.fromkeys(f.detail for f in unreadable))
@@ -633,9 +681,14 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build|"
                    r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)",
                    text):
+        previous = _previous_ubuntu_kernel(text + " " + (kernel.value if kernel else ""))
         fix = ("install the amdgpu-dkms of a newer ROCm release (one that lists this kernel), boot a kernel that the "
-               "ROCm release supports, or drop the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (the "
-               "kernel's own amdgpu driver serves ROCm)")
+               "ROCm release supports" + (f" (the series before it, {previous}: sudo apt install linux-image-"
+                                         f"{previous}.0-<abi>-generic linux-headers-{previous}.0-<abi>-generic, pick "
+                                         "it in GRUB's Advanced options, and hold the newer one until ROCm lists it)"
+                                         if previous else "") +
+               ", or drop the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (the kernel's own amdgpu "
+               "driver serves ROCm)")
         cause = "the amdgpu-dkms module does not build for this kernel" + (f" ({kernel.value})" if kernel else "")
     elif re.search(r"amdgpu version file missing", text):
         return None   # Ollama's note on distribution kernels: harmless by itself, the real cause is elsewhere

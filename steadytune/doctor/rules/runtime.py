@@ -266,7 +266,10 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
         return _make("miopen-kernel", "MIOpen cannot build its naive convolution kernel",
                      "MIOpen's fallback (naive) convolution solver fails to compile on this stack",
                      "export MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_FWD=0 MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_BWD=0 "
-                     "MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_WRW=0", [ctx.line_fact(errors[0])], errors)
+                     "MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_WRW=0; where the build still fails (hipRTC on a Windows or "
+                     "self-built stack), export MIOPEN_FIND_MODE=2 (fast find: MIOpen takes a solution from its "
+                     "database instead of compiling and timing every solver, slower kernels at times)",
+                     [ctx.line_fact(errors[0])], errors)
     return _make("miopen-kernel", "MIOpen failed to build or find a kernel",
                  "MIOpen compiles kernels at first use and caches them; a stale or unwritable cache or a solver "
                  "without code for the arch fails here",
