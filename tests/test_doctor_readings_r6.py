@@ -136,6 +136,18 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     ("I am in the video group and rocminfo works as my user (RX 6600)", "device-access"),
     # a driver release named where all is well
     ("Adrenalin 24.12.1 installed; ollama runs fine on the GPU (Windows 11, RX 7900 XT)", "driver"),
+    # hipErrorInvalidDevice while HIP starts is not an index past the visible GPUs
+    ("UserWarning: HIP initialization: Unexpected error from hipGetDeviceCount(). Error 101: hipErrorInvalidDevice\n"
+     "RX 7800 XT in the rocm/pytorch image", "visibility"),
+    # an APU alone: its iGPU is the GPU, nothing to hide
+    ("I think I have a Ryzen 7 5700U with integrated graphics\n\"hipErrorNoBinaryForGpu: Unable to find code object "
+     "for all current devices!\"\nAborted (core dumped)", "visibility"),
+    # a CUDA toolkit library missing under WSL is the loader path, not WSL's driver bridge
+    ("RuntimeError: Failed to load shared library 'libllama.so': libcudart.so.12: cannot open shared object file: "
+     "No such file or directory\n- WSL2 Ubuntu 22.04", "wsl"),
+    # amdgpu-dkms named in a sentence that later mentions an error is no DKMS failure
+    ("I installed amdgpu-dkms 6.10.5 and ROCm 6.3.1 and 6.4.0 side by side, then amd-smi gives the error below\n"
+     "AttributeError: module 'amdsmi' has no attribute 'amdsmi_get_gpu_metrics_info'", "driver"),
     # a small loss, or a loss at step 0, is not a collapsed loss
     ("{'loss': 0.0012, 'epoch': 3.0}\ntraining finished on an RTX 3090", "precision"),
     ("loss: 0.3412 at step 0, LoRA training on an RTX 4070", "precision"),

@@ -166,7 +166,8 @@ def _driver(line: str):
     m = re.search(r"Driver Version:\s*(\d{3}\.\d+(?:\.\d+)?)", line)
     if m:
         yield "driver", m.group(1), "nvidia"
-    if re.search(r"\bamdgpu-dkms\b.*\b(?:failed|error)|\bBad return status for module build\b|dkms.*\bfailed\b", line,
+    # (the failure close to the package's name: a sentence that mentions installing it and, later, some error is not)
+    if re.search(r"\bamdgpu-dkms\b.{0,80}(?<!the )(?<!an )(?<!this )\b(?:failed|error)|\bBad return status for module build\b|dkms.*\bfailed\b", line,
                  re.IGNORECASE):
         yield "driver", "dkms-failed", ""
 

@@ -196,6 +196,8 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     early = _device_access_said(ctx)
     if early is not None:
         return early
+    if re.search(r"(?i)is missing in supported_devices|kgd2kfd_probe failed", _text(ctx)):
+        return None   # KFD itself refuses the GPU: no group opens a device the driver never created (gpu-unsupported)
     errors = ctx.of("device-access")
     if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
         errors = [e for e in errors if not re.search(r"OUT_OF_RESOURCES", e.line)]
@@ -430,6 +432,9 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     own = _wsl_specific(ctx, joined, fact)
     if own is not None:
         return own
+    if re.search(r"(?i)\blib(?:cudart|cublas\w*|cudnn\w*|nvrtc)\.so(?:\.\d+)*: cannot open", joined) and \
+            not re.search(r"(?i)libcuda\.so", joined):
+        return None   # a CUDA toolkit library the wheel expects from the system: the loader path, not WSL's driver
     errors = ctx.of("wsl", "visibility", "device-access", "driver") + ctx.no_gpu()
     if not errors and _vendor(ctx) == "amd":
         errors = [e for e in ctx.errors if e.family in (None, "torch-build", "rocm-libs-missing")]

@@ -170,7 +170,10 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     if kept and refused_igpu and len(refused_igpu) == len(missing):
         symptoms = [e for e in symptoms if e not in refused_igpu]
     # an iGPU said to be there counts unless the paste's only GPU is that iGPU (then nothing is in the way)
-    if ((igpu and dgpu) or (said_igpu and (dgpu or not igpu))) and symptoms:
+    # an iGPU said with no card known: only where the text shows a card beside it (else the iGPU is the GPU)
+    card_said = re.search(r"(?i)\b(?:dedicated|discrete|dGPU|graphics card|RX ?\d{3,4}|Radeon (?:RX|PRO|VII)|Instinct|"
+                          r"MI\d{2,3}|RTX|GTX|card[1-9])\b|\b(?:the|a|my) (?:card|second GPU)\b", _text(ctx))
+    if ((igpu and dgpu) or (said_igpu and (dgpu or (not igpu and card_said)))) and symptoms:
         first = said_igpu is not None and said_igpu.detail == "cuda0" or bool(missing)
         value = override_for_arch(dgpu[0]) if dgpu else None
         also = (f"; the card ({dgpu[0]}) also needs {OVERRIDE}={value}, which must not reach the iGPU"
@@ -184,7 +187,11 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      f"hide the iGPU: {index}, or disable the iGPU in the BIOS{also}",
                      [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
                                   _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
-    ordinal = [e for e in errors if re.search(r"(?i)invalid device ordinal|hipErrorInvalidDevice", e.line)]
+    # (hipErrorInvalidDevice while HIP starts, from hipGetDeviceCount / hipInit, is no index: the runtime found no
+    # usable device at all, which the arch, access and driver readings explain)
+    at_start = re.search(r"(?i)hipGetDeviceCount|hipInit\b|HIP initialization", _text(ctx))
+    ordinal = [e for e in errors if re.search(r"(?i)invalid device ordinal", e.line) or
+               (re.search(r"hipErrorInvalidDevice", e.line) and not at_start)]
     if ordinal and not (rocr and inner):
         named = inner or rocr
         return _make("visibility", "the job asks for a GPU index that is not visible",
