@@ -103,6 +103,15 @@ READINGS = [
     ("MIOpen(HIP): Error [Compile] 'hiprtcCompileProgram(prog.get(), c_options.size(), c_options.data())' "
      "naive_conv.cpp: HIPRTC_ERROR_COMPILATION (6)\nWindows 11, RX 9070 (gfx1201), TheRock torch", "miopen-kernel",
      ["MIOPEN_FIND_MODE=2"]),
+    # visibility: Ollama 0.30+ on an AMD APU leaves its integrated Radeon out
+    ("Ollama version 0.31.2 on Windows 11, Ryzen AI 9 HX 370: since the update the GPU is not used, everything runs "
+     "on the CPU", "visibility", ["OLLAMA_IGPU_ENABLE=1"]),
+    # platform-bios: a gfx8 card a ROCm of its time cannot find is the platform's PCIe atomics
+    ("ROCm 4.0 on an old Xeon E5-2670 box: rocminfo only shows the CPU\nGPU: Radeon RX 570", "platform-bios",
+     ["atomics"]),
+    # platform-bios: a CUDA error only with DataParallel is the transfers between the GPUs
+    ("RuntimeError: CUDA error: unspecified launch failure with DataParallel (4x Quadro RTX 8000); one GPU works",
+     "platform-bios", ["IOMMU"]),
     ("llama.cpp crashes on start with ROCm when the integrated GPU is enabled\nGPU: RX 7800 XT\nCPU: Ryzen 7 7700",
      "visibility", ["iGPU", "HIP_VISIBLE_DEVICES"]),
 ]
@@ -148,6 +157,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     # amdgpu-dkms named in a sentence that later mentions an error is no DKMS failure
     ("I installed amdgpu-dkms 6.10.5 and ROCm 6.3.1 and 6.4.0 side by side, then amd-smi gives the error below\n"
      "AttributeError: module 'amdsmi' has no attribute 'amdsmi_get_gpu_metrics_info'", "driver"),
+    # a gfx8 card on a ROCm that no longer supports it is not the atomics reading
+    ("ROCm 6.2 doesn't detect my GPU, only the CPU\nGPU: Radeon RX 580", "platform-bios"),
     # a small loss, or a loss at step 0, is not a collapsed loss
     ("{'loss': 0.0012, 'epoch': 3.0}\ntraining finished on an RTX 3090", "precision"),
     ("loss: 0.3412 at step 0, LoRA training on an RTX 4070", "precision"),
@@ -171,3 +182,9 @@ def test_the_model_size_reading_stays_out_where_the_weights_fit(paste):
     top = diagnose_text(paste).top
     assert top is not None and top.family == "out-of-memory"
     assert "does not fit a" not in top.title, top.title
+
+
+def test_the_ollama_igpu_reading_needs_a_release_that_drops_igpus():
+    # Ollama 0.3.x (2024) is not 0.30: no allow-list then
+    top = diagnose_text("Ollama version 0.3.12 on Windows, Ryzen 7 7700: the GPU is not used, it runs on the CPU").top
+    assert top is None or "OLLAMA_IGPU_ENABLE" not in top.fix, top.fix

@@ -132,6 +132,19 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      "unset ROCR_VISIBLE_DEVICES (and HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES) before starting the "
                      "runtime inside the container or job step; do not --export the host's mask", [], none)
     dropped = [e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
+    newer = re.search(r"(?i)\bollama\b.{0,30}?\bv?0\.(\d+)\.\d+|\bv?0\.(\d+)\.\d+\b.{0,30}\bollama\b", _text(ctx))
+    unused = _lines_matching(ctx, r"(?i)\bGPU\b.{0,30}\b(?:cannot|can.t|could not|isn.t|is not|not) (?:be )?(?:used|"
+                                  r"detected|found)|\b(?:runs?|running) on (?:the )?CPU\b|\bno GPU\b")
+    if not dropped and newer and int(newer.group(1) or newer.group(2)) >= 30 and unused and \
+            _vendor(ctx) == "amd" and re.search(r"(?i)\bCPU\W{0,3}AMD\b|\bAMD\W{0,3}CPU\b|\bRyzen\b|\bAPU\b|Radeon \d{3,4}M?S?\b",
+                                                _text(ctx)):
+        # an AMD CPU beside an AMD GPU the server stopped using after 0.30: the GPU is likely the APU's own Radeon
+        return _make("visibility", "Ollama 0.30+ leaves out integrated GPUs",
+                     "Ollama 0.30 and newer skip integrated GPUs that are not on its allow-list; on an AMD APU (Ryzen "
+                     "AI, Radeon 8060S / 890M / 780M) the GPU is integrated, so after the upgrade the model runs on "
+                     "the CPU", set_variable("OLLAMA_IGPU_ENABLE", "1", ctx.sheet, "ollama") +
+                     " (OLLAMA_IGPU_ENABLE=1 for the server, then restart Ollama); a discrete card that is skipped "
+                     "instead shows in the server log (OLLAMA_DEBUG=1)", [], unused, confirmed=False)
     if dropped:   # Ollama 0.30+ filters iGPUs that are not on its allow-list
         return _make("visibility", "Ollama drops the integrated GPU",
                      "Ollama (0.30 and newer) leaves out integrated GPUs that are not on its allow-list, so the model "
@@ -309,11 +322,37 @@ def _ram_gib(lines: list[str]) -> Optional[float]:
     return None
 
 
+# GCN cards whose ROCm support needed PCIe atomics (gfx8: Fiji, Polaris); ROCm dropped them after 4.x
+_NEEDS_ATOMICS = ("gfx801", "gfx802", "gfx803", "gfx805", "gfx810")
+
+
+def _atomics_for_an_old_release(ctx: Context) -> Optional[Diagnosis]:
+    """A Polaris / Fiji card that a ROCm release of its time (before 4.5, which still listed gfx8) does not find: not
+    the GPU's support, which that release had, but the platform's PCIe atomics, which gfx8 needs and KFD checks."""
+    archs = [a for a in ctx.sheet.machine_archs if a in _NEEDS_ATOMICS]
+    release = re.search(r"(?i)\bROCm ?(\d)\.(\d+)", _text(ctx))
+    if not archs or not release or (int(release.group(1)), int(release.group(2))) >= (4, 5):
+        return None
+    unseen = _lines_matching(ctx, r"(?i)(?:can.?not|can't|doesn.t|does not|fails? to|unable to) (?:detect|find|see)\b"
+                                  r".{0,30}\bGPU|\bonly (?:detects? |shows? |finds? )?(?:the )?CPU\b|no GPU (?:agent|found)")
+    if not unseen:
+        return None
+    return _first(_make("platform-bios", f"the {archs[0]} card is skipped: its PCIe path likely has no atomics",
+                        f"ROCm {release.group(1)}.{release.group(2)} supports {archs[0]}, yet finds only the CPU; "
+                        f"{archs[0]} (Polaris / Fiji) needs PCIe atomic operations from CPU and board, and KFD skips "
+                        "the card where the platform lacks them (sudo dmesg | grep -i atomics shows 'PCI rejects "
+                        "atomics')",
+                        "check sudo dmesg | grep -i -e kfd -e atomic; put the card in a CPU-attached x16 slot (no "
+                        "riser or chipset lanes); where the CPU has no PCIe atomics at all (Intel before Haswell, AMD "
+                        "before Zen) ROCm cannot use this card there: another platform, or a gfx9+ card that does not "
+                        "need them", [_arch_fact(ctx, archs[0])], unseen))
+
+
 @rule("platform-bios")
 def platform_bios(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("platform-bios")
     if not errors:
-        return None
+        return _atomics_for_an_old_release(ctx)
     text = " ".join(e.line for e in errors)
     if re.search(r"(?i)atomic", text):
         pci = next((f for f in ctx.sheet.of("pci_id") if f.line_no in {e.line_no for e in errors}), None)
@@ -334,6 +373,16 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
                      "confirm: sudo nvidia-smi -pl <watts>), reseat the card without a riser, set the slot's PCIe "
                      "generation fixed in the BIOS, and add pcie_aspm=off to the kernel command line; watch temperatures",
                      [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)data ?parallel|all (?:two|four|eight|\d) GPUs|multiple GPUs", text) and \
+            not re.search(r"(?i)corrupt|zeros?\b", text):
+        return _make("platform-bios", "the GPUs fail only together: their direct transfers are blocked",
+                     "a CUDA error that appears only when several GPUs work together (DataParallel copies the model "
+                     "and the batches directly between them) and not on one GPU: the peer-to-peer DMA between the "
+                     "GPUs is broken by the platform, most often the IOMMU (AMD-Vi / VT-d) in translation mode, or "
+                     "PCIe ACS",
+                     "confirm on one GPU (CUDA_VISIBLE_DEVICES=0) and with NCCL_P2P_DISABLE=1; then disable the "
+                     "IOMMU in the BIOS (AMD: AMD CBS > NBIO > IOMMU; Intel: VT-d) or set iommu=pt on the kernel "
+                     "command line, and turn PCIe ACS off", [ctx.line_fact(errors[0])], errors)
     if re.search(r"(?i)corrupt|zeros?\b|wrong values", text):
         return _make("platform-bios", "copies between the GPUs arrive wrong: the IOMMU is in their way",
                      "a tensor copied from one GPU to another arrives as zeros or other values with no error, while "
