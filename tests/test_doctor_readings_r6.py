@@ -132,6 +132,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     # a GPU choice that works, said in passing
     ("I set CUDA_VISIBLE_DEVICES=0,1 and training runs fine on both RTX 3090s, loss is nan after 200 steps with fp16",
      "visibility"),
+    # "still" and "GPU 0" in a line about something else is no ignored GPU choice
+    ("CUDA_VISIBLE_DEVICES=0 python train.py\nloss still nan after lowering lr, fp16 on GPU 0 (RTX 3090)", "visibility"),
     # an iGPU said on an NVIDIA laptop's crash is not ROCm's iGPU in the way
     ("ComfyUI crashes with CUDA error on my laptop (RTX 4060, Intel iGPU)", "visibility"),
     # on AMD GPUs a stalled RCCL test is the IOMMU first (iommu=pt), not ACS

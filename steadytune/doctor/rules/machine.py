@@ -88,6 +88,12 @@ def _choice_ignored(ctx: Context) -> Optional[Diagnosis]:
         return None
     said = _lines_matching(ctx, r"(?i)(?:" + _CHOICE_IGNORED.pattern[4:] + r").{0,80}(?:GPU|显卡|卡|device|cuda:?\s?\d)|"
                            r"(?:GPU|显卡|device|gpu_ids|VISIBLE_DEVICES).{0,80}(?:" + _CHOICE_IGNORED.pattern[4:] + ")")
+    # the complaint is about which GPU runs: an index, every GPU, the first one
+    said = [e for e in said if re.search(r"(?i)gpu_ids|(?:\b(?:uses?|using|used|runs?|running|ran|starts?|started|"
+                                        r"loads?|loading|loaded|trains?|training|defaults? to|goes to|puts?|placed|"
+                                        r"allocat\w*)\b|用的|用|加载到|跑在|报错说)\W{0,3}(?:\w+\W+){0,3}?(?:GPU ?#?\d|"
+                                        r"cuda:?\s?\d|\d号|(?:all|every|both|first|other|wrong|same) (?:the )?"
+                                        r"(?:GPUs?|cards?)|所有|第一张|device ?\d)", e.line)]
     if not said:
         return None
     tool = ctx.tool()
