@@ -176,6 +176,9 @@ def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_family):
     # a 7B model on a 24 GiB GPU fits in fp16: its OOM is the batch, not the model's size
     "Mistral-7B LoRA: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
     "capacity of 23.65 GiB of which 1.10 GiB is free.",
+    # a 70B sharded over eight GPUs need not fit one
+    "Llama-3-70B with device_map='auto' on 8x A100: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+    "2.00 GiB. GPU 3 has a total capacity of 79.15 GiB of which 1.00 GiB is free.",
     # a 70B loaded in 4 bit is already quantised
     "Llama-2-70b-hf with load_in_4bit=True: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. "
     "GPU 0 has a total capacity of 79.15 GiB of which 200.00 MiB is free.",

@@ -171,6 +171,8 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
 _MODEL_SIZE = re.compile(r"(?<![\w.])(?:[\w.]*?[-_/ ])?(\d{1,3}(?:\.\d)?)[bB](?![A-Za-z0-9])")
 _QUANTISED = re.compile(r"(?i)load_in_[48]bit|\b[48]-?bit\b|\bint[48]\b|\bgguf\b|\bq[2-8]_|\bawq\b|\bgptq\b|"
                         r"bitsandbytes|quantiz|quantization_bit")
+_SHARDED = re.compile(r"(?i)device_map|tensor[-_ ]parallel|--tp\b|\b[2-9] ?x ?(?:RTX|GTX|RX|A\d+|H\d+|L\d+|MI\d+|V100|"
+                      r"Tesla|NVIDIA)|\bzero[-_ ]?3\b|\bstage\W{0,3}3\b|\bFSDP\b|--nproc|num_processes:\s*[2-9]|[2-9]卡")
 # sizes most model families ship (Llama 7/13/70, CodeLlama 34, Qwen 0.5/1.5/3/7/14/32/72 close to these)
 _LADDER = (0.5, 1.5, 3, 7, 13, 34, 70)
 
@@ -180,8 +182,8 @@ def _weights_exceed(ctx: Context, errors: list[ErrorLine], joined: str) -> Optio
     no batch size or checkpointing helps; a smaller model, or the same one quantised, does."""
     total = re.search(r"([\d.]+) GiB total capacity|total capacity of ([\d.]+) GiB", joined)
     sizes = [float(m.group(1)) for m in _MODEL_SIZE.finditer(joined) if 0.3 <= float(m.group(1)) <= 700]
-    if not total or not sizes or _QUANTISED.search(joined):
-        return None
+    if not total or not sizes or _QUANTISED.search(joined) or _SHARDED.search(joined):
+        return None   # (a model sharded over several GPUs need not fit one)
     gib = float(total.group(1) or total.group(2))
     size = max(sizes)
     fp16 = size * 2e9 / 2 ** 30
