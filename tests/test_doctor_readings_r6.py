@@ -78,6 +78,8 @@ READINGS = [
     # wsl: a ROCm release without WSL packages; the GPU by its bare number; the complaint in Chinese
     ("wsl2 Ubuntu 22.04\nsudo apt install ./amdgpu-install_6.3.60300-1_all.deb\namdgpu-install -y --usecase=wsl,rocm "
      "--no-dkms\nE: Unable to locate package hsa-runtime-rocr4wsl-amdgpu", "wsl", ["6.4.2"]),
+    ("WSL2 Ubuntu 22.04, ROCm 6.3.0, RX 7900 XTX\nCall returned HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime "
+     "failed to allocate the necessary resources.", "wsl", ["6.4.2"]),
     ("我的7800xt在wsl2里装好了rocm，pytorch还是读不到gpu", "wsl", ["Adrenalin"]),
     ("Can the 6800xt run ROCm via wsl? rocminfo can not get amdgpu info.", "wsl", ["native Linux", "WSL"]),
     # device-access: the GPU answers only as root although the user is in video: render owns the nodes
@@ -193,3 +195,10 @@ def test_the_ollama_igpu_reading_needs_a_release_that_drops_igpus():
     # Ollama 0.3.x (2024) is not 0.30: no allow-list then
     top = diagnose_text("Ollama version 0.3.12 on Windows, Ryzen 7 7700: the GPU is not used, it runs on the CPU").top
     assert top is None or "OLLAMA_IGPU_ENABLE" not in top.fix, top.fix
+
+
+def test_a_wsl_release_is_not_called_one_without_wsl_packages():
+    paste = ("WSL2 Ubuntu 22.04, ROCm 6.1.3, RX 7900 XTX\nCall returned HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime "
+             "failed to allocate the necessary resources.")
+    top = diagnose_text(paste).top
+    assert top is not None and top.family == "wsl" and "has no WSL runtime" not in top.title, top.title

@@ -342,10 +342,11 @@ def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
 
 # WSL said in any case or spelling ("via wsl", "使用wsl2", amdgpu-install's --usecase=wsl, its WSL runtime package)
 _WSL_SAID = re.compile(r"(?i)(?<![A-Za-z])wsl ?2?(?![A-Za-z])|--usecase=\S*wsl|rocr4wsl")
-# ROCm releases AMD shipped WSL packages for (the Radeon docs' WSL support matrix, and threads ROCm #3924, #4064,
-# #5361): 6.1.3 on Ubuntu 22.04 only, 6.2.3 and later 6.x WSL releases on 22.04 and 24.04; x.y.0 releases and ROCm
-# 7.0 / 7.1 have none; from 7.2 WSL goes through librocdxg with the ordinary packages
-_WSL_RELEASES = ("6.1.3", "6.2.3", "6.3.4", "6.4.1", "6.4.2", "6.4.4")
+# ROCm's WSL runtime (hsa-runtime-rocr4wsl-amdgpu) came only with AMD's WSL point releases (6.1.3 for Ubuntu 22.04,
+# then later 6.x point releases for 22.04 and 24.04, 6.4.2 among them: the Radeon docs' WSL matrix, threads ROCm
+# #3924, #4064, #5361, discussion #5411); an x.y.0 release and ROCm 7.0 / 7.1 have none; from 7.2 WSL goes through
+# librocdxg with the ordinary packages. Only the releases surely without it are named as such.
+_NO_WSL_RELEASE = re.compile(r"6\.\d+\.0|7\.[01](?:\.\d+)?")
 
 
 def _radeon_by_number(text: str) -> Optional[str]:
@@ -398,8 +399,7 @@ def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[D
     release = _rocm_release(joined)
     ubuntu = [f.value for f in ctx.sheet.of("os") if f.value.startswith("ubuntu ")]
     noble = any(v.startswith("ubuntu 24.04") for v in ubuntu) or re.search(r"\bnoble\b|Ubuntu ?24\.04", joined)
-    outside = release and re.fullmatch(r"\d+\.\d+(?:\.\d+)?", release) and release not in _WSL_RELEASES and \
-        tuple(int(x) for x in release.split(".")[:2]) < (7, 2)
+    outside = release and _NO_WSL_RELEASE.fullmatch(release)
     said = ctx.of("device-access", "wsl", "driver") + ctx.no_gpu()
     if missing or (outside and said and _vendor(ctx) == "amd"):
         why = (f"ROCm {release} has no WSL packages" if outside else
