@@ -38,14 +38,8 @@ KNOWN_MISSES = {
                                                                                "'gfx1030', a malformed value doctor "
                                                                                "reports first",
     # round 4 (batch 4), left unsolved after its rules:
-    "https://github.com/ggml-org/llama.cpp/issues/19949": "the thread's fix (override 11.5.0 on gfx1152) is a report the "
-                                                          "arch table (steadytune/hardware/gpu_facts) still marks "
-                                                          "unverified; doctor gives the rebuild",
-    "https://github.com/mkiol/dsnote/issues/296": "the title and the card only: no error line, no tool doctor reads",
     "https://github.com/NVIDIA/k8s-device-plugin/issues/812": "the paste never says Kubernetes: an AMD GPU with an "
                                                               "NVIDIA error reads as a CUDA torch",
-    "https://github.com/CS1o/Stable-Diffusion-Info/issues/57": "the thread's title only (a trainer set to the CPU on "
-                                                               "a 9070 XT): no error line",
     # round 6 (batch 5), runtime and machine families, left unsolved after their readings:
     "https://github.com/vllm-project/vllm/issues/19613": "NCCL_BUFFSIZE set too large: the paste shows only cupy's "
                                                          "NCCL_ERROR_SYSTEM_ERROR, no variable and no NCCL_DEBUG line",

@@ -6,7 +6,12 @@ live and offline mode alike, so a saved gfx1151 capture gets the same advice as 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Iterable, Optional
+
+import yaml
 
 from steadytune.doctor.findings import Finding
 from steadytune.hardware.gpu_facts import (
@@ -136,3 +141,61 @@ def arch_findings(arch: Optional[str], label: str, check: str, compiled: Optiona
              capability_finding(arch, label, check)]
     return ([f for f in found if f is not None] + aotriton_findings(arch, label, check, rocm)
             + kernel_bug_findings(arch, label, check, torch_version))
+
+
+# --- each tool's own way to get code for an arch ------------------------------------------------------------
+
+BUILDS = Path(__file__).with_name("arch_builds.yaml")
+_BUILD_FIELDS = {"name", "cuda", "rocm", "windows", "source"}
+_PLACEHOLDERS = {"cuda": {"cc", "cc_dot", "sm", "cu"}, "rocm": {"arch"}, "windows": {"arch"}}
+
+
+class ArchBuildsError(ValueError):
+    """arch_builds.yaml is malformed (an editing mistake, caught when it loads)."""
+
+
+@dataclass(frozen=True)
+class ToolBuild:
+    tool: str
+    name: str
+    cuda: Optional[str]
+    rocm: Optional[str]
+    windows: Optional[str]
+    source: str
+
+
+@lru_cache(maxsize=1)
+def tool_builds() -> dict[str, ToolBuild]:
+    """arch_builds.yaml, checked: known fields only, a name and a source for each tool, and only the placeholders
+    each remedy can be given."""
+    raw = yaml.safe_load(BUILDS.read_text(encoding="utf-8")) or {}
+    builds = {}
+    for tool, item in raw.items():
+        if not isinstance(item, dict) or not item.get("name") or not item.get("source"):
+            raise ArchBuildsError(f"{BUILDS.name}: {tool}: needs a name and a source")
+        unknown = set(item) - _BUILD_FIELDS
+        if unknown:
+            raise ArchBuildsError(f"{BUILDS.name}: {tool}: unknown field(s) {', '.join(sorted(unknown))}")
+        for where, allowed in _PLACEHOLDERS.items():
+            used = set(re.findall(r"\{(\w+)\}", item.get(where) or ""))
+            if used - allowed:
+                raise ArchBuildsError(f"{BUILDS.name}: {tool}.{where}: unknown placeholder(s) "
+                                      f"{', '.join(sorted(used - allowed))} (allowed: {', '.join(sorted(allowed))})")
+        builds[tool] = ToolBuild(tool, item["name"], item.get("cuda"), item.get("rocm"), item.get("windows"),
+                                 item["source"])
+    return builds
+
+
+def build_fix(tool: Optional[str], arch: Optional[str], windows: bool = False) -> Optional[str]:
+    """The failing tool's own remedy for an arch its binary lacks (arch_builds.yaml), in this GPU's values, or None
+    where the table has no entry for that tool and vendor."""
+    build = tool_builds().get(tool or "")
+    if build is None or not arch:
+        return None
+    if arch.startswith("sm_"):
+        cc = arch[3:]
+        # the pytorch.org CUDA index that carries it: Blackwell from cu128; Maxwell/Pascal left the newest builds
+        cu = "cu126" if int(cc) < 70 else "cu128"
+        return build.cuda.format(cc=cc, cc_dot=f"{cc[:-1]}.{cc[-1]}", sm=arch, cu=cu) if build.cuda else None
+    template = (build.windows if windows else None) or build.rocm
+    return template.format(arch=normalise_gfx(arch)) if template else None

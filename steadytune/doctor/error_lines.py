@@ -60,7 +60,7 @@ _ERROR_SHAPE = re.compile(
     r"|(?i:\berror\b\s*[:(\[=]|\berror(?:ed)? (?:while|when|in|loading|during|at|occurred|code)\b|\bfailed\b|\bfailure\b"
     r"|\bcannot\b|\bcan't\b|\bcould not\b|\bcouldn't\b|\bunable to\b|\bnot supported\b|\bunsupported\b|\binvalid\b"
     r"|\bno such file\b|\bpermission denied\b|\boperation not permitted\b|\bundefined symbol\b|\bout of memory\b"
-    r"|segmentation fault|\baborted\b|core dumped|\bsigsegv\b|\bsigabrt\b|\bsigbus\b|\btimed? ?out\b|\bhang(?:s|ing)?\b"
+    r"|segmentation fault|Speicherzugriffsfehler|Erreur de segmentation|Violaci[oó]n de segmento|Errore di segmentazione|段错误|核心已转储|セグメンテーション違反|Ошибка сегментирования|\bseg ?fault(?:ed|s|ing)?\b|\baborted\b|core dumped|\bsigsegv\b|\bsigabrt\b|\bsigbus\b|\btimed? ?out\b|\bhang(?:s|ing)?\b"
     r"|\bnot found\b|\bnot available\b|\bmissing\b|\bdenied\b|\bexception\b|\bterminate called\b|\bkilled\b"
     r"|\bno compatible\b|\bnot detected\b|\bnot loaded\b|\bmismatch\b|\bincompatible\b)")
 _NOT_ERRORS = re.compile(
@@ -143,7 +143,7 @@ def _says_no_gpu(lines: list[str], number: int) -> bool:
     return answer in ("False", "0") and bool(_IS_AVAILABLE.search(lines[number - 2]))
 
 
-_STRONG = re.compile(r"(?i)\b(?:[A-Z]\w*(?:Error|Exception))\b|\berror\b|\bfatal\b|\bfailed\b|segmentation fault|"
+_STRONG = re.compile(r"(?i)\b(?:[A-Z]\w*(?:Error|Exception))\b|\berror\b|\bfatal\b|\bfailed\b|segmentation fault|Speicherzugriffsfehler|Erreur de segmentation|Violaci[oó]n de segmento|Errore di segmentazione|段错误|核心已转储|セグメンテーション違反|Ошибка сегментирования|\bseg ?fault(?:ed|s|ing)?\b|"
                      r"core dumped|\baborted\b|permission denied|undefined symbol|out of memory|not supported|"
                      r"terminate called|\bpanic\b|cannot open|no such file|\bkilled\b|timed? ?out|level=ERROR|"
                      r"\binvalid\b|\bunable to\b|\bcould not\b")

@@ -104,7 +104,7 @@ _OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debi
        ("fedora", r"\bFedora\b"), ("arch", r"\bArch ?Linux\b|\bEndeavourOS\b|\bManjaro\b|\bCachyOS\b|\barch1\b"),
        ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
        ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
-       ("windows", r"\bWindows (?:10|11|Server)\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|"
+       ("windows", r"\bWindows (?:10|11|Server)\b|(?i:\bwin(?:dows)? ?1[01]\b)|\bOS:? Windows\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|"
                    r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)|"
                    r"(?i:^\W*windows\b(?! subsystem)|\bwindows (?=rocm|hip\b|amd\b|gpu\b|ollama|pytorch|torch\b))"),
        ("macos", r"\bmacOS\b|\bDarwin Kernel\b"))
@@ -207,6 +207,8 @@ def _arch(line: str):
             if _MINIMUM_BEFORE.search(before):   # "the minimum required ISA is gfx803": a floor, not this machine's
                 floors.append(decoded)
                 continue
+            if re.search(r"HSA_OVERRIDE_GFX_VERSION\w*\s*[=:]\s*[\"'`]?$", before):
+                continue   # "HSA_OVERRIDE_GFX_VERSION=gfx1030": a (malformed) override value, not a GPU
             found.append((decoded, bool(_MACHINE_BEFORE.search(before))))
     for gfx in floors:
         yield "built_for", gfx, "minimum"
@@ -244,9 +246,10 @@ def _nvidia_arch(line: str):
 # GPU model names: the product table's patterns (Radeon, Instinct, Ryzen APU graphics, NVIDIA), read only where the
 # line looks like it names a device, not where a sentence compares cards.
 _GPU_WORDS = re.compile(r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\bRTX\b|\bGTX\b|Tesla|"
-                        r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Van Gogh|"
+                        r"Quadro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Barcelo|Lucienne|Van Gogh|"
                         r"Ryzen AI|\bW[67]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
-                        r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*", re.IGNORECASE)
+                        r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*|\bRyzen [457]\d{3}(?:HS|HX|H|U)\b|\bR[79] ?\d{3}X?\b|\bFury\b|\bFiji\b|\bMX ?\d{3}\b|"
+                        r"\bGT \d{3,4}\b|\bTitan\b|\bL40S\b|\bA10G\b|\bGB10\b|DGX Spark", re.IGNORECASE)
 _MOBILE = re.compile(r"\bRX ?(6[0-9]{3})(M|S)\b", re.IGNORECASE)
 # Laptop Radeons by number and suffix (LLVM's processor table, AMD's product pages): the S parts are Navi 23
 _MOBILE_ARCH = {("68", "M"): "gfx1031", ("67", "M"): "gfx1031", ("66", "M"): "gfx1032", ("65", "M"): "gfx1034",
@@ -258,14 +261,29 @@ _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages
     (r"Ryzen [3579] (?:PRO )?(?:7[84]\d0|8[4-9]\d0)[HUGS]?S?\b", "gfx1103"),
     (r"(?:Ryzen [3579] )?(?:PRO )?(?:6[6-9]\d0|7[3-7]35)[HU]S?\b", "gfx1035"),
     (r"Ryzen [3579] (?:PRO )?(?:[45]\d\d0)[HUG]E?S?\b|\b[45][67]00GE?\b", "gfx90c"),
+    # Ryzen 4000/5000 mobile named without the tier digit ("Ryzen 5825U"), the x25U Barcelo parts and the 7x30U
+    # Barcelo-R refresh: Vega graphics, gfx90c (AMD's product pages; LLVM's processor table)
+    (r"Ryzen (?:[3579] )?(?:PRO )?(?:[45][1-9][0-9][05](?:HS|HX|H|U)|7[3-7]30U)\b", "gfx90c"),
     (r"Ryzen [35] (?:PRO )?[23][24]00GE?\b|Ryzen [357] (?:PRO )?[23][57]00U\b", "gfx902"),
     (r"Ryzen [3579] (?:PRO )?7\d[05]0X?3?D?\b|Ryzen [3579] (?:PRO )?9\d{3}X?3?D?\b", "gfx1036"),
 )
 
 
+# An APU's graphics named alone ("my 780M", "the 890M iGPU"): the number is also a parameter count ("a 780M model"),
+# so it counts only beside a word about a GPU and not before one about a model
+_BARE_IGPU = re.compile(r"(?i)(?<![\w.])((?:[67][1-8]|8[4-9])0M|80[4-6]0S)\b(?!\s*(?:param|token|model|LLM|weights|B\b))")
+_GPU_CONTEXT = re.compile(r"(?i)\b(?:my|the|iGPU|GPU|APU|graphics|ROCm|HIP|gfx\w*|ollama|vulkan|llama\.cpp|torch|"
+                          r"comfyui|laptop|with)\b")
+
+
+def _bare_igpu(line: str) -> Optional[re.Match]:
+    m = _BARE_IGPU.search(line)
+    return m if m and _GPU_CONTEXT.search(line) else None
+
+
 @finder
 def _gpu(line: str):
-    if not _GPU_WORDS.search(line):
+    if not (_GPU_WORDS.search(line) or _bare_igpu(line)):
         return
     mobile = _MOBILE.search(line)
     if mobile:
@@ -273,7 +291,7 @@ def _gpu(line: str):
         if arch:
             yield "gpu", f"Radeon RX {mobile.group(1)}{mobile.group(2).upper()}", arch
             return
-    igpu = re.search(r"\b(?:AMD|Radeon)[ -]?(\d{3}M|80[4-6]0S)\b", line, re.IGNORECASE)
+    igpu = re.search(r"\b(?:AMD|Radeon)[ -]?(\d{3}M|80[4-6]0S)\b", line, re.IGNORECASE) or _bare_igpu(line)
     if igpu:   # "AMD780M", "Radeon 890M": the graphics model alone
         product = lookup_product(f"Radeon {igpu.group(1).upper()}")
         if product is not None:
@@ -308,7 +326,7 @@ def _gpu(line: str):
 
 _NAME_BEFORE = {"amd", "radeon", "radeon(tm)", "rx", "instinct", "nvidia", "geforce", "rtx", "gtx", "pro", "tesla",
                 "quadro", "ai", "ryzen"}
-_NAME_AFTER = re.compile(r"^(?:\s+(?:XTX|XT|GRE|Ti|SUPER|D|Max|Ultra|PCIe|SXM\w*|\d+GB|M|S|HX))*", re.IGNORECASE)
+_NAME_AFTER = re.compile(r"^(?:\s+(?:XTX|XT|GRE|Ti|SUPER|D|Max|Ultra|PCIe|SXM\w*|\d+GB|M|S|HX)\b)*", re.IGNORECASE)
 
 
 def _model_phrase(line: str, m: re.Match) -> str:
@@ -354,6 +372,9 @@ _ENV_NAMES = (r"HSA_OVERRIDE_GFX_VERSION(?:_\d+)?|HIP_VISIBLE_DEVICES|ROCR_VISIB
 _SETTERS = (
     ("systemd", re.compile(r"Environment=\"?(%s)=([^\"\s]*)" % _ENV_NAMES)),
     ("docker", re.compile(r"(?:--env|-e)[ =]\"?(%s)=\"?([^\"\s]*)" % _ENV_NAMES)),
+    # a compose file's environment: entries, list form ("- NAME=value") or map form ("  NAME: value"), alone on a line
+    ("docker", re.compile(r"^\s*-\s*[\"']?(%s)=[\"']?([^\"'\s]*)[\"']?\s*$" % _ENV_NAMES)),
+    ("docker", re.compile(r"^\s+(%s):\s*[\"']?([^\"'\s]+)[\"']?\s*$" % _ENV_NAMES)),
     ("python", re.compile(r"""os\.environ\[\s*['"](%s)['"]\s*\]\s*=\s*['"]([^'"]*)['"]""" % _ENV_NAMES)),
     ("python", re.compile(r"""os\.environ\.setdefault\(\s*['"](%s)['"]\s*,\s*['"]([^'"]*)['"]""" % _ENV_NAMES)),
     ("fish-unexported", re.compile(r"\bset (?:-[Ugl]+ )+(%s) \"?([^\"\s]+)" % _ENV_NAMES)),
@@ -487,7 +508,8 @@ def _layout(line: str):
 
 # The tool that printed or failed: by its own log formats and paths, never by the user's prose alone.
 _TOOLS = (
-    ("ollama", r"\b[oO]llama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go"),
+    ("ollama", r"\b[oO]llama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go|"
+               r"msg=\"amdgpu (?:is not supported|too old)|\bgpu_type=gfx"),
     ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
                   r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
     ("vllm", r"\bvllm\b|\bvLLM\b|No available memory for the cache blocks|gpu_memory_utilization|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
@@ -507,9 +529,20 @@ _TOOLS = (
     ("onnxruntime", r"onnxruntime|MIGraphXExecutionProvider|ROCMExecutionProvider"),
     ("migraphx", r"\bmigraphx\b|MIGraphX"),
     ("zluda", r"\bZLUDA\b|zluda"),
-    ("a1111", r"webui\.sh|webui-user|stable-diffusion-webui|\bA1111\b|launch\.py"),
+    ("a1111", r"webui\.sh|webui-user|stable-diffusion-webui|\bA1111\b|launch\.py|SD\.Next|\bsdnext\b|AUTOMATIC1111"),
     ("torchaudio", r"torchaudio|_torch_sox|libtorchaudio"),
     ("torch", r"\btorch\b|\bPyTorch\b|torch\.cuda|\bc10::|libtorch"),
+    # tools with their own GPU builds (doctor/arch_builds.yaml has their remedies)
+    ("llama-cpp-python", r"\bllama_cpp\b|llama-cpp-python|llama_cpp_python"),
+    ("koboldcpp", r"(?i)\bkoboldcpp"),
+    ("lmstudio", r"(?i)\bLM ?Studio\b|\blmstudio\b|\blms (?:load|server)\b"),
+    ("sglang", r"\bsglang\b|\bsgl[-_]kernel\b|SGLang"),
+    ("apex", r"\bapex\b(?!\s+legends)|\bamp_C\b|fused_layer_norm_cuda"),
+    ("ctranslate2", r"(?i)ctranslate2|faster[-_]whisper|whisperx|CUDA failed with error"),
+    ("whisper.cpp", r"whisper\.cpp|\bwhisper_(?:init|model_load|full|backend_init)\w*|whisper-cli"),
+    ("torchvision", r"\btorchvision\b"),
+    ("mamba-ssm", r"\bmamba_ssm\b|\bmamba-ssm\b|selective_scan_cuda|\bcausal_conv1d"),
+    ("torch-extension", r"torch_extensions[/\\]|\bload_inline\b|cpp_extension\.load\b"),
     ("rocminfo", r"\brocminfo\b|ROCk module"),
     ("rocm-smi", r"\brocm-smi\b|ROCm System Management Interface"),
     ("amd-smi", r"\bamd-smi\b"),
@@ -545,9 +578,15 @@ def _complaint(line: str):
                  r"slow(?:er)? than|slow first|first (?:run|step|image|generation) (?:is |takes )?(?:very )?slow)", line):
         yield "complaint", "slow", ""
     line = re.sub(r"[’´`]", "'", line)   # doesn´t, doesn’t
+    # "RX 6700 XT crashes with rocm", not a warning that something "may crash"
+    if re.search(r"(?i)(?<!may )(?<!might )(?<!could )(?<!can )(?<!will )(?<!to )\b(?:seg ?fault(?:s|ed|ing)?|crash(?:es|ed|ing)?)\b"
+                 r"|崩溃|闪退|段错误", line):
+        yield "complaint", "yes", "crash"
+        return
     if re.search(r"(?i)\b(?:cannot|can't|can not|unable to) (?:get|make|run|use|install|load)\b|\b(?:doesn't|does not|"
                  r"won't|will not|isn't|is not|not) (?:work|working|run|running|use|using|detect|detected|detecting|"
-                 r"recogni[sz]ed?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
+                 r"recogni[sz]ed?|recogni[sz]ing|detecting)\b|\bno longer (?:works?|uses?|detects?|recogni[sz]es?|"
+                 r"supports?|runs?|sees?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
                  r"\bno GPU (?:agent|found|detected|device)s?\b|"
                  r"\bis (?:it|this) (?:just )?not supported\b|\b(?:add|adding|request\w*|needs?|plans? (?:to|for)) "
                  r"support (?:for|of)\b|\bwhen (?:will|is|does) .{0,60}\bsupport|\bsupport (?:for|of) .{0,60}\bwill "

@@ -14,10 +14,12 @@ from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gf
 
 # The tools whose own build carries the GPU code (so the fix is their build flag), most specific first. A paste that
 # names several (a ComfyUI log shows torch too) is about the most specific one that printed an error.
-TOOL_ORDER = ("ollama", "llama.cpp", "vllm", "bitsandbytes", "flash-attn", "xformers", "rccl-tests", "rccl", "miopen",
-              "hipblaslt", "rocblas", "migraphx", "onnxruntime", "tensorflow", "jax", "zluda", "triton", "deepspeed",
-              "comfyui", "a1111", "unsloth", "llamafactory", "torchaudio", "torch")
-INFERENCE_TOOLS = ("ollama", "llama.cpp", "comfyui", "a1111", "zluda", "onnxruntime", "migraphx")
+TOOL_ORDER = ("ollama", "lmstudio", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
+              "flash-attn", "xformers", "rccl-tests", "rccl", "miopen", "hipblaslt", "rocblas", "migraphx", "onnxruntime",
+              "ctranslate2", "tensorflow", "jax", "zluda", "triton", "deepspeed", "apex", "mamba-ssm", "torch-extension", "comfyui", "a1111", "unsloth",
+              "llamafactory", "torchaudio", "torch", "torchvision")
+INFERENCE_TOOLS = ("ollama", "lmstudio", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "comfyui", "a1111", "zluda",
+                   "onnxruntime", "migraphx", "ctranslate2")
 
 
 def failing_tool(sheet: FactSheet, line_numbers: tuple[int, ...] = ()) -> Optional[str]:
@@ -26,8 +28,14 @@ def failing_tool(sheet: FactSheet, line_numbers: tuple[int, ...] = ()) -> Option
     for pool in (near, sheet.tools):
         for tool in TOOL_ORDER:
             if tool in pool:
-                return tool
+                # ggml's own lines name llama.cpp inside a program that bundles it: the bundle is what gets rebuilt
+                wrapper = next((w for w in _BUNDLES_LLAMA_CPP if w in sheet.tools), None)
+                return wrapper if tool == "llama.cpp" and wrapper else tool
     return None
+
+
+# programs that ship their own build of llama.cpp (its ggml_* lines appear in their logs)
+_BUNDLES_LLAMA_CPP = ("lmstudio", "koboldcpp", "llama-cpp-python")
 
 
 def override_value(arch: str, tool: Optional[str]) -> tuple[Optional[str], str]:
@@ -42,6 +50,8 @@ def override_value(arch: str, tool: Optional[str]) -> tuple[Optional[str], str]:
     if row.override.verdict == "trap" and row.override.value and tool in INFERENCE_TOOLS:
         return row.override.value, f" (runs {row.override.value} code on {arch}; for training it is not safe: " \
                                    f"{row.override.why})"
+    if row.override.verdict == "unverified" and row.override.value and tool in INFERENCE_TOOLS:
+        return row.override.value, f" (reported for inference: {row.override.why})"
     return None, ""
 
 
@@ -72,6 +82,10 @@ def set_variable(name: str, value: str, sheet: FactSheet, tool: Optional[str]) -
                 "quit it from the tray) so it reads the new environment")
     if where == "notebook":
         return f"os.environ[\"{name}\"] = \"{value}\" in the first cell, before import torch (restart the kernel first)"
+    if tool == "ollama" and not sheet.is_windows:   # Linux installs run it as the ollama service, not from a shell
+        return (f"sudo systemctl edit ollama.service and add under [Service]: Environment=\"{name}={value}\"; then "
+                f"sudo systemctl daemon-reload && sudo systemctl restart ollama (a hand-started `ollama serve`: "
+                f"export {name}={value} before it)")
     return f"export {name}={value} before the command (or {name}={value} <command>)"
 
 
@@ -111,6 +125,9 @@ def cuda_wheel_for(arch: str) -> Optional[str]:
     cc = int(m.group(1))
     if cc >= 100:
         return "pip install torch --index-url https://download.pytorch.org/whl/cu128 (Blackwell needs CUDA 12.8 or newer)"
+    if cc < 50:   # Kepler and older: below cu126's oldest arch (sm_50); CUDA 12 no longer compiles them
+        return (f"no current pytorch.org index carries sm_{cc} (the oldest is sm_50): build torch from source with "
+                f"CUDA 11.x and TORCH_CUDA_ARCH_LIST={cc // 10}.{cc % 10}, or run on the CPU")
     if cc < 70:   # the newest CUDA builds dropped Maxwell and Pascal (cu129/cu130 always; the later cu128 ones too)
         return ("pip install torch --index-url https://download.pytorch.org/whl/cu126 (the newest CUDA builds dropped "
                 f"sm_{cc}; cu126 still carries it, and torch 2.8's cu128 build did where its cu129 one did not)")

@@ -468,3 +468,83 @@ def qlora_findings(backend: str, arch: Optional[str], installed: Optional[str], 
                              f"the floor here: {status.floor} ({GATE_SOURCE})", status.fix)]
     return [Finding.warn(check, f"QLoRA (quantization_bit: 4 | 8) cannot run here: {status.why}", GATE_SOURCE,
                          status.fix)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Import failures in a traceback: which module was missing, whose package it is, and whose code imported it
+# ---------------------------------------------------------------------------------------------------------
+
+# import names whose pip distribution is named otherwise (the fix installs the distribution)
+IMPORT_DISTRIBUTIONS = {
+    "cv2": "opencv-python", "PIL": "pillow", "yaml": "pyyaml", "sklearn": "scikit-learn", "flash_attn": "flash-attn",
+    "llama_cpp": "llama-cpp-python", "mamba_ssm": "mamba-ssm", "causal_conv1d": "causal-conv1d",
+    "auto_gptq": "auto-gptq", "awq": "autoawq", "faster_whisper": "faster-whisper", "whisper": "openai-whisper",
+    "torch_directml": "torch-directml", "transformer_engine": "transformer-engine", "pynvml": "nvidia-ml-py",
+    "huggingface_hub": "huggingface-hub", "google.protobuf": "protobuf", "attr": "attrs", "skimage": "scikit-image",
+    "onnxruntime": "onnxruntime", "ctranslate2": "ctranslate2", "jaxlib": "jaxlib", "bitsandbytes": "bitsandbytes",
+}
+
+
+def distribution_of(module: str) -> str:
+    """The pip distribution of an import name: 'llama_cpp' -> 'llama-cpp-python', 'cv2' -> 'opencv-python'."""
+    return IMPORT_DISTRIBUTIONS.get(module, IMPORT_DISTRIBUTIONS.get(module.split(".")[0],
+                                                                    module.split(".")[0].replace("_", "-")))
+
+
+_NO_MODULE = re.compile(r"No module named ['\"]?([A-Za-z_][\w.]*)")
+_CANNOT_IMPORT = re.compile(r"cannot import name ['\"]?(\w+)['\"]? from (?:partially initialized module )?['\"]?"
+                            r"([A-Za-z_][\w.]*)")
+# a module's attribute that is not there (numpy 1.24 dropped np.float; torch.compiler came with 2.1); not a module
+# half-imported by a circular import
+_NO_ATTRIBUTE = re.compile(r"(?<!partially initialized )module ['\"]([A-Za-z_][\w.]*)['\"] has no attribute ['\"](\w+)")
+_FRAME = re.compile(r"(?:site|dist)-packages[/\\]+([A-Za-z_]\w*)[/\\]")
+# an optional import the program reported and went on without (xformers: "A matching Triton is not available, some
+# optimizations will not be enabled. Error caught was: No module named 'triton'"): no failure of its own
+_OPTIONAL = re.compile(r"(?i)Error caught was|optimizations will not be enabled|\bwarn(?:ing)?\b|will not be available|"
+                       r"falling back|is not available, ")
+
+
+@dataclass(frozen=True)
+class ImportFailure:
+    line_no: int                # 1-based, in the lines read
+    line: str
+    module: str                 # the module that was not found, or the one a name could not be imported from
+    name: Optional[str]         # the name that could not be imported from `module`
+    caller: Optional[str]       # the installed package whose code ran the import (its site-packages folder)
+    attribute: bool = False     # "module X has no attribute N" rather than an import
+
+    @property
+    def top(self) -> str:
+        return self.module.split(".")[0]
+
+    @property
+    def distribution(self) -> str:
+        return distribution_of(self.module)
+
+    @property
+    def moved(self) -> bool:
+        """A part of a package that is installed: a submodule or a name missing from it means the installed release
+        is not the one the importing code was written for (the path moved or went away between releases)."""
+        return (self.name is not None or "." in self.module) and self.caller != self.top
+
+
+def read_import_failure(lines: list[str]) -> Optional[ImportFailure]:
+    """The first "No module named X" / "cannot import name N from X" / "module X has no attribute N" of a traceback,
+    with the package whose frame ran the import (the nearest site-packages path above it, or the code line `from X import N` shows)."""
+    for number, line in enumerate(lines, 1):
+        missing, cannot, attribute = _NO_MODULE.search(line), _CANNOT_IMPORT.search(line), _NO_ATTRIBUTE.search(line)
+        if not (missing or cannot or attribute) or "circular import" in line or \
+                _OPTIONAL.search(line + " " + (lines[number - 2] if number > 1 else "")):
+            continue
+        found = cannot or attribute
+        module = (found.group(2 if cannot else 1) if found else missing.group(1)).rstrip(".")
+        name = cannot.group(1) if cannot else attribute.group(2) if attribute else None
+        caller = None
+        for above in reversed(lines[max(0, number - 7): number - 1]):
+            frame = _FRAME.search(above)
+            # an attribute is looked up through the package's own frames (numpy's __getattr__): its user is above them
+            if frame and not (attribute and frame.group(1) == module.split(".")[0]):
+                caller = frame.group(1)
+                break
+        return ImportFailure(number, line.strip(), module, name, caller, bool(attribute and not (missing or cannot)))
+    return None

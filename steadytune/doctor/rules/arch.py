@@ -6,10 +6,13 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.archs import build_fix, tool_builds
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import discrete_archs
-from steadytune.doctor.fixes import override_value, rebuild_line, rocm_index_for, set_variable, wheel_line
-from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, normalise_gfx, override_for_arch
+from steadytune.doctor.fixes import INFERENCE_TOOLS, override_value, rebuild_line, rocm_index_for, set_variable, \
+    wheel_line
+from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, first_stable_wheel, normalise_gfx, \
+    override_for_arch
 from steadytune.doctor.rules.base import (
     _APU_ARCHS,
     _arch_fact,
@@ -43,8 +46,38 @@ def _target(value: str) -> Optional[str]:
     return f"gfx{m.group(1)}{m.group(2)}{int(m.group(3)):x}" if m else None
 
 
+def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama on Windows (and the ollama-for-amd builds that ship rocBLAS per arch) refusing the GPU with an empty
+    list of supported types, or while an override sits in the Windows environment: the override is what makes it
+    reject the card; the Windows runner does not borrow a sibling's code the way Linux's does."""
+    if not ctx.sheet.is_windows and not re.search(r"\bwsarecv\b|\.exe\b|AppData", _text(ctx)):
+        return None
+    if ctx.tool() != "ollama":
+        return None
+    empty = _lines_matching(ctx, r"amdgpu is not supported \(supported types:\s*\[\]\)")
+    leftover = ctx.override() is not None or bool(re.search(r"(?i)system environment variables?|environment variables? "
+                                                             r"(?:for|of) (?:the )?(?:system|user)", _text(ctx)))
+    refused = empty or ctx.of("arch-missing") or [f for f in ctx.sheet.of("complaint") if f.value == "yes"] or \
+        _lines_matching(ctx, r"(?i)(?:last|latest|newer|older) version .{0,40}support")
+    if not (empty or (leftover and refused)):
+        return None
+    arch, where = ctx.arch(ctx.errors)
+    lines = empty or _lines_matching(ctx, r"(?i)environment variable|HSA_OVERRIDE_GFX_VERSION") or []
+    return _make("override-wrong", f"a {OVERRIDE} left in the Windows environment makes Ollama reject the GPU",
+                 "on Windows Ollama's ROCm runner uses the rocBLAS libraries it ships for each arch; an override in "
+                 "the user or system environment makes it check the GPU as another chip and turn it down",
+                 f"remove {OVERRIDE} from the Windows environment (System Properties > Environment Variables, user "
+                 f"and system; or in PowerShell [Environment]::SetEnvironmentVariable(\"{OVERRIDE}\", $null, "
+                 "\"User\") and the same with \"Machine\" as administrator), quit Ollama from the tray and start it "
+                 f"again; for {arch or 'a GPU AMD does not list'} use a build that ships its rocBLAS libraries "
+                 "(ollama-for-amd)", [where] if where else [], lines, confirmed=bool(empty))
+
+
 @rule("override-wrong")
 def override_wrong(ctx: Context) -> Optional[Diagnosis]:
+    leftover = _windows_ollama_leftover(ctx)
+    if leftover is not None:
+        return leftover
     # a quoted message where the version belongs: a script's detection failed and wrote its error into the variable
     garbage = re.search(OVERRIDE + r"\s*:?=\s*\"([A-Za-z][^\"\n]* [^\"\n]*)\"", _text(ctx))
     if garbage:
@@ -65,8 +98,13 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
     target = _target(value)
     tool = ctx.tool(symptoms)
     if target is None:
-        arch = archs[0] if archs else None
+        # the GPU, not the gfx name the user wrote into the variable ("=gfx1030" is read as an arch too)
+        gpus = [a for a in archs if any(f.value == a and f.line_no != setting.line_no for f in ctx.sheet.of("arch"))]
+        arch = gpus[0] if gpus else None
         good = override_value(arch, tool)[0] if arch else None
+        written = re.fullmatch(r"(?i)gfx\w+", value.strip("\"'"))
+        if not good and written and not (arch and arch in OFFICIAL_WHEEL_ARCHS):
+            good = _version_of(written.group(0).lower())   # the version form of the target they meant
         return _make("override-wrong", f"{OVERRIDE}={value} is not a version",
                      f"the runtime expects X.Y.Z (10.3.0 for gfx1030 code); {value!r} is ignored or rejected",
                      set_variable(OVERRIDE, good, ctx.sheet, tool) if good else f"unset {OVERRIDE}",
@@ -166,6 +204,12 @@ def _blackwell_build(ctx: "Context") -> Optional[str]:
     return f"{index[-1][0]}.{index[-1][1]}" if index else None
 
 
+def _companion_build(ctx: "Context") -> Optional[tuple[str, tuple[int, int]]]:
+    """torchvision / torchaudio with a +cuNNN tag of its own (pip list, collect_env): (name, its CUDA)."""
+    found = re.search(r"\b(torchvision|torchaudio)[\s=:-]+[\d.]+\+cu(\d{2})(\d)\b", "\n".join(ctx.sheet.lines))
+    return (found.group(1), (int(found.group(2)), int(found.group(3)))) if found else None
+
+
 def _wheel_lacks(arch: Optional[str], ctx: "Context") -> bool:
     """The torch the paste shows cannot carry this NVIDIA GPU: Blackwell before CUDA 12.8, Maxwell/Pascal in the cu129
     and newer builds."""
@@ -230,11 +274,39 @@ def _arch_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
 
 @rule("arch-missing")
 def arch_missing(ctx: Context) -> Optional[Diagnosis]:
+    early = _runtime_predates_gpu(ctx)
+    if early is not None:
+        return early
     diagnosis = _arch_missing(ctx)
     if diagnosis is not None and ctx.override() is None and _ggml_arch(ctx):
         # ggml named the GPU and no override is set: "unset the override" (the catalogue's reading) cannot apply
         return _first(diagnosis)
     return diagnosis
+
+
+def _runtime_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """HIP failing to initialise at all (hipGetDeviceCount -> hipErrorInvalidDevice / hipErrorNoDevice) on a GPU the
+    paste names, with no device index in play: a ROCm runtime older than the GPU's arch does not know the chip. The
+    ordinal reading (an index past the visible GPUs) needs an index; this one needs none."""
+    init = [e for e in ctx.errors if re.search(r"hipGetDeviceCount\(\)|HIP initialization", e.line)
+            and re.search(r"hipErrorInvalidDevice|hipErrorNoDevice|Error 101\b", e.line)]
+    if not init or ctx.override() is not None or re.search(r"(?i)cuda:\d|device_?(?:id|index|ordinal)\s*[=:]\s*\d",
+                                                              _text(ctx)) \
+            or any(re.match(r"(?:HIP|ROCR|CUDA)_VISIBLE_DEVICES=", f.value) for f in ctx.sheet.of("env")):
+        return None   # an index or a visibility variable in play: the ordinal reading's
+    archs = [a for a in discrete_archs(ctx.sheet) if a.startswith("gfx")]
+    if not archs or arch_info(archs[0]) is None:
+        return None
+    arch = archs[0]
+    first = first_stable_wheel(arch)
+    line = wheel_line(arch)
+    since = f" (pytorch.org wheels carry it since {first.name}, torch {first.torch})" if first else ""
+    fix = (f"use a ROCm release and a torch built with {arch}{since}: {line}; in a container, a newer image "
+           f"(rocm/pytorch:latest)") if line else rocm_index_for(arch)
+    return _first(_make("arch-missing", f"the ROCm runtime here predates {arch}",
+                        f"HIP fails while counting the GPUs, before any device index is used: the runtime (and the "
+                        f"torch built on it) does not know {arch}", fix,
+                        [_arch_fact(ctx, arch), ctx.line_fact(init[0])], init))
 
 
 def _ggml_arch(ctx: Context) -> Optional[str]:
@@ -264,6 +336,38 @@ def _xformers_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                  [where, ctx.line_fact(errors[0])], errors)
 
 
+# The oldest compute capability in any current pytorch.org CUDA build (cu126: sm_50; CUDA 12 itself no longer
+# compiles Kepler, NVIDIA's CUDA 12.0 release notes)
+_OLDEST_TORCH_CC = 50
+
+
+_FAILURE_WORD = (r"(?i)\b(?:errors?|fail(?:s|ed|ing|ure)?|broken|problems?|(?:won't|doesn't|does not|can't|cannot) "
+                 r"(?:start|load|run))\b|报错|错误|失败|无法")
+
+
+def _is_thin(ctx: Context) -> bool:
+    """A short paste (an issue's title and a sentence or two, maybe among a few unrelated log lines) with no error
+    line at all: its words are all the evidence there is."""
+    return not ctx.errors and sum(1 for line in ctx.sheet.lines if line.strip()) <= 15
+
+
+def _older_than_every_torch(ctx: Context, arch: Optional[str], where, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A Kepler or older NVIDIA GPU under torch: no current wheel index carries it, so no index is the fix."""
+    if not errors or not arch or not re.fullmatch(r"sm_\d+", arch) or int(arch[3:]) >= _OLDEST_TORCH_CC:
+        return None
+    tool = ctx.tool(errors)
+    if tool not in (None, "torch", "torchvision", "torchaudio", "comfyui", "a1111", "unsloth", "llamafactory"):
+        return None
+    cc = f"{arch[3:-1]}.{arch[-1]}"
+    return _make("gpu-unsupported", f"{arch} is older than every current torch build",
+                 f"compute capability {cc} (Kepler or older) is below sm_50, the oldest arch in the current pytorch.org "
+                 "CUDA builds, and CUDA 12 no longer compiles it",
+                 f"no current torch wheel runs on it: run on the CPU (device=\"cpu\"), or build torch from source with "
+                 f"CUDA 11.x and TORCH_CUDA_ARCH_LIST={cc}, or use an old torch release whose CUDA 11 build lists "
+                 f"sm_{arch[3:]} (python -c 'import torch; print(torch.cuda.get_arch_list())' tells), or a newer GPU",
+                 [where, ctx.line_fact(errors[0])], errors)
+
+
 def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" not in e.line]   # host libs: install
     said = _arch_said(ctx, errors)
@@ -281,9 +385,19 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     xformers = _xformers_lacks(ctx, errors)
     if xformers is not None:
         return xformers
+    kepler = _older_than_every_torch(ctx, arch, where, errors)
+    if kepler is not None:
+        return kepler
     blackwell_build = _blackwell_build(ctx)
-    if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and \
+    companion = _companion_build(ctx)
+    if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and companion and companion[1] < (12, 8) and \
             any("no kernel image" in e.line for e in errors):
+        # torch is a CUDA 12.8+ build, but torchvision / torchaudio came from an older index without Blackwell code
+        return _make("arch-missing", f"{companion[0]} is a CUDA {companion[1][0]}.{companion[1][1]} build beside a "
+                     f"CUDA {blackwell_build} torch", f"{companion[0]}'s kernels were built without {arch}",
+                     build_fix("torchvision", arch) or "", [where, ctx.line_fact(errors[0])], errors)
+    if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and \
+            any("no kernel image" in e.line for e in errors) and ctx.tool(errors) not in tool_builds():
         # the torch installed is already a CUDA 12.8+ build, which carries sm_100/sm_120: the wheel is right, so the
         # driver underneath (older than the CUDA the wheel needs) is what cannot load its kernels
         return _make("driver", f"a CUDA {blackwell_build} torch on {arch} with an older NVIDIA driver",
@@ -321,11 +435,32 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         symptoms = faults + ctx.no_gpu()
         if not symptoms and arch and arch.startswith("gfx"):
             symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
+        if not symptoms and arch and arch.startswith("gfx"):
+            # Ollama logs the GPUs it rejected at INFO level ("no compatible amdgpu devices detected"): not an error
+            # line by its shape, but the symptom of a card its runner lacks
+            symptoms = _lines_matching(ctx, r"(?i)no compatible (?:amd ?gpus?|gpus?)(?: devices?)? (?:were )?"
+                                            r"(?:detected|discovered|found)")[:1]
+        if not symptoms and arch and arch.startswith("gfx") and where is not None and _is_thin(ctx):
+            # a title and a card ("Text-to-speech error with X / Radeon 6700 XT"): a failure word beside the card's
+            # name is all there is
+            symptoms = [line for line in _lines_matching(ctx, _FAILURE_WORD)
+                        if abs(line.line_no - where.line_no) <= 3][:1]
         windows_override = ctx.sheet.is_windows and (ctx.override() is not None or any(
             OVERRIDE in l for l in ctx.sheet.lines) and ctx.sheet.has("complaint", "yes"))
         # a torch the GPU is not in (the build says +cuXYZ, the GPU is named) with any sign of trouble
         said = [ErrorLine(i, l.strip(), None) for i, l in enumerate(ctx.sheet.lines, 1)
                 if re.search(r"(?i)incompatib|not compatible|kernel[- ]related|kernel image", l)]
+        complaint = [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
+        if arch and re.fullmatch(r"sm_1\d\d", arch) and _cuda_build(ctx) is None and not _blackwell_build(ctx) and \
+                complaint and ctx.tool() in (None, "torch", "comfyui", "a1111", "unsloth", "llamafactory"):
+            # a Blackwell card that "does not work" with a torch of unknown build: the usual cause is a wheel older
+            # than CUDA 12.8, which carries no sm_100/sm_120 code (likely, not settled: the build is not shown)
+            lacking = _symptom_lines(ctx, complaint)
+            return _make("arch-missing", f"likely a torch without {arch} kernels",
+                         f"{arch} (Blackwell) runs only torch builds for CUDA 12.8 or newer; older wheels have no code "
+                         "for it", _cuda_index_for_driver(ctx, arch) + " (python -c 'import torch; "
+                         "print(torch.__version__, torch.cuda.get_arch_list())' must list it)",
+                         [where] + complaint, lacking, confirmed=False)
         if _wheel_lacks(arch, ctx) and (symptoms or said or ctx.sheet.has("complaint", "yes")):
             lacking = symptoms or said or _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint")][:1])
             return _make("arch-missing", f"this torch has no kernels for {arch}",
@@ -339,7 +474,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
             return None
         # a GPU fault on a card the wheels lack, with no override anywhere, is the missing code itself: HIP ran a
         # kernel for another chip (a library that loaded the nearest code object) or none at all
-        settled = bool(faults) and ctx.override() is None and where is not None and where.detail != "list" and \
+        # (a hang that names the firmware scheduler (MES) is the firmware's: it does not settle missing code)
+        own_faults = [e for e in faults if not re.search(r"(?i)\bMES\b|firmware", e.line)]
+        settled = bool(own_faults) and ctx.override() is None and where is not None and where.detail != "list" and \
             bool(arch and override_for_arch(arch)) and _needs_other_code(arch)
         said_so = [ctx.override()] if ctx.override() is not None else \
             [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
@@ -367,11 +504,14 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      f"{tool or 'the program'} has no code for the GPU it runs on; the paste does not say which GPU",
                      f"find the arch ({cls.next}); for a GPU the build lacks but whose sibling it carries, set the "
                      f"override: {_OVERRIDE_TABLE}; else rebuild for the arch", [], errors, confirmed=False)
-    if ctx.override() is not None and errors:
+    if ctx.override() is not None and errors and not ctx.sheet.is_windows:
         value = ctx.override().value.split("=", 1)[1]
         if _target(value) and _family_of(_target(value)) == _family_of(arch) and tool not in ("llama.cpp",):
             # the override is right and in force, so it is the library itself that lacks even the sibling's code
-            line = rebuild_line(tool, arch) or wheel_line(arch) or f"a build of {tool} with {arch}"
+            line = _own_build(tool, arch, ctx) or wheel_line(arch) or (
+                f"check that the override reaches the process (python -c 'import os; print(os.environ.get("
+                f"\"{OVERRIDE}\"))' in the same environment), then use a build with {_target(value)} code: "
+                f"{rocm_index_for(arch)}")
             return _make("arch-missing", f"{tool or 'a library'} has no code for {arch} even with the override",
                          f"{OVERRIDE}={value} is in force, and the code that failed was built without {_target(value)} "
                          f"and {arch}", line, [where, ctx.override()], errors)
@@ -391,18 +531,18 @@ def _arch_cause(arch: str, tool: Optional[str], ctx: Context) -> str:
 def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     sheet = ctx.sheet
     if arch.startswith("sm_"):
-        if tool in ("bitsandbytes", "llama.cpp", "vllm", "flash-attn", "xformers"):
-            return rebuild_line(tool, arch) or ""
-        if tool == "tensorflow":
-            cc = f"{arch[3:-1]}.{arch[-1]}"
-            return (f"this TensorFlow release ships no kernels (nor PTX) for compute capability {cc}: use a release "
-                    f"whose binaries still include {cc}, or build TensorFlow with TF_CUDA_COMPUTE_CAPABILITIES={cc}")
-        return _cuda_index_for_driver(ctx, arch)
+        # the tool that failed carries its own kernels: its wheel or build flag is the fix, not torch's index
+        # (unless the torch underneath lacks the GPU too: that comes first, the extension is rebuilt against it)
+        own = build_fix(tool, arch) if tool not in ("torch", None) and not _wheel_lacks(arch, ctx) else None
+        return own or _cuda_index_for_driver(ctx, arch)
     value, caveat = override_value(arch, tool)
     if sheet.has("layout", "therock"):
         return (f"the multi-arch torch wheel carries no GPU kernels by itself: install its device package from the same "
                 f"index, pip install \"torch[device-{arch}]\" (it pulls amd-torch-device-{arch})")
-    if sheet.is_windows and tool in ("rocblas", "ollama", "zluda", "comfyui", "a1111", "torch", "llama.cpp", None):
+    if sheet.is_windows and tool == "zluda":
+        return build_fix(tool, arch, windows=True) or ""
+    if sheet.is_windows and tool in ("rocblas", "ollama", "zluda", "comfyui", "a1111", "torch", "llama.cpp", "koboldcpp",
+                                     "llama-cpp-python", "whisper.cpp", None):
         rocm = sheet.values("rocm")
         sdk = f"HIP SDK {rocm[0]}" if rocm else "the HIP SDK"
         libraries = (f"put a rocblas.dll and rocblas/library built for {arch} (for {sdk}) into the SDK's bin folder, "
@@ -412,10 +552,10 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
                     f"the tray and start it again ({arch} then runs {_target(value)} code); where the HIP SDK's "
                     f"rocBLAS still has no code for {arch}: {libraries}")
         return f"on Windows the override does not apply to the HIP SDK's libraries ({arch}): {libraries}"
-    if tool in ("llama.cpp", "bitsandbytes", "vllm", "flash-attn", "xformers", "deepspeed"):
+    if tool in _REBUILT_FIRST:
         # the tool's own build carries the GPU code: rebuilding it for the arch is the fix that lasts, the override the
         # quick one where a sibling's code runs
-        line = rebuild_line(tool, arch)
+        line = _own_build(tool, arch, ctx)
         return line + (f"; or run it with {OVERRIDE}={value}{caveat}" if value else "")
     if value:
         fix = set_variable(OVERRIDE, value, sheet, tool) + f" ({arch} runs {_target(value)} code){caveat}"
@@ -423,8 +563,10 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
             wheel = wheel_line(arch)
             if wheel:
                 fix += f"; or a torch that has {arch} itself: {wheel}"
+        elif tool in tool_builds() and tool not in _OVERRIDE_ONLY:
+            fix += f"; or give {tool_builds()[tool].name} code for {arch} itself: {build_fix(tool, arch)}"
         return fix
-    rebuild = rebuild_line(tool, arch)
+    rebuild = _own_build(tool, arch, ctx)
     if rebuild:
         return rebuild
     wheel = wheel_line(arch)
@@ -435,9 +577,38 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
         "; use the Vulkan backend where the tool has one (llama.cpp -DGGML_VULKAN=ON)"
 
 
+# tools whose own build is the lasting fix even where an override would run a sibling's code
+_REBUILT_FIRST = ("lmstudio", "llama.cpp", "llama-cpp-python", "whisper.cpp", "bitsandbytes", "vllm", "sglang", "flash-attn",
+                  "xformers", "deepspeed", "apex")
+# tools whose entry in arch_builds.yaml says the override itself (adding it again after the override says nothing)
+_OVERRIDE_ONLY = ("ollama",)
+
+
+def _own_build(tool: Optional[str], arch: str, ctx: Context) -> Optional[str]:
+    """The failing tool's own way to get code for the arch: its entry in arch_builds.yaml, else the rebuild flags
+    fixes.py knows for the ROCm libraries."""
+    return build_fix(tool, arch, ctx.sheet.is_windows) or rebuild_line(tool, arch)
+
+
 def _is_old_gfx(arch: Optional[str]) -> bool:
     """GCN 1-4 (gfx6xx-gfx8xx): outside every ROCm 6 and 7 release."""
     return bool(arch) and arch.startswith("gfx") and len(arch) == 6 and arch[3] in "678"
+
+
+def _dropped_for_inference(ctx: Context, arch: Optional[str], where) -> Optional[Diagnosis]:
+    """An inference app (LM Studio, Ollama, koboldcpp...) that does not see a GPU the current ROCm releases dropped
+    (gfx906 after ROCm 6.3): its bundled ROCm runtime has no code for it, and its Vulkan backend still runs."""
+    row = arch_info(arch) if arch else None
+    tool = ctx.tool()
+    complaint = [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
+    if row is None or row.max_rocm is None or tool not in INFERENCE_TOOLS or ctx.of("arch-missing") or not complaint:
+        return None
+    last = f"{row.max_rocm[0]}.{row.max_rocm[1]}"
+    return _make("gpu-unsupported", f"{arch} is outside the ROCm that {tool} ships",
+                 f"ROCm releases after {last} dropped {arch}; {tool}'s bundled ROCm runtime is newer, so it does not "
+                 "list the GPU", f"use {tool}'s Vulkan backend (llama.cpp's Vulkan build, LM Studio's Vulkan runtime, "
+                 f"Ollama's Vulkan runner), or a build made against ROCm {last} or older with {arch} in its targets",
+                 [where] + complaint, _symptom_lines(ctx, complaint), confirmed=False)
 
 
 @rule("gpu-unsupported")
@@ -449,20 +620,31 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         arch = where.value if where else None
     old = _is_old_gfx(arch)
     text = " ".join(e.line for e in errors)
-    nvidia = re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text) or \
+    nvidia = (re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text)
+              and not re.search(r"(?i)\bamdgpu\b|\bgfx\d", text)) or \
         (arch or "").startswith("sm_")
     if errors and nvidia:
         needed = re.search(r"(?i)compute capability below ([\d.]+)|(?:under|below|less than) (?:CUDA )?compute"
                            r"(?: capability)? ?(\d\.\d)", text)
         found = re.search(r"(?i)(?:cuda|compute) capability (?:of )?(\d+\.\d+)", "\n".join(ctx.sheet.lines))
         need = f" (it needs compute capability {needed.group(1) or needed.group(2)} or newer)" if needed else ""
+        if re.search(r"(?i)triton", text):   # torch.compile's code generator, not the GPU itself, sets the floor
+            return _make("gpu-unsupported", "Triton needs compute capability 7.0 or newer",
+                         f"Triton (the compiler behind torch.compile and the fused kernels of unsloth and others) does "
+                         f"not generate code for this GPU{' (compute capability ' + found.group(1) + ')' if found else ''}",
+                         "run without Triton: drop torch.compile (or torch.compile(backend=\"aot_eager\") / "
+                         "TORCHDYNAMO_DISABLE=1), and use the tool's non-Triton path; the GPU runs torch's eager kernels",
+                         [ctx.line_fact(e) for e in errors[:1]], errors)
         return _make("gpu-unsupported", "the GPU is older than the builds support",
                      f"this GPU{' (compute capability ' + found.group(1) + ')' if found else ''} is below what the "
                      f"software is built for{need}",
                      f"no current build runs on it{need}: run on the CPU, use an older release that still supported "
                      "this GPU, or a newer GPU", [ctx.line_fact(e) for e in errors[:1]], errors)
     symptoms = ctx.crashes() + ctx.of("arch-missing", "device-access", "visibility", "driver") + ctx.no_gpu() + \
-        [e for e in ctx.errors if e.family is None]
+        [e for e in ctx.errors if e.family is None] + (ctx.of("rocm-libs-missing") if old else [])
+    dropped = _dropped_for_inference(ctx, arch, where)
+    if dropped is not None:
+        return dropped
     if not symptoms and old:
         symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first
@@ -475,13 +657,17 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     product = re.search(r"(?i)\b(RX|R9|R7) ?(\d{3,4})\b", "\n".join(ctx.sheet.lines))
     if product and not chip:
         name = f"the {product.group(1).upper()} {product.group(2)} ({name})"
+    windows_stack = ""
+    if old and (ctx.sheet.is_windows or ctx.tool() == "zluda"):
+        windows_stack = ("ZLUDA and the HIP SDK for Windows run on RDNA (Radeon RX 5000) and newer only, so their "
+                         "DLLs cannot help here; on Windows use DirectML (torch-directml) or a Vulkan backend. ")
     diagnosis = _make("gpu-unsupported", f"{name} is outside ROCm",
                       f"the driver's compute part (KFD) or every current ROCm release leaves {name} out, and no newer "
                       "chip's code runs on it",
-                      f"{name} has no ROCm 6 or 7 build: use a backend that runs on it, Vulkan (llama.cpp "
+                      windows_stack + f"{name} has no ROCm 6 or 7 build: use a backend that runs on it, Vulkan (llama.cpp "
                       "-DGGML_VULKAN=ON, Ollama's Vulkan runner) or OpenCL; for ROCm itself only an old release that "
                       "still listed it (gfx803: the ROCm 5.7 builds and older, or community builds)",
                       [where] + [ctx.line_fact(e) for e in errors[:1]], errors + symptoms)
     if old and not explicit:   # nothing else can work on it, whatever vaguer error the paste shows
-        diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl")) - 1
+        diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl", "rocm-libs-missing")) - 1
     return diagnosis

@@ -14,7 +14,7 @@ from steadytune.hardware.gpu_facts import normalise_gfx
 
 
 OVERRIDE = "HSA_OVERRIDE_GFX_VERSION"
-_CRASH = re.compile(r"(?i)segmentation fault|core dumped|\bsigsegv\b|\baborted\b|\bsigabrt\b|exit (?:status|code) "
+_CRASH = re.compile(r"(?i)segmentation fault|Speicherzugriffsfehler|Erreur de segmentation|Violaci[oó]n de segmento|Errore di segmentazione|段错误|核心已转储|セグメンテーション違反|Ошибка сегментирования|\bseg ?faults?(?:ed|s|ing)?\b|core dumped|0xc0000005|3221225477|access violation|\bsigsegv\b|\baborted\b|\bsigabrt\b|exit (?:status|code) "
                     r"(?:134|139|-11|-6)\b|returned non-zero exit status -?(?:11|6)\b|Floating point exception")
 _NO_GPU_USE = re.compile(r"(?i)no compatible (?:amd)?gpus? (?:were )?(?:discovered|detected|found)|"
                          r"library=cpu|running on (?:the )?cpu|100% CPU|inference compute.*library=cpu|"

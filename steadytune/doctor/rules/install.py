@@ -8,6 +8,8 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.fixes import rocm_index_for
+from steadytune.doctor.packages import distribution_of, read_import_failure
+from steadytune.doctor.tool_fixes import ALIASES, load_tool_fixes, machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
     Context,
     _cuda_index_for_driver,
@@ -23,6 +25,23 @@ from steadytune.doctor.rules.base import (
     _text,
     _vendor,
 )
+
+
+def _listed_torch_version(ctx: Context) -> Optional[str]:
+    return next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None) or _listed_torch(ctx)
+
+
+def _table_fix(ctx: Context, tool: Optional[str], family_name: str, kinds: Optional[frozenset[str]] = None,
+               **values: Optional[str]) -> Optional[str]:
+    """The tool x family table's fix (tool_fixes.yaml) for this machine's OS and GPU vendor (or the `kinds` given),
+    with its values."""
+    arch, _ = ctx.arch()
+    torch = _listed_torch_version(ctx)
+    filled = {"torch": f"torch {torch}" if torch else None, "rocm_index": rocm_index_for(arch),
+              "cuda_index": _cuda_index_for_driver(ctx, arch), **values}
+    if kinds is None:
+        kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+    return tool_fix(tool, family_name, kinds, filled)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -46,6 +65,15 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
                      "install a ROCm build of CTranslate2 (the CTranslate2-rocm fork, arlo-phoenix/CTranslate2-rocm) "
                      "in the same environment, with torch from the ROCm index; or run the model on the CPU "
                      "(device=\"cpu\", compute_type=\"int8\")", [], errors)
+    own = re.search(r"(?i)(\w+) (?:package|library|build) (?:was|is) not (?:compiled|built) with (CUDA|ROCm|HIP|GPU) "
+                    r"support", text)
+    if own and own.group(1).lower() not in ("torch", "the", "this"):
+        # the runtime says so itself (CTranslate2, a framework's CPU wheel): its own GPU build, from the tool table
+        tool = own.group(1).lower()
+        fix = _table_fix(ctx, tool, "torch-build")
+        if fix:
+            return _make("torch-build", f"{tool} is a build without {own.group(2)}", f"the installed {tool} says it was "
+                         f"built without {own.group(2)} support, whatever torch is installed", fix, [], errors)
     hipblas = re.search(r"-D(?:GGML|LLAMA)_HIPBLAS", text)
     if hipblas:
         return _make("torch-build", "llama.cpp was built without its ROCm backend",
@@ -83,6 +111,68 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
     return None
 
 
+# a runtime that names the GPU backend it lacks: onnxruntime's execution provider, jax/XLA's platform. The backend says
+# which build is wanted (ROCm/MIGraphX -> AMD's, CUDA/TensorRT -> NVIDIA's, DirectML -> Windows'), whatever else the
+# paste says about the machine
+_NO_PROVIDER = re.compile(r"(?i)(?:provider )?'?(\w+?)ExecutionProvider'? is not in available provider|no (ROCm) provider "
+                          r"available")
+_NO_BACKEND = re.compile(r"(?i)Unable to initialize backend '(rocm|cuda|gpu)'|registered platform with name: .?(rocm|cuda)")
+_BACKEND_KIND = {"rocm": "amd", "migraphx": "amd", "cuda": "nvidia", "tensorrt": "nvidia", "dml": "windows"}
+
+
+def _runtime_without_backend(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    for error in errors:
+        provider, backend = _NO_PROVIDER.search(error.line), _NO_BACKEND.search(error.line)
+        if not (provider or backend):
+            continue
+        tool = "onnxruntime" if provider else "jax"
+        wanted = next(g for g in (provider or backend).groups() if g).lower()
+        kinds = set(machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx)))
+        if wanted in _BACKEND_KIND:
+            kinds = (kinds - {"amd", "nvidia"}) | {_BACKEND_KIND[wanted]}
+        arch, _ = ctx.arch()
+        fix = tool_fix(tool, "torch-build", frozenset(kinds), {"rocm_index": rocm_index_for(arch)})
+        what = {"onnxruntime": "onnxruntime without the execution provider asked for",
+                "jax": "jax without its GPU backend"}[tool]
+        cause = (f"the installed {tool} is a build without the {wanted.upper() if wanted != 'dml' else 'DirectML'} "
+                 f"{'execution provider' if provider else 'backend'}: a CPU build, or the build for another GPU vendor")
+        return _make("torch-build", what, cause, fix or f"install the {tool} build with that backend", 
+                     [ctx.line_fact(error)], [error])
+    return None
+
+
+# a complaint in prose that the program works on the CPU and leaves the GPU idle ("Train Device Set to CPU", "only
+# uses CPU instead of GPU", "not using my GPU"), with a GPU named by its model alone ("9070xt", "RTX 3060")
+_ON_CPU = re.compile(r"(?i)\b(?:uses?|using|runs?|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
+                     r"(?:on\s+)?(?:the\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
+                     r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)")
+_NOT_SEEN = re.compile(r"(?i)\b(?:doesn'?t|does not|can'?t|cannot|won'?t|not|never) (?:see|detect|find|use|using|"
+                       r"recogni[sz]e)s? (?:my |the |any )?(?:GPU|graphics|card|rx|rtx|radeon|geforce)")
+_AMD_MODEL = re.compile(r"(?i)\b(?:rx\s*)?[5-9]\d{3}\s*(?:xtx|xt|gre)\b|\brx\s*[4-9]\d{2,3}\b|\bradeon\b|\bstrix halo\b|"
+                        r"\bgfx\d{3,4}")
+_NVIDIA_MODEL = re.compile(r"(?i)\b(?:rtx|gtx)\s*\d{3,4}|\bgeforce\b|\b[AH]100\b|\bTesla\b")
+_WINDOWS_WORD = re.compile(r"(?i)\bw(?:in(?:dows)?)?\s*1[01]\b|\bwindows\b")
+
+
+def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
+    """(vendor, on Windows, the complaint's lines) when the paste only says the program runs on the CPU beside a GPU
+    it names: with nothing else wrong, the torch (or the runtime) installed is a build without that GPU's backend."""
+    if any(e.family for e in ctx.errors) or ctx.crashes():
+        return None
+    said = _lines_matching(ctx, _ON_CPU.pattern)
+    if not said and ctx.tool() in ("jax", "tensorflow", "onnxruntime", "ctranslate2"):
+        # a runtime of its own that "does not see" the GPU: its CPU build is the usual reason (torch's own "not seen"
+        # has many causes, the visibility and driver readings among them)
+        said = _lines_matching(ctx, _NOT_SEEN.pattern)
+    if not said:
+        return None
+    text = _text(ctx)
+    vendor = _vendor(ctx) or ("amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None)
+    if vendor is None:
+        return None
+    return vendor, ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), said[:1]
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
@@ -96,15 +186,11 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     other = _other_runtime_build(ctx, errors, vendor)
     if other is not None:
         return other
-    if re.search(r"ROCMExecutionProvider' is not in available provider|no ROCm provider available",
-                 " ".join(e.line for e in errors)):
-        return _make("torch-build", "onnxruntime without its ROCm provider",
-                     "the installed onnxruntime (or onnxruntime-gpu, the CUDA build) has no ROCMExecutionProvider",
-                     "pip uninstall -y onnxruntime onnxruntime-gpu; install the ROCm build, onnxruntime-rocm (AMD's "
-                     "wheel from repo.radeon.com/rocm/manylinux for this ROCm), or build onnxruntime with --use_rocm",
-                     [ctx.line_fact(errors[0])], errors)
+    provider = _runtime_without_backend(ctx, errors)
+    if provider is not None:
+        return provider
     conda = re.search(r"\bconda\b|\bconda-forge\b|py3\S*_cpu_0|\bcpuonly\b", joined)
-    unsure = False
+    unsure, windows = False, ctx.sheet.is_windows
     # a GPU the paste names (by model, PCI id or arch) beside a torch built for another vendor, or for none, is the
     # fault by itself, with or without an error line, unless another family's error is what the paste is about
     archs = ctx.sheet.machine_archs
@@ -118,10 +204,26 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
         # torch sees no GPU on an AMD machine (or after a conda install) and nothing else explains it: the build
         if not (ctx.of("visibility") and (vendor == "amd" or conda)) or ctx.of(*_DEEPER):
-            return None
+            prose = _gpu_left_idle(ctx)
+            if prose is None:
+                return None
+            vendor, windows, errors = prose
+            tool = ctx.tool()
+            if tool not in (None, "torch", "comfyui", "a1111", "unsloth", "llamafactory", "torchaudio", "triton"):
+                # a runtime of its own (onnxruntime, jax, tensorflow): its GPU build is its own package
+                fix = _table_fix(ctx, tool, "torch-build")
+                return None if fix is None else _make(
+                    "torch-build", f"{tool} is a build without GPU support", f"the installed {tool} is a CPU build or "
+                    "the build for another GPU vendor", fix, [ctx.line_fact(errors[0])], errors, confirmed=False)
         unsure = True
     arch, where = ctx.arch(errors)
     evidence = [ctx.line_fact(e) for e in errors[:1]] + wrong[:1] + [where]
+    if re.search(r"(?i)zluda", joined):
+        # ZLUDA runs torch's CUDA build on the AMD GPU: a CPU (or ROCm) torch under it is the wrong build
+        return _make("torch-build", "a torch without CUDA under ZLUDA",
+                     "ZLUDA translates CUDA calls for the AMD GPU, so it needs torch's CUDA build; the installed torch "
+                     "has no CUDA", _table_fix(ctx, "zluda", "torch-build"), evidence, errors + ctx.no_gpu(),
+                     confirmed=not unsure)
     if conda and vendor != "amd":
         return _make("torch-build", "conda installed the CPU build of pytorch",
                      "conda picked a CPU-only pytorch (a build string like py3.9_cpu_0): the channel has no CUDA build "
@@ -134,7 +236,13 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     if vendor == "nvidia":
         return _make("torch-build", "a torch without CUDA on an NVIDIA GPU",
                      "the installed torch is a CPU (or ROCm) build", "pip uninstall -y torch; pip cache purge; " +
-                     _cuda_index_for_driver(ctx, arch), evidence, errors + ctx.no_gpu())
+                     _cuda_index_for_driver(ctx, arch), evidence, errors + ctx.no_gpu(), confirmed=not unsure)
+    if vendor is None and "macos" in machine_kinds(False, None, joined):
+        return _make("torch-build", "CUDA asked for on a Mac",
+                     "macOS has no CUDA: torch's macOS build runs on the CPU and on Apple's GPU through MPS",
+                     "run on the Mac's GPU with device \"mps\" (torch.backends.mps.is_available()), or on the CPU: the "
+                     "program's device option (--device mps / cpu), or .to(\"mps\") in place of .cuda(); there is no "
+                     "CUDA torch to install on macOS", evidence, errors + ctx.no_gpu(), confirmed=not unsure)
     if vendor is None:
         return _make("torch-build", "a torch without GPU support",
                      "the installed torch is a CPU build (PyPI's default on Windows and macOS, or a cached CPU wheel), "
@@ -145,11 +253,12 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "torch --index-url https://download.pytorch.org/whl/cu128 (NVIDIA; cu118 for a driver older than "
                      "CUDA 12) or https://download.pytorch.org/whl/rocm7.2 (AMD, Linux)", evidence,
                      errors + ctx.no_gpu())
-    if ctx.sheet.is_windows:
+    if windows:
         return _make("torch-build", "a torch without GPU support on a Windows AMD machine",
                      "pip on Windows installs PyPI's CPU torch; pytorch.org publishes no ROCm wheels for Windows",
                      "AMD's ROCm wheels for Windows (repo.radeon.com, for the RDNA3/RDNA4 and Strix GPUs they list), "
-                     "or run under WSL 2 or Linux with the pytorch.org ROCm index", evidence, errors + ctx.no_gpu())
+                     "or run under WSL 2 or Linux with the pytorch.org ROCm index", evidence, errors + ctx.no_gpu(),
+                     confirmed=not unsure)
     return _make("torch-build", "a torch without ROCm on an AMD machine",
                  "the installed torch is a CUDA or CPU build (PyPI's default), which finds no AMD GPU",
                  "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch) + " (python -c 'import torch; "
@@ -175,11 +284,155 @@ def _python_for(package: str, version: str) -> Optional[str]:
     return next((python for before, python in _TORCH_PYTHON if release < before), None)
 
 
+# a compiled part of a package (torch._C, xformers._C, a *_cuda module): missing means a broken or mismatched build,
+# which the abi-mismatch and torch-build readings own
+_COMPILED_PART = re.compile(r"^_C$|^_\w*(?:cuda|hip|ext|ops)\w*$|\w+_cuda$")
+
+
+_BUILDING = re.compile(r"(?i)Getting requirements to build (?:wheel|editable)|Preparing metadata \(pyproject|"
+                       r"Failed building wheel for|Microsoft Visual C\+\+ 1\d\.\d or greater|"
+                       r"subprocess-exited-with-error|Building wheels? for|python setup\.py (?:egg_info|bdist_wheel)")
+_BUILT = re.compile(r"(?i)(?:Building wheel for|Failed to build|Failed building wheel for|Running setup\.py install for)"
+                    r"\s+([A-Za-z][\w.\-]*)|"
+                    r"\b(?:pip|uv pip)3? install\s+(?:-\S+\s+)*([A-Za-z][\w.\-]*)|^\s*Collecting\s+([A-Za-z][\w.\-]*)")
+
+
+def _isolated_build(ctx: Context) -> Optional[str]:
+    """The package pip was building from source when the paste failed (its name, or "the package"), None when the
+    paste shows no source build."""
+    text = _text(ctx)
+    if not _BUILDING.search(text):
+        return None
+    names = [next(g for g in m.groups() if g) for line in ctx.sheet.lines for m in [_BUILT.search(line)] if m]
+    names = [re.split(r"[=<>\[]", n)[0] for n in names if n.lower() not in ("torch", "-r", "-e", "--upgrade")]
+    return names[-1] if names else "the package"
+
+
+def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool = False) -> Optional[Diagnosis]:
+    """"No module named X" / "cannot import name N from X" / "module X has no attribute N": a module path that moved
+    between releases of its package (the importing package and the installed one are releases that do not go together)
+    names that package and the release to install; a package's compiled part missing names its build for this
+    platform; a module missing in a pip source build is build isolation; a package that is not installed names its
+    install for this platform (the tool table)."""
+    failure = read_import_failure(ctx.sheet.lines)
+    if failure is None or (attribute_only and not failure.attribute):
+        return None
+    if failure.attribute and (failure.caller is None or failure.caller == failure.top):
+        return None   # an attribute missing in the program's own code, or inside the package itself: no release mix-up
+    covers = [e for e in errors if e.line_no == failure.line_no] or [ErrorLine(failure.line_no, failure.line, None)]
+    part = failure.name or failure.module.split(".")[-1]
+    package, evidence = failure.distribution, [ctx.line_fact(covers[0])]
+    caller = failure.caller.replace("_", "-") if failure.caller else None
+    platform = _table_fix(ctx, package, "wheel-platform", package=package, caller=caller)
+    kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+    owner = next((pkg for pattern, pkg in _MODULE_PACKAGES if re.fullmatch(pattern, failure.top)), None)
+    if owner and caller and distribution_of(failure.caller) == owner and owner != package:
+        # a package importing a compiled module of its own that is a top-level name (apex's amp_C): it was installed
+        # without its extensions
+        rebuild = _table_fix(ctx, owner, "abi-mismatch", package=owner)
+        return _make("wheel-platform", f"{owner} was installed without its compiled extensions",
+                     f"{owner} imports {failure.module}, its own compiled extension, which this install does not have "
+                     "(a build without its C++/CUDA options, or a pure-Python install)",
+                     rebuild or f"reinstall {owner} with its extensions built against the installed torch: pip install "
+                     f"--no-build-isolation --force-reinstall {owner}", evidence, covers)
+    if _COMPILED_PART.search(part) and failure.caller in (None, failure.top):
+        # the package's own compiled part is missing: a build for another platform or Python, or its source folder
+        # imported in place of the installed wheel
+        if platform and kinds & {"windows", "macos"}:
+            return _make("wheel-platform", f"{package} has no build for this platform", f"{failure.module} is "
+                         f"{package}'s compiled part, which no {package} package for this platform carries", platform,
+                         evidence, covers)
+        return _make("wheel-platform", f"{package}'s compiled part is missing", f"{failure.module} is {package}'s "
+                     "compiled part: the install has none for this Python and platform, or the program imports "
+                     f"{package}'s source folder instead of the installed wheel",
+                     f"pip install --force-reinstall --no-cache-dir {package} (the wheel for this Python and "
+                     f"platform{', or: ' + platform if platform else ''}); run from outside {package}'s source "
+                     "checkout", evidence, covers, confirmed=False)
+    built = _isolated_build(ctx)
+    if built is not None and failure.name is None and "." not in failure.module:
+        # pip builds a source package in a fresh environment holding only its declared build requirements: a setup.py
+        # that imports torch (flash-attn, xformers, apex, ...) finds none there, whatever the environment has
+        return _make("wheel-platform", f"{built}'s build cannot see {package}",
+                     f"pip builds {built} in an isolated environment that has only its declared build requirements; its "
+                     f"build imports {failure.module}, which is not one of them",
+                     f"install {package} first, then build against it: pip install {built} --no-build-isolation (uv: "
+                     f"--no-build-isolation-package {built}); or install a prebuilt {built} wheel made for this "
+                     "torch, Python and platform", evidence, covers)
+    if failure.moved:
+        gone = (f"{failure.module}.{failure.name}" if failure.attribute else
+                f"{failure.name} from {failure.module}" if failure.name else failure.module)
+        cause = (f"{caller or 'the program'} {'uses' if failure.attribute else 'imports'} {gone}, which the installed "
+                 f"{package} does not have: the path "
+                 f"moved or went away between {package} releases, so the two are releases that do not go together")
+        if caller:
+            fix = (f"install the {package} release {caller} was written for: pip install -U {caller} (a release "
+                   f"written for the newer {package}), or pip install \"{package}==<the release {caller} requires>\" "
+                   f"(pip show {caller} and pip check name it); a new environment with both pinned avoids the mix")
+        else:
+            fix = (f"install the {package} release the program was written for (its requirements file pins it): pip "
+                   f"install \"{package}==<that release>\", or update the program to one written for this {package}")
+        if platform:
+            fix += f"; for {package} itself: {platform}"
+        # settled where another installed package's frame ran the import (the line alone may be the program's own
+        # stale code); an attribute error beside another family's error may be its consequence: likely then
+        settled = caller is not None and not (failure.attribute and any(e.family for e in ctx.errors))
+        return _make("wheel-platform", f"{package} is another release than {caller or 'the program'} expects", cause,
+                     fix, evidence, covers, confirmed=settled)
+    where = (f"{caller}'s" if caller else "the program's")
+    cause = f"{package} is not installed in the Python that runs {where} code" + (
+        " (its PyPI package has no build for this platform)" if platform and kinds & {"windows", "macos"} else "")
+    fix = (platform or f"install {package} into the same Python that runs the program: python -m pip install "
+           f"{package} with that interpreter (a venv's python, ComfyUI portable's python_embeded\\python.exe -m pip)")
+    # a platform the package has no PyPI build for settles it; otherwise the package may just not be installed yet
+    return _make("wheel-platform", f"{package} is missing for this platform", cause, fix, evidence, covers,
+                 confirmed=bool(platform and kinds & {"windows", "macos"}))
+
+
+# a complaint in prose that a package will not install (or build) on this machine: a title such as "flash-attn install
+# fails on Windows 11" or "Can't install vllm on Windows"
+_INSTALL_FAILS = re.compile(r"(?i)\b(?:install(?:ing|ation|s)?|build(?:ing|s)?|compil(?:e|ing)|wheel)\b.{0,30}?\b(?:fail"
+                            r"(?:s|ed|ing)?|errors?|broken|impossible)\b|\b(?:can'?t|cannot|unable to|fail(?:s|ed)? to|"
+                            r"won'?t|not) (?:be )?(?:install|build|compile)|\bnot installing\b|failed building wheel|"
+                            r"\bnot working on (?:windows|mac)")
+
+
+def _named_tool(text: str) -> Optional[str]:
+    """The most specific tool of the fix table the text names by word (torch only when no other is named)."""
+    named = [row.tool for row in load_tool_fixes()
+             if re.search(r"(?i)(?<![\w-])" + "[-_ ]?".join(map(re.escape, row.tool.split("-"))) + r"(?![\w-])", text)]
+    named += [tool for alias, tool in ALIASES.items() if re.search(rf"(?i)(?<![\w-]){re.escape(alias)}(?![\w-])", text)]
+    if re.search(r"(?i)\bpytorch\b", text):
+        named.append("torch")
+    specific = [t for t in named if t != "torch"]
+    return (specific or named or [None])[0]
+
+
+def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
+    """A package that will not install here, said in prose with no error line: that package's own install for this OS
+    and GPU (the tool table), as the likely reading. The complaint itself may be classed as an error line (a title
+    naming flash-attn reads as an attention line); any other error line says more than the complaint."""
+    if any(e.family and not _INSTALL_FAILS.search(e.line) for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _INSTALL_FAILS.pattern)
+    if not said:
+        return None
+    text = _text(ctx)
+    tool = _named_tool(text)
+    kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), _vendor(ctx) or (
+        "amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None), text)
+    fix = _table_fix(ctx, tool, "wheel-platform", kinds, package=tool) if tool else None
+    if fix is None:
+        return None
+    return _make("wheel-platform", f"{tool} does not install on this platform", f"{tool} has no ready build for this "
+                 "OS, GPU or Python on PyPI, so pip fails (or builds it from source and fails)", fix,
+                 [ctx.line_fact(said[0])], said[:1], confirmed=False)
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("wheel-platform")
     if not errors:
-        return None
+        return _import_failure(ctx, [], attribute_only=True) or _install_complaint(ctx)
     text = "\n".join(e.line for e in errors)
     python = ctx.sheet.values("python")
     if re.search(r"No module named '?triton\.ops", text):
@@ -188,16 +441,19 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "installs) removed",
                      "pip install --upgrade bitsandbytes (0.45.2 or newer no longer imports triton.ops); keeping "
                      "triton 3.1 works too but holds torch back", [ctx.line_fact(errors[0])], errors)
+    failed = _import_failure(ctx, errors)
+    if failed is not None:
+        return failed
     if re.search(r"(?i)Cannot find a working triton installation", text):
-        # torch.compile's inductor backend generates Triton kernels; PyPI has Triton for Linux only
-        windows = ctx.sheet.is_windows
+        # torch.compile's inductor backend generates Triton kernels; PyPI has Triton for Linux only. The table words the
+        # Triton of this platform (triton-windows, the ROCm torch's pytorch-triton-rocm, none on macOS)
+        kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+        platform = _table_fix(ctx, "triton", "wheel-platform", package="triton")
         return _make("wheel-platform", "torch.compile finds no usable Triton",
                      "torch.compile (the inductor backend) needs Triton, and the installed one is missing or older than "
-                     "this torch expects" + ("; PyPI publishes Triton for Linux only" if windows else ""),
-                     ("on Windows: pip uninstall -y triton; pip install -U triton-windows (the Windows build of Triton, "
-                      "the release that matches this torch); " if windows else
-                      "pip install -U triton matching this torch (on Windows: the triton-windows package); ") +
-                     "or run without torch.compile (the program's no-compile option, or "
+                     "this torch expects" + ("; PyPI publishes Triton for Linux only" if kinds & {"windows", "macos"}
+                                             else ""),
+                     f"{platform}; or run without torch.compile (the program's no-compile option, or "
                      "torch._dynamo.config.suppress_errors = True to fall back to eager)",
                      [ctx.line_fact(errors[0])], errors)
     if re.search(r"\+cu\d+", text) and re.search(r"(?i)\bmacOS\b|\bdarwin\b|Mac ?OS ?X?\b", _text(ctx)):
@@ -222,6 +478,17 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "install a 64-bit Python (the x86-64 installer from python.org, or conda/uv) and make a fresh "
                      "environment with it; python -c 'import struct; print(struct.calcsize(\"P\") * 8)' must print 64",
                      [bits, ctx.line_fact(errors[0])], errors)
+    compiler = re.search(r"(?i)Microsoft Visual C\+\+ 1\d\.\d or greater is required", text)
+    if compiler:
+        # pip found no wheel for this Python and platform, so it builds from source, and Windows has no compiler
+        built = _isolated_build(ctx) or "the package"
+        own = _table_fix(ctx, built, "wheel-platform", package=built) if built != "the package" else None
+        return _make("wheel-platform", f"no {built} wheel for this Python on Windows",
+                     f"pip found no {built} wheel for this Python and platform and fell back to building it from source, "
+                     "which needs the MSVC compiler",
+                     (own + "; or " if own else "") + f"use a Python that {built} publishes Windows wheels for (its PyPI "
+                     "files list the cpXY tags), or install the Microsoft C++ Build Tools (the \"Desktop development with "
+                     "C++\" workload) so the source build can run", [ctx.line_fact(errors[0])], errors)
     m = _WHEEL.search(text)
     if m:
         tag, platform = m.group(3), m.group(5)
@@ -289,10 +556,19 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"{name} is a development build the project makes for its own ROCm image, not on PyPI: use the "
                "project's ROCm docker image (its release notes name the tag) instead of pip")
         return _make("wheel-platform", f"{name} is not published", cause, fix, [ctx.line_fact(errors[0])], errors)
-    if ctx.sheet.is_windows and re.search(r"(?i)whl/rocm|\+rocm|rocm\d", text + "\n" + "\n".join(ctx.sheet.lines)):
-        fix = ("pytorch.org's ROCm wheels are Linux only: run under WSL 2 (AMD's ROCm for WSL) or Linux, or install "
+    if ctx.sheet.is_windows and re.search(r"(?i)whl/rocm|\+rocm|rocm\d|-rocm\b", text + "\n" + "\n".join(ctx.sheet.lines)):
+        torchlike = re.match(r"(?i)torch|pytorch", name)
+        fix = (("pytorch.org's ROCm wheels are Linux only" if torchlike else f"{name.split('==')[0]} has ROCm builds "
+                "for Linux only") + ": run under WSL 2 (AMD's ROCm for WSL) or Linux, or install "
                "AMD's ROCm wheels for Windows (repo.radeon.com) for the GPUs they list")
         return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
+    base = pin.group(1) if pin else re.split(r"[=<>!~\[;]", name)[0]
+    kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+    platform = _table_fix(ctx, base, "wheel-platform", package=base) if kinds & {"windows", "macos"} else None
+    if platform and tool_fix(base, "wheel-platform", kinds, {}) != tool_fix(base, "wheel-platform", frozenset(), {}):
+        # the package has a build of its own for this OS, or none at all (triton-windows; vLLM, flash-attn on Windows)
+        return _make("wheel-platform", f"no {base} on PyPI for this platform", cause, platform,
+                     [ctx.line_fact(errors[0])], errors)
     if offered and offered.group(1).strip() == "none":
         base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
         newest = _python_for(pin.group(1), pin.group(2)) if pin else None
@@ -431,7 +707,7 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
                      "the process loads a libstdc++ (often conda's) older than the one the extension was built with",
                      "conda install -c conda-forge 'libstdcxx-ng>=12' in that environment, or put the system's first: "
                      "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", evidence, errors)
-    if re.search(r"torchvision::\w+", text):
+    if re.search(r"torchvision::\w+|torchvision versions are incompatible", text):
         return _make("abi-mismatch", "torchvision does not match torch",
                      "torchvision's compiled operators were built for another torch release or build",
                      "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
@@ -460,22 +736,12 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     package = _extension_package(ctx, errors)
     if re.search(r"(?i)xFormers", text):
         package = "xformers"
-    fixes = {
-        "flash-attn": f"pip uninstall -y flash-attn; pip install flash-attn --no-build-isolation (builds against "
-                      f"{against}), or the release wheel built for {against}",
-        "vllm": f"install the torch this vLLM was built with (pip install vllm pulls it), or build vLLM against {against}",
-        "bitsandbytes": "pip install --force-reinstall 'bitsandbytes>=0.45' (its ROCm and CUDA libraries match the "
-                        "wheel's own build), or rebuild it from the same checkout you installed",
-        "xformers": f"pip install -U xformers from the index of {against}, or build it against that torch",
-        "torchaudio": "install torchaudio from the same index and release as torch",
-        "deepspeed": "rebuild the DeepSpeed ops: DS_BUILD_OPS=0 pip install --force-reinstall deepspeed, then let them "
-                     "JIT-build against the installed torch",
-    }
     windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
-    fix = fixes.get(package or "", f"pip uninstall -y {package or '<the extension>'}; reinstall it built for "
-                                   f"{against} (the wheel made for that torch and CUDA/ROCm, or pip install "
-                                   f"--no-build-isolation {package or '<the extension>'} so it compiles against the "
-                                   "torch you have)")
+    # the package's own remedy from the tool table (tool_fixes.yaml), else the reinstall every extension takes
+    fix = _table_fix(ctx, package, "abi-mismatch", package=package) or (
+        f"pip uninstall -y {package or '<the extension>'}; reinstall it built for {against} (the wheel made for that "
+        f"torch and CUDA/ROCm, or pip install --no-build-isolation {package or '<the extension>'} so it compiles "
+        "against the torch you have)")
     what = "a function it needs" if windows else "a symbol"
     return _make("abi-mismatch", f"{package or 'a compiled extension'} was built for another torch",
                  f"{package or 'the extension'} calls {what} the installed torch (or library) does not export: it "
@@ -492,7 +758,19 @@ def _package_of(line: str) -> Optional[str]:
 
 # system libraries a wheel links, by soname prefix: the package that has them (Debian/Ubuntu names)
 _SYSTEM_LIBS = {"libmpi": "libopenmpi-dev", "libopenblas": "libopenblas-dev", "libnuma": "libnuma-dev",
-                "libgomp": "libgomp1", "libomp": "libomp-dev", "libelf": "libelf1", "libtinfo": "libtinfo6"}
+                "libgomp": "libgomp1", "libomp": "libomp-dev", "libelf": "libelf1", "libtinfo": "libtinfo6",
+                # opencv-python's GUI build (opencv-python-headless needs neither), soundfile, DeepSpeed's async I/O
+                "libGL.so": "libgl1", "libgthread": "libglib2.0-0", "libglib": "libglib2.0-0", "libSM.so": "libsm6",
+                "libXext": "libxext6", "libsndfile": "libsndfile1", "libaio": "libaio-dev"}
+# the pip wheel (before its -cuXX) of each CUDA library
+_CUDA_WHEELS = {"cublas": "nvidia-cublas", "nvrtc": "nvidia-cuda-nvrtc", "cufft": "nvidia-cufft",
+                "curand": "nvidia-curand", "cusparse": "nvidia-cusparse", "cudart": "nvidia-cuda-runtime",
+                "cudnn": "nvidia-cudnn"}
+# a ROCm / HIP library by its name: the ROCm runtime (or TheRock's wheels) provides it
+_ROCM_LIBRARY = re.compile(r"(?i)hip|roc(?:m|blas|fft|rand|solver|sparse|tx|profiler|tracer|_smi)|hsa|miopen|rccl|"
+                           r"amd_comgr|amd_smi|amdpython|drm_amdgpu|tensile|migraphx")
+# NVIDIA's CUDA libraries on Windows: cudnn_ops_infer64_8.dll, cublas64_12.dll, cublasLt64_11.dll, cudart64_110.dll
+_CUDA_WINDOWS_DLL = re.compile(r"(?i)\b(cudnn|cublas|cublasLt|cudart|cufft|curand|cusparse|nvrtc)\w*?64_(\d{1,2})\d*\w*\.dll")
 
 
 def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[str, str, str]]:
@@ -551,6 +829,15 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                     "install the onnxruntime-gpu built for the CUDA you have (pip install -U onnxruntime-gpu: 1.19 and "
                     "newer on PyPI are CUDA 12 + cuDNN 9 builds; CUDA 11 builds come from the onnxruntime-cuda-11 "
                     "index), or import torch before onnxruntime so torch's own CUDA libraries are loaded first")
+        if cuda_lib.group(1) != "cudnn" and int(major) >= 11:
+            # a CUDA library, not cuDNN: its own nvidia-* wheel for that CUDA major (cublasLt is in nvidia-cublas)
+            wheel = _CUDA_WHEELS.get(re.sub(r"Lt$", "", cuda_lib.group(1)), "nvidia-" + cuda_lib.group(1))
+            return (f"{what} {major} is not found", f"the program loads {name} (CUDA {major}'s {what}), which is not "
+                    "installed or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
+                    f"install CUDA {major}'s {what}: pip install {wheel}-cu{major} (or the CUDA {major} toolkit) and put "
+                    f"its lib folder on the loader's path: export LD_LIBRARY_PATH=<site-packages>/nvidia/"
+                    f"{wheel.removeprefix('nvidia-').removeprefix('cuda-')}/lib:$LD_LIBRARY_PATH (or import torch "
+                    "first, whose CUDA build loads them)")
         return (f"{what} {major} is not found", f"the program loads {name} ({what} {major}), which is not installed "
                 "or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
                 f"install {what} {major} (pip install nvidia-cudnn-cu{'12' if int(major) >= 9 else '11'} "
@@ -562,6 +849,39 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         if name.startswith(prefix):
             return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
                     f"sudo apt-get install {package} (the distribution package with {name})")
+    if re.search(r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set", text) and _vendor(ctx) != "amd":
+        tool = ctx.tool() or "the extension"
+        return ("the CUDA toolkit (nvcc) is not found", f"{tool} compiles CUDA code at install or first use and needs "
+                "the CUDA toolkit's nvcc, which is not installed or not where CUDA_HOME points (torch's wheels carry the "
+                "CUDA runtime, not the compiler)",
+                "install the CUDA toolkit of torch's CUDA (python -c 'import torch; print(torch.version.cuda)'): the "
+                "NVIDIA installer, conda install -c nvidia cuda-toolkit=<that version>, or pip install "
+                "nvidia-cuda-nvcc-cu12; then export CUDA_HOME=/usr/local/cuda-<that version> (or $CONDA_PREFIX); or "
+                f"install a prebuilt {tool} wheel so nothing compiles (DeepSpeed: DS_BUILD_OPS=0, ops JIT-built later)")
+    if re.match(r"libcuda\.so", name):
+        return ("the NVIDIA driver's libcuda is not found", "libcuda.so.1 comes with the NVIDIA driver, not with CUDA "
+                "or torch: the driver is not installed, or the process (a container, WSL) does not see it",
+                "install the NVIDIA driver (nvidia-smi must list the GPU); in a container start it with --gpus all "
+                "(NVIDIA Container Toolkit); under WSL 2 put /usr/lib/wsl/lib on LD_LIBRARY_PATH; on an AMD GPU the "
+                "program needs its ROCm build instead")
+    if re.match(r"lib(?:torch|c10)\w*\.so", name):
+        return (f"torch's own {name} is not found", f"an extension links {name} from torch's lib folder, which the "
+                "loader does not search unless torch was imported first (or this torch lacks it: a CPU torch has no "
+                "libtorch_cuda / libc10_cuda)",
+                "import torch before the extension; and install the extension built for the installed torch and its "
+                "build (pip install --force-reinstall torch <the extension> from the same index)")
+    windows_cuda = _CUDA_WINDOWS_DLL.search(text)
+    if windows_cuda:
+        what = {"cudnn": "cuDNN"}.get(windows_cuda.group(1).lower(), windows_cuda.group(1))
+        major = windows_cuda.group(2)
+        major = major[:2] if major.startswith("1") and len(major) > 2 else major   # cudart64_110 -> 11
+        base = re.sub(r"(?i)lt$", "", windows_cuda.group(1).lower())
+        wheel = (f"nvidia-cudnn-cu12=={major}.*" if what == "cuDNN" else f"{_CUDA_WHEELS.get(base, 'nvidia-' + base)}-cu{major}")
+        return (f"{what} {major} DLLs are not found", f"the program loads {windows_cuda.group(0)} ({what} {major}), "
+                "which is not installed or not on PATH",
+                f"install {what} {major}: pip install {wheel} and add its bin folder (<site-packages>\\nvidia\\"
+                f"{wheel.split('==')[0].removeprefix('nvidia-').rsplit('-cu', 1)[0].replace('-', '_')}\\bin) to PATH, or NVIDIA's {what} "
+                f"{major} installer, or copy the DLLs next to the program; then restart it")
     rocm_dll = re.search(r"(?i)\b(?:amdhip64|rocblas|hipblas\w*|MIOpen|hiprtc\w*|amd_comgr\w*|rocsolver|hipsparse)"
                          r"(?:_\d+)?\.dll", text)
     if not rocm_dll and re.search(r"(?i)\b(?:fbgemm|shm|c10|torch_cpu|torch_python|asmjit|uv)\.dll|WinError 126", text):
@@ -624,28 +944,35 @@ def _ldd_subject(ctx: Context) -> Optional[tuple[str, str]]:
     return None
 
 
-_ZLUDA_DLLS = "cublas.dll -> cublas64_11.dll, cusparse.dll -> cusparse64_11.dll, nvrtc.dll -> nvrtc64_112_0.dll"
+_CUDA_DLL = re.compile(r"(?i)\b(?:cublas(?:Lt)?|cudnn\w*|cusparse|cufft|nvrtc|nvcuda|cudart)(?:64)?[_\w]*\.dll\b")
 
 
 def _zluda(ctx: Context) -> Optional[Diagnosis]:
     """ZLUDA runs CUDA programs on AMD GPUs by standing in for their CUDA DLLs: a cuBLAS call refused on an AMD GPU, or
     a program that does not work under ZLUDA, means the program still loads its own (NVIDIA) DLLs or an old ZLUDA."""
     text = _text(ctx)
-    refused = _lines_matching(ctx, r"CUBLAS_STATUS_NOT_SUPPORTED|CUBLAS_STATUS_ARCH_MISMATCH")
     named = re.search(r"(?i)zluda", text)
+    refused = _lines_matching(ctx, r"CUBLAS_STATUS_NOT_SUPPORTED|CUBLAS_STATUS_ARCH_MISMATCH")
+    if named and not refused:
+        # under ZLUDA, a CUDA DLL (cuBLAS, cuDNN, cuSPARSE, NVRTC, nvcuda) that fails to load or is not found is one
+        # of the DLLs ZLUDA should be standing in for
+        refused = [e for e in ctx.errors if _CUDA_DLL.search(e.line)]
+    # under ZLUDA "no NVIDIA driver" means ZLUDA's nvcuda.dll is not the one loaded: that leads, not a torch build
+    no_driver = [] if refused or not named else [e for e in ctx.errors if re.search(
+        r"(?i)Found no NVIDIA driver|no CUDA-capable device|CUDA driver initialization failed", e.line)]
+    refused = refused or no_driver
     amd = _vendor(ctx) == "amd" or re.search(r"(?i)\brx ?\d{3,4}|radeon", text)
     complaint = ctx.sheet.of("complaint") or _lines_matching(ctx, r"(?i)does not work|doesn't work|not work")
     # another error the paste shows (rocBLAS without the arch's library, say) is its own cause, ZLUDA or not
     if not ((refused and (named or amd)) or (named and not ctx.errors and complaint)):
         return None
     covers = refused or _symptom_lines(ctx, ctx.sheet.of("complaint")[:1]) or complaint[:1]
-    return _make("rocm-libs-missing", "ZLUDA's DLLs are not the ones the program loads",
+    diagnosis = _make("rocm-libs-missing", "ZLUDA's DLLs are not the ones the program loads",
                  "under ZLUDA the program must load ZLUDA's cuBLAS/cuSPARSE/NVRTC in place of NVIDIA's; it still loads its "
                  "own copies (or an old ZLUDA's), which refuse the AMD GPU",
-                 f"copy the ZLUDA release's DLLs over the program's, renamed ({_ZLUDA_DLLS}) into "
-                 "venv\\Lib\\site-packages\\torch\\lib (or the program's folder), from a ZLUDA release made for your HIP "
-                 "SDK (the tool's newer patch script where it has one), and put the ZLUDA folder on PATH",
+                 _table_fix(ctx, "zluda", "rocm-libs-missing"),
                  [ctx.line_fact(covers[0])] if covers else [], covers)
+    return _first(diagnosis) if no_driver else diagnosis
 
 
 # archs every rocBLAS since ROCm 5.7 carries, on Linux and in the Windows HIP SDK alike (ROCm's and the HIP SDK's GPU
@@ -684,6 +1011,56 @@ def _empty_tensile_folder(ctx: Context) -> Optional[Diagnosis]:
     return None
 
 
+_DLL_LOAD = re.compile(r"DLL load failed while importing (\w+)")
+_FRAME_PACKAGE = re.compile(r"(?:site|dist)-packages[/\\]+([A-Za-z_]\w*)[/\\]")
+
+
+def _dll_load_failed(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """Windows could not load a compiled module's DLLs ("DLL load failed while importing X: The specified module could
+    not be found"): the package's native runtime (the MSVC runtime, the CUDA/ROCm DLLs its build links) is not on the
+    machine. The package is the one whose folder the traceback shows, else the module's own name."""
+    error = next((e for e in errors if _DLL_LOAD.search(e.line) and "procedure" not in e.line), None)
+    if error is None:
+        return None
+    module = _DLL_LOAD.search(error.line).group(1)
+    above = ctx.sheet.lines[max(0, error.line_no - 8): error.line_no]
+    frames = [m.group(1) for m in map(_FRAME_PACKAGE.search, above) if m]
+    package = distribution_of(frames[-1] if frames else module.split("_pybind")[0])
+    if re.match(r"(?i)amdhip|hip|rocm|roc", module):
+        return None   # ROCm's own runtime: the HIP SDK reading below
+    fix = _table_fix(ctx, package, "rocm-libs-missing", package=package) or (
+        f"install the Microsoft Visual C++ Redistributable (vc_redist.x64.exe) and the GPU runtime this {package} build "
+        f"links (a CUDA build: the CUDA and cuDNN DLLs on PATH; a ROCm build: the HIP SDK), then pip install "
+        f"--force-reinstall {package} in the same Python")
+    return _make("rocm-libs-missing", f"{package}'s DLLs cannot be loaded",
+                 f"Windows found {module} but not a DLL it depends on: the runtime {package} was built against is not "
+                 "installed or not on PATH", fix, [ctx.line_fact(error)], [error])
+
+
+def _built_for_other_rocm(ctx: Context, name: str, first: ErrorLine) -> Optional[Diagnosis]:
+    """libamdhip64.so.N names the HIP major a binary was linked against (ROCm N): a package wanting ROCm 6's runtime on
+    a machine with ROCm 7 is a build for the other ROCm, not a missing install."""
+    wanted = re.match(r"libamdhip64\.so\.(\d+)", name)
+    installed = (ctx.sheet.values("rocm") or ctx.sheet.values("hip"))
+    if not wanted or not installed:
+        return None
+    have = installed[-1].split(".")[0]
+    if have == wanted.group(1):
+        return None
+    above = ctx.sheet.lines[max(0, first.line_no - 8): first.line_no]
+    frames = [m.group(1) for m in map(_FRAME_PACKAGE.search, above) if m]
+    package = distribution_of(frames[-1]) if frames else None
+    own = _table_fix(ctx, package, "torch-build") if package else None
+    what = package or "the program"
+    return _make("rocm-libs-missing", f"{what} is built for ROCm {wanted.group(1)}",
+                 f"{what} links {name}, ROCm {wanted.group(1)}'s HIP runtime; this machine has ROCm {installed[-1]}, "
+                 f"whose runtime is libamdhip64.so.{have}",
+                 f"install the {what} build made for ROCm {have}" + (f" ({own})" if own else
+                 f" (rebuild it here, or the wheel from the index for ROCm {have})") +
+                 f"; or install ROCm {wanted.group(1)}'s runtime beside it and put its lib folder on LD_LIBRARY_PATH",
+                 [ctx.line_fact(first)], [first])
+
+
 @rule("rocm-libs-missing")
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
@@ -717,6 +1094,12 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                      f"index that matches the rocm packages' version), or the ROCm libraries that {package} build "
                      "names; ldd on the same file must then list no \"not found\"", [ctx.line_fact(first)], errors)
     text = " ".join(e.line for e in errors)
+    dll = _dll_load_failed(ctx, errors)
+    if dll is not None:
+        return dll
+    other_rocm = _built_for_other_rocm(ctx, name, first)
+    if other_rocm is not None:
+        return other_rocm
     special = _missing_library_fix(ctx, name, text)
     if special:
         title, cause, fix = special
@@ -729,6 +1112,13 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
             fix = ("install the ROCm runtime wheels into the same environment: pip install rocm_sdk_core "
                    "rocm_sdk_libraries_custom (AMD's Windows wheels from repo.radeon.com, the release the package was "
                    "built for; pipx: pipx runpip <app> install ...); or " + fix)
+    elif not _ROCM_LIBRARY.search(name) and name != "a ROCm library":
+        # not ROCm's: the distribution package or the pip package that ships this library
+        fix = (f"install the package that ships {name}: apt-file search {name} (dnf provides '*/{name}') names the "
+               "distribution package; a library that lives in site-packages comes with its pip package, so "
+               "reinstall that one (pip install --force-reinstall <package>)")
+        return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}, which is not "
+                     "installed or not on its path", fix, [ctx.line_fact(first)], errors, confirmed=False)
     elif ctx.sheet.has("layout", "therock"):
         fix = ("this ROCm comes as Python wheels (TheRock), with no /opt/rocm: install its libraries into the same "
                "environment (pip install 'rocm[libraries]' from the index torch came from) and run from that venv")

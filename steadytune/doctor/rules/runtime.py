@@ -129,7 +129,8 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     too_big = _weights_exceed(ctx, errors, joined)
     if too_big is not None:
         return too_big
-    own = "whisper" if _WHISPER.search(joined) and tool in (None, "torch") else tool
+    # faster-whisper runs on CTranslate2: the tool read may be either, the knob (compute_type) is the same
+    own = "whisper" if _WHISPER.search(joined) and tool in (None, "torch", "ctranslate2") else tool
     if own in _TOOL_OOM_FIX:
         name = {"a1111": "the Stable Diffusion web UI", "comfyui": "ComfyUI"}.get(own, own)
         return _make("out-of-memory", f"{name} ran out of GPU memory",
@@ -573,6 +574,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                  "option), fp32 to confirm", evidence, errors, confirmed=False)
 
 
+_WINDOWS_INSTALL = re.compile(r"(?i)(?=.*\binstall)(?=.*(?:\bwindows\b|\bwin ?1[01]\b))")
+
+
 @rule("attention")
 def attention(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("attention")
@@ -610,8 +614,10 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "flash_attn package is not importable in this environment",
                      f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
                      f"or install {install}", evidence, errors)
-    if re.search(r"(?i)flash[-_ ]?attn\w*\b.{0,40}\b(?:install|build|compil)|(?:install|build|compil)\w*\b.{0,20}\bflash[-_ ]?attn",
-                 text):
+    # on Windows the install reading (rules/install.py: no Windows wheels, the platform's own build) says more
+    if not _WINDOWS_INSTALL.search(text) and not ctx.sheet.is_windows and re.search(
+            r"(?i)flash[-_ ]?attn\w*\b.{0,40}\b(?:install|build|compil)|(?:install|build|compil)\w*\b.{0,20}\bflash[-_ ]?attn",
+            text):
         if _vendor(ctx) == "amd":
             fix = ("build ROCm's fork instead (github.com/ROCm/flash-attention: GPU_ARCHS=<your gfx> pip install "
                    "--no-build-isolation .) or its Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, no CUDA "
@@ -649,7 +655,10 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("attention", hit, errors)
-    # a fused-attention failure no reading above settles: PyTorch's own attention needs no extra kernel package
+    # a fused-attention failure no reading above settles: PyTorch's own attention needs no extra kernel package; a
+    # package that will not install on Windows is the install reading's (no Windows wheels, the platform's build)
+    if _WINDOWS_INSTALL.search(text) or (ctx.sheet.is_windows and re.search(r"(?i)\binstall", text)):
+        return None
     return _make("attention", "the fused attention kernel does not run here",
                  "the attention kernel the model asked for (flash-attn, xformers, a tool's own) is missing or not "
                  "built for this GPU", "use PyTorch's scaled_dot_product_attention: attn_implementation=\"sdpa\" "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import where_process_starts, set_variable
 from steadytune.doctor.rules.base import Context, Diagnosis, OVERRIDE, _make, rule
 
@@ -17,6 +18,9 @@ from steadytune.doctor.rules.base import Context, Diagnosis, OVERRIDE, _make, ru
 def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
     sheet = ctx.sheet
     symptoms = ctx.of("arch-missing", "visibility", "gpu-hang") + ctx.crashes() + ctx.no_gpu()
+    override = ctx.override()
+    if override is not None and not re.fullmatch(r"\d+\.\d+\.\d+", override.value.split("=", 1)[1].strip("\"'` ")):
+        return None   # a value the runtime rejects (10.3, gfx1030): passing it on would not help (override-wrong)
     tool = ctx.tool(symptoms)
     for fact in sheet.of("env"):
         name, value = fact.value.split("=", 1)
@@ -41,6 +45,9 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
             return _make("env-not-applied", f"{name} is exported in a shell, but Ollama runs as a systemd service",
                          "a service does not read the shell's exports (.bashrc, a terminal session): the server "
                          f"runs without {name}", set_variable(name, value, sheet, tool), [asked[-1]], symptoms)
+    dropped = _dropped_by_sudo(ctx, symptoms) or _not_passed_to_container(ctx, symptoms)
+    if dropped is not None:
+        return dropped
     # Ollama names a GPU "not supported" only when no override reached its server: one set elsewhere did not arrive
     refused = [e for e in ctx.of("arch-missing") if re.search(r"amdgpu is not supported", e.line)]
     wanted = [f for f in sheet.of("env") if f.value.split("=", 1)[0] == OVERRIDE and f.detail != "server"
@@ -49,10 +56,17 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
             f.detail == "server" and f.value.split("=", 1)[1] for f in sheet.of("env")):
         value = wanted[-1].value.split("=", 1)[1]
         where = where_process_starts(sheet, tool)
-        fix = set_variable(OVERRIDE, value, sheet, tool) if where == "container" else (
-            f"put it in the service: sudo systemctl edit ollama.service, under [Service] Environment=\"{OVERRIDE}="
-            f"{value}\", then sudo systemctl daemon-reload && sudo systemctl restart ollama (a hand-started `ollama "
-            f"serve` reads only its own shell: export {OVERRIDE}={value} there)")
+        if wanted[-1].detail == "docker":
+            # it is in the container's settings already: the running container predates them, or docker read it as
+            # the program's argument
+            fix = (f"recreate the container so it takes {OVERRIDE}={value}: docker compose up -d --force-recreate "
+                   f"(docker run: remove the old container and run again, with -e {OVERRIDE}={value} before the image "
+                   "name; after it, -e goes to the program, not the container); check: docker exec <container> env")
+        else:
+            fix = set_variable(OVERRIDE, value, sheet, tool) if where == "container" else (
+                f"put it in the service: sudo systemctl edit ollama.service, under [Service] Environment=\"{OVERRIDE}="
+                f"{value}\", then sudo systemctl daemon-reload && sudo systemctl restart ollama (a hand-started "
+                f"`ollama serve` reads only its own shell: export {OVERRIDE}={value} there)")
         return _make("env-not-applied", f"{OVERRIDE} never reached the Ollama server",
                      f"{OVERRIDE}={value} is set ({wanted[-1].detail}), yet the server still calls the GPU not "
                      "supported, which it does only when no override is in its own environment",
@@ -68,4 +82,64 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
                      "does nothing in that process",
                      f"set it before the import: os.environ[\"{name}\"] = \"{value}\" above import torch (restart "
                      "the kernel), or export it before starting Python", [imported, late[0]], symptoms)
+    return None
+
+
+# the variables that decide which GPU code runs and which GPUs a process sees: the ones whose loss shows as a GPU
+# failure (a symptom), so a symptom beside their loss is read as that loss
+_GPU_VARIABLES = re.compile(r"^(?:HSA_OVERRIDE_GFX_VERSION(?:_\d+)?|HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|"
+                            r"CUDA_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL)$")
+# a command run under sudo that keeps the caller's environment (-E, --preserve-env) or sets the variable itself
+_SUDO_RUN = re.compile(r"(?:^|[\s$#>])sudo\s+(?!-E\b|--preserve-env)(?!-\w*E)(?:-\w+\s+)*(?!\w+=)(\S+)")
+_NOT_RUNS = ("usermod", "apt", "apt-get", "dnf", "yum", "pacman", "zypper", "modprobe", "dmesg", "reboot", "systemctl",
+             "tee", "cat", "amdgpu-install", "dkms", "update-grub", "chmod", "chown", "ln", "cp", "mv", "rm", "mkdir",
+             "gpasswd", "ldconfig", "journalctl", "lspci", "nano", "vim", "vi", "echo", "sh", "bash", "su", "-i", "-s",
+             "docker", "podman")   # a container gets its variables from -e, whoever starts it (the container reading)
+
+
+def _exported(ctx: Context) -> list:
+    """Variables set in the user's shell (export, fish's set -x, a profile): what a child started from it inherits."""
+    return [f for f in ctx.sheet.of("env") if f.detail in ("export", "fish") and f.value.split("=", 1)[1]
+            and _GPU_VARIABLES.match(f.value.split("=", 1)[0])]
+
+
+def _dropped_by_sudo(ctx: Context, symptoms: list) -> Optional[Diagnosis]:
+    """Exported in the shell, then the program run with sudo: sudo's env_reset starts it with a clean environment,
+    so the variable never reaches it (unless -E / --preserve-env or `sudo NAME=value cmd`)."""
+    if not symptoms:
+        return None
+    for fact in _exported(ctx):
+        name, value = fact.value.split("=", 1)
+        runs = [(n, line) for n, line in enumerate(ctx.sheet.lines, 1) if n > fact.line_no
+                and (m := _SUDO_RUN.search(line)) and m.group(1).split("/")[-1] not in _NOT_RUNS
+                and f"{name}=" not in line]
+        if runs:
+            number, line = runs[0]
+            return _make("env-not-applied", f"{name} is exported, but the program runs under sudo",
+                         f"sudo starts the command with a reset environment (env_reset): {name}={value} from the "
+                         "shell never reaches it",
+                         f"pass it through: sudo {name}={value} <command> (or sudo --preserve-env={name} <command>); "
+                         "better, run it without sudo: sudo usermod -aG render,video $USER, then log in again",
+                         [fact, Fact("command", "sudo", number, line.strip())], symptoms)
+    return None
+
+
+def _not_passed_to_container(ctx: Context, symptoms: list) -> Optional[Diagnosis]:
+    """Exported on the host, then the program run in a container started without it (no -e NAME): a container gets
+    only the environment its run command or compose file gives it."""
+    if not symptoms or not ctx.sheet.has("platform", "container"):
+        return None
+    given = {f.value.split("=", 1)[0] for f in ctx.sheet.of("env") if f.detail in ("docker", "systemd", "printed")}
+    starts = [(n, line) for n, line in enumerate(ctx.sheet.lines, 1)
+              if re.search(r"\b(?:docker|podman) run\b", line)]
+    for fact in _exported(ctx):
+        name, value = fact.value.split("=", 1)
+        if name in given or not starts or any(name in line for _, line in starts):
+            continue
+        number, line = starts[0]
+        return _make("env-not-applied", f"{name} is exported on the host, not in the container",
+                     f"the container gets only the environment its run command gives it; {name}={value} exported in "
+                     "the host's shell does not reach the program inside",
+                     set_variable(name, value, ctx.sheet, ctx.tool(symptoms)),
+                     [fact, Fact("command", "container", number, line.strip())], symptoms)
     return None
