@@ -30,8 +30,6 @@ KNOWN_MISSES = {
                                                     "torchaudio",
     "https://github.com/ROCm/hip/issues/3910": "Windows hipInfo finding no device, fixed by the VC++ runtime: nothing in "
                                                "the paste points at it",
-    "https://github.com/gbtb/nix-stable-diffusion/issues/7": "the thread's override (10.3.0) is not what the arch table "
-                                                             "gives the Ryzen 5650U's gfx90c; doctor keeps the table",
     "https://github.com/vladmandic/sdnext/issues/3181": "the same amdsmi NameError has two accepted fixes among the "
                                                         "cases; doctor gives the other one (install amdsmi)",
     "https://github.com/alexhegit/Playing-with-ROCm/issues/1": "the thread's fix (a bigger UMA carve-out) leaves no trace "
@@ -42,6 +40,27 @@ KNOWN_MISSES = {
     # round 4 (batch 4), left unsolved after its rules:
     "https://github.com/NVIDIA/k8s-device-plugin/issues/812": "the paste never says Kubernetes: an AMD GPU with an "
                                                               "NVIDIA error reads as a CUDA torch",
+    # round 6 (batch 5), install families, left unsolved after their rules:
+    "https://github.com/invoke-ai/InvokeAI/issues/9328": "the accepted index (rocm7.1) was the newest when the thread "
+                                                         "closed; doctor names today's newest ROCm index for the GPU",
+    "https://github.com/debpalash/VoiceStudio/issues/972": "the torch release the app pins (2.8.0), which decides the "
+                                                           "ROCm index (rocm6.4), is not in the paste",
+    "https://github.com/microsoft/DirectML/issues/554": "the paste shows no Python version; which Pythons torch-directml "
+                                                        "had wheels for then (up to 3.10) is in no table",
+    "https://github.com/ROCm/bitsandbytes/issues/91": "nothing in the paste says the torch is TheRock's (rocm-sdk "
+                                                      "wheels), which the accepted rebuild is against",
+    "https://github.com/Thund3rPat/kohya_ss-linux/issues/8": "the bare 'compiled without GPU support' warning has two "
+                                                             "fixes (link libcudart.so for an old bitsandbytes, or "
+                                                             "upgrade it); the paste does not say which release it is",
+    "https://github.com/Acly/krita-ai-diffusion/issues/399": "the RX 570 outside ROCm (gpu-unsupported) leads; doctor's "
+                                                             "torch-build reading, second, gives the accepted DirectML",
+    # round 6 (batch 5), runtime and machine families, left unsolved after their readings:
+    "https://github.com/vllm-project/vllm/issues/19613": "NCCL_BUFFSIZE set too large: the paste shows only cupy's "
+                                                         "NCCL_ERROR_SYSTEM_ERROR, no variable and no NCCL_DEBUG line",
+    "https://github.com/Comfy-Org/ComfyUI/issues/394": "black images at large sizes fixed by an older xformers: the "
+                                                       "paste never names xformers (nor fp16), only the sizes",
+    "https://github.com/ROCm/hip/issues/337": "hipErrorInvalidDevice on an RX 580 fixed by the video group: the paste "
+                                              "never says sudo works, and gfx803 reads as a GPU current ROCm dropped",
 }
 
 

@@ -166,7 +166,8 @@ def _driver(line: str):
     m = re.search(r"Driver Version:\s*(\d{3}\.\d+(?:\.\d+)?)", line)
     if m:
         yield "driver", m.group(1), "nvidia"
-    if re.search(r"\bamdgpu-dkms\b.*\b(?:failed|error)|\bBad return status for module build\b|dkms.*\bfailed\b", line,
+    # (the failure close to the package's name: a sentence that mentions installing it and, later, some error is not)
+    if re.search(r"\bamdgpu-dkms\b.{0,80}(?<!the )(?<!an )(?<!this )\b(?:failed|error)|\bBad return status for module build\b|dkms.*\bfailed\b", line,
                  re.IGNORECASE):
         yield "driver", "dkms-failed", ""
 
@@ -406,7 +407,9 @@ def _env(line: str):
             if m.group(1) in seen:
                 continue
             seen.add(m.group(1))
-            yield "env", f"{m.group(1)}={m.group(2).strip(chr(34)).strip(chr(39))}", how
+            # a value ends where prose in another script begins ("=5，设置了..." has no space before the Chinese)
+            value = re.split(r"[^\x21-\x7e]", m.group(2))[0]
+            yield "env", f"{m.group(1)}={value.strip(chr(34)).strip(chr(39))}", how
 
 
 @finder

@@ -150,3 +150,18 @@ def rocm_index_for(arch: Optional[str]) -> str:
             return (f"pip install torch --index-url https://download.pytorch.org/whl/rocm7.2, then export "
                     f"HSA_OVERRIDE_GFX_VERSION={value} ({arch} runs its sibling's code)")
     return "pip install torch --index-url https://download.pytorch.org/whl/rocm7.2"
+
+
+# The ROCm wheel indexes pytorch.org published each torch release on, oldest first (pytorch.org/get-started/previous-
+# versions): a pin newer than everything one index lists needs one of these
+TORCH_ROCM_INDEXES = {
+    (2, 0): ("rocm5.4.2",), (2, 1): ("rocm5.6",), (2, 2): ("rocm5.6", "rocm5.7"), (2, 3): ("rocm5.7", "rocm6.0"),
+    (2, 4): ("rocm6.0", "rocm6.1"), (2, 5): ("rocm6.1", "rocm6.2"), (2, 6): ("rocm6.1", "rocm6.2.4"),
+    (2, 7): ("rocm6.2.4", "rocm6.3"), (2, 8): ("rocm6.3", "rocm6.4"), (2, 9): ("rocm6.3", "rocm6.4"),
+}
+
+
+def rocm_indexes_for_torch(version: str) -> tuple[str, ...]:
+    """The pytorch.org ROCm indexes that carry this torch release ("2.4.1" -> rocm6.0, rocm6.1); () when unknown."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return TORCH_ROCM_INDEXES.get((int(m.group(1)), int(m.group(2))), ()) if m else ()

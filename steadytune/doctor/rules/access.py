@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import set_variable
 from steadytune.doctor.rules.base import (
@@ -115,6 +116,9 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                      "belong to the render group (video on older systems) and the user is not in both",
                      "sudo usermod -aG render,video $USER, then log out and in (or reboot) so the groups apply; check "
                      "with ls -l /dev/kfd /dev/dri/renderD* and id", [], out + as_root))
+    video_only = _video_not_enough(ctx, text)
+    if video_only is not None:
+        return video_only
     if _CONTAINED.search(text):
         no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
                                       r"no ROCm-capable device|Unable to open /dev/kfd|(?:not (?:detected|found|visible|"
@@ -134,6 +138,19 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "the container has no /dev/kfd and /dev/dri: ROCm finds no device inside it",
                          "start the container with the GPU devices and their groups: docker run --device=/dev/kfd "
                          "--device=/dev/dri --group-add video --group-add render (podman: the same flags)", [], no_gpu)
+        passed = re.search(r"--device[= ]\"?/dev/kfd", text) and re.search(r"--device[= ]\"?/dev/dri", text)
+        host_sees = re.search(r"(?i)\bhost\b.{0,40}\b(?:can |does )?(?:see|sees|detect\w*|find\w*|list\w*)\b|"
+                              r"(?:works|fine) on the host|outside (?:of )?(?:the )?(?:container|docker)", text)
+        if no_gpu and not masked and passed and host_sees and _vendor(ctx) != "nvidia":
+            # the devices were passed and the host has the GPU: the engine that ran the container does not have them
+            return _make("device-access", "the container runs where the host's GPU devices are not",
+                         "the run passes /dev/kfd and /dev/dri and the host sees the GPU, yet the container does not: "
+                         "the docker engine that ran it is not the host's (Docker Desktop, on Linux too, runs containers "
+                         "in its own VM without /dev/kfd; a rootless or remote context has no access either)",
+                         "check docker context ls and docker info | grep -i -e 'Operating System' -e rootless: under "
+                         "Docker Desktop, switch to the host's Docker Engine (docker context use default, or uninstall "
+                         "Docker Desktop and install docker-ce), then run again with --device=/dev/kfd --device=/dev/dri "
+                         "--group-add video --group-add render", [], no_gpu)
         if no_gpu and not masked and re.search(r"(?i)numeric|\bGID\b|distrobox|toolbox", text):
             return _make("device-access", "the container user is not in the group that owns the GPU devices",
                          "/dev/kfd and /dev/dri/renderD* keep the host's group id inside the container, and the "
@@ -145,6 +162,31 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     return None
 
 
+_ROOT_SAID = re.compile(r"(?i)\b(?:required|need|needs|have|has) to be root\b|\brequires? root\b|\bonly (?:as|with|under) "
+                        r"(?:root|sudo)\b|\bsudo\b.{0,40}\b(?:works|lists?|shows?|finds?)\b")
+_IN_VIDEO = re.compile(r"(?i)\b(?:already |is |am |are )?(?:in|a member of|added to) (?:the )?[`'\"]?video[`'\"]? group\b")
+
+
+def _video_not_enough(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """The GPU opens only as root while the user is (said to be) in `video`: since Ubuntu 20.04 /dev/kfd and
+    /dev/dri/renderD* belong to `render`, which video alone does not give."""
+    said = _lines_matching(ctx, _IN_VIDEO.pattern)
+    root = _lines_matching(ctx, _ROOT_SAID.pattern) or ([ErrorLine(f.line_no, f.line, None)
+                                                          for f in ctx.sheet.of("root_only")])
+    listed_as_root = re.search(r"(?m)^.*\bsudo\b.*\b(?:clinfo|rocminfo|rocm-smi)\b.*\n(?:.*\n){0,2}.*(?:Platform #|Device "
+                               r"#|Agent \d|gfx\d)", text)
+    if not said or not (root or listed_as_root) or _CONTAINED.search(text):
+        return None
+    groups = ctx.sheet.first("user_groups")
+    if groups is not None and "render" in groups.value.split(","):
+        return None
+    return _first(_make("device-access", "video is not enough: the GPU's device files belong to render",
+                        "the GPU answers only as root although the user is in video: on Ubuntu 20.04 and newer (and "
+                        "most current distributions) /dev/kfd and /dev/dri/renderD* belong to the render group",
+                        "sudo usermod -aG render,video $USER, then log out and back in (or reboot); check with "
+                        "ls -l /dev/kfd /dev/dri/renderD* and id", [], said + root))
+
+
 @rule("device-access")
 def device_access(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a refusal to open /dev/kfd or /dev/dri (any wording: permission denied, no such file, a group
@@ -154,6 +196,8 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     early = _device_access_said(ctx)
     if early is not None:
         return early
+    if re.search(r"(?i)is missing in supported_devices|kgd2kfd_probe failed", _text(ctx)):
+        return None   # KFD itself refuses the GPU: no group opens a device the driver never created (gpu-unsupported)
     errors = ctx.of("device-access")
     if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
         errors = [e for e in errors if not re.search(r"OUT_OF_RESOURCES", e.line)]
@@ -296,6 +340,82 @@ def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
     return None
 
 
+# WSL said in any case or spelling ("via wsl", "使用wsl2", amdgpu-install's --usecase=wsl, its WSL runtime package)
+_WSL_SAID = re.compile(r"(?i)(?<![A-Za-z])wsl ?2?(?![A-Za-z])|--usecase=\S*wsl|rocr4wsl")
+# ROCm's WSL runtime (hsa-runtime-rocr4wsl-amdgpu) came only with AMD's WSL point releases (6.1.3 for Ubuntu 22.04,
+# then later 6.x point releases for 22.04 and 24.04, 6.4.2 among them: the Radeon docs' WSL matrix, threads ROCm
+# #3924, #4064, #5361, discussion #5411); an x.y.0 release and ROCm 7.0 / 7.1 have none; from 7.2 WSL goes through
+# librocdxg with the ordinary packages. Only the releases surely without it are named as such.
+_NO_WSL_RELEASE = re.compile(r"6\.\d+\.0|7\.[01](?:\.\d+)?")
+
+
+def _radeon_by_number(text: str) -> Optional[str]:
+    """A Radeon named by its number alone ("6950xt", "7900 XTX"): its generation is enough to place it in AMD's WSL
+    list (RX 6000: RDNA2, gfx103x; RX 7000: RDNA3; RX 9000: RDNA4)."""
+    m = re.search(r"(?i)(?<![\w.])(?:rx ?)?([679])([0-9]{3}) ?(?:xtx|xt|gre)(?![a-z])", text)
+    return {"6": "gfx1030", "7": "gfx1100", "9": "gfx1201"}[m.group(1)] if m else None
+
+
+def _rocm_release(text: str) -> Optional[str]:
+    """The ROCm release being installed: amdgpu-install's package (6.2.60203 is 6.2.3), the repository path, or
+    the version said."""
+    deb = re.search(r"amdgpu-install_(\d+)\.(\d+)\.(\d)0(\d)(\d\d)", text)
+    if deb:
+        return f"{deb.group(1)}.{deb.group(2)}.{int(deb.group(5))}"
+    said = re.search(r"(?i)\bROCm ?(\d+\.\d+(?:\.\d+)?)|/rocm/apt/(\d+\.\d+(?:\.\d+)?)", text)
+    return (said.group(1) or said.group(2)) if said else None
+
+
+def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """WSL 2 failures whose message names their own cause: Windows without GPU paravirtualisation, vLLM's pinned
+    memory, a container given the native-Linux devices, a ROCm release without WSL packages."""
+    dxcore = _lines_matching(ctx, r"(?i)dxcore initialization failed|libdxcore\.so.{0,40}(?:not found|No such file|"
+                                  r"cannot open)")
+    if dxcore:
+        return _make("wsl", "WSL 2 has no GPU paravirtualisation on this Windows",
+                     "the container toolkit looks for /usr/lib/wsl/lib/libdxcore.so, which WSL mounts only where "
+                     "Windows exposes the GPU to WSL (GPU-PV); on this Windows build it is missing, so no GPU is found",
+                     "GPU in WSL 2 needs Windows 11, or Windows 10 21H2 (build 19044) or newer (winver shows the build; "
+                     "update Windows), the Windows GPU driver with WSL support, and an updated WSL (wsl --update); then "
+                     "ls /usr/lib/wsl/lib/libdxcore.so inside WSL", [fact], dxcore)
+    uva = _lines_matching(ctx, r"(?i)UVA is not available")
+    if uva and (ctx.tool() == "vllm" or re.search(r"(?i)\bvllm\b", joined)):
+        return _make("wsl", "vLLM turns pinned memory off under WSL 2",
+                     "under WSL 2 vLLM disables pinned host memory by default, and without it UVA (the GPU reading "
+                     "host memory directly) is unavailable, which its model runner needs at start-up",
+                     "export VLLM_WSL2_ENABLE_PIN_MEMORY=1 before vllm serve (WSL 2 kernel 4.19.121 or newer has "
+                     "working pinned memory: uname -r), or fall back to the V1 model runner", [fact], uva)
+    kfd = _lines_matching(ctx, r"(?i)/dev/kfd\W{0,3}:? ?no such file or directory|no such file or directory.{0,20}"
+                               r"/dev/kfd")
+    if kfd and (_CONTAINED.search(joined) or re.search(r"(?i)--device", joined)):
+        return _make("wsl", "WSL 2 has no /dev/kfd to give the container",
+                     "under WSL 2 the GPU is reached through /dev/dxg and the libraries in /usr/lib/wsl/lib; the "
+                     "native-Linux container flags (--device=/dev/kfd --device=/dev/dri) name devices WSL does not have",
+                     "run the container with --device=/dev/dxg -v /usr/lib/wsl/lib/libdxcore.so:/usr/lib/libdxcore.so "
+                     "-v /opt/rocm/lib/libhsa-runtime64.so.1:/opt/rocm/lib/libhsa-runtime64.so.1 (AMD's ROCm-on-WSL "
+                     "docker example) instead of --device=/dev/kfd --device=/dev/dri", [fact], kfd)
+    missing = _lines_matching(ctx, r"Unable to locate package (?:hsa-runtime-rocr4wsl-amdgpu|amdgpu-lib\b|"
+                                   r"rocm-hip-runtime)")
+    release = _rocm_release(joined)
+    ubuntu = [f.value for f in ctx.sheet.of("os") if f.value.startswith("ubuntu ")]
+    noble = any(v.startswith("ubuntu 24.04") for v in ubuntu) or re.search(r"\bnoble\b|Ubuntu ?24\.04", joined)
+    outside = release and _NO_WSL_RELEASE.fullmatch(release)
+    said = ctx.of("device-access", "wsl", "driver") + ctx.no_gpu()
+    if missing or (outside and said and _vendor(ctx) == "amd"):
+        why = (f"ROCm {release} has no WSL packages" if outside else
+               "the WSL runtime package is not in the repository of the release being installed") + \
+              (" for Ubuntu 24.04" if noble else "")
+        return _make("wsl", "this ROCm release has no WSL runtime",
+                     f"{why}: only AMD's WSL releases ship the WSL runtime (hsa-runtime-rocr4wsl-amdgpu) that "
+                     "reaches the GPU through /dev/dxg, and the first of them, 6.1.3, is for Ubuntu 22.04 only",
+                     "install the amdgpu-install of a WSL release and use its wsl usecase: ROCm 6.4.2 (Ubuntu 22.04 "
+                     "or 24.04; amdgpu-install_6.4.60402-1_all.deb) or 6.1.3 on Ubuntu 22.04 (amdgpu-install_"
+                     "6.1.60103-1_all.deb), then amdgpu-install -y --usecase=wsl,rocm --no-dkms (remove the other "
+                     "release's repository first: sudo amdgpu-install --uninstall); ROCm 7.2 and newer reach WSL "
+                     "through librocdxg instead", [fact], missing or said)
+    return None
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
@@ -305,14 +425,24 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "search here",
                      "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH in the shell (or the script) that "
                      "starts the job; never install a Linux NVIDIA driver inside WSL", [], cuda_lib)
-    if not ctx.sheet.has("platform", "wsl"):
+    joined = _text(ctx)
+    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined):
         return None
+    fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
+    own = _wsl_specific(ctx, joined, fact)
+    if own is not None:
+        return own
+    if re.search(r"(?i)\blib(?:cudart|cublas\w*|cudnn\w*|nvrtc)\.so(?:\.\d+)*: cannot open", joined) and \
+            not re.search(r"(?i)libcuda\.so", joined):
+        return None   # a CUDA toolkit library the wheel expects from the system: the loader path, not WSL's driver
     errors = ctx.of("wsl", "visibility", "device-access", "driver") + ctx.no_gpu()
     if not errors and _vendor(ctx) == "amd":
         errors = [e for e in ctx.errors if e.family in (None, "torch-build", "rocm-libs-missing")]
+    if not errors:   # the user's words: no GPU found, in English or Chinese
+        errors = _lines_matching(ctx, r"(?:读不到|识别不到|找不到|检测不到|用不了|看不到).{0,6}(?i:gpu|显卡)|"
+                                      r"(?i:gpu|显卡).{0,6}(?:读不到|识别不到|找不到|检测不到|用不了)")
     if not errors and not ctx.sheet.has("complaint", "yes"):
         return None
-    fact = next(f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl")
     labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
     therock = ctx.sheet.has("layout", "therock") or (labels[-1].startswith("7") if labels else
                                                      any(v.startswith("7") for v in ctx.sheet.values("rocm")))
@@ -329,6 +459,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
                      "sudo ldconfig", [fact], errors)
     arch, arch_fact = ctx.arch(errors)
+    if arch is None:
+        arch = _radeon_by_number(joined)
     if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia":
         return _make("wsl", "WSL 2: CUDA does not reach the NVIDIA GPU",
                      "under WSL 2 CUDA goes through the Windows NVIDIA driver, whose libcuda.so WSL mounts in "
@@ -344,8 +476,9 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
         return _make("wsl", f"ROCm on WSL does not support this GPU ({arch})",
                      f"AMD's ROCm for WSL runs only on RDNA3 and RDNA4 GPUs (Radeon RX 7000 / 9000, Radeon PRO W7000 / "
                      f"R9000); {arch} is not among them, so no WSL runtime sees it",
-                     "run ROCm on native Linux (a dual boot) for this GPU; on Windows itself use a path that supports "
-                     "it (DirectML: torch-directml, or a Vulkan build of llama.cpp / Ollama)",
+                     "run ROCm on native Linux (a dual boot) for this GPU, or move to a GPU that ROCm on WSL supports "
+                     "(RDNA3 / RDNA4); on Windows itself use a path that supports it (DirectML: torch-directml, or a "
+                     "Vulkan build of llama.cpp / Ollama)",
                      [f for f in (fact, arch_fact) if f], errors)
     runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
@@ -374,11 +507,59 @@ def _dkms_version_said(ctx: Context) -> Optional[Diagnosis]:
                         f"keep amdgpu-dkms at {versions[-1]}", [ctx.line_fact(covers[0])] if covers else [], covers))
 
 
+# the kernel series Ubuntu's LTS releases shipped, GA and HWE in order (ubuntu.com/kernel/lifecycle): the one before
+# a new kernel is the one the machine most likely ran before the update
+_UBUNTU_SERIES = ("4.4", "4.8", "4.10", "4.13", "4.15", "4.18", "5.0", "5.3", "5.4", "5.8", "5.11", "5.13", "5.15",
+                  "5.19", "6.2", "6.5", "6.8", "6.11", "6.14", "6.17")
+
+
+def _previous_ubuntu_kernel(text: str) -> Optional[str]:
+    m = re.search(r"\b(\d\.\d+)\.\d+-\d+-(?:generic|lowlatency)\b", text)
+    if not m or m.group(1) not in _UBUNTU_SERIES or m.group(1) == _UBUNTU_SERIES[0]:
+        return None
+    return _UBUNTU_SERIES[_UBUNTU_SERIES.index(m.group(1)) - 1]
+
+
+# Windows: a HIP function missing from amdhip64.dll, which the AMD display driver installs
+_WINDOWS_HIP_ENTRY = re.compile(r"(?i)(?:procedure )?entry point (hip\w+) could not be (?:located|found)")
+_ADRENALIN_VERSION = re.compile(r"(?i)Adrenalin(?: Edition)?\s+(\d{2}\.\d{1,2}\.\d)")
+
+
+def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
+    """The AMD Windows driver (Adrenalin) is what HIP runs on there: a HIP entry point missing from amdhip64.dll is a
+    driver older than the tool; a named driver release after which the GPU stopped being used (or crawls) is that
+    release."""
+    entry = _lines_matching(ctx, _WINDOWS_HIP_ENTRY.pattern)
+    if entry:
+        name = _WINDOWS_HIP_ENTRY.search(entry[0].line).group(1)
+        return _make("driver", f"the AMD driver's HIP runtime has no {name}",
+                     f"on Windows HIP (amdhip64.dll) comes with the AMD display driver; the installed one predates "
+                     f"{name}, which the tool (ZLUDA, a HIP build of llama.cpp, PyTorch for Windows) calls",
+                     "update the AMD driver: AMD Software: Adrenalin Edition, the current release (or the one the "
+                     "tool's README names), clean install; then check C:\\Windows\\System32\\amdhip64*.dll is the "
+                     "new one", [], entry)
+    named = _ADRENALIN_VERSION.search(_text(ctx))
+    worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:using|used)|no longer "
+                                 r"(?:uses?|works?)|falls? back to (?:the )?CPU|stopped working|since (?:the|updating))")
+    if named and worse:
+        version = named.group(1)
+        return _make("driver", f"the AMD driver {version} broke the GPU path",
+                     f"after AMD Software: Adrenalin {version} the GPU is no longer used (or crawls): a regression in "
+                     "that driver release (its HIP memory allocation on Windows), not the tool",
+                     f"roll back to the previous driver (AMD's previous-drivers page; a clean install, DDU if needed) "
+                     f"or install the release after {version} once it is out; keep the tool as it is", [], worse)
+    return None
+
+
 @rule("driver")
 def driver(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
               and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx))]
     # (an NVIDIA driver message on an AMD-only machine is a CUDA torch there: torch-build)
+    if ctx.sheet.is_windows or re.search(r"(?i)\bWindows\b|\.dll\b|Adrenalin", _text(ctx)):
+        windows = _windows_amd_driver(ctx)
+        if windows is not None:
+            return windows
     unreadable = [f for f in ctx.sheet.of("sensors") if f.value == "unreadable"]
     if unreadable and not errors:
         names = ", ".join(dict.fromkeys(f.detail for f in unreadable))
@@ -505,9 +686,14 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build|"
                    r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)",
                    text):
+        previous = _previous_ubuntu_kernel(text + " " + (kernel.value if kernel else ""))
         fix = ("install the amdgpu-dkms of a newer ROCm release (one that lists this kernel), boot a kernel that the "
-               "ROCm release supports, or drop the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (the "
-               "kernel's own amdgpu driver serves ROCm)")
+               "ROCm release supports" + (f" (the series before it, {previous}: sudo apt install linux-image-"
+                                         f"{previous}.0-<abi>-generic linux-headers-{previous}.0-<abi>-generic, pick "
+                                         "it in GRUB's Advanced options, and hold the newer one until ROCm lists it)"
+                                         if previous else "") +
+               ", or drop the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (the kernel's own amdgpu "
+               "driver serves ROCm)")
         cause = "the amdgpu-dkms module does not build for this kernel" + (f" ({kernel.value})" if kernel else "")
     elif re.search(r"amdgpu version file missing", text):
         return None   # Ollama's note on distribution kernels: harmless by itself, the real cause is elsewhere

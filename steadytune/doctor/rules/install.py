@@ -7,7 +7,9 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, family
-from steadytune.doctor.fixes import rocm_index_for
+from steadytune.doctor.facts import Fact
+from steadytune.doctor.fixes import rocm_index_for, rocm_indexes_for_torch, wheel_line
+from steadytune.hardware.gpu_facts import override_for_arch
 from steadytune.doctor.packages import distribution_of, read_import_failure
 from steadytune.doctor.tool_fixes import ALIASES, load_tool_fixes, machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
@@ -74,7 +76,7 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
         if fix:
             return _make("torch-build", f"{tool} is a build without {own.group(2)}", f"the installed {tool} says it was "
                          f"built without {own.group(2)} support, whatever torch is installed", fix, [], errors)
-    hipblas = re.search(r"-D(?:GGML|LLAMA)_HIPBLAS", text)
+    hipblas = re.search(r"(?:-D)?(?:GGML|LLAMA)_HIPBLAS\b", text)
     if hipblas:
         return _make("torch-build", "llama.cpp was built without its ROCm backend",
                      f"llama.cpp renamed its ROCm option to GGML_HIP; {hipblas.group(0)} is ignored and the build "
@@ -173,16 +175,113 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     return vendor, ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), said[:1]
 
 
+def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[ErrorLine],
+                   unsure: bool) -> Optional[Diagnosis]:
+    """A torch from AMD's TheRock indexes (rocm.nightlies.amd.com, the rocm-sdk wheels) without ROCm in it: the wheel
+    picked is not a ROCm build for this GPU family, and the index of the TheRock release in use has one."""
+    index = re.search(r"https?://rocm\.nightlies\.amd\.com/\S+", joined)
+    if not (index or re.search(r"(?i)\bTheRock\b|\brocm-sdk\b", joined)):
+        return None
+    release = re.search(r"(?i)\b(?:TheRock|ROCm)\b[^\d\n]{0,12}(\d+\.\d+)", joined)
+    where = index.group(0).rstrip("/`'\".,)") if index else "https://rocm.nightlies.amd.com/v2/<your GPU family>/"
+    what = f"TheRock {release.group(1)}" if release else "the TheRock release in use"
+    return _make("torch-build", "a torch without ROCm from TheRock's index",
+                 "the torch wheel installed carries no ROCm (torch.version.hip is None, so extensions see \"Cuda None\"): "
+                 "the index served a build without ROCm for this GPU family",
+                 f"pip uninstall -y torch; install the ROCm torch of {what} for this GPU family: pip install "
+                 f"--force-reinstall torch --index-url {where} (a later {what} nightly where this one lacks ROCm); "
+                 "python -c 'import torch; print(torch.version.hip)' must print a ROCm version before building "
+                 "extensions", evidence, errors, confirmed=not unsure)
+
+
+# packages that bring no CUDA of their own and load the CUDA runtime from the system (not through torch)
+_WITHOUT_TORCH = re.compile(r"(?i)llama_cpp|libllama|ggml|ctranslate2|onnxruntime|tensorflow|jaxlib|cupy|paddle")
+# the CUDA 12 build pytorch.org's default index (and PyPI's Linux torch) carries, by torch release
+_TORCH_CUDA12 = ("cu121 for torch 2.1-2.4, cu124 for 2.5-2.6, cu126 for 2.7, cu128 for 2.8 and newer")
+def _cudart_missing(errors: list[ErrorLine]) -> Optional[ErrorLine]:
+    return next((e for e in errors if re.search(r"libcudart\.so\.(\d+): cannot open", e.line)), None)
+
+
+def _system_cuda_runtime(ctx: Context, error: ErrorLine) -> bool:
+    """The package that cannot load libcudart is one without torch (llama-cpp-python's CUDA wheels, CTranslate2): it
+    loads the CUDA runtime from the system, not from torch's CUDA build."""
+    around = "\n".join(ctx.sheet.lines[max(0, error.line_no - 6): error.line_no + 1])
+    return bool(_WITHOUT_TORCH.search(around) or (_WITHOUT_TORCH.search(_text(ctx)) and
+                                                  not re.search(r"(?i)\btorch\b", _text(ctx))))
+
+
+def _cuda_runtime_of_torch(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """libcudart.so.N not found while a package built on torch loads (vLLM, xformers, flash-attn): it takes the CUDA
+    runtime from torch's own CUDA build, so torch is not a CUDA N build. A package without torch is the missing-library
+    reading's case (rocm-libs-missing)."""
+    error = _cudart_missing(errors)
+    if error is None or _system_cuda_runtime(ctx, error):
+        return None
+    major = re.search(r"libcudart\.so\.(\d+)", error.line).group(1)
+    around = "\n".join(ctx.sheet.lines[max(0, error.line_no - 6): error.line_no + 1])
+    imported = re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", around, re.M)
+    package = (distribution_of(imported[-1]) if imported else None) or ctx.tool([error])
+    index = _TORCH_CUDA12 if major == "12" else "cu118" if major == "11" else f"a CUDA {major} index"
+    what = package if package and package != "torch" else "the package"
+    return _make("torch-build", f"torch is not the CUDA {major} build {what} needs",
+                 f"{what} is built against torch's CUDA {major} build and loads libcudart.so.{major} through it; the "
+                 f"installed torch is another CUDA (or CPU) build, which does not bring CUDA {major}'s runtime",
+                 f"install the CUDA {major} torch {what} was built with (pip show {what} names the torch release; its "
+                 f"index is {index}): pip install --force-reinstall torch==<that release> --index-url "
+                 f"https://download.pytorch.org/whl/cuXXX; or install the {what} build made for the installed torch's CUDA",
+                 [ctx.line_fact(error)], [error])
+
+
+# `pip install torch>=1.7.1+cu110` typed into a shell without quotes: the shell reads `>` as a redirection
+_UNQUOTED = re.compile(r"\b(?:pip3?|uv pip|python3? -m pip) install\b[^'\"\n]*?\b(torch|torchvision|torchaudio)\s*>=?\s*"
+                       r"([\d.]+)\+(cu\d+|rocm[\d.]+|cpu)")
+
+
+def _unquoted_comparison(ctx: Context) -> Optional[Diagnosis]:
+    """An unquoted `>=` in a pip command is a shell redirection: pip gets the bare name (whatever build the links page
+    offers first, a ROCm or CPU build among them), and the version with its +cuXXX goes to a file named "=X+cuXXX".
+    A `>=` never selects a local build tag either: the pin is `==` with the tag, quoted, from that build's own page."""
+    line = next(((n, m) for n, l in enumerate(ctx.sheet.lines, 1) for m in [_UNQUOTED.search(l)] if m), None)
+    if line is None:
+        return None
+    number, m = line
+    tag = m.group(3)
+    pins = re.findall(r"\b(torch|torchvision|torchaudio)\s*>=?\s*([\d.]+)\+" + re.escape(tag), ctx.sheet.lines[number - 1])
+    quoted = " ".join(f'"{name}=={version}+{tag}"' for name, version in pins)
+    page = (f"https://download.pytorch.org/whl/{tag}/torch_stable.html" if re.search(r"torch_stable", _text(ctx))
+            else None)
+    installed = re.findall(r"(?im)^\s*(torch\w*)\s+[\d.]+\+(\w[\w.]*)\s*$", _text(ctx))
+    other = [f"{name} +{build}" for name, build in installed if build != tag]
+    command = (f"pip install {quoted} -f {page}" if page else
+               f"pip install {quoted} --index-url https://download.pytorch.org/whl/{tag}")
+    return _make("torch-build", f"the {tag} pin never reached pip",
+                 f"in `{m.group(0)[:80]}` the shell reads the unquoted > as a redirection and a >= cannot pin a +{tag} "
+                 "build, so pip installs whatever build of the bare name the links page offers" +
+                 (f" (installed: {', '.join(other)})" if other else ""),
+                 f"pin with == and quote it, from the {tag}-only page: {command}",
+                 [Fact("error", "torch-build", number, ctx.sheet.lines[number - 1])],
+                 [ErrorLine(number, ctx.sheet.lines[number - 1], None)], confirmed=bool(other))
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
     errors = ctx.of("torch-build") + ([e for e in ctx.of("driver") if _NVIDIA_DRIVER.search(e.line)]
                                       if vendor == "amd" and not _nvidia_gpu(ctx) else [])
-    errors += [e for e in ctx.of("abi-mismatch") if re.search(r"you have \S+\+cpu", e.line)]
+    errors += [e for e in ctx.of("abi-mismatch") if re.search(r"you have \S+\+cpu|compiled with Cuda None", e.line)]
     builds = ctx.sheet.of("torch")
     wrong = [f for f in builds if (vendor == "amd" and f.detail in ("cuda", "cpu", "no-hip")) or
              (vendor in ("nvidia", None) and f.detail in ("rocm", "cpu"))]
     joined = "\n".join(ctx.sheet.lines)
+    redirected = _unquoted_comparison(ctx)
+    if redirected is not None:
+        return redirected
+    cudart = _cudart_missing(errors)
+    if cudart is not None and _system_cuda_runtime(ctx, cudart):
+        return None   # the system's CUDA runtime, not torch's build: rocm-libs-missing reads it
+    runtime = _cuda_runtime_of_torch(ctx, errors)
+    if runtime is not None:
+        return runtime
     other = _other_runtime_build(ctx, errors, vendor)
     if other is not None:
         return other
@@ -201,6 +300,9 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     others = [e for e in ctx.errors if e.family not in (None, "visibility", "torch-build")]
     if named and not errors and not others:
         errors = ctx.of("visibility") + ctx.no_gpu() or _symptom_lines(ctx, named[:1])
+    rocm_said = [e for e in ctx.of("visibility") + ctx.no_gpu() if re.search(r"No HIP GPUs|hipErrorNoDevice", e.line)]
+    if not errors and not wrong and rocm_said:
+        return None   # torch's ROCm build printed it: the build is right, the GPU is what it cannot reach
     if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
         # torch sees no GPU on an AMD machine (or after a conda install) and nothing else explains it: the build
         if not (ctx.of("visibility") and (vendor == "amd" or conda)) or ctx.of(*_DEEPER):
@@ -259,6 +361,17 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "AMD's ROCm wheels for Windows (repo.radeon.com, for the RDNA3/RDNA4 and Strix GPUs they list), "
                      "or run under WSL 2 or Linux with the pytorch.org ROCm index", evidence, errors + ctx.no_gpu(),
                      confirmed=not unsure)
+    therock = _therock_torch(ctx, joined, evidence, errors, unsure)
+    if therock is not None:
+        return therock
+    if arch and arch.startswith("gfx") and not wheel_line(arch) and not override_for_arch(arch):
+        # no ROCm torch carries this GPU, and no sibling's code runs on it: the GPU torch for it is not a ROCm one
+        return _make("torch-build", f"a torch without a build for {arch}",
+                     f"the installed torch is a CUDA or CPU build, which finds no AMD GPU, and no ROCm torch carries "
+                     f"{arch} either",
+                     "on Windows use the program's DirectML backend (torch-directml: pip install torch-directml, or the "
+                     "program's own DirectML option) and reinstall its torch; on Linux the CPU build, or a Vulkan "
+                     "backend where the program has one", evidence, errors + ctx.no_gpu(), confirmed=not unsure)
     return _make("torch-build", "a torch without ROCm on an AMD machine",
                  "the installed torch is a CUDA or CPU build (PyPI's default), which finds no AMD GPU",
                  "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch) + " (python -c 'import torch; "
@@ -282,6 +395,11 @@ def _python_for(package: str, version: str) -> Optional[str]:
         return None
     release = (int(numbers.group(1)), int(numbers.group(2)))
     return next((python for before, python in _TORCH_PYTHON if release < before), None)
+
+
+def _older(version: str, than: str) -> bool:
+    """Python version `version` is older than `than` ("3.9" < "3.10")."""
+    return tuple(int(x) for x in version.split(".")[:2]) < tuple(int(x) for x in than.split(".")[:2])
 
 
 # a compiled part of a package (torch._C, xformers._C, a *_cuda module): missing means a broken or mismatched build,
@@ -413,7 +531,9 @@ def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
     naming flash-attn reads as an attention line); any other error line says more than the complaint."""
     if any(e.family and not _INSTALL_FAILS.search(e.line) for e in ctx.errors):
         return None
-    said = _lines_matching(ctx, _INSTALL_FAILS.pattern)
+    # a compiler's own diagnostics (ptxas, a kernel's codegen, file:line) are a kernel failing at run time, not an install
+    said = [line for line in _lines_matching(ctx, _INSTALL_FAILS.pattern)
+            if not re.search(r"(?i)\bptxas\b|\bcodegen\b|\.target sm_|\bline \d+;|\.(?:cu|cpp|c|h|py):\d+", line.line)]
     if not said:
         return None
     text = _text(ctx)
@@ -428,9 +548,186 @@ def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said[:1], confirmed=False)
 
 
+def _amdsmi_release(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """amdsmi's Python module without a function amd-smi calls: the module is another ROCm release's than the amd-smi
+    (and libamd_smi) in use, typical where several ROCm releases sit side by side (/opt/rocm-X.Y.Z) and pip installed
+    one release's module for all."""
+    error = next((e for e in errors if re.search(r"module '?amdsmi[\w.]*'? has no attribute", e.line)), None)
+    if error is None:
+        return None
+    # the releases the paste names: /opt/rocm-X.Y.Z, and the X.Y.Z numbers of a line that speaks of ROCm (a driver's
+    # own 30.10 numbering has two digits)
+    named = re.findall(r"/opt/rocm-(\d+\.\d+(?:\.\d+)?)", _text(ctx)) + [
+        v for line in ctx.sheet.lines if re.search(r"(?i)\brocm\b", line)
+        for v in re.findall(r"(?<![\w.])([1-9]\.\d+\.\d+)(?![\w.])", line)]
+    releases = sorted(set(named), key=lambda v: tuple(int(x) for x in v.split(".")))
+    target = f"/opt/rocm-{releases[-1]}" if releases else "/opt/rocm-<the release in use>"
+    several = len(releases) > 1
+    diagnosis = _make("wheel-platform", "the amdsmi Python package is another ROCm release's",
+                      "the amdsmi module Python imports lacks a function the amd-smi in use calls: it was installed "
+                      "from another ROCm release" + (f" (this machine has ROCm {', '.join(releases)})" if several
+                                                     else ""),
+                      f"install the module of the ROCm in use: python3 -m pip install --force-reinstall "
+                      f"{target}/share/amd_smi (or prepend {target}/share/amd_smi to PYTHONPATH in that ROCm's "
+                      "environment module); python3 -c 'import amdsmi, os; print(os.path.dirname(amdsmi.__file__))' "
+                      "shows which one loads", [ctx.line_fact(error)], [error])
+    # two releases side by side settle it: the others' lines (the driver named in prose) are the setting, not the fault
+    return _first(diagnosis) if several else diagnosis
+
+
+# TensorFlow saying it has no GPU: its own build query, an empty GPU list, or its GPU package not found / available
+_TF_NO_GPU = re.compile(r"(?i)is_built?_with_cuda\(\).{0,30}\bfalse|list_physical_devices\(.GPU.\).{0,30}\[\]|"
+                        r"tensorflow(?:-gpu)?\b.{0,60}\b(?:not (?:available|found|detect\w*|see\w*|use\w*)|can.?n?.?t "
+                        r"(?:detect|see|use|find|install)|(?:does not|doesn.t) (?:detect|see|use))|"
+                        r"no (?:matching )?(?:version|distribution)\b.{0,30}tensorflow-gpu|tensorflow-gpu\b.{0,40}was not "
+                        r"found|No version \S+ of (?:the )?tensorflow-gpu|"
+                        # Chinese: cannot detect / find / use the GPU
+                        r"tensorflow(?:-gpu)?\b.{0,40}(?:检测不到|识别不到|找不到|用不了|无法使用|无法识别|没有识别)")
+
+
+def _tensorflow_on_windows(ctx: Context) -> Optional[Diagnosis]:
+    """TensorFlow on native Windows that finds no GPU (or whose GPU package will not install): from 2.11 on TensorFlow
+    publishes no GPU build for native Windows, whatever CUDA is installed (torch beside it may well see the GPU)."""
+    text = _text(ctx)
+    if not (ctx.sheet.is_windows or _WINDOWS_WORD.search(text)) or not re.search(r"(?i)\btensorflow", text) or \
+            re.search(r"\bWSL|Windows Subsystem for Linux", text):
+        return None   # under WSL TensorFlow is the Linux build, with its GPU
+    lines = ctx.sheet.lines
+    # the answer on the line itself (a comment) or on the next one (an interactive session's output)
+    said = [ErrorLine(n, line.strip(), None) for n, line in enumerate(lines, 1)
+            if _TF_NO_GPU.search(line + " " + (lines[n].strip() if n < len(lines) else ""))]
+    if not said:
+        return None
+    version = re.search(r"(?i)\b(?:tensorflow(?:-gpu)?|tf)\b\D{0,20}\b2\.(\d+)(?:\.\d+)?\b", text)
+    if version and int(version.group(1)) <= 10:
+        return None   # a release that still had a Windows GPU build: its CUDA/cuDNN pair is the question
+    fix = _table_fix(ctx, "tensorflow", "wheel-platform", frozenset({"windows"}))
+    return _make("wheel-platform", "no GPU TensorFlow for native Windows",
+                 f"TensorFlow {'2.' + version.group(1) + ' ' if version else ''}has no GPU build for native Windows "
+                 "(the last was 2.10): on Windows it runs on the CPU only, and tensorflow-gpu is no longer published",
+                 fix, [ctx.line_fact(said[0])], said[:1], confirmed=bool(version))
+
+
+# a package whose install replaces the torch already there ("pip install xformers re-installs torch 2.0.1")
+_REPLACES_TORCH = re.compile(r"(?i)\b(?:re-?install|replac|downgrad|uninstall|overwrit|swap)\w*\s+(?:(?:my|the|our|"
+                             r"existing|installed|current)\s+)*(?:torch|pytorch)\b|"
+                             # Chinese: reinstalls / overwrites / uninstalls / downgrades torch
+                             r"(?:重新安装|重装|覆盖|卸载|降级|替换)了?(?:原来的|已有的|我的)?\s*(?:torch|pytorch)")
+
+
+def _package_replaces_torch(ctx: Context) -> Optional[Diagnosis]:
+    """Installing a compiled package swaps out the torch that was there: each of its wheels is built for one torch
+    release (and CUDA), so pip brings that torch along; building the package against the installed torch keeps it."""
+    said = _lines_matching(ctx, _REPLACES_TORCH.pattern)
+    if not said:
+        return None
+    text = _text(ctx)
+    named = [n for n in re.findall(r"(?i)\b(?:pip3?|uv pip) install\s+(?:-\S+\s+)*([A-Za-z][\w.\-]*)", text)
+             if not re.match(r"(?i)torch|pytorch", n) and not re.search(r"\.(?:txt|toml|cfg|in)$", n)]
+    package = named[0] if named else _named_tool(text)
+    if not package or package in ("torch", "pytorch"):
+        return None
+    package = re.split(r"[=<>\[]", package)[0]
+    return _make("wheel-platform", f"{package}'s wheel brings its own torch",
+                 f"each prebuilt {package} wheel is built for one torch release and CUDA, and declares it: pip replaces "
+                 f"the torch that is installed with that one",
+                 f"build {package} from source against the installed torch, so nothing else is replaced: pip install "
+                 f"--no-build-isolation --no-deps --no-binary {package} {package} (or pip install --no-build-isolation "
+                 f"git+<{package}'s repository>; the CUDA toolkit of torch's CUDA must be there); or install the {package} "
+                 "release built for the installed torch (its release notes pair them) with --no-deps",
+                 [ctx.line_fact(said[0])], said[:1], confirmed=False)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _index_older_than_pin(ctx: Context, pin: Optional[re.Match], offered: Optional[re.Match],
+                          errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """`torch==2.4.1` asked of an index whose builds (all +rocm5.6) stop at an older release: the index is that of an
+    older ROCm, made before this torch; the ROCm indexes that carry the release are known. An installer that falls
+    back to the default torch then leaves a CUDA build on the AMD machine (torch-build), else the pin fails."""
+    if not (pin and offered) or pin.group(1).lower() != "torch":
+        return None
+    versions = [v.strip() for v in offered.group(1).split(",") if v.strip()]
+    tags = {v.split("+", 1)[1] for v in versions if "+" in v}
+    if len(tags) != 1 or not all("+" in v for v in versions) or not next(iter(tags)).startswith("rocm"):
+        return None
+    if _release(pin.group(2)) <= max(_release(v) for v in versions):
+        return None
+    carried = rocm_indexes_for_torch(pin.group(2))
+    if not carried:
+        return None
+    old, new = next(iter(tags)), carried[-1]
+    text = _text(ctx)
+    fell_back = bool(_ON_CPU.search(text) or re.search(r"(?i)installs? (?:the )?(?:torch )?CUDA|\bCPU\b.{0,40}\btorch "
+                                                         r"device|falls? back", text))
+    pins = " ".join(dict.fromkeys(re.findall(r"\b(?:torch|torchvision|torchaudio)==[\w.]+", text))) or pin.group(0)
+    return _make("torch-build" if fell_back else "wheel-platform",
+                 f"the {old} index has no torch {pin.group(2)}",
+                 f"the {old} index stops at torch {max(versions, key=_release).split('+')[0]}; torch {pin.group(2)} "
+                 f"was published for {' and '.join(carried)}" + (", so the install fell back to the default (CUDA) "
+                                                                 "torch, which runs on the CPU here" if fell_back else ""),
+                 f"pip install {pins} --index-url https://download.pytorch.org/whl/{new} (the ROCm index of that torch "
+                 f"release{'; ' + carried[0] + ' works too' if len(carried) > 1 else ''}); python -c 'import torch; "
+                 "print(torch.version.hip)' must print a ROCm version", [ctx.line_fact(errors[0])], errors)
+
+
+# tensorflow-rocm's version carries the ROCm it was built for: 2.14.0.600 is TensorFlow 2.14.0 for ROCm 6.0
+_TF_ROCM = re.compile(r"(?i)tensorflow-rocm\s*(?:/|==|=|\s)\s*(\d+\.\d+\.\d+)\.(\d)(\d)(\d)\b")
+_NOT_THERE = re.compile(r"(?i)not found|can.?not (?:be )?(?:install|find)|could not find|no matching|not available|"
+                        r"no version")
+
+
+def _tensorflow_rocm_release(ctx: Context) -> Optional[Diagnosis]:
+    """A tensorflow-rocm pin for a ROCm point release (2.14.0.602 for ROCm 6.0.2): AMD builds one per ROCm minor
+    release (.600), which runs on its point releases; later ROCm releases' builds are on repo.radeon.com, not PyPI."""
+    for n, line in enumerate(ctx.sheet.lines, 1):
+        m = _TF_ROCM.search(line)
+        if not m or m.group(4) == "0" or not _NOT_THERE.search(_text(ctx)):
+            continue
+        version, major, minor = m.group(1), m.group(2), m.group(3)
+        release = f"{version}.{major}{minor}0"
+        return _make("wheel-platform", f"no tensorflow-rocm {m.group(0).split()[-1].split('/')[-1]}",
+                     f"tensorflow-rocm's last number is the ROCm release it was built for, one build per ROCm minor "
+                     f"release: there is {release} (ROCm {major}.{minor}), and none for the point release {major}."
+                     f"{minor}.{m.group(4)}",
+                     f"pip install tensorflow-rocm=={release} (the ROCm {major}.{minor} build runs on ROCm {major}.{minor}"
+                     f".x); for ROCm 6.1 and newer AMD publishes tensorflow-rocm on repo.radeon.com/rocm/manylinux/"
+                     "rocm-rel-X.Y/ rather than PyPI (pip install <that wheel>)",
+                     [Fact("error", "wheel-platform", n, line)], [ErrorLine(n, line.strip(), None)])
+    return None
+
+
+def _triton_fork_on_windows(ctx: Context) -> Optional[Diagnosis]:
+    """On Windows Triton comes as triton-windows (which supports ROCm's Windows torch too); a triton built from a fork
+    (github.com/<someone>/triton) is made for another torch, and torch.compile's kernels fail with it."""
+    text = _text(ctx)
+    kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), _vendor(ctx), text)
+    fork = re.search(r"(?i)github\.com/(?!triton-lang/|woct0rdho/|openai/)[\w.-]+/triton\b", text)
+    if "windows" not in kinds or not fork or re.search(r"(?i)triton-windows", text):
+        return None
+    said = _lines_matching(ctx, r"(?i)\btriton\b.{0,80}(?:error|cannot|failed)|(?:error|cannot|failed).{0,80}\btriton\b")
+    if not said:
+        return None
+    return _make("wheel-platform", "a Triton fork under Windows torch",
+                 f"the triton installed is a fork's build ({fork.group(0)}) made for another torch; on Windows the "
+                 "maintained Triton is the triton-windows package, which supports both CUDA and ROCm's Windows torch",
+                 _table_fix(ctx, "triton", "wheel-platform", kinds, package="triton"),
+                 [ctx.line_fact(said[0])], said[:1])
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
+    for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _triton_fork_on_windows):
+        found = reading(ctx)
+        if found is not None:
+            return found
     errors = ctx.of("wheel-platform")
+    if not errors and not any(e.family for e in ctx.errors):
+        replaced = _package_replaces_torch(ctx)
+        if replaced is not None:
+            return replaced
     if not errors:
         return _import_failure(ctx, [], attribute_only=True) or _install_complaint(ctx)
     text = "\n".join(e.line for e in errors)
@@ -441,6 +738,9 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "installs) removed",
                      "pip install --upgrade bitsandbytes (0.45.2 or newer no longer imports triton.ops); keeping "
                      "triton 3.1 works too but holds torch back", [ctx.line_fact(errors[0])], errors)
+    amdsmi = _amdsmi_release(ctx, errors)
+    if amdsmi is not None:
+        return amdsmi
     failed = _import_failure(ctx, errors)
     if failed is not None:
         return failed
@@ -546,6 +846,22 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     offered = re.search(r"\(from versions: ([^)]*)\)", text)
     same = [v.strip() for v in offered.group(1).split(",") if pin and v.strip().split("+")[0] == pin.group(2)] \
         if offered else []
+    if re.match(r"(?i)torch\b", name) and offered and all(re.fullmatch(r"0\.1\.2(?:\.post\d+)?", v.strip())
+                                                          for v in offered.group(1).split(",")):
+        # PyPI's only files for torch that fit every interpreter are the 0.1.2 placeholders (source releases): no torch
+        # wheel fits this one, a 32-bit Python (torch is 64-bit only) or a Python newer than the releases
+        newest = _python_for("torch", pin.group(2)) if pin else None
+        return _make("wheel-platform", "no torch wheel fits this Python",
+                     f"pip sees only torch's 0.1.2 placeholder releases, so no torch wheel matches this interpreter: it "
+                     f"is a 32-bit Python (torch publishes 64-bit wheels only), or a Python{' ' + py if py else ''} "
+                     "newer than the torch releases",
+                     (f"torch {pin.group(2)} was built for Python up to {newest}, and this one is {py}: use a 64-bit "
+                      f"Python {newest} (conda create -n env python={newest}, uv venv -p {newest}) for that pin, or a "
+                      f"torch release built for Python {py}" if newest and py and _older(newest, py) else
+                      "install a 64-bit Python of a version torch supports (python.org's x86-64 installer, conda or uv: "
+                      "uv venv -p 3.12) and rerun the pip command in it; python -c 'import struct, sys; "
+                      "print(struct.calcsize(\"P\") * 8, sys.version)' must print 64"), [ctx.line_fact(errors[0])],
+                     errors)
     parent = re.search(r"\(from (torch==[\w.]+\+(rocm[\d.]+|cu\d+))\)", text)
     if parent:
         fix = (f"{name} is published on the index of {parent.group(1)}, not on PyPI: install with that index, pip "
@@ -563,8 +879,8 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                "AMD's ROCm wheels for Windows (repo.radeon.com) for the GPUs they list")
         return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
     base = pin.group(1) if pin else re.split(r"[=<>!~\[;]", name)[0]
-    kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
-    platform = _table_fix(ctx, base, "wheel-platform", package=base) if kinds & {"windows", "macos"} else None
+    kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(_text(ctx))), _vendor(ctx), _text(ctx))
+    platform = _table_fix(ctx, base, "wheel-platform", kinds, package=base) if kinds & {"windows", "macos"} else None
     if platform and tool_fix(base, "wheel-platform", kinds, {}) != tool_fix(base, "wheel-platform", frozenset(), {}):
         # the package has a build of its own for this OS, or none at all (triton-windows; vLLM, flash-attn on Windows)
         return _make("wheel-platform", f"no {base} on PyPI for this platform", cause, platform,
@@ -582,6 +898,9 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                    f"platform: use an older Python (a 3.12 or 3.11 environment: uv venv -p 3.12, conda create -n env "
                    f"python=3.12); a new Python gets {base} wheels only months after its release, and old pins never do")
         return _make("wheel-platform", f"no {base} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
+    stale = _index_older_than_pin(ctx, pin, offered, errors)
+    if stale is not None:
+        return stale
     if pin and same:
         fix = (f"the index has no {name} for this platform; it does have {', '.join(same)}: pick one of those "
                f"(pip install {pin.group(1)}=={same[-1]} -f <the index>)")
@@ -624,7 +943,7 @@ _MODULE_PACKAGES = (
     r"transformer_inference|fused_lamb", "deepspeed"), (r"\bapex\b|amp_C|fused_layer_norm_cuda", "apex"),
     (r"sageattention|_qattn", "sageattention"), (r"mamba_ssm|selective_scan", "mamba-ssm"),
     (r"causal_conv1d", "causal-conv1d"), (r"torch_scatter|torch_sparse|torch_cluster|torch_spline_conv", "torch-scatter"),
-    (r"mmcv", "mmcv"), (r"detectron2", "detectron2"), (r"pytorch3d", "pytorch3d"), (r"auto_gptq|exllama\w*",
+    (r"mmcv", "mmcv"), (r"detectron2", "detectron2"), (r"pytorch3d", "pytorch3d"), (r"exllamav2\w*", "exllamav2"), (r"auto_gptq|exllama\w*",
     "auto-gptq"), (r"transformer_engine", "transformer-engine"), (r"llama_cpp", "llama-cpp-python"),
     (r"torch_directml", "torch-directml"), (r"natten", "natten"), (r"spconv", "spconv"), (r"gsplat|diff_gaussian",
     "the gaussian-splatting extension"), (r"nvdiffrast", "nvdiffrast"), (r"tinycudann|tiny_cuda_nn", "tinycudann"),
@@ -671,6 +990,33 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
                      f"{' ' + have if have else ''} (from torch's own index, or a release pinned to it); or run "
                      f"without it{' (drop --xformers: torch SDPA does the same)' if package == 'xformers' else ''}",
                      evidence, errors)
+    versioned = re.search(r"symbol (\w+),? version (\S+) not defined in file (\S+?)(?:\.so[.\d]*)? with link time", text)
+    if versioned:
+        # the extension was linked against a newer release of the library than the copy the loader finds first
+        lib = versioned.group(2)
+        base = re.sub(r"\.so.*", "", lib)
+        package = _extension_package(ctx, errors) or "the extension"
+        path = re.search(r"(?m)LD_LIBRARY_PATH=(\S+)", _text(ctx))
+        return _make("abi-mismatch", f"an older {lib} is loaded first",
+                     f"{package} was built against a newer {lib} (one that has {versioned.group(1)}) than the copy the "
+                     "loader finds first" + (f" (LD_LIBRARY_PATH={path.group(1)[:80]})" if path else ""),
+                     f"put the newer {base} first: drop the old {base} folder from LD_LIBRARY_PATH or put the folder of "
+                     f"a newer {lib} before it (ldconfig -p | grep {base} lists the copies; a {base.removeprefix('lib')} "
+                     f"release at least as new as {package} was built with), then start Python again", evidence, errors)
+    toolkit = re.search(r"(?i)compiled with a version of Cuda that does not match.*?compiled with Cuda (\d[\d.]*\d|None)",
+                        _text(ctx), re.S)
+    if toolkit and toolkit.group(1) != "None":
+        # torch.utils.cpp_extension compares nvcc's CUDA with torch.version.cuda: the extension must be compiled by
+        # the toolkit torch was built with
+        want = ".".join(toolkit.group(1).split(".")[:2])
+        nvcc = re.search(r"(?i)Cuda compilation tools, release ([\d.]+)", _text(ctx))
+        package = _extension_package(ctx, errors) or ctx.tool(errors) or "the extension"
+        return _make("abi-mismatch", "the CUDA toolkit differs from torch's",
+                     f"{package}'s CUDA code is compiled by nvcc{' of CUDA ' + nvcc.group(1) if nvcc else ''}, while "
+                     f"torch was built with CUDA {want}",
+                     f"build with CUDA {want}'s toolkit: install it and export CUDA_HOME=/usr/local/cuda-{want} "
+                     f"PATH=/usr/local/cuda-{want}/bin:$PATH before the build; or install a torch built for the local "
+                     "CUDA (its index, e.g. .../whl/cuXYZ) so the two agree", evidence, errors)
     if re.search(r"libmcwamp|libhip_hcc", text):
         return _make("abi-mismatch", "a build for a ROCm before 3.5",
                      "libmcwamp is the HCC runtime of ROCm 3.x and older; the framework package was built for it and "
@@ -678,6 +1024,63 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
                      "install the framework build that matches the installed ROCm (pip install tensorflow-rocm or torch "
                      "of the release built for that ROCm), or the ROCm the package was built for", evidence, errors)
     return None
+
+
+def _companion_of_other_build(ctx: Context, package: str, torch: Optional[str],
+                              errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """torch is one build of pytorch.org's (+cpu, +cu121, +rocm6.2) and its companion (torchvision, torchaudio) another:
+    the companion came from PyPI (its default build) or another index, so its compiled operators do not register."""
+    tag = re.search(r"\+(cpu|cu\d+|rocm[\d.]+)$", torch or "")
+    if tag is None:
+        return None
+    versions = [v for line in ctx.sheet.lines if re.search(rf"(?i)\b{package}\b", line)
+                for v in [re.findall(r"(?<![\w.])(\d+\.\d+\.\d+(?:\+[\w.]+)?)(?![\w.])", line)] if v]
+    if not versions:
+        return None
+    have = versions[-1][-1]
+    if have.endswith("+" + tag.group(1)):
+        return None
+    release = have.split("+")[0]
+    # only the build differs where the releases pair (torchvision 0.N with torch 2.(N-15), torchaudio 2.N with 2.N);
+    # otherwise the release is what differs, the abi reading's case
+    major, minor = (int(x) for x in release.split(".")[:2])
+    paired = (2, minor - 15) if package == "torchvision" and major == 0 else (major, minor)
+    if _release(torch)[:2] != paired:
+        return None
+    return _make("wheel-platform", f"{package} is another build than torch's +{tag.group(1)}",
+                 f"torch is {torch}, pytorch.org's +{tag.group(1)} build, but {package} {have} is "
+                 f"{'another build (+' + have.split('+')[1] + ')' if '+' in have else 'PyPI’s default build'}, made "
+                 f"for another torch build, so its compiled operators do not register",
+                 f"install the {package} of the same build: pip install --force-reinstall {package}=={release}+"
+                 f"{tag.group(1)} --index-url https://download.pytorch.org/whl/{tag.group(1)} (the index torch came "
+                 "from)", [ctx.line_fact(errors[0])], errors)
+
+
+# the oldest ROCm a package's ROCm build runs on, where its sources say so (exllamav2: pull 154 / issue 46, ROCm 5.6)
+_ROCM_MINIMUM = {"exllamav2": (5, 6)}
+
+
+def _rocm_older_than_needed(ctx: Context, package: Optional[str], errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A ROCm library's symbol (hipblas*, rocblas*, hip*) undefined in a package built for a newer ROCm than the one
+    the paste shows: the installed ROCm's library predates the call, so the machine's ROCm must move, not the build."""
+    need = _ROCM_MINIMUM.get(package or "")
+    symbol = re.search(r"undefined symbol:?\s*(_Z\w*?)?((?:hip|roc)\w+)", "\n".join(e.line for e in errors))
+    if need is None or symbol is None:
+        return None
+    shown = re.findall(r"(?i)\brocm[\s_-]?(\d+)\.(\d+)", _text(ctx)) + [
+        tuple(v.split(".")[:2]) for v in ctx.sheet.values("rocm")]
+    if not shown:
+        return None
+    have = min((int(a), int(b)) for a, b in shown)
+    if have >= need:
+        return None
+    want = f"{need[0]}.{need[1]}"
+    return _make("abi-mismatch", f"{package} needs ROCm {want} or newer",
+                 f"{package}'s ROCm build calls {symbol.group(2)}, which the ROCm {have[0]}.{have[1]} libraries here do "
+                 f"not export: {package} needs ROCm {want} or newer",
+                 f"move to ROCm {want} or newer with the ROCm torch built for it (pip install torch --index-url "
+                 f"https://download.pytorch.org/whl/rocm<that ROCm>), then rebuild {package} against that torch (pip "
+                 "install . --no-build-isolation in its checkout)", [ctx.line_fact(errors[0])], errors)
 
 
 @rule("abi-mismatch")
@@ -698,6 +1101,8 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     said = _abi_said(ctx, errors, text, torch)
     if said is not None:
         return said
+    if re.search(r"compiled with Cuda None", text):
+        return None   # torch itself has no CUDA (or ROCm): torch-build's reading
     if re.search(r"(?i)numpy|_ARRAY_API|multiarray failed to import|module compiled against ABI version", text):
         return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
                      "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
@@ -708,6 +1113,9 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
                      "conda install -c conda-forge 'libstdcxx-ng>=12' in that environment, or put the system's first: "
                      "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", evidence, errors)
     if re.search(r"torchvision::\w+|torchvision versions are incompatible", text):
+        other_build = _companion_of_other_build(ctx, "torchvision", torch, errors)
+        if other_build is not None:
+            return other_build
         return _make("abi-mismatch", "torchvision does not match torch",
                      "torchvision's compiled operators were built for another torch release or build",
                      "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
@@ -729,13 +1137,18 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     if re.search(r"torch_extensions", text + "\n" + joined):
         return _make("abi-mismatch", "a JIT-built extension cached for another torch",
                      "torch's JIT extensions (DeepSpeed ops, fused kernels) are compiled once into "
-                     "~/.cache/torch_extensions; a cached build from before a torch upgrade no longer links",
+                     "~/.cache/torch_extensions, in a folder named for the Python and CUDA (py310_cu121), not for the "
+                     "torch version: a build cached before a torch upgrade is loaded again and no longer links",
                      f"rm -rf ~/.cache/torch_extensions (or $TORCH_EXTENSIONS_DIR), then rerun so the ops rebuild "
-                     f"against {against}; for DeepSpeed's prebuilt ops: DS_BUILD_OPS=0 pip install --force-reinstall "
+                     f"against {against} (after every torch version change: the cache does not notice it); a package "
+                     f"pinning a torch release (its requirements): that torch version; for DeepSpeed's prebuilt ops: DS_BUILD_OPS=0 pip install --force-reinstall "
                      "deepspeed", evidence, errors)
     package = _extension_package(ctx, errors)
     if re.search(r"(?i)xFormers", text):
         package = "xformers"
+    too_old = _rocm_older_than_needed(ctx, package, errors)
+    if too_old is not None:
+        return too_old
     windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
     # the package's own remedy from the tool table (tool_fixes.yaml), else the reinstall every extension takes
     fix = _table_fix(ctx, package, "abi-mismatch", package=package) or (
@@ -817,7 +1230,7 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                 "environment (torch's ROCm build imports it when pynvml is present, and tools query the GPU with it)",
                 f"install the amdsmi package: {where}; or, where only pynvml pulled it in (DeepSpeed, a monitoring package), pip "
                 "uninstall pynvml nvidia-ml-py")
-    cuda_lib = re.search(r"lib(cudnn|cublas\w*|cufft|curand|cusparse|nvrtc)\w*\.so\.(\d+)", text)
+    cuda_lib = re.search(r"lib(cudnn|cublas\w*|cufft|curand|cusparse|nvrtc|cudart)\w*\.so\.(\d+)", text)
     if cuda_lib:
         what = "cuDNN" if cuda_lib.group(1) == "cudnn" else cuda_lib.group(1)
         major = cuda_lib.group(2)
@@ -836,7 +1249,7 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                     "installed or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
                     f"install CUDA {major}'s {what}: pip install {wheel}-cu{major} (or the CUDA {major} toolkit) and put "
                     f"its lib folder on the loader's path: export LD_LIBRARY_PATH=<site-packages>/nvidia/"
-                    f"{wheel.removeprefix('nvidia-').removeprefix('cuda-')}/lib:$LD_LIBRARY_PATH (or import torch "
+                    f"{wheel.removeprefix('nvidia-').replace('-', '_')}/lib:$LD_LIBRARY_PATH (or import torch "
                     "first, whose CUDA build loads them)")
         return (f"{what} {major} is not found", f"the program loads {name} ({what} {major}), which is not installed "
                 "or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
@@ -899,9 +1312,71 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
 
 
 
+# a library the build links (-lNAME) that the linker does not find; CUDA's own ones by their pip wheel's folder
+_LINK_MISSING = re.compile(r"(?i)\b(?:can ?not|cannot|unable to) find (?:library )?-l([\w+.-]+)")
+_CUDA_LINKED = ("cudart", "cublas", "cublasLt", "curand", "cufft", "cusparse", "cusolver", "nvrtc", "cudnn", "nvToolsExt")
+
+
+def _link_library(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """ld's "cannot find -lNAME": the build links libNAME.so, the unversioned development link, which is not in any
+    folder the linker searches (LIBRARY_PATH, -L): a runtime-only install (pip's nvidia wheels, torch's bundled
+    libraries) ships only libNAME.so.N."""
+    hit = next(((e, m) for e in errors for m in [_LINK_MISSING.search(e.line)] if m), None)
+    if hit is None:
+        return None
+    error, m = hit
+    lib = m.group(1)
+    so = f"lib{lib}.so"
+    tool = ctx.tool([error])
+    building = f"{tool}'s build" if tool and tool != "torch" else "the build"
+    if lib == "cuda":
+        fix = ("libcuda.so comes with the NVIDIA driver; to link without one use the CUDA toolkit's stub: export "
+               "LIBRARY_PATH=$CUDA_HOME/lib64/stubs:$LIBRARY_PATH (CUDA_HOME=/usr/local/cuda-<torch's CUDA>)")
+    elif lib in _CUDA_LINKED:
+        wheel = _CUDA_WHEELS.get(re.sub(r"Lt$", "", lib), "nvidia-" + lib.lower())
+        folder = wheel.removeprefix("nvidia-").replace("-", "_")   # nvidia/cuda_runtime, nvidia/curand
+        fix = (f"install the CUDA toolkit of torch's CUDA (its lib64 has {so}) and point the linker at it: export "
+               f"LIBRARY_PATH=$CUDA_HOME/lib64:$LIBRARY_PATH (CUDA_HOME=/usr/local/cuda-<torch.version.cuda>); with pip's "
+               f"{wheel} wheel instead, make the link it lacks: ln -s <site-packages>/nvidia/{folder}/lib/{so}.<N> "
+               f"<site-packages>/nvidia/{folder}/lib/{so} and add that lib folder to LIBRARY_PATH")
+    elif _ROCM_LIBRARY.search(lib):
+        fix = ("install ROCm's development libraries (sudo amdgpu-install --usecase=rocm,hiplibsdk) and point the "
+               "linker at them: export LIBRARY_PATH=/opt/rocm/lib:$LIBRARY_PATH (ROCm from wheels: $(rocm-sdk path "
+               "--root)/lib)")
+    else:
+        package = next((p for prefix, p in _SYSTEM_LIBS.items() if so.startswith(prefix)), None)
+        fix = (f"sudo apt-get install {package}" if package else
+               f"install the development package with {so}: apt-file search {so} (dnf provides '*/{so}') names it") + (
+               f"; or export LIBRARY_PATH=<the folder with {so}>:$LIBRARY_PATH")
+    return _make("rocm-libs-missing", f"the linker cannot find {so}",
+                 f"{building} links -l{lib}, and no folder the linker searches has {so} (the unversioned link a "
+                 "development install provides; runtime-only installs have only the numbered file)", fix,
+                 [ctx.line_fact(error)], [error])
+
+
 def _rocm_libs_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     text = " ".join(e.line for e in errors)
     evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"amdgpu\.ids: No such file", text):
+        # libdrm names the GPU from this table; only AMD's driver packages put it under /opt/amdgpu, so a ROCm wheel
+        # (torch's, TheRock's) on a machine without them prints this and goes on
+        return _make("rocm-libs-missing", "libdrm's amdgpu.ids table is not installed",
+                     "the ROCm libraries' libdrm looks up the GPU's marketing name in /opt/amdgpu/share/libdrm/amdgpu.ids, "
+                     "which only AMD's driver packages install; without it the name is unknown and the GPU still works",
+                     "harmless; to silence it install libdrm-amdgpu-common from AMD's amdgpu-install repository (sudo apt "
+                     "install libdrm-amdgpu-common; dnf on RHEL/SUSE), which provides /opt/amdgpu/share/libdrm/amdgpu.ids",
+                     evidence, [e for e in errors if "amdgpu.ids" in e.line], severity="warning")
+    linked = _link_library(ctx, errors)
+    if linked is not None:
+        return linked
+    if re.search(r"(?i)(?:can.?t|cannot|unable to|could not|failed to) find .?ld\.lld|\bld\.lld.{0,20}(?:not found|No "
+                 r"such file)", text):
+        return _make("rocm-libs-missing", "ROCm's linker ld.lld is not on PATH",
+                     "the GPU code is linked with ld.lld, which ROCm ships in its own LLVM (/opt/rocm/llvm/bin), a "
+                     "folder that is not on PATH and that older tools (TVM, MLC-LLM) did not search",
+                     "export PATH=/opt/rocm/llvm/bin:$PATH before the build (or the tool's own lld path option); the "
+                     "distribution's lld package works too where its LLVM is as new as ROCm's; newer TVM/MLC releases "
+                     "search /opt/rocm/llvm/bin themselves", evidence, errors)
     if re.search(r"unrecognized command-line option .?--offload-arch", text):
         return _make("rocm-libs-missing", "the HIP code is compiled by the system C++ compiler",
                      "--offload-arch is a clang/hipcc option; the build picked the system c++ (gcc), which does not know "
@@ -973,6 +1448,37 @@ def _zluda(ctx: Context) -> Optional[Diagnosis]:
                  _table_fix(ctx, "zluda", "rocm-libs-missing"),
                  [ctx.line_fact(covers[0])] if covers else [], covers)
     return _first(diagnosis) if no_driver else diagnosis
+
+
+def _hip_runtime_older_than_program(ctx: Context) -> Optional[Diagnosis]:
+    """Windows: "The procedure entry point hipX could not be found in the dynamic link library ...": the amdhip64 DLL
+    that loads (the one AMD's Adrenalin driver installs in System32) is older than the program (ZLUDA's nvcuda.dll,
+    a HIP SDK build) expects: the driver is what to update."""
+    error = next((e for e in ctx.errors if re.search(r"(?i)procedure entry point (hip\w+) could not be (?:found|located)",
+                                                   e.line)), None)
+    if error is None:
+        return None
+    function = re.search(r"(?i)entry point (hip\w+)", error.line).group(1)
+    return _make("driver", f"the HIP runtime lacks {function}",
+                 f"the amdhip64 DLL Windows loads, which AMD's Adrenalin driver installs, is older than the program "
+                 f"(ZLUDA, a HIP SDK build) that calls {function}",
+                 "update the AMD Adrenalin driver (a release at least as new as the HIP SDK / ZLUDA release in use; "
+                 "AMD's driver page, or AMD Software's update check), then restart; an old amdhip64*.dll copied next to "
+                 "the program must go", [ctx.line_fact(error)], [error])
+
+
+def _wsl_without_gpu_paravirtualization(ctx: Context) -> Optional[Diagnosis]:
+    """Under WSL, "dxcore initialization failed" (or /usr/lib/wsl/lib/libdxcore.so missing) and then NVIDIA's libraries
+    not found: this Windows build gives WSL no GPU (GPU paravirtualization needs Windows 11 or Windows 10 21H2)."""
+    said = _lines_matching(ctx, r"(?i)dxcore initiali[sz]ation failed|libdxcore\.so.{0,40}(?:not found|No such file|cannot)")
+    if not said or not re.search(r"\bWSL", _text(ctx)):
+        return None
+    return _make("wsl", "WSL gives no GPU on this Windows build",
+                 "WSL's GPU libraries (/usr/lib/wsl/lib: libdxcore.so, and the driver's libcuda/libnvidia-ml) are not "
+                 "there: this Windows build has no GPU paravirtualization for WSL 2",
+                 "update Windows to Windows 11 or Windows 10 21H2 (build 19044) or newer, install the NVIDIA (or AMD) "
+                 "Windows driver with WSL support, run wsl --update, then wsl --shutdown; never install a Linux GPU "
+                 "driver inside WSL", [ctx.line_fact(said[0])], said[:1])
 
 
 # archs every rocBLAS since ROCm 5.7 carries, on Linux and in the Windows HIP SDK alike (ROCm's and the HIP SDK's GPU
@@ -1065,6 +1571,14 @@ def _built_for_other_rocm(ctx: Context, name: str, first: ErrorLine) -> Optional
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
                                             if "/.singularity.d/libs/" in e.line]
+    cudart = _cudart_missing(ctx.of("torch-build"))
+    system_cudart = cudart is not None and _system_cuda_runtime(ctx, cudart)
+    if system_cudart:
+        errors += [cudart]
+    for reading in (_hip_runtime_older_than_program, _wsl_without_gpu_paravirtualization):
+        found = reading(ctx)
+        if found is not None:
+            return found
     zluda = _zluda(ctx)
     if zluda is not None:
         return zluda
@@ -1079,7 +1593,9 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     first = errors[0]
     if first.catalogue is not None and first.catalogue.entry.context:
         return _restate("rocm-libs-missing", first, errors)
-    lib = re.search(r"(lib[\w\-]+\.so[.\d]*|\w+\.dll)", first.line)
+    # the library the loader could not open, else the first one the line names (a line may name its loader first)
+    lib = (re.search(r"(lib[\w\-+.]+?\.so[.\d]*): cannot open", first.line)
+           or re.search(r"(lib[\w\-]+\.so[.\d]*|\w+\.dll)", first.line))
     name = lib.group(1) if lib else "a ROCm library"
     needs = _ldd_subject(ctx) if "=> not found" in first.line else None
     if needs is not None:
@@ -1103,7 +1619,12 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     special = _missing_library_fix(ctx, name, text)
     if special:
         title, cause, fix = special
-        return _make("rocm-libs-missing", title, cause, fix, [ctx.line_fact(first)], errors)
+        diagnosis = _make("rocm-libs-missing", title, cause, fix, [ctx.line_fact(first)], errors)
+        if re.match(r"libcudart\.so", name) and system_cudart:
+            # the line names the library and the package that loads it from the system: the cause, settled, wherever
+            # the machine is (under WSL the Windows driver brings libcuda only, never the CUDA runtime)
+            return _first(diagnosis)
+        return diagnosis
     if ctx.sheet.is_windows or name.endswith(".dll"):
         fix = ("install AMD's HIP SDK for Windows (it puts amdhip64 and rocBLAS in C:\\Program Files\\AMD\\ROCm\\<ver>\\bin) "
                "and an Adrenalin driver of the same generation; restart the program so PATH is read again")
@@ -1119,6 +1640,14 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                "reinstall that one (pip install --force-reinstall <package>)")
         return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}, which is not "
                      "installed or not on its path", fix, [ctx.line_fact(first)], errors, confirmed=False)
+    elif re.search(r"(?i)\bnightl(?:y|ies)\b|\brocm-sdk\b|\bTheRock\b|\d\.\d+\.\d+a20\d{6}", _text(ctx)):
+        # a ROCm torch nightly (TheRock's wheels) that links a library its rocm-sdk wheels do not bring, or bring but
+        # torch does not preload: the nightly's packaging, not the machine
+        fix = (f"{name} is a ROCm library this torch nightly links: install the rocm-sdk wheels of the same nightly "
+               "(pip install --force-reinstall \"rocm[libraries]\" from the index torch came from) and look for it: "
+               f"find $(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])') -name '{name}*'; if it "
+               "is there, torch's preload list (torch/_rocm_init.py) lacks it, a packaging bug of that nightly: take an "
+               f"earlier or later nightly, or LD_PRELOAD=<that file> meanwhile; if not, the rocm-sdk wheels lack {name}")
     elif ctx.sheet.has("layout", "therock"):
         fix = ("this ROCm comes as Python wheels (TheRock), with no /opt/rocm: install its libraries into the same "
                "environment (pip install 'rocm[libraries]' from the index torch came from) and run from that venv")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from difflib import get_close_matches
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
+from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import set_variable
 from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, override_for_arch
@@ -17,6 +18,7 @@ from steadytune.doctor.rules.base import (
     _CONTAINED,
     Context,
     Diagnosis,
+    _first,
     _lines_matching,
     _make,
     OVERRIDE,
@@ -42,10 +44,90 @@ def _visible(ctx: Context) -> dict[str, Fact]:
     return found
 
 
+_KNOWN_VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+# a name that is almost one of them (CUDA_VISABLE_DEVICES, CUDA_VISIBLE_DEVICE, CUDA_VISIBLE_DEVICS): the runtime
+# reads only the exact name, so a misspelt one is an ordinary variable nobody reads
+_VISIBLE_LIKE = re.compile(r"\b((?:CUDA|HIP|ROCR)_VI\w*?_?DEV\w*|(?:CUDA|HIP|ROCR)_\w*VISI\w*)\s*[=:]\s*[\"']?([\d,]+)")
+
+
+def _nvidia_named(ctx: Context) -> bool:
+    return any(a.startswith("sm_") for a in ctx.sheet.machine_archs)
+
+
+def _misspelt_visibility(ctx: Context) -> Optional[Diagnosis]:
+    for n, line in enumerate(ctx.sheet.lines, 1):
+        for m in _VISIBLE_LIKE.finditer(line):
+            name, value = m.group(1), m.group(2).strip(",")
+            if name in _KNOWN_VISIBLE or not value:
+                continue
+            meant = get_close_matches(name, _KNOWN_VISIBLE, n=1, cutoff=0.8)
+            if not meant:
+                continue
+            evidence = Fact("env", f"{name}={value}", n, line.strip(), "misspelt")
+            return _first(_make("visibility", f"{name} is not a variable the runtime reads",
+                                f"{name} is a misspelling of {meant[0]}: the runtime ignores it, so the process sees "
+                                "every GPU and loads onto GPU 0 (or all of them)",
+                                f"spell it {meant[0]}={value} (export {meant[0]}={value}, or {meant[0]}={value} in "
+                                "front of the command that starts the tool)", [evidence],
+                                [ErrorLine(n, line.strip(), None)]))
+    return None
+
+
+# the user saying a GPU choice is not honoured: the tool takes GPU 0 (or every GPU) whatever was set
+_CHOICE_IGNORED = re.compile(r"(?i)(?:always|still|only|defaults? to|regardless|ignor\w+|not (?:working|respected|"
+                             r"honou?red)|doesn.t work|does not work|仍然|还是|依然|总是|无效|不起作用|没用)")
+_GPU_CHOICE = re.compile(r"\b(?:CUDA|HIP|ROCR)_VISIBLE_DEVICES\b|\bgpu_ids\b|指定.{0,10}(?:显卡|GPU|卡)")
+
+
+def _choice_ignored(ctx: Context) -> Optional[Diagnosis]:
+    """A GPU chosen (a visibility variable, accelerate's gpu_ids) that the user says the tool ignores: the variable
+    was set where, or when, the process does not read it (another shell line, after the import that starts CUDA, a
+    launcher that does not pass it on)."""
+    text = _text(ctx)
+    if not _GPU_CHOICE.search(text):
+        return None
+    said = _lines_matching(ctx, r"(?i)(?:" + _CHOICE_IGNORED.pattern[4:] + r").{0,80}(?:GPU|显卡|卡|device|cuda:?\s?\d)|"
+                           r"(?:GPU|显卡|device|gpu_ids|VISIBLE_DEVICES).{0,80}(?:" + _CHOICE_IGNORED.pattern[4:] + ")")
+    # the complaint is about which GPU runs: an index, every GPU, the first one
+    said = [e for e in said if re.search(r"(?i)gpu_ids|(?:\b(?:uses?|using|used|runs?|running|ran|starts?|started|"
+                                        r"loads?|loading|loaded|trains?|training|defaults? to|goes to|puts?|placed|"
+                                        r"allocat\w*)\b|用的|用|加载到|跑在|报错说)\W{0,3}(?:\w+\W+){0,3}?(?:GPU ?#?\d|"
+                                        r"cuda:?\s?\d|\d号|(?:all|every|both|first|other|wrong|same) (?:the )?"
+                                        r"(?:GPUs?|cards?)|所有|第一张|device ?\d)", e.line)]
+    if not said:
+        return None
+    tool = ctx.tool()
+    ids = re.search(r"(?m)^\s*gpu_ids:\s*([\d, ]+)$", text)
+    chosen = next((f.value.split("=", 1)[1] for f in reversed(ctx.sheet.of("env"))
+                   if f.value.split("=", 1)[0] in _KNOWN_VISIBLE[:3] and f.value.split("=", 1)[1]), None)
+    value = (ids.group(1).replace(" ", "") if ids else None) or chosen or "<the GPU index>"
+    name = "HIP_VISIBLE_DEVICES" if _vendor(ctx) == "amd" else "CUDA_VISIBLE_DEVICES"
+    if ids:
+        return _make("visibility", "accelerate's gpu_ids did not reach the processes",
+                     f"the config's gpu_ids: {value} is applied by accelerate launch through {name}; where that "
+                     "step is skipped (a launcher version that ignores gpu_ids on this setup) every process starts on "
+                     "GPU 0, 1, ...",
+                     f"export {name}={value} in the same shell before accelerate launch ({name}={value} accelerate "
+                     "launch --config_file ... train.py), or upgrade accelerate (pip install -U accelerate)",
+                     [], said)
+    where = f" before importing {tool} or torch" if tool not in (None, "torch") else " before import torch"
+    return _make("visibility", f"the GPU choice does not reach {tool or 'the process'}",
+                 "CUDA/HIP read the visibility variable once, when the process first touches the GPU; one exported "
+                 "in another shell or a later line, or set in the script after the import that starts CUDA, is "
+                 "never seen, so the tool takes GPU 0",
+                 f"put it on the command that starts the job: {name}={value} <the command> (a Python script: "
+                 f"os.environ[\"{name}\"] = \"{value}\" as its first lines,{where}; add "
+                 "CUDA_DEVICE_ORDER=PCI_BUS_ID so the index is nvidia-smi's), then check with nvidia-smi which GPU "
+                 "it uses", [], said)
+
+
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
+    misspelt = _misspelt_visibility(ctx)
+    if misspelt is not None:
+        return misspelt
     errors = ctx.of("visibility")
     mask = re.search(r"\bROCR_VISIBLE_DEVICES=(\d+(?:,\d+)+)", _text(ctx))
     none = _lines_matching(ctx, r"(?i)No (?:CUDA|HIP) GPUs are available")
@@ -56,6 +138,19 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      "unset ROCR_VISIBLE_DEVICES (and HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES) before starting the "
                      "runtime inside the container or job step; do not --export the host's mask", [], none)
     dropped = [e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
+    newer = re.search(r"(?i)\bollama\b.{0,30}?\bv?0\.(\d+)\.\d+|\bv?0\.(\d+)\.\d+\b.{0,30}\bollama\b", _text(ctx))
+    unused = _lines_matching(ctx, r"(?i)\bGPU\b.{0,30}\b(?:cannot|can.t|could not|isn.t|is not|not) (?:be )?(?:used|"
+                                  r"detected|found)|\b(?:runs?|running) on (?:the )?CPU\b|\bno GPU\b")
+    if not dropped and newer and int(newer.group(1) or newer.group(2)) >= 30 and unused and \
+            _vendor(ctx) == "amd" and re.search(r"(?i)\bCPU\W{0,3}AMD\b|\bAMD\W{0,3}CPU\b|\bRyzen\b|\bAPU\b|Radeon \d{3,4}M?S?\b",
+                                                _text(ctx)):
+        # an AMD CPU beside an AMD GPU the server stopped using after 0.30: the GPU is likely the APU's own Radeon
+        return _make("visibility", "Ollama 0.30+ leaves out integrated GPUs",
+                     "Ollama 0.30 and newer skip integrated GPUs that are not on its allow-list; on an AMD APU (Ryzen "
+                     "AI, Radeon 8060S / 890M / 780M) the GPU is integrated, so after the upgrade the model runs on "
+                     "the CPU", set_variable("OLLAMA_IGPU_ENABLE", "1", ctx.sheet, "ollama") +
+                     " (OLLAMA_IGPU_ENABLE=1 for the server, then restart Ollama); a discrete card that is skipped "
+                     "instead shows in the server log (OLLAMA_DEBUG=1)", [], unused, confirmed=False)
     if dropped:   # Ollama 0.30+ filters iGPUs that are not on its allow-list
         return _make("visibility", "Ollama drops the integrated GPU",
                      "Ollama (0.30 and newer) leaves out integrated GPUs that are not on its allow-list, so the model "
@@ -83,6 +178,10 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     # (an override for the card makes the iGPU run the card's code too)
     missing = ctx.of("arch-missing")
     symptoms = errors + missing + ctx.crashes()
+    if said_igpu is not None and _vendor(ctx) == "amd" and not _nvidia_named(ctx):
+        # the user's own words for what the iGPU breaks: a crash on load, a tool acting on the wrong card
+        symptoms += _lines_matching(ctx, r"(?i)\bcrash\w*|\bwrong (?:card|gpu|device)|\bnot (?:setting|applying)\b|"
+                                         r"\bincorrect(?:ly)?\b|\bwrites? (?:\w+ )?to\b")
     # Ollama names the iGPU unsupported and goes on with the card it supports: the iGPU is out of the way already
     kept = any(re.search(r'msg="amdgpu is supported"|inference compute.*library=rocm', l) for l in ctx.sheet.lines)
     refused_igpu = [e for e in missing if re.search(r"amdgpu is not supported", e.line) and
@@ -90,7 +189,10 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     if kept and refused_igpu and len(refused_igpu) == len(missing):
         symptoms = [e for e in symptoms if e not in refused_igpu]
     # an iGPU said to be there counts unless the paste's only GPU is that iGPU (then nothing is in the way)
-    if ((igpu and dgpu) or (said_igpu and (dgpu or not igpu))) and symptoms:
+    # an iGPU said with no card known: only where the text shows a card beside it (else the iGPU is the GPU)
+    card_said = re.search(r"(?i)\b(?:dedicated|discrete|dGPU|graphics card|RX ?\d{3,4}|Radeon (?:RX|PRO|VII)|Instinct|"
+                          r"MI\d{2,3}|RTX|GTX|card[1-9])\b|\b(?:the|a|my) (?:card|second GPU)\b", _text(ctx))
+    if ((igpu and dgpu) or (said_igpu and (dgpu or (not igpu and card_said)))) and symptoms:
         first = said_igpu is not None and said_igpu.detail == "cuda0" or bool(missing)
         value = override_for_arch(dgpu[0]) if dgpu else None
         also = (f"; the card ({dgpu[0]}) also needs {OVERRIDE}={value}, which must not reach the iGPU"
@@ -104,7 +206,11 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      f"hide the iGPU: {index}, or disable the iGPU in the BIOS{also}",
                      [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
                                   _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
-    ordinal = [e for e in errors if re.search(r"(?i)invalid device ordinal|hipErrorInvalidDevice", e.line)]
+    # (hipErrorInvalidDevice while HIP starts, from hipGetDeviceCount / hipInit, is no index: the runtime found no
+    # usable device at all, which the arch, access and driver readings explain)
+    at_start = re.search(r"(?i)hipGetDeviceCount|hipInit\b|HIP initialization", _text(ctx))
+    ordinal = [e for e in errors if re.search(r"(?i)invalid device ordinal", e.line) or
+               (re.search(r"hipErrorInvalidDevice", e.line) and not at_start)]
     if ordinal and not (rocr and inner):
         named = inner or rocr
         return _make("visibility", "the job asks for a GPU index that is not visible",
@@ -134,7 +240,7 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      "machine has only 0), so torch sees no GPU",
                      "set CUDA_VISIBLE_DEVICES=0 (os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0\" in the script, or the "
                      "run script's export), or remove the line that sets it", [f for f in (named,) if f], errors)
-    return None
+    return _choice_ignored(ctx)
 
 
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
@@ -222,11 +328,37 @@ def _ram_gib(lines: list[str]) -> Optional[float]:
     return None
 
 
+# GCN cards whose ROCm support needed PCIe atomics (gfx8: Fiji, Polaris); ROCm dropped them after 4.x
+_NEEDS_ATOMICS = ("gfx801", "gfx802", "gfx803", "gfx805", "gfx810")
+
+
+def _atomics_for_an_old_release(ctx: Context) -> Optional[Diagnosis]:
+    """A Polaris / Fiji card that a ROCm release of its time (before 4.5, which still listed gfx8) does not find: not
+    the GPU's support, which that release had, but the platform's PCIe atomics, which gfx8 needs and KFD checks."""
+    archs = [a for a in ctx.sheet.machine_archs if a in _NEEDS_ATOMICS]
+    release = re.search(r"(?i)\bROCm ?(\d)\.(\d+)", _text(ctx))
+    if not archs or not release or (int(release.group(1)), int(release.group(2))) >= (4, 5):
+        return None
+    unseen = _lines_matching(ctx, r"(?i)(?:can.?not|can't|doesn.t|does not|fails? to|unable to) (?:detect|find|see)\b"
+                                  r".{0,30}\bGPU|\bonly (?:detects? |shows? |finds? )?(?:the )?CPU\b|no GPU (?:agent|found)")
+    if not unseen:
+        return None
+    return _first(_make("platform-bios", f"the {archs[0]} card is skipped: its PCIe path likely has no atomics",
+                        f"ROCm {release.group(1)}.{release.group(2)} supports {archs[0]}, yet finds only the CPU; "
+                        f"{archs[0]} (Polaris / Fiji) needs PCIe atomic operations from CPU and board, and KFD skips "
+                        "the card where the platform lacks them (sudo dmesg | grep -i atomics shows 'PCI rejects "
+                        "atomics')",
+                        "check sudo dmesg | grep -i -e kfd -e atomic; put the card in a CPU-attached x16 slot (no "
+                        "riser or chipset lanes); where the CPU has no PCIe atomics at all (Intel before Haswell, AMD "
+                        "before Zen) ROCm cannot use this card there: another platform, or a gfx9+ card that does not "
+                        "need them", [_arch_fact(ctx, archs[0])], unseen))
+
+
 @rule("platform-bios")
 def platform_bios(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("platform-bios")
     if not errors:
-        return None
+        return _atomics_for_an_old_release(ctx)
     text = " ".join(e.line for e in errors)
     if re.search(r"(?i)atomic", text):
         pci = next((f for f in ctx.sheet.of("pci_id") if f.line_no in {e.line_no for e in errors}), None)
@@ -247,6 +379,25 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
                      "confirm: sudo nvidia-smi -pl <watts>), reseat the card without a riser, set the slot's PCIe "
                      "generation fixed in the BIOS, and add pcie_aspm=off to the kernel command line; watch temperatures",
                      [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)data ?parallel|all (?:two|four|eight|\d) GPUs|multiple GPUs", text) and \
+            not re.search(r"(?i)corrupt|zeros?\b", text):
+        return _make("platform-bios", "the GPUs fail only together: their direct transfers are blocked",
+                     "a CUDA error that appears only when several GPUs work together (DataParallel copies the model "
+                     "and the batches directly between them) and not on one GPU: the peer-to-peer DMA between the "
+                     "GPUs is broken by the platform, most often the IOMMU (AMD-Vi / VT-d) in translation mode, or "
+                     "PCIe ACS",
+                     "confirm on one GPU (CUDA_VISIBLE_DEVICES=0) and with NCCL_P2P_DISABLE=1; then disable the "
+                     "IOMMU in the BIOS (AMD: AMD CBS > NBIO > IOMMU; Intel: VT-d) or set iommu=pt on the kernel "
+                     "command line, and turn PCIe ACS off", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)corrupt|zeros?\b|wrong values", text):
+        return _make("platform-bios", "copies between the GPUs arrive wrong: the IOMMU is in their way",
+                     "a tensor copied from one GPU to another arrives as zeros or other values with no error, while "
+                     "the same copy through the CPU is right: the direct (peer-to-peer) DMA between the GPUs goes "
+                     "through the IOMMU in translation mode (or PCIe ACS), which drops or misroutes it",
+                     "disable the IOMMU in the BIOS (AMD: Advanced > AMD CBS > NBIO Common Options > IOMMU; Intel: "
+                     "VT-d) or put it in pass-through: iommu=pt (amd_iommu=on iommu=pt on AMD CPUs) on the kernel "
+                     "command line, update-grub, reboot; check PCIe ACS is off (lspci -vvv | grep -i acsctl); until "
+                     "then NCCL_P2P_DISABLE=1 avoids the direct copies", [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("platform-bios", hit, errors)
@@ -260,6 +411,53 @@ def platform_bios(ctx: Context) -> Optional[Diagnosis]:
         cause, fix = ("the GPU does not come back from power saving", "add amdgpu.runpm=0 to the kernel command line")
     return _make("platform-bios", "the platform keeps the GPU from working", cause, fix, [ctx.line_fact(errors[0])],
                  errors)
+
+
+def _container_paths(text: str) -> bool:
+    """The job runs in a container: said, or seen in the paths of a container image (/opt/conda is the PyTorch and
+    NGC images' Python, /workspace their work folder)."""
+    return bool(_CONTAINED.search(text) or re.search(r"/opt/conda/lib/python|\bnvcr\.io/|/workspace/", text))
+
+
+# a serving engine's own all-reduce kernel (vLLM's, SGLang's custom_all_reduce) copies over GPU peer access directly;
+# NCCL_P2P_DISABLE does not reach it, the engine's own switch does
+_CUSTOM_ALLREDUCE = re.compile(r"(?i)custom_?all_?reduce|CustomAllreduce")
+
+
+def _custom_all_reduce(ctx: Context, errors: list, text: str) -> Optional[Diagnosis]:
+    joined = _text(ctx)
+    no_peer = re.search(r"(?i)peer access is not supported|hipErrorPeerAccess|cudaErrorPeerAccess", joined)
+    tool = ctx.tool(errors)
+    if not no_peer or not (_CUSTOM_ALLREDUCE.search(joined) or tool in ("vllm", "sglang")):
+        return None
+    name = {"sglang": "SGLang", "vllm": "vLLM"}.get(tool or "", "the engine")
+    return _make("multi-gpu-transport", f"{name}'s own all-reduce needs GPU peer access these GPUs lack",
+                 f"{name} runs tensor parallelism with its custom all-reduce kernel, which maps the other GPUs' memory "
+                 "directly (peer access); these GPUs (consumer cards, or cards on separate PCIe roots) have none, so it "
+                 "fails where NCCL would fall back",
+                 "launch with --disable-custom-all-reduce (vLLM: --disable-custom-all-reduce / "
+                 "disable_custom_all_reduce=True; SGLang: --disable-custom-all-reduce, or --enable-p2p-check so it "
+                 "tests peer access first) so the all-reduce goes through NCCL; add NCCL_P2P_DISABLE=1 if NCCL then "
+                 "hangs", [ctx.line_fact(errors[0])], errors)
+
+
+def _split_model_garbage(ctx: Context) -> Optional[Diagnosis]:
+    """Output that is gibberish only when a model is split over several GPUs: the copies between the GPUs (peer to
+    peer over PCIe) arrive corrupted, with no error."""
+    joined = _text(ctx)
+    several = re.search(r"(?i)found ([2-9]) (?:ROCm|CUDA|HIP) devices|\b([2-9]) ?x ?(?:Instinct|Radeon|RTX|MI\d+)|"
+                        r"--tensor-split|-ts \d|--split-mode (?:layer|row)", joined)
+    garbage = _lines_matching(ctx, r"(?i)\b(?:gibberish|garbage|nonsense|garbled|random (?:tokens|characters))\b|乱码")
+    tool = ctx.tool()
+    if not (several and garbage) or tool not in ("llama.cpp", "ollama", None):
+        return None
+    return _make("multi-gpu-transport", "the copies between the GPUs arrive corrupted",
+                 "the model is split over several GPUs and its activations cross between them by peer-to-peer copies; "
+                 "where P2P over this PCIe path is broken (a kernel without the vendor's P2P patches, the IOMMU in "
+                 "translation mode) they arrive wrong without an error, and the output turns to gibberish",
+                 "build llama.cpp with -DGGML_CUDA_NO_PEER_COPY=ON (copies go through host memory), or confirm on one "
+                 "GPU first (HIP_VISIBLE_DEVICES=0 / CUDA_VISIBLE_DEVICES=0, or --split-mode none); the platform fix "
+                 "is iommu=pt on the kernel command line", [], garbage)
 
 
 @rule("multi-gpu-transport")
@@ -280,10 +478,13 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
-        return None
+        return _split_model_garbage(ctx)
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     evidence = [ctx.line_fact(errors[0])]
+    custom = _custom_all_reduce(ctx, errors, text)
+    if custom is not None:
+        return custom
     if re.search(r"(?i)doesn.t have NCCL", text) or (re.search(r"(?i)\bNCCL\b", text) and ctx.sheet.is_windows):
         return _make("multi-gpu-transport", "this torch has no NCCL (Windows)",
                      "torch on Windows (and macOS) is built without NCCL, so the nccl backend does not exist",
@@ -320,6 +521,25 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "RCCL/NCCL pick P2P between the GPUs, but P2P across these PCIe root ports is broken or "
                      "throttled", "export NCCL_P2P_DISABLE=1 (the transfers go through host shared memory); check ACS "
                      "and the IOMMU (iommu=pt) for a real fix", evidence, errors)
+    if re.search(r"(?i)\bibv_reg_\w+.{0,60}Cannot allocate memory", text):
+        return _make("multi-gpu-transport", "RDMA cannot pin NCCL's buffers: the locked-memory limit is too small",
+                     "InfiniBand / RoCE registers (pins) NCCL's buffers; the process's locked-memory limit (ulimit -l, "
+                     "often 64 KiB or 8 MiB by default) is smaller than they need, so registration fails with "
+                     "\"Cannot allocate memory\"",
+                     "raise the limit: ulimit -l unlimited for the run, and for every login / mpirun-started process "
+                     "'* soft memlock unlimited' and '* hard memlock unlimited' in /etc/security/limits.conf (log in "
+                     "again; check `ulimit -l` under mpirun / srun); a container: --ulimit memlock=-1; a NCCL_BUFFSIZE "
+                     "set very large asks for more pinned memory too (unset it)", evidence, errors)
+    if re.search(r"(?i)completion (?:from peer \S+ )?with error 12\b|vendor err 129\b", text):
+        roce = re.search(r"(?i)\bRoCE\b|link_layer:\s*Ethernet", joined)
+        return _make("multi-gpu-transport", "RDMA transfers between the nodes time out (IB error 12)",
+                     "error 12 (vendor err 129) is a transport retry timeout: the RDMA packets never reach the other "
+                     "HCA; on RoCE the usual reason is the default GID index, which picks a RoCE v1 or link-local "
+                     "address the other node does not route" + (" (these ports are RoCE / Ethernet)" if roce else ""),
+                     "on RoCE export NCCL_IB_GID_INDEX=3 (the RoCE v2 IPv4 GID: show_gids lists each port's; use "
+                     "the index whose type is v2 with the node's IP) on every node; check PCIe ACS is off; where the "
+                     "nodes have no working RDMA path at all, NCCL_IB_DISABLE=1 (sockets) with "
+                     "NCCL_SOCKET_IFNAME=<the shared interface>", evidence, errors)
     if re.search(r"(?i)NET/IB\b|\bibv_\w+|\bmlx5|InfiniBand|\bRoCE\b", text):
         return _make("multi-gpu-transport", "NCCL's InfiniBand / RoCE transport fails",
                      "NCCL uses the RDMA network (IB verbs) between the nodes whenever it finds an HCA; a port that is "
@@ -372,7 +592,10 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "the other node cannot route to fails the setup (\"unhandled system error\")",
                      "check that the nodes reach each other (ping, a firewall open between them), then export "
                      "NCCL_SOCKET_IFNAME=<the interface on the shared network> (ip -br addr) on every node, "
-                     "GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO shows the interface it used", evidence, errors)
+                     "GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO shows the interface it used" +
+                     ("; each node in a container (docker run without host networking gives it a private bridge "
+                      "address the other node cannot reach): run the containers with --network=host"
+                      if _container_paths(joined) else ""), evidence, errors)
     if re.search(r"(?i)unhandled system error", text) and not _CONTAINED.search(_text(ctx)) and \
             not ctx.sheet.has("platform", "container"):
         # the paste does not say where it ran: a container's small /dev/shm (the common cause) or, on the host, the
@@ -389,6 +612,21 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
         return _restate("multi-gpu-transport", hit, errors)
     consumer = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"gfx1[0-2]\w+|sm_(?:75|86|89|120)", a)]
     named = " ".join(f.value for f in ctx.sheet.of("gpu"))
+    tests_hang = re.search(r"(?i)\b(?:nccl|rccl)[- _]?tests?\b|\ball_reduce_perf\b", joined) and \
+        re.search(r"(?i)\b(?:stall\w*|hangs?|hanging|stuck|freez\w*|deadlock\w*)\b", joined)
+    if tests_hang and ctx.sheet.machine_archs and not consumer and _vendor(ctx) != "amd":
+        # (on AMD GPUs RCCL's documented first requirement is iommu=pt: the fallback below says it)
+        # the collective test itself hangs on a server's GPUs: PCIe ACS sends every peer-to-peer write up to the root
+        # complex, where it stalls (NCCL's documented first check for a hang on a PCIe server)
+        diagnosis = _make("platform-bios", "PCIe ACS blocks the GPUs' peer-to-peer traffic",
+                          "on a server whose GPUs talk over PCIe switches, Access Control Services (ACS) on the "
+                          "bridges redirect peer-to-peer writes to the CPU's root complex, and NCCL/RCCL's P2P "
+                          "transfers stall: the collective hangs",
+                          "check the bridges: sudo lspci -vvv | grep -i acsctl (SrcValid+ means ACS is on); disable ACS "
+                          "in the BIOS (PCIe ACS control / 'ACS Enable' off) or per bridge with setpci (setpci -s "
+                          "<bridge> ECAP_ACS+0x6.w=0000); confirm first with NCCL_P2P_DISABLE=1 (it runs, slower)",
+                          evidence, errors)
+        return diagnosis
     if consumer and not re.search(r"(?i)\b(?:A100|H100|H200|L40|A40|A6000|RTX A|RTX PRO|W7\d00|MI\d+)", named):
         return _make("multi-gpu-transport", "consumer GPUs without working peer-to-peer",
                      f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "

@@ -126,6 +126,9 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      [ctx.line_fact(errors[0])], errors)
     fragmented = _fragmented(text)
     proper = any(_OOM_PROPER.search(e.line) or e.catalogue is not None for e in errors)
+    too_big = _weights_exceed(ctx, errors, joined)
+    if too_big is not None:
+        return too_big
     # faster-whisper runs on CTranslate2: the tool read may be either, the knob (compute_type) is the same
     own = "whisper" if _WHISPER.search(joined) and tool in (None, "torch", "ctranslate2") else tool
     if own in _TOOL_OOM_FIX:
@@ -163,6 +166,46 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
                  "a smaller batch size or sequence length (max length), gradient checkpointing, or a quantised model",
                  [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+# a model's size in its name or the prose ("llama-13b-hf", "Meta-Llama-3-8B-Instruct", "使用 13B 模型")
+_MODEL_SIZE = re.compile(r"(?<![\w.])(?:[\w.]*?[-_/ ])?(\d{1,3}(?:\.\d)?)[bB](?![A-Za-z0-9])")
+_QUANTISED = re.compile(r"(?i)load_in_[48]bit|\b[48]-?bit\b|\bint[48]\b|\bgguf\b|\bq[2-8]_|\bawq\b|\bgptq\b|"
+                        r"bitsandbytes|quantiz|quantization_bit")
+_SHARDED = re.compile(r"(?i)device_map|tensor[-_ ]parallel|--tp\b|\b[2-9] ?x ?(?:RTX|GTX|RX|A\d+|H\d+|L\d+|MI\d+|V100|"
+                      r"Tesla|NVIDIA)|\bzero[-_ ]?3\b|\bstage\W{0,3}3\b|\bFSDP\b|--nproc|num_processes:\s*[2-9]|[2-9]卡")
+# sizes most model families ship (Llama 7/13/70, CodeLlama 34, Qwen 0.5/1.5/3/7/14/32/72 close to these)
+_LADDER = (0.5, 1.5, 3, 7, 13, 34, 70)
+
+
+def _weights_exceed(ctx: Context, errors: list[ErrorLine], joined: str) -> Optional[Diagnosis]:
+    """The model's weights alone, in fp16, are larger than the whole GPU (torch's OOM message gives its capacity):
+    no batch size or checkpointing helps; a smaller model, or the same one quantised, does."""
+    total = re.search(r"([\d.]+) GiB total capacity|total capacity of ([\d.]+) GiB", joined)
+    sizes = [float(m.group(1)) for m in _MODEL_SIZE.finditer(joined) if 0.3 <= float(m.group(1)) <= 700]
+    if not total or not sizes or _QUANTISED.search(joined) or _SHARDED.search(joined):
+        return None   # (a model sharded over several GPUs need not fit one)
+    gib = float(total.group(1) or total.group(2))
+    size = max(sizes)
+    fp16 = size * 2e9 / 2 ** 30
+    if fp16 < 0.95 * gib:
+        return None
+    # the largest common size that fits in fp16, and (a real step down) in 8 bit, each with a GiB of room
+    in_fp16 = [s for s in _LADDER if s < size and s * 2e9 / 2 ** 30 + 1 < gib]
+    in_8bit = [s for s in _LADDER if s <= size / 1.5 and s * 1e9 / 2 ** 30 + 1 < gib]
+    choices = []
+    if in_8bit and (not in_fp16 or in_8bit[-1] > in_fp16[-1]):
+        choices.append(f"{in_8bit[-1]:g}B in 8 bit (about {in_8bit[-1] * 1e9 / 2 ** 30:.0f} GiB)")
+    if in_fp16:
+        choices.append(f"{in_fp16[-1]:g}B in fp16 (about {in_fp16[-1] * 2e9 / 2 ** 30:.0f} GiB)")
+    smaller = "a smaller model: " + " or ".join(choices) if choices else "a smaller model"
+    four = size * 0.55e9 / 2 ** 30
+    quantised = (f"this model in 4 bit (load_in_4bit / QLoRA: about {four:.0f} GiB)" if four + 1 < gib else
+                 "this model split over more GPUs (device_map=\"auto\") or on the CPU")
+    return _make("out-of-memory", f"a {size:g}B model does not fit a {gib:g} GiB GPU",
+                 f"the weights alone take about {fp16:.0f} GiB in fp16 ({size:g}B parameters x 2 bytes), more than "
+                 f"the GPU's {gib:g} GiB: no batch size or allocator setting makes it fit",
+                 f"use {smaller}, or {quantised}", [ctx.line_fact(errors[0])], errors)
 
 
 def _illegal_access_in_training(ctx: Context) -> Optional[Diagnosis]:
@@ -226,7 +269,10 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
         return _make("miopen-kernel", "MIOpen cannot build its naive convolution kernel",
                      "MIOpen's fallback (naive) convolution solver fails to compile on this stack",
                      "export MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_FWD=0 MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_BWD=0 "
-                     "MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_WRW=0", [ctx.line_fact(errors[0])], errors)
+                     "MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_WRW=0; where the build still fails (hipRTC on a Windows or "
+                     "self-built stack), export MIOPEN_FIND_MODE=2 (fast find: MIOpen takes a solution from its "
+                     "database instead of compiling and timing every solver, slower kernels at times)",
+                     [ctx.line_fact(errors[0])], errors)
     return _make("miopen-kernel", "MIOpen failed to build or find a kernel",
                  "MIOpen compiles kernels at first use and caches them; a stale or unwritable cache or a solver "
                  "without code for the arch fails here",
@@ -371,7 +417,8 @@ def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
     vae = any(re.search(r"(?i)\bVAE\b|black (?:image|picture|output|square)", e.line) for e in nans)
     comfy = ctx.tool(nans) == "comfyui"
     if vae:
-        fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI" if comfy else
+        fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI; where the pictures stay black "
+               "(an older or low-memory GPU whose fp16 overflows in the UNet too), --force-fp32" if comfy else
                "add --no-half-vae to COMMANDLINE_ARGS (webui-user.sh / .bat; SD.Next: the same), so the VAE runs in "
                "fp32, or use a VAE fixed for fp16 (sdxl-vae-fp16-fix)")
     else:
@@ -387,6 +434,71 @@ def _text_of(ctx: Context) -> str:
     return "\n".join(ctx.sheet.lines)
 
 
+_ZERO_LOSS = re.compile(r"(?i)\bloss\b.{0,24}?(?<![\d.])0(?:\.0+)?(?![.\d])|loss\s*(?:为|变成|变为|一直是|都是|直接)\s*0")
+# NVIDIA GPUs without fast fp16 (CTranslate2 wants compute capability 7.0 for float16): Kepler, Maxwell, Pascal
+# (but the P100, sm_60)
+_SLOW_FP16 = re.compile(r"sm_(?:[3-5]\d|6[12])")
+
+
+def _format_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A tool refusing a number format for this GPU in its own words: CTranslate2's float16 on a GPU without fast
+    fp16, ptxas refusing bf16 below sm_80, torch's GradScaler refusing fp16 gradients."""
+    text = " ".join(e.line for e in errors)
+    joined = _text_of(ctx)
+    evidence = [ctx.line_fact(errors[0])]
+    arch, _fact = ctx.arch(errors)
+    ct2 = re.search(r"(?i)efficient float16 computation", text) or (
+        re.search(r"(?i)\b(?:float16|fp16|half)\b.{0,30}\b(?:Maxwell|Pascal|Kepler)\b", text)
+        and (_WHISPER.search(joined) or re.search(r"(?i)whisperx", joined)))
+    if ct2:
+        on = f" ({arch})" if arch else ""
+        return _make("precision", "CTranslate2 has no fast float16 on this GPU",
+                     f"CTranslate2 (faster-whisper, WhisperX) runs float16 only on GPUs of compute capability 7.0 or "
+                     f"newer; this GPU{on} is older (Kepler, Maxwell, Pascal), so the float16 compute type is refused",
+                     "load the model with another compute type: compute_type=\"float32\" (WhisperX: --compute_type "
+                     "float32), or compute_type=\"int8\" / \"int8_float32\" to save memory (int8 needs compute "
+                     "capability 6.1)", evidence, errors)
+    ptx = re.search(r"(?i)Feature '\.?bf16' requires \.target (sm_\d+)|\.f32\.bf16' requires \.target (sm_\d+)", text)
+    if ptx:
+        need = ptx.group(1) or ptx.group(2)
+        tool = ctx.tool(errors)
+        own = (" (unsloth: fp16 = not is_bfloat16_supported(), bf16 = is_bfloat16_supported(), its own check)"
+               if tool == "unsloth" or re.search(r"(?i)\bunsloth\b", joined) else "")
+        return _make("precision", f"a Triton kernel was built in bf16 for a GPU older than {need}",
+                     f"the run chose bf16 (torch may report bf16 as supported where it is only emulated), and Triton "
+                     f"compiled its kernels with bf16 instructions, which ptxas accepts only for {need} and newer; "
+                     f"this GPU{' (' + arch + ')' if arch else ''} is older (a T4 or V100 has no bf16)",
+                     "train in fp16 instead of bf16 on this GPU: fp16=True, bf16=False (--fp16; the model loaded with "
+                     "torch_dtype=torch.float16)" + own, evidence, errors)
+    if re.search(r"(?i)Attempting to unscale FP16 gradients", text):
+        return _make("precision", "the trained parameters are fp16, which the gradient scaler refuses",
+                     "with fp16 mixed precision the GradScaler unscales the gradients of the trained parameters, and "
+                     "refuses gradients that are themselves fp16: the LoRA adapter (or the whole model) was created "
+                     "or loaded in fp16",
+                     "keep the trainable parameters in fp32: cast them before training (for p in model.parameters(): "
+                     "if p.requires_grad: p.data = p.data.float(); peft does it with autocast_adapter_dtype=True, "
+                     "its default since 0.12), keep the frozen base in fp16; or load the model in fp32 (bf16 where "
+                     "the GPU has it)", evidence, errors)
+    return None
+
+
+def _zero_loss(ctx: Context, zero: list[ErrorLine]) -> Diagnosis:
+    """A fine-tuning loss that collapses to exactly 0: the fp16 forward overflowed (inf/NaN logits the loss turns
+    into 0 or that zero the update), the commonest cause when the model is loaded or trained in fp16."""
+    joined = _text_of(ctx)
+    arch, fact = ctx.arch(zero)
+    old_gpu = bool(arch and _NO_BF16.fullmatch(arch))
+    fix = ("this GPU has no bf16: train in fp32 (load with torch_dtype=torch.float32, no fp16 flag), or keep fp16 "
+           "with dynamic loss scaling and the trainable parameters in fp32" if old_gpu else
+           "load the model in bf16 and train in bf16: torch_dtype=torch.bfloat16 when loading, bf16=True (fp16 off) "
+           "in the TrainingArguments (--bf16; LLaMA-Factory: bf16: true); on a GPU without bf16, fp32")
+    settled = re.search(r"(?i)\bfp16\b|float16|\bhalf\b|torch_dtype", joined)
+    return _make("precision", "the loss collapses to 0: fp16 overflow", "a loss that drops to exactly 0 after the "
+                 "first steps means the forward pass overflowed fp16 (largest value 65504) and the logits turned to "
+                 "inf/NaN, which the loss and the update then zero; a model loaded in float16 for fine-tuning does it",
+                 fix, [f for f in (ctx.line_fact(zero[0]), fact) if f], zero, confirmed=bool(settled))
+
+
 @rule("precision")
 def precision(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("precision")
@@ -396,6 +508,12 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                                            r"output|square)", e.line)]
     if nans:
         return _image_nans(ctx, nans)
+    refused = _format_refused(ctx, errors)
+    if refused is not None:
+        return refused
+    zero = [e for e in errors if _ZERO_LOSS.search(e.line)]
+    if zero and not _NAN.search(" ".join(e.line for e in errors)):
+        return _zero_loss(ctx, zero)
     overflow = _overflow(ctx, errors)
     if overflow is not None:
         return overflow
