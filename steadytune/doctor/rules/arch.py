@@ -18,6 +18,7 @@ from steadytune.doctor.rules.base import (
     _arch_fact,
     Context,
     _cuda_index_for_driver,
+    NOT_DETECTED,
     Diagnosis,
     _first,
     _lines_matching,
@@ -623,9 +624,10 @@ def _dropped_for_inference(ctx: Context, arch: Optional[str], where) -> Optional
 
 
 # The last ROCm release whose libraries were still built for an old GCN arch: gfx803 (Fiji, Polaris) was listed
-# through ROCm 3.x and still enabled in the 4.x builds (torch built with PYTORCH_ROCM_ARCH=gfx803 ran on ROCm 4.0:
-# pytorch #53738); ROCm 5 left it out (rocm-arch #901, an RX 560 under ROCm 5.3)
-_LAST_ROCM_OF_OLD = {"gfx803": (4, 5)}
+# through ROCm 3.x and still enabled in the 4.x builds before 4.5 (torch built with PYTORCH_ROCM_ARCH=gfx803 ran on
+# ROCm 4.0: pytorch #53738); ROCm 5 left it out (rocm-arch #901, an RX 560 under ROCm 5.3). The same bound as the
+# platform family's PCIe-atomics reading (machine.py)
+_LAST_ROCM_OF_OLD = {"gfx803": (4, 3)}
 # Distributions that only ROCm 4 and older install on (16.04 left the supported list with ROCm 4.x): a paste from
 # one of them runs such a ROCm
 _OLD_ERA_UBUNTU = ("14.04", "16.04")
@@ -655,15 +657,12 @@ def _rocm_of_its_era(ctx: Context, arch: Optional[str]) -> Optional[str]:
 
 
 _HIP_NO_DEVICE = r"hipErrorInvalidDevice|hipErrorNoDevice|no ROCm-capable device|No HIP GPUs are available"
-_NOT_DETECTED = (r"(?i)(?:can ?not|can't|cannot|doesn't|does not|don't|won't|unable to|fails? to|not) (?:detect|see|find|"
-                 r"list|show|recogni[sz]e)s?\b.{0,30}\bGPU|only (?:detects? |shows? |lists? |sees? )?(?:the )?CPU|"
-                 r"GPU (?:is )?not (?:detected|found|listed)|检测不到|识别不到|找不到.{0,6}(?:GPU|显卡)")
 
 
 def _old_card_in_its_era(ctx: Context, arch: str, where, era: str) -> Optional[Diagnosis]:
     """A GCN 4 card (gfx803) under a ROCm that still built it: not a card outside ROCm. HIP refusing the device with
-    no index in play is the device files (that era gave /dev/kfd to the video group); the GPU not detected at all
-    is the PCIe atomics gfx8 needs and Vega and newer do not. A missing-code message is arch-missing's to read."""
+    no index in play is the device files (that era gave /dev/kfd to the video group); the GPU not detected at all is
+    the PCIe atomics gfx8 needs (machine.py's reading); a missing-code message is arch-missing's to read."""
     if ctx.of("arch-missing"):
         return None
     refused = [e for e in ctx.errors if re.search(_HIP_NO_DEVICE, e.line)]
@@ -678,16 +677,8 @@ def _old_card_in_its_era(ctx: Context, arch: str, where, era: str) -> Optional[D
             "sudo usermod -a -G video $LOGNAME (and render too where the group exists: -G render,video), then log out "
             "and back in; a sample that works under sudo confirms it; if it still fails as root, look for 'PCI rejects "
             f"atomics' in dmesg ({arch} needs PCIe atomics)", [where, ctx.line_fact(refused[0])], refused))
-    missing = ctx.no_gpu() + _lines_matching(ctx, _NOT_DETECTED)
-    if not missing or ctx.of("device-access", "driver"):
-        return None
-    return _make("platform-bios", f"{arch} under {era} is not detected: likely no PCIe atomics",
-                 f"{era} supports {arch}, but GCN cards before Vega need PCIe atomic operations from the CPU to the "
-                 "slot; without them KFD skips the card and only the CPU agent is listed",
-                 "check sudo dmesg | grep -i atomics ('PCI rejects atomics' / 'skipped device'): put the card in a "
-                 "CPU-attached x16 slot (no riser, no chipset lanes; lspci -vvv shows AtomicOpsCap); a CPU or board "
-                 "without PCIe 3 atomics (Intel before Haswell, AMD before Zen) cannot run ROCm on this card: another "
-                 "platform, or a gfx9+ card, which does not need atomics", [where], missing[:1], confirmed=False)
+    # not detected at all: the PCIe atomics gfx8 needs, the platform family's reading (machine.py), not this one's
+    return None
 
 
 def _kfd_unlisted(ctx: Context, errors: list[ErrorLine], arch: Optional[str], where) -> Optional[Diagnosis]:
@@ -753,7 +744,7 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         return dropped
     if not symptoms and old:
         symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]) or \
-            _lines_matching(ctx, _NOT_DETECTED)[:1]
+            _lines_matching(ctx, NOT_DETECTED)[:1]
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first
     explicit = any(re.search(r"(?i)permission denied|no such file|operation not permitted", e.line)
                    for e in ctx.of("device-access")) or ctx.of("platform-bios", "torch-build")

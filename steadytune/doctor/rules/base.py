@@ -22,6 +22,12 @@ _NO_GPU_USE = re.compile(r"(?i)no compatible (?:amd)?gpus? (?:were )?(?:discover
                          r"hipErrorNoDevice|no ROCm-capable device")
 
 
+# A GPU not detected, in the user's words (English and Chinese): "can not detect GPU", "only shows the CPU", 检测不到
+NOT_DETECTED = (r"(?i)(?:can ?not|can't|cannot|doesn't|does not|don't|do not|won't|unable to|fails? to|not) (?:detect|see|"
+                r"find|list|show|recogni[sz]e)s?\b.{0,30}\bGPU|\bonly (?:detects? |shows? |lists? |sees? |finds? )?(?:the )?CPU\b|"
+                r"\bGPU (?:is )?not (?:detected|found|listed)|no GPU (?:agent|found)|检测不到|识别不到|找不到.{0,6}(?:GPU|显卡)")
+
+
 @dataclass
 class Diagnosis:
     family: str

@@ -21,6 +21,7 @@ from steadytune.doctor.rules.base import (
     _first,
     _lines_matching,
     _make,
+    NOT_DETECTED,
     OVERRIDE,
     _restate,
     rule,
@@ -339,8 +340,7 @@ def _atomics_for_an_old_release(ctx: Context) -> Optional[Diagnosis]:
     release = re.search(r"(?i)\bROCm ?(\d)\.(\d+)", _text(ctx))
     if not archs or not release or (int(release.group(1)), int(release.group(2))) >= (4, 5):
         return None
-    unseen = _lines_matching(ctx, r"(?i)(?:can.?not|can't|doesn.t|does not|fails? to|unable to) (?:detect|find|see)\b"
-                                  r".{0,30}\bGPU|\bonly (?:detects? |shows? |finds? )?(?:the )?CPU\b|no GPU (?:agent|found)")
+    unseen = _lines_matching(ctx, NOT_DETECTED)
     if not unseen:
         return None
     return _first(_make("platform-bios", f"the {archs[0]} card is skipped: its PCIe path likely has no atomics",
