@@ -32,6 +32,8 @@ KNOWN_MISSES = {
                                                "the paste points at it",
     "https://github.com/vladmandic/sdnext/issues/3181": "the same amdsmi NameError has two accepted fixes among the "
                                                         "cases; doctor gives the other one (install amdsmi)",
+    "https://github.com/gbtb/nix-stable-diffusion/issues/7": "the thread's override (10.3.0) is not what the arch table "
+                                                             "gives the Ryzen 5650U's gfx90c; doctor keeps the table",
     "https://github.com/alexhegit/Playing-with-ROCm/issues/1": "the thread's fix (a bigger UMA carve-out) leaves no trace "
                                                                "in the paste, which shows an unset override",
     "https://github.com/beecave-homelab/insanely-fast-whisper-rocm/issues/61": "the paste also sets the override to "
@@ -52,15 +54,9 @@ KNOWN_MISSES = {
     "https://github.com/Thund3rPat/kohya_ss-linux/issues/8": "the bare 'compiled without GPU support' warning has two "
                                                              "fixes (link libcudart.so for an old bitsandbytes, or "
                                                              "upgrade it); the paste does not say which release it is",
-    "https://github.com/Acly/krita-ai-diffusion/issues/399": "the RX 570 outside ROCm (gpu-unsupported) leads; doctor's "
-                                                             "torch-build reading, second, gives the accepted DirectML",
     # round 6 (batch 5), runtime and machine families, left unsolved after their readings:
     "https://github.com/vllm-project/vllm/issues/19613": "NCCL_BUFFSIZE set too large: the paste shows only cupy's "
                                                          "NCCL_ERROR_SYSTEM_ERROR, no variable and no NCCL_DEBUG line",
-    "https://github.com/Comfy-Org/ComfyUI/issues/394": "black images at large sizes fixed by an older xformers: the "
-                                                       "paste never names xformers (nor fp16), only the sizes",
-    "https://github.com/ROCm/hip/issues/337": "hipErrorInvalidDevice on an RX 580 fixed by the video group: the paste "
-                                              "never says sudo works, and gfx803 reads as a GPU current ROCm dropped",
 }
 
 
