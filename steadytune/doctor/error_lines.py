@@ -99,11 +99,22 @@ def _line_starts(text: str) -> list[int]:
 
 
 def classify_line(line: str) -> Optional[str]:
-    """The family whose patterns match this line, the lowest rank first; None when none does."""
-    for cls in sorted(load_classes(), key=lambda c: c.rank):
+    """The family whose patterns match this line, the lowest rank first; None when none does. A line no pattern
+    matches as written is tried once more without regard to case: people retype messages ("No kernel image is
+    available" inside a sentence, "HIP Out Of Memory") and the wording, not its case, carries the cause."""
+    ranked = sorted(load_classes(), key=lambda c: c.rank)
+    for cls in ranked:
         if any(p.search(line) for p in cls.patterns):
             return cls.family
+    for cls in ranked:
+        if any(p.search(line) for p in _caseless(cls.patterns)):
+            return cls.family
     return None
+
+
+@lru_cache(maxsize=None)
+def _caseless(patterns: tuple[re.Pattern, ...]) -> tuple[re.Pattern, ...]:
+    return tuple(re.compile(p.pattern, p.flags | re.IGNORECASE) for p in patterns)
 
 
 def find_errors(lines: list[str], matches: Optional[list[Match]] = None) -> list[ErrorLine]:
