@@ -48,8 +48,9 @@ def test_the_whole_canary_runs_and_passes_on_the_cpu():
 
 def test_the_allocation_is_filled_a_slice_at_a_time_and_read_back_across_slice_edges(monkeypatch):
     """On an H100 the full canary's block (80% of 78 GiB free) asked torch for 125 GiB: one arange over the block made
-    an int64 twin of it, and int32 positions wrap past 2**31 elements. The block is now filled in slices; slices far
-    smaller than the block (and not dividing it) must still give the exact pattern."""
+    an int64 twin of it, int32 positions wrap past 2**31 elements, and sum(dtype=int64) over the block casts it whole.
+    The block is now filled and summed in slices; slices far smaller than the block (and not dividing it) must still
+    give the exact pattern and sum."""
     monkeypatch.setattr("steadytune.doctor.canary.ALLOCATION_FILL_ELEMENTS", 10_007)
     result = check_allocation(torch.device("cpu"), 1.37 / 256)
     assert result.ok and result.detail == "written and read back exactly"

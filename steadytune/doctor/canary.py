@@ -142,7 +142,9 @@ def check_allocation(device: "torch.device", gib: float) -> CanaryResult:
             block[first:last] = torch.arange(first, last, dtype=torch.int64, device=device).remainder_(modulus)
     except torch.OutOfMemoryError as e:
         return CanaryResult(name, False, f"out of memory: {str(e).splitlines()[0][:120]}", time.perf_counter() - start)
-    got_sum = int(block.sum(dtype=torch.int64))
+    # summed a slice at a time too: sum(dtype=int64) over the whole block casts it to an int64 twin first
+    got_sum = sum(int(block[first:first + ALLOCATION_FILL_ELEMENTS].sum(dtype=torch.int64))
+                  for first in range(0, count, ALLOCATION_FILL_ELEMENTS))
     tail = block[-4096:].cpu()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
