@@ -938,7 +938,9 @@ _SYMBOL_LIB = re.compile(r"(?:site-packages|dist-packages)[/\\]([\w\-]+)[/\\]\S*
 # The compiled modules people meet in these errors, by the name in the path or the import, and the pip package that
 # ships each (the fix reinstalls the package, not the module)
 _MODULE_PACKAGES = (
-    (r"flash_attn", "flash-attn"), (r"vllm", "vllm"), (r"xformers", "xformers"), (r"bitsandbytes", "bitsandbytes"),
+    (r"flash_attn", "flash-attn"),
+    # vLLM 0.1-0.2 shipped its kernels as top-level modules of their own (setup.py's CUDAExtension names)
+    (r"vllm|\b(?:cache|attention|activation|pos_encoding|layernorm|quantization)_ops\b|\b_moe_C\b", "vllm"), (r"xformers", "xformers"), (r"bitsandbytes", "bitsandbytes"),
     (r"torchaudio|_torch_sox", "torchaudio"), (r"torchvision", "torchvision"), (r"deepspeed|fused_adam|cpu_adam|"
     r"transformer_inference|fused_lamb", "deepspeed"), (r"\bapex\b|amp_C|fused_layer_norm_cuda", "apex"),
     (r"sageattention|_qattn", "sageattention"), (r"mamba_ssm|selective_scan", "mamba-ssm"),

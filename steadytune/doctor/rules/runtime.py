@@ -434,7 +434,7 @@ def _text_of(ctx: Context) -> str:
     return "\n".join(ctx.sheet.lines)
 
 
-_ZERO_LOSS = re.compile(r"(?i)\bloss\b.{0,24}?(?<![\d.])0(?:\.0+)?(?![.\d])|loss\s*(?:为|变成|变为|一直是|都是|直接)\s*0")
+_ZERO_LOSS = re.compile(r"(?i)\bloss\b.{0,24}?(?<![\d.])0(?:\.0+)?(?![.\d])|loss\s*(?:全|都|全部|全都|一直)?\s*(?:为|是|变成|变为|一直是|都是|直接)\s*0")
 # NVIDIA GPUs without fast fp16 (CTranslate2 wants compute capability 7.0 for float16): Kepler, Maxwell, Pascal
 # (but the P100, sm_60)
 _SLOW_FP16 = re.compile(r"sm_(?:[3-5]\d|6[12])")
