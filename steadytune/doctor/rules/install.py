@@ -717,6 +717,35 @@ def _triton_fork_on_windows(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said[:1])
 
 
+# a program saying it found no GPU and runs on the CPU (its own warning, not torch's error)
+_CPU_FALLBACK = (r"(?i)\bno (?:GPU|CUDA device|CUDA GPU)s? (?:has been |have been |was |were )?(?:detected|found)\b|"
+                 r"\bfall(?:s|ing)? back to (?:the )?CPU\b|\busing CPU (?:mode|instead)\b")
+
+
+@rule("torch-build")
+def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
+    """A program that warns it found no GPU and falls back to the CPU, on a machine with an NVIDIA card and no driver
+    error: torch in the program's environment is the CPU-only build (pip's default wheel on Windows, or an
+    installer's CPU option that ran first and stayed), so torch.cuda.is_available() is False."""
+    if not _nvidia_gpu(ctx) or _vendor(ctx) == "amd":
+        return None
+    lines = _lines_matching(ctx, _CPU_FALLBACK)
+    if not lines or any(e.family for e in ctx.errors):
+        return None   # an error line of its own (a driver, a visibility, a WSL one) says why the GPU was not found
+    if re.search(r"(?i)NVIDIA-SMI has failed|couldn't communicate with the NVIDIA driver|\+cu\d{3}", _text(ctx)):
+        return None   # the driver is down, or the torch shown is a CUDA build
+    arch, fact = ctx.arch()
+    return _make(
+        "torch-build", "the program's torch is the CPU-only build",
+        "the program finds no GPU although an NVIDIA card is there and nothing says the driver failed: the Python "
+        "environment it runs in holds torch's CPU-only build (pip's default wheel on Windows, or an installer's CPU "
+        "option run before its GPU one, which then left that torch in place)",
+        "check in the program's own environment: python -c \"import torch; print(torch.__version__, "
+        "torch.cuda.is_available())\" (a +cpu version, False); then pip uninstall -y torch and "
+        + _cuda_index_for_driver(ctx, arch) + " in that environment (or delete the program's environment folder and run "
+        "only its NVIDIA installer)", [f for f in (fact,) if f], lines, confirmed=False)
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _triton_fork_on_windows):

@@ -10,6 +10,7 @@ from steadytune.doctor.rules.base import (
     Context,
     Diagnosis,
     _catalogue,
+    _first,
     _lines_matching,
     _make,
     _restate,
@@ -222,6 +223,27 @@ def _illegal_access_in_training(ctx: Context) -> Optional[Diagnosis]:
                  "the batch: past the GPU's memory inside a fused kernel, or past a kernel's 32-bit offsets",
                  TRAINING_OOM_FIX + "; CUDA_LAUNCH_BLOCKING=1 names the kernel if a batch of 1 still fails",
                  [ctx.line_fact(said[0])], said, confirmed=False)
+
+
+# NCCL's own CUDA/HIP allocation failing: its buffers, not the model's memory and not a transport
+_NCCL_OOM = r"(?i)\b[NR]CCL\b.{0,60}\b(?:Cuda|HIP) failure '?out of memory|\b[NR]CCL WARN.{0,60}\bout of memory"
+
+
+@rule("out-of-memory")
+def nccl_buffers(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL (RCCL) failing its own GPU allocation: every channel of every peer gets NCCL_BUFFSIZE bytes (4 MiB by
+    default), allocated after the framework has taken the memory it reserves (TensorFlow nearly all of it); the warning
+    comes before any transport is set up, so the transport readings do not apply."""
+    lines = _lines_matching(ctx, _NCCL_OOM)
+    if not lines:
+        return None
+    return _first(_make(
+        "out-of-memory", "NCCL could not allocate its buffers on the GPU",
+        "NCCL allocates its communication buffers (NCCL_BUFFSIZE per channel and peer, 4 MiB by default; newer NCCL "
+        "releases use more channels) on each GPU after the framework has reserved its memory, and the allocation fails",
+        "shrink NCCL's buffers: export NCCL_BUFFSIZE=2097152 (2 MiB) before starting the job (NCCL_MAX_NCHANNELS lowers "
+        "the count too), or leave more GPU memory free for NCCL (TensorFlow: a smaller per_process_gpu_memory_fraction "
+        "or allow_growth; PyTorch: a smaller batch)", [ctx.line_fact(lines[0])], lines))
 
 
 @rule("miopen-kernel")
