@@ -747,6 +747,27 @@ def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
 
 
 @rule("wheel-platform")
+def podman_older_than_the_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
+    """podman refusing CDI devices ("unresolvable CDI devices") from a spec the NVIDIA Container Toolkit wrote, with a
+    podman older than 5: the toolkit writes each spec at the newest CDI spec version it knows, and an older podman's CDI
+    library cannot read a spec newer than it, so the devices it names do not resolve."""
+    lines = _lines_matching(ctx, r"(?i)unresolvable CDI devices?")
+    text = _text(ctx)
+    version = re.search(r"(?i)\bpodman\S*\s+(?:version\s+)?(?:now\s+)?v?(\d+)\.(\d+)(?:\.\d+)?", text)
+    if not lines or version is None or int(version.group(1)) >= 5:
+        return None
+    said = f"{version.group(1)}.{version.group(2)}"
+    return _make(
+        "wheel-platform", f"podman {said} cannot read the CDI spec the toolkit wrote",
+        f"the NVIDIA Container Toolkit writes its CDI spec (nvidia-ctk cdi generate, /etc/cdi or /var/run/cdi) at the "
+        f"newest spec version it knows; podman {said}'s CDI library is older and rejects that spec, so its devices "
+        "are unresolvable although nvidia-ctk cdi list shows them",
+        "upgrade podman to a release that reads the spec version (podman 5.x), or go back to the toolkit release "
+        "before the one that broke it (or generate an older spec version) and regenerate: sudo nvidia-ctk cdi generate "
+        "--output=/etc/cdi/nvidia.yaml", [], lines)
+
+
+@rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _triton_fork_on_windows):
         found = reading(ctx)
