@@ -68,13 +68,29 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
     lines = [strip_log_prefix(line) for line in lines]
     if len(lines) > MAX_LINES:
         lines, chunks = _cut(lines), None
-    joined = "\n".join(lines)
     errors = find_errors(lines, _catalogue_matches(lines, chunks, catalogue_facts))
+    aside = _aside(lines, errors)
+    if aside:   # read without them: their errors and the tools they name are not what the report is about
+        lines = ["" if n in aside else line for n, line in enumerate(lines, 1)]
+        errors = find_errors(lines, _catalogue_matches(lines, chunks, catalogue_facts))
+    joined = "\n".join(lines)
     sheet = extract_facts(joined, lambda _lines: error_facts(errors))
     diagnoses = run_rules(sheet, errors)
     covered = {n for d in diagnoses for n in d.covers}
     unrecognised = [e for e in errors if e.line_no not in covered]
     return Report(sheet, errors, diagnoses, unrecognised)
+
+
+# a line the user marks as beside the point ("on a side note", "unrelated, but", "btw"): another error on it is a
+# second, minor problem, never the one the report is about
+_ASIDE = re.compile(r"(?i)\b(?:on |as )?a side ?note\b|\bsidenote\b|\bunrelated\b|\bnot related\b|\bbtw\b|"
+                    r"\bby the way\b|\bside issue\b|\bminor issue\b|顺便|另外一个小问题")
+
+
+def _aside(lines: list[str], errors: list[ErrorLine]) -> set[int]:
+    """The error lines said as an aside, where the paste has an error line of its own besides them."""
+    aside = {e.line_no for e in errors if _ASIDE.search(lines[e.line_no - 1])}
+    return aside if any(e.line_no not in aside and e.family for e in errors) else set()
 
 
 def _evidence(diagnosis: Diagnosis) -> str:

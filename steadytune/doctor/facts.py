@@ -283,7 +283,7 @@ def _bare_igpu(line: str) -> Optional[re.Match]:
 
 @finder
 def _gpu(line: str):
-    if not (_GPU_WORDS.search(line) or _bare_igpu(line)):
+    if not (_GPU_WORDS.search(line) or _bare_igpu(line) or _GEFORCE_SERIES.search(line)):
         return
     mobile = _MOBILE.search(line)
     if mobile:
@@ -315,13 +315,27 @@ def _gpu(line: str):
         named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop))",
                        r"RTX \1", named)
     named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d00) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)   # "7800XT", "6700 XT"
+    # a GeForce number with its Ti glued on ("3080ti", "4070Ti") is a card whatever follows it
+    named = re.sub(r"(?i)(?<![\w])(?<!RTX )((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0))Ti\b", r"RTX \1 Ti", named)
     for product in PRODUCTS:
         m = re.search(product.pattern, named, re.IGNORECASE)
         if m:
             yield "gpu", _model_phrase(named, m), product.arch
             return
+    series = _GEFORCE_SERIES.search(line)
+    if series:   # "50 series cards", "RTX 50xx": the generation, whose compute capability is the same for every card
+        generation = next(g for g in series.groups() if g)
+        yield "gpu", f"GeForce RTX {generation} series", _SERIES_ARCH[generation]
+        return
     if re.search(r"Jetson (?:AGX )?Orin|\bOrin (?:Nano|NX)", line, re.IGNORECASE):
         yield "gpu", "Jetson Orin", "sm_87"
+
+
+# a GeForce generation named as a whole: "50 series cards", "RTX 50-series", "RTX 50xx" (NVIDIA's compute capability
+# per generation: Turing 7.5, Ampere 8.6, Ada 8.9, Blackwell 12.0)
+_GEFORCE_SERIES = re.compile(r"(?i)\b(?:RTX )?([2-5]0)[- ]?series (?:cards?|GPUs?|graphics)|\bRTX ?([2-5]0)[- ]?series\b|"
+                             r"\bRTX ?([2-5]0)xx\b")
+_SERIES_ARCH = {"20": "sm_75", "30": "sm_86", "40": "sm_89", "50": "sm_120"}
 
 
 _NAME_BEFORE = {"amd", "radeon", "radeon(tm)", "rx", "instinct", "nvidia", "geforce", "rtx", "gtx", "pro", "tesla",
@@ -588,6 +602,9 @@ def _complaint(line: str):
                  r"recogni[sz]ed?|recogni[sz]ing|detecting)\b|\bno longer (?:works?|uses?|detects?|recogni[sz]es?|"
                  r"supports?|runs?|sees?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
                  r"\bno GPU (?:agent|found|detected|device)s?\b|"
+                 # terse English ("gfx1035 don't work", "the gpu no use", "cpu is very high but the gpu ...")
+                 r"\b(?:don't|do not) work\b|\bGPU (?:is )?(?:no|not) (?:use|used|in use)\b|"
+                 r"\bCPU (?:usage )?is (?:very |so )?high\b.{0,30}\bGPU\b|"
                  r"\bis (?:it|this) (?:just )?not supported\b|\b(?:add|adding|request\w*|needs?|plans? (?:to|for)) "
                  r"support (?:for|of)\b|\bwhen (?:will|is|does) .{0,60}\bsupport|\bsupport (?:for|of) .{0,60}\bwill "
                  r"come\b|\bdoes(?:n't| not) support\b|^\W*(?:\[\w+\]:?\s*)?support (?:for|of)\b.{0,40}"

@@ -19,6 +19,7 @@ from steadytune.doctor.rules.base import (
     _NVIDIA_DRIVER,
     _nvidia_gpu,
     rule,
+    _symptom_lines,
     _text,
     _vendor,
 )
@@ -419,12 +420,19 @@ def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[D
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
-    if cuda_lib and re.search(r"\bWSL", _text(ctx)):
-        return _make("wsl", "the WSL driver library is not on the loader path",
-                     "under WSL 2 the NVIDIA driver's libcuda.so lives in /usr/lib/wsl/lib, which the loader does not "
-                     "search here",
-                     "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH in the shell (or the script) that "
-                     "starts the job; never install a Linux NVIDIA driver inside WSL", [], cuda_lib)
+    # cuDNN 8's convolution library (libcudnn_cnn_infer) loads the driver's libcuda itself when it starts: under WSL
+    # that load is what fails, and cuDNN reports it as its own library not loading
+    cudnn = _lines_matching(ctx, r"(?i)(?:Could not|Unable to|cannot|can't) load (?:the )?library libcudnn_cnn_infer")
+    if (cuda_lib or cudnn) and re.search(r"\bWSL", _text(ctx)):
+        found = _make("wsl", "the WSL driver library is not on the loader path",
+                      "under WSL 2 the NVIDIA driver's libcuda.so lives in /usr/lib/wsl/lib, which the loader does not "
+                      "search here" + (" (cuDNN's libcudnn_cnn_infer loads libcuda when it starts, and reports that "
+                                       "failure as its own)" if cudnn and not cuda_lib else ""),
+                      "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH in the shell (or the script) that "
+                      "starts the job (or link /usr/lib/wsl/lib/libcuda.so.1 next to the library that loads it, in "
+                      "site-packages/nvidia/cudnn/lib); never install a Linux NVIDIA driver inside WSL", [],
+                      cuda_lib or cudnn)
+        return _first(found) if cudnn and not cuda_lib else found
     joined = _text(ctx)
     if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined):
         return None
@@ -709,3 +717,60 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         r"NOT loaded|not found in modules|modprobe|couldn.t communicate", text) else ctx.no_gpu()
     return _make("driver", "the GPU driver is not working", cause, fix, [ctx.line_fact(e) for e in errors[:2]],
                  errors + downstream)
+
+
+# Data-centre NVIDIA cards (Tesla, the A/H/L series) start in TCC mode on Windows, a compute-only driver mode that WSL 2's
+# GPU paravirtualisation cannot use: it shares only cards in WDDM mode
+_TCC_CARD = re.compile(r"(?i)\bTesla\b|\b(?:[AHL]\d{2,3}S?|V100|P100|P40|T4|K80|A10G)\b")
+
+
+@rule("wsl")
+def wsl_tcc_card(ctx: Context) -> Optional[Diagnosis]:
+    """A data-centre card that WSL 2 does not see: Windows runs it in TCC mode unless told otherwise, and WSL shares
+    only WDDM cards with its Linux (Microsoft's and NVIDIA's CUDA on WSL guides)."""
+    if not ctx.sheet.has("platform", "wsl"):
+        return None
+    cards = [f for f in ctx.sheet.of("gpu") if _TCC_CARD.search(f.value)]
+    text = _text(ctx)
+    if not cards or (re.search(r"\bWDDM\b", text) and not re.search(r"\bTCC\b", text)):
+        return None   # a GeForce / RTX card is WDDM already; a card said to be in WDDM mode is not this
+    symptoms = ctx.errors + _symptom_lines(ctx, ctx.sheet.of("complaint"))
+    if not symptoms:
+        return None
+    return _first(_make(
+        "wsl", f"the {cards[0].value} is in TCC mode, which WSL 2 cannot use",
+        "on Windows data-centre NVIDIA cards run in TCC (compute-only) mode by default; WSL 2 shares a GPU with its "
+        "Linux only in WDDM mode, so inside WSL there is no GPU (nvidia-smi fails or lists none)",
+        "switch the card to WDDM in Windows, from an administrator prompt: nvidia-smi -i <index> -dm 0 (0 = WDDM; "
+        "the data-centre / GRID driver allows it), reboot, then wsl --shutdown and start WSL again; keep only the "
+        "Windows driver (no Linux NVIDIA driver inside WSL)", cards[:1], symptoms))
+
+
+# Ubuntu's mainline kernel builds (kernel.ubuntu.com/mainline) carry a six-digit ABI number ("6.2.0-060200-generic");
+# the distribution's own kernels a short one ("6.2.0-39-generic")
+_MAINLINE = re.compile(r"\b\d+\.\d+(?:\.\d+)?-0\d{5}(?:rc\d+)?-(?:generic|lowlatency)\b")
+
+
+@rule("driver")
+def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
+    """A DKMS driver package (amdgpu-dkms, nvidia-dkms) refusing or failing to build for a mainline kernel: the driver
+    packages build only for the kernels the distribution ships (their headers and config), not for mainline builds."""
+    text = _text(ctx)
+    kernel = _MAINLINE.search(text)
+    if kernel is None:
+        return None
+    failed = _lines_matching(ctx, r"(?i)\bdkms\b.{0,80}(?:not supported|fail|error)|(?:not supported|fail\w*|error)"
+                                  r".{0,80}\bdkms\b|kernel package \S+ is not supported|Bad return status|"
+                                  r"(?:module|driver) (?:build|install) failed")
+    if not failed:
+        return None
+    ubuntu = re.search(r"(?i)Ubuntu ?(\d\d\.04)", text)
+    hwe = f"linux-generic-hwe-{ubuntu.group(1)}" if ubuntu else "linux-generic-hwe-<release>"
+    evidence = [f for f in ctx.sheet.of("kernel") if kernel.group(0) in f.value][:1]
+    return _first(_make(
+        "driver", f"{kernel.group(0)} is a mainline kernel the driver's DKMS module does not build for",
+        f"{kernel.group(0)} is an Ubuntu mainline kernel build (kernel.ubuntu.com/mainline, the six-digit ABI number); "
+        "the GPU driver's DKMS package supports only the distribution's own kernels, so it refuses or fails to build",
+        f"boot the distribution's kernel instead of the mainline one: sudo apt install {hwe} (or linux-generic), pick it "
+        "in GRUB (Advanced options), then remove the mainline linux-image- and linux-headers- packages and install "
+        "the driver again", evidence, failed))

@@ -276,6 +276,39 @@ def _arch_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     return None
 
 
+# the ROCm math libraries a user builds from source (an Arch PKGBUILD, a cmake tree): each builds GPU code only for the
+# targets in its AMDGPU_TARGETS (GPU_TARGETS) cmake argument
+_ROCM_LIBRARY = re.compile(r"(?i)\b(rocrand|hiprand|rocblas|hipblaslt|hipblas|rocsparse|hipsparse|rocfft|hipfft|rocsolver|"
+                           r"hipsolver|miopen|rocprim|hipcub|rocthrust|composable_kernel|rocwmma)\b")
+_BUILT_FROM_SOURCE = re.compile(r"(?i)\brecompil\w*|\brebuil[dt]\w*|PKGBUILD|makepkg|cmake_args|\bcmake\b|compile "
+                                r"options|built (?:it |them )?from source|build(?:ing)? from source")
+
+
+@rule("arch-missing")
+def library_built_without_target(ctx: Context) -> Optional[Diagnosis]:
+    """A HIP "no code object" error where the user built a ROCm library from source: the build left the GPU's target
+    out of AMDGPU_TARGETS (a packaging script that drops its cmake arguments builds the default list), so that one
+    library has no code for this GPU; rebuilding it for the target is the fix, not an override."""
+    missing = ctx.of("arch-missing")
+    # the library and its build said together, on a line of the user's own (the error naming a library, beside a torch
+    # built from source, is that library's missing kernels, which the readings of the error explain)
+    errors = {e.line_no for e in ctx.errors}
+    library = next((m for n, line in enumerate(ctx.sheet.lines, 1) if n not in errors and _BUILT_FROM_SOURCE.search(line)
+                    for m in [_ROCM_LIBRARY.search(line)] if m), None)
+    if not missing or library is None:
+        return None
+    arch, fact = ctx.arch(missing)
+    target = arch or "<the GPU's gfx target (rocminfo)>"
+    name = library.group(1).lower()
+    return _first(_make(
+        "arch-missing", f"{name} was built without this GPU's target",
+        f"{name} was compiled from source, and its build did not get this GPU ({target}) in AMDGPU_TARGETS, so it has "
+        "no code object for it; the libraries built with the target still load",
+        f"rebuild {name} with the target: cmake -DAMDGPU_TARGETS={target} (a PKGBUILD must pass its cmake arguments, "
+        f"-DAMDGPU_TARGETS=${{AMDGPU_TARGETS}}, with AMDGPU_TARGETS={target} exported), then reinstall it",
+        [f for f in (fact,) if f], missing))
+
+
 @rule("arch-missing")
 def arch_missing(ctx: Context) -> Optional[Diagnosis]:
     early = _runtime_predates_gpu(ctx)

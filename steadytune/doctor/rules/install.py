@@ -717,6 +717,56 @@ def _triton_fork_on_windows(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said[:1])
 
 
+# a program saying it found no GPU and runs on the CPU (its own warning, not torch's error)
+_CPU_FALLBACK = (r"(?i)\bno (?:GPU|CUDA device|CUDA GPU)s? (?:has been |have been |was |were )?(?:detected|found)\b|"
+                 r"\bfall(?:s|ing)? back to (?:the )?CPU\b|\busing CPU (?:mode|instead)\b")
+
+
+@rule("torch-build")
+def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
+    """A program that warns it found no GPU and falls back to the CPU, on a machine with an NVIDIA card and no driver
+    error: torch in the program's environment is the CPU-only build (pip's default wheel on Windows, or an
+    installer's CPU option that ran first and stayed), so torch.cuda.is_available() is False."""
+    if not _nvidia_gpu(ctx) or _vendor(ctx) == "amd":
+        return None
+    lines = _lines_matching(ctx, _CPU_FALLBACK)
+    if not lines or any(e.family for e in ctx.errors):
+        return None   # an error line of its own (a driver, a visibility, a WSL one) says why the GPU was not found
+    if re.search(r"(?i)NVIDIA-SMI has failed|couldn't communicate with the NVIDIA driver|\+cu\d{3}", _text(ctx)):
+        return None   # the driver is down, or the torch shown is a CUDA build
+    arch, fact = ctx.arch()
+    return _make(
+        "torch-build", "the program's torch is the CPU-only build",
+        "the program finds no GPU although an NVIDIA card is there and nothing says the driver failed: the Python "
+        "environment it runs in holds torch's CPU-only build (pip's default wheel on Windows, or an installer's CPU "
+        "option run before its GPU one, which then left that torch in place)",
+        "check in the program's own environment: python -c \"import torch; print(torch.__version__, "
+        "torch.cuda.is_available())\" (a +cpu version, False); then pip uninstall -y torch and "
+        + _cuda_index_for_driver(ctx, arch) + " in that environment (or delete the program's environment folder and run "
+        "only its NVIDIA installer)", [f for f in (fact,) if f], lines, confirmed=False)
+
+
+@rule("wheel-platform")
+def podman_older_than_the_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
+    """podman refusing CDI devices ("unresolvable CDI devices") from a spec the NVIDIA Container Toolkit wrote, with a
+    podman older than 5: the toolkit writes each spec at the newest CDI spec version it knows, and an older podman's CDI
+    library cannot read a spec newer than it, so the devices it names do not resolve."""
+    lines = _lines_matching(ctx, r"(?i)unresolvable CDI devices?")
+    text = _text(ctx)
+    version = re.search(r"(?i)\bpodman\S*\s+(?:version\s+)?(?:now\s+)?v?(\d+)\.(\d+)(?:\.\d+)?", text)
+    if not lines or version is None or int(version.group(1)) >= 5:
+        return None
+    said = f"{version.group(1)}.{version.group(2)}"
+    return _make(
+        "wheel-platform", f"podman {said} cannot read the CDI spec the toolkit wrote",
+        f"the NVIDIA Container Toolkit writes its CDI spec (nvidia-ctk cdi generate, /etc/cdi or /var/run/cdi) at the "
+        f"newest spec version it knows; podman {said}'s CDI library is older and rejects that spec, so its devices "
+        "are unresolvable although nvidia-ctk cdi list shows them",
+        "upgrade podman to a release that reads the spec version (podman 5.x), or go back to the toolkit release "
+        "before the one that broke it (or generate an older spec version) and regenerate: sudo nvidia-ctk cdi generate "
+        "--output=/etc/cdi/nvidia.yaml", [], lines)
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _triton_fork_on_windows):
@@ -938,7 +988,9 @@ _SYMBOL_LIB = re.compile(r"(?:site-packages|dist-packages)[/\\]([\w\-]+)[/\\]\S*
 # The compiled modules people meet in these errors, by the name in the path or the import, and the pip package that
 # ships each (the fix reinstalls the package, not the module)
 _MODULE_PACKAGES = (
-    (r"flash_attn", "flash-attn"), (r"vllm", "vllm"), (r"xformers", "xformers"), (r"bitsandbytes", "bitsandbytes"),
+    (r"flash_attn", "flash-attn"),
+    # vLLM 0.1-0.2 shipped its kernels as top-level modules of their own (setup.py's CUDAExtension names)
+    (r"vllm|\b(?:cache|attention|activation|pos_encoding|layernorm|quantization)_ops\b|\b_moe_C\b", "vllm"), (r"xformers", "xformers"), (r"bitsandbytes", "bitsandbytes"),
     (r"torchaudio|_torch_sox", "torchaudio"), (r"torchvision", "torchvision"), (r"deepspeed|fused_adam|cpu_adam|"
     r"transformer_inference|fused_lamb", "deepspeed"), (r"\bapex\b|amp_C|fused_layer_norm_cuda", "apex"),
     (r"sageattention|_qattn", "sageattention"), (r"mamba_ssm|selective_scan", "mamba-ssm"),

@@ -183,6 +183,10 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
         # the user's own words for what the iGPU breaks: a crash on load, a tool acting on the wrong card
         symptoms += _lines_matching(ctx, r"(?i)\bcrash\w*|\bwrong (?:card|gpu|device)|\bnot (?:setting|applying)\b|"
                                          r"\bincorrect(?:ly)?\b|\bwrites? (?:\w+ )?to\b")
+    if igpu and dgpu:
+        # a tool that names the card by the iGPU's target ("detects the 6800 XT as gfx1036"): it took the iGPU first
+        symptoms += _lines_matching(ctx, r"(?i)\b(?:detect\w*|reports?|shows?|identif\w+|recogni[sz]\w*|sees?)\b.{0,30}"
+                                         r"\bas gfx\w+|\binstead of gfx\w+|\bnothing (?:is )?working\b")
     # Ollama names the iGPU unsupported and goes on with the card it supports: the iGPU is out of the way already
     kept = any(re.search(r'msg="amdgpu is supported"|inference compute.*library=rocm', l) for l in ctx.sheet.lines)
     refused_igpu = [e for e in missing if re.search(r"amdgpu is not supported", e.line) and
@@ -204,7 +208,8 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
         who = f"an iGPU ({igpu[0]}) beside the card ({dgpu[0]})" if igpu and dgpu else "an iGPU beside the card"
         return _make("visibility", "the integrated GPU is in the way",
                      f"the machine has {who}; tools take every GPU or device 0, and the iGPU has no usable ROCm code",
-                     f"hide the iGPU: {index}, or disable the iGPU in the BIOS{also}",
+                     f"hide the integrated GPU (iGPU): {index}, or disable the iGPU in the BIOS"
+                     f"{' (or in Device Manager)' if ctx.sheet.is_windows else ''}{also}",
                      [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
                                   _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
     # (hipErrorInvalidDevice while HIP starts, from hipGetDeviceCount / hipInit, is no index: the runtime found no

@@ -10,6 +10,7 @@ from steadytune.doctor.rules.base import (
     Context,
     Diagnosis,
     _catalogue,
+    _first,
     _lines_matching,
     _make,
     _restate,
@@ -224,6 +225,27 @@ def _illegal_access_in_training(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said, confirmed=False)
 
 
+# NCCL's own CUDA/HIP allocation failing: its buffers, not the model's memory and not a transport
+_NCCL_OOM = r"(?i)\b[NR]CCL\b.{0,60}\b(?:Cuda|HIP) failure '?out of memory|\b[NR]CCL WARN.{0,60}\bout of memory"
+
+
+@rule("out-of-memory")
+def nccl_buffers(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL (RCCL) failing its own GPU allocation: every channel of every peer gets NCCL_BUFFSIZE bytes (4 MiB by
+    default), allocated after the framework has taken the memory it reserves (TensorFlow nearly all of it); the warning
+    comes before any transport is set up, so the transport readings do not apply."""
+    lines = _lines_matching(ctx, _NCCL_OOM)
+    if not lines:
+        return None
+    return _first(_make(
+        "out-of-memory", "NCCL could not allocate its buffers on the GPU",
+        "NCCL allocates its communication buffers (NCCL_BUFFSIZE per channel and peer, 4 MiB by default; newer NCCL "
+        "releases use more channels) on each GPU after the framework has reserved its memory, and the allocation fails",
+        "shrink NCCL's buffers: export NCCL_BUFFSIZE=2097152 (2 MiB) before starting the job (NCCL_MAX_NCHANNELS lowers "
+        "the count too), or leave more GPU memory free for NCCL (TensorFlow: a smaller per_process_gpu_memory_fraction "
+        "or allow_growth; PyTorch: a smaller batch)", [ctx.line_fact(lines[0])], lines))
+
+
 @rule("miopen-kernel")
 def miopen(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: MIOpen's own errors (a kernel build, its databases, a handle), or MIOpen named beside a run that is
@@ -434,7 +456,7 @@ def _text_of(ctx: Context) -> str:
     return "\n".join(ctx.sheet.lines)
 
 
-_ZERO_LOSS = re.compile(r"(?i)\bloss\b.{0,24}?(?<![\d.])0(?:\.0+)?(?![.\d])|loss\s*(?:为|变成|变为|一直是|都是|直接)\s*0")
+_ZERO_LOSS = re.compile(r"(?i)\bloss\b.{0,24}?(?<![\d.])0(?:\.0+)?(?![.\d])|loss\s*(?:全|都|全部|全都|一直)?\s*(?:为|是|变成|变为|一直是|都是|直接)\s*0")
 # NVIDIA GPUs without fast fp16 (CTranslate2 wants compute capability 7.0 for float16): Kepler, Maxwell, Pascal
 # (but the P100, sm_60)
 _SLOW_FP16 = re.compile(r"sm_(?:[3-5]\d|6[12])")
