@@ -28,6 +28,15 @@ NOT_DETECTED = (r"(?i)(?:can ?not|can't|cannot|doesn't|does not|don't|do not|won
                 r"\bGPU (?:is )?not (?:detected|found|listed)|no GPU (?:agent|found)|检测不到|识别不到|找不到.{0,6}(?:GPU|显卡)")
 
 
+# Windows said in words ("Windows 11", "win10", "w11"), for pastes whose facts show no Windows path or tool output
+WINDOWS_WORD = re.compile(r"(?i)\bw(?:in(?:dows)?)?\s*1[01]\b|\bwindows\b")
+
+
+def on_windows(ctx: "Context", text: str) -> bool:
+    """The paste is from Windows: its facts say so, or its words do."""
+    return ctx.sheet.is_windows or bool(WINDOWS_WORD.search(text))
+
+
 @dataclass
 class Diagnosis:
     family: str

@@ -13,6 +13,7 @@ from steadytune.hardware.gpu_facts import override_for_arch
 from steadytune.doctor.packages import distribution_of, read_import_failure
 from steadytune.doctor.tool_fixes import ALIASES, load_tool_fixes, machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
+    on_windows,
     Context,
     _cuda_index_for_driver,
     Diagnosis,
@@ -153,7 +154,6 @@ _NOT_SEEN = re.compile(r"(?i)\b(?:doesn'?t|does not|can'?t|cannot|won'?t|not|nev
 _AMD_MODEL = re.compile(r"(?i)\b(?:rx\s*)?[5-9]\d{3}\s*(?:xtx|xt|gre)\b|\brx\s*[4-9]\d{2,3}\b|\bradeon\b|\bstrix halo\b|"
                         r"\bgfx\d{3,4}")
 _NVIDIA_MODEL = re.compile(r"(?i)\b(?:rtx|gtx)\s*\d{3,4}|\bgeforce\b|\b[AH]100\b|\bTesla\b")
-_WINDOWS_WORD = re.compile(r"(?i)\bw(?:in(?:dows)?)?\s*1[01]\b|\bwindows\b")
 
 
 def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
@@ -172,7 +172,7 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     vendor = _vendor(ctx) or ("amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None)
     if vendor is None:
         return None
-    return vendor, ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), said[:1]
+    return vendor, on_windows(ctx, text), said[:1]
 
 
 def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[ErrorLine],
@@ -538,7 +538,7 @@ def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
         return None
     text = _text(ctx)
     tool = _named_tool(text)
-    kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), _vendor(ctx) or (
+    kinds = machine_kinds(on_windows(ctx, text), _vendor(ctx) or (
         "amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None), text)
     fix = _table_fix(ctx, tool, "wheel-platform", kinds, package=tool) if tool else None
     if fix is None:
@@ -589,7 +589,7 @@ def _tensorflow_on_windows(ctx: Context) -> Optional[Diagnosis]:
     """TensorFlow on native Windows that finds no GPU (or whose GPU package will not install): from 2.11 on TensorFlow
     publishes no GPU build for native Windows, whatever CUDA is installed (torch beside it may well see the GPU)."""
     text = _text(ctx)
-    if not (ctx.sheet.is_windows or _WINDOWS_WORD.search(text)) or not re.search(r"(?i)\btensorflow", text) or \
+    if not on_windows(ctx, text) or not re.search(r"(?i)\btensorflow", text) or \
             re.search(r"\bWSL|Windows Subsystem for Linux", text):
         return None   # under WSL TensorFlow is the Linux build, with its GPU
     lines = ctx.sheet.lines
@@ -703,7 +703,7 @@ def _triton_fork_on_windows(ctx: Context) -> Optional[Diagnosis]:
     """On Windows Triton comes as triton-windows (which supports ROCm's Windows torch too); a triton built from a fork
     (github.com/<someone>/triton) is made for another torch, and torch.compile's kernels fail with it."""
     text = _text(ctx)
-    kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(text)), _vendor(ctx), text)
+    kinds = machine_kinds(on_windows(ctx, text), _vendor(ctx), text)
     fork = re.search(r"(?i)github\.com/(?!triton-lang/|woct0rdho/|openai/)[\w.-]+/triton\b", text)
     if "windows" not in kinds or not fork or re.search(r"(?i)triton-windows", text):
         return None
@@ -929,7 +929,7 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                "AMD's ROCm wheels for Windows (repo.radeon.com) for the GPUs they list")
         return _make("wheel-platform", f"no ROCm {name} for Windows", cause, fix, [ctx.line_fact(errors[0])], errors)
     base = pin.group(1) if pin else re.split(r"[=<>!~\[;]", name)[0]
-    kinds = machine_kinds(ctx.sheet.is_windows or bool(_WINDOWS_WORD.search(_text(ctx))), _vendor(ctx), _text(ctx))
+    kinds = machine_kinds(on_windows(ctx, _text(ctx)), _vendor(ctx), _text(ctx))
     platform = _table_fix(ctx, base, "wheel-platform", kinds, package=base) if kinds & {"windows", "macos"} else None
     if platform and tool_fix(base, "wheel-platform", kinds, {}) != tool_fix(base, "wheel-platform", frozenset(), {}):
         # the package has a build of its own for this OS, or none at all (triton-windows; vLLM, flash-attn on Windows)

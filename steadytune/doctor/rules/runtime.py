@@ -7,6 +7,8 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.rules.base import (
+    WINDOWS_WORD,
+    on_windows,
     Context,
     Diagnosis,
     _catalogue,
@@ -596,9 +598,6 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                  "option), fp32 to confirm", evidence, errors, confirmed=False)
 
 
-_WINDOWS_INSTALL = re.compile(r"(?i)(?=.*\binstall)(?=.*(?:\bwindows\b|\bwin ?1[01]\b))")
-
-
 @rule("attention")
 def attention(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("attention")
@@ -637,7 +636,7 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
                      f"or install {install}", evidence, errors)
     # on Windows the install reading (rules/install.py: no Windows wheels, the platform's own build) says more
-    if not _WINDOWS_INSTALL.search(text) and not ctx.sheet.is_windows and re.search(
+    if not ctx.sheet.is_windows and not (WINDOWS_WORD.search(text) and re.search(r"(?i)\binstall", text)) and re.search(
             r"(?i)flash[-_ ]?attn\w*\b.{0,40}\b(?:install|build|compil)|(?:install|build|compil)\w*\b.{0,20}\bflash[-_ ]?attn",
             text):
         if _vendor(ctx) == "amd":
@@ -679,7 +678,7 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
         return _restate("attention", hit, errors)
     # a fused-attention failure no reading above settles: PyTorch's own attention needs no extra kernel package; a
     # package that will not install on Windows is the install reading's (no Windows wheels, the platform's build)
-    if _WINDOWS_INSTALL.search(text) or (ctx.sheet.is_windows and re.search(r"(?i)\binstall", text)):
+    if on_windows(ctx, text) and re.search(r"(?i)\binstall", text):
         return None
     return _make("attention", "the fused attention kernel does not run here",
                  "the attention kernel the model asked for (flash-attn, xformers, a tool's own) is missing or not "
