@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from steadytune.cli import main as cli_main
-from steadytune.doctor.cases import FOLDER, PARTS, Case, CaseError, load_cases, score_case
+from steadytune.doctor.case_files import FOLDER, PARTS, Case, CaseError, load_cases
+from steadytune.doctor.cases import score_case
 from steadytune.doctor.error_lines import load_classes
 
 TRAIN = load_cases("train")
@@ -110,7 +111,7 @@ def test_the_known_misses_are_training_cases_still_missed():
 
 
 def test_a_malformed_case_file_is_refused_with_the_case_named(tmp_path, monkeypatch):
-    monkeypatch.setattr("steadytune.doctor.cases.FOLDER", tmp_path)
+    monkeypatch.setattr("steadytune.doctor.case_files.FOLDER", tmp_path)
     (tmp_path / "train.yaml").write_text("- source: https://github.com/a/b/issues/7\n  tool: torch\n  paste: x\n")
     with pytest.raises(CaseError, match=r"train.yaml case 0 \(https://github.com/a/b/issues/7\): missing cause"):
         load_cases("train")

@@ -289,8 +289,8 @@ def test_a_module_attribute_gone_between_releases_names_the_package_and_its_user
     for alone in ("AttributeError: module 'numpy' has no attribute 'float'",
                   "AttributeError: partially initialized module 'torch' has no attribute 'x' (most likely due to a "
                   "circular import)"):
-        top = diagnose_text(alone).top
-        assert top is None or top.family != "wheel-platform"
+        report = diagnose_text(alone)   # no rule reads a release mix-up (a solved case may still be shown by likeness)
+        assert report.by_likeness or report.top is None or report.top.family != "wheel-platform"
 
 
 def test_a_hip_runtime_of_another_rocm_major_is_a_build_for_that_rocm():

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steadytune.doctor.cases import Case, load_cases, score_case
+from steadytune.doctor.case_files import Case, load_cases
+from steadytune.doctor.cases import score_case
 from steadytune.doctor.diagnose import diagnose_text, report_findings
 from test_doctor_cases import KNOWN_MISSES
 

@@ -170,8 +170,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     ("llama.cpp answers gibberish on my RX 6600 (found 1 ROCm devices)", "multi-gpu-transport"),
 ])
 def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_family):
-    top = diagnose_text(paste).top
-    assert top is None or top.family != not_family, (top.family, top.fix)
+    report = diagnose_text(paste)   # no rule's reading (one by likeness is marked as such)
+    assert report.by_likeness or report.top is None or report.top.family != not_family, (report.top.family, report.top.fix)
 
 
 @pytest.mark.parametrize("paste", [
@@ -193,8 +193,9 @@ def test_the_model_size_reading_stays_out_where_the_weights_fit(paste):
 
 def test_the_ollama_igpu_reading_needs_a_release_that_drops_igpus():
     # Ollama 0.3.x (2024) is not 0.30: no allow-list then
-    top = diagnose_text("Ollama version 0.3.12 on Windows, Ryzen 7 7700: the GPU is not used, it runs on the CPU").top
-    assert top is None or "OLLAMA_IGPU_ENABLE" not in top.fix, top.fix
+    report = diagnose_text("Ollama version 0.3.12 on Windows, Ryzen 7 7700: the GPU is not used, it runs on the CPU")
+    # no rule reads it so (a solved case it reads like may still be shown, marked as a reading by likeness)
+    assert report.by_likeness or report.top is None or "OLLAMA_IGPU_ENABLE" not in report.top.fix, report.top.fix
 
 
 def test_a_wsl_release_is_not_called_one_without_wsl_packages():

@@ -1,6 +1,7 @@
 """From any text to diagnoses: the facts (facts.py), the error lines and their families (error_lines.py), the rules
 over both (rules.py), and one finding for every error line no rule explains ("unrecognised error: LINE" with the
-command whose output would decide). `doctor --from` runs it over each file of a paste; the case scorer (cases.py)
+command whose output would decide). Where no rule reads the paste at all, the solved case it reads most like
+(similar.py) gives the likely reading; where rules did, a close case is shown beside them as a thread to open. `doctor --from` runs it over each file of a paste; the case scorer (cases.py)
 runs it over each mined case.
 """
 
@@ -14,6 +15,7 @@ from steadytune.doctor.error_lines import ErrorLine, error_facts, family, find_e
 from steadytune.doctor.facts import Fact, FactSheet, extract_facts, strip_log_prefix
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.rules import Diagnosis, run_rules
+from steadytune.doctor.similar import LIKELY_SIMILARITY, POINTER_SIMILARITY, Similar, nearest_case
 from steadytune.hardware.error_catalogue import Facts, Match, match_text
 
 # A paste is cut to this many lines for the fact and error readers (a 16 MiB log is read for its GPU tables
@@ -27,6 +29,8 @@ class Report:
     errors: list[ErrorLine]
     diagnoses: list[Diagnosis]
     unrecognised: list[ErrorLine] = field(default_factory=list)
+    similar: Optional[Similar] = None       # the solved case the paste reads most like
+    by_likeness: bool = False               # no rule read it: the first diagnosis is that case's
 
     @property
     def top(self) -> Optional[Diagnosis]:
@@ -59,9 +63,11 @@ def _catalogue_matches(lines: list[str], chunks: Optional[list[Chunk]], facts: O
     return found
 
 
-def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Optional[list[Chunk]] = None) -> Report:
+def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Optional[list[Chunk]] = None,
+                  exclude_case: Optional[str] = None) -> Report:
     """Facts, error lines, diagnoses (best first) and the error lines none of them explains. `chunks` give parts of the
-    text their own catalogue facts (a pasted session: each command's variables); else `catalogue_facts` hold for all."""
+    text their own catalogue facts (a pasted session: each command's variables); else `catalogue_facts` hold for all.
+    `exclude_case`: a mined case's source, never its own similar case (the case scorer)."""
     lines = text.splitlines()
     if lines and all(re.match(r"\s*>", line) for line in lines if line.strip()):   # a markdown quote, every line
         lines = [re.sub(r"^\s*>\s?", "", line) for line in lines]
@@ -76,9 +82,29 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
     joined = "\n".join(lines)
     sheet = extract_facts(joined, lambda _lines: error_facts(errors))
     diagnoses = run_rules(sheet, errors)
+    similar = nearest_case(joined, exclude_case)
+    # a paste with no error line and no complaint in words (a finished run, "works fine") gets no reading by likeness
+    complains = bool(errors) or sheet.has("complaint") or bool(_REPORT_TITLE.search(joined))
+    by_likeness = complains and not diagnoses and similar is not None and similar.score >= LIKELY_SIMILARITY
+    if by_likeness:
+        diagnoses = [_reading_by_likeness(similar)]
     covered = {n for d in diagnoses for n in d.covers}
     unrecognised = [e for e in errors if e.line_no not in covered]
-    return Report(sheet, errors, diagnoses, unrecognised)
+    return Report(sheet, errors, diagnoses, unrecognised, similar, by_likeness)
+
+
+# an issue tracker's title form ("[Issue]: ...", "[Bug] ...", "Bug: ..."): the paste is a report of a problem
+_REPORT_TITLE = re.compile(r"(?im)^\W{0,3}\[?(?:issue|bug|bug report|problem)\]?\s*[:\]]")
+
+
+def _reading_by_likeness(similar: Similar) -> Diagnosis:
+    """The likely reading of a paste no rule reads: the cause and accepted fix of the solved case it reads most like.
+    It covers no error line, so each still gets its own "unrecognised error" finding with the command that decides."""
+    case = similar.case
+    return Diagnosis(case.cause, f"it reads like a solved case: {family(case.cause).means}",
+                     f"no rule reads this paste; the solved thread it reads most like is {similar.line()}",
+                     f"the fix accepted there (check that it fits this machine): {case.fix}",
+                     severity="warning", confirmed=False, rank=95)
 
 
 # a line the user marks as beside the point ("on a side note", "unrelated, but", "btw"): another error on it is a
@@ -110,6 +136,10 @@ def report_findings(report: Report, source: str, skip_restated: bool = False) ->
             continue
         what = f"{source}: {'likely cause' if i == 0 else 'also'}: {d.title}"
         findings.append(Finding(d.severity, "diagnosis", what, d.cause + _evidence(d), d.fix))
+    if report.similar is not None and not report.by_likeness and report.similar.score >= POINTER_SIMILARITY:
+        findings.append(Finding.info("similar-case", f"{source}: a solved thread reads like this one: {report.similar.line()}",
+                                     f"it settled on: {family(report.similar.case.cause).means}",
+                                     f"the fix accepted there: {report.similar.case.fix}"))
     for error in report.unrecognised:
         cls = family(error.family) if error.family else None
         why = (f"it reads as {cls.means}, but the paste does not say enough to settle the cause" if cls else
