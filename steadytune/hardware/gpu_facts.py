@@ -56,6 +56,12 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"MI[68]\b|Fiji|FURY|R9 Nano|Polaris|RX [45][4-9]0\b", "gfx803"),
     Product(r"Tonga|Antigua|R9 (?:285|380)X?\b", "gfx802", source=LLVM_TABLE),
     Product(r"Hawaii|Grenada|R9 (?:290|390)X?\b", "gfx702", source=LLVM_TABLE),
+    # GCN 1 (Southern Islands, GFX6): the KFD compute driver never supported these chips (LLVM names: gfx600 Tahiti,
+    # gfx601 Pitcairn / Cape Verde, gfx602 Oland / Hainan; the HD 8500M-8700M "Mars" / "Sun" mobile chips are Oland
+    # and Hainan, pci.ids)
+    Product(r"Tahiti|HD 79[5-9]0\b|R9 280X?\b", "gfx600", source=LLVM_TABLE),
+    Product(r"Pitcairn|Curacao|Cape Verde|HD 7[78][5-9]0\b|R7 370\b|R9 270X?\b", "gfx601", source=LLVM_TABLE),
+    Product(r"\bOland\b|\bHainan\b|HD 8[5-7]\d0M\b|R7 240\b|R5 M2[34]0\b", "gfx602", source=LLVM_TABLE + "; " + PCI_IDS),
     # AMD Radeon PRO / Radeon AI PRO (RDNA)
     Product(r"AI PRO R9[67]00", "gfx1201"),
     Product(r"PRO V710", "gfx1101"),

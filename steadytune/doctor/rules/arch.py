@@ -635,6 +635,15 @@ def _own_build(tool: Optional[str], arch: str, ctx: Context) -> Optional[str]:
     return build_fix(tool, arch, ctx.sheet.is_windows) or rebuild_line(tool, arch)
 
 
+def _gcn_generation(arch: Optional[str]) -> Optional[str]:
+    """The GCN generation of a pre-Vega arch, as AMD's documents name it (LLVM AMDGPUUsage: gfx6 Southern Islands,
+    gfx7 Sea Islands, gfx8 Volcanic Islands / Polaris)."""
+    if not _is_old_gfx(arch):
+        return None
+    return {"6": "GFX6 (GCN 1, Southern Islands)", "7": "GFX7 (GCN 2, Sea Islands)",
+            "8": "GFX8 (GCN 3/4: Fiji, Polaris)"}[arch[3]]
+
+
 def _is_old_gfx(arch: Optional[str]) -> bool:
     """GCN 1-4 (gfx6xx-gfx8xx): outside every ROCm 6 and 7 release."""
     return bool(arch) and arch.startswith("gfx") and len(arch) == 6 and arch[3] in "678"
@@ -735,6 +744,21 @@ def _kfd_unlisted(ctx: Context, errors: list[ErrorLine], arch: Optional[str], wh
                         [where, ctx.line_fact(said[0])], errors + ctx.of("device-access")))
 
 
+def _zluda_pre_rdna(ctx: Context, arch: Optional[str], where) -> Optional[Diagnosis]:
+    """ZLUDA on an AMD GPU older than RDNA (GCN, Vega): ZLUDA's README lists Radeon RX 5000 (RDNA 1) and newer only, so
+    the card never shows up as a CUDA device, whatever else the paste says."""
+    if ctx.tool() != "zluda" or not arch or not re.fullmatch(r"gfx[6-9][0-9a-f]{2}", arch):
+        return None
+    said = [f for f in ctx.sheet.of("gpu") if f.detail == arch][:1]
+    name = said[0].value if said else arch
+    return _make("gpu-unsupported", f"ZLUDA does not run on the {name}",
+                 f"ZLUDA supports AMD Radeon RX 5000 series (RDNA 1) and newer GPUs only; the {name} ({arch}) is an "
+                 "older GCN chip, so ZLUDA offers no CUDA device on it",
+                 f"the {name} is not supported by ZLUDA (it needs a Radeon RX 5000 or newer GPU): on Windows use "
+                 "DirectML (torch-directml) or the program's Vulkan / OpenCL backend; on Linux ROCm itself where a "
+                 "release still lists the card", [f for f in (where,) if f], ctx.errors[:1])
+
+
 @rule("gpu-unsupported")
 def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
@@ -746,6 +770,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     era = _rocm_of_its_era(ctx, arch) if old and where is not None and where.detail != "list" else None
     if era:
         return _old_card_in_its_era(ctx, arch, where, era)
+    zluda = _zluda_pre_rdna(ctx, arch, where)
+    if zluda is not None:
+        return zluda
     text = " ".join(e.line for e in errors)
     nvidia = (re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text)
               and not re.search(r"(?i)\bamdgpu\b|\bgfx\d", text)) or \
@@ -760,7 +787,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
                          f"Triton (the compiler behind torch.compile and the fused kernels of unsloth and others) does "
                          f"not generate code for this GPU{' (compute capability ' + found.group(1) + ')' if found else ''}",
                          "run without Triton: drop torch.compile (or torch.compile(backend=\"aot_eager\") / "
-                         "TORCHDYNAMO_DISABLE=1), and use the tool's non-Triton path; the GPU runs torch's eager kernels",
+                         "TORCHDYNAMO_DISABLE=1), and use the tool's non-Triton path; the GPU runs torch's eager kernels; "
+                         "a tool that always compiles Triton kernels (unsloth) needs a GPU of compute capability 7.0 or "
+                         "newer: on Kaggle switch the accelerator from the P100 to the T4 (Colab's free GPU is a T4)",
                          [ctx.line_fact(e) for e in errors[:1]], errors)
         return _make("gpu-unsupported", "the GPU is older than the builds support",
                      f"this GPU{' (compute capability ' + found.group(1) + ')' if found else ''} is below what the "
@@ -792,13 +821,23 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     if old and (ctx.sheet.is_windows or ctx.tool() == "zluda"):
         windows_stack = ("ZLUDA and the HIP SDK for Windows run on RDNA (Radeon RX 5000) and newer only, so their "
                          "DLLs cannot help here; on Windows use DirectML (torch-directml) or a Vulkan backend. ")
+    generation = _gcn_generation(arch)
+    backends = ("use a backend that runs on it, Vulkan (llama.cpp -DGGML_VULKAN=ON, Ollama's Vulkan runner) or "
+                "OpenCL")
+    if generation and generation.startswith("GFX6"):
+        # the KFD never had GCN 1: no release, old or community, is a way out
+        fix = (f"{name} is a {generation} GPU, which the KFD compute driver does not support at all, so no ROCm "
+               f"release can use it (not supported, with no workaround): {backends}; for ROCm a GFX9 (Vega) or newer GPU")
+    else:
+        fix = (f"{name} is not supported by any ROCm 6 or 7 release{' (' + generation + ')' if generation else ''}: "
+               f"{backends}; for ROCm itself only an old release that still listed it (gfx803: the ROCm 5.7 builds and "
+               "older, or community builds)")
     diagnosis = _make("gpu-unsupported", f"{name} is outside ROCm",
                       f"the driver's compute part (KFD) or every current ROCm release leaves {name} out, and no newer "
-                      "chip's code runs on it",
-                      windows_stack + f"{name} has no ROCm 6 or 7 build: use a backend that runs on it, Vulkan (llama.cpp "
-                      "-DGGML_VULKAN=ON, Ollama's Vulkan runner) or OpenCL; for ROCm itself only an old release that "
-                      "still listed it (gfx803: the ROCm 5.7 builds and older, or community builds)",
+                      "chip's code runs on it", windows_stack + fix,
                       [where] + [ctx.line_fact(e) for e in errors[:1]], errors + symptoms)
+    if chip:   # the kernel driver itself says it made no compute device: the groups and files below it cannot matter
+        diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl", "rocm-libs-missing")) - 1
     if old and not explicit:   # nothing else can work on it, whatever vaguer error the paste shows
         diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl", "rocm-libs-missing")) - 1
     return diagnosis
