@@ -231,6 +231,9 @@ def _arch_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     dropped (the last release that ran it, from the arch table)."""
     flash_lines = [e for e in ctx.of("attention") if re.search(r"GPU archs? of \[.*gfx9", e.line)]
     errors = errors + flash_lines
+    refused = _flash_attn_refuses(ctx)
+    if refused is not None:
+        return refused
     text = " ".join(e.line for e in errors)
     if not errors:
         return None
@@ -276,6 +279,34 @@ def _arch_said(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     return None
 
 
+# flash-attn's own runtime / setup check, which names the GPUs it accepts ("FlashAttention only supports AMD MI200 GPUs
+# or newer", "only supports Ampere GPUs or newer")
+_FLASH_REFUSAL = re.compile(r"(?i)Flash-?Attention(?: \w+)? only supports? (?:AMD )?([\w ]{2,30}?) GPUs? or newer")
+
+
+def _flash_attn_refuses(ctx: Context) -> Optional[Diagnosis]:
+    """flash-attn refusing an AMD GPU by its allow-list: the check names the GPUs it accepts, the paste names another
+    AMD GPU. ROCm's flash-attention builds for the archs in its setup's list; a CDNA arch left out of the list gets
+    no kernels, and adding it to the list and rebuilding (as its maintainers did for gfx908) is the fix."""
+    said = _lines_matching(ctx, _FLASH_REFUSAL.pattern)
+    if not said:
+        return None
+    on_check = {line.line_no for line in said}
+    accepted = {f.value for f in ctx.sheet.of("arch") if f.line_no in on_check}
+    mine = next((f for f in ctx.sheet.of("gpu") if f.detail.startswith("gfx") and f.detail not in accepted
+                 and f.line_no not in on_check), None)
+    if mine is None:
+        return None
+    arch = mine.detail
+    return _make("arch-missing", f"flash-attn is not built for the {mine.value} ({arch})",
+                 f"this flash-attn accepts only the GPUs its check lists ({_FLASH_REFUSAL.search(said[0].line).group(1)} "
+                 f"and newer); the {mine.value} is {arch}, which its setup never builds kernels for",
+                 f"add {arch} to flash-attn's allowed archs (setup.py's arch list and the runtime check) and rebuild: "
+                 f"GPU_ARCHS={arch} PYTORCH_ROCM_ARCH={arch} pip install --no-build-isolation . in the clone (newer "
+                 f"ROCm/flash-attention releases list {arch} where its kernels build); otherwise use torch SDPA "
+                 "(attn_implementation=\"sdpa\")", [mine, ctx.line_fact(said[0])], said)
+
+
 # the ROCm math libraries a user builds from source (an Arch PKGBUILD, a cmake tree): each builds GPU code only for the
 # targets in its AMDGPU_TARGETS (GPU_TARGETS) cmake argument
 _ROCM_LIBRARY = re.compile(r"(?i)\b(rocrand|hiprand|rocblas|hipblaslt|hipblas|rocsparse|hipsparse|rocfft|hipfft|rocsolver|"
@@ -319,6 +350,49 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
         # ggml named the GPU and no override is set: "unset the override" (the catalogue's reading) cannot apply
         return _first(diagnosis)
     return diagnosis
+
+
+# The first NCCL release that runs collectives on each Blackwell arch: 2.25.1 added sm_100; the consumer chips (sm_120:
+# RTX 50xx, RTX PRO 6000) have less shared memory per block than 2.25 asks for ("ncclMaxSharedMem 82240 exceeds
+# device/fn maxSharedMem 79856"), fixed in 2.26.2 (NCCL release notes; NVIDIA/nccl #1637, nccl-tests #291)
+_NCCL_FIRST = {"sm_100": (2, 25, 1), "sm_120": (2, 26, 2)}
+_NCCL_VERSION = re.compile(r"(?i)\bNCCL(?: version)?[\s:=v-]+(\d+)\.(\d+)\.(\d+)|nvidia-nccl-cu\d+[\s=]+(\d+)\.(\d+)\.(\d+)")
+_SEVERAL_GPUS = re.compile(r"(?i)\b(?:two|2|2x|four|4|4x|eight|8|8x|multiple|several|multi)[- ]?(?:\w+ )?(?:GPUs?|cards?)\b|"
+                           r"tensor[- _]parallel|tp[_-]?size|all_?reduce|alltoall|all_gather|nccl-tests")
+_NCCL_TROUBLE = re.compile(r"(?i)\b(?:trouble|issue|problem|hangs?|stuck|did ?n[o']t help|errors?|fail\w*|crash\w*)\b")
+
+
+@rule("arch-missing")
+def nccl_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL failing across Blackwell GPUs whose arch its release predates: collectives fail (or hang) whatever the
+    transport settings, so NCCL_P2P_DISABLE does not help; a newer NCCL does. Settled where the paste shows the NCCL
+    version, likely where it shows none."""
+    text = _text(ctx)
+    if not re.search(r"\bNCCL\b", text):
+        return None
+    gpus = [f for f in ctx.sheet.of("gpu") if f.detail in _NCCL_FIRST]
+    if not gpus:
+        return None
+    arch = gpus[0].detail
+    first = _NCCL_FIRST[arch]
+    found = _NCCL_VERSION.search(text)
+    version = tuple(int(g) for g in (found.groups()[:3] if found and found.group(1) else found.groups()[3:])) \
+        if found else None
+    if version is not None and version >= first:
+        return None
+    several = len(gpus) > 1 or _SEVERAL_GPUS.search(text)
+    trouble = ctx.errors or _NCCL_TROUBLE.search(text)
+    if not (several and trouble):
+        return None
+    need = ".".join(map(str, first))
+    said = f"NCCL {'.'.join(map(str, version))}" if version else "an NCCL older than " + need
+    lines = ctx.of("multi-gpu-transport") or _lines_matching(ctx, r"\bNCCL\b")[:1]
+    return _make("arch-missing", f"{said} predates the {gpus[0].value} ({arch})",
+                 f"NCCL releases before {need} do not run their collectives on {arch}; the failure stays whatever "
+                 "the transport (NCCL_P2P_DISABLE=1 does not help)",
+                 f"upgrade NCCL to {need} or newer: pip install -U \"nvidia-nccl-cu12>={need}\" (the NCCL torch's pip "
+                 f"wheels load), or a container release that ships NCCL {need}+; check with python -c 'import torch; "
+                 "print(torch.cuda.nccl.version())'", [gpus[0]], lines, confirmed=version is not None)
 
 
 def _runtime_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
@@ -371,6 +445,31 @@ def _xformers_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                  f"build it for this GPU: TORCH_CUDA_ARCH_LIST={cc} pip install -v -U "
                  "git+https://github.com/facebookresearch/xformers.git; meanwhile run without --xformers",
                  [where, ctx.line_fact(errors[0])], errors)
+
+
+def _ptxas_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """ptxas refusing the GPU's target ("Value 'sm_121a' is not defined for option 'gpu-name'"): the assembler is older
+    than the GPU. Triton ships its own ptxas inside the wheel; TRITON_PTXAS_PATH points it at a CUDA toolkit's
+    newer one (Triton's README, environment variables), which is the fix where the toolkit knows the arch."""
+    said = next((m for e in errors for m in [re.search(r"Value '(sm_(\d+))[af]?' is not defined for option "
+                                                       r"'gpu-name'", e.line)] if m), None)
+    if said is None:
+        return None
+    sm, cc = said.group(1), said.group(2)
+    needs = _NVCC_FIRST.get(cc, "a newer CUDA toolkit")
+    line = next(e for e in errors if said.group(0) in e.line)
+    bundled = re.search(r"(?i)triton/backends/nvidia/bin/ptxas|PTXASError|triton", _text(ctx))
+    if bundled:
+        return _make("arch-missing", f"Triton's bundled ptxas does not know {sm}",
+                     f"Triton compiles with the ptxas inside its wheel, which predates {sm}",
+                     f"point Triton at a CUDA toolkit's ptxas that knows {sm} ({needs} or newer): export "
+                     "TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas (the toolkit's path; `ptxas --version` there must "
+                     f"be {needs.split(' (')[0]}+), or upgrade triton to a release whose bundled ptxas lists {sm}",
+                     [ctx.line_fact(line)], errors)
+    return _make("arch-missing", f"this ptxas does not know {sm}",
+                 f"the CUDA toolkit's assembler predates compute capability {cc[:-1]}.{cc[-1]}",
+                 f"{sm} needs {needs} or newer: install it and put its bin on PATH (CUDA_HOME pointing at it)",
+                 [ctx.line_fact(line)], errors)
 
 
 # The oldest compute capability in any current pytorch.org CUDA build (cu126: sm_50; CUDA 12 itself no longer
@@ -443,6 +542,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      f"install an NVIDIA driver for CUDA {blackwell_build} or newer (570 or newer for Blackwell; "
                      "remove the old driver first), reboot, and check nvidia-smi shows it; keep the torch you have",
                      [where, ctx.line_fact(errors[0])], errors)
+    ptxas = _ptxas_lacks(ctx, errors)
+    if ptxas is not None:
+        return ptxas
     confirmed = True
     nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)[af]?'", " ".join(e.line for e in errors))
     toolkit = next((int(v.split(".")[0]) for v in reversed(ctx.sheet.values("cuda"))), None)
