@@ -342,10 +342,18 @@ def library_built_without_target(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("arch-missing")
 def arch_missing(ctx: Context) -> Optional[Diagnosis]:
-    early = _runtime_predates_gpu(ctx)
+    early = _runtime_predates_gpu(ctx) or _built_for_other_targets(ctx)
     if early is not None:
         return early
     diagnosis = _arch_missing(ctx)
+    regression = _release_regression(ctx)
+    if diagnosis is None and regression is not None:
+        diagnosis = _release_lost_gpu(ctx, regression)
+    elif diagnosis is not None and diagnosis.family == "arch-missing" and regression is not None:
+        working, failing = regression
+        diagnosis.fix = (f"the paste says {working} works where {failing or 'the newer release'} fails: that release "
+                         f"was shipped without what {working} has for this GPU; go back to {working} until a release "
+                         f"with the fix (and report it); otherwise: " + diagnosis.fix)
     if diagnosis is not None and ctx.override() is None and _ggml_arch(ctx):
         # ggml named the GPU and no override is set: "unset the override" (the catalogue's reading) cannot apply
         return _first(diagnosis)
@@ -393,6 +401,96 @@ def nccl_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
                  f"upgrade NCCL to {need} or newer: pip install -U \"nvidia-nccl-cu12>={need}\" (the NCCL torch's pip "
                  f"wheels load), or a container release that ships NCCL {need}+; check with python -c 'import torch; "
                  "print(torch.cuda.nccl.version())'", [gpus[0]], lines, confirmed=version is not None)
+
+
+# a build's own GPU-target setting, as make / cmake / pip builds take it
+_BUILD_TARGETS = re.compile(r"\b(?:-D)?(AMDGPU_TARGETS|GPU_TARGETS|PYTORCH_ROCM_ARCH|GPU_ARCHS|HCC_AMDGPU_TARGETS?)="
+                            r"[\"']?([^\s\"']+)")
+
+
+def _built_for_other_targets(ctx: Context) -> Optional[Diagnosis]:
+    """A missing-code error where the paste shows the build's target list, and the code the runtime loads is not in
+    it: the GPU's own target, or with an override in force the target the override names (HSA_OVERRIDE_GFX_VERSION=
+    10.3.0 makes the runtime ask for gfx1030 code, whatever the card is). A misspelled target (gxf1032) builds nothing
+    for any GPU."""
+    missing = ctx.of("arch-missing")
+    said = _BUILD_TARGETS.search(_text(ctx))
+    if not missing or said is None:
+        return None
+    variable, listed = said.group(1), [t for t in re.split(r"[;,]", said.group(2).lower()) if t]
+    override = ctx.override()
+    value = override.value.split("=", 1)[1] if override is not None else None
+    wanted = _target(value) if value else None
+    if wanted is None:
+        archs = [a for a in discrete_archs(ctx.sheet) if a.startswith("gfx")]
+        wanted = archs[0] if archs else None
+    if wanted is None or any(normalise_gfx(t) == wanted for t in listed):
+        return None
+    typos = [t for t in listed if not re.fullmatch(r"gfx[0-9a-f]{3,4}(?::\S*)?", t)]
+    why = (f"{', '.join(typos)} is not a gfx target, so the build has no GPU code at all" if typos else
+           f"it lists {', '.join(listed)}")
+    loads = f"the runtime loads {wanted} code ({OVERRIDE}={value} is in force)" if value else \
+        f"the GPU is {wanted}"
+    tool = ctx.tool(missing)
+    rebuild = _own_build(tool, wanted, ctx) or f"rebuild with {variable}={wanted}"
+    keep = f"; keep {OVERRIDE}={value} when running it" if value else ""
+    return _make("arch-missing", f"the build's {variable} does not include {wanted}",
+                 f"{loads}, but the build was made for {variable}={said.group(2)}: {why}",
+                 f"rebuild for {wanted}: {variable}={wanted} ({rebuild}){keep}",
+                 [f for f in (override, ctx.line_fact(missing[0])) if f], missing)
+
+
+# a release named as a token: 0.3.20, v1.79.1, KoboldCPP-v1.79.1.yr0-ROCm
+_RELEASE = r"((?:[A-Za-z][\w]*-)?v?\d+\.\d+(?:\.\d+)?(?:[.+-][A-Za-z0-9]+)*)"
+# the user's words that one release works: "downgrading to 0.1.10", "works in 0.3.20", "(same gpu is recognized in
+# 0.3.20)", "X gives the error, however Y does not"
+_WORKS_IN = (re.compile(r"(?i)\b(?:downgrad\w*|roll(?:ing|ed)? ?back|revert\w*|going back|went back)(?: \w+)? to "
+                        r"(?:version |v(?=\d))?" + _RELEASE),
+             re.compile(r"(?i)(?<!no longer )(?<!not )(?<!n't )\b(?:works?|worked|working|recogni[sz]ed|detected|listed|fine)(?: fine| well| ok)? "
+                        r"(?:in|with|on|using) (?:version |v(?=\d))?" + _RELEASE),
+             re.compile(r"(?i)\b(?:however|but|while) " + _RELEASE + r" (?:does not|doesn't|did not|didn't|works)\b"))
+# the release the user says fails: "in 0.3.21", "after updating to version 0.3.21", "X gives the error"
+_FAILS_IN = (re.compile(r"(?i)\b(?:after (?:updating|upgrading|update|upgrade)(?: to)?|since|no longer \w+ in)(?: "
+                        r"version| v(?=\d))? " + _RELEASE),
+             re.compile(r"(?i)" + _RELEASE + r" (?:gives|throws|shows|has) (?:the|this|an?) (?:error|issue|problem)"))
+
+
+def _release_regression(ctx: Context) -> Optional[tuple[str, Optional[str]]]:
+    """The release that works by the user's own account, and the one that fails where the paste names it: a
+    regression of the tool, whose fix (until a release mends it) is the release that works."""
+    text = _text(ctx)
+    working = next((m.group(1).rstrip(".,") for p in _WORKS_IN for m in [p.search(text)] if m), None)
+    if working is None:
+        return None
+    failing = next((m.group(1).rstrip(".,") for p in _FAILS_IN for m in [p.search(text)] if m
+                    and m.group(1).rstrip(".,") != working), None)
+    return working, failing
+
+
+def _release_lost_gpu(ctx: Context, regression: tuple[str, Optional[str]]) -> Optional[Diagnosis]:
+    """An inference app that stopped seeing or using the GPU in a new release while the previous one did: the new
+    release's bundled runtime (its CUDA / ROCm llama.cpp build) carries no code for this GPU."""
+    tool = ctx.tool()
+    gpus = ctx.sheet.of("gpu")
+    lost = _lines_matching(ctx, r"(?i)no longer|not (?:be )?(?:recogni[sz]ed|detected|listed|used|shown)|"
+                                r"(?:doesn't|does not|can't|cannot) (?:see|find|detect|recogni[sz]e|use)|"
+                                r"no kernel image|" + NOT_DETECTED.removeprefix("(?i)"))
+    if tool not in INFERENCE_TOOLS or not gpus or not lost:
+        return None
+    working, failing = regression
+    gpu = next((g for g in gpus if g.line_no == lost[0].line_no), gpus[0])
+    arch = gpu.detail
+    if tool == "lmstudio":
+        fix = (f"LM Studio {failing or 'the update'} switched its llama.cpp runtime (engine) to one without code for "
+               f"the {gpu.value} ({arch}); in Settings > Runtime (Developer > Runtimes) select the runtime {working} "
+               "used (an older GPU runs the plain CUDA llama.cpp runtime where the CUDA 12 one left it out), or the "
+               "Vulkan runtime")
+    else:
+        fix = (f"{failing or 'the newer release'} ships without code for the {gpu.value} ({arch}) that {working} had: "
+               f"go back to {working} until a release with the fix (and report it), or use the tool's Vulkan backend")
+    return _make("arch-missing", f"{tool}'s new release lost the {gpu.value}",
+                 f"the same machine ran the GPU with {working}; the release after it does not list or use it",
+                 fix, [gpu], lost[:1], confirmed=False)
 
 
 def _runtime_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
