@@ -346,6 +346,8 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
     if early is not None:
         return early
     diagnosis = _arch_missing(ctx)
+    if diagnosis is None:
+        diagnosis = _capability_left_out(ctx)
     regression = _release_regression(ctx)
     if diagnosis is None and regression is not None:
         diagnosis = _release_lost_gpu(ctx, regression)
@@ -438,6 +440,37 @@ def _built_for_other_targets(ctx: Context) -> Optional[Diagnosis]:
                  f"{loads}, but the build was made for {variable}={said.group(2)}: {why}",
                  f"rebuild for {wanted}: {variable}={wanted} ({rebuild}){keep}",
                  [f for f in (override, ctx.line_fact(missing[0])) if f], missing)
+
+
+# the user's words that a build leaves a compute capability out ("incompatible with GPUs with cuda compute capability
+# 5.0", "add support for compute capability 6.1"): a build question, unlike a stated floor ("requires 7.0 or newer")
+_LEFT_OUT = re.compile(r"(?i)(?:incompatible with|not compatible with|(?:add|adding|restore|bring back|no|lost|dropped|"
+                       r"removed) support for|(?:doesn't|does not|don't|no longer) (?:support|work (?:on|with)))"
+                       r"[^.\n]{0,60}?\bcompute capability (\d{1,2})\.(\d)\b")
+_FLOOR = re.compile(r"(?i)\b(?:requires?|minimum|at least|or (?:newer|higher|above)|>=)")
+
+
+def _capability_left_out(ctx: Context) -> Optional[Diagnosis]:
+    """A program's CUDA build that leaves out the GPU's compute capability, said in words with no error line: the
+    kernels can be built for it (CMAKE_CUDA_ARCHITECTURES / TORCH_CUDA_ARCH_LIST), the program's release did not."""
+    if ctx.errors:
+        return None
+    said = next(((n, m) for n, line in enumerate(ctx.sheet.lines, 1) for m in [_LEFT_OUT.search(line)]
+                 if m and not _FLOOR.search(line)), None)
+    if said is None:
+        return None
+    n, m = said
+    cc, cc_dot = f"{m.group(1)}{m.group(2)}", f"{m.group(1)}.{m.group(2)}"
+    tool = ctx.tool()
+    own = build_fix(tool, f"sm_{cc}") if tool not in (None, "torch") else None
+    name = tool_builds()[tool].name if own else "the program"
+    return _make("arch-missing", f"{name}'s CUDA build leaves out compute capability {cc_dot}",
+                 f"its CUDA kernels were compiled for other compute capabilities; a GPU of compute capability {cc_dot} "
+                 f"(sm_{cc}) gets no kernel and fails", (own + "; or " if own else "") +
+                 f"use a build whose CUDA architectures include {cc_dot}: build it with CMAKE_CUDA_ARCHITECTURES={cc} "
+                 f"(TORCH_CUDA_ARCH_LIST={cc_dot} for a torch extension), or a release built with compute capability "
+                 f"{cc_dot}; meanwhile its Vulkan or CPU backend", [], _lines_matching(ctx, re.escape(m.group(0)))[:1],
+                 confirmed=False)
 
 
 # a release named as a token: 0.3.20, v1.79.1, KoboldCPP-v1.79.1.yr0-ROCm
