@@ -11,8 +11,8 @@ from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import discrete_archs
 from steadytune.doctor.fixes import INFERENCE_TOOLS, override_value, rebuild_line, rocm_index_for, set_variable, \
     wheel_line
-from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, first_stable_wheel, normalise_gfx, \
-    override_for_arch
+from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, first_stable_wheel, lookup_product, \
+    normalise_gfx, override_for_arch
 from steadytune.doctor.rules.base import (
     _APU_ARCHS,
     _arch_fact,
@@ -368,7 +368,8 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
 _NCCL_FIRST = {"sm_100": (2, 25, 1), "sm_120": (2, 26, 2)}
 _NCCL_VERSION = re.compile(r"(?i)\bNCCL(?: version)?[\s:=v-]+(\d+)\.(\d+)\.(\d+)|nvidia-nccl-cu\d+[\s=]+(\d+)\.(\d+)\.(\d+)")
 _SEVERAL_GPUS = re.compile(r"(?i)\b(?:two|2|2x|four|4|4x|eight|8|8x|multiple|several|multi)[- ]?(?:\w+ )?(?:GPUs?|cards?)\b|"
-                           r"tensor[- _]parallel|tp[_-]?size|all_?reduce|alltoall|all_gather|nccl-tests")
+                           r"tensor[- _]parallel|tp[_-]?size|all_?reduce|alltoall|all_gather|nccl-tests|collective|nproc_per_node|"
+                           r"world_size|torchrun|--multi_gpu|\b[2-9]x (?:NVIDIA |GeForce )?(?:RTX |B)\d")
 _NCCL_TROUBLE = re.compile(r"(?i)\b(?:trouble|issue|problem|hangs?|stuck|did ?n[o']t help|errors?|fail\w*|crash\w*)\b")
 
 
@@ -1038,8 +1039,13 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     if dropped is not None:
         return dropped
     if not symptoms and old:
+        # "ROCm cannot detect my Radeon R9 270X": the card's own name where NOT_DETECTED wants the word GPU
+        named = {f.line_no for f in ctx.sheet.of("gpu")}
         symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]) or \
-            _lines_matching(ctx, NOT_DETECTED)[:1]
+            _lines_matching(ctx, NOT_DETECTED)[:1] or \
+            [line for line in _lines_matching(ctx, r"(?i)(?:can ?not|can't|doesn't|does not|won't|unable to|fails? "
+                                                   r"to) (?:detect|see|find|list|use|recogni[sz]e)\b")
+             if line.line_no in named][:1]
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first
     explicit = any(re.search(r"(?i)permission denied|no such file|operation not permitted", e.line)
                    for e in ctx.of("device-access")) or ctx.of("platform-bios", "torch-build")
@@ -1054,7 +1060,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     if old and (ctx.sheet.is_windows or ctx.tool() == "zluda"):
         windows_stack = ("ZLUDA and the HIP SDK for Windows run on RDNA (Radeon RX 5000) and newer only, so their "
                          "DLLs cannot help here; on Windows use DirectML (torch-directml) or a Vulkan backend. ")
-    generation = _gcn_generation(arch)
+    # the KFD names the chip by its code name (PITCAIRN, OLAND), which the product table knows
+    named_chip = lookup_product(chip.group(1)) if chip else None
+    generation = _gcn_generation(arch) or _gcn_generation(named_chip.arch if named_chip else None)
     backends = ("use a backend that runs on it, Vulkan (llama.cpp -DGGML_VULKAN=ON, Ollama's Vulkan runner) or "
                 "OpenCL")
     if generation and generation.startswith("GFX6"):

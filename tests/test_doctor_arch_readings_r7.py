@@ -1,0 +1,103 @@
+"""doctor, round 7 (issue 63): readings of the arch families (arch-missing, gpu-unsupported) that carry to pastes never
+seen. Every paste here is written for the reading, with another GPU, tool or wording than the mined case it came from:
+the kernel driver's own "not supported in kfd", a GCN 1 (GFX6) card by its product name, ZLUDA on a pre-RDNA card,
+Triton's compute-capability floor, flash-attn's allow-list, a ptxas older than the GPU, an NCCL older than a Blackwell
+arch, a build whose target list lacks the code the runtime loads, a release that lost the GPU, and a CUDA build said to
+leave out a compute capability. The negatives keep each reading out of pastes it does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.diagnose import diagnose_text
+
+# (paste, family, phrases the fix must say, confirmed: True / False / None for either)
+READINGS = [
+    # the KFD refusing the chip outranks the /dev/kfd and group errors it causes
+    ("$ rocminfo\nROCk module is loaded\nUnable to open /dev/kfd read-write: No such device\n"
+     "$ dmesg | grep kfd\n[    4.101] kfd kfd: amdgpu: TAHITI  not supported in kfd\n",
+     "gpu-unsupported", ["not supported", "GFX6"], True),
+    # a GCN 1 card by its product name, not detected
+    ("[Issue]: rocminfo only shows the CPU\nGPU: AMD Radeon HD 7970\nROCm 6.1.2 on Ubuntu 22.04\n",
+     "gpu-unsupported", ["GFX6", "not supported"], None),
+    ("ROCm cannot detect my Radeon R9 270X, clinfo lists it fine", "gpu-unsupported", ["GFX6"], None),
+    # ZLUDA on a card older than RDNA
+    ("Trying ZLUDA with ComfyUI on Windows 10, my Radeon RX Vega 64 never shows up as a CUDA device",
+     "gpu-unsupported", ["RX 5000"], None),
+    # Triton's floor names the GPU to move to
+    ("torch._inductor.exc.GPUTooOldForTriton: Found NVIDIA GeForce GTX 1080 Ti which is too old to be supported by the "
+     "triton GPU compiler, which is used as the backend. Triton only supports devices of CUDA Capability >= 7.0, but "
+     "your device is of CUDA capability 6.1", "gpu-unsupported", ["7.0", "T4"], True),
+    # flash-attn's allow-list, with the card's own arch
+    ("RuntimeError: FlashAttention only supports AMD MI200 GPUs or newer.\nrunning on 4x AMD Instinct MI50 32GB",
+     "arch-missing", ["gfx906", "GPU_ARCHS=gfx906"], True),
+    # a ptxas older than the GPU: Triton's bundled one, or a toolkit's
+    ("torch._inductor.exc.InductorError: PTXASError: PTXAS error: Internal Triton PTX codegen error\n"
+     "ptxas fatal   : Value 'sm_120a' is not defined for option 'gpu-name'\nGPU: RTX 5080",
+     "arch-missing", ["TRITON_PTXAS_PATH", "sm_120"], True),
+    ("building my extension with nvcc\nptxas fatal : Value 'sm_100a' is not defined for option 'gpu-name'\n"
+     "error: command '/usr/local/cuda-12.4/bin/nvcc' failed with exit code 255",
+     "arch-missing", ["CUDA 12.8"], True),
+    # an NCCL older than the Blackwell arch
+    ("torchrun --nproc_per_node 4 train.py hangs at the first all_reduce\n4x NVIDIA RTX PRO 6000 Blackwell\n"
+     "host:77:77 [0] NCCL INFO NCCL version 2.24.3+cuda12.6", "arch-missing", ["2.26.2", "nvidia-nccl-cu12"], True),
+    ("8x B200, deepspeed training fails in the first collective\nNCCL version 2.21.5+cuda12.4",
+     "arch-missing", ["2.25.1"], True),
+    # a build whose target list lacks the code the runtime loads
+    ("cmake -B build -DGGML_HIP=ON -DGPU_TARGETS=gfx1100\n./build/bin/llama-cli -m model.gguf -ngl 99\n"
+     "ggml_cuda_compute_forward: error: invalid device function\nGPU: Radeon RX 7800 XT",
+     "arch-missing", ["gfx1101"], True),
+    ("export HSA_OVERRIDE_GFX_VERSION=11.0.0\nmake GGML_HIPBLAS=1 AMDGPU_TARGETS=gfx1102 -j8\n"
+     "CUDA error: invalid device function (Radeon RX 7600)", "arch-missing", ["AMDGPU_TARGETS=gfx1100"], True),
+    # a release that lost the GPU: the one the user says works
+    ("Ollama 0.6.2 no longer uses my Radeon RX 6800 XT after the update, works fine in 0.6.1", "arch-missing",
+     ["0.6.1"], False),
+    ("LM Studio 0.3.16: my RTX 2060 is not detected anymore after updating, it worked in 0.3.15",
+     "arch-missing", ["Runtime", "0.3.15"], False),
+    # a CUDA build said to leave out a compute capability
+    ("llama-cpp-python is incompatible with GPUs of compute capability 6.1 (GTX 1060), please build it for Pascal",
+     "arch-missing", ["6.1", "CMAKE_CUDA_ARCHITECTURES=61"], False),
+]
+
+
+@pytest.mark.parametrize("paste,family,phrases,confirmed", READINGS, ids=[r[0][:48] for r in READINGS])
+def test_a_reading_names_the_family_and_its_fix(paste, family, phrases, confirmed):
+    top = diagnose_text(paste).top
+    assert top is not None, paste
+    assert top.family == family, (top.family, top.title, top.fix)
+    missing = [p for p in phrases if p.lower() not in top.fix.lower()]
+    assert not missing, (missing, top.fix)
+    if confirmed is not None:
+        assert top.confirmed is confirmed, top.title
+
+
+# pastes each reading must stay out of: (paste, what the top diagnosis must not be: (family, a phrase of its fix))
+NEGATIVES = [
+    # a supported GPU refused by the groups: the group fix, not "outside ROCm"
+    ("rocminfo: Unable to open /dev/kfd read-write: Permission denied\nuser is not in the render group\n"
+     "GPU: Radeon RX 7900 XTX", ("gpu-unsupported", "")),
+    # ZLUDA on an RDNA card is not refused by the ZLUDA reading
+    ("ZLUDA with ComfyUI on Windows 11, Radeon RX 6700 XT: rocBLAS error: Cannot read TensileLibrary.dat for GPU "
+     "arch : gfx1031", ("gpu-unsupported", "ZLUDA")),
+    # flash-attn's NVIDIA floor names no AMD arch
+    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.\nGPU: RTX 2080 Ti", ("arch-missing", "gfx")),
+    # an NCCL that already carries the arch
+    ("2x RTX 5090, vllm tensor_parallel_size=2 hangs\nNCCL version 2.27.3+cuda12.9", ("arch-missing", "NCCL")),
+    # one GPU and an old NCCL, no trouble said: nothing to read
+    ("RTX 5090 fine-tuning works\nNCCL version 2.21.5+cuda12.4", ("arch-missing", "NCCL")),
+    # a target list that carries the runtime's target
+    ("export HSA_OVERRIDE_GFX_VERSION=10.3.0\nmake LLAMA_HIPBLAS=1 AMDGPU_TARGETS=gfx1030\n"
+     "CUDA error: invalid device function", ("arch-missing", "does not include")),
+    # a release compared for speed, with no GPU lost
+    ("Ollama 0.6.2 is much slower than 0.6.1 on my RX 6800 XT, works fine in 0.6.1 though", ("arch-missing", "0.6.1")),
+    # a stated floor is the GPU's limit, not a build that left it out
+    ("vLLM requires compute capability 7.0 or newer; my P40 is not supported", ("arch-missing", "CMAKE_CUDA")),
+]
+
+
+@pytest.mark.parametrize("paste,wrong", NEGATIVES, ids=[n[0][:48] for n in NEGATIVES])
+def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, wrong):
+    top = diagnose_text(paste).top
+    family, phrase = wrong
+    if top is not None and top.family == family:
+        assert phrase and phrase.lower() not in top.fix.lower() + top.title.lower(), (top.title, top.fix)
