@@ -63,6 +63,13 @@ KNOWN_MISSES = {
                                                 "driver: nothing in the paste (no driver version, no error) points at it",
     "https://github.com/lllyasviel/Fooocus/issues/1455": "an upscale that hangs on an RX 6700 XT, fixed by a newer ROCm "
                                                          "torch build: the paste names no torch or ROCm release",
+    # round 7 (batch 6), arch families, left unsolved after their readings:
+    "https://github.com/ollama/ollama/issues/12316": "the accepted fix is the later release that mended it (0.12.0), a "
+                                                     "number the paste never says; doctor gives the release it says "
+                                                     "works (0.1.10)",
+    "https://github.com/nomic-ai/gpt4all/issues/1836": "the paste never names GPT4All, whose Vulkan backend's "
+                                                       "shaderFloat16 requirement is the cause; a GTX 1070 not offered "
+                                                       "by an unnamed app reads no further",
 }
 
 
