@@ -493,7 +493,9 @@ def _release_regression(ctx: Context) -> Optional[tuple[str, Optional[str]]]:
     """The release that works by the user's own account, and the one that fails where the paste names it: a
     regression of the tool, whose fix (until a release mends it) is the release that works."""
     text = _text(ctx)
-    working = next((m.group(1).rstrip(".,") for p in _WORKS_IN for m in [p.search(text)] if m), None)
+    # a toolkit or driver said to work ("downgrading to cuda-11.4.2") is the stack under the tool, not its release
+    working = next((m.group(1).rstrip(".,") for p in _WORKS_IN for m in [p.search(text)] if m
+                    and not re.match(r"(?i)cuda|rocm|cu\d|hip|driver|nvidia|python|torch", m.group(1))), None)
     if working is None:
         return None
     failing = next((m.group(1).rstrip(".,") for p in _FAILS_IN for m in [p.search(text)] if m
@@ -985,12 +987,15 @@ def _zluda_pre_rdna(ctx: Context, arch: Optional[str], where) -> Optional[Diagno
         return None
     said = [f for f in ctx.sheet.of("gpu") if f.detail == arch][:1]
     name = said[0].value if said else arch
-    return _make("gpu-unsupported", f"ZLUDA does not run on the {name}",
+    diagnosis = _make("gpu-unsupported", f"ZLUDA does not run on the {name}",
                  f"ZLUDA supports AMD Radeon RX 5000 series (RDNA 1) and newer GPUs only; the {name} ({arch}) is an "
                  "older GCN chip, so ZLUDA offers no CUDA device on it",
-                 f"the {name} is not supported by ZLUDA (it needs a Radeon RX 5000 or newer GPU): on Windows use "
+                 f"the {name} is not supported by ZLUDA (it needs an RDNA GPU, Radeon RX 5000 or newer): on Windows use "
                  "DirectML (torch-directml) or the program's Vulkan / OpenCL backend; on Linux ROCm itself where a "
-                 "release still lists the card", [f for f in (where,) if f], ctx.errors[:1])
+                 "release still lists the card", [f for f in (where,) if f], ctx.errors)
+    # nothing else can work on it: the DLLs or libraries ZLUDA misses beside it would not bring the card in
+    diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl", "rocm-libs-missing")) - 1
+    return diagnosis
 
 
 @rule("gpu-unsupported")
