@@ -28,6 +28,10 @@ READINGS = [
     ("torch._inductor.exc.GPUTooOldForTriton: Found NVIDIA GeForce GTX 1080 Ti which is too old to be supported by the "
      "triton GPU compiler, which is used as the backend. Triton only supports devices of CUDA Capability >= 7.0, but "
      "your device is of CUDA capability 6.1", "gpu-unsupported", ["7.0", "T4"], True),
+    # TensorFlow's floor, in its own words, with its build switch
+    ("2024-03-01 tensorflow/core/common_runtime/gpu/gpu_device.cc:1934] Ignoring visible gpu device (device: 0, name: "
+     "Quadro K4000, pci bus id: 0000:02:00.0, compute capability: 3.0) with Cuda compute capability 3.0. The minimum "
+     "required Cuda capability is 3.5.", "gpu-unsupported", ["3.5 or newer", "TF_CUDA_COMPUTE_CAPABILITIES=3.0"], True),
     # flash-attn's allow-list, with the card's own arch
     ("RuntimeError: FlashAttention only supports AMD MI200 GPUs or newer.\nrunning on 4x AMD Instinct MI50 32GB",
      "arch-missing", ["gfx906", "GPU_ARCHS=gfx906"], True),

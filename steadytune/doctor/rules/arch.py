@@ -1018,9 +1018,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         (arch or "").startswith("sm_")
     if errors and nvidia:
         needed = re.search(r"(?i)compute capability below ([\d.]+)|(?:under|below|less than) (?:CUDA )?compute"
-                           r"(?: capability)? ?(\d\.\d)", text)
+                           r"(?: capability)? ?(\d\.\d)|minimum required (?:CUDA|compute) capability is (\d+\.\d)", text)
         found = re.search(r"(?i)(?:cuda|compute) capability (?:of )?(\d+\.\d+)", "\n".join(ctx.sheet.lines))
-        need = f" (it needs compute capability {needed.group(1) or needed.group(2)} or newer)" if needed else ""
+        need = f" (it needs compute capability {next(g for g in needed.groups() if g)} or newer)" if needed else ""
         if re.search(r"(?i)triton", text):   # torch.compile's code generator, not the GPU itself, sets the floor
             return _make("gpu-unsupported", "Triton needs compute capability 7.0 or newer",
                          f"Triton (the compiler behind torch.compile and the fused kernels of unsloth and others) does "
@@ -1030,11 +1030,15 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
                          "a tool that always compiles Triton kernels (unsloth) needs a GPU of compute capability 7.0 or "
                          "newer: on Kaggle switch the accelerator from the P100 to the T4 (Colab's free GPU is a T4)",
                          [ctx.line_fact(e) for e in errors[:1]], errors)
+        own = ""
+        if ctx.tool(errors) == "tensorflow" and found:   # TensorFlow's build takes the capabilities it compiles
+            own = (f"; or build TensorFlow from source with TF_CUDA_COMPUTE_CAPABILITIES={found.group(1)} (with a CUDA "
+                   "toolkit that still compiles it)")
         return _make("gpu-unsupported", "the GPU is older than the builds support",
                      f"this GPU{' (compute capability ' + found.group(1) + ')' if found else ''} is below what the "
                      f"software is built for{need}",
                      f"no current build runs on it{need}: run on the CPU, use an older release that still supported "
-                     "this GPU, or a newer GPU", [ctx.line_fact(e) for e in errors[:1]], errors)
+                     f"this GPU, or a newer GPU{own}", [ctx.line_fact(e) for e in errors[:1]], errors)
     unlisted = _kfd_unlisted(ctx, errors, arch, where)
     if unlisted is not None:
         return unlisted
