@@ -58,6 +58,10 @@ READINGS = [
      ["0.6.1"], False),
     ("LM Studio 0.3.16: my RTX 2060 is not detected anymore after updating, it worked in 0.3.15",
      "arch-missing", ["Runtime", "0.3.15"], False),
+    # a title that says a card the wheels lack is unsupported, or hangs: its sibling's code through the override
+    ("Is the Radeon RX 6650 XT not supported by ROCm 6.2?", "arch-missing", ["HSA_OVERRIDE_GFX_VERSION=10.3.0"], False),
+    ("RX 6750 XT 跑 pytorch 卡住不动", "arch-missing", ["HSA_OVERRIDE_GFX_VERSION=10.3.0"], False),
+    ("Radeon Pro W5500: torch hangs at the first matmul", "arch-missing", ["gfx1012"], False),
     # a CUDA build said to leave out a compute capability
     ("llama-cpp-python is incompatible with GPUs of compute capability 6.1 (GTX 1060), please build it for Pascal",
      "arch-missing", ["6.1", "CMAKE_CUDA_ARCHITECTURES=61"], False),
@@ -94,6 +98,8 @@ NEGATIVES = [
      "CUDA error: invalid device function", ("arch-missing", "does not include")),
     # a release compared for speed, with no GPU lost
     ("Ollama 0.6.2 is much slower than 0.6.1 on my RX 6800 XT, works fine in 0.6.1 though", ("arch-missing", "0.6.1")),
+    # a hang on a card the wheels carry is not its missing code
+    ("RX 7900 XTX hangs during training with torch 2.7.1+rocm6.3", ("arch-missing", "HSA_OVERRIDE_GFX_VERSION")),
     # a stated floor is the GPU's limit, not a build that left it out
     ("vLLM requires compute capability 7.0 or newer; my P40 is not supported", ("arch-missing", "CMAKE_CUDA")),
 ]

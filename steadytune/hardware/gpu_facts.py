@@ -70,6 +70,8 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"W7[56]00", "gfx1102", source=PCI_IDS + " (Navi 33 [Radeon Pro W7600/W7500])"),
     Product(r"W6800|\bV620\b", "gfx1030", source=LLVM_TABLE),
     Product(r"W6600", "gfx1032", source=PCI_IDS + " (Navi 23)"),
+    Product(r"W5700", "gfx1010", source=PCI_IDS + " (Navi 10 [Radeon Pro W5700])"),
+    Product(r"W5500", "gfx1012", source=PCI_IDS + " (Navi 14 [Radeon Pro W5500])"),
     # AMD Radeon RX (RDNA) and the chip names rocm-smi prints (Navi NN [...])
     Product(r"Navi 48|RX 9070", "gfx1201"),
     Product(r"Navi 44|RX 90[56]0", "gfx1200"),

@@ -611,14 +611,17 @@ def _ptxas_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
 _OLDEST_TORCH_CC = 50
 
 
+# (a card said to be unsupported, or hanging, is the same complaint: on a card the wheels lack, its missing code)
 _FAILURE_WORD = (r"(?i)\b(?:errors?|fail(?:s|ed|ing|ure)?|broken|problems?|(?:won't|doesn't|does not|can't|cannot) "
-                 r"(?:start|load|run))\b|报错|错误|失败|无法")
+                 r"(?:start|load|run)|(?:not|isn't|is not|no longer) supported|unsupported|hang(?:s|ing)?|freez(?:es|ing)|"
+                 r"stuck)\b|报错|错误|失败|无法|不支持|卡住|卡死")
 
 
 def _is_thin(ctx: Context) -> bool:
     """A short paste (an issue's title and a sentence or two, maybe among a few unrelated log lines) with no error
-    line at all: its words are all the evidence there is."""
-    return not ctx.errors and sum(1 for line in ctx.sheet.lines if line.strip()) <= 15
+    line of a known class (a title the error finder keeps as unrecognised counts as words): its words are all the
+    evidence there is."""
+    return all(e.family is None for e in ctx.errors) and sum(1 for line in ctx.sheet.lines if line.strip()) <= 15
 
 
 def _older_than_every_torch(ctx: Context, arch: Optional[str], where, errors: list[ErrorLine]) -> Optional[Diagnosis]:
