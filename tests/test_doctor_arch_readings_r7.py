@@ -62,6 +62,11 @@ READINGS = [
     ("Is the Radeon RX 6650 XT not supported by ROCm 6.2?", "arch-missing", ["HSA_OVERRIDE_GFX_VERSION=10.3.0"], False),
     ("RX 6750 XT 跑 pytorch 卡住不动", "arch-missing", ["HSA_OVERRIDE_GFX_VERSION=10.3.0"], False),
     ("Radeon Pro W5500: torch hangs at the first matmul", "arch-missing", ["gfx1012"], False),
+    # a Jetson board under a pytorch.org wheel: NVIDIA's JetPack build
+    ("Jetson AGX Xavier, installed torch with pip: RuntimeError: CUDA error: no kernel image is available for "
+     "execution on the device", "arch-missing", ["JetPack"], True),
+    # a Kepler card torch cannot see, said in words
+    ("GeForce GTX 770: torch.cuda.is_available() is False with torch 2.4", "gpu-unsupported", ["sm_30"], None),
     # a CUDA build said to leave out a compute capability
     ("llama-cpp-python is incompatible with GPUs of compute capability 6.1 (GTX 1060), please build it for Pascal",
      "arch-missing", ["6.1", "CMAKE_CUDA_ARCHITECTURES=61"], False),
@@ -100,6 +105,8 @@ NEGATIVES = [
     ("Ollama 0.6.2 is much slower than 0.6.1 on my RX 6800 XT, works fine in 0.6.1 though", ("arch-missing", "0.6.1")),
     # a hang on a card the wheels carry is not its missing code
     ("RX 7900 XTX hangs during training with torch 2.7.1+rocm6.3", ("arch-missing", "HSA_OVERRIDE_GFX_VERSION")),
+    # a current card torch cannot see is not below every build
+    ("RTX 3060: torch.cuda.is_available() returns False", ("gpu-unsupported", "")),
     # a stated floor is the GPU's limit, not a build that left it out
     ("vLLM requires compute capability 7.0 or newer; my P40 is not supported", ("arch-missing", "CMAKE_CUDA")),
 ]

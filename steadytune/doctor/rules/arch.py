@@ -641,6 +641,18 @@ def _older_than_every_torch(ctx: Context, arch: Optional[str], where, errors: li
                  [where, ctx.line_fact(errors[0])], errors)
 
 
+def _no_cuda_said(ctx: Context) -> list[ErrorLine]:
+    """torch saying it sees no GPU, in its words or the user's ("torch.cuda.is_available() returns False")."""
+    return ctx.no_gpu() or _lines_matching(ctx, r"(?i)is_available\(\)\W*(?:returns?|is|gives|=+|->)?\W*False")[:1]
+
+
+def _jetson(ctx: Context, arch: Optional[str]) -> bool:
+    """A Jetson board: its integrated GPUs (sm_53, sm_62, sm_72, sm_87) are in no pytorch.org wheel, which are built
+    for discrete GPUs; NVIDIA publishes torch for each JetPack."""
+    return arch in ("sm_53", "sm_62", "sm_72", "sm_87") or bool(re.search(r"(?i)\bJetson\b|\bJetPack\b|\bL4T\b",
+                                                                          _text(ctx)))
+
+
 def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("arch-missing") if "/.singularity.d/libs/" not in e.line]   # host libs: install
     said = _arch_said(ctx, errors)
@@ -658,7 +670,7 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     xformers = _xformers_lacks(ctx, errors)
     if xformers is not None:
         return xformers
-    kepler = _older_than_every_torch(ctx, arch, where, errors)
+    kepler = _older_than_every_torch(ctx, arch, where, errors or _no_cuda_said(ctx))
     if kepler is not None:
         return kepler
     blackwell_build = _blackwell_build(ctx)
@@ -808,6 +820,10 @@ def _arch_cause(arch: str, tool: Optional[str], ctx: Context) -> str:
 
 def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     sheet = ctx.sheet
+    if arch.startswith("sm_") and tool in ("torch", None) and _jetson(ctx, arch):
+        return ("the pytorch.org wheels carry no Jetson GPU code: install NVIDIA's torch built for this JetPack (the "
+                "wheel for its JetPack release from NVIDIA's 'Installing PyTorch for Jetson Platform' page, or the "
+                "Jetson AI Lab pip index), or use an NVIDIA L4T PyTorch container (nvcr.io/nvidia/l4t-pytorch)")
     if arch.startswith("sm_"):
         # the tool that failed carries its own kernels: its wheel or build flag is the fix, not torch's index
         # (unless the torch underneath lacks the GPU too: that comes first, the extension is rebuilt against it)
