@@ -62,6 +62,10 @@ READINGS = [
     ("Is the Radeon RX 6650 XT not supported by ROCm 6.2?", "arch-missing", ["HSA_OVERRIDE_GFX_VERSION=10.3.0"], False),
     ("RX 6750 XT 跑 pytorch 卡住不动", "arch-missing", ["HSA_OVERRIDE_GFX_VERSION=10.3.0"], False),
     ("Radeon Pro W5500: torch hangs at the first matmul", "arch-missing", ["gfx1012"], False),
+    # CUDA's message with no vendor named: the NVIDIA reading, not the ROCm one; a GeForce generation said in Chinese
+    ("4090 跑 stable diffusion 报错 no kernel image is available for execution on the device", "arch-missing",
+     ["compute_cap", "download.pytorch.org/whl/cu"], False),
+    ("50系显卡 装的 torch 2.4.1+cu121 用不了 GPU，报错", "arch-missing", ["whl/cu128"], None),
     # a Jetson board under a pytorch.org wheel: NVIDIA's JetPack build
     ("Jetson AGX Xavier, installed torch with pip: RuntimeError: CUDA error: no kernel image is available for "
      "execution on the device", "arch-missing", ["JetPack"], True),

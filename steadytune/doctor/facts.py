@@ -331,10 +331,10 @@ def _gpu(line: str):
         yield "gpu", "Jetson Orin", "sm_87"
 
 
-# a GeForce generation named as a whole: "50 series cards", "RTX 50-series", "RTX 50xx" (NVIDIA's compute capability
+# a GeForce generation named as a whole: "50 series cards", "RTX 50-series", "RTX 50xx", "50系显卡" (NVIDIA's compute capability
 # per generation: Turing 7.5, Ampere 8.6, Ada 8.9, Blackwell 12.0)
 _GEFORCE_SERIES = re.compile(r"(?i)\b(?:RTX )?([2-5]0)[- ]?series (?:cards?|GPUs?|graphics)|\bRTX ?([2-5]0)[- ]?series\b|"
-                             r"\bRTX ?([2-5]0)xx\b")
+                             r"\bRTX ?([2-5]0)xx\b|(?<!\d)([2-5]0) ?系(?:列)?(?:显卡|N卡|卡)")
 _SERIES_ARCH = {"20": "sm_75", "30": "sm_86", "40": "sm_89", "50": "sm_120"}
 
 

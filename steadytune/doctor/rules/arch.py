@@ -780,7 +780,11 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      "and rocblas/library built for it (or for a sibling arch) in place of the SDK's / the program's own",
                      [], errors, confirmed=False)
     if arch is None and errors and _vendor(ctx) != "amd" and re.search(
-            r"(?i)\bcuda error\b.{0,20}no kernel image", " ".join(e.line for e in errors)):
+            r"(?i)\bcuda error\b.{0,20}no kernel image", " ".join(e.line for e in errors)) or \
+            arch is None and errors and _vendor(ctx) is None and not re.search(r"(?i)\b(?:rocm|hip|gfx\w*|radeon|amd)\b",
+                                                                                 _text(ctx)) and \
+            any("no kernel image" in e.line for e in errors):
+        # CUDA's own message, in a paste that names neither vendor nor any ROCm word: the NVIDIA reading
         return _make("arch-missing", "a torch without kernels for this NVIDIA GPU",
                      "the installed torch (or extension) was built for other compute capabilities than the GPU's",
                      "find the GPU's compute capability (nvidia-smi --query-gpu=name,compute_cap --format=csv) and "
