@@ -21,6 +21,12 @@ READINGS = [
     ("[Issue]: rocminfo only shows the CPU\nGPU: AMD Radeon HD 7970\nROCm 6.1.2 on Ubuntu 22.04\n",
      "gpu-unsupported", ["GFX6", "not supported"], None),
     ("ROCm cannot detect my Radeon R9 270X, clinfo lists it fine", "gpu-unsupported", ["GFX6"], None),
+    ("Radeon HD 7770 ROCm support?", "gpu-unsupported", ["GFX6", "HD 7770"], None),
+    ("FirePro S9150 不支持 ROCm 6 吗", "gpu-unsupported", ["GFX7"], None),
+    # an Intel GPU expected to run CUDA / ROCm code: torch's XPU build
+    ("Intel Arc B580: torch.cuda.is_available() returns False, how do I train on it?", "gpu-unsupported",
+     ["whl/xpu"], None),
+    ("RuntimeError: No CUDA GPUs are available\nlaptop with Intel Iris Xe Graphics", "gpu-unsupported", ["xpu"], True),
     # ZLUDA on a card older than RDNA
     ("Trying ZLUDA with ComfyUI on Windows 10, my Radeon RX Vega 64 never shows up as a CUDA device",
      "gpu-unsupported", ["RX 5000"], None),
@@ -93,6 +99,11 @@ NEGATIVES = [
     # a supported GPU refused by the groups: the group fix, not "outside ROCm"
     ("rocminfo: Unable to open /dev/kfd read-write: Permission denied\nuser is not in the render group\n"
      "GPU: Radeon RX 7900 XTX", ("gpu-unsupported", "")),
+    # a supported card's support question is not "outside ROCm"
+    ("Radeon RX 6800 ROCm support?", ("gpu-unsupported", "")),
+    # a laptop's Intel iGPU beside an NVIDIA card is not the GPU in question
+    ("laptop with Intel UHD Graphics 630 and RTX 3060: torch.cuda.is_available() returns False", ("gpu-unsupported",
+                                                                                                 "xpu")),
     # ZLUDA on an RDNA card is not refused by the ZLUDA reading
     ("ZLUDA with ComfyUI on Windows 11, Radeon RX 6700 XT: rocBLAS error: Cannot read TensileLibrary.dat for GPU "
      "arch : gfx1031", ("gpu-unsupported", "ZLUDA")),

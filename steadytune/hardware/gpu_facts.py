@@ -56,6 +56,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"MI[68]\b|Fiji|FURY|R9 Nano|Polaris|RX [45][4-9]0\b", "gfx803"),
     Product(r"Tonga|Antigua|R9 (?:285|380)X?\b", "gfx802", source=LLVM_TABLE),
     Product(r"Hawaii|Grenada|R9 (?:290|390)X?\b", "gfx702", source=LLVM_TABLE),
+    Product(r"FirePro (?:W[89]100|S91[57]0)\b", "gfx702", source=PCI_IDS + " (Hawaii XT GL [FirePro W8100/W9100/S9150/S9170])"),
     # GCN 1 (Southern Islands, GFX6): the KFD compute driver never supported these chips (LLVM names: gfx600 Tahiti,
     # gfx601 Pitcairn / Cape Verde, gfx602 Oland / Hainan; the HD 8500M-8700M "Mars" / "Sun" mobile chips are Oland
     # and Hainan, pci.ids)

@@ -1021,6 +1021,42 @@ def _zluda_pre_rdna(ctx: Context, arch: Optional[str], where) -> Optional[Diagno
     return diagnosis
 
 
+# Intel GPUs by name (Arc, Iris Xe, Data Center GPU Max / Flex): torch runs them through its XPU build, never CUDA or ROCm
+_INTEL_GPU = re.compile(r"(?i)\bIntel(?:\(R\))?\s+(?:Arc|Iris|Data Center GPU|UHD|Xe)\b|\bArc(?:\(TM\))?\s+[AB]\d{3}\b|"
+                        r"\bIris Xe\b|\bGPU Max \d{4}\b")
+_CUDA_OR_ROCM = re.compile(r"(?i)\bcuda\b|\brocm\b|\bhip\b|is_available|No CUDA GPUs|torch\.cuda|--gpus|nvidia")
+
+
+@rule("gpu-unsupported")
+def intel_gpu_under_cuda(ctx: Context) -> Optional[Diagnosis]:
+    """An Intel GPU (Arc, Iris Xe, Data Center Max) expected to run CUDA or ROCm code: neither stack runs on it; torch
+    reaches it through its XPU build (device "xpu"), llama.cpp and Ollama through SYCL or Vulkan. Only where the paste
+    names no NVIDIA or AMD GPU (a laptop's Intel iGPU beside an RTX card is not the GPU in question)."""
+    said = _lines_matching(ctx, _INTEL_GPU.pattern)
+    if not said or ctx.sheet.of("gpu") or \
+            not _CUDA_OR_ROCM.search(_text(ctx)):
+        return None
+    trouble = ctx.errors or ctx.no_gpu() or ctx.sheet.has("complaint", "yes") or \
+        re.search(r"(?i)\?|\bFalse\b|not (?:detected|found|used|work)|doesn't|does not|can't|cannot|不支持|用不了|找不到",
+                  _text(ctx))
+    if not trouble:
+        return None
+    name = re.sub(r"\s+", " ", _INTEL_GPU.search(said[0].line).group(0))
+    diagnosis = _make("gpu-unsupported", f"{name} runs neither CUDA nor ROCm",
+                 f"the {name} is an Intel GPU: CUDA builds need an NVIDIA GPU and ROCm builds an AMD one, so "
+                 "torch.cuda sees no device on it",
+                 "use torch's XPU build for Intel GPUs: pip install torch --index-url https://download.pytorch.org/whl/xpu "
+                 "(with Intel's GPU driver installed), then device \"xpu\" (torch.xpu.is_available()); llama.cpp and "
+                 "Ollama run it through their SYCL or Vulkan backends", [], said[:1] + ctx.errors,
+                 confirmed=bool(ctx.errors or ctx.no_gpu()))
+    # the only GPU named cannot run CUDA at all: a visibility variable or a driver cannot bring a device in
+    if ctx.sheet.has("env") and any(f.value.startswith(("CUDA_VISIBLE_DEVICES=", "HIP_VISIBLE_DEVICES="))
+                                    for f in ctx.sheet.of("env")):
+        return diagnosis
+    diagnosis.rank = min(family(n).rank for n in ("visibility", "driver", "device-access", "torch-build")) - 1
+    return diagnosis
+
+
 @rule("gpu-unsupported")
 def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
@@ -1077,7 +1113,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
             _lines_matching(ctx, NOT_DETECTED)[:1] or \
             [line for line in _lines_matching(ctx, r"(?i)(?:can ?not|can't|doesn't|does not|won't|unable to|fails? "
                                                    r"to) (?:detect|see|find|list|use|recogni[sz]e)\b")
-             if line.line_no in named][:1]
+             if line.line_no in named][:1] or \
+            _lines_matching(ctx, r"(?i)\b(?:rocm|hip)\b[^.\n]{0,30}\bsupport|\bsupport\w*\b[^.\n]{0,30}\b(?:rocm|hip)\b|"
+                                 r"支持")[:1]   # "Radeon HD 7850 ROCm support?": the question is the complaint
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first
     explicit = any(re.search(r"(?i)permission denied|no such file|operation not permitted", e.line)
                    for e in ctx.of("device-access")) or ctx.of("platform-bios", "torch-build")
@@ -1086,8 +1124,11 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     chip = re.search(r"amdgpu: (\w+)\s+not supported in kfd", text)
     name = chip.group(1) if chip else arch or "this GPU"
     product = re.search(r"(?i)\b(RX|R9|R7) ?(\d{3,4})\b", "\n".join(ctx.sheet.lines))
+    card = next((f.value for f in ctx.sheet.of("gpu") if f.detail == arch), None)
     if product and not chip:
         name = f"the {product.group(1).upper()} {product.group(2)} ({name})"
+    elif card and not chip:   # "Radeon HD 7850", "FirePro W9100": the product as the paste names it
+        name = f"the {card} ({name})"
     windows_stack = ""
     if old and (ctx.sheet.is_windows or ctx.tool() == "zluda"):
         windows_stack = ("ZLUDA and the HIP SDK for Windows run on RDNA (Radeon RX 5000) and newer only, so their "
