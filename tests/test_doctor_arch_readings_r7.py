@@ -72,6 +72,15 @@ READINGS = [
     ("4090 跑 stable diffusion 报错 no kernel image is available for execution on the device", "arch-missing",
      ["compute_cap", "download.pytorch.org/whl/cu"], False),
     ("50系显卡 装的 torch 2.4.1+cu121 用不了 GPU，报错", "arch-missing", ["whl/cu128"], None),
+    # a torch's own arch list without the GPU
+    ("python -c 'import torch; print(torch.cuda.get_arch_list())'\n['sm_50', 'sm_60', 'sm_70', 'sm_75', 'sm_80', "
+     "'sm_86', 'sm_90']\nGPU: NVIDIA GeForce RTX 5070", "arch-missing", ["whl/cu128"], True),
+    # Ollama's CUDA floor, said at INFO level
+    ("level=INFO source=gpu.go:290 msg=\"CUDA GPU is too old. Compute Capability detected: 3.7\"\nTesla K80, "
+     "ollama uses the CPU", "gpu-unsupported", ["CMAKE_CUDA_ARCHITECTURES=37"], True),
+    # an app with a bundled ROCm older than a card the wheels carry: the app's newer build
+    ("ollama 0.5.1 with Radeon AI PRO R9700: no compatible amdgpu devices detected", "arch-missing",
+     ["update Ollama", "gfx1201"], False),
     # a Jetson board under a pytorch.org wheel: NVIDIA's JetPack build
     ("Jetson AGX Xavier, installed torch with pip: RuntimeError: CUDA error: no kernel image is available for "
      "execution on the device", "arch-missing", ["JetPack"], True),
@@ -99,6 +108,9 @@ NEGATIVES = [
     # a supported GPU refused by the groups: the group fix, not "outside ROCm"
     ("rocminfo: Unable to open /dev/kfd read-write: Permission denied\nuser is not in the render group\n"
      "GPU: Radeon RX 7900 XTX", ("gpu-unsupported", "")),
+    # an arch list that carries the GPU
+    ("torch.cuda.get_arch_list(): ['sm_75', 'sm_80', 'sm_86', 'sm_90', 'sm_100', 'sm_120']\nRTX 5090 works but slow",
+     ("arch-missing", "arch list")),
     # a supported card's support question is not "outside ROCm"
     ("Radeon RX 6800 ROCm support?", ("gpu-unsupported", "")),
     # a laptop's Intel iGPU beside an NVIDIA card is not the GPU in question

@@ -641,6 +641,20 @@ def _older_than_every_torch(ctx: Context, arch: Optional[str], where, errors: li
                  [where, ctx.line_fact(errors[0])], errors)
 
 
+def _listed_cuda_archs(ctx: Context) -> set[str]:
+    """The archs a torch says it carries: torch.cuda.get_arch_list()'s ['sm_50', ...] or its "supports CUDA capabilities
+    sm_50 sm_60 ..." warning (three or more, so a sentence naming one arch is not a list)."""
+    lines = ctx.sheet.lines
+    for n, line in enumerate(lines):
+        # the list on the line that says so, or printed on the line after the command
+        said = "\n".join(lines[max(0, n - 1): n + 1])
+        if re.search(r"(?i)get_arch_list|supports? CUDA capabilities|arch(?:itecture)?s? list", said):
+            found = set(re.findall(r"\bsm_(\d{2,3})\b", line))
+            if len(found) >= 3:
+                return {f"sm_{n}" for n in found}
+    return set()
+
+
 def _no_cuda_said(ctx: Context) -> list[ErrorLine]:
     """torch saying it sees no GPU, in its words or the user's ("torch.cuda.is_available() returns False")."""
     return ctx.no_gpu() or _lines_matching(ctx, r"(?i)is_available\(\)\W*(?:returns?|is|gives|=+|->)?\W*False")[:1]
@@ -751,6 +765,14 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                          "for it", _cuda_index_for_driver(ctx, arch) + " (python -c 'import torch; "
                          "print(torch.__version__, torch.cuda.get_arch_list())' must list it)",
                          [where] + complaint, lacking, confirmed=False)
+        listed = _listed_cuda_archs(ctx)
+        if arch and arch.startswith("sm_") and listed and arch not in listed:
+            # the torch's own arch list (get_arch_list(), or its "supports CUDA capabilities" warning) without the GPU
+            line = _lines_matching(ctx, r"sm_\d+.{0,40}sm_\d+")[:1]
+            return _make("arch-missing", f"this torch's arch list has no {arch}",
+                         f"the torch shown lists {', '.join(sorted(listed, key=lambda a: int(a[3:])))}; the GPU is "
+                         f"{arch}, which none of its kernels are built for", _cuda_index_for_driver(ctx, arch),
+                         [where] + line, line)
         if _wheel_lacks(arch, ctx) and (symptoms or said or ctx.sheet.has("complaint", "yes")):
             lacking = symptoms or said or _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint")][:1])
             return _make("arch-missing", f"this torch has no kernels for {arch}",
@@ -758,8 +780,14 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                          f"carry {arch}", _cuda_index_for_driver(ctx, arch), [where] + lacking[:1], lacking)
         # an unexplained error beside the complaint, on a GPU whose sibling's code the older builds carried
         unexplained = arch and override_for_arch(arch) and any(e.family is None for e in ctx.errors)
+        # an app that bundles its own ROCm (Ollama, LM Studio, koboldcpp) can lack a card the torch wheels carry: a
+        # release older than the card, whose fix is the app's own newer build
+        bundled = bool(arch and arch.startswith("gfx") and ctx.tool() in ("ollama", "lmstudio", "koboldcpp") and
+                       not _is_old_gfx(arch) and (ctx.no_gpu() or _lines_matching(
+                           ctx, r"(?i)no compatible (?:amd ?gpus?|gpus?)(?: devices?)? (?:were )?(?:detected|discovered|found)")))
         if not (symptoms or windows_override) or \
-                not ((arch and (_needs_other_code(arch) or unexplained)) or (windows_override and arch is None)) or \
+                not ((arch and (_needs_other_code(arch) or unexplained or bundled)) or
+                     (windows_override and arch is None)) or \
                 (ctx.override() is not None and not windows_override):
             return None
         # a GPU fault on a card the wheels lack, with no override anywhere, is the missing code itself: HIP ran a
@@ -1060,6 +1088,9 @@ def intel_gpu_under_cuda(ctx: Context) -> Optional[Diagnosis]:
 @rule("gpu-unsupported")
 def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
+    # Ollama says its CUDA floor at INFO level, which the error finder leaves out as a log's chatter
+    errors += [e for e in _lines_matching(ctx, r"CUDA GPU is too old\. Compute Capability detected")
+               if e.line_no not in {x.line_no for x in errors}]
     arch, where = ctx.arch(errors)
     if arch is None:   # the only gfx named is in a list ("I didn't see gfx803 in the list")
         where = next((f for f in ctx.sheet.of("built_for") if _is_old_gfx(f.value)), None)
@@ -1090,6 +1121,11 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
                          "newer: on Kaggle switch the accelerator from the P100 to the T4 (Colab's free GPU is a T4)",
                          [ctx.line_fact(e) for e in errors[:1]], errors)
         own = ""
+        if ctx.tool(errors) == "ollama":   # its CUDA runners are built for compute capability 5.0 and newer
+            have = re.search(r"(?i)Compute Capability detected: (\d+)\.(\d+)", text)
+            cc = f"{have.group(1)}{have.group(2)}" if have else "<the GPU's compute capability, as digits>"
+            own = (f"; Ollama's releases are built for compute capability 5.0 and newer: build it from source for this GPU "
+                   f"(CMAKE_CUDA_ARCHITECTURES={cc}, with a CUDA toolkit that still compiles it) or run on the CPU")
         if ctx.tool(errors) == "tensorflow" and found:   # TensorFlow's build takes the capabilities it compiles
             own = (f"; or build TensorFlow from source with TF_CUDA_COMPUTE_CAPABILITIES={found.group(1)} (with a CUDA "
                    "toolkit that still compiles it)")
