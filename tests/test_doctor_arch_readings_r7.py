@@ -86,6 +86,9 @@ READINGS = [
      "execution on the device", "arch-missing", ["JetPack"], True),
     # a Kepler card torch cannot see, said in words
     ("GeForce GTX 770: torch.cuda.is_available() is False with torch 2.4", "gpu-unsupported", ["sm_30"], None),
+    # an override written with spaces around '=': the shell set nothing
+    ("export HSA_OVERRIDE_GFX_VERSION = 11.0.0\npython app.py\nRX 7700 XT: hipErrorNoBinaryForGpu", "override-wrong",
+     ["export HSA_OVERRIDE_GFX_VERSION=11.0.0"], True),
     # a CUDA build said to leave out a compute capability
     ("llama-cpp-python is incompatible with GPUs of compute capability 6.1 (GTX 1060), please build it for Pascal",
      "arch-missing", ["6.1", "CMAKE_CUDA_ARCHITECTURES=61"], False),
@@ -111,6 +114,9 @@ NEGATIVES = [
     # an arch list that carries the GPU
     ("torch.cuda.get_arch_list(): ['sm_75', 'sm_80', 'sm_86', 'sm_90', 'sm_100', 'sm_120']\nRTX 5090 works but slow",
      ("arch-missing", "arch list")),
+    # prose that writes the override with spaces is not a shell line
+    ("I tried HSA_OVERRIDE_GFX_VERSION=10.3.0 on my RX 6600, it works now.\nHSA_OVERRIDE_GFX_VERSION = 10.3.0 is what "
+     "the wiki says", ("override-wrong", "without spaces")),
     # a supported card's support question is not "outside ROCm"
     ("Radeon RX 6800 ROCm support?", ("gpu-unsupported", "")),
     # a laptop's Intel iGPU beside an NVIDIA card is not the GPU in question

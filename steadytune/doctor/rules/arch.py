@@ -79,6 +79,16 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
     leftover = _windows_ollama_leftover(ctx)
     if leftover is not None:
         return leftover
+    # "export HSA_OVERRIDE_GFX_VERSION = 10.3.0": the shell reads three words, sets nothing ("not a valid identifier")
+    # (a line that starts with the name alone is that only where the shell complained: prose writes "X = 10.3.0" too)
+    spaced = re.search(r"(?m)^\W{0,3}(export\s+|set\s+)?" + OVERRIDE + r"\s+=\s*[\"']?(\d+\.\d+\.\d+)", _text(ctx))
+    if spaced and (spaced.group(1) or "not a valid identifier" in _text(ctx) or "command not found" in _text(ctx)):
+        lines = _lines_matching(ctx, OVERRIDE + r"\s+=|not a valid identifier")
+        return _make("override-wrong", f"{OVERRIDE} was never set (spaces around =)",
+                     f"a shell assignment takes no spaces around '='; written with them, the shell sets nothing (bash: "
+                     f"\"not a valid identifier\"), so the runtime never sees {OVERRIDE}",
+                     f"write it without spaces: export {OVERRIDE}={spaced.group(2)} (then check with echo "
+                     f"${OVERRIDE} in the same shell)", [], lines)
     # a quoted message where the version belongs: a script's detection failed and wrote its error into the variable
     garbage = re.search(OVERRIDE + r"\s*:?=\s*\"([A-Za-z][^\"\n]* [^\"\n]*)\"", _text(ctx))
     if garbage:
