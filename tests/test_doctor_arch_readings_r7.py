@@ -81,6 +81,9 @@ READINGS = [
     # an app with a bundled ROCm older than a card the wheels carry: the app's newer build
     ("ollama 0.5.1 with Radeon AI PRO R9700: no compatible amdgpu devices detected", "arch-missing",
      ["update Ollama", "gfx1201"], False),
+    # a run-time compiler's toolkit newer than the driver: the driver, not a missing arch
+    ("tensorflow 2.11 on a Tesla T4\nNVIDIA driver version: 450.80\nCUDA 11.2 toolkit installed\n"
+     "InternalError: no kernel image is available for execution on the device", "driver", ["460", "driver"], True),
     # a Jetson board under a pytorch.org wheel: NVIDIA's JetPack build
     ("Jetson AGX Xavier, installed torch with pip: RuntimeError: CUDA error: no kernel image is available for "
      "execution on the device", "arch-missing", ["JetPack"], True),
@@ -117,6 +120,9 @@ NEGATIVES = [
     # prose that writes the override with spaces is not a shell line
     ("I tried HSA_OVERRIDE_GFX_VERSION=10.3.0 on my RX 6600, it works now.\nHSA_OVERRIDE_GFX_VERSION = 10.3.0 is what "
      "the wiki says", ("override-wrong", "without spaces")),
+    # a driver as new as the toolkit: not the driver
+    ("import jax\njax.numpy.ones(3)\nRuntimeError: no kernel image is available for execution on the device\n"
+     "driver version 535.104, CUDA 12.2", ("driver", "")),
     # a supported card's support question is not "outside ROCm"
     ("Radeon RX 6800 ROCm support?", ("gpu-unsupported", "")),
     # a laptop's Intel iGPU beside an NVIDIA card is not the GPU in question

@@ -665,6 +665,44 @@ def _listed_cuda_archs(ctx: Context) -> set[str]:
     return set()
 
 
+# The oldest Linux driver branch of each CUDA toolkit (NVIDIA's CUDA Toolkit release notes, table "CUDA Toolkit and
+# Minimum Required Driver Version"): code a toolkit compiles to PTX loads only on a driver at least this new
+_CUDA_MIN_DRIVER = {(11, 0): 450, (11, 1): 455, (11, 2): 460, (11, 3): 465, (11, 4): 470, (11, 5): 495, (11, 6): 510,
+                    (11, 7): 515, (11, 8): 520, (12, 0): 525, (12, 1): 530, (12, 2): 535, (12, 3): 545, (12, 4): 550,
+                    (12, 5): 555, (12, 6): 560, (12, 8): 570, (12, 9): 575, (13, 0): 580}
+# tools that compile their kernels at run time with the installed CUDA toolkit (XLA, Triton, Numba): their PTX needs a
+# driver as new as that toolkit, or the driver reports "no kernel image" for GPU code that is really there
+_JIT_TOOLS = ("jax", "tensorflow", "triton")
+
+
+def _toolkit_newer_than_driver(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """'no kernel image' from a run-time compiler (XLA, Triton) whose CUDA toolkit is newer than the driver: the PTX it
+    writes is of a version the driver cannot load. Settled by the two versions the paste names."""
+    if not any("no kernel image" in e.line for e in errors) or \
+            not (ctx.tool(errors) in _JIT_TOOLS or any(t in ctx.sheet.tools for t in _JIT_TOOLS)):
+        return None
+    found = re.search(r"(?i)driver(?: version)?\s*(?:is|:|=)?\s*(\d{3})(?:\.\d+)*\b|\b(\d{3})\.\d{2,3}(?:\.\d+)? driver",
+                      _text(ctx))
+    driver = int(found.group(1) or found.group(2)) if found else None
+    toolkits = sorted({tuple(int(x) for x in v.split(".")[:2]) for v in ctx.sheet.values("cuda")
+                       if re.fullmatch(r"\d+\.\d+", v)} |
+                      {(int(a), int(b)) for a, b in re.findall(r"(?i)\bCUDA(?: toolkit)?[ -]v?(1[1-3])\.(\d)\b", _text(ctx))})
+    if driver is None or not toolkits:
+        return None
+    newest = toolkits[-1]
+    needs = _CUDA_MIN_DRIVER.get(newest)
+    if needs is None or driver >= needs:
+        return None
+    runs = [t for t in toolkits if _CUDA_MIN_DRIVER.get(t, 999) <= driver]
+    older = f"CUDA {runs[-1][0]}.{runs[-1][1]}" if runs else "a CUDA toolkit of the driver's own version"
+    return _make("driver", f"CUDA {newest[0]}.{newest[1]} is newer than the {driver} driver",
+                 f"{ctx.tool(errors) or 'the run-time compiler'} builds its kernels with the CUDA {newest[0]}.{newest[1]} "
+                 f"toolkit, whose PTX the NVIDIA {driver} driver cannot load (CUDA {newest[0]}.{newest[1]} needs driver "
+                 f"{needs} or newer), so it reports no kernel image",
+                 f"upgrade the NVIDIA driver to {needs} or newer, or use a CUDA toolkit the {driver} driver supports "
+                 f"({older}) for this tool's CUDA libraries", [ctx.line_fact(errors[0])], errors)
+
+
 def _no_cuda_said(ctx: Context) -> list[ErrorLine]:
     """torch saying it sees no GPU, in its words or the user's ("torch.cuda.is_available() returns False")."""
     return ctx.no_gpu() or _lines_matching(ctx, r"(?i)is_available\(\)\W*(?:returns?|is|gives|=+|->)?\W*False")[:1]
@@ -810,6 +848,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
             [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
         errors, confirmed = symptoms or _symptom_lines(ctx, said_so), settled
     tool = ctx.tool(errors)
+    newer = _toolkit_newer_than_driver(ctx, errors)
+    if newer is not None:
+        return newer
     if arch is None and ctx.sheet.is_windows and tool in ("ollama", "rocblas", "zluda", "comfyui", "a1111", "torch",
                                                           "llama.cpp", None):
         return _make("arch-missing", "Windows: the HIP SDK's libraries have no code for this GPU",
