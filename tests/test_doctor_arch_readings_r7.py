@@ -123,6 +123,9 @@ NEGATIVES = [
     # a driver as new as the toolkit: not the driver
     ("import jax\njax.numpy.ones(3)\nRuntimeError: no kernel image is available for execution on the device\n"
      "driver version 535.104, CUDA 12.2", ("driver", "")),
+    # a compiler that cannot find its device libraries while building ROCm is not code missing for the card
+    ("building rocBLAS for my Radeon VII from source: clang cannot find the ROCm device library path, build stuck",
+     ("arch-missing", "")),
     # a supported card's support question is not "outside ROCm"
     ("Radeon RX 6800 ROCm support?", ("gpu-unsupported", "")),
     # a laptop's Intel iGPU beside an NVIDIA card is not the GPU in question

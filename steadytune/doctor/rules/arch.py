@@ -781,6 +781,8 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      "CMAKE_CUDA_ARCHITECTURES)", [ctx.line_fact(errors[0])], errors)
     if not errors and _is_old_gfx(arch) and _rocm_of_its_era(ctx, arch):
         return None   # an old card under a ROCm that still built it, with no missing-code message: gpu_unsupported's
+    if not errors and re.search(r"(?i)device[- _]?lib(?:rar(?:y|ies)|s)?(?:[- _]path)?\b|\bbitcode\b|--rocm-path", _text(ctx)):
+        return None   # the compiler not finding its device libraries (a build of ROCm itself): rocm-libs-missing's
     if not errors:
         # the same problem without its message: a crash, a CPU fallback or a complaint on a GPU the builds do not carry
         faults = ctx.of("gpu-hang") + ctx.crashes()
