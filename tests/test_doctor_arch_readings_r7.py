@@ -92,6 +92,9 @@ READINGS = [
     # an override written with spaces around '=': the shell set nothing
     ("export HSA_OVERRIDE_GFX_VERSION = 11.0.0\npython app.py\nRX 7700 XT: hipErrorNoBinaryForGpu", "override-wrong",
      ["export HSA_OVERRIDE_GFX_VERSION=11.0.0"], True),
+    ("koboldcpp 1.82: my GTX 1650 is not used anymore, last working version 1.81", "arch-missing", ["1.81"], False),
+    ("after updating ollama to 0.7.1 the Radeon RX 7600 is no longer detected; 0.7.0 works", "arch-missing",
+     ["0.7.0", "0.7.1"], False),
     # a CUDA build said to leave out a compute capability
     ("llama-cpp-python is incompatible with GPUs of compute capability 6.1 (GTX 1060), please build it for Pascal",
      "arch-missing", ["6.1", "CMAKE_CUDA_ARCHITECTURES=61"], False),

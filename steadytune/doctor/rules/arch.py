@@ -492,10 +492,13 @@ _WORKS_IN = (re.compile(r"(?i)\b(?:downgrad\w*|roll(?:ing|ed)? ?back|revert\w*|g
                         r"(?:version |v(?=\d))?" + _RELEASE),
              re.compile(r"(?i)(?<!no longer )(?<!not )(?<!n't )\b(?:works?|worked|working|recogni[sz]ed|detected|listed|fine)(?: fine| well| ok)? "
                         r"(?:in|with|on|using) (?:version |v(?=\d))?" + _RELEASE),
-             re.compile(r"(?i)\b(?:however|but|while) " + _RELEASE + r" (?:does not|doesn't|did not|didn't|works)\b"))
+             re.compile(r"(?i)\b(?:however|but|while) " + _RELEASE + r" (?:does not|doesn't|did not|didn't|works)\b"),
+             re.compile(r"(?i)\blast (?:working|good|known[- ]good) (?:version|release|build)\W{0,3}(?:is |was )?"
+                        r"(?:v(?=\d))?" + _RELEASE),
+             re.compile(r"(?i)[;,(]\s*(?:version |v(?=\d))?" + _RELEASE + r" (?:still )?works\b"))
 # the release the user says fails: "in 0.3.21", "after updating to version 0.3.21", "X gives the error"
-_FAILS_IN = (re.compile(r"(?i)\b(?:after (?:updating|upgrading|update|upgrade)(?: to)?|since|no longer \w+ in)(?: "
-                        r"version| v(?=\d))? " + _RELEASE),
+_FAILS_IN = (re.compile(r"(?i)\b(?:after (?:updating|upgrading|update|upgrade)(?: \w+)?(?: to)?|since|no longer \w+ in)"
+                        r"(?: version| v(?=\d))? " + _RELEASE),
              re.compile(r"(?i)" + _RELEASE + r" (?:gives|throws|shows|has) (?:the|this|an?) (?:error|issue|problem)"))
 
 
