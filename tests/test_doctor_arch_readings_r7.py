@@ -28,7 +28,7 @@ READINGS = [
      ["whl/xpu"], None),
     ("RuntimeError: No CUDA GPUs are available\nlaptop with Intel Iris Xe Graphics", "gpu-unsupported", ["xpu"], True),
     # ZLUDA on a card older than RDNA
-    ("Trying ZLUDA with ComfyUI on Windows 10, my Radeon RX Vega 64 never shows up as a CUDA device",
+    ("Trying ZLUDA with ComfyUI on Windows 10, my Radeon R9 Fury X never shows up as a CUDA device",
      "gpu-unsupported", ["RX 5000"], None),
     # Triton's floor names the GPU to move to
     ("torch._inductor.exc.GPUTooOldForTriton: Found NVIDIA GeForce GTX 1080 Ti which is too old to be supported by the "
@@ -137,6 +137,9 @@ NEGATIVES = [
     # ZLUDA on an RDNA card is not refused by the ZLUDA reading
     ("ZLUDA with ComfyUI on Windows 11, Radeon RX 6700 XT: rocBLAS error: Cannot read TensileLibrary.dat for GPU "
      "arch : gfx1031", ("gpu-unsupported", "ZLUDA")),
+    # Vega runs ZLUDA with patched ROCm libraries: not below its floor
+    ("SD.Next with ZLUDA on Windows, Radeon RX Vega 64 and patched ROCm libraries: Failed to load ZLUDA: Could not find "
+     "module 'C:\\sdnext\\.zluda\\nvcuda.dll'", ("gpu-unsupported", "ZLUDA")),
     # flash-attn's NVIDIA floor names no AMD arch
     ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.\nGPU: RTX 2080 Ti", ("arch-missing", "gfx")),
     # an NCCL that already carries the arch

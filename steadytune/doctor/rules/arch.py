@@ -1088,9 +1088,10 @@ def _kfd_unlisted(ctx: Context, errors: list[ErrorLine], arch: Optional[str], wh
 
 
 def _zluda_pre_rdna(ctx: Context, arch: Optional[str], where) -> Optional[Diagnosis]:
-    """ZLUDA on an AMD GPU older than RDNA (GCN, Vega): ZLUDA's README lists Radeon RX 5000 (RDNA 1) and newer only, so
-    the card never shows up as a CUDA device, whatever else the paste says."""
-    if ctx.tool() != "zluda" or not arch or not re.fullmatch(r"gfx[6-9][0-9a-f]{2}", arch):
+    """ZLUDA on a GCN 1-4 card (gfx6-gfx8: Polaris, Fiji and older): ZLUDA's README lists Radeon RX 5000 (RDNA 1) and
+    newer, so the card never shows up as a CUDA device, whatever else the paste says. (Vega, gfx9, is left out: SD.Next
+    users run it there with patched ROCm libraries.)"""
+    if ctx.tool() != "zluda" or not _is_old_gfx(arch):   # Vega (gfx9) runs it with patched ROCm libraries
         return None
     said = [f for f in ctx.sheet.of("gpu") if f.detail == arch][:1]
     name = said[0].value if said else arch
