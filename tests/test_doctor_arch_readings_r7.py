@@ -144,6 +144,9 @@ NEGATIVES = [
     ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.\nGPU: RTX 2080 Ti", ("arch-missing", "gfx")),
     # an NCCL that already carries the arch
     ("2x RTX 5090, vllm tensor_parallel_size=2 hangs\nNCCL version 2.27.3+cuda12.9", ("arch-missing", "NCCL")),
+    # a torch whose wheels pull in a new enough NCCL, or P2P off that mended it: not NCCL's age
+    ("2x RTX 5090 with torch 2.8.0+cu128: NCCL all_reduce hangs in my training", ("arch-missing", "NCCL")),
+    ("4x RTX 5090, NCCL hang in vllm tensor parallel; NCCL_P2P_DISABLE=1 fixed it", ("arch-missing", "NCCL")),
     # one GPU and an old NCCL, no trouble said: nothing to read
     ("RTX 5090 fine-tuning works\nNCCL version 2.21.5+cuda12.4", ("arch-missing", "NCCL")),
     # a target list that carries the runtime's target

@@ -401,6 +401,11 @@ def nccl_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
         if found else None
     if version is not None and version >= first:
         return None
+    if version is None and _torch_with_new_nccl(ctx):
+        return None   # torch 2.7+'s pip wheels pull in NCCL 2.26.2 (nvidia-nccl-cu12 pinned in its metadata)
+    if re.search(r"(?i)NCCL_P2P_DISABLE=1\W{0,3}(?:fix|work|solv|help)|(?:fix|solv)\w* (?:it )?(?:with|by) "
+                 r"(?:setting )?NCCL_P2P_DISABLE", text):
+        return None   # the transport setting mended it: the transport's reading, not NCCL's age
     several = len(gpus) > 1 or _SEVERAL_GPUS.search(text)
     trouble = ctx.errors or _NCCL_TROUBLE.search(text)
     if not (several and trouble):
@@ -540,6 +545,15 @@ def _release_lost_gpu(ctx: Context, regression: tuple[str, Optional[str]]) -> Op
     return _make("arch-missing", f"{tool}'s new release lost the {gpu.value}",
                  f"the same machine ran the GPU with {working}; the release after it does not list or use it",
                  fix, [gpu], lost[:1], confirmed=False)
+
+
+def _torch_with_new_nccl(ctx: Context) -> bool:
+    """A pytorch.org / PyPI torch 2.7 or newer (a release, not an NGC or dev build): its wheels depend on NCCL 2.26.2+."""
+    for fact in ctx.sheet.of("torch"):
+        m = re.match(r"(\d+)\.(\d+)\.(\d+)(\+cu\d+)?$", fact.value)
+        if m and (int(m.group(1)), int(m.group(2))) >= (2, 7):
+            return True
+    return False
 
 
 def _runtime_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
