@@ -158,6 +158,8 @@ NEGATIVES = [
     ("RX 7900 XTX hangs during training with torch 2.7.1+rocm6.3", ("arch-missing", "HSA_OVERRIDE_GFX_VERSION")),
     # a current card torch cannot see is not below every build
     ("RTX 3060: torch.cuda.is_available() returns False", ("gpu-unsupported", "")),
+    ("PyTorch dropped support for compute capability 3.5 in 1.13, my K40 is not detected", ("arch-missing",
+                                                                                            "CMAKE_CUDA")),
     # a stated floor is the GPU's limit, not a build that left it out
     ("vLLM requires compute capability 7.0 or newer; my P40 is not supported", ("arch-missing", "CMAKE_CUDA")),
 ]

@@ -460,8 +460,9 @@ def _built_for_other_targets(ctx: Context) -> Optional[Diagnosis]:
 
 # the user's words that a build leaves a compute capability out ("incompatible with GPUs with cuda compute capability
 # 5.0", "add support for compute capability 6.1"): a build question, unlike a stated floor ("requires 7.0 or newer")
-_LEFT_OUT = re.compile(r"(?i)(?:incompatible with|not compatible with|(?:add|adding|restore|bring back|no|lost|dropped|"
-                       r"removed) support for|(?:doesn't|does not|don't|no longer) (?:support|work (?:on|with)))"
+# ("dropped / no longer supports compute capability 3.5" is a floor a release set on purpose: gpu-unsupported's)
+_LEFT_OUT = re.compile(r"(?i)(?:incompatible with|not compatible with|(?:add|adding|restore|bring back|no) support for|"
+                       r"(?:doesn't|does not|don't) (?:support|work (?:on|with)))"
                        r"[^.\n]{0,60}?\bcompute capability (\d{1,2})\.(\d)\b")
 _FLOOR = re.compile(r"(?i)\b(?:requires?|minimum|at least|or (?:newer|higher|above)|>=)")
 
