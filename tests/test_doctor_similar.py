@@ -39,6 +39,12 @@ def test_an_identical_paste_scores_one_and_a_case_is_never_its_own_neighbour():
     assert found is None or found.case is not FROBS[1]
 
 
+def test_chinese_is_read_in_character_pairs():
+    lib = Library(FROBS + [_case(4, "4张3090微调Qwen7B爆显存", "out-of-memory", "lower cutoff_len")])
+    found = lib.nearest("两张4090 微调 Qwen14B 又爆显存了")
+    assert found is not None and found.case.cause == "out-of-memory"
+
+
 def test_nothing_in_common_gives_no_case():
     assert Library(FROBS).nearest("zzzz yyyy xxxx") is None
     assert Library(FROBS).nearest("") is None

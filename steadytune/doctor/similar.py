@@ -34,6 +34,7 @@ POINTER_SIMILARITY = 0.35
 MAX_CHARS = 100_000
 
 _TOKEN = re.compile(r"gfx[0-9a-f]+|[a-z_][a-z0-9_.\-]+")
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")    # Chinese has no spaces: a run is read as its character pairs
 _STOP = frozenset("the and for with that this not are was but from have has you can when all any its into out use "
                   "used it is in on of to be an as at by or if so no do my me we i".split())
 
@@ -41,7 +42,10 @@ _STOP = frozenset("the and for with that this not are was but from have has you 
 def _tokens(text: str) -> list[str]:
     if len(text) > MAX_CHARS:
         text = text[: MAX_CHARS // 2] + "\n" + text[-MAX_CHARS // 2:]
-    return [w.strip(".-") for w in _TOKEN.findall(text.lower()) if w not in _STOP]
+    words = [w.strip(".-") for w in _TOKEN.findall(text.lower()) if w not in _STOP]
+    for run in _CJK_RUN.findall(text):
+        words += [run[i:i + 2] for i in range(len(run) - 1)] or [run]
+    return words
 
 
 @dataclass(frozen=True)
