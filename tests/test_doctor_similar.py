@@ -77,6 +77,13 @@ def test_a_paste_no_rule_reads_gets_the_likely_reading_of_its_nearest_case(monke
     assert any(f.check == "unrecognised-error" and "FrobError" in f.what for f in findings)
 
 
+def test_common_words_alone_are_no_likeness():
+    lib = Library([_case(i, f"AttributeError: module has no attribute, tool{i} thing{i}") for i in range(40)])
+    found = lib.nearest("AttributeError: module 'numpy' has no attribute 'float'")
+    assert found is not None and found.rare_shared == 0 and not found.likely
+    assert lib.nearest("AttributeError: module tool7 has no attribute").likely
+
+
 def test_a_weak_likeness_is_not_a_reading(monkeypatch):
     monkeypatch.setattr(similar, "library", lambda: Library(FROBS))
     report = diagnose_text("the umbrella of words: " + " ".join(f"word{i}" for i in range(400)) + " lantern")
