@@ -465,6 +465,47 @@ def _split_model_garbage(ctx: Context) -> Optional[Diagnosis]:
                  "is iommu=pt on the kernel command line", [], garbage)
 
 
+# a run over several GPUs, said: a launcher's process count, a count of cards
+_SEVERAL_GPUS = re.compile(r"(?i)num_processes\W{1,3}[2-9]|--nproc_per_node[= ]?[2-9]|--num_processes[= ]?[2-9]|"
+                           r"\b[2-9] ?x ?(?:RTX|GTX|RX|A\d+|H\d+|MI\d+)|\b[2-9] GPUs\b|multiple GPUs|multi[- ]?GPU")
+# the user says the run works once peer-to-peer is off: the P2P path itself is what fails
+_P2P_OFF_WORKS = re.compile(r"(?i)NCCL_P2P_DISABLE\s*=\s*1\b.{0,80}\b(?:works?|worked|runs?|ran|fine|solved|fix\w*|"
+                            r"helps?|helped|no longer)|\b(?:works?|worked|runs?|ran|fine|solved|fix\w*|helps?|"
+                            r"helped)\b.{0,80}NCCL_P2P_DISABLE\s*=?\s*1\b")
+# NVLink SHARP (NVLS): NCCL's multicast over the NVSwitch, set up for 3+ GPUs of an NVSwitch machine (H100, H800,
+# H200); its setup needs the fabric manager's multicast objects
+_NVLS = re.compile(r"\bNVLS\b|transport/nvls\.cc")
+_CUDA_INVALID = re.compile(r"(?i)Cuda failure (?:\d+ )?'?invalid argument")
+
+
+def _nvlink_sharp(ctx: Context, errors: list, joined: str) -> Optional[Diagnosis]:
+    """NCCL stops in its NVLS (NVLink SHARP) setup: a CUDA 'invalid argument' from nvls.cc is the multicast objects the
+    fabric manager hands out (a fabric manager restarted under running GPUs, or not running); a hang whose last line
+    is NVLS is the NVLS setup itself, which NCCL_NVLS_ENABLE=0 skips (NCCL's documented switch)."""
+    if not _NVLS.search(joined):
+        return None
+    nvls_lines = _lines_matching(ctx, _NVLS.pattern)
+    if _CUDA_INVALID.search(joined) and re.search(r"nvls\.cc", joined):
+        return _make("driver", "the NVSwitch fabric manager's multicast is not available",
+                     "NCCL's NVLink SHARP setup (transport/nvls.cc) gets 'invalid argument' from CUDA when it asks for "
+                     "multicast memory: the NVSwitch fabric manager is not running, runs another version than the "
+                     "driver, or was restarted while processes held the GPUs; 2 GPUs work because NVLS is used from 3",
+                     "check systemctl status nvidia-fabricmanager (its version must equal the driver's, nvidia-smi -q "
+                     "| grep -i fabric shows its state); restart it only with every GPU idle (stop the GPU jobs, "
+                     "systemctl restart nvidia-fabricmanager, or reset the GPUs / reboot the node); until then "
+                     "NCCL_NVLS_ENABLE=0 runs without NVLS", [ctx.line_fact(nvls_lines[0])], errors + nvls_lines)
+    if re.search(r"(?i)\b(?:hangs?|hanging|stuck|freez\w*|stall\w*|never (?:finishes|returns))\b", joined):
+        return _make("multi-gpu-transport", "NCCL hangs setting up NVLink SHARP (NVLS)",
+                     "the last thing NCCL logs is its NVLS (NVLink SHARP multicast over the NVSwitch) setup, which it "
+                     "uses from 3 GPUs up; that setup is what hangs (in a container it needs the fabric manager's "
+                     "multicast and enough locked memory)",
+                     "export NCCL_NVLS_ENABLE=0 (NCCL then uses ring/tree over NVLink, a little slower for large "
+                     "all-reduces); to keep NVLS, check nvidia-fabricmanager is running at the driver's version and "
+                     "start the container with --ulimit memlock=-1 --ipc=host", [ctx.line_fact(nvls_lines[0])],
+                     errors + nvls_lines)
+    return None
+
+
 @rule("multi-gpu-transport")
 def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
@@ -490,12 +531,19 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     custom = _custom_all_reduce(ctx, errors, text)
     if custom is not None:
         return custom
+    nvls = _nvlink_sharp(ctx, errors, joined)
+    if nvls is not None:
+        return nvls
     if re.search(r"(?i)doesn.t have NCCL", text) or (re.search(r"(?i)\bNCCL\b", text) and ctx.sheet.is_windows):
+        gloo = ("use the gloo backend: init_process_group(backend=\"gloo\") (Lightning: DDPStrategy("
+                "process_group_backend=\"gloo\"); a config's dist backend: gloo), or run under Linux / WSL 2 for NCCL")
+        if re.search(r"(?i)\baccelerate\b", joined) and not _SEVERAL_GPUS.search(joined):
+            # accelerate starts a process group only because its saved config says multi-GPU; one GPU needs none
+            gloo = ("on one GPU no process group is needed: rerun `accelerate config` and answer \"No distributed "
+                    "training\" (or accelerate launch --num_processes 1); for several GPUs on Windows, " + gloo)
         return _make("multi-gpu-transport", "this torch has no NCCL (Windows)",
                      "torch on Windows (and macOS) is built without NCCL, so the nccl backend does not exist",
-                     "use the gloo backend: init_process_group(backend=\"gloo\") (Lightning: DDPStrategy("
-                     "process_group_backend=\"gloo\"); a config's dist backend: gloo), or run under Linux / WSL 2 for "
-                     "NCCL", evidence, errors)
+                     gloo, evidence, errors)
     if re.search(r"(?i)shm_open failed\s*:\s*Permission denied|/dev/shm\S*:? Permission denied", text):
         return _make("multi-gpu-transport", "the user may not create shared memory segments",
                      "NCCL/RCCL create their buffers in /dev/shm, and this user may not create files there",
@@ -612,6 +660,15 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "in a container: docker run --ipc=host (or --shm-size=16g); on the host: run on one GPU to confirm "
                      f"({visible}=0 python train.py ... works), then rerun with NCCL_DEBUG=INFO to see the failing "
                      "call, and try NCCL_P2P_DISABLE=1, then NCCL_SHM_DISABLE=1", evidence, errors)
+    if _P2P_OFF_WORKS.search(joined):
+        return _make("multi-gpu-transport", "peer-to-peer between the GPUs is broken on this platform",
+                     "the run works once NCCL_P2P_DISABLE=1 sends the transfers through host memory: the GPUs' direct "
+                     "PCIe peer-to-peer path is what hangs, and on a server that is PCIe ACS on the switches or the "
+                     "IOMMU (VT-d / AMD-Vi) redirecting every peer write to the CPU",
+                     "NCCL_P2P_DISABLE=1 is safe (it costs bandwidth only, results are the same); to get P2P back, "
+                     "turn ACS off on the PCIe switches (BIOS, or setpci per bridge: sudo lspci -vvv | grep -i acsctl "
+                     "shows SrcValid+ where it is on) and boot with iommu=pt (or VT-d off in the BIOS), then check "
+                     "with nccl-tests' all_reduce_perf", evidence, errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("multi-gpu-transport", hit, errors)

@@ -83,6 +83,9 @@ _OOM_PROPER = re.compile(r"(?i:(?:HIP|CUDA|GPU) out of memory|RESOURCE_EXHAUSTED
                          r"ErrorOutOfDeviceMemory|OutOfMemoryError|(?i:failed to allocate|unable to allocate|"
                          r"out of shared|killed by signal|KV cache|ALLOC_FAILED|Malloc\w* failed|cache blocks|"
                          r"cuda[_ ]out[_ ]of[_ ]memory)")
+# a job over several processes or GPUs (a launcher, a distributed script, NCCL): /dev/shm is shared by its ranks
+_DISTRIBUTED = re.compile(r"(?i)\w*_distributed\w*|torch\.distributed|\btorchrun\b|--nproc|\bNCCL\b|\bmegatron\b|"
+                          r"tensor[-_ ]parallel|\bdeepspeed\b|accelerate launch")
 _ILLEGAL_MEMORY = re.compile(r"(?i)\billegal memory\b|hipErrorIllegalAddress|cudaErrorIllegalAddress")
 
 TRAINING_OOM_FIX = ("lower the batch size (per_device_train_batch_size 1-2, gradient_accumulation_steps raised to keep "
@@ -120,6 +123,14 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "than max_model_len", "raise gpu_memory_utilization (0.9; --gpu-memory-utilization) or lower "
                      "max_model_len (--max-model-len) so one sequence fits", [ctx.line_fact(errors[0])], errors)
     if any(re.search(r"(?i)DataLoader worker|shared memory|\bshm\b", e.line) for e in errors):
+        if _DISTRIBUTED.search(joined):
+            # a distributed run's ranks share /dev/shm with their loaders (NCCL's segments too): the container's
+            # shared memory is the multi-GPU job's, the transport family's fix
+            return _make("multi-gpu-transport", "the container's /dev/shm is too small for the distributed run",
+                         "a default Docker container has a 64 MB /dev/shm; the distributed job's data-loader workers "
+                         "and NCCL's segments between the ranks live there, and run out (bus error, 'No space left on "
+                         "device')", "start the container with --shm-size=64g (or --ipc=host; compose: shm_size / "
+                         "ipc: host); dataloader workers 0 confirms it", [ctx.line_fact(errors[0])], errors)
         hit = next((e for e in errors if e.catalogue is not None and e.catalogue.entry.id == "dataloader-shm"), None)
         if hit is not None:
             return _restate("out-of-memory", hit, errors)

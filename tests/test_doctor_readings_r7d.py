@@ -1,0 +1,77 @@
+"""doctor, round 7 (issue 63): readings of the multi-GPU, number-format, memory, attention, hang, visibility and
+variable families that carry to pastes doctor has never seen. Each paste is written for its reading (another GPU,
+tool or wording than the mined case that asked for it), and the fix must name the family's remedy with the machine's
+values; the negatives keep each reading out of pastes it does not fit (a rule's reading only: one by likeness is
+marked as such)."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.diagnose import diagnose_text
+from test_doctor_paraphrases import _pasted
+
+# (paste, family, phrases the fix must say)
+READINGS = [
+    # a multi-GPU run "stuck" in the user's words, "Multi GPU" spelt with a space, consumer cards: peer-to-peer
+    ("Multi GPU training stuck at the first step\n- GPU type: NVIDIA GeForce RTX 4090\n- num_processes: 4",
+     "multi-gpu-transport", ["NCCL_P2P_DISABLE=1"]),
+    # the user says the run only works with P2P off: the platform's ACS / IOMMU is the real fix
+    ("DDP training hangs with 8 or more GPUs on our server. It works after export NCCL_P2P_DISABLE=1, is that safe?",
+     "multi-gpu-transport", ["ACS", "iommu=pt"]),
+    # NCCL's last words are its NVLS setup: NVLink SHARP hangs
+    ("torchrun on 8x H200 hangs at init, the last log line on every rank:\n"
+     "gpu01:77:90 [2] NCCL INFO NVLS multicast support is available on dev 2\nno output after that",
+     "multi-gpu-transport", ["NCCL_NVLS_ENABLE=0"]),
+    # nvls.cc's CUDA 'invalid argument': the NVSwitch fabric manager
+    ("all_gather_perf -g 4 on an H800 node:\nnode7:5511:5530 [0] transport/nvls.cc:201 NCCL WARN Cuda failure "
+     "'invalid argument'\nnode7:5511:5530 [0] NCCL INFO init.cc:1310 -> 1", "driver", ["nvidia-fabricmanager"]),
+    # /dev/shm too small in a distributed run's container: the transport family's --shm-size
+    ("torchrun --nproc_per_node 4 pretrain.py (in docker)\nRuntimeError: DataLoader worker (pid 311) is killed by "
+     "signal: Bus error. It is possible that dataloader's workers are out of shared memory.",
+     "multi-gpu-transport", ["--shm-size"]),
+    # accelerate's saved multi-GPU config on Windows with one GPU: `accelerate config`, no distributed training
+    ("accelerate launch train_dreambooth.py on Windows 10, RTX 3060 12GB\n"
+     "RuntimeError: Distributed package doesn't have NCCL built in", "multi-gpu-transport",
+     ["accelerate config", "No distributed training"]),
+]
+
+
+@pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
+def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
+    report = diagnose_text(paste)
+    top = report.top
+    assert top is not None and not report.by_likeness, paste
+    assert top.family == family, (top.family, top.fix)
+    missing = [p for p in phrases if p.lower() not in top.fix.lower()]
+    assert not missing, (missing, top.fix)
+
+
+@pytest.mark.parametrize("how", ["in a log", "with timestamps", "as a quote, CRLF"])
+def test_every_reading_survives_how_it_is_pasted(how):
+    misses = []
+    for paste, family, phrases in READINGS:
+        top = diagnose_text(_pasted(paste, how)).top
+        if top is None or top.family != family or any(p.lower() not in top.fix.lower() for p in phrases):
+            misses.append(f"{paste[:60]!r}: got {top.family if top else None}")
+    assert not misses, "\n".join(misses)
+
+
+# (paste, a phrase the top reading's fix must NOT say): each reading kept out of a paste it does not fit
+NEGATIVES = [
+    # NVLS named in a working log, with no hang and no CUDA failure: nothing for the NVLS reading
+    ("NCCL INFO NVLS multicast support is available on dev 0\nall_reduce_perf finished: Avg bus bandwidth 480 GB/s",
+     "NCCL_NVLS_ENABLE=0"),
+    # a data loader's shared memory on one GPU, no distributed run: the memory family's reading, not the transport's
+    ("RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus error. It is possible that dataloader's "
+     "workers are out of shared memory.", "distributed run"),
+    # Windows without NCCL on several GPUs: gloo, not "one GPU needs no process group"
+    ("accelerate launch --num_processes 2 train.py on Windows 11 with 2x RTX 3090\n"
+     "RuntimeError: Distributed package doesn't have NCCL built in", "No distributed training"),
+]
+
+
+@pytest.mark.parametrize("paste,not_said", NEGATIVES, ids=[n[0][:48] for n in NEGATIVES])
+def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
+    report = diagnose_text(paste)
+    assert report.by_likeness or report.top is None or not_said.lower() not in report.top.fix.lower(), report.top.fix
