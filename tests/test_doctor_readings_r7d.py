@@ -34,6 +34,20 @@ READINGS = [
     ("accelerate launch train_dreambooth.py on Windows 10, RTX 3060 12GB\n"
      "RuntimeError: Distributed package doesn't have NCCL built in", "multi-gpu-transport",
      ["accelerate config", "No distributed training"]),
+    # precision: NaN in the latents a trainer caches is the VAE in fp16 (kohya's --no_half_vae)
+    ("sdxl_train.py --mixed_precision bf16 --cache_latents\nRuntimeError: NaN detected in latents: img_0042.png",
+     "precision", ["--no_half_vae"]),
+    # bf16 refused by vLLM, in a user's misspelling, on an old card: float16 by vLLM's own --dtype
+    ("vllm serve on a Tesla T4 fails: bfloat not supported by this card", "precision", ["--dtype half", "float16"]),
+    # bf16 failing in the user's words during fine-tuning: fp16 in the training config
+    ("LoRA SFT crashes when using bfloat16 on our old cluster (torch 1.12); how do I turn it off?", "precision",
+     ["fp16: true"]),
+    # a tool refusing fp16 on a GPU without bf16: fp32 is the format left
+    ("full fine-tune on 2x P100: AssertionError: please use bf16 or fp32\n--sft_type full --dtype fp16 (swift)",
+     "precision", ["--dtype fp32"]),
+    # trl's SFTTrainer on a GPU without bf16: the settings go in SFTConfig
+    ("trainer = SFTTrainer(model=model, args=TrainingArguments(bf16=True))\nValueError: Your setup doesn't support "
+     "bf16/gpu. You need Ampere+ GPU with cuda>=11.0", "precision", ["SFTConfig", "fp16=True"]),
 ]
 
 
@@ -68,6 +82,10 @@ NEGATIVES = [
     # Windows without NCCL on several GPUs: gloo, not "one GPU needs no process group"
     ("accelerate launch --num_processes 2 train.py on Windows 11 with 2x RTX 3090\n"
      "RuntimeError: Distributed package doesn't have NCCL built in", "No distributed training"),
+    # fp16 refused on a GPU that has bf16: bf16 is the answer, not fp32
+    ("AssertionError: please use bf16 or fp32 (full fine-tuning on an A100 80GB)", "--dtype fp32"),
+    # NaN latents from a diffusion sampler's own output (no trainer's check): not the VAE's fp32 flag
+    ("the sampler returns black pictures at 512x512", "--no_half_vae"),
 ]
 
 

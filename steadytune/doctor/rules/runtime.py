@@ -445,6 +445,36 @@ def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                  "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan, confirmed=bool(settled))
 
 
+_LATENT_NANS = re.compile(r"(?i)\bNaNs? (?:detected|found) in latents\b|\blatents?\b.{0,20}\b(?:contain|contains|have|has) "
+                          r"NaNs?\b")
+_REFUSES_FP16 = re.compile(r"(?i)please use bf16 or fp32|(?:不支持|does ?n.t support|not support(?:ed)?)\s*(?:for\s+)?fp16\b|"
+                           r"\bfp16\b\W{0,3}(?:is )?not (?:supported|allowed)")
+_OLD_GPU_NAMES = re.compile(r"(?i)\b(?:V100|P100|P40|P4|T4|K80|GTX ?10\d\d|GTX ?16\d\d|RTX ?20\d\d|Titan V|MI50|MI60|"
+                            r"Radeon VII|RX ?[56]\d\d\d)\b")
+
+
+def _fp16_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A tool that refuses fp16 for this job (ms-swift's full fine-tuning: 'please use bf16 or fp32', fp16's range
+    makes a full fine-tune diverge) on a GPU without bf16 (V100, T4, P40; RDNA2 and older): of the formats it allows
+    only fp32 is left; LoRA keeps the frozen weights in half precision if fp32 does not fit."""
+    refused = [e for e in errors if _REFUSES_FP16.search(e.line)]
+    if not refused:
+        return None
+    arch, fact = ctx.arch(refused)
+    names = " ".join(f.value for f in ctx.sheet.of("gpu")) + " " + _text_of(ctx)
+    gpu = _OLD_GPU_NAMES.search(names)
+    if not ((arch and _NO_BF16.fullmatch(arch)) or gpu):
+        return None   # a GPU with bf16: the bf16 readings below say to use it
+    said = gpu.group(0) if gpu else arch
+    swift = re.search(r"(?i)\bswift\b|sft_type", _text_of(ctx))
+    flag = "--dtype fp32" if swift else "fp32 (no fp16 / bf16 flag; torch_dtype=torch.float32)"
+    return _make("precision", f"fp16 is refused and the {said} has no bf16",
+                 f"the tool refuses fp16 for this job (a full fine-tune in fp16 overflows and the loss diverges), and "
+                 f"the {said} cannot compute bf16, so fp32 is the format left",
+                 f"train in fp32: {flag}; if fp32 does not fit, fine-tune with LoRA (the frozen weights may stay fp16)",
+                 [f for f in (ctx.line_fact(refused[0]), fact) if f], refused)
+
+
 def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
     """The Stable Diffusion web UI's (and SD.Next's) NaN check: the VAE or the UNet computed in fp16 overflowed. The
     VAE's remedy is keeping it in fp32; the UNet's is upcasting its attention (or the whole model) to fp32."""
@@ -463,6 +493,15 @@ def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
     part = "VAE" if vae else "UNet"
     return _make("precision", f"the {part} overflows fp16", f"the {part} runs in fp16, and its values leave fp16's "
                  "range, so the picture turns to NaN (a black image)", fix, [ctx.line_fact(nans[0])], nans)
+
+
+def _sft_config(ctx: Context) -> str:
+    """trl's SFTTrainer takes its settings from SFTConfig: TrainingArguments passed there can come back with bf16."""
+    if not re.search(r"\bSFTTrainer\b|\bSFTConfig\b", _text_of(ctx)):
+        return ""
+    return ("; with trl's SFTTrainer pass them in SFTConfig(fp16=True, bf16=False) instead of TrainingArguments "
+            "(unsloth: fp16=not is_bfloat16_supported(), bf16=is_bfloat16_supported(); update unsloth and "
+            "unsloth_zoo)")
 
 
 def _text_of(ctx: Context) -> str:
@@ -543,6 +582,17 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                                            r"output|square)", e.line)]
     if nans:
         return _image_nans(ctx, nans)
+    latents = [e for e in errors if _LATENT_NANS.search(e.line)]
+    if latents:
+        return _make("precision", "the VAE overflows fp16 while encoding the latents",
+                     "the trainer checks the latents the VAE encodes; NaN there is the VAE run in fp16 (the SDXL VAE "
+                     "overflows fp16's range), not the data or the learning rate",
+                     "run the VAE in fp32: --no_half_vae (kohya's sd-scripts; kohya_ss GUI: Advanced > Additional "
+                     "parameters where the tab has no checkbox), or a VAE fixed for fp16 (sdxl-vae-fp16-fix via "
+                     "--vae); the rest of the training stays in mixed precision", [ctx.line_fact(latents[0])], latents)
+    fp16_refused = _fp16_refused(ctx, errors)
+    if fp16_refused is not None:
+        return fp16_refused
     refused = _format_refused(ctx, errors)
     if refused is not None:
         return refused
@@ -582,25 +632,28 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                      "(gfx942) or RDNA4; this GPU is older", "load the model in bf16 or fp16 instead (vLLM: --dtype "
                      "bfloat16 with a non-fp8 checkpoint, or --quantization none / awq / gptq; transformers: "
                      "torch_dtype=torch.bfloat16), or run it on a GPU with fp8", evidence, errors)
-    bf16 = re.search(r"(?i)bf16|bfloat16|16BF", text)
+    bf16 = re.search(r"(?i)bf16|bf+loat|16BF", text)   # (bf+loat: BFloat16, and a user's "BFfloat")
     if bf16 and re.search(r"(?i)Bfloat16 is only supported on GPUs with compute capability", text) or \
             (bf16 and ctx.tool(errors) == "vllm"):
         return _make("precision", "the GPU has no bf16", "vLLM loads the model in its bf16 dtype, which this GPU "
-                     "cannot compute", "start with --dtype half (LLM(model=..., dtype=\"half\")), or --dtype float32; "
+                     "cannot compute", "start with --dtype half (= float16; LLM(model=..., dtype=\"float16\")), or "
+                     "--dtype float32; "
                      "bf16 needs compute capability 8.0 (Ampere) or newer", evidence, errors)
     if bf16 and re.search(r"(?i)setup doesn.t support bf16|--bf16|bf16=True|TrainingArguments", text):
         return _make("precision", "the GPU has no bf16", "the training is configured for bf16, which this GPU (older "
                      "than Ampere, or RDNA1/2) cannot compute",
                      "train in fp16 instead: fp16=True instead of bf16=True in the TrainingArguments (--fp16 instead "
                      "of --bf16; the same in a DeepSpeed config: \"fp16\": {\"enabled\": true}, \"bf16\": "
-                     "{\"enabled\": false})", evidence, errors)
+                     "{\"enabled\": false})" + _sft_config(ctx), evidence, errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("precision", hit, errors)
     if bf16:
-        return _make("precision", "the GPU has no bf16", "a bf16 operation runs on a GPU without bf16 support",
-                     "turn bf16 off: run the model in fp16 (or fp32) instead of bf16 (the project's dtype setting)",
-                     evidence, errors)
+        where = ("fp16: true and bf16: false in the training config (LLaMA-Factory, axolotl; --fp16 instead of --bf16 "
+                 "on the command line)" if _training(ctx) else "the project's dtype setting")
+        return _make("precision", "bf16 does not run on this stack", "a bf16 operation runs where the GPU (or the "
+                     "installed torch and CUDA) has no bf16 support",
+                     f"turn bf16 off: run in fp16 (or fp32) instead of bf16: {where}", evidence, errors)
     # a number-format failure no reading above settles: the format the GPU does have, as the likely remedy
     return _make("precision", "the GPU has no instructions for this number format",
                  "an operation runs in a format (bf16, fp8, fp4) this GPU or its build does not compute",
