@@ -48,6 +48,16 @@ READINGS = [
     # trl's SFTTrainer on a GPU without bf16: the settings go in SFTConfig
     ("trainer = SFTTrainer(model=model, args=TrainingArguments(bf16=True))\nValueError: Your setup doesn't support "
      "bf16/gpu. You need Ampere+ GPU with cuda>=11.0", "precision", ["SFTConfig", "fp16=True"]),
+    # out-of-memory in Chinese words, with a long sequence in the config: that length first
+    ("2张4090微调Llama3-8B显存不足\nstage: sft\nfinetuning_type: lora\ncutoff_len: 16384\nper_device_train_batch_size: 1",
+     "out-of-memory", ["cutoff_len 16384", "cutoff_len: 8192"]),
+    # GRPO out of memory: the rollout engine's own switches (ms-swift's move_model_batches, TRL's vLLM share)
+    ("GRPO training of Qwen2.5-7B with LoRA on 8x A800 still runs out of GPU memory with ZeRO-3", "out-of-memory",
+     ["move_model_batches", "vllm_gpu_memory_utilization"]),
+    # torchtitan's batch lives in its TOML config
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+     "CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_70b.toml ./run_train.sh", "out-of-memory",
+     ["local_batch_size"]),
 ]
 
 
@@ -86,6 +96,11 @@ NEGATIVES = [
     ("AssertionError: please use bf16 or fp32 (full fine-tuning on an A100 80GB)", "--dtype fp32"),
     # NaN latents from a diffusion sampler's own output (no trainer's check): not the VAE's fp32 flag
     ("the sampler returns black pictures at 512x512", "--no_half_vae"),
+    # a short sequence is not named as the cost
+    ("CUDA out of memory during LoRA fine-tuning\ncutoff_len: 1024\nper_device_train_batch_size: 16",
+     "is the largest cost"),
+    # an SFT run (no GRPO) out of memory: no rollout-engine switches
+    ("SFT of Qwen2.5-7B with LoRA on 2x A800 runs out of GPU memory", "move_model_batches"),
 ]
 
 

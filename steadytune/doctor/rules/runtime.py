@@ -152,11 +152,15 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      _TOOL_OOM_FIX[own] + ("; the free memory is fragmented too: PYTORCH_CUDA_ALLOC_CONF="
                                            "expandable_segments:True" if fragmented else ""),
                      [ctx.line_fact(errors[0])], errors, confirmed=proper)
+    framework = _framework_oom(ctx, errors, joined, proper)
+    if framework is not None:
+        return framework
     if tool == "deepspeed" and _training(ctx):
         return _make("out-of-memory", "the DeepSpeed run does not fit the GPUs' memory",
                      "the sharded states and one batch's activations need more memory than each GPU has",
-                     "ZeRO stage 3 with CPU offload (\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
-                     "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}); and " + TRAINING_OOM_FIX,
+                     _long_sequence(joined) + "ZeRO stage 3 with CPU offload (\"zero_optimization\": {\"stage\": 3, "
+                     "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}); and " +
+                     TRAINING_OOM_FIX,
                      [ctx.line_fact(errors[0])], errors, confirmed=proper)
     if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
         return _make("out-of-memory", f"{tool} ran out of GPU memory",
@@ -173,13 +177,58 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
         return _make("out-of-memory", "the training run does not fit the GPU's memory",
                      "the weights, the optimizer state of the trained parameters and the activations of one batch "
                      "need more memory than the GPU has; the activations grow with the batch size and the sequence "
-                     "length", TRAINING_OOM_FIX, [ctx.line_fact(errors[0])], errors, confirmed=proper)
+                     "length", _long_sequence(joined) + TRAINING_OOM_FIX, [ctx.line_fact(errors[0])], errors, confirmed=proper)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
                  "a smaller batch size or sequence length (max length), gradient checkpointing, or a quantised model",
                  [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+# the sequence length a training config sets (LLaMA-Factory's cutoff_len, TRL's max_seq_length, torchtitan's seq_len)
+_SEQUENCE = re.compile(r"\b(cutoff_len|max_seq_length|max_seq_len|seq_len|max_length|model_max_length)\b\W{1,4}(\d{4,6})\b")
+
+
+def _long_sequence(joined: str) -> str:
+    """The config's sequence length, where it is long: activation memory grows with it (linearly with fused
+    attention, the logits with it times the vocabulary), so it is the first knob to turn."""
+    found = [(m.group(1), int(m.group(2))) for m in _SEQUENCE.finditer(joined)]
+    if not found or max(n for _, n in found) < 4096:
+        return ""
+    key, n = max(found, key=lambda kv: kv[1])
+    return (f"{key} {n} is the largest cost here (activations and logits grow with the sequence length): lower it "
+            f"({key}: {max(1024, n // 2 // 1024 * 1024)} or less) first; then ")
+
+
+# training frameworks with their own names for the memory knobs: GRPO's rollout engine, torchtitan's TOML
+_GRPO = re.compile(r"(?i)\bGRPO\w*")
+_TORCHTITAN = re.compile(r"(?i)\btorchtitan\b|train_configs/\S+\.toml")
+
+
+def _framework_oom(ctx: Context, errors: list[ErrorLine], joined: str, proper: bool) -> Optional[Diagnosis]:
+    """Out of memory in a trainer whose memory is not only the batch: GRPO holds a rollout engine beside the trained
+    model (ms-swift's and TRL's own switches for it), torchtitan sets the batch in its TOML config."""
+    evidence = [ctx.line_fact(errors[0])]
+    if _GRPO.search(joined):
+        return _make("out-of-memory", "GRPO's rollout beside the training does not fit the GPUs",
+                     "GRPO keeps a generation (rollout) engine and the trained model on the GPUs at once and copies "
+                     "the weights into the engine each step; the copy and the rollout's cache come on top of the "
+                     "training memory (DeepSpeed shards only the training side)",
+                     "ms-swift: --move_model_batches 16 (sync the weights to the rollout engine in batches), "
+                     "--offload_model true --offload_optimizer true, --sleep_level 1 with vLLM colocated, and a lower "
+                     "--vllm_gpu_memory_utilization (update ms-swift for these); TRL: vllm_gpu_memory_utilization 0.3, "
+                     "ds3_gather_for_generation=False under ZeRO-3; both: fewer num_generations, a shorter "
+                     "max_completion_length, gradient checkpointing", evidence, errors, confirmed=proper)
+    if _TORCHTITAN.search(joined):
+        return _make("out-of-memory", "the torchtitan config does not fit the GPUs",
+                     "torchtitan's TOML config sets the per-GPU batch and sequence length; this model's config asks "
+                     "more activation memory than each GPU has",
+                     "lower [training] local_batch_size in the model's train_configs/*.toml (or on the command line: "
+                     "--training.local_batch_size 4), keep global_batch_size with gradient accumulation; then "
+                     "[activation_checkpoint] mode = \"full\", a shorter [training] seq_len, or more FSDP / "
+                     "pipeline sharding", evidence, errors, confirmed=proper)
+    return None
 
 
 # a model's size in its name or the prose ("llama-13b-hf", "Meta-Llama-3-8B-Instruct", "使用 13B 模型")
