@@ -58,6 +58,17 @@ READINGS = [
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
      "CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_70b.toml ./run_train.sh", "out-of-memory",
      ["local_batch_size"]),
+    # env-not-applied: an override exported in the shell profile, Ollama started by systemd, the GPU unused (prose)
+    ("ollama runs only on the CPU with my RX 6600\nin ~/.profile: export HSA_OVERRIDE_GFX_VERSION=10.3.0\n"
+     "Mar 03 09:12:44 host systemd[1]: Started ollama.service - Ollama Service.", "env-not-applied",
+     ["HSA_OVERRIDE_GFX_VERSION=10.3.0", "ollama.service"]),
+    # visibility: a Vulkan device that is a layer over the CPU (llvmpipe) beside the card: ggml's own variable
+    ("ggml_vulkan: Found 2 Vulkan devices:\nggml_vulkan: 0 = llvmpipe (LLVM 17.0.6, 256 bits) (llvmpipe) | uma: 0\n"
+     "Vulkan1: AMD Radeon RX 7600 (RADV NAVI33) | uma: 0 | fp16: 1 | warp size: 64\n"
+     "Vulkan0: llvmpipe (LLVM 17.0.6, 256 bits) | uma: 1 | fp16: 0", "visibility", ["GGML_VK_VISIBLE_DEVICES=1"]),
+    # visibility: HIP's module never loaded on a second device (the Ryzen's iGPU): hide it
+    ("RX 7900 GRE, training crashes with AMP on:\n:0:/src/clr/hipamd/src/hip_global.cpp:158 : 998877 us: "
+     "Module not initialized", "visibility", ["HIP_VISIBLE_DEVICES=0", "iGPU"]),
 ]
 
 
@@ -101,6 +112,12 @@ NEGATIVES = [
      "is the largest cost"),
     # an SFT run (no GRPO) out of memory: no rollout-engine switches
     ("SFT of Qwen2.5-7B with LoRA on 2x A800 runs out of GPU memory", "move_model_batches"),
+    # two real Vulkan GPUs: nothing to hide
+    ("ggml_vulkan: Found 2 Vulkan devices:\nVulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31) | uma: 0\n"
+     "Vulkan1: AMD Radeon RX 6800 (RADV NAVI21) | uma: 0\nerror: vk::Device::createComputePipeline: ErrorUnknown",
+     "GGML_VK_VISIBLE_DEVICES"),
+    # an override exported for a hand-started `ollama serve` (no systemd): not the service reading
+    ("export HSA_OVERRIDE_GFX_VERSION=10.3.0\nollama serve\nollama still uses only the CPU", "systemctl edit"),
 ]
 
 

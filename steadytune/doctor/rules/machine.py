@@ -122,6 +122,58 @@ def _choice_ignored(ctx: Context) -> Optional[Diagnosis]:
                  "it uses", [], said)
 
 
+# a Vulkan device that is a translation layer over another (Mesa's Dozen over Direct3D 12) or the CPU (llvmpipe):
+# ggml lists it beside the real GPU and splits the model over both
+_VK_DEVICE = re.compile(r"^\W*(?:ggml_vulkan:\s*)?Vulkan(\d+):\s*(.+?)\s*(?:\||$)")
+_VK_LAYERED = re.compile(r"(?i)\(Dozen\)|Microsoft Direct3D ?12|\bllvmpipe\b|\bSwiftShader\b|\blavapipe\b")
+
+
+def _vulkan_layered_twin(ctx: Context) -> Optional[Diagnosis]:
+    """ggml's Vulkan backend lists every Vulkan device, and on Windows Mesa's Dozen layer shows the same card again
+    through Direct3D 12 (on Linux, llvmpipe shows the CPU): it uses them all, and the layered one fails or crawls.
+    GGML_VK_VISIBLE_DEVICES keeps only the real GPU (ggml's own variable, by the index it prints)."""
+    devices = [(n, m.group(1), m.group(2)) for n, line in enumerate(ctx.sheet.lines, 1)
+               if (m := _VK_DEVICE.search(line))]
+    layered = [d for d in devices if _VK_LAYERED.search(d[2])]
+    real = [d for d in devices if not _VK_LAYERED.search(d[2])]
+    if not layered or not real:
+        return None
+    keep = ",".join(dict.fromkeys(d[1] for d in real))
+    setting = (f"$env:GGML_VK_VISIBLE_DEVICES={keep} (PowerShell; cmd: set GGML_VK_VISIBLE_DEVICES={keep})"
+               if ctx.sheet.is_windows or re.search(r"(?i)\.exe\b|Direct3D|windows", _text(ctx)) else
+               f"export GGML_VK_VISIBLE_DEVICES={keep}")
+    return _make("visibility", "the same GPU is listed twice, once through a translation layer",
+                 f"the Vulkan loader lists {real[0][2]} and also {layered[0][2]}, a layer over another device "
+                 "(Mesa's Dozen over Direct3D 12, or a CPU renderer); llama.cpp uses every device it lists, and the "
+                 "layered one fails",
+                 f"keep only the real GPU: {setting} before starting; or remove the layer (uninstall the Mesa "
+                 "Dozen / OpenCL-and-Vulkan compatibility pack, or the mesa-vulkan llvmpipe driver)",
+                 [ctx.line_fact(ErrorLine(layered[0][0], ctx.sheet.lines[layered[0][0] - 1].strip(), None))],
+                 [ErrorLine(d[0], ctx.sheet.lines[d[0] - 1].strip(), None) for d in devices])
+
+
+# HIP's "Module not initialized" (hip_global.cpp): a kernel module was not loaded on the device the call runs on,
+# which is what a second visible GPU without code in the build (a Ryzen's iGPU, gfx1036 / gfx103x) gives
+_MODULE_NOT_LOADED = r"(?i)hip_global\.cpp.{0,60}Module not initialized|\bModule not initialized\b"
+
+
+def _module_not_loaded_on_a_second_gpu(ctx: Context) -> Optional[Diagnosis]:
+    said = _lines_matching(ctx, _MODULE_NOT_LOADED)
+    if not said or _nvidia_named(ctx) or not (_vendor(ctx) == "amd" or re.search(r"hip_global\.cpp", _text(ctx))):
+        return None
+    archs = ctx.sheet.machine_archs
+    igpu = next((a for a in archs if arch_info(a) and arch_info(a).kind == "apu"), None)
+    card = next((a for a in archs if a.startswith("gfx") and a != igpu), None)
+    who = f" ({igpu})" if igpu else " (a Ryzen 7000 / 9000 CPU has one: gfx1036)"
+    return _make("visibility", "a second GPU without code for this build is visible",
+                 "HIP says a module was never loaded on the device the kernel ran on: the build's code objects cover "
+                 f"the card{' (' + card + ')' if card else ''} but not another visible GPU, most often the CPU's "
+                 f"integrated GPU{who}, which the run (a DataLoader, AMP, a second device) also touches",
+                 "hide everything but the card: export HIP_VISIBLE_DEVICES=0 (rocminfo lists the agents in order: "
+                 "use the card's index) before starting, or disable the iGPU in the BIOS",
+                 [ctx.line_fact(said[0])], said, confirmed=False)
+
+
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
@@ -129,6 +181,9 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     misspelt = _misspelt_visibility(ctx)
     if misspelt is not None:
         return misspelt
+    doubled = _vulkan_layered_twin(ctx) or _module_not_loaded_on_a_second_gpu(ctx)
+    if doubled is not None:
+        return doubled
     errors = ctx.of("visibility")
     mask = re.search(r"\bROCR_VISIBLE_DEVICES=(\d+(?:,\d+)+)", _text(ctx))
     none = _lines_matching(ctx, r"(?i)No (?:CUDA|HIP) GPUs are available")
