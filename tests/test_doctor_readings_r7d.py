@@ -69,6 +69,22 @@ READINGS = [
     # visibility: HIP's module never loaded on a second device (the Ryzen's iGPU): hide it
     ("RX 7900 GRE, training crashes with AMP on:\n:0:/src/clr/hipamd/src/hip_global.cpp:158 : 998877 us: "
      "Module not initialized", "visibility", ["HIP_VISIBLE_DEVICES=0", "iGPU"]),
+    # gpu-hang: the driver evicting compute queues (another APU, another workload)
+    ("dmesg while 3 llama.cpp servers share a Radeon 890M (gfx1150):\n"
+     "amdgpu: Freeing queue vital buffer 0x7f00deadb000, queue evicted\nthen the desktop freezes", "gpu-hang",
+     ["amdgpu.cwsr_enable=0"]),
+    # gpu-hang: /dev/kfd opens with EINVAL although the user may open it: the GPU is stuck, reboot
+    ("$ rocminfo\nROCk module is loaded\nUnable to open /dev/kfd read-write: Invalid argument\n$ groups\n"
+     "alice video render\n(the RX 7800 XT was passed through to a Windows VM before)", "gpu-hang", ["reboot"]),
+    # attention: TGI's own kernels missing from a local install
+    ("text-generation-launcher --model-id mistralai/Mistral-7B-v0.1 --num-shard 4\nWARN text_generation_launcher: "
+     "Could not import Flash Attention enabled models: No module named 'flash_attn_cuda'", "attention",
+     ["make install-flash-attention", "make install-vllm"]),
+    # attention: flash-attn on a pre-Ampere GPU named in words: off, in the tool's own config key
+    ("axolotl on 2x Tesla T4: flash attention does not work on GPUs older than Ampere, where do I turn it off?",
+     "attention", ["flash_attention: false", "T4"]),
+    ("llamafactory-cli train qwen_lora.yaml fails building flash-attn on my RTX 2080 Ti", "attention",
+     ["flash_attn: sdpa", "RTX 2080"]),
 ]
 
 
@@ -118,6 +134,11 @@ NEGATIVES = [
      "GGML_VK_VISIBLE_DEVICES"),
     # an override exported for a hand-started `ollama serve` (no systemd): not the service reading
     ("export HSA_OVERRIDE_GFX_VERSION=10.3.0\nollama serve\nollama still uses only the CPU", "systemctl edit"),
+    # /dev/kfd refused for permission: the groups' reading, not a stuck GPU
+    ("Unable to open /dev/kfd read-write: Permission denied\nbob is not member of \"render\" group", "reboot the host"),
+    # flash-attn failing to build on an Ampere card: the build reading, not "needs Ampere"
+    ("pip install flash-attn fails: error: command '/usr/local/cuda/bin/nvcc' failed (RTX 3090)",
+     "needs an Ampere"),
 ]
 
 

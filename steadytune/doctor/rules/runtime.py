@@ -386,6 +386,16 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
                      "hipMemcpy goes through the SDMA copy engine, which hangs on this GPU/APU with this ROCm",
                      "export HSA_ENABLE_SDMA=0 (copies go through shader blits instead); ROCm 6.1 fixed it for the "
                      "APUs that reported it", [ctx.line_fact(errors[0])], errors)
+    evicted = [e for e in errors if re.search(r"(?i)queue vital buffer|queues? (?:was |were )?evicted|eviction", e.line)]
+    if evicted:
+        arch, fact = ctx.arch(evicted)
+        return _make("gpu-hang", "the driver keeps evicting the compute queues until the GPU hangs",
+                     "amdgpu's KFD evicts a process's compute queues (saving their waves: compute wave save/restore, "
+                     "CWSR) when it needs the GPU back; with several GPU processes at once the evictions pile up on "
+                     f"this {'GPU (' + arch + ')' if arch else 'GPU'}, and a failed save/restore leaves it hung",
+                     "boot with amdgpu.cwsr_enable=0 (GRUB_CMDLINE_LINUX_DEFAULT, update-grub, reboot; or options "
+                     "amdgpu cwsr_enable=0 in /etc/modprobe.d/amdgpu.conf), and move to a newer ROCm and kernel; fewer "
+                     "concurrent GPU processes until then", [f for f in (ctx.line_fact(evicted[0]), fact) if f], errors)
     firmware = re.search(r"(?i)\bMES\b[: ]*(?:0x[0-9a-f]+)?|firmware", joined)
     if firmware:
         return _make("gpu-hang", "the GPU hangs under a firmware regression",
@@ -403,6 +413,34 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
     if hit is not None:
         return _restate("gpu-hang", hit, errors)
     return _hang_otherwise(ctx, errors)
+
+
+_KFD_EINVAL = r"(?i)/dev/kfd\b.{0,30}:\s*Invalid argument"
+
+
+@rule("gpu-hang")
+def kfd_refuses(ctx: Context) -> Optional[Diagnosis]:
+    """/dev/kfd exists and may be opened (the listing or the groups say so), yet opening it fails with EINVAL, not a
+    permission or a missing file: the driver has the device node but no working GPU behind it, a GPU left stuck by a
+    reset that did not complete (passed through to a VM and handed back, a crashed job). Only a host reboot (a power
+    cycle) resets it; a container's flags do not."""
+    said = _lines_matching(ctx, _KFD_EINVAL)
+    if not said:
+        return None
+    text = _text_of(ctx)
+    allowed = re.search(r"crw-rw-rw-.{0,40}/dev/kfd|\b(?:member of|in) (?:the )?render group|^\S*\s*(?:\w+ )*render\b",
+                        text, re.M) or re.search(r"(?m)^(?:\S+ )*(?:video|render)(?: \S+)*$", text)
+    if not allowed:
+        return None
+    passthrough = re.search(r"(?i)passthrough|passed through|vfio|\bVM\b|virtual machine|proxmox", text)
+    return _first(_make("gpu-hang", "the GPU behind /dev/kfd is in a stuck state",
+                        "opening /dev/kfd fails with 'Invalid argument' although the device node is there and this "
+                        "user may open it: the driver has no working GPU behind it, which a reset that did not complete "
+                        "leaves" + (" (a GPU passed through to a VM and handed back to the host; the RX 7000 / 9000 "
+                                    "series do not reset cleanly)" if passthrough else ""),
+                        "reboot the host (a full power cycle if a warm reboot is not enough) to reset the GPU, then "
+                        "check sudo dmesg | grep -i amdgpu for init errors; avoid passing the GPU to a VM and back "
+                        "without a reboot", [ctx.line_fact(said[0])], said))
 
 
 # the ROCm releases pytorch.org has built torch for (its --index-url .../whl/rocmX.Y), oldest first
@@ -711,12 +749,41 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                  "option), fp32 to confirm", evidence, errors, confirmed=False)
 
 
+# NVIDIA GPUs older than Ampere, by name: flash-attn 2 has no kernels for them
+_PRE_AMPERE = re.compile(r"(?i)(?<![A-Za-z0-9])(?:V100|P100|P40|P4|T4|K80|M40|GTX ?1[06]\d\d|RTX ?20\d\d|Titan (?:V|Xp|RTX)|Quadro RTX ?\d+)"
+                         r"(?![A-Za-z0-9])|\b(?:Volta|Turing|Pascal)\b")
+
+
+def _attention_off(ctx: Context) -> str:
+    """How to turn flash-attn off, in the configuration language of the tool the paste uses."""
+    text = _text_of(ctx)
+    if re.search(r"(?i)\baxolotl\b", text):
+        return "flash_attention: false in the axolotl YAML (sdp_attention: true for PyTorch's fused attention)"
+    if re.search(r"(?i)llama-?factory|llamafactory-cli", text):
+        return "flash_attn: sdpa in the LLaMA-Factory YAML (or disabled)"
+    return ("load the model with attn_implementation=\"sdpa\" (or \"eager\") instead of \"flash_attention_2\", and "
+            "turn the tool's flash-attention option off (axolotl: flash_attention: false; LLaMA-Factory: flash_attn: "
+            "sdpa)")
+
+
 @rule("attention")
 def attention(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("attention")
     if not errors and ctx.tool() == "flash-attn":   # its build fails for this GPU's arch
         errors = [ErrorLine(i, l.strip(), "attention") for i, l in enumerate(ctx.sheet.lines, 1)
                   if re.search(r"(?i)errors? generated when compiling for gfx\w+", l)]
+    tgi = _lines_matching(ctx, r"(?i)Flash Attention enabled models")
+    if tgi:
+        # TGI's server imports its own compiled kernels (flash-attention, vLLM's paged-attention ops); a local install
+        # without them cannot shard or page; the install readings of the missing module do not fix it
+        return _first(_make("attention", "text-generation-inference was installed without its attention kernels",
+                            "a local TGI install imports the flash-attention and vLLM paged-attention kernels it "
+                            "builds itself (vllm_cache_ops, flash_attn_cuda); without them the models that need them "
+                            "(sharded, paged) refuse to load",
+                            "build the kernels from TGI's server folder: cd server && make install-flash-attention "
+                            "(make install-flash-attention-v2 for newer releases) && make install-vllm, then restart "
+                            "the launcher; or run TGI's docker image, which ships them", [ctx.line_fact(tgi[0])],
+                            tgi))
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
@@ -733,11 +800,16 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      f"building flash-attn from source needs the CUDA toolkit {cuda.group(1)} or newer",
                      f"install a prebuilt flash-attn wheel that matches torch and its CUDA (the release page lists "
                      f"them), or build with a CUDA {cuda.group(1)}+ toolkit", evidence, errors)
-    if re.search(r"(?i)Ampere GPUs or newer", text):
-        return _make("attention", "FlashAttention 2 needs an Ampere or newer GPU",
-                     "flash-attn 2 has kernels for sm_80 and newer only; this GPU is older",
-                     "do not use flash-attn here: load the model with attn_implementation=\"sdpa\" (or \"eager\") "
-                     "instead of \"flash_attention_2\"", evidence, errors)
+    old_gpu = _PRE_AMPERE.search(_text_of(ctx))
+    if re.search(r"(?i)Ampere GPUs or newer|(?:lower|older) than ampere", text) or (
+            old_gpu and re.search(r"(?i)flash[-_ ]?att", text)):
+        on = f" ({old_gpu.group(0)})" if old_gpu else ""
+        return _make("attention", f"FlashAttention 2 needs an Ampere or newer GPU{on}",
+                     f"flash-attn 2 has kernels for sm_80 (Ampere) and newer only; this GPU{on} is older, so there "
+                     "is nothing to build or install for it",
+                     f"do not use flash-attn on this GPU{on}: " + _attention_off(ctx) +
+                     " (the model runs with the default attention; drop flash-attn from the install)", evidence,
+                     errors)
     if re.search(r"(?i)FlashAttention2? has been toggled on|flash_attn\W+(?:seems to be )?not installed|No module named "
                  r"'flash_attn", text):
         amd = _vendor(ctx) == "amd"
