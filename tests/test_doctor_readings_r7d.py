@@ -85,6 +85,16 @@ READINGS = [
      "attention", ["flash_attention: false", "T4"]),
     ("llamafactory-cli train qwen_lora.yaml fails building flash-attn on my RTX 2080 Ti", "attention",
      ["flash_attn: sdpa", "RTX 2080"]),
+    # several Instinct GPUs on an Infinity Fabric bridge, each failing at init: test without the bridge
+    ("8x MI250X with the xGMI bridge cards installed, none comes up after the move to the new rack\n"
+     "amdgpu 0000:29:00.0: amdgpu: Fatal error during GPU init\n[drm:psp_hw_start [amdgpu]] *ERROR* PSP load kdb failed!",
+     "multi-gpu-transport", ["bridge"]),
+    # NCCL older than the GPU generation: a newer NCCL, not a transport variable
+    ("sendrecv_perf -g 2 on 2x RTX 5080\nNCCL version 2.21.5+cuda12.4\nnode:88:88 [1] NCCL WARN Cuda failure "
+     "'unspecified launch failure'", "arch-missing", ["2.26.2"]),
+    # ROCm's flash-attention refusing an AMD GPU by its arch check: build it for that arch
+    ("RuntimeError: FlashAttention only supports AMD MI200 GPUs or newer.\n(running on an AMD Instinct MI100)",
+     "arch-missing", ["gfx908", "GPU_ARCHS=gfx908"]),
 ]
 
 
@@ -139,6 +149,11 @@ NEGATIVES = [
     # flash-attn failing to build on an Ampere card: the build reading, not "needs Ampere"
     ("pip install flash-attn fails: error: command '/usr/local/cuda/bin/nvcc' failed (RTX 3090)",
      "needs an Ampere"),
+    # a single GPU's init failure with no bridge said: the driver's reading, not the bridge
+    ("amdgpu 0000:03:00.0: amdgpu: Fatal error during GPU init\n[drm:psp_hw_start [amdgpu]] *ERROR* PSP create ring "
+     "failed!\nRX 7900 XTX", "bridge"),
+    # a new NCCL on the same GPU: the transport readings, not "NCCL predates"
+    ("all_reduce_perf hangs on 2x RTX 5090\nNCCL version 2.27.3+cuda12.9", "predates"),
 ]
 
 

@@ -479,6 +479,33 @@ def _container_paths(text: str) -> bool:
     return bool(_CONTAINED.search(text) or re.search(r"/opt/conda/lib/python|\bnvcr\.io/|/workspace/", text))
 
 
+# GPUs joined by an Infinity Fabric (XGMI) bridge that fail their own start-up: the hive is set up while the driver
+# starts each GPU (PSP brings up the links), so a faulty bridge fails every GPU's init
+_BRIDGE = re.compile(r"(?i)\b(?:Infinity Fabric|XGMI|xGMI)\b.{0,20}\b(?:bridges?|links?|cards?)\b|\bbridge (?:card|board)\b")
+_INIT_FAILS = re.compile(r"(?i)Fatal error during GPU init|PSP (?:create ring|load|start)\w* failed|psp_hw_start|"
+                         r"amdgpu_device_ip_init failed|xgmi.{0,40}(?:fail|error)|hive.{0,30}(?:fail|error)")
+
+
+@rule("multi-gpu-transport")
+def xgmi_bridge(ctx: Context) -> Optional[Diagnosis]:
+    """Several Instinct GPUs linked by an Infinity Fabric bridge, each failing in the driver's start-up (the PSP that
+    also trains the XGMI links): the bridge is the part to test first, by booting without it."""
+    text = _text(ctx)
+    bridge = _BRIDGE.search(text)
+    failed = _lines_matching(ctx, _INIT_FAILS.pattern)
+    several = re.search(r"(?i)\b(?:[2-8] ?x ?|[2-8] )(?:AMD )?(?:Instinct )?MI\d{3}\w*|\b(?:[2-8]|four|eight|two) GPUs\b", text)
+    if not (bridge and failed and several):
+        return None
+    return _first(_make("multi-gpu-transport", "the GPUs linked by an Infinity Fabric bridge fail to start",
+                        "every GPU of the XGMI hive fails in the driver's start-up (the PSP firmware that also brings "
+                        "up the Infinity Fabric links), and the GPUs share one part: the bridge; a faulty bridge or "
+                        "connector fails all of them, where a firmware problem would not depend on it",
+                        "power off, remove the Infinity Fabric bridge and boot: if every GPU then initialises "
+                        "(rocm-smi lists them all), the bridge or a connector is faulty: reseat it, then replace "
+                        "the bridge; if they still fail without it, update linux-firmware and amdgpu-dkms",
+                        [ctx.line_fact(failed[0])], failed))
+
+
 # a serving engine's own all-reduce kernel (vLLM's, SGLang's custom_all_reduce) copies over GPU peer access directly;
 # NCCL_P2P_DISABLE does not reach it, the engine's own switch does
 _CUSTOM_ALLREDUCE = re.compile(r"(?i)custom_?all_?reduce|CustomAllreduce")
@@ -518,6 +545,33 @@ def _split_model_garbage(ctx: Context) -> Optional[Diagnosis]:
                  "build llama.cpp with -DGGML_CUDA_NO_PEER_COPY=ON (copies go through host memory), or confirm on one "
                  "GPU first (HIP_VISIBLE_DEVICES=0 / CUDA_VISIBLE_DEVICES=0, or --split-mode none); the platform fix "
                  "is iommu=pt on the kernel command line", [], garbage)
+
+
+_NCCL_VERSION = re.compile(r"\bNCCL version (\d+)\.(\d+)\.(\d+)")
+# the first NCCL release that runs each new NVIDIA generation's collectives (NCCL's release notes; the RTX 50
+# series, sm_120, failed alltoall / sendrecv before 2.26.2)
+_NCCL_FOR_ARCH = {"sm_120": (2, 26, 2), "sm_100": (2, 26, 2)}
+
+
+def _nccl_before_the_gpu(ctx: Context, errors: list, joined: str) -> Optional[Diagnosis]:
+    """NCCL older than the GPU: its kernels and tuning tables predate this generation, so collectives fail however the
+    transport is set; a newer NCCL is the fix, not a transport variable."""
+    found = _NCCL_VERSION.search(joined)
+    if not found:
+        return None
+    version = tuple(int(x) for x in found.groups())
+    for arch in ctx.sheet.machine_archs:
+        need = _NCCL_FOR_ARCH.get(arch)
+        if need and version < need:
+            have, want = ".".join(map(str, version)), ".".join(map(str, need))
+            return _make("arch-missing", f"NCCL {have} predates this GPU ({arch})",
+                         f"NCCL {have} was released before this GPU generation ({arch}) was supported: its "
+                         "collectives fail or need source patches on it; the transport is not the problem",
+                         f"use NCCL {want} or newer: pip install -U \"nvidia-nccl-cu12>={want}\" (torch loads the "
+                         f"pip NCCL), or build nccl and nccl-tests from the v{want} tag (make "
+                         f"NVCC_GENCODE=\"-gencode=arch=compute_120,code=sm_120\")",
+                         [ctx.line_fact(errors[0])], errors)
+    return None
 
 
 # a run over several GPUs, said: a launcher's process count, a count of cards
@@ -583,6 +637,9 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     evidence = [ctx.line_fact(errors[0])]
+    too_old = _nccl_before_the_gpu(ctx, errors, joined)
+    if too_old is not None:
+        return too_old
     custom = _custom_all_reduce(ctx, errors, text)
     if custom is not None:
         return custom

@@ -8,6 +8,7 @@ from typing import Optional
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.rules.base import (
     WINDOWS_WORD,
+    _arch_fact,
     on_windows,
     Context,
     Diagnosis,
@@ -754,6 +755,27 @@ _PRE_AMPERE = re.compile(r"(?i)(?<![A-Za-z0-9])(?:V100|P100|P40|P4|T4|K80|M40|GT
                          r"(?![A-Za-z0-9])|\b(?:Volta|Turing|Pascal)\b")
 
 
+def _amd_arch_outside_flash_attention(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """ROCm's flash-attention refusing an AMD GPU by its own arch check ("only supports MI200 GPUs or newer"): the
+    arch is missing from the build's list, which the maintainers extend (gfx908 was added that way), so the arch
+    reading: build it for this arch, or use SDPA."""
+    said = _lines_matching(ctx, r"(?i)FlashAttention only supports AMD|only supports AMD MI\d+")
+    if not said:
+        return None
+    allowed = re.compile(r"gfx9(?:0a|4\d|5\d)")
+    refused = [a for a in ctx.sheet.machine_archs if a.startswith("gfx") and not allowed.fullmatch(a)]
+    if not refused:
+        return None
+    arch = refused[0]
+    return _make("arch-missing", f"ROCm's flash-attention leaves {arch} out of its arch check",
+                 f"the flash-attention build checks the GPU's arch against the ones it was made for (MI200 / MI300: "
+                 f"gfx90a, gfx94x); {arch} is not in that list, so it refuses the GPU before running",
+                 f"build ROCm/flash-attention from a release whose arch check includes {arch} (add it to the valid "
+                 f"archs in setup.py and the TORCH_CHECK where it is missing), with GPU_ARCHS={arch} pip install "
+                 f"--no-build-isolation .; or skip it: attn_implementation=\"sdpa\"",
+                 [f for f in (_arch_fact(ctx, arch),) if f], said)
+
+
 def _attention_off(ctx: Context) -> str:
     """How to turn flash-attn off, in the configuration language of the tool the paste uses."""
     text = _text_of(ctx)
@@ -853,6 +875,9 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "the installed xformers has no ROCm kernels for this arch",
                      "do not use xformers on AMD: uninstall it or start without it (ComfyUI: "
                      "--use-pytorch-cross-attention; A1111: no --xformers) and use PyTorch's SDPA", evidence, errors)
+    refused = _amd_arch_outside_flash_attention(ctx, text)
+    if refused is not None:
+        return refused
     if re.search(r"(?i)not supported by Flash-?Attention|FlashAttention only supports|compiling for gfx", text):
         return _make("attention", "flash-attn does not support this GPU",
                      "this flash-attn build has no kernels for the GPU's arch",
