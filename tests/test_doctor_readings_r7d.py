@@ -95,6 +95,9 @@ READINGS = [
     # ROCm's flash-attention refusing an AMD GPU by its arch check: build it for that arch
     ("RuntimeError: FlashAttention only supports AMD MI200 GPUs or newer.\n(running on an AMD Instinct MI100)",
      "arch-missing", ["gfx908", "GPU_ARCHS=gfx908"]),
+    # a serving engine that fails only with tensor parallelism, said in words: its documented first checks
+    ("Qwen2-72B-AWQ runs on one A6000 but crashes when I set --tensor-parallel-size 2", "multi-gpu-transport",
+     ["--ipc=host", "NCCL_P2P_DISABLE=1"]),
 ]
 
 
@@ -154,6 +157,8 @@ NEGATIVES = [
      "failed!\nRX 7900 XTX", "bridge"),
     # a new NCCL on the same GPU: the transport readings, not "NCCL predates"
     ("all_reduce_perf hangs on 2x RTX 5090\nNCCL version 2.27.3+cuda12.9", "predates"),
+    # tensor parallelism that works: nothing to read
+    ("vllm serve with --tensor-parallel-size 4 runs fine, how do I raise the throughput?", "--ipc=host"),
 ]
 
 

@@ -615,6 +615,27 @@ def _nvlink_sharp(ctx: Context, errors: list, joined: str) -> Optional[Diagnosis
     return None
 
 
+_TP_FLAG = r"--tensor-parallel-size|tensor_parallel_size|--tp-size|\s-tp\s+[2-9]"
+_FAILS_SAID = re.compile(r"(?i)\b(?:error|bug|fails?|failed|failing|crash\w*|exception|does ?n.t work|not working)\b|报错|出错|失败")
+
+
+def _tensor_parallel_fails(ctx: Context) -> Optional[Diagnosis]:
+    """A serving engine that fails only when its tensor parallelism is on, said in words with no error line: its
+    workers meet over /dev/shm and NCCL, so the engine's documented first checks (a container's shared memory, then
+    peer-to-peer) are the likely reading."""
+    said = [line for line in _lines_matching(ctx, _TP_FLAG + r"|(?i:multiple GPUs|multi[- ]?GPU|several GPUs)")
+            if _FAILS_SAID.search(line.line)]
+    if not said or not re.search(_TP_FLAG, _text(ctx)):
+        return None
+    return _make("multi-gpu-transport", "the engine fails once tensor parallelism spreads it over GPUs",
+                 "with tensor parallelism the engine starts one worker per GPU; they exchange through /dev/shm "
+                 "(64 MB in a default container) and NCCL (peer-to-peer between the GPUs), which is what fails when "
+                 "one GPU works and several do not",
+                 "in docker start the container with --ipc=host (or --shm-size=16g), as vLLM's docker docs say; on "
+                 "consumer GPUs add NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce; rerun with NCCL_DEBUG=INFO to "
+                 "see the step that fails", [], said, confirmed=False)
+
+
 @rule("multi-gpu-transport")
 def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
@@ -633,7 +654,7 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
-        return _split_model_garbage(ctx)
+        return _split_model_garbage(ctx) or _tensor_parallel_fails(ctx)
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     evidence = [ctx.line_fact(errors[0])]
