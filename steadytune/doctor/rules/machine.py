@@ -124,7 +124,7 @@ def _choice_ignored(ctx: Context) -> Optional[Diagnosis]:
 
 # a Vulkan device that is a translation layer over another (Mesa's Dozen over Direct3D 12) or the CPU (llvmpipe):
 # ggml lists it beside the real GPU and splits the model over both
-_VK_DEVICE = re.compile(r"^\W*(?:ggml_vulkan:\s*)?Vulkan(\d+):\s*(.+?)\s*(?:\||$)")
+_VK_DEVICE = re.compile(r"^\W*(?:ggml_vulkan:\s*)?Vulkan(\d+):\s*([^|\n]*[^|\s])")
 _VK_LAYERED = re.compile(r"(?i)\(Dozen\)|Microsoft Direct3D ?12|\bllvmpipe\b|\bSwiftShader\b|\blavapipe\b")
 
 
