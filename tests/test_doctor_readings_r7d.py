@@ -98,6 +98,9 @@ READINGS = [
     # a serving engine that fails only with tensor parallelism, said in words: its documented first checks
     ("Qwen2-72B-AWQ runs on one A6000 but crashes when I set --tensor-parallel-size 2", "multi-gpu-transport",
      ["--ipc=host", "NCCL_P2P_DISABLE=1"]),
+    # the same readings said in Chinese: flash-attn on a pre-Ampere card, bf16 refused
+    ("我的显卡是T4，flash-attn装不上，怎么关掉", "attention", ["T4", "sdpa"]),
+    ("用llamafactory做DPO训练，bf16报错，显卡不支持bf16", "precision", ["fp16: true"]),
 ]
 
 
