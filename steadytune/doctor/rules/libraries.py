@@ -1,0 +1,177 @@
+"""Readings of the shared libraries a GPU package loads (install families): a cuDNN major that the package and torch
+disagree on, a library release older than the one a binary was built against, pip's CUDA libraries shadowed by the
+system's on LD_LIBRARY_PATH, the unversioned libcuda.so a runtime-only driver install lacks, a Windows DLL whose
+dependencies Python's restricted search does not find, a ROCm tool's own Python modules."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+# "Unable to load any of {libcudnn_ops.so.9.1.0, ...}" (ctranslate2), "Could not load library libcudnn_ops_infer.so.8"
+_CUDNN_WANTED = re.compile(r"(?i)(?:Unable to load any of \{|Could not load library |cannot open shared object file.{0,40}?)"
+                           r"libcudnn\w*\.so\.(\d+)|libcudnn\w*\.so\.(\d+)\S*: cannot open shared object")
+_CTRANSLATE2 = re.compile(r"(?i)ctranslate2|faster[-_]whisper|whisperx|whisper-?ctranslate2")
+_TORCH_RELEASE = re.compile(r"(?i)\btorch(?:==|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
+
+
+@rule("wheel-platform")
+def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
+    """CTranslate2 (faster-whisper, WhisperX) links cuDNN by major: 4.4.0 and older need cuDNN 8, 4.5.0 and newer cuDNN
+    9. torch's CUDA wheels bring cuDNN 8 up to torch 2.3 and cuDNN 9 from torch 2.4: the two must agree, and where the
+    paste shows no torch the pip-installed cuDNN is only off the loader's path."""
+    text = _text(ctx)
+    if not _CTRANSLATE2.search(text):
+        return None
+    lines = _lines_matching(ctx, _CUDNN_WANTED.pattern)
+    if not lines:
+        return None
+    m = _CUDNN_WANTED.search(lines[0].line)
+    wanted = int(m.group(1) or m.group(2))
+    torch = _TORCH_RELEASE.search(text)
+    torch_cudnn = (9 if _release(torch.group(1)) >= (2, 4) else 8) if torch else None
+    evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
+    if torch_cudnn == 8 and wanted >= 9:
+        return _make("wheel-platform", "ctranslate2 wants cuDNN 9, torch brings cuDNN 8",
+                     f"ctranslate2 4.5.0 and newer are built for cuDNN 9; torch {torch.group(1)} comes with cuDNN 8",
+                     "pip install ctranslate2==4.4.0 (the last cuDNN 8 release), or move to torch 2.4 or newer (cuDNN 9)",
+                     evidence, covers)
+    if torch_cudnn == 9 and wanted == 8:
+        return _make("wheel-platform", "ctranslate2 wants cuDNN 8, torch brings cuDNN 9",
+                     f"ctranslate2 4.4.0 and older are built for cuDNN 8; torch {torch.group(1)} comes with cuDNN 9",
+                     "pip install -U \"ctranslate2>=4.5.0\" (cuDNN 9; relax the program's pin on ctranslate2), or keep "
+                     "torch below 2.4 with ctranslate2 4.4.0", evidence, covers)
+    if wanted >= 9:
+        return _make("rocm-libs-missing", "pip's cuDNN 9 is not on the loader's path",
+                     "ctranslate2 opens cuDNN by name; pip's nvidia-cudnn-cu12 puts it in site-packages/nvidia/cudnn/lib, "
+                     "a folder the loader does not search",
+                     "pip install nvidia-cudnn-cu12 (if it is not installed) and export LD_LIBRARY_PATH=$(python -c "
+                     "'import os, nvidia.cudnn; print(os.path.dirname(nvidia.cudnn.__file__))')/lib:$LD_LIBRARY_PATH "
+                     "before starting the program", evidence, covers)
+    return None
+
+
+_CUDNN_OLDER = re.compile(r"(?i)Loaded runtime CuDNN library: (\d+(?:\.\d+)*) but source was compiled with: (\d+(?:\.\d+)*)")
+
+
+@rule("wheel-platform")
+def cudnn_older_than_built_against(ctx: Context) -> Optional[Diagnosis]:
+    """A binary built against one cuDNN minor refuses an older one at run time (same major, equal or newer minor)."""
+    lines = _lines_matching(ctx, _CUDNN_OLDER.pattern)
+    if not lines:
+        return None
+    runtime, built = _CUDNN_OLDER.search(lines[0].line).groups()
+    # jaxlib prints TensorFlow's stream executor lines (its XLA is TensorFlow's): jax named anywhere wins
+    tool = next((t for t in ("jaxlib", "tensorflow", "torch") if t[:3] in _text(ctx).lower()), "the package")
+    return _make("wheel-platform", f"cuDNN {runtime} is older than the {built} it was built for",
+                 f"{tool} was built against cuDNN {built}; the cuDNN loaded is {runtime}, an older minor",
+                 f"upgrade cuDNN to {built} or newer of the same major (pip install \"nvidia-cudnn-cu"
+                 f"{'12' if _release(built) >= (9,) else '11'}>={built}\", or the system libcudnn package), or install "
+                 f"the {tool} build made for cuDNN {runtime}", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# a library inside pip's nvidia-* wheels that misses a symbol another (older) copy lacks: the system's CUDA is first
+_PIP_NVIDIA_SYMBOL = re.compile(r"(?:site|dist)-packages/(?:torch/lib/\.\./\.\./)?nvidia/(\w+)/lib/(lib[\w.]+\.so[.\d]*): "
+                                r"undefined symbol: (\S+?)(?:, version (lib[\w.]+))?$")
+
+
+@rule("abi-mismatch")
+def system_cuda_shadows_pip_libraries(ctx: Context) -> Optional[Diagnosis]:
+    """torch's CUDA wheels load their CUDA libraries from pip's nvidia-* packages; a CUDA toolkit's lib64 on
+    LD_LIBRARY_PATH is searched first, so one of those libraries picks up an older system copy of its sibling."""
+    lines = _lines_matching(ctx, _PIP_NVIDIA_SYMBOL.pattern)
+    if not lines:
+        return None
+    m = _PIP_NVIDIA_SYMBOL.search(lines[0].line)
+    sibling = m.group(4) or "its sibling library"
+    return _make("abi-mismatch", f"a system CUDA library shadows pip's {m.group(2)}'s sibling",
+                 f"pip's {m.group(2)} needs {m.group(3)} from {sibling}; the loader found an older {sibling} first "
+                 "(a CUDA toolkit's lib64 on LD_LIBRARY_PATH), which lacks it",
+                 "drop the system CUDA folders from the loader's path for this environment: unset LD_LIBRARY_PATH (or "
+                 "export LD_LIBRARY_PATH without /usr/local/cuda*/lib64) and run again; torch then loads the copies "
+                 "pip installed beside it", [ctx.line_fact(lines[0])],
+                 lines[:1] + _lines_matching(ctx, r"(?i)undefined symbol"))   # a title saying it is the same error
+
+
+_LIBCUDA_UNVERSIONED = re.compile(r"(?i)libcuda\.so(?![.\w])")
+_LIBCUDA_ONE = re.compile(r"libcuda\.so\.1\b")
+
+
+@rule("rocm-libs-missing")   # or wsl, under WSL 2
+def unversioned_libcuda(ctx: Context) -> Optional[Diagnosis]:
+    """The NVIDIA driver's runtime install has libcuda.so.1 only; the unversioned libcuda.so is a development link
+    (Triton's launcher links -lcuda, libcudnn dlopens "libcuda.so"). Under WSL 2 the driver's libraries are in
+    /usr/lib/wsl/lib, which ldconfig caches by soname only."""
+    text = _text(ctx)
+    if not (_LIBCUDA_ONE.search(text) and _LIBCUDA_UNVERSIONED.search(text)):
+        return None
+    lines = [line for line in _lines_matching(ctx, r"(?i)libcuda\.so(?![.\w])|-lcuda\b")
+             if re.search(r"(?i)cannot open|not found|no such file|lack|missing|fail|cannot find|only|-lcuda", line.line)]
+    if not lines:
+        return None
+    evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
+    if "/usr/lib/wsl/lib" in text or ctx.sheet.has("platform", "wsl"):
+        return _make("wsl", "WSL 2's libcuda.so is not on the loader's path",
+                     "under WSL 2 the driver's libcuda lives in /usr/lib/wsl/lib, where ldconfig lists only "
+                     "libcuda.so.1; a dlopen of libcuda.so finds nothing",
+                     "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH (in ~/.bashrc for every shell)",
+                     evidence, covers)
+    tool = ctx.tool(lines[:1]) or "the program"
+    return _make("rocm-libs-missing", "the driver install has libcuda.so.1 but no libcuda.so",
+                 f"{tool} links or opens the unversioned libcuda.so, a development link that driver-only installs and "
+                 "runtime images do not ship (they have libcuda.so.1)",
+                 "create the link beside the driver's library: sudo ln -s libcuda.so.1 <its folder>/libcuda.so (ldconfig "
+                 f"-p | grep libcuda.so.1 shows the folder; sudo ldconfig after), or a {tool} release that links "
+                 "libcuda.so.1 itself", evidence, covers)
+
+
+# Python 3.8+ on Windows loads a DLL's dependencies from its own folder and the system only, not PATH
+_CTYPES_DLL = re.compile(r"Could not find module '([^']+\.dll)' \(or one of its dependencies\)")
+
+
+@rule("rocm-libs-missing")
+def windows_dll_dependencies_off_search_path(ctx: Context) -> Optional[Diagnosis]:
+    lines = _lines_matching(ctx, _CTYPES_DLL.pattern)
+    if not lines:
+        return None
+    path = _CTYPES_DLL.search(lines[0].line).group(1)
+    if re.search(r"(?i)site-packages", path):
+        return None   # a package's own DLL: its loader adds its folders; a dependency missing there is another wheel
+    folder = "%HIP_PATH%bin (the HIP SDK's)" if re.search(r"(?i)zluda|hip|rocm|amd", _text(ctx)) else \
+        "the folder of the libraries it needs"
+    return _make("rocm-libs-missing", f"Windows cannot load {path.split(chr(92))[-1]}'s dependencies",
+                 f"{path} is loaded with ctypes; since Python 3.8 Windows resolves its dependencies without PATH, so "
+                 "the libraries it links (from another folder) are not found",
+                 f"load it with the standard search: ctypes.CDLL(r\"{path}\", winmode=0), or call "
+                 f"os.add_dll_directory({folder}) before loading it", [ctx.line_fact(lines[0])],
+                 lines[:1] + _lines_matching(ctx, re.escape(path.split(chr(92))[-1])))   # a title naming the DLL too
+
+
+_MODULE_MISSING = re.compile(r"No module named '?([\w.]+)'?")
+_ROCM_CLI = re.compile(r"(?i)(?<![\w-])(amd-smi|rocm-smi|rocminfo|rocprof\w*|hipify-\w+)(?![\w-])")
+_PIP_NAMES = {"yaml": "PyYAML", "google": "protobuf", "cv2": "opencv-python"}
+
+
+@rule("rocm-libs-missing")
+def rocm_tool_python_module(ctx: Context) -> Optional[Diagnosis]:
+    """ROCm's command-line tools written in Python run under the system python3 and import modules the ROCm packages
+    do not always pull in."""
+    lines = _lines_matching(ctx, _MODULE_MISSING.pattern)
+    tool = _ROCM_CLI.search(_text(ctx))
+    if not lines or not tool or (ctx.tool(lines[-1:]) or tool.group(1)).lower() != tool.group(1).lower():
+        return None   # another program (torch, ollama) failed: the ROCm tool is only named beside its import error
+    module = _MODULE_MISSING.search(lines[-1].line).group(1).split(".")[0]
+    package = _PIP_NAMES.get(module, module)
+    extra = ("; or reinstall amd-smi's own package: cd /opt/rocm/share/amd_smi && sudo python3 -m pip install ."
+             if tool.group(1).lower() == "amd-smi" else "")
+    return _make("rocm-libs-missing", f"{tool.group(1)} cannot import {module}",
+                 f"{tool.group(1)} runs under the system python3 and imports {module}, which the ROCm packages did not "
+                 "install there", f"sudo python3 -m pip install {package} (the python3 of {tool.group(1)}'s first line; "
+                 f"apt: python3-{module.lower()}){extra}", [ctx.line_fact(lines[-1])], lines[-1:])
