@@ -175,3 +175,59 @@ def rocm_tool_python_module(ctx: Context) -> Optional[Diagnosis]:
                  f"{tool.group(1)} runs under the system python3 and imports {module}, which the ROCm packages did not "
                  "install there", f"sudo python3 -m pip install {package} (the python3 of {tool.group(1)}'s first line; "
                  f"apt: python3-{module.lower()}){extra}", [ctx.line_fact(lines[-1])], lines[-1:])
+
+
+_ORT_RELEASE = re.compile(r"(?i)\bonnx?ru[nm]time(?:-gpu)?\s*(?:==|version:?\s*|v)?\s*(1\.\d+(?:\.\d+)?)")
+_CUDA_MAJOR = re.compile(r"(?i)\bCUDA\s*(?:SDK\s*|version:?\s*|toolkit\s*)?(1[12])(?:\.\d+)?\b|\bcu(1[12])\d\b")
+_ORT_CUDA_FAILED = re.compile(r"(?i)Failed to (?:create|load)\W{0,3}(?:cuda|CUDAExecutionProvider)|"
+                              r"libonnxruntime_providers_cuda|CUDAExecutionProvider'? is not in available")
+
+
+@rule("wheel-platform")
+def onnxruntime_gpu_cuda_major(ctx: Context) -> Optional[Diagnosis]:
+    """onnxruntime-gpu is built for one CUDA major: on PyPI 1.18 and older are CUDA 11.8 builds (CUDA 12 builds from
+    1.17 on a separate feed), 1.19 and newer CUDA 12 builds. A release for the other major cannot create its CUDA
+    provider."""
+    lines = _lines_matching(ctx, _ORT_CUDA_FAILED.pattern)
+    text = _text(ctx)
+    release, cuda = _ORT_RELEASE.search(text), _CUDA_MAJOR.search(text)
+    if not lines or not release or not cuda:
+        return None
+    ort, major = release.group(1), int(cuda.group(1) or cuda.group(2))
+    if major == 12 and _release(ort) < (1, 19):
+        fix = ("pip install -U \"onnxruntime-gpu>=1.19\" (PyPI's CUDA 12 builds); 1.17 and 1.18 have CUDA 12 builds on "
+               "the onnxruntime-cuda-12 feed only")
+        built = "CUDA 11.8"
+    elif major == 11 and _release(ort) >= (1, 19):
+        fix = ("install the CUDA 11 build from the onnxruntime-cuda-11 feed (pip install onnxruntime-gpu --index-url "
+               "https://aiinfra.pkgs.visualstudio.com/PublicPackages/_packaging/onnxruntime-cuda-11/pypi/simple/), or "
+               "pip install \"onnxruntime-gpu<1.19\"")
+        built = "CUDA 12"
+    else:
+        return None
+    return _make("wheel-platform", f"onnxruntime-gpu {ort} is a {built} build",
+                 f"onnxruntime-gpu {ort} from PyPI is built for {built}, and this machine has CUDA {major}: its CUDA "
+                 "provider cannot load", fix, [ctx.line_fact(lines[0])], lines[:1])
+
+
+# clang/hipcc: "cannot find ROCm device library; provide its path via '--rocm-path' or '--rocm-device-lib-path'", and
+# users' words for it
+_DEVICE_LIBS = re.compile(r"(?i)cannot find ROCm device librar|(?:can'?t|cannot|fails? to|unable to|not) (?:find|locate)"
+                          r".{0,30}\b(?:rocm-)?device[-_ ]lib|device[-_ ]lib(?:s|-path)?\b.{0,30}\b(?:missing|not found)")
+
+
+@rule("rocm-libs-missing")
+def device_bitcode_not_found(ctx: Context) -> Optional[Diagnosis]:
+    """The HIP compiler links every kernel with ROCm's device libraries (ocml, ockl: amdgcn/bitcode/*.bc) and looks for
+    them under the ROCm root only; a build of its own or a distribution's packaging puts them elsewhere."""
+    lines = _lines_matching(ctx, _DEVICE_LIBS.pattern)
+    if not lines:
+        return None
+    shown = re.search(r"(/\S+/amdgcn/bitcode)\b", _text(ctx))
+    folder = shown.group(1) if shown else "<the folder with ocml.bc: find / -name ocml.bc>"
+    return _make("rocm-libs-missing", "the HIP compiler cannot find ROCm's device libraries",
+                 "hipcc/clang link each kernel with the device bitcode (ocml.bc, ockl.bc) and look for it under the ROCm "
+                 "root only; here it lives elsewhere",
+                 f"export HIP_DEVICE_LIB_PATH={folder} DEVICE_LIB_PATH={folder} (hipcc reads them) before the build, or "
+                 f"pass --rocm-device-lib-path={folder} to clang (HIPCC_COMPILE_FLAGS_APPEND, or the CMake "
+                 "CMAKE_HIP_FLAGS)", [ctx.line_fact(lines[0])], lines[:1])
