@@ -275,6 +275,27 @@ def _unquoted_comparison(ctx: Context) -> Optional[Diagnosis]:
                  [ErrorLine(number, ctx.sheet.lines[number - 1], None)], confirmed=bool(other))
 
 
+# the pytorch channel's releases for each pytorch-cuda (pytorch.org "previous versions"), as conda pins, oldest first
+_PYTORCH_CUDA_TRIOS = {
+    "11.6": ("pytorch=1.13.1 torchvision=0.14.1 torchaudio=0.13.1",),
+    "11.7": ("pytorch=1.13.1 torchvision=0.14.1 torchaudio=0.13.1", "pytorch=2.0.1 torchvision=0.15.2 torchaudio=2.0.2"),
+    "11.8": ("pytorch=2.0.1 torchvision=0.15.2 torchaudio=2.0.2", "pytorch=2.5.1 torchvision=0.20.1 torchaudio=2.5.1"),
+    "12.1": ("pytorch=2.1.2 torchvision=0.16.2 torchaudio=2.1.2", "pytorch=2.5.1 torchvision=0.20.1 torchaudio=2.5.1"),
+    "12.4": ("pytorch=2.4.1 torchvision=0.19.1 torchaudio=2.4.1", "pytorch=2.5.1 torchvision=0.20.1 torchaudio=2.5.1"),
+}
+
+
+def _conda_unpinned_trio(text: str) -> Optional[tuple[str, tuple[str, ...]]]:
+    """(the pytorch-cuda, the pinned releases to use) for a conda install that pins pytorch-cuda but leaves
+    torchvision or torchaudio without a release."""
+    line = re.search(r"(?i)\bconda install\b[^\n]*\bpytorch-cuda=(\d+\.\d+)[^\n]*", text)
+    if not line or line.group(1) not in _PYTORCH_CUDA_TRIOS:
+        return None
+    if not re.search(r"(?<![\w-])(?:torchvision|torchaudio)(?![\w=-])", line.group(0)):
+        return None
+    return line.group(1), _PYTORCH_CUDA_TRIOS[line.group(1)]
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
@@ -338,6 +359,17 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "ZLUDA translates CUDA calls for the AMD GPU, so it needs torch's CUDA build; the installed torch "
                      "has no CUDA", _table_fix(ctx, "zluda", "torch-build"), evidence, errors + ctx.no_gpu(),
                      confirmed=not unsure)
+    unpinned = _conda_unpinned_trio(joined)
+    if conda and vendor != "amd" and unpinned:
+        cuda, trios = unpinned
+        return _make("torch-build", "conda's unpinned torchvision / torchaudio pulled another pytorch",
+                     f"the conda line pins pytorch-cuda={cuda} but not the packages' releases, so the solver takes the "
+                     f"newest torchvision / torchaudio, whose pytorch has no pytorch-cuda={cuda} build, and settles on a "
+                     "CPU (or mismatched) pytorch",
+                     f"pin all three to one release built for pytorch-cuda={cuda}: conda install {trios[0]} "
+                     f"pytorch-cuda={cuda} -c pytorch -c nvidia" + (f" (or {', or '.join(trios[1:])})" if trios[1:]
+                                                                      else ""),
+                     evidence, errors + ctx.of("visibility"), confirmed=not unsure)
     if conda and vendor != "amd":
         return _make("torch-build", "conda installed the CPU build of pytorch",
                      "conda picked a CPU-only pytorch (a build string like py3.9_cpu_0): the channel has no CUDA build "
@@ -1013,6 +1045,9 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         if ctx.of("torch-build"):   # the CPU torch that followed is its symptom
             diagnosis.rank = family("torch-build").rank - 1
         return diagnosis
+    if not re.search(r"(?i)could not find a version|no matching distribution|from versions|not a supported wheel|"
+                     r"no version of|is not available for|no wheels?\b|wheels? (?:for|is not)", _text(ctx)):
+        return None   # no installer said it found no wheel: a module missing at run time (a kernel not built) is not
     if ctx.sheet.is_windows and re.search(r"rocm", text):
         fix = "pytorch.org's ROCm wheels are Linux only: use WSL 2 or Linux, or AMD's Windows wheels"
     else:

@@ -231,3 +231,27 @@ def device_bitcode_not_found(ctx: Context) -> Optional[Diagnosis]:
                  f"export HIP_DEVICE_LIB_PATH={folder} DEVICE_LIB_PATH={folder} (hipcc reads them) before the build, or "
                  f"pass --rocm-device-lib-path={folder} to clang (HIPCC_COMPILE_FLAGS_APPEND, or the CMake "
                  "CMAKE_HIP_FLAGS)", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# "CUDA Toolkit _not_ installed", "without the CUDA toolkit", "CUDA runtime is not installed", "没有安装CUDA"
+_NO_CUDA_TOOLKIT = re.compile(r"(?i)\bCUDA (?:toolkit|runtime)[\W_]{0,3}(?:is |was |were )?[*_]?(?:not|n't)[*_]?\s*installed|"
+                              r"\bwithout (?:the |a )?CUDA (?:toolkit|runtime)\b|\bno CUDA (?:toolkit|runtime)\b|"
+                              r"(?:没有|未)安装\s*CUDA")
+
+
+@rule("rocm-libs-missing")
+def cuda_toolkit_not_installed(ctx: Context) -> Optional[Diagnosis]:
+    """A program whose GPU engine loads the CUDA runtime libraries from a CUDA Toolkit install (not from a wheel of
+    its own) fails on a machine with only the display driver: the user says the toolkit is not installed."""
+    lines = _lines_matching(ctx, _NO_CUDA_TOOLKIT.pattern)
+    if not lines or any(e.family for e in ctx.errors):
+        return None   # an error line of its own says more than the remark
+    tool = ctx.tool() or "the program"
+    windows = on_windows(ctx, _text(ctx))
+    return _make("rocm-libs-missing", "the CUDA runtime libraries are not installed",
+                 f"{tool}'s GPU engine loads the CUDA runtime (cudart, cuBLAS) from a CUDA Toolkit install; with only "
+                 "the display driver it cannot start on the GPU",
+                 f"install the NVIDIA CUDA Toolkit of the CUDA version {tool} is built for (its release notes name it; "
+                 f"{'the Windows installer adds its bin folder to PATH' if windows else 'then put its lib64 on LD_LIBRARY_PATH'}"
+                 f"), or {tool}'s own CUDA runtime download where it offers one; then restart {tool}",
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
