@@ -164,9 +164,14 @@ def rocm_tool_python_module(ctx: Context) -> Optional[Diagnosis]:
     """ROCm's command-line tools written in Python run under the system python3 and import modules the ROCm packages
     do not always pull in."""
     lines = _lines_matching(ctx, _MODULE_MISSING.pattern)
-    tool = _ROCM_CLI.search(_text(ctx))
-    if not lines or not tool or (ctx.tool(lines[-1:]) or tool.group(1)).lower() != tool.group(1).lower():
-        return None   # another program (torch, ollama) failed: the ROCm tool is only named beside its import error
+    if not lines:
+        return None
+    # the tool run just before the error (its command line up to 3 lines above): not one only named elsewhere in a
+    # paste whose import error is another program's
+    ran = [line for line in _lines_matching(ctx, _ROCM_CLI.pattern) if 0 <= lines[-1].line_no - line.line_no <= 3]
+    if not ran:
+        return None
+    tool = _ROCM_CLI.search(ran[-1].line)
     module = _MODULE_MISSING.search(lines[-1].line).group(1).split(".")[0]
     package = _PIP_NAMES.get(module, module)
     extra = ("; or reinstall amd-smi's own package: cd /opt/rocm/share/amd_smi && sudo python3 -m pip install ."
@@ -234,7 +239,7 @@ def device_bitcode_not_found(ctx: Context) -> Optional[Diagnosis]:
 
 
 # "CUDA Toolkit _not_ installed", "without the CUDA toolkit", "CUDA runtime is not installed", "没有安装CUDA"
-_NO_CUDA_TOOLKIT = re.compile(r"(?i)\bCUDA (?:toolkit|runtime)[\W_]{0,3}(?:is |was |were )?[*_]?(?:not|n't)[*_]?\s*installed|"
+_NO_CUDA_TOOLKIT = re.compile(r"(?i)\bCUDA (?:toolkit|runtime)[\W_]{0,3}(?:is |was |were )?[*_]?(?:not|isn't|wasn't|n't)[*_]?\s*installed|"
                               r"\bwithout (?:the |a )?CUDA (?:toolkit|runtime)\b|\bno CUDA (?:toolkit|runtime)\b|"
                               r"(?:没有|未)安装\s*CUDA")
 
@@ -255,3 +260,27 @@ def cuda_toolkit_not_installed(ctx: Context) -> Optional[Diagnosis]:
                  f"{'the Windows installer adds its bin folder to PATH' if windows else 'then put its lib64 on LD_LIBRARY_PATH'}"
                  f"), or {tool}'s own CUDA runtime download where it offers one; then restart {tool}",
                  [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# "pytorch-triton-rocm==2.3.1 uses ROCM 6's libamdhip64.so instead of ROCM 5.7"
+_OTHER_HIP = re.compile(r"(?i)([a-z][\w.-]*?)(?:==[\w.+]+)?\s+(?:uses|loads|links(?: against)?|picks up|wants|needs)\s+"
+                        r"ROCm\s*(\d+)(?:\.\d+)*'?s?\s+libamdhip64\S*\s+(?:instead of|but|not|while|and not)\s+(?:the\s+)?"
+                        r"ROCm\s*(\d+(?:\.\d+)*)")
+
+
+@rule("wheel-platform")
+def wheel_built_for_another_rocm(ctx: Context) -> Optional[Diagnosis]:
+    """A wheel that loads another ROCm major's HIP runtime than the rest of the stack: the index served a build made for
+    the other ROCm (pytorch-triton-rocm was one file for several ROCm indexes)."""
+    lines = _lines_matching(ctx, _OTHER_HIP.pattern)
+    if not lines:
+        return None
+    package, built, have = _OTHER_HIP.search(lines[0].line).groups()
+    if built == have.split(".")[0]:
+        return None
+    return _make("wheel-platform", f"{package} is built for ROCm {built}",
+                 f"the {package} wheel installed loads ROCm {built}'s libamdhip64 while the stack is ROCm {have}: the "
+                 f"index served a build made for ROCm {built}",
+                 f"move the whole stack to ROCm {built} (torch and {package} from the download.pytorch.org/whl/rocm"
+                 f"{built}.x index, with a ROCm {built} runtime), or build {package} from source against ROCm {have}",
+                 [ctx.line_fact(lines[0])], lines[:1])
