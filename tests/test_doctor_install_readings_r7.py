@@ -88,6 +88,15 @@ READINGS = [
     # the CUDA Toolkit said not installed
     ("LM Studio on Windows 11 with an RTX 3060: the CUDA runtime isn't installed and loading any model with GPU "
      "offload fails", "rocm-libs-missing", ["CUDA Toolkit"]),
+    # CTranslate2's own wording for a cuBLAS of another CUDA major, either way
+    ("whisperx in the nvidia/cuda:12.4.1-runtime image\nRuntimeError: Library libcublas.so.11 is not found or cannot be "
+     "loaded", "rocm-libs-missing", ["CUDA 11's cuBLAS", "nvidia-cublas-cu11", "ctranslate2>=4"]),
+    ("faster-whisper 1.1 on CUDA 11.8\nRuntimeError: Library libcublas.so.12 is not found or cannot be loaded",
+     "rocm-libs-missing", ["nvidia-cublas-cu12", "ctranslate2==3.24.0"]),
+    # cuDNN failing at its first call: cuDNN for this CUDA (jax's own extra), else the memory taken first
+    ("import jax; jax.numpy.zeros(4) on an RTX 2060\nE external/xla/xla/stream_executor/cuda/cuda_dnn.cc:439] Could "
+     "not create cudnn handle: CUDNN_STATUS_NOT_INITIALIZED", "rocm-libs-missing",
+     ["nvidia-cudnn-cu12", "jax[cuda12]", "XLA_PYTHON_CLIENT_PREALLOCATE=false"]),
     # a wheel built for another ROCm major than the stack
     ("triton-rocm wants ROCm 6's libamdhip64.so.6 but ROCm 5.7 is what this machine has", "wheel-platform",
      ["ROCm 6", "from source"]),
@@ -153,7 +162,18 @@ def test_every_reading_survives_how_it_is_pasted(how):
     # a runtime module missing (a kernel not built) is not a wheel missing for this Python
     ("WARN text_generation_launcher: Could not import Flash Attention enabled models: No module named "
      "'dropout_layer_norm'", "use a Python the index builds for"),
+    # cuDNN's handle failing beside an out-of-memory line: the memory, not a missing cuDNN
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nCould not create cudnn handle: "
+     "CUDNN_STATUS_INTERNAL_ERROR", "install cudnn for the installed cuda"),
 ])
 def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
     top = diagnose_text(paste).top
     assert top is None or not_said.lower() not in (top.fix + " " + top.title).lower(), (top.family, top.fix)
+
+
+def test_a_python_mismatch_said_by_pip_keeps_its_python_reading():
+    # pip's own "requires a different Python" is an installer saying no release fits: the Python fix, not silence
+    report = diagnose_text("ERROR: Package 'vllm' requires a different Python: 3.8.10 not in '>=3.9'")
+    top = report.top
+    assert top is not None and not report.by_likeness and top.family == "wheel-platform"
+    assert "python" in top.fix.lower()

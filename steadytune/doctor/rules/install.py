@@ -1016,10 +1016,11 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
             # the Python just below this one is the likeliest to have wheels (a package reaches a new Python late),
             # and never above 3.12, the newest every GPU index (ROCm, DirectML, CUDA) has carried for long
             older = f"3.{min(int(py.split('.')[1]) - 1, 12)}" if py and re.fullmatch(r"3\.\d+", py) else "3.12"
+            before = f"3.{int(older.split('.')[1]) - 1}"
             fix = (f"the index has no {base} wheel at all for this Python{' (' + py + ')' if py else ''} and "
-                   f"platform: use an older Python (a {older} environment: uv venv -p {older}, conda create -n env "
-                   f"python={older}; delete the old venv folder first); a new Python gets {base} wheels only months "
-                   "after its release, and old pins never do")
+                   f"platform: use an older Python (a {older} environment, else {before}: uv venv -p {older}, conda "
+                   f"create -n env python={older}; delete the old venv folder first); a new Python gets {base} wheels "
+                   "only months after its release, and old pins never do")
         return _make("wheel-platform", f"no {base} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
     stale = _index_older_than_pin(ctx, pin, offered, errors)
     if stale is not None:
@@ -1046,7 +1047,8 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
             diagnosis.rank = family("torch-build").rank - 1
         return diagnosis
     if not re.search(r"(?i)could not find a version|no matching distribution|from versions|not a supported wheel|"
-                     r"no version of|is not available for|no wheels?\b|wheels? (?:for|is not)", _text(ctx)):
+                     r"no version of|is not available for|no wheels?\b|wheels? (?:for|is not)|requires a different "
+                     r"python", _text(ctx)):
         return None   # no installer said it found no wheel: a module missing at run time (a kernel not built) is not
     if ctx.sheet.is_windows and re.search(r"rocm", text):
         fix = "pytorch.org's ROCm wheels are Linux only: use WSL 2 or Linux, or AMD's Windows wheels"

@@ -11,13 +11,19 @@ from typing import Optional
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
 
 
+def _lines_saying(ctx: Context, needle: str, pattern: str) -> list:
+    """The lines matching `pattern`, searched only where the paste says `needle` (lower case) at all: a cheap gate that
+    keeps the regular expressions off hostile pastes that cannot match."""
+    return _lines_matching(ctx, pattern) if needle in _text(ctx).lower() else []
+
+
 def _release(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
 # "Unable to load any of {libcudnn_ops.so.9.1.0, ...}" (ctranslate2), "Could not load library libcudnn_ops_infer.so.8"
 _CUDNN_WANTED = re.compile(r"(?i)(?:Unable to load any of \{|Could not load library |cannot open shared object file.{0,40}?)"
-                           r"libcudnn\w*\.so\.(\d+)|libcudnn\w*\.so\.(\d+)\S*: cannot open shared object")
+                           r"libcudnn\w{0,40}\.so\.(\d+)|libcudnn\w{0,40}\.so\.(\d+)\S{0,20}: cannot open shared object")
 _CTRANSLATE2 = re.compile(r"(?i)ctranslate2|faster[-_]whisper|whisperx|whisper-?ctranslate2")
 _TORCH_RELEASE = re.compile(r"(?i)\btorch(?:==|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
 
@@ -30,7 +36,7 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not _CTRANSLATE2.search(text):
         return None
-    lines = _lines_matching(ctx, _CUDNN_WANTED.pattern)
+    lines = _lines_saying(ctx, "libcudnn", _CUDNN_WANTED.pattern)
     if not lines:
         return None
     m = _CUDNN_WANTED.search(lines[0].line)
@@ -64,7 +70,7 @@ _CUDNN_OLDER = re.compile(r"(?i)Loaded runtime CuDNN library: (\d+(?:\.\d+)*) bu
 @rule("wheel-platform")
 def cudnn_older_than_built_against(ctx: Context) -> Optional[Diagnosis]:
     """A binary built against one cuDNN minor refuses an older one at run time (same major, equal or newer minor)."""
-    lines = _lines_matching(ctx, _CUDNN_OLDER.pattern)
+    lines = _lines_saying(ctx, "cudnn library", _CUDNN_OLDER.pattern)
     if not lines:
         return None
     runtime, built = _CUDNN_OLDER.search(lines[0].line).groups()
@@ -78,7 +84,7 @@ def cudnn_older_than_built_against(ctx: Context) -> Optional[Diagnosis]:
 
 
 # a library inside pip's nvidia-* wheels that misses a symbol another (older) copy lacks: the system's CUDA is first
-_PIP_NVIDIA_SYMBOL = re.compile(r"(?:site|dist)-packages/(?:torch/lib/\.\./\.\./)?nvidia/(\w+)/lib/(lib[\w.]+\.so[.\d]*): "
+_PIP_NVIDIA_SYMBOL = re.compile(r"(?:site|dist)-packages/(?:torch/lib/\.\./\.\./)?nvidia/(\w{1,40})/lib/(lib[\w.]{1,60}?\.so[.\d]{0,12}): "
                                 r"undefined symbol: (\S+?)(?:, version (lib[\w.]+))?$")
 
 
@@ -86,7 +92,7 @@ _PIP_NVIDIA_SYMBOL = re.compile(r"(?:site|dist)-packages/(?:torch/lib/\.\./\.\./
 def system_cuda_shadows_pip_libraries(ctx: Context) -> Optional[Diagnosis]:
     """torch's CUDA wheels load their CUDA libraries from pip's nvidia-* packages; a CUDA toolkit's lib64 on
     LD_LIBRARY_PATH is searched first, so one of those libraries picks up an older system copy of its sibling."""
-    lines = _lines_matching(ctx, _PIP_NVIDIA_SYMBOL.pattern)
+    lines = _lines_saying(ctx, "undefined symbol", _PIP_NVIDIA_SYMBOL.pattern)
     if not lines:
         return None
     m = _PIP_NVIDIA_SYMBOL.search(lines[0].line)
@@ -133,12 +139,12 @@ def unversioned_libcuda(ctx: Context) -> Optional[Diagnosis]:
 
 
 # Python 3.8+ on Windows loads a DLL's dependencies from its own folder and the system only, not PATH
-_CTYPES_DLL = re.compile(r"Could not find module '([^']+\.dll)' \(or one of its dependencies\)")
+_CTYPES_DLL = re.compile(r"Could not find module '([^'\n]{1,400}?\.dll)' \(or one of its dependencies\)")
 
 
 @rule("rocm-libs-missing")
 def windows_dll_dependencies_off_search_path(ctx: Context) -> Optional[Diagnosis]:
-    lines = _lines_matching(ctx, _CTYPES_DLL.pattern)
+    lines = _lines_saying(ctx, "could not find module", _CTYPES_DLL.pattern)
     if not lines:
         return None
     path = _CTYPES_DLL.search(lines[0].line).group(1)
@@ -163,7 +169,7 @@ _PIP_NAMES = {"yaml": "PyYAML", "google": "protobuf", "cv2": "opencv-python"}
 def rocm_tool_python_module(ctx: Context) -> Optional[Diagnosis]:
     """ROCm's command-line tools written in Python run under the system python3 and import modules the ROCm packages
     do not always pull in."""
-    lines = _lines_matching(ctx, _MODULE_MISSING.pattern)
+    lines = _lines_saying(ctx, "no module named", _MODULE_MISSING.pattern)
     if not lines:
         return None
     # the tool run just before the error (its command line up to 3 lines above): not one only named elsewhere in a
@@ -193,7 +199,7 @@ def onnxruntime_gpu_cuda_major(ctx: Context) -> Optional[Diagnosis]:
     """onnxruntime-gpu is built for one CUDA major: on PyPI 1.18 and older are CUDA 11.8 builds (CUDA 12 builds from
     1.17 on a separate feed), 1.19 and newer CUDA 12 builds. A release for the other major cannot create its CUDA
     provider."""
-    lines = _lines_matching(ctx, _ORT_CUDA_FAILED.pattern)
+    lines = _lines_saying(ctx, "cuda", _ORT_CUDA_FAILED.pattern)
     text = _text(ctx)
     release, cuda = _ORT_RELEASE.search(text), _CUDA_MAJOR.search(text)
     if not lines or not release or not cuda:
@@ -225,10 +231,10 @@ _DEVICE_LIBS = re.compile(r"(?i)cannot find ROCm device librar|(?:can'?t|cannot|
 def device_bitcode_not_found(ctx: Context) -> Optional[Diagnosis]:
     """The HIP compiler links every kernel with ROCm's device libraries (ocml, ockl: amdgcn/bitcode/*.bc) and looks for
     them under the ROCm root only; a build of its own or a distribution's packaging puts them elsewhere."""
-    lines = _lines_matching(ctx, _DEVICE_LIBS.pattern)
+    lines = _lines_saying(ctx, "device", _DEVICE_LIBS.pattern)
     if not lines:
         return None
-    shown = re.search(r"(/\S+/amdgcn/bitcode)\b", _text(ctx))
+    shown = re.search(r"(/\S{1,200}?/amdgcn/bitcode)\b", _text(ctx))
     folder = shown.group(1) if shown else "<the folder with ocml.bc: find / -name ocml.bc>"
     return _make("rocm-libs-missing", "the HIP compiler cannot find ROCm's device libraries",
                  "hipcc/clang link each kernel with the device bitcode (ocml.bc, ockl.bc) and look for it under the ROCm "
@@ -248,7 +254,7 @@ _NO_CUDA_TOOLKIT = re.compile(r"(?i)\bCUDA (?:toolkit|runtime)[\W_]{0,3}(?:is |w
 def cuda_toolkit_not_installed(ctx: Context) -> Optional[Diagnosis]:
     """A program whose GPU engine loads the CUDA runtime libraries from a CUDA Toolkit install (not from a wheel of
     its own) fails on a machine with only the display driver: the user says the toolkit is not installed."""
-    lines = _lines_matching(ctx, _NO_CUDA_TOOLKIT.pattern)
+    lines = _lines_saying(ctx, "cuda", _NO_CUDA_TOOLKIT.pattern)
     if not lines or any(e.family for e in ctx.errors):
         return None   # an error line of its own says more than the remark
     tool = ctx.tool() or "the program"
@@ -263,7 +269,7 @@ def cuda_toolkit_not_installed(ctx: Context) -> Optional[Diagnosis]:
 
 
 # "pytorch-triton-rocm==2.3.1 uses ROCM 6's libamdhip64.so instead of ROCM 5.7"
-_OTHER_HIP = re.compile(r"(?i)([a-z][\w.-]*?)(?:==[\w.+]+)?\s+(?:uses|loads|links(?: against)?|picks up|wants|needs)\s+"
+_OTHER_HIP = re.compile(r"(?i)(?<![\w.-])([a-z][\w.-]*?)(?:==[\w.+]+)?\s+(?:uses|loads|links(?: against)?|picks up|wants|needs)\s+"
                         r"ROCm\s*(\d+)(?:\.\d+)*'?s?\s+libamdhip64\S*\s+(?:instead of|but|not|while|and not)\s+(?:the\s+)?"
                         r"ROCm\s*(\d+(?:\.\d+)*)")
 
@@ -272,7 +278,7 @@ _OTHER_HIP = re.compile(r"(?i)([a-z][\w.-]*?)(?:==[\w.+]+)?\s+(?:uses|loads|link
 def wheel_built_for_another_rocm(ctx: Context) -> Optional[Diagnosis]:
     """A wheel that loads another ROCm major's HIP runtime than the rest of the stack: the index served a build made for
     the other ROCm (pytorch-triton-rocm was one file for several ROCm indexes)."""
-    lines = _lines_matching(ctx, _OTHER_HIP.pattern)
+    lines = _lines_saying(ctx, "libamdhip64", _OTHER_HIP.pattern)
     if not lines:
         return None
     package, built, have = _OTHER_HIP.search(lines[0].line).groups()
@@ -284,3 +290,48 @@ def wheel_built_for_another_rocm(ctx: Context) -> Optional[Diagnosis]:
                  f"move the whole stack to ROCm {built} (torch and {package} from the download.pytorch.org/whl/rocm"
                  f"{built}.x index, with a ROCm {built} runtime), or build {package} from source against ROCm {have}",
                  [ctx.line_fact(lines[0])], lines[:1])
+
+
+# CTranslate2's own wording (faster-whisper, WhisperX): "Library libcublas.so.12 is not found or cannot be loaded"
+_CT2_CUBLAS = re.compile(r"Library (libcublas(?:Lt)?\.so\.(\d+)) is not found or cannot be loaded")
+
+
+@rule("rocm-libs-missing")
+def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
+    """CTranslate2 opens cuBLAS by the CUDA major it was built for: 3.x releases CUDA 11 (libcublas.so.11), 4.x CUDA
+    12. A machine or image with the other CUDA has no library of that name."""
+    lines = _lines_saying(ctx, "is not found or cannot be loaded", _CT2_CUBLAS.pattern)
+    if not lines:
+        return None
+    library, major = _CT2_CUBLAS.search(lines[0].line).groups()
+    other = "ctranslate2>=4 (CUDA 12)" if major == "11" else "ctranslate2==3.24.0 (the last CUDA 11 release)"
+    return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS",
+                 f"this ctranslate2 is built for CUDA {major} and opens {library}, which the CUDA installed here (or "
+                 "the container's base image) does not have",
+                 f"install CUDA {major}'s cuBLAS beside it: pip install nvidia-cublas-cu{major} and export "
+                 f"LD_LIBRARY_PATH=<site-packages>/nvidia/cublas/lib:$LD_LIBRARY_PATH (or the CUDA {major} toolkit; in "
+                 f"a container a CUDA {major} base image, nvidia/cuda:{major}.x-cudnn-runtime); or install the "
+                 f"ctranslate2 built for the CUDA you have: {other}", [ctx.line_fact(lines[0])], lines[:1])
+
+
+_CUDNN_HANDLE = re.compile(r"(?i)(?:could not|cannot|can't|unable to) create (?:a )?cudnn handle|"
+                           r"CUDNN_STATUS_(?:NOT_INITIALIZED|INTERNAL_ERROR)")
+
+
+@rule("rocm-libs-missing")
+def cudnn_handle_not_created(ctx: Context) -> Optional[Diagnosis]:
+    """cuDNN failing at its very first call (creating its handle) is most often a cuDNN that is not installed, or not
+    for this CUDA, where the framework expects a system cuDNN (jaxlib's local-CUDA builds, TensorFlow); a GPU whose
+    memory another process or the framework's preallocation took comes next. The likely reading."""
+    lines = _lines_saying(ctx, "cudnn", _CUDNN_HANDLE.pattern)
+    if not lines or any(e.family for e in ctx.errors):
+        return None   # an error line of its own (out of memory, a driver) says which
+    jax = "jax" in _text(ctx).lower()
+    return _make("rocm-libs-missing", "cuDNN cannot start",
+                 "cuDNN fails at its first call: the framework finds no cuDNN for the installed CUDA (it expects a "
+                 "system one), or the GPU's memory is already taken",
+                 "install cuDNN for the installed CUDA (pip install nvidia-cudnn-cu12 for CUDA 12, or NVIDIA's cuDNN "
+                 "package for that CUDA" + ("; jax: pip install -U \"jax[cuda12]\" brings its own" if jax else "")
+                 + "); where cuDNN is installed, stop the framework taking all GPU memory first ("
+                 + ("XLA_PYTHON_CLIENT_PREALLOCATE=false" if jax else "TensorFlow: tf.config.experimental."
+                    "set_memory_growth") + ")", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)

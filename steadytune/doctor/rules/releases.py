@@ -9,11 +9,12 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.libraries import _lines_saying
 
 
 # apt: "rocm-hip-runtime : Depends: rocminfo (= 1.0.0.50400-72~22.04) but 5.0.0-1 is to be installed"
-_APT_PIN = re.compile(r"(?:^|:\s)\s*Depends: ((?:rocm|roc|hip|hsa|miopen|rccl|amd|comgr)[\w.+-]*) \(= ([^)]+)\) but "
-                      r"([\w.+:~-]+) is to be installed")
+_APT_PIN = re.compile(r"(?:^|:\s)\s*Depends: ((?:rocm|roc|hip|hsa|miopen|rccl|amd|comgr)[\w.+-]{0,80}) \(= ([^)]{1,80})\) but "
+                      r"([\w.+:~-]{1,80}) is to be installed")
 
 
 @rule("wheel-platform")
@@ -21,7 +22,8 @@ def distribution_rocm_packages_shadow_amds(ctx: Context) -> Optional[Diagnosis]:
     """apt picks the distribution's own build of a ROCm package (Ubuntu's universe ships rocminfo, rocm-cmake,
     rocm-device-libs in other versions) over the exact release AMD's metapackage pins: the install stops on unmet
     dependencies until the distribution's packages are removed or AMD's repository is pinned above them."""
-    hits = [(line, m) for line in _lines_matching(ctx, _APT_PIN.pattern) for m in [_APT_PIN.search(line.line)] if m]
+    hits = [(line, m) for line in _lines_saying(ctx, "depends:", _APT_PIN.pattern)
+            for m in [_APT_PIN.search(line.line)] if m]
     if not hits:
         return None
     clashing = list(dict.fromkeys(m.group(1) for _line, m in hits))
@@ -39,14 +41,14 @@ def distribution_rocm_packages_shadow_amds(ctx: Context) -> Optional[Diagnosis]:
 
 
 _MIOPEN_KERNELS = re.compile(r"(?i)(?:Unable to locate package|No match for argument:?|not found:?|no package)\s+"
-                             r"miopenkernels-(gfx\w+?)-(\d+)(?:kdb)?\b")
+                             r"miopenkernels-(gfx\w{1,10}?)-(\d+)(?:kdb)?\b")
 
 
 @rule("rocm-libs-missing")
 def miopen_kernel_packages_renamed(ctx: Context) -> Optional[Diagnosis]:
     """MIOpen's precompiled kernel packages were miopenkernels-<gfx>-<CUs>kdb up to ROCm 5.4 and are
     miopen-hip-<gfx>-<CUs>kdb from ROCm 5.5 on: the old name is not in a newer repository."""
-    lines = _lines_matching(ctx, _MIOPEN_KERNELS.pattern)
+    lines = _lines_saying(ctx, "miopenkernels", _MIOPEN_KERNELS.pattern)
     if not lines:
         return None
     m = _MIOPEN_KERNELS.search(lines[0].line)
@@ -60,14 +62,14 @@ def miopen_kernel_packages_renamed(ctx: Context) -> Optional[Diagnosis]:
 
 # uv: "there is no version of jax-rocm60-pjrt==0.5.0 and jax-rocm60-plugin==0.5.0 depends on jax-rocm60-pjrt==0.5.0"
 _NO_VERSION = re.compile(r"(?i)there is no version of ([A-Za-z][\w.-]*)==([\w.+!-]+)")
-_DEPENDS_ON = re.compile(r"(?i)([A-Za-z][\w.-]*)==([\w.+!-]+) depends on ([A-Za-z][\w.-]*)==")
+_DEPENDS_ON = re.compile(r"(?i)(?<![\w.-])([A-Za-z][\w.-]*)==([\w.+!-]+) depends on ([A-Za-z][\w.-]*)==")
 
 
 @rule("wheel-platform")
 def pinned_dependency_never_published(ctx: Context) -> Optional[Diagnosis]:
     """A resolver that finds no release of a package another one pins exactly: that release is not on the index (not
     published yet, or not for this Python and platform), so the parent cannot install at that version."""
-    lines = _lines_matching(ctx, _NO_VERSION.pattern)
+    lines = _lines_saying(ctx, "no version of", _NO_VERSION.pattern)
     if not lines or re.search(r"(?i)different Python", _text(ctx)):
         return None   # uv said the release exists for other Pythons: install.py's Python reading
     text = " ".join(_text(ctx).split())   # a resolver wraps its sentence over several lines
@@ -118,7 +120,7 @@ _REMOTE_REQUIRES = re.compile(r"This modeling file requires the following packag
 def remote_code_optional_import(ctx: Context) -> Optional[Diagnosis]:
     """transformers checks the imports of a model's remote code (trust_remote_code) before running it; releases before
     4.31.0 counted an import guarded by try/except (flash_attn in Qwen's, for instance) as required."""
-    lines = _lines_matching(ctx, _REMOTE_REQUIRES.pattern)
+    lines = _lines_saying(ctx, "this modeling file requires", _REMOTE_REQUIRES.pattern)
     if not lines:
         return None
     packages = [p.strip() for p in _REMOTE_REQUIRES.search(lines[0].line).group(1).split(",") if p.strip()]
