@@ -58,6 +58,10 @@ KNOWN_MISSES = {
     # round 6 (batch 5), runtime and machine families, left unsolved after their readings:
     "https://github.com/vllm-project/vllm/issues/19613": "NCCL_BUFFSIZE set too large: the paste shows only cupy's "
                                                          "NCCL_ERROR_SYSTEM_ERROR, no variable and no NCCL_DEBUG line",
+    # round 7 (batch 6), install families, left unsolved after their readings:
+    "https://github.com/oobabooga/textgen/issues/5724": "a llama-cpp-python built with -DLLAMA_CUBLAS=on that offloads "
+                                                        "nothing: the retired option and a missing CUDA toolkit both "
+                                                        "fit; the paste shows neither the release nor nvcc",
     # round 6's spent held-out cases, left unsolved after the spent6 readings:
     "https://github.com/NVIDIA/nccl/issues/30": "an all-reduce test that hangs with ACS already off, fixed by a newer "
                                                 "driver: nothing in the paste (no driver version, no error) points at it",
