@@ -73,10 +73,13 @@ KNOWN_MISSES = {
 @pytest.mark.parametrize("part", PARTS)
 def test_every_case_is_well_formed_and_in_the_part_its_number_gives(part):
     cases = load_cases(part)
-    # the held-out part is empty only between rounds: after a round's cases are spent and before the next is mined
-    assert cases or part == "heldout", f"{part}.yaml holds no case"
+    # the held-out part is empty only between rounds (after a round's cases are spent, before the next is mined); the
+    # fresh part only while a round waits to be mined
+    assert cases or part in ("heldout", "fresh"), f"{part}.yaml holds no case"
     for case in cases:
-        assert case.part == part, f"{case.source} belongs in {case.part}.yaml"
+        # a fresh round is not split yet: the next round sorts it by the same rule
+        assert part == "fresh" or case.part == part, f"{case.source} belongs in {case.part}.yaml"
+        assert part != "fresh" or not case.spent_heldout, f"{case.source}: a fresh case was never scored as held out"
         if case.spent_heldout:   # only a held-out case can be spent: one the rule held out, scored, then trained on
             assert case.number % 5 == 0, f"{case.source}: spent_heldout on a case the rule never held out"
         assert 1 <= len(case.paste.strip().splitlines()) <= 40, f"{case.source}: keep the excerpt short"

@@ -14,7 +14,9 @@ import yaml
 from steadytune.doctor.error_lines import load_classes
 
 FOLDER = Path(__file__).with_name("cases")
-PARTS = ("train", "heldout")
+# train and heldout by the thread-number rule; fresh: a round mined and committed but not yet read for rules, scored
+# at first contact only (the next round sorts it into the other two by the same rule)
+PARTS = ("train", "heldout", "fresh")
 FIELDS = ("source", "tool", "paste", "cause", "fix", "expect")
 # libyaml's safe loader where PyYAML was built with it: the case files are read whenever doctor reads a paste (the
 # library of solved threads), and the pure-Python loader takes over a second on them
