@@ -121,3 +121,4 @@ def test_a_huge_paste_is_read_in_bounded_time():
     start = time.perf_counter()
     nearest_case("HIP error: invalid device function\n" * 400_000)
     assert time.perf_counter() - start < 5
+
