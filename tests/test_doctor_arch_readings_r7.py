@@ -84,6 +84,9 @@ READINGS = [
     # a run-time compiler's toolkit newer than the driver: the driver, not a missing arch
     ("tensorflow 2.11 on a Tesla T4\nNVIDIA driver version: 450.80\nCUDA 11.2 toolkit installed\n"
      "InternalError: no kernel image is available for execution on the device", "driver", ["460", "driver"], True),
+    # "no kernel image" said in a sentence, and a library refusing a gfx target by name
+    ("Quadro M6000 with torch 2.9.0+cu129: no kernel image", "arch-missing", ["whl/cu126"], True),
+    ("sglang on MI100: ValueError: gfx908 is not supported by this kernel", "arch-missing", ["gfx908"], True),
     # a Jetson board under a pytorch.org wheel: NVIDIA's JetPack build
     ("Jetson AGX Xavier, installed torch with pip: RuntimeError: CUDA error: no kernel image is available for "
      "execution on the device", "arch-missing", ["JetPack"], True),

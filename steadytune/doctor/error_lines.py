@@ -70,7 +70,7 @@ _ERROR_SHAPE = re.compile(
     r"|\bno such file\b|\bpermission denied\b|\boperation not permitted\b|\bundefined symbol\b|\bout of memory\b"
     r"|segmentation fault|Speicherzugriffsfehler|Erreur de segmentation|Violaci[oó]n de segmento|Errore di segmentazione|段错误|核心已转储|セグメンテーション違反|Ошибка сегментирования|\bseg ?fault(?:ed|s|ing)?\b|\baborted\b|core dumped|\bsigsegv\b|\bsigabrt\b|\bsigbus\b|\btimed? ?out\b|\bhang(?:s|ing)?\b"
     r"|\bnot found\b|\bnot available\b|\bmissing\b|\bdenied\b|\bexception\b|\bterminate called\b|\bkilled\b"
-    r"|\bno compatible\b|\bnot detected\b|\bnot loaded\b|\bmismatch\b|\bincompatible\b"
+    r"|\bno compatible\b|\bnot detected\b|\bnot loaded\b|\bmismatch\b|\bincompatible\b|\bno kernel image\b"
     + _GENERIC_FAILURES + ")")
 _NOT_ERRORS = re.compile(
     r"(?i)^\s*(?:\$|#|>>>|PS [A-Z]:|\w+@[\w.-]+[:~])"                  # a prompt: a command, not its output
