@@ -174,3 +174,18 @@ def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, wrong):
     family, phrase = wrong
     if top is not None and top.family == family:
         assert phrase and phrase.lower() not in top.fix.lower() + top.title.lower(), (top.title, top.fix)
+
+
+# hostile lines for this round's patterns (a release token, a target list, an arch list, an Intel name): each stays
+# linear (the release pattern took 111 s on the first line before its repeats were bounded)
+HOSTILE = ["works with " + "1.1." * 20000, "x 1.1." * 20000 + " gives the error", "last working version " + "a" * 60000,
+           "AMDGPU_TARGETS=" + "gfx1030;" * 10000 + "\ninvalid device function", "get_arch_list " + "sm_80 " * 20000,
+           "Intel Arc A770 " + "? " * 30000 + " cuda", "NCCL " + "two GPUs " * 5000 + "RTX 5090"]
+
+
+@pytest.mark.parametrize("paste", HOSTILE, ids=[h[:24] for h in HOSTILE])
+def test_hostile_lines_stay_fast(paste):
+    import time
+    start = time.perf_counter()
+    diagnose_text(paste)
+    assert time.perf_counter() - start < 10

@@ -491,7 +491,8 @@ def _capability_left_out(ctx: Context) -> Optional[Diagnosis]:
 
 
 # a release named as a token: 0.3.20, v1.79.1, KoboldCPP-v1.79.1.yr0-ROCm
-_RELEASE = r"((?:[A-Za-z][\w]*-)?v?\d+\.\d+(?:\.\d+)?(?:[.+-][A-Za-z0-9]+)*)"
+# (bounded repeats: a hostile line of "1.1.1.1..." must stay linear)
+_RELEASE = r"((?:[A-Za-z]\w{0,30}-)?v?\d{1,6}\.\d{1,6}(?:\.\d{1,6})?(?:[.+-][A-Za-z0-9]{1,12}){0,4})"
 # the user's words that one release works: "downgrading to 0.1.10", "works in 0.3.20", "(same gpu is recognized in
 # 0.3.20)", "X gives the error, however Y does not"
 _WORKS_IN = (re.compile(r"(?i)\b(?:downgrad\w*|roll(?:ing|ed)? ?back|revert\w*|going back|went back)(?: \w+)? to "
