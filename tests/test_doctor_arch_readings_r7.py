@@ -7,6 +7,8 @@ leave out a compute capability. The negatives keep each reading out of pastes it
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from steadytune.doctor.diagnose import diagnose_text
@@ -185,7 +187,6 @@ HOSTILE = ["works with " + "1.1." * 20000, "x 1.1." * 20000 + " gives the error"
 
 @pytest.mark.parametrize("paste", HOSTILE, ids=[h[:24] for h in HOSTILE])
 def test_hostile_lines_stay_fast(paste):
-    import time
     start = time.perf_counter()
     diagnose_text(paste)
     assert time.perf_counter() - start < 10
