@@ -100,6 +100,10 @@ READINGS = [
     ("koboldcpp 1.82: my GTX 1650 is not used anymore, last working version 1.81", "arch-missing", ["1.81"], False),
     ("after updating ollama to 0.7.1 the Radeon RX 7600 is no longer detected; 0.7.0 works", "arch-missing",
      ["0.7.0", "0.7.1"], False),
+    # a title asking a tool that builds its own GPU code for a GPU: that tool's build for the arch
+    ("[Feature request] gfx1201 support in flash-attention", "arch-missing", ["GPU_ARCHS=gfx1201"], False),
+    ("whisper.cpp not working on RX 7600, please help", "arch-missing", ["AMDGPU_TARGETS=gfx1102"], False),
+    ("Does SGLang support the RTX 5080?", "arch-missing", ["12.0"], False),
     # a CUDA build said to leave out a compute capability
     ("llama-cpp-python is incompatible with GPUs of compute capability 6.1 (GTX 1060), please build it for Pascal",
      "arch-missing", ["6.1", "CMAKE_CUDA_ARCHITECTURES=61"], False),
@@ -134,6 +138,8 @@ NEGATIVES = [
     # a compiler that cannot find its device libraries while building ROCm is not code missing for the card
     ("building rocBLAS for my Radeon VII from source: clang cannot find the ROCm device library path, build stuck",
      ("arch-missing", "")),
+    # a question about a model on the GPU is not about the GPU's arch
+    ("Does llama.cpp support Qwen3 on my RTX 4090?", ("arch-missing", "")),
     # a supported card's support question is not "outside ROCm"
     ("Radeon RX 6800 ROCm support?", ("gpu-unsupported", "")),
     # a laptop's Intel iGPU beside an NVIDIA card is not the GPU in question

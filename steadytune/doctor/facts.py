@@ -535,7 +535,7 @@ _TOOLS = (
     ("hipblaslt", r"hipBLASLt|hipblaslt"),
     ("rocblas", r"\brocBLAS\b|\brocblas\b|TensileLibrary|\bTensile\b"),
     ("triton", r"\btriton\b(?!-rocm)|\bTriton\b"),
-    ("flash-attn", r"flash_attn|flash-attn|flash_attention|FlashAttention"),
+    ("flash-attn", r"flash_attn|flash-attn|flash_attention|FlashAttention|(?i:flash-attention)"),
     # xformers' CUTLASS attention kernels check the GPU themselves: "FATAL: kernel ... is for sm80, but was built for sm75"
     ("xformers", r"\bxformers\b|\bis for sm_?\d+[\w-]*, but was built for sm_?\d+"),
     ("deepspeed", r"\bdeepspeed\b|DeepSpeed"),

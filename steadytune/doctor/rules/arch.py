@@ -357,7 +357,7 @@ def arch_missing(ctx: Context) -> Optional[Diagnosis]:
         return early
     diagnosis = _arch_missing(ctx)
     if diagnosis is None:
-        diagnosis = _capability_left_out(ctx)
+        diagnosis = _capability_left_out(ctx) or _support_request(ctx)
     regression = _release_regression(ctx)
     if diagnosis is None and regression is not None:
         diagnosis = _release_lost_gpu(ctx, regression)
@@ -487,6 +487,41 @@ def _capability_left_out(ctx: Context) -> Optional[Diagnosis]:
                  f"use a build whose CUDA architectures include {cc_dot}: build it with CMAKE_CUDA_ARCHITECTURES={cc} "
                  f"(TORCH_CUDA_ARCH_LIST={cc_dot} for a torch extension), or a release built with compute capability "
                  f"{cc_dot}; meanwhile its Vulkan or CPU backend", [], _lines_matching(ctx, re.escape(m.group(0)))[:1],
+                 confirmed=False)
+
+
+# a title asking a tool for a GPU: "gfx1151 support in flash-attention", "please add gfx906 back", "does vLLM support
+# the MI50?", "xformers not working on RTX 5090"
+_ASKS_SUPPORT = re.compile(r"(?i)\bsupport(?:s|ed|ing)?\b|\badd(?:ing)?\b.{0,40}\bback\b|\b(?:not|isn't|doesn't|does not) "
+                           r"work(?:ing|s)?\b|支持|用不了")
+
+
+def _support_request(ctx: Context) -> Optional[Diagnosis]:
+    """A thin paste (a title, a question) asking whether a tool runs on a GPU, or saying it does not: for a tool that
+    builds its own GPU code (doctor/arch_builds.yaml), the answer is that tool's build for the GPU's arch."""
+    if not _is_thin(ctx) or not _ASKS_SUPPORT.search(_text(ctx)):
+        return None
+    tool = ctx.tool()
+    if tool in (None, "torch") or tool not in tool_builds():
+        return None
+    arch, where = ctx.arch([])
+    fix = build_fix(tool, arch, ctx.sheet.is_windows) if arch else None
+    if not fix or where is None:
+        return None
+    # the ask must be about the GPU itself ("support for the MI50", "gfx1151 support", "not working on RTX 5090"), not
+    # about a model on it ("does llama.cpp support Qwen3 on my RTX 4090")
+    names = {arch} | {g.value for g in ctx.sheet.of("gpu") if g.detail == arch}
+    named = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    gpu = rf"(?:AMD |NVIDIA |Radeon |GeForce )?(?:{named})"
+    about_gpu = (rf"(?i)\bsupport(?:s|ed|ing)?\s+(?:for\s+|on\s+)?(?:the\s+|my\s+|an?\s+)?{gpu}|{gpu}\s+support\b|"
+                 rf"\badd(?:ing)?\s+(?:support for\s+)?{gpu}|\bnot work\w*\s+(?:on|with)\s+(?:the\s+|my\s+)?{gpu}|"
+                 rf"{gpu}\s*(?:支持|用不了)")
+    asked = _lines_matching(ctx, about_gpu)[:1]
+    if not asked:
+        return None
+    return _make("arch-missing", f"{tool_builds()[tool].name} and the {arch}",
+                 f"whether {tool_builds()[tool].name} runs on a GPU is whether its build carries the GPU's arch ({arch}); "
+                 "the paste asks for it or says it does not work", fix, [f for f in (where,) if f], asked,
                  confirmed=False)
 
 
