@@ -341,6 +341,8 @@ def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
     return None
 
 
+# a program said to hang or stop answering once it uses the GPU, in English or Chinese
+_WSL_HANG = (r"(?i)\b(?:stops? responding|not responding|hangs?|hung|freez(?:es|ing)|stuck)\b|无响应|卡住|卡死")
 # WSL said in any case or spelling ("via wsl", "使用wsl2", amdgpu-install's --usecase=wsl, its WSL runtime package)
 _WSL_SAID = re.compile(r"(?i)(?<![A-Za-z])wsl ?2?(?![A-Za-z])|--usecase=\S*wsl|rocr4wsl")
 # ROCm's WSL runtime (hsa-runtime-rocr4wsl-amdgpu) came only with AMD's WSL point releases (6.1.3 for Ubuntu 22.04,
@@ -417,13 +419,60 @@ def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[D
     return None
 
 
+_COLLECTIVES = re.compile(r"(?i)\b(?:NCCL|RCCL|nccl-tests|all_reduce_perf|torchrun|DistributedDataParallel|DDP|"
+                          r"multi[- ]?GPU|--multi_gpu|tensor[_ ]parallel\w*)\b|多卡|多GPU")
+
+
+def _wsl_nvml(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """An NVIDIA tool's NVML start-up failing under WSL 2 (Ollama's GPU discovery, nvidia-smi's own library)."""
+    nvml = _lines_matching(ctx, r"(?i)nvml\w* (?:vram )?init failure|libnvidia-ml\.so\S*:? cannot open|"
+                                r"Failed to initialize NVML")
+    if nvml and (_vendor(ctx) == "nvidia" or re.search(r"(?i)\bCUDA\b|GeForce|\bRTX\b|\bQuadro\b", joined)):
+        # NVML is loaded by name: WSL mounts the Windows driver's copy in /usr/lib/wsl/lib, and a libnvidia-ml from a
+        # Linux driver package (in /lib/x86_64-linux-gnu) found first fails to start
+        return _make("wsl", "WSL 2: the NVML library loaded is not WSL's",
+                     "under WSL 2 the NVIDIA management library (libnvidia-ml.so.1) comes from the Windows driver, "
+                     "mounted in /usr/lib/wsl/lib; the tool (" + (ctx.tool(nvml) or "its GPU discovery") + ") loaded "
+                     "another copy (from a Linux driver package, or an unversioned libnvidia-ml.so that is not WSL's), "
+                     "and its start-up fails",
+                     "make the WSL copy the one found: sudo ln -sf /usr/lib/wsl/lib/libnvidia-ml.so.1 "
+                     "/usr/lib/wsl/lib/libnvidia-ml.so; sudo ldconfig (ldconfig -p | grep nvidia-ml must show "
+                     "/usr/lib/wsl/lib first), or export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH for the "
+                     "service; remove Linux NVIDIA driver packages inside WSL (sudo apt remove 'libnvidia-*' "
+                     "'nvidia-driver-*') and keep only the Windows driver", [fact], nvml)
+    return None
+
+
+def _wsl_collectives(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """NCCL (or RCCL) across GPUs under WSL 2: NCCL did not support WSL 2 at first (NVIDIA/nccl#442: maintainers said
+    it was not supported, later releases run there), and WSL 2's GPU paravirtualisation has no peer-to-peer between
+    cards, so a multi-GPU job there fails or hangs where native Linux runs it. Said as an error or as a question."""
+    said = _lines_matching(ctx, _COLLECTIVES.pattern)
+    if not said or not _WSL_SAID.search(joined):
+        return None
+    rccl = _vendor(ctx) == "amd" or re.search(r"(?i)\bRCCL\b", joined)
+    if rccl:
+        fix = ("run multi-GPU ROCm jobs on native Linux: ROCm on WSL 2 supports single-GPU work only (AMD's Radeon WSL "
+               "limitations); on WSL 2 train on one GPU")
+    else:
+        fix = ("update NCCL to a release that supports WSL 2 (a current torch wheel brings one: pip install -U torch, "
+               "or pip install -U nvidia-nccl-cu12) and run with NCCL_P2P_DISABLE=1 under WSL 2 (no GPU peer-to-peer "
+               "there); for multi-GPU training at full speed use native Linux (a dual boot)")
+    return _make("wsl", "collectives across GPUs under WSL 2",
+                 "under WSL 2 the GPUs are paravirtualised: " + (
+                     "RCCL is not supported there" if rccl else
+                     "early NCCL releases did not support WSL 2 at all, and later ones run there only without GPU "
+                     "peer-to-peer"), fix, [fact], ctx.errors or said)
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
     # cuDNN 8's convolution library (libcudnn_cnn_infer) loads the driver's libcuda itself when it starts: under WSL
     # that load is what fails, and cuDNN reports it as its own library not loading
     cudnn = _lines_matching(ctx, r"(?i)(?:Could not|Unable to|cannot|can't) load (?:the )?library libcudnn_cnn_infer")
-    if (cuda_lib or cudnn) and re.search(r"\bWSL", _text(ctx)):
+    # WSL said, or its driver folder shown (ldconfig -p listing /usr/lib/wsl/lib): the libcuda is WSL's own
+    if (cuda_lib or cudnn) and re.search(r"\bWSL|/usr/lib/wsl/lib\b", _text(ctx)):
         found = _make("wsl", "the WSL driver library is not on the loader path",
                       "under WSL 2 the NVIDIA driver's libcuda.so lives in /usr/lib/wsl/lib, which the loader does not "
                       "search here" + (" (cuDNN's libcudnn_cnn_infer loads libcuda when it starts, and reports that "
@@ -437,7 +486,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined):
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
-    own = _wsl_specific(ctx, joined, fact)
+    own = (_wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+           or _wsl_collectives(ctx, joined, fact))
     if own is not None:
         return own
     if re.search(r"(?i)\blib(?:cudart|cublas\w*|cudnn\w*|nvrtc)\.so(?:\.\d+)*: cannot open", joined) and \
@@ -449,6 +499,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     if not errors:   # the user's words: no GPU found, in English or Chinese
         errors = _lines_matching(ctx, r"(?:读不到|识别不到|找不到|检测不到|用不了|看不到).{0,6}(?i:gpu|显卡)|"
                                       r"(?i:gpu|显卡).{0,6}(?:读不到|识别不到|找不到|检测不到|用不了)")
+    if not errors:   # or a program that hangs as soon as it touches the GPU (卡住, 卡死, 无响应)
+        errors = _lines_matching(ctx, _WSL_HANG)
     if not errors and not ctx.sheet.has("complaint", "yes"):
         return None
     labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]

@@ -1,0 +1,53 @@
+"""doctor, round 7 (issue 63): readings for the driver, WSL, device-access and platform families that carry to pastes
+doctor has never seen. Each paste is written for the reading (another GPU, tool, wording or value than the mined case
+it came from); the negatives keep each reading out of pastes it does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.diagnose import diagnose_text
+
+# (paste, family, phrases the fix must say)
+READINGS = [
+    # wsl: the driver's libcuda shown in WSL's folder (ldconfig -p), the unversioned name not found
+    ("$ ldconfig -p | grep libcuda\n\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/wsl/lib/libcuda.so.1\n"
+     "RuntimeError: libcuda.so: cannot open shared object file: No such file or directory (triton, RTX 4070)",
+     "wsl", ["/usr/lib/wsl/lib", "LD_LIBRARY_PATH"]),
+    # wsl: a program that hangs once it touches an AMD GPU WSL's ROCm does not support
+    ("Ubuntu 22.04 under WSL2, RX 6800 XT, ROCm 6.1.3: python freezes at model.to('cuda'), no error", "wsl",
+     ["WSL", "native Linux"]),
+    ("WSL2 里用 RX 6750 XT 跑 torch，一调用 GPU 就卡住", "wsl", ["WSL"]),
+    # wsl: NVML of another copy than WSL's
+    ("LocalAI under WSL2 with a GeForce RTX 3060: gpu discovery: nvml vram init failure: 9", "wsl",
+     ["/usr/lib/wsl/lib/libnvidia-ml.so.1", "ldconfig"]),
+    # wsl: collectives across GPUs, asked or failing
+    ("Is DistributedDataParallel with NCCL supported on WSL 2? two RTX 3090s", "wsl", ["WSL", "NCCL_P2P_DISABLE=1"]),
+    ("torchrun --nproc_per_node 2 train.py on wsl2 fails: NCCL error: unhandled system error", "wsl",
+     ["NCCL_P2P_DISABLE=1"]),
+]
+
+
+@pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
+def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
+    report = diagnose_text(paste)
+    top = report.top
+    assert top is not None and not report.by_likeness, paste
+    assert top.family == family, (top.family, top.title, top.fix)
+    for phrase in phrases:
+        assert phrase.lower() in top.fix.lower(), (phrase, top.fix)
+
+
+@pytest.mark.parametrize("paste,not_family", [
+    # a libcuda missing on a native Linux machine is the driver's install, not WSL
+    ("OSError: libcuda.so: cannot open shared object file: No such file or directory\nUbuntu 22.04, RTX 4090, "
+     "driver 550", "wsl"),
+    # a hang on native Linux with the same card is no WSL reading
+    ("python freezes at model.to('cuda') on Ubuntu 22.04 with an RX 6800 XT, ROCm 6.1.3", "wsl"),
+    # NCCL failing on native Linux is a transport problem
+    ("torchrun --nproc_per_node 2 train.py fails: NCCL error: unhandled system error (2x RTX 3090, Ubuntu 22.04)",
+     "wsl"),
+])
+def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_family):
+    top = diagnose_text(paste).top
+    assert top is None or top.family != not_family, (top.family, top.title)
