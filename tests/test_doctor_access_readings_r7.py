@@ -25,6 +25,25 @@ READINGS = [
     ("Is DistributedDataParallel with NCCL supported on WSL 2? two RTX 3090s", "wsl", ["WSL", "NCCL_P2P_DISABLE=1"]),
     ("torchrun --nproc_per_node 2 train.py on wsl2 fails: NCCL error: unhandled system error", "wsl",
      ["NCCL_P2P_DISABLE=1"]),
+    # driver: CUDA's unknown error (999) as a tool prints it, after the laptop slept
+    ("llama.cpp server after resume from suspend: cuInit failure: 999, RTX 3070 Laptop GPU", "driver",
+     ["nvidia_uvm", "NVreg_PreserveVideoMemoryAllocations=1"]),
+    # driver: the kernel module and libcuda of different versions, as XLA words it
+    ("tensorflow: kernel version 535.104.5 does not match DSO version 545.23.6 -- cannot find working devices in "
+     "this configuration", "driver", ["reboot", "nvidia-driver-545"]),
+    # driver: a named AMD Windows driver release after which the GPU is not used
+    ("Windows 10, RX 7800 XT: after updating to AMD Software Adrenalin 24.12.1 the GPU is not being used by ComfyUI-"
+     "ZLUDA anymore", "driver", ["24.12.1", "roll back"]),
+    # driver: dkms's leftover tree of another amdgpu version: the package's own script rebuilds and registers it
+    ("Error! Could not locate dkms.conf file.\nFile: /var/lib/dkms/amdgpu/6.3.6-1697589.22.04/source/dkms.conf does "
+     "not exist.", "driver", ["dpkg-reconfigure amdgpu-dkms", "/var/lib/dkms/amdgpu/6.3.6-1697589.22.04"]),
+    # device-access: docker's GPU runtime gone after a restart: a snap docker is one reason
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: '
+     "[[gpu]].\nworked yesterday, after reboot it fails (RTX 4090)", "device-access",
+     ["nvidia-ctk runtime configure", "snap"]),
+    # device-access: NVML's unknown error in a container names the runtime's cgroup setting too
+    ("docker exec trainer nvidia-smi\nFailed to initialize NVML: Unknown Error\nnvidia-container-toolkit 1.15.0",
+     "device-access", ["create-dev-char-symlinks", "no-cgroups = false"]),
 ]
 
 
@@ -47,6 +66,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     # NCCL failing on native Linux is a transport problem
     ("torchrun --nproc_per_node 2 train.py fails: NCCL error: unhandled system error (2x RTX 3090, Ubuntu 22.04)",
      "wsl"),
+    # a 999 that is a count, not CUDA's error code
+    ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])
 def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_family):
     top = diagnose_text(paste).top

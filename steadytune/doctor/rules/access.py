@@ -251,14 +251,20 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      "`--gpus` needs the NVIDIA Container Toolkit's hook, which is not installed (or docker was not "
                      "restarted after it was)",
                      "install the NVIDIA Container Toolkit: sudo apt-get install -y nvidia-container-toolkit; sudo "
-                     "nvidia-ctk runtime configure --runtime=docker; sudo systemctl restart docker",
+                     "nvidia-ctk runtime configure --runtime=docker; sudo systemctl restart docker; if docker is the "
+                     "snap (snap list docker; it reads its own daemon.json, not /etc/docker, and loses the runtime "
+                     "after a restart), remove the snap (sudo snap remove docker) and install Docker Engine from "
+                     "Docker's apt repository, then configure the runtime again",
                      [ctx.line_fact(errors[0])], errors)
     if re.search(r"(?i)Failed to initialize NVML: Unknown Error", text):
         return _make("device-access", "the containers lose their GPUs",
                      "a systemd daemon-reload (or a cgroup update) drops the containers' device-cgroup rights to the "
                      "NVIDIA device nodes that were not passed as /dev/char links",
                      "sudo nvidia-ctk system create-dev-char-symlinks --create-all (and a udev rule that runs it at "
-                     "boot), or the cgroupfs cgroup driver for docker; restart the containers",
+                     "boot), or the cgroupfs cgroup driver for docker; restart the containers; if it fails from the "
+                     "container's first start (after a toolkit update), check /etc/nvidia-container-runtime/config.toml: "
+                     "no-cgroups = false for docker run as root (true is for rootless containers only, which then need "
+                     "the devices passed by hand)",
                      [ctx.line_fact(errors[0])], errors)
     if closed and not errors:
         node = closed[0]
@@ -582,7 +588,8 @@ def _previous_ubuntu_kernel(text: str) -> Optional[str]:
 
 # Windows: a HIP function missing from amdhip64.dll, which the AMD display driver installs
 _WINDOWS_HIP_ENTRY = re.compile(r"(?i)(?:procedure )?entry point (hip\w+) could not be (?:located|found)")
-_ADRENALIN_VERSION = re.compile(r"(?i)Adrenalin(?: Edition)?\s+(\d{2}\.\d{1,2}\.\d)")
+_ADRENALIN_VERSION = re.compile(r"(?i)(?:Adrenalin(?: Edition)?|AMD (?:Software|display|graphics|GPU|Radeon)(?: \w+)? "
+                                r"drivers?)\s+\(?(?:version\s+)?(\d{2}\.\d{1,2}\.\d)")
 
 
 def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
@@ -599,7 +606,8 @@ def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
                      "tool's README names), clean install; then check C:\\Windows\\System32\\amdhip64*.dll is the "
                      "new one", [], entry)
     named = _ADRENALIN_VERSION.search(_text(ctx))
-    worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:using|used)|no longer "
+    worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:being )?(?:using|used|"
+                                 r"utili[sz]ed)|no longer "
                                  r"(?:uses?|works?)|falls? back to (?:the )?CPU|stopped working|since (?:the|updating))")
     if named and worse:
         version = named.group(1)
@@ -641,9 +649,14 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     kernel = ctx.sheet.first("kernel")
     secure_boot = ("if Secure Boot is on, it refuses the unsigned module: enroll its key (sudo mokutil --import "
                    "<the DKMS MOK key>) or turn Secure Boot off")
-    if re.search(r"(?i)driver/library version mismatch|version-mismatch", text):
-        fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded "
-               "(or reinstall the driver cleanly and reboot)")
+    if re.search(r"(?i)driver/library version mismatch|version-mismatch|does not match DSO version", text):
+        # XLA names both versions: the loaded kernel module's and the libcuda's (the user-space driver's)
+        pair = re.search(r"(?i)kernel version (\d+)\.\S+ does not match DSO version (\d+)\.", text)
+        branch = f"nvidia-driver-{pair.group(2)} (the libraries' branch; or {pair.group(1)}, the module's)" if pair \
+            else "nvidia-driver-<version>"
+        fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded; "
+               f"if it stays, reinstall one driver version for both cleanly: sudo apt install --reinstall {branch}, "
+               "then reboot (nvidia-smi and cat /proc/driver/nvidia/version must name the same version)")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
     elif re.search(r"(?i)Key was rejected by service|Required key not available|unsigned module|module verification "
                    r"failed", text):
@@ -672,7 +685,7 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
                "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
         cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
-    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error", text):
+    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b", text):
         fix = ("reload the NVIDIA unified-memory module: sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (after a "
                "suspend / resume it is left broken), or reboot; if it comes back after each sleep, keep the memory "
                "across suspend: options nvidia NVreg_PreserveVideoMemoryAllocations=1 and the nvidia-suspend services")
@@ -718,8 +731,11 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         cause = "the amdgpu-dkms module misbehaves on this kernel" + (f" ({kernel.value})" if kernel else "")
     elif re.search(r"Could not locate dkms\.conf", text):
         tree = re.search(r"(/var/lib/dkms/amdgpu/[^/\s]+)", "\n".join(ctx.sheet.lines))
-        fix = (f"remove the leftover tree: sudo rm -rf {tree.group(1) if tree else '/var/lib/dkms/amdgpu/<old version>'}"
-               ", then install the amdgpu-dkms package again")
+        # dpkg-reconfigure re-runs the package's own script: dkms add, build and install for the running kernel
+        fix = ("rebuild and register the installed module: sudo dpkg-reconfigure amdgpu-dkms (then sudo dkms status "
+               "must list amdgpu as installed for $(uname -r)); if dkms still trips over the old version, remove the "
+               f"leftover tree: sudo rm -rf {tree.group(1) if tree else '/var/lib/dkms/amdgpu/<old version>'}, then "
+               "install the amdgpu-dkms package again")
         cause = "an old amdgpu-dkms version left an empty tree in /var/lib/dkms that dkms cannot read"
     elif re.search(r"(?i)couldn.t communicate with the NVIDIA driver", text):
         fix = ("the NVIDIA kernel module is not loaded: reinstall the driver for the running kernel (sudo apt install "
