@@ -44,6 +44,13 @@ READINGS = [
     # device-access: NVML's unknown error in a container names the runtime's cgroup setting too
     ("docker exec trainer nvidia-smi\nFailed to initialize NVML: Unknown Error\nnvidia-container-toolkit 1.15.0",
      "device-access", ["create-dev-char-symlinks", "no-cgroups = false"]),
+    # driver: NCCL's NVLS transport failing on an NVSwitch system is the fabric manager
+    ("8x H200 HGX, Driver Version: 560.35.03\nhost:1:9 [2] transport/nvls.cc:201 NCCL WARN Cuda failure 999 "
+     "'unknown error'\ntorch.distributed.DistBackendError: NCCL error", "driver",
+     ["nvidia-fabricmanager-560", "NCCL_NVLS_ENABLE=0"]),
+    # driver: a toolkit newer than the driver, both named, and the compiled code refused
+    ("numba: CUDA_ERROR_UNSUPPORTED_PTX_VERSION with cuda-12.4 installed, nvidia driver 535.183 on a Tesla T4",
+     "driver", ["550", "12.2"]),
 ]
 
 
@@ -66,6 +73,13 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     # NCCL failing on native Linux is a transport problem
     ("torchrun --nproc_per_node 2 train.py fails: NCCL error: unhandled system error (2x RTX 3090, Ubuntu 22.04)",
      "wsl"),
+    # "no kernel image" from a prebuilt torch wheel whose CUDA the driver runs (minor version compatibility) is the
+    # GPU's architecture, not the driver
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device\ntorch 2.5.1+cu124, "
+     "CUDA 12.4, Driver Version: 535.104.05, GeForce GTX 760", "driver"),
+    # NCCL failing on its ring transport is not the fabric manager
+    ("NCCL WARN NET/Socket : connect to 10.0.0.2<41235> failed : Connection refused\n8x H100, Driver Version: "
+     "550.54.15", "driver"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])

@@ -787,6 +787,76 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                  errors + downstream)
 
 
+# The oldest Linux driver branch of each CUDA toolkit (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and
+# Corresponding Driver Versions"): a driver runs the CUDA of its branch and older; code a newer toolkit compiled to
+# PTX cannot be loaded by it
+_DRIVER_FOR_CUDA = (((11, 0), 450), ((11, 1), 455), ((11, 2), 460), ((11, 3), 465), ((11, 4), 470), ((11, 5), 495),
+                    ((11, 6), 510), ((11, 7), 515), ((11, 8), 520), ((12, 0), 525), ((12, 1), 530), ((12, 2), 535),
+                    ((12, 3), 545), ((12, 4), 550), ((12, 5), 555), ((12, 6), 560), ((12, 8), 570), ((12, 9), 575),
+                    ((13, 0), 580))
+_PTX_REFUSED = re.compile(r"(?i)no kernel image is available|unsupported PTX version|PTX was compiled with an unsupported "
+                          r"toolchain|UNSUPPORTED_PTX_VERSION")
+
+
+@rule("driver")
+def driver_older_than_toolkit(ctx: Context) -> Optional[Diagnosis]:
+    """A CUDA toolkit newer than the NVIDIA driver, both named, and the driver refusing the compiled code: the PTX
+    the newer toolkit emits is JIT-compiled by the driver, which knows only its own CUDA's PTX (XLA, numba, triton
+    and CuPy compile at run time, so "no kernel image" here is the driver's age, not the GPU's architecture)."""
+    refused = _lines_matching(ctx, _PTX_REFUSED.pattern)
+    if not refused:
+        return None
+    text = _text(ctx)
+    driver = re.search(r"(?i)\b(?:nvidia[- ])?driver(?: version)?\W{0,3}(\d{3})(?:\.\d+){0,2}\b", text)
+    # the toolkit said as cuda-11.6 / CUDA 11.6.2 / cuda_12.4, never nvidia-smi's "CUDA Version:" (the driver's own)
+    toolkits = [(int(a), int(b)) for a, b in re.findall(r"(?i)\bcuda(?:[- _]|\s+toolkit\s+)(\d{2})\.(\d)(?:\.\d+)?\b", text)]
+    if driver is None or not toolkits:
+        return None
+    branch = int(driver.group(1))
+    runs = max((cuda for cuda, least in _DRIVER_FOR_CUDA if least <= branch), default=None)
+    newest = max(toolkits)
+    if runs is None or newest <= runs:
+        return None
+    # within one major version a prebuilt wheel's cubins run on the older driver (minor version compatibility): there
+    # only code compiled at run time (XLA, numba, CuPy, Triton) meets the driver's PTX limit
+    if newest[0] == runs[0] and not re.search(r"(?i)\b(?:jax|jaxlib|xla|numba|cupy|triton|tensorflow)\b", text):
+        return None
+    least = next(b for cuda, b in _DRIVER_FOR_CUDA if cuda >= newest)
+    have = f"{runs[0]}.{runs[1]}"
+    return _make("driver", f"the NVIDIA driver {branch} is older than CUDA {newest[0]}.{newest[1]}",
+                 f"driver {branch} runs CUDA {have} at most; the code built with the CUDA {newest[0]}.{newest[1]} "
+                 "toolkit (its PTX) cannot be loaded by it, so the launch finds no kernel image",
+                 f"update the NVIDIA driver to {least} or newer (sudo apt install nvidia-driver-{least} or a later "
+                 f"branch, then reboot), or keep driver {branch} and use the CUDA {have} toolkit (and builds made for "
+                 f"CUDA {have})", [], refused)
+
+
+# NCCL's NVLink SHARP transport (NVLS, transport/nvls.cc) failing to set up its multicast memory: on NVSwitch
+# systems (HGX H100 / H800 / H200, B200) that memory is granted by the fabric manager, so a fabric manager that is
+# down, of another version than the driver, or restarted under running processes breaks it (NVIDIA/nccl#976, #1338)
+_NVLS_FAILED = re.compile(r"(?i)transport/nvls\.cc.{0,80}(?:WARN|fail|error)|\bNVLS\b.{0,60}\b(?:fail\w*|error|invalid)")
+
+
+@rule("driver")
+def fabric_manager(ctx: Context) -> Optional[Diagnosis]:
+    """NVLS setup failing: the NVSwitch fabric, which nvidia-fabricmanager runs beside the driver, not the network
+    NCCL's other transports use (rings over P2P and the NICs work, which is why two GPUs still run)."""
+    failed = _lines_matching(ctx, _NVLS_FAILED.pattern)
+    if not failed:
+        return None
+    driver = re.search(r"(?i)Driver Version:?\s*(\d{3})\.|nvidia-driver\W{0,3}:?\s*(\d{3})\.", _text(ctx))
+    branch = (driver.group(1) or driver.group(2)) if driver else "<the driver's branch>"
+    return _first(_make(
+        "driver", "NCCL's NVLS transport cannot get its NVSwitch multicast memory",
+        "NVLS (NVLink SHARP) needs the NVSwitch fabric set up by nvidia-fabricmanager for the loaded driver; a fabric "
+        "manager that is not running, of another version than the driver, or restarted while processes held the GPUs "
+        "leaves the multicast setup failing ('invalid argument'), typically once three or more GPUs join",
+        f"check systemctl status nvidia-fabricmanager and nvidia-smi -q | grep -A2 Fabric (State: Completed); install "
+        f"the fabric manager of exactly the driver's version (nvidia-fabricmanager-{branch}), then reboot the node (or "
+        "stop every GPU process, reset the GPUs and restart nvidia-fabricmanager, in that order); meanwhile "
+        "NCCL_NVLS_ENABLE=0 runs without NVLS", [], failed))
+
+
 # Data-centre NVIDIA cards (Tesla, the A/H/L series) start in TCC mode on Windows, a compute-only driver mode that WSL 2's
 # GPU paravirtualisation cannot use: it shares only cards in WDDM mode
 _TCC_CARD = re.compile(r"(?i)\bTesla\b|\b(?:[AHL]\d{2,3}S?|V100|P100|P40|T4|K80|A10G)\b")
