@@ -51,6 +51,10 @@ READINGS = [
     # driver: a toolkit newer than the driver, both named, and the compiled code refused
     ("numba: CUDA_ERROR_UNSUPPORTED_PTX_VERSION with cuda-12.4 installed, nvidia driver 535.183 on a Tesla T4",
      "driver", ["550", "12.2"]),
+    # driver: an amdgpu-dkms that fails on a kernel a later ROCm release's driver builds for
+    ("sudo apt install ./amdgpu-install_7.0.60002-1_all.deb; sudo amdgpu-install --usecase=rocm\nBuilding for "
+     "6.17.0-5-generic\nError! Bad return status for module build on kernel: 6.17.0-5-generic (x86_64)", "driver",
+     ["ROCm 7.1.1", "6.17"]),
 ]
 
 
@@ -86,3 +90,10 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
 def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_family):
     top = diagnose_text(paste).top
     assert top is None or top.family != not_family, (top.family, top.title)
+
+
+def test_the_dkms_release_table_names_no_release_older_than_the_one_installed():
+    top = diagnose_text("ROCm 6.4.3 amdgpu-dkms: Error! Bad return status for module build on kernel: "
+                        "6.14.0-29-generic (x86_64)").top
+    assert top is not None and top.family == "driver", top
+    assert "ROCm 6.4.2" not in top.fix, top.fix

@@ -579,6 +579,24 @@ _UBUNTU_SERIES = ("4.4", "4.8", "4.10", "4.13", "4.15", "4.18", "5.0", "5.3", "5
                   "5.19", "6.2", "6.5", "6.8", "6.11", "6.14", "6.17")
 
 
+# The first ROCm release whose amdgpu-dkms builds for a kernel series that the one before it failed on, as AMD's
+# maintainers answered: 6.14 (Ubuntu 24.04 HWE) from 6.4.2 (ROCm #4619, legacy-rocm-build #5074); 6.17 (Ubuntu
+# 25.10) from 7.1.1 (legacy-rocm-build #5624)
+_DKMS_FIRST_BUILDS = {"6.14": "6.4.2", "6.17": "7.1.1"}
+
+
+def _first_dkms_release(text: str) -> Optional[tuple[str, str]]:
+    """(kernel series, ROCm release) where the kernel is one the table knows and the ROCm being installed is older."""
+    m = re.search(r"\b(\d\.\d+)\.\d+-\d+-(?:generic|lowlatency)\b", text)
+    release = _rocm_release(text)
+    if not m or m.group(1) not in _DKMS_FIRST_BUILDS or not release:
+        return None
+    first = _DKMS_FIRST_BUILDS[m.group(1)]
+    def as_tuple(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+    return (m.group(1), first) if as_tuple(release) < as_tuple(first) else None
+
+
 def _previous_ubuntu_kernel(text: str) -> Optional[str]:
     m = re.search(r"\b(\d\.\d+)\.\d+-\d+-(?:generic|lowlatency)\b", text)
     if not m or m.group(1) not in _UBUNTU_SERIES or m.group(1) == _UBUNTU_SERIES[0]:
@@ -763,7 +781,11 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                    r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)",
                    text):
         previous = _previous_ubuntu_kernel(text + " " + (kernel.value if kernel else ""))
-        fix = ("install the amdgpu-dkms of a newer ROCm release (one that lists this kernel), boot a kernel that the "
+        first = _first_dkms_release(joined + " " + (kernel.value if kernel else ""))
+        newer = (f"install the amdgpu-dkms of ROCm {first[1]} or newer (the first release whose driver builds for the "
+                 f"{first[0]} kernel: sudo amdgpu-install --uninstall, then the amdgpu-install of {first[1]})" if first
+                 else "install the amdgpu-dkms of a newer ROCm release (one that lists this kernel)")
+        fix = (newer + ", or boot a kernel that the "
                "ROCm release supports" + (f" (the series before it, {previous}: sudo apt install linux-image-"
                                          f"{previous}.0-<abi>-generic linux-headers-{previous}.0-<abi>-generic, pick "
                                          "it in GRUB's Advanced options, and hold the newer one until ROCm lists it)"
