@@ -55,6 +55,9 @@ READINGS = [
     ("sudo apt install ./amdgpu-install_7.0.60002-1_all.deb; sudo amdgpu-install --usecase=rocm\nBuilding for "
      "6.17.0-5-generic\nError! Bad return status for module build on kernel: 6.17.0-5-generic (x86_64)", "driver",
      ["ROCm 7.1.1", "6.17"]),
+    # driver (likely): ROCm work that never answers on a Strix APU is its MES firmware from linux-firmware
+    ("ollama on a Ryzen AI Max+ 395 (Radeon 8060S), ROCm 7.1: the model load hangs forever, CPU only works fine",
+     "driver", ["linux-firmware", "20251111"]),
 ]
 
 
@@ -84,6 +87,11 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     # NCCL failing on its ring transport is not the fabric manager
     ("NCCL WARN NET/Socket : connect to 10.0.0.2<41235> failed : Connection refused\n8x H100, Driver Version: "
      "550.54.15", "driver"),
+    # a Strix APU whose error is its own (a missing arch) is not the firmware
+    ("rocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: No such file or directory for "
+     "GPU arch : gfx1151\nStrix Halo, the server hangs afterwards", "driver"),
+    # a hang on a discrete card is no APU firmware
+    ("llama-server hangs forever while loading on an RX 7900 XTX with ROCm 6.4", "driver"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])

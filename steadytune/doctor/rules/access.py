@@ -809,6 +809,35 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                  errors + downstream)
 
 
+# The Strix / Krackan APUs (gfx1150-gfx1152): linux-firmware 20251125 shipped an MES firmware (0x83) for them that hangs
+# or faults ROCm work; 20251111 is the last good release, and the revert came in later packages (legacy-rocm-build
+# #5724 and #5616, AMD's answers; kyuz0/amd-strix-halo-toolboxes #37)
+_STRIX_APU = re.compile(r"(?i)Strix Halo|Strix Point|Krackan|Ryzen AI Max|\bAI Max\+?|\b(?:AMD|Ryzen AI(?: Max)?\+?) "
+                        r"3[89]5\+?\b|\b8060S\b|\b8050S\b|\b890M\b|\b880M\b|\b860M\b|\bgfx115[012]\b")
+_STUCK = re.compile(r"(?i)\b(?:still waiting|waiting for|hangs?|hung|stuck|freez\w*|never (?:loads?|finishes|answers)|"
+                    r"time[sd]? ?out)\b|MES failed|\bMES\b.{0,40}\b(?:fail|timeout|hang)|卡住|卡死|无响应")
+
+
+@rule("driver")
+def apu_mes_firmware(ctx: Context) -> Optional[Diagnosis]:
+    """ROCm work that hangs (or never answers) on a Strix Halo / Strix Point / Krackan APU while the CPU path works:
+    the GPU's MES firmware from linux-firmware, not the tool. A likely reading: the package's version decides."""
+    text = _text(ctx)
+    apu = _STRIX_APU.search(text) or any(a in ("gfx1150", "gfx1151", "gfx1152") for a in ctx.sheet.machine_archs)
+    if not apu or not re.search(r"(?i)\brocm\b|\bhip\b|\bgfx11|\bGPU\b", text):
+        return None
+    stuck = _lines_matching(ctx, _STUCK.pattern)
+    if not stuck or ctx.errors and any(e.family not in (None, "driver", "gpu-hang") for e in ctx.errors):
+        return None   # an error of its own family (a missing arch, memory, a library) says what it is
+    return _make("driver", "the APU's MES firmware from linux-firmware hangs ROCm",
+                 "on Strix Halo / Strix Point / Krackan APUs (gfx1150-gfx1152) the linux-firmware 20251125 release "
+                 "ships an MES firmware (0x83) under which ROCm work hangs or faults while the CPU path runs",
+                 "check the firmware: apt policy linux-firmware (rpm -q linux-firmware; sudo cat "
+                 "/sys/kernel/debug/dri/*/amdgpu_firmware_info | grep MES); if it is 20251125, downgrade linux-firmware "
+                 "to 20251111 (or update to a package with the MES revert), reboot, and run the GPU path again",
+                 [], stuck, confirmed=False)
+
+
 # The oldest Linux driver branch of each CUDA toolkit (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and
 # Corresponding Driver Versions"): a driver runs the CUDA of its branch and older; code a newer toolkit compiled to
 # PTX cannot be loaded by it
