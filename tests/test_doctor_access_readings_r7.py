@@ -58,6 +58,10 @@ READINGS = [
     # driver (likely): ROCm work that never answers on a Strix APU is its MES firmware from linux-firmware
     ("ollama on a Ryzen AI Max+ 395 (Radeon 8060S), ROCm 7.1: the model load hangs forever, CPU only works fine",
      "driver", ["linux-firmware", "20251111"]),
+    # gpu-hang: /dev/kfd refused with EINVAL, its node there and open to the user: KFD locked after a reset
+    ("$ ls -l /dev/kfd\ncrw-rw---- 1 root render 235, 0 Mar  3 09:12 /dev/kfd\n$ id\nuid=1000(ana) groups=1000(ana),"
+     "44(video),109(render)\n$ rocminfo\nROCk module is loaded\nUnable to open /dev/kfd read-write: Invalid argument\n"
+     "(MI100 that was bound to vfio-pci for a VM yesterday)", "gpu-hang", ["reboot", "dmesg"]),
 ]
 
 
@@ -92,6 +96,9 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
      "GPU arch : gfx1151\nStrix Halo, the server hangs afterwards", "driver"),
     # a hang on a discrete card is no APU firmware
     ("llama-server hangs forever while loading on an RX 7900 XTX with ROCm 6.4", "driver"),
+    # a kfd refused with EACCES is the groups, never the KFD lock
+    ("rocminfo\nUnable to open /dev/kfd read-write: Permission denied\nana is not member of render group",
+     "gpu-hang"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])

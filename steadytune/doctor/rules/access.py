@@ -188,16 +188,41 @@ def _video_not_enough(ctx: Context, text: str) -> Optional[Diagnosis]:
                         "ls -l /dev/kfd /dev/dri/renderD* and id", [], said + root))
 
 
+# /dev/kfd refused with EINVAL: the permission check passed (a group or mode problem is EACCES / EPERM); the amdgpu
+# KFD returns EINVAL from open while it is locked, that is during a GPU reset or a suspend that never finished
+# (kfd_create_process in the kernel's amdkfd/kfd_process.c; newer kernels return it too when no GPU node came up)
+_KFD_LOCKED = re.compile(r"(?i)/dev/kfd\b.{0,40}\bInvalid argument|Invalid argument.{0,20}/dev/kfd")
+
+
+@rule("gpu-hang")
+def kfd_locked(ctx: Context) -> Optional[Diagnosis]:
+    """Opening /dev/kfd fails with "Invalid argument": not the user's rights (those fail with Permission denied) and
+    not a missing node (No such file): the driver refuses new processes because a GPU reset or a suspend left it
+    locked (a GPU handed back from a VM, a hang and a failed reset)."""
+    refused = _lines_matching(ctx, _KFD_LOCKED.pattern)
+    if not refused:
+        return None
+    return _make("gpu-hang", "the GPU driver refuses new processes: KFD is locked after a reset",
+                 "/dev/kfd answers open() with EINVAL while the amdgpu KFD is locked, during a GPU reset or a "
+                 "suspend / resume (newer kernels also when no GPU node came up at all); a reset that never finished (a GPU passed through to a VM and handed back, a hang "
+                 "the driver could not recover) leaves it so, whatever the groups and the container's devices",
+                 "reboot the host (the GPU and the driver start clean); check sudo dmesg | grep -i -e 'gpu reset' -e "
+                 "kfd -e amdgpu for the failed reset; avoid passing this GPU to a VM and back without a host reboot "
+                 "between (a known reset problem of some Radeon generations)", [], refused)
+
+
 @rule("device-access")
 def device_access(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a refusal to open /dev/kfd or /dev/dri (any wording: permission denied, no such file, a group
     check), the device files' owner and mode (`ls -l`) against the user's groups (`id`, `groups`), 'works only as
     root', and where the process runs (a container without the devices, a rootless one). A runtime that cannot get
     its resources is only a symptom where the driver itself is not loaded."""
+    if _lines_matching(ctx, _KFD_LOCKED.pattern):
+        return None   # the node opened far enough for the driver to refuse: KFD is locked (kfd_locked, below)
     early = _device_access_said(ctx)
     if early is not None:
         return early
-    if re.search(r"(?i)is missing in supported_devices|kgd2kfd_probe failed", _text(ctx)):
+    if re.search(r"(?i)is missing in supported_devices|kgd2kfd_probe failed|not supported in kfd", _text(ctx)):
         return None   # KFD itself refuses the GPU: no group opens a device the driver never created (gpu-unsupported)
     errors = ctx.of("device-access")
     if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
