@@ -62,6 +62,10 @@ READINGS = [
     ("$ ls -l /dev/kfd\ncrw-rw---- 1 root render 235, 0 Mar  3 09:12 /dev/kfd\n$ id\nuid=1000(ana) groups=1000(ana),"
      "44(video),109(render)\n$ rocminfo\nROCk module is loaded\nUnable to open /dev/kfd read-write: Invalid argument\n"
      "(MI100 that was bound to vfio-pci for a VM yesterday)", "gpu-hang", ["reboot", "dmesg"]),
+    # multi-gpu-transport: GPUs that fail to initialise while an Infinity Fabric bridge joins them
+    ("2x Radeon PRO W7900 with the Infinity Fabric Link bridge installed\n[drm:psp_v13_0_ring_create [amdgpu]] "
+     "*ERROR* Failed to wait for trust OS ready for ring creation\namdgpu 0000:43:00.0: amdgpu: PSP load tmr failed!",
+     "multi-gpu-transport", ["remove the Infinity Fabric bridge", "linux-firmware"]),
 ]
 
 
@@ -99,6 +103,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     # a kfd refused with EACCES is the groups, never the KFD lock
     ("rocminfo\nUnable to open /dev/kfd read-write: Permission denied\nana is not member of render group",
      "gpu-hang"),
+    # a PSP failure on a single card with no bridge stays the driver's firmware reading
+    ("amdgpu 0000:03:00.0: amdgpu: PSP load tmr failed!\nRX 7900 XTX, Ubuntu 24.04", "multi-gpu-transport"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])

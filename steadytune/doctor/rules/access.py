@@ -834,6 +834,32 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                  errors + downstream)
 
 
+# GPUs joined by an Infinity Fabric (XGMI) bridge form a hive that the PSP firmware sets up at driver load: a bad
+# bridge (or its seating) fails that setup, and the whole init with it, while each card starts alone
+_XGMI_BRIDGE = re.compile(r"(?i)Infinity Fabric (?:Link )?bridge|\bXGMI bridge|(?-i:\bIF) (?:link )?bridge|\bxGMI\b.{0,40}\bbridge")
+_INIT_FAILED = re.compile(r"(?i)Fatal error during GPU init|\bPSP\b.{0,40}\bfail\w*|psp_\w+.{0,40}\bERROR|"
+                          r"amdgpu.{0,60}probe.{0,40}fail\w*|\bxgmi\b.{0,60}\b(?:fail\w*|error)")
+
+
+@rule("multi-gpu-transport")
+def xgmi_bridge_init(ctx: Context) -> Optional[Diagnosis]:
+    """amdgpu failing to initialise (PSP, the hive) on GPUs linked by an Infinity Fabric bridge: the bridge is the
+    part to rule out first, by booting without it."""
+    text = _text(ctx)
+    if not _XGMI_BRIDGE.search(text):
+        return None
+    failed = _lines_matching(ctx, _INIT_FAILED.pattern)
+    if not failed:
+        return None
+    return _first(_make(
+        "multi-gpu-transport", "the GPUs fail to start with their Infinity Fabric bridge",
+        "GPUs linked by an Infinity Fabric (XGMI) bridge are set up as one hive by the PSP firmware when amdgpu loads; "
+        "a faulty or badly seated bridge fails that setup (PSP ring or XGMI errors) and with it the init of the GPUs",
+        "power off, remove the Infinity Fabric bridge and boot: if every GPU initialises (rocm-smi lists them all), "
+        "the bridge is faulty: reseat it, or replace it; if they still fail alone, update linux-firmware and the "
+        "amdgpu driver (and the GPUs' firmware from the vendor)", [], failed))
+
+
 # The Strix / Krackan APUs (gfx1150-gfx1152): linux-firmware 20251125 shipped an MES firmware (0x83) for them that hangs
 # or faults ROCm work; 20251111 is the last good release, and the revert came in later packages (legacy-rocm-build
 # #5724 and #5616, AMD's answers; kyuz0/amd-strix-halo-toolboxes #37)
