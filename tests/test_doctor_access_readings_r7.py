@@ -66,6 +66,15 @@ READINGS = [
     ("2x Radeon PRO W7900 with the Infinity Fabric Link bridge installed\n[drm:psp_v13_0_ring_create [amdgpu]] "
      "*ERROR* Failed to wait for trust OS ready for ring creation\namdgpu 0000:43:00.0: amdgpu: PSP load tmr failed!",
      "multi-gpu-transport", ["remove the Infinity Fabric bridge", "linux-firmware"]),
+    # wsl: an NVIDIA paste under WSL with no GPU named is CUDA's WSL path, never AMD's /dev/dxg runtime
+    ("WSL 2 Debian: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "wsl",
+     ["/usr/lib/wsl/lib", "Windows NVIDIA driver"]),
+    # wsl: Windows exposes no GPU to WSL (NVML's and the container toolkit's wording)
+    ("wsl2 ubuntu 24.04\n$ nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system", "wsl",
+     ["wsl --update", "Windows NVIDIA driver"]),
+    # device-access: a runtime name docker does not know
+    ("docker compose up: Error response from daemon: unknown or invalid runtime name: nvidia (L4 on Debian 12)",
+     "device-access", ["nvidia-ctk runtime configure --runtime=docker", "--gpus all"]),
 ]
 
 
@@ -105,6 +114,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
      "gpu-hang"),
     # a PSP failure on a single card with no bridge stays the driver's firmware reading
     ("amdgpu 0000:03:00.0: amdgpu: PSP load tmr failed!\nRX 7900 XTX, Ubuntu 24.04", "multi-gpu-transport"),
+    # an AMD paste under WSL keeps AMD's reading
+    ("WSL2, RX 7900 XTX, ROCm 6.1.3: RuntimeError: No HIP GPUs are available", "driver"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])
@@ -118,3 +129,8 @@ def test_the_dkms_release_table_names_no_release_older_than_the_one_installed():
                         "6.14.0-29-generic (x86_64)").top
     assert top is not None and top.family == "driver", top
     assert "ROCm 6.4.2" not in top.fix, top.fix
+
+
+def test_an_amd_paste_under_wsl_keeps_the_rocm_reading():
+    top = diagnose_text("WSL2, RX 7900 XTX, ROCm 6.1.3: RuntimeError: No HIP GPUs are available").top
+    assert top is not None and top.family == "wsl" and "CUDA" not in top.title, top.title

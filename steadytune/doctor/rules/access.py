@@ -271,6 +271,16 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      f"sudo usermod -aG {group}{',video' if group == 'render' else ''} $USER, then log out and back in "
                      "(or reboot); never run the job with sudo instead", [node, said], errors)
     text = " ".join(e.line for e in errors)
+    if re.search(r"(?i)unknown or invalid runtime name: nvidia", text):
+        return _make("device-access", "docker does not know the nvidia runtime",
+                     "--runtime=nvidia names a runtime docker's daemon.json does not register: the NVIDIA Container "
+                     "Toolkit is not installed, or it was never configured for this docker (or docker was not "
+                     "restarted after it)",
+                     "install the NVIDIA Container Toolkit (sudo apt-get install -y nvidia-container-toolkit), then "
+                     "sudo nvidia-ctk runtime configure --runtime=docker (it adds the nvidia runtime to /etc/docker/"
+                     "daemon.json) and sudo systemctl restart docker; or drop --runtime=nvidia and use --gpus all; a "
+                     "snap docker reads its own daemon.json (snap list docker): use Docker Engine from Docker's apt "
+                     "repository instead", [ctx.line_fact(errors[0])], errors)
     if re.search(r"could not select device driver", text):
         return _make("device-access", "Docker has no GPU runtime",
                      "`--gpus` needs the NVIDIA Container Toolkit's hook, which is not installed (or docker was not "
@@ -412,6 +422,18 @@ def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[D
                      "GPU in WSL 2 needs Windows 11, or Windows 10 21H2 (build 19044) or newer (winver shows the build; "
                      "update Windows), the Windows GPU driver with WSL support, and an updated WSL (wsl --update); then "
                      "ls /usr/lib/wsl/lib/libdxcore.so inside WSL", [fact], dxcore)
+    # the Windows side gives WSL no GPU: NVML's "blocked by the operating system", the container toolkit's "no adapters"
+    blocked = _lines_matching(ctx, r"(?i)GPU access blocked by the operating system|WSL environment detected but no "
+                                   r"adapters were found")
+    if blocked:
+        return _make("wsl", "Windows gives WSL 2 no GPU",
+                     "WSL 2 reaches the GPU only through the Windows driver's paravirtualisation (/dev/dxg and "
+                     "/usr/lib/wsl/lib); here Windows exposes no GPU adapter to it (a Windows driver without WSL "
+                     "support, an old WSL, or a Linux NVIDIA driver inside WSL shadowing WSL's libraries)",
+                     "update the Windows NVIDIA driver (Game Ready / Studio, any current one supports WSL) and WSL "
+                     "(wsl --update, then wsl --shutdown); inside WSL remove any Linux NVIDIA driver (sudo apt remove "
+                     "'nvidia-driver-*' 'libnvidia-*') and check /usr/lib/wsl/lib/nvidia-smi lists the GPU; Docker: "
+                     "use Docker Desktop's WSL 2 backend or the NVIDIA Container Toolkit inside WSL", [fact], blocked)
     uva = _lines_matching(ctx, r"(?i)UVA is not available")
     if uva and (ctx.tool() == "vllm" or re.search(r"(?i)\bvllm\b", joined)):
         return _make("wsl", "vLLM turns pinned memory off under WSL 2",
@@ -552,7 +574,10 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     arch, arch_fact = ctx.arch(errors)
     if arch is None:
         arch = _radeon_by_number(joined)
-    if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia":
+    # NVIDIA said in words (nvidia-smi, CUDA, a GeForce) with no AMD word: the paste is about CUDA under WSL
+    nvidia_said = re.search(r"(?i)nvidia|\bcuda\b|geforce|\brtx\b|\bgtx\b|quadro|tesla", joined) and not re.search(
+        r"(?i)\bamd\b|radeon|rocm|\bhip\b|\bgfx\d", joined)
+    if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia" or (arch is None and nvidia_said):
         return _make("wsl", "WSL 2: CUDA does not reach the NVIDIA GPU",
                      "under WSL 2 CUDA goes through the Windows NVIDIA driver, whose libcuda.so WSL mounts in "
                      "/usr/lib/wsl/lib; a Linux NVIDIA driver installed inside WSL, a loader path without that folder, "
