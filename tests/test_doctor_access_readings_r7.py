@@ -75,6 +75,19 @@ READINGS = [
     # device-access: a runtime name docker does not know
     ("docker compose up: Error response from daemon: unknown or invalid runtime name: nvidia (L4 on Debian 12)",
      "device-access", ["nvidia-ctk runtime configure --runtime=docker", "--gpus all"]),
+    # device-access: "only root can" in Chinese
+    ("普通用户跑 clinfo 看不到显卡，只有 root 可以 (Radeon PRO W7800, Ubuntu 22.04)", "device-access",
+     ["usermod -aG render,video"]),
+    # device-access: "no GPU inside the container" in Chinese, AMD and NVIDIA
+    ("podman 容器内检测不到显卡，镜像 rocm/dev-ubuntu-22.04，RX 6900 XT", "device-access", ["--device=/dev/kfd"]),
+    ("在 docker 容器中识别不到 GPU (RTX A5000, nvcr.io/nvidia/pytorch 镜像)", "device-access", ["--gpus all"]),
+    # driver: a kernel update said in Chinese; the DKMS build failing said in Chinese
+    ("升级内核以后 amdgpu 驱动加载不了，rocminfo 报错", "driver", ["linux-headers", "dkms"]),
+    ("Ubuntu 22.04 升级到 6.8.0-49-generic 内核后 amdgpu-dkms 编译失败", "driver", ["6.5", "--no-dkms"]),
+    # driver: CUDA lost after the machine slept, in words
+    ("since waking up from suspend nvidia-smi works but torch says CUDA unavailable (RTX 4080 desktop)", "driver",
+     ["nvidia_uvm"]),
+    ("笔记本休眠后 CUDA 用不了，只能重启 (RTX 4060 Laptop)", "driver", ["nvidia_uvm"]),
 ]
 
 
@@ -116,6 +129,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     ("amdgpu 0000:03:00.0: amdgpu: PSP load tmr failed!\nRX 7900 XTX, Ubuntu 24.04", "multi-gpu-transport"),
     # an AMD paste under WSL keeps AMD's reading
     ("WSL2, RX 7900 XTX, ROCm 6.1.3: RuntimeError: No HIP GPUs are available", "driver"),
+    # an AMD card that misbehaves after suspend is not NVIDIA's unified-memory module
+    ("my RX 6800 crashes after resume from suspend", "driver"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])

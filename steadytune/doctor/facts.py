@@ -578,7 +578,10 @@ def _root_only(line: str):
     """'works with sudo / as root, not as my user' in any phrasing the prose takes."""
     if re.search(r"(?:only|unless|except)\s+(?:as|with|when|run as|running as)?\s*(?:root|sudo|superuser)|"
                  r"work(?:s|ing|ed)? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?|"
-                 r"\b(?:sudo|root) works\b|\bonly (?:as|for) (?:a |the |my )?(?:normal|regular|non-root|unprivileged) user\b",
+                 r"\b(?:sudo|root) works\b|\bonly (?:as|for) (?:a |the |my )?(?:normal|regular|non-root|unprivileged) user\b|"
+                 # Chinese: "only root can", "with sudo it works", "fine under root"
+                 r"只有\s*(?:root|sudo)|(?:用|加(?:上)?|使用)\s*sudo\s*(?:运行)?\s*(?:就|才)?\s*(?:可以|能|行|正常)|"
+                 r"root\s*(?:用户)?\s*(?:下|运行)?\s*(?:就|才)\s*(?:可以|能|行|正常)",
                  line, re.IGNORECASE):
         yield "root_only", "yes", ""
 

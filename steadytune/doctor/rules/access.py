@@ -120,11 +120,14 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     video_only = _video_not_enough(ctx, text)
     if video_only is not None:
         return video_only
-    if _CONTAINED.search(text):
+    if _CONTAINED.search(text) or "容器" in text:
         no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
                                       r"no ROCm-capable device|Unable to open /dev/kfd|(?:not (?:detected|found|visible|"
                                       r"available|seen)|(?:doesn.t|does not|can.t|cannot|won.t) (?:see|find|detect|use))"
-                                      r"\b.{0,40}\b(?:in|inside|within|from) (?:a |the |my )?(?:docker|podman|container)")
+                                      r"\b.{0,40}\b(?:in|inside|within|from) (?:a |the |my )?(?:docker|podman|container)|"
+                                      # Chinese: "no GPU found inside the container"
+                                      r"(?:容器|docker|podman)\S{0,8}(?:里|内|中)\S{0,8}(?:找不到|检测不到|识别不到|看不到|"
+                                      r"用不了|没有).{0,4}(?:GPU|显卡)")
         masked = re.search(r"\bROCR_VISIBLE_DEVICES=\d+,\d", text)   # a job's mask: visibility, not the devices
         if no_gpu and not masked and _vendor(ctx) != "amd" and re.search(r"(?i)NVIDIA|CUDA|GeForce|RTX|GTX", text) \
                 and not re.search(r"--gpus", text):
@@ -753,7 +756,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
                "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
         cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
-    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b", text):
+    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b|\b(?:after|since) "
+                   r"(?:a |the )?(?:sleep|suspend|resume|hibernat\w*|wak(?:e|ing) up)\b|(?:休眠|睡眠|挂起|待机)\S{0,8}后", text):
         fix = ("reload the NVIDIA unified-memory module: sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (after a "
                "suspend / resume it is left broken), or reboot; if it comes back after each sleep, keep the memory "
                "across suspend: options nvidia NVreg_PreserveVideoMemoryAllocations=1 and the nvidia-suspend services")
@@ -765,8 +769,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "--sb-state and sudo dmesg | grep -i -e 'key was rejected' -e lockdown) or turn Secure Boot off in the "
                "firmware settings")
         cause = f"Secure Boot is on and the {module} kernel module is not signed with a key the firmware trusts"
-    elif re.search(r"(?i)kernel (?:update|upgrade)", text) and not re.search(
-            r"(?i)Bad return status|fail\w* to (?:build|compile)|build (?:error|fail)", text):
+    elif re.search(r"(?i)kernel (?:update|upgrade)|(?:更新|升级)\S{0,12}内核", text) and not re.search(
+            r"(?i)Bad return status|fail\w* to (?:build|compile)|build (?:error|fail)|编译失败|构建失败", text):
         nvidia = re.search(r"(?i)nvidia", joined)
         again = ("sudo apt install --reinstall nvidia-dkms-<version> (or sudo dkms autoinstall)" if nvidia else
                  "sudo apt install --reinstall amdgpu-dkms (or sudo dkms autoinstall), or drop DKMS: sudo "
@@ -828,7 +832,7 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"
     elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build|"
-                   r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)",
+                   r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)|dkms.{0,20}(?:编译|构建)(?:失败|出错)",
                    text):
         previous = _previous_ubuntu_kernel(text + " " + (kernel.value if kernel else ""))
         first = _first_dkms_release(joined + " " + (kernel.value if kernel else ""))
