@@ -149,3 +149,9 @@ def test_the_dkms_release_table_names_no_release_older_than_the_one_installed():
 def test_an_amd_paste_under_wsl_keeps_the_rocm_reading():
     top = diagnose_text("WSL2, RX 7900 XTX, ROCm 6.1.3: RuntimeError: No HIP GPUs are available").top
     assert top is not None and top.family == "wsl" and "CUDA" not in top.title, top.title
+
+
+def test_the_open_modules_reading_needs_a_card_older_than_turing():
+    top = diagnose_text("nvidia-smi: No devices were found (RTX 4090, nvidia-driver-560-open)").top
+    assert top is not None and top.family == "driver", top
+    assert "open NVIDIA kernel modules do not drive" not in top.title, top.title

@@ -863,6 +863,41 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                  errors + downstream)
 
 
+# NVIDIA's open kernel modules drive Turing and newer GPUs only (they need the GPU System Processor); Maxwell, Pascal
+# and Volta cards need the proprietary modules (NVIDIA's open-gpu-kernel-modules README; the driver's installation
+# guide since 560, where the open modules became the default)
+_OPEN_MODULES = re.compile(r"(?i)nvidia-(?:driver-\d+-)?open\b|\bopen (?:gpu )?kernel modules?\b|-open\b.{0,20}\bdriver|"
+                           r"not supported by open nvidia\.ko|required GPU System Processor")
+_PRE_TURING = re.compile(r"(?i)\bGTX ?(?:9[5-8]0|10[5-8]0)(?: ?Ti)?\b|\bTitan (?:X|Xp|V)\b|\b(?:Tesla )?[PMK]\d{2,3}\b|"
+                         r"\bV100\b|\bQuadro [PMK]\d{3,4}\b|\b(?:Pascal|Maxwell|Volta|Kepler)\b")
+
+
+@rule("driver")
+def open_modules_on_old_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """The open NVIDIA kernel modules on a GPU older than Turing: they refuse it (no GSP), so nvidia-smi finds no
+    device although the driver is installed."""
+    text = _text(ctx)
+    refused = _lines_matching(ctx, r"(?i)not supported by open nvidia\.ko|required GPU System Processor")
+    card = _PRE_TURING.search(text)
+    if not refused and not (card and _OPEN_MODULES.search(text)):
+        return None
+    symptom = refused or _lines_matching(ctx, r"(?i)No devices were found|NVIDIA-SMI has failed|couldn.t communicate|"
+                                              r"No CUDA GPUs are available|Found no NVIDIA driver|RmInitAdapter failed")
+    if not symptom:
+        return None
+    branch = re.search(r"(?i)nvidia-driver-(\d{3})|driver (?:version )?(\d{3})\b|\b(\d{3})\.\d+(?:\.\d+)?\b", text)
+    number = next((g for g in branch.groups() if g), None) if branch else None
+    package = f"nvidia-driver-{number}" if number else "nvidia-driver-<branch>"
+    return _first(_make(
+        "driver", "the open NVIDIA kernel modules do not drive this GPU" + (f" ({card.group(0)})" if card else ""),
+        "NVIDIA's open kernel modules support Turing and newer GPUs only (they run on the GPU System Processor); an "
+        "older card (Maxwell, Pascal, Volta) is left without a driver, so nvidia-smi finds no device",
+        f"install the proprietary kernel modules of the same branch instead: sudo apt install {package} (the package "
+        f"without -open; it replaces {package}-open), or with NVIDIA's .run installer pick the proprietary flavour "
+        "(-m=kernel, not kernel-open); then reboot; branch 580 is the last with Maxwell, Pascal and Volta support",
+        [], symptom))
+
+
 # GPUs joined by an Infinity Fabric (XGMI) bridge form a hive that the PSP firmware sets up at driver load: a bad
 # bridge (or its seating) fails that setup, and the whole init with it, while each card starts alone
 _XGMI_BRIDGE = re.compile(r"(?i)Infinity Fabric (?:Link )?bridge|\bXGMI bridge|(?-i:\bIF) (?:link )?bridge|\bxGMI\b.{0,40}\bbridge")
