@@ -88,6 +88,12 @@ READINGS = [
     ("since waking up from suspend nvidia-smi works but torch says CUDA unavailable (RTX 4080 desktop)", "driver",
      ["nvidia_uvm"]),
     ("笔记本休眠后 CUDA 用不了，只能重启 (RTX 4060 Laptop)", "driver", ["nvidia_uvm"]),
+    # driver: the open NVIDIA kernel modules on a card older than Turing
+    ("Fedora 41, GTX 980 Ti, installed nvidia-driver-575-open from the CUDA repo\n$ nvidia-smi\nNo devices were found",
+     "driver", ["nvidia-driver-575", "without -open"]),
+    ("[   4.21] NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:1db4) installed in this system is not supported by "
+     "open nvidia.ko because it does not include the required GPU System Processor (GSP).", "driver",
+     ["proprietary kernel modules"]),
 ]
 
 
