@@ -94,6 +94,11 @@ READINGS = [
     ("[   4.21] NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:1db4) installed in this system is not supported by "
      "open nvidia.ko because it does not include the required GPU System Processor (GSP).", "driver",
      ["proprietary kernel modules"]),
+    # platform-bios: the GPU's init failing where the BIOS is said to leave Above 4G / Resizable BAR off
+    ("NVRM: RmInitAdapter failed! (0x22:0x56:762) on an A40; above 4G decoding is disabled in the BIOS",
+     "platform-bios", ["Above 4G Decoding", "Resizable BAR"]),
+    ("主板 BIOS 里 ReBAR 关闭了，dmesg: amdgpu 0000:03:00.0: amdgpu: Fatal error during GPU init (RX 9070 XT)",
+     "platform-bios", ["Above 4G Decoding"]),
 ]
 
 
@@ -137,6 +142,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     ("WSL2, RX 7900 XTX, ROCm 6.1.3: RuntimeError: No HIP GPUs are available", "driver"),
     # an AMD card that misbehaves after suspend is not NVIDIA's unified-memory module
     ("my RX 6800 crashes after resume from suspend", "driver"),
+    # Resizable BAR said to be on is no BIOS reading
+    ("amdgpu: Fatal error during GPU init, Resizable BAR enabled, RX 7900 GRE", "platform-bios"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])
