@@ -99,6 +99,23 @@ READINGS = [
      "platform-bios", ["Above 4G Decoding", "Resizable BAR"]),
     ("主板 BIOS 里 ReBAR 关闭了，dmesg: amdgpu 0000:03:00.0: amdgpu: Fatal error during GPU init (RX 9070 XT)",
      "platform-bios", ["Above 4G Decoding"]),
+    # driver: the kernel has no module of the GPU's driver (Ubuntu's cloud kernels leave amdgpu out)
+    ("sudo modprobe amdgpu\nmodprobe: FATAL: Module amdgpu not found in directory /lib/modules/6.8.0-1021-gcp",
+     "driver", ["linux-modules-extra-$(uname -r)"]),
+    ("modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.11.0-29-generic", "driver",
+     ["linux-headers-$(uname -r)", "dkms autoinstall"]),
+    # driver: NVML says the kernel module is not loaded
+    ("$ nvidia-smi\nFailed to initialize NVML: Driver Not Loaded\n(Tesla T4 on Rocky Linux 9)", "driver",
+     ["reinstall the driver"]),
+    # driver: a driver branch too old for the torch's CUDA
+    ("GeForce GTX 1080, Driver Version: 418.226.00\ntorch 2.4.1+cu121\n>>> torch.cuda.is_available()\nFalse\n"
+     "torch.cuda.is_available() returns False", "driver", ["525"]),
+    # device-access: --gpus on an AMD host
+    ("docker run --gpus all -it rocm/pytorch:latest\ndocker: Error response from daemon: could not select device "
+     "driver \"\" with capabilities: [[gpu]].\nRadeon RX 7800 XT", "device-access", ["--device=/dev/kfd"]),
+    # device-access: a system without a render group
+    ("$ sudo usermod -aG render,video ana\nusermod: group 'render' does not exist\n(CentOS 7, Radeon VII)",
+     "device-access", ["usermod -aG video"]),
 ]
 
 
@@ -144,6 +161,8 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     ("my RX 6800 crashes after resume from suspend", "driver"),
     # Resizable BAR said to be on is no BIOS reading
     ("amdgpu: Fatal error during GPU init, Resizable BAR enabled, RX 7900 GRE", "platform-bios"),
+    # a driver branch new enough for the torch's CUDA is not "too old"
+    ("Driver Version: 550.54.15\ntorch 2.5.1+cu124\ntorch.cuda.is_available() returns False (RTX 3090)", "driver"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])

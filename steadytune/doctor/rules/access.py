@@ -274,6 +274,13 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      f"sudo usermod -aG {group}{',video' if group == 'render' else ''} $USER, then log out and back in "
                      "(or reboot); never run the job with sudo instead", [node, said], errors)
     text = " ".join(e.line for e in errors)
+    if re.search(r"(?i)group .?render.? does not exist", text):
+        return _make("device-access", "this system has no render group",
+                     "usermod refuses a group the system does not have: older distributions (and kernels before the "
+                     "render nodes got their own group) give /dev/kfd and /dev/dri/renderD* to video",
+                     "sudo usermod -aG video $USER, then log out and back in; ls -l /dev/kfd /dev/dri/renderD* shows "
+                     "the group that owns them (add the user to that one); a node owned by root:root alone needs a "
+                     "udev rule: KERNEL==\"kfd\", GROUP=\"video\", MODE=\"0660\"", [ctx.line_fact(errors[0])], errors)
     if re.search(r"(?i)unknown or invalid runtime name: nvidia", text):
         return _make("device-access", "docker does not know the nvidia runtime",
                      "--runtime=nvidia names a runtime docker's daemon.json does not register: the NVIDIA Container "
@@ -284,6 +291,15 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      "daemon.json) and sudo systemctl restart docker; or drop --runtime=nvidia and use --gpus all; a "
                      "snap docker reads its own daemon.json (snap list docker): use Docker Engine from Docker's apt "
                      "repository instead", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"could not select device driver", text) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx):
+        # --gpus is the NVIDIA runtime's flag: an AMD GPU is passed as its device files
+        return _make("device-access", "--gpus does not pass an AMD GPU",
+                     "docker's --gpus asks for the NVIDIA Container Toolkit's hook; an AMD GPU is passed into a "
+                     "container as its device files, /dev/kfd and /dev/dri",
+                     "drop --gpus all and start the container with docker run --device=/dev/kfd --device=/dev/dri "
+                     "--group-add video --group-add render --security-opt seccomp=unconfined ... (or install the AMD "
+                     "Container Toolkit and use --runtime=amd -e AMD_VISIBLE_DEVICES=all)",
+                     [ctx.line_fact(errors[0])], errors)
     if re.search(r"could not select device driver", text):
         return _make("device-access", "Docker has no GPU runtime",
                      "`--gpus` needs the NVIDIA Container Toolkit's hook, which is not installed (or docker was not "
@@ -809,7 +825,20 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                f"leftover tree: sudo rm -rf {tree.group(1) if tree else '/var/lib/dkms/amdgpu/<old version>'}, then "
                "install the amdgpu-dkms package again")
         cause = "an old amdgpu-dkms version left an empty tree in /var/lib/dkms that dkms cannot read"
-    elif re.search(r"(?i)couldn.t communicate with the NVIDIA driver", text):
+    elif re.search(r"(?i)Module (?:amdgpu|nvidia\w*) not found in directory", text):
+        module = re.search(r"(?i)Module (amdgpu|nvidia\w*) not found in directory (\S+)", text)
+        if module.group(1).lower() == "amdgpu":
+            # Ubuntu's cloud / minimal kernels leave the GPU drivers out of the base package (in -modules-extra)
+            fix = ("this kernel has no amdgpu module: on Ubuntu install the kernel's extra modules, sudo apt install "
+                   "linux-modules-extra-$(uname -r) (cloud / minimal kernels such as -aws, -azure, -gcp, -kvm leave "
+                   "amdgpu out; a -generic kernel has it), then sudo modprobe amdgpu; or install amdgpu-dkms for this "
+                   "kernel (sudo amdgpu-install --usecase=dkms)")
+        else:
+            fix = ("the NVIDIA module was not built for this kernel: install its headers (sudo apt install "
+                   "linux-headers-$(uname -r)) and rebuild it (sudo dkms autoinstall, or reinstall nvidia-dkms-"
+                   "<version>), then sudo modprobe nvidia; " + secure_boot)
+        cause = f"the running kernel ({module.group(2).rstrip('/').rsplit('/', 1)[-1]}) has no {module.group(1)} module"
+    elif re.search(r"(?i)couldn.t communicate with the NVIDIA driver|Failed to initialize NVML: Driver Not Loaded", text):
         fix = ("the NVIDIA kernel module is not loaded: reinstall the driver for the running kernel (sudo apt install "
                "--reinstall nvidia-driver-<version>; or dkms autoinstall), check Secure Boot, reboot")
         cause = "nvidia-smi cannot reach the kernel driver (a kernel update without the module rebuilt, or Secure Boot)"
@@ -995,6 +1024,43 @@ def driver_older_than_toolkit(ctx: Context) -> Optional[Diagnosis]:
                  f"update the NVIDIA driver to {least} or newer (sudo apt install nvidia-driver-{least} or a later "
                  f"branch, then reboot), or keep driver {branch} and use the CUDA {have} toolkit (and builds made for "
                  f"CUDA {have})", [], refused)
+
+
+_CUDA_UNUSABLE = re.compile(r"(?i)is_available\(\)\W{0,3}(?:returns?|is|gives|=+|->|:)?\s*False|No CUDA GPUs are "
+                            r"available|CUDA (?:is )?(?:not available|unavailable)|cuda(?:Get)?(?:Device|Init)\w*.{0,40}"
+                            r"(?:fail|error)|CUDA initialization: The NVIDIA driver on your system is too old")
+
+
+@rule("driver")
+def driver_branch_too_old(ctx: Context) -> Optional[Diagnosis]:
+    """A CUDA torch that finds no GPU where the paste names an NVIDIA driver branch too old for the torch's CUDA
+    (a CUDA 12 build needs the 525 branch or newer, a CUDA 11 build 450 or newer: CUDA's minor version compatibility
+    within a major version, NVIDIA's CUDA compatibility guide)."""
+    failing = _lines_matching(ctx, _CUDA_UNUSABLE.pattern)
+    if not failing:
+        return None
+    text = _text(ctx)
+    driver = re.search(r"(?i)Driver Version:?\s*(\d{3})\.|nvidia-driver-(\d{3})\b|\bdriver (?:version |branch )?(\d{3})"
+                       r"(?:\.\d+){1,2}\b", text)
+    if driver is None:
+        return None
+    branch = int(next(g for g in driver.groups() if g))
+    labels = [f.value.split("+cu", 1)[1] for f in ctx.sheet.of("torch") if "+cu" in f.value]
+    major = int(labels[-1][:2]) if labels and labels[-1][:2].isdigit() else 12   # today's wheels: CUDA 12
+    least = 525 if major >= 12 else 450
+    if branch >= least:
+        return None
+    runs = max((cuda for cuda, b in _DRIVER_FOR_CUDA if b <= branch), default=None)
+    most = f"CUDA {runs[0]}.{runs[1]} at most" if runs else "no CUDA 11 or newer"
+    older = (" or keep the driver and install a torch built for CUDA 11.8 (pip install torch --index-url "
+             "https://download.pytorch.org/whl/cu118)" if major >= 12 and branch >= 450 else "")
+    return _make("driver", f"the NVIDIA driver {branch} is too old for this torch's CUDA {major}",
+                 f"driver branch {branch} runs {most}; the torch build needs CUDA {major} (driver {least} or newer), so "
+                 "it finds no usable GPU",
+                 f"update the NVIDIA driver to {least} or newer (sudo ubuntu-drivers install, or sudo apt install "
+                 f"nvidia-driver-<branch>, then reboot; a current branch such as 570 serves every CUDA 12 wheel)"
+                 f"{older}; if the card is too old for that driver (Kepler and older stop at 470), a CPU build or "
+                 "another GPU", [], failing)
 
 
 # NCCL's NVLink SHARP transport (NVLS, transport/nvls.cc) failing to set up its multicast memory: on NVSwitch
