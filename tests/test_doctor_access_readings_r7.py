@@ -116,6 +116,19 @@ READINGS = [
     # device-access: a system without a render group
     ("$ sudo usermod -aG render,video ana\nusermod: group 'render' does not exist\n(CentOS 7, Radeon VII)",
      "device-access", ["usermod -aG video"]),
+    # device-access: the user says they are not in the render group
+    ("koboldcpp: ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected; my account is not a "
+     "member of the render group (RX 6600)", "device-access", ["usermod -aG render"]),
+    # device-access: a service that does not find the GPU its user's own run finds
+    ("LocalAI as a systemd service can't find the GPU but when I run it manually it works (Radeon RX 7900 GRE)",
+     "device-access", ["usermod -aG render,video"]),
+    ("ollama 作为 systemd 服务运行时找不到显卡，手动 ollama serve 就可以 (RX 7600)", "device-access",
+     ["usermod -aG render,video ollama", "systemctl restart ollama"]),
+    # device-access: the devices passed to a container whose engine is not the host's
+    ("docker run -d --device /dev/kfd --device /dev/dri ollama/ollama:rocm\nmsg=\"no compatible GPUs were "
+     "discovered\"\n(RX 7800 XT; the host's ollama uses the GPU)", "device-access", ["docker context"]),
+    # wsl: Ollama with an NVIDIA card under WSL is CUDA's WSL path, not AMD's DXG detection
+    ("Ollama on WSL2 with an RTX 4090: GPU not detected, runs on CPU", "wsl", ["/usr/lib/wsl/lib"]),
 ]
 
 
@@ -163,6 +176,11 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
     ("amdgpu: Fatal error during GPU init, Resizable BAR enabled, RX 7900 GRE", "platform-bios"),
     # a driver branch new enough for the torch's CUDA is not "too old"
     ("Driver Version: 550.54.15\ntorch 2.5.1+cu124\ntorch.cuda.is_available() returns False (RTX 3090)", "driver"),
+    # a service without the variable its user's shell sets is the environment, not the groups
+    ("ollama as a systemd service ignores the GPU but ollama serve in my terminal uses my RX 6700 XT "
+     "(HSA_OVERRIDE_GFX_VERSION=10.3.0 in .bashrc)", "device-access"),
+    # a service on an NVIDIA card: its device nodes are open to all, no group reading
+    ("ollama.service with an RTX 3090 doesn't use the GPU, manually it works", "device-access"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])
@@ -187,3 +205,8 @@ def test_the_open_modules_reading_needs_a_card_older_than_turing():
     top = diagnose_text("nvidia-smi: No devices were found (RTX 4090, nvidia-driver-560-open)").top
     assert top is not None and top.family == "driver", top
     assert "open NVIDIA kernel modules do not drive" not in top.title, top.title
+
+
+def test_ollama_under_wsl_with_an_nvidia_card_gets_no_rocm_variable():
+    top = diagnose_text("Ollama on WSL2 with an RTX 4090: GPU not detected, runs on CPU").top
+    assert top is not None and "HSA_ENABLE_DXG_DETECTION" not in top.fix and "CUDA torch" not in top.fix, top.fix

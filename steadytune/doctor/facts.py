@@ -627,9 +627,12 @@ _CJK_COMPLAINT = re.compile(r"(?i)无法(?:使用|运行|启动|识别|检测|�
 def _needs_group(line: str):
     """A message or the prose saying which group opens the GPU ("Users must be a member of the "render" group",
     "restrict /dev/kfd to members of the 'render' group", "/dev/kfd owned by root:render")."""
-    m = re.search(r"(?i)\bmembers? of (?:the )?[\"'`]?(render|video)[\"'`]? group|/dev/(?:kfd|kdf|dri\S*)\b.{0,60}?\broot:(render|video)\b", line)
+    m = re.search(r"(?i)\bmembers? of (?:the )?[\"'`]?(render|video)[\"'`]? group|/dev/(?:kfd|kdf|dri\S*)\b.{0,60}?\broot:(render|video)\b|"
+                  # the user saying they are not in it: "my user is not in the render group", "不在 render 组"
+                  r"\bnot (?:a )?(?:in|member of|part of) (?:the )?[\"'`]?(render|video)[\"'`]? group|不在\s*(render|video)\s*(?:用户)?组",
+                  line)
     if m:
-        yield "needs_group", (m.group(1) or m.group(2)).lower(), ""
+        yield "needs_group", next(g for g in m.groups() if g).lower(), ""
 
 
 @finder

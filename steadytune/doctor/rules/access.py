@@ -10,6 +10,7 @@ from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import set_variable
 from steadytune.doctor.rules.base import (
     _CONTAINED,
+    NOT_DETECTED,
     Context,
     _cuda_index_for_driver,
     Diagnosis,
@@ -120,8 +121,12 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     video_only = _video_not_enough(ctx, text)
     if video_only is not None:
         return video_only
+    service = _service_user(ctx, text)
+    if service is not None:
+        return service
     if _CONTAINED.search(text) or "容器" in text:
         no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
+                                      r"no compatible (?:amd)?gpus? (?:were )?(?:discovered|detected|found)|"
                                       r"no ROCm-capable device|Unable to open /dev/kfd|(?:not (?:detected|found|visible|"
                                       r"available|seen)|(?:doesn.t|does not|can.t|cannot|won.t) (?:see|find|detect|use))"
                                       r"\b.{0,40}\b(?:in|inside|within|from) (?:a |the |my )?(?:docker|podman|container)|"
@@ -143,8 +148,9 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "start the container with the GPU devices and their groups: docker run --device=/dev/kfd "
                          "--device=/dev/dri --group-add video --group-add render (podman: the same flags)", [], no_gpu)
         passed = re.search(r"--device[= ]\"?/dev/kfd", text) and re.search(r"--device[= ]\"?/dev/dri", text)
-        host_sees = re.search(r"(?i)\bhost\b.{0,40}\b(?:can |does )?(?:see|sees|detect\w*|find\w*|list\w*)\b|"
-                              r"(?:works|fine) on the host|outside (?:of )?(?:the )?(?:container|docker)", text)
+        host_sees = re.search(r"(?i)\bhost(?:'s)?\b.{0,40}\b(?:can |does )?(?:see|sees|detect\w*|find\w*|list\w*|uses?|"
+                              r"works?)\b|host is fine|(?:works|fine|runs) on the host|outside (?:of )?(?:the )?(?:container|"
+                              r"docker)|宿主机.{0,10}(?:可以|正常|能)", text)
         if no_gpu and not masked and passed and host_sees and _vendor(ctx) != "nvidia":
             # the devices were passed and the host has the GPU: the engine that ran the container does not have them
             return _make("device-access", "the container runs where the host's GPU devices are not",
@@ -164,6 +170,36 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "(distrobox: --additional-flags with the same, docker as its engine), then enter it again",
                          [], no_gpu)
     return None
+
+
+_SERVICE = re.compile(r"(?i)\bsystemd\b|\bsystemctl\b|\b(?:as|via|from) (?:a |the )?(?:system )?service\b|\.service\b|"
+                      r"\bdaemon\b|服务")
+_AS_ME = re.compile(r"(?i)\b(?:as|with|under) (?:my|me|myself|my own|the logged[- ]in) ?(?:user|account)?\b|\bmanually\b|"
+                    r"\bby hand\b|\b(?:ollama|llama-server|comfyui|the server) serve\b.{0,30}\b(?:works?|sees?|uses?|fine)\b|"
+                    r"\bin (?:a |my )?terminal\b|手动")
+
+
+def _service_user(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """An AMD GPU the program finds when the user starts it and not when it runs as a system service: the service runs
+    as its own user (ollama's installer creates `ollama`), which must be in render and video itself."""
+    if not _SERVICE.search(text) or not _AS_ME.search(text) or _vendor(ctx) == "nvidia" or _nvidia_gpu(ctx):
+        return None
+    if re.search(r"\b[A-Z][A-Z0-9_]{3,}=\S|\bexport\b|\.bashrc|\.profile|Environment=", text):
+        return None   # a variable set in the shell and not for the service: the environment, not the groups
+    unseen = ctx.no_gpu() + _lines_matching(ctx, NOT_DETECTED) + _lines_matching(
+        ctx, r"(?i)\b(?:doesn.t|does not|can.t|cannot|won.t|not) (?:see|find|detect|use)\w*\b.{0,20}\b(?:the )?(?:GPU|card)|"
+             r"(?:找不到|检测不到|识别不到|用不了).{0,4}(?:GPU|显卡)")
+    if not unseen:
+        return None
+    tool = ctx.tool(unseen)
+    user = "ollama" if tool == "ollama" or re.search(r"(?i)\bollama\b", text) else "<the service's User=>"
+    unit = "ollama" if user == "ollama" else "<service>"
+    return _first(_make("device-access", "the service's user may not open the GPU",
+                        "started by the user the program finds the GPU, as a system service it does not: the service "
+                        f"runs as its own user ({user}), which is not in the render and video groups that own "
+                        "/dev/kfd and /dev/dri/renderD*",
+                        f"sudo usermod -aG render,video {user}, then sudo systemctl restart {unit} (check with "
+                        f"systemctl show {unit} -p User and id {user})", [], unseen))
 
 
 _ROOT_SAID = re.compile(r"(?i)\b(?:required|need|needs|have|has) to be root\b|\brequires? root\b|\bonly (?:as|with|under) "
@@ -401,6 +437,9 @@ def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
     return None
 
 
+# programs that reach CUDA without torch: a CUDA torch is no part of their fix
+_NOT_TORCH = ("ollama", "llama.cpp", "llama-cpp-python", "koboldcpp", "lmstudio", "whisper.cpp", "ctranslate2",
+              "tensorflow", "jax", "onnxruntime", "nccl", "nccl-tests", "docker")
 # a program said to hang or stop answering once it uses the GPU, in English or Chinese
 _WSL_HANG = (r"(?i)\b(?:stops? responding|not responding|hangs?|hung|freez(?:es|ing)|stuck)\b|无响应|卡住|卡死")
 # WSL said in any case or spelling ("via wsl", "使用wsl2", amdgpu-install's --usecase=wsl, its WSL runtime package)
@@ -579,17 +618,6 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     therock = ctx.sheet.has("layout", "therock") or (labels[-1].startswith("7") if labels else
                                                      any(v.startswith("7") for v in ctx.sheet.values("rocm")))
     text = "\n".join(ctx.sheet.lines)
-    if ctx.tool(errors) == "ollama":
-        return _make("wsl", "WSL 2: Ollama looks for /dev/kfd, which WSL does not have",
-                     "under WSL 2 the GPU is reached through /dev/dxg; Ollama's detection skips it unless told to",
-                     "install Ollama's ROCm bundle and set HSA_ENABLE_DXG_DETECTION=1 for the server (" +
-                     set_variable("HSA_ENABLE_DXG_DETECTION", "1", ctx.sheet, "ollama") + ")", [fact], errors)
-    if re.search(r"(?i)(?:detect|find|load|open)\w*\W+(?:\w+\W+){0,2}librocdxg|librocdxg\S*.{0,30}(?:not found|cannot)", text):
-        return _make("wsl", "librocdxg is installed but the loader does not find it",
-                     "the ROCm runtime loads librocdxg.so by name; /opt/rocm/lib is not on the loader's path (or its "
-                     "cache was not refreshed after the install)",
-                     "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
-                     "sudo ldconfig", [fact], errors)
     arch, arch_fact = ctx.arch(errors)
     if arch is None:
         arch = _radeon_by_number(joined)
@@ -603,8 +631,21 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "or a CPU torch hides the GPU",
                      "keep only the Windows NVIDIA driver (never install a Linux driver in WSL: sudo apt remove "
                      "'nvidia-driver-*' 'libnvidia-*' if one is there), export LD_LIBRARY_PATH=/usr/lib/wsl/lib:"
-                     "$LD_LIBRARY_PATH, and install a CUDA torch: " + _cuda_index_for_driver(ctx, arch),
+                     "$LD_LIBRARY_PATH" + (", and install a CUDA torch: " + _cuda_index_for_driver(ctx, arch)
+                                            if ctx.tool(errors) not in _NOT_TORCH else
+                                            f" for {ctx.tool(errors)}; update the Windows NVIDIA driver"),
                      [f for f in (fact, arch_fact) if f], errors)
+    if ctx.tool(errors) == "ollama":
+        return _make("wsl", "WSL 2: Ollama looks for /dev/kfd, which WSL does not have",
+                     "under WSL 2 the GPU is reached through /dev/dxg; Ollama's detection skips it unless told to",
+                     "install Ollama's ROCm bundle and set HSA_ENABLE_DXG_DETECTION=1 for the server (" +
+                     set_variable("HSA_ENABLE_DXG_DETECTION", "1", ctx.sheet, "ollama") + ")", [fact], errors)
+    if re.search(r"(?i)(?:detect|find|load|open)\w*\W+(?:\w+\W+){0,2}librocdxg|librocdxg\S*.{0,30}(?:not found|cannot)", text):
+        return _make("wsl", "librocdxg is installed but the loader does not find it",
+                     "the ROCm runtime loads librocdxg.so by name; /opt/rocm/lib is not on the loader's path (or its "
+                     "cache was not refreshed after the install)",
+                     "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
+                     "sudo ldconfig", [fact], errors)
     if arch and arch.startswith("gfx") and not re.match(r"gfx1[12]\d\d", arch):
         # AMD's WSL support matrix lists RDNA3 and RDNA4 Radeon / Radeon PRO cards only (the "Compatibility matrices"
         # page of rocm.docs.amd.com/projects/radeon, WSL section)
