@@ -129,6 +129,16 @@ READINGS = [
      "discovered\"\n(RX 7800 XT; the host's ollama uses the GPU)", "device-access", ["docker context"]),
     # wsl: Ollama with an NVIDIA card under WSL is CUDA's WSL path, not AMD's DXG detection
     ("Ollama on WSL2 with an RTX 4090: GPU not detected, runs on CPU", "wsl", ["/usr/lib/wsl/lib"]),
+    # driver: NVRM's own wording of a module / library mismatch names both versions
+    ("[ 512.3] NVRM: API mismatch: the client has the version 570.133.07, but this kernel module has the version "
+     "565.57.01.  Please make sure that this kernel module and all NVIDIA driver components have the same version.",
+     "driver", ["nvidia-driver-570", "reboot"]),
+    # driver: "insufficient" with the driver branch said in words gives the CUDA it runs
+    ("CUDA driver version is insufficient for CUDA runtime version (Quadro P4000, nvidia driver 460)", "driver",
+     ["CUDA 11.2 at most"]),
+    # driver: CUDA's 802 on an NVSwitch machine is the fabric manager
+    ("8x H100 SXM5 (HGX), Driver Version: 550.127.05\nRuntimeError: CUDA error: system not yet initialized", "driver",
+     ["nvidia-fabricmanager-550", "systemctl enable --now nvidia-fabricmanager"]),
 ]
 
 

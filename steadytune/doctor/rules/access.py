@@ -777,10 +777,15 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     kernel = ctx.sheet.first("kernel")
     secure_boot = ("if Secure Boot is on, it refuses the unsigned module: enroll its key (sudo mokutil --import "
                    "<the DKMS MOK key>) or turn Secure Boot off")
-    if re.search(r"(?i)driver/library version mismatch|version-mismatch|does not match DSO version", text):
-        # XLA names both versions: the loaded kernel module's and the libcuda's (the user-space driver's)
-        pair = re.search(r"(?i)kernel version (\d+)\.\S+ does not match DSO version (\d+)\.", text)
-        branch = f"nvidia-driver-{pair.group(2)} (the libraries' branch; or {pair.group(1)}, the module's)" if pair \
+    if re.search(r"(?i)driver/library version mismatch|version-mismatch|does not match DSO version|NVRM: API mismatch",
+                 text):
+        # XLA names both versions: the loaded kernel module's and the libcuda's (the user-space driver's); NVRM the
+        # client's (the libraries') and the kernel module's
+        xla = re.search(r"(?i)kernel version (\d+)\.\S+ does not match DSO version (\d+)\.", text)
+        nvrm = re.search(r"(?i)client has the version (\d+)\.\S+,? but this kernel module has the version (\d+)\.", text)
+        module, libraries = ((xla.group(1), xla.group(2)) if xla else
+                             (nvrm.group(2), nvrm.group(1)) if nvrm else (None, None))
+        branch = f"nvidia-driver-{libraries} (the libraries' branch; or {module}, the module's)" if libraries \
             else "nvidia-driver-<version>"
         fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded; "
                f"if it stays, reinstall one driver version for both cleanly: sudo apt install --reinstall {branch}, "
@@ -886,8 +891,12 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     elif re.search(r"(?i)driver (?:on your system is too old|version is insufficient)", text):
         found = re.search(r"found version (\d{4,5})", text)
         cuda = ctx.sheet.values("cuda")
+        # the driver branch said in words ("driver 470", "nvidia-driver-510"): the newest CUDA it runs
+        branch = re.search(r"(?i)\bdriver(?: version)?\W{0,3}(\d{3})(?:\.\d+){0,2}\b|nvidia-driver-(\d{3})\b", joined)
+        runs = max((c for c, b in _DRIVER_FOR_CUDA if branch and b <= int(branch.group(1) or branch.group(2))),
+                   default=None)
         most = (f"{int(found.group(1)) // 1000}.{int(found.group(1)) % 1000 // 10}" if found else
-                cuda[-1] if cuda else None)
+                cuda[-1] if cuda else f"{runs[0]}.{runs[1]}" if runs else None)
         older = ""
         if most and most.split(".")[0] == "11":
             older = "; or keep the driver and install the torch built for CUDA 11: --index-url " \
@@ -1115,10 +1124,23 @@ def fabric_manager(ctx: Context) -> Optional[Diagnosis]:
     """NVLS setup failing: the NVSwitch fabric, which nvidia-fabricmanager runs beside the driver, not the network
     NCCL's other transports use (rings over P2P and the NICs work, which is why two GPUs still run)."""
     failed = _lines_matching(ctx, _NVLS_FAILED.pattern)
+    # CUDA's 802 (CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized") is the NVSwitch fabric not set up yet
+    not_ready = _lines_matching(ctx, r"(?i)system not yet initiali[sz]ed|CUDA_ERROR_SYSTEM_NOT_READY|\b(?:Error|error "
+                                     r"code|err)\W{0,3}802\b")
+    failed = failed + not_ready
     if not failed:
         return None
     driver = re.search(r"(?i)Driver Version:?\s*(\d{3})\.|nvidia-driver\W{0,3}:?\s*(\d{3})\.", _text(ctx))
     branch = (driver.group(1) or driver.group(2)) if driver else "<the driver's branch>"
+    if not_ready and len(not_ready) == len(failed):
+        return _first(_make(
+            "driver", "the NVSwitch fabric is not initialised: nvidia-fabricmanager",
+            "on NVSwitch systems (HGX / DGX A100, H100, H200, B200) CUDA refuses work with 'system not yet initialized' "
+            "(802) until nvidia-fabricmanager has set the fabric up; it is not installed, not running, or of another "
+            "version than the driver",
+            f"sudo apt install nvidia-fabricmanager-{branch} (exactly the driver's version; the -server driver "
+            "branches match it), sudo systemctl enable --now nvidia-fabricmanager, then check nvidia-smi -q | grep "
+            "-A2 Fabric (State: Completed) and run again", [], failed))
     return _first(_make(
         "driver", "NCCL's NVLS transport cannot get its NVSwitch multicast memory",
         "NVLS (NVLink SHARP) needs the NVSwitch fabric set up by nvidia-fabricmanager for the loaded driver; a fabric "
