@@ -139,6 +139,9 @@ READINGS = [
     # driver: CUDA's 802 on an NVSwitch machine is the fabric manager
     ("8x H100 SXM5 (HGX), Driver Version: 550.127.05\nRuntimeError: CUDA error: system not yet initialized", "driver",
      ["nvidia-fabricmanager-550", "systemctl enable --now nvidia-fabricmanager"]),
+    # driver: the container toolkit finds no driver on the host
+    ("podman run --device nvidia.com/gpu=all ...\nError: OCI runtime error: nvidia-container-cli: initialization "
+     "error: nvml error: driver not loaded: unknown", "driver", ["on the host"]),
 ]
 
 

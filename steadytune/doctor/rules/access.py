@@ -884,6 +884,12 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                    "linux-headers-$(uname -r)) and rebuild it (sudo dkms autoinstall, or reinstall nvidia-dkms-"
                    "<version>), then sudo modprobe nvidia; " + secure_boot)
         cause = f"the running kernel ({module.group(2).rstrip('/').rsplit('/', 1)[-1]}) has no {module.group(1)} module"
+    elif re.search(r"(?i)nvidia-container-cli.{0,80}nvml error: driver not loaded", text):
+        # the container toolkit's hook reads the host's driver: the module is missing on the host, not in the image
+        fix = ("the host's NVIDIA kernel module is not loaded: run nvidia-smi on the host itself; reinstall the driver "
+               "for the host's running kernel (sudo apt install --reinstall nvidia-driver-<version>, or sudo dkms "
+               f"autoinstall after a kernel update), {secure_boot}; reboot, then start the container again")
+        cause = "the NVIDIA Container Toolkit finds no loaded NVIDIA driver on the host"
     elif re.search(r"(?i)couldn.t communicate with the NVIDIA driver|Failed to initialize NVML: Driver Not Loaded", text):
         fix = ("the NVIDIA kernel module is not loaded: reinstall the driver for the running kernel (sudo apt install "
                "--reinstall nvidia-driver-<version>; or dkms autoinstall), check Secure Boot, reboot")
