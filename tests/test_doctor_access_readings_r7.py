@@ -142,6 +142,15 @@ READINGS = [
     # driver: the container toolkit finds no driver on the host
     ("podman run --device nvidia.com/gpu=all ...\nError: OCI runtime error: nvidia-container-cli: initialization "
      "error: nvml error: driver not loaded: unknown", "driver", ["on the host"]),
+    # wsl: a distribution under WSL 1 has no GPU at all
+    ("> wsl -l -v\n  NAME      STATE      VERSION\n* Debian    Running    1\n$ python -c 'import torch; "
+     "print(torch.cuda.is_available())'\nFalse", "wsl", ["wsl --set-version Debian 2"]),
+    # wsl: torch's "driver too old" under WSL is the Windows driver
+    ("Ubuntu 24.04 on WSL2, GeForce RTX 2070: RuntimeError: The NVIDIA driver on your system is too old (found "
+     "version 11080)", "wsl", ["update the Windows NVIDIA driver"]),
+    # wsl: the container toolkit under WSL not finding WSL's NVML
+    ("wsl2 + docker-ce: nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot "
+     "open shared object file: no such file or directory", "wsl", ["/usr/lib/wsl/lib"]),
 ]
 
 
@@ -223,3 +232,9 @@ def test_the_open_modules_reading_needs_a_card_older_than_turing():
 def test_ollama_under_wsl_with_an_nvidia_card_gets_no_rocm_variable():
     top = diagnose_text("Ollama on WSL2 with an RTX 4090: GPU not detected, runs on CPU").top
     assert top is not None and "HSA_ENABLE_DXG_DETECTION" not in top.fix and "CUDA torch" not in top.fix, top.fix
+
+
+def test_wsl_s_own_version_string_is_not_wsl_1():
+    top = diagnose_text("WSL version: 1.2.5.0\nKernel version: 5.15.90.1\nUbuntu under wsl2: torch.cuda.is_available() "
+                        "False (RTX 3060)").top
+    assert top is not None and top.family == "wsl" and "WSL 1" not in top.title, top.title

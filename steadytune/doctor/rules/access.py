@@ -534,11 +534,31 @@ _COLLECTIVES = re.compile(r"(?i)\b(?:NCCL|RCCL|nccl-tests|all_reduce_perf|torchr
                           r"multi[- ]?GPU|--multi_gpu|tensor[_ ]parallel\w*)\b|多卡|多GPU")
 
 
+def _wsl_one(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """The distribution runs under WSL 1, which has no GPU at all (GPU paravirtualisation is WSL 2's): said, or
+    shown by `wsl -l -v` with VERSION 1."""
+    listed = re.search(r"(?im)^\s*\*?\s*(\S+)\s+(?:Running|Stopped)\s+1\s*$", joined)
+    said = re.search(r"(?i)(?<![A-Za-z])WSL ?1(?![\d.])", joined)
+    if not listed and not said:
+        return None
+    distro = listed.group(1) if listed else "<distro>"
+    symptoms = ctx.errors + _symptom_lines(ctx, ctx.sheet.of("complaint")) or _lines_matching(
+        ctx, r"(?i)is_available|not found|no GPU|nvidia-smi|rocminfo")
+    if not symptoms:
+        return None
+    return _first(_make("wsl", "the distribution runs under WSL 1, which has no GPU",
+                        "only WSL 2 passes the GPU to Linux (through /dev/dxg and /usr/lib/wsl/lib); a distribution "
+                        "under WSL 1 sees no GPU whatever is installed in it",
+                        f"convert it to WSL 2 from Windows: wsl --set-version {distro} 2 (and wsl --set-default-version "
+                        "2 for new ones; needs the Virtual Machine Platform feature), then wsl -l -v must show VERSION "
+                        "2", [fact] if fact else [], symptoms))
+
+
 def _wsl_nvml(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
     """An NVIDIA tool's NVML start-up failing under WSL 2 (Ollama's GPU discovery, nvidia-smi's own library)."""
     nvml = _lines_matching(ctx, r"(?i)nvml\w* (?:vram )?init failure|libnvidia-ml\.so\S*:? cannot open|"
                                 r"Failed to initialize NVML")
-    if nvml and (_vendor(ctx) == "nvidia" or re.search(r"(?i)\bCUDA\b|GeForce|\bRTX\b|\bQuadro\b", joined)):
+    if nvml and (_vendor(ctx) == "nvidia" or re.search(r"(?i)\bCUDA\b|GeForce|\bRTX\b|\bQuadro\b|nvidia-", joined)):
         # NVML is loaded by name: WSL mounts the Windows driver's copy in /usr/lib/wsl/lib, and a libnvidia-ml from a
         # Linux driver package (in /lib/x86_64-linux-gnu) found first fails to start
         return _make("wsl", "WSL 2: the NVML library loaded is not WSL's",
@@ -597,7 +617,7 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined):
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
-    own = (_wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+    own = (_wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
            or _wsl_collectives(ctx, joined, fact))
     if own is not None:
         return own
@@ -624,6 +644,15 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     # NVIDIA said in words (nvidia-smi, CUDA, a GeForce) with no AMD word: the paste is about CUDA under WSL
     nvidia_said = re.search(r"(?i)nvidia|\bcuda\b|geforce|\brtx\b|\bgtx\b|quadro|tesla", joined) and not re.search(
         r"(?i)\bamd\b|radeon|rocm|\bhip\b|\bgfx\d", joined)
+    too_old = re.search(r"(?i)driver on your system is too old|driver version is insufficient", joined)
+    if too_old and ((arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia" or nvidia_said):
+        # under WSL the CUDA driver is the Windows one: updating anything inside Linux cannot help
+        return _make("wsl", "WSL 2: the Windows NVIDIA driver is older than this CUDA",
+                     "under WSL 2 CUDA runs on the Windows NVIDIA driver (mounted in /usr/lib/wsl/lib); it is older "
+                     "than the CUDA the program was built for",
+                     "update the Windows NVIDIA driver (Game Ready / Studio from nvidia.com or the NVIDIA app), then "
+                     "wsl --shutdown and start WSL again; never install a Linux NVIDIA driver inside WSL; or install "
+                     "a build for the older CUDA: " + _cuda_index_for_driver(ctx, arch), [fact], errors)
     if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia" or (arch is None and nvidia_said):
         return _make("wsl", "WSL 2: CUDA does not reach the NVIDIA GPU",
                      "under WSL 2 CUDA goes through the Windows NVIDIA driver, whose libcuda.so WSL mounts in "
