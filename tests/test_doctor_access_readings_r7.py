@@ -151,6 +151,12 @@ READINGS = [
     # wsl: the container toolkit under WSL not finding WSL's NVML
     ("wsl2 + docker-ce: nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot "
      "open shared object file: no such file or directory", "wsl", ["/usr/lib/wsl/lib"]),
+    # driver: no /dev/kfd on the machine itself is the driver, not the groups
+    ("$ rocminfo\nROCk module is loaded\nUnable to open /dev/kfd read-write: No such file or directory\n(Fedora 40 "
+     "workstation, Radeon PRO W7600)", "driver", ["lsmod | grep amdgpu", "dmesg"]),
+    # driver: KFD refusing a GPU generation ROCm supports is a kernel older than the GPU (the IP printed in hex)
+    ("[    5.1] kfd kfd: amdgpu: GC IP 0c0000  not supported in kfd\nRadeon RX 9060 XT on Ubuntu 24.04, kernel 6.8",
+     "driver", ["amdgpu-dkms", "ROCm 6.4.1"]),
 ]
 
 
@@ -203,6 +209,10 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
      "(HSA_OVERRIDE_GFX_VERSION=10.3.0 in .bashrc)", "device-access"),
     # a service on an NVIDIA card: its device nodes are open to all, no group reading
     ("ollama.service with an RTX 3090 doesn't use the GPU, manually it works", "device-access"),
+    # /dev/kfd missing inside a container is the container's devices
+    ("docker exec rocm rocminfo\nUnable to open /dev/kfd read-write: No such file or directory", "driver"),
+    # a GCN 1 card refused by KFD is the card's support, not an old kernel
+    ("kfd kfd: amdgpu: GC IP 060001 not supported in kfd (FirePro W7000)", "driver"),
     # a 999 that is a count, not CUDA's error code
     ("rocminfo: loaded 999 kernels, error: HSA_STATUS_ERROR_OUT_OF_RESOURCES", "driver"),
 ])

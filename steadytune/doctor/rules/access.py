@@ -233,6 +233,72 @@ def _video_not_enough(ctx: Context, text: str) -> Optional[Diagnosis]:
 _KFD_LOCKED = re.compile(r"(?i)/dev/kfd\b.{0,40}\bInvalid argument|Invalid argument.{0,20}/dev/kfd")
 
 
+_KFD_ABSENT = re.compile(r"(?i)/dev/kfd\b\S*:?(?: read-write)?:? No such file|No such file or directory\W{0,4}/dev/kfd|"
+                         r"/dev/kfd\b.{0,30}\b(?:does not exist|doesn.t exist|is missing|not (?:present|there|found))")
+
+
+def _kfd_absent_on_the_host(ctx: Context) -> list[ErrorLine]:
+    """/dev/kfd said to be missing on a machine itself (no container, no WSL): its lines, else []."""
+    text = _text(ctx)
+    if _CONTAINED.search(text) or "容器" in text or ctx.sheet.has("platform", "container") or \
+            ctx.sheet.has("platform", "wsl") or _WSL_SAID.search(text) or re.search(r"root@[0-9a-f]{12}\b", text):
+        return []
+    return _lines_matching(ctx, _KFD_ABSENT.pattern)
+
+
+@rule("driver")
+def kfd_node_missing(ctx: Context) -> Optional[Diagnosis]:
+    """No /dev/kfd on the machine itself: the node is made by the amdgpu driver's KFD when it binds a GPU it
+    supports, so its absence is the driver (not loaded, not built for this kernel, or refusing the GPU), never the
+    user's groups."""
+    missing = _kfd_absent_on_the_host(ctx)
+    if not missing or re.search(r"(?i)not supported in kfd|is missing in supported_devices|kgd2kfd_probe failed",
+                                _text(ctx)):
+        return None   # KFD refusing the GPU is read by the GPU's own support
+    return _make("driver", "there is no /dev/kfd: the amdgpu driver's KFD did not start",
+                 "/dev/kfd is created by the amdgpu kernel driver when it binds a GPU; outside a container its absence "
+                 "means the driver is not loaded (lsmod | grep amdgpu is empty), was not built for the running kernel, "
+                 "or refused the GPU",
+                 "lsmod | grep amdgpu; sudo dmesg | grep -i -e amdgpu -e kfd (the driver's refusal or failure); sudo "
+                 "modprobe amdgpu; if the module is missing, install it for this kernel (Ubuntu: sudo apt install "
+                 "linux-modules-extra-$(uname -r), or sudo amdgpu-install --usecase=dkms), check Secure Boot "
+                 "(mokutil --sb-state), reboot", [], missing)
+
+
+# KFD's "GC IP <version> not supported in kfd": the kernel's amdgpu knows the GPU's graphics IP but its KFD predates
+# it. The version is printed in hex (%06x of the kernel's IP_VERSION: major, minor, revision a byte each, shifted one
+# byte further in kernels with the full IP version), and it is the gfx target: 12.0.1 is gfx1201, 11.5.1 gfx1151
+_GC_IP = re.compile(r"(?i)GC IP ([0-9a-f]{6,8}) (?:VF )?\s*not supported in kfd")
+
+
+def _gc_ip_target(printed: str) -> tuple[int, str]:
+    """(major, gfx target) of KFD's printed GC IP version."""
+    value = int(printed, 16)
+    shift = 16 if len(printed) <= 6 else 24
+    major, minor, rev = value >> shift, (value >> (shift - 8)) & 0xFF, (value >> (shift - 16)) & 0xFF
+    return major, f"gfx{major}{minor:x}{rev:x}"
+
+
+@rule("driver")
+def kfd_older_than_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """A GPU of a generation ROCm supports that the running kernel's KFD refuses: the kernel (or its amdgpu) is older
+    than the GPU. Cards older than GFX9 are not read here: their refusal is the GPU's own support."""
+    refused = _lines_matching(ctx, _GC_IP.pattern)
+    if not refused:
+        return None
+    major, arch = _gc_ip_target(_GC_IP.search(refused[0].line).group(1))
+    if major < 9:
+        return None
+    rdna4 = " (RDNA4: ROCm 6.4.1 or newer)" if major >= 12 else ""
+    return _first(_make("driver", f"the kernel's amdgpu is older than this GPU ({arch})",
+                        f"the kernel's amdgpu knows {arch}'s graphics IP but its KFD does not take it as a compute "
+                        "device: the "
+                        "running kernel's amdgpu driver predates the GPU",
+                        "install the amdgpu-dkms of a ROCm release that lists this GPU" + rdna4 + " (sudo "
+                        "amdgpu-install --usecase=dkms,rocm, then reboot), or boot a newer kernel (Ubuntu's HWE "
+                        "kernel); then sudo dmesg | grep kfd must no longer say 'not supported'", [], refused))
+
+
 @rule("gpu-hang")
 def kfd_locked(ctx: Context) -> Optional[Diagnosis]:
     """Opening /dev/kfd fails with "Invalid argument": not the user's rights (those fail with Permission denied) and
@@ -258,6 +324,8 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     its resources is only a symptom where the driver itself is not loaded."""
     if _lines_matching(ctx, _KFD_LOCKED.pattern):
         return None   # the node opened far enough for the driver to refuse: KFD is locked (kfd_locked, below)
+    if _kfd_absent_on_the_host(ctx):
+        return None   # no node at all outside a container: the driver never made it (kfd_node_missing, below)
     early = _device_access_said(ctx)
     if early is not None:
         return early
