@@ -157,6 +157,9 @@ READINGS = [
     # driver: KFD refusing a GPU generation ROCm supports is a kernel older than the GPU (the IP printed in hex)
     ("[    5.1] kfd kfd: amdgpu: GC IP 0c0000  not supported in kfd\nRadeon RX 9060 XT on Ubuntu 24.04, kernel 6.8",
      "driver", ["amdgpu-dkms", "ROCm 6.4.1"]),
+    # device-access: the devices passed to a container that runs as an unprivileged user without their groups
+    ("podman run --device /dev/kfd --device /dev/dri --user 1001 vllm-rocm\nRuntimeError: No HIP GPUs are available",
+     "device-access", ["--group-add video --group-add render"]),
 ]
 
 
@@ -248,3 +251,9 @@ def test_wsl_s_own_version_string_is_not_wsl_1():
     top = diagnose_text("WSL version: 1.2.5.0\nKernel version: 5.15.90.1\nUbuntu under wsl2: torch.cuda.is_available() "
                         "False (RTX 3060)").top
     assert top is not None and top.family == "wsl" and "WSL 1" not in top.title, top.title
+
+
+def test_a_container_given_its_groups_is_not_told_to_add_them():
+    top = diagnose_text("docker run --device=/dev/kfd --device=/dev/dri --group-add video --group-add render -u 1000 img\n"
+                        "RuntimeError: No HIP GPUs are available (RX 7900 XTX)").top
+    assert top is None or "not in the GPU devices' groups" not in top.title, top.title

@@ -126,7 +126,7 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
         return service
     if _CONTAINED.search(text) or "容器" in text:
         no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
-                                      r"no compatible (?:amd)?gpus? (?:were )?(?:discovered|detected|found)|"
+                                      r"no compatible (?:amd)?gpus? (?:were )?(?:discovered|detected|found)|hipErrorNoDevice|"
                                       r"no ROCm-capable device|Unable to open /dev/kfd|(?:not (?:detected|found|visible|"
                                       r"available|seen)|(?:doesn.t|does not|can.t|cannot|won.t) (?:see|find|detect|use))"
                                       r"\b.{0,40}\b(?:in|inside|within|from) (?:a |the |my )?(?:docker|podman|container)|"
@@ -161,6 +161,16 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "Docker Desktop, switch to the host's Docker Engine (docker context use default, or uninstall "
                          "Docker Desktop and install docker-ce), then run again with --device=/dev/kfd --device=/dev/dri "
                          "--group-add video --group-add render", [], no_gpu)
+        # the devices passed without their groups while the container runs as an unprivileged user
+        as_user = re.search(r"(?i)--user\b|(?<![\w-])-u \d|\buser \d{3,}|\bnon-?root\b|^\s*USER \w+|\bas (?:a )?user\b",
+                            text, re.M)
+        if no_gpu and not masked and passed and as_user and not re.search(r"(?<!no )(?<!without )--group-add", text):
+            return _make("device-access", "the container's user is not in the GPU devices' groups",
+                         "/dev/kfd and /dev/dri were passed, but the container runs as an unprivileged user, and the "
+                         "devices keep the host's render and video groups, which that user is not in",
+                         "add the groups: docker run --device=/dev/kfd --device=/dev/dri --group-add video --group-add "
+                         "render ... (where the container has no group of that name, by number: --group-add $(getent "
+                         "group render | cut -d: -f3)); or run the container as root", [], no_gpu)
         if no_gpu and not masked and re.search(r"(?i)numeric|\bGID\b|distrobox|toolbox", text):
             return _make("device-access", "the container user is not in the group that owns the GPU devices",
                          "/dev/kfd and /dev/dri/renderD* keep the host's group id inside the container, and the "
