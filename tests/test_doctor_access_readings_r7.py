@@ -160,6 +160,9 @@ READINGS = [
     # device-access: the devices passed to a container that runs as an unprivileged user without their groups
     ("podman run --device /dev/kfd --device /dev/dri --user 1001 vllm-rocm\nRuntimeError: No HIP GPUs are available",
      "device-access", ["--group-add video --group-add render"]),
+    # driver: an NVIDIA component failing with no reading of its own gets NVIDIA's checks, never amdgpu's
+    ("systemd[1]: nvidia-persistenced.service: nvidia-persistenced failed to initialize. Check syslog for more "
+     "details. (Tesla V100, CentOS Stream 9)", "driver", ["NVRM", "nvidia-driver"]),
 ]
 
 
@@ -257,3 +260,8 @@ def test_a_container_given_its_groups_is_not_told_to_add_them():
     top = diagnose_text("docker run --device=/dev/kfd --device=/dev/dri --group-add video --group-add render -u 1000 img\n"
                         "RuntimeError: No HIP GPUs are available (RX 7900 XTX)").top
     assert top is None or "not in the GPU devices' groups" not in top.title, top.title
+
+
+def test_an_nvidia_component_failing_is_never_given_the_amdgpu_fix():
+    top = diagnose_text("nvidia-persistenced failed to initialize. Check syslog for more details.").top
+    assert top is not None and top.family == "driver" and "amdgpu" not in top.fix, top.fix

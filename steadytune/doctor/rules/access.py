@@ -1044,6 +1044,12 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     elif re.search(r"(?i)firmware|\bSMU\b|\bPSP\b", text):
         fix = "install a newer linux-firmware package (the GPU's firmware files are newer than the distribution's)"
         cause = "amdgpu cannot load this GPU's firmware"
+    elif re.search(r"(?i)\bnvidia", text) and not re.search(r"(?i)\bamdgpu\b|\brocm|radeon", joined):
+        # an NVIDIA driver component failing with no reading of its own: the kernel module first
+        fix = ("read sudo dmesg | grep -i -e NVRM -e nvidia (the kernel module's own error) and nvidia-smi; if the "
+               "module is not loaded, reinstall the driver for the running kernel (sudo apt install --reinstall "
+               f"nvidia-driver-<version>, or sudo dkms autoinstall after a kernel update); {secure_boot}; reboot")
+        cause = "an NVIDIA driver component failed to start (the kernel module not loaded, or not matching)"
     else:
         fix = ("sudo modprobe amdgpu and read sudo dmesg | grep -i amdgpu; if it is not there, install the driver "
                f"(sudo amdgpu-install --usecase=dkms) or boot a kernel that has it; {secure_boot}")
