@@ -304,3 +304,16 @@ def test_a_finished_run_folder_raises_nothing(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert not [f for f in out["findings"] if f["severity"] != "info"]
     assert any("the run's status: finished" in f["what"] for f in out["findings"])
+
+
+def test_a_paste_read_as_text_is_not_called_an_unreadable_tool_output(tmp_path, capsys):
+    from steadytune.cli import main as cli_main
+    paste = tmp_path / "issue.txt"
+    paste.write_text("Ollama on my RX 6600 only uses the CPU\nWindows 11, Ollama 0.5.7\n", encoding="utf-8")
+    cli_main(["doctor", "--from", str(paste)])
+    out = capsys.readouterr().out
+    assert "issue.txt: read as text" in out and "not a recognised rocm-smi" not in out
+    noise = tmp_path / "noise.txt"
+    noise.write_text("hello, nothing to see\n", encoding="utf-8")
+    cli_main(["doctor", "--from", str(noise)])
+    assert "not a recognised rocm-smi" in capsys.readouterr().out   # nothing read at all: still said

@@ -39,6 +39,12 @@ def test_an_identical_paste_scores_one_and_a_case_is_never_its_own_neighbour():
     assert found is None or found.case is not FROBS[1]
 
 
+def test_chinese_is_read_in_character_pairs():
+    lib = Library(FROBS + [_case(4, "4张3090微调Qwen7B爆显存", "out-of-memory", "lower cutoff_len")])
+    found = lib.nearest("两张4090 微调 Qwen14B 又爆显存了")
+    assert found is not None and found.case.cause == "out-of-memory"
+
+
 def test_nothing_in_common_gives_no_case():
     assert Library(FROBS).nearest("zzzz yyyy xxxx") is None
     assert Library(FROBS).nearest("") is None
@@ -69,6 +75,13 @@ def test_a_paste_no_rule_reads_gets_the_likely_reading_of_its_nearest_case(monke
     assert findings[0].check == "diagnosis" and "reads like a solved case" in findings[0].what
     # the error line is still named: a reading by likeness explains no line
     assert any(f.check == "unrecognised-error" and "FrobError" in f.what for f in findings)
+
+
+def test_common_words_alone_are_no_likeness():
+    lib = Library([_case(i, f"AttributeError: module has no attribute, tool{i} thing{i}") for i in range(40)])
+    found = lib.nearest("AttributeError: module 'numpy' has no attribute 'float'")
+    assert found is not None and found.rare_shared == 0 and not found.likely
+    assert lib.nearest("AttributeError: module tool7 has no attribute").likely
 
 
 def test_a_weak_likeness_is_not_a_reading(monkeypatch):
@@ -108,3 +121,4 @@ def test_a_huge_paste_is_read_in_bounded_time():
     start = time.perf_counter()
     nearest_case("HIP error: invalid device function\n" * 400_000)
     assert time.perf_counter() - start < 5
+

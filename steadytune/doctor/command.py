@@ -12,6 +12,7 @@ from pathlib import Path
 
 from steadytune.config import load_config
 from steadytune.doctor.canary import canary_on_this_machine
+from steadytune.doctor.case_files import PARTS
 from steadytune.doctor.cases import score_part, summary
 from steadytune.doctor.findings import Finding, findings_as_dicts, format_findings, has_errors
 from steadytune.doctor.live import diagnose_this_machine
@@ -68,10 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "dmesg/journal, sysfs and /proc reads, pip/uv output, env lines; a run folder (saves/RUN/): "
                              "its recorded error, environment.json and logs. Its GPUs, its packages, the likely cause of "
                              "its errors, and what train would choose there")
-    parser.add_argument("--score-cases", choices=("train", "heldout"), metavar="train|heldout",
+    parser.add_argument("--score-cases", choices=PARTS, metavar="train|heldout|fresh",
                         help="score doctor's rules on the mined cases (real pastes from public issue threads with their "
                              "accepted fix, in the package): the share whose cause and fix doctor names, per cause, "
-                             "and the misses (the held-out part is scored, never used to write rules)")
+                             "and the misses of the training part (the held-out part and a fresh round not yet read "
+                             "for rules are scored, never used to write rules)")
     parser.add_argument("--config", metavar="YAML",
                         help="a train config: report train's choices for its precision, attention, packing, model and batch")
     for tool in TOOL_FLAGS:

@@ -15,7 +15,7 @@ from steadytune.doctor.error_lines import ErrorLine, error_facts, family, find_e
 from steadytune.doctor.facts import Fact, FactSheet, extract_facts, strip_log_prefix
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.rules import Diagnosis, run_rules
-from steadytune.doctor.similar import LIKELY_SIMILARITY, POINTER_SIMILARITY, Similar, nearest_case
+from steadytune.doctor.similar import POINTER_SIMILARITY, Similar, nearest_case
 from steadytune.hardware.error_catalogue import Facts, Match, match_text
 
 # A paste is cut to this many lines for the fact and error readers (a 16 MiB log is read for its GPU tables
@@ -85,7 +85,7 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
     similar = nearest_case(joined, exclude_case)
     # a paste with no error line and no complaint in words (a finished run, "works fine") gets no reading by likeness
     complains = bool(errors) or sheet.has("complaint") or bool(_REPORT_TITLE.search(joined))
-    by_likeness = complains and not diagnoses and similar is not None and similar.score >= LIKELY_SIMILARITY
+    by_likeness = complains and not diagnoses and similar is not None and similar.likely
     if by_likeness:
         diagnoses = [_reading_by_likeness(similar)]
     covered = {n for d in diagnoses for n in d.covers}

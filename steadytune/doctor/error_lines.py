@@ -51,6 +51,14 @@ def family(name: str) -> ErrorClass:
     return next(c for c in load_classes() if c.family == name)
 
 
+# Failures every tool words its own way, which no family owns: a package resolver giving up (apt, pip, uv, conda),
+# NaN found in a tensor, a runtime not initialised, and the Chinese words for an error, a failure, memory blown
+# ("报错", "失败", "爆显存"). They make a line an error line, so it gets a finding ("unrecognised error" at least).
+_GENERIC_FAILURES = (r"|\bunmet dependencies\b|\bno solution found when resolving\b|\bResolutionImpossible\b"
+                     r"|\bconflicting dependencies\b|\bUnsatisfiableError\b|\bdependency conflict\b"
+                     r"|\bNaN (?:detected|found|encountered)\b|\b(?:detected|found|got|encountered) NaN\b"
+                     r"|\bnot initiali[sz]ed\b|报错|错误|失败|出错|异常|爆显存|显存不足|显存溢出")
+
 # What makes a line an error line. Lines that only look like one (a count of zero errors, a column header, a
 # command being typed, a log's INFO/DEBUG line that merely mentions an error) are left out.
 _ERROR_SHAPE = re.compile(
@@ -62,7 +70,8 @@ _ERROR_SHAPE = re.compile(
     r"|\bno such file\b|\bpermission denied\b|\boperation not permitted\b|\bundefined symbol\b|\bout of memory\b"
     r"|segmentation fault|Speicherzugriffsfehler|Erreur de segmentation|Violaci[oó]n de segmento|Errore di segmentazione|段错误|核心已转储|セグメンテーション違反|Ошибка сегментирования|\bseg ?fault(?:ed|s|ing)?\b|\baborted\b|core dumped|\bsigsegv\b|\bsigabrt\b|\bsigbus\b|\btimed? ?out\b|\bhang(?:s|ing)?\b"
     r"|\bnot found\b|\bnot available\b|\bmissing\b|\bdenied\b|\bexception\b|\bterminate called\b|\bkilled\b"
-    r"|\bno compatible\b|\bnot detected\b|\bnot loaded\b|\bmismatch\b|\bincompatible\b)")
+    r"|\bno compatible\b|\bnot detected\b|\bnot loaded\b|\bmismatch\b|\bincompatible\b"
+    + _GENERIC_FAILURES + ")")
 _NOT_ERRORS = re.compile(
     r"(?i)^\s*(?:\$|#|>>>|PS [A-Z]:|\w+@[\w.-]+[:~])"                  # a prompt: a command, not its output
     r"|\b0 errors?\b|\berrors?:\s*0\b|\bno errors?\b|error_?code[=:]\s*0\b|errors? \(0\)|\bwithout errors?\b"
@@ -159,7 +168,7 @@ def _says_no_gpu(lines: list[str], number: int) -> bool:
 _STRONG = re.compile(r"(?i)\b(?:[A-Z]\w*(?:Error|Exception))\b|\berror\b|\bfatal\b|\bfailed\b|segmentation fault|Speicherzugriffsfehler|Erreur de segmentation|Violaci[oó]n de segmento|Errore di segmentazione|段错误|核心已转储|セグメンテーション違反|Ошибка сегментирования|\bseg ?fault(?:ed|s|ing)?\b|"
                      r"core dumped|\baborted\b|permission denied|undefined symbol|out of memory|not supported|"
                      r"terminate called|\bpanic\b|cannot open|no such file|\bkilled\b|timed? ?out|level=ERROR|"
-                     r"\binvalid\b|\bunable to\b|\bcould not\b")
+                     r"\binvalid\b|\bunable to\b|\bcould not\b" + _GENERIC_FAILURES)
 
 
 def _is_error_proper(line: str) -> bool:

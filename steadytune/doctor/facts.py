@@ -485,7 +485,7 @@ def _retired_option(line: str):
 def _python(line: str):
     m = re.search(r"\bPython (3\.\d{1,2})(?:\.\d+)?\b|python(3\.\d{1,2})/site-packages|\bcp3(\d{1,2})-cp3\d{1,2}|"
                   r"(?<![A-Za-z])py ?(3\.\d{1,2})(?![\d.])|Python version:\s*(3\.\d{1,2})|cpython-3(\d{1,2})|\bpy -(3\.\d{1,2})\b|"
-                  r"\bpython ?(3\.\d{1,2})\b", line, re.IGNORECASE)
+                  r"\bpython ?(3\.\d{1,2})\b|[\\/]Python3(\d{2})[\\/]", line, re.IGNORECASE)   # Windows: ...\Python311\
     if m:
         groups = [g for g in m.groups() if g]
         value = groups[0] if groups[0].startswith("3.") else f"3.{groups[0]}"

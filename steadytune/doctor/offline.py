@@ -618,7 +618,13 @@ def run_offline_checks(paths: list[Path], expected_tool: Optional[Mapping[Path, 
     _read_as_logs(saved, reports)
     diagnosed = [f for source, report in reports for f in report_findings(report, source, skip_restated=True)]
     findings: list[Finding] = []
+    # a file with no tool table that was read as text (a diagnosis, an error line or a GPU named in it) is no
+    # unreadable tool output: "not a recognised rocm-smi ... output" beside its diagnosis only misleads
+    read_as_text = {source for source, report in reports if report.diagnoses or report.errors or gpu_facts(report.sheet)}
     for result in saved.results:
+        if result.tool == "unknown" and result.source in read_as_text:
+            findings.append(Finding.info("saved-outputs", f"{result.source}: read as text (no tool table in it)"))
+            continue
         findings += [Finding.warn("saved-outputs", p, fix="save the full, unedited output of the tool") for p in result.problems]
         findings += [Finding.info("saved-outputs", f"{result.source}: {n}") for n in result.notes]
         if result.problems or result.tool in ("unknown", "command"):

@@ -18,7 +18,7 @@ from steadytune.doctor.error_lines import load_classes
 
 TABLE = Path(__file__).with_name("tool_fixes.yaml")
 KINDS = ("windows", "linux", "macos", "amd", "nvidia")
-PLACEHOLDERS = ("package", "caller", "torch", "rocm_index", "cuda_index")
+PLACEHOLDERS = ("package", "caller", "torch", "rocm_index", "cuda_index", "cuda_label")
 FIELDS = ("tool", "family", "fix", "source")
 
 # other names of a table tool: doctor's failing-tool names, import names, sibling builds of one package
@@ -112,7 +112,7 @@ def machine_kinds(is_windows: bool, vendor: Optional[str], text: str) -> frozens
 
 class _Values(dict):
     def __missing__(self, key: str) -> str:
-        return {"caller": "the program", "torch": "the installed torch"}.get(key, f"<{key}>")
+        return {"caller": "the program", "torch": "the installed torch", "cuda_label": "cu128"}.get(key, f"<{key}>")
 
 
 def tool_fix(tool: Optional[str], family: str, kinds: frozenset[str], values: Mapping[str, str]) -> Optional[str]:

@@ -309,23 +309,6 @@ def kfd_older_than_gpu(ctx: Context) -> Optional[Diagnosis]:
                         "kernel); then sudo dmesg | grep kfd must no longer say 'not supported'", [], refused))
 
 
-@rule("gpu-hang")
-def kfd_locked(ctx: Context) -> Optional[Diagnosis]:
-    """Opening /dev/kfd fails with "Invalid argument": not the user's rights (those fail with Permission denied) and
-    not a missing node (No such file): the driver refuses new processes because a GPU reset or a suspend left it
-    locked (a GPU handed back from a VM, a hang and a failed reset)."""
-    refused = _lines_matching(ctx, _KFD_LOCKED.pattern)
-    if not refused:
-        return None
-    return _make("gpu-hang", "the GPU driver refuses new processes: KFD is locked after a reset",
-                 "/dev/kfd answers open() with EINVAL while the amdgpu KFD is locked, during a GPU reset or a "
-                 "suspend / resume (newer kernels also when no GPU node came up at all); a reset that never finished (a GPU passed through to a VM and handed back, a hang "
-                 "the driver could not recover) leaves it so, whatever the groups and the container's devices",
-                 "reboot the host (the GPU and the driver start clean); check sudo dmesg | grep -i -e 'gpu reset' -e "
-                 "kfd -e amdgpu for the failed reset; avoid passing this GPU to a VM and back without a host reboot "
-                 "between (a known reset problem of some Radeon generations)", [], refused)
-
-
 @rule("device-access")
 def device_access(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a refusal to open /dev/kfd or /dev/dri (any wording: permission denied, no such file, a group
@@ -333,7 +316,7 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     root', and where the process runs (a container without the devices, a rootless one). A runtime that cannot get
     its resources is only a symptom where the driver itself is not loaded."""
     if _lines_matching(ctx, _KFD_LOCKED.pattern):
-        return None   # the node opened far enough for the driver to refuse: KFD is locked (kfd_locked, below)
+        return None   # the node opened far enough for the driver to refuse: a stuck GPU (rules/runtime.py reads it)
     if _kfd_absent_on_the_host(ctx):
         return None   # no node at all outside a container: the driver never made it (kfd_node_missing, below)
     early = _device_access_said(ctx)
@@ -1096,32 +1079,6 @@ def open_modules_on_old_gpu(ctx: Context) -> Optional[Diagnosis]:
         [], symptom))
 
 
-# GPUs joined by an Infinity Fabric (XGMI) bridge form a hive that the PSP firmware sets up at driver load: a bad
-# bridge (or its seating) fails that setup, and the whole init with it, while each card starts alone
-_XGMI_BRIDGE = re.compile(r"(?i)Infinity Fabric (?:Link )?bridge|\bXGMI bridge|(?-i:\bIF) (?:link )?bridge|\bxGMI\b.{0,40}\bbridge")
-_INIT_FAILED = re.compile(r"(?i)Fatal error during GPU init|\bPSP\b.{0,40}\bfail\w*|psp_\w+.{0,40}\bERROR|"
-                          r"amdgpu.{0,60}probe.{0,40}fail\w*|\bxgmi\b.{0,60}\b(?:fail\w*|error)")
-
-
-@rule("multi-gpu-transport")
-def xgmi_bridge_init(ctx: Context) -> Optional[Diagnosis]:
-    """amdgpu failing to initialise (PSP, the hive) on GPUs linked by an Infinity Fabric bridge: the bridge is the
-    part to rule out first, by booting without it."""
-    text = _text(ctx)
-    if not _XGMI_BRIDGE.search(text):
-        return None
-    failed = _lines_matching(ctx, _INIT_FAILED.pattern)
-    if not failed:
-        return None
-    return _first(_make(
-        "multi-gpu-transport", "the GPUs fail to start with their Infinity Fabric bridge",
-        "GPUs linked by an Infinity Fabric (XGMI) bridge are set up as one hive by the PSP firmware when amdgpu loads; "
-        "a faulty or badly seated bridge fails that setup (PSP ring or XGMI errors) and with it the init of the GPUs",
-        "power off, remove the Infinity Fabric bridge and boot: if every GPU initialises (rocm-smi lists them all), "
-        "the bridge is faulty: reseat it, or replace it; if they still fail alone, update linux-firmware and the "
-        "amdgpu driver (and the GPUs' firmware from the vendor)", [], failed))
-
-
 # The Strix / Krackan APUs (gfx1150-gfx1152): linux-firmware 20251125 shipped an MES firmware (0x83) for them that hangs
 # or faults ROCm work; 20251111 is the last good release, and the revert came in later packages (legacy-rocm-build
 # #5724 and #5616, AMD's answers; kyuz0/amd-strix-halo-toolboxes #37)
@@ -1232,43 +1189,29 @@ def driver_branch_too_old(ctx: Context) -> Optional[Diagnosis]:
                  "another GPU", [], failing)
 
 
-# NCCL's NVLink SHARP transport (NVLS, transport/nvls.cc) failing to set up its multicast memory: on NVSwitch
-# systems (HGX H100 / H800 / H200, B200) that memory is granted by the fabric manager, so a fabric manager that is
-# down, of another version than the driver, or restarted under running processes breaks it (NVIDIA/nccl#976, #1338)
-_NVLS_FAILED = re.compile(r"(?i)transport/nvls\.cc.{0,80}(?:WARN|fail|error)|\bNVLS\b.{0,60}\b(?:fail\w*|error|invalid)")
+# CUDA's 802 (CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized"): on NVSwitch systems (HGX / DGX A100, H100,
+# H200, B200) CUDA takes no work until nvidia-fabricmanager has set the fabric up (NVIDIA's Fabric Manager guide).
+# NCCL's NVLS transport failing on the same fabric is read with the other transports (rules/machine.py).
+_SYSTEM_NOT_READY = re.compile(r"(?i)system not yet initiali[sz]ed|CUDA_ERROR_SYSTEM_NOT_READY|\b(?:Error|error code|"
+                               r"err)\W{0,3}802\b")
 
 
 @rule("driver")
 def fabric_manager(ctx: Context) -> Optional[Diagnosis]:
-    """NVLS setup failing: the NVSwitch fabric, which nvidia-fabricmanager runs beside the driver, not the network
-    NCCL's other transports use (rings over P2P and the NICs work, which is why two GPUs still run)."""
-    failed = _lines_matching(ctx, _NVLS_FAILED.pattern)
-    # CUDA's 802 (CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized") is the NVSwitch fabric not set up yet
-    not_ready = _lines_matching(ctx, r"(?i)system not yet initiali[sz]ed|CUDA_ERROR_SYSTEM_NOT_READY|\b(?:Error|error "
-                                     r"code|err)\W{0,3}802\b")
-    failed = failed + not_ready
-    if not failed:
+    """CUDA refusing work until the NVSwitch fabric is up: the fabric manager beside the driver, not the GPU."""
+    not_ready = _lines_matching(ctx, _SYSTEM_NOT_READY.pattern)
+    if not not_ready:
         return None
     driver = re.search(r"(?i)Driver Version:?\s*(\d{3})\.|nvidia-driver\W{0,3}:?\s*(\d{3})\.", _text(ctx))
     branch = (driver.group(1) or driver.group(2)) if driver else "<the driver's branch>"
-    if not_ready and len(not_ready) == len(failed):
-        return _first(_make(
-            "driver", "the NVSwitch fabric is not initialised: nvidia-fabricmanager",
-            "on NVSwitch systems (HGX / DGX A100, H100, H200, B200) CUDA refuses work with 'system not yet initialized' "
-            "(802) until nvidia-fabricmanager has set the fabric up; it is not installed, not running, or of another "
-            "version than the driver",
-            f"sudo apt install nvidia-fabricmanager-{branch} (exactly the driver's version; the -server driver "
-            "branches match it), sudo systemctl enable --now nvidia-fabricmanager, then check nvidia-smi -q | grep "
-            "-A2 Fabric (State: Completed) and run again", [], failed))
     return _first(_make(
-        "driver", "NCCL's NVLS transport cannot get its NVSwitch multicast memory",
-        "NVLS (NVLink SHARP) needs the NVSwitch fabric set up by nvidia-fabricmanager for the loaded driver; a fabric "
-        "manager that is not running, of another version than the driver, or restarted while processes held the GPUs "
-        "leaves the multicast setup failing ('invalid argument'), typically once three or more GPUs join",
-        f"check systemctl status nvidia-fabricmanager and nvidia-smi -q | grep -A2 Fabric (State: Completed); install "
-        f"the fabric manager of exactly the driver's version (nvidia-fabricmanager-{branch}), then reboot the node (or "
-        "stop every GPU process, reset the GPUs and restart nvidia-fabricmanager, in that order); meanwhile "
-        "NCCL_NVLS_ENABLE=0 runs without NVLS", [], failed))
+        "driver", "the NVSwitch fabric is not initialised: nvidia-fabricmanager",
+        "on NVSwitch systems (HGX / DGX A100, H100, H200, B200) CUDA refuses work with 'system not yet initialized' "
+        "(802) until nvidia-fabricmanager has set the fabric up; it is not installed, not running, or of another "
+        "version than the driver",
+        f"sudo apt install nvidia-fabricmanager-{branch} (exactly the driver's version; the -server driver branches "
+        "match it), sudo systemctl enable --now nvidia-fabricmanager, then check nvidia-smi -q | grep -A2 Fabric "
+        "(State: Completed) and run again", [], not_ready))
 
 
 # Data-centre NVIDIA cards (Tesla, the A/H/L series) start in TCC mode on Windows, a compute-only driver mode that WSL 2's

@@ -34,6 +34,18 @@ def _listed_torch_version(ctx: Context) -> Optional[str]:
     return next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None) or _listed_torch(ctx)
 
 
+def _cuda_label(ctx: Context) -> Optional[str]:
+    """The CUDA label of the torch the paste is about (cu126): a pytorch.org index it names, a +cuXYZ build, else a
+    CUDA version it states beside torch ("PyTorch 2.6.0 and cuda 12.6")."""
+    text = _text(ctx)
+    said = (re.search(r"download\.pytorch\.org/whl/(?:nightly/)?(cu\d{3})\b", text)
+            or re.search(r"\btorch\S*?\+(cu\d{3})\b", text))
+    if said:
+        return said.group(1)
+    version = re.search(r"(?i)\bcuda\s*(?:version:?\s*)?(1[12])\.(\d)\b", text)
+    return f"cu{version.group(1)}{version.group(2)}" if version else None
+
+
 def _table_fix(ctx: Context, tool: Optional[str], family_name: str, kinds: Optional[frozenset[str]] = None,
                **values: Optional[str]) -> Optional[str]:
     """The tool x family table's fix (tool_fixes.yaml) for this machine's OS and GPU vendor (or the `kinds` given),
@@ -41,7 +53,7 @@ def _table_fix(ctx: Context, tool: Optional[str], family_name: str, kinds: Optio
     arch, _ = ctx.arch()
     torch = _listed_torch_version(ctx)
     filled = {"torch": f"torch {torch}" if torch else None, "rocm_index": rocm_index_for(arch),
-              "cuda_index": _cuda_index_for_driver(ctx, arch), **values}
+              "cuda_index": _cuda_index_for_driver(ctx, arch), "cuda_label": _cuda_label(ctx), **values}
     if kinds is None:
         kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
     return tool_fix(tool, family_name, kinds, filled)
@@ -263,6 +275,27 @@ def _unquoted_comparison(ctx: Context) -> Optional[Diagnosis]:
                  [ErrorLine(number, ctx.sheet.lines[number - 1], None)], confirmed=bool(other))
 
 
+# the pytorch channel's releases for each pytorch-cuda (pytorch.org "previous versions"), as conda pins, oldest first
+_PYTORCH_CUDA_TRIOS = {
+    "11.6": ("pytorch=1.13.1 torchvision=0.14.1 torchaudio=0.13.1",),
+    "11.7": ("pytorch=1.13.1 torchvision=0.14.1 torchaudio=0.13.1", "pytorch=2.0.1 torchvision=0.15.2 torchaudio=2.0.2"),
+    "11.8": ("pytorch=2.0.1 torchvision=0.15.2 torchaudio=2.0.2", "pytorch=2.5.1 torchvision=0.20.1 torchaudio=2.5.1"),
+    "12.1": ("pytorch=2.1.2 torchvision=0.16.2 torchaudio=2.1.2", "pytorch=2.5.1 torchvision=0.20.1 torchaudio=2.5.1"),
+    "12.4": ("pytorch=2.4.1 torchvision=0.19.1 torchaudio=2.4.1", "pytorch=2.5.1 torchvision=0.20.1 torchaudio=2.5.1"),
+}
+
+
+def _conda_unpinned_trio(text: str) -> Optional[tuple[str, tuple[str, ...]]]:
+    """(the pytorch-cuda, the pinned releases to use) for a conda install that pins pytorch-cuda but leaves
+    torchvision or torchaudio without a release."""
+    line = re.search(r"(?i)\bconda install\b[^\n]*\bpytorch-cuda=(\d+\.\d+)[^\n]*", text)
+    if not line or line.group(1) not in _PYTORCH_CUDA_TRIOS:
+        return None
+    if not re.search(r"(?<![\w-])(?:torchvision|torchaudio)(?![\w=-])", line.group(0)):
+        return None
+    return line.group(1), _PYTORCH_CUDA_TRIOS[line.group(1)]
+
+
 @rule("torch-build")
 def torch_build(ctx: Context) -> Optional[Diagnosis]:
     vendor = _vendor(ctx)
@@ -326,6 +359,17 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "ZLUDA translates CUDA calls for the AMD GPU, so it needs torch's CUDA build; the installed torch "
                      "has no CUDA", _table_fix(ctx, "zluda", "torch-build"), evidence, errors + ctx.no_gpu(),
                      confirmed=not unsure)
+    unpinned = _conda_unpinned_trio(joined)
+    if conda and vendor != "amd" and unpinned:
+        cuda, trios = unpinned
+        return _make("torch-build", "conda's unpinned torchvision / torchaudio pulled another pytorch",
+                     f"the conda line pins pytorch-cuda={cuda} but not the packages' releases, so the solver takes the "
+                     f"newest torchvision / torchaudio, whose pytorch has no pytorch-cuda={cuda} build, and settles on a "
+                     "CPU (or mismatched) pytorch",
+                     f"pin all three to one release built for pytorch-cuda={cuda}: conda install {trios[0]} "
+                     f"pytorch-cuda={cuda} -c pytorch -c nvidia" + (f" (or {', or '.join(trios[1:])})" if trios[1:]
+                                                                      else ""),
+                     evidence, errors + ctx.of("visibility"), confirmed=not unsure)
     if conda and vendor != "amd":
         return _make("torch-build", "conda installed the CPU build of pytorch",
                      "conda picked a CPU-only pytorch (a build string like py3.9_cpu_0): the channel has no CUDA build "
@@ -746,6 +790,31 @@ def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
         "only its NVIDIA installer)", [f for f in (fact,) if f], lines, confirmed=False)
 
 
+# a library refusing to go on without a GPU (transformers' quantizers, accelerate): torch answered that there is none
+_GPU_NEEDED = re.compile(r"(?i)No GPU found\. A GPU is needed|requires? a (?:CUDA |NVIDIA )?GPU\b.{0,40}\bnone (?:was )?found|"
+                         r"\bGPU is (?:required|needed) for (?:quantization|\w+-bit)")
+
+
+@rule("torch-build")
+def library_needs_a_gpu_torch_cannot_see(ctx: Context) -> Optional[Diagnosis]:
+    """transformers (bitsandbytes, GPTQ, AWQ quantization) asks torch for a GPU and stops when torch.cuda.is_available()
+    is False: with no driver error beside it, the torch in that environment is a CPU-only build."""
+    lines = _lines_matching(ctx, _GPU_NEEDED.pattern)
+    if not lines or any(e.family and e.family != "torch-build" for e in ctx.errors):
+        return None   # a driver, visibility or device error of its own says why torch sees no GPU
+    torch = _listed_torch_version(ctx)
+    arch, _fact = ctx.arch()
+    amd = _vendor(ctx) == "amd"
+    index = (rocm_index_for(arch) if amd else None) or _cuda_index_for_driver(ctx, arch)
+    return _make("torch-build", "torch sees no GPU", f"the library asks torch for a GPU and torch"
+                 f"{' ' + torch if torch else ''} answers there is none: a CPU-only build of torch (pip's default on "
+                 "Windows), or one for the other GPU vendor",
+                 "check: python -c \"import torch; print(torch.__version__, torch.version.cuda, torch.version.hip, "
+                 f"torch.cuda.is_available())\"; reinstall the {'ROCm' if amd else 'CUDA'} build of torch"
+                 f"{' ' + torch.split('+')[0] if torch else ''}: pip uninstall -y torch; {index}",
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
 @rule("wheel-platform")
 def podman_older_than_the_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
     """podman refusing CDI devices ("unresolvable CDI devices") from a spec the NVIDIA Container Toolkit wrote, with a
@@ -944,9 +1013,14 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                    f"{newest} "
                    f"(conda create -n env python={newest}, uv venv -p {newest}) and install the pin there")
         else:
+            # the Python just below this one is the likeliest to have wheels (a package reaches a new Python late),
+            # and never above 3.12, the newest every GPU index (ROCm, DirectML, CUDA) has carried for long
+            older = f"3.{min(int(py.split('.')[1]) - 1, 12)}" if py and re.fullmatch(r"3\.\d+", py) else "3.12"
+            before = f"3.{int(older.split('.')[1]) - 1}"
             fix = (f"the index has no {base} wheel at all for this Python{' (' + py + ')' if py else ''} and "
-                   f"platform: use an older Python (a 3.12 or 3.11 environment: uv venv -p 3.12, conda create -n env "
-                   f"python=3.12); a new Python gets {base} wheels only months after its release, and old pins never do")
+                   f"platform: use an older Python (a {older} environment, else {before}: uv venv -p {older}, conda "
+                   f"create -n env python={older}; delete the old venv folder first); a new Python gets {base} wheels "
+                   "only months after its release, and old pins never do")
         return _make("wheel-platform", f"no {base} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
     stale = _index_older_than_pin(ctx, pin, offered, errors)
     if stale is not None:
@@ -972,6 +1046,10 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         if ctx.of("torch-build"):   # the CPU torch that followed is its symptom
             diagnosis.rank = family("torch-build").rank - 1
         return diagnosis
+    if not re.search(r"(?i)could not find a version|no matching distribution|from versions|not a supported wheel|"
+                     r"no version of|is not available for|no wheels?\b|wheels? (?:for|is not)|requires a different "
+                     r"python", _text(ctx)):
+        return None   # no installer said it found no wheel: a module missing at run time (a kernel not built) is not
     if ctx.sheet.is_windows and re.search(r"rocm", text):
         fix = "pytorch.org's ROCm wheels are Linux only: use WSL 2 or Linux, or AMD's Windows wheels"
     else:
@@ -1293,7 +1371,10 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                     f"{major} library: this onnxruntime-gpu wheel is built for CUDA {major}, not for the CUDA present",
                     "install the onnxruntime-gpu built for the CUDA you have (pip install -U onnxruntime-gpu: 1.19 and "
                     "newer on PyPI are CUDA 12 + cuDNN 9 builds; CUDA 11 builds come from the onnxruntime-cuda-11 "
-                    "index), or import torch before onnxruntime so torch's own CUDA libraries are loaded first")
+                    f"index), or install CUDA {major}'s libraries beside the CUDA you have so {name} is found (pip "
+                    f"install {_CUDA_WHEELS.get(re.sub(r'Lt$', '', cuda_lib.group(1)), 'nvidia-' + cuda_lib.group(1))}"
+                    f"-cu{major}, its lib folder on LD_LIBRARY_PATH), or import torch before onnxruntime so torch's own "
+                    "CUDA libraries are loaded first")
         if cuda_lib.group(1) != "cudnn" and int(major) >= 11:
             # a CUDA library, not cuDNN: its own nvidia-* wheel for that CUDA major (cublasLt is in nvidia-cublas)
             wheel = _CUDA_WHEELS.get(re.sub(r"Lt$", "", cuda_lib.group(1)), "nvidia-" + cuda_lib.group(1))
@@ -1310,6 +1391,15 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                 "export LD_LIBRARY_PATH=$(python -c 'import os, nvidia.cudnn, nvidia.cublas; print(os.path.dirname("
                 "nvidia.cudnn.__file__) + \"/lib:\" + os.path.dirname(nvidia.cublas.__file__) + \"/lib\")'):"
                 "$LD_LIBRARY_PATH (or the venv's torch/lib folder) before starting Python")
+    if re.match(r"lib(?:tinfo|ncurses\w*)\.so\.5", name):
+        # ncurses 5's ABI: distributions that moved to ncurses 6 ship it only as a compatibility package
+        arch_linux = re.search(r"(?i)\barch ?linux\b|\bmanjaro\b|\bpacman\b", text + "\n" + _text(ctx))
+        return (f"{name} is not found", f"the binary links {name}, ncurses 5's library, which the distribution (now on "
+                "ncurses 6) no longer installs by default",
+                ("install the ncurses 5 compatibility package: ncurses5-compat-libs from the AUR (yay -S "
+                 "ncurses5-compat-libs); Debian/Ubuntu: sudo apt-get install libtinfo5 libncurses5" if arch_linux else
+                 "install the ncurses 5 compatibility package: sudo apt-get install libtinfo5 libncurses5 (Debian/Ubuntu); "
+                 "Fedora: ncurses-compat-libs; Arch: ncurses5-compat-libs (AUR)"))
     for prefix, package in _SYSTEM_LIBS.items():
         if name.startswith(prefix):
             return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",

@@ -122,6 +122,58 @@ def _choice_ignored(ctx: Context) -> Optional[Diagnosis]:
                  "it uses", [], said)
 
 
+# a Vulkan device that is a translation layer over another (Mesa's Dozen over Direct3D 12) or the CPU (llvmpipe):
+# ggml lists it beside the real GPU and splits the model over both
+_VK_DEVICE = re.compile(r"^\W*(?:ggml_vulkan:\s*)?Vulkan(\d+):\s*([^|\n]*[^|\s])")
+_VK_LAYERED = re.compile(r"(?i)\(Dozen\)|Microsoft Direct3D ?12|\bllvmpipe\b|\bSwiftShader\b|\blavapipe\b")
+
+
+def _vulkan_layered_twin(ctx: Context) -> Optional[Diagnosis]:
+    """ggml's Vulkan backend lists every Vulkan device, and on Windows Mesa's Dozen layer shows the same card again
+    through Direct3D 12 (on Linux, llvmpipe shows the CPU): it uses them all, and the layered one fails or crawls.
+    GGML_VK_VISIBLE_DEVICES keeps only the real GPU (ggml's own variable, by the index it prints)."""
+    devices = [(n, m.group(1), m.group(2)) for n, line in enumerate(ctx.sheet.lines, 1)
+               if (m := _VK_DEVICE.search(line))]
+    layered = [d for d in devices if _VK_LAYERED.search(d[2])]
+    real = [d for d in devices if not _VK_LAYERED.search(d[2])]
+    if not layered or not real:
+        return None
+    keep = ",".join(dict.fromkeys(d[1] for d in real))
+    setting = (f"$env:GGML_VK_VISIBLE_DEVICES={keep} (PowerShell; cmd: set GGML_VK_VISIBLE_DEVICES={keep})"
+               if ctx.sheet.is_windows or re.search(r"(?i)\.exe\b|Direct3D|windows", _text(ctx)) else
+               f"export GGML_VK_VISIBLE_DEVICES={keep}")
+    return _make("visibility", "the same GPU is listed twice, once through a translation layer",
+                 f"the Vulkan loader lists {real[0][2]} and also {layered[0][2]}, a layer over another device "
+                 "(Mesa's Dozen over Direct3D 12, or a CPU renderer); llama.cpp uses every device it lists, and the "
+                 "layered one fails",
+                 f"keep only the real GPU: {setting} before starting; or remove the layer (uninstall the Mesa "
+                 "Dozen / OpenCL-and-Vulkan compatibility pack, or the mesa-vulkan llvmpipe driver)",
+                 [ctx.line_fact(ErrorLine(layered[0][0], ctx.sheet.lines[layered[0][0] - 1].strip(), None))],
+                 [ErrorLine(d[0], ctx.sheet.lines[d[0] - 1].strip(), None) for d in devices])
+
+
+# HIP's "Module not initialized" (hip_global.cpp): a kernel module was not loaded on the device the call runs on,
+# which is what a second visible GPU without code in the build (a Ryzen's iGPU, gfx1036 / gfx103x) gives
+_MODULE_NOT_LOADED = r"(?i)hip_global\.cpp.{0,60}Module not initialized|\bModule not initialized\b"
+
+
+def _module_not_loaded_on_a_second_gpu(ctx: Context) -> Optional[Diagnosis]:
+    said = _lines_matching(ctx, _MODULE_NOT_LOADED)
+    if not said or _nvidia_named(ctx) or not (_vendor(ctx) == "amd" or re.search(r"hip_global\.cpp", _text(ctx))):
+        return None
+    archs = ctx.sheet.machine_archs
+    igpu = next((a for a in archs if arch_info(a) and arch_info(a).kind == "apu"), None)
+    card = next((a for a in archs if a.startswith("gfx") and a != igpu), None)
+    who = f" ({igpu})" if igpu else " (a Ryzen 7000 / 9000 CPU has one: gfx1036)"
+    return _make("visibility", "a second GPU without code for this build is visible",
+                 "HIP says a module was never loaded on the device the kernel ran on: the build's code objects cover "
+                 f"the card{' (' + card + ')' if card else ''} but not another visible GPU, most often the CPU's "
+                 f"integrated GPU{who}, which the run (a DataLoader, AMP, a second device) also touches",
+                 "hide everything but the card: export HIP_VISIBLE_DEVICES=0 (rocminfo lists the agents in order: "
+                 "use the card's index) before starting, or disable the iGPU in the BIOS",
+                 [ctx.line_fact(said[0])], said, confirmed=False)
+
+
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
@@ -129,6 +181,9 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     misspelt = _misspelt_visibility(ctx)
     if misspelt is not None:
         return misspelt
+    doubled = _vulkan_layered_twin(ctx) or _module_not_loaded_on_a_second_gpu(ctx)
+    if doubled is not None:
+        return doubled
     errors = ctx.of("visibility")
     mask = re.search(r"\bROCR_VISIBLE_DEVICES=(\d+(?:,\d+)+)", _text(ctx))
     none = _lines_matching(ctx, r"(?i)No (?:CUDA|HIP) GPUs are available")
@@ -456,6 +511,33 @@ def _container_paths(text: str) -> bool:
     return bool(_CONTAINED.search(text) or re.search(r"/opt/conda/lib/python|\bnvcr\.io/|/workspace/", text))
 
 
+# GPUs joined by an Infinity Fabric (XGMI) bridge that fail their own start-up: the hive is set up while the driver
+# starts each GPU (PSP brings up the links), so a faulty bridge fails every GPU's init
+_BRIDGE = re.compile(r"(?i)\b(?:Infinity Fabric|XGMI|xGMI)\b.{0,20}\b(?:bridges?|links?|cards?)\b|\bbridge (?:card|board)\b")
+_INIT_FAILS = re.compile(r"(?i)Fatal error during GPU init|PSP (?:create ring|load|start)\w* failed|psp_hw_start|"
+                         r"amdgpu_device_ip_init failed|xgmi.{0,40}(?:fail|error)|hive.{0,30}(?:fail|error)")
+
+
+@rule("multi-gpu-transport")
+def xgmi_bridge(ctx: Context) -> Optional[Diagnosis]:
+    """Several Instinct GPUs linked by an Infinity Fabric bridge, each failing in the driver's start-up (the PSP that
+    also trains the XGMI links): the bridge is the part to test first, by booting without it."""
+    text = _text(ctx)
+    bridge = _BRIDGE.search(text)
+    failed = _lines_matching(ctx, _INIT_FAILS.pattern)
+    several = re.search(r"(?i)\b(?:[2-8] ?x ?|[2-8] )(?:AMD )?(?:Instinct )?MI\d{3}\w*|\b(?:[2-8]|four|eight|two) GPUs\b", text)
+    if not (bridge and failed and several):
+        return None
+    return _first(_make("multi-gpu-transport", "the GPUs linked by an Infinity Fabric bridge fail to start",
+                        "every GPU of the XGMI hive fails in the driver's start-up (the PSP firmware that also brings "
+                        "up the Infinity Fabric links), and the GPUs share one part: the bridge; a faulty bridge or "
+                        "connector fails all of them, where a firmware problem would not depend on it",
+                        "power off, remove the Infinity Fabric bridge and boot: if every GPU then initialises "
+                        "(rocm-smi lists them all), the bridge or a connector is faulty: reseat it, then replace "
+                        "the bridge; if they still fail without it, update linux-firmware and amdgpu-dkms",
+                        [ctx.line_fact(failed[0])], failed))
+
+
 # a serving engine's own all-reduce kernel (vLLM's, SGLang's custom_all_reduce) copies over GPU peer access directly;
 # NCCL_P2P_DISABLE does not reach it, the engine's own switch does
 _CUSTOM_ALLREDUCE = re.compile(r"(?i)custom_?all_?reduce|CustomAllreduce")
@@ -497,6 +579,95 @@ def _split_model_garbage(ctx: Context) -> Optional[Diagnosis]:
                  "is iommu=pt on the kernel command line", [], garbage)
 
 
+_NCCL_VERSION = re.compile(r"\bNCCL version (\d+)\.(\d+)\.(\d+)")
+# the first NCCL release that runs each new NVIDIA generation's collectives (NCCL's release notes; the RTX 50
+# series, sm_120, failed alltoall / sendrecv before 2.26.2)
+_NCCL_FOR_ARCH = {"sm_120": (2, 26, 2), "sm_100": (2, 26, 2)}
+
+
+def _nccl_before_the_gpu(ctx: Context, errors: list, joined: str) -> Optional[Diagnosis]:
+    """NCCL older than the GPU: its kernels and tuning tables predate this generation, so collectives fail however the
+    transport is set; a newer NCCL is the fix, not a transport variable."""
+    found = _NCCL_VERSION.search(joined)
+    if not found:
+        return None
+    version = tuple(int(x) for x in found.groups())
+    for arch in ctx.sheet.machine_archs:
+        need = _NCCL_FOR_ARCH.get(arch)
+        if need and version < need:
+            have, want = ".".join(map(str, version)), ".".join(map(str, need))
+            return _make("arch-missing", f"NCCL {have} predates this GPU ({arch})",
+                         f"NCCL {have} was released before this GPU generation ({arch}) was supported: its "
+                         "collectives fail or need source patches on it; the transport is not the problem",
+                         f"use NCCL {want} or newer: pip install -U \"nvidia-nccl-cu12>={want}\" (torch loads the "
+                         f"pip NCCL), or build nccl and nccl-tests from the v{want} tag (make "
+                         f"NVCC_GENCODE=\"-gencode=arch=compute_120,code=sm_120\")",
+                         [ctx.line_fact(errors[0])], errors)
+    return None
+
+
+# a run over several GPUs, said: a launcher's process count, a count of cards
+_SEVERAL_GPUS = re.compile(r"(?i)num_processes\W{1,3}[2-9]|--nproc_per_node[= ]?[2-9]|--num_processes[= ]?[2-9]|"
+                           r"\b[2-9] ?x ?(?:RTX|GTX|RX|A\d+|H\d+|MI\d+)|\b[2-9] GPUs\b|multiple GPUs|multi[- ]?GPU")
+# the user says the run works once peer-to-peer is off: the P2P path itself is what fails
+_P2P_OFF_WORKS = re.compile(r"(?i)NCCL_P2P_DISABLE\s*=\s*1\b.{0,80}\b(?:works?|worked|runs?|ran|fine|solved|fix\w*|"
+                            r"helps?|helped|no longer)|\b(?:works?|worked|runs?|ran|fine|solved|fix\w*|helps?|"
+                            r"helped)\b.{0,80}NCCL_P2P_DISABLE\s*=?\s*1\b")
+# NVLink SHARP (NVLS): NCCL's multicast over the NVSwitch, set up for 3+ GPUs of an NVSwitch machine (H100, H800,
+# H200); its setup needs the fabric manager's multicast objects
+_NVLS = re.compile(r"\bNVLS\b|transport/nvls\.cc")
+_CUDA_INVALID = re.compile(r"(?i)Cuda failure (?:\d+ )?'?invalid argument")
+
+
+def _nvlink_sharp(ctx: Context, errors: list, joined: str) -> Optional[Diagnosis]:
+    """NCCL stops in its NVLS (NVLink SHARP) setup: a CUDA 'invalid argument' from nvls.cc is the multicast objects the
+    fabric manager hands out (a fabric manager restarted under running GPUs, or not running); a hang whose last line
+    is NVLS is the NVLS setup itself, which NCCL_NVLS_ENABLE=0 skips (NCCL's documented switch)."""
+    if not _NVLS.search(joined):
+        return None
+    nvls_lines = _lines_matching(ctx, _NVLS.pattern)
+    if _CUDA_INVALID.search(joined) and re.search(r"nvls\.cc", joined):
+        return _make("driver", "the NVSwitch fabric manager's multicast is not available",
+                     "NCCL's NVLink SHARP setup (transport/nvls.cc) gets 'invalid argument' from CUDA when it asks for "
+                     "multicast memory: the NVSwitch fabric manager is not running, runs another version than the "
+                     "driver, or was restarted while processes held the GPUs; 2 GPUs work because NVLS is used from 3",
+                     "check systemctl status nvidia-fabricmanager (its version must equal the driver's, nvidia-smi -q "
+                     "| grep -i fabric shows its state); restart it only with every GPU idle (stop the GPU jobs, "
+                     "systemctl restart nvidia-fabricmanager, or reset the GPUs / reboot the node); until then "
+                     "NCCL_NVLS_ENABLE=0 runs without NVLS", [ctx.line_fact(nvls_lines[0])], errors + nvls_lines)
+    if re.search(r"(?i)\b(?:hangs?|hanging|stuck|freez\w*|stall\w*|never (?:finishes|returns))\b", joined):
+        return _make("multi-gpu-transport", "NCCL hangs setting up NVLink SHARP (NVLS)",
+                     "the last thing NCCL logs is its NVLS (NVLink SHARP multicast over the NVSwitch) setup, which it "
+                     "uses from 3 GPUs up; that setup is what hangs (in a container it needs the fabric manager's "
+                     "multicast and enough locked memory)",
+                     "export NCCL_NVLS_ENABLE=0 (NCCL then uses ring/tree over NVLink, a little slower for large "
+                     "all-reduces); to keep NVLS, check nvidia-fabricmanager is running at the driver's version and "
+                     "start the container with --ulimit memlock=-1 --ipc=host", [ctx.line_fact(nvls_lines[0])],
+                     errors + nvls_lines)
+    return None
+
+
+_TP_FLAG = r"--tensor-parallel-size|tensor_parallel_size|--tp-size|\s-tp\s+[2-9]"
+_FAILS_SAID = re.compile(r"(?i)\b(?:error|bug|fails?|failed|failing|crash\w*|exception|does ?n.t work|not working)\b|报错|出错|失败")
+
+
+def _tensor_parallel_fails(ctx: Context) -> Optional[Diagnosis]:
+    """A serving engine that fails only when its tensor parallelism is on, said in words with no error line: its
+    workers meet over /dev/shm and NCCL, so the engine's documented first checks (a container's shared memory, then
+    peer-to-peer) are the likely reading."""
+    said = [line for line in _lines_matching(ctx, _TP_FLAG + r"|(?i:multiple GPUs|multi[- ]?GPU|several GPUs)")
+            if _FAILS_SAID.search(line.line)]
+    if not said or not re.search(_TP_FLAG, _text(ctx)):
+        return None
+    return _make("multi-gpu-transport", "the engine fails once tensor parallelism spreads it over GPUs",
+                 "with tensor parallelism the engine starts one worker per GPU; they exchange through /dev/shm "
+                 "(64 MB in a default container) and NCCL (peer-to-peer between the GPUs), which is what fails when "
+                 "one GPU works and several do not",
+                 "in docker start the container with --ipc=host (or --shm-size=16g), as vLLM's docker docs say; on "
+                 "consumer GPUs add NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce; rerun with NCCL_DEBUG=INFO to "
+                 "see the step that fails", [], said, confirmed=False)
+
+
 @rule("multi-gpu-transport")
 def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
@@ -515,19 +686,29 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
-        return _split_model_garbage(ctx)
+        return _split_model_garbage(ctx) or _tensor_parallel_fails(ctx)
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     evidence = [ctx.line_fact(errors[0])]
+    too_old = _nccl_before_the_gpu(ctx, errors, joined)
+    if too_old is not None:
+        return too_old
     custom = _custom_all_reduce(ctx, errors, text)
     if custom is not None:
         return custom
+    nvls = _nvlink_sharp(ctx, errors, joined)
+    if nvls is not None:
+        return nvls
     if re.search(r"(?i)doesn.t have NCCL", text) or (re.search(r"(?i)\bNCCL\b", text) and ctx.sheet.is_windows):
+        gloo = ("use the gloo backend: init_process_group(backend=\"gloo\") (Lightning: DDPStrategy("
+                "process_group_backend=\"gloo\"); a config's dist backend: gloo), or run under Linux / WSL 2 for NCCL")
+        if re.search(r"(?i)\baccelerate\b", joined) and not _SEVERAL_GPUS.search(joined):
+            # accelerate starts a process group only because its saved config says multi-GPU; one GPU needs none
+            gloo = ("on one GPU no process group is needed: rerun `accelerate config` and answer \"No distributed "
+                    "training\" (or accelerate launch --num_processes 1); for several GPUs on Windows, " + gloo)
         return _make("multi-gpu-transport", "this torch has no NCCL (Windows)",
                      "torch on Windows (and macOS) is built without NCCL, so the nccl backend does not exist",
-                     "use the gloo backend: init_process_group(backend=\"gloo\") (Lightning: DDPStrategy("
-                     "process_group_backend=\"gloo\"); a config's dist backend: gloo), or run under Linux / WSL 2 for "
-                     "NCCL", evidence, errors)
+                     gloo, evidence, errors)
     if re.search(r"(?i)shm_open failed\s*:\s*Permission denied|/dev/shm\S*:? Permission denied", text):
         return _make("multi-gpu-transport", "the user may not create shared memory segments",
                      "NCCL/RCCL create their buffers in /dev/shm, and this user may not create files there",
@@ -644,6 +825,15 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "in a container: docker run --ipc=host (or --shm-size=16g); on the host: run on one GPU to confirm "
                      f"({visible}=0 python train.py ... works), then rerun with NCCL_DEBUG=INFO to see the failing "
                      "call, and try NCCL_P2P_DISABLE=1, then NCCL_SHM_DISABLE=1", evidence, errors)
+    if _P2P_OFF_WORKS.search(joined):
+        return _make("multi-gpu-transport", "peer-to-peer between the GPUs is broken on this platform",
+                     "the run works once NCCL_P2P_DISABLE=1 sends the transfers through host memory: the GPUs' direct "
+                     "PCIe peer-to-peer path is what hangs, and on a server that is PCIe ACS on the switches or the "
+                     "IOMMU (VT-d / AMD-Vi) redirecting every peer write to the CPU",
+                     "NCCL_P2P_DISABLE=1 is safe (it costs bandwidth only, results are the same); to get P2P back, "
+                     "turn ACS off on the PCIe switches (BIOS, or setpci per bridge: sudo lspci -vvv | grep -i acsctl "
+                     "shows SrcValid+ where it is on) and boot with iommu=pt (or VT-d off in the BIOS), then check "
+                     "with nccl-tests' all_reduce_perf", evidence, errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("multi-gpu-transport", hit, errors)

@@ -11,6 +11,8 @@ from steadytune.doctor.rules.base import Context, Diagnosis, RULES, _restate
 import steadytune.doctor.rules.variables  # noqa: E402,F401
 import steadytune.doctor.rules.arch  # noqa: E402,F401
 import steadytune.doctor.rules.access  # noqa: E402,F401
+import steadytune.doctor.rules.libraries  # noqa: E402,F401
+import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install  # noqa: E402,F401
 import steadytune.doctor.rules.machine  # noqa: E402,F401
 import steadytune.doctor.rules.runtime  # noqa: E402,F401

@@ -8,6 +8,7 @@ from typing import Optional
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.rules.base import (
     WINDOWS_WORD,
+    _arch_fact,
     on_windows,
     Context,
     Diagnosis,
@@ -83,6 +84,9 @@ _OOM_PROPER = re.compile(r"(?i:(?:HIP|CUDA|GPU) out of memory|RESOURCE_EXHAUSTED
                          r"ErrorOutOfDeviceMemory|OutOfMemoryError|(?i:failed to allocate|unable to allocate|"
                          r"out of shared|killed by signal|KV cache|ALLOC_FAILED|Malloc\w* failed|cache blocks|"
                          r"cuda[_ ]out[_ ]of[_ ]memory)")
+# a job over several processes or GPUs (a launcher, a distributed script, NCCL): /dev/shm is shared by its ranks
+_DISTRIBUTED = re.compile(r"(?i)\w*_distributed\w*|torch\.distributed|\btorchrun\b|--nproc|\bNCCL\b|\bmegatron\b|"
+                          r"tensor[-_ ]parallel|\bdeepspeed\b|accelerate launch")
 _ILLEGAL_MEMORY = re.compile(r"(?i)\billegal memory\b|hipErrorIllegalAddress|cudaErrorIllegalAddress")
 
 TRAINING_OOM_FIX = ("lower the batch size (per_device_train_batch_size 1-2, gradient_accumulation_steps raised to keep "
@@ -120,6 +124,14 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "than max_model_len", "raise gpu_memory_utilization (0.9; --gpu-memory-utilization) or lower "
                      "max_model_len (--max-model-len) so one sequence fits", [ctx.line_fact(errors[0])], errors)
     if any(re.search(r"(?i)DataLoader worker|shared memory|\bshm\b", e.line) for e in errors):
+        if _DISTRIBUTED.search(joined):
+            # a distributed run's ranks share /dev/shm with their loaders (NCCL's segments too): the container's
+            # shared memory is the multi-GPU job's, the transport family's fix
+            return _make("multi-gpu-transport", "the container's /dev/shm is too small for the distributed run",
+                         "a default Docker container has a 64 MB /dev/shm; the distributed job's data-loader workers "
+                         "and NCCL's segments between the ranks live there, and run out (bus error, 'No space left on "
+                         "device')", "start the container with --shm-size=64g (or --ipc=host; compose: shm_size / "
+                         "ipc: host); dataloader workers 0 confirms it", [ctx.line_fact(errors[0])], errors)
         hit = next((e for e in errors if e.catalogue is not None and e.catalogue.entry.id == "dataloader-shm"), None)
         if hit is not None:
             return _restate("out-of-memory", hit, errors)
@@ -141,11 +153,15 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      _TOOL_OOM_FIX[own] + ("; the free memory is fragmented too: PYTORCH_CUDA_ALLOC_CONF="
                                            "expandable_segments:True" if fragmented else ""),
                      [ctx.line_fact(errors[0])], errors, confirmed=proper)
+    framework = _framework_oom(ctx, errors, joined, proper)
+    if framework is not None:
+        return framework
     if tool == "deepspeed" and _training(ctx):
         return _make("out-of-memory", "the DeepSpeed run does not fit the GPUs' memory",
                      "the sharded states and one batch's activations need more memory than each GPU has",
-                     "ZeRO stage 3 with CPU offload (\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
-                     "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}); and " + TRAINING_OOM_FIX,
+                     _long_sequence(joined) + "ZeRO stage 3 with CPU offload (\"zero_optimization\": {\"stage\": 3, "
+                     "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}); and " +
+                     TRAINING_OOM_FIX,
                      [ctx.line_fact(errors[0])], errors, confirmed=proper)
     if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
         return _make("out-of-memory", f"{tool} ran out of GPU memory",
@@ -162,13 +178,58 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
         return _make("out-of-memory", "the training run does not fit the GPU's memory",
                      "the weights, the optimizer state of the trained parameters and the activations of one batch "
                      "need more memory than the GPU has; the activations grow with the batch size and the sequence "
-                     "length", TRAINING_OOM_FIX, [ctx.line_fact(errors[0])], errors, confirmed=proper)
+                     "length", _long_sequence(joined) + TRAINING_OOM_FIX, [ctx.line_fact(errors[0])], errors, confirmed=proper)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
                  "a smaller batch size or sequence length (max length), gradient checkpointing, or a quantised model",
                  [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+# the sequence length a training config sets (LLaMA-Factory's cutoff_len, TRL's max_seq_length, torchtitan's seq_len)
+_SEQUENCE = re.compile(r"\b(cutoff_len|max_seq_length|max_seq_len|seq_len|max_length|model_max_length)\b\W{1,4}(\d{4,6})\b")
+
+
+def _long_sequence(joined: str) -> str:
+    """The config's sequence length, where it is long: activation memory grows with it (linearly with fused
+    attention, the logits with it times the vocabulary), so it is the first knob to turn."""
+    found = [(m.group(1), int(m.group(2))) for m in _SEQUENCE.finditer(joined)]
+    if not found or max(n for _, n in found) < 4096:
+        return ""
+    key, n = max(found, key=lambda kv: kv[1])
+    return (f"{key} {n} is the largest cost here (activations and logits grow with the sequence length): lower it "
+            f"({key}: {max(1024, n // 2 // 1024 * 1024)} or less) first; then ")
+
+
+# training frameworks with their own names for the memory knobs: GRPO's rollout engine, torchtitan's TOML
+_GRPO = re.compile(r"(?i)\bGRPO\w*")
+_TORCHTITAN = re.compile(r"(?i)\btorchtitan\b|train_configs/\S+\.toml")
+
+
+def _framework_oom(ctx: Context, errors: list[ErrorLine], joined: str, proper: bool) -> Optional[Diagnosis]:
+    """Out of memory in a trainer whose memory is not only the batch: GRPO holds a rollout engine beside the trained
+    model (ms-swift's and TRL's own switches for it), torchtitan sets the batch in its TOML config."""
+    evidence = [ctx.line_fact(errors[0])]
+    if _GRPO.search(joined):
+        return _make("out-of-memory", "GRPO's rollout beside the training does not fit the GPUs",
+                     "GRPO keeps a generation (rollout) engine and the trained model on the GPUs at once and copies "
+                     "the weights into the engine each step; the copy and the rollout's cache come on top of the "
+                     "training memory (DeepSpeed shards only the training side)",
+                     "ms-swift: --move_model_batches 16 (sync the weights to the rollout engine in batches), "
+                     "--offload_model true --offload_optimizer true, --sleep_level 1 with vLLM colocated, and a lower "
+                     "--vllm_gpu_memory_utilization (update ms-swift for these); TRL: vllm_gpu_memory_utilization 0.3, "
+                     "ds3_gather_for_generation=False under ZeRO-3; both: fewer num_generations, a shorter "
+                     "max_completion_length, gradient checkpointing", evidence, errors, confirmed=proper)
+    if _TORCHTITAN.search(joined):
+        return _make("out-of-memory", "the torchtitan config does not fit the GPUs",
+                     "torchtitan's TOML config sets the per-GPU batch and sequence length; this model's config asks "
+                     "more activation memory than each GPU has",
+                     "lower [training] local_batch_size in the model's train_configs/*.toml (or on the command line: "
+                     "--training.local_batch_size 4), keep global_batch_size with gradient accumulation; then "
+                     "[activation_checkpoint] mode = \"full\", a shorter [training] seq_len, or more FSDP / "
+                     "pipeline sharding", evidence, errors, confirmed=proper)
+    return None
 
 
 # a model's size in its name or the prose ("llama-13b-hf", "Meta-Llama-3-8B-Instruct", "使用 13B 模型")
@@ -326,6 +387,16 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
                      "hipMemcpy goes through the SDMA copy engine, which hangs on this GPU/APU with this ROCm",
                      "export HSA_ENABLE_SDMA=0 (copies go through shader blits instead); ROCm 6.1 fixed it for the "
                      "APUs that reported it", [ctx.line_fact(errors[0])], errors)
+    evicted = [e for e in errors if re.search(r"(?i)queue vital buffer|queues? (?:was |were )?evicted|eviction", e.line)]
+    if evicted:
+        arch, fact = ctx.arch(evicted)
+        return _make("gpu-hang", "the driver keeps evicting the compute queues until the GPU hangs",
+                     "amdgpu's KFD evicts a process's compute queues (saving their waves: compute wave save/restore, "
+                     "CWSR) when it needs the GPU back; with several GPU processes at once the evictions pile up on "
+                     f"this {'GPU (' + arch + ')' if arch else 'GPU'}, and a failed save/restore leaves it hung",
+                     "boot with amdgpu.cwsr_enable=0 (GRUB_CMDLINE_LINUX_DEFAULT, update-grub, reboot; or options "
+                     "amdgpu cwsr_enable=0 in /etc/modprobe.d/amdgpu.conf), and move to a newer ROCm and kernel; fewer "
+                     "concurrent GPU processes until then", [f for f in (ctx.line_fact(evicted[0]), fact) if f], errors)
     firmware = re.search(r"(?i)\bMES\b[: ]*(?:0x[0-9a-f]+)?|firmware", joined)
     if firmware:
         return _make("gpu-hang", "the GPU hangs under a firmware regression",
@@ -343,6 +414,34 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
     if hit is not None:
         return _restate("gpu-hang", hit, errors)
     return _hang_otherwise(ctx, errors)
+
+
+_KFD_EINVAL = r"(?i)/dev/kfd\b.{0,30}:\s*Invalid argument"
+
+
+@rule("gpu-hang")
+def kfd_refuses(ctx: Context) -> Optional[Diagnosis]:
+    """/dev/kfd exists and may be opened (the listing or the groups say so), yet opening it fails with EINVAL, not a
+    permission or a missing file: the driver has the device node but no working GPU behind it, a GPU left stuck by a
+    reset that did not complete (passed through to a VM and handed back, a crashed job). Only a host reboot (a power
+    cycle) resets it; a container's flags do not."""
+    said = _lines_matching(ctx, _KFD_EINVAL)
+    if not said:
+        return None
+    text = _text_of(ctx)
+    allowed = re.search(r"crw-rw-rw-.{0,40}/dev/kfd|\b(?:member of|in) (?:the )?render group|^\S*\s*(?:\w+ )*render\b",
+                        text, re.M) or re.search(r"(?m)^(?:\S+ )*(?:video|render)(?: \S+)*$", text)
+    if not allowed:
+        return None
+    passthrough = re.search(r"(?i)passthrough|passed through|vfio|\bVM\b|virtual machine|proxmox", text)
+    return _first(_make("gpu-hang", "the GPU behind /dev/kfd is in a stuck state",
+                        "opening /dev/kfd fails with 'Invalid argument' although the device node is there and this "
+                        "user may open it: the driver has no working GPU behind it, which a reset that did not complete "
+                        "leaves" + (" (a GPU passed through to a VM and handed back to the host; the RX 7000 / 9000 "
+                                    "series do not reset cleanly)" if passthrough else ""),
+                        "reboot the host (a full power cycle if a warm reboot is not enough) to reset the GPU, then "
+                        "check sudo dmesg | grep -i amdgpu for init errors; avoid passing the GPU to a VM and back "
+                        "without a reboot", [ctx.line_fact(said[0])], said))
 
 
 # the ROCm releases pytorch.org has built torch for (its --index-url .../whl/rocmX.Y), oldest first
@@ -434,6 +533,36 @@ def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                  "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan, confirmed=bool(settled))
 
 
+_LATENT_NANS = re.compile(r"(?i)\bNaNs? (?:detected|found) in latents\b|\blatents?\b.{0,20}\b(?:contain|contains|have|has) "
+                          r"NaNs?\b")
+_REFUSES_FP16 = re.compile(r"(?i)please use bf16 or fp32|(?:不支持|does ?n.t support|not support(?:ed)?)\s*(?:for\s+)?fp16\b|"
+                           r"\bfp16\b\W{0,3}(?:is )?not (?:supported|allowed)")
+_OLD_GPU_NAMES = re.compile(r"(?i)\b(?:V100|P100|P40|P4|T4|K80|GTX ?10\d\d|GTX ?16\d\d|RTX ?20\d\d|Titan V|MI50|MI60|"
+                            r"Radeon VII|RX ?[56]\d\d\d)\b")
+
+
+def _fp16_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A tool that refuses fp16 for this job (ms-swift's full fine-tuning: 'please use bf16 or fp32', fp16's range
+    makes a full fine-tune diverge) on a GPU without bf16 (V100, T4, P40; RDNA2 and older): of the formats it allows
+    only fp32 is left; LoRA keeps the frozen weights in half precision if fp32 does not fit."""
+    refused = [e for e in errors if _REFUSES_FP16.search(e.line)]
+    if not refused:
+        return None
+    arch, fact = ctx.arch(refused)
+    names = " ".join(f.value for f in ctx.sheet.of("gpu")) + " " + _text_of(ctx)
+    gpu = _OLD_GPU_NAMES.search(names)
+    if not ((arch and _NO_BF16.fullmatch(arch)) or gpu):
+        return None   # a GPU with bf16: the bf16 readings below say to use it
+    said = gpu.group(0) if gpu else arch
+    swift = re.search(r"(?i)\bswift\b|sft_type", _text_of(ctx))
+    flag = "--dtype fp32" if swift else "fp32 (no fp16 / bf16 flag; torch_dtype=torch.float32)"
+    return _make("precision", f"fp16 is refused and the {said} has no bf16",
+                 f"the tool refuses fp16 for this job (a full fine-tune in fp16 overflows and the loss diverges), and "
+                 f"the {said} cannot compute bf16, so fp32 is the format left",
+                 f"train in fp32: {flag}; if fp32 does not fit, fine-tune with LoRA (the frozen weights may stay fp16)",
+                 [f for f in (ctx.line_fact(refused[0]), fact) if f], refused)
+
+
 def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
     """The Stable Diffusion web UI's (and SD.Next's) NaN check: the VAE or the UNet computed in fp16 overflowed. The
     VAE's remedy is keeping it in fp32; the UNet's is upcasting its attention (or the whole model) to fp32."""
@@ -452,6 +581,15 @@ def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
     part = "VAE" if vae else "UNet"
     return _make("precision", f"the {part} overflows fp16", f"the {part} runs in fp16, and its values leave fp16's "
                  "range, so the picture turns to NaN (a black image)", fix, [ctx.line_fact(nans[0])], nans)
+
+
+def _sft_config(ctx: Context) -> str:
+    """trl's SFTTrainer takes its settings from SFTConfig: TrainingArguments passed there can come back with bf16."""
+    if not re.search(r"\bSFTTrainer\b|\bSFTConfig\b", _text_of(ctx)):
+        return ""
+    return ("; with trl's SFTTrainer pass them in SFTConfig(fp16=True, bf16=False) instead of TrainingArguments "
+            "(unsloth: fp16=not is_bfloat16_supported(), bf16=is_bfloat16_supported(); update unsloth and "
+            "unsloth_zoo)")
 
 
 def _text_of(ctx: Context) -> str:
@@ -532,6 +670,17 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                                            r"output|square)", e.line)]
     if nans:
         return _image_nans(ctx, nans)
+    latents = [e for e in errors if _LATENT_NANS.search(e.line)]
+    if latents:
+        return _make("precision", "the VAE overflows fp16 while encoding the latents",
+                     "the trainer checks the latents the VAE encodes; NaN there is the VAE run in fp16 (the SDXL VAE "
+                     "overflows fp16's range), not the data or the learning rate",
+                     "run the VAE in fp32: --no_half_vae (kohya's sd-scripts; kohya_ss GUI: Advanced > Additional "
+                     "parameters where the tab has no checkbox), or a VAE fixed for fp16 (sdxl-vae-fp16-fix via "
+                     "--vae); the rest of the training stays in mixed precision", [ctx.line_fact(latents[0])], latents)
+    fp16_refused = _fp16_refused(ctx, errors)
+    if fp16_refused is not None:
+        return fp16_refused
     refused = _format_refused(ctx, errors)
     if refused is not None:
         return refused
@@ -571,25 +720,28 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                      "(gfx942) or RDNA4; this GPU is older", "load the model in bf16 or fp16 instead (vLLM: --dtype "
                      "bfloat16 with a non-fp8 checkpoint, or --quantization none / awq / gptq; transformers: "
                      "torch_dtype=torch.bfloat16), or run it on a GPU with fp8", evidence, errors)
-    bf16 = re.search(r"(?i)bf16|bfloat16|16BF", text)
+    bf16 = re.search(r"(?i)bf16|bf+loat|16BF", text)   # (bf+loat: BFloat16, and a user's "BFfloat")
     if bf16 and re.search(r"(?i)Bfloat16 is only supported on GPUs with compute capability", text) or \
             (bf16 and ctx.tool(errors) == "vllm"):
         return _make("precision", "the GPU has no bf16", "vLLM loads the model in its bf16 dtype, which this GPU "
-                     "cannot compute", "start with --dtype half (LLM(model=..., dtype=\"half\")), or --dtype float32; "
+                     "cannot compute", "start with --dtype half (= float16; LLM(model=..., dtype=\"float16\")), or "
+                     "--dtype float32; "
                      "bf16 needs compute capability 8.0 (Ampere) or newer", evidence, errors)
     if bf16 and re.search(r"(?i)setup doesn.t support bf16|--bf16|bf16=True|TrainingArguments", text):
         return _make("precision", "the GPU has no bf16", "the training is configured for bf16, which this GPU (older "
                      "than Ampere, or RDNA1/2) cannot compute",
                      "train in fp16 instead: fp16=True instead of bf16=True in the TrainingArguments (--fp16 instead "
                      "of --bf16; the same in a DeepSpeed config: \"fp16\": {\"enabled\": true}, \"bf16\": "
-                     "{\"enabled\": false})", evidence, errors)
+                     "{\"enabled\": false})" + _sft_config(ctx), evidence, errors)
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("precision", hit, errors)
     if bf16:
-        return _make("precision", "the GPU has no bf16", "a bf16 operation runs on a GPU without bf16 support",
-                     "turn bf16 off: run the model in fp16 (or fp32) instead of bf16 (the project's dtype setting)",
-                     evidence, errors)
+        where = ("fp16: true and bf16: false in the training config (LLaMA-Factory, axolotl; --fp16 instead of --bf16 "
+                 "on the command line)" if _training(ctx) else "the project's dtype setting")
+        return _make("precision", "bf16 does not run on this stack", "a bf16 operation runs where the GPU (or the "
+                     "installed torch and CUDA) has no bf16 support",
+                     f"turn bf16 off: run in fp16 (or fp32) instead of bf16: {where}", evidence, errors)
     # a number-format failure no reading above settles: the format the GPU does have, as the likely remedy
     return _make("precision", "the GPU has no instructions for this number format",
                  "an operation runs in a format (bf16, fp8, fp4) this GPU or its build does not compute",
@@ -598,12 +750,62 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                  "option), fp32 to confirm", evidence, errors, confirmed=False)
 
 
+# NVIDIA GPUs older than Ampere, by name: flash-attn 2 has no kernels for them
+_PRE_AMPERE = re.compile(r"(?i)(?<![A-Za-z0-9])(?:V100|P100|P40|P4|T4|K80|M40|GTX ?1[06]\d\d|RTX ?20\d\d|Titan (?:V|Xp|RTX)|Quadro RTX ?\d+)"
+                         r"(?![A-Za-z0-9])|\b(?:Volta|Turing|Pascal)\b")
+
+
+def _amd_arch_outside_flash_attention(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """ROCm's flash-attention refusing an AMD GPU by its own arch check ("only supports MI200 GPUs or newer"): the
+    arch is missing from the build's list, which the maintainers extend (gfx908 was added that way), so the arch
+    reading: build it for this arch, or use SDPA."""
+    said = _lines_matching(ctx, r"(?i)FlashAttention only supports AMD|only supports AMD MI\d+")
+    if not said:
+        return None
+    allowed = re.compile(r"gfx9(?:0a|4\d|5\d)")
+    refused = [a for a in ctx.sheet.machine_archs if a.startswith("gfx") and not allowed.fullmatch(a)]
+    if not refused:
+        return None
+    arch = refused[0]
+    return _make("arch-missing", f"ROCm's flash-attention leaves {arch} out of its arch check",
+                 f"the flash-attention build checks the GPU's arch against the ones it was made for (MI200 / MI300: "
+                 f"gfx90a, gfx94x); {arch} is not in that list, so it refuses the GPU before running",
+                 f"build ROCm/flash-attention from a release whose arch check includes {arch} (add it to the valid "
+                 f"archs in setup.py and the TORCH_CHECK where it is missing), with GPU_ARCHS={arch} pip install "
+                 f"--no-build-isolation .; or skip it: attn_implementation=\"sdpa\"",
+                 [f for f in (_arch_fact(ctx, arch),) if f], said)
+
+
+def _attention_off(ctx: Context) -> str:
+    """How to turn flash-attn off, in the configuration language of the tool the paste uses."""
+    text = _text_of(ctx)
+    if re.search(r"(?i)\baxolotl\b", text):
+        return "flash_attention: false in the axolotl YAML (sdp_attention: true for PyTorch's fused attention)"
+    if re.search(r"(?i)llama-?factory|llamafactory-cli", text):
+        return "flash_attn: sdpa in the LLaMA-Factory YAML (or disabled)"
+    return ("load the model with attn_implementation=\"sdpa\" (or \"eager\") instead of \"flash_attention_2\", and "
+            "turn the tool's flash-attention option off (axolotl: flash_attention: false; LLaMA-Factory: flash_attn: "
+            "sdpa)")
+
+
 @rule("attention")
 def attention(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("attention")
     if not errors and ctx.tool() == "flash-attn":   # its build fails for this GPU's arch
         errors = [ErrorLine(i, l.strip(), "attention") for i, l in enumerate(ctx.sheet.lines, 1)
                   if re.search(r"(?i)errors? generated when compiling for gfx\w+", l)]
+    tgi = _lines_matching(ctx, r"(?i)Flash Attention enabled models")
+    if tgi:
+        # TGI's server imports its own compiled kernels (flash-attention, vLLM's paged-attention ops); a local install
+        # without them cannot shard or page; the install readings of the missing module do not fix it
+        return _first(_make("attention", "text-generation-inference was installed without its attention kernels",
+                            "a local TGI install imports the flash-attention and vLLM paged-attention kernels it "
+                            "builds itself (vllm_cache_ops, flash_attn_cuda); without them the models that need them "
+                            "(sharded, paged) refuse to load",
+                            "build the kernels from TGI's server folder: cd server && make install-flash-attention "
+                            "(make install-flash-attention-v2 for newer releases) && make install-vllm, then restart "
+                            "the launcher; or run TGI's docker image, which ships them", [ctx.line_fact(tgi[0])],
+                            tgi))
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
@@ -620,11 +822,16 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      f"building flash-attn from source needs the CUDA toolkit {cuda.group(1)} or newer",
                      f"install a prebuilt flash-attn wheel that matches torch and its CUDA (the release page lists "
                      f"them), or build with a CUDA {cuda.group(1)}+ toolkit", evidence, errors)
-    if re.search(r"(?i)Ampere GPUs or newer", text):
-        return _make("attention", "FlashAttention 2 needs an Ampere or newer GPU",
-                     "flash-attn 2 has kernels for sm_80 and newer only; this GPU is older",
-                     "do not use flash-attn here: load the model with attn_implementation=\"sdpa\" (or \"eager\") "
-                     "instead of \"flash_attention_2\"", evidence, errors)
+    old_gpu = _PRE_AMPERE.search(_text_of(ctx))
+    if re.search(r"(?i)Ampere GPUs or newer|(?:lower|older) than ampere", text) or (
+            old_gpu and re.search(r"(?i)flash[-_ ]?att", text)):
+        on = f" ({old_gpu.group(0)})" if old_gpu else ""
+        return _make("attention", f"FlashAttention 2 needs an Ampere or newer GPU{on}",
+                     f"flash-attn 2 has kernels for sm_80 (Ampere) and newer only; this GPU{on} is older, so there "
+                     "is nothing to build or install for it",
+                     f"do not use flash-attn on this GPU{on}: " + _attention_off(ctx) +
+                     " (the model runs with the default attention; drop flash-attn from the install)", evidence,
+                     errors)
     if re.search(r"(?i)FlashAttention2? has been toggled on|flash_attn\W+(?:seems to be )?not installed|No module named "
                  r"'flash_attn", text):
         amd = _vendor(ctx) == "amd"
@@ -668,6 +875,9 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "the installed xformers has no ROCm kernels for this arch",
                      "do not use xformers on AMD: uninstall it or start without it (ComfyUI: "
                      "--use-pytorch-cross-attention; A1111: no --xformers) and use PyTorch's SDPA", evidence, errors)
+    refused = _amd_arch_outside_flash_attention(ctx, text)
+    if refused is not None:
+        return refused
     if re.search(r"(?i)not supported by Flash-?Attention|FlashAttention only supports|compiling for gfx", text):
         return _make("attention", "flash-attn does not support this GPU",
                      "this flash-attn build has no kernels for the GPU's arch",

@@ -7,7 +7,11 @@ from typing import Optional
 
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import where_process_starts, set_variable
-from steadytune.doctor.rules.base import Context, Diagnosis, OVERRIDE, _make, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, NOT_DETECTED, OVERRIDE, _lines_matching, _make, rule
+
+# a GPU left unused, in the user's words: "it's not using it / the GPU", "uses only the CPU", 只用CPU
+_GPU_UNUSED = (r"(?i)\bnot (?:using|use|utili[sz]ing) (?:it|the GPU|my GPU|the card)\b|\b(?:uses?|using|runs?|running) only "
+               r"(?:on )?(?:the )?CPU\b|\bonly (?:uses?|using|runs? on|on) (?:the )?CPU\b|只(?:用|使用)了?\s*CPU")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -22,6 +26,9 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
     if override is not None and not re.fullmatch(r"\d+\.\d+\.\d+", override.value.split("=", 1)[1].strip("\"'` ")):
         return None   # a value the runtime rejects (10.3, gfx1030): passing it on would not help (override-wrong)
     tool = ctx.tool(symptoms)
+    # the user's words that the GPU is not used ("it's not using it", "uses only the CPU"): the symptom in prose
+    unused = _lines_matching(ctx, NOT_DETECTED) or _lines_matching(ctx, _GPU_UNUSED)
+    symptoms_or_said = symptoms or unused
     for fact in sheet.of("env"):
         name, value = fact.value.split("=", 1)
         if fact.detail == "fish-unexported":
@@ -39,12 +46,13 @@ def env_not_applied(ctx: Context) -> Optional[Diagnosis]:
                          f"{name}={value} is set ({asked[-1].detail}), but the server's own environment shows it "
                          "empty: the process that runs the model never received it",
                          set_variable(name, value, sheet, tool), [asked[-1], served[-1]], symptoms)
-        if asked and not served and symptoms and tool == "ollama" and asked[-1].detail in ("export", "prefix") \
-                and name == OVERRIDE and sheet.has("platform", "systemd"):
+        if asked and not served and (symptoms or unused) and tool == "ollama" and \
+                asked[-1].detail in ("export", "prefix") and name == OVERRIDE and sheet.has("platform", "systemd"):
             value = asked[-1].value.split("=", 1)[1]
             return _make("env-not-applied", f"{name} is exported in a shell, but Ollama runs as a systemd service",
                          "a service does not read the shell's exports (.bashrc, a terminal session): the server "
-                         f"runs without {name}", set_variable(name, value, sheet, tool), [asked[-1]], symptoms)
+                         f"runs without {name}", set_variable(name, value, sheet, tool), [asked[-1]],
+                         symptoms_or_said)
     dropped = _dropped_by_sudo(ctx, symptoms) or _not_passed_to_container(ctx, symptoms)
     if dropped is not None:
         return dropped

@@ -1,0 +1,337 @@
+"""Readings of the shared libraries a GPU package loads (install families): a cuDNN major that the package and torch
+disagree on, a library release older than the one a binary was built against, pip's CUDA libraries shadowed by the
+system's on LD_LIBRARY_PATH, the unversioned libcuda.so a runtime-only driver install lacks, a Windows DLL whose
+dependencies Python's restricted search does not find, a ROCm tool's own Python modules."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
+
+
+def _lines_saying(ctx: Context, needle: str, pattern: str) -> list:
+    """The lines matching `pattern`, searched only where the paste says `needle` (lower case) at all: a cheap gate that
+    keeps the regular expressions off hostile pastes that cannot match."""
+    return _lines_matching(ctx, pattern) if needle in _text(ctx).lower() else []
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+# "Unable to load any of {libcudnn_ops.so.9.1.0, ...}" (ctranslate2), "Could not load library libcudnn_ops_infer.so.8"
+_CUDNN_WANTED = re.compile(r"(?i)(?:Unable to load any of \{|Could not load library |cannot open shared object file.{0,40}?)"
+                           r"libcudnn\w{0,40}\.so\.(\d+)|libcudnn\w{0,40}\.so\.(\d+)\S{0,20}: cannot open shared object")
+_CTRANSLATE2 = re.compile(r"(?i)ctranslate2|faster[-_]whisper|whisperx|whisper-?ctranslate2")
+_TORCH_RELEASE = re.compile(r"(?i)\btorch(?:==|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
+
+
+@rule("wheel-platform")
+def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
+    """CTranslate2 (faster-whisper, WhisperX) links cuDNN by major: 4.4.0 and older need cuDNN 8, 4.5.0 and newer cuDNN
+    9. torch's CUDA wheels bring cuDNN 8 up to torch 2.3 and cuDNN 9 from torch 2.4: the two must agree, and where the
+    paste shows no torch the pip-installed cuDNN is only off the loader's path."""
+    text = _text(ctx)
+    if not _CTRANSLATE2.search(text):
+        return None
+    lines = _lines_saying(ctx, "libcudnn", _CUDNN_WANTED.pattern)
+    if not lines:
+        return None
+    m = _CUDNN_WANTED.search(lines[0].line)
+    wanted = int(m.group(1) or m.group(2))
+    torch = _TORCH_RELEASE.search(text)
+    torch_cudnn = (9 if _release(torch.group(1)) >= (2, 4) else 8) if torch else None
+    evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
+    if torch_cudnn == 8 and wanted >= 9:
+        return _make("wheel-platform", "ctranslate2 wants cuDNN 9, torch brings cuDNN 8",
+                     f"ctranslate2 4.5.0 and newer are built for cuDNN 9; torch {torch.group(1)} comes with cuDNN 8",
+                     "pip install ctranslate2==4.4.0 (the last cuDNN 8 release), or move to torch 2.4 or newer (cuDNN 9)",
+                     evidence, covers)
+    if torch_cudnn == 9 and wanted == 8:
+        return _make("wheel-platform", "ctranslate2 wants cuDNN 8, torch brings cuDNN 9",
+                     f"ctranslate2 4.4.0 and older are built for cuDNN 8; torch {torch.group(1)} comes with cuDNN 9",
+                     "pip install -U \"ctranslate2>=4.5.0\" (cuDNN 9; relax the program's pin on ctranslate2), or keep "
+                     "torch below 2.4 with ctranslate2 4.4.0", evidence, covers)
+    if wanted >= 9:
+        return _make("rocm-libs-missing", "pip's cuDNN 9 is not on the loader's path",
+                     "ctranslate2 opens cuDNN by name; pip's nvidia-cudnn-cu12 puts it in site-packages/nvidia/cudnn/lib, "
+                     "a folder the loader does not search",
+                     "pip install nvidia-cudnn-cu12 (if it is not installed) and export LD_LIBRARY_PATH=$(python -c "
+                     "'import os, nvidia.cudnn; print(os.path.dirname(nvidia.cudnn.__file__))')/lib:$LD_LIBRARY_PATH "
+                     "before starting the program", evidence, covers)
+    return None
+
+
+_CUDNN_OLDER = re.compile(r"(?i)Loaded runtime CuDNN library: (\d+(?:\.\d+)*) but source was compiled with: (\d+(?:\.\d+)*)")
+
+
+@rule("wheel-platform")
+def cudnn_older_than_built_against(ctx: Context) -> Optional[Diagnosis]:
+    """A binary built against one cuDNN minor refuses an older one at run time (same major, equal or newer minor)."""
+    lines = _lines_saying(ctx, "cudnn library", _CUDNN_OLDER.pattern)
+    if not lines:
+        return None
+    runtime, built = _CUDNN_OLDER.search(lines[0].line).groups()
+    # jaxlib prints TensorFlow's stream executor lines (its XLA is TensorFlow's): jax named anywhere wins
+    tool = next((t for t in ("jaxlib", "tensorflow", "torch") if t[:3] in _text(ctx).lower()), "the package")
+    return _make("wheel-platform", f"cuDNN {runtime} is older than the {built} it was built for",
+                 f"{tool} was built against cuDNN {built}; the cuDNN loaded is {runtime}, an older minor",
+                 f"upgrade cuDNN to {built} or newer of the same major (pip install \"nvidia-cudnn-cu"
+                 f"{'12' if _release(built) >= (9,) else '11'}>={built}\", or the system libcudnn package), or install "
+                 f"the {tool} build made for cuDNN {runtime}", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# a library inside pip's nvidia-* wheels that misses a symbol another (older) copy lacks: the system's CUDA is first
+_PIP_NVIDIA_SYMBOL = re.compile(r"(?:site|dist)-packages/(?:torch/lib/\.\./\.\./)?nvidia/(\w{1,40})/lib/(lib[\w.]{1,60}?\.so[.\d]{0,12}): "
+                                r"undefined symbol: (\S+?)(?:, version (lib[\w.]+))?$")
+
+
+@rule("abi-mismatch")
+def system_cuda_shadows_pip_libraries(ctx: Context) -> Optional[Diagnosis]:
+    """torch's CUDA wheels load their CUDA libraries from pip's nvidia-* packages; a CUDA toolkit's lib64 on
+    LD_LIBRARY_PATH is searched first, so one of those libraries picks up an older system copy of its sibling."""
+    lines = _lines_saying(ctx, "undefined symbol", _PIP_NVIDIA_SYMBOL.pattern)
+    if not lines:
+        return None
+    m = _PIP_NVIDIA_SYMBOL.search(lines[0].line)
+    sibling = m.group(4) or "its sibling library"
+    return _make("abi-mismatch", f"a system CUDA library shadows pip's {m.group(2)}'s sibling",
+                 f"pip's {m.group(2)} needs {m.group(3)} from {sibling}; the loader found an older {sibling} first "
+                 "(a CUDA toolkit's lib64 on LD_LIBRARY_PATH), which lacks it",
+                 "drop the system CUDA folders from the loader's path for this environment: unset LD_LIBRARY_PATH (or "
+                 "export LD_LIBRARY_PATH without /usr/local/cuda*/lib64) and run again; torch then loads the copies "
+                 "pip installed beside it", [ctx.line_fact(lines[0])],
+                 lines[:1] + _lines_matching(ctx, r"(?i)undefined symbol"))   # a title saying it is the same error
+
+
+_LIBCUDA_UNVERSIONED = re.compile(r"(?i)libcuda\.so(?![.\w])")
+_LIBCUDA_ONE = re.compile(r"libcuda\.so\.1\b")
+
+
+@rule("rocm-libs-missing")   # or wsl, under WSL 2
+def unversioned_libcuda(ctx: Context) -> Optional[Diagnosis]:
+    """The NVIDIA driver's runtime install has libcuda.so.1 only; the unversioned libcuda.so is a development link
+    (Triton's launcher links -lcuda, libcudnn dlopens "libcuda.so"). Under WSL 2 the driver's libraries are in
+    /usr/lib/wsl/lib, which ldconfig caches by soname only."""
+    text = _text(ctx)
+    if not (_LIBCUDA_ONE.search(text) and _LIBCUDA_UNVERSIONED.search(text)):
+        return None
+    lines = [line for line in _lines_matching(ctx, r"(?i)libcuda\.so(?![.\w])|-lcuda\b")
+             if re.search(r"(?i)cannot open|not found|no such file|lack|missing|fail|cannot find|only|-lcuda", line.line)]
+    if not lines:
+        return None
+    evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
+    if "/usr/lib/wsl/lib" in text or ctx.sheet.has("platform", "wsl"):
+        return _make("wsl", "WSL 2's libcuda.so is not on the loader's path",
+                     "under WSL 2 the driver's libcuda lives in /usr/lib/wsl/lib, where ldconfig lists only "
+                     "libcuda.so.1; a dlopen of libcuda.so finds nothing",
+                     "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH (in ~/.bashrc for every shell)",
+                     evidence, covers)
+    tool = ctx.tool(lines[:1]) or "the program"
+    return _make("rocm-libs-missing", "the driver install has libcuda.so.1 but no libcuda.so",
+                 f"{tool} links or opens the unversioned libcuda.so, a development link that driver-only installs and "
+                 "runtime images do not ship (they have libcuda.so.1)",
+                 "create the link beside the driver's library: sudo ln -s libcuda.so.1 <its folder>/libcuda.so (ldconfig "
+                 f"-p | grep libcuda.so.1 shows the folder; sudo ldconfig after), or a {tool} release that links "
+                 "libcuda.so.1 itself", evidence, covers)
+
+
+# Python 3.8+ on Windows loads a DLL's dependencies from its own folder and the system only, not PATH
+_CTYPES_DLL = re.compile(r"Could not find module '([^'\n]{1,400}?\.dll)' \(or one of its dependencies\)")
+
+
+@rule("rocm-libs-missing")
+def windows_dll_dependencies_off_search_path(ctx: Context) -> Optional[Diagnosis]:
+    lines = _lines_saying(ctx, "could not find module", _CTYPES_DLL.pattern)
+    if not lines:
+        return None
+    path = _CTYPES_DLL.search(lines[0].line).group(1)
+    if re.search(r"(?i)site-packages", path):
+        return None   # a package's own DLL: its loader adds its folders; a dependency missing there is another wheel
+    folder = "%HIP_PATH%bin (the HIP SDK's)" if re.search(r"(?i)zluda|hip|rocm|amd", _text(ctx)) else \
+        "the folder of the libraries it needs"
+    return _make("rocm-libs-missing", f"Windows cannot load {path.split(chr(92))[-1]}'s dependencies",
+                 f"{path} is loaded with ctypes; since Python 3.8 Windows resolves its dependencies without PATH, so "
+                 "the libraries it links (from another folder) are not found",
+                 f"load it with the standard search: ctypes.CDLL(r\"{path}\", winmode=0), or call "
+                 f"os.add_dll_directory({folder}) before loading it", [ctx.line_fact(lines[0])],
+                 lines[:1] + _lines_matching(ctx, re.escape(path.split(chr(92))[-1])))   # a title naming the DLL too
+
+
+_MODULE_MISSING = re.compile(r"No module named '?([\w.]+)'?")
+_ROCM_CLI = re.compile(r"(?i)(?<![\w-])(amd-smi|rocm-smi|rocminfo|rocprof\w*|hipify-\w+)(?![\w-])")
+_PIP_NAMES = {"yaml": "PyYAML", "google": "protobuf", "cv2": "opencv-python"}
+
+
+@rule("rocm-libs-missing")
+def rocm_tool_python_module(ctx: Context) -> Optional[Diagnosis]:
+    """ROCm's command-line tools written in Python run under the system python3 and import modules the ROCm packages
+    do not always pull in."""
+    lines = _lines_saying(ctx, "no module named", _MODULE_MISSING.pattern)
+    if not lines:
+        return None
+    # the tool run just before the error (its command line up to 3 lines above): not one only named elsewhere in a
+    # paste whose import error is another program's
+    ran = [line for line in _lines_matching(ctx, _ROCM_CLI.pattern) if 0 <= lines[-1].line_no - line.line_no <= 3]
+    if not ran:
+        return None
+    tool = _ROCM_CLI.search(ran[-1].line)
+    module = _MODULE_MISSING.search(lines[-1].line).group(1).split(".")[0]
+    package = _PIP_NAMES.get(module, module)
+    extra = ("; or reinstall amd-smi's own package: cd /opt/rocm/share/amd_smi && sudo python3 -m pip install ."
+             if tool.group(1).lower() == "amd-smi" else "")
+    return _make("rocm-libs-missing", f"{tool.group(1)} cannot import {module}",
+                 f"{tool.group(1)} runs under the system python3 and imports {module}, which the ROCm packages did not "
+                 "install there", f"sudo python3 -m pip install {package} (the python3 of {tool.group(1)}'s first line; "
+                 f"apt: python3-{module.lower()}){extra}", [ctx.line_fact(lines[-1])], lines[-1:])
+
+
+_ORT_RELEASE = re.compile(r"(?i)\bonnx?ru[nm]time(?:-gpu)?\s*(?:==|version:?\s*|v)?\s*(1\.\d+(?:\.\d+)?)")
+_CUDA_MAJOR = re.compile(r"(?i)\bCUDA\s*(?:SDK\s*|version:?\s*|toolkit\s*)?(1[12])(?:\.\d+)?\b|\bcu(1[12])\d\b")
+_ORT_CUDA_FAILED = re.compile(r"(?i)Failed to (?:create|load)\W{0,3}(?:cuda|CUDAExecutionProvider)|"
+                              r"libonnxruntime_providers_cuda|CUDAExecutionProvider'? is not in available")
+
+
+@rule("wheel-platform")
+def onnxruntime_gpu_cuda_major(ctx: Context) -> Optional[Diagnosis]:
+    """onnxruntime-gpu is built for one CUDA major: on PyPI 1.18 and older are CUDA 11.8 builds (CUDA 12 builds from
+    1.17 on a separate feed), 1.19 and newer CUDA 12 builds. A release for the other major cannot create its CUDA
+    provider."""
+    lines = _lines_saying(ctx, "cuda", _ORT_CUDA_FAILED.pattern)
+    text = _text(ctx)
+    release, cuda = _ORT_RELEASE.search(text), _CUDA_MAJOR.search(text)
+    if not lines or not release or not cuda:
+        return None
+    ort, major = release.group(1), int(cuda.group(1) or cuda.group(2))
+    if major == 12 and _release(ort) < (1, 19):
+        fix = ("pip install -U \"onnxruntime-gpu>=1.19\" (PyPI's CUDA 12 builds); 1.17 and 1.18 have CUDA 12 builds on "
+               "the onnxruntime-cuda-12 feed only")
+        built = "CUDA 11.8"
+    elif major == 11 and _release(ort) >= (1, 19):
+        fix = ("install the CUDA 11 build from the onnxruntime-cuda-11 feed (pip install onnxruntime-gpu --index-url "
+               "https://aiinfra.pkgs.visualstudio.com/PublicPackages/_packaging/onnxruntime-cuda-11/pypi/simple/), or "
+               "pip install \"onnxruntime-gpu<1.19\"")
+        built = "CUDA 12"
+    else:
+        return None
+    return _make("wheel-platform", f"onnxruntime-gpu {ort} is a {built} build",
+                 f"onnxruntime-gpu {ort} from PyPI is built for {built}, and this machine has CUDA {major}: its CUDA "
+                 "provider cannot load", fix, [ctx.line_fact(lines[0])], lines[:1])
+
+
+# clang/hipcc: "cannot find ROCm device library; provide its path via '--rocm-path' or '--rocm-device-lib-path'", and
+# users' words for it
+_DEVICE_LIBS = re.compile(r"(?i)cannot find ROCm device librar|(?:can'?t|cannot|fails? to|unable to|not) (?:find|locate)"
+                          r".{0,30}\b(?:rocm-)?device[-_ ]lib|device[-_ ]lib(?:s|-path)?\b.{0,30}\b(?:missing|not found)")
+
+
+@rule("rocm-libs-missing")
+def device_bitcode_not_found(ctx: Context) -> Optional[Diagnosis]:
+    """The HIP compiler links every kernel with ROCm's device libraries (ocml, ockl: amdgcn/bitcode/*.bc) and looks for
+    them under the ROCm root only; a build of its own or a distribution's packaging puts them elsewhere."""
+    lines = _lines_saying(ctx, "device", _DEVICE_LIBS.pattern)
+    if not lines:
+        return None
+    shown = re.search(r"(/\S{1,200}?/amdgcn/bitcode)\b", _text(ctx))
+    folder = shown.group(1) if shown else "<the folder with ocml.bc: find / -name ocml.bc>"
+    return _make("rocm-libs-missing", "the HIP compiler cannot find ROCm's device libraries",
+                 "hipcc/clang link each kernel with the device bitcode (ocml.bc, ockl.bc) and look for it under the ROCm "
+                 "root only; here it lives elsewhere",
+                 f"export HIP_DEVICE_LIB_PATH={folder} DEVICE_LIB_PATH={folder} (hipcc reads them) before the build, or "
+                 f"pass --rocm-device-lib-path={folder} to clang (HIPCC_COMPILE_FLAGS_APPEND, or the CMake "
+                 "CMAKE_HIP_FLAGS)", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# "CUDA Toolkit _not_ installed", "without the CUDA toolkit", "CUDA runtime is not installed", "没有安装CUDA"
+_NO_CUDA_TOOLKIT = re.compile(r"(?i)\bCUDA (?:toolkit|runtime)[\W_]{0,3}(?:is |was |were )?[*_]?(?:not|isn't|wasn't|n't)[*_]?\s*installed|"
+                              r"\bwithout (?:the |a )?CUDA (?:toolkit|runtime)\b|\bno CUDA (?:toolkit|runtime)\b|"
+                              r"(?:没有|未)安装\s*CUDA")
+
+
+@rule("rocm-libs-missing")
+def cuda_toolkit_not_installed(ctx: Context) -> Optional[Diagnosis]:
+    """A program whose GPU engine loads the CUDA runtime libraries from a CUDA Toolkit install (not from a wheel of
+    its own) fails on a machine with only the display driver: the user says the toolkit is not installed."""
+    lines = _lines_saying(ctx, "cuda", _NO_CUDA_TOOLKIT.pattern)
+    if not lines or any(e.family for e in ctx.errors):
+        return None   # an error line of its own says more than the remark
+    tool = ctx.tool() or "the program"
+    windows = on_windows(ctx, _text(ctx))
+    return _make("rocm-libs-missing", "the CUDA runtime libraries are not installed",
+                 f"{tool}'s GPU engine loads the CUDA runtime (cudart, cuBLAS) from a CUDA Toolkit install; with only "
+                 "the display driver it cannot start on the GPU",
+                 f"install the NVIDIA CUDA Toolkit of the CUDA version {tool} is built for (its release notes name it; "
+                 f"{'the Windows installer adds its bin folder to PATH' if windows else 'then put its lib64 on LD_LIBRARY_PATH'}"
+                 f"), or {tool}'s own CUDA runtime download where it offers one; then restart {tool}",
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# "pytorch-triton-rocm==2.3.1 uses ROCM 6's libamdhip64.so instead of ROCM 5.7"
+_OTHER_HIP = re.compile(r"(?i)(?<![\w.-])([a-z][\w.-]*?)(?:==[\w.+]+)?\s+(?:uses|loads|links(?: against)?|picks up|wants|needs)\s+"
+                        r"ROCm\s*(\d+)(?:\.\d+)*'?s?\s+libamdhip64\S*\s+(?:instead of|but|not|while|and not)\s+(?:the\s+)?"
+                        r"ROCm\s*(\d+(?:\.\d+)*)")
+
+
+@rule("wheel-platform")
+def wheel_built_for_another_rocm(ctx: Context) -> Optional[Diagnosis]:
+    """A wheel that loads another ROCm major's HIP runtime than the rest of the stack: the index served a build made for
+    the other ROCm (pytorch-triton-rocm was one file for several ROCm indexes)."""
+    lines = _lines_saying(ctx, "libamdhip64", _OTHER_HIP.pattern)
+    if not lines:
+        return None
+    package, built, have = _OTHER_HIP.search(lines[0].line).groups()
+    if built == have.split(".")[0]:
+        return None
+    return _make("wheel-platform", f"{package} is built for ROCm {built}",
+                 f"the {package} wheel installed loads ROCm {built}'s libamdhip64 while the stack is ROCm {have}: the "
+                 f"index served a build made for ROCm {built}",
+                 f"move the whole stack to ROCm {built} (torch and {package} from the download.pytorch.org/whl/rocm"
+                 f"{built}.x index, with a ROCm {built} runtime), or build {package} from source against ROCm {have}",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+# CTranslate2's own wording (faster-whisper, WhisperX): "Library libcublas.so.12 is not found or cannot be loaded"
+_CT2_CUBLAS = re.compile(r"Library (libcublas(?:Lt)?\.so\.(\d+)) is not found or cannot be loaded")
+
+
+@rule("rocm-libs-missing")
+def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
+    """CTranslate2 opens cuBLAS by the CUDA major it was built for: 3.x releases CUDA 11 (libcublas.so.11), 4.x CUDA
+    12. A machine or image with the other CUDA has no library of that name."""
+    lines = _lines_saying(ctx, "is not found or cannot be loaded", _CT2_CUBLAS.pattern)
+    if not lines:
+        return None
+    library, major = _CT2_CUBLAS.search(lines[0].line).groups()
+    other = "ctranslate2>=4 (CUDA 12)" if major == "11" else "ctranslate2==3.24.0 (the last CUDA 11 release)"
+    return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS",
+                 f"this ctranslate2 is built for CUDA {major} and opens {library}, which the CUDA installed here (or "
+                 "the container's base image) does not have",
+                 f"install CUDA {major}'s cuBLAS beside it: pip install nvidia-cublas-cu{major} and export "
+                 f"LD_LIBRARY_PATH=<site-packages>/nvidia/cublas/lib:$LD_LIBRARY_PATH (or the CUDA {major} toolkit; in "
+                 f"a container a CUDA {major} base image, nvidia/cuda:{major}.x-cudnn-runtime); or install the "
+                 f"ctranslate2 built for the CUDA you have: {other}", [ctx.line_fact(lines[0])], lines[:1])
+
+
+_CUDNN_HANDLE = re.compile(r"(?i)(?:could not|cannot|can't|unable to) create (?:a )?cudnn handle|"
+                           r"CUDNN_STATUS_(?:NOT_INITIALIZED|INTERNAL_ERROR)")
+
+
+@rule("rocm-libs-missing")
+def cudnn_handle_not_created(ctx: Context) -> Optional[Diagnosis]:
+    """cuDNN failing at its very first call (creating its handle) is most often a cuDNN that is not installed, or not
+    for this CUDA, where the framework expects a system cuDNN (jaxlib's local-CUDA builds, TensorFlow); a GPU whose
+    memory another process or the framework's preallocation took comes next. The likely reading."""
+    lines = _lines_saying(ctx, "cudnn", _CUDNN_HANDLE.pattern)
+    if not lines or any(e.family for e in ctx.errors):
+        return None   # an error line of its own (out of memory, a driver) says which
+    jax = "jax" in _text(ctx).lower()
+    return _make("rocm-libs-missing", "cuDNN cannot start",
+                 "cuDNN fails at its first call: the framework finds no cuDNN for the installed CUDA (it expects a "
+                 "system one), or the GPU's memory is already taken",
+                 "install cuDNN for the installed CUDA (pip install nvidia-cudnn-cu12 for CUDA 12, or NVIDIA's cuDNN "
+                 "package for that CUDA" + ("; jax: pip install -U \"jax[cuda12]\" brings its own" if jax else "")
+                 + "); where cuDNN is installed, stop the framework taking all GPU memory first ("
+                 + ("XLA_PYTHON_CLIENT_PREALLOCATE=false" if jax else "TensorFlow: tf.config.experimental."
+                    "set_memory_growth") + ")", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)

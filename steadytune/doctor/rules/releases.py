@@ -1,0 +1,133 @@
+"""Readings of what a package manager says about releases (install families): a distribution's own ROCm packages
+shadowing AMD's repository, a package renamed between ROCm releases, a pinned dependency that was never published,
+a version gate a tool offers to skip, a transformers release that treats an optional import as required. Each names
+the package from the paste and the release to install."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.libraries import _lines_saying
+
+
+# apt: "rocm-hip-runtime : Depends: rocminfo (= 1.0.0.50400-72~22.04) but 5.0.0-1 is to be installed"
+_APT_PIN = re.compile(r"(?:^|:\s)\s*Depends: ((?:rocm|roc|hip|hsa|miopen|rccl|amd|comgr)[\w.+-]{0,80}) \(= ([^)]{1,80})\) but "
+                      r"([\w.+:~-]{1,80}) is to be installed")
+
+
+@rule("wheel-platform")
+def distribution_rocm_packages_shadow_amds(ctx: Context) -> Optional[Diagnosis]:
+    """apt picks the distribution's own build of a ROCm package (Ubuntu's universe ships rocminfo, rocm-cmake,
+    rocm-device-libs in other versions) over the exact release AMD's metapackage pins: the install stops on unmet
+    dependencies until the distribution's packages are removed or AMD's repository is pinned above them."""
+    hits = [(line, m) for line in _lines_saying(ctx, "depends:", _APT_PIN.pattern)
+            for m in [_APT_PIN.search(line.line)] if m]
+    if not hits:
+        return None
+    clashing = list(dict.fromkeys(m.group(1) for _line, m in hits))
+    wanted, offered = hits[0][1].group(2), hits[0][1].group(3)
+    target = re.search(r"\bapt(?:-get)? install (?:-\w+ )*([\w.+-]+)", _text(ctx))
+    names = " ".join(clashing)
+    return _make("wheel-platform", "the distribution's ROCm packages shadow AMD's repository",
+                 f"apt wants {clashing[0]} {wanted} from AMD's repository but picks {offered}, another origin's build "
+                 "(the distribution's own ROCm packages), so the pinned dependencies cannot be met",
+                 f"sudo apt remove {names} (the distribution's builds); pin AMD's repository above the distribution "
+                 "(/etc/apt/preferences.d/rocm-pin-600: Package: *, Pin: release o=repo.radeon.com, Pin-Priority: 600) "
+                 f"or use amdgpu-install; then sudo apt update && sudo apt install "
+                 f"{target.group(1) if target else 'rocm'}",
+                 [ctx.line_fact(hits[0][0])], [line for line, _m in hits])
+
+
+_MIOPEN_KERNELS = re.compile(r"(?i)(?:Unable to locate package|No match for argument:?|not found:?|no package)\s+"
+                             r"miopenkernels-(gfx\w{1,10}?)-(\d+)(?:kdb)?\b")
+
+
+@rule("rocm-libs-missing")
+def miopen_kernel_packages_renamed(ctx: Context) -> Optional[Diagnosis]:
+    """MIOpen's precompiled kernel packages were miopenkernels-<gfx>-<CUs>kdb up to ROCm 5.4 and are
+    miopen-hip-<gfx>-<CUs>kdb from ROCm 5.5 on: the old name is not in a newer repository."""
+    lines = _lines_saying(ctx, "miopenkernels", _MIOPEN_KERNELS.pattern)
+    if not lines:
+        return None
+    m = _MIOPEN_KERNELS.search(lines[0].line)
+    new = f"miopen-hip-{m.group(1)}-{m.group(2)}kdb"
+    return _make("rocm-libs-missing", "MIOpen's kernel package has a new name",
+                 f"from ROCm 5.5 the precompiled MIOpen kernels for {m.group(1)} are packaged as {new}; the "
+                 f"miopenkernels-{m.group(1)}-{m.group(2)} name exists only in ROCm 5.4 and older repositories",
+                 f"sudo apt install {new} (dnf/zypper: the same name); apt-cache search miopen-hip-{m.group(1)} lists "
+                 "the ones this repository has", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# uv: "there is no version of jax-rocm60-pjrt==0.5.0 and jax-rocm60-plugin==0.5.0 depends on jax-rocm60-pjrt==0.5.0"
+_NO_VERSION = re.compile(r"(?i)there is no version of ([A-Za-z][\w.-]*)==([\w.+!-]+)")
+_DEPENDS_ON = re.compile(r"(?i)(?<![\w.-])([A-Za-z][\w.-]*)==([\w.+!-]+) depends on ([A-Za-z][\w.-]*)==")
+
+
+@rule("wheel-platform")
+def pinned_dependency_never_published(ctx: Context) -> Optional[Diagnosis]:
+    """A resolver that finds no release of a package another one pins exactly: that release is not on the index (not
+    published yet, or not for this Python and platform), so the parent cannot install at that version."""
+    lines = _lines_saying(ctx, "no version of", _NO_VERSION.pattern)
+    if not lines or re.search(r"(?i)different Python", _text(ctx)):
+        return None   # uv said the release exists for other Pythons: install.py's Python reading
+    text = " ".join(_text(ctx).split())   # a resolver wraps its sentence over several lines
+    missing, version = _NO_VERSION.search(lines[0].line).groups()
+    parent = next((m for m in _DEPENDS_ON.finditer(text) if m.group(3).lower() == missing.lower()), None)
+    by = f"{parent.group(1)} {parent.group(2)}" if parent else "the package being installed"
+    return _make("wheel-platform", f"{missing} {version} is not on the index",
+                 f"{by} pins {missing}=={version}, and the index has no {missing} {version} (not published, or no "
+                 "file for this Python and platform)",
+                 f"pip index versions {missing} lists the releases there are; install the "
+                 f"{parent.group(1) if parent else 'parent package'} release whose {missing} pin is published"
+                 + (f" (pip install \"{parent.group(1)}<{parent.group(2)}\")" if parent else "")
+                 + f", or wait for {missing} {version} to be uploaded (ask its maintainers)",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+_LF_GATE = re.compile(r"(?i)(?<![a-z])(?:llama-?factory|llamafactory-cli)(?![a-z])")   # beside Chinese text too
+_VERSION_CLASH = re.compile(r"(?i)(?<![a-z])(transformers|peft|accelerate|datasets|trl|tokenizers)(?![a-z])\s*(?:版本|version)?\s*"
+                            r"(?:is required|required|要求|需要|requires?|>=|<=|==|<|>|\d)")
+
+
+@rule("wheel-platform")
+def llamafactory_version_gate(ctx: Context) -> Optional[Diagnosis]:
+    """LLaMA-Factory checks the releases of transformers, peft, accelerate, datasets and trl at start and stops outside
+    its tested range; a model that needs a newer one than the range allows is run by skipping the check."""
+    text = _text(ctx)
+    if not _LF_GATE.search(text):
+        return None
+    lines = [line for line in _lines_matching(ctx, _VERSION_CLASH.pattern)
+             if re.search(r"(?i)is required|要求|需要|requires?|conflict|冲突|协调|DISABLE_VERSION_CHECK|but found|"
+                          r"版本", line.line)]
+    if not lines:
+        return None
+    package = _VERSION_CLASH.search(lines[0].line).group(1).lower()
+    return _make("wheel-platform", f"LLaMA-Factory's {package} range and the model's requirement clash",
+                 f"LLaMA-Factory pins a tested {package} range and refuses to start outside it, while the model needs "
+                 "a release outside that range",
+                 f"install the {package} release the model needs (pip install -U \"{package}>=<the model's minimum>\") "
+                 "and skip LLaMA-Factory's check: export DISABLE_VERSION_CHECK=1 (or upgrade LLaMA-Factory to a release "
+                 f"whose range includes it)", [ctx.line_fact(lines[0])], lines[:1])
+
+
+_REMOTE_REQUIRES = re.compile(r"This modeling file requires the following packages that were not found in your "
+                              r"environment: ([\w\-, ]+)")
+
+
+@rule("wheel-platform")
+def remote_code_optional_import(ctx: Context) -> Optional[Diagnosis]:
+    """transformers checks the imports of a model's remote code (trust_remote_code) before running it; releases before
+    4.31.0 counted an import guarded by try/except (flash_attn in Qwen's, for instance) as required."""
+    lines = _lines_saying(ctx, "this modeling file requires", _REMOTE_REQUIRES.pattern)
+    if not lines:
+        return None
+    packages = [p.strip() for p in _REMOTE_REQUIRES.search(lines[0].line).group(1).split(",") if p.strip()]
+    listed = ", ".join(packages)
+    return _make("wheel-platform", f"the model's remote code asks for {listed}",
+                 f"transformers found imports of {listed} in the model's own code and stops before loading it; before "
+                 "transformers 4.31.0 that check also counted imports the code guards as optional",
+                 f"pip install -U \"transformers>=4.31.0\" (the check then skips optional imports, and the model loads "
+                 f"without {listed} where its code allows), or install them: pip install {' '.join(packages)}",
+                 [ctx.line_fact(lines[0])], lines[:1])
