@@ -27,6 +27,11 @@ python3 -c "import torch, transformers, peft, triton; print('torch', torch.__ver
 for STAGE in "$@"; do
   case $STAGE in
     tests)
+      # plotly (a core dependency: report pages) is not on the device: carry .whl/plotly, made here with
+      #   pip download --no-deps -d .whl/plotly plotly narwhals
+      if [ -d .whl/plotly ]; then
+        python3 -m pip install -q --no-index --no-deps --target /tmp/plsite .whl/plotly/*.whl && export PYTHONPATH=/tmp/plsite:$PYTHONPATH
+      fi
       python3 -m pytest -m gpu -q -p no:cacheprovider -n 0 --durations=15 -rs --continue-on-collection-errors tests 2>&1 | tee "$OUT/pytest_gpu.txt" ;;
     decode)
       python3 benchmarks/profile_decode.py --compare --shapes "${DECODE_SHAPES:-qwen2.5-0.5b}" \

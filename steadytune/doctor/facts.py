@@ -578,7 +578,10 @@ def _root_only(line: str):
     """'works with sudo / as root, not as my user' in any phrasing the prose takes."""
     if re.search(r"(?:only|unless|except)\s+(?:as|with|when|run as|running as)?\s*(?:root|sudo|superuser)|"
                  r"work(?:s|ing|ed)? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?|"
-                 r"\b(?:sudo|root) works\b|\bonly (?:as|for) (?:a |the |my )?(?:normal|regular|non-root|unprivileged) user\b",
+                 r"\b(?:sudo|root) works\b|\bonly (?:as|for) (?:a |the |my )?(?:normal|regular|non-root|unprivileged) user\b|"
+                 # Chinese: "only root can", "with sudo it works", "fine under root"
+                 r"只有\s*(?:root|sudo)|(?:用|加(?:上)?|使用)\s*sudo\s*(?:运行)?\s*(?:就|才)?\s*(?:可以|能|行|正常)|"
+                 r"root\s*(?:用户)?\s*(?:下|运行)?\s*(?:就|才)\s*(?:可以|能|行|正常)",
                  line, re.IGNORECASE):
         yield "root_only", "yes", ""
 
@@ -624,9 +627,12 @@ _CJK_COMPLAINT = re.compile(r"(?i)无法(?:使用|运行|启动|识别|检测|�
 def _needs_group(line: str):
     """A message or the prose saying which group opens the GPU ("Users must be a member of the "render" group",
     "restrict /dev/kfd to members of the 'render' group", "/dev/kfd owned by root:render")."""
-    m = re.search(r"(?i)\bmembers? of (?:the )?[\"'`]?(render|video)[\"'`]? group|/dev/(?:kfd|kdf|dri\S*)\b.{0,60}?\broot:(render|video)\b", line)
+    m = re.search(r"(?i)\bmembers? of (?:the )?[\"'`]?(render|video)[\"'`]? group|/dev/(?:kfd|kdf|dri\S*)\b.{0,60}?\broot:(render|video)\b|"
+                  # the user saying they are not in it: "my user is not in the render group", "不在 render 组"
+                  r"\bnot (?:a )?(?:in|member of|part of) (?:the )?[\"'`]?(render|video)[\"'`]? group|不在\s*(render|video)\s*(?:用户)?组",
+                  line)
     if m:
-        yield "needs_group", (m.group(1) or m.group(2)).lower(), ""
+        yield "needs_group", next(g for g in m.groups() if g).lower(), ""
 
 
 @finder

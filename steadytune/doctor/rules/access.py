@@ -10,6 +10,7 @@ from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import set_variable
 from steadytune.doctor.rules.base import (
     _CONTAINED,
+    NOT_DETECTED,
     Context,
     _cuda_index_for_driver,
     Diagnosis,
@@ -120,11 +121,18 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     video_only = _video_not_enough(ctx, text)
     if video_only is not None:
         return video_only
-    if _CONTAINED.search(text):
+    service = _service_user(ctx, text)
+    if service is not None:
+        return service
+    if _CONTAINED.search(text) or "容器" in text:
         no_gpu = _lines_matching(ctx, r"(?i)No (?:HIP|CUDA) GPUs are available|There is no device can be used|"
+                                      r"no compatible (?:amd)?gpus? (?:were )?(?:discovered|detected|found)|hipErrorNoDevice|"
                                       r"no ROCm-capable device|Unable to open /dev/kfd|(?:not (?:detected|found|visible|"
                                       r"available|seen)|(?:doesn.t|does not|can.t|cannot|won.t) (?:see|find|detect|use))"
-                                      r"\b.{0,40}\b(?:in|inside|within|from) (?:a |the |my )?(?:docker|podman|container)")
+                                      r"\b.{0,40}\b(?:in|inside|within|from) (?:a |the |my )?(?:docker|podman|container)|"
+                                      # Chinese: "no GPU found inside the container"
+                                      r"(?:容器|docker|podman)\S{0,8}(?:里|内|中)\S{0,8}(?:找不到|检测不到|识别不到|看不到|"
+                                      r"用不了|没有).{0,4}(?:GPU|显卡)")
         masked = re.search(r"\bROCR_VISIBLE_DEVICES=\d+,\d", text)   # a job's mask: visibility, not the devices
         if no_gpu and not masked and _vendor(ctx) != "amd" and re.search(r"(?i)NVIDIA|CUDA|GeForce|RTX|GTX", text) \
                 and not re.search(r"--gpus", text):
@@ -140,8 +148,9 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "start the container with the GPU devices and their groups: docker run --device=/dev/kfd "
                          "--device=/dev/dri --group-add video --group-add render (podman: the same flags)", [], no_gpu)
         passed = re.search(r"--device[= ]\"?/dev/kfd", text) and re.search(r"--device[= ]\"?/dev/dri", text)
-        host_sees = re.search(r"(?i)\bhost\b.{0,40}\b(?:can |does )?(?:see|sees|detect\w*|find\w*|list\w*)\b|"
-                              r"(?:works|fine) on the host|outside (?:of )?(?:the )?(?:container|docker)", text)
+        host_sees = re.search(r"(?i)\bhost(?:'s)?\b.{0,40}\b(?:can |does )?(?:see|sees|detect\w*|find\w*|list\w*|uses?|"
+                              r"works?)\b|host is fine|(?:works|fine|runs) on the host|outside (?:of )?(?:the )?(?:container|"
+                              r"docker)|宿主机.{0,10}(?:可以|正常|能)", text)
         if no_gpu and not masked and passed and host_sees and _vendor(ctx) != "nvidia":
             # the devices were passed and the host has the GPU: the engine that ran the container does not have them
             return _make("device-access", "the container runs where the host's GPU devices are not",
@@ -152,6 +161,16 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "Docker Desktop, switch to the host's Docker Engine (docker context use default, or uninstall "
                          "Docker Desktop and install docker-ce), then run again with --device=/dev/kfd --device=/dev/dri "
                          "--group-add video --group-add render", [], no_gpu)
+        # the devices passed without their groups while the container runs as an unprivileged user
+        as_user = re.search(r"(?i)--user\b|(?<![\w-])-u \d|\buser \d{3,}|\bnon-?root\b|^\s*USER \w+|\bas (?:a )?user\b",
+                            text, re.M)
+        if no_gpu and not masked and passed and as_user and not re.search(r"(?<!no )(?<!without )--group-add", text):
+            return _make("device-access", "the container's user is not in the GPU devices' groups",
+                         "/dev/kfd and /dev/dri were passed, but the container runs as an unprivileged user, and the "
+                         "devices keep the host's render and video groups, which that user is not in",
+                         "add the groups: docker run --device=/dev/kfd --device=/dev/dri --group-add video --group-add "
+                         "render ... (where the container has no group of that name, by number: --group-add $(getent "
+                         "group render | cut -d: -f3)); or run the container as root", [], no_gpu)
         if no_gpu and not masked and re.search(r"(?i)numeric|\bGID\b|distrobox|toolbox", text):
             return _make("device-access", "the container user is not in the group that owns the GPU devices",
                          "/dev/kfd and /dev/dri/renderD* keep the host's group id inside the container, and the "
@@ -161,6 +180,36 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "(distrobox: --additional-flags with the same, docker as its engine), then enter it again",
                          [], no_gpu)
     return None
+
+
+_SERVICE = re.compile(r"(?i)\bsystemd\b|\bsystemctl\b|\b(?:as|via|from) (?:a |the )?(?:system )?service\b|\.service\b|"
+                      r"\bdaemon\b|服务")
+_AS_ME = re.compile(r"(?i)\b(?:as|with|under) (?:my|me|myself|my own|the logged[- ]in) ?(?:user|account)?\b|\bmanually\b|"
+                    r"\bby hand\b|\b(?:ollama|llama-server|comfyui|the server) serve\b.{0,30}\b(?:works?|sees?|uses?|fine)\b|"
+                    r"\bin (?:a |my )?terminal\b|手动")
+
+
+def _service_user(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """An AMD GPU the program finds when the user starts it and not when it runs as a system service: the service runs
+    as its own user (ollama's installer creates `ollama`), which must be in render and video itself."""
+    if not _SERVICE.search(text) or not _AS_ME.search(text) or _vendor(ctx) == "nvidia" or _nvidia_gpu(ctx):
+        return None
+    if re.search(r"\b[A-Z][A-Z0-9_]{3,}=\S|\bexport\b|\.bashrc|\.profile|Environment=", text):
+        return None   # a variable set in the shell and not for the service: the environment, not the groups
+    unseen = ctx.no_gpu() + _lines_matching(ctx, NOT_DETECTED) + _lines_matching(
+        ctx, r"(?i)\b(?:doesn.t|does not|can.t|cannot|won.t|not) (?:see|find|detect|use)\w*\b.{0,20}\b(?:the )?(?:GPU|card)|"
+             r"(?:找不到|检测不到|识别不到|用不了).{0,4}(?:GPU|显卡)")
+    if not unseen:
+        return None
+    tool = ctx.tool(unseen)
+    user = "ollama" if tool == "ollama" or re.search(r"(?i)\bollama\b", text) else "<the service's User=>"
+    unit = "ollama" if user == "ollama" else "<service>"
+    return _first(_make("device-access", "the service's user may not open the GPU",
+                        "started by the user the program finds the GPU, as a system service it does not: the service "
+                        f"runs as its own user ({user}), which is not in the render and video groups that own "
+                        "/dev/kfd and /dev/dri/renderD*",
+                        f"sudo usermod -aG render,video {user}, then sudo systemctl restart {unit} (check with "
+                        f"systemctl show {unit} -p User and id {user})", [], unseen))
 
 
 _ROOT_SAID = re.compile(r"(?i)\b(?:required|need|needs|have|has) to be root\b|\brequires? root\b|\bonly (?:as|with|under) "
@@ -188,16 +237,92 @@ def _video_not_enough(ctx: Context, text: str) -> Optional[Diagnosis]:
                         "ls -l /dev/kfd /dev/dri/renderD* and id", [], said + root))
 
 
+# /dev/kfd refused with EINVAL: the permission check passed (a group or mode problem is EACCES / EPERM); the amdgpu
+# KFD returns EINVAL from open while it is locked, that is during a GPU reset or a suspend that never finished
+# (kfd_create_process in the kernel's amdkfd/kfd_process.c; newer kernels return it too when no GPU node came up)
+_KFD_LOCKED = re.compile(r"(?i)/dev/kfd\b.{0,40}\bInvalid argument|Invalid argument.{0,20}/dev/kfd")
+
+
+_KFD_ABSENT = re.compile(r"(?i)/dev/kfd\b\S*:?(?: read-write)?:? No such file|No such file or directory\W{0,4}/dev/kfd|"
+                         r"/dev/kfd\b.{0,30}\b(?:does not exist|doesn.t exist|is missing|not (?:present|there|found))")
+
+
+def _kfd_absent_on_the_host(ctx: Context) -> list[ErrorLine]:
+    """/dev/kfd said to be missing on a machine itself (no container, no WSL): its lines, else []."""
+    text = _text(ctx)
+    if _CONTAINED.search(text) or "容器" in text or ctx.sheet.has("platform", "container") or \
+            ctx.sheet.has("platform", "wsl") or _WSL_SAID.search(text) or re.search(r"root@[0-9a-f]{12}\b", text):
+        return []
+    return _lines_matching(ctx, _KFD_ABSENT.pattern)
+
+
+@rule("driver")
+def kfd_node_missing(ctx: Context) -> Optional[Diagnosis]:
+    """No /dev/kfd on the machine itself: the node is made by the amdgpu driver's KFD when it binds a GPU it
+    supports, so its absence is the driver (not loaded, not built for this kernel, or refusing the GPU), never the
+    user's groups."""
+    missing = _kfd_absent_on_the_host(ctx)
+    if not missing or re.search(r"(?i)not supported in kfd|is missing in supported_devices|kgd2kfd_probe failed",
+                                _text(ctx)):
+        return None   # KFD refusing the GPU is read by the GPU's own support
+    return _make("driver", "there is no /dev/kfd: the amdgpu driver's KFD did not start",
+                 "/dev/kfd is created by the amdgpu kernel driver when it binds a GPU; outside a container its absence "
+                 "means the driver is not loaded (lsmod | grep amdgpu is empty), was not built for the running kernel, "
+                 "or refused the GPU",
+                 "lsmod | grep amdgpu; sudo dmesg | grep -i -e amdgpu -e kfd (the driver's refusal or failure); sudo "
+                 "modprobe amdgpu; if the module is missing, install it for this kernel (Ubuntu: sudo apt install "
+                 "linux-modules-extra-$(uname -r), or sudo amdgpu-install --usecase=dkms), check Secure Boot "
+                 "(mokutil --sb-state), reboot", [], missing)
+
+
+# KFD's "GC IP <version> not supported in kfd": the kernel's amdgpu knows the GPU's graphics IP but its KFD predates
+# it. The version is printed in hex (%06x of the kernel's IP_VERSION: major, minor, revision a byte each, shifted one
+# byte further in kernels with the full IP version), and it is the gfx target: 12.0.1 is gfx1201, 11.5.1 gfx1151
+_GC_IP = re.compile(r"(?i)GC IP ([0-9a-f]{6,8}) (?:VF )?\s*not supported in kfd")
+
+
+def _gc_ip_target(printed: str) -> tuple[int, str]:
+    """(major, gfx target) of KFD's printed GC IP version."""
+    value = int(printed, 16)
+    shift = 16 if len(printed) <= 6 else 24
+    major, minor, rev = value >> shift, (value >> (shift - 8)) & 0xFF, (value >> (shift - 16)) & 0xFF
+    return major, f"gfx{major}{minor:x}{rev:x}"
+
+
+@rule("driver")
+def kfd_older_than_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """A GPU of a generation ROCm supports that the running kernel's KFD refuses: the kernel (or its amdgpu) is older
+    than the GPU. Cards older than GFX9 are not read here: their refusal is the GPU's own support."""
+    refused = _lines_matching(ctx, _GC_IP.pattern)
+    if not refused:
+        return None
+    major, arch = _gc_ip_target(_GC_IP.search(refused[0].line).group(1))
+    if major < 9:
+        return None
+    rdna4 = " (RDNA4: ROCm 6.4.1 or newer)" if major >= 12 else ""
+    return _first(_make("driver", f"the kernel's amdgpu is older than this GPU ({arch})",
+                        f"the kernel's amdgpu knows {arch}'s graphics IP but its KFD does not take it as a compute "
+                        "device: the "
+                        "running kernel's amdgpu driver predates the GPU",
+                        "install the amdgpu-dkms of a ROCm release that lists this GPU" + rdna4 + " (sudo "
+                        "amdgpu-install --usecase=dkms,rocm, then reboot), or boot a newer kernel (Ubuntu's HWE "
+                        "kernel); then sudo dmesg | grep kfd must no longer say 'not supported'", [], refused))
+
+
 @rule("device-access")
 def device_access(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a refusal to open /dev/kfd or /dev/dri (any wording: permission denied, no such file, a group
     check), the device files' owner and mode (`ls -l`) against the user's groups (`id`, `groups`), 'works only as
     root', and where the process runs (a container without the devices, a rootless one). A runtime that cannot get
     its resources is only a symptom where the driver itself is not loaded."""
+    if _lines_matching(ctx, _KFD_LOCKED.pattern):
+        return None   # the node opened far enough for the driver to refuse: a stuck GPU (rules/runtime.py reads it)
+    if _kfd_absent_on_the_host(ctx):
+        return None   # no node at all outside a container: the driver never made it (kfd_node_missing, below)
     early = _device_access_said(ctx)
     if early is not None:
         return early
-    if re.search(r"(?i)is missing in supported_devices|kgd2kfd_probe failed", _text(ctx)):
+    if re.search(r"(?i)is missing in supported_devices|kgd2kfd_probe failed|not supported in kfd", _text(ctx)):
         return None   # KFD itself refuses the GPU: no group opens a device the driver never created (gpu-unsupported)
     errors = ctx.of("device-access")
     if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
@@ -246,19 +371,51 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      f"sudo usermod -aG {group}{',video' if group == 'render' else ''} $USER, then log out and back in "
                      "(or reboot); never run the job with sudo instead", [node, said], errors)
     text = " ".join(e.line for e in errors)
+    if re.search(r"(?i)group .?render.? does not exist", text):
+        return _make("device-access", "this system has no render group",
+                     "usermod refuses a group the system does not have: older distributions (and kernels before the "
+                     "render nodes got their own group) give /dev/kfd and /dev/dri/renderD* to video",
+                     "sudo usermod -aG video $USER, then log out and back in; ls -l /dev/kfd /dev/dri/renderD* shows "
+                     "the group that owns them (add the user to that one); a node owned by root:root alone needs a "
+                     "udev rule: KERNEL==\"kfd\", GROUP=\"video\", MODE=\"0660\"", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)unknown or invalid runtime name: nvidia", text):
+        return _make("device-access", "docker does not know the nvidia runtime",
+                     "--runtime=nvidia names a runtime docker's daemon.json does not register: the NVIDIA Container "
+                     "Toolkit is not installed, or it was never configured for this docker (or docker was not "
+                     "restarted after it)",
+                     "install the NVIDIA Container Toolkit (sudo apt-get install -y nvidia-container-toolkit), then "
+                     "sudo nvidia-ctk runtime configure --runtime=docker (it adds the nvidia runtime to /etc/docker/"
+                     "daemon.json) and sudo systemctl restart docker; or drop --runtime=nvidia and use --gpus all; a "
+                     "snap docker reads its own daemon.json (snap list docker): use Docker Engine from Docker's apt "
+                     "repository instead", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"could not select device driver", text) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx):
+        # --gpus is the NVIDIA runtime's flag: an AMD GPU is passed as its device files
+        return _make("device-access", "--gpus does not pass an AMD GPU",
+                     "docker's --gpus asks for the NVIDIA Container Toolkit's hook; an AMD GPU is passed into a "
+                     "container as its device files, /dev/kfd and /dev/dri",
+                     "drop --gpus all and start the container with docker run --device=/dev/kfd --device=/dev/dri "
+                     "--group-add video --group-add render --security-opt seccomp=unconfined ... (or install the AMD "
+                     "Container Toolkit and use --runtime=amd -e AMD_VISIBLE_DEVICES=all)",
+                     [ctx.line_fact(errors[0])], errors)
     if re.search(r"could not select device driver", text):
         return _make("device-access", "Docker has no GPU runtime",
                      "`--gpus` needs the NVIDIA Container Toolkit's hook, which is not installed (or docker was not "
                      "restarted after it was)",
                      "install the NVIDIA Container Toolkit: sudo apt-get install -y nvidia-container-toolkit; sudo "
-                     "nvidia-ctk runtime configure --runtime=docker; sudo systemctl restart docker",
+                     "nvidia-ctk runtime configure --runtime=docker; sudo systemctl restart docker; if docker is the "
+                     "snap (snap list docker; it reads its own daemon.json, not /etc/docker, and loses the runtime "
+                     "after a restart), remove the snap (sudo snap remove docker) and install Docker Engine from "
+                     "Docker's apt repository, then configure the runtime again",
                      [ctx.line_fact(errors[0])], errors)
     if re.search(r"(?i)Failed to initialize NVML: Unknown Error", text):
         return _make("device-access", "the containers lose their GPUs",
                      "a systemd daemon-reload (or a cgroup update) drops the containers' device-cgroup rights to the "
                      "NVIDIA device nodes that were not passed as /dev/char links",
                      "sudo nvidia-ctk system create-dev-char-symlinks --create-all (and a udev rule that runs it at "
-                     "boot), or the cgroupfs cgroup driver for docker; restart the containers",
+                     "boot), or the cgroupfs cgroup driver for docker; restart the containers; if it fails from the "
+                     "container's first start (after a toolkit update), check /etc/nvidia-container-runtime/config.toml: "
+                     "no-cgroups = false for docker run as root (true is for rootless containers only, which then need "
+                     "the devices passed by hand)",
                      [ctx.line_fact(errors[0])], errors)
     if closed and not errors:
         node = closed[0]
@@ -341,6 +498,11 @@ def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
     return None
 
 
+# programs that reach CUDA without torch: a CUDA torch is no part of their fix
+_NOT_TORCH = ("ollama", "llama.cpp", "llama-cpp-python", "koboldcpp", "lmstudio", "whisper.cpp", "ctranslate2",
+              "tensorflow", "jax", "onnxruntime", "nccl", "nccl-tests", "docker")
+# a program said to hang or stop answering once it uses the GPU, in English or Chinese
+_WSL_HANG = (r"(?i)\b(?:stops? responding|not responding|hangs?|hung|freez(?:es|ing)|stuck)\b|无响应|卡住|卡死")
 # WSL said in any case or spelling ("via wsl", "使用wsl2", amdgpu-install's --usecase=wsl, its WSL runtime package)
 _WSL_SAID = re.compile(r"(?i)(?<![A-Za-z])wsl ?2?(?![A-Za-z])|--usecase=\S*wsl|rocr4wsl")
 # ROCm's WSL runtime (hsa-runtime-rocr4wsl-amdgpu) came only with AMD's WSL point releases (6.1.3 for Ubuntu 22.04,
@@ -379,6 +541,18 @@ def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[D
                      "GPU in WSL 2 needs Windows 11, or Windows 10 21H2 (build 19044) or newer (winver shows the build; "
                      "update Windows), the Windows GPU driver with WSL support, and an updated WSL (wsl --update); then "
                      "ls /usr/lib/wsl/lib/libdxcore.so inside WSL", [fact], dxcore)
+    # the Windows side gives WSL no GPU: NVML's "blocked by the operating system", the container toolkit's "no adapters"
+    blocked = _lines_matching(ctx, r"(?i)GPU access blocked by the operating system|WSL environment detected but no "
+                                   r"adapters were found")
+    if blocked:
+        return _make("wsl", "Windows gives WSL 2 no GPU",
+                     "WSL 2 reaches the GPU only through the Windows driver's paravirtualisation (/dev/dxg and "
+                     "/usr/lib/wsl/lib); here Windows exposes no GPU adapter to it (a Windows driver without WSL "
+                     "support, an old WSL, or a Linux NVIDIA driver inside WSL shadowing WSL's libraries)",
+                     "update the Windows NVIDIA driver (Game Ready / Studio, any current one supports WSL) and WSL "
+                     "(wsl --update, then wsl --shutdown); inside WSL remove any Linux NVIDIA driver (sudo apt remove "
+                     "'nvidia-driver-*' 'libnvidia-*') and check /usr/lib/wsl/lib/nvidia-smi lists the GPU; Docker: "
+                     "use Docker Desktop's WSL 2 backend or the NVIDIA Container Toolkit inside WSL", [fact], blocked)
     uva = _lines_matching(ctx, r"(?i)UVA is not available")
     if uva and (ctx.tool() == "vllm" or re.search(r"(?i)\bvllm\b", joined)):
         return _make("wsl", "vLLM turns pinned memory off under WSL 2",
@@ -417,13 +591,80 @@ def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[D
     return None
 
 
+_COLLECTIVES = re.compile(r"(?i)\b(?:NCCL|RCCL|nccl-tests|all_reduce_perf|torchrun|DistributedDataParallel|DDP|"
+                          r"multi[- ]?GPU|--multi_gpu|tensor[_ ]parallel\w*)\b|多卡|多GPU")
+
+
+def _wsl_one(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """The distribution runs under WSL 1, which has no GPU at all (GPU paravirtualisation is WSL 2's): said, or
+    shown by `wsl -l -v` with VERSION 1."""
+    listed = re.search(r"(?im)^\s*\*?\s*(\S+)\s+(?:Running|Stopped)\s+1\s*$", joined)
+    said = re.search(r"(?i)(?<![A-Za-z])WSL ?1(?![\d.])", joined)
+    if not listed and not said:
+        return None
+    distro = listed.group(1) if listed else "<distro>"
+    symptoms = ctx.errors + _symptom_lines(ctx, ctx.sheet.of("complaint")) or _lines_matching(
+        ctx, r"(?i)is_available|not found|no GPU|nvidia-smi|rocminfo")
+    if not symptoms:
+        return None
+    return _first(_make("wsl", "the distribution runs under WSL 1, which has no GPU",
+                        "only WSL 2 passes the GPU to Linux (through /dev/dxg and /usr/lib/wsl/lib); a distribution "
+                        "under WSL 1 sees no GPU whatever is installed in it",
+                        f"convert it to WSL 2 from Windows: wsl --set-version {distro} 2 (and wsl --set-default-version "
+                        "2 for new ones; needs the Virtual Machine Platform feature), then wsl -l -v must show VERSION "
+                        "2", [fact] if fact else [], symptoms))
+
+
+def _wsl_nvml(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """An NVIDIA tool's NVML start-up failing under WSL 2 (Ollama's GPU discovery, nvidia-smi's own library)."""
+    nvml = _lines_matching(ctx, r"(?i)nvml\w* (?:vram )?init failure|libnvidia-ml\.so\S*:? cannot open|"
+                                r"Failed to initialize NVML")
+    if nvml and (_vendor(ctx) == "nvidia" or re.search(r"(?i)\bCUDA\b|GeForce|\bRTX\b|\bQuadro\b|nvidia-", joined)):
+        # NVML is loaded by name: WSL mounts the Windows driver's copy in /usr/lib/wsl/lib, and a libnvidia-ml from a
+        # Linux driver package (in /lib/x86_64-linux-gnu) found first fails to start
+        return _make("wsl", "WSL 2: the NVML library loaded is not WSL's",
+                     "under WSL 2 the NVIDIA management library (libnvidia-ml.so.1) comes from the Windows driver, "
+                     "mounted in /usr/lib/wsl/lib; the tool (" + (ctx.tool(nvml) or "its GPU discovery") + ") loaded "
+                     "another copy (from a Linux driver package, or an unversioned libnvidia-ml.so that is not WSL's), "
+                     "and its start-up fails",
+                     "make the WSL copy the one found: sudo ln -sf /usr/lib/wsl/lib/libnvidia-ml.so.1 "
+                     "/usr/lib/wsl/lib/libnvidia-ml.so; sudo ldconfig (ldconfig -p | grep nvidia-ml must show "
+                     "/usr/lib/wsl/lib first), or export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH for the "
+                     "service; remove Linux NVIDIA driver packages inside WSL (sudo apt remove 'libnvidia-*' "
+                     "'nvidia-driver-*') and keep only the Windows driver", [fact], nvml)
+    return None
+
+
+def _wsl_collectives(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """NCCL (or RCCL) across GPUs under WSL 2: NCCL did not support WSL 2 at first (NVIDIA/nccl#442: maintainers said
+    it was not supported, later releases run there), and WSL 2's GPU paravirtualisation has no peer-to-peer between
+    cards, so a multi-GPU job there fails or hangs where native Linux runs it. Said as an error or as a question."""
+    said = _lines_matching(ctx, _COLLECTIVES.pattern)
+    if not said or not _WSL_SAID.search(joined):
+        return None
+    rccl = _vendor(ctx) == "amd" or re.search(r"(?i)\bRCCL\b", joined)
+    if rccl:
+        fix = ("run multi-GPU ROCm jobs on native Linux: ROCm on WSL 2 supports single-GPU work only (AMD's Radeon WSL "
+               "limitations); on WSL 2 train on one GPU")
+    else:
+        fix = ("update NCCL to a release that supports WSL 2 (a current torch wheel brings one: pip install -U torch, "
+               "or pip install -U nvidia-nccl-cu12) and run with NCCL_P2P_DISABLE=1 under WSL 2 (no GPU peer-to-peer "
+               "there); for multi-GPU training at full speed use native Linux (a dual boot)")
+    return _make("wsl", "collectives across GPUs under WSL 2",
+                 "under WSL 2 the GPUs are paravirtualised: " + (
+                     "RCCL is not supported there" if rccl else
+                     "early NCCL releases did not support WSL 2 at all, and later ones run there only without GPU "
+                     "peer-to-peer"), fix, [fact], ctx.errors or said)
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
     # cuDNN 8's convolution library (libcudnn_cnn_infer) loads the driver's libcuda itself when it starts: under WSL
     # that load is what fails, and cuDNN reports it as its own library not loading
     cudnn = _lines_matching(ctx, r"(?i)(?:Could not|Unable to|cannot|can't) load (?:the )?library libcudnn_cnn_infer")
-    if (cuda_lib or cudnn) and re.search(r"\bWSL", _text(ctx)):
+    # WSL said, or its driver folder shown (ldconfig -p listing /usr/lib/wsl/lib): the libcuda is WSL's own
+    if (cuda_lib or cudnn) and re.search(r"\bWSL|/usr/lib/wsl/lib\b", _text(ctx)):
         found = _make("wsl", "the WSL driver library is not on the loader path",
                       "under WSL 2 the NVIDIA driver's libcuda.so lives in /usr/lib/wsl/lib, which the loader does not "
                       "search here" + (" (cuDNN's libcudnn_cnn_infer loads libcuda when it starts, and reports that "
@@ -437,7 +678,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined):
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
-    own = _wsl_specific(ctx, joined, fact)
+    own = (_wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+           or _wsl_collectives(ctx, joined, fact))
     if own is not None:
         return own
     if re.search(r"(?i)\blib(?:cudart|cublas\w*|cudnn\w*|nvrtc)\.so(?:\.\d+)*: cannot open", joined) and \
@@ -449,12 +691,40 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     if not errors:   # the user's words: no GPU found, in English or Chinese
         errors = _lines_matching(ctx, r"(?:读不到|识别不到|找不到|检测不到|用不了|看不到).{0,6}(?i:gpu|显卡)|"
                                       r"(?i:gpu|显卡).{0,6}(?:读不到|识别不到|找不到|检测不到|用不了)")
+    if not errors:   # or a program that hangs as soon as it touches the GPU (卡住, 卡死, 无响应)
+        errors = _lines_matching(ctx, _WSL_HANG)
     if not errors and not ctx.sheet.has("complaint", "yes"):
         return None
     labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
     therock = ctx.sheet.has("layout", "therock") or (labels[-1].startswith("7") if labels else
                                                      any(v.startswith("7") for v in ctx.sheet.values("rocm")))
     text = "\n".join(ctx.sheet.lines)
+    arch, arch_fact = ctx.arch(errors)
+    if arch is None:
+        arch = _radeon_by_number(joined)
+    # NVIDIA said in words (nvidia-smi, CUDA, a GeForce) with no AMD word: the paste is about CUDA under WSL
+    nvidia_said = re.search(r"(?i)nvidia|\bcuda\b|geforce|\brtx\b|\bgtx\b|quadro|tesla", joined) and not re.search(
+        r"(?i)\bamd\b|radeon|rocm|\bhip\b|\bgfx\d", joined)
+    too_old = re.search(r"(?i)driver on your system is too old|driver version is insufficient", joined)
+    if too_old and ((arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia" or nvidia_said):
+        # under WSL the CUDA driver is the Windows one: updating anything inside Linux cannot help
+        return _make("wsl", "WSL 2: the Windows NVIDIA driver is older than this CUDA",
+                     "under WSL 2 CUDA runs on the Windows NVIDIA driver (mounted in /usr/lib/wsl/lib); it is older "
+                     "than the CUDA the program was built for",
+                     "update the Windows NVIDIA driver (Game Ready / Studio from nvidia.com or the NVIDIA app), then "
+                     "wsl --shutdown and start WSL again; never install a Linux NVIDIA driver inside WSL; or install "
+                     "a build for the older CUDA: " + _cuda_index_for_driver(ctx, arch), [fact], errors)
+    if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia" or (arch is None and nvidia_said):
+        return _make("wsl", "WSL 2: CUDA does not reach the NVIDIA GPU",
+                     "under WSL 2 CUDA goes through the Windows NVIDIA driver, whose libcuda.so WSL mounts in "
+                     "/usr/lib/wsl/lib; a Linux NVIDIA driver installed inside WSL, a loader path without that folder, "
+                     "or a CPU torch hides the GPU",
+                     "keep only the Windows NVIDIA driver (never install a Linux driver in WSL: sudo apt remove "
+                     "'nvidia-driver-*' 'libnvidia-*' if one is there), export LD_LIBRARY_PATH=/usr/lib/wsl/lib:"
+                     "$LD_LIBRARY_PATH" + (", and install a CUDA torch: " + _cuda_index_for_driver(ctx, arch)
+                                            if ctx.tool(errors) not in _NOT_TORCH else
+                                            f" for {ctx.tool(errors)}; update the Windows NVIDIA driver"),
+                     [f for f in (fact, arch_fact) if f], errors)
     if ctx.tool(errors) == "ollama":
         return _make("wsl", "WSL 2: Ollama looks for /dev/kfd, which WSL does not have",
                      "under WSL 2 the GPU is reached through /dev/dxg; Ollama's detection skips it unless told to",
@@ -466,18 +736,6 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "cache was not refreshed after the install)",
                      "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
                      "sudo ldconfig", [fact], errors)
-    arch, arch_fact = ctx.arch(errors)
-    if arch is None:
-        arch = _radeon_by_number(joined)
-    if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia":
-        return _make("wsl", "WSL 2: CUDA does not reach the NVIDIA GPU",
-                     "under WSL 2 CUDA goes through the Windows NVIDIA driver, whose libcuda.so WSL mounts in "
-                     "/usr/lib/wsl/lib; a Linux NVIDIA driver installed inside WSL, a loader path without that folder, "
-                     "or a CPU torch hides the GPU",
-                     "keep only the Windows NVIDIA driver (never install a Linux driver in WSL: sudo apt remove "
-                     "'nvidia-driver-*' 'libnvidia-*' if one is there), export LD_LIBRARY_PATH=/usr/lib/wsl/lib:"
-                     "$LD_LIBRARY_PATH, and install a CUDA torch: " + _cuda_index_for_driver(ctx, arch),
-                     [f for f in (fact, arch_fact) if f], errors)
     if arch and arch.startswith("gfx") and not re.match(r"gfx1[12]\d\d", arch):
         # AMD's WSL support matrix lists RDNA3 and RDNA4 Radeon / Radeon PRO cards only (the "Compatibility matrices"
         # page of rocm.docs.amd.com/projects/radeon, WSL section)
@@ -521,6 +779,24 @@ _UBUNTU_SERIES = ("4.4", "4.8", "4.10", "4.13", "4.15", "4.18", "5.0", "5.3", "5
                   "5.19", "6.2", "6.5", "6.8", "6.11", "6.14", "6.17")
 
 
+# The first ROCm release whose amdgpu-dkms builds for a kernel series that the one before it failed on, as AMD's
+# maintainers answered: 6.14 (Ubuntu 24.04 HWE) from 6.4.2 (ROCm #4619, legacy-rocm-build #5074); 6.17 (Ubuntu
+# 25.10) from 7.1.1 (legacy-rocm-build #5624)
+_DKMS_FIRST_BUILDS = {"6.14": "6.4.2", "6.17": "7.1.1"}
+
+
+def _first_dkms_release(text: str) -> Optional[tuple[str, str]]:
+    """(kernel series, ROCm release) where the kernel is one the table knows and the ROCm being installed is older."""
+    m = re.search(r"\b(\d\.\d+)\.\d+-\d+-(?:generic|lowlatency)\b", text)
+    release = _rocm_release(text)
+    if not m or m.group(1) not in _DKMS_FIRST_BUILDS or not release:
+        return None
+    first = _DKMS_FIRST_BUILDS[m.group(1)]
+    def as_tuple(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+    return (m.group(1), first) if as_tuple(release) < as_tuple(first) else None
+
+
 def _previous_ubuntu_kernel(text: str) -> Optional[str]:
     m = re.search(r"\b(\d\.\d+)\.\d+-\d+-(?:generic|lowlatency)\b", text)
     if not m or m.group(1) not in _UBUNTU_SERIES or m.group(1) == _UBUNTU_SERIES[0]:
@@ -530,7 +806,8 @@ def _previous_ubuntu_kernel(text: str) -> Optional[str]:
 
 # Windows: a HIP function missing from amdhip64.dll, which the AMD display driver installs
 _WINDOWS_HIP_ENTRY = re.compile(r"(?i)(?:procedure )?entry point (hip\w+) could not be (?:located|found)")
-_ADRENALIN_VERSION = re.compile(r"(?i)Adrenalin(?: Edition)?\s+(\d{2}\.\d{1,2}\.\d)")
+_ADRENALIN_VERSION = re.compile(r"(?i)(?:Adrenalin(?: Edition)?|AMD (?:Software|display|graphics|GPU|Radeon)(?: \w+)? "
+                                r"drivers?)\s+\(?(?:version\s+)?(\d{2}\.\d{1,2}\.\d)")
 
 
 def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
@@ -547,7 +824,8 @@ def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
                      "tool's README names), clean install; then check C:\\Windows\\System32\\amdhip64*.dll is the "
                      "new one", [], entry)
     named = _ADRENALIN_VERSION.search(_text(ctx))
-    worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:using|used)|no longer "
+    worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:being )?(?:using|used|"
+                                 r"utili[sz]ed)|no longer "
                                  r"(?:uses?|works?)|falls? back to (?:the )?CPU|stopped working|since (?:the|updating))")
     if named and worse:
         version = named.group(1)
@@ -589,9 +867,19 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     kernel = ctx.sheet.first("kernel")
     secure_boot = ("if Secure Boot is on, it refuses the unsigned module: enroll its key (sudo mokutil --import "
                    "<the DKMS MOK key>) or turn Secure Boot off")
-    if re.search(r"(?i)driver/library version mismatch|version-mismatch", text):
-        fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded "
-               "(or reinstall the driver cleanly and reboot)")
+    if re.search(r"(?i)driver/library version mismatch|version-mismatch|does not match DSO version|NVRM: API mismatch",
+                 text):
+        # XLA names both versions: the loaded kernel module's and the libcuda's (the user-space driver's); NVRM the
+        # client's (the libraries') and the kernel module's
+        xla = re.search(r"(?i)kernel version (\d+)\.\S+ does not match DSO version (\d+)\.", text)
+        nvrm = re.search(r"(?i)client has the version (\d+)\.\S+,? but this kernel module has the version (\d+)\.", text)
+        module, libraries = ((xla.group(1), xla.group(2)) if xla else
+                             (nvrm.group(2), nvrm.group(1)) if nvrm else (None, None))
+        branch = f"nvidia-driver-{libraries} (the libraries' branch; or {module}, the module's)" if libraries \
+            else "nvidia-driver-<version>"
+        fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded; "
+               f"if it stays, reinstall one driver version for both cleanly: sudo apt install --reinstall {branch}, "
+               "then reboot (nvidia-smi and cat /proc/driver/nvidia/version must name the same version)")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
     elif re.search(r"(?i)Key was rejected by service|Required key not available|unsigned module|module verification "
                    r"failed", text):
@@ -620,7 +908,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
                "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
         cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
-    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error", text):
+    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b|\b(?:after|since) "
+                   r"(?:a |the )?(?:sleep|suspend|resume|hibernat\w*|wak(?:e|ing) up)\b|(?:休眠|睡眠|挂起|待机)\S{0,8}后", text):
         fix = ("reload the NVIDIA unified-memory module: sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (after a "
                "suspend / resume it is left broken), or reboot; if it comes back after each sleep, keep the memory "
                "across suspend: options nvidia NVreg_PreserveVideoMemoryAllocations=1 and the nvidia-suspend services")
@@ -632,8 +921,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "--sb-state and sudo dmesg | grep -i -e 'key was rejected' -e lockdown) or turn Secure Boot off in the "
                "firmware settings")
         cause = f"Secure Boot is on and the {module} kernel module is not signed with a key the firmware trusts"
-    elif re.search(r"(?i)kernel (?:update|upgrade)", text) and not re.search(
-            r"(?i)Bad return status|fail\w* to (?:build|compile)|build (?:error|fail)", text):
+    elif re.search(r"(?i)kernel (?:update|upgrade)|(?:更新|升级)\S{0,12}内核", text) and not re.search(
+            r"(?i)Bad return status|fail\w* to (?:build|compile)|build (?:error|fail)|编译失败|构建失败", text):
         nvidia = re.search(r"(?i)nvidia", joined)
         again = ("sudo apt install --reinstall nvidia-dkms-<version> (or sudo dkms autoinstall)" if nvidia else
                  "sudo apt install --reinstall amdgpu-dkms (or sudo dkms autoinstall), or drop DKMS: sudo "
@@ -666,18 +955,44 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         cause = "the amdgpu-dkms module misbehaves on this kernel" + (f" ({kernel.value})" if kernel else "")
     elif re.search(r"Could not locate dkms\.conf", text):
         tree = re.search(r"(/var/lib/dkms/amdgpu/[^/\s]+)", "\n".join(ctx.sheet.lines))
-        fix = (f"remove the leftover tree: sudo rm -rf {tree.group(1) if tree else '/var/lib/dkms/amdgpu/<old version>'}"
-               ", then install the amdgpu-dkms package again")
+        # dpkg-reconfigure re-runs the package's own script: dkms add, build and install for the running kernel
+        fix = ("rebuild and register the installed module: sudo dpkg-reconfigure amdgpu-dkms (then sudo dkms status "
+               "must list amdgpu as installed for $(uname -r)); if dkms still trips over the old version, remove the "
+               f"leftover tree: sudo rm -rf {tree.group(1) if tree else '/var/lib/dkms/amdgpu/<old version>'}, then "
+               "install the amdgpu-dkms package again")
         cause = "an old amdgpu-dkms version left an empty tree in /var/lib/dkms that dkms cannot read"
-    elif re.search(r"(?i)couldn.t communicate with the NVIDIA driver", text):
+    elif re.search(r"(?i)Module (?:amdgpu|nvidia\w*) not found in directory", text):
+        module = re.search(r"(?i)Module (amdgpu|nvidia\w*) not found in directory (\S+)", text)
+        if module.group(1).lower() == "amdgpu":
+            # Ubuntu's cloud / minimal kernels leave the GPU drivers out of the base package (in -modules-extra)
+            fix = ("this kernel has no amdgpu module: on Ubuntu install the kernel's extra modules, sudo apt install "
+                   "linux-modules-extra-$(uname -r) (cloud / minimal kernels such as -aws, -azure, -gcp, -kvm leave "
+                   "amdgpu out; a -generic kernel has it), then sudo modprobe amdgpu; or install amdgpu-dkms for this "
+                   "kernel (sudo amdgpu-install --usecase=dkms)")
+        else:
+            fix = ("the NVIDIA module was not built for this kernel: install its headers (sudo apt install "
+                   "linux-headers-$(uname -r)) and rebuild it (sudo dkms autoinstall, or reinstall nvidia-dkms-"
+                   "<version>), then sudo modprobe nvidia; " + secure_boot)
+        cause = f"the running kernel ({module.group(2).rstrip('/').rsplit('/', 1)[-1]}) has no {module.group(1)} module"
+    elif re.search(r"(?i)nvidia-container-cli.{0,80}nvml error: driver not loaded", text):
+        # the container toolkit's hook reads the host's driver: the module is missing on the host, not in the image
+        fix = ("the host's NVIDIA kernel module is not loaded: run nvidia-smi on the host itself; reinstall the driver "
+               "for the host's running kernel (sudo apt install --reinstall nvidia-driver-<version>, or sudo dkms "
+               f"autoinstall after a kernel update), {secure_boot}; reboot, then start the container again")
+        cause = "the NVIDIA Container Toolkit finds no loaded NVIDIA driver on the host"
+    elif re.search(r"(?i)couldn.t communicate with the NVIDIA driver|Failed to initialize NVML: Driver Not Loaded", text):
         fix = ("the NVIDIA kernel module is not loaded: reinstall the driver for the running kernel (sudo apt install "
                "--reinstall nvidia-driver-<version>; or dkms autoinstall), check Secure Boot, reboot")
         cause = "nvidia-smi cannot reach the kernel driver (a kernel update without the module rebuilt, or Secure Boot)"
     elif re.search(r"(?i)driver (?:on your system is too old|version is insufficient)", text):
         found = re.search(r"found version (\d{4,5})", text)
         cuda = ctx.sheet.values("cuda")
+        # the driver branch said in words ("driver 470", "nvidia-driver-510"): the newest CUDA it runs
+        branch = re.search(r"(?i)\bdriver(?: version)?\W{0,3}(\d{3})(?:\.\d+){0,2}\b|nvidia-driver-(\d{3})\b", joined)
+        runs = max((c for c, b in _DRIVER_FOR_CUDA if branch and b <= int(branch.group(1) or branch.group(2))),
+                   default=None)
         most = (f"{int(found.group(1)) // 1000}.{int(found.group(1)) % 1000 // 10}" if found else
-                cuda[-1] if cuda else None)
+                cuda[-1] if cuda else f"{runs[0]}.{runs[1]}" if runs else None)
         older = ""
         if most and most.split(".")[0] == "11":
             older = "; or keep the driver and install the torch built for CUDA 11: --index-url " \
@@ -692,10 +1007,14 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"
     elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build|"
-                   r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)",
+                   r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)|dkms.{0,20}(?:编译|构建)(?:失败|出错)",
                    text):
         previous = _previous_ubuntu_kernel(text + " " + (kernel.value if kernel else ""))
-        fix = ("install the amdgpu-dkms of a newer ROCm release (one that lists this kernel), boot a kernel that the "
+        first = _first_dkms_release(joined + " " + (kernel.value if kernel else ""))
+        newer = (f"install the amdgpu-dkms of ROCm {first[1]} or newer (the first release whose driver builds for the "
+                 f"{first[0]} kernel: sudo amdgpu-install --uninstall, then the amdgpu-install of {first[1]})" if first
+                 else "install the amdgpu-dkms of a newer ROCm release (one that lists this kernel)")
+        fix = (newer + ", or boot a kernel that the "
                "ROCm release supports" + (f" (the series before it, {previous}: sudo apt install linux-image-"
                                          f"{previous}.0-<abi>-generic linux-headers-{previous}.0-<abi>-generic, pick "
                                          "it in GRUB's Advanced options, and hold the newer one until ROCm lists it)"
@@ -708,6 +1027,12 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     elif re.search(r"(?i)firmware|\bSMU\b|\bPSP\b", text):
         fix = "install a newer linux-firmware package (the GPU's firmware files are newer than the distribution's)"
         cause = "amdgpu cannot load this GPU's firmware"
+    elif re.search(r"(?i)\bnvidia", text) and not re.search(r"(?i)\bamdgpu\b|\brocm|radeon", joined):
+        # an NVIDIA driver component failing with no reading of its own: the kernel module first
+        fix = ("read sudo dmesg | grep -i -e NVRM -e nvidia (the kernel module's own error) and nvidia-smi; if the "
+               "module is not loaded, reinstall the driver for the running kernel (sudo apt install --reinstall "
+               f"nvidia-driver-<version>, or sudo dkms autoinstall after a kernel update); {secure_boot}; reboot")
+        cause = "an NVIDIA driver component failed to start (the kernel module not loaded, or not matching)"
     else:
         fix = ("sudo modprobe amdgpu and read sudo dmesg | grep -i amdgpu; if it is not there, install the driver "
                f"(sudo amdgpu-install --usecase=dkms) or boot a kernel that has it; {secure_boot}")
@@ -717,6 +1042,176 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         r"NOT loaded|not found in modules|modprobe|couldn.t communicate", text) else ctx.no_gpu()
     return _make("driver", "the GPU driver is not working", cause, fix, [ctx.line_fact(e) for e in errors[:2]],
                  errors + downstream)
+
+
+# NVIDIA's open kernel modules drive Turing and newer GPUs only (they need the GPU System Processor); Maxwell, Pascal
+# and Volta cards need the proprietary modules (NVIDIA's open-gpu-kernel-modules README; the driver's installation
+# guide since 560, where the open modules became the default)
+_OPEN_MODULES = re.compile(r"(?i)nvidia-(?:driver-\d+-)?open\b|\bopen (?:gpu )?kernel modules?\b|-open\b.{0,20}\bdriver|"
+                           r"not supported by open nvidia\.ko|required GPU System Processor")
+_PRE_TURING = re.compile(r"(?i)\bGTX ?(?:9[5-8]0|10[5-8]0)(?: ?Ti)?\b|\bTitan (?:X|Xp|V)\b|\b(?:Tesla )?[PMK]\d{2,3}\b|"
+                         r"\bV100\b|\bQuadro [PMK]\d{3,4}\b|\b(?:Pascal|Maxwell|Volta|Kepler)\b")
+
+
+@rule("driver")
+def open_modules_on_old_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """The open NVIDIA kernel modules on a GPU older than Turing: they refuse it (no GSP), so nvidia-smi finds no
+    device although the driver is installed."""
+    text = _text(ctx)
+    refused = _lines_matching(ctx, r"(?i)not supported by open nvidia\.ko|required GPU System Processor")
+    card = _PRE_TURING.search(text)
+    if not refused and not (card and _OPEN_MODULES.search(text)):
+        return None
+    symptom = refused or _lines_matching(ctx, r"(?i)No devices were found|NVIDIA-SMI has failed|couldn.t communicate|"
+                                              r"No CUDA GPUs are available|Found no NVIDIA driver|RmInitAdapter failed")
+    if not symptom:
+        return None
+    branch = re.search(r"(?i)nvidia-driver-(\d{3})|driver (?:version )?(\d{3})\b|\b(\d{3})\.\d+(?:\.\d+)?\b", text)
+    number = next((g for g in branch.groups() if g), None) if branch else None
+    package = f"nvidia-driver-{number}" if number else "nvidia-driver-<branch>"
+    return _first(_make(
+        "driver", "the open NVIDIA kernel modules do not drive this GPU" + (f" ({card.group(0)})" if card else ""),
+        "NVIDIA's open kernel modules support Turing and newer GPUs only (they run on the GPU System Processor); an "
+        "older card (Maxwell, Pascal, Volta) is left without a driver, so nvidia-smi finds no device",
+        f"install the proprietary kernel modules of the same branch instead: sudo apt install {package} (the package "
+        f"without -open; it replaces {package}-open), or with NVIDIA's .run installer pick the proprietary flavour "
+        "(-m=kernel, not kernel-open); then reboot; branch 580 is the last with Maxwell, Pascal and Volta support",
+        [], symptom))
+
+
+# The Strix / Krackan APUs (gfx1150-gfx1152): linux-firmware 20251125 shipped an MES firmware (0x83) for them that hangs
+# or faults ROCm work; 20251111 is the last good release, and the revert came in later packages (legacy-rocm-build
+# #5724 and #5616, AMD's answers; kyuz0/amd-strix-halo-toolboxes #37)
+_STRIX_APU = re.compile(r"(?i)Strix Halo|Strix Point|Krackan|Ryzen AI Max|\bAI Max\+?|\b(?:AMD|Ryzen AI(?: Max)?\+?) "
+                        r"3[89]5\+?\b|\b8060S\b|\b8050S\b|\b890M\b|\b880M\b|\b860M\b|\bgfx115[012]\b")
+_STUCK = re.compile(r"(?i)\b(?:still waiting|waiting for|hangs?|hung|stuck|freez\w*|never (?:loads?|finishes|answers)|"
+                    r"time[sd]? ?out)\b|MES failed|\bMES\b.{0,40}\b(?:fail|timeout|hang)|卡住|卡死|无响应")
+
+
+@rule("driver")
+def apu_mes_firmware(ctx: Context) -> Optional[Diagnosis]:
+    """ROCm work that hangs (or never answers) on a Strix Halo / Strix Point / Krackan APU while the CPU path works:
+    the GPU's MES firmware from linux-firmware, not the tool. A likely reading: the package's version decides."""
+    text = _text(ctx)
+    apu = _STRIX_APU.search(text) or any(a in ("gfx1150", "gfx1151", "gfx1152") for a in ctx.sheet.machine_archs)
+    if not apu or not re.search(r"(?i)\brocm\b|\bhip\b|\bgfx11|\bGPU\b", text):
+        return None
+    stuck = _lines_matching(ctx, _STUCK.pattern)
+    if not stuck or ctx.errors and any(e.family not in (None, "driver", "gpu-hang") for e in ctx.errors):
+        return None   # an error of its own family (a missing arch, memory, a library) says what it is
+    return _make("driver", "the APU's MES firmware from linux-firmware hangs ROCm",
+                 "on Strix Halo / Strix Point / Krackan APUs (gfx1150-gfx1152) the linux-firmware 20251125 release "
+                 "ships an MES firmware (0x83) under which ROCm work hangs or faults while the CPU path runs",
+                 "check the firmware: apt policy linux-firmware (rpm -q linux-firmware; sudo cat "
+                 "/sys/kernel/debug/dri/*/amdgpu_firmware_info | grep MES); if it is 20251125, downgrade linux-firmware "
+                 "to 20251111 (or update to a package with the MES revert), reboot, and run the GPU path again",
+                 [], stuck, confirmed=False)
+
+
+# The oldest Linux driver branch of each CUDA toolkit (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and
+# Corresponding Driver Versions"): a driver runs the CUDA of its branch and older; code a newer toolkit compiled to
+# PTX cannot be loaded by it
+_DRIVER_FOR_CUDA = (((11, 0), 450), ((11, 1), 455), ((11, 2), 460), ((11, 3), 465), ((11, 4), 470), ((11, 5), 495),
+                    ((11, 6), 510), ((11, 7), 515), ((11, 8), 520), ((12, 0), 525), ((12, 1), 530), ((12, 2), 535),
+                    ((12, 3), 545), ((12, 4), 550), ((12, 5), 555), ((12, 6), 560), ((12, 8), 570), ((12, 9), 575),
+                    ((13, 0), 580))
+_PTX_REFUSED = re.compile(r"(?i)no kernel image is available|unsupported PTX version|PTX was compiled with an unsupported "
+                          r"toolchain|UNSUPPORTED_PTX_VERSION")
+
+
+@rule("driver")
+def driver_older_than_toolkit(ctx: Context) -> Optional[Diagnosis]:
+    """A CUDA toolkit newer than the NVIDIA driver, both named, and the driver refusing the compiled code: the PTX
+    the newer toolkit emits is JIT-compiled by the driver, which knows only its own CUDA's PTX (XLA, numba, triton
+    and CuPy compile at run time, so "no kernel image" here is the driver's age, not the GPU's architecture)."""
+    refused = _lines_matching(ctx, _PTX_REFUSED.pattern)
+    if not refused:
+        return None
+    text = _text(ctx)
+    driver = re.search(r"(?i)\b(?:nvidia[- ])?driver(?: version)?\W{0,3}(\d{3})(?:\.\d+){0,2}\b", text)
+    # the toolkit said as cuda-11.6 / CUDA 11.6.2 / cuda_12.4, never nvidia-smi's "CUDA Version:" (the driver's own)
+    toolkits = [(int(a), int(b)) for a, b in re.findall(r"(?i)\bcuda(?:[- _]|\s+toolkit\s+)(\d{2})\.(\d)(?:\.\d+)?\b", text)]
+    if driver is None or not toolkits:
+        return None
+    branch = int(driver.group(1))
+    runs = max((cuda for cuda, least in _DRIVER_FOR_CUDA if least <= branch), default=None)
+    newest = max(toolkits)
+    if runs is None or newest <= runs:
+        return None
+    # within one major version a prebuilt wheel's cubins run on the older driver (minor version compatibility): there
+    # only code compiled at run time (XLA, numba, CuPy, Triton) meets the driver's PTX limit
+    if newest[0] == runs[0] and not re.search(r"(?i)\b(?:jax|jaxlib|xla|numba|cupy|triton|tensorflow)\b", text):
+        return None
+    least = next(b for cuda, b in _DRIVER_FOR_CUDA if cuda >= newest)
+    have = f"{runs[0]}.{runs[1]}"
+    return _make("driver", f"the NVIDIA driver {branch} is older than CUDA {newest[0]}.{newest[1]}",
+                 f"driver {branch} runs CUDA {have} at most; the code built with the CUDA {newest[0]}.{newest[1]} "
+                 "toolkit (its PTX) cannot be loaded by it, so the launch finds no kernel image",
+                 f"update the NVIDIA driver to {least} or newer (sudo apt install nvidia-driver-{least} or a later "
+                 f"branch, then reboot), or keep driver {branch} and use the CUDA {have} toolkit (and builds made for "
+                 f"CUDA {have})", [], refused)
+
+
+_CUDA_UNUSABLE = re.compile(r"(?i)is_available\(\)\W{0,3}(?:returns?|is|gives|=+|->|:)?\s*False|No CUDA GPUs are "
+                            r"available|CUDA (?:is )?(?:not available|unavailable)|cuda(?:Get)?(?:Device|Init)\w*.{0,40}"
+                            r"(?:fail|error)|CUDA initialization: The NVIDIA driver on your system is too old")
+
+
+@rule("driver")
+def driver_branch_too_old(ctx: Context) -> Optional[Diagnosis]:
+    """A CUDA torch that finds no GPU where the paste names an NVIDIA driver branch too old for the torch's CUDA
+    (a CUDA 12 build needs the 525 branch or newer, a CUDA 11 build 450 or newer: CUDA's minor version compatibility
+    within a major version, NVIDIA's CUDA compatibility guide)."""
+    failing = _lines_matching(ctx, _CUDA_UNUSABLE.pattern)
+    if not failing:
+        return None
+    text = _text(ctx)
+    driver = re.search(r"(?i)Driver Version:?\s*(\d{3})\.|nvidia-driver-(\d{3})\b|\bdriver (?:version |branch )?(\d{3})"
+                       r"(?:\.\d+){1,2}\b", text)
+    if driver is None:
+        return None
+    branch = int(next(g for g in driver.groups() if g))
+    labels = [f.value.split("+cu", 1)[1] for f in ctx.sheet.of("torch") if "+cu" in f.value]
+    major = int(labels[-1][:2]) if labels and labels[-1][:2].isdigit() else 12   # today's wheels: CUDA 12
+    least = 525 if major >= 12 else 450
+    if branch >= least:
+        return None
+    runs = max((cuda for cuda, b in _DRIVER_FOR_CUDA if b <= branch), default=None)
+    most = f"CUDA {runs[0]}.{runs[1]} at most" if runs else "no CUDA 11 or newer"
+    older = (" or keep the driver and install a torch built for CUDA 11.8 (pip install torch --index-url "
+             "https://download.pytorch.org/whl/cu118)" if major >= 12 and branch >= 450 else "")
+    return _make("driver", f"the NVIDIA driver {branch} is too old for this torch's CUDA {major}",
+                 f"driver branch {branch} runs {most}; the torch build needs CUDA {major} (driver {least} or newer), so "
+                 "it finds no usable GPU",
+                 f"update the NVIDIA driver to {least} or newer (sudo ubuntu-drivers install, or sudo apt install "
+                 f"nvidia-driver-<branch>, then reboot; a current branch such as 570 serves every CUDA 12 wheel)"
+                 f"{older}; if the card is too old for that driver (Kepler and older stop at 470), a CPU build or "
+                 "another GPU", [], failing)
+
+
+# CUDA's 802 (CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized"): on NVSwitch systems (HGX / DGX A100, H100,
+# H200, B200) CUDA takes no work until nvidia-fabricmanager has set the fabric up (NVIDIA's Fabric Manager guide).
+# NCCL's NVLS transport failing on the same fabric is read with the other transports (rules/machine.py).
+_SYSTEM_NOT_READY = re.compile(r"(?i)system not yet initiali[sz]ed|CUDA_ERROR_SYSTEM_NOT_READY|\b(?:Error|error code|"
+                               r"err)\W{0,3}802\b")
+
+
+@rule("driver")
+def fabric_manager(ctx: Context) -> Optional[Diagnosis]:
+    """CUDA refusing work until the NVSwitch fabric is up: the fabric manager beside the driver, not the GPU."""
+    not_ready = _lines_matching(ctx, _SYSTEM_NOT_READY.pattern)
+    if not not_ready:
+        return None
+    driver = re.search(r"(?i)Driver Version:?\s*(\d{3})\.|nvidia-driver\W{0,3}:?\s*(\d{3})\.", _text(ctx))
+    branch = (driver.group(1) or driver.group(2)) if driver else "<the driver's branch>"
+    return _first(_make(
+        "driver", "the NVSwitch fabric is not initialised: nvidia-fabricmanager",
+        "on NVSwitch systems (HGX / DGX A100, H100, H200, B200) CUDA refuses work with 'system not yet initialized' "
+        "(802) until nvidia-fabricmanager has set the fabric up; it is not installed, not running, or of another "
+        "version than the driver",
+        f"sudo apt install nvidia-fabricmanager-{branch} (exactly the driver's version; the -server driver branches "
+        "match it), sudo systemctl enable --now nvidia-fabricmanager, then check nvidia-smi -q | grep -A2 Fabric "
+        "(State: Completed) and run again", [], not_ready))
 
 
 # Data-centre NVIDIA cards (Tesla, the A/H/L series) start in TCC mode on Windows, a compute-only driver mode that WSL 2's

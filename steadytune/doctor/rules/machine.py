@@ -414,8 +414,40 @@ def _atomics_for_an_old_release(ctx: Context) -> Optional[Diagnosis]:
                         "need them", [_arch_fact(ctx, archs[0])], unseen))
 
 
+# the BIOS leaving the card's memory unmapped, said or shown: Above 4G Decoding / Resizable BAR off, a 256 MB BAR
+_BAR_OFF = re.compile(r"(?i)(?:resizable|large|re-?size) ?BAR\W{0,3}(?:is |was |=|:)?\s*(?:off|disabled|not (?:enabled|"
+                      r"supported|available))|(?:disabled?|turned off|without|no) (?:the )?(?:resizable|re-?size) ?BAR|"
+                      r"Above ?4G(?: Decoding)?\W{0,3}(?:is |was |=|:)?\s*(?:off|disabled)|(?:disabled?|turned off|"
+                      r"without|no) (?:the )?Above ?4G|关闭.{0,6}(?:Above ?4G|Resizable ?BAR|ReBAR)|(?:Above ?4G|Resizable "
+                      r"?BAR|ReBAR).{0,6}(?:关闭|未开启|没开)")
+_INIT_FAILS = re.compile(r"(?i)Fatal error during GPU init|amdgpu.{0,60}probe.{0,40}fail\w*|RmInitAdapter failed|"
+                         r"\bBAR \d+: (?:no space|failed to assign)|Not enough PCI address space|"
+                         r"(?:fail\w*|unable|can.t|cannot) (?:to )?(?:initiali[sz]e|init) (?:the )?(?:GPU|device)")
+
+
+def _bar_at_init(ctx: Context) -> Optional[Diagnosis]:
+    """The GPU failing to initialise where the BIOS is said to leave Above 4G Decoding / Resizable BAR off: the
+    driver's init failure is the symptom, the unmapped memory window the cause (a card with 16 GB or more of VRAM, an
+    NVIDIA data-centre card, a second large card: each wants a 64-bit memory window above 4 GB)."""
+    failed = _lines_matching(ctx, _INIT_FAILS.pattern)
+    said = _lines_matching(ctx, _BAR_OFF.pattern)
+    if not failed or not said:
+        return None
+    return _first(_make("platform-bios", "the BIOS does not map the GPU's memory, so its init fails",
+                        "the GPU's driver fails to initialise it while Above 4G Decoding / Resizable BAR is off: the "
+                        "card's memory window (BAR) needs 64-bit address space above 4 GB, which the BIOS then does "
+                        "not give",
+                        "enable Above 4G Decoding and Resizable BAR in the BIOS (CSM / legacy boot off, UEFI boot), "
+                        "then boot and check sudo dmesg | grep -i -e BAR -e amdgpu -e NVRM (amdgpu prints the BAR size "
+                        "it got: 'Detected VRAM RAM=... BAR=...'); update the BIOS if it has no such option",
+                        [], failed + said))
+
+
 @rule("platform-bios")
 def platform_bios(ctx: Context) -> Optional[Diagnosis]:
+    bar = _bar_at_init(ctx)
+    if bar is not None:
+        return bar
     errors = ctx.of("platform-bios")
     if not errors:
         return _atomics_for_an_old_release(ctx)
