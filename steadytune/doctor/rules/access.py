@@ -1014,8 +1014,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         newer = (f"install the amdgpu-dkms of ROCm {first[1]} or newer (the first release whose driver builds for the "
                  f"{first[0]} kernel: sudo amdgpu-install --uninstall, then the amdgpu-install of {first[1]})" if first
                  else "install the amdgpu-dkms of a newer ROCm release (one that lists this kernel)")
-        fix = (newer + ", or boot a kernel that the "
-               "ROCm release supports" + (f" (the series before it, {previous}: sudo apt install linux-image-"
+        fix = (newer + ", or boot a supported kernel (one the ROCm release's compatibility matrix "
+               "lists)" + (f" (the series before it, {previous}: sudo apt install linux-image-"
                                          f"{previous}.0-<abi>-generic linux-headers-{previous}.0-<abi>-generic, pick "
                                          "it in GRUB's Advanced options, and hold the newer one until ROCm lists it)"
                                          if previous else "") +
@@ -1269,3 +1269,39 @@ def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
         f"boot the distribution's kernel instead of the mainline one: sudo apt install {hwe} (or linux-generic), pick it "
         "in GRUB (Advanced options), then remove the mainline linux-image- and linux-headers- packages and install "
         "the driver again", evidence, failed))
+
+
+# A crash in a program's Vulkan backend (llama.cpp's ggml-vulkan, koboldcpp, LM Studio's Vulkan runtime): the
+# pipeline and shader compilation run inside the GPU's Vulkan driver (Mesa's RADV/ANV on Linux, the vendor driver on
+# Windows), and a crash there with no error from the program itself is the driver's bug far more often than the model's.
+_VULKAN_IN_USE = re.compile(r"(?i)\bggml_vulkan\b|\bvulkan\b.{0,20}\b(?:backend|runtime|build|pipeline|path|runner)\b|"
+                            r"\b(?:backend|runtime|build|runner)\b.{0,12}\bvulkan\b|\bRADV\b|-DGGML_VULKAN=ON")
+_VULKAN_CRASH = re.compile(r"(?i)\bcrash(?:es|ed|ing)?\b|heap corruption|corrupt(?:s|ed)? the heap|"
+                           r"\bseg ?fault|segmentation fault|0xc0000005|access violation|\bsigsegv\b|崩溃|闪退")
+_MESA = re.compile(r"(?i)\bMesa\s*v?(\d{2}\.\d+(?:\.\d+)?)")
+
+
+@rule("driver")
+def vulkan_driver_crash(ctx: Context) -> Optional[Diagnosis]:
+    """A program crashing in its Vulkan backend, with no error of its own (no out-of-memory, no missing device): the
+    Vulkan driver's bug; the remedy is a newer driver (Mesa on Linux, the GPU vendor's driver on Windows)."""
+    text = _text(ctx)
+    if not _VULKAN_IN_USE.search(text):
+        return None
+    crashed = _lines_matching(ctx, _VULKAN_CRASH.pattern)
+    if not crashed or re.search(r"(?i)out of (?:device |host )?memory|ErrorOutOfDeviceMemory|No Vulkan devices? found|"
+                                r"vkCreateInstance failed|ERROR_INCOMPATIBLE_DRIVER|ERROR_INITIALIZATION_FAILED", text):
+        return None   # a memory or device-discovery error is its own reading, not a driver bug in the pipeline
+    mesa = _MESA.search(text)
+    linux = (f"update Mesa past {mesa.group(1)} (the RADV/ANV Vulkan driver: a newer mesa-vulkan-drivers from the "
+             "distribution's backports or the kisak-mesa PPA)" if mesa else
+             "on Linux update Mesa (the RADV/ANV Vulkan driver: mesa-vulkan-drivers from the distribution's backports "
+             "or the kisak-mesa PPA)")
+    return _make("driver", "the GPU's Vulkan driver crashes in the program's Vulkan backend",
+                 "the crash happens while the Vulkan backend builds its pipelines or runs its shaders, inside the "
+                 "GPU's Vulkan driver" + (f" (Mesa {mesa.group(1)})" if mesa else "") + ", with no error from the "
+                 "program itself",
+                 f"{linux}; on Windows install the GPU vendor's current driver (AMD Software Adrenalin, the NVIDIA or "
+                 "Intel driver); meanwhile run the same model through the HIP/CUDA backend, or skip the part that "
+                 "crashes (a vision projector: without --mmproj), to confirm it is the driver",
+                 [], crashed, confirmed=False)

@@ -837,6 +837,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         return None   # an old card under a ROCm that still built it, with no missing-code message: gpu_unsupported's
     if not errors and re.search(r"(?i)device[- _]?lib(?:rar(?:y|ies)|s)?(?:[- _]path)?\b|\bbitcode\b|--rocm-path", _text(ctx)):
         return None   # the compiler not finding its device libraries (a build of ROCm itself): rocm-libs-missing's
+    if not errors and re.search(r"(?i)\bggml_vulkan\b|\bvulkan\b.{0,20}\b(?:backend|runtime|build|runner)\b|\bRADV\b",
+                                _text(ctx)) and not re.search(r"(?i)\b(?:rocm|hip\w*|rocblas|zluda)\b", _text(ctx)):
+        return None   # a Vulkan backend compiles its shaders for any GPU at run time: no per-arch code to lack
     if not errors:
         # the same problem without its message: a crash, a CPU fallback or a complaint on a GPU the builds do not carry
         faults = ctx.of("gpu-hang") + ctx.crashes()
