@@ -22,6 +22,14 @@ READINGS = [
      "driver", ["Mesa past 24.2.8", "driver"]),
     ("LM Studio Vulkan runtime: crashes instantly when loading gemma-3 on Windows 11 (RX 7600)", "driver",
      ["AMD Software Adrenalin", "Mesa"]),
+    # gpu-unsupported: an Intel GPU with a tool that has its own Intel route
+    ("deepspeed --num_gpus 1 train.py on an Intel Arc A750 just exits, nothing printed. why?", "gpu-unsupported",
+     ["intel-extension-for-deepspeed"]),
+    ("Will ollama ever use my Intel Arc A380? It is not supported in the current release", "gpu-unsupported",
+     ["Vulkan", "ipex-llm"]),
+    # driver: torch's XPU build sees the Intel GPU and crashes calling into it
+    ("torch 2.9.1+xpu on an Intel Arc B580, Ubuntu 24.04\ntorch.xpu.device_count() -> 1\n"
+     "torch.xpu.mem_get_info(0) -> Segmentation fault (core dumped)", "driver", ["libze-intel-gpu1", "libze1"]),
 ]
 
 
@@ -43,3 +51,13 @@ def test_a_vulkan_out_of_memory_is_not_a_driver_crash():
 def test_a_crash_without_the_vulkan_backend_is_not_read_as_a_vulkan_driver_bug():
     top = diagnose_text("llama-server built with -DGGML_HIP=ON crashes with a segmentation fault on an RX 7900 XTX").top
     assert top is None or "Vulkan" not in top.title, top.title
+
+
+def test_an_xpu_torch_out_of_memory_is_not_a_level_zero_mismatch():
+    top = diagnose_text("torch 2.9.1+xpu, Arc A770: UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY then Segmentation fault").top
+    assert top is None or "Level Zero" not in top.title, top.title
+
+
+def test_an_intel_gpu_with_torch_xpu_working_is_not_told_to_install_xpu():
+    top = diagnose_text("Arc A770, torch 2.8.0+xpu: torch.xpu.is_available() True, deepspeed launch stops").top
+    assert top is None or "runs neither CUDA nor ROCm" not in top.title, top.title

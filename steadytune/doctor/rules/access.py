@@ -1305,3 +1305,31 @@ def vulkan_driver_crash(ctx: Context) -> Optional[Diagnosis]:
                  "Intel driver); meanwhile run the same model through the HIP/CUDA backend, or skip the part that "
                  "crashes (a vision projector: without --mmproj), to confirm it is the driver",
                  [], crashed, confirmed=False)
+
+
+# torch's XPU build reaches Intel GPUs through the Level Zero loader (libze1 / ze_loader.dll) and Intel's GPU driver
+# behind it (libze-intel-gpu1, the compute runtime). A loader newer than the driver hands out entry points the driver
+# does not fill, so a call into one jumps to address 0: a segfault "at 0 ip 0000000000000000" in torch.xpu.
+_XPU_TORCH = re.compile(r"(?i)\+xpu\b|torch\.xpu\b|\bxpu:\d\b|device=.?xpu")
+
+
+@rule("driver")
+def level_zero_mismatch(ctx: Context) -> Optional[Diagnosis]:
+    """An Intel GPU reached by torch's XPU build (it enumerates devices) whose call crashes: the Level Zero loader and
+    Intel's GPU driver of mismatched versions; the remedy is to upgrade both together."""
+    text = _text(ctx)
+    if not _XPU_TORCH.search(text):
+        return None
+    crashed = ctx.crashes() or _lines_matching(ctx, r"(?i)segfault at 0 ip 0{8,16}\b|\bsegfaults?\b|zeDevice\w*|"
+                                                    r"ZE_RESULT_ERROR_\w+|level[- ]zero.{0,40}(?:error|fail)")
+    if not crashed or re.search(r"(?i)out of memory|UR_RESULT_ERROR_OUT_OF_\w*MEMORY", text):
+        return None
+    return _make("driver", "the Level Zero loader and Intel's GPU driver do not match",
+                 "torch's XPU build sees the Intel GPU but crashes calling into it: the Level Zero loader (libze1) "
+                 "offers entry points the older Intel GPU driver (libze-intel-gpu1) does not provide, so the call "
+                 "jumps to a null address",
+                 "upgrade Intel's GPU driver and the Level Zero loader together to matching versions (Ubuntu: sudo apt "
+                 "install --only-upgrade libze-intel-gpu1 libze1 intel-opencl-icd from Intel's graphics repository, or "
+                 "the compute-runtime release packages; Windows: the current Intel Arc driver), then check "
+                 "python -c 'import torch; print(torch.xpu.get_device_properties(0))'",
+                 [], crashed, confirmed=False)

@@ -1163,6 +1163,18 @@ def _zluda_pre_rdna(ctx: Context, arch: Optional[str], where) -> Optional[Diagno
 # Intel GPUs by name (Arc, Iris Xe, Data Center GPU Max / Flex): torch runs them through its XPU build, never CUDA or ROCm
 _INTEL_GPU = re.compile(r"(?i)\bIntel(?:\(R\))?\s+(?:Arc|Iris|Data Center GPU|UHD|Xe)\b|\bArc(?:\(TM\))?\s+[AB]\d{3}\b|"
                         r"\bIris Xe\b|\bGPU Max \d{4}\b")
+# a torch XPU build in use ("2.10.0+xpu", torch.xpu answering): the Intel GPU is reached, whatever fails next
+_INTEL_TORCH = re.compile(r"(?i)\+xpu\b|torch\.xpu\.(?:is_available|device_count)\(\)\W{0,6}(?:True|[1-9])")
+# a tool with its own route to Intel GPUs, said first in the fix (the tool that was asked about)
+_INTEL_ROUTES = (
+    (r"(?i)\bdeepspeed\b", "DeepSpeed itself runs only CUDA/ROCm accelerators; for Intel GPUs install Intel's port, "
+                            "pip install intel-extension-for-deepspeed (DeepSpeed's XPU accelerator, with torch's XPU "
+                            "build and intel-extension-for-pytorch); "),
+    (r"(?i)\bollama\b", "Ollama's released CUDA/ROCm runners do not drive Intel GPUs: use its Vulkan backend (a release "
+                         "that ships it, or a source build with Vulkan) or ipex-llm's Ollama build; "),
+    (r"(?i)\bllama\.?cpp\b", "build llama.cpp with its SYCL (-DGGML_SYCL=ON, oneAPI) or Vulkan (-DGGML_VULKAN=ON) "
+                              "backend; "),
+)
 _CUDA_OR_ROCM = re.compile(r"(?i)\bcuda\b|\brocm\b|\bhip\b|is_available|No CUDA GPUs|torch\.cuda|--gpus|nvidia")
 
 
@@ -1172,19 +1184,20 @@ def intel_gpu_under_cuda(ctx: Context) -> Optional[Diagnosis]:
     reaches it through its XPU build (device "xpu"), llama.cpp and Ollama through SYCL or Vulkan. Only where the paste
     names no NVIDIA or AMD GPU (a laptop's Intel iGPU beside an RTX card is not the GPU in question)."""
     said = _lines_matching(ctx, _INTEL_GPU.pattern)
-    if not said or ctx.sheet.of("gpu") or \
-            not _CUDA_OR_ROCM.search(_text(ctx)):
-        return None
+    text = _text(ctx)
+    route = next((fix for tool, fix in _INTEL_ROUTES if re.search(tool, text)), "")
+    if not said or ctx.sheet.of("gpu") or not (_CUDA_OR_ROCM.search(text) or route) or _INTEL_TORCH.search(text):
+        return None   # a torch XPU build already in use is past this reading (its driver's, rules/access.py)
     trouble = ctx.errors or ctx.no_gpu() or ctx.sheet.has("complaint", "yes") or \
-        re.search(r"(?i)\?|\bFalse\b|not (?:detected|found|used|work)|doesn't|does not|can't|cannot|不支持|用不了|找不到",
-                  _text(ctx))
+        re.search(r"(?i)\?|\bFalse\b|not (?:yet )?(?:detected|found|used|work|supported|implemented)|doesn't|does not|"
+                  r"don't|can't|cannot|\bstop(?:s|ped|ping)?\b|不支持|用不了|找不到", text)
     if not trouble:
         return None
     name = re.sub(r"\s+", " ", _INTEL_GPU.search(said[0].line).group(0))
     diagnosis = _make("gpu-unsupported", f"{name} runs neither CUDA nor ROCm",
                  f"the {name} is an Intel GPU: CUDA builds need an NVIDIA GPU and ROCm builds an AMD one, so "
                  "torch.cuda sees no device on it",
-                 "use torch's XPU build for Intel GPUs: pip install torch --index-url https://download.pytorch.org/whl/xpu "
+                 route + "use torch's XPU build for Intel GPUs: pip install torch --index-url https://download.pytorch.org/whl/xpu "
                  "(with Intel's GPU driver installed), then device \"xpu\" (torch.xpu.is_available()); llama.cpp and "
                  "Ollama run it through their SYCL or Vulkan backends", [], said[:1] + ctx.errors,
                  confirmed=bool(ctx.errors or ctx.no_gpu()))
