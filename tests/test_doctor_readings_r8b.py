@@ -30,6 +30,13 @@ READINGS = [
     # driver: torch's XPU build sees the Intel GPU and crashes calling into it
     ("torch 2.9.1+xpu on an Intel Arc B580, Ubuntu 24.04\ntorch.xpu.device_count() -> 1\n"
      "torch.xpu.mem_get_info(0) -> Segmentation fault (core dumped)", "driver", ["libze-intel-gpu1", "libze1"]),
+    # platform-bios: the SMI reading empty sysfs files of cards asleep in runtime power management
+    ("$ rocm-smi --showtemp\nExpected integer value from monitor, but got \"\"\nGPU[0] : Temperature (Sensor edge) "
+     "(C): N/A   (two MI210 that sat idle overnight)", "platform-bios", ["power/control", "amdgpu.runpm=0"]),
+    # device-access: NVML not loadable inside a pod or container started by plain runc
+    ("k3s with containerd, nvidia device plugin pod log:\nLoading NVML\nFailed to initialize NVML: could not load "
+     "NVML library.\nIf this is a GPU node, did you set the nvidia runtime as default?", "device-access",
+     ["--runtime=containerd --set-as-default"]),
 ]
 
 
@@ -61,3 +68,15 @@ def test_an_xpu_torch_out_of_memory_is_not_a_level_zero_mismatch():
 def test_an_intel_gpu_with_torch_xpu_working_is_not_told_to_install_xpu():
     top = diagnose_text("Arc A770, torch 2.8.0+xpu: torch.xpu.is_available() True, deepspeed launch stops").top
     assert top is None or "runs neither CUDA nor ROCm" not in top.title, top.title
+
+
+def test_nvml_missing_on_the_host_is_not_a_container_runtime_reading():
+    top = diagnose_text("$ nvidia-smi\nNVIDIA-SMI couldn't find libnvidia-ml.so library in your system. (Ubuntu 22.04, "
+                        "RTX 3080, after installing the driver)").top
+    assert top is None or "NVIDIA runtime" not in top.title, top.title
+
+
+def test_an_smi_table_of_n_a_without_idle_or_the_empty_read_is_not_runtime_power():
+    top = diagnose_text("root@n1:~# rocm-smi\n0       1     0x744a,   5599   N/A     N/A    N/A, N/A, 0         N/A   "
+                        "N/A   0%   unknown  N/A     0%     0%\nafter installing ROCm 6.4 on a new W7900").top
+    assert top is None or "runtime power management" not in top.title, top.title

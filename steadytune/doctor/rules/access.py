@@ -1333,3 +1333,33 @@ def level_zero_mismatch(ctx: Context) -> Optional[Diagnosis]:
                  "the compute-runtime release packages; Windows: the current Intel Arc driver), then check "
                  "python -c 'import torch; print(torch.xpu.get_device_properties(0))'",
                  [], crashed, confirmed=False)
+
+
+# NVML (libnvidia-ml.so.1) not loadable inside a container or pod: the NVIDIA Container Toolkit injects the driver's
+# libraries only into containers its runtime starts; one started by plain runc (Kubernetes' device plugin under a
+# containerd / docker whose default runtime is runc) has none
+
+
+@rule("device-access")
+def nvml_in_a_container(ctx: Context) -> Optional[Diagnosis]:
+    """NVML absent inside a container or Kubernetes pod on a host with the NVIDIA toolkit: the container did not run
+    under the nvidia runtime. The device plugin's pods carry no --gpus flag, so the runtime must be the default."""
+    failed = _lines_matching(ctx, r"(?i)could not load NVML|libnvidia-ml\.so(?:\.1)?: cannot open shared object|"
+                                  r"NVML(?: library)? (?:not found|could not be loaded)")
+    text = _text(ctx)
+    if not failed or not (_KUBERNETES.search(text) or _CONTAINED.search(text)) or \
+            re.search(r"(?i)\bwsl\b", text):
+        return None   # on the host itself (or WSL's own NVML) it is the driver's install, read elsewhere
+    containerd = re.search(r"(?i)\bcontainerd\b|\bk3s\b|\bcri-o\b", text)
+    runtime = ("sudo nvidia-ctk runtime configure --runtime=containerd --set-as-default, sudo systemctl restart "
+               "containerd" if containerd else
+               "set \"default-runtime\": \"nvidia\" in /etc/docker/daemon.json (sudo nvidia-ctk runtime configure "
+               "--runtime=docker --set-as-default writes it), sudo systemctl restart docker")
+    return _make("device-access", "the container was not started by the NVIDIA runtime",
+                 "NVML (libnvidia-ml.so.1) is missing inside the container: the NVIDIA Container Toolkit puts the "
+                 "driver's libraries only into containers its runtime starts, and this one ran under the plain runc "
+                 "runtime" + (" (a Kubernetes pod, such as the device plugin's, has no --gpus flag to ask for it)"
+                              if _KUBERNETES.search(text) else ""),
+                 f"make the nvidia runtime the default: {runtime}; then restart the pod or container (kubectl delete "
+                 "pod of the device plugin; it comes back under the new runtime); or use a RuntimeClass named nvidia",
+                 [], failed, confirmed=False)
