@@ -37,6 +37,15 @@ READINGS = [
     ("k3s with containerd, nvidia device plugin pod log:\nLoading NVML\nFailed to initialize NVML: could not load "
      "NVML library.\nIf this is a GPU node, did you set the nvidia runtime as default?", "device-access",
      ["--runtime=containerd --set-as-default"]),
+    # driver: the NVIDIA container runtime refusing an image whose CUDA needs a newer host driver
+    ("docker run --gpus all pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime\nnvidia-container-cli: requirement error: "
+     "unsatisfied condition: cuda>=12.8, please update your driver to a newer version, or use an earlier cuda "
+     "container: unknown. (driver 535, A100)", "driver", ["570 or newer", "older image"]),
+    # arch-missing: a CMake default target list that leaves the GPU out
+    ("building rocWMMA from source: gfx1030 is not in the default GPU_TARGETS any more, my RX 6800 gets nothing",
+     "arch-missing", ['GPU_TARGETS="gfx1030"']),
+    ("whisper.cpp CMakeLists sets CMAKE_CUDA_ARCHITECTURES \"60;70;75\", so my GTX 970 (compute capability 5.2) is "
+     "left out", "arch-missing", ['CMAKE_CUDA_ARCHITECTURES="52;60;70;75"']),
 ]
 
 
@@ -80,3 +89,8 @@ def test_an_smi_table_of_n_a_without_idle_or_the_empty_read_is_not_runtime_power
     top = diagnose_text("root@n1:~# rocm-smi\n0       1     0x744a,   5599   N/A     N/A    N/A, N/A, 0         N/A   "
                         "N/A   0%   unknown  N/A     0%     0%\nafter installing ROCm 6.4 on a new W7900").top
     assert top is None or "runtime power management" not in top.title, top.title
+
+
+def test_a_build_list_that_includes_the_gpu_is_not_read_as_leaving_it_out():
+    top = diagnose_text("cmake -DGPU_TARGETS=gfx1100 -DCMAKE_BUILD_TYPE=Release .. builds fine on my RX 7900 XTX").top
+    assert top is None or "default target list" not in top.title, top.title

@@ -1363,3 +1363,27 @@ def nvml_in_a_container(ctx: Context) -> Optional[Diagnosis]:
                  f"make the nvidia runtime the default: {runtime}; then restart the pod or container (kubectl delete "
                  "pod of the device plugin; it comes back under the new runtime); or use a RuntimeClass named nvidia",
                  [], failed, confirmed=False)
+
+
+# the NVIDIA container runtime refusing an image whose CUDA needs a newer host driver (the image's NVIDIA_REQUIRE_CUDA)
+_IMAGE_NEEDS_CUDA = re.compile(r"(?i)requirement error: unsatisfied condition: cuda\s*>=\s*(\d{2})\.(\d)")
+
+
+@rule("driver")
+def image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
+    """A container image built on a CUDA the host driver does not run: the NVIDIA container runtime checks the image's
+    NVIDIA_REQUIRE_CUDA against the driver before it starts, so the fix is on the host (its driver), or an older image."""
+    refused = _lines_matching(ctx, _IMAGE_NEEDS_CUDA.pattern)
+    if not refused:
+        return None
+    found = _IMAGE_NEEDS_CUDA.search(refused[0].line)
+    cuda = (int(found.group(1)), int(found.group(2)))
+    least = next((b for c, b in _DRIVER_FOR_CUDA if c >= cuda), None)
+    branch = f"{least} or newer" if least else "one that supports it"
+    return _first(_make("driver", f"the host's NVIDIA driver is too old for the image's CUDA {cuda[0]}.{cuda[1]}",
+                        f"the image is built on CUDA {cuda[0]}.{cuda[1]}; the NVIDIA container runtime checks that the "
+                        "host driver runs it before it starts the container, and this driver does not",
+                        f"update the host's NVIDIA driver to {branch} (sudo apt install nvidia-driver-{least or '<branch>'} "
+                        "or sudo ubuntu-drivers install, then reboot; nothing to change inside the container), or use "
+                        f"an older image tag built on the CUDA the driver runs (nvidia-smi shows it as 'CUDA Version')",
+                        [], refused))

@@ -1315,3 +1315,50 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     if old and not explicit:   # nothing else can work on it, whatever vaguer error the paste shows
         diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl", "rocm-libs-missing")) - 1
     return diagnosis
+
+
+# A source build whose default target list leaves the GPU out: the user read the CMake list (or saw an arch dropped
+# from it) and names their GPU's arch; the project still builds for it when the list is given on the command line
+_CMAKE_TARGET_LIST = re.compile(r"(?i)\b(?:GPU_TARGETS|AMDGPU_TARGETS|CMAKE_CUDA_ARCHITECTURES|CMAKE_HIP_ARCHITECTURES|"
+                          r"TORCH_CUDA_ARCH_LIST)\b|\b(?:list of (?:gpu |supported )?(?:targets|archs|architectures)|"
+                          r"(?:gpu |build )?targets? list|default (?:gpu )?targets)\b")
+_OMITTED = re.compile(r"(?i)\b(?:removed|dropped|limited to|no longer|not (?:in|included|listed|built)|missing|"
+                       r"left out|excluded|only (?:builds?|for))\b|移除|去掉|不包含")
+_CC_IN_BUILD = re.compile(r"(?i)compute capability\D{0,12}(\d{1,2})\.(\d)\b|\bsm_?(\d{2,3})\b")
+_CUDA_ARCHS_SET = re.compile(r"CMAKE_CUDA_ARCHITECTURES\W{1,4}\"?((?:\d{2,3}[a-z]?;)+\d{2,3}[a-z]?)")
+
+
+@rule("arch-missing")
+def build_target_list(ctx: Context) -> Optional[Diagnosis]:
+    """A project built from source (CMake) whose default GPU target list omits the user's GPU: a default, not a limit;
+    naming the arch in the configure step (GPU_TARGETS for ROCm projects, CMAKE_CUDA_ARCHITECTURES for CUDA) builds
+    its code."""
+    listed = _lines_matching(ctx, _CMAKE_TARGET_LIST.pattern)
+    text = _text(ctx)
+    if not listed or not _OMITTED.search(text):
+        return None
+    gfx = re.search(r"(?i)\b(gfx\d{3,4}[a-z]?)\b", text)
+    cc = _CC_IN_BUILD.search(text)
+    if gfx and not re.search(r"(?i)CMAKE_CUDA_ARCHITECTURES|TORCH_CUDA_ARCH_LIST", text):
+        arch = gfx.group(1).lower()
+        hip = "CMAKE_HIP_ARCHITECTURES" if "CMAKE_HIP_ARCHITECTURES" in text else "GPU_TARGETS"
+        return _make("arch-missing", f"the build's default target list leaves out {arch}",
+                     f"the project's CMake default GPU target list does not include {arch}, so a default build carries "
+                     "no code for it (the GPU may still be supported when named explicitly)",
+                     f"configure with the arch named: cmake -D {hip}=\"{arch}\" ... (older projects read "
+                     f"AMDGPU_TARGETS=\"{arch}\"; keep any feature switch the arch needs, e.g. composable_kernel's "
+                     "-D DL_KERNELS=ON), rebuild, and check the library lists it (roc-obj-ls or the build log)",
+                     [], listed)
+    if cc is None:
+        return None
+    number = f"{cc.group(1)}{cc.group(2)}" if cc.group(1) else cc.group(3)
+    present = _CUDA_ARCHS_SET.findall(text)   # the last list set: CMake files set the default in their else branch
+    archs = sorted({number, *present[-1].split(";")}, key=lambda a: int(re.sub(r"\D", "", a))) if present \
+        else [number]
+    return _make("arch-missing", f"the build's default CUDA architectures leave out compute capability {number}",
+                 f"the CMake default list of CUDA architectures starts above sm_{number}, so the build carries no "
+                 "code for this GPU and its kernels cannot launch on it",
+                 f"configure with the GPU's architecture in the list: cmake -DCMAKE_CUDA_ARCHITECTURES=\""
+                 f"{';'.join(archs)}\" ... (TORCH_CUDA_ARCH_LIST=\"{number[:-1]}.{number[-1]}\" for a torch "
+                 "extension), and rebuild; check the CUDA toolkit still compiles for it (CUDA 12 dropped compute 3.x)",
+                 [], listed)
