@@ -46,6 +46,10 @@ READINGS = [
      "arch-missing", ['GPU_TARGETS="gfx1030"']),
     ("whisper.cpp CMakeLists sets CMAKE_CUDA_ARCHITECTURES \"60;70;75\", so my GTX 970 (compute capability 5.2) is "
      "left out", "arch-missing", ['CMAKE_CUDA_ARCHITECTURES="52;60;70;75"']),
+    # device-access: a ROCm torch (collect_env says so) that finds no GPU, nothing else said
+    ("sglang ROCm 6.4 image: RuntimeError: No HIP GPUs are available\nPyTorch version: 2.7.1+git99ccf24\n"
+     "ROCM used to build PyTorch: 6.4.43482-0f2d60242\nHIP runtime version: N/A\nIs CUDA available: False",
+     "device-access", ["--device /dev/kfd", "render,video"]),
 ]
 
 
@@ -94,3 +98,15 @@ def test_an_smi_table_of_n_a_without_idle_or_the_empty_read_is_not_runtime_power
 def test_a_build_list_that_includes_the_gpu_is_not_read_as_leaving_it_out():
     top = diagnose_text("cmake -DGPU_TARGETS=gfx1100 -DCMAKE_BUILD_TYPE=Release .. builds fine on my RX 7900 XTX").top
     assert top is None or "default target list" not in top.title, top.title
+
+
+def test_a_cpu_torch_on_an_amd_gpu_is_still_the_build():
+    top = diagnose_text("RX 7900 XTX, torch 2.7.1+cpu\nROCM used to build PyTorch: N/A\nRuntimeError: No HIP GPUs are "
+                        "available").top
+    assert top is not None and top.family != "device-access", top.title
+
+
+def test_a_rocm_torch_with_an_override_is_not_read_as_device_access():
+    top = diagnose_text("HSA_OVERRIDE_GFX_VERSION=11.0.0 python train.py\nROCM used to build PyTorch: 6.2.41133\n"
+                        "RuntimeError: No HIP GPUs are available").top
+    assert top is None or "device files" not in top.title, top.title

@@ -1387,3 +1387,33 @@ def image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
                         "or sudo ubuntu-drivers install, then reboot; nothing to change inside the container), or use "
                         f"an older image tag built on the CUDA the driver runs (nvidia-smi shows it as 'CUDA Version')",
                         [], refused))
+
+
+# torch built for ROCm, said by itself (collect_env's "ROCM used to build PyTorch: 7.0...", a +rocm version, or
+# torch.version.hip printed): the build is right for an AMD GPU, so finding none is the process's access to it
+_ROCM_TORCH = re.compile(r"(?i)ROCM used to build PyTorch:\s*\d|\btorch\S*\s*[=:]?\s*\d+\.\d+\.\d+\S*\+rocm\d|"
+                         r"torch\.version\.hip\W{0,20}\d+\.\d+")
+_HIP_FINDS_NONE = re.compile(r"No HIP GPUs are available|hipErrorNoDevice|(?i:Is CUDA available:\s*False)")
+
+
+@rule("device-access")
+def rocm_torch_without_a_device(ctx: Context) -> Optional[Diagnosis]:
+    """A ROCm build of torch that finds no GPU, with nothing else said (no driver failure, no WSL, no GPU the build
+    lacks): the process cannot open /dev/kfd and /dev/dri, most often a container started without them."""
+    text = _text(ctx)
+    failing = _lines_matching(ctx, _HIP_FINDS_NONE.pattern)
+    if not failing or not _ROCM_TORCH.search(text) or re.search(r"(?i)\bwsl\b|/dev/dxg", text) or \
+            ctx.of("driver", "gpu-unsupported", "arch-missing") or ctx.sheet.of("gpu") or \
+            any(not _HIP_FINDS_NONE.search(e.line) for e in ctx.of("visibility")) or \
+            re.search(r"(?i)HSA_OVERRIDE_GFX_VERSION|\b(?:HIP|ROCR|CUDA)_VISIBLE_DEVICES\b", text):
+        return None   # a named GPU, an override or a visibility setting: the arch or the variables' readings
+    container = _CONTAINED.search(text)
+    return _make("device-access", "the ROCm torch cannot open the GPU's device files",
+                 "torch is a ROCm build, so a ROCm GPU would be found; finding none means the process cannot open "
+                 "/dev/kfd and /dev/dri" + (" (the container was not given them)" if container else
+                                            " (a container started without them, or a user outside their groups)"),
+                 "in a container pass the device files: docker run --device /dev/kfd --device /dev/dri --group-add "
+                 "video --group-add render --security-opt seccomp=unconfined ... (podman: --group-add keep-groups); "
+                 "on the host: sudo usermod -aG render,video $USER and log in again; check with ls -l /dev/kfd "
+                 "/dev/dri/renderD* and rocminfo as the same user",
+                 [], failing, confirmed=False)
