@@ -50,6 +50,11 @@ READINGS = [
     ("sglang ROCm 6.4 image: RuntimeError: No HIP GPUs are available\nPyTorch version: 2.7.1+git99ccf24\n"
      "ROCM used to build PyTorch: 6.4.43482-0f2d60242\nHIP runtime version: N/A\nIs CUDA available: False",
      "device-access", ["--device /dev/kfd", "render,video"]),
+    # wsl: a Windows build printed beside a Linux prompt, GPU compute failing: a preview build, or one too old
+    ("C:\\> ver\nMicrosoft Windows [Version 10.0.25267.1000]\nana@LAPTOP-7Q:~$ python -c 'import torch; "
+     "print(torch.cuda.is_available())'\nFalse\nRTX 4060 Laptop", "wsl", ["past build 25267", "Insider"]),
+    ("Microsoft Windows [Version 10.0.18363.1556]\nme@PC:~$ nvidia-smi\nNVIDIA-SMI has failed because it couldn't "
+     "communicate with the NVIDIA driver.", "wsl", ["19044"]),
 ]
 
 
@@ -110,3 +115,9 @@ def test_a_rocm_torch_with_an_override_is_not_read_as_device_access():
     top = diagnose_text("HSA_OVERRIDE_GFX_VERSION=11.0.0 python train.py\nROCM used to build PyTorch: 6.2.41133\n"
                         "RuntimeError: No HIP GPUs are available").top
     assert top is None or "device files" not in top.title, top.title
+
+
+def test_a_released_windows_build_is_not_blamed():
+    top = diagnose_text("Microsoft Windows [Version 10.0.22631.4460]\nme@PC:~$ nvidia-smi\nNVIDIA-SMI has failed "
+                        "because it couldn't communicate with the NVIDIA driver.").top
+    assert top is None or "build 22631" not in top.title, top.title

@@ -657,6 +657,45 @@ def _wsl_collectives(ctx: Context, joined: str, fact: Optional[Fact]) -> Optiona
                      "peer-to-peer"), fix, [fact], ctx.errors or said)
 
 
+# the Windows build, as `ver` / winver / systeminfo print it, beside a Linux shell prompt: a WSL 2 session
+_WINDOWS_BUILD = re.compile(r"(?i)Microsoft Windows \[Version 10\.0\.(\d{5})(?:\.\d+)?\]|\bOS build\W{0,3}(\d{5})\b|"
+                            r"\bWindows (?:1[01] )?(?:Insider )?build\W{0,3}(\d{5})\b")
+_LINUX_PROMPT = re.compile(r"^\S+@[\w.-]+:[~/][^$#\n]{0,80}[$#]\s")
+# released Windows builds with WSL 2 GPU compute (Windows 10 21H2/22H2, Windows 11 21H2 to 25H2, Server 2022/2025);
+# GPU-PV came to Windows 10 with 21H2 (19044): an older build has none, a 2xxxx build outside the list is a preview
+_RELEASED_BUILDS = {19044, 19045, 20348, 22000, 22621, 22631, 26100, 26200}
+
+
+def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """A WSL 2 session failing to reach the GPU on a Windows build that has no (working) GPU compute for WSL: a
+    Windows 10 build before 21H2, or an Insider preview build; the fix is on the Windows side, its build."""
+    said = _lines_matching(ctx, _WINDOWS_BUILD.pattern)
+    if not said:
+        return None
+    m = _WINDOWS_BUILD.search(said[0].line)
+    build = int(next(g for g in m.groups() if g))
+    failing = ctx.of("wsl", "driver", "device-access", "visibility") + ctx.no_gpu() + _lines_matching(
+        ctx, r"(?i)no CUDA-capable device|cudaGetDeviceCount returned|couldn't communicate with the NVIDIA driver|"
+             r"/dev/dxg.{0,40}(?:No such file|not found)")
+    if not failing or build in _RELEASED_BUILDS:
+        return None
+    if build < 19044:
+        return _make("wsl", f"Windows build {build} gives WSL 2 no GPU",
+                     f"WSL 2 reaches the GPU through Windows' GPU paravirtualisation, which Windows 10 has from 21H2 "
+                     f"(build 19044); build {build} is older",
+                     f"update Windows from build {build} to Windows 10 21H2 (19044) or newer, or Windows 11 (winver "
+                     "shows the build), then wsl --update and wsl --shutdown; nothing to change inside Linux",
+                     [fact], said[:1] + failing)
+    return _make("wsl", f"Windows preview build {build} breaks GPU compute in WSL 2",
+                 f"build {build} is a Windows Insider preview, not a released build; GPU compute in WSL 2 is provided "
+                 "by Windows (its GPU paravirtualisation and the driver's WSL libraries), and some preview builds "
+                 "break it, so CUDA inside WSL finds no device whatever is installed in Linux",
+                 f"update Windows past build {build} (the next Insider build with the fix, or leave the Insider "
+                 "programme for a released build), keep the Windows NVIDIA driver current, then wsl --shutdown; "
+                 "nothing to change inside Linux (never install a Linux NVIDIA driver in WSL)",
+                 [fact], said[:1] + failing)
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
@@ -675,10 +714,12 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                       cuda_lib or cudnn)
         return _first(found) if cudnn and not cuda_lib else found
     joined = _text(ctx)
-    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined):
+    # a Windows build printed beside a Linux shell prompt is a WSL session too
+    windows_linux = _WINDOWS_BUILD.search(joined) and any(_LINUX_PROMPT.match(l) for l in ctx.sheet.lines)
+    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined) and not windows_linux:
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
-    own = (_wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+    own = (_wsl_windows_build(ctx, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
            or _wsl_collectives(ctx, joined, fact))
     if own is not None:
         return own
