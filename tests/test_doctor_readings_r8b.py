@@ -55,6 +55,10 @@ READINGS = [
      "print(torch.cuda.is_available())'\nFalse\nRTX 4060 Laptop", "wsl", ["past build 25267", "Insider"]),
     ("Microsoft Windows [Version 10.0.18363.1556]\nme@PC:~$ nvidia-smi\nNVIDIA-SMI has failed because it couldn't "
      "communicate with the NVIDIA driver.", "wsl", ["19044"]),
+    # driver: amdgpu-dkms's configure checks all failing on a Debian kernel: the kbuild objtool wrapper
+    ("Debian 13, ROCm 6.3.1 amdgpu-dkms on 6.12.9-amd64:\n/var/lib/dkms/amdgpu/6.10.5-2084815.22.04/build/Makefile:"
+     "52: *** drm_gem_object->resv is missing. exit....  Stop.", "driver",
+     ["/usr/lib/linux-kbuild-6.12.9/tools/objtool", "objtool.real-x86"]),
 ]
 
 
@@ -121,3 +125,9 @@ def test_a_released_windows_build_is_not_blamed():
     top = diagnose_text("Microsoft Windows [Version 10.0.22631.4460]\nme@PC:~$ nvidia-smi\nNVIDIA-SMI has failed "
                         "because it couldn't communicate with the NVIDIA driver.").top
     assert top is None or "build 22631" not in top.title, top.title
+
+
+def test_a_configure_check_on_an_ubuntu_kernel_is_not_the_debian_wrapper():
+    top = diagnose_text("Ubuntu 24.04, kernel 6.11.0-19-generic\nBuilding for 6.11.0-19-generic\n/var/lib/dkms/amdgpu/"
+                        "6.3.6/build/Makefile:16: *** dma_resv->seq is missing., exit....").top
+    assert top is None or "objtool" not in top.fix, top.fix

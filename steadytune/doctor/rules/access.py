@@ -1458,3 +1458,31 @@ def rocm_torch_without_a_device(ctx: Context) -> Optional[Diagnosis]:
                  "on the host: sudo usermod -aG render,video $USER and log in again; check with ls -l /dev/kfd "
                  "/dev/dri/renderD* and rocminfo as the same user",
                  [], failing, confirmed=False)
+
+
+# Debian's linux-kbuild ships tools/objtool/objtool as a wrapper that picks the real binary by SRCARCH; an out-of-tree
+# build such as amdgpu-dkms's configure step calls it without SRCARCH, so every compile test fails and the configure
+# script reports kernel features as missing ("dma_resv->seq is missing") that the kernel has (as found in
+# legacy-rocm-build #3379)
+_CONFIGURE_CHECK_FAILED = re.compile(r"\*\*\* [\w>.\-]+(?:\([^)]*\))? is missing\.?,? exit")
+
+
+@rule("driver")
+def debian_kbuild_objtool(ctx: Context) -> Optional[Diagnosis]:
+    """amdgpu-dkms's configure checks failing on a Debian kernel (its own -amd64 flavour, or Debian named): the
+    objtool wrapper of Debian's linux-kbuild, not the kernel's features."""
+    failed = _lines_matching(ctx, _CONFIGURE_CHECK_FAILED.pattern)
+    text = _text(ctx)
+    kernel = re.search(r"\b(\d+\.\d+(?:\.\d+)?)(?:-\d+)?-(?:amd64|cloud-amd64|rt-amd64)\b", text)
+    if not failed or not (kernel or re.search(r"(?i)\bDebian\b", text)) or re.search(r"(?i)\bUbuntu\b|\.el\d", text):
+        return None
+    series = kernel.group(1) if kernel else "<kernel version>"
+    folder = f"/usr/lib/linux-kbuild-{series}/tools/objtool"
+    return _make("driver", "amdgpu-dkms's configure checks fail on Debian's kernel build tools",
+                 "the message is misleading: Debian's linux-kbuild ships objtool as a wrapper that needs SRCARCH, "
+                 "which the amdgpu-dkms configure step does not pass, so every feature check fails and the first one "
+                 "is reported as missing",
+                 f"use the x86 objtool in place of the wrapper: cd {folder} && sudo mv objtool objtool.wrapper && sudo "
+                 "cp objtool.real-x86 objtool, then rebuild: sudo dkms autoinstall (or reinstall amdgpu-dkms); or use "
+                 "the kernel's own amdgpu (sudo amdgpu-install --usecase=rocm --no-dkms)",
+                 [], failed, confirmed=False)
