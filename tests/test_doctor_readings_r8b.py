@@ -59,6 +59,15 @@ READINGS = [
     ("Debian 13, ROCm 6.3.1 amdgpu-dkms on 6.12.9-amd64:\n/var/lib/dkms/amdgpu/6.10.5-2084815.22.04/build/Makefile:"
      "52: *** drm_gem_object->resv is missing. exit....  Stop.", "driver",
      ["/usr/lib/linux-kbuild-6.12.9/tools/objtool", "objtool.real-x86"]),
+    # arch-missing: a tool's own "update it" fix names the release after the one the paste says
+    ("CUDA error: no kernel image is available for execution on the device\nOllama version: 0.6.8\nGPU: Quadro "
+     "M4000 (compute capability 5.2)", "arch-missing", ["update Ollama past 0.6.8 (0.7 or later)"]),
+    # driver: Windows' entry-point-not-found exit on an NVIDIA machine
+    ("koboldcpp.exe on Windows 10, GeForce GTX 1660: the CUDA runner exits with code 0xc0000139 as soon as a model "
+     "loads", "driver", ["current NVIDIA driver"]),
+    # driver: a newer release of the tool falls back to the CPU on a named driver branch older than 550
+    ("LM Studio 0.3.20: models now run on CPU only; 0.3.14 worked on the GPU. RTX 3090, Driver Version 530.41.03",
+     "driver", ["from 530 to 550 or newer"]),
 ]
 
 
@@ -131,3 +140,14 @@ def test_a_configure_check_on_an_ubuntu_kernel_is_not_the_debian_wrapper():
     top = diagnose_text("Ubuntu 24.04, kernel 6.11.0-19-generic\nBuilding for 6.11.0-19-generic\n/var/lib/dkms/amdgpu/"
                         "6.3.6/build/Makefile:16: *** dma_resv->seq is missing., exit....").top
     assert top is None or "objtool" not in top.fix, top.fix
+
+
+def test_entry_point_missing_on_an_amd_machine_is_not_the_nvidia_driver():
+    top = diagnose_text("ollama on Windows, Radeon RX 7800 XT: llama runner process has terminated: exit status "
+                        "0xc0000139").top
+    assert top is None or "NVIDIA driver" not in top.title, top.title
+
+
+def test_a_new_enough_driver_is_not_blamed_for_a_cpu_fallback():
+    top = diagnose_text("Ollama 0.30.1 runs on CPU only; 0.24.0 worked. Driver: NVIDIA 570.133.07, 2x RTX 3090").top
+    assert top is None or "too old for the newer release" not in top.title, top.title

@@ -1486,3 +1486,58 @@ def debian_kbuild_objtool(ctx: Context) -> Optional[Diagnosis]:
                  "cp objtool.real-x86 objtool, then rebuild: sudo dkms autoinstall (or reinstall amdgpu-dkms); or use "
                  "the kernel's own amdgpu (sudo amdgpu-install --usecase=rocm --no-dkms)",
                  [], failed, confirmed=False)
+
+
+# Windows' STATUS_ENTRYPOINT_NOT_FOUND: a DLL the process loaded lacks a function it imports. A CUDA runner (Ollama's,
+# llama.cpp's, koboldcpp's) imports the newer driver API entry points from the driver's nvcuda.dll, so on an NVIDIA
+# machine the usual missing entry point is the driver's, older than the CUDA the runner was built with
+_ENTRYPOINT_NOT_FOUND = re.compile(r"(?i)\b0xc0000139\b|\b3221225785\b|STATUS_ENTRYPOINT_NOT_FOUND|"
+                                   r"entry point .{0,80} could not be located")
+
+
+@rule("driver")
+def windows_entry_point_missing(ctx: Context) -> Optional[Diagnosis]:
+    """A CUDA program on Windows dying with 0xc0000139 (an entry point missing from a DLL) on an NVIDIA GPU: the
+    driver's nvcuda.dll is older than the CUDA the program was built against."""
+    missing = _lines_matching(ctx, _ENTRYPOINT_NOT_FOUND.pattern)
+    text = _text(ctx)
+    if not missing or not (_nvidia_gpu(ctx) or re.search(r"(?i)\bnvidia\b|\bgeforce\b|\b[GR]TX ?\d{3,4}", text)) or \
+            re.search(r"(?i)\b(?:amd|radeon|rocm|hip)\b", text):
+        return None
+    return _make("driver", "the NVIDIA driver is older than the CUDA the program was built with",
+                 "0xc0000139 is Windows' 'entry point not found': a DLL lacks a function the program imports; a CUDA "
+                 "program imports its CUDA driver API from the NVIDIA driver's nvcuda.dll, which an older driver "
+                 "does not have",
+                 "install the current NVIDIA driver for the GPU (nvidia.com/drivers or the NVIDIA app; a clean install), "
+                 "reboot, and start the program again; nvidia-smi's 'CUDA Version' must be at least the CUDA the "
+                 "program bundles (12.x for current Ollama / llama.cpp builds)",
+                 [], missing, confirmed=False)
+
+
+# a program's newer release falling back to the CPU where an older one used the GPU, on a named NVIDIA driver branch
+# older than 550: the newer release bundles a newer CUDA runtime (12.8 / 13 for Blackwell) than that driver runs, so
+# its GPU discovery filters the GPUs out (Ollama, LM Studio, llama.cpp builds bundle their CUDA runtime)
+_ONTO_CPU = re.compile(r"(?i)(?:fully |entirely )?(?:offload\w* to|onto|on|falls? back to|runs? (?:on|in)) (?:the )?CPU\b|"
+                       r"CPU[- ]only|library=cpu|0% GPU|100% CPU|not using (?:the )?GPU")
+_REGRESSION = re.compile(r"(?i)\b(?:after|since|from|starting with|through|upgrad\w+ to)\s+v?\d+\.\d+|"
+                         r"\bv?\d+\.\d+(?:\.\d+)?\b.{0,40}(?:works?|worked|✅)")
+
+
+@rule("driver")
+def bundled_cuda_beyond_the_driver(ctx: Context) -> Optional[Diagnosis]:
+    """A tool's newer release using only the CPU where an older release used the GPU, with an NVIDIA driver branch
+    below 550 named: the release's bundled CUDA runtime needs a newer driver than the machine's."""
+    text = _text(ctx)
+    driver = re.search(r"(?i)\bdriver(?: version)?\W{0,3}(?:NVIDIA\s+)?(\d{3})\.\d+", text)
+    fell = _lines_matching(ctx, _ONTO_CPU.pattern)
+    if driver is None or int(driver.group(1)) >= 550 or not fell or not _REGRESSION.search(text) or \
+            not re.search(r"(?i)\b(?:ollama|lm ?studio|llama\.?cpp|koboldcpp|localai|jan)\b", text):
+        return None
+    branch = driver.group(1)
+    return _make("driver", f"the NVIDIA driver {branch} is too old for the newer release's bundled CUDA",
+                 f"the newer release bundles a newer CUDA runtime than driver {branch} runs, so its GPU discovery "
+                 "drops the GPUs and the model runs on the CPU; the older release bundled a CUDA this driver ran",
+                 f"update the NVIDIA driver from {branch} to 550 or newer (570+ runs CUDA 12.8 runners, 580+ CUDA 13): "
+                 "sudo apt install nvidia-driver-570 (or a later branch), reboot; in Docker the host's driver is the "
+                 "one to update; or keep the last release that used the GPU",
+                 [], fell, confirmed=False)

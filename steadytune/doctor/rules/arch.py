@@ -960,6 +960,19 @@ def _arch_cause(arch: str, tool: Optional[str], ctx: Context) -> str:
     return f"{name} carries no code for {arch}{listed}"
 
 
+def _past_the_release_said(fix: str, tool: Optional[str], ctx: Context) -> str:
+    """A tool's own fix that says to update it, in the paste's values: the release after the one the paste names
+    ("Ollama version: 0.11.11" -> 0.12 or later), since the code the GPU needs came in a later release."""
+    name = tool_builds()[tool].name if tool in tool_builds() else None
+    said = re.search(rf"(?i)\b{re.escape(name)}\b(?: version)?\W{{0,3}}v?(\d+)\.(\d+)\.(?:\d+|x)\b",
+                     _text(ctx)) if name else None
+    if not said or not fix.lower().startswith(f"update {name.lower()}"):
+        return fix
+    major, minor = said.group(1), int(said.group(2))
+    return fix.replace(f"update {name}", f"update {name} past {said.group(0).split()[-1].lstrip('v')} "
+                                         f"({major}.{minor + 1} or later)", 1)
+
+
 def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     sheet = ctx.sheet
     if arch.startswith("sm_") and tool in ("torch", None) and _jetson(ctx, arch):
@@ -970,7 +983,7 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
         # the tool that failed carries its own kernels: its wheel or build flag is the fix, not torch's index
         # (unless the torch underneath lacks the GPU too: that comes first, the extension is rebuilt against it)
         own = build_fix(tool, arch) if tool not in ("torch", None) and not _wheel_lacks(arch, ctx) else None
-        return own or _cuda_index_for_driver(ctx, arch)
+        return _past_the_release_said(own, tool, ctx) if own else _cuda_index_for_driver(ctx, arch)
     value, caveat = override_value(arch, tool)
     if sheet.has("layout", "therock"):
         return (f"the multi-arch torch wheel carries no GPU kernels by itself: install its device package from the same "
