@@ -151,3 +151,9 @@ def test_entry_point_missing_on_an_amd_machine_is_not_the_nvidia_driver():
 def test_a_new_enough_driver_is_not_blamed_for_a_cpu_fallback():
     top = diagnose_text("Ollama 0.30.1 runs on CPU only; 0.24.0 worked. Driver: NVIDIA 570.133.07, 2x RTX 3090").top
     assert top is None or "too old for the newer release" not in top.title, top.title
+
+
+def test_a_card_zluda_already_runs_on_is_not_called_unsupported():
+    top = diagnose_text("ComfyUI-Zluda with an RX 580 and an RX 6800: it always runs on the wrong card\n"
+                        "Device: cuda:0 AMD Radeon RX 580 2048SP [ZLUDA] : native").top
+    assert top is None or "ZLUDA does not run" not in top.title, top.title

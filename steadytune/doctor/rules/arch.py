@@ -1160,6 +1160,8 @@ def _zluda_pre_rdna(ctx: Context, arch: Optional[str], where) -> Optional[Diagno
     users run it there with patched ROCm libraries.)"""
     if ctx.tool() != "zluda" or not _is_old_gfx(arch):   # Vega (gfx9) runs it with patched ROCm libraries
         return None
+    if _lines_matching(ctx, r"(?i)\bDevice:\s*cuda:\d+\b.{0,80}\[ZLUDA\]"):
+        return None   # the program printed a ZLUDA CUDA device: some card runs, the question is which one it picks
     said = [f for f in ctx.sheet.of("gpu") if f.detail == arch][:1]
     name = said[0].value if said else arch
     diagnosis = _make("gpu-unsupported", f"ZLUDA does not run on the {name}",
