@@ -68,6 +68,9 @@ READINGS = [
     # driver: a newer release of the tool falls back to the CPU on a named driver branch older than 550
     ("LM Studio 0.3.20: models now run on CPU only; 0.3.14 worked on the GPU. RTX 3090, Driver Version 530.41.03",
      "driver", ["from 530 to 550 or newer"]),
+    # wsl: ggml's CUDA backend out of memory under WSL 2: the pinned host buffers
+    ("koboldcpp under WSL2 Ubuntu, RTX 4070 12GB, 7B q4 model: CUDA error: out of memory\n  current device: 0, in "
+     "function ggml_cuda_host_malloc at ggml-cuda.cu:412", "wsl", ["GGML_CUDA_NO_PINNED=1"]),
 ]
 
 
@@ -157,3 +160,8 @@ def test_a_card_zluda_already_runs_on_is_not_called_unsupported():
     top = diagnose_text("ComfyUI-Zluda with an RX 580 and an RX 6800: it always runs on the wrong card\n"
                         "Device: cuda:0 AMD Radeon RX 580 2048SP [ZLUDA] : native").top
     assert top is None or "ZLUDA does not run" not in top.title, top.title
+
+
+def test_torch_out_of_memory_under_wsl_is_not_the_pinned_limit():
+    top = diagnose_text("WSL2, RTX 3060: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB").top
+    assert top is None or "pinned" not in top.title, top.title

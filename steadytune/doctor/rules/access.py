@@ -696,6 +696,21 @@ def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis
                  [fact], said[:1] + failing)
 
 
+def _wsl_pinned(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """ggml's CUDA backend (llama.cpp and the tools built on it) running out of memory under WSL 2 where the model
+    fits: it allocates its host buffers page-locked (pinned), and WSL 2 caps pinned host memory far below the RAM."""
+    oom = _lines_matching(ctx, r"(?i)(?:CUDA error\W{0,3}|cudaMallocHost|pinned|ggml[-_]cuda\S*).{0,80}out of memory|"
+                               r"out of memory.{0,80}(?:ggml[-_]cuda|cudaMallocHost|pinned)")
+    if not oom or not re.search(r"(?i)\bggml|llama[._-]?cpp|\bllama_model_load|koboldcpp|\./main\b", joined):
+        return None
+    return _make("wsl", "WSL 2 limits the pinned memory llama.cpp's CUDA backend asks for",
+                 "ggml's CUDA backend allocates its host buffers as pinned (page-locked) memory, which CUDA under WSL 2 "
+                 "caps far below the machine's RAM, so the allocation fails with 'out of memory' although the model "
+                 "fits in the GPU",
+                 "turn pinned memory off for it: export GGML_CUDA_NO_PINNED=1 before starting it (or a build that "
+                 "falls back to ordinary memory when the pinned allocation fails: update llama.cpp)", [fact], oom)
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
@@ -719,7 +734,7 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined) and not windows_linux:
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
-    own = (_wsl_windows_build(ctx, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+    own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
            or _wsl_collectives(ctx, joined, fact))
     if own is not None:
         return own
