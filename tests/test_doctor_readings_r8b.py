@@ -71,6 +71,12 @@ READINGS = [
     # wsl: ggml's CUDA backend out of memory under WSL 2: the pinned host buffers
     ("koboldcpp under WSL2 Ubuntu, RTX 4070 12GB, 7B q4 model: CUDA error: out of memory\n  current device: 0, in "
      "function ggml_cuda_host_malloc at ggml-cuda.cu:412", "wsl", ["GGML_CUDA_NO_PINNED=1"]),
+    # gpu-unsupported: a ROCm library's sources failing to compile for one target
+    ("make -j8 in rocWMMA build/: error: use of undeclared identifier 'ROCWMMA_ARCH_GFX' while compiling for gfx1010",
+     "gpu-unsupported", ["not supported by rocWMMA", "GPU_TARGETS"]),
+    # gpu-unsupported: a Windows card AMD lists for the HIP runtime only
+    ("Windows 11: my RX 6500 XT (gfx1034) runs HIP programs but it is not in the HIP SDK, so no rocBLAS for it?",
+     "gpu-unsupported", ["not supported by the Windows HIP SDK"]),
 ]
 
 
@@ -165,3 +171,14 @@ def test_a_card_zluda_already_runs_on_is_not_called_unsupported():
 def test_torch_out_of_memory_under_wsl_is_not_the_pinned_limit():
     top = diagnose_text("WSL2, RTX 3060: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB").top
     assert top is None or "pinned" not in top.title, top.title
+
+
+def test_a_library_compile_error_without_a_target_is_not_an_unsupported_gpu():
+    top = diagnose_text("building rocBLAS 6.2 for gfx1100: error: use of undeclared identifier 'hipblasLtHandle_t' "
+                        "in library/src/handle.cpp").top
+    assert top is None or "does not support" not in top.title, top.title
+
+
+def test_the_sdk_remark_on_linux_is_not_the_windows_table():
+    top = diagnose_text("Ubuntu 24.04, gfx1032: ROCm runtime works but not the SDK samples").top
+    assert top is None or "Windows HIP" not in top.title, top.title

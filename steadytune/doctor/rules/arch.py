@@ -23,6 +23,7 @@ from steadytune.doctor.rules.base import (
     _first,
     _lines_matching,
     _make,
+    on_windows,
     OVERRIDE,
     rule,
     _symptom_lines,
@@ -1377,3 +1378,58 @@ def build_target_list(ctx: Context) -> Optional[Diagnosis]:
                  f"{';'.join(archs)}\" ... (TORCH_CUDA_ARCH_LIST=\"{number[:-1]}.{number[-1]}\" for a torch "
                  "extension), and rebuild; check the CUDA toolkit still compiles for it (CUDA 12 dropped compute 3.x)",
                  [], listed)
+
+
+# a ROCm library's own sources failing to compile for one target: its per-arch definitions (buffer-resource
+# constants, instruction selections) exist only for the archs it supports, so an identifier is undeclared or the
+# target unknown "while compiling for" the one it does not
+_COMPILES_FOR = re.compile(r"(?i)(?:undeclared identifier|use of undeclared|unknown (?:target|processor)|unsupported "
+                           r"(?:target|processor|arch\w*)|not (?:a )?supported (?:target|arch\w*)).{0,120}?\b(gfx\d{2,4}[a-z]?)\b")
+_LIBRARY_BUILT = re.compile(r"(?i)\b(composable[_ ]kernel|rocBLAS|hipBLASLt|MIOpen|rocWMMA|rocFFT|hipSPARSELt|Tensile|"
+                           r"aotriton|RCCL)\b|\bCK_\w+")
+
+
+@rule("gpu-unsupported")
+def library_sources_lack_the_target(ctx: Context) -> Optional[Diagnosis]:
+    """A source build of a ROCm library whose compile fails for one GPU target with an identifier undeclared or the
+    target unknown: the library does not support that arch; the remedy is to leave it out of the targets."""
+    failed = _lines_matching(ctx, _COMPILES_FOR.pattern)
+    text = _text(ctx)
+    library = _LIBRARY_BUILT.search(text)
+    if not failed or not library:
+        return None
+    arch = _COMPILES_FOR.search(failed[0].line).group(1).lower()
+    name = "composable_kernel" if library.group(0).upper().startswith(("CK_", "COMPOSABLE")) else library.group(1)
+    return _make("gpu-unsupported", f"{name} does not support {arch}",
+                 f"{name}'s sources define their per-architecture constants only for the GPUs it supports; compiling "
+                 f"them for {arch} finds none, so the build fails for that target",
+                 f"{arch} is not supported by {name}: remove it from the build's targets (-D GPU_TARGETS=\"<only the "
+                 f"supported archs you need>\") and build {name} only for supported architectures; for a {arch} "
+                 "machine use the packaged library of a ROCm release, or a backend that runs on it",
+                 [], failed)
+
+
+# AMD's Windows support table gives each GPU two columns: the HIP runtime, and the HIP SDK (its math libraries,
+# rocBLAS, MIOpen, ...). A GPU with the runtime only runs HIP programs that bring their own kernels, not the SDK's
+_RUNTIME_NOT_SDK = re.compile(r"(?i)\b(?:hip )?runtime\b.{0,40}\bbut not (?:the )?(?:hip )?sdk\b|\bnot (?:in|on|by) the "
+                              r"(?:hip )?sdk\b|\bruntime[- ]only\b.{0,40}\bsdk\b|\bsdk support\b.{0,60}\bwindows\b|"
+                              r"\bwindows\b.{0,60}\bsdk support\b")
+
+
+@rule("gpu-unsupported")
+def windows_runtime_only(ctx: Context) -> Optional[Diagnosis]:
+    """A Windows GPU that AMD lists for the HIP runtime but not the HIP SDK, said by the user: the SDK's libraries are
+    not built or validated for it."""
+    said = _lines_matching(ctx, _RUNTIME_NOT_SDK.pattern)
+    text = _text(ctx)
+    gfx = re.search(r"(?i)\b(gfx\d{2,4}[a-z]?)\b", text)
+    if not said or not gfx or not on_windows(ctx, text):
+        return None
+    arch = gfx.group(1).lower()
+    return _make("gpu-unsupported", f"{arch} has the Windows HIP runtime but not the HIP SDK",
+                 f"AMD lists {arch} for the HIP runtime on Windows only: the HIP SDK's libraries (rocBLAS, MIOpen, "
+                 "hipBLASLt) are not built or validated for it",
+                 f"{arch} is not supported by the Windows HIP SDK: use a GPU on the HIP SDK's support list, or build "
+                 f"the libraries you need for {arch} yourself (community rocBLAS builds exist), or run under Linux "
+                 "ROCm where the card is covered",
+                 [], said, confirmed=False)
