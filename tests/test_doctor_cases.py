@@ -74,6 +74,13 @@ KNOWN_MISSES = {
     "https://github.com/nomic-ai/gpt4all/issues/1836": "the paste never names GPT4All, whose Vulkan backend's "
                                                        "shaderFloat16 requirement is the cause; a GTX 1070 not offered "
                                                        "by an unnamed app reads no further",
+    # round 8 (batch 7), platform and arch families, left unsolved after their readings:
+    "https://github.com/ollama/ollama/issues/4659": "WSL 2 and an RTX card that Ollama's installer does not detect, "
+                                                    "fixed by rolling back a Windows NVIDIA driver update the paste "
+                                                    "never mentions; doctor gives the WSL driver-library reading",
+    "https://github.com/ollama/ollama/issues/12622": "a GPU lost after an Ollama update under WSL (0.12.3 works): the "
+                                                     "cause (its CUDA 13 runner lacking the arch) and the fixing release "
+                                                     "(0.12.6) are nowhere in the paste",
 }
 
 

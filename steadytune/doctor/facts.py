@@ -760,6 +760,7 @@ def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fa
     _gpu_archs(sheet)
     _user_groups(sheet)
     _root_only_answers(sheet)
+    _rocm_build_said(sheet)
     if error_lines is not None:
         sheet.facts += error_lines(lines)
         sheet.facts.sort(key=lambda f: f.line_no)
@@ -777,6 +778,13 @@ def _gpu_archs(sheet: FactSheet) -> None:
             extra.append(Fact("arch", fact.detail, fact.line_no, fact.line, f"from the {fact.kind.replace('_', ' ')}"))
     sheet.facts += extra
     sheet.facts.sort(key=lambda f: f.line_no)
+
+
+def _rocm_build_said(sheet: FactSheet) -> None:
+    """collect_env's "ROCM used to build PyTorch: 7.0..." settles the build: its "HIP runtime version: N/A" beside it
+    (printed for a ROCm torch whose HIP runtime found nothing, or a source build) does not make it a non-ROCm torch."""
+    if any(re.search(r"\bROCM used to build PyTorch:\s*\d", line) for line in sheet.lines):
+        sheet.facts = [f for f in sheet.facts if not (f.detail == "no-hip" and "HIP runtime version" in f.line)]
 
 
 def _user_groups(sheet: FactSheet) -> None:

@@ -657,6 +657,60 @@ def _wsl_collectives(ctx: Context, joined: str, fact: Optional[Fact]) -> Optiona
                      "peer-to-peer"), fix, [fact], ctx.errors or said)
 
 
+# the Windows build, as `ver` / winver / systeminfo print it, beside a Linux shell prompt: a WSL 2 session
+_WINDOWS_BUILD = re.compile(r"(?i)Microsoft Windows \[Version 10\.0\.(\d{5})(?:\.\d+)?\]|\bOS build\W{0,3}(\d{5})\b|"
+                            r"\bWindows (?:1[01] )?(?:Insider )?build\W{0,3}(\d{5})\b")
+_LINUX_PROMPT = re.compile(r"^\S+@[\w.-]+:[~/][^$#\n]{0,80}[$#]\s")
+# released Windows builds with WSL 2 GPU compute (Windows 10 21H2/22H2, Windows 11 21H2 to 25H2, Server 2022/2025);
+# GPU-PV came to Windows 10 with 21H2 (19044): an older build has none, a 2xxxx build outside the list is a preview
+_RELEASED_BUILDS = {19044, 19045, 20348, 22000, 22621, 22631, 26100, 26200}
+
+
+def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """A WSL 2 session failing to reach the GPU on a Windows build that has no (working) GPU compute for WSL: a
+    Windows 10 build before 21H2, or an Insider preview build; the fix is on the Windows side, its build."""
+    said = _lines_matching(ctx, _WINDOWS_BUILD.pattern)
+    if not said:
+        return None
+    m = _WINDOWS_BUILD.search(said[0].line)
+    build = int(next(g for g in m.groups() if g))
+    failing = ctx.of("wsl", "driver", "device-access", "visibility") + ctx.no_gpu() + _lines_matching(
+        ctx, r"(?i)no CUDA-capable device|cudaGetDeviceCount returned|couldn't communicate with the NVIDIA driver|"
+             r"/dev/dxg.{0,40}(?:No such file|not found)")
+    if not failing or build in _RELEASED_BUILDS:
+        return None
+    if build < 19044:
+        return _make("wsl", f"Windows build {build} gives WSL 2 no GPU",
+                     f"WSL 2 reaches the GPU through Windows' GPU paravirtualisation, which Windows 10 has from 21H2 "
+                     f"(build 19044); build {build} is older",
+                     f"update Windows from build {build} to Windows 10 21H2 (19044) or newer, or Windows 11 (winver "
+                     "shows the build), then wsl --update and wsl --shutdown; nothing to change inside Linux",
+                     [fact], said[:1] + failing)
+    return _make("wsl", f"Windows preview build {build} breaks GPU compute in WSL 2",
+                 f"build {build} is a Windows Insider preview, not a released build; GPU compute in WSL 2 is provided "
+                 "by Windows (its GPU paravirtualisation and the driver's WSL libraries), and some preview builds "
+                 "break it, so CUDA inside WSL finds no device whatever is installed in Linux",
+                 f"update Windows past build {build} (the next Insider build with the fix, or leave the Insider "
+                 "programme for a released build), keep the Windows NVIDIA driver current, then wsl --shutdown; "
+                 "nothing to change inside Linux (never install a Linux NVIDIA driver in WSL)",
+                 [fact], said[:1] + failing)
+
+
+def _wsl_pinned(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """ggml's CUDA backend (llama.cpp and the tools built on it) running out of memory under WSL 2 where the model
+    fits: it allocates its host buffers page-locked (pinned), and WSL 2 caps pinned host memory far below the RAM."""
+    oom = _lines_matching(ctx, r"(?i)(?:CUDA error\W{0,3}|cudaMallocHost|pinned|ggml[-_]cuda\S*).{0,80}out of memory|"
+                               r"out of memory.{0,80}(?:ggml[-_]cuda|cudaMallocHost|pinned)")
+    if not oom or not re.search(r"(?i)\bggml|llama[._-]?cpp|\bllama_model_load|koboldcpp|\./main\b", joined):
+        return None
+    return _make("wsl", "WSL 2 limits the pinned memory llama.cpp's CUDA backend asks for",
+                 "ggml's CUDA backend allocates its host buffers as pinned (page-locked) memory, which CUDA under WSL 2 "
+                 "caps far below the machine's RAM, so the allocation fails with 'out of memory' although the model "
+                 "fits in the GPU",
+                 "turn pinned memory off for it: export GGML_CUDA_NO_PINNED=1 before starting it (or a build that "
+                 "falls back to ordinary memory when the pinned allocation fails: update llama.cpp)", [fact], oom)
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
@@ -675,10 +729,12 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                       cuda_lib or cudnn)
         return _first(found) if cudnn and not cuda_lib else found
     joined = _text(ctx)
-    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined):
+    # a Windows build printed beside a Linux shell prompt is a WSL session too
+    windows_linux = _WINDOWS_BUILD.search(joined) and any(_LINUX_PROMPT.match(l) for l in ctx.sheet.lines)
+    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined) and not windows_linux:
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
-    own = (_wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+    own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
            or _wsl_collectives(ctx, joined, fact))
     if own is not None:
         return own
@@ -1014,8 +1070,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         newer = (f"install the amdgpu-dkms of ROCm {first[1]} or newer (the first release whose driver builds for the "
                  f"{first[0]} kernel: sudo amdgpu-install --uninstall, then the amdgpu-install of {first[1]})" if first
                  else "install the amdgpu-dkms of a newer ROCm release (one that lists this kernel)")
-        fix = (newer + ", or boot a kernel that the "
-               "ROCm release supports" + (f" (the series before it, {previous}: sudo apt install linux-image-"
+        fix = (newer + ", or boot a supported kernel (one the ROCm release's compatibility matrix "
+               "lists)" + (f" (the series before it, {previous}: sudo apt install linux-image-"
                                          f"{previous}.0-<abi>-generic linux-headers-{previous}.0-<abi>-generic, pick "
                                          "it in GRUB's Advanced options, and hold the newer one until ROCm lists it)"
                                          if previous else "") +
@@ -1269,3 +1325,234 @@ def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
         f"boot the distribution's kernel instead of the mainline one: sudo apt install {hwe} (or linux-generic), pick it "
         "in GRUB (Advanced options), then remove the mainline linux-image- and linux-headers- packages and install "
         "the driver again", evidence, failed))
+
+
+# A crash in a program's Vulkan backend (llama.cpp's ggml-vulkan, koboldcpp, LM Studio's Vulkan runtime): the
+# pipeline and shader compilation run inside the GPU's Vulkan driver (Mesa's RADV/ANV on Linux, the vendor driver on
+# Windows), and a crash there with no error from the program itself is the driver's bug far more often than the model's.
+_VULKAN_IN_USE = re.compile(r"(?i)\bggml_vulkan\b|\bvulkan\b.{0,20}\b(?:backend|runtime|build|pipeline|path|runner)\b|"
+                            r"\b(?:backend|runtime|build|runner)\b.{0,12}\bvulkan\b|\bRADV\b|-DGGML_VULKAN=ON")
+_VULKAN_CRASH = re.compile(r"(?i)\bcrash(?:es|ed|ing)?\b|heap corruption|corrupt(?:s|ed)? the heap|"
+                           r"\bseg ?fault|segmentation fault|0xc0000005|access violation|\bsigsegv\b|崩溃|闪退")
+_MESA = re.compile(r"(?i)\bMesa\s*v?(\d{2}\.\d+(?:\.\d+)?)")
+
+
+@rule("driver")
+def vulkan_driver_crash(ctx: Context) -> Optional[Diagnosis]:
+    """A program crashing in its Vulkan backend, with no error of its own (no out-of-memory, no missing device): the
+    Vulkan driver's bug; the remedy is a newer driver (Mesa on Linux, the GPU vendor's driver on Windows)."""
+    text = _text(ctx)
+    if not _VULKAN_IN_USE.search(text):
+        return None
+    crashed = _lines_matching(ctx, _VULKAN_CRASH.pattern)
+    if not crashed or re.search(r"(?i)out of (?:device |host )?memory|ErrorOutOfDeviceMemory|No Vulkan devices? found|"
+                                r"vkCreateInstance failed|ERROR_INCOMPATIBLE_DRIVER|ERROR_INITIALIZATION_FAILED", text):
+        return None   # a memory or device-discovery error is its own reading, not a driver bug in the pipeline
+    mesa = _MESA.search(text)
+    linux = (f"update Mesa past {mesa.group(1)} (the RADV/ANV Vulkan driver: a newer mesa-vulkan-drivers from the "
+             "distribution's backports or the kisak-mesa PPA)" if mesa else
+             "on Linux update Mesa (the RADV/ANV Vulkan driver: mesa-vulkan-drivers from the distribution's backports "
+             "or the kisak-mesa PPA)")
+    return _make("driver", "the GPU's Vulkan driver crashes in the program's Vulkan backend",
+                 "the crash happens while the Vulkan backend builds its pipelines or runs its shaders, inside the "
+                 "GPU's Vulkan driver" + (f" (Mesa {mesa.group(1)})" if mesa else "") + ", with no error from the "
+                 "program itself",
+                 f"{linux}; on Windows install the GPU vendor's current driver (AMD Software Adrenalin, the NVIDIA or "
+                 "Intel driver); meanwhile run the same model through the HIP/CUDA backend, or skip the part that "
+                 "crashes (a vision projector: without --mmproj), to confirm it is the driver",
+                 [], crashed, confirmed=False)
+
+
+# torch's XPU build reaches Intel GPUs through the Level Zero loader (libze1 / ze_loader.dll) and Intel's GPU driver
+# behind it (libze-intel-gpu1, the compute runtime). A loader newer than the driver hands out entry points the driver
+# does not fill, so a call into one jumps to address 0: a segfault "at 0 ip 0000000000000000" in torch.xpu.
+_XPU_TORCH = re.compile(r"(?i)\+xpu\b|torch\.xpu\b|\bxpu:\d\b|device=.?xpu")
+
+
+@rule("driver")
+def level_zero_mismatch(ctx: Context) -> Optional[Diagnosis]:
+    """An Intel GPU reached by torch's XPU build (it enumerates devices) whose call crashes: the Level Zero loader and
+    Intel's GPU driver of mismatched versions; the remedy is to upgrade both together."""
+    text = _text(ctx)
+    if not _XPU_TORCH.search(text):
+        return None
+    crashed = ctx.crashes() or _lines_matching(ctx, r"(?i)segfault at 0 ip 0{8,16}\b|\bsegfaults?\b|zeDevice\w*|"
+                                                    r"ZE_RESULT_ERROR_\w+|level[- ]zero.{0,40}(?:error|fail)")
+    if not crashed or re.search(r"(?i)out of memory|UR_RESULT_ERROR_OUT_OF_\w*MEMORY", text):
+        return None
+    return _make("driver", "the Level Zero loader and Intel's GPU driver do not match",
+                 "torch's XPU build sees the Intel GPU but crashes calling into it: the Level Zero loader (libze1) "
+                 "offers entry points the older Intel GPU driver (libze-intel-gpu1) does not provide, so the call "
+                 "jumps to a null address",
+                 "upgrade Intel's GPU driver and the Level Zero loader together to matching versions (Ubuntu: sudo apt "
+                 "install --only-upgrade libze-intel-gpu1 libze1 intel-opencl-icd from Intel's graphics repository, or "
+                 "the compute-runtime release packages; Windows: the current Intel Arc driver), then check "
+                 "python -c 'import torch; print(torch.xpu.get_device_properties(0))'",
+                 [], crashed, confirmed=False)
+
+
+# NVML (libnvidia-ml.so.1) not loadable inside a container or pod: the NVIDIA Container Toolkit injects the driver's
+# libraries only into containers its runtime starts; one started by plain runc (Kubernetes' device plugin under a
+# containerd / docker whose default runtime is runc) has none
+
+
+@rule("device-access")
+def nvml_in_a_container(ctx: Context) -> Optional[Diagnosis]:
+    """NVML absent inside a container or Kubernetes pod on a host with the NVIDIA toolkit: the container did not run
+    under the nvidia runtime. The device plugin's pods carry no --gpus flag, so the runtime must be the default."""
+    failed = _lines_matching(ctx, r"(?i)could not load NVML|libnvidia-ml\.so(?:\.1)?: cannot open shared object|"
+                                  r"NVML(?: library)? (?:not found|could not be loaded)")
+    text = _text(ctx)
+    if not failed or not (_KUBERNETES.search(text) or _CONTAINED.search(text)) or \
+            re.search(r"(?i)\bwsl\b", text):
+        return None   # on the host itself (or WSL's own NVML) it is the driver's install, read elsewhere
+    containerd = re.search(r"(?i)\bcontainerd\b|\bk3s\b|\bcri-o\b", text)
+    runtime = ("sudo nvidia-ctk runtime configure --runtime=containerd --set-as-default, sudo systemctl restart "
+               "containerd" if containerd else
+               "set \"default-runtime\": \"nvidia\" in /etc/docker/daemon.json (sudo nvidia-ctk runtime configure "
+               "--runtime=docker --set-as-default writes it), sudo systemctl restart docker")
+    return _make("device-access", "the container was not started by the NVIDIA runtime",
+                 "NVML (libnvidia-ml.so.1) is missing inside the container: the NVIDIA Container Toolkit puts the "
+                 "driver's libraries only into containers its runtime starts, and this one ran under the plain runc "
+                 "runtime" + (" (a Kubernetes pod, such as the device plugin's, has no --gpus flag to ask for it)"
+                              if _KUBERNETES.search(text) else ""),
+                 f"make the nvidia runtime the default: {runtime}; then restart the pod or container (kubectl delete "
+                 "pod of the device plugin; it comes back under the new runtime); or use a RuntimeClass named nvidia",
+                 [], failed, confirmed=False)
+
+
+# the NVIDIA container runtime refusing an image whose CUDA needs a newer host driver (the image's NVIDIA_REQUIRE_CUDA)
+_IMAGE_NEEDS_CUDA = re.compile(r"(?i)requirement error: unsatisfied condition: cuda\s*>=\s*(\d{2})\.(\d)")
+
+
+@rule("driver")
+def image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
+    """A container image built on a CUDA the host driver does not run: the NVIDIA container runtime checks the image's
+    NVIDIA_REQUIRE_CUDA against the driver before it starts, so the fix is on the host (its driver), or an older image."""
+    refused = _lines_matching(ctx, _IMAGE_NEEDS_CUDA.pattern)
+    if not refused:
+        return None
+    found = _IMAGE_NEEDS_CUDA.search(refused[0].line)
+    cuda = (int(found.group(1)), int(found.group(2)))
+    least = next((b for c, b in _DRIVER_FOR_CUDA if c >= cuda), None)
+    branch = f"{least} or newer" if least else "one that supports it"
+    return _first(_make("driver", f"the host's NVIDIA driver is too old for the image's CUDA {cuda[0]}.{cuda[1]}",
+                        f"the image is built on CUDA {cuda[0]}.{cuda[1]}; the NVIDIA container runtime checks that the "
+                        "host driver runs it before it starts the container, and this driver does not",
+                        f"update the host's NVIDIA driver to {branch} (sudo apt install nvidia-driver-{least or '<branch>'} "
+                        "or sudo ubuntu-drivers install, then reboot; nothing to change inside the container), or use "
+                        f"an older image tag built on the CUDA the driver runs (nvidia-smi shows it as 'CUDA Version')",
+                        [], refused))
+
+
+# torch built for ROCm, said by itself (collect_env's "ROCM used to build PyTorch: 7.0...", a +rocm version, or
+# torch.version.hip printed): the build is right for an AMD GPU, so finding none is the process's access to it
+_ROCM_TORCH = re.compile(r"(?i)ROCM used to build PyTorch:\s*\d|\btorch\S*\s*[=:]?\s*\d+\.\d+\.\d+\S*\+rocm\d|"
+                         r"torch\.version\.hip\W{0,20}\d+\.\d+")
+_HIP_FINDS_NONE = re.compile(r"No HIP GPUs are available|hipErrorNoDevice|(?i:Is CUDA available:\s*False)")
+
+
+@rule("device-access")
+def rocm_torch_without_a_device(ctx: Context) -> Optional[Diagnosis]:
+    """A ROCm build of torch that finds no GPU, with nothing else said (no driver failure, no WSL, no GPU the build
+    lacks): the process cannot open /dev/kfd and /dev/dri, most often a container started without them."""
+    text = _text(ctx)
+    failing = _lines_matching(ctx, _HIP_FINDS_NONE.pattern)
+    if not failing or not _ROCM_TORCH.search(text) or re.search(r"(?i)\bwsl\b|/dev/dxg", text) or \
+            ctx.of("driver", "gpu-unsupported", "arch-missing") or ctx.sheet.of("gpu") or \
+            any(not _HIP_FINDS_NONE.search(e.line) for e in ctx.of("visibility")) or \
+            re.search(r"(?i)HSA_OVERRIDE_GFX_VERSION|\b(?:HIP|ROCR|CUDA)_VISIBLE_DEVICES\b", text):
+        return None   # a named GPU, an override or a visibility setting: the arch or the variables' readings
+    container = _CONTAINED.search(text)
+    return _make("device-access", "the ROCm torch cannot open the GPU's device files",
+                 "torch is a ROCm build, so a ROCm GPU would be found; finding none means the process cannot open "
+                 "/dev/kfd and /dev/dri" + (" (the container was not given them)" if container else
+                                            " (a container started without them, or a user outside their groups)"),
+                 "in a container pass the device files: docker run --device /dev/kfd --device /dev/dri --group-add "
+                 "video --group-add render --security-opt seccomp=unconfined ... (podman: --group-add keep-groups); "
+                 "on the host: sudo usermod -aG render,video $USER and log in again; check with ls -l /dev/kfd "
+                 "/dev/dri/renderD* and rocminfo as the same user",
+                 [], failing, confirmed=False)
+
+
+# Debian's linux-kbuild ships tools/objtool/objtool as a wrapper that picks the real binary by SRCARCH; an out-of-tree
+# build such as amdgpu-dkms's configure step calls it without SRCARCH, so every compile test fails and the configure
+# script reports kernel features as missing ("dma_resv->seq is missing") that the kernel has (as found in
+# legacy-rocm-build #3379)
+_CONFIGURE_CHECK_FAILED = re.compile(r"\*\*\* [\w>.\-]+(?:\([^)]*\))? is missing\.?,? exit")
+
+
+@rule("driver")
+def debian_kbuild_objtool(ctx: Context) -> Optional[Diagnosis]:
+    """amdgpu-dkms's configure checks failing on a Debian kernel (its own -amd64 flavour, or Debian named): the
+    objtool wrapper of Debian's linux-kbuild, not the kernel's features."""
+    failed = _lines_matching(ctx, _CONFIGURE_CHECK_FAILED.pattern)
+    text = _text(ctx)
+    kernel = re.search(r"\b(\d+\.\d+(?:\.\d+)?)(?:-\d+)?-(?:amd64|cloud-amd64|rt-amd64)\b", text)
+    if not failed or not (kernel or re.search(r"(?i)\bDebian\b", text)) or re.search(r"(?i)\bUbuntu\b|\.el\d", text):
+        return None
+    series = kernel.group(1) if kernel else "<kernel version>"
+    folder = f"/usr/lib/linux-kbuild-{series}/tools/objtool"
+    return _make("driver", "amdgpu-dkms's configure checks fail on Debian's kernel build tools",
+                 "the message is misleading: Debian's linux-kbuild ships objtool as a wrapper that needs SRCARCH, "
+                 "which the amdgpu-dkms configure step does not pass, so every feature check fails and the first one "
+                 "is reported as missing",
+                 f"use the x86 objtool in place of the wrapper: cd {folder} && sudo mv objtool objtool.wrapper && sudo "
+                 "cp objtool.real-x86 objtool, then rebuild: sudo dkms autoinstall (or reinstall amdgpu-dkms); or use "
+                 "the kernel's own amdgpu (sudo amdgpu-install --usecase=rocm --no-dkms)",
+                 [], failed, confirmed=False)
+
+
+# Windows' STATUS_ENTRYPOINT_NOT_FOUND: a DLL the process loaded lacks a function it imports. A CUDA runner (Ollama's,
+# llama.cpp's, koboldcpp's) imports the newer driver API entry points from the driver's nvcuda.dll, so on an NVIDIA
+# machine the usual missing entry point is the driver's, older than the CUDA the runner was built with
+_ENTRYPOINT_NOT_FOUND = re.compile(r"(?i)\b0xc0000139\b|\b3221225785\b|STATUS_ENTRYPOINT_NOT_FOUND|"
+                                   r"entry point .{0,80} could not be located")
+
+
+@rule("driver")
+def windows_entry_point_missing(ctx: Context) -> Optional[Diagnosis]:
+    """A CUDA program on Windows dying with 0xc0000139 (an entry point missing from a DLL) on an NVIDIA GPU: the
+    driver's nvcuda.dll is older than the CUDA the program was built against."""
+    missing = _lines_matching(ctx, _ENTRYPOINT_NOT_FOUND.pattern)
+    text = _text(ctx)
+    if not missing or not (_nvidia_gpu(ctx) or re.search(r"(?i)\bnvidia\b|\bgeforce\b|\b[GR]TX ?\d{3,4}", text)) or \
+            re.search(r"(?i)\b(?:amd|radeon|rocm|hip)\b", text):
+        return None
+    return _make("driver", "the NVIDIA driver is older than the CUDA the program was built with",
+                 "0xc0000139 is Windows' 'entry point not found': a DLL lacks a function the program imports; a CUDA "
+                 "program imports its CUDA driver API from the NVIDIA driver's nvcuda.dll, which an older driver "
+                 "does not have",
+                 "install the current NVIDIA driver for the GPU (nvidia.com/drivers or the NVIDIA app; a clean install), "
+                 "reboot, and start the program again; nvidia-smi's 'CUDA Version' must be at least the CUDA the "
+                 "program bundles (12.x for current Ollama / llama.cpp builds)",
+                 [], missing, confirmed=False)
+
+
+# a program's newer release falling back to the CPU where an older one used the GPU, on a named NVIDIA driver branch
+# older than 550: the newer release bundles a newer CUDA runtime (12.8 / 13 for Blackwell) than that driver runs, so
+# its GPU discovery filters the GPUs out (Ollama, LM Studio, llama.cpp builds bundle their CUDA runtime)
+_ONTO_CPU = re.compile(r"(?i)(?:fully |entirely )?(?:offload\w* to|onto|on|falls? back to|runs? (?:on|in)) (?:the )?CPU\b|"
+                       r"CPU[- ]only|library=cpu|0% GPU|100% CPU|not using (?:the )?GPU")
+_REGRESSION = re.compile(r"(?i)\b(?:after|since|from|starting with|through|upgrad\w+ to)\s+v?\d+\.\d+|"
+                         r"\bv?\d+\.\d+(?:\.\d+)?\b.{0,40}(?:works?|worked|✅)")
+
+
+@rule("driver")
+def bundled_cuda_beyond_the_driver(ctx: Context) -> Optional[Diagnosis]:
+    """A tool's newer release using only the CPU where an older release used the GPU, with an NVIDIA driver branch
+    below 550 named: the release's bundled CUDA runtime needs a newer driver than the machine's."""
+    text = _text(ctx)
+    driver = re.search(r"(?i)\bdriver(?: version)?\W{0,3}(?:NVIDIA\s+)?(\d{3})\.\d+", text)
+    fell = _lines_matching(ctx, _ONTO_CPU.pattern)
+    if driver is None or int(driver.group(1)) >= 550 or not fell or not _REGRESSION.search(text) or \
+            not re.search(r"(?i)\b(?:ollama|lm ?studio|llama\.?cpp|koboldcpp|localai|jan)\b", text):
+        return None
+    branch = driver.group(1)
+    return _make("driver", f"the NVIDIA driver {branch} is too old for the newer release's bundled CUDA",
+                 f"the newer release bundles a newer CUDA runtime than driver {branch} runs, so its GPU discovery "
+                 "drops the GPUs and the model runs on the CPU; the older release bundled a CUDA this driver ran",
+                 f"update the NVIDIA driver from {branch} to 550 or newer (570+ runs CUDA 12.8 runners, 580+ CUDA 13): "
+                 "sudo apt install nvidia-driver-570 (or a later branch), reboot; in Docker the host's driver is the "
+                 "one to update; or keep the last release that used the GPU",
+                 [], fell, confirmed=False)

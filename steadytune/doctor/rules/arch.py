@@ -23,6 +23,7 @@ from steadytune.doctor.rules.base import (
     _first,
     _lines_matching,
     _make,
+    on_windows,
     OVERRIDE,
     rule,
     _symptom_lines,
@@ -837,6 +838,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         return None   # an old card under a ROCm that still built it, with no missing-code message: gpu_unsupported's
     if not errors and re.search(r"(?i)device[- _]?lib(?:rar(?:y|ies)|s)?(?:[- _]path)?\b|\bbitcode\b|--rocm-path", _text(ctx)):
         return None   # the compiler not finding its device libraries (a build of ROCm itself): rocm-libs-missing's
+    if not errors and re.search(r"(?i)\bggml_vulkan\b|\bvulkan\b.{0,20}\b(?:backend|runtime|build|runner)\b|\bRADV\b",
+                                _text(ctx)) and not re.search(r"(?i)\b(?:rocm|hip\w*|rocblas|zluda)\b", _text(ctx)):
+        return None   # a Vulkan backend compiles its shaders for any GPU at run time: no per-arch code to lack
     if not errors:
         # the same problem without its message: a crash, a CPU fallback or a complaint on a GPU the builds do not carry
         faults = ctx.of("gpu-hang") + ctx.crashes()
@@ -957,6 +961,19 @@ def _arch_cause(arch: str, tool: Optional[str], ctx: Context) -> str:
     return f"{name} carries no code for {arch}{listed}"
 
 
+def _past_the_release_said(fix: str, tool: Optional[str], ctx: Context) -> str:
+    """A tool's own fix that says to update it, in the paste's values: the release after the one the paste names
+    ("Ollama version: 0.11.11" -> 0.12 or later), since the code the GPU needs came in a later release."""
+    name = tool_builds()[tool].name if tool in tool_builds() else None
+    said = re.search(rf"(?i)\b{re.escape(name)}\b(?: version)?\W{{0,3}}v?(\d+)\.(\d+)\.(?:\d+|x)\b",
+                     _text(ctx)) if name else None
+    if not said or not fix.lower().startswith(f"update {name.lower()}"):
+        return fix
+    major, minor = said.group(1), int(said.group(2))
+    return fix.replace(f"update {name}", f"update {name} past {said.group(0).split()[-1].lstrip('v')} "
+                                         f"({major}.{minor + 1} or later)", 1)
+
+
 def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     sheet = ctx.sheet
     if arch.startswith("sm_") and tool in ("torch", None) and _jetson(ctx, arch):
@@ -967,7 +984,7 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
         # the tool that failed carries its own kernels: its wheel or build flag is the fix, not torch's index
         # (unless the torch underneath lacks the GPU too: that comes first, the extension is rebuilt against it)
         own = build_fix(tool, arch) if tool not in ("torch", None) and not _wheel_lacks(arch, ctx) else None
-        return own or _cuda_index_for_driver(ctx, arch)
+        return _past_the_release_said(own, tool, ctx) if own else _cuda_index_for_driver(ctx, arch)
     value, caveat = override_value(arch, tool)
     if sheet.has("layout", "therock"):
         return (f"the multi-arch torch wheel carries no GPU kernels by itself: install its device package from the same "
@@ -1144,6 +1161,8 @@ def _zluda_pre_rdna(ctx: Context, arch: Optional[str], where) -> Optional[Diagno
     users run it there with patched ROCm libraries.)"""
     if ctx.tool() != "zluda" or not _is_old_gfx(arch):   # Vega (gfx9) runs it with patched ROCm libraries
         return None
+    if _lines_matching(ctx, r"(?i)\bDevice:\s*cuda:\d+\b.{0,80}\[ZLUDA\]"):
+        return None   # the program printed a ZLUDA CUDA device: some card runs, the question is which one it picks
     said = [f for f in ctx.sheet.of("gpu") if f.detail == arch][:1]
     name = said[0].value if said else arch
     diagnosis = _make("gpu-unsupported", f"ZLUDA does not run on the {name}",
@@ -1160,6 +1179,18 @@ def _zluda_pre_rdna(ctx: Context, arch: Optional[str], where) -> Optional[Diagno
 # Intel GPUs by name (Arc, Iris Xe, Data Center GPU Max / Flex): torch runs them through its XPU build, never CUDA or ROCm
 _INTEL_GPU = re.compile(r"(?i)\bIntel(?:\(R\))?\s+(?:Arc|Iris|Data Center GPU|UHD|Xe)\b|\bArc(?:\(TM\))?\s+[AB]\d{3}\b|"
                         r"\bIris Xe\b|\bGPU Max \d{4}\b")
+# a torch XPU build in use ("2.10.0+xpu", torch.xpu answering): the Intel GPU is reached, whatever fails next
+_INTEL_TORCH = re.compile(r"(?i)\+xpu\b|torch\.xpu\.(?:is_available|device_count)\(\)\W{0,6}(?:True|[1-9])")
+# a tool with its own route to Intel GPUs, said first in the fix (the tool that was asked about)
+_INTEL_ROUTES = (
+    (r"(?i)\bdeepspeed\b", "DeepSpeed itself runs only CUDA/ROCm accelerators; for Intel GPUs install Intel's port, "
+                            "pip install intel-extension-for-deepspeed (DeepSpeed's XPU accelerator, with torch's XPU "
+                            "build and intel-extension-for-pytorch); "),
+    (r"(?i)\bollama\b", "Ollama's released CUDA/ROCm runners do not drive Intel GPUs: use its Vulkan backend (a release "
+                         "that ships it, or a source build with Vulkan) or ipex-llm's Ollama build; "),
+    (r"(?i)\bllama\.?cpp\b", "build llama.cpp with its SYCL (-DGGML_SYCL=ON, oneAPI) or Vulkan (-DGGML_VULKAN=ON) "
+                              "backend; "),
+)
 _CUDA_OR_ROCM = re.compile(r"(?i)\bcuda\b|\brocm\b|\bhip\b|is_available|No CUDA GPUs|torch\.cuda|--gpus|nvidia")
 
 
@@ -1169,19 +1200,20 @@ def intel_gpu_under_cuda(ctx: Context) -> Optional[Diagnosis]:
     reaches it through its XPU build (device "xpu"), llama.cpp and Ollama through SYCL or Vulkan. Only where the paste
     names no NVIDIA or AMD GPU (a laptop's Intel iGPU beside an RTX card is not the GPU in question)."""
     said = _lines_matching(ctx, _INTEL_GPU.pattern)
-    if not said or ctx.sheet.of("gpu") or \
-            not _CUDA_OR_ROCM.search(_text(ctx)):
-        return None
+    text = _text(ctx)
+    route = next((fix for tool, fix in _INTEL_ROUTES if re.search(tool, text)), "")
+    if not said or ctx.sheet.of("gpu") or not (_CUDA_OR_ROCM.search(text) or route) or _INTEL_TORCH.search(text):
+        return None   # a torch XPU build already in use is past this reading (its driver's, rules/access.py)
     trouble = ctx.errors or ctx.no_gpu() or ctx.sheet.has("complaint", "yes") or \
-        re.search(r"(?i)\?|\bFalse\b|not (?:detected|found|used|work)|doesn't|does not|can't|cannot|不支持|用不了|找不到",
-                  _text(ctx))
+        re.search(r"(?i)\?|\bFalse\b|not (?:yet )?(?:detected|found|used|work|supported|implemented)|doesn't|does not|"
+                  r"don't|can't|cannot|\bstop(?:s|ped|ping)?\b|不支持|用不了|找不到", text)
     if not trouble:
         return None
     name = re.sub(r"\s+", " ", _INTEL_GPU.search(said[0].line).group(0))
     diagnosis = _make("gpu-unsupported", f"{name} runs neither CUDA nor ROCm",
                  f"the {name} is an Intel GPU: CUDA builds need an NVIDIA GPU and ROCm builds an AMD one, so "
                  "torch.cuda sees no device on it",
-                 "use torch's XPU build for Intel GPUs: pip install torch --index-url https://download.pytorch.org/whl/xpu "
+                 route + "use torch's XPU build for Intel GPUs: pip install torch --index-url https://download.pytorch.org/whl/xpu "
                  "(with Intel's GPU driver installed), then device \"xpu\" (torch.xpu.is_available()); llama.cpp and "
                  "Ollama run it through their SYCL or Vulkan backends", [], said[:1] + ctx.errors,
                  confirmed=bool(ctx.errors or ctx.no_gpu()))
@@ -1299,3 +1331,105 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     if old and not explicit:   # nothing else can work on it, whatever vaguer error the paste shows
         diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl", "rocm-libs-missing")) - 1
     return diagnosis
+
+
+# A source build whose default target list leaves the GPU out: the user read the CMake list (or saw an arch dropped
+# from it) and names their GPU's arch; the project still builds for it when the list is given on the command line
+_CMAKE_TARGET_LIST = re.compile(r"(?i)\b(?:GPU_TARGETS|AMDGPU_TARGETS|CMAKE_CUDA_ARCHITECTURES|CMAKE_HIP_ARCHITECTURES|"
+                          r"TORCH_CUDA_ARCH_LIST)\b|\b(?:list of (?:gpu |supported )?(?:targets|archs|architectures)|"
+                          r"(?:gpu |build )?targets? list|default (?:gpu )?targets)\b")
+_OMITTED = re.compile(r"(?i)\b(?:removed|dropped|limited to|no longer|not (?:in|included|listed|built)|missing|"
+                       r"left out|excluded|only (?:builds?|for))\b|移除|去掉|不包含")
+_CC_IN_BUILD = re.compile(r"(?i)compute capability\D{0,12}(\d{1,2})\.(\d)\b|\bsm_?(\d{2,3})\b")
+_CUDA_ARCHS_SET = re.compile(r"CMAKE_CUDA_ARCHITECTURES\W{1,4}\"?((?:\d{2,3}[a-z]?;)+\d{2,3}[a-z]?)")
+
+
+@rule("arch-missing")
+def build_target_list(ctx: Context) -> Optional[Diagnosis]:
+    """A project built from source (CMake) whose default GPU target list omits the user's GPU: a default, not a limit;
+    naming the arch in the configure step (GPU_TARGETS for ROCm projects, CMAKE_CUDA_ARCHITECTURES for CUDA) builds
+    its code."""
+    listed = _lines_matching(ctx, _CMAKE_TARGET_LIST.pattern)
+    text = _text(ctx)
+    if not listed or not _OMITTED.search(text):
+        return None
+    gfx = re.search(r"(?i)\b(gfx\d{3,4}[a-z]?)\b", text)
+    cc = _CC_IN_BUILD.search(text)
+    if gfx and not re.search(r"(?i)CMAKE_CUDA_ARCHITECTURES|TORCH_CUDA_ARCH_LIST", text):
+        arch = gfx.group(1).lower()
+        hip = "CMAKE_HIP_ARCHITECTURES" if "CMAKE_HIP_ARCHITECTURES" in text else "GPU_TARGETS"
+        return _make("arch-missing", f"the build's default target list leaves out {arch}",
+                     f"the project's CMake default GPU target list does not include {arch}, so a default build carries "
+                     "no code for it (the GPU may still be supported when named explicitly)",
+                     f"configure with the arch named: cmake -D {hip}=\"{arch}\" ... (older projects read "
+                     f"AMDGPU_TARGETS=\"{arch}\"; keep any feature switch the arch needs, e.g. composable_kernel's "
+                     "-D DL_KERNELS=ON), rebuild, and check the library lists it (roc-obj-ls or the build log)",
+                     [], listed)
+    if cc is None:
+        return None
+    number = f"{cc.group(1)}{cc.group(2)}" if cc.group(1) else cc.group(3)
+    present = _CUDA_ARCHS_SET.findall(text)   # the last list set: CMake files set the default in their else branch
+    archs = sorted({number, *present[-1].split(";")}, key=lambda a: int(re.sub(r"\D", "", a))) if present \
+        else [number]
+    return _make("arch-missing", f"the build's default CUDA architectures leave out compute capability {number}",
+                 f"the CMake default list of CUDA architectures starts above sm_{number}, so the build carries no "
+                 "code for this GPU and its kernels cannot launch on it",
+                 f"configure with the GPU's architecture in the list: cmake -DCMAKE_CUDA_ARCHITECTURES=\""
+                 f"{';'.join(archs)}\" ... (TORCH_CUDA_ARCH_LIST=\"{number[:-1]}.{number[-1]}\" for a torch "
+                 "extension), and rebuild; check the CUDA toolkit still compiles for it (CUDA 12 dropped compute 3.x)",
+                 [], listed)
+
+
+# a ROCm library's own sources failing to compile for one target: its per-arch definitions (buffer-resource
+# constants, instruction selections) exist only for the archs it supports, so an identifier is undeclared or the
+# target unknown "while compiling for" the one it does not
+_COMPILES_FOR = re.compile(r"(?i)(?:undeclared identifier|use of undeclared|unknown (?:target|processor)|unsupported "
+                           r"(?:target|processor|arch\w*)|not (?:a )?supported (?:target|arch\w*)).{0,120}?\b(gfx\d{2,4}[a-z]?)\b")
+_LIBRARY_BUILT = re.compile(r"(?i)\b(composable[_ ]kernel|rocBLAS|hipBLASLt|MIOpen|rocWMMA|rocFFT|hipSPARSELt|Tensile|"
+                           r"aotriton|RCCL)\b|\bCK_\w+")
+
+
+@rule("gpu-unsupported")
+def library_sources_lack_the_target(ctx: Context) -> Optional[Diagnosis]:
+    """A source build of a ROCm library whose compile fails for one GPU target with an identifier undeclared or the
+    target unknown: the library does not support that arch; the remedy is to leave it out of the targets."""
+    failed = _lines_matching(ctx, _COMPILES_FOR.pattern)
+    text = _text(ctx)
+    library = _LIBRARY_BUILT.search(text)
+    if not failed or not library:
+        return None
+    arch = _COMPILES_FOR.search(failed[0].line).group(1).lower()
+    name = "composable_kernel" if library.group(0).upper().startswith(("CK_", "COMPOSABLE")) else library.group(1)
+    return _make("gpu-unsupported", f"{name} does not support {arch}",
+                 f"{name}'s sources define their per-architecture constants only for the GPUs it supports; compiling "
+                 f"them for {arch} finds none, so the build fails for that target",
+                 f"{arch} is not supported by {name}: remove it from the build's targets (-D GPU_TARGETS=\"<only the "
+                 f"supported archs you need>\") and build {name} only for supported architectures; for a {arch} "
+                 "machine use the packaged library of a ROCm release, or a backend that runs on it",
+                 [], failed)
+
+
+# AMD's Windows support table gives each GPU two columns: the HIP runtime, and the HIP SDK (its math libraries,
+# rocBLAS, MIOpen, ...). A GPU with the runtime only runs HIP programs that bring their own kernels, not the SDK's
+_RUNTIME_NOT_SDK = re.compile(r"(?i)\b(?:hip )?runtime\b.{0,40}\bbut not (?:the )?(?:hip )?sdk\b|\bnot (?:in|on|by) the "
+                              r"(?:hip )?sdk\b|\bruntime[- ]only\b.{0,40}\bsdk\b|\bsdk support\b.{0,60}\bwindows\b|"
+                              r"\bwindows\b.{0,60}\bsdk support\b")
+
+
+@rule("gpu-unsupported")
+def windows_runtime_only(ctx: Context) -> Optional[Diagnosis]:
+    """A Windows GPU that AMD lists for the HIP runtime but not the HIP SDK, said by the user: the SDK's libraries are
+    not built or validated for it."""
+    said = _lines_matching(ctx, _RUNTIME_NOT_SDK.pattern)
+    text = _text(ctx)
+    gfx = re.search(r"(?i)\b(gfx\d{2,4}[a-z]?)\b", text)
+    if not said or not gfx or not on_windows(ctx, text):
+        return None
+    arch = gfx.group(1).lower()
+    return _make("gpu-unsupported", f"{arch} has the Windows HIP runtime but not the HIP SDK",
+                 f"AMD lists {arch} for the HIP runtime on Windows only: the HIP SDK's libraries (rocBLAS, MIOpen, "
+                 "hipBLASLt) are not built or validated for it",
+                 f"{arch} is not supported by the Windows HIP SDK: use a GPU on the HIP SDK's support list, or build "
+                 f"the libraries you need for {arch} yourself (community rocBLAS builds exist), or run under Linux "
+                 "ROCm where the card is covered",
+                 [], said, confirmed=False)

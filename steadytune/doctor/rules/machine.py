@@ -443,9 +443,35 @@ def _bar_at_init(ctx: Context) -> Optional[Diagnosis]:
                         [], failed + said))
 
 
+# rocm-smi / amd-smi reading a GPU's sysfs files while the GPU sleeps in runtime power management (D3): the files
+# answer empty ("Expected integer value from monitor, but got \"\""), the table shows N/A; typical of idle cards
+_MONITOR_EMPTY = re.compile(r"Expected integer value from monitor, but got")
+_IDLE_SAID = re.compile(r"(?i)\bidle\b|after (?:a (?:while|period)|some time|\d+ ?(?:min|hour))|\b(?:runtime )?suspend|"
+                        r"\bD3(?:cold|hot)?\b|空闲|一段时间")
+_SMI_ROW_NA = re.compile(r"^\s*\d+\s+\d+\s+0x[0-9a-f]{4}.*\bN/A\s+N/A\b")
+
+
+def _runtime_suspended(ctx: Context) -> Optional[Diagnosis]:
+    """The SMI tool reading nothing from cards that runtime power management put to sleep: the sysfs files of a
+    suspended device answer empty; waking them (power/control "on") or turning runtime PM off is the remedy."""
+    empty = _lines_matching(ctx, _MONITOR_EMPTY.pattern)
+    rows = [e for e in _lines_matching(ctx, _SMI_ROW_NA.pattern)] if _IDLE_SAID.search(_text(ctx)) else []
+    if not empty and not rows:
+        return None
+    made = _make("platform-bios", "the idle GPUs are asleep in runtime power management",
+                 "rocm-smi reads the GPUs' sysfs files; a card that runtime power management put to sleep (D3) "
+                 "answers them empty, so the values come back blank or N/A",
+                 "wake the cards and keep them awake: echo on | sudo tee /sys/bus/pci/drivers/amdgpu/*/power/control "
+                 "(then rocm-smi reads them again); to keep it across reboots add amdgpu.runpm=0 to the kernel command "
+                 "line (GRUB_CMDLINE_LINUX, update-grub, reboot) or a udev rule that sets power/control to on",
+                 [], empty + rows, confirmed=bool(empty))
+    # the SMI's own empty-read message settles it before any driver reading of the same N/A table
+    return _first(made) if empty else made
+
+
 @rule("platform-bios")
 def platform_bios(ctx: Context) -> Optional[Diagnosis]:
-    bar = _bar_at_init(ctx)
+    bar = _bar_at_init(ctx) or _runtime_suspended(ctx)
     if bar is not None:
         return bar
     errors = ctx.of("platform-bios")
