@@ -168,6 +168,24 @@ _AMD_MODEL = re.compile(r"(?i)\b(?:rx\s*)?[5-9]\d{3}\s*(?:xtx|xt|gre)\b|\brx\s*[
 _NVIDIA_MODEL = re.compile(r"(?i)\b(?:rtx|gtx)\s*\d{3,4}|\bgeforce\b|\b[AH]100\b|\bTesla\b")
 
 
+# the user says they built the library themselves: "built and installed NCCL from the repo", make NCCL_HOME=<prefix>
+_SELF_BUILT = re.compile(r"(?i)\b(?:built|compiled|installed)\b.{0,40}\bfrom (?:the )?(?:source|repo|git)")
+
+
+def _self_built_prefix(ctx: Context, name: str) -> Optional[str]:
+    """Where a library the user built lives: the <NAME>_HOME (or --prefix) the paste gives for it, else a placeholder;
+    None when nothing says the user built it."""
+    text = _text(ctx)
+    stem = re.match(r"lib([a-z]+)", name)
+    home = re.search(rf"(?i)\b{stem.group(1)}_(?:HOME|ROOT|DIR|PREFIX)=(\S+)", text) if stem else None
+    if home:
+        return home.group(1).strip("`'\"")
+    if not _SELF_BUILT.search(text):
+        return None
+    prefix = re.search(r"--prefix[= ](\S+)", text)
+    return prefix.group(1).strip("`'\"") if prefix else "<the prefix it was installed into>"
+
+
 def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     """(vendor, on Windows, the complaint's lines) when the paste only says the program runs on the CPU beside a GPU
     it names: with nothing else wrong, the torch (or the runtime) installed is a build without that GPU's backend."""
@@ -1776,6 +1794,13 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                    "rocm_sdk_libraries_custom (AMD's Windows wheels from repo.radeon.com, the release the package was "
                    "built for; pipx: pipx runpip <app> install ...); or " + fix)
     elif not _ROCM_LIBRARY.search(name) and name != "a ROCm library":
+        built = _self_built_prefix(ctx, name)
+        if built is not None:
+            # the user built and installed this library: it is there, in a prefix the loader does not search
+            return _make("rocm-libs-missing", f"{name} is not on the loader's path", f"{name} was built and installed "
+                         f"into {built}, a folder the loader does not search", f"export LD_LIBRARY_PATH={built}/lib:"
+                         "$LD_LIBRARY_PATH before running (in the job script on a cluster), or install it into a "
+                         "system prefix and run ldconfig", [ctx.line_fact(first)], errors)
         # not ROCm's: the distribution package or the pip package that ships this library
         fix = (f"install the package that ships {name}: apt-file search {name} (dnf provides '*/{name}') names the "
                "distribution package; a library that lives in site-packages comes with its pip package, so "
