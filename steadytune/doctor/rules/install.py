@@ -156,9 +156,13 @@ def _runtime_without_backend(ctx: Context, errors: list[ErrorLine]) -> Optional[
     return None
 
 
+_BNB_NO_GPU = re.compile(r"(?i)bitsandbytes was compiled without GPU support")
+
+
 # a complaint in prose that the program works on the CPU and leaves the GPU idle ("Train Device Set to CPU", "only
 # uses CPU instead of GPU", "not using my GPU"), with a GPU named by its model alone ("9070xt", "RTX 3060")
-_ON_CPU = re.compile(r"(?i)\b(?:uses?|using|runs?|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
+_ON_CPU = re.compile(r"(?i)\btorch device:? CPU\b|\bswitch(?:es|ed)? to (?:the )?CPU\b|"
+                     r"\b(?:uses?|using|runs?|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
                      r"(?:on\s+)?(?:the\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
                      r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)")
 _NOT_SEEN = re.compile(r"(?i)\b(?:doesn'?t|does not|can'?t|cannot|won'?t|not|never) (?:see|detect|find|use|using|"
@@ -189,7 +193,8 @@ def _self_built_prefix(ctx: Context, name: str) -> Optional[str]:
 def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     """(vendor, on Windows, the complaint's lines) when the paste only says the program runs on the CPU beside a GPU
     it names: with nothing else wrong, the torch (or the runtime) installed is a build without that GPU's backend."""
-    if any(e.family for e in ctx.errors) or ctx.crashes():
+    # bitsandbytes' "compiled without GPU support" follows from a torch without the GPU: not a cause of its own here
+    if any(e.family and not _BNB_NO_GPU.search(e.line) for e in ctx.errors) or ctx.crashes():
         return None
     said = _lines_matching(ctx, _ON_CPU.pattern)
     if not said and ctx.tool() in ("jax", "tensorflow", "onnxruntime", "ctranslate2"):
@@ -200,6 +205,8 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
         return None
     text = _text(ctx)
     vendor = _vendor(ctx) or ("amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None)
+    if vendor is None and re.search(r"(?i)\bGPU:\s*(?:cuda|nvidia)\b", text):
+        vendor = "nvidia"   # an issue template's "GPU: cuda"
     if vendor is None:
         return None
     return vendor, on_windows(ctx, text), said[:1]
@@ -361,8 +368,10 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
             if prose is None:
                 return None
             vendor, windows, errors = prose
+            errors = errors + [e for e in ctx.errors if _BNB_NO_GPU.search(e.line)]   # its consequence, explained
             tool = ctx.tool()
-            if tool not in (None, "torch", "comfyui", "a1111", "unsloth", "llamafactory", "torchaudio", "triton"):
+            if tool not in (None, "torch", "comfyui", "a1111", "unsloth", "llamafactory", "torchaudio", "triton",
+                            "bitsandbytes"):
                 # a runtime of its own (onnxruntime, jax, tensorflow): its GPU build is its own package
                 fix = _table_fix(ctx, tool, "torch-build")
                 return None if fix is None else _make(
@@ -898,6 +907,8 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "the +cuXXX torch builds exist for Linux and Windows only; macOS has no CUDA",
                      "on macOS install the plain release without the +cu suffix (pip install torch==<version> "
                      "torchvision==<version>): it runs on the CPU or Apple's MPS", [ctx.line_fact(errors[0])], errors)
+    if _BNB_NO_GPU.search(text) and _gpu_left_idle(ctx) is not None:
+        return None   # torch itself runs on the CPU: its build is the cause (build_without_gpu), bitsandbytes follows
     if re.search(r"(?i)bitsandbytes|CUDA Setup failed|'NoneType' object has no attribute 'c", text):
         return _make("wheel-platform", "bitsandbytes has no GPU binary for this platform",
                      "the installed bitsandbytes carries no native library for this OS and GPU (releases before 0.43 "
@@ -1823,3 +1834,102 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                "or point the loader at it: export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH")
     return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}: the ROCm runtime is "
                  "not installed where the program looks", fix, [ctx.line_fact(first)], errors)
+
+
+def _said(ctx: Context, needle: str, pattern: str) -> list[ErrorLine]:
+    """The lines matching `pattern`, searched only where the paste says `needle` (lower case): a cheap gate that keeps
+    the regular expressions off hostile pastes."""
+    return _lines_matching(ctx, pattern) if needle in _text(ctx).lower() else []
+
+
+# AutoGPTQ's own words when its compiled kernels do not load: "CUDA extension not installed.", "name 'autogptq_cuda_256'
+# is not defined"
+_GPTQ_EXTENSION = re.compile(r"(?i)CUDA extension (?:is )?not installed|autogptq_cuda\w*'? (?:is )?not defined")
+
+
+@rule("torch-build")
+def gptq_kernels_not_loaded(ctx: Context) -> Optional[Diagnosis]:
+    """AutoGPTQ's prebuilt wheels carry kernels built against one torch of one CUDA (cu118, cu121): next to a torch of
+    another CUDA (or a CPU one) they do not load and it falls back to slow paths. Building it from source instead needs
+    the CUDA Toolkit (nvcc, CUDA_HOME) of torch's CUDA version."""
+    lines = _said(ctx, "not", _GPTQ_EXTENSION.pattern)
+    if not lines or any(e.family for e in ctx.errors):
+        return None   # an error line of its own (a symbol, a missing library) says more
+    text = _text(ctx)
+    shown = re.search(r"\+?\b(cu1\d{2})\b", text)
+    label = shown.group(1) if shown else "cu118"
+    wheel = (f"pip install auto-gptq --no-cache-dir --extra-index-url https://huggingface.github.io/autogptq-index/"
+             f"whl/{label}/")
+    if re.search(r"\bCUDA_HOME\b|\bnvcc\b", text):
+        return _make("rocm-libs-missing", "the CUDA Toolkit is missing for building AutoGPTQ's kernels",
+                     "building AutoGPTQ from source compiles its CUDA kernels with nvcc, found through CUDA_HOME; "
+                     "without the CUDA Toolkit the build leaves them out (\"CUDA extension not installed\")",
+                     "install the CUDA Toolkit of torch's CUDA version (python -c 'import torch; print(torch.version."
+                     "cuda)'; the NVIDIA CUDA Toolkit installer or sudo apt install cuda-toolkit-<X-Y>), export "
+                     "CUDA_HOME=/usr/local/cuda-<X.Y>, then pip install . again; or skip the build: " + wheel,
+                     [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+    return _make("torch-build", "AutoGPTQ's kernels do not match the installed torch",
+                 f"AutoGPTQ's prebuilt kernels are built against torch's {label} build; the torch installed is of "
+                 "another CUDA (or CPU-only), so they do not load",
+                 f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the CUDA the AutoGPTQ wheel "
+                 f"names), then {wheel}", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# the HIP compiler or its headers left out of an install, in the user's words ("hipcc7.1.0 not installed by default")
+_HIPCC_NOT_INSTALLED = re.compile(r"(?i)\bhipcc[\d.]*\b.{0,80}\b(?:not|n't|never) (?:been |being |be )?(?:get )?"
+                                  r"(?:installed|install|pulled)|(?:doesn'?t|does not|didn'?t|did not|not) (?:trigger|"
+                                  r"install|pull)\w*\b.{0,60}\bhipcc")
+
+
+@rule("rocm-libs-missing")
+def hipcc_left_out_of_the_install(ctx: Context) -> Optional[Diagnosis]:
+    """hipcc (the HIP compiler wrapper) and the HIP headers are packages of their own (hipcc, hip-dev); a metapackage
+    or a runtime-only usecase that does not pull them leaves a ROCm that runs but cannot build."""
+    lines = _said(ctx, "hipcc", _HIPCC_NOT_INSTALLED.pattern)
+    if not lines:
+        return None
+    version = re.search(r"(?i)\bhipcc(\d+\.\d+(?:\.\d+)?)\b", _text(ctx))
+    suffix = version.group(1) if version else ""
+    return _make("rocm-libs-missing", "hipcc and the HIP headers are not installed",
+                 "the HIP compiler wrapper (hipcc) and the HIP headers (hip-dev) come in packages of their own, which "
+                 "this install did not pull", f"sudo apt install hipcc{suffix} hip-dev{suffix} (dnf install hipcc "
+                 "hip-devel), or sudo amdgpu-install --usecase=rocm,hiplibsdk; then hipcc --version",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+# a user asking whether the tool runs on AMD at all: "Does X support AMD graphic cards?", "支援 AMD", "支持AMD显卡吗"
+_AMD_SUPPORT_QUESTION = re.compile(r"(?i)\b(?:does|do|is|can)\b.{0,40}\bsupport(?:s|ed)?\b.{0,20}\b(?:AMD|Radeon)\b|"
+                                   r"\b(?:AMD|Radeon)\b.{0,30}\bsupported\s*\?|支[援持]\s*(?:AMD|A卡)")
+
+
+@rule("torch-build")
+def amd_support_question(ctx: Context) -> Optional[Diagnosis]:
+    """A tool built on torch runs on an AMD GPU with torch's ROCm build (Linux): the question "does it support AMD?"
+    is answered by the build of torch installed, not by the tool."""
+    lines = _said(ctx, "amd", _AMD_SUPPORT_QUESTION.pattern) or _lines_matching(ctx, r"支[援持]\s*A卡")
+    if not lines or ctx.errors:
+        return None   # an error says what is actually wrong
+    tool = ctx.tool() or "the tool"
+    arch, _fact = ctx.arch()
+    return _make("torch-build", "AMD GPUs run torch's ROCm build",
+                 f"{tool} runs on torch; on an AMD GPU it needs torch's ROCm build in place of the CUDA one",
+                 f"on Linux (or WSL 2): pip uninstall -y torch torchvision torchaudio; {rocm_index_for(arch)}; then "
+                 f"install {tool} as usual (python -c 'import torch; print(torch.version.hip, torch.cuda."
+                 "is_available())' must print a ROCm version and True)", [ctx.line_fact(lines[0])], lines[:1],
+                 confirmed=False)
+
+
+@rule("rocm-libs-missing")
+def cublaslt_not_initialized(ctx: Context) -> Optional[Diagnosis]:
+    """"Library cublasLt is not initialized": torch found a cuBLASLt it cannot start, the CUDA runtime libraries of the
+    environment (a conda env's cudatoolkit) missing or of another CUDA version than torch's."""
+    lines = _said(ctx, "cublaslt", r"(?i)Library cublasLt is not initiali[sz]ed")
+    if not lines:
+        return None
+    return _make("rocm-libs-missing", "cuBLASLt does not start",
+                 "torch loads a cuBLASLt it cannot initialise: the environment's CUDA runtime libraries are missing or "
+                 "of another CUDA version than torch's",
+                 "install the CUDA runtime of torch's CUDA version into the environment: conda install cudatoolkit="
+                 "<python -c 'import torch; print(torch.version.cuda)'> (or pip install torch from the CUDA index, "
+                 "whose wheels bring cuBLAS), and take other CUDA lib64 folders off LD_LIBRARY_PATH",
+                 [ctx.line_fact(lines[0])], lines[:1])
