@@ -10,7 +10,7 @@ from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import rocm_index_for, rocm_indexes_for_torch, wheel_line
 from steadytune.hardware.gpu_facts import override_for_arch
-from steadytune.doctor.packages import distribution_of, read_import_failure
+from steadytune.doctor.packages import IMPORT_DISTRIBUTIONS, distribution_of, read_import_failure
 from steadytune.doctor.tool_fixes import ALIASES, load_tool_fixes, machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
     on_windows,
@@ -328,6 +328,10 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                                       if vendor == "amd" and not _nvidia_gpu(ctx) else [])
     errors += [e for e in ctx.of("abi-mismatch") if re.search(r"you have \S+\+cpu|compiled with Cuda None", e.line)]
     builds = ctx.sheet.of("torch")
+    if re.search(r"ROCM used to build PyTorch: \d", _text(ctx)):
+        # collect_env's "HIP runtime version: N/A" beside a ROCm version torch was built with: a ROCm torch that cannot
+        # reach the GPU (its HIP runtime is read through the device), not a build without ROCm
+        builds = [f for f in builds if f.detail != "no-hip"]
     wrong = [f for f in builds if (vendor == "amd" and f.detail in ("cuda", "cpu", "no-hip")) or
              (vendor in ("nvidia", None) and f.detail in ("rocm", "cpu"))]
     joined = "\n".join(ctx.sheet.lines)
@@ -1310,9 +1314,11 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         return too_old
     windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
     # the package's own remedy from the tool table (tool_fixes.yaml), else the reinstall every extension takes
+    # pip knows the extension by its distribution's name where that differs (awq_ext comes with autoawq-kernels)
+    pip_name = (distribution_of(package) if package in IMPORT_DISTRIBUTIONS else package) or "<the extension>"
     fix = _table_fix(ctx, package, "abi-mismatch", package=package) or (
-        f"pip uninstall -y {package or '<the extension>'}; reinstall it built for {against} (the wheel made for that "
-        f"torch and CUDA/ROCm, or pip install --no-build-isolation {package or '<the extension>'} so it compiles "
+        f"pip uninstall -y {pip_name}; reinstall it built for {against} (the wheel made for that "
+        f"torch and CUDA/ROCm, or pip install --no-build-isolation {pip_name} so it compiles "
         "against the torch you have)")
     what = "a function it needs" if windows else "a symbol"
     return _make("abi-mismatch", f"{package or 'a compiled extension'} was built for another torch",
