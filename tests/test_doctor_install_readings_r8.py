@@ -63,6 +63,9 @@ READINGS = [
     # a program that switched to the CPU after an update, GPU named only as "cuda"
     ("OS: Linux  GPU: cuda  VRAM: 12gb\nafter the updater ran, the app switches to CPU on its own", "torch-build",
      ["download.pytorch.org/whl/cu"]),
+    # whisperx on Windows after ctranslate2's move to cuDNN 9, no torch shown: torch 2.4+ brings cuDNN 9's DLLs
+    ("whisperx on Windows 11 stops: cudnn_cnn64_9.dll is not found, after I upgraded\n"
+     "pip list: ctranslate2 4.6.0", "wheel-platform", ["torch 2.4", "ctranslate2==4.4.0"]),
     # an extension module whose pip distribution is named otherwise
     (">>> import awq_ext\nImportError: /venv/lib/python3.10/site-packages/awq_ext.cpython-310-x86_64-linux-gnu.so: "
      "undefined symbol: _ZN3c1017RegisterOperatorsD1Ev\ntorch 2.4.0", "abi-mismatch", ["autoawq-kernels"]),
@@ -91,6 +94,9 @@ def test_every_reading_survives_how_it_is_pasted(how):
 
 
 @pytest.mark.parametrize("paste,not_said", [
+    # on Linux, pip's cuDNN 9 off the loader's path is the reading, not torch's release
+    ("Unable to load any of {libcudnn_ops.so.9.1.0, libcudnn_ops.so.9}\nctranslate2==4.5.0 (faster-whisper)",
+     "torch 2.4 or newer"),
     # bitsandbytes loading its binary fine
     ("CUDA SETUP: Loading binary .../bitsandbytes/libbitsandbytes_cuda118.so...\nCUDA SETUP: Done", "BNB_CUDA_VERSION"),
     # a name missing from another compiled module than libtriton

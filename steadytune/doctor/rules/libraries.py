@@ -23,7 +23,9 @@ def _release(text: str) -> tuple[int, ...]:
 
 # "Unable to load any of {libcudnn_ops.so.9.1.0, ...}" (ctranslate2), "Could not load library libcudnn_ops_infer.so.8"
 _CUDNN_WANTED = re.compile(r"(?i)(?:Unable to load any of \{|Could not load library |cannot open shared object file.{0,40}?)"
-                           r"libcudnn\w{0,40}\.so\.(\d+)|libcudnn\w{0,40}\.so\.(\d+)\S{0,20}: cannot open shared object")
+                           r"libcudnn\w{0,40}\.so\.(\d+)|libcudnn\w{0,40}\.so\.(\d+)\S{0,20}: cannot open shared object|"
+                           r"\bcudnn[ _]?\w{0,20}?64_(\d+)\.dll\W{0,3}(?:is )?(?:not found|could not|cannot|missing)")
+_CT2_RELEASE = re.compile(r"(?i)ctranslate2\W{0,3}(?:==|version\s+(?:is\s+)?(?:now\s+)?(?:bumped\s+)?(?:to\s+)?|\s+)v?(\d+\.\d+)")
 _CTRANSLATE2 = re.compile(r"(?i)ctranslate2|faster[-_]whisper|whisperx|whisper-?ctranslate2")
 _TORCH_RELEASE = re.compile(r"(?i)\btorch(?:==|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
 
@@ -36,11 +38,11 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not _CTRANSLATE2.search(text):
         return None
-    lines = _lines_saying(ctx, "libcudnn", _CUDNN_WANTED.pattern)
+    lines = _lines_saying(ctx, "cudnn", _CUDNN_WANTED.pattern)
     if not lines:
         return None
     m = _CUDNN_WANTED.search(lines[0].line)
-    wanted = int(m.group(1) or m.group(2))
+    wanted = int(m.group(1) or m.group(2) or m.group(3))
     torch = _TORCH_RELEASE.search(text)
     torch_cudnn = (9 if _release(torch.group(1)) >= (2, 4) else 8) if torch else None
     evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
@@ -54,6 +56,16 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
                      f"ctranslate2 4.4.0 and older are built for cuDNN 8; torch {torch.group(1)} comes with cuDNN 9",
                      "pip install -U \"ctranslate2>=4.5.0\" (cuDNN 9; relax the program's pin on ctranslate2), or keep "
                      "torch below 2.4 with ctranslate2 4.4.0", evidence, covers)
+    ct2 = _CT2_RELEASE.search(text)
+    if torch is None and wanted >= 9 and m.group(3) and ct2 and _release(ct2.group(1)) >= (4, 5):
+        # on Windows (a cuDNN DLL), after the ctranslate2 upgrade that moved it to cuDNN 9: no LD_LIBRARY_PATH there,
+        # the cuDNN 9 DLLs come with torch 2.4+ (torch/lib), which faster-whisper's process loads
+        return _make("wheel-platform", f"ctranslate2 {ct2.group(1)} wants cuDNN 9",
+                     f"ctranslate2 4.5.0 and newer are built for cuDNN 9; the environment brings cuDNN 8 (torch before "
+                     "2.4, or a cuDNN 8 install on PATH)",
+                     "move to torch 2.4 or newer, which brings cuDNN 9 (pip install -U \"torch>=2.4\" from the CUDA "
+                     "index of your CUDA), or pip install ctranslate2==4.4.0 (the last cuDNN 8 release)",
+                     evidence, covers)
     if wanted >= 9:
         return _make("rocm-libs-missing", "pip's cuDNN 9 is not on the loader's path",
                      "ctranslate2 opens cuDNN by name; pip's nvidia-cudnn-cu12 puts it in site-packages/nvidia/cudnn/lib, "
