@@ -162,7 +162,7 @@ _BNB_NO_GPU = re.compile(r"(?i)bitsandbytes was compiled without GPU support")
 # a complaint in prose that the program works on the CPU and leaves the GPU idle ("Train Device Set to CPU", "only
 # uses CPU instead of GPU", "not using my GPU"), with a GPU named by its model alone ("9070xt", "RTX 3060")
 _ON_CPU = re.compile(r"(?i)\btorch device:? CPU\b|\bswitch(?:es|ed)? to (?:the )?CPU\b|"
-                     r"\b(?:uses?|using|runs?|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
+                     r"\b(?:uses?|using|runs?|ran|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
                      r"(?:on\s+)?(?:the\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
                      r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)")
 _NOT_SEEN = re.compile(r"(?i)\b(?:doesn'?t|does not|can'?t|cannot|won'?t|not|never) (?:see|detect|find|use|using|"
@@ -212,6 +212,16 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     return vendor, on_windows(ctx, text), said[:1]
 
 
+# TheRock's wheel indexes are one per GPU family (rocm.nightlies.amd.com/v2/<family>/), by the gfx name's prefix
+_THEROCK_FAMILIES = (("gfx110", "gfx110X-all"), ("gfx120", "gfx120X-all"), ("gfx1151", "gfx1151"),
+                     ("gfx1150", "gfx1150"), ("gfx94", "gfx94X-dcgpu"), ("gfx950", "gfx950-dcgpu"),
+                     ("gfx103", "gfx103X-dgpu"))
+
+
+def _therock_family(arch: Optional[str]) -> Optional[str]:
+    return next((family for prefix, family in _THEROCK_FAMILIES if arch and arch.startswith(prefix)), None)
+
+
 def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[ErrorLine],
                    unsure: bool) -> Optional[Diagnosis]:
     """A torch from AMD's TheRock indexes (rocm.nightlies.amd.com, the rocm-sdk wheels) without ROCm in it: the wheel
@@ -221,6 +231,11 @@ def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[Error
         return None
     release = re.search(r"(?i)\b(?:TheRock|ROCm)\b[^\d\n]{0,12}(\d+\.\d+)", joined)
     where = index.group(0).rstrip("/`'\".,)") if index else "https://rocm.nightlies.amd.com/v2/<your GPU family>/"
+    arch, _fact = ctx.arch(errors)
+    family = _therock_family(arch)
+    if family and not where.rstrip("/").endswith("/" + family):
+        # the index of this GPU's family (the one shown names none, another, or a cut-off one: "gfx110X-al")
+        where = f"https://rocm.nightlies.amd.com/v2/{family}/ (the index for {arch}'s family)"
     what = f"TheRock {release.group(1)}" if release else "the TheRock release in use"
     return _make("torch-build", "a torch without ROCm from TheRock's index",
                  "the torch wheel installed carries no ROCm (torch.version.hip is None, so extensions see \"Cuda None\"): "
@@ -1180,6 +1195,14 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
                      f"build with CUDA {want}'s toolkit: install it and export CUDA_HOME=/usr/local/cuda-{want} "
                      f"PATH=/usr/local/cuda-{want}/bin:$PATH before the build; or install a torch built for the local "
                      "CUDA (its index, e.g. .../whl/cuXYZ) so the two agree", evidence, errors)
+    rocm = re.search(r"(?i)\brocm[\s-]{0,3}v?(\d+)\.(\d+)", _text(ctx))
+    if "libhip_hcc" in text and rocm and (rocm.group(1), rocm.group(2)) == ("3", "5"):
+        # ROCm 3.5, the release of the rename to libamdhip64, still installs libhip_hcc.so in /opt/rocm/hip/lib, a
+        # folder the loader does not search (later releases drop it: the abi reading below)
+        return _make("rocm-libs-missing", "the HIP runtime's folder is not on the loader's path",
+                     f"ROCm {rocm.group(1)}.{rocm.group(2)} installs libhip_hcc.so in /opt/rocm/hip/lib, which the "
+                     "loader does not search", "export LD_LIBRARY_PATH=/opt/rocm/hip/lib:/opt/rocm/lib:$LD_LIBRARY_PATH "
+                     "(or add /opt/rocm/hip/lib to /etc/ld.so.conf.d/rocm.conf and run sudo ldconfig)", evidence, errors)
     if re.search(r"libmcwamp|libhip_hcc", text):
         return _make("abi-mismatch", "a build for a ROCm before 3.5",
                      "libmcwamp is the HCC runtime of ROCm 3.x and older; the framework package was built for it and "
@@ -1939,3 +1962,56 @@ def cublaslt_not_initialized(ctx: Context) -> Optional[Diagnosis]:
                  "<python -c 'import torch; print(torch.version.cuda)'> (or pip install torch from the CUDA index, "
                  "whose wheels bring cuBLAS), and take other CUDA lib64 folders off LD_LIBRARY_PATH",
                  [ctx.line_fact(lines[0])], lines[:1])
+
+
+# Jan (janhq), named by its issue template ("Jan Version: 0.4.3") or its own name, leaving an NVIDIA GPU idle
+_JAN = re.compile(r"\bJan [Vv]ersion\b|\bjanhq\b|\bJan (?:decides|uses|runs|falls|stays|only|does(?:n't| not)|won't)\b|"
+                  r"\bJan app\b")
+_NVIDIA_WORDS = re.compile(r"(?i)\bnvidia\b|\b(?:rtx|gtx)\s*\d{3,4}|\b(?:10[5-8]0|16[56]0|[2-5]0[5-9]0)(?:\s*ti)?\b|"
+                           r"\b9[6-8]0\b")
+
+
+@rule("rocm-libs-missing")
+def jan_without_the_cuda_runtime(ctx: Context) -> Optional[Diagnosis]:
+    """Jan's GPU engine (its llama.cpp server built for CUDA) loads the CUDA runtime from a CUDA Toolkit install, not
+    from a wheel: with only the display driver it cannot start on the GPU and Jan stays in CPU mode."""
+    text = _text(ctx)
+    if not _JAN.search(text) or not _NVIDIA_WORDS.search(text) or any(e.family for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _ON_CPU.pattern) or _lines_matching(ctx, r"(?i)\bCPU mode\b|\bnot (?:being )?used\b")
+    if not said:
+        return None
+    return _make("rocm-libs-missing", "Jan finds no CUDA runtime for its GPU engine",
+                 "Jan's GPU engine (llama.cpp built for CUDA) loads the CUDA runtime libraries from a CUDA Toolkit "
+                 "install; with only the NVIDIA display driver it falls back to CPU mode",
+                 "install the NVIDIA CUDA Toolkit (11.7 or newer; on Windows its installer puts the runtime on PATH) "
+                 "beside the driver, restart Jan and turn on GPU acceleration in its settings (Advanced: GPU "
+                 "Acceleration, choosing the GPUs it may use); nvidia-smi must list the GPU",
+                 [ctx.line_fact(said[0])], said[:1], confirmed=False)
+
+
+# Ollama's Windows layout by release: 0.3.x runs each GPU backend from lib\ollama\runners\<backend> (rocm_v6.1), and
+# the runner loads the ROCm DLLs and the rocblas\library folder from its own folder
+_OLLAMA_RELEASE = re.compile(r"(?i)\bollama\b[^\n]{0,20}?\bv(?:ersion)?\W{0,3}(\d+)\.(\d+)(?:\.\d+)?|\bollama\W{0,3}v?(\d+)\.(\d+)\.\d+")
+
+
+@rule("rocm-libs-missing")
+def ollama_runner_without_rocblas(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama 0.3.x on Windows with an AMD GPU whose rocblas the user replaced (the community's build for a GPU the
+    official one lacks): the ROCm runner crashes (0xc0000005) when the rocblas DLL and its library folder are not in
+    the runner's own folder, lib\\ollama\\runners\\rocm_v6.1, but beside it in lib\\ollama."""
+    text = _text(ctx)
+    crashed = ctx.crashes() or re.search(r"0xc0000005|3221225477", text)
+    if "rocblas" not in text.lower() or ctx.tool() != "ollama" or not on_windows(ctx, text) or not crashed:
+        return None
+    release = _OLLAMA_RELEASE.search(text)
+    if release is None or (release.group(1) or release.group(3), release.group(2) or release.group(4)) != ("0", "3"):
+        return None   # the runners folder of 0.3.x; later releases keep the libraries in lib\ollama\rocm
+    said = _lines_matching(ctx, r"(?i)0xc0000005|3221225477|rocblas")
+    return _make("rocm-libs-missing", "Ollama's ROCm runner does not find rocblas in its own folder",
+                 "Ollama 0.3.x runs the ROCm backend from lib\\ollama\\runners\\rocm_v6.1, and that runner loads the "
+                 "ROCm DLLs and rocblas\\library from its own folder; a rocblas replaced in lib\\ollama is not the one "
+                 "it loads, and it crashes",
+                 "quit Ollama; copy lib\\ollama\\*.dll (rocblas.dll among them) and the rocblas folder (rocblas\\library "
+                 "with the tensile files for your GPU) into %LOCALAPPDATA%\\Programs\\Ollama\\lib\\ollama\\runners\\"
+                 "rocm_v6.1, then start Ollama again", [ctx.line_fact(said[0])], said[:1])
