@@ -66,6 +66,19 @@ READINGS = [
     # whisperx on Windows after ctranslate2's move to cuDNN 9, no torch shown: torch 2.4+ brings cuDNN 9's DLLs
     ("whisperx on Windows 11 stops: cudnn_cnn64_9.dll is not found, after I upgraded\n"
      "pip list: ctranslate2 4.6.0", "wheel-platform", ["torch 2.4", "ctranslate2==4.4.0"]),
+    # a TheRock index that names no GPU family (cut off), the program on the CPU: the family's index for the GPU
+    ("Linux, Radeon RX 7900 GRE (gfx1100). The installer fetched torch from https://rocm.nightlies.amd.com/v2/gfx11 "
+     "and now ComfyUI ran on the CPU only", "torch-build", ["https://rocm.nightlies.amd.com/v2/gfx110X-all/"]),
+    # Jan in CPU mode on an NVIDIA card, said in the issue template
+    ("Jan uses only the CPU on my RTX 4060 laptop\n- Jan Version: 0.4.6\n- OS: Windows 11", "rocm-libs-missing",
+     ["CUDA Toolkit"]),
+    # ROCm 3.5's HIP runtime under /opt/rocm/hip/lib, loaded by its old name
+    ("import torch fails on Vega 56\nOSError: libhip_hcc.so: cannot open shared object file: No such file or "
+     "directory\nROCm 3.5.0, Ubuntu 20.04", "rocm-libs-missing", ["LD_LIBRARY_PATH=/opt/rocm/hip/lib"]),
+    # Ollama 0.3.x on Windows with a replaced rocblas, crashing: the runner's own folder
+    ("ollama run qwen2 -> Error: llama runner process has terminated: exit status 0xc0000005\nOllama version 0.3.6, "
+     "Windows 11, Radeon 780M; I replaced rocblas.dll and the library folder with the gfx1103 build",
+     "rocm-libs-missing", ["runners\\rocm_v6.1", "rocblas"]),
     # an extension module whose pip distribution is named otherwise
     (">>> import awq_ext\nImportError: /venv/lib/python3.10/site-packages/awq_ext.cpython-310-x86_64-linux-gnu.so: "
      "undefined symbol: _ZN3c1017RegisterOperatorsD1Ev\ntorch 2.4.0", "abi-mismatch", ["autoawq-kernels"]),
@@ -97,6 +110,13 @@ def test_every_reading_survives_how_it_is_pasted(how):
     # on Linux, pip's cuDNN 9 off the loader's path is the reading, not torch's release
     ("Unable to load any of {libcudnn_ops.so.9.1.0, libcudnn_ops.so.9}\nctranslate2==4.5.0 (faster-whisper)",
      "torch 2.4 or newer"),
+    # "Jan" the month, not the program
+    ("Jan 5 12:00:01 host kernel: NVIDIA RTX 3090 training runs on the CPU only after reboot", "Jan finds no CUDA"),
+    # ROCm 4.x and libhip_hcc: gone, not off the path
+    ("OSError: libhip_hcc.so: cannot open shared object file\nROCm 4.2", "/opt/rocm/hip/lib"),
+    # Ollama 0.5 on Windows crashing with rocblas named: not the 0.3.x runner folder
+    ("Error: llama runner process has terminated: exit status 0xc0000005\nOllama version 0.5.7, Windows 11, "
+     "rocblas replaced", "rocm_v6.1"),
     # bitsandbytes loading its binary fine
     ("CUDA SETUP: Loading binary .../bitsandbytes/libbitsandbytes_cuda118.so...\nCUDA SETUP: Done", "BNB_CUDA_VERSION"),
     # a name missing from another compiled module than libtriton

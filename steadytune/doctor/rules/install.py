@@ -386,6 +386,8 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
             prose = _gpu_left_idle(ctx)
             if prose is None:
                 return None
+            if _JAN.search(joined):
+                return None   # Jan is no torch program: its GPU engine's runtime (jan_without_the_cuda_runtime)
             vendor, windows, errors = prose
             errors = errors + [e for e in ctx.errors if _BNB_NO_GPU.search(e.line)]   # its consequence, explained
             tool = ctx.tool()
