@@ -1994,7 +1994,8 @@ def jan_without_the_cuda_runtime(ctx: Context) -> Optional[Diagnosis]:
 
 # Ollama's Windows layout by release: 0.3.x runs each GPU backend from lib\ollama\runners\<backend> (rocm_v6.1), and
 # the runner loads the ROCm DLLs and the rocblas\library folder from its own folder
-_OLLAMA_RELEASE = re.compile(r"(?i)\bollama\b[^\n]{0,20}?\bv(?:ersion)?\W{0,3}(\d+)\.(\d+)(?:\.\d+)?|\bollama\W{0,3}v?(\d+)\.(\d+)\.\d+")
+_OLLAMA_RELEASE = re.compile(r"(?i)\bollama\b[^\n]{0,20}?\bv(?:ersion)?\W{0,3}(\d+)\.(\d+)(?:\.\d+)?|"
+                             r"\bollama\W{0,3}v?(\d+)\.(\d+)\.\d+")
 
 
 @rule("rocm-libs-missing")

@@ -25,7 +25,8 @@ def _release(text: str) -> tuple[int, ...]:
 _CUDNN_WANTED = re.compile(r"(?i)(?:Unable to load any of \{|Could not load library |cannot open shared object file.{0,40}?)"
                            r"libcudnn\w{0,40}\.so\.(\d+)|libcudnn\w{0,40}\.so\.(\d+)\S{0,20}: cannot open shared object|"
                            r"\bcudnn[ _]?\w{0,20}?64_(\d+)\.dll\W{0,3}(?:is )?(?:not found|could not|cannot|missing)")
-_CT2_RELEASE = re.compile(r"(?i)ctranslate2\W{0,3}(?:==|version\s+(?:is\s+)?(?:now\s+)?(?:bumped\s+)?(?:to\s+)?|\s+)v?(\d+\.\d+)")
+_CT2_RELEASE = re.compile(r"(?i)ctranslate2\W{0,3}(?:==|version\s+(?:is\s+)?(?:now\s+)?(?:bumped\s+)?(?:to\s+)?|\s+)"
+                          r"v?(\d+\.\d+)")
 _CTRANSLATE2 = re.compile(r"(?i)ctranslate2|faster[-_]whisper|whisperx|whisper-?ctranslate2")
 _TORCH_RELEASE = re.compile(r"(?i)\btorch(?:==|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
 
