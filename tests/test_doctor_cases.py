@@ -81,6 +81,15 @@ KNOWN_MISSES = {
     "https://github.com/ollama/ollama/issues/12622": "a GPU lost after an Ollama update under WSL (0.12.3 works): the "
                                                      "cause (its CUDA 13 runner lacking the arch) and the fixing release "
                                                      "(0.12.6) are nowhere in the paste",
+    # round 8 (r8a, install families): the accepted fix is in no general reading of the paste
+    "https://github.com/OpenRLHF/OpenRLHF/issues/211": "the paste is the title only (\"vllm +zero2 hangs\"): the vLLM "
+                                                      "release OpenRLHF's weight sync was written for is nowhere in it",
+    "https://github.com/microsoft/onnxruntime/issues/21965": "the fix is the later patch release (1.19.2) whose zip was "
+                                                            "rebuilt for CUDA 12: a fact of that release, not of the paste",
+    "https://github.com/Acly/krita-ai-diffusion/issues/487": "the paste names neither the program (Krita's plugin "
+                                                            "server) nor the OS, so its DirectML backend cannot follow",
+    "https://github.com/ROCm/legacy-rocm-build/issues/151": "hsa_init failing after a ROCm 1.5 -> 1.6 upgrade: the stale "
+                                                           "libhsakmt in /opt/rocm/libhsakmt is nowhere in the paste",
 }
 
 

@@ -482,6 +482,7 @@ IMPORT_DISTRIBUTIONS = {
     "torch_directml": "torch-directml", "transformer_engine": "transformer-engine", "pynvml": "nvidia-ml-py",
     "huggingface_hub": "huggingface-hub", "google.protobuf": "protobuf", "attr": "attrs", "skimage": "scikit-image",
     "onnxruntime": "onnxruntime", "ctranslate2": "ctranslate2", "jaxlib": "jaxlib", "bitsandbytes": "bitsandbytes",
+    "awq_ext": "autoawq-kernels",   # AutoAWQ's compiled kernels, a distribution of their own
 }
 
 

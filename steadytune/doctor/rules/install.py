@@ -10,7 +10,7 @@ from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import rocm_index_for, rocm_indexes_for_torch, wheel_line
 from steadytune.hardware.gpu_facts import override_for_arch
-from steadytune.doctor.packages import distribution_of, read_import_failure
+from steadytune.doctor.packages import IMPORT_DISTRIBUTIONS, distribution_of, read_import_failure
 from steadytune.doctor.tool_fixes import ALIASES, load_tool_fixes, machine_kinds, tool_fix
 from steadytune.doctor.rules.base import (
     on_windows,
@@ -156,9 +156,13 @@ def _runtime_without_backend(ctx: Context, errors: list[ErrorLine]) -> Optional[
     return None
 
 
+_BNB_NO_GPU = re.compile(r"(?i)bitsandbytes was compiled without GPU support")
+
+
 # a complaint in prose that the program works on the CPU and leaves the GPU idle ("Train Device Set to CPU", "only
 # uses CPU instead of GPU", "not using my GPU"), with a GPU named by its model alone ("9070xt", "RTX 3060")
-_ON_CPU = re.compile(r"(?i)\b(?:uses?|using|runs?|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
+_ON_CPU = re.compile(r"(?i)\btorch device:? CPU\b|\bswitch(?:es|ed)? to (?:the )?CPU\b|"
+                     r"\b(?:uses?|using|runs?|ran|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
                      r"(?:on\s+)?(?:the\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
                      r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)")
 _NOT_SEEN = re.compile(r"(?i)\b(?:doesn'?t|does not|can'?t|cannot|won'?t|not|never) (?:see|detect|find|use|using|"
@@ -168,10 +172,29 @@ _AMD_MODEL = re.compile(r"(?i)\b(?:rx\s*)?[5-9]\d{3}\s*(?:xtx|xt|gre)\b|\brx\s*[
 _NVIDIA_MODEL = re.compile(r"(?i)\b(?:rtx|gtx)\s*\d{3,4}|\bgeforce\b|\b[AH]100\b|\bTesla\b")
 
 
+# the user says they built the library themselves: "built and installed NCCL from the repo", make NCCL_HOME=<prefix>
+_SELF_BUILT = re.compile(r"(?i)\b(?:built|compiled|installed)\b.{0,40}\bfrom (?:the )?(?:source|repo|git)")
+
+
+def _self_built_prefix(ctx: Context, name: str) -> Optional[str]:
+    """Where a library the user built lives: the <NAME>_HOME (or --prefix) the paste gives for it, else a placeholder;
+    None when nothing says the user built it."""
+    text = _text(ctx)
+    stem = re.match(r"lib([a-z]+)", name)
+    home = re.search(rf"(?i)\b{stem.group(1)}_(?:HOME|ROOT|DIR|PREFIX)=(\S+)", text) if stem else None
+    if home:
+        return home.group(1).strip("`'\"")
+    if not _SELF_BUILT.search(text):
+        return None
+    prefix = re.search(r"--prefix[= ](\S+)", text)
+    return prefix.group(1).strip("`'\"") if prefix else "<the prefix it was installed into>"
+
+
 def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     """(vendor, on Windows, the complaint's lines) when the paste only says the program runs on the CPU beside a GPU
     it names: with nothing else wrong, the torch (or the runtime) installed is a build without that GPU's backend."""
-    if any(e.family for e in ctx.errors) or ctx.crashes():
+    # bitsandbytes' "compiled without GPU support" follows from a torch without the GPU: not a cause of its own here
+    if any(e.family and not _BNB_NO_GPU.search(e.line) for e in ctx.errors) or ctx.crashes():
         return None
     said = _lines_matching(ctx, _ON_CPU.pattern)
     if not said and ctx.tool() in ("jax", "tensorflow", "onnxruntime", "ctranslate2"):
@@ -182,9 +205,21 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
         return None
     text = _text(ctx)
     vendor = _vendor(ctx) or ("amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None)
+    if vendor is None and re.search(r"(?i)\bGPU:\s*(?:cuda|nvidia)\b", text):
+        vendor = "nvidia"   # an issue template's "GPU: cuda"
     if vendor is None:
         return None
     return vendor, on_windows(ctx, text), said[:1]
+
+
+# TheRock's wheel indexes are one per GPU family (rocm.nightlies.amd.com/v2/<family>/), by the gfx name's prefix
+_THEROCK_FAMILIES = (("gfx110", "gfx110X-all"), ("gfx120", "gfx120X-all"), ("gfx1151", "gfx1151"),
+                     ("gfx1150", "gfx1150"), ("gfx94", "gfx94X-dcgpu"), ("gfx950", "gfx950-dcgpu"),
+                     ("gfx103", "gfx103X-dgpu"))
+
+
+def _therock_family(arch: Optional[str]) -> Optional[str]:
+    return next((family for prefix, family in _THEROCK_FAMILIES if arch and arch.startswith(prefix)), None)
 
 
 def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[ErrorLine],
@@ -196,6 +231,11 @@ def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[Error
         return None
     release = re.search(r"(?i)\b(?:TheRock|ROCm)\b[^\d\n]{0,12}(\d+\.\d+)", joined)
     where = index.group(0).rstrip("/`'\".,)") if index else "https://rocm.nightlies.amd.com/v2/<your GPU family>/"
+    arch, _fact = ctx.arch(errors)
+    family = _therock_family(arch)
+    if family and not where.rstrip("/").endswith("/" + family):
+        # the index of this GPU's family (the one shown names none, another, or a cut-off one: "gfx110X-al")
+        where = f"https://rocm.nightlies.amd.com/v2/{family}/ (the index for {arch}'s family)"
     what = f"TheRock {release.group(1)}" if release else "the TheRock release in use"
     return _make("torch-build", "a torch without ROCm from TheRock's index",
                  "the torch wheel installed carries no ROCm (torch.version.hip is None, so extensions see \"Cuda None\"): "
@@ -303,6 +343,10 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                                       if vendor == "amd" and not _nvidia_gpu(ctx) else [])
     errors += [e for e in ctx.of("abi-mismatch") if re.search(r"you have \S+\+cpu|compiled with Cuda None", e.line)]
     builds = ctx.sheet.of("torch")
+    if re.search(r"ROCM used to build PyTorch: \d", _text(ctx)):
+        # collect_env's "HIP runtime version: N/A" beside a ROCm version torch was built with: a ROCm torch that cannot
+        # reach the GPU (its HIP runtime is read through the device), not a build without ROCm
+        builds = [f for f in builds if f.detail != "no-hip"]
     wrong = [f for f in builds if (vendor == "amd" and f.detail in ("cuda", "cpu", "no-hip")) or
              (vendor in ("nvidia", None) and f.detail in ("rocm", "cpu"))]
     joined = "\n".join(ctx.sheet.lines)
@@ -342,9 +386,13 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
             prose = _gpu_left_idle(ctx)
             if prose is None:
                 return None
+            if _JAN.search(joined):
+                return None   # Jan is no torch program: its GPU engine's runtime (jan_without_the_cuda_runtime)
             vendor, windows, errors = prose
+            errors = errors + [e for e in ctx.errors if _BNB_NO_GPU.search(e.line)]   # its consequence, explained
             tool = ctx.tool()
-            if tool not in (None, "torch", "comfyui", "a1111", "unsloth", "llamafactory", "torchaudio", "triton"):
+            if tool not in (None, "torch", "comfyui", "a1111", "unsloth", "llamafactory", "torchaudio", "triton",
+                            "bitsandbytes"):
                 # a runtime of its own (onnxruntime, jax, tensorflow): its GPU build is its own package
                 fix = _table_fix(ctx, tool, "torch-build")
                 return None if fix is None else _make(
@@ -880,6 +928,8 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      "the +cuXXX torch builds exist for Linux and Windows only; macOS has no CUDA",
                      "on macOS install the plain release without the +cu suffix (pip install torch==<version> "
                      "torchvision==<version>): it runs on the CPU or Apple's MPS", [ctx.line_fact(errors[0])], errors)
+    if _BNB_NO_GPU.search(text) and _gpu_left_idle(ctx) is not None:
+        return None   # torch itself runs on the CPU: its build is the cause (build_without_gpu), bitsandbytes follows
     if re.search(r"(?i)bitsandbytes|CUDA Setup failed|'NoneType' object has no attribute 'c", text):
         return _make("wheel-platform", "bitsandbytes has no GPU binary for this platform",
                      "the installed bitsandbytes carries no native library for this OS and GPU (releases before 0.43 "
@@ -1147,6 +1197,14 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
                      f"build with CUDA {want}'s toolkit: install it and export CUDA_HOME=/usr/local/cuda-{want} "
                      f"PATH=/usr/local/cuda-{want}/bin:$PATH before the build; or install a torch built for the local "
                      "CUDA (its index, e.g. .../whl/cuXYZ) so the two agree", evidence, errors)
+    rocm = re.search(r"(?i)\brocm[\s-]{0,3}v?(\d+)\.(\d+)", _text(ctx))
+    if "libhip_hcc" in text and rocm and (rocm.group(1), rocm.group(2)) == ("3", "5"):
+        # ROCm 3.5, the release of the rename to libamdhip64, still installs libhip_hcc.so in /opt/rocm/hip/lib, a
+        # folder the loader does not search (later releases drop it: the abi reading below)
+        return _make("rocm-libs-missing", "the HIP runtime's folder is not on the loader's path",
+                     f"ROCm {rocm.group(1)}.{rocm.group(2)} installs libhip_hcc.so in /opt/rocm/hip/lib, which the "
+                     "loader does not search", "export LD_LIBRARY_PATH=/opt/rocm/hip/lib:/opt/rocm/lib:$LD_LIBRARY_PATH "
+                     "(or add /opt/rocm/hip/lib to /etc/ld.so.conf.d/rocm.conf and run sudo ldconfig)", evidence, errors)
     if re.search(r"libmcwamp|libhip_hcc", text):
         return _make("abi-mismatch", "a build for a ROCm before 3.5",
                      "libmcwamp is the HCC runtime of ROCm 3.x and older; the framework package was built for it and "
@@ -1281,9 +1339,11 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         return too_old
     windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
     # the package's own remedy from the tool table (tool_fixes.yaml), else the reinstall every extension takes
+    # pip knows the extension by its distribution's name where that differs (awq_ext comes with autoawq-kernels)
+    pip_name = (distribution_of(package) if package in IMPORT_DISTRIBUTIONS else package) or "<the extension>"
     fix = _table_fix(ctx, package, "abi-mismatch", package=package) or (
-        f"pip uninstall -y {package or '<the extension>'}; reinstall it built for {against} (the wheel made for that "
-        f"torch and CUDA/ROCm, or pip install --no-build-isolation {package or '<the extension>'} so it compiles "
+        f"pip uninstall -y {pip_name}; reinstall it built for {against} (the wheel made for that "
+        f"torch and CUDA/ROCm, or pip install --no-build-isolation {pip_name} so it compiles "
         "against the torch you have)")
     what = "a function it needs" if windows else "a symbol"
     return _make("abi-mismatch", f"{package or 'a compiled extension'} was built for another torch",
@@ -1776,6 +1836,13 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                    "rocm_sdk_libraries_custom (AMD's Windows wheels from repo.radeon.com, the release the package was "
                    "built for; pipx: pipx runpip <app> install ...); or " + fix)
     elif not _ROCM_LIBRARY.search(name) and name != "a ROCm library":
+        built = _self_built_prefix(ctx, name)
+        if built is not None:
+            # the user built and installed this library: it is there, in a prefix the loader does not search
+            return _make("rocm-libs-missing", f"{name} is not on the loader's path", f"{name} was built and installed "
+                         f"into {built}, a folder the loader does not search", f"export LD_LIBRARY_PATH={built}/lib:"
+                         "$LD_LIBRARY_PATH before running (in the job script on a cluster), or install it into a "
+                         "system prefix and run ldconfig", [ctx.line_fact(first)], errors)
         # not ROCm's: the distribution package or the pip package that ships this library
         fix = (f"install the package that ships {name}: apt-file search {name} (dnf provides '*/{name}') names the "
                "distribution package; a library that lives in site-packages comes with its pip package, so "
@@ -1798,3 +1865,156 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                "or point the loader at it: export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH")
     return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}: the ROCm runtime is "
                  "not installed where the program looks", fix, [ctx.line_fact(first)], errors)
+
+
+def _said(ctx: Context, needle: str, pattern: str) -> list[ErrorLine]:
+    """The lines matching `pattern`, searched only where the paste says `needle` (lower case): a cheap gate that keeps
+    the regular expressions off hostile pastes."""
+    return _lines_matching(ctx, pattern) if needle in _text(ctx).lower() else []
+
+
+# AutoGPTQ's own words when its compiled kernels do not load: "CUDA extension not installed.", "name 'autogptq_cuda_256'
+# is not defined"
+_GPTQ_EXTENSION = re.compile(r"(?i)CUDA extension (?:is )?not installed|autogptq_cuda\w*'? (?:is )?not defined")
+
+
+@rule("torch-build")
+def gptq_kernels_not_loaded(ctx: Context) -> Optional[Diagnosis]:
+    """AutoGPTQ's prebuilt wheels carry kernels built against one torch of one CUDA (cu118, cu121): next to a torch of
+    another CUDA (or a CPU one) they do not load and it falls back to slow paths. Building it from source instead needs
+    the CUDA Toolkit (nvcc, CUDA_HOME) of torch's CUDA version."""
+    lines = _said(ctx, "not", _GPTQ_EXTENSION.pattern)
+    if not lines or any(e.family for e in ctx.errors):
+        return None   # an error line of its own (a symbol, a missing library) says more
+    text = _text(ctx)
+    shown = re.search(r"\+?\b(cu1\d{2})\b", text)
+    label = shown.group(1) if shown else "cu118"
+    wheel = (f"pip install auto-gptq --no-cache-dir --extra-index-url https://huggingface.github.io/autogptq-index/"
+             f"whl/{label}/")
+    if re.search(r"\bCUDA_HOME\b|\bnvcc\b", text):
+        return _make("rocm-libs-missing", "the CUDA Toolkit is missing for building AutoGPTQ's kernels",
+                     "building AutoGPTQ from source compiles its CUDA kernels with nvcc, found through CUDA_HOME; "
+                     "without the CUDA Toolkit the build leaves them out (\"CUDA extension not installed\")",
+                     "install the CUDA Toolkit of torch's CUDA version (python -c 'import torch; print(torch.version."
+                     "cuda)'; the NVIDIA CUDA Toolkit installer or sudo apt install cuda-toolkit-<X-Y>), export "
+                     "CUDA_HOME=/usr/local/cuda-<X.Y>, then pip install . again; or skip the build: " + wheel,
+                     [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+    return _make("torch-build", "AutoGPTQ's kernels do not match the installed torch",
+                 f"AutoGPTQ's prebuilt kernels are built against torch's {label} build; the torch installed is of "
+                 "another CUDA (or CPU-only), so they do not load",
+                 f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the CUDA the AutoGPTQ wheel "
+                 f"names), then {wheel}", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# the HIP compiler or its headers left out of an install, in the user's words ("hipcc7.1.0 not installed by default")
+_HIPCC_NOT_INSTALLED = re.compile(r"(?i)\bhipcc[\d.]*\b.{0,80}\b(?:not|n't|never) (?:been |being |be )?(?:get )?"
+                                  r"(?:installed|install|pulled)|(?:doesn'?t|does not|didn'?t|did not|not) (?:trigger|"
+                                  r"install|pull)\w*\b.{0,60}\bhipcc")
+
+
+@rule("rocm-libs-missing")
+def hipcc_left_out_of_the_install(ctx: Context) -> Optional[Diagnosis]:
+    """hipcc (the HIP compiler wrapper) and the HIP headers are packages of their own (hipcc, hip-dev); a metapackage
+    or a runtime-only usecase that does not pull them leaves a ROCm that runs but cannot build."""
+    lines = _said(ctx, "hipcc", _HIPCC_NOT_INSTALLED.pattern)
+    if not lines:
+        return None
+    version = re.search(r"(?i)\bhipcc(\d+\.\d+(?:\.\d+)?)\b", _text(ctx))
+    suffix = version.group(1) if version else ""
+    return _make("rocm-libs-missing", "hipcc and the HIP headers are not installed",
+                 "the HIP compiler wrapper (hipcc) and the HIP headers (hip-dev) come in packages of their own, which "
+                 "this install did not pull", f"sudo apt install hipcc{suffix} hip-dev{suffix} (dnf install hipcc "
+                 "hip-devel), or sudo amdgpu-install --usecase=rocm,hiplibsdk; then hipcc --version",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+# a user asking whether the tool runs on AMD at all: "Does X support AMD graphic cards?", "支援 AMD", "支持AMD显卡吗"
+_AMD_SUPPORT_QUESTION = re.compile(r"(?i)\b(?:does|do|is|can)\b.{0,40}\bsupport(?:s|ed)?\b.{0,20}\b(?:AMD|Radeon)\b|"
+                                   r"\b(?:AMD|Radeon)\b.{0,30}\bsupported\s*\?|支[援持]\s*(?:AMD|A卡)")
+
+
+@rule("torch-build")
+def amd_support_question(ctx: Context) -> Optional[Diagnosis]:
+    """A tool built on torch runs on an AMD GPU with torch's ROCm build (Linux): the question "does it support AMD?"
+    is answered by the build of torch installed, not by the tool."""
+    lines = _said(ctx, "amd", _AMD_SUPPORT_QUESTION.pattern) or _lines_matching(ctx, r"支[援持]\s*A卡")
+    if not lines or ctx.errors:
+        return None   # an error says what is actually wrong
+    tool = ctx.tool() or "the tool"
+    arch, _fact = ctx.arch()
+    return _make("torch-build", "AMD GPUs run torch's ROCm build",
+                 f"{tool} runs on torch; on an AMD GPU it needs torch's ROCm build in place of the CUDA one",
+                 f"on Linux (or WSL 2): pip uninstall -y torch torchvision torchaudio; {rocm_index_for(arch)}; then "
+                 f"install {tool} as usual (python -c 'import torch; print(torch.version.hip, torch.cuda."
+                 "is_available())' must print a ROCm version and True)", [ctx.line_fact(lines[0])], lines[:1],
+                 confirmed=False)
+
+
+@rule("rocm-libs-missing")
+def cublaslt_not_initialized(ctx: Context) -> Optional[Diagnosis]:
+    """"Library cublasLt is not initialized": torch found a cuBLASLt it cannot start, the CUDA runtime libraries of the
+    environment (a conda env's cudatoolkit) missing or of another CUDA version than torch's."""
+    lines = _said(ctx, "cublaslt", r"(?i)Library cublasLt is not initiali[sz]ed")
+    if not lines:
+        return None
+    return _make("rocm-libs-missing", "cuBLASLt does not start",
+                 "torch loads a cuBLASLt it cannot initialise: the environment's CUDA runtime libraries are missing or "
+                 "of another CUDA version than torch's",
+                 "install the CUDA runtime of torch's CUDA version into the environment: conda install cudatoolkit="
+                 "<python -c 'import torch; print(torch.version.cuda)'> (or pip install torch from the CUDA index, "
+                 "whose wheels bring cuBLAS), and take other CUDA lib64 folders off LD_LIBRARY_PATH",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+# Jan (janhq), named by its issue template ("Jan Version: 0.4.3") or its own name, leaving an NVIDIA GPU idle
+_JAN = re.compile(r"\bJan [Vv]ersion\b|\bjanhq\b|\bJan (?:decides|uses|runs|falls|stays|only|does(?:n't| not)|won't)\b|"
+                  r"\bJan app\b")
+_NVIDIA_WORDS = re.compile(r"(?i)\bnvidia\b|\b(?:rtx|gtx)\s*\d{3,4}|\b(?:10[5-8]0|16[56]0|[2-5]0[5-9]0)(?:\s*ti)?\b|"
+                           r"\b9[6-8]0\b")
+
+
+@rule("rocm-libs-missing")
+def jan_without_the_cuda_runtime(ctx: Context) -> Optional[Diagnosis]:
+    """Jan's GPU engine (its llama.cpp server built for CUDA) loads the CUDA runtime from a CUDA Toolkit install, not
+    from a wheel: with only the display driver it cannot start on the GPU and Jan stays in CPU mode."""
+    text = _text(ctx)
+    if not _JAN.search(text) or not _NVIDIA_WORDS.search(text) or any(e.family for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _ON_CPU.pattern) or _lines_matching(ctx, r"(?i)\bCPU mode\b|\bnot (?:being )?used\b")
+    if not said:
+        return None
+    return _make("rocm-libs-missing", "Jan finds no CUDA runtime for its GPU engine",
+                 "Jan's GPU engine (llama.cpp built for CUDA) loads the CUDA runtime libraries from a CUDA Toolkit "
+                 "install; with only the NVIDIA display driver it falls back to CPU mode",
+                 "install the NVIDIA CUDA Toolkit (11.7 or newer; on Windows its installer puts the runtime on PATH) "
+                 "beside the driver, restart Jan and turn on GPU acceleration in its settings (Advanced: GPU "
+                 "Acceleration, choosing the GPUs it may use); nvidia-smi must list the GPU",
+                 [ctx.line_fact(said[0])], said[:1], confirmed=False)
+
+
+# Ollama's Windows layout by release: 0.3.x runs each GPU backend from lib\ollama\runners\<backend> (rocm_v6.1), and
+# the runner loads the ROCm DLLs and the rocblas\library folder from its own folder
+_OLLAMA_RELEASE = re.compile(r"(?i)\bollama\b[^\n]{0,20}?\bv(?:ersion)?\W{0,3}(\d+)\.(\d+)(?:\.\d+)?|"
+                             r"\bollama\W{0,3}v?(\d+)\.(\d+)\.\d+")
+
+
+@rule("rocm-libs-missing")
+def ollama_runner_without_rocblas(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama 0.3.x on Windows with an AMD GPU whose rocblas the user replaced (the community's build for a GPU the
+    official one lacks): the ROCm runner crashes (0xc0000005) when the rocblas DLL and its library folder are not in
+    the runner's own folder, lib\\ollama\\runners\\rocm_v6.1, but beside it in lib\\ollama."""
+    text = _text(ctx)
+    crashed = ctx.crashes() or re.search(r"0xc0000005|3221225477", text)
+    if "rocblas" not in text.lower() or ctx.tool() != "ollama" or not on_windows(ctx, text) or not crashed:
+        return None
+    release = _OLLAMA_RELEASE.search(text)
+    if release is None or (release.group(1) or release.group(3), release.group(2) or release.group(4)) != ("0", "3"):
+        return None   # the runners folder of 0.3.x; later releases keep the libraries in lib\ollama\rocm
+    said = _lines_matching(ctx, r"(?i)0xc0000005|3221225477|rocblas")
+    return _make("rocm-libs-missing", "Ollama's ROCm runner does not find rocblas in its own folder",
+                 "Ollama 0.3.x runs the ROCm backend from lib\\ollama\\runners\\rocm_v6.1, and that runner loads the "
+                 "ROCm DLLs and rocblas\\library from its own folder; a rocblas replaced in lib\\ollama is not the one "
+                 "it loads, and it crashes",
+                 "quit Ollama; copy lib\\ollama\\*.dll (rocblas.dll among them) and the rocblas folder (rocblas\\library "
+                 "with the tensile files for your GPU) into %LOCALAPPDATA%\\Programs\\Ollama\\lib\\ollama\\runners\\"
+                 "rocm_v6.1, then start Ollama again", [ctx.line_fact(said[0])], said[:1])

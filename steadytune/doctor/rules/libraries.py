@@ -23,7 +23,10 @@ def _release(text: str) -> tuple[int, ...]:
 
 # "Unable to load any of {libcudnn_ops.so.9.1.0, ...}" (ctranslate2), "Could not load library libcudnn_ops_infer.so.8"
 _CUDNN_WANTED = re.compile(r"(?i)(?:Unable to load any of \{|Could not load library |cannot open shared object file.{0,40}?)"
-                           r"libcudnn\w{0,40}\.so\.(\d+)|libcudnn\w{0,40}\.so\.(\d+)\S{0,20}: cannot open shared object")
+                           r"libcudnn\w{0,40}\.so\.(\d+)|libcudnn\w{0,40}\.so\.(\d+)\S{0,20}: cannot open shared object|"
+                           r"\bcudnn[ _]?\w{0,20}?64_(\d+)\.dll\W{0,3}(?:is )?(?:not found|could not|cannot|missing)")
+_CT2_RELEASE = re.compile(r"(?i)ctranslate2\W{0,3}(?:==|version\s+(?:is\s+)?(?:now\s+)?(?:bumped\s+)?(?:to\s+)?|\s+)"
+                          r"v?(\d+\.\d+)")
 _CTRANSLATE2 = re.compile(r"(?i)ctranslate2|faster[-_]whisper|whisperx|whisper-?ctranslate2")
 _TORCH_RELEASE = re.compile(r"(?i)\btorch(?:==|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
 
@@ -36,11 +39,11 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not _CTRANSLATE2.search(text):
         return None
-    lines = _lines_saying(ctx, "libcudnn", _CUDNN_WANTED.pattern)
+    lines = _lines_saying(ctx, "cudnn", _CUDNN_WANTED.pattern)
     if not lines:
         return None
     m = _CUDNN_WANTED.search(lines[0].line)
-    wanted = int(m.group(1) or m.group(2))
+    wanted = int(m.group(1) or m.group(2) or m.group(3))
     torch = _TORCH_RELEASE.search(text)
     torch_cudnn = (9 if _release(torch.group(1)) >= (2, 4) else 8) if torch else None
     evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
@@ -54,6 +57,16 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
                      f"ctranslate2 4.4.0 and older are built for cuDNN 8; torch {torch.group(1)} comes with cuDNN 9",
                      "pip install -U \"ctranslate2>=4.5.0\" (cuDNN 9; relax the program's pin on ctranslate2), or keep "
                      "torch below 2.4 with ctranslate2 4.4.0", evidence, covers)
+    ct2 = _CT2_RELEASE.search(text)
+    if torch is None and wanted >= 9 and m.group(3) and ct2 and _release(ct2.group(1)) >= (4, 5):
+        # on Windows (a cuDNN DLL), after the ctranslate2 upgrade that moved it to cuDNN 9: no LD_LIBRARY_PATH there,
+        # the cuDNN 9 DLLs come with torch 2.4+ (torch/lib), which faster-whisper's process loads
+        return _make("wheel-platform", f"ctranslate2 {ct2.group(1)} wants cuDNN 9",
+                     f"ctranslate2 4.5.0 and newer are built for cuDNN 9; the environment brings cuDNN 8 (torch before "
+                     "2.4, or a cuDNN 8 install on PATH)",
+                     "move to torch 2.4 or newer, which brings cuDNN 9 (pip install -U \"torch>=2.4\" from the CUDA "
+                     "index of your CUDA), or pip install ctranslate2==4.4.0 (the last cuDNN 8 release)",
+                     evidence, covers)
     if wanted >= 9:
         return _make("rocm-libs-missing", "pip's cuDNN 9 is not on the loader's path",
                      "ctranslate2 opens cuDNN by name; pip's nvidia-cudnn-cu12 puts it in site-packages/nvidia/cudnn/lib, "
@@ -241,7 +254,8 @@ def device_bitcode_not_found(ctx: Context) -> Optional[Diagnosis]:
                  "root only; here it lives elsewhere",
                  f"export HIP_DEVICE_LIB_PATH={folder} DEVICE_LIB_PATH={folder} (hipcc reads them) before the build, or "
                  f"pass --rocm-device-lib-path={folder} to clang (HIPCC_COMPILE_FLAGS_APPEND, or the CMake "
-                 "CMAKE_HIP_FLAGS)", [ctx.line_fact(lines[0])], lines[:1])
+                 "CMAKE_HIP_FLAGS); where find finds no ocml.bc the package that ships them is not installed: sudo "
+                 "apt install rocm-device-libs (dnf install rocm-device-libs)", [ctx.line_fact(lines[0])], lines[:1])
 
 
 # "CUDA Toolkit _not_ installed", "without the CUDA toolkit", "CUDA runtime is not installed", "没有安装CUDA"
@@ -335,3 +349,105 @@ def cudnn_handle_not_created(ctx: Context) -> Optional[Diagnosis]:
                  + "); where cuDNN is installed, stop the framework taking all GPU memory first ("
                  + ("XLA_PYTHON_CLIENT_PREALLOCATE=false" if jax else "TensorFlow: tf.config.experimental."
                     "set_memory_growth") + ")", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# bitsandbytes names the binary it wanted: "Configured CUDA binary not found at .../libbitsandbytes_cuda131.so",
+# "Cannot load libbitsandbytes_cuda114_nocublaslt.so"
+_BNB_BINARY = re.compile(r"(?i)(?:not found|cannot load|could not load|failed to load|missing)\b.{0,120}?"
+                         r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)|"
+                         r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)\S*\s.{0,40}?(?:not found|cannot be loaded)")
+
+
+@rule("wheel-platform")
+def bitsandbytes_binary_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
+    """bitsandbytes picks its native library by the CUDA version torch reports (cuda131 for CUDA 13.1) and ships one
+    per CUDA release it was built for: a CUDA newer than the wheel (or an old release's loader that guesses from the
+    libcudart files it finds) names a file that is not there or cannot load. BNB_CUDA_VERSION picks a shipped one."""
+    lines = _lines_saying(ctx, "libbitsandbytes_cuda", _BNB_BINARY.pattern)
+    if not lines:
+        return None
+    m = _BNB_BINARY.search(lines[0].line)
+    major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    wanted, shipped = f"{major}{minor}", f"{major}0"
+    pick = (f"export BNB_CUDA_VERSION={shipped} (a binary of the same CUDA major it ships: ls "
+            f"site-packages/bitsandbytes/libbitsandbytes_cuda* lists them), or " if minor != "0" else "")
+    return _make("wheel-platform", f"bitsandbytes has no loadable binary for CUDA {major}.{minor}",
+                 f"bitsandbytes loads libbitsandbytes_cuda{wanted} (named after the CUDA torch reports), a binary this "
+                 "bitsandbytes release does not ship or cannot load",
+                 f"{pick}pip install -U bitsandbytes (a release built for CUDA {major}.{minor}; its loader no longer "
+                 "guesses from the libcudart files on the path); python -m bitsandbytes shows what it loads",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+# "ImportError: cannot import name 'intel' from 'triton._C.libtriton'"
+_LIBTRITON_NAME = re.compile(r"cannot import name '(\w+)' from 'triton\._C\.libtriton")
+
+
+@rule("wheel-platform")
+def triton_backend_without_its_library(ctx: Context) -> Optional[Diagnosis]:
+    """triton loads every backend folder under triton/backends/ and each imports its part of the compiled libtriton; a
+    folder another triton package left there (pytorch-triton-xpu's intel, a CUDA triton's nvidia under a ROCm one)
+    asks the installed libtriton for a part it was not built with."""
+    lines = _lines_saying(ctx, "libtriton", _LIBTRITON_NAME.pattern)
+    if not lines:
+        return None
+    name = _LIBTRITON_NAME.search(lines[0].line).group(1)
+    return _make("wheel-platform", f"a triton backend '{name}' the installed libtriton lacks",
+                 f"triton/backends/{name} comes from another triton package installed into the same environment "
+                 f"(two tritons overwrite each other's files); the libtriton in place was built without '{name}'",
+                 f"remove the stray backend and reinstall the one triton torch pins: pip uninstall -y triton "
+                 f"pytorch-triton-rocm pytorch-triton-xpu, delete site-packages/triton if it stays (its backends/{name} "
+                 "folder), then pip install the triton torch names (pip show torch lists it; ROCm: pytorch-triton-rocm "
+                 "from torch's index)", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# clang's OpenMP / HIP offload searching LIBRARY_PATH for its device runtime bitcode before its own lib folder
+_OFFLOAD_BITCODE = re.compile(r"No such file or directory: '?(\S+?)/libomptarget-(amdgpu|nvptx)[-\w]*\.bc")
+
+
+@rule("rocm-libs-missing")
+def offload_bitcode_taken_from_library_path(ctx: Context) -> Optional[Diagnosis]:
+    """amdclang/clang look for the offload runtime's device bitcode (libomptarget-amdgpu-gfxXXX.bc) in every folder of
+    LIBRARY_PATH before ROCm's own lib/llvm/lib: a folder of another package there (a module system's prepend-path)
+    is taken, and the file is not in it."""
+    lines = _lines_saying(ctx, "libomptarget", _OFFLOAD_BITCODE.pattern)
+    if not lines:
+        return None
+    folder = _OFFLOAD_BITCODE.search(lines[0].line).group(1)
+    if re.search(r"(?i)/lib/llvm/lib$|/llvm/lib$", folder):
+        return None   # the compiler's own folder: the bitcode itself is missing, not the search order
+    root = re.search(r"(/\S*?/rocm[-\w.]*)/(?:lib/)?llvm/bin\b", _text(ctx))
+    llvm_lib = f"{root.group(1)}/lib/llvm/lib" if root else "$ROCM_PATH/lib/llvm/lib"
+    return _make("rocm-libs-missing", "the offload bitcode is looked for in another package's folder",
+                 f"LIBRARY_PATH names {folder}, which clang searches for its device runtime before ROCm's own "
+                 "folder; the bitcode is not there",
+                 f"put ROCm's folder first: export LIBRARY_PATH={llvm_lib}:$LIBRARY_PATH (or drop {folder} from "
+                 "LIBRARY_PATH for the GPU build)", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# ROCm installed outside /opt/rocm, in the user's words or by DeepSpeed's read of /opt/rocm/.info/version
+_ROCM_ELSEWHERE = re.compile(r"(?i)\bROCm\b.{0,60}\b(?:installed|lives?|sits?)\b.{0,30}\b(?:in(?:to)?|at|under) (?:a )?"
+                             r"(?:different|another|other|non-?standard|custom)\b|\bROCm\b.{0,60}\bnot (?:in(?:to)?|"
+                             r"under|at) [`']?/opt/rocm|No such file or directory: '/opt/rocm/\.info/version")
+
+
+@rule("rocm-libs-missing")
+def rocm_outside_opt_rocm(ctx: Context) -> Optional[Diagnosis]:
+    """A ROCm installed elsewhere than /opt/rocm (a distribution's /usr, an HPC module's prefix): each tool has its own
+    variable for where it is, and without it looks in /opt/rocm. Triton links its ROCm kernels with ROCm's ld.lld
+    (TRITON_HIP_LLD_PATH); DeepSpeed's op builder and torch's extension builder read ROCM_HOME."""
+    lines = _lines_saying(ctx, "rocm", _ROCM_ELSEWHERE.pattern)
+    if not lines:
+        return None
+    text = _text(ctx)
+    root = "<the ROCm prefix: dirname $(dirname $(which hipcc)), /usr on Gentoo, Fedora, Arch>"
+    if re.search(r"(?i)\btriton\b", text):
+        fix = (f"export TRITON_HIP_LLD_PATH={root}/llvm/bin/ld.lld (triton's own variable for ROCm's linker; ROCm 6.x "
+               f"and older: {root}/llvm/bin/ld.lld, distributions: the ld.lld of their rocm-llvm package)")
+    else:
+        fix = (f"export ROCM_HOME={root} ROCM_PATH=$ROCM_HOME before the build (DeepSpeed's op builder and torch's "
+               "extension builder read ROCM_HOME); old DeepSpeed releases read /opt/rocm/.info/version regardless: "
+               "pip install -U deepspeed, or link the prefix there: sudo ln -s <prefix> /opt/rocm")
+    return _make("rocm-libs-missing", "ROCm is not under /opt/rocm", "the tool looks for ROCm in /opt/rocm unless its "
+                 "variable names another prefix, and this ROCm lives elsewhere", fix, [ctx.line_fact(lines[0])],
+                 lines[:1])
