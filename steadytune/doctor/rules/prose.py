@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule, _text, _vendor
+from steadytune.doctor.rules.runtime import nan_whatever_the_format
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -71,3 +72,68 @@ def black_past_a_size(ctx: Context) -> Optional[Diagnosis]:
         "installed (the one built for this torch: pip install \"xformers==<previous>\"), or " + other +
         "; if the pictures are black at every size it is the VAE in fp16 (--fp32-vae / --no-half-vae)",
         [], black[:1]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A training loss or gradient norm that turns NaN, said in words (no error line): the number format's range, the
+# learning rate where the model already runs in fp32, the attention kernel where bf16 has been tried
+# ---------------------------------------------------------------------------------------------------------
+
+# grad_norm=nan, 'loss': nan, loss 就开始为nan, "nan loss", 梯度爆炸 (exploding gradients), 数值溢出 (overflow)
+# (ASCII edges, not \b: a Chinese character next to "loss" or "nan" is a word character to re)
+_NAN_SAID = re.compile(r"(?i)(?<![a-z0-9_])(?:grad_norm|grad norm|loss)(?![a-z0-9_])[^\n]{0,16}?(?<![a-z])nan(?![a-z])|"
+                       r"\bnan (?:loss|grad\w*)\b|"
+                       r"梯度爆炸|数值溢出|exploding gradients?|gradients? explod\w*")
+_FP32_SAID = re.compile(r"(?i)torch_dtype\s*=\s*torch\.float32|\bfp32\b|\bfloat32\b")
+_HALF_SAID = re.compile(r"(?i)\bfp16\b|float16|\bhalf\b|\bbf16\b|bfloat16|mixed.precision|\bamp\b")
+# NVIDIA before Ampere and AMD before RDNA3 / CDNA2: no bf16 arithmetic
+_NO_BF16_NAMES = re.compile(r"(?i)(?<![a-z0-9])(?:V100|P100|P40|T4|GTX ?1[06]\d\d|RTX ?20\d\d|Titan V|MI50|MI60|"
+                            r"Radeon VII|RX ?[56]\d\d\d)(?![a-z0-9])")
+
+
+def _dtype_flag(text: str, fmt: str) -> str:
+    """How the tool in the paste is told the format."""
+    if re.search(r"(?i)\bswift\b", text):
+        return f"ms-swift: --torch_dtype {'bfloat16' if fmt == 'bf16' else 'float32'}"
+    if re.search(r"(?i)llama.?factory|llamafactory", text):
+        return "LLaMA-Factory: bf16: true, fp16: false" if fmt == "bf16" else "LLaMA-Factory: pure_bf16 off, fp16 off"
+    return ("bf16=True, fp16=False in TrainingArguments (--bf16), torch_dtype=torch.bfloat16 when loading"
+            if fmt == "bf16" else "torch_dtype=torch.float32 when loading, no fp16/bf16 flag")
+
+
+@rule("precision")
+def nan_in_words(ctx: Context) -> Optional[Diagnosis]:
+    """The loss or grad_norm turning NaN, in a user's words, where no error line says what failed. A careful engineer
+    asks what format the model runs in: fp16's range (largest value 65504) overflows in models trained in bf16 (GLM-4,
+    Qwen2, LLaMA-3), and clipping (max_grad_norm) cannot help, the inf is made in the forward pass; a model already in
+    fp32 has no such limit, so the learning rate is what diverges; bf16 and fp16 both tried on a GPU with bf16 leaves
+    the fused attention kernel."""
+    if any(e.family is not None for e in ctx.errors):
+        return None   # an error line of its own: the rules of its family read it
+    said = _lines_matching(ctx, _NAN_SAID.pattern)
+    if not said:
+        return None
+    text = _text(ctx)
+    attention = nan_whatever_the_format(ctx, said)
+    if attention is not None:
+        return attention
+    if _FP32_SAID.search(text) and not _HALF_SAID.search(text):
+        return _make("precision", "the loss diverges in fp32: the learning rate",
+                     "the model runs in fp32, whose range does not overflow; a loss that climbs and then turns NaN "
+                     "after some steps is the update diverging",
+                     "lower the learning rate (by 5-10x; LoRA: 1e-4 or below, full fine-tune: 1e-5 or below), with "
+                     "warmup (warmup_ratio 0.03-0.1) and gradient clipping (max_grad_norm 1.0); then check the data "
+                     "for empty labels", [], said[:1], confirmed=False)
+    old = _NO_BF16_NAMES.search(text)
+    if old:
+        fix = (f"the {old.group(0)} has no bf16: load and train in fp32 ({_dtype_flag(text, 'fp32')}), or keep fp16 "
+               "with dynamic loss scaling and the trainable (LoRA) parameters in fp32; bf16 (the format these models "
+               "are trained in) needs Ampere / RDNA3 / CDNA2 or newer")
+    else:
+        fix = (f"train in bf16 instead of fp16 ({_dtype_flag(text, 'bf16')}): bf16 has fp32's range, so the values "
+               "that overflow fp16 do not; gradient clipping (max_grad_norm) cannot stop it, the inf comes from the "
+               "forward pass; on a GPU without bf16, fp32")
+    return _make("precision", "NaN in training: fp16 overflows",
+                 "the loss / grad_norm turns NaN: in fp16 (largest value 65504) the activations of models trained in "
+                 "bf16 (GLM-4, Qwen2, LLaMA-3) overflow to inf, and everything after turns NaN", fix, [], said[:1],
+                 confirmed=False)

@@ -533,6 +533,29 @@ def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                  "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan, confirmed=bool(settled))
 
 
+# both formats tried ("bf16 false fp16 true", "tried fp16 and bf16"), on a GPU that computes bf16 (Ampere and newer,
+# RDNA3, CDNA2 and newer): the format is not what overflows
+_BOTH_TRIED = re.compile(r"(?i)\bbf16\b[^\n]{0,40}\bfp16\b|\bfp16\b[^\n]{0,40}\bbf16\b")
+_BF16_GPU = re.compile(r"(?i)(?<![a-z0-9])(?:A100|A800|H100|H800|H200|L40S?|A6000|A10G?|RTX ?[34]0\d0|RTX ?50\d0|"
+                       r"MI2[15]0X?|MI3\d\dX?|RX ?[79]\d\d\d)(?![a-z0-9])")
+
+
+def nan_whatever_the_format(ctx: Context, nan: list[ErrorLine]) -> Optional[Diagnosis]:
+    """NaN losses / gradients that stay after the user tried both bf16 and fp16, on a GPU that computes bf16: not the
+    format's range but the fused attention kernel chosen automatically (flash / SDPA), which LLaMA-Factory and
+    transformers let one turn off."""
+    text = _text_of(ctx)
+    gpu = _BF16_GPU.search(text)
+    if not (nan and gpu and _BOTH_TRIED.search(text)):
+        return None
+    return _make("attention", "NaN gradients in bf16 and fp16 alike: the attention kernel",
+                 f"the loss / grad_norm turns NaN whatever the format, on a GPU that computes bf16 ({gpu.group(0)}): "
+                 "the fused attention kernel chosen automatically (flash-attention / SDPA) gives the NaN",
+                 "turn the fused attention off and keep bf16: LLaMA-Factory: flash_attn: disabled (or eager); "
+                 "transformers: attn_implementation=\"eager\" when loading", [ctx.line_fact(nan[0])], nan,
+                 confirmed=False)
+
+
 _LATENT_NANS = re.compile(r"(?i)\bNaNs? (?:detected|found) in latents\b|\blatents?\b.{0,20}\b(?:contain|contains|have|has) "
                           r"NaNs?\b")
 _REFUSES_FP16 = re.compile(r"(?i)please use bf16 or fp32|(?:不支持|does ?n.t support|not support(?:ed)?)\s*(?:for\s+)?fp16\b|"
@@ -684,6 +707,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     refused = _format_refused(ctx, errors)
     if refused is not None:
         return refused
+    attention = nan_whatever_the_format(ctx, [e for e in errors if _NAN.search(e.line) or _ZERO_LOSS.search(e.line)])
+    if attention is not None:
+        return attention
     zero = [e for e in errors if _ZERO_LOSS.search(e.line)]
     if zero and not _NAN.search(" ".join(e.line for e in errors)):
         return _zero_loss(ctx, zero)

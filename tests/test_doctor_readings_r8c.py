@@ -1,0 +1,66 @@
+"""doctor, round 8 (issue 63): readings of the number-format, attention, visibility and memory families for pastes
+that say what went wrong in words (a NaN loss said in Chinese, a dtype hint quoted without its error). Each paste is
+written for its reading (another GPU, tool or wording than the mined case that asked for it); the negatives keep each
+reading out of pastes it does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.diagnose import diagnose_text
+from test_doctor_paraphrases import _pasted
+
+# (paste, family, phrases the fix must say)
+READINGS = [
+    # grad_norm NaN said in Chinese, no format named, clipping already set: fp16's range, bf16 is the fix
+    ("用8张卡全参微调Qwen2-7B，max_grad_norm设成1.0了，训练到第30步grad_norm就变成nan，怎么回事", "precision", ["bf16"]),
+    # a Chinese complaint about a swift run in fp16: bf16 by swift's own flag
+    ("swift sft --model_type llama3-8b --torch_dtype float16 跑 LoRA，loss一直是nan", "precision",
+     ["--torch_dtype bfloat16"]),
+    # the GPU has no bf16 (a T4): fp32, and the reason bf16 cannot be used
+    ("Fine-tuning Gemma 2B in float16 on a Tesla T4, the train loss is nan from step 1", "precision",
+     ["fp32", "bf16"]),
+    # the model is loaded in fp32 and still diverges: the learning rate
+    ("model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)\n训练几十步后 loss 变成 nan，"
+     "learning_rate=5e-3", "precision", ["lower the learning rate"]),
+    # both formats tried on a GPU with bf16: the attention kernel, LLaMA-Factory's switch
+    ("llamafactory-cli train qwen_lora.yaml on an H100: grad_norm nan from the first step; tried bf16 and then fp16, "
+     "same result", "attention", ["flash_attn: disabled"]),
+]
+
+
+@pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
+def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
+    report = diagnose_text(paste)
+    top = report.top
+    assert top is not None and not report.by_likeness, paste
+    assert top.family == family, (top.family, top.fix)
+    missing = [p for p in phrases if p.lower() not in top.fix.lower()]
+    assert not missing, (missing, top.fix)
+
+
+@pytest.mark.parametrize("how", ["in a log", "with timestamps", "as a quote, CRLF"])
+def test_every_reading_survives_how_it_is_pasted(how):
+    misses = []
+    for paste, family, phrases in READINGS:
+        top = diagnose_text(_pasted(paste, how)).top
+        if top is None or top.family != family or any(p.lower() not in top.fix.lower() for p in phrases):
+            misses.append(f"{paste[:60]!r}: got {top.family if top else None}")
+    assert not misses, "\n".join(misses)
+
+
+# (paste, a phrase the top reading's fix must NOT say)
+NEGATIVES = [
+    # a NaN in an fp16 run on a card without bf16: not "train in bf16"
+    ("fp16 training on a V100 32GB: loss nan at step 200", "train in bf16 instead"),
+    # a loss that is fine ("loss 1.93, no nan"): nothing about the learning rate
+    ("the loss is 1.93 at step 500 and the eval loss 2.01 with torch_dtype=torch.float32", "lower the learning rate"),
+    # one format only (bf16) on an A100: not the attention kernel
+    ("bf16 LoRA on an A100: grad_norm nan after 2000 steps", "flash_attn: disabled"),
+]
+
+
+@pytest.mark.parametrize("paste,not_said", NEGATIVES, ids=[n[0][:48] for n in NEGATIVES])
+def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
+    report = diagnose_text(paste)
+    assert report.by_likeness or report.top is None or not_said.lower() not in report.top.fix.lower(), report.top.fix
