@@ -26,6 +26,12 @@ READINGS = [
     # both formats tried on a GPU with bf16: the attention kernel, LLaMA-Factory's switch
     ("llamafactory-cli train qwen_lora.yaml on an H100: grad_norm nan from the first step; tried bf16 and then fp16, "
      "same result", "attention", ["flash_attn: disabled"]),
+    # vLLM's advice line quoted alone (no error line), another tool around it: float16 by vLLM's flag
+    ("python -m vllm.entrypoints.openai.api_server --model Llama-3-8B-Instruct on 2x P100\n"
+     "You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.",
+     "precision", ["--dtype half"]),
+    # the same refusal told in words: vLLM, a Turing card, bf16
+    ("vllm serve Qwen2.5-7B on an RTX 2080 Ti won't start, it complains about bfloat16", "precision", ["float16"]),
 ]
 
 
@@ -57,6 +63,8 @@ NEGATIVES = [
     ("the loss is 1.93 at step 500 and the eval loss 2.01 with torch_dtype=torch.float32", "lower the learning rate"),
     # one format only (bf16) on an A100: not the attention kernel
     ("bf16 LoRA on an A100: grad_norm nan after 2000 steps", "flash_attn: disabled"),
+    # vLLM on an Ampere card with bf16: no bf16 refusal to read
+    ("vllm serve Qwen2.5-7B --dtype bfloat16 on an RTX 3090 is slow", "--dtype half"),
 ]
 
 

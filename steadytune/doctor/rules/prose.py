@@ -137,3 +137,35 @@ def nan_in_words(ctx: Context) -> Optional[Diagnosis]:
                  "the loss / grad_norm turns NaN: in fp16 (largest value 65504) the activations of models trained in "
                  "bf16 (GLM-4, Qwen2, LLaMA-3) overflow to inf, and everything after turns NaN", fix, [], said[:1],
                  confirmed=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# vLLM's bf16 refusal, quoted as its advice line or told in words: the GPU has no bf16, float16 is vLLM's own remedy
+# ---------------------------------------------------------------------------------------------------------
+
+_HALF_ADVICE = re.compile(r"(?i)use float16 instead by explicitly setting the\W{0,3}dtype|--dtype[= ]half\b")
+_VLLM = re.compile(r"(?i)\bvllm\b")
+_BF16_WORD = re.compile(r"(?i)(?<![a-z0-9])(?:bf16|bfloat16)(?![a-z0-9])")
+
+
+@rule("precision")
+def bf16_refused_by_vllm(ctx: Context) -> Optional[Diagnosis]:
+    """vLLM loads a model in the dtype of its config (bfloat16 for Qwen2, LLaMA-3, GLM-4) and refuses it on a GPU
+    older than compute capability 8.0, advising --dtype=half. A paste that quotes only that advice, or says vLLM, a
+    pre-Ampere card and bf16 in words, is that refusal."""
+    if any(e.family is not None and e.family != "precision" for e in ctx.errors):
+        return None
+    text = _text(ctx)
+    advice = _lines_matching(ctx, _HALF_ADVICE.pattern)
+    old = _NO_BF16_NAMES.search(text)
+    if not advice and not (old and _VLLM.search(text) and _BF16_WORD.search(text)):
+        return None
+    on = f"the {old.group(0)}" if old else "this GPU"
+    lf = (" (LLaMA-Factory's api / chat with infer_backend: vllm: infer_dtype: float16 in the YAML)"
+          if re.search(r"(?i)llama.?factory|llamafactory", text) else "")
+    lines = advice or _lines_matching(ctx, _VLLM.pattern)
+    return _make("precision", "vLLM refuses bf16 on a GPU without it",
+                 f"the model's config asks for bfloat16 and vLLM loads it so; {on} has no bf16 (it needs compute "
+                 "capability 8.0, Ampere, or newer), so vLLM refuses to start",
+                 f"run vLLM in float16: --dtype half (= float16; LLM(model=..., dtype=\"float16\")){lf}, or "
+                 "--dtype float32 where float16 overflows", [], lines[:1], confirmed=bool(advice))
