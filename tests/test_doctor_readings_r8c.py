@@ -65,6 +65,8 @@ NEGATIVES = [
     ("bf16 LoRA on an A100: grad_norm nan after 2000 steps", "flash_attn: disabled"),
     # vLLM on an Ampere card with bf16: no bf16 refusal to read
     ("vllm serve Qwen2.5-7B --dtype bfloat16 on an RTX 3090 is slow", "--dtype half"),
+    # black only past a size: the attention kernel's reading, not the VAE's
+    ("black images at 1536x1536 while 1024x1024 works, xformers installed", "--no-half-vae to COMMANDLINE_ARGS"),
 ]
 
 

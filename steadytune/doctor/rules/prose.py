@@ -8,7 +8,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule, _text, _vendor
-from steadytune.doctor.rules.runtime import nan_whatever_the_format
+from steadytune.doctor.rules.runtime import image_nans, nan_whatever_the_format
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -22,7 +22,9 @@ _BLACK = (r"(?i)\b(?:all[- ])?black (?:images?|pictures?|outputs?|frames?|square
           r"黑色(?:图|画面)")
 # the size is what decides: two resolutions set against each other, or words that say "past some size"
 _RESOLUTION = re.compile(r"\b(\d{3,4}) ?[x×*] ?(\d{3,4})\b")
-_SIZE_WORDS = re.compile(r"(?i)\b(?:some|certain|higher|larger|large|high|bigger|big) (?:resolutions?|sizes?|images?)\b|"
+# ("some images" is a few pictures, not a size: some / certain only before resolutions and sizes)
+_SIZE_WORDS = re.compile(r"(?i)\b(?:some|certain) (?:resolutions?|sizes?)\b|"
+                         r"\b(?:higher|larger|large|high|bigger|big) (?:resolutions?|sizes?|images?)\b|"
                          r"\b(?:above|over|beyond|past) \d{3,4}(?:px| ?pixels)?\b|\bhi-?res\b|\bupscal\w*|"
                          r"高分辨率|大分辨率|大尺寸|放大")
 # what the number-format reading settles: a NaN check, the VAE or fp16 named
@@ -169,3 +171,18 @@ def bf16_refused_by_vllm(ctx: Context) -> Optional[Diagnosis]:
                  "capability 8.0, Ampere, or newer), so vLLM refuses to start",
                  f"run vLLM in float16: --dtype half (= float16; LLM(model=..., dtype=\"float16\")){lf}, or "
                  "--dtype float32 where float16 overflows", [], lines[:1], confirmed=bool(advice))
+
+
+@rule("precision")
+def black_at_every_size(ctx: Context) -> Optional[Diagnosis]:
+    """Pictures that come out black with no error and no size said (or only ordinary sizes): the VAE (or the UNet)
+    decoding in fp16 overflowed to NaN, the commonest cause; an upgrade of diffusers or the UI that drops the VAE's
+    fp32 upcast (SDXL's VAE needs it) does it. A size past which it happens is the attention's reading above."""
+    if any(e.family is not None and e.family != "precision" for e in ctx.errors) or ctx.of("precision"):
+        return None   # the number-format rule reads a line of its own
+    black = _lines_matching(ctx, _BLACK)
+    if not black or black_past_a_size(ctx) is not None:
+        return None
+    diagnosis = image_nans(ctx, black)
+    diagnosis.confirmed = False
+    return diagnosis

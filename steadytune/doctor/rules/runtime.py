@@ -586,7 +586,7 @@ def _fp16_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                  [f for f in (ctx.line_fact(refused[0]), fact) if f], refused)
 
 
-def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
+def image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
     """The Stable Diffusion web UI's (and SD.Next's) NaN check: the VAE or the UNet computed in fp16 overflowed. The
     VAE's remedy is keeping it in fp32; the UNet's is upcasting its attention (or the whole model) to fp32."""
     # a black picture is the VAE's NaN in the common case (the web UI's check names which part)
@@ -596,7 +596,7 @@ def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
         fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI; where the pictures stay black "
                "(an older or low-memory GPU whose fp16 overflows in the UNet too), --force-fp32" if comfy else
                "add --no-half-vae to COMMANDLINE_ARGS (webui-user.sh / .bat; SD.Next: the same), so the VAE runs in "
-               "fp32, or use a VAE fixed for fp16 (sdxl-vae-fp16-fix)")
+               "fp32 (upcast; SD.Next's own VAE upcast setting does it where it is offered), or use a VAE fixed for fp16 (sdxl-vae-fp16-fix)")
     else:
         fix = ("--force-upcast-attention (or --fp32-unet) when starting ComfyUI" if comfy else
                "turn on Settings > Stable Diffusion > \"Upcast cross attention layer to float32\" or start with "
@@ -692,7 +692,7 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     nans = [e for e in errors if re.search(r"(?i)NaNs was produced in (?:Unet|VAE)|NansException|black (?:image|picture|"
                                            r"output|square)", e.line)]
     if nans:
-        return _image_nans(ctx, nans)
+        return image_nans(ctx, nans)
     latents = [e for e in errors if _LATENT_NANS.search(e.line)]
     if latents:
         return _make("precision", "the VAE overflows fp16 while encoding the latents",
