@@ -67,6 +67,9 @@ NEGATIVES = [
     ("vllm serve Qwen2.5-7B --dtype bfloat16 on an RTX 3090 is slow", "--dtype half"),
     # black only past a size: the attention kernel's reading, not the VAE's
     ("black images at 1536x1536 while 1024x1024 works, xformers installed", "--no-half-vae to COMMANDLINE_ARGS"),
+    # Ray on NVIDIA GPUs: nothing about ROCR
+    ("OpenRLHF with ray==2.12.0 on 8x H100 (NVIDIA-SMI 550.54): the actors all use GPU 0",
+     "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES"),
 ]
 
 

@@ -174,11 +174,36 @@ def _module_not_loaded_on_a_second_gpu(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said, confirmed=False)
 
 
+# Ray said as the launcher: its package pin, its CLI, its variables, or a framework built on it (OpenRLHF, verl)
+_RAY = re.compile(r"(?i)\bray\s*(?:==|=)\s*\d|\bray (?:start|cluster|actors?|workers?)\b|\bray\.init\b|\bRAY_[A-Z_]+|"
+                  r"ray-project/ray|\bOpenRLHF\b|\bverl\b")
+_AMD_DATACENTER = re.compile(r"(?i)\bMI\d{3}X?\b|\bInstinct\b|\bROCm\b|\bgfx9\d\w\b")
+
+
+def _ray_on_amd(ctx: Context) -> Optional[Diagnosis]:
+    """Ray on AMD GPUs: Ray confines each actor by setting ROCR_VISIBLE_DEVICES itself, so the framework's own choice
+    (HIP_VISIBLE_DEVICES, the local rank's index) points at GPUs the actor no longer sees; Ray's switch leaves the
+    variable alone. Read where Ray and an AMD GPU are both said and no error line of another family speaks."""
+    text = _text(ctx)
+    if not (_RAY.search(text) and _AMD_DATACENTER.search(text)) or _nvidia_named(ctx):
+        return None
+    if any(e.family not in (None, "visibility", "multi-gpu-transport") for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _RAY.pattern) or _lines_matching(ctx, _AMD_DATACENTER.pattern)
+    return _make("visibility", "Ray rewrites ROCR_VISIBLE_DEVICES for each actor",
+                 "on AMD GPUs Ray sets ROCR_VISIBLE_DEVICES for every actor it starts, so the ranks' own device "
+                 "choice (HIP_VISIBLE_DEVICES, cuda:<local rank>) indexes GPUs the actor does not see",
+                 "export RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES=1 before `ray start` (and in the job's "
+                 "runtime_env env_vars), and choose the GPUs with HIP_VISIBLE_DEVICES; where the weights are synced "
+                 "between Ray actors over NCCL and that still fails, use gloo for that step (OpenRLHF: "
+                 "--vllm_sync_backend gloo)", [], said[:1], confirmed=False)
+
+
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
-    misspelt = _misspelt_visibility(ctx)
+    misspelt = _misspelt_visibility(ctx) or _ray_on_amd(ctx)
     if misspelt is not None:
         return misspelt
     doubled = _vulkan_layered_twin(ctx) or _module_not_loaded_on_a_second_gpu(ctx)
