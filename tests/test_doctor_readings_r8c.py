@@ -70,6 +70,9 @@ NEGATIVES = [
     # Ray on NVIDIA GPUs: nothing about ROCR
     ("OpenRLHF with ray==2.12.0 on 8x H100 (NVIDIA-SMI 550.54): the actors all use GPU 0",
      "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES"),
+    # an NCCL failure on one machine with no remote error: not the lost-connection reading
+    ("torchrun --nproc_per_node 2 train.py\nRuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled "
+     "system error, NCCL version 2.7.8", "leaving out the node whose IB fails"),
 ]
 
 

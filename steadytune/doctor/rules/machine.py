@@ -827,6 +827,19 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "check from every node: nc -zv <MASTER_ADDR> <MASTER_PORT>; open the port in the firewall; set "
                      "MASTER_ADDR to the address on the shared network and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to "
                      "that interface (ip -br addr)", evidence, errors)
+    if re.search(r"(?i)remote process exited or there was a network error|\bncclRemoteError\b|"
+                 r"socketProgress\w*:.{0,80}(?:Connection reset by peer|failed)", text):
+        # NCCL's own words for a peer that vanished: a rank that died first, or the network between the nodes
+        return _make("multi-gpu-transport", "NCCL lost its connection to another rank",
+                     "NCCL reports a remote error when the connection to another rank drops: that rank died first "
+                     "(its own log's first error is the cause), or the network between the nodes failed (an "
+                     "InfiniBand port down or flapping, a socket on an interface the other node cannot reach)",
+                     "look first for an earlier error on the other ranks (an out-of-memory, a crash); if every rank "
+                     "was alive, test the network between the nodes: on InfiniBand check each node's ports (ibstat: "
+                     "State Active, same rate; ibv_devinfo) and rerun with NCCL_IB_DISABLE=1 to confirm, repairing or "
+                     "leaving out the node whose IB fails; over sockets export NCCL_SOCKET_IFNAME=<the interface that "
+                     "reaches the other nodes> (ip -br addr) on every node, GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO "
+                     "NCCL_DEBUG_SUBSYS=NET,INIT shows the transport and interface", evidence, errors)
     nodes = re.search(r"(?i)\b(?:[2-9]|two|several|multiple) (?:machines|nodes|servers|hosts)\b|--nnodes[= ]?[2-9]", joined)
     if nodes and re.search(r"(?i)unhandled system error|socket|connect|timed? ?out", text) and \
             not re.search(r"(?i)/dev/shm|shm", text):
