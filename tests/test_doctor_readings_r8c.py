@@ -32,6 +32,25 @@ READINGS = [
      "precision", ["--dtype half"]),
     # the same refusal told in words: vLLM, a Turing card, bf16
     ("vllm serve Qwen2.5-7B on an RTX 2080 Ti won't start, it complains about bfloat16", "precision", ["float16"]),
+    # black pictures with no error and no size said, in ComfyUI after an update: the VAE's fp32 (ComfyUI's flag)
+    ("Since updating ComfyUI every SDXL render comes out as a black image, nothing in the console", "precision",
+     ["--fp32-vae"]),
+    # "some images" is a few pictures, not a size: still the VAE, the web UI's flag
+    ("Automatic1111: I generated some images and every image is all black, no error", "precision", ["--no-half-vae"]),
+    # Ray on AMD Instinct GPUs (verl, MI250X): Ray's own ROCR_VISIBLE_DEVICES switch
+    ("verl PPO on 4x MI250X (ROCm 6.2): the vLLM rollout workers all land on the same GPU, ray==2.40.0",
+     "visibility", ["RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES=1"]),
+    # NCCL's remote error between nodes (another NCCL, a deepspeed launch): the network, IB and the socket interface
+    ("deepspeed --hostfile hosts.txt train.py on 3 nodes of 8x A800\nncclRemoteError: A call failed possibly due "
+     "to a network error or a remote process exiting prematurely.\nsocketProgressOpt: Call to recv from "
+     "10.0.0.12<40213> failed : Connection reset by peer", "multi-gpu-transport",
+     ["NCCL_SOCKET_IFNAME", "InfiniBand", "NCCL_IB_DISABLE=1"]),
+    # NCCL connected (Init COMPLETE) and the run then hangs, on server cards with torchrun: the IOMMU / ACS
+    ("torchrun --nproc_per_node 4 train.py on 4x L40S, it hangs forever after this:\n"
+     "node3:901:950 [0] NCCL INFO comm 0x5a1 rank 0 nranks 4 cudaDev 0 busId 1000 - Init COMPLETE",
+     "multi-gpu-transport", ["iommu=pt", "ACS", "NCCL_P2P_DISABLE=1"]),
+    # a bus error with shared memory named, in Chinese, a multi-node run: the container's --shm-size
+    ("多机训练时报 Bus error，提示 /dev/shm 空间不够，单卡能跑", "multi-gpu-transport", ["--shm-size"]),
 ]
 
 
@@ -73,6 +92,11 @@ NEGATIVES = [
     # an NCCL failure on one machine with no remote error: not the lost-connection reading
     ("torchrun --nproc_per_node 2 train.py\nRuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled "
      "system error, NCCL version 2.7.8", "leaving out the node whose IB fails"),
+    # NCCL set up and the run finished: no stall to read
+    ("NCCL INFO comm 0x5a1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\ntraining finished in 2h on 2 GPUs",
+     "intel_iommu=off"),
+    # a bus error on one GPU with no shared memory named: not the shm reading
+    ("python infer.py on one RTX 4090: Bus error (core dumped)", "--shm-size=16g (or --ipc=host; compose"),
 ]
 
 

@@ -693,6 +693,55 @@ def _tensor_parallel_fails(ctx: Context) -> Optional[Diagnosis]:
                  "see the step that fails", [], said, confirmed=False)
 
 
+_NCCL_SET_UP = re.compile(r"\bNCCL INFO\b.{0,200}\bInit COMPLETE\b|\bNCCL INFO Channel \d+\s*:.{0,60}\bvia\b")
+_STALL_SAID = re.compile(r"(?i)\b(?:stall\w*|hangs?|hanging|hung|stuck|freez\w*|deadlock\w*)\b|卡住|卡死|没有反应")
+
+
+def _stalls_after_nccl_setup(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL's own log says it connected the GPUs (Init COMPLETE, the channels and their transport), and the user says
+    the run then stalls: the setup went through and the first transfers between the GPUs never arrive. On a
+    workstation or server that is the PCIe peer path: the IOMMU (VT-d / AMD-Vi) or ACS on the bridges redirecting the
+    GPUs' peer writes, NCCL's documented first check for a hang."""
+    text = _text(ctx)
+    set_up = _lines_matching(ctx, _NCCL_SET_UP.pattern)
+    if not set_up or not _STALL_SAID.search(text):
+        return None
+    if not (_SEVERAL_GPUS.search(text) or re.search(r"(?i)tensor[ _-]?parallel|\bnranks [2-9]|x ?[2-9] GPUs?\b", text)):
+        return None
+    return _make("multi-gpu-transport", "the GPUs' first transfers stall after NCCL set them up",
+                 "NCCL connected the GPUs (its log shows the channels and Init COMPLETE), then the run stalls: the "
+                 "transfers between the GPUs never arrive, which on a workstation or server is the IOMMU (VT-d / "
+                 "AMD-Vi) or PCIe ACS redirecting their peer-to-peer writes through the CPU",
+                 "confirm with NCCL_P2P_DISABLE=1 (it runs, slower); then turn the IOMMU off or to pass-through "
+                 "(intel_iommu=off or iommu=pt on the kernel command line, or VT-d off in the BIOS) and ACS off (BIOS, "
+                 "or setpci per bridge; sudo lspci -vvv | grep -i acsctl shows SrcValid+ where it is on), as NCCL's "
+                 "troubleshooting guide says; then check with nccl-tests' all_reduce_perf", [], set_up[:1],
+                 confirmed=False)
+
+
+# (ASCII edges: "提示bus error" has a Chinese character, a word character to re, before "bus")
+_BUS_ERROR_SHM = re.compile(r"(?i)(?<![a-z])bus error\b.{0,80}(?:(?<![a-z])shm\b|shared mem\w*|/dev/shm)|"
+                            r"(?:(?<![a-z])shm\b|shared mem\w*|/dev/shm).{0,80}(?<![a-z])bus error\b|共享内存.{0,20}不足")
+# more than one GPU or node said, or the user saying one of them works (单机 / 单卡 能运行: works on one machine)
+_SEVERAL_SAID = re.compile(r"(?i)多卡|多机|多节点|单机能|单卡能|multi[- ]?node|--nnodes|torchrun|deepspeed|"
+                           r"\b(?:works|runs) on (?:one|a single) (?:GPU|node|machine)\b")
+
+
+def _shared_memory_said(ctx: Context) -> Optional[Diagnosis]:
+    """A bus error with shared memory named, said in words, in a run over several GPUs or nodes: the ranks (and their
+    data loaders) exchange through /dev/shm, which a container gives 64 MB by default."""
+    said = _lines_matching(ctx, _BUS_ERROR_SHM.pattern)
+    text = _text(ctx)
+    if not said or not (_SEVERAL_SAID.search(text) or _SEVERAL_GPUS.search(text)):
+        return None
+    return _make("multi-gpu-transport", "shared memory (/dev/shm) is too small for the distributed run",
+                 "the ranks and their data-loader workers pass tensors through /dev/shm; in a container it is 64 MB "
+                 "unless widened, so the run dies with a bus error while one process fits",
+                 "start the container with --shm-size=16g (or --ipc=host; compose: shm_size: 16gb), on every node; "
+                 "on the host check df -h /dev/shm; lower the data loader's workers (dataloader_num_workers, "
+                 "preprocessing_num_workers) if it cannot grow", [], said[:1], confirmed=False)
+
+
 @rule("multi-gpu-transport")
 def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
@@ -711,7 +760,8 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
-        return _split_model_garbage(ctx) or _tensor_parallel_fails(ctx)
+        return (_split_model_garbage(ctx) or _stalls_after_nccl_setup(ctx) or _shared_memory_said(ctx) or
+                _tensor_parallel_fails(ctx))
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     evidence = [ctx.line_fact(errors[0])]

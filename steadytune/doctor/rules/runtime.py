@@ -586,11 +586,12 @@ def _fp16_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                  [f for f in (ctx.line_fact(refused[0]), fact) if f], refused)
 
 
-def image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
+def image_nans(ctx: Context, nans: list[ErrorLine], vae: Optional[bool] = None) -> Diagnosis:
     """The Stable Diffusion web UI's (and SD.Next's) NaN check: the VAE or the UNet computed in fp16 overflowed. The
     VAE's remedy is keeping it in fp32; the UNet's is upcasting its attention (or the whole model) to fp32."""
     # a black picture is the VAE's NaN in the common case (the web UI's check names which part)
-    vae = any(re.search(r"(?i)\bVAE\b|black (?:image|picture|output|square)", e.line) for e in nans)
+    if vae is None:   # (a caller that read a black picture in words passes True)
+        vae = any(re.search(r"(?i)\bVAE\b|black (?:image|picture|output|square)", e.line) for e in nans)
     comfy = ctx.tool(nans) == "comfyui"
     if vae:
         fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI; where the pictures stay black "
