@@ -51,6 +51,12 @@ READINGS = [
      "multi-gpu-transport", ["iommu=pt", "ACS", "NCCL_P2P_DISABLE=1"]),
     # a bus error with shared memory named, in Chinese, a multi-node run: the container's --shm-size
     ("多机训练时报 Bus error，提示 /dev/shm 空间不够，单卡能跑", "multi-gpu-transport", ["--shm-size"]),
+    # a vision-language model out of memory in LLaMA-Factory training: the images' pixel cap, LF's key
+    ("llamafactory-cli train internvl2_lora_sft.yaml (stage: sft, 2x RTX 4090)\ntorch.OutOfMemoryError: CUDA out "
+     "of memory. Tried to allocate 12.50 GiB", "out-of-memory", ["image_max_pixels"]),
+    # bf16=False ignored by a plain Trainer on a V100: accelerate's variable
+    ("Trainer still uses bf16 on my V100 even though I pass TrainingArguments(bf16=False, fp16=True)", "precision",
+     ["ACCELERATE_MIXED_PRECISION"]),
 ]
 
 
@@ -97,6 +103,11 @@ NEGATIVES = [
      "intel_iommu=off"),
     # a bus error on one GPU with no shared memory named: not the shm reading
     ("python infer.py on one RTX 4090: Bus error (core dumped)", "--shm-size=16g (or --ipc=host; compose"),
+    # a text-only model out of memory: no pixel cap
+    ("llamafactory-cli train qwen2.5_7b_lora_sft.yaml\ntorch.OutOfMemoryError: CUDA out of memory. Tried to "
+     "allocate 2.00 GiB", "image_max_pixels"),
+    # bf16 turned off and the run fine: nothing about accelerate's variable
+    ("TrainingArguments(bf16=False, fp16=True) on a T4, the loss goes down nicely", "ACCELERATE_MIXED_PRECISION"),
 ]
 
 

@@ -186,3 +186,32 @@ def black_at_every_size(ctx: Context) -> Optional[Diagnosis]:
     diagnosis = image_nans(ctx, black, vae=True)   # no NaN check names the UNet: the VAE, the common case
     diagnosis.confirmed = False
     return diagnosis
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bf16 switched off in the arguments and on all the same: accelerate's own mixed-precision setting wins
+# ---------------------------------------------------------------------------------------------------------
+
+_BF16_OFF_IGNORED = re.compile(r"(?i)\bignor\w*\s+(?:the\s+|my\s+)?[`'\"]?bf16\s*=\s*False|"
+                               r"bf16\s*=\s*False[`'\"]?.{0,40}\b(?:ignored|not (?:respected|honou?red|applied)|has no "
+                               r"effect|still)\b|\bstill (?:uses?|using|runs? in|enables?|turns on) bf16\b|"
+                               r"bf16\s*=\s*False.{0,20}(?:不生效|无效|没用)")
+
+
+@rule("precision")
+def bf16_off_ignored(ctx: Context) -> Optional[Diagnosis]:
+    """The user turned bf16 off (bf16=False) and the run still uses it: Trainer's mixed precision is applied by
+    accelerate, which reads ACCELERATE_MIXED_PRECISION (set by `accelerate config`, a launcher, a notebook's setup
+    cell or a library that exports it) and lets it win over the arguments; on a GPU without bf16 (T4, V100) that
+    fails. Set the variable before anything imports accelerate."""
+    said = _lines_matching(ctx, _BF16_OFF_IGNORED.pattern)
+    if not said:
+        return None
+    return _make("precision", "bf16=False is overridden by accelerate's mixed-precision setting",
+                 "the trainer hands mixed precision to accelerate, which takes ACCELERATE_MIXED_PRECISION (from the "
+                 "environment, `accelerate config`'s default_config.yaml, or a library that sets it) over "
+                 "bf16=False, so bf16 is turned on where the GPU has none",
+                 "at the top of the script, before importing transformers / trl / unsloth: "
+                 "os.environ[\"ACCELERATE_MIXED_PRECISION\"] = \"no\" (or \"fp16\"), and pass fp16=True, bf16=False "
+                 "in the SFTConfig / TrainingArguments; check `accelerate env` for a saved mixed_precision: bf16 and "
+                 "update unsloth / trl / accelerate", [], said[:1], confirmed=False)

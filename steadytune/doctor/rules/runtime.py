@@ -204,6 +204,9 @@ def _long_sequence(joined: str) -> str:
 
 # training frameworks with their own names for the memory knobs: GRPO's rollout engine, torchtitan's TOML
 _GRPO = re.compile(r"(?i)\bGRPO\w*")
+# vision-language models, whose images become tokens by the pixel (Qwen-VL, InternVL, LLaVA, MiniCPM-V, GLM-4V)
+_VISION_LANGUAGE = re.compile(r"(?i)\bqwen[\d.]*-?vl\w*|\binternvl\w*|\bllava\w*|\bminicpm-?v\w*|\bglm-?4v\w*|"
+                              r"\bMAX_PIXELS\b|\bimage_max_pixels\b")
 _TORCHTITAN = re.compile(r"(?i)\btorchtitan\b|train_configs/\S+\.toml")
 
 
@@ -221,6 +224,18 @@ def _framework_oom(ctx: Context, errors: list[ErrorLine], joined: str, proper: b
                      "--vllm_gpu_memory_utilization (update ms-swift for these); TRL: vllm_gpu_memory_utilization 0.3, "
                      "ds3_gather_for_generation=False under ZeRO-3; both: fewer num_generations, a shorter "
                      "max_completion_length, gradient checkpointing", evidence, errors, confirmed=proper)
+    if _VISION_LANGUAGE.search(joined) and _training(ctx):
+        swift = re.search(r"(?i)\bswift\b", joined)
+        own = ("ms-swift: lower MAX_PIXELS (an environment variable: MAX_PIXELS=401408, or 200704; VIDEO_MAX_PIXELS "
+               "and FPS_MAX_FRAMES / NFRAMES for video)" if swift else
+               "lower the images' pixel cap: LLaMA-Factory image_max_pixels (video_max_pixels, video_maxlen for "
+               "video); transformers: the processor's max_pixels; ms-swift: the MAX_PIXELS variable")
+        return _make("out-of-memory", "the images' tokens do not fit the GPUs",
+                     "a vision-language model turns every image into tokens in proportion to its pixels (Qwen2-VL: "
+                     "one per 28x28 patch), so a large image, or a video's frames, makes sequences (and attention "
+                     "and activations) far longer than the text alone",
+                     own + "; then ZeRO-3 (--deepspeed default-zero3 / ds_z3_config.json), gradient checkpointing and "
+                     "a batch size of 1", evidence, errors, confirmed=proper)
     if _TORCHTITAN.search(joined):
         return _make("out-of-memory", "the torchtitan config does not fit the GPUs",
                      "torchtitan's TOML config sets the per-GPU batch and sequence length; this model's config asks "
