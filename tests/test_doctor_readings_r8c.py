@@ -57,6 +57,9 @@ READINGS = [
     # bf16=False ignored by a plain Trainer on a V100: accelerate's variable
     ("Trainer still uses bf16 on my V100 even though I pass TrainingArguments(bf16=False, fp16=True)", "precision",
      ["ACCELERATE_MIXED_PRECISION"]),
+    # mixed cards, an index from nvidia-smi, the job on the other card: CUDA's order
+    ("My box has an RTX 4090 and an RTX 3060. With CUDA_VISIBLE_DEVICES=1 python train.py it still runs on the "
+     "other card", "visibility", ["CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=1"]),
 ]
 
 
@@ -108,6 +111,8 @@ NEGATIVES = [
      "allocate 2.00 GiB", "image_max_pixels"),
     # bf16 turned off and the run fine: nothing about accelerate's variable
     ("TrainingArguments(bf16=False, fp16=True) on a T4, the loss goes down nicely", "ACCELERATE_MIXED_PRECISION"),
+    # one model of card only: no ordering to confuse
+    ("4x A100 80GB, CUDA_VISIBLE_DEVICES=2 python train.py still runs on GPU 0 per nvidia-smi", "get_device_name(0)"),
 ]
 
 

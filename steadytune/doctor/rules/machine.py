@@ -174,6 +174,36 @@ def _module_not_loaded_on_a_second_gpu(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said, confirmed=False)
 
 
+# NVIDIA models by name, to tell a machine of mixed cards (CUDA numbers them fastest first, nvidia-smi by PCI bus)
+_NVIDIA_MODEL = re.compile(r"(?i)(?<![a-z0-9])(A100|A800|H100|H800|H200|L40S?|A6000|A40|A10G?|V100|T4|P40|P100|"
+                           r"(?:RTX ?)?[2345]0[5-9]0(?: ?Ti)?|TITAN ?\w+)(?![a-z0-9])")
+# the user says the job still lands on another card than the one chosen
+_WRONG_CARD = re.compile(r"(?i)(?:一直|总是|还是|都)\W{0,2}(?:在|用|跑在|加载到)?\W{0,2}(?:0号|第一张|另一张)|"
+                         r"\b(?:always|still|only)\b.{0,30}\b(?:GPU ?0|cuda:0|card 0|first (?:GPU|card)|other (?:GPU|card))\b|"
+                         r"\bwrong (?:GPU|card)\b")
+
+
+def _device_order(ctx: Context) -> Optional[Diagnosis]:
+    """A machine of mixed NVIDIA cards, a GPU chosen by index, and the job on another card than meant: CUDA numbers
+    the GPUs fastest first (CUDA_DEVICE_ORDER=FASTEST_FIRST, its default), nvidia-smi and nvtop by PCI bus, so the
+    index read from nvidia-smi picks another card. The user's complaint is the cause; an OOM on the small card
+    that follows is its symptom, so this reading leads."""
+    visible = _visible(ctx).get("CUDA_VISIBLE_DEVICES")
+    text = _text(ctx)
+    models = {re.sub(r"(?i)rtx ?| ?ti", "", m.upper()) for m in _NVIDIA_MODEL.findall(text)}
+    said = _lines_matching(ctx, _WRONG_CARD.pattern)
+    if visible is None or len(models) < 2 or not said or re.search(r"CUDA_DEVICE_ORDER\s*=\s*PCI_BUS_ID", text):
+        return None
+    value = visible.value.split("=", 1)[1]
+    return _first(_make("visibility", "CUDA numbers mixed GPUs in another order than nvidia-smi",
+                        f"with different cards ({', '.join(sorted(models))}) CUDA orders them fastest first, while "
+                        "nvidia-smi / nvtop list them by PCI bus; the index taken from nvidia-smi "
+                        f"(CUDA_VISIBLE_DEVICES={value}) selects another card in CUDA's order",
+                        f"export CUDA_DEVICE_ORDER=PCI_BUS_ID together with CUDA_VISIBLE_DEVICES={value}, so the "
+                        "indices are nvidia-smi's; check with python -c \"import torch; "
+                        "print(torch.cuda.get_device_name(0))\"", [visible], said[:1]))
+
+
 # Ray said as the launcher: its package pin, its CLI, its variables, or a framework built on it (OpenRLHF, verl)
 _RAY = re.compile(r"(?i)\bray\s*(?:==|=)\s*\d|\bray (?:start|cluster|actors?|workers?)\b|\bray\.init\b|\bRAY_[A-Z_]+|"
                   r"ray-project/ray|\bOpenRLHF\b|\bverl\b")
@@ -203,7 +233,7 @@ def _ray_on_amd(ctx: Context) -> Optional[Diagnosis]:
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
-    misspelt = _misspelt_visibility(ctx) or _ray_on_amd(ctx)
+    misspelt = _misspelt_visibility(ctx) or _ray_on_amd(ctx) or _device_order(ctx)
     if misspelt is not None:
         return misspelt
     doubled = _vulkan_layered_twin(ctx) or _module_not_loaded_on_a_second_gpu(ctx)
