@@ -60,6 +60,9 @@ READINGS = [
     # mixed cards, an index from nvidia-smi, the job on the other card: CUDA's order
     ("My box has an RTX 4090 and an RTX 3060. With CUDA_VISIBLE_DEVICES=1 python train.py it still runs on the "
      "other card", "visibility", ["CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=1"]),
+    # a worker killed by SIGKILL in a subprocess launcher (accelerate), no error of its own: host memory
+    ("accelerate launch --num_processes 8 dpo.py\nsubprocess.CalledProcessError: Command '['python', 'dpo.py']' "
+     "died with <Signals.SIGKILL: 9>.", "out-of-memory", ["dmesg", "host memory"]),
 ]
 
 
@@ -113,6 +116,8 @@ NEGATIVES = [
     ("TrainingArguments(bf16=False, fp16=True) on a T4, the loss goes down nicely", "ACCELERATE_MIXED_PRECISION"),
     # one model of card only: no ordering to confuse
     ("4x A100 80GB, CUDA_VISIBLE_DEVICES=2 python train.py still runs on GPU 0 per nvidia-smi", "get_device_name(0)"),
+    # a segfault (signal 11), not 9: not the OOM killer
+    ("torchrun train.py\nexitcode  : -11 (pid: 4410)\nSignal 11 (SIGSEGV) received by PID 4410", "killed process"),
 ]
 
 

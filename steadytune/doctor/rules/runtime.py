@@ -106,7 +106,7 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     run, an illegal memory access with no fault of the machine beside it (a batch past a kernel's 32-bit indexing)."""
     errors = ctx.of("out-of-memory")
     if not errors:
-        return _illegal_access_in_training(ctx)
+        return _illegal_access_in_training(ctx) or _killed_by_signal_9(ctx)
     tool = ctx.tool(errors)
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
@@ -285,6 +285,29 @@ def _weights_exceed(ctx: Context, errors: list[ErrorLine], joined: str) -> Optio
                  f"the weights alone take about {fp16:.0f} GiB in fp16 ({size:g}B parameters x 2 bytes), more than "
                  f"the GPU's {gib:g} GiB: no batch size or allocator setting makes it fit",
                  f"use {smaller}, or {quantised}", [ctx.line_fact(errors[0])], errors)
+
+
+# a launcher's report of a worker killed by SIGKILL (torchrun's ChildFailedError, subprocess, docker's exit 137)
+_SIGNAL_9 = re.compile(r"(?i)\bexitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received|<Signals\.SIGKILL: 9>|"
+                       r"non-zero exit status -9\b|\bexit(?:ed with)? code 137\b")
+
+
+def _killed_by_signal_9(ctx: Context) -> Optional[Diagnosis]:
+    """A training worker killed by signal 9 with no error of its own: nothing in torch sends SIGKILL, the kernel's
+    out-of-memory killer does (host RAM, not the GPU's), most often while every rank loads a full copy of the model
+    into CPU memory before moving it to its GPU."""
+    said = _lines_matching(ctx, _SIGNAL_9.pattern)
+    if not said:
+        return None
+    ranks = re.search(r"(?i)local_rank|world_size|nproc_per_node|torchrun|多卡|deepspeed", _text_of(ctx))
+    return _make("out-of-memory", "a worker was killed by the kernel: host memory ran out",
+                 "signal 9 (SIGKILL, exit code -9 / 137) is the kernel's out-of-memory killer stopping the process "
+                 "when the machine's RAM (not the GPU's memory) runs out" +
+                 (", here with every rank loading its own copy of the model(s) into CPU memory at once" if ranks else ""),
+                 "confirm with sudo dmesg | grep -i -e 'out of memory' -e 'killed process'; then give the job more "
+                 "host memory (RAM, swap) or load less per rank: fewer processes per node, low_cpu_mem_usage=True, "
+                 "DeepSpeed ZeRO-3 (its zero.Init loads the weights sharded), fewer data-loader / preprocessing "
+                 "workers; in a container raise its memory limit", [], said[:1])
 
 
 def _illegal_access_in_training(ctx: Context) -> Optional[Diagnosis]:
