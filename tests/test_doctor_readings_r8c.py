@@ -63,6 +63,9 @@ READINGS = [
     # a worker killed by SIGKILL in a subprocess launcher (accelerate), no error of its own: host memory
     ("accelerate launch --num_processes 8 dpo.py\nsubprocess.CalledProcessError: Command '['python', 'dpo.py']' "
      "died with <Signals.SIGKILL: 9>.", "out-of-memory", ["dmesg", "host memory"]),
+    # a multi-node LLaMA-Factory run, one node narrowed by CUDA_VISIBLE_DEVICES, stuck after loading: its ranks
+    ("Two nodes, FORCE_TORCHRUN=1 NNODES=2 NODE_RANK=1 CUDA_VISIBLE_DEVICES=0,1,2,3 llamafactory-cli train sft.yaml\n"
+     "it gets stuck right after the checkpoint shards are loaded", "visibility", ["NPROC_PER_NODE=4"]),
 ]
 
 
@@ -118,6 +121,9 @@ NEGATIVES = [
     ("4x A100 80GB, CUDA_VISIBLE_DEVICES=2 python train.py still runs on GPU 0 per nvidia-smi", "get_device_name(0)"),
     # a segfault (signal 11), not 9: not the OOM killer
     ("torchrun train.py\nexitcode  : -11 (pid: 4410)\nSignal 11 (SIGSEGV) received by PID 4410", "killed process"),
+    # one node, LLaMA-Factory, CUDA_VISIBLE_DEVICES and a hang: not the ranks-per-node reading
+    ("CUDA_VISIBLE_DEVICES=0,1 llamafactory-cli train sft.yaml hangs at the first step on 2x RTX 4090",
+     "NPROC_PER_NODE"),
 ]
 
 

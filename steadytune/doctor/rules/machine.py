@@ -204,6 +204,30 @@ def _device_order(ctx: Context) -> Optional[Diagnosis]:
                         "print(torch.cuda.get_device_name(0))\"", [visible], said[:1]))
 
 
+_MULTI_NODE = re.compile(r"(?i)多节点|多机|multi[- ]?node|\bNNODES\b|--nnodes[= ]?[2-9]|\b[2-9] (?:nodes|machines)\b")
+_HANG_SAID = re.compile(r"(?i)\b(?:hangs?|hanging|hung|stuck|freez\w*|deadlock\w*)\b|卡住|卡死|不动了")
+
+
+def _ranks_per_node(ctx: Context) -> Optional[Diagnosis]:
+    """LLaMA-Factory's CLI starts torchrun with NPROC_PER_NODE ranks, by default every GPU the machine has; a node
+    that narrows CUDA_VISIBLE_DEVICES in a multi-node run then starts more ranks than it has visible GPUs (or the
+    nodes disagree with the world size), and the run hangs once the model is loaded."""
+    text = _text(ctx)
+    if not (re.search(r"(?i)llama.?factory|llamafactory", text) and "CUDA_VISIBLE_DEVICES" in text and
+            _MULTI_NODE.search(text) and _HANG_SAID.search(text)) or re.search(r"NPROC_PER_NODE\s*=\s*\d", text):
+        return None
+    said = _lines_matching(ctx, _HANG_SAID.pattern)
+    value = _visible(ctx).get("CUDA_VISIBLE_DEVICES")
+    count = len(value.value.split("=", 1)[1].split(",")) if value else None
+    return _make("visibility", "the node starts more ranks than it has visible GPUs",
+                 "llamafactory-cli runs torchrun with nproc_per_node from NPROC_PER_NODE, by default the count of "
+                 "every GPU on the machine; with CUDA_VISIBLE_DEVICES narrowing a node, its ranks and the world size "
+                 "the nodes agreed on differ, and the run hangs after loading the model",
+                 f"export NPROC_PER_NODE={count or '<the number of GPUs in CUDA_VISIBLE_DEVICES>'} on every node "
+                 "beside CUDA_VISIBLE_DEVICES (with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT), the same GPU count "
+                 "on each node", [], said[:1], confirmed=False)
+
+
 # Ray said as the launcher: its package pin, its CLI, its variables, or a framework built on it (OpenRLHF, verl)
 _RAY = re.compile(r"(?i)\bray\s*(?:==|=)\s*\d|\bray (?:start|cluster|actors?|workers?)\b|\bray\.init\b|\bRAY_[A-Z_]+|"
                   r"ray-project/ray|\bOpenRLHF\b|\bverl\b")
@@ -233,7 +257,7 @@ def _ray_on_amd(ctx: Context) -> Optional[Diagnosis]:
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
-    misspelt = _misspelt_visibility(ctx) or _ray_on_amd(ctx) or _device_order(ctx)
+    misspelt = _misspelt_visibility(ctx) or _ray_on_amd(ctx) or _device_order(ctx) or _ranks_per_node(ctx)
     if misspelt is not None:
         return misspelt
     doubled = _vulkan_layered_twin(ctx) or _module_not_loaded_on_a_second_gpu(ctx)
