@@ -66,6 +66,13 @@ READINGS = [
     # a multi-node LLaMA-Factory run, one node narrowed by CUDA_VISIBLE_DEVICES, stuck after loading: its ranks
     ("Two nodes, FORCE_TORCHRUN=1 NNODES=2 NODE_RANK=1 CUDA_VISIBLE_DEVICES=0,1,2,3 llamafactory-cli train sft.yaml\n"
      "it gets stuck right after the checkpoint shards are loaded", "visibility", ["NPROC_PER_NODE=4"]),
+    # TRL GRPO's vLLM device refused, another GPU set: accelerate's --gpu_ids and --vllm_device auto
+    ("CUDA_VISIBLE_DEVICES=1,2,3 accelerate launch --num_processes 2 grpo.py --vllm_device cuda:3\n"
+     "ValueError: The requested device for vllm (cuda:3) is not available.", "visibility",
+     ["--gpu_ids 1,2,3", "--vllm_device auto"]),
+    # a Wan 2.1 LoRA out of memory on a 24 GB card with few small videos: offload the text encoder
+    ("Wan 2.1 14B LoRA training, RTX 4090 24GB: CUDA out of memory even with 3 clips at 480p", "out-of-memory",
+     ["offload the text encoder", "--blocks_to_swap"]),
 ]
 
 
@@ -124,6 +131,9 @@ NEGATIVES = [
     # one node, LLaMA-Factory, CUDA_VISIBLE_DEVICES and a hang: not the ranks-per-node reading
     ("CUDA_VISIBLE_DEVICES=0,1 llamafactory-cli train sft.yaml hangs at the first step on 2x RTX 4090",
      "NPROC_PER_NODE"),
+    # a FLUX picture generated in ComfyUI out of memory (no training): ComfyUI's own flags, not the LoRA offload
+    ("ComfyUI FLUX.1 dev at 1024x1024 on an RTX 3060: torch.OutOfMemoryError: CUDA out of memory",
+     "--blocks_to_swap"),
 ]
 
 

@@ -228,6 +228,29 @@ def _ranks_per_node(ctx: Context) -> Optional[Diagnosis]:
                  "on each node", [], said[:1], confirmed=False)
 
 
+_VLLM_DEVICE_MISSING = re.compile(r"(?i)requested device for vllm \((cuda:\d+)\) is not available")
+
+
+def _vllm_device_missing(ctx: Context) -> Optional[Diagnosis]:
+    """TRL's GRPO (older releases) puts its vLLM generation engine on --vllm_device and refuses an index the
+    training processes cannot see: the GPUs chosen by CUDA_VISIBLE_DEVICES are renumbered from 0 in every process,
+    and accelerate launch can pass the choice itself (--gpu_ids)."""
+    said = _lines_matching(ctx, _VLLM_DEVICE_MISSING.pattern)
+    if not said:
+        return None
+    device = _VLLM_DEVICE_MISSING.search(said[0].line).group(1)
+    visible = _visible(ctx).get("CUDA_VISIBLE_DEVICES")
+    ids = visible.value.split("=", 1)[1] if visible else "<the GPUs>"
+    return _first(_make("visibility", f"GRPO's vLLM device {device} is not among the GPUs the processes see",
+                        f"TRL checks --vllm_device ({device}) against the GPUs visible to the training processes, "
+                        "which CUDA_VISIBLE_DEVICES renumbers from 0 and which the launched processes share with "
+                        "training; the index asked for is not one left free for vLLM",
+                        f"let accelerate choose the GPUs: accelerate launch --gpu_ids {ids} --num_processes "
+                        "<one fewer than those GPUs> ..., and pass --vllm_device auto (TRL then takes the next free "
+                        "GPU for vLLM); newer TRL runs vLLM as a server (trl vllm-serve) on its own GPUs instead",
+                        [], said[:1]))
+
+
 # Ray said as the launcher: its package pin, its CLI, its variables, or a framework built on it (OpenRLHF, verl)
 _RAY = re.compile(r"(?i)\bray\s*(?:==|=)\s*\d|\bray (?:start|cluster|actors?|workers?)\b|\bray\.init\b|\bRAY_[A-Z_]+|"
                   r"ray-project/ray|\bOpenRLHF\b|\bverl\b")
@@ -257,7 +280,8 @@ def _ray_on_amd(ctx: Context) -> Optional[Diagnosis]:
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
-    misspelt = _misspelt_visibility(ctx) or _ray_on_amd(ctx) or _device_order(ctx) or _ranks_per_node(ctx)
+    misspelt = (_misspelt_visibility(ctx) or _ray_on_amd(ctx) or _device_order(ctx) or _ranks_per_node(ctx) or
+                _vllm_device_missing(ctx))
     if misspelt is not None:
         return misspelt
     doubled = _vulkan_layered_twin(ctx) or _module_not_loaded_on_a_second_gpu(ctx)

@@ -144,6 +144,17 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     too_big = _weights_exceed(ctx, errors, joined)
     if too_big is not None:
         return too_big
+    diffusion = _DIFFUSION_LORA.search(joined)
+    if diffusion and re.search(r"(?i)\blora\b|train\w*|fine-?tun\w*", joined) and tool not in ("comfyui", "a1111"):
+        return _make("out-of-memory", f"the {diffusion.group(0)} weights do not fit beside each other for training",
+                     f"a LoRA of {diffusion.group(0)} keeps the transformer and its large text encoder (T5 / Gemma / "
+                     "Qwen-VL class) on the GPU together; with few images at a small size the memory is the weights, "
+                     "so fewer or smaller pictures do not help",
+                     "offload the text encoder to the CPU (ai-toolkit: Text Encoder Offload % to 100, or cache the "
+                     "text embeddings and unload it; musubi-tuner / kohya: cache the text encoder outputs), swap or "
+                     "offload transformer blocks (ai-toolkit: Transformer Offload %, Low VRAM; musubi-tuner: "
+                     "--blocks_to_swap), and quantize the transformer (fp8 / qfloat8)", [ctx.line_fact(errors[0])],
+                     errors, confirmed=proper)
     # faster-whisper runs on CTranslate2: the tool read may be either, the knob (compute_type) is the same
     own = "whisper" if _WHISPER.search(joined) and tool in (None, "torch", "ctranslate2") else tool
     if own in _TOOL_OOM_FIX:
@@ -204,6 +215,9 @@ def _long_sequence(joined: str) -> str:
 
 # training frameworks with their own names for the memory knobs: GRPO's rollout engine, torchtitan's TOML
 _GRPO = re.compile(r"(?i)\bGRPO\w*")
+# image and video diffusion models trained with LoRA, whose text encoders are LLM-sized
+_DIFFUSION_LORA = re.compile(r"(?i)\bLTX(?:-?Video|-?2)?\b|\bWan ?2\.\d\b|\bHunyuan ?Video\b|\bFLUX(?:\.1)?\b|"
+                             r"\bQwen-Image\b|\bHiDream\b|\bSD3(?:\.5)?\b")
 # vision-language models, whose images become tokens by the pixel (Qwen-VL, InternVL, LLaVA, MiniCPM-V, GLM-4V)
 _VISION_LANGUAGE = re.compile(r"(?i)\bqwen[\d.]*-?vl\w*|\binternvl\w*|\bllava\w*|\bminicpm-?v\w*|\bglm-?4v\w*|"
                               r"\bMAX_PIXELS\b|\bimage_max_pixels\b")
