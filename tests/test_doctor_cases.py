@@ -74,6 +74,14 @@ KNOWN_MISSES = {
     "https://github.com/nomic-ai/gpt4all/issues/1836": "the paste never names GPT4All, whose Vulkan backend's "
                                                        "shaderFloat16 requirement is the cause; a GTX 1070 not offered "
                                                        "by an unnamed app reads no further",
+    "https://github.com/deepbeepmeep/Wan2GP/issues/51": "the paste is a title and a machine (out of memory on a "
+                                                        "4090, any model): the app's Boost option that caused it is "
+                                                        "named nowhere",
+    "https://github.com/modelscope/ms-swift/issues/1867": "'too many resources requested for launch' on a V100 names "
+                                                          "no number format; fp32 was found by trial in the thread",
+    "https://github.com/Lightning-AI/pytorch-lightning/issues/8139": "a Lightning bug (its barrier ran on devices "
+                                                                     "0..N-1) fixed in a PR: the paste's NCCL error "
+                                                                     "reads as the transport's, nothing names the bug",
 }
 
 

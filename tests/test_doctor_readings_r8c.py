@@ -73,6 +73,12 @@ READINGS = [
     # a Wan 2.1 LoRA out of memory on a 24 GB card with few small videos: offload the text encoder
     ("Wan 2.1 14B LoRA training, RTX 4090 24GB: CUDA out of memory even with 3 clips at 480p", "out-of-memory",
      ["offload the text encoder", "--blocks_to_swap"]),
+    # llama.cpp on a Jetson (another board, the server binary) out of memory: the CUDA VMM pool
+    ("Jetson Orin NX 16GB, llama-server -m qwen2.5-7b-q4_k_m.gguf -ngl 99\nggml_cuda_host_malloc: CUDA error: out of "
+     "memory", "out-of-memory", ["GGML_CUDA_NO_VMM=ON"]),
+    # two AMD cards under ZLUDA in another program (SD.Next): HIP_VISIBLE_DEVICES before it starts
+    ("SD.Next with ZLUDA on Windows, RX 6800 XT and RX 6600 installed. How do I choose the GPU? It always uses the "
+     "first one", "visibility", ["HIP_VISIBLE_DEVICES"]),
 ]
 
 
@@ -134,6 +140,10 @@ NEGATIVES = [
     # a FLUX picture generated in ComfyUI out of memory (no training): ComfyUI's own flags, not the LoRA offload
     ("ComfyUI FLUX.1 dev at 1024x1024 on an RTX 3060: torch.OutOfMemoryError: CUDA out of memory",
      "--blocks_to_swap"),
+    # llama.cpp out of memory on a desktop card: not the Jetson's pool
+    ("llama-server -m llama-3-70b-q4_k_m.gguf -ngl 99 on an RTX 4090\nCUDA error: out of memory", "GGML_CUDA_NO_VMM"),
+    # ZLUDA on one card with no question of which card: not the device-choice reading
+    ("ComfyUI-Zluda on an RX 7900 XTX: the first generation takes 10 minutes compiling", "HIP_VISIBLE_DEVICES="),
 ]
 
 

@@ -251,6 +251,31 @@ def _vllm_device_missing(ctx: Context) -> Optional[Diagnosis]:
                         [], said[:1]))
 
 
+_WHICH_GPU_ASKED = re.compile(r"(?i)\bhow (?:to|can I|do I|can we) (?:select|choose|pick|set|tell \w+ to (?:run|use)(?: on)?|"
+                              r"use) (?:a |the |one of the |which )?(?:GPU|card|device)s?\b|"
+                              r"\b(?:still|always) (?:runs?|running|starts?|starting|uses?|using) (?:on |in )?(?:the )?"
+                              r"(?:other|smaller|wrong|first)\b|怎么指定.{0,6}(?:卡|GPU|显卡)")
+
+
+def _zluda_device_choice(ctx: Context) -> Optional[Diagnosis]:
+    """Choosing one of several AMD GPUs for a program run through ZLUDA: the program's own device flag
+    (--cuda-device) indexes what the HIP runtime shows it, so the reliable choice is HIP_VISIBLE_DEVICES, which hides
+    the other cards from the runtime before the program starts."""
+    text = _text(ctx)
+    said = _lines_matching(ctx, _WHICH_GPU_ASKED.pattern)
+    if not said or not re.search(r"(?i)\bZLUDA\b", text):
+        return None
+    index = re.search(r"--cuda-device[= ](\d+)", text)
+    value = index.group(1) if index else "<the index of the card to use>"
+    return _first(_make("visibility", "the GPU is chosen for ZLUDA by the HIP runtime's visibility",
+                        "under ZLUDA the program's CUDA device index maps onto the HIP runtime's device list, whose "
+                        "order need not be the program's, so its own device flag lands on another card",
+                        f"hide the other cards from the runtime before the program starts: set "
+                        f"HIP_VISIBLE_DEVICES={value} in the .bat that starts it (Windows: set HIP_VISIBLE_DEVICES="
+                        f"{value} before the launch line; try the other index if the wrong card remains), and drop "
+                        "the program's device flag", [], said[:1]))
+
+
 # Ray said as the launcher: its package pin, its CLI, its variables, or a framework built on it (OpenRLHF, verl)
 _RAY = re.compile(r"(?i)\bray\s*(?:==|=)\s*\d|\bray (?:start|cluster|actors?|workers?)\b|\bray\.init\b|\bRAY_[A-Z_]+|"
                   r"ray-project/ray|\bOpenRLHF\b|\bverl\b")
@@ -281,7 +306,7 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
     misspelt = (_misspelt_visibility(ctx) or _ray_on_amd(ctx) or _device_order(ctx) or _ranks_per_node(ctx) or
-                _vllm_device_missing(ctx))
+                _vllm_device_missing(ctx) or _zluda_device_choice(ctx))
     if misspelt is not None:
         return misspelt
     doubled = _vulkan_layered_twin(ctx) or _module_not_loaded_on_a_second_gpu(ctx)

@@ -174,6 +174,16 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}); and " +
                      TRAINING_OOM_FIX,
                      [ctx.line_fact(errors[0])], errors, confirmed=proper)
+    ggml = tool == "llama.cpp" or re.search(r"(?i)LLAMA_CUBLAS|GGML_CUDA|\bllama\.cpp\b|\.gguf\b", joined)
+    if ggml and re.search(r"(?i)\bJetson\b|\bOrin\b|\btegra\b|\bXavier\b", joined):
+        # a Jetson's GPU shares the RAM and its driver reserves less virtual address space than ggml's CUDA pool asks
+        return _make("out-of-memory", "llama.cpp's CUDA memory pool reserves more than a Jetson can",
+                     "llama.cpp's CUDA backend reserves one large virtual address range for its memory pool (CUDA "
+                     "VMM); on a Jetson (integrated GPU sharing the RAM) that reservation fails and reads as out of "
+                     "memory, though the model fits",
+                     "build llama.cpp with -DGGML_CUDA_NO_VMM=ON (the pool then allocates plainly), or lower the "
+                     "pool's reservation (CUDA_POOL_VMM_MAX_SIZE in ggml-cuda, e.g. 32 GB) and rebuild; a release "
+                     "before the VMM pool works as well", [ctx.line_fact(errors[0])], errors, confirmed=proper)
     if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
         return _make("out-of-memory", f"{tool} ran out of GPU memory",
                      f"{tool} reserves its weights and caches up front; this model and context do not fit the memory "
