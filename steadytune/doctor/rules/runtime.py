@@ -331,7 +331,10 @@ def _killed_by_signal_9(ctx: Context) -> Optional[Diagnosis]:
                  "confirm with sudo dmesg | grep -i -e 'out of memory' -e 'killed process'; then give the job more "
                  "host memory (RAM, swap) or load less per rank: fewer processes per node, low_cpu_mem_usage=True, "
                  "DeepSpeed ZeRO-3 (its zero.Init loads the weights sharded), fewer data-loader / preprocessing "
-                 "workers; in a container raise its memory limit", [], said[:1])
+                 "workers; in a container raise its memory limit", [], said[:1],
+                 # torchrun's own report names the signal that ended the rank; a bare "Killed" / 137 stays likely
+                 confirmed=bool(re.search(r"(?i)Signal 9 \(SIGKILL\) received by PID|exitcode\s*:\s*-9\b",
+                                          _text_of(ctx))))
 
 
 def _illegal_access_in_training(ctx: Context) -> Optional[Diagnosis]:
