@@ -90,6 +90,15 @@ KNOWN_MISSES = {
                                                             "server) nor the OS, so its DirectML backend cannot follow",
     "https://github.com/ROCm/legacy-rocm-build/issues/151": "hsa_init failing after a ROCm 1.5 -> 1.6 upgrade: the stale "
                                                            "libhsakmt in /opt/rocm/libhsakmt is nowhere in the paste",
+    # round 8 (r8c, runtime families): nothing in the paste names the accepted fix
+    "https://github.com/deepbeepmeep/Wan2GP/issues/51": "the paste is a title and a machine (out of memory on a "
+                                                        "4090, any model): the app's Boost option that caused it is "
+                                                        "named nowhere",
+    "https://github.com/modelscope/ms-swift/issues/1867": "'too many resources requested for launch' on a V100 names "
+                                                          "no number format; fp32 was found by trial in the thread",
+    "https://github.com/Lightning-AI/pytorch-lightning/issues/8139": "a Lightning bug (its barrier ran on devices "
+                                                                     "0..N-1) fixed in a PR: the paste's NCCL error "
+                                                                     "reads as the transport's, nothing names the bug",
 }
 
 

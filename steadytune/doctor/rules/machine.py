@@ -174,11 +174,139 @@ def _module_not_loaded_on_a_second_gpu(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said, confirmed=False)
 
 
+# NVIDIA models by name, to tell a machine of mixed cards (CUDA numbers them fastest first, nvidia-smi by PCI bus)
+_NVIDIA_MODEL = re.compile(r"(?i)(?<![a-z0-9])(A100|A800|H100|H800|H200|L40S?|A6000|A40|A10G?|V100|T4|P40|P100|"
+                           r"(?:RTX ?)?[2345]0[5-9]0(?: ?Ti)?|TITAN ?\w+)(?![a-z0-9])")
+# the user says the job still lands on another card than the one chosen
+_WRONG_CARD = re.compile(r"(?i)(?:一直|总是|还是|都)\W{0,2}(?:在|用|跑在|加载到)?\W{0,2}(?:0号|第一张|另一张)|"
+                         r"\b(?:always|still|only)\b.{0,30}\b(?:GPU ?0|cuda:0|card 0|first (?:GPU|card)|other (?:GPU|card))\b|"
+                         r"\bwrong (?:GPU|card)\b")
+
+
+def _device_order(ctx: Context) -> Optional[Diagnosis]:
+    """A machine of mixed NVIDIA cards, a GPU chosen by index, and the job on another card than meant: CUDA numbers
+    the GPUs fastest first (CUDA_DEVICE_ORDER=FASTEST_FIRST, its default), nvidia-smi and nvtop by PCI bus, so the
+    index read from nvidia-smi picks another card. The user's complaint is the cause; an OOM on the small card
+    that follows is its symptom, so this reading leads."""
+    visible = _visible(ctx).get("CUDA_VISIBLE_DEVICES")
+    text = _text(ctx)
+    models = {re.sub(r"(?i)rtx ?| ?ti", "", m.upper()) for m in _NVIDIA_MODEL.findall(text)}
+    said = _lines_matching(ctx, _WRONG_CARD.pattern)
+    if visible is None or len(models) < 2 or not said or re.search(r"CUDA_DEVICE_ORDER\s*=\s*PCI_BUS_ID", text):
+        return None
+    value = visible.value.split("=", 1)[1]
+    return _first(_make("visibility", "CUDA numbers mixed GPUs in another order than nvidia-smi",
+                        f"with different cards ({', '.join(sorted(models))}) CUDA orders them fastest first, while "
+                        "nvidia-smi / nvtop list them by PCI bus; the index taken from nvidia-smi "
+                        f"(CUDA_VISIBLE_DEVICES={value}) selects another card in CUDA's order",
+                        f"export CUDA_DEVICE_ORDER=PCI_BUS_ID together with CUDA_VISIBLE_DEVICES={value}, so the "
+                        "indices are nvidia-smi's; check with python -c \"import torch; "
+                        "print(torch.cuda.get_device_name(0))\"", [visible], said[:1]))
+
+
+_MULTI_NODE = re.compile(r"(?i)多节点|多机|multi[- ]?node|\bNNODES\b|--nnodes[= ]?[2-9]|\b[2-9] (?:nodes|machines)\b")
+_HANG_SAID = re.compile(r"(?i)\b(?:hangs?|hanging|hung|stuck|freez\w*|deadlock\w*)\b|卡住|卡死|不动了")
+
+
+def _ranks_per_node(ctx: Context) -> Optional[Diagnosis]:
+    """LLaMA-Factory's CLI starts torchrun with NPROC_PER_NODE ranks, by default every GPU the machine has; a node
+    that narrows CUDA_VISIBLE_DEVICES in a multi-node run then starts more ranks than it has visible GPUs (or the
+    nodes disagree with the world size), and the run hangs once the model is loaded."""
+    text = _text(ctx)
+    if not (re.search(r"(?i)llama.?factory|llamafactory", text) and "CUDA_VISIBLE_DEVICES" in text and
+            _MULTI_NODE.search(text) and _HANG_SAID.search(text)) or re.search(r"NPROC_PER_NODE\s*=\s*\d", text):
+        return None
+    said = _lines_matching(ctx, _HANG_SAID.pattern)
+    value = _visible(ctx).get("CUDA_VISIBLE_DEVICES")
+    count = len(value.value.split("=", 1)[1].split(",")) if value else None
+    return _make("visibility", "the node starts more ranks than it has visible GPUs",
+                 "llamafactory-cli runs torchrun with nproc_per_node from NPROC_PER_NODE, by default the count of "
+                 "every GPU on the machine; with CUDA_VISIBLE_DEVICES narrowing a node, its ranks and the world size "
+                 "the nodes agreed on differ, and the run hangs after loading the model",
+                 f"export NPROC_PER_NODE={count or '<the number of GPUs in CUDA_VISIBLE_DEVICES>'} on every node "
+                 "beside CUDA_VISIBLE_DEVICES (with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT), the same GPU count "
+                 "on each node", [], said[:1], confirmed=False)
+
+
+_VLLM_DEVICE_MISSING = re.compile(r"(?i)requested device for vllm \((cuda:\d+)\) is not available")
+
+
+def _vllm_device_missing(ctx: Context) -> Optional[Diagnosis]:
+    """TRL's GRPO (older releases) puts its vLLM generation engine on --vllm_device and refuses an index the
+    training processes cannot see: the GPUs chosen by CUDA_VISIBLE_DEVICES are renumbered from 0 in every process,
+    and accelerate launch can pass the choice itself (--gpu_ids)."""
+    said = _lines_matching(ctx, _VLLM_DEVICE_MISSING.pattern)
+    if not said:
+        return None
+    device = _VLLM_DEVICE_MISSING.search(said[0].line).group(1)
+    visible = _visible(ctx).get("CUDA_VISIBLE_DEVICES")
+    ids = visible.value.split("=", 1)[1] if visible else "<the GPUs>"
+    return _first(_make("visibility", f"GRPO's vLLM device {device} is not among the GPUs the processes see",
+                        f"TRL checks --vllm_device ({device}) against the GPUs visible to the training processes, "
+                        "which CUDA_VISIBLE_DEVICES renumbers from 0 and which the launched processes share with "
+                        "training; the index asked for is not one left free for vLLM",
+                        f"let accelerate choose the GPUs: accelerate launch --gpu_ids {ids} --num_processes "
+                        "<one fewer than those GPUs> ..., and pass --vllm_device auto (TRL then takes the next free "
+                        "GPU for vLLM); newer TRL runs vLLM as a server (trl vllm-serve) on its own GPUs instead",
+                        [], said[:1]))
+
+
+_WHICH_GPU_ASKED = re.compile(r"(?i)\bhow (?:to|can I|do I|can we) (?:select|choose|pick|set|tell \w+ to (?:run|use)(?: on)?|"
+                              r"use) (?:a |the |one of the |which )?(?:GPU|card|device)s?\b|"
+                              r"\b(?:still|always) (?:runs?|running|starts?|starting|uses?|using) (?:on |in )?(?:the )?"
+                              r"(?:other|smaller|wrong|first)\b|怎么指定.{0,6}(?:卡|GPU|显卡)")
+
+
+def _zluda_device_choice(ctx: Context) -> Optional[Diagnosis]:
+    """Choosing one of several AMD GPUs for a program run through ZLUDA: the program's own device flag
+    (--cuda-device) indexes what the HIP runtime shows it, so the reliable choice is HIP_VISIBLE_DEVICES, which hides
+    the other cards from the runtime before the program starts."""
+    text = _text(ctx)
+    said = _lines_matching(ctx, _WHICH_GPU_ASKED.pattern)
+    if not said or not re.search(r"(?i)\bZLUDA\b", text):
+        return None
+    index = re.search(r"--cuda-device[= ](\d+)", text)
+    value = index.group(1) if index else "<the index of the card to use>"
+    return _first(_make("visibility", "the GPU is chosen for ZLUDA by the HIP runtime's visibility",
+                        "under ZLUDA the program's CUDA device index maps onto the HIP runtime's device list, whose "
+                        "order need not be the program's, so its own device flag lands on another card",
+                        f"hide the other cards from the runtime before the program starts: set "
+                        f"HIP_VISIBLE_DEVICES={value} in the .bat that starts it (Windows: set HIP_VISIBLE_DEVICES="
+                        f"{value} before the launch line; try the other index if the wrong card remains), and drop "
+                        "the program's device flag", [], said[:1]))
+
+
+# Ray said as the launcher: its package pin, its CLI, its variables, or a framework built on it (OpenRLHF, verl)
+_RAY = re.compile(r"(?i)\bray\s*(?:==|=)\s*\d|\bray (?:start|cluster|actors?|workers?)\b|\bray\.init\b|\bRAY_[A-Z_]+|"
+                  r"ray-project/ray|\bOpenRLHF\b|\bverl\b")
+_AMD_DATACENTER = re.compile(r"(?i)\bMI\d{3}X?\b|\bInstinct\b|\bROCm\b|\bgfx9\d\w\b")
+
+
+def _ray_on_amd(ctx: Context) -> Optional[Diagnosis]:
+    """Ray on AMD GPUs: Ray confines each actor by setting ROCR_VISIBLE_DEVICES itself, so the framework's own choice
+    (HIP_VISIBLE_DEVICES, the local rank's index) points at GPUs the actor no longer sees; Ray's switch leaves the
+    variable alone. Read where Ray and an AMD GPU are both said and no error line of another family speaks."""
+    text = _text(ctx)
+    if not (_RAY.search(text) and _AMD_DATACENTER.search(text)) or _nvidia_named(ctx):
+        return None
+    if any(e.family not in (None, "visibility", "multi-gpu-transport") for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _RAY.pattern) or _lines_matching(ctx, _AMD_DATACENTER.pattern)
+    return _make("visibility", "Ray rewrites ROCR_VISIBLE_DEVICES for each actor",
+                 "on AMD GPUs Ray sets ROCR_VISIBLE_DEVICES for every actor it starts, so the ranks' own device "
+                 "choice (HIP_VISIBLE_DEVICES, cuda:<local rank>) indexes GPUs the actor does not see",
+                 "export RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES=1 before `ray start` (and in the job's "
+                 "runtime_env env_vars), and choose the GPUs with HIP_VISIBLE_DEVICES; where the weights are synced "
+                 "between Ray actors over NCCL and that still fails, use gloo for that step (OpenRLHF: "
+                 "--vllm_sync_backend gloo)", [], said[:1], confirmed=False)
+
+
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
-    misspelt = _misspelt_visibility(ctx)
+    misspelt = (_misspelt_visibility(ctx) or _ray_on_amd(ctx) or _device_order(ctx) or _ranks_per_node(ctx) or
+                _vllm_device_missing(ctx) or _zluda_device_choice(ctx))
     if misspelt is not None:
         return misspelt
     doubled = _vulkan_layered_twin(ctx) or _module_not_loaded_on_a_second_gpu(ctx)
@@ -694,6 +822,55 @@ def _tensor_parallel_fails(ctx: Context) -> Optional[Diagnosis]:
                  "see the step that fails", [], said, confirmed=False)
 
 
+_NCCL_SET_UP = re.compile(r"\bNCCL INFO\b.{0,200}\bInit COMPLETE\b|\bNCCL INFO Channel \d+\s*:.{0,60}\bvia\b")
+_STALL_SAID = re.compile(r"(?i)\b(?:stall\w*|hangs?|hanging|hung|stuck|freez\w*|deadlock\w*)\b|卡住|卡死|没有反应")
+
+
+def _stalls_after_nccl_setup(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL's own log says it connected the GPUs (Init COMPLETE, the channels and their transport), and the user says
+    the run then stalls: the setup went through and the first transfers between the GPUs never arrive. On a
+    workstation or server that is the PCIe peer path: the IOMMU (VT-d / AMD-Vi) or ACS on the bridges redirecting the
+    GPUs' peer writes, NCCL's documented first check for a hang."""
+    text = _text(ctx)
+    set_up = _lines_matching(ctx, _NCCL_SET_UP.pattern)
+    if not set_up or not _STALL_SAID.search(text):
+        return None
+    if not (_SEVERAL_GPUS.search(text) or re.search(r"(?i)tensor[ _-]?parallel|\bnranks [2-9]|x ?[2-9] GPUs?\b", text)):
+        return None
+    return _make("multi-gpu-transport", "the GPUs' first transfers stall after NCCL set them up",
+                 "NCCL connected the GPUs (its log shows the channels and Init COMPLETE), then the run stalls: the "
+                 "transfers between the GPUs never arrive, which on a workstation or server is the IOMMU (VT-d / "
+                 "AMD-Vi) or PCIe ACS redirecting their peer-to-peer writes through the CPU",
+                 "confirm with NCCL_P2P_DISABLE=1 (it runs, slower); then turn the IOMMU off or to pass-through "
+                 "(intel_iommu=off or iommu=pt on the kernel command line, or VT-d off in the BIOS) and ACS off (BIOS, "
+                 "or setpci per bridge; sudo lspci -vvv | grep -i acsctl shows SrcValid+ where it is on), as NCCL's "
+                 "troubleshooting guide says; then check with nccl-tests' all_reduce_perf", [], set_up[:1],
+                 confirmed=False)
+
+
+# (ASCII edges: "提示bus error" has a Chinese character, a word character to re, before "bus")
+_BUS_ERROR_SHM = re.compile(r"(?i)(?<![a-z])bus error\b.{0,80}(?:(?<![a-z])shm\b|shared mem\w*|/dev/shm)|"
+                            r"(?:(?<![a-z])shm\b|shared mem\w*|/dev/shm).{0,80}(?<![a-z])bus error\b|共享内存.{0,20}不足")
+# more than one GPU or node said, or the user saying one of them works (单机 / 单卡 能运行: works on one machine)
+_SEVERAL_SAID = re.compile(r"(?i)多卡|多机|多节点|单机能|单卡能|multi[- ]?node|--nnodes|torchrun|deepspeed|"
+                           r"\b(?:works|runs) on (?:one|a single) (?:GPU|node|machine)\b")
+
+
+def _shared_memory_said(ctx: Context) -> Optional[Diagnosis]:
+    """A bus error with shared memory named, said in words, in a run over several GPUs or nodes: the ranks (and their
+    data loaders) exchange through /dev/shm, which a container gives 64 MB by default."""
+    said = _lines_matching(ctx, _BUS_ERROR_SHM.pattern)
+    text = _text(ctx)
+    if not said or not (_SEVERAL_SAID.search(text) or _SEVERAL_GPUS.search(text)):
+        return None
+    return _make("multi-gpu-transport", "shared memory (/dev/shm) is too small for the distributed run",
+                 "the ranks and their data-loader workers pass tensors through /dev/shm; in a container it is 64 MB "
+                 "unless widened, so the run dies with a bus error while one process fits",
+                 "start the container with --shm-size=16g (or --ipc=host; compose: shm_size: 16gb), on every node; "
+                 "on the host check df -h /dev/shm; lower the data loader's workers (dataloader_num_workers, "
+                 "preprocessing_num_workers) if it cannot grow", [], said[:1], confirmed=False)
+
+
 @rule("multi-gpu-transport")
 def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
@@ -712,7 +889,8 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
-        return _split_model_garbage(ctx) or _tensor_parallel_fails(ctx)
+        return (_split_model_garbage(ctx) or _stalls_after_nccl_setup(ctx) or _shared_memory_said(ctx) or
+                _tensor_parallel_fails(ctx))
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     evidence = [ctx.line_fact(errors[0])]
@@ -828,6 +1006,19 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "check from every node: nc -zv <MASTER_ADDR> <MASTER_PORT>; open the port in the firewall; set "
                      "MASTER_ADDR to the address on the shared network and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to "
                      "that interface (ip -br addr)", evidence, errors)
+    if re.search(r"(?i)remote process exited or there was a network error|\bncclRemoteError\b|"
+                 r"socketProgress\w*:.{0,80}(?:Connection reset by peer|failed)", text):
+        # NCCL's own words for a peer that vanished: a rank that died first, or the network between the nodes
+        return _make("multi-gpu-transport", "NCCL lost its connection to another rank",
+                     "NCCL reports a remote error when the connection to another rank drops: that rank died first "
+                     "(its own log's first error is the cause), or the network between the nodes failed (an "
+                     "InfiniBand port down or flapping, a socket on an interface the other node cannot reach)",
+                     "look first for an earlier error on the other ranks (an out-of-memory, a crash); if every rank "
+                     "was alive, test the network between the nodes: on InfiniBand check each node's ports (ibstat: "
+                     "State Active, same rate; ibv_devinfo) and rerun with NCCL_IB_DISABLE=1 to confirm, repairing or "
+                     "leaving out the node whose IB fails; over sockets export NCCL_SOCKET_IFNAME=<the interface that "
+                     "reaches the other nodes> (ip -br addr) on every node, GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO "
+                     "NCCL_DEBUG_SUBSYS=NET,INIT shows the transport and interface", evidence, errors)
     nodes = re.search(r"(?i)\b(?:[2-9]|two|several|multiple) (?:machines|nodes|servers|hosts)\b|--nnodes[= ]?[2-9]", joined)
     if nodes and re.search(r"(?i)unhandled system error|socket|connect|timed? ?out", text) and \
             not re.search(r"(?i)/dev/shm|shm", text):

@@ -106,7 +106,7 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     run, an illegal memory access with no fault of the machine beside it (a batch past a kernel's 32-bit indexing)."""
     errors = ctx.of("out-of-memory")
     if not errors:
-        return _illegal_access_in_training(ctx)
+        return _illegal_access_in_training(ctx) or _killed_by_signal_9(ctx)
     tool = ctx.tool(errors)
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
@@ -144,6 +144,17 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     too_big = _weights_exceed(ctx, errors, joined)
     if too_big is not None:
         return too_big
+    diffusion = _DIFFUSION_LORA.search(joined)
+    if diffusion and re.search(r"(?i)\blora\b|train\w*|fine-?tun\w*", joined) and tool not in ("comfyui", "a1111"):
+        return _make("out-of-memory", f"the {diffusion.group(0)} weights do not fit beside each other for training",
+                     f"a LoRA of {diffusion.group(0)} keeps the transformer and its large text encoder (T5 / Gemma / "
+                     "Qwen-VL class) on the GPU together; with few images at a small size the memory is the weights, "
+                     "so fewer or smaller pictures do not help",
+                     "offload the text encoder to the CPU (ai-toolkit: Text Encoder Offload % to 100, or cache the "
+                     "text embeddings and unload it; musubi-tuner / kohya: cache the text encoder outputs), swap or "
+                     "offload transformer blocks (ai-toolkit: Transformer Offload %, Low VRAM; musubi-tuner: "
+                     "--blocks_to_swap), and quantize the transformer (fp8 / qfloat8)", [ctx.line_fact(errors[0])],
+                     errors, confirmed=proper)
     # faster-whisper runs on CTranslate2: the tool read may be either, the knob (compute_type) is the same
     own = "whisper" if _WHISPER.search(joined) and tool in (None, "torch", "ctranslate2") else tool
     if own in _TOOL_OOM_FIX:
@@ -163,6 +174,16 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}); and " +
                      TRAINING_OOM_FIX,
                      [ctx.line_fact(errors[0])], errors, confirmed=proper)
+    ggml = tool == "llama.cpp" or re.search(r"(?i)LLAMA_CUBLAS|GGML_CUDA|\bllama\.cpp\b|\.gguf\b", joined)
+    if ggml and re.search(r"(?i)\bJetson\b|\bOrin\b|\btegra\b|\bXavier\b", joined):
+        # a Jetson's GPU shares the RAM and its driver reserves less virtual address space than ggml's CUDA pool asks
+        return _make("out-of-memory", "llama.cpp's CUDA memory pool reserves more than a Jetson can",
+                     "llama.cpp's CUDA backend reserves one large virtual address range for its memory pool (CUDA "
+                     "VMM); on a Jetson (integrated GPU sharing the RAM) that reservation fails and reads as out of "
+                     "memory, though the model fits",
+                     "build llama.cpp with -DGGML_CUDA_NO_VMM=ON (the pool then allocates plainly), or lower the "
+                     "pool's reservation (CUDA_POOL_VMM_MAX_SIZE in ggml-cuda, e.g. 32 GB) and rebuild; a release "
+                     "before the VMM pool works as well", [ctx.line_fact(errors[0])], errors, confirmed=proper)
     if tool in _SERVING_OOM_FIX:   # a server sizes its own caches: its knobs, not a training step's
         return _make("out-of-memory", f"{tool} ran out of GPU memory",
                      f"{tool} reserves its weights and caches up front; this model and context do not fit the memory "
@@ -204,6 +225,12 @@ def _long_sequence(joined: str) -> str:
 
 # training frameworks with their own names for the memory knobs: GRPO's rollout engine, torchtitan's TOML
 _GRPO = re.compile(r"(?i)\bGRPO\w*")
+# image and video diffusion models trained with LoRA, whose text encoders are LLM-sized
+_DIFFUSION_LORA = re.compile(r"(?i)\bLTX(?:-?Video|-?2)?\b|\bWan ?2\.\d\b|\bHunyuan ?Video\b|\bFLUX(?:\.1)?\b|"
+                             r"\bQwen-Image\b|\bHiDream\b|\bSD3(?:\.5)?\b")
+# vision-language models, whose images become tokens by the pixel (Qwen-VL, InternVL, LLaVA, MiniCPM-V, GLM-4V)
+_VISION_LANGUAGE = re.compile(r"(?i)\bqwen[\d.]*-?vl\w*|\binternvl\w*|\bllava\w*|\bminicpm-?v\w*|\bglm-?4v\w*|"
+                              r"\bMAX_PIXELS\b|\bimage_max_pixels\b")
 _TORCHTITAN = re.compile(r"(?i)\btorchtitan\b|train_configs/\S+\.toml")
 
 
@@ -221,6 +248,18 @@ def _framework_oom(ctx: Context, errors: list[ErrorLine], joined: str, proper: b
                      "--vllm_gpu_memory_utilization (update ms-swift for these); TRL: vllm_gpu_memory_utilization 0.3, "
                      "ds3_gather_for_generation=False under ZeRO-3; both: fewer num_generations, a shorter "
                      "max_completion_length, gradient checkpointing", evidence, errors, confirmed=proper)
+    if _VISION_LANGUAGE.search(joined) and _training(ctx):
+        swift = re.search(r"(?i)\bswift\b", joined)
+        own = ("ms-swift: lower MAX_PIXELS (an environment variable: MAX_PIXELS=401408, or 200704; VIDEO_MAX_PIXELS "
+               "and FPS_MAX_FRAMES / NFRAMES for video)" if swift else
+               "lower the images' pixel cap: LLaMA-Factory image_max_pixels (video_max_pixels, video_maxlen for "
+               "video); transformers: the processor's max_pixels; ms-swift: the MAX_PIXELS variable")
+        return _make("out-of-memory", "the images' tokens do not fit the GPUs",
+                     "a vision-language model turns every image into tokens in proportion to its pixels (Qwen2-VL: "
+                     "one per 28x28 patch), so a large image, or a video's frames, makes sequences (and attention "
+                     "and activations) far longer than the text alone",
+                     own + "; then ZeRO-3 (--deepspeed default-zero3 / ds_z3_config.json), gradient checkpointing and "
+                     "a batch size of 1", evidence, errors, confirmed=proper)
     if _TORCHTITAN.search(joined):
         return _make("out-of-memory", "the torchtitan config does not fit the GPUs",
                      "torchtitan's TOML config sets the per-GPU batch and sequence length; this model's config asks "
@@ -270,6 +309,32 @@ def _weights_exceed(ctx: Context, errors: list[ErrorLine], joined: str) -> Optio
                  f"the weights alone take about {fp16:.0f} GiB in fp16 ({size:g}B parameters x 2 bytes), more than "
                  f"the GPU's {gib:g} GiB: no batch size or allocator setting makes it fit",
                  f"use {smaller}, or {quantised}", [ctx.line_fact(errors[0])], errors)
+
+
+# a launcher's report of a worker killed by SIGKILL (torchrun's ChildFailedError, subprocess, docker's exit 137)
+_SIGNAL_9 = re.compile(r"(?i)\bexitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received|<Signals\.SIGKILL: 9>|"
+                       r"non-zero exit status -9\b|\bexit(?:ed with)? code 137\b")
+
+
+def _killed_by_signal_9(ctx: Context) -> Optional[Diagnosis]:
+    """A training worker killed by signal 9 with no error of its own: nothing in torch sends SIGKILL, the kernel's
+    out-of-memory killer does (host RAM, not the GPU's), most often while every rank loads a full copy of the model
+    into CPU memory before moving it to its GPU."""
+    said = _lines_matching(ctx, _SIGNAL_9.pattern)
+    if not said:
+        return None
+    ranks = re.search(r"(?i)local_rank|world_size|nproc_per_node|torchrun|多卡|deepspeed", _text_of(ctx))
+    return _make("out-of-memory", "a worker was killed by the kernel: host memory ran out",
+                 "signal 9 (SIGKILL, exit code -9 / 137) is the kernel's out-of-memory killer stopping the process "
+                 "when the machine's RAM (not the GPU's memory) runs out" +
+                 (", here with every rank loading its own copy of the model(s) into CPU memory at once" if ranks else ""),
+                 "confirm with sudo dmesg | grep -i -e 'out of memory' -e 'killed process'; then give the job more "
+                 "host memory (RAM, swap) or load less per rank: fewer processes per node, low_cpu_mem_usage=True, "
+                 "DeepSpeed ZeRO-3 (its zero.Init loads the weights sharded), fewer data-loader / preprocessing "
+                 "workers; in a container raise its memory limit", [], said[:1],
+                 # torchrun's own report names the signal that ended the rank; a bare "Killed" / 137 stays likely
+                 confirmed=bool(re.search(r"(?i)Signal 9 \(SIGKILL\) received by PID|exitcode\s*:\s*-9\b",
+                                          _text_of(ctx))))
 
 
 def _illegal_access_in_training(ctx: Context) -> Optional[Diagnosis]:
@@ -533,6 +598,29 @@ def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                  "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan, confirmed=bool(settled))
 
 
+# both formats tried ("bf16 false fp16 true", "tried fp16 and bf16"), on a GPU that computes bf16 (Ampere and newer,
+# RDNA3, CDNA2 and newer): the format is not what overflows
+_BOTH_TRIED = re.compile(r"(?i)\bbf16\b[^\n]{0,40}\bfp16\b|\bfp16\b[^\n]{0,40}\bbf16\b")
+_BF16_GPU = re.compile(r"(?i)(?<![a-z0-9])(?:A100|A800|H100|H800|H200|L40S?|A6000|A10G?|RTX ?[34]0\d0|RTX ?50\d0|"
+                       r"MI2[15]0X?|MI3\d\dX?|RX ?[79]\d\d\d)(?![a-z0-9])")
+
+
+def nan_whatever_the_format(ctx: Context, nan: list[ErrorLine]) -> Optional[Diagnosis]:
+    """NaN losses / gradients that stay after the user tried both bf16 and fp16, on a GPU that computes bf16: not the
+    format's range but the fused attention kernel chosen automatically (flash / SDPA), which LLaMA-Factory and
+    transformers let one turn off."""
+    text = _text_of(ctx)
+    gpu = _BF16_GPU.search(text)
+    if not (nan and gpu and _BOTH_TRIED.search(text)):
+        return None
+    return _make("attention", "NaN gradients in bf16 and fp16 alike: the attention kernel",
+                 f"the loss / grad_norm turns NaN whatever the format, on a GPU that computes bf16 ({gpu.group(0)}): "
+                 "the fused attention kernel chosen automatically (flash-attention / SDPA) gives the NaN",
+                 "turn the fused attention off and keep bf16: LLaMA-Factory: flash_attn: disabled (or eager); "
+                 "transformers: attn_implementation=\"eager\" when loading", [ctx.line_fact(nan[0])], nan,
+                 confirmed=False)
+
+
 _LATENT_NANS = re.compile(r"(?i)\bNaNs? (?:detected|found) in latents\b|\blatents?\b.{0,20}\b(?:contain|contains|have|has) "
                           r"NaNs?\b")
 _REFUSES_FP16 = re.compile(r"(?i)please use bf16 or fp32|(?:不支持|does ?n.t support|not support(?:ed)?)\s*(?:for\s+)?fp16\b|"
@@ -563,17 +651,18 @@ def _fp16_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
                  [f for f in (ctx.line_fact(refused[0]), fact) if f], refused)
 
 
-def _image_nans(ctx: Context, nans: list[ErrorLine]) -> Diagnosis:
+def image_nans(ctx: Context, nans: list[ErrorLine], vae: Optional[bool] = None) -> Diagnosis:
     """The Stable Diffusion web UI's (and SD.Next's) NaN check: the VAE or the UNet computed in fp16 overflowed. The
     VAE's remedy is keeping it in fp32; the UNet's is upcasting its attention (or the whole model) to fp32."""
     # a black picture is the VAE's NaN in the common case (the web UI's check names which part)
-    vae = any(re.search(r"(?i)\bVAE\b|black (?:image|picture|output|square)", e.line) for e in nans)
+    if vae is None:   # (a caller that read a black picture in words passes True)
+        vae = any(re.search(r"(?i)\bVAE\b|black (?:image|picture|output|square)", e.line) for e in nans)
     comfy = ctx.tool(nans) == "comfyui"
     if vae:
         fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI; where the pictures stay black "
                "(an older or low-memory GPU whose fp16 overflows in the UNet too), --force-fp32" if comfy else
                "add --no-half-vae to COMMANDLINE_ARGS (webui-user.sh / .bat; SD.Next: the same), so the VAE runs in "
-               "fp32, or use a VAE fixed for fp16 (sdxl-vae-fp16-fix)")
+               "fp32 (upcast; SD.Next's own VAE upcast setting does it where it is offered), or use a VAE fixed for fp16 (sdxl-vae-fp16-fix)")
     else:
         fix = ("--force-upcast-attention (or --fp32-unet) when starting ComfyUI" if comfy else
                "turn on Settings > Stable Diffusion > \"Upcast cross attention layer to float32\" or start with "
@@ -669,7 +758,7 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     nans = [e for e in errors if re.search(r"(?i)NaNs was produced in (?:Unet|VAE)|NansException|black (?:image|picture|"
                                            r"output|square)", e.line)]
     if nans:
-        return _image_nans(ctx, nans)
+        return image_nans(ctx, nans)
     latents = [e for e in errors if _LATENT_NANS.search(e.line)]
     if latents:
         return _make("precision", "the VAE overflows fp16 while encoding the latents",
@@ -684,6 +773,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     refused = _format_refused(ctx, errors)
     if refused is not None:
         return refused
+    attention = nan_whatever_the_format(ctx, [e for e in errors if _NAN.search(e.line) or _ZERO_LOSS.search(e.line)])
+    if attention is not None:
+        return attention
     zero = [e for e in errors if _ZERO_LOSS.search(e.line)]
     if zero and not _NAN.search(" ".join(e.line for e in errors)):
         return _zero_loss(ctx, zero)
