@@ -8,6 +8,8 @@ to another rule or to the "unrecognised error" finding.
   arch       code for this GPU's arch: missing from a build, a wrong override, a GPU outside every build
   access     device files and groups, WSL 2, the driver
   install    the torch build, wheels for another Python or platform, ABI mismatches, missing ROCm libraries
+  libraries  the shared libraries a GPU package loads: cuDNN/cuBLAS majors, shadowed or unversioned libraries, DLLs
+  releases   what package managers say about releases: clashing distribution packages, renames, unpublished pins
   machine    which GPUs a process sees, APU memory, the platform (BIOS, PCIe), several GPUs
   runtime    memory, MIOpen, GPU hangs, number formats, attention kernels
   prose      what users say in words with no error line: titles, complaints, the settings they list
