@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from steadytune.doctor.diagnose import diagnose_text
-from test_doctor_paraphrases import _pasted
+from test_doctor_paraphrases import PASTINGS, assert_a_rule_reads, pasting_misses
 
 # (paste, family, phrases the fix must say)
 READINGS = [
@@ -105,22 +105,12 @@ READINGS = [
 
 @pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
 def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
-    report = diagnose_text(paste)
-    top = report.top
-    assert top is not None, paste
-    assert not report.by_likeness, top.fix   # a rule reads it, not the nearest mined case
-    assert top.family == family, (top.family, top.fix)
-    missing = [p for p in phrases if p.lower() not in top.fix.lower()]
-    assert not missing, (missing, top.fix)
+    assert_a_rule_reads(paste, family, phrases)
 
 
-@pytest.mark.parametrize("how", ["in a log", "with timestamps", "as a quote, CRLF"])
+@pytest.mark.parametrize("how", PASTINGS)
 def test_every_reading_survives_how_it_is_pasted(how):
-    misses = []
-    for paste, family, phrases in READINGS:
-        top = diagnose_text(_pasted(paste, how)).top
-        if top is None or top.family != family or any(p.lower() not in top.fix.lower() for p in phrases):
-            misses.append(f"{paste[:60]!r}: got {top.family if top else None}: {top.fix[:100] if top else ''}")
+    misses = pasting_misses(READINGS, how)
     assert not misses, "\n".join(misses)
 
 

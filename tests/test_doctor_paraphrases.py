@@ -73,6 +73,29 @@ def _pasted(text: str, how: str) -> str:
     raise ValueError(how)
 
 
+PASTINGS = ("in a log", "with timestamps", "as a quote, CRLF")
+
+
+def assert_a_rule_reads(paste: str, family: str, phrases: list[str]) -> None:
+    """The reading tests' check: a rule (not the nearest mined case) names the family, and its fix says every phrase."""
+    report = diagnose_text(paste)
+    top = report.top
+    assert top is not None and not report.by_likeness, (paste, top.fix if top else None)
+    assert top.family == family, (top.family, top.fix)
+    missing = [p for p in phrases if p.lower() not in top.fix.lower()]
+    assert not missing, (missing, top.fix)
+
+
+def pasting_misses(readings, how: str) -> list[str]:
+    """The readings (paste, family, phrases, ...) whose family or phrases are lost when pasted `how`."""
+    misses = []
+    for paste, family, phrases, *_ in readings:
+        top = diagnose_text(_pasted(paste, how)).top
+        if top is None or top.family != family or any(p.lower() not in top.fix.lower() for p in phrases):
+            misses.append(f"{paste[:60]!r}: got {top.family if top else None}: {top.fix[:100] if top else ''}")
+    return misses
+
+
 @pytest.mark.parametrize("how", ["in a log", "with timestamps", "as a quote, CRLF"])
 def test_every_training_case_survives_how_it_is_pasted(how):
     misses = []

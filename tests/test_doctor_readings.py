@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from steadytune.doctor.diagnose import diagnose_text
-from test_doctor_paraphrases import _pasted
+from test_doctor_paraphrases import PASTINGS, pasting_misses
 
 # (paste, family, phrases the fix must say, confirmed: True / False / None for either)
 READINGS = [
@@ -159,13 +159,9 @@ def test_a_reading_names_the_family_and_its_fix(paste, family, phrases, confirme
         assert top.confirmed is confirmed, top.title
 
 
-@pytest.mark.parametrize("how", ["in a log", "with timestamps", "as a quote, CRLF"])
+@pytest.mark.parametrize("how", PASTINGS)
 def test_every_reading_survives_how_it_is_pasted(how):
-    misses = []
-    for paste, family, phrases, _confirmed in READINGS:
-        top = diagnose_text(_pasted(paste, how)).top
-        if top is None or top.family != family or any(p.lower() not in top.fix.lower() for p in phrases):
-            misses.append(f"{paste[:60]!r}: got {top.family if top else None}")
+    misses = pasting_misses(READINGS, how)
     assert not misses, "\n".join(misses)
 
 
