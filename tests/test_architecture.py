@@ -176,3 +176,23 @@ def test_imports_of_our_own_modules_sit_at_the_top_unless_a_comment_says_why():
                     if "lazy" not in nearby and "inside the try" not in nearby:
                         unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {node.module} import ...")
     assert not unexplained, "imports inside functions without a reason: " + "; ".join(unexplained)
+
+
+def test_no_module_binds_a_top_level_name_twice():
+    """A second `_PATTERN = ...` further down a module silently replaces the first for every function that reads it
+    at call time (a rule module once had two `_INIT_FAILS`, and the first rule matched the second one's lines)."""
+    twice = []
+    for path in sorted((ROOT / "steadytune").rglob("*.py")):
+        seen: dict[str, int] = {}
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            for name in names:
+                if name in seen and name != "_":
+                    twice.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name} (first at line {seen[name]})")
+                seen.setdefault(name, node.lineno)
+    assert not twice, "; ".join(twice)

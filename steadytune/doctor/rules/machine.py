@@ -548,16 +548,16 @@ _BAR_OFF = re.compile(r"(?i)(?:resizable|large|re-?size) ?BAR\W{0,3}(?:is |was |
                       r"Above ?4G(?: Decoding)?\W{0,3}(?:is |was |=|:)?\s*(?:off|disabled)|(?:disabled?|turned off|"
                       r"without|no) (?:the )?Above ?4G|关闭.{0,6}(?:Above ?4G|Resizable ?BAR|ReBAR)|(?:Above ?4G|Resizable "
                       r"?BAR|ReBAR).{0,6}(?:关闭|未开启|没开)")
-_INIT_FAILS = re.compile(r"(?i)Fatal error during GPU init|amdgpu.{0,60}probe.{0,40}fail\w*|RmInitAdapter failed|"
-                         r"\bBAR \d+: (?:no space|failed to assign)|Not enough PCI address space|"
-                         r"(?:fail\w*|unable|can.t|cannot) (?:to )?(?:initiali[sz]e|init) (?:the )?(?:GPU|device)")
+_BAR_INIT_FAILS = re.compile(r"(?i)Fatal error during GPU init|amdgpu.{0,60}probe.{0,40}fail\w*|RmInitAdapter failed|"
+                             r"\bBAR \d+: (?:no space|failed to assign)|Not enough PCI address space|"
+                             r"(?:fail\w*|unable|can.t|cannot) (?:to )?(?:initiali[sz]e|init) (?:the )?(?:GPU|device)")
 
 
 def _bar_at_init(ctx: Context) -> Optional[Diagnosis]:
     """The GPU failing to initialise where the BIOS is said to leave Above 4G Decoding / Resizable BAR off: the
     driver's init failure is the symptom, the unmapped memory window the cause (a card with 16 GB or more of VRAM, an
     NVIDIA data-centre card, a second large card: each wants a 64-bit memory window above 4 GB)."""
-    failed = _lines_matching(ctx, _INIT_FAILS.pattern)
+    failed = _lines_matching(ctx, _BAR_INIT_FAILS.pattern)
     said = _lines_matching(ctx, _BAR_OFF.pattern)
     if not failed or not said:
         return None
@@ -668,8 +668,8 @@ def _container_paths(text: str) -> bool:
 # GPUs joined by an Infinity Fabric (XGMI) bridge that fail their own start-up: the hive is set up while the driver
 # starts each GPU (PSP brings up the links), so a faulty bridge fails every GPU's init
 _BRIDGE = re.compile(r"(?i)\b(?:Infinity Fabric|XGMI|xGMI)\b.{0,20}\b(?:bridges?|links?|cards?)\b|\bbridge (?:card|board)\b")
-_INIT_FAILS = re.compile(r"(?i)Fatal error during GPU init|PSP (?:create ring|load|start)\w* failed|psp_hw_start|"
-                         r"amdgpu_device_ip_init failed|xgmi.{0,40}(?:fail|error)|hive.{0,30}(?:fail|error)")
+_XGMI_INIT_FAILS = re.compile(r"(?i)Fatal error during GPU init|PSP (?:create ring|load|start)\w* failed|psp_hw_start|"
+                              r"amdgpu_device_ip_init failed|xgmi.{0,40}(?:fail|error)|hive.{0,30}(?:fail|error)")
 
 
 @rule("multi-gpu-transport")
@@ -678,7 +678,7 @@ def xgmi_bridge(ctx: Context) -> Optional[Diagnosis]:
     also trains the XGMI links): the bridge is the part to test first, by booting without it."""
     text = _text(ctx)
     bridge = _BRIDGE.search(text)
-    failed = _lines_matching(ctx, _INIT_FAILS.pattern)
+    failed = _lines_matching(ctx, _XGMI_INIT_FAILS.pattern)
     several = re.search(r"(?i)\b(?:[2-8] ?x ?|[2-8] )(?:AMD )?(?:Instinct )?MI\d{3}\w*|\b(?:[2-8]|four|eight|two) GPUs\b", text)
     if not (bridge and failed and several):
         return None
