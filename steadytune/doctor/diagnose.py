@@ -1,8 +1,8 @@
 """From any text to diagnoses: the facts (facts.py), the error lines and their families (error_lines.py), the rules
 over both (rules.py), and one finding for every error line no rule explains ("unrecognised error: LINE" with the
 command whose output would decide). Where no rule reads the paste at all, the solved case it reads most like
-(similar.py) gives the likely reading; where rules did, a close case is shown beside them as a thread to open. `doctor --from` runs it over each file of a paste; the case scorer (cases.py)
-runs it over each mined case.
+(similar.py) gives the likely reading; where rules did, a close case is shown beside them as a thread to open.
+`doctor --from` runs it over each file of a paste; the case scorer (cases.py) runs it over each mined case.
 """
 
 from __future__ import annotations
