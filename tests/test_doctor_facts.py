@@ -73,6 +73,14 @@ def test_versions_builds_layout_and_tools():
     assert "therock" in sheet.values("layout") and "llama.cpp" in sheet.tools
 
 
+def test_another_librarys_build_label_is_not_a_torch_version():
+    # NCCL prints "2.25.1+cuda12.4": the "+cuda" label is NCCL's, torch's labels are cu124 / rocm6.2 / cpu
+    sheet = extract_facts("NCCL version 2.25.1+cuda12.4\nfound torch 2.5.1+cu124\n")
+    assert [(f.value, f.detail) for f in sheet.of("torch")] == [("2.5.1+cu124", "cuda")]
+    assert [f.value for f in extract_facts("libs: 2.6.0+rocm6.2.4\nthen 2.7.0+cpu").of("torch")] == ["2.6.0+rocm6.2.4",
+                                                                                                       "2.7.0+cpu"]
+
+
 # --- error lines and their family ------------------------------------------------------------------------------------
 
 def test_error_lines_by_shape_and_by_known_wording():
@@ -167,3 +175,11 @@ def test_a_second_card_named_with_its_own_arch_is_not_an_override():
     wrong = ("card0,Arcturus GL-XL [AMD Instinct MI100],0x0c34,Advanced Micro Devices Inc. [AMD/ATI],D34316\n"
              "  Name:                    gfx1030\n")
     assert any("reports gfx1030" in d.title for d in diagnose_text(wrong).diagnoses)
+
+
+def test_an_override_trap_says_it_is_a_training_one():
+    """gfx1103 under 11.0.0 faults in training while Ollama runs with it: the warning names whose run it guards."""
+    from steadytune.doctor.archs import override_finding
+    trap = override_finding("gfx1103", "GPU 0", "arch")
+    assert trap is not None and trap.title.endswith("is a trap on gfx1103 for training")
+    assert "inference tool may run with it" in trap.fix

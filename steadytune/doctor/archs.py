@@ -69,8 +69,11 @@ def override_finding(arch: str, label: str, check: str) -> Optional[Finding]:
         return None
     o = row.override
     if o.verdict == "trap":
-        return Finding.warn(check, f"{label}: HSA_OVERRIDE_GFX_VERSION={o.value} is a trap on {arch}", o.why,
-                            "do not set it; install a torch with native " + arch + " code (see the wheel finding)")
+        # the trap is a training one: inference tools (Ollama, llama.cpp) are offered the value with its caveat
+        # (fixes.override_value), so the warning says whose run it guards
+        return Finding.warn(check, f"{label}: HSA_OVERRIDE_GFX_VERSION={o.value} is a trap on {arch} for training",
+                            o.why, "for torch / steadytune training do not set it; install a torch with native " + arch
+                            + " code (see the wheel finding); an inference tool may run with it, with that caveat")
     if o.verdict == "works":
         state = "not needed (the wheels have it)" if arch in OFFICIAL_WHEEL_ARCHS else "a safe stand-in"
         return Finding.info(check, f"{label}: HSA_OVERRIDE_GFX_VERSION={o.value} on {arch} is {state}", o.why)

@@ -448,7 +448,7 @@ def _versions(line: str):
 @finder
 def _torch(line: str):
     m = re.search(r"\btorch(?:[-= ]+|\sversion\s*[=:]\s*|\.__version__\W+)(\d+\.\d+\.\d+(?:\.dev\d+|a0|rc\d)?"
-                  r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|(?<![-=\w.])(\d\.\d{1,2}\.\d+\+(?:rocm|cu|cpu)[\w.]*)",
+                  r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|(?<![-=\w.])(\d\.\d{1,2}\.\d+\+(?:rocm\d[\w.]*|cu\d{2,3}\b|cpu\b))",
                   line)
     if not m:   # "PyTorch 2.8.0 + cu129", "pytorch 2.7.1 cu126": the build said beside the version
         m = re.search(r"(?i)\bPyTorch:?\s+v?(\d+\.\d+\.\d+)\s*\+?\s*(cu\d{3}|rocm[\d.]+|cpu)\b", line)
