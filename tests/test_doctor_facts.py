@@ -181,5 +181,5 @@ def test_an_override_trap_says_it_is_a_training_one():
     """gfx1103 under 11.0.0 faults in training while Ollama runs with it: the warning names whose run it guards."""
     from steadytune.doctor.archs import override_finding
     trap = override_finding("gfx1103", "GPU 0", "arch")
-    assert trap is not None and trap.title.endswith("is a trap on gfx1103 for training")
+    assert trap is not None and trap.what.endswith("is a trap on gfx1103 for training")
     assert "inference tool may run with it" in trap.fix
