@@ -18,15 +18,18 @@ class Score:
     family: Optional[str]       # doctor's first diagnosis
     fix: str
     solved: bool
+    solved_by_next: bool = False   # not by the first fix, but one of the next checks says what the case expects
 
 
 def score_case(case: Case) -> Score:
-    top = diagnose_text(case.paste, exclude_case=case.source).top   # never its own neighbour
+    report = diagnose_text(case.paste, exclude_case=case.source)   # never its own neighbour
+    top = report.top
     if top is None:
         return Score(case, None, "", False)
-    said = top.fix.lower()
+    said, then = top.fix.lower(), " ".join(report.next_checks).lower()
     solved = top.family == case.cause and all(e.lower() in said for e in case.expect)
-    return Score(case, top.family, top.fix, solved)
+    by_next = not solved and top.family == case.cause and all(e.lower() in said + " " + then for e in case.expect)
+    return Score(case, top.family, top.fix, solved, by_next)
 
 
 def score_part(part: str) -> list[Score]:
@@ -36,6 +39,10 @@ def score_part(part: str) -> list[Score]:
 def summary(scores: list[Score], part: str, show_misses: bool) -> str:
     solved = sum(s.solved for s in scores)
     lines = [f"{part}: {solved}/{len(scores)} cases solved ({100 * solved / max(len(scores), 1):.1f}%)"]
+    by_next = sum(s.solved_by_next for s in scores)
+    if by_next:   # apart: the score is the first fix's; a next check is the second thing a user tries
+        lines.append(f"  and {by_next} more where the first fix misses but one of the next checks names the accepted "
+                     f"fix ({100 * (solved + by_next) / len(scores):.1f}% with them)")
     by_cause: dict[str, list[Score]] = {}
     for s in scores:
         by_cause.setdefault(s.case.cause, []).append(s)

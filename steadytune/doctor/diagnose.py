@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, error_facts, family, find_errors
+from steadytune.doctor.next_checks import next_checks
 from steadytune.doctor.facts import Fact, FactSheet, extract_facts, strip_log_prefix
 from steadytune.doctor.findings import Finding
 from steadytune.doctor.rules import Diagnosis, run_rules
@@ -31,6 +32,7 @@ class Report:
     unrecognised: list[ErrorLine] = field(default_factory=list)
     similar: Optional[Similar] = None       # the solved case the paste reads most like
     by_likeness: bool = False               # no rule read it: the first diagnosis is that case's
+    next_checks: list[str] = field(default_factory=list)   # the likely cause's family: what to try if its fix fails
 
     @property
     def top(self) -> Optional[Diagnosis]:
@@ -90,7 +92,8 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
         diagnoses = [_reading_by_likeness(similar)]
     covered = {n for d in diagnoses for n in d.covers}
     unrecognised = [e for e in errors if e.line_no not in covered]
-    return Report(sheet, errors, diagnoses, unrecognised, similar, by_likeness)
+    after = next_checks(diagnoses[0].family, diagnoses[0].fix, sheet) if diagnoses else []
+    return Report(sheet, errors, diagnoses, unrecognised, similar, by_likeness, after)
 
 
 # an issue tracker's title form ("[Issue]: ...", "[Bug] ...", "Bug: ..."): the paste is a report of a problem
@@ -136,6 +139,12 @@ def report_findings(report: Report, source: str, skip_restated: bool = False) ->
             continue
         what = f"{source}: {'likely cause' if i == 0 else 'also'}: {d.title}"
         findings.append(Finding(d.severity, "diagnosis", what, d.cause + _evidence(d), d.fix))
+        if i == 0 and report.next_checks:
+            findings.append(Finding.info("next-checks", f"{source}: if that fix does not settle it, the other common "
+                                         f"causes of {family(d.family).means}",
+                                         "the mined cases of this family, in the order their fixes were accepted, for "
+                                         "this machine", " | ".join(f"({n}) {c}" for n, c in
+                                                                    enumerate(report.next_checks, 1))))
     if report.similar is not None and not report.by_likeness and report.similar.score >= POINTER_SIMILARITY:
         findings.append(Finding.info("similar-case", f"{source}: a solved thread reads like this one: {report.similar.line()}",
                                      f"it settled on: {family(report.similar.case.cause).means}",
