@@ -13,7 +13,11 @@ import steadytune.doctor.rules.arch  # noqa: E402,F401
 import steadytune.doctor.rules.access  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
-import steadytune.doctor.rules.install  # noqa: E402,F401
+import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
+import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.abi  # noqa: E402,F401
+import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
+import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine  # noqa: E402,F401
 import steadytune.doctor.rules.runtime  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
