@@ -6,7 +6,8 @@ to another rule or to the "unrecognised error" finding.
   base       the Diagnosis, the Context a rule reads, the registry and the helpers the families share
   variables  a variable set where the process does not start
   arch       code for this GPU's arch: missing from a build, a wrong override, a GPU outside every build
-  access     device files and groups, WSL 2, the driver
+  access/    reaching the GPU: device_files (device files and groups), wsl (WSL 2), driver (the driver itself),
+             driver_mismatches (the driver against the CUDA, kernel or container it serves, registered last)
   install/   what was installed, one module per reading: torch_build (the torch build for another vendor or
              none), wheels (another Python or platform), abi (extensions built for another torch), libraries_missing
              (ROCm, CUDA and system libraries not found), programs (one program's own words, registered last)

@@ -10,7 +10,10 @@ from steadytune.doctor.rules.base import Context, Diagnosis, RULES, _restate
 # the family modules register their rules when imported, in this order (the order breaks ties between diagnoses)
 import steadytune.doctor.rules.variables  # noqa: E402,F401
 import steadytune.doctor.rules.arch  # noqa: E402,F401
-import steadytune.doctor.rules.access  # noqa: E402,F401
+import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
+import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
+import steadytune.doctor.rules.access.driver  # noqa: E402,F401
+import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
