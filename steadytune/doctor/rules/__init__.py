@@ -5,7 +5,9 @@ to another rule or to the "unrecognised error" finding.
 
   base       the Diagnosis, the Context a rule reads, the registry and the helpers the families share
   variables  a variable set where the process does not start
-  arch       code for this GPU's arch: missing from a build, a wrong override, a GPU outside every build
+  arch/      code for this GPU's arch: overrides (a wrong or hidden override), arch_missing (missing from a build),
+             nccl (NCCL older than the GPU), gpu_unsupported (a GPU outside every build), target_lists (source builds'
+             and SDKs' targets, registered last); cuda_builds and old_gcn hold what they share
   access/    reaching the GPU: device_files (device files and groups), wsl (WSL 2), driver (the driver itself),
              driver_mismatches (the driver against the CUDA, kernel or container it serves, registered last)
   install/   what was installed, one module per reading: torch_build (the torch build for another vendor or

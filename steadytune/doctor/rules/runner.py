@@ -9,7 +9,11 @@ from steadytune.doctor.rules.base import Context, Diagnosis, RULES, _restate
 
 # the family modules register their rules when imported, in this order (the order breaks ties between diagnoses)
 import steadytune.doctor.rules.variables  # noqa: E402,F401
-import steadytune.doctor.rules.arch  # noqa: E402,F401
+import steadytune.doctor.rules.arch.overrides  # noqa: E402,F401
+import steadytune.doctor.rules.arch.arch_missing  # noqa: E402,F401
+import steadytune.doctor.rules.arch.nccl  # noqa: E402,F401
+import steadytune.doctor.rules.arch.gpu_unsupported  # noqa: E402,F401
+import steadytune.doctor.rules.arch.target_lists  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
