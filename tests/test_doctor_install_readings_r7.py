@@ -1,5 +1,5 @@
 """doctor, round 7 (issue 63): the install families' readings made from batch 6's training pastes (rules/libraries.py,
-rules/releases.py and install.py), each held against pastes written for the reading - another GPU, tool, library,
+rules/releases.py and install/), each held against pastes written for the reading - another GPU, tool, library,
 release or wording than the case it came from - and a negative that keeps it out of a paste it does not fit."""
 
 from __future__ import annotations

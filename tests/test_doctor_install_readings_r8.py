@@ -1,5 +1,5 @@
 """doctor, round 8 (issue 63): the install families' readings made from batch 7's training pastes and the spent
-batch-6 ones (rules/libraries.py, rules/install.py), each held against pastes written for the reading - another GPU,
+batch-6 ones (rules/libraries.py, rules/install/), each held against pastes written for the reading - another GPU,
 tool, library, release or wording than the case it came from - and a negative that keeps it out of a paste it does
 not fit."""
 

@@ -5,9 +5,14 @@ to another rule or to the "unrecognised error" finding.
 
   base       the Diagnosis, the Context a rule reads, the registry and the helpers the families share
   variables  a variable set where the process does not start
-  arch       code for this GPU's arch: missing from a build, a wrong override, a GPU outside every build
-  access     device files and groups, WSL 2, the driver
-  install    the torch build, wheels for another Python or platform, ABI mismatches, missing ROCm libraries
+  arch/      code for this GPU's arch: overrides (a wrong or hidden override), arch_missing (missing from a build),
+             nccl (NCCL older than the GPU), gpu_unsupported (a GPU outside every build), target_lists (source builds'
+             and SDKs' targets, registered last); cuda_builds and old_gcn hold what they share
+  access/    reaching the GPU: device_files (device files and groups), wsl (WSL 2), driver (the driver itself),
+             driver_mismatches (the driver against the CUDA, kernel or container it serves, registered last)
+  install/   what was installed, one module per reading: torch_build (the torch build for another vendor or
+             none), wheels (another Python or platform), abi (extensions built for another torch), libraries_missing
+             (ROCm, CUDA and system libraries not found), programs (one program's own words, registered last)
   libraries  the shared libraries a GPU package loads: cuDNN/cuBLAS majors, shadowed or unversioned libraries, DLLs
   releases   what package managers say about releases: clashing distribution packages, renames, unpublished pins
   machine    which GPUs a process sees, APU memory, the platform (BIOS, PCIe), several GPUs

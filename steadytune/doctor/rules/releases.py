@@ -71,7 +71,7 @@ def pinned_dependency_never_published(ctx: Context) -> Optional[Diagnosis]:
     published yet, or not for this Python and platform), so the parent cannot install at that version."""
     lines = _lines_saying(ctx, "no version of", _NO_VERSION.pattern)
     if not lines or re.search(r"(?i)different Python", _text(ctx)):
-        return None   # uv said the release exists for other Pythons: install.py's Python reading
+        return None   # uv said the release exists for other Pythons: install/wheels.py's Python reading
     text = " ".join(_text(ctx).split())   # a resolver wraps its sentence over several lines
     missing, version = _NO_VERSION.search(lines[0].line).groups()
     parent = next((m for m in _DEPENDS_ON.finditer(text) if m.group(3).lower() == missing.lower()), None)

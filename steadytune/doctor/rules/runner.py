@@ -9,11 +9,22 @@ from steadytune.doctor.rules.base import Context, Diagnosis, RULES, _restate
 
 # the family modules register their rules when imported, in this order (the order breaks ties between diagnoses)
 import steadytune.doctor.rules.variables  # noqa: E402,F401
-import steadytune.doctor.rules.arch  # noqa: E402,F401
-import steadytune.doctor.rules.access  # noqa: E402,F401
+import steadytune.doctor.rules.arch.overrides  # noqa: E402,F401
+import steadytune.doctor.rules.arch.arch_missing  # noqa: E402,F401
+import steadytune.doctor.rules.arch.nccl  # noqa: E402,F401
+import steadytune.doctor.rules.arch.gpu_unsupported  # noqa: E402,F401
+import steadytune.doctor.rules.arch.target_lists  # noqa: E402,F401
+import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
+import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
+import steadytune.doctor.rules.access.driver  # noqa: E402,F401
+import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
-import steadytune.doctor.rules.install  # noqa: E402,F401
+import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
+import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.abi  # noqa: E402,F401
+import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
+import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine  # noqa: E402,F401
 import steadytune.doctor.rules.runtime  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401

@@ -934,7 +934,7 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      "flash_attn package is not importable in this environment",
                      f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
                      f"or install {install}", evidence, errors)
-    # on Windows the install reading (rules/install.py: no Windows wheels, the platform's own build) says more
+    # on Windows the install reading (rules/install/wheels.py: no Windows wheels, the platform's own build) says more
     if not ctx.sheet.is_windows and not (WINDOWS_WORD.search(text) and re.search(r"(?i)\binstall", text)) and re.search(
             r"(?i)flash[-_ ]?attn\w*\b.{0,40}\b(?:install|build|compil)|(?:install|build|compil)\w*\b.{0,20}\bflash[-_ ]?attn",
             text):

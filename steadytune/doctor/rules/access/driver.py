@@ -1,0 +1,319 @@
+"""The driver itself: an amdgpu DKMS module that fails for a kernel, the kernels Ubuntu moves to, the Windows AMD
+driver, and the NVIDIA driver branch each CUDA toolkit needs."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import (
+    _CONTAINED,
+    Context,
+    Diagnosis,
+    _first,
+    _lines_matching,
+    _make,
+    _NVIDIA_DRIVER,
+    _nvidia_gpu,
+    rule,
+    _text,
+    _vendor,
+)
+from steadytune.doctor.rules.access.wsl import _rocm_release
+
+
+def _dkms_version_said(ctx: Context) -> Optional[Diagnosis]:
+    """ROCm failing on one amdgpu (DKMS) driver version and working on another, said in the paste: the out-of-tree
+    module of that version is the fault, not the user's permissions or the GPU."""
+    joined = "\n".join(ctx.sheet.lines)
+    versions = re.findall(r"(?i)\bamdgpu(?:-dkms)?\s+(\d+\.\d+\.\d+)", joined)
+    if len(set(versions)) < 2 or not re.search(r"(?i)\bworks? (?:on|with)\b|\bworked (?:on|with)\b|downgrad", joined):
+        return None
+    failing = [e for e in ctx.errors if re.search(r"(?i)HSA_STATUS_ERROR|rocminfo|ROCk module|hipErrorNoDevice", e.line)]
+    covers = failing or _lines_matching(ctx, r"(?i)\bamdgpu(?:-dkms)?\s+\d+\.\d+\.\d+")
+    return _first(_make("driver", f"the amdgpu {versions[0]} DKMS module fails where {versions[-1]} works",
+                        f"ROCm works with amdgpu {versions[-1]} and fails with {versions[0]}: the out-of-tree (DKMS) "
+                        "driver of that version does not work with this kernel and firmware",
+                        "remove the DKMS module and use the kernel's own amdgpu: sudo amdgpu-install --uninstall (or apt "
+                        "remove --purge amdgpu-dkms), then sudo amdgpu-install --usecase=rocm --no-dkms, reboot; or "
+                        f"keep amdgpu-dkms at {versions[-1]}", [ctx.line_fact(covers[0])] if covers else [], covers))
+
+
+# the kernel series Ubuntu's LTS releases shipped, GA and HWE in order (ubuntu.com/kernel/lifecycle): the one before
+# a new kernel is the one the machine most likely ran before the update
+_UBUNTU_SERIES = ("4.4", "4.8", "4.10", "4.13", "4.15", "4.18", "5.0", "5.3", "5.4", "5.8", "5.11", "5.13", "5.15",
+                  "5.19", "6.2", "6.5", "6.8", "6.11", "6.14", "6.17")
+
+
+# The first ROCm release whose amdgpu-dkms builds for a kernel series that the one before it failed on, as AMD's
+# maintainers answered: 6.14 (Ubuntu 24.04 HWE) from 6.4.2 (ROCm #4619, legacy-rocm-build #5074); 6.17 (Ubuntu
+# 25.10) from 7.1.1 (legacy-rocm-build #5624)
+_DKMS_FIRST_BUILDS = {"6.14": "6.4.2", "6.17": "7.1.1"}
+
+
+def _first_dkms_release(text: str) -> Optional[tuple[str, str]]:
+    """(kernel series, ROCm release) where the kernel is one the table knows and the ROCm being installed is older."""
+    m = re.search(r"\b(\d\.\d+)\.\d+-\d+-(?:generic|lowlatency)\b", text)
+    release = _rocm_release(text)
+    if not m or m.group(1) not in _DKMS_FIRST_BUILDS or not release:
+        return None
+    first = _DKMS_FIRST_BUILDS[m.group(1)]
+    def as_tuple(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+    return (m.group(1), first) if as_tuple(release) < as_tuple(first) else None
+
+
+def _previous_ubuntu_kernel(text: str) -> Optional[str]:
+    m = re.search(r"\b(\d\.\d+)\.\d+-\d+-(?:generic|lowlatency)\b", text)
+    if not m or m.group(1) not in _UBUNTU_SERIES or m.group(1) == _UBUNTU_SERIES[0]:
+        return None
+    return _UBUNTU_SERIES[_UBUNTU_SERIES.index(m.group(1)) - 1]
+
+
+# Windows: a HIP function missing from amdhip64.dll, which the AMD display driver installs
+_WINDOWS_HIP_ENTRY = re.compile(r"(?i)(?:procedure )?entry point (hip\w+) could not be (?:located|found)")
+_ADRENALIN_VERSION = re.compile(r"(?i)(?:Adrenalin(?: Edition)?|AMD (?:Software|display|graphics|GPU|Radeon)(?: \w+)? "
+                                r"drivers?)\s+\(?(?:version\s+)?(\d{2}\.\d{1,2}\.\d)")
+
+
+def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
+    """The AMD Windows driver (Adrenalin) is what HIP runs on there: a HIP entry point missing from amdhip64.dll is a
+    driver older than the tool; a named driver release after which the GPU stopped being used (or crawls) is that
+    release."""
+    entry = _lines_matching(ctx, _WINDOWS_HIP_ENTRY.pattern)
+    if entry:
+        name = _WINDOWS_HIP_ENTRY.search(entry[0].line).group(1)
+        return _make("driver", f"the AMD driver's HIP runtime has no {name}",
+                     f"on Windows HIP (amdhip64.dll) comes with the AMD display driver; the installed one predates "
+                     f"{name}, which the tool (ZLUDA, a HIP build of llama.cpp, PyTorch for Windows) calls",
+                     "update the AMD driver: AMD Software: Adrenalin Edition, the current release (or the one the "
+                     "tool's README names), clean install; then check C:\\Windows\\System32\\amdhip64*.dll is the "
+                     "new one", [], entry)
+    named = _ADRENALIN_VERSION.search(_text(ctx))
+    worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:being )?(?:using|used|"
+                                 r"utili[sz]ed)|no longer "
+                                 r"(?:uses?|works?)|falls? back to (?:the )?CPU|stopped working|since (?:the|updating))")
+    if named and worse:
+        version = named.group(1)
+        return _make("driver", f"the AMD driver {version} broke the GPU path",
+                     f"after AMD Software: Adrenalin {version} the GPU is no longer used (or crawls): a regression in "
+                     "that driver release (its HIP memory allocation on Windows), not the tool",
+                     f"roll back to the previous driver (AMD's previous-drivers page; a clean install, DDU if needed) "
+                     f"or install the release after {version} once it is out; keep the tool as it is", [], worse)
+    return None
+
+
+@rule("driver")
+def driver(ctx: Context) -> Optional[Diagnosis]:
+    errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
+              and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx))]
+    # (an NVIDIA driver message on an AMD-only machine is a CUDA torch there: torch-build)
+    if ctx.sheet.is_windows or re.search(r"(?i)\bWindows\b|\.dll\b|Adrenalin", _text(ctx)):
+        windows = _windows_amd_driver(ctx)
+        if windows is not None:
+            return windows
+    unreadable = [f for f in ctx.sheet.of("sensors") if f.value == "unreadable"]
+    if unreadable and not errors:
+        names = ", ".join(dict.fromkeys(f.detail for f in unreadable))
+        every = not any(f.value == "read" for f in ctx.sheet.of("sensors"))
+        return _make("driver", f"the GPU table reads no sensor of {names}" + (" (of any GPU)" if every else ""),
+                     "every sensor reads N/A: the driver does not answer for that GPU (the amdgpu module not bound to "
+                     "it, a GPU passed to a VM without its power management, or an smi tool older than the card), so "
+                     "the table is no proof of a working GPU",
+                     "sudo dmesg | grep -i -e amdgpu -e kfd | tail -30; rocminfo | grep -e Marketing -e gfx (lists "
+                     "only the GPUs ROCm can use); amd-smi static --asic", unreadable, [],
+                     severity="error" if every else "warning")
+    dkms = _dkms_version_said(ctx)
+    if dkms is not None:
+        return dkms
+    if not errors:
+        return None
+    text = " ".join(e.line for e in errors)
+    joined = _text(ctx)
+    kernel = ctx.sheet.first("kernel")
+    secure_boot = ("if Secure Boot is on, it refuses the unsigned module: enroll its key (sudo mokutil --import "
+                   "<the DKMS MOK key>) or turn Secure Boot off")
+    if re.search(r"(?i)driver/library version mismatch|version-mismatch|does not match DSO version|NVRM: API mismatch",
+                 text):
+        # XLA names both versions: the loaded kernel module's and the libcuda's (the user-space driver's); NVRM the
+        # client's (the libraries') and the kernel module's
+        xla = re.search(r"(?i)kernel version (\d+)\.\S+ does not match DSO version (\d+)\.", text)
+        nvrm = re.search(r"(?i)client has the version (\d+)\.\S+,? but this kernel module has the version (\d+)\.", text)
+        module, libraries = ((xla.group(1), xla.group(2)) if xla else
+                             (nvrm.group(2), nvrm.group(1)) if nvrm else (None, None))
+        branch = f"nvidia-driver-{libraries} (the libraries' branch; or {module}, the module's)" if libraries \
+            else "nvidia-driver-<version>"
+        fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded; "
+               f"if it stays, reinstall one driver version for both cleanly: sudo apt install --reinstall {branch}, "
+               "then reboot (nvidia-smi and cat /proc/driver/nvidia/version must name the same version)")
+        cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
+    elif re.search(r"(?i)Key was rejected by service|Required key not available|unsigned module|module verification "
+                   r"failed", text):
+        module = "nvidia" if re.search(r"(?i)nvidia", text) else "amdgpu"
+        fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
+               "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
+               "Boot off in the firmware settings")
+        cause = f"the {module} kernel module is not signed with a key the firmware trusts (Secure Boot is on)"
+    elif re.search(r"(?i)nvidia-smi\W{0,3}(?:command )?not found|command not found\W{0,3}nvidia-smi|nvidia-smi. is not "
+                   r"recognized", text):
+        inside = bool(_CONTAINED.search(joined))
+        fix = ("in a container nvidia-smi comes from the host's driver through the NVIDIA Container Toolkit: install it "
+               "(sudo nvidia-ctk runtime configure --runtime=docker; restart docker) and start with --gpus all"
+               if inside else
+               "install the NVIDIA driver (nvidia-smi comes with it): sudo ubuntu-drivers install (or sudo apt install "
+               "nvidia-driver-<version>; Fedora: akmod-nvidia), then reboot; with Secure Boot on, enroll its key "
+               "(mokutil) when asked")
+        cause = "the NVIDIA driver is not installed " + ("in reach of the container" if inside else "on this system")
+    elif re.search(r"(?i)Error 804|forward compatibility was attempted", text):
+        fix = ("remove the CUDA forward-compatibility package (sudo apt remove cuda-compat-*; unset a LD_LIBRARY_PATH "
+               "that points at /usr/local/cuda/compat): it is for datacenter GPUs only; or update the NVIDIA driver "
+               "to the one the CUDA version needs")
+        cause = "the CUDA forward-compatibility libraries are loaded on a GPU (GeForce, RTX) that does not support them"
+    elif re.search(r"(?i)Error 803|unsupported display driver", text):
+        fix = ("the user-space driver libraries and the kernel module are of different versions: reboot after a driver "
+               "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
+               "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
+        cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
+    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b|\b(?:after|since) "
+                   r"(?:a |the )?(?:sleep|suspend|resume|hibernat\w*|wak(?:e|ing) up)\b|(?:休眠|睡眠|挂起|待机)\S{0,8}后", text):
+        fix = ("reload the NVIDIA unified-memory module: sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (after a "
+               "suspend / resume it is left broken), or reboot; if it comes back after each sleep, keep the memory "
+               "across suspend: options nvidia NVreg_PreserveVideoMemoryAllocations=1 and the nvidia-suspend services")
+        cause = "the CUDA driver is in a broken state (most often after the machine slept: nvidia_uvm)"
+    elif re.search(r"(?i)secure ?boot", text):
+        module = "nvidia" if re.search(r"(?i)nvidia", joined) else "amdgpu"
+        fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
+               "/var/lib/dkms/mok.pub, reboot, and complete the enrolment in the blue MOK screen; check with mokutil "
+               "--sb-state and sudo dmesg | grep -i -e 'key was rejected' -e lockdown) or turn Secure Boot off in the "
+               "firmware settings")
+        cause = f"Secure Boot is on and the {module} kernel module is not signed with a key the firmware trusts"
+    elif re.search(r"(?i)kernel (?:update|upgrade)|(?:更新|升级)\S{0,12}内核", text) and not re.search(
+            r"(?i)Bad return status|fail\w* to (?:build|compile)|build (?:error|fail)|编译失败|构建失败", text):
+        nvidia = re.search(r"(?i)nvidia", joined)
+        again = ("sudo apt install --reinstall nvidia-dkms-<version> (or sudo dkms autoinstall)" if nvidia else
+                 "sudo apt install --reinstall amdgpu-dkms (or sudo dkms autoinstall), or drop DKMS: sudo "
+                 "amdgpu-install --usecase=rocm --no-dkms")
+        fix = (f"the driver's module was not rebuilt for the new kernel: install its headers (sudo apt install "
+               f"linux-headers-$(uname -r)), then {again}, and reboot; meanwhile boot the previous kernel from the GRUB "
+               "menu; with Secure Boot on, enroll the DKMS key (sudo mokutil --import /var/lib/dkms/mok.pub)")
+        cause = "the kernel update left the GPU driver's module unbuilt (or unsigned) for the new kernel"
+    elif re.search(r"^\s*No devices were found\s*$", text) or re.search(r"(?i)\bNo devices were found\b", text) and \
+            re.search(r"(?i)nvidia-smi", joined):
+        fix = ("nvidia-smi finds no GPU the loaded driver can drive: check lspci | grep -i nvidia (is the card seen), "
+               "sudo dmesg | grep -i -e nvrm -e nvidia (the driver's refusal: an unsupported card for this driver "
+               "branch, the open kernel modules on a pre-Turing card, a fallen-off-the-bus GPU); reinstall the driver "
+               "branch that supports the card and reboot")
+        cause = "the NVIDIA driver is loaded but drives no GPU"
+    elif re.search(r"(?i)nvidia kernel module (?:is )?missing", text):
+        fix = f"the nvidia module is not loaded: {secure_boot}; else reinstall the driver for the running kernel"
+        cause = "the NVIDIA kernel module is not loaded for this kernel"
+    elif re.search(r"(?i)could not load (?:the )?GPU driver", text):
+        # a firmware update puts Secure Boot back to its default (on): the module that loaded before is refused now
+        bios = re.search(r"(?i)\bBIOS\b|\bUEFI\b|firmware update", "\n".join(ctx.sheet.lines))
+        fix = (("a BIOS update turns Secure Boot back on, and it refuses the unsigned module: turn Secure Boot off again "
+                "in the firmware settings, or enroll the module's key (sudo mokutil --import /var/lib/dkms/mok.pub, "
+                "then complete the enrolment at the next boot)") if bios else
+               f"the GPU's kernel module did not load: {secure_boot}; else reinstall the driver for the running kernel")
+        cause = "the GPU driver's kernel module is not loaded" + (" since the BIOS update" if bios else "")
+    elif re.search(r"(?i)DKMS\b.{0,80}\b(?:freeze|hang)", text):
+        fix = ("drop the DKMS module and use the kernel's own amdgpu: sudo amdgpu-install --uninstall; sudo "
+               "amdgpu-install -y --usecase=rocm --no-dkms")
+        cause = "the amdgpu-dkms module misbehaves on this kernel" + (f" ({kernel.value})" if kernel else "")
+    elif re.search(r"Could not locate dkms\.conf", text):
+        tree = re.search(r"(/var/lib/dkms/amdgpu/[^/\s]+)", "\n".join(ctx.sheet.lines))
+        # dpkg-reconfigure re-runs the package's own script: dkms add, build and install for the running kernel
+        fix = ("rebuild and register the installed module: sudo dpkg-reconfigure amdgpu-dkms (then sudo dkms status "
+               "must list amdgpu as installed for $(uname -r)); if dkms still trips over the old version, remove the "
+               f"leftover tree: sudo rm -rf {tree.group(1) if tree else '/var/lib/dkms/amdgpu/<old version>'}, then "
+               "install the amdgpu-dkms package again")
+        cause = "an old amdgpu-dkms version left an empty tree in /var/lib/dkms that dkms cannot read"
+    elif re.search(r"(?i)Module (?:amdgpu|nvidia\w*) not found in directory", text):
+        module = re.search(r"(?i)Module (amdgpu|nvidia\w*) not found in directory (\S+)", text)
+        if module.group(1).lower() == "amdgpu":
+            # Ubuntu's cloud / minimal kernels leave the GPU drivers out of the base package (in -modules-extra)
+            fix = ("this kernel has no amdgpu module: on Ubuntu install the kernel's extra modules, sudo apt install "
+                   "linux-modules-extra-$(uname -r) (cloud / minimal kernels such as -aws, -azure, -gcp, -kvm leave "
+                   "amdgpu out; a -generic kernel has it), then sudo modprobe amdgpu; or install amdgpu-dkms for this "
+                   "kernel (sudo amdgpu-install --usecase=dkms)")
+        else:
+            fix = ("the NVIDIA module was not built for this kernel: install its headers (sudo apt install "
+                   "linux-headers-$(uname -r)) and rebuild it (sudo dkms autoinstall, or reinstall nvidia-dkms-"
+                   "<version>), then sudo modprobe nvidia; " + secure_boot)
+        cause = f"the running kernel ({module.group(2).rstrip('/').rsplit('/', 1)[-1]}) has no {module.group(1)} module"
+    elif re.search(r"(?i)nvidia-container-cli.{0,80}nvml error: driver not loaded", text):
+        # the container toolkit's hook reads the host's driver: the module is missing on the host, not in the image
+        fix = ("the host's NVIDIA kernel module is not loaded: run nvidia-smi on the host itself; reinstall the driver "
+               "for the host's running kernel (sudo apt install --reinstall nvidia-driver-<version>, or sudo dkms "
+               f"autoinstall after a kernel update), {secure_boot}; reboot, then start the container again")
+        cause = "the NVIDIA Container Toolkit finds no loaded NVIDIA driver on the host"
+    elif re.search(r"(?i)couldn.t communicate with the NVIDIA driver|Failed to initialize NVML: Driver Not Loaded", text):
+        fix = ("the NVIDIA kernel module is not loaded: reinstall the driver for the running kernel (sudo apt install "
+               "--reinstall nvidia-driver-<version>; or dkms autoinstall), check Secure Boot, reboot")
+        cause = "nvidia-smi cannot reach the kernel driver (a kernel update without the module rebuilt, or Secure Boot)"
+    elif re.search(r"(?i)driver (?:on your system is too old|version is insufficient)", text):
+        found = re.search(r"found version (\d{4,5})", text)
+        cuda = ctx.sheet.values("cuda")
+        # the driver branch said in words ("driver 470", "nvidia-driver-510"): the newest CUDA it runs
+        branch = re.search(r"(?i)\bdriver(?: version)?\W{0,3}(\d{3})(?:\.\d+){0,2}\b|nvidia-driver-(\d{3})\b", joined)
+        runs = max((c for c, b in _DRIVER_FOR_CUDA if branch and b <= int(branch.group(1) or branch.group(2))),
+                   default=None)
+        most = (f"{int(found.group(1)) // 1000}.{int(found.group(1)) % 1000 // 10}" if found else
+                cuda[-1] if cuda else f"{runs[0]}.{runs[1]}" if runs else None)
+        older = ""
+        if most and most.split(".")[0] == "11":
+            older = "; or keep the driver and install the torch built for CUDA 11: --index-url " \
+                    "https://download.pytorch.org/whl/cu118"
+        elif most and most.split(".")[0] == "12":
+            older = "; or keep the driver and install the torch built for CUDA 12.6: --index-url " \
+                    "https://download.pytorch.org/whl/cu126"
+        if most and not older and re.fullmatch(r"\d+\.\d+", most):
+            older = (f"; or keep the driver and install a torch built for CUDA {most} (cu{most.replace('.', '')}: "
+                     f"an older torch release, from https://download.pytorch.org/whl/cu{most.replace('.', '')})")
+        fix = (f"update the NVIDIA driver (it runs CUDA {most or '?'} at most; a current torch needs a driver for "
+               f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
+        cause = "torch was built for a newer CUDA than the installed driver supports"
+    elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build|"
+                   r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)|dkms.{0,20}(?:编译|构建)(?:失败|出错)",
+                   text):
+        previous = _previous_ubuntu_kernel(text + " " + (kernel.value if kernel else ""))
+        first = _first_dkms_release(joined + " " + (kernel.value if kernel else ""))
+        newer = (f"install the amdgpu-dkms of ROCm {first[1]} or newer (the first release whose driver builds for the "
+                 f"{first[0]} kernel: sudo amdgpu-install --uninstall, then the amdgpu-install of {first[1]})" if first
+                 else "install the amdgpu-dkms of a newer ROCm release (one that lists this kernel)")
+        fix = (newer + ", or boot a supported kernel (one the ROCm release's compatibility matrix "
+               "lists)" + (f" (the series before it, {previous}: sudo apt install linux-image-"
+                                         f"{previous}.0-<abi>-generic linux-headers-{previous}.0-<abi>-generic, pick "
+                                         "it in GRUB's Advanced options, and hold the newer one until ROCm lists it)"
+                                         if previous else "") +
+               ", or drop the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (the kernel's own amdgpu "
+               "driver serves ROCm)")
+        cause = "the amdgpu-dkms module does not build for this kernel" + (f" ({kernel.value})" if kernel else "")
+    elif re.search(r"amdgpu version file missing", text):
+        return None   # Ollama's note on distribution kernels: harmless by itself, the real cause is elsewhere
+    elif re.search(r"(?i)firmware|\bSMU\b|\bPSP\b", text):
+        fix = "install a newer linux-firmware package (the GPU's firmware files are newer than the distribution's)"
+        cause = "amdgpu cannot load this GPU's firmware"
+    elif re.search(r"(?i)\bnvidia", text) and not re.search(r"(?i)\bamdgpu\b|\brocm|radeon", joined):
+        # an NVIDIA driver component failing with no reading of its own: the kernel module first
+        fix = ("read sudo dmesg | grep -i -e NVRM -e nvidia (the kernel module's own error) and nvidia-smi; if the "
+               "module is not loaded, reinstall the driver for the running kernel (sudo apt install --reinstall "
+               f"nvidia-driver-<version>, or sudo dkms autoinstall after a kernel update); {secure_boot}; reboot")
+        cause = "an NVIDIA driver component failed to start (the kernel module not loaded, or not matching)"
+    else:
+        fix = ("sudo modprobe amdgpu and read sudo dmesg | grep -i amdgpu; if it is not there, install the driver "
+               f"(sudo amdgpu-install --usecase=dkms) or boot a kernel that has it; {secure_boot}")
+        cause = "the amdgpu kernel driver is not loaded for the GPU"
+    # with no driver loaded, nothing above it can work: the runtime's and the tools' own failures are its symptoms
+    downstream = ctx.of("device-access", "visibility", "rocm-libs-missing") + ctx.no_gpu() if re.search(
+        r"NOT loaded|not found in modules|modprobe|couldn.t communicate", text) else ctx.no_gpu()
+    return _make("driver", "the GPU driver is not working", cause, fix, [ctx.line_fact(e) for e in errors[:2]],
+                 errors + downstream)
+
+
+# The oldest Linux driver branch of each CUDA toolkit (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and
+# Corresponding Driver Versions"): a driver runs the CUDA of its branch and older; code a newer toolkit compiled to
+# PTX cannot be loaded by it
+_DRIVER_FOR_CUDA = (((11, 0), 450), ((11, 1), 455), ((11, 2), 460), ((11, 3), 465), ((11, 4), 470), ((11, 5), 495),
+                    ((11, 6), 510), ((11, 7), 515), ((11, 8), 520), ((12, 0), 525), ((12, 1), 530), ((12, 2), 535),
+                    ((12, 3), 545), ((12, 4), 550), ((12, 5), 555), ((12, 6), 560), ((12, 8), 570), ((12, 9), 575),
+                    ((13, 0), 580))

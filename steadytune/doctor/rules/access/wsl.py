@@ -1,0 +1,338 @@
+"""WSL 2: a ROCm release without WSL packages, a Windows build without GPU paravirtualisation, one GPU shared,
+NVML and the collectives under WSL, a program that hangs there."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.facts import Fact
+from steadytune.doctor.fixes import set_variable
+from steadytune.doctor.rules.base import (
+    _CONTAINED,
+    Context,
+    _cuda_index_for_driver,
+    Diagnosis,
+    _first,
+    _lines_matching,
+    _make,
+    rule,
+    _symptom_lines,
+    _text,
+    _vendor,
+)
+from steadytune.doctor.rules.access.device_files import _WSL_SAID
+
+
+# programs that reach CUDA without torch: a CUDA torch is no part of their fix
+_NOT_TORCH = ("ollama", "llama.cpp", "llama-cpp-python", "koboldcpp", "lmstudio", "whisper.cpp", "ctranslate2",
+              "tensorflow", "jax", "onnxruntime", "nccl", "nccl-tests", "docker")
+# a program said to hang or stop answering once it uses the GPU, in English or Chinese
+_WSL_HANG = (r"(?i)\b(?:stops? responding|not responding|hangs?|hung|freez(?:es|ing)|stuck)\b|无响应|卡住|卡死")
+
+
+# ROCm's WSL runtime (hsa-runtime-rocr4wsl-amdgpu) came only with AMD's WSL point releases (6.1.3 for Ubuntu 22.04,
+# then later 6.x point releases for 22.04 and 24.04, 6.4.2 among them: the Radeon docs' WSL matrix, threads ROCm
+# #3924, #4064, #5361, discussion #5411); an x.y.0 release and ROCm 7.0 / 7.1 have none; from 7.2 WSL goes through
+# librocdxg with the ordinary packages. Only the releases surely without it are named as such.
+_NO_WSL_RELEASE = re.compile(r"6\.\d+\.0|7\.[01](?:\.\d+)?")
+
+
+def _radeon_by_number(text: str) -> Optional[str]:
+    """A Radeon named by its number alone ("6950xt", "7900 XTX"): its generation is enough to place it in AMD's WSL
+    list (RX 6000: RDNA2, gfx103x; RX 7000: RDNA3; RX 9000: RDNA4)."""
+    m = re.search(r"(?i)(?<![\w.])(?:rx ?)?([679])([0-9]{3}) ?(?:xtx|xt|gre)(?![a-z])", text)
+    return {"6": "gfx1030", "7": "gfx1100", "9": "gfx1201"}[m.group(1)] if m else None
+
+
+def _rocm_release(text: str) -> Optional[str]:
+    """The ROCm release being installed: amdgpu-install's package (6.2.60203 is 6.2.3), the repository path, or
+    the version said."""
+    deb = re.search(r"amdgpu-install_(\d+)\.(\d+)\.(\d)0(\d)(\d\d)", text)
+    if deb:
+        return f"{deb.group(1)}.{deb.group(2)}.{int(deb.group(5))}"
+    said = re.search(r"(?i)\bROCm ?(\d+\.\d+(?:\.\d+)?)|/rocm/apt/(\d+\.\d+(?:\.\d+)?)", text)
+    return (said.group(1) or said.group(2)) if said else None
+
+
+def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """WSL 2 failures whose message names their own cause: Windows without GPU paravirtualisation, vLLM's pinned
+    memory, a container given the native-Linux devices, a ROCm release without WSL packages."""
+    dxcore = _lines_matching(ctx, r"(?i)dxcore initialization failed|libdxcore\.so.{0,40}(?:not found|No such file|"
+                                  r"cannot open)")
+    if dxcore:
+        return _make("wsl", "WSL 2 has no GPU paravirtualisation on this Windows",
+                     "the container toolkit looks for /usr/lib/wsl/lib/libdxcore.so, which WSL mounts only where "
+                     "Windows exposes the GPU to WSL (GPU-PV); on this Windows build it is missing, so no GPU is found",
+                     "GPU in WSL 2 needs Windows 11, or Windows 10 21H2 (build 19044) or newer (winver shows the build; "
+                     "update Windows), the Windows GPU driver with WSL support, and an updated WSL (wsl --update); then "
+                     "ls /usr/lib/wsl/lib/libdxcore.so inside WSL", [fact], dxcore)
+    # the Windows side gives WSL no GPU: NVML's "blocked by the operating system", the container toolkit's "no adapters"
+    blocked = _lines_matching(ctx, r"(?i)GPU access blocked by the operating system|WSL environment detected but no "
+                                   r"adapters were found")
+    if blocked:
+        return _make("wsl", "Windows gives WSL 2 no GPU",
+                     "WSL 2 reaches the GPU only through the Windows driver's paravirtualisation (/dev/dxg and "
+                     "/usr/lib/wsl/lib); here Windows exposes no GPU adapter to it (a Windows driver without WSL "
+                     "support, an old WSL, or a Linux NVIDIA driver inside WSL shadowing WSL's libraries)",
+                     "update the Windows NVIDIA driver (Game Ready / Studio, any current one supports WSL) and WSL "
+                     "(wsl --update, then wsl --shutdown); inside WSL remove any Linux NVIDIA driver (sudo apt remove "
+                     "'nvidia-driver-*' 'libnvidia-*') and check /usr/lib/wsl/lib/nvidia-smi lists the GPU; Docker: "
+                     "use Docker Desktop's WSL 2 backend or the NVIDIA Container Toolkit inside WSL", [fact], blocked)
+    uva = _lines_matching(ctx, r"(?i)UVA is not available")
+    if uva and (ctx.tool() == "vllm" or re.search(r"(?i)\bvllm\b", joined)):
+        return _make("wsl", "vLLM turns pinned memory off under WSL 2",
+                     "under WSL 2 vLLM disables pinned host memory by default, and without it UVA (the GPU reading "
+                     "host memory directly) is unavailable, which its model runner needs at start-up",
+                     "export VLLM_WSL2_ENABLE_PIN_MEMORY=1 before vllm serve (WSL 2 kernel 4.19.121 or newer has "
+                     "working pinned memory: uname -r), or fall back to the V1 model runner", [fact], uva)
+    kfd = _lines_matching(ctx, r"(?i)/dev/kfd\W{0,3}:? ?no such file or directory|no such file or directory.{0,20}"
+                               r"/dev/kfd")
+    if kfd and (_CONTAINED.search(joined) or re.search(r"(?i)--device", joined)):
+        return _make("wsl", "WSL 2 has no /dev/kfd to give the container",
+                     "under WSL 2 the GPU is reached through /dev/dxg and the libraries in /usr/lib/wsl/lib; the "
+                     "native-Linux container flags (--device=/dev/kfd --device=/dev/dri) name devices WSL does not have",
+                     "run the container with --device=/dev/dxg -v /usr/lib/wsl/lib/libdxcore.so:/usr/lib/libdxcore.so "
+                     "-v /opt/rocm/lib/libhsa-runtime64.so.1:/opt/rocm/lib/libhsa-runtime64.so.1 (AMD's ROCm-on-WSL "
+                     "docker example) instead of --device=/dev/kfd --device=/dev/dri", [fact], kfd)
+    missing = _lines_matching(ctx, r"Unable to locate package (?:hsa-runtime-rocr4wsl-amdgpu|amdgpu-lib\b|"
+                                   r"rocm-hip-runtime)")
+    release = _rocm_release(joined)
+    ubuntu = [f.value for f in ctx.sheet.of("os") if f.value.startswith("ubuntu ")]
+    noble = any(v.startswith("ubuntu 24.04") for v in ubuntu) or re.search(r"\bnoble\b|Ubuntu ?24\.04", joined)
+    outside = release and _NO_WSL_RELEASE.fullmatch(release)
+    said = ctx.of("device-access", "wsl", "driver") + ctx.no_gpu()
+    if missing or (outside and said and _vendor(ctx) == "amd"):
+        why = (f"ROCm {release} has no WSL packages" if outside else
+               "the WSL runtime package is not in the repository of the release being installed") + \
+              (" for Ubuntu 24.04" if noble else "")
+        return _make("wsl", "this ROCm release has no WSL runtime",
+                     f"{why}: only AMD's WSL releases ship the WSL runtime (hsa-runtime-rocr4wsl-amdgpu) that "
+                     "reaches the GPU through /dev/dxg, and the first of them, 6.1.3, is for Ubuntu 22.04 only",
+                     "install the amdgpu-install of a WSL release and use its wsl usecase: ROCm 6.4.2 (Ubuntu 22.04 "
+                     "or 24.04; amdgpu-install_6.4.60402-1_all.deb) or 6.1.3 on Ubuntu 22.04 (amdgpu-install_"
+                     "6.1.60103-1_all.deb), then amdgpu-install -y --usecase=wsl,rocm --no-dkms (remove the other "
+                     "release's repository first: sudo amdgpu-install --uninstall); ROCm 7.2 and newer reach WSL "
+                     "through librocdxg instead", [fact], missing or said)
+    return None
+
+
+_COLLECTIVES = re.compile(r"(?i)\b(?:NCCL|RCCL|nccl-tests|all_reduce_perf|torchrun|DistributedDataParallel|DDP|"
+                          r"multi[- ]?GPU|--multi_gpu|tensor[_ ]parallel\w*)\b|多卡|多GPU")
+
+
+def _wsl_one(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """The distribution runs under WSL 1, which has no GPU at all (GPU paravirtualisation is WSL 2's): said, or
+    shown by `wsl -l -v` with VERSION 1."""
+    listed = re.search(r"(?im)^\s*\*?\s*(\S+)\s+(?:Running|Stopped)\s+1\s*$", joined)
+    said = re.search(r"(?i)(?<![A-Za-z])WSL ?1(?![\d.])", joined)
+    if not listed and not said:
+        return None
+    distro = listed.group(1) if listed else "<distro>"
+    symptoms = ctx.errors + _symptom_lines(ctx, ctx.sheet.of("complaint")) or _lines_matching(
+        ctx, r"(?i)is_available|not found|no GPU|nvidia-smi|rocminfo")
+    if not symptoms:
+        return None
+    return _first(_make("wsl", "the distribution runs under WSL 1, which has no GPU",
+                        "only WSL 2 passes the GPU to Linux (through /dev/dxg and /usr/lib/wsl/lib); a distribution "
+                        "under WSL 1 sees no GPU whatever is installed in it",
+                        f"convert it to WSL 2 from Windows: wsl --set-version {distro} 2 (and wsl --set-default-version "
+                        "2 for new ones; needs the Virtual Machine Platform feature), then wsl -l -v must show VERSION "
+                        "2", [fact] if fact else [], symptoms))
+
+
+def _wsl_nvml(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """An NVIDIA tool's NVML start-up failing under WSL 2 (Ollama's GPU discovery, nvidia-smi's own library)."""
+    nvml = _lines_matching(ctx, r"(?i)nvml\w* (?:vram )?init failure|libnvidia-ml\.so\S*:? cannot open|"
+                                r"Failed to initialize NVML")
+    if nvml and (_vendor(ctx) == "nvidia" or re.search(r"(?i)\bCUDA\b|GeForce|\bRTX\b|\bQuadro\b|nvidia-", joined)):
+        # NVML is loaded by name: WSL mounts the Windows driver's copy in /usr/lib/wsl/lib, and a libnvidia-ml from a
+        # Linux driver package (in /lib/x86_64-linux-gnu) found first fails to start
+        return _make("wsl", "WSL 2: the NVML library loaded is not WSL's",
+                     "under WSL 2 the NVIDIA management library (libnvidia-ml.so.1) comes from the Windows driver, "
+                     "mounted in /usr/lib/wsl/lib; the tool (" + (ctx.tool(nvml) or "its GPU discovery") + ") loaded "
+                     "another copy (from a Linux driver package, or an unversioned libnvidia-ml.so that is not WSL's), "
+                     "and its start-up fails",
+                     "make the WSL copy the one found: sudo ln -sf /usr/lib/wsl/lib/libnvidia-ml.so.1 "
+                     "/usr/lib/wsl/lib/libnvidia-ml.so; sudo ldconfig (ldconfig -p | grep nvidia-ml must show "
+                     "/usr/lib/wsl/lib first), or export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH for the "
+                     "service; remove Linux NVIDIA driver packages inside WSL (sudo apt remove 'libnvidia-*' "
+                     "'nvidia-driver-*') and keep only the Windows driver", [fact], nvml)
+    return None
+
+
+def _wsl_collectives(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """NCCL (or RCCL) across GPUs under WSL 2: NCCL did not support WSL 2 at first (NVIDIA/nccl#442: maintainers said
+    it was not supported, later releases run there), and WSL 2's GPU paravirtualisation has no peer-to-peer between
+    cards, so a multi-GPU job there fails or hangs where native Linux runs it. Said as an error or as a question."""
+    said = _lines_matching(ctx, _COLLECTIVES.pattern)
+    if not said or not _WSL_SAID.search(joined):
+        return None
+    rccl = _vendor(ctx) == "amd" or re.search(r"(?i)\bRCCL\b", joined)
+    if rccl:
+        fix = ("run multi-GPU ROCm jobs on native Linux: ROCm on WSL 2 supports single-GPU work only (AMD's Radeon WSL "
+               "limitations); on WSL 2 train on one GPU")
+    else:
+        fix = ("update NCCL to a release that supports WSL 2 (a current torch wheel brings one: pip install -U torch, "
+               "or pip install -U nvidia-nccl-cu12) and run with NCCL_P2P_DISABLE=1 under WSL 2 (no GPU peer-to-peer "
+               "there); for multi-GPU training at full speed use native Linux (a dual boot)")
+    return _make("wsl", "collectives across GPUs under WSL 2",
+                 "under WSL 2 the GPUs are paravirtualised: " + (
+                     "RCCL is not supported there" if rccl else
+                     "early NCCL releases did not support WSL 2 at all, and later ones run there only without GPU "
+                     "peer-to-peer"), fix, [fact], ctx.errors or said)
+
+
+# the Windows build, as `ver` / winver / systeminfo print it, beside a Linux shell prompt: a WSL 2 session
+_WINDOWS_BUILD = re.compile(r"(?i)Microsoft Windows \[Version 10\.0\.(\d{5})(?:\.\d+)?\]|\bOS build\W{0,3}(\d{5})\b|"
+                            r"\bWindows (?:1[01] )?(?:Insider )?build\W{0,3}(\d{5})\b")
+_LINUX_PROMPT = re.compile(r"^\S+@[\w.-]+:[~/][^$#\n]{0,80}[$#]\s")
+# released Windows builds with WSL 2 GPU compute (Windows 10 21H2/22H2, Windows 11 21H2 to 25H2, Server 2022/2025);
+# GPU-PV came to Windows 10 with 21H2 (19044): an older build has none, a 2xxxx build outside the list is a preview
+_RELEASED_BUILDS = {19044, 19045, 20348, 22000, 22621, 22631, 26100, 26200}
+
+
+def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """A WSL 2 session failing to reach the GPU on a Windows build that has no (working) GPU compute for WSL: a
+    Windows 10 build before 21H2, or an Insider preview build; the fix is on the Windows side, its build."""
+    said = _lines_matching(ctx, _WINDOWS_BUILD.pattern)
+    if not said:
+        return None
+    m = _WINDOWS_BUILD.search(said[0].line)
+    build = int(next(g for g in m.groups() if g))
+    failing = ctx.of("wsl", "driver", "device-access", "visibility") + ctx.no_gpu() + _lines_matching(
+        ctx, r"(?i)no CUDA-capable device|cudaGetDeviceCount returned|couldn't communicate with the NVIDIA driver|"
+             r"/dev/dxg.{0,40}(?:No such file|not found)")
+    if not failing or build in _RELEASED_BUILDS:
+        return None
+    if build < 19044:
+        return _make("wsl", f"Windows build {build} gives WSL 2 no GPU",
+                     f"WSL 2 reaches the GPU through Windows' GPU paravirtualisation, which Windows 10 has from 21H2 "
+                     f"(build 19044); build {build} is older",
+                     f"update Windows from build {build} to Windows 10 21H2 (19044) or newer, or Windows 11 (winver "
+                     "shows the build), then wsl --update and wsl --shutdown; nothing to change inside Linux",
+                     [fact], said[:1] + failing)
+    return _make("wsl", f"Windows preview build {build} breaks GPU compute in WSL 2",
+                 f"build {build} is a Windows Insider preview, not a released build; GPU compute in WSL 2 is provided "
+                 "by Windows (its GPU paravirtualisation and the driver's WSL libraries), and some preview builds "
+                 "break it, so CUDA inside WSL finds no device whatever is installed in Linux",
+                 f"update Windows past build {build} (the next Insider build with the fix, or leave the Insider "
+                 "programme for a released build), keep the Windows NVIDIA driver current, then wsl --shutdown; "
+                 "nothing to change inside Linux (never install a Linux NVIDIA driver in WSL)",
+                 [fact], said[:1] + failing)
+
+
+def _wsl_pinned(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """ggml's CUDA backend (llama.cpp and the tools built on it) running out of memory under WSL 2 where the model
+    fits: it allocates its host buffers page-locked (pinned), and WSL 2 caps pinned host memory far below the RAM."""
+    oom = _lines_matching(ctx, r"(?i)(?:CUDA error\W{0,3}|cudaMallocHost|pinned|ggml[-_]cuda\S*).{0,80}out of memory|"
+                               r"out of memory.{0,80}(?:ggml[-_]cuda|cudaMallocHost|pinned)")
+    if not oom or not re.search(r"(?i)\bggml|llama[._-]?cpp|\bllama_model_load|koboldcpp|\./main\b", joined):
+        return None
+    return _make("wsl", "WSL 2 limits the pinned memory llama.cpp's CUDA backend asks for",
+                 "ggml's CUDA backend allocates its host buffers as pinned (page-locked) memory, which CUDA under WSL 2 "
+                 "caps far below the machine's RAM, so the allocation fails with 'out of memory' although the model "
+                 "fits in the GPU",
+                 "turn pinned memory off for it: export GGML_CUDA_NO_PINNED=1 before starting it (or a build that "
+                 "falls back to ordinary memory when the pinned allocation fails: update llama.cpp)", [fact], oom)
+
+
+@rule("wsl")
+def wsl(ctx: Context) -> Optional[Diagnosis]:
+    cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
+    # cuDNN 8's convolution library (libcudnn_cnn_infer) loads the driver's libcuda itself when it starts: under WSL
+    # that load is what fails, and cuDNN reports it as its own library not loading
+    cudnn = _lines_matching(ctx, r"(?i)(?:Could not|Unable to|cannot|can't) load (?:the )?library libcudnn_cnn_infer")
+    # WSL said, or its driver folder shown (ldconfig -p listing /usr/lib/wsl/lib): the libcuda is WSL's own
+    if (cuda_lib or cudnn) and re.search(r"\bWSL|/usr/lib/wsl/lib\b", _text(ctx)):
+        found = _make("wsl", "the WSL driver library is not on the loader path",
+                      "under WSL 2 the NVIDIA driver's libcuda.so lives in /usr/lib/wsl/lib, which the loader does not "
+                      "search here" + (" (cuDNN's libcudnn_cnn_infer loads libcuda when it starts, and reports that "
+                                       "failure as its own)" if cudnn and not cuda_lib else ""),
+                      "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH in the shell (or the script) that "
+                      "starts the job (or link /usr/lib/wsl/lib/libcuda.so.1 next to the library that loads it, in "
+                      "site-packages/nvidia/cudnn/lib); never install a Linux NVIDIA driver inside WSL", [],
+                      cuda_lib or cudnn)
+        return _first(found) if cudnn and not cuda_lib else found
+    joined = _text(ctx)
+    # a Windows build printed beside a Linux shell prompt is a WSL session too
+    windows_linux = _WINDOWS_BUILD.search(joined) and any(_LINUX_PROMPT.match(l) for l in ctx.sheet.lines)
+    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined) and not windows_linux:
+        return None
+    fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
+    own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+           or _wsl_collectives(ctx, joined, fact))
+    if own is not None:
+        return own
+    if re.search(r"(?i)\blib(?:cudart|cublas\w*|cudnn\w*|nvrtc)\.so(?:\.\d+)*: cannot open", joined) and \
+            not re.search(r"(?i)libcuda\.so", joined):
+        return None   # a CUDA toolkit library the wheel expects from the system: the loader path, not WSL's driver
+    errors = ctx.of("wsl", "visibility", "device-access", "driver") + ctx.no_gpu()
+    if not errors and _vendor(ctx) == "amd":
+        errors = [e for e in ctx.errors if e.family in (None, "torch-build", "rocm-libs-missing")]
+    if not errors:   # the user's words: no GPU found, in English or Chinese
+        errors = _lines_matching(ctx, r"(?:读不到|识别不到|找不到|检测不到|用不了|看不到).{0,6}(?i:gpu|显卡)|"
+                                      r"(?i:gpu|显卡).{0,6}(?:读不到|识别不到|找不到|检测不到|用不了)")
+    if not errors:   # or a program that hangs as soon as it touches the GPU (卡住, 卡死, 无响应)
+        errors = _lines_matching(ctx, _WSL_HANG)
+    if not errors and not ctx.sheet.has("complaint", "yes"):
+        return None
+    labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
+    therock = ctx.sheet.has("layout", "therock") or (labels[-1].startswith("7") if labels else
+                                                     any(v.startswith("7") for v in ctx.sheet.values("rocm")))
+    text = "\n".join(ctx.sheet.lines)
+    arch, arch_fact = ctx.arch(errors)
+    if arch is None:
+        arch = _radeon_by_number(joined)
+    # NVIDIA said in words (nvidia-smi, CUDA, a GeForce) with no AMD word: the paste is about CUDA under WSL
+    nvidia_said = re.search(r"(?i)nvidia|\bcuda\b|geforce|\brtx\b|\bgtx\b|quadro|tesla", joined) and not re.search(
+        r"(?i)\bamd\b|radeon|rocm|\bhip\b|\bgfx\d", joined)
+    too_old = re.search(r"(?i)driver on your system is too old|driver version is insufficient", joined)
+    if too_old and ((arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia" or nvidia_said):
+        # under WSL the CUDA driver is the Windows one: updating anything inside Linux cannot help
+        return _make("wsl", "WSL 2: the Windows NVIDIA driver is older than this CUDA",
+                     "under WSL 2 CUDA runs on the Windows NVIDIA driver (mounted in /usr/lib/wsl/lib); it is older "
+                     "than the CUDA the program was built for",
+                     "update the Windows NVIDIA driver (Game Ready / Studio from nvidia.com or the NVIDIA app), then "
+                     "wsl --shutdown and start WSL again; never install a Linux NVIDIA driver inside WSL; or install "
+                     "a build for the older CUDA: " + _cuda_index_for_driver(ctx, arch), [fact], errors)
+    if (arch and arch.startswith("sm_")) or _vendor(ctx) == "nvidia" or (arch is None and nvidia_said):
+        return _make("wsl", "WSL 2: CUDA does not reach the NVIDIA GPU",
+                     "under WSL 2 CUDA goes through the Windows NVIDIA driver, whose libcuda.so WSL mounts in "
+                     "/usr/lib/wsl/lib; a Linux NVIDIA driver installed inside WSL, a loader path without that folder, "
+                     "or a CPU torch hides the GPU",
+                     "keep only the Windows NVIDIA driver (never install a Linux driver in WSL: sudo apt remove "
+                     "'nvidia-driver-*' 'libnvidia-*' if one is there), export LD_LIBRARY_PATH=/usr/lib/wsl/lib:"
+                     "$LD_LIBRARY_PATH" + (", and install a CUDA torch: " + _cuda_index_for_driver(ctx, arch)
+                                            if ctx.tool(errors) not in _NOT_TORCH else
+                                            f" for {ctx.tool(errors)}; update the Windows NVIDIA driver"),
+                     [f for f in (fact, arch_fact) if f], errors)
+    if ctx.tool(errors) == "ollama":
+        return _make("wsl", "WSL 2: Ollama looks for /dev/kfd, which WSL does not have",
+                     "under WSL 2 the GPU is reached through /dev/dxg; Ollama's detection skips it unless told to",
+                     "install Ollama's ROCm bundle and set HSA_ENABLE_DXG_DETECTION=1 for the server (" +
+                     set_variable("HSA_ENABLE_DXG_DETECTION", "1", ctx.sheet, "ollama") + ")", [fact], errors)
+    if re.search(r"(?i)(?:detect|find|load|open)\w*\W+(?:\w+\W+){0,2}librocdxg|librocdxg\S*.{0,30}(?:not found|cannot)", text):
+        return _make("wsl", "librocdxg is installed but the loader does not find it",
+                     "the ROCm runtime loads librocdxg.so by name; /opt/rocm/lib is not on the loader's path (or its "
+                     "cache was not refreshed after the install)",
+                     "export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH (in the venv's activate script too), or "
+                     "sudo ldconfig", [fact], errors)
+    if arch and arch.startswith("gfx") and not re.match(r"gfx1[12]\d\d", arch):
+        # AMD's WSL support matrix lists RDNA3 and RDNA4 Radeon / Radeon PRO cards only (the "Compatibility matrices"
+        # page of rocm.docs.amd.com/projects/radeon, WSL section)
+        return _make("wsl", f"ROCm on WSL does not support this GPU ({arch})",
+                     f"AMD's ROCm for WSL runs only on RDNA3 and RDNA4 GPUs (Radeon RX 7000 / 9000, Radeon PRO W7000 / "
+                     f"R9000); {arch} is not among them, so no WSL runtime sees it",
+                     "run ROCm on native Linux (a dual boot) for this GPU, or move to a GPU that ROCm on WSL supports "
+                     "(RDNA3 / RDNA4); on Windows itself use a path that supports it (DirectML: torch-directml, or a "
+                     "Vulkan build of llama.cpp / Ollama)",
+                     [f for f in (fact, arch_fact) if f], errors)
+    runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
+               "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
+               "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
+               "libhsa-runtime64.so that the torch wheel bundles with /opt/rocm/lib/libhsa-runtime64.so.1")
+    return _make("wsl", "WSL 2: the ROCm runtime cannot see the GPU through /dev/dxg",
+                 "under WSL 2 there is no /dev/kfd; only AMD's WSL runtime talks to the Windows driver through "
+                 "/dev/dxg, and the stock Linux runtime (the one pytorch.org wheels bundle) finds no GPU",
+                 runtime + "; the Windows Adrenalin driver must be the WSL-enabled release", [fact], errors)

@@ -1,0 +1,12 @@
+"""Rules about code for this GPU's arch, one module per reading:
+
+  overrides        HSA_OVERRIDE_GFX_VERSION naming the wrong arch, or set where the paste does not show it
+  cuda_builds      the CUDA side of a missing arch: toolkits, torch builds and wheels by compute capability (no rules)
+  old_gcn          old GCN cards and the ROCm of their era (no rules)
+  arch_missing     code missing for the GPU's arch, and the override or rebuild that brings it
+  nccl             NCCL releases that predate a Blackwell GPU
+  gpu_unsupported  a GPU outside every build: Intel under CUDA or ROCm, old GCN cards, GPUs the apps or KFD dropped
+  target_lists     the targets a source build or an SDK carries, registered last
+
+runner.py imports the rule modules in this order, which is the order their rules register in.
+"""

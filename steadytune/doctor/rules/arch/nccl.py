@@ -1,0 +1,66 @@
+"""NCCL releases that predate a Blackwell GPU: collectives fail (or hang) across GPUs its release does not know."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
+
+
+# The first NCCL release that runs collectives on each Blackwell arch: 2.25.1 added sm_100; the consumer chips (sm_120:
+# RTX 50xx, RTX PRO 6000) have less shared memory per block than 2.25 asks for ("ncclMaxSharedMem 82240 exceeds
+# device/fn maxSharedMem 79856"), fixed in 2.26.2 (NCCL release notes; NVIDIA/nccl #1637, nccl-tests #291)
+_NCCL_FIRST = {"sm_100": (2, 25, 1), "sm_120": (2, 26, 2)}
+_NCCL_VERSION = re.compile(r"(?i)\bNCCL(?: version)?[\s:=v-]+(\d+)\.(\d+)\.(\d+)|nvidia-nccl-cu\d+[\s=]+(\d+)\.(\d+)\.(\d+)")
+_SEVERAL_GPUS = re.compile(r"(?i)\b(?:two|2|2x|four|4|4x|eight|8|8x|multiple|several|multi)[- ]?(?:\w+ )?(?:GPUs?|cards?)\b|"
+                           r"tensor[- _]parallel|tp[_-]?size|all_?reduce|alltoall|all_gather|nccl-tests|collective|nproc_per_node|"
+                           r"world_size|torchrun|--multi_gpu|\b[2-9]x (?:NVIDIA |GeForce )?(?:RTX |B)\d")
+_NCCL_TROUBLE = re.compile(r"(?i)\b(?:trouble|issue|problem|hangs?|stuck|did ?n[o']t help|errors?|fail\w*|crash\w*)\b")
+
+
+@rule("arch-missing")
+def nccl_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL failing across Blackwell GPUs whose arch its release predates: collectives fail (or hang) whatever the
+    transport settings, so NCCL_P2P_DISABLE does not help; a newer NCCL does. Settled where the paste shows the NCCL
+    version, likely where it shows none."""
+    text = _text(ctx)
+    if not re.search(r"\bNCCL\b", text):
+        return None
+    gpus = [f for f in ctx.sheet.of("gpu") if f.detail in _NCCL_FIRST]
+    if not gpus:
+        return None
+    arch = gpus[0].detail
+    first = _NCCL_FIRST[arch]
+    found = _NCCL_VERSION.search(text)
+    version = tuple(int(g) for g in (found.groups()[:3] if found and found.group(1) else found.groups()[3:])) \
+        if found else None
+    if version is not None and version >= first:
+        return None
+    if version is None and _torch_with_new_nccl(ctx):
+        return None   # torch 2.7+'s pip wheels pull in NCCL 2.26.2 (nvidia-nccl-cu12 pinned in its metadata)
+    if re.search(r"(?i)NCCL_P2P_DISABLE=1\W{0,3}(?:fix|work|solv|help)|(?:fix|solv)\w* (?:it )?(?:with|by) "
+                 r"(?:setting )?NCCL_P2P_DISABLE", text):
+        return None   # the transport setting mended it: the transport's reading, not NCCL's age
+    several = len(gpus) > 1 or _SEVERAL_GPUS.search(text)
+    trouble = ctx.errors or _NCCL_TROUBLE.search(text)
+    if not (several and trouble):
+        return None
+    need = ".".join(map(str, first))
+    said = f"NCCL {'.'.join(map(str, version))}" if version else "an NCCL older than " + need
+    lines = ctx.of("multi-gpu-transport") or _lines_matching(ctx, r"\bNCCL\b")[:1]
+    return _make("arch-missing", f"{said} predates the {gpus[0].value} ({arch})",
+                 f"NCCL releases before {need} do not run their collectives on {arch}; the failure stays whatever "
+                 "the transport (NCCL_P2P_DISABLE=1 does not help)",
+                 f"upgrade NCCL to {need} or newer: pip install -U \"nvidia-nccl-cu12>={need}\" (the NCCL torch's pip "
+                 f"wheels load), or a container release that ships NCCL {need}+; check with python -c 'import torch; "
+                 "print(torch.cuda.nccl.version())'", [gpus[0]], lines, confirmed=version is not None)
+
+
+def _torch_with_new_nccl(ctx: Context) -> bool:
+    """A pytorch.org / PyPI torch 2.7 or newer (a release, not an NGC or dev build): its wheels depend on NCCL 2.26.2+."""
+    for fact in ctx.sheet.of("torch"):
+        m = re.match(r"(\d+)\.(\d+)\.(\d+)(\+cu\d+)?$", fact.value)
+        if m and (int(m.group(1)), int(m.group(2))) >= (2, 7):
+            return True
+    return False

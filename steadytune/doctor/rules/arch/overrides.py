@@ -1,0 +1,175 @@
+"""Overrides: HSA_OVERRIDE_GFX_VERSION naming the wrong arch, or one set where the paste does not show it (a GPU
+that reports another chip's target)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.facts import discrete_archs
+from steadytune.doctor.fixes import override_value, rocm_index_for, set_variable
+from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, normalise_gfx, override_for_arch
+from steadytune.doctor.rules.base import (
+    _arch_fact,
+    Context,
+    Diagnosis,
+    _lines_matching,
+    _make,
+    OVERRIDE,
+    rule,
+    _text,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Code without this GPU's architecture, and overrides
+# ---------------------------------------------------------------------------------------------------------
+
+def _family_of(arch: str) -> str:
+    base = normalise_gfx(arch)
+    if base.startswith("gfx10") and len(base) == 7:   # RDNA1 (gfx101x) and RDNA2 (gfx103x) are different ISAs
+        return base[:-1]
+    return base[:-2] if len(base) >= 6 else base[:4]
+
+
+def _target(value: str) -> Optional[str]:
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
+    return f"gfx{m.group(1)}{m.group(2)}{int(m.group(3)):x}" if m else None
+
+
+def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama on Windows (and the ollama-for-amd builds that ship rocBLAS per arch) refusing the GPU with an empty
+    list of supported types, or while an override sits in the Windows environment: the override is what makes it
+    reject the card; the Windows runner does not borrow a sibling's code the way Linux's does."""
+    if not ctx.sheet.is_windows and not re.search(r"\bwsarecv\b|\.exe\b|AppData", _text(ctx)):
+        return None
+    if ctx.tool() != "ollama":
+        return None
+    empty = _lines_matching(ctx, r"amdgpu is not supported \(supported types:\s*\[\]\)")
+    leftover = ctx.override() is not None or bool(re.search(r"(?i)system environment variables?|environment variables? "
+                                                             r"(?:for|of) (?:the )?(?:system|user)", _text(ctx)))
+    refused = empty or ctx.of("arch-missing") or [f for f in ctx.sheet.of("complaint") if f.value == "yes"] or \
+        _lines_matching(ctx, r"(?i)(?:last|latest|newer|older) version .{0,40}support")
+    if not (empty or (leftover and refused)):
+        return None
+    arch, where = ctx.arch(ctx.errors)
+    lines = empty or _lines_matching(ctx, r"(?i)environment variable|HSA_OVERRIDE_GFX_VERSION") or []
+    return _make("override-wrong", f"a {OVERRIDE} left in the Windows environment makes Ollama reject the GPU",
+                 "on Windows Ollama's ROCm runner uses the rocBLAS libraries it ships for each arch; an override in "
+                 "the user or system environment makes it check the GPU as another chip and turn it down",
+                 f"remove {OVERRIDE} from the Windows environment (System Properties > Environment Variables, user "
+                 f"and system; or in PowerShell [Environment]::SetEnvironmentVariable(\"{OVERRIDE}\", $null, "
+                 "\"User\") and the same with \"Machine\" as administrator), quit Ollama from the tray and start it "
+                 f"again; for {arch or 'a GPU AMD does not list'} use a build that ships its rocBLAS libraries "
+                 "(ollama-for-amd)", [where] if where else [], lines, confirmed=bool(empty))
+
+
+@rule("override-wrong")
+def override_wrong(ctx: Context) -> Optional[Diagnosis]:
+    leftover = _windows_ollama_leftover(ctx)
+    if leftover is not None:
+        return leftover
+    # "export HSA_OVERRIDE_GFX_VERSION = 10.3.0": the shell reads three words, sets nothing ("not a valid identifier")
+    # (a line that starts with the name alone is that only where the shell complained: prose writes "X = 10.3.0" too)
+    spaced = re.search(r"(?m)^\W{0,3}(export\s+|set\s+)?" + OVERRIDE + r"\s+=\s*[\"']?(\d+\.\d+\.\d+)", _text(ctx))
+    if spaced and (spaced.group(1) or "not a valid identifier" in _text(ctx) or "command not found" in _text(ctx)):
+        lines = _lines_matching(ctx, OVERRIDE + r"\s+=|not a valid identifier")
+        return _make("override-wrong", f"{OVERRIDE} was never set (spaces around =)",
+                     f"a shell assignment takes no spaces around '='; written with them, the shell sets nothing (bash: "
+                     f"\"not a valid identifier\"), so the runtime never sees {OVERRIDE}",
+                     f"write it without spaces: export {OVERRIDE}={spaced.group(2)} (then check with echo "
+                     f"${OVERRIDE} in the same shell)", [], lines)
+    # a quoted message where the version belongs: a script's detection failed and wrote its error into the variable
+    garbage = re.search(OVERRIDE + r"\s*:?=\s*\"([A-Za-z][^\"\n]* [^\"\n]*)\"", _text(ctx))
+    if garbage:
+        arch, _ = ctx.arch([])
+        value = override_for_arch(arch) if arch else None
+        lines = _lines_matching(ctx, OVERRIDE)
+        return _make("override-wrong", f"{OVERRIDE} holds text, not a version",
+                     f"{OVERRIDE} is set to \"{garbage.group(1).strip()}\" (a script's message, not a gfx version): "
+                     "the runtime cannot use it",
+                     (f"set it to the version for {arch}: {OVERRIDE}={value}" if value else
+                      f"set it to a version (X.Y.Z) or unset it: {_OVERRIDE_TABLE}"), [], lines)
+    setting = ctx.override()
+    if setting is None:
+        return None
+    value = setting.value.split("=", 1)[1]
+    symptoms = ctx.of("gpu-hang", "override-wrong", "arch-missing") + ctx.crashes()
+    archs = discrete_archs(ctx.sheet)
+    target = _target(value)
+    tool = ctx.tool(symptoms)
+    if target is None:
+        # the GPU, not the gfx name the user wrote into the variable ("=gfx1030" is read as an arch too)
+        gpus = [a for a in archs if any(f.value == a and f.line_no != setting.line_no for f in ctx.sheet.of("arch"))]
+        arch = gpus[0] if gpus else None
+        good = override_value(arch, tool)[0] if arch else None
+        written = re.fullmatch(r"(?i)gfx\w+", value.strip("\"'"))
+        if not good and written and not (arch and arch in OFFICIAL_WHEEL_ARCHS):
+            good = _version_of(written.group(0).lower())   # the version form of the target they meant
+        return _make("override-wrong", f"{OVERRIDE}={value} is not a version",
+                     f"the runtime expects X.Y.Z (10.3.0 for gfx1030 code); {value!r} is ignored or rejected",
+                     set_variable(OVERRIDE, good, ctx.sheet, tool) if good else f"unset {OVERRIDE}",
+                     [setting], symptoms)
+    if not archs:
+        return None
+    arch = archs[0]
+    if _family_of(arch) != _family_of(target):
+        good, caveat = override_value(arch, tool)
+        own = _version_of(arch)
+        if arch in OFFICIAL_WHEEL_ARCHS:
+            fix = f"unset {OVERRIDE}: the current wheels carry {arch} code, so it runs without any override"
+        elif good:
+            fix = set_variable(OVERRIDE, good, ctx.sheet, tool) + caveat
+        else:
+            fix = f"unset {OVERRIDE}" + (f" (or set the card's own {OVERRIDE}={own})" if own else "") + "; " + \
+                (rocm_index_for(arch) if arch.startswith("gfx") else "")
+        return _make("override-wrong", f"{OVERRIDE}={value} runs another family's code on {arch}",
+                     f"the GPU is {arch}; {value} makes it load {target} code, a different instruction set",
+                     fix, [setting, _arch_fact(ctx, arch)], symptoms)
+    amd = [a for a in ctx.sheet.machine_archs if a.startswith("gfx")]
+    families = {_family_of(a) for a in amd}
+    if len(families) > 1 and symptoms:
+        return _make("override-wrong", f"{OVERRIDE} applies to every GPU, of two families here",
+                     f"the machine has {', '.join(amd)}; one override makes all of them run {target} code",
+                     f"hide the other GPU (HIP_VISIBLE_DEVICES=<index of the {arch}>) or set the override per GPU: "
+                     f"{OVERRIDE}_<KFD node>={value}", [setting], symptoms)
+    row = arch_info(arch)
+    if symptoms and row is not None and row.override.verdict == "trap" and target != arch:
+        return _make("override-wrong", f"{OVERRIDE}={value} is known to fail on {arch}",
+                     f"{target} code on {arch}: {row.override.why}",
+                     f"unset {OVERRIDE}; {rocm_index_for(arch)}", [setting], symptoms)
+    return None
+
+
+def _version_of(arch: str) -> Optional[str]:
+    """gfx1010 -> 10.1.0, gfx90c -> 9.0.12: the version an override names for this arch."""
+    m = re.fullmatch(r"gfx(\d{1,2}?)(\d)([0-9a-f])", normalise_gfx(arch))
+    return f"{int(m.group(1))}.{m.group(2)}.{int(m.group(3), 16)}" if m else None
+
+
+@rule("override-hidden")
+def override_hidden(ctx: Context) -> Optional[Diagnosis]:
+    """The GPU reports another chip's target than its product is (an MI210 named gfx1030): an override set somewhere
+    the paste does not show."""
+    products = [f for f in ctx.sheet.of("gpu") if f.detail.startswith("gfx")]
+    reported = [f for f in ctx.sheet.of("arch") if f.detail == "machine"]
+    # an arch said on a line that names a card of that arch belongs to that card ("Radeon R9 Fury X / Fiji gfx803"
+    # beside an MI100 table is a second machine, not an override)
+    reported = [arch for arch in reported if not any(
+        p.line_no == arch.line_no and _family_of(p.detail) == _family_of(arch.value) for p in products)]
+    for product in products:
+        for arch in reported:
+            if abs(product.line_no - arch.line_no) <= 3 and _family_of(product.detail) != _family_of(arch.value) \
+                    and ctx.override() is None:
+                symptoms = ctx.of("gpu-hang", "arch-missing", "override-wrong") + ctx.crashes()
+                return _make("override-wrong", f"{product.value} reports {arch.value}",
+                             f"{product.value} is {product.detail}, but the runtime names it {arch.value}: an "
+                             f"{OVERRIDE} left from another card is in force and makes it run the wrong code",
+                             f"unset {OVERRIDE} (look in ~/.bashrc, /etc/environment, the service unit or the "
+                             "container's environment)", [product, arch], symptoms)
+    return None
+
+
+_OVERRIDE_TABLE = (f"{OVERRIDE}=10.3.0 for RDNA2 (gfx1031-gfx1036), {OVERRIDE}=11.0.0 for RDNA3 (gfx1101-gfx1103, "
+                   f"gfx1151), {OVERRIDE}=10.1.0 for the other RDNA1 chips (gfx1011, gfx1013: gfx1010 code), "
+                   f"{OVERRIDE}=9.0.0 for the Vega APUs (gfx902, gfx90c)")

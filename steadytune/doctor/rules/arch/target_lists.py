@@ -1,0 +1,122 @@
+"""The targets a source build or an SDK carries: a CMake default target list that omits the GPU, a ROCm library's
+sources that lack the target, and a Windows GPU AMD lists for the HIP runtime but not the HIP SDK.
+
+These rules register after gpu_unsupported (the registration order breaks ties between diagnoses), so the
+arch-missing one among them stays here rather than beside its family in arch_missing.py."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import (
+    Context,
+    Diagnosis,
+    _lines_matching,
+    _make,
+    on_windows,
+    rule,
+    _text,
+)
+
+
+# A source build whose default target list leaves the GPU out: the user read the CMake list (or saw an arch dropped
+# from it) and names their GPU's arch; the project still builds for it when the list is given on the command line
+_CMAKE_TARGET_LIST = re.compile(r"(?i)\b(?:GPU_TARGETS|AMDGPU_TARGETS|CMAKE_CUDA_ARCHITECTURES|CMAKE_HIP_ARCHITECTURES|"
+                          r"TORCH_CUDA_ARCH_LIST)\b|\b(?:list of (?:gpu |supported )?(?:targets|archs|architectures)|"
+                          r"(?:gpu |build )?targets? list|default (?:gpu )?targets)\b")
+_OMITTED = re.compile(r"(?i)\b(?:removed|dropped|limited to|no longer|not (?:in|included|listed|built)|missing|"
+                       r"left out|excluded|only (?:builds?|for))\b|移除|去掉|不包含")
+_CC_IN_BUILD = re.compile(r"(?i)compute capability\D{0,12}(\d{1,2})\.(\d)\b|\bsm_?(\d{2,3})\b")
+_CUDA_ARCHS_SET = re.compile(r"CMAKE_CUDA_ARCHITECTURES\W{1,4}\"?((?:\d{2,3}[a-z]?;)+\d{2,3}[a-z]?)")
+
+
+@rule("arch-missing")
+def build_target_list(ctx: Context) -> Optional[Diagnosis]:
+    """A project built from source (CMake) whose default GPU target list omits the user's GPU: a default, not a limit;
+    naming the arch in the configure step (GPU_TARGETS for ROCm projects, CMAKE_CUDA_ARCHITECTURES for CUDA) builds
+    its code."""
+    listed = _lines_matching(ctx, _CMAKE_TARGET_LIST.pattern)
+    text = _text(ctx)
+    if not listed or not _OMITTED.search(text):
+        return None
+    gfx = re.search(r"(?i)\b(gfx\d{3,4}[a-z]?)\b", text)
+    cc = _CC_IN_BUILD.search(text)
+    if gfx and not re.search(r"(?i)CMAKE_CUDA_ARCHITECTURES|TORCH_CUDA_ARCH_LIST", text):
+        arch = gfx.group(1).lower()
+        hip = "CMAKE_HIP_ARCHITECTURES" if "CMAKE_HIP_ARCHITECTURES" in text else "GPU_TARGETS"
+        return _make("arch-missing", f"the build's default target list leaves out {arch}",
+                     f"the project's CMake default GPU target list does not include {arch}, so a default build carries "
+                     "no code for it (the GPU may still be supported when named explicitly)",
+                     f"configure with the arch named: cmake -D {hip}=\"{arch}\" ... (older projects read "
+                     f"AMDGPU_TARGETS=\"{arch}\"; keep any feature switch the arch needs, e.g. composable_kernel's "
+                     "-D DL_KERNELS=ON), rebuild, and check the library lists it (roc-obj-ls or the build log)",
+                     [], listed)
+    if cc is None:
+        return None
+    number = f"{cc.group(1)}{cc.group(2)}" if cc.group(1) else cc.group(3)
+    present = _CUDA_ARCHS_SET.findall(text)   # the last list set: CMake files set the default in their else branch
+    archs = sorted({number, *present[-1].split(";")}, key=lambda a: int(re.sub(r"\D", "", a))) if present \
+        else [number]
+    return _make("arch-missing", f"the build's default CUDA architectures leave out compute capability {number}",
+                 f"the CMake default list of CUDA architectures starts above sm_{number}, so the build carries no "
+                 "code for this GPU and its kernels cannot launch on it",
+                 f"configure with the GPU's architecture in the list: cmake -DCMAKE_CUDA_ARCHITECTURES=\""
+                 f"{';'.join(archs)}\" ... (TORCH_CUDA_ARCH_LIST=\"{number[:-1]}.{number[-1]}\" for a torch "
+                 "extension), and rebuild; check the CUDA toolkit still compiles for it (CUDA 12 dropped compute 3.x)",
+                 [], listed)
+
+
+# a ROCm library's own sources failing to compile for one target: its per-arch definitions (buffer-resource
+# constants, instruction selections) exist only for the archs it supports, so an identifier is undeclared or the
+# target unknown "while compiling for" the one it does not
+_COMPILES_FOR = re.compile(r"(?i)(?:undeclared identifier|use of undeclared|unknown (?:target|processor)|unsupported "
+                           r"(?:target|processor|arch\w*)|not (?:a )?supported (?:target|arch\w*)).{0,120}?\b(gfx\d{2,4}[a-z]?)\b")
+_LIBRARY_BUILT = re.compile(r"(?i)\b(composable[_ ]kernel|rocBLAS|hipBLASLt|MIOpen|rocWMMA|rocFFT|hipSPARSELt|Tensile|"
+                           r"aotriton|RCCL)\b|\bCK_\w+")
+
+
+@rule("gpu-unsupported")
+def library_sources_lack_the_target(ctx: Context) -> Optional[Diagnosis]:
+    """A source build of a ROCm library whose compile fails for one GPU target with an identifier undeclared or the
+    target unknown: the library does not support that arch; the remedy is to leave it out of the targets."""
+    failed = _lines_matching(ctx, _COMPILES_FOR.pattern)
+    text = _text(ctx)
+    library = _LIBRARY_BUILT.search(text)
+    if not failed or not library:
+        return None
+    arch = _COMPILES_FOR.search(failed[0].line).group(1).lower()
+    name = "composable_kernel" if library.group(0).upper().startswith(("CK_", "COMPOSABLE")) else library.group(1)
+    return _make("gpu-unsupported", f"{name} does not support {arch}",
+                 f"{name}'s sources define their per-architecture constants only for the GPUs it supports; compiling "
+                 f"them for {arch} finds none, so the build fails for that target",
+                 f"{arch} is not supported by {name}: remove it from the build's targets (-D GPU_TARGETS=\"<only the "
+                 f"supported archs you need>\") and build {name} only for supported architectures; for a {arch} "
+                 "machine use the packaged library of a ROCm release, or a backend that runs on it",
+                 [], failed)
+
+
+# AMD's Windows support table gives each GPU two columns: the HIP runtime, and the HIP SDK (its math libraries,
+# rocBLAS, MIOpen, ...). A GPU with the runtime only runs HIP programs that bring their own kernels, not the SDK's
+_RUNTIME_NOT_SDK = re.compile(r"(?i)\b(?:hip )?runtime\b.{0,40}\bbut not (?:the )?(?:hip )?sdk\b|\bnot (?:in|on|by) the "
+                              r"(?:hip )?sdk\b|\bruntime[- ]only\b.{0,40}\bsdk\b|\bsdk support\b.{0,60}\bwindows\b|"
+                              r"\bwindows\b.{0,60}\bsdk support\b")
+
+
+@rule("gpu-unsupported")
+def windows_runtime_only(ctx: Context) -> Optional[Diagnosis]:
+    """A Windows GPU that AMD lists for the HIP runtime but not the HIP SDK, said by the user: the SDK's libraries are
+    not built or validated for it."""
+    said = _lines_matching(ctx, _RUNTIME_NOT_SDK.pattern)
+    text = _text(ctx)
+    gfx = re.search(r"(?i)\b(gfx\d{2,4}[a-z]?)\b", text)
+    if not said or not gfx or not on_windows(ctx, text):
+        return None
+    arch = gfx.group(1).lower()
+    return _make("gpu-unsupported", f"{arch} has the Windows HIP runtime but not the HIP SDK",
+                 f"AMD lists {arch} for the HIP runtime on Windows only: the HIP SDK's libraries (rocBLAS, MIOpen, "
+                 "hipBLASLt) are not built or validated for it",
+                 f"{arch} is not supported by the Windows HIP SDK: use a GPU on the HIP SDK's support list, or build "
+                 f"the libraries you need for {arch} yourself (community rocBLAS builds exist), or run under Linux "
+                 "ROCm where the card is covered",
+                 [], said, confirmed=False)

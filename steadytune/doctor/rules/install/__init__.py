@@ -1,0 +1,11 @@
+"""Rules about what was installed, one module per reading:
+
+  shared             the torch a paste lists, its CUDA label and the fix table filled with them (no rules)
+  torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
+  wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
+  abi                a compiled extension built against another torch, CUDA or ROCm
+  libraries_missing  a ROCm, CUDA or system library the loader does not find
+  programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
+
+runner.py imports them in this order, which is the order their rules register in.
+"""

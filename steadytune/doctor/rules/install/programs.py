@@ -1,0 +1,173 @@
+"""One program's own words about its install: AutoGPTQ's kernels, hipcc left out, cuBLASLt that does not start,
+Jan's and Ollama's GPU engines, and the question whether a torch tool runs on AMD.
+
+These rules of the torch-build and rocm-libs-missing families register after every other install rule (the
+registration order breaks ties between diagnoses), so they keep a module of their own, imported last."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.error_lines import ErrorLine
+from steadytune.doctor.fixes import rocm_index_for
+from steadytune.doctor.rules.base import (
+    on_windows,
+    Context,
+    Diagnosis,
+    _lines_matching,
+    _make,
+    rule,
+    _text,
+)
+from steadytune.doctor.rules.install.torch_build import _JAN, _ON_CPU
+
+
+def _said(ctx: Context, needle: str, pattern: str) -> list[ErrorLine]:
+    """The lines matching `pattern`, searched only where the paste says `needle` (lower case): a cheap gate that keeps
+    the regular expressions off hostile pastes."""
+    return _lines_matching(ctx, pattern) if needle in _text(ctx).lower() else []
+
+
+# AutoGPTQ's own words when its compiled kernels do not load: "CUDA extension not installed.", "name 'autogptq_cuda_256'
+# is not defined"
+_GPTQ_EXTENSION = re.compile(r"(?i)CUDA extension (?:is )?not installed|autogptq_cuda\w*'? (?:is )?not defined")
+
+
+@rule("torch-build")
+def gptq_kernels_not_loaded(ctx: Context) -> Optional[Diagnosis]:
+    """AutoGPTQ's prebuilt wheels carry kernels built against one torch of one CUDA (cu118, cu121): next to a torch of
+    another CUDA (or a CPU one) they do not load and it falls back to slow paths. Building it from source instead needs
+    the CUDA Toolkit (nvcc, CUDA_HOME) of torch's CUDA version."""
+    lines = _said(ctx, "not", _GPTQ_EXTENSION.pattern)
+    if not lines or any(e.family for e in ctx.errors):
+        return None   # an error line of its own (a symbol, a missing library) says more
+    text = _text(ctx)
+    shown = re.search(r"\+?\b(cu1\d{2})\b", text)
+    label = shown.group(1) if shown else "cu118"
+    wheel = (f"pip install auto-gptq --no-cache-dir --extra-index-url https://huggingface.github.io/autogptq-index/"
+             f"whl/{label}/")
+    if re.search(r"\bCUDA_HOME\b|\bnvcc\b", text):
+        return _make("rocm-libs-missing", "the CUDA Toolkit is missing for building AutoGPTQ's kernels",
+                     "building AutoGPTQ from source compiles its CUDA kernels with nvcc, found through CUDA_HOME; "
+                     "without the CUDA Toolkit the build leaves them out (\"CUDA extension not installed\")",
+                     "install the CUDA Toolkit of torch's CUDA version (python -c 'import torch; print(torch.version."
+                     "cuda)'; the NVIDIA CUDA Toolkit installer or sudo apt install cuda-toolkit-<X-Y>), export "
+                     "CUDA_HOME=/usr/local/cuda-<X.Y>, then pip install . again; or skip the build: " + wheel,
+                     [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+    return _make("torch-build", "AutoGPTQ's kernels do not match the installed torch",
+                 f"AutoGPTQ's prebuilt kernels are built against torch's {label} build; the torch installed is of "
+                 "another CUDA (or CPU-only), so they do not load",
+                 f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the CUDA the AutoGPTQ wheel "
+                 f"names), then {wheel}", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# the HIP compiler or its headers left out of an install, in the user's words ("hipcc7.1.0 not installed by default")
+_HIPCC_NOT_INSTALLED = re.compile(r"(?i)\bhipcc[\d.]*\b.{0,80}\b(?:not|n't|never) (?:been |being |be )?(?:get )?"
+                                  r"(?:installed|install|pulled)|(?:doesn'?t|does not|didn'?t|did not|not) (?:trigger|"
+                                  r"install|pull)\w*\b.{0,60}\bhipcc")
+
+
+@rule("rocm-libs-missing")
+def hipcc_left_out_of_the_install(ctx: Context) -> Optional[Diagnosis]:
+    """hipcc (the HIP compiler wrapper) and the HIP headers are packages of their own (hipcc, hip-dev); a metapackage
+    or a runtime-only usecase that does not pull them leaves a ROCm that runs but cannot build."""
+    lines = _said(ctx, "hipcc", _HIPCC_NOT_INSTALLED.pattern)
+    if not lines:
+        return None
+    version = re.search(r"(?i)\bhipcc(\d+\.\d+(?:\.\d+)?)\b", _text(ctx))
+    suffix = version.group(1) if version else ""
+    return _make("rocm-libs-missing", "hipcc and the HIP headers are not installed",
+                 "the HIP compiler wrapper (hipcc) and the HIP headers (hip-dev) come in packages of their own, which "
+                 "this install did not pull", f"sudo apt install hipcc{suffix} hip-dev{suffix} (dnf install hipcc "
+                 "hip-devel), or sudo amdgpu-install --usecase=rocm,hiplibsdk; then hipcc --version",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+# a user asking whether the tool runs on AMD at all: "Does X support AMD graphic cards?", "支援 AMD", "支持AMD显卡吗"
+_AMD_SUPPORT_QUESTION = re.compile(r"(?i)\b(?:does|do|is|can)\b.{0,40}\bsupport(?:s|ed)?\b.{0,20}\b(?:AMD|Radeon)\b|"
+                                   r"\b(?:AMD|Radeon)\b.{0,30}\bsupported\s*\?|支[援持]\s*(?:AMD|A卡)")
+
+
+@rule("torch-build")
+def amd_support_question(ctx: Context) -> Optional[Diagnosis]:
+    """A tool built on torch runs on an AMD GPU with torch's ROCm build (Linux): the question "does it support AMD?"
+    is answered by the build of torch installed, not by the tool."""
+    lines = _said(ctx, "amd", _AMD_SUPPORT_QUESTION.pattern) or _lines_matching(ctx, r"支[援持]\s*A卡")
+    if not lines or ctx.errors:
+        return None   # an error says what is actually wrong
+    tool = ctx.tool() or "the tool"
+    arch, _fact = ctx.arch()
+    return _make("torch-build", "AMD GPUs run torch's ROCm build",
+                 f"{tool} runs on torch; on an AMD GPU it needs torch's ROCm build in place of the CUDA one",
+                 f"on Linux (or WSL 2): pip uninstall -y torch torchvision torchaudio; {rocm_index_for(arch)}; then "
+                 f"install {tool} as usual (python -c 'import torch; print(torch.version.hip, torch.cuda."
+                 "is_available())' must print a ROCm version and True)", [ctx.line_fact(lines[0])], lines[:1],
+                 confirmed=False)
+
+
+@rule("rocm-libs-missing")
+def cublaslt_not_initialized(ctx: Context) -> Optional[Diagnosis]:
+    """"Library cublasLt is not initialized": torch found a cuBLASLt it cannot start, the CUDA runtime libraries of the
+    environment (a conda env's cudatoolkit) missing or of another CUDA version than torch's."""
+    lines = _said(ctx, "cublaslt", r"(?i)Library cublasLt is not initiali[sz]ed")
+    if not lines:
+        return None
+    return _make("rocm-libs-missing", "cuBLASLt does not start",
+                 "torch loads a cuBLASLt it cannot initialise: the environment's CUDA runtime libraries are missing or "
+                 "of another CUDA version than torch's",
+                 "install the CUDA runtime of torch's CUDA version into the environment: conda install cudatoolkit="
+                 "<python -c 'import torch; print(torch.version.cuda)'> (or pip install torch from the CUDA index, "
+                 "whose wheels bring cuBLAS), and take other CUDA lib64 folders off LD_LIBRARY_PATH",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+_NVIDIA_WORDS = re.compile(r"(?i)\bnvidia\b|\b(?:rtx|gtx)\s*\d{3,4}|\b(?:10[5-8]0|16[56]0|[2-5]0[5-9]0)(?:\s*ti)?\b|"
+                           r"\b9[6-8]0\b")
+
+
+@rule("rocm-libs-missing")
+def jan_without_the_cuda_runtime(ctx: Context) -> Optional[Diagnosis]:
+    """Jan's GPU engine (its llama.cpp server built for CUDA) loads the CUDA runtime from a CUDA Toolkit install, not
+    from a wheel: with only the display driver it cannot start on the GPU and Jan stays in CPU mode."""
+    text = _text(ctx)
+    if not _JAN.search(text) or not _NVIDIA_WORDS.search(text) or any(e.family for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _ON_CPU.pattern) or _lines_matching(ctx, r"(?i)\bCPU mode\b|\bnot (?:being )?used\b")
+    if not said:
+        return None
+    return _make("rocm-libs-missing", "Jan finds no CUDA runtime for its GPU engine",
+                 "Jan's GPU engine (llama.cpp built for CUDA) loads the CUDA runtime libraries from a CUDA Toolkit "
+                 "install; with only the NVIDIA display driver it falls back to CPU mode",
+                 "install the NVIDIA CUDA Toolkit (11.7 or newer; on Windows its installer puts the runtime on PATH) "
+                 "beside the driver, restart Jan and turn on GPU acceleration in its settings (Advanced: GPU "
+                 "Acceleration, choosing the GPUs it may use); nvidia-smi must list the GPU",
+                 [ctx.line_fact(said[0])], said[:1], confirmed=False)
+
+
+# Ollama's Windows layout by release: 0.3.x runs each GPU backend from lib\ollama\runners\<backend> (rocm_v6.1), and
+# the runner loads the ROCm DLLs and the rocblas\library folder from its own folder
+_OLLAMA_RELEASE = re.compile(r"(?i)\bollama\b[^\n]{0,20}?\bv(?:ersion)?\W{0,3}(\d+)\.(\d+)(?:\.\d+)?|"
+                             r"\bollama\W{0,3}v?(\d+)\.(\d+)\.\d+")
+
+
+@rule("rocm-libs-missing")
+def ollama_runner_without_rocblas(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama 0.3.x on Windows with an AMD GPU whose rocblas the user replaced (the community's build for a GPU the
+    official one lacks): the ROCm runner crashes (0xc0000005) when the rocblas DLL and its library folder are not in
+    the runner's own folder, lib\\ollama\\runners\\rocm_v6.1, but beside it in lib\\ollama."""
+    text = _text(ctx)
+    crashed = ctx.crashes() or re.search(r"0xc0000005|3221225477", text)
+    if "rocblas" not in text.lower() or ctx.tool() != "ollama" or not on_windows(ctx, text) or not crashed:
+        return None
+    release = _OLLAMA_RELEASE.search(text)
+    if release is None or (release.group(1) or release.group(3), release.group(2) or release.group(4)) != ("0", "3"):
+        return None   # the runners folder of 0.3.x; later releases keep the libraries in lib\ollama\rocm
+    said = _lines_matching(ctx, r"(?i)0xc0000005|3221225477|rocblas")
+    return _make("rocm-libs-missing", "Ollama's ROCm runner does not find rocblas in its own folder",
+                 "Ollama 0.3.x runs the ROCm backend from lib\\ollama\\runners\\rocm_v6.1, and that runner loads the "
+                 "ROCm DLLs and rocblas\\library from its own folder; a rocblas replaced in lib\\ollama is not the one "
+                 "it loads, and it crashes",
+                 "quit Ollama; copy lib\\ollama\\*.dll (rocblas.dll among them) and the rocblas folder (rocblas\\library "
+                 "with the tensile files for your GPU) into %LOCALAPPDATA%\\Programs\\Ollama\\lib\\ollama\\runners\\"
+                 "rocm_v6.1, then start Ollama again", [ctx.line_fact(said[0])], said[:1])

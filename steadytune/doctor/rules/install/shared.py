@@ -1,0 +1,63 @@
+"""What the install readings share: the torch a paste lists and its CUDA label, the tool x family fix
+table filled with them, and the pip package that ships each compiled module."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.fixes import rocm_index_for
+from steadytune.doctor.tool_fixes import machine_kinds, tool_fix
+from steadytune.doctor.rules.base import Context, _cuda_index_for_driver, _text, _vendor
+
+
+def _listed_torch_version(ctx: Context) -> Optional[str]:
+    return next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None) or _listed_torch(ctx)
+
+
+def _cuda_label(ctx: Context) -> Optional[str]:
+    """The CUDA label of the torch the paste is about (cu126): a pytorch.org index it names, a +cuXYZ build, else a
+    CUDA version it states beside torch ("PyTorch 2.6.0 and cuda 12.6")."""
+    text = _text(ctx)
+    said = (re.search(r"download\.pytorch\.org/whl/(?:nightly/)?(cu\d{3})\b", text)
+            or re.search(r"\btorch\S*?\+(cu\d{3})\b", text))
+    if said:
+        return said.group(1)
+    version = re.search(r"(?i)\bcuda\s*(?:version:?\s*)?(1[12])\.(\d)\b", text)
+    return f"cu{version.group(1)}{version.group(2)}" if version else None
+
+
+def _table_fix(ctx: Context, tool: Optional[str], family_name: str, kinds: Optional[frozenset[str]] = None,
+               **values: Optional[str]) -> Optional[str]:
+    """The tool x family table's fix (tool_fixes.yaml) for this machine's OS and GPU vendor (or the `kinds` given),
+    with its values."""
+    arch, _ = ctx.arch()
+    torch = _listed_torch_version(ctx)
+    filled = {"torch": f"torch {torch}" if torch else None, "rocm_index": rocm_index_for(arch),
+              "cuda_index": _cuda_index_for_driver(ctx, arch), "cuda_label": _cuda_label(ctx), **values}
+    if kinds is None:
+        kinds = machine_kinds(ctx.sheet.is_windows, _vendor(ctx), _text(ctx))
+    return tool_fix(tool, family_name, kinds, filled)
+
+
+# The compiled modules people meet in these errors, by the name in the path or the import, and the pip package that
+# ships each (the fix reinstalls the package, not the module)
+_MODULE_PACKAGES = (
+    (r"flash_attn", "flash-attn"),
+    # vLLM 0.1-0.2 shipped its kernels as top-level modules of their own (setup.py's CUDAExtension names)
+    (r"vllm|\b(?:cache|attention|activation|pos_encoding|layernorm|quantization)_ops\b|\b_moe_C\b", "vllm"), (r"xformers", "xformers"), (r"bitsandbytes", "bitsandbytes"),
+    (r"torchaudio|_torch_sox", "torchaudio"), (r"torchvision", "torchvision"), (r"deepspeed|fused_adam|cpu_adam|"
+    r"transformer_inference|fused_lamb", "deepspeed"), (r"\bapex\b|amp_C|fused_layer_norm_cuda", "apex"),
+    (r"sageattention|_qattn", "sageattention"), (r"mamba_ssm|selective_scan", "mamba-ssm"),
+    (r"causal_conv1d", "causal-conv1d"), (r"torch_scatter|torch_sparse|torch_cluster|torch_spline_conv", "torch-scatter"),
+    (r"mmcv", "mmcv"), (r"detectron2", "detectron2"), (r"pytorch3d", "pytorch3d"), (r"exllamav2\w*", "exllamav2"), (r"auto_gptq|exllama\w*",
+    "auto-gptq"), (r"transformer_engine", "transformer-engine"), (r"llama_cpp", "llama-cpp-python"),
+    (r"torch_directml", "torch-directml"), (r"natten", "natten"), (r"spconv", "spconv"), (r"gsplat|diff_gaussian",
+    "the gaussian-splatting extension"), (r"nvdiffrast", "nvdiffrast"), (r"tinycudann|tiny_cuda_nn", "tinycudann"),
+)
+
+
+def _listed_torch(ctx: Context) -> Optional[str]:
+    """torch's version from a package list (`- torch 2.1.2`, `torch==2.1.2`, `torch: 2.1.2`) when no fact holds it."""
+    found = re.search(r"(?im)^\W*torch\s*(?:==|:|\s)\s*(\d+\.\d+\.\d+[\w.+]*)\s*$", _text(ctx))
+    return found.group(1) if found else None
