@@ -3,6 +3,7 @@ build, an index older than the pin, packages that replace torch, and podman olde
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Optional
 
@@ -82,6 +83,12 @@ def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool 
     failure = read_import_failure(ctx.sheet.lines)
     if failure is None or (attribute_only and not failure.attribute):
         return None
+    if failure.caller is None:
+        # a title restating the error ("No module named 'x' when loading a model") comes before the traceback, whose
+        # repeat of it names the package that ran the import
+        later = read_import_failure(ctx.sheet.lines[failure.line_no:])
+        if later is not None and later.module == failure.module and later.caller is not None:
+            failure = dataclasses.replace(later, line_no=later.line_no + failure.line_no)
     if failure.attribute and (failure.caller is None or failure.caller == failure.top):
         return None   # an attribute missing in the program's own code, or inside the package itself: no release mix-up
     covers = [e for e in errors if e.line_no == failure.line_no] or [ErrorLine(failure.line_no, failure.line, None)]

@@ -1,0 +1,67 @@
+"""doctor, round 9 (issue 63): readings of the install families for serving engines and compiled libraries: a CUDA
+library or driver older than a binary was built against, a package's compiled part imported under a traceback's
+title, and more below. Each paste is written for its reading (another GPU, tool or wording than the mined case that
+asked for it); the negatives keep each reading out of pastes it does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.diagnose import diagnose_text
+from test_doctor_paraphrases import PASTINGS, assert_a_rule_reads, pasting_misses
+
+# (paste, family, phrases the fix must say)
+READINGS = [
+    # a driver API call (cu + a capital) undefined in another engine's kernels: the driver is older, not the wheel
+    ("vllm serve Qwen3-8B fails at start\nImportError: /venv/lib/python3.11/site-packages/vllm/_C.abi3.so: undefined "
+     "symbol: cuTensorMapEncodeTiled\nNVIDIA-SMI 515.65.01  Driver Version: 515.65.01\ntorch 2.6.0+cu124", "driver",
+     ["upgrade the NVIDIA driver", "CUDA 12.0", "525.60.13"]),
+    # a CUDA library's own function (cuBLAS) missing for torch: an older copy of that library comes first
+    ("python -c 'import torch'\nOSError: /opt/conda/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so: "
+     "undefined symbol: cublasLtGetStatusString", "abi-mismatch", ["libcublas", "nvidia-cublas-cu12",
+                                                                    "LD_LIBRARY_PATH"]),
+    # NCCL's own function missing when DeepSpeed imports torch: the nccl copy, not the extension
+    ("deepspeed --num_gpus 2 train.py\nImportError: libtorch_cuda.so: undefined symbol: ncclCommInitRankConfig",
+     "abi-mismatch", ["nccl", "ldconfig -p | grep libnccl"]),
+    # pip's cuBLAS needing a newer nvJitLink than the toolkit's on the path: name pip's folder of it
+    ("ImportError: /home/u/.venv/lib/python3.12/site-packages/nvidia/cublas/lib/libcublasLt.so.12: undefined "
+     "symbol: __nvJitLinkCreate_12_4, version libnvJitLink.so.12", "abi-mismatch",
+     ["unset LD_LIBRARY_PATH", "nvidia/nvjitlink/lib"]),
+    # JAX finding no pip cuDNN (another library than the case), LD_LIBRARY_PATH set to a toolkit
+    ("pip install -U \"jax[cuda12]\"\nexport LD_LIBRARY_PATH=/usr/local/cuda-11.8/lib64\n>>> import jax; "
+     "jax.devices()\nRuntimeError: Unable to load cuDNN. Is it installed?", "abi-mismatch", ["unset LD_LIBRARY_PATH"]),
+    # a package's compiled module named in the title, its traceback below naming the package that imports it
+    ("No module named 'amp_C' when training with apex\nTraceback (most recent call last):\n  File "
+     "\"/srv/env/lib/python3.10/site-packages/apex/optimizers/fused_adam.py\", line 12, in __init__\n    import "
+     "amp_C\nModuleNotFoundError: No module named 'amp_C'", "wheel-platform", ["rebuild apex", "--no-build-isolation"]),
+]
+
+
+@pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
+def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
+    assert_a_rule_reads(paste, family, phrases)
+
+
+@pytest.mark.parametrize("how", PASTINGS)
+def test_every_reading_survives_how_it_is_pasted(how):
+    misses = pasting_misses(READINGS, how)
+    assert not misses, "\n".join(misses)
+
+
+# (paste, a phrase the top reading's fix must NOT say)
+NEGATIVES = [
+    # a CUDA runtime symbol (cuda*, not cu + capital) undefined in an extension: not the driver
+    ("ImportError: /venv/lib/python3.10/site-packages/xformers/_C.so: undefined symbol: cudaGetDriverEntryPointByVersion",
+     "upgrade the NVIDIA driver"),
+    # a torch C++ symbol undefined in an extension: the extension's build, not a CUDA library copy
+    ("ImportError: site-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: "
+     "_ZN3c104cuda9SetDeviceEi", "ldconfig -p | grep lib"),
+    # "Unable to load" said by something other than JAX: not JAX's LD_LIBRARY_PATH reading
+    ("ctranslate2: Unable to load cuBLAS. Is it installed? on Windows 11 with faster-whisper", "jax[cuda12]"),
+]
+
+
+@pytest.mark.parametrize("paste,not_said", NEGATIVES, ids=[n[0][:48] for n in NEGATIVES])
+def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
+    report = diagnose_text(paste)
+    assert report.by_likeness or report.top is None or not_said.lower() not in report.top.fix.lower(), report.top.fix
