@@ -34,6 +34,24 @@ READINGS = [
     ("No module named 'amp_C' when training with apex\nTraceback (most recent call last):\n  File "
      "\"/srv/env/lib/python3.10/site-packages/apex/optimizers/fused_adam.py\", line 12, in __init__\n    import "
      "amp_C\nModuleNotFoundError: No module named 'amp_C'", "wheel-platform", ["rebuild apex", "--no-build-isolation"]),
+    # a request for a kernel package's wheel built for the user's torch (flash-attn's tag style, another torch)
+    ("Please publish flash_attn-2.6.3+cu123torch2.5cxx11abiFALSE-cp311-cp311-linux_x86_64.whl, there is no wheel for "
+     "torch 2.5 yet", "wheel-platform", ["torch 2.5", "from source"]),
+    # a wheel of another CUDA than the environment's torch (exllamav2 next to a cu118 torch): the package's build
+    ("pip install exllamav2-0.0.11+cu121-cp311-cp311-linux_x86_64.whl\ntorch 2.1.2+cu118\nexllamav2 fails to load "
+     "its extension", "wheel-platform", ["pip install -U exllamav2", "cu121"]),
+    # flashinfer past the release that changed its API, with sglang named in a log line
+    ("python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct\nflashinfer 0.2.1.post1 installed, the "
+     "server crashes with an error at the first request", "wheel-platform", ["flashinfer==0.1.6", "sglang"]),
+    # vLLM's CUDA 12 wheel beside a CUDA 11.8 torch, said by torch's own version line
+    ("torch==2.3.1+cu118\nINFO: Failed to import from vllm._C with ImportError('libcudart.so.12: cannot open shared "
+     "object file: No such file or directory')", "wheel-platform", ["CUDA 12", "+cu118"]),
+    # vLLM installed from a PowerShell prompt on Windows
+    ("PS C:\\Users\\me> pip install vllm\nerror: the build fails, CUDA_HOME is not set", "wheel-platform",
+     ["WSL 2"]),
+    # a Linux library of another package's install refused by Windows' loader
+    ("C:\\ai\\venv\\Lib\\site-packages\\bitsandbytes\\libbitsandbytes_cuda118.so is either not designed to run on "
+     "Windows or it contains an error.", "wheel-platform", ["bitsandbytes", "Windows"]),
 ]
 
 
@@ -58,6 +76,16 @@ NEGATIVES = [
      "_ZN3c104cuda9SetDeviceEi", "ldconfig -p | grep lib"),
     # "Unable to load" said by something other than JAX: not JAX's LD_LIBRARY_PATH reading
     ("ctranslate2: Unable to load cuBLAS. Is it installed? on Windows 11 with faster-whisper", "jax[cuda12]"),
+    # a wheel for the torch the environment has, installed fine: no torch-mismatch reading
+    ("installed exllamav2-0.2.1+cu121.torch2.4.0-cp310-cp310-linux_x86_64.whl with torch 2.4.0+cu121, works great",
+     "no exllamav2 wheel"),
+    # flashinfer at the pinned release: nothing to move back
+    ("sglang 0.4.0 with flashinfer 0.1.6 gives an error: CUDA out of memory", "flashinfer==0.1.6"),
+    # libcudart.so.12 missing beside a CUDA 12 torch: not the other-CUDA build reading
+    ("torch 2.4.0+cu121\nImportError: libcudart.so.12: cannot open shared object file (vllm._C)",
+     "CUDA 12 build beside"),
+    # vLLM installed on Linux: no Windows reading
+    ("$ pip install vllm\nerror: CUDA_HOME is not set (Ubuntu 22.04)", "no Windows build"),
 ]
 
 
