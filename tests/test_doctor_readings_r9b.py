@@ -52,6 +52,13 @@ READINGS = [
     # a Linux library of another package's install refused by Windows' loader
     ("C:\\ai\\venv\\Lib\\site-packages\\bitsandbytes\\libbitsandbytes_cuda118.so is either not designed to run on "
      "Windows or it contains an error.", "wheel-platform", ["bitsandbytes", "Windows"]),
+    # an undefined symbol inside ollama's own library folder (the /usr/lib one, another runner): the leftover files
+    ("ollama serve\nError: llama runner process has terminated: /usr/lib/ollama/cuda_v12/libggml-cuda.so: undefined "
+     "symbol: ggml_backend_dev_get_extra_bufts", "abi-mismatch", ["sudo rm -rf /usr/lib/ollama", "install.sh"]),
+    # a web UI failing right after git pull (another fork, another error): its venv
+    ("SD.Next stopped working after git pull this morning\nTraceback (most recent call last):\n  File "
+     "\"launch.py\", line 48\nAttributeError: module 'torch' has no attribute 'float8_e4m3fn'", "abi-mismatch",
+     ["delete (or rename) the venv folder"]),
 ]
 
 
@@ -86,6 +93,11 @@ NEGATIVES = [
      "CUDA 12 build beside"),
     # vLLM installed on Linux: no Windows reading
     ("$ pip install vllm\nerror: CUDA_HOME is not set (Ubuntu 22.04)", "no Windows build"),
+    # an undefined symbol in a pip package, no program folder: not the leftover-files reading
+    ("ImportError: /venv/lib/python3.10/site-packages/llama_cpp/lib/libllama.so: undefined symbol: ggml_backend_reg",
+     "sudo rm -rf"),
+    # a web UI error with no update said: not the venv reading
+    ("AUTOMATIC1111 webui-user.bat\nRuntimeError: Torch is not able to use GPU", "delete (or rename) the venv"),
 ]
 
 
