@@ -59,6 +59,9 @@ READINGS = [
     ("SD.Next stopped working after git pull this morning\nTraceback (most recent call last):\n  File "
      "\"launch.py\", line 48\nAttributeError: module 'torch' has no attribute 'float8_e4m3fn'", "abi-mismatch",
      ["delete (or rename) the venv folder"]),
+    # vLLM pip-installed on a ROCm machine ending with the CUDA build: its ROCm image or wheels
+    ("Installing vllm on ROCm 6.3 (MI300X) with pip falls back to the CUDA wheel, no ROCm wheels for my Python 3.11",
+     "wheel-platform", ["rocm/vllm", "3.12"]),
 ]
 
 
@@ -85,12 +88,14 @@ NEGATIVES = [
     ("ctranslate2: Unable to load cuBLAS. Is it installed? on Windows 11 with faster-whisper", "jax[cuda12]"),
     # a wheel for the torch the environment has, installed fine: no torch-mismatch reading
     ("installed exllamav2-0.2.1+cu121.torch2.4.0-cp310-cp310-linux_x86_64.whl with torch 2.4.0+cu121, works great",
-     "no exllamav2 wheel"),
+     "whose wheels include torch"),
+    ("exllamav2-0.2.1+cu121.torch2.4.0-cp310-cp310-linux_x86_64.whl with torch 2.4.0, no issues at all",
+     "whose wheels include torch"),
     # flashinfer at the pinned release: nothing to move back
     ("sglang 0.4.0 with flashinfer 0.1.6 gives an error: CUDA out of memory", "flashinfer==0.1.6"),
     # libcudart.so.12 missing beside a CUDA 12 torch: not the other-CUDA build reading
     ("torch 2.4.0+cu121\nImportError: libcudart.so.12: cannot open shared object file (vllm._C)",
-     "CUDA 12 build beside"),
+     "move the environment to CUDA"),
     # vLLM installed on Linux: no Windows reading
     ("$ pip install vllm\nerror: CUDA_HOME is not set (Ubuntu 22.04)", "no Windows build"),
     # an undefined symbol in a pip package, no program folder: not the leftover-files reading
@@ -98,6 +103,12 @@ NEGATIVES = [
      "sudo rm -rf"),
     # a web UI error with no update said: not the venv reading
     ("AUTOMATIC1111 webui-user.bat\nRuntimeError: Torch is not able to use GPU", "delete (or rename) the venv"),
+    # the user reinstalling torch themselves is not a package replacing it
+    ("I have uninstalled pytorch and reinstalled it many times, still Could not run 'torchvision::nms' with arguments "
+     "from the 'CUDA' backend", "so nothing else is replaced"),
+    # vLLM on ROCm that installed fine: nothing about the CUDA build
+    ("vllm 0.9.2 on ROCm 6.4 from the rocm/vllm image serves Llama-3 fine, CUDA graphs enabled", "rocm/vllm"),
+    ("vllm 0.9.2 on ROCm 6.4 works, though the docs list CUDA wheels only; no problem here", "rocm/vllm"),
 ]
 
 

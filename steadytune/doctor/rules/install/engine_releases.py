@@ -21,6 +21,9 @@ def _release(version: str) -> tuple[int, ...]:
 # a problem or a request said about the wheel ("need", "add whl support", "Import Failed", "not installed")
 _TROUBLE = re.compile(r"(?i)\b(?:need|request|support|add|missing|fail(?:s|ed|ure)?|errors?|not|no|cannot|can't|"
                       r"unable|doesn't|won't|404)\b")
+# a wheel asked for, or one that fails ("need", "please add", "Import Failed"); not a bare "no" ("no issues")
+_ASKED = re.compile(r"(?i)\b(?:need|request(?:ed|ing)?|please|add|missing|fail(?:s|ed|ure)?|errors?|cannot|can't|"
+                    r"unable|doesn't|won't|404|there is no|no (?:\w+ )?wheels?)\b")
 # a wheel whose local version names the CUDA (or ROCm) build and maybe the torch it was built against:
 # exllamav2-0.2.1+cu121.torch2.4.0-cp310-..., auto_gptq-0.3.2+cu117-cp38-..., flash_attn-2.6.3+cu123torch2.4cxx11abi...
 _BUILD_WHEEL = re.compile(r"\b([A-Za-z][\w]{1,40}?)-(\d[\w.]{0,20}?)\+(cu\d{2,3}|rocm[\d.]{1,8}?)\.?(?:torch(\d+\.\d+"
@@ -49,6 +52,8 @@ def prebuilt_wheel_for_another_torch(ctx: Context) -> Optional[Diagnosis]:
     if not (wheel_torch or other_cuda) or not _TROUBLE.search(_text(ctx)):
         return None
     wheel = m.group(0)
+    if not (other_cuda or other_torch) and not _ASKED.search(_text(ctx)):
+        return None   # the wheel for the torch there, and nothing asked or failing about it
     if other_cuda or other_torch:
         here = f"torch {have}" if have else "the installed torch"
         return _make("wheel-platform", f"the {package} wheel is for another torch",
@@ -192,3 +197,29 @@ def linux_library_on_windows(ctx: Context) -> Optional[Diagnosis]:
                  "Windows cannot load it",
                  own or f"install {package}'s Windows build (a release that publishes win_amd64 wheels), or run under "
                  "WSL 2", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# the CUDA build said to be what a ROCm install ended with ("falls back to the CUDA wheel", "+cu121 installed")
+_GOT_CUDA = re.compile(r"(?i)fall(?:s|ing)? back to (?:the |PyPI's |a )?CUDA|\b(?:got|gets|installs|installed|pulls|pulled|"
+                       r"downloads|downloaded) (?:the |a )?CUDA (?:abi3 )?(?:wheel|build)|\bno ROCm\b.{0,30}\bwheels?\b")
+
+
+@rule("wheel-platform")
+def engine_rocm_install_gets_the_cuda_build(ctx: Context) -> Optional[Diagnosis]:
+    """A serving engine installed with pip on a ROCm machine that ends with its CUDA build: PyPI's wheel is the CUDA
+    one, and the ROCm builds come from the engine's own image or index for the Python they are made for (the table's
+    AMD row)."""
+    text = _text(ctx)
+    if "rocm" not in text.lower():
+        return None
+    engine = next((e for e in _ENGINES if re.search(rf"(?i)\b{e}\b", text)), None)
+    lines = _lines_matching(ctx, _GOT_CUDA.pattern)
+    if engine is None or not lines:
+        return None
+    fix = tool_fix(engine, "wheel-platform", frozenset({"linux", "amd"}), {})
+    if fix is None:
+        return None
+    return _make("wheel-platform", f"{engine}'s ROCm install gets the CUDA build",
+                 f"PyPI's {engine} wheel is the CUDA build; its ROCm builds are not on PyPI, so a plain install on a "
+                 "ROCm machine (or a Python its ROCm wheels are not made for) ends with the CUDA one", fix,
+                 [ctx.line_fact(lines[0])], lines[:1])

@@ -269,10 +269,15 @@ _REPLACES_TORCH = re.compile(r"(?i)\b(?:re-?install|replac|downgrad|uninstall|ov
                              r"(?:重新安装|重装|覆盖|卸载|降级|替换)了?(?:原来的|已有的|我的)?\s*(?:torch|pytorch)")
 
 
+_BY_THE_USER = re.compile(r"(?i)\b(?:I|we)(?:'ve| have| had| already| also| then| just| even)*\s*$")
+
+
 def _package_replaces_torch(ctx: Context) -> Optional[Diagnosis]:
     """Installing a compiled package swaps out the torch that was there: each of its wheels is built for one torch
     release (and CUDA), so pip brings that torch along; building the package against the installed torch keeps it."""
-    said = _lines_matching(ctx, _REPLACES_TORCH.pattern)
+    # the user's own reinstall of torch ("I have uninstalled pytorch and reinstalled it") is not a package doing it
+    said = [line for line in _lines_matching(ctx, _REPLACES_TORCH.pattern)
+            if not _BY_THE_USER.search(line.line[:_REPLACES_TORCH.search(line.line).start()][-40:])]
     if not said:
         return None
     text = _text(ctx)
