@@ -109,6 +109,9 @@ NEGATIVES = [
     # vLLM on ROCm that installed fine: nothing about the CUDA build
     ("vllm 0.9.2 on ROCm 6.4 from the rocm/vllm image serves Llama-3 fine, CUDA graphs enabled", "rocm/vllm"),
     ("vllm 0.9.2 on ROCm 6.4 works, though the docs list CUDA wheels only; no problem here", "rocm/vllm"),
+    # GPUDirect Storage's cuFile API (libcufile), not a driver call
+    ("ImportError: /venv/lib/python3.11/site-packages/kvikio/_lib/libkvikio.so: undefined symbol: cuFileDriverOpen",
+     "upgrade the NVIDIA driver"),
 ]
 
 

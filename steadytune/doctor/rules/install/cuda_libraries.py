@@ -29,7 +29,8 @@ _LIBRARY_SYMBOLS = (
 )
 _UNDEFINED = re.compile(r"undefined symbol:?\s{0,4}(\w{1,200})")
 # a driver API entry point (cuInit, cuGreenCtxCreate): "cu" and a capital; the runtime's are cuda*, the libraries' cublas*
-_DRIVER_API = re.compile(r"cu[A-Z]\w*")
+# (cuFile* is GPUDirect Storage's libcufile, not the driver)
+_DRIVER_API = re.compile(r"cu(?!File)[A-Z]\w*")
 
 # The CUDA release that brought a driver API family (CUDA Toolkit release notes / driver API reference: tensor maps
 # with 12.0, multicast objects with 12.1, green contexts with 12.4)
