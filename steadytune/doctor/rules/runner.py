@@ -22,6 +22,9 @@ import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
+import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
