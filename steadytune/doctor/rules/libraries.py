@@ -351,34 +351,6 @@ def cudnn_handle_not_created(ctx: Context) -> Optional[Diagnosis]:
                     "set_memory_growth") + ")", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
 
 
-# bitsandbytes names the binary it wanted: "Configured CUDA binary not found at .../libbitsandbytes_cuda131.so",
-# "Cannot load libbitsandbytes_cuda114_nocublaslt.so"
-_BNB_BINARY = re.compile(r"(?i)(?:not found|cannot load|could not load|failed to load|missing)\b.{0,120}?"
-                         r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)|"
-                         r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)\S*\s.{0,40}?(?:not found|cannot be loaded)")
-
-
-@rule("wheel-platform")
-def bitsandbytes_binary_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
-    """bitsandbytes picks its native library by the CUDA version torch reports (cuda131 for CUDA 13.1) and ships one
-    per CUDA release it was built for: a CUDA newer than the wheel (or an old release's loader that guesses from the
-    libcudart files it finds) names a file that is not there or cannot load. BNB_CUDA_VERSION picks a shipped one."""
-    lines = _lines_saying(ctx, "libbitsandbytes_cuda", _BNB_BINARY.pattern)
-    if not lines:
-        return None
-    m = _BNB_BINARY.search(lines[0].line)
-    major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
-    wanted, shipped = f"{major}{minor}", f"{major}0"
-    pick = (f"export BNB_CUDA_VERSION={shipped} (a binary of the same CUDA major it ships: ls "
-            f"site-packages/bitsandbytes/libbitsandbytes_cuda* lists them), or " if minor != "0" else "")
-    return _make("wheel-platform", f"bitsandbytes has no loadable binary for CUDA {major}.{minor}",
-                 f"bitsandbytes loads libbitsandbytes_cuda{wanted} (named after the CUDA torch reports), a binary this "
-                 "bitsandbytes release does not ship or cannot load",
-                 f"{pick}pip install -U bitsandbytes (a release built for CUDA {major}.{minor}; its loader no longer "
-                 "guesses from the libcudart files on the path); python -m bitsandbytes shows what it loads",
-                 [ctx.line_fact(lines[0])], lines[:1])
-
-
 # "ImportError: cannot import name 'intel' from 'triton._C.libtriton'"
 _LIBTRITON_NAME = re.compile(r"cannot import name '(\w+)' from 'triton\._C\.libtriton")
 
