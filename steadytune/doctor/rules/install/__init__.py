@@ -4,6 +4,7 @@
   torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed)
+  os_release         a binary linked against a newer glibc than the OS release ships (built for a newer OS)
   abi                a compiled extension built against another torch, CUDA or ROCm
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
   libraries_missing  a ROCm, CUDA or system library the loader does not find

@@ -55,6 +55,19 @@ _CUDA_WHEELS = {"cublas": "nvidia-cublas", "nvrtc": "nvidia-cuda-nvrtc", "cufft"
 # a ROCm / HIP library by its name: the ROCm runtime (or TheRock's wheels) provides it
 _ROCM_LIBRARY = re.compile(r"(?i)hip|roc(?:m|blas|fft|rand|solver|sparse|tx|profiler|tracer|_smi)|hsa|miopen|rccl|"
                            r"amd_comgr|amd_smi|amdpython|drm_amdgpu|tensile|migraphx")
+# the ROCm package (AMD's repository names, Ubuntu and RHEL alike) that ships each runtime library
+_ROCM_PACKAGE_OF = (("libhsakmt", "hsakmt-roct"), ("libhsa-runtime64", "hsa-rocr"), ("libamdhip64", "hip-runtime-amd"),
+                    ("libhiprtc", "hip-runtime-amd"), ("librocblas", "rocblas"), ("libhipblaslt", "hipblaslt"),
+                    ("libhipblas", "hipblas"), ("libMIOpen", "miopen-hip"), ("librccl", "rccl"),
+                    ("librocm_smi64", "rocm-smi-lib"), ("libamd_comgr", "comgr"), ("librocsolver", "rocsolver"),
+                    ("librocfft", "rocfft"), ("librocsparse", "rocsparse"), ("librocrand", "rocrand"),
+                    ("libroctx64", "roctracer"), ("libroctracer64", "roctracer"))
+
+
+def _rocm_package_of(name: str) -> Optional[str]:
+    return next((package for stem, package in _ROCM_PACKAGE_OF if re.match(re.escape(stem) + r"\.so", name)), None)
+
+
 # NVIDIA's CUDA libraries on Windows: cudnn_ops_infer64_8.dll, cublas64_12.dll, cublasLt64_11.dll, cudart64_110.dll
 _CUDA_WINDOWS_DLL = re.compile(r"(?i)\b(cudnn|cublas|cublasLt|cudart|cufft|curand|cusparse|nvrtc)\w*?64_(\d{1,2})\d*\w*\.dll")
 
@@ -546,5 +559,12 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     else:
         fix = ("install the ROCm runtime (sudo amdgpu-install --usecase=rocm, or your distribution's rocm packages) "
                "or point the loader at it: export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH")
+        owner = _rocm_package_of(name)
+        if owner is not None:
+            # the package that ships the file, named: where it shows as installed and the file is gone, its files were
+            # removed or overwritten under it, and only reinstalling it brings them back
+            fix = (f"{name} comes with the ROCm package {owner}: sudo apt install --reinstall {owner} (dnf reinstall "
+                   f"{owner}); dpkg -L {owner} | grep {name.split('.so')[0]} must then list it, and ldconfig -p find "
+                   "it; where more of ROCm is missing: " + fix)
     return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}: the ROCm runtime is "
                  "not installed where the program looks", fix, [ctx.line_fact(first)], errors)
