@@ -160,15 +160,17 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         if name.startswith(prefix):
             return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
                     f"sudo apt-get install {package} (the distribution package with {name})")
-    if re.search(r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set", text) and _vendor(ctx) != "amd":
+    if re.search(r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set|/bin/nvcc\b", text) and \
+            _vendor(ctx) != "amd":
         tool = ctx.tool() or "the extension"
         return ("the CUDA toolkit (nvcc) is not found", f"{tool} compiles CUDA code at install or first use and needs "
                 "the CUDA toolkit's nvcc, which is not installed or not where CUDA_HOME points (torch's wheels carry the "
                 "CUDA runtime, not the compiler)",
                 "install the CUDA toolkit of torch's CUDA (python -c 'import torch; print(torch.version.cuda)'): the "
                 "NVIDIA installer, conda install -c nvidia cuda-toolkit=<that version>, or pip install "
-                "nvidia-cuda-nvcc-cu12; then export CUDA_HOME=/usr/local/cuda-<that version> (or $CONDA_PREFIX); or "
-                f"install a prebuilt {tool} wheel so nothing compiles (DeepSpeed: DS_BUILD_OPS=0, ops JIT-built later)")
+                "nvidia-cuda-nvcc-cu12; then export CUDA_HOME=/usr/local/cuda-<that version> (or $CONDA_PREFIX; the folder "
+                "whose bin/nvcc exists: a pip nvcc sits in site-packages/nvidia/cuda_nvcc, not /usr/local/cuda); or "
+                f"install a prebuilt wheel of {tool} so nothing compiles (DeepSpeed: DS_BUILD_OPS=0, ops JIT-built later)")
     if re.match(r"libcuda\.so", name):
         return ("the NVIDIA driver's libcuda is not found", "libcuda.so.1 comes with the NVIDIA driver, not with CUDA "
                 "or torch: the driver is not installed, or the process (a container, WSL) does not see it",
