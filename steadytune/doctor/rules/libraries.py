@@ -1,7 +1,8 @@
 """Readings of the shared libraries a GPU package loads (install families): a cuDNN major that the package and torch
 disagree on, a library release older than the one a binary was built against, pip's CUDA libraries shadowed by the
 system's on LD_LIBRARY_PATH, the unversioned libcuda.so a runtime-only driver install lacks, a Windows DLL whose
-dependencies Python's restricted search does not find, a ROCm tool's own Python modules."""
+dependencies Python's restricted search does not find, a ROCm tool's own Python modules, a bundled ROCm runtime that crashes
+where the system's works."""
 
 from __future__ import annotations
 
@@ -423,3 +424,32 @@ def rocm_outside_opt_rocm(ctx: Context) -> Optional[Diagnosis]:
     return _make("rocm-libs-missing", "ROCm is not under /opt/rocm", "the tool looks for ROCm in /opt/rocm unless its "
                  "variable names another prefix, and this ROCm lives elsewhere", fix, [ctx.line_fact(lines[0])],
                  lines[:1])
+
+
+# a ROCm runtime library the program ships inside its own folder, said crashing: "the crash occurs inside the bundled
+# libhsa-runtime64.so.1.21.0", ".../prebuilt/lib/libamdhip64.so.7 segfaults"
+_BUNDLED_RUNTIME = re.compile(r"(?i)\b(?:bundled|shipped|vendored|packaged|its own|prebuilt'?s?)\W{0,4}(?:ROCm runtime\W{0,4})?"
+                              r"(?:\(?`?)(lib(?:hsa-runtime64|amdhip64|rocblas|hipblas|hiprtc|amd_comgr)[\w.]{0,20})")
+_SYSTEM_ROCM = re.compile(r"(?i)\bsystem ROCm\b|/opt/rocm\b")
+
+
+@rule("wheel-platform")
+def bundled_rocm_runtime_crashes(ctx: Context) -> Optional[Diagnosis]:
+    """A prebuilt program that carries its own copy of the ROCm runtime (llama.cpp prebuilts, app bundles) and
+    crashes inside that copy, on a machine whose installed ROCm works: the bundled runtime is a build for other
+    kernels or GPUs than this one, and the system's runtime is the one to load."""
+    text = _text(ctx)
+    lines = _lines_saying(ctx, "lib", _BUNDLED_RUNTIME.pattern) if re.search(r"(?i)bundled|shipped|vendored|packaged|"
+                                                                            r"its own|prebuilt", text) else []
+    crashed = ctx.crashes() or _lines_matching(ctx, r"(?i)\bsigsegv\b|segfault|segmentation fault|core dumped")
+    if not lines or not crashed or not _SYSTEM_ROCM.search(text):
+        return None
+    library = _BUNDLED_RUNTIME.search(lines[0].line).group(1)
+    tool = ctx.tool() or "the program"
+    return _make("wheel-platform", f"{tool}'s bundled ROCm runtime crashes here",
+                 f"{tool} loads its own copy of the ROCm runtime ({library}), built for other GPUs or kernels than "
+                 "this machine's, and crashes in it; the ROCm installed on the machine runs this GPU",
+                 f"load the system ROCm's runtime ahead of the bundled copy: export LD_LIBRARY_PATH=/opt/rocm/lib:"
+                 f"$LD_LIBRARY_PATH before starting {tool} (or remove the bundled {library.split('.so')[0]} files from "
+                 f"its folder so the loader takes /opt/rocm's); a {tool} release that prefers the system ROCm fixes it "
+                 "for good", [ctx.line_fact(lines[0])], lines[:1] + crashed[:1])

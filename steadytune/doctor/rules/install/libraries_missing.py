@@ -570,3 +570,40 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                    "it; where more of ROCm is missing: " + fix)
     return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}: the ROCm runtime is "
                  "not installed where the program looks", fix, [ctx.line_fact(first)], errors)
+
+
+# PyInstaller's words when a program frozen into one .exe cannot load one of its DLLs: "Failed to load dynlib/dll
+# '...\\_MEI1234\\koboldcpp_hipblas.dll'. Most likely this dynlib/dll was not found when the application was frozen."
+_FROZEN_DLL = re.compile(r"(?i)Failed to load dynlib/dll\b(?:\s+['\"]?([^'\"\s]{1,300}))?")
+# a GPU backend of the bundle built on ROCm's (HIP SDK's) libraries
+_HIP_BACKEND = re.compile(r"(?i)\brocm\b|hipblas|\bhip\b")
+
+
+@rule("rocm-libs-missing")
+def frozen_bundle_without_a_dll(ctx: Context) -> Optional[Diagnosis]:
+    """A program frozen with PyInstaller (one .exe that unpacks into a _MEI folder) whose backend DLL does not load:
+    the DLL, or one it depends on, was left out of the bundle. A ROCm build's backend loads hipblas.dll and
+    rocblas.dll (with rocblas\\library) from the bundle or from the HIP SDK on PATH; a release packaged without them
+    fails with every backend after it."""
+    lines = _lines_matching(ctx, _FROZEN_DLL.pattern) if "dynlib" in _text(ctx).lower() else []
+    if not lines:
+        return None
+    m = _FROZEN_DLL.search(lines[0].line)
+    named = m.group(1).rsplit("\\", 1)[-1].rsplit("/", 1)[-1] if m.group(1) else None
+    tool = ctx.tool() or "the program"
+    if _HIP_BACKEND.search(_text(ctx)):
+        return _make("rocm-libs-missing", f"{tool}'s bundle lacks the ROCm libraries its backend loads",
+                     f"{tool} is a PyInstaller bundle; its GPU backend{' (' + named + ')' if named else ''} needs "
+                     "hipblas.dll and rocblas.dll (and the rocblas\\library kernels), which this release's bundle does "
+                     "not carry and no HIP SDK on PATH provides",
+                     "put the HIP SDK's libraries where the backend finds them: install AMD's HIP SDK of the version the "
+                     "release is built for and add %HIP_PATH%\\bin to PATH, or copy hipblas.dll and rocblas.dll (with "
+                     f"the rocblas\\library folder) from the HIP SDK or from {tool}'s previous release into the unpacked "
+                     f"_MEI folder (or next to the .exe); or go back to the previous {tool} release",
+                     [ctx.line_fact(lines[0])], lines[:1])
+    return _make("rocm-libs-missing", f"{tool}'s bundle lacks a DLL",
+                 f"{tool} is a PyInstaller bundle, and {named or 'a library it loads'} (or a DLL that one depends on) "
+                 "was not packed into it or is not on PATH",
+                 f"install the runtime that DLL comes from (the CUDA runtime or the Visual C++ redistributable, as its "
+                 f"name says) or go back to {tool}'s previous release, and report the missing file to its maintainers",
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
