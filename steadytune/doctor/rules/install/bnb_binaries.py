@@ -27,10 +27,11 @@ _OLDEST_CUDA = (11, 8)
 # the loader names the file it wants: "Configured CUDA binary not found at .../libbitsandbytes_cuda131.so",
 # "Could not find the bitsandbytes CUDA binary at WindowsPath('.../libbitsandbytes_cuda124.dll')", "Cannot load
 # libbitsandbytes_cuda114_nocublaslt.so", or a user says it: "I don't see a file for libbitsandbytes_cuda118.so"
-_WANTED = re.compile(r"(?i)(?:not found|cannot load|could not (?:load|find)|failed to load|missing|"
+_WANTED = re.compile(r"(?i)(?:not found|cannot load|could not (?:load|find)|failed to load|missing|there is no|"
                      r"(?:don'?t|do not|can'?t|cannot|couldn'?t) (?:see|find))\b.{0,120}?"
                      r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)|"
-                     r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)\S*\s.{0,40}?(?:not found|cannot be loaded)")
+                     r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)\S*\s.{0,40}?(?:not found|cannot be loaded|"
+                     r"is missing)")
 # bitsandbytes before 0.41.0 found CUDA by the libcudart files on the library path ("CUDA SETUP: Detected CUDA version
 # 122"); from 0.41.0 it follows torch's CUDA and takes BNB_CUDA_VERSION (the 0.41.0 release notes)
 _OLD_LOADER = re.compile(r"CUDA SETUP: |CUDA_SETUP: |Required library version not found")

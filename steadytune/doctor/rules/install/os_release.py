@@ -65,7 +65,8 @@ def built_for_a_newer_os(ctx: Context) -> Optional[Diagnosis]:
                  f"{what} was linked against glibc {wanted}" + (f" ({newer}'s)" if newer else "")
                  + f", and {name} ships glibc {has}: the package is built for a newer OS release, and {name} is not "
                  "one it supports",
-                 f"move to an OS release the package supports ({newer + ' or newer' if newer else 'one with glibc ' + wanted + '+'}: "
-                 "its install guide lists them), or stay on the package's last release built for "
+                 f"move to an OS release with glibc {wanted} or newer that the package supports "
+                 f"({newer + ' or newer' if newer else 'its install guide lists them'}), or stay on the package's "
+                 "last release built for "
                  f"{name} (the older one); a container of the newer OS release also works", [ctx.line_fact(lines[0])],
                  lines[:1])

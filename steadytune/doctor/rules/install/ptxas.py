@@ -66,7 +66,9 @@ def stale_ptxas_on_path(ctx: Context) -> Optional[Diagnosis]:
                  f"XLA compiled with {found}, which predates compute capability {major}.{minor} ({needs} or newer "
                  "knows it): an older CUDA toolkit on PATH shadows the one the framework was installed with, and "
                  "the driver's fallback then cannot load the PTX",
-                 "remove the old CUDA toolkits from PATH (which -a ptxas lists them; keep one whose ptxas --version "
+                 (f"take {where} off the search: " if "/" in where else "")
+                 + "remove the old CUDA toolkits from PATH (which -a ptxas lists them; "
+                 "keep one whose ptxas --version "
                  f"is {needs.split(' (')[0]}+), or put the ptxas of the pip package nvidia-cuda-nvcc-cu12 first"
                  + ("; pip install -U \"jax[cuda12]\" installs a matching ptxas" if jax else ""),
                  [ctx.line_fact(lines[0])], lines[:1])
