@@ -2,7 +2,8 @@
 table of native binaries (CUDA and ROCm), a ptxas older than the PTX or the GPU, a binary built for a newer OS (glibc),
 the ROCm package that ships a missing library, a module torch removed, a module said missing on an OS its package has
 no PyPI build for, nvcc missing where CUDA_HOME points, a PyInstaller bundle without its DLLs, a bundled ROCm runtime
-that crashes, Triton up to 2.1 finding libcuda through the ldconfig cache only. Each paste is written for its reading
+that crashes, Triton up to 2.1 finding libcuda through the ldconfig cache only; and, out of rocm-libs-missing, a
+symlink Windows refuses (device-access). Each paste is written for its reading
 (another GPU, tool or wording than the mined case that asked for it); the negatives keep each reading out of pastes it
 does not fit."""
 
@@ -79,6 +80,10 @@ READINGS = [
     # a prebuilt's own libamdhip64 crashing on a machine whose /opt/rocm works (another program, another GPU)
     ("LM Studio's ROCm runtime: Segmentation fault (core dumped) inside its bundled libamdhip64.so.6 on an RX 9070 "
      "XT; hipinfo from /opt/rocm (ROCm 6.4) works fine", "wheel-platform", ["LD_LIBRARY_PATH=/opt/rocm/lib"]),
+    # a symlink refused by Windows in another package's build (WinError 1314, a pip install of flash-attn's setup.py)
+    ("pip install -e . (Windows 11, RTX 3080)\n  File \"D:\\src\\mamba\\setup.py\", line 61, in link_kernels\n"
+     "OSError: [WinError 1314] A required privilege is not held by the client: 'D:\\src\\csrc' -> "
+     "'D:\\src\\mamba\\csrc'", "device-access", ["Developer Mode", "symlink", "mamba"]),
     # Triton's own assertion on Kaggle: register the driver folder with ldconfig
     ("Kaggle notebook, P100\nAssertionError: libcuda.so cannot found!\nfrom triton/common/build.py",
      "rocm-libs-missing", ["ldconfig", "libcuda"]),
@@ -120,6 +125,12 @@ NEGATIVES = [
      "found when the application was frozen. RTX 3060", "hipblas.dll"),
     # a crash with no bundled runtime named: not the bundled-runtime reading
     ("llama-server segfaults on startup with ROCm 6.4 in /opt/rocm, RX 7900 XTX", "ahead of the bundled copy"),
+    # rocBLAS's empty list where the user names this arch's own file as the missing one: not the empty-folder reading
+    ("LM Studio ROCm runtime, RX 6800: missing files such as TensileLibrary_lazy_gfx1030.dat in its folder\n"
+     "rocBLAS error: Cannot read C:\\app\\rocblas\\library\\TensileLibrary.dat: No such file or directory for "
+     "GPU arch : gfx1030\nList of available TensileLibrary Files :", "its rocblas/library folder is complete"),
+    # a WinError 1314 with no link being made (a service install): not the symlink reading
+    ("sc create myservice ...\n[WinError 1314] A required privilege is not held by the client", "Developer Mode"),
     # triton 2.1 on a workstation that works: no libcuda reading
     ("triton 2.1.0 with torch 2.1.2 on my RTX 4090 workstation, kernels run fine", "ld.so.conf.d"),
 ]

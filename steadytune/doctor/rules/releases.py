@@ -136,7 +136,7 @@ def remote_code_optional_import(ctx: Context) -> Optional[Diagnosis]:
 # Triton's own assertion when it finds no libcuda.so: "AssertionError: libcuda.so cannot found!"
 _TRITON_NO_LIBCUDA = re.compile(r"libcuda\.so cannot (?:be )?found")
 # a Triton 2.1 release said with a failure: "triton version 2.1.0", "pip install triton==2.1.0 ... fails"
-_TRITON_21 = re.compile(r"(?i)\btri?ti?on\W{0,12}(?:version\s*)?(?:==|-|\s)\s*v?(2\.1(?:\.\d+)?)\b")
+_TRITON_21 = re.compile(r"(?i)\btri?ti?on\W{0,12}(?:version\s{0,3})?(?:==|-|\s)\s{0,3}v?(2\.1(?:\.\d+)?)\b")
 # hosted notebooks whose NVIDIA driver library is on LD_LIBRARY_PATH only, not in the ldconfig cache
 _NOTEBOOK_HOST = re.compile(r"(?i)\bcol+ab\b|\bkaggle\b|/usr/lib64-nvidia")
 

@@ -27,17 +27,28 @@ _OLDEST_CUDA = (11, 8)
 # the loader names the file it wants: "Configured CUDA binary not found at .../libbitsandbytes_cuda131.so",
 # "Could not find the bitsandbytes CUDA binary at WindowsPath('.../libbitsandbytes_cuda124.dll')", "Cannot load
 # libbitsandbytes_cuda114_nocublaslt.so", or a user says it: "I don't see a file for libbitsandbytes_cuda118.so"
-_WANTED = re.compile(r"(?i)(?:not found|cannot load|could not (?:load|find)|failed to load|missing|there is no|"
-                     r"(?:don'?t|do not|can'?t|cannot|couldn'?t) (?:see|find))\b.{0,120}?"
-                     r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)|"
-                     r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)\S*\s.{0,40}?(?:not found|cannot be loaded|"
-                     r"is missing)")
+_LIBRARY = re.compile(r"libbitsandbytes_cuda(\d{2})(\d)\w{0,20}\.(?:so|dll)")
+_SAID_BEFORE = re.compile(r"(?i)(?:not found|cannot load|could not (?:load|find)|failed to load|missing|there is no|"
+                          r"(?:don'?t|do not|can'?t|cannot|couldn'?t) (?:see|find))\b")
+_SAID_AFTER = re.compile(r"(?i)not found|cannot be loaded|is missing")
+
+
+def _wanted(line: str) -> Optional[re.Match]:
+    """The libbitsandbytes_cudaNNN file a line says is missing: the file name, with the words that say so within 120
+    characters before it or 40 after (anchored on the file name, so a long line costs one pass)."""
+    for m in _LIBRARY.finditer(line):
+        if _SAID_BEFORE.search(line, max(0, m.start() - 120), m.start()) or \
+                _SAID_AFTER.search(line, m.end(), m.end() + 60):
+            return m
+    return None
+
+
 # bitsandbytes before 0.41.0 found CUDA by the libcudart files on the library path ("CUDA SETUP: Detected CUDA version
 # 122"); from 0.41.0 it follows torch's CUDA and takes BNB_CUDA_VERSION (the 0.41.0 release notes)
 _OLD_LOADER = re.compile(r"CUDA SETUP: |CUDA_SETUP: |Required library version not found")
-_INSTALLED = re.compile(r"(?i)\bbitsandbytes(?:-|==|\s+|\s*version\s*:?\s*)v?(\d+\.\d+\.\d+)")
+_INSTALLED = re.compile(r"(?i)\bbitsandbytes(?:-|==|\s{1,3}|\s{0,3}version\s{0,3}:?\s{0,3})v?(\d+\.\d+\.\d+)")
 # a CUDA release said with bitsandbytes around: "CUDA 11.6", "cuda12.4", "make CUDA_VERSION=116"
-_CUDA_SAID = re.compile(r"(?i)\bCUDA[_ ]?VERSION\s*=\s*(1\d)(\d)\b|\bCUDA\s*[-_ ]?(1\d)\.(\d)\b")
+_CUDA_SAID = re.compile(r"(?i)\bCUDA[_ ]?VERSION\s{0,3}=\s{0,3}(1\d)(\d)\b|\bCUDA\s{0,3}[-_ ]?(1\d)\.(\d)\b")
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -61,11 +72,11 @@ def bitsandbytes_binary_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if "bitsandbytes" not in text.lower():
         return None
-    lines = _lines_matching(ctx, _WANTED.pattern)
+    lines = [line for line in _lines_matching(ctx, _LIBRARY.pattern) if _wanted(line.line)] \
+        if "libbitsandbytes_cuda" in text else []
     said = None if lines else _lines_matching(ctx, _CUDA_SAID.pattern)
     if lines:
-        m = _WANTED.search(lines[0].line)
-        major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        major, minor = _wanted(lines[0].line).groups()
     elif said:   # no file named: the CUDA the user says, where it is one bitsandbytes no longer builds for
         m = _CUDA_SAID.search(said[0].line)
         major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
