@@ -87,7 +87,11 @@ def bitsandbytes_binary_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
         return None
     wanted, cuda = f"{major}{minor}", f"{major}.{minor}"
     evidence = [ctx.line_fact(lines[0])]
-    if (int(major), int(minor)) < _OLDEST_CUDA:
+    # a file that is there but does not load ("Could not load libbitsandbytes_cuda117.so although it exists") is this
+    # release's own binary: the loader's reading below, not the oldest CUDA bitsandbytes builds for
+    there = re.search(r"(?i)although it exists|could not load|cannot load|failed to load|cannot be loaded",
+                      lines[0].line)
+    if (int(major), int(minor)) < _OLDEST_CUDA and not there:
         return _make("wheel-platform", f"bitsandbytes does not build for CUDA {cuda}",
                      f"bitsandbytes builds and supports CUDA 11.8 and newer (its wheels carry no CUDA {cuda} binary, "
                      "and the Makefile build that took CUDA_VERSION is gone: it builds with CMake now)",
@@ -111,7 +115,9 @@ def bitsandbytes_binary_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
                  f"LD_LIBRARY_PATH=/usr/local/cuda-{same_major}/lib64), since this release's loader picks the binary "
                  "from the libcudart it finds" if minor != "0" else
                  "or install a CUDA runtime this release ships a binary for")
-        fix = f"{upgrade}; 0.41.0 and newer follow torch's CUDA and take BNB_CUDA_VERSION; {other}"
+        pick = f" (after the upgrade, export BNB_CUDA_VERSION={major}0 picks its CUDA {same_major} binary)" \
+            if minor != "0" else ""
+        fix = f"{upgrade}; 0.41.0 and newer follow torch's CUDA and take BNB_CUDA_VERSION{pick}; {other}"
     else:
         pick = (f"; or export BNB_CUDA_VERSION={major}0 (its CUDA {same_major} binary, same major: ls "
                 "site-packages/bitsandbytes/libbitsandbytes_cuda* lists what it ships)" if minor != "0" else "")
