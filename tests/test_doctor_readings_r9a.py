@@ -1,7 +1,7 @@
 """doctor, round 9 (issue 63): readings of the wheel-platform and rocm-libs-missing families — bitsandbytes' release
 table of native binaries (CUDA and ROCm), a ptxas older than the PTX or the GPU, a binary built for a newer OS (glibc),
-the ROCm package that ships a missing library, a module torch removed, a module said missing on an OS its package has
-no PyPI build for, nvcc missing where CUDA_HOME points, a PyInstaller bundle without its DLLs, a bundled ROCm runtime
+the ROCm package that ships a missing library, a module torch removed, a module said missing on an OS where its package
+comes another way, nvcc missing where CUDA_HOME points, a PyInstaller bundle without its DLLs, a bundled ROCm runtime
 that crashes, Triton up to 2.1 finding libcuda through the ldconfig cache only; and, out of rocm-libs-missing, a
 symlink Windows refuses (device-access). Each paste is written for its reading
 (another GPU, tool or wording than the mined case that asked for it); the negatives keep each reading out of pastes it

@@ -216,8 +216,8 @@ _MODULE_SAID = re.compile(r"(?i)\bno module named\s+['\"`]?([A-Za-z_][\w.]*)")
 
 
 def _missing_module_said(ctx: Context) -> Optional[Diagnosis]:
-    """A module said to be missing, in words, on an OS its package publishes no PyPI build for (Triton on Windows):
-    the package's own build for this OS (the tool table), as the likely reading."""
+    """A module said to be missing, in words, on an OS where its package comes another way than on Linux (Triton on
+    Windows is triton-windows): the package's own install for this OS (the tool table), as the likely reading."""
     lines = _lines_matching(ctx, _MODULE_SAID.pattern) if "module named" in _text(ctx).lower() else []
     if not lines:
         return None
@@ -228,9 +228,9 @@ def _missing_module_said(ctx: Context) -> Optional[Diagnosis]:
     if not kinds & {"windows", "macos"} or tool_fix(package, "wheel-platform", kinds, {}) in (
             None, tool_fix(package, "wheel-platform", frozenset(), {})):
         return None   # the package has no build of its own for this OS: being missing says nothing about the OS
-    return _make("wheel-platform", f"{package} has no PyPI build for this OS",
-                 f"{package} is not installed: PyPI publishes no {package} for this OS, so the program that needs it "
-                 "cannot import it", _table_fix(ctx, package, "wheel-platform", kinds, package=package,
+    return _make("wheel-platform", f"{package} is missing on this OS",
+                 f"{package} is not installed where the program runs, and on this OS it is installed its own way "
+                 "(another package or release than the Linux one; the fix says which)", _table_fix(ctx, package, "wheel-platform", kinds, package=package,
                                                 caller=_named_tool(_MODULE_SAID.sub("", text))),
                  [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
 
