@@ -19,7 +19,7 @@ _GLIBC_OF = (("Ubuntu 14.04", "2.19"), ("Ubuntu 16.04", "2.23"), ("Ubuntu 18.04"
 
 _GLIBC_WANTED = re.compile(r"version [`'‘]?GLIBC_(2\.\d+)[`'’]? not found(?: \(required by ([^)\s]{1,200})\))?")
 # the OS release said: "Ubuntu 16.04.7 LTS", "DISTRIB_RELEASE=16.04", "CentOS Linux release 7.9", "Debian 10", "RHEL 8"
-_OS_SAID = re.compile(r"(?i)\b(Ubuntu|Debian|CentOS|RHEL|Red Hat Enterprise Linux)(?: GNU/Linux| Linux)?(?: release| Server)?"
+_OS_SAID = re.compile(r"(?i)\b(Ubuntu|Debian|CentOS|RHEL|Red Hat Enterprise Linux)(?: GNU/Linux| Linux)?(?: Server)?(?: release)?"
                       r"\s+(\d{1,2})(?:\.(\d{2}))?|DISTRIB_RELEASE=(\d{2})\.(\d{2})")
 
 
