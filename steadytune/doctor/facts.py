@@ -249,7 +249,9 @@ _GPU_WORDS = re.compile(r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPE
                         r"Quadro|FirePro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Barcelo|Lucienne|Van Gogh|"
                         r"Ryzen AI|\bW[5-7]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*|\bRyzen [457]\d{3}(?:HS|HX|H|U)\b|\bR[79] ?\d{3}X?\b|\bR9 Nano\b|\bFury\b|\bFiji\b|\bMX ?\d{3}\b|"
-                        r"\bGT \d{3,4}\b|\bTitan\b|\bL40S\b|\bA10G\b|\bGB10\b|DGX Spark", re.IGNORECASE)
+                        r"\bGT \d{3,4}\b|\bTitan\b|\bL40S\b|\bA10G\b|\bGB10\b|DGX Spark|"
+                        # data-centre cards named bare, often in lower case ("on a v100", "2x p100")
+                        r"\b(?:[VP]100|P40|T4|K[48]0m?)\b", re.IGNORECASE)
 _MOBILE = re.compile(r"\bRX ?(6[0-9]{3})(M|S)\b", re.IGNORECASE)
 # Laptop Radeons by number and suffix (LLVM's processor table, AMD's product pages): the S parts are Navi 23
 _MOBILE_ARCH = {("68", "M"): "gfx1031", ("67", "M"): "gfx1031", ("66", "M"): "gfx1032", ("65", "M"): "gfx1034",

@@ -1,0 +1,72 @@
+"""doctor, round 9 (issue 63): readings of the attention, gpu-unsupported and arch-missing families — flash-attn 1.x's
+head-dim limit of the backward pass, a kernel's own compute-capability floor (vLLM's quantization methods,
+flash-attn), SGLang's FlashInfer backend on a GPU FlashInfer lacks, TGI's sharding that needs flash attention, and old
+NVIDIA cards outside a tool's prebuilt binaries. Each paste is written for its reading (another GPU, tool or wording
+than the mined case that asked for it); the negatives keep each reading out of pastes it does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.diagnose import diagnose_text
+from test_doctor_paraphrases import PASTINGS, assert_a_rule_reads, pasting_misses
+
+# (paste, family, phrases the fix must say)
+READINGS = [
+    # flash-attn 1.x's backward check quoted from a training run on an RTX 3090: head dim, flash-attn 2, the A100
+    ("finetuning a GPT-NeoX model with flash_attn 0.2.8 on my RTX 3090\n  File \"flash_attn/flash_attn_interface.py\", "
+     "line 44, in _flash_attn_backward\nRuntimeError: Expected is_sm80 || is_sm90 to be true, but got false.",
+     "attention", ["head dim", "flash-attn 2", "A100"]),
+    # the README's own line quoted with a question about an A10: the same reading, no error line
+    ("Head dim > 64 backward requires A100 or H100. Does that mean I cannot train on the A10?", "attention",
+     ["head dim", "flash-attn 2"]),
+    # vLLM's quantization floor with another method and card (a T4 and FP8's floor): the card and the need
+    ("vllm serve neuralmagic/Llama-3-8B-FP8 on a t4\nValueError: The quantization method fp8 is not supported for the "
+     "current GPU. Minimum capability: 80. Current capability: 75.", "gpu-unsupported", ["T4", "8.0", "7.5"]),
+    # flash-attn's old capability message on a P100 (Kaggle): SDPA instead, the card named
+    ("pip installed flash attention on kaggle P100, import works but the model says\nGPU with CUDA capability 6 0 is "
+     "not supported", "gpu-unsupported", ["P100", "sdpa"]),
+    # SGLang on an MI300X asking about FlashInfer in English: SGLang's triton attention backend
+    ("Running sglang on MI300X with ROCm 6.2, do I need to pip install flashinfer or should I keep using triton?",
+     "attention", ["--attention-backend triton", "--sampling-backend pytorch"]),
+    # SGLang crashing in FlashInfer on a V100: the backend switch and FlashInfer's arch
+    ("sglang 0.3.0 launch_server crashes inside flashinfer on my Tesla V100 (sm_70)", "attention",
+     ["--attention-backend triton", "flashinfer"]),
+    # TGI sharded on T4s: run unsharded, not a kernel build
+    ("text-generation-launcher --model-id mistralai/Mistral-7B-v0.1 --num-shard 2 on 2x Tesla T4\n"
+     "NotImplementedError: Sharded Mistral requires Flash Attention enabled models.", "attention",
+     ["--num-shard", "unsharded"]),
+]
+
+
+@pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
+def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
+    assert_a_rule_reads(paste, family, phrases)
+
+
+@pytest.mark.parametrize("how", PASTINGS)
+def test_every_reading_survives_how_it_is_pasted(how):
+    misses = pasting_misses(READINGS, how)
+    assert not misses, "\n".join(misses)
+
+
+# (paste, a phrase the top reading's fix must NOT say)
+NEGATIVES = [
+    # flash-attn 2 refusing a Turing card is the Ampere floor, not the head-dim limit of flash-attn 1.x
+    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer. (RTX 2080 Ti)", "head dim"),
+    # vLLM's AWQ on an Ampere card with another error: no capability floor to read
+    ("vllm serve TheBloke/Llama-2-7B-AWQ --quantization awq on an A10G\ntorch.OutOfMemoryError: CUDA out of memory.",
+     "Minimum capability"),
+    # SGLang with FlashInfer on an H100 crashing for another reason: not the backend switch
+    ("sglang with flashinfer on 8x H100: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+     "--attention-backend triton"),
+    # TGI sharded on A100s without its kernels: the kernel build, not "run unsharded"
+    ("text-generation-launcher --num-shard 4 on 4x A100\nNotImplementedError: Sharded Llama requires Flash Attention "
+     "enabled models.", "unsharded"),
+]
+
+
+@pytest.mark.parametrize("paste,not_said", NEGATIVES, ids=[n[0][:48] for n in NEGATIVES])
+def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
+    report = diagnose_text(paste)
+    assert report.by_likeness or report.top is None or not_said.lower() not in report.top.fix.lower(), report.top.fix
