@@ -36,6 +36,15 @@ READINGS = [
     ("text-generation-launcher --model-id mistralai/Mistral-7B-v0.1 --num-shard 2 on 2x Tesla T4\n"
      "NotImplementedError: Sharded Mistral requires Flash Attention enabled models.", "attention",
      ["--num-shard", "unsharded"]),
+    # a build guide titled with the card and its code name in brackets, a CMake target list naming another arch:
+    # the tool's own build for the card, not an override left from another card
+    ("[HIP] gfx1151 (Strix Halo) support - how I built llama.cpp\nROCm 6.4's CMake adds an invalid target gfx1152, "
+     "set AMDGPU_TARGETS before cmake", "arch-missing", ["GGML_HIP=ON", "AMDGPU_TARGETS=gfx1151"]),
+    # a Windows bundle (PyInstaller's temp folder) whose rocBLAS lacks the card's own Tensile file, said in words
+    ("the extracted C:\\Users\\me\\AppData\\Local\\Temp\\_MEI1234 folder has no TensileLibrary_lazy_gfx1102.dat\n"
+     "rocBLAS error: Cannot read C:\\Users\\me\\AppData\\Local\\Temp\\_MEI1234\\rocblas\\library\\"
+     "TensileLibrary.dat: No such file or directory for GPU arch : gfx1102\nList of available TensileLibrary Files :",
+     "arch-missing", ["rocblas", "gfx1102"]),
 ]
 
 
@@ -63,6 +72,11 @@ NEGATIVES = [
     # TGI sharded on A100s without its kernels: the kernel build, not "run unsharded"
     ("text-generation-launcher --num-shard 4 on 4x A100\nNotImplementedError: Sharded Llama requires Flash Attention "
      "enabled models.", "unsharded"),
+    # an empty Tensile list for a card every rocBLAS carries, no file named: the folder, not the arch
+    ("rocBLAS error: Cannot read /opt/app/rocblas/library/TensileLibrary.dat: No such file or directory for GPU arch "
+     ": gfx1100\nList of available TensileLibrary Files :", "HSA_OVERRIDE_GFX_VERSION"),
+    # a card reported as another family's arch by the runtime (not in a build list): still the hidden override
+    ("Radeon RX 7900 XTX\nrocminfo: Name: gfx1030\nHIP error: invalid device function", "AMDGPU_TARGETS"),
 ]
 
 
