@@ -45,6 +45,18 @@ READINGS = [
      "rocBLAS error: Cannot read C:\\Users\\me\\AppData\\Local\\Temp\\_MEI1234\\rocblas\\library\\"
      "TensileLibrary.dat: No such file or directory for GPU arch : gfx1102\nList of available TensileLibrary Files :",
      "arch-missing", ["rocblas", "gfx1102"]),
+    # a thin question about a Kepler card and a current release (another card, English): PyTorch from source
+    ("Will the latest PyTorch ever work on my Tesla K20 again?", "arch-missing",
+     ["from source", "TORCH_CUDA_ARCH_LIST=3.5", "CUDA 11"]),
+    # a release's floor stated in words, a Maxwell card below it: the tool's source build for that card
+    ("The install page says compute capability 7.0 or higher is required. Any way to run it on a GTX 980 Ti?",
+     "arch-missing", ["from source", "TORCH_CUDA_ARCH_LIST=5.2"]),
+    # NCCL built from source on a Kepler GK104 card (another card, no CUDA version): NCCL's own NVCC_GENCODE
+    ("Built NCCL with make on two GTX 680 cards, all_reduce_perf fails with unhandled cuda error right away",
+     "arch-missing", ["NVCC_GENCODE", "compute_30"]),
+    # GPT4All's CUDA device on a Maxwell 5.0 laptop card (another card): its build list, Vulkan meanwhile
+    ("GPT4All 3.10 crashes as soon as I send a prompt with the CUDA device selected, GeForce GTX 950M", "arch-missing",
+     ["5.0", "Vulkan"]),
 ]
 
 
@@ -77,6 +89,15 @@ NEGATIVES = [
      ": gfx1100\nList of available TensileLibrary Files :", "HSA_OVERRIDE_GFX_VERSION"),
     # a card reported as another family's arch by the runtime (not in a build list): still the hidden override
     ("Radeon RX 7900 XTX\nrocminfo: Name: gfx1030\nHIP error: invalid device function", "AMDGPU_TARGETS"),
+    # GPT4All crashing on a card its CUDA build carries (an RTX 3060): not the arch list
+    ("GPT4All 3.10 crashes as soon as I send a prompt with the CUDA device selected, GeForce RTX 3060",
+     "GGML_CUDA_ARCHITECTURES"),
+    # a question about a card above the stated floor: no source build to suggest
+    ("The docs say compute capability 7.0 or higher is required. Will it run on an RTX 3090?",
+     "TORCH_CUDA_ARCH_LIST"),
+    # a Kepler card under torch with an error line of its own: the existing no-kernel reading, not this one's
+    ("Tesla K80\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
+     "lowering the capability check"),
 ]
 
 

@@ -551,6 +551,7 @@ _TOOLS = (
     # tools with their own GPU builds (doctor/arch_builds.yaml has their remedies)
     ("llama-cpp-python", r"\bllama_cpp\b|llama-cpp-python|llama_cpp_python"),
     ("koboldcpp", r"(?i)\bkoboldcpp"),
+    ("gpt4all", r"(?i)\bgpt4all\b"),
     ("lmstudio", r"(?i)\bLM ?Studio\b|\blmstudio\b|\blms (?:load|server)\b"),
     ("sglang", r"\bsglang\b|\bsgl[-_]kernel\b|SGLang"),
     ("apex", r"\bapex\b(?!\s+legends)|\bamp_C\b|fused_layer_norm_cuda"),
