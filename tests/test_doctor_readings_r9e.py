@@ -57,6 +57,10 @@ READINGS = [
     # GPT4All's CUDA device on a Maxwell 5.0 laptop card (another card): its build list, Vulkan meanwhile
     ("GPT4All 3.10 crashes as soon as I send a prompt with the CUDA device selected, GeForce GTX 950M", "arch-missing",
      ["5.0", "Vulkan"]),
+    # Triton on a Radeon VII (gfx906) through torch.compile, an error this time: no Triton targets it
+    ("torch.compile with the triton backend fails on my Radeon VII (gfx906), ROCm 6.2\n"
+     "RuntimeError: Triton Error [HIP]: Code: 209, Messsage: no kernel image is available for execution on the device",
+     "gpu-unsupported", ["gfx906", "sdpa", "TORCHDYNAMO_DISABLE=1"]),
 ]
 
 
@@ -95,6 +99,8 @@ NEGATIVES = [
     # a question about a card above the stated floor: no source build to suggest
     ("The docs say compute capability 7.0 or higher is required. Will it run on an RTX 3090?",
      "TORCH_CUDA_ARCH_LIST"),
+    # Triton on an MI210 (CDNA2) failing: not the pre-CDNA reading
+    ("triton kernels fail on MI210 (gfx90a) with ROCm 6.2: error: unsupported target", "no upgrade adds it"),
     # a Kepler card under torch with an error line of its own: the existing no-kernel reading, not this one's
     ("Tesla K80\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
      "lowering the capability check"),

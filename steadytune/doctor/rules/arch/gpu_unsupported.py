@@ -305,3 +305,37 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     if old and not explicit:   # nothing else can work on it, whatever vaguer error the paste shows
         diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl", "rocm-libs-missing")) - 1
     return diagnosis
+
+
+# GCN 5 (Vega: gfx900, gfx906 MI50/MI60/Radeon VII) and older: Triton's AMD backend has no ISA family for them (its
+# TargetFeatures start at CDNA and RDNA; triton-lang/triton#8992 asks for gfx906, and vLLM's ROCm notes say Triton
+# does not support Vega 20), so every Triton kernel (Triton flash attention, torch.compile's, vLLM's) is out there
+_BEFORE_CDNA = re.compile(r"gfx(?:90[0-6c]|8\d\d|7\d\d)")
+
+
+@rule("gpu-unsupported")
+def triton_before_cdna(ctx: Context) -> Optional[Diagnosis]:
+    """Triton asked to run on a pre-CDNA AMD GPU (a Vega / MI50 gfx906): not a build that lacks the arch (no Triton
+    release or upgrade adds it); the attention or compile path that needs Triton must be replaced."""
+    text = _text(ctx)
+    if not (ctx.tool() == "triton" or "triton" in ctx.sheet.tools) or not re.search(r"(?i)\btriton\b", text):
+        return None
+    arch = next((a for a in ctx.sheet.machine_archs if _BEFORE_CDNA.fullmatch(a)), None)
+    if arch is None:
+        return None
+    trouble = ctx.errors or _lines_matching(ctx, r"(?i)\?|unable|can't|cannot|not (?:work|run|support)\w*|fail\w*|"
+                                                  r"error|crash\w*")
+    if not trouble:
+        return None
+    card = next((g.value for g in ctx.sheet.of("gpu") if g.detail == arch), None)
+    name = f"the {card} ({arch})" if card else arch
+    where = next((f for f in ctx.sheet.of("arch") if f.value == arch), None)
+    return _make("gpu-unsupported", f"Triton does not support {name}",
+                 f"Triton's AMD backend generates code for CDNA (gfx908 and newer Instinct) and RDNA GPUs; {name} is "
+                 "an older GCN chip that no Triton release targets, and AMD does not plan to add it",
+                 f"Triton kernels do not run on {name} (not supported; no upgrade adds it): use a path without Triton, "
+                 "PyTorch's SDPA (attn_implementation=\"sdpa\", its math / memory-efficient kernels) or eager "
+                 "attention instead of Triton flash attention, and no torch.compile (TORCHDYNAMO_DISABLE=1); for "
+                 "Triton itself, a CDNA (MI100 or newer) or RDNA3 GPU",
+                 [f for f in (where,) if f], trouble[:3])
+
