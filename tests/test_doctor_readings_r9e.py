@@ -61,6 +61,9 @@ READINGS = [
     ("torch.compile with the triton backend fails on my Radeon VII (gfx906), ROCm 6.2\n"
      "RuntimeError: Triton Error [HIP]: Code: 209, Messsage: no kernel image is available for execution on the device",
      "gpu-unsupported", ["gfx906", "sdpa", "TORCHDYNAMO_DISABLE=1"]),
+    # LLM.int8 asked about on a Maxwell card by name (no Pascal, no bitsandbytes version): the release that added it
+    ("Is load_in_8bit possible on a Tesla M40? The int8 matmul seems to need Turing", "arch-missing",
+     ["bitsandbytes", "0.37.0"]),
 ]
 
 
@@ -101,6 +104,10 @@ NEGATIVES = [
      "TORCH_CUDA_ARCH_LIST"),
     # Triton on an MI210 (CDNA2) failing: not the pre-CDNA reading
     ("triton kernels fail on MI210 (gfx90a) with ROCm 6.2: error: unsupported target", "no upgrade adds it"),
+    # int8 on a Pascal card with a bitsandbytes that already has the path: not "update to 0.37.0"
+    ("load_in_8bit on a P40 is slow, bitsandbytes==0.43.1, is that expected?", "0.37.0"),
+    # int8 on an Ampere card: no older-GPU path to add
+    ("load_in_8bit on an RTX 3090 gives garbage output", "0.37.0"),
     # a Kepler card under torch with an error line of its own: the existing no-kernel reading, not this one's
     ("Tesla K80\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
      "lowering the capability check"),
