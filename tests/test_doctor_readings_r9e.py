@@ -1,7 +1,8 @@
 """doctor, round 9 (issue 63): readings of the attention, gpu-unsupported and arch-missing families — flash-attn 1.x's
 head-dim limit of the backward pass, a kernel's own compute-capability floor (vLLM's quantization methods,
-flash-attn), SGLang's FlashInfer backend on a GPU FlashInfer lacks, TGI's sharding that needs flash attention, and old
-NVIDIA cards outside a tool's prebuilt binaries. Each paste is written for its reading (another GPU, tool or wording
+flash-attn), SGLang's FlashInfer backend on a GPU FlashInfer lacks, TGI's sharding that needs flash attention, old
+NVIDIA cards outside a tool's prebuilt binaries, Triton on pre-CDNA AMD GPUs, a GPU path a later release added — and
+one the arch family wrongly took: XLA using an older toolkit's ptxas from PATH. Each paste is written for its reading (another GPU, tool or wording
 than the mined case that asked for it); the negatives keep each reading out of pastes it does not fit."""
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ READINGS = [
     # LLM.int8 asked about on a Maxwell card by name (no Pascal, no bitsandbytes version): the release that added it
     ("Is load_in_8bit possible on a Tesla M40? The int8 matmul seems to need Turing", "arch-missing",
      ["bitsandbytes", "0.37.0"]),
+    # XLA under TensorFlow on an H100 with an old toolkit's ptxas on PATH: the pip wheel's ptxas, PATH cleaned
+    ("W external/local_xla/xla/stream_executor/gpu/asm_compiler.cc:225] Falling back to the CUDA driver for PTX "
+     "compilation; ptxas does not support CC 9.0\nUsed ptxas at /usr/local/cuda-11.2/bin/ptxas\n"
+     "E cuda_driver.cc:864] failed to load PTX text as a module: CUDA_ERROR_INVALID_IMAGE: device kernel image is "
+     "invalid", "wheel-platform", ["nvidia-cuda-nvcc-cu12", "PATH", "CC 9.0"]),
 ]
 
 
@@ -108,6 +114,9 @@ NEGATIVES = [
     ("load_in_8bit on a P40 is slow, bitsandbytes==0.43.1, is that expected?", "0.37.0"),
     # int8 on an Ampere card: no older-GPU path to add
     ("load_in_8bit on an RTX 3090 gives garbage output", "0.37.0"),
+    # an invalid kernel image with no ptxas said: not the PATH reading
+    ("E cuda_driver.cc:864] failed to load PTX text as a module: CUDA_ERROR_INVALID_IMAGE: device kernel image is "
+     "invalid", "which -a ptxas"),
     # a Kepler card under torch with an error line of its own: the existing no-kernel reading, not this one's
     ("Tesla K80\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
      "lowering the capability check"),

@@ -3,6 +3,7 @@
   shared             the torch a paste lists, its CUDA label and the fix table filled with them (no rules)
   torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
+  ptxas_path         XLA compiling with an older CUDA toolkit's ptxas found on PATH
   abi                a compiled extension built against another torch, CUDA or ROCm
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
