@@ -70,6 +70,10 @@ READINGS = [
      "compilation; ptxas does not support CC 9.0\nUsed ptxas at /usr/local/cuda-11.2/bin/ptxas\n"
      "E cuda_driver.cc:864] failed to load PTX text as a module: CUDA_ERROR_INVALID_IMAGE: device kernel image is "
      "invalid", "wheel-platform", ["nvidia-cuda-nvcc-cu12", "PATH", "CC 9.0"]),
+    # an app's bundled HIP runtime crashing on an RX 7900 XTX while the system ROCm 6.4 works: the system's first
+    ("Ollama's bundled ROCm runtime segfaults on start (libamdhip64.so.6 inside its lib folder), RX 7900 XTX.\n"
+     "llama.cpp built against the system ROCm 6.4 in /opt/rocm-6.4.1 works fine on the same card", "wheel-platform",
+     ["LD_LIBRARY_PATH=/opt/rocm-6.4.1/lib"]),
 ]
 
 
@@ -117,6 +121,8 @@ NEGATIVES = [
     # an invalid kernel image with no ptxas said: not the PATH reading
     ("E cuda_driver.cc:864] failed to load PTX text as a module: CUDA_ERROR_INVALID_IMAGE: device kernel image is "
      "invalid", "which -a ptxas"),
+    # a bundled runtime crashing with no word that the system ROCm works: not the bundled-runtime reading
+    ("The bundled ROCm runtime segfaults on start, RX 7900 XTX, Ubuntu 24.04", "remove the bundled"),
     # a Kepler card under torch with an error line of its own: the existing no-kernel reading, not this one's
     ("Tesla K80\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
      "lowering the capability check"),
