@@ -74,6 +74,9 @@ READINGS = [
     ("Ollama's bundled ROCm runtime segfaults on start (libamdhip64.so.6 inside its lib folder), RX 7900 XTX.\n"
      "llama.cpp built against the system ROCm 6.4 in /opt/rocm-6.4.1 works fine on the same card", "wheel-platform",
      ["LD_LIBRARY_PATH=/opt/rocm-6.4.1/lib"]),
+    # a CUDA nightly after which a working ComfyUI setup now fails: another nightly, from the build's own index
+    ("ComfyUI was working fine with last week's build, now every image fails with CUBLAS_STATUS_EXECUTION_FAILED\n"
+     "torch 2.8.0.dev20250412+cu128, RTX 5080", "torch-build", ["nightly/cu128", "newer nightly"]),
 ]
 
 
@@ -123,6 +126,9 @@ NEGATIVES = [
      "invalid", "which -a ptxas"),
     # a bundled runtime crashing with no word that the system ROCm works: not the bundled-runtime reading
     ("The bundled ROCm runtime segfaults on start, RX 7900 XTX, Ubuntu 24.04", "remove the bundled"),
+    # a nightly with a failure but no word that it worked before: not the regression reading
+    ("torch 2.8.0.dev20250412+cu128 on an RTX 5080: CUBLAS_STATUS_EXECUTION_FAILED on the first matmul",
+     "newer nightly"),
     # a Kepler card under torch with an error line of its own: the existing no-kernel reading, not this one's
     ("Tesla K80\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
      "lowering the capability check"),

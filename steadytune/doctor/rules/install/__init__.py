@@ -5,6 +5,7 @@
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   ptxas_path         XLA compiling with an older CUDA toolkit's ptxas found on PATH
   bundled_runtime    a program's bundled ROCm runtime failing where the system's works
+  nightly_regression a torch nightly in which what worked before stopped working
   abi                a compiled extension built against another torch, CUDA or ROCm
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
