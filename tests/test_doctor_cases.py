@@ -101,6 +101,10 @@ KNOWN_MISSES = {
                                                                      "reads as the transport's, nothing names the bug",
     "https://github.com/ROCm/legacy-rocm-build/issues/5773": "was solved only by likeness to another thread, which "
                                                              "is now a pointer, never a reading: no rule reads it",
+    # round 9 (r9e, arch families): the accepted fix is said; the family label conflicts with a case of the same evidence
+    "https://github.com/NVIDIA/nccl-tests/issues/287": "NCCL 2.25.1 across two RTX 5090s, labelled multi-gpu-transport "
+                                                       "where nccl-tests#291 (same NCCL, same card) is arch-missing; "
+                                                       "doctor names the accepted NCCL 2.26.2 under arch-missing",
 }
 
 
