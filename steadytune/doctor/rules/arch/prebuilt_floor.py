@@ -16,6 +16,11 @@ from steadytune.doctor.rules.arch.arch_missing import _ASKS_SUPPORT, _is_thin
 #   gpt4all   gpt4all-backend/llama.cpp.cmake: GGML_CUDA_ARCHITECTURES 52;61;70;75 (5.0 gets neither code nor PTX)
 #   nccl      makefiles/common.mk: compute_35 and newer by default (compute_50 in releases for CUDA 12)
 _PREBUILT_OLDEST = {"torch": 50, "gpt4all": 52, "nccl": 35}
+# NCCL's own remedy: it is no tool of the facts' list (its log lines name RCCL/NCCL transport, read by the transport
+# family), so its source build lives here rather than in arch_builds.yaml (NVIDIA/nccl README: NVCC_GENCODE)
+_NCCL_BUILD = ("rebuild NCCL for this GPU from source: make -j src.build NVCC_GENCODE=\"-gencode=arch=compute_{cc},"
+               "code=sm_{cc}\" (its makefiles/common.mk compiles only compute capability 3.5 or 5.0 and newer by default, "
+               "by release and CUDA), then put its build/lib first on LD_LIBRARY_PATH (and rebuild nccl-tests against it)")
 # tools the paste names in words (a title, a question) rather than by their own log lines
 _NAMED = (("nccl", r"(?i)\bnccl\b"), ("gpt4all", r"(?i)\bgpt4all\b"))
 # a release's stated floor in words: "compute capability of 7.0 or higher", "compute capability <7.0"
@@ -67,7 +72,7 @@ def older_than_the_prebuilt_binaries(ctx: Context) -> Optional[Diagnosis]:
     name, arch = card
     cc, cc_dot = arch[3:], f"{arch[3:-1]}.{arch[-1]}"
     floor_dot = f"{str(floor)[:-1]}.{str(floor)[-1]}"
-    own = build_fix(tool, arch) if tool not in (None, "torch") else None
+    own = _NCCL_BUILD.format(cc=cc) if tool == "nccl" else build_fix(tool, arch) if tool not in (None, "torch") else None
     if tool == "torch":
         fix = (f"the prebuilt PyTorch binaries carry no {arch} code (their oldest is sm_{floor}): build PyTorch from "
                f"source with TORCH_CUDA_ARCH_LIST={cc_dot} and a CUDA 11.x toolkit (CUDA 12 no longer compiles "
