@@ -24,6 +24,9 @@ import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
+import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
 import steadytune.doctor.rules.install.ptxas_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_runtime  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightly_regression  # noqa: E402,F401

@@ -3,6 +3,9 @@
   shared             the torch a paste lists, its CUDA label and the fix table filled with them (no rules)
   torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
+  engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
+  cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against
+  stale_install      files of an older install beside a newer one (a program's library folder, a web UI's venv)
   ptxas_path         XLA compiling with an older CUDA toolkit's ptxas found on PATH
   bundled_runtime    a program's bundled ROCm runtime failing where the system's works
   nightly_regression a torch nightly in which what worked before stopped working
