@@ -129,6 +129,8 @@ NEGATIVES = [
     # a nightly with a failure but no word that it worked before: not the regression reading
     ("torch 2.8.0.dev20250412+cu128 on an RTX 5080: CUBLAS_STATUS_EXECUTION_FAILED on the first matmul",
      "newer nightly"),
+    # a question about something else in GPT4All on a card below its CUDA build: no failure, no build to suggest
+    ("GPT4All on my GTX 750 Ti: how do I change the model folder? It is on C: by default", "GGML_CUDA_ARCHITECTURES"),
     # a Kepler card under torch with an error line of its own: the existing no-kernel reading, not this one's
     ("Tesla K80\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
      "lowering the capability check"),

@@ -26,7 +26,10 @@ _NAMED = (("nccl", r"(?i)\bnccl\b"), ("gpt4all", r"(?i)\bgpt4all\b"))
 # a release's stated floor in words: "compute capability of 7.0 or higher", "compute capability <7.0"
 _STATED_FLOOR = re.compile(r"(?i)compute capability\D{0,12}?(?:<\s*|>=?\s*)?(\d{1,2})\.(\d)\b(?:\s*or (?:higher|newer|above))?")
 _NCCL_CUDA_ERROR = re.compile(r"(?i)unhandled cuda error")
-_TROUBLE = re.compile(r"(?i)\?|？|\berror\b|\bcrash\w*|\bfail\w*|\bproblem\b|not (?:work|support)\w*|支持|报错|崩溃")
+_FAILURE = re.compile(r"(?i)\berror\b|\bcrash\w*|\bfail\w*|\bproblem\b|not (?:work|support)\w*|报错|崩溃")
+# a question counts as the trouble only in a thin paste (a title, a sentence or two), where it is the whole report
+_RUNS_ON = re.compile(r"(?i)\b(?:work|run)s?\b[^?\n]{0,40}\?")
+_QUESTION = re.compile(r"\?|？|支持")
 
 
 def _old_card(ctx: Context, below: int) -> Optional[tuple[str, str]]:
@@ -56,17 +59,18 @@ def older_than_the_prebuilt_binaries(ctx: Context) -> Optional[Diagnosis]:
     nccl = bool(re.search(_NAMED[0][1], text))
     if any(e.family is not None and not (nccl and _NCCL_CUDA_ERROR.search(e.line)) for e in ctx.errors):
         return None
-    trouble = _lines_matching(ctx, _TROUBLE.pattern)[:1]
-    if not trouble:
-        return None
+    failure = _lines_matching(ctx, _FAILURE.pattern)[:1]
     tool = _tool_named(ctx)
     stated = _STATED_FLOOR.search(text)
     floor = _PREBUILT_OLDEST.get(tool or "")
+    asked = _is_thin(ctx) and (stated or _ASKS_SUPPORT.search(text) or _RUNS_ON.search(text))
     if floor is None and stated and _is_thin(ctx):   # the release's floor said in words, the card below it
         floor = int(stated.group(1) + stated.group(2))
     if floor is None and _is_thin(ctx) and _ASKS_SUPPORT.search(text):
         floor, tool = _PREBUILT_OLDEST["torch"], "torch"   # a card older than every CUDA 12 build, asked about
-    card = _old_card(ctx, floor) if floor else None
+    # the trouble: a failure said, or (in a thin paste about whether the card is supported) the question itself
+    trouble = failure or (_lines_matching(ctx, _QUESTION.pattern)[:1] if asked else [])
+    card = _old_card(ctx, floor) if floor and trouble else None
     if card is None:
         return None
     name, arch = card
