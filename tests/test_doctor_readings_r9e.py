@@ -131,6 +131,8 @@ NEGATIVES = [
      "newer nightly"),
     # a question about something else in GPT4All on a card below its CUDA build: no failure, no build to suggest
     ("GPT4All on my GTX 750 Ti: how do I change the model folder? It is on C: by default", "GGML_CUDA_ARCHITECTURES"),
+    # int8 on a Pascal card that works, nothing asked: no release to name
+    ("load_in_8bit on my P40 works great, 7B fits in 9 GB", "0.37.0"),
     # a Kepler card under torch with an error line of its own: the existing no-kernel reading, not this one's
     ("Tesla K80\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
      "lowering the capability check"),

@@ -30,6 +30,9 @@ ADDED = (
               "bitsandbytes CHANGELOG 0.37.0: Int8 Matmul + backward support for all GPUs"),
 )
 
+_TROUBLE = (r"(?i)\?|？|\berror\b|\bcrash\w*|\bfail\w*|\bproblem\b|\bnot (?:work|support)\w*|\bunsupported\b|"
+            r"\bcan(?:'t|not)\b|\blost cause\b|报错|不支持")
+
 # GPU generations said by name where no card is named ("I have a quadro built on pascal")
 _GENERATION_CC = {"kepler": 35, "maxwell": 52, "pascal": 61, "volta": 70}
 
@@ -63,6 +66,8 @@ def release_added_the_path(ctx: Context) -> Optional[Diagnosis]:
     """A feature asked for on a GPU older releases had no path for, with no error line of another family."""
     if any(e.family is not None for e in ctx.errors):
         return None
+    if not (ctx.errors or _lines_matching(ctx, _TROUBLE)):
+        return None   # the feature runs, or nothing is asked: no release to name
     for row in ADDED:
         said = _lines_matching(ctx, row.feature)[:1]
         older = _older_gpu(ctx, row.below) if said else None
