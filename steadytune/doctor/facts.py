@@ -104,7 +104,7 @@ _OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debi
        ("fedora", r"\bFedora\b"), ("arch", r"\bArch ?Linux\b|\bEndeavourOS\b|\bManjaro\b|\bCachyOS\b|\barch1\b"),
        ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
        ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
-       ("windows", r"\bWindows (?:10|11|Server)\b|(?i:\bwin(?:dows)? ?1[01]\b)|\bOS:? Windows\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|"
+       ("windows", r"\bWindows (?:10|11|Server)\b|(?i:\bwin(?:dows)? ?1[01]\b)|\bOS:? Windows\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|(?i:\bLocal\\Temp\\)|"
                    r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)|"
                    r"(?i:^\W*windows\b(?! subsystem)|\bwindows (?=rocm|hip\b|amd\b|gpu\b|ollama|pytorch|torch\b))"),
        ("macos", r"\bmacOS\b|\bDarwin Kernel\b"))
@@ -249,7 +249,9 @@ _GPU_WORDS = re.compile(r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPE
                         r"Quadro|FirePro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Barcelo|Lucienne|Van Gogh|"
                         r"Ryzen AI|\bW[5-7]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*|\bRyzen [457]\d{3}(?:HS|HX|H|U)\b|\bR[79] ?\d{3}X?\b|\bR9 Nano\b|\bFury\b|\bFiji\b|\bMX ?\d{3}\b|"
-                        r"\bGT \d{3,4}\b|\bTitan\b|\bL40S\b|\bA10G\b|\bGB10\b|DGX Spark", re.IGNORECASE)
+                        r"\bGT \d{3,4}\b|\bTitan\b|\bL40S\b|\bA10G\b|\bGB10\b|DGX Spark|"
+                        # data-centre cards named bare, often in lower case ("on a v100", "2x p100")
+                        r"\b(?:[VP]100|P40|T4|K[48]0m?)\b", re.IGNORECASE)
 _MOBILE = re.compile(r"\bRX ?(6[0-9]{3})(M|S)\b", re.IGNORECASE)
 # Laptop Radeons by number and suffix (LLVM's processor table, AMD's product pages): the S parts are Navi 23
 _MOBILE_ARCH = {("68", "M"): "gfx1031", ("67", "M"): "gfx1031", ("66", "M"): "gfx1032", ("65", "M"): "gfx1034",
@@ -549,6 +551,7 @@ _TOOLS = (
     # tools with their own GPU builds (doctor/arch_builds.yaml has their remedies)
     ("llama-cpp-python", r"\bllama_cpp\b|llama-cpp-python|llama_cpp_python"),
     ("koboldcpp", r"(?i)\bkoboldcpp"),
+    ("gpt4all", r"(?i)\bgpt4all\b"),
     ("lmstudio", r"(?i)\bLM ?Studio\b|\blmstudio\b|\blms (?:load|server)\b"),
     ("sglang", r"\bsglang\b|\bsgl[-_]kernel\b|SGLang"),
     ("apex", r"\bapex\b(?!\s+legends)|\bamp_C\b|fused_layer_norm_cuda"),

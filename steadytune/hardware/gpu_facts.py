@@ -114,12 +114,12 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"P100\b", "sm_60", source=NVIDIA_CC),
     Product(r"GTX 10[5-8]0|TITAN Xp|TITAN X \(Pascal\)|Tesla P(?:40|4)\b|Quadro P\d{3,4}|MX ?[1-3]50\b|GT 1030", "sm_61",
             source=NVIDIA_CC),
-    Product(r"GTX 9[5-8]0|GTX TITAN X\b|Tesla M(?:40|60)\b|Quadro M\d{3,4}", "sm_52", source=NVIDIA_CC),
+    Product(r"GTX 9[5-8]0(?!M)|GTX 9[6-8]5M|GTX 9[78]0M|GTX TITAN X\b|Tesla M(?:40|60)\b|Quadro M\d{3,4}", "sm_52", source=NVIDIA_CC),
     Product(r"Jetson Nano|Tegra X1", "sm_53", source=NVIDIA_CC),
-    Product(r"GTX 7[45]0|GTX 9[45]0M|Quadro K[12]200|MX ?1[13]0\b", "sm_50", source=NVIDIA_CC),
+    Product(r"GTX 7[45]0|GTX 9[456]0M|Quadro K[12]200|MX ?1[13]0\b", "sm_50", source=NVIDIA_CC),
     Product(r"Tesla K80", "sm_37", source=NVIDIA_CC),
-    Product(r"Tesla K(?:40|20)|GTX 780|GTX TITAN\b(?! X)|GT 730", "sm_35", source=NVIDIA_CC),
-    Product(r"GTX 6[5-9]0|GTX 7[67]0|Tesla K10\b|GRID K520", "sm_30", source=NVIDIA_CC),
+    Product(r"Tesla K(?:40|20)|Quadro K(?:5200|6000)\b|GTX 780|GTX TITAN\b(?! X)|GT 730", "sm_35", source=NVIDIA_CC),
+    Product(r"GTX 6[5-9]0|GTX 7[67]0|Quadro K(?:4[02]00|5000)\b|Tesla K10\b|GRID K520", "sm_30", source=NVIDIA_CC),
 )
 
 # Names that say "an AMD GPU" and nothing more: amd-smi's default view and rocminfo's Marketing Name print

@@ -14,6 +14,8 @@ import steadytune.doctor.rules.arch.arch_missing  # noqa: E402,F401
 import steadytune.doctor.rules.arch.nccl  # noqa: E402,F401
 import steadytune.doctor.rules.arch.gpu_unsupported  # noqa: E402,F401
 import steadytune.doctor.rules.arch.target_lists  # noqa: E402,F401
+import steadytune.doctor.rules.arch.prebuilt_floor  # noqa: E402,F401
+import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
@@ -28,6 +30,9 @@ import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
 import steadytune.doctor.rules.install.ptxas  # noqa: E402,F401
 import steadytune.doctor.rules.install.os_release  # noqa: E402,F401
+import steadytune.doctor.rules.install.ptxas_path  # noqa: E402,F401
+import steadytune.doctor.rules.install.bundled_runtime  # noqa: E402,F401
+import steadytune.doctor.rules.install.nightly_regression  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401

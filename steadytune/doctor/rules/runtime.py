@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import ErrorLine
+from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.rules.base import (
     WINDOWS_WORD,
     _arch_fact,
@@ -868,6 +868,66 @@ def _amd_arch_outside_flash_attention(ctx: Context, text: str) -> Optional[Diagn
                  [f for f in (_arch_fact(ctx, arch),) if f], said)
 
 
+# flash-attn 1.x checks the GPU before its backward pass for head dims above 64 (is_sm80: the A100's / H100's larger
+# shared memory); its README's table says so ("Head dim > 64 backward requires A100 or H100")
+_HEAD_DIM_BACKWARD = re.compile(r"(?i)Expected is_sm80(?: \|\| is_sm90)? to be true|\bhead dim > ?\d+ backward requires")
+
+
+def _head_dim_backward(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """flash-attn 1.x refusing the backward pass of a head dim above 64 on a GPU that is not an A100 / H100 (an RTX
+    3090 / 4090, an A40, an A10): the forward runs there, training does not. Not the GPU's arch (no build adds the
+    shared memory): flash-attn 2 runs the backward of every head dim up to 256 on Ampere and newer (its README: head
+    dim 256 backward on consumer GPUs since 2.5.5, without dropout)."""
+    said = [e for e in errors if _HEAD_DIM_BACKWARD.search(e.line)]
+    if not said:
+        return None
+    gpu = next((g.value for g in ctx.sheet.of("gpu") if not re.search(r"(?i)\b[AH]100\b", g.value)), None)
+    on = f" on the {gpu}" if gpu else ""
+    diagnosis = _make("attention", f"flash-attn 1.x trains head dims above 64 only on an A100 / H100{on}",
+                      "FlashAttention 1.x runs the backward pass (training) of a head dim above 64 only on sm80 / sm90 "
+                      "GPUs (A100, H100: their larger shared memory); the forward pass (inference) runs on this GPU",
+                      "upgrade to flash-attn 2.x (pip install -U flash-attn --no-build-isolation): its backward pass "
+                      "runs every head dim up to 256 on Ampere and newer GPUs (RTX 30xx/40xx, A40, A10); with flash-attn "
+                      "1.x, train only a model whose head dim is 64 or less, or train on an A100 / H100 (inference "
+                      "runs here as is)", [ctx.line_fact(said[0])], said)
+    # the arch reading of the same line (rebuild flash-attn for this GPU) cannot add shared memory
+    diagnosis.rank = family("arch-missing").rank - 1
+    return diagnosis
+
+
+_SGLANG = re.compile(r"(?i)\bsglang\b")
+_FLASHINFER = re.compile(r"(?i)\bflash_?infer\b")
+_AMD_WORDS = re.compile(r"(?i)\bamd|\brocm\b|\bhip\b|\bgfx\d|\bMI\d{2,3}\b|\bradeon\b|\binstinct\b")
+_TURING_OR_OLDER = re.compile(r"(?i)(?:<=?|or lower|below|older)\W{0,3}sm_?[5-7]\d|\bsm_?[5-7]\d\b\W{0,3}(?:or lower|and below)")
+
+
+def _flashinfer_outside(ctx: Context) -> Optional[Diagnosis]:
+    """SGLang on a GPU its default attention backend, FlashInfer, has no kernels for: an AMD GPU (FlashInfer is CUDA
+    only) or an NVIDIA card below sm_80 (FlashInfer's README lists sm80 and newer as supported; sm75 has come and gone
+    between releases). SGLang's own switch runs attention through its Triton kernels instead (--attention-backend
+    triton, with --sampling-backend pytorch for the sampler; older releases: --disable-flashinfer
+    --disable-flashinfer-sampling)."""
+    text = _text_of(ctx)
+    if not (_SGLANG.search(text) and _FLASHINFER.search(text)):
+        return None
+    older = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"sm_[5-7]\d", a)]
+    amd = bool(_AMD_WORDS.search(text)) and not older
+    if not (amd or older or _TURING_OR_OLDER.search(text)):
+        return None
+    if not (ctx.errors or ctx.sheet.has("complaint", "yes") or re.search(r"\?|？|crash|fail|error|can't|cannot", text)):
+        return None
+    where = "AMD GPUs (FlashInfer has CUDA kernels only)" if amd else \
+        f"this NVIDIA GPU ({older[0] if older else 'below sm_80'}; FlashInfer supports sm80 and newer, sm75 only in some releases)"
+    said = _lines_matching(ctx, _FLASHINFER.pattern)[:1]
+    upgrade = "" if amd else ("; or upgrade sglang together with flashinfer to a release whose FlashInfer lists this "
+                              "arch among its supported ones")
+    return _make("attention", "SGLang's FlashInfer attention backend does not run on this GPU",
+                 f"SGLang uses FlashInfer for attention and sampling by default, and FlashInfer has no kernels for {where}",
+                 "start sglang without FlashInfer: python -m sglang.launch_server ... --attention-backend triton "
+                 "--sampling-backend pytorch (releases before the --attention-backend flag: --disable-flashinfer "
+                 f"--disable-flashinfer-sampling){upgrade}", [ctx.line_fact(l) for l in said], said, confirmed=False)
+
+
 def _attention_off(ctx: Context) -> str:
     """How to turn flash-attn off, in the configuration language of the tool the paste uses."""
     text = _text_of(ctx)
@@ -887,6 +947,17 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
         errors = [ErrorLine(i, l.strip(), "attention") for i, l in enumerate(ctx.sheet.lines, 1)
                   if re.search(r"(?i)errors? generated when compiling for gfx\w+", l)]
     tgi = _lines_matching(ctx, r"(?i)Flash Attention enabled models")
+    old_gpu = _PRE_AMPERE.search(_text_of(ctx))
+    if tgi and old_gpu and _lines_matching(ctx, r"(?i)\bSharded \w+ requires Flash Attention"):
+        # TGI shards (tensor parallel) a model only through its flash-attention model code, and flash-attention has
+        # no kernels before Ampere: no install brings them to this GPU
+        return _first(_make("attention", f"TGI shards this model only with flash attention, which the {old_gpu.group(0)} "
+                            "cannot run", "text-generation-inference implements the sharded (tensor-parallel) model "
+                            "only on its flash-attention model code; flash attention has kernels for Ampere (compute "
+                            f"capability 8.0) and newer, and the {old_gpu.group(0)} is older",
+                            "run the model unsharded on this GPU (drop --num-shard, or --num-shard 1: TGI then uses the "
+                            "transformers code path on one GPU, which must hold the model; quantize it to fit), or "
+                            "serve it sharded on Ampere or newer GPUs", [ctx.line_fact(tgi[0])], tgi))
     if tgi:
         # TGI's server imports its own compiled kernels (flash-attention, vLLM's paged-attention ops); a local install
         # without them cannot shard or page; the install readings of the missing module do not fix it
@@ -898,8 +969,14 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                             "(make install-flash-attention-v2 for newer releases) && make install-vllm, then restart "
                             "the launcher; or run TGI's docker image, which ships them", [ctx.line_fact(tgi[0])],
                             tgi))
+    flashinfer = _flashinfer_outside(ctx)
+    if flashinfer is not None:
+        return flashinfer
     if not errors:
         return None
+    head_dim = _head_dim_backward(ctx, errors)
+    if head_dim is not None:
+        return head_dim
     text = " ".join(e.line for e in errors)
     evidence = [ctx.line_fact(errors[0])]
     if re.search(r"(?i)stack frame size", text) and ctx.tool(errors) == "vllm" or \

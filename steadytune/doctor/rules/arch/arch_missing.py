@@ -293,7 +293,8 @@ def _support_request(ctx: Context) -> Optional[Diagnosis]:
     names = {arch} | {g.value for g in ctx.sheet.of("gpu") if g.detail == arch}
     named = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
     gpu = rf"(?:AMD |NVIDIA |Radeon |GeForce )?(?:{named})"
-    about_gpu = (rf"(?i)\bsupport(?:s|ed|ing)?\s+(?:for\s+|on\s+)?(?:the\s+|my\s+|an?\s+)?{gpu}|{gpu}\s+support\b|"
+    about_gpu = (rf"(?i)\bsupport(?:s|ed|ing)?\s+(?:for\s+|on\s+)?(?:the\s+|my\s+|an?\s+)?{gpu}|"
+                 rf"{gpu}(?:\s*\([^()\n]{{1,30}}\))?\s+support\b|"
                  rf"\badd(?:ing)?\s+(?:support for\s+)?{gpu}|\bnot work\w*\s+(?:on|with)\s+(?:the\s+|my\s+)?{gpu}|"
                  rf"{gpu}\s*(?:支持|用不了)")
     asked = _lines_matching(ctx, about_gpu)[:1]

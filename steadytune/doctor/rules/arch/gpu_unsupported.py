@@ -155,6 +155,47 @@ def intel_gpu_under_cuda(ctx: Context) -> Optional[Diagnosis]:
     return diagnosis
 
 
+# a kernel's own floor, said with the two capabilities ("Minimum capability: 75. Current capability: 70.", vLLM's
+# quantization check) or flash-attn's "GPU with CUDA capability 7 0 is not supported"
+_QUANT_FLOOR = re.compile(r"(?i)quantization method (\w+) is not supported for the current GPU\. Minimum capability: "
+                          r"(\d)(\d)\. Current capability: (\d)(\d)")
+_FLASH_FLOOR = re.compile(r"(?i)\bGPU with CUDA capability (\d+) (\d+) is not supported")
+
+
+def _card_named(ctx: Context) -> Optional[str]:
+    """The NVIDIA card as the paste names it ("v100" said in lower case is the V100)."""
+    card = next((g.value for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("sm_")), None)
+    return card.upper() if card and re.fullmatch(r"[a-z]\d{1,3}m?", card) else card
+
+
+def _kernel_floor(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A tool's own kernels with a compute-capability floor above the GPU: a quantization method's kernels in vLLM
+    (AWQ needs 7.5, Turing; vLLM's quantization hardware table), flash-attn (Ampere, 8.0, and newer). Nothing to build:
+    the fix is another method or attention path that runs on the card, or a newer card."""
+    card = _card_named(ctx)
+    the = f"the {card}" if card else "this GPU"
+    for e in errors:
+        quant = _QUANT_FLOOR.search(e.line)
+        if quant:
+            method, need, have = quant.group(1), f"{quant.group(2)}.{quant.group(3)}", f"{quant.group(4)}.{quant.group(5)}"
+            return _make("gpu-unsupported", f"{method.upper()} kernels need compute capability {need}",
+                         f"vLLM's {method.upper()} kernels are built for compute capability {need} and newer; {the} is "
+                         f"{have}, so the method is refused on it", f"{method.upper()} does not run on {the} (compute "
+                         f"capability {have}; it needs {need} or newer; vLLM's quantization hardware table): serve "
+                         "the unquantized model (--dtype half) or a quantization whose kernels run on it (GPTQ: "
+                         "--quantization gptq), or move to a newer GPU", [ctx.line_fact(e)], errors)
+        flash = _FLASH_FLOOR.search(e.line)
+        if flash and re.search(r"(?i)flash[-_ ]?att", _text(ctx)):
+            have = f"{flash.group(1)}.{flash.group(2)}"
+            return _make("gpu-unsupported", f"FlashAttention does not support {the}",
+                         f"FlashAttention 2 has kernels for Ampere (compute capability 8.0) and newer only; {the} is "
+                         f"{have}, and no build adds it", f"flash-attn does not support {the} (compute capability "
+                         f"{have}): use another attention implementation there, PyTorch SDPA (attn_implementation="
+                         "\"sdpa\") or xformers' memory-efficient attention, and drop flash-attn from the install",
+                         [ctx.line_fact(e)], errors)
+    return None
+
+
 @rule("gpu-unsupported")
 def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
@@ -173,10 +214,13 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     if zluda is not None:
         return zluda
     text = " ".join(e.line for e in errors)
-    nvidia = (re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute", text)
+    nvidia = (re.search(r"(?i)compute capability|cuda capability|too old|CUDA compute|Minimum capability: \d", text)
               and not re.search(r"(?i)\bamdgpu\b|\bgfx\d", text)) or \
         (arch or "").startswith("sm_")
     if errors and nvidia:
+        floor = _kernel_floor(ctx, errors)
+        if floor is not None:
+            return floor
         needed = re.search(r"(?i)compute capability below ([\d.]+)|(?:under|below|less than) (?:CUDA )?compute"
                            r"(?: capability)? ?(\d\.\d)|minimum required (?:CUDA|compute) capability is (\d+\.\d)", text)
         found = re.search(r"(?i)(?:cuda|compute) capability (?:of )?(\d+\.\d+)", "\n".join(ctx.sheet.lines))
@@ -261,3 +305,37 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     if old and not explicit:   # nothing else can work on it, whatever vaguer error the paste shows
         diagnosis.rank = min(family(n).rank for n in ("device-access", "driver", "wsl", "rocm-libs-missing")) - 1
     return diagnosis
+
+
+# GCN 5 (Vega: gfx900, gfx906 MI50/MI60/Radeon VII) and older: Triton's AMD backend has no ISA family for them (its
+# TargetFeatures start at CDNA and RDNA; triton-lang/triton#8992 asks for gfx906, and vLLM's ROCm notes say Triton
+# does not support Vega 20), so every Triton kernel (Triton flash attention, torch.compile's, vLLM's) is out there
+_BEFORE_CDNA = re.compile(r"gfx(?:90[0-6c]|8\d\d|7\d\d)")
+
+
+@rule("gpu-unsupported")
+def triton_before_cdna(ctx: Context) -> Optional[Diagnosis]:
+    """Triton asked to run on a pre-CDNA AMD GPU (a Vega / MI50 gfx906): not a build that lacks the arch (no Triton
+    release or upgrade adds it); the attention or compile path that needs Triton must be replaced."""
+    text = _text(ctx)
+    if not (ctx.tool() == "triton" or "triton" in ctx.sheet.tools) or not re.search(r"(?i)\btriton\b", text):
+        return None
+    arch = next((a for a in ctx.sheet.machine_archs if _BEFORE_CDNA.fullmatch(a)), None)
+    if arch is None:
+        return None
+    trouble = ctx.errors or _lines_matching(ctx, r"(?i)\?|unable|can't|cannot|not (?:work|run|support)\w*|fail\w*|"
+                                                  r"error|crash\w*")
+    if not trouble:
+        return None
+    card = next((g.value for g in ctx.sheet.of("gpu") if g.detail == arch), None)
+    name = f"the {card} ({arch})" if card else arch
+    where = next((f for f in ctx.sheet.of("arch") if f.value == arch), None)
+    return _make("gpu-unsupported", f"Triton does not support {name}",
+                 f"Triton's AMD backend generates code for CDNA (gfx908 and newer Instinct) and RDNA GPUs; {name} is "
+                 "an older GCN chip that no Triton release targets, and AMD does not plan to add it",
+                 f"Triton kernels do not run on {name} (not supported; no upgrade adds it): use a path without Triton, "
+                 "PyTorch's SDPA (attn_implementation=\"sdpa\", its math / memory-efficient kernels) or eager "
+                 "attention instead of Triton flash attention, and no torch.compile (TORCHDYNAMO_DISABLE=1); for "
+                 "Triton itself, a CDNA (MI100 or newer) or RDNA3 GPU",
+                 [f for f in (where,) if f], trouble[:3])
+

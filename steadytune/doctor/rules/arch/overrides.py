@@ -157,6 +157,11 @@ def override_hidden(ctx: Context) -> Optional[Diagnosis]:
     # beside an MI100 table is a second machine, not an override)
     reported = [arch for arch in reported if not any(
         p.line_no == arch.line_no and _family_of(p.detail) == _family_of(arch.value) for p in products)]
+    # an arch named as a build's target ("ROCm 6.3's CMake adds the invalid target gfx1153", AMDGPU_TARGETS=...) is a
+    # compiler's list, not the runtime naming this GPU
+    reported = [arch for arch in reported if not re.search(
+        r"(?i)\btarget ?id\b|\b(?:invalid|unknown|無效|无效)\W{0,3}(?:\w+\W{1,3}){0,2}target|\bcmake\b|_TARGETS\b",
+        ctx.sheet.lines[arch.line_no - 1])]
     for product in products:
         for arch in reported:
             if abs(product.line_no - arch.line_no) <= 3 and _family_of(product.detail) != _family_of(arch.value) \

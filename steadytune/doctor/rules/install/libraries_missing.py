@@ -401,8 +401,8 @@ def _empty_tensile_folder(ctx: Context) -> Optional[Diagnosis]:
         arch = re.search(r"GPU arch\s*:\s*(gfx\w+)", read.line) if read else None
         if not arch or arch.group(1) not in _EVERY_ROCBLAS:
             return None   # an arch some releases lack: the empty list may be that release's answer (arch-missing)
-        if re.search(rf"(?i)\bmissing\b.{{0,80}}TensileLibrary\w{{0,30}}{arch.group(1)}", "\n".join(lines)):
-            return None   # the user found the folder and names this arch's own file as the one missing: arch-missing
+        if any(re.search(rf"TensileLibrary\w*_{arch.group(1)}\b", other) for other in lines):
+            return None   # the paste names the arch's own library file as the one missing: arch-missing's reading
         folder = re.search(r"Cannot read (.*?)[\\/]?TensileLibrary", read.line) if read else None
         where = folder.group(1) if folder else "the folder rocBLAS reads"
         covers = [read] if read else _lines_matching(ctx, r"List of available TensileLibrary Files")
