@@ -432,9 +432,12 @@ def rocm_outside_opt_rocm(ctx: Context) -> Optional[Diagnosis]:
 
 # a ROCm runtime library the program ships inside its own folder, said crashing: "the crash occurs inside the bundled
 # libhsa-runtime64.so.1.21.0", ".../prebuilt/lib/libamdhip64.so.7 segfaults"
-_BUNDLED_RUNTIME = re.compile(r"(?i)\b(?:bundled|shipped|vendored|packaged|its own|prebuilt'?s?)\W{0,4}(?:ROCm runtime\W{0,4})?"
-                              r"(?:\(?`?)(lib(?:hsa-runtime64|amdhip64|rocblas|hipblas|hiprtc|amd_comgr)[\w.]{0,20})")
+_BUNDLED_RUNTIME = re.compile(r"(?i)\b(?:bundled|shipped|vendored|packaged|its own|prebuilt'?s?)\W{0,4}(?:(?:ROCm|HIP) runtime"
+                              r"[^\n(]{0,40}?)?\W{0,4}(?:\(?`?)(lib(?:hsa-runtime64|amdhip64|rocblas|hipblas|hiprtc|amd_comgr)"
+                              r"[\w.]{0,20})")
 _SYSTEM_ROCM = re.compile(r"(?i)\bsystem ROCm\b|/opt/rocm\b")
+# the installed ROCm the paste names (/opt/rocm-6.4.1): the fix points the loader there
+_ROCM_PREFIX = re.compile(r"/opt/rocm(?:-\d+(?:\.\d+){1,2})?\b")
 
 
 @rule("wheel-platform")
@@ -449,11 +452,12 @@ def bundled_rocm_runtime_crashes(ctx: Context) -> Optional[Diagnosis]:
     if not lines or not crashed or not _SYSTEM_ROCM.search(text):
         return None
     library = _BUNDLED_RUNTIME.search(lines[0].line).group(1)
+    prefix = (_ROCM_PREFIX.search(text) or re.match(r".*", "/opt/rocm")).group(0)
     tool = ctx.tool() or "the program"
     return _make("wheel-platform", f"{tool}'s bundled ROCm runtime crashes here",
                  f"{tool} loads its own copy of the ROCm runtime ({library}), built for other GPUs or kernels than "
                  "this machine's, and crashes in it; the ROCm installed on the machine runs this GPU",
-                 f"load the system ROCm's runtime ahead of the bundled copy: export LD_LIBRARY_PATH=/opt/rocm/lib:"
+                 f"load the system ROCm's runtime ahead of the bundled copy: export LD_LIBRARY_PATH={prefix}/lib:"
                  f"$LD_LIBRARY_PATH before starting {tool} (or remove the bundled {library.split('.so')[0]} files from "
-                 f"its folder so the loader takes /opt/rocm's); a {tool} release that prefers the system ROCm fixes it "
+                 f"its folder so the loader takes {prefix}'s); a {tool} release that prefers the system ROCm fixes it "
                  "for good", [ctx.line_fact(lines[0])], lines[:1] + crashed[:1])

@@ -30,8 +30,6 @@ import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
 import steadytune.doctor.rules.install.ptxas  # noqa: E402,F401
 import steadytune.doctor.rules.install.os_release  # noqa: E402,F401
-import steadytune.doctor.rules.install.ptxas_path  # noqa: E402,F401
-import steadytune.doctor.rules.install.bundled_runtime  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightly_regression  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401

@@ -8,8 +8,6 @@
   stale_install      files of an older install beside a newer one (a program's library folder, a web UI's venv)
   ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed)
   os_release         a binary linked against a newer glibc than the OS release ships (built for a newer OS)
-  ptxas_path         XLA compiling with an older CUDA toolkit's ptxas found on PATH
-  bundled_runtime    a program's bundled ROCm runtime failing where the system's works
   nightly_regression a torch nightly in which what worked before stopped working
   abi                a compiled extension built against another torch, CUDA or ROCm
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)

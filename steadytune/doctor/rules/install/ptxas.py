@@ -62,13 +62,14 @@ def stale_ptxas_on_path(ctx: Context) -> Optional[Diagnosis]:
     found = f"the first ptxas on PATH ({where})" if "/" not in where else f"the ptxas at {where}"
     needs = _NVCC_FIRST.get(f"{major}{minor}", "a newer CUDA toolkit")
     jax = re.search(r"(?i)\bjax(?:lib)?\b", _text(ctx))
-    return _make("wheel-platform", f"a ptxas older than compute capability {major}.{minor}",
+    return _make("wheel-platform", f"a ptxas older than compute capability {major}.{minor} (CC {major}.{minor})",
                  f"XLA compiled with {found}, which predates compute capability {major}.{minor} ({needs} or newer "
                  "knows it): an older CUDA toolkit on PATH shadows the one the framework was installed with, and "
                  "the driver's fallback then cannot load the PTX",
                  (f"take {where} off the search: " if "/" in where else "")
                  + "remove the old CUDA toolkits from PATH (which -a ptxas lists them; "
                  "keep one whose ptxas --version "
-                 f"is {needs.split(' (')[0]}+), or put the ptxas of the pip package nvidia-cuda-nvcc-cu12 first"
+                 f"is {needs.split(' (')[0]}+, which knows CC {major}.{minor}), or put the ptxas of the pip package "
+                 "nvidia-cuda-nvcc-cu12 first"
                  + ("; pip install -U \"jax[cuda12]\" installs a matching ptxas" if jax else ""),
                  [ctx.line_fact(lines[0])], lines[:1])
