@@ -200,6 +200,25 @@ def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[Error
 
 # packages that bring no CUDA of their own and load the CUDA runtime from the system (not through torch)
 _WITHOUT_TORCH = re.compile(r"(?i)llama_cpp|libllama|ggml|ctranslate2|onnxruntime|tensorflow|jaxlib|cupy|paddle")
+# the user saying torch has no CUDA ("cuda is not available", "cuda is no avaible", 找不到cuda), or torch.cuda.is_available()
+# answering False
+_NO_CUDA_SAID = re.compile(r"(?i)(?<![a-z])cuda\b[^\n]{0,30}?\b(?:is\s*)?(?:not|no|isn'?t)\s+(?:be\s+)?ava\w*|"
+                           r"is_available\(\)\W{0,6}False|(?:找不到|检测不到|识别不到|没有)\s*cuda|cuda\s*(?:不可用|用不了)")
+# transformers' TrainingArguments log line (LLaMA-Factory's parser prints it too): torch answered that there is no GPU
+_TRAINER_ON_CPU = re.compile(r"\bdevice: cpu, n_gpu: 0\b")
+
+
+def _no_cuda_from_a_cpu_torch(ctx: Context, builds: list[Fact]) -> list[ErrorLine]:
+    """The lines saying torch has no CUDA where the paste shows why: the torch listed is the +cpu build, or the
+    trainer's own log says it runs on the CPU with no GPU ("device: cpu, n_gpu: 0") with no driver error beside it."""
+    said = _lines_matching(ctx, _TRAINER_ON_CPU.pattern)
+    if said:
+        return said[:1]
+    if any(f.detail == "cpu" for f in builds):
+        return _lines_matching(ctx, _NO_CUDA_SAID.pattern)[:1]
+    return []
+
+
 # the CUDA 12 build pytorch.org's default index (and PyPI's Linux torch) carries, by torch release
 _TORCH_CUDA12 = ("cu121 for torch 2.1-2.4, cu124 for 2.5-2.6, cu126 for 2.7, cu128 for 2.8 and newer")
 def _cudart_missing(errors: list[ErrorLine]) -> Optional[ErrorLine]:
@@ -329,6 +348,10 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     others = [e for e in ctx.errors if e.family not in (None, "visibility", "torch-build")]
     if named and not errors and not others:
         errors = ctx.of("visibility") + ctx.no_gpu() or _symptom_lines(ctx, named[:1])
+    # the trainer's "no GPU" line alone is likely the CPU build, not shown to be one (unsure)
+    if not errors and not others:
+        errors = _no_cuda_from_a_cpu_torch(ctx, builds)
+        unsure = bool(errors) and not any(f.detail == "cpu" for f in builds)
     rocm_said = [e for e in ctx.of("visibility") + ctx.no_gpu() if re.search(r"No HIP GPUs|hipErrorNoDevice", e.line)]
     if not errors and not wrong and rocm_said:
         return None   # torch's ROCm build printed it: the build is right, the GPU is what it cannot reach
@@ -424,7 +447,7 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
 
 
 # a program saying it found no GPU and runs on the CPU (its own warning, not torch's error)
-_CPU_FALLBACK = (r"(?i)\bno (?:GPU|CUDA device|CUDA GPU)s? (?:has been |have been |was |were )?(?:detected|found)\b|"
+_CPU_FALLBACK = (r"(?i)\bno (?:NVIDIA |CUDA )?(?:GPU|CUDA device)s? (?:has been |have been |was |were )?(?:detected|found)\b|"
                  r"\bfall(?:s|ing)? back to (?:the )?CPU\b|\busing CPU (?:mode|instead)\b")
 
 
