@@ -101,7 +101,7 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
 # paste says about the machine
 _NO_PROVIDER = re.compile(r"(?i)(?:provider )?'?(\w+?)ExecutionProvider'? is not in available provider|no (ROCm) provider "
                           r"available")
-_NO_BACKEND = re.compile(r"(?i)Unable to initialize backend '(rocm|cuda|gpu)'|registered platform with name: .?(rocm|cuda)")
+_NO_BACKEND = re.compile(r"(?i)(?:Unable to initialize backend '|Backend ')(rocm|cuda|gpu)'|registered platform with name: .?(rocm|cuda)")
 _BACKEND_KIND = {"rocm": "amd", "migraphx": "amd", "cuda": "nvidia", "tensorrt": "nvidia", "dml": "windows"}
 
 
@@ -502,4 +502,4 @@ def library_needs_a_gpu_torch_cannot_see(ctx: Context) -> Optional[Diagnosis]:
 
 # Jan (janhq), named by its issue template ("Jan Version: 0.4.3") or its own name, leaving an NVIDIA GPU idle
 _JAN = re.compile(r"\bJan [Vv]ersion\b|\bjanhq\b|\bJan (?:decides|uses|runs|falls|stays|only|does(?:n't| not)|won't)\b|"
-                  r"\bJan app\b")
+                  r"\bJan app\b|\bjan\.ai\b|\bJan_\d+\.\d+")
