@@ -2,6 +2,8 @@
 
   shared             the torch a paste lists, its CUDA label and the fix table filled with them (no rules)
   torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
+  torch_cuda         the CUDA torch was built with against the GPU, the toolkit and torchvision beside it
+  nightlies          a torch nightly that broke what the one before it ran
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   abi                a compiled extension built against another torch, CUDA or ROCm
   libraries_missing  a ROCm, CUDA or system library the loader does not find
