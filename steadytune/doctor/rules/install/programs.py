@@ -58,6 +58,19 @@ def gptq_kernels_not_loaded(ctx: Context) -> Optional[Diagnosis]:
                      "cuda)'; the NVIDIA CUDA Toolkit installer or sudo apt install cuda-toolkit-<X-Y>), export "
                      "CUDA_HOME=/usr/local/cuda-<X.Y>, then pip install . again; or skip the build: " + wheel,
                      [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+    wheel = re.search(r"\bauto_gptq-([\d.]+)\+(cu\d{3})", text)
+    cuda = re.search(r"(?i)\bcuda[ -]?(1\d)\.(\d)\b|\btorch\S*\+(cu\d{3})\b|CUDA Toolkit:?\s*(1\d)\.(\d)", text)
+    held = (f"cu{cuda.group(1)}{cuda.group(2)}" if cuda and cuda.group(1) else cuda.group(3) if cuda and cuda.group(3)
+            else f"cu{cuda.group(4)}{cuda.group(5)}" if cuda else None)
+    if wheel and held and held != wheel.group(2):
+        # the paste pins both: a wheel file of one CUDA, installed beside a torch (an image's) of another. The torch
+        # is the environment's; the AutoGPTQ build is the one to change
+        return _make("wheel-platform", f"the AutoGPTQ wheel is a {wheel.group(2)} build beside a {held} torch",
+                     f"auto_gptq-{wheel.group(1)}+{wheel.group(2)} carries kernels built for torch's {wheel.group(2)} "
+                     f"build; the environment's torch is of {held}, so they do not load",
+                     f"pip uninstall -y auto-gptq; pip install auto-gptq --no-cache-dir (a newer auto-gptq release "
+                     f"picks or builds the kernels for the installed torch), or the auto-gptq wheel whose tag is "
+                     f"+{held}; drop the pinned +{wheel.group(2)} wheel file", [ctx.line_fact(lines[0])], lines[:1])
     return _make("torch-build", "AutoGPTQ's kernels do not match the installed torch",
                  f"AutoGPTQ's prebuilt kernels are built against torch's {label} build; the torch installed is of "
                  "another CUDA (or CPU-only), so they do not load",
