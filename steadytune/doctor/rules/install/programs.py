@@ -22,7 +22,7 @@ from steadytune.doctor.rules.base import (
     _text,
     _vendor,
 )
-from steadytune.doctor.rules.install.shared import _table_fix
+from steadytune.doctor.rules.install.shared import _table_fix, _torch_cuda
 from steadytune.doctor.rules.install.torch_build import _JAN, _ON_CPU
 
 
@@ -58,19 +58,21 @@ def gptq_kernels_not_loaded(ctx: Context) -> Optional[Diagnosis]:
                      "cuda)'; the NVIDIA CUDA Toolkit installer or sudo apt install cuda-toolkit-<X-Y>), export "
                      "CUDA_HOME=/usr/local/cuda-<X.Y>, then pip install . again; or skip the build: " + wheel,
                      [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
-    wheel = re.search(r"\bauto_gptq-([\d.]+)\+(cu\d{3})", text)
-    cuda = re.search(r"(?i)\bcuda[ -]?(1\d)\.(\d)\b|\btorch\S*\+(cu\d{3})\b|CUDA Toolkit:?\s*(1\d)\.(\d)", text)
-    held = (f"cu{cuda.group(1)}{cuda.group(2)}" if cuda and cuda.group(1) else cuda.group(3) if cuda and cuda.group(3)
-            else f"cu{cuda.group(4)}{cuda.group(5)}" if cuda else None)
-    if wheel and held and held != wheel.group(2):
+    built = re.search(r"\bauto_gptq-([\d.]+)\+(cu\d{3})", text)
+    # the environment's CUDA: torch's own build where shown, else the image's or toolkit's ("cuda11.3", "CUDA Toolkit:
+    # 11.3")
+    cuda = _torch_cuda(text) or next(((int(m.group(1)), int(m.group(2))) for m in
+                                      [re.search(r"(?i)\bcuda[ -]?(?:toolkit:?\s*)?(1\d)\.(\d)\b", text)] if m), None)
+    held = f"cu{cuda[0]}{cuda[1]}" if cuda else None
+    if built and held and held != built.group(2):
         # the paste pins both: a wheel file of one CUDA, installed beside a torch (an image's) of another. The torch
         # is the environment's; the AutoGPTQ build is the one to change
-        return _make("wheel-platform", f"the AutoGPTQ wheel is a {wheel.group(2)} build beside a {held} torch",
-                     f"auto_gptq-{wheel.group(1)}+{wheel.group(2)} carries kernels built for torch's {wheel.group(2)} "
+        return _make("wheel-platform", f"the AutoGPTQ wheel is a {built.group(2)} build beside a {held} torch",
+                     f"auto_gptq-{built.group(1)}+{built.group(2)} carries kernels built for torch's {built.group(2)} "
                      f"build; the environment's torch is of {held}, so they do not load",
                      f"pip uninstall -y auto-gptq; pip install auto-gptq --no-cache-dir (a newer auto-gptq release "
                      f"picks or builds the kernels for the installed torch), or the auto-gptq wheel whose tag is "
-                     f"+{held}; drop the pinned +{wheel.group(2)} wheel file", [ctx.line_fact(lines[0])], lines[:1])
+                     f"+{held}; drop the pinned +{built.group(2)} wheel file", [ctx.line_fact(lines[0])], lines[:1])
     return _make("torch-build", "AutoGPTQ's kernels do not match the installed torch",
                  f"AutoGPTQ's prebuilt kernels are built against torch's {label} build; the torch installed is of "
                  "another CUDA (or CPU-only), so they do not load",

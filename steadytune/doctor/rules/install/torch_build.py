@@ -26,7 +26,7 @@ from steadytune.doctor.rules.base import (
     _text,
     _vendor,
 )
-from steadytune.doctor.rules.install.shared import _listed_torch_version, _table_fix
+from steadytune.doctor.rules.install.shared import _listed_torch_version, _table_fix, _torch_cuda
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -246,12 +246,12 @@ def _cuda_runtime_of_torch(ctx: Context, errors: list[ErrorLine]) -> Optional[Di
     package = (distribution_of(imported[-1]) if imported else None) or ctx.tool([error])
     index = _TORCH_CUDA12 if major == "12" else "cu118" if major == "11" else f"a CUDA {major} index"
     what = package if package and package != "torch" else "the package"
-    chosen = re.search(r"\btorch\S*?\+cu(\d\d)(\d)\b|PyTorch version:\s*\S+\+cu(\d\d)(\d)\b", _text(ctx))
-    held = next((g for g in chosen.groups() if g), None) if chosen else None
+    chosen = _torch_cuda(_text(ctx))
+    held = str(chosen[0]) if chosen else None
     if held is not None and held != major:
         # the torch shown is a CUDA build of its own (torch 2.4.0+cu118): the environment is a CUDA 11 one on purpose,
         # and the package's binaries are the ones made for another CUDA
-        label = f"cu{chosen.group(1) or chosen.group(3)}{chosen.group(2) or chosen.group(4)}"
+        label = f"cu{chosen[0]}{chosen[1]}"
         return _make("wheel-platform", f"{what}'s binaries are CUDA {major} builds in a {label} environment",
                      f"the installed {what} is built for CUDA {major} and loads libcudart.so.{major}; this environment's "
                      f"torch is the {label} build, which brings CUDA {held}'s runtime only",

@@ -9,7 +9,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
-from steadytune.doctor.rules.install.shared import _cuda_label
+from steadytune.doctor.rules.install.shared import _torch_cuda
 
 
 # The oldest CUDA whose compiler targets each compute capability (NVIDIA's CUDA Toolkit release notes: Ampere sm_80 in
@@ -23,20 +23,6 @@ _TORCH_RELEASES_OF = {"cu110": "1.7", "cu111": "1.8-1.10", "cu113": "1.10-1.12",
                       "cu126": "2.6-2.9", "cu128": "2.7 and newer", "cu129": "2.8", "cu130": "2.9 and newer"}
 
 _NOT_COMPATIBLE = re.compile(r"with CUDA capability sm_(\d+) is not compatible with the current PyTorch installation")
-# torch's own CUDA: a +cuXYZ build (a wheel name, pip's download line, torch.__version__), or torch.version.cuda's answer
-_TORCH_CUDA = (re.compile(r"\btorch\S*?(?:\+|%2B)cu(\d{2})(\d)\b"),
-               re.compile(r"(?is)\btorch\.(?:version\.cuda|cuda_version)\b.{0,40}?'(\d{1,2})\.(\d)'"),
-               re.compile(r"(?i)\bCUDA used to build PyTorch:\s*(\d{1,2})\.(\d)"))
-
-
-def _torch_cuda(text: str) -> Optional[tuple[int, int]]:
-    for pattern in _TORCH_CUDA:
-        found = pattern.search(text)
-        if found:
-            return int(found.group(1)), int(found.group(2))
-    return None
-
-
 def _label_for(cuda: tuple[int, int]) -> str:
     """The oldest pytorch.org CUDA label at or past `cuda` (cu118 for Ampere and Ada, cu128 for Blackwell)."""
     return next((label for label in _TORCH_RELEASES_OF
@@ -118,7 +104,8 @@ def torchvision_without_cuda_kernels(ctx: Context) -> Optional[Diagnosis]:
         return None
     found = _NO_CUDA_KERNEL.search(lines[0].line)
     package, op, backend = found.group(1), found.group(2), found.group(3)
-    label = _cuda_label(ctx) or ("rocm7.2" if backend == "HIP" else "cu128")
+    cuda = _torch_cuda(_text(ctx))
+    label = f"cu{cuda[0]}{cuda[1]}" if cuda else "rocm7.2" if backend == "HIP" else "cu128"
     return _make("torch-build", f"{package} has no {backend} kernels",
                  f"{package}::{op} has only its CPU kernel: the {package} loaded is a CPU build, or one built for "
                  "another torch than the CUDA one installed",
