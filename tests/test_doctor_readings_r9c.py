@@ -46,6 +46,9 @@ READINGS = [
     # a CUDA 12.4 torch under Blackwell (torch.version.cuda said): cu128
     ("NVIDIA RTX PRO 6000 with CUDA capability sm_120 is not compatible with the current PyTorch installation.\n"
      ">>> torch.version.cuda\n'12.4'", "torch-build", ["cu128"]),
+    # a question whether torch supports a newer card (Hopper), no error: the CUDA builds that target it
+    ("Just got access to an H100 box. Is the H100 supported by pytorch yet? Is there a workaround?", "torch-build",
+     ["cu118", "sm_90"]),
     # an extension built with a newer toolkit than torch's CUDA (causal-conv1d, 12.4 vs 11.8): the cu124 torch
     ("pip install causal-conv1d --no-build-isolation\nRuntimeError: The detected CUDA version (12.4) mismatches the "
      "version that was used to compile PyTorch (11.8). Please make sure to use the same CUDA versions.",
@@ -91,6 +94,8 @@ NEGATIVES = [
     # the paste says no torch exists for the toolkit: not "install the torch built for it"
     ("my cuda is 12.1 but torch 2.0.1 has no cu121 build, so I use cu118\nRuntimeError: The detected CUDA version "
      "(12.1) mismatches the version that was used to compile PyTorch (11.8).", "install the torch built for CUDA 12.1"),
+    # a support question about an AMD card: not the CUDA builds' answer
+    ("Does pytorch support the RX 7900 XTX? I want to train LoRAs on it", "get_arch_list"),
     # a nightly installed with nothing said to have run before: no regression to read
     ("installed the torch nightly 2.9.0.dev20250801+cu128, how do I turn on flash attention in it?",
      "install a newer nightly"),

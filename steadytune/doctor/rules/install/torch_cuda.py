@@ -114,3 +114,32 @@ def torchvision_without_cuda_kernels(ctx: Context) -> Optional[Diagnosis]:
                  f"--index-url https://download.pytorch.org/whl/{label}; python -c \"import torchvision; "
                  f"print(torchvision.__version__)\" must show the same +{label} tag as torch",
                  [ctx.line_fact(lines[0])], lines[:1])
+
+
+# a user asking whether torch supports (or runs on) their new card: "Will pytorch support this card?", "can't run it
+# with pytorch", "does PyTorch support the RTX 5090"
+_SUPPORT_ASKED = re.compile(r"(?i)\b(?:py)?torch\b[^.?\n]{0,60}\bsupport|\bsupport\w*\b[^.?\n]{0,60}\b(?:py)?torch\b|"
+                            r"\bcan'?t (?:run|use)\b[^.?\n]{0,30}\b(?:with|on|in) (?:py)?torch\b")
+
+
+@rule("torch-build")
+def torch_support_for_a_new_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Whether torch runs on a newer NVIDIA GPU is a matter of the CUDA its build was made with: every build with a
+    CUDA that targets the GPU's compute capability carries it. A question about support with no error beside it is
+    answered by that build."""
+    lines = _lines_matching(ctx, _SUPPORT_ASKED.pattern)
+    if not lines or any(e.family for e in ctx.errors):
+        return None
+    arch, fact = ctx.arch()
+    cc = int(arch[3:]) if arch and re.fullmatch(r"sm_\d+", arch) else None
+    first = _FIRST_CUDA.get(cc) if cc else None
+    if first is None:
+        return None
+    label = _label_for(first)
+    return _make("torch-build", f"torch runs on {arch} in its CUDA {first[0]}.{first[1]}+ builds",
+                 f"torch carries the code for {arch} in every build made with CUDA {first[0]}.{first[1]} or newer (the "
+                 "first CUDA whose compiler targets it); an older CUDA build of torch cannot run on the GPU",
+                 f"pip uninstall -y torch; pip install torch --index-url https://download.pytorch.org/whl/{label} "
+                 f"(torch {_TORCH_RELEASES_OF[label]}; or a newer cu12x index); python -c 'import torch; print(torch."
+                 f"cuda.get_arch_list())' must list {arch}", [ctx.line_fact(lines[0]), fact], lines[:1],
+                 confirmed=False)
