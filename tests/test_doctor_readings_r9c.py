@@ -94,6 +94,8 @@ NEGATIVES = [
     # the paste says no torch exists for the toolkit: not "install the torch built for it"
     ("my cuda is 12.1 but torch 2.0.1 has no cu121 build, so I use cu118\nRuntimeError: The detected CUDA version "
      "(12.1) mismatches the version that was used to compile PyTorch (11.8).", "install the torch built for CUDA 12.1"),
+    # a prebuilt executable left on the CPU, no Python in sight: no torch of the user's to reinstall
+    ("Running the portable exe of the latest release, models run on the CPU only (Radeon 890M)", "pip uninstall -y torch"),
     # a support question about an AMD card: not the CUDA builds' answer
     ("Does pytorch support the RX 7900 XTX? I want to train LoRAs on it", "get_arch_list"),
     # a nightly installed with nothing said to have run before: no regression to read

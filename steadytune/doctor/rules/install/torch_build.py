@@ -164,6 +164,12 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     return vendor, on_windows(ctx, text), said[:1]
 
 
+# a program run as a prebuilt executable ("the exe of the latest release"), and the words of a Python environment whose
+# torch could be the one at fault
+_PREBUILT_PROGRAM = re.compile(r"(?i)\bexe\b|\.exe\b|\bAppImage\b|\.dmg\b")
+_PYTHON_WORDS = re.compile(r"(?i)\btorch\b|\bpytorch\b|\bpip\b|\bpython\b|\bvenv\b|\bconda\b|site-packages")
+
+
 # TheRock's wheel indexes are one per GPU family (rocm.nightlies.amd.com/v2/<family>/), by the gfx name's prefix
 _THEROCK_FAMILIES = (("gfx110", "gfx110X-all"), ("gfx120", "gfx120X-all"), ("gfx1151", "gfx1151"),
                      ("gfx1150", "gfx1150"), ("gfx94", "gfx94X-dcgpu"), ("gfx950", "gfx950-dcgpu"),
@@ -376,6 +382,8 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                 return None
             if _JAN.search(joined):
                 return None   # Jan is no torch program: its GPU engine's runtime (jan_without_the_cuda_runtime)
+            if _PREBUILT_PROGRAM.search(joined) and not _PYTHON_WORDS.search(joined):
+                return None   # a prebuilt executable brings its own GPU runtime: no torch of the user's to reinstall
             vendor, windows, errors = prose
             errors = errors + [e for e in ctx.errors if _BNB_NO_GPU.search(e.line)]   # its consequence, explained
             tool = ctx.tool()
