@@ -16,6 +16,12 @@ READINGS = [
     # a +cpu torch shown beside "CUDA is not available" (axolotl, another wording): the CUDA build from pytorch.org
     ("axolotl on Windows 11: CUDA is not available, training would run on the CPU\n>>> torch.__version__\n"
      "'2.5.1+cpu'", "torch-build", ["download.pytorch.org/whl/cu"]),
+    # a +cpu torch in an environment listing, the GPU said unused in Chinese: the CUDA build
+    ("- `llamafactory` version: 0.9.1\n- PyTorch version: 2.5.1+cpu\n训练时用不了GPU，只用cpu", "torch-build",
+     ["download.pytorch.org/whl/cu"]),
+    # jaxlib's own CPU fallback warning on an NVIDIA card: jax's CUDA build, not torch's
+    ("jaxlib 0.4.1 on an A100: An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not "
+     "installed. Falling back to cpu.", "torch-build", ["jax[cuda12]"]),
     # the trainer's own "device: cpu, n_gpu: 0" on NVIDIA cards named in Chinese: the CUDA build
     ("服务器有4张RTX 3090，但是训练跑在cpu上\n[INFO|training_args.py:2011] Process rank: 0, device: cpu, n_gpu: 0, "
      "distributed training: False, 16-bits training: True", "torch-build", ["download.pytorch.org/whl/cu"]),
@@ -28,6 +34,9 @@ READINGS = [
     # llama-cpp-python's system info with BLAS = 0 and GPU layers asked for: its CUDA build through CMAKE_ARGS
     ("from llama_cpp import Llama\nllm = Llama(model_path='mistral-7b.Q4_K_M.gguf', n_gpu_layers=35)\n"
      "AVX = 1 | AVX2 = 1 | FMA = 1 | BLAS = 0 | SSE3 = 1\nthe GPU stays idle", "torch-build", ["CMAKE_ARGS"]),
+    # BLAS = 0 beside a Radeon named by model only: the ROCm build of llama-cpp-python
+    ("llama_cpp_python 0.2.20: BLAS = 0, not offloading to my RX 6800 XT on Ubuntu", "torch-build",
+     ["CMAKE_ARGS", "GGML_HIP"]),
     # the same line from llama.cpp's own binary: its cmake option
     ("./main -m llama-2-13b.Q5_K_M.gguf -ngl 40\nsystem_info: n_threads = 8 / 16 | AVX = 1 | BLAS = 0 | NEON = 0\n"
      "nvidia-smi shows no GPU use", "torch-build", ["-DGGML_CUDA=ON"]),

@@ -215,7 +215,7 @@ def jan_on_an_amd_gpu(ctx: Context) -> Optional[Diagnosis]:
 # llama.cpp's system-info line ("AVX = 1 | ... | BLAS = 0 | ..."): 1 where the build has a BLAS or GPU backend
 # (CUDA, ROCm/hipBLAS, Metal, Vulkan, CLBlast), 0 for a CPU-only build
 _NO_BLAS = re.compile(r"\bBLAS ?= ?0\b")
-_ABOUT_THE_GPU = re.compile(r"(?i)\bGPU\b|\bcuda\b|\brocm\b|\bmetal\b|\bvulkan\b|n_gpu_layers|-ngl\b|显卡")
+_ABOUT_THE_GPU = re.compile(r"(?i)\bGPU\b|\bcuda\b|\brocm\b|\bmetal\b|\bvulkan\b|n_gpu_layers|-ngl\b|\boffload|显卡")
 
 
 @rule("torch-build")
@@ -224,7 +224,7 @@ def llama_cpp_built_for_the_cpu(ctx: Context) -> Optional[Diagnosis]:
     without a GPU backend: an upgrade or a plain pip install rebuilds it for the CPU unless CMAKE_ARGS asks for one."""
     lines = _said(ctx, "blas", _NO_BLAS.pattern)
     text = _text(ctx)
-    if not lines or not _ABOUT_THE_GPU.search(text) or any(e.family for e in ctx.errors):
+    if not lines or not (_ABOUT_THE_GPU.search(text) or ctx.sheet.machine_archs) or any(e.family for e in ctx.errors):
         return None
     fix = _table_fix(ctx, "llama-cpp-python", "torch-build")
     if not re.search(r"(?i)llama[-_]cpp[-_]python|\bllama_cpp\b|\bfrom llama_cpp\b", text):

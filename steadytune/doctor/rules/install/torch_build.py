@@ -11,7 +11,7 @@ from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import rocm_index_for, wheel_line
 from steadytune.hardware.gpu_facts import override_for_arch
 from steadytune.doctor.packages import distribution_of
-from steadytune.doctor.tool_fixes import machine_kinds, tool_fix
+from steadytune.doctor.tool_fixes import machine_kinds, table_tool, tool_fix
 from steadytune.doctor.rules.base import (
     on_windows,
     Context,
@@ -20,6 +20,7 @@ from steadytune.doctor.rules.base import (
     _lines_matching,
     _make,
     _NVIDIA_DRIVER,
+    NOT_DETECTED,
     _nvidia_gpu,
     rule,
     _symptom_lines,
@@ -209,7 +210,8 @@ _WITHOUT_TORCH = re.compile(r"(?i)llama_cpp|libllama|ggml|ctranslate2|onnxruntim
 # the user saying torch has no CUDA ("cuda is not available", "cuda is no avaible", 找不到cuda), or torch.cuda.is_available()
 # answering False
 _NO_CUDA_SAID = re.compile(r"(?i)(?<![a-z])cuda\b[^\n]{0,30}?\b(?:is\s*)?(?:not|no|isn'?t)\s+(?:be\s+)?ava\w*|"
-                           r"is_available\(\)\W{0,6}False|(?:找不到|检测不到|识别不到|没有)\s*cuda|cuda\s*(?:不可用|用不了)")
+                           r"is_available\(\)\W{0,6}False|(?:找不到|检测不到|识别不到|没有)\s*cuda|cuda\s*(?:不可用|用不了)|"
+                           r"(?:用不了|无法使用|不能用|没用上)\s*(?:GPU|显卡|cuda)|只(?:用|能用|在用)\s*cpu")
 # transformers' TrainingArguments log line (LLaMA-Factory's parser prints it too): torch answered that there is no GPU
 _TRAINER_ON_CPU = re.compile(r"\bdevice: cpu, n_gpu: 0\b")
 
@@ -221,7 +223,9 @@ def _no_cuda_from_a_cpu_torch(ctx: Context, builds: list[Fact]) -> list[ErrorLin
     if said:
         return said[:1]
     if any(f.detail == "cpu" for f in builds):
-        return _lines_matching(ctx, _NO_CUDA_SAID.pattern)[:1]
+        # the build shown settles it: any complaint that the GPU goes unused is enough
+        return (_lines_matching(ctx, _NO_CUDA_SAID.pattern) or _lines_matching(ctx, _ON_CPU.pattern) or
+                _lines_matching(ctx, NOT_DETECTED))[:1]
     return []
 
 
@@ -467,6 +471,10 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                  evidence, errors + ctx.no_gpu() + ctx.of("visibility"), confirmed=not unsure)
 
 
+# runtimes whose GPU support is a build of their own package, not torch's (tool_fixes.yaml has their rows)
+_OWN_GPU_BUILDS = ("jax", "tensorflow", "onnxruntime", "llama-cpp-python", "ctranslate2")
+
+
 # a program saying it found no GPU and runs on the CPU (its own warning, not torch's error)
 _CPU_FALLBACK = (r"(?i)\bno (?:NVIDIA |CUDA )?(?:GPU|CUDA device)s? (?:has been |have been |was |were )?(?:detected|found)\b|"
                  r"\bfall(?:s|ing)? back to (?:the )?CPU\b|\busing CPU (?:mode|instead)\b")
@@ -485,6 +493,14 @@ def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
     if re.search(r"(?i)NVIDIA-SMI has failed|couldn't communicate with the NVIDIA driver|\+cu\d{3}", _text(ctx)):
         return None   # the driver is down, or the torch shown is a CUDA build
     arch, fact = ctx.arch()
+    tool = table_tool(ctx.tool(lines))
+    if tool in _OWN_GPU_BUILDS:
+        # a runtime with a GPU build of its own (jaxlib's "a CUDA-enabled jaxlib is not installed"): its package
+        fix = _table_fix(ctx, tool, "torch-build")
+        if fix:
+            return _make("torch-build", f"{tool} is its CPU build", f"{tool} finds no GPU although an NVIDIA card is "
+                         f"there and nothing says the driver failed: the {tool} installed is its CPU build", fix,
+                         [f for f in (fact,) if f], lines, confirmed=False)
     return _make(
         "torch-build", "the program's torch is the CPU-only build",
         "the program finds no GPU although an NVIDIA card is there and nothing says the driver failed: the Python "
