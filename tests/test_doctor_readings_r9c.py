@@ -52,6 +52,9 @@ READINGS = [
     # a CUDA 11.3 torch under an Ada card: the first CUDA with sm_89 is 11.8
     ("NVIDIA GeForce RTX 4090 with CUDA capability sm_89 is not compatible with the current PyTorch installation.\n"
      "pip list: torch 1.12.1+cu113", "torch-build", ["cu118", "11.8"]),
+    # torch.__version__ printed with a CUDA 10.1 build under an Ampere card: a CUDA 11 build
+    ("GeForce RTX 3060 with CUDA capability sm_86 is not compatible with the current PyTorch installation.\n"
+     ">>> torch.__version__\n'1.7.1+cu101'", "torch-build", ["cu118", "11.1"]),
     # a CUDA 12.4 torch under Blackwell (torch.version.cuda said): cu128
     ("NVIDIA RTX PRO 6000 with CUDA capability sm_120 is not compatible with the current PyTorch installation.\n"
      ">>> torch.version.cuda\n'12.4'", "torch-build", ["cu128"]),
@@ -68,6 +71,9 @@ READINGS = [
     # a dated nightly that broke what the last one ran (another GPU, a CUDA nightly): a newer nightly or a pin
     ("torch 2.8.0.dev20250510+cu128 on an RTX 5090: torch.compile of my model now fails with an AssertionError in "
      "inductor; it was working with last week's nightly", "torch-build", ["nightly/cu128", "2.8.0.dev"]),
+    # "since updating" to a ROCm nightly: the same reading, the ROCm nightly index
+    ("Since updating to torch 2.7.0.dev20250301+rocm6.3 my training script segfaults in the first matmul on an "
+     "RX 7900 XTX", "torch-build", ["nightly/rocm6.3"]),
     # an AutoGPTQ wheel of one CUDA in an image whose torch is of another: AutoGPTQ's build, not torch
     ("FROM nvcr.io/nvidia/pytorch:23.10-py3 (torch 2.1.0+cu121)\nRUN pip install auto_gptq-0.4.2+cu118-cp310-cp310-"
      "linux_x86_64.whl\nCUDA extension not installed.", "wheel-platform", ["auto-gptq", "+cu121"]),

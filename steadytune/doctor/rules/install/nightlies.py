@@ -15,7 +15,8 @@ _NIGHTLY = re.compile(r"(?i)\b\d+\.\d+\.\d+\.dev(20\d{6})\b|/whl/nightly/|\b(?:p
                       r"\bnightl(?:y|ies)\b.{0,30}\b(?:py)?torch\b|\b(?:py)?torch\b.{0,30}\bnightl(?:y|ies)\b")
 # the user saying it ran before ("no longer runs", "had been working", "does not run any more", "stopped working")
 _RAN_BEFORE = re.compile(r"(?i)\bno longer\b|\bany ?more\b|\bstopped working\b|\bused to work\b|\b(?:was|were|had been|"
-                         r"previously) (?:working|fine)\b|\bworked (?:fine |well )?(?:before|with)\b|\bregress(?:ion|ed)\b")
+                         r"previously) (?:working|fine)\b|\bworked (?:fine |well )?(?:before|with)\b|\bregress(?:ion|ed)\b|"
+                         r"\b(?:after|since) (?:updating|upgrading|the (?:latest )?(?:update|upgrade))\b")
 # the families whose own error says more than "the nightly changed" (the GPU unreachable, the memory exhausted)
 _DEEPER = ("device-access", "driver", "wsl", "out-of-memory", "platform-bios", "gpu-hang")
 _LABEL = re.compile(r"(?i)\+(rocm\d+\.\d+(?:\.\d+)?|cu\d{3})\b|/whl/nightly/(rocm\d+\.\d+(?:\.\d+)?|cu\d{3})\b")

@@ -31,7 +31,8 @@ def _cuda_label(ctx: Context) -> Optional[str]:
 _TORCH_CUDA = (re.compile(r"\btorch\W{0,3}(?:\d+\.\d+(?:\.\d+)?)?\S{0,40}?(?:\+|%2B)cu(\d{2})(\d)\b"),
                re.compile(r"(?is)\btorch\.(?:version\.cuda|cuda_version)\b.{0,40}?'(\d{1,2})\.(\d)'"),
                re.compile(r"(?i)\bCUDA used to build PyTorch:\s*(\d{1,2})\.(\d)"),
-               re.compile(r"\bPyTorch version:\s*\S{1,40}?\+cu(\d{2})(\d)\b"))
+               re.compile(r"\bPyTorch version:\s*\S{1,40}?\+cu(\d{2})(\d)\b"),
+               re.compile(r"\b__version__\W{0,10}\d+\.\d+(?:\.\d+)?\+cu(\d{2})(\d)\b"))
 
 
 def _torch_cuda(text: str) -> Optional[tuple[int, int]]:
