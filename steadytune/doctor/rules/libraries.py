@@ -110,12 +110,16 @@ def system_cuda_shadows_pip_libraries(ctx: Context) -> Optional[Diagnosis]:
         return None
     m = _PIP_NVIDIA_SYMBOL.search(lines[0].line)
     sibling = m.group(4) or "its sibling library"
+    # pip's copy of the sibling: site-packages/nvidia/<its name>/lib (libnvJitLink.so.12 -> nvidia/nvjitlink/lib)
+    folder = re.sub(r"lt$", "", re.sub(r"^lib|\.so.*$", "", sibling).lower()) if m.group(4) else None
     return _make("abi-mismatch", f"a system CUDA library shadows pip's {m.group(2)}'s sibling",
                  f"pip's {m.group(2)} needs {m.group(3)} from {sibling}; the loader found an older {sibling} first "
                  "(a CUDA toolkit's lib64 on LD_LIBRARY_PATH), which lacks it",
                  "drop the system CUDA folders from the loader's path for this environment: unset LD_LIBRARY_PATH (or "
                  "export LD_LIBRARY_PATH without /usr/local/cuda*/lib64) and run again; torch then loads the copies "
-                 "pip installed beside it", [ctx.line_fact(lines[0])],
+                 "pip installed beside it" + (f"; or put pip's {folder} first: export LD_LIBRARY_PATH=<site-packages>/"
+                                              f"nvidia/{folder}/lib:$LD_LIBRARY_PATH (pip install nvidia-{folder}-cu12 "
+                                              "if it is missing)" if folder else ""), [ctx.line_fact(lines[0])],
                  lines[:1] + _lines_matching(ctx, r"(?i)undefined symbol"))   # a title saying it is the same error
 
 

@@ -24,6 +24,9 @@ import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightlies  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
+import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401

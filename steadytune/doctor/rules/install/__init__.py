@@ -5,6 +5,9 @@
   torch_cuda         the CUDA torch was built with against the GPU, the toolkit and torchvision beside it
   nightlies          a torch nightly that broke what the one before it ran
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
+  engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
+  cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against
+  stale_install      files of an older install beside a newer one (a program's library folder, a web UI's venv)
   abi                a compiled extension built against another torch, CUDA or ROCm
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last

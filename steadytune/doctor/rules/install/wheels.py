@@ -3,6 +3,7 @@ build, an index older than the pin, packages that replace torch, and podman olde
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Optional
 
@@ -82,6 +83,12 @@ def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool 
     failure = read_import_failure(ctx.sheet.lines)
     if failure is None or (attribute_only and not failure.attribute):
         return None
+    if failure.caller is None:
+        # a title restating the error ("No module named 'x' when loading a model") comes before the traceback, whose
+        # repeat of it names the package that ran the import
+        later = read_import_failure(ctx.sheet.lines[failure.line_no:])
+        if later is not None and later.module == failure.module and later.caller is not None:
+            failure = dataclasses.replace(later, line_no=later.line_no + failure.line_no)
     if failure.attribute and (failure.caller is None or failure.caller == failure.top):
         return None   # an attribute missing in the program's own code, or inside the package itself: no release mix-up
     covers = [e for e in errors if e.line_no == failure.line_no] or [ErrorLine(failure.line_no, failure.line, None)]
@@ -262,10 +269,15 @@ _REPLACES_TORCH = re.compile(r"(?i)\b(?:re-?install|replac|downgrad|uninstall|ov
                              r"(?:重新安装|重装|覆盖|卸载|降级|替换)了?(?:原来的|已有的|我的)?\s*(?:torch|pytorch)")
 
 
+_BY_THE_USER = re.compile(r"(?i)\b(?:I|we)(?:'ve| have| had| already| also| then| just| even)*\s*$")
+
+
 def _package_replaces_torch(ctx: Context) -> Optional[Diagnosis]:
     """Installing a compiled package swaps out the torch that was there: each of its wheels is built for one torch
     release (and CUDA), so pip brings that torch along; building the package against the installed torch keeps it."""
-    said = _lines_matching(ctx, _REPLACES_TORCH.pattern)
+    # the user's own reinstall of torch ("I have uninstalled pytorch and reinstalled it") is not a package doing it
+    said = [line for line in _lines_matching(ctx, _REPLACES_TORCH.pattern)
+            if not _BY_THE_USER.search(line.line[:_REPLACES_TORCH.search(line.line).start()][-40:])]
     if not said:
         return None
     text = _text(ctx)
