@@ -77,9 +77,6 @@ READINGS = [
     # an AutoGPTQ wheel of one CUDA in an image whose torch is of another: AutoGPTQ's build, not torch
     ("FROM nvcr.io/nvidia/pytorch:23.10-py3 (torch 2.1.0+cu121)\nRUN pip install auto_gptq-0.4.2+cu118-cp310-cp310-"
      "linux_x86_64.whl\nCUDA extension not installed.", "wheel-platform", ["auto-gptq", "+cu121"]),
-    # xformers' CUDA 12 binaries beside a torch chosen as +cu118: the package's build for that CUDA, or CUDA 12
-    ("import xformers.ops\nImportError: libcudart.so.12: cannot open shared object file: No such file or directory\n"
-     "PyTorch version: 2.3.0+cu118", "wheel-platform", ["cu118", "CUDA 12"]),
 ]
 
 

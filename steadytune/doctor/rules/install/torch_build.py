@@ -27,7 +27,7 @@ from steadytune.doctor.rules.base import (
     _text,
     _vendor,
 )
-from steadytune.doctor.rules.install.shared import _listed_torch_version, _table_fix, _torch_cuda
+from steadytune.doctor.rules.install.shared import _listed_torch_version, _table_fix
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -256,19 +256,6 @@ def _cuda_runtime_of_torch(ctx: Context, errors: list[ErrorLine]) -> Optional[Di
     package = (distribution_of(imported[-1]) if imported else None) or ctx.tool([error])
     index = _TORCH_CUDA12 if major == "12" else "cu118" if major == "11" else f"a CUDA {major} index"
     what = package if package and package != "torch" else "the package"
-    chosen = _torch_cuda(_text(ctx))
-    held = str(chosen[0]) if chosen else None
-    if held is not None and held != major:
-        # the torch shown is a CUDA build of its own (torch 2.4.0+cu118): the environment is a CUDA 11 one on purpose,
-        # and the package's binaries are the ones made for another CUDA
-        label = f"cu{chosen[0]}{chosen[1]}"
-        return _make("wheel-platform", f"{what}'s binaries are CUDA {major} builds in a {label} environment",
-                     f"the installed {what} is built for CUDA {major} and loads libcudart.so.{major}; this environment's "
-                     f"torch is the {label} build, which brings CUDA {held}'s runtime only",
-                     f"install the {what} build made for {label} (its releases page lists +{label} wheels where they "
-                     f"exist: pip install --force-reinstall --no-deps <{what} wheel with +{label}>), or move the "
-                     f"environment to CUDA {major}: a CUDA {major} torch ({_TORCH_CUDA12 if major == '12' else 'cu' + major}"
-                     f") and a driver that runs it, then reinstall {what}", [ctx.line_fact(error)], [error])
     return _make("torch-build", f"torch is not the CUDA {major} build {what} needs",
                  f"{what} is built against torch's CUDA {major} build and loads libcudart.so.{major} through it; the "
                  f"installed torch is another CUDA (or CPU) build, which does not bring CUDA {major}'s runtime",
