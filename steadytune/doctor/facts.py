@@ -283,8 +283,14 @@ def _bare_igpu(line: str) -> Optional[re.Match]:
     return m if m and _GPU_CONTEXT.search(line) else None
 
 
+# a Chinese character glued to a model name ("8张A100的卡"): both are word characters, so \b finds no edge between them
+_CJK_EDGE = re.compile(r"(?<=[\u4e00-\u9fff])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=[\u4e00-\u9fff])")
+
+
 @finder
 def _gpu(line: str):
+    if re.search(r"[\u4e00-\u9fff]", line):
+        line = _CJK_EDGE.sub(" ", line)
     if not (_GPU_WORDS.search(line) or _bare_igpu(line) or _GEFORCE_SERIES.search(line)):
         return
     mobile = _MOBILE.search(line)
@@ -319,6 +325,8 @@ def _gpu(line: str):
     named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d00) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)   # "7800XT", "6700 XT"
     # a GeForce number with its Ti glued on ("3080ti", "4070Ti") is a card whatever follows it
     named = re.sub(r"(?i)(?<![\w])(?<!RTX )((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0))Ti\b", r"RTX \1 Ti", named)
+    # ... and with a space before its Ti ("a 4060 ti with 16gb"): no parameter count or year is followed by "Ti"
+    named = re.sub(r"(?i)(?<![\w.])(?<!RTX )(?<!GTX )((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)) Ti\b", r"RTX \1 Ti", named)
     for product in PRODUCTS:
         m = re.search(product.pattern, named, re.IGNORECASE)
         if m:

@@ -24,6 +24,8 @@ import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
+import steadytune.doctor.rules.install.torch_cuda  # noqa: E402,F401
+import steadytune.doctor.rules.install.nightlies  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401

@@ -2,6 +2,8 @@
 
   shared             the torch a paste lists, its CUDA label and the fix table filled with them (no rules)
   torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
+  torch_cuda         the CUDA torch was built with against the GPU, the toolkit and torchvision beside it
+  nightlies          a torch nightly that broke what the one before it ran
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
   cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against

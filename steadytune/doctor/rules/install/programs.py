@@ -17,9 +17,12 @@ from steadytune.doctor.rules.base import (
     Diagnosis,
     _lines_matching,
     _make,
+    NOT_DETECTED,
     rule,
     _text,
+    _vendor,
 )
+from steadytune.doctor.rules.install.shared import _table_fix, _torch_cuda
 from steadytune.doctor.rules.install.torch_build import _JAN, _ON_CPU
 
 
@@ -55,6 +58,21 @@ def gptq_kernels_not_loaded(ctx: Context) -> Optional[Diagnosis]:
                      "cuda)'; the NVIDIA CUDA Toolkit installer or sudo apt install cuda-toolkit-<X-Y>), export "
                      "CUDA_HOME=/usr/local/cuda-<X.Y>, then pip install . again; or skip the build: " + wheel,
                      [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+    built = re.search(r"\bauto_gptq-([\d.]+)\+(cu\d{3})", text)
+    # the environment's CUDA: torch's own build where shown, else the image's or toolkit's ("cuda11.3", "CUDA Toolkit:
+    # 11.3")
+    cuda = _torch_cuda(text) or next(((int(m.group(1)), int(m.group(2))) for m in
+                                      [re.search(r"(?i)\bcuda[ -]?(?:toolkit:?\s*)?(1\d)\.(\d)\b", text)] if m), None)
+    held = f"cu{cuda[0]}{cuda[1]}" if cuda else None
+    if built and held and held != built.group(2):
+        # the paste pins both: a wheel file of one CUDA, installed beside a torch (an image's) of another. The torch
+        # is the environment's; the AutoGPTQ build is the one to change
+        return _make("wheel-platform", f"the AutoGPTQ wheel is a {built.group(2)} build beside a {held} torch",
+                     f"auto_gptq-{built.group(1)}+{built.group(2)} carries kernels built for torch's {built.group(2)} "
+                     f"build; the environment's torch is of {held}, so they do not load",
+                     f"pip uninstall -y auto-gptq; pip install auto-gptq --no-cache-dir (a newer auto-gptq release "
+                     f"picks or builds the kernels for the installed torch), or the auto-gptq wheel whose tag is "
+                     f"+{held}; drop the pinned +{built.group(2)} wheel file", [ctx.line_fact(lines[0])], lines[:1])
     return _make("torch-build", "AutoGPTQ's kernels do not match the installed torch",
                  f"AutoGPTQ's prebuilt kernels are built against torch's {label} build; the torch installed is of "
                  "another CUDA (or CPU-only), so they do not load",
@@ -171,3 +189,78 @@ def ollama_runner_without_rocblas(ctx: Context) -> Optional[Diagnosis]:
                  "quit Ollama; copy lib\\ollama\\*.dll (rocblas.dll among them) and the rocblas folder (rocblas\\library "
                  "with the tensile files for your GPU) into %LOCALAPPDATA%\\Programs\\Ollama\\lib\\ollama\\runners\\"
                  "rocm_v6.1, then start Ollama again", [ctx.line_fact(said[0])], said[:1])
+
+
+@rule("torch-build")
+def jan_on_an_amd_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Jan runs models with a llama.cpp backend it downloads; its CUDA backends serve NVIDIA GPUs only, and an AMD GPU
+    (a Radeon card or iGPU) is reached through the Vulkan backend. Jan on the CPU beside an AMD GPU: the backend in use
+    is not the Vulkan one."""
+    text = _text(ctx)
+    if not _JAN.search(text) or _vendor(ctx) != "amd" or any(e.family for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _ON_CPU.pattern) or _lines_matching(ctx, NOT_DETECTED) or \
+        _lines_matching(ctx, r"(?i)\bnot (?:being )?(?:detected|used)\b")
+    if not said:
+        return None
+    system = "win" if on_windows(ctx, text) else "linux"
+    return _make("torch-build", "Jan's llama.cpp backend is not the Vulkan build",
+                 "Jan runs models through a llama.cpp backend; its CUDA builds serve NVIDIA GPUs only, and an AMD GPU "
+                 "is used by the Vulkan build, so with any other backend Jan stays on the CPU",
+                 f"in Jan: Settings > Model Providers > Llama.cpp > Backend, choose (or install) the Vulkan backend "
+                 f"({system}-vulkan-x64), then restart the model; the GPU's Vulkan driver is the display driver "
+                 "(vulkaninfo --summary must list it)", [ctx.line_fact(said[0])], said[:1], confirmed=False)
+
+
+# llama.cpp's system-info line ("AVX = 1 | ... | BLAS = 0 | ..."): 1 where the build has a BLAS or GPU backend
+# (CUDA, ROCm/hipBLAS, Metal, Vulkan, CLBlast), 0 for a CPU-only build
+_NO_BLAS = re.compile(r"\bBLAS ?= ?0\b")
+_ABOUT_THE_GPU = re.compile(r"(?i)\bGPU\b|\bcuda\b|\brocm\b|\bmetal\b|\bvulkan\b|n_gpu_layers|-ngl\b|\boffload|显卡")
+
+
+@rule("torch-build")
+def llama_cpp_built_for_the_cpu(ctx: Context) -> Optional[Diagnosis]:
+    """llama.cpp (or llama-cpp-python, which builds it from source on pip install) prints BLAS = 0 when it was built
+    without a GPU backend: an upgrade or a plain pip install rebuilds it for the CPU unless CMAKE_ARGS asks for one."""
+    lines = _said(ctx, "blas", _NO_BLAS.pattern)
+    text = _text(ctx)
+    if not lines or not (_ABOUT_THE_GPU.search(text) or ctx.sheet.machine_archs) or any(e.family for e in ctx.errors):
+        return None
+    fix = _table_fix(ctx, "llama-cpp-python", "torch-build")
+    if not re.search(r"(?i)llama[-_]cpp[-_]python|\bllama_cpp\b|\bfrom llama_cpp\b", text):
+        fix = ("rebuild llama.cpp with its GPU backend: cmake -B build -DGGML_CUDA=ON (NVIDIA; -DGGML_HIP=ON with "
+               "-DAMDGPU_TARGETS=<your gfx> for AMD, -DGGML_VULKAN=ON for any Vulkan GPU; releases before mid-2024 "
+               "named them LLAMA_CUBLAS / LLAMA_HIPBLAS), then cmake --build build --config Release")
+    return _make("torch-build", "llama.cpp was built for the CPU only",
+                 "llama.cpp's system info says BLAS = 0: the build has no GPU backend, so it runs on the CPU whatever "
+                 "layers are asked to go to the GPU", fix, [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# an installer saying it found no GPU and puts in torch's CPU build ("No GPU detected -- installing CPU-only PyTorch")
+_INSTALLS_CPU_TORCH = re.compile(r"(?i)\binstall(?:ing|s)? (?:the )?CPU[- ]only (?:PyTorch|torch)\b|"
+                                 r"\bno (?:GPU|CUDA|NVIDIA GPU)s? (?:was )?detected\W{1,6}(?:installing|using) (?:the )?CPU")
+
+
+@rule("torch-build")
+def installer_chose_the_cpu_torch(ctx: Context) -> Optional[Diagnosis]:
+    """A tool's installer that looks for a GPU, finds none and installs torch's CPU build, on a machine whose GPU the
+    paste names: its detection missed the GPU (an AMD one it does not probe, a device file it cannot read), and the
+    torch it left behind will never use it. The GPU build of torch installed by hand comes first; the tool after."""
+    lines = _said(ctx, "cpu", _INSTALLS_CPU_TORCH.pattern)
+    if not lines:
+        return None
+    arch, fact = ctx.arch()
+    vendor = _vendor(ctx) or ("nvidia" if arch and arch.startswith("sm_") else None)
+    if vendor is None:
+        return None
+    tool = ctx.tool() if ctx.tool() not in (None, "torch") else "the tool"
+    index = rocm_index_for(arch) if vendor == "amd" else None
+    torch = index or _table_fix(ctx, "torch", "torch-build", frozenset({"nvidia"}))
+    return _make("torch-build", "the installer put in torch's CPU build",
+                 f"{tool}'s installer did not detect the {'AMD' if vendor == 'amd' else 'NVIDIA'} GPU"
+                 f"{' (' + arch + ')' if arch else ''} and installed the CPU-only PyTorch, which never uses it",
+                 f"install the {'ROCm' if vendor == 'amd' else 'CUDA'} build of torch yourself into the tool's "
+                 f"environment: pip uninstall -y torch torchvision torchaudio; {torch} (python -c 'import torch; "
+                 "print(torch.cuda.is_available())' must print True), then install the tool without letting it "
+                 "replace torch; or use an installer release whose GPU detection knows this GPU",
+                 [f for f in (ctx.line_fact(lines[0]), fact) if f], lines[:1], confirmed=False)

@@ -27,6 +27,23 @@ def _cuda_label(ctx: Context) -> Optional[str]:
     return f"cu{version.group(1)}{version.group(2)}" if version else None
 
 
+# torch's own CUDA: a +cuXYZ build (a wheel name, pip's download line, torch.__version__), or torch.version.cuda's answer
+_TORCH_CUDA = (re.compile(r"\btorch\W{0,3}(?:\d+\.\d+(?:\.\d+)?)?\S{0,40}?(?:\+|%2B)cu(\d{2})(\d)\b"),
+               re.compile(r"(?is)\btorch\.(?:version\.cuda|cuda_version)\b.{0,40}?'(\d{1,2})\.(\d)'"),
+               re.compile(r"(?i)\bCUDA used to build PyTorch:\s*(\d{1,2})\.(\d)"),
+               re.compile(r"\bPyTorch version:\s*\S{1,40}?\+cu(\d{2})(\d)\b"),
+               re.compile(r"\b__version__\W{0,10}\d+\.\d+(?:\.\d+)?\+cu(\d{2})(\d)\b"))
+
+
+def _torch_cuda(text: str) -> Optional[tuple[int, int]]:
+    """The CUDA (major, minor) the installed torch was built with, where the paste shows it."""
+    for pattern in _TORCH_CUDA:
+        found = pattern.search(text)
+        if found:
+            return int(found.group(1)), int(found.group(2))
+    return None
+
+
 def _table_fix(ctx: Context, tool: Optional[str], family_name: str, kinds: Optional[frozenset[str]] = None,
                **values: Optional[str]) -> Optional[str]:
     """The tool x family table's fix (tool_fixes.yaml) for this machine's OS and GPU vendor (or the `kinds` given),

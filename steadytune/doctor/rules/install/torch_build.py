@@ -11,7 +11,7 @@ from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import rocm_index_for, wheel_line
 from steadytune.hardware.gpu_facts import override_for_arch
 from steadytune.doctor.packages import distribution_of
-from steadytune.doctor.tool_fixes import machine_kinds, tool_fix
+from steadytune.doctor.tool_fixes import machine_kinds, table_tool, tool_fix
 from steadytune.doctor.rules.base import (
     on_windows,
     Context,
@@ -20,6 +20,7 @@ from steadytune.doctor.rules.base import (
     _lines_matching,
     _make,
     _NVIDIA_DRIVER,
+    NOT_DETECTED,
     _nvidia_gpu,
     rule,
     _symptom_lines,
@@ -101,7 +102,7 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
 # paste says about the machine
 _NO_PROVIDER = re.compile(r"(?i)(?:provider )?'?(\w+?)ExecutionProvider'? is not in available provider|no (ROCm) provider "
                           r"available")
-_NO_BACKEND = re.compile(r"(?i)Unable to initialize backend '(rocm|cuda|gpu)'|registered platform with name: .?(rocm|cuda)")
+_NO_BACKEND = re.compile(r"(?i)(?:Unable to initialize backend '|Backend ')(rocm|cuda|gpu)'|registered platform with name: .?(rocm|cuda)")
 _BACKEND_KIND = {"rocm": "amd", "migraphx": "amd", "cuda": "nvidia", "tensorrt": "nvidia", "dml": "windows"}
 
 
@@ -164,6 +165,12 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     return vendor, on_windows(ctx, text), said[:1]
 
 
+# a program run as a prebuilt executable ("the exe of the latest release"), and the words of a Python environment whose
+# torch could be the one at fault
+_PREBUILT_PROGRAM = re.compile(r"(?i)\bexe\b|\.exe\b|\bAppImage\b|\.dmg\b")
+_PYTHON_WORDS = re.compile(r"(?i)\btorch\b|\bpytorch\b|\bpip\b|\bpython\b|\bvenv\b|\bconda\b|site-packages")
+
+
 # TheRock's wheel indexes are one per GPU family (rocm.nightlies.amd.com/v2/<family>/), by the gfx name's prefix
 _THEROCK_FAMILIES = (("gfx110", "gfx110X-all"), ("gfx120", "gfx120X-all"), ("gfx1151", "gfx1151"),
                      ("gfx1150", "gfx1150"), ("gfx94", "gfx94X-dcgpu"), ("gfx950", "gfx950-dcgpu"),
@@ -200,6 +207,28 @@ def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[Error
 
 # packages that bring no CUDA of their own and load the CUDA runtime from the system (not through torch)
 _WITHOUT_TORCH = re.compile(r"(?i)llama_cpp|libllama|ggml|ctranslate2|onnxruntime|tensorflow|jaxlib|cupy|paddle")
+# the user saying torch has no CUDA ("cuda is not available", "cuda is no avaible", 找不到cuda), or torch.cuda.is_available()
+# answering False
+_NO_CUDA_SAID = re.compile(r"(?i)(?<![a-z])cuda\b[^\n]{0,30}?\b(?:is\s*)?(?:not|no|isn'?t)\s+(?:be\s+)?ava\w*|"
+                           r"is_available\(\)\W{0,6}False|(?:找不到|检测不到|识别不到|没有)\s*cuda|cuda\s*(?:不可用|用不了)|"
+                           r"(?:用不了|无法使用|不能用|没用上)\s*(?:GPU|显卡|cuda)|只(?:用|能用|在用)\s*cpu")
+# transformers' TrainingArguments log line (LLaMA-Factory's parser prints it too): torch answered that there is no GPU
+_TRAINER_ON_CPU = re.compile(r"\bdevice: cpu, n_gpu: 0\b")
+
+
+def _no_cuda_from_a_cpu_torch(ctx: Context, builds: list[Fact]) -> list[ErrorLine]:
+    """The lines saying torch has no CUDA where the paste shows why: the torch listed is the +cpu build, or the
+    trainer's own log says it runs on the CPU with no GPU ("device: cpu, n_gpu: 0") with no driver error beside it."""
+    said = _lines_matching(ctx, _TRAINER_ON_CPU.pattern)
+    if said:
+        return said[:1]
+    if any(f.detail == "cpu" for f in builds):
+        # the build shown settles it: any complaint that the GPU goes unused is enough
+        return (_lines_matching(ctx, _NO_CUDA_SAID.pattern) or _lines_matching(ctx, _ON_CPU.pattern) or
+                _lines_matching(ctx, NOT_DETECTED))[:1]
+    return []
+
+
 # the CUDA 12 build pytorch.org's default index (and PyPI's Linux torch) carries, by torch release
 _TORCH_CUDA12 = ("cu121 for torch 2.1-2.4, cu124 for 2.5-2.6, cu126 for 2.7, cu128 for 2.8 and newer")
 def _cudart_missing(errors: list[ErrorLine]) -> Optional[ErrorLine]:
@@ -329,6 +358,10 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     others = [e for e in ctx.errors if e.family not in (None, "visibility", "torch-build")]
     if named and not errors and not others:
         errors = ctx.of("visibility") + ctx.no_gpu() or _symptom_lines(ctx, named[:1])
+    # the trainer's "no GPU" line alone is likely the CPU build, not shown to be one (unsure)
+    if not errors and not others:
+        errors = _no_cuda_from_a_cpu_torch(ctx, builds)
+        unsure = bool(errors) and not any(f.detail == "cpu" for f in builds)
     rocm_said = [e for e in ctx.of("visibility") + ctx.no_gpu() if re.search(r"No HIP GPUs|hipErrorNoDevice", e.line)]
     if not errors and not wrong and rocm_said:
         return None   # torch's ROCm build printed it: the build is right, the GPU is what it cannot reach
@@ -340,6 +373,8 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                 return None
             if _JAN.search(joined):
                 return None   # Jan is no torch program: its GPU engine's runtime (jan_without_the_cuda_runtime)
+            if _PREBUILT_PROGRAM.search(joined) and not _PYTHON_WORDS.search(joined):
+                return None   # a prebuilt executable brings its own GPU runtime: no torch of the user's to reinstall
             vendor, windows, errors = prose
             errors = errors + [e for e in ctx.errors if _BNB_NO_GPU.search(e.line)]   # its consequence, explained
             tool = ctx.tool()
@@ -423,8 +458,12 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                  evidence, errors + ctx.no_gpu() + ctx.of("visibility"), confirmed=not unsure)
 
 
+# runtimes whose GPU support is a build of their own package, not torch's (tool_fixes.yaml has their rows)
+_OWN_GPU_BUILDS = ("jax", "tensorflow", "onnxruntime", "llama-cpp-python", "ctranslate2")
+
+
 # a program saying it found no GPU and runs on the CPU (its own warning, not torch's error)
-_CPU_FALLBACK = (r"(?i)\bno (?:GPU|CUDA device|CUDA GPU)s? (?:has been |have been |was |were )?(?:detected|found)\b|"
+_CPU_FALLBACK = (r"(?i)\bno (?:NVIDIA |CUDA )?(?:GPU|CUDA device)s? (?:has been |have been |was |were )?(?:detected|found)\b|"
                  r"\bfall(?:s|ing)? back to (?:the )?CPU\b|\busing CPU (?:mode|instead)\b")
 
 
@@ -441,6 +480,14 @@ def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
     if re.search(r"(?i)NVIDIA-SMI has failed|couldn't communicate with the NVIDIA driver|\+cu\d{3}", _text(ctx)):
         return None   # the driver is down, or the torch shown is a CUDA build
     arch, fact = ctx.arch()
+    tool = table_tool(ctx.tool(lines))
+    if tool in _OWN_GPU_BUILDS:
+        # a runtime with a GPU build of its own (jaxlib's "a CUDA-enabled jaxlib is not installed"): its package
+        fix = _table_fix(ctx, tool, "torch-build")
+        if fix:
+            return _make("torch-build", f"{tool} is its CPU build", f"{tool} finds no GPU although an NVIDIA card is "
+                         f"there and nothing says the driver failed: the {tool} installed is its CPU build", fix,
+                         [f for f in (fact,) if f], lines, confirmed=False)
     return _make(
         "torch-build", "the program's torch is the CPU-only build",
         "the program finds no GPU although an NVIDIA card is there and nothing says the driver failed: the Python "
@@ -479,4 +526,4 @@ def library_needs_a_gpu_torch_cannot_see(ctx: Context) -> Optional[Diagnosis]:
 
 # Jan (janhq), named by its issue template ("Jan Version: 0.4.3") or its own name, leaving an NVIDIA GPU idle
 _JAN = re.compile(r"\bJan [Vv]ersion\b|\bjanhq\b|\bJan (?:decides|uses|runs|falls|stays|only|does(?:n't| not)|won't)\b|"
-                  r"\bJan app\b")
+                  r"\bJan app\b|\bjan\.ai\b|\bJan_\d+\.\d+")
