@@ -16,6 +16,7 @@ from steadytune.doctor.rules.base import (
     _first,
     _lines_matching,
     _make,
+    NOT_DETECTED,
     rule,
     _symptom_lines,
     _text,
@@ -237,6 +238,69 @@ def _wsl_pinned(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Dia
                  "falls back to ordinary memory when the pinned allocation fails: update llama.cpp)", [fact], oom)
 
 
+# The first Adrenalin release with ROCm on WSL for a Radeon that came after WSL support began: an older Windows driver
+# exposes the card to Windows but not to ROCm inside WSL (RX 9070 series: 25.6.1, the accepted answer of ROCm #4471;
+# RX 7700 XT: 25.8.1, its release notes' "AMD ROCm on WSL for AMD Radeon RX 7700 XT")
+_ADRENALIN_FOR_WSL = ((re.compile(r"(?i)\bRX ?9070(?: ?XT| ?GRE)?\b"), "Radeon RX 9070 series", "25.6.1"),
+                      (re.compile(r"(?i)\bRX ?7700 ?XT\b"), "Radeon RX 7700 XT", "25.8.1"))
+
+
+def _wsl_adrenalin_for_the_card(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """A Radeon that ROCm on WSL supports only from a given Adrenalin release, not seen inside WSL: the Windows
+    driver is the fix (nothing inside Linux exposes the card to WSL)."""
+    card = next(((name, release) for pattern, name, release in _ADRENALIN_FOR_WSL if pattern.search(joined)), None)
+    said = _lines_matching(ctx, NOT_DETECTED) + ctx.of("wsl", "device-access", "driver") + ctx.no_gpu()
+    if card is None or not said:
+        return None
+    name, release = card
+    return _make("wsl", f"the Windows driver gives ROCm on WSL no {name}",
+                 f"ROCm inside WSL 2 sees only the GPUs the Windows Adrenalin driver exposes to WSL; ROCm on WSL for "
+                 f"the {name} came with Adrenalin {release}, and an older driver leaves rocminfo with the CPU alone",
+                 f"install AMD Software: Adrenalin Edition {release} or newer on the Windows host (the WSL-enabled "
+                 "release), then wsl --shutdown and run rocminfo again; keep ROCm's WSL packages inside Linux "
+                 "(amdgpu-install -y --usecase=wsl,rocm --no-dkms)", [fact], said)
+
+
+# vLLM's own warning under WSL: it turns pinned host memory off there
+_VLLM_UNPINNED = re.compile(r"(?i)Using 'pin_memory=False' as WSL is detected")
+
+
+def _wsl_unpinned_slow(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """vLLM slower under WSL 2 than on Linux, with its own warning that pinned memory is off: CUDA on WSL limits
+    pinned (page-locked) host memory (NVIDIA's CUDA on WSL guide, known limitations), so vLLM runs without it."""
+    said = _lines_matching(ctx, _VLLM_UNPINNED.pattern)
+    if not said:
+        return None
+    return _make("wsl", "vLLM runs without pinned memory under WSL 2",
+                 "CUDA under WSL 2 limits pinned (page-locked) host memory, so vLLM turns pin_memory off there (its "
+                 "warning says so); copies between the host and the GPU (the KV cache's swap space, inputs) are "
+                 "slower than on native Linux",
+                 "nothing inside WSL brings pinned memory back to full size: for vLLM's full speed run it on native "
+                 "Linux (a dual boot or a Linux server); under WSL the slowdown is expected, not a setting to mend",
+                 [fact], said, confirmed=False)
+
+
+# a Vulkan program's driver error: the loader found no Vulkan driver for the GPU
+_VULKAN_NO_DRIVER = re.compile(r"(?i)VK_ERROR_INCOMPATIBLE_DRIVER|VK_ERROR_INITIALIZATION_FAILED|"
+                               r"(?:no|cannot find a compatible) Vulkan (?:device|driver|ICD)s?\b")
+
+
+def _wsl_vulkan(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """A Vulkan build (mlc-llm, llama.cpp's, ncnn) inside WSL 2 finding no Vulkan driver: WSL passes the GPU to Linux
+    for CUDA, DirectML and ROCm; Vulkan there has only Mesa's software or experimental D3D12 layers."""
+    said = _lines_matching(ctx, _VULKAN_NO_DRIVER.pattern)
+    if not said:
+        return None
+    tool = ctx.tool(said) or "the program"
+    return _make("wsl", "WSL 2 has no Vulkan driver for the GPU",
+                 f"{tool} uses Vulkan, and WSL 2 gives Linux the GPU for CUDA, DirectML and ROCm but no hardware "
+                 "Vulkan driver (only Mesa's software rasteriser or its experimental D3D12 layer), so the Vulkan "
+                 "loader finds no compatible driver",
+                 f"run {tool} natively on Windows (CMD or PowerShell, the Windows build of it, which uses the "
+                 "Windows GPU driver's Vulkan), or inside WSL use a CUDA / ROCm build of it instead of the Vulkan one",
+                 [fact], said)
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
@@ -260,7 +324,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined) and not windows_linux:
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
-    own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+    own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_unpinned_slow(ctx, joined, fact) or
+           _wsl_vulkan(ctx, joined, fact) or _wsl_adrenalin_for_the_card(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
            or _wsl_collectives(ctx, joined, fact))
     if own is not None:
         return own
@@ -328,7 +393,11 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "(RDNA3 / RDNA4); on Windows itself use a path that supports it (DirectML: torch-directml, or a "
                      "Vulkan build of llama.cpp / Ollama)",
                      [f for f in (fact, arch_fact) if f], errors)
-    runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
+    # ROCr of the 7.2 packages enumerates the /dev/dxg GPU only with HSA_ENABLE_DXG_DETECTION=1 (TheRock #5283:
+    # "ROCR needs HSA_ENABLE_DXG_DETECTION=1 so it can route through DXG"; later runtimes default it on, rocm-systems
+    # #4216), so without it rocminfo says "hsa_init Failed" under WSL although librocdxg is installed
+    runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: export HSA_ENABLE_DXG_DETECTION=1 (in ~/.bashrc too; "
+               "ROCr looks for the /dev/dxg GPU only when it is set), install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
                "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
                "libhsa-runtime64.so that the torch wheel bundles with /opt/rocm/lib/libhsa-runtime64.so.1")
