@@ -106,7 +106,7 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     run, an illegal memory access with no fault of the machine beside it (a batch past a kernel's 32-bit indexing)."""
     errors = ctx.of("out-of-memory")
     if not errors:
-        return _illegal_access_in_training(ctx) or _killed_by_signal_9(ctx)
+        return _illegal_access_in_training(ctx) or _killed_by_signal_9(ctx) or _build_out_of_host_memory(ctx)
     tool = ctx.tool(errors)
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
@@ -195,6 +195,9 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm) before "
                      "the run, so the allocator can grow its segments instead of needing one free block",
                      [ctx.line_fact(errors[0])], errors)
+    grows = _grows_until_out(ctx, errors, joined, proper)
+    if grows is not None and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
+        return grows
     if _training(ctx) and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
         return _make("out-of-memory", "the training run does not fit the GPU's memory",
                      "the weights, the optimizer state of the trained parameters and the activations of one batch "
@@ -206,6 +209,44 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
                  "a smaller batch size or sequence length (max length), gradient checkpointing, or a quantised model",
                  [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+# memory said to grow during the run ("逐渐爆显存", "keeps increasing"), or a progress bar past its first steps beside the
+# out-of-memory: the first batches fit, a later (longer) one does not
+_GROWS = re.compile(r"(?i)逐渐(?:增大|增加|上涨|变大|爆)|越来越(?:大|多)|慢慢(?:增大|增加|上涨)|(?:gradually|slowly|steadily|"
+                    r"keeps?|kept) (?:grow|increas|ris|climb)\w*|(?:grows?|growing|increas\w+|creeps? up) (?:over|with|"
+                    r"every|each|after) (?:time|steps?|iterations?|epochs?)")
+_STEPS_DONE = re.compile(r"\|\s*(\d+)/(\d+) \[\d")
+# each trainer's own key for the longest sequence it keeps (ms-swift's --max_length, LLaMA-Factory's cutoff_len,
+# TRL's SFTConfig max_length, Unsloth's max_seq_length): their docs' names
+_SWIFT = re.compile(r"(?i)\bms-swift\b|\bswift (?:sft|pt|rlhf)\b")
+_LLAMAFACTORY = re.compile(r"(?i)llama-?factory|llamafactory-cli")
+
+
+def _grows_until_out(ctx: Context, errors: list[ErrorLine], joined: str, proper: bool) -> Optional[Diagnosis]:
+    """A training run whose memory grows until it runs out, or that ran out after many steps that fit: a batch
+    later in the data is longer than the first ones (a dataset with some very long samples), so the cap on the
+    sequence length is the fix, not a leak."""
+    if not _training(ctx) and not _SWIFT.search(joined):
+        return None
+    steps = [(int(a), int(b)) for a, b in _STEPS_DONE.findall(joined)]
+    past_start = any(10 <= done < total for done, total in steps)
+    if not (_GROWS.search(joined) or past_start):
+        return None
+    if _SWIFT.search(joined):
+        key = "ms-swift: --max_length 2048 (or lower; samples longer are truncated or dropped, --truncation_strategy)"
+    elif _LLAMAFACTORY.search(joined):
+        key = "LLaMA-Factory: cutoff_len: 2048 (or lower)"
+    else:
+        key = ("the trainer's sequence cap (ms-swift --max_length, LLaMA-Factory cutoff_len, TRL SFTConfig "
+               "max_length, Unsloth max_seq_length), e.g. 2048")
+    return _make("out-of-memory", "memory grows until a long batch does not fit",
+                 "the run fitted its first steps and ran out later: the activations grow with the length of each "
+                 "batch, and a dataset with some very long samples makes a later batch far larger than the first "
+                 "ones (the allocator also keeps the peak reserved, so the memory seems to creep up)",
+                 f"cap the sequence length: {key}; look for the longest samples in the data; then "
+                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against the fragmentation, and gradient "
+                 "checkpointing", [ctx.line_fact(errors[0])], errors, confirmed=proper)
 
 
 # the sequence length a training config sets (LLaMA-Factory's cutoff_len, TRL's max_seq_length, torchtitan's seq_len)
@@ -309,6 +350,40 @@ def _weights_exceed(ctx: Context, errors: list[ErrorLine], joined: str) -> Optio
                  f"the weights alone take about {fp16:.0f} GiB in fp16 ({size:g}B parameters x 2 bytes), more than "
                  f"the GPU's {gib:g} GiB: no batch size or allocator setting makes it fit",
                  f"use {smaller}, or {quantised}", [ctx.line_fact(errors[0])], errors)
+
+
+# packages whose source build compiles hundreds of CUDA/HIP kernels with ninja, one nvcc per core: each job can take
+# several GB of host RAM (flash-attention's README: under 96 GB of RAM with many cores, limit the jobs with MAX_JOBS)
+_KERNEL_BUILD = re.compile(r"(?i)\b(flash[-_ ]?attn|flash[-_ ]?attention|xformers|causal[-_]conv1d|mamba[-_]ssm|apex|vllm|"
+                           r"deepspeed|sageattention)\b")
+_BUILDING = re.compile(r"(?i)\bninja\b|\bnvcc\b|Building CUDA object|--no-build-isolation|setup\.py|\bcompil\w*")
+# the build stopped without a compiler message: killed, ninja's bare failure, or RAM named as the trouble
+_BUILD_STOPPED = re.compile(r"(?i)\bKilled\b|killed signal|signal 9|ninja -v\W{0,3} failed|ninja: build stopped|"
+                            r"\b(?:a lot of|too much|much|\d+ ?GB of) RAM\b|\(a lot RAM\)|\bRAM\b.{0,40}\b(?:uses?|using|"
+                            r"eats?|runs? out|exhaust\w*)|(?:uses?|using|eats?) .{0,20}\bRAM\b|out of (?:host )?memory")
+_COMPILER_SAID = re.compile(r"(?i)\berror:|nvcc fatal|fatal error|CUDA_HOME|unsupported (?:gpu|GNU|compiler)|"
+                            r"No such file or directory")
+
+
+def _build_out_of_host_memory(ctx: Context) -> Optional[Diagnosis]:
+    """A from-source build of a CUDA-kernel package that stops with no compiler error (killed, ninja's bare 'failed',
+    or RAM said to run out): ninja starts one nvcc per core, and together they exhaust the host's RAM."""
+    text = _text_of(ctx)
+    package = _KERNEL_BUILD.search(text)
+    if not package or not _BUILDING.search(text) or _COMPILER_SAID.search(text):
+        return None
+    said = _lines_matching(ctx, _BUILD_STOPPED.pattern)
+    if not said:
+        return None
+    name = package.group(1).lower().replace("_", "-").replace(" ", "-")
+    name = "flash-attn" if name.startswith("flash") else name
+    return _make("out-of-memory", f"the {name} build runs out of host memory",
+                 "the build compiles its CUDA kernels with ninja, one nvcc job per CPU core, and each job can take "
+                 "several GB of RAM; together they exhaust the host's memory and a job is killed, which ninja "
+                 "reports only as a failed build",
+                 f"limit the parallel jobs: MAX_JOBS=4 pip install {name} --no-build-isolation (fewer with little RAM: "
+                 "about 4-8 GB per job); or install a prebuilt wheel for this torch and CUDA instead of compiling",
+                 [], said[:1], confirmed=False)
 
 
 # a launcher's report of a worker killed by SIGKILL (torchrun's ChildFailedError, subprocess, docker's exit 137)
