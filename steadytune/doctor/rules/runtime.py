@@ -449,6 +449,38 @@ def nccl_buffers(ctx: Context) -> Optional[Diagnosis]:
         "or allow_growth; PyTorch: a smaller batch)", [ctx.line_fact(lines[0])], lines))
 
 
+# MIOpen's system performance database is one file per arch and compute-unit count (<arch>_<CUs>.cd.pdb.txt); a card
+# whose CU count has no file gets the "unreadable" warning and untuned defaults. The counts MIOpen's source ships
+# (src/kernels of ROCm/MIOpen: gfx803_36, gfx803_64, gfx900_64); the same arch's nearest count is the closest tuning.
+_PERF_DB_UNREADABLE = re.compile(r"(?i)File is unreadable:\s*(\S*/)?(gfx\w+?)_(\d+)\.cd\.pdb\.txt")
+_SHIPPED_PERF_DB = {"gfx803": (36, 64), "gfx900": (64,)}
+
+
+def _perf_db_missing(ctx: Context) -> Optional[Diagnosis]:
+    """MIOpen warns that the system perf-db of this arch and CU count is unreadable: none ships for this count; the
+    same arch's file for the nearest count, copied under this name, gives it tuned parameters (a warning, not a
+    failure)."""
+    said = _lines_matching(ctx, _PERF_DB_UNREADABLE.pattern)
+    if not said:
+        return None
+    folder, arch, cus = _PERF_DB_UNREADABLE.search(said[0].line).groups()
+    folder = folder or "/opt/rocm/share/miopen/db/"
+    shipped = _SHIPPED_PERF_DB.get(arch)
+    if shipped:
+        nearest = min(shipped, key=lambda n: abs(n - int(cus)))
+        source = f"{arch}_{nearest}.cd.pdb.txt"
+        how = f"sudo cp {folder}{source} {folder}{arch}_{cus}.cd.pdb.txt"
+    else:
+        source = f"{arch}_<the nearest CU count listed there>.cd.pdb.txt"
+        how = f"ls {folder} | grep {arch}; sudo cp {folder}{source} {folder}{arch}_{cus}.cd.pdb.txt"
+    return _make("miopen-kernel", f"MIOpen ships no perf-db for {arch} with {cus} CUs",
+                 f"MIOpen's system performance database has one file per arch and compute-unit count; none ships for "
+                 f"{arch} with {cus} CUs, so it warns and uses untuned kernel parameters (the run goes on)",
+                 f"give it the same arch's tuning: {how} (the {source} file is the closest shipped); or ignore the "
+                 "warning (MIOpen still runs, its user perf-db in ~/.config/miopen learns with MIOPEN_FIND_ENFORCE=3)",
+                 [], said, severity="warning")
+
+
 @rule("miopen-kernel")
 def miopen(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: MIOpen's own errors (a kernel build, its databases, a handle), or MIOpen named beside a run that is
@@ -463,6 +495,9 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
                      "decode has many), which is what makes the first run slow", "export MIOPEN_FIND_MODE=2 (FAST: "
                      "takes the first good solver), and keep ~/.config/miopen between runs so what it found is reused",
                      [slow[0]], errors, confirmed=False)
+    perf_db = _perf_db_missing(ctx)
+    if perf_db is not None:
+        return perf_db
     if not errors:
         return None
     text = " ".join(e.line for e in errors)
