@@ -101,6 +101,12 @@ KNOWN_MISSES = {
                                                                      "reads as the transport's, nothing names the bug",
     "https://github.com/ROCm/legacy-rocm-build/issues/5773": "was solved only by likeness to another thread, which "
                                                              "is now a pointer, never a reading: no rule reads it",
+    "https://github.com/NVIDIA/nccl-tests/issues/163": "the paste is the command line alone (all_reduce_perf -g 2, "
+                                                       "'I found this'): no error, no container said; the accepted "
+                                                       "fix (--shm-size) follows from nothing in it",
+    "https://github.com/NVIDIA/nccl-tests/issues/287": "NCCL 2.25.1 on RTX 5090s: the evidence of NVIDIA/nccl#1637 "
+                                                       "and nccl-tests#291 (batch 6), labelled arch-missing; doctor "
+                                                       "gives their fix (NCCL 2.26.2), the family label differs",
 }
 
 

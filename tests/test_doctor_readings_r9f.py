@@ -1,0 +1,95 @@
+"""doctor, round 9 (issue 63): readings of the several-GPU, WSL, memory and MIOpen families. Each paste is written for
+its reading (another GPU, tool or wording than the mined case that asked for it); the negatives keep each reading out
+of pastes it does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.diagnose import diagnose_text
+from test_doctor_paraphrases import PASTINGS, assert_a_rule_reads, pasting_misses
+
+# (paste, family, phrases the fix must say)
+READINGS = [
+    # NCCL's SHM transport with cuMem host buffers on cards without peer access (T4s under torchrun, not L4s in vLLM)
+    ("torchrun --nproc_per_node 2 train.py on 2x Tesla T4\nNCCL version 2.24.3+cuda12.4\nnode1:311:340 [1] "
+     "transport/shm.cc:480 NCCL WARN Cuda failure 217 'peer access is not supported between these two devices'",
+     "multi-gpu-transport", ["NCCL_CUMEM_HOST_ENABLE=0"]),
+    # the libibverbs warning and then silence, in a torchrun DDP run on two RTX A5000s (not Lightning, not A6000)
+    ("python -m torch.distributed.run --nproc_per_node 2 train_ddp.py on 2x RTX A5000, nothing after this:\n"
+     "host:7712:7760 [0] NCCL WARN Failed to open libibverbs.so[.1]\nAll distributed processes registered. Starting "
+     "with 2 processes", "multi-gpu-transport", ["IOMMU", "NCCL_P2P_DISABLE=1"]),
+    # works on one GPU, fails on two, said in words (a HF generate with device_map, not vLLM)
+    ("Qwen2-72B with device_map=auto fails on 2 GPUs, but the 7B works fine on a single GPU", "multi-gpu-transport",
+     ["NCCL_P2P_DISABLE=1"]),
+    # ROCm 7.2 under WSL with rocminfo's hsa_init failure, an RX 7900 XTX (not an R9700, not unsloth's installer)
+    ("WSL2 Ubuntu 22.04, ROCm 7.2.0, RX 7900 XTX\n$ rocminfo\nWSL environment detected.\nhsa_init Failed, possibly no "
+     "supported GPU devices", "wsl", ["HSA_ENABLE_DXG_DETECTION=1"]),
+    # an RX 9070 XT under WSL not seen by torch (not the RX 9070, not rocminfo)
+    ("WSL 2 on Windows 11 with an RX 9070 XT: torch.cuda.is_available() returns False, the GPU is not detected",
+     "wsl", ["Adrenalin", "25.6.1"]),
+    # vLLM's unpinned-memory warning under WSL, asked as a throughput question
+    ("vllm serve mistral-7b under WSL2 is about half as fast as on my Linux box\nWARNING 03-02 11:20:41 "
+     "worker.py:118] Using 'pin_memory=False' as WSL is detected. This may slow down the performance.",
+     "wsl", ["pinned", "native Linux"]),
+    # a Vulkan program inside WSL (llama.cpp's Vulkan build, not mlc-llm)
+    ("Ubuntu 24.04 in WSL2, llama.cpp built with -DGGML_VULKAN=ON\n./llama-cli -m q4.gguf\nggml_vulkan: "
+     "vkCreateInstance failed: VK_ERROR_INCOMPATIBLE_DRIVER", "wsl", ["natively on Windows"]),
+    # memory that grows until OOM in LLaMA-Factory, said in English with a progress bar
+    ("llamafactory-cli train qwen2_lora.yaml: GPU memory keeps increasing during training until\n"
+     " 35%|███▌      | 410/1170 [21:08<39:10,  3.09s/it]\ntorch.OutOfMemoryError: CUDA out of memory. Tried to "
+     "allocate 3.20 GiB", "out-of-memory", ["cutoff_len"]),
+    # a kernel package's build killed for RAM (xformers, not flash-attn)
+    ("pip install -v xformers --no-build-isolation on a 32 GB box with 24 cores\n[112/180] nvcc ... "
+     "fmha/kernels/cutlassF_bf16_aligned.cu\nKilled", "out-of-memory", ["MAX_JOBS", "xformers"]),
+    # MIOpen's perf-db warning for another arch and CU count (a gfx900 with 56 CUs)
+    ("MIOpen(HIP): Warning [FindRecordUnsafe] File is unreadable: /opt/rocm/share/miopen/db/gfx900_56.cd.pdb.txt",
+     "miopen-kernel", ["gfx900_64.cd.pdb.txt", "gfx900_56.cd.pdb.txt"]),
+]
+
+
+@pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
+def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
+    assert_a_rule_reads(paste, family, phrases)
+
+
+@pytest.mark.parametrize("how", PASTINGS)
+def test_every_reading_survives_how_it_is_pasted(how):
+    misses = pasting_misses(READINGS, how)
+    assert not misses, "\n".join(misses)
+
+
+# (paste, a phrase the top reading's fix must NOT say)
+NEGATIVES = [
+    # peer access refused by vLLM's own all-reduce, no SHM transport named: vLLM's switch, not NCCL's cuMem
+    ("vllm serve llama-3-8b --tensor-parallel-size 2 on 2x RTX 4090\ncustom_all_reduce.py: RuntimeError: peer "
+     "access is not supported between these two devices", "NCCL_CUMEM_HOST_ENABLE"),
+    # the libibverbs warning in a run that then fails with its own error: not the silent-hang reading
+    ("torchrun --nproc_per_node 2 train.py\nNCCL WARN Failed to open libibverbs.so[.1]\nRuntimeError: NCCL error: "
+     "unhandled system error, NCCL version 2.18.1", "the libibverbs warning is harmless"),
+    # one GPU only, said to work: nothing to read about several
+    ("the 7B model works fine on a single GPU and is fast", "NCCL_P2P_DISABLE"),
+    # ROCm 6.x under WSL: the WSL release's runtime, not ROCm 7's detection switch
+    ("WSL2 Ubuntu 22.04, ROCm 6.1.3, RX 7900 XTX\n$ rocminfo\nWSL environment detected.\nhsa_init Failed",
+     "HSA_ENABLE_DXG_DETECTION"),
+    # an RX 9070 on native Linux: no Windows driver to name
+    ("Ubuntu 24.04 with an RX 9070 XT: rocminfo does not detect the GPU", "Adrenalin Edition 25.6.1"),
+    # a Vulkan error on native Linux: not WSL's
+    ("Arch Linux, llama.cpp Vulkan build: vkCreateInstance failed: VK_ERROR_INCOMPATIBLE_DRIVER",
+     "natively on Windows"),
+    # an OOM at the very first step: no growth to read
+    ("llamafactory-cli train sft.yaml\n  0%|          | 0/1170 [00:00<?, ?it/s]\ntorch.OutOfMemoryError: CUDA out of "
+     "memory. Tried to allocate 3.20 GiB", "memory grows"),
+    # a flash-attn build that stops on a compiler error: not the RAM reading
+    ("pip install flash-attn --no-build-isolation\ncsrc/flash_attn/flash_api.cpp:12: fatal error: cuda_runtime.h: "
+     "No such file or directory\nninja: build stopped: subcommand failed.", "MAX_JOBS"),
+    # MIOpen's kernel database missing (a .kdb): not the perf-db copy
+    ("MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may degrade",
+     "sudo cp"),
+]
+
+
+@pytest.mark.parametrize("paste,not_said", NEGATIVES, ids=[n[0][:48] for n in NEGATIVES])
+def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
+    report = diagnose_text(paste)
+    assert report.by_likeness or report.top is None or not_said.lower() not in report.top.fix.lower(), report.top.fix
