@@ -42,6 +42,10 @@ READINGS = [
     # a kernel package's build killed for RAM (xformers, not flash-attn)
     ("pip install -v xformers --no-build-isolation on a 32 GB box with 24 cores\n[112/180] nvcc ... "
      "fmha/kernels/cutlassF_bf16_aligned.cu\nKilled", "out-of-memory", ["MAX_JOBS", "xformers"]),
+    # vLLM's Python API out of memory, the error line naming torch: the server's knobs, its sequence count among them
+    ("from vllm import LLM\nllm = LLM(model='Qwen2.5-7B-Instruct')\ntorch.OutOfMemoryError: CUDA out of memory. "
+     "Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 23.64 GiB of which 5.06 MiB is free.",
+     "out-of-memory", ["--max-num-seqs", "--gpu-memory-utilization"]),
     # MIOpen's perf-db warning for another arch and CU count (a gfx900 with 56 CUs)
     ("MIOpen(HIP): Warning [FindRecordUnsafe] File is unreadable: /opt/rocm/share/miopen/db/gfx900_56.cd.pdb.txt",
      "miopen-kernel", ["gfx900_64.cd.pdb.txt", "gfx900_56.cd.pdb.txt"]),
@@ -83,6 +87,9 @@ NEGATIVES = [
     # a flash-attn build that stops on a compiler error: not the RAM reading
     ("pip install flash-attn --no-build-isolation\ncsrc/flash_attn/flash_api.cpp:12: fatal error: cuda_runtime.h: "
      "No such file or directory\nninja: build stopped: subcommand failed.", "MAX_JOBS"),
+    # a TRL training run that also uses vLLM for generation: the training's knobs, not the server's
+    ("trl sft with use_vllm on one A100, per_device_train_batch_size 8, vllm 0.8.5 installed\ntorch.OutOfMemoryError: "
+     "CUDA out of memory. Tried to allocate 4.00 GiB", "--max-num-seqs"),
     # MIOpen's kernel database missing (a .kdb): not the perf-db copy
     ("MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may degrade",
      "sudo cp"),

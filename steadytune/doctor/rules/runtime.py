@@ -26,8 +26,10 @@ from steadytune.doctor.rules.base import (
 _SERVING_OOM_FIX = {
     "llama.cpp": "offload fewer layers (-ngl N smaller) or a smaller context (-c)",
     "ollama": "a smaller context (num_ctx) or fewer GPU layers (num_gpu), or a smaller quantisation",
-    "vllm": "--gpu-memory-utilization lower (0.75) and --max-model-len smaller (8192), or tensor parallel over more "
-            "GPUs",
+    # (vLLM's "conserving memory" docs: the CUDA graphs it captures grow with --max-num-seqs; --enforce-eager skips them)
+    "vllm": "--gpu-memory-utilization lower (0.75) and --max-model-len smaller (8192); fewer concurrent sequences "
+            "(--max-num-seqs 64: the CUDA graphs and activations it reserves grow with it) or --enforce-eager (no CUDA "
+            "graphs); or tensor parallel over more GPUs",
 }
 
 # Tools that run out of memory by their own rules, with their own knobs (each tool's documented options): an image
@@ -108,6 +110,8 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     if not errors:
         return _illegal_access_in_training(ctx) or _killed_by_signal_9(ctx) or _build_out_of_host_memory(ctx)
     tool = ctx.tool(errors)
+    if tool == "torch" and ctx.tool() in _SERVING_OOM_FIX and not _training(ctx):
+        tool = ctx.tool()   # torch.OutOfMemoryError names torch inside any program: the server that sizes its caches
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     rocm = re.search(r"(?i)\brocm[ -]?(\d+)\.(\d+)", joined)
