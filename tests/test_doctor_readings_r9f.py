@@ -46,6 +46,13 @@ READINGS = [
     ("from vllm import LLM\nllm = LLM(model='Qwen2.5-7B-Instruct')\ntorch.OutOfMemoryError: CUDA out of memory. "
      "Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 23.64 GiB of which 5.06 MiB is free.",
      "out-of-memory", ["--max-num-seqs", "--gpu-memory-utilization"]),
+    # a tiny request on a GPU with nothing free, no training: memory reserved up front (an SGLang-style server log)
+    ("python -m sglang.launch_server --model-path Llama-3.1-8B-Instruct --port 30000\ntorch.OutOfMemoryError: CUDA "
+     "out of memory. Tried to allocate 8.00 MiB. GPU 3 has a total capacity of 79.19 GiB of which 1.94 MiB is free.",
+     "out-of-memory", ["other processes", "--mem-fraction-static"]),
+    # a known-broken Insider build said as "Windows build: NNNNN", CUDA failing in WSL (another build, another tool)
+    ("Windows build: 21354.1\n$ python -c 'import torch; torch.zeros(1).cuda()'\nRuntimeError: CUDA error: all "
+     "CUDA-capable devices are busy or unavailable", "wsl", ["the Insider build after 21354"]),
     # MIOpen's perf-db warning for another arch and CU count (a gfx900 with 56 CUs)
     ("MIOpen(HIP): Warning [FindRecordUnsafe] File is unreadable: /opt/rocm/share/miopen/db/gfx900_56.cd.pdb.txt",
      "miopen-kernel", ["gfx900_64.cd.pdb.txt", "gfx900_56.cd.pdb.txt"]),
@@ -90,6 +97,13 @@ NEGATIVES = [
     # a TRL training run that also uses vLLM for generation: the training's knobs, not the server's
     ("trl sft with use_vllm on one A100, per_device_train_batch_size 8, vllm 0.8.5 installed\ntorch.OutOfMemoryError: "
      "CUDA out of memory. Tried to allocate 4.00 GiB", "--max-num-seqs"),
+    # a tiny request failing in a training run: the training's reading, not the up-front reservation
+    ("accelerate launch sft.py (LoRA, per_device_train_batch_size 4)\ntorch.OutOfMemoryError: CUDA out of memory. "
+     "Tried to allocate 8.00 MiB. GPU 0 has a total capacity of 23.64 GiB of which 1.94 MiB is free.",
+     "--mem-fraction-static"),
+    # a released Windows build: no preview to update from
+    ("Windows build: 22631.4037\nRuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable",
+     "Insider build after"),
     # MIOpen's kernel database missing (a .kdb): not the perf-db copy
     ("MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may degrade",
      "sudo cp"),

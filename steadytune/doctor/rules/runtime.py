@@ -207,6 +207,9 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "the weights, the optimizer state of the trained parameters and the activations of one batch "
                      "need more memory than the GPU has; the activations grow with the batch size and the sequence "
                      "length", _long_sequence(joined) + TRAINING_OOM_FIX, [ctx.line_fact(errors[0])], errors, confirmed=proper)
+    full = _full_before_a_small_request(ctx, errors, text)
+    if full is not None:
+        return full
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
@@ -251,6 +254,27 @@ def _grows_until_out(ctx: Context, errors: list[ErrorLine], joined: str, proper:
                  f"cap the sequence length: {key}; look for the longest samples in the data; then "
                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against the fragmentation, and gradient "
                  "checkpointing", [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+def _full_before_a_small_request(ctx: Context, errors: list[ErrorLine], text: str) -> Optional[Diagnosis]:
+    """torch's out-of-memory for a request of a few MiB on a GPU with next to nothing free, in no training run: the
+    memory was taken before the request, by something that reserves it up front (an inference engine sizing its KV
+    cache and CUDA graphs to a share of the GPU) or by another process, not by this step's tensors."""
+    asked = re.search(r"Tried to allocate " + _SIZE, text)
+    free = re.search(r"of which " + _SIZE + " is free", text)
+    total = re.search(r"total capacity of " + _SIZE, text)
+    if not (asked and free and total) or _training(ctx):
+        return None
+    if _mib(*asked.groups()) > 64 or _mib(*free.groups()) > 0.01 * _mib(*total.groups()):
+        return None
+    return _make("out-of-memory", "the GPU was full before a small request",
+                 f"a request of {asked.group(1)} {asked.group(2)}iB failed with {free.group(1)} {free.group(2)}iB "
+                 "free: the memory was already taken, reserved up front (an inference engine takes a share of the "
+                 "GPU for its KV cache, then its CUDA graphs on top) or held by another process on this GPU",
+                 "check nvidia-smi (rocm-smi) for other processes on this GPU; for a serving engine lower what it "
+                 "reserves: vLLM --gpu-memory-utilization 0.8, --max-num-seqs 64 (its CUDA graphs grow with it) or "
+                 "--enforce-eager, --max-model-len smaller; SGLang --mem-fraction-static 0.8",
+                 [ctx.line_fact(errors[0])], errors, confirmed=False)
 
 
 # the sequence length a training config sets (LLaMA-Factory's cutoff_len, TRL's max_seq_length, torchtitan's seq_len)

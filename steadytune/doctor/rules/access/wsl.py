@@ -185,12 +185,17 @@ def _wsl_collectives(ctx: Context, joined: str, fact: Optional[Fact]) -> Optiona
 
 
 # the Windows build, as `ver` / winver / systeminfo print it, beside a Linux shell prompt: a WSL 2 session
-_WINDOWS_BUILD = re.compile(r"(?i)Microsoft Windows \[Version 10\.0\.(\d{5})(?:\.\d+)?\]|\bOS build\W{0,3}(\d{5})\b|"
+_WINDOWS_BUILD = re.compile(r"(?im)Microsoft Windows \[Version 10\.0\.(\d{5})(?:\.\d+)?\]|\bOS build\W{0,3}(\d{5})\b|"
+                            r"^\W*windows(?:\s+(?:version|build))?\s*[:：]\s*(\d{5})(?:\.\d+)?[ \t]*$|"
                             r"\bWindows (?:1[01] )?(?:Insider )?build\W{0,3}(\d{5})\b")
 _LINUX_PROMPT = re.compile(r"^\S+@[\w.-]+:[~/][^$#\n]{0,80}[$#]\s")
 # released Windows builds with WSL 2 GPU compute (Windows 10 21H2/22H2, Windows 11 21H2 to 25H2, Server 2022/2025);
 # GPU-PV came to Windows 10 with 21H2 (19044): an older build has none, a 2xxxx build outside the list is a preview
 _RELEASED_BUILDS = {19044, 19045, 20348, 22000, 22621, 22631, 26100, 26200}
+# Insider preview builds whose GPU compute in WSL 2 was broken, and the build that mended it (microsoft/WSL's GPU
+# issues: #6098, 20231 fixed in 20236; #6617, 21327 and #6773, 21354, each fixed in the next Insider build): a CUDA
+# failure on one of them is that build's, whether or not the paste says WSL
+_BROKEN_PREVIEWS = {20231: "20236", 21327: "the Insider build after 21327", 21354: "the Insider build after 21354"}
 
 
 def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis]:
@@ -203,6 +208,7 @@ def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis
     build = int(next(g for g in m.groups() if g))
     failing = ctx.of("wsl", "driver", "device-access", "visibility") + ctx.no_gpu() + _lines_matching(
         ctx, r"(?i)no CUDA-capable device|cudaGetDeviceCount returned|couldn't communicate with the NVIDIA driver|"
+             r"all CUDA-capable devices are busy or unavailable|"
              r"/dev/dxg.{0,40}(?:No such file|not found)")
     if not failing or build in _RELEASED_BUILDS:
         return None
@@ -212,6 +218,14 @@ def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis
                      f"(build 19044); build {build} is older",
                      f"update Windows from build {build} to Windows 10 21H2 (19044) or newer, or Windows 11 (winver "
                      "shows the build), then wsl --update and wsl --shutdown; nothing to change inside Linux",
+                     [fact], said[:1] + failing)
+    mended = _BROKEN_PREVIEWS.get(build)
+    if mended:
+        return _make("wsl", f"Windows preview build {build} broke GPU compute in WSL 2",
+                     f"Insider preview build {build} shipped with GPU compute (CUDA, DirectML) in WSL 2 broken, a known "
+                     "issue of that build; nothing inside Linux mends it",
+                     f"update Windows to build {mended} or newer (Settings > Windows Update, Insider channel), or leave "
+                     "the Insider programme for a released build; then wsl --shutdown and run again",
                      [fact], said[:1] + failing)
     return _make("wsl", f"Windows preview build {build} breaks GPU compute in WSL 2",
                  f"build {build} is a Windows Insider preview, not a released build; GPU compute in WSL 2 is provided "
@@ -321,7 +335,9 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     joined = _text(ctx)
     # a Windows build printed beside a Linux shell prompt is a WSL session too
     windows_linux = _WINDOWS_BUILD.search(joined) and any(_LINUX_PROMPT.match(l) for l in ctx.sheet.lines)
-    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined) and not windows_linux:
+    build = _WINDOWS_BUILD.search(joined)
+    broken = build and int(next(g for g in build.groups() if g)) in _BROKEN_PREVIEWS
+    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined) and not windows_linux and not broken:
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
     own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_unpinned_slow(ctx, joined, fact) or
