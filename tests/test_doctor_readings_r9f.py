@@ -97,6 +97,15 @@ NEGATIVES = [
     # a TRL training run that also uses vLLM for generation: the training's knobs, not the server's
     ("trl sft with use_vllm on one A100, per_device_train_batch_size 8, vllm 0.8.5 installed\ntorch.OutOfMemoryError: "
      "CUDA out of memory. Tried to allocate 4.00 GiB", "--max-num-seqs"),
+    # a vLLM server killed while torch.compile runs: no source build, no MAX_JOBS
+    ("vllm serve Qwen2.5-7B-Instruct\nINFO backends.py:415] Compiling a graph for dynamic shape takes 21.4 s\nKilled",
+     "MAX_JOBS"),
+    # DeepSpeed's ops built by ninja at run time, then the training killed: no package build to limit
+    ("deepspeed train.py --deepspeed ds_z2.json\nninja: no work to do.\nLoading extension module fused_adam...\n"
+     "Killed", "MAX_JOBS"),
+    # vLLM's custom all-reduce refused peer access beside NCCL's SHM channels: vLLM's switch, not NCCL's cuMem
+    ("vllm serve llama-3-8b -tp 2 on 2x RTX 3090\nNCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n"
+     "custom_all_reduce.cuh:307 'peer access is not supported between these two devices'", "NCCL_CUMEM_HOST_ENABLE"),
     # a tiny request failing in a training run: the training's reading, not the up-front reservation
     ("accelerate launch sft.py (LoRA, per_device_train_batch_size 4)\ntorch.OutOfMemoryError: CUDA out of memory. "
      "Tried to allocate 8.00 MiB. GPU 0 has a total capacity of 23.64 GiB of which 1.94 MiB is free.",

@@ -16,12 +16,14 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _m
 # cards without peer access refuse ("peer access is not supported between these two devices", CUDA error 217).
 # The legacy /dev/shm host buffers need no peer access (NVIDIA/nccl#1838: NCCL_CUMEM_HOST_ENABLE=0 runs).
 _NO_PEER = re.compile(r"(?i)peer access is not supported|Cuda failure 217\b|cudaErrorPeerAccessUnsupported")
-_SHM_TRANSPORT = re.compile(r"(?i)transport/shm\.cc|\bcuMem\w*|NCCL_CUMEM\w*|\bSHM\b")
+_SHM_TRANSPORT = re.compile(r"(?i)transport/shm\.cc|\bcuMem\w*|NCCL_CUMEM\w*")
+# a serving engine's own all-reduce refused peer access: its switch, not NCCL's (machine._custom_all_reduce reads it)
+_ENGINE_ALLREDUCE = re.compile(r"(?i)custom_?all_?reduce|CustomAllreduce")
 
 
 def cumem_host_without_peer(ctx: Context, errors: list) -> Optional[Diagnosis]:
     text = _text(ctx)
-    if not (_NO_PEER.search(text) and _SHM_TRANSPORT.search(text)):
+    if not (_NO_PEER.search(text) and _SHM_TRANSPORT.search(text)) or _ENGINE_ALLREDUCE.search(text):
         return None
     lines = _lines_matching(ctx, _NO_PEER.pattern)
     return _make("multi-gpu-transport", "NCCL's cuMem host buffers need peer access these GPUs lack",

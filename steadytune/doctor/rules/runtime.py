@@ -382,9 +382,12 @@ def _weights_exceed(ctx: Context, errors: list[ErrorLine], joined: str) -> Optio
 
 # packages whose source build compiles hundreds of CUDA/HIP kernels with ninja, one nvcc per core: each job can take
 # several GB of host RAM (flash-attention's README: under 96 GB of RAM with many cores, limit the jobs with MAX_JOBS)
+# (DeepSpeed is left out: its ops are built by ninja at run time too, so "ninja" and a killed training run are no build)
 _KERNEL_BUILD = re.compile(r"(?i)\b(flash[-_ ]?attn|flash[-_ ]?attention|xformers|causal[-_]conv1d|mamba[-_]ssm|apex|vllm|"
-                           r"deepspeed|sageattention)\b")
-_BUILDING = re.compile(r"(?i)\bninja\b|\bnvcc\b|Building CUDA object|--no-build-isolation|setup\.py|\bcompil\w*")
+                           r"sageattention)\b")
+# a source build said: ninja / nvcc at work, pip's build without isolation, setup.py, a wheel being built (not torch.compile)
+_BUILDING = re.compile(r"(?i)\bninja\b|\bnvcc\b|Building CUDA object|--no-build-isolation|setup\.py|Building wheels? for|"
+                       r"\bcompil(?:e|ing|ation) (?:it|from source|the (?:kernels|extension|package))")
 # the build stopped without a compiler message: killed, ninja's bare failure, or RAM named as the trouble
 _BUILD_STOPPED = re.compile(r"(?i)\bKilled\b|killed signal|signal 9|ninja -v\W{0,3} failed|ninja: build stopped|"
                             r"\b(?:a lot of|too much|much|\d+ ?GB of) RAM\b|\(a lot RAM\)|\bRAM\b.{0,40}\b(?:uses?|using|"

@@ -341,8 +341,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
     own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_unpinned_slow(ctx, joined, fact) or
-           _wsl_vulkan(ctx, joined, fact) or _wsl_adrenalin_for_the_card(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
-           or _wsl_collectives(ctx, joined, fact))
+           _wsl_vulkan(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+           or _wsl_collectives(ctx, joined, fact) or _wsl_adrenalin_for_the_card(ctx, joined, fact))
     if own is not None:
         return own
     if re.search(r"(?i)\blib(?:cudart|cublas\w*|cudnn\w*|nvrtc)\.so(?:\.\d+)*: cannot open", joined) and \
