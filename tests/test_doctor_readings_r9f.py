@@ -110,6 +110,10 @@ NEGATIVES = [
     ("accelerate launch sft.py (LoRA, per_device_train_batch_size 4)\ntorch.OutOfMemoryError: CUDA out of memory. "
      "Tried to allocate 8.00 MiB. GPU 0 has a total capacity of 23.64 GiB of which 1.94 MiB is free.",
      "--mem-fraction-static"),
+    # torch says this process's own tensors hold the GPU: not memory reserved by something else
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 MiB. GPU 0 has a total capacity of 11.72 GiB "
+     "of which 2.19 MiB is free. Of the allocated memory 11.2 GiB is allocated by PyTorch, and 40.1 MiB is reserved by "
+     "PyTorch but unallocated.", "--mem-fraction-static"),
     # a released Windows build: no preview to update from
     ("Windows build: 22631.4037\nRuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable",
      "Insider build after"),

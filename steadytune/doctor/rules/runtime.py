@@ -267,6 +267,10 @@ def _full_before_a_small_request(ctx: Context, errors: list[ErrorLine], text: st
         return None
     if _mib(*asked.groups()) > 64 or _mib(*free.groups()) > 0.01 * _mib(*total.groups()):
         return None
+    # torch's own account of this process's tensors: most of the GPU held by them is this job's memory, read as such
+    own = re.search(_SIZE + r" is allocated by PyTorch", text)
+    if own and _mib(*own.groups()) >= 0.5 * _mib(*total.groups()):
+        return None
     return _make("out-of-memory", "the GPU was full before a small request",
                  f"a request of {asked.group(1)} {asked.group(2)}iB failed with {free.group(1)} {free.group(2)}iB "
                  "free: the memory was already taken, reserved up front (an inference engine takes a share of the "
