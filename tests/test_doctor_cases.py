@@ -110,6 +110,10 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl-tests/issues/287": "NCCL 2.25.1 across two RTX 5090s, labelled multi-gpu-transport "
                                                        "where nccl-tests#291 (same NCCL, same card) is arch-missing; "
                                                        "doctor names the accepted NCCL 2.26.2 under arch-missing",
+    # round 9 (r9f, several GPUs):
+    "https://github.com/NVIDIA/nccl-tests/issues/163": "the paste is the command line alone (all_reduce_perf -g 2, "
+                                                       "'I found this'): no error, no container said; the accepted "
+                                                       "fix (--shm-size) follows from nothing in it",
 }
 
 

@@ -16,6 +16,7 @@ to another rule or to the "unrecognised error" finding.
   libraries  the shared libraries a GPU package loads: cuDNN/cuBLAS majors, shadowed or unversioned libraries, DLLs
   releases   what package managers say about releases: clashing distribution packages, renames, unpublished pins
   machine    which GPUs a process sees, APU memory, the platform (BIOS, PCIe), several GPUs
+  collectives  several GPUs read from what NCCL leaves unsaid (asked by machine's several-GPU rule)
   runtime    memory, MIOpen, GPU hangs, number formats, attention kernels
   prose      what users say in words with no error line: titles, complaints, the settings they list
   runner     every rule over one paste, best first

@@ -11,6 +11,8 @@ from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import set_variable
 from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, override_for_arch
 from steadytune.hardware.unified_memory import GIB, PAGE
+from steadytune.doctor.rules.collectives import (cumem_host_without_peer, one_gpu_works_several_not,
+                                                  silent_after_the_ibverbs_warning)
 from steadytune.doctor.rules.base import (
     _APU_ARCHS,
     _arch_fact,
@@ -890,13 +892,16 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
     if not errors:
         return (_split_model_garbage(ctx) or _stalls_after_nccl_setup(ctx) or _shared_memory_said(ctx) or
-                _tensor_parallel_fails(ctx))
+                _tensor_parallel_fails(ctx) or one_gpu_works_several_not(ctx))
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     evidence = [ctx.line_fact(errors[0])]
     too_old = _nccl_before_the_gpu(ctx, errors, joined)
     if too_old is not None:
         return too_old
+    quiet = cumem_host_without_peer(ctx, errors) or silent_after_the_ibverbs_warning(ctx, errors)
+    if quiet is not None:
+        return quiet
     custom = _custom_all_reduce(ctx, errors, text)
     if custom is not None:
         return custom

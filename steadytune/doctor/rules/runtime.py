@@ -26,8 +26,10 @@ from steadytune.doctor.rules.base import (
 _SERVING_OOM_FIX = {
     "llama.cpp": "offload fewer layers (-ngl N smaller) or a smaller context (-c)",
     "ollama": "a smaller context (num_ctx) or fewer GPU layers (num_gpu), or a smaller quantisation",
-    "vllm": "--gpu-memory-utilization lower (0.75) and --max-model-len smaller (8192), or tensor parallel over more "
-            "GPUs",
+    # (vLLM's "conserving memory" docs: the CUDA graphs it captures grow with --max-num-seqs; --enforce-eager skips them)
+    "vllm": "--gpu-memory-utilization lower (0.75) and --max-model-len smaller (8192); fewer concurrent sequences "
+            "(--max-num-seqs 64: the CUDA graphs and activations it reserves grow with it) or --enforce-eager (no CUDA "
+            "graphs); or tensor parallel over more GPUs",
 }
 
 # Tools that run out of memory by their own rules, with their own knobs (each tool's documented options): an image
@@ -106,8 +108,10 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     run, an illegal memory access with no fault of the machine beside it (a batch past a kernel's 32-bit indexing)."""
     errors = ctx.of("out-of-memory")
     if not errors:
-        return _illegal_access_in_training(ctx) or _killed_by_signal_9(ctx)
+        return _illegal_access_in_training(ctx) or _killed_by_signal_9(ctx) or _build_out_of_host_memory(ctx)
     tool = ctx.tool(errors)
+    if tool == "torch" and ctx.tool() in _SERVING_OOM_FIX and not _training(ctx):
+        tool = ctx.tool()   # torch.OutOfMemoryError names torch inside any program: the server that sizes its caches
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     rocm = re.search(r"(?i)\brocm[ -]?(\d+)\.(\d+)", joined)
@@ -195,17 +199,86 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_HIP_ALLOC_CONF on ROCm) before "
                      "the run, so the allocator can grow its segments instead of needing one free block",
                      [ctx.line_fact(errors[0])], errors)
+    grows = _grows_until_out(ctx, errors, joined, proper)
+    if grows is not None and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
+        return grows
     if _training(ctx) and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
         return _make("out-of-memory", "the training run does not fit the GPU's memory",
                      "the weights, the optimizer state of the trained parameters and the activations of one batch "
                      "need more memory than the GPU has; the activations grow with the batch size and the sequence "
                      "length", _long_sequence(joined) + TRAINING_OOM_FIX, [ctx.line_fact(errors[0])], errors, confirmed=proper)
+    full = _full_before_a_small_request(ctx, errors, text)
+    if full is not None:
+        return full
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
                  "a smaller batch size or sequence length (max length), gradient checkpointing, or a quantised model",
                  [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+# memory said to grow during the run ("逐渐爆显存", "keeps increasing"), or a progress bar past its first steps beside the
+# out-of-memory: the first batches fit, a later (longer) one does not
+_GROWS = re.compile(r"(?i)逐渐(?:增大|增加|上涨|变大|爆)|越来越(?:大|多)|慢慢(?:增大|增加|上涨)|(?:gradually|slowly|steadily|"
+                    r"keeps?|kept) (?:grow|increas|ris|climb)\w*|(?:grows?|growing|increas\w+|creeps? up) (?:over|with|"
+                    r"every|each|after) (?:time|steps?|iterations?|epochs?)")
+_STEPS_DONE = re.compile(r"\|\s*(\d+)/(\d+) \[\d")
+# each trainer's own key for the longest sequence it keeps (ms-swift's --max_length, LLaMA-Factory's cutoff_len,
+# TRL's SFTConfig max_length, Unsloth's max_seq_length): their docs' names
+_SWIFT = re.compile(r"(?i)\bms-swift\b|\bswift (?:sft|pt|rlhf)\b")
+_LLAMAFACTORY = re.compile(r"(?i)llama-?factory|llamafactory-cli")
+
+
+def _grows_until_out(ctx: Context, errors: list[ErrorLine], joined: str, proper: bool) -> Optional[Diagnosis]:
+    """A training run whose memory grows until it runs out, or that ran out after many steps that fit: a batch
+    later in the data is longer than the first ones (a dataset with some very long samples), so the cap on the
+    sequence length is the fix, not a leak."""
+    if not _training(ctx) and not _SWIFT.search(joined):
+        return None
+    steps = [(int(a), int(b)) for a, b in _STEPS_DONE.findall(joined)]
+    past_start = any(10 <= done < total for done, total in steps)
+    if not (_GROWS.search(joined) or past_start):
+        return None
+    if _SWIFT.search(joined):
+        key = "ms-swift: --max_length 2048 (or lower; samples longer are truncated or dropped, --truncation_strategy)"
+    elif _LLAMAFACTORY.search(joined):
+        key = "LLaMA-Factory: cutoff_len: 2048 (or lower)"
+    else:
+        key = ("the trainer's sequence cap (ms-swift --max_length, LLaMA-Factory cutoff_len, TRL SFTConfig "
+               "max_length, Unsloth max_seq_length), e.g. 2048")
+    return _make("out-of-memory", "memory grows until a long batch does not fit",
+                 "the run fitted its first steps and ran out later: the activations grow with the length of each "
+                 "batch, and a dataset with some very long samples makes a later batch far larger than the first "
+                 "ones (the allocator also keeps the peak reserved, so the memory seems to creep up)",
+                 f"cap the sequence length: {key}; look for the longest samples in the data; then "
+                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against the fragmentation, and gradient "
+                 "checkpointing", [ctx.line_fact(errors[0])], errors, confirmed=proper)
+
+
+def _full_before_a_small_request(ctx: Context, errors: list[ErrorLine], text: str) -> Optional[Diagnosis]:
+    """torch's out-of-memory for a request of a few MiB on a GPU with next to nothing free, in no training run: the
+    memory was taken before the request, by something that reserves it up front (an inference engine sizing its KV
+    cache and CUDA graphs to a share of the GPU) or by another process, not by this step's tensors."""
+    asked = re.search(r"Tried to allocate " + _SIZE, text)
+    free = re.search(r"of which " + _SIZE + " is free", text)
+    total = re.search(r"total capacity of " + _SIZE, text)
+    if not (asked and free and total) or _training(ctx):
+        return None
+    if _mib(*asked.groups()) > 64 or _mib(*free.groups()) > 0.01 * _mib(*total.groups()):
+        return None
+    # torch's own account of this process's tensors: most of the GPU held by them is this job's memory, read as such
+    own = re.search(_SIZE + r" is allocated by PyTorch", text)
+    if own and _mib(*own.groups()) >= 0.5 * _mib(*total.groups()):
+        return None
+    return _make("out-of-memory", "the GPU was full before a small request",
+                 f"a request of {asked.group(1)} {asked.group(2)}iB failed with {free.group(1)} {free.group(2)}iB "
+                 "free: the memory was already taken, reserved up front (an inference engine takes a share of the "
+                 "GPU for its KV cache, then its CUDA graphs on top) or held by another process on this GPU",
+                 "check nvidia-smi (rocm-smi) for other processes on this GPU; for a serving engine lower what it "
+                 "reserves: vLLM --gpu-memory-utilization 0.8, --max-num-seqs 64 (its CUDA graphs grow with it) or "
+                 "--enforce-eager, --max-model-len smaller; SGLang --mem-fraction-static 0.8",
+                 [ctx.line_fact(errors[0])], errors, confirmed=False)
 
 
 # the sequence length a training config sets (LLaMA-Factory's cutoff_len, TRL's max_seq_length, torchtitan's seq_len)
@@ -311,6 +384,43 @@ def _weights_exceed(ctx: Context, errors: list[ErrorLine], joined: str) -> Optio
                  f"use {smaller}, or {quantised}", [ctx.line_fact(errors[0])], errors)
 
 
+# packages whose source build compiles hundreds of CUDA/HIP kernels with ninja, one nvcc per core: each job can take
+# several GB of host RAM (flash-attention's README: under 96 GB of RAM with many cores, limit the jobs with MAX_JOBS)
+# (DeepSpeed is left out: its ops are built by ninja at run time too, so "ninja" and a killed training run are no build)
+_KERNEL_BUILD = re.compile(r"(?i)\b(flash[-_ ]?attn|flash[-_ ]?attention|xformers|causal[-_]conv1d|mamba[-_]ssm|apex|vllm|"
+                           r"sageattention)\b")
+# a source build said: ninja / nvcc at work, pip's build without isolation, setup.py, a wheel being built (not torch.compile)
+_BUILDING = re.compile(r"(?i)\bninja\b|\bnvcc\b|Building CUDA object|--no-build-isolation|setup\.py|Building wheels? for|"
+                       r"\bcompil(?:e|ing|ation) (?:it|from source|the (?:kernels|extension|package))")
+# the build stopped without a compiler message: killed, ninja's bare failure, or RAM named as the trouble
+_BUILD_STOPPED = re.compile(r"(?i)\bKilled\b|killed signal|signal 9|ninja -v\W{0,3} failed|ninja: build stopped|"
+                            r"\b(?:a lot of|too much|much|\d+ ?GB of) RAM\b|\(a lot RAM\)|\bRAM\b.{0,40}\b(?:uses?|using|"
+                            r"eats?|runs? out|exhaust\w*)|(?:uses?|using|eats?) .{0,20}\bRAM\b|out of (?:host )?memory")
+_COMPILER_SAID = re.compile(r"(?i)\berror:|nvcc fatal|fatal error|CUDA_HOME|unsupported (?:gpu|GNU|compiler)|"
+                            r"No such file or directory")
+
+
+def _build_out_of_host_memory(ctx: Context) -> Optional[Diagnosis]:
+    """A from-source build of a CUDA-kernel package that stops with no compiler error (killed, ninja's bare 'failed',
+    or RAM said to run out): ninja starts one nvcc per core, and together they exhaust the host's RAM."""
+    text = _text_of(ctx)
+    package = _KERNEL_BUILD.search(text)
+    if not package or not _BUILDING.search(text) or _COMPILER_SAID.search(text):
+        return None
+    said = _lines_matching(ctx, _BUILD_STOPPED.pattern)
+    if not said:
+        return None
+    name = package.group(1).lower().replace("_", "-").replace(" ", "-")
+    name = "flash-attn" if name.startswith("flash") else name
+    return _make("out-of-memory", f"the {name} build runs out of host memory",
+                 "the build compiles its CUDA kernels with ninja, one nvcc job per CPU core, and each job can take "
+                 "several GB of RAM; together they exhaust the host's memory and a job is killed, which ninja "
+                 "reports only as a failed build",
+                 f"limit the parallel jobs: MAX_JOBS=4 pip install {name} --no-build-isolation (fewer with little RAM: "
+                 "about 4-8 GB per job); or install a prebuilt wheel for this torch and CUDA instead of compiling",
+                 [], said[:1], confirmed=False)
+
+
 # a launcher's report of a worker killed by SIGKILL (torchrun's ChildFailedError, subprocess, docker's exit 137)
 _SIGNAL_9 = re.compile(r"(?i)\bexitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received|<Signals\.SIGKILL: 9>|"
                        r"non-zero exit status -9\b|\bexit(?:ed with)? code 137\b")
@@ -374,6 +484,38 @@ def nccl_buffers(ctx: Context) -> Optional[Diagnosis]:
         "or allow_growth; PyTorch: a smaller batch)", [ctx.line_fact(lines[0])], lines))
 
 
+# MIOpen's system performance database is one file per arch and compute-unit count (<arch>_<CUs>.cd.pdb.txt); a card
+# whose CU count has no file gets the "unreadable" warning and untuned defaults. The counts MIOpen's source ships
+# (src/kernels of ROCm/MIOpen: gfx803_36, gfx803_64, gfx900_64); the same arch's nearest count is the closest tuning.
+_PERF_DB_UNREADABLE = re.compile(r"(?i)File is unreadable:\s*(\S*/)?(gfx\w+?)_(\d+)\.cd\.pdb\.txt")
+_SHIPPED_PERF_DB = {"gfx803": (36, 64), "gfx900": (64,)}
+
+
+def _perf_db_missing(ctx: Context) -> Optional[Diagnosis]:
+    """MIOpen warns that the system perf-db of this arch and CU count is unreadable: none ships for this count; the
+    same arch's file for the nearest count, copied under this name, gives it tuned parameters (a warning, not a
+    failure)."""
+    said = _lines_matching(ctx, _PERF_DB_UNREADABLE.pattern)
+    if not said:
+        return None
+    folder, arch, cus = _PERF_DB_UNREADABLE.search(said[0].line).groups()
+    folder = folder or "/opt/rocm/share/miopen/db/"
+    shipped = _SHIPPED_PERF_DB.get(arch)
+    if shipped:
+        nearest = min(shipped, key=lambda n: abs(n - int(cus)))
+        source = f"{arch}_{nearest}.cd.pdb.txt"
+        how = f"sudo cp {folder}{source} {folder}{arch}_{cus}.cd.pdb.txt"
+    else:
+        source = f"{arch}_<the nearest CU count listed there>.cd.pdb.txt"
+        how = f"ls {folder} | grep {arch}; sudo cp {folder}{source} {folder}{arch}_{cus}.cd.pdb.txt"
+    return _make("miopen-kernel", f"MIOpen ships no perf-db for {arch} with {cus} CUs",
+                 f"MIOpen's system performance database has one file per arch and compute-unit count; none ships for "
+                 f"{arch} with {cus} CUs, so it warns and uses untuned kernel parameters (the run goes on)",
+                 f"give it the same arch's tuning: {how} (the {source} file is the closest shipped); or ignore the "
+                 "warning (MIOpen still runs, its user perf-db in ~/.config/miopen learns with MIOPEN_FIND_ENFORCE=3)",
+                 [], said, severity="warning")
+
+
 @rule("miopen-kernel")
 def miopen(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: MIOpen's own errors (a kernel build, its databases, a handle), or MIOpen named beside a run that is
@@ -388,6 +530,9 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
                      "decode has many), which is what makes the first run slow", "export MIOPEN_FIND_MODE=2 (FAST: "
                      "takes the first good solver), and keep ~/.config/miopen between runs so what it found is reused",
                      [slow[0]], errors, confirmed=False)
+    perf_db = _perf_db_missing(ctx)
+    if perf_db is not None:
+        return perf_db
     if not errors:
         return None
     text = " ".join(e.line for e in errors)

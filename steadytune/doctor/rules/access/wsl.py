@@ -16,6 +16,7 @@ from steadytune.doctor.rules.base import (
     _first,
     _lines_matching,
     _make,
+    NOT_DETECTED,
     rule,
     _symptom_lines,
     _text,
@@ -184,12 +185,17 @@ def _wsl_collectives(ctx: Context, joined: str, fact: Optional[Fact]) -> Optiona
 
 
 # the Windows build, as `ver` / winver / systeminfo print it, beside a Linux shell prompt: a WSL 2 session
-_WINDOWS_BUILD = re.compile(r"(?i)Microsoft Windows \[Version 10\.0\.(\d{5})(?:\.\d+)?\]|\bOS build\W{0,3}(\d{5})\b|"
+_WINDOWS_BUILD = re.compile(r"(?im)Microsoft Windows \[Version 10\.0\.(\d{5})(?:\.\d+)?\]|\bOS build\W{0,3}(\d{5})\b|"
+                            r"^\W*windows(?:\s+(?:version|build))?\s*[:：]\s*(\d{5})(?:\.\d+)?[ \t]*$|"
                             r"\bWindows (?:1[01] )?(?:Insider )?build\W{0,3}(\d{5})\b")
 _LINUX_PROMPT = re.compile(r"^\S+@[\w.-]+:[~/][^$#\n]{0,80}[$#]\s")
 # released Windows builds with WSL 2 GPU compute (Windows 10 21H2/22H2, Windows 11 21H2 to 25H2, Server 2022/2025);
 # GPU-PV came to Windows 10 with 21H2 (19044): an older build has none, a 2xxxx build outside the list is a preview
 _RELEASED_BUILDS = {19044, 19045, 20348, 22000, 22621, 22631, 26100, 26200}
+# Insider preview builds whose GPU compute in WSL 2 was broken, and the build that mended it (microsoft/WSL's GPU
+# issues: #6098, 20231 fixed in 20236; #6617, 21327 and #6773, 21354, each fixed in the next Insider build): a CUDA
+# failure on one of them is that build's, whether or not the paste says WSL
+_BROKEN_PREVIEWS = {20231: "20236", 21327: "the Insider build after 21327", 21354: "the Insider build after 21354"}
 
 
 def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis]:
@@ -202,6 +208,7 @@ def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis
     build = int(next(g for g in m.groups() if g))
     failing = ctx.of("wsl", "driver", "device-access", "visibility") + ctx.no_gpu() + _lines_matching(
         ctx, r"(?i)no CUDA-capable device|cudaGetDeviceCount returned|couldn't communicate with the NVIDIA driver|"
+             r"all CUDA-capable devices are busy or unavailable|"
              r"/dev/dxg.{0,40}(?:No such file|not found)")
     if not failing or build in _RELEASED_BUILDS:
         return None
@@ -211,6 +218,14 @@ def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis
                      f"(build 19044); build {build} is older",
                      f"update Windows from build {build} to Windows 10 21H2 (19044) or newer, or Windows 11 (winver "
                      "shows the build), then wsl --update and wsl --shutdown; nothing to change inside Linux",
+                     [fact], said[:1] + failing)
+    mended = _BROKEN_PREVIEWS.get(build)
+    if mended:
+        return _make("wsl", f"Windows preview build {build} broke GPU compute in WSL 2",
+                     f"Insider preview build {build} shipped with GPU compute (CUDA, DirectML) in WSL 2 broken, a known "
+                     "issue of that build; nothing inside Linux mends it",
+                     f"update Windows to build {mended} or newer (Settings > Windows Update, Insider channel), or leave "
+                     "the Insider programme for a released build; then wsl --shutdown and run again",
                      [fact], said[:1] + failing)
     return _make("wsl", f"Windows preview build {build} breaks GPU compute in WSL 2",
                  f"build {build} is a Windows Insider preview, not a released build; GPU compute in WSL 2 is provided "
@@ -237,6 +252,69 @@ def _wsl_pinned(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Dia
                  "falls back to ordinary memory when the pinned allocation fails: update llama.cpp)", [fact], oom)
 
 
+# The first Adrenalin release with ROCm on WSL for a Radeon that came after WSL support began: an older Windows driver
+# exposes the card to Windows but not to ROCm inside WSL (RX 9070 series: 25.6.1, the accepted answer of ROCm #4471;
+# RX 7700 XT: 25.8.1, its release notes' "AMD ROCm on WSL for AMD Radeon RX 7700 XT")
+_ADRENALIN_FOR_WSL = ((re.compile(r"(?i)\bRX ?9070(?: ?XT| ?GRE)?\b"), "Radeon RX 9070 series", "25.6.1"),
+                      (re.compile(r"(?i)\bRX ?7700 ?XT\b"), "Radeon RX 7700 XT", "25.8.1"))
+
+
+def _wsl_adrenalin_for_the_card(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """A Radeon that ROCm on WSL supports only from a given Adrenalin release, not seen inside WSL: the Windows
+    driver is the fix (nothing inside Linux exposes the card to WSL)."""
+    card = next(((name, release) for pattern, name, release in _ADRENALIN_FOR_WSL if pattern.search(joined)), None)
+    said = _lines_matching(ctx, NOT_DETECTED) + ctx.of("wsl", "device-access", "driver") + ctx.no_gpu()
+    if card is None or not said:
+        return None
+    name, release = card
+    return _make("wsl", f"the Windows driver gives ROCm on WSL no {name}",
+                 f"ROCm inside WSL 2 sees only the GPUs the Windows Adrenalin driver exposes to WSL; ROCm on WSL for "
+                 f"the {name} came with Adrenalin {release}, and an older driver leaves rocminfo with the CPU alone",
+                 f"install AMD Software: Adrenalin Edition {release} or newer on the Windows host (the WSL-enabled "
+                 "release), then wsl --shutdown and run rocminfo again; keep ROCm's WSL packages inside Linux "
+                 "(amdgpu-install -y --usecase=wsl,rocm --no-dkms)", [fact], said)
+
+
+# vLLM's own warning under WSL: it turns pinned host memory off there
+_VLLM_UNPINNED = re.compile(r"(?i)Using 'pin_memory=False' as WSL is detected")
+
+
+def _wsl_unpinned_slow(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """vLLM slower under WSL 2 than on Linux, with its own warning that pinned memory is off: CUDA on WSL limits
+    pinned (page-locked) host memory (NVIDIA's CUDA on WSL guide, known limitations), so vLLM runs without it."""
+    said = _lines_matching(ctx, _VLLM_UNPINNED.pattern)
+    if not said:
+        return None
+    return _make("wsl", "vLLM runs without pinned memory under WSL 2",
+                 "CUDA under WSL 2 limits pinned (page-locked) host memory, so vLLM turns pin_memory off there (its "
+                 "warning says so); copies between the host and the GPU (the KV cache's swap space, inputs) are "
+                 "slower than on native Linux",
+                 "nothing inside WSL brings pinned memory back to full size: for vLLM's full speed run it on native "
+                 "Linux (a dual boot or a Linux server); under WSL the slowdown is expected, not a setting to mend",
+                 [fact], said, confirmed=False)
+
+
+# a Vulkan program's driver error: the loader found no Vulkan driver for the GPU
+_VULKAN_NO_DRIVER = re.compile(r"(?i)VK_ERROR_INCOMPATIBLE_DRIVER|VK_ERROR_INITIALIZATION_FAILED|"
+                               r"(?:no|cannot find a compatible) Vulkan (?:device|driver|ICD)s?\b")
+
+
+def _wsl_vulkan(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """A Vulkan build (mlc-llm, llama.cpp's, ncnn) inside WSL 2 finding no Vulkan driver: WSL passes the GPU to Linux
+    for CUDA, DirectML and ROCm; Vulkan there has only Mesa's software or experimental D3D12 layers."""
+    said = _lines_matching(ctx, _VULKAN_NO_DRIVER.pattern)
+    if not said:
+        return None
+    tool = ctx.tool(said) or "the program"
+    return _make("wsl", "WSL 2 has no Vulkan driver for the GPU",
+                 f"{tool} uses Vulkan, and WSL 2 gives Linux the GPU for CUDA, DirectML and ROCm but no hardware "
+                 "Vulkan driver (only Mesa's software rasteriser or its experimental D3D12 layer), so the Vulkan "
+                 "loader finds no compatible driver",
+                 f"run {tool} natively on Windows (CMD or PowerShell, the Windows build of it, which uses the "
+                 "Windows GPU driver's Vulkan), or inside WSL use a CUDA / ROCm build of it instead of the Vulkan one",
+                 [fact], said)
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
@@ -257,11 +335,14 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     joined = _text(ctx)
     # a Windows build printed beside a Linux shell prompt is a WSL session too
     windows_linux = _WINDOWS_BUILD.search(joined) and any(_LINUX_PROMPT.match(l) for l in ctx.sheet.lines)
-    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined) and not windows_linux:
+    build = _WINDOWS_BUILD.search(joined)
+    broken = build and int(next(g for g in build.groups() if g)) in _BROKEN_PREVIEWS
+    if not ctx.sheet.has("platform", "wsl") and not _WSL_SAID.search(joined) and not windows_linux and not broken:
         return None
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
-    own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
-           or _wsl_collectives(ctx, joined, fact))
+    own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_unpinned_slow(ctx, joined, fact) or
+           _wsl_vulkan(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
+           or _wsl_collectives(ctx, joined, fact) or _wsl_adrenalin_for_the_card(ctx, joined, fact))
     if own is not None:
         return own
     if re.search(r"(?i)\blib(?:cudart|cublas\w*|cudnn\w*|nvrtc)\.so(?:\.\d+)*: cannot open", joined) and \
@@ -328,7 +409,11 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "(RDNA3 / RDNA4); on Windows itself use a path that supports it (DirectML: torch-directml, or a "
                      "Vulkan build of llama.cpp / Ollama)",
                      [f for f in (fact, arch_fact) if f], errors)
-    runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: install AMD's WSL driver stack (amdgpu-install "
+    # ROCr of the 7.2 packages enumerates the /dev/dxg GPU only with HSA_ENABLE_DXG_DETECTION=1 (TheRock #5283:
+    # "ROCR needs HSA_ENABLE_DXG_DETECTION=1 so it can route through DXG"; later runtimes default it on, rocm-systems
+    # #4216), so without it rocminfo says "hsa_init Failed" under WSL although librocdxg is installed
+    runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: export HSA_ENABLE_DXG_DETECTION=1 (in ~/.bashrc too; "
+               "ROCr looks for the /dev/dxg GPU only when it is set), install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
                "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
                "libhsa-runtime64.so that the torch wheel bundles with /opt/rocm/lib/libhsa-runtime64.so.1")

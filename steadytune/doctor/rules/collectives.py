@@ -1,0 +1,87 @@
+"""Several GPUs, read from what NCCL leaves behind when it says little: its shared-memory transport refused peer
+access (cuMem host buffers), a log whose only NCCL line is the harmless InfiniBand-library warning and then silence,
+and a load that works on one GPU and not on several, said in words. machine.multi_gpu asks these before its own
+transport readings; each returns None where its evidence is not there."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text
+
+
+# NCCL 2.23 added cuMem (VMM) allocations for the host buffers of its SHM transport (NCCL_CUMEM_HOST_ENABLE; on by
+# default from 2.24, NCCL's environment-variable docs); mapping them asks CUDA for access between the GPUs, which
+# cards without peer access refuse ("peer access is not supported between these two devices", CUDA error 217).
+# The legacy /dev/shm host buffers need no peer access (NVIDIA/nccl#1838: NCCL_CUMEM_HOST_ENABLE=0 runs).
+_NO_PEER = re.compile(r"(?i)peer access is not supported|Cuda failure 217\b|cudaErrorPeerAccessUnsupported")
+_SHM_TRANSPORT = re.compile(r"(?i)transport/shm\.cc|\bcuMem\w*|NCCL_CUMEM\w*")
+# a serving engine's own all-reduce refused peer access: its switch, not NCCL's (machine._custom_all_reduce reads it)
+_ENGINE_ALLREDUCE = re.compile(r"(?i)custom_?all_?reduce|CustomAllreduce")
+
+
+def cumem_host_without_peer(ctx: Context, errors: list) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    if not (_NO_PEER.search(text) and _SHM_TRANSPORT.search(text)) or _ENGINE_ALLREDUCE.search(text):
+        return None
+    lines = _lines_matching(ctx, _NO_PEER.pattern)
+    return _make("multi-gpu-transport", "NCCL's cuMem host buffers need peer access these GPUs lack",
+                 "from NCCL 2.23/2.24 the SHM transport (used between GPUs without peer-to-peer) allocates its host "
+                 "buffers with cuMem, and mapping them fails with CUDA error 217 'peer access is not supported' on "
+                 "GPUs that have no peer access (L4, consumer cards, cards on separate PCIe roots)",
+                 "export NCCL_CUMEM_HOST_ENABLE=0 (NCCL's switch: SHM goes back to its legacy /dev/shm buffers, which "
+                 "need no peer access), on every rank; in a container keep /dev/shm large (--ipc=host or "
+                 "--shm-size=16g); NCCL_DEBUG=INFO shows the transport it picks", [], errors or lines)
+
+
+# NCCL's warning when it finds no InfiniBand verbs library: it then uses sockets, so on one machine it is harmless
+_IBVERBS_ONLY = re.compile(r"(?i)NCCL WARN\W+(?:Failed to open|Could not load) libibverbs")
+# distributed training said to have started: Lightning's / torch's start lines, a process count
+_STARTED = re.compile(r"(?i)All distributed processes registered|Starting with [2-9] processes|MEMBER: \d/[2-9]\b|"
+                      r"\bddp\b|DistributedDataParallel|--nproc_per_node[= ]?[2-9]")
+
+
+def silent_after_the_ibverbs_warning(ctx: Context, errors: list) -> Optional[Diagnosis]:
+    """Every NCCL line is the libibverbs warning, and the log then ends with the processes registered: the warning is
+    not the failure (NCCL falls back to sockets on one machine); the run hangs in its first collective, which on a
+    workstation or server is the GPUs' PCIe peer path (NCCL's troubleshooting guide: the IOMMU / ACS)."""
+    if not errors or not all(_IBVERBS_ONLY.search(e.line) for e in errors):
+        return None
+    if not _STARTED.search(_text(ctx)):
+        return None
+    return _make("multi-gpu-transport", "the first collective hangs; the libibverbs warning is harmless",
+                 "NCCL's 'Failed to open libibverbs.so' only says it found no InfiniBand library and will use sockets "
+                 "(harmless on one machine); the processes registered and then nothing came: the first transfers "
+                 "between the GPUs never arrive, which is the IOMMU (VT-d / AMD-Vi) or PCIe ACS redirecting their "
+                 "peer-to-peer writes",
+                 "confirm with NCCL_P2P_DISABLE=1 (it runs, slower); then disable the IOMMU in the BIOS (VT-d / "
+                 "AMD-Vi / IOMMU off) or boot with iommu=pt (intel_iommu=off), and turn PCIe ACS off (sudo lspci -vvv | "
+                 "grep -i acsctl shows SrcValid+ where it is on), as NCCL's troubleshooting guide says",
+                 [ctx.line_fact(errors[0])], errors, confirmed=False)
+
+
+# "works on a single GPU" and "not on multiple GPUs", in either order: the step between the GPUs is what fails
+_ONE_WORKS = re.compile(r"(?i)\b(?:works?|working|runs?|loads?|fine|ok)\b[^.\n]{0,30}\b(?:on )?(?:a )?(?:single|one|1) "
+                        r"(?:GPU|card)\b|单卡(?:可以|能|正常|没问题)")
+_SEVERAL_FAIL = re.compile(r"(?i)\b(?:not|n.t|fails?|failed|hangs?|stuck|cannot|can.t)\b[^.\n]{0,40}\b(?:multiple|"
+                           r"several|multi|[2-9]|two|four|eight) ?(?:-)?GPUs?\b|多卡(?:不行|报错|卡住|失败|加载不)")
+
+
+def one_gpu_works_several_not(ctx: Context) -> Optional[Diagnosis]:
+    """A model (or a run) that loads on one GPU and not when spread over several, said in words with no error line:
+    the step that is new with several GPUs is NCCL's peer-to-peer between them, NCCL's first suspect."""
+    if ctx.errors:
+        return None
+    text = _text(ctx)
+    if not (_ONE_WORKS.search(text) and _SEVERAL_FAIL.search(text)):
+        return None
+    said = _lines_matching(ctx, _SEVERAL_FAIL.pattern)
+    return _make("multi-gpu-transport", "it works on one GPU and not across several",
+                 "what only several GPUs do is exchange data through NCCL, and its peer-to-peer path between the cards "
+                 "(PCIe P2P, broken or missing on consumer boards, or redirected by the IOMMU / ACS) is where such a "
+                 "load hangs or fails",
+                 "export NCCL_P2P_DISABLE=1 before starting (the transfers go through host memory; slower, the results "
+                 "are the same); in a container also --ipc=host (or --shm-size=16g); rerun with NCCL_DEBUG=INFO to see "
+                 "the step that stops; for P2P back, iommu=pt on the kernel command line and ACS off in the BIOS",
+                 [], said, confirmed=False)
