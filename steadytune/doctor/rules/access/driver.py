@@ -71,7 +71,10 @@ def _previous_ubuntu_kernel(text: str) -> Optional[str]:
 
 
 # Windows: a HIP function missing from amdhip64.dll, which the AMD display driver installs
-_WINDOWS_HIP_ENTRY = re.compile(r"(?i)(?:procedure )?entry point (hip\w+) could not be (?:located|found)")
+# (said by Windows' dialog, or retold: "hipMemset_spt entry point not found", a translation's "impossible to find entry
+# point hipX")
+_WINDOWS_HIP_ENTRY = re.compile(r"(?i)(?:procedure )?entry point (hip\w+) could not be (?:located|found)|"
+                                r"\b(hip\w+) entry point not found|\b(?:find|locate) (?:the )?entry point (hip\w+)")
 _ADRENALIN_VERSION = re.compile(r"(?i)(?:Adrenalin(?: Edition)?|AMD (?:Software|display|graphics|GPU|Radeon)(?: \w+)? "
                                 r"drivers?)\s+\(?(?:version\s+)?(\d{2}\.\d{1,2}\.\d)")
 
@@ -82,7 +85,7 @@ def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
     release."""
     entry = _lines_matching(ctx, _WINDOWS_HIP_ENTRY.pattern)
     if entry:
-        name = _WINDOWS_HIP_ENTRY.search(entry[0].line).group(1)
+        name = next(g for g in _WINDOWS_HIP_ENTRY.search(entry[0].line).groups() if g)
         return _make("driver", f"the AMD driver's HIP runtime has no {name}",
                      f"on Windows HIP (amdhip64.dll) comes with the AMD display driver; the installed one predates "
                      f"{name}, which the tool (ZLUDA, a HIP build of llama.cpp, PyTorch for Windows) calls",
@@ -108,7 +111,7 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
               and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx))]
     # (an NVIDIA driver message on an AMD-only machine is a CUDA torch there: torch-build)
-    if ctx.sheet.is_windows or re.search(r"(?i)\bWindows\b|\.dll\b|Adrenalin", _text(ctx)):
+    if ctx.sheet.is_windows or re.search(r"(?i)\bWindows\b|\.dll\b|dynamic[- ]link library|Adrenalin", _text(ctx)):
         windows = _windows_amd_driver(ctx)
         if windows is not None:
             return windows
