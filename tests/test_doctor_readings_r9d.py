@@ -24,6 +24,24 @@ READINGS = [
     # WinError 1314 from another package's build (a wheel of llama-cpp-python) that symlinks
     ("pip install -e . (sentencepiece fork) on Windows 10\nos.symlink(src, dst)\nOSError: [WinError 1314] A required "
      "privilege is not held by the client: 'third_party\\\\x' -> 'pkg\\\\x'", "device-access", ["Developer Mode"]),
+    # Ollama on three cards (A6000s), a model kept on one: the scheduler's spread switch
+    ("Ollama on a server with three RTX A6000 cards: the 32B model only uses one GPU, the other two sit idle",
+     "visibility", ["OLLAMA_SCHED_SPREAD=1"]),
+    # ollama ps splitting onto the CPU on 2x 4090 (numbers, no prose about utilisation)
+    ("2x RTX 4090 with ollama 0.5.7\nollama ps\nllama3.3:70b   a6eb4748fd29    48 GB    21%/79% CPU/GPU    4 minutes "
+     "from now", "visibility", ["OLLAMA_SCHED_SPREAD"]),
+    # CUDA_VISIBLE_DEVICES for Ollama ignored (another wording, A100s): the server's variable, by UUID, Vulkan off
+    ("ollama 0.31 on 4x A100: I put CUDA_VISIBLE_DEVICES=2,3 in the unit file but it is ignored, the model still "
+     "lands on GPU 0", "visibility", ["UUID", "OLLAMA_VULKAN=0", "nvidia-smi -L"]),
+    # a question which GPUs a launch uses (torchrun, 4 of 8 busy): the visibility variable on the launch
+    ("We share a node with 8 GPUs; 4 are busy. How can I choose which GPUs torchrun uses?", "visibility",
+     ["CUDA_VISIBLE_DEVICES="]),
+    # Ray workers with no GPU (Ray Tune this time): the num_gpus request
+    ("ray.init() on a machine with an RTX 3090\ntune.run(train_fn) - inside the trial torch.cuda.is_available() is "
+     "False and ray.get_gpu_ids() returns []", "visibility", ["num_gpus"]),
+    # ROCm, two MI100s, the second chosen by HIP_VISIBLE_DEVICES=1 and none found: ROCR's layer
+    ("2x MI100, ROCm 6.3, torch 2.5.1+rocm6.2\nHIP_VISIBLE_DEVICES=1 python finetune.py\nRuntimeError: No HIP GPUs "
+     "are available", "visibility", ["ROCR_VISIBLE_DEVICES"]),
 ]
 
 
@@ -48,6 +66,18 @@ NEGATIVES = [
      "predates"),
     # a permission error on Linux (no WinError 1314): not the Windows privilege reading
     ("PermissionError: [Errno 13] Permission denied: '/usr/local/lib/python3.10/site-packages/x'", "Developer Mode"),
+    # Ollama on one GPU split between CPU and GPU (the model is bigger than the card): not the spread switch
+    ("ollama ps shows 35%/65% CPU/GPU for llama3.1:70b on my RTX 4070", "OLLAMA_SCHED_SPREAD"),
+    # Ollama on one GPU, nothing about which GPUs: not the visibility reading
+    ("ollama run llama3 always answers slowly on my RTX 3060", "OLLAMA_VULKAN"),
+    # a question how to use the GPU at all (not which ones): not the launch's visibility variable
+    ("How can I use the GPU in a docker container with PyTorch?", "--gpu_ids"),
+    # Ray with GPUs seen in the task: no request to add
+    ("ray.init(); @ray.remote(num_gpus=1) def f(): return ray.get_gpu_ids()  # prints [0], works fine",
+     "num_gpus in the RLlib"),
+    # ROCm on one GPU with index 0 and no GPU found: not the layers reading
+    ("RX 7900 XTX, HIP_VISIBLE_DEVICES=0 python train.py\nRuntimeError: No HIP GPUs are available",
+     "choose the GPU in one layer only"),
 ]
 
 
