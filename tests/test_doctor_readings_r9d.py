@@ -42,6 +42,16 @@ READINGS = [
     # ROCm, two MI100s, the second chosen by HIP_VISIBLE_DEVICES=1 and none found: ROCR's layer
     ("2x MI100, ROCm 6.3, torch 2.5.1+rocm6.2\nHIP_VISIBLE_DEVICES=1 python finetune.py\nRuntimeError: No HIP GPUs "
      "are available", "visibility", ["ROCR_VISIBLE_DEVICES"]),
+    # rocminfo listing an iGPU and a card of another generation both as the card's target: an override in force
+    ("rocminfo on a Ryzen AI 9 HX 370 laptop with a Radeon RX 9070 XT in an eGPU dock:\n  Marketing Name:          "
+     "AMD Radeon RX 9070 XT\n  Name:                    gfx1201\n  Marketing Name:          AMD Radeon 890M "
+     "Graphics\n  Name:                    gfx1201", "override-wrong", ["unset HSA_OVERRIDE_GFX_VERSION"]),
+    # a driver whose CUDA is below 11.8 under a failing install of the stack (flash-attn, a P100, no root)
+    ("Tesla P100 server, nvidia-smi shows CUDA Version: 11.2 and I cannot update the driver; pip install flash-attn "
+     "fails to build", "driver", ["update the NVIDIA driver", "cuda-compat"]),
+    # Ollama on Linux and an RTX 3060 idle while the log says it offloaded: the UVM module Ollama's docs name
+    ("ollama serve on Ubuntu 24.04 with an RTX 3060: the log says offloaded 33/33 layers to GPU but nvidia-smi shows "
+     "no usage and answers are slow", "driver", ["sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm"]),
 ]
 
 
@@ -78,6 +88,17 @@ NEGATIVES = [
     # ROCm on one GPU with index 0 and no GPU found: not the layers reading
     ("RX 7900 XTX, HIP_VISIBLE_DEVICES=0 python train.py\nRuntimeError: No HIP GPUs are available",
      "choose the GPU in one layer only"),
+    # one agent, its own target (the 890M alone): no override to read
+    ("rocminfo\n  Marketing Name:          AMD Radeon 890M Graphics\n  Name:                    gfx1150",
+     "unset HSA_OVERRIDE_GFX_VERSION"),
+    # an old driver under a stack that installed and runs (torch 1.12 +cu113 on CUDA 11.4): not the driver's age
+    ("nvidia-smi: CUDA Version: 11.4\ntorch 1.12.1+cu113, fine-tuning in fp16 on a V100 gives loss nan",
+     "520 or newer runs CUDA 11.8"),
+    # Ollama on Windows using the CPU: no nvidia_uvm there
+    ("ollama on Windows 11 with an RTX 4070 runs on the CPU only", "nvidia_uvm"),
+    # Ollama on Linux after the user already reloaded nvidia_uvm: not the same advice again
+    ("ollama on Ubuntu with an RTX 3090 still runs on the CPU even after sudo rmmod nvidia_uvm && sudo modprobe "
+     "nvidia_uvm", "sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (or reboot)"),
 ]
 
 
