@@ -52,6 +52,10 @@ READINGS = [
     # Ollama on Linux and an RTX 3060 idle while the log says it offloaded: the UVM module Ollama's docs name
     ("ollama serve on Ubuntu 24.04 with an RTX 3060: the log says offloaded 33/33 layers to GPU but nvidia-smi shows "
      "no usage and answers are slow", "driver", ["sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm"]),
+    # Ollama (the AMD fork) on Windows, the server's HIP runtime older than the ROCm libraries dropped in: the driver
+    ("ollama-for-amd on Windows 11, Radeon 780M; replaced the rocblas files with the ROCm 6.3 build for gfx1103\n"
+     'msg="inference compute" id=0 library=rocm compute=gfx1103 driver=6.2 name="AMD Radeon 780M Graphics"\n'
+     "Error: llama runner process has terminated: exit status 0xc0000005", "driver", ["update the AMD driver"]),
 ]
 
 
@@ -99,6 +103,10 @@ NEGATIVES = [
     # Ollama on Linux after the user already reloaded nvidia_uvm: not the same advice again
     ("ollama on Ubuntu with an RTX 3090 still runs on the CPU even after sudo rmmod nvidia_uvm && sudo modprobe "
      "nvidia_uvm", "sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (or reboot)"),
+    # the server's HIP runtime as new as the libraries: not the driver's age
+    ("ollama-for-amd on Windows 11 with ROCm 6.2 libraries for gfx1150\n"
+     'msg="inference compute" id=0 library=rocm compute=gfx1150 driver=6.2 name="AMD Radeon 890M Graphics"\n'
+     "Error: llama runner process has terminated: exit status 2", "its HIP runtime at least"),
 ]
 
 

@@ -148,6 +148,7 @@ def _version_of(arch: str) -> Optional[str]:
     return f"{int(m.group(1))}.{m.group(2)}.{int(m.group(3), 16)}" if m else None
 
 
+_BUILD_TARGET = re.compile(r"(?i)\btargets?\b|\b(?:AMDGPU|GPU)_TARGETS\b|\bcmake\b|--offload-arch|PYTORCH_ROCM_ARCH")
 _LISTED_PRODUCT = re.compile(r"(?i)^\s*(?:Marketing Name|Board name|Device Name)\s*:")
 _LISTED_TARGET = re.compile(r"^\s*Name:\s*(gfx[0-9a-f]{3,4})\b")
 
@@ -198,6 +199,8 @@ def override_hidden(ctx: Context) -> Optional[Diagnosis]:
     # beside an MI100 table is a second machine, not an override)
     reported = [arch for arch in reported if not any(
         p.line_no == arch.line_no and _family_of(p.detail) == _family_of(arch.value) for p in products)]
+    # an arch said as a build target ("gfx1153 invalid target ID", AMDGPU_TARGETS=...) is no GPU's report
+    reported = [arch for arch in reported if not _BUILD_TARGET.search(arch.line)]
     for product in products:
         for arch in reported:
             if abs(product.line_no - arch.line_no) <= 3 and _family_of(product.detail) != _family_of(arch.value) \
