@@ -101,6 +101,11 @@ KNOWN_MISSES = {
                                                                      "reads as the transport's, nothing names the bug",
     "https://github.com/ROCm/legacy-rocm-build/issues/5773": "was solved only by likeness to another thread, which "
                                                              "is now a pointer, never a reading: no rule reads it",
+    # round 9, wheel-platform (r9a), left unsolved after its readings:
+    "https://github.com/likelovewant/ollama-for-amd/issues/5": "two lines (\"exe with latest release\", models on the "
+                                                               "CPU on a 780M) that name neither the program, the OS "
+                                                               "nor a HIP SDK: the second HIP SDK it picked up cannot "
+                                                               "follow from them",
     # round 9 (r9d, visibility / driver families): nothing in the paste points at the accepted cause
     "https://github.com/lmstudio-ai/lmstudio-bug-tracker/issues/1712": "the paste is LM Studio's bug template with "
                                                                        "'can't detect GPU' on Windows only: the quoted "

@@ -52,7 +52,8 @@ def test_a_thin_paste_gets_no_confirmed_cause_and_every_error_line_a_next_step(i
     report = diagnose_text(text)
     assert not any(d.confirmed for d in report.diagnoses), [d.title for d in report.diagnoses]
     if report.errors and not report.diagnoses:
-        findings = report_findings(report, "paste")
+        # a solved thread that reads alike may be pointed to; every other finding is an error line's next step
+        findings = [f for f in report_findings(report, "paste") if f.check != "similar-case"]
         assert findings and all("unrecognised error" in f.what and f.fix.startswith("run and paste: ")
                                 for f in findings)
 

@@ -18,9 +18,10 @@ READINGS = [
     # a HIP function missing from the driver's amdhip64.dll, told in words (ComfyUI-Zluda, another function)
     ("ComfyUI-Zluda won't start: hipGraphExecDestroy entry point not found in amdhip64_6.dll", "driver",
      ["update the AMD driver"]),
-    # a CUDA driver API function missing at import (another tool, vLLM, another green-context call, driver 530)
+    # a CUDA driver API function missing at import (another tool, vLLM, another green-context call, driver 530;
+    # read by rules/install/cuda_libraries.py, kept here as a paraphrase of the SGLang case)
     ("vllm serve Qwen2.5-7B\nImportError: /usr/lib/python3/dist-packages/vllm/_C.abi3.so: undefined symbol: "
-     "cuGreenCtxCreate\nDriver Version: 530.30.02", "driver", ["update the NVIDIA driver", "550"]),
+     "cuGreenCtxCreate\nDriver Version: 530.30.02", "driver", ["NVIDIA driver", "550"]),
     # WinError 1314 from another package's build (a wheel of llama-cpp-python) that symlinks
     ("pip install -e . (sentencepiece fork) on Windows 10\nos.symlink(src, dst)\nOSError: [WinError 1314] A required "
      "privilege is not held by the client: 'third_party\\\\x' -> 'pkg\\\\x'", "device-access", ["Developer Mode"]),
@@ -75,9 +76,6 @@ NEGATIVES = [
     # a cuBLAS symbol (the toolkit's library, not the driver's API): not the driver reading
     ("ImportError: libtorch_cuda.so: undefined symbol: cublasLtGetStatusString, version libcublasLt.so.12",
      "update the NVIDIA driver"),
-    # the driver has green contexts (560 runs CUDA 12.6): not the driver's age
-    ("ImportError: sgl_kernel/common_ops.abi3.so: undefined symbol: cuGreenCtxDestroy\nDriver Version: 560.35.03",
-     "predates"),
     # a permission error on Linux (no WinError 1314): not the Windows privilege reading
     ("PermissionError: [Errno 13] Permission denied: '/usr/local/lib/python3.10/site-packages/x'", "Developer Mode"),
     # Ollama on one GPU split between CPU and GPU (the model is bigger than the card): not the spread switch

@@ -1,7 +1,8 @@
 """Readings of the shared libraries a GPU package loads (install families): a cuDNN major that the package and torch
 disagree on, a library release older than the one a binary was built against, pip's CUDA libraries shadowed by the
 system's on LD_LIBRARY_PATH, the unversioned libcuda.so a runtime-only driver install lacks, a Windows DLL whose
-dependencies Python's restricted search does not find, a ROCm tool's own Python modules."""
+dependencies Python's restricted search does not find, a ROCm tool's own Python modules, a bundled ROCm runtime that crashes
+where the system's works."""
 
 from __future__ import annotations
 
@@ -110,12 +111,16 @@ def system_cuda_shadows_pip_libraries(ctx: Context) -> Optional[Diagnosis]:
         return None
     m = _PIP_NVIDIA_SYMBOL.search(lines[0].line)
     sibling = m.group(4) or "its sibling library"
+    # pip's copy of the sibling: site-packages/nvidia/<its name>/lib (libnvJitLink.so.12 -> nvidia/nvjitlink/lib)
+    folder = re.sub(r"lt$", "", re.sub(r"^lib|\.so.*$", "", sibling).lower()) if m.group(4) else None
     return _make("abi-mismatch", f"a system CUDA library shadows pip's {m.group(2)}'s sibling",
                  f"pip's {m.group(2)} needs {m.group(3)} from {sibling}; the loader found an older {sibling} first "
                  "(a CUDA toolkit's lib64 on LD_LIBRARY_PATH), which lacks it",
                  "drop the system CUDA folders from the loader's path for this environment: unset LD_LIBRARY_PATH (or "
                  "export LD_LIBRARY_PATH without /usr/local/cuda*/lib64) and run again; torch then loads the copies "
-                 "pip installed beside it", [ctx.line_fact(lines[0])],
+                 "pip installed beside it" + (f"; or put pip's {folder} first: export LD_LIBRARY_PATH=<site-packages>/"
+                                              f"nvidia/{folder}/lib:$LD_LIBRARY_PATH (pip install nvidia-{folder}-cu12 "
+                                              "if it is missing)" if folder else ""), [ctx.line_fact(lines[0])],
                  lines[:1] + _lines_matching(ctx, r"(?i)undefined symbol"))   # a title saying it is the same error
 
 
@@ -351,34 +356,6 @@ def cudnn_handle_not_created(ctx: Context) -> Optional[Diagnosis]:
                     "set_memory_growth") + ")", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
 
 
-# bitsandbytes names the binary it wanted: "Configured CUDA binary not found at .../libbitsandbytes_cuda131.so",
-# "Cannot load libbitsandbytes_cuda114_nocublaslt.so"
-_BNB_BINARY = re.compile(r"(?i)(?:not found|cannot load|could not load|failed to load|missing)\b.{0,120}?"
-                         r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)|"
-                         r"libbitsandbytes_cuda(\d{2})(\d)\w*\.(?:so|dll)\S*\s.{0,40}?(?:not found|cannot be loaded)")
-
-
-@rule("wheel-platform")
-def bitsandbytes_binary_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
-    """bitsandbytes picks its native library by the CUDA version torch reports (cuda131 for CUDA 13.1) and ships one
-    per CUDA release it was built for: a CUDA newer than the wheel (or an old release's loader that guesses from the
-    libcudart files it finds) names a file that is not there or cannot load. BNB_CUDA_VERSION picks a shipped one."""
-    lines = _lines_saying(ctx, "libbitsandbytes_cuda", _BNB_BINARY.pattern)
-    if not lines:
-        return None
-    m = _BNB_BINARY.search(lines[0].line)
-    major, minor = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
-    wanted, shipped = f"{major}{minor}", f"{major}0"
-    pick = (f"export BNB_CUDA_VERSION={shipped} (a binary of the same CUDA major it ships: ls "
-            f"site-packages/bitsandbytes/libbitsandbytes_cuda* lists them), or " if minor != "0" else "")
-    return _make("wheel-platform", f"bitsandbytes has no loadable binary for CUDA {major}.{minor}",
-                 f"bitsandbytes loads libbitsandbytes_cuda{wanted} (named after the CUDA torch reports), a binary this "
-                 "bitsandbytes release does not ship or cannot load",
-                 f"{pick}pip install -U bitsandbytes (a release built for CUDA {major}.{minor}; its loader no longer "
-                 "guesses from the libcudart files on the path); python -m bitsandbytes shows what it loads",
-                 [ctx.line_fact(lines[0])], lines[:1])
-
-
 # "ImportError: cannot import name 'intel' from 'triton._C.libtriton'"
 _LIBTRITON_NAME = re.compile(r"cannot import name '(\w+)' from 'triton\._C\.libtriton")
 
@@ -451,3 +428,32 @@ def rocm_outside_opt_rocm(ctx: Context) -> Optional[Diagnosis]:
     return _make("rocm-libs-missing", "ROCm is not under /opt/rocm", "the tool looks for ROCm in /opt/rocm unless its "
                  "variable names another prefix, and this ROCm lives elsewhere", fix, [ctx.line_fact(lines[0])],
                  lines[:1])
+
+
+# a ROCm runtime library the program ships inside its own folder, said crashing: "the crash occurs inside the bundled
+# libhsa-runtime64.so.1.21.0", ".../prebuilt/lib/libamdhip64.so.7 segfaults"
+_BUNDLED_RUNTIME = re.compile(r"(?i)\b(?:bundled|shipped|vendored|packaged|its own|prebuilt'?s?)\W{0,4}(?:ROCm runtime\W{0,4})?"
+                              r"(?:\(?`?)(lib(?:hsa-runtime64|amdhip64|rocblas|hipblas|hiprtc|amd_comgr)[\w.]{0,20})")
+_SYSTEM_ROCM = re.compile(r"(?i)\bsystem ROCm\b|/opt/rocm\b")
+
+
+@rule("wheel-platform")
+def bundled_rocm_runtime_crashes(ctx: Context) -> Optional[Diagnosis]:
+    """A prebuilt program that carries its own copy of the ROCm runtime (llama.cpp prebuilts, app bundles) and
+    crashes inside that copy, on a machine whose installed ROCm works: the bundled runtime is a build for other
+    kernels or GPUs than this one, and the system's runtime is the one to load."""
+    text = _text(ctx)
+    lines = _lines_saying(ctx, "lib", _BUNDLED_RUNTIME.pattern) if re.search(r"(?i)bundled|shipped|vendored|packaged|"
+                                                                            r"its own|prebuilt", text) else []
+    crashed = ctx.crashes() or _lines_matching(ctx, r"(?i)\bsigsegv\b|segfault|segmentation fault|core dumped")
+    if not lines or not crashed or not _SYSTEM_ROCM.search(text):
+        return None
+    library = _BUNDLED_RUNTIME.search(lines[0].line).group(1)
+    tool = ctx.tool() or "the program"
+    return _make("wheel-platform", f"{tool}'s bundled ROCm runtime crashes here",
+                 f"{tool} loads its own copy of the ROCm runtime ({library}), built for other GPUs or kernels than "
+                 "this machine's, and crashes in it; the ROCm installed on the machine runs this GPU",
+                 f"load the system ROCm's runtime ahead of the bundled copy: export LD_LIBRARY_PATH=/opt/rocm/lib:"
+                 f"$LD_LIBRARY_PATH before starting {tool} (or remove the bundled {library.split('.so')[0]} files from "
+                 f"its folder so the loader takes /opt/rocm's); a {tool} release that prefers the system ROCm fixes it "
+                 "for good", [ctx.line_fact(lines[0])], lines[:1] + crashed[:1])

@@ -131,3 +131,35 @@ def remote_code_optional_import(ctx: Context) -> Optional[Diagnosis]:
                  f"pip install -U \"transformers>=4.31.0\" (the check then skips optional imports, and the model loads "
                  f"without {listed} where its code allows), or install them: pip install {' '.join(packages)}",
                  [ctx.line_fact(lines[0])], lines[:1])
+
+
+# Triton's own assertion when it finds no libcuda.so: "AssertionError: libcuda.so cannot found!"
+_TRITON_NO_LIBCUDA = re.compile(r"libcuda\.so cannot (?:be )?found")
+# a Triton 2.1 release said with a failure: "triton version 2.1.0", "pip install triton==2.1.0 ... fails"
+_TRITON_21 = re.compile(r"(?i)\btri?ti?on\W{0,12}(?:version\s{0,3})?(?:==|-|\s)\s{0,3}v?(2\.1(?:\.\d+)?)\b")
+# hosted notebooks whose NVIDIA driver library is on LD_LIBRARY_PATH only, not in the ldconfig cache
+_NOTEBOOK_HOST = re.compile(r"(?i)\bcol+ab\b|\bkaggle\b|/usr/lib64-nvidia")
+
+
+@rule("rocm-libs-missing")
+def triton_finds_libcuda_through_ldconfig_only(ctx: Context) -> Optional[Diagnosis]:
+    """Triton up to 2.1 locates the driver's libcuda.so only through the ldconfig cache (ldconfig -p); where the
+    driver library is reachable through LD_LIBRARY_PATH alone (Colab's /usr/lib64-nvidia, some containers) it is not
+    found. Triton 2.2 (PR 2883, the one torch 2.2 pins) also searches LD_LIBRARY_PATH; later ones take
+    TRITON_LIBCUDA_PATH (PR 2582)."""
+    text = _text(ctx)
+    said = _lines_matching(ctx, _TRITON_NO_LIBCUDA.pattern) if "cannot" in text else []
+    release = _TRITON_21.search(text) if "ti" in text.lower() else None
+    hosted = _NOTEBOOK_HOST.search(text)
+    if not said and not (release and hosted and re.search(r"(?i)fail|does(?: not|n'?t) work|error|broken", text)):
+        return None
+    lines = said or _lines_matching(ctx, _TRITON_21.pattern)[:1]
+    where = "/usr/lib64-nvidia" if hosted else "<the folder with libcuda.so.1: find / -name 'libcuda.so*'>"
+    return _make("rocm-libs-missing", "Triton does not find the driver's libcuda",
+                 f"Triton{' ' + release.group(1) if release else ''} looks for libcuda.so only in the ldconfig cache, "
+                 f"and this machine{' (a hosted notebook)' if hosted else ''} has the driver library only on "
+                 "LD_LIBRARY_PATH",
+                 f"register the driver library's folder with the loader cache: echo {where} > "
+                 f"/etc/ld.so.conf.d/libcuda.conf && ldconfig (in a notebook cell: !...), or upgrade to triton 2.2 or "
+                 "newer (pip install -U torch triton: it also searches LD_LIBRARY_PATH; newer ones take "
+                 "TRITON_LIBCUDA_PATH)", [ctx.line_fact(lines[0])] if lines else [], lines)

@@ -21,9 +21,15 @@ import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_state  # noqa: E402,F401
 import steadytune.doctor.rules.access.windows_privileges  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
+import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
+import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
+import steadytune.doctor.rules.install.ptxas  # noqa: E402,F401
+import steadytune.doctor.rules.install.os_release  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401

@@ -497,3 +497,27 @@ def _groups_lacking(ctx: Context) -> Optional[tuple[Fact, str, Fact]]:
 
 # WSL said in any case or spelling ("via wsl", "使用wsl2", amdgpu-install's --usecase=wsl, its WSL runtime package)
 _WSL_SAID = re.compile(r"(?i)(?<![A-Za-z])wsl ?2?(?![A-Za-z])|--usecase=\S*wsl|rocr4wsl")
+
+
+# Windows refusing a symbolic link to an account without the right: "OSError: [WinError 1314] A required privilege is
+# not held by the client: 'C:\...\flash_attn' -> 'C:\...\_flash_attn'"
+_SYMLINK_PRIVILEGE = re.compile(r"(?i)WinError 1314\]|A required privilege is not held by the client")
+
+
+@rule("device-access")
+def windows_symlink_privilege(ctx: Context) -> Optional[Diagnosis]:
+    """Creating a symbolic link on Windows needs the SeCreateSymbolicLink right, which only administrators hold unless
+    Developer Mode is on (Microsoft's "Symlinks in Windows 10" note); a setup.py or installer that links a folder
+    (os.symlink) fails for a normal account with WinError 1314, whatever the GPU or CUDA says around it."""
+    lines = _lines_matching(ctx, _SYMLINK_PRIVILEGE.pattern) if "privilege" in _text(ctx) or "1314" in _text(ctx) \
+        else []
+    if not lines or not re.search(r"(?i)symlink|->|symbolic link|mklink", _text(ctx)):
+        return None
+    setup = re.search(r"[\\/]([A-Za-z][\w.-]{0,60})[\\/]setup\.py", _text(ctx))   # the package whose build links
+    tool = setup.group(1) if setup else ctx.tool() or "the installer"
+    return _first(_make("device-access", "Windows refuses the symbolic link",
+                        f"{tool} creates a symbolic link (os.symlink), and this Windows account lacks the right to: "
+                        "only administrators may, unless Developer Mode is on",
+                        "turn on Developer Mode (Settings > System > For developers) or run the install from an "
+                        "administrator shell, so the symlink can be made; or use a release of "
+                        f"{tool} that copies the folder instead of linking it", [ctx.line_fact(lines[0])], lines[:1]))

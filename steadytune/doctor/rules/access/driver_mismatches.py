@@ -477,43 +477,6 @@ def bundled_cuda_beyond_the_driver(ctx: Context) -> Optional[Diagnosis]:
                  [], fell, confirmed=False)
 
 
-# A CUDA driver API function (cuXxx, exported by the driver's libcuda.so) missing at load time: the extension was built
-# against a newer driver API than the installed driver has. The driver API's own groups say when a function family came
-# (CUDA Driver API reference: Green Contexts, 6.35, first in the CUDA 12.4 reference; the tensor-map functions in 12.0)
-_DRIVER_SYMBOL = re.compile(r"undefined symbol:?\s*(cu[A-Z]\w*)")
-_DRIVER_API_SINCE = (("cuGreenCtx", (12, 4)), ("cuDevSmResource", (12, 4)), ("cuDevResource", (12, 4)),
-                     ("cuCtxFromGreenCtx", (12, 4)), ("cuTensorMapEncode", (12, 0)))
-
-
-@rule("driver")
-def driver_api_symbol_missing(ctx: Context) -> Optional[Diagnosis]:
-    """`undefined symbol: cuGreenCtxDestroy`: the name is a CUDA driver API function (cu + a capital; the toolkit's
-    libraries are cublas*, cudnn*, cudart's cuda*), which only the driver's libcuda provides, so the driver is older
-    than the API the extension was built against; a reinstall of the extension would fail the same way."""
-    missing = _lines_matching(ctx, _DRIVER_SYMBOL.pattern)
-    if not missing:
-        return None
-    symbol = _DRIVER_SYMBOL.search(missing[0].line).group(1)
-    since = next((cuda for prefix, cuda in _DRIVER_API_SINCE if symbol.startswith(prefix)), None)
-    text = _text(ctx)
-    driver = re.search(r"(?i)Driver Version:?\s*(\d{3})\.|\bdriver(?: version| branch)?\W{0,3}(\d{3})(?:\.\d+){1,2}\b",
-                       text)
-    branch = int(next(g for g in driver.groups() if g)) if driver else None
-    runs = max((cuda for cuda, least in _DRIVER_FOR_CUDA if branch and least <= branch), default=None)
-    if since and runs and runs >= since:
-        return None   # the driver has the function: something else (a stub libcuda on the path) hides it
-    least = next((b for cuda, b in _DRIVER_FOR_CUDA if since and cuda >= since), None)
-    have = f"driver {branch} (CUDA {runs[0]}.{runs[1]} at most) " if runs else "the installed NVIDIA driver "
-    need = f"CUDA {since[0]}.{since[1]}'s driver API, branch {least} or newer" if least else "a newer driver API"
-    return _first(_make("driver", f"the NVIDIA driver has no {symbol}",
-                        f"{symbol} is a CUDA driver API function, exported by the driver's libcuda.so; {have}predates "
-                        f"it, so the extension that calls it cannot load (it was built for {need})",
-                        f"update the NVIDIA driver ({'to ' + str(least) + ' or newer: ' if least else ''}sudo apt "
-                        "install nvidia-driver-<branch> or the .run installer, then reboot; in a container the host's "
-                        "driver is the one to update); or use the tool's release from before it called "
-                        f"{symbol}", [], missing))
-
-
 # The CUDA the driver runs, said by nvidia-smi ("CUDA Version: 11.4") or in words beside the driver ("cuda11.4 ... the
 # driver"), below CUDA 11.8: the oldest CUDA any prebuilt wheel of today's GPU Python stack is made for (PyTorch's
 # cu118 wheels, 2.1 to 2.7; vLLM's CUDA 11.8 builds beside its default CUDA 12; later releases need CUDA 12, driver

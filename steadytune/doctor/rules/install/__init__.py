@@ -3,7 +3,13 @@
   shared             the torch a paste lists, its CUDA label and the fix table filled with them (no rules)
   torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
+  engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
+  cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against
+  stale_install      files of an older install beside a newer one (a program's library folder, a web UI's venv)
+  ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed)
+  os_release         a binary linked against a newer glibc than the OS release ships (built for a newer OS)
   abi                a compiled extension built against another torch, CUDA or ROCm
+  bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
 

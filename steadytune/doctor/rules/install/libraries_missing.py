@@ -55,6 +55,19 @@ _CUDA_WHEELS = {"cublas": "nvidia-cublas", "nvrtc": "nvidia-cuda-nvrtc", "cufft"
 # a ROCm / HIP library by its name: the ROCm runtime (or TheRock's wheels) provides it
 _ROCM_LIBRARY = re.compile(r"(?i)hip|roc(?:m|blas|fft|rand|solver|sparse|tx|profiler|tracer|_smi)|hsa|miopen|rccl|"
                            r"amd_comgr|amd_smi|amdpython|drm_amdgpu|tensile|migraphx")
+# the ROCm package (AMD's repository names, Ubuntu and RHEL alike) that ships each runtime library
+_ROCM_PACKAGE_OF = (("libhsakmt", "hsakmt-roct"), ("libhsa-runtime64", "hsa-rocr"), ("libamdhip64", "hip-runtime-amd"),
+                    ("libhiprtc", "hip-runtime-amd"), ("librocblas", "rocblas"), ("libhipblaslt", "hipblaslt"),
+                    ("libhipblas", "hipblas"), ("libMIOpen", "miopen-hip"), ("librccl", "rccl"),
+                    ("librocm_smi64", "rocm-smi-lib"), ("libamd_comgr", "comgr"), ("librocsolver", "rocsolver"),
+                    ("librocfft", "rocfft"), ("librocsparse", "rocsparse"), ("librocrand", "rocrand"),
+                    ("libroctx64", "roctracer"), ("libroctracer64", "roctracer"))
+
+
+def _rocm_package_of(name: str) -> Optional[str]:
+    return next((package for stem, package in _ROCM_PACKAGE_OF if re.match(re.escape(stem) + r"\.so", name)), None)
+
+
 # NVIDIA's CUDA libraries on Windows: cudnn_ops_infer64_8.dll, cublas64_12.dll, cublasLt64_11.dll, cudart64_110.dll
 _CUDA_WINDOWS_DLL = re.compile(r"(?i)\b(cudnn|cublas|cublasLt|cudart|cufft|curand|cusparse|nvrtc)\w*?64_(\d{1,2})\d*\w*\.dll")
 
@@ -147,15 +160,17 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         if name.startswith(prefix):
             return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
                     f"sudo apt-get install {package} (the distribution package with {name})")
-    if re.search(r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set", text) and _vendor(ctx) != "amd":
+    if re.search(r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set|/bin/nvcc\b", text) and \
+            _vendor(ctx) != "amd":
         tool = ctx.tool() or "the extension"
         return ("the CUDA toolkit (nvcc) is not found", f"{tool} compiles CUDA code at install or first use and needs "
                 "the CUDA toolkit's nvcc, which is not installed or not where CUDA_HOME points (torch's wheels carry the "
                 "CUDA runtime, not the compiler)",
                 "install the CUDA toolkit of torch's CUDA (python -c 'import torch; print(torch.version.cuda)'): the "
                 "NVIDIA installer, conda install -c nvidia cuda-toolkit=<that version>, or pip install "
-                "nvidia-cuda-nvcc-cu12; then export CUDA_HOME=/usr/local/cuda-<that version> (or $CONDA_PREFIX); or "
-                f"install a prebuilt {tool} wheel so nothing compiles (DeepSpeed: DS_BUILD_OPS=0, ops JIT-built later)")
+                "nvidia-cuda-nvcc-cu12; then export CUDA_HOME=/usr/local/cuda-<that version> (or $CONDA_PREFIX; the folder "
+                "whose bin/nvcc exists: a pip nvcc sits in site-packages/nvidia/cuda_nvcc, not /usr/local/cuda); or "
+                f"install a prebuilt wheel of {tool} so nothing compiles (DeepSpeed: DS_BUILD_OPS=0, ops JIT-built later)")
     if re.match(r"libcuda\.so", name):
         return ("the NVIDIA driver's libcuda is not found", "libcuda.so.1 comes with the NVIDIA driver, not with CUDA "
                 "or torch: the driver is not installed, or the process (a container, WSL) does not see it",
@@ -386,6 +401,8 @@ def _empty_tensile_folder(ctx: Context) -> Optional[Diagnosis]:
         arch = re.search(r"GPU arch\s*:\s*(gfx\w+)", read.line) if read else None
         if not arch or arch.group(1) not in _EVERY_ROCBLAS:
             return None   # an arch some releases lack: the empty list may be that release's answer (arch-missing)
+        if re.search(rf"(?i)\bmissing\b.{{0,80}}TensileLibrary\w{{0,30}}{arch.group(1)}", "\n".join(lines)):
+            return None   # the user found the folder and names this arch's own file as the one missing: arch-missing
         folder = re.search(r"Cannot read (.*?)[\\/]?TensileLibrary", read.line) if read else None
         where = folder.group(1) if folder else "the folder rocBLAS reads"
         covers = [read] if read else _lines_matching(ctx, r"List of available TensileLibrary Files")
@@ -546,5 +563,49 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     else:
         fix = ("install the ROCm runtime (sudo amdgpu-install --usecase=rocm, or your distribution's rocm packages) "
                "or point the loader at it: export LD_LIBRARY_PATH=/opt/rocm/lib:$LD_LIBRARY_PATH")
+        owner = _rocm_package_of(name)
+        if owner is not None:
+            # the package that ships the file, named: where it shows as installed and the file is gone, its files were
+            # removed or overwritten under it, and only reinstalling it brings them back
+            fix = (f"{name} comes with the ROCm package {owner}: sudo apt install --reinstall {owner} (dnf reinstall "
+                   f"{owner}); dpkg -L {owner} | grep {name.split('.so')[0]} must then list it, and ldconfig -p find "
+                   "it; where more of ROCm is missing: " + fix)
     return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}: the ROCm runtime is "
                  "not installed where the program looks", fix, [ctx.line_fact(first)], errors)
+
+
+# PyInstaller's words when a program frozen into one .exe cannot load one of its DLLs: "Failed to load dynlib/dll
+# '...\\_MEI1234\\koboldcpp_hipblas.dll'. Most likely this dynlib/dll was not found when the application was frozen."
+_FROZEN_DLL = re.compile(r"(?i)Failed to load dynlib/dll\b(?:\s+['\"]?([^'\"\s]{1,300}))?")
+# a GPU backend of the bundle built on ROCm's (HIP SDK's) libraries
+_HIP_BACKEND = re.compile(r"(?i)\brocm\b|hipblas|\bhip\b")
+
+
+@rule("rocm-libs-missing")
+def frozen_bundle_without_a_dll(ctx: Context) -> Optional[Diagnosis]:
+    """A program frozen with PyInstaller (one .exe that unpacks into a _MEI folder) whose backend DLL does not load:
+    the DLL, or one it depends on, was left out of the bundle. A ROCm build's backend loads hipblas.dll and
+    rocblas.dll (with rocblas\\library) from the bundle or from the HIP SDK on PATH; a release packaged without them
+    fails with every backend after it."""
+    lines = _lines_matching(ctx, _FROZEN_DLL.pattern) if "dynlib" in _text(ctx).lower() else []
+    if not lines:
+        return None
+    m = _FROZEN_DLL.search(lines[0].line)
+    named = m.group(1).rsplit("\\", 1)[-1].rsplit("/", 1)[-1] if m.group(1) else None
+    tool = ctx.tool() or "the program"
+    if _HIP_BACKEND.search(_text(ctx)):
+        return _make("rocm-libs-missing", f"{tool}'s bundle lacks the ROCm libraries its backend loads",
+                     f"{tool} is a PyInstaller bundle; its GPU backend{' (' + named + ')' if named else ''} needs "
+                     "hipblas.dll and rocblas.dll (and the rocblas\\library kernels), which this release's bundle does "
+                     "not carry and no HIP SDK on PATH provides",
+                     "put the HIP SDK's libraries where the backend finds them: install AMD's HIP SDK of the version the "
+                     "release is built for and add %HIP_PATH%\\bin to PATH, or copy hipblas.dll and rocblas.dll (with "
+                     f"the rocblas\\library folder) from the HIP SDK or from {tool}'s previous release into the unpacked "
+                     f"_MEI folder (or next to the .exe); or go back to the previous {tool} release",
+                     [ctx.line_fact(lines[0])], lines[:1])
+    return _make("rocm-libs-missing", f"{tool}'s bundle lacks a DLL",
+                 f"{tool} is a PyInstaller bundle, and {named or 'a library it loads'} (or a DLL that one depends on) "
+                 "was not packed into it or is not on PATH",
+                 f"install the runtime that DLL comes from (the CUDA runtime or the Visual C++ redistributable, as its "
+                 f"name says) or go back to {tool}'s previous release, and report the missing file to its maintainers",
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)

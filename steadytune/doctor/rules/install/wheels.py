@@ -3,6 +3,7 @@ build, an index older than the pin, packages that replace torch, and podman olde
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Optional
 
@@ -73,6 +74,11 @@ def _isolated_build(ctx: Context) -> Optional[str]:
     return names[-1] if names else "the package"
 
 
+# torch modules a torch release removed, which packages written before it still import (the PyTorch 2.0 release
+# notes: torch._six went, its names moved to torch and the standard library)
+_TORCH_REMOVED = {"torch._six": "2.0"}
+
+
 def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool = False) -> Optional[Diagnosis]:
     """"No module named X" / "cannot import name N from X" / "module X has no attribute N": a module path that moved
     between releases of its package (the importing package and the installed one are releases that do not go together)
@@ -82,6 +88,12 @@ def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool 
     failure = read_import_failure(ctx.sheet.lines)
     if failure is None or (attribute_only and not failure.attribute):
         return None
+    if failure.caller is None:
+        # a title restating the error ("No module named 'x' when loading a model") comes before the traceback, whose
+        # repeat of it names the package that ran the import
+        later = read_import_failure(ctx.sheet.lines[failure.line_no:])
+        if later is not None and later.module == failure.module and later.caller is not None:
+            failure = dataclasses.replace(later, line_no=later.line_no + failure.line_no)
     if failure.attribute and (failure.caller is None or failure.caller == failure.top):
         return None   # an attribute missing in the program's own code, or inside the package itself: no release mix-up
     covers = [e for e in errors if e.line_no == failure.line_no] or [ErrorLine(failure.line_no, failure.line, None)]
@@ -123,6 +135,17 @@ def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool 
                      f"install {package} first, then build against it: pip install {built} --no-build-isolation (uv: "
                      f"--no-build-isolation-package {built}); or install a prebuilt {built} wheel made for this "
                      "torch, Python and platform", evidence, covers)
+    removed = _TORCH_REMOVED.get(failure.module) if package == "torch" and failure.caller is None else None
+    if removed is not None:
+        # no traceback frame names the importer: the package the paste names beside torch is the one that imports it
+        importer = next((t for t in ctx.sheet.tools if t not in ("torch", "python")), None)
+        if importer is not None:
+            return _make("wheel-platform", f"{importer} predates torch {removed}",
+                         f"{importer} imports {failure.module}, which torch {removed} removed: the installed {importer} "
+                         f"is a release written for torch before {removed}",
+                         f"upgrade {importer} to a release written for torch {removed} and newer: pip install -U "
+                         f"{importer} (or pip uninstall -y {importer} && pip install {importer}); or keep torch below "
+                         f"{removed} for this {importer}", evidence, covers)
     if failure.moved:
         gone = (f"{failure.module}.{failure.name}" if failure.attribute else
                 f"{failure.name} from {failure.module}" if failure.name else failure.module)
@@ -195,6 +218,30 @@ def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said[:1], confirmed=False)
 
 
+# "it says no module named Triton": the import error retold in a sentence (any case, no quotes), with no traceback
+_MODULE_SAID = re.compile(r"(?i)\bno module named\s+['\"`]?([A-Za-z_][\w.]*)")
+
+
+def _missing_module_said(ctx: Context) -> Optional[Diagnosis]:
+    """A module said to be missing, in words, on an OS where its package comes another way than on Linux (Triton on
+    Windows is triton-windows): the package's own install for this OS (the tool table), as the likely reading."""
+    lines = _lines_matching(ctx, _MODULE_SAID.pattern) if "module named" in _text(ctx).lower() else []
+    if not lines:
+        return None
+    text = _text(ctx)
+    kinds = machine_kinds(on_windows(ctx, text), _vendor(ctx), text)
+    module = _MODULE_SAID.search(lines[0].line).group(1).split(".")[0].lower()
+    package = ALIASES.get(module, distribution_of(module))
+    if not kinds & {"windows", "macos"} or tool_fix(package, "wheel-platform", kinds, {}) in (
+            None, tool_fix(package, "wheel-platform", frozenset(), {})):
+        return None   # the package has no build of its own for this OS: being missing says nothing about the OS
+    return _make("wheel-platform", f"{package} is missing on this OS",
+                 f"{package} is not installed where the program runs, and on this OS it is installed its own way "
+                 "(another package or release than the Linux one; the fix says which)", _table_fix(ctx, package, "wheel-platform", kinds, package=package,
+                                                caller=_named_tool(_MODULE_SAID.sub("", text))),
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
 def _amdsmi_release(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     """amdsmi's Python module without a function amd-smi calls: the module is another ROCm release's than the amd-smi
     (and libamd_smi) in use, typical where several ROCm releases sit side by side (/opt/rocm-X.Y.Z) and pip installed
@@ -262,10 +309,15 @@ _REPLACES_TORCH = re.compile(r"(?i)\b(?:re-?install|replac|downgrad|uninstall|ov
                              r"(?:重新安装|重装|覆盖|卸载|降级|替换)了?(?:原来的|已有的|我的)?\s*(?:torch|pytorch)")
 
 
+_BY_THE_USER = re.compile(r"(?i)\b(?:I|we)(?:'ve| have| had| already| also| then| just| even)*\s*$")
+
+
 def _package_replaces_torch(ctx: Context) -> Optional[Diagnosis]:
     """Installing a compiled package swaps out the torch that was there: each of its wheels is built for one torch
     release (and CUDA), so pip brings that torch along; building the package against the installed torch keeps it."""
-    said = _lines_matching(ctx, _REPLACES_TORCH.pattern)
+    # the user's own reinstall of torch ("I have uninstalled pytorch and reinstalled it") is not a package doing it
+    said = [line for line in _lines_matching(ctx, _REPLACES_TORCH.pattern)
+            if not _BY_THE_USER.search(line.line[:_REPLACES_TORCH.search(line.line).start()][-40:])]
     if not said:
         return None
     text = _text(ctx)
@@ -397,7 +449,7 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         if replaced is not None:
             return replaced
     if not errors:
-        return _import_failure(ctx, [], attribute_only=True) or _install_complaint(ctx)
+        return _import_failure(ctx, [], attribute_only=True) or _install_complaint(ctx) or _missing_module_said(ctx)
     text = "\n".join(e.line for e in errors)
     python = ctx.sheet.values("python")
     if re.search(r"No module named '?triton\.ops", text):
@@ -409,7 +461,7 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     amdsmi = _amdsmi_release(ctx, errors)
     if amdsmi is not None:
         return amdsmi
-    failed = _import_failure(ctx, errors)
+    failed = _import_failure(ctx, errors) or _missing_module_said(ctx)
     if failed is not None:
         return failed
     if re.search(r"(?i)Cannot find a working triton installation", text):
