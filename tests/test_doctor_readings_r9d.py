@@ -22,7 +22,8 @@ READINGS = [
     # read by rules/install/cuda_libraries.py, kept here as a paraphrase of the SGLang case)
     ("vllm serve Qwen2.5-7B\nImportError: /usr/lib/python3/dist-packages/vllm/_C.abi3.so: undefined symbol: "
      "cuGreenCtxCreate\nDriver Version: 530.30.02", "driver", ["NVIDIA driver", "550"]),
-    # WinError 1314 from another package's build (a wheel of llama-cpp-python) that symlinks
+    # WinError 1314 from another package's build that symlinks (read by access/device_files.py; a paraphrase of the
+    # xformers case)
     ("pip install -e . (sentencepiece fork) on Windows 10\nos.symlink(src, dst)\nOSError: [WinError 1314] A required "
      "privilege is not held by the client: 'third_party\\\\x' -> 'pkg\\\\x'", "device-access", ["Developer Mode"]),
     # Ollama on three cards (A6000s), a model kept on one: the scheduler's spread switch

@@ -19,7 +19,6 @@ import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_state  # noqa: E402,F401
-import steadytune.doctor.rules.access.windows_privileges  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401

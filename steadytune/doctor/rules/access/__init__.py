@@ -4,8 +4,7 @@
   wsl                WSL 2 and the Windows under it
   driver             the driver itself: amdgpu DKMS and kernels, the Windows AMD driver
   driver_mismatches  the driver against what it runs (CUDA, kernels, containers, firmware)
-  driver_state       Ollama on a NVIDIA driver left broken (nvidia_uvm after suspend)
-  windows_privileges a Windows account lacking a privilege (WinError 1314: symlinks), registered last
+  driver_state       Ollama on a NVIDIA driver left broken (nvidia_uvm after suspend), registered last
 
 runner.py imports them in this order, which is the order their rules register in.
 """
