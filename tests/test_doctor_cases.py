@@ -114,6 +114,11 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl-tests/issues/163": "the paste is the command line alone (all_reduce_perf -g 2, "
                                                        "'I found this'): no error, no container said; the accepted "
                                                        "fix (--shm-size) follows from nothing in it",
+    # round 9 (r9d, visibility / driver families): nothing in the paste points at the accepted cause
+    "https://github.com/lmstudio-ai/lmstudio-bug-tracker/issues/1712": "the paste is LM Studio's bug template with "
+                                                                       "'can't detect GPU' on Windows only: the quoted "
+                                                                       "CUDA_VISIBLE_DEVICES value in the Windows "
+                                                                       "environment left no trace in it",
 }
 
 

@@ -3,7 +3,8 @@
   device_files       /dev/kfd and /dev/dri, their groups, a KFD older than the GPU
   wsl                WSL 2 and the Windows under it
   driver             the driver itself: amdgpu DKMS and kernels, the Windows AMD driver
-  driver_mismatches  the driver against what it runs (CUDA, kernels, containers, firmware), registered last
+  driver_mismatches  the driver against what it runs (CUDA, kernels, containers, firmware)
+  driver_state       Ollama on a NVIDIA driver left broken (nvidia_uvm after suspend), registered last
 
 runner.py imports them in this order, which is the order their rules register in.
 """

@@ -71,9 +71,40 @@ def _previous_ubuntu_kernel(text: str) -> Optional[str]:
 
 
 # Windows: a HIP function missing from amdhip64.dll, which the AMD display driver installs
-_WINDOWS_HIP_ENTRY = re.compile(r"(?i)(?:procedure )?entry point (hip\w+) could not be (?:located|found)")
+# (said by Windows' dialog, or retold: "hipMemset_spt entry point not found", a translation's "impossible to find entry
+# point hipX")
+_WINDOWS_HIP_ENTRY = re.compile(r"(?i)(?:procedure )?entry point (hip\w+) could not be (?:located|found)|"
+                                r"\b(hip\w+) entry point not found|\b(?:find|locate) (?:the )?entry point (hip\w+)")
 _ADRENALIN_VERSION = re.compile(r"(?i)(?:Adrenalin(?: Edition)?|AMD (?:Software|display|graphics|GPU|Radeon)(?: \w+)? "
                                 r"drivers?)\s+\(?(?:version\s+)?(\d{2}\.\d{1,2}\.\d)")
+
+
+# Ollama's GPU line on Windows gives the HIP runtime the AMD driver provides ("library=rocm ... driver=6.1"); ROCm
+# libraries of a newer release dropped beside it (a rocBLAS / HIP SDK 6.2 build for an unlisted GPU) need that
+# newer runtime, which comes only with a newer Adrenalin driver
+_SERVER_HIP = re.compile(r"library=rocm\b.{0,120}?\bdriver=(\d+)\.(\d+)")
+_LIBRARIES_RELEASE = re.compile(r"(?i)\b(?:rocm|hip(?: ?sdk)?)[-_ /]?v?(\d)\.(\d)\b")
+_RUNNER_DIED = re.compile(r"(?i)runner process has terminated|exit status \d|0xc0000\w+|crash\w*")
+
+
+def _hip_runtime_older_than_libraries(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    server = _SERVER_HIP.search(text)
+    died = _lines_matching(ctx, _RUNNER_DIED.pattern)
+    if server is None or not died:
+        return None
+    runtime = (int(server.group(1)), int(server.group(2)))
+    newer = max(((int(a), int(b)) for a, b in _LIBRARIES_RELEASE.findall(text)), default=None)
+    if newer is None or newer <= runtime:
+        return None
+    have, need = f"{runtime[0]}.{runtime[1]}", f"{newer[0]}.{newer[1]}"
+    return _make("driver", f"the AMD driver's HIP {have} is older than the ROCm {need} libraries",
+                 f"on Windows the HIP runtime comes with the AMD display driver; the server reports driver={have}, "
+                 f"and the ROCm {need} libraries put beside it (rocBLAS / the runner's HIP libraries) call into a "
+                 "newer runtime than that driver has, so the runner dies as the model loads",
+                 f"update the AMD driver: AMD Software: Adrenalin Edition, the current release (its HIP runtime at "
+                 f"least {need}), clean install, then restart the server and check its inference compute line shows "
+                 f"driver={need} or newer; or use libraries built for HIP {have}", [], died[:2])
 
 
 def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
@@ -82,13 +113,16 @@ def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
     release."""
     entry = _lines_matching(ctx, _WINDOWS_HIP_ENTRY.pattern)
     if entry:
-        name = _WINDOWS_HIP_ENTRY.search(entry[0].line).group(1)
+        name = next(g for g in _WINDOWS_HIP_ENTRY.search(entry[0].line).groups() if g)
         return _make("driver", f"the AMD driver's HIP runtime has no {name}",
                      f"on Windows HIP (amdhip64.dll) comes with the AMD display driver; the installed one predates "
                      f"{name}, which the tool (ZLUDA, a HIP build of llama.cpp, PyTorch for Windows) calls",
                      "update the AMD driver: AMD Software: Adrenalin Edition, the current release (or the one the "
                      "tool's README names), clean install; then check C:\\Windows\\System32\\amdhip64*.dll is the "
                      "new one", [], entry)
+    older = _hip_runtime_older_than_libraries(ctx)
+    if older is not None:
+        return older
     named = _ADRENALIN_VERSION.search(_text(ctx))
     worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:being )?(?:using|used|"
                                  r"utili[sz]ed)|no longer "
@@ -108,7 +142,7 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
               and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx))]
     # (an NVIDIA driver message on an AMD-only machine is a CUDA torch there: torch-build)
-    if ctx.sheet.is_windows or re.search(r"(?i)\bWindows\b|\.dll\b|Adrenalin", _text(ctx)):
+    if ctx.sheet.is_windows or re.search(r"(?i)\bWindows\b|\.dll\b|dynamic[- ]link library|Adrenalin", _text(ctx)):
         windows = _windows_amd_driver(ctx)
         if windows is not None:
             return windows

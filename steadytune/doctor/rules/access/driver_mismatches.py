@@ -475,3 +475,47 @@ def bundled_cuda_beyond_the_driver(ctx: Context) -> Optional[Diagnosis]:
                  "sudo apt install nvidia-driver-570 (or a later branch), reboot; in Docker the host's driver is the "
                  "one to update; or keep the last release that used the GPU",
                  [], fell, confirmed=False)
+
+
+# The CUDA the driver runs, said by nvidia-smi ("CUDA Version: 11.4") or in words beside the driver ("cuda11.4 ... the
+# driver"), below CUDA 11.8: the oldest CUDA any prebuilt wheel of today's GPU Python stack is made for (PyTorch's
+# cu118 wheels, 2.1 to 2.7; vLLM's CUDA 11.8 builds beside its default CUDA 12; later releases need CUDA 12, driver
+# 525+). NVIDIA's CUDA forward compatibility (the cuda-compat package) runs a newer CUDA user-space driver on an older
+# kernel driver, on data-center GPUs and the driver branches its table lists.
+_DRIVER_CUDA = re.compile(r"CUDA Version:\s*(\d{2})\.(\d)|(?i:\bcuda\s?(\d{2})\.(\d)\b(?=.{0,80}\bdriver\b))")
+_WHEEL_STACK = ("vllm", "sglang", "torch", "flash-attn", "xformers", "bitsandbytes", "deepspeed", "unsloth",
+                "llama-factory", "transformers", "peft", "trl")
+_INSTALL_FAILS = re.compile(r"(?i)\b(?:install|build|compil)\w*\b.{0,80}\b(?:fail\w*|errors?|not work\w*)\b|\bfail\w* to "
+                            r"(?:install|build|compile)\b|\bhow (?:can|do|to|should) (?:I|we) install\b|Failed building|"
+                            r"No matching distribution")
+_DATA_CENTER = re.compile(r"(?i)\bTesla\b|\b(?:V100|P100|P40|T4|A10G?|A30|A40|A100|A800|H100|H800|L4|L40S?)\b")
+
+
+@rule("driver")
+def driver_cuda_below_the_wheels(ctx: Context) -> Optional[Diagnosis]:
+    """A tool of the wheel-built stack on a driver whose CUDA is older than 11.8: nothing prebuilt runs there, and a
+    build from source needs a toolkit the driver cannot run either; the driver is what has to move."""
+    said = _lines_matching(ctx, _DRIVER_CUDA.pattern)
+    tool = ctx.tool()
+    if not said or tool not in _WHEEL_STACK or not _INSTALL_FAILS.search(_text(ctx)):
+        return None   # (a stack that installed and runs there, failing otherwise, is another reading's)
+    m = _DRIVER_CUDA.search(said[0].line)
+    major, minor = (int(g) for g in (m.groups()[:2] if m.group(1) else m.groups()[2:]))
+    if (major, minor) >= (11, 8):
+        return None
+    # a torch built for a CUDA this driver runs (torch 1.x +cu113 on CUDA 11.4) is an old stack that works there
+    built = [f.value.split("+cu", 1)[1] for f in ctx.sheet.of("torch") if "+cu" in f.value]
+    if built and built[-1][:3].isdigit() and (int(built[-1][:2]), int(built[-1][2])) <= (major, minor):
+        return None
+    text = _text(ctx)
+    compat = (" If you cannot change the driver (no root), NVIDIA's CUDA forward-compatibility package (cuda-compat-"
+              "12-x, its libcuda put first on LD_LIBRARY_PATH) runs a newer CUDA on this data-center GPU where NVIDIA's "
+              "compatibility table lists the driver branch; otherwise ask the admin for the driver update"
+              if _DATA_CENTER.search(text) else " Without root, ask the admin for the driver update")
+    return _make("driver", f"the NVIDIA driver runs CUDA {major}.{minor}, older than {tool}'s builds",
+                 f"the driver runs CUDA {major}.{minor} at most; {tool} is built and supported for CUDA 11.8 or newer "
+                 "(current releases CUDA 12): its wheels' code compiled at run time, and a build from source with "
+                 "the toolkit it needs, both outrun this driver",
+                 "update the NVIDIA driver: 520 or newer runs CUDA 11.8, 525+ CUDA 12 (current releases; 570+ for "
+                 "CUDA 12.8); sudo apt install nvidia-driver-570 (or the .run installer), reboot, check nvidia-smi's "
+                 f"'CUDA Version'.{compat}", [], said, confirmed=False)

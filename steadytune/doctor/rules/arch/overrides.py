@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.facts import discrete_archs
+from steadytune.doctor.error_lines import ErrorLine
+from steadytune.doctor.facts import Fact, discrete_archs, extract_facts
 from steadytune.doctor.fixes import override_value, rocm_index_for, set_variable
 from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, normalise_gfx, override_for_arch
 from steadytune.doctor.rules.base import (
@@ -147,10 +148,51 @@ def _version_of(arch: str) -> Optional[str]:
     return f"{int(m.group(1))}.{m.group(2)}.{int(m.group(3), 16)}" if m else None
 
 
+_BUILD_TARGET = re.compile(r"(?i)\btargets?\b|\b(?:AMDGPU|GPU)_TARGETS\b|\bcmake\b|--offload-arch|PYTORCH_ROCM_ARCH")
+_LISTED_PRODUCT = re.compile(r"(?i)^\s*(?:Marketing Name|Board name|Device Name)\s*:")
+_LISTED_TARGET = re.compile(r"^\s*Name:\s*(gfx[0-9a-f]{3,4})\b")
+
+
+def _agents_share_a_target(ctx: Context) -> Optional[Diagnosis]:
+    """A runtime listing (rocminfo, clinfo) where GPUs of different chips all report one target: only an override
+    in force does that, since each agent otherwise reports its own chip's ISA."""
+    targets = {n: m.group(1) for n, line in enumerate(ctx.sheet.lines, 1) if (m := _LISTED_TARGET.match(line))}
+    pairs = []
+    for n, line in enumerate(ctx.sheet.lines, 1):
+        if not targets or not _LISTED_PRODUCT.match(line):
+            continue
+        # each listed product read on its own (the sheet keeps a product once, and the listing repeats names)
+        product = next((Fact(f.kind, f.value, n, line.strip(), f.detail) for f in extract_facts(line).of("gpu")
+                        if f.detail.startswith("gfx")), None)
+        near = sorted((t for t in targets if abs(t - n) <= 3), key=lambda t: abs(t - n))
+        if product is not None and near:
+            pairs.append((product, targets[near[0]], near[0]))
+    chips = {normalise_gfx(p.detail) for p, _, _ in pairs}
+    reported = {t for _, t, _ in pairs}
+    if len(pairs) < 2 or len(reported) != 1 or len(chips) < 2 or ctx.override() is not None:
+        return None
+    target = reported.pop()
+    other = next(p for p, _, _ in pairs if normalise_gfx(p.detail) != target)
+    lines = [ErrorLine(n, ctx.sheet.lines[n - 1].strip(), None) for _, _, n in pairs]
+    found = _make("override-wrong", f"every GPU reports {target}",
+                  f"the runtime lists GPUs of different chips ({', '.join(sorted(chips))}) all as {target}; each agent "
+                  f"reports its own ISA unless {OVERRIDE} is in force, which applies to every agent, so "
+                  f"{other.value} runs {target} code",
+                  f"unset {OVERRIDE} (look in ~/.bashrc, /etc/environment, the service unit or the container's "
+                  "environment), then check rocminfo lists each GPU's own target; to keep an override for one card "
+                  f"only, name it per device ({OVERRIDE}_<node>, the GPU's KFD node: the CPU is node 0, so GPUs count "
+                  "from 1)", [other], lines)
+    found.rank = 0   # the iGPU reading (hide it) would neither explain nor undo what reaches every agent
+    return found
+
+
 @rule("override-hidden")
 def override_hidden(ctx: Context) -> Optional[Diagnosis]:
     """The GPU reports another chip's target than its product is (an MI210 named gfx1030): an override set somewhere
     the paste does not show."""
+    shared = _agents_share_a_target(ctx)
+    if shared is not None:
+        return shared
     products = [f for f in ctx.sheet.of("gpu") if f.detail.startswith("gfx")]
     reported = [f for f in ctx.sheet.of("arch") if f.detail == "machine"]
     # an arch said on a line that names a card of that arch belongs to that card ("Radeon R9 Fury X / Fiji gfx803"
@@ -159,7 +201,7 @@ def override_hidden(ctx: Context) -> Optional[Diagnosis]:
         p.line_no == arch.line_no and _family_of(p.detail) == _family_of(arch.value) for p in products)]
     # an arch named as a build's target ("ROCm 6.3's CMake adds the invalid target gfx1153", AMDGPU_TARGETS=...) is a
     # compiler's list, not the runtime naming this GPU
-    reported = [arch for arch in reported if not re.search(
+    reported = [arch for arch in reported if not _BUILD_TARGET.search(arch.line) and not re.search(
         r"(?i)\btarget ?id\b|\b(?:invalid|unknown|無效|无效)\W{0,3}(?:\w+\W{1,3}){0,2}target|\bcmake\b|_TARGETS\b",
         ctx.sheet.lines[arch.line_no - 1])]
     for product in products:
@@ -167,11 +209,13 @@ def override_hidden(ctx: Context) -> Optional[Diagnosis]:
             if abs(product.line_no - arch.line_no) <= 3 and _family_of(product.detail) != _family_of(arch.value) \
                     and ctx.override() is None:
                 symptoms = ctx.of("gpu-hang", "arch-missing", "override-wrong") + ctx.crashes()
-                return _make("override-wrong", f"{product.value} reports {arch.value}",
-                             f"{product.value} is {product.detail}, but the runtime names it {arch.value}: an "
-                             f"{OVERRIDE} left from another card is in force and makes it run the wrong code",
-                             f"unset {OVERRIDE} (look in ~/.bashrc, /etc/environment, the service unit or the "
-                             "container's environment)", [product, arch], symptoms)
+                found = _make("override-wrong", f"{product.value} reports {arch.value}",
+                              f"{product.value} is {product.detail}, but the runtime names it {arch.value}: an "
+                              f"{OVERRIDE} left from another card is in force and makes it run the wrong code",
+                              f"unset {OVERRIDE} (look in ~/.bashrc, /etc/environment, the service unit or the "
+                              "container's environment); to keep an override for one card only, name it per device "
+                              f"({OVERRIDE}_<node>, the GPU's KFD node: the CPU is node 0, so GPUs count from 1)", [product, arch], symptoms)
+                return found
     return None
 
 
