@@ -21,9 +21,10 @@ READINGS = [
     # the README's own line quoted with a question about an A10: the same reading, no error line
     ("Head dim > 64 backward requires A100 or H100. Does that mean I cannot train on the A10?", "attention",
      ["head dim", "flash-attn 2"]),
-    # vLLM's quantization floor with another method and card (a T4 and FP8's floor): the card and the need
-    ("vllm serve neuralmagic/Llama-3-8B-FP8 on a t4\nValueError: The quantization method fp8 is not supported for the "
-     "current GPU. Minimum capability: 80. Current capability: 75.", "gpu-unsupported", ["T4", "8.0", "7.5"]),
+    # vLLM's quantization floor with another method and card (a T4 and Marlin's floor): the card and the need (fp8's
+    # floor is the precision family's: a number format, tests/test_doctor_readings.py)
+    ("vllm serve a GPTQ model with Marlin on a t4\nValueError: The quantization method gptq_marlin is not supported "
+     "for the current GPU. Minimum capability: 80. Current capability: 75.", "gpu-unsupported", ["T4", "8.0", "7.5"]),
     # flash-attn's old capability message on a P100 (Kaggle): SDPA instead, the card named
     ("pip installed flash attention on kaggle P100, import works but the model says\nGPU with CUDA capability 6 0 is "
      "not supported", "gpu-unsupported", ["P100", "sdpa"]),

@@ -176,7 +176,8 @@ def _kernel_floor(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     the = f"the {card}" if card else "this GPU"
     for e in errors:
         quant = _QUANT_FLOOR.search(e.line)
-        if quant:
+        # fp8 is a number format, not a kernel package: the precision reading's fix (the model in bf16) is the answer
+        if quant and not quant.group(1).lower().startswith("fp8"):
             method, need, have = quant.group(1), f"{quant.group(2)}.{quant.group(3)}", f"{quant.group(4)}.{quant.group(5)}"
             return _make("gpu-unsupported", f"{method.upper()} kernels need compute capability {need}",
                          f"vLLM's {method.upper()} kernels are built for compute capability {need} and newer; {the} is "
