@@ -87,6 +87,13 @@ def assert_a_rule_reads(paste: str, family: str, phrases: list[str]) -> None:
     assert not missing, (missing, top.fix)
 
 
+def assert_no_rule_says(paste: str, not_said: str) -> None:
+    """The negative tests' check: no reading of `paste` has a fix that says `not_said` (a paste with no reading at all,
+    or only a pointer to a thread that reads alike, passes)."""
+    top = diagnose_text(paste).top
+    assert top is None or not_said.lower() not in top.fix.lower(), top.fix
+
+
 def pasting_misses(readings, how: str) -> list[str]:
     """The readings (paste, family, phrases, ...) whose family or phrases are lost when pasted `how`."""
     misses = []
