@@ -18,7 +18,8 @@ to another rule or to the "unrecognised error" finding.
   machine/   the machine, one module per reading: visibility (which GPUs a process sees), apu_memory, platform
              (BIOS, PCIe), xgmi_bridge (a bridge failing the GPUs' start-up), multi_gpu (several GPUs' transports)
   collectives  several GPUs read from what NCCL leaves unsaid (asked by machine/multi_gpu's rule)
-  runtime    memory, MIOpen, GPU hangs, number formats, attention kernels
+  runtime/   the running job, one module per reading: out_of_memory (and host_memory, no rules), miopen,
+             gpu_hang, precision (number formats), attention (attention kernels); shared holds what they share
   prose      what users say in words with no error line: titles, complaints, the settings they list
   runner     every rule over one paste, best first
 
