@@ -87,11 +87,11 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
 
 
 # an issue tracker's title form ("[Issue]: ...", "[Bug] ...", "Bug: ..."): the paste is a report of a problem
-_REPORT_TITLE = re.compile(r"(?im)^\W{0,3}\[?(?:issue|bug|bug report|problem)\]?\s*[:\]]")
+_REPORT_TITLE = re.compile(r"(?im)^\W{0,3}\[?(?:issue|bug|bug report|problem|feature|feature request|question|help)\]?\s*[:\]]")
 # a question asks for help as a complaint does ("Is the CUDA Toolkit required?", "how do I set the visible devices",
-# 怎么 / 如何 / 吗): the paste is a problem, not a report that all is well
-_ASKS = re.compile(r"(?im)\?\s*$|^\W*(?:how (?:do|can|to|should)|is it possible|why (?:does|is|do|can)|what (?:is|does|should))\b"
-                   r"|怎么|如何|为什么|吗[？?]?\s*$")
+# 怎么 / 如何 / 为何 / 能否 / 吗, a full-width ？): the paste is a problem, not a report that all is well
+_ASKS = re.compile(r"(?im)[?？]\s*$|^\W*(?:how (?:do|can|to|should)|is it possible|why (?:does|is|do|can)|what (?:is|does|should))\b"
+                   r"|怎么|如何|为什么|为何|能否|可否|有没有(?:办法|解决)|吗[？?]?\s*$")
 
 
 # a line the user marks as beside the point ("on a side note", "unrelated, but", "btw"): another error on it is a
