@@ -15,6 +15,8 @@ from steadytune.cli import main as cli_main
 from steadytune.doctor.case_files import FOLDER, PARTS, Case, CaseError, load_cases
 from steadytune.doctor.cases import score_case
 from steadytune.doctor.error_lines import load_classes
+from steadytune.doctor.findings import format_findings
+from steadytune.doctor.diagnose import diagnose_text, report_findings
 
 TRAIN = load_cases("train")
 FAMILIES = sorted({c.cause for c in TRAIN})
@@ -159,6 +161,15 @@ def test_the_rules_name_the_cause_and_fix_of_every_training_case_of(family):
         if not score.solved:
             misses.append(f"{case.source}: got {score.family}: {score.fix[:160]}")
     assert not misses, "\n".join(misses)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_training_case_gives_findings_that_print(family):
+    """What `doctor --from` shows, not only what the scorer reads: each report into findings that print (a rule
+    that handed an error line where a fact belongs once made the report itself raise)."""
+    for case in (c for c in TRAIN if c.cause == family):
+        findings = report_findings(diagnose_text(case.paste), "paste")
+        assert format_findings(findings) is not None, case.source
 
 
 def test_the_known_misses_are_training_cases_still_missed():

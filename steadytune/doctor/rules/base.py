@@ -106,8 +106,11 @@ def rule(name: str) -> Callable[[Rule], Rule]:
 
 def _make(name: str, title: str, cause: str, fix: str, evidence: list[Fact], covers: list[ErrorLine],
           confirmed: bool = True, severity: str = "error") -> Diagnosis:
-    return Diagnosis(name, title, cause, fix, [f for f in evidence if f is not None],
-                     sorted({e.line_no for e in covers}), severity, confirmed, family(name).rank)
+    # a rule may pass the error lines it read as its evidence: they are quoted as facts of kind "error"
+    facts = [f if isinstance(f, Fact) else Fact("error", f.family or "unknown", f.line_no, f.line)
+             for f in evidence if f is not None]
+    return Diagnosis(name, title, cause, fix, facts, sorted({e.line_no for e in covers}), severity, confirmed,
+                     family(name).rank)
 
 
 def _catalogue(errors: list[ErrorLine]) -> Optional[ErrorLine]:
