@@ -13,6 +13,19 @@ READINGS = [
     # a release that lost the GPU's arch: the previous one ran (ollama on a GTX 1080, not koboldcpp on a 1070 Ti)
     ("After upgrading ollama from 0.3.9 to 0.3.10 my GeForce GTX 1080 fails:\nCUDA error: no kernel image is "
      "available for execution on the device", "arch-missing", ["0.3.9", "sm_61"]),
+    # a server's out-of-memory message naming the flag to lower (TGI on 4x L4, another budget than the case)
+    ("text-generation-launcher --model-id meta-llama/Llama-2-13b-chat-hf --num-shard 4 --max-batch-total-tokens "
+     "32000\nError: Warmup(Generation(\"Not enough memory to handle 32000 total tokens with 4096 prefill tokens. You "
+     "need to decrease `--max-batch-total-tokens` or `--max-batch-prefill-tokens`\"))", "out-of-memory",
+     ["--max-batch-total-tokens (now 32000)", "--max-batch-prefill-tokens"]),
+    # a llama.cpp server running out as a 32k context fills (not Ollama, not a 4090): its batch flags
+    ("llama-server -m qwen2.5-32b-instruct-q4_k_m.gguf -c 32768 -ngl 99 on an RTX 3090\n"
+     "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 3200.00 MiB on device 0: cudaMalloc failed: out of memory",
+     "out-of-memory", ["-b 256 -ub 256"]),
+    # Ollama with a long context said in words: num_batch
+    ("ollama: long context prompts (32k context) crash with CUDA error: out of memory on my RTX 3060 12GB",
+     "out-of-memory", ["num_batch"]),
+    # READINGS-END
 ]
 
 
@@ -32,6 +45,11 @@ NEGATIVES = [
     # the same error with no earlier release that ran: not a release that dropped the arch
     ("ollama 0.3.10 on a GeForce GTX 1080\nCUDA error: no kernel image is available for execution on the device",
      "go back to"),
+    # Ollama out of memory with no long context: the model's size, not the prompt batch
+    ("ollama run llama3:70b on an RTX 4060\nCUDA error: out of memory", "num_batch"),
+    # a training run's out-of-memory names no server flag: not the budget reading
+    ("python train.py --per_device_train_batch_size 8\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+     "2.00 GiB", "as the message says"),
 ]
 
 

@@ -41,6 +41,7 @@ import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine  # noqa: E402,F401
 import steadytune.doctor.rules.gpu_choice  # noqa: E402,F401
 import steadytune.doctor.rules.runtime  # noqa: E402,F401
+import steadytune.doctor.rules.served_memory  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 
