@@ -25,6 +25,10 @@ READINGS = [
     # Ollama with a long context said in words: num_batch
     ("ollama: long context prompts (32k context) crash with CUDA error: out of memory on my RTX 3060 12GB",
      "out-of-memory", ["num_batch"]),
+    # rocBLAS reading Tensile from the pre-5.2 component folder (torch on an MI210 with ROCm 5.6, not TensorFlow)
+    ("python -c 'import torch; torch.ones(4,4).cuda() @ torch.ones(4,4).cuda()' on an Instinct MI210, ROCm 5.6.0\n"
+     "rocBLAS error: Cannot read /opt/rocm-5.6.0/rocblas/lib/library/TensileLibrary.dat: No such file or directory",
+     "rocm-libs-missing", ["ROCBLAS_TENSILE_LIBPATH=/opt/rocm-5.6.0/lib/rocblas/library", "LD_LIBRARY_PATH"]),
     # READINGS-END
 ]
 
@@ -50,6 +54,10 @@ NEGATIVES = [
     # a training run's out-of-memory names no server flag: not the budget reading
     ("python train.py --per_device_train_batch_size 8\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
      "2.00 GiB", "as the message says"),
+    # the Tensile file missing in the current folder for an RDNA2 card: the arch, not the old folder
+    ("RX 6700 XT\nrocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: Illegal seek",
+     "drop /opt/rocm/rocblas/lib"),
+    # NEGATIVES-END
 ]
 
 

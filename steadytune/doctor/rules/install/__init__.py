@@ -13,6 +13,7 @@
   nightly_regression a torch nightly in which what worked before stopped working
   abi                a compiled extension built against another torch, CUDA or ROCm
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
+  tensile_path       rocBLAS reading its Tensile files from the pre-ROCm-5.2 component folder
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
 
