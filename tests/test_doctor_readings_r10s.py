@@ -29,6 +29,9 @@ READINGS = [
     ("python -c 'import torch; torch.ones(4,4).cuda() @ torch.ones(4,4).cuda()' on an Instinct MI210, ROCm 5.6.0\n"
      "rocBLAS error: Cannot read /opt/rocm-5.6.0/rocblas/lib/library/TensileLibrary.dat: No such file or directory",
      "rocm-libs-missing", ["ROCBLAS_TENSILE_LIBPATH=/opt/rocm-5.6.0/lib/rocblas/library", "LD_LIBRARY_PATH"]),
+    # the loader cache shown without libcuda, in a torch.compile run on an A100 (not Triton's source build on an H100)
+    ("torch.compile fails on a fresh A100 server after installing driver 550\n"
+     "checked: ldconfig -p | grep libcuda returns nothing", "rocm-libs-missing", ["sudo ldconfig"]),
     # READINGS-END
 ]
 
@@ -57,6 +60,9 @@ NEGATIVES = [
     # the Tensile file missing in the current folder for an RDNA2 card: the arch, not the old folder
     ("RX 6700 XT\nrocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: Illegal seek",
      "drop /opt/rocm/rocblas/lib"),
+    # the cache lists libcuda: not a cache to rebuild
+    ("torch.compile fails on an A100\n$ ldconfig -p | grep libcuda\n\tlibcuda.so.1 (libc6,x86-64) => "
+     "/lib/x86_64-linux-gnu/libcuda.so.1\nRuntimeError: Triton Error [CUDA]: invalid argument", "rebuild the cache"),
     # NEGATIVES-END
 ]
 
