@@ -32,6 +32,11 @@ READINGS = [
     # the loader cache shown without libcuda, in a torch.compile run on an A100 (not Triton's source build on an H100)
     ("torch.compile fails on a fresh A100 server after installing driver 550\n"
      "checked: ldconfig -p | grep libcuda returns nothing", "rocm-libs-missing", ["sudo ldconfig"]),
+    # date-numbered uploads outranking the real releases (TensorFlow's cuDNN via pip index, not jax's extra)
+    ("TensorFlow 2.13 does not find cuDNN after pip install nvidia-cudnn-cu11\n$ pip index versions nvidia-cudnn-cu11\n"
+     "Available versions: 2022.5.19, 2022.4.2, 2022.1.13, 8.9.4.25, 8.6.0.163\nCould not load dynamic library "
+     "'libcudnn.so.8'; dlerror: libcudnn.so.8: cannot open shared object file", "wheel-platform",
+     ["nvidia-cudnn-cu11==8.9.4.25"]),
     # READINGS-END
 ]
 
@@ -63,6 +68,9 @@ NEGATIVES = [
     # the cache lists libcuda: not a cache to rebuild
     ("torch.compile fails on an A100\n$ ldconfig -p | grep libcuda\n\tlibcuda.so.1 (libc6,x86-64) => "
      "/lib/x86_64-linux-gnu/libcuda.so.1\nRuntimeError: Triton Error [CUDA]: invalid argument", "rebuild the cache"),
+    # a release list with no date-numbered uploads: nothing outranks the real ones
+    ("pip install torch==2.0.5\nERROR: Could not find a version that satisfies the requirement torch==2.0.5 (from "
+     "versions: 2.0.0, 2.0.1, 2.1.0)\nAvailable versions: 2.1.0, 2.0.1, 2.0.0", "date-numbered"),
     # NEGATIVES-END
 ]
 

@@ -178,3 +178,45 @@ def triton_finds_libcuda_through_ldconfig_only(ctx: Context) -> Optional[Diagnos
                  f"/etc/ld.so.conf.d/libcuda.conf && ldconfig (in a notebook cell: !...), or upgrade to triton 2.2 or "
                  "newer (pip install -U torch triton: it also searches LD_LIBRARY_PATH; newer ones take "
                  "TRITON_LIBCUDA_PATH)", [ctx.line_fact(lines[0])] if lines else [], lines)
+
+
+# pip's list of a package's releases: "Available versions: 2022.5.19, 2022.4.2, ..., 8.9.2.26, 8.8.1.3"
+_AVAILABLE = re.compile(r"(?i)available versions:\s*(.{0,600})")
+_DATE_VERSION = re.compile(r"\b20[12]\d\.\d{1,2}\.\d{1,2}\b")
+_REAL_VERSION = re.compile(r"(?<![\d.])(\d{1,2}(?:\.\d+){2,3})(?![\d.])")
+# NVIDIA's pip packages of CUDA libraries (nvidia-cudnn-cu11, nvidia-cublas-cu12)
+_NVIDIA_WHEEL = re.compile(r"(?i)\bnvidia-([a-z]+)-cu(1\d)\b")
+_CUDA_LIBRARY = re.compile(r"(?i)\blib(cudnn|cublas|cufft|cusparse|cusolver|nccl)\w*\.so")
+
+
+@rule("wheel-platform")
+def date_numbered_releases_outrank_real_ones(ctx: Context) -> Optional[Diagnosis]:
+    """A package whose release list mixes old date-numbered uploads (2022.5.19) with the real library releases
+    (8.9.2.26): a `>=8.x` requirement is met by the date numbers, which sort higher, so pip takes one that is not the
+    library (nvidia-cudnn-cu11's 2021-2022 uploads). Pin the real release."""
+    text = _text(ctx)
+    if "vailable versions" not in text:
+        return None
+    lines = _lines_matching(ctx, _AVAILABLE.pattern)
+    listed = _AVAILABLE.search(lines[0].line).group(1) if lines else ""
+    dates = _DATE_VERSION.findall(listed)
+    real = [v for v in _REAL_VERSION.findall(_DATE_VERSION.sub("", listed))]
+    if not dates or not real:
+        return None
+    wheel = _NVIDIA_WHEEL.search(text)
+    library = _CUDA_LIBRARY.search(text)
+    cuda = re.search(r"(?i)\bcuda ?(1\d)(?:\.\d)?\b|\+cuda(1\d)", text)
+    if wheel:
+        package = wheel.group(0).lower()
+    elif library and cuda:
+        package = f"nvidia-{library.group(1).lower()}-cu{cuda.group(1) or cuda.group(2)}"
+    else:
+        package = "the package"
+    newest = max(real, key=lambda v: tuple(int(x) for x in v.split(".")))
+    return _first(_make(
+        "wheel-platform", f"pip chose a date-numbered release of {package} over the real ones",
+        f"{package}'s release list holds old date-numbered uploads ({', '.join(dates[:2])}) beside the real library "
+        f"releases ({newest} ...); a requirement like >=8.x is met by the date numbers, which sort higher, so pip "
+        "installed one that does not carry the library the program loads",
+        f"pin a real release: pip install -U \"{package}=={newest}\" (or the one the program's requirement names), "
+        f"then pip show {package} should print it", [ctx.line_fact(lines[0])], lines))
