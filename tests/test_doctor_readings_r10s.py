@@ -37,6 +37,11 @@ READINGS = [
      "Available versions: 2022.5.19, 2022.4.2, 2022.1.13, 8.9.4.25, 8.6.0.163\nCould not load dynamic library "
      "'libcudnn.so.8'; dlerror: libcudnn.so.8: cannot open shared object file", "wheel-platform",
      ["nvidia-cudnn-cu11==8.9.4.25"]),
+    # torch's CUDA check failing inside pip's isolated build (auto-gptq with nvcc 12.4 against a cu121 build torch)
+    ("pip install auto-gptq --no-binary auto-gptq\n  File \"/tmp/pip-build-env-k2j8x/overlay/lib/python3.11/site-packages/"
+     "torch/utils/cpp_extension.py\", line 413, in _check_cuda_version\n  RuntimeError: The detected CUDA version "
+     "(12.4) mismatches the version that was used to compile PyTorch (12.1). Please make sure to use the same CUDA "
+     "versions.", "abi-mismatch", ["CUDA_HOME=/usr/local/cuda-12.1", "--no-build-isolation"]),
     # READINGS-END
 ]
 
@@ -71,6 +76,10 @@ NEGATIVES = [
     # a release list with no date-numbered uploads: nothing outranks the real ones
     ("pip install torch==2.0.5\nERROR: Could not find a version that satisfies the requirement torch==2.0.5 (from "
      "versions: 2.0.0, 2.0.1, 2.1.0)\nAvailable versions: 2.1.0, 2.0.1, 2.0.0", "date-numbered"),
+    # the same check outside an isolated build: the user's own torch, not the build environment's
+    ("python setup.py install\n  File \"/home/me/venv/lib/python3.11/site-packages/torch/utils/cpp_extension.py\", "
+     "line 413, in _check_cuda_version\nRuntimeError: The detected CUDA version (12.4) mismatches the version that was "
+     "used to compile PyTorch (11.8). Please make sure to use the same CUDA versions.", "build against your own torch"),
     # NEGATIVES-END
 ]
 

@@ -11,6 +11,7 @@
   ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed)
   os_release         a binary linked against a newer glibc than the OS release ships (built for a newer OS)
   nightly_regression a torch nightly in which what worked before stopped working
+  build_isolation    torch's CUDA check failing inside pip's isolated build environment (its own torch)
   abi                a compiled extension built against another torch, CUDA or ROCm
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
   tensile_path       rocBLAS reading its Tensile files from the pre-ROCm-5.2 component folder
