@@ -42,6 +42,10 @@ READINGS = [
      "torch/utils/cpp_extension.py\", line 413, in _check_cuda_version\n  RuntimeError: The detected CUDA version "
      "(12.4) mismatches the version that was used to compile PyTorch (12.1). Please make sure to use the same CUDA "
      "versions.", "abi-mismatch", ["CUDA_HOME=/usr/local/cuda-12.1", "--no-build-isolation"]),
+    # a GPU chosen by the variable staying idle while another fills (vLLM on A100s, "GPU 2 is empty", not sglang)
+    ("export CUDA_VISIBLE_DEVICES=2\nvllm serve Qwen/Qwen2.5-14B-Instruct\ntorch.OutOfMemoryError: CUDA out of memory. "
+     "Tried to allocate 1.50 GiB\nnvidia-smi shows GPU 2 is empty, the memory goes to GPU 0 where my other job runs",
+     "visibility", ["CUDA_VISIBLE_DEVICES=2 <the command>"]),
     # READINGS-END
 ]
 
@@ -80,6 +84,9 @@ NEGATIVES = [
     ("python setup.py install\n  File \"/home/me/venv/lib/python3.11/site-packages/torch/utils/cpp_extension.py\", "
      "line 413, in _check_cuda_version\nRuntimeError: The detected CUDA version (12.4) mismatches the version that was "
      "used to compile PyTorch (11.8). Please make sure to use the same CUDA versions.", "build against your own torch"),
+    # the chosen GPU is the one that fills: a plain out-of-memory, not a choice that was not taken
+    ("export CUDA_VISIBLE_DEVICES=1\nvllm serve Qwen/Qwen2.5-14B-Instruct\ntorch.OutOfMemoryError: CUDA out of memory. "
+     "Tried to allocate 1.50 GiB\nonly GPU 1 is filled, the others are idle", "spelled exactly"),
     # NEGATIVES-END
 ]
 
