@@ -46,6 +46,8 @@ READINGS = [
     ("export CUDA_VISIBLE_DEVICES=2\nvllm serve Qwen/Qwen2.5-14B-Instruct\ntorch.OutOfMemoryError: CUDA out of memory. "
      "Tried to allocate 1.50 GiB\nnvidia-smi shows GPU 2 is empty, the memory goes to GPU 0 where my other job runs",
      "visibility", ["CUDA_VISIBLE_DEVICES=2 <the command>"]),
+    # installing a Linux-only engine on Windows said in words, Windows misspelled "window 10" (sglang, not vLLM)
+    ("Problem installing sglang on my laptop (window 10), RTX 3060", "wheel-platform", ["WSL"]),
     # READINGS-END
 ]
 
@@ -87,6 +89,8 @@ NEGATIVES = [
     # the chosen GPU is the one that fills: a plain out-of-memory, not a choice that was not taken
     ("export CUDA_VISIBLE_DEVICES=1\nvllm serve Qwen/Qwen2.5-14B-Instruct\ntorch.OutOfMemoryError: CUDA out of memory. "
      "Tried to allocate 1.50 GiB\nonly GPU 1 is filled, the others are idle", "spelled exactly"),
+    # installing the engine on Linux: nothing says Windows
+    ("Problem installing sglang on my Ubuntu 22.04 server, RTX 3060", "WSL"),
     # NEGATIVES-END
 ]
 

@@ -29,7 +29,7 @@ NOT_DETECTED = (r"(?i)(?:can ?not|can't|cannot|doesn't|does not|don't|do not|won
 
 
 # Windows said in words ("Windows 11", "win10", "w11"), for pastes whose facts show no Windows path or tool output
-WINDOWS_WORD = re.compile(r"(?i)\bw(?:in(?:dows)?)?\s*1[01]\b|\bwindows\b")
+WINDOWS_WORD = re.compile(r"(?i)\bw(?:in(?:dows?)?)?\s*1[01]\b|\bwindows\b")
 
 
 def on_windows(ctx: "Context", text: str) -> bool:
