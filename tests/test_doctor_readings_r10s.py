@@ -48,6 +48,12 @@ READINGS = [
      "visibility", ["CUDA_VISIBLE_DEVICES=2 <the command>"]),
     # installing a Linux-only engine on Windows said in words, Windows misspelled "window 10" (sglang, not vLLM)
     ("Problem installing sglang on my laptop (window 10), RTX 3060", "wheel-platform", ["WSL"]),
+    # CUDA installed and the program finding none, in Chinese (torch itself, Windows 10, CUDA 11.8)
+    ("装了CUDA 11.8，但是torch检测不到cuda，系统Windows 10，显卡RTX 3060", "torch-build",
+     ["download.pytorch.org/whl/cu", "torch.version.cuda"]),
+    # the same said in English by a web UI's user
+    ("CUDA 12.4 is installed but text-generation-webui says CUDA is not available (GeForce RTX 4070)", "torch-build",
+     ["download.pytorch.org/whl/cu"]),
     # READINGS-END
 ]
 
@@ -91,6 +97,11 @@ NEGATIVES = [
      "Tried to allocate 1.50 GiB\nonly GPU 1 is filled, the others are idle", "spelled exactly"),
     # installing the engine on Linux: nothing says Windows
     ("Problem installing sglang on my Ubuntu 22.04 server, RTX 3060", "WSL"),
+    # a CUDA torch shown: the build is not the cause
+    ("CUDA 12.4 is installed, torch 2.5.1+cu124, but CUDA is not available (GeForce RTX 4070)",
+     "pip uninstall -y torch torchvision torchaudio"),
+    # an AMD card: ROCm's torch, not pytorch.org's CUDA index
+    ("I installed CUDA but torch says CUDA is not available, my GPU is a Radeon RX 7900 XTX", "whl/cu"),
     # NEGATIVES-END
 ]
 
