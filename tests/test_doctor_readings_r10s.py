@@ -54,6 +54,11 @@ READINGS = [
     # the same said in English by a web UI's user
     ("CUDA 12.4 is installed but text-generation-webui says CUDA is not available (GeForce RTX 4070)", "torch-build",
      ["download.pytorch.org/whl/cu"]),
+    # pip's record of a ROCm torch swapped out by another package's install (xformers on Linux, not unsloth's uv)
+    ("pip install -U xformers on my RX 7900 XTX box\nAttempting uninstall: torch\n    Found existing installation: "
+     "torch 2.6.0+rocm6.2.4\n    Uninstalling torch-2.6.0+rocm6.2.4:\nSuccessfully installed torch-2.7.0 "
+     "xformers-0.0.30\nnow torch.cuda.is_available() is False", "torch-build",
+     ["torch==2.6.0+rocm6.2.4", "--no-deps"]),
     # READINGS-END
 ]
 
@@ -102,6 +107,10 @@ NEGATIVES = [
      "pip uninstall -y torch torchvision torchaudio"),
     # an AMD card: ROCm's torch, not pytorch.org's CUDA index
     ("I installed CUDA but torch says CUDA is not available, my GPU is a Radeon RX 7900 XTX", "whl/cu"),
+    # a CUDA torch upgraded on Linux by the same record: PyPI's torch is a CUDA build there, not this reading
+    ("pip install -U xformers\nFound existing installation: torch 2.6.0+cu124\nSuccessfully installed torch-2.7.0 "
+     "xformers-0.0.30\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
+     "--no-deps"),
     # NEGATIVES-END
 ]
 

@@ -4,6 +4,7 @@
   torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
   torch_cuda         the CUDA torch was built with against the GPU, the toolkit and torchvision beside it
   cuda_said_missing  "CUDA is installed but the program finds none": the CPU torch (the toolkit plays no part)
+  resolver_swap      an installer record of the GPU torch swapped for PyPI's torch by another package's install
   nightlies          a torch nightly that broke what the one before it ran
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
