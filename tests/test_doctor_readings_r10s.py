@@ -59,6 +59,10 @@ READINGS = [
      "torch 2.6.0+rocm6.2.4\n    Uninstalling torch-2.6.0+rocm6.2.4:\nSuccessfully installed torch-2.7.0 "
      "xformers-0.0.30\nnow torch.cuda.is_available() is False", "torch-build",
      ["torch==2.6.0+rocm6.2.4", "--no-deps"]),
+    # a tool's documented compute-capability floor asked about on an older card (AutoAWQ on a P100, not a V100)
+    ("Does autoawq work on a Tesla P100? I want to quantize Mistral 7B", "gpu-unsupported", ["7.5", "GPTQ"]),
+    # flash-attn's floor asked about on a Turing card, no error line
+    ("can't get flash-attn to work on my RTX 2080 Ti, is it supported?", "gpu-unsupported", ["sdpa"]),
     # READINGS-END
 ]
 
@@ -111,6 +115,8 @@ NEGATIVES = [
     ("pip install -U xformers\nFound existing installation: torch 2.6.0+cu124\nSuccessfully installed torch-2.7.0 "
      "xformers-0.0.30\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
      "--no-deps"),
+    # the same question about a card above the floor: not unsupported
+    ("Does autoawq work on an RTX 4090? I want to quantize Mistral 7B", "does not run on"),
     # NEGATIVES-END
 ]
 

@@ -13,6 +13,7 @@ import steadytune.doctor.rules.arch.overrides  # noqa: E402,F401
 import steadytune.doctor.rules.arch.arch_missing  # noqa: E402,F401
 import steadytune.doctor.rules.arch.nccl  # noqa: E402,F401
 import steadytune.doctor.rules.arch.gpu_unsupported  # noqa: E402,F401
+import steadytune.doctor.rules.arch.tool_floor  # noqa: E402,F401
 import steadytune.doctor.rules.arch.target_lists  # noqa: E402,F401
 import steadytune.doctor.rules.arch.prebuilt_floor  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
