@@ -63,6 +63,10 @@ READINGS = [
     ("Does autoawq work on a Tesla P100? I want to quantize Mistral 7B", "gpu-unsupported", ["7.5", "GPTQ"]),
     # flash-attn's floor asked about on a Turing card, no error line
     ("can't get flash-attn to work on my RTX 2080 Ti, is it supported?", "gpu-unsupported", ["sdpa"]),
+    # an nvcc of another CUDA release in a JIT build (a torch extension on an H100: nvcc 12.8, torch cu124)
+    ("torch 2.5.1+cu124 on an H100, nvcc --version: Cuda compilation tools, release 12.8, V12.8.61\n"
+     "RuntimeError: Error building extension 'fused_adam': JIT compilation failed", "wheel-platform",
+     ["nvidia-cuda-nvcc-cu12==12.4.*", "CUDA_HOME"]),
     # READINGS-END
 ]
 
@@ -117,6 +121,9 @@ NEGATIVES = [
      "--no-deps"),
     # the same question about a card above the floor: not unsupported
     ("Does autoawq work on an RTX 4090? I want to quantize Mistral 7B", "does not run on"),
+    # the nvcc of torch's own CUDA: not a mixed toolchain
+    ("torch 2.5.1+cu124 on an H100, nvcc --version: Cuda compilation tools, release 12.4, V12.4.131\n"
+     "RuntimeError: Error building extension 'fused_adam': JIT compilation failed", "nvidia-cuda-nvcc"),
     # NEGATIVES-END
 ]
 

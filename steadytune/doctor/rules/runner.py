@@ -36,6 +36,7 @@ import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
 import steadytune.doctor.rules.install.ptxas  # noqa: E402,F401
+import steadytune.doctor.rules.install.nvcc_mix  # noqa: E402,F401
 import steadytune.doctor.rules.install.os_release  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightly_regression  # noqa: E402,F401
 import steadytune.doctor.rules.install.build_isolation  # noqa: E402,F401

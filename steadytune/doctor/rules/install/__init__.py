@@ -11,6 +11,7 @@
   cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against
   stale_install      files of an older install beside a newer one (a program's library folder, a web UI's venv)
   ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed)
+  nvcc_mix           a JIT build with an nvcc of another CUDA release than torch's (CCCL's incompatible headers)
   os_release         a binary linked against a newer glibc than the OS release ships (built for a newer OS)
   nightly_regression a torch nightly in which what worked before stopped working
   build_isolation    torch's CUDA check failing inside pip's isolated build environment (its own torch)
