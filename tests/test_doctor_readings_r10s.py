@@ -67,6 +67,9 @@ READINGS = [
     ("torch 2.5.1+cu124 on an H100, nvcc --version: Cuda compilation tools, release 12.8, V12.8.61\n"
      "RuntimeError: Error building extension 'fused_adam': JIT compilation failed", "wheel-platform",
      ["nvidia-cuda-nvcc-cu12==12.4.*", "CUDA_HOME"]),
+    # a crash on an AMD card nobody names (ComfyUI with ROCm 6.0, not the A1111 web UI)
+    ("ComfyUI on my AMD graphics card with ROCm 6.0\n$ python main.py\nSegmentation fault (core dumped)",
+     "arch-missing", ["HSA_OVERRIDE_GFX_VERSION=11.0.0", "rocminfo"]),
     # READINGS-END
 ]
 
@@ -124,6 +127,11 @@ NEGATIVES = [
     # the nvcc of torch's own CUDA: not a mixed toolchain
     ("torch 2.5.1+cu124 on an H100, nvcc --version: Cuda compilation tools, release 12.4, V12.4.131\n"
      "RuntimeError: Error building extension 'fused_adam': JIT compilation failed", "nvidia-cuda-nvcc"),
+    # the same crash with the override already set: not the missing override
+    ("ComfyUI on my AMD graphics card with ROCm 6.0\n$ HSA_OVERRIDE_GFX_VERSION=10.3.0 python main.py\nSegmentation "
+     "fault (core dumped)", "for a consumer card, run with the override"),
+    # a crash on an NVIDIA card: nothing of ROCm
+    ("ComfyUI on my NVIDIA card\n$ python main.py\nSegmentation fault (core dumped)", "HSA_OVERRIDE_GFX_VERSION"),
     # NEGATIVES-END
 ]
 

@@ -11,6 +11,7 @@ from steadytune.doctor.rules.base import Context, Diagnosis, RULES, _restate
 import steadytune.doctor.rules.variables  # noqa: E402,F401
 import steadytune.doctor.rules.arch.overrides  # noqa: E402,F401
 import steadytune.doctor.rules.arch.arch_missing  # noqa: E402,F401
+import steadytune.doctor.rules.arch.crash_unnamed  # noqa: E402,F401
 import steadytune.doctor.rules.arch.nccl  # noqa: E402,F401
 import steadytune.doctor.rules.arch.gpu_unsupported  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tool_floor  # noqa: E402,F401
