@@ -70,6 +70,9 @@ READINGS = [
     # a crash on an AMD card nobody names (ComfyUI with ROCm 6.0, not the A1111 web UI)
     ("ComfyUI on my AMD graphics card with ROCm 6.0\n$ python main.py\nSegmentation fault (core dumped)",
      "arch-missing", ["HSA_OVERRIDE_GFX_VERSION=11.0.0", "rocminfo"]),
+    # Jan with GPU acceleration on and a model that will not start, on an NVIDIA card (an RTX 3050 laptop, Llama 3)
+    ("Turned on GPU Acceleration in Jan for my NVIDIA GeForce RTX 3050 Laptop GPU. Now Jan can't load anything: "
+     "the model failed to start (Llama 3 8B Q4)", "rocm-libs-missing", ["CUDA Toolkit"]),
     # READINGS-END
 ]
 
@@ -132,6 +135,8 @@ NEGATIVES = [
      "fault (core dumped)", "for a consumer card, run with the override"),
     # a crash on an NVIDIA card: nothing of ROCm
     ("ComfyUI on my NVIDIA card\n$ python main.py\nSegmentation fault (core dumped)", "HSA_OVERRIDE_GFX_VERSION"),
+    # a model that fails to start in another program: not Jan's CUDA engine
+    ("Turned on GPU offload in LM Studio for my NVIDIA GeForce RTX 3050. Now the model failed to start", "CUDA Toolkit"),
     # NEGATIVES-END
 ]
 
