@@ -73,6 +73,9 @@ READINGS = [
     # Jan with GPU acceleration on and a model that will not start, on an NVIDIA card (an RTX 3050 laptop, Llama 3)
     ("Turned on GPU Acceleration in Jan for my NVIDIA GeForce RTX 3050 Laptop GPU. Now Jan can't load anything: "
      "the model failed to start (Llama 3 8B Q4)", "rocm-libs-missing", ["CUDA Toolkit"]),
+    # a ZLUDA install step on Windows 11 not finding the HIP SDK (ComfyUI-Zluda, HIP SDK 6.2, said differently)
+    ("Windows 11, HIP SDK 6.2.4 installed. ComfyUI-Zluda install.bat fails: cannot find HIP SDK, zluda not installed",
+     "rocm-libs-missing", ["%HIP_PATH%bin", "PATH"]),
     # READINGS-END
 ]
 
@@ -137,6 +140,8 @@ NEGATIVES = [
     ("ComfyUI on my NVIDIA card\n$ python main.py\nSegmentation fault (core dumped)", "HSA_OVERRIDE_GFX_VERSION"),
     # a model that fails to start in another program: not Jan's CUDA engine
     ("Turned on GPU offload in LM Studio for my NVIDIA GeForce RTX 3050. Now the model failed to start", "CUDA Toolkit"),
+    # the same words on Linux: no HIP SDK installer there
+    ("Ubuntu 24.04, ROCm 6.2. The ZLUDA build fails: cannot find HIP SDK", "%HIP_PATH%bin"),
     # NEGATIVES-END
 ]
 

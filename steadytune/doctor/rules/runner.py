@@ -43,6 +43,7 @@ import steadytune.doctor.rules.install.nightly_regression  # noqa: E402,F401
 import steadytune.doctor.rules.install.build_isolation  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensile_path  # noqa: E402,F401
+import steadytune.doctor.rules.install.hip_sdk_found  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine  # noqa: E402,F401

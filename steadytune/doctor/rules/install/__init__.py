@@ -18,6 +18,7 @@
   abi                a compiled extension built against another torch, CUDA or ROCm
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
   tensile_path       rocBLAS reading its Tensile files from the pre-ROCm-5.2 component folder
+  hip_sdk_found      a Windows install step (the ZLUDA installers) that does not find the HIP SDK (HIP_PATH, PATH)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
 
