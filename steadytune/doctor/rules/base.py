@@ -133,8 +133,10 @@ def _text(ctx: Context) -> str:
     return "\n".join(ctx.sheet.lines)
 
 
-def _lines_matching(ctx: Context, pattern: str) -> list[ErrorLine]:
-    """The paste's lines that say `pattern`, as lines a diagnosis can cover (a prose complaint, a listing)."""
+def _lines_matching(ctx: Context, pattern: "str | re.Pattern[str]") -> list[ErrorLine]:
+    """The paste's lines that say `pattern`, as lines a diagnosis can cover (a prose complaint, a listing). A compiled
+    pattern is used as it is (a string goes through re's cache of compiled patterns, which the rules' many patterns
+    can overflow)."""
     found = re.compile(pattern)
     return [ErrorLine(n, line.strip(), None) for n, line in enumerate(ctx.sheet.lines, 1) if found.search(line)]
 

@@ -167,7 +167,7 @@ def _choice_not_taken(ctx: Context, text: str) -> Optional[Diagnosis]:
     if not idle and not busy:
         return None
     name = chosen[-1].value.split("=", 1)[0]
-    said = _lines_matching(ctx, _IDLE_GPU.pattern if idle else _BUSY_GPU.pattern)[:1]
+    said = _lines_matching(ctx, _IDLE_GPU if idle else _BUSY_GPU)[:1]
     return _first(_make(
         "visibility", f"{name}={value} is not in effect in the process",
         f"the paste sets {name}={value}, yet GPU {value} stays idle and the work lands on another GPU: the process "

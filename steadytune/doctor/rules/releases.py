@@ -152,7 +152,7 @@ def triton_finds_libcuda_through_ldconfig_only(ctx: Context) -> Optional[Diagnos
     TRITON_LIBCUDA_PATH (PR 2582)."""
     text = _text(ctx)
     said = _lines_matching(ctx, _TRITON_NO_LIBCUDA.pattern) if "cannot" in text else []
-    said = said or (_lines_matching(ctx, _LDCONFIG_EMPTY.pattern) if "ldconfig" in text else [])
+    said = said or (_lines_matching(ctx, _LDCONFIG_EMPTY) if "ldconfig" in text else [])
     release = _TRITON_21.search(text) if "ti" in text.lower() else None
     hosted = _NOTEBOOK_HOST.search(text)
     if not said and not (release and hosted and re.search(r"(?i)fail|does(?: not|n'?t) work|error|broken", text)):
@@ -197,7 +197,7 @@ def date_numbered_releases_outrank_real_ones(ctx: Context) -> Optional[Diagnosis
     text = _text(ctx)
     if "vailable versions" not in text:
         return None
-    lines = _lines_matching(ctx, _AVAILABLE.pattern)
+    lines = _lines_matching(ctx, _AVAILABLE)
     listed = _AVAILABLE.search(lines[0].line).group(1) if lines else ""
     dates = _DATE_VERSION.findall(listed)
     real = [v for v in _REAL_VERSION.findall(_DATE_VERSION.sub("", listed))]

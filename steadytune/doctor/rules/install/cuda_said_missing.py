@@ -28,7 +28,7 @@ def cuda_installed_but_not_seen(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not _CUDA_PRESENT.search(text) or _vendor(ctx) == "amd":
         return None
-    said = _lines_matching(ctx, _NONE_FOUND.pattern)
+    said = _lines_matching(ctx, _NONE_FOUND)
     if not said or any(e.family not in (None, "torch-build", "visibility") for e in ctx.errors):
         return None
     if any(f.detail in ("cuda", "rocm") for f in ctx.sheet.of("torch")):

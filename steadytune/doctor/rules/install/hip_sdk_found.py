@@ -22,7 +22,7 @@ def hip_sdk_not_found_by_an_installer(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if "HIP" not in text or not on_windows(ctx, text) or any(e.family is not None for e in ctx.errors):
         return None
-    looks = _lines_matching(ctx, _LOOKS_FOR_SDK.pattern)
+    looks = _lines_matching(ctx, _LOOKS_FOR_SDK)
     if not looks or not _FAILED.search(text):
         return None
     tool = ctx.tool() or "the program's installer"

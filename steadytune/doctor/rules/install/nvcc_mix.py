@@ -34,7 +34,7 @@ def nvcc_of_another_cuda(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if "nvcc" not in text.lower() and "compilation tools" not in text:
         return None
-    failing = _lines_matching(ctx, _JIT_FAILS.pattern)
+    failing = _lines_matching(ctx, _JIT_FAILS)
     nvcc = _NVCC.search(text)
     torch_cuda = _torch_cuda(ctx, text)
     if not failing or not nvcc or not torch_cuda:

@@ -159,7 +159,7 @@ def jan_without_the_cuda_runtime(ctx: Context) -> Optional[Diagnosis]:
     said = _lines_matching(ctx, _ON_CPU.pattern) or _lines_matching(ctx, r"(?i)\bCPU mode\b|\bnot (?:being )?used\b")
     if not said and re.search(r"(?i)\bGPU\b", text):
         # GPU acceleration turned on and the model no longer starts: the CUDA engine cannot load its runtime
-        said = _lines_matching(ctx, _MODEL_WONT_START.pattern)
+        said = _lines_matching(ctx, _MODEL_WONT_START)
     if not said:
         return None
     return _make("rocm-libs-missing", "Jan finds no CUDA runtime for its GPU engine",
