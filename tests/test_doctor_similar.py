@@ -88,6 +88,16 @@ def test_a_complaint_no_rule_reads_and_no_thread_resembles_says_so_with_the_next
                 if f.check == "not-read"]   # a paste that complains of nothing gets no such finding
 
 
+def test_a_feature_request_or_a_question_in_chinese_is_a_complaint_said_to_be_unread(monkeypatch):
+    monkeypatch.setattr(similar, "library", lambda: Library(FROBS))
+    for text in ("[Feature]: please support my zeppelin board", "请问为何zeppelin只有一张在工作？",
+                 "能否增加zeppelin的适配"):
+        report = diagnose_text(text)
+        assert report.complains, text
+        assert [f for f in report_findings(report, "paste") if f.check == "not-read"], text
+    assert not diagnose_text("训练完成，zeppelin 一切正常。").complains
+
+
 def test_common_words_alone_are_no_likeness():
     lib = Library([_case(i, f"AttributeError: module has no attribute, tool{i} thing{i}") for i in range(40)])
     found = lib.nearest("AttributeError: module 'numpy' has no attribute 'float'")

@@ -1,7 +1,8 @@
 """From any text to diagnoses: the facts (facts.py), the error lines and their families (error_lines.py), the rules
 over both (rules.py), and one finding for every error line no rule explains ("unrecognised error: LINE" with the
 command whose output would decide). Where no rule reads the paste at all, the solved case it reads most like
-(similar.py) gives the likely reading; where rules did, a close case is shown beside them as a thread to open.
+(similar.py) is shown as a pointer, never as the likely cause. A long paste is read where its causes are
+(long_pastes.py).
 `doctor --from` runs it over each file of a paste; the case scorer (cases.py) runs it over each mined case.
 """
 
@@ -15,13 +16,10 @@ from steadytune.doctor.error_lines import ErrorLine, error_facts, family, find_e
 from steadytune.doctor.next_checks import next_checks
 from steadytune.doctor.facts import Fact, FactSheet, extract_facts, strip_log_prefix
 from steadytune.doctor.findings import Finding
+from steadytune.doctor.long_pastes import lines_to_read
 from steadytune.doctor.rules import Diagnosis, run_rules
 from steadytune.doctor.similar import POINTER_SIMILARITY, Similar, nearest_case
 from steadytune.hardware.error_catalogue import Facts, Match, match_text
-
-# A paste is cut to this many lines for the fact and error readers (a 16 MiB log is read for its GPU tables
-# elsewhere; its errors are at its end and its facts at its start).
-MAX_LINES = 20_000
 
 
 @dataclass
@@ -38,13 +36,6 @@ class Report:
     @property
     def top(self) -> Optional[Diagnosis]:
         return self.diagnoses[0] if self.diagnoses else None
-
-
-def _cut(lines: list[str]) -> list[str]:
-    if len(lines) <= MAX_LINES:
-        return lines
-    half = MAX_LINES // 2
-    return lines[:half] + lines[-half:]
 
 
 Chunk = tuple[int, int, Facts]   # lines [start, end) of the text, and what is known where they ran (a session's command)
@@ -74,9 +65,7 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
     lines = text.splitlines()
     if lines and all(re.match(r"\s*>", line) for line in lines if line.strip()):   # a markdown quote, every line
         lines = [re.sub(r"^\s*>\s?", "", line) for line in lines]
-    lines = [strip_log_prefix(line) for line in lines]
-    if len(lines) > MAX_LINES:
-        lines, chunks = _cut(lines), None
+    lines = lines_to_read([strip_log_prefix(line) for line in lines])
     errors = find_errors(lines, _catalogue_matches(lines, chunks, catalogue_facts))
     aside = _aside(lines, errors)
     if aside:   # read without them: their errors and the tools they name are not what the report is about
@@ -98,11 +87,11 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
 
 
 # an issue tracker's title form ("[Issue]: ...", "[Bug] ...", "Bug: ..."): the paste is a report of a problem
-_REPORT_TITLE = re.compile(r"(?im)^\W{0,3}\[?(?:issue|bug|bug report|problem)\]?\s*[:\]]")
+_REPORT_TITLE = re.compile(r"(?im)^\W{0,3}\[?(?:issue|bug|bug report|problem|feature|feature request|question|help)\]?\s*[:\]]")
 # a question asks for help as a complaint does ("Is the CUDA Toolkit required?", "how do I set the visible devices",
-# 怎么 / 如何 / 吗): the paste is a problem, not a report that all is well
-_ASKS = re.compile(r"(?im)\?\s*$|^\W*(?:how (?:do|can|to|should)|is it possible|why (?:does|is|do|can)|what (?:is|does|should))\b"
-                   r"|怎么|如何|为什么|吗[？?]?\s*$")
+# 怎么 / 如何 / 为何 / 能否 / 吗, a full-width ？): the paste is a problem, not a report that all is well
+_ASKS = re.compile(r"(?im)[?？]\s*$|^\W*(?:how (?:do|can|to|should)|is it possible|why (?:does|is|do|can)|what (?:is|does|should))\b"
+                   r"|怎么|如何|为什么|为何|能否|可否|有没有(?:办法|解决)|吗[？?]?\s*$")
 
 
 # a line the user marks as beside the point ("on a side note", "unrelated, but", "btw"): another error on it is a

@@ -85,6 +85,11 @@ _NOT_ERRORS = re.compile(
     r"|\b(?:not|never|isn't|wasn't)\s+(?:\w+\s+)?out of (?:GPU |video |V)?(?:memory|RAM)\b")
 
 
+# a line of a long paste that is not read (long_pastes.py): one word character, so that no pattern's `\s*` or `^\W*`
+# runs across thousands of emptied lines (each such run is searched again from every line start: quadratic)
+NOT_READ = "_"
+
+
 def is_error_line(line: str) -> bool:
     text = line.strip()
     if len(text) < 6 or len(text) > 2000 or not _ERROR_SHAPE.search(text) or _NOT_ERRORS.search(text):
@@ -144,7 +149,7 @@ def find_errors(lines: list[str], matches: Optional[list[Match]] = None) -> list
             continue
         if match is not None:
             family_name: Optional[str] = match.entry.family
-        elif _NOT_ERRORS.search(line) or len(line.strip()) > 2000:
+        elif line == NOT_READ or not line.strip() or _NOT_ERRORS.search(line) or len(line.strip()) > 2000:
             continue
         else:
             family_name = classify_line(line)   # a known wording is an error line whatever its shape (a WARN, prose)

@@ -15,9 +15,11 @@ to another rule or to the "unrecognised error" finding.
              (ROCm, CUDA and system libraries not found), programs (one program's own words, registered last)
   libraries  the shared libraries a GPU package loads: cuDNN/cuBLAS majors, shadowed or unversioned libraries, DLLs
   releases   what package managers say about releases: clashing distribution packages, renames, unpublished pins
-  machine    which GPUs a process sees, APU memory, the platform (BIOS, PCIe), several GPUs
-  collectives  several GPUs read from what NCCL leaves unsaid (asked by machine's several-GPU rule)
-  runtime    memory, MIOpen, GPU hangs, number formats, attention kernels
+  machine/   the machine, one module per reading: visibility (which GPUs a process sees), apu_memory, platform
+             (BIOS, PCIe), xgmi_bridge (a bridge failing the GPUs' start-up), multi_gpu (several GPUs' transports)
+  collectives  several GPUs read from what NCCL leaves unsaid (asked by machine/multi_gpu's rule)
+  runtime/   the running job, one module per reading: out_of_memory (and host_memory, no rules), miopen,
+             gpu_hang, precision (number formats), attention (attention kernels); shared holds what they share
   prose      what users say in words with no error line: titles, complaints, the settings they list
   runner     every rule over one paste, best first
 

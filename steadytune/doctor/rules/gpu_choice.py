@@ -134,7 +134,7 @@ def _index_in_the_wrong_layer(ctx: Context, text: str) -> Optional[Diagnosis]:
               and re.fullmatch(r"\d+(?:,\d+)*", f.value.split("=", 1)[1]) and f.value.split("=", 1)[1] != "0"]
     none = _lines_matching(ctx, _NONE_LEFT.pattern)
     if not chosen or not none or any(f.value.startswith("ROCR_VISIBLE_DEVICES=") for f in ctx.sheet.of("env")):
-        return None   # (both layers said: machine.py's two-layer reading names them)
+        return None   # (both layers said: machine/visibility.py's two-layer reading names them)
     value = chosen[-1].value.split("=", 1)[1]
     return _make("visibility", "the GPU index is counted in the wrong visibility layer",
                  f"on ROCm ROCR_VISIBLE_DEVICES filters the GPUs first and HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES "

@@ -8,7 +8,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule, _text, _vendor
-from steadytune.doctor.rules.runtime import image_nans, nan_whatever_the_format
+from steadytune.doctor.rules.runtime.precision import image_nans, nan_whatever_the_format
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -46,10 +46,18 @@ import steadytune.doctor.rules.install.tensile_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.hip_sdk_found  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
-import steadytune.doctor.rules.machine  # noqa: E402,F401
+import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
+import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
+import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
+import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
+import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
 import steadytune.doctor.rules.gpu_choice  # noqa: E402,F401
-import steadytune.doctor.rules.runtime  # noqa: E402,F401
-import steadytune.doctor.rules.served_memory  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.served_memory  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.gpu_hang  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.attention  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 

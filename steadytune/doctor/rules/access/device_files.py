@@ -313,7 +313,7 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
     root', and where the process runs (a container without the devices, a rootless one). A runtime that cannot get
     its resources is only a symptom where the driver itself is not loaded."""
     if _lines_matching(ctx, _KFD_LOCKED.pattern):
-        return None   # the node opened far enough for the driver to refuse: a stuck GPU (rules/runtime.py reads it)
+        return None   # the node opened far enough for the driver to refuse: a stuck GPU (runtime/gpu_hang reads it)
     if _kfd_absent_on_the_host(ctx):
         return None   # no node at all outside a container: the driver never made it (kfd_node_missing, below)
     early = _device_access_said(ctx)

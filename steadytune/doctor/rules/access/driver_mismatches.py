@@ -166,7 +166,7 @@ def driver_branch_too_old(ctx: Context) -> Optional[Diagnosis]:
 
 # CUDA's 802 (CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized"): on NVSwitch systems (HGX / DGX A100, H100,
 # H200, B200) CUDA takes no work until nvidia-fabricmanager has set the fabric up (NVIDIA's Fabric Manager guide).
-# NCCL's NVLS transport failing on the same fabric is read with the other transports (rules/machine.py).
+# NCCL's NVLS transport failing on the same fabric is read with the other transports (rules/machine/multi_gpu.py).
 _SYSTEM_NOT_READY = re.compile(r"(?i)system not yet initiali[sz]ed|CUDA_ERROR_SYSTEM_NOT_READY|\b(?:Error|error code|"
                                r"err)\W{0,3}802\b")
 

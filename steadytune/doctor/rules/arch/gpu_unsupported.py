@@ -45,7 +45,7 @@ _HIP_NO_DEVICE = r"hipErrorInvalidDevice|hipErrorNoDevice|no ROCm-capable device
 def _old_card_in_its_era(ctx: Context, arch: str, where, era: str) -> Optional[Diagnosis]:
     """A GCN 4 card (gfx803) under a ROCm that still built it: not a card outside ROCm. HIP refusing the device with
     no index in play is the device files (that era gave /dev/kfd to the video group); the GPU not detected at all is
-    the PCIe atomics gfx8 needs (machine.py's reading); a missing-code message is arch-missing's to read."""
+    the PCIe atomics gfx8 needs (machine/platform.py's reading); a missing-code message is arch-missing's to read."""
     if ctx.of("arch-missing"):
         return None
     refused = [e for e in ctx.errors if re.search(_HIP_NO_DEVICE, e.line)]
@@ -60,7 +60,7 @@ def _old_card_in_its_era(ctx: Context, arch: str, where, era: str) -> Optional[D
             "sudo usermod -a -G video $LOGNAME (and render too where the group exists: -G render,video), then log out "
             "and back in; a sample that works under sudo confirms it; if it still fails as root, look for 'PCI rejects "
             f"atomics' in dmesg ({arch} needs PCIe atomics)", [where, ctx.line_fact(refused[0])], refused))
-    # not detected at all: the PCIe atomics gfx8 needs, the platform family's reading (machine.py), not this one's
+    # not detected at all: the PCIe atomics gfx8 needs, the platform family's reading (machine/platform), not this one's
     return None
 
 

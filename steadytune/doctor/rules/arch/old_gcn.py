@@ -25,7 +25,7 @@ def _is_old_gfx(arch: Optional[str]) -> bool:
 # The last ROCm release whose libraries were still built for an old GCN arch: gfx803 (Fiji, Polaris) was listed
 # through ROCm 3.x and still enabled in the 4.x builds before 4.5 (torch built with PYTORCH_ROCM_ARCH=gfx803 ran on
 # ROCm 4.0: pytorch #53738); ROCm 5 left it out (rocm-arch #901, an RX 560 under ROCm 5.3). The same bound as the
-# platform family's PCIe-atomics reading (machine.py)
+# platform family's PCIe-atomics reading (machine/platform.py)
 _LAST_ROCM_OF_OLD = {"gfx803": (4, 3)}
 # Distributions that only ROCm 4 and older install on (16.04 left the supported list with ROCm 4.x): a paste from
 # one of them runs such a ROCm

@@ -1,5 +1,4 @@
-"""Memory readings of inference servers that runtime.py's out-of-memory rule leaves generic (kept apart from
-runtime.py while it is split into a package; they belong beside its out-of-memory readings):
+"""Memory readings of inference servers that out_of_memory's rule leaves generic:
 
   the message names its knob   a server's own out-of-memory message that says which flag to lower (text-generation-
                                inference's token budget at warmup): that flag, with the values the paste shows

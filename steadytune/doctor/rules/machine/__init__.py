@@ -1,0 +1,10 @@
+"""Rules about the machine, one module per reading:
+
+  visibility   which GPUs a process sees: the visibility variables, mixed cards' order, a second GPU or Vulkan layer
+  apu_memory   an APU's GPU memory: the carve-out and the GTT pool
+  platform     the platform under the GPU: PCIe atomics, the BIOS's BAR, a card asleep in runtime power management
+  xgmi_bridge  GPUs joined by an Infinity Fabric bridge that fail their start-up
+  multi_gpu    several GPUs: NCCL's transports, its release against the GPU, a serving engine's own all-reduce
+
+runner.py imports them in this order, which is the order their rules register in.
+"""

@@ -1,0 +1,94 @@
+"""An APU's GPU memory: the carve-out (UMA frame buffer) and the GTT pool the driver lets it use."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.hardware.unified_memory import GIB, PAGE
+from steadytune.doctor.rules.base import _APU_ARCHS, _arch_fact, Context, Diagnosis, _make, rule, _symptom_lines
+
+
+_MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
+                           r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limit(?:s|ed|ing)?|too (?:little|small))|"
+                           r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
+                           r"\bonly\s*~?\s*\d+(?:\.\d+)?\s*[MG]i?B (?:of )?(?:VRAM|GTT|GPU memory|dedicated|shared)|"
+                           r"\bonly (?:use|see|allocate|get)s?\b.{0,20}\b\d+\s*[GM]i?B\b.{0,20}\b(?:of|out of)\b.{0,10}\d+\s*[GM]i?B|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
+
+
+@rule("apu-memory")
+def apu_memory(ctx: Context) -> Optional[Diagnosis]:
+    archs = ctx.sheet.machine_archs
+    apu = [a for a in archs if a in _APU_ARCHS]
+    pools = {f.detail: int(f.value) for f in ctx.sheet.of("memory_total")}
+    errors = ctx.of("apu-memory", "out-of-memory")
+    short = [l for l in ctx.sheet.lines if _MEMORY_SHORT.search(l)]
+    gtt_said = [l for l in short if re.search(r"\bGTT\b", l)]
+    if any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
+        return None
+    # the APU said in words, or by its graphics' name (Radeon 680M/780M/890M, 8060S) where no arch was read
+    said_apu = any(re.search(r"(?i)\bAPUs?\b|unified memory|\biGPU\b|\b(?:Radeon\s*)?[6-9][0-9]0M\b|\b80[4-6]0S\b", l)
+                   for l in ctx.sheet.lines)
+    limit_said = [l for l in short if re.search(r"(?i)\bUMA\b|\bTTM\b|\bGTT\b", l)]
+    if not apu and not ("VRAM" in pools and "GTT" in pools) and not gtt_said and not (said_apu and (limit_said or short)):
+        return None
+    name = f"the APU ({apu[0]})" if apu else "the APU"
+    carve, seen = _vram_bytes(ctx.sheet.lines), _pool_kib(ctx.sheet.lines)
+    if apu and carve and seen and carve >= 32 * GIB and seen * 1024 < carve / 2:
+        return _make("apu-memory", f"HIP sees {seen / 2**20:.1f} GiB of {name}'s {carve / GIB:.0f} GiB carve-out",
+                     "the kernel driver reports the whole carve-out (mem_info_vram_total), but kernels before 6.16.9 "
+                     "cap the memory pool ROCm's runtime gets on these APUs",
+                     "upgrade the kernel to 6.16.9 or later (a mainline or HWE kernel); ROCm itself needs no change",
+                     [_arch_fact(ctx, apu[0])], errors)
+    if not errors and not short and not pools:
+        return None
+    evidence = [_arch_fact(ctx, apu[0])] if apu else ctx.sheet.of("memory_total")[:2]
+    if pools.get("VRAM", 0) >= 4 * pools.get("GTT", 1 << 40) and errors:
+        return _make("apu-memory", f"{name} puts its tensors in the small GTT",
+                     f"the BIOS carve-out (VRAM, {pools['VRAM']} MiB) takes most of the RAM and leaves the GTT only "
+                     f"{pools['GTT']} MiB, and allocations beyond the carve-out land in the GTT",
+                     "set the UMA frame buffer in the BIOS to its minimum (512 MB) so the GTT covers most of the RAM "
+                     "(and raise ttm.pages_limit where the GTT is still capped), then reboot", evidence, errors)
+    ram = _ram_gib(ctx.sheet.lines)
+    pages = int(ram * 0.75 * GIB / PAGE) if ram else None
+    limit = (f"ttm.pages_limit={pages} (3/4 of the {ram:g} GiB RAM in 4 KiB pages)" if pages else
+             "ttm.pages_limit=<3/4 of the RAM in 4 KiB pages>")
+    tool = ctx.tool(errors)
+    ggml = ("; llama.cpp / Ollama (ggml's HIP backend): GGML_CUDA_ENABLE_UNIFIED_MEMORY=1 makes it allocate from "
+            "system memory, past the carve-out" if tool in ("llama.cpp", "ollama", None) else "")
+    return _make("apu-memory", f"{name} runs out of GPU memory",
+                 "an APU's GPU memory is the BIOS carve-out (UMA frame buffer) plus GTT, which the kernel caps at half "
+                 "the RAM by default", f"raise the UMA frame buffer in the BIOS, or raise the GTT cap with the kernel "
+                 f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot{ggml}", evidence,
+                 errors or _symptom_lines(ctx, []))
+
+
+def _vram_bytes(lines: list[str]) -> Optional[int]:
+    """The carve-out the kernel reports: the number printed after `cat .../mem_info_vram_total`."""
+    for i, line in enumerate(lines[:-1]):
+        if "mem_info_vram_total" in line:
+            m = re.match(r"\s*(\d{9,})\b", lines[i + 1])
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def _pool_kib(lines: list[str]) -> Optional[int]:
+    """rocminfo's GPU memory pool size, in KiB (its first pool, the one allocations come from)."""
+    for line in lines:
+        m = re.match(r"\s*Size:\s+(\d+)\(0x[0-9a-f]+\) KB", line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _ram_gib(lines: list[str]) -> Optional[float]:
+    for line in lines:
+        m = re.search(r"MemTotal:\s+(\d+)\s*kB|total RAM (\d+) MB|(\d+(?:\.\d+)?)\s*Gi?B (?:of )?(?:system )?RAM", line)
+        if m:
+            if m.group(1):
+                return round(int(m.group(1)) / 2**20)
+            if m.group(2):
+                return round(int(m.group(2)) / 1024)
+            return float(m.group(3))
+    return None

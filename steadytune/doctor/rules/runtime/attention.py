@@ -1,0 +1,236 @@
+"""Attention kernels: flash-attention and FlashInfer on a GPU or arch they have no kernels for, and how each tool
+turns them off (SDPA instead)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.error_lines import ErrorLine, family
+from steadytune.doctor.rules.base import (_arch_fact, _catalogue, Context, Diagnosis, _first, _lines_matching, _make,
+                                          on_windows, _restate, rule, _vendor, WINDOWS_WORD)
+from steadytune.doctor.rules.runtime.shared import _text_of
+
+
+# NVIDIA GPUs older than Ampere, by name: flash-attn 2 has no kernels for them
+_PRE_AMPERE = re.compile(r"(?i)(?<![A-Za-z0-9])(?:V100|P100|P40|P4|T4|K80|M40|GTX ?1[06]\d\d|RTX ?20\d\d|Titan (?:V|Xp|RTX)|Quadro RTX ?\d+)"
+                         r"(?![A-Za-z0-9])|\b(?:Volta|Turing|Pascal)\b")
+
+
+def _amd_arch_outside_flash_attention(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """ROCm's flash-attention refusing an AMD GPU by its own arch check ("only supports MI200 GPUs or newer"): the
+    arch is missing from the build's list, which the maintainers extend (gfx908 was added that way), so the arch
+    reading: build it for this arch, or use SDPA."""
+    said = _lines_matching(ctx, r"(?i)FlashAttention only supports AMD|only supports AMD MI\d+")
+    if not said:
+        return None
+    allowed = re.compile(r"gfx9(?:0a|4\d|5\d)")
+    refused = [a for a in ctx.sheet.machine_archs if a.startswith("gfx") and not allowed.fullmatch(a)]
+    if not refused:
+        return None
+    arch = refused[0]
+    return _make("arch-missing", f"ROCm's flash-attention leaves {arch} out of its arch check",
+                 f"the flash-attention build checks the GPU's arch against the ones it was made for (MI200 / MI300: "
+                 f"gfx90a, gfx94x); {arch} is not in that list, so it refuses the GPU before running",
+                 f"build ROCm/flash-attention from a release whose arch check includes {arch} (add it to the valid "
+                 f"archs in setup.py and the TORCH_CHECK where it is missing), with GPU_ARCHS={arch} pip install "
+                 f"--no-build-isolation .; or skip it: attn_implementation=\"sdpa\"",
+                 [f for f in (_arch_fact(ctx, arch),) if f], said)
+
+
+# flash-attn 1.x checks the GPU before its backward pass for head dims above 64 (is_sm80: the A100's / H100's larger
+# shared memory); its README's table says so ("Head dim > 64 backward requires A100 or H100")
+_HEAD_DIM_BACKWARD = re.compile(r"(?i)Expected is_sm80(?: \|\| is_sm90)? to be true|\bhead dim > ?\d+ backward requires")
+
+
+def _head_dim_backward(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """flash-attn 1.x refusing the backward pass of a head dim above 64 on a GPU that is not an A100 / H100 (an RTX
+    3090 / 4090, an A40, an A10): the forward runs there, training does not. Not the GPU's arch (no build adds the
+    shared memory): flash-attn 2 runs the backward of every head dim up to 256 on Ampere and newer (its README: head
+    dim 256 backward on consumer GPUs since 2.5.5, without dropout)."""
+    said = [e for e in errors if _HEAD_DIM_BACKWARD.search(e.line)]
+    if not said:
+        return None
+    gpu = next((g.value for g in ctx.sheet.of("gpu") if not re.search(r"(?i)\b[AH]100\b", g.value)), None)
+    on = f" on the {gpu}" if gpu else ""
+    diagnosis = _make("attention", f"flash-attn 1.x trains head dims above 64 only on an A100 / H100{on}",
+                      "FlashAttention 1.x runs the backward pass (training) of a head dim above 64 only on sm80 / sm90 "
+                      "GPUs (A100, H100: their larger shared memory); the forward pass (inference) runs on this GPU",
+                      "upgrade to flash-attn 2.x (pip install -U flash-attn --no-build-isolation): its backward pass "
+                      "runs every head dim up to 256 on Ampere and newer GPUs (RTX 30xx/40xx, A40, A10); with flash-attn "
+                      "1.x, train only a model whose head dim is 64 or less, or train on an A100 / H100 (inference "
+                      "runs here as is)", [ctx.line_fact(said[0])], said)
+    # the arch reading of the same line (rebuild flash-attn for this GPU) cannot add shared memory
+    diagnosis.rank = family("arch-missing").rank - 1
+    return diagnosis
+
+
+_SGLANG = re.compile(r"(?i)\bsglang\b")
+_FLASHINFER = re.compile(r"(?i)\bflash_?infer\b")
+_AMD_WORDS = re.compile(r"(?i)\bamd|\brocm\b|\bhip\b|\bgfx\d|\bMI\d{2,3}\b|\bradeon\b|\binstinct\b")
+_TURING_OR_OLDER = re.compile(r"(?i)(?:<=?|or lower|below|older)\W{0,3}sm_?[5-7]\d|\bsm_?[5-7]\d\b\W{0,3}(?:or lower|and below)")
+
+
+def _flashinfer_outside(ctx: Context) -> Optional[Diagnosis]:
+    """SGLang on a GPU its default attention backend, FlashInfer, has no kernels for: an AMD GPU (FlashInfer is CUDA
+    only) or an NVIDIA card below sm_80 (FlashInfer's README lists sm80 and newer as supported; sm75 has come and gone
+    between releases). SGLang's own switch runs attention through its Triton kernels instead (--attention-backend
+    triton, with --sampling-backend pytorch for the sampler; older releases: --disable-flashinfer
+    --disable-flashinfer-sampling)."""
+    text = _text_of(ctx)
+    if not (_SGLANG.search(text) and _FLASHINFER.search(text)):
+        return None
+    older = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"sm_[5-7]\d", a)]
+    amd = bool(_AMD_WORDS.search(text)) and not older
+    if not (amd or older or _TURING_OR_OLDER.search(text)):
+        return None
+    if not (ctx.errors or ctx.sheet.has("complaint", "yes") or re.search(r"\?|？|crash|fail|error|can't|cannot", text)):
+        return None
+    where = "AMD GPUs (FlashInfer has CUDA kernels only)" if amd else \
+        f"this NVIDIA GPU ({older[0] if older else 'below sm_80'}; FlashInfer supports sm80 and newer, sm75 only in some releases)"
+    said = _lines_matching(ctx, _FLASHINFER.pattern)[:1]
+    upgrade = "" if amd else ("; or upgrade sglang together with flashinfer to a release whose FlashInfer lists this "
+                              "arch among its supported ones")
+    return _make("attention", "SGLang's FlashInfer attention backend does not run on this GPU",
+                 f"SGLang uses FlashInfer for attention and sampling by default, and FlashInfer has no kernels for {where}",
+                 "start sglang without FlashInfer: python -m sglang.launch_server ... --attention-backend triton "
+                 "--sampling-backend pytorch (releases before the --attention-backend flag: --disable-flashinfer "
+                 f"--disable-flashinfer-sampling){upgrade}", [ctx.line_fact(l) for l in said], said, confirmed=False)
+
+
+def _attention_off(ctx: Context) -> str:
+    """How to turn flash-attn off, in the configuration language of the tool the paste uses."""
+    text = _text_of(ctx)
+    if re.search(r"(?i)\baxolotl\b", text):
+        return "flash_attention: false in the axolotl YAML (sdp_attention: true for PyTorch's fused attention)"
+    if re.search(r"(?i)llama-?factory|llamafactory-cli", text):
+        return "flash_attn: sdpa in the LLaMA-Factory YAML (or disabled)"
+    return ("load the model with attn_implementation=\"sdpa\" (or \"eager\") instead of \"flash_attention_2\", and "
+            "turn the tool's flash-attention option off (axolotl: flash_attention: false; LLaMA-Factory: flash_attn: "
+            "sdpa)")
+
+
+@rule("attention")
+def attention(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("attention")
+    if not errors and ctx.tool() == "flash-attn":   # its build fails for this GPU's arch
+        errors = [ErrorLine(i, l.strip(), "attention") for i, l in enumerate(ctx.sheet.lines, 1)
+                  if re.search(r"(?i)errors? generated when compiling for gfx\w+", l)]
+    tgi = _lines_matching(ctx, r"(?i)Flash Attention enabled models")
+    old_gpu = _PRE_AMPERE.search(_text_of(ctx))
+    if tgi and old_gpu and _lines_matching(ctx, r"(?i)\bSharded \w+ requires Flash Attention"):
+        # TGI shards (tensor parallel) a model only through its flash-attention model code, and flash-attention has
+        # no kernels before Ampere: no install brings them to this GPU
+        return _first(_make("attention", f"TGI shards this model only with flash attention, which the {old_gpu.group(0)} "
+                            "cannot run", "text-generation-inference implements the sharded (tensor-parallel) model "
+                            "only on its flash-attention model code; flash attention has kernels for Ampere (compute "
+                            f"capability 8.0) and newer, and the {old_gpu.group(0)} is older",
+                            "run the model unsharded on this GPU (drop --num-shard, or --num-shard 1: TGI then uses the "
+                            "transformers code path on one GPU, which must hold the model; quantize it to fit), or "
+                            "serve it sharded on Ampere or newer GPUs", [ctx.line_fact(tgi[0])], tgi))
+    if tgi:
+        # TGI's server imports its own compiled kernels (flash-attention, vLLM's paged-attention ops); a local install
+        # without them cannot shard or page; the install readings of the missing module do not fix it
+        return _first(_make("attention", "text-generation-inference was installed without its attention kernels",
+                            "a local TGI install imports the flash-attention and vLLM paged-attention kernels it "
+                            "builds itself (vllm_cache_ops, flash_attn_cuda); without them the models that need them "
+                            "(sharded, paged) refuse to load",
+                            "build the kernels from TGI's server folder: cd server && make install-flash-attention "
+                            "(make install-flash-attention-v2 for newer releases) && make install-vllm, then restart "
+                            "the launcher; or run TGI's docker image, which ships them", [ctx.line_fact(tgi[0])],
+                            tgi))
+    flashinfer = _flashinfer_outside(ctx)
+    if flashinfer is not None:
+        return flashinfer
+    if not errors:
+        return None
+    head_dim = _head_dim_backward(ctx, errors)
+    if head_dim is not None:
+        return head_dim
+    text = " ".join(e.line for e in errors)
+    evidence = [ctx.line_fact(errors[0])]
+    if re.search(r"(?i)stack frame size", text) and ctx.tool(errors) == "vllm" or \
+            re.search(r"VLLM_USE_TRITON_FLASH_ATTN", "\n".join(ctx.sheet.lines)):
+        return _make("attention", "vLLM's Triton flash attention does not build for this GPU",
+                     "the Triton flash-attention kernel fails to compile for this arch (stack frame too large)",
+                     "export VLLM_USE_TRITON_FLASH_ATTN=0 (vLLM then uses its other attention backend)", evidence,
+                     errors)
+    cuda = re.search(r"(?i)FlashAttention is only supported on CUDA ([\d.]+)", text)
+    if cuda:
+        return _make("attention", f"flash-attn needs CUDA {cuda.group(1)} to build",
+                     f"building flash-attn from source needs the CUDA toolkit {cuda.group(1)} or newer",
+                     f"install a prebuilt flash-attn wheel that matches torch and its CUDA (the release page lists "
+                     f"them), or build with a CUDA {cuda.group(1)}+ toolkit", evidence, errors)
+    old_gpu = _PRE_AMPERE.search(_text_of(ctx))
+    if re.search(r"(?i)Ampere GPUs or newer|(?:lower|older) than ampere", text) or (
+            old_gpu and re.search(r"(?i)flash[-_ ]?att", text)):
+        on = f" ({old_gpu.group(0)})" if old_gpu else ""
+        return _make("attention", f"FlashAttention 2 needs an Ampere or newer GPU{on}",
+                     f"flash-attn 2 has kernels for sm_80 (Ampere) and newer only; this GPU{on} is older, so there "
+                     "is nothing to build or install for it",
+                     f"do not use flash-attn on this GPU{on}: " + _attention_off(ctx) +
+                     " (the model runs with the default attention; drop flash-attn from the install)", evidence,
+                     errors)
+    if re.search(r"(?i)FlashAttention2? has been toggled on|flash_attn\W+(?:seems to be )?not installed|No module named "
+                 r"'flash_attn", text):
+        amd = _vendor(ctx) == "amd"
+        install = ("ROCm's flash-attention (github.com/ROCm/flash-attention, built with GPU_ARCHS=<your gfx>) or its "
+                   "Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE)" if amd else
+                   "pip install flash-attn --no-build-isolation (a prebuilt wheel matching torch and CUDA)")
+        return _make("attention", "flash-attn is not installed", "the model is asked for FlashAttention 2, but the "
+                     "flash_attn package is not importable in this environment",
+                     f"load the model with attn_implementation=\"sdpa\" (PyTorch's fused attention, no extra package), "
+                     f"or install {install}", evidence, errors)
+    # on Windows the install reading (rules/install/wheels.py: no Windows wheels, the platform's own build) says more
+    if not ctx.sheet.is_windows and not (WINDOWS_WORD.search(text) and re.search(r"(?i)\binstall", text)) and re.search(
+            r"(?i)flash[-_ ]?attn\w*\b.{0,40}\b(?:install|build|compil)|(?:install|build|compil)\w*\b.{0,20}\bflash[-_ ]?attn",
+            text):
+        if _vendor(ctx) == "amd":
+            fix = ("build ROCm's fork instead (github.com/ROCm/flash-attention: GPU_ARCHS=<your gfx> pip install "
+                   "--no-build-isolation .) or its Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, no CUDA "
+                   "build); or skip it: attn_implementation=\"sdpa\"")
+        else:
+            fix = ("install a prebuilt wheel for this torch, CUDA and Python (the flash-attention release page), or "
+                   "build with pip install flash-attn --no-build-isolation and MAX_JOBS=4 (the build runs out of RAM "
+                   "with more); or skip it: attn_implementation=\"sdpa\"")
+        return _make("attention", "flash-attn does not build here", "flash-attn compiles CUDA (or HIP) kernels at "
+                     "install time; without a wheel for this torch and GPU the build fails", fix, evidence, errors)
+    if re.search(r"(?i)TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL|current AMD GPU", text):
+        return _make("attention", "torch's fused attention is experimental on this AMD GPU",
+                     "this ROCm torch builds its flash / memory-efficient SDPA kernels (AOTriton) for this GPU but "
+                     "keeps them off by default; attention falls back to the slower math path (a warning, not an error)",
+                     "export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 before starting (torch 2.4+ on RDNA3/RDNA4), "
+                     "or ignore the warning; a newer torch turns it on for more GPUs", evidence, errors,
+                     severity="warning")
+    if re.search(r"(?i)Torch was not compiled with (?:flash|memory efficient) attention", text):
+        return _make("attention", "this torch has no flash-attention kernel for SDPA",
+                     "the torch wheel (the Windows builds, and older ROCm ones) is built without the flash kernel of "
+                     "scaled_dot_product_attention; it falls back to the memory-efficient or math kernel and runs on",
+                     "nothing to fix: a warning about speed only; for faster attention on Windows use a torch build "
+                     "with it (a newer release) or xformers / flash-attn wheels built for this torch; the error that "
+                     "stopped the run, if any, is another line", evidence, errors, severity="warning")
+    if re.search(r"(?i)memory_efficient_attention", text) and _vendor(ctx) == "amd":
+        return _make("attention", "xformers has no kernels for this AMD GPU",
+                     "the installed xformers has no ROCm kernels for this arch",
+                     "do not use xformers on AMD: uninstall it or start without it (ComfyUI: "
+                     "--use-pytorch-cross-attention; A1111: no --xformers) and use PyTorch's SDPA", evidence, errors)
+    refused = _amd_arch_outside_flash_attention(ctx, text)
+    if refused is not None:
+        return refused
+    if re.search(r"(?i)not supported by Flash-?Attention|FlashAttention only supports|compiling for gfx", text):
+        return _make("attention", "flash-attn does not support this GPU",
+                     "this flash-attn build has no kernels for the GPU's arch",
+                     "use PyTorch's scaled_dot_product_attention (SDPA; attn_implementation=\"sdpa\") instead of "
+                     "flash-attn", evidence, errors)
+    hit = _catalogue(errors)
+    if hit is not None:
+        return _restate("attention", hit, errors)
+    # a fused-attention failure no reading above settles: PyTorch's own attention needs no extra kernel package; a
+    # package that will not install on Windows is the install reading's (no Windows wheels, the platform's build)
+    if on_windows(ctx, text) and re.search(r"(?i)\binstall", text):
+        return None
+    return _make("attention", "the fused attention kernel does not run here",
+                 "the attention kernel the model asked for (flash-attn, xformers, a tool's own) is missing or not "
+                 "built for this GPU", "use PyTorch's scaled_dot_product_attention: attn_implementation=\"sdpa\" "
+                 "(vLLM: another attention backend, VLLM_ATTENTION_BACKEND; ComfyUI: --use-pytorch-cross-attention), "
+                 "or install the kernel package built for this torch and GPU", evidence, errors, confirmed=False)

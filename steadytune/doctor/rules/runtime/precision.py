@@ -1,0 +1,284 @@
+"""Number formats: NaN losses and fp16 overflow, zero losses, a format the GPU or its build does not have,
+images that come out black (NaNs in the VAE)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.error_lines import ErrorLine
+from steadytune.doctor.rules.base import _catalogue, Context, Diagnosis, _make, _restate, rule
+from steadytune.doctor.rules.runtime.shared import _text_of, _training, _WHISPER
+
+
+# NaN losses and fp16 overflow: the values leave fp16's range (max 65504), not a missing instruction
+_NAN = re.compile(r"(?i)\bnan\b|\binf\b|overflow|loss scale")
+# GPUs without bf16 arithmetic torch uses: NVIDIA before Ampere, AMD's GCN/RDNA1/RDNA2 (gfx90a, CDNA3, RDNA3+ have it)
+_NO_BF16 = re.compile(r"sm_[3-7]\d|gfx[6-8]\w*|gfx90[0-6c]|gfx10\d\d")
+
+
+def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A loss that turns NaN, a gradient overflow, a loss scale driven to its floor: fp16 runs out of range. Where
+    the GPU computes bf16 (fp32's range) that is the fix; where it does not, fp16 with dynamic loss scaling, or fp32."""
+    nan = [e for e in errors if _NAN.search(e.line)]
+    said = " ".join(e.line for e in nan)
+    if not nan or (re.search(r"(?i)bf16|bfloat16", said) and not re.search(r"(?i)fp16|float16|half", said)):
+        return None   # NaN under bf16 is not fp16's range: the bf16 readings below decide
+    arch, fact = ctx.arch(nan)
+    names = " ".join(f.value for f in ctx.sheet.of("gpu")) + " " + _text_of(ctx)
+    old_gpu = (arch and _NO_BF16.fullmatch(arch)) or re.search(r"(?i)\b(?:V100|P100|P40|T4|GTX ?10\d\d|RTX ?20\d\d|"
+                                                              r"Titan V|MI50|MI60|Radeon VII|RX ?[56]\d\d\d)\b", names)
+    scaling = ("dynamic loss scaling (torch.amp.GradScaler with fp16; DeepSpeed \"fp16\": {\"loss_scale\": 0}), a "
+               "lower learning rate and gradient clipping (max_grad_norm 1.0)")
+    if old_gpu:
+        fix = (f"this GPU{' (' + arch + ')' if arch else ''} has no bf16: keep fp16 with {scaling}, or train in fp32 "
+               "(no fp16/bf16 flag); bf16 (bf16: true) needs Ampere / RDNA3 / CDNA2 or newer")
+    else:
+        fix = (f"train in bf16 instead of fp16 (bf16: true / --bf16 / bf16=True; fp16 off): it has fp32's range, so "
+               f"the values that overflow fp16 do not; if the GPU has no bf16, keep fp16 with {scaling}, or fp32")
+    # a NaN loss alone may have other causes (a learning rate, bad data); fp16 named, or its overflow, settles it
+    settled = re.search(r"(?i)\bfp16\b|float16|\bhalf\b|\bamp\b|autocast|mixed precision|overflow|loss scale",
+                        _text_of(ctx))
+    return _make("precision", "the loss overflows fp16", "in fp16 (largest value 65504) activations or gradients "
+                 "overflow to inf, and the loss and the weights turn NaN; a loss scale that keeps falling says the "
+                 "same", fix, [f for f in (ctx.line_fact(nan[0]), fact) if f], nan, confirmed=bool(settled))
+
+
+# both formats tried ("bf16 false fp16 true", "tried fp16 and bf16"), on a GPU that computes bf16 (Ampere and newer,
+# RDNA3, CDNA2 and newer): the format is not what overflows
+_BOTH_TRIED = re.compile(r"(?i)\bbf16\b[^\n]{0,40}\bfp16\b|\bfp16\b[^\n]{0,40}\bbf16\b")
+_BF16_GPU = re.compile(r"(?i)(?<![a-z0-9])(?:A100|A800|H100|H800|H200|L40S?|A6000|A10G?|RTX ?[34]0\d0|RTX ?50\d0|"
+                       r"MI2[15]0X?|MI3\d\dX?|RX ?[79]\d\d\d)(?![a-z0-9])")
+
+
+def nan_whatever_the_format(ctx: Context, nan: list[ErrorLine]) -> Optional[Diagnosis]:
+    """NaN losses / gradients that stay after the user tried both bf16 and fp16, on a GPU that computes bf16: not the
+    format's range but the fused attention kernel chosen automatically (flash / SDPA), which LLaMA-Factory and
+    transformers let one turn off."""
+    text = _text_of(ctx)
+    gpu = _BF16_GPU.search(text)
+    if not (nan and gpu and _BOTH_TRIED.search(text)):
+        return None
+    return _make("attention", "NaN gradients in bf16 and fp16 alike: the attention kernel",
+                 f"the loss / grad_norm turns NaN whatever the format, on a GPU that computes bf16 ({gpu.group(0)}): "
+                 "the fused attention kernel chosen automatically (flash-attention / SDPA) gives the NaN",
+                 "turn the fused attention off and keep bf16: LLaMA-Factory: flash_attn: disabled (or eager); "
+                 "transformers: attn_implementation=\"eager\" when loading", [ctx.line_fact(nan[0])], nan,
+                 confirmed=False)
+
+
+_LATENT_NANS = re.compile(r"(?i)\bNaNs? (?:detected|found) in latents\b|\blatents?\b.{0,20}\b(?:contain|contains|have|has) "
+                          r"NaNs?\b")
+_REFUSES_FP16 = re.compile(r"(?i)please use bf16 or fp32|(?:不支持|does ?n.t support|not support(?:ed)?)\s*(?:for\s+)?fp16\b|"
+                           r"\bfp16\b\W{0,3}(?:is )?not (?:supported|allowed)")
+_OLD_GPU_NAMES = re.compile(r"(?i)\b(?:V100|P100|P40|P4|T4|K80|GTX ?10\d\d|GTX ?16\d\d|RTX ?20\d\d|Titan V|MI50|MI60|"
+                            r"Radeon VII|RX ?[56]\d\d\d)\b")
+
+
+def _fp16_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A tool that refuses fp16 for this job (ms-swift's full fine-tuning: 'please use bf16 or fp32', fp16's range
+    makes a full fine-tune diverge) on a GPU without bf16 (V100, T4, P40; RDNA2 and older): of the formats it allows
+    only fp32 is left; LoRA keeps the frozen weights in half precision if fp32 does not fit."""
+    refused = [e for e in errors if _REFUSES_FP16.search(e.line)]
+    if not refused:
+        return None
+    arch, fact = ctx.arch(refused)
+    names = " ".join(f.value for f in ctx.sheet.of("gpu")) + " " + _text_of(ctx)
+    gpu = _OLD_GPU_NAMES.search(names)
+    if not ((arch and _NO_BF16.fullmatch(arch)) or gpu):
+        return None   # a GPU with bf16: the bf16 readings below say to use it
+    said = gpu.group(0) if gpu else arch
+    swift = re.search(r"(?i)\bswift\b|sft_type", _text_of(ctx))
+    flag = "--dtype fp32" if swift else "fp32 (no fp16 / bf16 flag; torch_dtype=torch.float32)"
+    return _make("precision", f"fp16 is refused and the {said} has no bf16",
+                 f"the tool refuses fp16 for this job (a full fine-tune in fp16 overflows and the loss diverges), and "
+                 f"the {said} cannot compute bf16, so fp32 is the format left",
+                 f"train in fp32: {flag}; if fp32 does not fit, fine-tune with LoRA (the frozen weights may stay fp16)",
+                 [f for f in (ctx.line_fact(refused[0]), fact) if f], refused)
+
+
+def image_nans(ctx: Context, nans: list[ErrorLine], vae: Optional[bool] = None) -> Diagnosis:
+    """The Stable Diffusion web UI's (and SD.Next's) NaN check: the VAE or the UNet computed in fp16 overflowed. The
+    VAE's remedy is keeping it in fp32; the UNet's is upcasting its attention (or the whole model) to fp32."""
+    # a black picture is the VAE's NaN in the common case (the web UI's check names which part)
+    if vae is None:   # (a caller that read a black picture in words passes True)
+        vae = any(re.search(r"(?i)\bVAE\b|black (?:image|picture|output|square)", e.line) for e in nans)
+    comfy = ctx.tool(nans) == "comfyui"
+    if vae:
+        fix = ("--fp32-vae (or --bf16-vae on a GPU with bf16) when starting ComfyUI; where the pictures stay black "
+               "(an older or low-memory GPU whose fp16 overflows in the UNet too), --force-fp32" if comfy else
+               "add --no-half-vae to COMMANDLINE_ARGS (webui-user.sh / .bat; SD.Next: the same), so the VAE runs in "
+               "fp32 (upcast; SD.Next's own VAE upcast setting does it where it is offered), or use a VAE fixed for fp16 (sdxl-vae-fp16-fix)")
+    else:
+        fix = ("--force-upcast-attention (or --fp32-unet) when starting ComfyUI" if comfy else
+               "turn on Settings > Stable Diffusion > \"Upcast cross attention layer to float32\" or start with "
+               "--upcast-sampling; if it still fails, --no-half (the whole model in fp32, slower)")
+    part = "VAE" if vae else "UNet"
+    return _make("precision", f"the {part} overflows fp16", f"the {part} runs in fp16, and its values leave fp16's "
+                 "range, so the picture turns to NaN (a black image)", fix, [ctx.line_fact(nans[0])], nans)
+
+
+def _sft_config(ctx: Context) -> str:
+    """trl's SFTTrainer takes its settings from SFTConfig: TrainingArguments passed there can come back with bf16."""
+    if not re.search(r"\bSFTTrainer\b|\bSFTConfig\b", _text_of(ctx)):
+        return ""
+    return ("; with trl's SFTTrainer pass them in SFTConfig(fp16=True, bf16=False) instead of TrainingArguments "
+            "(unsloth: fp16=not is_bfloat16_supported(), bf16=is_bfloat16_supported(); update unsloth and "
+            "unsloth_zoo)")
+
+
+_ZERO_LOSS = re.compile(r"(?i)\bloss\b.{0,24}?(?<![\d.])0(?:\.0+)?(?![.\d])|loss\s*(?:全|都|全部|全都|一直)?\s*(?:为|是|变成|变为|一直是|都是|直接)\s*0")
+# NVIDIA GPUs without fast fp16 (CTranslate2 wants compute capability 7.0 for float16): Kepler, Maxwell, Pascal
+# (but the P100, sm_60)
+_SLOW_FP16 = re.compile(r"sm_(?:[3-5]\d|6[12])")
+
+
+def _format_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A tool refusing a number format for this GPU in its own words: CTranslate2's float16 on a GPU without fast
+    fp16, ptxas refusing bf16 below sm_80, torch's GradScaler refusing fp16 gradients."""
+    text = " ".join(e.line for e in errors)
+    joined = _text_of(ctx)
+    evidence = [ctx.line_fact(errors[0])]
+    arch, _fact = ctx.arch(errors)
+    ct2 = re.search(r"(?i)efficient float16 computation", text) or (
+        re.search(r"(?i)\b(?:float16|fp16|half)\b.{0,30}\b(?:Maxwell|Pascal|Kepler)\b", text)
+        and (_WHISPER.search(joined) or re.search(r"(?i)whisperx", joined)))
+    if ct2:
+        on = f" ({arch})" if arch else ""
+        return _make("precision", "CTranslate2 has no fast float16 on this GPU",
+                     f"CTranslate2 (faster-whisper, WhisperX) runs float16 only on GPUs of compute capability 7.0 or "
+                     f"newer; this GPU{on} is older (Kepler, Maxwell, Pascal), so the float16 compute type is refused",
+                     "load the model with another compute type: compute_type=\"float32\" (WhisperX: --compute_type "
+                     "float32), or compute_type=\"int8\" / \"int8_float32\" to save memory (int8 needs compute "
+                     "capability 6.1)", evidence, errors)
+    ptx = re.search(r"(?i)Feature '\.?bf16' requires \.target (sm_\d+)|\.f32\.bf16' requires \.target (sm_\d+)", text)
+    if ptx:
+        need = ptx.group(1) or ptx.group(2)
+        tool = ctx.tool(errors)
+        own = (" (unsloth: fp16 = not is_bfloat16_supported(), bf16 = is_bfloat16_supported(), its own check)"
+               if tool == "unsloth" or re.search(r"(?i)\bunsloth\b", joined) else "")
+        return _make("precision", f"a Triton kernel was built in bf16 for a GPU older than {need}",
+                     f"the run chose bf16 (torch may report bf16 as supported where it is only emulated), and Triton "
+                     f"compiled its kernels with bf16 instructions, which ptxas accepts only for {need} and newer; "
+                     f"this GPU{' (' + arch + ')' if arch else ''} is older (a T4 or V100 has no bf16)",
+                     "train in fp16 instead of bf16 on this GPU: fp16=True, bf16=False (--fp16; the model loaded with "
+                     "torch_dtype=torch.float16)" + own, evidence, errors)
+    if re.search(r"(?i)Attempting to unscale FP16 gradients", text):
+        return _make("precision", "the trained parameters are fp16, which the gradient scaler refuses",
+                     "with fp16 mixed precision the GradScaler unscales the gradients of the trained parameters, and "
+                     "refuses gradients that are themselves fp16: the LoRA adapter (or the whole model) was created "
+                     "or loaded in fp16",
+                     "keep the trainable parameters in fp32: cast them before training (for p in model.parameters(): "
+                     "if p.requires_grad: p.data = p.data.float(); peft does it with autocast_adapter_dtype=True, "
+                     "its default since 0.12), keep the frozen base in fp16; or load the model in fp32 (bf16 where "
+                     "the GPU has it)", evidence, errors)
+    return None
+
+
+def _zero_loss(ctx: Context, zero: list[ErrorLine]) -> Diagnosis:
+    """A fine-tuning loss that collapses to exactly 0: the fp16 forward overflowed (inf/NaN logits the loss turns
+    into 0 or that zero the update), the commonest cause when the model is loaded or trained in fp16."""
+    joined = _text_of(ctx)
+    arch, fact = ctx.arch(zero)
+    old_gpu = bool(arch and _NO_BF16.fullmatch(arch))
+    fix = ("this GPU has no bf16: train in fp32 (load with torch_dtype=torch.float32, no fp16 flag), or keep fp16 "
+           "with dynamic loss scaling and the trainable parameters in fp32" if old_gpu else
+           "load the model in bf16 and train in bf16: torch_dtype=torch.bfloat16 when loading, bf16=True (fp16 off) "
+           "in the TrainingArguments (--bf16; LLaMA-Factory: bf16: true); on a GPU without bf16, fp32")
+    settled = re.search(r"(?i)\bfp16\b|float16|\bhalf\b|torch_dtype", joined)
+    return _make("precision", "the loss collapses to 0: fp16 overflow", "a loss that drops to exactly 0 after the "
+                 "first steps means the forward pass overflowed fp16 (largest value 65504) and the logits turned to "
+                 "inf/NaN, which the loss and the update then zero; a model loaded in float16 for fine-tuning does it",
+                 fix, [f for f in (ctx.line_fact(zero[0]), fact) if f], zero, confirmed=bool(settled))
+
+
+@rule("precision")
+def precision(ctx: Context) -> Optional[Diagnosis]:
+    errors = ctx.of("precision")
+    if not errors:
+        return None
+    nans = [e for e in errors if re.search(r"(?i)NaNs was produced in (?:Unet|VAE)|NansException|black (?:image|picture|"
+                                           r"output|square)", e.line)]
+    if nans:
+        return image_nans(ctx, nans)
+    latents = [e for e in errors if _LATENT_NANS.search(e.line)]
+    if latents:
+        return _make("precision", "the VAE overflows fp16 while encoding the latents",
+                     "the trainer checks the latents the VAE encodes; NaN there is the VAE run in fp16 (the SDXL VAE "
+                     "overflows fp16's range), not the data or the learning rate",
+                     "run the VAE in fp32: --no_half_vae (kohya's sd-scripts; kohya_ss GUI: Advanced > Additional "
+                     "parameters where the tab has no checkbox), or a VAE fixed for fp16 (sdxl-vae-fp16-fix via "
+                     "--vae); the rest of the training stays in mixed precision", [ctx.line_fact(latents[0])], latents)
+    fp16_refused = _fp16_refused(ctx, errors)
+    if fp16_refused is not None:
+        return fp16_refused
+    refused = _format_refused(ctx, errors)
+    if refused is not None:
+        return refused
+    attention = nan_whatever_the_format(ctx, [e for e in errors if _NAN.search(e.line) or _ZERO_LOSS.search(e.line)])
+    if attention is not None:
+        return attention
+    zero = [e for e in errors if _ZERO_LOSS.search(e.line)]
+    if zero and not _NAN.search(" ".join(e.line for e in errors)):
+        return _zero_loss(ctx, zero)
+    overflow = _overflow(ctx, errors)
+    if overflow is not None:
+        return overflow
+    text = " ".join(e.line for e in errors)
+    evidence = [ctx.line_fact(errors[0])]
+    fp4 = re.search(r"(?i)\b(?:MX)?FP4\w*\b[\w ]{0,24}? is not supported on (gfx\w+)", text)
+    if fp4 and re.search(r"VLLM_ROCM_USE_AITER|AITER", "\n".join(ctx.sheet.lines)):
+        return _make("precision", f"vLLM's AITER path uses FP4, which {fp4.group(1)} lacks",
+                     f"with VLLM_ROCM_USE_AITER=1 vLLM turns on AITER's FP4 batched matmul by default; {fp4.group(1)} "
+                     "has no FP4 (gfx950 has)", "export VLLM_ROCM_USE_AITER_FP4BMM=0 (keep the rest of AITER), or "
+                     "a vLLM release that checks the GPU first", evidence, errors)
+    if re.search(r"(?i)cublasLt\w*.{0,80}NOT_SUPPORTED|NOT_SUPPORTED.{0,80}cublasLt", text):
+        old = [f.value for f in ctx.sheet.of("torch") if re.search(r"\+cu11", f.value)]
+        if old:
+            return _make("precision", "this torch's cuBLASLt has no fp8 matmul",
+                         f"torch {old[0]} is built with CUDA 11, whose cuBLASLt has no fp8 (e4m3fn) matmul",
+                         "pip install -U torch --index-url https://download.pytorch.org/whl/cu124 (or newer), or run "
+                         "the model in fp16/bf16 instead of fp8", evidence, errors)
+    if re.search(r"(?i)not implemented for .(?:Half|BFloat16).", text):
+        # a CPU kernel missing for fp16/bf16: the model runs on the CPU in a GPU's number format
+        return _make("precision", "a half-precision model runs on the CPU",
+                     "the model was loaded in fp16/bf16 but runs on the CPU, which has no kernel for this op in that "
+                     "format: the GPU was not used (torch sees no GPU, or the model was never moved to it)",
+                     "check python -c 'import torch; print(torch.cuda.is_available())': if False, fix the GPU first "
+                     "(a torch built for this GPU); on the CPU load the model in float32 (torch_dtype=torch.float32; "
+                     "web UIs: --no-half / --precision full)", evidence, errors)
+    fp8 = re.search(r"(?i)(?:fp8|float8|fp4|mxfp|nvfp)\w*.{0,60}\b(?:requires|needs|only (?:be )?supported|is not "
+                    r"supported)\b", text)
+    if fp8:
+        return _make("precision", "this GPU has no fp8", "fp8 matmuls need Ada (sm_89), Hopper (sm_90) or newer, MI300 "
+                     "(gfx942) or RDNA4; this GPU is older", "load the model in bf16 or fp16 instead (vLLM: --dtype "
+                     "bfloat16 with a non-fp8 checkpoint, or --quantization none / awq / gptq; transformers: "
+                     "torch_dtype=torch.bfloat16), or run it on a GPU with fp8", evidence, errors)
+    bf16 = re.search(r"(?i)bf16|bf+loat|16BF", text)   # (bf+loat: BFloat16, and a user's "BFfloat")
+    if bf16 and re.search(r"(?i)Bfloat16 is only supported on GPUs with compute capability", text) or \
+            (bf16 and ctx.tool(errors) == "vllm"):
+        return _make("precision", "the GPU has no bf16", "vLLM loads the model in its bf16 dtype, which this GPU "
+                     "cannot compute", "start with --dtype half (= float16; LLM(model=..., dtype=\"float16\")), or "
+                     "--dtype float32; "
+                     "bf16 needs compute capability 8.0 (Ampere) or newer", evidence, errors)
+    if bf16 and re.search(r"(?i)setup doesn.t support bf16|--bf16|bf16=True|TrainingArguments", text):
+        return _make("precision", "the GPU has no bf16", "the training is configured for bf16, which this GPU (older "
+                     "than Ampere, or RDNA1/2) cannot compute",
+                     "train in fp16 instead: fp16=True instead of bf16=True in the TrainingArguments (--fp16 instead "
+                     "of --bf16; the same in a DeepSpeed config: \"fp16\": {\"enabled\": true}, \"bf16\": "
+                     "{\"enabled\": false})" + _sft_config(ctx), evidence, errors)
+    hit = _catalogue(errors)
+    if hit is not None:
+        return _restate("precision", hit, errors)
+    if bf16:
+        where = ("fp16: true and bf16: false in the training config (LLaMA-Factory, axolotl; --fp16 instead of --bf16 "
+                 "on the command line)" if _training(ctx) else "the project's dtype setting")
+        return _make("precision", "bf16 does not run on this stack", "a bf16 operation runs where the GPU (or the "
+                     "installed torch and CUDA) has no bf16 support",
+                     f"turn bf16 off: run in fp16 (or fp32) instead of bf16: {where}", evidence, errors)
+    # a number-format failure no reading above settles: the format the GPU does have, as the likely remedy
+    return _make("precision", "the GPU has no instructions for this number format",
+                 "an operation runs in a format (bf16, fp8, fp4) this GPU or its build does not compute",
+                 "run the model in a format the GPU has: fp16 on GPUs without bf16 (NVIDIA before Ampere, AMD RDNA2 and "
+                 "older), bf16 or fp16 where fp8 / fp4 are missing (--dtype, torch_dtype, or the tool's precision "
+                 "option), fp32 to confirm", evidence, errors, confirmed=False)
