@@ -29,7 +29,7 @@ NOT_DETECTED = (r"(?i)(?:can ?not|can't|cannot|doesn't|does not|don't|do not|won
 
 
 # Windows said in words ("Windows 11", "win10", "w11"), for pastes whose facts show no Windows path or tool output
-WINDOWS_WORD = re.compile(r"(?i)\bw(?:in(?:dows)?)?\s*1[01]\b|\bwindows\b")
+WINDOWS_WORD = re.compile(r"(?i)\bw(?:in(?:dows?)?)?\s*1[01]\b|\bwindows\b")
 
 
 def on_windows(ctx: "Context", text: str) -> bool:
@@ -136,8 +136,10 @@ def _text(ctx: Context) -> str:
     return "\n".join(ctx.sheet.lines)
 
 
-def _lines_matching(ctx: Context, pattern: str) -> list[ErrorLine]:
-    """The paste's lines that say `pattern`, as lines a diagnosis can cover (a prose complaint, a listing)."""
+def _lines_matching(ctx: Context, pattern: "str | re.Pattern[str]") -> list[ErrorLine]:
+    """The paste's lines that say `pattern`, as lines a diagnosis can cover (a prose complaint, a listing). A compiled
+    pattern is used as it is (a string goes through re's cache of compiled patterns, which the rules' many patterns
+    can overflow)."""
     found = re.compile(pattern)
     return [ErrorLine(n, line.strip(), None) for n, line in enumerate(ctx.sheet.lines, 1) if found.search(line)]
 

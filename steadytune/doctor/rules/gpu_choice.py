@@ -5,6 +5,8 @@
   a launch's GPUs      "how do I choose the GPUs": the visibility variable on the launch (accelerate's --gpu_ids)
   Ray's resources      a Ray task or actor sees only the GPUs it requested (num_gpus)
   ROCm's layers        an index counted in the wrong layer of ROCR / HIP / CUDA_VISIBLE_DEVICES leaves no GPU
+  a choice not taken   the variable chooses GPU N, yet the user sees the work on another GPU and N empty: the
+                       variable never reached the process (misspelled, set after torch started, dropped by sudo)
 
 Facts: Ollama's FAQ ("How does Ollama load models on multiple GPUs?": a model that fits one GPU goes on one GPU) and
 its server variables (OLLAMA_SCHED_SPREAD: schedule the model across all GPUs); Ollama's GPU docs (CUDA_VISIBLE_DEVICES
@@ -144,9 +146,43 @@ def _index_in_the_wrong_layer(ctx: Context, text: str) -> Optional[Diagnosis]:
                  "what is set", [chosen[-1]], none)
 
 
+# the user's view of which GPU the work went to: "nothing is on GPU=1", "GPU 1 is empty", "only GPU=0 is filled"
+_IDLE_GPU = re.compile(r"(?i)\bnothing (?:is )?(?:on|in) (?:GPU|cuda|device)\W{0,2}(\d)\b|\b(?:GPU|cuda|device)\W{0,2}(\d) "
+                       r"(?:is|stays|remains) (?:empty|idle|unused|free)\b")
+_BUSY_GPU = re.compile(r"(?i)\bonly (?:GPU|cuda|device)\W{0,2}(\d) (?:is |gets )?(?:filled|used|full|busy|loaded)\b|"
+                       r"\b(?:still|instead) (?:runs|loads|goes|uses|allocates)\w* (?:on |to )?(?:GPU|cuda|device)\W{0,2}(\d)\b")
+
+
+def _choice_not_taken(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """A GPU chosen by CUDA_ / HIP_VISIBLE_DEVICES=N, and the user sees GPU N idle and another one used: inside the
+    process the variable is not what the shell shows (a misspelled name, an export after torch initialised CUDA, sudo
+    or a launcher dropping the environment), so CUDA numbers the GPUs as usual and GPU 0 takes the work."""
+    chosen = [f for f in ctx.sheet.of("env") if f.value.split("=", 1)[0] in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+              and re.fullmatch(r"\d+", f.value.split("=", 1)[1])]
+    if not chosen:
+        return None
+    value = chosen[-1].value.split("=", 1)[1]
+    idle = [m for m in _IDLE_GPU.finditer(text) if (m.group(1) or m.group(2)) == value]
+    busy = [m for m in _BUSY_GPU.finditer(text) if (m.group(1) or m.group(2)) != value]
+    if not idle and not busy:
+        return None
+    name = chosen[-1].value.split("=", 1)[0]
+    said = _lines_matching(ctx, _IDLE_GPU if idle else _BUSY_GPU)[:1]
+    return _first(_make(
+        "visibility", f"{name}={value} is not in effect in the process",
+        f"the paste sets {name}={value}, yet GPU {value} stays idle and the work lands on another GPU: the process "
+        "numbers the GPUs as if the variable were unset (its name misspelled where it was really set, exported after "
+        "torch had initialised the GPU, or dropped by sudo or a launcher), so it fills a GPU another job already uses",
+        f"set it on the command itself: {name}={value} <the command> (spelled exactly {name}); check it inside the "
+        f"process (python -c \"import os; print(os.environ.get('{name}'))\" in the same shell; nvidia-smi / rocm-smi "
+        f"should then show the process on GPU {value}); in Python set os.environ['{name}'] before importing torch",
+        [chosen[-1]], said))
+
+
 @rule("visibility")
 def gpu_choice(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if _OLLAMA.search(text):
         return _ollama_devices_ignored(ctx, text) or _ollama_spread(ctx, text)
-    return _index_in_the_wrong_layer(ctx, text) or _ray_gpus_not_requested(ctx, text) or _which_gpus_asked(ctx, text)
+    return _index_in_the_wrong_layer(ctx, text) or _ray_gpus_not_requested(ctx, text) or \
+        _choice_not_taken(ctx, text) or _which_gpus_asked(ctx, text)

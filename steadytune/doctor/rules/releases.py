@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
 from steadytune.doctor.rules.libraries import _lines_saying
 
 
@@ -135,6 +135,9 @@ def remote_code_optional_import(ctx: Context) -> Optional[Diagnosis]:
 
 # Triton's own assertion when it finds no libcuda.so: "AssertionError: libcuda.so cannot found!"
 _TRITON_NO_LIBCUDA = re.compile(r"libcuda\.so cannot (?:be )?found")
+# the user's own check that the ldconfig cache lacks it: "`ldconfig -p | grep libcuda.so` => empty"
+_LDCONFIG_EMPTY = re.compile(r"(?i)ldconfig -p\W{0,3}\|\W{0,3}grep\W{0,3}libcuda\S*.{0,12}?(?:=>|->|:|returns|gives|shows|"
+                             r"prints)\W{0,3}(?:empty|nothing|no output|no result)")
 # a Triton 2.1 release said with a failure: "triton version 2.1.0", "pip install triton==2.1.0 ... fails"
 _TRITON_21 = re.compile(r"(?i)\btri?ti?on\W{0,12}(?:version\s{0,3})?(?:==|-|\s)\s{0,3}v?(2\.1(?:\.\d+)?)\b")
 # hosted notebooks whose NVIDIA driver library is on LD_LIBRARY_PATH only, not in the ldconfig cache
@@ -149,12 +152,24 @@ def triton_finds_libcuda_through_ldconfig_only(ctx: Context) -> Optional[Diagnos
     TRITON_LIBCUDA_PATH (PR 2582)."""
     text = _text(ctx)
     said = _lines_matching(ctx, _TRITON_NO_LIBCUDA.pattern) if "cannot" in text else []
+    said = said or (_lines_matching(ctx, _LDCONFIG_EMPTY) if "ldconfig" in text else [])
     release = _TRITON_21.search(text) if "ti" in text.lower() else None
     hosted = _NOTEBOOK_HOST.search(text)
     if not said and not (release and hosted and re.search(r"(?i)fail|does(?: not|n'?t) work|error|broken", text)):
         return None
     lines = said or _lines_matching(ctx, _TRITON_21.pattern)[:1]
     where = "/usr/lib64-nvidia" if hosted else "<the folder with libcuda.so.1: find / -name 'libcuda.so*'>"
+    if not hosted and any(_LDCONFIG_EMPTY.search(line.line) for line in lines):
+        # the user's own check shows the cache lacks the driver library: refreshing it is the first step, and the
+        # check settles the reading (a torch fact beside it is a symptom)
+        return _first(_make(
+            "rocm-libs-missing", "the ldconfig cache does not list the driver's libcuda.so",
+            "Triton finds libcuda.so through the loader cache (ldconfig -p), and the paste shows the cache without it "
+            "(a driver installed or updated without the cache being rebuilt, or its folder not registered)",
+            f"rebuild the cache: sudo ldconfig, then check that ldconfig -p | grep libcuda lists it; if it still does "
+            f"not, register the driver library's folder: echo {where} | sudo tee /etc/ld.so.conf.d/libcuda.conf && "
+            "sudo ldconfig (newer Triton also takes TRITON_LIBCUDA_PATH=<that folder>)",
+            [ctx.line_fact(lines[0])], lines))
     return _make("rocm-libs-missing", "Triton does not find the driver's libcuda",
                  f"Triton{' ' + release.group(1) if release else ''} looks for libcuda.so only in the ldconfig cache, "
                  f"and this machine{' (a hosted notebook)' if hosted else ''} has the driver library only on "
@@ -163,3 +178,45 @@ def triton_finds_libcuda_through_ldconfig_only(ctx: Context) -> Optional[Diagnos
                  f"/etc/ld.so.conf.d/libcuda.conf && ldconfig (in a notebook cell: !...), or upgrade to triton 2.2 or "
                  "newer (pip install -U torch triton: it also searches LD_LIBRARY_PATH; newer ones take "
                  "TRITON_LIBCUDA_PATH)", [ctx.line_fact(lines[0])] if lines else [], lines)
+
+
+# pip's list of a package's releases: "Available versions: 2022.5.19, 2022.4.2, ..., 8.9.2.26, 8.8.1.3"
+_AVAILABLE = re.compile(r"(?i)available versions:\s*(.{0,600})")
+_DATE_VERSION = re.compile(r"\b20[12]\d\.\d{1,2}\.\d{1,2}\b")
+_REAL_VERSION = re.compile(r"(?<![\d.])(\d{1,2}(?:\.\d+){2,3})(?![\d.])")
+# NVIDIA's pip packages of CUDA libraries (nvidia-cudnn-cu11, nvidia-cublas-cu12)
+_NVIDIA_WHEEL = re.compile(r"(?i)\bnvidia-([a-z]+)-cu(1\d)\b")
+_CUDA_LIBRARY = re.compile(r"(?i)\blib(cudnn|cublas|cufft|cusparse|cusolver|nccl)\w*\.so")
+
+
+@rule("wheel-platform")
+def date_numbered_releases_outrank_real_ones(ctx: Context) -> Optional[Diagnosis]:
+    """A package whose release list mixes old date-numbered uploads (2022.5.19) with the real library releases
+    (8.9.2.26): a `>=8.x` requirement is met by the date numbers, which sort higher, so pip takes one that is not the
+    library (nvidia-cudnn-cu11's 2021-2022 uploads). Pin the real release."""
+    text = _text(ctx)
+    if "vailable versions" not in text:
+        return None
+    lines = _lines_matching(ctx, _AVAILABLE)
+    listed = _AVAILABLE.search(lines[0].line).group(1) if lines else ""
+    dates = _DATE_VERSION.findall(listed)
+    real = [v for v in _REAL_VERSION.findall(_DATE_VERSION.sub("", listed))]
+    if not dates or not real:
+        return None
+    wheel = _NVIDIA_WHEEL.search(text)
+    library = _CUDA_LIBRARY.search(text)
+    cuda = re.search(r"(?i)\bcuda ?(1\d)(?:\.\d)?\b|\+cuda(1\d)", text)
+    if wheel:
+        package = wheel.group(0).lower()
+    elif library and cuda:
+        package = f"nvidia-{library.group(1).lower()}-cu{cuda.group(1) or cuda.group(2)}"
+    else:
+        package = "the package"
+    newest = max(real, key=lambda v: tuple(int(x) for x in v.split(".")))
+    return _first(_make(
+        "wheel-platform", f"pip chose a date-numbered release of {package} over the real ones",
+        f"{package}'s release list holds old date-numbered uploads ({', '.join(dates[:2])}) beside the real library "
+        f"releases ({newest} ...); a requirement like >=8.x is met by the date numbers, which sort higher, so pip "
+        "installed one that does not carry the library the program loads",
+        f"pin a real release: pip install -U \"{package}=={newest}\" (or the one the program's requirement names), "
+        f"then pip show {package} should print it", [ctx.line_fact(lines[0])], lines))

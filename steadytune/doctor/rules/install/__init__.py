@@ -3,16 +3,22 @@
   shared             the torch a paste lists, its CUDA label and the fix table filled with them (no rules)
   torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
   torch_cuda         the CUDA torch was built with against the GPU, the toolkit and torchvision beside it
+  cuda_said_missing  "CUDA is installed but the program finds none": the CPU torch (the toolkit plays no part)
+  resolver_swap      an installer record of the GPU torch swapped for PyPI's torch by another package's install
   nightlies          a torch nightly that broke what the one before it ran
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
   cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against
   stale_install      files of an older install beside a newer one (a program's library folder, a web UI's venv)
   ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed)
+  nvcc_mix           a JIT build with an nvcc of another CUDA release than torch's (CCCL's incompatible headers)
   os_release         a binary linked against a newer glibc than the OS release ships (built for a newer OS)
   nightly_regression a torch nightly in which what worked before stopped working
+  build_isolation    torch's CUDA check failing inside pip's isolated build environment (its own torch)
   abi                a compiled extension built against another torch, CUDA or ROCm
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
+  tensile_path       rocBLAS reading its Tensile files from the pre-ROCm-5.2 component folder
+  hip_sdk_found      a Windows install step (the ZLUDA installers) that does not find the HIP SDK (HIP_PATH, PATH)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
 

@@ -160,8 +160,9 @@ def engine_on_native_windows(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not (on_windows(ctx, text) or _POWERSHELL.search(text)):
         return None
-    installs = _lines_matching(ctx, r"(?i)\b(?:pip3?|uv pip|python3? -m pip) install\s+(?:-\S+\s+)*[\"']?(?:"
-                               + "|".join(_ENGINES) + r")\b")
+    # the pip command, or the install said in words ("Facing issue while installing vllm in local machine")
+    installs = _lines_matching(ctx, r"(?i)(?:\b(?:pip3?|uv pip|python3? -m pip) install\s+(?:-\S+\s+)*[\"']?|"
+                               r"\binstall(?:ing|ation of)\s+(?:the\s+)?)(?:" + "|".join(_ENGINES) + r")\b")
     if not installs:
         return None
     engine = next(e for e in _ENGINES if re.search(rf"(?i)\b{e}\b", installs[0].line))

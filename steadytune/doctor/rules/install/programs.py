@@ -144,6 +144,11 @@ _NVIDIA_WORDS = re.compile(r"(?i)\bnvidia\b|\b(?:rtx|gtx)\s*\d{3,4}|\b(?:10[5-8]
                            r"\b9[6-8]0\b")
 
 
+_MODEL_WONT_START = re.compile(r"(?i)\b(?:model|engine)s? (?:fails?|failed|won't|wasn't able|was not able|can(?:'t|not)|"
+                               r"couldn't) (?:to )?start|\b(?:unable|not able|wasn't able|was not able) to start (?:the |a )?"
+                               r"model")
+
+
 @rule("rocm-libs-missing")
 def jan_without_the_cuda_runtime(ctx: Context) -> Optional[Diagnosis]:
     """Jan's GPU engine (its llama.cpp server built for CUDA) loads the CUDA runtime from a CUDA Toolkit install, not
@@ -152,6 +157,9 @@ def jan_without_the_cuda_runtime(ctx: Context) -> Optional[Diagnosis]:
     if not _JAN.search(text) or not _NVIDIA_WORDS.search(text) or any(e.family for e in ctx.errors):
         return None
     said = _lines_matching(ctx, _ON_CPU.pattern) or _lines_matching(ctx, r"(?i)\bCPU mode\b|\bnot (?:being )?used\b")
+    if not said and re.search(r"(?i)\bGPU\b", text):
+        # GPU acceleration turned on and the model no longer starts: the CUDA engine cannot load its runtime
+        said = _lines_matching(ctx, _MODEL_WONT_START)
     if not said:
         return None
     return _make("rocm-libs-missing", "Jan finds no CUDA runtime for its GPU engine",

@@ -525,5 +525,6 @@ def library_needs_a_gpu_torch_cannot_see(ctx: Context) -> Optional[Diagnosis]:
 
 
 # Jan (janhq), named by its issue template ("Jan Version: 0.4.3") or its own name, leaving an NVIDIA GPU idle
-_JAN = re.compile(r"\bJan [Vv]ersion\b|\bjanhq\b|\bJan (?:decides|uses|runs|falls|stays|only|does(?:n't| not)|won't)\b|"
+_JAN = re.compile(r"\bJan [Vv]ersion\b|\bjanhq\b|\bJan (?:decides|uses|runs|falls|stays|only|does(?:n't| not)|won't|"
+                  r"was(?:n't| not) able|is(?:n't| not) able|can(?:'t|not)|couldn't|fails|failed)\b|"
                   r"\bJan app\b|\bjan\.ai\b|\bJan_\d+\.\d+")

@@ -3,6 +3,7 @@
   shared         a training run, a speech model, an illegal access, the paste as one text (no rules)
   host_memory    host RAM running out: a kernel build's compiler jobs, a worker killed by SIGKILL (no rules)
   out_of_memory  GPU memory running out (each tool's own knobs, a training run's), and NCCL's own buffers
+  served_memory  a server's out-of-memory message naming its flag; a ggml server's long context (its prompt batch)
   miopen         MIOpen's kernels: its performance database, its solvers
   gpu_hang       a GPU that hangs, faults or resets, and a /dev/kfd stuck so it refuses to open
   precision      number formats: NaN and zero losses, fp16 overflow, a format the GPU lacks, black images
