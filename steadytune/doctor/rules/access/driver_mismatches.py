@@ -360,7 +360,11 @@ def image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
                         "host driver runs it before it starts the container, and this driver does not",
                         f"update the host's NVIDIA driver to {branch} (sudo apt install nvidia-driver-{least or '<branch>'} "
                         "or sudo ubuntu-drivers install, then reboot; nothing to change inside the container), or use "
-                        f"an older image tag built on the CUDA the driver runs (nvidia-smi shows it as 'CUDA Version')",
+                        f"an older image tag built on the CUDA the driver runs (nvidia-smi shows it as 'CUDA Version'); "
+                        "or, where the image's code runs on this driver anyway (a rebuilt image whose requirement rose "
+                        "past its real needs, a datacenter GPU with the CUDA forward-compatibility package), skip the "
+                        "check: docker run -e NVIDIA_DISABLE_REQUIRE=true (the toolkit's switch for all NVIDIA_REQUIRE_* "
+                        "constraints)",
                         [], refused))
 
 
