@@ -19,6 +19,7 @@ import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
+import steadytune.doctor.rules.access.driver_packages  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_state  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
