@@ -208,15 +208,6 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
                "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
         cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
-    elif re.search(r"(?i)not supported by open|required GPU\s+System Processor", text):
-        # NVIDIA's open kernel modules run only on GPUs with a GSP (Turing and newer; the open-gpu-kernel-modules
-        # README); older cards need the proprietary module of the same driver version
-        fix = ("install the proprietary (closed) NVIDIA kernel module of the same driver version instead of the open "
-               "one: the open modules need a GPU with a GSP (Turing, GTX 16 / RTX 20 and newer), and this card is "
-               "older (Pascal GTX 10, Volta, Maxwell). Ubuntu: sudo apt install nvidia-driver-<branch> (not "
-               "nvidia-driver-<branch>-open); the .run installer: choose the proprietary kernel module; Arch: nvidia "
-               "or nvidia-dkms, not nvidia-open; then reboot. Branch 580 is the last with Maxwell, Pascal and Volta")
-        cause = "the open NVIDIA kernel module refuses a GPU without a GSP (pre-Turing)"
     elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|CUDA unknown error|init(?:iali[sz]e)? (?:the )?GPU\W{0,3}"
                    r"unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b|\b(?:after|since) "
                    r"(?:a |the )?(?:sleep|suspend|resume|hibernat\w*|wak(?:e|ing) up)\b|(?:休眠|睡眠|挂起|待机)\S{0,8}后", text):

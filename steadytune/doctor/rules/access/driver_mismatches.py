@@ -40,7 +40,8 @@ def open_modules_on_old_gpu(ctx: Context) -> Optional[Diagnosis]:
     """The open NVIDIA kernel modules on a GPU older than Turing: they refuse it (no GSP), so nvidia-smi finds no
     device although the driver is installed."""
     text = _text(ctx)
-    refused = _lines_matching(ctx, r"(?i)not supported by open nvidia\.ko|required GPU System Processor")
+    # (dmesg wraps NVRM's refusal: "... is not supported by open" and "nvidia.ko because ..." on two lines)
+    refused = _lines_matching(ctx, r"(?i)not supported by open(?: nvidia\.ko|\s*$)|required GPU\s+System Processor")
     card = _PRE_TURING.search(text)
     if not refused and not (card and _OPEN_MODULES.search(text)):
         return None
@@ -55,7 +56,8 @@ def open_modules_on_old_gpu(ctx: Context) -> Optional[Diagnosis]:
         "driver", "the open NVIDIA kernel modules do not drive this GPU" + (f" ({card.group(0)})" if card else ""),
         "NVIDIA's open kernel modules support Turing and newer GPUs only (they run on the GPU System Processor); an "
         "older card (Maxwell, Pascal, Volta) is left without a driver, so nvidia-smi finds no device",
-        f"install the proprietary kernel modules of the same branch instead: sudo apt install {package} (the package "
+        f"install the proprietary kernel modules of the same branch instead (the open ones need the GPU System "
+        f"Processor, GSP, of Turing and newer): sudo apt install {package} (the package "
         f"without -open; it replaces {package}-open), or with NVIDIA's .run installer pick the proprietary flavour "
         "(-m=kernel, not kernel-open); then reboot; branch 580 is the last with Maxwell, Pascal and Volta support",
         [], symptom))

@@ -56,7 +56,8 @@ def driver_stacks_collide(ctx: Context) -> Optional[Diagnosis]:
 # is amdgpu-dkms from the separate repo.radeon.com/amdgpu repository, installed by amdgpu-install (ROCm 4.5 release
 # notes, "Installation": the unified amdgpu-install, rock-dkms replaced by amdgpu-dkms)
 _ROCK_DKMS_GONE = re.compile(r"(?i)Depends: rock-dkms\b.{0,40}\bnot (?:installable|going to be installed)|"
-                             r"(?:Unable to locate|has no installation candidate).{0,20}\brock-dkms|"
+                             r"Unable to locate package rock-dkms|\brock-dkms'? (?:has no installation candidate|is not "
+                             r"available)|"
                              r"\brock-dkms\b.{0,40}\b(?:disappeared|missing|gone|not found|no longer)")
 
 
