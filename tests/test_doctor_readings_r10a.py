@@ -53,6 +53,13 @@ READINGS = [
     # ROCm 3.x's rock-dkms on an Ubuntu HWE kernel, the runtime failing: the supported kernel
     ("ROCm 3.0 on Ubuntu 18.04.4 with kernel 5.3.0-28-generic, sudo apt install rocm-dkms went fine but\nROCk module "
      "is NOT loaded, possibly no GPU devices", "driver", ["4.15", "rock-dkms"]),
+    # an undefined driver-API call every driver has, in Triton's cached launcher: the caches, not the driver
+    ("ImportError: /home/ana/.triton/cache/9f3c/cuda_utils.so: undefined symbol: cuLaunchKernel\ntorch 2.4.1+cu121 on "
+     "an A10G", "abi-mismatch", ["~/.triton/cache", "/tmp/torchinductor_$USER"]),
+    # the device plugin's 0.16.1 chart with the volume-mounts strategy (said with the plugin's flag): SYS_ADMIN
+    ("helm upgrade nvdp nvdp/nvidia-device-plugin --version 0.16.0 --set deviceListStrategy=volume-mounts\n"
+     "nvidia-device-plugin-ctr: error starting plugins: nvml init failed: ERROR_LIBRARY_NOT_FOUND", "device-access",
+     ["SYS_ADMIN"]),
     # an APU's GTT asked with amdttm and not granted (another APU, another size): ttm.pages_limit in pages
     ("Ryzen AI 9 HX 370 (890M), Ubuntu 24.04 with amdgpu-dkms: I set amdttm.pages_limit for 48 GiB of GTT but "
      "rocminfo still shows the old size", "apu-memory", ["ttm.pages_limit=12582912"]),
@@ -93,6 +100,11 @@ NEGATIVES = [
     ("ROCm 6.1 on kernel 6.8.0-45-generic: rocminfo hsa api call failure, ROCk module is NOT loaded", "GA kernel 4.15"),
     # ROCm 2.x on its supported 4.15 kernel: not the kernel reading
     ("ROCm 2.6 rocm-dkms on Ubuntu 18.04 kernel 4.15.0-55-generic\nhsa api call failure at line 900", "GA kernel 4.15"),
+    # a driver-API call new in CUDA 12.4 undefined: the driver is too old, not a stale cache
+    ("undefined symbol: cuGreenCtxCreate (torch 2.6.0+cu126, driver 535)", "~/.triton/cache"),
+    # the device plugin 0.15 (which still grants SYS_ADMIN) failing otherwise: not the capability reading
+    ("nvidia-device-plugin 0.15.1 with deviceListStrategy=envvar: nvml init failed: ERROR_LIBRARY_NOT_FOUND",
+     "SYS_ADMIN"),
     # ttm.pages_limit already set: not the amdttm reading
     ("Strix Halo: amdttm.pages_limit and ttm.pages_limit=27648000 both set, still no effect on GTT", "amdttm.* values"),
 ]

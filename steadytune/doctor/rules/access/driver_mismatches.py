@@ -342,6 +342,33 @@ def nvml_in_a_container(ctx: Context) -> Optional[Diagnosis]:
                  [], failed, confirmed=False)
 
 
+# NVIDIA's device plugin with the volume-mounts device-list strategy needs CAP_SYS_ADMIN; the Helm chart's 0.16.0 and
+# 0.16.1 stopped granting it, and the plugin's NVML init then fails (k8s-device-plugin PR 865, "Add CAP_SYS_ADMIN if
+# volume-mounts list strategy is included", backported after 0.16.1)
+_PLUGIN_016 = re.compile(r"(?i)(?:device[- ]plugin|nvdp)\S*.{0,80}?\bv?0\.16\.[01]\b|\bv?0\.16\.[01]\b.{0,40}"
+                         r"device[- ]plugin")
+_VOLUME_MOUNTS = re.compile(r"(?i)deviceListStrategy\W{0,3}=?\W{0,3}[\w,\\-]*volume-mounts|device-list-strategy\W{0,3}"
+                            r"[\w,\\-]*volume-mounts")
+
+
+@rule("device-access")
+def device_plugin_without_sys_admin(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    if not _PLUGIN_016.search(text) or not _VOLUME_MOUNTS.search(text):
+        return None
+    failed = _lines_matching(ctx, r"(?i)nvml init failed|ERROR_LIBRARY_NOT_FOUND|CrashLoopBackOff|error starting plugins")
+    if not failed:
+        return None
+    return _first(_make("device-access", "the device plugin's chart 0.16.0 / 0.16.1 no longer grants SYS_ADMIN",
+                        "with deviceListStrategy=volume-mounts the NVIDIA device plugin needs the SYS_ADMIN capability; "
+                        "the 0.16.0 and 0.16.1 Helm charts stopped adding it to the plugin container, so its NVML "
+                        "initialisation fails and the pod crash-loops",
+                        "add the capability back: helm upgrade with --set securityContext.capabilities.add[0]=SYS_ADMIN "
+                        "(or securityContext.privileged=true), or move to a later chart release that adds SYS_ADMIN "
+                        "itself when volume-mounts is in the strategy, or stay on 0.15.x; then delete the plugin pod",
+                        [], failed[:2]))
+
+
 # the NVIDIA container runtime refusing an image whose CUDA needs a newer host driver (the image's NVIDIA_REQUIRE_CUDA)
 _IMAGE_NEEDS_CUDA = re.compile(r"(?i)requirement error: unsatisfied condition: cuda\s*>=\s*(\d{2})\.(\d)")
 
