@@ -60,6 +60,10 @@ READINGS = [
     ("helm upgrade nvdp nvdp/nvidia-device-plugin --version 0.16.0 --set deviceListStrategy=volume-mounts\n"
      "nvidia-device-plugin-ctr: error starting plugins: nvml init failed: ERROR_LIBRARY_NOT_FOUND", "device-access",
      ["SYS_ADMIN"]),
+    # KFD refusing the process's GPU VM, the card not named (another ROCm, torch's runtime line): the GPU's age
+    ("ROCm 6.2.4 on Ubuntu 24.04\npython -c 'import torch; torch.zeros(1).cuda()'\nRuntimeError: HIP error: "
+     "hipErrorNoDevice\n[  88.402117] amdgpu: Failed to create process VM object", "gpu-unsupported",
+     ["gfx7", "rocminfo | grep gfx"]),
     # an APU's GTT asked with amdttm and not granted (another APU, another size): ttm.pages_limit in pages
     ("Ryzen AI 9 HX 370 (890M), Ubuntu 24.04 with amdgpu-dkms: I set amdttm.pages_limit for 48 GiB of GTT but "
      "rocminfo still shows the old size", "apu-memory", ["ttm.pages_limit=12582912"]),
@@ -105,6 +109,9 @@ NEGATIVES = [
     # the device plugin 0.15 (which still grants SYS_ADMIN) failing otherwise: not the capability reading
     ("nvidia-device-plugin 0.15.1 with deviceListStrategy=envvar: nvml init failed: ERROR_LIBRARY_NOT_FOUND",
      "SYS_ADMIN"),
+    # the same refusal on an RDNA 3 card: not the old-GCN reading
+    ("RX 7900 XTX (gfx1100), ROCm 6.3: rocminfo HSA_STATUS_ERROR_OUT_OF_RESOURCES\namdgpu: Failed to create process "
+     "VM object", "Mesa rusticl"),
     # ttm.pages_limit already set: not the amdttm reading
     ("Strix Halo: amdttm.pages_limit and ttm.pages_limit=27648000 both set, still no effect on GTT", "amdttm.* values"),
 ]
