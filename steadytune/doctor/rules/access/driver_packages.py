@@ -117,7 +117,7 @@ _OLD_KERNEL_DRIVER = re.compile(r"(?i)\brock-dkms\b|\brocm-dkms\b|\bamdkcl\b")
 _KERNEL_SAID = re.compile(r"(?i)\bkernel[ :(]{1,3}v?(\d)\.(\d+)|\bLinux version (\d)\.(\d+)|\b(\d)\.(\d+)\.\d+-\d+-generic\b")
 _FAILED = re.compile(r"(?i)hsa api call failure|no (?:kfd|/dev/kfd)|/dev/kfd.{0,30}(?:missing|not (?:exist|found|there))|"
                      r"\bcan(?:not|.t)? (?:no longer )?boot|\bfails? to boot|\bboot (?:fails?|hangs?)|ROCk module is NOT "
-                     r"loaded|clGetPlatformIDs\(-1001\)|dmesg \| grep kfd. produces no output|VGACON disables amdgpu")
+                     r"loaded|clGetPlatformIDs\(-1001\)|VGACON disables amdgpu")
 
 
 @rule("driver")
