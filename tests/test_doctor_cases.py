@@ -121,6 +121,14 @@ KNOWN_MISSES = {
                                                                        "'can't detect GPU' on Windows only: the quoted "
                                                                        "CUDA_VISIBLE_DEVICES value in the Windows "
                                                                        "environment left no trace in it",
+    # round 10 (r10a, driver families)
+    "https://github.com/ollama/ollama/issues/8606": "the paste is the thread's title only ('Why doesn't my ollama use "
+                                                    "GPU'): the cause, a Proxmox VM's CPU type hiding AVX, leaves no "
+                                                    "trace in it",
+    "https://github.com/NVIDIA/nvidia-container-toolkit/issues/152": "the accepted reply spells the switch "
+                                                                     "NVIDIA_DISABLE_REQUIRES; the toolkit reads "
+                                                                     "NVIDIA_DISABLE_REQUIRE (internal/config/image/"
+                                                                     "cuda_image.go), which doctor gives",
 }
 
 

@@ -3,8 +3,11 @@
   device_files       /dev/kfd and /dev/dri, their groups, a KFD older than the GPU
   wsl                WSL 2 and the Windows under it
   driver             the driver itself: amdgpu DKMS and kernels, the Windows AMD driver
+  driver_packages    the driver's packages: two stacks colliding, rock-dkms renamed, no graphics use case,
+                     rock-dkms on a kernel its release did not list
   driver_mismatches  the driver against what it runs (CUDA, kernels, containers, firmware)
-  driver_state       Ollama on a NVIDIA driver left broken (nvidia_uvm after suspend), registered last
+  driver_state       a driver left broken or not ready: nvidia_uvm after suspend, a service started before the GPU,
+                     CUDA after a background driver update; registered last
 
 runner.py imports them in this order, which is the order their rules register in.
 """

@@ -321,6 +321,8 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
         return early
     if re.search(r"(?i)is missing in supported_devices|kgd2kfd_probe failed|not supported in kfd", _text(ctx)):
         return None   # KFD itself refuses the GPU: no group opens a device the driver never created (gpu-unsupported)
+    if re.search(r"(?i)Failed to create process VM object", _text(ctx)):
+        return None   # the node opened and KFD refused the process's GPU VM: the GPU, not the groups (arch/kfd_process_vm)
     errors = ctx.of("device-access")
     if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
         errors = [e for e in errors if not re.search(r"OUT_OF_RESOURCES", e.line)]

@@ -208,12 +208,18 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
                "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
         cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
-    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b|\b(?:after|since) "
+    elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|CUDA unknown error|init(?:iali[sz]e)? (?:the )?GPU\W{0,3}"
+                   r"unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b|\b(?:after|since) "
                    r"(?:a |the )?(?:sleep|suspend|resume|hibernat\w*|wak(?:e|ing) up)\b|(?:休眠|睡眠|挂起|待机)\S{0,8}后", text):
+        # CUDA_ERROR_UNKNOWN at start-up: the loaded module is not the one the libraries expect (a driver installed
+        # or updated since boot) or nvidia_uvm was left broken by a suspend / resume
         fix = ("reload the NVIDIA unified-memory module: sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (after a "
-               "suspend / resume it is left broken), or reboot; if it comes back after each sleep, keep the memory "
-               "across suspend: options nvidia NVreg_PreserveVideoMemoryAllocations=1 and the nvidia-suspend services")
-        cause = "the CUDA driver is in a broken state (most often after the machine slept: nvidia_uvm)"
+               "suspend / resume it is left broken), or reboot (always, when the driver was installed or updated "
+               "since the last boot: the old kernel module is still the loaded one); if it comes back after each "
+               "sleep, keep the memory across suspend: options nvidia NVreg_PreserveVideoMemoryAllocations=1 and the "
+               "nvidia-suspend services")
+        cause = ("the CUDA driver is in a broken state (a driver installed or updated without a reboot, or the "
+                 "machine slept: nvidia_uvm)")
     elif re.search(r"(?i)secure ?boot", text):
         module = "nvidia" if re.search(r"(?i)nvidia", joined) else "amdgpu"
         fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
@@ -303,9 +309,14 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         if most and not older and re.fullmatch(r"\d+\.\d+", most):
             older = (f"; or keep the driver and install a torch built for CUDA {most} (cu{most.replace('.', '')}: "
                      f"an older torch release, from https://download.pytorch.org/whl/cu{most.replace('.', '')})")
-        fix = (f"update the NVIDIA driver (it runs CUDA {most or '?'} at most; a current torch needs a driver for "
-               f"CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
+        # the installed branch named back (driver 515 runs CUDA 11.7 at most), so the user sees which one to leave
+        installed = f"driver {branch.group(1) or branch.group(2)}" if branch else "it"
+        fix = (f"update the NVIDIA driver ({installed} runs CUDA {most or '?'} at most; a current torch needs a driver "
+               f"for CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"
+    elif _NVIDIA_DKMS.search(joined) and re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|"
+                                                  r"fail(?:s|ed|ing)? to (?:build|compile)", text):
+        fix, cause = _nvidia_module_build(joined, kernel)
     elif re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|dkms-failed|DKMS fails? to build|"
                    r"dkms\b.{0,40}\bfail(?:s|ed|ing)? to (?:build|compile|install)|dkms.{0,20}(?:编译|构建)(?:失败|出错)",
                    text):
@@ -342,6 +353,38 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         r"NOT loaded|not found in modules|modprobe|couldn.t communicate", text) else ctx.no_gpu()
     return _make("driver", "the GPU driver is not working", cause, fix, [ctx.line_fact(e) for e in errors[:2]],
                  errors + downstream)
+
+
+# an NVIDIA module being built by DKMS: "dkms install nvidia/390.157", /var/lib/dkms/nvidia/..., nvidia-dkms-470
+_NVIDIA_DKMS = re.compile(r"(?i)\bdkms\b.{0,40}\bnvidia(?:-current)?/(\d{3})\.|/var/lib/dkms/nvidia/(\d{3})\.|"
+                          r"\bnvidia-(?:dkms|driver)-(\d{3})\b")
+# The legacy branches NVIDIA keeps for old GPUs get fixes for new kernels late or never (390: Fermi / Kepler, ended
+# 2022; 470: Kepler, ended 2024; 340: Tesla): a kernel newer than the branch's last release breaks its module build
+_LEGACY_BRANCHES = {"304": "GeForce 6 / 7", "340": "Tesla (GeForce 8-300)", "390": "Fermi", "470": "Kepler"}
+
+
+def _nvidia_module_build(joined: str, kernel) -> tuple[str, str]:
+    """The NVIDIA module (not amdgpu) failing to build for the running kernel: a legacy branch cannot follow new
+    kernels, a current one is fixed by its next release."""
+    m = _NVIDIA_DKMS.search(joined)
+    branch = next((g for g in m.groups() if g), None)
+    running = re.search(r"(?i)(?:kernel(?: release)?:?|KERNEL_UNAME=|on kernel:?)\s*(\d+\.\d+)[.\d]*\S*", joined)
+    on = f"kernel {running.group(1)}" if running else (kernel.value if kernel else "this kernel")
+    if branch in _LEGACY_BRANCHES:
+        fix = (f"the legacy {branch} driver's kernel module does not build for {on} (NVIDIA's {branch} branch for "
+               f"{_LEGACY_BRANCHES[branch]} GPUs gets no fixes for new kernels): apply the community compatibility patch "
+               f"for that kernel to the DKMS source in /usr/src (on Arch the AUR nvidia-{branch}xx-dkms package carries "
+               f"such patches), then sudo dkms install "
+               f"nvidia/<version> again; or boot an older / LTS kernel that the {branch} module still builds for and "
+               "hold the kernel there; read /var/lib/dkms/nvidia/<version>/build/make.log for the failing source file")
+        cause = f"the legacy NVIDIA {branch} kernel module does not build for the newer {on}"
+    else:
+        fix = (f"install the NVIDIA driver release that supports {on} (a newer version of the same branch, or the "
+               "next branch; its release notes list the kernels), with the kernel's headers (sudo apt install "
+               "linux-headers-$(uname -r)), then sudo dkms autoinstall; or boot the previous kernel until it comes; "
+               "read /var/lib/dkms/nvidia/<version>/build/make.log for the failing source file")
+        cause = f"the NVIDIA kernel module does not build for {on}"
+    return fix, cause
 
 
 # The oldest Linux driver branch of each CUDA toolkit (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and

@@ -40,7 +40,8 @@ def open_modules_on_old_gpu(ctx: Context) -> Optional[Diagnosis]:
     """The open NVIDIA kernel modules on a GPU older than Turing: they refuse it (no GSP), so nvidia-smi finds no
     device although the driver is installed."""
     text = _text(ctx)
-    refused = _lines_matching(ctx, r"(?i)not supported by open nvidia\.ko|required GPU System Processor")
+    # (dmesg wraps NVRM's refusal: "... is not supported by open" and "nvidia.ko because ..." on two lines)
+    refused = _lines_matching(ctx, r"(?i)not supported by open(?: nvidia\.ko|\s*$)|required GPU\s+System Processor")
     card = _PRE_TURING.search(text)
     if not refused and not (card and _OPEN_MODULES.search(text)):
         return None
@@ -55,7 +56,8 @@ def open_modules_on_old_gpu(ctx: Context) -> Optional[Diagnosis]:
         "driver", "the open NVIDIA kernel modules do not drive this GPU" + (f" ({card.group(0)})" if card else ""),
         "NVIDIA's open kernel modules support Turing and newer GPUs only (they run on the GPU System Processor); an "
         "older card (Maxwell, Pascal, Volta) is left without a driver, so nvidia-smi finds no device",
-        f"install the proprietary kernel modules of the same branch instead: sudo apt install {package} (the package "
+        f"install the proprietary kernel modules of the same branch instead (the open ones need the GPU System "
+        f"Processor, GSP, of Turing and newer): sudo apt install {package} (the package "
         f"without -open; it replaces {package}-open), or with NVIDIA's .run installer pick the proprietary flavour "
         "(-m=kernel, not kernel-open); then reboot; branch 580 is the last with Maxwell, Pascal and Volta support",
         [], symptom))
@@ -340,6 +342,33 @@ def nvml_in_a_container(ctx: Context) -> Optional[Diagnosis]:
                  [], failed, confirmed=False)
 
 
+# NVIDIA's device plugin with the volume-mounts device-list strategy needs CAP_SYS_ADMIN; the Helm chart's 0.16.0 and
+# 0.16.1 stopped granting it, and the plugin's NVML init then fails (k8s-device-plugin PR 865, "Add CAP_SYS_ADMIN if
+# volume-mounts list strategy is included", backported after 0.16.1)
+_PLUGIN_016 = re.compile(r"(?i)(?:device[- ]plugin|nvdp)\S*.{0,80}?\bv?0\.16\.[01]\b|\bv?0\.16\.[01]\b.{0,40}"
+                         r"device[- ]plugin")
+_VOLUME_MOUNTS = re.compile(r"(?i)deviceListStrategy\W{0,3}=?\W{0,3}[\w,\\-]*volume-mounts|device-list-strategy\W{0,3}"
+                            r"[\w,\\-]*volume-mounts")
+
+
+@rule("device-access")
+def device_plugin_without_sys_admin(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    if not _PLUGIN_016.search(text) or not _VOLUME_MOUNTS.search(text):
+        return None
+    failed = _lines_matching(ctx, r"(?i)nvml init failed|ERROR_LIBRARY_NOT_FOUND|CrashLoopBackOff|error starting plugins")
+    if not failed:
+        return None
+    return _first(_make("device-access", "the device plugin's chart 0.16.0 / 0.16.1 no longer grants SYS_ADMIN",
+                        "with deviceListStrategy=volume-mounts the NVIDIA device plugin needs the SYS_ADMIN capability; "
+                        "the 0.16.0 and 0.16.1 Helm charts stopped adding it to the plugin container, so its NVML "
+                        "initialisation fails and the pod crash-loops",
+                        "add the capability back: helm upgrade with --set securityContext.capabilities.add[0]=SYS_ADMIN "
+                        "(or securityContext.privileged=true), or move to a later chart release that adds SYS_ADMIN "
+                        "itself when volume-mounts is in the strategy, or stay on 0.15.x; then delete the plugin pod",
+                        [], failed[:2]))
+
+
 # the NVIDIA container runtime refusing an image whose CUDA needs a newer host driver (the image's NVIDIA_REQUIRE_CUDA)
 _IMAGE_NEEDS_CUDA = re.compile(r"(?i)requirement error: unsatisfied condition: cuda\s*>=\s*(\d{2})\.(\d)")
 
@@ -360,7 +389,11 @@ def image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
                         "host driver runs it before it starts the container, and this driver does not",
                         f"update the host's NVIDIA driver to {branch} (sudo apt install nvidia-driver-{least or '<branch>'} "
                         "or sudo ubuntu-drivers install, then reboot; nothing to change inside the container), or use "
-                        f"an older image tag built on the CUDA the driver runs (nvidia-smi shows it as 'CUDA Version')",
+                        f"an older image tag built on the CUDA the driver runs (nvidia-smi shows it as 'CUDA Version'); "
+                        "or, where the image's code runs on this driver anyway (a rebuilt image whose requirement rose "
+                        "past its real needs, a datacenter GPU with the CUDA forward-compatibility package), skip the "
+                        "check: docker run -e NVIDIA_DISABLE_REQUIRE=true (the toolkit's switch for all NVIDIA_REQUIRE_* "
+                        "constraints)",
                         [], refused))
 
 

@@ -1,7 +1,9 @@
 """The NVIDIA driver loaded and of the right version, but in a broken state: Ollama on Linux that finds no usable
 NVIDIA GPU and quietly runs on the CPU, with no error of another kind. Ollama's own GPU docs ("Linux Suspend Resume")
 name the cause: after a suspend / resume cycle the NVIDIA UVM module is left broken, GPU discovery fails and Ollama
-falls back to the CPU; reloading nvidia_uvm (or a reboot) restores it. (A suspend said in words is read in driver.py.)"""
+falls back to the CPU; reloading nvidia_uvm (or a reboot) restores it. (A suspend said in words is read in driver.py.)
+Also: a GPU server's service started at boot before the GPU was ready, and LM Studio's CUDA runtime that cannot start
+CUDA after a driver update in the background (its "GPU survey unsuccessful")."""
 
 from __future__ import annotations
 
@@ -37,3 +39,60 @@ def nvidia_uvm_after_sleep(ctx: Context) -> Optional[Diagnosis]:
                  "'inference compute' line should then say library=cuda. If it recurs after each sleep, keep the "
                  "GPU's memory across suspend (options nvidia NVreg_PreserveVideoMemoryAllocations=1 and the "
                  "nvidia-suspend / nvidia-resume services)", [], idle[:2], confirmed=False)
+
+
+# a server started at boot that finds no GPU then, while a restart by hand finds it: said as "only CPU after reboot",
+# or as the service "started before the GPUs" are initialised
+_AFTER_BOOT = re.compile(r"(?i)\b(?:after|since|on|at|during|every) (?:a |each |the |every )?(?:system |machine |pc |computer )?"
+                         r"(?:re-?boot(?:ing|s)?|boot(?:ing|-?up)?|start-?up|power[- ]?on)\b|\bservice\b.{0,30}\bstart\w* "
+                         r"(?:faster|earlier|sooner|before)\b.{0,30}\b(?:GPU|driver|nvidia|amdgpu)")
+_CPU_ONLY = re.compile(r"(?i)\b(?:only|just) (?:the )?CPU\b|\bCPU (?:is )?(?:only )?used\b|\bruns? (?:only )?on (?:the )?CPU\b|"
+                       r"\bno GPU\b|\bGPU (?:is )?not (?:used|detected|found)|library=cpu|\bfalls? back to (?:the )?CPU\b|"
+                       r"\bstarted faster than\b")
+
+
+@rule("driver")
+def server_started_before_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama's systemd service (enabled at boot) can start before the GPU driver has brought its devices up: its GPU
+    discovery runs once at start, finds none, and it serves on the CPU until restarted. The systemd remedy is to order
+    or delay the unit's start (a drop-in; systemd.service(5) ExecStartPre)."""
+    text = _text(ctx)
+    if not re.search(r"(?i)\bollama\b", text) or on_windows(ctx, text) or ctx.errors:
+        return None
+    boot = _lines_matching(ctx, _AFTER_BOOT.pattern)
+    if not boot or not _CPU_ONLY.search(text) or re.search(r"(?i)suspend|resume|sleep|hibernat", text):
+        return None
+    waits = ("After=nvidia-persistenced.service" if _NVIDIA_SAID.search(text) else
+             "After=systemd-modules-load.service")
+    return _make("driver", "Ollama's service starts before the GPU is ready and stays on the CPU",
+                 "the ollama service is started at boot before the GPU driver has initialised the devices; its GPU "
+                 "discovery runs once at start, finds no GPU, and it serves on the CPU until it is restarted (a "
+                 "manual sudo systemctl restart ollama finds the GPU)",
+                 "delay the service's start with a drop-in: sudo systemctl edit ollama, add [Service] "
+                 f"ExecStartPre=/bin/sleep 10 (or [Unit] {waits}), save, sudo systemctl daemon-reload; reboot and "
+                 "check its log (journalctl -u ollama -b | grep 'inference compute') names the GPU", [], boot[:2],
+                 confirmed=False)
+
+
+# LM Studio's own words when its runtime finds no GPU it can use ("GPU survey unsuccessful"), while another of its
+# engines (Vulkan) still reaches the GPU, or it worked before: the CUDA user-space driver no longer matches the loaded
+# kernel module, which a driver update in the background (unattended-upgrades) leaves until the next boot
+_SURVEY_FAILED = re.compile(r"(?i)GPU survey (?:unsuccessful|failed)")
+_WORKED_BEFORE = re.compile(r"(?i)\bno longer\b|\bnot? (?:a )?problem until\b|\bused to\b|\bworked (?:before|until|fine)\b|"
+                            r"\buntil recently\b|\banymore\b|\bsuddenly\b|\bonly vulkan\b|\bvulkan (?:is )?(?:still )?works?")
+
+
+@rule("driver")
+def cuda_runtime_survey_failed(ctx: Context) -> Optional[Diagnosis]:
+    said = _lines_matching(ctx, _SURVEY_FAILED.pattern)
+    text = _text(ctx)
+    if not said or _vendor(ctx) == "amd" or not (_NVIDIA_SAID.search(text) or _WORKED_BEFORE.search(text)):
+        return None
+    return _make("driver", "LM Studio's CUDA runtime finds no usable GPU",
+                 "the runtime's GPU survey could not start CUDA although the GPU works for Vulkan (or worked before): "
+                 "the NVIDIA driver was updated (often in the background, by unattended-upgrades) and the loaded "
+                 "kernel module no longer matches the new user-space libraries until the machine reboots",
+                 "reboot; then check nvidia-smi works (a 'Driver/library version mismatch' there is the same fault: "
+                 "reinstall one driver version, sudo apt install --reinstall nvidia-driver-<branch>, and reboot), "
+                 "and in LM Studio rerun the runtime's compatibility check (Runtime / Manage versions: Rerun "
+                 "compatibility check) so the CUDA engine is offered again", [], said[:2], confirmed=False)

@@ -9,6 +9,7 @@
   target_lists     the targets a source build or an SDK carries
   prebuilt_floor   an NVIDIA card older than a tool's prebuilt binaries: the tool's source build for it
   release_added    a feature path for older GPUs that a tool's later release added (bitsandbytes' int8 matmul)
+  kfd_process_vm   KFD failing to create a process's GPU VM: a GPU older than gfx9, not the user's groups
 
 runner.py imports the rule modules in this order, which is the order their rules register in.
 """

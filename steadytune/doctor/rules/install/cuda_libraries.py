@@ -36,6 +36,16 @@ _DRIVER_API = re.compile(r"cu(?!File)[A-Z]\w*")
 # with 12.0, multicast objects with 12.1, green contexts with 12.4)
 _DRIVER_API_SINCE = ((re.compile(r"cuTensorMap"), "12.0"), (re.compile(r"cuMulticast"), "12.1"),
                      (re.compile(r"cuGreenCtx|cuDevResource|cuCtxFromGreenCtx"), "12.4"))
+# Driver API functions every driver a current CUDA build runs on has (the CUDA Driver API reference: the module, launch,
+# context, memory, stream and event calls of CUDA 4.0 and before, with their _v2 forms): when one is undefined the
+# driver is not too old; the binary calling it was built without libcuda linked, or for another setup
+_LONG_STANDING = re.compile(r"cu(?:Init|DriverGetVersion|Device(?:Get|GetAttribute|GetCount|GetName|PrimaryCtx\w+)|"
+                            r"Ctx(?:Create|Destroy|GetCurrent|SetCurrent|PushCurrent|PopCurrent|Synchronize|GetDevice)|"
+                            r"Module(?:GetFunction|Load\w*|Unload|GetGlobal)|LaunchKernel|Func(?:GetAttribute|"
+                            r"SetAttribute|SetCacheConfig)|Mem(?:Alloc|Free|cpy|set|GetInfo)\w*|Stream\w+|Event\w+|"
+                            r"GetErrorString|GetErrorName|PointerGetAttribute|Occupancy\w+)(?:_v\d)?")
+
+
 # The oldest Linux driver of each CUDA toolkit release (CUDA Toolkit release notes, table "CUDA Toolkit and
 # Corresponding Driver Versions")
 _LINUX_DRIVER_FOR = {"11.8": "520.61.05", "12.0": "525.60.13", "12.1": "530.30.02", "12.2": "535.54.03",
@@ -61,7 +71,8 @@ def driver_older_than_a_driver_api_call(ctx: Context) -> Optional[Diagnosis]:
     """An undefined cu* symbol is a CUDA driver API function: it lives in libcuda, which the NVIDIA driver installs, so
     the binary was built for a newer CUDA than the driver provides. Reinstalling the package cannot help; the driver
     must move."""
-    found = next(((line, symbol) for line, symbol in _undefined_symbols(ctx) if _DRIVER_API.fullmatch(symbol)), None)
+    found = next(((line, symbol) for line, symbol in _undefined_symbols(ctx) if _DRIVER_API.fullmatch(symbol)
+                  and not _LONG_STANDING.fullmatch(symbol)), None)
     if found is None:
         return None
     line, symbol = found
@@ -79,6 +90,28 @@ def driver_older_than_a_driver_api_call(ctx: Context) -> Optional[Diagnosis]:
                  f"{' (Linux driver ' + minimum + ' or newer' + (', e.g. the 550 series or later' if need == '12.4' else '') + ')' if minimum else ''}"
                  f"; nvidia-smi's \"CUDA Version\" must show it; or use a {tool} release built for the CUDA this driver "
                  "runs", [ctx.line_fact(line)], [line])
+
+
+@rule("abi-mismatch")
+def launcher_without_libcuda(ctx: Context) -> Optional[Diagnosis]:
+    """An undefined driver API call that every driver has (cuModuleGetFunction, cuLaunchKernel): the binary was not
+    linked against libcuda. The binaries most often in that state are the launchers Triton and torch.compile
+    (Inductor) compile at run time and keep in their caches, loaded again after torch, CUDA or the driver changed;
+    the remedy is to let them be compiled afresh."""
+    found = next(((line, symbol) for line, symbol in _undefined_symbols(ctx) if _LONG_STANDING.fullmatch(symbol)),
+                 None)
+    if found is None:
+        return None
+    line, symbol = found
+    return _make("abi-mismatch", f"a compiled launcher calls {symbol} without libcuda",
+                 f"{symbol} is a CUDA driver API function that every NVIDIA driver has, so the driver is not too old: "
+                 "the shared object calling it was built without libcuda linked or for another setup, most often a "
+                 "kernel launcher that Triton or torch.compile (Inductor) compiled into its cache earlier and loads "
+                 "again after torch, CUDA or the driver changed",
+                 "clear the compile caches so they are rebuilt: rm -rf ~/.triton/cache /tmp/torchinductor_$USER (or "
+                 "the folders TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR point at), then rerun; if the path on the "
+                 "error line is a pip package's .so instead, reinstall that package built for the installed torch "
+                 "and CUDA (pip install --force-reinstall --no-cache-dir <package>)", [ctx.line_fact(line)], [line])
 
 
 @rule("abi-mismatch")

@@ -6,7 +6,9 @@ import re
 from typing import Optional
 
 from steadytune.hardware.unified_memory import GIB, PAGE
-from steadytune.doctor.rules.base import _APU_ARCHS, _arch_fact, Context, Diagnosis, _make, rule, _symptom_lines
+from steadytune.doctor.rules.base import (
+    _APU_ARCHS, _arch_fact, Context, Diagnosis, _lines_matching, _make, rule, _symptom_lines,
+)
 
 
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
@@ -14,6 +16,39 @@ _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUM
                            r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
                            r"\bonly\s*~?\s*\d+(?:\.\d+)?\s*[MG]i?B (?:of )?(?:VRAM|GTT|GPU memory|dedicated|shared)|"
                            r"\bonly (?:use|see|allocate|get)s?\b.{0,20}\b\d+\s*[GM]i?B\b.{0,20}\b(?:of|out of)\b.{0,10}\d+\s*[GM]i?B|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
+
+
+# a GTT size asked through the out-of-tree amdttm module's parameters (amdgpu-dkms) or the deprecated amdgpu.gttsize,
+# and not granted: on kernels whose amdgpu uses the kernel's own ttm module, ttm.pages_limit is what caps the GTT
+# (amdgpu's gttsize documentation: deprecated in favour of ttm.pages_limit; AMD's Strix Halo guide sizes it in pages)
+_TTM_ASKED = re.compile(r"(?i)\bamdttm\.(?:pages_limit|page_pool_size)\b|\bamdgpu\.gttsize\b")
+_NOT_GRANTED = re.compile(r"(?i)\bno longer\b|\bnot? (?:take|taking|have|having|has) (?:any )?effect|\bignored\b|"
+                          r"\bdoes(?:n.t| not) (?:work|apply|change|provide)|\bdid(?:n.t| not) (?:work|apply|change)|"
+                          r"\bstill (?:shows?|reports?|only|capped|limited)\b|\bnot (?:honou?red|respected|applied)\b|"
+                          r"\bno (?:effect|change)\b|\bdeprecat\w+|\bconfl?icting\b")
+_GIB_ASKED = re.compile(r"(?i)\b(\d{2,3}(?:\.\d+)?)\s*Gi?B\b")
+
+
+@rule("apu-memory")
+def ttm_limit_not_amdttm(ctx: Context) -> Optional[Diagnosis]:
+    text = "\n".join(ctx.sheet.lines)
+    # the kernel's own parameter already set (not amdttm's, which the lookbehind leaves out): another cause
+    if not _TTM_ASKED.search(text) or not _NOT_GRANTED.search(text) or re.search(r"(?<![\w.])ttm\.pages_limit", text):
+        return None
+    size = _GIB_ASKED.search(text)
+    gib = float(size.group(1)) if size else None
+    pages = int(gib * GIB / PAGE) if gib else None
+    value = (f"ttm.pages_limit={pages} ttm.page_pool_size={pages} ({gib:g} GiB in 4 KiB pages: GiB x 262144)"
+             if pages else "ttm.pages_limit=<GiB x 262144> ttm.page_pool_size=<the same> (4 KiB pages)")
+    return _make("apu-memory", "the GTT size set through amdttm / amdgpu.gttsize is not the one applied",
+                 "on these kernels the APU's GTT (its unified memory) is capped by the kernel's own ttm module, not "
+                 "by the out-of-tree amdttm of amdgpu-dkms, so amdttm.page_pool_size / amdttm.pages_limit are "
+                 "ignored; amdgpu.gttsize is deprecated and conflicts with the ttm limit",
+                 f"size it with the kernel's ttm parameters on the kernel command line: {value} (in "
+                 "/etc/default/grub's GRUB_CMDLINE_LINUX_DEFAULT, then sudo update-grub and reboot); keeping the "
+                 "amdttm.* values beside them is harmless; drop amdgpu.gttsize. Check: cat "
+                 "/sys/module/ttm/parameters/pages_limit and sudo dmesg | grep -i gtt",
+                 [], _lines_matching(ctx, _TTM_ASKED.pattern)[:2])
 
 
 @rule("apu-memory")
