@@ -119,6 +119,10 @@ KNOWN_MISSES = {
                                                                        "'can't detect GPU' on Windows only: the quoted "
                                                                        "CUDA_VISIBLE_DEVICES value in the Windows "
                                                                        "environment left no trace in it",
+    # round 10 (r10e, runtime families): nothing in the paste points at the accepted cause
+    "https://github.com/ollama/ollama/issues/3536": "'ollama does not use my GPU' (Task Manager, Windows) with no GPU, "
+                                                    "model, size or log named: that the model is larger than the "
+                                                    "card's VRAM came from later comments",
 }
 
 

@@ -59,14 +59,16 @@ def _own_bf16_check(ctx: Context) -> Optional[Diagnosis]:
     if tool is None:
         return None
     on = gpu.group(0) if gpu else archs[0] if archs else "this GPU"
-    own = (" (torchtune's verify_bf16_support required torch.version.cuda >= 11, which is None on a ROCm build; "
-           "torchtune PR 803 relaxed it for non-CUDA builds; it also requires NCCL 2.10 or newer where "
-           "torch.distributed is available)" if tool == "torchtune" else "")
+    own = (" (torchtune's verify_bf16_support required torch.version.cuda >= 11, which is None on a ROCm build)"
+           if tool == "torchtune" else "")
+    after = ("; torchtune PR 803 relaxed the check for non-CUDA builds, and it still requires NCCL 2.10 or newer where "
+             "torch.distributed is available: python -c 'import torch; print(torch.cuda.nccl.version())'"
+             if tool == "torchtune" else "")
     return _first(_make("precision", f"{tool}'s own bf16 check refuses a GPU that computes bf16",
                         f"{tool} checks bf16 support by its own test{own}, and that test fails on {on}, although torch "
                         "computes bf16 there" + (" (torch.cuda.is_bf16_supported() says True)" if torch_says else ""),
-                        f"upgrade {tool} ({_UPGRADE[tool]}), whose check accepts this GPU; until then keep bf16 and "
-                        f"skip the tool's check (fp32 only if the upgrade is not possible)", [], said))
+                        f"upgrade {tool} ({_UPGRADE[tool]}), whose check accepts this GPU{after}; until then keep "
+                        "bf16 and skip the tool's check (fp32 only if the upgrade is not possible)", [], said))
 
 
 # a user saying a precision flag they set to false is not honoured ("fp16 false 无法透传", "--fp16 false is ignored",
