@@ -99,3 +99,14 @@ def test_the_readings_survive_how_they_are_pasted(how):
 ])
 def test_a_reading_stays_out_of_a_paste_it_does_not_fit(paste, not_said):
     assert_no_rule_says(paste, not_said)
+
+
+@pytest.mark.parametrize("paste,not_said", [
+    # a card on every WSL release's list rejected: the release or the driver, not the card
+    ("RX 7900 XTX, Ubuntu 22.04 in WSL2\nrocminfo\nWSL environment detected.\nROCR: unsupported GPU", "does not support the"),
+    # Megatron's own log line about model parallelism in a multi-GPU run: nobody asked for sharding
+    ("torchrun --nproc_per_node 8 pretrain_gpt.py\n> initializing model parallel with size 1\ntraining ...\n"
+     "iteration 100/1000 | elapsed time per iteration (ms): 5200.1\nwhy is training so slow?", "ZeRO-3"),
+])
+def test_a_reading_keeps_to_its_evidence(paste, not_said):
+    assert_no_rule_says(paste, not_said)

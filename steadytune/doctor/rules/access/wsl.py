@@ -355,6 +355,9 @@ def _wsl_copies_not_links(ctx: Context, fact: Optional[Fact]) -> Optional[Diagno
 # WSL list ("ROCR: unsupported GPU"), and reports "no GPU" as HSA_STATUS_ERROR_OUT_OF_RESOURCES (rocm-systems #1153)
 _WSL_REJECTS = re.compile(r"ROCR: unsupported GPU|HSA_STATUS_ERROR_OUT_OF_RESOURCES")
 _RADEON_NAMED = re.compile(r"(?i)(?<![\w.])(?:(?:radeon )?(?:pro )?rx ?|pro ?w|w)?([5-9]\d{3}) ?(xtx|xt|gre)?(?![\w])")
+# the cards of the first WSL release's list (ROCm 6.1.3 for WSL: RX 7900 XTX / XT / GRE, PRO W7900 / W7800), on every
+# later one too
+_ON_THE_WSL_LIST = re.compile(r"(?i)7900 ?(?:xtx|xt|gre)|w ?7900|w ?7800")
 _NO_AMD_GPU = re.compile(r"(?i)(?:without|no|not have|don.t have|doesn.t have) (?:an?y? )?(?:AMD |Radeon )?(?:GPU|graphics "
                          r"card|card)s?\b|没有.{0,4}(?:AMD|显卡|GPU)")
 
@@ -368,6 +371,8 @@ def _wsl_runtime_rejects(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnos
         return None
     text = _text(ctx)
     card = next((m for m in _RADEON_NAMED.finditer(text) if m.group(2) or re.search(r"(?i)rx|w\d", m.group(0))), None)
+    if card is not None and _ON_THE_WSL_LIST.search(card.group(0)):
+        return None   # a card on every WSL release's list: the release or the Windows driver, other readings
     if card is not None and not _NO_AMD_GPU.search(text):
         name = card.group(0).strip()
         return _make("wsl", f"ROCm on WSL does not support the {name}",

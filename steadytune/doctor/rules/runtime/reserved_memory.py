@@ -67,10 +67,12 @@ def _engine_reserves(ctx: Context) -> Optional[Diagnosis]:
 
 
 # a whole model on every GPU said in words, or model parallelism asked for (English and Chinese)
+# (model parallelism only as asked for: "initializing model parallel with size 1" is a Megatron log line, no question)
 _EVERY_CARD = re.compile(r"(?i)(?:load|put|place|cop(?:y|ies)|replicat)\w*\s+(?:\w+\s+){0,3}?model\w*\s+(?:on|onto|to|in|into)"
-                         r"\s+(?:each|every|all)\s+(?:\w+\s+)?(?:GPU|card|device)s?|model parallel\w*|"
+                         r"\s+(?:each|every|all)\s+(?:\w+\s+)?(?:GPU|card|device)s?|"
+                         r"\b(?:how|can I|could|want|way to|use|enable|support)\b[^\n.]{0,40}\bmodel[- ]parallel|"
                          r"模型(?:都)?(?:加载|放|复制)到每(?:一)?(?:个|张)?(?:卡|GPU|显卡)|每(?:一)?(?:张|个)(?:卡|GPU|显卡).{0,8}"
-                         r"(?:完整|整个|一份).{0,4}模型|模型并行")
+                         r"(?:完整|整个|一份).{0,4}模型|(?:有没有|如何|怎么|能否|可以|想)[^\n]{0,12}模型并行")
 _MULTI_GPU = re.compile(r"(?i)CUDA_VISIBLE_DEVICES=\d+(?:,\d+)+|\bmulti[- ]?GPU\b|\b[2-9] ?(?:GPUs|cards)\b|多卡|单机多卡|"
                         r"--nproc_per_node|torchrun|FORCE_TORCHRUN")
 
