@@ -57,7 +57,8 @@ def _engine_reserves(ctx: Context) -> Optional[Diagnosis]:
     if oom and name != "vllm":   # (vLLM's out of memory: out_of_memory's own reading has its flags)
         return _first(_make("out-of-memory", f"{name} reserves most of the GPU for its KV cache",
                             why + "; on top of the weights that leaves too little for the rest, or for another "
-                            "process", knob, [ctx.line_fact(oom[0])], oom))
+                            "process", knob + "; check nvidia-smi (rocm-smi) for other processes holding memory on "
+                            "this GPU, whose share the engine cannot take", [ctx.line_fact(oom[0])], oom))
     said = _lines_matching(ctx, _TAKES.pattern)
     if oom or not said:
         return None
