@@ -333,7 +333,7 @@ _NOT_A_LINK = re.compile(r"(/usr/lib/wsl/lib/(lib[\w-]+)\.so(?:\.\d+)*) is not a
 def _wsl_copies_not_links(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis]:
     """ldconfig (run by every package install) warning that a library in /usr/lib/wsl/lib is not a symbolic link:
     the Windows driver's copies, harmless; replacing them with links (on the Windows side, where they live) silences
-    it (microsoft/WSL#5548, #5663)."""
+    it (microsoft/WSL#5548)."""
     said = _lines_matching(ctx, _NOT_A_LINK.pattern)
     if not said:
         return None
