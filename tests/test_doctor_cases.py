@@ -125,10 +125,10 @@ KNOWN_MISSES = {
     "https://github.com/ollama/ollama/issues/8606": "the paste is the thread's title only ('Why doesn't my ollama use "
                                                     "GPU'): the cause, a Proxmox VM's CPU type hiding AVX, leaves no "
                                                     "trace in it",
-    "https://github.com/NVIDIA/nvidia-container-toolkit/issues/152": "the accepted reply spells the switch "
-                                                                     "NVIDIA_DISABLE_REQUIRES; the toolkit reads "
-                                                                     "NVIDIA_DISABLE_REQUIRE (internal/config/image/"
-                                                                     "cuda_image.go), which doctor gives",
+    # round 10 (r10e, runtime families): nothing in the paste points at the accepted cause
+    "https://github.com/ollama/ollama/issues/3536": "'ollama does not use my GPU' (Task Manager, Windows) with no GPU, "
+                                                    "model, size or log named: that the model is larger than the "
+                                                    "card's VRAM came from later comments",
 }
 
 

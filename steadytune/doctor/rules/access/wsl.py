@@ -212,6 +212,16 @@ def _wsl_windows_build(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis
              r"/dev/dxg.{0,40}(?:No such file|not found)")
     if not failing or build in _RELEASED_BUILDS:
         return None
+    if build < 18362:
+        # WSL 2 itself needs Windows 10 1903 (build 18362.1049) or newer (Microsoft's manual WSL install steps): an
+        # older build runs every distribution under WSL 1, which has no GPU at all
+        return _make("wsl", f"Windows build {build} has only WSL 1, which has no GPU",
+                     f"build {build} is older than Windows 10 1903 (18362), the first with WSL 2; the distribution runs "
+                     "under WSL 1, which never passes a GPU to Linux, so no driver installed inside it can help",
+                     f"WSL 1 (all that build {build} has) has no GPU: update Windows to Windows 10 21H2 (19044) or "
+                     "newer, or Windows 11 (winver shows the build), then wsl --update, convert the distribution to WSL "
+                     "2 (wsl --set-version <distro> 2; wsl -l -v shows VERSION 2) and keep only the Windows GPU driver",
+                     [fact], said[:1] + failing)
     if build < 19044:
         return _make("wsl", f"Windows build {build} gives WSL 2 no GPU",
                      f"WSL 2 reaches the GPU through Windows' GPU paravirtualisation, which Windows 10 has from 21H2 "
@@ -315,6 +325,78 @@ def _wsl_vulkan(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Dia
                  [fact], said)
 
 
+# ldconfig's warning for a library WSL mounts from the Windows driver (C:\\Windows\\System32\\lxss\\lib): the driver ships
+# libcuda.so and libcuda.so.1 as copies of libcuda.so.1.1, not links, and ldconfig says so on every run
+_NOT_A_LINK = re.compile(r"(/usr/lib/wsl/lib/(lib[\w-]+)\.so(?:\.\d+)*) is not a symbolic link")
+
+
+def _wsl_copies_not_links(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """ldconfig (run by every package install) warning that a library in /usr/lib/wsl/lib is not a symbolic link:
+    the Windows driver's copies, harmless; replacing them with links (on the Windows side, where they live) silences
+    it (microsoft/WSL#5548)."""
+    said = _lines_matching(ctx, _NOT_A_LINK.pattern)
+    if not said:
+        return None
+    m = _NOT_A_LINK.search(said[0].line)
+    path, name = m.group(1), m.group(2)
+    target = f"{name}.so.1.1" if name == "libcuda" else f"the versioned {name}.so file beside it"
+    return _make("wsl", f"WSL's {name} is a copy, not a link",
+                 f"{path} comes from the Windows driver (C:\\Windows\\System32\\lxss\\lib, mounted read-only in "
+                 f"/usr/lib/wsl/lib), which ships it as a copy of {target}; ldconfig expects a symbolic link and "
+                 "warns on every run (a package install or ldconfig itself); CUDA works regardless",
+                 f"the warning is harmless; to silence it replace the copies with links to {target} on the Windows "
+                 "side, in an administrator Command Prompt: cd C:\\Windows\\System32\\lxss\\lib, del "
+                 f"{name}.so {name}.so.1, mklink {name}.so {target} and mklink {name}.so.1 {target} (a Windows "
+                 "driver update puts the copies back); nothing to change inside Linux", [fact], said,
+                 severity="warning")
+
+
+# the ROCm runtime's own words under WSL when it finds no GPU it supports: the WSL runtime rejects a card outside AMD's
+# WSL list ("ROCR: unsupported GPU"), and reports "no GPU" as HSA_STATUS_ERROR_OUT_OF_RESOURCES (rocm-systems #1153)
+_WSL_REJECTS = re.compile(r"ROCR: unsupported GPU|HSA_STATUS_ERROR_OUT_OF_RESOURCES")
+_RADEON_NAMED = re.compile(r"(?i)(?<![\w.])(?:(?:radeon )?(?:pro )?rx ?|pro ?w|w)?([5-9]\d{3}) ?(xtx|xt|gre)?(?![\w])")
+# the cards of the first WSL release's list (ROCm 6.1.3 for WSL: RX 7900 XTX / XT / GRE, PRO W7900 / W7800), on every
+# later one too
+_ON_THE_WSL_LIST = re.compile(r"(?i)7900 ?(?:xtx|xt|gre)|w ?7900|w ?7800")
+_NO_AMD_GPU = re.compile(r"(?i)(?:without|no|not have|don.t have|doesn.t have) (?:an?y? )?(?:AMD |Radeon )?(?:GPU|graphics "
+                         r"card|card)s?\b|没有.{0,4}(?:AMD|显卡|GPU)")
+
+
+def _wsl_runtime_rejects(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnosis]:
+    """ROCm under WSL 2 refusing the GPU in its own words: a card outside AMD's WSL compatibility list, or no AMD GPU at
+    all, which the WSL runtime reports as running out of resources; programs that ask rocm_agent_enumerator for the
+    GPUs (hipcc, hipconfig, CMake's detection) then retry it and seem to hang."""
+    said = _lines_matching(ctx, _WSL_REJECTS.pattern)
+    if not said:
+        return None
+    text = _text(ctx)
+    card = next((m for m in _RADEON_NAMED.finditer(text) if m.group(2) or re.search(r"(?i)rx|w\d", m.group(0))), None)
+    if card is not None and _ON_THE_WSL_LIST.search(card.group(0)):
+        return None   # a card on every WSL release's list: the release or the Windows driver, other readings
+    if card is not None and not _NO_AMD_GPU.search(text):
+        name = card.group(0).strip()
+        return _make("wsl", f"ROCm on WSL does not support the {name}",
+                     f"ROCm under WSL 2 runs only on the GPUs of AMD's WSL compatibility matrix, a shorter list than "
+                     f"native Linux's (ROCm 6.1.3's WSL release: Radeon RX 7900 XTX / XT / GRE, PRO W7900 / W7800); "
+                     f"the WSL runtime rejects the {name} ('unsupported GPU', then HSA_STATUS_ERROR_OUT_OF_RESOURCES), "
+                     "and HSA_OVERRIDE_GFX_VERSION does not change what the WSL runtime accepts",
+                     f"check the {name} against the WSL compatibility matrix of the ROCm release installed (Radeon "
+                     "docs, Compatibility matrices, WSL): where a later WSL release lists it, install that release's "
+                     "amdgpu-install with --usecase=wsl,rocm --no-dkms and the Adrenalin driver it names; otherwise run "
+                     "ROCm on native Linux (a dual boot) for this card", [fact], said)
+    if _NO_AMD_GPU.search(text) or ctx.tool(said) == "rocminfo" and re.search(r"(?i)\b(?:hipcc|hipconfig|cmake|"
+                                                                                r"rocm_agent_enumerator)\b", text):
+        return _make("wsl", "WSL has no AMD GPU, which its runtime reports as out of resources",
+                     "under WSL 2 with no AMD GPU the ROCm runtime fails with HSA_STATUS_ERROR_OUT_OF_RESOURCES instead "
+                     "of saying there is no GPU; rocm_agent_enumerator treats that error as transient and retries "
+                     "rocminfo for about a minute, so hipcc, hipconfig and CMake's GPU detection seem to hang",
+                     "on a machine without an AMD GPU give the target yourself so nothing asks rocm_agent_enumerator: "
+                     "hipcc --offload-arch=gfx1100 (CMake: -DAMDGPU_TARGETS=gfx1100 / -DGPU_TARGETS=gfx1100), and "
+                     "update rocminfo to a release that detects the GPU-less WSL early (the fix of rocm-systems issue "
+                     "1153)", [fact], said)
+    return None
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
@@ -342,7 +424,8 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     fact = next((f for f in ctx.sheet.facts if f.kind == "platform" and f.value == "wsl"), None)
     own = (_wsl_windows_build(ctx, fact) or _wsl_pinned(ctx, joined, fact) or _wsl_unpinned_slow(ctx, joined, fact) or
            _wsl_vulkan(ctx, joined, fact) or _wsl_one(ctx, joined, fact) or _wsl_specific(ctx, joined, fact) or _wsl_nvml(ctx, joined, fact)
-           or _wsl_collectives(ctx, joined, fact) or _wsl_adrenalin_for_the_card(ctx, joined, fact))
+           or _wsl_collectives(ctx, joined, fact) or _wsl_adrenalin_for_the_card(ctx, joined, fact) or
+           _wsl_copies_not_links(ctx, fact) or _wsl_runtime_rejects(ctx, fact))
     if own is not None:
         return own
     if re.search(r"(?i)\blib(?:cudart|cublas\w*|cudnn\w*|nvrtc)\.so(?:\.\d+)*: cannot open", joined) and \

@@ -234,3 +234,35 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                  "built for this GPU", "use PyTorch's scaled_dot_product_attention: attn_implementation=\"sdpa\" "
                  "(vLLM: another attention backend, VLLM_ATTENTION_BACKEND; ComfyUI: --use-pytorch-cross-attention), "
                  "or install the kernel package built for this torch and GPU", evidence, errors, confirmed=False)
+
+
+# a NaN in the first logged step, before any weight update: the trainer's first log line (learning_rate 0.0 at the
+# start of warmup) or the user's "step 0" / "first step" / 第一个step beside NaN
+_FIRST_STEP_NAN = re.compile(r"(?i)'grad_norm': nan\b[^\n]{0,60}'learning_rate': 0\.0\b|'learning_rate': 0\.0\b[^\n]{0,60}"
+                             r"'grad_norm': nan\b|(?:\bstep ?0\b|\bfirst (?:training )?step\b|第一个 ?step|第一步|第0步)"
+                             r"[^\n]{0,40}(?:\bnan\b|梯度溢出|溢出)")
+# fp16 named anywhere: its overflow is the precision reading's
+_FP16_SAID = re.compile(r"(?i)\bfp16\b|float16|\bhalf\b|\bamp\b|autocast")
+
+
+@rule("attention")
+def nan_before_any_update(ctx: Context) -> Optional[Diagnosis]:
+    """Gradients NaN at the very first step of a fine-tune, in a run not in fp16: the pretrained weights, untouched
+    yet, give finite values in bf16, so no divergence or learning rate explains it; the default fused attention
+    (PyTorch's SDPA, whose memory-efficient kernel returns NaN for fully masked rows of padded batches) does, and
+    another attention implementation is the accepted remedy (LLaMA-Factory #9631: flash_attn fa2)."""
+    said = _lines_matching(ctx, _FIRST_STEP_NAN.pattern)
+    text = _text_of(ctx)
+    if not said or _FP16_SAID.search(text):
+        return None
+    lf = re.search(r"(?i)llama-?factory|llamafactory-cli", text)
+    fix = ("flash_attn: fa2 in the training YAML (pip install flash-attn --no-build-isolation first), or flash_attn: "
+           "eager" if lf else
+           "load the model with attn_implementation=\"flash_attention_2\" (pip install flash-attn --no-build-isolation; "
+           "LLaMA-Factory: flash_attn: fa2), or attn_implementation=\"eager\"")
+    return _first(_make("attention", "NaN gradients at the first step: the default attention kernel",
+                        "the gradients are NaN at the first step, before any update changed the pretrained weights, "
+                        "in a run not in fp16: not an overflow built up by training but the default fused attention "
+                        "(SDPA), whose kernel gives NaN on some padded batches",
+                        "switch the attention implementation away from SDPA: " + fix + "; keep bf16", [], said,
+                        confirmed=False))
