@@ -273,7 +273,7 @@ _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages
 
 # An APU's graphics named alone ("my 780M", "the 890M iGPU"): the number is also a parameter count ("a 780M model"),
 # so it counts only beside a word about a GPU and not before one about a model
-_BARE_IGPU = re.compile(r"(?i)(?<![\w.])((?:[67][1-8]|8[4-9])0M|80[4-6]0S)\b(?!\s*(?:param|token|model|LLM|weights|B\b))")
+_BARE_IGPU = re.compile(r"(?i)(?<![\w.])(?<!GT )(?<!GTX )((?:[67][1-8]|8[4-9])0M|80[4-6]0S)\b(?!\s*(?:param|token|model|LLM|weights|B\b))")
 _GPU_CONTEXT = re.compile(r"(?i)\b(?:my|the|iGPU|GPU|APU|graphics|ROCm|HIP|gfx\w*|ollama|vulkan|llama\.cpp|torch|"
                           r"comfyui|laptop|with)\b")
 

@@ -117,9 +117,11 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"GTX 9[5-8]0(?!M)|GTX 9[6-8]5M|GTX 9[78]0M|GTX TITAN X\b|Tesla M(?:40|60)\b|Quadro M\d{3,4}", "sm_52", source=NVIDIA_CC),
     Product(r"Jetson Nano|Tegra X1", "sm_53", source=NVIDIA_CC),
     Product(r"GTX 7[45]0|GTX 9[456]0M|Quadro K[12]200|MX ?1[13]0\b", "sm_50", source=NVIDIA_CC),
-    Product(r"Tesla K80", "sm_37", source=NVIDIA_CC),
+    Product(r"Tesla K80|\bK80\b", "sm_37", source=NVIDIA_CC),
     Product(r"Tesla K(?:40|20)|Quadro K(?:5200|6000)\b|GTX 780|GTX TITAN\b(?! X)|GT 730", "sm_35", source=NVIDIA_CC),
-    Product(r"GTX 6[5-9]0|GTX 7[67]0|Quadro K(?:4[02]00|5000)\b|Tesla K10\b|GRID K520", "sm_30", source=NVIDIA_CC),
+    Product(r"GTX 6[5-9]0|GTX 7[67]0|Quadro K(?:4[02]00|5000)\b|Tesla K10\b|GRID K520|GT 7[34]0M\b", "sm_30", source=NVIDIA_CC),
+    # Tesla-generation GeForce (NVIDIA's legacy CUDA GPU table: GeForce 210, GT 220, GT 240 are 1.2)
+    Product(r"GeForce 210\b|GT 2[24]0\b", "sm_12", source=NVIDIA_CC + " (legacy GPUs)"),
 )
 
 # Names that say "an AMD GPU" and nothing more: amd-smi's default view and rocminfo's Marketing Name print
