@@ -62,7 +62,7 @@ PRODUCTS: tuple[Product, ...] = (
     # and Hainan, pci.ids)
     Product(r"Tahiti|HD 79[5-9]0\b|R9 280X?\b", "gfx600", source=LLVM_TABLE),
     Product(r"Pitcairn|Curacao|Cape Verde|HD 7[78][5-9]0\b|R7 370\b|R9 270X?\b", "gfx601", source=LLVM_TABLE),
-    Product(r"\bOland\b|\bHainan\b|HD 8[5-7]\d0M\b|R7 240\b|R5 M2[34]0\b", "gfx602", source=LLVM_TABLE + "; " + PCI_IDS),
+    Product(r"\bOland\b|\bHainan\b|\bSun (?:XT|PRO|LE)\b|HD 8[5-7]\d0[AM]\b|R7 240\b|R5 M2[34]0\b|R5 M330\b", "gfx602", source=LLVM_TABLE + "; " + PCI_IDS),
     # AMD Radeon PRO / Radeon AI PRO (RDNA)
     Product(r"AI PRO R9[67]00", "gfx1201"),
     Product(r"PRO V710", "gfx1101"),

@@ -265,6 +265,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
             [line for line in _lines_matching(ctx, r"(?i)(?:can ?not|can't|doesn't|does not|won't|unable to|fails? "
                                                    r"to) (?:detect|see|find|list|use|recogni[sz]e)\b")
              if line.line_no in named][:1] or \
+            [line for line in _lines_matching(ctx, r"(?i)\b(?:hope|please|pls|request|add|want)\b.{0,20}\bsupport|"
+                                                   r"\bsupport\b.{0,40}\?|\bsupport (?:for )?\[|\bdoes (?:it|rocm|this) support\b")
+             if line.line_no in named][:1] or \
             _lines_matching(ctx, r"(?i)\b(?:rocm|hip)\b[^.\n]{0,30}\bsupport|\bsupport\w*\b[^.\n]{0,30}\b(?:rocm|hip)\b|"
                                  r"支持")[:1]   # "Radeon HD 7850 ROCm support?": the question is the complaint
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first

@@ -72,7 +72,9 @@ def _version(text: str, tool: str) -> Optional[tuple[int, ...]]:
     since an older one beside it is the release that worked before an upgrade ("fine with 0.1.15, now 0.1.20")."""
     if tool != "Ollama":   # the only tool with a raised-floor row
         return None
-    found = [tuple(int(g) for g in m.groups()) for m in re.finditer(r"(?<![\d.])v?(\d+)\.(\d+)\.(\d+)(?![\d.])", text)]
+    # every Ollama release so far is 0.x: a driver (545.23.08) or a distribution (22.04.3) is not one
+    found = [(0, int(m.group(1)), int(m.group(2)))
+             for m in re.finditer(r"(?<![\d.])v?0\.(\d+)\.(\d+)(?![\d.])", text)]
     return max(found) if found else None
 
 
