@@ -56,8 +56,9 @@ RAISED: tuple[tuple[str, tuple[int, ...], tuple[int, ...], int, str, str], ...] 
 # the card's capability said by the tool or the user: "Compute Capability detected: 5.2", "GT 740M | 3.0"
 _SAID_CC = re.compile(r"(?i)compute capability(?: detected)?[:\s]+(\d{1,2})\.(\d)\b|\|\s*(\d)\.(\d)\s*$")
 # the GPU left idle, in the user's or the tool's words
-_IDLE = re.compile(r"(?i)\b(?:not|n't|never) (?:running|run|use|using|utili[sz]\w*) (?:on |the )?(?:my )?gpu|"
+_IDLE = re.compile(r"(?i)\b(?:not|n't|never) (?:running|runs?|use|using|utili[sz]\w*) (?:on |the )?(?:my )?gpu|"
                    r"\buses? (?:the )?cpu\b|falling back to cpu|fell back to cpu|\bcpu mode\b|no GPU detected|"
+                   r"\bruns?\b[^.\n]{0,30}\bon (?:the )?cpu\b|\bignores?\b[^.\n]{0,20}\b(?:gpu|card|tesla|geforce|quadro)\b|"
                    r"too old|can(?:'t|not) detect|\bcuda error\b|无法在|不能在|用不了|\?|适配|支持")
 # the families whose lines are what an unusable card looks like; any other error line has its own reading
 _SYMPTOMS = {None, "visibility", "torch-build", "driver", "gpu-unsupported", "arch-missing"}

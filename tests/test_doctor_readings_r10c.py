@@ -1,0 +1,76 @@
+"""doctor, round 10 (issue 63): readings of the gpu-unsupported and arch-missing families for NVIDIA cards under a
+tool's compute-capability floor (tool x oldest capability: Ollama 5.0, LMDeploy 7.0, CTranslate2 3.5, PyTorch 3.5),
+a release that raised its floor for a while (Ollama 0.1.19-0.1.21), a Kepler card beside a supported one, and old GCN
+cards named in a support request. Each paste is written for its reading (another GPU, tool and wording than the mined
+case); the negatives keep each reading out of pastes it does not fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from steadytune.doctor.facts import extract_facts
+from test_doctor_paraphrases import PASTINGS, assert_a_rule_reads, assert_no_rule_says, pasting_misses
+
+# (paste, family, phrases the fix must say)
+READINGS = [
+    # a Kepler card under Ollama's floor, the GPU left idle in the user's words
+    ("ollama 0.6.2 on Debian 12 ignores my Tesla K40 and runs everything on the CPU", "gpu-unsupported",
+     ["3.5", "5.0", "Ollama"]),
+    # a Pascal card under LMDeploy's Volta floor, asked as a question
+    ("Can lmdeploy serve qwen2-7b on a GTX 1080 Ti? turbomind won't start", "gpu-unsupported", ["7.0", "6.1", "V100"]),
+    # a Fermi-era GeForce (compute capability 1.2) under torch: no current build, the CPU
+    ("torch.cuda.is_available() returns False\nGPU 0: GeForce GT 240\nPyTorch version: 1.4.0", "gpu-unsupported",
+     ["compute capability 1.2", "cpu"]),
+    # a CTranslate2 user on a Kepler 3.0 card
+    ("faster-whisper with device='cuda' does not work on my GTX 680, it falls back to cpu", "gpu-unsupported",
+     ["3.0", "3.5", "device=\"cpu\""]),
+    # Ollama 0.1.20 on a Maxwell card said by its own log line: the release after the raised floor
+    ("ollama 0.1.20 in docker\ngpu.go:138: CUDA GPU is too old. Falling back to CPU mode. Compute Capability detected: "
+     "5.0\nmy Quadro K2200 used to work", "arch-missing", ["0.1.22", "6.0"]),
+    # no tool named: a Kepler card beside a Pascal one and the GPU unused: hide the old card
+    ("Server with a Tesla P4 and a Tesla K80, the model never runs on gpu", "gpu-unsupported",
+     ["CUDA_VISIBLE_DEVICES", "compute capability 3.7"]),
+    # a GCN 1 card named by its chip in a feature request: no ROCm release, GFX6
+    ("[Feature]: please support Hainan LE [Radeon HD 8530M] in ROCm", "gpu-unsupported", ["GFX6", "Vulkan"]),
+]
+
+
+@pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
+def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
+    assert_a_rule_reads(paste, family, phrases)
+
+
+@pytest.mark.parametrize("how", PASTINGS)
+def test_every_reading_survives_how_it_is_pasted(how):
+    misses = pasting_misses(READINGS, how)
+    assert not misses, "\n".join(misses)
+
+
+# (paste, a phrase the top reading's fix must NOT say)
+NEGATIVES = [
+    # a card at Ollama's floor and a release outside the raised window: no floor reading
+    ("ollama 0.5.7 does not use my GTX 970, it runs on the CPU", "below Ollama's floor"),
+    # ... and the same card under 0.1.25: not "upgrade to 0.1.22"
+    ("ollama 0.1.25 does not use my GTX 970, it runs on the CPU", "upgrade Ollama to 0.1.22"),
+    # a V100 under LMDeploy is supported: no floor
+    ("lmdeploy serve api_server on a V100 fails with out of memory", "LMDeploy's floor"),
+    # two supported cards, no tool named: nothing to hide
+    ("Server with a Tesla P40 and an RTX 3090, the model never runs on gpu", "CUDA_VISIBLE_DEVICES=<the"),
+    # a Kepler card that works, no trouble said: no reading about it
+    ("ollama 0.5.1 runs llama3 on my Tesla K80 at 12 tokens/s, nice", "below Ollama's floor"),
+    # a Radeon 740M (an AMD iGPU) is not a GT 740M
+    ("ollama does not use my Radeon 740M iGPU", "compute capability 3.0"),
+]
+
+
+@pytest.mark.parametrize("paste,not_said", NEGATIVES, ids=[n[0][:48] for n in NEGATIVES])
+def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
+    assert_no_rule_says(paste, not_said)
+
+
+@pytest.mark.parametrize("line,model,arch", [("GPU 0: GeForce 210", "GeForce 210", "sm_12"),
+                                             ("NVIDIA GeForce GT 740M | 3.0", "GeForce GT 740M", "sm_30"),
+                                             ("Sun XT [Radeon HD 8670A/8670M/8690M]", "Sun XT", "gfx602")])
+def test_old_cards_are_read_with_their_arch(line, model, arch):
+    gpus = [(f.value, f.detail) for f in extract_facts(line, lambda _lines: []).of("gpu")]
+    assert any(model in value and detail == arch for value, detail in gpus), gpus
