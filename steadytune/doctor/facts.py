@@ -558,6 +558,8 @@ _TOOLS = (
     ("torch", r"\btorch\b|\bPyTorch\b|torch\.cuda|\bc10::|libtorch"),
     # tools with their own GPU builds (doctor/arch_builds.yaml has their remedies)
     ("llama-cpp-python", r"\bllama_cpp\b|llama-cpp-python|llama_cpp_python"),
+    # MLC LLM compiles each model into a library of its own (TVM): mlc_llm.build, mlc_chat, "-cuda.so"
+    ("mlc-llm", r"(?i)\bmlc[-_]llm\b|\bmlc_chat\b|\bmlc-ai\b"),
     ("koboldcpp", r"(?i)\bkoboldcpp"),
     ("gpt4all", r"(?i)\bgpt4all\b"),
     ("lmstudio", r"(?i)\bLM ?Studio\b|\blmstudio\b|\blms (?:load|server)\b"),

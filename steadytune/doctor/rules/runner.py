@@ -17,6 +17,8 @@ import steadytune.doctor.rules.arch.target_lists  # noqa: E402,F401
 import steadytune.doctor.rules.arch.prebuilt_floor  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tool_floors  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kernel_errors  # noqa: E402,F401
+import steadytune.doctor.rules.arch.vendor_only  # noqa: E402,F401
+import steadytune.doctor.rules.arch.contrib_extensions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
