@@ -32,6 +32,27 @@ READINGS = [
      ["CUDA_VISIBLE_DEVICES", "compute capability 3.7"]),
     # a GCN 1 card named by its chip in a feature request: no ROCm release, GFX6
     ("[Feature]: please support Hainan LE [Radeon HD 8530M] in ROCm", "gpu-unsupported", ["GFX6", "Vulkan"]),
+    # whisperX on Apple Silicon asked for CUDA: CTranslate2 has no GPU path there, its CPU mode
+    ("whisperx audio.mp3 --device cuda\nValueError: This CTranslate2 package was not compiled with CUDA support\n"
+     "running on an M2 Max", "gpu-unsupported", ["device=\"cpu\"", "NVIDIA"]),
+    # ... and on an AMD card
+    ("is there a way to run faster-whisper on the gpu with my Radeon RX 7800 XT?", "gpu-unsupported",
+     ["device=\"cpu\"", "NVIDIA"]),
+    # an MLC model library compiled on one card, run on a Hopper one: compile it for that GPU
+    ("mlc_chat on an H100: CUDA_ERROR_NO_BINARY_FOR_GPU\nthe model lib was built with mlc_llm on my RTX 4090 box",
+     "arch-missing", ["compile the model library", "sm_90"]),
+    # flash-attn's rotary extension without kernels on a Hopper card: its Triton op
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device\n  File \"csrc/rotary/"
+     "rotary.py\", line 12\nGPU: H100", "arch-missing", ["flash_attn.ops.triton.rotary"]),
+    # a gfx macro missing from a tool's source list, another arch and tool
+    ("ollama: the HIP code tests defined(__gfx1151__) for RDNA3.5 but my 8060S APU is gfx1151 and takes the slow "
+     "path; gfx1150 is not listed either", "arch-missing", ["gfx1151", "defined(__gfx1151__)"]),
+    # a CUDA kernel error on a Blackwell card, no torch version shown: the cu128 build
+    ("ComfyUI on an RTX 5080: torch.AcceleratorError: CUDA error\nCUDA kernel errors might be asynchronously reported "
+     "at some other API call, so the stacktrace below might be incorrect.", "arch-missing", ["cu128", "sm_120"]),
+    # NCCL's unhandled CUDA error in torchrun across Blackwell cards: the cu128 torch first
+    ("torchrun --nproc_per_node 2 train.py on 2x RTX PRO 6000\ntorch.distributed.DistBackendError: NCCL error: "
+     "unhandled cuda error", "arch-missing", ["cu128", "NCCL"]),
 ]
 
 
@@ -58,6 +79,15 @@ NEGATIVES = [
     ("Server with a Tesla P40 and an RTX 3090, the model never runs on gpu", "CUDA_VISIBLE_DEVICES=<the"),
     # a Kepler card that works, no trouble said: no reading about it
     ("ollama 0.5.1 runs llama3 on my Tesla K80 at 12 tokens/s, nice", "below Ollama's floor"),
+    # CTranslate2 on an NVIDIA card: not the "no GPU path" reading
+    ("faster-whisper on my RTX 3060: This CTranslate2 package was not compiled with CUDA support", "cannot use"),
+    # a kernel error on a Blackwell card under a torch that carries it: not "install the cu128 build"
+    ("torch 2.8.0+cu128 on an RTX 5090\nCUDA kernel errors might be asynchronously reported at some other API call",
+     "install a torch built with CUDA 12.8"),
+    # a layer-norm error without a missing kernel: not the Triton-op reading
+    ("dropout_layer_norm: RuntimeError: expected scalar type Half but found Float", "flash_attn.ops.triton"),
+    # a gfx arch said plainly, no source list: not the arch-list reading
+    ("my gfx1151 runs llama.cpp fine with the Vulkan backend", "defined(__gfx"),
     # a Radeon 740M (an AMD iGPU) is not a GT 740M
     ("ollama does not use my Radeon 740M iGPU", "compute capability 3.0"),
 ]

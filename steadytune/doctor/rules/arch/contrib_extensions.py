@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
 
 # extension (as its path or module names it) -> the Triton op flash-attn ships in its place
@@ -31,11 +32,15 @@ def contrib_extension_without_kernels(ctx: Context) -> Optional[Diagnosis]:
         if lines:
             card = next((g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("sm_")), None)
             the = f"the {card.value} ({card.detail})" if card else "this GPU"
-            return _make("arch-missing", f"flash-attn's {op} extension has no kernels for {the}",
+            diagnosis = _make("arch-missing", f"flash-attn's {op} extension has no kernels for {the}",
                          f"the separately built {op} CUDA extension of flash-attention carries no code for {the} "
                          "and is no longer updated for new GPUs",
                          f"use flash-attn's Triton {op} instead of the compiled extension: {triton} (Triton compiles "
                          f"it for {the} when it runs); uninstall the old extension (pip uninstall -y "
                          f"{'dropout_layer_norm' if op == 'layer norm' else 'the ' + op + ' extension'}) so the model "
-                         "code falls back to it", [card] if card else [], lines[:1])
+                         "code falls back to it", [card] if card else [],
+                         lines[:1] + _lines_matching(ctx, _NO_KERNEL.pattern)[:1])
+            # the extension that lacks the code is named: it goes before the generic "this build has no code" reading
+            diagnosis.rank = family("arch-missing").rank - 1
+            return diagnosis
     return None

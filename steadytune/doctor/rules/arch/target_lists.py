@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.archs import build_fix
 from steadytune.doctor.rules.base import (
     Context,
     Diagnosis,
@@ -120,3 +121,30 @@ def windows_runtime_only(ctx: Context) -> Optional[Diagnosis]:
                  f"the libraries you need for {arch} yourself (community rocBLAS builds exist), or run under Linux "
                  "ROCm where the card is covered",
                  [], said, confirmed=False)
+
+
+# A tool's source that picks its code path by a list of arch macros ("#if defined(__gfx1150__) || defined(__gfx1151__)"
+# for RDNA3.5) and leaves the GPU's arch out: the arch runs the generic (or a wrong) path though its family's code
+# would run; the user names the missing test or says which family the arch belongs to
+_ARCH_MACRO = re.compile(r"(?i)defined\s*\(\s*__(gfx\d{3,4}[a-z]?)__\s*\)|\b(gfx\d{3,4}[a-z]?) is (?:also )?(?:an? )?"
+                         r"(?:RDNA ?\d(?:\.\d)?|CDNA ?\d|GCN ?\d)\b")
+
+
+@rule("arch-missing")
+def arch_left_out_of_a_source_list(ctx: Context) -> Optional[Diagnosis]:
+    """An arch left out of the arch-macro list a tool's source tests: its release treats the GPU as another family
+    (wrong or slow results, or no kernels); a release whose list has it, or the test extended and a rebuild, fixes it."""
+    lines = _lines_matching(ctx, _ARCH_MACRO.pattern)
+    if not lines:
+        return None
+    found = _ARCH_MACRO.search(lines[0].line)
+    arch = (found.group(1) or found.group(2)).lower()
+    tool = ctx.tool()
+    name = {"llama.cpp": "llama.cpp", "ollama": "Ollama", "vllm": "vLLM"}.get(tool or "", tool or "the tool")
+    rebuild = build_fix(tool, arch) or f"rebuild it for {arch} (its HIP build with {arch} among the targets)"
+    return _make("arch-missing", f"{name}'s source leaves {arch} out of its arch list",
+                 f"{name} chooses its code paths by a list of gfx macros that does not name {arch}, so the {arch} GPU "
+                 "takes another family's path",
+                 f"update {name} to a release whose arch list includes {arch} (the fix adds || defined(__{arch}__) to "
+                 f"that test), or add it yourself and {rebuild[0].lower() + rebuild[1:]}", [], lines[:1],
+                 confirmed=False)
