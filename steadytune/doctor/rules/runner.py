@@ -19,6 +19,7 @@ import steadytune.doctor.rules.arch.tool_floors  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kernel_errors  # noqa: E402,F401
 import steadytune.doctor.rules.arch.vendor_only  # noqa: E402,F401
 import steadytune.doctor.rules.arch.contrib_extensions  # noqa: E402,F401
+import steadytune.doctor.rules.arch.no_compiler_target  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401

@@ -12,6 +12,7 @@
   kernel_errors    a CUDA kernel error on a Blackwell card under a torch not shown to carry it: the cu128 build
   vendor_only      a tool whose GPU path is one vendor's (CTranslate2: NVIDIA) on a Mac or another vendor's GPU
   contrib_extensions  flash-attn's separately built CUDA extensions (layer_norm...) without kernels: their Triton ops
+  no_compiler_target  a GFX9 name LLVM has no processor for (gfx903): no build can be made for it
   release_added    a feature path for older GPUs that a tool's later release added (bitsandbytes' int8 matmul)
 
 runner.py imports the rule modules in this order, which is the order their rules register in.

@@ -197,6 +197,14 @@ def _kernel_floor(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     return None
 
 
+# Chips of an arch ROCm once supported that its supported-GPU lists never named: ROCm 2.x's README listed GFX8 as Fiji
+# and Polaris 10/11/12 only, so Polaris 22 (Radeon RX Vega M) was outside every release even in gfx803's era
+_NEVER_LISTED = (
+    (r"(?i)Polaris 22|Vega M\b", "the Polaris 22 (Radeon RX Vega M, the GPU of Intel's Kaby Lake-G) was never on "
+     "ROCm's supported GPU list (GFX8 meant Fiji and Polaris 10/11/12), so no ROCm release officially supports it"),
+)
+
+
 @rule("gpu-unsupported")
 def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
@@ -300,6 +308,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"{name} is not supported by any ROCm 6 or 7 release{' (' + generation + ')' if generation else ''}: "
                f"{backends}; for ROCm itself only an old release that still listed it (gfx803: the ROCm 5.7 builds and "
                "older, or community builds)")
+    never = next((said for chip, said in _NEVER_LISTED if card and re.search(chip, card)), None)
+    if never:   # a chip of a supported arch that ROCm still never listed: no release of any era is the way out
+        fix = f"{never}: {backends}"
     diagnosis = _make("gpu-unsupported", f"{name} is outside ROCm",
                       f"the driver's compute part (KFD) or every current ROCm release leaves {name} out, and no newer "
                       "chip's code runs on it", windows_stack + fix,

@@ -148,3 +148,27 @@ def arch_left_out_of_a_source_list(ctx: Context) -> Optional[Diagnosis]:
                  f"update {name} to a release whose arch list includes {arch} (the fix adds || defined(__{arch}__) to "
                  f"that test), or add it yourself and {rebuild[0].lower() + rebuild[1:]}", [], lines[:1],
                  confirmed=False)
+
+
+# the two names a ROCm CMake build takes its GPU targets under: older ROCm CMake configs (hip-config) read
+# AMDGPU_TARGETS, newer ones GPU_TARGETS first (ROCm's CMake docs deprecate AMDGPU_TARGETS; llama.cpp's ggml-hip
+# CMakeLists forwards one to the other); a name the installed ROCm or project does not read builds no code for the card
+_TARGET_VARIABLE = re.compile(r"\b(?:AMD)?GPU_TARGETS\b")
+_BUILD_TROUBLE = re.compile(r"(?i)\bcrash\w*|\bfail\w*|\berror\w*|segfault|out of memory|not (?:work|honou?r|respect|"
+                            r"used|read)\w*|ignor\w*")
+
+
+@rule("arch-missing")
+def target_variable_not_read(ctx: Context) -> Optional[Diagnosis]:
+    """A ROCm CMake build given its targets under one name, with the result failing: the targets may not have reached
+    the compiler at all; giving them under both names settles it whichever the ROCm and project read."""
+    said = [line for line in _lines_matching(ctx, _TARGET_VARIABLE.pattern) if _BUILD_TROUBLE.search(line.line)]
+    if not said or re.search(r"(?i)\bgfx\d", _text(ctx)):   # an arch named is build_target_list's reading
+        return None
+    return _make("arch-missing", "the GPU targets may not have reached the HIP build",
+                 "a ROCm CMake build takes its GPU targets as AMDGPU_TARGETS (older ROCm CMake configs) or GPU_TARGETS "
+                 "(newer ones); under a name this ROCm or project does not read, the build carries no kernels for the "
+                 "card and fails at run time",
+                 "configure again with the targets under both names: -DAMDGPU_TARGETS=<gfx...> -DGPU_TARGETS=<gfx...> "
+                 "(the GPU's arch from rocminfo | grep -m1 -o 'gfx[0-9a-f]*'), from an empty build folder; the "
+                 "compile lines' --offload-arch= must show it", [], said[:1], confirmed=False)
