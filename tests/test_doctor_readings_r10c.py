@@ -50,6 +50,20 @@ READINGS = [
     # a CUDA kernel error on a Blackwell card, no torch version shown: the cu128 build
     ("ComfyUI on an RTX 5080: torch.AcceleratorError: CUDA error\nCUDA kernel errors might be asynchronously reported "
      "at some other API call, so the stacktrace below might be incorrect.", "arch-missing", ["cu128", "sm_120"]),
+    # Ollama seeing a capability of 1.x for a card the user knows is newer, on Windows: PhysX's old cudart on PATH
+    ("ollama 0.1.32 on Windows 11 with an RTX 2060\nmsg=\"CUDA GPU is too old. Compute Capability detected: 1.0\"",
+     "rocm-libs-missing", ["PhysX", "PATH"]),
+    # ... and on Linux: the old libcudart on LD_LIBRARY_PATH
+    ("Ubuntu 22.04, Tesla T4: the server says compute capability 1.0 and falls back to cpu", "rocm-libs-missing",
+     ["LD_LIBRARY_PATH"]),
+    # a Vega M named as such, asked about under ROCm: never on the list
+    ("Radeon RX Vega M GH on my NUC: does ROCm support it? rocminfo fails", "gpu-unsupported", ["Vega M"]),
+    # a GFX9 name no compiler has, asked for in English
+    ("could someone compile rocBLAS for gfx905? I only find gfx904 and gfx906 libraries", "gpu-unsupported",
+     ["gfx905", "Vulkan"]),
+    # the targets under one CMake name, the build's program failing: both names
+    ("cmake -B build -DGGML_HIP=ON -DGPU_TARGETS=$ARCH\nthe binary crashes at the first matmul with GPU_TARGETS "
+     "set, it fails every time", "arch-missing", ["-DAMDGPU_TARGETS=", "-DGPU_TARGETS="]),
     # NCCL's unhandled CUDA error in torchrun across Blackwell cards: the cu128 torch first
     ("torchrun --nproc_per_node 2 train.py on 2x RTX PRO 6000\ntorch.distributed.DistBackendError: NCCL error: "
      "unhandled cuda error", "arch-missing", ["cu128", "NCCL"]),
@@ -88,6 +102,12 @@ NEGATIVES = [
     ("dropout_layer_norm: RuntimeError: expected scalar type Half but found Float", "flash_attn.ops.triton"),
     # a gfx arch said plainly, no source list: not the arch-list reading
     ("my gfx1151 runs llama.cpp fine with the Vulkan backend", "defined(__gfx"),
+    # a capability of 1.x with no newer card or number said: not the runtime-on-PATH reading
+    ("my GeForce 8800 GTX reports compute capability 1.0", "PhysX"),
+    # a real GFX9 target asked about: not "no compiler targets it"
+    ("could someone compile rocBLAS for gfx909?", "no compiler targets it"),
+    # a target variable named for a build that works: nothing to fix
+    ("built with -DGPU_TARGETS=gfx1100 and it runs great", "under both names"),
     # a Radeon 740M (an AMD iGPU) is not a GT 740M
     ("ollama does not use my Radeon 740M iGPU", "compute capability 3.0"),
 ]

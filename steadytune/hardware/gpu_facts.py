@@ -52,9 +52,9 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"MI210", "gfx90a", peak_bf16_tflops=181.0),
     Product(r"MI100|Arcturus", "gfx908", peak_bf16_tflops=92.3),
     Product(r"MI50|MI60|Radeon (Pro )?VII|Vega 20", "gfx906"),
-    Product(r"MI25|Vega ?10|Vega (56|64)|Radeon RX Vega", "gfx900"),
     # Polaris 22 (Radeon RX Vega M, in Intel's Kaby Lake-G) is a GFX8 chip (pci.ids: Polaris 22 [Radeon RX Vega M GH/GL])
     Product(r"Polaris 22|\bVega M(?: ?G[HL])?\b", "gfx803", source=PCI_IDS),
+    Product(r"MI25|Vega ?10|Vega (56|64)|Radeon RX Vega", "gfx900"),
     Product(r"MI[68]\b|Fiji|FURY|R9 Nano|Polaris|RX [45][4-9]0\b", "gfx803"),
     Product(r"Tonga|Antigua|R9 (?:285|380)X?\b", "gfx802", source=LLVM_TABLE),
     Product(r"Hawaii|Grenada|R9 (?:290|390)X?\b", "gfx702", source=LLVM_TABLE),

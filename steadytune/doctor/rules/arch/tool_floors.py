@@ -134,6 +134,8 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
     said = _SAID_CC.search(text)
     if said and len(cards) == 1:   # the tool's or the user's own number for the one card wins over the table
         digits = [g for g in said.groups() if g]
+        if digits[0] == "1" and cards[0][1] >= 20:
+            return None   # a 1.x answer for a newer card is a wrong runtime library (install/cudart_on_path.py)
         cards = [(cards[0][0], int(digits[0] + digits[1]))]
     label = floor.tool if floor else "the current CUDA"
     version = _version(text, floor.tool) if floor else None
