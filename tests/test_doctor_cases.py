@@ -129,6 +129,13 @@ KNOWN_MISSES = {
     "https://github.com/ollama/ollama/issues/3536": "'ollama does not use my GPU' (Task Manager, Windows) with no GPU, "
                                                     "model, size or log named: that the model is larger than the "
                                                     "card's VRAM came from later comments",
+    # round 10 (r10c, gpu-unsupported / arch-missing): the paste names neither the tool nor the card
+    "https://github.com/SYSTRAN/faster-whisper/issues/162": "the paste names neither faster-whisper nor CTranslate2 (only "
+                                                          "an RX 5700 XT and other whisper apps): nothing says whose "
+                                                          "GPU path is NVIDIA-only",
+    "https://github.com/ROCm/legacy-rocm-build/issues/2032": "no GPU is named: the out-of-resources error and the dmesg "
+                                                            "VM line also come from permissions and memory, so the "
+                                                            "gfx7 card cannot be read from the paste",
 }
 
 

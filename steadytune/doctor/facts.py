@@ -273,7 +273,7 @@ _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages
 
 # An APU's graphics named alone ("my 780M", "the 890M iGPU"): the number is also a parameter count ("a 780M model"),
 # so it counts only beside a word about a GPU and not before one about a model
-_BARE_IGPU = re.compile(r"(?i)(?<![\w.])((?:[67][1-8]|8[4-9])0M|80[4-6]0S)\b(?!\s*(?:param|token|model|LLM|weights|B\b))")
+_BARE_IGPU = re.compile(r"(?i)(?<![\w.])(?<!GT )(?<!GTX )((?:[67][1-8]|8[4-9])0M|80[4-6]0S)\b(?!\s*(?:param|token|model|LLM|weights|B\b))")
 _GPU_CONTEXT = re.compile(r"(?i)\b(?:my|the|iGPU|GPU|APU|graphics|ROCm|HIP|gfx\w*|ollama|vulkan|llama\.cpp|torch|"
                           r"comfyui|laptop|with)\b")
 
@@ -558,6 +558,8 @@ _TOOLS = (
     ("torch", r"\btorch\b|\bPyTorch\b|torch\.cuda|\bc10::|libtorch"),
     # tools with their own GPU builds (doctor/arch_builds.yaml has their remedies)
     ("llama-cpp-python", r"\bllama_cpp\b|llama-cpp-python|llama_cpp_python"),
+    # MLC LLM compiles each model into a library of its own (TVM): mlc_llm.build, mlc_chat, "-cuda.so"
+    ("mlc-llm", r"(?i)\bmlc[-_]llm\b|\bmlc_chat\b|\bmlc-ai\b"),
     ("koboldcpp", r"(?i)\bkoboldcpp"),
     ("gpt4all", r"(?i)\bgpt4all\b"),
     ("lmstudio", r"(?i)\bLM ?Studio\b|\blmstudio\b|\blms (?:load|server)\b"),

@@ -14,7 +14,7 @@ from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gf
 
 # The tools whose own build carries the GPU code (so the fix is their build flag), most specific first. A paste that
 # names several (a ComfyUI log shows torch too) is about the most specific one that printed an error.
-TOOL_ORDER = ("ollama", "lmstudio", "koboldcpp", "gpt4all", "llama-cpp-python", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
+TOOL_ORDER = ("mlc-llm", "ollama", "lmstudio", "koboldcpp", "gpt4all", "llama-cpp-python", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
               "flash-attn", "xformers", "rccl-tests", "rccl", "miopen", "hipblaslt", "rocblas", "migraphx", "onnxruntime",
               "ctranslate2", "tensorflow", "jax", "zluda", "triton", "deepspeed", "apex", "mamba-ssm", "torch-extension", "comfyui", "a1111", "unsloth",
               "llamafactory", "torchaudio", "torch", "torchvision")

@@ -52,6 +52,8 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"MI210", "gfx90a", peak_bf16_tflops=181.0),
     Product(r"MI100|Arcturus", "gfx908", peak_bf16_tflops=92.3),
     Product(r"MI50|MI60|Radeon (Pro )?VII|Vega 20", "gfx906"),
+    # Polaris 22 (Radeon RX Vega M, in Intel's Kaby Lake-G) is a GFX8 chip (pci.ids: Polaris 22 [Radeon RX Vega M GH/GL])
+    Product(r"Polaris 22|\bVega M(?: ?G[HL])?\b", "gfx803", source=PCI_IDS),
     Product(r"MI25|Vega ?10|Vega (56|64)|Radeon RX Vega", "gfx900"),
     Product(r"MI[68]\b|Fiji|FURY|R9 Nano|Polaris|RX [45][4-9]0\b", "gfx803"),
     Product(r"Tonga|Antigua|R9 (?:285|380)X?\b", "gfx802", source=LLVM_TABLE),
@@ -62,7 +64,7 @@ PRODUCTS: tuple[Product, ...] = (
     # and Hainan, pci.ids)
     Product(r"Tahiti|HD 79[5-9]0\b|R9 280X?\b", "gfx600", source=LLVM_TABLE),
     Product(r"Pitcairn|Curacao|Cape Verde|HD 7[78][5-9]0\b|R7 370\b|R9 270X?\b", "gfx601", source=LLVM_TABLE),
-    Product(r"\bOland\b|\bHainan\b|HD 8[5-7]\d0M\b|R7 240\b|R5 M2[34]0\b", "gfx602", source=LLVM_TABLE + "; " + PCI_IDS),
+    Product(r"\bOland\b|\bHainan\b|\bSun (?:XT|PRO|LE)\b|HD 8[5-7]\d0[AM]\b|R7 240\b|R5 M2[34]0\b|R5 M330\b", "gfx602", source=LLVM_TABLE + "; " + PCI_IDS),
     # AMD Radeon PRO / Radeon AI PRO (RDNA)
     Product(r"AI PRO R9[67]00", "gfx1201"),
     Product(r"PRO V710", "gfx1101"),
@@ -117,9 +119,11 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"GTX 9[5-8]0(?!M)|GTX 9[6-8]5M|GTX 9[78]0M|GTX TITAN X\b|Tesla M(?:40|60)\b|Quadro M\d{3,4}", "sm_52", source=NVIDIA_CC),
     Product(r"Jetson Nano|Tegra X1", "sm_53", source=NVIDIA_CC),
     Product(r"GTX 7[45]0|GTX 9[456]0M|Quadro K[12]200|MX ?1[13]0\b", "sm_50", source=NVIDIA_CC),
-    Product(r"Tesla K80", "sm_37", source=NVIDIA_CC),
+    Product(r"Tesla K80|\bK80\b", "sm_37", source=NVIDIA_CC),
     Product(r"Tesla K(?:40|20)|Quadro K(?:5200|6000)\b|GTX 780|GTX TITAN\b(?! X)|GT 730", "sm_35", source=NVIDIA_CC),
-    Product(r"GTX 6[5-9]0|GTX 7[67]0|Quadro K(?:4[02]00|5000)\b|Tesla K10\b|GRID K520", "sm_30", source=NVIDIA_CC),
+    Product(r"GTX 6[5-9]0|GTX 7[67]0|Quadro K(?:4[02]00|5000)\b|Tesla K10\b|GRID K520|GT 7[34]0M\b", "sm_30", source=NVIDIA_CC),
+    # Tesla-generation GeForce (NVIDIA's legacy CUDA GPU table: GeForce 210, GT 220, GT 240 are 1.2)
+    Product(r"GeForce 210\b|GT 2[24]0\b", "sm_12", source=NVIDIA_CC + " (legacy GPUs)"),
 )
 
 # Names that say "an AMD GPU" and nothing more: amd-smi's default view and rocminfo's Marketing Name print

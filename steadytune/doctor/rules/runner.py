@@ -17,6 +17,11 @@ import steadytune.doctor.rules.arch.gpu_unsupported  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tool_floor  # noqa: E402,F401
 import steadytune.doctor.rules.arch.target_lists  # noqa: E402,F401
 import steadytune.doctor.rules.arch.prebuilt_floor  # noqa: E402,F401
+import steadytune.doctor.rules.arch.tool_floors  # noqa: E402,F401
+import steadytune.doctor.rules.arch.kernel_errors  # noqa: E402,F401
+import steadytune.doctor.rules.arch.vendor_only  # noqa: E402,F401
+import steadytune.doctor.rules.arch.contrib_extensions  # noqa: E402,F401
+import steadytune.doctor.rules.arch.no_compiler_target  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
@@ -47,6 +52,7 @@ import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensile_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.hip_sdk_found  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
+import steadytune.doctor.rules.install.cudart_on_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401

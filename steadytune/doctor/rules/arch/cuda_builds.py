@@ -115,6 +115,13 @@ def _older_than_every_torch(ctx: Context, arch: Optional[str], where, errors: li
     if tool not in (None, "torch", "torchvision", "torchaudio", "comfyui", "a1111", "unsloth", "llamafactory"):
         return None
     cc = f"{arch[3:-1]}.{arch[-1]}"
+    if int(arch[3:]) < 35:   # CUDA 11.0 dropped sm_30/sm_32 (its release notes): no CUDA 11 source build either
+        return _make("gpu-unsupported", f"{arch} is older than every torch build",
+                     f"compute capability {cc} is below sm_35, the oldest arch any CUDA 11 or 12 toolkit compiles, "
+                     "and PyTorch's binaries left compute capability 3.0 out from 0.4.1 on",
+                     f"no torch build of recent years runs on compute capability {cc}: run on the CPU "
+                     "(device=\"cpu\"), or use a newer GPU (compute capability 5.0 or newer for the current CUDA "
+                     "builds)", [where, ctx.line_fact(errors[0])], errors)
     return _make("gpu-unsupported", f"{arch} is older than every current torch build",
                  f"compute capability {cc} (Kepler or older) is below sm_50, the oldest arch in the current pytorch.org "
                  "CUDA builds, and CUDA 12 no longer compiles it",

@@ -197,6 +197,14 @@ def _kernel_floor(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     return None
 
 
+# Chips of an arch ROCm once supported that its supported-GPU lists never named: ROCm 2.x's README listed GFX8 as Fiji
+# and Polaris 10/11/12 only, so Polaris 22 (Radeon RX Vega M) was outside every release even in gfx803's era
+_NEVER_LISTED = (
+    (r"(?i)Polaris 22|Vega M\b", "the Polaris 22 (Radeon RX Vega M, the GPU of Intel's Kaby Lake-G) was never on "
+     "ROCm's supported GPU list (GFX8 meant Fiji and Polaris 10/11/12), so no ROCm release officially supports it"),
+)
+
+
 @rule("gpu-unsupported")
 def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("gpu-unsupported") + [e for e in ctx.of("driver") if re.search(r"not supported in kfd", e.line)]
@@ -265,6 +273,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
             [line for line in _lines_matching(ctx, r"(?i)(?:can ?not|can't|doesn't|does not|won't|unable to|fails? "
                                                    r"to) (?:detect|see|find|list|use|recogni[sz]e)\b")
              if line.line_no in named][:1] or \
+            [line for line in _lines_matching(ctx, r"(?i)\b(?:hope|please|pls|request|add|want)\b.{0,20}\bsupport|"
+                                                   r"\bsupport\b.{0,40}\?|\bsupport (?:for )?\[|\bdoes (?:it|rocm|this) support\b")
+             if line.line_no in named][:1] or \
             _lines_matching(ctx, r"(?i)\b(?:rocm|hip)\b[^.\n]{0,30}\bsupport|\bsupport\w*\b[^.\n]{0,30}\b(?:rocm|hip)\b|"
                                  r"支持")[:1]   # "Radeon HD 7850 ROCm support?": the question is the complaint
     # a plainer cause beside it (a permission refused, a slot without atomics) comes first
@@ -297,6 +308,9 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"{name} is not supported by any ROCm 6 or 7 release{' (' + generation + ')' if generation else ''}: "
                f"{backends}; for ROCm itself only an old release that still listed it (gfx803: the ROCm 5.7 builds and "
                "older, or community builds)")
+    never = next((said for chip, said in _NEVER_LISTED if card and re.search(chip, card)), None)
+    if never:   # a chip of a supported arch that ROCm still never listed: no release of any era is the way out
+        fix = f"{never}: {backends}"
     diagnosis = _make("gpu-unsupported", f"{name} is outside ROCm",
                       f"the driver's compute part (KFD) or every current ROCm release leaves {name} out, and no newer "
                       "chip's code runs on it", windows_stack + fix,

@@ -15,7 +15,7 @@ _NCCL_FIRST = {"sm_100": (2, 25, 1), "sm_120": (2, 26, 2)}
 _NCCL_VERSION = re.compile(r"(?i)\bNCCL(?: version)?[\s:=v-]+(\d+)\.(\d+)\.(\d+)|nvidia-nccl-cu\d+[\s=]+(\d+)\.(\d+)\.(\d+)")
 _SEVERAL_GPUS = re.compile(r"(?i)\b(?:two|2|2x|four|4|4x|eight|8|8x|multiple|several|multi)[- ]?(?:\w+ )?(?:GPUs?|cards?)\b|"
                            r"tensor[- _]parallel|tp[_-]?size|all_?reduce|alltoall|all_gather|nccl-tests|collective|nproc_per_node|"
-                           r"world_size|torchrun|--multi_gpu|\b[2-9]x (?:NVIDIA |GeForce )?(?:RTX |B)\d")
+                           r"world_size|torchrun|--multi_gpu|DistributedDataParallel|\bDDP\b|\b[2-9]x (?:NVIDIA |GeForce )?(?:RTX |B)\d")
 _NCCL_TROUBLE = re.compile(r"(?i)\b(?:trouble|issue|problem|hangs?|stuck|did ?n[o']t help|errors?|fail\w*|crash\w*)\b")
 
 
@@ -47,14 +47,24 @@ def nccl_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
     if not (several and trouble):
         return None
     need = ".".join(map(str, first))
+    # "unhandled cuda error" is a kernel launch the CUDA runtime refused: on a Blackwell card with no new-enough torch
+    # shown, that is the missing arch, not a transport that hangs
+    cuda_error = [e for e in ctx.errors if re.search(r"(?i)unhandled cuda error", e.line)]
     said = f"NCCL {'.'.join(map(str, version))}" if version else "an NCCL older than " + need
     lines = ctx.of("multi-gpu-transport") or _lines_matching(ctx, r"\bNCCL\b")[:1]
+    # torch's own collectives (DDP, torchrun) with no NCCL version said: a torch older than 2.7 has neither the NCCL
+    # nor the kernels for Blackwell (2.7 is the first with CUDA 12.8 builds, its release notes), so the torch goes first
+    via_torch = version is None and re.search(r"(?i)DistributedDataParallel|\bDDP\b|torchrun|\btorch\b|pytorch", text)
+    first_fix = ("install torch 2.7 or newer built for CUDA 12.8: pip install -U torch --index-url "
+                 "https://download.pytorch.org/whl/cu128 (the first builds with Blackwell kernels; their wheels pull in "
+                 f"NCCL {need}+); otherwise ") if via_torch else ""
     return _make("arch-missing", f"{said} predates the {gpus[0].value} ({arch})",
                  f"NCCL releases before {need} do not run their collectives on {arch}; the failure stays whatever "
                  "the transport (NCCL_P2P_DISABLE=1 does not help)",
-                 f"upgrade NCCL to {need} or newer: pip install -U \"nvidia-nccl-cu12>={need}\" (the NCCL torch's pip "
+                 first_fix + f"upgrade NCCL to {need} or newer: pip install -U \"nvidia-nccl-cu12>={need}\" (the NCCL torch's pip "
                  f"wheels load), or a container release that ships NCCL {need}+; check with python -c 'import torch; "
-                 "print(torch.cuda.nccl.version())'", [gpus[0]], lines, confirmed=version is not None)
+                 "print(torch.cuda.nccl.version())'", [gpus[0]], lines,
+                 confirmed=version is not None or bool(cuda_error))
 
 
 def _torch_with_new_nccl(ctx: Context) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.archs import build_fix
 from steadytune.doctor.rules.base import (
     Context,
     Diagnosis,
@@ -120,3 +121,54 @@ def windows_runtime_only(ctx: Context) -> Optional[Diagnosis]:
                  f"the libraries you need for {arch} yourself (community rocBLAS builds exist), or run under Linux "
                  "ROCm where the card is covered",
                  [], said, confirmed=False)
+
+
+# A tool's source that picks its code path by a list of arch macros ("#if defined(__gfx1150__) || defined(__gfx1151__)"
+# for RDNA3.5) and leaves the GPU's arch out: the arch runs the generic (or a wrong) path though its family's code
+# would run; the user names the missing test or says which family the arch belongs to
+_ARCH_MACRO = re.compile(r"(?i)defined\s*\(\s*__(gfx\d{3,4}[a-z]?)__\s*\)|\b(gfx\d{3,4}[a-z]?) is (?:also )?(?:an? )?"
+                         r"(?:RDNA ?\d(?:\.\d)?|CDNA ?\d|GCN ?\d)\b")
+
+
+@rule("arch-missing")
+def arch_left_out_of_a_source_list(ctx: Context) -> Optional[Diagnosis]:
+    """An arch left out of the arch-macro list a tool's source tests: its release treats the GPU as another family
+    (wrong or slow results, or no kernels); a release whose list has it, or the test extended and a rebuild, fixes it."""
+    lines = _lines_matching(ctx, _ARCH_MACRO.pattern)
+    if not lines:
+        return None
+    found = _ARCH_MACRO.search(lines[0].line)
+    arch = (found.group(1) or found.group(2)).lower()
+    tool = ctx.tool()
+    name = {"llama.cpp": "llama.cpp", "ollama": "Ollama", "vllm": "vLLM"}.get(tool or "", tool or "the tool")
+    rebuild = build_fix(tool, arch) or f"rebuild it for {arch} (its HIP build with {arch} among the targets)"
+    return _make("arch-missing", f"{name}'s source leaves {arch} out of its arch list",
+                 f"{name} chooses its code paths by a list of gfx macros that does not name {arch}, so the {arch} GPU "
+                 "takes another family's path",
+                 f"update {name} to a release whose arch list includes {arch} (the fix adds || defined(__{arch}__) to "
+                 f"that test), or add it yourself and {rebuild[0].lower() + rebuild[1:]}", [], lines[:1],
+                 confirmed=False)
+
+
+# the two names a ROCm CMake build takes its GPU targets under: older ROCm CMake configs (hip-config) read
+# AMDGPU_TARGETS, newer ones GPU_TARGETS first (ROCm's CMake docs deprecate AMDGPU_TARGETS; llama.cpp's ggml-hip
+# CMakeLists forwards one to the other); a name the installed ROCm or project does not read builds no code for the card
+_TARGET_VARIABLE = re.compile(r"\b(?:AMD)?GPU_TARGETS\b")
+_BUILD_TROUBLE = re.compile(r"(?i)\bcrash\w*|\bfail\w*|\berror\w*|segfault|out of memory|not (?:work|honou?r|respect|"
+                            r"used|read)\w*|ignor\w*")
+
+
+@rule("arch-missing")
+def target_variable_not_read(ctx: Context) -> Optional[Diagnosis]:
+    """A ROCm CMake build given its targets under one name, with the result failing: the targets may not have reached
+    the compiler at all; giving them under both names settles it whichever the ROCm and project read."""
+    said = [line for line in _lines_matching(ctx, _TARGET_VARIABLE.pattern) if _BUILD_TROUBLE.search(line.line)]
+    if not said or re.search(r"(?i)\bgfx\d", _text(ctx)):   # an arch named is build_target_list's reading
+        return None
+    return _make("arch-missing", "the GPU targets may not have reached the HIP build",
+                 "a ROCm CMake build takes its GPU targets as AMDGPU_TARGETS (older ROCm CMake configs) or GPU_TARGETS "
+                 "(newer ones); under a name this ROCm or project does not read, the build carries no kernels for the "
+                 "card and fails at run time",
+                 "configure again with the targets under both names: -DAMDGPU_TARGETS=<gfx...> -DGPU_TARGETS=<gfx...> "
+                 "(the GPU's arch from rocminfo | grep -m1 -o 'gfx[0-9a-f]*'), from an empty build folder; the "
+                 "compile lines' --offload-arch= must show it", [], said[:1], confirmed=False)

@@ -20,6 +20,7 @@
   tensile_path       rocBLAS reading its Tensile files from the pre-ROCm-5.2 component folder
   hip_sdk_found      a Windows install step (the ZLUDA installers) that does not find the HIP SDK (HIP_PATH, PATH)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
+  cudart_on_path     another program's old CUDA runtime found first (PhysX's cudart on Windows): capability 1.x
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
 
 runner.py imports them in this order, which is the order their rules register in.

@@ -1,0 +1,61 @@
+"""A tool whose GPU path exists for one vendor only, asked to use a GPU on a machine without that vendor's card (a Mac,
+an AMD or Intel GPU): no install, build or setting brings a GPU path, so the tool's CPU mode (or another tool) is
+the fix. A table of tool x the only GPU platform it has."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from steadytune.doctor.error_lines import family
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
+
+
+@dataclass(frozen=True)
+class OnlyOn:
+    tool: str        # as the fix names it
+    named: str       # how a paste names it
+    gpu: str         # the one GPU platform it has
+    cpu_fix: str     # its own CPU mode
+    source: str
+
+
+ONLY_ON: tuple[OnlyOn, ...] = (
+    OnlyOn("CTranslate2 (faster-whisper's engine)", r"(?i)ctranslate2|faster[-_ ]whisper|whisperx", "NVIDIA GPUs through CUDA, in "
+           "its Linux and Windows x86-64 wheels",
+           "device=\"cpu\" with compute_type=\"int8\" (WhisperModel(..., device=\"cpu\", compute_type=\"int8\"))",
+           "CTranslate2 docs, hardware support: NVIDIA GPUs (CUDA); the macOS wheels are CPU-only (Apple Accelerate)"),
+)
+
+# a Mac in the user's words or its tools' ("MacBook Pro", "macOS 14", "M2 Max", "Apple Silicon")
+_MAC = re.compile(r"(?i)\bmac ?book\b|\bmac ?os\b|\bmac mini\b|\bimac\b|\bapple (?:silicon|m[1-4])\b|\bM[1-4] (?:Pro|Max|Ultra)\b|"
+                  r"\bdarwin\b|\bmps\b")
+# the GPU wanted: a CUDA device asked for, or the tool's own "not compiled with CUDA" refusal, or a question
+_WANTS_GPU = re.compile(r"(?i)not compiled with CUDA|device ?= ?['\"]?cuda|\bcuda\b|\bgpu\b")
+
+
+@rule("gpu-unsupported")
+def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    row = next((r for r in ONLY_ON if re.search(r.named, text)), None)
+    if row is None or any(e.family not in (None, "torch-build", "gpu-unsupported") for e in ctx.errors):
+        return None
+    nvidia = [g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("sm_")]
+    other = [g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("gfx") or re.search(r"(?i)\bintel\b|\barc\b",
+                                                                                              g.value)]
+    mac = ctx.sheet.has("os", "macos") or _MAC.search(text)
+    if nvidia or not (mac or other):
+        return None
+    wants = _lines_matching(ctx, _WANTS_GPU.pattern)[:1]
+    if not wants:
+        return None
+    machine = f"the {other[0].value}" if other and not mac else "a Mac"
+    diagnosis = _make("gpu-unsupported", f"{row.tool.split(' (')[0]} has no GPU path on {machine}",
+                      f"{row.tool} runs on GPUs only as {row.gpu}; {machine} has no such GPU, so no install or "
+                      "setting gives it one", f"{row.tool} cannot use {machine} as a GPU (its GPU path is "
+                      f"{row.gpu} only): run it on the CPU, {row.cpu_fix}; for a GPU, an NVIDIA card on Linux or "
+                      f"Windows ({row.source})", other[:1], wants)
+    # a reinstall of the CUDA wheel (the install readings) cannot help a machine without the card
+    diagnosis.rank = family("torch-build").rank - 1
+    return diagnosis
