@@ -133,9 +133,6 @@ KNOWN_MISSES = {
     "https://github.com/SYSTRAN/faster-whisper/issues/162": "the paste names neither faster-whisper nor CTranslate2 (only "
                                                           "an RX 5700 XT and other whisper apps): nothing says whose "
                                                           "GPU path is NVIDIA-only",
-    "https://github.com/ROCm/legacy-rocm-build/issues/2032": "no GPU is named: the out-of-resources error and the dmesg "
-                                                            "VM line also come from permissions and memory, so the "
-                                                            "gfx7 card cannot be read from the paste",
 }
 
 
