@@ -14,6 +14,12 @@ READINGS = [
     ("import xformers.ops\nImportError: /opt/venv/lib/python3.11/site-packages/xformers/_C.so: undefined symbol: "
      "_ZN2at4_ops10zeros_like4callERKNS_6TensorESsN3c108optionalINS5_10ScalarTypeEEE\ntorch 2.7.1+cu128",
      "abi-mismatch", ["C++ ABI", "from source"]),
+    # torch without CUDA on Windows, a toolkit the user installed named: PyPI's CPU wheel, the toolkit is not used
+    ("Windows 10, GTX 1660 Super. I installed the CUDA 12.8 toolkit but torch.cuda.is_available() still prints False",
+     "torch-build", ["download.pytorch.org/whl/cu128", "toolkit"]),
+    # llama-cpp-python left on the CPU with CUDA beside it: PyPI's sdist builds the CPU backend
+    ("llama-cpp-python 0.3.2 on Ubuntu with CUDA 12.4, the model loads but it doesn't use the GPU at all even with "
+     "n_gpu_layers=35", "torch-build", ["CMAKE_ARGS", "GGML_CUDA"]),
 ]
 
 
@@ -34,6 +40,11 @@ NEGATIVES = [
     # when the symbol carries no std::string at all
     ("ImportError: /usr/lib/python3/dist-packages/mmcv/_ext.so: undefined symbol: _ZN3c104cuda20getCurrentCUDAStreamEa",
      "C++ ABI"),
+    # torch without CUDA on Linux (PyPI's torch there is a CUDA build): not the Windows CPU wheel's reading
+    ("Ubuntu 22.04, RTX 3090, I installed CUDA 12.4 but torch.cuda.is_available() returns False",
+     "the CUDA toolkit can stay"),
+    # llama-cpp-python on an AMD card: not the CUDA build
+    ("llama-cpp-python on my RX 7900 XTX with ROCm 6.2 doesn't use the GPU, n_gpu_layers=-1", "GGML_CUDA"),
 ]
 
 

@@ -150,7 +150,7 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     if any(e.family and not _BNB_NO_GPU.search(e.line) for e in ctx.errors) or ctx.crashes():
         return None
     said = _lines_matching(ctx, _ON_CPU.pattern)
-    if not said and ctx.tool() in ("jax", "tensorflow", "onnxruntime", "ctranslate2"):
+    if not said and ctx.tool() in ("jax", "tensorflow", "onnxruntime", "ctranslate2", "llama-cpp-python"):
         # a runtime of its own that "does not see" the GPU: its CPU build is the usual reason (torch's own "not seen"
         # has many causes, the visibility and driver readings among them)
         said = _lines_matching(ctx, _NOT_SEEN.pattern)
@@ -160,6 +160,8 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     vendor = _vendor(ctx) or ("amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None)
     if vendor is None and re.search(r"(?i)\bGPU:\s*(?:cuda|nvidia)\b", text):
         vendor = "nvidia"   # an issue template's "GPU: cuda"
+    if vendor is None and ctx.tool() in _OWN_GPU_BUILDS and re.search(r"(?i)\bcuda\b", text):
+        vendor = "nvidia"   # a runtime with a CUDA build of its own, said to have CUDA beside it
     if vendor is None:
         return None
     return vendor, on_windows(ctx, text), said[:1]
@@ -527,3 +529,52 @@ def library_needs_a_gpu_torch_cannot_see(ctx: Context) -> Optional[Diagnosis]:
 # Jan (janhq), named by its issue template ("Jan Version: 0.4.3") or its own name, leaving an NVIDIA GPU idle
 _JAN = re.compile(r"\bJan [Vv]ersion\b|\bjanhq\b|\bJan (?:decides|uses|runs|falls|stays|only|does(?:n't| not)|won't)\b|"
                   r"\bJan app\b|\bjan\.ai\b|\bJan_\d+\.\d+")
+
+
+# torch answering that it has no CUDA, in any wording ("is_available() is showing as False", "cuda is not available")
+_TORCH_NO_CUDA = re.compile(r"(?i)is_available\(\)[^\n]{0,25}?\bFalse\b|" + _NO_CUDA_SAID.pattern.removeprefix("(?i)"))
+# a CUDA toolkit the user installed, with its version ("CUDA toolkit 13 installed", "installed CUDA 12.4")
+_TOOLKIT_SAID = re.compile(r"(?i)\bCUDA(?: toolkit)?\s*(?:v(?:ersion)?\s*)?(\d{2})(?:\.(\d))?\b[^\n]{0,20}?\binstalled\b|"
+                           r"\binstalled (?:the )?(?:latest )?CUDA(?: toolkit)?\s*(?:v(?:ersion)?\s*)?(\d{2})(?:\.(\d))?\b")
+
+
+def _index_for_toolkit(major: int, minor: int) -> str:
+    """pytorch.org's CUDA index nearest below a toolkit the user has (its driver runs that CUDA): cu130 from torch
+    2.9, cu128 from 2.7, cu126 from 2.6, cu118 for CUDA 11 (pytorch.org's install selector and release notes)."""
+    if major >= 13:
+        return "cu130"
+    if major == 12:
+        return "cu128" if minor >= 8 else "cu126"
+    return "cu118"
+
+
+@rule("torch-build")
+def toolkit_beside_a_cpu_torch(ctx: Context) -> Optional[Diagnosis]:
+    """torch says it has no CUDA on Windows while the user points at the CUDA toolkit they installed (or an NVIDIA GPU):
+    torch's CUDA wheels bring their own CUDA runtime and never use the toolkit, and pip's torch on Windows is PyPI's
+    CPU-only build, so the toolkit's version is beside the point; the CUDA build from pytorch.org's index is the fix."""
+    text = _text(ctx)
+    said = _lines_matching(ctx, _TORCH_NO_CUDA.pattern)
+    if not said or _vendor(ctx) == "amd" or not on_windows(ctx, text):
+        return None
+    if any(e.family not in (None, "visibility", "torch-build") for e in ctx.errors) or ctx.crashes():
+        return None   # a driver, WSL or library error of its own says why torch has no GPU
+    if any(f.detail in ("cuda", "rocm") for f in ctx.sheet.of("torch")):
+        return None   # the torch shown is a GPU build: not the CPU wheel's reading
+    toolkit = _TOOLKIT_SAID.search(text)
+    if toolkit is None and not _nvidia_gpu(ctx):
+        return None
+    if toolkit:
+        major, minor = toolkit.group(1) or toolkit.group(3), toolkit.group(2) or toolkit.group(4) or "0"
+        label = _index_for_toolkit(int(major), int(minor))
+        index = (f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the build for the CUDA "
+                 f"{major} driver this machine has; any older CUDA build runs too)")
+    else:
+        arch, _fact = ctx.arch()
+        index = _cuda_index_for_driver(ctx, arch)
+    return _make("torch-build", "pip's torch on Windows is the CPU-only build",
+                 "torch.cuda.is_available() is False because the torch pip installed on Windows is PyPI's CPU-only "
+                 "build; torch's CUDA builds bring their own CUDA runtime, so the CUDA toolkit on the machine is "
+                 "neither needed nor used",
+                 "python -c \"import torch; print(torch.__version__)\" shows +cpu; pip uninstall -y torch torchvision "
+                 f"torchaudio; {index}; the CUDA toolkit can stay as it is", [], said[:1], confirmed=False)
