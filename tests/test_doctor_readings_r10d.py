@@ -20,6 +20,9 @@ READINGS = [
     # llama-cpp-python left on the CPU with CUDA beside it: PyPI's sdist builds the CPU backend
     ("llama-cpp-python 0.3.2 on Ubuntu with CUDA 12.4, the model loads but it doesn't use the GPU at all even with "
      "n_gpu_layers=35", "torch-build", ["CMAKE_ARGS", "GGML_CUDA"]),
+    # an AMD GPU's name empty in torch inside a container: libdrm's amdgpu.ids table
+    ("Inside the rocm/pytorch container on an MI300X node, torch.cuda.get_device_name(0) returns an empty string, "
+     "training itself works", "rocm-libs-missing", ["libdrm-amdgpu-common", "amdgpu.ids"]),
 ]
 
 
@@ -45,6 +48,8 @@ NEGATIVES = [
      "the CUDA toolkit can stay"),
     # llama-cpp-python on an AMD card: not the CUDA build
     ("llama-cpp-python on my RX 7900 XTX with ROCm 6.2 doesn't use the GPU, n_gpu_layers=-1", "GGML_CUDA"),
+    # an empty name on an NVIDIA card: the table is AMD's
+    ("nvidia-smi on my RTX 3090 shows the GPU name as blank after the driver update", "amdgpu.ids"),
 ]
 
 
