@@ -23,6 +23,14 @@ READINGS = [
     # an AMD GPU's name empty in torch inside a container: libdrm's amdgpu.ids table
     ("Inside the rocm/pytorch container on an MI300X node, torch.cuda.get_device_name(0) returns an empty string, "
      "training itself works", "rocm-libs-missing", ["libdrm-amdgpu-common", "amdgpu.ids"]),
+    # torch's cuDNN check with an older cuDNN first on LD_LIBRARY_PATH (another release pair, a conda env)
+    ("(train) $ python -c 'import torch; print(torch.backends.cudnn.version())'\nRuntimeError: cuDNN version "
+     "incompatibility: PyTorch was compiled against (9, 1, 0) but linked against (8, 9, 7)\n"
+     "LD_LIBRARY_PATH=/opt/cudnn-8.9/lib:/usr/local/cuda-12.2/lib64", "wheel-platform",
+     ["LD_LIBRARY_PATH", "cuDNN 9.1.0"]),
+    # a core driver call undefined in a launcher torch.compile cached (another call, a Triton path)
+    ("ImportError: /home/me/.triton/cache/9f2c/cuda_utils.so: undefined symbol: cuLaunchKernel", "abi-mismatch",
+     ["torchinductor", "~/.triton/cache"]),
 ]
 
 
@@ -50,6 +58,8 @@ NEGATIVES = [
     ("llama-cpp-python on my RX 7900 XTX with ROCm 6.2 doesn't use the GPU, n_gpu_layers=-1", "GGML_CUDA"),
     # an empty name on an NVIDIA card: the table is AMD's
     ("nvidia-smi on my RTX 3090 shows the GPU name as blank after the driver update", "amdgpu.ids"),
+    # a driver call new in CUDA 12.4 undefined: the driver is old, not a stale cache
+    ("ImportError: /usr/lib/python3/dist-packages/vllm/_C.so: undefined symbol: cuGreenCtxCreate", "torchinductor"),
 ]
 
 

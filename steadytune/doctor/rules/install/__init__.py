@@ -15,6 +15,7 @@
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   gpu_names          an AMD GPU's name left empty: libdrm's amdgpu.ids table missing or older than the GPU
+  bundled_libraries  a library a wheel bundles (torch's cuDNN) shadowed by another copy on LD_LIBRARY_PATH
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
 
 runner.py imports them in this order, which is the order their rules register in.

@@ -62,8 +62,8 @@ def driver_older_than_a_driver_api_call(ctx: Context) -> Optional[Diagnosis]:
     the binary was built for a newer CUDA than the driver provides. Reinstalling the package cannot help; the driver
     must move."""
     found = next(((line, symbol) for line, symbol in _undefined_symbols(ctx) if _DRIVER_API.fullmatch(symbol)), None)
-    if found is None:
-        return None
+    if found is None or (_CORE_DRIVER_API.fullmatch(found[1]) and not _built_cuda(ctx)):
+        return None   # a call every driver has: the binary was not linked to libcuda (stale_compiled_launcher)
     line, symbol = found
     since = next((version for pattern, version in _DRIVER_API_SINCE if pattern.match(symbol)), None)
     need = since or _built_cuda(ctx)
@@ -79,6 +79,33 @@ def driver_older_than_a_driver_api_call(ctx: Context) -> Optional[Diagnosis]:
                  f"{' (Linux driver ' + minimum + ' or newer' + (', e.g. the 550 series or later' if need == '12.4' else '') + ')' if minimum else ''}"
                  f"; nvidia-smi's \"CUDA Version\" must show it; or use a {tool} release built for the CUDA this driver "
                  "runs", [ctx.line_fact(line)], [line])
+
+
+# Driver API calls every driver of the CUDA 10 era on has (the driver API reference's module, launch, context and
+# device management, unchanged since CUDA 4): a binary missing one was not linked against libcuda at all
+_CORE_DRIVER_API = re.compile(r"cu(?:Init|DeviceGet\w*|CtxGetCurrent|CtxSetCurrent|CtxSynchronize|ModuleLoad\w*|"
+                              r"ModuleGetFunction|ModuleUnload|LaunchKernel|FuncGetAttribute|FuncSetAttribute|"
+                              r"FuncSetCacheConfig|PointerGetAttribute|OccupancyMaxActiveBlocksPerMultiprocessor)")
+
+
+@rule("abi-mismatch")
+def stale_compiled_launcher(ctx: Context) -> Optional[Diagnosis]:
+    """An undefined core driver API call (cuModuleGetFunction, cuLaunchKernel) that every driver exports: the module that
+    calls it was compiled without linking libcuda, which is what torch.compile's Inductor and Triton do with the small
+    launcher modules they cache; a cached one built in another environment (another torch, CUDA, or before libcuda
+    was found) is loaded again. Clearing the caches makes them rebuild against this machine."""
+    found = next(((line, symbol) for line, symbol in _undefined_symbols(ctx) if _CORE_DRIVER_API.fullmatch(symbol)),
+                 None)
+    if found is None or _built_cuda(ctx):
+        return None
+    line, symbol = found
+    return _make("abi-mismatch", "a cached compiled launcher from another environment",
+                 f"{symbol} is a CUDA driver call every NVIDIA driver exports, so the module calling it was built "
+                 "without libcuda linked in: a kernel launcher that torch.compile (Inductor) and Triton compile once "
+                 "and cache, here reused from another torch, CUDA or machine setup",
+                 "clear the compile caches and run again: rm -rf /tmp/torchinductor_$USER ~/.triton/cache (or the "
+                 "folders TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR name); if it comes back, check that libcuda.so "
+                 "is found (ldconfig -p | grep libcuda) where the kernels are compiled", [ctx.line_fact(line)], [line])
 
 
 @rule("abi-mismatch")
