@@ -263,13 +263,16 @@ def _cxx_string_abi(ctx: Context, package: Optional[str], text: str, torch: Opti
     built, other = ("pre-C++11 (_GLIBCXX_USE_CXX11_ABI=0)", "C++11") if old else \
         ("C++11 (_GLIBCXX_USE_CXX11_ABI=1)", "pre-C++11")
     wheel_tag = "cxx11abiTRUE" if old else "cxx11abiFALSE"
+    installed = f"torch {torch}" if torch else "the installed torch"
+    # the torch releases whose wheels have the ABI the binary was built for
+    back = "2.6.0+cu124 or older" if old else "2.6.0+cu126, or 2.7 and newer"
     return _make("abi-mismatch", f"{name} was built for the other C++ ABI than torch's",
                  f"{name}'s binary was compiled with the {built} std::string ABI, while "
                  f"{'torch ' + torch if torch else 'the installed torch'} uses the {other} ABI (PyTorch's Linux "
                  "wheels use the C++11 ABI from 2.6's CUDA 12.6 builds and in every build from 2.7)",
-                 f"install the {pip_name} build made for the installed torch's C++ ABI (release wheels are named "
+                 f"install the {pip_name} build made for {installed} and its C++ ABI (release wheels are named "
                  f"{wheel_tag} for it; python -c 'import torch; print(torch.compiled_with_cxx11_abi())' says which "
                  f"one torch has), or build {pip_name} from source against it: pip uninstall -y {pip_name}; "
-                 f"pip install --no-build-isolation --no-binary {pip_name} {pip_name}; or go back to a torch of the ABI "
-                 "the wheel was built for (2.6.0+cu124 or older for a pre-C++11 wheel)",
+                 f"pip install --no-build-isolation --no-binary {pip_name} {pip_name}; or move to a torch of the ABI "
+                 f"the binary was built for ({back})",
                  [ctx.line_fact(errors[0])], errors)

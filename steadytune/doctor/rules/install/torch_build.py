@@ -561,6 +561,8 @@ def toolkit_beside_a_cpu_torch(ctx: Context) -> Optional[Diagnosis]:
         return None   # a driver, WSL or library error of its own says why torch has no GPU
     if any(f.detail in ("cuda", "rocm") for f in ctx.sheet.of("torch")):
         return None   # the torch shown is a GPU build: not the CPU wheel's reading
+    if "is_available" not in said[0].line and ctx.tool() not in (None, "torch"):
+        return None   # "CUDA 12.6 not available" about another package's build (xformers' wheels): not torch's answer
     toolkit = _TOOLKIT_SAID.search(text)
     if toolkit is None and not _nvidia_gpu(ctx):
         return None
