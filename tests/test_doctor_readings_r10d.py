@@ -31,6 +31,14 @@ READINGS = [
     # a core driver call undefined in a launcher torch.compile cached (another call, a Triton path)
     ("ImportError: /home/me/.triton/cache/9f2c/cuda_utils.so: undefined symbol: cuLaunchKernel", "abi-mismatch",
      ["torchinductor", "~/.triton/cache"]),
+    # an old torch pin on a newer Python, pip's line retyped without its colon: the Python the release was built for
+    ("pip install torch==1.8.1+cu102 -f https://download.pytorch.org/whl/torch_stable.html\nERROR: Could not find a "
+     "version that satisfies the requirement torch==1.8.1+cu102 (from versions 0.1.2, 0.1.2post1\nPython 3.11.4",
+     "wheel-platform", ["Python 3.9"]),
+    # tensorflow-rocm from AMD's rocm-rel-6.2 folder under another Python than its wheels': Python 3.10
+    ("python3 -m pip install tensorflow-rocm==2.15.1 -f https://repo.radeon.com/rocm/manylinux/rocm-rel-6.2/\n"
+     "ERROR: No matching distribution found for tensorflow-rocm==2.15.1\nPython 3.11.9", "wheel-platform",
+     ["Python 3.10"]),
 ]
 
 
@@ -60,6 +68,9 @@ NEGATIVES = [
     ("nvidia-smi on my RTX 3090 shows the GPU name as blank after the driver update", "amdgpu.ids"),
     # a driver call new in CUDA 12.4 undefined: the driver is old, not a stale cache
     ("ImportError: /usr/lib/python3/dist-packages/vllm/_C.so: undefined symbol: cuGreenCtxCreate", "torchinductor"),
+    # tensorflow-rocm from the rocm-rel-6.2 folder under Python 3.10, which it has: not the Python reading
+    ("pip install tensorflow-rocm==2.99.0 -f https://repo.radeon.com/rocm/manylinux/rocm-rel-6.2/\n"
+     "ERROR: No matching distribution found for tensorflow-rocm==2.99.0\nPython 3.10.12", "make a Python 3.10"),
 ]
 
 

@@ -378,6 +378,41 @@ _NOT_THERE = re.compile(r"(?i)not found|can.?not (?:be )?(?:install|find)|could 
                         r"no version")
 
 
+# The Pythons AMD's repo.radeon.com/rocm/manylinux/rocm-rel-X.Y/ folders carry tensorflow-rocm wheels for (their file
+# names: tensorflow_rocm-2.16.1-cp39-... and -cp310-... in rocm-rel-6.2), and the Python each Ubuntu release ships
+# (Ubuntu release notes: 22.04 ships 3.10, 24.04 ships 3.12)
+_RADEON_TF_PYTHONS = {"6.2": ("3.9", "3.10")}
+_UBUNTU_PYTHON = {"20.04": "3.8", "22.04": "3.10", "24.04": "3.12"}
+_RADEON_INDEX = re.compile(r"repo\.radeon\.com/rocm/manylinux/rocm-rel-(\d+\.\d+)")
+
+
+def _radeon_index_python(ctx: Context) -> Optional[Diagnosis]:
+    """tensorflow-rocm from a repo.radeon.com rocm-rel folder finds no version at all: the folder's wheels are built for
+    older Pythons than the one pip runs (Ubuntu 24.04's 3.12), so pip sees none of them."""
+    text = _text(ctx)
+    index = _RADEON_INDEX.search(text)
+    if not index or not re.search(r"(?i)tensorflow[-_]rocm", text) or \
+            not re.search(r"(?i)from versions: none|no matching distribution", text):
+        return None
+    pythons = _RADEON_TF_PYTHONS.get(index.group(1))
+    if pythons is None:
+        return None
+    ubuntu = re.search(r"(?i)ubuntu\s*(\d\d\.04)", text)
+    here = (ctx.sheet.values("python") or [None])[-1] or (_UBUNTU_PYTHON.get(ubuntu.group(1)) if ubuntu else None)
+    if here is None or here in pythons:
+        return None
+    newest = pythons[-1]
+    lines = _lines_matching(ctx, r"(?i)from versions: none|no matching distribution")
+    return _make("wheel-platform", f"no tensorflow-rocm for Python {here} on rocm-rel-{index.group(1)}",
+                 f"AMD's rocm-rel-{index.group(1)} folder has tensorflow-rocm wheels for Python "
+                 f"{' and '.join(pythons)} only (cp{newest.replace('.', '')} is the newest tag), and pip runs Python "
+                 f"{here}{' (Ubuntu ' + ubuntu.group(1) + ' ships it)' if ubuntu and not ctx.sheet.values('python') else ''}, "
+                 "so it sees no version at all",
+                 f"make a Python {newest} environment (conda create -n tf python={newest}, or uv venv -p {newest}) and "
+                 "run the same pip command in it; or use AMD's rocm/tensorflow docker image", [ctx.line_fact(lines[0])],
+                 lines[:1])
+
+
 def _tensorflow_rocm_release(ctx: Context) -> Optional[Diagnosis]:
     """A tensorflow-rocm pin for a ROCm point release (2.14.0.602 for ROCm 6.0.2): AMD builds one per ROCm minor
     release (.600), which runs on its point releases; later ROCm releases' builds are on repo.radeon.com, not PyPI."""
@@ -439,7 +474,7 @@ def podman_older_than_the_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
-    for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _triton_fork_on_windows):
+    for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _radeon_index_python, _triton_fork_on_windows):
         found = reading(ctx)
         if found is not None:
             return found
@@ -561,14 +596,15 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      f"Python {older} (uv venv -p {older}, conda create -n env python={older}); the cpXY in a wheel's "
                      "file name says which", [ctx.line_fact(errors[0])], errors)
     package = re.search(r"(?:requirement|distribution found for) (\S+)", text)
-    name = package.group(1).rstrip(";`'\".,)") if package else "the package"
+    # pip's line runs into its "(from versions ...)" with no space in some pastes: the name ends at the parenthesis
+    name = package.group(1).split("(")[0].rstrip(";`'\".,)") if package else "the package"
     py = python[-1] if python else None
     cause = (f"the index has no {name} for this Python{' (' + py + ')' if py else ''} and platform")
     pin = re.fullmatch(r"([\w\-]+)==([\w.]+?)(?:\+(\w+))?", name)
-    offered = re.search(r"\(from versions: ([^)]*)\)", text)
+    offered = re.search(r"\(from versions:? ([^)\n]*)\)?", text)   # retyped by hand: the colon or ")" left out
     same = [v.strip() for v in offered.group(1).split(",") if pin and v.strip().split("+")[0] == pin.group(2)] \
         if offered else []
-    if re.match(r"(?i)torch\b", name) and offered and all(re.fullmatch(r"0\.1\.2(?:\.post\d+)?", v.strip())
+    if re.match(r"(?i)torch\b", name) and offered and all(re.fullmatch(r"0\.1\.2(?:\.?post\d+)?", v.strip())
                                                           for v in offered.group(1).split(",")):
         # PyPI's only files for torch that fit every interpreter are the 0.1.2 placeholders (source releases): no torch
         # wheel fits this one, a 32-bit Python (torch is 64-bit only) or a Python newer than the releases
