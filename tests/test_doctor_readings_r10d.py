@@ -39,6 +39,13 @@ READINGS = [
     ("python3 -m pip install tensorflow-rocm==2.15.1 -f https://repo.radeon.com/rocm/manylinux/rocm-rel-6.2/\n"
      "ERROR: No matching distribution found for tensorflow-rocm==2.15.1\nPython 3.11.9", "wheel-platform",
      ["Python 3.10"]),
+    # jax's CUDA extra asked for on Windows (another extra, PowerShell): its GPU wheels are Linux-only
+    ("PS C:\\Users\\me\\proj> pip install -U \"jax[cuda12]\"\nWARNING: jax 0.4.30 does not provide the extra 'cuda12'\n"
+     ">>> jax.devices()\n[CpuDevice(id=0)]", "wheel-platform", ["WSL2"]),
+    # jax's CUDA backend not starting beside a CUDA jaxlib installed on its own: the jax[cuda12] set
+    ("jax 0.4.31, jaxlib 0.4.31+cuda12.cudnn91 (installed from the jax_cuda_releases page), A100 80GB\n"
+     "CUDA backend failed to initialize: Unable to use CUDA because of the following issues with CUDA components",
+     "wheel-platform", ["jax[cuda12]==0.4.31"]),
 ]
 
 
@@ -71,6 +78,9 @@ NEGATIVES = [
     # tensorflow-rocm from the rocm-rel-6.2 folder under Python 3.10, which it has: not the Python reading
     ("pip install tensorflow-rocm==2.99.0 -f https://repo.radeon.com/rocm/manylinux/rocm-rel-6.2/\n"
      "ERROR: No matching distribution found for tensorflow-rocm==2.99.0\nPython 3.10.12", "make a Python 3.10"),
+    # jax's CUDA extra on Linux: not the Windows reading
+    ("$ pip install -U \"jax[cuda12]\"\n$ python -c 'import jax; print(jax.devices())'\nNo GPU/TPU found, falling "
+     "back to CPU", "jaxlib had no native Windows wheels"),
 ]
 
 

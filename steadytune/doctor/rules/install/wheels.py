@@ -413,6 +413,59 @@ def _radeon_index_python(ctx: Context) -> Optional[Diagnosis]:
                  lines[:1])
 
 
+# a package's GPU extra in a pip line (jax[cuda12_pip], tensorflow[and-cuda]) or pip's warning that the release has none
+_GPU_EXTRA = re.compile(r"(?i)\b([a-z][\w-]*)\[(cuda\w*|rocm\w*|gpu|and-cuda)\]|"
+                        r"\b([a-z][\w-]*) [\d.]+ does not provide the extra '(cuda\w*|rocm\w*|gpu|and-cuda)'")
+
+
+def _gpu_extra_off_linux(ctx: Context) -> Optional[Diagnosis]:
+    """A package's CUDA/ROCm extra installed on Windows or macOS where the package builds its GPU wheels for Linux only
+    (the tool table's row for that OS differs from its fallback): the extra installs nothing for the GPU here, and the
+    package runs on the CPU ("No GPU/TPU found, falling back to CPU")."""
+    text = _text(ctx)
+    extra = _GPU_EXTRA.search(text)
+    if extra is None:
+        return None
+    package = (extra.group(1) or extra.group(3)).lower()
+    kinds = machine_kinds(on_windows(ctx, text), _vendor(ctx), text)
+    if not kinds & {"windows", "macos"}:
+        return None
+    own = tool_fix(package, "wheel-platform", kinds, {})
+    if own is None or own == tool_fix(package, "wheel-platform", frozenset(), {}):
+        return None
+    fix = _table_fix(ctx, package, "wheel-platform", kinds, package=package)
+    lines = _lines_matching(ctx, re.escape(extra.group(0)))
+    return _make("wheel-platform", f"{package}'s GPU build is not made for this OS",
+                 f"{package} publishes its {extra.group(2) or extra.group(4)} GPU build for Linux only, so on this OS "
+                 "the extra brings no GPU support and it runs on the CPU", fix, [ctx.line_fact(lines[0])], lines[:1])
+
+
+_JAX_CUDA_INIT = re.compile(r"CUDA backend failed to initialize")
+
+
+def _jax_cuda_pieces(ctx: Context) -> Optional[Diagnosis]:
+    """jax's "CUDA backend failed to initialize" with a CUDA jaxlib: the pieces jax's CUDA backend is made of (jax,
+    jaxlib, its CUDA plugin and the nvidia-* CUDA/cuDNN packages) were installed apart and do not match; the
+    jax[cuda12] extra installs them as one set (docs.jax.dev installation: pip install -U "jax[cuda12]")."""
+    if "CUDA backend failed" not in _text(ctx):
+        return None
+    lines = _lines_matching(ctx, _JAX_CUDA_INIT.pattern)
+    text = _text(ctx)
+    if not lines or not re.search(r"(?i)\bjax", text):
+        return None
+    version = re.search(r"(?im)^\s*jax\s*[= ]\s*=?\s*(\d+\.\d+\.\d+)\b|\bjax==(\d+\.\d+\.\d+)", text)
+    pinned = f"=={version.group(1) or version.group(2)}" if version else ""
+    cuda = re.search(r"\+cuda(\d+)", text)
+    extra = f"cuda{cuda.group(1)}" if cuda else "cuda12"
+    return _make("wheel-platform", "jax's CUDA pieces do not match",
+                 "jax's CUDA backend is jax, a CUDA jaxlib and the CUDA and cuDNN libraries pinned for it; installed "
+                 "one by one (a CUDA jaxlib beside a plain jax, or the system's CUDA in place of the pinned packages) "
+                 "they do not fit, and the backend fails to start, leaving jax on the CPU",
+                 f"reinstall them as one set: pip uninstall -y jax jaxlib; pip install -U \"jax[{extra}]{pinned}\" (it "
+                 "brings the matching jaxlib, CUDA plugin and nvidia-* libraries); keep LD_LIBRARY_PATH free of other "
+                 "CUDA folders", [ctx.line_fact(lines[0])], lines[:1])
+
+
 def _tensorflow_rocm_release(ctx: Context) -> Optional[Diagnosis]:
     """A tensorflow-rocm pin for a ROCm point release (2.14.0.602 for ROCm 6.0.2): AMD builds one per ROCm minor
     release (.600), which runs on its point releases; later ROCm releases' builds are on repo.radeon.com, not PyPI."""
@@ -474,7 +527,8 @@ def podman_older_than_the_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
-    for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _radeon_index_python, _triton_fork_on_windows):
+    for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _radeon_index_python, _triton_fork_on_windows,
+                    _gpu_extra_off_linux, _jax_cuda_pieces):
         found = reading(ctx)
         if found is not None:
             return found
