@@ -46,6 +46,22 @@ READINGS = [
     ("jax 0.4.31, jaxlib 0.4.31+cuda12.cudnn91 (installed from the jax_cuda_releases page), A100 80GB\n"
      "CUDA backend failed to initialize: Unable to use CUDA because of the following issues with CUDA components",
      "wheel-platform", ["jax[cuda12]==0.4.31"]),
+    # vLLM's NCCL wrapper not loading its library (another model, tensor parallel): vLLM's own path variable
+    ("vllm serve Qwen2-7B-Instruct --tensor-parallel-size 2\nERROR 05-02 10:11:12 pynccl.py:53] Failed to load NCCL "
+     "library from libnccl.so.2 .It is expected if you are not running on NVIDIA/AMD GPUs.", "rocm-libs-missing",
+     ["VLLM_NCCL_SO_PATH", "nvidia.nccl"]),
+    # llama.cpp's Windows CUDA zip (another build and CUDA) without its runtime DLLs: the cudart archive
+    ("Unzipped llama-b4500-bin-win-cuda-cu11.7-x64 and ran llama-server.exe: The code execution cannot proceed "
+     "because cublas64_11.dll was not found.", "rocm-libs-missing", ["cudart-llama-bin-win-cu11.7-x64.zip"]),
+    # a program saying the CUDA toolkit is missing for its engine: the toolkit
+    ("Jan 0.5.4 on Windows 11 with an RTX 3060: the model engine will not start, app.log says CUDA toolkit not "
+     "installed", "rocm-libs-missing", ["CUDA Toolkit"]),
+    # Ollama extracted by hand on Linux beside an AMD card: the ROCm archive or the install script
+    ("Installed ollama manually on Fedora 40 from ollama-linux-amd64.tgz; my RX 7800 XT (ROCm 6.1) is never used, "
+     "everything runs on the CPU", "rocm-libs-missing", ["install.sh", "ollama-linux-amd64-rocm.tgz"]),
+    # an impossible compute capability reported on Windows (another program): an old cudart first on PATH
+    ("LocalAI on Windows 10 says my RTX 2060 has compute capability 1.3 and refuses to use it", "rocm-libs-missing",
+     ["PhysX"]),
 ]
 
 
@@ -81,6 +97,10 @@ NEGATIVES = [
     # jax's CUDA extra on Linux: not the Windows reading
     ("$ pip install -U \"jax[cuda12]\"\n$ python -c 'import jax; print(jax.devices())'\nNo GPU/TPU found, falling "
      "back to CPU", "jaxlib had no native Windows wheels"),
+    # Ollama by hand beside an NVIDIA card: not the ROCm archive
+    ("Installed ollama manually from ollama-linux-amd64.tgz on Ubuntu, my RTX 4090 is not used", "rocm.tgz"),
+    # a real compute capability reported too old: not the PhysX reading
+    ("ollama: CUDA GPU is too old. Compute Capability detected: 3.5 (Tesla K40)", "PhysX"),
 ]
 
 
