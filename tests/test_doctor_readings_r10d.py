@@ -62,6 +62,12 @@ READINGS = [
     # an impossible compute capability reported on Windows (another program): an old cudart first on PATH
     ("LocalAI on Windows 10 says my RTX 2060 has compute capability 1.3 and refuses to use it", "rocm-libs-missing",
      ["PhysX"]),
+    # a torch release older than the GPU (another Ampere card, another release): a first CUDA call that takes minutes
+    ("Ubuntu 18.04 with an RTX A6000 and torch 1.4.0: model.cuda() takes several minutes the first time",
+     "torch-build", ["CUDA 11", "download.pytorch.org/whl/cu118"]),
+    # a support question about a Blackwell card with the installed torch failing: the arch reading, CUDA 12.8 builds
+    ("Does PyTorch support the RTX 5080 yet? Every app fails with: CUDA kernel errors might be asynchronously "
+     "reported at some other API call", "arch-missing", ["cu128"]),
 ]
 
 
@@ -101,6 +107,8 @@ NEGATIVES = [
     ("Installed ollama manually from ollama-linux-amd64.tgz on Ubuntu, my RTX 4090 is not used", "rocm.tgz"),
     # a real compute capability reported too old: not the PhysX reading
     ("ollama: CUDA GPU is too old. Compute Capability detected: 3.5 (Tesla K40)", "PhysX"),
+    # a torch release that has the GPU's code, slow for another reason: not the release reading
+    ("torch 2.3.1 on an RTX 3090: the first .cuda() call takes several minutes", "predates"),
 ]
 
 
