@@ -68,6 +68,15 @@ READINGS = [
     # a support question about a Blackwell card with the installed torch failing: the arch reading, CUDA 12.8 builds
     ("Does PyTorch support the RTX 5080 yet? Every app fails with: CUDA kernel errors might be asynchronously "
      "reported at some other API call", "arch-missing", ["cu128"]),
+    # CTranslate2's own "not compiled with CUDA" on a Mac (whisperX, an M2): no CUDA there, the CPU
+    ("whisperx on my MacBook Air M2 (macOS 14): ValueError: This CTranslate2 package was not compiled with CUDA "
+     "support", "gpu-unsupported", ['device="cpu"']),
+    # Ollama calling a card within its documented floor too old (another card, timestamps): that release's build
+    ("time=2024-01-20T10:00:00 level=INFO source=gpu.go:140 msg=\"ollama: CUDA GPU is too old. Falling back to CPU "
+     "mode. Compute Capability detected: 5.0\" (Quadro M2000)", "arch-missing", ["update ollama", "5.0"]),
+    # a Kepler card beside a supported one (another pair), no GPU used: hide the old card
+    ("Debian 12 box with a Tesla K40 and an RTX 3060; the server never runs on the GPU, only uses the CPU",
+     "gpu-unsupported", ["CUDA_VISIBLE_DEVICES", "compute capability"]),
 ]
 
 
@@ -109,6 +118,13 @@ NEGATIVES = [
     ("ollama: CUDA GPU is too old. Compute Capability detected: 3.5 (Tesla K40)", "PhysX"),
     # a torch release that has the GPU's code, slow for another reason: not the release reading
     ("torch 2.3.1 on an RTX 3090: the first .cuda() call takes several minutes", "predates"),
+    # CTranslate2 without CUDA on Linux with an NVIDIA card: its CUDA wheel, not the Mac reading
+    ("Ubuntu 22.04, RTX 4070: ValueError: This CTranslate2 package was not compiled with CUDA support",
+     "macOS has no CUDA"),
+    # Ollama below its documented floor (compute capability 3.7): not the release reading
+    ("ollama: CUDA GPU is too old. Compute Capability detected: 3.7", "update ollama"),
+    # a Kepler card alone: nothing beside it to leave running
+    ("My Tesla K80 is not used by the server, it only uses the CPU", "CUDA_VISIBLE_DEVICES"),
 ]
 
 

@@ -15,6 +15,7 @@ import steadytune.doctor.rules.arch.nccl  # noqa: E402,F401
 import steadytune.doctor.rules.arch.gpu_unsupported  # noqa: E402,F401
 import steadytune.doctor.rules.arch.target_lists  # noqa: E402,F401
 import steadytune.doctor.rules.arch.prebuilt_floor  # noqa: E402,F401
+import steadytune.doctor.rules.arch.card_floors  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401

@@ -8,6 +8,8 @@
   gpu_unsupported  a GPU outside every build: Intel under CUDA or ROCm, old GCN cards, GPUs the apps or KFD dropped
   target_lists     the targets a source build or an SDK carries
   prebuilt_floor   an NVIDIA card older than a tool's prebuilt binaries: the tool's source build for it
+  card_floors      a card within a program's documented floor that its release calls too old; a Kepler card beside a
+                   supported one keeping the program off every GPU
   release_added    a feature path for older GPUs that a tool's later release added (bitsandbytes' int8 matmul)
 
 runner.py imports the rule modules in this order, which is the order their rules register in.

@@ -56,6 +56,14 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
     if own and own.group(1).lower() not in ("torch", "the", "this"):
         # the runtime says so itself (CTranslate2, a framework's CPU wheel): its own GPU build, from the tool table
         tool = own.group(1).lower()
+        if own.group(2).upper() == "CUDA" and "macos" in machine_kinds(False, None, _text(ctx)):
+            # a Mac has no NVIDIA GPU and no CUDA: no build of the runtime would use its GPU through CUDA
+            return _make("gpu-unsupported", "CUDA asked for on a Mac",
+                         f"{tool} runs on a GPU through CUDA only, and macOS has no CUDA (no NVIDIA GPU, no CUDA "
+                         f"driver): {tool}'s macOS build is CPU-only, so there is nothing to reinstall",
+                         f"run {tool} on the CPU: device=\"cpu\" (with compute_type=\"int8\" where it takes one, for "
+                         "speed); for the Mac's own GPU, a tool with an Apple Metal / MPS backend (whisper.cpp, "
+                         "mlx-whisper for faster-whisper's models)", [], errors)
         fix = _table_fix(ctx, tool, "torch-build")
         if fix:
             return _make("torch-build", f"{tool} is a build without {own.group(2)}", f"the installed {tool} says it was "
