@@ -77,6 +77,11 @@ READINGS = [
     # a Kepler card beside a supported one (another pair), no GPU used: hide the old card
     ("Debian 12 box with a Tesla K40 and an RTX 3060; the server never runs on the GPU, only uses the CPU",
      "gpu-unsupported", ["CUDA_VISIBLE_DEVICES", "compute capability"]),
+    # a build for a newer CUDA asked for a Blackwell card (another package, another number): the cu128 builds
+    ("Got an RTX 5080, nvidia-smi says CUDA 13.0. When will xformers support CUDA 13.0?", "torch-build", ["cu128"]),
+    # conda's pytorch-cpu beside torchvision (another wording): the CPU pair
+    ("conda install pytorch-cpu -c pytorch, then conda install torchvision -c pytorch, and now the cuda pytorch is "
+     "installed too", "wheel-platform", ["torchvision-cpu", "cpuonly"]),
 ]
 
 
@@ -125,6 +130,10 @@ NEGATIVES = [
     ("ollama: CUDA GPU is too old. Compute Capability detected: 3.7", "update ollama"),
     # a Kepler card alone: nothing beside it to leave running
     ("My Tesla K80 is not used by the server, it only uses the CPU", "CUDA_VISIBLE_DEVICES"),
+    # a CUDA 12.8 build asked for a Blackwell card: what it needs, not the newer-CUDA reading
+    ("RTX 5090 here: does bitsandbytes support CUDA 12.8?", "the cu128 build carries sm_120 and sm_100"),
+    # conda's CPU pair already asked for: nothing to add
+    ("conda install pytorch-cpu torchvision-cpu -c pytorch fails with a solver conflict", "install the CPU pair together"),
 ]
 
 

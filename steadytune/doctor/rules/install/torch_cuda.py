@@ -186,3 +186,32 @@ def torch_release_older_than_the_gpu(ctx: Context) -> Optional[Diagnosis]:
                  f"https://download.pytorch.org/whl/{label} (torch {_TORCH_RELEASES_OF[label]}); python -c 'import "
                  f"torch; print(torch.cuda.get_arch_list())' must list {arch} (or its family's sm_{cc // 10}0)",
                  [f for f in (fact,) if f], lines[:1])
+
+
+# a Blackwell GPU named by its family or model (RTX 50 series, B100/B200/GB200) and a CUDA release asked for by number
+_BLACKWELL = re.compile(r"(?i)\bblackwell\b|\brtx[- ]?50[5-9]0(?:\s*ti)?\b|\b(?:G?B[12]00|RTX PRO 6000)\b")
+_CUDA_ASKED = re.compile(r"(?i)\bcuda[- ]?(1[23])\.(\d)\b[^\n]{0,40}?\bsupport|\bsupport\w*\b[^\n]{0,40}?\bcuda[- ]?(1[23])\."
+                         r"(\d)\b|\brequires? cuda[- ]?(1[23])\.(\d)\b")
+
+
+@rule("torch-build")
+def cuda_release_asked_for_a_blackwell_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """A user asking for a build made with a newer CUDA (12.9, 13) for a Blackwell card: the GPU needs a build made
+    with CUDA 12.8 or newer, which torch's cu128 wheels (2.7 and newer) and the packages built for them already are;
+    nvidia-smi's "CUDA Version" is the newest the driver runs, not what a build must be made with."""
+    text = _text(ctx)
+    asked = _CUDA_ASKED.search(text)
+    if asked is None or not _BLACKWELL.search(text) or any(e.family for e in ctx.errors):
+        return None
+    major, minor = (int(g) for g in [g for g in asked.groups() if g][:2])
+    if (major, minor) <= (12, 8):
+        return None   # what it asks for is what the GPU needs: the support reading answers that
+    lines = _lines_matching(ctx, _CUDA_ASKED.pattern)
+    return _make("torch-build", "a Blackwell GPU runs on CUDA 12.8 builds",
+                 f"the GPU needs builds made with CUDA 12.8 or newer, not CUDA {major}.{minor} ones; nvidia-smi's "
+                 "\"CUDA Version\" is the newest CUDA the driver can run, not one the packages must be built with",
+                 "pip install torch --index-url https://download.pytorch.org/whl/cu128 (torch 2.7 and newer; the cu128 "
+                 "build carries sm_120 and sm_100) and the newest release of the other packages (bitsandbytes, "
+                 "xformers, flash-attn wheels built for that torch and cu128); python -c 'import torch; "
+                 "print(torch.cuda.get_arch_list())' must list sm_120 (sm_100 on B200)", [ctx.line_fact(lines[0])],
+                 lines[:1], confirmed=False)

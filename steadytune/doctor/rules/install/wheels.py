@@ -466,6 +466,25 @@ def _jax_cuda_pieces(ctx: Context) -> Optional[Diagnosis]:
                  "CUDA folders", [ctx.line_fact(lines[0])], lines[:1])
 
 
+def _conda_cpu_pair(ctx: Context) -> Optional[Diagnosis]:
+    """conda's pytorch-cpu package (the pytorch channel's CPU build name for 1.0 and older) with torchvision: the plain
+    torchvision package depends on the GPU pytorch and pulls it in beside pytorch-cpu; the channel's CPU pair is
+    pytorch-cpu with torchvision-cpu (pytorch.org previous-versions: conda install pytorch-cpu==1.0.1
+    torchvision-cpu==0.2.2 -c pytorch), and later releases take the cpuonly package instead."""
+    text = _text(ctx)
+    if not re.search(r"(?i)\bpytorch-cpu\b", text) or not re.search(r"(?i)\btorchvision\b(?!-cpu)", text):
+        return None
+    if re.search(r"(?i)\btorchvision-cpu\b", text):
+        return None
+    lines = _lines_matching(ctx, r"(?i)\btorchvision\b")
+    return _make("wheel-platform", "torchvision pulls the GPU pytorch beside pytorch-cpu",
+                 "conda's torchvision package depends on the GPU pytorch package, so installing it next to pytorch-cpu "
+                 "brings the GPU build in as well",
+                 "install the CPU pair together: conda install pytorch-cpu torchvision-cpu -c pytorch (pytorch 1.0 and "
+                 "older); for later releases: conda install pytorch torchvision cpuonly -c pytorch",
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
 def _tensorflow_rocm_release(ctx: Context) -> Optional[Diagnosis]:
     """A tensorflow-rocm pin for a ROCm point release (2.14.0.602 for ROCm 6.0.2): AMD builds one per ROCm minor
     release (.600), which runs on its point releases; later ROCm releases' builds are on repo.radeon.com, not PyPI."""
@@ -528,7 +547,7 @@ def podman_older_than_the_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
     for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _radeon_index_python, _triton_fork_on_windows,
-                    _gpu_extra_off_linux, _jax_cuda_pieces):
+                    _gpu_extra_off_linux, _jax_cuda_pieces, _conda_cpu_pair):
         found = reading(ctx)
         if found is not None:
             return found
