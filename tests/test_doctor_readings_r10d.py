@@ -82,6 +82,12 @@ READINGS = [
     # conda's pytorch-cpu beside torchvision (another wording): the CPU pair
     ("conda install pytorch-cpu -c pytorch, then conda install torchvision -c pytorch, and now the cuda pytorch is "
      "installed too", "wheel-platform", ["torchvision-cpu", "cpuonly"]),
+    # accelerate refusing fp16 beside an NVIDIA card (another tool and card): torch's CPU build
+    ("accelerate launch sft.py on Windows 11 with an RTX 3080\nValueError: fp16 mixed precision requires a GPU (not "
+     "'cpu').", "torch-build", ["download.pytorch.org/whl/cu", "keep fp16"]),
+    # the same told in words, a thin report
+    ("kohya_ss on win10 with an RTX 3070 Ti, I get an error about fp16 when training starts", "torch-build",
+     ["download.pytorch.org/whl/cu"]),
 ]
 
 
@@ -134,6 +140,8 @@ NEGATIVES = [
     ("RTX 5090 here: does bitsandbytes support CUDA 12.8?", "the cu128 build carries sm_120 and sm_100"),
     # conda's CPU pair already asked for: nothing to add
     ("conda install pytorch-cpu torchvision-cpu -c pytorch fails with a solver conflict", "install the CPU pair together"),
+    # an fp16 failure with a CUDA torch shown: the format's own reading, not the CPU build
+    ("RTX 4090, torch 2.3.0+cu121: training fails with an error about fp16, the loss goes nan", "keep fp16 (or bf16) on"),
 ]
 
 

@@ -588,3 +588,33 @@ def toolkit_beside_a_cpu_torch(ctx: Context) -> Optional[Diagnosis]:
                  "neither needed nor used",
                  "python -c \"import torch; print(torch.__version__)\" shows +cpu; pip uninstall -y torch torchvision "
                  f"torchaudio; {index}; the CUDA toolkit can stay as it is", [], said[:1], confirmed=False)
+
+
+# fp16 refused or failing, in the trainer's words (accelerate's "fp16 mixed precision requires a GPU") or the user's
+# ("an error about fp16"), where the GPU named has fp16 and nothing else failed
+_FP16_REFUSED = re.compile(r"(?i)fp16 mixed precision requires a GPU|\b(?:error|bug|problem|issue|fails?)\b[^\n]{0,20}"
+                           r"\b(?:about|with|on)\s+(?:--)?fp16\b|--fp16\b[^\n]{0,30}\b(?:error|fails?)\b")
+
+
+@rule("torch-build")
+def fp16_refused_beside_an_nvidia_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Training in fp16 refused on a machine with an NVIDIA GPU that has fp16 (every card CUDA builds still run):
+    transformers / accelerate refuse fp16 only when torch sees no GPU, so the torch in the program's environment is a
+    CPU-only build (PyPI's on Windows, or a web UI's requirements that installed it); dropping fp16 would train on the
+    CPU instead."""
+    lines = _lines_matching(ctx, _FP16_REFUSED.pattern)
+    if not lines or not _nvidia_gpu(ctx) or _vendor(ctx) == "amd":
+        return None
+    if any(e.family not in (None, "torch-build", "precision") for e in ctx.errors):
+        return None
+    if any(f.detail in ("cuda", "rocm") for f in ctx.sheet.of("torch")) or re.search(r"\+cu\d{3}", _text(ctx)):
+        return None   # a CUDA torch: the format's own reading (precision), not the build
+    arch, fact = ctx.arch()
+    return _make("torch-build", "fp16 refused: torch sees no GPU",
+                 "fp16 training is refused only when torch finds no GPU; with an NVIDIA card present, the torch in the "
+                 "program's environment is the CPU-only build (pip's default on Windows, or one a requirements file "
+                 "installed), so removing fp16 would only move training to the CPU",
+                 "in the program's own environment: python -c \"import torch; print(torch.__version__, "
+                 "torch.cuda.is_available())\" (a +cpu version, False); then pip uninstall -y torch and "
+                 + _cuda_index_for_driver(ctx, arch) + " in that environment, and keep fp16 (or bf16) on",
+                 [f for f in (fact,) if f], lines[:1], confirmed=False)
