@@ -142,6 +142,11 @@ NEGATIVES = [
     ("conda install pytorch-cpu torchvision-cpu -c pytorch fails with a solver conflict", "install the CPU pair together"),
     # an fp16 failure with a CUDA torch shown: the format's own reading, not the CPU build
     ("RTX 4090, torch 2.3.0+cu121: training fails with an error about fp16, the loss goes nan", "keep fp16 (or bf16) on"),
+    # an fp16 error shown that is another one (an overflow): not the CPU build
+    ("Problem with fp16 on my RTX 2080: RuntimeError: value cannot be converted to type at::Half without overflow",
+     "keep fp16 (or bf16) on"),
+    # a GeForce 8800 really is compute capability 1.0: not PhysX's cudart
+    ("My GeForce 8800 GTX shows compute capability 1.0 and the program refuses it", "PhysX"),
 ]
 
 

@@ -124,6 +124,11 @@ def ollama_manual_install_without_rocm(ctx: Context) -> Optional[Diagnosis]:
 _IMPOSSIBLE_CC = re.compile(r"(?i)compute capability (?:detected:?\s*)?(1\.\d)\b|\bdetects? 1\.\d instead of \d\.\d")
 
 
+# the cards of compute capability 1.x by model (NVIDIA's CUDA GPUs table: GeForce 8 / 9 / GTX 200 series, Tesla C870 /
+# C1060)
+_TESLA_ERA = re.compile(r"(?i)\bGeForce\s*(?:[89]\d{3}|GTX\s*2[6-9]\d)\b|\bTesla\s*C(?:870|1060)\b")
+
+
 @rule("rocm-libs-missing")
 def ancient_cudart_first_on_path(ctx: Context) -> Optional[Diagnosis]:
     """A program reports compute capability 1.x for an NVIDIA GPU (or blames PhysX's cudart): it loaded an ancient
@@ -133,6 +138,8 @@ def ancient_cudart_first_on_path(ctx: Context) -> Optional[Diagnosis]:
     physx = re.search(r"(?i)\bPhysX\b", text)
     if not lines and not (physx and re.search(r"(?i)cudart|compute capability", text)):
         return None
+    if any(re.fullmatch(r"sm_1\d", g.detail or "") for g in ctx.sheet.of("gpu")) or _TESLA_ERA.search(text):
+        return None   # a card named by its model that really is compute capability 1.x (a GeForce 8800)
     lines = lines or _lines_matching(ctx, r"(?i)\bPhysX\b")
     tool = ctx.tool() or "the program"
     return _make("rocm-libs-missing", f"{tool} loads an ancient CUDA runtime from PATH",

@@ -607,6 +607,10 @@ def fp16_refused_beside_an_nvidia_gpu(ctx: Context) -> Optional[Diagnosis]:
         return None
     if any(e.family not in (None, "torch-build", "precision") for e in ctx.errors):
         return None
+    said_by_accelerate = "requires a GPU" in lines[0].line
+    if not said_by_accelerate and re.search(r"[a-z]Error:|Exception\b|Traceback|(?i:overflow|\bnan\b|\binf\b|"
+                                            r"\bHalf\b|unscale|scaler)", _text(ctx)):
+        return None   # the error itself is shown and is another one (an overflow, the scaler): the format's reading
     if any(f.detail in ("cuda", "rocm") for f in ctx.sheet.of("torch")) or re.search(r"\+cu\d{3}", _text(ctx)):
         return None   # a CUDA torch: the format's own reading (precision), not the build
     arch, fact = ctx.arch()
