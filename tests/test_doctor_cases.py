@@ -25,6 +25,9 @@ FAMILIES = sorted({c.cause for c in TRAIN})
 # one paste (its title only, a fix nothing in it points at) or would give a wrong answer elsewhere. The list is held
 # to the data below: every entry must be a training case that is still a miss.
 KNOWN_MISSES = {
+    "https://github.com/janhq/jan/issues/2503": "the paste says only that models stay inactive with no error: it names "
+                                                "neither the program, the GPU nor CUDA, so nothing points at the "
+                                                "missing CUDA Toolkit",
     "https://github.com/vllm-project/vllm/issues/44660": "the paste is the thread's title only: no Python version, no "
                                                           "error line",
     "https://github.com/ROCm/legacy-rocm-build/issues/2155": "the fix (ROCm 5.5 for RHEL 8.8's kernel) needs a table of "

@@ -22,6 +22,7 @@ import steadytune.doctor.rules.arch.kernel_errors  # noqa: E402,F401
 import steadytune.doctor.rules.arch.vendor_only  # noqa: E402,F401
 import steadytune.doctor.rules.arch.contrib_extensions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.no_compiler_target  # noqa: E402,F401
+import steadytune.doctor.rules.arch.card_floors  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
@@ -53,6 +54,9 @@ import steadytune.doctor.rules.install.tensile_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.hip_sdk_found  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.cudart_on_path  # noqa: E402,F401
+import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
+import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401
+import steadytune.doctor.rules.install.program_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401

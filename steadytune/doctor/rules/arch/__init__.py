@@ -13,6 +13,8 @@
   vendor_only      a tool whose GPU path is one vendor's (CTranslate2: NVIDIA) on a Mac or another vendor's GPU
   contrib_extensions  flash-attn's separately built CUDA extensions (layer_norm...) without kernels: their Triton ops
   no_compiler_target  a GFX9 name LLVM has no processor for (gfx903): no build can be made for it
+  card_floors      a card within a program's documented floor that its release calls too old; a Kepler card beside a
+                   supported one keeping the program off every GPU
   release_added    a feature path for older GPUs that a tool's later release added (bitsandbytes' int8 matmul)
   kfd_process_vm   KFD failing to create a process's GPU VM: a GPU older than gfx9, not the user's groups
 

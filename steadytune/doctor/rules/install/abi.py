@@ -213,6 +213,9 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     package = _extension_package(ctx, errors)
     if re.search(r"(?i)xFormers", text):
         package = "xformers"
+    string_abi = _cxx_string_abi(ctx, package, text, torch, errors)
+    if string_abi is not None:
+        return string_abi
     too_old = _rocm_older_than_needed(ctx, package, errors)
     if too_old is not None:
         return too_old
@@ -236,3 +239,40 @@ def _package_of(line: str) -> Optional[str]:
         return None
     name = next(g for g in m.groups() if g)
     return re.sub(r"^lib", "", name) if name.startswith("libbitsandbytes") else name
+
+
+# A C++ symbol taking a std::string says which libstdc++ string ABI its caller was compiled with: the pre-C++11 one
+# mangles std::string as `Ss`, the C++11 one as `NSt7__cxx1112basic_string...`. PyTorch's Linux wheels moved to the
+# C++11 ABI with 2.6's CUDA 12.6 builds and all builds from 2.7 (pytorch/pytorch pull 142064, issue 143962).
+_OLD_STRING = re.compile(r"undefined symbol:?\s*_Z\w*?(?:ENS_\d+\w*?)?(?<=[A-Z0-9_])Ss\w*")
+_NEW_STRING = re.compile(r"undefined symbol:?\s*_Z\w*__cxx11\w*")
+
+
+def _cxx_string_abi(ctx: Context, package: Optional[str], text: str, torch: Optional[str],
+                    errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """An undefined torch (c10) symbol whose std::string is of the other C++ ABI than the installed torch's: the
+    extension's binary was built for a torch of the other libstdc++ string ABI, so no release pin alone fixes it."""
+    if not re.search(r"undefined symbol:?\s*_ZN?K?\d*(?:c10|at|torch)\d", text):
+        return None
+    old = _OLD_STRING.search(text)
+    new = None if old else _NEW_STRING.search(text)
+    if not (old or new):
+        return None
+    name = package or "the extension"
+    pip_name = (distribution_of(name) if name in IMPORT_DISTRIBUTIONS else name)
+    built, other = ("pre-C++11 (_GLIBCXX_USE_CXX11_ABI=0)", "C++11") if old else \
+        ("C++11 (_GLIBCXX_USE_CXX11_ABI=1)", "pre-C++11")
+    wheel_tag = "cxx11abiTRUE" if old else "cxx11abiFALSE"
+    installed = f"torch {torch}" if torch else "the installed torch"
+    # the torch releases whose wheels have the ABI the binary was built for
+    back = "2.6.0+cu124 or older" if old else "2.6.0+cu126, or 2.7 and newer"
+    return _make("abi-mismatch", f"{name} was built for the other C++ ABI than torch's",
+                 f"{name}'s binary was compiled with the {built} std::string ABI, while "
+                 f"{'torch ' + torch if torch else 'the installed torch'} uses the {other} ABI (PyTorch's Linux "
+                 "wheels use the C++11 ABI from 2.6's CUDA 12.6 builds and in every build from 2.7)",
+                 f"install the {pip_name} build made for {installed} and its C++ ABI (release wheels are named "
+                 f"{wheel_tag} for it; python -c 'import torch; print(torch.compiled_with_cxx11_abi())' says which "
+                 f"one torch has), or build {pip_name} from source against it: pip uninstall -y {pip_name}; "
+                 f"pip install --no-build-isolation --no-binary {pip_name} {pip_name}; or move to a torch of the ABI "
+                 f"the binary was built for ({back})",
+                 [ctx.line_fact(errors[0])], errors)

@@ -56,6 +56,14 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
     if own and own.group(1).lower() not in ("torch", "the", "this"):
         # the runtime says so itself (CTranslate2, a framework's CPU wheel): its own GPU build, from the tool table
         tool = own.group(1).lower()
+        if own.group(2).upper() == "CUDA" and "macos" in machine_kinds(False, None, _text(ctx)):
+            # a Mac has no NVIDIA GPU and no CUDA: no build of the runtime would use its GPU through CUDA
+            return _make("gpu-unsupported", "CUDA asked for on a Mac",
+                         f"{tool} runs on a GPU through CUDA only, and macOS has no CUDA (no NVIDIA GPU, no CUDA "
+                         f"driver): {tool}'s macOS build is CPU-only, so there is nothing to reinstall",
+                         f"run {tool} on the CPU: device=\"cpu\" (with compute_type=\"int8\" where it takes one, for "
+                         "speed); for the Mac's own GPU, a tool with an Apple Metal / MPS backend (whisper.cpp, "
+                         "mlx-whisper for faster-whisper's models)", [], errors)
         fix = _table_fix(ctx, tool, "torch-build")
         if fix:
             return _make("torch-build", f"{tool} is a build without {own.group(2)}", f"the installed {tool} says it was "
@@ -150,7 +158,7 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     if any(e.family and not _BNB_NO_GPU.search(e.line) for e in ctx.errors) or ctx.crashes():
         return None
     said = _lines_matching(ctx, _ON_CPU.pattern)
-    if not said and ctx.tool() in ("jax", "tensorflow", "onnxruntime", "ctranslate2"):
+    if not said and ctx.tool() in ("jax", "tensorflow", "onnxruntime", "ctranslate2", "llama-cpp-python"):
         # a runtime of its own that "does not see" the GPU: its CPU build is the usual reason (torch's own "not seen"
         # has many causes, the visibility and driver readings among them)
         said = _lines_matching(ctx, _NOT_SEEN.pattern)
@@ -160,6 +168,8 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
     vendor = _vendor(ctx) or ("amd" if _AMD_MODEL.search(text) else "nvidia" if _NVIDIA_MODEL.search(text) else None)
     if vendor is None and re.search(r"(?i)\bGPU:\s*(?:cuda|nvidia)\b", text):
         vendor = "nvidia"   # an issue template's "GPU: cuda"
+    if vendor is None and ctx.tool() in _OWN_GPU_BUILDS and re.search(r"(?i)\bcuda\b", text):
+        vendor = "nvidia"   # a runtime with a CUDA build of its own, said to have CUDA beside it
     if vendor is None:
         return None
     return vendor, on_windows(ctx, text), said[:1]
@@ -528,3 +538,88 @@ def library_needs_a_gpu_torch_cannot_see(ctx: Context) -> Optional[Diagnosis]:
 _JAN = re.compile(r"\bJan [Vv]ersion\b|\bjanhq\b|\bJan (?:decides|uses|runs|falls|stays|only|does(?:n't| not)|won't|"
                   r"was(?:n't| not) able|is(?:n't| not) able|can(?:'t|not)|couldn't|fails|failed)\b|"
                   r"\bJan app\b|\bjan\.ai\b|\bJan_\d+\.\d+")
+
+
+# torch answering that it has no CUDA, in any wording ("is_available() is showing as False", "cuda is not available")
+_TORCH_NO_CUDA = re.compile(r"(?i)is_available\(\)[^\n]{0,25}?\bFalse\b|" + _NO_CUDA_SAID.pattern.removeprefix("(?i)"))
+# a CUDA toolkit the user installed, with its version ("CUDA toolkit 13 installed", "installed CUDA 12.4")
+_TOOLKIT_SAID = re.compile(r"(?i)\bCUDA(?: toolkit)?\s*(?:v(?:ersion)?\s*)?(\d{2})(?:\.(\d))?\b[^\n]{0,20}?\binstalled\b|"
+                           r"\binstalled (?:the )?(?:latest )?CUDA(?: toolkit)?\s*(?:v(?:ersion)?\s*)?(\d{2})(?:\.(\d))?\b")
+
+
+def _index_for_toolkit(major: int, minor: int) -> str:
+    """pytorch.org's CUDA index nearest below a toolkit the user has (its driver runs that CUDA): cu130 from torch
+    2.9, cu128 from 2.7, cu126 from 2.6, cu118 for CUDA 11 (pytorch.org's install selector and release notes)."""
+    if major >= 13:
+        return "cu130"
+    if major == 12:
+        return "cu128" if minor >= 8 else "cu126"
+    return "cu118"
+
+
+@rule("torch-build")
+def toolkit_beside_a_cpu_torch(ctx: Context) -> Optional[Diagnosis]:
+    """torch says it has no CUDA on Windows while the user points at the CUDA toolkit they installed (or an NVIDIA GPU):
+    torch's CUDA wheels bring their own CUDA runtime and never use the toolkit, and pip's torch on Windows is PyPI's
+    CPU-only build, so the toolkit's version is beside the point; the CUDA build from pytorch.org's index is the fix."""
+    text = _text(ctx)
+    said = _lines_matching(ctx, _TORCH_NO_CUDA.pattern)
+    if not said or _vendor(ctx) == "amd" or not on_windows(ctx, text):
+        return None
+    if any(e.family not in (None, "visibility", "torch-build") for e in ctx.errors) or ctx.crashes():
+        return None   # a driver, WSL or library error of its own says why torch has no GPU
+    if any(f.detail in ("cuda", "rocm") for f in ctx.sheet.of("torch")):
+        return None   # the torch shown is a GPU build: not the CPU wheel's reading
+    if "is_available" not in said[0].line and ctx.tool() not in (None, "torch"):
+        return None   # "CUDA 12.6 not available" about another package's build (xformers' wheels): not torch's answer
+    toolkit = _TOOLKIT_SAID.search(text)
+    if toolkit is None and not _nvidia_gpu(ctx):
+        return None
+    if toolkit:
+        major, minor = toolkit.group(1) or toolkit.group(3), toolkit.group(2) or toolkit.group(4) or "0"
+        label = _index_for_toolkit(int(major), int(minor))
+        index = (f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the build for the CUDA "
+                 f"{major} driver this machine has; any older CUDA build runs too)")
+    else:
+        arch, _fact = ctx.arch()
+        index = _cuda_index_for_driver(ctx, arch)
+    return _make("torch-build", "pip's torch on Windows is the CPU-only build",
+                 "torch.cuda.is_available() is False because the torch pip installed on Windows is PyPI's CPU-only "
+                 "build; torch's CUDA builds bring their own CUDA runtime, so the CUDA toolkit on the machine is "
+                 "neither needed nor used",
+                 "python -c \"import torch; print(torch.__version__)\" shows +cpu; pip uninstall -y torch torchvision "
+                 f"torchaudio; {index}; the CUDA toolkit can stay as it is", [], said[:1], confirmed=False)
+
+
+# fp16 refused or failing, in the trainer's words (accelerate's "fp16 mixed precision requires a GPU") or the user's
+# ("an error about fp16"), where the GPU named has fp16 and nothing else failed
+_FP16_REFUSED = re.compile(r"(?i)fp16 mixed precision requires a GPU|\b(?:error|bug|problem|issue|fails?)\b[^\n]{0,20}"
+                           r"\b(?:about|with|on)\s+(?:--)?fp16\b|--fp16\b[^\n]{0,30}\b(?:error|fails?)\b")
+
+
+@rule("torch-build")
+def fp16_refused_beside_an_nvidia_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Training in fp16 refused on a machine with an NVIDIA GPU that has fp16 (every card CUDA builds still run):
+    transformers / accelerate refuse fp16 only when torch sees no GPU, so the torch in the program's environment is a
+    CPU-only build (PyPI's on Windows, or a web UI's requirements that installed it); dropping fp16 would train on the
+    CPU instead."""
+    lines = _lines_matching(ctx, _FP16_REFUSED.pattern)
+    if not lines or not _nvidia_gpu(ctx) or _vendor(ctx) == "amd":
+        return None
+    if any(e.family not in (None, "torch-build", "precision") for e in ctx.errors):
+        return None
+    said_by_accelerate = "requires a GPU" in lines[0].line
+    if not said_by_accelerate and re.search(r"[a-z]Error:|Exception\b|Traceback|(?i:overflow|\bnan\b|\binf\b|"
+                                            r"\bHalf\b|unscale|scaler)", _text(ctx)):
+        return None   # the error itself is shown and is another one (an overflow, the scaler): the format's reading
+    if any(f.detail in ("cuda", "rocm") for f in ctx.sheet.of("torch")) or re.search(r"\+cu\d{3}", _text(ctx)):
+        return None   # a CUDA torch: the format's own reading (precision), not the build
+    arch, fact = ctx.arch()
+    return _make("torch-build", "fp16 refused: torch sees no GPU",
+                 "fp16 training is refused only when torch finds no GPU; with an NVIDIA card present, the torch in the "
+                 "program's environment is the CPU-only build (pip's default on Windows, or one a requirements file "
+                 "installed), so removing fp16 would only move training to the CPU",
+                 "in the program's own environment: python -c \"import torch; print(torch.__version__, "
+                 "torch.cuda.is_available())\" (a +cpu version, False); then pip uninstall -y torch and "
+                 + _cuda_index_for_driver(ctx, arch) + " in that environment, and keep fp16 (or bf16) on",
+                 [f for f in (fact,) if f], lines[:1], confirmed=False)

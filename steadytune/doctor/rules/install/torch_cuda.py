@@ -136,10 +136,82 @@ def torch_support_for_a_new_gpu(ctx: Context) -> Optional[Diagnosis]:
     if first is None:
         return None
     label = _label_for(first)
-    return _make("torch-build", f"torch runs on {arch} in its CUDA {first[0]}.{first[1]}+ builds",
+    # the paste shows the installed torch failing on the GPU (a CUDA error), not only a question: the build it has
+    # lacks the GPU's code, the arch reading, with the same remedy
+    failing = re.search(r"(?i)CUDA kernel errors|CUDA error|no kernel image|RuntimeError", _text(ctx))
+    return _make("arch-missing" if failing else "torch-build", f"torch runs on {arch} in its CUDA {first[0]}.{first[1]}+ builds",
                  f"torch carries the code for {arch} in every build made with CUDA {first[0]}.{first[1]} or newer (the "
                  "first CUDA whose compiler targets it); an older CUDA build of torch cannot run on the GPU",
                  f"pip uninstall -y torch; pip install torch --index-url https://download.pytorch.org/whl/{label} "
                  f"(torch {_TORCH_RELEASES_OF[label]}; or a newer cu12x index); python -c 'import torch; print(torch."
                  f"cuda.get_arch_list())' must list {arch}", [ctx.line_fact(lines[0]), fact], lines[:1],
                  confirmed=False)
+
+
+# The newest CUDA each torch release was built with on pytorch.org (pytorch.org/get-started/previous-versions)
+_TORCH_NEWEST_CUDA = (((1, 2), (10, 0)), ((1, 5), (10, 1)), ((1, 7), (10, 2)), ((1, 8), (11, 0)), ((1, 10), (11, 1)),
+                      ((1, 11), (11, 3)), ((1, 12), (11, 5)), ((1, 13), (11, 6)), ((2, 0), (11, 7)), ((2, 1), (11, 8)))
+# torch's version said in words or by pip / collect_env ("the version of PyTorch is 1.1.0", "torch==1.4.0")
+_TORCH_SAID = re.compile(r"(?i)\b(?:py)?torch\b(?: version)?(?:\s+(?:is|was|=|==)\s*|==|\s+v?)(\d)\.(\d+)(?:\.\d+)?\b|"
+                         r"version of (?:py)?torch is (\d)\.(\d+)")
+# a first CUDA call that takes minutes (the driver compiling PTX for a GPU the binary has no code for), or fails
+_JIT_SLOW = re.compile(r"(?i)\b(?:\d+|several|ten|many) minutes\b|\btakes? (?:very )?long\b|\bvery slow\b|"
+                       r"\bno kernel image\b|\bhangs?\b|\bstuck\b")
+
+
+@rule("torch-build")
+def torch_release_older_than_the_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """A torch release whose newest CUDA build predates the GPU (an Ampere card under torch 1.1): it carries no code
+    for the GPU, so the first CUDA call either fails or has the driver compile PTX for minutes. A release built with
+    a CUDA that targets the GPU is the fix."""
+    arch, fact = ctx.arch()
+    cc = int(arch[3:]) if arch and re.fullmatch(r"sm_\d+", arch) else None
+    first = _FIRST_CUDA.get(cc) if cc else None
+    said = _TORCH_SAID.search(_text(ctx))
+    if first is None or said is None:
+        return None
+    release = (int(said.group(1) or said.group(3)), int(said.group(2) or said.group(4)))
+    newest = next((cuda for before, cuda in _TORCH_NEWEST_CUDA if release < before), None)
+    if newest is None or newest >= first:
+        return None
+    lines = _lines_matching(ctx, _JIT_SLOW.pattern)
+    if not lines:
+        return None
+    label = _label_for(first)
+    return _make("torch-build", f"torch {release[0]}.{release[1]} predates {arch}",
+                 f"torch {release[0]}.{release[1]} was built with CUDA {newest[0]}.{newest[1]} at most, and {arch} "
+                 f"came with CUDA {first[0]}.{first[1]}: the build has no code for the GPU, so the first CUDA call "
+                 "has the driver compile PTX for minutes (or fails)",
+                 f"install a torch built with CUDA {first[0]}.{first[1]} or newer: pip install torch --index-url "
+                 f"https://download.pytorch.org/whl/{label} (torch {_TORCH_RELEASES_OF[label]}); python -c 'import "
+                 f"torch; print(torch.cuda.get_arch_list())' must list {arch} (or its family's sm_{cc // 10}0)",
+                 [f for f in (fact,) if f], lines[:1])
+
+
+# a Blackwell GPU named by its family or model (RTX 50 series, B100/B200/GB200) and a CUDA release asked for by number
+_BLACKWELL = re.compile(r"(?i)\bblackwell\b|\brtx[- ]?50[5-9]0(?:\s*ti)?\b|\b(?:G?B[12]00|RTX PRO 6000)\b")
+_CUDA_ASKED = re.compile(r"(?i)\bcuda[- ]?(1[23])\.(\d)\b[^\n]{0,40}?\bsupport|\bsupport\w*\b[^\n]{0,40}?\bcuda[- ]?(1[23])\."
+                         r"(\d)\b|\brequires? cuda[- ]?(1[23])\.(\d)\b")
+
+
+@rule("torch-build")
+def cuda_release_asked_for_a_blackwell_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """A user asking for a build made with a newer CUDA (12.9, 13) for a Blackwell card: the GPU needs a build made
+    with CUDA 12.8 or newer, which torch's cu128 wheels (2.7 and newer) and the packages built for them already are;
+    nvidia-smi's "CUDA Version" is the newest the driver runs, not what a build must be made with."""
+    text = _text(ctx)
+    asked = _CUDA_ASKED.search(text)
+    if asked is None or not _BLACKWELL.search(text) or any(e.family for e in ctx.errors):
+        return None
+    major, minor = (int(g) for g in [g for g in asked.groups() if g][:2])
+    if (major, minor) <= (12, 8):
+        return None   # what it asks for is what the GPU needs: the support reading answers that
+    lines = _lines_matching(ctx, _CUDA_ASKED.pattern)
+    return _make("torch-build", "a Blackwell GPU runs on CUDA 12.8 builds",
+                 f"the GPU needs builds made with CUDA 12.8 or newer, not CUDA {major}.{minor} ones; nvidia-smi's "
+                 "\"CUDA Version\" is the newest CUDA the driver can run, not one the packages must be built with",
+                 "pip install torch --index-url https://download.pytorch.org/whl/cu128 (torch 2.7 and newer; the cu128 "
+                 "build carries sm_120 and sm_100) and the newest release of the other packages (bitsandbytes, "
+                 "xformers, flash-attn wheels built for that torch and cu128); python -c 'import torch; "
+                 "print(torch.cuda.get_arch_list())' must list sm_120 (sm_100 on B200)", [ctx.line_fact(lines[0])],
+                 lines[:1], confirmed=False)

@@ -378,6 +378,113 @@ _NOT_THERE = re.compile(r"(?i)not found|can.?not (?:be )?(?:install|find)|could 
                         r"no version")
 
 
+# The Pythons AMD's repo.radeon.com/rocm/manylinux/rocm-rel-X.Y/ folders carry tensorflow-rocm wheels for (their file
+# names: tensorflow_rocm-2.16.1-cp39-... and -cp310-... in rocm-rel-6.2), and the Python each Ubuntu release ships
+# (Ubuntu release notes: 22.04 ships 3.10, 24.04 ships 3.12)
+_RADEON_TF_PYTHONS = {"6.2": ("3.9", "3.10")}
+_UBUNTU_PYTHON = {"20.04": "3.8", "22.04": "3.10", "24.04": "3.12"}
+_RADEON_INDEX = re.compile(r"repo\.radeon\.com/rocm/manylinux/rocm-rel-(\d+\.\d+)")
+
+
+def _radeon_index_python(ctx: Context) -> Optional[Diagnosis]:
+    """tensorflow-rocm from a repo.radeon.com rocm-rel folder finds no version at all: the folder's wheels are built for
+    older Pythons than the one pip runs (Ubuntu 24.04's 3.12), so pip sees none of them."""
+    text = _text(ctx)
+    index = _RADEON_INDEX.search(text)
+    if not index or not re.search(r"(?i)tensorflow[-_]rocm", text) or \
+            not re.search(r"(?i)from versions: none|no matching distribution", text):
+        return None
+    pythons = _RADEON_TF_PYTHONS.get(index.group(1))
+    if pythons is None:
+        return None
+    ubuntu = re.search(r"(?i)ubuntu\s*(\d\d\.04)", text)
+    here = (ctx.sheet.values("python") or [None])[-1] or (_UBUNTU_PYTHON.get(ubuntu.group(1)) if ubuntu else None)
+    if here is None or here in pythons:
+        return None
+    newest = pythons[-1]
+    lines = _lines_matching(ctx, r"(?i)from versions: none|no matching distribution")
+    return _make("wheel-platform", f"no tensorflow-rocm for Python {here} on rocm-rel-{index.group(1)}",
+                 f"AMD's rocm-rel-{index.group(1)} folder has tensorflow-rocm wheels for Python "
+                 f"{' and '.join(pythons)} only (cp{newest.replace('.', '')} is the newest tag), and pip runs Python "
+                 f"{here}{' (Ubuntu ' + ubuntu.group(1) + ' ships it)' if ubuntu and not ctx.sheet.values('python') else ''}, "
+                 "so it sees no version at all",
+                 f"make a Python {newest} environment (conda create -n tf python={newest}, or uv venv -p {newest}) and "
+                 "run the same pip command in it; or use AMD's rocm/tensorflow docker image", [ctx.line_fact(lines[0])],
+                 lines[:1])
+
+
+# a package's GPU extra in a pip line (jax[cuda12_pip], tensorflow[and-cuda]) or pip's warning that the release has none
+_GPU_EXTRA = re.compile(r"(?i)\b([a-z][\w-]*)\[(cuda\w*|rocm\w*|gpu|and-cuda)\]|"
+                        r"\b([a-z][\w-]*) [\d.]+ does not provide the extra '(cuda\w*|rocm\w*|gpu|and-cuda)'")
+
+
+def _gpu_extra_off_linux(ctx: Context) -> Optional[Diagnosis]:
+    """A package's CUDA/ROCm extra installed on Windows or macOS where the package builds its GPU wheels for Linux only
+    (the tool table's row for that OS differs from its fallback): the extra installs nothing for the GPU here, and the
+    package runs on the CPU ("No GPU/TPU found, falling back to CPU")."""
+    text = _text(ctx)
+    extra = _GPU_EXTRA.search(text)
+    if extra is None:
+        return None
+    package = (extra.group(1) or extra.group(3)).lower()
+    kinds = machine_kinds(on_windows(ctx, text), _vendor(ctx), text)
+    if not kinds & {"windows", "macos"}:
+        return None
+    own = tool_fix(package, "wheel-platform", kinds, {})
+    if own is None or own == tool_fix(package, "wheel-platform", frozenset(), {}):
+        return None
+    fix = _table_fix(ctx, package, "wheel-platform", kinds, package=package)
+    lines = _lines_matching(ctx, re.escape(extra.group(0)))
+    return _make("wheel-platform", f"{package}'s GPU build is not made for this OS",
+                 f"{package} publishes its {extra.group(2) or extra.group(4)} GPU build for Linux only, so on this OS "
+                 "the extra brings no GPU support and it runs on the CPU", fix, [ctx.line_fact(lines[0])], lines[:1])
+
+
+_JAX_CUDA_INIT = re.compile(r"CUDA backend failed to initialize")
+
+
+def _jax_cuda_pieces(ctx: Context) -> Optional[Diagnosis]:
+    """jax's "CUDA backend failed to initialize" with a CUDA jaxlib: the pieces jax's CUDA backend is made of (jax,
+    jaxlib, its CUDA plugin and the nvidia-* CUDA/cuDNN packages) were installed apart and do not match; the
+    jax[cuda12] extra installs them as one set (docs.jax.dev installation: pip install -U "jax[cuda12]")."""
+    if "CUDA backend failed" not in _text(ctx):
+        return None
+    lines = _lines_matching(ctx, _JAX_CUDA_INIT.pattern)
+    text = _text(ctx)
+    if not lines or not re.search(r"(?i)\bjax", text):
+        return None
+    version = re.search(r"(?im)^\s*jax\s*[= ]\s*=?\s*(\d+\.\d+\.\d+)\b|\bjax==(\d+\.\d+\.\d+)", text)
+    pinned = f"=={version.group(1) or version.group(2)}" if version else ""
+    cuda = re.search(r"\+cuda(\d+)", text)
+    extra = f"cuda{cuda.group(1)}" if cuda else "cuda12"
+    return _make("wheel-platform", "jax's CUDA pieces do not match",
+                 "jax's CUDA backend is jax, a CUDA jaxlib and the CUDA and cuDNN libraries pinned for it; installed "
+                 "one by one (a CUDA jaxlib beside a plain jax, or the system's CUDA in place of the pinned packages) "
+                 "they do not fit, and the backend fails to start, leaving jax on the CPU",
+                 f"reinstall them as one set: pip uninstall -y jax jaxlib; pip install -U \"jax[{extra}]{pinned}\" (it "
+                 "brings the matching jaxlib, CUDA plugin and nvidia-* libraries); keep LD_LIBRARY_PATH free of other "
+                 "CUDA folders", [ctx.line_fact(lines[0])], lines[:1])
+
+
+def _conda_cpu_pair(ctx: Context) -> Optional[Diagnosis]:
+    """conda's pytorch-cpu package (the pytorch channel's CPU build name for 1.0 and older) with torchvision: the plain
+    torchvision package depends on the GPU pytorch and pulls it in beside pytorch-cpu; the channel's CPU pair is
+    pytorch-cpu with torchvision-cpu (pytorch.org previous-versions: conda install pytorch-cpu==1.0.1
+    torchvision-cpu==0.2.2 -c pytorch), and later releases take the cpuonly package instead."""
+    text = _text(ctx)
+    if not re.search(r"(?i)\bpytorch-cpu\b", text) or not re.search(r"(?i)\btorchvision\b(?!-cpu)", text):
+        return None
+    if re.search(r"(?i)\btorchvision-cpu\b", text):
+        return None
+    lines = _lines_matching(ctx, r"(?i)\btorchvision\b")
+    return _make("wheel-platform", "torchvision pulls the GPU pytorch beside pytorch-cpu",
+                 "conda's torchvision package depends on the GPU pytorch package, so installing it next to pytorch-cpu "
+                 "brings the GPU build in as well",
+                 "install the CPU pair together: conda install pytorch-cpu torchvision-cpu -c pytorch (pytorch 1.0 and "
+                 "older); for later releases: conda install pytorch torchvision cpuonly -c pytorch",
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
 def _tensorflow_rocm_release(ctx: Context) -> Optional[Diagnosis]:
     """A tensorflow-rocm pin for a ROCm point release (2.14.0.602 for ROCm 6.0.2): AMD builds one per ROCm minor
     release (.600), which runs on its point releases; later ROCm releases' builds are on repo.radeon.com, not PyPI."""
@@ -439,7 +546,8 @@ def podman_older_than_the_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
-    for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _triton_fork_on_windows):
+    for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _radeon_index_python, _triton_fork_on_windows,
+                    _gpu_extra_off_linux, _jax_cuda_pieces, _conda_cpu_pair):
         found = reading(ctx)
         if found is not None:
             return found
@@ -561,14 +669,15 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      f"Python {older} (uv venv -p {older}, conda create -n env python={older}); the cpXY in a wheel's "
                      "file name says which", [ctx.line_fact(errors[0])], errors)
     package = re.search(r"(?:requirement|distribution found for) (\S+)", text)
-    name = package.group(1).rstrip(";`'\".,)") if package else "the package"
+    # pip's line runs into its "(from versions ...)" with no space in some pastes: the name ends at the parenthesis
+    name = package.group(1).split("(")[0].rstrip(";`'\".,)") if package else "the package"
     py = python[-1] if python else None
     cause = (f"the index has no {name} for this Python{' (' + py + ')' if py else ''} and platform")
     pin = re.fullmatch(r"([\w\-]+)==([\w.]+?)(?:\+(\w+))?", name)
-    offered = re.search(r"\(from versions: ([^)]*)\)", text)
+    offered = re.search(r"\(from versions:? ([^)\n]*)\)?", text)   # retyped by hand: the colon or ")" left out
     same = [v.strip() for v in offered.group(1).split(",") if pin and v.strip().split("+")[0] == pin.group(2)] \
         if offered else []
-    if re.match(r"(?i)torch\b", name) and offered and all(re.fullmatch(r"0\.1\.2(?:\.post\d+)?", v.strip())
+    if re.match(r"(?i)torch\b", name) and offered and all(re.fullmatch(r"0\.1\.2(?:\.?post\d+)?", v.strip())
                                                           for v in offered.group(1).split(",")):
         # PyPI's only files for torch that fit every interpreter are the 0.1.2 placeholders (source releases): no torch
         # wheel fits this one, a 32-bit Python (torch is 64-bit only) or a Python newer than the releases

@@ -1,0 +1,152 @@
+"""The GPU runtime libraries a program loads by itself rather than through torch: a release archive that leaves them
+out (llama.cpp's Windows CUDA zips, Ollama's Linux ROCm payload), a program that needs the CUDA Toolkit installed, a
+library path the program takes from its own variable (vLLM's NCCL), and the wrong copy found first on PATH (the
+ancient CUDA runtime PhysX installs)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, on_windows, rule, _text, _vendor
+
+# vLLM's pynccl (vllm/distributed/device_communicators/pynccl_wrapper.py) loads libnccl.so.2 itself and says so
+_VLLM_NCCL = re.compile(r"Failed to load NCCL library from (\S+?)\s?\.? ?It is expected|"
+                        r"Failed to load NCCL library from (\S+)")
+
+
+@rule("rocm-libs-missing")
+def vllm_nccl_not_loaded(ctx: Context) -> Optional[Diagnosis]:
+    """vLLM's own NCCL wrapper cannot load the NCCL library: it takes the file from VLLM_NCCL_SO_PATH (vLLM's
+    environment variables docs), else the libnccl.so.2 the loader finds; pointing the variable at the copy the
+    nvidia-nccl pip package installed (the one torch uses) settles it."""
+    if "Failed to load NCCL" not in _text(ctx):
+        return None
+    lines = _lines_matching(ctx, _VLLM_NCCL.pattern)
+    if not lines:
+        return None
+    found = _VLLM_NCCL.search(lines[0].line)
+    library = (found.group(1) or found.group(2)).rstrip(".")
+    # (vLLM's own line says "NVIDIA/AMD GPUs": only a ROCm word of the paste's own makes it an AMD machine)
+    rccl = bool(re.search(r"(?i)\brocm\b|\brccl\b|\bgfx\d", _text(ctx)))
+    where = ("the librccl.so.1 of the ROCm install (/opt/rocm/lib/librccl.so.1)" if rccl else
+             "the copy pip's nvidia-nccl-cu12 installed: python -c \"import nvidia.nccl, os; "
+             "print(os.path.join(nvidia.nccl.__path__[0], 'lib', 'libnccl.so.2'))\"")
+    return _make("rocm-libs-missing", "vLLM cannot load the NCCL library",
+                 f"vLLM's NCCL wrapper loads {library} itself (not through torch), and the loader finds no usable copy "
+                 "by that name", f"export VLLM_NCCL_SO_PATH=<the full path of a working library>, {where}; then "
+                 "start vLLM again (the variable must be set in the environment of every worker)",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+# llama.cpp's Windows CUDA release asset (llama-b3376-bin-win-cuda-cu12.2.0-x64.zip) and the CUDA DLLs it needs
+_LLAMA_WIN_CUDA = re.compile(r"(?i)llama-b\d+-bin-win-cuda-?(cu\d+\.\d+(?:\.\d+)?)-x64")
+_CUDA_DLL = re.compile(r"(?i)\b(?:cudart|cublas(?:Lt)?)64_\d+\.dll\b")
+_MISSING = re.compile(r"(?i)missing|not found|was not found|could not be found|cannot find|can't find|无法找到|找不到")
+
+
+@rule("rocm-libs-missing")
+def llama_cpp_zip_without_cudart(ctx: Context) -> Optional[Diagnosis]:
+    """llama.cpp's Windows CUDA build comes as two archives in each release: the program (llama-...-bin-win-cuda-
+    cuX-x64.zip) and the CUDA runtime DLLs it loads (cudart-llama-bin-win-cuX-x64.zip); without the second and
+    without a CUDA Toolkit on PATH, cudart64 / cublas64 are missing."""
+    text = _text(ctx)
+    asset = _LLAMA_WIN_CUDA.search(text)
+    dll = _CUDA_DLL.search(text)
+    if not (asset or (dll and re.search(r"(?i)llama[-.]?cpp|llama-(?:cli|server)|\bggml", text))) or \
+            not _MISSING.search(text):
+        return None
+    label = asset.group(1) if asset else "<the cuXX of the llama.cpp zip>"
+    lines = _lines_matching(ctx, _MISSING.pattern)
+    return _make("rocm-libs-missing", "llama.cpp's CUDA runtime DLLs are not beside it",
+                 "llama.cpp's Windows CUDA build loads the CUDA runtime DLLs (cudart64, cublas64, cublasLt64) from its "
+                 "own folder or PATH; its release zip does not contain them: they come as a second archive",
+                 f"download cudart-llama-bin-win-{label}-x64.zip from the same llama.cpp release and extract its DLLs "
+                 "into the folder with llama-cli.exe / llama-server.exe (or install the CUDA Toolkit of that version, "
+                 "whose bin folder is on PATH)", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# a program's own words that the CUDA Toolkit (its runtime libraries) is missing: Jan's "missing CUDA toolkit",
+# "CUDA toolkit not installed / not found"
+_TOOLKIT_MISSING = re.compile(r"(?i)\bmissing (?:the )?CUDA toolkit\b|\bCUDA toolkit\b[^\n]{0,20}?\b(?:is )?(?:missing|"
+                              r"not (?:installed|found|detected))\b|\"cuda\"\s*:\s*\{\s*\"exist\"\s*:\s*false")
+
+
+@rule("rocm-libs-missing")
+def cuda_toolkit_missing_said(ctx: Context) -> Optional[Diagnosis]:
+    """A program that runs its GPU engine on the CUDA runtime of an installed CUDA Toolkit (Jan's llama.cpp engine,
+    not a torch wheel that brings its own) says the toolkit is missing: the engine cannot start on the GPU."""
+    lines = _lines_matching(ctx, _TOOLKIT_MISSING.pattern)
+    if not lines or any(e.family not in (None, "rocm-libs-missing") for e in ctx.errors):
+        return None
+    version = re.search(r"(?i)\"version\"\s*:\s*\"(\d+)|\bCUDA (?:toolkit )?(\d{2})\b", _text(ctx))
+    major = (version.group(1) or version.group(2)) if version else "12"
+    return _make("rocm-libs-missing", "the program's GPU engine finds no CUDA Toolkit",
+                 "the program's GPU engine (a llama.cpp build for CUDA) loads the CUDA runtime libraries of an "
+                 "installed CUDA Toolkit; without it the engine does not start and models fail to load on the GPU",
+                 f"install NVIDIA's CUDA Toolkit (CUDA {major}, the release the engine is built for; on Windows its "
+                 "installer puts the runtime DLLs on PATH), restart the program; or update the program to a release "
+                 "that bundles the CUDA runtime, or turn GPU acceleration off to run on the CPU",
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# Ollama's Linux release is two archives for AMD: ollama-linux-amd64.tgz and the ROCm libraries in
+# ollama-linux-amd64-rocm.tgz (ollama docs/linux.md, "Manual install": extract both into /usr)
+_OLLAMA_ROCM_ASSET = re.compile(r"(?i)ollama-linux-amd64(?:-rocm)?\.tgz|\bmanual(?:ly)? install\w*")
+
+
+@rule("rocm-libs-missing")
+def ollama_manual_install_without_rocm(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama installed by hand on Linux with an AMD GPU: the main archive has no ROCm libraries; the installer script
+    fetches the ROCm archive for an AMD machine, a manual install must extract it too."""
+    text = _text(ctx)
+    if ctx.tool() != "ollama" or on_windows(ctx, text) or not _OLLAMA_ROCM_ASSET.search(text):
+        return None
+    if not (_vendor(ctx) == "amd" or re.search(r"(?i)\brocm\b|\bradeon\b|\bamd\b", text)):
+        return None
+    if any(e.family not in (None, "rocm-libs-missing", "visibility") for e in ctx.errors):
+        return None
+    lines = _lines_matching(ctx, _OLLAMA_ROCM_ASSET.pattern)
+    return _make("rocm-libs-missing", "Ollama's ROCm libraries were not installed",
+                 "Ollama's Linux archive holds the program without the ROCm libraries its AMD backend loads; they come "
+                 "in ollama-linux-amd64-rocm.tgz, which the install script fetches on an AMD machine and a manual "
+                 "install leaves out",
+                 "install with the script, which fetches them: curl -fsSL https://ollama.com/install.sh | sh; or, for "
+                 "a manual install, extract the ROCm archive where the program went: curl -L "
+                 "https://ollama.com/download/ollama-linux-amd64-rocm.tgz -o ollama-linux-amd64-rocm.tgz; sudo tar -C "
+                 "/usr -xzf ollama-linux-amd64-rocm.tgz; then restart ollama", [ctx.line_fact(lines[0])], lines[:1],
+                 confirmed=False)
+
+
+# a compute capability below 2.0 reported for a GPU: no CUDA runtime of the last decade runs on such a GPU, so the
+# number comes from an ancient CUDA runtime DLL the program loaded, the cudart PhysX installs in
+# "C:\Program Files (x86)\NVIDIA Corporation\PhysX\Common" (on PATH) among them (ollama issue 4008, fixed in 0.1.33)
+_IMPOSSIBLE_CC = re.compile(r"(?i)compute capability (?:detected:?\s*)?(1\.\d)\b|\bdetects? 1\.\d instead of \d\.\d")
+
+
+# the cards of compute capability 1.x by model (NVIDIA's CUDA GPUs table: GeForce 8 / 9 / GTX 200 series, Tesla C870 /
+# C1060)
+_TESLA_ERA = re.compile(r"(?i)\bGeForce\s*(?:[89]\d{3}|GTX\s*2[6-9]\d)\b|\bTesla\s*C(?:870|1060)\b")
+
+
+@rule("rocm-libs-missing")
+def ancient_cudart_first_on_path(ctx: Context) -> Optional[Diagnosis]:
+    """A program reports compute capability 1.x for an NVIDIA GPU (or blames PhysX's cudart): it loaded an ancient
+    CUDA runtime found first on PATH, PhysX's, instead of its own."""
+    text = _text(ctx)
+    lines = _lines_matching(ctx, _IMPOSSIBLE_CC.pattern)
+    physx = re.search(r"(?i)\bPhysX\b", text)
+    if not lines and not (physx and re.search(r"(?i)cudart|compute capability", text)):
+        return None
+    if any(re.fullmatch(r"sm_1\d", g.detail or "") for g in ctx.sheet.of("gpu")) or _TESLA_ERA.search(text):
+        return None   # a card named by its model that really is compute capability 1.x (a GeForce 8800)
+    lines = lines or _lines_matching(ctx, r"(?i)\bPhysX\b")
+    tool = ctx.tool() or "the program"
+    return _make("rocm-libs-missing", f"{tool} loads an ancient CUDA runtime from PATH",
+                 f"{tool} reports a compute capability no current GPU has: it loaded a CUDA runtime (cudart) found "
+                 "first on PATH, an old one such as the copy NVIDIA PhysX installs in C:\\Program Files (x86)\\NVIDIA "
+                 "Corporation\\PhysX\\Common, instead of the one it ships",
+                 "take the PhysX\\Common folder (or the folder of the other old cudart64_*.dll: where cudart64*.dll "
+                 f"lists them) off PATH, or put the folder of {tool}'s own CUDA runtime before it, then restart "
+                 f"{tool}; or update {tool} to a release that loads its bundled runtime first",
+                 [ctx.line_fact(lines[0])], lines[:1])
