@@ -36,12 +36,15 @@ import steadytune.doctor.rules.install.os_release  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightly_regression  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
+import steadytune.doctor.rules.install.nccl_library  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
 import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
 import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
+import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
+import steadytune.doctor.rules.machine.rendezvous  # noqa: E402,F401
 import steadytune.doctor.rules.gpu_choice  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401

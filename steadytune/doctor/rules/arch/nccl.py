@@ -15,7 +15,7 @@ _NCCL_FIRST = {"sm_100": (2, 25, 1), "sm_120": (2, 26, 2)}
 _NCCL_VERSION = re.compile(r"(?i)\bNCCL(?: version)?[\s:=v-]+(\d+)\.(\d+)\.(\d+)|nvidia-nccl-cu\d+[\s=]+(\d+)\.(\d+)\.(\d+)")
 _SEVERAL_GPUS = re.compile(r"(?i)\b(?:two|2|2x|four|4|4x|eight|8|8x|multiple|several|multi)[- ]?(?:\w+ )?(?:GPUs?|cards?)\b|"
                            r"tensor[- _]parallel|tp[_-]?size|all_?reduce|alltoall|all_gather|nccl-tests|collective|nproc_per_node|"
-                           r"world_size|torchrun|--multi_gpu|\b[2-9]x (?:NVIDIA |GeForce )?(?:RTX |B)\d")
+                           r"world_size|torchrun|--multi_gpu|DistributedDataParallel|\bDDP\b|\b[2-9]x (?:NVIDIA |GeForce )?(?:RTX |B)\d")
 _NCCL_TROUBLE = re.compile(r"(?i)\b(?:trouble|issue|problem|hangs?|stuck|did ?n[o']t help|errors?|fail\w*|crash\w*)\b")
 
 
@@ -54,7 +54,15 @@ def nccl_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
                  "the transport (NCCL_P2P_DISABLE=1 does not help)",
                  f"upgrade NCCL to {need} or newer: pip install -U \"nvidia-nccl-cu12>={need}\" (the NCCL torch's pip "
                  f"wheels load), or a container release that ships NCCL {need}+; check with python -c 'import torch; "
-                 "print(torch.cuda.nccl.version())'", [gpus[0]], lines, confirmed=version is not None)
+                 "print(torch.cuda.nccl.version())'" + (_NEW_TORCH if version is None else ""), [gpus[0]], lines,
+                 confirmed=version is not None)
+
+
+# with no NCCL version in the paste the torch is as likely to be too old as its NCCL: torch 2.7's CUDA 12.8 wheels
+# carry both Blackwell's kernels and an NCCL that runs on it (their metadata pins nvidia-nccl-cu12 2.26.2)
+_NEW_TORCH = ("; where torch itself is older than 2.7 (its CUDA 11.8 / 12.x wheels have no Blackwell kernels either), "
+              "install torch 2.7 or newer built for CUDA 12.8: pip install torch --index-url "
+              "https://download.pytorch.org/whl/cu128")
 
 
 def _torch_with_new_nccl(ctx: Context) -> bool:

@@ -14,6 +14,7 @@
   abi                a compiled extension built against another torch, CUDA or ROCm
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
+  nccl_library       the NCCL library a serving engine (vLLM's pynccl) loads by path
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
 
 runner.py imports them in this order, which is the order their rules register in.
