@@ -119,6 +119,12 @@ KNOWN_MISSES = {
                                                                        "'can't detect GPU' on Windows only: the quoted "
                                                                        "CUDA_VISIBLE_DEVICES value in the Windows "
                                                                        "environment left no trace in it",
+    # round 10 (r10b, visibility / multi-gpu-transport): the accepted fix follows from nothing in the paste
+    "https://github.com/hiyouga/LlamaFactory/issues/7439": "a 3090 busy and a 4090 idle, in Chinese: the paste names "
+                                                           "neither Windows (no NCCL there, hence WSL) nor the trainer",
+    "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
+                                                  "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
+                                                  "NCCL 2.18 bug, a fact of that release, not of the paste",
 }
 
 

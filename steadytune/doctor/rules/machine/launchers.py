@@ -42,7 +42,7 @@ _SEVERAL_ASKED = re.compile(
     r"(?:怎么|如何|怎样).{0,20}(?:多卡|多GPU|多 GPU|DDP|[0-9两三四五六七八]卡)|无法.{0,6}多卡|"
     r"只有(?:一|1)(?:张|个)?卡.{0,10}(?:工作|利用率|在跑)|数据分到不同(?:的)?(?:显卡|GPU|卡)")
 # the user asks to split one model over the GPUs (memory), not to train on all of them: another reading (sharding)
-_MODEL_SPLIT_ASKED = re.compile(r"(?i)(?:让|要|想|实现)模型并行|模型切分|\bmodel[- ]parallel|\bshard\w*|"
+_MODEL_SPLIT_ASKED = re.compile(r"(?i)(?:让|要|想|实现)模型并行|模型切分|\bmodel[- ]parallel|\bshard(?:ing)? (?:the |a |one )?model\b|"
                                 r"\bsplit (?:the |a |one )?model\b|(?:每一?(?:个|张)卡|each (?:GPU|card)).{0,12}"
                                 r"(?:完整|整个|full|whole|entire)|加载到每一?(?:个|张)卡")
 _ERRORS_OF_OTHERS = ("visibility", "multi-gpu-transport", None)
@@ -54,7 +54,8 @@ _ACCELERATE_LIKE = re.compile(r"(?i)\baccelerat(?:e|or)\b|\btrl\b|/trl/|\bTraine
                               r"Distributed environment: NO")
 _INFERENCE = re.compile(r"(?i)\bollama\b|\bvllm\b|llama\.cpp|llama-server|\bsglang\b|lm ?studio")
 
-_CN_COUNT = {"两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8}
+_CN_COUNT = {"两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "two": 2, "three": 3, "four": 4,
+             "eight": 8}
 
 
 def _gpu_count(text: str) -> Optional[int]:
@@ -62,9 +63,10 @@ def _gpu_count(text: str) -> Optional[int]:
     listed = re.search(r"\bCUDA_VISIBLE_DEVICES\s*=\s*[\"']?(\d+(?:,\d+)+)", text)
     if listed:
         return len(listed.group(1).split(","))
-    said = re.search(r"(?i)([2-8两三四五六七八])\s*(?:张)?\s*(?:卡|显卡|GPUs\b|cards\b)", text)
+    said = re.search(r"(?i)([2-8两三四五六七八]|two|three|four|eight)\s*[x×]?\s*(?:张)?\s*(?:卡|显卡|GPUs\b|cards\b|"
+                     r"(?:NVIDIA |GeForce )?(?:RTX|GTX|Tesla|A100|H100|H200|A6000|V100|L40S?|MI\d{3})\b)", text)
     if said:
-        return _CN_COUNT.get(said.group(1)) or int(said.group(1))
+        return _CN_COUNT.get(said.group(1).lower()) or int(said.group(1))
     return None
 
 
