@@ -38,6 +38,11 @@ READINGS = [
     # a watchdog-free 30-minute failure while mapping a dataset in a TRL script: the Trainer's ddp_timeout
     ("SFTTrainer with 8 GPUs: the dataset .map() takes about 40 minutes and the job dies at exactly 30 minutes with a "
      "timeout", "multi-gpu-transport", ["ddp_timeout"]),
+    # NCCL's watchdog at the default 30 minutes while LLaMA-Factory's tokenizer is still running: its ddp_timeout key
+    ("llamafactory-cli train qwen_sft.yaml\nRunning tokenizer on dataset (num_proc=16):  61%| 2210000/3600000 "
+     "[29:40<18:40]\n[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, "
+     "NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800094 milliseconds before timing out.",
+     "multi-gpu-transport", ["ddp_timeout: 180000000"]),
     # a torchrun job on two machines that works on one: NCCL's socket interface
     ("torchrun --nnodes=2 --nproc_per_node=8 train.py\nIt works fine on a single node, but with two nodes it hangs "
      "after the rendezvous", "multi-gpu-transport", ["NCCL_SOCKET_IFNAME"]),
@@ -77,6 +82,13 @@ NEGATIVES = [
     ("swift sft 单机多卡会把模型加载到每一个卡上，怎么实现模型并行？", "NPROC_PER_NODE"),
     # Ollama on several GPUs: its own scheduler, not a training launcher
     ("ollama on 2x RTX 3090: only one GPU is used for llama3:70b, how to use all gpus?", "accelerate launch"),
+    # an image app on two cards (ComfyUI): not a training launcher
+    ("ComfyUI on 2x RTX 3090: how to use multiple GPUs? only one GPU is used", "accelerate launch"),
+    # a notebook moving the model to the CPU: no GPU to choose
+    ("in my jupyter notebook, how do I change device to cpu for unsloth inference?", "CUDA_VISIBLE_DEVICES"),
+    # one machine's store refused on 127.0.0.1: no interface to name
+    ("torchrun --nproc_per_node 2 train.py --backend gloo\nconnect [127.0.0.1]:29500: Connection refused",
+     "GLOO_SOCKET_IFNAME"),
     # deepspeed with no GPU choice anywhere: nothing about --include
     ("deepspeed --num_gpus 8 train.py --deepspeed ds_z3.json\ntorch.cuda.OutOfMemoryError: CUDA out of memory. "
      "Tried to allocate 2.00 GiB", "--include"),
@@ -84,6 +96,9 @@ NEGATIVES = [
     ("sbatch --gpus-per-node=4 --ntasks-per-node=4 job.sh\nthe job finished fine", "--gpus-per-node="),
     # a 30-minute run that finished, nothing timing out: no ddp_timeout
     ("tokenization of the dataset took 30 minutes and training then ran fine", "ddp_timeout"),
+    # the watchdog at 30 minutes in the middle of training, no preprocessing said: not the preprocessing reading
+    ("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5121, OpType=ALLREDUCE, "
+     "Timeout(ms)=1800000) ran for 1800523 milliseconds before timing out.", "ddp_timeout"),
     # a one-node hang with no second node: not the socket interface
     ("torchrun --nproc_per_node=2 train.py on 2x RTX 3090 hangs at the first all_reduce", "NCCL_SOCKET_IFNAME"),
     # a Blackwell card with torch 2.8 already: not "install torch for CUDA 12.8"

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.fixes import INFERENCE_TOOLS
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, _vendor, rule
 
 # training on several GPUs asked for, or one busy while the others idle, in English and Chinese
@@ -50,8 +51,6 @@ _ERRORS_OF_OTHERS = ("visibility", "multi-gpu-transport", None)
 # launchers, by the words that name them (a source path of the tool counts: src/train_web.py is LLaMA-Factory's)
 _SWIFT = re.compile(r"(?i)\bswift (?:sft|pt|rlhf|infer)\b|\bms-swift\b|modelscope/swift")
 _LLAMAFACTORY = re.compile(r"(?i)llama[-_ ]?factory|llamafactory-cli|src/train_(?:web|bash)\.py")
-_ACCELERATE_LIKE = re.compile(r"(?i)\baccelerat(?:e|or)\b|\btrl\b|/trl/|\bTrainer\b|\bSFTTrainer\b|\bDPOTrainer\b|"
-                              r"Distributed environment: NO")
 _INFERENCE = re.compile(r"(?i)\bollama\b|\bvllm\b|llama\.cpp|llama-server|\bsglang\b|lm ?studio")
 
 _CN_COUNT = {"两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "two": 2, "three": 3, "four": 4,
@@ -73,7 +72,8 @@ def _gpu_count(text: str) -> Optional[int]:
 def _several_gpus_asked(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     said = _lines_matching(ctx, _SEVERAL_ASKED.pattern)
-    if not said or _INFERENCE.search(text) or _MODEL_SPLIT_ASKED.search(text) or \
+    if not said or _INFERENCE.search(text) or set(ctx.sheet.tools) & set(INFERENCE_TOOLS) or \
+            _MODEL_SPLIT_ASKED.search(text) or \
             any(e.family not in _ERRORS_OF_OTHERS for e in ctx.errors):
         return None
     count = _gpu_count(text)
@@ -109,7 +109,7 @@ def _several_gpus_asked(ctx: Context) -> Optional[Diagnosis]:
 # a single card chosen for a one-process trainer: "I want it to use gpu 1", "how to specify the GPU device number"
 _ONE_CHOSEN = re.compile(r"(?i)\bwant (?:it|\w+) to use (?:the )?(?:gpu|cuda|card|device) ?:?#?(\d)\b|"
                          r"\b(?:specify|select|choose|pick|set) (?:the |a |which )?(?:gpu|cuda) ?(?:device )?"
-                         r"(?:number|id|index|ordinal)\b|\bchange (?:the )?(?:gpu|cuda )?device\b|"
+                         r"(?:number|id|index|ordinal)\b|\bchange (?:the )?(?:gpu|cuda )?device\b(?!\W{0,3}(?:to|=)\W{0,3}(?:cpu|mps))|"
                          r"\buse (?:gpu|cuda:?) ?(\d) instead\b|指定.{0,6}(?:显卡|GPU|卡)(?:号|编号)?")
 _ONE_GPU_TRAINERS = re.compile(r"(?i)\bunsloth\b|jupyter|notebook|\.ipynb\b|colab")
 

@@ -48,10 +48,14 @@ def _collective_timeout_while_preprocessing(ctx: Context) -> Optional[Diagnosis]
         fix = ("raise the collective timeout: torch.distributed.init_process_group(..., "
                "timeout=datetime.timedelta(hours=3)) (a transformers Trainer: ddp_timeout=10800 seconds); or "
                "preprocess the data once ahead so the ranks do not wait on it")
-    return _make("multi-gpu-transport", "the other ranks time out waiting for rank 0's preprocessing",
-                 "only the main process tokenizes (or maps) the dataset while the other ranks wait for it in a "
-                 "torch.distributed barrier; a wait longer than the default collective timeout (30 minutes, the "
-                 "Trainer's ddp_timeout=1800 s) kills the job", fix, [], said[:1], confirmed=False)
+    # the collective's own timeout line at the default 30 minutes, beside the preprocessing: the facts settle it
+    watchdog = [e for e in ctx.errors if _THIRTY_MINUTES.search(e.line)]
+    diagnosis = _make("multi-gpu-transport", "the other ranks time out waiting for rank 0's preprocessing",
+                      "only the main process tokenizes (or maps) the dataset while the other ranks wait for it in a "
+                      "torch.distributed barrier; a wait longer than the default collective timeout (30 minutes, the "
+                      "Trainer's ddp_timeout=1800 s) kills the job", fix,
+                      [ctx.line_fact(watchdog[0])] if watchdog else [], watchdog or said[:1], confirmed=bool(watchdog))
+    return _first(diagnosis) if watchdog else diagnosis
 
 
 # several nodes said: "2 nodes", "two machines", "multi-node", mpirun with a hostfile
@@ -67,8 +71,10 @@ _LOOPBACK = re.compile(r"(?i)connect\W{0,3}\[?(127\.\d+\.\d+\.\d+)\]?:(\d+)\W{0,
 def _socket_interface(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     loopback = _lines_matching(ctx, _LOOPBACK.pattern)
-    if loopback and (re.search(r"(?i)\bgloo\b", text) or _NODES.search(text)):
-        address = _LOOPBACK.search(loopback[0].line).group(1)
+    address = _LOOPBACK.search(loopback[0].line).group(1) if loopback else None
+    # 127.0.0.1 refused on one machine is a store that never started; 127.0.1.1 (a hostname's Debian entry) or any
+    # loopback between nodes is an address advertised to a machine that cannot reach it
+    if address and ((address != "127.0.0.1" and re.search(r"(?i)\bgloo\b", text)) or _NODES.search(text)):
         return _first(_make("multi-gpu-transport", f"a node advertised the loopback address {address}",
                             f"the other rank tried to connect to {address}, a loopback address: the node's hostname "
                             "resolves to it (Debian and Ubuntu map the hostname to 127.0.1.1 in /etc/hosts), so gloo "
