@@ -21,6 +21,12 @@ READINGS = [
     # a Trainer script started with python on a box of 2 cards: one process, accelerate launch
     ("from transformers import Trainer\nmy script is started with python finetune.py on a server with 2 RTX 4090; "
      "only one GPU is used, the second stays at 0%", "visibility", ["accelerate launch", "--num_processes 2"]),
+    # torchtune asked in Chinese with four cards: its distributed recipe
+    ("torchtune 怎么用4卡训练？现在 tune run lora_finetune_single_device 只用了一张卡", "visibility",
+     ["tune run --nproc_per_node 4 lora_finetune_distributed"]),
+    # a Lightning module on a box of 8 GPUs, only one busy: the Trainer's devices and strategy
+    ("import lightning.pytorch as pl\nmy LightningModule only uses one GPU out of 8 GPUs on the server, how to use "
+     "all the GPUs?", "visibility", ["devices=8", "strategy=\"ddp\""]),
     # Unsloth, another card to take, said in other words: the variable before the import
     ("Unsloth on a workstation with an RTX 3060 and an RTX 3090: how do I select the GPU device number? I want it to "
      "use gpu 1", "visibility", ['os.environ["CUDA_VISIBLE_DEVICES"] = "1"', "before importing unsloth"]),

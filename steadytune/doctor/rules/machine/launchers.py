@@ -4,7 +4,8 @@ launcher, which replaces CUDA_VISIBLE_DEVICES with its own list; SLURM's per-tas
 
   several GPUs asked     one process uses one GPU (or splits the model, one busy at a time): the launcher starts one
                          process per GPU — llamafactory-cli over every visible GPU, ms-swift with NPROC_PER_NODE,
-                         accelerate launch (after accelerate config) for a script, TRL's examples and Trainer code
+                         torchtune's *_distributed recipes, Lightning's Trainer(devices=, strategy="ddp"), accelerate
+                         launch (after accelerate config) for a script, TRL's examples and Trainer code
   one GPU chosen         a one-process trainer (Unsloth, a notebook) takes cuda:0 unless CUDA_VISIBLE_DEVICES, set
                          before the first import of torch, leaves only the chosen card
   DataParallel replica   "Caught ... in replica 1 on device 1": the HF Trainer wrapped the model in nn.DataParallel
@@ -14,7 +15,8 @@ launcher, which replaces CUDA_VISIBLE_DEVICES with its own list; SLURM's per-tas
   SLURM per-task GPUs    --gpus-per-task / --ntasks-per-gpu bind each task to its own GPU (gpu-bind per task), so
                          every process sees one card
 
-Facts: LLaMA-Factory's README (CUDA_VISIBLE_DEVICES=0,1 llamafactory-cli train ...; the CLI starts torchrun over the
+Facts: torchtune's README (tune run --nproc_per_node N full_finetune_distributed; the single_device recipes run on
+one GPU); Lightning's Trainer docs (accelerator, devices, strategy="ddp"); LLaMA-Factory's README (CUDA_VISIBLE_DEVICES=0,1 llamafactory-cli train ...; the CLI starts torchrun over the
 visible GPUs, NPROC_PER_NODE overrides the count); ms-swift's examples/train/multi-gpu (NPROC_PER_NODE=N with
 CUDA_VISIBLE_DEVICES for DDP; one process with several visible GPUs splits the model over them, device_map);
 accelerate's docs (Accelerator() in a plain `python script.py` is "Distributed environment: NO, Num processes: 1";
@@ -51,6 +53,9 @@ _ERRORS_OF_OTHERS = ("visibility", "multi-gpu-transport", None)
 # launchers, by the words that name them (a source path of the tool counts: src/train_web.py is LLaMA-Factory's)
 _SWIFT = re.compile(r"(?i)\bswift (?:sft|pt|rlhf|infer)\b|\bms-swift\b|modelscope/swift")
 _LLAMAFACTORY = re.compile(r"(?i)llama[-_ ]?factory|llamafactory-cli|src/train_(?:web|bash)\.py")
+_TORCHTUNE = re.compile(r"(?i)\btorchtune\b|\btune run\b")
+_LIGHTNING = re.compile(r"(?i)\bpytorch[_-]lightning\b|\blightning\.(?:pytorch|Trainer)\b|\bLightningModule\b|"
+                        r"\bimport lightning\b")
 _INFERENCE = re.compile(r"(?i)\bollama\b|\bvllm\b|llama\.cpp|llama-server|\bsglang\b|lm ?studio")
 
 _CN_COUNT = {"两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "two": 2, "three": 3, "four": 4,
@@ -89,6 +94,21 @@ def _several_gpus_asked(ctx: Context) -> Optional[Diagnosis]:
                      "process per GPU",
                      f"NPROC_PER_NODE={n} {name}={chosen} swift sft ... (NPROC_PER_NODE equal to the number of GPUs "
                      "listed; see ms-swift's examples/train/multi-gpu)", [], said[:1], confirmed=False)
+    n = count or "<number of GPUs>"
+    if _TORCHTUNE.search(text):
+        return _make("visibility", "torchtune trains on several GPUs only with a distributed recipe",
+                     "a single-device recipe (lora_finetune_single_device, full_finetune_single_device) runs one "
+                     "process on one GPU; the *_distributed recipes run one process per GPU",
+                     f"tune run --nproc_per_node {n} lora_finetune_distributed --config <the model's *_lora config> "
+                     f"(or full_finetune_distributed), with {name}={ids} to choose the GPUs", [], said[:1],
+                     confirmed=False)
+    if _LIGHTNING.search(text):
+        return _make("visibility", "Lightning uses the devices its Trainer is given",
+                     "Lightning's Trainer starts its processes itself from devices= and strategy=; with devices=1 "
+                     "(or a single index) it runs on one GPU",
+                     f"Trainer(accelerator=\"gpu\", devices={count or -1}, strategy=\"ddp\") (devices=-1: every "
+                     f"visible GPU; {name}={ids} chooses which), started with python or srun as usual", [], said[:1],
+                     confirmed=False)
     if _LLAMAFACTORY.search(text):
         return _make("visibility", "LLaMA-Factory trains on the GPUs it can see",
                      "there is no config key for the GPU count: llamafactory-cli starts torchrun with one process per "
