@@ -55,6 +55,10 @@ READINGS = [
     # gloo refused on a loopback address from another torch: GLOO_SOCKET_IFNAME
     ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
      "what(): connect [127.0.1.1]:29500: Connection refused", "multi-gpu-transport", ["GLOO_SOCKET_IFNAME"]),
+    # the store's port taken, said by accelerate's run: another port for the launch
+    ("accelerate launch --multi_gpu train.py\ntorch.distributed.DistNetworkError: The server socket has failed to "
+     "listen on any local network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address "
+     "already in use", "multi-gpu-transport", ["--main_process_port 29501"]),
     # the libuv store on Windows, from another program: USE_LIBUV=0
     ("python -m torch.distributed.run --nproc_per_node 1 finetune.py\n"
      "torch.distributed.DistStoreError: use_libuv was requested but PyTorch was built without libuv support",
@@ -95,6 +99,8 @@ NEGATIVES = [
     # one machine's store refused on 127.0.0.1: no interface to name
     ("torchrun --nproc_per_node 2 train.py --backend gloo\nconnect [127.0.0.1]:29500: Connection refused",
      "GLOO_SOCKET_IFNAME"),
+    # a web server whose port is taken: no distributed store in it
+    ("uvicorn app:app --port 8000\nOSError: [Errno 98] Address already in use", "--master_port"),
     # deepspeed with no GPU choice anywhere: nothing about --include
     ("deepspeed --num_gpus 8 train.py --deepspeed ds_z3.json\ntorch.cuda.OutOfMemoryError: CUDA out of memory. "
      "Tried to allocate 2.00 GiB", "--include"),

@@ -7,12 +7,15 @@ says more:
                          works on one node and hangs on two (NCCL_SOCKET_IFNAME), or gloo advertises a loopback
                          address such as Debian's 127.0.1.1 hostname entry (GLOO_SOCKET_IFNAME)
   the libuv store        torch 2.4+ starts the TCPStore on libuv, which the Windows wheels lack
+  the port in use        the store's MASTER_PORT (29500 by default) held by another job or a crashed run's ranks
 
 Facts: transformers' TrainingArguments (ddp_timeout, default 1800 seconds, passed to init_process_group);
 torch.distributed.init_process_group (timeout); LLaMA-Factory's ddp_timeout key (its examples set 180000000);
 NCCL's environment docs (NCCL_SOCKET_IFNAME) and torch.distributed's docs (GLOO_SOCKET_IFNAME, "Choosing the network
 interface to use"); Debian's /etc/hosts maps the hostname to 127.0.1.1; PyTorch's "Introduction to Libuv TCPStore
-Backend" tutorial (torch 2.4 makes libuv the default; USE_LIBUV=0 or use_libuv=False returns to the old store).
+Backend" tutorial (torch 2.4 makes libuv the default; USE_LIBUV=0 or use_libuv=False returns to the old store);
+torchrun's --master_port (default 29500), accelerate launch's --main_process_port, the deepspeed launcher's
+--master_port.
 """
 
 from __future__ import annotations
@@ -116,8 +119,33 @@ def _store_without_libuv(ctx: Context) -> Optional[Diagnosis]:
                         [ctx.line_fact(said[0])], said[:1]))
 
 
+_PORT_TAKEN = re.compile(r"(?i)\bAddress already in use\b|errno:? 98\b|EADDRINUSE")
+_DISTRIBUTED = re.compile(r"(?i)\btorchrun\b|torch\.distributed|\bc10d\b|DistNetworkError|TCPStore|MASTER_PORT|"
+                          r"accelerate launch|\bdeepspeed\b|llamafactory-cli|\bswift sft\b|nproc_per_node|:29500\b")
+
+
+def _port_taken(ctx: Context) -> Optional[Diagnosis]:
+    """The rendezvous store could not listen: another job (or a rank left over from a crashed run) holds the port."""
+    said = _lines_matching(ctx, _PORT_TAKEN.pattern)
+    text = _text(ctx)
+    if not said or not _DISTRIBUTED.search(text):
+        return None
+    port = re.search(r"(?i)(?:\]:|port[ =:]+|MASTER_PORT=|--master_port[= ])(\d{4,5})\b", text)
+    value = port.group(1) if port else "29500"
+    other = str(int(value) + 1)
+    return _first(_make("multi-gpu-transport", f"the rendezvous port {value} is already taken",
+                        f"rank 0 starts torch's TCPStore on MASTER_PORT ({value} unless set) and another process on "
+                        "this machine already listens there: a second job started beside it, or ranks left over from "
+                        "a run that crashed",
+                        f"give this job its own port: torchrun --master_port {other} ... (MASTER_PORT={other}; "
+                        f"accelerate launch --main_process_port {other}; deepspeed --master_port {other}; "
+                        f"llamafactory-cli: MASTER_PORT={other}), or end the leftover processes (ss -ltnp | grep "
+                        f"{value} shows which holds it)", [ctx.line_fact(said[0])], said[:1]))
+
+
 @rule("multi-gpu-transport")
 def rendezvous(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the store's libuv error, a loopback address refused between nodes, a run that works on one node
     and hangs on two, or a 30-minute wait while rank 0 preprocesses."""
-    return (_store_without_libuv(ctx) or _socket_interface(ctx) or _collective_timeout_while_preprocessing(ctx))
+    return (_store_without_libuv(ctx) or _port_taken(ctx) or _socket_interface(ctx) or
+            _collective_timeout_while_preprocessing(ctx))
