@@ -136,6 +136,12 @@ KNOWN_MISSES = {
     "https://github.com/SYSTRAN/faster-whisper/issues/162": "the paste names neither faster-whisper nor CTranslate2 (only "
                                                           "an RX 5700 XT and other whisper apps): nothing says whose "
                                                           "GPU path is NVIDIA-only",
+    # round 10 (r10b, visibility / multi-gpu-transport): the accepted fix follows from nothing in the paste
+    "https://github.com/hiyouga/LlamaFactory/issues/7439": "a 3090 busy and a 4090 idle, in Chinese: the paste names "
+                                                           "neither Windows (no NCCL there, hence WSL) nor the trainer",
+    "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
+                                                  "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
+                                                  "NCCL 2.18 bug, a fact of that release, not of the paste",
 }
 
 

@@ -8,13 +8,12 @@
   gpu_unsupported  a GPU outside every build: Intel under CUDA or ROCm, old GCN cards, GPUs the apps or KFD dropped
   target_lists     the targets a source build or an SDK carries
   prebuilt_floor   an NVIDIA card older than a tool's prebuilt binaries: the tool's source build for it
+  card_floors      a card within a program's documented floor that its release calls too old: that release's build
   tool_floors      an NVIDIA card under a tool's floor (Ollama 5.0, LMDeploy 7.0...), or a release that raised it
   kernel_errors    a CUDA kernel error on a Blackwell card under a torch not shown to carry it: the cu128 build
   vendor_only      a tool whose GPU path is one vendor's (CTranslate2: NVIDIA) on a Mac or another vendor's GPU
   contrib_extensions  flash-attn's separately built CUDA extensions (layer_norm...) without kernels: their Triton ops
   no_compiler_target  a GFX9 name LLVM has no processor for (gfx903): no build can be made for it
-  card_floors      a card within a program's documented floor that its release calls too old; a Kepler card beside a
-                   supported one keeping the program off every GPU
   release_added    a feature path for older GPUs that a tool's later release added (bitsandbytes' int8 matmul)
   kfd_process_vm   KFD failing to create a process's GPU VM: a GPU older than gfx9, not the user's groups
 

@@ -63,8 +63,15 @@ def nccl_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
                  "the transport (NCCL_P2P_DISABLE=1 does not help)",
                  first_fix + f"upgrade NCCL to {need} or newer: pip install -U \"nvidia-nccl-cu12>={need}\" (the NCCL torch's pip "
                  f"wheels load), or a container release that ships NCCL {need}+; check with python -c 'import torch; "
-                 "print(torch.cuda.nccl.version())'", [gpus[0]], lines,
+                 "print(torch.cuda.nccl.version())'" + (_NEW_TORCH if version is None else ""), [gpus[0]], lines,
                  confirmed=version is not None or bool(cuda_error))
+
+
+# with no NCCL version in the paste the torch is as likely to be too old as its NCCL: torch 2.7's CUDA 12.8 wheels
+# carry both Blackwell's kernels and an NCCL that runs on it (their metadata pins nvidia-nccl-cu12 2.26.2)
+_NEW_TORCH = ("; where torch itself is older than 2.7 (its CUDA 11.8 / 12.x wheels have no Blackwell kernels either), "
+              "install torch 2.7 or newer built for CUDA 12.8: pip install torch --index-url "
+              "https://download.pytorch.org/whl/cu128")
 
 
 def _torch_with_new_nccl(ctx: Context) -> bool:

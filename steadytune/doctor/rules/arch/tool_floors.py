@@ -87,9 +87,9 @@ def _cards(ctx: Context) -> list[tuple[str, int]]:
         arch = gpu.detail or ""
         if re.fullmatch(r"sm_\d{2,3}", arch):
             unique.setdefault(int(arch[3:]), re.sub(r"(?i)^nvidia\s+", "", gpu.value).strip())
-    # the facts keep one card a line: a second card on it ("a tesla p40 and a k80") is read here
+    # the facts keep one card a line: another card on it ("a tesla p40 and a k80", "a K40 and an RTX 3060") is read here
     for line_no in {g.line_no for g in ctx.sheet.of("gpu")}:
-        for part in re.split(r"(?i)\band\b|,|&|\+|/", ctx.sheet.lines[line_no - 1])[1:]:
+        for part in re.split(r"(?i)\band\b|,|&|\+|/", ctx.sheet.lines[line_no - 1]):
             model = _NVIDIA_MODEL.search(part)
             product = lookup_product(model.group(0)) if model else None
             if product is not None and product.arch.startswith("sm_"):
@@ -135,7 +135,7 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
     if said and len(cards) == 1:   # the tool's or the user's own number for the one card wins over the table
         digits = [g for g in said.groups() if g]
         if digits[0] == "1" and cards[0][1] >= 20:
-            return None   # a 1.x answer for a newer card is a wrong runtime library (install/cudart_on_path.py)
+            return None   # a 1.x answer for a newer card is a wrong runtime library (install/program_runtimes.py)
         cards = [(cards[0][0], int(digits[0] + digits[1]))]
     label = floor.tool if floor else "the current CUDA"
     version = _version(text, floor.tool) if floor else None

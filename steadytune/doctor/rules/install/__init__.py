@@ -20,11 +20,11 @@
   tensile_path       rocBLAS reading its Tensile files from the pre-ROCm-5.2 component folder
   hip_sdk_found      a Windows install step (the ZLUDA installers) that does not find the HIP SDK (HIP_PATH, PATH)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
-  cudart_on_path     another program's old CUDA runtime found first (PhysX's cudart on Windows): capability 1.x
   gpu_names          an AMD GPU's name left empty: libdrm's amdgpu.ids table missing or older than the GPU
   bundled_libraries  a library a wheel bundles (torch's cuDNN) shadowed by another copy on LD_LIBRARY_PATH
-  program_runtimes   GPU runtime libraries a program loads itself: left out of its archive, its own path variable,
-                     the CUDA Toolkit it needs, an ancient cudart first on PATH
+  program_runtimes   GPU runtime libraries a program loads itself: left out of its archive, the CUDA Toolkit it
+                     needs, an ancient cudart first on PATH
+  nccl_library       the NCCL library a serving engine (vLLM's pynccl) loads by path
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
 
 runner.py imports them in this order, which is the order their rules register in.

@@ -1,7 +1,7 @@
 """The GPU runtime libraries a program loads by itself rather than through torch: a release archive that leaves them
-out (llama.cpp's Windows CUDA zips, Ollama's Linux ROCm payload), a program that needs the CUDA Toolkit installed, a
-library path the program takes from its own variable (vLLM's NCCL), and the wrong copy found first on PATH (the
-ancient CUDA runtime PhysX installs)."""
+out (llama.cpp's Windows CUDA zips, Ollama's Linux ROCm payload), a program that needs the CUDA Toolkit installed, and
+the wrong copy found first on PATH (the ancient CUDA runtime PhysX installs). vLLM's NCCL, which it loads by path from
+its own variable, is install/nccl_library's."""
 
 from __future__ import annotations
 
@@ -9,35 +9,6 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, on_windows, rule, _text, _vendor
-
-# vLLM's pynccl (vllm/distributed/device_communicators/pynccl_wrapper.py) loads libnccl.so.2 itself and says so
-_VLLM_NCCL = re.compile(r"Failed to load NCCL library from (\S+?)\s?\.? ?It is expected|"
-                        r"Failed to load NCCL library from (\S+)")
-
-
-@rule("rocm-libs-missing")
-def vllm_nccl_not_loaded(ctx: Context) -> Optional[Diagnosis]:
-    """vLLM's own NCCL wrapper cannot load the NCCL library: it takes the file from VLLM_NCCL_SO_PATH (vLLM's
-    environment variables docs), else the libnccl.so.2 the loader finds; pointing the variable at the copy the
-    nvidia-nccl pip package installed (the one torch uses) settles it."""
-    if "Failed to load NCCL" not in _text(ctx):
-        return None
-    lines = _lines_matching(ctx, _VLLM_NCCL.pattern)
-    if not lines:
-        return None
-    found = _VLLM_NCCL.search(lines[0].line)
-    library = (found.group(1) or found.group(2)).rstrip(".")
-    # (vLLM's own line says "NVIDIA/AMD GPUs": only a ROCm word of the paste's own makes it an AMD machine)
-    rccl = bool(re.search(r"(?i)\brocm\b|\brccl\b|\bgfx\d", _text(ctx)))
-    where = ("the librccl.so.1 of the ROCm install (/opt/rocm/lib/librccl.so.1)" if rccl else
-             "the copy pip's nvidia-nccl-cu12 installed: python -c \"import nvidia.nccl, os; "
-             "print(os.path.join(nvidia.nccl.__path__[0], 'lib', 'libnccl.so.2'))\"")
-    return _make("rocm-libs-missing", "vLLM cannot load the NCCL library",
-                 f"vLLM's NCCL wrapper loads {library} itself (not through torch), and the loader finds no usable copy "
-                 "by that name", f"export VLLM_NCCL_SO_PATH=<the full path of a working library>, {where}; then "
-                 "start vLLM again (the variable must be set in the environment of every worker)",
-                 [ctx.line_fact(lines[0])], lines[:1])
-
 
 # llama.cpp's Windows CUDA release asset (llama-b3376-bin-win-cuda-cu12.2.0-x64.zip) and the CUDA DLLs it needs
 _LLAMA_WIN_CUDA = re.compile(r"(?i)llama-b\d+-bin-win-cuda-?(cu\d+\.\d+(?:\.\d+)?)-x64")
@@ -142,11 +113,19 @@ def ancient_cudart_first_on_path(ctx: Context) -> Optional[Diagnosis]:
         return None   # a card named by its model that really is compute capability 1.x (a GeForce 8800)
     lines = lines or _lines_matching(ctx, r"(?i)\bPhysX\b")
     tool = ctx.tool() or "the program"
-    return _make("rocm-libs-missing", f"{tool} loads an ancient CUDA runtime from PATH",
-                 f"{tool} reports a compute capability no current GPU has: it loaded a CUDA runtime (cudart) found "
-                 "first on PATH, an old one such as the copy NVIDIA PhysX installs in C:\\Program Files (x86)\\NVIDIA "
-                 "Corporation\\PhysX\\Common, instead of the one it ships",
-                 "take the PhysX\\Common folder (or the folder of the other old cudart64_*.dll: where cudart64*.dll "
-                 f"lists them) off PATH, or put the folder of {tool}'s own CUDA runtime before it, then restart "
-                 f"{tool}; or update {tool} to a release that loads its bundled runtime first",
-                 [ctx.line_fact(lines[0])], lines[:1])
+    if physx or on_windows(ctx, text):
+        return _make("rocm-libs-missing", f"{tool} loads an ancient CUDA runtime from PATH",
+                     f"{tool} reports a compute capability no current GPU has: it loaded a CUDA runtime (cudart) "
+                     "found first on PATH, an old one such as the copy NVIDIA PhysX installs in C:\\Program Files "
+                     "(x86)\\NVIDIA Corporation\\PhysX\\Common, instead of the one it ships",
+                     "take the PhysX\\Common folder (or the folder of the other old cudart64_*.dll: where cudart64*.dll "
+                     f"lists them) off PATH, or put the folder of {tool}'s own CUDA runtime before it, then restart "
+                     f"{tool}; or update {tool} to a release that loads its bundled runtime first",
+                     [ctx.line_fact(lines[0])], lines[:1])
+    # on Linux the old libcudart comes from the loader's path
+    return _make("rocm-libs-missing", f"{tool} loads an old CUDA runtime library",
+                 f"{tool} reports a compute capability no current GPU has: it loaded an old libcudart found first on "
+                 "the loader's path instead of the one it ships",
+                 f"find the libcudart {tool} loaded (OLLAMA_DEBUG=1 logs its path; ldd or LD_DEBUG=libs otherwise) and "
+                 "take the old one off LD_LIBRARY_PATH, so the runtime matching the driver (nvidia-smi's CUDA version) "
+                 f"is loaded; then restart {tool}", [ctx.line_fact(lines[0])], lines[:1])

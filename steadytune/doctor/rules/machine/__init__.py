@@ -5,6 +5,9 @@
   platform     the platform under the GPU: PCIe atomics, the BIOS's BAR, a card asleep in runtime power management
   xgmi_bridge  GPUs joined by an Infinity Fabric bridge that fail their start-up
   multi_gpu    several GPUs: NCCL's transports, its release against the GPU, a serving engine's own all-reduce
+  launchers    how a trainer's launch picks its GPUs: one process per GPU (llamafactory-cli, swift, accelerate),
+               a GPU chosen for a one-process trainer, DataParallel's replicas, deepspeed's list, SLURM's per-task GPUs
+  rendezvous   how the ranks find and wait for each other: the 30-minute barrier, the socket interface, libuv
 
 runner.py imports them in this order, which is the order their rules register in.
 """

@@ -401,6 +401,9 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                           "<bridge> ECAP_ACS+0x6.w=0000); confirm first with NCCL_P2P_DISABLE=1 (it runs, slower)",
                           evidence, errors)
         return diagnosis
+    if set(consumer) == {"sm_120"} and not _NCCL_VERSION.search(joined) and not any(
+            re.match(r"2\.(?:[7-9]|\d\d)\b", f.value) for f in ctx.sheet.of("torch")):
+        return None   # Blackwell cards with no NCCL or torch release said: arch/nccl.py's reading (too old for sm_120)
     if consumer and not re.search(r"(?i)\b(?:A100|H100|H200|L40|A40|A6000|RTX A|RTX PRO|W7\d00|MI\d+)", named):
         return _make("multi-gpu-transport", "consumer GPUs without working peer-to-peer",
                      f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "

@@ -1,0 +1,151 @@
+"""How the processes of a distributed run find and wait for each other (multi-gpu-transport), read where no NCCL line
+says more:
+
+  the 30-minute wait     rank 0 tokenizes (or maps, or downloads) while the other ranks wait in a barrier; the
+                         default collective timeout (30 minutes, the Trainer's ddp_timeout=1800) ends the job
+  the socket interface   across nodes the sockets go out on the first interface found (a bridge, loopback): the run
+                         works on one node and hangs on two (NCCL_SOCKET_IFNAME), or gloo advertises a loopback
+                         address such as Debian's 127.0.1.1 hostname entry (GLOO_SOCKET_IFNAME)
+  the libuv store        torch 2.4+ starts the TCPStore on libuv, which the Windows wheels lack
+  the port in use        the store's MASTER_PORT (29500 by default) held by another job or a crashed run's ranks
+
+Facts: transformers' TrainingArguments (ddp_timeout, default 1800 seconds, passed to init_process_group);
+torch.distributed.init_process_group (timeout); LLaMA-Factory's ddp_timeout key (its examples set 180000000);
+NCCL's environment docs (NCCL_SOCKET_IFNAME) and torch.distributed's docs (GLOO_SOCKET_IFNAME, "Choosing the network
+interface to use"); Debian's /etc/hosts maps the hostname to 127.0.1.1; PyTorch's "Introduction to Libuv TCPStore
+Backend" tutorial (torch 2.4 makes libuv the default; USE_LIBUV=0 or use_libuv=False returns to the old store);
+torchrun's --master_port (default 29500), accelerate launch's --main_process_port, the deepspeed launcher's
+--master_port.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
+
+_THIRTY_MINUTES = re.compile(r"(?i)\b30 ?(?:minutes|mins?)\b|\bhalf an hour\b|30 ?分钟|半小时|Timeout\(ms\)=1800000\b|"
+                             r"\btimeout=1800\b|\b1800 ?(?:s|seconds)\b")
+_PREPROCESSING = re.compile(r"(?i)\btokeni[sz]\w*|\btokeni[sz]er\b|Running tokenizer|\bdataset\.map\b|\.map\(|"
+                            r"\bpreprocess\w*|\bbarrier\(\)|\bbarrier\b|数据(?:处理|预处理)|分词")
+_TIMED_OUT = re.compile(r"(?i)\btime[ds]? ?out\b|\btimeout\b|\bfail\w*\b|\bkill\w*\b|超时|报错")
+
+
+def _collective_timeout_while_preprocessing(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    if not (_THIRTY_MINUTES.search(text) and _PREPROCESSING.search(text) and _TIMED_OUT.search(text)):
+        return None
+    if any(e.family not in (None, "multi-gpu-transport") for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _THIRTY_MINUTES.pattern)
+    if re.search(r"(?i)llama.?factory|llamafactory|src/train_bash\.py|preprocessing_num_workers", text):
+        fix = ("add ddp_timeout: 180000000 to the training YAML (or --ddp_timeout 180000000), so the other ranks "
+               "outwait the tokenization; tokenize once ahead with tokenized_path (and more preprocessing_num_workers) "
+               "to shorten it")
+    elif re.search(r"(?i)\b(?:Trainer|TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|trl|transformers)\b", text):
+        fix = ("raise the timeout the Trainer passes to torch.distributed: TrainingArguments(ddp_timeout=10800) "
+               "(seconds; TRL's SFTConfig / DPOConfig take the same ddp_timeout, or --ddp_timeout 10800); or "
+               "tokenize the dataset once ahead and load it pre-tokenized")
+    else:
+        fix = ("raise the collective timeout: torch.distributed.init_process_group(..., "
+               "timeout=datetime.timedelta(hours=3)) (a transformers Trainer: ddp_timeout=10800 seconds); or "
+               "preprocess the data once ahead so the ranks do not wait on it")
+    # the collective's own timeout line at the default 30 minutes, beside the preprocessing: the facts settle it
+    watchdog = [e for e in ctx.errors if _THIRTY_MINUTES.search(e.line)]
+    diagnosis = _make("multi-gpu-transport", "the other ranks time out waiting for rank 0's preprocessing",
+                      "only the main process tokenizes (or maps) the dataset while the other ranks wait for it in a "
+                      "torch.distributed barrier; a wait longer than the default collective timeout (30 minutes, the "
+                      "Trainer's ddp_timeout=1800 s) kills the job", fix,
+                      [ctx.line_fact(watchdog[0])] if watchdog else [], watchdog or said[:1], confirmed=bool(watchdog))
+    return _first(diagnosis) if watchdog else diagnosis
+
+
+# several nodes said: "2 nodes", "two machines", "multi-node", mpirun with a hostfile
+_NODES = re.compile(r"(?i)\b(?:[2-9]|two|three|four|several|multiple) (?:nodes?|machines|servers|hosts)\b|"
+                    r"\bmulti[- ]?nodes?\b|--nnodes[= ]?[2-9]|\bmpirun\b.{0,60}(?:-f|--hostfile|-hostfile|-H)\s|多机|多节点")
+_ONE_NODE_WORKS = re.compile(r"(?i)\b(?:can run|runs?|works?|working|fine)\b.{0,30}\b(?:on )?(?:one|1|a single) "
+                             r"(?:node|machine)\b|单机(?:可以|能|正常|没问题)")
+_STUCK = re.compile(r"(?i)\b(?:hangs?|hanging|hung|stuck|freez\w*|no output|nothing happens)\b|卡住|卡死|不动")
+_LOOPBACK = re.compile(r"(?i)connect\W{0,3}\[?(127\.\d+\.\d+\.\d+)\]?:(\d+)\W{0,3}.{0,20}(?:Connection refused|"
+                       r"timed out|No route)")
+
+
+def _socket_interface(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    loopback = _lines_matching(ctx, _LOOPBACK.pattern)
+    address = _LOOPBACK.search(loopback[0].line).group(1) if loopback else None
+    # 127.0.0.1 refused on one machine is a store that never started; 127.0.1.1 (a hostname's Debian entry) or any
+    # loopback between nodes is an address advertised to a machine that cannot reach it
+    if address and ((address != "127.0.0.1" and re.search(r"(?i)\bgloo\b", text)) or _NODES.search(text)):
+        return _first(_make("multi-gpu-transport", f"a node advertised the loopback address {address}",
+                            f"the other rank tried to connect to {address}, a loopback address: the node's hostname "
+                            "resolves to it (Debian and Ubuntu map the hostname to 127.0.1.1 in /etc/hosts), so gloo "
+                            "offered an address no other machine can reach",
+                            "export GLOO_SOCKET_IFNAME=<the interface on the shared network, e.g. eth0> (ip -br addr "
+                            "or ifconfig lists them) on every node, NCCL_SOCKET_IFNAME too for NCCL, or map the "
+                            "hostname to the node's real address in /etc/hosts; for GPU training use the nccl backend",
+                            [ctx.line_fact(loopback[0])], loopback[:1]))
+    if not (_NODES.search(text) and _ONE_NODE_WORKS.search(text) and _STUCK.search(text)):
+        return None
+    if any(e.family not in (None, "multi-gpu-transport") for e in ctx.errors):
+        return None
+    said = _lines_matching(ctx, _STUCK.pattern)
+    mpi = re.search(r"(?i)\bmpirun\b|\bmpi\b", text)
+    return _first(_make("multi-gpu-transport", "across nodes NCCL takes an interface that does not reach the other node",
+                        "it runs on one node and hangs on two: what only several nodes use is the network between "
+                        "them, and NCCL's sockets go out on the first interface it finds (a docker or virtual bridge, "
+                        "a link-local or management port) that the other node cannot reach",
+                        "export NCCL_SOCKET_IFNAME=<the interface both nodes share, e.g. eth0 or ib0> (ip -br addr "
+                        "shows which carries the nodes' addresses) on every node"
+                        + (" (mpirun: -x NCCL_SOCKET_IFNAME=eth0 passes it to every rank)" if mpi else "") +
+                        "; NCCL_DEBUG=INFO prints the interface NCCL picked (NET/Socket : Using ...)",
+                        [], said[:1]))
+
+
+_NO_LIBUV = re.compile(r"(?i)use_libuv was requested but PyTorch was buil[dt] without libuv support")
+
+
+def _store_without_libuv(ctx: Context) -> Optional[Diagnosis]:
+    said = _lines_matching(ctx, _NO_LIBUV.pattern)
+    if not said:
+        return None
+    return _first(_make("multi-gpu-transport", "torch's TCPStore asks for libuv, which this build lacks",
+                        "since torch 2.4 the rendezvous store (TCPStore) uses libuv by default, and the Windows wheels "
+                        "are built without it, so init_process_group fails before any GPU work",
+                        "set USE_LIBUV=0 before starting (PowerShell: $env:USE_LIBUV=\"0\"; cmd: set USE_LIBUV=0; or "
+                        "os.environ[\"USE_LIBUV\"] = \"0\" before init_process_group, or pass use_libuv=False / "
+                        "init_method \"tcp://host:port?use_libuv=0\"); on one GPU, run without a process group",
+                        [ctx.line_fact(said[0])], said[:1]))
+
+
+_PORT_TAKEN = re.compile(r"(?i)\bAddress already in use\b|errno:? 98\b|EADDRINUSE")
+_DISTRIBUTED = re.compile(r"(?i)\btorchrun\b|torch\.distributed|\bc10d\b|DistNetworkError|TCPStore|MASTER_PORT|"
+                          r"accelerate launch|\bdeepspeed\b|llamafactory-cli|\bswift sft\b|nproc_per_node|:29500\b")
+
+
+def _port_taken(ctx: Context) -> Optional[Diagnosis]:
+    """The rendezvous store could not listen: another job (or a rank left over from a crashed run) holds the port."""
+    said = _lines_matching(ctx, _PORT_TAKEN.pattern)
+    text = _text(ctx)
+    if not said or not _DISTRIBUTED.search(text):
+        return None
+    port = re.search(r"(?i)(?:\]:|port[ =:]+|MASTER_PORT=|--master_port[= ])(\d{4,5})\b", text)
+    value = port.group(1) if port else "29500"
+    other = str(int(value) + 1)
+    return _first(_make("multi-gpu-transport", f"the rendezvous port {value} is already taken",
+                        f"rank 0 starts torch's TCPStore on MASTER_PORT ({value} unless set) and another process on "
+                        "this machine already listens there: a second job started beside it, or ranks left over from "
+                        "a run that crashed",
+                        f"give this job its own port: torchrun --master_port {other} ... (MASTER_PORT={other}; "
+                        f"accelerate launch --main_process_port {other}; deepspeed --master_port {other}; "
+                        f"llamafactory-cli: MASTER_PORT={other}), or end the leftover processes (ss -ltnp | grep "
+                        f"{value} shows which holds it)", [ctx.line_fact(said[0])], said[:1]))
+
+
+@rule("multi-gpu-transport")
+def rendezvous(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the store's libuv error, a loopback address refused between nodes, a run that works on one node
+    and hangs on two, or a 30-minute wait while rank 0 preprocesses."""
+    return (_store_without_libuv(ctx) or _port_taken(ctx) or _socket_interface(ctx) or
+            _collective_timeout_while_preprocessing(ctx))
