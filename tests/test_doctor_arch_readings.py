@@ -119,7 +119,9 @@ def test_a_card_named_alone_reads_as_its_arch(name, arch):
 def test_a_kepler_gpu_under_torch_is_outside_every_current_build_not_a_cu126_index():
     top = _top("GeForce GTX 770, torch 2.3.1\nRuntimeError: CUDA error: no kernel image is available for execution on "
                "the device")
-    assert top.family == "gpu-unsupported" and "TORCH_CUDA_ARCH_LIST=3.0" in top.fix and "cu126" not in top.fix
+    # every CUDA toolkit from 11.0 on leaves sm_30 out (CUDA 11.0 release notes), so no torch build of today can be made
+    # for it: the CPU or a newer card (an earlier reading offered a CUDA 11 source build, which cannot target it)
+    assert top.family == "gpu-unsupported" and "sm_30" in top.fix and "CPU" in top.fix and "cu126" not in top.fix
 
 
 # --- a variable that never reached the process -----------------------------------------------------------------
@@ -234,7 +236,7 @@ _TOOL_WORDS = {"xformers": "xformers 0.0.28", "flash-attn": "import flash_attn",
                "apex": "from apex import amp", "ctranslate2": "faster-whisper large-v3", "onnxruntime": "onnxruntime-gpu 1.20",
                "tensorflow": "tensorflow 2.17", "jax": "jaxlib 0.4.35", "zluda": "ZLUDA 3.8", "triton": "triton 3.1",
                "whisper.cpp": "whisper-cli -m ggml-base.bin", "torchvision": "torchvision 0.19.0+cu121",
-               "mamba-ssm": "from mamba_ssm import Mamba", "gpt4all": "GPT4All 3.10",
+               "mamba-ssm": "from mamba_ssm import Mamba", "gpt4all": "GPT4All 3.10", "mlc-llm": "mlc_llm chat Llama-3-8B-q4f16_1-MLC",
                "torch-extension": "Loading extension module fused from /home/me/.cache/torch_extensions/py311_cu121/fused/"}
 _CARDS = {"sm_120": ("NVIDIA GeForce RTX 5090, torch 2.8.0+cu128", "CUDA error: no kernel image is available for execution "
                      "on the device"),

@@ -35,9 +35,9 @@ READINGS = [
     # whisperX on Apple Silicon asked for CUDA: CTranslate2 has no GPU path there, its CPU mode
     ("whisperx audio.mp3 --device cuda\nValueError: This CTranslate2 package was not compiled with CUDA support\n"
      "running on an M2 Max", "gpu-unsupported", ["device=\"cpu\"", "NVIDIA"]),
-    # ... and on an AMD card
-    ("is there a way to run faster-whisper on the gpu with my Radeon RX 7800 XT?", "gpu-unsupported",
-     ["device=\"cpu\"", "NVIDIA"]),
+    # ... and on an AMD card, where CTranslate2 has published ROCm builds since 4.7.1: that build
+    ("is there a way to run faster-whisper on the gpu with my Radeon RX 7800 XT?", "torch-build",
+     ["4.7.1", "ROCm"]),
     # an MLC model library compiled on one card, run on a Hopper one: compile it for that GPU
     ("mlc_chat on an H100: CUDA_ERROR_NO_BINARY_FOR_GPU\nthe model lib was built with mlc_llm on my RTX 4090 box",
      "arch-missing", ["compile the model library", "sm_90"]),

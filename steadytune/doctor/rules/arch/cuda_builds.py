@@ -119,7 +119,7 @@ def _older_than_every_torch(ctx: Context, arch: Optional[str], where, errors: li
         return _make("gpu-unsupported", f"{arch} is older than every torch build",
                      f"compute capability {cc} is below sm_35, the oldest arch any CUDA 11 or 12 toolkit compiles, "
                      "and PyTorch's binaries left compute capability 3.0 out from 0.4.1 on",
-                     f"no torch build of recent years runs on compute capability {cc}: run on the CPU "
+                     f"no torch build of recent years runs on compute capability {cc} ({arch}): run on the CPU "
                      "(device=\"cpu\"), or use a newer GPU (compute capability 5.0 or newer for the current CUDA "
                      "builds)", [where, ctx.line_fact(errors[0])], errors)
     return _make("gpu-unsupported", f"{arch} is older than every current torch build",

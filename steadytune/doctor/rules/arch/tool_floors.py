@@ -21,14 +21,15 @@ class Floor:
     named: str         # how a paste names it
     oldest: int        # the oldest compute capability it runs on, as digits (50 = 5.0)
     source: str        # where the floor is written
-    beyond: str        # what a user with an older card can do
+    beyond: str        # what a user with an older card can do ({digits}: the card's capability, 37 for 3.7)
 
 
 FLOORS: tuple[Floor, ...] = (
     Floor("Ollama", r"(?i)\bollama\b", 50,
           "ollama docs/gpu.md lists compute capability 5.0 and newer; Kepler 3.5/3.7 only in community forks "
           "(ollama #1756, #9620)",
-          "run it on the CPU or on a newer GPU; for Kepler cards only unofficial community builds exist (ollama #1756)"),
+          "run it on the CPU or on a newer GPU; or build it from source for the card with a CUDA 11 toolkit, the last "
+          "that compiles Kepler (CMAKE_CUDA_ARCHITECTURES={digits}), as the community Kepler builds do (ollama #1756)"),
     Floor("LMDeploy", r"(?i)lmdeploy|turbomind", 70,
           "LMDeploy installation docs: Volta (sm70) and newer (V100, Turing, Ampere, Ada)",
           "run LMDeploy on a Volta (V100) or newer GPU, or serve the model on this card with an engine that still "
@@ -158,7 +159,7 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
     if not old or (floor is None and not good):
         return None   # no tool named: only a mixed machine says which card is the trouble
     name, cc = old[0]
-    names = ", ".join(f"the {n} (compute capability {_dot(c)})" for n, c in old)
+    names = ", ".join(f"the {n} (compute capability {_dot(c)}, sm_{c})" for n, c in old)
     if good:
         keep = good[0][0]
         fix = (f"{names} is below {label}'s floor, compute capability {_dot(oldest)}: hide it so the {keep} is used "
@@ -166,7 +167,7 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
                "releases give up on the GPU altogether when any card is too old")
     else:
         fix = f"{names} is below {label}'s floor, compute capability {_dot(oldest)}, and no current release runs on it: " + \
-            (floor.beyond if floor else "run on the CPU or a newer GPU")
+            (floor.beyond.format(digits=cc) if floor else "run on the CPU or a newer GPU")
     diagnosis = _make("gpu-unsupported", f"the {name} is older than {label} supports",
                       f"{label} runs on compute capability {_dot(oldest)} and newer"
                       f"{' (' + floor.source + ')' if floor else ' (CUDA 12 compiles 5.0 and newer)'}; the {name} is "

@@ -1,5 +1,6 @@
 """A tool whose GPU path exists for one vendor only, asked to use a GPU on a machine without that vendor's card (a Mac,
-an AMD or Intel GPU): no install, build or setting brings a GPU path, so the tool's CPU mode (or another tool) is
+an Intel GPU; an AMD GPU where the tool has a ROCm build since gets that build): no install, build or setting brings a
+GPU path, so the tool's CPU mode (or another tool) is
 the fix. A table of tool x the only GPU platform it has."""
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ class OnlyOn:
     gpu: str         # the one GPU platform it has
     cpu_fix: str     # its own CPU mode
     source: str
+    amd: str = ""    # where an AMD build of it exists since, that build (a wrong build, not a missing GPU path)
 
 
 ONLY_ON: tuple[OnlyOn, ...] = (
-    OnlyOn("CTranslate2 (faster-whisper's engine)", r"(?i)ctranslate2|faster[-_ ]whisper|whisperx", "NVIDIA GPUs through CUDA, in "
-           "its Linux and Windows x86-64 wheels",
+    OnlyOn("CTranslate2 (faster-whisper's engine)", r"(?i)ctranslate2|faster[-_ ]whisper|whisperx", "NVIDIA GPUs through CUDA (its "
+           "Linux and Windows x86-64 wheels) and, since 4.7.1, AMD GPUs through ROCm",
            "device=\"cpu\" with compute_type=\"int8\" (WhisperModel(..., device=\"cpu\", compute_type=\"int8\"))",
-           "CTranslate2 docs, hardware support: NVIDIA GPUs (CUDA); the macOS wheels are CPU-only (Apple Accelerate)"),
+           "CTranslate2 docs, hardware support: NVIDIA GPUs (CUDA); the macOS wheels are CPU-only (Apple Accelerate)",
+           "CTranslate2 4.7.1 and newer publish ROCm builds with their GitHub releases (OpenNMT/CTranslate2 PR 1989, "
+           "built for ROCm 7.x): install that wheel in the environment (the CTranslate2-rocm fork, "
+           "arlo-phoenix/CTranslate2-rocm, for an older ROCm) instead of PyPI's CUDA one"),
 )
 
 # a Mac in the user's words or its tools' ("MacBook Pro", "macOS 14", "M2 Max", "Apple Silicon")
@@ -42,14 +47,21 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
     if row is None or any(e.family not in (None, "torch-build", "gpu-unsupported") for e in ctx.errors):
         return None
     nvidia = [g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("sm_")]
-    other = [g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("gfx") or re.search(r"(?i)\bintel\b|\barc\b",
-                                                                                              g.value)]
+    amd = [g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("gfx")]
+    other = [g for g in ctx.sheet.of("gpu") if re.search(r"(?i)\bintel\b|\barc\b", g.value)]
     mac = ctx.sheet.has("os", "macos") or _MAC.search(text)
-    if nvidia or not (mac or other):
+    if nvidia or not (mac or other or amd):
         return None
     wants = _lines_matching(ctx, _WANTS_GPU.pattern)[:1]
     if not wants:
         return None
+    if amd and not (row.amd or other or mac):
+        return None
+    if amd and row.amd and not mac:
+        # a vendor build that exists now: the wrong build of the tool is installed, the install readings' family
+        return _make("torch-build", f"{row.tool.split(' (')[0]} is a CUDA build on an AMD GPU",
+                     f"{row.tool}'s PyPI wheels carry only {row.gpu}; the {amd[0].value} needs its ROCm build",
+                     row.amd, amd[:1], wants)
     machine = f"the {other[0].value}" if other and not mac else "a Mac"
     diagnosis = _make("gpu-unsupported", f"{row.tool.split(' (')[0]} has no GPU path on {machine}",
                       f"{row.tool} runs on GPUs only as {row.gpu}; {machine} has no such GPU, so no install or "

@@ -40,7 +40,7 @@ _DEEPER = ("device-access", "driver", "wsl", "rocm-libs-missing", "override-wron
 
 
 def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional[str]) -> Optional[Diagnosis]:
-    """A runtime other than torch built for another backend: CTranslate2 (faster-whisper, whisperX) is CUDA-only,
+    """A runtime other than torch built for another backend: CTranslate2's PyPI wheels (faster-whisper, whisperX) are CUDA,
     llama.cpp built with an option its version ignores is CPU-only, a torch that is the CPU build under a CUDA
     extension."""
     text = " ".join(e.line for e in errors)
@@ -48,9 +48,10 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
         return _make("torch-build", "CTranslate2 is a CUDA build",
                      "\"CUDA failed with error\" is CTranslate2's (faster-whisper, whisperX): its wheels are CUDA "
                      "builds and find no NVIDIA driver on an AMD machine, whatever torch is installed",
-                     "install a ROCm build of CTranslate2 (the CTranslate2-rocm fork, arlo-phoenix/CTranslate2-rocm) "
-                     "in the same environment, with torch from the ROCm index; or run the model on the CPU "
-                     "(device=\"cpu\", compute_type=\"int8\")", [], errors)
+                     "install a ROCm build of CTranslate2: 4.7.1 and newer publish ROCm wheels with their GitHub "
+                     "releases (OpenNMT/CTranslate2 PR 1989, built for ROCm 7.x; the CTranslate2-rocm fork, "
+                     "arlo-phoenix/CTranslate2-rocm, for an older ROCm), in the same environment, with torch from the "
+                     "ROCm index; or run the model on the CPU (device=\"cpu\", compute_type=\"int8\")", [], errors)
     own = re.search(r"(?i)(\w+) (?:package|library|build) (?:was|is) not (?:compiled|built) with (CUDA|ROCm|HIP|GPU) "
                     r"support", text)
     if own and own.group(1).lower() not in ("torch", "the", "this"):
