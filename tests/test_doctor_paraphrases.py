@@ -104,7 +104,29 @@ def pasting_misses(readings, how: str) -> list[str]:
     return misses
 
 
-@pytest.mark.parametrize("how", ["in a log", "with timestamps", "as a quote, CRLF"])
+def reading_tests(readings, negatives):
+    """The three tests of a reading file, over its READINGS (paste, family, phrases the fix must say) and NEGATIVES
+    (paste, a phrase no reading of it may say): each reading as written, each pasted the ways users paste, and each
+    kept out of pastes it does not fit. A file binds them to its own module names:
+        test_reads, test_pastings, test_negatives = reading_tests(READINGS, NEGATIVES)"""
+    @pytest.mark.parametrize("paste,family,phrases", readings, ids=[r[0][:48] for r in readings])
+    def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
+        assert_a_rule_reads(paste, family, phrases)
+
+    @pytest.mark.parametrize("how", PASTINGS)
+    def test_every_reading_survives_how_it_is_pasted(how):
+        misses = pasting_misses(readings, how)
+        assert not misses, "\n".join(misses)
+
+    @pytest.mark.parametrize("paste,not_said", negatives, ids=[n[0][:48] for n in negatives])
+    def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
+        assert_no_rule_says(paste, not_said)
+
+    return (test_a_reading_names_the_family_and_its_fix, test_every_reading_survives_how_it_is_pasted,
+            test_a_reading_stays_out_of_pastes_it_does_not_fit)
+
+
+@pytest.mark.parametrize("how", PASTINGS)
 def test_every_training_case_survives_how_it_is_pasted(how):
     misses = []
     for case in (c for c in TRAIN if c.source not in KNOWN_MISSES):

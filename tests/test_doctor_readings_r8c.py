@@ -5,9 +5,7 @@ reading out of pastes it does not fit."""
 
 from __future__ import annotations
 
-import pytest
-
-from test_doctor_paraphrases import PASTINGS, assert_a_rule_reads, assert_no_rule_says, pasting_misses
+from test_doctor_paraphrases import reading_tests
 
 # (paste, family, phrases the fix must say)
 READINGS = [
@@ -81,17 +79,6 @@ READINGS = [
 ]
 
 
-@pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
-def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
-    assert_a_rule_reads(paste, family, phrases)
-
-
-@pytest.mark.parametrize("how", PASTINGS)
-def test_every_reading_survives_how_it_is_pasted(how):
-    misses = pasting_misses(READINGS, how)
-    assert not misses, "\n".join(misses)
-
-
 # (paste, a phrase the top reading's fix must NOT say)
 NEGATIVES = [
     # a NaN in an fp16 run on a card without bf16: not "train in bf16"
@@ -137,6 +124,5 @@ NEGATIVES = [
 ]
 
 
-@pytest.mark.parametrize("paste,not_said", NEGATIVES, ids=[n[0][:48] for n in NEGATIVES])
-def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
-    assert_no_rule_says(paste, not_said)
+test_a_reading_names_the_family_and_its_fix, test_every_reading_survives_how_it_is_pasted, \
+    test_a_reading_stays_out_of_pastes_it_does_not_fit = reading_tests(READINGS, NEGATIVES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from steadytune.doctor.facts import extract_facts
-from test_doctor_paraphrases import PASTINGS, assert_a_rule_reads, assert_no_rule_says, pasting_misses
+from test_doctor_paraphrases import reading_tests
 
 # (paste, family, phrases the fix must say)
 READINGS = [
@@ -79,17 +79,6 @@ READINGS = [
 ]
 
 
-@pytest.mark.parametrize("paste,family,phrases", READINGS, ids=[r[0][:48] for r in READINGS])
-def test_a_reading_names_the_family_and_its_fix(paste, family, phrases):
-    assert_a_rule_reads(paste, family, phrases)
-
-
-@pytest.mark.parametrize("how", PASTINGS)
-def test_every_reading_survives_how_it_is_pasted(how):
-    misses = pasting_misses(READINGS, how)
-    assert not misses, "\n".join(misses)
-
-
 # (paste, a phrase the top reading's fix must NOT say)
 NEGATIVES = [
     # a +cpu torch on purpose, nothing about CUDA missing: not "install the CUDA build"
@@ -124,9 +113,8 @@ NEGATIVES = [
 ]
 
 
-@pytest.mark.parametrize("paste,not_said", NEGATIVES, ids=[n[0][:48] for n in NEGATIVES])
-def test_a_reading_stays_out_of_pastes_it_does_not_fit(paste, not_said):
-    assert_no_rule_says(paste, not_said)
+test_a_reading_names_the_family_and_its_fix, test_every_reading_survives_how_it_is_pasted, \
+    test_a_reading_stays_out_of_pastes_it_does_not_fit = reading_tests(READINGS, NEGATIVES)
 
 
 @pytest.mark.parametrize("line,model", [("8张A100的卡", "A100"), ("I have a 4060 ti with 16gb", "RTX 4060 Ti"),
