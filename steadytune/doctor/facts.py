@@ -315,8 +315,8 @@ def _gpu(line: str):
             line = rest
             break
     named = re.sub(r"\bRadeon(?:\(TM\))? (?=[5-9]\d{3}\b)", "Radeon RX ", line)   # "Radeon 7900 XTX" is an RX
-    named = re.sub(r"(?i)\bRX ?(\d{3,4})", r"RX \1", named)                      # "RX6700", "rx 580"
-    named = re.sub(r"(?i)\b(RTX|GTX) ?(\d{3,4})", lambda m: f"{m.group(1).upper()} {m.group(2)}", named)   # "Gtx1650ti"
+    named = re.sub(r"(?i)\bRX[ -]?(\d{3,4})", r"RX \1", named)                   # "RX6700", "rx 580", "RX-7900"
+    named = re.sub(r"(?i)\b(RTX|GTX)[ -]?(\d{3,4})", lambda m: f"{m.group(1).upper()} {m.group(2)}", named)   # "Gtx1650ti", "RTX-5090"
     named = re.sub(r"(?i)\bGeForce (1[0-6][5-8]0)\b", r"GTX \1", named)                       # "geforce 1070"
     # a bare GeForce number said to be a GPU ("a 5080 GPU", "my 4090 card")
     if not re.search(r"(?i)\b(?:RTX|GTX|RX)\s?\d{4}", named):

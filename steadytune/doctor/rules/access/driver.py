@@ -181,8 +181,10 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                f"if it stays, reinstall one driver version for both cleanly: sudo apt install --reinstall {branch}, "
                "then reboot (nvidia-smi and cat /proc/driver/nvidia/version must name the same version)")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
+    # (the kernel's "module verification failed: signature and/or required key missing - tainting kernel" says it
+    # LOADED an unsigned module: signatures are not enforced there, so Secure Boot refused nothing)
     elif re.search(r"(?i)Key was rejected by service|Required key not available|unsigned module|module verification "
-                   r"failed", text):
+                   r"failed(?![^\n]*tainting kernel)", text):
         module = "nvidia" if re.search(r"(?i)nvidia", text) else "amdgpu"
         fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
                "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "

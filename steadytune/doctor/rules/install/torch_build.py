@@ -478,6 +478,11 @@ _CPU_FALLBACK = (r"(?i)\bno (?:NVIDIA |CUDA )?(?:GPU|CUDA device)s? (?:has been 
                  r"\bfall(?:s|ing)? back to (?:the )?CPU\b|\busing CPU (?:mode|instead)\b")
 
 
+# programs that reach the GPU through runtimes they ship (ggml's CUDA/ROCm/Vulkan backends, MLC's, CTranslate2's is
+# _OWN_GPU_BUILDS'), never through torch: their "falling back to CPU" is never a CPU-only torch
+_SHIPS_ITS_RUNTIME = {"ollama", "llama.cpp", "llama-cpp-python", "lmstudio", "koboldcpp", "gpt4all", "whisper.cpp", "mlc-llm"}
+
+
 @rule("torch-build")
 def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
     """A program that warns it found no GPU and falls back to the CPU, on a machine with an NVIDIA card and no driver
@@ -492,6 +497,8 @@ def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
         return None   # the driver is down, or the torch shown is a CUDA build
     arch, fact = ctx.arch()
     tool = table_tool(ctx.tool(lines))
+    if (ctx.tool(lines) or ctx.tool()) in _SHIPS_ITS_RUNTIME:
+        return None   # a program that carries its own GPU runtime: no torch of any build is in its way
     if tool in _OWN_GPU_BUILDS:
         # a runtime with a GPU build of its own (jaxlib's "a CUDA-enabled jaxlib is not installed"): its package
         fix = _table_fix(ctx, tool, "torch-build")
