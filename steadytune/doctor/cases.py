@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from steadytune.doctor.case_files import Case, load_cases
-from steadytune.doctor.diagnose import diagnose_text
+from steadytune.doctor.diagnose import Report, diagnose_text
 
 
 @dataclass
@@ -19,17 +19,18 @@ class Score:
     fix: str
     solved: bool
     solved_by_next: bool = False   # not by the first fix, but one of the next checks says what the case expects
+    report: Optional[Report] = None   # what doctor made of the paste (the findings a user would see come from it)
 
 
 def score_case(case: Case) -> Score:
     report = diagnose_text(case.paste, exclude_case=case.source)   # never its own neighbour
     top = report.top
     if top is None:
-        return Score(case, None, "", False)
+        return Score(case, None, "", False, report=report)
     said, then = top.fix.lower(), " ".join(report.next_checks).lower()
     solved = top.family == case.cause and all(e.lower() in said for e in case.expect)
     by_next = not solved and top.family == case.cause and all(e.lower() in said + " " + then for e in case.expect)
-    return Score(case, top.family, top.fix, solved, by_next)
+    return Score(case, top.family, top.fix, solved, by_next, report)
 
 
 def score_part(part: str) -> list[Score]:

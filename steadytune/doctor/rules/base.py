@@ -104,6 +104,12 @@ def rule(name: str) -> Callable[[Rule], Rule]:
     return register
 
 
+# programs that reach the GPU through runtimes of their own (ggml's backends, CTranslate2, JAX's and TensorFlow's
+# builds, NCCL's tests, a container's), never through torch: no torch build is part of their fix
+NOT_TORCH = ("ollama", "llama.cpp", "llama-cpp-python", "koboldcpp", "lmstudio", "whisper.cpp", "gpt4all", "mlc-llm",
+             "ctranslate2", "tensorflow", "jax", "onnxruntime", "nccl", "nccl-tests", "docker")
+
+
 def _make(name: str, title: str, cause: str, fix: str, evidence: list[Fact], covers: list[ErrorLine],
           confirmed: bool = True, severity: str = "error") -> Diagnosis:
     # a rule may pass the error lines it read as its evidence: they are quoted as facts of kind "error"

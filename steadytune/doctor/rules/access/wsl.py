@@ -9,6 +9,7 @@ from typing import Optional
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import set_variable
 from steadytune.doctor.rules.base import (
+    NOT_TORCH,
     _CONTAINED,
     Context,
     _cuda_index_for_driver,
@@ -25,9 +26,6 @@ from steadytune.doctor.rules.base import (
 from steadytune.doctor.rules.access.device_files import _WSL_SAID
 
 
-# programs that reach CUDA without torch: a CUDA torch is no part of their fix
-_NOT_TORCH = ("ollama", "llama.cpp", "llama-cpp-python", "koboldcpp", "lmstudio", "whisper.cpp", "ctranslate2",
-              "tensorflow", "jax", "onnxruntime", "nccl", "nccl-tests", "docker")
 # a program said to hang or stop answering once it uses the GPU, in English or Chinese
 _WSL_HANG = (r"(?i)\b(?:stops? responding|not responding|hangs?|hung|freez(?:es|ing)|stuck)\b|无响应|卡住|卡死")
 
@@ -468,7 +466,7 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "keep only the Windows NVIDIA driver (never install a Linux driver in WSL: sudo apt remove "
                      "'nvidia-driver-*' 'libnvidia-*' if one is there), export LD_LIBRARY_PATH=/usr/lib/wsl/lib:"
                      "$LD_LIBRARY_PATH" + (", and install a CUDA torch: " + _cuda_index_for_driver(ctx, arch)
-                                            if ctx.tool(errors) not in _NOT_TORCH else
+                                            if ctx.tool(errors) not in NOT_TORCH else
                                             f" for {ctx.tool(errors)}; update the Windows NVIDIA driver"),
                      [f for f in (fact, arch_fact) if f], errors)
     if ctx.tool(errors) == "ollama":

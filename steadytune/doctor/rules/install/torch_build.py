@@ -13,6 +13,7 @@ from steadytune.hardware.gpu_facts import override_for_arch
 from steadytune.doctor.packages import distribution_of
 from steadytune.doctor.tool_fixes import machine_kinds, table_tool, tool_fix
 from steadytune.doctor.rules.base import (
+    NOT_TORCH,
     on_windows,
     Context,
     _cuda_index_for_driver,
@@ -478,11 +479,6 @@ _CPU_FALLBACK = (r"(?i)\bno (?:NVIDIA |CUDA )?(?:GPU|CUDA device)s? (?:has been 
                  r"\bfall(?:s|ing)? back to (?:the )?CPU\b|\busing CPU (?:mode|instead)\b")
 
 
-# programs that reach the GPU through runtimes they ship (ggml's CUDA/ROCm/Vulkan backends, MLC's, CTranslate2's is
-# _OWN_GPU_BUILDS'), never through torch: their "falling back to CPU" is never a CPU-only torch
-_SHIPS_ITS_RUNTIME = {"ollama", "llama.cpp", "llama-cpp-python", "lmstudio", "koboldcpp", "gpt4all", "whisper.cpp", "mlc-llm"}
-
-
 @rule("torch-build")
 def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
     """A program that warns it found no GPU and falls back to the CPU, on a machine with an NVIDIA card and no driver
@@ -497,8 +493,6 @@ def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
         return None   # the driver is down, or the torch shown is a CUDA build
     arch, fact = ctx.arch()
     tool = table_tool(ctx.tool(lines))
-    if (ctx.tool(lines) or ctx.tool()) in _SHIPS_ITS_RUNTIME:
-        return None   # a program that carries its own GPU runtime: no torch of any build is in its way
     if tool in _OWN_GPU_BUILDS:
         # a runtime with a GPU build of its own (jaxlib's "a CUDA-enabled jaxlib is not installed"): its package
         fix = _table_fix(ctx, tool, "torch-build")
@@ -506,6 +500,8 @@ def cpu_fallback_with_nvidia(ctx: Context) -> Optional[Diagnosis]:
             return _make("torch-build", f"{tool} is its CPU build", f"{tool} finds no GPU although an NVIDIA card is "
                          f"there and nothing says the driver failed: the {tool} installed is its CPU build", fix,
                          [f for f in (fact,) if f], lines, confirmed=False)
+    if (ctx.tool(lines) or ctx.tool()) in NOT_TORCH:
+        return None   # a program with a GPU runtime of its own: no torch of any build is in its way
     return _make(
         "torch-build", "the program's torch is the CPU-only build",
         "the program finds no GPU although an NVIDIA card is there and nothing says the driver failed: the Python "
