@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.arch.tool_floors import RAISED, _version
+from steadytune.doctor.rules.arch.tool_floors import RAISED, tool_release
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule, _text
 
 # the oldest compute capability each program documents for its CUDA builds (ollama docs/gpu.md: "compute capability
@@ -26,7 +26,7 @@ def release_below_its_documented_floor(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if floor is None or not _TOO_OLD.search(text):
         return None
-    version = _version(text, "Ollama") if tool == "ollama" else None
+    version = tool_release(text, "Ollama") if tool == "ollama" else None
     if version and any(name.lower() == tool and first <= version <= last for name, first, last, *_ in RAISED):
         return None   # a release known to have raised its floor: tool_floors names the release after it
     lines = _lines_matching(ctx, _DETECTED.pattern)

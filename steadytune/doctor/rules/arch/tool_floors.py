@@ -69,7 +69,7 @@ _SYMPTOMS = {None, "visibility", "torch-build", "driver", "gpu-unsupported", "ar
 _BEFORE_INSTALLS = min(family(n).rank for n in ("visibility", "driver", "device-access", "torch-build")) - 1
 
 
-def _version(text: str, tool: str) -> Optional[tuple[int, ...]]:
+def tool_release(text: str, tool: str) -> Optional[tuple[int, ...]]:
     """The tool's release the paste runs ("Ollama version 0.5.11", "updated ollama to v0.1.19"): the newest it names,
     since an older one beside it is the release that worked before an upgrade ("fine with 0.1.15, now 0.1.20")."""
     if tool != "Ollama":   # the only tool with a raised-floor row
@@ -139,7 +139,7 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
             return None   # a 1.x answer for a newer card is a wrong runtime library (install/program_runtimes.py)
         cards = [(cards[0][0], int(digits[0] + digits[1]))]
     label = floor.tool if floor else "the current CUDA"
-    version = _version(text, floor.tool) if floor else None
+    version = tool_release(text, floor.tool) if floor else None
     for tool, first, last, raised, after, source in RAISED:
         below = [(n, cc) for n, cc in cards if floor.oldest <= cc < raised] if floor and floor.tool == tool else []
         if below and version and first <= version <= last:
