@@ -45,6 +45,12 @@ FLOORS: tuple[Floor, ...] = (
           "(binaries without compute capability 3.0)",
           "run on the CPU (device=\"cpu\"), or use a newer GPU (compute capability 5.0 or newer for the current CUDA "
           "builds)"),
+    # Triton's NVIDIA backend is written for tensor-core GPUs; torch refuses older ones before compiling anything
+    Floor("Triton", r"(?i)\btriton\b", 70,
+          "torch/_dynamo device check: 'Triton only supports devices of CUDA Capability >= 7.0'; Triton 2.x README: "
+          "NVIDIA GPUs (Compute Capability 7.0+), 8.0+ in Triton 3's README",
+          "keep Triton off the card: run eager PyTorch or torch.compile(backend=\"aot_eager\") instead of the inductor "
+          "backend, or use a GPU of compute capability 7.0 (Volta) or newer"),
 )
 
 # Releases whose CUDA build started at a higher capability than the tool's floor, for a while: (tool, first, last,
@@ -95,7 +101,16 @@ def _cards(ctx: Context) -> list[tuple[str, int]]:
             product = lookup_product(model.group(0)) if model else None
             if product is not None and product.arch.startswith("sm_"):
                 unique.setdefault(int(product.arch[3:]), model.group(0).strip())
+    if not unique:   # no card named: the capabilities the user asks about ("add support for 6.0, even 5.0 CC?")
+        for line in ctx.sheet.lines:
+            if re.search(r"(?i)compute capability|\bcuda capability|\bCC\b", line):
+                for major, minor in _ASKED_CC.findall(line):
+                    unique.setdefault(int(major + minor), f"compute capability {major}.{minor} GPU")
     return [(name, cc) for cc, name in unique.items()]
+
+
+# a capability number in a line about capabilities, not a floor ("7.0+", "at least 7.0", ">= 7.0")
+_ASKED_CC = re.compile(r"(?i)(?<!least )(?<!>= )(?<!>=)(?<![\d.])([1-9])\.(\d)(?![\d.+])")
 
 
 # an NVIDIA model named bare in a list of cards: "k80", "Tesla P40", "GTX 970", "RTX 3090"

@@ -21,6 +21,7 @@ class OnlyOn:
     cpu_fix: str     # its own CPU mode
     source: str
     amd: str = ""    # where an AMD build of it exists since, that build (a wrong build, not a missing GPU path)
+    asks: str = ""   # for a tool that is nothing but a GPU compiler: asking for it on the machine at all wants the GPU
 
 
 ONLY_ON: tuple[OnlyOn, ...] = (
@@ -31,6 +32,13 @@ ONLY_ON: tuple[OnlyOn, ...] = (
            "CTranslate2 4.7.1 and newer publish ROCm builds with their GitHub releases (OpenNMT/CTranslate2 PR 1989, "
            "built for ROCm 7.x): install that wheel in the environment (the CTranslate2-rocm fork, "
            "arlo-phoenix/CTranslate2-rocm, for an older ROCm) instead of PyPI's CUDA one"),
+    OnlyOn("Triton", r"(?i)\btriton\b", "NVIDIA GPUs through CUDA and AMD GPUs through ROCm, on Linux (its PyPI wheels "
+           "are manylinux only)",
+           "eager PyTorch (no torch.compile, or torch.compile(backend=\"aot_eager\")), or the CPU-only triton-cpu fork "
+           "(github.com/triton-lang/triton-cpu) built from source",
+           "Triton README: supported platforms Linux, hardware NVIDIA and AMD GPUs; PyPI triton publishes Linux wheels "
+           "only",
+           amd="", asks=r"(?i)\bsupport\w*\b|\bpip install\b|\binstall\w*\b|\bwheel"),
 )
 
 # a Mac in the user's words or its tools' ("MacBook Pro", "macOS 14", "M2 Max", "Apple Silicon")
@@ -44,7 +52,9 @@ _WANTS_GPU = re.compile(r"(?i)not compiled with CUDA|device ?= ?['\"]?cuda|\bcud
 def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     row = next((r for r in ONLY_ON if re.search(r.named, text)), None)
-    if row is None or any(e.family not in (None, "torch-build", "gpu-unsupported") for e in ctx.errors):
+    if row is None:
+        return _mac_asked(ctx)
+    if any(e.family not in (None, "torch-build", "gpu-unsupported") for e in ctx.errors):
         return None
     nvidia = [g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("sm_")]
     amd = [g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("gfx")]
@@ -52,7 +62,7 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
     mac = ctx.sheet.has("os", "macos") or _MAC.search(text)
     if nvidia or not (mac or other or amd):
         return None
-    wants = _lines_matching(ctx, _WANTS_GPU.pattern)[:1]
+    wants = _lines_matching(ctx, _WANTS_GPU.pattern)[:1] or (_lines_matching(ctx, row.asks)[:1] if row.asks else [])
     if not wants:
         return None
     if amd and not (row.amd or other or mac):
@@ -62,7 +72,7 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
         return _make("torch-build", f"{row.tool.split(' (')[0]} is a CUDA build on an AMD GPU",
                      f"{row.tool}'s PyPI wheels carry only {row.gpu}; the {amd[0].value} needs its ROCm build",
                      row.amd, amd[:1], wants)
-    machine = f"the {other[0].value}" if other and not mac else "a Mac"
+    machine = f"the {other[0].value}" if other and not mac else "a Mac (macOS)"
     diagnosis = _make("gpu-unsupported", f"{row.tool.split(' (')[0]} has no GPU path on {machine}",
                       f"{row.tool} runs on GPUs only as {row.gpu}; {machine} has no such GPU, so no install or "
                       "setting gives it one", f"{row.tool} cannot use {machine} as a GPU (its GPU path is "
@@ -71,3 +81,27 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
     # a reinstall of the CUDA wheel (the install readings) cannot help a machine without the card
     diagnosis.rank = family("torch-build").rank - 1
     return diagnosis
+
+
+# a short ask for macOS itself: "macOS M series support", "any plan to support pip install on macos?"
+_MAC_ASKED = re.compile(r"(?i)\b(?:support\w*|plans?|wheels?)\b[^\n]{0,40}\bmac ?os\b|"
+                        r"\bmac ?os\b[^\n]{0,40}\bsupport\w*\b")
+
+
+def _mac_asked(ctx: Context) -> Optional[Diagnosis]:
+    """A thin ask, in a GPU tool's tracker, for macOS support, naming no tool of the table: the GPU paths such tools
+    are built on (CUDA, ROCm) do not exist on macOS, whose only GPU API is Apple's Metal."""
+    # short, and no error line of a known class (a log's unrecognised lines are words)
+    if any(e.family is not None for e in ctx.errors) or sum(1 for line in ctx.sheet.lines if line.strip()) > 15 or \
+            ctx.tool() is not None:
+        return None
+    asked = _lines_matching(ctx, _MAC_ASKED.pattern)[:1]
+    if not asked or any((g.detail or "")[:3] in ("sm_", "gfx") for g in ctx.sheet.of("gpu")):
+        return None
+    return _make("gpu-unsupported", "no CUDA or ROCm GPU path on macOS",
+                 "a tool whose GPU backends are CUDA and ROCm has nothing to run on a Mac: neither exists on macOS "
+                 "(Apple's GPUs are reached through Metal only)",
+                 "there is no macOS GPU support to install: run the tool's CPU path on the Mac, use a "
+                 "Metal/MPS-backed alternative where one exists (PyTorch's device=\"mps\", llama.cpp's Metal build), "
+                 "or run on a Linux machine with an NVIDIA or AMD GPU", ctx.sheet.of("os")[:1], asked,
+                 confirmed=False)
