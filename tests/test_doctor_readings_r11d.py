@@ -12,6 +12,17 @@ READINGS = [
     # flash-attn's build missing a Jetson's arch (another Orin, the error said by torch): the fix names the arch
     ("pip install flash-attn on a Jetson Orin NX went fine, then\nRuntimeError: CUDA error: no kernel image is "
      "available for execution on the device", "arch-missing", ["sm_87", "FLASH_ATTN_CUDA_ARCHS=87"]),
+    # Jetson Thor (sm_110) under a CUDA 12.8 torch whose arch list lacks it (another Thor wording, torch's own list)
+    ("Jetson AGX Thor, JetPack 7.0: torch 2.8.0+cu128\n>>> torch.cuda.get_arch_list()\n['sm_80', 'sm_90', 'sm_100', "
+     "'sm_120']\nRuntimeError: CUDA error: no kernel image is available for execution on the device", "arch-missing",
+     ["cu130", "sm_110"]),
+    # a Pascal card under a torch+cu128 said as a package (another card, no error line): the cu126 index
+    ("pip now resolves torch+cu128 for the project and it doesn't support my GTX 1080 Ti anymore", "arch-missing",
+     ["cu126"]),
+    # text-embeddings-inference's image for another capability (an A10G, the router's own words)
+    ("text-embeddings-router --model-id BAAI/bge-small-en-v1.5 on an A10G\nError: Could not create backend\nCaused by:\n"
+     "    Could not start backend: Runtime compute cap 86 is not compatible with compile time compute cap 80",
+     "arch-missing", ["86-<version>", "CUDA_COMPUTE_CAP=86"]),
     # Triton's floor asked about by capability, no card named (another wording, Maxwell)
     ("Does Triton work at all on compute capability 5.2? Please consider supporting Maxwell cards", "gpu-unsupported",
      ["7.0", "aot_eager"]),
@@ -21,6 +32,11 @@ READINGS = [
 ]
 
 NEGATIVES = [
+    # an Orin (sm_87) under the same torch: its JetPack torch, not the CUDA 13 index
+    ("Jetson AGX Orin, torch 2.8.0+cu128\nRuntimeError: CUDA error: no kernel image is available for execution on the "
+     "device", "cu130"),
+    # a Pascal card on the cu126 build, running: nothing lacks
+    ("torch+cu126 runs fine on my GTX 1070, thanks!", "dropped sm_61"),
     # a card above Triton's floor, slow: not the floor reading
     ("Triton kernels on my RTX 3090 (compute capability 8.6) are slower than cuBLAS?", "below Triton's floor"),
     # a macOS build that fails with an error line: the error's reading, not "no macOS GPU"

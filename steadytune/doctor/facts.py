@@ -576,6 +576,7 @@ _TOOLS = (
     ("jax", r"\bjax\b|\bjaxlib\b"),
     ("unsloth", r"\bunsloth\b|Unsloth"),
     ("llamafactory", r"llamafactory|LLaMA-Factory|llamafactory-cli"),
+    ("text-embeddings-inference", r"text-embeddings-inference|text-embeddings-router|compile time compute cap"),
 )
 
 

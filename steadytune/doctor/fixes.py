@@ -14,7 +14,7 @@ from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gf
 
 # The tools whose own build carries the GPU code (so the fix is their build flag), most specific first. A paste that
 # names several (a ComfyUI log shows torch too) is about the most specific one that printed an error.
-TOOL_ORDER = ("mlc-llm", "ollama", "lmstudio", "koboldcpp", "gpt4all", "llama-cpp-python", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
+TOOL_ORDER = ("mlc-llm", "text-embeddings-inference", "ollama", "lmstudio", "koboldcpp", "gpt4all", "llama-cpp-python", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
               "flash-attn", "xformers", "rccl-tests", "rccl", "miopen", "hipblaslt", "rocblas", "migraphx", "onnxruntime",
               "ctranslate2", "tensorflow", "jax", "zluda", "triton", "deepspeed", "apex", "mamba-ssm", "torch-extension", "comfyui", "a1111", "unsloth",
               "llamafactory", "torchaudio", "torch", "torchvision")
@@ -123,6 +123,9 @@ def cuda_wheel_for(arch: str) -> Optional[str]:
     if not m:
         return None
     cc = int(m.group(1))
+    if cc == 110:   # Jetson Thor: sm_110 is a CUDA 13 name; the cu128/cu129 wheels have neither its code nor PTX for it
+        return ("pip install torch --index-url https://download.pytorch.org/whl/cu130 (sm_110 exists from CUDA 13 on; "
+                "the cu130 aarch64 wheels carry it, cu128 has no sm_110 code)")
     if cc >= 100:
         return "pip install torch --index-url https://download.pytorch.org/whl/cu128 (Blackwell needs CUDA 12.8 or newer)"
     if cc < 50:   # Kepler and older: below cu126's oldest arch (sm_50); CUDA 12 no longer compiles them

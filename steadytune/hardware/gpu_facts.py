@@ -100,6 +100,8 @@ PRODUCTS: tuple[Product, ...] = (
     # NVIDIA
     Product(r"B200|B100|GB200", "sm_100", peak_bf16_tflops=2250.0, source=NVIDIA_CC),
     Product(r"GB10\b|DGX Spark", "sm_121", source=NVIDIA_CC),
+    # Jetson Thor (T5000/T4000): compute capability 11.0 since CUDA 13 (CUDA 12.8/12.9 called it sm_101)
+    Product(r"Jetson (?:AGX )?Thor|Jetson T[45]000|\bAGX Thor\b", "sm_110", source=NVIDIA_CC),
     Product(r"RTX 50\d0|RTX PRO 6000", "sm_120", source=NVIDIA_CC),
     Product(r"H200|GH200", "sm_90", peak_bf16_tflops=989.4, source=NVIDIA_CC),
     Product(r"H100.*PCIe", "sm_90", peak_bf16_tflops=756.5, source=NVIDIA_CC),

@@ -438,7 +438,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         return _make("arch-missing", f"{companion[0]} is a CUDA {companion[1][0]}.{companion[1][1]} build beside a "
                      f"CUDA {blackwell_build} torch", f"{companion[0]}'s kernels were built without {arch}",
                      build_fix("torchvision", arch) or "", [where, ctx.line_fact(errors[0])], errors)
-    if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and \
+    listed = _listed_cuda_archs(ctx)
+    if arch and re.fullmatch(r"sm_1\d\d", arch) and blackwell_build and not _wheel_lacks(arch, ctx) and \
+            (not listed or arch in listed) and \
             any("no kernel image" in e.line for e in errors) and ctx.tool(errors) not in tool_builds():
         # the torch installed is already a CUDA 12.8+ build, which carries sm_100/sm_120: the wheel is right, so the
         # driver underneath (older than the CUDA the wheel needs) is what cannot load its kernels
@@ -501,7 +503,8 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
             OVERRIDE in l for l in ctx.sheet.lines) and ctx.sheet.has("complaint", "yes"))
         # a torch the GPU is not in (the build says +cuXYZ, the GPU is named) with any sign of trouble
         said = [ErrorLine(i, l.strip(), None) for i, l in enumerate(ctx.sheet.lines, 1)
-                if re.search(r"(?i)incompatib|not compatible|kernel[- ]related|kernel image", l)]
+                if re.search(r"(?i)incompatib|not compatible|kernel[- ]related|kernel image|"
+                             r"\b(?:can ?not|can't|does ?n[o']t|won't) (?:support|run on|work (?:on|with))\b", l)]
         complaint = [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
         if arch and re.fullmatch(r"sm_1\d\d", arch) and _cuda_build(ctx) is None and not _blackwell_build(ctx) and \
                 complaint and ctx.tool() in (None, "torch", "comfyui", "a1111", "unsloth", "llamafactory"):

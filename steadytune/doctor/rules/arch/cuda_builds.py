@@ -27,6 +27,10 @@ def _cuda_build(ctx: "Context") -> Optional[tuple[int, int]]:
         if m:
             digits = m.group(1)
             return int(digits[:-1]), int(digits[-1])
+    # no version shown, the build said as a package ("uv installs torch+cu128"): the last one the paste names
+    named = re.findall(r"\btorch\+cu(\d{2,3})\b", "\n".join(ctx.sheet.lines))
+    if named:
+        return int(named[-1][:-1]), int(named[-1][-1])
     return None
 
 
@@ -48,13 +52,14 @@ def _companion_build(ctx: "Context") -> Optional[tuple[str, tuple[int, int]]]:
 
 
 def _wheel_lacks(arch: Optional[str], ctx: "Context") -> bool:
-    """The torch the paste shows cannot carry this NVIDIA GPU: Blackwell before CUDA 12.8, Maxwell/Pascal in the cu129
-    and newer builds."""
+    """The torch the paste shows cannot carry this NVIDIA GPU: Blackwell before CUDA 12.8, Maxwell/Pascal in the cu128
+    and newer builds, Jetson Thor's sm_110 before CUDA 13 (which named it)."""
     build = _cuda_build(ctx)
     if not arch or not arch.startswith("sm_") or build is None:
         return False
     cc = int(arch[3:])
-    return (cc >= 100 and build < (12, 8)) or (cc < 70 and build >= (12, 9))
+    # Maxwell/Pascal: PyTorch 2.8 release notes, removed from the CUDA 12.8 and 12.9 builds (kept in cu126)
+    return (cc >= 100 and build < (12, 8)) or (cc < 70 and build >= (12, 8)) or (cc == 110 and build < (13, 0))
 
 
 def _xformers_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
@@ -138,7 +143,7 @@ def _listed_cuda_archs(ctx: Context) -> set[str]:
     for n, line in enumerate(lines):
         # the list on the line that says so, or printed on the line after the command
         said = "\n".join(lines[max(0, n - 1): n + 1])
-        if re.search(r"(?i)get_arch_list|supports? CUDA capabilities|arch(?:itecture)?s? list", said):
+        if re.search(r"(?i)get_arch_list|supports? CUDA capabilities|arch(?:itecture)?s?[ _]list", said):
             found = set(re.findall(r"\bsm_(\d{2,3})\b", line))
             if len(found) >= 3:
                 return {f"sm_{n}" for n in found}
@@ -190,6 +195,9 @@ def _no_cuda_said(ctx: Context) -> list[ErrorLine]:
 
 def _jetson(ctx: Context, arch: Optional[str]) -> bool:
     """A Jetson board: its integrated GPUs (sm_53, sm_62, sm_72, sm_87) are in no pytorch.org wheel, which are built
-    for discrete GPUs; NVIDIA publishes torch for each JetPack."""
+    for discrete GPUs; NVIDIA publishes torch for each JetPack. Jetson Thor (sm_110, JetPack 7) is an SBSA device:
+    the pytorch.org cu130 aarch64 wheels carry it, so it is not one of these."""
+    if arch == "sm_110":
+        return False
     return arch in ("sm_53", "sm_62", "sm_72", "sm_87") or bool(re.search(r"(?i)\bJetson\b|\bJetPack\b|\bL4T\b",
                                                                           _text(ctx)))
