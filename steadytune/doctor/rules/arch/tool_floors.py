@@ -103,7 +103,9 @@ def _cards(ctx: Context) -> list[tuple[str, int]]:
                 unique.setdefault(int(product.arch[3:]), model.group(0).strip())
     if not unique:   # no card named: the capabilities the user asks about ("add support for 6.0, even 5.0 CC?")
         for line in ctx.sheet.lines:
-            if re.search(r"(?i)compute capability|\bcuda capability|\bCC\b", line):
+            # a question about them, not a tool's detection line ("Compute Capability detected: 1.0")
+            if re.search(r"(?i)compute capability|\bcuda capability|\bCC\b", line) and \
+                    re.search(r"(?i)\?|\bsupport", line) and not re.search(r"(?i)\bdetected\b", line):
                 for major, minor in _ASKED_CC.findall(line):
                     unique.setdefault(int(major + minor), f"compute capability {major}.{minor} GPU")
     return [(name, cc) for cc, name in unique.items()]
@@ -146,6 +148,8 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
     if not cards or not trouble:
         return None
     floor = _floor_of(ctx)
+    if floor and floor.tool == "Triton" and ctx.of("gpu-unsupported"):
+        return None   # torch's own GPUTooOldForTriton refusal: gpu_unsupported.py reads it with the tools' remedies
     text = "\n".join(ctx.sheet.lines)
     said = _SAID_CC.search(text)
     if said and len(cards) == 1:   # the tool's or the user's own number for the one card wins over the table
