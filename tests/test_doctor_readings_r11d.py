@@ -23,6 +23,14 @@ READINGS = [
     ("text-embeddings-router --model-id BAAI/bge-small-en-v1.5 on an A10G\nError: Could not create backend\nCaused by:\n"
      "    Could not start backend: Runtime compute cap 86 is not compatible with compile time compute cap 80",
      "arch-missing", ["86-<version>", "CUDA_COMPUTE_CAP=86"]),
+    # a build asked for an AMD card, no tool named (another card and wording): a build with its target, TheRock's index
+    ("Any chance of a build for the Radeon RX 7600?\nwould love to try it", "arch-missing",
+     ["gfx1102", "AMDGPU_TARGETS", "gfx110X-all"]),
+    # a tool with its own ROCm build asked to add a card by model number (koboldcpp, another card)
+    ("koboldcpp: could you add the 7900xtx ?\nmy card is gfx1100", "arch-missing", ["koboldcpp-rocm", "gfx1100"]),
+    # a build that states its targets crashing on a sibling card (whisper.cpp, another pair)
+    ("whisper.cpp built with GPU_TARGETS=gfx1100\nggml_cuda_init: found 1 ROCm devices:\n  Device 0: AMD Radeon RX "
+     "7800 XT, gfx1101\nSegmentation fault (core dumped)", "arch-missing", ["gfx1101", "GPU_TARGETS=gfx1101"]),
     # Triton's floor asked about by capability, no card named (another wording, Maxwell)
     ("Does Triton work at all on compute capability 5.2? Please consider supporting Maxwell cards", "gpu-unsupported",
      ["7.0", "aot_eager"]),
@@ -32,6 +40,11 @@ READINGS = [
 ]
 
 NEGATIVES = [
+    # the card is among the build's targets: the crash is something else
+    ("llama.cpp built with AMDGPU_TARGETS=gfx1100;gfx1101\nDevice 0: AMD Radeon RX 7800 XT, gfx1101\nSegmentation "
+     "fault (core dumped)", "rebuild for gfx1101"),
+    # a build asked for an NVIDIA card: no AMD index
+    ("Possible build for the RTX 5090?", "rocm.nightlies.amd.com"),
     # an Orin (sm_87) under the same torch: its JetPack torch, not the CUDA 13 index
     ("Jetson AGX Orin, torch 2.8.0+cu128\nRuntimeError: CUDA error: no kernel image is available for execution on the "
      "device", "cu130"),

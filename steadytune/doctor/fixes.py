@@ -137,6 +137,17 @@ def cuda_wheel_for(arch: str) -> Optional[str]:
     return "pip install torch --index-url https://download.pytorch.org/whl/cu128"
 
 
+# TheRock's wheel indexes are one per GPU family (rocm.nightlies.amd.com/v2/<family>/), by the gfx name's prefix
+_THEROCK_FAMILIES = (("gfx110", "gfx110X-all"), ("gfx120", "gfx120X-all"), ("gfx1151", "gfx1151"),
+                     ("gfx1150", "gfx1150"), ("gfx94", "gfx94X-dcgpu"), ("gfx950", "gfx950-dcgpu"),
+                     ("gfx103", "gfx103X-dgpu"))
+
+
+def therock_family(arch: Optional[str]) -> Optional[str]:
+    """The GPU family whose TheRock index (rocm.nightlies.amd.com/v2/<family>/) carries this arch, or None."""
+    return next((family for prefix, family in _THEROCK_FAMILIES if arch and arch.startswith(prefix)), None)
+
+
 def rocm_index_for(arch: Optional[str]) -> str:
     """The pip line for a ROCm torch that has this arch (the newest stable index), or the current index."""
     if arch:

@@ -57,6 +57,7 @@ from steadytune.doctor.rules.arch.cuda_builds import (
     _xformers_lacks,
 )
 from steadytune.doctor.rules.arch.old_gcn import _is_old_gfx, _rocm_of_its_era
+from steadytune.doctor.rules.arch.gpu_asks import asks_about_gpu
 
 
 def _needs_other_code(arch: str) -> bool:
@@ -181,7 +182,7 @@ def library_built_without_target(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("arch-missing")
 def arch_missing(ctx: Context) -> Optional[Diagnosis]:
-    early = _runtime_predates_gpu(ctx) or _built_for_other_targets(ctx)
+    early = _runtime_predates_gpu(ctx) or _built_for_other_targets(ctx) or _crash_on_other_targets(ctx)
     if early is not None:
         return early
     diagnosis = _arch_missing(ctx)
@@ -238,6 +239,33 @@ def _built_for_other_targets(ctx: Context) -> Optional[Diagnosis]:
                  [f for f in (override, ctx.line_fact(missing[0])) if f], missing)
 
 
+# a build's own statement of the targets it was made for ("Built for gfx1200:", "GPU targets: gfx1100;gfx1101")
+_TARGETS_SHOWN = re.compile(r"(?i)\bbuilt for\b|\btargets?\b|AMDGPU_TARGETS|GPU_TARGETS|PYTORCH_ROCM_ARCH")
+
+
+def _crash_on_other_targets(ctx: Context) -> Optional[Diagnosis]:
+    """A crash (segfault, core dump) of a program whose build states the gfx targets it was made for, on a GPU whose
+    own target is not among them: a near sibling's target (gfx1200 for a gfx1201) loads and then faults, so the crash
+    is the missing code, not the model or the driver."""
+    crashes = ctx.crashes() + ctx.of("gpu-hang")
+    if not crashes or any(e.family not in (None, "gpu-hang") for e in ctx.errors):
+        return None
+    shown = [f for f in ctx.sheet.of("built_for") if _TARGETS_SHOWN.search(f.line)]
+    archs = [a for a in discrete_archs(ctx.sheet) if a.startswith("gfx")]
+    if not shown or not archs:
+        return None
+    listed = sorted({normalise_gfx(f.value) for f in shown})
+    wanted = archs[0]
+    if wanted in listed:
+        return None
+    tool = ctx.tool(crashes)
+    rebuild = _own_build(tool, wanted, ctx) or f"rebuild with the GPU target set to {wanted} (AMDGPU_TARGETS={wanted})"
+    return _make("arch-missing", f"a build for {', '.join(listed)} run on {wanted}",
+                 f"the build was made for {', '.join(listed)}; the GPU is {wanted}, whose code it does not carry, and "
+                 "the crash is where that code is needed", f"rebuild for {wanted}: {rebuild}",
+                 [shown[0], _arch_fact(ctx, wanted)], crashes, confirmed=False)
+
+
 # the user's words that a build leaves a compute capability out ("incompatible with GPUs with cuda compute capability
 # 5.0", "add support for compute capability 6.1"): a build question, unlike a stated floor ("requires 7.0 or newer")
 # ("dropped / no longer supports compute capability 3.5" is a floor a release set on purpose: gpu-unsupported's)
@@ -273,7 +301,7 @@ def _capability_left_out(ctx: Context) -> Optional[Diagnosis]:
 # a title asking a tool for a GPU: "gfx1151 support in flash-attention", "please add gfx906 back", "does vLLM support
 # the MI50?", "xformers not working on RTX 5090"
 _ASKS_SUPPORT = re.compile(r"(?i)\bsupport(?:s|ed|ing)?\b|\badd(?:ing)?\b.{0,40}\bback\b|\b(?:not|isn't|doesn't|does not) "
-                           r"work(?:ing|s)?\b|支持|用不了")
+                           r"work(?:ing|s)?\b|支持|用不了|\badd(?:ing)?\b[^\n]{0,60}\?|\bbuilds? for\b")
 
 
 def _support_request(ctx: Context) -> Optional[Diagnosis]:
@@ -288,16 +316,7 @@ def _support_request(ctx: Context) -> Optional[Diagnosis]:
     fix = build_fix(tool, arch, ctx.sheet.is_windows) if arch else None
     if not fix or where is None:
         return None
-    # the ask must be about the GPU itself ("support for the MI50", "gfx1151 support", "not working on RTX 5090"), not
-    # about a model on it ("does llama.cpp support Qwen3 on my RTX 4090")
-    names = {arch} | {g.value for g in ctx.sheet.of("gpu") if g.detail == arch}
-    named = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-    gpu = rf"(?:AMD |NVIDIA |Radeon |GeForce )?(?:{named})"
-    about_gpu = (rf"(?i)\bsupport(?:s|ed|ing)?\s+(?:for\s+|on\s+)?(?:the\s+|my\s+|an?\s+)?{gpu}|"
-                 rf"{gpu}(?:\s*\([^()\n]{{1,30}}\))?\s+support\b|"
-                 rf"\badd(?:ing)?\s+(?:support for\s+)?{gpu}|\bnot work\w*\s+(?:on|with)\s+(?:the\s+|my\s+)?{gpu}|"
-                 rf"{gpu}\s*(?:支持|用不了)")
-    asked = _lines_matching(ctx, about_gpu)[:1]
+    asked = asks_about_gpu(ctx, arch)
     if not asked:
         return None
     return _make("arch-missing", f"{tool_builds()[tool].name} and the {arch}",

@@ -8,7 +8,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine, family
 from steadytune.doctor.facts import Fact
-from steadytune.doctor.fixes import rocm_index_for, wheel_line
+from steadytune.doctor.fixes import rocm_index_for, therock_family, wheel_line
 from steadytune.hardware.gpu_facts import override_for_arch
 from steadytune.doctor.packages import distribution_of
 from steadytune.doctor.tool_fixes import machine_kinds, table_tool, tool_fix
@@ -183,16 +183,6 @@ _PREBUILT_PROGRAM = re.compile(r"(?i)\bexe\b|\.exe\b|\bAppImage\b|\.dmg\b")
 _PYTHON_WORDS = re.compile(r"(?i)\btorch\b|\bpytorch\b|\bpip\b|\bpython\b|\bvenv\b|\bconda\b|site-packages")
 
 
-# TheRock's wheel indexes are one per GPU family (rocm.nightlies.amd.com/v2/<family>/), by the gfx name's prefix
-_THEROCK_FAMILIES = (("gfx110", "gfx110X-all"), ("gfx120", "gfx120X-all"), ("gfx1151", "gfx1151"),
-                     ("gfx1150", "gfx1150"), ("gfx94", "gfx94X-dcgpu"), ("gfx950", "gfx950-dcgpu"),
-                     ("gfx103", "gfx103X-dgpu"))
-
-
-def _therock_family(arch: Optional[str]) -> Optional[str]:
-    return next((family for prefix, family in _THEROCK_FAMILIES if arch and arch.startswith(prefix)), None)
-
-
 def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[ErrorLine],
                    unsure: bool) -> Optional[Diagnosis]:
     """A torch from AMD's TheRock indexes (rocm.nightlies.amd.com, the rocm-sdk wheels) without ROCm in it: the wheel
@@ -203,7 +193,7 @@ def _therock_torch(ctx: Context, joined: str, evidence: list, errors: list[Error
     release = re.search(r"(?i)\b(?:TheRock|ROCm)\b[^\d\n]{0,12}(\d+\.\d+)", joined)
     where = index.group(0).rstrip("/`'\".,)") if index else "https://rocm.nightlies.amd.com/v2/<your GPU family>/"
     arch, _fact = ctx.arch(errors)
-    family = _therock_family(arch)
+    family = therock_family(arch)
     if family and not where.rstrip("/").endswith("/" + family):
         # the index of this GPU's family (the one shown names none, another, or a cut-off one: "gfx110X-al")
         where = f"https://rocm.nightlies.amd.com/v2/{family}/ (the index for {arch}'s family)"
