@@ -31,6 +31,16 @@ READINGS = [
     # a build that states its targets crashing on a sibling card (whisper.cpp, another pair)
     ("whisper.cpp built with GPU_TARGETS=gfx1100\nggml_cuda_init: found 1 ROCm devices:\n  Device 0: AMD Radeon RX "
      "7800 XT, gfx1101\nSegmentation fault (core dumped)", "arch-missing", ["gfx1101", "GPU_TARGETS=gfx1101"]),
+    # docker's GPU request on a machine with only an Intel GPU (another tool and card): no NVIDIA GPU to hand over
+    ("docker run --rm --gpus all -p 7860:7860 sdnext\ndocker: Error response from daemon: could not select device driver "
+     "\"\" with capabilities: [[gpu]].\nlaptop: Intel(R) Iris Xe Graphics, no other GPU", "gpu-unsupported",
+     ["no NVIDIA GPU", "drop --gpus"]),
+    # rocBLAS asked for an APU it ships no kernels for (another card of the arch): its build, and the stopgap with its cost
+    ("[Feature request] Radeon 760M support in rocBLAS?\nrocBLAS ships no kernels for this APU. Could you add support "
+     "for it?", "arch-missing", ["-DAMDGPU_TARGETS=gfx1103", "HSA_OVERRIDE_GFX_VERSION=11.0.0", "page faults"]),
+    # a ROCm release's packaged library folder without the card's files (another card, hipBLASLt)
+    ("ROCm 6.2 on a Radeon 760M\n$ ls /opt/rocm/lib/hipblaslt/library | grep 1103\nnothing: the gfx1103 files are missing",
+     "gpu-unsupported", ["not supported by ROCm 6.2", "gfx1103"]),
     # Triton's floor asked about by capability, no card named (another wording, Maxwell)
     ("Does Triton work at all on compute capability 5.2? Please consider supporting Maxwell cards", "gpu-unsupported",
      ["7.0", "aot_eager"]),
@@ -40,6 +50,11 @@ READINGS = [
 ]
 
 NEGATIVES = [
+    # the same docker refusal on a machine with an NVIDIA card: the toolkit, not "no NVIDIA GPU"
+    ("docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].\nGPU: RTX "
+     "3060, driver 550", "no NVIDIA GPU"),
+    # the card's files are in the library folder: nothing unsupported
+    ("ROCm 6.2, RX 7900 XTX\n$ ls /opt/rocm/lib/rocblas/library | grep gfx1100 | wc -l\n212", "does not support"),
     # the card is among the build's targets: the crash is something else
     ("llama.cpp built with AMDGPU_TARGETS=gfx1100;gfx1101\nDevice 0: AMD Radeon RX 7800 XT, gfx1101\nSegmentation "
      "fault (core dumped)", "rebuild for gfx1101"),

@@ -679,6 +679,12 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
             fix += f"; or give {tool_builds()[tool].name} code for {arch} itself: {build_fix(tool, arch)}"
         return fix
     rebuild = _own_build(tool, arch, ctx)
+    row = arch_info(arch)
+    if rebuild and tool in _ROCM_LIBRARIES and row and row.override.value and row.override.verdict in ("trap", "unverified"):
+        # a ROCm library asked for a card it has no kernels for: the sibling's code is the stopgap its maintainers
+        # name, with what it costs (the table's caveat), after the build that lasts
+        return (f"{rebuild}; unsupported stopgap: {OVERRIDE}={row.override.value} (runs {_target(row.override.value)} "
+                f"code on {arch}; {row.override.why})")
     if rebuild:
         return rebuild
     wheel = wheel_line(arch)
@@ -698,6 +704,8 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
 # tools whose own build is the lasting fix even where an override would run a sibling's code
 _REBUILT_FIRST = ("lmstudio", "llama.cpp", "llama-cpp-python", "whisper.cpp", "bitsandbytes", "vllm", "sglang", "flash-attn",
                   "xformers", "deepspeed", "apex")
+# ROCm's own libraries, asked for an arch they ship no kernels for
+_ROCM_LIBRARIES = ("rocblas", "hipblaslt", "miopen", "rccl")
 # tools whose entry in arch_builds.yaml says the override itself (adding it again after the override says nothing)
 _OVERRIDE_ONLY = ("ollama",)
 

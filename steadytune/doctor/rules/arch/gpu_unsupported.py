@@ -107,12 +107,18 @@ def _zluda_pre_rdna(ctx: Context, arch: Optional[str], where) -> Optional[Diagno
 
 
 # Intel GPUs by name (Arc, Iris Xe, Data Center GPU Max / Flex): torch runs them through its XPU build, never CUDA or ROCm
-_INTEL_GPU = re.compile(r"(?i)\bIntel(?:\(R\))?\s+(?:Arc|Iris|Data Center GPU|UHD|Xe)\b|\bArc(?:\(TM\))?\s+[AB]\d{3}\b|"
+_INTEL_GPU = re.compile(r"(?i)\bIntel(?:\(R\)|®)?\s+(?:Arc|Iris|Data Center GPU|UHD|Xe)\b|\bArc(?:\(TM\))?\s+[AB]\d{3}\b|"
                         r"\bIris Xe\b|\bGPU Max \d{4}\b")
 # a torch XPU build in use ("2.10.0+xpu", torch.xpu answering): the Intel GPU is reached, whatever fails next
 _INTEL_TORCH = re.compile(r"(?i)\+xpu\b|torch\.xpu\.(?:is_available|device_count)\(\)\W{0,6}(?:True|[1-9])")
 # a tool with its own route to Intel GPUs, said first in the fix (the tool that was asked about)
 _INTEL_ROUTES = (
+    # docker's GPU request goes to the NVIDIA Container Toolkit: on a machine without an NVIDIA GPU there is nothing to
+    # hand over, and installing the toolkit cannot change that
+    (r"(?i)--gpus\b|could not select device driver", "docker run --gpus hands NVIDIA GPUs to a container (through the "
+                                                      "NVIDIA Container Toolkit) and this machine has no NVIDIA GPU: "
+                                                      "run the image on the CPU (drop --gpus; the tool's CPU option, "
+                                                      "e.g. --device cpu), or run it on a machine with an NVIDIA GPU; "),
     (r"(?i)\bdeepspeed\b", "DeepSpeed itself runs only CUDA/ROCm accelerators; for Intel GPUs install Intel's port, "
                             "pip install intel-extension-for-deepspeed (DeepSpeed's XPU accelerator, with torch's XPU "
                             "build and intel-extension-for-pytorch); "),

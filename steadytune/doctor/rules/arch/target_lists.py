@@ -10,6 +10,8 @@ import re
 from typing import Optional
 
 from steadytune.doctor.archs import build_fix
+from steadytune.hardware.gpu_facts import arch_info
+from steadytune.doctor.rules.arch.overrides import _target
 from steadytune.doctor.rules.base import (
     Context,
     Diagnosis,
@@ -95,6 +97,44 @@ def library_sources_lack_the_target(ctx: Context) -> Optional[Diagnosis]:
                  f"supported archs you need>\") and build {name} only for supported architectures; for a {arch} "
                  "machine use the packaged library of a ROCm release, or a backend that runs on it",
                  [], failed)
+
+
+# a ROCm library's packaged kernel folder looked through (ls /opt/rocm/lib/rocblas/library | grep 110), and the
+# user's words that the GPU's files are not there
+_LIBRARY_FOLDER = re.compile(r"(?i)\b(?:rocblas|hipblaslt|miopen|rocsparse|rocfft)\w*[/\\]library\b|TensileLibrary")
+_NOT_THERE = re.compile(r"(?i)\bnot (?:include[sd]?|there|listed|in (?:the|it))\b|\bcan(?:'t|not) (?:find|see)\b|"
+                        r"\b(?:is |are )?missing\b|\bno (?:files?|kernels?|\.?dat|\.co|\.hsaco)\b|没有|找不到")
+
+
+@rule("gpu-unsupported")
+def packaged_libraries_lack_the_target(ctx: Context) -> Optional[Diagnosis]:
+    """A ROCm release's packaged libraries searched for the GPU's kernel files, which are not there: the release does
+    not support the GPU (its libraries are built for the GPUs on its support list only; a component's release note
+    naming the arch is not the stack's support)."""
+    if any(e.family is not None for e in ctx.errors) or not _lines_matching(ctx, _LIBRARY_FOLDER.pattern):
+        return None
+    archs = [a for a in ctx.sheet.machine_archs if a.startswith("gfx")]
+    if not archs:
+        return None
+    arch = archs[0]
+    digits = arch[3:]
+    lacking = [line for line in _lines_matching(ctx, _NOT_THERE.pattern) if digits in line.line][:1]
+    if not lacking:
+        return None
+    rocm = ctx.sheet.values("rocm")
+    release = f"ROCm {rocm[-1]}" if rocm else "this ROCm release"
+    row = arch_info(arch)
+    stopgap = (f"; the unsupported stopgap is HSA_OVERRIDE_GFX_VERSION={row.override.value}, which runs "
+               f"{_target(row.override.value)} code on {arch}"
+               + (f" ({row.override.why})" if row.override.verdict != "works" else "")
+               if row and row.override.value else "")
+    return _make("gpu-unsupported", f"{release} does not support {arch}",
+                 f"{release}'s libraries (rocBLAS/Tensile and the rest) are built only for the GPUs on its support "
+                 f"list; {arch} is not on it, so no {arch} kernel files ship (a component's note naming {arch} is not "
+                 "the stack's support)",
+                 f"{arch} is not supported by {release}: use a GPU on its support list, or libraries built for {arch} "
+                 f"(a community rocBLAS build for {arch}, or a later release that lists it){stopgap}",
+                 [f for f in ctx.sheet.of("arch") if f.value == arch][:1], lacking, confirmed=False)
 
 
 # AMD's Windows support table gives each GPU two columns: the HIP runtime, and the HIP SDK (its math libraries,
