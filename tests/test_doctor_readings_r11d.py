@@ -41,6 +41,13 @@ READINGS = [
     # a ROCm release's packaged library folder without the card's files (another card, hipBLASLt)
     ("ROCm 6.2 on a Radeon 760M\n$ ls /opt/rocm/lib/hipblaslt/library | grep 1103\nnothing: the gfx1103 files are missing",
      "gpu-unsupported", ["not supported by ROCm 6.2", "gfx1103"]),
+    # torch's capability-range warning for a newer minor of the build's newest major (another GPU): a false alarm
+    ("UserWarning:\n    Found GPU0 NVIDIA B300 SXM6 AC which is of cuda capability 10.3.\n    Minimum and Maximum cuda "
+     "capability supported by this version of PyTorch is\n    (7.5) - (10.0)", "arch-missing",
+     ["false alarm", "sm_100 kernels run on sm_103", "torch 2.11"]),
+    # the same warning for a newer major: the build really lacks it
+    ("Found GPU0 NVIDIA GeForce RTX 5080 which is of cuda capability 12.0.\nMinimum and Maximum cuda capability "
+     "supported by this version of PyTorch is (5.0) - (9.0)", "arch-missing", ["cu128"]),
     # Triton's floor asked about by capability, no card named (another wording, Maxwell)
     ("Does Triton work at all on compute capability 5.2? Please consider supporting Maxwell cards", "gpu-unsupported",
      ["7.0", "aot_eager"]),
@@ -50,6 +57,9 @@ READINGS = [
 ]
 
 NEGATIVES = [
+    # a newer major than the build's range is no false alarm
+    ("Found GPU0 NVIDIA GeForce RTX 5080 which is of cuda capability 12.0.\nMinimum and Maximum cuda capability "
+     "supported by this version of PyTorch is (5.0) - (9.0)", "false alarm"),
     # the same docker refusal on a machine with an NVIDIA card: the toolkit, not "no NVIDIA GPU"
     ("docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].\nGPU: RTX "
      "3060, driver 550", "no NVIDIA GPU"),
