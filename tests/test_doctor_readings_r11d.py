@@ -48,6 +48,9 @@ READINGS = [
     # the same warning for a newer major: the build really lacks it
     ("Found GPU0 NVIDIA GeForce RTX 5080 which is of cuda capability 12.0.\nMinimum and Maximum cuda capability "
      "supported by this version of PyTorch is (5.0) - (9.0)", "arch-missing", ["cu128"]),
+    # a kernel guarded for one exact arch on a sibling of its family (vLLM on a B300, sm_103)
+    ("vllm serve on 8x B300: RuntimeError: This kernel only supports sm100.\nCUDA error: unspecified launch failure",
+     "arch-missing", ["enable_sm100_family", "TORCH_CUDA_ARCH_LIST=10.3"]),
     # Triton's floor asked about by capability, no card named (another wording, Maxwell)
     ("Does Triton work at all on compute capability 5.2? Please consider supporting Maxwell cards", "gpu-unsupported",
      ["7.0", "aot_eager"]),
@@ -57,6 +60,8 @@ READINGS = [
 ]
 
 NEGATIVES = [
+    # a guard for another major (an Ada card under Hopper-only code): not the family guard
+    ("vllm on an RTX 4090: This kernel only supports sm90", "enable_sm90_family"),
     # a newer major than the build's range is no false alarm
     ("Found GPU0 NVIDIA GeForce RTX 5080 which is of cuda capability 12.0.\nMinimum and Maximum cuda capability "
      "supported by this version of PyTorch is (5.0) - (9.0)", "false alarm"),

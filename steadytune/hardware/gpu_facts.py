@@ -98,6 +98,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"Rembrandt|Radeon 6[68]0M", "gfx1035", integrated=True, source=LLVM_TABLE),
     Product(r"Renoir|Cezanne|Lucienne|Barcelo", "gfx90c", integrated=True, source=LLVM_TABLE),
     # NVIDIA
+    Product(r"B300|GB300", "sm_103", source=NVIDIA_CC),
     Product(r"B200|B100|GB200", "sm_100", peak_bf16_tflops=2250.0, source=NVIDIA_CC),
     Product(r"GB10\b|DGX Spark", "sm_121", source=NVIDIA_CC),
     # Jetson Thor (T5000/T4000): compute capability 11.0 since CUDA 13 (CUDA 12.8/12.9 called it sm_101)
