@@ -13,6 +13,7 @@ from steadytune.doctor.archs import build_fix
 from steadytune.hardware.gpu_facts import arch_info
 from steadytune.doctor.rules.arch.overrides import _target
 from steadytune.doctor.rules.base import (
+    NOT_TORCH,
     Context,
     Diagnosis,
     _lines_matching,
@@ -113,6 +114,10 @@ def packaged_libraries_lack_the_target(ctx: Context) -> Optional[Diagnosis]:
     naming the arch is not the stack's support)."""
     if any(e.family is not None for e in ctx.errors) or not _lines_matching(ctx, _LIBRARY_FOLDER.pattern):
         return None
+    rocm = ctx.sheet.values("rocm")
+    if not rocm or ctx.crashes() or ctx.tool() in NOT_TORCH:
+        return None   # a release named and looked through; an app's own bundle (Ollama's rocblas) that crashes is
+                      # that bundle lacking a sibling's file, arch_missing.py's reading
     archs = [a for a in ctx.sheet.machine_archs if a.startswith("gfx")]
     if not archs:
         return None
@@ -121,8 +126,7 @@ def packaged_libraries_lack_the_target(ctx: Context) -> Optional[Diagnosis]:
     lacking = [line for line in _lines_matching(ctx, _NOT_THERE.pattern) if digits in line.line][:1]
     if not lacking:
         return None
-    rocm = ctx.sheet.values("rocm")
-    release = f"ROCm {rocm[-1]}" if rocm else "this ROCm release"
+    release = f"ROCm {rocm[-1]}"
     row = arch_info(arch)
     stopgap = (f"; the unsupported stopgap is HSA_OVERRIDE_GFX_VERSION={row.override.value}, which runs "
                f"{_target(row.override.value)} code on {arch}"
