@@ -51,6 +51,11 @@ READINGS = [
     # a kernel guarded for one exact arch on a sibling of its family (vLLM on a B300, sm_103)
     ("vllm serve on 8x B300: RuntimeError: This kernel only supports sm100.\nCUDA error: unspecified launch failure",
      "arch-missing", ["enable_sm100_family", "TORCH_CUDA_ARCH_LIST=10.3"]),
+    # Ollama on Windows rejecting its only AMD GPU with an empty supported list (another iGPU, another release)
+    ("Ollama 0.11.4 on Windows 11, Ryzen 7 7700 iGPU\ntime=2025-08-01T10:00:00 level=WARN source=amd_windows.go:140 "
+     "msg=\"amdgpu is not supported (supported types:[])\" gpu_type=gfx1036 gpu=0 library=C:\\Users\\me\\AppData"
+     "\\Local\\Programs\\Ollama\\lib\\ollama\\rocm\ntime=2025-08-01T10:00:00 level=INFO msg=\"no compatible GPUs were "
+     "discovered\"", "gpu-unsupported", ["Vulkan", "OLLAMA_VULKAN=1", "gfx1036"]),
     # Triton's floor asked about by capability, no card named (another wording, Maxwell)
     ("Does Triton work at all on compute capability 5.2? Please consider supporting Maxwell cards", "gpu-unsupported",
      ["7.0", "aot_eager"]),
@@ -60,6 +65,9 @@ READINGS = [
 ]
 
 NEGATIVES = [
+    # the list names the archs it has (a card outside it): the override / build readings, not "accepts none"
+    ("Ollama on Windows\nlevel=WARN source=amd_windows.go:140 msg=\"amdgpu is not supported (supported types:[gfx1030 "
+     "gfx1100])\" gpu_type=gfx1032 gpu=0", "accepts none of"),
     # a guard for another major (an Ada card under Hopper-only code): not the family guard
     ("vllm on an RTX 4090: This kernel only supports sm90", "enable_sm90_family"),
     # a newer major than the build's range is no false alarm

@@ -1,0 +1,42 @@
+"""Ollama on Windows rejecting every AMD GPU with an empty supported list ("amdgpu is not supported (supported
+types:[])"): its Windows ROCm runner has no library for any of these GPUs, and HSA_OVERRIDE_GFX_VERSION does not
+apply to the HIP SDK's libraries on Windows, so no override, driver or visibility setting brings one in. Ollama's
+Vulkan backend runs on any Radeon (experimental from 0.12.6 behind OLLAMA_VULKAN=1, enabled by later releases)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.error_lines import family
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule
+
+_EMPTY_LIST = re.compile(r"amdgpu is not supported \(supported types:\s*\[\s*\]\)")
+_REJECTED = re.compile(r"amdgpu is not supported \(supported types:[^)]*\)\"?\s+gpu_type=(gfx[0-9a-f]+)")
+
+
+@rule("gpu-unsupported")
+def ollama_windows_accepts_no_amd_gpu(ctx: Context) -> Optional[Diagnosis]:
+    if not ctx.sheet.is_windows or ctx.tool() != "ollama":
+        return None
+    empty = _lines_matching(ctx, _EMPTY_LIST.pattern)
+    if not empty:
+        return None
+    if _lines_matching(ctx, r"msg=\"inference compute\" id=\S+ library=rocm"):
+        return None   # one GPU was taken: the rejected one is beside a working card (the visibility readings)
+    rejected = sorted(set(re.findall(_REJECTED.pattern, "\n".join(ctx.sheet.lines)))) or \
+        [f.value for f in ctx.sheet.of("arch") if f.value.startswith("gfx")][:1]
+    gpus = ", ".join(rejected) or "these GPUs"
+    diagnosis = _make("gpu-unsupported", f"Ollama's Windows ROCm runner accepts none of {gpus}",
+                      f"the supported list Ollama reads from its Windows ROCm libraries is empty for {gpus}: it has no "
+                      "library for them, and HSA_OVERRIDE_GFX_VERSION does not reach the HIP SDK's libraries on "
+                      "Windows", f"Ollama's ROCm runner on Windows accepts none of {gpus}: use its Vulkan backend, "
+                      "which runs on any Radeon (update Ollama: experimental from 0.12.6 with OLLAMA_VULKAN=1 set as a "
+                      "user variable, enabled by default in later releases), or the community ollama-for-amd build "
+                      f"with ROCm libraries for {gpus}; remove HSA_OVERRIDE_GFX_VERSION, which does nothing here; "
+                      "(an empty list for a card Ollama's Windows build does list means its lib\\ollama\\rocm folder "
+                      "lost its kernel files: reinstall Ollama)",
+                      [], empty)
+    # no device or visibility setting can give the runner a library it does not have
+    diagnosis.rank = min(family(n).rank for n in ("visibility", "override-wrong", "driver")) - 1
+    return diagnosis
