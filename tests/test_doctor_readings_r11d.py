@@ -56,6 +56,9 @@ READINGS = [
      "msg=\"amdgpu is not supported (supported types:[])\" gpu_type=gfx1036 gpu=0 library=C:\\Users\\me\\AppData"
      "\\Local\\Programs\\Ollama\\lib\\ollama\\rocm\ntime=2025-08-01T10:00:00 level=INFO msg=\"no compatible GPUs were "
      "discovered\"", "gpu-unsupported", ["Vulkan", "OLLAMA_VULKAN=1", "gfx1036"]),
+    # a program's HIP "invalid" error on an arch its build left out (another card, wording)
+    ("Our p2p copy benchmark fails on the MI350 (ROCm 7.0.1): HIP keeps reporting invalid handles", "arch-missing",
+     ["GPU_TARGETS=gfx950", "roc-obj-ls"]),
     # Triton's floor asked about by capability, no card named (another wording, Maxwell)
     ("Does Triton work at all on compute capability 5.2? Please consider supporting Maxwell cards", "gpu-unsupported",
      ["7.0", "aot_eager"]),
@@ -65,6 +68,8 @@ READINGS = [
 ]
 
 NEGATIVES = [
+    # torch's own HIP error: the torch readings, not a program's target list
+    ("torch 2.7 on an MI300X: RuntimeError: HIP error: invalid argument", "roc-obj-ls"),
     # the list names the archs it has (a card outside it): the override / build readings, not "accepts none"
     ("Ollama on Windows\nlevel=WARN source=amd_windows.go:140 msg=\"amdgpu is not supported (supported types:[gfx1030 "
      "gfx1100])\" gpu_type=gfx1032 gpu=0", "accepts none of"),

@@ -41,7 +41,7 @@ class Product:
 # "AMD Radeon Graphics" (what amd-smi and rocminfo print for many APUs) matches no row on purpose.
 PRODUCTS: tuple[Product, ...] = (
     # AMD Instinct (CDNA)
-    Product(r"MI355X", "gfx950", peak_bf16_tflops=2516.6),
+    Product(r"MI355X?", "gfx950", peak_bf16_tflops=2516.6),
     Product(r"MI350", "gfx950", peak_bf16_tflops=2306.9),
     Product(r"MI325X", "gfx942", peak_bf16_tflops=1307.4),
     Product(r"MI308X", "gfx942", source="amd-smi static --asic of an MI308X (ROCm/amdsmi CHANGELOG)"),

@@ -141,6 +141,32 @@ def packaged_libraries_lack_the_target(ctx: Context) -> Optional[Diagnosis]:
                  [f for f in ctx.sheet.of("arch") if f.value == arch][:1], lacking, confirmed=False)
 
 
+# HIP's "invalid" errors for code the GPU cannot load (invalid device function, invalid resource handle, invalid image),
+# or the user's own words for them ("HIP reports an Invalid error")
+_HIP_INVALID = re.compile(r"(?i)\bhip\w*\b[^\n]{0,60}\binvalid\b|\binvalid\b[^\n]{0,40}\bhip\w*\b|hipErrorInvalid\w+")
+
+
+@rule("arch-missing")
+def hip_invalid_on_an_unbuilt_arch(ctx: Context) -> Optional[Diagnosis]:
+    """A HIP "invalid" error from a program (not torch) on a GPU whose arch is newer than most builds' default target
+    lists: the program's kernels were compiled without the arch (a CMake default list made before the GPU), so HIP
+    finds no code it can launch."""
+    if any(e.family is not None for e in ctx.errors) or ctx.tool() is not None:
+        return None
+    said = _lines_matching(ctx, _HIP_INVALID.pattern)[:1]
+    archs = [a for a in ctx.sheet.machine_archs if a.startswith("gfx")]
+    if not said or not archs:
+        return None
+    arch = archs[0]
+    return _make("arch-missing", f"the program's kernels lack {arch}",
+                 f"HIP reports its kernels invalid when the binary carries no code object for the GPU ({arch}); a "
+                 f"build's default GPU target list made before {arch} leaves it out",
+                 f"rebuild the program with {arch} among its GPU targets (cmake -DGPU_TARGETS={arch}, or "
+                 f"AMDGPU_TARGETS={arch} / hipcc --offload-arch={arch}), or a release or branch whose default targets "
+                 f"list {arch}; check with roc-obj-ls <binary> that a {arch} code object is in it",
+                 [f for f in ctx.sheet.of("gpu") if f.detail == arch][:1], said, confirmed=False)
+
+
 # AMD's Windows support table gives each GPU two columns: the HIP runtime, and the HIP SDK (its math libraries,
 # rocBLAS, MIOpen, ...). A GPU with the runtime only runs HIP programs that bring their own kernels, not the SDK's
 _RUNTIME_NOT_SDK = re.compile(r"(?i)\b(?:hip )?runtime\b.{0,40}\bbut not (?:the )?(?:hip )?sdk\b|\bnot (?:in|on|by) the "
