@@ -59,6 +59,9 @@ READINGS = [
     # a program's HIP "invalid" error on an arch its build left out (another card, wording)
     ("Our p2p copy benchmark fails on the MI350 (ROCm 7.0.1): HIP keeps reporting invalid handles", "arch-missing",
      ["GPU_TARGETS=gfx950", "roc-obj-ls"]),
+    # an app offering only its failsafe mode on an old machine (another CPU and Fermi card)
+    ("koboldcpp on an old Dell with a Xeon E5520 and a GTX 480: the launcher only lets me pick Failsafe, CuBLAS crashes",
+     "gpu-unsupported", ["AVX", "compute capability 5.0"]),
     # Triton's floor asked about by capability, no card named (another wording, Maxwell)
     ("Does Triton work at all on compute capability 5.2? Please consider supporting Maxwell cards", "gpu-unsupported",
      ["7.0", "aot_eager"]),
@@ -68,6 +71,8 @@ READINGS = [
 ]
 
 NEGATIVES = [
+    # failsafe named among modes that all fail: not the CPU floor
+    ("koboldcpp crashes in every mode, even failsafe, on my Ryzen 7 5800X", "has no AVX"),
     # torch's own HIP error: the torch readings, not a program's target list
     ("torch 2.7 on an MI300X: RuntimeError: HIP error: invalid argument", "roc-obj-ls"),
     # the list names the archs it has (a card outside it): the override / build readings, not "accepts none"

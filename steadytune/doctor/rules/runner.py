@@ -30,6 +30,7 @@ import steadytune.doctor.rules.arch.build_asks  # noqa: E402,F401
 import steadytune.doctor.rules.arch.capability_range  # noqa: E402,F401
 import steadytune.doctor.rules.arch.arch_guards  # noqa: E402,F401
 import steadytune.doctor.rules.arch.ollama_windows  # noqa: E402,F401
+import steadytune.doctor.rules.arch.cpu_floor  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401

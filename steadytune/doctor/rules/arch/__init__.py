@@ -20,6 +20,7 @@
   build_asks       a short ask for a build for an AMD GPU, no tool with its own remedy named: a build with its target
   arch_guards      a kernel guarded for one exact sm_XX run on a sibling of its family (sm120-only on sm_121)
   ollama_windows   Ollama on Windows with an empty ROCm supported list for every GPU: its Vulkan backend
+  cpu_floor        an app offering only its failsafe (no-AVX) mode: a CPU without AVX, and a GPU below every backend
   capability_range torch's "Minimum and Maximum cuda capability" warning read by its numbers (a newer minor is fine)
 
 runner.py imports the rule modules in this order, which is the order their rules register in.
