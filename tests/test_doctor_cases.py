@@ -142,6 +142,10 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
                                                   "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
                                                   "NCCL 2.18 bug, a fact of that release, not of the paste",
+    # round 11 (r11d, arch-missing): the accepted fix is a release of a program the paste never names
+    "https://github.com/lemonade-sdk/lemonade/issues/768": "two lines asking for gfx1150 beside gfx1151 name no "
+                                                           "program: the fix is Lemonade 9.1.1, whose bundled llama.cpp "
+                                                           "added gfx1150, and Lemonade is nowhere in the paste",
 }
 
 

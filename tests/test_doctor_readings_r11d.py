@@ -51,8 +51,9 @@ READINGS = [
     # a kernel guarded for one exact arch on a sibling of its family (vLLM on a B300, sm_103)
     ("vllm serve on 8x B300: RuntimeError: This kernel only supports sm100.\nCUDA error: unspecified launch failure",
      "arch-missing", ["enable_sm100_family", "TORCH_CUDA_ARCH_LIST=10.3"]),
-    # Ollama on Windows rejecting its only AMD GPU with an empty supported list (another iGPU, another release)
-    ("Ollama 0.11.4 on Windows 11, Ryzen 7 7700 iGPU\ntime=2025-08-01T10:00:00 level=WARN source=amd_windows.go:140 "
+    # Ollama on Windows rejecting its iGPU with an empty supported list, the override tried (another iGPU, release)
+    ("Ollama 0.11.4 on Windows 11, Ryzen 7 7700 iGPU; set HSA_OVERRIDE_GFX_VERSION=10.3.0, no change\n"
+     "time=2025-08-01T10:00:00 level=WARN source=amd_windows.go:140 "
      "msg=\"amdgpu is not supported (supported types:[])\" gpu_type=gfx1036 gpu=0 library=C:\\Users\\me\\AppData"
      "\\Local\\Programs\\Ollama\\lib\\ollama\\rocm\ntime=2025-08-01T10:00:00 level=INFO msg=\"no compatible GPUs were "
      "discovered\"", "gpu-unsupported", ["Vulkan", "OLLAMA_VULKAN=1", "gfx1036"]),

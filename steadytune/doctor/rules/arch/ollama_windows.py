@@ -1,6 +1,6 @@
-"""Ollama on Windows rejecting every AMD GPU with an empty supported list ("amdgpu is not supported (supported
-types:[])"): its Windows ROCm runner has no library for any of these GPUs, and HSA_OVERRIDE_GFX_VERSION does not
-apply to the HIP SDK's libraries on Windows, so no override, driver or visibility setting brings one in. Ollama's
+"""Ollama on Windows rejecting every AMD GPU, an integrated one among them, with an empty supported list ("amdgpu is
+not supported (supported types:[])") after the user tried HSA_OVERRIDE_GFX_VERSION: its Windows ROCm runner has no
+library for the iGPU, and the override does not apply to the HIP SDK's libraries on Windows, so no override, driver or visibility setting brings one in. Ollama's
 Vulkan backend runs on any Radeon (experimental from 0.12.6 behind OLLAMA_VULKAN=1, enabled by later releases)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule
+from steadytune.doctor.rules.base import _APU_ARCHS, Context, Diagnosis, _lines_matching, _make, rule
 
 _EMPTY_LIST = re.compile(r"amdgpu is not supported \(supported types:\s*\[\s*\]\)")
 _REJECTED = re.compile(r"amdgpu is not supported \(supported types:[^)]*\)\"?\s+gpu_type=(gfx[0-9a-f]+)")
@@ -22,10 +22,15 @@ def ollama_windows_accepts_no_amd_gpu(ctx: Context) -> Optional[Diagnosis]:
     empty = _lines_matching(ctx, _EMPTY_LIST.pattern)
     if not empty:
         return None
-    if _lines_matching(ctx, r"msg=\"inference compute\" id=\S+ library=rocm"):
-        return None   # one GPU was taken: the rejected one is beside a working card (the visibility readings)
     rejected = sorted(set(re.findall(_REJECTED.pattern, "\n".join(ctx.sheet.lines)))) or \
         [f.value for f in ctx.sheet.of("arch") if f.value.startswith("gfx")][:1]
+    tried = ctx.override() is not None or _lines_matching(ctx, r"skipping rocm gfx compatibility check")
+    if not tried or not any(arch in _APU_ARCHS for arch in rejected):
+        # an empty list with no override in sight is one left in the Windows environment (overrides.py); a
+        # discrete card may run once it is removed. An integrated GPU, with the override tried, has no ROCm path
+        return None
+    if _lines_matching(ctx, r"msg=\"inference compute\" id=\S+ library=rocm"):
+        return None   # one GPU was taken: the rejected one is beside a working card (the visibility readings)
     gpus = ", ".join(rejected) or "these GPUs"
     diagnosis = _make("gpu-unsupported", f"Ollama's Windows ROCm runner accepts none of {gpus}",
                       f"the supported list Ollama reads from its Windows ROCm libraries is empty for {gpus}: it has no "

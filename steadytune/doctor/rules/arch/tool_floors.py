@@ -148,8 +148,9 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
     if not cards or not trouble:
         return None
     floor = _floor_of(ctx)
-    if floor and floor.tool == "Triton" and ctx.of("gpu-unsupported"):
-        return None   # torch's own GPUTooOldForTriton refusal: gpu_unsupported.py reads it with the tools' remedies
+    if floor and floor.tool == "Triton" and ctx.of("gpu-unsupported", "arch-missing"):
+        return None   # torch's own GPUTooOldForTriton refusal (gpu_unsupported.py) or a kernel missing from a build
+                      # (arch_missing.py, Triton's own remedy): the floor is for the question with no such line
     text = "\n".join(ctx.sheet.lines)
     said = _SAID_CC.search(text)
     if said and len(cards) == 1:   # the tool's or the user's own number for the one card wins over the table
