@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from steadytune.doctor.archs import tool_builds
 from steadytune.doctor.fixes import therock_family
 from steadytune.doctor.rules.base import Context, Diagnosis, _make, rule
 from steadytune.doctor.rules.arch.gpu_asks import asks_about_gpu

@@ -14,7 +14,8 @@ def gpu_names(ctx: Context, arch: str) -> str:
     "RX 9070"), a model number alone ("9070xt")."""
     names = {arch} | {g.value for g in ctx.sheet.of("gpu") if g.detail == arch}
     spelled = [r"\s?".join(re.escape(word) for word in name.split()) for name in sorted(names, key=len, reverse=True)]
-    return rf"(?:AMD |NVIDIA |Radeon |GeForce )?(?:{'|'.join(spelled)}|(?:RX ?)?\d{{4}} ?(?:XTX|XT|GRE)?\b)"
+    # a bare model number only with the series' prefix or suffix ("RX 9070", "9070xt"), never any four digits
+    return rf"(?:AMD |NVIDIA |Radeon |GeForce )?(?:{'|'.join(spelled)}|(?:RX ?\d{{4}}|\d{{4}} ?(?:XTX|XT|GRE))\b)"
 
 
 def asks_about_gpu(ctx: Context, arch: str) -> list[ErrorLine]:
