@@ -313,7 +313,8 @@ def extension_links_a_torch_library_gone(ctx: Context) -> Optional[Diagnosis]:
         rebuild = (f"pip uninstall -y {package if package != 'the extension' else what}; rebuild {what} against the "
                    "installed torch (pip install --no-build-isolation --no-cache-dir, or pip install . in its source "
                    "folder), or install its wheel built for this torch")
+    torch = _listed_torch(ctx)
     return _make("abi-mismatch", f"{module or package} was built against an older torch",
                  f"{module or package} links {library}, a library of torch 1.x's split CUDA build; the installed torch "
-                 f"{'(' + _listed_torch(ctx) + ') ' if _listed_torch(ctx) else ''}ships one libtorch_cuda.so, so the extension compiled against the old "
-                 "torch no longer loads", rebuild, [ctx.line_fact(errors[0])], errors)
+                 f"{'(' + torch + ') ' if torch else ''}ships one libtorch_cuda.so, so the extension compiled against "
+                 "the old torch no longer loads", rebuild, [ctx.line_fact(errors[0])], errors)
