@@ -27,14 +27,14 @@ _TWINS = (
 _ON_CPU = re.compile(r"(?i)\bonly (?:the )?CPU(?:ExecutionProvider)?\b|\bCPUExecutionProvider\b|get_device\(\)|"
                      r"\b(?:runs?|running|ran) (?:only )?on (?:the )?CPU\b|\bnot (?:running|run|using|use) (?:on )?"
                      r"(?:the )?GPU\b|CUDAExecutionProvider.{0,40}(?:not|unavailable|missing)|is_compiled_with_cuda\(\)"
-                     r".{0,20}False")
+                     r"\W{0,20}False")
 
 
 def _listed(name: str) -> re.Pattern:
-    """`name` shown as installed with a version: pip list ("onnxruntime 1.2.0"), pip freeze ("onnxruntime==1.2.0"),
+    """`name` shown as installed with a version: pip list ("onnxruntime      1.2.0", its column padded), pip freeze ("onnxruntime==1.2.0"),
     a user's list ("onnxruntime - 1.2.0"), pip's "Successfully installed onnxruntime-1.2.0". A twin's longer name
     ("onnxruntime-gpu 1.2.0") is not the shorter one's listing: a version must follow the name."""
-    return re.compile(rf"(?i)(?<![\w-]){re.escape(name)}(?:\s{{0,3}}(?:==|:|-)\s{{0,3}}|\s{{1,3}})v?\d+\.\d+")
+    return re.compile(rf"(?i)(?<![\w-]){re.escape(name)}(?:\s{{0,3}}(?:==|:|-)\s{{0,3}}|[ \t]{{1,30}})v?\d+\.\d+")
 
 
 @rule("wheel-platform")
@@ -47,9 +47,9 @@ def cpu_and_gpu_builds_installed_together(ctx: Context) -> Optional[Diagnosis]:
         gpu = next((g for g in gpus if g in lower and _listed(g).search(text)), None)
         if gpu is None:
             continue
-        symptom = _lines_matching(ctx, _ON_CPU)
-        if not symptom:
+        if not _ON_CPU.search(text):   # the whole text: a REPL's answer comes on the line after its call
             continue
+        symptom = _lines_matching(ctx, _ON_CPU) or _lines_matching(ctx, r"is_compiled_with_cuda")
         listed = _lines_matching(ctx, _listed(cpu))
         return _make("wheel-platform", f"{cpu} and {gpu} are installed together",
                      f"{cpu} (the CPU build) and {gpu} both install the {module} module; with both installed one "
