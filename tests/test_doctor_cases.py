@@ -142,6 +142,13 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
                                                   "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
                                                   "NCCL 2.18 bug, a fact of that release, not of the paste",
+    # round 11 (r11b, wheel-platform / torch-build): the paste names neither the program nor the OS the fix rests on
+    "https://github.com/m-bain/whisperX/issues/967": "a missing libcudnn_ops_infer.so.8 that names neither whisperX nor "
+                                                     "CTranslate2; the same words in nine faster-whisper threads were "
+                                                     "answered with cuDNN 8 on LD_LIBRARY_PATH, not a ctranslate2 pin",
+    "https://github.com/lllyasviel/Fooocus/issues/1681": "'No CUDA GPUs are available' on an RX 5700 XT, with neither "
+                                                         "Fooocus nor Windows named: its Windows AMD setup "
+                                                         "(torch-directml, --directml) cannot follow",
 }
 
 

@@ -42,6 +42,9 @@ import steadytune.doctor.rules.install.resolver_swap  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightlies  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.ctranslate2_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.twin_packages  # noqa: E402,F401
+import steadytune.doctor.rules.install.companion_pins  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
 import steadytune.doctor.rules.install.ptxas  # noqa: E402,F401

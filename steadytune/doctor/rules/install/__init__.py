@@ -8,6 +8,10 @@
   nightlies          a torch nightly that broke what the one before it ran
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
+  ctranslate2_builds CTranslate2's wheels by release: CUDA 12 builds on a CUDA 11 driver, a release broken on one
+                     platform (faster-whisper, WhisperX)
+  twin_packages      a package's CPU and GPU builds installed together (onnxruntime and onnxruntime-gpu)
+  companion_pins     a torchvision / torchaudio left pinned to another torch (pip's conflict line)
   cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against
   stale_install      files of an older install beside a newer one (a program's library folder, a web UI's venv)
   ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed)
