@@ -85,3 +85,65 @@ def one_gpu_works_several_not(ctx: Context) -> Optional[Diagnosis]:
                  "are the same); in a container also --ipc=host (or --shm-size=16g); rerun with NCCL_DEBUG=INFO to see "
                  "the step that stops; for P2P back, iommu=pt on the kernel command line and ACS off in the BIOS",
                  [], said, confirmed=False)
+
+
+# NCCL's shared memory named in words (a question, a how-to, a complaint): its buffers between the processes of one
+# machine live in /dev/shm
+_NCCL_SHM_SAID = re.compile(r"(?i)\b[NR]CCL\b[^\n]{0,60}(?:shared[- ]memory|/dev/shm|\bshm\b)|(?:shared[- ]memory|"
+                            r"/dev/shm|\bshm\b)[^\n]{0,60}\b[NR]CCL\b")
+# a Kubernetes deployment: its pods get the container runtime's 64 MB /dev/shm, and no docker flag reaches them
+_KUBERNETES = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bkubectl\b|\bhelm\b|\bpods?\b|\bvalues\.yaml\b|\bKServe\b|"
+                         r"\bproduction-stack\b|\bStatefulSet\b|\bDeployment\b")
+
+
+def nccl_shared_memory_said(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL's shared memory said in words, no error line: NCCL's SHM transport and its proxy buffers are files in
+    /dev/shm, 64 MB in a container unless widened (docker's --shm-size / --ipc=host; a Kubernetes pod only through
+    an emptyDir volume of medium Memory mounted at /dev/shm, as Kubernetes' volume docs give it)."""
+    if ctx.errors:
+        return None
+    said = _lines_matching(ctx, _NCCL_SHM_SAID)
+    if not said:
+        return None
+    if _KUBERNETES.search(_text(ctx)):
+        where = ("in the pod spec mount a memory-backed emptyDir at /dev/shm: volumes: - name: dshm, emptyDir: "
+                 "{medium: Memory, sizeLimit: 16Gi}, and in the container volumeMounts: - name: dshm, mountPath: "
+                 "/dev/shm (a Helm chart: its shm / extra-volumes values); the limit counts against the pod's memory")
+    else:
+        where = ("start the container with --shm-size=16g (or --ipc=host; compose: shm_size: 16gb), and check df -h "
+                 "/dev/shm where it runs")
+    return _make("multi-gpu-transport", "NCCL's shared-memory buffers need a larger /dev/shm",
+                 "NCCL passes data between the processes of one machine (tensor-parallel workers, ranks) through "
+                 "buffers in /dev/shm, which a container or a pod gets at 64 MB unless it is widened; too small, "
+                 "NCCL fails or the workers die while connecting", where, [], said[:1], confirmed=False)
+
+
+# nccl-tests / rccl-tests started by an MPI launcher over several ranks (several hosts or -np above 1)
+_MPI_LAUNCH = re.compile(r"(?i)\b(?:mpirun|mpiexec|srun)\b[^\n]{0,200}?(?:-np?\s+[2-9]|\s-H\s+\S+,|--host\s+\S+,|"
+                         r"--hostfile|-hostfile|-N\s*[2-9])[^\n]{0,200}\b\w+_perf\b")
+# the tests' closing summary; printed once per communicator, so once per rank when the ranks never joined
+_SUMMARY = re.compile(r"#\s*Avg bus bandwidth\s*:")
+# the user's words for ranks that ran apart
+_APART = re.compile(r"(?i)\bseparate(?:ly)?\b|\bindependent(?:ly)?\b|\bno communication\b|\bwithout communicat\w*|"
+                    r"\beach (?:node|host|rank) (?:runs?|ran)\b|\bnot (?:communicat\w*|talk\w*)")
+
+
+def tests_built_without_mpi(ctx: Context) -> Optional[Diagnosis]:
+    """nccl-tests (or rccl-tests) launched by mpirun over several ranks that each print a whole result of their own:
+    the binaries were built without MPI, so every rank starts its own one-process communicator (nccl-tests' README:
+    multi-process runs need the tests built with MPI=1)."""
+    text = _text(ctx)
+    launched = _lines_matching(ctx, _MPI_LAUNCH)
+    if not launched or not (len(_SUMMARY.findall(text)) > 1 or _APART.search(text)):
+        return None
+    rccl = re.search(r"(?i)\brccl\b|\brocm\b|\bhip\b", text)
+    tests, lib, home = (("rccl-tests", "RCCL", "HIP_HOME=/opt/rocm RCCL_HOME=/opt/rocm") if rccl else
+                        ("nccl-tests", "NCCL", "NCCL_HOME=<nccl's install prefix>"))
+    return _make("multi-gpu-transport", f"{tests} were built without MPI: each rank ran alone",
+                 f"mpirun started one copy per rank, and each printed its own complete result: {tests} built without "
+                 f"MPI support do not join the ranks, so every process made a one-process {lib} communicator over its "
+                 "own GPUs and no data crossed between the nodes",
+                 f"rebuild the tests with MPI: make clean && make MPI=1 MPI_HOME=<the MPI prefix mpirun comes from, "
+                 f"e.g. /usr/lib/x86_64-linux-gnu/openmpi> {home}; then one rank per GPU (mpirun -np <total GPUs> "
+                 "-H host1:<gpus>,host2:<gpus> ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 1); the header then "
+                 "lists every rank and one result is printed", [], launched[:1], confirmed=False)

@@ -61,12 +61,50 @@ def _collective_timeout_while_preprocessing(ctx: Context) -> Optional[Diagnosis]
     return _first(diagnosis) if watchdog else diagnosis
 
 
+# work that only one rank does while the others wait for it: a clustering or an index built on rank 0 (ColBERT's
+# k-means, faiss), a tokenization, an evaluation, a checkpoint written
+_ONE_RANK_WORK = re.compile(r"(?i)\bClustering \d+ points\b|\bk-?means\b|\bfaiss\b|\bbuilding (?:the )?index\b|"
+                            r"\bindexing\b|\bto index\b|\btokeni[sz]ing\b|Running tokenizer|\bevaluat(?:ing|ion)\b|"
+                            r"\bsaving (?:the )?(?:model|checkpoint)\b|聚类|建索引|数据预处理")
+# torch's watchdog on the collective that waited the whole timeout: "Timeout(ms)=600000) ran for 600659 milliseconds"
+_WATCHDOG_WAITED = re.compile(r"Timeout\(ms\)=(\d{4,9})\)? ran for (\d{4,9}) milliseconds")
+
+
+def _watchdog_outwaited(ctx: Context) -> Optional[Diagnosis]:
+    """The watchdog ended a collective that waited its full timeout (any value, read from its line) while the paste
+    shows one rank doing long work of its own (a clustering, an index, a tokenization): the ranks are not broken, the
+    others waited longer than the process group's timeout allows; raising it is the fix (torch's
+    init_process_group(timeout=...), the Trainer's ddp_timeout)."""
+    waited = _lines_matching(ctx, _WATCHDOG_WAITED)
+    if not waited or not _ONE_RANK_WORK.search(_text(ctx)):
+        return None
+    timeout_ms, ran_ms = (int(x) for x in _WATCHDOG_WAITED.search(waited[0].line).groups())
+    if ran_ms < timeout_ms:
+        return None
+    minutes = timeout_ms / 60000
+    said = f"{minutes:g} minutes" if minutes >= 1 else f"{timeout_ms / 1000:g} seconds"
+    return _first(_make("multi-gpu-transport", f"the other ranks outwaited the {said} collective timeout",
+                        f"one rank does long work of its own (the clustering or indexing, tokenization or saving the "
+                        f"paste shows) while the others wait in a collective; the process group's timeout ({said}, "
+                        f"Timeout(ms)={timeout_ms}) ran out before it finished, and the watchdog took the job down. "
+                        "The GPUs' transport is not at fault",
+                        "raise the process group's timeout above the longest single-rank step: "
+                        "torch.distributed.init_process_group(..., timeout=datetime.timedelta(hours=6)) where the "
+                        "program creates it (a transformers Trainer: ddp_timeout=21600 seconds; LLaMA-Factory: "
+                        "ddp_timeout: 180000000), or run that step before the process group starts",
+                        [ctx.line_fact(waited[0])], waited[:1]))
+
+
 # several nodes said: "2 nodes", "two machines", "multi-node", mpirun with a hostfile
 _NODES = re.compile(r"(?i)\b(?:[2-9]|two|three|four|several|multiple) (?:nodes?|machines|servers|hosts)\b|"
                     r"\bmulti[- ]?nodes?\b|--nnodes[= ]?[2-9]|\bmpirun\b.{0,60}(?:-f|--hostfile|-hostfile|-H)\s|多机|多节点")
 _ONE_NODE_WORKS = re.compile(r"(?i)\b(?:can run|runs?|works?|working|fine)\b.{0,30}\b(?:on )?(?:one|1|a single) "
                              r"(?:node|machine)\b|单机(?:可以|能|正常|没问题)")
 _STUCK = re.compile(r"(?i)\b(?:hangs?|hanging|hung|stuck|freez\w*|no output|nothing happens)\b|卡住|卡死|不动")
+_STUCK_AT_INIT = re.compile(r"(?i)(?:hangs?|hung|stuck|freez\w*|卡在|卡住)[^\n]{0,40}(?<![a-z])(?:init\w*|initiali[sz]\w*)"
+                            r"[^\n]{0,12}(?:nccl|process.group|communicator)|(?:hangs?|hung|stuck|卡在|卡住)[^\n]{0,40}"
+                            r"(?:ncclCommInitRank|NCCL (?:INFO )?Bootstrap|NCCL\s*初始化)|(?:init\w*|initiali[sz]\w*) "
+                            r"(?:nccl|process.group)\w*[^\n]{0,30}(?:hangs?|hung|stuck|never returns)")
 _LOOPBACK = re.compile(r"(?i)connect\W{0,3}\[?(127\.\d+\.\d+\.\d+)\]?:(\d+)\W{0,3}.{0,20}(?:Connection refused|"
                        r"timed out|No route)")
 
@@ -86,16 +124,20 @@ def _socket_interface(ctx: Context) -> Optional[Diagnosis]:
                             "or ifconfig lists them) on every node, NCCL_SOCKET_IFNAME too for NCCL, or map the "
                             "hostname to the node's real address in /etc/hosts; for GPU training use the nccl backend",
                             [ctx.line_fact(loopback[0])], loopback[:1]))
-    if not (_NODES.search(text) and _ONE_NODE_WORKS.search(text) and _STUCK.search(text)):
+    # it works on one node and hangs on two, or it hangs on several nodes right at NCCL's start (the bootstrap's
+    # sockets are the first thing that crosses between the nodes)
+    if not (_NODES.search(text) and _STUCK.search(text) and
+            (_ONE_NODE_WORKS.search(text) or _STUCK_AT_INIT.search(text))):
         return None
     if any(e.family not in (None, "multi-gpu-transport") for e in ctx.errors):
         return None
     said = _lines_matching(ctx, _STUCK.pattern)
     mpi = re.search(r"(?i)\bmpirun\b|\bmpi\b", text)
     return _first(_make("multi-gpu-transport", "across nodes NCCL takes an interface that does not reach the other node",
-                        "it runs on one node and hangs on two: what only several nodes use is the network between "
-                        "them, and NCCL's sockets go out on the first interface it finds (a docker or virtual bridge, "
-                        "a link-local or management port) that the other node cannot reach",
+                        ("it runs on one node and hangs on two" if _ONE_NODE_WORKS.search(text) else
+                         "it hangs at NCCL's start across the nodes") + ": what only several nodes use is the "
+                        "network between them, and NCCL's sockets go out on the first interface it finds (a docker or "
+                        "virtual bridge, a link-local or management port) that the other node cannot reach",
                         "export NCCL_SOCKET_IFNAME=<the interface both nodes share, e.g. eth0 or ib0> (ip -br addr "
                         "shows which carries the nodes' addresses) on every node"
                         + (" (mpirun: -x NCCL_SOCKET_IFNAME=eth0 passes it to every rank)" if mpi else "") +
@@ -148,4 +190,4 @@ def rendezvous(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the store's libuv error, a loopback address refused between nodes, a run that works on one node
     and hangs on two, or a 30-minute wait while rank 0 preprocesses."""
     return (_store_without_libuv(ctx) or _port_taken(ctx) or _socket_interface(ctx) or
-            _collective_timeout_while_preprocessing(ctx))
+            _collective_timeout_while_preprocessing(ctx) or _watchdog_outwaited(ctx))
