@@ -69,6 +69,7 @@ import steadytune.doctor.rules.gpu_choice  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.served_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.reserved_memory  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.model_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gpu_hang  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401
