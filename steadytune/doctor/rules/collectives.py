@@ -147,3 +147,29 @@ def tests_built_without_mpi(ctx: Context) -> Optional[Diagnosis]:
                  f"e.g. /usr/lib/x86_64-linux-gnu/openmpi> {home}; then one rank per GPU (mpirun -np <total GPUs> "
                  "-H host1:<gpus>,host2:<gpus> ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 1); the header then "
                  "lists every rank and one result is printed", [], launched[:1], confirmed=False)
+
+
+# TensorRT-LLM's own words when its custom all-reduce cannot enable peer access between two GPUs
+_TRTLLM_PEER = re.compile(r"(?i)Can.?t enable (?:peer )?access between nodes \d+ and \d+")
+_TRTLLM_VERSION = re.compile(r"(?i)(?:tensorrt[-_ ]?llm|trt-?llm)\W{0,3}(?:version\W{0,3})?v?(0\.(\d+)\.\d+\w*)")
+
+
+def trtllm_peer_access(ctx: Context) -> Optional[Diagnosis]:
+    """TensorRT-LLM's tensor-parallel engines enable peer access between every pair of GPUs for its custom
+    all-reduce, and before 0.12 it stopped when a pair had none (consumer cards, GPUs on separate PCIe roots);
+    TensorRT-LLM 0.12 enables it only where the GPUs support it (maintainers' answer on NVIDIA/TensorRT-LLM#2066,
+    fixed in main and v0.12)."""
+    said = _lines_matching(ctx, _TRTLLM_PEER)
+    if not said:
+        return None
+    version = _TRTLLM_VERSION.search(_text(ctx))
+    if version and int(version.group(2)) >= 12:
+        return None
+    have = f"TensorRT-LLM {version.group(1)}" if version else "this TensorRT-LLM"
+    return _make("multi-gpu-transport", "TensorRT-LLM cannot enable peer access between these GPUs",
+                 "with tensor parallelism TensorRT-LLM enables peer access between every pair of GPUs for its custom "
+                 f"all-reduce; {have} stops when a pair has none (no P2P between these cards: consumer GPUs, or "
+                 "cards on separate PCIe roots), where 0.12 enables it only where it is supported",
+                 "upgrade to TensorRT-LLM 0.12 or newer (pip install -U \"tensorrt_llm>=0.12\" --extra-index-url "
+                 "https://pypi.nvidia.com, or its 0.12+ container), then rebuild the engines with the same "
+                 "trtllm-build; nvidia-smi topo -p2p r shows which pairs lack peer access", [], said[:1])
