@@ -1,7 +1,9 @@
 """Several GPUs, read from what NCCL leaves behind when it says little: its shared-memory transport refused peer
 access (cuMem host buffers), a log whose only NCCL line is the harmless InfiniBand-library warning and then silence,
-and a load that works on one GPU and not on several, said in words. machine.multi_gpu asks these before its own
-transport readings; each returns None where its evidence is not there."""
+a load that works on one GPU and not on several, said in words, NCCL's shared memory named in words (/dev/shm, a
+pod's emptyDir), nccl-tests whose mpirun ranks each ran alone (built without MPI=1), and TensorRT-LLM's custom
+all-reduce refusing GPUs without peer access before 0.12. machine.multi_gpu asks these before its own transport
+readings; each returns None where its evidence is not there."""
 
 from __future__ import annotations
 

@@ -3,9 +3,13 @@ says more:
 
   the 30-minute wait     rank 0 tokenizes (or maps, or downloads) while the other ranks wait in a barrier; the
                          default collective timeout (30 minutes, the Trainer's ddp_timeout=1800) ends the job
+  any timeout outwaited  the watchdog's collective waited its whole timeout (read from its line) while one rank
+                         clusters, indexes or tokenizes alone: init_process_group's timeout
   the socket interface   across nodes the sockets go out on the first interface found (a bridge, loopback): the run
-                         works on one node and hangs on two (NCCL_SOCKET_IFNAME), or gloo advertises a loopback
-                         address such as Debian's 127.0.1.1 hostname entry (GLOO_SOCKET_IFNAME)
+                         works on one node and hangs on two, or hangs on several at NCCL's start (NCCL_SOCKET_IFNAME),
+                         or gloo advertises a loopback address such as Debian's 127.0.1.1 hostname entry
+                         (GLOO_SOCKET_IFNAME)
+  multi-node, said       a thin report that multi-node training fails: the same NCCL and CUDA on every node first
   the libuv store        torch 2.4+ starts the TCPStore on libuv, which the Windows wheels lack
   the port in use        the store's MASTER_PORT (29500 by default) held by another job or a crashed run's ranks
 
@@ -145,6 +149,30 @@ def _socket_interface(ctx: Context) -> Optional[Diagnosis]:
                         [], said[:1]))
 
 
+_ERROR_SAID = re.compile(r"(?i)\b(?:errors?|fails?|failed|failing|crash\w*|exception)\b|报错|出错|失败|错误")
+
+
+def _multi_node_error_said(ctx: Context) -> Optional[Diagnosis]:
+    """A thin report (a title, a sentence) that multi-node training fails, with no line of the failure: what only
+    several nodes bring is a second environment and the network between them; NCCL's first requirement is the same
+    NCCL (built for the same CUDA) on every node, then the interface its sockets use."""
+    if ctx.errors or len([line for line in ctx.sheet.lines if line.strip()]) > 3:
+        return None
+    text = _text(ctx)
+    if not (_NODES.search(text) and _ERROR_SAID.search(text)):
+        return None
+    return _make("multi-gpu-transport", "multi-node training fails: the nodes' NCCL and CUDA, then their network",
+                 "what several nodes add to a run that works on one is a second software environment and the network "
+                 "between them; an NCCL that differs between the nodes, or that was built for another CUDA than the "
+                 "torch beside it, fails the connection, and so does a socket on an interface the other node cannot "
+                 "reach",
+                 "make the environments identical: on every node python -c \"import torch; print(torch.__version__, "
+                 "torch.version.cuda, torch.cuda.nccl.version())\" must print the same torch, CUDA and NCCL "
+                 "(reinstall the same torch wheel, and no separate nvidia-nccl or system NCCL of another CUDA ahead "
+                 "of it); then rerun with NCCL_DEBUG=INFO on every node and export NCCL_SOCKET_IFNAME=<the interface "
+                 "the nodes share> (ip -br addr)", [], _lines_matching(ctx, _NODES)[:1], confirmed=False)
+
+
 _NO_LIBUV = re.compile(r"(?i)use_libuv was requested but PyTorch was buil[dt] without libuv support")
 
 
@@ -190,4 +218,4 @@ def rendezvous(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the store's libuv error, a loopback address refused between nodes, a run that works on one node
     and hangs on two, or a 30-minute wait while rank 0 preprocesses."""
     return (_store_without_libuv(ctx) or _port_taken(ctx) or _socket_interface(ctx) or
-            _collective_timeout_while_preprocessing(ctx) or _watchdog_outwaited(ctx))
+            _collective_timeout_while_preprocessing(ctx) or _watchdog_outwaited(ctx) or _multi_node_error_said(ctx))
