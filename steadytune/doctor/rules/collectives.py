@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, _vendor
 
 
 # NCCL 2.23 added cuMem (VMM) allocations for the host buffers of its SHM transport (NCCL_CUMEM_HOST_ENABLE; on by
@@ -138,14 +138,14 @@ def tests_built_without_mpi(ctx: Context) -> Optional[Diagnosis]:
     launched = _lines_matching(ctx, _MPI_LAUNCH)
     if not launched or not (len(_SUMMARY.findall(text)) > 1 or _APART.search(text)):
         return None
-    rccl = re.search(r"(?i)\brccl\b|\brocm\b|\bhip\b", text)
+    rccl = _vendor(ctx) == "amd" or re.search(r"(?i)\brccl\b|\brocm\b|\bhip\b", text)
     tests, lib, home = (("rccl-tests", "RCCL", "HIP_HOME=/opt/rocm RCCL_HOME=/opt/rocm") if rccl else
                         ("nccl-tests", "NCCL", "NCCL_HOME=<nccl's install prefix>"))
     return _make("multi-gpu-transport", f"{tests} were built without MPI: each rank ran alone",
                  f"mpirun started one copy per rank, and each printed its own complete result: {tests} built without "
                  f"MPI support do not join the ranks, so every process made a one-process {lib} communicator over its "
                  "own GPUs and no data crossed between the nodes",
-                 f"rebuild the tests with MPI: make clean && make MPI=1 MPI_HOME=<the MPI prefix mpirun comes from, "
+                 f"rebuild {tests} with MPI: make clean && make MPI=1 MPI_HOME=<the MPI prefix mpirun comes from, "
                  f"e.g. /usr/lib/x86_64-linux-gnu/openmpi> {home}; then one rank per GPU (mpirun -np <total GPUs> "
                  "-H host1:<gpus>,host2:<gpus> ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 1); the header then "
                  "lists every rank and one result is printed", [], launched[:1], confirmed=False)

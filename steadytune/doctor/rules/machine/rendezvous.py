@@ -149,6 +149,7 @@ def _socket_interface(ctx: Context) -> Optional[Diagnosis]:
                         [], said[:1]))
 
 
+_TRAINING_SAID = re.compile(r"(?i)\btrain\w*|\bfine-?tun\w*|\bdeepspeed\b|\btorchrun\b|\bmegatron\b|训练|微调")
 _ERROR_SAID = re.compile(r"(?i)\b(?:errors?|fails?|failed|failing|crash\w*|exception)\b|报错|出错|失败|错误")
 
 
@@ -156,10 +157,11 @@ def _multi_node_error_said(ctx: Context) -> Optional[Diagnosis]:
     """A thin report (a title, a sentence) that multi-node training fails, with no line of the failure: what only
     several nodes bring is a second environment and the network between them; NCCL's first requirement is the same
     NCCL (built for the same CUDA) on every node, then the interface its sockets use."""
-    if ctx.errors or len([line for line in ctx.sheet.lines if line.strip()]) > 3:
+    # thin as arch_missing._is_thin counts it: no error line of a known class, a title and a few lines at most
+    if any(e.family is not None for e in ctx.errors) or sum(1 for line in ctx.sheet.lines if line.strip()) > 15:
         return None
     text = _text(ctx)
-    if not (_NODES.search(text) and _ERROR_SAID.search(text)):
+    if not (_NODES.search(text) and _ERROR_SAID.search(text) and _TRAINING_SAID.search(text)):
         return None
     return _make("multi-gpu-transport", "multi-node training fails: the nodes' NCCL and CUDA, then their network",
                  "what several nodes add to a run that works on one is a second software environment and the network "

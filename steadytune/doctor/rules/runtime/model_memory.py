@@ -22,7 +22,7 @@ _NEED = re.compile(r"(?i)\b(?:requires?|needs?|takes?)\s+(?:around|about|approxi
 _HAVE = re.compile(r"(?i)\b(\d{1,4}(?:\.\d+)?)\s?G(?:i?B)?\s+(?:of\s+)?(?:(?:system|host|DDR\d|video)\s+)?"
                    r"(?:RAM|VRAM|memory)\b")
 # asked whether it fits, or how to make it use less
-_ASKED = re.compile(r"(?i)\bcan i\b|\benough\b|\blimit\w*\b|\breduce\b|\blower\b|\bless (?:memory|RAM)\b|\bfit\b|"
+_ASKED = re.compile(r"(?i)\bcan i\b|\b(?:is there )?(?:a|any) way\b|\bhow to\b|\benough\b|\blimit\w*\b|\breduce\b|\blower\b|\bless (?:memory|RAM)\b|\bfit\b|"
                     r"\bis it possible\b|\bhow (?:do|can) i\b|\bwondering\b")
 _ON_CPU = re.compile(r"(?i)\bCPU\b|\bRAM\b|--device cpu")
 

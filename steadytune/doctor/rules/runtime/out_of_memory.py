@@ -131,7 +131,7 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                                               "compose: shm_size / ipc: host); dataloader workers 0 confirms it"),
                          [ctx.line_fact(errors[0])], errors)
         hit = next((e for e in errors if e.catalogue is not None and e.catalogue.entry.id == "dataloader-shm"), None)
-        if hit is not None:
+        if hit is not None and not _SHM_ASKED.search(joined):   # (the flag already given: the reading below says why)
             return _restate("out-of-memory", hit, errors)
         return _make("out-of-memory", "the data loader's workers ran out of shared memory",
                      "workers hand batches over through /dev/shm, which is 64 MB in a default Docker container",

@@ -101,7 +101,7 @@ def _ollama_no_layers_on_gpu(ctx: Context) -> Optional[Diagnosis]:
         "Ollama sees the GPUs and their free memory, but before any layer it must place the compute graph and KV cache "
         f"for the model's context on a GPU{size}; with the model's long default context that alone is larger than "
         "one card, so it loads every layer on the CPU",
-        "give the model a smaller context: OLLAMA_CONTEXT_LENGTH=32768 in the server's environment (systemctl edit "
+        f"give the model a smaller context, so its buffers{size} fit one GPU: OLLAMA_CONTEXT_LENGTH=32768 in the server's environment (systemctl edit "
         "ollama: Environment=\"OLLAMA_CONTEXT_LENGTH=32768\"), or num_ctx per request / PARAMETER num_ctx in a "
         "Modelfile; OLLAMA_FLASH_ATTENTION=1 with OLLAMA_KV_CACHE_TYPE=q8_0 shrinks the KV cache further; the log's "
         "'offload to' line (layers.offload, memory.graph) shows the result", [], said[:1]))
