@@ -46,6 +46,12 @@ READINGS = [
     # TensorRT-LLM 0.10's custom all-reduce on two consumer cards without P2P
     ("tensorrt_llm 0.10.0, 2x RTX 4090, tp_size=2\nRuntimeError: [TensorRT-LLM][ERROR] Assertion failed: Can't "
      "enable access between nodes 0 and 1", "multi-gpu-transport", ["0.12", "nvidia-smi topo -p2p r"]),
+    # out of memory said on a 32 GB Strix Halo (another size, Ollama): the GPU's share, and the 128 GB model
+    ("Ryzen AI Max+ 395 mini PC with 32GB, Ollama: llama3.3 70b fails with out of memory", "out-of-memory",
+     ["128 GB Strix Halo", "about 16 GB"]),
+    # RCCL slow on MI300X with the Pollara NIC, said another way, with the release: the release that resolved it
+    ("ROCm 7.1.1, 8x MI300X with Pollara 400 NICs: RCCL alltoall bandwidth dropped by half since the upgrade",
+     "multi-gpu-transport", ["ROCm 7.2", "develop branch"]),
     # a thin report that multi-node training fails (English, deepspeed)
     ("Training fails when I run deepspeed across 2 nodes", "multi-gpu-transport",
      ["torch.cuda.nccl.version()", "NCCL_SOCKET_IFNAME"]),
@@ -82,6 +88,10 @@ NEGATIVES = [
      "OLLAMA_CONTEXT_LENGTH"),
     # TensorRT-LLM 0.13 already: not "upgrade to 0.12"
     ("TensorRT-LLM version: 0.13.0\nRuntimeError: Can't enable access between nodes 1 and 0", "upgrade to TensorRT-LLM"),
+    # out of memory on the 128 GB Strix Halo: not "the 128 GB model"
+    ("Strix Halo 128GB, LM Studio: out of memory loading a 235B model", "need the 128 GB"),
+    # the Pollara issue with the release that resolved it: not "upgrade to ROCm 7.2"
+    ("ROCm 7.2.1 on MI300X with Pollara NICs: RCCL alltoall performance lower than expected", "upgrade to ROCm 7.2"),
     # a thin report of one-node training failing: not the multi-node check
     ("Training fails when I run deepspeed on one node", "torch.cuda.nccl.version()"),
 ]

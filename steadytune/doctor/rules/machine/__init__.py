@@ -5,6 +5,7 @@
   platform     the platform under the GPU: PCIe atomics, the BIOS's BAR, a card asleep in runtime power management
   xgmi_bridge  GPUs joined by an Infinity Fabric bridge that fail their start-up, or RCCL's P2P over it
                (amdgpu.use_xgmi_p2p=0)
+  rccl_releases  RCCL issues a ROCm release lists as known, and the release that resolved them
   multi_gpu    several GPUs: NCCL's transports, its release against the GPU, a serving engine's own all-reduce
   launchers    how a trainer's launch picks its GPUs: one process per GPU (llamafactory-cli, swift, accelerate),
                a GPU chosen for a one-process trainer, DataParallel's replicas, deepspeed's list, SLURM's per-task GPUs
