@@ -142,6 +142,11 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
                                                   "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
                                                   "NCCL 2.18 bug, a fact of that release, not of the paste",
+    # round 11 (batch 10), multi-gpu-transport, left unsolved after the r11f readings:
+    "https://github.com/dphnAI/sonar/issues/336": "the title only (NCCL_ERROR_UNHANDLED_CUDA_ERROR with tensor parallel "
+                                                  "under WSL): the accepted NCCL_NVLS_ENABLE=0 came from NCCL_DEBUG "
+                                                  "output posted later, and no documented fact ties NVLS to WSL; "
+                                                  "the WSL reading's NCCL update and NCCL_P2P_DISABLE=1 stand",
 }
 
 
