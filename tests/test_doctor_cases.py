@@ -149,6 +149,11 @@ KNOWN_MISSES = {
     "https://github.com/lllyasviel/Fooocus/issues/1681": "'No CUDA GPUs are available' on an RX 5700 XT, with neither "
                                                          "Fooocus nor Windows named: its Windows AMD setup "
                                                          "(torch-directml, --directml) cannot follow",
+    # round 11 (batch 10), multi-gpu-transport, left unsolved after the r11f readings:
+    "https://github.com/dphnAI/sonar/issues/336": "the title only (NCCL_ERROR_UNHANDLED_CUDA_ERROR with tensor parallel "
+                                                  "under WSL): the accepted NCCL_NVLS_ENABLE=0 came from NCCL_DEBUG "
+                                                  "output posted later, and no documented fact ties NVLS to WSL; "
+                                                  "the WSL reading's NCCL update and NCCL_P2P_DISABLE=1 stand",
 }
 
 

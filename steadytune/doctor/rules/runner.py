@@ -65,6 +65,7 @@ import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
 import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
 import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
+import steadytune.doctor.rules.machine.rccl_releases  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rendezvous  # noqa: E402,F401
@@ -72,6 +73,7 @@ import steadytune.doctor.rules.gpu_choice  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.served_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.reserved_memory  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.model_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gpu_hang  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401

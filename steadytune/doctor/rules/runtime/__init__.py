@@ -5,6 +5,7 @@
   out_of_memory  GPU memory running out (each tool's own knobs, a training run's), and NCCL's own buffers
   served_memory  a server's out-of-memory message naming its flag; a ggml server's long context (its prompt batch)
   reserved_memory  memory taken by design: a serving engine's KV-cache share, a model copy on every GPU
+  model_memory   a model said to need about the memory the machine has: its weights in 8 bit (each tool's switch)
   miopen         MIOpen's kernels: its performance database, its solvers
   gpu_hang       a GPU that hangs, faults or resets, and a /dev/kfd stuck so it refuses to open
   precision      number formats: NaN and zero losses, fp16 overflow, a format the GPU lacks, black images
