@@ -175,8 +175,9 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         return ("the NVIDIA driver's libcuda is not found", "libcuda.so.1 comes with the NVIDIA driver, not with CUDA "
                 "or torch: the driver is not installed, or the process (a container, WSL) does not see it",
                 "install the NVIDIA driver (nvidia-smi must list the GPU); in a container start it with --gpus all "
-                "(NVIDIA Container Toolkit); under WSL 2 put /usr/lib/wsl/lib on LD_LIBRARY_PATH; on an AMD GPU the "
-                "program needs its ROCm build instead")
+                "(NVIDIA Container Toolkit); on Kubernetes without the toolkit (GKE) the driver is mounted at "
+                "/usr/local/nvidia: put /usr/local/nvidia/lib64 on the container's LD_LIBRARY_PATH; under WSL 2 put "
+                "/usr/lib/wsl/lib on LD_LIBRARY_PATH; on an AMD GPU the program needs its ROCm build instead")
     if re.match(r"lib(?:torch|c10)\w*\.so", name):
         return (f"torch's own {name} is not found", f"an extension links {name} from torch's lib folder, which the "
                 "loader does not search unless torch was imported first (or this torch lacks it: a CPU torch has no "
