@@ -25,6 +25,36 @@ READINGS = [
     # a bare libcuda.so.1 miss, nothing said of the machine: the list names GKE's mount among the places
     ("./server: error while loading shared libraries: libcuda.so.1: cannot open shared object file: No such file or "
      "directory", "rocm-libs-missing", ["/usr/local/nvidia/lib64", "--gpus all"]),
+    # a container that had the GPU and loses it hours later (another server, NVML's words): the cgroup driver
+    ("vllm in docker compose on an RTX A5000: works at first, then after a few hours nvidia-smi inside the container "
+     "says Failed to initialize NVML: Unknown Error until I restart it", "device-access",
+     ["native.cgroupdriver=cgroupfs", "/etc/docker/daemon.json"]),
+    # the same said as a fallback to the CPU after idling (CUDA error 800 in the log)
+    ("LocalAI container on a GeForce RTX 3060 stops using the GPU after being idle overnight\nCUDA error 800: "
+     "operation not permitted", "device-access", ["cgroupfs"]),
+    # NVML blocked only inside docker, the GPU fine outside: the runtime's no-cgroups
+    ("Ubuntu 24.04 with docker-ce and nvidia-container-toolkit 1.17; nvidia-smi works on the host but inside the "
+     "docker container: Failed to initialize NVML: GPU access blocked by the operating system", "device-access",
+     ["no-cgroups = false", "config.toml"]),
+    # podman with an NVIDIA card that runs on the CPU: the CDI spec
+    ("podman run --rm -it localhost/llamacpp-cuda on my RTX 4080: the model runs on the CPU, no GPU usage in "
+     "nvidia-smi", "device-access", ["nvidia-ctk cdi generate"]),
+    # an SELinux denial of a container on the AMD compute node (another device type)
+    ("podman run --device /dev/kfd --device /dev/dri rocm/pytorch rocminfo\ntype=AVC msg=audit(1712.1:88): avc:  "
+     "denied  { read write } for  pid=4411 comm=\"rocminfo\" path=\"/dev/dri/renderD129\" scontext=system_u:"
+     "system_r:container_t:s0:c1,c2 tcontext=system_u:object_r:dri_device_t:s0 tclass=chr_file permissive=0",
+     "device-access", ["container-selinux", "label=disable"]),
+    # --group-add of a group the image lacks (render this time)
+    ("docker compose up\nError response from daemon: Unable to find group render: no matching entries in group file",
+     "device-access", ["--group-add $(getent group render | cut -d: -f3)", "groupadd -r render"]),
+    # a toolbox recreated after an image upgrade on an RX 7900 XTX: the device flags
+    ("after I upgraded the image and recreated my distrobox (distrobox create rocm-box --image rocm/dev-ubuntu-24.04), "
+     "rocminfo inside no longer finds the GPU; RX 7900 XTX", "device-access",
+     ["--device /dev/kfd", "distrobox create rocm-box"]),
+    # --gpus on a cloud VM that has no GPU, running a CPU-only image
+    ("docker run --gpus all -p 8080:8080 localai/localai:latest-cpu\ndocker: Error response from daemon: could not "
+     "select device driver \"\" with capabilities: [[gpu]].\nthe VM has no GPU, it's CPU-only", "device-access",
+     ["remove --gpus all"]),
 ]
 
 
@@ -35,6 +65,18 @@ NEGATIVES = [
     # a link of -lcuda on a workstation with no folder shown: the toolkit's stub, not a mount
     ("/usr/bin/ld: cannot find -lcuda\ncollect2: error: ld returned 1 exit status (building bitsandbytes from source)",
      "/usr/local/nvidia"),
+    # a container that never had the GPU: not the cgroup driver
+    ("docker run ollama/ollama on my RTX 3090: library=cpu from the first start, no GPU detected", "cgroupdriver"),
+    # NVML blocked in WSL itself, no container: WSL's reading, not the runtime's config
+    ("nvidia-smi in WSL 2 Ubuntu: Failed to initialize NVML: GPU access blocked by the operating system",
+     "no-cgroups"),
+    # podman with an AMD card on the CPU: devices, not NVIDIA's CDI
+    ("podman run rocm/llama.cpp on my RX 7800 XT runs on the CPU, no GPU usage", "nvidia-ctk cdi"),
+    # --gpus with no toolkit on a machine that has an NVIDIA GPU: install the toolkit, keep --gpus
+    ("docker run --gpus all nvidia/cuda:12.4.1-base nvidia-smi on my RTX 4090 host\ndocker: Error response from "
+     "daemon: could not select device driver \"\" with capabilities: [[gpu]].", "remove --gpus all"),
+    # a distrobox on an NVIDIA card: not the ROCm device flags
+    ("distrobox recreated after upgrade, CUDA cannot find the GPU on my RTX 3070", "--device /dev/kfd"),
 ]
 
 
