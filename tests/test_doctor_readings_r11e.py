@@ -55,6 +55,16 @@ READINGS = [
     ("docker run --gpus all -p 8080:8080 localai/localai:latest-cpu\ndocker: Error response from daemon: could not "
      "select device driver \"\" with capabilities: [[gpu]].\nthe VM has no GPU, it's CPU-only", "device-access",
      ["remove --gpus all"]),
+    # NVRTC's builtins of CUDA 12.4 not found (CuPy's words, another GPU): the pinned wheel and its folder
+    ("cupy.cuda.compiler.CompileException: nvrtc: error: failed to open libnvrtc-builtins.so.12.4.\n  Make sure that "
+     "libnvrtc-builtins.so.12.4 is installed correctly.\n(RTX 4070 Ti, Ubuntu 22.04)", "rocm-libs-missing",
+     ['nvidia-cuda-nvrtc-cu12==12.4.*', "nvidia/cuda_nvrtc/lib", "libnvrtc-builtins.so.12.4"]),
+    # CUDA 13's builtins (the new wheel layout)
+    ("torch.jit fuser on a B200: RuntimeError: nvrtc: error: failed to open libnvrtc-builtins.so.13.1", "rocm-libs-missing",
+     ['nvidia-cuda-nvrtc==13.1.*', "nvidia/cu13/lib"]),
+    # WSL's libcuda.so not found by a dlopen (another library): the loader's cache as well as the variable
+    ("Ubuntu 22.04 under WSL2, RTX 3080 laptop\nllama_cpp: OSError: libcuda.so: cannot open shared object file: No such "
+     "file or directory", "wsl", ["sudo ldconfig", "/usr/lib/wsl/lib"]),
 ]
 
 
@@ -77,6 +87,8 @@ NEGATIVES = [
      "daemon: could not select device driver \"\" with capabilities: [[gpu]].", "remove --gpus all"),
     # a distrobox on an NVIDIA card: not the ROCm device flags
     ("distrobox recreated after upgrade, CUDA cannot find the GPU on my RTX 3070", "--device /dev/kfd"),
+    # libnvrtc itself (not its builtins) missing: the CUDA library reading, not the builtins'
+    ("OSError: libnvrtc.so.12: cannot open shared object file: No such file or directory", "libnvrtc-builtins"),
 ]
 
 
