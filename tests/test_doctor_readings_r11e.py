@@ -65,6 +65,13 @@ READINGS = [
     # WSL's libcuda.so not found by a dlopen (another library): the loader's cache as well as the variable
     ("Ubuntu 22.04 under WSL2, RTX 3080 laptop\nllama_cpp: OSError: libcuda.so: cannot open shared object file: No such "
      "file or directory", "wsl", ["sudo ldconfig", "/usr/lib/wsl/lib"]),
+    # TensorFlow with [and-cuda] listing no GPU on Linux (another release, GPU, the list on the same line)
+    ("Ubuntu 22.04, RTX 4090, pip install 'tensorflow[and-cuda]==2.17.0' in a fresh venv\n>>> tf.config."
+     "list_physical_devices('GPU')\n[]", "rocm-libs-missing", ["LD_LIBRARY_PATH", "nvidia.__path__"]),
+    # tensorflow-rocm after a ROCm upgrade, the loader's words
+    ("RX 7900 XT, installed ROCm 6.1 with amdgpu-install, pip install tensorflow-rocm\nImportError: "
+     "libMIOpen.so.1: cannot open shared object file: No such file or directory", "rocm-libs-missing",
+     ["LD_LIBRARY_PATH=/opt/rocm/lib"]),
 ]
 
 
@@ -89,6 +96,12 @@ NEGATIVES = [
     ("distrobox recreated after upgrade, CUDA cannot find the GPU on my RTX 3070", "--device /dev/kfd"),
     # libnvrtc itself (not its builtins) missing: the CUDA library reading, not the builtins'
     ("OSError: libnvrtc.so.12: cannot open shared object file: No such file or directory", "libnvrtc-builtins"),
+    # TensorFlow without [and-cuda] on Linux listing no GPU: not the wheels' folders
+    ("pip install tensorflow==2.15.0 (plain, CUDA 12.2 toolkit installed)\n>>> tf.config.list_physical_devices('GPU')"
+     "\n[]", "nvidia.__path__"),
+    # TensorFlow on native Windows: no GPU build at all, not the loader path
+    ("Windows 11, pip install tensorflow[and-cuda]\n>>> tf.config.list_physical_devices('GPU')\n[]",
+     "nvidia.__path__"),
 ]
 
 

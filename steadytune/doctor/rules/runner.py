@@ -55,6 +55,7 @@ import steadytune.doctor.rules.install.tensile_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.hip_sdk_found  # noqa: E402,F401
 import steadytune.doctor.rules.install.driver_mounts  # noqa: E402,F401
 import steadytune.doctor.rules.install.nvrtc_builtins  # noqa: E402,F401
+import steadytune.doctor.rules.install.tensorflow_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401

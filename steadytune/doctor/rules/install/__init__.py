@@ -22,6 +22,8 @@
   driver_mounts      the NVIDIA driver mounted where the container's loader or linker does not look (GKE's
                      /usr/local/nvidia)
   nvrtc_builtins     NVRTC's versioned builtins library (libnvrtc-builtins.so.X.Y) not on the loader's path
+  tensorflow_libraries TensorFlow's GPU libraries installed but not found on Linux ([and-cuda]'s nvidia-* wheels,
+                     tensorflow-rocm and a ROCm in /opt/rocm-X.Y.Z)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   gpu_names          an AMD GPU's name left empty: libdrm's amdgpu.ids table missing or older than the GPU
   bundled_libraries  a library a wheel bundles (torch's cuDNN) shadowed by another copy on LD_LIBRARY_PATH
