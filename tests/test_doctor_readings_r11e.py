@@ -72,6 +72,13 @@ READINGS = [
     ("RX 7900 XT, installed ROCm 6.1 with amdgpu-install, pip install tensorflow-rocm\nImportError: "
      "libMIOpen.so.1: cannot open shared object file: No such file or directory", "rocm-libs-missing",
      ["LD_LIBRARY_PATH=/opt/rocm/lib"]),
+    # ZLUDA's stand-in DLLs failing on a dependency (SD.Next, another card and HIP SDK, cuBLAS's DLL this time)
+    ("SD.Next with ZLUDA on an RX 6800 XT, HIP SDK 6.1\nOSError: [WinError 126] The specified module could not be "
+     "found. Error loading \"C:\\sdnext\\venv\\Lib\\site-packages\\torch\\lib\\cublas64_11.dll\" or one of its "
+     "dependencies.", "rocm-libs-missing", ["%HIP_PATH%bin", "ROCm\\6.1", "ZLUDA folder to PATH"]),
+    # a rank under torchrun that sees no GPU when the process group starts (another launcher's prefix)
+    ("torchrun --nnodes 2 --nproc-per-node 8 train.py\n[rank3]: RuntimeError: ProcessGroupNCCL is only supported with "
+     "GPUs, no GPUs found!", "env-not-applied", ["LD_LIBRARY_PATH", ".deepspeed_env", "mpirun -x"]),
 ]
 
 
@@ -102,6 +109,12 @@ NEGATIVES = [
     # TensorFlow on native Windows: no GPU build at all, not the loader path
     ("Windows 11, pip install tensorflow[and-cuda]\n>>> tf.config.list_physical_devices('GPU')\n[]",
      "nvidia.__path__"),
+    # torch's DLLs failing without ZLUDA: the Visual C++ runtime reading, not ZLUDA's PATH
+    ("OSError: [WinError 126] The specified module could not be found. Error loading \"C:\\venv\\Lib\\site-"
+     "packages\\torch\\lib\\caffe2_nvrtc.dll\" or one of its dependencies. (RTX 3060, Windows 11)", "ZLUDA folder"),
+    # a CPU torch in the rank: not the launcher's environment
+    ("torch 2.3.0+cpu\n[rank0]: RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!",
+     ".deepspeed_env"),
 ]
 
 

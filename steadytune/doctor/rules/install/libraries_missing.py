@@ -323,6 +323,36 @@ def _ldd_subject(ctx: Context) -> Optional[tuple[str, str]]:
 _CUDA_DLL = re.compile(r"(?i)\b(?:cublas(?:Lt)?|cudnn\w*|cusparse|cufft|nvrtc|nvcuda|cudart)(?:64)?[_\w]*\.dll\b")
 
 
+# torch's NVRTC wrapper DLL (or the CUDA DLLs ZLUDA stands in for) failing on a missing dependency: WinError 126
+_ZLUDA_DEPENDENCY = re.compile(r"(?i)WinError 126\b.{0,200}(?:caffe2_nvrtc|nvrtc64|cublas64|cusparse64|nvcuda)\w*\.dll|"
+                               r"Error loading \S*(?:caffe2_nvrtc|nvrtc64|cublas64|cusparse64)\w*\.dll\S* or one of its "
+                               r"dependencies")
+
+
+def _zluda_runtime_not_on_path(ctx: Context) -> Optional[Diagnosis]:
+    """Under ZLUDA torch's caffe2_nvrtc.dll loads ZLUDA's nvrtc and nvcuda, which load the HIP SDK's amdhip64 and
+    hiprtc DLLs: "Error loading caffe2_nvrtc.dll or one of its dependencies" (WinError 126) is one of those not found
+    on PATH, the HIP SDK's bin folder or ZLUDA's own (the ZLUDA install guides set HIP_PATH and add %HIP_PATH%bin)."""
+    text = _text(ctx)
+    if not re.search(r"(?i)zluda", text):
+        return None
+    failing = _lines_matching(ctx, _ZLUDA_DEPENDENCY)
+    if not failing:
+        return None
+    sdk = re.search(r"(?i)(?:HIP(?: SDK)?|ROCm)\W{0,3}(\d+\.\d+)", text)
+    version = sdk.group(1) if sdk else "<ver>"
+    return _first(_make("rocm-libs-missing", "ZLUDA's runtime DLLs are not on PATH",
+                        "under ZLUDA torch's caffe2_nvrtc.dll loads ZLUDA's nvrtc/nvcuda DLLs, which load the HIP "
+                        "SDK's amdhip64 and hiprtc DLLs; WinError 126 says one of those dependencies is not found: the "
+                        "HIP SDK's bin folder or the ZLUDA folder is not on the PATH the program starts with",
+                        f"set HIP_PATH=C:\\Program Files\\AMD\\ROCm\\{version}\\ and add %HIP_PATH%bin and the ZLUDA "
+                        "folder to PATH in both the system and the user variables (where %HIP_PATH%bin\\hiprtc*.dll "
+                        "exists), open a new terminal (echo %PATH% must show them) and start the program again; keep "
+                        "the install in a short path without spaces (a drive's root) and redo the install steps (the "
+                        "patch that copies ZLUDA's DLLs into torch\\lib) if it still fails",
+                        [ctx.line_fact(failing[0])], failing))
+
+
 def _zluda(ctx: Context) -> Optional[Diagnosis]:
     """ZLUDA runs CUDA programs on AMD GPUs by standing in for their CUDA DLLs: a cuBLAS call refused on an AMD GPU, or
     a program that does not work under ZLUDA, means the program still loads its own (NVIDIA) DLLs or an old ZLUDA."""
@@ -482,7 +512,7 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
         found = reading(ctx)
         if found is not None:
             return found
-    zluda = _zluda(ctx)
+    zluda = _zluda_runtime_not_on_path(ctx) or _zluda(ctx)
     if zluda is not None:
         return zluda
     empty = _empty_tensile_folder(ctx)
