@@ -142,6 +142,10 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
                                                   "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
                                                   "NCCL 2.18 bug, a fact of that release, not of the paste",
+    # round 11 (r11e, device-access): the accepted fix follows from nothing in the paste
+    "https://github.com/ROCm/ROCm-docker/issues/41": "the paste asks only whether clinfo needing sudo is normal: it names "
+                                                     "neither docker nor its version, and the accepted fix (docker-ce "
+                                                     "18.04, past an 18.02 defect) follows from nothing in it",
 }
 
 
