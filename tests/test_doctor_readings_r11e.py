@@ -86,11 +86,17 @@ READINGS = [
 NEGATIVES = [
     # a pod on GKE that never requested the GPU: the device plugin's reading, not the mount
     ("kubectl apply -f job.yaml on GKE: RuntimeError: Found no NVIDIA driver on your system.", "/usr/local/nvidia/lib64"),
+    # a Google Cloud VM without the driver, no container: install the driver, not GKE's mount
+    ("GCP VM (n1-standard-8 with a T4), Ubuntu 22.04, pip install torch\nRuntimeError: Found no NVIDIA driver on your "
+     "system.", "/usr/local/nvidia/lib64"),
     # a link of -lcuda on a workstation with no folder shown: the toolkit's stub, not a mount
     ("/usr/bin/ld: cannot find -lcuda\ncollect2: error: ld returned 1 exit status (building bitsandbytes from source)",
      "/usr/local/nvidia"),
     # a container that never had the GPU: not the cgroup driver
     ("docker run ollama/ollama on my RTX 3090: library=cpu from the first start, no GPU detected", "cgroupdriver"),
+    # a failure after a while in a container that is not the GPU lost: not the cgroup driver
+    ("training in a docker container on an RTX 4090: after a while it crashes with torch.OutOfMemoryError: CUDA out "
+     "of memory. Tried to allocate 2.00 GiB", "cgroupdriver"),
     # NVML blocked in WSL itself, no container: WSL's reading, not the runtime's config
     ("nvidia-smi in WSL 2 Ubuntu: Failed to initialize NVML: GPU access blocked by the operating system",
      "no-cgroups"),

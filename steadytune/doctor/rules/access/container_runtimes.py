@@ -43,7 +43,7 @@ _LOST_LATER = re.compile(r"(?i)after (?:some |a )?(?:idle|idling|inactivity|bein
                          r".{0,60}(?:then|later|after)|at first.{0,120}after a while")
 _LOST_SAID = re.compile(r"(?i)Failed to initialize NVML: Unknown Error|device context 800|CUDA error 800|"
                         r"(?:error|code)[ =:]+800\b|library=cpu|CPU buffer size|falls? back to (?:the )?CPU|"
-                        r"(?:fails?|failing) to (?:use|initiate|initiali[sz]e|detect|find) (?:the |my )?gpu|"
+                        r"(?:fails?|failing) to (?:us(?:e|ing)|initiate|initiali[sz]e|detect|find) (?:the |my )?gpu|"
                         r"(?:not|no longer|stops?) us(?:e|es|ing) (?:the )?GPU|GPU (?:is )?(?:unavailable|not available)")
 _DOCKER = re.compile(r"(?i)\bdocker\b|\bcontainers?\b|\bcompose\b")
 
@@ -51,7 +51,7 @@ _DOCKER = re.compile(r"(?i)\bdocker\b|\bcontainers?\b|\bcompose\b")
 def _lost_after_a_while(ctx: Context, text: str) -> Optional[Diagnosis]:
     if not (_DOCKER.search(text) and _LOST_LATER.search(text)) or _vendor(ctx) == "amd":
         return None
-    lost = _lines_matching(ctx, _LOST_SAID) or _lines_matching(ctx, _LOST_LATER)
+    lost = _lines_matching(ctx, _LOST_SAID)   # the GPU itself lost, not any failure that comes after a while
     if not lost:
         return None
     podman = re.search(r"(?i)\bpodman\b", text) and not re.search(r"(?i)\bdocker\b", text)

@@ -17,7 +17,10 @@ from typing import Optional
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
 
 
-_GKE = re.compile(r"(?i)\bGKE\b|\bGCP\b|Google Kubernetes Engine|Container-Optimized OS|/usr/local/nvidia/lib")
+_GKE = re.compile(r"(?i)\bGKE\b|Google Kubernetes Engine|Container-Optimized OS|/usr/local/nvidia/lib")
+# Google Cloud said without GKE: the mount is GKE's only where the program runs in a container (an image, a pod)
+_GCP = re.compile(r"(?i)\bGCP\b|Google Cloud")
+_IN_CONTAINER = re.compile(r"(?i)\b(?:docker|containers?|images?|pods?|kubernetes|k8s)\b")
 # the process in the container finds no NVIDIA driver: torch's words, the loader's, vLLM's platform detection, a link
 _NO_DRIVER = re.compile(r"(?i)Found no NVIDIA driver|libcuda\.so(?:\.1)?: cannot open|cannot find -l:?(?:libcuda|cuda\b)|"
                         r"undetected platform|Failed to infer device type|No CUDA GPUs are available|"
@@ -42,7 +45,7 @@ def driver_mounted_outside_the_search_path(ctx: Context) -> Optional[Diagnosis]:
     failing = _lines_matching(ctx, _NO_DRIVER)
     if not failing:
         return None
-    gke = _GKE.search(text)
+    gke = _GKE.search(text) or (_GCP.search(text) and _IN_CONTAINER.search(text))
     link = _lines_matching(ctx, _LINK_STEP)
     folder = _driver_folder(text)
     if not gke and not (link and folder):
