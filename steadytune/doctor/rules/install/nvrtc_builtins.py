@@ -46,7 +46,7 @@ def nvrtc_builtins_missing(ctx: Context) -> Optional[Diagnosis]:
                         "is missing, unversioned or of another CUDA, and the system's is another release)",
                         f"install CUDA {version}'s NVRTC as a wheel and put it first on the loader's path: pip install "
                         f"{requirement} (or CUDA {version}'s toolkit, whose lib64 has it); export LD_LIBRARY_PATH="
-                        f"<site-packages>/{folder}:$LD_LIBRARY_PATH (ls it: {name} must be there); a torch wheel whose torch/lib has only an unversioned "
-                        "libnvrtc-builtins.so is a packaging fault of that wheel: a rebuilt release or the conda package "
-                        "carries the versioned file (or link it: ln -s libnvrtc-builtins.so "
-                        f"torch/lib/{name})", [ctx.line_fact(lines[0])], lines))
+                        f"<site-packages>/{folder}:$LD_LIBRARY_PATH (ls it: {name} must be there); a torch wheel "
+                        "whose torch/lib has only an unversioned libnvrtc-builtins.so is a packaging fault of that "
+                        "wheel: a rebuilt release or the conda package carries the versioned file (or link it: ln -s "
+                        f"libnvrtc-builtins.so torch/lib/{name})", [ctx.line_fact(lines[0])], lines))
