@@ -154,6 +154,10 @@ KNOWN_MISSES = {
                                                   "under WSL): the accepted NCCL_NVLS_ENABLE=0 came from NCCL_DEBUG "
                                                   "output posted later, and no documented fact ties NVLS to WSL; "
                                                   "the WSL reading's NCCL update and NCCL_P2P_DISABLE=1 stand",
+    # round 11 (r11e, device-access): the accepted fix follows from nothing in the paste
+    "https://github.com/ROCm/ROCm-docker/issues/41": "the paste asks only whether clinfo needing sudo is normal: it names "
+                                                     "neither docker nor its version, and the accepted fix (docker-ce "
+                                                     "18.04, past an 18.02 defect) follows from nothing in it",
 }
 
 

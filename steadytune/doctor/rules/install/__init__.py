@@ -23,6 +23,11 @@
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
   tensile_path       rocBLAS reading its Tensile files from the pre-ROCm-5.2 component folder
   hip_sdk_found      a Windows install step (the ZLUDA installers) that does not find the HIP SDK (HIP_PATH, PATH)
+  driver_mounts      the NVIDIA driver mounted where the container's loader or linker does not look (GKE's
+                     /usr/local/nvidia)
+  nvrtc_builtins     NVRTC's versioned builtins library (libnvrtc-builtins.so.X.Y) not on the loader's path
+  tensorflow_libraries TensorFlow's GPU libraries installed but not found on Linux ([and-cuda]'s nvidia-* wheels,
+                     tensorflow-rocm and a ROCm in /opt/rocm-X.Y.Z)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   gpu_names          an AMD GPU's name left empty: libdrm's amdgpu.ids table missing or older than the GPU
   bundled_libraries  a library a wheel bundles (torch's cuDNN) shadowed by another copy on LD_LIBRARY_PATH
