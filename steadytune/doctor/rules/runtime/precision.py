@@ -52,11 +52,35 @@ _BF16_GPU = re.compile(r"(?i)(?<![a-z0-9])(?:A100|A800|H100|H800|H200|L40S?|A600
                        r"MI2[15]0X?|MI3\d\dX?|RX ?[79]\d\d\d)(?![a-z0-9])")
 
 
+# RDNA3 / RDNA3.5 (Radeon RX 7000, Strix Point / Halo APUs): ROCm's fused attention for them (SDPA's AOTriton
+# kernels, flash-attention's Triton path) is the young part of the stack
+_RDNA3_ARCH = re.compile(r"gfx11[05]\d")
+
+
+def _rdna3_nan(ctx: Context, nan: list[ErrorLine], text: str) -> Optional[Diagnosis]:
+    """NaN losses on an RDNA3 / RDNA3.5 GPU in a run that does not say fp16 (bf16, which these GPUs compute): not
+    fp16's range but the fused attention path chosen by default; the eager attention gives finite losses (AMD
+    playbooks #611: Unsloth on gfx1151, where turning its compiler off did not help)."""
+    arch = next((a for a in ctx.sheet.machine_archs if _RDNA3_ARCH.fullmatch(a)), None)
+    if not (nan and arch) or re.search(r"(?i)\bfp16\b|float16|\bhalf\b", text):
+        return None
+    return _make("attention", f"NaN losses on {arch}: the fused attention path",
+                 f"the loss turns NaN on {arch} (RDNA3 / RDNA3.5, which computes bf16) in a run not in fp16: the "
+                 "fused attention kernels picked by default (SDPA / flash-attention on ROCm) give NaN there, not the "
+                 "number format",
+                 "load the model with attn_implementation=\"eager\" (LLaMA-Factory: flash_attn: disabled; Unsloth "
+                 "and transformers: attn_implementation=\"eager\" in from_pretrained) and keep bf16; if the NaN "
+                 "stays, lower the learning rate", [ctx.line_fact(nan[0])], nan, confirmed=False)
+
+
 def nan_whatever_the_format(ctx: Context, nan: list[ErrorLine]) -> Optional[Diagnosis]:
     """NaN losses / gradients that stay after the user tried both bf16 and fp16, on a GPU that computes bf16: not the
     format's range but the fused attention kernel chosen automatically (flash / SDPA), which LLaMA-Factory and
     transformers let one turn off."""
     text = _text_of(ctx)
+    rdna3 = _rdna3_nan(ctx, nan, text)
+    if rdna3 is not None:
+        return rdna3
     gpu = _BF16_GPU.search(text)
     if not (nan and gpu and _BOTH_TRIED.search(text)):
         return None
