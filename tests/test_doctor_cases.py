@@ -142,6 +142,11 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
                                                   "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
                                                   "NCCL 2.18 bug, a fact of that release, not of the paste",
+    # round 11 (r11g, attention): no error in the paste
+    "https://github.com/vllm-project/vllm/issues/13659": "the paste is a title ('Error while deploying Deepseek-R1 on "
+                                                         "8x MI300X') and the environment: no error line, no attention "
+                                                         "backend named; the memory fault of the Triton flash-attention "
+                                                         "path is only in the thread",
 }
 
 

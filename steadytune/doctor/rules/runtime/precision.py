@@ -62,7 +62,8 @@ def _rdna3_nan(ctx: Context, nan: list[ErrorLine], text: str) -> Optional[Diagno
     fp16's range but the fused attention path chosen by default; the eager attention gives finite losses (AMD
     playbooks #611: Unsloth on gfx1151, where turning its compiler off did not help)."""
     arch = next((a for a in ctx.sheet.machine_archs if _RDNA3_ARCH.fullmatch(a)), None)
-    if not (nan and arch) or re.search(r"(?i)\bfp16\b|float16|\bhalf\b", text):
+    if not (nan and arch) or re.search(r"(?i)\bfp16\b|float16|\bhalf\b|\bamp\b|autocast|GradScaler|mixed.precision",
+                                        text):
         return None
     return _make("attention", f"NaN losses on {arch}: the fused attention path",
                  f"the loss turns NaN on {arch} (RDNA3 / RDNA3.5, which computes bf16) in a run not in fp16: the "
