@@ -244,7 +244,7 @@ def _zero_loss(ctx: Context, zero: list[ErrorLine]) -> Diagnosis:
 
 # torch.autocast's refusal ("Current CUDA Device does not support bfloat16. Please switch dtype to float16.") and a
 # user's words for it ("this device does not support dtype=torch.bfloat16")
-_AUTOCAST_BF16 = re.compile(r"(?i)(?:does ?n.t|does not|don.t) support (?:dtype\s*=\s*)?(?:torch\.)?(?:bf16|bfloat16)\b|"
+_AUTOCAST_BF16 = re.compile(r"(?i)(?:do(?:es)? ?n.t|do(?:es)? not) support (?:dtype\s*=\s*)?(?:torch\.)?(?:bf16|bfloat16)\b|"
                             r"switch dtype to float16")
 # scripts whose own setting picks autocast's dtype, as a paste names them, with that setting
 _DTYPE_SETTINGS = (("nanoGPT", r"(?i)\bnanoGPT\b|\bptdtype\b", "python train.py --dtype=float16"),)
@@ -255,9 +255,11 @@ def _autocast_refuses_bf16(ctx: Context, errors: list[ErrorLine]) -> Optional[Di
     refuses before the first step. The script's dtype goes to float16 (with a gradient scaler) or float32; a script
     that picks it with torch.cuda.is_bf16_supported() does so by itself."""
     said = [e for e in errors if _AUTOCAST_BF16.search(e.line)]
-    if not said:
-        return None
     text = _text_of(ctx)
+    # autocast's own message, or its dtype named: a GPU said to lack bf16 elsewhere is the readings' below
+    if not said or not re.search(r"(?i)autocast|switch dtype|dtype\s*=\s*(?:torch\.)?bfloat16|\bptdtype\b|nanoGPT",
+                                 text):
+        return None
     arch, fact = ctx.arch(said)
     gpu = _OLD_GPU_NAMES.search(text)
     on = f" ({gpu.group(0) if gpu else arch})" if gpu or arch else ""
