@@ -61,6 +61,8 @@ NEGATIVES = [
      "unscale FP16 gradients.", "pass the precision to the script too"),
     # exclamation marks from an unquantized model, no quantization named: not the calibration reading
     ("Qwen2-7B-Instruct in bf16 on vLLM prints only !!!!!!!! after I changed the chat template", "calibration"),
+    # a user's own exclamation marks about a quantization build: not the model's output
+    ("pip install auto-gptq fails on my RTX 4090!!!! please help", "calibration"),
     # NaN losses on an RDNA3 card in fp16: fp16's range, not the attention reading
     ("RX 7900 XTX gfx1100, fp16: true, loss is nan after 50 steps", "attn_implementation=\"eager\""),
     # flash_attn itself failing to import: not an optional extension

@@ -14,6 +14,10 @@ _BANGS = re.compile(r"(?i)!{4,}|！{3,}|\bexclamation (?:marks?|points?)\b|感�
 # the model was quantized: the method, the bit width, or the word
 _QUANTIZED = re.compile(r"(?i)\b(?:awq|autoawq|gptq|auto-?gptq|int[48]|[48]-?bit|w4a16|w8a8|quanti[sz]\w*)\b|量化")
 
+# the marks said to be the model's output (not a user's "it fails!!!!")
+_OUTPUT = re.compile(r"(?i)\b(?:outputs?|answers?|repl(?:y|ies)|respon\w+|generat\w+|prints?|returns?|says|"
+                     r"completions?)\b|输出|回答|回复|生成|出现")
+
 
 @rule("precision")
 def exclamation_output(ctx: Context) -> Optional[Diagnosis]:
@@ -23,7 +27,7 @@ def exclamation_output(ctx: Context) -> Optional[Diagnosis]:
     said = _lines_matching(ctx, _BANGS)
     text = _text_of(ctx)
     quantized = _QUANTIZED.search(text)
-    if not (said and quantized):
+    if not (said and quantized and _OUTPUT.search(text)):
         return None
     return _make("precision", "the quantized model's fp16 kernels overflow",
                  f"the model quantized with {quantized.group(0)} computes in fp16; activations its calibration did "
