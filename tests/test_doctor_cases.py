@@ -158,6 +158,11 @@ KNOWN_MISSES = {
     "https://github.com/ROCm/ROCm-docker/issues/41": "the paste asks only whether clinfo needing sudo is normal: it names "
                                                      "neither docker nor its version, and the accepted fix (docker-ce "
                                                      "18.04, past an 18.02 defect) follows from nothing in it",
+    # round 11 (r11g, attention): no error in the paste
+    "https://github.com/vllm-project/vllm/issues/13659": "the paste is a title ('Error while deploying Deepseek-R1 on "
+                                                         "8x MI300X') and the environment: no error line, no attention "
+                                                         "backend named; the memory fault of the Triton flash-attention "
+                                                         "path is only in the thread",
 }
 
 

@@ -66,6 +66,7 @@ import steadytune.doctor.rules.install.program_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.install.nccl_library  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
+import steadytune.doctor.rules.machine.gpu_selection  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
 import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
 import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
@@ -82,6 +83,7 @@ import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gpu_hang  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.own_precision  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.quantized_output  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.attention  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 

@@ -1,6 +1,8 @@
 """Rules about the machine, one module per reading:
 
   visibility   which GPUs a process sees: the visibility variables, mixed cards' order, a second GPU or Vulkan layer
+  gpu_selection  which visible GPUs a tool loads onto: device_map auto, one of several, ggml's --device list,
+                 torch on ROCm counting GPUs ROCR_VISIBLE_DEVICES hid
   apu_memory   an APU's GPU memory: the carve-out and the GTT pool
   platform     the platform under the GPU: PCIe atomics, the BIOS's BAR, a card asleep in runtime power management
   xgmi_bridge  GPUs joined by an Infinity Fabric bridge that fail their start-up, or RCCL's P2P over it
