@@ -40,6 +40,7 @@ import steadytune.doctor.rules.install.torch_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_said_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.resolver_swap  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightlies  # noqa: E402,F401
+import steadytune.doctor.rules.install.successors  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401

@@ -6,6 +6,7 @@
   cuda_said_missing  "CUDA is installed but the program finds none": the CPU torch (the toolkit plays no part)
   resolver_swap      an installer record of the GPU torch swapped for PyPI's torch by another package's install
   nightlies          a torch nightly that broke what the one before it ran
+  successors         a discontinued package (or build) asked for by its old name: its successor's install
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
   cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against

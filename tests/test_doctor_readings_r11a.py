@@ -1,0 +1,37 @@
+"""doctor, round 11 (issue 63): readings of the wheel-platform family found on batch 10's training cases. Each paste
+is written for its reading (another GPU, tool, version or wording than the mined case that asked for it); the
+negatives keep each reading out of pastes it does not fit."""
+
+from __future__ import annotations
+
+from test_doctor_paraphrases import reading_tests
+
+# (paste, family, phrases the fix must say)
+READINGS = [
+    # the discontinued DirectML torch fork asked for by a Python it never had: its successor, in a Python it has
+    ("Windows 11, RX 6600, Python 3.11.4\npip install pytorch-directml\nERROR: No matching distribution found for "
+     "pytorch-directml", "wheel-platform", ["torch-directml", "python 3.10"]),
+    # a jaxlib CUDA build pinned by its local label: the CUDA plugin extra
+    ("pip install jaxlib==0.4.31+cuda12.cudnn91 -f https://storage.googleapis.com/jax-releases/jax_cuda_releases.html\n"
+     "ERROR: Could not find a version that satisfies the requirement jaxlib==0.4.31+cuda12.cudnn91 (from versions: "
+     "0.4.7, 0.4.31)\nRTX A5000, Ubuntu 22.04", "wheel-platform", ["jax[cuda12]"]),
+    # the retired tensorflow-gpu name on a new Python
+    ("python 3.12 on Ubuntu 24.04 with an RTX 4090\n$ pip install tensorflow-gpu\nERROR: Could not find a version that "
+     "satisfies the requirement tensorflow-gpu (from versions: none)", "wheel-platform", ["tensorflow[and-cuda]"]),
+]
+
+# (paste, a phrase the top reading's fix must NOT say)
+NEGATIVES = [
+    # torch-directml itself missing for a new Python: no successor to name
+    ("pip install torch-directml\nERROR: Could not find a version that satisfies the requirement torch-directml (from "
+     "versions: none)\nPython 3.13 on Windows 11", "its successor"),
+    # a plain jaxlib pin (no CUDA label) pip cannot find: not the plugin reading
+    ("ERROR: Could not find a version that satisfies the requirement jaxlib==0.3.2 (from versions: 0.4.13, 0.4.30)",
+     "jax-cuda12-plugin"),
+    # tensorflow-gpu merely named in a log of a working install: no install failure, no successor
+    ("import tensorflow as tf  # tensorflow-gpu 2.10 on Windows 10 works, GPU found, training at 40 it/s", "retired"),
+]
+
+
+test_a_reading_names_the_family_and_its_fix, test_every_reading_survives_how_it_is_pasted, \
+    test_a_reading_stays_out_of_pastes_it_does_not_fit = reading_tests(READINGS, NEGATIVES)
