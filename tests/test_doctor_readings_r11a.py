@@ -18,6 +18,10 @@ READINGS = [
     # the retired tensorflow-gpu name on a new Python
     ("python 3.12 on Ubuntu 24.04 with an RTX 4090\n$ pip install tensorflow-gpu\nERROR: Could not find a version that "
      "satisfies the requirement tensorflow-gpu (from versions: none)", "wheel-platform", ["tensorflow[and-cuda]"]),
+    # a request for a package's Windows build, no error line (another package, another wording): the table's row
+    ("Is there a flash-attn wheel for win64? I have an RTX 4070 Ti and Python 3.11, only the linux ones are on the "
+     "release page", "wheel-platform", ["prebuilt Windows wheel"]),
+    ("looking for vllm for Windows, my GPU is an RTX 3090", "wheel-platform", ["WSL 2"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -29,6 +33,10 @@ NEGATIVES = [
     ("ERROR: Could not find a version that satisfies the requirement jaxlib==0.3.2 (from versions: 0.4.13, 0.4.30)",
      "jax-cuda12-plugin"),
     # tensorflow-gpu merely named in a log of a working install: no install failure, no successor
+    # a request for a Linux build of a package that comes the same way everywhere: no OS reading
+    ("Is there a flash-attn wheel for torch 2.8 and CUDA 12.8 on Ubuntu?", "prebuilt Windows wheel"),
+    # a Windows request beside a real error: the error says more
+    ("where can I get triton for windows?\nRuntimeError: CUDA error: out of memory (RTX 4060, 8 GB)", "triton-windows"),
     ("import tensorflow as tf  # tensorflow-gpu 2.10 on Windows 10 works, GPU found, training at 40 it/s", "retired"),
 ]
 
