@@ -22,6 +22,10 @@ READINGS = [
     ("Is there a flash-attn wheel for win64? I have an RTX 4070 Ti and Python 3.11, only the linux ones are on the "
      "release page", "wheel-platform", ["prebuilt Windows wheel"]),
     ("looking for vllm for Windows, my GPU is an RTX 3090", "wheel-platform", ["WSL 2"]),
+    # DeepSpeed's probe of cuFile failing under MSVC (another program, one library): the Windows build flags
+    ("C:\\Users\\li\\axolotl> python -m axolotl.cli.train config.yml\n[INFO] [real_accelerator.py:219:get_accelerator] "
+     "Setting ds_accelerator to cuda (auto detect)\ntest.c\nLINK : fatal error LNK1181: cannot open input file "
+     "'cufile.lib'", "wheel-platform", ["DS_BUILD_GDS=0", "DS_BUILD_AIO=0"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -37,6 +41,12 @@ NEGATIVES = [
     ("Is there a flash-attn wheel for torch 2.8 and CUDA 12.8 on Ubuntu?", "prebuilt Windows wheel"),
     # a Windows request beside a real error: the error says more
     ("where can I get triton for windows?\nRuntimeError: CUDA error: out of memory (RTX 4060, 8 GB)", "triton-windows"),
+    # the same probe under GNU ld on Linux: libaio's development package, not the Windows flags
+    ("pip install deepspeed on Ubuntu 22.04, RTX 3090\n/usr/bin/ld: cannot find -laio: No such file or directory\n"
+     "collect2: error: ld returned 1 exit status", "DS_BUILD_GDS=0"),
+    # another library the linker misses: not DeepSpeed's probes
+    ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
+     "DS_BUILD_AIO"),
     ("import tensorflow as tf  # tensorflow-gpu 2.10 on Windows 10 works, GPU found, training at 40 it/s", "retired"),
 ]
 

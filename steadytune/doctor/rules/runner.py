@@ -43,6 +43,7 @@ import steadytune.doctor.rules.install.nightlies  # noqa: E402,F401
 import steadytune.doctor.rules.install.successors  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.platform_requests  # noqa: E402,F401
+import steadytune.doctor.rules.install.deepspeed_probes  # noqa: E402,F401
 import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
