@@ -26,6 +26,12 @@ READINGS = [
     ("C:\\Users\\li\\axolotl> python -m axolotl.cli.train config.yml\n[INFO] [real_accelerator.py:219:get_accelerator] "
      "Setting ds_accelerator to cuda (auto detect)\ntest.c\nLINK : fatal error LNK1181: cannot open input file "
      "'cufile.lib'", "wheel-platform", ["DS_BUILD_GDS=0", "DS_BUILD_AIO=0"]),
+    # an upgrade with --no-deps, then a dependency's import failing (another package, a name rather than a module)
+    ("Worked yesterday on an L4 in Colab. Today:\n!pip install -U --no-deps git+https://github.com/huggingface/trl.git\n"
+     "from trl import SFTTrainer\nImportError: cannot import name 'is_torch_greater_or_equal' from "
+     "'transformers.utils'", "wheel-platform", ["without --no-deps", "trl"]),
+    ("pip install --force-reinstall --no-deps axolotl==0.6.0\nModuleNotFoundError: No module named "
+     "'transformers.models.gemma3'\nRTX 4090, Ubuntu 22.04", "wheel-platform", ["without --no-deps", "axolotl"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -44,6 +50,9 @@ NEGATIVES = [
     # the same probe under GNU ld on Linux: libaio's development package, not the Windows flags
     ("pip install deepspeed on Ubuntu 22.04, RTX 3090\n/usr/bin/ld: cannot find -laio: No such file or directory\n"
      "collect2: error: ld returned 1 exit status", "DS_BUILD_GDS=0"),
+    # --no-deps for a fresh install of the instructions' pinned packages, and a failure that is no import: not the reading
+    ("pip install --no-deps trl peft accelerate bitsandbytes\nRuntimeError: CUDA error: out of memory on an RTX 3060",
+     "without --no-deps"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),

@@ -7,6 +7,7 @@
   resolver_swap      an installer record of the GPU torch swapped for PyPI's torch by another package's install
   nightlies          a torch nightly that broke what the one before it ran
   successors         a discontinued package (or build) asked for by its old name: its successor's install
+  no_deps            an import that fails after a package was upgraded with --no-deps: its dependencies left behind
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   platform_requests  a request for a package's Windows or macOS build (no error line): the table's fix for that OS
   deepspeed_probes   DeepSpeed's op builder probing libaio / cuFile (LNK1181 aio.lib, ld -laio): Linux-only ops
