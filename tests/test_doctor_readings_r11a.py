@@ -32,6 +32,13 @@ READINGS = [
      "'transformers.utils'", "wheel-platform", ["without --no-deps", "trl"]),
     ("pip install --force-reinstall --no-deps axolotl==0.6.0\nModuleNotFoundError: No module named "
      "'transformers.models.gemma3'\nRTX 4090, Ubuntu 22.04", "wheel-platform", ["without --no-deps", "axolotl"]),
+    # a core module of an import name two distributions share, missing (another module, a traceback through torch)
+    ("torch 2.5.1+cu124 on an RTX 4080, pip list shows triton 3.1.0\n  File \"/opt/venv/lib/python3.11/site-packages/"
+     "torch/_inductor/runtime/triton_heuristics.py\", line 60, in <module>\n    from triton.runtime import Config\n"
+     "ModuleNotFoundError: No module named 'triton.runtime'", "wheel-platform",
+     ["pytorch-triton", "pip uninstall -y triton"]),
+    ("import onnxruntime fails on my RTX 3060 box\nModuleNotFoundError: No module named 'onnxruntime.capi'",
+     "wheel-platform", ["onnxruntime-gpu", "pip uninstall -y onnxruntime"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -53,6 +60,9 @@ NEGATIVES = [
     # --no-deps for a fresh install of the instructions' pinned packages, and a failure that is no import: not the reading
     ("pip install --no-deps trl peft accelerate bitsandbytes\nRuntimeError: CUDA error: out of memory on an RTX 3060",
      "without --no-deps"),
+    # a deeper triton module that moved between releases: a release mix-up, not a damaged folder
+    ("from triton.runtime.autotuner import OutOfResources\nModuleNotFoundError: No module named "
+     "'triton.runtime.autotuner.heuristics'", "repeated until"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),

@@ -8,6 +8,8 @@
   nightlies          a torch nightly that broke what the one before it ran
   successors         a discontinued package (or build) asked for by its old name: its successor's install
   no_deps            an import that fails after a package was upgraded with --no-deps: its dependencies left behind
+  overlapping_packages  a core module of an import name several distributions install (triton, pytorch-triton)
+                     missing: the shared folder damaged
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   platform_requests  a request for a package's Windows or macOS build (no error line): the table's fix for that OS
   deepspeed_probes   DeepSpeed's op builder probing libaio / cuFile (LNK1181 aio.lib, ld -laio): Linux-only ops
