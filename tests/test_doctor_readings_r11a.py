@@ -39,6 +39,14 @@ READINGS = [
      ["pytorch-triton", "pip uninstall -y triton"]),
     ("import onnxruntime fails on my RTX 3060 box\nModuleNotFoundError: No module named 'onnxruntime.capi'",
      "wheel-platform", ["onnxruntime-gpu", "pip uninstall -y onnxruntime"]),
+    # a library's own check refusing an option value it does not know yet (another library, an enum's words)
+    ("llamafactory-cli train qwen_lora.yaml on 2x RTX 3090\n  File \"/home/u/miniconda3/envs/lf/lib/python3.10/"
+     "site-packages/transformers/training_args.py\", line 1530, in __post_init__\n    self.optim = "
+     "OptimizerNames(self.optim)\nValueError: 'adamw_torch_4bit' is not a valid OptimizerNames", "wheel-platform",
+     ["transformers", "pip install -U transformers"]),
+    ("python finetune/lora.py --precision 16-true\nC:\\proj\\.venv\\Lib\\site-packages\\lightning\\fabric\\"
+     "connector.py, line 563\nValueError: Precision '16-true' is invalid. Allowed precision values: ('16-mixed', "
+     "'bf16-mixed', '32-true')", "wheel-platform", ["lightning", "requirements.txt"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -63,6 +71,9 @@ NEGATIVES = [
     # a deeper triton module that moved between releases: a release mix-up, not a damaged folder
     ("from triton.runtime.autotuner import OutOfResources\nModuleNotFoundError: No module named "
      "'triton.runtime.autotuner.heuristics'", "repeated until"),
+    # a value refused by the program's own code (no library's file raised it): no library to upgrade
+    ("train.py: ValueError: Precision 'fp8-true' is invalid. Allowed precision values: ('16-mixed', 'bf16-mixed')",
+     "is older than"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),
