@@ -47,6 +47,9 @@ READINGS = [
     ("python finetune/lora.py --precision 16-true\nC:\\proj\\.venv\\Lib\\site-packages\\lightning\\fabric\\"
      "connector.py, line 563\nValueError: Precision '16-true' is invalid. Allowed precision values: ('16-mixed', "
      "'bf16-mixed', '32-true')", "wheel-platform", ["lightning", "requirements.txt"]),
+    # a release the table knows broken, beside its symptom (another GPU, the import name, another CUDA error)
+    ("H20 x8, torch 2.7.1+cu126, pip show flash_attn: Version: 2.8.1\nRuntimeError: CUDA error: no kernel image is "
+     "available for execution on the device", "wheel-platform", ["2.8.0.post2"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -74,6 +77,9 @@ NEGATIVES = [
     # a value refused by the program's own code (no library's file raised it): no library to upgrade
     ("train.py: ValueError: Precision 'fp8-true' is invalid. Allowed precision values: ('16-mixed', 'bf16-mixed')",
      "is older than"),
+    # the release after it with the same symptom: not the table's row
+    ("flash-attn 2.8.3 on an RTX 5090: RuntimeError: CUDA error: no kernel image is available for execution on the "
+     "device", "2.8.0.post2"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),

@@ -11,6 +11,7 @@
   overlapping_packages  a core module of an import name several distributions install (triton, pytorch-triton)
                      missing: the shared folder damaged
   option_values      a library refusing an option value it does not know yet: the library older than the program
+  broken_releases    a release whose published builds are known broken, named beside its symptom (a table)
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   platform_requests  a request for a package's Windows or macOS build (no error line): the table's fix for that OS
   deepspeed_probes   DeepSpeed's op builder probing libaio / cuFile (LNK1181 aio.lib, ld -laio): Linux-only ops
