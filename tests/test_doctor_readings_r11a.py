@@ -50,6 +50,14 @@ READINGS = [
     # a release the table knows broken, beside its symptom (another GPU, the import name, another CUDA error)
     ("H20 x8, torch 2.7.1+cu126, pip show flash_attn: Version: 2.8.1\nRuntimeError: CUDA error: no kernel image is "
      "available for execution on the device", "wheel-platform", ["2.8.0.post2"]),
+    # a NameError raised in an installed library's frame (another library, a traceback rather than its messages)
+    ("Traceback (most recent call last):\n  File \"/usr/local/lib/python3.10/dist-packages/peft/tuners/lora.py\", "
+     "line 40, in <module>\n  File \"/usr/local/lib/python3.10/site-packages/auto_gptq/nn_modules/qlinear/"
+     "qlinear_cuda.py\", line 12, in forward\nNameError: name 'autogptq_cuda_256' is not defined\nTesla P40",
+     "wheel-platform", ["pip install -U auto-gptq", "pip uninstall -y auto-gptq"]),
+    # the library known only by its own start-up messages
+    ("CUDA SETUP: Loading binary /opt/conda/lib/python3.9/libbitsandbytes_cuda117.so...\nNameError: name "
+     "'str2optimizer32bit' is not defined", "wheel-platform", ["pip install -U bitsandbytes"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -59,7 +67,7 @@ NEGATIVES = [
      "versions: none)\nPython 3.13 on Windows 11", "its successor"),
     # a plain jaxlib pin (no CUDA label) pip cannot find: not the plugin reading
     ("ERROR: Could not find a version that satisfies the requirement jaxlib==0.3.2 (from versions: 0.4.13, 0.4.30)",
-     "jax-cuda12-plugin"),
+     "drop the -f jax_cuda_releases"),
     # tensorflow-gpu merely named in a log of a working install: no install failure, no successor
     # a request for a Linux build of a package that comes the same way everywhere: no OS reading
     ("Is there a flash-attn wheel for torch 2.8 and CUDA 12.8 on Ubuntu?", "prebuilt Windows wheel"),
@@ -76,14 +84,17 @@ NEGATIVES = [
      "'triton.runtime.autotuner.heuristics'", "repeated until"),
     # a value refused by the program's own code (no library's file raised it): no library to upgrade
     ("train.py: ValueError: Precision 'fp8-true' is invalid. Allowed precision values: ('16-mixed', 'bf16-mixed')",
-     "is older than"),
+     "requirements.txt in its folder"),
     # the release after it with the same symptom: not the table's row
     ("flash-attn 2.8.3 on an RTX 5090: RuntimeError: CUDA error: no kernel image is available for execution on the "
      "device", "2.8.0.post2"),
+    # a NameError in the user's own script: no library's bug
+    ("  File \"/home/ana/train.py\", line 88, in main\n    trainer = Trainer(model=model, args=args)\nNameError: name "
+     "'Trainer' is not defined\nbitsandbytes 0.43.1 on an RTX 3090", "release without the bug"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),
-    ("import tensorflow as tf  # tensorflow-gpu 2.10 on Windows 10 works, GPU found, training at 40 it/s", "retired"),
+    ("import tensorflow as tf  # tensorflow-gpu 2.10 on Windows 10 works, GPU found, training at 40 it/s", "pip uninstall -y tensorflow-gpu"),
 ]
 
 
