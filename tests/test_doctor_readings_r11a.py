@@ -58,6 +58,15 @@ READINGS = [
     # the library known only by its own start-up messages
     ("CUDA SETUP: Loading binary /opt/conda/lib/python3.9/libbitsandbytes_cuda117.so...\nNameError: name "
      "'str2optimizer32bit' is not defined", "wheel-platform", ["pip install -U bitsandbytes"]),
+    # a ROCm DLL lacking an entry point the program calls (another program and DLL): the program's HIP SDK release
+    ("koboldcpp_rocm.exe on an RX 6650 XT, Windows 11\nThe procedure entry point rocblas_gemm_ex3 could "
+     "not be located in the dynamic link library C:\\kcpp\\hipblas.dll", "wheel-platform",
+     ["ROCmLibs", "HIP SDK <the release"]),
+    # Ollama's 0.5 series after a swapped rocBLAS: the release its builds use
+    ("replaced rocblas.dll and the library folder with the gfx1032 files for my RX 6600\nollama version is 0.5.7\n"
+     "The procedure entry point rocblas_sgemm_strided_batched_64 could not be located in the dynamic link library "
+     "C:\\Users\\me\\AppData\\Local\\Programs\\Ollama\\lib\\ollama\\rocblas.dll", "wheel-platform",
+     ["HIP SDK 6.1.2"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -91,6 +100,9 @@ NEGATIVES = [
     # a NameError in the user's own script: no library's bug
     ("  File \"/home/ana/train.py\", line 88, in main\n    trainer = Trainer(model=model, args=args)\nNameError: name "
      "'Trainer' is not defined\nbitsandbytes 0.43.1 on an RTX 3090", "release without the bug"),
+    # an entry point missing in the Python DLL: no ROCm release mix-up
+    ("The procedure entry point PyUnicode_AsUTF8AndSize could not be located in the dynamic link library "
+     "C:\\Python38\\python38.dll", "HIP SDK"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),
