@@ -67,6 +67,10 @@ READINGS = [
      "The procedure entry point rocblas_sgemm_strided_batched_64 could not be located in the dynamic link library "
      "C:\\Users\\me\\AppData\\Local\\Programs\\Ollama\\lib\\ollama\\rocblas.dll", "wheel-platform",
      ["HIP SDK 6.1.2"]),
+    # torch's CUDA DLLs not loading under ZLUDA with a HIP SDK 6.x (another tool, DLL and wording)
+    ("SD.Next with --use-zluda, RX 7900 GRE, AMD HIP SDK 6.2.4 installed\nOSError: [WinError 126] The specified module "
+     "could not be found. Error loading \"C:\\sdnext\\venv\\lib\\site-packages\\torch\\lib\\cublas64_11.dll\" "
+     "or one of its dependencies.", "wheel-platform", ["patchzluda2.bat", "ROCm 6"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -103,6 +107,8 @@ NEGATIVES = [
     # an entry point missing in the Python DLL: no ROCm release mix-up
     ("The procedure entry point PyUnicode_AsUTF8AndSize could not be located in the dynamic link library "
      "C:\\Python38\\python38.dll", "HIP SDK"),
+    # the same failure on HIP SDK 5.7, the ZLUDA default: not the 6.x build
+    ("ComfyUI-Zluda on HIP SDK 5.7.1, RX 6800\nFile caffe2_nvrtc.dll not found", "patchzluda2.bat"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),

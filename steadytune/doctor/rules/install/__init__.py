@@ -14,6 +14,7 @@
   broken_releases    a release whose published builds are known broken, named beside its symptom (a table)
   library_name_errors  a NameError raised in an installed library's own code: a bug of that release
   rocm_dll_releases  a ROCm DLL without the entry point the program calls (Windows): another HIP SDK release's
+  zluda_hip_release  torch's CUDA DLLs not loading under a ZLUDA built for HIP SDK 5.7 with a 6.x SDK installed
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   platform_requests  a request for a package's Windows or macOS build (no error line): the table's fix for that OS
   deepspeed_probes   DeepSpeed's op builder probing libaio / cuFile (LNK1181 aio.lib, ld -laio): Linux-only ops
