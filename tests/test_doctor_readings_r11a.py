@@ -71,6 +71,10 @@ READINGS = [
     ("SD.Next with --use-zluda, RX 7900 GRE, AMD HIP SDK 6.2.4 installed\nOSError: [WinError 126] The specified module "
      "could not be found. Error loading \"C:\\sdnext\\venv\\lib\\site-packages\\torch\\lib\\cublas64_11.dll\" "
      "or one of its dependencies.", "wheel-platform", ["patchzluda2.bat", "ROCm 6"]),
+    # torch.compile's backend failing on a ROCm torch, no other error (another torch, GPU and exception)
+    ("torch 2.4.1+rocm6.1 on an RX 7900 XTX, model = torch.compile(model)\ntorch._dynamo.exc.BackendCompilerFailed: "
+     "backend='inductor' raised:\nKeyError: 'waves_per_eu'", "wheel-platform",
+     ["pytorch-triton-rocm", "pip uninstall -y triton"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -109,6 +113,9 @@ NEGATIVES = [
      "C:\\Python38\\python38.dll", "HIP SDK"),
     # the same failure on HIP SDK 5.7, the ZLUDA default: not the 6.x build
     ("ComfyUI-Zluda on HIP SDK 5.7.1, RX 6800\nFile caffe2_nvrtc.dll not found", "patchzluda2.bat"),
+    # the same backend failure on a CUDA torch: not the ROCm Triton
+    ("torch 2.4.1+cu121 on an RTX 4090\ntorch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n"
+     "KeyError: 'waves_per_eu'", "pytorch-triton-rocm"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),
