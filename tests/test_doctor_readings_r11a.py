@@ -75,6 +75,10 @@ READINGS = [
     ("torch 2.4.1+rocm6.1 on an RX 7900 XTX, model = torch.compile(model)\ntorch._dynamo.exc.BackendCompilerFailed: "
      "backend='inductor' raised:\nKeyError: 'waves_per_eu'", "wheel-platform",
      ["pytorch-triton-rocm", "pip uninstall -y triton"]),
+    # PyPI's xformers beside a torch of another CUDA index, then an import failing (other releases, another module)
+    ("conda env with torch==2.4.0+cu118 and xformers==0.0.27.post2 on an RTX A4000\nModuleNotFoundError: No module "
+     "named 'xformers.ops.fmha.triton_splitk'", "wheel-platform",
+     ["--index-url https://download.pytorch.org/whl/cu118", "xformers==0.0.27.post2"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -116,6 +120,9 @@ NEGATIVES = [
     # the same backend failure on a CUDA torch: not the ROCm Triton
     ("torch 2.4.1+cu121 on an RTX 4090\ntorch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n"
      "KeyError: 'waves_per_eu'", "pytorch-triton-rocm"),
+    # xformers already from the torch's index: not the index reading
+    ("torch==2.4.0+cu118; pip install xformers==0.0.27.post2 --index-url https://download.pytorch.org/whl/cu118\n"
+     "ModuleNotFoundError: No module named 'xformers.ops.fmha.triton_splitk'", "the torch's own index"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),
