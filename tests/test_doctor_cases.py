@@ -142,6 +142,13 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
                                                   "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
                                                   "NCCL 2.18 bug, a fact of that release, not of the paste",
+    # round 11 (r11a, wheel-platform): the accepted fix follows from nothing in the paste
+    "https://github.com/pytorch/pytorch/issues/58163": "'the nightly jumps to 1.8.1' on Linux Mint, with no CUDA "
+                                                       "version, index or command: that the cu112 nightly index was "
+                                                       "empty then (hence cu111) is a fact of that month, not the paste",
+    "https://github.com/pytorch/pytorch/issues/193979": "the nightly index's rocm7.14 dependency wheels were fixed by "
+                                                        "being republished as .post1 packages: an event on the index, "
+                                                        "and the paste shows only pip's normal download lines",
 }
 
 
