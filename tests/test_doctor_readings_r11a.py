@@ -79,6 +79,11 @@ READINGS = [
     ("conda env with torch==2.4.0+cu118 and xformers==0.0.27.post2 on an RTX A4000\nModuleNotFoundError: No module "
      "named 'xformers.ops.fmha.triton_splitk'", "wheel-platform",
      ["--index-url https://download.pytorch.org/whl/cu118", "xformers==0.0.27.post2"]),
+    # a torch name missing on a program's import, the program's own torch known (another name, a traceback)
+    ("tune run lora_finetune_single_device --config llama2/7B_lora_single_device on an RTX 3090, torch 2.1.2+cu121\n"
+     "  File \"/home/kim/.venv/lib/python3.10/site-packages/torchtune/utils/_device.py\", line 9\n"
+     "ImportError: cannot import name 'is_compiling' from 'torch.compiler'", "wheel-platform",
+     ["torch>=2.2.2", "https://download.pytorch.org/whl/"]),
 ]
 
 # (paste, a phrase the top reading's fix must NOT say)
@@ -123,6 +128,9 @@ NEGATIVES = [
     # xformers already from the torch's index: not the index reading
     ("torch==2.4.0+cu118; pip install xformers==0.0.27.post2 --index-url https://download.pytorch.org/whl/cu118\n"
      "ModuleNotFoundError: No module named 'xformers.ops.fmha.triton_splitk'", "the torch's own index"),
+    # a later torchtune (made for a later torch): not the 0.1 row
+    ("pip install torchtune==0.3.1\nImportError: cannot import name 'fully_shard' from "
+     "'torch.distributed._composable.fsdp'", "torch>=2.2.2"),
     # another library the linker misses: not DeepSpeed's probes
     ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status",
      "DS_BUILD_AIO"),
