@@ -163,6 +163,13 @@ KNOWN_MISSES = {
                                                          "8x MI300X') and the environment: no error line, no attention "
                                                          "backend named; the memory fault of the Triton flash-attention "
                                                          "path is only in the thread",
+    # round 11 (r11a, wheel-platform): the accepted fix follows from nothing in the paste
+    "https://github.com/pytorch/pytorch/issues/58163": "'the nightly jumps to 1.8.1' on Linux Mint, with no CUDA "
+                                                       "version, index or command: that the cu112 nightly index was "
+                                                       "empty then (hence cu111) is a fact of that month, not the paste",
+    "https://github.com/pytorch/pytorch/issues/193979": "the nightly index's rocm7.14 dependency wheels were fixed by "
+                                                        "being republished as .post1 packages: an event on the index, "
+                                                        "and the paste shows only pip's normal download lines",
 }
 
 
