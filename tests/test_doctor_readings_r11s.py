@@ -19,6 +19,21 @@ READINGS = [
     # the same asked for a Blackwell data-center card: it stays on
     ("how can I turn off GSP on our B200 nodes? the open kernel modules ignore NVreg_EnableGpuFirmware=0", "driver",
      ["GSP", "B200"]),
+    # a server's own out-of-memory words for the prefill budget (another model, GPU and number): that flag
+    ("docker run --gpus all ghcr.io/huggingface/text-generation-inference:2.0 --model-id mistralai/Mistral-7B-v0.1 on "
+     "one A10G\nError: Warmup(Generation(\"Not enough memory to handle 8192 prefill tokens. You need to decrease "
+     "`--max-batch-prefill-tokens`\"))", "out-of-memory", ["--max-batch-prefill-tokens"]),
+    # a tool's own group check (said by another tool, one group): that group
+    ("$ rocm-diag\nERROR: user is missing required group: render (add the user to it)\nRX 7900 XT on Ubuntu 24.04",
+     "device-access", ["usermod -aG render"]),
+    # a stale CDI spec for an AMD card under docker (another engine, vendor and node): its own toolkit
+    ("docker run --rm --device amd.com/gpu=all rocm/rocm-terminal rocminfo\ndocker: Error response from daemon: "
+     "failed to inject CDI devices: failed to stat CDI host device \"/dev/dri/renderD130\": no such file or directory",
+     "device-access", ["amd-ctk cdi generate", "/etc/cdi/amd.json"]),
+    # a CDI name no spec defines (podman, another wording): generate it
+    ("podman run --device nvidia.com/gpu=0 docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi\nError: setting "
+     "up CDI devices: unresolvable CDI devices nvidia.com/gpu=0", "device-access",
+     ["nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"]),
 ]
 
 
@@ -30,6 +45,11 @@ NEGATIVES = [
     # GSP disabled on the proprietary driver of a Turing card: that works, nothing about the open modules
     ("RTX 2080 Ti with the proprietary 535 driver: I set NVreg_EnableGpuFirmware=0 to fix stutter in games",
      "GSP cannot be disabled"),
+    # a container started without the devices at all (no CDI): not the CDI spec
+    ("docker run --rm rocm/pytorch python -c 'import torch; print(torch.cuda.is_available())'\nFalse\nls: cannot "
+     "access '/dev/kfd': No such file or directory", "cdi generate"),
+    # a group named in a question with no check refusing: not a group fix from that word alone
+    ("which group owns /dev/dri/card0 on Fedora 40? my render node works fine", "usermod -aG"),
 ]
 
 

@@ -7,6 +7,7 @@
                      rock-dkms on a kernel its release did not list
   driver_mismatches  the driver against what it runs (CUDA, kernels, containers, firmware)
   open_modules       NVIDIA's open kernel modules: the opt-in for GeForce cards, the GSP they always run on
+  cdi_specs          a container's CDI spec generated for devices the host no longer has
   driver_state       a driver left broken or not ready: nvidia_uvm after suspend, a service started before the GPU,
                      CUDA after a background driver update; registered last
 
