@@ -34,6 +34,14 @@ READINGS = [
     ("podman run --device nvidia.com/gpu=0 docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi\nError: setting "
      "up CDI devices: unresolvable CDI devices nvidia.com/gpu=0", "device-access",
      ["nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"]),
+    # SLURM's per-task binding met by a rank's device choice (another tool, sbatch lines, HIP's wording): per node
+    ("sbatch job for torchrun-free DDP on 2 nodes x 4 MI250X\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-task=1\n"
+     "srun python train.py\nrank 1: RuntimeError: HIP error: invalid device ordinal", "visibility",
+     ["--gpus-per-node=4", "--ntasks-per-node=4"]),
+    # deepspeed said to override the variable (prose, HIP's variable, another cluster): its own --include
+    ("With deepspeed 0.14 on our MI210 box the HIP_VISIBLE_DEVICES I export is ignored - every run lands on all four "
+     "GPUs", "visibility", ["deepspeed --include localhost:"]),
+
 ]
 
 
@@ -50,6 +58,14 @@ NEGATIVES = [
      "access '/dev/kfd': No such file or directory", "cdi generate"),
     # a group named in a question with no check refusing: not a group fix from that word alone
     ("which group owns /dev/dri/card0 on Fedora 40? my render node works fine", "usermod -aG"),
+    # SLURM per-task GPUs with each rank using cuda:0 and an out-of-memory error: not the binding
+    ("#SBATCH --gpus-per-task=1\nsrun python train.py\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+     "2.00 GiB", "--gpus-per-node"),
+    # a visibility variable ignored by a plain python script (no deepspeed): not deepspeed's launcher
+    ("CUDA_VISIBLE_DEVICES=1 is ignored, python train.py still runs on GPU 0 (RTX 3090 x2)", "deepspeed --include"),
+    # the spec lists the device and the engine still cannot resolve it: not a stale spec
+    ("$ nvidia-ctk cdi list\nINFO[0000] Found 2 CDI devices\nnvidia.com/gpu=all\n$ podman run --device nvidia.com/gpu=all "
+     "ubuntu nvidia-smi\nError: setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all", "cdi generate"),
 ]
 
 

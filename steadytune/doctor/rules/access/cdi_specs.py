@@ -27,6 +27,10 @@ def stale_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
     if not said:
         return None
     text = _text(ctx)
+    # the spec lists the device (nvidia-ctk cdi list shows it) and the engine still cannot resolve it: the engine
+    # cannot read that spec (its version), not a stale one
+    if re.search(r"(?i)Found \d+ CDI devices?|^\W*(?:nvidia|amd)\.com/gpu=\w+\s*$", text, re.M):
+        return None
     kind = _VENDOR_KIND.search(text)
     vendor = kind.group(1).lower() if kind else ("amd" if re.search(r"(?i)\b(?:amd|rocm|radeon|instinct)\b", text)
                                                  else "nvidia")
