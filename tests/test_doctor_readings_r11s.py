@@ -42,6 +42,17 @@ READINGS = [
     ("With deepspeed 0.14 on our MI210 box the HIP_VISIBLE_DEVICES I export is ignored - every run lands on all four "
      "GPUs", "visibility", ["deepspeed --include localhost:"]),
 
+    # jax's CUDA plugin failing in its initialize() (another release, another missing attribute, pip list style)
+    ("WARNING: Jax plugin configuration error: Exception when calling jax_plugins.xla_cuda12.initialize()\n"
+     "AttributeError: module 'jaxlib.xla_extension' has no attribute 'register_plugin'\njax==0.4.28\njaxlib==0.4.28",
+     "wheel-platform", ["jax[cuda12]==0.4.28", "jax-cuda12-plugin"]),
+    # a start-up variable set with a notebook's shell escape (TensorFlow, Jupyter): os.environ before the import
+    ("In Jupyter I run !export TF_FORCE_GPU_ALLOW_GROWTH=true before training but TensorFlow still grabs all 24 GB of "
+     "the RTX 4090", "env-not-applied", ["os.environ[\"TF_FORCE_GPU_ALLOW_GROWTH\"] = \"true\"", "import tensorflow"]),
+    # the same said ignored in a Kaggle notebook for torch's allocator (no shell escape)
+    ("Kaggle notebook, T4 x2: os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True' seems to be ignored, "
+     "the fragmentation warning stays", "env-not-applied", ["import torch", "restart"]),
+
 ]
 
 
@@ -66,6 +77,9 @@ NEGATIVES = [
     # the spec lists the device and the engine still cannot resolve it: not a stale spec
     ("$ nvidia-ctk cdi list\nINFO[0000] Found 2 CDI devices\nnvidia.com/gpu=all\n$ podman run --device nvidia.com/gpu=all "
      "ubuntu nvidia-smi\nError: setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all", "cdi generate"),
+    # a start-up variable in a plain script, not said ignored: no notebook reading
+    ("export XLA_PYTHON_CLIENT_MEM_FRACTION=.5\npython train.py\njax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of "
+     "memory while trying to allocate 1.2GiB", "first cell"),
 ]
 
 
