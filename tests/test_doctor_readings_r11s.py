@@ -53,6 +53,14 @@ READINGS = [
     ("Kaggle notebook, T4 x2: os.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True' seems to be ignored, "
      "the fragmentation warning stays", "env-not-applied", ["import torch", "restart"]),
 
+    # rocm-smi under WSL (another tool and wording, Ubuntu 22.04, an RX 7800 XT): expected there, rocminfo instead
+    ("Ubuntu 22.04 under WSL2, RX 7800 XT, Adrenalin 24.12.1\n$ rocm-smi\nERROR:root:Driver not initialized "
+     "(amdgpu not found in modules)", "wsl", ["rocm-smi", "rocminfo"]),
+    # the WSL thunk asserting in QueryAdapterInfo from torch (another program, a GeForce named beside the Radeon)
+    ("wsl2 ubuntu 22.04, RX 7900 GRE plus a GeForce GTX 1650 for the displays\npython3: ./sources/wsl/libhsakmt/src/"
+     "thunk_proxy/thunk_proxy.cpp:111: void thunk_proxy::QueryAdapterInfo(D3DKMT_HANDLE, ATIADAPTERINFO*): Assertion "
+     "`ret == STATUS_SUCCESS' failed.\nAborted", "wsl", ["GeForce GTX 1650", "Device Manager"]),
+
 ]
 
 
@@ -80,6 +88,12 @@ NEGATIVES = [
     # a start-up variable in a plain script, not said ignored: no notebook reading
     ("export XLA_PYTHON_CLIENT_MEM_FRACTION=.5\npython train.py\njax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of "
      "memory while trying to allocate 1.2GiB", "first cell"),
+    # amd-smi failing on native Linux (no WSL): not "expected under WSL"
+    ("Ubuntu 24.04, RX 9070 XT\n$ amd-smi list\nERROR: Unable to get devices, driver not initialized (amdgpu not found "
+     "in modules)", "expected under WSL"),
+    # amd-smi and rocminfo both failing under WSL: the runtime, not the smi tool
+    ("WSL2 Ubuntu 24.04 with ROCm 6.4.2\n$ amd-smi\nERROR: Unable to detect any GPU devices\n$ rocminfo\nhsa api call "
+     "failure at: ./sources/wsl/rocminfo/rocminfo.cc:1306\nhsa_init Failed", "expected under WSL"),
 ]
 
 

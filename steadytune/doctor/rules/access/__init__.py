@@ -2,6 +2,7 @@
 
   device_files       /dev/kfd and /dev/dri, their groups, a KFD older than the GPU
   wsl                WSL 2 and the Windows under it
+  wsl_tools          WSL 2 against ROCm's tools: amd-smi / rocm-smi there, the thunk meeting a non-AMD adapter
   driver             the driver itself: amdgpu DKMS and kernels, the Windows AMD driver
   driver_packages    the driver's packages: two stacks colliding, rock-dkms renamed, no graphics use case,
                      rock-dkms on a kernel its release did not list
