@@ -61,6 +61,17 @@ READINGS = [
      "thunk_proxy/thunk_proxy.cpp:111: void thunk_proxy::QueryAdapterInfo(D3DKMT_HANDLE, ATIADAPTERINFO*): Assertion "
      "`ret == STATUS_SUCCESS' failed.\nAborted", "wsl", ["GeForce GTX 1650", "Device Manager"]),
 
+    # a trainer's bf16 check refusing a card that has bf16 (another trainer, an Ampere workstation card, newer words)
+    ("axolotl on an RTX A5000 (24 GB), torch 2.3.1+cu121\nValueError: Your setup doesn't support bf16/gpu. You need "
+     "Ampere+ GPU with cuda>=11.0", "precision", ["upgrade axolotl", "pip install -U axolotl"]),
+
+    # Gemma 2 giving NaN logits on a padded batch (another size, a pipeline, said in other words): eager attention
+    ("gemma-2-9b-it via transformers 4.44.0 on an A100: batched generation with padding_side='left' - the logits of "
+     "the shorter prompt are all nan", "attention", ["attn_implementation=\"eager\""]),
+    # NaN outputs with SDPA and padding for another model (no soft-capping): the same remedy
+    ("Qwen2-7B with attn_implementation='sdpa', two prompts padded to the same length: model(**batch) returns nan "
+     "hidden states for the padded one (RTX 4090, bf16)", "attention", ["attn_implementation=\"eager\""]),
+
 ]
 
 
@@ -94,6 +105,11 @@ NEGATIVES = [
     # amd-smi and rocminfo both failing under WSL: the runtime, not the smi tool
     ("WSL2 Ubuntu 24.04 with ROCm 6.4.2\n$ amd-smi\nERROR: Unable to detect any GPU devices\n$ rocminfo\nhsa api call "
      "failure at: ./sources/wsl/rocminfo/rocminfo.cc:1306\nhsa_init Failed", "expected under WSL"),
+    # the same refusal on a Turing card: it has no bf16, fp16 is the answer, not an upgrade
+    ("unsloth on a Quadro RTX 8000 / T4\nValueError: Your setup doesn't support bf16/gpu. You need Ampere+ GPU with "
+     "cuda>=11.0", "pip install -U"),
+    # Gemma 1's 2B size (gemma-2b) with an fp16 NaN loss: not the Gemma 2 soft-capping reading
+    ("google/gemma-2b LoRA in fp16 on a T4: loss becomes nan after 30 steps", "attn_implementation=\"eager\""),
 ]
 
 
