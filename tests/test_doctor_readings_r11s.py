@@ -72,6 +72,19 @@ READINGS = [
     ("Qwen2-7B with attn_implementation='sdpa', two prompts padded to the same length: model(**batch) returns nan "
      "hidden states for the padded one (RTX 4090, bf16)", "attention", ["attn_implementation=\"eager\""]),
 
+    # whether whisperX (faster-whisper's engine under it) runs on an AMD card, asked in other words
+    ("Can whisperX run on ROCm? I have no NVIDIA card here, only AMD", "gpu-unsupported",
+     ["CTranslate2", "ROCm builds"]),
+
+    # Ollama 0.31 in docker on a Radeon 780M, the server's own line (another APU, a container): the variable for it
+    ("docker run -d --device /dev/kfd --device /dev/dri ollama/ollama:0.31.2-rocm\ntime=2026-07-01T10:00:00Z "
+     "level=INFO source=gpu.go:120 msg=\"dropping integrated GPU; to enable, set OLLAMA_IGPU_ENABLE=1\" "
+     "library=ROCm compute=gfx1103 description=\"AMD Radeon 780M Graphics\"", "visibility",
+     ["-e OLLAMA_IGPU_ENABLE=1"]),
+    # the same told by ollama ps after an upgrade on an Intel iGPU (no log line)
+    ("Upgraded ollama to 0.32.5 on my laptop with Intel Iris Xe graphics and OLLAMA_VULKAN=1: ollama ps now shows "
+     "llama3.2:3b  100% CPU", "visibility", ["OLLAMA_IGPU_ENABLE=1"]),
+
 ]
 
 
@@ -110,6 +123,11 @@ NEGATIVES = [
      "cuda>=11.0", "pip install -U"),
     # Gemma 1's 2B size (gemma-2b) with an fp16 NaN loss: not the Gemma 2 soft-capping reading
     ("google/gemma-2b LoRA in fp16 on a T4: loss becomes nan after 30 steps", "attn_implementation=\"eager\""),
+    # faster-whisper failing with an error on an NVIDIA machine: not the AMD question
+    ("faster-whisper large-v3 on an RTX 3060: does it support AMD too? RuntimeError: CUDA failed with error out of "
+     "memory", "does not support AMD GPUs"),
+    # an older Ollama on an APU running on the CPU: not the 0.30 iGPU switch
+    ("ollama 0.5.7 on a Ryzen 7 7840U (Radeon 780M): ollama ps shows 100% CPU", "OLLAMA_IGPU_ENABLE"),
 ]
 
 
