@@ -1,7 +1,6 @@
 """Rules about the machine, one module per reading:
 
   visibility   which GPUs a process sees: the visibility variables, mixed cards' order, a second GPU or Vulkan layer
-  integrated_gpus  a server that drops an integrated GPU by its own choice (Ollama 0.30+ without OLLAMA_IGPU_ENABLE)
   apu_memory   an APU's GPU memory: the carve-out and the GTT pool
   platform     the platform under the GPU: PCIe atomics, the BIOS's BAR, a card asleep in runtime power management
   xgmi_bridge  GPUs joined by an Infinity Fabric bridge that fail their start-up

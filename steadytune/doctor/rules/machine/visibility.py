@@ -302,18 +302,27 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      f"ROCR_VISIBLE_DEVICES={mask.group(1)} names cards that do not exist there, so none is left",
                      "unset ROCR_VISIBLE_DEVICES (and HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES) before starting the "
                      "runtime inside the container or job step; do not --export the host's mask", [], none)
-    dropped = [e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
-    newer = re.search(r"(?i)\bollama\b.{0,30}?\bv?0\.(\d+)\.\d+|\bv?0\.(\d+)\.\d+\b.{0,30}\bollama\b", _text(ctx))
+    # (Ollama logs it at level=INFO, which the error lines leave out: the paste's line itself counts)
+    dropped = ([e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
+               or _lines_matching(ctx, r"(?i)dropping integrated GPU"))
+    # the newest Ollama release the paste shows (a paste comparing 0.24 that worked with 0.30 that does not names both)
+    releases = [int(m.group(1) or m.group(2)) for m in re.finditer(
+        r"(?i)\bollama\b.{0,30}?\bv?0\.(\d+)\.\d+|\bv?0\.(\d+)\.\d+\b.{0,30}\bollama\b", _text(ctx))]
+    releases += [int(m.group(1)) for m in re.finditer(r"(?<![\d.])v?0\.(\d{2})\.\d+\b", _text(ctx))
+                 if re.search(r"(?i)\bollama\b", _text(ctx))]
     unused = _lines_matching(ctx, r"(?i)\bGPU\b.{0,30}\b(?:cannot|can.t|could not|isn.t|is not|not) (?:be )?(?:used|"
-                                  r"detected|found)|\b(?:runs?|running) on (?:the )?CPU\b|\bno GPU\b")
-    if not dropped and newer and int(newer.group(1) or newer.group(2)) >= 30 and unused and \
+                                  r"detected|found)|\b(?:runs?|running) on (?:the )?CPU\b|\bno GPU\b|\b100% CPU\b")
+    # an integrated GPU: an AMD APU (its CPU beside its Radeon), or Intel's iGPU (Iris Xe, UHD, Arc's integrated ones)
+    intel_igpu = re.search(r"(?i)\bIris(?:\(R\))? Xe\b|\bUHD Graphics\b|\bArc(?:\(TM\))? (?:Graphics|1[34]0V)\b",
+                           _text(ctx))
+    if not dropped and releases and max(releases) >= 30 and unused and ((
             _vendor(ctx) == "amd" and re.search(r"(?i)\bCPU\W{0,3}AMD\b|\bAMD\W{0,3}CPU\b|\bRyzen\b|\bAPU\b|Radeon \d{3,4}M?S?\b",
-                                                _text(ctx)):
+                                                _text(ctx))) or intel_igpu):
         # an AMD CPU beside an AMD GPU the server stopped using after 0.30: the GPU is likely the APU's own Radeon
         return _make("visibility", "Ollama 0.30+ leaves out integrated GPUs",
                      "Ollama 0.30 and newer skip integrated GPUs that are not on its allow-list; on an AMD APU (Ryzen "
-                     "AI, Radeon 8060S / 890M / 780M) the GPU is integrated, so after the upgrade the model runs on "
-                     "the CPU", set_variable("OLLAMA_IGPU_ENABLE", "1", ctx.sheet, "ollama") +
+                     "AI, Radeon 8060S / 890M / 780M) or an Intel iGPU the GPU is integrated, so after the upgrade "
+                     "the model runs on the CPU", set_variable("OLLAMA_IGPU_ENABLE", "1", ctx.sheet, "ollama") +
                      " (OLLAMA_IGPU_ENABLE=1 for the server, then restart Ollama); a discrete card that is skipped "
                      "instead shows in the server log (OLLAMA_DEBUG=1)", [], unused, confirmed=False)
     if dropped:   # Ollama 0.30+ filters iGPUs that are not on its allow-list
