@@ -85,6 +85,11 @@ READINGS = [
     ("Upgraded ollama to 0.32.5 on my laptop with Intel Iris Xe graphics and OLLAMA_VULKAN=1: ollama ps now shows "
      "llama3.2:3b  100% CPU", "visibility", ["OLLAMA_IGPU_ENABLE=1"]),
 
+    # an empty HIP_VISIBLE_DEVICES that hides nothing (another program, quoted empty, ROCm 3.6): ROCr's variable
+    ("ROCm 3.6 on CentOS 8 with two MI50s\nHIP_VISIBLE_DEVICES='' python3 -c 'import torch; "
+     "print(torch.cuda.device_count())'\n2\nit still sees both GPUs", "visibility",
+     ["ROCR_VISIBLE_DEVICES=", "3.7"]),
+
 ]
 
 
@@ -128,6 +133,8 @@ NEGATIVES = [
      "memory", "does not support AMD GPUs"),
     # an older Ollama on an APU running on the CPU: not the 0.30 iGPU switch
     ("ollama 0.5.7 on a Ryzen 7 7840U (Radeon 780M): ollama ps shows 100% CPU", "OLLAMA_IGPU_ENABLE"),
+    # an index set and the job on the wrong card: not the empty-value reading
+    ("HIP_VISIBLE_DEVICES=1 python train.py still uses GPU 0 (two RX 7900 XTX)", "ROCR_VISIBLE_DEVICES= <the command>"),
 ]
 
 

@@ -420,3 +420,34 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      "set CUDA_VISIBLE_DEVICES=0 (os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0\" in the script, or the "
                      "run script's export), or remove the line that sets it", [f for f in (named,) if f], errors)
     return _choice_ignored(ctx)
+
+
+# a visibility variable set empty to hide every GPU ("HIP_VISIBLE_DEVICES= python train.py"), and the GPUs still used
+_EMPTY_HIP = re.compile(r"\b(HIP_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL)=(?:\"\"|''|(?=\s|$))")
+_STILL_USED = re.compile(r"(?i)\ball (?:the |of the )?GPUs (?:are|were|get|got) (?:still )?used\b|\bstill (?:uses?|sees?|"
+                         r"finds?|lists?)\b.{0,20}\bGPUs?\b|\bnot (?:working|respected|honou?red)\b|\b(?:all|every) GPUs? "
+                         r"(?:is |are )?(?:still )?visible\b|\bexpected\b.{0,40}\bhidden\b")
+
+
+@rule("visibility")
+def empty_hip_visibility(ctx: Context) -> Optional[Diagnosis]:
+    """HIP_VISIBLE_DEVICES set empty to hide every GPU, yet the GPUs are used: HIP of ROCm 3.5 and 3.6 read an empty
+    value as unset (AMD's answer in ROCm/ROCm#1170, fixed in 3.7); ROCr's own ROCR_VISIBLE_DEVICES, applied below HIP,
+    hides them with an empty value (ROCm's "GPU isolation techniques" docs for the two layers)."""
+    set_empty = _lines_matching(ctx, _EMPTY_HIP)
+    if not set_empty or not _lines_matching(ctx, _STILL_USED):
+        return None
+    text = _text(ctx)
+    release = re.search(r"(?i)\bROCm\W{0,3}(?:version\W{0,3})?(\d+)\.(\d+)", text)
+    old = release and (int(release.group(1)), int(release.group(2))) in ((3, 5), (3, 6))
+    name = _EMPTY_HIP.search(set_empty[0].line).group(1)
+    return _make("visibility", f"an empty {name} does not hide the GPUs",
+                 f"an empty {name} is read as unset by HIP"
+                 + (f" of ROCm {release.group(1)}.{release.group(2)} (a regression of ROCm 3.5 and 3.6, fixed in 3.7)"
+                    if old else " in some ROCm releases (3.5 and 3.6 among them)")
+                 + ", so every GPU stays visible",
+                 "hide the GPUs one layer lower, where an empty value means none: ROCR_VISIBLE_DEVICES= <the command> "
+                 "(export ROCR_VISIBLE_DEVICES= for a session)"
+                 + ("; or upgrade ROCm to 3.7 or newer, where an empty HIP_VISIBLE_DEVICES hides them again" if old
+                    else "") + "; check with rocminfo | grep -c gfx or python -c 'import torch; "
+                 "print(torch.cuda.device_count())' (0 expected)", [], set_empty)
