@@ -90,6 +90,11 @@ READINGS = [
      "print(torch.cuda.device_count())'\n2\nit still sees both GPUs", "visibility",
      ["ROCR_VISIBLE_DEVICES=", "3.7"]),
 
+    # hipconfig not found in Ubuntu's words with ROCm's path printed (another tool, an AMD card): its bin on PATH
+    ("Ubuntu 22.04, ROCm 6.1 from amdgpu-install, RX 7600\n$ echo $ROCM_PATH\nROCM_PATH=/opt/rocm\n$ hipconfig --full\n"
+     "Command 'hipconfig' not found, but can be installed with:", "rocm-libs-missing",
+     ["export PATH=$PATH:/opt/rocm/bin", "hipconfig --version"]),
+
 ]
 
 
@@ -135,6 +140,9 @@ NEGATIVES = [
     ("ollama 0.5.7 on a Ryzen 7 7840U (Radeon 780M): ollama ps shows 100% CPU", "OLLAMA_IGPU_ENABLE"),
     # an index set and the job on the wrong card: not the empty-value reading
     ("HIP_VISIBLE_DEVICES=1 python train.py still uses GPU 0 (two RX 7900 XTX)", "ROCR_VISIBLE_DEVICES= <the command>"),
+    # hipcc not found with no ROCm path shown: not "only PATH lacks it"
+    ("$ hipcc --version\nCommand 'hipcc' not found, but can be installed with:\nsudo apt install hipcc",
+     "export PATH=$PATH:/opt/rocm/bin"),
 ]
 
 
