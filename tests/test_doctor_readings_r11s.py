@@ -95,6 +95,10 @@ READINGS = [
      "Command 'hipconfig' not found, but can be installed with:", "rocm-libs-missing",
      ["export PATH=$PATH:/opt/rocm/bin", "hipconfig --version"]),
 
+    # a hang put down to CWSR in other words (a workstation card, a training job, no dpkg listing): turn it off
+    ("Radeon PRO W7900, ROCm 6.4.1, kernel 6.11: after ~2 h of fine-tuning the GPU hangs; AMD's engineer says the "
+     "CWSR path hangs on this MES firmware", "gpu-hang", ["amdgpu.cwsr_enable=0", "/sys/module/amdgpu/parameters"]),
+
 ]
 
 
@@ -143,6 +147,9 @@ NEGATIVES = [
     # hipcc not found with no ROCm path shown: not "only PATH lacks it"
     ("$ hipcc --version\nCommand 'hipcc' not found, but can be installed with:\nsudo apt install hipcc",
      "export PATH=$PATH:/opt/rocm/bin"),
+    # a hang put down to the MES firmware alone (no CWSR): the firmware rollback, not cwsr_enable
+    ("RX 7800 XT: since linux-firmware 20250311 the GPU hangs with MES firmware 0x7e hang messages in dmesg",
+     "cwsr_enable=0"),
 ]
 
 
