@@ -99,6 +99,13 @@ READINGS = [
     ("Radeon PRO W7900, ROCm 6.4.1, kernel 6.11: after ~2 h of fine-tuning the GPU hangs; AMD's engineer says the "
      "CWSR path hangs on this MES firmware", "gpu-hang", ["amdgpu.cwsr_enable=0", "/sys/module/amdgpu/parameters"]),
 
+    # no xformers wheel found for the torch in use (Linux, another torch and CUDA, pip's words around it): its index
+    ("Ubuntu 22.04, torch 2.5.1+cu124 from pytorch.org\nI cannot find any xformers wheel for it on PyPI, pip wants to "
+     "build from source", "wheel-platform", ["--index-url https://download.pytorch.org/whl/cu124"]),
+    # flash-attn asked how to build on Windows for a torch build: the table's Windows row
+    ("Windows 11, Python 3.12, torch==2.6.0+cu124 - how do I compile flash-attn locally on windows? no wheel for "
+     "this torch on PyPI", "wheel-platform", ["prebuilt Windows wheel"]),
+
 ]
 
 
@@ -150,6 +157,8 @@ NEGATIVES = [
     # a hang put down to the MES firmware alone (no CWSR): the firmware rollback, not cwsr_enable
     ("RX 7800 XT: since linux-firmware 20250311 the GPU hangs with MES firmware 0x7e hang messages in dmesg",
      "cwsr_enable=0"),
+    # an xformers wheel question with no torch build named: no index is guessed for it
+    ("can't find a wheel of xformers, what do I do?", "--index-url https://download.pytorch.org/whl/cu"),
 ]
 
 
