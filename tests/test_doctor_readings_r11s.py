@@ -106,6 +106,11 @@ READINGS = [
     ("Windows 11, Python 3.12, torch==2.6.0+cu124 - how do I compile flash-attn locally on windows? no wheel for "
      "this torch on PyPI", "wheel-platform", ["prebuilt Windows wheel"]),
 
+    # a TheRock build on Linux whose rocminfo finds no device on another target (HIP's error code, rocminfo's words)
+    ("Built TheRock from source on Fedora 42 for my Radeon RX 9060 XT (gfx1200)\n$ ./build/dist/rocm/bin/hipInfo\n"
+     "hipErrorNoDevice: no ROCm-capable device is detected", "arch-missing",
+     ["-DTHEROCK_AMDGPU_TARGETS=gfx1200"]),
+
 ]
 
 
@@ -159,6 +164,10 @@ NEGATIVES = [
      "cwsr_enable=0"),
     # an xformers wheel question with no torch build named: no index is guessed for it
     ("can't find a wheel of xformers, what do I do?", "--index-url https://download.pytorch.org/whl/cu"),
+    # a torch from TheRock's index finding no device: the install readings', not a source build's targets
+    ("pip install torch --index-url https://rocm.nightlies.amd.com/v2/gfx110X-all/ (TheRock 7.9 build)\n"
+     "python -c 'import torch; torch.zeros(1).cuda()'\nRuntimeError: No HIP GPUs are available\nRX 7900 XTX gfx1100",
+     "THEROCK_AMDGPU_TARGETS"),
 ]
 
 
