@@ -111,6 +111,11 @@ READINGS = [
      "hipErrorNoDevice: no ROCm-capable device is detected", "arch-missing",
      ["-DTHEROCK_AMDGPU_TARGETS=gfx1200"]),
 
+    # a newer ROCm crashing where an older one named in the paste works (another card, library, tool and releases)
+    ("whisper.cpp HIP build on an RX 6800 (gfx1030): with ROCm 6.4.1 it segfaults in librocblas at the first "
+     "matmul\nrebuilding against ROCm 6.2.4 works fine", "gpu-unsupported",
+     ["install ROCm 6.2.4 beside the system's ROCm 6.4.1", "/opt/rocm-6.2.4"]),
+
 ]
 
 
@@ -168,6 +173,9 @@ NEGATIVES = [
     ("pip install torch --index-url https://rocm.nightlies.amd.com/v2/gfx110X-all/ (TheRock 7.9 build)\n"
      "python -c 'import torch; torch.zeros(1).cuda()'\nRuntimeError: No HIP GPUs are available\nRX 7900 XTX gfx1100",
      "THEROCK_AMDGPU_TARGETS"),
+    # a crash under one ROCm with no older release said to work: not "stay on the older release"
+    ("llama.cpp on an RX 6700 XT with ROCm 6.4.1: Segmentation fault (core dumped) while loading the model",
+     "beside the system's ROCm"),
 ]
 
 

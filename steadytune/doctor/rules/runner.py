@@ -27,6 +27,7 @@ import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
 import steadytune.doctor.rules.arch.source_builds  # noqa: E402,F401
+import steadytune.doctor.rules.arch.release_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
