@@ -142,6 +142,11 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
                                                   "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
                                                   "NCCL 2.18 bug, a fact of that release, not of the paste",
+    # round 11 (spent9, torch-build / arch-missing): the family label differs between cases with the same evidence
+    "https://github.com/Comfy-Org/ComfyUI/issues/7380": "an RTX 5070 with \"no kernel image\" and no torch build shown "
+                                                        "is the evidence of ComfyUI#7127 and pytorch#150733, labelled "
+                                                        "arch-missing; doctor gives this case's fix (cu128) under that "
+                                                        "family, and moving it would lose those",
 }
 
 
