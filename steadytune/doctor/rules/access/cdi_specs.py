@@ -31,6 +31,11 @@ def stale_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
     # cannot read that spec (its version), not a stale one
     if re.search(r"(?i)Found \d+ CDI devices?|^\W*(?:nvidia|amd)\.com/gpu=\w+\s*$", text, re.M):
         return None
+    # an unresolvable device under a podman older than 5: it cannot read the spec version the toolkit writes (the
+    # install readings' podman_older_than_the_cdi_spec), whether or not the spec is current
+    podman = re.search(r"(?i)\bpodman\S*\s+(?:version\s+)?(?:now\s+)?v?(\d+)\.\d+", text)
+    if podman and int(podman.group(1)) < 5 and not any(_STALE.search(e.line).group(1) for e in said):
+        return None
     kind = _VENDOR_KIND.search(text)
     vendor = kind.group(1).lower() if kind else ("amd" if re.search(r"(?i)\b(?:amd|rocm|radeon|instinct)\b", text)
                                                  else "nvidia")
