@@ -170,6 +170,11 @@ KNOWN_MISSES = {
     "https://github.com/pytorch/pytorch/issues/193979": "the nightly index's rocm7.14 dependency wheels were fixed by "
                                                         "being republished as .post1 packages: an event on the index, "
                                                         "and the paste shows only pip's normal download lines",
+    # round 11 (spent9, torch-build / arch-missing): the family label differs between cases with the same evidence
+    "https://github.com/Comfy-Org/ComfyUI/issues/7380": "an RTX 5070 with \"no kernel image\" and no torch build shown "
+                                                        "is the evidence of ComfyUI#7127 and pytorch#150733, labelled "
+                                                        "arch-missing; doctor gives this case's fix (cu128) under that "
+                                                        "family, and moving it would lose those",
 }
 
 

@@ -643,7 +643,9 @@ def _needs_group(line: str):
     "restrict /dev/kfd to members of the 'render' group", "/dev/kfd owned by root:render")."""
     m = re.search(r"(?i)\bmembers? of (?:the )?[\"'`]?(render|video)[\"'`]? group|/dev/(?:kfd|kdf|dri\S*)\b.{0,60}?\broot:(render|video)\b|"
                   # the user saying they are not in it: "my user is not in the render group", "不在 render 组"
-                  r"\bnot (?:a )?(?:in|member of|part of) (?:the )?[\"'`]?(render|video)[\"'`]? group|不在\s*(render|video)\s*(?:用户)?组",
+                  r"\bnot (?:a )?(?:in|member of|part of) (?:the )?[\"'`]?(render|video)[\"'`]? group|不在\s*(render|video)\s*(?:用户)?组|"
+                  # a tool's own group check (amd-smi: "User is missing the following required groups: render, video")
+                  r"\bmissing (?:the following )?(?:required )?groups?\W{1,3}(render|video)\b",
                   line)
     if m:
         yield "needs_group", next(g for g in m.groups() if g).lower(), ""

@@ -188,3 +188,47 @@ def launched_ranks_without_the_environment(ctx: Context) -> Optional[Diagnosis]:
                  "the job script; then check in a rank: python -c 'import os, torch; print(torch.cuda.device_count(), "
                  "os.environ.get(\"LD_LIBRARY_PATH\"))' started by the same launcher",
                  [ctx.line_fact(lines[0])], lines)
+
+
+# A framework's start-up variable set in a notebook where the framework never reads it
+# ---------------------------------------------------------------------------------------------------------
+
+# variables a framework reads once, when it is imported or first touches the GPU, and the import that reads them
+# (JAX's GPU memory docs: XLA_PYTHON_CLIENT_PREALLOCATE / _MEM_FRACTION / _ALLOCATOR "must be set before JAX is
+# imported"; TensorFlow's TF_FORCE_GPU_ALLOW_GROWTH and TF_CPP_MIN_LOG_LEVEL; torch's allocator reads
+# PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF at its first CUDA allocation)
+_STARTUP_VARIABLES = (("XLA_PYTHON_CLIENT_", "jax"), ("XLA_FLAGS", "jax"), ("TF_", "tensorflow"),
+                      ("PYTORCH_CUDA_ALLOC_CONF", "torch"), ("PYTORCH_HIP_ALLOC_CONF", "torch"))
+_STARTUP_NAME = re.compile(r"\b(XLA_PYTHON_CLIENT_[A-Z_]+|XLA_FLAGS|TF_[A-Z_]+|PYTORCH_(?:CUDA|HIP)_ALLOC_CONF)\b")
+# a notebook's shell escape: `!export NAME=value` runs in a throwaway subshell, the kernel never sees it
+_SHELL_ESCAPE = re.compile(r"!\s*export\s+(?:XLA_|TF_|PYTORCH_)\w+=")
+_IGNORED = re.compile(r"(?i)\b(?:is|are|was|were|gets?|got|being|seems?(?: to be)?) (?:completely |totally |simply )?"
+                      r"ignored\b|\b(?:has|have|had) no effect\b|\bdoes(?:n.t| not) (?:work|take effect|apply|change)\b|"
+                      r"\bnot (?:respected|honou?red|applied|taking effect)\b")
+_NOTEBOOK = re.compile(r"(?i)\bcolab\b|\bjupyter\b|\bnotebook\b|\bipython\b|\bkaggle\b|\.ipynb\b")
+
+
+@rule("env-not-applied")
+def notebook_startup_variable(ctx: Context) -> Optional[Diagnosis]:
+    """A framework's start-up variable said to be ignored in a notebook, or set there with `!export`: a `!` line runs
+    in a subshell that ends at once, and os.environ set after the framework's import comes too late for it."""
+    text = "\n".join(ctx.sheet.lines)
+    escape = _lines_matching(ctx, _SHELL_ESCAPE)
+    ignored = _lines_matching(ctx, _IGNORED) if _NOTEBOOK.search(text) else []
+    said = escape or [e for e in ignored if _STARTUP_NAME.search(e.line)] or (
+        ignored if _STARTUP_NAME.search(text) else [])
+    if not said:
+        return None
+    name = _STARTUP_NAME.search(said[0].line) or _STARTUP_NAME.search(text)
+    variable = name.group(1)
+    framework = next(f for prefix, f in _STARTUP_VARIABLES if variable.startswith(prefix))
+    value = re.search(re.escape(variable) + r"""\W{0,3}\s*=\s*["']?([\w.:,-]+)""", text)
+    value = value.group(1) if value else "<value>"
+    return _make("env-not-applied", f"{variable} is set where {framework} does not read it",
+                 f"{framework} reads {variable} once, when it is imported (or first uses the GPU); in a notebook a "
+                 "`!export` runs in a subshell that ends with that line, and an os.environ change after the import "
+                 "(or in a runtime that already imported it) comes too late",
+                 f"set it in Python before the first import: import os; os.environ[\"{variable}\"] = \"{value}\" as "
+                 f"the first cell, above import {framework} (restart the runtime / kernel first so nothing has "
+                 f"imported {framework} yet); %env {variable}={value} works the same way",
+                 [], said[:1], confirmed=bool(escape))

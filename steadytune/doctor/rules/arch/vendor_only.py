@@ -50,6 +50,9 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
     amd = [g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("gfx")]
     other = [g for g in ctx.sheet.of("gpu") if re.search(r"(?i)\bintel\b|\barc\b", g.value)]
     mac = ctx.sheet.has("os", "macos") or _MAC.search(text)
+    asked = _asked_about_amd(ctx, row, text) if not (nvidia or amd or mac or other) else None
+    if asked is not None:
+        return asked
     if nvidia or not (mac or other or amd):
         return None
     wants = _lines_matching(ctx, _WANTS_GPU.pattern)[:1]
@@ -69,5 +72,27 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
                       f"{row.gpu} only): run it on the CPU, {row.cpu_fix}; for a GPU, an NVIDIA card on Linux or "
                       f"Windows ({row.source})", other[:1], wants)
     # a reinstall of the CUDA wheel (the install readings) cannot help a machine without the card
+    diagnosis.rank = family("torch-build").rank - 1
+    return diagnosis
+
+
+# an AMD GPU asked about in words ("does it support AMD GPUs?", "build steps for ROCm"), no card of either vendor shown
+_AMD_ASKED = re.compile(r"(?i)\b(?:support|run|work|use|install|build)\w*\b.{0,40}\b(?:AMD|ROCm|Radeon|HIP)\b|"
+                        r"\b(?:AMD|ROCm|Radeon)\b.{0,40}\b(?:support\w*|possible|work\w*)\b")
+
+
+def _asked_about_amd(ctx: Context, row: OnlyOn, text: str) -> Optional[Diagnosis]:
+    """Whether the tool runs on AMD GPUs, asked before any install: the stock packages have only the one vendor's GPU
+    path; where a ROCm build exists since, that build is the way (said with the answer)."""
+    said = _lines_matching(ctx, _AMD_ASKED)
+    if not said or ctx.errors:
+        return None
+    diagnosis = _make("gpu-unsupported", f"{row.tool.split(' (')[0]}'s packages have no AMD GPU path",
+                 f"{row.tool} runs on GPUs as {row.gpu}; the packages pip installs by default are the CUDA ones, so "
+                 "an AMD GPU is not used by them",
+                 f"{row.tool} does not support AMD GPUs in its default packages (pip's wheels are CUDA-only); "
+                 + (f"on an AMD GPU under Linux: {row.amd}" if row.amd else f"run it on the CPU, {row.cpu_fix}")
+                 + f" ({row.source})", [], said[:1], confirmed=False)
+    # the tool has its own engine: torch's ROCm build (the install readings' answer to an AMD question) is not its path
     diagnosis.rank = family("torch-build").rank - 1
     return diagnosis

@@ -96,10 +96,24 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         return ("the ROCm install is not found", "the build or the program looks for ROCm through ROCM_PATH / "
                 "ROCM_HOME or /opt/rocm, and finds neither", f"install ROCm (sudo amdgpu-install --usecase=rocm) if it "
                 f"is not, then export ROCM_PATH={root} ROCM_HOME=$ROCM_PATH before the command")
-    compiler = re.search(r"(?i)\b(hipcc|hipconfig|amdclang\+*|hipify-perl)\W*(?:command )?not found|Unable to find (hipcc)",
-                         text)
+    # (Ubuntu's command-not-found words it the other way round: "Command 'hipcc' not found")
+    compiler = re.search(r"(?i)\b(hipcc|hipconfig|amdclang\+*|hipify-perl)\W*(?:command )?not found|Unable to find (hipcc)|"
+                         r"\bCommand .(hipcc|hipconfig|amdclang\+*|hipify-perl). not found", text)
+    # ROCm shown installed (HIP_PATH / ROCM_PATH printed, a versioned /opt/rocm-X.Y.Z): only PATH lacks its bin
+    installed = re.search(r"(?i)\b(?:HIP_PATH|ROCM_PATH)\s*[:=]\s*(/opt/rocm(?:-\d[\d.]*)?)\b", _text(ctx))
+    if compiler and installed:
+        tool = next(g for g in compiler.groups() if g)
+        nvidia = re.search(r"(?i)HIP_PLATFORM\s*[:=]\s*(?:nvidia|nvcc)", text)
+        root = installed.group(1).rstrip(".")
+        return (f"{tool} is installed but not on PATH", f"ROCm is installed ({root}), but its bin folder, which holds "
+                f"{tool}, is not on PATH", f"export PATH=$PATH:/opt/rocm/bin"
+                + (f" (or {root}/bin, where /opt/rocm does not link to it)" if root != "/opt/rocm" else "")
+                + (", with HIP_PLATFORM=nvidia, and compile with hipcc rather than plain nvcc (hipcc adds the HIP "
+                   "include path that nvcc alone does not have)" if nvidia else "")
+                + f"; then {tool} --version (add the export to ~/.bashrc); where ls {root}/bin/{tool} finds nothing, "
+                "it was never installed: sudo amdgpu-install --usecase=rocm,hiplibsdk (or the hipcc package)")
     if compiler:
-        tool = compiler.group(1) or compiler.group(2)
+        tool = next(g for g in compiler.groups() if g)
         where = ('pip install "rocm[devel]" from the index the rocm wheels came from (its bin/ holds them)' if therock
                  else "sudo amdgpu-install --usecase=rocm,hiplibsdk (or the distribution's rocm-hip-sdk / hipcc package)")
         return (f"{tool} is not found", f"building GPU code needs ROCm's compiler tools ({tool}), which are not "

@@ -48,8 +48,9 @@ def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
 # both formats tried ("bf16 false fp16 true", "tried fp16 and bf16"), on a GPU that computes bf16 (Ampere and newer,
 # RDNA3, CDNA2 and newer): the format is not what overflows
 _BOTH_TRIED = re.compile(r"(?i)\bbf16\b[^\n]{0,40}\bfp16\b|\bfp16\b[^\n]{0,40}\bbf16\b")
-_BF16_GPU = re.compile(r"(?i)(?<![a-z0-9])(?:A100|A800|H100|H800|H200|L40S?|A6000|A10G?|RTX ?[34]0\d0|RTX ?50\d0|"
-                       r"MI2[15]0X?|MI3\d\dX?|RX ?[79]\d\d\d)(?![a-z0-9])")
+# (Ada's L4 and Ampere's A30 / A40 / RTX A-series data-center and workstation cards too: compute capability 8.0+)
+_BF16_GPU = re.compile(r"(?i)(?<![a-z0-9])(?:A100|A800|H100|H800|H200|L40S?|L4|A30|A40|RTX ?A[2-6]000|A6000|A10G?|"
+                       r"RTX ?[34]0\d0|RTX ?50\d0|MI2[15]0X?|MI3\d\dX?|RX ?[79]\d\d\d)(?![a-z0-9])")
 
 
 # RDNA3 / RDNA3.5 (Radeon RX 7000, Strix Point / Halo APUs): ROCm's fused attention for them (SDPA's AOTriton
