@@ -151,3 +151,84 @@ def _not_passed_to_container(ctx: Context, symptoms: list) -> Optional[Diagnosis
                      set_variable(name, value, ctx.sheet, ctx.tool(symptoms)),
                      [fact, Fact("command", "container", number, line.strip())], symptoms)
     return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The ranks a launcher starts, without the environment of the shell that started the launcher
+# ---------------------------------------------------------------------------------------------------------
+
+# the process group asked for NCCL (or a rank's CUDA init) and the rank saw no GPU at all
+_RANK_NO_GPU = re.compile(r"(?i)ProcessGroupNCCL is only supported with GPUs, no GPUs found|"
+                          r"NCCL (?:backend )?(?:is )?(?:only supported|requires) (?:with )?GPUs")
+# the process is one rank of a launched job: its log prefix, or the launcher named
+_LAUNCHED = re.compile(r"(?i)\[rank\s*[=:]?\s*\d+\]|\brank\s*\d+\b|\bdeepspeed\b|\btorchrun\b|\btorch\.distributed\.run\b|"
+                       r"\bpdsh\b|\bmpirun\b|\bsrun\b|\baccelerate launch\b|\bdetermined\b")
+
+
+@rule("env-not-applied")
+def launched_ranks_without_the_environment(ctx: Context) -> Optional[Diagnosis]:
+    """A rank that finds no GPU when the process group starts: the job's ranks are started by a launcher (DeepSpeed's
+    pdsh/MPI runners, a scheduler, ssh), whose children get the launcher's own environment, not the shell's. DeepSpeed's
+    multi-node runner passes on only the variables named NCCL*, PYTHON*, UCX*, MV2* and MLFLOW* and those listed in a
+    .deepspeed_env file (in $HOME or the working folder; deepspeed/launcher/constants.py): without LD_LIBRARY_PATH
+    the ranks do not find the CUDA libraries, and torch in them counts no GPU."""
+    lines = _lines_matching(ctx, _RANK_NO_GPU)
+    text = "\n".join(ctx.sheet.lines)
+    if not lines or not _LAUNCHED.search(text) or re.search(r"\+cpu\b|CUDA_VISIBLE_DEVICES=(?:\s|$|\"\"|'')", text):
+        return None   # a CPU torch or an emptied mask is its own reading (torch-build, visibility)
+    return _make("env-not-applied", "the launched ranks do not get the environment that finds the GPU",
+                 "the rank that sets up the NCCL process group sees no GPU, while the machine has them: a launcher "
+                 "starts the ranks with its own environment, not the shell's (DeepSpeed's multi-node runner passes "
+                 "only NCCL*, PYTHON*, UCX*, MV2* and MLFLOW* variables and those in .deepspeed_env; pdsh, ssh and "
+                 "a scheduler start clean shells), so LD_LIBRARY_PATH with the CUDA libraries (or CUDA_VISIBLE_DEVICES) "
+                 "does not reach them",
+                 "pass the variables to the ranks: for DeepSpeed write them to .deepspeed_env in $HOME or the "
+                 "working folder (echo \"LD_LIBRARY_PATH=$LD_LIBRARY_PATH\" >> ~/.deepspeed_env, the same for PATH "
+                 "and CUDA_VISIBLE_DEVICES where set); for mpirun -x LD_LIBRARY_PATH; for a scheduler export them in "
+                 "the job script; then check in a rank: python -c 'import os, torch; print(torch.cuda.device_count(), "
+                 "os.environ.get(\"LD_LIBRARY_PATH\"))' started by the same launcher",
+                 [ctx.line_fact(lines[0])], lines)
+
+
+# A framework's start-up variable set in a notebook where the framework never reads it
+# ---------------------------------------------------------------------------------------------------------
+
+# variables a framework reads once, when it is imported or first touches the GPU, and the import that reads them
+# (JAX's GPU memory docs: XLA_PYTHON_CLIENT_PREALLOCATE / _MEM_FRACTION / _ALLOCATOR "must be set before JAX is
+# imported"; TensorFlow's TF_FORCE_GPU_ALLOW_GROWTH and TF_CPP_MIN_LOG_LEVEL; torch's allocator reads
+# PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF at its first CUDA allocation)
+_STARTUP_VARIABLES = (("XLA_PYTHON_CLIENT_", "jax"), ("XLA_FLAGS", "jax"), ("TF_", "tensorflow"),
+                      ("PYTORCH_CUDA_ALLOC_CONF", "torch"), ("PYTORCH_HIP_ALLOC_CONF", "torch"))
+_STARTUP_NAME = re.compile(r"\b(XLA_PYTHON_CLIENT_[A-Z_]+|XLA_FLAGS|TF_[A-Z_]+|PYTORCH_(?:CUDA|HIP)_ALLOC_CONF)\b")
+# a notebook's shell escape: `!export NAME=value` runs in a throwaway subshell, the kernel never sees it
+_SHELL_ESCAPE = re.compile(r"!\s*export\s+(?:XLA_|TF_|PYTORCH_)\w+=")
+_IGNORED = re.compile(r"(?i)\b(?:is|are|was|were|gets?|got|being|seems?(?: to be)?) (?:completely |totally |simply )?"
+                      r"ignored\b|\b(?:has|have|had) no effect\b|\bdoes(?:n.t| not) (?:work|take effect|apply|change)\b|"
+                      r"\bnot (?:respected|honou?red|applied|taking effect)\b")
+_NOTEBOOK = re.compile(r"(?i)\bcolab\b|\bjupyter\b|\bnotebook\b|\bipython\b|\bkaggle\b|\.ipynb\b")
+
+
+@rule("env-not-applied")
+def notebook_startup_variable(ctx: Context) -> Optional[Diagnosis]:
+    """A framework's start-up variable said to be ignored in a notebook, or set there with `!export`: a `!` line runs
+    in a subshell that ends at once, and os.environ set after the framework's import comes too late for it."""
+    text = "\n".join(ctx.sheet.lines)
+    escape = _lines_matching(ctx, _SHELL_ESCAPE)
+    ignored = _lines_matching(ctx, _IGNORED) if _NOTEBOOK.search(text) else []
+    said = escape or [e for e in ignored if _STARTUP_NAME.search(e.line)] or (
+        ignored if _STARTUP_NAME.search(text) else [])
+    if not said:
+        return None
+    name = _STARTUP_NAME.search(said[0].line) or _STARTUP_NAME.search(text)
+    variable = name.group(1)
+    framework = next(f for prefix, f in _STARTUP_VARIABLES if variable.startswith(prefix))
+    value = re.search(re.escape(variable) + r"""\W{0,3}\s*=\s*["']?([\w.:,-]+)""", text)
+    value = value.group(1) if value else "<value>"
+    return _make("env-not-applied", f"{variable} is set where {framework} does not read it",
+                 f"{framework} reads {variable} once, when it is imported (or first uses the GPU); in a notebook a "
+                 "`!export` runs in a subshell that ends with that line, and an os.environ change after the import "
+                 "(or in a runtime that already imported it) comes too late",
+                 f"set it in Python before the first import: import os; os.environ[\"{variable}\"] = \"{value}\" as "
+                 f"the first cell, above import {framework} (restart the runtime / kernel first so nothing has "
+                 f"imported {framework} yet); %env {variable}={value} works the same way",
+                 [], said[:1], confirmed=bool(escape))

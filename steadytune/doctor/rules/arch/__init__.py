@@ -16,6 +16,8 @@
   no_compiler_target  a GFX9 name LLVM has no processor for (gfx903): no build can be made for it
   release_added    a feature path for older GPUs that a tool's later release added (bitsandbytes' int8 matmul)
   kfd_process_vm   KFD failing to create a process's GPU VM: a GPU older than gfx9, not the user's groups
+  source_builds    a self-built ROCm (TheRock) whose runtime skips the machine's gfx target: build it for that target
+  release_regressions  a newer ROCm crashing on a card an older ROCm the paste names runs: that release, side by side
   gpu_asks         the line of a short paste that asks for the GPU itself (no rules)
   build_asks       a short ask for a build for an AMD GPU, no tool with its own remedy named: a build with its target
   arch_guards      a kernel guarded for one exact sm_XX run on a sibling of its family (sm120-only on sm_121)

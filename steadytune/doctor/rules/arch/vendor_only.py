@@ -21,7 +21,6 @@ class OnlyOn:
     cpu_fix: str     # its own CPU mode
     source: str
     amd: str = ""    # where an AMD build of it exists since, that build (a wrong build, not a missing GPU path)
-    asks: str = ""   # for a tool that is nothing but a GPU compiler: asking for it on the machine at all wants the GPU
 
 
 ONLY_ON: tuple[OnlyOn, ...] = (
@@ -32,13 +31,6 @@ ONLY_ON: tuple[OnlyOn, ...] = (
            "CTranslate2 4.7.1 and newer publish ROCm builds with their GitHub releases (OpenNMT/CTranslate2 PR 1989, "
            "built for ROCm 7.x): install that wheel in the environment (the CTranslate2-rocm fork, "
            "arlo-phoenix/CTranslate2-rocm, for an older ROCm) instead of PyPI's CUDA one"),
-    OnlyOn("Triton", r"(?i)\btriton\b", "NVIDIA GPUs through CUDA and AMD GPUs through ROCm, on Linux (its PyPI wheels "
-           "are manylinux only)",
-           "eager PyTorch (no torch.compile, or torch.compile(backend=\"aot_eager\")), or the CPU-only triton-cpu fork "
-           "(github.com/triton-lang/triton-cpu) built from source",
-           "Triton README: supported platforms Linux, hardware NVIDIA and AMD GPUs; PyPI triton publishes Linux wheels "
-           "only",
-           amd="", asks=r"(?i)\bsupport\w*\b|\bpip install\b|\binstall\w*\b|\bwheel"),
 )
 
 # a Mac in the user's words or its tools' ("MacBook Pro", "macOS 14", "M2 Max", "Apple Silicon")
@@ -60,9 +52,12 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
     amd = [g for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("gfx")]
     other = [g for g in ctx.sheet.of("gpu") if re.search(r"(?i)\bintel\b|\barc\b", g.value)]
     mac = ctx.sheet.has("os", "macos") or _MAC.search(text)
+    asked = _asked_about_amd(ctx, row, text) if not (nvidia or amd or mac or other) else None
+    if asked is not None:
+        return asked
     if nvidia or not (mac or other or amd):
         return None
-    wants = _lines_matching(ctx, _WANTS_GPU.pattern)[:1] or (_lines_matching(ctx, row.asks)[:1] if row.asks else [])
+    wants = _lines_matching(ctx, _WANTS_GPU.pattern)[:1]
     if not wants:
         return None
     if amd and not (row.amd or other or mac):
@@ -79,6 +74,28 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
                       f"{row.gpu} only): run it on the CPU, {row.cpu_fix}; for a GPU, an NVIDIA card on Linux or "
                       f"Windows ({row.source})", other[:1], wants)
     # a reinstall of the CUDA wheel (the install readings) cannot help a machine without the card
+    diagnosis.rank = family("torch-build").rank - 1
+    return diagnosis
+
+
+# an AMD GPU asked about in words ("does it support AMD GPUs?", "build steps for ROCm"), no card of either vendor shown
+_AMD_ASKED = re.compile(r"(?i)\b(?:support|run|work|use|install|build)\w*\b.{0,40}\b(?:AMD|ROCm|Radeon|HIP)\b|"
+                        r"\b(?:AMD|ROCm|Radeon)\b.{0,40}\b(?:support\w*|possible|work\w*)\b")
+
+
+def _asked_about_amd(ctx: Context, row: OnlyOn, text: str) -> Optional[Diagnosis]:
+    """Whether the tool runs on AMD GPUs, asked before any install: the stock packages have only the one vendor's GPU
+    path; where a ROCm build exists since, that build is the way (said with the answer)."""
+    said = _lines_matching(ctx, _AMD_ASKED)
+    if not said or ctx.errors:
+        return None
+    diagnosis = _make("gpu-unsupported", f"{row.tool.split(' (')[0]}'s packages have no AMD GPU path",
+                 f"{row.tool} runs on GPUs as {row.gpu}; the packages pip installs by default are the CUDA ones, so "
+                 "an AMD GPU is not used by them",
+                 f"{row.tool} does not support AMD GPUs in its default packages (pip's wheels are CUDA-only); "
+                 + (f"on an AMD GPU under Linux: {row.amd}" if row.amd else f"run it on the CPU, {row.cpu_fix}")
+                 + f" ({row.source})", [], said[:1], confirmed=False)
+    # the tool has its own engine: torch's ROCm build (the install readings' answer to an AMD question) is not its path
     diagnosis.rank = family("torch-build").rank - 1
     return diagnosis
 

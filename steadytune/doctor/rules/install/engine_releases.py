@@ -224,3 +224,41 @@ def engine_rocm_install_gets_the_cuda_build(ctx: Context) -> Optional[Diagnosis]
                  f"PyPI's {engine} wheel is the CUDA build; its ROCm builds are not on PyPI, so a plain install on a "
                  "ROCm machine (or a Python its ROCm wheels are not made for) ends with the CUDA one", fix,
                  [ctx.line_fact(lines[0])], lines[:1])
+
+
+# a wheel that cannot be found for the torch build in use ("can't find the whl of torch2.6.0+cu126", "no wheel for
+# torch 2.5.1+cu124", "how to compile X locally"), said about a package the tool table knows
+_TORCH_BUILD = re.compile(r"(?i)\btorch\W{0,3}v?(\d+\.\d+(?:\.\d+)?)\+(cu\d{3}|rocm\d+(?:\.\d+)*)\b")
+_NO_WHEEL = re.compile(r"(?i)\b(?:can.?t|cannot|could ?n.t|unable to|fail\w* to|did ?n.t|does ?n.t) (?:find|get|locate|"
+                       r"download)\b.{0,30}\b(?:whl|wheels?|binar(?:y|ies)|builds?)\b|\bno (?:\w+ )?(?:whl|wheels?) "
+                       r"(?:for|of|matching)\b|\bhow (?:to|do I|can I) (?:compile|build)\b.{0,40}\b(?:locally|from "
+                       r"source|myself|on windows)\b")
+# packages whose wheels are built per torch release and CUDA (or ROCm) build, on the pytorch.org indexes or their own
+# release pages, that a user looks for by the torch they have
+_PER_TORCH_PACKAGES = ("xformers", "flash-attn", "torchvision", "torchaudio", "torch-scatter", "mamba-ssm",
+                       "causal-conv1d", "exllamav2", "sageattention", "apex", "mmcv")
+
+
+@rule("wheel-platform")
+def wheel_sought_for_this_torch(ctx: Context) -> Optional[Diagnosis]:
+    """A package's wheel not found for the torch build in use: the package's own channel for that build (its table
+    row, with the paste's CUDA label) before a source build."""
+    said = _lines_matching(ctx, _NO_WHEEL)
+    build = _TORCH_BUILD.search(_text(ctx))
+    if not said or build is None:
+        return None
+    text = _text(ctx).lower()
+    package = next((p for p in _PER_TORCH_PACKAGES if re.search(r"\b" + re.escape(p).replace(r"\-", "[-_]") + r"\b",
+                                                                   text)), None)
+    if package is None:
+        return None
+    label = build.group(2).lower()
+    fix = _table_fix(ctx, package, "wheel-platform", cuda_label=label if label.startswith("cu") else None)
+    if fix is None:
+        return None
+    return _make("wheel-platform", f"no {package} wheel found for torch {build.group(1)}+{label}",
+                 f"{package}'s wheels are built for one torch release and one CUDA / ROCm build each and published on "
+                 f"its own channel (for most, the pytorch.org index of that build, not PyPI's default); the one for "
+                 f"torch {build.group(1)}+{label} is looked for in the wrong place, or its release was late for this "
+                 "OS", fix + f" (building {package} from source is the last resort)", [ctx.line_fact(said[0])],
+                 said[:1], confirmed=False)

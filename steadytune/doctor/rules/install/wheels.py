@@ -440,28 +440,30 @@ def _gpu_extra_off_linux(ctx: Context) -> Optional[Diagnosis]:
                  "the extra brings no GPU support and it runs on the CPU", fix, [ctx.line_fact(lines[0])], lines[:1])
 
 
-_JAX_CUDA_INIT = re.compile(r"CUDA backend failed to initialize")
+# the backend failing to start, or its CUDA plugin (a package of its own since jax 0.4.26: jax-cuda12-plugin) failing
+# in its initialize() against a jaxlib of another release (an attribute of jaxlib.xla_client it expects is missing)
+_JAX_CUDA_INIT = re.compile(r"CUDA backend failed to initialize|Jax plugin configuration error|"
+                            r"jax_plugins[./]xla_cuda\d+\b.{0,40}\binitiali[sz]e")
 
 
 def _jax_cuda_pieces(ctx: Context) -> Optional[Diagnosis]:
     """jax's "CUDA backend failed to initialize" with a CUDA jaxlib: the pieces jax's CUDA backend is made of (jax,
     jaxlib, its CUDA plugin and the nvidia-* CUDA/cuDNN packages) were installed apart and do not match; the
     jax[cuda12] extra installs them as one set (docs.jax.dev installation: pip install -U "jax[cuda12]")."""
-    if "CUDA backend failed" not in _text(ctx):
-        return None
-    lines = _lines_matching(ctx, _JAX_CUDA_INIT.pattern)
+    lines = _lines_matching(ctx, _JAX_CUDA_INIT)
     text = _text(ctx)
     if not lines or not re.search(r"(?i)\bjax", text):
         return None
-    version = re.search(r"(?im)^\s*jax\s*[= ]\s*=?\s*(\d+\.\d+\.\d+)\b|\bjax==(\d+\.\d+\.\d+)", text)
+    version = re.search(r"(?im)^\W*jax\s*[=: ]\s*=?\s*(\d+\.\d+\.\d+)\b|\bjax==(\d+\.\d+\.\d+)", text)
     pinned = f"=={version.group(1) or version.group(2)}" if version else ""
     cuda = re.search(r"\+cuda(\d+)", text)
     extra = f"cuda{cuda.group(1)}" if cuda else "cuda12"
     return _make("wheel-platform", "jax's CUDA pieces do not match",
-                 "jax's CUDA backend is jax, a CUDA jaxlib and the CUDA and cuDNN libraries pinned for it; installed "
+                 "jax's CUDA backend is jax, a CUDA jaxlib (or jaxlib with the jax-cuda plugin packages) and the CUDA and "
+                 "cuDNN libraries pinned for it; installed "
                  "one by one (a CUDA jaxlib beside a plain jax, or the system's CUDA in place of the pinned packages) "
                  "they do not fit, and the backend fails to start, leaving jax on the CPU",
-                 f"reinstall them as one set: pip uninstall -y jax jaxlib; pip install -U \"jax[{extra}]{pinned}\" (it "
+                 f"reinstall them as one set: pip uninstall -y jax jaxlib jax-{extra}-plugin jax-{extra}-pjrt; pip install -U \"jax[{extra}]{pinned}\" (it "
                  "brings the matching jaxlib, CUDA plugin and nvidia-* libraries); keep LD_LIBRARY_PATH free of other "
                  "CUDA folders", [ctx.line_fact(lines[0])], lines[:1])
 

@@ -178,16 +178,26 @@ _DEEPSPEED_LAUNCH = re.compile(r"(?m)^\W*(?:\w+=\S+\s+)*deepspeed\s+(?:--\w|\S+\
 _NO_SLOT = re.compile(r"No slot '(\d+)' specified on host '([\w.-]+)'")
 
 
+# the user's own account of it: the visibility variable reset, overridden or ignored under deepspeed
+_VARIABLE_OVERRIDDEN = re.compile(
+    r"(?i)\b(?:CUDA|HIP|ROCR)_VISIBLE_DEVICES\b.{0,40}\b(?:(?:is|was|gets?|got|would be|will be|being) (?:reset|"
+    r"overrid\w+|overwrit\w+|replaced|ignored|unset|changed)|not (?:respected|honou?red|tak\w+ effect|work\w*)|"
+    r"has no effect|doesn.t work)|\b(?:ignores?|overrides?|resets?|overwrites?) (?:my |the )?(?:CUDA|HIP)_VISIBLE_DEVICES")
+
+
 def _deepspeed_own_list(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     slot = _lines_matching(ctx, _NO_SLOT.pattern)
     listed = re.search(r"\bCUDA_VISIBLE_DEVICES\s*=\s*[\"']?(\d+(?:,\d+)*)", text)
-    if not slot and not (listed and _DEEPSPEED_LAUNCH.search(text)):
+    overridden = (_lines_matching(ctx, _VARIABLE_OVERRIDDEN) if re.search(r"(?i)\bdeepspeed\b", text) else [])
+    if not slot and not (listed and _DEEPSPEED_LAUNCH.search(text)) and not overridden:
         return None
     if not slot and any(e.family not in _ERRORS_OF_OTHERS for e in ctx.errors):
         return None
-    ids = listed.group(1) if listed else _NO_SLOT.search(slot[0].line).group(1)
-    said = slot or _lines_matching(ctx, r"\bCUDA_VISIBLE_DEVICES\s*=") or _lines_matching(ctx, _DEEPSPEED_LAUNCH.pattern)
+    ids = (listed.group(1) if listed else _NO_SLOT.search(slot[0].line).group(1) if slot
+           else "<the GPU ids, e.g. 1,2>")
+    said = (slot or overridden or _lines_matching(ctx, r"\bCUDA_VISIBLE_DEVICES\s*=")
+            or _lines_matching(ctx, _DEEPSPEED_LAUNCH.pattern))
     diagnosis = _make("visibility", "the deepspeed launcher chooses the GPUs itself",
                       "the deepspeed launcher builds its own list of GPUs (all of the host's, or --include / "
                       "--num_gpus) and sets CUDA_VISIBLE_DEVICES for each rank from it, so one exported before it is "
@@ -211,18 +221,32 @@ def _slurm_per_task_gpus(ctx: Context) -> Optional[Diagnosis]:
     if not re.search(r"(?i)\bslurm\b|\bsrun\b|\bsbatch\b", text) or not _PER_TASK.search(text):
         return None
     said = _lines_matching(ctx, _ONE_EACH.pattern)
-    if not said:
+    # a rank that sets its device by its local rank finds only one GPU in its binding: "invalid device ordinal" (or
+    # HIP's hipErrorInvalidDevice) on every rank but the first settles it
+    ordinal = [e for e in ctx.errors if re.search(r"(?i)invalid device ordinal|hipErrorInvalidDevice|"
+                                                  r"CUDA_ERROR_INVALID_DEVICE", e.line)]
+    if not said and not ordinal:
         return None
     snakemake = re.search(r"(?i)\bsnakemake\b", text)
-    return _make("visibility", "SLURM binds each task to its own GPU",
-                 "SLURM's per-task GPU requests bind every task to its GPUs (--gpus-per-task implies "
-                 "--gpu-bind=per_task since Slurm 21.08, --ntasks-per-gpu implies --gpu-bind=single), so each process "
-                 "sees only its own card and CUDA_VISIBLE_DEVICES differs from rank to rank",
-                 "request the GPUs per node instead: --gpus-per-node=<GPUs on each node> with --ntasks-per-node=<tasks "
-                 "on each node> (no --gpus-per-task / --ntasks-per-gpu), so every task on a node sees all of its GPUs"
-                 + ("; the snakemake SLURM executor adds --ntasks-per-gpu itself: upgrade "
-                    "snakemake-executor-plugin-slurm and set the rule's resource tasks_per_gpu=0 so it is left out"
-                    if snakemake else ""), [], said[:1], confirmed=False)
+    # the job's own numbers where it shows them: tasks on a node times GPUs per task are the node's GPUs
+    tasks = re.search(r"(?i)--ntasks-per-node[= ](\d+)", text)
+    per_task = re.search(r"(?i)--gpus-per-task[= ](\d+)", text)
+    gpus = str(int(tasks.group(1)) * int(per_task.group(1))) if tasks and per_task else "<GPUs on each node>"
+    diagnosis = _make(
+        "visibility", "SLURM binds each task to its own GPU",
+        "SLURM's per-task GPU requests bind every task to its GPUs (--gpus-per-task implies --gpu-bind=per_task since "
+        "Slurm 21.08, --ntasks-per-gpu implies --gpu-bind=single), so each process sees only its own card and "
+        "CUDA_VISIBLE_DEVICES differs from rank to rank"
+        + (" (a rank that picks cuda:<local rank> asks for a GPU it cannot see: invalid device ordinal)"
+           if ordinal else ""),
+        f"request the GPUs per node instead: --gpus-per-node={gpus} with --ntasks-per-node="
+        f"{tasks.group(1) if tasks else '<tasks on each node>'} (no --gpus-per-task / --ntasks-per-gpu), so every "
+        "task on a node sees all of its GPUs"
+        + ("; the snakemake SLURM executor adds --ntasks-per-gpu itself: upgrade "
+           "snakemake-executor-plugin-slurm and set the rule's resource tasks_per_gpu=0 so it is left out"
+           if snakemake else ""), [ctx.line_fact(ordinal[0])] if ordinal else [], ordinal + said[:1],
+        confirmed=bool(ordinal))
+    return _first(diagnosis) if ordinal else diagnosis
 
 
 @rule("visibility")

@@ -302,18 +302,27 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      f"ROCR_VISIBLE_DEVICES={mask.group(1)} names cards that do not exist there, so none is left",
                      "unset ROCR_VISIBLE_DEVICES (and HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES) before starting the "
                      "runtime inside the container or job step; do not --export the host's mask", [], none)
-    dropped = [e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
-    newer = re.search(r"(?i)\bollama\b.{0,30}?\bv?0\.(\d+)\.\d+|\bv?0\.(\d+)\.\d+\b.{0,30}\bollama\b", _text(ctx))
+    # (Ollama logs it at level=INFO, which the error lines leave out: the paste's line itself counts)
+    dropped = ([e for e in errors if re.search(r"(?i)dropping integrated GPU", e.line)]
+               or _lines_matching(ctx, r"(?i)dropping integrated GPU"))
+    # the newest Ollama release the paste shows (a paste comparing 0.24 that worked with 0.30 that does not names both)
+    releases = [int(m.group(1) or m.group(2)) for m in re.finditer(
+        r"(?i)\bollama\b.{0,30}?\bv?0\.(\d+)\.\d+|\bv?0\.(\d+)\.\d+\b.{0,30}\bollama\b", _text(ctx))]
+    releases += [int(m.group(1)) for m in re.finditer(r"(?<![\d.])v?0\.(\d{2})\.\d+\b", _text(ctx))
+                 if re.search(r"(?i)\bollama\b", _text(ctx))]
     unused = _lines_matching(ctx, r"(?i)\bGPU\b.{0,30}\b(?:cannot|can.t|could not|isn.t|is not|not) (?:be )?(?:used|"
-                                  r"detected|found)|\b(?:runs?|running) on (?:the )?CPU\b|\bno GPU\b")
-    if not dropped and newer and int(newer.group(1) or newer.group(2)) >= 30 and unused and \
+                                  r"detected|found)|\b(?:runs?|running) on (?:the )?CPU\b|\bno GPU\b|\b100% CPU\b")
+    # an integrated GPU: an AMD APU (its CPU beside its Radeon), or Intel's iGPU (Iris Xe, UHD, Arc's integrated ones)
+    intel_igpu = re.search(r"(?i)\bIris(?:\(R\))? Xe\b|\bUHD Graphics\b|\bArc(?:\(TM\))? (?:Graphics|1[34]0V)\b",
+                           _text(ctx))
+    if not dropped and releases and max(releases) >= 30 and unused and ((
             _vendor(ctx) == "amd" and re.search(r"(?i)\bCPU\W{0,3}AMD\b|\bAMD\W{0,3}CPU\b|\bRyzen\b|\bAPU\b|Radeon \d{3,4}M?S?\b",
-                                                _text(ctx)):
+                                                _text(ctx))) or intel_igpu):
         # an AMD CPU beside an AMD GPU the server stopped using after 0.30: the GPU is likely the APU's own Radeon
         return _make("visibility", "Ollama 0.30+ leaves out integrated GPUs",
                      "Ollama 0.30 and newer skip integrated GPUs that are not on its allow-list; on an AMD APU (Ryzen "
-                     "AI, Radeon 8060S / 890M / 780M) the GPU is integrated, so after the upgrade the model runs on "
-                     "the CPU", set_variable("OLLAMA_IGPU_ENABLE", "1", ctx.sheet, "ollama") +
+                     "AI, Radeon 8060S / 890M / 780M) or an Intel iGPU the GPU is integrated, so after the upgrade "
+                     "the model runs on the CPU", set_variable("OLLAMA_IGPU_ENABLE", "1", ctx.sheet, "ollama") +
                      " (OLLAMA_IGPU_ENABLE=1 for the server, then restart Ollama); a discrete card that is skipped "
                      "instead shows in the server log (OLLAMA_DEBUG=1)", [], unused, confirmed=False)
     if dropped:   # Ollama 0.30+ filters iGPUs that are not on its allow-list
@@ -411,3 +420,34 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                      "set CUDA_VISIBLE_DEVICES=0 (os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"0\" in the script, or the "
                      "run script's export), or remove the line that sets it", [f for f in (named,) if f], errors)
     return _choice_ignored(ctx)
+
+
+# a visibility variable set empty to hide every GPU ("HIP_VISIBLE_DEVICES= python train.py"), and the GPUs still used
+_EMPTY_HIP = re.compile(r"\b(HIP_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL)=(?:\"\"|''|(?=\s|$))")
+_STILL_USED = re.compile(r"(?i)\ball (?:the |of the )?GPUs (?:are|were|get|got) (?:still )?used\b|\bstill (?:uses?|sees?|"
+                         r"finds?|lists?)\b.{0,20}\bGPUs?\b|\bnot (?:working|respected|honou?red)\b|\b(?:all|every) GPUs? "
+                         r"(?:is |are )?(?:still )?visible\b|\bexpected\b.{0,40}\bhidden\b")
+
+
+@rule("visibility")
+def empty_hip_visibility(ctx: Context) -> Optional[Diagnosis]:
+    """HIP_VISIBLE_DEVICES set empty to hide every GPU, yet the GPUs are used: HIP of ROCm 3.5 and 3.6 read an empty
+    value as unset (AMD's answer in ROCm/ROCm#1170, fixed in 3.7); ROCr's own ROCR_VISIBLE_DEVICES, applied below HIP,
+    hides them with an empty value (ROCm's "GPU isolation techniques" docs for the two layers)."""
+    set_empty = _lines_matching(ctx, _EMPTY_HIP)
+    if not set_empty or not _lines_matching(ctx, _STILL_USED):
+        return None
+    text = _text(ctx)
+    release = re.search(r"(?i)\bROCm\W{0,3}(?:version\W{0,3})?(\d+)\.(\d+)", text)
+    old = release and (int(release.group(1)), int(release.group(2))) in ((3, 5), (3, 6))
+    name = _EMPTY_HIP.search(set_empty[0].line).group(1)
+    return _make("visibility", f"an empty {name} does not hide the GPUs",
+                 f"an empty {name} is read as unset by HIP"
+                 + (f" of ROCm {release.group(1)}.{release.group(2)} (a regression of ROCm 3.5 and 3.6, fixed in 3.7)"
+                    if old else " in some ROCm releases (3.5 and 3.6 among them)")
+                 + ", so every GPU stays visible",
+                 "hide the GPUs one layer lower, where an empty value means none: ROCR_VISIBLE_DEVICES= <the command> "
+                 "(export ROCR_VISIBLE_DEVICES= for a session)"
+                 + ("; or upgrade ROCm to 3.7 or newer, where an empty HIP_VISIBLE_DEVICES hides them again" if old
+                    else "") + "; check with rocminfo | grep -c gfx or python -c 'import torch; "
+                 "print(torch.cuda.device_count())' (0 expected)", [], set_empty)

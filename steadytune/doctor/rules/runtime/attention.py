@@ -266,3 +266,75 @@ def nan_before_any_update(ctx: Context) -> Optional[Diagnosis]:
                         "(SDPA), whose kernel gives NaN on some padded batches",
                         "switch the attention implementation away from SDPA: " + fix + "; keep bf16", [], said,
                         confirmed=False))
+
+
+# the optional flash-attention extensions a model's own code imports, and where flash-attention's sources keep them
+# (Qwen's modeling code warns "import flash_attn rotary fail, please install FlashAttention rotary ...": rotary in
+# csrc/rotary, rms_norm in csrc/layer_norm); the flash-attn wheel ships neither compiled kernel
+_OPTIONAL_EXTENSIONS = {"rotary": "rotary", "rms_norm": "layer_norm", "layer_norm": "layer_norm",
+                        "cross_entropy": "xentropy", "fused_dense": "fused_dense_lib"}
+_EXTENSION_FAILED = re.compile(r"(?i)\bimport flash_?attn[ .](rotary|rms_norm|layer_norm|cross_entropy|fused_dense)\w*"
+                               r" (?:fail|failed|error)|\bflash_attn\.(?:layers|ops)\.(rotary|rms_norm|layer_norm)\b"
+                               r".{0,40}(?:No module|ImportError|cannot import|fail)")
+
+
+@rule("attention")
+def optional_extension_missing(ctx: Context) -> Optional[Diagnosis]:
+    """A model's code that imports one of flash-attention's optional kernels (rotary embedding, RMS norm) and warns
+    that the import failed: flash-attn is installed, but that extension is a separate build from its source tree. The
+    model runs without it (slower); building it from csrc/<name> removes the warning."""
+    said = _lines_matching(ctx, _EXTENSION_FAILED)
+    if not said:
+        return None
+    found = _EXTENSION_FAILED.search(said[0].line)
+    name = (found.group(1) or found.group(2)).lower()
+    folder = _OPTIONAL_EXTENSIONS[name]
+    return _make("attention", f"flash-attention's {name} extension is not installed",
+                 f"the model's code imports flash-attention's optional {name} kernel, which the flash-attn package "
+                 f"does not build; the import fails and the model falls back to its slower code (a warning, not an "
+                 f"error)",
+                 f"build the {folder} extension from flash-attention's sources, for the flash-attn version installed: "
+                 f"git clone https://github.com/Dao-AILab/flash-attention; cd flash-attention/csrc/{folder}; pip "
+                 f"install . --no-build-isolation (the CUDA toolkit's nvcc must match torch's CUDA); or ignore the "
+                 f"warning: only speed is lost", [], said)
+
+
+# NaN / inf in a model's output (not a loss): logits, hidden states, generations, "returns NaN"
+_OUTPUT_NAN = re.compile(r"(?i)\b(?:returns?|gives?|outputs?|produces?|results? in|logits?|hidden[_ ]states?|"
+                         r"generat\w+|predictions?|scores?)\b[^\n]{0,40}\bnan\b|\bnan\b[^\n]{0,40}\b(?:logits?|outputs?|"
+                         r"for (?:the )?padd\w+|in (?:the )?padd\w+)")
+_PADDING = re.compile(r"(?i)\bpadd(?:ing|ed)\b|padding(?:=True|_side)|\bpad_token\b|attention_mask")
+_SDPA = re.compile(r"(?i)\bsdpa\b|scaled_dot_product_attention|default attn|default attention")
+# models whose attention soft-caps its logits (Gemma 2: attn_logit_softcapping), which SDPA cannot do; Gemma 1's
+# "gemma-2b" / "gemma-2-..." sizes are told apart by what follows the 2
+_SOFTCAP_MODEL = re.compile(r"(?i)\bgemma[-_ ]?2(?![\db.])|\bGemma2\w*")
+
+
+@rule("attention")
+def nan_output_with_padding(ctx: Context) -> Optional[Diagnosis]:
+    """NaN in a model's outputs under SDPA on a padded batch, or with a model whose attention SDPA cannot compute
+    (Gemma 2's logit soft-capping): the attention implementation, not the format. Sources: transformers' Gemma 2 model
+    (attn_logit_softcapping, applied in its eager attention only, and its warning to use attn_implementation="eager"
+    for Gemma 2); transformers' AttentionMaskConverter._unmask_unattended (SDPA's memory-efficient path returns NaN
+    for fully masked rows, as left padding makes them)."""
+    said = _lines_matching(ctx, _OUTPUT_NAN)
+    if not said:
+        return None
+    text = _text_of(ctx)
+    softcap = _SOFTCAP_MODEL.search(text)
+    sdpa, padded = _SDPA.search(text), _PADDING.search(text)
+    if not (sdpa or padded) or not (softcap or (sdpa and padded)):
+        return None
+    if _FP16_SAID.search(text) and not sdpa:
+        return None   # a NaN in fp16 without the attention named: fp16's range (the precision reading)
+    why = (f"{softcap.group(0)} soft-caps its attention logits, which only the eager attention computes; under "
+           "SDPA (transformers' default) the scores are left uncapped" + (" and the padded rows come out NaN"
+                                                                         if padded else "")
+           if softcap else
+           "PyTorch's SDPA kernels return NaN for rows whose every key is masked, as the padding rows of a batch "
+           "are; the eager attention handles them")
+    return _first(_make("attention", "NaN outputs from the attention implementation",
+                        why,
+                        "load the model with attn_implementation=\"eager\" (AutoModelForCausalLM.from_pretrained(..., "
+                        "attn_implementation=\"eager\")); LLaMA-Factory: flash_attn: disabled; keep bf16 (or fp32)",
+                        [], said, confirmed=bool(softcap)))

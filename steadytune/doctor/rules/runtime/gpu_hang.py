@@ -43,6 +43,18 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
                      "boot with amdgpu.cwsr_enable=0 (GRUB_CMDLINE_LINUX_DEFAULT, update-grub, reboot; or options "
                      "amdgpu cwsr_enable=0 in /etc/modprobe.d/amdgpu.conf), and move to a newer ROCm and kernel; fewer "
                      "concurrent GPU processes until then", [f for f in (ctx.line_fact(evicted[0]), fact) if f], errors)
+    # compute wave save/restore named as the hang's trigger: the amdgpu parameter that turns it off (the kernel's
+    # amdgpu module parameters: "cwsr_enable (int): CWSR(compute wave store and resume) enable (0 = Off, 1 = On)")
+    cwsr = re.search(r"(?i)\bCWSR\b|compute wave (?:save|store)\w*(?: and | ?/ ?)(?:restore|resume)", joined)
+    if cwsr:
+        return _make("gpu-hang", "the GPU hangs in compute wave save/restore",
+                     f"the paste puts the hang down to {cwsr.group(0)}: the driver saving and restoring the compute "
+                     "waves when it preempts a queue, which this GPU's MES firmware does not survive under sustained "
+                     "compute",
+                     "turn CWSR off: add amdgpu.cwsr_enable=0 to GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub, sudo "
+                     "update-grub and reboot (or options amdgpu cwsr_enable=0 in /etc/modprobe.d/amdgpu.conf, then "
+                     "update-initramfs -u); cat /sys/module/amdgpu/parameters/cwsr_enable must print 0; keep it until "
+                     "a firmware or driver release fixes the hang", [ctx.line_fact(errors[0])], errors)
     firmware = re.search(r"(?i)\bMES\b[: ]*(?:0x[0-9a-f]+)?|firmware", joined)
     if firmware:
         return _make("gpu-hang", "the GPU hangs under a firmware regression",
