@@ -392,7 +392,8 @@ def _nvidia_module_build(joined: str, kernel) -> tuple[str, str]:
 # The oldest Linux driver branch of each CUDA toolkit (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and
 # Corresponding Driver Versions"): a driver runs the CUDA of its branch and older; code a newer toolkit compiled to
 # PTX cannot be loaded by it
-_DRIVER_FOR_CUDA = (((11, 0), 450), ((11, 1), 455), ((11, 2), 460), ((11, 3), 465), ((11, 4), 470), ((11, 5), 495),
+_DRIVER_FOR_CUDA = (((9, 0), 384), ((9, 1), 390), ((9, 2), 396), ((10, 0), 410), ((10, 1), 418), ((10, 2), 440),
+                    ((11, 0), 450), ((11, 1), 455), ((11, 2), 460), ((11, 3), 465), ((11, 4), 470), ((11, 5), 495),
                     ((11, 6), 510), ((11, 7), 515), ((11, 8), 520), ((12, 0), 525), ((12, 1), 530), ((12, 2), 535),
                     ((12, 3), 545), ((12, 4), 550), ((12, 5), 555), ((12, 6), 560), ((12, 8), 570), ((12, 9), 575),
                     ((13, 0), 580))

@@ -370,7 +370,7 @@ def device_plugin_without_sys_admin(ctx: Context) -> Optional[Diagnosis]:
 
 
 # the NVIDIA container runtime refusing an image whose CUDA needs a newer host driver (the image's NVIDIA_REQUIRE_CUDA)
-_IMAGE_NEEDS_CUDA = re.compile(r"(?i)requirement error: unsatisfied condition: cuda\s*>=\s*(\d{2})\.(\d)")
+_IMAGE_NEEDS_CUDA = re.compile(r"(?i)requirement error: unsatisfied condition: cuda\s*>=\s*(\d{1,2})\.(\d)")
 
 
 @rule("driver")
@@ -387,7 +387,7 @@ def image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
     return _first(_make("driver", f"the host's NVIDIA driver is too old for the image's CUDA {cuda[0]}.{cuda[1]}",
                         f"the image is built on CUDA {cuda[0]}.{cuda[1]}; the NVIDIA container runtime checks that the "
                         "host driver runs it before it starts the container, and this driver does not",
-                        f"update the host's NVIDIA driver to {branch} (sudo apt install nvidia-driver-{least or '<branch>'} "
+                        f"update the host's NVIDIA driver to {branch} (CUDA {cuda[0]}.{cuda[1]} needs it; sudo apt install nvidia-driver-{least or '<branch>'} "
                         "or sudo ubuntu-drivers install, then reboot; nothing to change inside the container), or use "
                         f"an older image tag built on the CUDA the driver runs (nvidia-smi shows it as 'CUDA Version'); "
                         "or, where the image's code runs on this driver anyway (a rebuilt image whose requirement rose "
@@ -395,6 +395,37 @@ def image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
                         "check: docker run -e NVIDIA_DISABLE_REQUIRE=true (the toolkit's switch for all NVIDIA_REQUIRE_* "
                         "constraints)",
                         [], refused))
+
+
+# NVIDIA's NGC images (PyTorch, TensorRT-LLM, Triton server, NeMo) check the host driver in their entrypoint and say
+# "This container was built for NVIDIA Driver Release 535.86 or later, but version 510.85.02 was detected and
+# compatibility mode is UNAVAILABLE": the forward-compatibility package serves only datacenter GPUs on supported
+# branches (NVIDIA's CUDA compatibility guide), so anywhere else the host driver has to reach the release named
+_NGC_NEEDS_DRIVER = re.compile(r"(?i)container was built for NVIDIA Driver Release (\d{3})(\.\d+)*(?: or later)?")
+_NGC_FOUND = re.compile(r"(?i)\bbut\W+version (\d{3}(?:\.\d+){1,2}) was detected")
+
+
+@rule("driver")
+def ngc_image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
+    """An NGC container's own entrypoint refusing the host driver: the release it was built for is named, so the fix
+    is that driver on the host (or an older image release), not anything inside the container."""
+    refused = _lines_matching(ctx, _NGC_NEEDS_DRIVER)
+    if not refused:
+        return None
+    found = _NGC_NEEDS_DRIVER.search(refused[0].line)
+    least = found.group(0).split("Release", 1)[1].split()[0]
+    branch = found.group(1)
+    detected = _NGC_FOUND.search(_text(ctx))
+    have = f" (the host has {detected.group(1)})" if detected else ""
+    return _first(_make(
+        "driver", f"the host's NVIDIA driver is older than the {least} this NGC container was built for",
+        f"the container's entrypoint checks the host driver against the release its CUDA was built for{have}; "
+        "CUDA's forward compatibility cannot bridge the gap here (it serves datacenter GPUs only, on supported "
+        "branches), so the container runs without a usable GPU",
+        f"update the host's NVIDIA driver to {least} or later (sudo apt install nvidia-driver-{branch} or a newer "
+        "branch, or sudo ubuntu-drivers install; then reboot and check nvidia-smi's 'Driver Version'); nothing inside "
+        "the container changes it; or use an older release of the image whose driver requirement the host meets (the "
+        "NGC Frameworks Support Matrix lists each release's driver)", [], refused))
 
 
 # torch built for ROCm, said by itself (collect_env's "ROCM used to build PyTorch: 7.0...", a +rocm version, or

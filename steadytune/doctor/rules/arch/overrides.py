@@ -13,6 +13,7 @@ from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, norma
 from steadytune.doctor.rules.base import (
     _arch_fact,
     Context,
+    _first,
     Diagnosis,
     _lines_matching,
     _make,
@@ -65,9 +66,38 @@ def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
                  "(ollama-for-amd)", [where] if where else [], lines, confirmed=bool(empty))
 
 
+# ROCr's own complaint when the variable is set but not X.Y.Z ("Invalid HSA_OVERRIDE_GFX_VERSION format expected
+# "1.2.3""), and its result: every agent reported as gfx000. An empty value (docker -e NAME= , a Kubernetes env entry
+# or ConfigMap key left blank) is "set" to ROCr, so it is rejected the same way instead of being ignored.
+_REJECTED = re.compile(r"(?i)Invalid " + OVERRIDE + r" format|^\W*gfx000\W*$")
+_EMPTY = re.compile(OVERRIDE + r"(?:=(?:\"\"|''|\s*$)|\s*:\s*(?:\"\"|''|~)?\s*$)", re.M)
+
+
+def _rejected_override(ctx: Context) -> Optional[Diagnosis]:
+    """The runtime rejecting the override's value (its own words, or the gfx000 it leaves): unset it or write X.Y.Z."""
+    said = _lines_matching(ctx, _REJECTED)
+    if not said:
+        return None
+    text = _text(ctx)
+    if not any("format" in e.line for e in said) and OVERRIDE not in text:
+        return None   # gfx000 alone: an agent with no override may be a CPU or a broken node, not this reading
+    empty = _EMPTY.search(text)
+    arch, _ = ctx.arch([])
+    good = override_for_arch(arch) if arch and arch != "gfx000" else None
+    value = (f", or give it a valid version ({OVERRIDE}={good} for {arch})" if good else
+             f", or give it a valid X.Y.Z version ({_OVERRIDE_TABLE})")
+    return _first(_make(
+        "override-wrong", f"the runtime rejects {OVERRIDE}'s value" + (" (set, but empty)" if empty else ""),
+        f"ROCr reads {OVERRIDE} whenever it is set" + (", even to an empty string (docker -e with no value, a "
+                                                       "blank Kubernetes env value or ConfigMap key)" if empty else "")
+        + "; a value that is not X.Y.Z is rejected and every GPU agent is reported as gfx000, so nothing runs on it",
+        f"unset {OVERRIDE} (unset {OVERRIDE}; in a container or a pod spec remove the entry rather than leave it "
+        f"empty){value}; then rocminfo | grep gfx must show the card's real target", [], said))
+
+
 @rule("override-wrong")
 def override_wrong(ctx: Context) -> Optional[Diagnosis]:
-    leftover = _windows_ollama_leftover(ctx)
+    leftover = _windows_ollama_leftover(ctx) or _rejected_override(ctx)
     if leftover is not None:
         return leftover
     # "export HSA_OVERRIDE_GFX_VERSION = 10.3.0": the shell reads three words, sets nothing ("not a valid identifier")
