@@ -7,7 +7,8 @@
                      rock-dkms on a kernel its release did not list
   driver_mismatches  the driver against what it runs (CUDA, kernels, containers, firmware)
   driver_state       a driver left broken or not ready: nvidia_uvm after suspend, a service started before the GPU,
-                     CUDA after a background driver update; registered last
+                     CUDA after a background driver update
+  driver_checks      a tool's own driver check fooled: amdgpu built into the kernel, not a module
 
 runner.py imports them in this order, which is the order their rules register in.
 """

@@ -23,7 +23,7 @@ from steadytune.doctor.rules.base import (
     _text,
 )
 from steadytune.doctor.rules.access.device_files import _KUBERNETES
-from steadytune.doctor.rules.access.driver import _DRIVER_FOR_CUDA
+from steadytune.doctor.rules.access.driver import _DRIVER_FOR_CUDA, _first_dkms_release
 
 
 # NVIDIA's open kernel modules drive Turing and newer GPUs only (they need the GPU System Processor); Maxwell, Pascal
@@ -239,13 +239,19 @@ def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
     ubuntu = re.search(r"(?i)Ubuntu ?(\d\d\.04)", text)
     hwe = f"linux-generic-hwe-{ubuntu.group(1)}" if ubuntu else "linux-generic-hwe-<release>"
     evidence = [f for f in ctx.sheet.of("kernel") if kernel.group(0) in f.value][:1]
+    # amdgpu-dkms follows new kernels in later ROCm releases: where the table knows the first release that builds for
+    # this kernel series and the paste's ROCm is older, that release keeps the kernel
+    first = _first_dkms_release(text) if re.search(r"(?i)amdgpu|\brocm\b", text) else None
+    keep = (f"; or keep this kernel and install the amdgpu-dkms of ROCm {first[1]} or newer (the first release whose "
+            f"driver builds for the {first[0]} kernels: sudo amdgpu-install --uninstall, then the amdgpu-install of "
+            f"{first[1]})" if first else "")
     return _first(_make(
         "driver", f"{kernel.group(0)} is a mainline kernel the driver's DKMS module does not build for",
         f"{kernel.group(0)} is an Ubuntu mainline kernel build (kernel.ubuntu.com/mainline, the six-digit ABI number); "
         "the GPU driver's DKMS package supports only the distribution's own kernels, so it refuses or fails to build",
         f"boot the distribution's kernel instead of the mainline one: sudo apt install {hwe} (or linux-generic), pick it "
         "in GRUB (Advanced options), then remove the mainline linux-image- and linux-headers- packages and install "
-        "the driver again", evidence, failed))
+        "the driver again" + keep, evidence, failed))
 
 
 # A crash in a program's Vulkan backend (llama.cpp's ggml-vulkan, koboldcpp, LM Studio's Vulkan runtime): the
