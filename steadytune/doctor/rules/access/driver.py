@@ -179,7 +179,10 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
             else "nvidia-driver-<version>"
         fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded; "
                f"if it stays, reinstall one driver version for both cleanly: sudo apt install --reinstall {branch}, "
-               "then reboot (nvidia-smi and cat /proc/driver/nvidia/version must name the same version)")
+               "then reboot (nvidia-smi and cat /proc/driver/nvidia/version must name the same version); if it "
+               "outlasts a reboot, a link of the old release is left behind: ls -l /usr/lib*/libnvidia-ml.so* "
+               "/usr/lib64/nvidia/libnvidia-ml.so* (and libcuda.so*) must point at the loaded module's version; "
+               "remove or relink the stale ones, then sudo ldconfig")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
     # (the kernel's "module verification failed: signature and/or required key missing - tainting kernel" says it
     # LOADED an unsigned module: signatures are not enforced there, so Secure Boot refused nothing)
@@ -209,6 +212,13 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = ("the user-space driver libraries and the kernel module are of different versions: reboot after a driver "
                "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
                "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
+        if _CONTAINED.search(joined):
+            # CUDA images may register their forward-compat libcuda (/usr/local/cuda/compat) with ldconfig: on a host
+            # whose driver is newer than that compat release, the older compat libcuda is loaded instead of the host's
+            fix += ("; in a container, an image that registers CUDA's forward-compat driver (/usr/local/cuda/compat "
+                    "in /etc/ld.so.conf.d or LD_LIBRARY_PATH) loads that libcuda ahead of the host driver's: compare "
+                    "ldconfig -p | grep libcuda inside it with the host's driver, drop the compat path (then "
+                    "ldconfig) or use an image that puts the host driver's library first")
         cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
     elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|CUDA unknown error|init(?:iali[sz]e)? (?:the )?GPU\W{0,3}"
                    r"unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b|\b(?:after|since) "
