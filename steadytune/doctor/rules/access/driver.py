@@ -107,6 +107,37 @@ def _hip_runtime_older_than_libraries(ctx: Context) -> Optional[Diagnosis]:
                  f"driver={need} or newer; or use libraries built for HIP {have}", [], died[:2])
 
 
+# On Windows the HIP runtime ROCm's libraries call is the display driver's (amdhip64): a ROCm release for Windows
+# needs the Adrenalin release that carries its runtime. The first such release per ROCm, as AMD's maintainers and the
+# reporters confirmed: ROCm 7.1.1 from Adrenalin 26.1.1 (legacy-rocm-build #5829)
+_ADRENALIN_FOR_ROCM = {(7, 1, 1): (26, 1, 1)}
+_WINDOWS_ROCM = re.compile(r"(?i)\bROCm\s*v?(\d+)\.(\d+)\.(\d+)\b")
+
+
+def _adrenalin_older_than_rocm(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """A ROCm release installed on Windows beside an Adrenalin driver older than the one that carries its HIP
+    runtime, and something that broke: the driver is the part to update."""
+    named, rocm = _ADRENALIN_VERSION.search(text), _WINDOWS_ROCM.search(text)
+    if not named or not rocm:
+        return None
+    least = _ADRENALIN_FOR_ROCM.get(tuple(int(g) for g in rocm.groups()))
+    have = tuple(int(x) for x in named.group(1).split("."))
+    if least is None or have >= least:
+        return None
+    broke = _lines_matching(ctx, r"(?i)\bbr(?:oke|oken|eaks?)\b|stopped working|no longer works?|does(?:n.t| not) "
+                                 r"work|fails?\b|crash\w*")
+    if not broke:
+        return None
+    need = ".".join(map(str, least))
+    release = ".".join(rocm.groups())
+    return _make("driver", f"the Adrenalin {named.group(1)} driver is older than ROCm {release} needs",
+                 f"on Windows ROCm's libraries run on the HIP runtime of the display driver; ROCm {release} needs the "
+                 f"runtime of Adrenalin {need} or later, and {named.group(1)} has an older one, so the apps on it break",
+                 f"update the AMD driver to AMD Software: Adrenalin Edition {need} or later (clean install), then "
+                 f"restart the app; or keep {named.group(1)} and the ROCm release that shipped with it",
+                 [], broke[:2])
+
+
 def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
     """The AMD Windows driver (Adrenalin) is what HIP runs on there: a HIP entry point missing from amdhip64.dll is a
     driver older than the tool; a named driver release after which the GPU stopped being used (or crawls) is that
@@ -123,17 +154,26 @@ def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
     older = _hip_runtime_older_than_libraries(ctx)
     if older is not None:
         return older
+    older_driver = _adrenalin_older_than_rocm(ctx, _text(ctx))
+    if older_driver is not None:
+        return older_driver
     named = _ADRENALIN_VERSION.search(_text(ctx))
+    # (the GPU gone from the app's view: "GPU is missing", "no VRAM", models no longer load)
     worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:being )?(?:using|used|"
                                  r"utili[sz]ed)|no longer "
-                                 r"(?:uses?|works?)|falls? back to (?:the )?CPU|stopped working|since (?:the|updating))")
+                                 r"(?:uses?|works?)|falls? back to (?:the )?CPU|stopped working|since (?:the|updating))|"
+                                 r"\bGPU (?:is )?(?:missing|gone|not (?:shown|listed|detected))\b|\b(?:see|shows?) no "
+                                 r"VRAM\b|\bnot loading any models?\b|\bcan(?:not|'t) load any models?\b")
     if named and worse:
         version = named.group(1)
+        # LM Studio, llama.cpp and koboldcpp carry a Vulkan runtime beside the ROCm one, which does not use HIP
+        vulkan = ("; or switch the app to its Vulkan runtime until then" if re.search(
+            r"(?i)\bLM ?Studio\b|llama\.cpp|koboldcpp|\bbackends?\b|\bruntimes?\b", _text(ctx)) else "")
         return _make("driver", f"the AMD driver {version} broke the GPU path",
                      f"after AMD Software: Adrenalin {version} the GPU is no longer used (or crawls): a regression in "
-                     "that driver release (its HIP memory allocation on Windows), not the tool",
+                     "that driver release (its HIP runtime on Windows), not the tool",
                      f"roll back to the previous driver (AMD's previous-drivers page; a clean install, DDU if needed) "
-                     f"or install the release after {version} once it is out; keep the tool as it is", [], worse)
+                     f"or install the release after {version} once it is out; keep the tool as it is{vulkan}", [], worse)
     return None
 
 

@@ -88,7 +88,10 @@ def apu_mes_firmware(ctx: Context) -> Optional[Diagnosis]:
                  "ships an MES firmware (0x83) under which ROCm work hangs or faults while the CPU path runs",
                  "check the firmware: apt policy linux-firmware (rpm -q linux-firmware; sudo cat "
                  "/sys/kernel/debug/dri/*/amdgpu_firmware_info | grep MES); if it is 20251125, downgrade linux-firmware "
-                 "to 20251111 (or update to a package with the MES revert), reboot, and run the GPU path again",
+                 "to 20251111 (or update to a package with the MES revert), reboot, and run the GPU path again; or "
+                 "take the firmware from AMD's own driver instead: install amdgpu-dkms with amdgpu-dkms-firmware "
+                 "(sudo amdgpu-install --usecase=dkms: its firmware goes to /lib/firmware/updates/amdgpu, ahead of "
+                 "linux-firmware's), then reboot",
                  [], stuck, confirmed=False)
 
 
@@ -223,6 +226,10 @@ def wsl_tcc_card(ctx: Context) -> Optional[Diagnosis]:
 _MAINLINE = re.compile(r"\b\d+\.\d+(?:\.\d+)?-0\d{5}(?:rc\d+)?-(?:generic|lowlatency)\b")
 
 
+# each Ubuntu LTS release's GA kernel series (ubuntu.com/kernel/lifecycle): the one its driver packages are built on
+_UBUNTU_GA_KERNEL = {"16.04": "4.4", "18.04": "4.15", "20.04": "5.4", "22.04": "5.15", "24.04": "6.8"}
+
+
 @rule("driver")
 def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
     """A DKMS driver package (amdgpu-dkms, nvidia-dkms) refusing or failing to build for a mainline kernel: the driver
@@ -233,11 +240,16 @@ def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
         return None
     failed = _lines_matching(ctx, r"(?i)\bdkms\b.{0,80}(?:not supported|fail|error)|(?:not supported|fail\w*|error)"
                                   r".{0,80}\bdkms\b|kernel package \S+ is not supported|Bad return status|"
-                                  r"(?:module|driver) (?:build|install) failed")
+                                  r"(?:module|driver) (?:build|install) failed|"
+                                  # the module loading and taking the kernel down with it
+                                  r"\bmodprobe (?:amdgpu|nvidia)\b.{0,60}\b(?:crash\w*|hangs?|freez\w*|panic\w*|oops)")
     if not failed:
         return None
     ubuntu = re.search(r"(?i)Ubuntu ?(\d\d\.04)", text)
     hwe = f"linux-generic-hwe-{ubuntu.group(1)}" if ubuntu else "linux-generic-hwe-<release>"
+    ga = _UBUNTU_GA_KERNEL.get(ubuntu.group(1)) if ubuntu else None
+    if ga:
+        hwe += f" (or linux-generic, its GA {ga} kernel)"
     evidence = [f for f in ctx.sheet.of("kernel") if kernel.group(0) in f.value][:1]
     # amdgpu-dkms follows new kernels in later ROCm releases: where the table knows the first release that builds for
     # this kernel series and the paste's ROCm is older, that release keeps the kernel
@@ -249,7 +261,7 @@ def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
         "driver", f"{kernel.group(0)} is a mainline kernel the driver's DKMS module does not build for",
         f"{kernel.group(0)} is an Ubuntu mainline kernel build (kernel.ubuntu.com/mainline, the six-digit ABI number); "
         "the GPU driver's DKMS package supports only the distribution's own kernels, so it refuses or fails to build",
-        f"boot the distribution's kernel instead of the mainline one: sudo apt install {hwe} (or linux-generic), pick it "
+        f"boot the distribution's kernel instead of the mainline one: sudo apt install {hwe if ga else hwe + ' (or linux-generic)'}, pick it "
         "in GRUB (Advanced options), then remove the mainline linux-image- and linux-headers- packages and install "
         "the driver again" + keep, evidence, failed))
 
