@@ -770,6 +770,7 @@ def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fa
                 if kind in ("env", "error") or key not in seen:
                     seen.add(key)
                     sheet.facts.append(Fact(kind, value, number, line.strip(), detail))
+    _listed_env(sheet)
     _gpu_archs(sheet)
     _user_groups(sheet)
     _root_only_answers(sheet)
@@ -778,6 +779,17 @@ def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fa
         sheet.facts += error_lines(lines)
         sheet.facts.sort(key=lambda f: f.line_no)
     return sheet
+
+
+def _listed_env(sheet: FactSheet) -> None:
+    """A variable set as a name / value pair over two lines (a Kubernetes pod spec's env list, a Helm values file):
+    "- name: HSA_OVERRIDE_GFX_VERSION" then "value: \"10.3.0\"". Read with its neighbour, which a line finder cannot."""
+    for number, line in enumerate(sheet.lines[:-1], 1):
+        name = re.match(r"\s*-?\s*name:\s*[\"']?(%s)[\"']?\s*$" % _ENV_NAMES, line)
+        value = name and re.match(r"\s*value:\s*[\"']?([^\"'\s]*)[\"']?\s*$", sheet.lines[number])
+        if value:
+            sheet.facts.append(Fact("env", f"{name.group(1)}={value.group(1)}", number + 1,
+                                    sheet.lines[number].strip(), "listed"))
 
 
 def _gpu_archs(sheet: FactSheet) -> None:

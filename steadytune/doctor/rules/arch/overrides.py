@@ -142,7 +142,7 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
                      set_variable(OVERRIDE, good, ctx.sheet, tool) if good else f"unset {OVERRIDE}",
                      [setting], symptoms)
     if not archs:
-        return None
+        return _override_in_a_deployment(ctx, setting, value)
     arch = archs[0]
     if _family_of(arch) != _family_of(target):
         good, caveat = override_value(arch, tool)
@@ -170,6 +170,35 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
                      f"{target} code on {arch}: {row.override.why}",
                      f"unset {OVERRIDE}; {rocm_index_for(arch)}", [setting], symptoms)
     return None
+
+
+# where a setting outlives the machine it was written for: a pod spec, a compose file, a unit's Environment=, a
+# container's -e; the GPU under it may have changed since
+_DEPLOYMENT = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bkubectl\b|\bhelm\b|\bpods?\b|\bdeployment\b|"
+                         r"\bdocker[- ]compose\b|\bcompose\.ya?ml\b|^\s*environment:|Environment=|\bdocker run\b.*\s-e\s")
+_TROUBLE = re.compile(r"(?i)\bproblems?\b|\bissues?\b|\bfail\w*|\berrors?\b|\bcrash\w*|\bcan(?:not|'t)\b|"
+                      r"\bdoes(?:n't| not) work|\bbroken\b|\bwrong\b|\bhangs?\b|\bstuck\b")
+
+
+def _override_in_a_deployment(ctx: Context, setting: Fact, value: str) -> Optional[Diagnosis]:
+    """An override carried in a deployment's settings, the GPU under it not named, and the service in trouble with
+    no error of another kind: an override matches one family of GPUs only, and one copied from an older machine's
+    spec makes any other card run foreign code. Taking it out is the first thing to try."""
+    text = _text(ctx)
+    if not _DEPLOYMENT.search(text) or any(e.family not in (None, "override-wrong", "gpu-hang") for e in ctx.errors):
+        return None
+    trouble = _lines_matching(ctx, _TROUBLE)
+    if not trouble:
+        return None
+    target = _target(value)
+    return _make("override-wrong", f"{OVERRIDE}={value} in the deployment, for a GPU the paste does not show",
+                 f"the override makes every GPU run {target or value} code; it suits that family only (RDNA2 cards "
+                 "for 10.3.0, RDNA3 for 11.0.0), and a spec carried over from another machine forces it on whatever "
+                 "card serves the pod now",
+                 f"remove {OVERRIDE} (and any library pin left with it, such as OLLAMA_LLM_LIBRARY) from the "
+                 "deployment, restart, and read the card's own target (rocminfo | grep gfx, or the server's log); set "
+                 f"an override again only if that target is one the build lacks: {_OVERRIDE_TABLE}",
+                 [setting], trouble[:2], confirmed=False)
 
 
 def _version_of(arch: str) -> Optional[str]:
