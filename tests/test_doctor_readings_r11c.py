@@ -20,6 +20,9 @@ READINGS = [
     ("docker run -it --device /dev/kfd --device /dev/dri -e HSA_OVERRIDE_GFX_VERSION= rocm/dev-ubuntu-24.04 rocminfo\n"
      "Invalid HSA_OVERRIDE_GFX_VERSION format expected \"1.2.3\"\nRX 7900 GRE", "override-wrong",
      ["unset HSA_OVERRIDE_GFX_VERSION", "remove the entry"]),
+    # the same with the value left blank in a pod spec, seen as gfx000 alone (no GPU target beside it)
+    ("pod spec:\n  env:\n    - name: HSA_OVERRIDE_GFX_VERSION\n      value: \"\"\n$ rocm_agent_enumerator\ngfx000\n"
+     "gfx000\nvllm finds no GPU in the pod", "override-wrong", ["unset HSA_OVERRIDE_GFX_VERSION"]),
     # a built-in amdgpu (said with the kernel option) and rocminfo's module check
     ("Gentoo with a custom kernel, CONFIG_DRM_AMDGPU=y, RX 6800\n$ rocminfo\nROCk module is NOT loaded, possibly no GPU "
      "devices\nbut /dev/kfd is there and rocm-smi shows the card", "driver",
@@ -70,6 +73,8 @@ NEGATIVES = [
      "CONFIG_DRM_AMDGPU=m"),
     # a valid override on its own family with another failure: not ROCr's rejection
     ("HSA_OVERRIDE_GFX_VERSION=10.3.0 ollama serve\nRX 6600 XT\nCUDA error: out of memory", "rather than leave it empty"),
+    # gfx000 beside a real target (the CPU agent), no override: not the rejected-override reading
+    ("$ rocm_agent_enumerator\ngfx000\ngfx1030\npytorch hangs on the first matmul", "rather than leave it empty"),
     # HIP finding no device in a container: the device files, not a reboot
     ("docker run -it rocm/dev-ubuntu-22.04 ./hello_hip\nno ROCm-capable device is detected\nRX 7900 XTX",
      "reboot once after installing ROCm"),

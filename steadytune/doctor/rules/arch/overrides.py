@@ -67,21 +67,24 @@ def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
 
 
 # ROCr's own complaint when the variable is set but not X.Y.Z ("Invalid HSA_OVERRIDE_GFX_VERSION format expected
-# "1.2.3""), and its result: every agent reported as gfx000. An empty value (docker -e NAME= , a Kubernetes env entry
-# or ConfigMap key left blank) is "set" to ROCr, so it is rejected the same way instead of being ignored.
-_REJECTED = re.compile(r"(?i)Invalid " + OVERRIDE + r" format|^\W*gfx000\W*$")
-_EMPTY = re.compile(OVERRIDE + r"(?:=(?:\"\"|''|\s*$)|\s*:\s*(?:\"\"|''|~)?\s*$)", re.M)
+# "1.2.3""), and its result: every agent reported as gfx000 (which otherwise names only the CPU agent, beside the
+# GPU's own target). An empty value (docker -e NAME= , a Kubernetes env value or ConfigMap key left blank) is "set"
+# to ROCr, so it is rejected the same way instead of being ignored.
+_REJECTED = re.compile(r"(?i)Invalid " + OVERRIDE + r" format")
+_GFX000 = re.compile(r"\bgfx000\b")
+_EMPTY = re.compile(OVERRIDE + r"(?:=(?:\"\"|''|(?=\s)|$)|\s*:\s*(?:\"\"|''|~)?\s*$)", re.M)
 
 
 def _rejected_override(ctx: Context) -> Optional[Diagnosis]:
-    """The runtime rejecting the override's value (its own words, or the gfx000 it leaves): unset it or write X.Y.Z."""
+    """The runtime rejecting the override's value (its own words, or only gfx000 left where the override is set
+    empty): unset it or write X.Y.Z."""
+    text = _text(ctx)
+    empty = _EMPTY.search(text) or any(f.value == OVERRIDE + "=" for f in ctx.sheet.of("env"))
     said = _lines_matching(ctx, _REJECTED)
+    if not said and empty and _GFX000.search(text) and not re.search(r"\bgfx(?!000\b)[1-9]\w+", text):
+        said = _lines_matching(ctx, _GFX000)
     if not said:
         return None
-    text = _text(ctx)
-    if not any("format" in e.line for e in said) and OVERRIDE not in text:
-        return None   # gfx000 alone: an agent with no override may be a CPU or a broken node, not this reading
-    empty = _EMPTY.search(text)
     arch, _ = ctx.arch([])
     good = override_for_arch(arch) if arch and arch != "gfx000" else None
     value = (f", or give it a valid version ({OVERRIDE}={good} for {arch})" if good else
@@ -91,8 +94,8 @@ def _rejected_override(ctx: Context) -> Optional[Diagnosis]:
         f"ROCr reads {OVERRIDE} whenever it is set" + (", even to an empty string (docker -e with no value, a "
                                                        "blank Kubernetes env value or ConfigMap key)" if empty else "")
         + "; a value that is not X.Y.Z is rejected and every GPU agent is reported as gfx000, so nothing runs on it",
-        f"unset {OVERRIDE} (unset {OVERRIDE}; in a container or a pod spec remove the entry rather than leave it "
-        f"empty){value}; then rocminfo | grep gfx must show the card's real target", [], said))
+        f"take the variable away: unset {OVERRIDE} in the shell, and in a container or a pod spec remove the entry "
+        f"rather than leave it empty{value}; then rocminfo | grep gfx must show the card's real target", [], said))
 
 
 @rule("override-wrong")
