@@ -47,6 +47,9 @@ READINGS = [
     # Strix Halo named as "AI Max" without Ryzen, a tool seeing a fraction of the carve-out
     ("My AI Max+ 390 mini PC with ROCm 6.4.1: I set VRAM to 64GB in the BIOS but it only shows 15.5 GiB in "
      "llama.cpp", "apu-memory", ["GTT"]),
+    # the same said of Ollama: also its own iGPU sizing (update it)
+    ("Ollama 0.12.3 on a Ryzen AI Max+ 395 with 128GB, Ubuntu 24.04: I set the VRAM to 96GB but ollama only finds "
+     "15.5 GiB", "apu-memory", ["GTT", "update Ollama"]),
     # a Windows ROCm release installed beside an older Adrenalin (another card, app and older driver)
     ("Windows 11, RX 7800 XT, AMD Software Adrenalin 25.10.2\nI installed ROCm 7.1.1 for Windows and now Amuse "
      "stopped working", "driver", ["Adrenalin Edition 26.1.1"]),
