@@ -55,6 +55,8 @@ REPO_PREFIXES = ("steadytune/", "tests/", "benchmarks/", "tools/", "docs/", ".ci
 SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
 OPERATORS = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "2>&1", "(", ")"}
 RUN_TIMEOUT_S = 60
+# scoring every mined case (about 1,200 pastes, ~30 s of one core) outgrows the minute on a shared 2-core runner
+SCORE_TIMEOUT_S = 180
 
 
 def rel(path: Path) -> str:
@@ -426,7 +428,7 @@ def test_runnable_command_runs_on_cpu(where, args, needs, tmp_path):
             (tmp_path / first).symlink_to(ROOT / first)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     done = subprocess.run([sys.executable, "-m", "steadytune", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S)
+                          text=True, timeout=SCORE_TIMEOUT_S if "--score-cases" in args else RUN_TIMEOUT_S)
     allowed = {0, 1} if args[:1] == ["doctor"] else {0}
     assert done.returncode in allowed and "Traceback" not in done.stderr, (
         f"{where}: steadytune {' '.join(args)} exited {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")

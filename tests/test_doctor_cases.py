@@ -142,6 +142,34 @@ KNOWN_MISSES = {
     "https://github.com/NVIDIA/nccl/issues/1024": "ncclUnhandledCudaError across two 3090 Ti with no NCCL version or "
                                                   "NCCL_DEBUG line: the fix is the release (2.18.6) that mended one "
                                                   "NCCL 2.18 bug, a fact of that release, not of the paste",
+    # round 11 (r11b, wheel-platform / torch-build): the paste names neither the program nor the OS the fix rests on
+    "https://github.com/m-bain/whisperX/issues/967": "a missing libcudnn_ops_infer.so.8 that names neither whisperX nor "
+                                                     "CTranslate2; the same words in nine faster-whisper threads were "
+                                                     "answered with cuDNN 8 on LD_LIBRARY_PATH, not a ctranslate2 pin",
+    "https://github.com/lllyasviel/Fooocus/issues/1681": "'No CUDA GPUs are available' on an RX 5700 XT, with neither "
+                                                         "Fooocus nor Windows named: its Windows AMD setup "
+                                                         "(torch-directml, --directml) cannot follow",
+    # round 11 (batch 10), multi-gpu-transport, left unsolved after the r11f readings:
+    "https://github.com/dphnAI/sonar/issues/336": "the title only (NCCL_ERROR_UNHANDLED_CUDA_ERROR with tensor parallel "
+                                                  "under WSL): the accepted NCCL_NVLS_ENABLE=0 came from NCCL_DEBUG "
+                                                  "output posted later, and no documented fact ties NVLS to WSL; "
+                                                  "the WSL reading's NCCL update and NCCL_P2P_DISABLE=1 stand",
+    # round 11 (r11e, device-access): the accepted fix follows from nothing in the paste
+    "https://github.com/ROCm/ROCm-docker/issues/41": "the paste asks only whether clinfo needing sudo is normal: it names "
+                                                     "neither docker nor its version, and the accepted fix (docker-ce "
+                                                     "18.04, past an 18.02 defect) follows from nothing in it",
+    # round 11 (r11g, attention): no error in the paste
+    "https://github.com/vllm-project/vllm/issues/13659": "the paste is a title ('Error while deploying Deepseek-R1 on "
+                                                         "8x MI300X') and the environment: no error line, no attention "
+                                                         "backend named; the memory fault of the Triton flash-attention "
+                                                         "path is only in the thread",
+    # round 11 (r11a, wheel-platform): the accepted fix follows from nothing in the paste
+    "https://github.com/pytorch/pytorch/issues/58163": "'the nightly jumps to 1.8.1' on Linux Mint, with no CUDA "
+                                                       "version, index or command: that the cu112 nightly index was "
+                                                       "empty then (hence cu111) is a fact of that month, not the paste",
+    "https://github.com/pytorch/pytorch/issues/193979": "the nightly index's rocm7.14 dependency wheels were fixed by "
+                                                        "being republished as .post1 packages: an event on the index, "
+                                                        "and the paste shows only pip's normal download lines",
 }
 
 

@@ -145,3 +145,20 @@ def test_a_huge_paste_is_read_in_bounded_time():
     nearest_case("HIP error: invalid device function\n" * 400_000)
     assert time.perf_counter() - start < 5
 
+
+
+def test_words_of_trouble_make_a_complaint_that_is_said_to_be_unread(monkeypatch):
+    """Round 11: 16 of 153 new pastes got no finding at all; they said their trouble in words no reading uses."""
+    monkeypatch.setattr(similar, "library", lambda: Library(FROBS))
+    for text in ("Zeppelin in Docker failing to use the GPU after idle time",
+                 "ZEPPELIN_DEVICES=0,1 not respected by the launcher",
+                 "zeppelin board: performance degradation for AllToAll",
+                 "half-precision zeppelin training, hidden outputs overflowing to inf",
+                 "zeppelin 多机训练的时候报错", "ZEPPELIN_DEVICES=0,1 无效",
+                 "Is it possible to get a build for the zeppelin board? thanks"):
+        report = diagnose_text(text)
+        assert report.complains, text
+        assert [f for f in report_findings(report, "paste") if f.check == "not-read"], text
+    for calm in ("zeppelin 0.3 installed; the run finished in 41 minutes",
+                 "the overflow guard is on: zeppelin loss scale 65536", "训练完成，loss 0.41"):
+        assert not [f for f in report_findings(diagnose_text(calm), "paste") if f.check == "not-read"], calm

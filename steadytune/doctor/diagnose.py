@@ -76,7 +76,8 @@ def diagnose_text(text: str, catalogue_facts: Optional[Facts] = None, chunks: Op
     diagnoses = run_rules(sheet, errors)
     similar = nearest_case(joined, exclude_case)
     # a paste with no error line and no complaint in words (a finished run, "works fine") gets no reading by likeness
-    complains = bool(errors) or sheet.has("complaint") or bool(_REPORT_TITLE.search(joined) or _ASKS.search(joined))
+    complains = bool(errors) or sheet.has("complaint") or bool(_REPORT_TITLE.search(joined) or _ASKS.search(joined)
+                                                               or _TROUBLE.search(joined))
     # a thread that reads like a paste no rule reads is a pointer, not a diagnosis: as a reading it named the right
     # cause family 12 times in 49 on unseen pastes (batches 6-8 at first contact), so it is never the likely cause
     by_likeness = complains and not diagnoses and similar is not None and similar.likely
@@ -92,6 +93,19 @@ _REPORT_TITLE = re.compile(r"(?im)^\W{0,3}\[?(?:issue|bug|bug report|problem|fea
 # 怎么 / 如何 / 为何 / 能否 / 吗, a full-width ？): the paste is a problem, not a report that all is well
 _ASKS = re.compile(r"(?im)[?？]\s*$|^\W*(?:how (?:do|can|to|should)|is it possible|why (?:does|is|do|can)|what (?:is|does|should))\b"
                    r"|怎么|如何|为什么|为何|能否|可否|有没有(?:办法|解决)|吗[？?]?\s*$")
+
+# words of trouble that are no reading's evidence but say the paste reports a problem ("please help", "fails to work",
+# "not respected", "performance degradation", "overflowing to inf", 报错 / 无效 / 失败 / 出错): such a paste gets the
+# solved thread it reads like and "no cause read", never silence (round 11 found 16 such pastes with no finding at all)
+_TROUBLE = re.compile(r"(?i)\bplease help\b|\bhelp (?:me|to|with)\b|\bfail(?:s|ed)? to (?:work|run|load|start|use|detect|"
+                      r"build|install|compile|import)\b|\bfailing to\b|\bnot (?:being )?(?:used|respected|honou?red|"
+                      r"applied|picked up)\b|\b(?:does|do)(?:n't| not) seem to (?:work|use|run|detect)|\bdoes(?:n't| not) seem "
+                      r"like\b|\bperformance (?:degradation|regression|drop)\b|\bdifficult(?:y|ies)\b|\boverflow(?:s|ed|ing)\b"
+                      r"|\b(?:can ?not|can't) support\b|\bis (?:it|this|that) normal\b|\bpossible (?:build|support)\b|"
+                      r"\bnot (?:yet )?supported\b|\bhangs?\b|\bstuck\b|\bsilently\b|(?<!be )\bignored\b|\bnot starting\b|"
+                      r"\b(?:can ?not|can't|couldn't|could not) find\b|\breturns? nan\b|\bproblems? (?:with|allocating|"
+                      r"running|using|loading)\b|\bstill depends on\b|\b(?:it|they|test|run|training) stops?\b|"
+                      r"报错|无效|失败|出错|卡住")
 
 
 # a line the user marks as beside the point ("on a side note", "unrelated, but", "btw"): another error on it is a

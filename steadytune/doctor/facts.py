@@ -537,7 +537,8 @@ _TOOLS = (
     ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
                   r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
     ("vllm", r"\bvllm\b|\bvLLM\b|No available memory for the cache blocks|gpu_memory_utilization|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
-    ("bitsandbytes", r"bitsandbytes|libbitsandbytes_\w+"),
+    # its own start-up messages name it where the paste does not ("CUDA SETUP: ...", the Volta/Pascal int8 warning)
+    ("bitsandbytes", r"bitsandbytes|libbitsandbytes_\w+|\bCUDA SETUP: |Only slow 8-bit matmul is supported"),
     ("comfyui", r"\bComfyUI\b|comfy[/\\]|\bcomfy\.\w+"),
     ("rccl-tests", r"all_reduce_perf|all_gather_perf|rccl-tests|nccl-tests"),
     ("rccl", r"\bNCCL (?:WARN|INFO|ERROR)|\bRCCL\b|librccl|\bnccl\w*Error\b|ncclUnhandled|\bProcessGroupNCCL\b"),

@@ -1,14 +1,16 @@
 """Several GPUs, read from what NCCL leaves behind when it says little: its shared-memory transport refused peer
 access (cuMem host buffers), a log whose only NCCL line is the harmless InfiniBand-library warning and then silence,
-and a load that works on one GPU and not on several, said in words. machine.multi_gpu asks these before its own
-transport readings; each returns None where its evidence is not there."""
+a load that works on one GPU and not on several, said in words, NCCL's shared memory named in words (/dev/shm, a
+pod's emptyDir), nccl-tests whose mpirun ranks each ran alone (built without MPI=1), and TensorRT-LLM's custom
+all-reduce refusing GPUs without peer access before 0.12. machine.multi_gpu asks these before its own transport
+readings; each returns None where its evidence is not there."""
 
 from __future__ import annotations
 
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, _vendor
 
 
 # NCCL 2.23 added cuMem (VMM) allocations for the host buffers of its SHM transport (NCCL_CUMEM_HOST_ENABLE; on by
@@ -85,3 +87,91 @@ def one_gpu_works_several_not(ctx: Context) -> Optional[Diagnosis]:
                  "are the same); in a container also --ipc=host (or --shm-size=16g); rerun with NCCL_DEBUG=INFO to see "
                  "the step that stops; for P2P back, iommu=pt on the kernel command line and ACS off in the BIOS",
                  [], said, confirmed=False)
+
+
+# NCCL's shared memory named in words (a question, a how-to, a complaint): its buffers between the processes of one
+# machine live in /dev/shm
+_NCCL_SHM_SAID = re.compile(r"(?i)\b[NR]CCL\b[^\n]{0,60}(?:shared[- ]memory|/dev/shm|\bshm\b)|(?:shared[- ]memory|"
+                            r"/dev/shm|\bshm\b)[^\n]{0,60}\b[NR]CCL\b")
+# a Kubernetes deployment: its pods get the container runtime's 64 MB /dev/shm, and no docker flag reaches them
+_KUBERNETES = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bkubectl\b|\bhelm\b|\bpods?\b|\bvalues\.yaml\b|\bKServe\b|"
+                         r"\bproduction-stack\b|\bStatefulSet\b|\bDeployment\b")
+
+
+def nccl_shared_memory_said(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL's shared memory said in words, no error line: NCCL's SHM transport and its proxy buffers are files in
+    /dev/shm, 64 MB in a container unless widened (docker's --shm-size / --ipc=host; a Kubernetes pod only through
+    an emptyDir volume of medium Memory mounted at /dev/shm, as Kubernetes' volume docs give it)."""
+    if ctx.errors:
+        return None
+    said = _lines_matching(ctx, _NCCL_SHM_SAID)
+    if not said:
+        return None
+    if _KUBERNETES.search(_text(ctx)):
+        where = ("in the pod spec mount a memory-backed emptyDir at /dev/shm: volumes: - name: dshm, emptyDir: "
+                 "{medium: Memory, sizeLimit: 16Gi}, and in the container volumeMounts: - name: dshm, mountPath: "
+                 "/dev/shm (a Helm chart: its shm / extra-volumes values); the limit counts against the pod's memory")
+    else:
+        where = ("start the container with --shm-size=16g (or --ipc=host; compose: shm_size: 16gb), and check df -h "
+                 "/dev/shm where it runs")
+    return _make("multi-gpu-transport", "NCCL's shared-memory buffers need a larger /dev/shm",
+                 "NCCL passes data between the processes of one machine (tensor-parallel workers, ranks) through "
+                 "buffers in /dev/shm, which a container or a pod gets at 64 MB unless it is widened; too small, "
+                 "NCCL fails or the workers die while connecting", where, [], said[:1], confirmed=False)
+
+
+# nccl-tests / rccl-tests started by an MPI launcher over several ranks (several hosts or -np above 1)
+_MPI_LAUNCH = re.compile(r"(?i)\b(?:mpirun|mpiexec|srun)\b[^\n]{0,200}?(?:-np?\s+[2-9]|\s-H\s+\S+,|--host\s+\S+,|"
+                         r"--hostfile|-hostfile|-N\s*[2-9])[^\n]{0,200}\b\w+_perf\b")
+# the tests' closing summary; printed once per communicator, so once per rank when the ranks never joined
+_SUMMARY = re.compile(r"#\s*Avg bus bandwidth\s*:")
+# the user's words for ranks that ran apart
+_APART = re.compile(r"(?i)\bseparate(?:ly)?\b|\bindependent(?:ly)?\b|\bno communication\b|\bwithout communicat\w*|"
+                    r"\beach (?:node|host|rank) (?:runs?|ran)\b|\bnot (?:communicat\w*|talk\w*)")
+
+
+def tests_built_without_mpi(ctx: Context) -> Optional[Diagnosis]:
+    """nccl-tests (or rccl-tests) launched by mpirun over several ranks that each print a whole result of their own:
+    the binaries were built without MPI, so every rank starts its own one-process communicator (nccl-tests' README:
+    multi-process runs need the tests built with MPI=1)."""
+    text = _text(ctx)
+    launched = _lines_matching(ctx, _MPI_LAUNCH)
+    if not launched or not (len(_SUMMARY.findall(text)) > 1 or _APART.search(text)):
+        return None
+    rccl = _vendor(ctx) == "amd" or re.search(r"(?i)\brccl\b|\brocm\b|\bhip\b", text)
+    tests, lib, home = (("rccl-tests", "RCCL", "HIP_HOME=/opt/rocm RCCL_HOME=/opt/rocm") if rccl else
+                        ("nccl-tests", "NCCL", "NCCL_HOME=<nccl's install prefix>"))
+    return _make("multi-gpu-transport", f"{tests} were built without MPI: each rank ran alone",
+                 f"mpirun started one copy per rank, and each printed its own complete result: {tests} built without "
+                 f"MPI support do not join the ranks, so every process made a one-process {lib} communicator over its "
+                 "own GPUs and no data crossed between the nodes",
+                 f"rebuild {tests} with MPI: make clean && make MPI=1 MPI_HOME=<the MPI prefix mpirun comes from, "
+                 f"e.g. /usr/lib/x86_64-linux-gnu/openmpi> {home}; then one rank per GPU (mpirun -np <total GPUs> "
+                 "-H host1:<gpus>,host2:<gpus> ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 1); the header then "
+                 "lists every rank and one result is printed", [], launched[:1], confirmed=False)
+
+
+# TensorRT-LLM's own words when its custom all-reduce cannot enable peer access between two GPUs
+_TRTLLM_PEER = re.compile(r"(?i)Can.?t enable (?:peer )?access between nodes \d+ and \d+")
+_TRTLLM_VERSION = re.compile(r"(?i)(?:tensorrt[-_ ]?llm|trt-?llm)\W{0,3}(?:version\W{0,3})?v?(0\.(\d+)\.\d+\w*)")
+
+
+def trtllm_peer_access(ctx: Context) -> Optional[Diagnosis]:
+    """TensorRT-LLM's tensor-parallel engines enable peer access between every pair of GPUs for its custom
+    all-reduce, and before 0.12 it stopped when a pair had none (consumer cards, GPUs on separate PCIe roots);
+    TensorRT-LLM 0.12 enables it only where the GPUs support it (maintainers' answer on NVIDIA/TensorRT-LLM#2066,
+    fixed in main and v0.12)."""
+    said = _lines_matching(ctx, _TRTLLM_PEER)
+    if not said:
+        return None
+    version = _TRTLLM_VERSION.search(_text(ctx))
+    if version and int(version.group(2)) >= 12:
+        return None
+    have = f"TensorRT-LLM {version.group(1)}" if version else "this TensorRT-LLM"
+    return _make("multi-gpu-transport", "TensorRT-LLM cannot enable peer access between these GPUs",
+                 "with tensor parallelism TensorRT-LLM enables peer access between every pair of GPUs for its custom "
+                 f"all-reduce; {have} stops when a pair has none (no P2P between these cards: consumer GPUs, or "
+                 "cards on separate PCIe roots), where 0.12 enables it only where it is supported",
+                 "upgrade to TensorRT-LLM 0.12 or newer (pip install -U \"tensorrt_llm>=0.12\" --extra-index-url "
+                 "https://pypi.nvidia.com, or its 0.12+ container), then rebuild the engines with the same "
+                 "trtllm-build; nvidia-smi topo -p2p r shows which pairs lack peer access", [], said[:1])

@@ -25,11 +25,13 @@ def _release(text: str) -> tuple[int, ...]:
 # "Unable to load any of {libcudnn_ops.so.9.1.0, ...}" (ctranslate2), "Could not load library libcudnn_ops_infer.so.8"
 _CUDNN_WANTED = re.compile(r"(?i)(?:Unable to load any of \{|Could not load library |cannot open shared object file.{0,40}?)"
                            r"libcudnn\w{0,40}\.so\.(\d+)|libcudnn\w{0,40}\.so\.(\d+)\S{0,20}: cannot open shared object|"
-                           r"\bcudnn[ _]?\w{0,20}?64_(\d+)\.dll\W{0,3}(?:is )?(?:not found|could not|cannot|missing)")
+                           r"\bcudnn[ _]?\w{0,20}?64_(\d+)\.dll\W{0,3}(?:is )?(?:not found|could not|cannot|missing)|"
+                           r"(?i:missing)\W{1,3}libcudnn\w{0,40}\.so\.(\d+)")   # said in words: "the missing `libcudnn_ops_infer.so.8`"
 _CT2_RELEASE = re.compile(r"(?i)ctranslate2\W{0,3}(?:==|version\s+(?:is\s+)?(?:now\s+)?(?:bumped\s+)?(?:to\s+)?|\s+)"
                           r"v?(\d+\.\d+)")
 _CTRANSLATE2 = re.compile(r"(?i)ctranslate2|faster[-_]whisper|whisperx|whisper-?ctranslate2")
-_TORCH_RELEASE = re.compile(r"(?i)\btorch(?:==|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
+# torch's release, or the floor a requirement sets ("torch>=2.5.1": every torch it allows brings the same cuDNN major)
+_TORCH_RELEASE = re.compile(r"(?i)\btorch(?:==|>=|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
 
 
 @rule("wheel-platform")
@@ -44,7 +46,7 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
     if not lines:
         return None
     m = _CUDNN_WANTED.search(lines[0].line)
-    wanted = int(m.group(1) or m.group(2) or m.group(3))
+    wanted = int(m.group(1) or m.group(2) or m.group(3) or m.group(4))
     torch = _TORCH_RELEASE.search(text)
     torch_cudnn = (9 if _release(torch.group(1)) >= (2, 4) else 8) if torch else None
     evidence, covers = [ctx.line_fact(lines[0])], lines[:1]

@@ -26,6 +26,7 @@ import steadytune.doctor.rules.arch.no_compiler_target  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
+import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
@@ -41,8 +42,24 @@ import steadytune.doctor.rules.install.torch_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_said_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.resolver_swap  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightlies  # noqa: E402,F401
+import steadytune.doctor.rules.install.successors  # noqa: E402,F401
+import steadytune.doctor.rules.install.no_deps  # noqa: E402,F401
+import steadytune.doctor.rules.install.overlapping_packages  # noqa: E402,F401
+import steadytune.doctor.rules.install.option_values  # noqa: E402,F401
+import steadytune.doctor.rules.install.broken_releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.library_name_errors  # noqa: E402,F401
+import steadytune.doctor.rules.install.rocm_dll_releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.zluda_hip_release  # noqa: E402,F401
+import steadytune.doctor.rules.install.compile_backend  # noqa: E402,F401
+import steadytune.doctor.rules.install.companion_index  # noqa: E402,F401
+import steadytune.doctor.rules.install.program_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.platform_requests  # noqa: E402,F401
+import steadytune.doctor.rules.install.deepspeed_probes  # noqa: E402,F401
 import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.ctranslate2_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.twin_packages  # noqa: E402,F401
+import steadytune.doctor.rules.install.companion_pins  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.stale_install  # noqa: E402,F401
 import steadytune.doctor.rules.install.ptxas  # noqa: E402,F401
@@ -53,6 +70,9 @@ import steadytune.doctor.rules.install.build_isolation  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensile_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.hip_sdk_found  # noqa: E402,F401
+import steadytune.doctor.rules.install.driver_mounts  # noqa: E402,F401
+import steadytune.doctor.rules.install.nvrtc_builtins  # noqa: E402,F401
+import steadytune.doctor.rules.install.tensorflow_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401
@@ -60,9 +80,11 @@ import steadytune.doctor.rules.install.program_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.install.nccl_library  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
+import steadytune.doctor.rules.machine.gpu_selection  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
 import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
 import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
+import steadytune.doctor.rules.machine.rccl_releases  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rendezvous  # noqa: E402,F401
@@ -70,10 +92,12 @@ import steadytune.doctor.rules.gpu_choice  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.served_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.reserved_memory  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.model_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gpu_hang  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.own_precision  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.quantized_output  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.attention  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 

@@ -151,3 +151,40 @@ def _not_passed_to_container(ctx: Context, symptoms: list) -> Optional[Diagnosis
                      set_variable(name, value, ctx.sheet, ctx.tool(symptoms)),
                      [fact, Fact("command", "container", number, line.strip())], symptoms)
     return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The ranks a launcher starts, without the environment of the shell that started the launcher
+# ---------------------------------------------------------------------------------------------------------
+
+# the process group asked for NCCL (or a rank's CUDA init) and the rank saw no GPU at all
+_RANK_NO_GPU = re.compile(r"(?i)ProcessGroupNCCL is only supported with GPUs, no GPUs found|"
+                          r"NCCL (?:backend )?(?:is )?(?:only supported|requires) (?:with )?GPUs")
+# the process is one rank of a launched job: its log prefix, or the launcher named
+_LAUNCHED = re.compile(r"(?i)\[rank\s*[=:]?\s*\d+\]|\brank\s*\d+\b|\bdeepspeed\b|\btorchrun\b|\btorch\.distributed\.run\b|"
+                       r"\bpdsh\b|\bmpirun\b|\bsrun\b|\baccelerate launch\b|\bdetermined\b")
+
+
+@rule("env-not-applied")
+def launched_ranks_without_the_environment(ctx: Context) -> Optional[Diagnosis]:
+    """A rank that finds no GPU when the process group starts: the job's ranks are started by a launcher (DeepSpeed's
+    pdsh/MPI runners, a scheduler, ssh), whose children get the launcher's own environment, not the shell's. DeepSpeed's
+    multi-node runner passes on only the variables named NCCL*, PYTHON*, UCX*, MV2* and MLFLOW* and those listed in a
+    .deepspeed_env file (in $HOME or the working folder; deepspeed/launcher/constants.py): without LD_LIBRARY_PATH
+    the ranks do not find the CUDA libraries, and torch in them counts no GPU."""
+    lines = _lines_matching(ctx, _RANK_NO_GPU)
+    text = "\n".join(ctx.sheet.lines)
+    if not lines or not _LAUNCHED.search(text) or re.search(r"\+cpu\b|CUDA_VISIBLE_DEVICES=(?:\s|$|\"\"|'')", text):
+        return None   # a CPU torch or an emptied mask is its own reading (torch-build, visibility)
+    return _make("env-not-applied", "the launched ranks do not get the environment that finds the GPU",
+                 "the rank that sets up the NCCL process group sees no GPU, while the machine has them: a launcher "
+                 "starts the ranks with its own environment, not the shell's (DeepSpeed's multi-node runner passes "
+                 "only NCCL*, PYTHON*, UCX*, MV2* and MLFLOW* variables and those in .deepspeed_env; pdsh, ssh and "
+                 "a scheduler start clean shells), so LD_LIBRARY_PATH with the CUDA libraries (or CUDA_VISIBLE_DEVICES) "
+                 "does not reach them",
+                 "pass the variables to the ranks: for DeepSpeed write them to .deepspeed_env in $HOME or the "
+                 "working folder (echo \"LD_LIBRARY_PATH=$LD_LIBRARY_PATH\" >> ~/.deepspeed_env, the same for PATH "
+                 "and CUDA_VISIBLE_DEVICES where set); for mpirun -x LD_LIBRARY_PATH; for a scheduler export them in "
+                 "the job script; then check in a rank: python -c 'import os, torch; print(torch.cuda.device_count(), "
+                 "os.environ.get(\"LD_LIBRARY_PATH\"))' started by the same launcher",
+                 [ctx.line_fact(lines[0])], lines)

@@ -1,5 +1,7 @@
 """Rules about reaching the GPU, one module per reading:
 
+  container_runtimes a container engine's own device rules: its cgroup driver, no-cgroups, CDI, SELinux, the
+                     image's group file, a toolbox recreated without the devices, --gpus without a GPU
   device_files       /dev/kfd and /dev/dri, their groups, a KFD older than the GPU
   wsl                WSL 2 and the Windows under it
   driver             the driver itself: amdgpu DKMS and kernels, the Windows AMD driver

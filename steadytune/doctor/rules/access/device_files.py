@@ -411,7 +411,8 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      "a systemd daemon-reload (or a cgroup update) drops the containers' device-cgroup rights to the "
                      "NVIDIA device nodes that were not passed as /dev/char links",
                      "sudo nvidia-ctk system create-dev-char-symlinks --create-all (and a udev rule that runs it at "
-                     "boot), or the cgroupfs cgroup driver for docker; restart the containers; if it fails from the "
+                     "boot), or docker's cgroupfs cgroup driver (\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"] in "
+                     "/etc/docker/daemon.json); restart the containers; if it fails from the "
                      "container's first start (after a toolkit update), check /etc/nvidia-container-runtime/config.toml: "
                      "no-cgroups = false for docker run as root (true is for rootless containers only, which then need "
                      "the devices passed by hand)",

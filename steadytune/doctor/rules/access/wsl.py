@@ -409,7 +409,9 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                                        "failure as its own)" if cudnn and not cuda_lib else ""),
                       "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH in the shell (or the script) that "
                       "starts the job (or link /usr/lib/wsl/lib/libcuda.so.1 next to the library that loads it, in "
-                      "site-packages/nvidia/cudnn/lib); never install a Linux NVIDIA driver inside WSL", [],
+                      "site-packages/nvidia/cudnn/lib); or refresh the loader's cache, which WSL's /etc/ld.so.conf.d/"
+                      "ld.wsl.conf points at that folder: sudo ldconfig, then ldconfig -p | grep libcuda must list it; "
+                      "never install a Linux NVIDIA driver inside WSL", [],
                       cuda_lib or cudnn)
         return _first(found) if cudnn and not cuda_lib else found
     joined = _text(ctx)

@@ -492,7 +492,8 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
             # line by its shape, but the symptom of a card its runner lacks
             symptoms = _lines_matching(ctx, r"(?i)no compatible (?:amd ?gpus?|gpus?)(?: devices?)? (?:were )?"
                                             r"(?:detected|discovered|found)")[:1]
-        if not symptoms and arch and arch.startswith("gfx") and where is not None and _is_thin(ctx):
+        if not symptoms and arch and arch.startswith("gfx") and where is not None and _is_thin(ctx) and \
+                not re.search(r"(?i)\bout of memory\b|\bOOM\b", _text(ctx)):   # (memory said: not a missing build)
             # a title and a card ("Text-to-speech error with X / Radeon 6700 XT"): a failure word beside the card's
             # name is all there is
             symptoms = [line for line in _lines_matching(ctx, _FAILURE_WORD)

@@ -6,8 +6,26 @@
   cuda_said_missing  "CUDA is installed but the program finds none": the CPU torch (the toolkit plays no part)
   resolver_swap      an installer record of the GPU torch swapped for PyPI's torch by another package's install
   nightlies          a torch nightly that broke what the one before it ran
+  successors         a discontinued package (or build) asked for by its old name: its successor's install
+  no_deps            an import that fails after a package was upgraded with --no-deps: its dependencies left behind
+  overlapping_packages  a core module of an import name several distributions install (triton, pytorch-triton)
+                     missing: the shared folder damaged
+  option_values      a library refusing an option value it does not know yet: the library older than the program
+  broken_releases    a release whose published builds are known broken, named beside its symptom (a table)
+  library_name_errors  a NameError raised in an installed library's own code: a bug of that release
+  rocm_dll_releases  a ROCm DLL without the entry point the program calls (Windows): another HIP SDK release's
+  zluda_hip_release  torch's CUDA DLLs not loading under a ZLUDA built for HIP SDK 5.7 with a 6.x SDK installed
+  compile_backend    torch.compile's backend failing on a ROCm torch, no other error: the Triton beside it
+  companion_index    an import failure with PyPI's xformers beside a +cuXXX torch: xformers from torch's index
+  program_torch      a torch name missing on a program's import, the program's own torch release known (a table)
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
+  platform_requests  a request for a package's Windows or macOS build (no error line): the table's fix for that OS
+  deepspeed_probes   DeepSpeed's op builder probing libaio / cuFile (LNK1181 aio.lib, ld -laio): Linux-only ops
   engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
+  ctranslate2_builds CTranslate2's wheels by release: CUDA 12 builds on a CUDA 11 driver, a release broken on one
+                     platform (faster-whisper, WhisperX)
+  twin_packages      a package's CPU and GPU builds installed together (onnxruntime and onnxruntime-gpu)
+  companion_pins     a torchvision / torchaudio left pinned to another torch (pip's conflict line)
   cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against
   stale_install      files of an older install beside a newer one (a program's library folder, a web UI's venv)
   ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed)
@@ -19,6 +37,11 @@
   bnb_binaries       bitsandbytes' native library for this CUDA or ROCm (a release table; registered beside libraries)
   tensile_path       rocBLAS reading its Tensile files from the pre-ROCm-5.2 component folder
   hip_sdk_found      a Windows install step (the ZLUDA installers) that does not find the HIP SDK (HIP_PATH, PATH)
+  driver_mounts      the NVIDIA driver mounted where the container's loader or linker does not look (GKE's
+                     /usr/local/nvidia)
+  nvrtc_builtins     NVRTC's versioned builtins library (libnvrtc-builtins.so.X.Y) not on the loader's path
+  tensorflow_libraries TensorFlow's GPU libraries installed but not found on Linux ([and-cuda]'s nvidia-* wheels,
+                     tensorflow-rocm and a ROCm in /opt/rocm-X.Y.Z)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   gpu_names          an AMD GPU's name left empty: libdrm's amdgpu.ids table missing or older than the GPU
   bundled_libraries  a library a wheel bundles (torch's cuDNN) shadowed by another copy on LD_LIBRARY_PATH

@@ -276,3 +276,45 @@ def _cxx_string_abi(ctx: Context, package: Optional[str], text: str, torch: Opti
                  f"pip install --no-build-isolation --no-binary {pip_name} {pip_name}; or move to a torch of the ABI "
                  f"the binary was built for ({back})",
                  [ctx.line_fact(errors[0])], errors)
+
+
+# torch libraries that exist only in older torch releases: the split CUDA builds of torch 1.x shipped libtorch_cuda_cu
+# and libtorch_cuda_cpp, torch 2.x one libtorch_cuda (its lib folder; flash-attention issue 236). An extension that
+# links them was compiled against a torch 1.x.
+_GONE_TORCH_LIBRARY = re.compile(r"(libtorch_cuda_(?:cu|cpp)\.so)\S{0,10}: cannot open shared object file|"
+                                 r"(libtorch_cuda_(?:cu|cpp)\.so)\S{0,10}.{0,20}(?:not found|No such file)")
+# flash-attn's optional extensions, each built from a folder of its csrc (flash-attention's README and csrc/)
+_FLASH_ATTN_CSRC = {"dropout_layer_norm": "csrc/layer_norm", "fused_dense_lib": "csrc/fused_dense_lib",
+                    "rotary_emb": "csrc/rotary", "xentropy_cuda_lib": "csrc/xentropy", "ft_attention": "csrc/ft_attention"}
+
+
+@rule("abi-mismatch")
+def extension_links_a_torch_library_gone(ctx: Context) -> Optional[Diagnosis]:
+    """An extension that fails to load because a torch library it links no longer exists in this torch: it was built
+    against an older torch, and only a rebuild (or its wheel for this torch) against the installed torch loads."""
+    if "libtorch_cuda_c" not in _text(ctx):
+        return None
+    errors = [e for e in ctx.errors if _GONE_TORCH_LIBRARY.search(e.line)]
+    if not errors:
+        return None
+    m = _GONE_TORCH_LIBRARY.search(errors[0].line)
+    library = m.group(1) or m.group(2)
+    first = errors[0].line_no
+    above = "\n".join(ctx.sheet.lines[max(0, first - 4): first - 1])
+    imported = re.findall(r"\bimport\s+(\w+)", above)
+    module = imported[-1] if imported else None
+    package = _extension_package(ctx, errors) or "the extension"
+    if module and module in _FLASH_ATTN_CSRC:
+        rebuild = (f"pip uninstall -y {module}; rebuild it from flash-attn's source "
+                   f"against the installed torch: git clone https://github.com/Dao-AILab/flash-attention && cd "
+                   f"flash-attention/{_FLASH_ATTN_CSRC[module]} && pip install . --no-build-isolation")
+    else:
+        what = module or package
+        rebuild = (f"pip uninstall -y {package if package != 'the extension' else what}; rebuild {what} against the "
+                   "installed torch (pip install --no-build-isolation --no-cache-dir, or pip install . in its source "
+                   "folder), or install its wheel built for this torch")
+    torch = _listed_torch(ctx)
+    return _make("abi-mismatch", f"{module or package} was built against an older torch",
+                 f"{module or package} links {library}, a library of torch 1.x's split CUDA build; the installed torch "
+                 f"{'(' + torch + ') ' if torch else ''}ships one libtorch_cuda.so, so the extension compiled against "
+                 "the old torch no longer loads", rebuild, [ctx.line_fact(errors[0])], errors)

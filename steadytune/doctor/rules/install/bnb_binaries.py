@@ -15,9 +15,12 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _m
 # The first bitsandbytes release with a prebuilt binary for a CUDA release (by OS; None: every OS it built for then).
 # Sources: the 0.35.0 release notes ("CUDA 11.8 support added and binaries added to the PyPI release"), the 0.43.1
 # release notes (CUDA 12.4 in the Linux build, PR 1171), PR 1284 released in 0.43.2 (Windows CUDA 12.4 and 12.5
-# builds), PyPI's 0.45.3 files (the first with CUDA 12.8, named in stable-diffusion-webui-forge PR 2712).
+# builds), PyPI's 0.45.3 files (the first with CUDA 12.8, named in stable-diffusion-webui-forge PR 2712), PR 1431
+# (CUDA 12.6 builds, first tagged in 0.45.0), PR 1689 (CUDA 12.9 builds, first tagged in 0.47.0), PR 1761 (CUDA 13.0,
+# first tagged in 0.48.0).
 _FIRST_WITH = {("118", None): "0.35.0", ("124", "linux"): "0.43.1", ("124", "windows"): "0.43.2",
-               ("125", "windows"): "0.43.2", ("128", None): "0.45.3"}
+               ("125", "windows"): "0.43.2", ("126", None): "0.45.0", ("128", None): "0.45.3",
+               ("129", None): "0.47.0", ("130", None): "0.48.0"}
 
 # the oldest CUDA bitsandbytes builds and supports: PR 1605 stopped building for CUDA toolkits before 11.8 (aligned
 # with torch 2.1's minimum); the maintainers close requests for older ones with "the lowest CUDA version we are
@@ -34,10 +37,11 @@ _SAID_AFTER = re.compile(r"(?i)not found|cannot be loaded|is missing")
 
 
 def _wanted(line: str) -> Optional[re.Match]:
-    """The libbitsandbytes_cudaNNN file a line says is missing: the file name, with the words that say so within 120
-    characters before it or 40 after (anchored on the file name, so a long line costs one pass)."""
+    """The libbitsandbytes_cudaNNN file a line says is missing: the file name, with the words that say so within 240
+    characters before it (the loader's message, then the full site-packages path of a venv) or 60 after (anchored on
+    the file name, so a long line costs one pass)."""
     for m in _LIBRARY.finditer(line):
-        if _SAID_BEFORE.search(line, max(0, m.start() - 120), m.start()) or \
+        if _SAID_BEFORE.search(line, max(0, m.start() - 240), m.start()) or \
                 _SAID_AFTER.search(line, m.end(), m.end() + 60):
             return m
     return None
@@ -166,3 +170,59 @@ def bitsandbytes_rocm_library_tag(ctx: Context) -> Optional[Diagnosis]:
                      "site-packages/bitsandbytes/libbitsandbytes_rocm*> (bitsandbytes with PR 1878)",
                      [ctx.line_fact(lines[0])], lines[:1])
     return None
+
+
+# The import of bitsandbytes itself in a traceback ("File "...\site-packages\bitsandbytes\__init__.py", line 5"),
+# or the user asking whether it runs on Windows at all
+_BNB_IMPORTED = re.compile(r"(?i)[/\\]bitsandbytes[/\\]__init__\.py|^\s*import bitsandbytes\b")
+_WINDOWS_ASKED = re.compile(r"(?i)\bbitsandbytes\b.{0,60}\bwindows\b|\bwindows\b.{0,60}\bbitsandbytes\b")
+# releases before 0.43.0 published Linux wheels only (0.43.0 release notes: Windows officially supported; tool_fixes'
+# bitsandbytes row names the first Windows wheels)
+_FIRST_WINDOWS = (0, 43, 0)
+
+
+@rule("wheel-platform")
+def bitsandbytes_release_before_windows(ctx: Context) -> Optional[Diagnosis]:
+    """bitsandbytes failing at its own import on Windows, with no error line of a known family to say more: releases
+    before 0.43 carried no Windows binary at all, so an older install (or one a program pins) breaks on import there.
+    A release shown as 0.43 or newer is a different problem."""
+    text = _text(ctx)
+    if "bitsandbytes" not in text.lower() or not on_windows(ctx, text) or any(e.family for e in ctx.errors):
+        return None
+    lines = _lines_matching(ctx, _BNB_IMPORTED) or _lines_matching(ctx, _WINDOWS_ASKED)
+    installed = _INSTALLED.search(text)
+    if not lines or (installed and _version(installed.group(1)) >= _FIRST_WINDOWS):
+        return None
+    return _make("wheel-platform", "this bitsandbytes release has no Windows build",
+                 "bitsandbytes fails at its own import on Windows; releases before 0.43.0 published Linux binaries only"
+                 + (f" (this one is {installed.group(1)})" if installed else ""),
+                 "pip uninstall -y bitsandbytes; pip install -U \"bitsandbytes>=0.43.0\" (the first release with "
+                 "Windows support; its wheels carry the CUDA binaries); python -m bitsandbytes then shows what it "
+                 "loads", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# the loader of releases up to 0.43.0 (bitsandbytes/cuda_setup/main.py, removed in 0.43.1) searching the library
+# path for libcudart: "UserWarning: /usr/lib64-nvidia did not contain ['libcudart.so', ...] as expected!"
+_OLD_SETUP_PATH = re.compile(r"bitsandbytes[/\\]cuda_setup[/\\]")
+_CUDART_SEARCH = re.compile(r"(?i)did not contain \[?'?libcudart|CUDA SETUP: .{0,80}\b(?:not|failed|unable|could)\b|"
+                            r"CUDA Setup failed|libcudart\.so.{0,40}not found")
+
+
+@rule("wheel-platform")
+def bitsandbytes_old_cuda_setup(ctx: Context) -> Optional[Diagnosis]:
+    """A bitsandbytes of the cuda_setup era (up to 0.43.0) guessing the CUDA runtime from the libcudart files on the
+    library path, with no error of a known family beside it: the release predates the CUDA runtime of the machine (a
+    notebook image's CUDA 12), and releases from 0.41.0 follow torch's own CUDA instead (their release notes)."""
+    text = _text(ctx)
+    if "cuda_setup" not in text or any(e.family for e in ctx.errors) or not _OLD_SETUP_PATH.search(text):
+        return None
+    lines = _lines_matching(ctx, _CUDART_SEARCH)
+    if not lines:
+        return None
+    return _make("wheel-platform", "an old bitsandbytes searches the library path for the CUDA runtime",
+                 "this bitsandbytes is of the cuda_setup era (0.43.0 or older): it guesses the CUDA runtime from the "
+                 "libcudart files it finds on the library path and ships binaries for the CUDA releases of its time, "
+                 "so on a newer CUDA runtime it finds no binary to load",
+                 "pip install -U bitsandbytes (a current release follows torch's CUDA and carries binaries for it); "
+                 "then python -m bitsandbytes must report the CUDA binary it loads", [ctx.line_fact(lines[0])],
+                 lines[:1], confirmed=False)

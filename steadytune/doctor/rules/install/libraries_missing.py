@@ -175,8 +175,9 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         return ("the NVIDIA driver's libcuda is not found", "libcuda.so.1 comes with the NVIDIA driver, not with CUDA "
                 "or torch: the driver is not installed, or the process (a container, WSL) does not see it",
                 "install the NVIDIA driver (nvidia-smi must list the GPU); in a container start it with --gpus all "
-                "(NVIDIA Container Toolkit); under WSL 2 put /usr/lib/wsl/lib on LD_LIBRARY_PATH; on an AMD GPU the "
-                "program needs its ROCm build instead")
+                "(NVIDIA Container Toolkit); on Kubernetes without the toolkit (GKE) the driver is mounted at "
+                "/usr/local/nvidia: put /usr/local/nvidia/lib64 on the container's LD_LIBRARY_PATH; under WSL 2 put "
+                "/usr/lib/wsl/lib on LD_LIBRARY_PATH; on an AMD GPU the program needs its ROCm build instead")
     if re.match(r"lib(?:torch|c10)\w*\.so", name):
         return (f"torch's own {name} is not found", f"an extension links {name} from torch's lib folder, which the "
                 "loader does not search unless torch was imported first (or this torch lacks it: a CPU torch has no "
@@ -320,6 +321,36 @@ def _ldd_subject(ctx: Context) -> Optional[tuple[str, str]]:
 
 
 _CUDA_DLL = re.compile(r"(?i)\b(?:cublas(?:Lt)?|cudnn\w*|cusparse|cufft|nvrtc|nvcuda|cudart)(?:64)?[_\w]*\.dll\b")
+
+
+# torch's NVRTC wrapper DLL (or the CUDA DLLs ZLUDA stands in for) failing on a missing dependency: WinError 126
+_ZLUDA_DEPENDENCY = re.compile(r"(?i)WinError 126\b.{0,200}(?:caffe2_nvrtc|nvrtc64|cublas64|cusparse64|nvcuda)\w*\.dll|"
+                               r"Error loading \S*(?:caffe2_nvrtc|nvrtc64|cublas64|cusparse64)\w*\.dll\S* or one of its "
+                               r"dependencies")
+
+
+def _zluda_runtime_not_on_path(ctx: Context) -> Optional[Diagnosis]:
+    """Under ZLUDA torch's caffe2_nvrtc.dll loads ZLUDA's nvrtc and nvcuda, which load the HIP SDK's amdhip64 and
+    hiprtc DLLs: "Error loading caffe2_nvrtc.dll or one of its dependencies" (WinError 126) is one of those not found
+    on PATH, the HIP SDK's bin folder or ZLUDA's own (the ZLUDA install guides set HIP_PATH and add %HIP_PATH%bin)."""
+    text = _text(ctx)
+    if not re.search(r"(?i)zluda", text):
+        return None
+    failing = _lines_matching(ctx, _ZLUDA_DEPENDENCY)
+    if not failing:
+        return None
+    sdk = re.search(r"(?i)(?:HIP(?: SDK)?|ROCm)\W{0,3}(\d+\.\d+)", text)
+    version = sdk.group(1) if sdk else "<ver>"
+    return _first(_make("rocm-libs-missing", "ZLUDA's runtime DLLs are not on PATH",
+                        "under ZLUDA torch's caffe2_nvrtc.dll loads ZLUDA's nvrtc/nvcuda DLLs, which load the HIP "
+                        "SDK's amdhip64 and hiprtc DLLs; WinError 126 says one of those dependencies is not found: the "
+                        "HIP SDK's bin folder or the ZLUDA folder is not on the PATH the program starts with",
+                        f"set HIP_PATH=C:\\Program Files\\AMD\\ROCm\\{version}\\ and add %HIP_PATH%bin and the ZLUDA "
+                        "folder to PATH in both the system and the user variables (where %HIP_PATH%bin\\hiprtc*.dll "
+                        "exists), open a new terminal (echo %PATH% must show them) and start the program again; keep "
+                        "the install in a short path without spaces (a drive's root) and redo the install steps (the "
+                        "patch that copies ZLUDA's DLLs into torch\\lib) if it still fails",
+                        [ctx.line_fact(failing[0])], failing))
 
 
 def _zluda(ctx: Context) -> Optional[Diagnosis]:
@@ -481,7 +512,7 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
         found = reading(ctx)
         if found is not None:
             return found
-    zluda = _zluda(ctx)
+    zluda = _zluda_runtime_not_on_path(ctx) or _zluda(ctx)
     if zluda is not None:
         return zluda
     empty = _empty_tensile_folder(ctx)

@@ -35,6 +35,9 @@ def _said(ctx: Context, needle: str, pattern: str) -> list[ErrorLine]:
 # AutoGPTQ's own words when its compiled kernels do not load: "CUDA extension not installed.", "name 'autogptq_cuda_256'
 # is not defined"
 _GPTQ_EXTENSION = re.compile(r"(?i)CUDA extension (?:is )?not installed|autogptq_cuda\w*'? (?:is )?not defined")
+# a build of the user's own: "pip install .", "compile from the source", setup.py, a git clone, BUILD_CUDA_EXT
+_SOURCE_BUILD = re.compile(r"(?i)\bpip3? install (?:-e )?\.(?:\s|$)|\bcompil\w* (?:it )?from (?:the )?source|"
+                           r"\bbuil[dt] (?:it )?from (?:the )?source|\bsetup\.py\b|\bgit clone\b|BUILD_CUDA_EXT")
 
 
 @rule("torch-build")
@@ -73,6 +76,19 @@ def gptq_kernels_not_loaded(ctx: Context) -> Optional[Diagnosis]:
                      f"pip uninstall -y auto-gptq; pip install auto-gptq --no-cache-dir (a newer auto-gptq release "
                      f"picks or builds the kernels for the installed torch), or the auto-gptq wheel whose tag is "
                      f"+{held}; drop the pinned +{built.group(2)} wheel file", [ctx.line_fact(lines[0])], lines[:1])
+    if not shown and cuda is None and not _SOURCE_BUILD.search(text):
+        # nothing about torch or a build of the user's own: the AutoGPTQ that pip installed is the part that carries
+        # kernels for one torch, so it is the one to match to the torch there (the torch itself runs the model)
+        return _make("wheel-platform", "the installed AutoGPTQ carries no kernels for this torch",
+                     "the pip-installed auto-gptq's compiled kernels are built for one torch and CUDA; for the torch "
+                     "installed here they do not load (\"CUDA extension not installed\"), and it falls back to slow "
+                     "code",
+                     "pip uninstall -y auto-gptq; build it against the installed torch: pip install auto-gptq "
+                     "--no-build-isolation --no-cache-dir (or git clone the AutoGPTQ repository and pip install -e . "
+                     "there; it needs the CUDA Toolkit of torch's CUDA, python -c 'import torch; "
+                     "print(torch.version.cuda)'); or the prebuilt auto-gptq wheel of torch's CUDA from "
+                     "https://huggingface.github.io/autogptq-index/whl/cuXYZ/", [ctx.line_fact(lines[0])], lines[:1],
+                     confirmed=False)
     return _make("torch-build", "AutoGPTQ's kernels do not match the installed torch",
                  f"AutoGPTQ's prebuilt kernels are built against torch's {label} build; the torch installed is of "
                  "another CUDA (or CPU-only), so they do not load",

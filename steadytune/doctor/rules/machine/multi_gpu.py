@@ -7,8 +7,9 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.collectives import (cumem_host_without_peer, one_gpu_works_several_not,
-                                                 silent_after_the_ibverbs_warning)
+from steadytune.doctor.rules.collectives import (cumem_host_without_peer, nccl_shared_memory_said,
+                                                 one_gpu_works_several_not, silent_after_the_ibverbs_warning,
+                                                 tests_built_without_mpi, trtllm_peer_access)
 from steadytune.doctor.rules.base import (_catalogue, _CONTAINED, Context, Diagnosis, _lines_matching, _make, _restate,
                                           rule, _text, _vendor)
 
@@ -215,9 +216,12 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "needed)", [], perf)
     if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
+    apart = tests_built_without_mpi(ctx) or trtllm_peer_access(ctx)
+    if apart is not None:
+        return apart
     if not errors:
         return (_split_model_garbage(ctx) or _stalls_after_nccl_setup(ctx) or _shared_memory_said(ctx) or
-                _tensor_parallel_fails(ctx) or one_gpu_works_several_not(ctx))
+                _tensor_parallel_fails(ctx) or one_gpu_works_several_not(ctx) or nccl_shared_memory_said(ctx))
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
     evidence = [ctx.line_fact(errors[0])]

@@ -3,9 +3,13 @@ says more:
 
   the 30-minute wait     rank 0 tokenizes (or maps, or downloads) while the other ranks wait in a barrier; the
                          default collective timeout (30 minutes, the Trainer's ddp_timeout=1800) ends the job
+  any timeout outwaited  the watchdog's collective waited its whole timeout (read from its line) while one rank
+                         clusters, indexes or tokenizes alone: init_process_group's timeout
   the socket interface   across nodes the sockets go out on the first interface found (a bridge, loopback): the run
-                         works on one node and hangs on two (NCCL_SOCKET_IFNAME), or gloo advertises a loopback
-                         address such as Debian's 127.0.1.1 hostname entry (GLOO_SOCKET_IFNAME)
+                         works on one node and hangs on two, or hangs on several at NCCL's start (NCCL_SOCKET_IFNAME),
+                         or gloo advertises a loopback address such as Debian's 127.0.1.1 hostname entry
+                         (GLOO_SOCKET_IFNAME)
+  multi-node, said       a thin report that multi-node training fails: the same NCCL and CUDA on every node first
   the libuv store        torch 2.4+ starts the TCPStore on libuv, which the Windows wheels lack
   the port in use        the store's MASTER_PORT (29500 by default) held by another job or a crashed run's ranks
 
@@ -61,12 +65,50 @@ def _collective_timeout_while_preprocessing(ctx: Context) -> Optional[Diagnosis]
     return _first(diagnosis) if watchdog else diagnosis
 
 
+# work that only one rank does while the others wait for it: a clustering or an index built on rank 0 (ColBERT's
+# k-means, faiss), a tokenization, an evaluation, a checkpoint written
+_ONE_RANK_WORK = re.compile(r"(?i)\bClustering \d+ points\b|\bk-?means\b|\bfaiss\b|\bbuilding (?:the )?index\b|"
+                            r"\bindexing\b|\bto index\b|\btokeni[sz]ing\b|Running tokenizer|\bevaluat(?:ing|ion)\b|"
+                            r"\bsaving (?:the )?(?:model|checkpoint)\b|聚类|建索引|数据预处理")
+# torch's watchdog on the collective that waited the whole timeout: "Timeout(ms)=600000) ran for 600659 milliseconds"
+_WATCHDOG_WAITED = re.compile(r"Timeout\(ms\)=(\d{4,9})\)? ran for (\d{4,9}) milliseconds")
+
+
+def _watchdog_outwaited(ctx: Context) -> Optional[Diagnosis]:
+    """The watchdog ended a collective that waited its full timeout (any value, read from its line) while the paste
+    shows one rank doing long work of its own (a clustering, an index, a tokenization): the ranks are not broken, the
+    others waited longer than the process group's timeout allows; raising it is the fix (torch's
+    init_process_group(timeout=...), the Trainer's ddp_timeout)."""
+    waited = _lines_matching(ctx, _WATCHDOG_WAITED)
+    if not waited or not _ONE_RANK_WORK.search(_text(ctx)):
+        return None
+    timeout_ms, ran_ms = (int(x) for x in _WATCHDOG_WAITED.search(waited[0].line).groups())
+    if ran_ms < timeout_ms:
+        return None
+    minutes = timeout_ms / 60000
+    said = f"{minutes:g} minutes" if minutes >= 1 else f"{timeout_ms / 1000:g} seconds"
+    return _first(_make("multi-gpu-transport", f"the other ranks outwaited the {said} collective timeout",
+                        f"one rank does long work of its own (the clustering or indexing, tokenization or saving the "
+                        f"paste shows) while the others wait in a collective; the process group's timeout ({said}, "
+                        f"Timeout(ms)={timeout_ms}) ran out before it finished, and the watchdog took the job down. "
+                        "The GPUs' transport is not at fault",
+                        "raise the process group's timeout above the longest single-rank step: "
+                        "torch.distributed.init_process_group(..., timeout=datetime.timedelta(hours=6)) where the "
+                        "program creates it (a transformers Trainer: ddp_timeout=21600 seconds; LLaMA-Factory: "
+                        "ddp_timeout: 180000000), or run that step before the process group starts",
+                        [ctx.line_fact(waited[0])], waited[:1]))
+
+
 # several nodes said: "2 nodes", "two machines", "multi-node", mpirun with a hostfile
 _NODES = re.compile(r"(?i)\b(?:[2-9]|two|three|four|several|multiple) (?:nodes?|machines|servers|hosts)\b|"
                     r"\bmulti[- ]?nodes?\b|--nnodes[= ]?[2-9]|\bmpirun\b.{0,60}(?:-f|--hostfile|-hostfile|-H)\s|多机|多节点")
 _ONE_NODE_WORKS = re.compile(r"(?i)\b(?:can run|runs?|works?|working|fine)\b.{0,30}\b(?:on )?(?:one|1|a single) "
                              r"(?:node|machine)\b|单机(?:可以|能|正常|没问题)")
 _STUCK = re.compile(r"(?i)\b(?:hangs?|hanging|hung|stuck|freez\w*|no output|nothing happens)\b|卡住|卡死|不动")
+_STUCK_AT_INIT = re.compile(r"(?i)(?:hangs?|hung|stuck|freez\w*|卡在|卡住)[^\n]{0,40}(?<![a-z])(?:init\w*|initiali[sz]\w*)"
+                            r"[^\n]{0,12}(?:nccl|process.group|communicator)|(?:hangs?|hung|stuck|卡在|卡住)[^\n]{0,40}"
+                            r"(?:ncclCommInitRank|NCCL (?:INFO )?Bootstrap|NCCL\s*初始化)|(?:init\w*|initiali[sz]\w*) "
+                            r"(?:nccl|process.group)\w*[^\n]{0,30}(?:hangs?|hung|stuck|never returns)")
 _LOOPBACK = re.compile(r"(?i)connect\W{0,3}\[?(127\.\d+\.\d+\.\d+)\]?:(\d+)\W{0,3}.{0,20}(?:Connection refused|"
                        r"timed out|No route)")
 
@@ -86,21 +128,51 @@ def _socket_interface(ctx: Context) -> Optional[Diagnosis]:
                             "or ifconfig lists them) on every node, NCCL_SOCKET_IFNAME too for NCCL, or map the "
                             "hostname to the node's real address in /etc/hosts; for GPU training use the nccl backend",
                             [ctx.line_fact(loopback[0])], loopback[:1]))
-    if not (_NODES.search(text) and _ONE_NODE_WORKS.search(text) and _STUCK.search(text)):
+    # it works on one node and hangs on two, or it hangs on several nodes right at NCCL's start (the bootstrap's
+    # sockets are the first thing that crosses between the nodes)
+    if not (_NODES.search(text) and _STUCK.search(text) and
+            (_ONE_NODE_WORKS.search(text) or _STUCK_AT_INIT.search(text))):
         return None
     if any(e.family not in (None, "multi-gpu-transport") for e in ctx.errors):
         return None
     said = _lines_matching(ctx, _STUCK.pattern)
     mpi = re.search(r"(?i)\bmpirun\b|\bmpi\b", text)
     return _first(_make("multi-gpu-transport", "across nodes NCCL takes an interface that does not reach the other node",
-                        "it runs on one node and hangs on two: what only several nodes use is the network between "
-                        "them, and NCCL's sockets go out on the first interface it finds (a docker or virtual bridge, "
-                        "a link-local or management port) that the other node cannot reach",
+                        ("it runs on one node and hangs on two" if _ONE_NODE_WORKS.search(text) else
+                         "it hangs at NCCL's start across the nodes") + ": what only several nodes use is the "
+                        "network between them, and NCCL's sockets go out on the first interface it finds (a docker or "
+                        "virtual bridge, a link-local or management port) that the other node cannot reach",
                         "export NCCL_SOCKET_IFNAME=<the interface both nodes share, e.g. eth0 or ib0> (ip -br addr "
                         "shows which carries the nodes' addresses) on every node"
                         + (" (mpirun: -x NCCL_SOCKET_IFNAME=eth0 passes it to every rank)" if mpi else "") +
                         "; NCCL_DEBUG=INFO prints the interface NCCL picked (NET/Socket : Using ...)",
                         [], said[:1]))
+
+
+_TRAINING_SAID = re.compile(r"(?i)\btrain\w*|\bfine-?tun\w*|\bdeepspeed\b|\btorchrun\b|\bmegatron\b|训练|微调")
+_ERROR_SAID = re.compile(r"(?i)\b(?:errors?|fails?|failed|failing|crash\w*|exception)\b|报错|出错|失败|错误")
+
+
+def _multi_node_error_said(ctx: Context) -> Optional[Diagnosis]:
+    """A thin report (a title, a sentence) that multi-node training fails, with no line of the failure: what only
+    several nodes bring is a second environment and the network between them; NCCL's first requirement is the same
+    NCCL (built for the same CUDA) on every node, then the interface its sockets use."""
+    # thin as arch_missing._is_thin counts it: no error line of a known class, a title and a few lines at most
+    if any(e.family is not None for e in ctx.errors) or sum(1 for line in ctx.sheet.lines if line.strip()) > 15:
+        return None
+    text = _text(ctx)
+    if not (_NODES.search(text) and _ERROR_SAID.search(text) and _TRAINING_SAID.search(text)):
+        return None
+    return _make("multi-gpu-transport", "multi-node training fails: the nodes' NCCL and CUDA, then their network",
+                 "what several nodes add to a run that works on one is a second software environment and the network "
+                 "between them; an NCCL that differs between the nodes, or that was built for another CUDA than the "
+                 "torch beside it, fails the connection, and so does a socket on an interface the other node cannot "
+                 "reach",
+                 "make the environments identical: on every node python -c \"import torch; print(torch.__version__, "
+                 "torch.version.cuda, torch.cuda.nccl.version())\" must print the same torch, CUDA and NCCL "
+                 "(reinstall the same torch wheel, and no separate nvidia-nccl or system NCCL of another CUDA ahead "
+                 "of it); then rerun with NCCL_DEBUG=INFO on every node and export NCCL_SOCKET_IFNAME=<the interface "
+                 "the nodes share> (ip -br addr)", [], _lines_matching(ctx, _NODES)[:1], confirmed=False)
 
 
 _NO_LIBUV = re.compile(r"(?i)use_libuv was requested but PyTorch was buil[dt] without libuv support")
@@ -148,4 +220,4 @@ def rendezvous(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the store's libuv error, a loopback address refused between nodes, a run that works on one node
     and hangs on two, or a 30-minute wait while rank 0 preprocesses."""
     return (_store_without_libuv(ctx) or _port_taken(ctx) or _socket_interface(ctx) or
-            _collective_timeout_while_preprocessing(ctx))
+            _collective_timeout_while_preprocessing(ctx) or _watchdog_outwaited(ctx) or _multi_node_error_said(ctx))

@@ -1,4 +1,5 @@
-"""GPUs joined by an Infinity Fabric (XGMI) bridge that fail their own start-up: a faulty bridge."""
+"""GPUs joined by an Infinity Fabric (XGMI) bridge: a faulty bridge that fails their own start-up, and RCCL's
+peer-to-peer transport failing over the bridge's XGMI path (the amdgpu switch that sends P2P over PCIe instead)."""
 
 from __future__ import annotations
 
@@ -32,4 +33,32 @@ def xgmi_bridge(ctx: Context) -> Optional[Diagnosis]:
                         "power off, remove the Infinity Fabric bridge and boot: if every GPU then initialises "
                         "(rocm-smi lists them all), the bridge or a connector is faulty: reseat it, then replace "
                         "the bridge; if they still fail without it, update linux-firmware and amdgpu-dkms",
+                        [ctx.line_fact(failed[0])], failed))
+
+
+# the bridge said in a user's words ("AMD GPU Bridge", "with the bridge installed") beside Instinct cards
+_BRIDGE_SAID = re.compile(r"(?i)\b(?:GPU|AMD|Instinct|MI\d{2,3}\w*|XGMI|Infinity Fabric) bridges?\b|\bwith (?:the |a |an )?"
+                          r"(?:\w+ )?bridges? (?:installed|attached|connected|on)\b|\bXGMI\b")
+_INSTINCT = re.compile(r"(?i)\bMI(?:50|60|100|210|250X?|300[AX]?|325X|355X)\b|\bgfx9(?:06|08|0a|42|50)\b")
+# RCCL's P2P transport failing (its hipified source path, its peer-access or IPC calls)
+_RCCL_P2P_FAILS = re.compile(r"(?i)transport/p2p\.cc\S*\s.{0,40}(?:WARN|fail)|hipIpc\w+.{0,40}(?:fail|error)|"
+                             r"hipDeviceEnablePeerAccess.{0,40}(?:fail|error)|p2p\.cc:\d+ NCCL WARN")
+
+
+@rule("multi-gpu-transport")
+def xgmi_peer_to_peer(ctx: Context) -> Optional[Diagnosis]:
+    """Instinct GPUs joined by an XGMI bridge, RCCL failing in its P2P transport: with the bridge, amdgpu maps peer
+    memory over XGMI; where that path fails, the driver's module parameter use_xgmi_p2p=0 (amdgpu's parameter list:
+    "Enable XGMI P2P interface (0 = disable; 1 = enable (default))") makes peer-to-peer go over PCIe instead."""
+    text = _text(ctx)
+    failed = _lines_matching(ctx, _RCCL_P2P_FAILS)
+    if not (failed and _BRIDGE_SAID.search(text) and _INSTINCT.search(text)):
+        return None
+    return _first(_make("multi-gpu-transport", "RCCL's peer-to-peer over the XGMI bridge fails",
+                        "these Instinct GPUs are joined by an Infinity Fabric (XGMI) bridge, so amdgpu maps the "
+                        "GPUs' memory to each other over XGMI; RCCL's P2P transport fails setting up that mapping",
+                        "boot with amdgpu.use_xgmi_p2p=0 (add it to GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub, "
+                        "sudo update-grub, reboot; cat /sys/module/amdgpu/parameters/use_xgmi_p2p shows 0): peer-to-"
+                        "peer then goes over PCIe; confirm first with NCCL_P2P_DISABLE=1 (through host memory), and "
+                        "keep iommu=pt on the command line as RCCL's docs ask",
                         [ctx.line_fact(failed[0])], failed))

@@ -5,10 +5,12 @@
   out_of_memory  GPU memory running out (each tool's own knobs, a training run's), and NCCL's own buffers
   served_memory  a server's out-of-memory message naming its flag; a ggml server's long context (its prompt batch)
   reserved_memory  memory taken by design: a serving engine's KV-cache share, a model copy on every GPU
+  model_memory   a model said to need about the memory the machine has: its weights in 8 bit (each tool's switch)
   miopen         MIOpen's kernels: its performance database, its solvers
   gpu_hang       a GPU that hangs, faults or resets, and a /dev/kfd stuck so it refuses to open
   precision      number formats: NaN and zero losses, fp16 overflow, a format the GPU lacks, black images
   own_precision  a trainer's own precision check, flag or guard; fp32 reaching flash-attention
+  quantized_output  a quantized model answering with "!!!!": its fp16 kernels overflow
   attention      attention kernels (flash-attention, FlashInfer) on a GPU they have no kernels for
 
 runner.py imports the rule modules in this order, which is the order their rules register in; prose.py imports

@@ -266,3 +266,34 @@ def nan_before_any_update(ctx: Context) -> Optional[Diagnosis]:
                         "(SDPA), whose kernel gives NaN on some padded batches",
                         "switch the attention implementation away from SDPA: " + fix + "; keep bf16", [], said,
                         confirmed=False))
+
+
+# the optional flash-attention extensions a model's own code imports, and where flash-attention's sources keep them
+# (Qwen's modeling code warns "import flash_attn rotary fail, please install FlashAttention rotary ...": rotary in
+# csrc/rotary, rms_norm in csrc/layer_norm); the flash-attn wheel ships neither compiled kernel
+_OPTIONAL_EXTENSIONS = {"rotary": "rotary", "rms_norm": "layer_norm", "layer_norm": "layer_norm",
+                        "cross_entropy": "xentropy", "fused_dense": "fused_dense_lib"}
+_EXTENSION_FAILED = re.compile(r"(?i)\bimport flash_?attn[ .](rotary|rms_norm|layer_norm|cross_entropy|fused_dense)\w*"
+                               r" (?:fail|failed|error)|\bflash_attn\.(?:layers|ops)\.(rotary|rms_norm|layer_norm)\b"
+                               r".{0,40}(?:No module|ImportError|cannot import|fail)")
+
+
+@rule("attention")
+def optional_extension_missing(ctx: Context) -> Optional[Diagnosis]:
+    """A model's code that imports one of flash-attention's optional kernels (rotary embedding, RMS norm) and warns
+    that the import failed: flash-attn is installed, but that extension is a separate build from its source tree. The
+    model runs without it (slower); building it from csrc/<name> removes the warning."""
+    said = _lines_matching(ctx, _EXTENSION_FAILED)
+    if not said:
+        return None
+    found = _EXTENSION_FAILED.search(said[0].line)
+    name = (found.group(1) or found.group(2)).lower()
+    folder = _OPTIONAL_EXTENSIONS[name]
+    return _make("attention", f"flash-attention's {name} extension is not installed",
+                 f"the model's code imports flash-attention's optional {name} kernel, which the flash-attn package "
+                 f"does not build; the import fails and the model falls back to its slower code (a warning, not an "
+                 f"error)",
+                 f"build the {folder} extension from flash-attention's sources, for the flash-attn version installed: "
+                 f"git clone https://github.com/Dao-AILab/flash-attention; cd flash-attention/csrc/{folder}; pip "
+                 f"install . --no-build-isolation (the CUDA toolkit's nvcc must match torch's CUDA); or ignore the "
+                 f"warning: only speed is lost", [], said)

@@ -71,8 +71,21 @@ _OOM_PROPER = re.compile(r"(?i:(?:HIP|CUDA|GPU) out of memory|RESOURCE_EXHAUSTED
                          r"out of shared|killed by signal|KV cache|ALLOC_FAILED|Malloc\w* failed|cache blocks|"
                          r"cuda[_ ]out[_ ]of[_ ]memory)")
 # a job over several processes or GPUs (a launcher, a distributed script, NCCL): /dev/shm is shared by its ranks
+# (OpenMMLab's tools/dist_train.sh and dist_test.sh start torch.distributed's launcher, one rank per GPU given)
 _DISTRIBUTED = re.compile(r"(?i)\w*_distributed\w*|torch\.distributed|\btorchrun\b|--nproc|\bNCCL\b|\bmegatron\b|"
-                          r"tensor[-_ ]parallel|\bdeepspeed\b|accelerate launch")
+                          r"tensor[-_ ]parallel|\bdeepspeed\b|accelerate launch|\bdist_(?:train|test)\.sh\b")
+# the container's shared memory already asked for: it is set when the container is created, so a container made
+# before the flag (then started or exec'd into) keeps its 64 MB
+_SHM_ASKED = re.compile(r"--ipc[= ]host|--shm-size")
+
+
+def _shm_fix(joined: str, fix: str) -> str:
+    if not _SHM_ASKED.search(joined):
+        return fix
+    return ("the --ipc=host / --shm-size flag takes effect only when a container is created: check df -h /dev/shm "
+            "inside it (64M means it is not in force), and create a new container with docker run --ipc=host (or "
+            "--shm-size=16g) rather than docker start / docker exec into one made before the flag (docker commit it "
+            "first to keep its changes); " + fix)
 
 
 TRAINING_OOM_FIX = ("lower the batch size (per_device_train_batch_size 1-2, gradient_accumulation_steps raised to keep "
@@ -114,14 +127,16 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
             return _make("multi-gpu-transport", "the container's /dev/shm is too small for the distributed run",
                          "a default Docker container has a 64 MB /dev/shm; the distributed job's data-loader workers "
                          "and NCCL's segments between the ranks live there, and run out (bus error, 'No space left on "
-                         "device')", "start the container with --shm-size=64g (or --ipc=host; compose: shm_size / "
-                         "ipc: host); dataloader workers 0 confirms it", [ctx.line_fact(errors[0])], errors)
+                         "device')", _shm_fix(joined, "start the container with --shm-size=64g (or --ipc=host; "
+                                              "compose: shm_size / ipc: host); dataloader workers 0 confirms it"),
+                         [ctx.line_fact(errors[0])], errors)
         hit = next((e for e in errors if e.catalogue is not None and e.catalogue.entry.id == "dataloader-shm"), None)
-        if hit is not None:
+        if hit is not None and not _SHM_ASKED.search(joined):   # (the flag already given: the reading below says why)
             return _restate("out-of-memory", hit, errors)
         return _make("out-of-memory", "the data loader's workers ran out of shared memory",
                      "workers hand batches over through /dev/shm, which is 64 MB in a default Docker container",
-                     "docker run ... --ipc=host (or --shm-size=16g); or fewer data loader workers (0 to confirm)",
+                     _shm_fix(joined, "docker run ... --ipc=host (or --shm-size=16g); or fewer data loader workers "
+                              "(0 to confirm)"),
                      [ctx.line_fact(errors[0])], errors)
     fragmented = _fragmented(text)
     proper = any(_OOM_PROPER.search(e.line) or e.catalogue is not None for e in errors)

@@ -34,8 +34,9 @@ def _overflow(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
         fix = (f"this GPU{' (' + arch + ')' if arch else ''} has no bf16: keep fp16 with {scaling}, or train in fp32 "
                "(no fp16/bf16 flag); bf16 (bf16: true) needs Ampere / RDNA3 / CDNA2 or newer")
     else:
-        fix = (f"train in bf16 instead of fp16 (bf16: true / --bf16 / bf16=True; fp16 off): it has fp32's range, so "
-               f"the values that overflow fp16 do not; if the GPU has no bf16, keep fp16 with {scaling}, or fp32")
+        fix = (f"train in bf16 (bfloat16) instead of fp16 (bf16: true / --bf16 / bf16=True; fp16 off): it has fp32's "
+               f"range, so the values that overflow fp16 do not (models pretrained in bfloat16, such as T5, overflow "
+               f"fp16 AMP); if the GPU has no bf16, keep fp16 with {scaling}, or fp32")
     # a NaN loss alone may have other causes (a learning rate, bad data); fp16 named, or its overflow, settles it
     settled = re.search(r"(?i)\bfp16\b|float16|\bhalf\b|\bamp\b|autocast|mixed precision|overflow|loss scale",
                         _text_of(ctx))
@@ -51,11 +52,36 @@ _BF16_GPU = re.compile(r"(?i)(?<![a-z0-9])(?:A100|A800|H100|H800|H200|L40S?|A600
                        r"MI2[15]0X?|MI3\d\dX?|RX ?[79]\d\d\d)(?![a-z0-9])")
 
 
+# RDNA3 / RDNA3.5 (Radeon RX 7000, Strix Point / Halo APUs): ROCm's fused attention for them (SDPA's AOTriton
+# kernels, flash-attention's Triton path) is the young part of the stack
+_RDNA3_ARCH = re.compile(r"gfx11[05]\d")
+
+
+def _rdna3_nan(ctx: Context, nan: list[ErrorLine], text: str) -> Optional[Diagnosis]:
+    """NaN losses on an RDNA3 / RDNA3.5 GPU in a run that does not say fp16 (bf16, which these GPUs compute): not
+    fp16's range but the fused attention path chosen by default; the eager attention gives finite losses (AMD
+    playbooks #611: Unsloth on gfx1151, where turning its compiler off did not help)."""
+    arch = next((a for a in ctx.sheet.machine_archs if _RDNA3_ARCH.fullmatch(a)), None)
+    if not (nan and arch) or re.search(r"(?i)\bfp16\b|float16|\bhalf\b|\bamp\b|autocast|GradScaler|mixed.precision",
+                                        text):
+        return None
+    return _make("attention", f"NaN losses on {arch}: the fused attention path",
+                 f"the loss turns NaN on {arch} (RDNA3 / RDNA3.5, which computes bf16) in a run not in fp16: the "
+                 "fused attention kernels picked by default (SDPA / flash-attention on ROCm) give NaN there, not the "
+                 "number format",
+                 "load the model with attn_implementation=\"eager\" (LLaMA-Factory: flash_attn: disabled; Unsloth "
+                 "and transformers: attn_implementation=\"eager\" in from_pretrained) and keep bf16; if the NaN "
+                 "stays, lower the learning rate", [ctx.line_fact(nan[0])], nan, confirmed=False)
+
+
 def nan_whatever_the_format(ctx: Context, nan: list[ErrorLine]) -> Optional[Diagnosis]:
     """NaN losses / gradients that stay after the user tried both bf16 and fp16, on a GPU that computes bf16: not the
     format's range but the fused attention kernel chosen automatically (flash / SDPA), which LLaMA-Factory and
     transformers let one turn off."""
     text = _text_of(ctx)
+    rdna3 = _rdna3_nan(ctx, nan, text)
+    if rdna3 is not None:
+        return rdna3
     gpu = _BF16_GPU.search(text)
     if not (nan and gpu and _BOTH_TRIED.search(text)):
         return None
@@ -164,6 +190,17 @@ def _format_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                      "train in fp16 instead of bf16 on this GPU: fp16=True, bf16=False (--fp16; the model loaded with "
                      "torch_dtype=torch.float16)" + own, evidence, errors)
     if re.search(r"(?i)Attempting to unscale FP16 gradients", text):
+        own = _launcher_precision_only(joined)
+        if own is not None:
+            return _make("precision", f"{own} reads its own --mixed_precision, which was not given",
+                         f"accelerate launch --mixed_precision sets accelerate's autocast, but {own} decides from its "
+                         "own --mixed_precision argument whether to keep the trainable (LoRA) parameters in fp32; "
+                         "given only to the launcher, the script leaves them fp16 and the gradient scaler refuses "
+                         "their gradients",
+                         f"pass the precision to the script too: accelerate launch --mixed_precision=\"fp16\" {own} "
+                         "--mixed_precision=\"fp16\" ... (diffusers' training scripts cast the trainable parameters "
+                         "to fp32 only when their own argument says fp16; later versions of the scripts do it from "
+                         "accelerate's setting)", evidence, errors)
         return _make("precision", "the trained parameters are fp16, which the gradient scaler refuses",
                      "with fp16 mixed precision the GradScaler unscales the gradients of the trained parameters, and "
                      "refuses gradients that are themselves fp16: the LoRA adapter (or the whole model) was created "
@@ -173,6 +210,19 @@ def _format_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
                      "its default since 0.12), keep the frozen base in fp16; or load the model in fp32 (bf16 where "
                      "the GPU has it)", evidence, errors)
     return None
+
+
+# `accelerate launch --mixed_precision=X script.py ...`: the launcher's flag, before the script's name
+_LAUNCHER_PRECISION = re.compile(r"\baccelerate launch\b[^\n]*?--mixed_precision[= ]\S+[^\n]*?\s(\S+\.py)\b")
+
+
+def _launcher_precision_only(text: str) -> Optional[str]:
+    """The training script started by `accelerate launch --mixed_precision ...` with no --mixed_precision of its own
+    (diffusers' train_*.py scripts take one, and act on it): the script's name, else None."""
+    launched = _LAUNCHER_PRECISION.search(text)
+    if launched is None or len(re.findall(r"--mixed_precision\b", text)) > 1:
+        return None
+    return launched.group(1)
 
 
 def _zero_loss(ctx: Context, zero: list[ErrorLine]) -> Diagnosis:
@@ -190,6 +240,37 @@ def _zero_loss(ctx: Context, zero: list[ErrorLine]) -> Diagnosis:
                  "first steps means the forward pass overflowed fp16 (largest value 65504) and the logits turned to "
                  "inf/NaN, which the loss and the update then zero; a model loaded in float16 for fine-tuning does it",
                  fix, [f for f in (ctx.line_fact(zero[0]), fact) if f], zero, confirmed=bool(settled))
+
+
+# torch.autocast's refusal ("Current CUDA Device does not support bfloat16. Please switch dtype to float16.") and a
+# user's words for it ("this device does not support dtype=torch.bfloat16")
+_AUTOCAST_BF16 = re.compile(r"(?i)(?:do(?:es)? ?n.t|do(?:es)? not) support (?:dtype\s*=\s*)?(?:torch\.)?(?:bf16|bfloat16)\b|"
+                            r"switch dtype to float16")
+# scripts whose own setting picks autocast's dtype, as a paste names them, with that setting
+_DTYPE_SETTINGS = (("nanoGPT", r"(?i)\bnanoGPT\b|\bptdtype\b", "python train.py --dtype=float16"),)
+
+
+def _autocast_refuses_bf16(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """torch.autocast asked for bfloat16 on a GPU without it (NVIDIA before Ampere: V100, T4, RTX 20xx): autocast
+    refuses before the first step. The script's dtype goes to float16 (with a gradient scaler) or float32; a script
+    that picks it with torch.cuda.is_bf16_supported() does so by itself."""
+    said = [e for e in errors if _AUTOCAST_BF16.search(e.line)]
+    text = _text_of(ctx)
+    # autocast's own message, or its dtype named: a GPU said to lack bf16 elsewhere is the readings' below
+    if not said or not re.search(r"(?i)autocast|switch dtype|dtype\s*=\s*(?:torch\.)?bfloat16|\bptdtype\b|nanoGPT",
+                                 text):
+        return None
+    arch, fact = ctx.arch(said)
+    gpu = _OLD_GPU_NAMES.search(text)
+    on = f" ({gpu.group(0) if gpu else arch})" if gpu or arch else ""
+    own = next((f"; {name}: {flag}" for name, pattern, flag in _DTYPE_SETTINGS if re.search(pattern, text)),
+               "; a script with a dtype option: --dtype=float16")
+    return _make("precision", "autocast asks for bf16 on a GPU without it",
+                 f"the script runs torch.autocast with dtype=torch.bfloat16, and this GPU{on} has no bf16 (NVIDIA "
+                 "before Ampere, AMD RDNA2 and older), so autocast refuses it",
+                 "set the dtype to float16: torch.autocast(device_type=\"cuda\", dtype=torch.float16) with a "
+                 "torch.amp.GradScaler for training, or float32; choose it with torch.cuda.is_bf16_supported()"
+                 + own, [f for f in (ctx.line_fact(said[0]), fact) if f], said)
 
 
 @rule("precision")
@@ -267,6 +348,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                      "train in fp16 instead: fp16=True instead of bf16=True in the TrainingArguments (--fp16 instead "
                      "of --bf16; the same in a DeepSpeed config: \"fp16\": {\"enabled\": true}, \"bf16\": "
                      "{\"enabled\": false})" + _sft_config(ctx), evidence, errors)
+    autocast = _autocast_refuses_bf16(ctx, errors)
+    if autocast is not None:
+        return autocast
     hit = _catalogue(errors)
     if hit is not None:
         return _restate("precision", hit, errors)
@@ -275,7 +359,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                  "on the command line)" if _training(ctx) else "the project's dtype setting")
         return _make("precision", "bf16 does not run on this stack", "a bf16 operation runs where the GPU (or the "
                      "installed torch and CUDA) has no bf16 support",
-                     f"turn bf16 off: run in fp16 (or fp32) instead of bf16: {where}", evidence, errors)
+                     f"turn bf16 off: run in fp16 (or fp32) instead of bf16: {where}; a model trained or saved in "
+                     "bf16 runs on such a GPU when loaded as float16 (torch_dtype=torch.float16; LLaMA-Factory: "
+                     "infer_dtype: float16; vLLM: --dtype float16)", evidence, errors)
     # a number-format failure no reading above settles: the format the GPU does have, as the likely remedy
     return _make("precision", "the GPU has no instructions for this number format",
                  "an operation runs in a format (bf16, fp8, fp4) this GPU or its build does not compute",

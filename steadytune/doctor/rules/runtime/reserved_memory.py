@@ -14,7 +14,9 @@ from steadytune.doctor.rules.runtime.shared import _text_of, _training
 # Serving engines that reserve their KV cache as a share of the GPU when they start, and the knob of each (their
 # engine-argument docs): vLLM gpu_memory_utilization (0.9 of the whole GPU by default), LMDeploy TurboMind's
 # cache_max_entry_count (a share of the free memory, 0.8 by default since 0.2.1), SGLang --mem-fraction-static,
-# TGI --cuda-memory-fraction with its prefill budget --max-batch-prefill-tokens
+# TGI --cuda-memory-fraction with its prefill budget --max-batch-prefill-tokens; TensorRT-LLM's KV cache takes
+# free_gpu_memory_fraction (0.9 by default) of the memory left free after the weights (KvCacheConfig; trtllm-serve and
+# examples/run.py --kv_cache_free_gpu_memory_fraction; the Triton backend's kv_cache_free_gpu_mem_fraction parameter)
 _ENGINES = (
     ("vllm", r"(?i)\bvllm\b",
      "vLLM reserves gpu_memory_utilization of the whole GPU (0.9 by default) when it starts, weights, activations "
@@ -34,10 +36,19 @@ _ENGINES = (
      "TGI sizes its KV cache from --cuda-memory-fraction of the GPU and warms up with a prefill of "
      "--max-batch-prefill-tokens tokens",
      "lower --max-batch-prefill-tokens and --max-total-tokens (or --max-input-tokens), or --cuda-memory-fraction 0.8"),
+    ("tensorrt-llm", r"(?i)tensorrt[-_ ]?llm|\btrtllm\b|\btrt-llm\b",
+     "TensorRT-LLM gives its paged KV cache a fraction of the GPU memory still free after the weights when the engine "
+     "starts (0.9 by default), so one instance takes nearly the whole GPU",
+     "lower that fraction per instance: in the Triton backend's config.pbtxt the parameter kv_cache_free_gpu_mem_fraction "
+     "(e.g. 0.4), with trtllm-serve or examples/run.py --kv_cache_free_gpu_memory_fraction 0.4, in the LLM API "
+     "kv_cache_config=KvCacheConfig(free_gpu_memory_fraction=0.4); several instances then share one GPU (or cap the "
+     "cache in tokens: max_tokens_in_paged_kv_cache)"),
 )
 # the user's words for memory taken (a size, "the KV cache uses a lot"), in English or Chinese
 _TAKES = re.compile(r"(?i)\b(?:requires?|needs?|uses?|using|takes?|taking|occup\w+|eats?|consum\w+|reserv\w+|allocat\w+)"
                     r"\W+(?:\w+\W+){0,3}?\d+(?:\.\d+)? ?G(?:i?B)?\b|\bkv ?cache\b.{0,40}\b(?:vram|memory|a lot|too much)|"
+                    r"\bas much (?:GPU |VRAM |video )?memory\b.{0,40}\bas (?:it )?(?:can|could)\b|"
+                    r"\b(?:restrict|limit|cap)\w*\W+(?:\w+\W+){0,2}?(?:GPU |VRAM )?memory (?:usage|use)\b|"
                     r"显存占用.{0,6}(?:高|大|多)|占用.{0,6}显存")
 
 

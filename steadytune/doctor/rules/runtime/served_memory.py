@@ -4,6 +4,8 @@
                                inference's token budget at warmup): that flag, with the values the paste shows
   a long context in a ggml server  Ollama / llama.cpp running out as a long (16k, 32k) context fills: the prompt batch
                                (num_batch, -b/-ub) sizes the compute buffers beside the KV cache, so it is what to lower
+  no layer on the GPUs         Ollama seeing the GPUs' memory and offloading no layer: the context's graph and cache
+                               fit no single card (OLLAMA_CONTEXT_LENGTH / num_ctx)
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _first, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
 
 # "You need to decrease `--max-batch-total-tokens` or `--max-batch-prefill-tokens`", "try reducing --max-model-len"
 _NAMED_KNOB = re.compile(r"(?i)\b(?:you (?:need|have) to|try(?: to)?|please|consider) (?:decreas|lower|reduc)\w* "
@@ -72,8 +74,41 @@ def _ggml_long_context(ctx: Context) -> Optional[Diagnosis]:
         [ctx.line_fact(errors[0])], errors))
 
 
+# Ollama placing no layer on GPUs it sees: its own log line (layers.offload=0, "offloaded 0/N layers") or the user's
+# words, beside the GPU memory it found ("plenty of VRAM", a "memory.available" of tens of GiB)
+_NO_LAYERS = re.compile(r"(?i)layers\.offload=0\b|offloaded 0/\d+ layers|(?:can.?t|cannot|can not|unable to|won.?t|"
+                        r"doesn.?t|does not|not) (?:load|offload|put|fit) (?:any|a single|one) (?:\w+ )?layers? "
+                        r"(?:to|on|onto|into) (?:the )?GPU")
+_GPU_MEMORY_SEEN = re.compile(r"(?i)\b(?:plenty|lots|enough|more than enough) of (?:free )?(?:VRAM|GPU memory|memory)\b|"
+                              r"\b\d{2,4} ?G(?:i?B)? (?:of )?(?:VRAM|GPU memory)\b|memory\.available=\[?\d{2,3}(?:\.\d)? ?GiB|"
+                              r"\b[2-9] ?x ?(?:RTX|A\d{2,3}|H\d{3}|L40|MI\d{2,3})")
+_GRAPH = re.compile(r"memory\.graph\.(?:full|partial)=\"?(\d+(?:\.\d+)?) ?([GM])iB")
+
+
+def _ollama_no_layers_on_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama sees the GPUs and their memory, yet offloads no layer: besides the layers it must fit the compute graph
+    and KV cache for the context on a GPU, and a model's default context (a long one, 256k for some) makes that graph
+    larger than any one card, so every layer stays on the CPU. The context is the knob (Ollama's FAQ:
+    OLLAMA_CONTEXT_LENGTH / num_ctx; OLLAMA_FLASH_ATTENTION=1 with OLLAMA_KV_CACHE_TYPE=q8_0 shrink the cache)."""
+    text = _text(ctx)
+    said = _lines_matching(ctx, _NO_LAYERS)
+    if not said or not re.search(r"(?i)\bollama\b", text) or not (_GPU_MEMORY_SEEN.search(text) or _GRAPH.search(text)):
+        return None
+    graph = _GRAPH.search(text)
+    size = f" (its compute graph alone is {graph.group(1)} {graph.group(2)}iB here)" if graph else ""
+    return _first(_make(
+        "out-of-memory", "the context's buffers fit no single GPU, so Ollama offloads no layer",
+        "Ollama sees the GPUs and their free memory, but before any layer it must place the compute graph and KV cache "
+        f"for the model's context on a GPU{size}; with the model's long default context that alone is larger than "
+        "one card, so it loads every layer on the CPU",
+        f"give the model a smaller context, so its buffers{size} fit one GPU: OLLAMA_CONTEXT_LENGTH=32768 in the server's environment (systemctl edit "
+        "ollama: Environment=\"OLLAMA_CONTEXT_LENGTH=32768\"), or num_ctx per request / PARAMETER num_ctx in a "
+        "Modelfile; OLLAMA_FLASH_ATTENTION=1 with OLLAMA_KV_CACHE_TYPE=q8_0 shrinks the KV cache further; the log's "
+        "'offload to' line (layers.offload, memory.graph) shows the result", [], said[:1]))
+
+
 @rule("out-of-memory")
 def served_memory(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: an out-of-memory line that names the flag to lower; or a ggml server, a long context and memory
     running out."""
-    return _knob_named(ctx) or _ggml_long_context(ctx)
+    return _knob_named(ctx) or _ggml_long_context(ctx) or _ollama_no_layers_on_gpu(ctx)

@@ -1,0 +1,60 @@
+"""Two distributions of one import module installed side by side: a package's CPU build and its GPU build both install
+the same module (onnxruntime and onnxruntime-gpu both install `onnxruntime`), so whichever was installed last owns the
+files, and the GPU build's providers go missing. A listing that shows both, with the program left on the CPU, is this
+reading; the fix keeps one of them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+
+
+# (the CPU distribution, its GPU twins, the module they share, source)
+_TWINS = (
+    ("onnxruntime", ("onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-rocm", "onnxruntime-openvino"),
+     "onnxruntime",
+     "onnxruntime.ai install docs: the onnxruntime packages share one module, only one of them should be installed in "
+     "an environment"),
+    ("paddlepaddle", ("paddlepaddle-gpu",), "paddle",
+     "PaddlePaddle pip install docs: uninstall the CPU paddlepaddle before installing paddlepaddle-gpu (one module, "
+     "paddle)"),
+)
+
+# the program left on the CPU: onnxruntime's providers, get_device(), or the words
+_ON_CPU = re.compile(r"(?i)\bonly (?:the )?CPU(?:ExecutionProvider)?\b|\bCPUExecutionProvider\b|get_device\(\)|"
+                     r"\b(?:runs?|running|ran) (?:only )?on (?:the )?CPU\b|\bnot (?:running|run|using|use) (?:on )?"
+                     r"(?:the )?GPU\b|CUDAExecutionProvider.{0,40}(?:not|unavailable|missing)|is_compiled_with_cuda\(\)"
+                     r"\W{0,20}False")
+
+
+def _listed(name: str) -> re.Pattern:
+    """`name` shown as installed with a version: pip list ("onnxruntime      1.2.0", its column padded), pip freeze ("onnxruntime==1.2.0"),
+    a user's list ("onnxruntime - 1.2.0"), pip's "Successfully installed onnxruntime-1.2.0". A twin's longer name
+    ("onnxruntime-gpu 1.2.0") is not the shorter one's listing: a version must follow the name."""
+    return re.compile(rf"(?i)(?<![\w-]){re.escape(name)}(?:\s{{0,3}}(?:==|:|-)\s{{0,3}}|[ \t]{{1,30}})v?\d+\.\d+")
+
+
+@rule("wheel-platform")
+def cpu_and_gpu_builds_installed_together(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    lower = text.lower()
+    for cpu, gpus, module, _source in _TWINS:
+        if cpu not in lower or not _listed(cpu).search(text):
+            continue
+        gpu = next((g for g in gpus if g in lower and _listed(g).search(text)), None)
+        if gpu is None:
+            continue
+        if not _ON_CPU.search(text):   # the whole text: a REPL's answer comes on the line after its call
+            continue
+        symptom = _lines_matching(ctx, _ON_CPU) or _lines_matching(ctx, r"is_compiled_with_cuda")
+        listed = _lines_matching(ctx, _listed(cpu))
+        return _make("wheel-platform", f"{cpu} and {gpu} are installed together",
+                     f"{cpu} (the CPU build) and {gpu} both install the {module} module; with both installed one "
+                     f"overwrites the other's files, and the program gets the CPU build's providers only",
+                     f"pip uninstall -y {cpu} {gpu}; pip install {gpu} (keep only {gpu}: it carries the CPU provider "
+                     f"too; check that nothing in your requirements pulls {cpu} back)",
+                     [ctx.line_fact(listed[0]), ctx.line_fact(symptom[0])], listed[:1] + symptom[:1])
+    return None
