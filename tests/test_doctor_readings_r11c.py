@@ -86,6 +86,8 @@ NEGATIVES = [
      "\"10.3.0\"\nit has problems with long prompts", "any library pin left with it"),
     # an APU running out of memory on Windows: the carve-out there, not the Linux GTT advice
     ("Windows 11, Radeon 780M laptop: LM Studio gives out of memory errors loading a 14B model", "minimum (512"),
+    # out of memory on an APU machine said to have less than 128 GB: the model against the machine, not the split
+    ("Ryzen AI Max 385 with 32GB, Fedora: llama-server says out of memory loading a 70B Q4 model", "minimum (512"),
     # an Adrenalin as new as the table's row: not "update to it"
     ("Windows 11, RX 9070 XT, Adrenalin 26.1.1, ROCm 7.1.1: ComfyUI crashes on the VAE decode",
      "Adrenalin Edition 26.1.1 or later"),

@@ -12,6 +12,16 @@ from steadytune.doctor.rules.base import (
 
 # running out of memory said in words ("getting out of memory errors", "OOM"), where no error line was pasted
 _OOM_SAID = re.compile(r"(?i)\bout of (?:GPU |video )?memory\b|\bOOM\b|显存不足|内存不足")
+# the machine's one memory said, in the sizes APUs are sold with: below 128 GB, out of memory said in words is the
+# model against the machine's size (runtime/model_memory.py), not how the memory is split between carve-out and GTT
+_MACHINE_GB = re.compile(r"(?i)(?<![\d.])(16|32|48|64|96|128) ?GB\b")
+
+
+def _smaller_machine(ctx: Context) -> bool:
+    sizes = [int(m.group(1)) for m in _MACHINE_GB.finditer("\n".join(ctx.sheet.lines))]
+    return bool(sizes) and max(sizes) < 128
+
+
 # a tool's view of the GPU memory far below the carve-out the user set ("set VRAM to 96GB but only 15.5 GiB available")
 _SET_BUT_SEES = re.compile(r"(?i)\bset\b.{0,30}\b(\d{2,3})\s*G(?:i?B)?\b.{0,60}\bonly\b.{0,20}?(\d{1,2}(?:\.\d+)?)\s*Gi?B")
 
@@ -61,7 +71,8 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     archs = ctx.sheet.machine_archs
     apu = [a for a in archs if a in _APU_ARCHS]
     pools = {f.detail: int(f.value) for f in ctx.sheet.of("memory_total")}
-    errors = ctx.of("apu-memory", "out-of-memory") or (_lines_matching(ctx, _OOM_SAID) if apu else [])
+    errors = ctx.of("apu-memory", "out-of-memory") or (_lines_matching(ctx, _OOM_SAID) if apu and
+                                                        not _smaller_machine(ctx) else [])
     short = [l for l in ctx.sheet.lines if _MEMORY_SHORT.search(l)]
     gtt_said = [l for l in short if re.search(r"\bGTT\b", l)]
     if any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
