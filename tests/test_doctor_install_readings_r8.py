@@ -14,7 +14,8 @@ from test_doctor_paraphrases import PASTINGS, assert_a_rule_reads, pasting_misse
 READINGS = [
     # bitsandbytes names a binary for a CUDA minor it does not ship: the same major's by BNB_CUDA_VERSION
     ("python train_qlora.py\nRuntimeError: Configured CUDA binary not found at /opt/venv/lib/python3.11/site-packages/"
-     "bitsandbytes/libbitsandbytes_cuda129.so", "wheel-platform", ["BNB_CUDA_VERSION=120", "pip install -U bitsandbytes"]),
+     "bitsandbytes/libbitsandbytes_cuda129.so", "wheel-platform", ["BNB_CUDA_VERSION=120",
+                                                                  "bitsandbytes>=0.47.0"]),   # the first with cuda129 (round 11)
     # an old release's loader that cannot load the file it found
     ("CUDA SETUP: Loading binary /home/me/.local/lib/python3.10/site-packages/bitsandbytes/"
      "libbitsandbytes_cuda117.so...\nCould not load libbitsandbytes_cuda117.so although it exists",

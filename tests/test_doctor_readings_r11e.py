@@ -72,10 +72,11 @@ READINGS = [
     ("RX 7900 XT, installed ROCm 6.1 with amdgpu-install, pip install tensorflow-rocm\nImportError: "
      "libMIOpen.so.1: cannot open shared object file: No such file or directory", "rocm-libs-missing",
      ["LD_LIBRARY_PATH=/opt/rocm/lib"]),
-    # ZLUDA's stand-in DLLs failing on a dependency (SD.Next, another card and HIP SDK, cuBLAS's DLL this time)
-    ("SD.Next with ZLUDA on an RX 6800 XT, HIP SDK 6.1\nOSError: [WinError 126] The specified module could not be "
+    # ZLUDA's stand-in DLLs failing on a dependency (SD.Next, another card, cuBLAS's DLL this time; on a 6.x SDK the
+    # first cause is the ZLUDA build for 5.7, r11a's zluda_hip_release)
+    ("SD.Next with ZLUDA on an RX 6800 XT, HIP SDK 5.7\nOSError: [WinError 126] The specified module could not be "
      "found. Error loading \"C:\\sdnext\\venv\\Lib\\site-packages\\torch\\lib\\cublas64_11.dll\" or one of its "
-     "dependencies.", "rocm-libs-missing", ["%HIP_PATH%bin", "ROCm\\6.1", "ZLUDA folder to PATH"]),
+     "dependencies.", "rocm-libs-missing", ["%HIP_PATH%bin", "ROCm\\5.7", "ZLUDA folder to PATH"]),
     # a rank under torchrun that sees no GPU when the process group starts (another launcher's prefix)
     ("torchrun --nnodes 2 --nproc-per-node 8 train.py\n[rank3]: RuntimeError: ProcessGroupNCCL is only supported with "
      "GPUs, no GPUs found!", "env-not-applied", ["LD_LIBRARY_PATH", ".deepspeed_env", "mpirun -x"]),

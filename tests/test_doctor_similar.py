@@ -150,11 +150,11 @@ def test_a_huge_paste_is_read_in_bounded_time():
 def test_words_of_trouble_make_a_complaint_that_is_said_to_be_unread(monkeypatch):
     """Round 11: 16 of 153 new pastes got no finding at all; they said their trouble in words no reading uses."""
     monkeypatch.setattr(similar, "library", lambda: Library(FROBS))
-    for text in ("Zeppelin in Docker failing to use the GPU after idle time",
+    for text in ("Zeppelin failing to load the widget after idle time",
                  "ZEPPELIN_DEVICES=0,1 not respected by the launcher",
                  "zeppelin board: performance degradation for AllToAll",
                  "half-precision zeppelin training, hidden outputs overflowing to inf",
-                 "zeppelin 多机训练的时候报错", "ZEPPELIN_DEVICES=0,1 无效",
+                 "zeppelin 加载插件的时候报错", "ZEPPELIN_DEVICES=0,1 无效",
                  "Is it possible to get a build for the zeppelin board? thanks"):
         report = diagnose_text(text)
         assert report.complains, text

@@ -247,7 +247,7 @@ def _nvidia_arch(line: str):
 # line looks like it names a device, not where a sentence compares cards.
 _GPU_WORDS = re.compile(r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\b[RG]TX ?\d{3,4}|\bRTX\b|\bGTX\b|Tesla|"
                         r"Quadro|FirePro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Barcelo|Lucienne|Van Gogh|"
-                        r"Ryzen AI|\bW[5-7]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
+                        r"Ryzen AI|\bAI ?MAX\+? ?3[89]\d\b|\bW[5-7]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*|\bRyzen [457]\d{3}(?:HS|HX|H|U)\b|\bR[79] ?\d{3}X?\b|\bR9 Nano\b|\bFury\b|\bFiji\b|\bMX ?\d{3}\b|"
                         r"\bGT \d{3,4}\b|\bTitan\b|\bL40S\b|\bA10G\b|\bGB10\b|DGX Spark|"
                         # data-centre cards named bare, often in lower case ("on a v100", "2x p100")
@@ -258,7 +258,7 @@ _MOBILE_ARCH = {("68", "M"): "gfx1031", ("67", "M"): "gfx1031", ("66", "M"): "gf
                 ("64", "M"): "gfx1034", ("63", "M"): "gfx1034", ("68", "S"): "gfx1032", ("67", "S"): "gfx1032",
                 ("66", "S"): "gfx1032"}
 _APU_CPU = (  # Ryzen CPU model numbers with their graphics (AMD's product pages): the iGPU's target
-    (r"Ryzen (?:AI )?(?:Max\+? )?(?:PRO )?3\d\d\b|Ryzen AI Max", "gfx1151"),
+    (r"Ryzen (?:AI )?(?:Max\+? )?(?:PRO )?3\d\d\b|Ryzen AI Max|\bAI ?MAX\+? ?(?:PRO )?3[89]\d\b", "gfx1151"),
     (r"Ryzen AI (?:9|7|5) (?:HX )?(?:PRO )?3\d\d\b", "gfx1150"),
     (r"Ryzen [3579] (?:PRO )?(?:7[84]\d0|8[4-9]\d0)[HUGS]?S?\b", "gfx1103"),
     (r"(?:Ryzen [3579] )?(?:PRO )?(?:6[6-9]\d0|7[3-7]35)[HU]S?\b", "gfx1035"),
@@ -307,7 +307,7 @@ def _gpu(line: str):
             return
     for pattern, arch in _APU_CPU:
         m = re.search(pattern, line, re.IGNORECASE)
-        if m and re.search(r"Radeon|Graphics|iGPU|APU|\bwith\b|Ryzen AI|\bAMD\b", line, re.IGNORECASE):
+        if m and re.search(r"Radeon|Graphics|iGPU|APU|\bwith\b|Ryzen AI|\bAMD\b|\bAI ?MAX\b", line, re.IGNORECASE):
             yield "gpu", m.group(0), arch
             rest = line[m.end():]   # a laptop's card named after its CPU ("Ryzen 7 4800H and GTX 1650 Ti")
             if not re.search(r"(?i)\b(?:RTX|GTX|RX) ?\d{3,4}|GeForce|Quadro", rest):
@@ -774,6 +774,7 @@ def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fa
                 if kind in ("env", "error") or key not in seen:
                     seen.add(key)
                     sheet.facts.append(Fact(kind, value, number, line.strip(), detail))
+    _listed_env(sheet)
     _gpu_archs(sheet)
     _user_groups(sheet)
     _root_only_answers(sheet)
@@ -782,6 +783,17 @@ def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fa
         sheet.facts += error_lines(lines)
         sheet.facts.sort(key=lambda f: f.line_no)
     return sheet
+
+
+def _listed_env(sheet: FactSheet) -> None:
+    """A variable set as a name / value pair over two lines (a Kubernetes pod spec's env list, a Helm values file):
+    "- name: HSA_OVERRIDE_GFX_VERSION" then "value: \"10.3.0\"". Read with its neighbour, which a line finder cannot."""
+    for number, line in enumerate(sheet.lines[:-1], 1):
+        name = re.match(r"\s*-?\s*name:\s*[\"']?(%s)[\"']?\s*$" % _ENV_NAMES, line)
+        value = name and re.match(r"\s*value:\s*[\"']?([^\"'\s]*)[\"']?\s*$", sheet.lines[number])
+        if value:
+            sheet.facts.append(Fact("env", f"{name.group(1)}={value.group(1)}", number + 1,
+                                    sheet.lines[number].strip(), "listed"))
 
 
 def _gpu_archs(sheet: FactSheet) -> None:

@@ -12,7 +12,8 @@
   open_modules       NVIDIA's open kernel modules: the opt-in for GeForce cards, the GSP they always run on
   cdi_specs          a container's CDI spec generated for devices the host no longer has
   driver_state       a driver left broken or not ready: nvidia_uvm after suspend, a service started before the GPU,
-                     CUDA after a background driver update; registered last
+                     CUDA after a background driver update
+  driver_checks      a tool's own driver check fooled: amdgpu built into the kernel, not a module
 
 runner.py imports them in this order, which is the order their rules register in.
 """

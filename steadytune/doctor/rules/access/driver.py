@@ -107,6 +107,37 @@ def _hip_runtime_older_than_libraries(ctx: Context) -> Optional[Diagnosis]:
                  f"driver={need} or newer; or use libraries built for HIP {have}", [], died[:2])
 
 
+# On Windows the HIP runtime ROCm's libraries call is the display driver's (amdhip64): a ROCm release for Windows
+# needs the Adrenalin release that carries its runtime. The first such release per ROCm, as AMD's maintainers and the
+# reporters confirmed: ROCm 7.1.1 from Adrenalin 26.1.1 (legacy-rocm-build #5829)
+_ADRENALIN_FOR_ROCM = {(7, 1, 1): (26, 1, 1)}
+_WINDOWS_ROCM = re.compile(r"(?i)\bROCm\s*v?(\d+)\.(\d+)\.(\d+)\b")
+
+
+def _adrenalin_older_than_rocm(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """A ROCm release installed on Windows beside an Adrenalin driver older than the one that carries its HIP
+    runtime, and something that broke: the driver is the part to update."""
+    named, rocm = _ADRENALIN_VERSION.search(text), _WINDOWS_ROCM.search(text)
+    if not named or not rocm:
+        return None
+    least = _ADRENALIN_FOR_ROCM.get(tuple(int(g) for g in rocm.groups()))
+    have = tuple(int(x) for x in named.group(1).split("."))
+    if least is None or have >= least:
+        return None
+    broke = _lines_matching(ctx, r"(?i)\bbr(?:oke|oken|eaks?)\b|stopped working|no longer works?|does(?:n.t| not) "
+                                 r"work|fails?\b|crash\w*")
+    if not broke:
+        return None
+    need = ".".join(map(str, least))
+    release = ".".join(rocm.groups())
+    return _make("driver", f"the Adrenalin {named.group(1)} driver is older than ROCm {release} needs",
+                 f"on Windows ROCm's libraries run on the HIP runtime of the display driver; ROCm {release} needs the "
+                 f"runtime of Adrenalin {need} or later, and {named.group(1)} has an older one, so the apps on it break",
+                 f"update the AMD driver to AMD Software: Adrenalin Edition {need} or later (clean install), then "
+                 f"restart the app; or keep {named.group(1)} and the ROCm release that shipped with it",
+                 [], broke[:2])
+
+
 def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
     """The AMD Windows driver (Adrenalin) is what HIP runs on there: a HIP entry point missing from amdhip64.dll is a
     driver older than the tool; a named driver release after which the GPU stopped being used (or crawls) is that
@@ -123,17 +154,26 @@ def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
     older = _hip_runtime_older_than_libraries(ctx)
     if older is not None:
         return older
+    older_driver = _adrenalin_older_than_rocm(ctx, _text(ctx))
+    if older_driver is not None:
+        return older_driver
     named = _ADRENALIN_VERSION.search(_text(ctx))
+    # (the GPU gone from the app's view: "GPU is missing", "no VRAM", models no longer load)
     worse = _lines_matching(ctx, r"(?i)\b(?:slow\w*|acceleration (?:appears |is )?disabled|not (?:being )?(?:using|used|"
                                  r"utili[sz]ed)|no longer "
-                                 r"(?:uses?|works?)|falls? back to (?:the )?CPU|stopped working|since (?:the|updating))")
+                                 r"(?:uses?|works?)|falls? back to (?:the )?CPU|stopped working|since (?:the|updating))|"
+                                 r"\bGPU (?:is )?(?:missing|gone|not (?:shown|listed|detected))\b|\b(?:see|shows?) no "
+                                 r"VRAM\b|\bnot loading any models?\b|\bcan(?:not|'t) load any models?\b")
     if named and worse:
         version = named.group(1)
+        # LM Studio, llama.cpp and koboldcpp carry a Vulkan runtime beside the ROCm one, which does not use HIP
+        vulkan = ("; or switch the app to its Vulkan runtime until then" if re.search(
+            r"(?i)\bLM ?Studio\b|llama\.cpp|koboldcpp|\bbackends?\b|\bruntimes?\b", _text(ctx)) else "")
         return _make("driver", f"the AMD driver {version} broke the GPU path",
                      f"after AMD Software: Adrenalin {version} the GPU is no longer used (or crawls): a regression in "
-                     "that driver release (its HIP memory allocation on Windows), not the tool",
+                     "that driver release (its HIP runtime on Windows), not the tool",
                      f"roll back to the previous driver (AMD's previous-drivers page; a clean install, DDU if needed) "
-                     f"or install the release after {version} once it is out; keep the tool as it is", [], worse)
+                     f"or install the release after {version} once it is out; keep the tool as it is{vulkan}", [], worse)
     return None
 
 
@@ -179,7 +219,10 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
             else "nvidia-driver-<version>"
         fix = ("reboot: a driver update replaced the user-space libraries while the old kernel module is still loaded; "
                f"if it stays, reinstall one driver version for both cleanly: sudo apt install --reinstall {branch}, "
-               "then reboot (nvidia-smi and cat /proc/driver/nvidia/version must name the same version)")
+               "then reboot (nvidia-smi and cat /proc/driver/nvidia/version must name the same version); if it "
+               "outlasts a reboot, a link of the old release is left behind: ls -l /usr/lib*/libnvidia-ml.so* "
+               "/usr/lib64/nvidia/libnvidia-ml.so* (and libcuda.so*) must point at the loaded module's version; "
+               "remove or relink the stale ones, then sudo ldconfig")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
     # (the kernel's "module verification failed: signature and/or required key missing - tainting kernel" says it
     # LOADED an unsigned module: signatures are not enforced there, so Secure Boot refused nothing)
@@ -209,6 +252,13 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = ("the user-space driver libraries and the kernel module are of different versions: reboot after a driver "
                "update (or reinstall one driver version cleanly: sudo apt install --reinstall nvidia-driver-<version>), "
                "and remove a stray libcuda.so from LD_LIBRARY_PATH or the container image")
+        if _CONTAINED.search(joined):
+            # CUDA images may register their forward-compat libcuda (/usr/local/cuda/compat) with ldconfig: on a host
+            # whose driver is newer than that compat release, the older compat libcuda is loaded instead of the host's
+            fix += ("; in a container, an image that registers CUDA's forward-compat driver (/usr/local/cuda/compat "
+                    "in /etc/ld.so.conf.d or LD_LIBRARY_PATH) loads that libcuda ahead of the host driver's: compare "
+                    "ldconfig -p | grep libcuda inside it with the host's driver, drop the compat path (then "
+                    "ldconfig) or use an image that puts the host driver's library first")
         cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
     elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|CUDA unknown error|init(?:iali[sz]e)? (?:the )?GPU\W{0,3}"
                    r"unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b|\b(?:after|since) "
@@ -392,7 +442,8 @@ def _nvidia_module_build(joined: str, kernel) -> tuple[str, str]:
 # The oldest Linux driver branch of each CUDA toolkit (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and
 # Corresponding Driver Versions"): a driver runs the CUDA of its branch and older; code a newer toolkit compiled to
 # PTX cannot be loaded by it
-_DRIVER_FOR_CUDA = (((11, 0), 450), ((11, 1), 455), ((11, 2), 460), ((11, 3), 465), ((11, 4), 470), ((11, 5), 495),
+_DRIVER_FOR_CUDA = (((9, 0), 384), ((9, 1), 390), ((9, 2), 396), ((10, 0), 410), ((10, 1), 418), ((10, 2), 440),
+                    ((11, 0), 450), ((11, 1), 455), ((11, 2), 460), ((11, 3), 465), ((11, 4), 470), ((11, 5), 495),
                     ((11, 6), 510), ((11, 7), 515), ((11, 8), 520), ((12, 0), 525), ((12, 1), 530), ((12, 2), 535),
                     ((12, 3), 545), ((12, 4), 550), ((12, 5), 555), ((12, 6), 560), ((12, 8), 570), ((12, 9), 575),
                     ((13, 0), 580))

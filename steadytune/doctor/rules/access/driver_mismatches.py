@@ -23,7 +23,7 @@ from steadytune.doctor.rules.base import (
     _text,
 )
 from steadytune.doctor.rules.access.device_files import _KUBERNETES
-from steadytune.doctor.rules.access.driver import _DRIVER_FOR_CUDA
+from steadytune.doctor.rules.access.driver import _DRIVER_FOR_CUDA, _first_dkms_release
 
 
 # NVIDIA's open kernel modules drive Turing and newer GPUs only (they need the GPU System Processor); Maxwell, Pascal
@@ -88,7 +88,10 @@ def apu_mes_firmware(ctx: Context) -> Optional[Diagnosis]:
                  "ships an MES firmware (0x83) under which ROCm work hangs or faults while the CPU path runs",
                  "check the firmware: apt policy linux-firmware (rpm -q linux-firmware; sudo cat "
                  "/sys/kernel/debug/dri/*/amdgpu_firmware_info | grep MES); if it is 20251125, downgrade linux-firmware "
-                 "to 20251111 (or update to a package with the MES revert), reboot, and run the GPU path again",
+                 "to 20251111 (or update to a package with the MES revert), reboot, and run the GPU path again; or "
+                 "take the firmware from AMD's own driver instead: install amdgpu-dkms with amdgpu-dkms-firmware "
+                 "(sudo amdgpu-install --usecase=dkms: its firmware goes to /lib/firmware/updates/amdgpu, ahead of "
+                 "linux-firmware's), then reboot",
                  [], stuck, confirmed=False)
 
 
@@ -223,6 +226,10 @@ def wsl_tcc_card(ctx: Context) -> Optional[Diagnosis]:
 _MAINLINE = re.compile(r"\b\d+\.\d+(?:\.\d+)?-0\d{5}(?:rc\d+)?-(?:generic|lowlatency)\b")
 
 
+# each Ubuntu LTS release's GA kernel series (ubuntu.com/kernel/lifecycle): the one its driver packages are built on
+_UBUNTU_GA_KERNEL = {"16.04": "4.4", "18.04": "4.15", "20.04": "5.4", "22.04": "5.15", "24.04": "6.8"}
+
+
 @rule("driver")
 def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
     """A DKMS driver package (amdgpu-dkms, nvidia-dkms) refusing or failing to build for a mainline kernel: the driver
@@ -233,19 +240,30 @@ def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
         return None
     failed = _lines_matching(ctx, r"(?i)\bdkms\b.{0,80}(?:not supported|fail|error)|(?:not supported|fail\w*|error)"
                                   r".{0,80}\bdkms\b|kernel package \S+ is not supported|Bad return status|"
-                                  r"(?:module|driver) (?:build|install) failed")
+                                  r"(?:module|driver) (?:build|install) failed|"
+                                  # the module loading and taking the kernel down with it
+                                  r"\bmodprobe (?:amdgpu|nvidia)\b.{0,60}\b(?:crash\w*|hangs?|freez\w*|panic\w*|oops)")
     if not failed:
         return None
     ubuntu = re.search(r"(?i)Ubuntu ?(\d\d\.04)", text)
     hwe = f"linux-generic-hwe-{ubuntu.group(1)}" if ubuntu else "linux-generic-hwe-<release>"
+    ga = _UBUNTU_GA_KERNEL.get(ubuntu.group(1)) if ubuntu else None
+    if ga:
+        hwe += f" (or linux-generic, its GA {ga} kernel)"
     evidence = [f for f in ctx.sheet.of("kernel") if kernel.group(0) in f.value][:1]
+    # amdgpu-dkms follows new kernels in later ROCm releases: where the table knows the first release that builds for
+    # this kernel series and the paste's ROCm is older, that release keeps the kernel
+    first = _first_dkms_release(text) if re.search(r"(?i)amdgpu|\brocm\b", text) else None
+    keep = (f"; or keep this kernel and install the amdgpu-dkms of ROCm {first[1]} or newer (the first release whose "
+            f"driver builds for the {first[0]} kernels: sudo amdgpu-install --uninstall, then the amdgpu-install of "
+            f"{first[1]})" if first else "")
     return _first(_make(
         "driver", f"{kernel.group(0)} is a mainline kernel the driver's DKMS module does not build for",
         f"{kernel.group(0)} is an Ubuntu mainline kernel build (kernel.ubuntu.com/mainline, the six-digit ABI number); "
         "the GPU driver's DKMS package supports only the distribution's own kernels, so it refuses or fails to build",
-        f"boot the distribution's kernel instead of the mainline one: sudo apt install {hwe} (or linux-generic), pick it "
+        f"boot the distribution's kernel instead of the mainline one: sudo apt install {hwe if ga else hwe + ' (or linux-generic)'}, pick it "
         "in GRUB (Advanced options), then remove the mainline linux-image- and linux-headers- packages and install "
-        "the driver again", evidence, failed))
+        "the driver again" + keep, evidence, failed))
 
 
 # A crash in a program's Vulkan backend (llama.cpp's ggml-vulkan, koboldcpp, LM Studio's Vulkan runtime): the
@@ -370,7 +388,7 @@ def device_plugin_without_sys_admin(ctx: Context) -> Optional[Diagnosis]:
 
 
 # the NVIDIA container runtime refusing an image whose CUDA needs a newer host driver (the image's NVIDIA_REQUIRE_CUDA)
-_IMAGE_NEEDS_CUDA = re.compile(r"(?i)requirement error: unsatisfied condition: cuda\s*>=\s*(\d{2})\.(\d)")
+_IMAGE_NEEDS_CUDA = re.compile(r"(?i)requirement error: unsatisfied condition: cuda\s*>=\s*(\d{1,2})\.(\d)")
 
 
 @rule("driver")
@@ -387,7 +405,7 @@ def image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
     return _first(_make("driver", f"the host's NVIDIA driver is too old for the image's CUDA {cuda[0]}.{cuda[1]}",
                         f"the image is built on CUDA {cuda[0]}.{cuda[1]}; the NVIDIA container runtime checks that the "
                         "host driver runs it before it starts the container, and this driver does not",
-                        f"update the host's NVIDIA driver to {branch} (sudo apt install nvidia-driver-{least or '<branch>'} "
+                        f"update the host's NVIDIA driver to {branch} (CUDA {cuda[0]}.{cuda[1]} needs it; sudo apt install nvidia-driver-{least or '<branch>'} "
                         "or sudo ubuntu-drivers install, then reboot; nothing to change inside the container), or use "
                         f"an older image tag built on the CUDA the driver runs (nvidia-smi shows it as 'CUDA Version'); "
                         "or, where the image's code runs on this driver anyway (a rebuilt image whose requirement rose "
@@ -395,6 +413,37 @@ def image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
                         "check: docker run -e NVIDIA_DISABLE_REQUIRE=true (the toolkit's switch for all NVIDIA_REQUIRE_* "
                         "constraints)",
                         [], refused))
+
+
+# NVIDIA's NGC images (PyTorch, TensorRT-LLM, Triton server, NeMo) check the host driver in their entrypoint and say
+# "This container was built for NVIDIA Driver Release 535.86 or later, but version 510.85.02 was detected and
+# compatibility mode is UNAVAILABLE": the forward-compatibility package serves only datacenter GPUs on supported
+# branches (NVIDIA's CUDA compatibility guide), so anywhere else the host driver has to reach the release named
+_NGC_NEEDS_DRIVER = re.compile(r"(?i)container was built for NVIDIA Driver Release (\d{3})(\.\d+)*(?: or later)?")
+_NGC_FOUND = re.compile(r"(?i)\bbut\W+version (\d{3}(?:\.\d+){1,2}) was detected")
+
+
+@rule("driver")
+def ngc_image_needs_newer_driver(ctx: Context) -> Optional[Diagnosis]:
+    """An NGC container's own entrypoint refusing the host driver: the release it was built for is named, so the fix
+    is that driver on the host (or an older image release), not anything inside the container."""
+    refused = _lines_matching(ctx, _NGC_NEEDS_DRIVER)
+    if not refused:
+        return None
+    found = _NGC_NEEDS_DRIVER.search(refused[0].line)
+    least = found.group(0).split("Release", 1)[1].split()[0]
+    branch = found.group(1)
+    detected = _NGC_FOUND.search(_text(ctx))
+    have = f" (the host has {detected.group(1)})" if detected else ""
+    return _first(_make(
+        "driver", f"the host's NVIDIA driver is older than the {least} this NGC container was built for",
+        f"the container's entrypoint checks the host driver against the release its CUDA was built for{have}; "
+        "CUDA's forward compatibility cannot bridge the gap here (it serves datacenter GPUs only, on supported "
+        "branches), so the container runs without a usable GPU",
+        f"update the host's NVIDIA driver to {least} or later (sudo apt install nvidia-driver-{branch} or a newer "
+        "branch, or sudo ubuntu-drivers install; then reboot and check nvidia-smi's 'Driver Version'); nothing inside "
+        "the container changes it; or use an older release of the image whose driver requirement the host meets (the "
+        "NGC Frameworks Support Matrix lists each release's driver)", [], refused))
 
 
 # torch built for ROCm, said by itself (collect_env's "ROCM used to build PyTorch: 7.0...", a +rocm version, or

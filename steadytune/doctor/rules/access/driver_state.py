@@ -96,3 +96,33 @@ def cuda_runtime_survey_failed(ctx: Context) -> Optional[Diagnosis]:
                  "reinstall one driver version, sudo apt install --reinstall nvidia-driver-<branch>, and reboot), "
                  "and in LM Studio rerun the runtime's compatibility check (Runtime / Manage versions: Rerun "
                  "compatibility check) so the CUDA engine is offered again", [], said[:2], confirmed=False)
+
+
+# HIP's own words for hipErrorNoDevice ("no ROCm-capable device is detected", hipGetErrorString), from a HIP program
+# itself rather than a framework on top of it
+_HIP_NO_DEVICE = re.compile(r"(?i)no ROCm-capable device (?:is )?detected|\bhipErrorNoDevice\b")
+_FRAMEWORK = re.compile(r"(?i)\bimport torch\b|\btorch\b|\bpytorch\b|\btensorflow\b|\bjax\b|\bollama\b|\bllama\.cpp\b|"
+                        r"\bcomfyui\b|\bvllm\b")
+
+
+@rule("driver")
+def hip_finds_no_device_after_install(ctx: Context) -> Optional[Diagnosis]:
+    """A HIP program (ROCm's samples, hipInfo, a user's own) finding no device on a card ROCm supports, no framework,
+    container or override in between: on a machine where ROCm was just installed the new amdgpu module and the user's
+    render / video groups are not in force until a reboot, the usual state of a first report."""
+    said = _lines_matching(ctx, _HIP_NO_DEVICE)
+    text = _text(ctx)
+    if not said or _FRAMEWORK.search(text) or _vendor(ctx) == "nvidia" or \
+            re.search(r"(?i)\bdocker\b|\bpodman\b|\bcontainer\b|\bwsl\b|HSA_OVERRIDE_GFX_VERSION|_VISIBLE_DEVICES", text):
+        return None
+    if any(e.family not in (None, "driver", "device-access", "visibility") and not _HIP_NO_DEVICE.search(e.line)
+           for e in ctx.errors):
+        return None
+    return _make("driver", "HIP finds no GPU: the new driver or groups not yet in force",
+                 "the HIP runtime sees no GPU through /dev/kfd; right after installing ROCm (amdgpu-dkms, the "
+                 "render / video groups) that is the state until the machine restarts: the old amdgpu module is still "
+                 "loaded and the login session has the old groups",
+                 "reboot once after installing ROCm (a log-out is not enough for a new amdgpu module); then rocminfo "
+                 "| grep gfx must list the card; if it still does not: groups must show render and video (sudo "
+                 "usermod -aG render,video $USER), ls -l /dev/kfd, and sudo dmesg | grep -i -e amdgpu -e kfd for the "
+                 "driver's own error", [], said[:2], confirmed=False)

@@ -13,6 +13,7 @@ from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, norma
 from steadytune.doctor.rules.base import (
     _arch_fact,
     Context,
+    _first,
     Diagnosis,
     _lines_matching,
     _make,
@@ -65,9 +66,41 @@ def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
                  "(ollama-for-amd)", [where] if where else [], lines, confirmed=bool(empty))
 
 
+# ROCr's own complaint when the variable is set but not X.Y.Z ("Invalid HSA_OVERRIDE_GFX_VERSION format expected
+# "1.2.3""), and its result: every agent reported as gfx000 (which otherwise names only the CPU agent, beside the
+# GPU's own target). An empty value (docker -e NAME= , a Kubernetes env value or ConfigMap key left blank) is "set"
+# to ROCr, so it is rejected the same way instead of being ignored.
+_REJECTED = re.compile(r"(?i)Invalid " + OVERRIDE + r" format")
+_GFX000 = re.compile(r"\bgfx000\b")
+_EMPTY = re.compile(OVERRIDE + r"(?:=(?:\"\"|''|(?=\s)|$)|\s*:\s*(?:\"\"|''|~)?\s*$)", re.M)
+
+
+def _rejected_override(ctx: Context) -> Optional[Diagnosis]:
+    """The runtime rejecting the override's value (its own words, or only gfx000 left where the override is set
+    empty): unset it or write X.Y.Z."""
+    text = _text(ctx)
+    empty = _EMPTY.search(text) or any(f.value == OVERRIDE + "=" for f in ctx.sheet.of("env"))
+    said = _lines_matching(ctx, _REJECTED)
+    if not said and empty and _GFX000.search(text) and not re.search(r"\bgfx(?!000\b)[1-9]\w+", text):
+        said = _lines_matching(ctx, _GFX000)
+    if not said:
+        return None
+    arch, _ = ctx.arch([])
+    good = override_for_arch(arch) if arch and arch != "gfx000" else None
+    value = (f", or give it a valid version ({OVERRIDE}={good} for {arch})" if good else
+             f", or give it a valid X.Y.Z version ({_OVERRIDE_TABLE})")
+    return _first(_make(
+        "override-wrong", f"the runtime rejects {OVERRIDE}'s value" + (" (set, but empty)" if empty else ""),
+        f"ROCr reads {OVERRIDE} whenever it is set" + (", even to an empty string (docker -e with no value, a "
+                                                       "blank Kubernetes env value or ConfigMap key)" if empty else "")
+        + "; a value that is not X.Y.Z is rejected and every GPU agent is reported as gfx000, so nothing runs on it",
+        f"take the variable away: unset {OVERRIDE} in the shell, and in a container or a pod spec remove the entry "
+        f"rather than leave it empty{value}; then rocminfo | grep gfx must show the card's real target", [], said))
+
+
 @rule("override-wrong")
 def override_wrong(ctx: Context) -> Optional[Diagnosis]:
-    leftover = _windows_ollama_leftover(ctx)
+    leftover = _windows_ollama_leftover(ctx) or _rejected_override(ctx)
     if leftover is not None:
         return leftover
     # "export HSA_OVERRIDE_GFX_VERSION = 10.3.0": the shell reads three words, sets nothing ("not a valid identifier")
@@ -112,7 +145,7 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
                      set_variable(OVERRIDE, good, ctx.sheet, tool) if good else f"unset {OVERRIDE}",
                      [setting], symptoms)
     if not archs:
-        return None
+        return _override_in_a_deployment(ctx, setting, value)
     arch = archs[0]
     if _family_of(arch) != _family_of(target):
         good, caveat = override_value(arch, tool)
@@ -140,6 +173,35 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
                      f"{target} code on {arch}: {row.override.why}",
                      f"unset {OVERRIDE}; {rocm_index_for(arch)}", [setting], symptoms)
     return None
+
+
+# where a setting outlives the machine it was written for: a pod spec, a compose file, a unit's Environment=, a
+# container's -e; the GPU under it may have changed since
+_DEPLOYMENT = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bkubectl\b|\bhelm\b|\bpods?\b|\bdeployment\b|"
+                         r"\bdocker[- ]compose\b|\bcompose\.ya?ml\b|^\s*environment:|Environment=|\bdocker run\b.*\s-e\s")
+_TROUBLE = re.compile(r"(?i)\bproblems?\b|\bissues?\b|\bfail\w*|\berrors?\b|\bcrash\w*|\bcan(?:not|'t)\b|"
+                      r"\bdoes(?:n't| not) work|\bbroken\b|\bwrong\b|\bhangs?\b|\bstuck\b")
+
+
+def _override_in_a_deployment(ctx: Context, setting: Fact, value: str) -> Optional[Diagnosis]:
+    """An override carried in a deployment's settings, the GPU under it not named, and the service in trouble with
+    no error of another kind: an override matches one family of GPUs only, and one copied from an older machine's
+    spec makes any other card run foreign code. Taking it out is the first thing to try."""
+    text = _text(ctx)
+    if not _DEPLOYMENT.search(text) or any(e.family not in (None, "override-wrong", "gpu-hang") for e in ctx.errors):
+        return None
+    trouble = _lines_matching(ctx, _TROUBLE)
+    if not trouble:
+        return None
+    target = _target(value)
+    return _make("override-wrong", f"{OVERRIDE}={value} in the deployment, for a GPU the paste does not show",
+                 f"the override makes every GPU run {target or value} code; it suits that family only (RDNA2 cards "
+                 "for 10.3.0, RDNA3 for 11.0.0), and a spec carried over from another machine forces it on whatever "
+                 "card serves the pod now",
+                 f"remove {OVERRIDE} (and any library pin left with it, such as OLLAMA_LLM_LIBRARY) from the "
+                 "deployment, restart, and read the card's own target (rocminfo | grep gfx, or the server's log); set "
+                 f"an override again only if that target is one the build lacks: {_OVERRIDE_TABLE}",
+                 [setting], trouble[:2], confirmed=False)
 
 
 def _version_of(arch: str) -> Optional[str]:

@@ -354,6 +354,8 @@ def _zluda_runtime_not_on_path(ctx: Context) -> Optional[Diagnosis]:
     if not failing:
         return None
     sdk = re.search(r"(?i)(?:HIP(?: SDK)?|ROCm)\W{0,3}(\d+\.\d+)", text)
+    if sdk and int(sdk.group(1).split(".")[0]) >= 6:
+        return None   # ZLUDA's default build is HIP SDK 5.7's: on a 6.x SDK the first cause is that build (zluda_hip_release)
     version = sdk.group(1) if sdk else "<ver>"
     return _first(_make("rocm-libs-missing", "ZLUDA's runtime DLLs are not on PATH",
                         "under ZLUDA torch's caffe2_nvrtc.dll loads ZLUDA's nvrtc/nvcuda DLLs, which load the HIP "

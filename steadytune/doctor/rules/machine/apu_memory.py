@@ -7,8 +7,23 @@ from typing import Optional
 
 from steadytune.hardware.unified_memory import GIB, PAGE
 from steadytune.doctor.rules.base import (
-    _APU_ARCHS, _arch_fact, Context, Diagnosis, _lines_matching, _make, rule, _symptom_lines,
+    _APU_ARCHS, _arch_fact, Context, Diagnosis, _lines_matching, _make, on_windows, rule, _symptom_lines,
 )
+
+# running out of memory said in words ("getting out of memory errors", "OOM"), where no error line was pasted
+_OOM_SAID = re.compile(r"(?i)\bout of (?:GPU |video )?memory\b|\bOOM\b|显存不足|内存不足")
+# the machine's one memory said, in the sizes APUs are sold with: below 128 GB, out of memory said in words is the
+# model against the machine's size (runtime/model_memory.py), not how the memory is split between carve-out and GTT
+_MACHINE_GB = re.compile(r"(?i)(?<![\d.])(16|32|48|64|96|128) ?GB\b")
+
+
+def _smaller_machine(ctx: Context) -> bool:
+    sizes = [int(m.group(1)) for m in _MACHINE_GB.finditer("\n".join(ctx.sheet.lines))]
+    return bool(sizes) and max(sizes) < 128
+
+
+# a tool's view of the GPU memory far below the carve-out the user set ("set VRAM to 96GB but only 15.5 GiB available")
+_SET_BUT_SEES = re.compile(r"(?i)\bset\b.{0,30}\b(\d{2,3})\s*G(?:i?B)?\b.{0,60}\bonly\b.{0,20}?(\d{1,2}(?:\.\d+)?)\s*Gi?B")
 
 
 _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUMA\b|GPU memory).{0,60}"
@@ -56,7 +71,8 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     archs = ctx.sheet.machine_archs
     apu = [a for a in archs if a in _APU_ARCHS]
     pools = {f.detail: int(f.value) for f in ctx.sheet.of("memory_total")}
-    errors = ctx.of("apu-memory", "out-of-memory")
+    errors = ctx.of("apu-memory", "out-of-memory") or (_lines_matching(ctx, _OOM_SAID) if apu and
+                                                        not _smaller_machine(ctx) else [])
     short = [l for l in ctx.sheet.lines if _MEMORY_SHORT.search(l)]
     gtt_said = [l for l in short if re.search(r"\bGTT\b", l)]
     if any(a not in _APU_ARCHS and a.startswith("gfx") for a in archs):
@@ -91,11 +107,23 @@ def apu_memory(ctx: Context) -> Optional[Diagnosis]:
     tool = ctx.tool(errors)
     ggml = ("; llama.cpp / Ollama (ggml's HIP backend): GGML_CUDA_ENABLE_UNIFIED_MEMORY=1 makes it allocate from "
             "system memory, past the carve-out" if tool in ("llama.cpp", "ollama", None) else "")
+    if on_windows(ctx, "\n".join(ctx.sheet.lines)):   # Windows gives the GPU its carve-out only: no GTT to raise
+        fix = (f"raise the UMA frame buffer in the BIOS (or AMD Software's Variable Graphics Memory), or raise the GTT "
+               f"cap where the tool runs on Linux with the kernel parameter {limit}, then reboot{ggml}")
+    else:
+        # on Linux the GTT can hold nearly all the RAM, and ROCm allocates from it on an APU: the carve-out at its
+        # minimum leaves the rest to the GTT instead of splitting the RAM between two pools (AMD's guidance for
+        # Ryzen AI Max on Linux; unified_memory.py's sources)
+        fix = (f"give the GPU its memory through the GTT: set the UMA frame buffer in the BIOS to its minimum (512 "
+               f"MB) and raise the GTT cap with the kernel parameter {limit} (amdgpu.gttsize is deprecated), then "
+               f"reboot (or raise the UMA frame buffer instead, for a tool that counts only the carve-out){ggml}")
+    seen = _SET_BUT_SEES.search("\n".join(ctx.sheet.lines))
+    if seen and tool in ("ollama", None) and re.search(r"(?i)\bollama\b", "\n".join(ctx.sheet.lines)):
+        fix += ("; Ollama itself: releases that size an iGPU by its carve-out alone report a fraction of it, so update "
+                "Ollama to one that counts the GTT on iGPUs (its log's 'inference compute' line shows the total it uses)")
     return _make("apu-memory", f"{name} runs out of GPU memory",
                  "an APU's GPU memory is the BIOS carve-out (UMA frame buffer) plus GTT, which the kernel caps at half "
-                 "the RAM by default", f"raise the UMA frame buffer in the BIOS, or raise the GTT cap with the kernel "
-                 f"parameter {limit} (amdgpu.gttsize is deprecated), then reboot{ggml}", evidence,
-                 errors or _symptom_lines(ctx, []))
+                 "the RAM by default", fix, evidence, errors or _symptom_lines(ctx, []))
 
 
 def _vram_bytes(lines: list[str]) -> Optional[int]:

@@ -1,0 +1,42 @@
+"""A tool's own check that the GPU driver is loaded, fooled by how the driver is installed: amdgpu built into the
+kernel (CONFIG_DRM_AMDGPU=y) is not a module, so lsmod does not list it and /sys/module/amdgpu/initstate (which the
+kernel creates for loadable modules only: Documentation/ABI/testing/sysfs-module) does not exist; amd-smi ("amdgpu not
+found in modules") and rocminfo ("ROCk module is NOT loaded") read those and report a working driver as missing."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
+
+# the driver said to be part of the kernel image, not a module (and not "not built for this kernel")
+_BUILT_IN = re.compile(r"(?i)(?<!not )\b(?:built|compiled|baked)[- ]?in(?:to)? (?:my |the |our )?(?:own )?(?:custom )?"
+                       r"kernel\b|\bCONFIG_DRM_AMDGPU\s*=\s*y\b|\bamdgpu\b.{0,40}\bbuilt[- ]in\b|\bbuilt[- ]in\b.{0,30}"
+                       r"\bamdgpu\b|\bnot (?:built |compiled )?as a module\b")
+# the tools' module checks failing
+_MODULE_CHECK = re.compile(r"(?i)amdgpu not found in modules|ROCk module is NOT loaded|\bmodule status\b.{0,30}"
+                           r"modprobe amdgpu|amdgpu (?:module )?(?:is )?not loaded")
+_TOOLS = (("amd-smi", r"(?i)\bamd-?smi\b|\bAMDSMI\b"), ("rocminfo", r"(?i)\brocminfo\b|ROCk module"),
+          ("rocm-smi", r"(?i)\brocm-smi\b"))
+
+
+@rule("driver")
+def built_in_amdgpu(ctx: Context) -> Optional[Diagnosis]:
+    """A module check failing where the paste says amdgpu is built into the kernel: the driver is there, the tool's
+    check is wrong; the fix is a release of the tool whose check also accepts a built-in driver."""
+    text = _text(ctx)
+    failing = _lines_matching(ctx, _MODULE_CHECK)
+    if not failing or not _BUILT_IN.search(text):
+        return None
+    tools = [name for name, said in _TOOLS if re.search(said, text)] or ["the ROCm tool"]
+    named = " and ".join(tools)
+    return _first(_make(
+        "driver", f"{named}'s driver check misses an amdgpu built into the kernel",
+        "amdgpu is built into this kernel (CONFIG_DRM_AMDGPU=y), so it is no module: lsmod does not list it and "
+        f"/sys/module/amdgpu/initstate (made for loadable modules only) does not exist; {named} looks for those and "
+        "reports the working driver as not loaded",
+        f"the driver itself works if ls /dev/kfd /dev/dri/renderD* and cat /sys/class/drm/card*/device/vendor (0x1002) "
+        f"show the GPU; update {named} to a release whose check also accepts a built-in amdgpu (one that looks at "
+        "/sys/module/amdgpu or /sys/class/drm instead of initstate), or build the kernel with amdgpu as a module "
+        "(CONFIG_DRM_AMDGPU=m); modprobe and installing amdgpu-dkms are not the fix", [], failing))
