@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 import warnings
@@ -98,7 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steadytune {args.command}: not available in this build", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()   # a reader that went away (`| head`) is found here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # `steadytune doctor --score-cases train | head`: the reader has all it wanted; say nothing, and point stdout
+        # at /dev/null so the exit's own flush cannot fail again. 141 is the shell's status for SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except RunInterrupted as e:
         print(str(e), file=sys.stderr)
         return e.exit_code

@@ -146,3 +146,18 @@ def test_each_bound_is_one_line(case, tiny_run_config, capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and err and err[-1].startswith("error: ") and said in err[-1], (case, err[-3:])
     assert not any("Traceback" in line for line in err) and time.monotonic() - started < 30
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
+    """`steadytune doctor ... | head -1`: the rest of the output has nowhere to go; no 'error: Broken pipe'."""
+    paste = tmp_path / "paste.txt"
+    paste.write_text("RuntimeError: HIP error: invalid device function\nrocminfo: gfx1031\n", encoding="utf-8")
+    read_end, write_end = os.pipe()
+    os.close(read_end)   # the reader has gone before the first line: every write meets a closed pipe
+    try:
+        done = subprocess.run([sys.executable, "-m", "steadytune", "doctor", "--from", str(paste)], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 141
