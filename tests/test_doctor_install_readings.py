@@ -343,3 +343,15 @@ def test_a_runtime_that_does_not_see_the_gpu_is_its_cpu_build():
 def test_a_torch_without_cuda_under_zluda_is_the_cuda_build_not_rocm(paste):
     top = _top(paste)
     assert top.family == "torch-build" and "whl/cu118" in top.fix and "rocm" not in top.fix.lower()
+
+
+def test_an_issue_templates_label_is_no_install_complaint():
+    """vLLM's "[Installation]:" template heads reports of a deployment that fails long after the install: with torch's
+    own version printed below it, "torch does not install here" was a reading of the label, not of the paste."""
+    collect_env = ("[Installation]: Error while serving a 70B model on 8x MI250\nPyTorch version: 2.6.0+rocm6.2.4\n"
+                   "ROCM used to build PyTorch: 6.2.41134\nGPU models and configuration: AMD Instinct MI250X (gfx90a)")
+    top = diagnose_text(collect_env).top
+    assert top is None or "does not install" not in top.title
+    # the same label over a real install failure still reads as one
+    top = diagnose_text("[Installation]: pip install vllm fails on ROCm 6.2 with an MI250").top
+    assert top is not None and top.family == "wheel-platform" and "does not install" in top.title

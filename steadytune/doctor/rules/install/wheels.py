@@ -183,6 +183,9 @@ _INSTALL_FAILS = re.compile(r"(?i)\b(?:install(?:ing|ation|s)?|build(?:ing|s)?|c
                             r"won'?t|not) (?:be )?(?:install|build|compile)|\bnot installing\b|failed building wheel|"
                             r"\bnot working on (?:windows|mac)")
 
+# an issue template's label at the head of a title: "[Installation]: ...", "[Bug] ...", "[Build]:"
+_TRACKER_LABEL = re.compile(r"^\W*\[[^\]\n]{1,30}\]\s*:?\s*")
+
 
 def _named_tool(text: str) -> Optional[str]:
     """The most specific tool of the fix table the text names by word (torch only when no other is named)."""
@@ -202,8 +205,10 @@ def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
     if any(e.family and not _INSTALL_FAILS.search(e.line) for e in ctx.errors):
         return None
     # a compiler's own diagnostics (ptxas, a kernel's codegen, file:line) are a kernel failing at run time, not an install
+    # a tracker's label is no complaint: vLLM's "[Installation]:" template heads reports of anything that fails after
     said = [line for line in _lines_matching(ctx, _INSTALL_FAILS.pattern)
-            if not re.search(r"(?i)\bptxas\b|\bcodegen\b|\.target sm_|\bline \d+;|\.(?:cu|cpp|c|h|py):\d+", line.line)]
+            if _INSTALL_FAILS.search(_TRACKER_LABEL.sub("", line.line))
+            and not re.search(r"(?i)\bptxas\b|\bcodegen\b|\.target sm_|\bline \d+;|\.(?:cu|cpp|c|h|py):\d+", line.line)]
     if not said:
         return None
     text = _text(ctx)
