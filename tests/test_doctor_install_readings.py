@@ -355,3 +355,15 @@ def test_an_issue_templates_label_is_no_install_complaint():
     # the same label over a real install failure still reads as one
     top = diagnose_text("[Installation]: pip install vllm fails on ROCm 6.2 with an MI250").top
     assert top is not None and top.family == "wheel-platform" and "does not install" in top.title
+
+
+def test_a_paste_with_no_torch_in_it_gets_no_torch_reading():
+    """A HIP sample built from TheRock that finds no device names no torch, Python or torch message: reinstalling torch
+    cannot be its fix (round 11's review of rocm-systems#2075, where it stood third)."""
+    sample = ("built the HIP samples with TheRock for my Radeon 890M (gfx1150)\n./hipInfo\ncheckHipErrors() HIP API "
+              "error = 0100 \"no ROCm-capable device is detected\"\nfrom file hipInfo.cpp, line 197.")
+    assert not [d for d in diagnose_text(sample).diagnoses if d.family == "torch-build"]
+    # torch's own message on an AMD card still is the torch build, with no word of Python around it
+    top = diagnose_text("Radeon RX 6600 on Ubuntu 24.04\nRuntimeError: Found no NVIDIA driver on your system. Please "
+                        "check that you have an NVIDIA GPU and installed a driver").top
+    assert top is not None and top.family == "torch-build"

@@ -180,6 +180,8 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
 # a program run as a prebuilt executable ("the exe of the latest release"), and the words of a Python environment whose
 # torch could be the one at fault
 _PREBUILT_PROGRAM = re.compile(r"(?i)\bexe\b|\.exe\b|\bAppImage\b|\.dmg\b")
+# programs of C/C++ that reach the GPU through HIP or OpenCL themselves, with no torch beneath them
+_NATIVE_PROGRAM = re.compile(r"(?i)\bhip_?info\b|\.(?:cpp|cc|cu|hip)\b|\brocminfo\b|\bclinfo\b|\bhip-tests\b")
 _PYTHON_WORDS = re.compile(r"(?i)\btorch\b|\bpytorch\b|\bpip\b|\bpython\b|\bvenv\b|\bconda\b|site-packages")
 
 
@@ -325,6 +327,7 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("torch-build") + ([e for e in ctx.of("driver") if _NVIDIA_DRIVER.search(e.line)]
                                       if vendor == "amd" and not _nvidia_gpu(ctx) else [])
     errors += [e for e in ctx.of("abi-mismatch") if re.search(r"you have \S+\+cpu|compiled with Cuda None", e.line)]
+    said_by_torch = bool(errors)   # torch's own words ("Found no NVIDIA driver", "Torch not compiled with CUDA")
     builds = ctx.sheet.of("torch")
     if re.search(r"ROCM used to build PyTorch: \d", _text(ctx)):
         # collect_env's "HIP runtime version: N/A" beside a ROCm version torch was built with: a ROCm torch that cannot
@@ -388,6 +391,8 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                     "torch-build", f"{tool} is a build without GPU support", f"the installed {tool} is a CPU build or "
                     "the build for another GPU vendor", fix, [ctx.line_fact(errors[0])], errors, confirmed=False)
         unsure = True
+    if _NATIVE_PROGRAM.search(joined) and not (builds or said_by_torch or _PYTHON_WORDS.search(joined)):
+        return None   # a HIP program of C++ (hipInfo, a sample, rocminfo) and no torch in sight: no torch to blame
     arch, where = ctx.arch(errors)
     evidence = [ctx.line_fact(e) for e in errors[:1]] + wrong[:1] + [where]
     if re.search(r"(?i)zluda", joined):
