@@ -367,3 +367,14 @@ def test_a_paste_with_no_torch_in_it_gets_no_torch_reading():
     top = diagnose_text("Radeon RX 6600 on Ubuntu 24.04\nRuntimeError: Found no NVIDIA driver on your system. Please "
                         "check that you have an NVIDIA GPU and installed a driver").top
     assert top is not None and top.family == "torch-build"
+
+
+@pytest.mark.parametrize("sdk", ["HIP SDK 6.2.4", "HIP SDK ROCm 6.2", "ROCm 6.1", "HIP SDK 5.7", "no SDK named"])
+def test_a_zluda_dll_that_does_not_load_gets_one_zluda_reading_whatever_the_sdk_spelling(sdk):
+    """The two ZLUDA readings (its build for another SDK, its DLLs off PATH) split on one reader of the SDK release:
+    a spelling one of them read and the other did not left the paste with neither."""
+    paste = (f"ComfyUI-Zluda on an RX 7800 XT, {sdk}\nOSError: [WinError 126] The specified module could not be found. "
+             "Error loading \"C:\\ComfyUI\\venv\\Lib\\site-packages\\torch\\lib\\caffe2_nvrtc.dll\" or one of its "
+             "dependencies.")
+    top = diagnose_text(paste).top
+    assert top is not None and "ZLUDA" in top.title, (sdk, top and top.title)

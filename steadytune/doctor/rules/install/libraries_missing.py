@@ -20,7 +20,7 @@ from steadytune.doctor.rules.base import (
     _text,
     _vendor,
 )
-from steadytune.doctor.rules.install.shared import _table_fix
+from steadytune.doctor.rules.install.shared import _table_fix, hip_sdk_release
 from steadytune.doctor.rules.install.torch_build import _cudart_missing, _system_cuda_runtime
 
 
@@ -353,9 +353,9 @@ def _zluda_runtime_not_on_path(ctx: Context) -> Optional[Diagnosis]:
     failing = _lines_matching(ctx, _ZLUDA_DEPENDENCY)
     if not failing:
         return None
-    sdk = re.search(r"(?i)(?:HIP(?: SDK)?|ROCm)\W{0,3}(\d+\.\d+)", text)
-    if sdk and int(sdk.group(1).split(".")[0]) >= 6:
+    if (hip_sdk_release(text) or ("",))[0] == "6":
         return None   # ZLUDA's default build is HIP SDK 5.7's: on a 6.x SDK the first cause is that build (zluda_hip_release)
+    sdk = re.search(r"(?i)(?:HIP(?: SDK)?|ROCm)\W{0,3}(\d+\.\d+)", text)
     version = sdk.group(1) if sdk else "<ver>"
     return _first(_make("rocm-libs-missing", "ZLUDA's runtime DLLs are not on PATH",
                         "under ZLUDA torch's caffe2_nvrtc.dll loads ZLUDA's nvrtc/nvcuda DLLs, which load the HIP "

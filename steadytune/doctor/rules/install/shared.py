@@ -44,6 +44,19 @@ def _torch_cuda(text: str) -> Optional[tuple[int, int]]:
     return None
 
 
+# the HIP SDK release the paste names ("HIP 6.2", "HIP SDK 6.2.4", "ROCm\\6.2\\bin")
+_HIP_SDK = re.compile(r"(?i)\bHIP(?: ?SDK)?[ /v]{0,3}(\d)\.(\d)(?:\.\d)?\b|ROCm[\\/](\d)\.(\d)[\\/]")
+
+
+def hip_sdk_release(text: str) -> Optional[tuple[str, str]]:
+    """The Windows HIP SDK release (major, minor) the paste names, or None: one reader for the ZLUDA readings, which
+    split on it (a 6.x SDK under ZLUDA's 5.7 build is zluda_hip_release's; otherwise PATH is libraries_missing's)."""
+    sdk = _HIP_SDK.search(text)
+    if sdk is None:
+        return None
+    return (sdk.group(1), sdk.group(2)) if sdk.group(1) else (sdk.group(3), sdk.group(4))
+
+
 def _table_fix(ctx: Context, tool: Optional[str], family_name: str, kinds: Optional[frozenset[str]] = None,
                **values: Optional[str]) -> Optional[str]:
     """The tool x family table's fix (tool_fixes.yaml) for this machine's OS and GPU vendor (or the `kinds` given),

@@ -10,6 +10,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.install.shared import hip_sdk_release
 
 
 # a DLL of torch's CUDA build (or ZLUDA's stand-ins for it) that does not load
@@ -17,8 +18,6 @@ _TORCH_DLL = re.compile(r"(?i)\b(caffe2_nvrtc|cublas64_\d+|cusparse64_\d+|nvrtc6
                         r"[^\n]{0,60}?(?:not found|could not be (?:found|loaded)|error loading|WinError 126|"
                         r"specified module could not be found)|(?:not found|error loading|WinError 126)[^\n]{0,80}?"
                         r"\b(caffe2_nvrtc|cublas64_\d+|cusparse64_\d+|nvrtc64_\w+)\.dll")
-# the HIP SDK release the paste names ("HIP 6.2", "HIP SDK 6.2.4", "ROCm\6.2\bin")
-_HIP_SDK = re.compile(r"(?i)\bHIP(?: ?SDK)?[ /v]{0,3}(\d)\.(\d)(?:\.\d)?\b|ROCm[\\/](\d)\.(\d)[\\/]")
 
 
 @rule("wheel-platform")
@@ -28,10 +27,10 @@ def zluda_for_another_hip_sdk(ctx: Context) -> Optional[Diagnosis]:
     if "zluda" not in text.lower():
         return None
     lines = _lines_matching(ctx, _TORCH_DLL)
-    sdk = _HIP_SDK.search(text)
+    sdk = hip_sdk_release(text)
     if not lines or sdk is None:
         return None
-    major, minor = (sdk.group(1), sdk.group(2)) if sdk.group(1) else (sdk.group(3), sdk.group(4))
+    major, minor = sdk
     if major != "6":
         return None   # ZLUDA's default builds are the 5.7 ones: on 5.7 the DLLs' absence is a patch not applied
     return _make("wheel-platform", f"ZLUDA built for another HIP SDK than {major}.{minor}",
