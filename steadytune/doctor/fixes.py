@@ -117,8 +117,10 @@ def wheel_line(arch: str) -> Optional[str]:
 
 
 def cuda_wheel_for(arch: str) -> Optional[str]:
-    """The pytorch.org CUDA index whose wheels carry this compute capability (Blackwell needs CUDA 12.8+; Maxwell
-    and Pascal left the default wheels with CUDA 12.8 builds)."""
+    """The pytorch.org CUDA index whose wheels carry this compute capability. From torch 2.8 the cu128/cu129 builds
+    list sm_70 to sm_120 only (Maxwell and Pascal left them: pytorch/pytorch#157517, PR #158700's warning), and from
+    torch 2.11 cu128 leaves out Volta too (pytorch/pytorch#172352); cu126 keeps sm_50 to sm_90 and is the legacy build
+    for all three. CUDA 13 builds start at sm_75. Blackwell needs CUDA 12.8 or newer."""
     m = re.fullmatch(r"sm_(\d+)", arch)
     if not m:
         return None
@@ -131,9 +133,11 @@ def cuda_wheel_for(arch: str) -> Optional[str]:
     if cc < 50:   # Kepler and older: below cu126's oldest arch (sm_50); CUDA 12 no longer compiles them
         return (f"no current pytorch.org index carries sm_{cc} (the oldest is sm_50): build torch from source with "
                 f"CUDA 11.x and TORCH_CUDA_ARCH_LIST={cc // 10}.{cc % 10}, or run on the CPU")
-    if cc < 70:   # the newest CUDA builds dropped Maxwell and Pascal (cu129/cu130 always; the later cu128 ones too)
-        return ("pip install torch --index-url https://download.pytorch.org/whl/cu126 (the newest CUDA builds dropped "
-                f"sm_{cc}; cu126 still carries it, and torch 2.8's cu128 build did where its cu129 one did not)")
+    if cc <= 70:
+        old = "Volta" if cc == 70 else "Maxwell and Pascal"
+        since = "2.11" if cc == 70 else "2.8"
+        return ("pip install torch --index-url https://download.pytorch.org/whl/cu126 (the legacy build that still "
+                f"carries sm_{cc}: the cu128 and newer builds left {old} out from torch {since} on)")
     return "pip install torch --index-url https://download.pytorch.org/whl/cu128"
 
 

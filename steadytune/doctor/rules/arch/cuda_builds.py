@@ -53,13 +53,15 @@ def _companion_build(ctx: "Context") -> Optional[tuple[str, tuple[int, int]]]:
 
 def _wheel_lacks(arch: Optional[str], ctx: "Context") -> bool:
     """The torch the paste shows cannot carry this NVIDIA GPU: Blackwell before CUDA 12.8, Maxwell/Pascal in the cu128
-    and newer builds, Jetson Thor's sm_110 before CUDA 13 (which named it)."""
+    and newer builds, Volta in the CUDA 13 ones, Jetson Thor's sm_110 before CUDA 13 (which named it)."""
     build = _cuda_build(ctx)
     if not arch or not arch.startswith("sm_") or build is None:
         return False
     cc = int(arch[3:])
-    # Maxwell/Pascal: PyTorch 2.8 release notes, removed from the CUDA 12.8 and 12.9 builds (kept in cu126)
-    return (cc >= 100 and build < (12, 8)) or (cc < 70 and build >= (12, 8)) or (cc == 110 and build < (13, 0))
+    # Maxwell/Pascal: PyTorch 2.8 release notes, removed from the CUDA 12.8 and 12.9 builds (kept in cu126); CUDA 13
+    # builds start at Turing, sm_75 (pytorch/pytorch#172352's matrix)
+    return ((cc >= 100 and build < (12, 8)) or (cc < 70 and build >= (12, 8)) or (cc < 75 and build >= (13, 0))
+            or (cc == 110 and build < (13, 0)))
 
 
 def _xformers_lacks(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
