@@ -23,6 +23,10 @@ from steadytune.doctor.rules.base import (
 )
 
 
+# the kubelet's static CPU manager, as a flag or its KubeletConfiguration key
+_CPU_MANAGER_STATIC = re.compile(r"(?i)--cpu-manager-policy[= ]static\b|cpuManagerPolicy\W{0,3}static\b")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The process cannot reach the GPU
 # ---------------------------------------------------------------------------------------------------------
@@ -406,6 +410,21 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      "after a restart), remove the snap (sudo snap remove docker) and install Docker Engine from "
                      "Docker's apt repository, then configure the runtime again",
                      [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)Failed to initialize NVML: Unknown Error", text) and _CPU_MANAGER_STATIC.search(_text(ctx)):
+        # the kubelet's static CPU manager rewrites each pod's cgroup to pin its CPUs and, doing so, writes the
+        # device rules back from what the kubelet knows, which lacks the NVIDIA nodes the runtime hook added (NVIDIA
+        # k8s-device-plugin README, --pass-device-specs: "needed for compatibility with the CPUManager static policy";
+        # NVIDIA/nvidia-docker#966)
+        return _make("device-access", "the kubelet's static CPU manager drops the pods' GPU device rights",
+                     "with --cpu-manager-policy=static the kubelet updates the pod's cgroup (its cpuset) and rewrites "
+                     "its device list from the devices it knows; the NVIDIA device nodes the container runtime added "
+                     "are not among them, so /dev/nvidiactl and /dev/nvidia* give EPERM and NVML fails with 'Unknown "
+                     "Error' some time after the pod starts",
+                     "start the NVIDIA device plugin with --pass-device-specs=true (PASS_DEVICE_SPECS=true in its "
+                     "DaemonSet or Helm values), so the kubelet itself passes the device nodes and keeps them; or run "
+                     "the kubelet without the static CPU manager (remove --cpu-manager-policy=static, cpuManagerPolicy: "
+                     "none, then drain the node, delete /var/lib/kubelet/cpu_manager_state and restart the kubelet); "
+                     "restart the GPU pods", [ctx.line_fact(errors[0])], errors)
     if re.search(r"(?i)Failed to initialize NVML: Unknown Error", text):
         return _make("device-access", "the containers lose their GPUs",
                      "a systemd daemon-reload (or a cgroup update) drops the containers' device-cgroup rights to the "

@@ -40,3 +40,32 @@ def built_in_amdgpu(ctx: Context) -> Optional[Diagnosis]:
         f"show the GPU; update {named} to a release whose check also accepts a built-in amdgpu (one that looks at "
         "/sys/module/amdgpu or /sys/class/drm instead of initstate), or build the kernel with amdgpu as a module "
         "(CONFIG_DRM_AMDGPU=m); modprobe and installing amdgpu-dkms are not the fix", [], failing))
+
+
+# the amdgpu module said not to be loaded, by the tool or in the user's words ("fails if the `amdgpu` kernel module is
+# not loaded", "amdgpu not found in modules")
+_NOT_LOADED_SAID = re.compile(r"(?i)amdgpu not found in modules|ROCk module is NOT loaded|\bamdgpu\W{0,2}\s*(?:kernel )?"
+                              r"(?:module|driver)?\s*(?:is |was )?(?:not|isn't|wasn't) (?:yet )?loaded")
+_WSL = re.compile(r"(?i)\bwsl|microsoft-standard|/dev/dxg")
+
+
+@rule("driver")
+def amdgpu_module_not_loaded(ctx: Context) -> Optional[Diagnosis]:
+    """amd-smi (or rocminfo) failing with the amdgpu module not loaded, where nothing says it is built in or under
+    WSL: amd-smi's initialisation needs the amdgpu kernel module (and amd_hsmp for CPU metrics) loaded, even for
+    its help (ROCm/amdsmi#45, where the maintainers made the message say so); the fix is loading the driver."""
+    failing = _lines_matching(ctx, _NOT_LOADED_SAID)
+    text = _text(ctx)
+    if not failing or _BUILT_IN.search(text) or _WSL.search(text):
+        return None
+    # (rocminfo's own "ROCk module is NOT loaded" is device_files.py's reading, which weighs /dev/kfd beside it)
+    if not re.search(_TOOLS[0][1], text):
+        return None
+    named = "amd-smi"
+    return _first(_make(
+        "driver", "the amdgpu kernel module is not loaded",
+        f"{named} talks to the GPU through the amdgpu kernel driver and stops at its start when the module is not "
+        "loaded (amd-smi needs it even to print its help in the releases that check it first)",
+        "load the driver: sudo modprobe amdgpu, then check lsmod | grep amdgpu and sudo dmesg | grep -i amdgpu (a "
+        "missing module for this kernel: install amdgpu-dkms or the distribution's linux-modules-extra for the "
+        "running kernel; 'nomodeset' on the kernel command line keeps it from binding)", [], failing[:1]))

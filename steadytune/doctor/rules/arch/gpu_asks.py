@@ -25,5 +25,7 @@ def asks_about_gpu(ctx: Context, arch: str) -> list[ErrorLine]:
     about_gpu = (rf"(?i)\bsupport(?:s|ed|ing)?\s+(?:for\s+|on\s+)?(?:the\s+|my\s+|an?\s+)?{gpu}|"
                  rf"{gpu}(?:\s*\([^()\n]{{1,30}}\))?(?:/\w{{2,12}})?\s+support\b|"
                  rf"\badd(?:ing)?\s+(?:support for\s+)?(?:the\s+)?{gpu}|\bnot work\w*\s+(?:on|with)\s+(?:the\s+|my\s+)?{gpu}|"
-                 rf"\bbuilds?\s+for\s+(?:the\s+|my\s+|an?\s+)?{gpu}|{gpu}\s*(?:支持|用不了)")
+                 rf"\bbuilds?\s+for\s+(?:the\s+|my\s+|an?\s+)?{gpu}|{gpu}\s*(?:支持|用不了)|"
+                 # prebuilt binaries asked for the GPU: "pre-built torch and rocm for gfx1150", "wheels for gfx1201"
+                 rf"\b(?:pre-?built|prebuilt|wheels?|binaries)\b[^\n]{{0,40}}?\bfor\s+(?:the\s+|my\s+|an?\s+)?{gpu}")
     return _lines_matching(ctx, about_gpu)[:1]

@@ -360,3 +360,43 @@ def triton_before_cdna(ctx: Context) -> Optional[Diagnosis]:
                  "Triton itself, a CDNA (MI100 or newer) or RDNA3 GPU",
                  [f for f in (where,) if f], trouble[:3])
 
+
+
+# the override said tried and failing: "HSA_OVERRIDE_GFX_VERSION=10.3.0 does *not* fix the issue", "... still
+# segfaults", "neither with nor without the override"
+_OVERRIDE_FAILED = re.compile(r"(?i)HSA_OVERRIDE_GFX_VERSION\W{0,3}=?\W{0,3}(\d+\.\d+\.\d+)\W{0,3}[^\n]{0,60}?"
+                              r"(?:\b(?:does|did|do)\W{0,2}n[o']t\W{0,2}\W{0,2}(?:fix|help|work|change)|\bnot "
+                              r"(?:fix|help|work)\w*|\bno (?:luck|effect|difference)|\bstill (?:fails|crash\w*|segfault\w*)|"
+                              r"segfault\w*|crash\w*)")
+
+
+@rule("gpu-unsupported")
+def sibling_code_failed(ctx: Context) -> Optional[Diagnosis]:
+    """A ROCm library finding no code for the GPU (arch-missing's message) where the user already ran the stand-in
+    the arch table knows works for this arch (the same ISA's target, e.g. 10.3.0 for an RDNA2 APU) and it still
+    failed: no release builds the arch and its sibling's code does not run here either, so the GPU is outside the
+    stack (ROCm/ROCm#3015: the 2-CU gfx1036 iGPU, closed as unsupported after 10.3.0 segfaulted). An override of
+    another value is the override reading's (a wrong stand-in, rules/arch/overrides.py)."""
+    missing = ctx.of("arch-missing")
+    if not missing:
+        return None
+    arch, where = ctx.arch(missing)
+    row = arch_info(arch) if arch and arch.startswith("gfx") else None
+    if row is None or row.override.verdict != "works" or not row.override.value:
+        return None
+    if any(a != arch for a in ctx.sheet.machine_archs if a.startswith("gfx")):
+        return None   # another AMD GPU beside it: which GPU the process picks is the visibility reading's
+    failed = [e for e in _lines_matching(ctx, _OVERRIDE_FAILED)
+              if _OVERRIDE_FAILED.search(e.line).group(1) == row.override.value]
+    if not failed:
+        return None
+    kind = "integrated GPU" if row.kind == "apu" else "GPU"
+    return _first(_make("gpu-unsupported", f"{arch} is outside ROCm, and its stand-in {row.override.value} failed too",
+                        f"the ROCm libraries in use carry no code for {arch} (ROCm's support lists do not name it: "
+                        "rocBLAS' Tensile kernels and the HIP code objects are built for other targets), and HSA_OVERRIDE_GFX_VERSION={row.override.value}, which runs the nearest supported "
+                        f"target's code on it, already failed on this machine: nothing of the ROCm stack runs on this "
+                        f"{kind}",
+                        f"ROCm does not support {arch} (it is not in ROCm's GPU support lists): use the tool's Vulkan backend (llama.cpp -DGGML_VULKAN=ON, "
+                        f"Ollama's or LM Studio's Vulkan runtime) or the CPU on this {kind}, or a supported discrete "
+                        f"GPU; building rocBLAS for {arch} yourself (-DAMDGPU_TARGETS={arch}) is unsupported and "
+                        "untested", [f for f in (where,) if f], missing[:1] + failed[:1]))

@@ -68,11 +68,15 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
                      f"{row.tool}'s PyPI wheels carry only {row.gpu}; the {amd[0].value} needs its ROCm build",
                      row.amd, amd[:1], wants)
     machine = f"the {other[0].value}" if other and not mac else "a Mac (macOS)"
+    # a Mac's GPU is reached through Metal (torch's MPS) only: say that the tool has no Metal backend, the question
+    # such users ask ("does it use the M1 GPU?"), and name the engines that have one
+    metal = ("; it has no Metal (MPS) backend, so an Apple GPU is never used; a Metal-capable engine (whisper.cpp, "
+             "MLX) uses it" if mac and not other else "")
     diagnosis = _make("gpu-unsupported", f"{row.tool.split(' (')[0]} has no GPU path on {machine}",
                       f"{row.tool} runs on GPUs only as {row.gpu}; {machine} has no such GPU, so no install or "
                       "setting gives it one", f"{row.tool} cannot use {machine} as a GPU (its GPU path is "
-                      f"{row.gpu} only): run it on the CPU, {row.cpu_fix}; for a GPU, an NVIDIA card on Linux or "
-                      f"Windows ({row.source})", other[:1], wants)
+                      f"{row.gpu} only{metal}): run it on the CPU, {row.cpu_fix}; for a GPU, an NVIDIA card on "
+                      f"Linux or Windows ({row.source})", other[:1], wants)
     # a reinstall of the CUDA wheel (the install readings) cannot help a machine without the card
     diagnosis.rank = family("torch-build").rank - 1
     return diagnosis

@@ -123,7 +123,9 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         return ("the ROCm SDK's development package is missing", "this ROCm came as wheels without rocm[devel], which "
                 "holds the tools and headers", "pip install \"rocm[devel]\" from the same index as rocm (in the same "
                 "environment)")
-    if re.search(r"(?i)amdsmi", text):
+    # (amdsmi named beside the amdgpu kernel module not loaded is the driver's reading: access/driver_checks.py)
+    if re.search(r"(?i)amdsmi", text) and not re.search(r"(?i)\bamdgpu\W{0,2}\s*(?:kernel )?(?:module|driver)?\s*(?:is |"
+                                                        r"was )?(?:not|isn't|wasn't) (?:yet )?loaded", text):
         where = ("pip install <venv>/lib/python3.X/site-packages/_rocm_sdk_core/share/amd_smi (or add that folder to "
                  "PYTHONPATH)" if therock else "cd /opt/rocm/share/amd_smi && pip install .")
         return ("the amdsmi Python package is missing", "ROCm's amdsmi Python module is not installed in this "

@@ -362,6 +362,12 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "check that the nodes reach each other (ping, a firewall open between them), then export "
                      "NCCL_SOCKET_IFNAME=<the interface on the shared network> (ip -br addr) on every node, "
                      "GLOO_SOCKET_IFNAME too; NCCL_DEBUG=INFO shows the interface it used" +
+                     # NCCL prefers an IB/RoCE device wherever it finds one (an RDMA NIC present but not cabled or
+                     # configured between these nodes); NCCL_IB_DISABLE=1 makes it use IP sockets (NCCL's
+                     # environment variables docs, NCCL_IB_DISABLE). Moot where its log shows it chose sockets.
+                     ("; where the nodes have no working InfiniBand / RoCE between them, export NCCL_IB_DISABLE=1 on "
+                      "every node (NCCL tries an RDMA device it finds before sockets)"
+                      if not re.search(r"NET/Socket|NET/IB\s*:\s*No device found", joined) else "") +
                      ("; each node in a container (docker run without host networking gives it a private bridge "
                       "address the other node cannot reach): run the containers with --network=host"
                       if _container_paths(joined) else ""), evidence, errors)

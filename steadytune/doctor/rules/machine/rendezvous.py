@@ -113,8 +113,41 @@ _LOOPBACK = re.compile(r"(?i)connect\W{0,3}\[?(127\.\d+\.\d+\.\d+)\]?:(\d+)\W{0,
                        r"timed out|No route)")
 
 
+# torch's gloo process group says it fell back to loopback (ProcessGroupGloo.cpp, createDefaultDevice: "Unable to
+# resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface
+# to bind to with GLOO_SOCKET_IFNAME."); harmless on one machine, fatal once a rank on another node (or in another
+# network namespace) must dial the address it advertised
+_GLOO_FELL_BACK = re.compile(r"(?i)Using the loopback\s+address as fallback|unable to resolve hostname to a \(local\) "
+                             r"address")
+_GLOO_FAILED = re.compile(r"(?i)connectFullMesh failed|Gloo connect\w* failed|gloo\S*\W.{0,40}(?:timed out|Connection "
+                          r"refused)|remote=\[127\.\d+\.\d+\.\d+\]")
+
+
+def _gloo_fell_back_to_loopback(ctx: Context) -> Optional[Diagnosis]:
+    """Gloo said it could not resolve the hostname and took the loopback address, and a gloo connection then failed:
+    the other ranks were given 127.x to dial. A pod on the host network (many NICs), a hostname missing from
+    /etc/hosts or a container's own hostname all end here."""
+    fell_back = _lines_matching(ctx, _GLOO_FELL_BACK)
+    failed = _lines_matching(ctx, _GLOO_FAILED)
+    if not fell_back or not failed:
+        return None
+    return _first(_make("multi-gpu-transport", "gloo fell back to the loopback address",
+                        "gloo could not resolve this host's name to an address of its own and bound to loopback "
+                        "(127.0.0.1); the other ranks then dialled 127.0.0.1, their own machine, and the gloo group "
+                        "(torch.distributed's CPU group, which vLLM, DeepSpeed and Ray-based launchers start beside "
+                        "NCCL) never connected",
+                        "export GLOO_SOCKET_IFNAME=<the interface on the network the nodes share, e.g. eth0> (ip -br "
+                        "addr lists them) on every node, NCCL_SOCKET_IFNAME to the same interface for NCCL (in a pod "
+                        "on the host network: the primary NIC, or exclude the others: NCCL_SOCKET_IFNAME=^lo,docker,"
+                        "veth); or make the hostname resolve to the node's real address (/etc/hosts)",
+                        [ctx.line_fact(fell_back[0])], fell_back[:1] + failed[:1]))
+
+
 def _socket_interface(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
+    fell_back = _gloo_fell_back_to_loopback(ctx)
+    if fell_back is not None:
+        return fell_back
     loopback = _lines_matching(ctx, _LOOPBACK.pattern)
     address = _LOOPBACK.search(loopback[0].line).group(1) if loopback else None
     # 127.0.0.1 refused on one machine is a store that never started; 127.0.1.1 (a hostname's Debian entry) or any

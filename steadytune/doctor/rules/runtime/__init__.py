@@ -12,6 +12,7 @@
   own_precision  a trainer's own precision check, flag or guard; fp32 reaching flash-attention
   quantized_output  a quantized model answering with "!!!!": its fp16 kernels overflow
   attention      attention kernels (flash-attention, FlashInfer) on a GPU they have no kernels for
+  trtllm_fmha    TensorRT-LLM's fused attention (context FMHA, FP8 FMHA) checked against the GPU's arch
 
 runner.py imports the rule modules in this order, which is the order their rules register in; prose.py imports
 precision's image_nans and nan_whatever_the_format.

@@ -338,3 +338,41 @@ def nan_output_with_padding(ctx: Context) -> Optional[Diagnosis]:
                         "load the model with attn_implementation=\"eager\" (AutoModelForCausalLM.from_pretrained(..., "
                         "attn_implementation=\"eager\")); LLaMA-Factory: flash_attn: disabled; keep bf16 (or fp32)",
                         [], said, confirmed=bool(softcap)))
+
+
+# xformers said to lack this GPU in words: no prebuilt (precompiled) binary for it, the GPU too new for it, xformers
+# not supporting it ("架构过新": the architecture too new; "预编译": precompiled)
+_XFORMERS_LACKS_SAID = re.compile(r"(?i)xformers[^\n]{0,120}(?:no (?:pre-?compiled|pre-?built|matching)|(?:can ?not|can't|"
+                                  r"unable to|fails? to) find[^\n]{0,40}(?:binar|wheel|kernel)|not support\w*|too new|"
+                                  r"预编译|不支持)|(?:too new|过新|not support\w*)[^\n]{0,80}xformers")
+_NEW_GPU = re.compile(r"(?i)\bRTX ?50[5-9]0\b|\bBlackwell\b|\bsm_?12\d\b|\bB[23]00\b|架构过新|too new")
+
+
+@rule("attention")
+def xformers_without_the_gpu_said(ctx: Context) -> Optional[Diagnosis]:
+    """A user saying, with no error line another reading classes, that xformers has no binary for their (new) GPU and
+    so the trainer does not start: xformers is an optional attention kernel; PyTorch's own SDPA covers every GPU torch
+    runs on. Unsloth picks its attention backend at import and, in current releases, falls back to SDPA where xformers
+    and flash-attn cannot run (unslothai/unsloth#3870: upgrading unsloth and unsloth_zoo fixed an RTX 5060, sm_120,
+    whose xformers wheel had no kernels)."""
+    said = _lines_matching(ctx, _XFORMERS_LACKS_SAID)
+    if not said or any(e.family is not None for e in ctx.errors):
+        return None
+    text = _text_of(ctx)
+    if not (_NEW_GPU.search(text) or any(a.startswith("sm_") and int(a[3:]) >= 100
+                                         for a in ctx.sheet.machine_archs if re.fullmatch(r"sm_\d+", a))):
+        return None
+    gpu = next((f"the {g.value} ({g.detail})" for g in ctx.sheet.of("gpu") if (g.detail or "").startswith("sm_")),
+               "this GPU")
+    if re.search(r"(?i)\bunsloth\b", text):
+        fix = ("upgrade Unsloth and unsloth_zoo, whose current releases fall back to PyTorch's SDPA when xformers (and "
+               "flash-attn) cannot run on the GPU: pip install --upgrade --force-reinstall --no-cache-dir unsloth "
+               "unsloth_zoo (uv pip install the same); pip uninstall xformers if an old wheel is still picked up")
+    else:
+        fix = ("run without xformers and use PyTorch's SDPA (scaled_dot_product_attention): pip uninstall xformers, "
+               "or the tool's switch (ComfyUI: --use-pytorch-cross-attention; A1111: drop --xformers; transformers: "
+               "attn_implementation=\"sdpa\"); or install an xformers wheel built for this torch and GPU")
+    return _make("attention", f"xformers has no kernels for {gpu}",
+                 f"the xformers wheel installed has no precompiled kernels for {gpu} (a GPU newer than the wheel's "
+                 "arch list); xformers is an optional attention kernel, and PyTorch's own SDPA runs there",
+                 fix, [], said[:1], confirmed=False)
