@@ -26,12 +26,16 @@ def _release(text: str) -> tuple[int, ...]:
 _CUDNN_WANTED = re.compile(r"(?i)(?:Unable to load any of \{|Could not load library |cannot open shared object file.{0,40}?)"
                            r"libcudnn\w{0,40}\.so\.(\d+)|libcudnn\w{0,40}\.so\.(\d+)\S{0,20}: cannot open shared object|"
                            r"\bcudnn[ _]?\w{0,20}?64_(\d+)\.dll\W{0,3}(?:is )?(?:not found|could not|cannot|missing)|"
-                           r"(?i:missing)\W{1,3}libcudnn\w{0,40}\.so\.(\d+)")   # said in words: "the missing `libcudnn_ops_infer.so.8`"
+                           r"(?i:missing)\W{1,3}libcudnn\w{0,40}\.so\.(\d+)|"   # said in words: "the missing `libcudnn_ops_infer.so.8`"
+                           # cuDNN 8's own loader on Windows: "Could not locate cudnn_ops_infer64_8.dll. Please make sure
+                           # it is in your library path!"
+                           r"Could not locate cudnn\w{0,30}?64_(\d+)\.dll")
 _CT2_RELEASE = re.compile(r"(?i)ctranslate2\W{0,3}(?:==|version\s+(?:is\s+)?(?:now\s+)?(?:bumped\s+)?(?:to\s+)?|\s+)"
                           r"v?(\d+\.\d+)")
 _CTRANSLATE2 = re.compile(r"(?i)ctranslate2|faster[-_]whisper|whisperx|whisper-?ctranslate2")
 # torch's release, or the floor a requirement sets ("torch>=2.5.1": every torch it allows brings the same cuDNN major)
-_TORCH_RELEASE = re.compile(r"(?i)\btorch(?:==|>=|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
+# (and in words: "pytorch >= 2.4.0")
+_TORCH_RELEASE = re.compile(r"(?i)\b(?:py)?torch(?:\s?(?:==|>=)\s?|\s+|\s*version:?\s*|-)(\d+\.\d+(?:\.\d+)?)")
 
 
 @rule("wheel-platform")
@@ -46,7 +50,7 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
     if not lines:
         return None
     m = _CUDNN_WANTED.search(lines[0].line)
-    wanted = int(m.group(1) or m.group(2) or m.group(3) or m.group(4))
+    wanted = int(m.group(1) or m.group(2) or m.group(3) or m.group(4) or m.group(5))
     torch = _TORCH_RELEASE.search(text)
     torch_cudnn = (9 if _release(torch.group(1)) >= (2, 4) else 8) if torch else None
     evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
@@ -314,7 +318,9 @@ def wheel_built_for_another_rocm(ctx: Context) -> Optional[Diagnosis]:
 
 
 # CTranslate2's own wording (faster-whisper, WhisperX): "Library libcublas.so.12 is not found or cannot be loaded"
-_CT2_CUBLAS = re.compile(r"Library (libcublas(?:Lt)?\.so\.(\d+)) is not found or cannot be loaded")
+# and on Windows, where the library is a DLL named by the same major: "Library cublas64_12.dll is not found or cannot be
+# loaded" (CTranslate2 4.0.0, the first CUDA 12 release, issue 1630)
+_CT2_CUBLAS = re.compile(r"Library ((?:lib)?cublas(?:Lt)?(?:\.so\.|64_)(\d+)(?:\.dll)?) is not found or cannot be loaded")
 
 
 @rule("rocm-libs-missing")
@@ -326,6 +332,16 @@ def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
         return None
     library, major = _CT2_CUBLAS.search(lines[0].line).groups()
     other = "ctranslate2>=4 (CUDA 12)" if major == "11" else "ctranslate2==3.24.0 (the last CUDA 11 release)"
+    if library.endswith(".dll"):
+        # Windows: no LD_LIBRARY_PATH; the DLL comes with the CUDA toolkit's bin folder (on PATH by its installer) or
+        # with pip's nvidia-cublas wheel, whose bin folder must be put on PATH
+        return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS DLL",
+                     f"this ctranslate2 is built for CUDA {major} and loads {library}, which the CUDA installed on "
+                     f"this Windows machine (another major) does not have",
+                     f"install the CUDA {major} toolkit (its bin folder goes on PATH), or pip install "
+                     f"nvidia-cublas-cu{major} and add <site-packages>\\nvidia\\cublas\\bin to PATH before starting "
+                     f"the program; or install the ctranslate2 built for the CUDA you have: {other}",
+                     [ctx.line_fact(lines[0])], lines[:1])
     return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS",
                  f"this ctranslate2 is built for CUDA {major} and opens {library}, which the CUDA installed here (or "
                  "the container's base image) does not have",

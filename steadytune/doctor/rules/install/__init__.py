@@ -2,6 +2,7 @@
 
   shared             the torch a paste lists, its CUDA label and the fix table filled with them (no rules)
   torch_build        the torch build for another vendor or none, a GPU left idle, a fallback to the CPU
+  aarch64_torch      PyPI's CPU-only torch on a Linux aarch64 (SBSA) machine: PyTorch's CUDA index
   torch_cuda         the CUDA torch was built with against the GPU, the toolkit and torchvision beside it
   cuda_said_missing  "CUDA is installed but the program finds none": the CPU torch (the toolkit plays no part)
   resolver_swap      an installer record of the GPU torch swapped for PyPI's torch by another package's install
@@ -22,6 +23,7 @@
   platform_requests  a request for a package's Windows or macOS build (no error line): the table's fix for that OS
   deepspeed_probes   DeepSpeed's op builder probing libaio / cuFile (LNK1181 aio.lib, ld -laio): Linux-only ops
   engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
+  tensorrt_engines   a TensorRT engine read by another release than built it; TensorRT-LLM's mpi4py on MPICH
   ctranslate2_builds CTranslate2's wheels by release: CUDA 12 builds on a CUDA 11 driver, a release broken on one
                      platform (faster-whisper, WhisperX)
   twin_packages      a package's CPU and GPU builds installed together (onnxruntime and onnxruntime-gpu)
@@ -48,6 +50,7 @@
   program_runtimes   GPU runtime libraries a program loads itself: left out of its archive, the CUDA Toolkit it
                      needs, an ancient cudart first on PATH
   nccl_library       the NCCL library a serving engine (vLLM's pynccl) loads by path
+  lmstudio_backends  LM Studio 0.2.25-0.2.x on an AMD card: no OpenCL backend in the download, its extension packs
   programs           one program's own words about its install (AutoGPTQ, hipcc, Jan, Ollama), registered last
 
 runner.py imports them in this order, which is the order their rules register in.

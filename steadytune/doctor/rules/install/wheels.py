@@ -530,11 +530,48 @@ def _triton_fork_on_windows(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said[:1])
 
 
+# the CDI library of a container engine refusing a field of the spec it reads: 'failed to parse CDI Spec
+# "/etc/cdi/nvidia.yaml": ... json: unknown field "additionalGids"' (nvidia-container-toolkit issue 1860: toolkit 1.19.1
+# against Ubuntu 24.04's podman 4.9.3). Each CDI spec version adds fields (additionalGids and intelRdt came with spec
+# 0.7.0: https://github.com/cncf-tags/container-device-interface/blob/main/SPEC.md), and a library older than the
+# spec's version does not know them.
+_CDI_UNKNOWN_FIELD = re.compile(r"(?i)(?:parse|unmarshal\w*|load)\W{0,3}CDI Spec.{0,200}?unknown field \W?(\w+)")
+_CDI_ENGINES = (("podman", r"(?i)\bpodman\b"), ("CRI-O", r"(?i)\bcri-?o\b"), ("containerd", r"(?i)\bcontainerd\b"),
+                ("docker", r"(?i)\bdocker\b"))
+
+
+def _cdi_field_unknown(ctx: Context) -> Optional[Diagnosis]:
+    """A CDI spec with a field the container engine's CDI library does not know: the spec was written at a newer CDI
+    version (by a newer NVIDIA Container Toolkit) than the engine reads."""
+    lines = _lines_matching(ctx, _CDI_UNKNOWN_FIELD)
+    if not lines:
+        return None
+    text = _text(ctx)
+    field = _CDI_UNKNOWN_FIELD.search(lines[0].line).group(1)
+    engine = next((name for name, pattern in _CDI_ENGINES if re.search(pattern, text)), "podman")
+    version = re.search(rf"(?i)\b{re.escape(engine)}\S*\s+(?:version\s+)?v?(\d+\.\d+(?:\.\d+)?)", text)
+    said = f"{engine} {version.group(1)}" if version else engine
+    toolkit = re.search(r"(?i)(?:toolkit|nvidia-ctk|version)\s+v?(1\.\d+\.\d+)", text)
+    back = f"the toolkit release before {toolkit.group(1)}" if toolkit else "the toolkit release that wrote specs it read"
+    return _make("wheel-platform", f"{said} cannot read the CDI spec's \"{field}\" field",
+                 f"the NVIDIA Container Toolkit writes its CDI spec at the newest CDI version it knows; \"{field}\" "
+                 f"belongs to a spec version newer than {said}'s CDI library, which refuses the whole spec, so no "
+                 "GPU device from it can be injected",
+                 f"upgrade {engine} to a release whose CDI library reads that spec version ("
+                 + ("a recent podman 5.x; " if engine == "podman" else "") +
+                 f"the distribution's backports or the upstream packages), or go back to {back} and regenerate the spec: sudo nvidia-ctk "
+                 "cdi generate --output=/etc/cdi/nvidia.yaml (remove a stale copy in /var/run/cdi too)",
+                 [], lines)
+
+
 @rule("wheel-platform")
 def podman_older_than_the_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
     """podman refusing CDI devices ("unresolvable CDI devices") from a spec the NVIDIA Container Toolkit wrote, with a
     podman older than 5: the toolkit writes each spec at the newest CDI spec version it knows, and an older podman's CDI
     library cannot read a spec newer than it, so the devices it names do not resolve."""
+    newer = _cdi_field_unknown(ctx)
+    if newer is not None:
+        return newer
     lines = _lines_matching(ctx, r"(?i)unresolvable CDI devices?")
     text = _text(ctx)
     version = re.search(r"(?i)\bpodman\S*\s+(?:version\s+)?(?:now\s+)?v?(\d+)\.(\d+)(?:\.\d+)?", text)

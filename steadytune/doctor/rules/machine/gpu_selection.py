@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text, _vendor
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, on_windows, rule, _text, _vendor
 
 
 def _visibility_variable(ctx: Context) -> str:
@@ -94,6 +94,86 @@ def _ggml_devices(ctx: Context) -> Optional[Diagnosis]:
                  [], said, confirmed=False)
 
 
+# a plain `python script.py` start (no launcher before it on the line) of a training script
+_PLAIN_PYTHON = re.compile(r"(?m)^\W{0,3}(?:CUDA_VISIBLE_DEVICES=\S+\s+)?python3?\s+(?:-u\s+)?\S+\.py\b")
+_LAUNCHER = re.compile(r"(?i)\baccelerate launch\b|\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\bdeepspeed\b|"
+                       r"FORCE_TORCHRUN|\bsrun\b|\bmpirun\b")
+_TRAINING = re.compile(r"(?i)\btrain\w*|\bsft\b|\bfine-?tun\w+|--do_train|训练|微调")
+
+
+def _plain_python_over_several(ctx: Context) -> Optional[Diagnosis]:
+    """A training script started with plain `python` while several GPUs are visible, and an operation meeting tensors
+    on two of them: without a launcher one process sees every GPU and the model is spread over them (transformers'
+    Trainer wraps it in DataParallel, a trainer's loader places layers by device map), where a launcher (accelerate
+    launch, torchrun, deepspeed) starts one process per GPU. LLaMA-Factory's README: multi-GPU training goes through
+    accelerate / deepspeed (llamafactory-cli with FORCE_TORCHRUN=1 in later releases; its issue 140)."""
+    said = _lines_matching(ctx, _TENSORS_SPLIT)
+    text = _text(ctx)
+    several = _SEVERAL_VISIBLE.search(text) or re.search(r"(?i)多卡|multi-?GPUs?\b|multiple GPUs|several GPUs|"
+                                                          r"\b[2-9] ?(?:x ?)?GPUs\b", text)
+    if not (said and several and _PLAIN_PYTHON.search(text) and _TRAINING.search(text)) or _LAUNCHER.search(text) \
+            or _DEVICE_MAP_AUTO.search(text):
+        return None
+    name = _visibility_variable(ctx)
+    count = several.group(0).count(",") + 1 if "," in several.group(0) else None
+    procs = str(count) if count else "<number of GPUs>"
+    llama = re.search(r"(?i)llama-?factory|llamafactory|src/train\w*\.py", text)
+    own = ("; LLaMA-Factory: FORCE_TORCHRUN=1 llamafactory-cli train <config>.yaml in current releases"
+           if llama else "")
+    return _make("visibility", "a plain python start with several GPUs visible",
+                 "started with plain python, the training is one process that sees every visible GPU, and the "
+                 "model and its inputs end up on different GPUs; multi-GPU training is meant to start one process "
+                 "per GPU through a launcher",
+                 f"start the script through a launcher: accelerate launch --num_processes {procs} <script>.py ... "
+                 f"(after accelerate config), or torchrun --nproc_per_node {procs} <script>.py ..., or deepspeed"
+                 f"{own}; to train on one GPU, make only that one visible: {name}=0 python <script>.py ...",
+                 [], said, confirmed=False)
+
+
+# a wish to keep some GPUs away from a tool: hide one, leave one free for games or the display
+_KEEP_FREE = re.compile(r"(?i)\b(?:hid(?:e|ing|den)|disabl\w+|exclud\w+|reserv\w+|keep\w*|leav\w+)\b.{0,30}\b(?:GPU|card)s?\b"
+                        r".{0,40}\b(?:free|open|unused|for (?:gaming|games?|the display|my desktop|other)|from being "
+                        r"(?:seen|used)|from (?:\w+\.?\w*))|\b(?:hid(?:e|ing)|disabl\w+)\b.{0,12}\b(?:a |the |one |my )?"
+                        r"(?:first |top |main |primary )?(?:GPU|card)s?\b")
+# several GPUs of one vendor said by count: "3 5090", "two 3090s", "3 GPUs"
+_COUNTED = re.compile(r"(?i)\b([2-8]|two|three|four|five|six|seven|eight)\s*(?:x\s*)?(?:(?:RTX|GTX|RX)\s?)?\d{4}s?\b|"
+                      r"\b([2-8]|two|three|four|five|six|seven|eight)\s+(?:GPUs|cards)\b")
+_NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
+
+
+def _hide_from_a_tool(ctx: Context) -> Optional[Diagnosis]:
+    """A user wanting a tool on a machine with several GPUs of one vendor to leave one of them alone (for games, the
+    display): the vendor's visibility variable hides it before the tool starts (a GPU the process does not see is
+    never used for its main buffers, whatever its split says); its name spelled exactly, set in the same .bat /
+    shell that starts the tool (koboldcpp issue 1935: three RTX 5090s, GPU 0 kept for gaming, a wrongly named
+    variable tried)."""
+    said = _lines_matching(ctx, _KEEP_FREE)
+    text = _text(ctx)
+    counted = _COUNTED.search(text)
+    if not (said and counted):
+        return None
+    vendors = {v for v, p in (("nvidia", r"(?i)\b(?:RTX|GTX|NVIDIA|CUDA|Tesla)\b|\b\d0[5-9]0\b"),
+                              ("amd", r"(?i)\b(?:Radeon|RX ?\d{4}|AMD|ROCm)\b"), ("intel", r"(?i)\bArc\b"))
+               if re.search(p, text)}
+    if len(vendors) > 1:
+        return None   # cards of several vendors: the ggml device list (_ggml_devices) picks among them
+    number = counted.group(1) or counted.group(2)
+    count = int(number) if number.isdigit() else _NUMBERS[number.lower()]
+    name = "HIP_VISIBLE_DEVICES" if vendors == {"amd"} else "CUDA_VISIBLE_DEVICES"
+    keep = ",".join(str(i) for i in range(1, count))
+    windows = on_windows(ctx, text) or re.search(r"(?i)\.bat\b|\bbat files?\b|\.exe\b|\bcmd\b|powershell", text)
+    how = (f"set {name}={keep} on its own line of the .bat before the program starts (PowerShell: $env:{name}=\"{keep}\")"
+           if windows else f"{name}={keep} <the command> (or export {name}={keep} before it)")
+    tool = next((n for n, pattern, _flag in _GGML_TOOLS if re.search(pattern, text)), None)
+    own = f"; {tool} can also pick them itself with its --device list (the names it prints at start)" if tool else ""
+    return _make("visibility", "hide the GPU the tool must leave alone",
+                 f"the tool uses every GPU it sees and keeps its main buffers on the first one; {name} decides which "
+                 "GPUs the process sees (by index, the order nvidia-smi / rocm-smi list them), and only the exact "
+                 "name set before the program starts works",
+                 f"hide GPU 0 and keep the others: {how}; inside the program the GPUs left are numbered from 0 again"
+                 + own, [], said, confirmed=False)
+
+
 # a per-process visibility mask the user says torch does not respect, on AMD (schedulers and SLURM set
 # ROCR_VISIBLE_DEVICES)
 _MASK_IGNORED = re.compile(r"(?i)(?:VISIBLE_DEVICES|visible devices|GPU isolation)\b.{0,60}(?:not (?:respected|honou?red|"
@@ -121,4 +201,5 @@ def _rocr_mask_ignored(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("visibility")
 def gpu_selection(ctx: Context) -> Optional[Diagnosis]:
-    return _rocr_mask_ignored(ctx) or _spread_by_device_map(ctx) or _loaded_on_one(ctx) or _ggml_devices(ctx)
+    return (_rocr_mask_ignored(ctx) or _spread_by_device_map(ctx) or _plain_python_over_several(ctx)
+            or _loaded_on_one(ctx) or _ggml_devices(ctx) or _hide_from_a_tool(ctx))

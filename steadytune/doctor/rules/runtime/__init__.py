@@ -10,6 +10,7 @@
   gpu_hang       a GPU that hangs, faults or resets, and a /dev/kfd stuck so it refuses to open
   precision      number formats: NaN and zero losses, fp16 overflow, a format the GPU lacks, black images
   own_precision  a trainer's own precision check, flag or guard; fp32 reaching flash-attention
+  compute_types  CTranslate2's compute types on GPUs where one fails: int8 on Blackwell, float16 on GTX 16xx
   quantized_output  a quantized model answering with "!!!!": its fp16 kernels overflow
   attention      attention kernels (flash-attention, FlashInfer) on a GPU they have no kernels for
   trtllm_fmha    TensorRT-LLM's fused attention (context FMHA, FP8 FMHA) checked against the GPU's arch
