@@ -33,6 +33,7 @@ import steadytune.doctor.rules.arch.build_asks  # noqa: E402,F401
 import steadytune.doctor.rules.arch.capability_range  # noqa: E402,F401
 import steadytune.doctor.rules.arch.arch_guards  # noqa: E402,F401
 import steadytune.doctor.rules.arch.ollama_windows  # noqa: E402,F401
+import steadytune.doctor.rules.arch.windows_rocblas  # noqa: E402,F401
 import steadytune.doctor.rules.arch.cpu_floor  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401

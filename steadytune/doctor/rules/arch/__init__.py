@@ -7,7 +7,8 @@
   nccl             NCCL releases that predate a Blackwell GPU
   gpu_unsupported  a GPU outside every build: Intel under CUDA or ROCm, old GCN cards, GPUs the apps or KFD dropped
   target_lists     the targets a source build or an SDK carries
-  prebuilt_floor   an NVIDIA card older than a tool's prebuilt binaries: the tool's source build for it
+  prebuilt_floor   an NVIDIA card older than a tool's prebuilt binaries, or capabilities a release says it dropped: the
+                   tool's source build for them
   card_floors      a card within a program's documented floor that its release calls too old: that release's build
   tool_floors      an NVIDIA card under a tool's floor (Ollama 5.0, LMDeploy 7.0...), or a release that raised it
   kernel_errors    a CUDA kernel error on a Blackwell card under a torch not shown to carry it: the cu128 build
@@ -23,6 +24,8 @@
   arch_guards      a kernel guarded for one exact sm_XX run on a sibling of its family (sm120-only on sm_121)
   ollama_windows   Ollama on Windows with an empty ROCm supported list for every GPU: its Vulkan backend
   cpu_floor        an app offering only its failsafe (no-AVX) mode: a CPU without AVX, and a GPU below every backend
+  windows_rocblas  which rocBLAS carries a Radeon on Windows: the HIP SDK's own for an arch it lists (no ROCmLibs
+                   package is made for it), HIP SDK 5.7's for Vega and Polaris under Ollama
   capability_range torch's "Minimum and Maximum cuda capability" warning read by its numbers (a newer minor is fine)
 
 runner.py imports the rule modules in this order, which is the order their rules register in.

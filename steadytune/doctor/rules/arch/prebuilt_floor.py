@@ -32,6 +32,79 @@ _RUNS_ON = re.compile(r"(?i)\b(?:work|run)s?\b[^?\n]{0,40}\?")
 _QUESTION = re.compile(r"\?|？|支持")
 
 
+# A release that stopped shipping code for compute capabilities, said of those capabilities ("CUDA
+# capability 3.0 and 5.0 is no longer supported", "remove cuda capability 3.0 and 5.0 from binaries", "drops compute
+# capability 5.0"): a list the release dropped, not the machine's cards. PyTorch's binaries left 3.0 and 5.0 out from
+# 0.3.1 to cut their size, "not unsupported, we are not pre-generating arch-dependent assembly for them in the
+# binaries" (pytorch/pytorch#4841); they still built from source (pytorch/pytorch#5125), and 0.4.1's binaries carried
+# 5.0 again; 3.0 no longer compiles at all from 0.4.1 (it lacks the __shfl instructions torch relies on, #4841).
+_CCS = r"((?:\d{1,2}\.\d(?:\s*(?:,|\band\b|&|/|\bor\b)\s*)?)+)"
+_DROPPED = re.compile(r"(?i)\b(?:cuda|compute) capabilit(?:y|ies)\s+" + _CCS + r"[^\n]{0,40}?(?:\b(?:is|are) no longer "
+                      r"supported\b|\bno longer (?:built|shipped|included)\b|\b(?:is |are )?(?:dropped|removed)\b)|"
+                      r"\b(?:drop(?:ped|s)?|remov(?:e|ed|es|ing))\s+(?:support (?:for|of) )?(?:cuda |compute )?"
+                      r"capabilit(?:y|ies)\s+" + _CCS)
+# which CUDA toolkits still compile a capability (as digits): CUDA 12.0 dropped Kepler (its release notes), CUDA 13.0
+# everything below Turing (pytorch/pytorch#190385: CUDA 13.x "dropped support for compute capabilities below sm_75")
+_TOOLKIT_FOR = ((35, 37, "a CUDA 11.x toolkit"), (50, 72, "a CUDA 12.x toolkit"), (75, 999, "any current CUDA toolkit"))
+# the oldest capability a PyTorch source build of 0.4.1 or later compiles for (3.0 lacks __shfl: #4841)
+_TORCH_SOURCE_OLDEST = 35
+
+
+def dropped_capabilities(ctx: Context) -> tuple[list[int], list]:
+    """The capabilities (as digits, 30 for 3.0) a paste says a release dropped, and the line that says so; none where
+    it names an NVIDIA card outside that list."""
+    lines = _lines_matching(ctx, _DROPPED.pattern)[:1]
+    if not lines:
+        return [], []
+    found = _DROPPED.search(lines[0].line)
+    listed = found.group(1) or found.group(2)
+    ccs = sorted({int(m[0] + m[1]) for m in re.findall(r"(\d{1,2})\.(\d)", listed)})
+    cards = {int(g.detail[3:]) for g in ctx.sheet.of("gpu") if re.fullmatch(r"sm_\d{2,3}", g.detail or "")}
+    if cards - set(ccs):
+        return [], []   # a card named outside the list: the card's own readings (its capability against the floors)
+    return ccs, lines
+
+
+def _dot(cc: int) -> str:
+    return f"{str(cc)[:-1]}.{str(cc)[-1]}"
+
+
+def _dropped_from_the_binaries(ctx: Context) -> Optional[Diagnosis]:
+    """Capabilities a release said it no longer ships, at least one of which a source build still targets: that build
+    (the capabilities below every source build are said as such)."""
+    if not _is_thin(ctx):
+        return None
+    ccs, lines = dropped_capabilities(ctx)
+    buildable = [cc for cc in ccs if cc >= _TORCH_SOURCE_OLDEST]
+    if not buildable:
+        return None   # none a source build can target: the floor's reading (tool_floors.py)
+    tool = ctx.tool()
+    arch_list = ";".join(_dot(cc) for cc in buildable)
+    said = ", ".join(_dot(cc) for cc in ccs[:-1]) + (" and " if len(ccs) > 1 else "") + _dot(ccs[-1])
+    toolkits = "; ".join(f"{_dot(cc)} with " + next((t for lo, hi, t in _TOOLKIT_FOR if lo <= cc <= hi),
+                                                    "a CUDA toolkit that compiles it") for cc in buildable)
+    lost = [cc for cc in ccs if cc < _TORCH_SOURCE_OLDEST]
+    if tool in (None, "torch"):
+        fix = (f"the prebuilt PyTorch binaries no longer carry kernels for compute capability {said}; the cards still "
+               f"work with PyTorch built from source for them: TORCH_CUDA_ARCH_LIST=\"{arch_list}\" python setup.py "
+               f"install ({toolkits}), or a release or CUDA variant whose binaries still list them "
+               "(torch.cuda.get_arch_list() tells)")
+        if lost:
+            fix += (f"; compute capability {', '.join(_dot(cc) for cc in lost)} no longer compiles from PyTorch 0.4.1 "
+                    "on (it lacks instructions PyTorch relies on): only an older release built from source, or the CPU")
+        label = "PyTorch"
+    else:
+        own = [build_fix(tool, f"sm_{cc}") for cc in buildable]
+        fix = own[0] if own and own[0] else (
+            f"the released binaries no longer carry compute capability {said}: build it from source for them "
+            f"(TORCH_CUDA_ARCH_LIST=\"{arch_list}\", CMAKE_CUDA_ARCHITECTURES="
+            f"{';'.join(str(cc) for cc in buildable)} for a CMake build; {toolkits})")
+        label = tool
+    return _make("arch-missing", f"{label}'s binaries dropped compute capability {said}",
+                 f"a release that stops shipping code for compute capability {said} leaves those cards without "
+                 "prebuilt kernels; nothing else keeps the code from running there", fix, [], lines, confirmed=False)
+
+
 def _old_card(ctx: Context, below: int) -> Optional[tuple[str, str]]:
     """(card, arch) of the first NVIDIA card the paste names below compute capability `below` (as digits: 50)."""
     for gpu in ctx.sheet.of("gpu"):
@@ -69,10 +142,11 @@ def older_than_the_prebuilt_binaries(ctx: Context) -> Optional[Diagnosis]:
     if floor is None and _is_thin(ctx) and _ASKS_SUPPORT.search(text):
         floor, tool = _PREBUILT_OLDEST["torch"], "torch"   # a card older than every CUDA 12 build, asked about
     # the trouble: a failure said, or (in a thin paste about whether the card is supported) the question itself
-    trouble = failure or (_lines_matching(ctx, _QUESTION.pattern)[:1] if asked else [])
+    trouble = failure or (_lines_matching(ctx, _QUESTION.pattern)[:1] if asked else []) or \
+        (_lines_matching(ctx, _DROPPED.pattern)[:1] if _is_thin(ctx) else [])   # "capability 3.7 removed from binaries"
     card = _old_card(ctx, floor) if floor and trouble else None
     if card is None:
-        return None
+        return _dropped_from_the_binaries(ctx)
     name, arch = card
     cc, cc_dot = arch[3:], f"{arch[3:-1]}.{arch[-1]}"
     floor_dot = f"{str(floor)[:-1]}.{str(floor)[-1]}"

@@ -13,6 +13,7 @@ from typing import Optional
 from steadytune.doctor.error_lines import family
 from steadytune.hardware.gpu_facts import lookup_product
 from steadytune.doctor.rules.base import NOT_DETECTED, Context, Diagnosis, _lines_matching, _make, rule, _text
+from steadytune.doctor.rules.arch.prebuilt_floor import dropped_capabilities
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,11 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
     cards = _cards(ctx)
     trouble = _trouble(ctx)
     if not cards or not trouble:
+        return None
+    dropped, _said = dropped_capabilities(ctx)
+    if any(cc >= 35 for cc in dropped):
+        # capabilities a release said it dropped ("3.0 and 5.0 is no longer supported") are its list, not a machine
+        # with an old card beside a good one; one a source build still targets is prebuilt_floor.py's reading
         return None
     floor = _floor_of(ctx)
     if floor and floor.tool == "Triton" and ctx.of("gpu-unsupported", "arch-missing"):
