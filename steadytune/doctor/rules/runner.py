@@ -86,6 +86,8 @@ import steadytune.doctor.rules.install.hip_sdk_found  # noqa: E402,F401
 import steadytune.doctor.rules.install.driver_mounts  # noqa: E402,F401
 import steadytune.doctor.rules.install.nvrtc_builtins  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensorflow_libraries  # noqa: E402,F401
+import steadytune.doctor.rules.install.framework_cuda_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.cudnn_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401

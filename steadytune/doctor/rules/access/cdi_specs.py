@@ -53,3 +53,40 @@ def stale_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
         "hardware change)" + (", check the names it defines with nvidia-ctk cdi list" if tool == "nvidia-ctk" else "")
         + ", then rerun the container (rootless too: the spec is read from the system directory)",
         [], said))
+
+
+# nvidia-ctk's NVML load failing: "failed to initalize NVML: ERROR_LIBRARY_NOT_FOUND" (go-nvml's words, its typo too)
+_NVML_NOT_FOUND = re.compile(r"(?i)(?:failed to initi?a?li[sz]e NVML|nvml\w*\W+init\w*\W+failed)\W{0,4}"
+                             r"ERROR_LIBRARY_NOT_FOUND|ERROR_LIBRARY_NOT_FOUND")
+# a driver installed under a root of its own: the GPU Operator's / a driver container's /run/nvidia/driver
+_DRIVER_ROOT = re.compile(r"(?i)/run/nvidia/driver|driver[- ]container|gpu[- ]operator|--driver-root")
+
+
+@rule("rocm-libs-missing")
+def cdi_generate_without_nvml(ctx: Context) -> Optional[Diagnosis]:
+    """`nvidia-ctk cdi generate` loads libnvidia-ml.so.1 to list the GPUs; with the driver installed by a driver
+    container (the GPU Operator's, Fedora CoreOS / immutable hosts) the library lives under the driver's root,
+    /run/nvidia/driver, not on the host's loader path, so NVML is not found. nvidia-ctk takes that root as
+    --driver-root (NVIDIA Container Toolkit docs, "Support for Container Device Interface"; nvidia-ctk cdi generate
+    --help)."""
+    text = _text(ctx)
+    if "nvidia-ctk" not in text.lower() and "cdi" not in text.lower():
+        return None
+    lines = _lines_matching(ctx, _NVML_NOT_FOUND)
+    if not lines:
+        return None
+    root = re.search(r"(/run/nvidia/driver)\b", text)
+    if _DRIVER_ROOT.search(text):
+        where = root.group(1) if root else "/run/nvidia/driver"
+        return _make("rocm-libs-missing", "nvidia-ctk does not find NVML under the driver container's root",
+                     f"the NVIDIA driver here is installed by a driver container, whose files (libnvidia-ml.so.1 "
+                     f"among them) live under {where}, not on the host's library path; nvidia-ctk looks on the host's",
+                     f"tell nvidia-ctk where the driver is: sudo nvidia-ctk cdi generate --driver-root={where} "
+                     "--output=/etc/cdi/nvidia.yaml (rather than editing /etc/ld.so.conf.d), then nvidia-ctk cdi list",
+                     [ctx.line_fact(lines[0])], lines[:1])
+    return _make("rocm-libs-missing", "nvidia-ctk does not find NVML",
+                 "nvidia-ctk cdi generate loads the driver's libnvidia-ml.so.1, which is not on the loader's path: "
+                 "the driver is not installed on this host, or under another root",
+                 "install the NVIDIA driver on the host (nvidia-smi must run), or, where a driver container installs it, "
+                 "pass its root: sudo nvidia-ctk cdi generate --driver-root=/run/nvidia/driver "
+                 "--output=/etc/cdi/nvidia.yaml", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)

@@ -30,7 +30,7 @@
   companion_pins     a torchvision / torchaudio left pinned to another torch (pip's conflict line)
   cuda_libraries     a CUDA library or the NVIDIA driver older than a binary was built against
   stale_install      files of an older install beside a newer one (a program's library folder, a web UI's venv)
-  ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed)
+  ptxas              a ptxas older than the PTX or the GPU it is given (two CUDA toolkits mixed), or none found (XLA)
   nvcc_mix           a JIT build with an nvcc of another CUDA release than torch's (CCCL's incompatible headers)
   os_release         a binary linked against a newer glibc than the OS release ships (built for a newer OS)
   nightly_regression a torch nightly in which what worked before stopped working
@@ -44,6 +44,9 @@
   nvrtc_builtins     NVRTC's versioned builtins library (libnvrtc-builtins.so.X.Y) not on the loader's path
   tensorflow_libraries TensorFlow's GPU libraries installed but not found on Linux ([and-cuda]'s nvidia-* wheels,
                      tensorflow-rocm and a ROCm in /opt/rocm-X.Y.Z)
+  framework_cuda_builds  TensorFlow / PaddlePaddle loading CUDA or cuDNN libraries by the versioned names of the
+                     release they were built for (a release table each): that CUDA, or the build for the installed one
+  cudnn_headers      a CUDA extension build not finding cudnn.h: the variables its build reads (CUDNN_PATH)
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   gpu_names          an AMD GPU's name left empty: libdrm's amdgpu.ids table missing or older than the GPU
   bundled_libraries  a library a wheel bundles (torch's cuDNN) shadowed by another copy on LD_LIBRARY_PATH

@@ -37,6 +37,39 @@ def llama_cpp_zip_without_cudart(ctx: Context) -> Optional[Diagnosis]:
                  "whose bin folder is on PATH)", [ctx.line_fact(lines[0])], lines[:1])
 
 
+# llama.cpp's Windows HIP / ROCm release asset (llama-b6500-bin-win-hip-radeon-x64.zip, ...-win-rocm-7.14-x64.zip)
+_LLAMA_WIN_HIP = re.compile(r"(?i)llama-b\d+-bin-win-(?:hip|rocm)[-\w.]*?-x64")
+# the ROCm runtime DLLs the ggml HIP backend loads (the HIP SDK's, or TheRock's for ROCm 7 builds)
+_HIP_DLL = re.compile(r"(?i)\b(?:hipblas(?:lt)?|rocblas|amdhip64(?:_\d+)?|rocsolver|hiprtc\w*)\.dll\b")
+
+
+@rule("rocm-libs-missing")
+def llama_cpp_zip_without_rocm_runtime(ctx: Context) -> Optional[Diagnosis]:
+    """llama.cpp's Windows HIP build (ggml-hip.dll) loads the ROCm runtime DLLs, hipblas.dll and rocblas.dll with
+    rocblas's kernel folder (library\\), hipblaslt.dll with its own, from its folder or PATH; the driver brings only
+    amdhip64. A release zip that does not carry them, without a HIP SDK of that ROCm on PATH, loads no HIP backend:
+    no device listed, no error (llama.cpp's Windows HIP assets; the AMD HIP SDK's bin folder holds the same files)."""
+    text = _text(ctx)
+    asset = _LLAMA_WIN_HIP.search(text)
+    dll = _HIP_DLL.search(text)
+    llama = re.search(r"(?i)llama[-.]?cpp|llama-(?:cli|server)|\bggml|koboldcpp|stable-diffusion\.cpp|whisper\.cpp", text)
+    if not (asset or (llama and dll and on_windows(ctx, text))) or not dll or not (
+            _MISSING.search(text) or re.search(r"(?i)--list-devices|no devices?|\(none\)|not detected", text)):
+        return None
+    lines = _lines_matching(ctx, _HIP_DLL) or _lines_matching(ctx, _MISSING.pattern)
+    rocm = re.search(r"(?i)rocm[- ](\d+\.\d+(?:\.\d+)?)", asset.group(0) if asset else text)
+    which = f"ROCm {rocm.group(1)}" if rocm else "the ROCm / HIP SDK release the build names"
+    return _make("rocm-libs-missing", "llama.cpp's HIP backend does not find the ROCm runtime DLLs",
+                 "the Windows HIP build loads ROCm's runtime DLLs (hipblas.dll, rocblas.dll with its library folder, "
+                 "hipblaslt.dll) from its own folder or PATH; this release's zip does not carry them and no HIP SDK "
+                 f"of {which} is on PATH, so the HIP backend does not load and no device is listed",
+                 f"copy the runtime of {which} next to llama-server.exe: every DLL of its bin folder (hipblas.dll, "
+                 "rocblas.dll, hipblaslt.dll, amdhip64 and their dependencies) plus the rocblas\\library and "
+                 "hipblaslt\\library folders (hipblas.dll alone is not enough); or install that HIP SDK and put its bin "
+                 "folder on PATH; or go back to the previous release, whose zip carried them",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
 # a program's own words that the CUDA Toolkit (its runtime libraries) is missing: Jan's "missing CUDA toolkit",
 # "CUDA toolkit not installed / not found"
 _TOOLKIT_MISSING = re.compile(r"(?i)\bmissing (?:the )?CUDA toolkit\b|\bCUDA toolkit\b[^\n]{0,20}?\b(?:is )?(?:missing|"

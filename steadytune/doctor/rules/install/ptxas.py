@@ -73,3 +73,30 @@ def stale_ptxas_on_path(ctx: Context) -> Optional[Diagnosis]:
                  "nvidia-cuda-nvcc-cu12 first"
                  + ("; pip install -U \"jax[cuda12]\" installs a matching ptxas" if jax else ""),
                  [ctx.line_fact(lines[0])], lines[:1])
+
+
+# XLA (JAX, TensorFlow) cannot run ptxas at all: "Couldn't invoke ptxas --version", "Failed to launch ptxas",
+# "Can't find ptxas binary", "ptxas: not found" (xla/stream_executor/cuda/ptx_compiler / asm_compiler's words)
+_PTXAS_ABSENT = re.compile(r"(?i)Couldn'?t invoke ptxas|Failed to launch ptxas|Can'?t find ptxas binary|"
+                           r"\bptxas\b\W{0,3}(?:command )?not found|Couldn'?t get ptxas version")
+
+
+@rule("rocm-libs-missing")
+def ptxas_not_found(ctx: Context) -> Optional[Diagnosis]:
+    """XLA compiles its kernels by running the CUDA toolkit's ptxas, found on PATH (or under the CUDA folder XLA was
+    told of); a process that cannot find it, a Jupyter kernel started without the shell's PATH among them, aborts.
+    jax[cuda12] brings ptxas as pip's nvidia-cuda-nvcc-cu12 (JAX's installation guide, "pip installation: NVIDIA GPU")."""
+    lines = _lines_matching(ctx, _PTXAS_ABSENT) if "ptxas" in _text(ctx).lower() else []
+    if not lines or _lines_matching(ctx, _UNSUPPORTED_ISA) or _lines_matching(ctx, _XLA_PTXAS):
+        return None
+    jax = re.search(r"(?i)\bjax", _text(ctx))
+    wheel = ('pip install -U "jax[cuda12]" (it brings ptxas in the nvidia-cuda-nvcc-cu12 wheel)' if jax else
+             "pip install nvidia-cuda-nvcc-cu12 (ptxas in site-packages/nvidia/cuda_nvcc/bin)")
+    return _make("rocm-libs-missing", "XLA cannot find ptxas",
+                 "XLA compiles its GPU kernels with ptxas, the CUDA toolkit's PTX assembler, which it runs from PATH; "
+                 "this process finds none (the toolkit is not installed, or its bin folder is not on the PATH the "
+                 "process was started with, as in a notebook kernel launched outside that shell)",
+                 "put the CUDA toolkit's bin folder on the PATH of the process that runs it: export PATH=/usr/local/"
+                 "cuda/bin:$PATH (which ptxas must then answer; for Jupyter, set it where the kernel starts: in "
+                 "os.environ['PATH'] before importing, or the kernel spec's env), or install ptxas: " + wheel,
+                 [ctx.line_fact(lines[0])], lines[:1])
