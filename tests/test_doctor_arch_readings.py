@@ -238,7 +238,8 @@ _TOOL_WORDS = {"xformers": "xformers 0.0.28", "flash-attn": "import flash_attn",
                "whisper.cpp": "whisper-cli -m ggml-base.bin", "torchvision": "torchvision 0.19.0+cu121",
                "mamba-ssm": "from mamba_ssm import Mamba", "gpt4all": "GPT4All 3.10", "mlc-llm": "mlc_llm chat Llama-3-8B-q4f16_1-MLC",
                "torch-extension": "Loading extension module fused from /home/me/.cache/torch_extensions/py311_cu121/fused/",
-               "text-embeddings-inference": "docker run ghcr.io/huggingface/text-embeddings-inference:1.5"}
+               "text-embeddings-inference": "docker run ghcr.io/huggingface/text-embeddings-inference:1.5",
+               "stable-diffusion.cpp": "[INFO ] stable-diffusion.cpp:185  - loading model from sd_xl.safetensors"}
 _CARDS = {"sm_120": ("NVIDIA GeForce RTX 5090, torch 2.8.0+cu128", "CUDA error: no kernel image is available for execution "
                      "on the device"),
           "sm_61": ("NVIDIA GeForce GTX 1080", "CUDA error: no kernel image is available for execution on the device"),

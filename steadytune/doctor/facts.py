@@ -560,7 +560,13 @@ _TOOLS = (
     # tools with their own GPU builds (doctor/arch_builds.yaml has their remedies)
     ("llama-cpp-python", r"\bllama_cpp\b|llama-cpp-python|llama_cpp_python"),
     # MLC LLM compiles each model into a library of its own (TVM): mlc_llm.build, mlc_chat, "-cuda.so"
-    ("mlc-llm", r"(?i)\bmlc[-_]llm\b|\bmlc_chat\b|\bmlc-ai\b"),
+    # (its prebuilt model folders and scripts say mlc-chat: "mlc-chat-Llama-2-13b-chat-hf-q4f16_1", sample_mlc_chat.py)
+    ("mlc-llm", r"(?i)\bmlc[-_]llm\b|mlc[-_]chat\b|\bmlc-ai\b"),
+    # ggml programs of their own (their logs carry ggml_* lines too: the program, not llama.cpp, is what gets rebuilt)
+    ("stable-diffusion.cpp", r"stable-diffusion\.cpp|\bsd\.cpp\b|\bSD_HIPBLAS\b|\bSD_CUDA\b"),
+    # frameworks with GPU backends of their own, not torch's
+    ("tinygrad", r"\btinygrad\b"),
+    ("paddle", r"(?i)\bpaddle(?:paddle(?:-gpu)?|ocr|nlp|detection|x)?\b"),
     ("koboldcpp", r"(?i)\bkoboldcpp"),
     ("gpt4all", r"(?i)\bgpt4all\b"),
     ("lmstudio", r"(?i)\bLM ?Studio\b|\blmstudio\b|\blms (?:load|server)\b"),

@@ -14,9 +14,9 @@ from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gf
 
 # The tools whose own build carries the GPU code (so the fix is their build flag), most specific first. A paste that
 # names several (a ComfyUI log shows torch too) is about the most specific one that printed an error.
-TOOL_ORDER = ("mlc-llm", "text-embeddings-inference", "ollama", "lmstudio", "koboldcpp", "gpt4all", "llama-cpp-python", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
+TOOL_ORDER = ("mlc-llm", "text-embeddings-inference", "ollama", "lmstudio", "koboldcpp", "gpt4all", "llama-cpp-python", "stable-diffusion.cpp", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
               "flash-attn", "xformers", "rccl-tests", "rccl", "miopen", "hipblaslt", "rocblas", "migraphx", "onnxruntime",
-              "ctranslate2", "tensorflow", "jax", "zluda", "triton", "deepspeed", "apex", "mamba-ssm", "torch-extension", "comfyui", "a1111", "unsloth",
+              "ctranslate2", "tensorflow", "paddle", "tinygrad", "jax", "zluda", "triton", "deepspeed", "apex", "mamba-ssm", "torch-extension", "comfyui", "a1111", "unsloth",
               "llamafactory", "torchaudio", "torch", "torchvision")
 INFERENCE_TOOLS = ("ollama", "lmstudio", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "comfyui", "a1111", "zluda",
                    "onnxruntime", "migraphx", "ctranslate2")
@@ -34,8 +34,8 @@ def failing_tool(sheet: FactSheet, line_numbers: tuple[int, ...] = ()) -> Option
     return None
 
 
-# programs that ship their own build of llama.cpp (its ggml_* lines appear in their logs)
-_BUNDLES_LLAMA_CPP = ("lmstudio", "koboldcpp", "llama-cpp-python", "gpt4all")
+# programs that ship their own build of llama.cpp or of ggml (its ggml_* lines appear in their logs)
+_BUNDLES_LLAMA_CPP = ("lmstudio", "koboldcpp", "llama-cpp-python", "gpt4all", "stable-diffusion.cpp")
 
 
 def override_value(arch: str, tool: Optional[str]) -> tuple[Optional[str], str]:
@@ -81,7 +81,13 @@ def set_variable(name: str, value: str, sheet: FactSheet, tool: Optional[str]) -
         return (f"setx {name} {value} (a user environment variable), then quit and restart the program (for Ollama: "
                 "quit it from the tray) so it reads the new environment")
     if where == "notebook":
-        return f"os.environ[\"{name}\"] = \"{value}\" in the first cell, before import torch (restart the kernel first)"
+        # a notebook or IPython session is often where a program (a web UI, a server) is only being tried out: the
+        # program itself, and a kernel started from a shell, read the variable from the shell that starts them
+        shell = "" if sheet.has("platform", "colab") or re.search(r"(?i)\bcolab\b", "\n".join(sheet.lines)) else \
+            (f"; or set it where the session or the program starts: export {name}={value} in the shell before "
+             "jupyter / ipython, or before the program's own start command")
+        return (f"os.environ[\"{name}\"] = \"{value}\" in the first cell, before import torch (restart the kernel "
+                f"first){shell}")
     if tool == "ollama" and not sheet.is_windows:   # Linux installs run it as the ollama service, not from a shell
         return (f"sudo systemctl edit ollama.service and add under [Service]: Environment=\"{name}={value}\"; then "
                 f"sudo systemctl daemon-reload && sudo systemctl restart ollama (a hand-started `ollama serve`: "

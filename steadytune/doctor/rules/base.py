@@ -107,7 +107,7 @@ def rule(name: str) -> Callable[[Rule], Rule]:
 # programs that reach the GPU through runtimes of their own (ggml's backends, CTranslate2, JAX's and TensorFlow's
 # builds, NCCL's tests, a container's), never through torch: no torch build is part of their fix
 NOT_TORCH = ("ollama", "llama.cpp", "llama-cpp-python", "koboldcpp", "lmstudio", "whisper.cpp", "gpt4all", "mlc-llm",
-             "ctranslate2", "tensorflow", "jax", "onnxruntime", "nccl", "nccl-tests", "docker")
+             "stable-diffusion.cpp", "tinygrad", "paddle", "ctranslate2", "tensorflow", "jax", "onnxruntime", "nccl", "nccl-tests", "docker")
 
 
 def _make(name: str, title: str, cause: str, fix: str, evidence: list[Fact], covers: list[ErrorLine],

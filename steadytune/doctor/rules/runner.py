@@ -35,6 +35,10 @@ import steadytune.doctor.rules.arch.arch_guards  # noqa: E402,F401
 import steadytune.doctor.rules.arch.ollama_windows  # noqa: E402,F401
 import steadytune.doctor.rules.arch.windows_rocblas  # noqa: E402,F401
 import steadytune.doctor.rules.arch.cpu_floor  # noqa: E402,F401
+import steadytune.doctor.rules.arch.framework_cuda  # noqa: E402,F401
+import steadytune.doctor.rules.arch.nvrtc_targets  # noqa: E402,F401
+import steadytune.doctor.rules.arch.tinygrad_backends  # noqa: E402,F401
+import steadytune.doctor.rules.arch.op_floors  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401

@@ -27,6 +27,10 @@
   windows_rocblas  which rocBLAS carries a Radeon on Windows: the HIP SDK's own for an arch it lists (no ROCmLibs
                    package is made for it), HIP SDK 5.7's for Vega and Polaris under Ollama
   capability_range torch's "Minimum and Maximum cuda capability" warning read by its numbers (a newer minor is fine)
+  framework_cuda   a framework's CUDA build older than the GPU's generation (Paddle's arch check, TensorFlow on CUDA 10)
+  nvrtc_targets    NVRTC asked for an arch its CUDA release does not know: a build for a CUDA that knows the GPU
+  tinygrad_backends  tinygrad's AMD backend refusing a gfx target: its HIP backend (HIP=1)
+  op_floors        a DeepSpeed op whose builder keeps no target for the GPU (inference-v2 ops need 8.0)
 
 runner.py imports the rule modules in this order, which is the order their rules register in.
 """

@@ -594,6 +594,16 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      "https://download.pytorch.org/whl/cu118 (Maxwell to Hopper), .../whl/cu128 for Blackwell (sm_120); "
                      "an old GPU (Kepler, compute capability 3.x) needs an old torch or a source build",
                      [], errors, confirmed=False)
+    own = tool_builds().get(tool or "")
+    if arch is None and own is not None and own.rocm and tool not in ("torch", "torchvision") and \
+            _vendor(ctx) == "amd" and not ctx.sheet.is_windows:
+        # a program that compiles its own GPU code (a ggml build, an MLC model library) failing on an AMD GPU the
+        # paste does not name: its own rebuild is the fix, for the target rocminfo names (an override would only
+        # make the runtime ask for another target the library does not carry either)
+        return _make("arch-missing", f"{own.name} was built without this GPU's target",
+                     f"{own.name}'s GPU code was compiled for other gfx targets than this GPU's; the paste does not "
+                     "say which GPU it is", own.rocm.format(arch="<the GPU's gfx target from rocminfo>"), [], errors,
+                     confirmed=False)
     if arch is None:
         cls = family("arch-missing")
         return _make("arch-missing", "code built without this GPU's architecture",
@@ -703,7 +713,7 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
 
 
 # tools whose own build is the lasting fix even where an override would run a sibling's code
-_REBUILT_FIRST = ("lmstudio", "llama.cpp", "llama-cpp-python", "whisper.cpp", "bitsandbytes", "vllm", "sglang", "flash-attn",
+_REBUILT_FIRST = ("lmstudio", "llama.cpp", "llama-cpp-python", "whisper.cpp", "stable-diffusion.cpp", "bitsandbytes", "vllm", "sglang", "flash-attn",
                   "xformers", "deepspeed", "apex")
 # ROCm's own libraries, asked for an arch they ship no kernels for
 _ROCM_LIBRARIES = ("rocblas", "hipblaslt", "miopen", "rccl")

@@ -244,8 +244,11 @@ def gpu_unsupported(ctx: Context) -> Optional[Diagnosis]:
             return _make("gpu-unsupported", "Triton needs compute capability 7.0 or newer",
                          f"Triton (the compiler behind torch.compile and the fused kernels of unsloth and others) does "
                          f"not generate code for this GPU{' (compute capability ' + found.group(1) + ')' if found else ''}",
-                         "run without Triton: drop torch.compile (or torch.compile(backend=\"aot_eager\") / "
-                         "TORCHDYNAMO_DISABLE=1), and use the tool's non-Triton path; the GPU runs torch's eager kernels; "
+                         # (training scripts carry the switch as a setting: nanoGPT's compile, HF's torch_compile)
+                         "run without Triton: turn compilation off (the script's switch: compile=False / "
+                         "--compile=False, torch_compile=False in a Trainer), or drop torch.compile (or "
+                         "torch.compile(backend=\"aot_eager\") / TORCHDYNAMO_DISABLE=1), and use the tool's non-Triton "
+                         "path; the GPU runs torch's eager kernels; "
                          "a tool that always compiles Triton kernels (unsloth) needs a GPU of compute capability 7.0 or "
                          "newer: on Kaggle switch the accelerator from the P100 to the T4 (Colab's free GPU is a T4)",
                          [ctx.line_fact(e) for e in errors[:1]], errors)

@@ -1,0 +1,69 @@
+"""NVRTC asked for a GPU arch its CUDA release does not know ("nvrtc: error: invalid value for --gpu-architecture"):
+code compiled at run time (torch's fused kernels, CuPy's, a JIT extension's) goes through the NVRTC of the CUDA the
+program was built with, which names only the archs of its own release. A GPU newer than that release (an RTX 30 card
+under CUDA 11.0's NVRTC, an RTX 40 under 11.3's), or older than the archs it still compiles (a Pascal card under CUDA
+13's), gets the error; the fix is a build of the program for a CUDA whose NVRTC knows the GPU."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.fixes import cuda_wheel_for
+from steadytune.doctor.rules.arch.cuda_builds import _NVCC_FIRST, _NVCC_OLDEST, _cuda_build
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _make, rule, _text
+
+_NVRTC_ARCH = re.compile(r"(?i)nvrtc: error: invalid value for --gpu-architecture")
+
+
+def _torch_release(ctx: Context) -> Optional[tuple[int, int, int]]:
+    for value in ctx.sheet.values("torch"):
+        m = re.match(r"(\d+)\.(\d+)\.(\d+)", value)
+        if m:
+            return int(m.group(1)), int(m.group(2)), int(m.group(3))
+    return None
+
+
+@rule("arch-missing")
+def nvrtc_unknown_arch(ctx: Context) -> Optional[Diagnosis]:
+    errors = [e for e in ctx.of("arch-missing") if _NVRTC_ARCH.search(e.line)]
+    if not errors:
+        return None
+    arch, where = ctx.arch(errors)
+    sm = arch if arch and re.fullmatch(r"sm_\d{2,3}", arch) else None
+    build = _cuda_build(ctx)
+    cupy = re.search(r"(?i)\bcupy\b", _text(ctx))
+    cc = int(sm[3:]) if sm else None
+    if cc is not None and build is not None and cc < _NVCC_OLDEST.get(build[0], 0):
+        # the GPU is older than this NVRTC compiles: CUDA 12 dropped Kepler, CUDA 13 Maxwell to Volta
+        older = build[0] - 1
+        program = f"cupy-cuda{older}x" if cupy else f"a torch built for CUDA {older}.x"
+        return _first(_make("arch-missing", f"CUDA {build[0]}'s NVRTC no longer compiles {sm}",
+                            f"the program compiles kernels at run time with the NVRTC of CUDA {build[0]}.{build[1]}, "
+                            f"which dropped compute capability {cc // 10}.{cc % 10}",
+                            f"install {program}, whose NVRTC still compiles {sm} (CUDA {build[0]} compiles compute "
+                            f"capability {_NVCC_OLDEST[build[0]] // 10}.{_NVCC_OLDEST[build[0]] % 10} and newer)",
+                            [f for f in (where, ctx.line_fact(errors[0])) if f], errors))
+    needs = _NVCC_FIRST.get(str(cc)) if cc else None
+    known = f"{needs} or newer" if needs else "a CUDA release that knows the GPU"
+    if cupy:
+        fix = (f"install the CuPy wheel for {known} (pip uninstall the cupy-cudaXXx in place, then pip install "
+               "cupy-cuda12x): CuPy compiles its kernels with the NVRTC of the CUDA it is installed for")
+    else:
+        wheel = cuda_wheel_for(sm) if sm else None
+        fix = f"install a torch built for {known}" + (f": {wheel}" if wheel else
+                                                      " (pip install -U torch from the pytorch.org CUDA index for it)")
+        release = _torch_release(ctx)
+        if release is None or release < (1, 7, 1):
+            # torch 1.7.0 asked NVRTC for the GPU's own arch; 1.7.1 caps the request at the newest arch the NVRTC
+            # of its CUDA knows (pytorch/pytorch#48151, cherry-picked into 1.7.1; pytorch/pytorch#47658)
+            fix += ("; at least torch 1.7.1, which caps the arch it asks NVRTC for at the newest one that NVRTC "
+                    "knows (torch 1.7.0 asked for the GPU's own and failed on Ampere cards)")
+    gpu = f"{sm} (compute capability {cc // 10}.{cc % 10})" if sm else "this GPU"
+    used = f"CUDA {build[0]}.{build[1]}" if build else "the CUDA the program was built with"
+    return _first(_make("arch-missing", f"NVRTC does not know {sm or 'this GPU'}",
+                        f"kernels compiled at run time go through the NVRTC of {used}, which predates {gpu}"
+                        + (f" ({needs} is the first that knows it)" if needs else ""),
+                        fix + ("" if sm else "; the GPU's compute capability: nvidia-smi --query-gpu=name,compute_cap "
+                                             "--format=csv"),
+                        [f for f in (where, ctx.line_fact(errors[0])) if f], errors))
