@@ -146,7 +146,7 @@ def _platform(line: str):
 @finder
 def _kernel(line: str):
     m = re.search(r"\b(\d\.\d{1,2}(?:\.\d{1,3}){1,2}(?:-[\w.]+)?-(?:generic|arch\d[\w-]*|amd64|lowlatency|cachyos[\w-]*|"
-                  r"microsoft-standard-WSL2|zen\d|fc\d\d[\w.]*|default|lts|oem|rt)\w*)\b", line)
+                  r"microsoft-standard-WSL2|zen\d|fc\d\d[\w.]*|default|lts|oem|rt|azure|aws|gcp|kvm)\w*)\b", line)
     if m:
         yield "kernel", m.group(1), ""
         if "microsoft-standard-WSL2" in m.group(1):

@@ -232,3 +232,60 @@ def notebook_startup_variable(ctx: Context) -> Optional[Diagnosis]:
                  f"the first cell, above import {framework} (restart the runtime / kernel first so nothing has "
                  f"imported {framework} yet); %env {variable}={value} works the same way",
                  [], said[:1], confirmed=bool(escape))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A variable set in the service's unit, and the server started by hand
+# ---------------------------------------------------------------------------------------------------------
+
+# a model server started by hand in a terminal, the way its own CLI does it
+_HAND_SERVE = re.compile(r"(?i)\b(ollama|vllm|lms|llamafile|local-ai|localai)\s+serve\b")
+# the unit's own settings, or its file, named: where the user put the variable
+_UNIT_SAID = re.compile(r"(?i)/etc/systemd/system/[\w@.-]+\.service|\bsystemctl edit\b|^\s*Environment=|\[Service\]|"
+                        r"\b[\w-]+\.service\b|override\.conf\b", re.M)
+_NOT_STARTED_BY_SYSTEMD = re.compile(r"(?i)\bsystemctl (?:start|restart|enable --now)\b")
+# a variable named with its value, also with spaces around the = as prose writes it ("OLLAMA_HOST = 0.0.0.0:11434")
+_NAMED_SETTING = re.compile(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+)\s*=\s*[\"']?([^\s\"']+)")
+
+
+@rule("env-not-applied")
+def unit_variable_hand_started_server(ctx: Context) -> Optional[Diagnosis]:
+    """The variable is in the service's unit (/etc/systemd/system/NAME.service, an Environment= line, systemctl edit),
+    but the server that runs was started by hand (`ollama serve` in a terminal): systemd hands a unit's Environment=
+    only to the process it starts itself (systemd.exec(5), "Environment="), so the hand-started server runs without it;
+    the same variable exported in that shell works. Ollama's FAQ ("Setting environment variables on Linux") sets
+    them with systemctl edit and then restarts the service for that reason."""
+    text = "\n".join(ctx.sheet.lines)
+    # (a unit's ExecStart= line or the journal names the same command systemd runs: not a hand-started one)
+    serve = next((m for line in ctx.sheet.lines if not re.search(r"(?i)ExecStart|systemd\[|/bin/", line)
+                  for m in [_HAND_SERVE.search(line)] if m), None)
+    unit = _UNIT_SAID.search(text)
+    if not serve or not unit or _NOT_STARTED_BY_SYSTEMD.search(text):
+        return None
+    tool = serve.group(1).lower()
+    # the variable: one the unit or the user names with a value, the longest value said for it
+    values: dict[str, str] = {}
+    for m in _NAMED_SETTING.finditer(text):
+        name, value = m.group(1), m.group(2).rstrip(".,;)")
+        if len(value) > len(values.get(name, "")):
+            values[name] = value
+    prefix = {"ollama": "OLLAMA_", "vllm": "VLLM_", "lms": "LMS_"}.get(tool, "")
+    names = [n for n in values if prefix and n.startswith(prefix)] or list(values)
+    if not names:
+        return None
+    name = names[0]
+    value = values[name]
+    said = _lines_matching(ctx, re.escape(name)) or _lines_matching(ctx, _HAND_SERVE)
+    service = re.search(r"(?i)/etc/systemd/system/([\w@.-]+)\.service", text)
+    unit_name = service.group(1) if service else ("ollama" if tool == "ollama" else "<the service>")
+    diagnosis = _make("env-not-applied", f"{name} is in the service's unit, but the server was started by hand",
+                      f"{name}={value} is set for the systemd service ({unit_name}.service); systemd passes a unit's "
+                      f"Environment= only to the process it starts itself, and a `{serve.group(0)}` typed in a "
+                      "terminal reads the shell's environment instead, so it runs without it",
+                      f"stop the hand-started server and let systemd run it with the unit's setting: sudo systemctl "
+                      f"daemon-reload && sudo systemctl restart {unit_name} (check: systemctl show {unit_name} "
+                      f"--property=Environment, journalctl -u {unit_name}); or, to start it by hand, export it in that "
+                      f"shell first: export {name}={value}, then {serve.group(0)}", [ctx.line_fact(said[0])] if said
+                      else [], said)
+    diagnosis.rank = 0   # the setting never reached the running server: the symptoms (WSL, no GPU) come after it
+    return diagnosis

@@ -16,6 +16,10 @@ spec (CDI), its security policy (SELinux) and the image's group file decide, wit
     to start; a number always works.
   - a distrobox / toolbox container created (or recreated by a refresh) without the GPU's device flags.
   - `--gpus` on a machine without an NVIDIA GPU (a CPU image needs no GPU runtime at all).
+  - the toolkit's hook refused the device cgroup (rootless, LXC): no-cgroups = true (toolkit 1.14.0 ignored it);
+    NVML's "Insufficient Permissions" on an SELinux host: relabel the driver's files (restorecon).
+  - distrobox refusing the engine's own flags given before `--`; a container started without the NVIDIA runtime
+    (CUDA's "driver version is insufficient" with a new enough host driver); a TrueNAS app without /dev/kfd.
 """
 
 from __future__ import annotations
@@ -83,6 +87,81 @@ def _no_cgroups(ctx: Context, text: str) -> Optional[Diagnosis]:
                         "--set nvidia-container-cli.no-cgroups=false --in-place), then sudo systemctl restart docker "
                         "(under WSL 2: wsl --shutdown and start again) and run the container with --gpus all",
                         [ctx.line_fact(blocked[0])], blocked))
+
+
+# the container toolkit's hook refused the device cgroup: the engine runs without the right to edit it
+_CGROUP_REFUSED = re.compile(r"(?i)failed to add device rules|bpf_prog_query\(BPF_CGROUP_DEVICE\) failed|"
+                             r"cgroup/devices/\S*devices\.allow: permission denied")
+# the toolkit's release as its own tools print it (nvidia-container-cli -V) or as a user names it
+_TOOLKIT_RELEASE = re.compile(r"(?i)\b(?:cli|lib)-version:\s*(\d+\.\d+\.\d+)|nvidia-container-(?:toolkit|cli|runtime)"
+                              r"\S*?[ :=_-]+v?(\d+\.\d+\.\d+)|\btoolkit\b.{0,30}\bv?(\d+\.\d+\.\d+)|"
+                              r"\bwith v(1\.\d+\.\d+)\b")
+
+
+def _cgroup_refused(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """nvidia-container-cli could not attach its device rules to the container's cgroup (cgroup v2: the BPF device
+    program, bpf_prog_query ... operation not permitted; v1: devices.allow permission denied): the engine that
+    started the container has no right to edit its device cgroup, which is so for rootless docker / podman and for
+    an engine inside an unprivileged LXC container. NVIDIA's answer is the toolkit's no-cgroups = true
+    (libnvidia-container#154, nvidia-docker#1155): the hook then leaves the cgroup alone and the devices are allowed by
+    whoever owns it. Toolkit 1.14.0 ignored config.toml altogether, so the setting did not apply until 1.14.1
+    (elezar in nvidia-container-toolkit#381: "the v1.14.0 release had a bug where settings in the config.toml were
+    being ignored"; nvidia-container-toolkit#106)."""
+    refused = _lines_matching(ctx, _CGROUP_REFUSED)
+    if not refused:
+        return None
+    releases = [next(g for g in m.groups() if g) for m in _TOOLKIT_RELEASE.finditer(text)]
+    evidence = [ctx.line_fact(refused[0])]
+    if "1.14.0" in releases:
+        return _first(_make("device-access", "toolkit 1.14.0 ignores config.toml, so no-cgroups never applies",
+                            "the hook tried to edit the container's device cgroup although the engine may not (a "
+                            "rootless or nested one); NVIDIA Container Toolkit 1.14.0 did not read "
+                            "/etc/nvidia-container-runtime/config.toml at all, so no-cgroups = true set there is "
+                            "ignored",
+                            "upgrade the toolkit to 1.14.1 or newer (sudo apt install --only-upgrade "
+                            "nvidia-container-toolkit libnvidia-container-tools libnvidia-container1; dnf upgrade the "
+                            "same), keep no-cgroups = true under [nvidia-container-cli] in "
+                            "/etc/nvidia-container-runtime/config.toml for the rootless engine, check nvidia-container-cli "
+                            "-V, then run the container again", evidence, refused))
+    lxc = re.search(r"(?i)\blxc\b|\bproxmox\b|-pve\b|\bincus\b|\blxd\b", text)
+    where = ("an LXC container (the host keeps the device cgroup)" if lxc else
+             "a rootless engine (the user's cgroup has no device controller to edit)")
+    allow = ("the host's LXC config must already allow and mount them (lxc.cgroup2.devices.allow: c 195:* rwm and the "
+             "nvidia-uvm major, lxc.mount.entry for /dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm)" if lxc else
+             "a rootless engine passes them without it")
+    return _first(_make("device-access", "the container engine may not edit the device cgroup",
+                        f"the NVIDIA hook adds the GPU's device rules to the container's cgroup, and the engine runs "
+                        f"without the right to do it: {where}",
+                        "set no-cgroups = true under [nvidia-container-cli] in /etc/nvidia-container-runtime/config.toml "
+                        "(sudo nvidia-ctk config --set nvidia-container-cli.no-cgroups --in-place with toolkit 1.14.4 "
+                        "and newer), so the hook leaves the cgroup alone, and pass the device files in explicitly: "
+                        "--device /dev/nvidia0 --device /dev/nvidiactl --device /dev/nvidia-uvm (" + allow + ")",
+                        evidence, refused))
+
+
+_NVML_REFUSED = re.compile(r"(?i)Failed to initialize NVML: Insufficient Permissions")
+_SELINUX_HOST = re.compile(r"(?i)\bselinux\b|\bRHEL\b|\bRed ?Hat\b|\bcentos\b|\bfedora\b|\brocky\b|\balma ?linux\b|"
+                           r"\.el\d+\b|\bel[789]\b|\boracle linux\b")
+
+
+def _selinux_labels(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """NVML refuses the device files handed into a container ("Insufficient Permissions") on a host that enforces
+    SELinux (a Red Hat family one, or SELinux named) while --privileged, which drops the label separation, works:
+    the driver files and device nodes carry labels the container type (container_t) may not use. NVIDIA's answer
+    (nvidia-docker#676) is to relabel them as the host's root: nvidia-container-cli -k list | restorecon -v -f -,
+    or to run the container under a type allowed them."""
+    refused = _lines_matching(ctx, _NVML_REFUSED)
+    if not refused or not _SELINUX_HOST.search(text):
+        return None
+    return _first(_make("device-access", "SELinux labels keep the container from the NVIDIA device files",
+                        "inside the container NVML may not open the NVIDIA device files and libraries the toolkit "
+                        "mounted: on this SELinux host they carry labels the container's type (container_t) is not "
+                        "allowed, which --privileged hides by turning the separation off",
+                        "relabel the driver's files as root on the host: nvidia-container-cli -k list | sudo "
+                        "restorecon -v -f - (and sudo restorecon -Rv /dev), then run the container again without "
+                        "--privileged; or run it with --security-opt label=disable (or under NVIDIA's SELinux "
+                        "module's type: --security-opt label=type:nvidia_container_t); check with ls -Z /dev/nvidia*",
+                        [ctx.line_fact(refused[0])], refused))
 
 
 _PODMAN_FAMILY = re.compile(r"(?i)\bramalama\b|\bpodman\b|\btoolbox\b|CDISpecDirs")
@@ -166,6 +245,121 @@ def _toolbox_without_devices(ctx: Context, text: str) -> Optional[Diagnosis]:
                  "and check rocminfo lists the GPU", [ctx.line_fact(lost[0])], lost)
 
 
+# cudart's error 35 (cudaErrorInsufficientDriver) in its words and number
+_INSUFFICIENT = re.compile(r"(?i)driver version is insufficient for CUDA runtime|cudaErrorInsufficientDriver|"
+                           r"\breturned 35\b|\(35 vs\. 0\)")
+# the container asked for the GPU: the toolkit's flags, runtime, variable, compose and Kubernetes keys
+_GPU_ASKED = re.compile(r"(?i)--gpus\b|--runtime[= ]nvidia|NVIDIA_VISIBLE_DEVICES|capabilities: *\[ *gpu|"
+                        r"nvidia\.com/gpu|runtime: *nvidia|--device[= ]nvidia\.com")
+_HOST_DRIVER = re.compile(r"(?i)Driver Version:?\s*(\d{3})\.\d+|NVIDIA-SMI\s+(\d{3})\.\d+|nvidia(?:-driver)?[- ](\d{3})"
+                          r"\.\d+")
+_CUDA_ASKED = re.compile(r"(?i)\bcuda[:\s-]*v?(1\d)\.(\d)\b|\bcu(1\d)(\d)\b")
+_APPLIANCE = re.compile(r"(?i)\bunraid\b|\btruenas\b|\bcasaos\b|\bportainer\b|\bsynology\b")
+
+
+def _container_without_driver(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """cudart's "driver version is insufficient" (error 35) inside a container whose host driver is new enough for
+    any CUDA the paste names: cudart reports 35 also when it finds no libcuda at all, which is what a container run
+    without the NVIDIA runtime has (the driver's libraries are mounted from the host only by the toolkit: NVIDIA's
+    flx42 in nvidia-docker#24, "we need to mount the driver libraries from the host inside the container"; fixed with
+    --gpus all in nvidia-docker#400). On appliance UIs (Unraid) the same is the template's --runtime=nvidia and
+    NVIDIA_VISIBLE_DEVICES."""
+    from steadytune.doctor.rules.access.driver import _DRIVER_FOR_CUDA
+    said = _lines_matching(ctx, _INSUFFICIENT)
+    if not said or _GPU_ASKED.search(text) or _vendor(ctx) == "amd":
+        return None
+    host = _HOST_DRIVER.search(text)
+    if not host:
+        return None
+    branch = int(next(g for g in host.groups() if g))
+    runs = max((cuda for cuda, least in _DRIVER_FOR_CUDA if least <= branch), default=None)
+    asked = [(int(m.group(1) or m.group(3)), int(m.group(2) or m.group(4))) for m in _CUDA_ASKED.finditer(text)]
+    if runs is None or runs < (12, 0) or any(a > runs for a in asked):
+        return None   # a driver older than the CUDA named: the driver reading (update it, or an older build)
+    appliance = _APPLIANCE.search(text)
+    fix = ("start the container with the NVIDIA runtime and the GPU: docker run --gpus all ... (or --runtime=nvidia "
+           "-e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility; compose: "
+           "deploy.resources.reservations.devices with capabilities: [gpu]), with the NVIDIA Container Toolkit "
+           "installed on the host; check nvidia-smi inside the container")
+    if appliance and appliance.group(0).lower() == "unraid":
+        fix = ("in the container's Unraid template add --runtime=nvidia to Extra Parameters and the variables "
+               "NVIDIA_VISIBLE_DEVICES=<the GPU's UUID from the Nvidia Driver plugin, or all> and "
+               "NVIDIA_DRIVER_CAPABILITIES=all, then apply; elsewhere: " + fix)
+    return _first(_make("device-access", "the container was started without the NVIDIA driver",
+                        f"the host's driver ({branch}) runs CUDA up to {runs[0]}.{runs[1]}, yet CUDA inside the "
+                        "container calls it insufficient: CUDA says so also when it finds no driver library at all, "
+                        "and a container started without the NVIDIA runtime has none (the toolkit mounts the host's "
+                        "libcuda and device files only for a container that asks for the GPU)",
+                        fix, [ctx.line_fact(said[0])], said))
+
+
+_KFD_ABSENT = re.compile(r"(?i)/dev/kfd\S*.{0,60}\b(?:not (?:present|there|available|passed|mounted|exist\w*)|missing|"
+                         r"absent|disallowed|not allowed|refused)|\b(?:no|missing|without)\b.{0,20}/dev/kfd|"
+                         r"kfd_device_exists\W+false")
+_TRUENAS_RELEASE = re.compile(r"(?i)\b(?:TrueNAS|SCALE)\b(?: SCALE)?\W{0,3}(?:version\W{0,3})?(\d{2})\.(\d{2})")
+
+
+def _truenas_without_kfd(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """A TrueNAS app given the AMD GPU ("Passthrough available (non-NVIDIA) GPUs") whose container has /dev/dri but
+    no /dev/kfd, so ROCm inside finds no GPU; adding /dev/kfd by hand is refused, as the apps library keeps it on its
+    disallowed device list (truenas/apps#2948). The middleware that decides whether to pass /dev/kfd with the GPU
+    (kfd_device_exists) always said false when an AMD card was there until 25.10.0 (truenas/middleware#17293,
+    "NAS-137792 / 25.10.0 / Fix 'kfd_device_exists' logic for non-NVIDIA gpu")."""
+    if not re.search(r"(?i)\btruenas\b", text):
+        return None
+    absent = _lines_matching(ctx, _KFD_ABSENT)
+    if not absent:
+        return None
+    release = _TRUENAS_RELEASE.search(text)
+    if release and (int(release.group(1)), int(release.group(2))) >= (25, 10):
+        return None
+    return _first(_make("device-access", "the TrueNAS app platform does not pass /dev/kfd to the app",
+                        "ROCm inside the app's container needs /dev/kfd as well as /dev/dri; this TrueNAS release's "
+                        "apps middleware passes only /dev/dri with a non-NVIDIA GPU (its check for /dev/kfd always "
+                        "came out false with an AMD card) and refuses /dev/kfd as an additional device",
+                        "upgrade TrueNAS to 25.10 or later (its middleware passes /dev/kfd with the GPU), then edit "
+                        "the app, keep GPU passthrough (non-NVIDIA) selected, and redeploy it; check ls -l /dev/kfd "
+                        "inside the app's container (do not isolate the GPU: isolation is for VMs only)",
+                        [ctx.line_fact(absent[0])], absent))
+
+
+# distrobox's refusal of an option it does not know (its own parser: "ERROR: Invalid flag '--device'")
+_DISTROBOX_REFUSED = re.compile(r"(?i)\bInvalid flag\W{0,3}(--[\w-]+)")
+# the container engine's own options a user hands to distrobox create, with their values
+_ENGINE_FLAGS = re.compile(r"--(?:device|group-add|security-opt|cap-add|ipc|shm-size|ulimit|env|gpus)[ =]\"?[^\s\\\"]+")
+
+# podman / docker run options a GPU container is given, which distrobox create does not take as its own
+_ENGINE_OPTIONS = ("--device", "--group-add", "--security-opt", "--cap-add", "--ipc", "--shm-size", "--ulimit", "--env",
+                   "--gpus", "--runtime", "--privileged", "--userns", "--publish", "--network", "--mount", "--annotation")
+
+
+def _distrobox_engine_flags(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """distrobox create refuses the container engine's own options (--device, --group-add, --security-opt) given
+    among its own: it hands the engine only what follows a lone `--` or what --additional-flags carries (distrobox's
+    docs/usage/distrobox-create.md: "--additional-flags/-a: additional flags to pass to the container manager
+    command"; the `--` form is the one kyuz0/amd-strix-halo-toolboxes#102's maintainer restored in the README). The
+    container is then not created, or created without the GPU's devices."""
+    refused = _lines_matching(ctx, _DISTROBOX_REFUSED)
+    if not refused or not re.search(r"(?i)\bdistrobox\b", text):
+        return None
+    flag = _DISTROBOX_REFUSED.search(refused[0].line).group(1)
+    if flag.lower() not in _ENGINE_OPTIONS:
+        return None   # not an option of the engine's (a typo, an older distrobox's own option): another reading
+    given = list(dict.fromkeys(re.sub(r"^(--[\w-]+)=", r"\1 ", m.group(0)) for m in _ENGINE_FLAGS.finditer(text)))
+    flags = " ".join(given) or f"{flag} ..."
+    name = re.search(r"(?i)distrobox(?:-| )create\s+(?:--name\s+|-n\s+)?([\w.-]+)", text)
+    box = name.group(1) if name and not name.group(1).startswith("-") else "<name>"
+    image = re.search(r"(?i)(?:--image|-i)[ =](\S+)", text)
+    return _first(_make("device-access", f"distrobox does not take the engine's {flag} among its own options",
+                        f"distrobox create parses its own options and refuses {flag}, an option of the container "
+                        "engine (podman / docker): the engine's options reach it only after a lone -- (or inside "
+                        "--additional-flags), so the container with the GPU devices is never created",
+                        f"put the engine's options after --: distrobox create {box} --image "
+                        f"{image.group(1) if image else '<the image>'} -- {flags} (or the same inside "
+                        f"--additional-flags \"{flags}\"); then distrobox enter {box} and check the GPU is listed "
+                        "(rocminfo / nvidia-smi)", [ctx.line_fact(refused[0])], refused))
+
+
 _NO_GPU_HERE = re.compile(r"(?i)(?:machine|server|host|box|computer|laptop|vm|instance) (?:without|with no|has no|that "
                           r"has no) (?:a )?(?:gpu|graphics card|nvidia)|\bno (?:gpu|graphics card|nvidia gpu)s?\b(?: "
                           r"(?:card|here|on (?:this|the|my)))|\bcpu[- ]only\b|:cpu[-\w.]*\b|\bcpu-\d[\w.]*|"
@@ -189,13 +383,16 @@ def container_runtime_rules(ctx: Context) -> Optional[Diagnosis]:
     spec, its security policy, the image's group file, a toolbox recreated without the devices, --gpus on a machine
     without one."""
     text = _text(ctx)
-    if not (_CONTAINED.search(text) or re.search(r"(?i)ramalama|avc:\s+denied|--gpus|--group-add|group file", text)):
+    if not (_CONTAINED.search(text) or re.search(r"(?i)ramalama|avc:\s+denied|--gpus|--group-add|group file|"
+                                                 r"nvidia-container-cli|\blxc\b|\bunraid\b|\btruenas\b", text)):
         return None
     for reading in (_selinux_denial, _group_not_in_image):
         found = reading(ctx)
         if found is not None:
             return found
-    for reading in (_gpus_without_a_gpu, _no_cgroups, _lost_after_a_while, _no_cdi_spec, _toolbox_without_devices):
+    for reading in (_cgroup_refused, _selinux_labels, _distrobox_engine_flags, _container_without_driver,
+                    _truenas_without_kfd, _gpus_without_a_gpu, _no_cgroups, _lost_after_a_while, _no_cdi_spec,
+                    _toolbox_without_devices):
         found = reading(ctx, text)
         if found is not None:
             return found

@@ -272,6 +272,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "nvidia-suspend services")
         cause = ("the CUDA driver is in a broken state (a driver installed or updated without a reboot, or the "
                  "machine slept: nvidia_uvm)")
+    elif _CUDA_NOT_INITIALIZED.search(text) and not _CONTAINED.search(joined):
+        fix, cause = _uvm_hmm(joined)
     elif re.search(r"(?i)secure ?boot", text):
         module = "nvidia" if re.search(r"(?i)nvidia", joined) else "amdgpu"
         fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
@@ -366,6 +368,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         fix = (f"update the NVIDIA driver ({installed} runs CUDA {most or '?'} at most; a current torch needs a driver "
                f"for CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"
+    elif _GPL_ONLY.search(text):
+        fix, cause = _nvidia_gpl_only(joined, text, kernel)
     elif _NVIDIA_DKMS.search(joined) and re.search(r"(?i)Bad return status for module build|dkms.*(?:error|failed)|"
                                                   r"fail(?:s|ed|ing)? to (?:build|compile)", text):
         fix, cause = _nvidia_module_build(joined, kernel)
@@ -413,6 +417,89 @@ _NVIDIA_DKMS = re.compile(r"(?i)\bdkms\b.{0,40}\bnvidia(?:-current)?/(\d{3})\.|/
 # The legacy branches NVIDIA keeps for old GPUs get fixes for new kernels late or never (390: Fermi / Kepler, ended
 # 2022; 470: Kepler, ended 2024; 340: Tesla): a kernel newer than the branch's last release breaks its module build
 _LEGACY_BRANCHES = {"304": "GeForce 6 / 7", "340": "Tesla (GeForce 8-300)", "390": "Fermi", "470": "Kepler"}
+
+
+# CUDA_ERROR_NOT_INITIALIZED (3) from cuInit as a tool prints it (Ollama: "cudart init failure: 3", "cuda driver library
+# init failure: 3"; cuInit's own return code or name). Only cuInit's: a later call's NOT_INITIALIZED (jax's
+# gpuDeviceGetAttribute after a failed backend start) follows another failure.
+_CUDA_NOT_INITIALIZED = re.compile(r"(?i)\b(?:cudart|cuda driver library|cuInit|cuda) init\w*(?:\(\d?\))?\W{0,3}"
+                                   r"(?:err(?:or)?|failure|failed|returned)\W{0,3}3\b|\bcuInit\b.{0,40}CUDA_ERROR_NOT_INITIALIZED|"
+                                   r"\bcuInit\(\d?\)\W{0,3}(?:returned|returns|failed|error)\W{0,3}3\b")
+# the driver branch a paste names: nvidia-smi's header, a libcuda's versioned name, a package
+_NVIDIA_BRANCH = re.compile(r"(?i)(?:NVIDIA-SMI|Driver Version:?|libcuda\.so\.|nvidia-(?:driver|open|dkms)-?|"
+                            r"nvidia[- ]driver:?)\s*(\d{3})\.?")
+_BLACKWELL = re.compile(r"(?i)\bRTX (?:PRO )?\d{4}\b.{0,20}\bBlackwell\b|\bBlackwell\b|\bRTX 50[5-9]0\b|\b[BG]B?200\b|"
+                        r"\bB300\b|\bsm_?1[02]0\b")
+
+
+def _uvm_hmm(joined: str) -> tuple[str, str]:
+    """cuInit failing with CUDA_ERROR_NOT_INITIALIZED (3) while the driver is loaded (nvidia-smi works): on NVIDIA's
+    open kernel modules, nvidia_uvm's heterogeneous memory management (HMM) breaks CUDA's start-up on some kernels, and
+    turning it off is NVIDIA's workaround (open-gpu-kernel-modules#901 "HMM causes CUDA initialization failures",
+    #947 cuInit() returns 3 with the open module, #797; ollama#11593). The open modules are the only ones for
+    Blackwell and the default from driver 560 on (NVIDIA's "NVIDIA Transitions Fully Towards Open-Source GPU Kernel
+    Modules", 2024: https://developer.nvidia.com/blog/nvidia-transitions-fully-towards-open-source-gpu-kernel-modules/)."""
+    branch = _NVIDIA_BRANCH.search(joined)
+    open_modules = (_BLACKWELL.search(joined) or re.search(r"(?i)\bopen (?:kernel )?modules?\b|nvidia-open|"
+                                                           r"kernel-open|-open\b", joined)
+                    or (branch and int(branch.group(1)) >= 560))
+    which = ("the open kernel modules (which Blackwell requires and driver 560+ installs by default)" if open_modules
+             else "the open kernel modules (if installed: modinfo nvidia | grep license says Dual MIT/GPL)")
+    fix = ("turn off HMM in nvidia_uvm: echo 'options nvidia_uvm uvm_disable_hmm=1' | sudo tee /etc/modprobe.d/"
+           "nvidia-uvm.conf, then sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm (or sudo update-initramfs -u and "
+           "reboot); cat /sys/module/nvidia_uvm/parameters/uvm_disable_hmm must print 1, then restart the program")
+    cause = ("CUDA's start-up (cuInit) fails with CUDA_ERROR_NOT_INITIALIZED (3) although the driver is loaded: under "
+             f"{which}, nvidia_uvm's heterogeneous memory management breaks CUDA initialisation on some kernels")
+    return fix, cause
+
+
+# the closed NVIDIA module's link refused by the kernel's modpost: it calls a symbol the kernel exports to GPL modules
+# only (a kernel change, often a distribution's backport, turned a helper the driver inlines into such a call)
+_GPL_ONLY = re.compile(r"(?i)GPL-incompatible module (nvidia[\w-]*)\.ko uses GPL-only symbol\W{0,3}([\w]+)")
+# NVIDIA driver releases as they appear in a driver's name, a package or a config ("535.54.03", "NVIDIA-Linux-x86_64-
+# 470.199.02", nvidia-dkms 550.40.07)
+_NVIDIA_RELEASE = re.compile(r"(?<![\d.])([3-9]\d{2})\.(\d{2,3})(?:\.(\d{1,3}))?(?![\d.])")
+# The first release of a branch whose closed module builds again on the kernels that made rcu_read_unlock_strict (and
+# its kin) GPL-only for it: NVIDIA's GPU Operator maintainers on gpu-operator#729 ("This issue should be fixed with
+# driver versions >= 535.183.08")
+_GPL_FIXED = {"535": (535, 183, 8)}
+
+
+def _nvidia_gpl_only(joined: str, text: str, kernel) -> tuple[str, str]:
+    """The closed NVIDIA module refused at modpost: a kernel change left it calling a GPL-only symbol, and only a
+    driver release that avoids the call builds (or the open kernel modules, dual MIT/GPL, which may use it: NVIDIA's
+    aritger in open-gpu-kernel-modules#594). Inside the GPU Operator the driver container builds it at each start, so
+    the fix is the operator's driver.version."""
+    m = _GPL_ONLY.search(text)
+    symbol = m.group(2)
+    releases = [r for r in _NVIDIA_RELEASE.finditer(joined)]
+    release = releases[0] if releases else None
+    on = kernel.value if kernel else "this kernel"
+    if release:
+        branch = release.group(1)
+        have = tuple(int(g or 0) for g in release.groups())
+        fixed = _GPL_FIXED.get(branch)
+        if fixed and have < fixed:
+            target = ".".join(str(n) if i < 2 else f"{n:02d}" for i, n in enumerate(fixed))
+            to = f"driver {target} or newer (the {branch} release that builds on these kernels again)"
+        else:
+            target = f"{branch}.<newest>"
+            to = f"the newest {branch} release (or the next branch) whose notes list {on}"
+        named = f"driver {release.group(0)}"
+    else:
+        target, to, named = "<a newer release>", f"a driver release whose notes list {on}", "this driver"
+    if re.search(r"(?i)gpu[- ]operator|ClusterPolicy|driver-daemonset|nvidia-driver-daemonset", joined):
+        how = (f"set the operator's driver to {to}: helm upgrade gpu-operator nvidia/gpu-operator -n gpu-operator "
+               f"--reuse-values --set driver.version={target} (or spec.driver.version in the ClusterPolicy), and the "
+               "driver pods rebuild it for the node's kernel")
+    else:
+        how = (f"install {to} with the kernel's headers (sudo apt install linux-headers-$(uname -r)), then sudo dkms "
+               "autoinstall; or boot the previous kernel until then")
+    fix = (how + "; or use NVIDIA's open kernel modules (nvidia-open / kernel-open, Turing and newer), which may call "
+           "GPL-only symbols")
+    cause = (f"the closed NVIDIA kernel module of {named} does not link on {on}: it uses the GPL-only symbol {symbol}, "
+             "which the kernel refuses to a proprietary module")
+    return fix, cause
 
 
 def _nvidia_module_build(joined: str, kernel) -> tuple[str, str]:

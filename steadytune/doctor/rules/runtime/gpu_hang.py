@@ -63,6 +63,9 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
                      "version: sudo cat /sys/kernel/debug/dri/*/amdgpu_firmware_info | grep MES), or update to the "
                      "firmware release that fixes it; the kernel and ROCm stay as they are", [ctx.line_fact(errors[0])],
                      errors)
+    strix_halo = _strix_halo_cwsr(ctx, errors, text, joined)
+    if strix_halo is not None:
+        return strix_halo
     if re.search(r"(?i)kernel NULL pointer dereference", text):
         return _make("gpu-hang", "the kernel driver crashes opening the GPU",
                      "a NULL pointer dereference in the kernel: a driver regression, often in runtime power management",
@@ -72,6 +75,46 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
     if hit is not None:
         return _restate("gpu-hang", hit, errors)
     return _hang_otherwise(ctx, errors)
+
+
+# the fault or hang in the runtime's or the kernel's words, or a user's "hangs"
+_FAULT_OR_HANG = re.compile(r"(?i)page fault|Memory access fault|GPU Hang|\bhangs?\b|\bhung\b|\bfreez\w+|"
+                            r"ring \w+(?:\.\d+)* timeout|HW Exception|MES failed")
+
+
+def _kernel_release(ctx: Context) -> Optional[tuple[int, int]]:
+    for fact in ctx.sheet.of("kernel"):
+        m = re.match(r"(\d+)\.(\d+)", fact.value)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def _strix_halo_cwsr(ctx: Context, errors: list[ErrorLine], text: str, joined: str) -> Optional[Diagnosis]:
+    """Strix Halo (gfx1151) faulting or hanging on compute under a kernel before 6.18: the kernel's compute wave
+    save/restore (CWSR) area was sized for the older VGPR file, not gfx1151's 1.5x one, so a preempted queue's waves
+    overrun it (TheRock#2151; fixed by the kernel's "drm/amdkfd: bump minimum vgpr size for gfx1151" and ROCr using the
+    kernel's cwsr_size, ROCm 7.2.1+). AMD's answer in ROCm/legacy-rocm-build#5991: keep amdgpu.cwsr_enable=0 "until a
+    new kernel is used (6.18-rc6+)". A MES 0x83 firmware is another cause (the firmware branch reads it first)."""
+    arch, fact = ctx.arch(errors)
+    if arch != "gfx1151" and not re.search(r"(?i)\bgfx1151\b|Radeon 8060S|Radeon 8050S|Strix Halo|Ryzen AI MAX", joined):
+        return None
+    kernel = _kernel_release(ctx)
+    if kernel is not None and kernel >= (6, 18):
+        return None
+    if not _FAULT_OR_HANG.search(text):
+        return None
+    where = f"kernel {kernel[0]}.{kernel[1]}" if kernel else "a kernel before 6.18"
+    return _make("gpu-hang", "Strix Halo's compute wave save/restore overruns its area on this kernel",
+                 f"on gfx1151 (Strix Halo) under {where}, the driver's compute wave save/restore (CWSR) area is sized "
+                 "for the older register file, not gfx1151's larger one: when a queue is preempted its saved waves "
+                 "overrun it, and the GPU faults or hangs as soon as real compute runs",
+                 "boot with amdgpu.cwsr_enable=0: add it to GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub, sudo "
+                 "update-grub, reboot (cat /sys/module/amdgpu/parameters/cwsr_enable prints 0); keep it until a kernel "
+                 "6.18 or newer with ROCm 7.2.1 or newer; check the MES firmware too (sudo cat "
+                 "/sys/kernel/debug/dri/*/amdgpu_firmware_info | grep MES: 0x83 is broken, dpkg -S "
+                 "/lib/firmware/amdgpu/gc_11_5_1_mes1.bin.zst shows the package that left it)",
+                 [f for f in (ctx.line_fact(errors[0]), fact) if f], errors)
 
 
 _KFD_EINVAL = r"(?i)/dev/kfd\b.{0,30}:\s*Invalid argument"
