@@ -154,8 +154,9 @@ def _rocm_torch(ctx: Context) -> Optional[str]:
     labels = [f.value.split("+rocm", 1)[1] for f in ctx.sheet.of("torch") if "+rocm" in f.value]
     if labels:
         return labels[-1]
-    said = re.search(r"(?i)\b(?:torch|pytorch)\b.{0,30}\brocm[ -]?(\d\.\d(?:\.\d)?)|\brocm[ -]?(\d\.\d(?:\.\d)?)\b.{0,30}"
-                     r"\b(?:torch|pytorch)\b|whl/rocm(\d\.\d(?:\.\d)?)", _text_of(ctx))
+    # whole version numbers only: a nightly's "rocm7.11.0a2026..." is ROCm 7.11, not 7.1
+    said = re.search(r"(?i)\b(?:torch|pytorch)\b.{0,30}\brocm[ -]?(\d\.\d+(?:\.\d+)?)(?!\d)|\brocm[ -]?(\d\.\d+(?:\.\d+)?)\b"
+                     r".{0,30}\b(?:torch|pytorch)\b|whl/rocm(\d\.\d+(?:\.\d+)?)(?!\d)", _text_of(ctx))
     return next((g for g in said.groups() if g), None) if said else None
 
 
