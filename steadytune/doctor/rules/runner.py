@@ -119,6 +119,7 @@ import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.own_precision  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.compute_types  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.quantized_output  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.gtx16_half  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.trtllm_fmha  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401

@@ -4,6 +4,7 @@ format, memory that grows until it runs out, weights larger than the GPU, NCCL's
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
@@ -11,6 +12,7 @@ from steadytune.doctor.rules.base import (_catalogue, Context, Diagnosis, _first
                                           rule, _vendor)
 from steadytune.doctor.rules.runtime.shared import _ILLEGAL_MEMORY, _training, _WHISPER
 from steadytune.doctor.rules.runtime.host_memory import _build_out_of_host_memory, _killed_by_signal_9
+from steadytune.doctor.rules.runtime.quantized_releases import published_quantized, SPLIT
 
 
 _SERVING_OOM_FIX = {
@@ -140,9 +142,14 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      [ctx.line_fact(errors[0])], errors)
     fragmented = _fragmented(text)
     proper = any(_OOM_PROPER.search(e.line) or e.catalogue is not None for e in errors)
+    # the model's own 4-bit release (Qwen's -Int4 / -AWQ, ChatGLM's quantize(4)) where its publisher ships one; where
+    # the name also gives the size, the sizes' reading speaks and names the release first
+    released = published_quantized(ctx, errors, joined, proper)
     too_big = _weights_exceed(ctx, errors, joined)
     if too_big is not None:
-        return too_big
+        return replace(too_big, fix=f"{released.fix.removesuffix(SPLIT)}; or {too_big.fix}") if released else too_big
+    if released is not None:
+        return released
     diffusion = _DIFFUSION_LORA.search(joined)
     if diffusion and re.search(r"(?i)\blora\b|train\w*|fine-?tun\w*", joined) and tool not in ("comfyui", "a1111"):
         return _make("out-of-memory", f"the {diffusion.group(0)} weights do not fit beside each other for training",

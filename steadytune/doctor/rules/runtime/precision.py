@@ -226,6 +226,20 @@ def _launcher_precision_only(text: str) -> Optional[str]:
     return launched.group(1)
 
 
+# transformers' TrainingArguments refuses tf32=True below Ampere ("--tf32 requires Ampere or a newer GPU arch, cuda>=11
+# and torch>=1.7"): TF32 is the Ampere tensor cores' format; FastChat's and Alpaca's training commands pass --tf32 True
+# beside --bf16 True, so a V100 needs both turned off (lm-sys/FastChat#1191, the maintainers' answer)
+_TF32_SAID = re.compile(r"(?i)--tf32\b|\btf32\s*[=:]\s*(?:true|1)\b|\btf32\b.{0,40}\brequires? (?:an )?Ampere")
+
+
+def _tf32(ctx: Context) -> str:
+    """The fix for TF32 where the paste asks for it (or shows its refusal), else ''."""
+    if not _TF32_SAID.search(_text_of(ctx)):
+        return ""
+    return ("turn TF32 off too: --tf32 False (tf32=False in the TrainingArguments, or drop tf32: true from the "
+            "config), since transformers refuses TF32 below Ampere")
+
+
 def _zero_loss(ctx: Context, zero: list[ErrorLine]) -> Diagnosis:
     """A fine-tuning loss that collapses to exactly 0: the fp16 forward overflowed (inf/NaN logits the loss turns
     into 0 or that zero the update), the commonest cause when the model is loaded or trained in fp16."""
@@ -274,6 +288,63 @@ def _autocast_refuses_bf16(ctx: Context, errors: list[ErrorLine]) -> Optional[Di
                  + own, [f for f in (ctx.line_fact(said[0]), fact) if f], said)
 
 
+# a kernel named for its number format, missing from the module loaded for this GPU: candle's CUDA kernels compile their
+# bf16 variants only under `#if __CUDA_ARCH__ >= 800` and their f16 variants under `>= 530` (the candle-kernels
+# crate's src/cast.cu, unary.cu, affine.cu ...: https://github.com/huggingface/candle, candle-kernels), so the PTX built
+# for an older GPU has no such symbol and cudarc's load fails with CUDA_ERROR_NOT_FOUND
+# (https://github.com/huggingface/candle/issues/1911: cast_f32_bf16 on a card older than Ampere)
+_FORMAT_SYMBOL = re.compile(r"(?i)(?:named symbol not found|CUDA_ERROR_NOT_FOUND).{0,80}?\b(\w+?_(b?f16)\w*)")
+
+
+def _format_kernel_missing(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A bf16 (or f16) kernel not found when the program loads it: the kernels of that format were compiled only for
+    GPUs that compute it (bf16: compute capability 8.0, Ampere; f16: 5.3), and this GPU is older; the model runs
+    in a format the GPU has."""
+    said = [e for e in errors if _FORMAT_SYMBOL.search(e.line)]
+    if not said:
+        return None
+    found = _FORMAT_SYMBOL.search(said[0].line)
+    kernel, fmt = found.group(1), found.group(2).lower()
+    floor, other = ("8.0 (Ampere)", "f16 (or f32)") if fmt == "bf16" else ("5.3", "f32")
+    arch, fact = ctx.arch(said)
+    on = f" ({arch})" if arch and arch.startswith("sm_") else ""
+    dtype = "f16" if fmt == "bf16" else "f32"
+    return _make("precision", f"the {fmt} kernels are not built for this GPU",
+                 f"the program loads the {fmt} kernel {kernel}, and its {fmt} kernels are compiled only for GPUs of "
+                 f"compute capability {floor} and newer, so the module built for this GPU{on} has no such symbol",
+                 f"run the model in {other} instead of {fmt}: the program's dtype option (candle's examples and "
+                 f"mistral.rs: --dtype {dtype}; DType::{dtype.upper()} when building the model in code); {fmt} needs "
+                 f"compute capability {floor} or newer",
+                 [f for f in (ctx.line_fact(said[0]), fact) if f], said)
+
+
+# NVIDIA's TransformerEngine, as a paste shows it: its module, its fp8 context manager, its recipes
+_TRANSFORMER_ENGINE = re.compile(r"(?i)transformer[_-]?engine|\bte\.(?:fp8_autocast|autocast|Linear|LayerNorm\w*|"
+                                 r"TransformerLayer)\b|\bfp8_autocast\b|\bDelayedScaling\b|\bfp8_recipe\b")
+# an NVIDIA arch, whose digits are its compute capability
+_CC = re.compile(r"sm_(\d+)")
+
+
+def _transformer_engine_fp8(ctx: Context, errors: list[ErrorLine]) -> Diagnosis:
+    """TransformerEngine refusing FP8 on a GPU below compute capability 8.9 (its check_fp8_support: FP8 execution
+    needs Ada, 8.9, or Hopper, 9.0, and newer; NVIDIA/TransformerEngine#1159 on an RTX 3090, where the maintainers
+    answered that FP8 cannot run on Ampere): nothing to install, the run leaves FP8 off and keeps the fastest format
+    the GPU has (bf16 on Ampere; fp16 before it)."""
+    named = [(g.value, g.detail) for g in ctx.sheet.of("gpu") if g.detail and _CC.fullmatch(g.detail)
+             and int(g.detail[3:]) < 89]
+    gpu, arch = named[0] if named else (None, None)
+    fmt = "fp16 (this GPU has no bf16)" if arch and int(arch[3:]) < 80 else "bf16"
+    dtype = "float16" if fmt.startswith("fp16") else "bfloat16"
+    on = f"the {gpu} ({arch})" if gpu else "this GPU"
+    return _make("precision", f"TransformerEngine's FP8 needs compute capability 8.9, and {on} is older",
+                 f"FP8 tensor-core instructions exist from Ada (compute capability 8.9) and Hopper (9.0) on; "
+                 f"TransformerEngine checks the GPU before fp8_autocast and refuses {on}: no build or driver adds FP8",
+                 f"drop FP8: run without te.fp8_autocast (or fp8_autocast(enabled=False)) and train in {fmt}: "
+                 f"torch.autocast(device_type=\"cuda\", dtype=torch.{dtype}) around the TransformerEngine modules "
+                 f"(params_dtype=torch.{dtype}); FP8 needs an Ada (RTX 40xx, L4, L40) or Hopper (H100) GPU",
+                 [ctx.line_fact(errors[0])], errors)
+
+
 @rule("precision")
 def precision(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("precision")
@@ -291,6 +362,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                      "run the VAE in fp32: --no_half_vae (kohya's sd-scripts; kohya_ss GUI: Advanced > Additional "
                      "parameters where the tab has no checkbox), or a VAE fixed for fp16 (sdxl-vae-fp16-fix via "
                      "--vae); the rest of the training stays in mixed precision", [ctx.line_fact(latents[0])], latents)
+    kernel = _format_kernel_missing(ctx, errors)
+    if kernel is not None:
+        return kernel
     fp16_refused = _fp16_refused(ctx, errors)
     if fp16_refused is not None:
         return fp16_refused
@@ -330,7 +404,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                      "(a torch built for this GPU); on the CPU load the model in float32 (torch_dtype=torch.float32; "
                      "web UIs: --no-half / --precision full)", evidence, errors)
     fp8 = re.search(r"(?i)(?:fp8|float8|fp4|mxfp|nvfp)\w*.{0,60}\b(?:requires|needs|only (?:be )?supported|is not "
-                    r"supported)\b", text)
+                    r"supported)\b|\b(?:required|needed)\b.{0,10}\bfor (?:fp8|float8|fp4|mxfp|nvfp)", text)
+    if fp8 and _TRANSFORMER_ENGINE.search(_text_of(ctx)):
+        return _transformer_engine_fp8(ctx, errors)
     if fp8:
         return _make("precision", "this GPU has no fp8", "fp8 matmuls need Ada (sm_89), Hopper (sm_90) or newer, MI300 "
                      "(gfx942) or RDNA4; this GPU is older", "load the model in bf16 or fp16 instead (vLLM: --dtype "
@@ -343,12 +419,17 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                      "cannot compute", "start with --dtype half (= float16; LLM(model=..., dtype=\"float16\")), or "
                      "--dtype float32; "
                      "bf16 needs compute capability 8.0 (Ampere) or newer", evidence, errors)
+    tf32 = _tf32(ctx)
     if bf16 and re.search(r"(?i)setup doesn.t support bf16|--bf16|bf16=True|TrainingArguments", text):
         return _make("precision", "the GPU has no bf16", "the training is configured for bf16, which this GPU (older "
-                     "than Ampere, or RDNA1/2) cannot compute",
+                     "than Ampere, or RDNA1/2) cannot compute" + (", nor TF32" if tf32 else ""),
                      "train in fp16 instead: fp16=True instead of bf16=True in the TrainingArguments (--fp16 instead "
                      "of --bf16; the same in a DeepSpeed config: \"fp16\": {\"enabled\": true}, \"bf16\": "
-                     "{\"enabled\": false})" + _sft_config(ctx), evidence, errors)
+                     "{\"enabled\": false})" + (("; " + tf32) if tf32 else "") + _sft_config(ctx), evidence, errors)
+    if tf32 and re.search(r"(?i)\btf32\b.{0,40}\brequires? (?:an )?Ampere", text):
+        return _make("precision", "TF32 is asked for on a GPU before Ampere", "transformers refuses --tf32 True where "
+                     "the GPU has no TF32 tensor cores (NVIDIA before Ampere: V100, T4, RTX 20xx)",
+                     tf32 + "; the run computes in fp32 (or fp16 with --fp16) without it", evidence, errors)
     autocast = _autocast_refuses_bf16(ctx, errors)
     if autocast is not None:
         return autocast
