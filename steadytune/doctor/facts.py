@@ -104,10 +104,12 @@ _OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debi
        ("fedora", r"\bFedora\b"), ("arch", r"\bArch ?Linux\b|\bEndeavourOS\b|\bManjaro\b|\bCachyOS\b|\barch1\b"),
        ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
        ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
-       ("windows", r"\bWindows (?:10|11|Server)\b|(?i:\bwin(?:dows)? ?1[01]\b)|\bOS:? Windows\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\bPS [A-Z]:\\|(?i:\bLocal\\Temp\\)|"
+       ("windows", r"\bWindows (?:10|11|Server)\b|(?i:\bwin(?:dows)? ?1[01]\b)|\bOS:? Windows\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\[MSC v\.\d{3,4} (?:32|64) bit|\bPS [A-Z]:\\|(?i:\bLocal\\Temp\\)|"
                    r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)|"
                    r"(?i:^\W*windows\b(?! subsystem)|\bwindows (?=rocm|hip\b|amd\b|gpu\b|ollama|pytorch|torch\b))"),
        ("macos", r"\bmacOS\b|\bDarwin Kernel\b"))
+# (CPython's banner "[MSC v.1934 64 bit (AMD64)]" names the MSVC compiler python.org's Windows builds are made with: a
+# Python of Windows)
 
 
 @finder
@@ -476,6 +478,16 @@ def _torch(line: str):
         yield "torch", version, build
     if re.search(r"torch\.version\.hip\W+None|\bHIP runtime version: N/A|ROCM used to build PyTorch: N/A", line):
         yield "torch", "not-rocm", "no-hip"
+    # a conda list row: pytorch's build string says the variant ("py3.7_cpu_0", "py3.10_cuda12.1_cudnn8.9.2_0"), and
+    # the _pytorch_select metapackage ("0.1  cpu_0") picks the CPU one (conda's defaults channel)
+    row = re.match(r"\s*(pytorch|pytorch-cpu|_pytorch_select)\s+(\d[\w.]*)\s+(\S+)", line)
+    if row:
+        variant = row.group(3).lower()
+        cuda = re.search(r"cuda(\d+)\.(\d)", variant)
+        if "cpu" in variant or row.group(1) == "pytorch-cpu":
+            yield "torch", ("cpu-variant" if row.group(1) == "_pytorch_select" else f"{row.group(2)}+cpu"), "cpu"
+        elif cuda and row.group(1) == "pytorch":
+            yield "torch", f"{row.group(2)}+cu{cuda.group(1)}{cuda.group(2)}", "cuda"
 
 
 # llama.cpp's build options it renamed (LLAMA_* -> GGML_* in mid 2024, HIPBLAS/CUBLAS -> HIP/CUDA): a build given the

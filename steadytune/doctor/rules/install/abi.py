@@ -163,7 +163,7 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     if first.catalogue is not None and first.catalogue.entry.id == "undefined-symbol-rocm-libs":
         return _restate("abi-mismatch", first, errors)
     text = "\n".join(e.line for e in errors)
-    torch = next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None) or _listed_torch(ctx)
+    torch = next((f.value for f in ctx.sheet.of("torch") if f.value[:1].isdigit()), None) or _listed_torch(ctx)
     evidence = [ctx.line_fact(first)]
     said = _abi_said(ctx, errors, text, torch)
     if said is not None:

@@ -164,6 +164,12 @@ def engine_on_native_windows(ctx: Context) -> Optional[Diagnosis]:
     installs = _lines_matching(ctx, r"(?i)(?:\b(?:pip3?|uv pip|python3? -m pip) install\s+(?:-\S+\s+)*[\"']?|"
                                r"\binstall(?:ing|ation of)\s+(?:the\s+)?)(?:" + "|".join(_ENGINES) + r")\b")
     if not installs:
+        # the engine and Windows named together ("trying out vllm with windows", "does sglang support Windows?"):
+        # the user runs it on Windows itself, not in WSL (which the paste would name)
+        installs = [] if re.search(r"\bWSL|Windows Subsystem for Linux", text) else _lines_matching(
+            ctx, r"(?i)\b(?:" + "|".join(_ENGINES) + r")\b.{0,40}\bwin(?:dows)?\b|\bwin(?:dows)?\b.{0,40}\b(?:"
+            + "|".join(_ENGINES) + r")\b")
+    if not installs:
         return None
     engine = next(e for e in _ENGINES if re.search(rf"(?i)\b{e}\b", installs[0].line))
     fix = tool_fix(engine, "wheel-platform", frozenset({"windows"}), {})

@@ -12,7 +12,7 @@ from steadytune.doctor.rules.base import Context, _cuda_index_for_driver, _text,
 
 
 def _listed_torch_version(ctx: Context) -> Optional[str]:
-    return next((f.value for f in ctx.sheet.of("torch") if f.value != "not-rocm"), None) or _listed_torch(ctx)
+    return next((f.value for f in ctx.sheet.of("torch") if f.value[:1].isdigit()), None) or _listed_torch(ctx)
 
 
 def _cuda_label(ctx: Context) -> Optional[str]:

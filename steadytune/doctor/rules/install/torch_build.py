@@ -140,12 +140,20 @@ def _runtime_without_backend(ctx: Context, errors: list[ErrorLine]) -> Optional[
 _BNB_NO_GPU = re.compile(r"(?i)bitsandbytes was compiled without GPU support")
 
 
+# the program's own readout of its device: "Using device_type cpu", "using device: cpu", a UI's device list that
+# "says (0 CPU)" / "shows CPU" where the GPU's name should be. Unlike a complaint in words it is the program's answer
+# itself: torch (or the runtime) reported no GPU
+_DEVICE_READOUT = re.compile(r"(?i)\busing device(?:_type)?\W{0,3}cpu\b|\b(?:says|shows|displays|lists)\W{0,3}"
+                             r"(?:\d\W{0,2})?CPU\b")
+
+
 # a complaint in prose that the program works on the CPU and leaves the GPU idle ("Train Device Set to CPU", "only
 # uses CPU instead of GPU", "not using my GPU"), with a GPU named by its model alone ("9070xt", "RTX 3060")
 _ON_CPU = re.compile(r"(?i)\btorch device:? CPU\b|\bswitch(?:es|ed)? to (?:the )?CPU\b|"
                      r"\b(?:uses?|using|runs?|ran|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
                      r"(?:on\s+)?(?:the\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
-                     r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)")
+                     r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)|"
+                     r"\b(?:running|runs?|ran) off (?:the )?CPU\b|" + _DEVICE_READOUT.pattern.removeprefix("(?i)"))
 _NOT_SEEN = re.compile(r"(?i)\b(?:doesn'?t|does not|can'?t|cannot|won'?t|not|never) (?:see|detect|find|use|using|"
                        r"recogni[sz]e)s? (?:my |the |any )?(?:GPU|graphics|card|rx|rtx|radeon|geforce)")
 _AMD_MODEL = re.compile(r"(?i)\b(?:rx\s*)?[5-9]\d{3}\s*(?:xtx|xt|gre)\b|\brx\s*[4-9]\d{2,3}\b|\bradeon\b|\bstrix halo\b|"
@@ -172,9 +180,16 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
         vendor = "nvidia"   # an issue template's "GPU: cuda"
     if vendor is None and ctx.tool() in _OWN_GPU_BUILDS and re.search(r"(?i)\bcuda\b", text):
         vendor = "nvidia"   # a runtime with a CUDA build of its own, said to have CUDA beside it
-    if vendor is None:
+    if vendor is None and not (_DEVICE_READOUT.search(said[0].line) and _PYTHON_PROGRAM_INSTALL.search(text)):
+        # no GPU named: only the program's own device readout, after an install of a Python program, says the
+        # environment's torch has no GPU backend (the fix then names both vendors' indexes)
         return None
     return vendor, on_windows(ctx, text), said[:1]
+
+
+# the user installed the (Python) program themselves: "installed X manually", "fresh install", "pip install"
+_PYTHON_PROGRAM_INSTALL = re.compile(r"(?i)\binstall(?:ed|ing)?\b[^\n]{0,30}\b(?:manually|by hand|from source|myself)\b|"
+                                     r"\b(?:manual|fresh|clean|new)\s+install|\bpip3? install\b|\bvenv\b|\bconda\b")
 
 
 # a program run as a prebuilt executable ("the exe of the latest release"), and the words of a Python environment whose
@@ -216,8 +231,9 @@ _WITHOUT_TORCH = re.compile(r"(?i)llama_cpp|libllama|ggml|ctranslate2|onnxruntim
 _NO_CUDA_SAID = re.compile(r"(?i)(?<![a-z])cuda\b[^\n]{0,30}?\b(?:is\s*)?(?:not|no|isn'?t)\s+(?:be\s+)?ava\w*|"
                            r"is_available\(\)\W{0,6}False|(?:找不到|检测不到|识别不到|没有)\s*cuda|cuda\s*(?:不可用|用不了)|"
                            r"(?:用不了|无法使用|不能用|没用上)\s*(?:GPU|显卡|cuda)|只(?:用|能用|在用)\s*cpu")
-# transformers' TrainingArguments log line (LLaMA-Factory's parser prints it too): torch answered that there is no GPU
-_TRAINER_ON_CPU = re.compile(r"\bdevice: cpu, n_gpu: 0\b")
+# transformers' TrainingArguments log line (LLaMA-Factory's parser prints it too): torch answered that there is no GPU;
+# PyTorch Lightning's own: "GPU available: False" at start, "But your machine only has: []" when gpus=N is asked for
+_TRAINER_ON_CPU = re.compile(r"\bdevice: cpu, n_gpu: 0\b|\bGPU available: False\b|\byour machine only has: \[\]")
 
 
 def _no_cuda_from_a_cpu_torch(ctx: Context, builds: list[Fact]) -> list[ErrorLine]:
@@ -351,7 +367,7 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     provider = _runtime_without_backend(ctx, errors)
     if provider is not None:
         return provider
-    conda = re.search(r"\bconda\b|\bconda-forge\b|py3\S*_cpu_0|\bcpuonly\b", joined)
+    conda = re.search(r"\bconda\b|\bconda-forge\b|py3\S*_cpu_0|\bcpuonly\b|^\s*_pytorch_select\s", joined, re.M)
     unsure, windows = False, ctx.sheet.is_windows
     # a GPU the paste names (by model, PCI id or arch) beside a torch built for another vendor, or for none, is the
     # fault by itself, with or without an error line, unless another family's error is what the paste is about
@@ -440,7 +456,7 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "there too): pip install "
                      "torch --index-url https://download.pytorch.org/whl/cu128 (NVIDIA; cu118 for a driver older than "
                      "CUDA 12) or https://download.pytorch.org/whl/rocm7.2 (AMD, Linux)", evidence,
-                     errors + ctx.no_gpu())
+                     errors + ctx.no_gpu(), confirmed=not unsure)
     if windows:
         return _make("torch-build", "a torch without GPU support on a Windows AMD machine",
                      "pip on Windows installs PyPI's CPU torch; pytorch.org publishes no ROCm wheels for Windows",

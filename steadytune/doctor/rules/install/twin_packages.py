@@ -1,7 +1,8 @@
 """Two distributions of one import module installed side by side: a package's CPU build and its GPU build both install
 the same module (onnxruntime and onnxruntime-gpu both install `onnxruntime`), so whichever was installed last owns the
 files, and the GPU build's providers go missing. A listing that shows both, with the program left on the CPU, is this
-reading; the fix keeps one of them.
+reading, and so is the user's word that both are installed ("I had installed both onnxruntime and onnxruntime-gpu");
+the fix keeps one of them.
 """
 
 from __future__ import annotations
@@ -37,24 +38,36 @@ def _listed(name: str) -> re.Pattern:
     return re.compile(rf"(?i)(?<![\w-]){re.escape(name)}(?:\s{{0,3}}(?:==|:|-)\s{{0,3}}|[ \t]{{1,30}})v?\d+\.\d+")
 
 
+def _said_together(cpu: str, gpu: str) -> re.Pattern:
+    """The user saying both are installed, with no listing: "I had installed both onnxruntime and onnxruntime-gpu",
+    "paddlepaddle-gpu and paddlepaddle are both installed"."""
+    a, b = re.escape(cpu), re.escape(gpu)
+    pair = rf"(?:{a}(?![\w-])\W{{1,5}}(?:and|&|\+)\W{{1,5}}{b}|{b}\W{{1,5}}(?:and|&|\+)\W{{1,5}}{a}(?![\w-]))"
+    return re.compile(rf"(?i)\b(?:install\w*|ha(?:ve|d|s))\s+(?:\w+\s+)?both\s+{pair}|{pair}\W{{0,3}}(?:are|were)\s+"
+                      rf"(?:both\s+)?installed\b|\bboth\s+{pair}\W{{0,3}}(?:are|were)?\s*installed\b")
+
+
 @rule("wheel-platform")
 def cpu_and_gpu_builds_installed_together(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     lower = text.lower()
     for cpu, gpus, module, _source in _TWINS:
-        if cpu not in lower or not _listed(cpu).search(text):
+        if cpu not in lower:
             continue
-        gpu = next((g for g in gpus if g in lower and _listed(g).search(text)), None)
+        said = next((g for g in gpus if g in lower and _said_together(cpu, g).search(text)), None)
+        gpu = said or (next((g for g in gpus if g in lower and _listed(g).search(text)), None)
+                       if _listed(cpu).search(text) else None)
         if gpu is None:
             continue
         if not _ON_CPU.search(text):   # the whole text: a REPL's answer comes on the line after its call
             continue
         symptom = _lines_matching(ctx, _ON_CPU) or _lines_matching(ctx, r"is_compiled_with_cuda")
-        listed = _lines_matching(ctx, _listed(cpu))
+        listed = _lines_matching(ctx, _said_together(cpu, gpu)) if said else _lines_matching(ctx, _listed(cpu))
         return _make("wheel-platform", f"{cpu} and {gpu} are installed together",
                      f"{cpu} (the CPU build) and {gpu} both install the {module} module; with both installed one "
                      f"overwrites the other's files, and the program gets the CPU build's providers only",
-                     f"pip uninstall -y {cpu} {gpu}; pip install {gpu} (keep only {gpu}: it carries the CPU provider "
-                     f"too; check that nothing in your requirements pulls {cpu} back)",
+                     f"uninstall {cpu} (the CPU build) and keep only {gpu}, which carries the CPU provider too; "
+                     f"since both share the {module} folder, remove both and reinstall the GPU one: pip uninstall -y "
+                     f"{cpu} {gpu}; pip install {gpu} (check that nothing in your requirements pulls {cpu} back)",
                      [ctx.line_fact(listed[0]), ctx.line_fact(symptom[0])], listed[:1] + symptom[:1])
     return None

@@ -36,12 +36,16 @@ _TORCH_PYTHON = (((0, 4), "3.6"), ((1, 4), "3.7"), ((1, 7), "3.8"), ((1, 11), "3
                  ((2, 2), "3.11"), ((2, 5), "3.12"), ((2, 9), "3.13"))
 
 
-def _python_for(package: str, version: str) -> Optional[str]:
-    """The newest Python a torch release was built for (None for other packages and for releases after 2.8)."""
+def _python_for(package: str, version: str, linux: bool = True) -> Optional[str]:
+    """The newest Python a torch release was built for (None for other packages and for releases after 2.8); `linux`
+    False for Windows and macOS, where torch 1.13's Python 3.11 wheels never came: 1.13 published cp311 wheels for
+    Linux x86-64 only, and Windows / macOS got Python 3.11 with torch 2.0 (pytorch/pytorch issues 86566 and 92826)."""
     numbers = re.match(r"(\d+)\.(\d+)", version)
     if package.lower() != "torch" or not numbers:
         return None
     release = (int(numbers.group(1)), int(numbers.group(2)))
+    if not linux and release[:2] == (1, 13):
+        return "3.10"
     return next((python for before, python in _TORCH_PYTHON if release < before), None)
 
 
@@ -281,14 +285,19 @@ _TF_NO_GPU = re.compile(r"(?i)is_built?_with_cuda\(\).{0,30}\bfalse|list_physica
                         r"no (?:matching )?(?:version|distribution)\b.{0,30}tensorflow-gpu|tensorflow-gpu\b.{0,40}was not "
                         r"found|No version \S+ of (?:the )?tensorflow-gpu|"
                         # Chinese: cannot detect / find / use the GPU
-                        r"tensorflow(?:-gpu)?\b.{0,40}(?:检测不到|识别不到|找不到|用不了|无法使用|无法识别|没有识别)")
+                        r"tensorflow(?:-gpu)?\b.{0,40}(?:检测不到|识别不到|找不到|用不了|无法使用|无法识别|没有识别)|"
+                        # the user's words in a TensorFlow paste: "GPU is NOT AVAILABLE", "2.12 not support GPU"
+                        r"\bGPU\b.{0,12}\b(?:is )?not (?:available|found|detected)|\bnot (?:support(?:s|ed)?|"
+                        r"detect(?:s|ed|ing)?|see(?:s|ing)?|us(?:e|es|ing)) (?:the |my |a |any )?GPU|"
+                        # TensorFlow's C library for Windows' GPU (libtensorflow-gpu-windows-x86_64-2.11.0.zip) not there
+                        r"libtensorflow-gpu-windows\S*\b(?:.{0,80}\b(?:not found|NoSuchKey|does not exist|404)\b)?")
 
 
 def _tensorflow_on_windows(ctx: Context) -> Optional[Diagnosis]:
     """TensorFlow on native Windows that finds no GPU (or whose GPU package will not install): from 2.11 on TensorFlow
     publishes no GPU build for native Windows, whatever CUDA is installed (torch beside it may well see the GPU)."""
     text = _text(ctx)
-    if not on_windows(ctx, text) or not re.search(r"(?i)\btensorflow", text) or \
+    if not on_windows(ctx, text) or not re.search(r"(?i)\b(?:lib)?tensorflow", text) or \
             re.search(r"\bWSL|Windows Subsystem for Linux", text):
         return None   # under WSL TensorFlow is the Linux build, with its GPU
     lines = ctx.sheet.lines
@@ -297,12 +306,14 @@ def _tensorflow_on_windows(ctx: Context) -> Optional[Diagnosis]:
             if _TF_NO_GPU.search(line + " " + (lines[n].strip() if n < len(lines) else ""))]
     if not said:
         return None
-    version = re.search(r"(?i)\b(?:tensorflow(?:-gpu)?|tf)\b\D{0,20}\b2\.(\d+)(?:\.\d+)?\b", text)
-    if version and int(version.group(1)) <= 10:
+    version = re.search(r"(?i)\b(?:tensorflow(?:-gpu)?|tf)\b\D{0,20}\b2\.(\d+)(?:\.\d+)?\b|"
+                        r"libtensorflow-gpu-windows-[\w]+-2\.(\d+)", text)
+    minor = next((g for g in version.groups() if g), None) if version else None
+    if minor and int(minor) <= 10:
         return None   # a release that still had a Windows GPU build: its CUDA/cuDNN pair is the question
     fix = _table_fix(ctx, "tensorflow", "wheel-platform", frozenset({"windows"}))
     return _make("wheel-platform", "no GPU TensorFlow for native Windows",
-                 f"TensorFlow {'2.' + version.group(1) + ' ' if version else ''}has no GPU build for native Windows "
+                 f"TensorFlow {'2.' + minor + ' ' if minor else ''}has no GPU build for native Windows "
                  "(the last was 2.10): on Windows it runs on the CPU only, and tensorflow-gpu is no longer published",
                  fix, [ctx.line_fact(said[0])], said[:1], confirmed=bool(version))
 
@@ -588,9 +599,34 @@ def podman_older_than_the_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
         "--output=/etc/cdi/nvidia.yaml", [], lines)
 
 
+# an install that found nothing to install, in pip's words or a launcher's ("Couldn't install torch."), the package
+# name cut off or not said
+_INSTALL_FAILED = re.compile(r"(?i)could not find a version that satisfies|no matching distribution found|"
+                             r"\bcould(?:n'?t| not) install\b|\bfailed to install\b|not a supported wheel")
+
+
+def _thirty_two_bit_python(ctx: Context) -> Optional[Diagnosis]:
+    """An install that fails under a 32-bit Python (its banner's "32 bit (Intel)", a Python3X-32 folder, a win32 wheel
+    tag): torch and the other GPU packages publish 64-bit wheels only, so pip finds nothing whatever is asked for, and
+    the name pip printed (often cut off in a paste) says nothing more."""
+    bits = ctx.sheet.first("python_bits")
+    if bits is None:
+        return None
+    failed = _lines_matching(ctx, _INSTALL_FAILED.pattern)
+    if not failed:
+        return None
+    return _make("wheel-platform", "a 32-bit Python",
+                 "this Python is a 32-bit build; torch and the other ML packages publish 64-bit wheels only, so "
+                 "pip finds none to install (or only ancient source releases)",
+                 "install a 64-bit Python (the x86-64 installer from python.org, or conda/uv) of a version the "
+                 "program supports, delete the environment made with the 32-bit one (a web UI's venv folder) and "
+                 "create it again with the 64-bit Python; python -c 'import struct; print(struct.calcsize(\"P\") * 8)' "
+                 "must print 64", [bits, ctx.line_fact(failed[0])], failed[:2])
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
-    for reading in (_tensorflow_on_windows, _tensorflow_rocm_release, _radeon_index_python, _triton_fork_on_windows,
+    for reading in (_thirty_two_bit_python, _tensorflow_on_windows, _tensorflow_rocm_release, _radeon_index_python, _triton_fork_on_windows,
                     _gpu_extra_off_linux, _jax_cuda_pieces, _conda_cpu_pair):
         found = reading(ctx)
         if found is not None:
@@ -725,7 +761,7 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                                                           for v in offered.group(1).split(",")):
         # PyPI's only files for torch that fit every interpreter are the 0.1.2 placeholders (source releases): no torch
         # wheel fits this one, a 32-bit Python (torch is 64-bit only) or a Python newer than the releases
-        newest = _python_for("torch", pin.group(2)) if pin else None
+        newest = _python_for("torch", pin.group(2), not on_windows(ctx, text)) if pin else None
         return _make("wheel-platform", "no torch wheel fits this Python",
                      f"pip sees only torch's 0.1.2 placeholder releases, so no torch wheel matches this interpreter: it "
                      f"is a 32-bit Python (torch publishes 64-bit wheels only), or a Python{' ' + py if py else ''} "
@@ -762,7 +798,7 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                      [ctx.line_fact(errors[0])], errors)
     if offered and offered.group(1).strip() == "none":
         base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
-        newest = _python_for(pin.group(1), pin.group(2)) if pin else None
+        newest = _python_for(pin.group(1), pin.group(2), not on_windows(ctx, text)) if pin else None
         if newest:
             fix = (f"{pin.group(1)} {pin.group(2)} was built for Python up to {newest}, and this Python"
                    f"{' (' + py + ')' if py else ''} is not one of them: create the environment with an older Python, "
@@ -786,11 +822,11 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                f"(pip install {pin.group(1)}=={same[-1]} -f <the index>)")
         return _make("wheel-platform", f"no {name} for this platform", cause, fix, [ctx.line_fact(errors[0])], errors)
     if pin and offered:
+        newest = _python_for(pin.group(1), pin.group(2), not on_windows(ctx, text))
         fix = (f"{pin.group(1)}=={pin.group(2)} has no wheel for this Python{' (' + py + ')' if py else ''}: install "
                f"a {pin.group(1)} release the index lists for it (from versions: {offered.group(1)[-60:]}), or use an "
                f"older Python for {pin.group(1)} {pin.group(2)}"
-               + (f" (it was built for Python up to {_python_for(pin.group(1), pin.group(2))}: conda create -n env "
-                  f"python={_python_for(pin.group(1), pin.group(2))})" if _python_for(pin.group(1), pin.group(2))
+               + (f" (it was built for Python up to {newest}: conda create -n env python={newest})" if newest
                   else ""))
         return _make("wheel-platform", f"no {name} for this Python", cause, fix, [ctx.line_fact(errors[0])], errors)
     if pin and re.search(r"\+cu\d+|\+rocm", name) and not ctx.sheet.is_windows:
