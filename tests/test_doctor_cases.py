@@ -179,6 +179,39 @@ KNOWN_MISSES = {
     "https://github.com/lemonade-sdk/lemonade/issues/768": "two lines asking for gfx1150 beside gfx1151 name no "
                                                            "program: the fix is Lemonade 9.1.1, whose bundled llama.cpp "
                                                            "added gfx1150, and Lemonade is nowhere in the paste",
+    # round 12 (r12s1, r12s2: round 11's spent held-out cases)
+    "https://github.com/NVIDIA/TensorRT-LLM/issues/1375": "labelled env-not-applied, while the same fact (the GPU "
+                                                          "chosen in Python after the import) is labelled visibility "
+                                                          "in unsloth#968, #558 and #1431; doctor reads it as those",
+    "https://github.com/OpenNMT/CTranslate2/issues/1780": "labelled rocm-libs-missing, while whisperX#954 and #1158 "
+                                                          "(the same cuDNN 8/9 disagreement, the same fix) are "
+                                                          "wheel-platform; doctor's fix says ctranslate2>=4.5.0 under "
+                                                          "the latter's family",
+    "https://github.com/PaddlePaddle/PaddleSpeech/issues/790": "a DataLoader shared-memory bus error in one container, "
+                                                               "labelled multi-gpu-transport while Protenix#2 and "
+                                                               "fastai/docker-containers#21 (the same error) are "
+                                                               "out-of-memory; nothing in the paste names several GPUs",
+    "https://github.com/ROCm/legacy-rocm-build/issues/1525": "gfx1012 with the facts of the gfx1010 cases labelled "
+                                                             "arch-missing (an override or a build runs them); "
+                                                             "nothing in the paste separates 'unsupported' from them",
+    "https://github.com/Troyanovsky/Local-LLM-Comparison-Colab-UI/issues/10": "the paste never names flash-attn, whose "
+                                                                              "wheel was the cause; doctor's reading "
+                                                                              "of the CUDA 12 torch it does name is "
+                                                                              "what the paste supports",
+    "https://github.com/huggingface/text-generation-inference/issues/1330": "the paste is `pip freeze | grep triton` "
+                                                                            "-> triton==2.1.0: nothing in it points "
+                                                                            "at libcuda or ldconfig",
+    "https://github.com/kyuz0/amd-strix-halo-toolboxes/issues/75": "'no ROCm-capable device' inside a toolbox reads as "
+                                                                   "device access; nothing in the paste points at "
+                                                                   "the nomodeset boot option that was the cause",
+    # round 12 (r12d, r12e: batch 11)
+    "https://github.com/facebookresearch/seamless_communication/issues/81": "the paste shows only cuDNN's 'GET was "
+                                                                            "unable to find an engine'; the "
+                                                                            "LD_LIBRARY_PATH forced to CUDA 11.0 "
+                                                                            "that caused it is only in the thread",
+    "https://github.com/zai-org/ChatGLM-6B/issues/39": "'6GB显卡提示显存不足', the card and torch's out-of-memory line: "
+                                                       "no model is named, so nothing points at ChatGLM's "
+                                                       "quantize(4)",
 }
 
 
