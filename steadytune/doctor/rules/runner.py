@@ -69,6 +69,7 @@ import steadytune.doctor.rules.install.zluda_hip_release  # noqa: E402,F401
 import steadytune.doctor.rules.install.compile_backend  # noqa: E402,F401
 import steadytune.doctor.rules.install.companion_index  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_torch  # noqa: E402,F401
+import steadytune.doctor.rules.install.hidden_imports  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.platform_requests  # noqa: E402,F401
 import steadytune.doctor.rules.install.deepspeed_probes  # noqa: E402,F401

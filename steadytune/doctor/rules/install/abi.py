@@ -8,7 +8,8 @@ from typing import Optional
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.packages import IMPORT_DISTRIBUTIONS, distribution_of
 from steadytune.doctor.rules.base import Context, Diagnosis, _make, _restate, rule, _text
-from steadytune.doctor.rules.install.shared import _listed_torch, _MODULE_PACKAGES, _table_fix
+from steadytune.doctor.rules.install.shared import _cuda_label, _listed_torch, _MODULE_PACKAGES, _table_fix, _torch_cuda
+from steadytune.doctor.rules.install.torch_build import _index_for_toolkit
 from steadytune.doctor.rules.install.wheels import _release
 
 
@@ -76,6 +77,9 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
                      f"build with CUDA {want}'s toolkit: install it and export CUDA_HOME=/usr/local/cuda-{want} "
                      f"PATH=/usr/local/cuda-{want}/bin:$PATH before the build; or install a torch built for the local "
                      "CUDA (its index, e.g. .../whl/cuXYZ) so the two agree", evidence, errors)
+    deepspeed = _DEEPSPEED_TOOLKIT.search(text)
+    if deepspeed:
+        return _deepspeed_toolkit(ctx, deepspeed, evidence, errors)
     rocm = re.search(r"(?i)\brocm[\s-]{0,3}v?(\d+)\.(\d+)", _text(ctx))
     if "libhip_hcc" in text and rocm and (rocm.group(1), rocm.group(2)) == ("3", "5"):
         # ROCm 3.5, the release of the rename to libamdhip64, still installs libhip_hcc.so in /opt/rocm/hip/lib, a
@@ -91,6 +95,39 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
                      "install the framework build that matches the installed ROCm (pip install tensorflow-rocm or torch "
                      "of the release built for that ROCm), or the ROCm the package was built for", evidence, errors)
     return None
+
+
+# DeepSpeed's op builder (op_builder/builder.py, assert_no_cuda_mismatch) compares the toolkit at CUDA_HOME with
+# torch.version.cuda before it compiles an op: a minor mismatch inside one major is accepted (its
+# cuda_minor_mismatch_ok table: "accepting this combination"), a major mismatch stops with "Installed CUDA version X
+# does not match the version torch was compiled with Y"; DS_SKIP_CUDA_CHECK=1 skips the check
+_DEEPSPEED_TOOLKIT = re.compile(r"(?i)Installed CUDA version (\d+)\.(\d+) does not match (?:the version )?torch"
+                                r"(?:[^\n]*?compiled with (\d+)\.(\d+))?(?![^\n]*accepting this combination)")
+
+
+def _deepspeed_toolkit(ctx: Context, found: re.Match, evidence: list, errors: list[ErrorLine]) -> Diagnosis:
+    """The toolkit DeepSpeed builds its ops with and torch's CUDA: the torch built for the toolkit's major (the index
+    nearest below it), or the toolkit of torch's CUDA at CUDA_HOME."""
+    major, minor = int(found.group(1)), int(found.group(2))
+    built = (int(found.group(3)), int(found.group(4))) if found.group(3) else _torch_cuda(_text(ctx))
+    index = _index_for_toolkit(major, minor)
+    torch_cuda = f"CUDA {built[0]}.{built[1]}" if built else "python -c 'import torch; print(torch.version.cuda)' names it"
+    other = f"/usr/local/cuda-{built[0]}.{built[1]}" if built else "/usr/local/cuda-<torch.version.cuda>"
+    same = bool(built and built[0] == major)
+    if same:
+        # the same major: DeepSpeed releases with the minor-mismatch table accept it
+        fix = (f"pip install -U deepspeed (its op builder accepts another minor of CUDA {major}), or point CUDA_HOME at "
+               f"the toolkit of torch's CUDA (export CUDA_HOME={other}); DS_SKIP_CUDA_CHECK=1 skips the check")
+    else:
+        fix = (f"install the torch built for CUDA {major}.x, the toolkit's major: pip install torch --index-url "
+               f"https://download.pytorch.org/whl/{index} (and the matching torchvision / torchaudio), then rerun; or "
+               f"install the CUDA toolkit torch was built with and export CUDA_HOME={other} before DeepSpeed builds "
+               "its ops")
+    refused = ("this DeepSpeed release refuses even another minor of the same major" if same else
+               "a toolkit of another major than torch's CUDA is refused")
+    return _make("abi-mismatch", f"the CUDA toolkit {major}.{minor} does not match torch's CUDA",
+                 f"DeepSpeed compiles its ops with the CUDA toolkit at CUDA_HOME (CUDA {major}.{minor}) and checks it "
+                 f"against the CUDA torch was built with ({torch_cuda}): {refused}", fix, evidence, errors)
 
 
 def _companion_of_other_build(ctx: Context, package: str, torch: Optional[str],
@@ -150,6 +187,48 @@ def _rocm_older_than_needed(ctx: Context, package: Optional[str], errors: list[E
                  "install . --no-build-isolation in its checkout)", [ctx.line_fact(errors[0])], errors)
 
 
+# The torch a package's prebuilt wheels of each release were compiled against, where the release's own notes (or its
+# maintainers) say so, before its wheel names carried the torch: (first, last release, torch)
+# exllamav2: 0.0.6's wheels moved to torch 2.1 (oobabooga/text-generation-webui pull 4285), 0.0.13 to torch 2.2 (0.0.12
+# the last for 2.1: Zuellni/ComfyUI-ExLlama-Nodes issue 7), 0.0.20's notes: "Wheels compiled for PyTorch 2.3.0"
+# (turboderp-org/exllamav2 issue 434)
+_RELEASE_WHEEL_TORCH = {"exllamav2": (("0.0.6", "0.0.12", "2.1"), ("0.0.13", "0.0.19", "2.2"),
+                                      ("0.0.20", "0.0.20", "2.3.0"))}
+
+
+def _release_wheels_for_another_torch(ctx: Context, package: Optional[str], torch: Optional[str], evidence: list,
+                                      errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A package release the table knows, whose wheels are built for another torch release than the installed one:
+    the torch those wheels need, or the package's last release built for this torch."""
+    rows = _RELEASE_WHEEL_TORCH.get(package or "")
+    if not rows or not torch:
+        return None
+    text = _text(ctx)
+    version = r"(\d+\.\d+\.\d+(?:\.post\d+)?)(?![\d.])"
+    # the release installed: the one named after the package or after "to" (an update), else the newest named
+    named = re.findall(rf"(?i)\b{re.escape(package)}[\s=:-]{{1,3}}v?{version}|\b(?:to|->|→)\s*v?{version}", text)
+    said = [a or b for a, b in named] or re.findall(rf"(?<![\w.]){version}", text)
+    known = [v for v in said if any(_release(first) <= _release(v) <= _release(last) for first, last, _ in rows)]
+    if not known:
+        return None
+    have = max(known, key=_release)
+    built = next(t for first, last, t in rows if _release(first) <= _release(have) <= _release(last))
+    if _release(torch)[:2] == _release(built)[:2]:
+        return None
+    same = [last for first, last, t in rows if _release(t)[:2] == _release(torch)[:2]]
+    torch_pin = built if built.count(".") == 2 else built + ".*"
+    own = re.search(r"\+(cu\d{3})$", torch)
+    label = own.group(1) if own else _cuda_label(ctx)
+    index = f" --index-url https://download.pytorch.org/whl/{label}" if label else ""
+    keep = (f"; or keep torch {torch} with {package} {same[-1]}, its last release built for torch "
+            f"{'.'.join(torch.split('.')[:2])}" if same else "")
+    return _make("abi-mismatch", f"{package} {have}'s wheels are built for torch {built}",
+                 f"{package} {have}'s prebuilt wheels are compiled against torch {built}, and torch {torch} does not "
+                 "export what its extension calls", f"install the torch {package} {have} is built for: pip install "
+                 f"torch=={torch_pin}{index}{keep}; or build {package} from source against torch {torch} (pip install "
+                 ". --no-build-isolation in its checkout)", evidence, errors)
+
+
 @rule("abi-mismatch")
 def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: an error line saying a compiled module cannot link to what is installed (an undefined symbol, a
@@ -183,6 +262,9 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         other_build = _companion_of_other_build(ctx, "torchvision", torch, errors)
         if other_build is not None:
             return other_build
+        nightly = _companion_of_a_nightly(ctx, "torchvision", torch, evidence, errors)
+        if nightly is not None:
+            return nightly
         return _make("abi-mismatch", "torchvision does not match torch",
                      "torchvision's compiled operators were built for another torch release or build",
                      "install torchvision from the same index as torch, the matching release (torchvision 0.N pairs "
@@ -213,12 +295,18 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     package = _extension_package(ctx, errors)
     if re.search(r"(?i)xFormers", text):
         package = "xformers"
+    nightly = _companion_of_a_nightly(ctx, package, torch, evidence, errors)
+    if nightly is not None:
+        return nightly
     string_abi = _cxx_string_abi(ctx, package, text, torch, errors)
     if string_abi is not None:
         return string_abi
     too_old = _rocm_older_than_needed(ctx, package, errors)
     if too_old is not None:
         return too_old
+    release_torch = _release_wheels_for_another_torch(ctx, package, torch, evidence, errors)
+    if release_torch is not None:
+        return release_torch
     windows = re.search(r"(?i)procedure could not be found|DLL load failed", text)
     # the package's own remedy from the tool table (tool_fixes.yaml), else the reinstall every extension takes
     # pip knows the extension by its distribution's name where that differs (awq_ext comes with autoawq-kernels)
@@ -231,6 +319,42 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     return _make("abi-mismatch", f"{package or 'a compiled extension'} was built for another torch",
                  f"{package or 'the extension'} calls {what} the installed torch (or library) does not export: it "
                  f"was compiled against another release than {against}", fix, evidence, errors)
+
+
+# a nightly torch: its version's .devYYYYMMDD, or the nightly named beside torch (pytorch-nightly, torch nightly)
+_NIGHTLY = re.compile(r"(?i)\b(?:py)?torch[\w-]{0,10}?[\s=:-]{1,3}(?:v(?:ersion)?\s*)?(\d+\.\d+(?:\.\d+)?\.dev\d{6,8}\S*)|"
+                      r"\b(pytorch[- ]nightly|(?:py)?torch nightl(?:y|ies)|nightly (?:build of )?(?:py)?torch)\b")
+
+
+def _nightly_torch(ctx: Context, torch: Optional[str]) -> Optional[str]:
+    """The nightly torch the paste shows (its version, or the words naming it), None for a release."""
+    if torch and ".dev" in torch:
+        return torch
+    found = _NIGHTLY.search(_text(ctx))
+    return (found.group(1) or found.group(2)) if found else None
+
+
+# torch's companions, each built from its own repository against one torch (the pytorch/<repo> to build from)
+_COMPANION_REPOS = {"torchvision": "vision", "torchaudio": "audio"}
+
+
+def _companion_of_a_nightly(ctx: Context, package: Optional[str], torch: Optional[str], evidence: list,
+                            errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """A companion release (torchvision, torchaudio) whose compiled operators do not link under a nightly torch: no
+    release is built against a nightly; the companion's nightly of the same day (pytorch.org's nightly index) or a
+    source build against the installed nightly is."""
+    nightly = _nightly_torch(ctx, torch) if package in _COMPANION_REPOS else None
+    if nightly is None:
+        return None
+    repo = _COMPANION_REPOS[package]
+    return _make("abi-mismatch", f"{package} is a release, torch a nightly build",
+                 f"torch is a nightly build ({nightly}); {package}'s releases are each compiled against one torch "
+                 "release, so a release's compiled operators do not link against a nightly",
+                 f"install {package}'s nightly of the same day from torch's nightly index (pip install --pre "
+                 f"--force-reinstall torch {package} --index-url https://download.pytorch.org/whl/nightly/<cu1XX|cpu>), "
+                 f"or build {package} from source against the installed nightly: git clone "
+                 f"https://github.com/pytorch/{repo} && cd {repo} && pip install --no-build-isolation -e . (with the "
+                 "CUDA toolkit of torch's CUDA)", evidence, errors)
 
 
 def _package_of(line: str) -> Optional[str]:
@@ -266,6 +390,11 @@ def _cxx_string_abi(ctx: Context, package: Optional[str], text: str, torch: Opti
     installed = f"torch {torch}" if torch else "the installed torch"
     # the torch releases whose wheels have the ABI the binary was built for
     back = "2.6.0+cu124 or older" if old else "2.6.0+cu126, or 2.7 and newer"
+    mislabelled = _mislabelled_wheel(ctx, pip_name, bool(old), torch)
+    if mislabelled is not None:
+        return _make("abi-mismatch", f"{pip_name}'s wheel was built for the other C++ ABI than its name says",
+                     f"{pip_name}'s binary was compiled with the {built} std::string ABI, while {installed} uses the "
+                     f"{other} ABI; {mislabelled[0]}", mislabelled[1], [ctx.line_fact(errors[0])], errors)
     return _make("abi-mismatch", f"{name} was built for the other C++ ABI than torch's",
                  f"{name}'s binary was compiled with the {built} std::string ABI, while "
                  f"{'torch ' + torch if torch else 'the installed torch'} uses the {other} ABI (PyTorch's Linux "
@@ -276,6 +405,40 @@ def _cxx_string_abi(ctx: Context, package: Optional[str], text: str, torch: Opti
                  f"pip install --no-build-isolation --no-binary {pip_name} {pip_name}; or move to a torch of the ABI "
                  f"the binary was built for ({back})",
                  [ctx.line_fact(errors[0])], errors)
+
+
+# Releases whose prebuilt wheels carry the other C++ ABI than their file name says, and the release before them whose
+# wheels match: flash-attn's 2.8 wheels named torch2.6 ... cxx11abiFALSE are compiled with the C++11 ABI (undefined
+# c10::Error(..., std::__cxx11::basic_string) under torch 2.6.0+cu124), while 2.7.4.post1's load in the same
+# environment (Dao-AILab/flash-attention issues 1717 and 1783: 2.8.0.post2, 2.8.2; huggingface/open-r1 issue 684).
+# (pip name, releases, the torch release of the mislabelled wheels, the good release)
+_MISLABELLED_ABI = (("flash-attn", r"2\.8\.\d+(?:\.post\d+)?", (2, 6), "2.7.4.post1"),)
+
+
+def _mislabelled_wheel(ctx: Context, pip_name: str, binary_old: bool, torch: Optional[str]) -> Optional[tuple[str, str]]:
+    """A binary of the C++11 ABI under a pre-C++11 torch where the package's wheels for that torch are known to be
+    mislabelled (or the paste's wheel name says the torch's ABI): the why and the fix, else None."""
+    if binary_old:
+        return None
+    text = _text(ctx)
+    for package, releases, torch_release, good in _MISLABELLED_ABI:
+        if package != pip_name or torch is None or _release(torch)[:2] != torch_release or "+cu126" in torch:
+            continue   # torch 2.6.0+cu126 has the C++11 ABI itself: the plain reading's case
+        names = package.replace("-", "[-_]")
+        named = re.search(rf"(?i){names}(?:\W{{1,3}}|==)v?({releases})(?![\d])", text)
+        wheel = re.search(rf"(?i){names}-\S*?cxx11abiFALSE\S*\.whl", text)
+        if not (named or wheel):
+            continue
+        which = f"{package} {named.group(1)}" if named else f"{package}'s wheel {wheel.group(0)}"
+        major, minor = torch_release
+        return (f"{which} is one of the {package} releases whose torch {major}.{minor} wheels, named cxx11abiFALSE, "
+                f"are compiled with the C++11 ABI: the wheel is mislabelled, not the wrong pick",
+                f"install {package} {good}, the release whose torch {major}.{minor} cxx11abiFALSE wheels are built "
+                f"with the pre-C++11 ABI: pip uninstall -y {package}; pip install --no-build-isolation "
+                f"\"{package}=={good}\" (or its wheel for this torch, CUDA and Python from the release page); or build "
+                f"{package} from source against torch {torch} (pip install --no-build-isolation --no-binary {package} "
+                f"{package}); or move to torch 2.7 or newer, whose C++11 ABI these wheels have")
+    return None
 
 
 # torch libraries that exist only in older torch releases: the split CUDA builds of torch 1.x shipped libtorch_cuda_cu

@@ -68,3 +68,49 @@ def launcher_venv_older_than_the_code(ctx: Context) -> Optional[Diagnosis]:
                  "(webui-user.bat / webui.sh): the launcher reinstalls the packages the updated code pins"
                  + ("; or in that venv: pip install -U torch-directml" if directml else ""),
                  [ctx.line_fact(said[0])], said[:1], confirmed=False)
+
+
+# Python says "(unknown location)" for a module that has no file: a folder without its __init__.py, imported as a
+# namespace package. An installed package's subpackage in that state is what an interrupted or partial uninstall leaves
+# (pip removes the files it recorded, not the folders other installs wrote into), with a new install mixed in.
+_UNKNOWN_LOCATION = re.compile(r"cannot import name ['\"]?(\w+)['\"]? from ['\"]?([A-Za-z_][\w.]*)['\"]? "
+                               r"\(unknown location\)")
+
+
+def leftover_package(ctx: Context) -> Optional[tuple]:
+    """The (line, package) of an installed package's module that imports as an empty folder: the package is shown
+    installed (its folder under site-packages, or a pinned `package==version` line)."""
+    for line in _lines_matching(ctx, _UNKNOWN_LOCATION.pattern):
+        top = _UNKNOWN_LOCATION.search(line.line).group(2).split(".")[0]
+        installed = re.search(rf"(?i)(?:site|dist)-packages[/\\]+{re.escape(top)}[/\\]|^\s*{re.escape(top)}\s*==\s*\d",
+                              _text(ctx), re.M)
+        if installed:
+            return line, top
+    return None
+
+
+@rule("abi-mismatch")
+def package_folder_left_by_an_older_install(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: "cannot import name X from 'pkg.sub' (unknown location)" with pkg shown installed. The folder of
+    pkg.sub has no __init__.py: files of two installs, the old one's removal unfinished. Reinstalling over it keeps the
+    leftovers; uninstalling every package that writes into that folder, deleting what remains, and installing again
+    is the fix."""
+    found = leftover_package(ctx)
+    if found is None:
+        return None
+    line, top = found
+    module = _UNKNOWN_LOCATION.search(line.line).group(2)
+    text = _text(ctx)
+    # the packages of that family the paste lists (torch, torchvision, torch-directml): each writes into or pins it
+    family = sorted({m.lower() for m in re.findall(rf"(?im)^\s*({re.escape(top)}[\w-]*)\s*==", text)} | {top})
+    folder = re.search(rf"([^\s\"']*?(?:site|dist)-packages[/\\]+){re.escape(top)}[/\\]", text)
+    where = f"{folder.group(1)}{top}" if folder else f"site-packages/{top}"
+    again = next((p for p in family if p != top and p not in ("torchvision", "torchaudio")), None) or " ".join(family)
+    covers = [l for l in _lines_matching(ctx, _UNKNOWN_LOCATION.pattern)
+              if _UNKNOWN_LOCATION.search(l.line).group(2).split(".")[0] == top]
+    return _make("abi-mismatch", f"{top}'s folder holds files of two installs",
+                 f"{module} imports as a folder without its __init__.py (Python's \"unknown location\"): the files of "
+                 f"an earlier {top} install were not all removed, and the new install was written beside them",
+                 f"pip uninstall -y {' '.join(family)} (repeat until pip says {'they are' if len(family) > 1 else 'it is'} "
+                 f"not installed), delete what is "
+                 f"left of {where}, then install again: pip install {again}", [ctx.line_fact(line)], covers)

@@ -24,6 +24,8 @@ from steadytune.doctor.rules.base import (
     _vendor,
 )
 from steadytune.doctor.rules.install.shared import _MODULE_PACKAGES, _table_fix
+from steadytune.doctor.rules.install.hidden_imports import hidden_import
+from steadytune.doctor.rules.install.stale_install import leftover_package
 from steadytune.doctor.rules.install.torch_build import _AMD_MODEL, _BNB_NO_GPU, _gpu_left_idle, _NVIDIA_MODEL, _ON_CPU
 
 
@@ -92,6 +94,8 @@ def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool 
     failure = read_import_failure(ctx.sheet.lines)
     if failure is None or (attribute_only and not failure.attribute):
         return None
+    if hidden_import(failure.module, failure.name) is not None or leftover_package(ctx) is not None:
+        return None   # not a release mix-up or a missing package: hidden_imports' and stale_install's readings
     if failure.caller is None:
         # a title restating the error ("No module named 'x' when loading a model") comes before the traceback, whose
         # repeat of it names the package that ran the import

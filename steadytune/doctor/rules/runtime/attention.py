@@ -65,6 +65,11 @@ def _head_dim_backward(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagno
     return diagnosis
 
 
+# flash-attn's TORCH_CHECK of the GPU's arch before its forward pass: "Expected is_sm90 || is_sm8x || is_sm75 to be
+# true" (flash-attn 1.x's fmha_api.cpp; early 2.x: is_sm90 || is_sm8x); the head-dim check above is another
+_GPU_CHECK = re.compile(r"(?i)Expected is_sm\w+(?:\s*\|\|\s*is_sm\w+)* to be true")
+
+
 _SGLANG = re.compile(r"(?i)\bsglang\b")
 _FLASHINFER = re.compile(r"(?i)\bflash_?infer\b")
 _AMD_WORDS = re.compile(r"(?i)\bamd|\brocm\b|\bhip\b|\bgfx\d|\bMI\d{2,3}\b|\bradeon\b|\binstinct\b")
@@ -98,16 +103,36 @@ def _flashinfer_outside(ctx: Context) -> Optional[Diagnosis]:
                  f"--disable-flashinfer-sampling){upgrade}", [ctx.line_fact(l) for l in said], said, confirmed=False)
 
 
+# a fine-tuning script that patches flash attention into the model itself (FastChat's and LLaVA's train_mem.py call
+# replace_llama_attn_with_flash_attn); the same trainer without the patch is train.py, and FastChat's README gives
+# train_xformers.py for the V100 ("If you are using V100 which is not supported by FlashAttention ... replace
+# fastchat/train/train_mem.py with fastchat/train/train_xformers.py"; lm-sys/FastChat issue 498)
+_PATCHING_TRAINER = re.compile(r"(?i)\btrain_mem\.py\b|\bfastchat\b|\bllava\b|\bvicuna\b|"
+                               r"replace_llama_attn_with_flash_attn|\b(?:fine-?tun\w*|finetune\w*|lora)\b")
+
+
 def _attention_off(ctx: Context) -> str:
     """How to turn flash-attn off, in the configuration language of the tool the paste uses."""
     text = _text_of(ctx)
+    if re.search(r"(?i)\bvllm\b", text):
+        # vLLM picks its attention backend itself; VLLM_ATTENTION_BACKEND overrides it (its envs.py), and its
+        # xFormers backend runs on Volta and Turing; a model whose own code called flash-attn (Qwen2-VL's vision
+        # encoder, QwenLM/Qwen3-VL issue 67) got an xFormers path in later vLLM releases
+        return ("start vLLM with export VLLM_ATTENTION_BACKEND=XFORMERS (xFormers' attention runs on this GPU), on a "
+                "vLLM release whose code for this model has an xFormers path (pip install -U vllm, or the model's "
+                "updated docker image)")
     if re.search(r"(?i)\baxolotl\b", text):
         return "flash_attention: false in the axolotl YAML (sdp_attention: true for PyTorch's fused attention)"
     if re.search(r"(?i)llama-?factory|llamafactory-cli", text):
         return "flash_attn: sdpa in the LLaMA-Factory YAML (or disabled)"
-    return ("load the model with attn_implementation=\"sdpa\" (or \"eager\") instead of \"flash_attention_2\", and "
-            "turn the tool's flash-attention option off (axolotl: flash_attention: false; LLaMA-Factory: flash_attn: "
-            "sdpa)")
+    off = ("load the model with attn_implementation=\"sdpa\" (or \"eager\") instead of \"flash_attention_2\", and "
+           "turn the tool's flash-attention option off (axolotl: flash_attention: false; LLaMA-Factory: flash_attn: "
+           "sdpa)")
+    if _PATCHING_TRAINER.search(text):
+        off += ("; a training script that patches flash attention in itself (FastChat's and LLaVA's train_mem.py): "
+                "run its train.py instead, which does not (FastChat: fastchat/train/train_xformers.py for xFormers' "
+                "memory-efficient attention)")
+    return off
 
 
 @rule("attention")
@@ -162,9 +187,23 @@ def attention(ctx: Context) -> Optional[Diagnosis]:
                      f"install a prebuilt flash-attn wheel that matches torch and its CUDA (the release page lists "
                      f"them), or build with a CUDA {cuda.group(1)}+ toolkit", evidence, errors)
     old_gpu = _PRE_AMPERE.search(_text_of(ctx))
+    checked = _GPU_CHECK.search(text)
+    if checked:
+        archs = re.findall(r"is_sm(\w+)", checked.group(0))
+        floor = min(int(a.replace("x", "0")) for a in archs)
+        gpu = next((g for g in ctx.sheet.of("gpu") if re.fullmatch(r"sm_\d+", g.detail or "")), None)
+        card = f"the {gpu.value} ({gpu.detail})" if gpu else (f"the {old_gpu.group(0)}" if old_gpu else "this GPU")
+        if not gpu or int(gpu.detail[3:]) < floor:
+            listed = ", ".join("sm_" + a for a in archs)
+            return _make("attention", f"flash-attn has no kernels for {card}",
+                         f"flash-attn checks the GPU before it runs and accepts only {listed}; {card} is none of them "
+                         "(FlashAttention 1.x runs on Turing (sm_75) and newer, 2.x on Ampere (sm_80) and newer), so no "
+                         "reinstall or rebuild of flash-attn runs here",
+                         f"do not use flash-attn on {card}: " + _attention_off(ctx), evidence, errors)
     if re.search(r"(?i)Ampere GPUs or newer|(?:lower|older) than ampere", text) or (
             old_gpu and re.search(r"(?i)flash[-_ ]?att", text)):
-        on = f" ({old_gpu.group(0)})" if old_gpu else ""
+        named = next((g.value for g in ctx.sheet.of("gpu") if re.fullmatch(r"sm_[1-7]\d", g.detail or "")), None)
+        on = f" ({old_gpu.group(0)})" if old_gpu else f" ({named})" if named else ""
         return _make("attention", f"FlashAttention 2 needs an Ampere or newer GPU{on}",
                      f"flash-attn 2 has kernels for sm_80 (Ampere) and newer only; this GPU{on} is older, so there "
                      "is nothing to build or install for it",
@@ -376,3 +415,45 @@ def xformers_without_the_gpu_said(ctx: Context) -> Optional[Diagnosis]:
                  f"the xformers wheel installed has no precompiled kernels for {gpu} (a GPU newer than the wheel's "
                  "arch list); xformers is an optional attention kernel, and PyTorch's own SDPA runs there",
                  fix, [], said[:1], confirmed=False)
+
+
+# flash-attn's compiled extension failing to load (an undefined symbol, a DLL): the line the abi reading classes
+_FLASH_ATTN_LOAD = re.compile(r"(?i)flash_attn\w*\.(?:cpython\S*\.so|pyd)|importing flash_attn\w*|flash_attn_2_cuda")
+# Turing by name: flash-attn 1.x runs there, 2.x does not
+_TURING = re.compile(r"(?i)\bT4\b|RTX ?20\d\d|Titan RTX|Quadro RTX|\bTuring\b")
+
+
+@rule("attention")
+def flash_attn_broken_on_a_gpu_it_cannot_run(ctx: Context) -> Optional[Diagnosis]:
+    """flash-attn's extension failing to load (built for another torch) on a GPU flash-attn has no kernels for (a
+    Pascal P40, a Volta V100; Turing for flash-attn 2): rebuilding it for this torch would only reach the GPU check, so
+    the fix is to remove it and let the model's code take its own attention (transformers' and remote model code
+    import flash_attn only when it is installed: MiniCPM-V's maintainers told a P40 user to uninstall it, OpenBMB/
+    MiniCPM-V issue 13). Ranked before the abi reading, whose rebuild cannot help here."""
+    said = [e for e in ctx.errors if e.family in ("abi-mismatch", "wheel-platform") and _FLASH_ATTN_LOAD.search(e.line)]
+    if not said:
+        return None
+    text = _text_of(ctx)
+    cards = [g for g in ctx.sheet.of("gpu") if re.fullmatch(r"sm_\d+", g.detail or "")]
+    named = _PRE_AMPERE.search(text)
+    if cards:
+        # every GPU the paste shows is below Ampere
+        if any(int(g.detail[3:]) >= 80 for g in cards):
+            return None
+        card = f"{cards[0].value} ({cards[0].detail})"
+        turing = all(g.detail == "sm_75" for g in cards)
+    elif named:
+        card, turing = named.group(0), bool(_TURING.fullmatch(named.group(0)))
+    else:
+        return None
+    if turing and not re.search(r"(?i)flash_attn_2|flash[-_ ]?attn(?:[-_ =]{1,3}|\s+v?)2\.|flash[-_ ]?attention[-_ ]?2", text):
+        return None   # flash-attn 1.x runs on Turing: its rebuild is the abi reading's fix
+    diagnosis = _make("attention", f"flash-attn cannot run on the {card}: remove it",
+                      f"flash-attn's extension does not load (built against another torch), but even rebuilt it has no "
+                      f"kernels for the {card}: flash-attn 2 runs on Ampere (sm_80) and newer only",
+                      "pip uninstall -y flash-attn (flash_attn too where pip lists it so): the model's code then uses its "
+                      "own attention; load it with attn_implementation=\"sdpa\" (or \"eager\") where it asks for "
+                      "flash_attention_2, and take the model's code from a release that does not require flash_attn",
+                      [ctx.line_fact(said[0])], said)
+    diagnosis.rank = family("abi-mismatch").rank - 1
+    return diagnosis
