@@ -422,6 +422,12 @@ _FAILURE_WORD = (r"(?i)\b(?:errors?|fail(?:s|ed|ing|ure)?|broken|problems?|(?:wo
                  r"stuck)\b|报错|错误|失败|无法|不支持|卡住|卡死")
 
 
+# a crash in words: Windows' access-violation status (0xc0000005, 3221225477 as an unsigned exit code) and the POSIX
+# segfault's names; not "aborted" or an exit status, which prose uses for other things
+_CRASH_SAID = re.compile(r"(?i)\b0xc0000005\b|\b3221225477\b|\baccess violation\b|segmentation fault|"
+                         r"\bseg ?fault\w*|\bsigsegv\b|core dumped")
+
+
 def _is_thin(ctx: Context) -> bool:
     """A short paste (an issue's title and a sentence or two, maybe among a few unrelated log lines) with no error
     line of a known class (a title the error finder keeps as unrecognised counts as words): its words are all the
@@ -506,6 +512,11 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         # the same problem without its message: a crash, a CPU fallback or a complaint on a GPU the builds do not carry
         faults = ctx.of("gpu-hang") + ctx.crashes()
         symptoms = faults + ctx.no_gpu()
+        if not symptoms and arch and arch.startswith("gfx"):
+            # a crash said in the user's own words ("it reports 0xc0000005", "ollama segfaults on load"): not an error
+            # line by its shape, but a crash all the same, wherever it stands and however long the log around it is
+            # (a symptom only: a crash in words does not settle the missing code the way a logged fault does)
+            symptoms = _lines_matching(ctx, _CRASH_SAID)[:1]
         if not symptoms and arch and arch.startswith("gfx"):
             symptoms = _symptom_lines(ctx, [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1])
         if not symptoms and arch and arch.startswith("gfx"):
