@@ -9,6 +9,8 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule
+# one table of which CUDA each TensorFlow release was built with, kept beside the reading of its library names
+from steadytune.doctor.rules.install.framework_cuda_builds import first_tensorflow_built_with
 
 # The oldest CUDA release that compiles code for a GPU generation (compute capability major). A cubin built for
 # sm_X0 runs on every GPU of major X with an equal or higher minor (CUDA C++ Programming Guide, "Binary
@@ -16,10 +18,6 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matc
 # from 11.0, sm_90 from 11.8, sm_100 / sm_120 from 12.8 (the CUDA toolkit release notes of each)
 _CUDA_FOR_MAJOR = {7: (9, 0), 8: (11, 0), 9: (11, 8), 10: (12, 8), 12: (12, 8)}
 
-# The first TensorFlow release built with a CUDA that carries each generation (tensorflow.org/install/source#gpu,
-# "Tested build configurations": 2.3 CUDA 10.1, 2.4 CUDA 11.0, 2.5-2.11 CUDA 11.2, 2.12-2.14 CUDA 11.8, 2.15 CUDA
-# 12.2); none is listed for 12.8 (Blackwell) there
-_TENSORFLOW_FOR_CUDA = {(9, 0): "1.5", (11, 0): "2.4", (11, 8): "2.12"}
 
 # PaddlePaddle's own check (paddle/phi/backends/gpu/gpu_resources.cc, InitGpuProperties): the GPU's compute capability
 # is not among the archs the wheel was compiled for (CUDA_REAL_ARCHS); it names the generation from its own table
@@ -111,7 +109,7 @@ def framework_cuda_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
     if needs is None or max(said) >= needs:
         return None
     version = f"{max(said)[0]}.{max(said)[1]}"
-    first = _TENSORFLOW_FOR_CUDA.get(needs)
+    first = first_tensorflow_built_with(needs)
     release = (f"TensorFlow {first} and later are built with {_cuda(needs)} or newer" if first else
                f"a TensorFlow release built with {_cuda(needs)} or newer")
     return _first(_make(

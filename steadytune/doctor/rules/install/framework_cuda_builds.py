@@ -22,8 +22,9 @@ from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
 
-# TensorFlow release -> (CUDA, cuDNN) of its GPU wheel (tensorflow.org/install/source#gpu, "Tested build configurations")
-_TF_BUILDS = {(1, 0): ("8.0", "5.1"), (1, 1): ("8.0", "5.1"), (1, 2): ("8.0", "5.1"), (1, 3): ("8.0", "6"),
+# TensorFlow release -> (CUDA, cuDNN) of its GPU wheel (tensorflow.org/install/source#gpu, "Tested build configurations");
+# also read by arch/framework_cuda.py for the first release built with a CUDA that knows a GPU generation
+TF_BUILDS = {(1, 0): ("8.0", "5.1"), (1, 1): ("8.0", "5.1"), (1, 2): ("8.0", "5.1"), (1, 3): ("8.0", "6"),
               (1, 4): ("8.0", "6"), **{(1, m): ("9.0", "7") for m in range(5, 13)},
               (1, 13): ("10.0", "7.4"), (1, 14): ("10.0", "7.4"), (1, 15): ("10.0", "7.4"), (2, 0): ("10.0", "7.4"),
               (2, 1): ("10.1", "7.6"), (2, 2): ("10.1", "7.6"), (2, 3): ("10.1", "7.6"), (2, 4): ("11.0", "8.0"),
@@ -146,7 +147,7 @@ def _tf_for(cuda: str, windows: bool) -> Optional[str]:
     (cuSOLVER 11, cuBLAS 11, cudart 11.0), so a release built for an older minor of the same major loads the newer
     one's libraries too (not across 11.0 / 11.1, where cuSOLVER's name changed). Native Windows: 2.10 was the last
     GPU build."""
-    releases = {r: c for r, (c, _) in _TF_BUILDS.items() if not windows or r <= (2, 10)}
+    releases = {r: c for r, (c, _) in TF_BUILDS.items() if not windows or r <= (2, 10)}
     same = [r for r, c in releases.items() if c == cuda]
     if not same and _key(cuda) >= (11, 1):
         same = [r for r, c in releases.items() if _key(c)[0] == _key(cuda)[0] and (11, 1) <= _key(c) <= _key(cuda)]
@@ -191,7 +192,7 @@ def framework_built_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
     if lib == "cudnn":
         wanted_cudnn = version.split(".")[0]
         table = (_PADDLE_CUDNN.get(_PADDLE_PYPI_CUDA) if paddle and release in _PADDLE_BUILDS else
-                 _TF_BUILDS.get(release, (None, None))[1] if not paddle else None)
+                 TF_BUILDS.get(release, (None, None))[1] if not paddle else None)
         if cudnn == wanted_cudnn:
             return _off_path(ctx, name, f"cuDNN {cudnn}", lines, windows)
         # the CUDA of the build that carries that cuDNN: Paddle's PyPI build where its cuDNN is that major, else the
@@ -201,7 +202,7 @@ def framework_built_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
                       if _PADDLE_CUDNN.get(c, "").split(".")[0] == wanted_cudnn]
             built_cuda = _PADDLE_PYPI_CUDA if _PADDLE_PYPI_CUDA in builds else builds[-1] if builds else None
         else:
-            built_cuda = _TF_BUILDS.get(release, (None,))[0] if release else None
+            built_cuda = TF_BUILDS.get(release, (None,))[0] if release else None
         has = f"cuDNN {cudnn}" + (f" with CUDA {cuda}" if cuda else "") if cudnn else (f"CUDA {cuda}" if cuda else None)
         cause = (f"this {name} build loads {_named(lib, version, windows)}, cuDNN {wanted_cudnn}'s "
                  f"library" + (f" (the {name} {release[0]}.{release[1]} build it is: cuDNN {table})" if table and
@@ -214,7 +215,7 @@ def framework_built_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
     candidates = _cuda_of(lib, version)
     if not candidates:
         return None
-    table_cuda = _TF_BUILDS.get(release, (None,))[0] if release and not paddle else None
+    table_cuda = TF_BUILDS.get(release, (None,))[0] if release and not paddle else None
     if cuda in candidates:
         return _off_path(ctx, name, f"CUDA {cuda}", lines, windows)
     if table_cuda in candidates and not (preview and cuda and _key(cuda)[0] == _key(table_cuda)[0]):
@@ -223,7 +224,7 @@ def framework_built_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
         near = [c for c in candidates if cuda and _key(c)[0] == _key(cuda)[0]]
         wanted = (near[-1] if near else candidates[0] if len(candidates) == 1 else
                   f"{candidates[0]}" if not cuda else candidates[-1])
-    cudnn_of = (_TF_BUILDS.get(release, (None, None))[1] if table_cuda == wanted else None) if not paddle else \
+    cudnn_of = (TF_BUILDS.get(release, (None, None))[1] if table_cuda == wanted else None) if not paddle else \
         _PADDLE_CUDNN.get(wanted)
     cause = (f"{name} loads {_named(lib, version, windows)}, CUDA {wanted}'s {lib} library: this {name} "
              + (f"({release[0]}.{release[1]}) " if release else "") + f"was built against CUDA {wanted}"
@@ -259,8 +260,8 @@ def _rebuild_fix(ctx: Context, paddle: bool, name: str, release: Optional[tuple[
     if other and (release is None or other != f"{release[0]}.{release[1]}"):
         pip = "tensorflow-gpu" if _key(other) < (2, 1) else "tensorflow"
         return (f"{install}; or install the TensorFlow release built for the installed CUDA {cuda}: pip install "
-                f"{pip}=={other}.* ({pip} {other}: CUDA {_TF_BUILDS[_key(other)[:2]][0]}, cuDNN "
-                f"{_TF_BUILDS[_key(other)[:2]][1]}, per tensorflow.org/install/source#gpu)")
+                f"{pip}=={other}.* ({pip} {other}: CUDA {TF_BUILDS[_key(other)[:2]][0]}, cuDNN "
+                f"{TF_BUILDS[_key(other)[:2]][1]}, per tensorflow.org/install/source#gpu)")
     return (f"{install}; no TensorFlow release is built for CUDA {cuda}" if cuda else install) + \
         " (tensorflow.org/install/source#gpu lists each release's CUDA and cuDNN)"
 
@@ -299,9 +300,9 @@ def _unversioned(ctx: Context, paddle: bool, name: str, release: Optional[tuple[
                      "Paddle opens CUDA's and cuDNN's libraries itself at run time, from the loader's path; the one it "
                      "names is not installed or not on that path", folder + match, [ctx.line_fact(lines[0])],
                      lines[:1])
-    if release is None or release not in _TF_BUILDS or cuda is None:
+    if release is None or release not in TF_BUILDS or cuda is None:
         return None
-    built, cudnn = _TF_BUILDS[release]
+    built, cudnn = TF_BUILDS[release]
     if built == cuda or (_key(cuda)[0] >= 11 and _key(built)[0] == _key(cuda)[0]):
         return None
     lines = _lines_matching(ctx, r"(?i)DLL load failed|ImportError: lib\S*\.so|cannot open shared object|"
@@ -316,3 +317,9 @@ def _unversioned(ctx: Context, paddle: bool, name: str, release: Optional[tuple[
                  f"TensorFlow {release[0]}.{release[1]} is built against CUDA {built} and cuDNN {cudnn} and loads "
                  f"them by versioned name ({dll}); this machine has CUDA {cuda}, whose libraries carry another, so "
                  "the import fails", fix, [ctx.line_fact(lines[0])], lines[:1])
+
+
+def first_tensorflow_built_with(cuda: tuple[int, int]) -> Optional[str]:
+    """The oldest TensorFlow release whose GPU wheel was built with this CUDA or a newer one (None past the table)."""
+    newer = [r for r, (c, _) in TF_BUILDS.items() if tuple(int(x) for x in c.split(".")) >= cuda]
+    return f"{min(newer)[0]}.{min(newer)[1]}" if newer else None
