@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.rules.access.driver import _DRIVER_FOR_CUDA
 from steadytune.doctor.rules.base import (
     _CONTAINED,
     Context,
@@ -264,7 +265,6 @@ def _container_without_driver(ctx: Context, text: str) -> Optional[Diagnosis]:
     flx42 in nvidia-docker#24, "we need to mount the driver libraries from the host inside the container"; fixed with
     --gpus all in nvidia-docker#400). On appliance UIs (Unraid) the same is the template's --runtime=nvidia and
     NVIDIA_VISIBLE_DEVICES."""
-    from steadytune.doctor.rules.access.driver import _DRIVER_FOR_CUDA
     said = _lines_matching(ctx, _INSUFFICIENT)
     if not said or _GPU_ASKED.search(text) or _vendor(ctx) == "amd":
         return None
