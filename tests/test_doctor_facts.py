@@ -183,3 +183,10 @@ def test_an_override_trap_says_it_is_a_training_one():
     trap = override_finding("gfx1103", "GPU 0", "arch")
     assert trap is not None and trap.what.endswith("is a trap on gfx1103 for training")
     assert "inference tool may run with it" in trap.fix
+
+
+def test_a_programs_own_release_beside_rocm_is_no_rocm_release():
+    # koboldcpp's ROCm fork numbers its releases 1.7x: "HIP SDK 1.74" once reached a Windows fix
+    assert extract_facts("koboldcpp rocm 1.74 on Windows 11, Radeon 760M").values("rocm") == []
+    assert extract_facts("ROCm 1.9.2 with an RX 480").values("rocm") == ["1.9"]
+    assert extract_facts("rocm 7.11 nightly wheels").values("rocm") == ["7.11"]

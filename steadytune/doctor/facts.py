@@ -446,6 +446,8 @@ def _versions(line: str):
                          r"\brocm(\d)(\d)(?:_|\.so|\b)", line, re.IGNORECASE):
         groups = [g for g in m.groups() if g]
         value = ".".join(groups) if len(groups) == 2 else groups[0]
+        if re.fullmatch(r"1\.\d\d.*", value):
+            continue   # ROCm 1.x ran from 1.0 to 1.9: "koboldcpp rocm 1.74" is the program's own release
         yield "rocm", ".".join(value.split(".")[:2]), "windows" if "\\" in m.group(0) or "HIP SDK" in m.group(0) else ""
     m = re.search(r"(?:HIP (?:runtime )?version|HIP version|torch\.version\.hip)\W+(\d+\.\d+\.\d+)", line, re.IGNORECASE)
     if m:
