@@ -198,8 +198,8 @@ def build_fix(tool: Optional[str], arch: Optional[str], windows: bool = False) -
     if arch.startswith("sm_"):
         cc = arch[3:]
         # the pytorch.org CUDA index that carries it: Blackwell from cu128; Maxwell/Pascal left the newest builds;
-        # Jetson Thor's sm_110 exists only from CUDA 13 (the cu130 wheels, aarch64)
-        cu = "cu126" if int(cc) < 70 else "cu130" if int(cc) == 110 else "cu128"
+        # Jetson Thor's sm_110 exists only from CUDA 13 (the cu130 wheels, aarch64); cu126 is the legacy build for sm_50-sm_70
+        cu = "cu126" if int(cc) <= 70 else "cu130" if int(cc) == 110 else "cu128"   # Volta: cu128 dropped it in 2.11
         return build.cuda.format(cc=cc, cc_dot=f"{cc[:-1]}.{cc[-1]}", sm=arch, cu=cu) if build.cuda else None
     template = (build.windows if windows else None) or build.rocm
     return template.format(arch=normalise_gfx(arch)) if template else None

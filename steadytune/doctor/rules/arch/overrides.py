@@ -8,6 +8,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.facts import Fact, discrete_archs, extract_facts
+from steadytune.doctor.archs import build_fix
 from steadytune.doctor.fixes import override_value, rocm_index_for, set_variable
 from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS, arch_info, normalise_gfx, override_for_arch
 from steadytune.doctor.rules.base import (
@@ -171,8 +172,22 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
     if symptoms and row is not None and row.override.verdict == "trap" and target != arch:
         return _make("override-wrong", f"{OVERRIDE}={value} is known to fail on {arch}",
                      f"{target} code on {arch}: {row.override.why}",
-                     f"unset {OVERRIDE}; {rocm_index_for(arch)}", [setting], symptoms)
+                     f"unset {OVERRIDE}; {_own_code_for(arch, tool, ctx)}", [setting], symptoms)
     return None
+
+
+def _own_code_for(arch: str, tool: Optional[str], ctx: Context) -> str:
+    """Where code for the card itself comes from once the override is gone: the failing program's own build for it
+    (Ollama's, llama.cpp's: arch_builds.yaml, its Windows form on Windows), else torch's index that carries it."""
+    if ctx.sheet.is_windows and tool in _WINDOWS_HIP_SDK_PROGRAMS:
+        # on Windows these load the HIP SDK's rocBLAS, whose Tensile library is per arch: the card needs its own
+        return (f"a rocBLAS built for {arch}: put its rocblas.dll and rocblas\\library into the program's (or the HIP "
+                f"SDK's) folder, or use a build of the program that bundles {arch} kernels")
+    own = build_fix(tool, arch, windows=ctx.sheet.is_windows) if tool not in (None, "torch") else None
+    return own or rocm_index_for(arch)
+
+
+_WINDOWS_HIP_SDK_PROGRAMS = ("ollama", "llama.cpp", "koboldcpp", "llama-cpp-python", "whisper.cpp", "rocblas")
 
 
 # where a setting outlives the machine it was written for: a pod spec, a compose file, a unit's Environment=, a
