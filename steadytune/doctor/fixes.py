@@ -122,6 +122,11 @@ def wheel_line(arch: str) -> Optional[str]:
     return lines[0][1] if lines else None
 
 
+def dotted(cc: int) -> str:
+    """A compute capability as NVIDIA writes it, from its number: 75 -> "7.5", 120 -> "12.0"."""
+    return f"{cc // 10}.{cc % 10}"
+
+
 def cuda_wheel_for(arch: str) -> Optional[str]:
     """The pytorch.org CUDA index whose wheels carry this compute capability. From torch 2.8 the cu128/cu129 builds
     list sm_70 to sm_120 only (Maxwell and Pascal left them: pytorch/pytorch#157517, PR #158700's warning), and from
@@ -138,7 +143,7 @@ def cuda_wheel_for(arch: str) -> Optional[str]:
         return "pip install torch --index-url https://download.pytorch.org/whl/cu128 (Blackwell needs CUDA 12.8 or newer)"
     if cc < 50:   # Kepler and older: below cu126's oldest arch (sm_50); CUDA 12 no longer compiles them
         return (f"no current pytorch.org index carries sm_{cc} (the oldest is sm_50): build torch from source with "
-                f"CUDA 11.x and TORCH_CUDA_ARCH_LIST={cc // 10}.{cc % 10}, or run on the CPU")
+                f"CUDA 11.x and TORCH_CUDA_ARCH_LIST={dotted(cc)}, or run on the CPU")
     if cc <= 70:
         old = "Volta" if cc == 70 else "Maxwell and Pascal"
         since = "2.11" if cc == 70 else "2.8"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.fixes import dotted
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule
 # one table of which CUDA each TensorFlow release was built with, kept beside the reading of its library names
 from steadytune.doctor.rules.install.framework_cuda_builds import first_tensorflow_built_with
@@ -53,7 +54,7 @@ def paddle_build_lacks_arch(ctx: Context) -> Optional[Diagnosis]:
     else:
         cc = None
     major = cc // 10 if cc else _GENERATION_MAJOR.get(generation.group(1).lower()) if generation else None
-    gpu = (f"compute capability {cc // 10}.{cc % 10}" if cc else
+    gpu = (f"compute capability {dotted(cc)}" if cc else
            f"an {generation.group(1)} GPU" if generation and generation.group(1)[0].lower() in "aeiou" else
            f"a {generation.group(1)} GPU" if generation else "this GPU")
     runtime = f" (its CUDA runtime: {note.group(3)}.{note.group(4)})" if note else ""
@@ -115,7 +116,7 @@ def framework_cuda_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
     return _first(_make(
         "arch-missing", f"CUDA {version} predates the {arch} GPU",
         f"TensorFlow runs on the CUDA it was built for and the toolkit installed with it; CUDA {version} cannot compile "
-        f"for compute capability {cc // 10}.{cc % 10} (that generation needs {_cuda(needs)}), so no TensorFlow on CUDA "
+        f"for compute capability {dotted(cc)} (that generation needs {_cuda(needs)}), so no TensorFlow on CUDA "
         f"{version} has kernels for this GPU",
         f"install a TensorFlow built with {_cuda(needs)} or newer, with the CUDA and cuDNN it names ({release}; "
         "the tested build configurations are at tensorflow.org/install/source#gpu; from 2.14 pip install -U "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.fixes import cuda_wheel_for
+from steadytune.doctor.fixes import cuda_wheel_for, dotted
 from steadytune.doctor.rules.arch.cuda_builds import _NVCC_FIRST, _NVCC_OLDEST, _cuda_build
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _make, rule, _text
 
@@ -40,9 +40,9 @@ def nvrtc_unknown_arch(ctx: Context) -> Optional[Diagnosis]:
         program = f"cupy-cuda{older}x" if cupy else f"a torch built for CUDA {older}.x"
         return _first(_make("arch-missing", f"CUDA {build[0]}'s NVRTC no longer compiles {sm}",
                             f"the program compiles kernels at run time with the NVRTC of CUDA {build[0]}.{build[1]}, "
-                            f"which dropped compute capability {cc // 10}.{cc % 10}",
+                            f"which dropped compute capability {dotted(cc)}",
                             f"install {program}, whose NVRTC still compiles {sm} (CUDA {build[0]} compiles compute "
-                            f"capability {_NVCC_OLDEST[build[0]] // 10}.{_NVCC_OLDEST[build[0]] % 10} and newer)",
+                            f"capability {dotted(_NVCC_OLDEST[build[0]])} and newer)",
                             [f for f in (where, ctx.line_fact(errors[0])) if f], errors))
     needs = _NVCC_FIRST.get(str(cc)) if cc else None
     known = f"{needs} or newer" if needs else "a CUDA release that knows the GPU"
@@ -59,7 +59,7 @@ def nvrtc_unknown_arch(ctx: Context) -> Optional[Diagnosis]:
             # of its CUDA knows (pytorch/pytorch#48151, cherry-picked into 1.7.1; pytorch/pytorch#47658)
             fix += ("; at least torch 1.7.1, which caps the arch it asks NVRTC for at the newest one that NVRTC "
                     "knows (torch 1.7.0 asked for the GPU's own and failed on Ampere cards)")
-    gpu = f"{sm} (compute capability {cc // 10}.{cc % 10})" if sm else "this GPU"
+    gpu = f"{sm} (compute capability {dotted(cc)})" if sm else "this GPU"
     used = f"CUDA {build[0]}.{build[1]}" if build else "the CUDA the program was built with"
     return _first(_make("arch-missing", f"NVRTC does not know {sm or 'this GPU'}",
                         f"kernels compiled at run time go through the NVRTC of {used}, which predates {gpu}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.fixes import dotted
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _make, rule
 
 # deepspeedai/DeepSpeed op_builder/*.py, filter_ccs(): the oldest major each op keeps (ragged_ops.py builds
@@ -22,10 +23,6 @@ _NO_TARGETS = re.compile(r"(?i)Unable to load (\w+) op due to no compute capabil
 _ARCH_LIST = re.compile(r"TORCH_CUDA_ARCH_LIST=[\"']?([\d.;, +PTX]+)")
 
 
-def _dot(cc: int) -> str:
-    return f"{cc // 10}.{cc % 10}"
-
-
 @rule("gpu-unsupported")
 def op_below_floor(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("gpu-unsupported") if _NO_TARGETS.search(e.line)]
@@ -37,23 +34,23 @@ def op_below_floor(ctx: Context) -> Optional[Diagnosis]:
     cc = int(arch[3:]) if arch and re.fullmatch(r"sm_\d{2,3}", arch) else None
     listed = _ARCH_LIST.search("\n".join(ctx.sheet.lines))
     gpu = next((g.value for g in ctx.sheet.of("gpu") if g.detail == arch), None) if arch else None
-    card = f"the {gpu} ({_dot(cc)})" if gpu and cc else f"compute capability {_dot(cc)}" if cc else "this GPU"
+    card = f"the {gpu} ({dotted(cc)})" if gpu and cc else f"compute capability {dotted(cc)}" if cc else "this GPU"
     if floor is None:
         return None
     if listed and (cc is None or cc >= floor):
         # the targets were given by hand and all fall under the floor: the GPU itself may be fine
         return _first(_make("gpu-unsupported", f"TORCH_CUDA_ARCH_LIST leaves {op} nothing to build",
-                            f"DeepSpeed builds {op} only for compute capability {_dot(floor)} and newer; "
+                            f"DeepSpeed builds {op} only for compute capability {dotted(floor)} and newer; "
                             f"TORCH_CUDA_ARCH_LIST={listed.group(1).strip()} names none of them",
-                            f"set TORCH_CUDA_ARCH_LIST to the GPU's own capability{' (' + _dot(cc) + ')' if cc else ''} "
+                            f"set TORCH_CUDA_ARCH_LIST to the GPU's own capability{' (' + dotted(cc) + ')' if cc else ''} "
                             f"(or unset it so DeepSpeed reads the GPU) and build again",
                             [f for f in (where, ctx.line_fact(errors[0])) if f], errors))
     other = ("; for DeepSpeed-MII, its pipeline and server (FastGen, inference v2) need these ops: on this GPU use "
              "MII-Legacy (mii.deploy, deepspeed-mii's legacy API, which runs older GPUs) or another engine "
              "(vLLM, transformers)" if op in _MII_OPS else "")
-    return _first(_make("gpu-unsupported", f"DeepSpeed's {op} needs compute capability {_dot(floor)} or newer",
-                        f"DeepSpeed's {op} op builder keeps only compute capability {_dot(floor)} and newer (its "
+    return _first(_make("gpu-unsupported", f"DeepSpeed's {op} needs compute capability {dotted(floor)} or newer",
+                        f"DeepSpeed's {op} op builder keeps only compute capability {dotted(floor)} and newer (its "
                         f"kernels use instructions older GPUs lack); {card} is below that, so no target is left",
-                        f"run it on a GPU of compute capability {_dot(floor)} or newer (A100, A10G, L4, RTX 30/40 "
+                        f"run it on a GPU of compute capability {dotted(floor)} or newer (A100, A10G, L4, RTX 30/40 "
                         f"series for 8.0+){other}; no build of {op} runs on {card}",
                         [f for f in (where, ctx.line_fact(errors[0])) if f], errors))

@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.archs import build_fix
+from steadytune.doctor.fixes import dotted
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
 from steadytune.doctor.rules.arch.arch_missing import _ASKS_SUPPORT, _is_thin
 
@@ -65,10 +66,6 @@ def dropped_capabilities(ctx: Context) -> tuple[list[int], list]:
     return ccs, lines
 
 
-def _dot(cc: int) -> str:
-    return f"{str(cc)[:-1]}.{str(cc)[-1]}"
-
-
 def _dropped_from_the_binaries(ctx: Context) -> Optional[Diagnosis]:
     """Capabilities a release said it no longer ships, at least one of which a source build still targets: that build
     (the capabilities below every source build are said as such)."""
@@ -79,9 +76,9 @@ def _dropped_from_the_binaries(ctx: Context) -> Optional[Diagnosis]:
     if not buildable:
         return None   # none a source build can target: the floor's reading (tool_floors.py)
     tool = ctx.tool()
-    arch_list = ";".join(_dot(cc) for cc in buildable)
-    said = ", ".join(_dot(cc) for cc in ccs[:-1]) + (" and " if len(ccs) > 1 else "") + _dot(ccs[-1])
-    toolkits = "; ".join(f"{_dot(cc)} with " + next((t for lo, hi, t in _TOOLKIT_FOR if lo <= cc <= hi),
+    arch_list = ";".join(dotted(cc) for cc in buildable)
+    said = ", ".join(dotted(cc) for cc in ccs[:-1]) + (" and " if len(ccs) > 1 else "") + dotted(ccs[-1])
+    toolkits = "; ".join(f"{dotted(cc)} with " + next((t for lo, hi, t in _TOOLKIT_FOR if lo <= cc <= hi),
                                                     "a CUDA toolkit that compiles it") for cc in buildable)
     lost = [cc for cc in ccs if cc < _TORCH_SOURCE_OLDEST]
     if tool in (None, "torch"):
@@ -90,7 +87,7 @@ def _dropped_from_the_binaries(ctx: Context) -> Optional[Diagnosis]:
                f"install ({toolkits}), or a release or CUDA variant whose binaries still list them "
                "(torch.cuda.get_arch_list() tells)")
         if lost:
-            fix += (f"; compute capability {', '.join(_dot(cc) for cc in lost)} no longer compiles from PyTorch 0.4.1 "
+            fix += (f"; compute capability {', '.join(dotted(cc) for cc in lost)} no longer compiles from PyTorch 0.4.1 "
                     "on (it lacks instructions PyTorch relies on): only an older release built from source, or the CPU")
         label = "PyTorch"
     else:

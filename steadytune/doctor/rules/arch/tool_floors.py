@@ -12,6 +12,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import family
 from steadytune.hardware.gpu_facts import lookup_product
+from steadytune.doctor.fixes import dotted
 from steadytune.doctor.rules.base import NOT_DETECTED, Context, Diagnosis, _lines_matching, _make, rule, _text
 from steadytune.doctor.rules.arch.prebuilt_floor import dropped_capabilities
 
@@ -120,10 +121,6 @@ _ASKED_CC = re.compile(r"(?i)(?<!least )(?<!>= )(?<!>=)(?<![\d.])([1-9])\.(\d)(?
 _NVIDIA_MODEL = re.compile(r"(?i)\b(?:tesla |quadro )?[KPMTVAL]\d{2,3}\b|\b[GR]TX ?\d{3,4}M?\b")
 
 
-def _dot(cc: int) -> str:
-    return f"{str(cc)[:-1]}.{str(cc)[-1]}"
-
-
 def _trouble(ctx: Context):
     return _lines_matching(ctx, _IDLE.pattern)[:1] or _lines_matching(ctx, NOT_DETECTED)[:1] or \
         [f for f in ctx.sheet.of("complaint") if f.value == "yes"][:1]
@@ -172,10 +169,10 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
             name, cc = below[0]
             raised_release = _make("arch-missing", f"{tool} {'.'.join(map(str, version))} left out the {name}",
                          f"{tool} releases {'.'.join(map(str, first))}-{'.'.join(map(str, last))} were built for "
-                         f"compute capability {_dot(raised)} and newer; the {name} is {_dot(cc)}",
+                         f"compute capability {dotted(raised)} and newer; the {name} is {dotted(cc)}",
                          f"upgrade {tool} to {after} or newer: releases {'.'.join(map(str, first))}-"
-                         f"{'.'.join(map(str, last))} carried no code below compute capability {_dot(raised)} (the "
-                         f"{name} is {_dot(cc)}), later ones do again ({source})",
+                         f"{'.'.join(map(str, last))} carried no code below compute capability {dotted(raised)} (the "
+                         f"{name} is {dotted(cc)}), later ones do again ({source})",
                          [g for g in ctx.sheet.of("gpu") if g.detail == f"sm_{cc}"][:1], trouble)
             raised_release.rank = _BEFORE_INSTALLS   # the release's own build: no install of anything else helps
             return raised_release
@@ -185,19 +182,19 @@ def below_the_tools_floor(ctx: Context) -> Optional[Diagnosis]:
     if not old or (floor is None and not good):
         return None   # no tool named: only a mixed machine says which card is the trouble
     name, cc = old[0]
-    names = ", ".join(f"the {n} (compute capability {_dot(c)}, sm_{c})" for n, c in old)
+    names = ", ".join(f"the {n} (compute capability {dotted(c)}, sm_{c})" for n, c in old)
     if good:
         keep = good[0][0]
-        fix = (f"{names} is below {label}'s floor, compute capability {_dot(oldest)}: hide it so the {keep} is used "
+        fix = (f"{names} is below {label}'s floor, compute capability {dotted(oldest)}: hide it so the {keep} is used "
                f"alone (CUDA_VISIBLE_DEVICES=<the {keep}'s index in nvidia-smi>, or take the old card out); some "
                "releases give up on the GPU altogether when any card is too old")
     else:
-        fix = f"{names} is below {label}'s floor, compute capability {_dot(oldest)}, and no current release runs on it: " + \
+        fix = f"{names} is below {label}'s floor, compute capability {dotted(oldest)}, and no current release runs on it: " + \
             (floor.beyond.format(digits=cc) if floor else "run on the CPU or a newer GPU")
     diagnosis = _make("gpu-unsupported", f"the {name} is older than {label} supports",
-                      f"{label} runs on compute capability {_dot(oldest)} and newer"
+                      f"{label} runs on compute capability {dotted(oldest)} and newer"
                       f"{' (' + floor.source + ')' if floor else ' (CUDA 12 compiles 5.0 and newer)'}; the {name} is "
-                      f"{_dot(cc)}", fix, [g for g in ctx.sheet.of("gpu") if g.detail == f"sm_{cc}"][:1],
+                      f"{dotted(cc)}", fix, [g for g in ctx.sheet.of("gpu") if g.detail == f"sm_{cc}"][:1],
                       trouble)
     # nothing else can work on the card: the install, visibility and driver readings come after it
     diagnosis.rank = _BEFORE_INSTALLS
