@@ -7,7 +7,8 @@ from typing import Optional
 
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import where_process_starts, set_variable
-from steadytune.doctor.rules.base import Context, Diagnosis, NOT_DETECTED, OVERRIDE, _lines_matching, _make, rule
+from steadytune.doctor.rules.base import (Context, Diagnosis, NOT_DETECTED, OVERRIDE, _lines_matching, _make, _text,
+                                          rule)
 
 # a GPU left unused, in the user's words: "it's not using it / the GPU", "uses only the CPU", 只用CPU
 _GPU_UNUSED = (r"(?i)\bnot (?:using|use|utili[sz]ing) (?:it|the GPU|my GPU|the card)\b|\b(?:uses?|using|runs?|running) only "
@@ -289,3 +290,88 @@ def unit_variable_hand_started_server(ctx: Context) -> Optional[Diagnosis]:
                       else [], said)
     diagnosis.rank = 0   # the setting never reached the running server: the symptoms (WSL, no GPU) come after it
     return diagnosis
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A server program's variable put in a shell's start-up file, while the program runs as a service
+# ---------------------------------------------------------------------------------------------------------
+
+# programs whose Linux install runs them as a systemd service, never from the user's shell: the unit, and the prefix
+# of the variables the server itself reads. Ollama's install.sh creates ollama.service (its FAQ: "Setting environment
+# variables on Linux" uses systemctl edit ollama.service); LocalAI's install.sh creates local-ai.service (its variables
+# also in /etc/localai.env); dockerd pulls images itself, so the proxy variables a pull needs go to docker.service
+# (Docker's "Configure the daemon to use a proxy": a drop-in under docker.service.d)
+_SERVICES = {"ollama": ("ollama", r"OLLAMA_\w+"),
+             "local-ai": ("local-ai", r"LOCALAI_\w+"),
+             "docker": ("docker", r"(?:HTTPS?_PROXY|NO_PROXY|https?_proxy|no_proxy)")}
+_PROGRAM_NAMED = {"ollama": r"(?i)\bollama\b", "local-ai": r"(?i)\blocal-?ai\b",
+                  "docker": r"\bdocker (?:pull|push|login)\b|\bdockerd\b"}
+# the GPU variables any of these servers reads too (which GPUs, the override), set the same wrong way
+_GPU_NAMES = r"HSA_OVERRIDE_GFX_VERSION|HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|CUDA_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL"
+# a shell's start-up file, or an export in a shell: what a service never reads
+_SHELL_FILE = re.compile(r"(?i)(?:~/|\$HOME/)?\.?\b(?:bashrc|bash_profile|zshrc|zprofile)\b|(?:~/|\$HOME/|(?<!\S))\.profile\b|"
+                         r"/etc/profile\b|\bconfig\.fish\b")
+_EXPORT = re.compile(r"\b(?:export|set -\w*x\w*)\s+([A-Za-z][A-Za-z0-9_]*)[= ][\"'`]?([^\"'`\s]+)")
+# the user's words that the setting is not taken ("doesnt work", "is ignored", "still stores them in ...")
+_NOT_TAKEN = re.compile(r"(?i)\bdoes\s?n[o'’]?t (?:seem to )?(?:work|take|apply|use|stor\w*|sav\w*|chang\w*|pick|read|"
+                        r"respect|listen|see)\w*|\b(?:is|are|gets?) (?:being )?ignored\b|\bno effect\b|\bnot (?:working|"
+                        r"taking effect|applied|respected|picked up)\b|\bstill (?:being |gets? )?(?:use[sd]?|stor\w*|sav\w*|"
+                        r"listen\w*|download\w*|go\w*|put\w*|writ\w*|bind\w*|load\w*)\b|\bdon'?t work\b|\bcan'?t get\b|\bnot (?:stored|saved) (?:there|in)\b")
+# per variable: what else the service needs once the variable reaches it
+_AFTER = {"OLLAMA_MODELS": "; the service runs as the ollama user, which must own the folder: sudo chown -R "
+                           "ollama:ollama {value}",
+          "OLLAMA_HOST": "; check where it listens: ss -ltnp | grep ollama"}
+
+
+@rule("env-not-applied")
+def service_reads_no_shell_profile(ctx: Context) -> Optional[Diagnosis]:
+    """A server program's variable exported in a shell or put in ~/.bashrc (~/.profile, ~/.zshrc), said not to take
+    effect, where the program's Linux install runs it as a systemd service: systemd starts a service with the
+    environment of its unit, never a login shell's start-up files, so the running server never sees the export (a
+    server started by hand in that shell would). On macOS the Ollama app likewise reads launchctl's environment."""
+    text = _text(ctx)
+    program = next((p for p, named in _PROGRAM_NAMED.items() if re.search(named, text)), None)
+    if program is None:
+        return None
+    if program != "docker" and (ctx.sheet.has("platform", "container") or
+                                re.search(r"(?i)\bdocker (?:run|compose)\b|\s-e [A-Z]", text)):
+        return None   # the server in a container gets its variables from -e / environment: (the container reading)
+    unit, own = _SERVICES[program]
+    names = re.compile(rf"^(?:{own}|{_GPU_NAMES})$")
+    exported = [(m.group(1), m.group(2).rstrip(".,;)")) for line in ctx.sheet.lines for m in _EXPORT.finditer(line)
+                if names.match(m.group(1))]
+    said = _lines_matching(ctx, _NOT_TAKEN)
+    if not exported or not said:
+        return None
+    if not _SHELL_FILE.search(text) and not any(f.detail in ("export", "fish") for f in ctx.sheet.of("env")) and \
+            not re.search(r"(?m)^\W*export\s", text):
+        return None
+    # a server started by hand in that shell does get the export: not this reading
+    if re.search(rf"(?i)\b{re.escape(program)}\s+serve\b|\blocal-ai run\b|\bdockerd\s", text) and \
+            not re.search(r"(?i)address already in use", text):
+        return None
+    name, value = exported[-1]
+    if name == "OLLAMA_HOST" and not re.match(r"(?:0\.0\.0\.0|\[?::\]?)?(?::\d+)?$", value):
+        return None   # another machine's address: the client side's variable (the CLI reads it from the shell)
+    where = _SHELL_FILE.search(text)
+    found = where.group(0) if where else ""
+    source = ("~/.config/fish/config.fish" if found.endswith("fish") else "~/." + found.lstrip(".")
+              if re.match(r"\.?\w", found) else found) if where else "the shell"
+    if ctx.sheet.has("os", "macos") or re.search(r"(?i)\bmacOS\b|\bmac ?book\b|\bon (?:a )?mac\b", text):
+        fix = (f"set it for the app: launchctl setenv {name} {value}, then quit and restart the {program} app "
+               "(it reads launchctl's environment, not the shell's)")
+    else:
+        after = _AFTER.get(name, "").format(value=value)
+        fix = (f"set it on the service: sudo systemctl edit {unit}.service and add under [Service] "
+               f"Environment=\"{name}={value}\", then sudo systemctl daemon-reload && sudo systemctl restart {unit}"
+               f"{after}; check with systemctl show {unit} --property=Environment (the export in {source} reaches "
+               f"only programs started from that shell, such as a hand-run `{program} serve`)"
+               if program != "docker" else
+               f"give it to the daemon: sudo systemctl edit docker.service and add under [Service] "
+               f"Environment=\"{name}={value}\", then sudo systemctl daemon-reload && sudo systemctl restart docker "
+               f"(check: systemctl show docker --property=Environment); the pull is done by dockerd, which never "
+               f"reads {source}")
+    return _make("env-not-applied", f"{name} is set in {source}, but {program} runs as a systemd service",
+                 f"on Linux {program} runs as the systemd service {unit}.service; systemd starts it with its unit's "
+                 f"environment and never reads a shell's start-up files or exports, so {name}={value} never reaches "
+                 "the running server", fix, [], said[:1])

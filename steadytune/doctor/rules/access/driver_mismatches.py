@@ -257,13 +257,24 @@ def mainline_kernel(ctx: Context) -> Optional[Diagnosis]:
     keep = (f"; or keep this kernel and install the amdgpu-dkms of ROCm {first[1]} or newer (the first release whose "
             f"driver builds for the {first[0]} kernels: sudo amdgpu-install --uninstall, then the amdgpu-install of "
             f"{first[1]})" if first else "")
+    # amdgpu-dkms is optional for ROCm: its user space runs on the kernel's own amdgpu (amdgpu-install --no-dkms), and
+    # a mainline kernel's own driver is as new as the DKMS module's source or newer ("module amdgpu/6.16.13-..." is
+    # the DKMS driver's kernel base)
+    amd = re.search(r"(?i)\bamdgpu-dkms\b|\bmodule amdgpu/|\bamdgpu-install\b", text)
+    base = re.search(r"(?i)\bmodule amdgpu/(\d+)\.(\d+)", text)
+    series = re.match(r"(\d+)\.(\d+)", kernel.group(0))
+    newer = base and series and tuple(map(int, series.groups())) > tuple(map(int, base.groups()))
+    skip = ("; or keep this kernel and skip the DKMS module: sudo amdgpu-install --usecase=rocm --no-dkms (sudo "
+            "amdgpu-install --uninstall first where amdgpu-dkms is half-installed); ROCm's user space then runs on the "
+            "kernel's own amdgpu" + (f", which in {series.group(0)} is newer than the DKMS module's "
+                                     f"{base.group(1)}.{base.group(2)} source" if newer else "") if amd else "")
     return _first(_make(
         "driver", f"{kernel.group(0)} is a mainline kernel the driver's DKMS module does not build for",
         f"{kernel.group(0)} is an Ubuntu mainline kernel build (kernel.ubuntu.com/mainline, the six-digit ABI number); "
         "the GPU driver's DKMS package supports only the distribution's own kernels, so it refuses or fails to build",
         f"boot the distribution's kernel instead of the mainline one: sudo apt install {hwe if ga else hwe + ' (or linux-generic)'}, pick it "
         "in GRUB (Advanced options), then remove the mainline linux-image- and linux-headers- packages and install "
-        "the driver again" + keep, evidence, failed))
+        "the driver again" + keep + skip, evidence, failed))
 
 
 # A crash in a program's Vulkan backend (llama.cpp's ggml-vulkan, koboldcpp, LM Studio's Vulkan runtime): the

@@ -1,7 +1,7 @@
 """The GPU driver's packages, read from what the package manager and the installer say: two kernel-driver stacks that
 collide, the ROCm kernel-driver package renamed (rock-dkms before ROCm 4.5, amdgpu-dkms after), an amdgpu-install
-that replaced the display driver without its graphics use case, and the old rock-dkms on a kernel its release never
-built for."""
+that replaced the display driver without its graphics use case, the old rock-dkms on a kernel its release never
+built for, and pieces of an NVIDIA driver branch installed without the driver itself."""
 
 from __future__ import annotations
 
@@ -149,3 +149,49 @@ def rock_dkms_kernel(ctx: Context) -> Optional[Diagnosis]:
                         "rock-dkms) and run the ROCm user space on the kernel's own amdgpu (Linux 4.17 and newer have "
                         "KFD for discrete GPUs); or install a current ROCm release, whose amdgpu-dkms lists this "
                         "kernel", [ctx.line_fact(failed[0])], failed[:3]))
+
+
+# Ubuntu's NVIDIA driver is split into packages of one branch (nvidia-driver-NNN depends on them all): the libraries
+# (libnvidia-gl-NNN holds the Vulkan / OpenGL driver, libnvidia-compute-NNN CUDA's), the tools (nvidia-utils-NNN:
+# nvidia-smi) and the kernel module (linux-modules-nvidia-NNN / nvidia-dkms-NNN). Installed one by one, the pieces
+# have no kernel module: nouveau keeps the card, and every program finds no NVIDIA device
+_DRIVER_PIECE = re.compile(r"(?i)\b((?:lib)?nvidia-(?:gl|compute|utils|compute-utils|decode|encode|extra|fbc1|cfg1|"
+                           r"common|kernel-common|kernel-source))-(\d{3})(-server|-open)?\b")
+_WHOLE_DRIVER = re.compile(r"(?i)\bnvidia-driver-\d{3}|\bnvidia-dkms-\d{3}|\blinux-modules-nvidia-\d{3}|\bcuda-drivers\b|"
+                           r"\bubuntu-drivers (?:autoinstall|install)\b|\bnvidia-headless-\d{3}|\bakmod-nvidia\b|"
+                           r"\bNVIDIA-Linux-x86_64-\d")
+_INSTALLS = re.compile(r"(?i)\b(?:apt(?:-get)?|aptitude|nala)\s+(?:-\S+\s+)*install\b")
+
+
+@rule("driver")
+def driver_pieces_without_the_driver(ctx: Context) -> Optional[Diagnosis]:
+    """Pieces of one NVIDIA driver branch installed by hand (libnvidia-gl-NNN for Vulkan, nvidia-utils-NNN for
+    nvidia-smi), and never the driver itself, with a GPU failure beside them: without nvidia-driver-NNN there is no
+    kernel module (nouveau keeps the card), so Vulkan and CUDA programs see no NVIDIA device; pieces of two branches
+    cannot work together either. The remedy is the whole driver of one branch."""
+    text = _text(ctx)
+    if ctx.sheet.has("platform", "wsl") or ctx.sheet.has("platform", "container") or _WHOLE_DRIVER.search(text):
+        return None
+    pieces = [m for line in ctx.sheet.lines if _INSTALLS.search(line) for m in _DRIVER_PIECE.finditer(line)]
+    failing = [e for e in ctx.errors if e.family in (None, "driver", "visibility", "device-access")]
+    if not pieces or not (failing or ctx.sheet.has("complaint")):
+        return None
+    newest = max(pieces, key=lambda m: int(m.group(2)))
+    branch, flavour = newest.group(2), (newest.group(3) or "").lower()
+    branches = sorted({m.group(2) for m in pieces})
+    names = ", ".join(dict.fromkeys(m.group(0) for m in pieces))
+    mixed = (f"; the pieces are of {len(branches)} branches ({', '.join(branches)}), which do not work together"
+             if len(branches) > 1 else "")
+    stray = [m.group(0) for m in pieces if m.group(2) != branch]
+    server = f" (a headless server: nvidia-driver-{branch}-server)" if flavour == "-server" else ""
+    return _make("driver", f"only pieces of the NVIDIA {branch} driver are installed, not the driver",
+                 f"{names} are parts of Ubuntu's NVIDIA driver (its Vulkan/OpenGL libraries and tools); without "
+                 f"nvidia-driver-{branch} no NVIDIA kernel module is installed, the open nouveau driver keeps the card, "
+                 "and programs (Vulkan ones such as GPT4All and llama.cpp's Vulkan build, CUDA ones) find no NVIDIA "
+                 "device" + mixed,
+                 f"install the whole driver of one branch: sudo apt install nvidia-driver-{branch}{server} (or sudo "
+                 "ubuntu-drivers install, which picks the recommended one)" +
+                 (f", remove the other branch's pieces (sudo apt purge {' '.join(dict.fromkeys(stray))})" if stray
+                  else "") + ", and reboot; check: nvidia-smi lists the GPU, lsmod | grep nouveau is empty, and "
+                 "vulkaninfo --summary shows the NVIDIA GPU (not llvmpipe)",
+                 [], (failing or _lines_matching(ctx, _DRIVER_PIECE))[:2])

@@ -1,5 +1,6 @@
 """Several GPUs over NCCL or a serving engine's own all-reduce: the transport (P2P, NVLink SHARP, shared
-memory), an NCCL older than the GPU, a job that stalls after NCCL's set-up."""
+memory), an NCCL older than the GPU, a job that stalls after NCCL's set-up, and the process group's backend set on
+the framework's own option (Windows' gloo)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from steadytune.doctor.rules.collectives import (cumem_host_without_peer, nccl_s
                                                  one_gpu_works_several_not, silent_after_the_ibverbs_warning,
                                                  tests_built_without_mpi, trtllm_peer_access)
 from steadytune.doctor.rules.base import (_catalogue, _CONTAINED, Context, Diagnosis, _lines_matching, _make, _restate,
-                                          rule, _text, _vendor)
+                                          on_windows, rule, _text, _vendor)
 
 
 def _container_paths(text: str) -> bool:
@@ -199,6 +200,70 @@ def _shared_memory_said(ctx: Context) -> Optional[Diagnosis]:
                  "preprocessing_num_workers) if it cannot grow", [], said[:1], confirmed=False)
 
 
+# each framework's own option for the process group's backend, which the framework passes to init_process_group (a
+# variable or a torch call around it does not reach it): Lightning's DDPStrategy(process_group_backend=) (1.6+; its
+# PL_TORCH_DISTRIBUTED_BACKEND variable was deprecated in 1.6 for removal in 1.8), accelerate's InitProcessGroupKwargs,
+# transformers' TrainingArguments.ddp_backend, deepspeed.init_distributed(dist_backend=), mmengine's env_cfg.dist_cfg,
+# fairseq's --distributed-backend
+_BACKEND_OPTIONS = (
+    ("Lightning", r"(?i)pytorch[-_ ]lightning|\blightning\b|\bPL_TORCH_\w+|\bLightningModule\b|\bpl\.Trainer\b",
+     "Trainer(strategy=DDPStrategy(process_group_backend=\"gloo\")) (from lightning.pytorch.strategies import "
+     "DDPStrategy; Fabric takes the same strategy)"),
+    ("accelerate", r"(?i)\baccelerate\b",
+     "Accelerator(kwargs_handlers=[InitProcessGroupKwargs(backend=\"gloo\")]) (from accelerate.utils)"),
+    ("transformers", r"\bTrainingArguments\b|--ddp_backend|\bSFTConfig\b|\btransformers\b",
+     "TrainingArguments(ddp_backend=\"gloo\") (--ddp_backend gloo)"),
+    ("DeepSpeed", r"(?i)\bdeepspeed\b", "deepspeed.init_distributed(dist_backend=\"gloo\")"),
+    ("mmengine", r"(?i)\bmm(?:engine|cv|det|seg|pose|action)\b|\bdist_train\.sh\b",
+     "env_cfg = dict(dist_cfg=dict(backend=\"gloo\")) in the config (mmcv 1.x configs: dist_params = "
+     "dict(backend=\"gloo\"))"),
+    ("fairseq", r"(?i)\bfairseq\b", "--distributed-backend gloo"),
+)
+_LIGHTNING_VERSION = re.compile(r"(?i)\b(?:pytorch[-_ ])?lightning\W{1,4}v?(\d+)\.(\d+)")
+
+
+def _backend_option(text: str) -> Optional[tuple[str, str]]:
+    """The framework the paste runs and its own switch for the backend, or None for plain torch."""
+    return next(((name, option) for name, named, option in _BACKEND_OPTIONS if re.search(named, text)), None)
+
+
+# the backend asked for in words ("change the distributed backend to gloo") or by the variables users try
+_BACKEND_ASKED = re.compile(r"(?i)\bgloo\b.{0,60}\b(?:backend|windows)\b|\b(?:backend|windows)\b.{0,60}\bgloo\b|"
+                            r"\bPL_TORCH_DISTRIBUTED_BACKEND\b|\bNCCL\b.{0,40}\b(?:not available|unavailable|not "
+                            r"supported)\b.{0,30}\bwindows\b")
+
+
+def _backend_asked(ctx: Context) -> Optional[Diagnosis]:
+    """A distributed run whose backend the user tries to set to gloo (Windows' torch has no NCCL), with no error line:
+    the framework creates the process group itself and takes the backend only from its own option; Lightning from 1.8
+    no longer reads PL_TORCH_DISTRIBUTED_BACKEND at all."""
+    text = _text(ctx)
+    said = _lines_matching(ctx, _BACKEND_ASKED)
+    if not said:
+        return None
+    windows = on_windows(ctx, text)
+    variable = re.search(r"\bPL_TORCH_DISTRIBUTED_BACKEND\b", text)
+    if not windows and not variable:
+        return None
+    own = _backend_option(text)
+    version = _LIGHTNING_VERSION.search(text)
+    ignored, release = "", ""
+    if variable:
+        release = f"Lightning {version.group(1)}.{version.group(2)}" if version else "current Lightning"
+        ignored = (f"; {release} does not read PL_TORCH_DISTRIBUTED_BACKEND (deprecated in 1.6, dropped in 1.8), so "
+                   "setting it changes nothing")
+        own = own or next((n, o) for n, _, o in _BACKEND_OPTIONS if n == "Lightning")
+    fix = ((f"set it on {own[0]}'s own option: {own[1]}" + (f"; {release} does not read PL_TORCH_DISTRIBUTED_BACKEND, "
+                                                            "so unset it" if variable else "") if own else
+            "pass it where the process group is created: torch.distributed.init_process_group(backend=\"gloo\")") +
+           ("; on Windows NCCL does not exist, so gloo is the backend there (or run under Linux / WSL 2 for NCCL)"
+            if windows else ""))
+    return _make("multi-gpu-transport", "the process group's backend is chosen on the framework, not by a variable",
+                 ("torch on Windows is built without NCCL, so a distributed run there needs the gloo backend; " if windows
+                  else "") + "the framework starts the process group itself and takes its backend only from its own "
+                 "option" + ignored, fix, [], said[:1])
+
+
 @rule("multi-gpu-transport")
 def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
@@ -220,7 +285,7 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if apart is not None:
         return apart
     if not errors:
-        return (_split_model_garbage(ctx) or _stalls_after_nccl_setup(ctx) or _shared_memory_said(ctx) or
+        return (_backend_asked(ctx) or _split_model_garbage(ctx) or _stalls_after_nccl_setup(ctx) or _shared_memory_said(ctx) or
                 _tensor_parallel_fails(ctx) or one_gpu_works_several_not(ctx) or nccl_shared_memory_said(ctx))
     text = " ".join(e.line for e in errors)
     joined = "\n".join(ctx.sheet.lines)
@@ -238,8 +303,10 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if nvls is not None:
         return nvls
     if re.search(r"(?i)doesn.t have NCCL", text) or (re.search(r"(?i)\bNCCL\b", text) and ctx.sheet.is_windows):
-        gloo = ("use the gloo backend: init_process_group(backend=\"gloo\") (Lightning: DDPStrategy("
-                "process_group_backend=\"gloo\"); a config's dist backend: gloo), or run under Linux / WSL 2 for NCCL")
+        own = _backend_option(joined)
+        gloo = ("use the gloo backend: " + (f"{own[1]} ({own[0]}'s own option), or " if own else "") +
+                "init_process_group(backend=\"gloo\") (Lightning: DDPStrategy(process_group_backend=\"gloo\"); a "
+                "config's dist backend: gloo), or run under Linux / WSL 2 for NCCL")
         if re.search(r"(?i)\baccelerate\b", joined) and not _SEVERAL_GPUS.search(joined):
             # accelerate starts a process group only because its saved config says multi-GPU; one GPU needs none
             gloo = ("on one GPU no process group is needed: rerun `accelerate config` and answer \"No distributed "

@@ -8,7 +8,8 @@ says more:
   the socket interface   across nodes the sockets go out on the first interface found (a bridge, loopback): the run
                          works on one node and hangs on two, or hangs on several at NCCL's start (NCCL_SOCKET_IFNAME),
                          or gloo advertises a loopback address such as Debian's 127.0.1.1 hostname entry
-                         (GLOO_SOCKET_IFNAME)
+                         (GLOO_SOCKET_IFNAME); NCCL's bootstrap refused or closed between two hosts of its log or
+                         between pods (NCCL_SOCKET_IFNAME with the NIC in use or the pod's eth0, mpirun -x)
   multi-node, said       a thin report that multi-node training fails: the same NCCL and CUDA on every node first
   the libuv store        torch 2.4+ starts the TCPStore on libuv, which the Windows wheels lack
   the port in use        the store's MASTER_PORT (29500 by default) held by another job or a crashed run's ranks
@@ -182,6 +183,62 @@ def _socket_interface(ctx: Context) -> Optional[Diagnosis]:
                         [], said[:1]))
 
 
+# NCCL's sockets between the ranks failing: its bootstrap / socket transport's own words, or the user's
+_NCCL_SOCKET_FAILED = re.compile(r"(?i)Connection closed by remote peer|Call to connect (?:timeout|returned)\W{0,4}"
+                                 r"Connection (?:refused|timed out)|\bNCCL\b.{0,80}\b(?:Connection refused|No route to "
+                                 r"host|Connection reset by peer)|\bsocket(?:Start|Poll|Finalize)?Connect\w*\b.{0,80}"
+                                 r"(?:refused|failed|timed? ?out)|\bbootstrap\w*\b.{0,60}\b(?:Connection refused|"
+                                 r"timed? ?out)")
+# NCCL's log prefix: "host:pid:tid [device]"; two hosts in it are two nodes
+_NCCL_HOST = re.compile(r"^\s*([A-Za-z][\w.-]*):\d+:\d+ \[\d+\]")
+# a Kubernetes job (Kubeflow's MPIJob / PyTorchJob, a pod): each rank is a pod with the pod network's eth0 and its
+# loopback; an image's /etc/nccl.conf that only excludes docker0 lets NCCL take lo there
+_POD = re.compile(r"(?i)\bkind:\s*\w*Job\b|\bMPIJob\b|\bPyTorchJob\b|\bkubeflow\b|\bkubectl\b|\bkubernetes\b|\bk8s\b|"
+                  r"\bpods?\b|\bmpi-operator\b")
+# an interface NCCL used that is a real NIC (not loopback, a bridge or a virtual link)
+_NIC_USED = re.compile(r"NET(?:/Socket)?\s*:\s*Using (?:interface |\[\d\])?((?:en|eth|ib|bond|em|p\d)\w*)")
+
+
+def _nccl_sockets_refused(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL's bootstrap or socket transport refused or dropped between the ranks, on several nodes (two hosts in
+    NCCL's log prefix, or nodes said) or in Kubernetes pods: NCCL dials each rank on the interface that rank
+    advertised, which is the first one it found (a docker bridge, a management port, or inside a pod the loopback
+    when an image's /etc/nccl.conf excludes only docker0); NCCL_SOCKET_IFNAME names the one that routes, and every
+    rank must get it (mpirun -x)."""
+    failed = _lines_matching(ctx, _NCCL_SOCKET_FAILED)
+    text = _text(ctx)
+    if not failed or re.search(r"(?i)NET/IB\b.{0,40}(?:error|fail)|\bibv_\w+ failed|/dev/shm|shm_open", text):
+        return None
+    hosts = {m.group(1) for line in ctx.sheet.lines for m in [_NCCL_HOST.match(line)] if m}
+    pod = _POD.search(text)
+    if len(hosts) < 2 and not _NODES.search(text) and not pod:
+        return None
+    used = _NIC_USED.search(text)
+    user = next((m.group(1) for line in ctx.sheet.lines if _NIC_USED.search(line)
+                 for m in [_NCCL_HOST.match(line)] if m), None)
+    value = used.group(1) if used else ("eth0" if pod else "<the interface on the nodes' shared network>")
+    mpi = re.search(r"(?i)\bmpirun\b|\bhorovod(?:run)?\b|\bMPIJob\b", text)
+    where = (f"NCCL_SOCKET_IFNAME={value} (the pod network's interface; ip -br addr inside a pod lists it)" if pod else
+             f"NCCL_SOCKET_IFNAME={value}" + (f" (the interface {user or 'one rank'}'s NCCL used; it must carry an "
+                                              "address the other nodes reach, ip -br addr on each)" if used else
+                                              " (ip -br addr shows which carries the nodes' addresses)"))
+    return _first(_make("multi-gpu-transport", "NCCL's sockets go out on an interface the other ranks cannot reach",
+                        "NCCL's bootstrap and socket transport dial each rank on the address that rank advertised, "
+                        "taken from the first interface NCCL found: a docker bridge, a second port on another "
+                        "network, or inside a pod the loopback; the other rank then finds the connection refused or "
+                        "closed" + (f" (the log shows {len(hosts)} hosts: {', '.join(sorted(hosts)[:3])})"
+                                    if len(hosts) > 1 else ""),
+                        f"export {where} on every rank, or exclude the ones that do not route: "
+                        "NCCL_SOCKET_IFNAME=^docker0,lo" +
+                        (f"; with mpirun pass it to all ranks: mpirun -x NCCL_SOCKET_IFNAME={value.split(' ')[0]} ..."
+                         if mpi else "") +
+                        ("; an image's /etc/nccl.conf may already set NCCL_SOCKET_IFNAME=^docker0 (older Horovod "
+                         "images did), which leaves lo to NCCL inside a pod: remove that line or make it ^docker0,lo"
+                         if pod or mpi else "") +
+                        "; NCCL_DEBUG=INFO prints the interface each rank picks (NET/Socket : Using ...)",
+                        [ctx.line_fact(failed[0])], failed[:2]))
+
+
 _TRAINING_SAID = re.compile(r"(?i)\btrain\w*|\bfine-?tun\w*|\bdeepspeed\b|\btorchrun\b|\bmegatron\b|训练|微调")
 _ERROR_SAID = re.compile(r"(?i)\b(?:errors?|fails?|failed|failing|crash\w*|exception)\b|报错|出错|失败|错误")
 
@@ -252,5 +309,5 @@ def _port_taken(ctx: Context) -> Optional[Diagnosis]:
 def rendezvous(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the store's libuv error, a loopback address refused between nodes, a run that works on one node
     and hangs on two, or a 30-minute wait while rank 0 preprocesses."""
-    return (_store_without_libuv(ctx) or _port_taken(ctx) or _socket_interface(ctx) or
+    return (_store_without_libuv(ctx) or _port_taken(ctx) or _socket_interface(ctx) or _nccl_sockets_refused(ctx) or
             _collective_timeout_while_preprocessing(ctx) or _watchdog_outwaited(ctx) or _multi_node_error_said(ctx))

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
-from steadytune.doctor.rules.base import (_catalogue, Context, Diagnosis, _first, _lines_matching, _make, _restate,
+from steadytune.doctor.rules.base import (_catalogue, _CONTAINED, Context, Diagnosis, _first, _lines_matching, _make, _restate,
                                           rule, _vendor)
 from steadytune.doctor.rules.runtime.shared import _ILLEGAL_MEMORY, _training, _WHISPER
 from steadytune.doctor.rules.runtime.host_memory import _build_out_of_host_memory, _killed_by_signal_9
@@ -90,6 +90,40 @@ def _shm_fix(joined: str, fix: str) -> str:
             "first to keep its changes); " + fix)
 
 
+# a container or a pod said: the data loader's /dev/shm is the container runtime's (64 MB unless widened), set where
+# the container or pod is created
+_POD_SAID = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bkubectl\b|\bkubeflow\b|\bpods?\b|\bjupyterhub\b|"
+                       r"\bnotebook server\b|\bhelm\b")
+# the flag given on a command line (docker run ... --ipc=host), not only named in a question about it
+_SHM_GIVEN = re.compile(r"(?i)\b(?:docker|podman|nvidia-docker)\s+(?:run|create)\b[^\n]*(?:--ipc[= ]host|--shm-size)|"
+                        r"^\s*(?:shm_size|ipc):\s*\S")
+
+
+def _container_shm(ctx: Context, errors: list, joined: str) -> Optional[Diagnosis]:
+    """A data loader's worker failing on shared memory where the paste says it runs in a container or a pod: the
+    container's /dev/shm (64 MB by default in Docker and in a Kubernetes pod) is what the workers' batches fill; it is
+    set where the container is created (docker --ipc=host / --shm-size; a pod only through an emptyDir volume of
+    medium Memory mounted at /dev/shm), so the reading is the container's transport between processes."""
+    pod = _POD_SAID.search(joined)
+    if not (pod or ctx.sheet.has("platform", "container") or _CONTAINED.search(joined)):
+        return None
+    given = _SHM_GIVEN.search(joined)
+    if given and not pod:
+        return None   # the flag is on the run already: the reading below (a container made before it) says why
+    docker = ("where you start the container yourself, docker run --ipc=host (or --shm-size=16g; compose: shm_size: "
+              "16gb / ipc: host)")
+    kube = ("a notebook or job that a platform starts in a Kubernetes pod (Kubeflow, JupyterHub on Kubernetes) takes "
+            "no docker flag: mount an emptyDir volume with medium: Memory at /dev/shm in the pod spec (volumes: - "
+            "name: dshm, emptyDir: {medium: Memory}; volumeMounts: - name: dshm, mountPath: /dev/shm; Kubeflow's "
+            "notebook form: Enable Shared Memory)")
+    return _make("multi-gpu-transport", "the container's /dev/shm is too small for the data loader's workers",
+                 "the DataLoader's worker processes hand each batch to the main process through files in /dev/shm; "
+                 "in a container or pod it is 64 MB unless widened, and the workers fail to write or open them",
+                 (f"{kube}; {docker}" if pod else f"{docker}; {kube}") +
+                 "; check df -h /dev/shm inside it; num_workers=0 confirms it (no shared memory used)",
+                 [ctx.line_fact(errors[0])], errors)
+
+
 TRAINING_OOM_FIX = ("lower the batch size (per_device_train_batch_size 1-2, gradient_accumulation_steps raised to keep "
                     "the effective batch), turn on gradient checkpointing (gradient_checkpointing: true), shorten the "
                     "max length (cutoff_len / max_seq_length), and load the base model in 4 bit (QLoRA: "
@@ -122,7 +156,10 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "vLLM sizes the KV cache from the memory left under gpu_memory_utilization; it holds fewer tokens "
                      "than max_model_len", "raise gpu_memory_utilization (0.9; --gpu-memory-utilization) or lower "
                      "max_model_len (--max-model-len) so one sequence fits", [ctx.line_fact(errors[0])], errors)
-    if any(re.search(r"(?i)DataLoader worker|shared memory|\bshm\b", e.line) for e in errors):
+    if any(re.search(r"(?i)DataLoader worker|shared memory|\bshm\b|</?torch_\d", e.line) for e in errors):
+        contained = _container_shm(ctx, errors, joined)
+        if contained is not None:
+            return contained
         if _DISTRIBUTED.search(joined):
             # a distributed run's ranks share /dev/shm with their loaders (NCCL's segments too): the container's
             # shared memory is the multi-GPU job's, the transport family's fix
