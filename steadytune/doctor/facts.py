@@ -239,6 +239,12 @@ def _nvidia_arch(line: str):
         yield "arch", f"sm_{cc.group(1)}{cc.group(2)}", "machine"
     elif m and re.search(r"\bwith CUDA capability sm_|\bcapability:?\s*sm_|^\s*(?:- )?Compute capability", line):
         yield "arch", f"sm_{m.group(1)}", "machine"
+    # text-embeddings-inference's candle backend: "Runtime compute cap 75 is not compatible with compile time compute
+    # cap 80": the GPU's own capability, then the one the image was compiled for
+    tei = re.search(r"(?i)Runtime compute cap (\d{2,3}) is not compatible with compile time compute cap (\d{2,3})", line)
+    if tei:
+        yield "arch", f"sm_{tei.group(1)}", "machine"
+        yield "built_for", f"sm_{tei.group(2)}", "list"
     supported = re.search(r"supports CUDA capabilities ((?:sm_\d+\s*)+)", line)
     if supported:
         for sm in re.findall(r"sm_\d+", supported.group(1)):
@@ -286,6 +292,7 @@ def _bare_igpu(line: str) -> Optional[re.Match]:
 
 
 # a Chinese character glued to a model name ("8张A100的卡"): both are word characters, so \b finds no edge between them
+_GLUED_MEMORY = re.compile(r"(?i)\b((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0) ?Ti)(?=\d{1,2} ?GB?\b)")
 _CJK_EDGE = re.compile(r"(?<=[\u4e00-\u9fff])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=[\u4e00-\u9fff])")
 
 
@@ -293,6 +300,8 @@ _CJK_EDGE = re.compile(r"(?<=[\u4e00-\u9fff])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?=
 def _gpu(line: str):
     if re.search(r"[\u4e00-\u9fff]", line):
         line = _CJK_EDGE.sub(" ", line)
+    # a modded card's memory glued to its name ("2080ti22g", the 22 GB RTX 2080 Ti sold in China): the name alone
+    line = _GLUED_MEMORY.sub(r"\1 ", line)
     if not (_GPU_WORDS.search(line) or _bare_igpu(line) or _GEFORCE_SERIES.search(line)):
         return
     mobile = _MOBILE.search(line)
@@ -320,6 +329,8 @@ def _gpu(line: str):
     named = re.sub(r"(?i)\bRX[ -]?(\d{3,4})", r"RX \1", named)                   # "RX6700", "rx 580", "RX-7900"
     named = re.sub(r"(?i)\b(RTX|GTX)[ -]?(\d{3,4})", lambda m: f"{m.group(1).upper()} {m.group(2)}", named)   # "Gtx1650ti", "RTX-5090"
     named = re.sub(r"(?i)\bGeForce (1[0-6][5-8]0)\b", r"GTX \1", named)                       # "geforce 1070"
+    # a GeForce RTX number after the vendor's name alone ("nvidia 5090", "GeForce 4090"): the RTX card
+    named = re.sub(r"(?i)\b(NVIDIA|GeForce) ((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0))\b", r"\1 RTX \2", named)
     # a bare GeForce number said to be a GPU ("a 5080 GPU", "my 4090 card")
     if not re.search(r"(?i)\b(?:RTX|GTX|RX)\s?\d{4}", named):
         named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop))",
@@ -341,6 +352,30 @@ def _gpu(line: str):
         return
     if re.search(r"Jetson (?:AGX )?Orin|\bOrin (?:Nano|NX)", line, re.IGNORECASE):
         yield "gpu", "Jetson Orin", "sm_87"
+
+
+# cloud instance types named for their GPU (AWS's accelerated-computing instance pages; SageMaker writes them with
+# "ml."; Google Cloud's accelerator-optimized machine series): the GPU every such instance carries
+_CLOUD_INSTANCES = ((r"p2", "Tesla K80", "sm_37"), (r"g3s?", "Tesla M60", "sm_52"), (r"p3(?:dn)?", "Tesla V100", "sm_70"),
+                    (r"g4dn", "Tesla T4", "sm_75"), (r"g5g", "T4G", "sm_75"), (r"g4ad", "Radeon Pro V520", "gfx1011"),
+                    (r"g5", "A10G", "sm_86"), (r"g6", "L4", "sm_89"), (r"g6e", "L40S", "sm_89"),
+                    (r"p4de?", "A100", "sm_80"), (r"p5(?:e|en)?", "H100", "sm_90"))
+_CLOUD_INSTANCE = re.compile(r"(?i)(?<![\w.-])(?:ml\.)?(p2|g3s?|p3(?:dn)?|g4dn|g5g|g4ad|g5|g6e?|p4de?|p5(?:e|en)?)\."
+                             r"(?:\d{0,2}x?large|metal)\b|\b(a2|a3|g2)-(?:highgpu|megagpu|ultragpu|standard)-\d+g?\b")
+_GCP_SERIES = {"a2": ("A100", "sm_80"), "a3": ("H100", "sm_90"), "g2": ("L4", "sm_89")}
+
+
+@finder
+def _cloud_instance(line: str):
+    m = _CLOUD_INSTANCE.search(line)
+    if m is None:
+        return
+    if m.group(1):
+        kind = m.group(1).lower()
+        name, arch = next((n, a) for pattern, n, a in _CLOUD_INSTANCES if re.fullmatch(pattern, kind))
+    else:
+        name, arch = _GCP_SERIES[m.group(2).lower()]
+    yield "gpu", f"{name} ({m.group(0)})", arch
 
 
 # a GeForce generation named as a whole: "50 series cards", "RTX 50-series", "RTX 50xx", "50系显卡" (NVIDIA's compute capability

@@ -16,12 +16,32 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _first, _make, rule
 _NVRTC_ARCH = re.compile(r"(?i)nvrtc: error: invalid value for --gpu-architecture")
 
 
+# torch named with its release in words ("pytorch 1.14+cu117 nightly", "torch 1.12"): the patch may be left out
+_TORCH_SAID = re.compile(r"(?i)\b(?:py)?torch\s*(?:==|version:?|v)?\s*(\d)\.(\d{1,2})(?:\.(\d+))?(?![\d.])")
+# The first torch release that caps the arch it asks NVRTC for at the newest one the NVRTC of its CUDA knows, by the
+# GPU's compute capability: 1.7.1 capped Ampere (sm_86) under CUDA 11.0's NVRTC (pytorch/pytorch#48151, cherry-picked
+# from #47658); 1.13 capped Ada and Hopper (sm_89, sm_90) at sm_86 under the NVRTC of CUDA 11.7 and older
+# (pytorch/pytorch#87611, in the nightlies from late October 2022 and in the 1.13 release)
+_NVRTC_CAPPED = ((89, (1, 13, 0), "Ada and Hopper (sm_89, sm_90) at sm_86 for the NVRTC of CUDA 11.7 and older"),
+                 (86, (1, 7, 1), "Ampere (sm_86) at sm_80 for CUDA 11.0's NVRTC"))
+
+
 def _torch_release(ctx: Context) -> Optional[tuple[int, int, int]]:
     for value in ctx.sheet.values("torch"):
         m = re.match(r"(\d+)\.(\d+)\.(\d+)", value)
         if m:
             return int(m.group(1)), int(m.group(2)), int(m.group(3))
+    said = _TORCH_SAID.search(_text(ctx))
+    if said:
+        return int(said.group(1)), int(said.group(2)), int(said.group(3) or 0)
     return None
+
+
+def _newest_sm(ctx: Context) -> Optional[str]:
+    """The newest NVIDIA arch the paste shows: NVRTC not knowing an arch fails on the newest card (an older one beside
+    it, "on my RTX 3090 it works", is known to the same NVRTC)."""
+    archs = {f.value for f in ctx.sheet.of("arch") if re.fullmatch(r"sm_\d{2,3}", f.value)}
+    return max(archs, key=lambda a: int(a[3:]), default=None)
 
 
 @rule("arch-missing")
@@ -44,6 +64,9 @@ def nvrtc_unknown_arch(ctx: Context) -> Optional[Diagnosis]:
                             f"install {program}, whose NVRTC still compiles {sm} (CUDA {build[0]} compiles compute "
                             f"capability {dotted(_NVCC_OLDEST[build[0]])} and newer)",
                             [f for f in (where, ctx.line_fact(errors[0])) if f], errors))
+    newest = _newest_sm(ctx)
+    if newest and (cc is None or int(newest[3:]) > cc):
+        sm, cc = newest, int(newest[3:])
     needs = _NVCC_FIRST.get(str(cc)) if cc else None
     known = f"{needs} or newer" if needs else "a CUDA release that knows the GPU"
     if cupy:
@@ -54,11 +77,15 @@ def nvrtc_unknown_arch(ctx: Context) -> Optional[Diagnosis]:
         fix = f"install a torch built for {known}" + (f": {wheel}" if wheel else
                                                       " (pip install -U torch from the pytorch.org CUDA index for it)")
         release = _torch_release(ctx)
-        if release is None or release < (1, 7, 1):
-            # torch 1.7.0 asked NVRTC for the GPU's own arch; 1.7.1 caps the request at the newest arch the NVRTC
-            # of its CUDA knows (pytorch/pytorch#48151, cherry-picked into 1.7.1; pytorch/pytorch#47658)
-            fix += ("; at least torch 1.7.1, which caps the arch it asks NVRTC for at the newest one that NVRTC "
-                    "knows (torch 1.7.0 asked for the GPU's own and failed on Ampere cards)")
+        # (a GPU the paste does not name: the first cap, the one most torch builds of that time lacked)
+        capped = (next(((first, what) for floor, first, what in _NVRTC_CAPPED if cc >= floor), None) if cc else
+                  _NVRTC_CAPPED[-1][1:])
+        nightly = re.search(r"(?i)\bnightl(?:y|ies)\b|\.dev\d{6,8}", _text(ctx))
+        if capped and (release is None or release < capped[0] or nightly and release[:2] <= (capped[0][0], capped[0][1] + 1)):
+            # a nightly of the next release made before the cap landed lacks it too
+            first = ".".join(str(x) for x in capped[0]).removesuffix(".0")
+            fix += (f"; or keep the CUDA and install at least torch {first}" + (" (or a nightly made after the "
+                    "fix)" if nightly else "") + f", which caps the arch it asks NVRTC for: {capped[1]}")
     gpu = f"{sm} (compute capability {dotted(cc)})" if sm else "this GPU"
     used = f"CUDA {build[0]}.{build[1]}" if build else "the CUDA the program was built with"
     return _first(_make("arch-missing", f"NVRTC does not know {sm or 'this GPU'}",

@@ -7,7 +7,8 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.packages import IMPORT_DISTRIBUTIONS, distribution_of
-from steadytune.doctor.rules.base import Context, Diagnosis, _make, _restate, rule, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _make, _restate, on_windows, rule, _text
+from steadytune.doctor.rules.install.companion_index import xformers_built_for
 from steadytune.doctor.rules.install.shared import _cuda_label, _listed_torch, _MODULE_PACKAGES, _table_fix, _torch_cuda
 from steadytune.doctor.rules.install.torch_build import _index_for_toolkit
 from steadytune.doctor.rules.install.wheels import _release
@@ -40,6 +41,10 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
     evidence = [ctx.line_fact(errors[0])]
     operator = re.search(r"No such operator (\w+)::", text)
     built = re.search(r"xFormers was built for:?\s*PyTorch (\S+).{0,40}\(you have (\S+)\)", _text(ctx))
+    report = xformers_built_for(_text(ctx), on_windows(ctx, _text(ctx))) if built else None
+    if report is not None:
+        what, why, fix = report
+        return _make("abi-mismatch", what, why, fix, evidence, errors)
     if operator or built and not built.group(2).endswith("+cpu"):
         package = "xformers" if built else operator.group(1).replace("_", "-")
         have = built.group(2) if built else torch

@@ -4,7 +4,10 @@ no GPU backend, and the GPU Offload setting went inactive; the OpenCL (or ROCm) 
 
 Source: lmstudio-ai/lmstudio-bug-tracker issue 40 (RX 6600 XT: offload selectable in 0.2.24, inactive in 0.2.25;
 fixed by the OpenCL extension pack per lmstudio-ai/configs' Extension-Pack-Instructions). The ROCm pack covered the
-cards of the HIP SDK's list (gfx1030, gfx1100, gfx1101, gfx1102)."""
+cards of the HIP SDK's list (gfx1030, gfx1100, gfx1101, gfx1102).
+
+The same list answers the ROCm runtime's failed hardware survey on a card off it (an RDNA4 card before the runtime
+carried gfx1201): a runtime release that lists the target, Vulkan until then."""
 
 from __future__ import annotations
 
@@ -42,3 +45,38 @@ def lmstudio_without_opencl(ctx: Context) -> Optional[Diagnosis]:
                  f"install {pack} following lmstudio-ai/configs' Extension-Pack-Instructions, then restart LM Studio "
                  "and set GPU Offload again; or a later LM Studio whose runtime list offers a GPU runtime for the card "
                  "(Vulkan), or stay on 0.2.24", [], said[:1], confirmed=False)
+
+
+# LM Studio's ROCm llama.cpp runtime refusing the card at its hardware survey, in its words ("Error surveying hardware",
+# "GPU survey unsuccessful", "No compatible ROCm GPUs found on device")
+_SURVEY_FAILED = re.compile(r"(?i)\bError surveying hardware\b|\bGPU survey (?:was )?unsuccessful\b|"
+                            r"No compatible ROCm GPUs found")
+# The gfx targets LM Studio's ROCm runtime has carried from its first packs (the HIP SDK's list, above), and for a newer
+# target the runtime release a user found it in: gfx1201 (RX 9070 / R9700) ran on the Linux ROCm runtime 2.27.1
+# (lmstudio-ai/lmstudio-bug-tracker#1306); the runtime's manifest lists its targets under gpu.targets
+_ROCM_RUNTIME_ADDED = {"gfx1201": "2.27.1"}
+
+
+@rule("arch-missing")
+def lmstudio_rocm_runtime_without_the_target(ctx: Context) -> Optional[Diagnosis]:
+    """LM Studio's ROCm runtime failing its hardware survey on an AMD card whose gfx target is not one it has carried
+    from the start: the runtime is prebuilt for a list of targets (its manifest's gpu.targets), and a card off the
+    list is not surveyed, while the Vulkan runtime runs it. The fix is a runtime release that lists the target."""
+    text = _text(ctx)
+    said = _lines_matching(ctx, _SURVEY_FAILED)
+    if not said or not _LMSTUDIO.search(text) or not re.search(r"(?i)\bROCm\b", text):
+        return None
+    arch = next((a for a in ctx.sheet.machine_archs if a.startswith("gfx")), None)
+    if arch is None or arch in _ROCM_PACK:
+        return None   # a card of the runtime's first list: its survey failing is another cause (driver, memory query)
+    gpu = next((g.value for g in ctx.sheet.of("gpu") if g.detail == arch), None)
+    on = f"the {gpu} ({arch})" if gpu else arch
+    added = _ROCM_RUNTIME_ADDED.get(arch)
+    which = (f"ROCm llama.cpp runtime {added} or newer, which runs {arch}" if added else
+             f"a ROCm llama.cpp runtime whose manifest lists {arch} under gpu.targets")
+    return _make("arch-missing", f"LM Studio's ROCm runtime is not built for {arch}",
+                 f"LM Studio's ROCm llama.cpp runtime is prebuilt for a list of gfx targets, and the installed one "
+                 f"does not carry {on}, so its hardware survey finds no GPU it can run (the Vulkan runtime, built for "
+                 f"any card, works)",
+                 f"update the runtime in LM Studio (Mission Control / Developer > Runtime, check for updates) to the "
+                 f"{which}; until then select the Vulkan llama.cpp runtime", [], said[:1], confirmed=bool(added))

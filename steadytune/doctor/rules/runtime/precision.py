@@ -318,11 +318,90 @@ def _format_kernel_missing(ctx: Context, errors: list[ErrorLine]) -> Optional[Di
                  [f for f in (ctx.line_fact(said[0]), fact) if f], said)
 
 
+# the memory-efficient attention kernels (xFormers' cutlass FMHA, which torch's SDPA carries as its "mem_efficient"
+# backend) finding no variant for the inputs: "cutlassF: no kernel found to launch!" (the forward; cutlassB the
+# backward). Their bf16 variants are compiled only for compute capability 8.0 and newer (the kernels' arch check in
+# xformers/csrc/attention/cuda/fmha and torch's aten/src/ATen/native/transformers/cuda/mem_eff_attention), so a model
+# loaded in bf16 on a Turing or Volta card finds none (QwenLM/Qwen3#710: a 2080 Ti, fixed by loading in float16)
+_CUTLASS_NONE = re.compile(r"(?i)\bcutlass[FB]\b:? no kernel found to launch")
+# programs whose own setting loads the model in float16, as a paste names them, with that setting
+_FLOAT16_SETTINGS = (
+    ("vLLM", r"(?i)\bvllm\b", "--dtype half (LLM(model=..., dtype=\"float16\"))"),
+    ("LLaMA-Factory", r"(?i)llama[-_ ]?factory|llamafactory", "infer_dtype: float16 (training: fp16: true, bf16: false)"),
+    ("ms-swift", r"(?i)\bms-swift\b|\bswift (?:infer|sft|deploy)\b", "--torch_dtype float16"),
+    ("ComfyUI", r"(?i)\bcomfy\s?ui\b", "--force-fp16 when starting ComfyUI"),
+    ("diffusers", r"(?i)\bdiffusers\b|\w+Pipeline\.from_pretrained", "torch_dtype=torch.float16 in the pipeline's "
+     "from_pretrained"),
+)
+
+
+def _cutlass_without_kernel(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """The memory-efficient attention kernel finds no variant to launch, on a GPU below compute capability 8.0 (or one
+    the paste does not name): the model runs in bf16, which those kernels have only from Ampere on; loaded as float16
+    the same kernel runs. On an Ampere or newer GPU the format is not the cause, and the reading stays out."""
+    said = [e for e in errors if _CUTLASS_NONE.search(e.line)]
+    if not said:
+        return None
+    arch, fact = ctx.arch(said)
+    if arch and arch.startswith("sm_") and int(arch[3:]) >= 80:
+        return None
+    if arch and not arch.startswith("sm_"):
+        return None   # an AMD GPU: ROCm's attention kernels are other code
+    gpu = next((g.value for g in ctx.sheet.of("gpu") if g.detail == arch), None) if arch else None
+    on = f"the {gpu} ({arch})" if gpu else f"this GPU ({arch})" if arch else "this GPU"
+    text = _text_of(ctx)
+    own = next((f"; {name}: {flag}" for name, pattern, flag in _FLOAT16_SETTINGS if re.search(pattern, text)), "")
+    return _make("precision", f"bf16 attention on {on}, which has no bf16 kernels",
+                 f"the memory-efficient attention kernel (torch SDPA's cutlass backend, from xFormers) has bf16 "
+                 f"variants only for compute capability 8.0 (Ampere) and newer; the model runs in bf16 (its config's "
+                 f"torch_dtype, picked by torch_dtype=\"auto\"), and {on} is older, so no kernel is found",
+                 f"load the model in float16 instead of bfloat16: torch_dtype=torch.float16 in from_pretrained "
+                 f"(not \"auto\" or torch.bfloat16){own}; float32 if float16 overflows; bf16 needs compute "
+                 f"capability 8.0 or newer{', which ' + on + ' is not' if arch else ''}", [f for f in (ctx.line_fact(said[0]), fact) if f], said,
+                 confirmed=arch is not None)
+
+
 # NVIDIA's TransformerEngine, as a paste shows it: its module, its fp8 context manager, its recipes
 _TRANSFORMER_ENGINE = re.compile(r"(?i)transformer[_-]?engine|\bte\.(?:fp8_autocast|autocast|Linear|LayerNorm\w*|"
                                  r"TransformerLayer)\b|\bfp8_autocast\b|\bDelayedScaling\b|\bfp8_recipe\b")
 # an NVIDIA arch, whose digits are its compute capability
 _CC = re.compile(r"sm_(\d+)")
+
+
+# TransformerEngine's FP8 check on a GPU that has FP8 (Ada, compute capability 8.9): its first releases asked for 9.x
+# ("Device compute capability 9.x required for FP8 execution"), and Ada's FP8 came with TransformerEngine 0.7 (sm_89 in
+# its build targets, NVIDIA/TransformerEngine#129) and cuBLAS 12.1.3.1 (CUDA 12.1 Update 1, the first with Ada FP8
+# GEMMs); later releases check those two by name ("CublasLt version 12.1.3.x or higher required for FP8 execution on
+# Ada", "Cuda version 12.1 or higher required for FP8 execution on Ada")
+_TE_FLOOR = re.compile(r"(?i)compute capability (\d+)\.(?:x|\d)\b[^\n]{0,30}\brequired\b[^\n]{0,10}\bfor FP8")
+_TE_ADA_LIBRARY = re.compile(r"(?i)\b(?:CublasLt|Cuda) version [\d.x]+ or higher required for FP8 execution on Ada")
+# the first TransformerEngine release, and the CUDA, that run FP8 on each GPU generation with FP8 below the old 9.x floor
+_TE_FP8_ADDED = {89: ("Ada", "0.7", "12.1 Update 1 (cuBLAS 12.1.3.1)")}
+
+
+def _transformer_engine_before_the_gpu(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
+    """TransformerEngine refusing FP8 on a GPU that has it: a release (or a CUDA / cuBLAS) older than the one that
+    added the GPU's generation to FP8, not the GPU. The answer is the release and CUDA that added it."""
+    text = " ".join(e.line for e in errors)
+    floor, library = _TE_FLOOR.search(text), _TE_ADA_LIBRARY.search(text)
+    archs = [g.detail for g in ctx.sheet.of("gpu") if g.detail and _CC.fullmatch(g.detail)]
+    arch, fact = ctx.arch(errors)
+    if arch and _CC.fullmatch(arch):
+        archs.insert(0, arch)
+    capability = int(archs[0][3:]) if archs else (89 if library else None)
+    if capability not in _TE_FP8_ADDED or not (library or floor and int(floor.group(1)) * 10 > capability):
+        return None
+    generation, release, cuda = _TE_FP8_ADDED[capability]
+    said = [e for e in errors if _TE_FLOOR.search(e.line) or _TE_ADA_LIBRARY.search(e.line)] or errors
+    return _make("arch-missing", f"this TransformerEngine (or its CUDA) predates FP8 on {generation}",
+                 f"the GPU is {generation} (compute capability {capability / 10:.1f}), which has FP8 tensor cores; "
+                 f"TransformerEngine before {release} was built and checked for Hopper's FP8 only, and FP8 matmuls on "
+                 f"{generation} need cuBLAS from CUDA {cuda}",
+                 f"upgrade TransformerEngine to {release} or newer (pip install -U transformer_engine[pytorch], or "
+                 f"NVIDIA's NGC PyTorch container of that time or later) and CUDA to {cuda} or newer (a torch built "
+                 f"for CUDA 12.1+, --index-url https://download.pytorch.org/whl/cu121 or newer, with its "
+                 f"nvidia-cublas-cu12); then fp8_autocast runs on the {generation} GPU",
+                 [f for f in (ctx.line_fact(said[0]), fact) if f], said)
 
 
 def _transformer_engine_fp8(ctx: Context, errors: list[ErrorLine]) -> Diagnosis:
@@ -365,6 +444,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     kernel = _format_kernel_missing(ctx, errors)
     if kernel is not None:
         return kernel
+    cutlass = _cutlass_without_kernel(ctx, errors)
+    if cutlass is not None:
+        return cutlass
     fp16_refused = _fp16_refused(ctx, errors)
     if fp16_refused is not None:
         return fp16_refused
@@ -406,7 +488,7 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     fp8 = re.search(r"(?i)(?:fp8|float8|fp4|mxfp|nvfp)\w*.{0,60}\b(?:requires|needs|only (?:be )?supported|is not "
                     r"supported)\b|\b(?:required|needed)\b.{0,10}\bfor (?:fp8|float8|fp4|mxfp|nvfp)", text)
     if fp8 and _TRANSFORMER_ENGINE.search(_text_of(ctx)):
-        return _transformer_engine_fp8(ctx, errors)
+        return _transformer_engine_before_the_gpu(ctx, errors) or _transformer_engine_fp8(ctx, errors)
     if fp8:
         return _make("precision", "this GPU has no fp8", "fp8 matmuls need Ada (sm_89), Hopper (sm_90) or newer, MI300 "
                      "(gfx942) or RDNA4; this GPU is older", "load the model in bf16 or fp16 instead (vLLM: --dtype "
