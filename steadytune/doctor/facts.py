@@ -104,7 +104,7 @@ _OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debi
        ("fedora", r"\bFedora\b"), ("arch", r"\bArch ?Linux\b|\bEndeavourOS\b|\bManjaro\b|\bCachyOS\b|\barch1\b"),
        ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
        ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
-       ("windows", r"\bWindows (?:10|11|Server)\b|(?i:\bwin(?:dows)? ?1[01]\b)|\bOS:? Windows\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\[MSC v\.\d{3,4} (?:32|64) bit|\bPS [A-Z]:\\|(?i:\bLocal\\Temp\\)|"
+       ("windows", r"\bWindows (?:10|11|Server)\b|(?i:\bwin(?:dows)? ?1[01]\b)|\bOS:? Windows\b|[A-Z]:\\\\?(?:Users|Program Files|Windows|ProgramData)\\|\bwin_amd64\b|\.dll\b|\[MSC v\.\d{3,4} (?:32|64) bit|\bPS [A-Z]:\\|(?i:\bLocal\\Temp\\)|(?i:\b[\w-]+\.bat\b)|"
                    r"(?i:\b(?:on|in|under) (?:a )?windows\b(?! subsystem)(?: (?:10|11|machine|pc))?)|"
                    r"(?i:^\W*windows\b(?! subsystem)|\bwindows (?=rocm|hip\b|amd\b|gpu\b|ollama|pytorch|torch\b))"),
        ("macos", r"\bmacOS\b|\bDarwin Kernel\b"))
@@ -600,7 +600,8 @@ _TOOLS = (
     ("xformers", r"\bxformers\b|\bis for sm_?\d+[\w-]*, but was built for sm_?\d+"),
     ("deepspeed", r"\bdeepspeed\b|DeepSpeed"),
     ("tensorflow", r"\btensorflow\b|TensorFlow"),
-    ("onnxruntime", r"onnxruntime|MIGraphXExecutionProvider|ROCMExecutionProvider"),
+    # (the execution providers are onnxruntime's own names: "ONNX Runtime Providers: ['CPUExecutionProvider']")
+    ("onnxruntime", r"onnxruntime|(?i:\bONNX Runtime\b)|\b(?:MIGraphX|ROCM|CUDA|CPU|Tensorrt|Dml|OpenVINO|Azure)ExecutionProvider\b"),
     ("migraphx", r"\bmigraphx\b|MIGraphX"),
     ("zluda", r"\bZLUDA\b|zluda"),
     ("a1111", r"webui\.sh|webui-user|stable-diffusion-webui|\bA1111\b|launch\.py|SD\.Next|\bsdnext\b|AUTOMATIC1111"),

@@ -93,6 +93,8 @@ import steadytune.doctor.rules.install.nvrtc_builtins  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensorflow_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.framework_cuda_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.cudnn_headers  # noqa: E402,F401
+import steadytune.doctor.rules.install.cudnn_windows  # noqa: E402,F401
+import steadytune.doctor.rules.install.onnxruntime_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401

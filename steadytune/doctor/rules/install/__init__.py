@@ -49,6 +49,9 @@
   framework_cuda_builds  TensorFlow / PaddlePaddle loading CUDA or cuDNN libraries by the versioned names of the
                      release they were built for (a release table each): that CUDA, or the build for the installed one
   cudnn_headers      a CUDA extension build not finding cudnn.h: the variables its build reads (CUDNN_PATH)
+  cudnn_windows      cuDNN installed on Windows but not loaded: cuDNN 9's per-CUDA bin folder, cuDNN 8's zlibwapi.dll
+  onnxruntime_cuda   onnxruntime-gpu's CUDA provider: the CUDA / cuDNN of its release (a table) or of a program's
+                     bundled build, and the CUDA provider on an Intel or AMD GPU
   libraries_missing  a ROCm, CUDA or system library the loader does not find
   gpu_names          an AMD GPU's name left empty: libdrm's amdgpu.ids table missing or older than the GPU
   bundled_libraries  a library a wheel bundles (torch's cuDNN) shadowed by another copy on LD_LIBRARY_PATH

@@ -62,10 +62,20 @@ _TF_RELEASE = re.compile(r"(?i)\b(?:tensorflow(?:[-_]gpu)?|tf-nightly(?:-gpu)?)(
 _PADDLE_RELEASE = re.compile(r"(?i)\bpaddle(?:paddle)?(?:[-_]gpu)?(?:\s+version)?\s*(?:==|[:：=]|\s)\s*v?(\d)\.(\d{1,2})"
                              r"(?:\.(\d+))?")
 # the installed CUDA / cuDNN, said by the user: "CUDA version: 9.1", "Cuda 11.1", "CUDA：11.3", "Cuda_10.1.105",
-# "including CUDA10.0", "cuDNN 8.0.4", "CUDNN：8.9.1"; not nvidia-smi's "CUDA Version" (the driver's ceiling)
-_INSTALLED_CUDA = re.compile(r"(?i)\bcuda(?:[ _-]?toolkit)?(?:\s*version)?\s*[:：=]?\s*[_v]?(\d{1,2}\.\d)(?:\.\d+)?\b"
+# "including CUDA10.0", "cuDNN 8.0.4", "CUDNN：8.9.1", TensorFlow's issue template "CUDA/cuDNN version: 10.2 / 7.6" (CUDA
+# first); not nvidia-smi's "CUDA Version" (the driver's ceiling)
+_INSTALLED_CUDA = re.compile(r"(?i)\bcuda(?:[ _-]?toolkit)?(?:\s*/\s*cudnn)?(?:\s*version)?\s*[:：=]?\s*[_v]?(\d{1,2}\.\d)"
+                             r"(?:\.\d+)?\b"
                              r"(?!\s*(?:\||and later|or later|\+))")
 _INSTALLED_CUDNN = re.compile(r"(?i)\bcudnn(?:\s*version)?\s*[:：=]?\s*v?(\d)(?:\.\d+)*\b")
+
+
+# TensorFlow's own answer that it has no GPU: a device list with the CPU only, "Num GPUs Available: 0",
+# is_gpu_available() False, or the user's "GPU not found" / "doesn't detect my GPU"
+_NO_GPU_LISTED = re.compile(r"(?i)^\W*\[PhysicalDevice\(name='/physical_device:CPU:0', device_type='CPU'\)\]\W*$|"
+                            r"Num GPUs Available\W{0,3}0\b|is_gpu_available\(\)\W{0,6}False|\bGPU (?:is )?not (?:found|"
+                            r"detected|recogni[sz]ed)|\b(?:doesn'?t|does not|can'?t|cannot|won'?t) (?:see|detect|find|"
+                            r"recogni[sz]e) (?:my |the |any )?GPU")
 
 
 def _release(m: Optional[re.Match]) -> Optional[tuple[int, int]]:
@@ -307,16 +317,22 @@ def _unversioned(ctx: Context, paddle: bool, name: str, release: Optional[tuple[
         return None
     lines = _lines_matching(ctx, r"(?i)DLL load failed|ImportError: lib\S*\.so|cannot open shared object|"
                                  r"Could not load dynamic library|Failed to load the native TensorFlow runtime")
+    silent = not lines
+    if silent:
+        # no load error shown, only TensorFlow listing no GPU: a release whose CUDA libraries are not found skips the
+        # GPU (its "Could not load dynamic library" lines are warnings the paste left out) and runs on the CPU
+        lines = _lines_matching(ctx, _NO_GPU_LISTED)
     if not lines:
         return None
     dll = f"cudart64_{built.replace('.', '')}.dll" if windows else f"libcudart.so.{built}"
     fix = _rebuild_fix(ctx, False, name, release, release_m, cuda, windows,
                        f"install CUDA {built} with cuDNN {cudnn} (beside the other CUDA; its "
                        f"{'bin' if windows else 'lib64'} folder on {'PATH' if windows else 'LD_LIBRARY_PATH'})")
+    what = ("TensorFlow does not find them, skips the GPU and lists only the CPU" if silent else "the import fails")
     return _make("rocm-libs-missing", f"TensorFlow {release[0]}.{release[1]} is built for CUDA {built}",
                  f"TensorFlow {release[0]}.{release[1]} is built against CUDA {built} and cuDNN {cudnn} and loads "
                  f"them by versioned name ({dll}); this machine has CUDA {cuda}, whose libraries carry another, so "
-                 "the import fails", fix, [ctx.line_fact(lines[0])], lines[:1])
+                 f"{what}", fix, [ctx.line_fact(lines[0])], lines[:1])
 
 
 def first_tensorflow_built_with(cuda: tuple[int, int]) -> Optional[str]:

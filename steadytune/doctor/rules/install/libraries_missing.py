@@ -20,6 +20,7 @@ from steadytune.doctor.rules.base import (
     _text,
     _vendor,
 )
+from steadytune.doctor.rules.install.onnxruntime_cuda import bundled_ort_fix
 from steadytune.doctor.rules.install.shared import _table_fix, hip_sdk_release
 from steadytune.doctor.rules.install.torch_build import _cudart_missing, _system_cuda_runtime
 
@@ -136,6 +137,9 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
     if cuda_lib:
         what = "cuDNN" if cuda_lib.group(1) == "cudnn" else cuda_lib.group(1)
         major = cuda_lib.group(2)
+        bundled = bundled_ort_fix(_text(ctx), name, major) if cuda_lib.group(1) != "cudnn" else None
+        if bundled is not None:
+            return bundled   # a program that ships its own onnxruntime build: that build's CUDA, or its other build
         provider = re.search(r"libonnxruntime_providers_(cuda|tensorrt)", text)
         if provider and cuda_lib.group(1) != "cudnn":
             # the soname's major is the CUDA the onnxruntime-gpu build links: the wheel, not the machine, is off

@@ -153,7 +153,8 @@ _ON_CPU = re.compile(r"(?i)\btorch device:? CPU\b|\bswitch(?:es|ed)? to (?:the )
                      r"\b(?:uses?|using|runs?|ran|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
                      r"(?:on\s+)?(?:the\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
                      r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)|"
-                     r"\b(?:running|runs?|ran) off (?:the )?CPU\b|" + _DEVICE_READOUT.pattern.removeprefix("(?i)"))
+                     r"\b(?:running|runs?|ran) off (?:the )?CPU\b|\b(?:won'?t|will not|doesn'?t|does not|didn'?t) use "
+                     r"(?:the |my |any )?GPU\b.{0,30}\bonly (?:the )?CPUs?\b|" + _DEVICE_READOUT.pattern.removeprefix("(?i)"))
 _NOT_SEEN = re.compile(r"(?i)\b(?:doesn'?t|does not|can'?t|cannot|won'?t|not|never) (?:see|detect|find|use|using|"
                        r"recogni[sz]e)s? (?:my |the |any )?(?:GPU|graphics|card|rx|rtx|radeon|geforce)")
 _AMD_MODEL = re.compile(r"(?i)\b(?:rx\s*)?[5-9]\d{3}\s*(?:xtx|xt|gre)\b|\brx\s*[4-9]\d{2,3}\b|\bradeon\b|\bstrix halo\b|"
@@ -180,6 +181,8 @@ def _gpu_left_idle(ctx: Context) -> Optional[tuple[str, bool, list[ErrorLine]]]:
         vendor = "nvidia"   # an issue template's "GPU: cuda"
     if vendor is None and ctx.tool() in _OWN_GPU_BUILDS and re.search(r"(?i)\bcuda\b", text):
         vendor = "nvidia"   # a runtime with a CUDA build of its own, said to have CUDA beside it
+    if vendor is None and re.search(r"(?im)^\W{0,4}cuda(?: version)?\s*[:=]\s*\d", text):
+        vendor = "nvidia"   # an issue template's "- cuda: 12": the user's CUDA, on the NVIDIA GPU it is for
     if vendor is None and not (_DEVICE_READOUT.search(said[0].line) and _PYTHON_PROGRAM_INSTALL.search(text)):
         # no GPU named: only the program's own device readout, after an install of a Python program, says the
         # environment's torch has no GPU backend (the fix then names both vendors' indexes)
@@ -457,6 +460,13 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "torch --index-url https://download.pytorch.org/whl/cu128 (NVIDIA; cu118 for a driver older than "
                      "CUDA 12) or https://download.pytorch.org/whl/rocm7.2 (AMD, Linux)", evidence,
                      errors + ctx.no_gpu(), confirmed=not unsure)
+    program = _table_fix(ctx, ctx.tool(), "torch-build", frozenset({"windows", "amd"})) if windows else None
+    if program is not None and ctx.tool() in ("a1111", "comfyui"):
+        # a program with its own AMD route on Windows (DirectML, ZLUDA): its flag, not a torch index
+        return _make("torch-build", f"{ctx.tool()}'s CUDA torch on a Windows AMD machine",
+                     "the program installed torch's CUDA build (or PyPI's CPU one), which finds no AMD GPU, and "
+                     "pytorch.org publishes no ROCm torch for Windows", program, evidence, errors + ctx.no_gpu(),
+                     confirmed=not unsure)
     if windows:
         return _make("torch-build", "a torch without GPU support on a Windows AMD machine",
                      "pip on Windows installs PyPI's CPU torch; pytorch.org publishes no ROCm wheels for Windows",
