@@ -22,7 +22,8 @@ from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
 
-# TensorFlow release -> (CUDA, cuDNN) of its GPU wheel (tensorflow.org/install/source#gpu, "Tested build configurations");
+# TensorFlow release -> (CUDA, cuDNN) of its GPU wheel (tensorflow.org/install/source#gpu, "Tested build configurations",
+# checked against tensorflow/docs site/en/install/source.md of 2026-03: 2.18 to 2.21 are CUDA 12.5 / cuDNN 9.3);
 # also read by arch/framework_cuda.py for the first release built with a CUDA that knows a GPU generation
 TF_BUILDS = {(1, 0): ("8.0", "5.1"), (1, 1): ("8.0", "5.1"), (1, 2): ("8.0", "5.1"), (1, 3): ("8.0", "6"),
               (1, 4): ("8.0", "6"), **{(1, m): ("9.0", "7") for m in range(5, 13)},
@@ -30,12 +31,20 @@ TF_BUILDS = {(1, 0): ("8.0", "5.1"), (1, 1): ("8.0", "5.1"), (1, 2): ("8.0", "5.
               (2, 1): ("10.1", "7.6"), (2, 2): ("10.1", "7.6"), (2, 3): ("10.1", "7.6"), (2, 4): ("11.0", "8.0"),
               **{(2, m): ("11.2", "8.1") for m in range(5, 12)}, (2, 12): ("11.8", "8.6"), (2, 13): ("11.8", "8.6"),
               (2, 14): ("11.8", "8.7"), (2, 15): ("12.2", "8.9"), (2, 16): ("12.3", "8.9"), (2, 17): ("12.3", "8.9"),
-              (2, 18): ("12.5", "9.3"), (2, 19): ("12.5", "9.3")}
-# PaddlePaddle release -> its GPU builds: (CUDA, the wheel's .postNNN suffix, "" for the PyPI one), cuDNN by CUDA
+              **{(2, m): ("12.5", "9.3") for m in range(18, 22)}}
+# PaddlePaddle release -> its GPU builds by CUDA (the wheel's .postNNN suffix; the PyPI one has none), cuDNN by CUDA;
+# from each release branch's install page (PaddlePaddle/docs release/2.0 ... release/2.6, install/pip/linux-pip.md)
 _PADDLE_BUILDS = {(2, 0): ("9.0", "10.0", "10.1", "10.2", "11.0"), (2, 1): ("10.1", "10.2", "11.0", "11.2"),
                   (2, 2): ("10.1", "10.2", "11.0", "11.1", "11.2"), (2, 3): ("10.1", "10.2", "11.1", "11.2", "11.6"),
-                  (2, 4): ("10.2", "11.2", "11.6", "11.7"), (2, 5): ("10.2", "11.2", "11.6", "11.7", "12.0")}
-_PADDLE_PYPI_CUDA = "10.2"
+                  (2, 4): ("10.2", "11.2", "11.6", "11.7"), (2, 5): ("10.2", "11.2", "11.6", "11.7", "11.8", "12.0"),
+                  (2, 6): ("11.2", "11.6", "11.7", "11.8", "12.0")}
+
+
+def _pypi_cuda(release: Optional[tuple[int, int]]) -> str:
+    """The CUDA of PyPI's paddlepaddle-gpu wheel: 10.2 up to 2.4, 11.8 from 2.5 (the same install pages)."""
+    return "11.8" if release and release >= (2, 5) else "10.2"
+
+
 _PADDLE_CUDNN = {"9.0": "7.6", "10.0": "7.6", "10.1": "7.6", "10.2": "7.6", "11.0": "8.0", "11.1": "8.1",
                  "11.2": "8.2", "11.6": "8.4", "11.7": "8.4", "11.8": "8.6", "12.0": "8.9"}
 
@@ -173,10 +182,14 @@ def _paddle_build(release: tuple[int, int], cuda: str) -> Optional[str]:
 
 def _paddle_install(release: tuple[int, int], patch: Optional[str], cuda: str, windows: bool) -> str:
     version = f"{release[0]}.{release[1]}.{patch or 0}"
-    if cuda == _PADDLE_PYPI_CUDA:
+    if cuda == _pypi_cuda(release):
         return f"pip install paddlepaddle-gpu=={version} (PyPI's is the CUDA {cuda} build)"
+    post = cuda.replace('.', '')
+    if release >= (2, 6):   # 2.6 moved its wheels to one package index per CUDA
+        return (f"pip install paddlepaddle-gpu=={version}.post{post} -i "
+                f"https://www.paddlepaddle.org.cn/packages/stable/cu{post}/")
     where = "windows" if windows else "linux"
-    return (f"pip install paddlepaddle-gpu=={version}.post{cuda.replace('.', '')} -f "
+    return (f"pip install paddlepaddle-gpu=={version}.post{post} -f "
             f"https://www.paddlepaddle.org.cn/whl/{where}/mkl/avx/stable.html")
 
 
@@ -201,7 +214,7 @@ def framework_built_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
     evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
     if lib == "cudnn":
         wanted_cudnn = version.split(".")[0]
-        table = (_PADDLE_CUDNN.get(_PADDLE_PYPI_CUDA) if paddle and release in _PADDLE_BUILDS else
+        table = (_PADDLE_CUDNN.get(_pypi_cuda(release)) if paddle and release in _PADDLE_BUILDS else
                  TF_BUILDS.get(release, (None, None))[1] if not paddle else None)
         if cudnn == wanted_cudnn:
             return _off_path(ctx, name, f"cuDNN {cudnn}", lines, windows)
@@ -210,7 +223,7 @@ def framework_built_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
         if paddle:
             builds = [c for c in _PADDLE_BUILDS.get(release, tuple(_PADDLE_CUDNN))
                       if _PADDLE_CUDNN.get(c, "").split(".")[0] == wanted_cudnn]
-            built_cuda = _PADDLE_PYPI_CUDA if _PADDLE_PYPI_CUDA in builds else builds[-1] if builds else None
+            built_cuda = _pypi_cuda(release) if _pypi_cuda(release) in builds else builds[-1] if builds else None
         else:
             built_cuda = TF_BUILDS.get(release, (None,))[0] if release else None
         has = f"cuDNN {cudnn}" + (f" with CUDA {cuda}" if cuda else "") if cudnn else (f"CUDA {cuda}" if cuda else None)
@@ -264,8 +277,8 @@ def _rebuild_fix(ctx: Context, paddle: bool, name: str, release: Optional[tuple[
                 f"{install}, or move to a {name} release with a build for CUDA {cuda}")
     if paddle:
         return (f"{install}; or install the paddlepaddle-gpu build made for the installed CUDA (X.Y.Z.postNNN for "
-                "CUDA NN.N, from https://www.paddlepaddle.org.cn/whl/<linux|windows>/mkl/avx/stable.html; PyPI's 2.x "
-                "up to 2.5 is the CUDA 10.2 build)")
+                "CUDA NN.N, from https://www.paddlepaddle.org.cn/whl/<linux|windows>/mkl/avx/stable.html; PyPI's 2.0 "
+                "to 2.4 are the CUDA 10.2 build, 2.5 and 2.6 the CUDA 11.8 build)")
     other = _tf_for(cuda, windows) if cuda else None
     if other and (release is None or other != f"{release[0]}.{release[1]}"):
         pip = "tensorflow-gpu" if _key(other) < (2, 1) else "tensorflow"

@@ -160,6 +160,16 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                     f"its lib folder on the loader's path: export LD_LIBRARY_PATH=<site-packages>/nvidia/"
                     f"{wheel.removeprefix('nvidia-').replace('-', '_')}/lib:$LD_LIBRARY_PATH (or import torch "
                     "first, whose CUDA build loads them)")
+        if cuda_lib.group(1) != "cudnn":
+            # a CUDA 10 (or older) library: NVIDIA's nvidia-* wheels start at CUDA 11, so only that toolkit has it
+            release = re.search(rf"lib{cuda_lib.group(1)}\w*\.so\.(\d+\.\d+)", text)
+            release = release.group(1) if release else f"{major}.x"
+            return (f"{what} {major} is not found", f"the program loads {name} (CUDA {major}'s {what}), which is not "
+                    "installed or not on the loader's path; no pip wheel carries CUDA libraries this old",
+                    f"install the CUDA {release} toolkit (or conda install cudatoolkit={release} in the environment) "
+                    f"beside the CUDA you have, and put its lib folder on the loader's path: export LD_LIBRARY_PATH="
+                    f"/usr/local/cuda-{release}/lib64:$LD_LIBRARY_PATH; or move the program to a build for the CUDA "
+                    "installed")
         return (f"{what} {major} is not found", f"the program loads {name} ({what} {major}), which is not installed "
                 "or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
                 f"install {what} {major} (pip install nvidia-cudnn-cu{'12' if int(major) >= 9 else '11'} "
