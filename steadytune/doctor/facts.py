@@ -604,7 +604,9 @@ _TOOLS = (
     ("onnxruntime", r"onnxruntime|(?i:\bONNX Runtime\b)|\b(?:MIGraphX|ROCM|CUDA|CPU|Tensorrt|Dml|OpenVINO|Azure)ExecutionProvider\b"),
     ("migraphx", r"\bmigraphx\b|MIGraphX"),
     ("zluda", r"\bZLUDA\b|zluda"),
-    ("a1111", r"webui\.sh|webui-user|stable-diffusion-webui|\bA1111\b|launch\.py|SD\.Next|\bsdnext\b|AUTOMATIC1111"),
+    # (its bug-report template's own questions name it where the report names nothing else)
+    ("a1111", r"webui\.sh|webui-user|stable-diffusion-webui|\bA1111\b|launch\.py|SD\.Next|\bsdnext\b|AUTOMATIC1111|"
+              r"\bCommit where the problem happens\b|\bWhat (?:platforms|browsers) do you use to access (?:the )?UI\b"),
     ("torchaudio", r"torchaudio|_torch_sox|libtorchaudio"),
     ("torch", r"\btorch\b|\bPyTorch\b|torch\.cuda|\bc10::|libtorch"),
     # tools with their own GPU builds (doctor/arch_builds.yaml has their remedies)

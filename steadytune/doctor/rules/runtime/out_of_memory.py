@@ -13,6 +13,8 @@ from steadytune.doctor.rules.base import (_catalogue, _CONTAINED, Context, Diagn
 from steadytune.doctor.rules.runtime.shared import _ILLEGAL_MEMORY, _training, _WHISPER
 from steadytune.doctor.rules.runtime.host_memory import _build_out_of_host_memory, _killed_by_signal_9
 from steadytune.doctor.rules.runtime.quantized_releases import published_quantized, SPLIT
+from steadytune.doctor.rules.runtime.program_memory import (card_gib, INFERENCE_OOM_FIX, program_oom,
+                                                            quantized_after_load, reads_as_inference)
 
 
 _SERVING_OOM_FIX = {
@@ -22,6 +24,9 @@ _SERVING_OOM_FIX = {
     "vllm": "--gpu-memory-utilization lower (0.75) and --max-model-len smaller (8192); fewer concurrent sequences "
             "(--max-num-seqs 64: the CUDA graphs and activations it reserves grow with it) or --enforce-eager (no CUDA "
             "graphs); or tensor parallel over more GPUs",
+    # (SGLang's server arguments: the static share for weights and KV cache, the prefill chunk, the running batch)
+    "sglang": "--mem-fraction-static lower (0.7), --chunked-prefill-size 4096 (or 2048), fewer --max-running-requests "
+              "and --cuda-graph-max-bs, a shorter --context-length; or --tp over more GPUs",
 }
 
 # Tools that run out of memory by their own rules, with their own knobs (each tool's documented options): an image
@@ -38,6 +43,17 @@ _TOOL_OOM_FIX = {
     "whisper": "a smaller compute type (faster-whisper / CTranslate2: compute_type=\"int8_float16\"), a smaller "
                "model (medium, small) or batch_size, one model per GPU",
 }
+
+
+def _low_card_first(tool: str, joined: str) -> str:
+    """The tool's fix, with the lowest-memory mode first on a card of 4 GB or less (A1111's wiki: --lowvram where
+    --medvram still runs out on 4 GB; ComfyUI's --lowvram is already first)."""
+    gib = card_gib(joined)
+    if tool == "a1111" and gib is not None and gib <= 4.5:
+        return (f"on a {gib:g} GB card start the web UI with --lowvram (COMMANDLINE_ARGS in webui-user.sh / "
+                "webui-user.bat; --medvram is the next step up), a smaller image size or batch, and tiled VAE for "
+                "large images")
+    return _TOOL_OOM_FIX[tool]
 
 
 _SIZE = r"([\d.]+) ([KMG])i?B"
@@ -181,12 +197,25 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     proper = any(_OOM_PROPER.search(e.line) or e.catalogue is not None for e in errors)
     # the model's own 4-bit release (Qwen's -Int4 / -AWQ, ChatGLM's quantize(4)) where its publisher ships one; where
     # the name also gives the size, the sizes' reading speaks and names the release first
+    # a program whose memory is its own pipeline (an RL trainer's rollout share, a video model's decode chunk, a TTS
+    # model's small weights, an upscaler's tile, a trainer's config keys): its knob first
+    program = program_oom(ctx, errors, joined, proper, fragmented, weights_read=False)
+    if program is not None:
+        return program
     released = published_quantized(ctx, errors, joined, proper)
     too_big = _weights_exceed(ctx, errors, joined)
     if too_big is not None:
         return replace(too_big, fix=f"{released.fix.removesuffix(SPLIT)}; or {too_big.fix}") if released else too_big
     if released is not None:
         return released
+    # an LLM or VLM program with its own knob (litgpt's micro batch, a vision-language model's pixel budget), once
+    # the weights alone are known to fit
+    program = program_oom(ctx, errors, joined, proper, fragmented, weights_read=True)
+    if program is not None:
+        return program
+    late = quantized_after_load(ctx, errors, joined, proper)
+    if late is not None:
+        return late
     diffusion = _DIFFUSION_LORA.search(joined)
     if diffusion and re.search(r"(?i)\blora\b|train\w*|fine-?tun\w*", joined) and tool not in ("comfyui", "a1111"):
         return _make("out-of-memory", f"the {diffusion.group(0)} weights do not fit beside each other for training",
@@ -204,7 +233,7 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
         name = {"a1111": "the Stable Diffusion web UI", "comfyui": "ComfyUI"}.get(own, own)
         return _make("out-of-memory", f"{name} ran out of GPU memory",
                      f"{name} needs more GPU memory for this model and size than the GPU has free",
-                     _TOOL_OOM_FIX[own] + ("; the free memory is fragmented too: PYTORCH_CUDA_ALLOC_CONF="
+                     _low_card_first(own, joined) + ("; the free memory is fragmented too: PYTORCH_CUDA_ALLOC_CONF="
                                            "expandable_segments:True" if fragmented else ""),
                      [ctx.line_fact(errors[0])], errors, confirmed=proper)
     framework = _framework_oom(ctx, errors, joined, proper)
@@ -241,7 +270,8 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     grows = _grows_until_out(ctx, errors, joined, proper)
     if grows is not None and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
         return grows
-    if _training(ctx) and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
+    inference = reads_as_inference(ctx)
+    if _training(ctx) and not inference and tool not in ("ollama", "llama.cpp", "comfyui", "a1111"):
         return _make("out-of-memory", "the training run does not fit the GPU's memory",
                      "the weights, the optimizer state of the trained parameters and the activations of one batch "
                      "need more memory than the GPU has; the activations grow with the batch size and the sequence "
@@ -250,6 +280,12 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     if full is not None:
         return full
     hit = _catalogue(errors)
+    if inference and (hit is None or hit.catalogue.entry.id == "out-of-memory"):
+        # the catalogue's general entry speaks of a training step; a run that generates has other knobs
+        return _make("out-of-memory", "the model and its inputs do not fit the GPU's memory",
+                     "the weights, in the precision they were loaded in, and the activations and cache of one "
+                     "generation need more memory than the GPU has free", INFERENCE_OOM_FIX,
+                     [ctx.line_fact(errors[0])], errors, confirmed=proper)
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",
