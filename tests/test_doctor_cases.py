@@ -187,10 +187,6 @@ KNOWN_MISSES = {
                                                           "(the same cuDNN 8/9 disagreement, the same fix) are "
                                                           "wheel-platform; doctor's fix says ctranslate2>=4.5.0 under "
                                                           "the latter's family",
-    "https://github.com/PaddlePaddle/PaddleSpeech/issues/790": "a DataLoader shared-memory bus error in one container, "
-                                                               "labelled multi-gpu-transport while Protenix#2 and "
-                                                               "fastai/docker-containers#21 (the same error) are "
-                                                               "out-of-memory; nothing in the paste names several GPUs",
     "https://github.com/ROCm/legacy-rocm-build/issues/1525": "gfx1012 with the facts of the gfx1010 cases labelled "
                                                              "arch-missing (an override or a build runs them); "
                                                              "nothing in the paste separates 'unsupported' from them",
@@ -212,6 +208,18 @@ KNOWN_MISSES = {
     "https://github.com/zai-org/ChatGLM-6B/issues/39": "'6GB显卡提示显存不足', the card and torch's out-of-memory line: "
                                                        "no model is named, so nothing points at ChatGLM's "
                                                        "quantize(4)",
+    "https://github.com/suno-ai/bark/issues/192": "the paste never names Bark or anything of it (a GTX 1070, 8 GB and a "
+                                                  "plain torch out-of-memory), so nothing points at its "
+                                                  "SUNO_USE_SMALL_MODELS; the knob is in program_memory's table for "
+                                                  "pastes that name Bark",
+    "https://github.com/m-bain/whisperX/issues/720": "labelled abi-mismatch while SYSTRAN/faster-whisper#734, the same "
+                                                     "ctranslate2 4 on a CUDA 11 stack with the same fix "
+                                                     "(ctranslate2==3.24.0), is wheel-platform; doctor gives that "
+                                                     "family and that fix",
+    "https://github.com/unslothai/unsloth/issues/2925": "labelled abi-mismatch while OpenBMB/MiniCPM-V#13 (flash_attn_2_cuda "
+                                                        "undefined symbol on a card older than Ampere, fixed by "
+                                                        "uninstalling flash-attn) is attention; doctor gives attention "
+                                                        "with the flash-attn uninstall this case expects",
 }
 
 
