@@ -355,14 +355,18 @@ def _gpu(line: str):
 
 
 # cloud instance types named for their GPU (AWS's accelerated-computing instance pages; SageMaker writes them with
-# "ml."; Google Cloud's accelerator-optimized machine series): the GPU every such instance carries
+# "ml."; Google Cloud's accelerator-optimized machine series): the GPU every such instance carries. p5 is H100, while
+# p5e and p5en carry H200 (the EC2 offer dstackai/dstack#4110 lists for p5en.48xlarge: gpu=H200:141GB:8); Google's A3
+# Ultra (a3-ultragpu-8g) is H200 too, its A3 High / Mega H100 (GoogleCloudPlatform/cluster-toolkit release v1.44.1:
+# "A3 Ultra ... 8 NVIDIA H200 GPUs")
 _CLOUD_INSTANCES = ((r"p2", "Tesla K80", "sm_37"), (r"g3s?", "Tesla M60", "sm_52"), (r"p3(?:dn)?", "Tesla V100", "sm_70"),
                     (r"g4dn", "Tesla T4", "sm_75"), (r"g5g", "T4G", "sm_75"), (r"g4ad", "Radeon Pro V520", "gfx1011"),
                     (r"g5", "A10G", "sm_86"), (r"g6", "L4", "sm_89"), (r"g6e", "L40S", "sm_89"),
-                    (r"p4de?", "A100", "sm_80"), (r"p5(?:e|en)?", "H100", "sm_90"))
+                    (r"p4de?", "A100", "sm_80"), (r"p5", "H100", "sm_90"), (r"p5(?:e|en)", "H200", "sm_90"))
 _CLOUD_INSTANCE = re.compile(r"(?i)(?<![\w.-])(?:ml\.)?(p2|g3s?|p3(?:dn)?|g4dn|g5g|g4ad|g5|g6e?|p4de?|p5(?:e|en)?)\."
-                             r"(?:\d{0,2}x?large|metal)\b|\b(a2|a3|g2)-(?:highgpu|megagpu|ultragpu|standard)-\d+g?\b")
+                             r"(?:\d{0,2}x?large|metal)\b|\b(a2|a3|g2)-(highgpu|megagpu|ultragpu|standard)-\d+g?\b")
 _GCP_SERIES = {"a2": ("A100", "sm_80"), "a3": ("H100", "sm_90"), "g2": ("L4", "sm_89")}
+_GCP_TIER = {("a3", "ultragpu"): ("H200", "sm_90")}
 
 
 @finder
@@ -374,7 +378,8 @@ def _cloud_instance(line: str):
         kind = m.group(1).lower()
         name, arch = next((n, a) for pattern, n, a in _CLOUD_INSTANCES if re.fullmatch(pattern, kind))
     else:
-        name, arch = _GCP_SERIES[m.group(2).lower()]
+        series, tier = m.group(2).lower(), m.group(3).lower()
+        name, arch = _GCP_TIER.get((series, tier)) or _GCP_SERIES[series]
     yield "gpu", f"{name} ({m.group(0)})", arch
 
 
