@@ -111,8 +111,10 @@ def _shm_fix(joined: str, fix: str) -> str:
 _POD_SAID = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bkubectl\b|\bkubeflow\b|\bpods?\b|\bjupyterhub\b|"
                        r"\bnotebook server\b|\bhelm\b")
 # the flag given on a command line (docker run ... --ipc=host), not only named in a question about it
+# or said done in words ("I already added --shm-size=8g to my docker run")
 _SHM_GIVEN = re.compile(r"(?i)\b(?:docker|podman|nvidia-docker)\s+(?:run|create)\b[^\n]*(?:--ipc[= ]host|--shm-size)|"
-                        r"^\s*(?:shm_size|ipc):\s*\S")
+                        r"^\s*(?:shm_size|ipc):\s*\S|\b(?:already|I)\s+(?:added|set|gave|passed|used|use|started it "
+                        r"with)\b[^\n]{0,30}(?:--ipc[= ]host|--shm-size)", re.M)
 
 
 def _container_shm(ctx: Context, errors: list, joined: str) -> Optional[Diagnosis]:
