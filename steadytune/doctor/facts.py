@@ -253,7 +253,8 @@ def _nvidia_arch(line: str):
 
 # GPU model names: the product table's patterns (Radeon, Instinct, Ryzen APU graphics, NVIDIA), read only where the
 # line looks like it names a device, not where a sentence compares cards.
-_GPU_WORDS = re.compile(r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\b[RG]TX ?\d{3,4}|\bRTX\b|\bGTX\b|Tesla|"
+_GPU_WORDS = re.compile(r"\b1[06][5-8]0 ?Ti\b|"
+                        r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\b[RG]TX ?\d{3,4}|\bRTX\b|\bGTX\b|Tesla|"
                         r"Quadro|FirePro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Barcelo|Lucienne|Van Gogh|"
                         r"Ryzen AI|\bAI ?MAX\+? ?3[89]\d\b|\bW[5-7]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*|\bRyzen [457]\d{3}(?:HS|HX|H|U)\b|\bR[79] ?\d{3}X?\b|\bR9 Nano\b|\bFury\b|\bFiji\b|\bMX ?\d{3}\b|"
@@ -336,15 +337,24 @@ def _gpu(line: str):
         named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop))",
                        r"RTX \1", named)
     named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d00) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)   # "7800XT", "6700 XT"
+    # a GTX 10 or 16 series number with its Ti ("1080Ti", "1660 Ti"): the GTX card, whatever follows it
+    named = re.sub(r"(?i)(?<![\w.])(?<!GTX )(1[06][5-8]0) ?Ti\b", r"GTX \1 Ti", named)
     # a GeForce number with its Ti glued on ("3080ti", "4070Ti") is a card whatever follows it
     named = re.sub(r"(?i)(?<![\w])(?<!RTX )((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0))Ti\b", r"RTX \1 Ti", named)
     # ... and with a space before its Ti ("a 4060 ti with 16gb"): no parameter count or year is followed by "Ti"
     named = re.sub(r"(?i)(?<![\w.])(?<!RTX )(?<!GTX )((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)) Ti\b", r"RTX \1 Ti", named)
+    # every card the line names, in the order named ("built on an A100, fails on a V100"): each span once, by the
+    # first (most specific) product that matches it
+    found, taken = [], []
     for product in PRODUCTS:
-        m = re.search(product.pattern, named, re.IGNORECASE)
-        if m:
-            yield "gpu", _model_phrase(named, m), product.arch
-            return
+        for m in re.finditer(product.pattern, named, re.IGNORECASE):
+            if not any(m.start() < end and start < m.end() for start, end in taken):
+                taken.append((m.start(), m.end()))
+                found.append((m.start(), _model_phrase(named, m), product.arch))
+    if found:
+        for _, phrase, arch in sorted(found):
+            yield "gpu", phrase, arch
+        return
     series = _GEFORCE_SERIES.search(line)
     if series:   # "50 series cards", "RTX 50xx": the generation, whose compute capability is the same for every card
         generation = next(g for g in series.groups() if g)

@@ -57,6 +57,7 @@ from steadytune.doctor.rules.arch.cuda_builds import (
     _xformers_lacks,
 )
 from steadytune.doctor.rules.arch.old_gcn import _is_old_gfx, _rocm_of_its_era
+from steadytune.doctor.rules.arch.own_cuda_builds import rebuild_for
 from steadytune.doctor.rules.arch.gpu_asks import asks_about_gpu
 
 
@@ -594,7 +595,7 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      [], errors, confirmed=False)
     if arch is None and errors and _vendor(ctx) != "amd" and re.search(
             r"(?i)\bcuda error\b.{0,20}no kernel image", " ".join(e.line for e in errors)) or \
-            arch is None and errors and _vendor(ctx) is None and not re.search(r"(?i)\b(?:rocm|hip|gfx\w*|radeon|amd)\b",
+            arch is None and errors and _vendor(ctx) != "amd" and not re.search(r"(?i)\b(?:rocm|hip|gfx\w*|radeon|amd)\b",
                                                                                  _text(ctx)) and \
             any("no kernel image" in e.line for e in errors):
         # CUDA's own message, in a paste that names neither vendor nor any ROCm word: the NVIDIA reading
@@ -668,7 +669,10 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
         # the tool that failed carries its own kernels: its wheel or build flag is the fix, not torch's index
         # (unless the torch underneath lacks the GPU too: that comes first, the extension is rebuilt against it)
         own = build_fix(tool, arch) if tool not in ("torch", None) and not _wheel_lacks(arch, ctx) else None
-        return _past_the_release_said(own, tool, ctx) if own else _cuda_index_for_driver(ctx, arch)
+        if own:
+            return _past_the_release_said(own, tool, ctx)
+        # a build of the user's own (an extension, a CMake or cargo project): its knob, for every GPU it runs on
+        return rebuild_for(ctx, arch) or _cuda_index_for_driver(ctx, arch)
     value, caveat = override_value(arch, tool)
     if sheet.has("layout", "therock"):
         return (f"the multi-arch torch wheel carries no GPU kernels by itself: install its device package from the same "

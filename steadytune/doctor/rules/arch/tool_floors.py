@@ -39,6 +39,16 @@ FLOORS: tuple[Floor, ...] = (
     Floor("CTranslate2", r"(?i)ctranslate2|faster[-_ ]whisper|whisperx", 35,
           "CTranslate2 README: NVIDIA GPUs of compute capability 3.5 and newer",
           "run it with device=\"cpu\" (compute_type=\"int8\") or on a newer GPU"),
+    # programs whose release binaries carry no code below a generation, said by their maintainers (before PyTorch: their
+    # pastes name torch too)
+    Floor("Dorado", r"(?i)\bdorado\b", 70,
+          "the Dorado maintainers: Volta and newer, Pascal cards are not supported (nanoporetech/dorado#37)",
+          "run Dorado on a Volta (V100) or newer GPU (Turing, Ampere, Ada, Hopper), or on the CPU (--device cpu, "
+          "slow)"),
+    Floor("BMInf", r"(?i)\bbminf\b|\bcpm[_-]kernels\b", 61,
+          "the BMInf maintainers: its cpm_kernels need compute capability 6.1 or newer (OpenBMB/BMInf#29)",
+          "run it on a GPU of compute capability 6.1 or newer (GTX 10xx, Tesla P4/P40, T4 and later), or load the "
+          "model with transformers on this card instead"),
     # every CUDA toolkit from 11.0 on leaves out compute capability 3.0 and older (CUDA 11.0 release notes: sm_30
     # and sm_32 dropped), and PyTorch's binaries dropped 3.0 in 0.4.1 (its release notes): no build of current torch
     # can target these cards; 3.5-4.x is prebuilt_floor.py's source build
@@ -68,7 +78,7 @@ _SAID_CC = re.compile(r"(?i)compute capability(?: detected)?[:\s]+(\d{1,2})\.(\d
 _IDLE = re.compile(r"(?i)\b(?:not|n't|never) (?:running|runs?|use|using|utili[sz]\w*) (?:on |the )?(?:my )?gpu|"
                    r"\buses? (?:the )?cpu\b|falling back to cpu|fell back to cpu|\bcpu mode\b|no GPU detected|"
                    r"\bruns?\b[^.\n]{0,30}\bon (?:the )?cpu\b|\bignores?\b[^.\n]{0,20}\b(?:gpu|card|tesla|geforce|quadro)\b|"
-                   r"too old|can(?:'t|not) detect|\bcuda error\b|无法在|不能在|用不了|\?|适配|支持")
+                   r"too old|can(?:'t|not) detect|\bcuda error\b|no kernel image is available|无法在|不能在|用不了|\?|适配|支持")
 # the families whose lines are what an unusable card looks like; any other error line has its own reading
 _SYMPTOMS = {None, "visibility", "torch-build", "driver", "gpu-unsupported", "arch-missing"}
 
