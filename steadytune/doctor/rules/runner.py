@@ -43,9 +43,12 @@ import steadytune.doctor.rules.arch.op_floors  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
+import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_packages  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
+import steadytune.doctor.rules.access.ptx_toolchain  # noqa: E402,F401
+import steadytune.doctor.rules.access.driver_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.open_modules  # noqa: E402,F401
 import steadytune.doctor.rules.access.cdi_specs  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_state  # noqa: E402,F401
@@ -97,6 +100,7 @@ import steadytune.doctor.rules.install.cudnn_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.cudnn_windows  # noqa: E402,F401
 import steadytune.doctor.rules.install.onnxruntime_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
+import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_runtimes  # noqa: E402,F401

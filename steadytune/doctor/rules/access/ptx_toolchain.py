@@ -1,0 +1,151 @@
+"""The driver refusing PTX made by a newer CUDA: "the provided PTX was compiled with an unsupported toolchain"
+(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222), or the driver's own JIT ("ptxas application ptx input", a numba link through
+cuLinkAddData) saying "Unsupported .version". PTX is compiled for the GPU by the driver when the program runs, and a
+driver reads only the PTX of its own CUDA release or older, so the fix is a driver for that CUDA, or the toolkit /
+container of the driver's CUDA. It reads the CUDA that made the PTX from the paste's values (the PTX ISA version, an
+NGC container's release, a program's image, a conda cudatoolkit, a torch build) and the driver's from nvidia-smi.
+
+Sources: NVIDIA's CUDA compatibility guide (PTX JIT needs a driver at least as new as the toolkit that made the PTX);
+the PTX ISA release notes (ISA version per CUDA release, in install/ptxas.py); the NGC frameworks support matrix (the
+CUDA of each monthly container release); fauxpilot's docker-compose and Dockerfile (moyix/triton_with_ft:22.06, later
+22.09)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.access.driver import _DRIVER_FOR_CUDA
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
+from steadytune.doctor.rules.install.ptxas import _PTX_ISA_CUDA
+
+
+_REFUSED = re.compile(r"(?i)PTX was compiled with an unsupported toolchain|UNSUPPORTED_PTX_VERSION|"
+                      r"cudaErrorUnsupportedPtxVersion|\b(?:error|code|err)\W{0,3}222\b")
+# the driver's JIT assembler (an in-memory PTX: "ptxas application ptx input"), refusing an ISA newer than its own
+_JIT_ISA = re.compile(r"ptxas application ptx input.{0,60}Unsupported \.version (\d+\.\d+); current version is "
+                      r"'?(\d+\.\d+)")
+_ISA = re.compile(r"Unsupported \.version (\d+\.\d+); current version is '?(\d+\.\d+)")
+_LINKER = re.compile(r"(?i)cuLink(?:AddData|Complete|Create)\w*|LinkerError|ptxas application ptx input")
+
+# The CUDA of NGC's monthly container releases (tritonserver, pytorch, tensorflow, tensorrt share it), from the first
+# release of each CUDA (NGC's frameworks support matrix); an image built on one (moyix/triton_with_ft) has its CUDA
+_NGC_CUDA = (("21.01", (11, 2)), ("21.04", (11, 3)), ("21.07", (11, 4)), ("21.11", (11, 5)), ("22.01", (11, 6)),
+             ("22.05", (11, 7)), ("22.09", (11, 8)), ("23.01", (12, 0)), ("23.03", (12, 1)), ("23.08", (12, 2)),
+             ("23.11", (12, 3)), ("24.03", (12, 4)), ("24.06", (12, 5)), ("24.08", (12, 6)), ("25.01", (12, 8)),
+             ("25.04", (12, 9)), ("25.08", (13, 0)))
+_NGC_TAG = re.compile(r"(?i)(?:nvcr\.io/nvidia/[\w-]+|triton_with_ft|tritonserver|nvidia/pytorch|nvidia/tensorrt)"
+                      r":(\d{2}\.\d{2})")
+# programs that ship as an image built on an NGC release, when the paste names the program but not the tag
+# (FasterTransformer's Triton backend, its "[FT][ERROR]" lines and build paths, is what fauxpilot's image runs; a compose
+# log's service column, which names fauxpilot, is gone once the log prefix is read off)
+_PROGRAM_IMAGES = {"fauxpilot": ("moyix/triton_with_ft:22.06", "moyix/triton_with_ft:22.09")}
+_PROGRAM = re.compile(r"(?i)\bfauxpilot\b|\[FT\]\[(?:ERROR|WARNING|INFO)\]|fastertransformer_backend")
+# conda's cudatoolkit releases (defaults and conda-forge): a numba user keeps the driver and takes the newest one it runs
+_CONDA_TOOLKITS = ((8, 0), (9, 0), (9, 2), (10, 0), (10, 1), (10, 2), (11, 0), (11, 1), (11, 2), (11, 3), (11, 4),
+                   (11, 5), (11, 6), (11, 7), (11, 8))
+
+
+def _cuda(text: str) -> Optional[tuple[int, int]]:
+    m = re.fullmatch(r"(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _ngc_cuda(release: str) -> Optional[tuple[int, int]]:
+    return max(((r, c) for r, c in _NGC_CUDA if r <= release), default=(None, None))[1]
+
+
+def _said(cuda: tuple[int, int]) -> str:
+    return f"{cuda[0]}.{cuda[1]}"
+
+
+def _made_with(ctx: Context, text: str) -> tuple[Optional[tuple[int, int]], str]:
+    """The CUDA that made the PTX, and where that is read from."""
+    isa = _ISA.search(text)
+    if isa and isa.group(1) in _PTX_ISA_CUDA:
+        return _cuda(_PTX_ISA_CUDA[isa.group(1)]), f"its PTX is ISA {isa.group(1)}"
+    tag = _NGC_TAG.search(text)
+    if tag and _ngc_cuda(tag.group(1)):
+        return _ngc_cuda(tag.group(1)), f"the image {tag.group(0)} is built with it"
+    program = _PROGRAM.search(text)
+    if program:
+        images = _PROGRAM_IMAGES["fauxpilot"]
+        cudas = [(image, _ngc_cuda(image.rsplit(":", 1)[1])) for image in images]
+        return cudas[0][1], "fauxpilot's FasterTransformer image " + ", later ".join(
+            f"{image} (CUDA {_said(c)})" for image, c in cudas) + " is built with it"
+    toolkit = re.search(r"(?i)\bcudatoolkit\W{0,3}(\d+\.\d+)|\bcuda-version\W{0,3}(\d+\.\d+)|\bCUDA (?:toolkit )?"
+                        r"(\d+\.\d+)(?!\.\d{3})|release (\d+\.\d+), V\d", text)
+    torch = [f.value.split("+cu", 1)[1] for f in ctx.sheet.of("torch") if "+cu" in f.value]
+    if toolkit:
+        return _cuda(next(g for g in toolkit.groups() if g)), "the toolkit named builds with it"
+    if torch and torch[-1][:3].isdigit():
+        return (int(torch[-1][:2]), int(torch[-1][2:3])), f"the torch build is +cu{torch[-1]}"
+    return None, ""
+
+
+def _driver_runs(text: str) -> tuple[Optional[tuple[int, int]], Optional[int]]:
+    """The newest CUDA the driver runs (nvidia-smi's CUDA Version, else its branch, else its JIT's ISA), and its branch."""
+    said = re.search(r"CUDA Version:?\s*(\d+\.\d+)", text)
+    branch = re.search(r"(?i)Driver Version:?\s*(\d{3})\.|NVIDIA-SMI (\d{3})\.\d+|\bnvidia-driver-(\d{3})\b|"
+                       r"\bdriver (?:version )?(\d{3})\.\d+", text)
+    number = int(next(g for g in branch.groups() if g)) if branch else None
+    if said:
+        return _cuda(said.group(1)), number
+    if number:
+        return max((c for c, b in _DRIVER_FOR_CUDA if b <= number), default=None), number
+    jit = _JIT_ISA.search(text)
+    if jit and jit.group(2) in _PTX_ISA_CUDA:
+        return _cuda(_PTX_ISA_CUDA[jit.group(2)]), None
+    return None, None
+
+
+def _keep_the_driver(ctx: Context, text: str, runs: tuple[int, int]) -> str:
+    """The way to the driver's CUDA for what made the PTX: a conda toolkit (numba), an older container, a torch build."""
+    tag = _NGC_TAG.search(text)
+    # numba's own error format ("Call to cuLinkAddData results in ...", its LinkerError) names it where nothing else does
+    if re.search(r"(?i)\bnumba|\bcudatoolkit\b|\bconda\b|\bLinkerError\b|Call to cu\w+ results in", text):
+        if runs[0] <= 11:
+            conda = max((c for c in _CONDA_TOOLKITS if c <= runs), default=None)
+            if conda:
+                return f"conda install cudatoolkit={_said(conda)} (the newest conda cudatoolkit this driver runs)"
+        return f"conda install -c conda-forge \"cuda-version={_said(runs)}\" cuda-nvcc cuda-nvrtc"
+    if tag or _PROGRAM.search(text):
+        release = max((r for r, c in _NGC_CUDA if c <= runs), default=None)
+        return (f"an image built for CUDA {_said(runs)} or older (NGC release {release} or earlier)" if release else
+                f"an image built for CUDA {_said(runs)} or older")
+    if ctx.sheet.of("torch"):
+        label = "cu118" if runs < (12, 1) else "cu121" if runs < (12, 4) else "cu124" if runs < (12, 6) else \
+            "cu126" if runs < (12, 8) else "cu128"
+        return f"pip install torch --index-url https://download.pytorch.org/whl/{label}"
+    return f"the CUDA {_said(runs)} toolkit (and builds made with it)"
+
+
+@rule("driver")
+def ptx_newer_than_the_driver(ctx: Context) -> Optional[Diagnosis]:
+    """The driver's JIT refusing PTX from a newer CUDA: the driver's age, not the GPU's architecture."""
+    text = _text(ctx)
+    refused = _lines_matching(ctx, _REFUSED)
+    jit = _lines_matching(ctx, _ISA) if _LINKER.search(text) else []
+    if not refused and not jit:
+        return None
+    made, source = _made_with(ctx, text)
+    runs, branch = _driver_runs(text)
+    if made and runs and made <= runs and not refused:
+        return None   # the driver runs that CUDA: another reading (a ptxas of the toolkit)
+    least = next((b for c, b in _DRIVER_FOR_CUDA if made and c >= made), None)
+    driver = f"driver {branch}" if branch else "the NVIDIA driver"
+    runs_said = f" (it runs CUDA {_said(runs)} at most)" if runs else ""
+    cause = (f"the PTX was made by CUDA {_said(made)} ({source}), and {driver}{runs_said} reads only the PTX of its own "
+             "CUDA release or older" if made else
+             f"the PTX was made by a newer CUDA than {driver}{runs_said} reads: a driver JIT-compiles only the PTX of "
+             "its own CUDA release or older")
+    update = (f"update the NVIDIA driver to {least} or newer, which runs CUDA {_said(made)} (sudo apt install "
+              f"nvidia-driver-{least} or a later branch, then reboot; Windows: the current Game Ready / Studio driver; "
+              f"on the host of a container, not inside it); nvidia-smi's 'CUDA Version' must then read {_said(made)} "
+              "or higher" if made and least else
+              "update the NVIDIA driver (on the host of a container, not inside it) until nvidia-smi's 'CUDA Version' "
+              "is at least the CUDA the program was built with")
+    keep = f"; or keep {driver} and use {_keep_the_driver(ctx, text, runs)}" if runs else ""
+    return _make("driver", f"the NVIDIA driver is older than the CUDA that made the PTX"
+                 + (f" ({_said(made)})" if made else ""),
+                 cause + " (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)", update + keep, [], refused or jit)

@@ -1,0 +1,66 @@
+"""A package's CUDA extension that was never built: packages installed from source (pip install ., setup.py) compile
+their CUDA kernels only where the CUDA toolkit (nvcc, CUDA_HOME) is there at install time, and otherwise install
+without them, silently or with a warning; the import of the compiled module then fails. It reads the module's name
+against a table of such packages and answers with the toolkit and the package's own build switch.
+
+Sources: ColossalAI's README (CUDA kernels built at install with CUDA_EXT=1, later BUILD_EXT=1; otherwise built at
+first use, which needs the toolkit too; hpcaitech/ColossalAI#1773); GroundingDINO's README (CUDA_HOME must be set
+before the install, else it runs without its _C ops); detectron2's and PyTorch3D's install notes (FORCE_CUDA=1);
+mmcv's install guide (MMCV_WITH_OPS=1; mmcv-lite has no ops); Deformable DETR's and Mask2Former's ops/make.sh."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple, Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule
+
+
+class ExtensionBuild(NamedTuple):
+    package: str
+    module: str       # the compiled module, as the import names it (a regex)
+    build: str        # the package's own way to build it, once the toolkit is there
+
+
+_BUILDS = (
+    ExtensionBuild("colossalai", r"colossal_C|colossalai\._C(?:\.\w+)?", "CUDA_EXT=1 pip install . in the ColossalAI "
+                   "checkout (BUILD_EXT=1 in releases from 2024), or let its kernels build at first use, which needs "
+                   "the same toolkit"),
+    ExtensionBuild("GroundingDINO", r"groundingdino\._C", "pip install --no-build-isolation -e . in the GroundingDINO "
+                   "checkout (CUDA_HOME set first, or it installs without its ops)"),
+    ExtensionBuild("detectron2", r"detectron2\._C", "FORCE_CUDA=1 pip install --no-build-isolation "
+                   "'git+https://github.com/facebookresearch/detectron2.git'"),
+    ExtensionBuild("pytorch3d", r"pytorch3d\._C", "FORCE_CUDA=1 pip install --no-build-isolation "
+                   "'git+https://github.com/facebookresearch/pytorch3d.git'"),
+    ExtensionBuild("mmcv", r"mmcv\._ext", "MMCV_WITH_OPS=1 pip install -e . in the mmcv checkout (or the prebuilt mmcv "
+                   "for this torch and CUDA: mim install mmcv; mmcv-lite has no ops)"),
+    ExtensionBuild("the MultiScaleDeformableAttention ops (Deformable DETR, Mask2Former, DINO)",
+                   r"MultiScaleDeformableAttention", "cd into the model's ops folder and run sh make.sh (python setup.py "
+                   "build install)"),
+    ExtensionBuild("the gaussian-splatting rasterizer", r"diff_gaussian_rasterization(?:\._C)?|simple_knn(?:\._C)?",
+                   "pip install --no-build-isolation submodules/diff-gaussian-rasterization submodules/simple-knn"),
+)
+_MISSING = re.compile(r"No module named '?([\w.]+)'?|cannot import name '?_C'? from '?([\w.]+)")
+
+
+@rule("rocm-libs-missing")
+def extension_never_built(ctx: Context) -> Optional[Diagnosis]:
+    """The compiled module of a package that builds its CUDA kernels only where the toolkit is: missing at import."""
+    for line in _lines_matching(ctx, _MISSING):
+        m = _MISSING.search(line.line)
+        name = m.group(1) or f"{m.group(2)}._C"
+        row = next((r for r in _BUILDS if re.fullmatch(r.module, name)), None)
+        if row is None:
+            continue
+        torch = [f.value.split("+cu", 1)[1] for f in ctx.sheet.of("torch") if "+cu" in f.value]
+        cuda = f"{torch[-1][:-1]}.{torch[-1][-1]}" if torch and torch[-1].isdigit() else None
+        toolkit = (f"the CUDA {cuda} toolkit (torch is +cu{torch[-1]})" if cuda else
+                   "the CUDA toolkit of the CUDA torch was built with (python -c 'import torch; "
+                   "print(torch.version.cuda)')")
+        return _make("rocm-libs-missing", f"{row.package} was installed without its CUDA extension",
+                     f"{name} is {row.package}'s compiled CUDA extension; it is built at install time only where the "
+                     "full CUDA toolkit (nvcc, found through CUDA_HOME) is present, and this install went on without "
+                     "it (a driver and the torch wheel bring no nvcc)",
+                     f"install {toolkit} with nvcc (nvcc --version must answer), export CUDA_HOME=/usr/local/cuda (or "
+                     f"the toolkit's folder), then rebuild: {row.build}", [], [line])
+    return None
