@@ -70,15 +70,35 @@ _SEVERAL_FAIL = re.compile(r"(?i)\b(?:not|n.t|fails?|failed|hangs?|stuck|cannot|
                            r"several|multi|[2-9]|two|four|eight) ?(?:-)?GPUs?\b|多卡(?:不行|报错|卡住|失败|加载不)")
 
 
+# a launch cut to one process that then runs: "--nproc_per_node=2 改为1可以正常运行", "with --num_processes 1 it works"
+_FEWER_WORKS = re.compile(r"(?i)(?:--nproc[_-]per[_-]node|--num[_-]processes|--num_gpus|NPROC_PER_NODE)\W{0,3}[2-9]\s*"
+                          r"(?:改为|改成|换成|->|→|to|=>)\s*1(?!\d).{0,30}(?:可以|正常|能跑|works?|runs?|fine|ok)|"
+                          r"(?:--nproc[_-]per[_-]node|--num[_-]processes|--num_gpus|NPROC_PER_NODE)\W{0,3}1(?!\d).{0,30}"
+                          r"(?:可以|正常|能跑|\bworks?\b|\bruns fine\b|\bis fine\b)")
+# the run is in a container, said in English or Chinese
+_IN_CONTAINER = re.compile(r"(?i)(?<![a-z])(?:docker|podman|containers?)(?![a-z])|容器")
+
+
 def one_gpu_works_several_not(ctx: Context) -> Optional[Diagnosis]:
     """A model (or a run) that loads on one GPU and not when spread over several, said in words with no error line:
-    the step that is new with several GPUs is NCCL's peer-to-peer between them, NCCL's first suspect."""
+    the step that is new with several GPUs is NCCL's between them. In a container that is first its shared memory
+    (NCCL's buffers live in /dev/shm, 64 MB under docker unless --ipc=host or --shm-size widens it: NCCL's
+    troubleshooting guide, "Docker"), on the host the peer-to-peer path, NCCL's first suspect."""
     if ctx.errors:
         return None
     text = _text(ctx)
-    if not (_ONE_WORKS.search(text) and _SEVERAL_FAIL.search(text)):
+    fewer = _lines_matching(ctx, _FEWER_WORKS)
+    if not (_ONE_WORKS.search(text) and _SEVERAL_FAIL.search(text)) and not fewer:
         return None
-    said = _lines_matching(ctx, _SEVERAL_FAIL.pattern)
+    said = _lines_matching(ctx, _SEVERAL_FAIL.pattern) or fewer
+    if _IN_CONTAINER.search(text) and not re.search(r"--ipc[= ]host|--shm-size|shm_size|ipc: host", text):
+        return _make("multi-gpu-transport", "several GPUs fail in the container, one works",
+                     "with several processes the GPUs exchange through NCCL, whose buffers between the processes of "
+                     "one machine are in /dev/shm; docker gives a container 64 MB of it (and its own IPC namespace), "
+                     "too little for NCCL, so the multi-GPU start fails where one process runs",
+                     "start the container with --ipc=host (or --shm-size=16g; compose: ipc: host / shm_size: 16gb), "
+                     "and --network=host where the ranks meet over sockets; if it still fails, rerun with "
+                     "NCCL_DEBUG=INFO and try NCCL_P2P_DISABLE=1", [], said, confirmed=False)
     return _make("multi-gpu-transport", "it works on one GPU and not across several",
                  "what only several GPUs do is exchange data through NCCL, and its peer-to-peer path between the cards "
                  "(PCIe P2P, broken or missing on consumer boards, or redirected by the IOMMU / ACS) is where such a "

@@ -14,6 +14,8 @@
   driver_state       a driver left broken or not ready: nvidia_uvm after suspend, a service started before the GPU,
                      CUDA after a background driver update
   driver_checks      a tool's own driver check fooled: amdgpu built into the kernel, not a module
+  inbox_driver       the distribution's own driver still loaded: under a GPU operator, or blacklisted without
+                     rebuilding the initramfs
 
 runner.py imports them in this order, which is the order their rules register in.
 """

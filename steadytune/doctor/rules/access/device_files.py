@@ -8,6 +8,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.facts import Fact
+from steadytune.hardware.gpu_facts import OFFICIAL_WHEEL_ARCHS
 from steadytune.doctor.rules.base import (
     _CONTAINED,
     NOT_DETECTED,
@@ -74,6 +75,8 @@ def _kubernetes_without_gpu(ctx: Context, text: str) -> Optional[Diagnosis]:
     resource limit (nvidia.com/gpu, amd.com/gpu); the NVIDIA plugin never gives out an AMD GPU."""
     if not _KUBERNETES.search(text) or ctx.of("device-access") or ctx.sheet.of("device_node"):
         return None   # a device refused or lost, or listed inside the pod, is another reading (groups, the runtime)
+    if re.search(r"(?i)\bnouveau\b(?!\W{0,20}(?:is |was )?(?:not\b|disabled|absent|gone|unloaded))", text):
+        return None   # the inbox driver holding the GPU under the node: access/inbox_driver's reading
     failing = ctx.no_gpu() + ctx.of("visibility") + _lines_matching(
         ctx, r"Found no NVIDIA driver|(?i:no GPUs? (?:found|detected|available)|(?:not|doesn.t|does not|can.t|cannot) "
              r"(?:see|find|detect|use)\w* (?:the |any |my )?GPU)")
@@ -91,10 +94,50 @@ def _kubernetes_without_gpu(ctx: Context, text: str) -> Optional[Diagnosis]:
                  "limit; without them the container has no device", fix, [], failing)
 
 
+# a GPU node said (or listed) to belong to group root: "/dev/kfd = crw-rw---- root root", "/dev/kfd resets to root:root"
+_ROOT_GROUP_NODE = re.compile(r"(/dev/(?:kfd|dri/renderD\d+))\b[^\n]{0,50}?(?:\bc[rwx-]{9}\S*\s+(?:\d+\s+)?)?"
+                              r"\broot[:\s]+root\b")
+# a system container, which has no udev of its own to give a node its group: LXC / LXD / Incus, Proxmox's CTs, nspawn
+_SYSTEM_CONTAINER = re.compile(r"(?i)\bLXC\b|\bLXD\b|\bincus\b|\bproxmox\b|\bpct\b|systemd-nspawn|"
+                               r"\bno udev\b|\bwithout udev\b|\budev (?:is )?(?:not|isn.t) (?:running|there|available)")
+
+
+def _root_group_in_a_system_container(ctx: Context) -> Optional[Diagnosis]:
+    """/dev/kfd (or a render node) owned by group root inside a system container (LXC, Incus, a Proxmox CT): the
+    host's udev rule that gives the node to render does not run there, so the node comes up root:root on every boot
+    and a user in render still cannot open it. The group is set where the container starts: a chgrp before the
+    service, or the device passed with its gid (Proxmox VE's devN: entries take gid=, from its 8.1 release)."""
+    text = _text(ctx)
+    nodes = [(n, m) for n, line in enumerate(ctx.sheet.lines, 1) if (m := _ROOT_GROUP_NODE.search(line))]
+    listed = [f for f in ctx.sheet.of("device_node") if f.detail.split()[0] == "root"]
+    if not (nodes or listed) or not _SYSTEM_CONTAINER.search(text):
+        return None
+    paths = list(dict.fromkeys([m.group(1) for _n, m in nodes] + [f"/dev/{f.value}" if "renderD" not in f.value
+                                                                    else f"/dev/dri/{f.value}" for f in listed]))
+    if not any(p.endswith("kfd") for p in paths):
+        paths.insert(0, "/dev/kfd")
+    if not any("renderD" in p for p in paths):
+        paths.append("/dev/dri/renderD128")
+    where = " ".join(paths)
+    unit = re.search(r"\b([\w@-]+)\.service\b", text)
+    service = unit.group(1) if unit else "<the service>"
+    lines = [ErrorLine(n, ctx.sheet.lines[n - 1].strip(), None) for n, _m in nodes]
+    return _first(_make("device-access", "the GPU's device node belongs to root inside the container",
+                        f"{paths[0]} comes up owned by group root inside the container: the host's udev rule that gives "
+                        "it to render does not run there, so a user in render and video still may not open it and "
+                        "ROCm finds no device (the tool falls back to the CPU)",
+                        f"give the nodes their group each time the container starts: chgrp render {where} && chmod "
+                        f"0660 {where}, run before the program, e.g. a systemd drop-in (systemctl edit {service}: "
+                        f"[Service] ExecStartPre=+-/usr/bin/chgrp render {where} and ExecStartPre=+-/usr/bin/chmod "
+                        f"0660 {where}); or pass the devices with the group from the host (Proxmox: dev0: /dev/kfd,"
+                        "gid=<render's gid in the container>, dev1: /dev/dri/renderD128,gid=<the same>); then ls -l "
+                        f"{paths[0]} must show render", [], lines + ctx.no_gpu() + ctx.of("device-access", "visibility")))
+
+
 def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     """The kinds of refusal whose fix the wording and the setting decide before any `ls -l` is read: a node the tool
     names (renderD, card), a GPU found only as root, a container given no devices or not the group that owns them."""
-    unmapped = _unmapped_group(ctx)
+    unmapped = _unmapped_group(ctx) or _root_group_in_a_system_container(ctx)
     if unmapped is not None:
         return unmapped
     text = _text(ctx)
@@ -122,7 +165,7 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
     video_only = _video_not_enough(ctx, text)
     if video_only is not None:
         return video_only
-    service = _service_user(ctx, text)
+    service = _service_user(ctx, text) or _seen_but_not_usable(ctx, text)
     if service is not None:
         return service
     if _CONTAINED.search(text) or "容器" in text:
@@ -181,6 +224,38 @@ def _device_access_said(ctx: Context) -> Optional[Diagnosis]:
                          "(distrobox: --additional-flags with the same, docker as its engine), then enter it again",
                          [], no_gpu)
     return None
+
+
+# a tool that finds the GPU and then cannot use it: "GPU detected but unusable", "found but cannot be used"
+_SEEN_NOT_USABLE = re.compile(r"(?i)\b(?:detected|found|recogni[sz]ed|listed|present|visible)\W{0,3}\s+but\s+(?:is\s+|it.s\s+)?"
+                              r"(?:unusable|not usable|cannot be used|can.t be used|unavailable)\b|"
+                              r"检测到.{0,10}(?:但|却).{0,6}(?:无法使用|不能用|用不了)")
+
+
+def _seen_but_not_usable(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """An AMD GPU on Linux that a tool finds (the driver lists it: sysfs, lspci, amd-smi) and then cannot use: what
+    lies between the driver's listing and the compute runtime is opening /dev/kfd and /dev/dri/renderD*, which a
+    fresh system's user cannot do until it is in render and video (ROCm's install docs: "Configuring permissions for
+    GPU access"). A build for the wrong GPU speaks in its own error lines, which keep this reading out."""
+    said = _lines_matching(ctx, _SEEN_NOT_USABLE)
+    if not said or _vendor(ctx) != "amd" or _nvidia_gpu(ctx) or ctx.sheet.is_windows or \
+            re.search(r"(?i)\bwindows\b|\bwsl\b|\bmacos\b", text) or _CONTAINED.search(text):
+        return None
+    if any(e.family not in (None, "visibility", "device-access") for e in ctx.errors):
+        return None
+    groups = ctx.sheet.first("user_groups")
+    if groups is not None and "render" in groups.value.split(","):
+        return None   # the user is in render already: not the groups
+    arch, _fact = ctx.arch()
+    if arch and arch.startswith("gfx") and arch not in OFFICIAL_WHEEL_ARCHS:
+        return None   # a card outside ROCm's builds is unusable for its arch first (the arch readings)
+    return _make("device-access", "the GPU is seen but its compute device cannot be opened",
+                 "the tool finds the AMD GPU (the driver lists it) but cannot use it: ROCm, and Vulkan's render node, "
+                 "open /dev/kfd and /dev/dri/renderD*, which belong to the render and video groups, and a user on a "
+                 "fresh install is not in them, so the work runs on the CPU",
+                 "sudo usermod -aG render,video $LOGNAME, then log out and back in (or reboot) so the groups apply; "
+                 "check with groups (render and video listed) and ls -l /dev/kfd /dev/dri/renderD*, then start the "
+                 "tool again", [], said + ctx.no_gpu(), confirmed=False)
 
 
 _SERVICE = re.compile(r"(?i)\bsystemd\b|\bsystemctl\b|\b(?:as|via|from) (?:a |the )?(?:system )?service\b|\.service\b|"

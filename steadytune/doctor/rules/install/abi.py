@@ -316,10 +316,14 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     # the package's own remedy from the tool table (tool_fixes.yaml), else the reinstall every extension takes
     # pip knows the extension by its distribution's name where that differs (awq_ext comes with autoawq-kernels)
     pip_name = (distribution_of(package) if package in IMPORT_DISTRIBUTIONS else package) or "<the extension>"
+    # a package pip built from source is cached as a wheel under its own name and version, not torch's: a plain
+    # reinstall after a torch upgrade takes that old build again (pip's "Caching" docs: locally built wheels are
+    # reused), so the rebuild goes past the cache (horovod's maintainers on a CI cache restoring an old build)
     fix = _table_fix(ctx, package, "abi-mismatch", package=package) or (
         f"pip uninstall -y {pip_name}; reinstall it built for {against} (the wheel made for that "
-        f"torch and CUDA/ROCm, or pip install --no-build-isolation {pip_name} so it compiles "
-        "against the torch you have)")
+        f"torch and CUDA/ROCm, or pip install --no-cache-dir --no-build-isolation {pip_name} so it compiles "
+        "against the torch you have: without --no-cache-dir pip reuses the wheel it built for the old torch; a CI "
+        "job's restored pip cache does the same)")
     what = "a function it needs" if windows else "a symbol"
     return _make("abi-mismatch", f"{package or 'a compiled extension'} was built for another torch",
                  f"{package or 'the extension'} calls {what} the installed torch (or library) does not export: it "

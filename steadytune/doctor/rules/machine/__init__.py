@@ -11,6 +11,7 @@
   multi_gpu    several GPUs: NCCL's transports, its release against the GPU, a serving engine's own all-reduce
   launchers    how a trainer's launch picks its GPUs: one process per GPU (llamafactory-cli, swift, accelerate),
                a GPU chosen for a one-process trainer, DataParallel's replicas, deepspeed's list, SLURM's per-task GPUs
+  schedulers   GPUs a scheduler hides from a task that did not ask for them: Ray's num_gpus, SLURM's --gres
   rendezvous   how the ranks find and wait for each other: the collective timeout outwaited, the socket interface,
                libuv, the port, a thin report of multi-node failure
 

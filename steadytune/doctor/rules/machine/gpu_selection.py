@@ -95,7 +95,8 @@ def _ggml_devices(ctx: Context) -> Optional[Diagnosis]:
 
 
 # a plain `python script.py` start (no launcher before it on the line) of a training script
-_PLAIN_PYTHON = re.compile(r"(?m)^\W{0,3}(?:CUDA_VISIBLE_DEVICES=\S+\s+)?python3?\s+(?:-u\s+)?\S+\.py\b")
+# (at a line's start, or after the prompt or the words that introduce it: "$ ", "> ", "如下命令：")
+_PLAIN_PYTHON = re.compile(r"(?m)(?:^\W{0,3}|[:：$>]\s*)(?:CUDA_VISIBLE_DEVICES=\S+\s+)?python3?\s+(?:-u\s+)?\S+\.py\b")
 _LAUNCHER = re.compile(r"(?i)\baccelerate launch\b|\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\bdeepspeed\b|"
                        r"FORCE_TORCHRUN|\bsrun\b|\bmpirun\b")
 _TRAINING = re.compile(r"(?i)\btrain\w*|\bsft\b|\bfine-?tun\w+|--do_train|训练|微调")
@@ -110,23 +111,29 @@ def _plain_python_over_several(ctx: Context) -> Optional[Diagnosis]:
     said = _lines_matching(ctx, _TENSORS_SPLIT)
     text = _text(ctx)
     several = _SEVERAL_VISIBLE.search(text) or re.search(r"(?i)多卡|multi-?GPUs?\b|multiple GPUs|several GPUs|"
-                                                          r"\b[2-9] ?(?:x ?)?GPUs\b", text)
+                                                          r"\b[2-9] ?(?:x ?)?GPUs\b|[2-9两四八]\s*(?:个|张|块)\S{0,8}?"
+                                                          r"(?:GPU|显卡|卡)", text)
     if not (said and several and _PLAIN_PYTHON.search(text) and _TRAINING.search(text)) or _LAUNCHER.search(text) \
             or _DEVICE_MAP_AUTO.search(text):
         return None
     name = _visibility_variable(ctx)
-    count = several.group(0).count(",") + 1 if "," in several.group(0) else None
+    digit = re.search(r"[2-9]", several.group(0))
+    count = (several.group(0).count(",") + 1 if "," in several.group(0) else int(digit.group(0)) if digit
+             and not several.group(0).startswith(("CUDA", "HIP")) else None)
     procs = str(count) if count else "<number of GPUs>"
     llama = re.search(r"(?i)llama-?factory|llamafactory|src/train\w*\.py", text)
     own = ("; LLaMA-Factory: FORCE_TORCHRUN=1 llamafactory-cli train <config>.yaml in current releases"
            if llama else "")
+    one = (f"set {name}=0 (cmd; PowerShell: $env:{name}=\"0\") in the same terminal before python <script>.py, or "
+           f"os.environ[\"{name}\"] = \"0\" as the script's first line, before torch is imported"
+           if on_windows(ctx, text) else f"{name}=0 python <script>.py ...")
     return _make("visibility", "a plain python start with several GPUs visible",
                  "started with plain python, the training is one process that sees every visible GPU, and the "
                  "model and its inputs end up on different GPUs; multi-GPU training is meant to start one process "
                  "per GPU through a launcher",
                  f"start the script through a launcher: accelerate launch --num_processes {procs} <script>.py ... "
                  f"(after accelerate config), or torchrun --nproc_per_node {procs} <script>.py ..., or deepspeed"
-                 f"{own}; to train on one GPU, make only that one visible: {name}=0 python <script>.py ...",
+                 f"{own}; to train on one GPU, make only that one visible: {one}",
                  [], said, confirmed=False)
 
 

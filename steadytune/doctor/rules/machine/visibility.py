@@ -282,6 +282,28 @@ def _ray_on_amd(ctx: Context) -> Optional[Diagnosis]:
                  "--vllm_sync_backend gloo)", [], said[:1], confirmed=False)
 
 
+# the machine's GPU count in the user's words: "one A10G GPU", "a single GPU", "1x RTX 4090", "2 GPUs", 单卡, 一张卡
+_ONE_GPU = re.compile(r"(?i)\b(?:one|a single|single|only one|1)\s*[x×]?\s*(?:(?:NVIDIA|AMD|GeForce|Tesla|Radeon)\s+)?"
+                      r"(?:(?:RTX|GTX|RX)\s?)?(?:[A-Z]?\d{2,4}\w*\s+)?(?:GPU|card|graphics card)\b(?!s)|单卡|单GPU|"
+                      r"(?:一|1)\s*(?:张|块|个)\s*(?:卡|显卡|GPU)")
+_SEVERAL_GPUS = re.compile(r"(?i)\b([2-8]|two|three|four|eight)\s*[x×*]?\s*(?:(?:RTX|GTX|RX)\s?)?(?:[A-Z]?\d{2,4}\w*\s+)?"
+                           r"GPUs\b|([2-8两三四八])\s*(?:张|块|个)\s*(?:\d+G\S{0,3})?(?:卡|显卡|GPU)")
+_COUNT_WORDS = {"two": 2, "three": 3, "four": 4, "eight": 8, "两": 2, "三": 3, "四": 4, "八": 8}
+
+
+def _gpus_said(text: str) -> Optional[int]:
+    """How many GPUs the machine has, in the user's words; None where the paste does not say."""
+    one, m = _ONE_GPU.search(text), _SEVERAL_GPUS.search(text)
+    if one and m:
+        return None   # both said ("works on one GPU, not on 4 GPUs"): not a count of the machine's
+    if one:
+        return 1
+    if m:
+        word = m.group(1) or m.group(2)
+        return _COUNT_WORDS.get(word.lower()) or int(word)
+    return None
+
+
 @rule("visibility")
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
@@ -392,6 +414,11 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                (re.search(r"hipErrorInvalidDevice", e.line) and not at_start)]
     if ordinal and not (rocr and inner):
         named = inner or rocr
+        have = _gpus_said(_text(ctx))
+        launch = (f"start no more processes than the {have} GPU{'s' if have > 1 else ''} this machine has: torchrun "
+                  f"--nproc_per_node={have} (a run script's NPROC_PER_NODE / GPUS_PER_NODE / --num_gpus={have}, "
+                  f"accelerate launch --num_processes={have}; its model-parallel size no more than {have})"
+                  if have else "start no more processes than GPUs (--nproc_per_node)")
         return _make("visibility", "the job asks for a GPU index that is not visible",
                      "GPU indices count from 0 among the visible GPUs only" + (f"; {named.value} leaves fewer than "
                                                                                "the index asked" if named else
@@ -399,7 +426,7 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                                                                                "local_rank) is past the last one"),
                      "use an index below torch.cuda.device_count() (cuda:0 on a one-GPU machine): set "
                      "CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES to the GPUs you mean and count from 0 among them, and "
-                     "start no more processes than GPUs (--nproc_per_node)", [f for f in (named,) if f], ordinal)
+                     + launch, [f for f in (named,) if f], ordinal)
     fewer = [e for e in errors if re.search(r"(?i)device_count\(\)", e.line)]
     if fewer:
         names = ", ".join(visible) if visible else ""
