@@ -14,6 +14,7 @@
   driver_state       a driver left broken or not ready: nvidia_uvm after suspend, a service started before the GPU,
                      CUDA after a background driver update
   driver_checks      a tool's own driver check fooled: amdgpu built into the kernel, not a module
+  vulkan_loader      a Vulkan program refused its instance (vkCreateInstance -9 / -3): the GPU driver's Vulkan part
 
 runner.py imports them in this order, which is the order their rules register in.
 """
