@@ -848,6 +848,7 @@ def extract_facts(text: str, error_lines: Optional[Callable[[list[str]], list[Fa
                     seen.add(key)
                     sheet.facts.append(Fact(kind, value, number, line.strip(), detail))
     _listed_env(sheet)
+    _bare_number_beside_intel(sheet)
     _gpu_archs(sheet)
     _user_groups(sheet)
     _root_only_answers(sheet)
@@ -867,6 +868,23 @@ def _listed_env(sheet: FactSheet) -> None:
         if value:
             sheet.facts.append(Fact("env", f"{name.group(1)}={value.group(1)}", number + 1,
                                     sheet.lines[number].strip(), "listed"))
+
+
+# an Intel CPU named by its model ("i7-4710", "Core i5 8300H", "Intel(R) Core(TM)"), and any word of AMD's
+_INTEL_CPU = re.compile(r"(?i)\bi[3579][- ]\d{4,5}[A-Z]{0,2}\b|\bIntel(?:\(R\))? Core\b|\bCore(?:\(TM\))? i[3579]\b")
+_AMD_WORD = re.compile(r"(?i)\bAMD\b|Radeon|Ryzen|\bROCm\b|\bHIP\b|\bgfx\d|\bAPU\b")
+
+
+def _bare_number_beside_intel(sheet: FactSheet) -> None:
+    """A bare "860m" / "780M" is a Radeon iGPU's number and also a GeForce mobile card's of 2012-2014 (GeForce GT
+    640M, GTX 780M, GTX 860M: NVIDIA's 600M-800M series). Radeon iGPUs come only inside Ryzen CPUs, so where the paste
+    names an Intel CPU and no word of AMD's, the number is the GeForce: it says no AMD arch."""
+    text = "\n".join(sheet.lines)
+    if not _INTEL_CPU.search(text) or _AMD_WORD.search(text):
+        return
+    sheet.facts = [Fact("gpu", f"GeForce {f.value.removeprefix('Radeon ')}", f.line_no, f.line, "")
+                   if f.kind == "gpu" and f.value.startswith("Radeon ") and _bare_igpu(f.line) else f
+                   for f in sheet.facts]
 
 
 def _gpu_archs(sheet: FactSheet) -> None:

@@ -54,6 +54,8 @@ import steadytune.doctor.rules.access.cdi_specs  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_state  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_checks  # noqa: E402,F401
 import steadytune.doctor.rules.access.inbox_driver  # noqa: E402,F401
+
+import steadytune.doctor.rules.access.vulkan_loader  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401

@@ -17,5 +17,7 @@
   inbox_driver       the distribution's own driver still loaded: under a GPU operator, or blacklisted without
                      rebuilding the initramfs
 
+  vulkan_loader      a Vulkan program refused its instance (vkCreateInstance -9 / -3): the GPU driver's Vulkan part
+
 runner.py imports them in this order, which is the order their rules register in.
 """

@@ -201,6 +201,17 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                 "nvidia-cuda-nvcc-cu12; then export CUDA_HOME=/usr/local/cuda-<that version> (or $CONDA_PREFIX; the folder "
                 "whose bin/nvcc exists: a pip nvcc sits in site-packages/nvidia/cuda_nvcc, not /usr/local/cuda); or "
                 f"install a prebuilt wheel of {tool} so nothing compiles (DeepSpeed: DS_BUILD_OPS=0, ops JIT-built later)")
+    if name == "libcuda.so" and not re.search(r"(?i)/usr/lib/wsl|\bWSL\b|--gpus|\bdocker\b|\bkubernetes\b|\bpod\b",
+                                               text + "\n" + _text(ctx)):
+        # the unversioned name: a development link the driver's runtime packages leave out, beside the libcuda.so.1
+        # a working driver has (a program or library that dlopens "libcuda.so": Triton, older cuDNN, a JIT)
+        return ("the unversioned libcuda.so link is not there", "the program opens libcuda.so, the unversioned "
+                "development link; a driver installed without its development files has only libcuda.so.1 (or, with no "
+                "libcuda.so.1 either, the NVIDIA driver is not installed)",
+                "ldconfig -p | grep libcuda shows the driver's folder: where libcuda.so.1 is listed there, link the "
+                "name beside it: sudo ln -s libcuda.so.1 <that folder>/libcuda.so (e.g. /usr/lib/x86_64-linux-gnu), "
+                "then sudo ldconfig and start the program again; where no libcuda.so.1 is listed, install the NVIDIA "
+                "driver (nvidia-smi must list the GPU)")
     if re.match(r"libcuda\.so", name):
         return ("the NVIDIA driver's libcuda is not found", "libcuda.so.1 comes with the NVIDIA driver, not with CUDA "
                 "or torch: the driver is not installed, or the process (a container, WSL) does not see it",

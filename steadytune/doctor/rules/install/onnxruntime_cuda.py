@@ -190,3 +190,48 @@ def onnxruntime_cuda_provider_on_another_gpu(ctx: Context) -> Optional[Diagnosis
     # no NVIDIA driver or CUDA fix can bring a device on this GPU: the build reading leads
     diagnosis.rank = min(family(n).rank for n in ("driver", "rocm-libs-missing", "torch-build")) - 1
     return diagnosis
+
+
+# programs that run their models through onnxruntime and offer its providers as their own option (their argument
+# parsers list onnxruntime.get_available_providers()): the program -> how it installs its onnxruntime
+ORT_PROGRAMS = {
+    "FaceFusion": (r"face[-_ ]?fusion", "or rerun FaceFusion's installer for CUDA (python install.py, picking the cuda "
+                                        "onnxruntime: --onnxruntime cuda), which pins the onnxruntime-gpu release of "
+                                        "that FaceFusion"),
+    "roop": (r"roop(?:[-_]\w+)?", "then start it with --execution-provider cuda"),
+    "Deep-Live-Cam": (r"deep[-_ ]?live[-_ ]?cam", "then start it with --execution-provider cuda"),
+    "Swap-Mukham": (r"swap[-_ ]?mukham", "then start it with --cuda"),
+    "rembg": (r"rembg", "or pip install \"rembg[gpu]\", which brings onnxruntime-gpu"),
+    "insightface": (r"insightface", "then FaceAnalysis(providers=['CUDAExecutionProvider'])"),
+}
+# the program's provider list without CUDA: argparse refusing the choice, or the user's word ("execution providers
+# not cuda", "no cuda in the execution providers", "only cpu in execution providers")
+_CHOICE_REFUSED = re.compile(r"(?i)--execution[-_]providers?\b.{0,20}invalid choice:?\s*'(?:cuda|tensorrt)'")
+_PROVIDERS_WITHOUT_CUDA = re.compile(r"(?i)execution[-_ ]providers?\b.{0,40}\b(?:not|no|without|missing|only)\b.{0,20}"
+                                     r"\b(?:cuda|cpu)\b|\b(?:no|not|without|missing)\b.{0,20}\bcuda\b.{0,40}"
+                                     r"execution[-_ ]providers?\b|execution[-_ ]providers?\b.{0,40}\bonly\b.{0,10}cpu\b|"
+                                     r"\bonly\b.{0,10}\bcpu\b.{0,30}\bexecution[-_ ]providers?\b|"
+                                     r"\bcuda\b.{0,30}\b(?:not|isn'?t|doesn'?t|don'?t)\b.{0,20}(?:shown|show|listed|"
+                                     r"appear|available|an option|options?)\b")
+
+
+@rule("torch-build")
+def ort_program_without_cuda_provider(ctx: Context) -> Optional[Diagnosis]:
+    """A program built on onnxruntime (FaceFusion, roop, Deep-Live-Cam) whose execution providers offer no CUDA, on a
+    machine whose GPU is no AMD or Intel one: the onnxruntime installed is the CPU build (the plain onnxruntime
+    package, alone or installed beside onnxruntime-gpu, whose files it overwrites), so the program lists only cpu."""
+    text = _text(ctx)
+    program = next(((name, how) for name, (pattern, how) in ORT_PROGRAMS.items()
+                    if re.search(rf"(?i)(?<![\w-]){pattern}(?![\w-])", text)), None)
+    lines = _lines_matching(ctx, _CHOICE_REFUSED) or (_lines_matching(ctx, _PROVIDERS_WITHOUT_CUDA) if program else [])
+    if not lines or _said_vendor(ctx) in ("intel", "amd") or re.search(r"(?i)\bmac ?os\b|\bApple M\d", text):
+        return None
+    name, how = program or ("the program", "then pick cuda in its execution providers")
+    return _make("torch-build", f"{name}'s onnxruntime is the CPU build",
+                 f"{name} offers the execution providers its onnxruntime has; the onnxruntime installed is the CPU "
+                 "package (onnxruntime, alone or beside onnxruntime-gpu: both install the same module and the last one "
+                 "wins), which has no CUDAExecutionProvider",
+                 "pip uninstall -y onnxruntime onnxruntime-gpu (both, in the program's environment), then pip install "
+                 f"onnxruntime-gpu alone (the release the program pins; 1.19 and newer are CUDA 12 builds, 1.18 and "
+                 f"older CUDA 11.8); {how}; python -c \"import onnxruntime; print(onnxruntime.get_available_providers())"
+                 "\" must list CUDAExecutionProvider", [ctx.line_fact(lines[0])], lines[:1])

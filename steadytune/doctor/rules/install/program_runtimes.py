@@ -162,3 +162,55 @@ def ancient_cudart_first_on_path(ctx: Context) -> Optional[Diagnosis]:
                  f"find the libcudart {tool} loaded (OLLAMA_DEBUG=1 logs its path; ldd or LD_DEBUG=libs otherwise) and "
                  "take the old one off LD_LIBRARY_PATH, so the runtime matching the driver (nvidia-smi's CUDA version) "
                  f"is loaded; then restart {tool}", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# a program's DLL found in the Windows system folder, not its own: the loader's path for a library names
+# System32 / SysWOW64 (its entry-point dialog, a load failure), for a library Windows itself does not ship as a
+# system component. Windows 11 does ship an onnxruntime.dll there (Windows ML's, an older release): a program that
+# asks the onnxruntime C API for a newer version than it has hears "The requested API version [N] is not available,
+# only API versions [1, M] are supported"
+_SYSTEM_DLL = re.compile(r"(?i)\b[A-Z]:\\+Windows\\+(?:System32|SysWOW64)\\+([\w.+-]+\.dll)\b")
+_ORT_API = re.compile(r"(?i)requested API version \[(\d+)\] is not available, only API versions \[1, (\d+)\] are "
+                      r"supported")
+# the runtime redistributables Windows keeps in System32 on purpose: an old copy there is updated, not removed
+_REDIST = re.compile(r"(?i)^(?:msvcp\d+\w*|vcruntime\d+\w*|concrt\d+|vcomp\d+|ucrtbase|vulkan-1)\.dll$")
+# Windows' own libraries: not a program's copy at all
+_WINDOWS_OWN = re.compile(r"(?i)^(?:kernel32|kernelbase|ntdll|user32|gdi32|advapi32|ole32|oleaut32|combase|shell32|"
+                          r"ws2_32|api-ms-\S+|d3d\d+\w*|dxgi|dxcore|opengl32|nvcuda|nvml|amdhip64\w*|directml|"
+                          r"winmm|version|bcrypt|crypt32|setupapi|cfgmgr32)\.dll$")
+
+
+@rule("rocm-libs-missing")
+def program_dll_from_system32(ctx: Context) -> Optional[Diagnosis]:
+    """A program's library loaded from C:\\Windows\\System32 instead of its own copy: a stray or older DLL there (one
+    an installer or a user copied in, or Windows' own older onnxruntime.dll) is found before the program's, and lacks
+    what the program calls."""
+    text = _text(ctx)
+    api = _ORT_API.search(text)
+    found = next((m for m in _SYSTEM_DLL.finditer(text) if not _WINDOWS_OWN.match(m.group(1))), None)
+    if not (api or (found and re.search(r"(?i)entry point|could not be located|DLL load failed|not found|"
+                                        r"WinError 127|0xc0000139|ordinal", text))):
+        return None
+    dll = found.group(1) if found else "onnxruntime.dll"
+    lines = _lines_matching(ctx, re.escape(found.group(0)) if found else _ORT_API)
+    tool = ctx.tool() or "the program"
+    if tool.lower().replace("-", "_") in dll.lower().replace("-", "_"):
+        tool = "the program"   # the library's own name is not the program that loads it
+    if _REDIST.match(dll):
+        return _make("rocm-libs-missing", f"an older {dll} in System32",
+                     f"{tool} needs a newer {dll} than the one in C:\\Windows\\System32, which a runtime's older "
+                     "installer left there", "install the latest Microsoft Visual C++ Redistributable (x64)" +
+                     (" and the GPU's current driver (it brings vulkan-1.dll)" if dll.lower() == "vulkan-1.dll" else
+                      "") + f", which replaces System32's copy; then restart {tool}", [ctx.line_fact(lines[0])],
+                     lines[:1])
+    ort = ("; Windows 11 ships its own, older onnxruntime.dll there (Windows ML's): the program must load the "
+           "onnxruntime.dll of the release it was built with" if dll.lower() == "onnxruntime.dll" else "")
+    old = f" (the one found speaks API up to {api.group(2)}, the program asks for {api.group(1)})" if api else ""
+    return _make("rocm-libs-missing", f"{dll} is loaded from System32, not {tool}'s own",
+                 f"Windows finds a {dll} in C:\\Windows\\System32 before {tool}'s own copy{old}, and that copy lacks "
+                 f"what {tool} calls{ort}",
+                 f"where {dll} lists every copy on the search path: keep {tool}'s own copy first: put its {dll} next "
+                 f"to {tool}'s .exe (the application's folder is searched before System32), and rename a stray copy "
+                 "a program or a guide put into System32 (not Windows' own: never delete Windows ML's onnxruntime.dll); "
+                 "and keep C:\\Windows\\System32 itself on PATH, where the GPU driver's DLLs are",
+                 [ctx.line_fact(lines[0])], lines[:1])

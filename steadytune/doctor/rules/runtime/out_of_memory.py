@@ -13,7 +13,7 @@ from steadytune.doctor.rules.base import (_catalogue, _CONTAINED, Context, Diagn
 from steadytune.doctor.rules.runtime.shared import _ILLEGAL_MEMORY, _training, _WHISPER
 from steadytune.doctor.rules.runtime.host_memory import _build_out_of_host_memory, _killed_by_signal_9
 from steadytune.doctor.rules.runtime.quantized_releases import published_quantized, SPLIT
-from steadytune.doctor.rules.runtime.program_memory import (card_gib, INFERENCE_OOM_FIX, program_oom,
+from steadytune.doctor.rules.runtime.program_memory import (card_gib, INFERENCE_OOM_FIX, ncnn_device_lost, program_oom,
                                                             quantized_after_load, reads_as_inference)
 
 
@@ -155,7 +155,8 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     run, an illegal memory access with no fault of the machine beside it (a batch past a kernel's 32-bit indexing)."""
     errors = ctx.of("out-of-memory")
     if not errors:
-        return _illegal_access_in_training(ctx) or _killed_by_signal_9(ctx) or _build_out_of_host_memory(ctx)
+        return (_illegal_access_in_training(ctx) or _killed_by_signal_9(ctx) or _build_out_of_host_memory(ctx) or
+                ncnn_device_lost(ctx))
     tool = ctx.tool(errors)
     if tool == "torch" and ctx.tool() in _SERVING_OOM_FIX and not _training(ctx):
         tool = ctx.tool()   # torch.OutOfMemoryError names torch inside any program: the server that sizes its caches

@@ -28,6 +28,11 @@ Facts (each program's README, docs or argument parser):
   waifu2x / Real-ESRGAN / Real-CUGAN / SRMD -ncnn-vulkan: -t tile size (>=32, 0 = auto by default); ncnn prints
       "vkAllocateMemory failed" with the VkResult, -2 being VK_ERROR_OUT_OF_DEVICE_MEMORY. Real-ESRGAN's
       inference_realesrgan.py --tile (0: none), GFPGAN's --bg_tile (400).
+  Swap-Mukham (app.py's parser): --batch_size; FaceFusion: --execution-thread-count, --execution-queue-count,
+      --video-memory-strategy (strict / moderate / tolerant); roop, Deep-Live-Cam: --execution-threads (--max-memory is
+      the host's RAM). Demucs README: about 7 GB of GPU memory with the defaults, --segment 8 for about 3 GB (htdemucs'
+      segment at most 7.8 s), PYTORCH_NO_CUDA_MEMORY_CACHING=1, -d cpu. WhisperX README: --batch_size 4,
+      --compute_type int8, a smaller model. ncnn's "vkQueueSubmit failed -4" is VK_ERROR_DEVICE_LOST.
   text-generation-webui: --load-in-4bit, --gpu-memory, --n-gpu-layers. axolotl: micro_batch_size, sequence_len,
       gradient_checkpointing. kohya sd-scripts: --train_batch_size, --gradient_checkpointing, --cache_latents,
       --cache_text_encoder_outputs, --blocks_to_swap. torchtune: batch_size, enable_activation_checkpointing,
@@ -40,11 +45,19 @@ Facts (each program's README, docs or argument parser):
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from steadytune.doctor.error_lines import ErrorLine
-from steadytune.doctor.rules.base import Context, Diagnosis, _make
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make
 from steadytune.doctor.rules.runtime.shared import _TRAINING, _training
+
+
+# ncnn's submit (or its wait) failing with VK_ERROR_DEVICE_LOST (-4): in an ncnn upscaler, the device lost under one
+# tile's work (the driver's watchdog, or its memory), which a smaller tile avoids (the upscalers' issue threads)
+NCNN_DEVICE_LOST = r"\bvk(?:QueueSubmit|WaitForFences) failed\W{0,3}-4\b"
+# the ncnn upscalers by their names (a user's "realsr" or "waifu2x" alone, the -ncnn-vulkan port or an app built on it)
+NCNN_UPSCALER = re.compile(r"(?i)\b(?:waifu2x|realesrgan|real-?esrgan-ncnn|realcugan|real-cugan|srmd|realsr)"
+                           r"(?:-ncnn-vulkan)?\b|\bUpscayl\b|\bvideo2x\b")
 
 
 class Program(NamedTuple):
@@ -57,6 +70,25 @@ class Program(NamedTuple):
     # an LLM's or VLM's weights sized against the card first (a model larger than the GPU: a smaller or quantized
     # release); a program whose memory is its own pipeline (a rollout share, a decode chunk, a tile) speaks first
     weights_first: bool = False
+    # the fix adapted to the paste's own values (the batch it ran with, the card's size): (joined text, fix) -> fix
+    adapt: Optional[Callable[[str, str], str]] = None
+
+
+def _halve_batch(joined: str, fix: str) -> str:
+    """Swap-Mukham's --batch_size: half the one the paste ran with (32 -> 16), not a number from nowhere."""
+    given = re.search(r"--batch[_-]size[ =]+(\d+)", joined)
+    value = int(given.group(1)) if given else 32
+    return fix.replace("{half}", str(max(1, value // 2))).replace("{given}", f" (from {value})" if given else "")
+
+
+def _demucs_card(joined: str, fix: str) -> str:
+    """Demucs' README: about 3 GB of GPU memory with --segment 8, about 7 GB with the defaults; a card below 3 GB runs
+    it on the CPU (-d cpu) first."""
+    gib = card_gib(joined)
+    if gib is not None and gib < 3:
+        return (f"on a {gib:g} GB card run it on the CPU: add -d cpu to the command (about 1.5x the track's length "
+                "to separate); " + fix)
+    return fix
 
 
 # most specific first: a fork before its family (OpenRLHF's forks name it), a model's own script before diffusers
@@ -156,12 +188,41 @@ _PROGRAMS = (
             "a smaller autoregressive batch: TextToSpeech(autoregressive_batch_size=1) (or 2), and a preset with "
             "fewer samples (fast, ultra_fast)"),
     Program("an ncnn-vulkan upscaler", r"(?i)\b(?:waifu2x|realesrgan|realcugan|real-cugan|srmd|realsr)-ncnn-vulkan\b|"
-                                       r"\bvkAllocateMemory failed\b|\bUpscayl\b", "any",
+                                       r"\bvkAllocateMemory failed\b|\bUpscayl\b|" + NCNN_DEVICE_LOST, "any",
             "the ncnn Vulkan upscalers process the image in tiles; the tile size picked (0, the default, chooses one "
             "from the VRAM it reads) needs more device memory than the GPU can give (vkAllocateMemory -2 is "
             "VK_ERROR_OUT_OF_DEVICE_MEMORY)",
             "a smaller tile size: -t 200 (or 100; 32 is the least), and for several GPUs one per GPU (-t 200,200); "
             "Upscayl: a smaller Tile Size in its settings"),
+    # face swappers (their argument parsers): Swap-Mukham's app.py --batch_size (32 by default) sets the frames sent
+    # through the swapper and enhancer at once; FaceFusion's --execution-thread-count / --execution-queue-count and
+    # --video-memory-strategy (2.1 on); roop and Deep-Live-Cam's --execution-threads
+    Program("Swap-Mukham", r"(?i)\bswap[-_ ]?mukham\b", "any",
+            "Swap-Mukham sends --batch_size frames at a time through the face swapper and the face enhancer (CodeFormer "
+            "and GFPGAN keep their own activations for each face of the batch)",
+            "a smaller batch: python app.py --cuda --batch_size {half}{given}, and halve it again until it fits; a "
+            "lighter enhancer (GFPGAN) or none", adapt=_halve_batch),
+    Program("FaceFusion", r"(?i)\bface[-_ ]?fusion\b", "any",
+            "FaceFusion runs several frames at once, one per execution thread, each through the swapper and enhancer "
+            "models it keeps loaded",
+            "fewer frames at once: --execution-thread-count 1 (or 2) and --execution-queue-count 1, and "
+            "--video-memory-strategy strict (FaceFusion 2.1 and newer) so models are released between stages; a "
+            "lower --output-video-resolution, and the face enhancer off where it is not needed"),
+    Program("roop / Deep-Live-Cam", r"(?i)\broop(?:[-_]\w+)?\b|\bdeep[-_ ]?live[-_ ]?cam\b", "any",
+            "roop and Deep-Live-Cam run one frame per execution thread on the GPU at once",
+            "fewer threads: --execution-threads 1 (or 2) with --execution-provider cuda, and the face enhancer "
+            "off; --max-memory caps the host's RAM, not the GPU's"),
+    # audio separation and transcription (their READMEs): demucs -d cpu / --segment; WhisperX --batch_size,
+    # --compute_type int8, a smaller --model
+    Program("Demucs", r"(?i)\bdemucs\b|\bhtdemucs\w*", "any",
+            "Demucs separates the track in segments on the GPU; its README asks about 7 GB of GPU memory with the "
+            "default arguments and at least 3 GB with short segments",
+            "shorter segments: --segment 8 (about 3 GB of GPU memory; htdemucs allows at most 7.8, so --segment 7), "
+            "with PYTORCH_NO_CUDA_MEMORY_CACHING=1; or on the CPU: -d cpu", adapt=_demucs_card),
+    Program("WhisperX", r"(?i)\bwhisperx\b", "inference",
+            "WhisperX transcribes batch_size chunks of audio at once beside the alignment and diarization models",
+            "--batch_size 4 (lower still on a small card), --compute_type int8, a smaller --model "
+            "(small, base)"),
     Program("Real-ESRGAN", r"(?i)\binference_realesrgan\w*\.py\b|\bRealESRGANer\b|\binference_gfpgan\.py\b|"
                            r"\bgfpgan\b", "inference",
             "Real-ESRGAN upscales the whole image at once unless told to tile it (--tile 0, the default)",
@@ -258,11 +319,30 @@ def program_oom(ctx: Context, errors: list[ErrorLine], joined: str, proper: bool
         if program.name == "TRL (vLLM colocated)" and re.search(r"(?i)\bswift\b", joined):
             continue   # ms-swift's own rollout switches (out_of_memory's GRPO reading)
         fix = program.inference_fix if mode == "inference" and program.inference_fix else program.fix
+        if program.adapt is not None:
+            fix = program.adapt(joined, fix)
         if fragmented:
             fix += "; the free memory is fragmented too: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
         return _make("out-of-memory", f"{program.name} ran out of GPU memory", program.why, fix,
                      [ctx.line_fact(errors[0])], errors, confirmed=proper)
     return None
+
+
+def ncnn_device_lost(ctx: Context) -> Optional[Diagnosis]:
+    """ncnn's vkQueueSubmit / vkWaitForFences failing with -4 (VK_ERROR_DEVICE_LOST) in a paste about an ncnn
+    upscaler (named alone, "realsr" or "waifu2x", or by its -ncnn-vulkan port, or an app on it): the GPU gave up under one
+    tile's work, which the upscaler's own tile size makes smaller. Asked by out_of_memory where no line says out of
+    memory in words."""
+    lines = _lines_matching(ctx, NCNN_DEVICE_LOST)
+    if not lines or not NCNN_UPSCALER.search("\n".join(ctx.sheet.lines)):
+        return None
+    program = next(p for p in _PROGRAMS if p.name == "an ncnn-vulkan upscaler")
+    return _make("out-of-memory", "the ncnn upscaler lost the GPU under one tile's work",
+                 "ncnn's submit failed with -4, VK_ERROR_DEVICE_LOST: the upscaler runs each tile as one piece of GPU "
+                 "work, and a tile too large for this GPU (the default picks it from the VRAM it reads) exhausts its "
+                 "memory or runs past the driver's timeout, and the device is lost",
+                 program.fix + "; update the GPU driver if the smallest tile still fails", [ctx.line_fact(lines[0])],
+                 lines[:1], confirmed=False)
 
 
 # quantization asked for in code ("int8", "load_in_8bit", .quantize(8), 量化) of a model loaded for inference
