@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule, _text, _vendor
+from steadytune.doctor.rules.runtime.gtx16_half import _GTX16
 from steadytune.doctor.rules.runtime.precision import image_nans, nan_whatever_the_format
 
 
@@ -58,8 +59,9 @@ def black_past_a_size(ctx: Context) -> Optional[Diagnosis]:
         return None
     sizes = [max(int(a), int(b)) for a, b in _RESOLUTION.findall(text)]
     sized = len(set(_RESOLUTION.findall(text))) >= 2 or _SIZE_WORDS.search(text)
-    if not sized or (sizes and max(sizes) <= _ORDINARY_SIDE) or _small_gpu(text):
-        # black already at an ordinary size, or on a small GPU: fp16 on a card that computes it badly, precision's
+    if not sized or (sizes and max(sizes) <= _ORDINARY_SIDE) or _small_gpu(text) or _GTX16.search(text):
+        # black already at an ordinary size, or on a small GPU or a GTX 16xx: fp16 on a card that computes it badly,
+        # precision's
         return None
     amd = _vendor(ctx) == "amd"
     other = ("--use-split-cross-attention (or --use-quad-cross-attention) in ComfyUI, --opt-sub-quad-attention in the "

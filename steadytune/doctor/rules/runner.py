@@ -76,6 +76,7 @@ import steadytune.doctor.rules.install.zluda_hip_release  # noqa: E402,F401
 import steadytune.doctor.rules.install.compile_backend  # noqa: E402,F401
 import steadytune.doctor.rules.install.companion_index  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_torch  # noqa: E402,F401
+import steadytune.doctor.rules.install.app_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.hidden_imports  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.platform_requests  # noqa: E402,F401
@@ -133,6 +134,8 @@ import steadytune.doctor.rules.runtime.compute_types  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.quantized_output  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gtx16_half  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.attention  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.app_attention  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.sage_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.trtllm_fmha  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 

@@ -19,6 +19,7 @@
   compile_backend    torch.compile's backend failing on a ROCm torch, no other error: the Triton beside it
   companion_index    an import failure with PyPI's xformers beside a +cuXXX torch: xformers from torch's index
   program_torch      a torch name missing on a program's import, the program's own torch release known (a table)
+  app_torch          the torch in an image or voice app's own Python (a table: its path, the CUDA index it names)
   hidden_imports     a name missing from a package whose __init__ swallows its imports' errors (LLaVA): the
                      hidden error (flash-attn built for another torch)
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin

@@ -15,6 +15,8 @@
   quantized_output  a quantized model answering with "!!!!": its fp16 kernels overflow
   gtx16_half     a GTX 16xx card whose half-precision output is NaN (green pictures, silent audio)
   attention      attention kernels (flash-attention, FlashInfer) on a GPU they have no kernels for
+  app_attention  an image app's attention failing under ZLUDA (cuDNN) or ROCm: the app's own attention switch
+  sage_attention SageAttention older than the GPU or the node that patches it in: the 2.x release, where it comes from
   trtllm_fmha    TensorRT-LLM's fused attention (context FMHA, FP8 FMHA) checked against the GPU's arch
 
 runner.py imports the rule modules in this order, which is the order their rules register in; prose.py imports

@@ -9,6 +9,11 @@ these models give NaN there, so the tools that know it switch them to fp32 by th
       and its wiki's remedy for green or black pictures on them is --upcast-sampling, else --precision full --no-half
       (AUTOMATIC1111/stable-diffusion-webui#28: a 1660 SUPER's green screen; --precision full alone fails with
       "expected scalar type Half but found Float", the weights stay half without --no-half).
+  The other picture programs each have a switch of their own (_OWN_SWITCHES): the upscaler GUIs an FP16 mode in their
+      settings (MangaJaNaiConverterGui#56: a GTX 1660 Ti's solid black output, FP16 mode off fixed it), the face
+      restorers' scripts (CodeFormer, GFPGAN, Real-ESRGAN) a half flag, or torch.backends.cudnn.benchmark = True, which
+      the web UI's devices.py sets for these cards because it makes their fp16 work (CodeFormer#69: a GTX 1650 Ti's
+      black background from --bg_upsampler realesrgan, fixed by cudnn.benchmark = True after the imports).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from steadytune.doctor.rules.runtime.shared import _text_of, _WHISPER
 _GTX16 = re.compile(r"(?i)(?<![\w.])(?:(?:GeForce\s+)?GTX\s?-?(16[356]0)(?:\s?(?:Ti|SUPER)|S)?|"
                     r"(16[356]0)(?:\s?(?:Ti|SUPER)|S))(?![\w])")
 # the output that half precision spoils, in the user's words: NaN values, green or black pictures, silent or empty audio
-_SPOILED = re.compile(r"(?i)\bnans?\b|\b(?:green|black)\s+(?:screens?|images?|pictures?|outputs?|squares?)\b|"
+_SPOILED = re.compile(r"(?i)\bnans?\b|\b(?:green|black)\s+(?:screens?|images?|pictures?|outputs?|squares?|backgrounds?|"
+                      r"results?|frames?|faces?|videos?)\b|\b(?:solid|completely|all|pure|entirely)\s+(?:black|green)\b|"
                       r"\b(?:silent|empty|blank|mute)\b.{0,30}\b(?:audio|wav|sound|voice|speech|output)\b|"
                       r"\b(?:audio|wav|sound|voice|speech)\b.{0,30}\b(?:is |are )?(?:silent|empty|blank|mute)\b|"
                       r"\bno sound\b|无声|没有声音|没声音|静音|(?:音频|声音|语音).{0,10}(?:空|无声)|黑图|绿图|全黑|全绿|"
@@ -39,6 +45,32 @@ _IMAGE = re.compile(r"(?i)stable[- ]?diffusion|automatic1111|\bA1111\b|\bForge\b
                     r"绿图|黑图|(?:绿|黑)屏|\bgreen\s+screens?\b")
 
 
+# programs with a half-precision switch of their own, first found first: (what names it, the switch). The upscaler
+# GUIs keep it in their settings (chaiNNer: Settings > PyTorch > FP16 mode; MangaJaNaiConverterGui: App Settings >
+# FP16 mode); the face-restoration scripts create RealESRGANer(half=True) on CUDA (Real-ESRGAN's inference script has
+# --fp32); the web UI forks built on ComfyUI's model management (Forge, Fooocus) take its --all-in-fp32; InvokeAI reads
+# precision from invokeai.yaml
+_CUDNN_BENCHMARK = ("add torch.backends.cudnn.benchmark = True (and torch.backends.cudnn.enabled = True) right after "
+                    "the imports of the script, which makes fp16 work on these cards (the web UI's devices.py sets it "
+                    "for them)")
+_OWN_SWITCHES = (
+    (r"(?i)MangaJaNai", "turn FP16 mode off in MangaJaNaiConverterGui's App Settings (it upscales in fp32 then)"),
+    (r"(?i)\bchaiNNer\b", "turn FP16 mode off in chaiNNer's Settings (PyTorch tab); the model then runs in fp32"),
+    (r"(?i)\bCodeFormer\b|inference_codeformer|\bGFPGAN\b|inference_gfpgan|--bg_upsampler",
+     "the script's fp16 off or fixed: " + _CUDNN_BENCHMARK + " (inference_codeformer.py / inference_gfpgan.py); or "
+     "make the background upsampler fp32 (RealESRGANer(..., half=False))"),
+    (r"(?i)Real-?ESRGAN|inference_realesrgan",
+     "run Real-ESRGAN with --fp32 (RealESRGANer(..., half=False)), its FP16 off; or " + _CUDNN_BENCHMARK),
+    (r"(?i)\bFooocus\b|(?<![-\w])Forge\b", "start it with --all-in-fp32 (or --vae-in-fp32 where only the decoded picture is "
+     "black), FP16 off; fp32 takes about twice the GPU memory"),
+    (r"(?i)\bInvokeAI\b", "set precision: float32 in invokeai.yaml (FP16 off) and restart InvokeAI"),
+)
+
+
+def _own_switch(text: str) -> Optional[str]:
+    return next((fix for pattern, fix in _OWN_SWITCHES if re.search(pattern, text)), None)
+
+
 @rule("precision")
 def gtx16_half_precision(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a GTX 16xx card named, output said to be NaN / green / black / silent, and no error line of another
@@ -51,7 +83,10 @@ def gtx16_half_precision(ctx: Context) -> Optional[Diagnosis]:
     if _WHISPER.search(text):
         return None   # CTranslate2's compute types: the precision readings of faster-whisper
     name = card.group(0).strip()
-    if _VOICE.search(text) and not _IMAGE.search(text):
+    own = _own_switch(text)
+    if own is not None:
+        fix, made = own, "the pictures come out NaN (black or green)"
+    elif _VOICE.search(text) and not _IMAGE.search(text):
         fix = ("turn half precision off: GPT-SoVITS: is_half=False (config.py's is_half, or the environment variable "
                "is_half=False before starting go-webui; for training, fp32 in its s1 / s2 configs), RVC: is_half = "
                "False in configs/config.py; releases that test the GPU's name do it for 16xx cards themselves, so "
@@ -68,7 +103,8 @@ def gtx16_half_precision(ctx: Context) -> Optional[Diagnosis]:
         made = "the pictures come out NaN (green or black)"
     else:
         fix = ("run the model in fp32: the program's half-precision switch off (--no-half, --precision full, "
-               "is_half=False, fp16=False), torch_dtype=torch.float32 or .float() instead of .half()")
+               "is_half=False, fp16=False), torch_dtype=torch.float32 or .float() instead of .half(); in a script of "
+               "your own, " + _CUDNN_BENCHMARK)
         made = "the output comes out NaN"
     return _make("precision", f"the {name} gives NaN in half precision",
                  f"GeForce GTX 16xx cards (TU116 / TU117, Turing without tensor cores) give NaN in these models' "
