@@ -220,6 +220,12 @@ KNOWN_MISSES = {
                                                         "undefined symbol on a card older than Ampere, fixed by "
                                                         "uninstalling flash-attn) is attention; doctor gives attention "
                                                         "with the flash-attn uninstall this case expects",
+    "https://github.com/RVC-Project/Retrieval-based-Voice-Conversion-WebUI/issues/2699": "labelled arch-missing with a "
+        "nightly torch as the fix, while the identical Blackwell cases (an RTX 50xx that a stable torch does not run) "
+        "expect the cu128 index that doctor gives; the paste does not show which torch build it was",
+    "https://github.com/chaiNNer-org/chaiNNer/issues/794": "the paste says only that chaiNNer uses the CPU and not the "
+                                                           "RTX 2070; System32 missing from PATH comes later in the "
+                                                           "thread, nothing in the paste points at it",
 }
 
 
