@@ -177,9 +177,14 @@ def _windows_amd_driver(ctx: Context) -> Optional[Diagnosis]:
     return None
 
 
+# catalogue entries (round 15) of the driver family that are warnings of a working driver, with their own remedy
+_NOT_A_DEAD_DRIVER = frozenset({"rocm-smi-low-power", "rocm-amdsmi-init"})
+
+
 @rule("driver")
 def driver(ctx: Context) -> Optional[Diagnosis]:
     errors = [e for e in ctx.of("driver") if not re.search(r"not supported in kfd", e.line)
+              and not (e.catalogue is not None and e.catalogue.entry.id in _NOT_A_DEAD_DRIVER)
               and not (_NVIDIA_DRIVER.search(e.line) and _vendor(ctx) == "amd" and not _nvidia_gpu(ctx))]
     # (an NVIDIA driver message on an AMD-only machine is a CUDA torch there: torch-build)
     if ctx.sheet.is_windows or re.search(r"(?i)\bWindows\b|\.dll\b|dynamic[- ]link library|Adrenalin", _text(ctx)):

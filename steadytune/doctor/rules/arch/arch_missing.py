@@ -616,6 +616,9 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      f"{own.name}'s GPU code was compiled for other gfx targets than this GPU's; the paste does not "
                      "say which GPU it is", own.rocm.format(arch="<the GPU's gfx target from rocminfo>"), [], errors,
                      confirmed=False)
+    if arch is None and errors and all(e.catalogue is not None and e.catalogue.entry.id in _OWN_FIX_ENTRIES
+                                       for e in errors):
+        return None   # messages whose catalogue entry names their own remedy (Ollama's override, hipBLASLt's switch)
     if arch is None:
         cls = family("arch-missing")
         return _make("arch-missing", "code built without this GPU's architecture",
@@ -732,6 +735,9 @@ _REBUILT_FIRST = ("lmstudio", "llama.cpp", "llama-cpp-python", "whisper.cpp", "s
                   "xformers", "deepspeed", "apex")
 # ROCm's own libraries, asked for an arch they ship no kernels for
 _ROCM_LIBRARIES = ("rocblas", "hipblaslt", "miopen", "rccl")
+# catalogue entries (round 15) whose fix is more specific than the generic "find the arch" line when no arch is known
+_OWN_FIX_ENTRIES = frozenset({"rocm-hsa-illegal-instruction", "rocm-hipblas-not-supported", "rocm-ollama-override-hint",
+                               "rocm-hip-init-invalid-device"})
 # tools whose entry in arch_builds.yaml says the override itself (adding it again after the override says nothing)
 _OVERRIDE_ONLY = ("ollama",)
 

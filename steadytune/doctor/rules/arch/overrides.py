@@ -271,6 +271,10 @@ def override_hidden(ctx: Context) -> Optional[Diagnosis]:
     if shared is not None:
         return shared
     products = [f for f in ctx.sheet.of("gpu") if f.detail.startswith("gfx")]
+    # a card named in a library's support statement ("FlashAttention only supports AMD MI200 GPUs or newer") is no GPU
+    # of this machine
+    products = [p for p in products if not re.search(r"(?i)\bonly supports?\b|\bor newer\b|\bor later\b",
+                                                     ctx.sheet.lines[p.line_no - 1])]
     reported = [f for f in ctx.sheet.of("arch") if f.detail == "machine"]
     # an arch said on a line that names a card of that arch belongs to that card ("Radeon R9 Fury X / Fiji gfx803"
     # beside an MI100 table is a second machine, not an override)

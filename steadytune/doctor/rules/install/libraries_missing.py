@@ -567,7 +567,8 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     if said is not None:
         return said
     first = errors[0]
-    if first.catalogue is not None and first.catalogue.entry.context:
+    if first.catalogue is not None and (first.catalogue.entry.context or first.catalogue.entry.id.startswith("rocm-")):
+        # (round 15's ROCm entries name no library to install: their own remedy, restated)
         return _restate("rocm-libs-missing", first, errors)
     # the library the loader could not open, else the first one the line names (a line may name its loader first)
     lib = (re.search(r"(lib[\w\-+.]+?\.so[.\d]*): cannot open", first.line)

@@ -283,7 +283,7 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
     if full is not None:
         return full
     hit = _catalogue(errors)
-    if inference and (hit is None or hit.catalogue.entry.id == "out-of-memory"):
+    if inference and (hit is None or hit.catalogue.entry.id in ("out-of-memory", "rocm-ggml-out-of-memory")):
         # the catalogue's general entry speaks of a training step; a run that generates has other knobs
         return _make("out-of-memory", "the model and its inputs do not fit the GPU's memory",
                      "the weights, in the precision they were loaded in, and the activations and cache of one "
